@@ -1,0 +1,100 @@
+"""Safe state-file handling: 0700 dirs, atomic 0600 writes, symlink refusal and cross-process locks."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+class StateFileError(Exception):
+    """A state path is unsafe (symlink, wrong type) or could not be written."""
+
+
+def state_dir(env: dict[str, str] | None = None) -> Path:
+    """The state dir: $OPENCLAW_STATE_DIR, else ~/.openclaw (paths fixed by the seeds)."""
+    source = os.environ if env is None else env
+    raw = source.get("OPENCLAW_STATE_DIR", "").strip()
+    if raw:
+        return Path(os.path.expanduser(raw))
+    return Path.home() / ".openclaw"
+
+
+def refuse_symlink(path: Path) -> None:
+    """Raise if `path` itself is a symlink: writing through one could clobber any file the user owns."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise StateFileError(f"refusing to use symlinked path: {path}")
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create `path` (and parents) and make it 0700; refuse a symlink or a non-directory."""
+    refuse_symlink(path)
+    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateFileError(f"not a directory: {path}")
+    if stat.S_IMODE(st.st_mode) != DIR_MODE and st.st_uid == os.geteuid():
+        os.chmod(path, DIR_MODE)
+    return path
+
+
+def atomic_write(path: Path, data: bytes | str, mode: int = FILE_MODE) -> None:
+    """Write via temp file in the same dir + fsync + rename, so readers never see a torn file."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    ensure_private_dir(path.parent)
+    refuse_symlink(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read_text(path: Path) -> str | None:
+    """Read a state file without following a symlink; None when it does not exist."""
+    refuse_symlink(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read().decode("utf-8")
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Exclusive advisory lock on `<path>.lock`, serialising writers across processes."""
+    lock_path = path.with_name(path.name + ".lock")
+    ensure_private_dir(lock_path.parent)
+    refuse_symlink(lock_path)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -1,0 +1,1 @@
+"""Headless services (gateway daemon, node runner) and the `exechost` command line."""

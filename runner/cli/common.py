@@ -1,0 +1,30 @@
+"""Helpers shared by the CLI verb modules: common options and the `{text, details}` output shape."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_config_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="config.toml (default: $EXECHOST_CONFIG, else <state dir>/config.toml)",
+    )
+
+
+def add_json_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object {text, details}")
+
+
+def emit(text: str, details: dict[str, Any], as_json: bool) -> None:
+    """Print a tool result: plain text for people, or the same payload the MCP tools return."""
+    if as_json:
+        json.dump({"text": text, "details": details}, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Sets up everything exechost needs on a Debian machine: system packages (when missing) and .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+command -v dockerd >/dev/null || need+=(docker.io)
+command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v tmux >/dev/null || need+=(tmux)
+[ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)
+command -v git >/dev/null || need+=(git)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+stamp=.venv/.exechost-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  touch "$stamp"
+fi

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# README command (2): set everything up, then lint, type-check and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/services.sh
+.venv/bin/ruff check engine runner console tests bench
+.venv/bin/mypy
+# pytest exits 5 when it collects nothing: with `set -e` that fails the run, as it should.
+.venv/bin/python -m pytest "$@"
