@@ -1,1 +1,1 @@
-"""The Textual operator console; talks to the gateway only through its control socket."""
+"""The Textual operator console; importing this package does not load Textual (the CLI imports it lazily)."""

@@ -9,6 +9,16 @@ from collections.abc import Sequence
 
 # Each module exposes `register(subparsers)`; the parser it adds sets `func(args) -> int`.
 COMMAND_MODULES: tuple[str, ...] = (
+    "runner.cli.approvals",
+    "runner.cli.policy",
+    "runner.cli.gateway",
+    "runner.cli.exec",
+    "runner.cli.process",
+    "runner.cli.approve",
+    "runner.cli.events",
+    "runner.cli.mcp",
+    "runner.cli.sandbox",
+    "runner.cli.console",
 )
 
 

@@ -1,0 +1,238 @@
+"""Console benchmarks: approval shown after reaching the gateway, and key press → repaint under output load.
+
+Run: .venv/bin/python bench/bench_console.py [--sessions 100] [--rate 5000] [--seconds 6] [--approvals 40]
+
+Everything is real: a gateway daemon (subprocess, own state dir), the console app (Textual headless, with
+every frame still rendered to terminal bytes so paint cost is counted), real background processes.
+Baselines measured in the same run: a bare protocol subscriber for approvals, an idle console for keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from console.app import ConsoleApp  # noqa: E402
+from engine.approvals_store import ApprovalsStore  # noqa: E402
+from engine.protocol import ControlClient  # noqa: E402
+
+PYTHON = os.path.realpath(sys.executable)
+
+CONFIG = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\nbackgroundMs = 10\n'
+PRINTER = (
+    "import sys, time\n"
+    "rate, secs = int(sys.argv[1]), float(sys.argv[2])\n"
+    "batch = max(1, rate // 100); end = time.time() + secs; n = 0\n"
+    "while time.time() < end:\n"
+    "    sys.stdout.write(''.join(f'line {n + i} ' + 'x' * 40 + '\\n' for i in range(batch)))\n"
+    "    sys.stdout.flush(); n += batch; time.sleep(0.01)\n"
+)
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def summary(label: str, ms: list[float]) -> str:
+    return (f"| {label} | {len(ms)} | {statistics.median(ms):.1f} | {pct(ms, 0.95):.1f} | {max(ms):.1f} |"
+            if ms else f"| {label} | 0 | – | – | – |")
+
+
+def instrument_frames(app: ConsoleApp) -> list[float]:
+    """Headless Textual skips writing frames; render each to terminal bytes anyway and stamp it."""
+    frames: list[float] = []
+    original = app._display
+
+    def display(screen: Any, renderable: Any) -> None:
+        if renderable is not None and hasattr(renderable, "render_segments"):
+            renderable.render_segments(app.console)
+            frames.append(time.monotonic())
+        original(screen, renderable)
+
+    app._display = display  # type: ignore[method-assign]
+    return frames
+
+
+async def key_latencies(app: ConsoleApp, pilot: Any, frames: list[float], presses: int) -> list[float]:
+    """Alternate ↓/↑ in the focused list; latency = key posted → first frame painted after it."""
+    out: list[float] = []
+    for i in range(presses):
+        start = time.monotonic()
+        seen = len(frames)
+        await pilot.press("down" if i % 2 == 0 else "up")
+        deadline = start + 2.0
+        while time.monotonic() < deadline:
+            if len(frames) > seen and frames[-1] >= start:
+                out.append((next(f for f in frames[seen:] if f >= start) - start) * 1000)
+                break
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.03)
+    return out
+
+
+async def bench_approvals(state: Path, count: int) -> tuple[list[float], list[float]]:
+    """ms from the gateway registering an approval (createdAtMs) to: a bare subscriber / the painted row."""
+    raw: list[float] = []
+    app = ConsoleApp(state, bell=False, clock=False, host_approval_socket=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        while not app.link.connected.is_set():
+            await pilot.pause(0.05)
+        watcher = await ControlClient.connect(state, client="bench-watch")
+        received: dict[str, float] = {}
+        watcher.add_listener(lambda ev: ev.event == "approval.requested"
+                             and received.setdefault(ev.data["id"], time.time()) and None)
+        await watcher.subscribe(["approvals"])
+        agent = await ControlClient.connect(state, client="bench-agent")
+        shown: list[float] = []
+        for i in range(count):
+            task = asyncio.ensure_future(agent.request(
+                "exec", {"command": f"echo bench-{i}", "agentId": "main", "sessionKey": "agent:bench"}))
+            while not app.inbox.rows() or not app.shown_at.keys() & {r.key for r in app.inbox.rows()}:
+                await asyncio.sleep(0.001)
+            item = app.inbox.rows()[0]
+            created = item.created_ms / 1000
+            shown.append((app.shown_at[item.key] - created) * 1000)
+            if item.key in received:
+                raw.append((received[item.key] - created) * 1000)
+            await pilot.press("d")
+            await task
+            await asyncio.sleep(0.02)
+        await agent.close()
+        await watcher.close()
+    return raw, shown
+
+
+async def bench_keys(state: Path, sessions: int, rate: int, seconds: float, presses: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    app = ConsoleApp(state, bell=False, clock=False, host_approval_socket=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        frames = instrument_frames(app)
+        while not app.link.connected.is_set():
+            await pilot.pause(0.05)
+        await pilot.press("2")
+        await pilot.pause(0.3)
+        agent = await ControlClient.connect(state, client="bench-agent")
+        for i in range(3):  # something to move the cursor over, idle
+            await agent.request("exec", {"command": f"{PYTHON} -c 'import time; time.sleep({30 + i})'",
+                                         "background": True, "agentId": "main", "sessionKey": "agent:bench"})
+        await pilot.pause(0.5)
+        results["idle"] = await key_latencies(app, pilot, frames, presses)
+
+        # synthetic: the console's own ingestion path at the issue's full load, no gateway involved
+        router = app.link.output
+        app.sessions.select(app.sessions.order[0])
+        await pilot.pause(0.2)
+        stop = asyncio.Event()
+        fed = [0]
+
+        async def flood() -> None:
+            line = "x" * 48 + "\n"
+            chunk = line * (rate // 100)
+            ids = [app.sessions.current or "s0"] + [f"synthetic-{i}" for i in range(sessions - 1)]
+            while not stop.is_set():
+                for sid in ids:
+                    router.feed(sid, chunk)
+                fed[0] += len(ids) * (rate // 100)
+                await asyncio.sleep(0.01)
+
+        flooder = asyncio.ensure_future(flood())
+        t0 = time.monotonic()
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        results["synthetic"] = await key_latencies(app, pilot, frames, presses)
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        wall = time.monotonic() - t0
+        stop.set()
+        await flooder
+        results["synthetic_rate"] = fed[0] / wall
+        results["synthetic_cpu"] = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / wall
+        results["pane_lines"] = len(app.sessions.line_pane.lines)
+
+        # real: N background processes through the gateway, the console following one of them
+        script = state / "printer.py"
+        script.write_text(PRINTER)
+        started = time.monotonic()
+        for i in range(sessions):
+            await agent.request("exec", {"command": f"{PYTHON} {script} {rate} {seconds}",
+                                         "background": True, "agentId": "main", "sessionKey": "agent:bench"})
+        results["spawn_s"] = time.monotonic() - started
+        await pilot.pause(1.0)
+        app.refresh_sessions()
+        await pilot.pause(0.5)
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        t0 = time.monotonic()
+        results["real"] = await key_latencies(app, pilot, frames, presses)
+        wall = time.monotonic() - t0
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        results["real_cpu"] = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / wall
+        results["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        results["pushed"] = router.pushed
+        await agent.close()
+    return results
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument("--rate", type=int, default=5000, help="lines/s per session")
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--approvals", type=int, default=40)
+    parser.add_argument("--presses", type=int, default=60)
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="ehb-", dir="/tmp"))
+    state = root / "s"
+    state.mkdir(mode=0o700)
+    os.environ["OPENCLAW_STATE_DIR"] = str(state)
+    os.environ["EXECHOST_CONFIG"] = str(state / "config.toml")
+    (state / "config.toml").write_text(CONFIG)
+    ApprovalsStore().add_allowlist("main", PYTHON)  # the load generators run without asking
+    try:
+        raw, shown = await bench_approvals(state, args.approvals)
+        keys = await bench_keys(state, args.sessions, args.rate, args.seconds, args.presses)
+    finally:
+        await _shutdown(state)
+        shutil.rmtree(root, ignore_errors=True)
+
+    print(f"\nexechost console bench — {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+    print("\n| approval shown after reaching the gateway | n | median ms | p95 ms | max ms |")
+    print("|---|---|---|---|---|")
+    print(summary("baseline: bare protocol subscriber receives the event", raw))
+    print(summary("console: inbox row painted", shown))
+    print("\n| key press → repaint | n | median ms | p95 ms | max ms |")
+    print("|---|---|---|---|---|")
+    print(summary("baseline: idle console", keys["idle"]))
+    print(summary(f"synthetic: {args.sessions} sessions × {args.rate} lines/s into the console", keys["synthetic"]))
+    print(summary(f"real: {args.sessions} background processes × {args.rate} lines/s via the gateway",
+                  keys["real"]))
+    print(f"\nsynthetic ingest: {keys['synthetic_rate']:,.0f} lines/s offered, console CPU "
+          f"{keys['synthetic_cpu']:.2f} cores, pane holds {keys['pane_lines']} lines (capped)")
+    print(f"real load: spawned {args.sessions} sessions in {keys['spawn_s']:.1f} s; console CPU "
+          f"{keys['real_cpu']:.2f} cores; gateway pushes output: {keys['pushed']}; "
+          f"console max RSS {keys['maxrss_mb']:.0f} MB")
+
+
+async def _shutdown(state: Path) -> None:
+    try:
+        client = await ControlClient.connect(state, client="bench", autostart=False)
+        await client.request("shutdown")
+        await client.close()
+    except Exception:  # noqa: S110 - already gone
+        pass
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,128 @@
+"""Sandbox exec latency: warm `true` via the in-container supervisor vs `docker exec` and docker-py exec_run.
+
+Run: .venv/bin/python bench/bench_sandbox.py [--warm N] [--baseline N] [--cold N]
+Builds the default image under a bench tag, uses a throwaway state dir, removes its containers by label.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+IMAGE = "exechost-sbxbench:latest"
+LABEL_VALUE = f"bench-{os.getpid()}"
+
+
+def pct(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def report(name: str, samples: list[float]) -> None:
+    ms = [s * 1000 for s in samples]
+    print(
+        f"{name:<44} n={len(ms):<4} p50={pct(ms, 50):8.2f} ms  p90={pct(ms, 90):8.2f} ms  "
+        f"mean={statistics.fmean(ms):8.2f} ms"
+    )
+
+
+async def timed(n: int, fn: Callable[[], Awaitable[object]]) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--warm", type=int, default=300)
+    ap.add_argument("--baseline", type=int, default=30)
+    ap.add_argument("--cold", type=int, default=5)
+    args = ap.parse_args()
+    root = tempfile.mkdtemp(prefix="eh-bench-", dir="/tmp")
+    os.environ["OPENCLAW_STATE_DIR"] = os.path.join(root, "s")
+
+    from engine.config import load_config_text
+    from engine.sandbox import SandboxManager, docker_ops, prepare_exec
+    from engine.sessions import RunSpec
+
+    docker_ops.build_image([IMAGE], lambda _line: None)
+    config = load_config_text(
+        f'[agents.defaults.sandbox]\nmode = "all"\n[agents.defaults.sandbox.docker]\nimage = "{IMAGE}"\n'
+    )
+    mgr = SandboxManager(extra_labels={"exechost.bench": LABEL_VALUE})
+    agent = "bench" + secrets.token_hex(3)
+
+    async def run_true(sx: object) -> None:
+        handle = await sx.launcher.spawn(RunSpec(command="true", cwd=sx.cwd, env={}))  # type: ignore[attr-defined]
+        while await handle.read() is not None:
+            pass
+        code = await handle.wait()
+        handle.close()
+        assert code == (0, None), code
+
+    try:
+        cold: list[float] = []
+        for i in range(args.cold):
+            t0 = time.perf_counter()
+            sx = await prepare_exec(config, f"{agent}c{i}", "s", None, manager=mgr)
+            await run_true(sx)
+            cold.append(time.perf_counter() - t0)
+            docker_ops.remove(sx.container)
+        sx = await prepare_exec(config, agent, "s", None, manager=mgr)
+        await run_true(sx)
+        name = sx.container
+
+        async def warm_full() -> None:
+            await run_true(await prepare_exec(config, agent, "s", None, manager=mgr))
+
+        warm = await timed(args.warm, warm_full)
+        spawn_only = await timed(args.warm, lambda: run_true(sx))
+
+        async def pty_true() -> None:
+            h = await sx.launcher.spawn(RunSpec(command="true", cwd=sx.cwd, env={}, pty=True))
+            while await h.read() is not None:
+                pass
+            await h.wait()
+            h.close()
+
+        pty = await timed(max(5, args.baseline // 2), pty_true)
+
+        def cli() -> None:
+            subprocess.run(["docker", "exec", name, "true"], check=True)
+
+        api = docker_ops.client().containers.get(name)
+
+        def exec_run() -> None:
+            assert api.exec_run(["true"]).exit_code == 0
+
+        cli_t = await timed(args.baseline, lambda: asyncio.to_thread(cli))
+        py_t = await timed(args.baseline, lambda: asyncio.to_thread(exec_run))
+
+        print(f"# sandbox exec latency, image {IMAGE}, {os.cpu_count()} CPUs")
+        report("docker exec CLI `true` (baseline)", cli_t)
+        report("docker-py exec_run `true` (baseline)", py_t)
+        report("exechost warm `true` (prepare_exec + run)", warm)
+        report("exechost warm `true` (launcher spawn only)", spawn_only)
+        report("exechost PTY `true` (Engine API exec -t)", pty)
+        report("exechost cold (create+start+exec `true`)", cold)
+    finally:
+        for c in docker_ops.list_sandboxes(f"exechost.bench={LABEL_VALUE}"):
+            docker_ops.remove(c["Id"])
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

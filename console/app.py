@@ -1,0 +1,769 @@
+"""The operator console: approvals inbox, sessions, events and policy over the gateway's control socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import Footer, Header, TabbedContent, TabPane
+
+from console.commands import DirectiveCommands, is_directive
+from console.dialogs import ConfirmDialog, TextDialog
+from console.gateway import GatewayLink
+from console.inbox import Inbox, InboxItem
+from console.messages import GatewayConnected, GatewayEvent, GatewayLost, SocketApprovalRequested
+from console.screens.help import HelpScreen
+from console.widgets.approvals import ApprovalsPane
+from console.widgets.panes import LinePane
+from console.widgets.policy import PolicyPane, load_policies
+from console.widgets.sandboxes import SandboxesPane
+from console.widgets.sessions import SessionsPane
+from engine.approval_socket import (
+    ApprovalSocketError,
+    ApprovalSocketServer,
+    LocalExecHost,
+    PromptRequest,
+)
+from engine.approvals_store import ApprovalsFileError, ApprovalsStore
+from engine.policy import SessionOverrides, apply_directive
+from engine.protocol import RemoteError
+from engine.results import ToolError
+
+FLUSH_HZ = 30
+REPLAY_BYTES = 64 * 1024
+LOG_PAGE_LINES = 500
+ESC_REMNANT = re.compile(r"\[[0-9;?]*[A-Za-z]")
+FOCUS_TARGETS = {
+    "approvals": "#approval-list",
+    "sessions": "#session-list",
+    "events": "#events-pane",
+    "policy": "#agent-list",
+    "sandboxes": "#sandbox-list",
+}
+
+
+class ConsoleApp(App[None]):
+    """Everything durable lives in the gateway: quitting or crashing here loses no session or approval."""
+
+    CSS_PATH = "styles/app.tcss"
+    TITLE = "exechost"
+    COMMANDS = App.COMMANDS | {DirectiveCommands}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("1", "tab('approvals')", "Approvals"),
+        Binding("2", "tab('sessions')", "Sessions"),
+        Binding("3", "tab('events')", "Events"),
+        Binding("4", "tab('policy')", "Policy"),
+        Binding("5", "tab('sandboxes')", "Sandboxes"),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(
+        self,
+        state: Path | None = None,
+        *,
+        config_path: str | None = None,
+        host_approval_socket: bool = True,
+        autostart: bool = True,
+        bell: bool = True,
+        clock: bool = True,
+        connect: bool = True,
+    ) -> None:
+        super().__init__()
+        self.state = state
+        self.config_path = config_path
+        self.host_approval_socket = host_approval_socket
+        self.bell_on_new = bell
+        self.show_clock = clock
+        self.connect_gateway = connect
+        self.link = GatewayLink(self, state, autostart=autostart)
+        self.inbox = Inbox()
+        self.socket_server: ApprovalSocketServer | None = None
+        self.overrides: dict[str, SessionOverrides] = {}
+        self.gateway_pid: int | None = None
+        self.log_page: dict[str, int] = {}  # session id -> first line shown while paging the log
+        self.seen_total: dict[str, tuple[Any, Any]] = {}  # poll fallback: log size last shown
+        self.shown_at: dict[str, float] = {}  # approval id -> wall time its row was painted (bench)
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=self.show_clock)
+        with TabbedContent(initial="approvals", id="tabs"):
+            with TabPane("Approvals (0)", id="approvals"):
+                yield ApprovalsPane(id="approvals-pane")
+            with TabPane("Sessions", id="sessions"):
+                yield SessionsPane(id="sessions-pane")
+            with TabPane("Events", id="events"):
+                yield LinePane(max_lines=2000, id="events-pane")
+            with TabPane("Policy", id="policy"):
+                yield PolicyPane(id="policy-pane")
+            with TabPane("Sandboxes", id="sandboxes"):
+                yield SandboxesPane(id="sandboxes-pane")
+        yield Footer()
+
+    @property
+    def approvals(self) -> ApprovalsPane:
+        return self.query_one(ApprovalsPane)
+
+    @property
+    def sessions(self) -> SessionsPane:
+        return self.query_one(SessionsPane)
+
+    @property
+    def policy(self) -> PolicyPane:
+        return self.query_one(PolicyPane)
+
+    @property
+    def events_pane(self) -> LinePane:
+        return self.query_one("#events-pane", LinePane)
+
+    async def on_mount(self) -> None:
+        self.sub_title = "connecting to the gateway…"
+        if self.connect_gateway:
+            self.run_worker(self.link.run(), group="gateway", name="gateway-link", exit_on_error=False)
+        self.set_interval(1 / FLUSH_HZ, self.flush_output)
+        self.set_interval(1.0, self.tick)
+        self.set_interval(0.25, self.poll_visible)
+        if self.host_approval_socket:
+            await self.start_approval_socket()
+        self.refresh_policy()
+        self.approvals.show([])
+        self.focus_tab("approvals")
+
+    async def on_unmount(self) -> None:
+        if self.socket_server is not None:
+            await self.socket_server.close()
+
+    async def start_approval_socket(self) -> None:
+        """Host exec-approvals.sock at the path/token in exec-approvals.json; never steal a live one."""
+        try:
+            path, token = await asyncio.to_thread(ApprovalsStore().socket_info)
+            server = ApprovalSocketServer(
+                path, token, decider=self.socket_decider, exec_handler=LocalExecHost(self.config_path)
+            )
+            await server.start()
+        except (ApprovalSocketError, ApprovalsFileError, OSError) as exc:
+            self.notify(f"approval socket not hosted: {exc}", severity="warning", timeout=8)
+            return
+        self.socket_server = server
+
+    async def socket_decider(self, request: PromptRequest) -> str:
+        """The socket server awaits this; the inbox resolves the Future (toad's Future-in-a-Message)."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.post_message(SocketApprovalRequested(request, future))
+        return await future
+
+    # ------------------------------------------------------------------ gateway traffic
+
+    def on_gateway_connected(self, message: GatewayConnected) -> None:
+        self.gateway_pid = message.pid
+        self.sub_title = f"gateway pid {message.pid}"
+        self.inbox.replace_gateway(message.pending)
+        self.sessions.replace_all(message.sessions)
+        self.sessions.render_list(self.link.output.unread)
+        self.refresh_inbox()
+        for item in self.inbox.rows():
+            self.explain(item)
+        if self.sessions.current:
+            self.replay(self.sessions.current)
+
+    def on_gateway_lost(self, message: GatewayLost) -> None:
+        self.sub_title = f"gateway unreachable: {message.reason[:80]} (retrying)"
+
+    def on_gateway_event(self, message: GatewayEvent) -> None:
+        event, data = message.event, message.data
+        if event == "approval.requested":
+            self.add_approval("gateway", str(data.get("id")), data)
+        elif event == "approval.resolved":
+            if self.inbox.discard(str(data.get("id"))) is not None:
+                self.refresh_inbox()
+        elif event in ("session.started", "session.exited", "session.updated"):
+            row = data.get("session")
+            self.sessions.upsert(row if isinstance(row, dict) else data)
+            self.sessions.render_list(self.link.output.unread)
+            if event == "session.exited":
+                self.refresh_sessions()
+                if data.get("sessionId") == self.sessions.current and self.sessions.current:
+                    self.replay(self.sessions.current)  # the log has everything up to EOF
+        elif event == "session.removed":
+            self.sessions.drop(str(data.get("sessionId")))
+            self.sessions.render_list(self.link.output.unread)
+        elif event == "system.event":
+            stamp = time.strftime("%H:%M:%S", time.localtime((data.get("ts") or time.time() * 1000) / 1000))
+            self.events_pane.feed(f"{stamp}  [{data.get('sessionKey', '')}]  {data.get('text', '')}\n")
+
+    def on_socket_approval_requested(self, message: SocketApprovalRequested) -> None:
+        req = message.request
+        view: dict[str, Any] = {
+            "id": req.id,
+            "slug": req.id[:8],
+            "command": req.command,
+            "cwd": req.cwd,
+            "host": req.host,
+            "security": req.security,
+            "ask": req.ask,
+            "agentId": req.agent_id,
+            "resolvedPath": req.resolved_path,
+            "sessionKey": req.session_key,
+            "createdAtMs": int(time.time() * 1000),
+        }
+        if req.ask == "always":
+            view["allowedDecisions"] = ["allow-once", "deny"]
+        future = message.future
+
+        def gone(fut: asyncio.Future[str]) -> None:
+            if fut.cancelled() and self.inbox.discard(req.id) is not None:
+                self.refresh_inbox()
+
+        future.add_done_callback(gone)
+        self.add_approval("socket", req.id, view, future)
+
+    def add_approval(
+        self, source: str, approval_id: str, view: dict[str, Any], future: asyncio.Future[str] | None = None
+    ) -> None:
+        item, new = self.inbox.add(source, approval_id, view, future)
+        self.refresh_inbox()
+        if approval_id not in self.shown_at:
+            self.call_after_refresh(lambda: self.shown_at.setdefault(approval_id, time.time()))
+        if new:
+            self.explain(item)
+            if self.bell_on_new:
+                self.bell()
+            self.notify(f"approval needed: {str(view.get('command', ''))[:60]}", title="exechost", timeout=3)
+
+    def refresh_inbox(self) -> None:
+        count = len(self.inbox)
+        self.query_one(TabbedContent).get_tab("approvals").label = f"Approvals ({count})"
+        self.title = f"exechost — {count} pending" if count else "exechost"
+        self.approvals.show(self.inbox.rows())
+
+    @work(thread=True, group="insight", exit_on_error=False)
+    def explain(self, item: InboxItem) -> None:
+        """Segments/misses/patterns for the detail view, evaluated off the UI thread."""
+        from console.insight import explain_approval
+
+        insight = explain_approval(item.view, self.config_path)
+        self.call_from_thread(self._set_insight, item.key, insight)
+
+    def _set_insight(self, key: str, insight: dict[str, Any]) -> None:
+        self.approvals.insights[key] = insight
+        self.approvals.refresh_detail()
+
+    # ------------------------------------------------------------------ deciding
+
+    @on(ApprovalsPane.Decide)
+    def on_decide(self, message: ApprovalsPane.Decide) -> None:
+        self.decide_flow(message)
+
+    @work(group="dialog", exit_on_error=False)
+    async def decide_flow(self, message: ApprovalsPane.Decide) -> None:
+        """A worker, so the confirm/reason dialogs can be awaited without blocking the app's queue."""
+        item, decision = message.item, message.decision
+        if message.ask_reason:
+            reason = await self.push_screen_wait_safe(
+                TextDialog("Deny with a reason", placeholder="why (goes back to the agent; may be empty)")
+            )
+            if reason is None:
+                return
+            self.resolve(item, "deny", reason or None)
+            return
+        if decision == "allow-always":
+            insight = self.approvals.insights.get(item.key, {})
+            patterns = insight.get("allowAlwaysPatterns") or []
+            body = Text()
+            body.append("Allow always will save these allowlist patterns for agent ")
+            body.append(str(item.view.get("agentId") or "main"), style="bold")
+            body.append(":\n")
+            for pattern in patterns or ["(the exact command, as =command:<sha256>)"]:
+                body.append(f"  {pattern}\n", style="bold cyan")
+            also = await asyncio.to_thread(self._also_allowed, item, patterns)
+            if also:
+                body.append("\nIt would also allow these recent commands without asking:\n")
+                for command in also[:8]:
+                    body.append(f"  {command}\n", style="yellow")
+            if not await self.push_screen_wait_safe(ConfirmDialog("Allow always?", body, yes="Allow always")):
+                return
+        self.resolve(item, decision, message.reason)
+
+    def _also_allowed(self, item: InboxItem, patterns: list[str]) -> list[str]:
+        commands = [str(r.get("command")) for r in self.sessions.sessions.values() if r.get("command")]
+        if not patterns or not commands:
+            return []
+        try:
+            from console.insight import commands_also_allowed
+
+            return commands_also_allowed(
+                patterns, commands, str(item.view.get("agentId") or "main"), str(item.view.get("cwd") or "/")
+            )
+        except Exception:
+            return []
+
+    async def push_screen_wait_safe(self, screen: Any) -> Any:
+        """Await a dialog's answer (call only from workers)."""
+        return await self.push_screen_wait(screen)
+
+    def resolve(self, item: InboxItem, decision: str, reason: str | None = None) -> None:
+        self.inbox.pop(item.key)
+        self.refresh_inbox()
+        if item.source == "socket":
+            for future in item.futures:
+                if not future.done():
+                    future.set_result(decision)
+            return
+        self.send_approve(list(item.ids), decision, reason)
+
+    @work(group="approve", exit_on_error=False)
+    async def send_approve(self, ids: list[str], decision: str, reason: str | None) -> None:
+        for approval_id in ids:
+            params: dict[str, Any] = {"id": approval_id, "decision": decision}
+            if reason:
+                params["reason"] = reason
+            try:
+                await self.link.request("approve", params)
+            except (RemoteError, ConnectionError) as exc:
+                self.notify(f"approve {approval_id[:8]} failed: {exc}", severity="error")
+                return
+        self.notify(f"{decision}: {len(ids)} request(s)", timeout=2)
+
+    # ------------------------------------------------------------------ sessions
+
+    def flush_output(self) -> None:
+        """~30 Hz: move what arrived for the visible session into its pane; nothing else is touched."""
+        router = self.link.output
+        if router.visible is None or not router.pending:
+            return
+        data, overflowed = router.drain()
+        if overflowed:
+            self.replay(router.visible)
+            return
+        self.sessions.feed(data)
+
+    def tick(self) -> None:
+        self.approvals.tick()
+        self.sessions.render_list(self.link.output.unread)
+        self._ticks = getattr(self, "_ticks", 0) + 1
+        if self._ticks % 2 == 0 and self.link.connected.is_set():
+            self.sync_pending()
+
+    def poll_visible(self) -> None:
+        """Fallback for a gateway that does not push `session.output`: re-read the visible log on change."""
+        router = self.link.output
+        sid = router.visible
+        if sid is None or router.pushed or not self.link.connected.is_set() or sid in self.log_page:
+            return
+        if self.sessions.sessions.get(sid, {}).get("status") == "running":
+            self.poll_output(sid)
+
+    @work(group="poll", exclusive=True, exit_on_error=False)
+    async def poll_output(self, session_id: str) -> None:
+        row = self.sessions.sessions.get(session_id, {})
+        params: dict[str, Any] = {"action": "log", "sessionId": session_id, "limit": 1}
+        if isinstance(row.get("scopeKey"), str):
+            params["sessionKey"] = row["scopeKey"]
+        try:
+            details = (await self.link.request("process", params)).get("details") or {}
+        except (RemoteError, ConnectionError):
+            return
+        total = (details.get("totalChars"), details.get("totalLines"))
+        if total != self.seen_total.get(session_id):
+            self.seen_total[session_id] = total
+            self.replay(session_id)
+
+    @work(group="sync", exclusive=True, exit_on_error=False)
+    async def sync_pending(self) -> None:
+        """Pushed events are the fast path; this resync catches coalesced counts and anything missed."""
+        try:
+            pending = (await self.link.request("approvals.pending")).get("approvals", [])
+        except (RemoteError, ConnectionError):
+            return
+        before = [(i.key, i.count) for i in self.inbox.rows() if i.source == "gateway"]
+        self.inbox.replace_gateway(pending)
+        if [(i.key, i.count) for i in self.inbox.rows() if i.source == "gateway"] != before:
+            self.refresh_inbox()
+
+    @on(SessionsPane.Selected)
+    def on_session_selected(self, message: SessionsPane.Selected) -> None:
+        self.link.output.show(message.session_id)
+        self.log_page.pop(message.session_id or "", None)
+        if message.session_id:
+            self.replay(message.session_id)
+
+    @work(group="replay", exclusive=True, exit_on_error=False)
+    async def replay(self, session_id: str) -> None:
+        """Fill the pane from the on-disk log tail, then live output continues where it ends."""
+        if not self.connect_gateway:
+            return
+        data = await self.read_tail(session_id)
+        if self.sessions.current != session_id:
+            return
+        pane = self.sessions
+        if pane.is_pty(session_id):
+            row = pane.sessions[session_id]
+            pane.term_pane.reset(int(row.get("cols") or 120), int(row.get("rows") or 40))
+        else:
+            pane.line_pane.clear()
+        self.link.output.show(session_id)
+        pane.feed(data)
+
+    async def read_tail(self, session_id: str) -> str:
+        row = self.sessions.sessions.get(session_id, {})
+        try:
+            res = await self.link.request("sessions.output", {"sessionId": session_id, "limit": REPLAY_BYTES})
+            return str(res.get("data") or "")
+        except RemoteError:
+            pass
+        except ConnectionError:
+            return ""
+        try:
+            res = await self.link.request(
+                "process",
+                {
+                    "action": "log",
+                    "sessionId": session_id,
+                    "limit": LOG_PAGE_LINES,
+                    "sessionKey": row.get("scopeKey"),
+                },
+            )
+        except (RemoteError, ConnectionError):
+            return ""
+        details = res.get("details") or {}
+        if "totalLines" not in details:  # "No session found …" is a message, not output
+            return ""
+        # The agent-facing log has ESC removed, leaving "[32m" behind: drop those remnants too.
+        return ESC_REMNANT.sub("", str(details.get("aggregated") or res.get("text") or "")) + "\n"
+
+    @work(group="sessions-list", exclusive=True, exit_on_error=False)
+    async def refresh_sessions(self) -> None:
+        try:
+            rows = (await self.link.request("sessions.list")).get("sessions", [])
+        except (RemoteError, ConnectionError):
+            return
+        self.sessions.replace_all(rows)
+        self.sessions.render_list(self.link.output.unread)
+
+    @on(SessionsPane.Act)
+    def on_session_act(self, message: SessionsPane.Act) -> None:
+        self.session_act_flow(message)
+
+    @work(group="dialog", exit_on_error=False)
+    async def session_act_flow(self, message: SessionsPane.Act) -> None:
+        sid, verb = message.session_id, message.verb
+        row = self.sessions.sessions.get(sid, {})
+        pty = bool(row.get("pty"))
+        params: dict[str, Any] = {"sessionId": sid}
+        if verb == "write":
+            text = message.text or ""
+            if not text:
+                params["action"] = "submit"
+            else:
+                params.update(action="write", data=text + ("\r" if pty else "\n"))
+        elif verb == "send-keys":
+            keys = await self.push_screen_wait_safe(
+                TextDialog("Send keys", placeholder="C-c   up enter   0x1b   (space separated, tmux style)")
+            )
+            if not keys:
+                return
+            params.update(action="send-keys", keys=keys.split())
+        elif verb == "paste":
+            text = await self.push_screen_wait_safe(TextDialog("Paste text", placeholder="text to paste"))
+            if not text:
+                return
+            params.update(action="paste", text=text)
+        elif verb == "submit":
+            params["action"] = "submit"
+        elif verb == "kill":
+            if not await self.push_screen_wait_safe(
+                ConfirmDialog(
+                    "Kill session?",
+                    f"{sid}: {row.get('command', '')}\nSIGTERM to the process group, then SIGKILL.",
+                    yes="Kill",
+                )
+            ):
+                return
+            params["action"] = "kill"
+        elif verb == "clear":
+            params["action"] = "clear"
+        elif verb == "remove":
+            if row.get("status") == "running" and not await self.push_screen_wait_safe(
+                ConfirmDialog(
+                    "Remove running session?",
+                    f"{sid} is still running; removing terminates it.",
+                    yes="Remove",
+                )
+            ):
+                return
+            params["action"] = "remove"
+        elif verb == "attach":
+            self.attach(sid)
+            return
+        elif verb in ("log-older", "log-newer", "follow"):
+            self.page_log(sid, verb)
+            return
+        else:
+            return
+        self.run_process(params, row.get("scopeKey"))
+
+    @work(group="process", exit_on_error=False)
+    async def run_process(self, params: dict[str, Any], scope_key: Any) -> None:
+        if isinstance(scope_key, str):
+            params["sessionKey"] = scope_key
+        try:
+            res = await self.link.request("process", params)
+        except (RemoteError, ConnectionError) as exc:
+            self.notify(str(exc), severity="error")
+            return
+        text = str(res.get("text") or "")
+        if params["action"] not in ("write", "submit") or "No " in text or "not" in text:
+            self.notify(text[:200] or params["action"], timeout=3)
+        if params["action"] in ("clear", "remove", "kill"):
+            self.refresh_sessions()
+
+    @work(group="log", exclusive=True, exit_on_error=False)
+    async def page_log(self, session_id: str, verb: str) -> None:
+        """`[`/`]` page the on-disk log by LOG_PAGE_LINES (process log); `f` returns to live follow."""
+        pane = self.sessions
+        if verb == "follow" or pane.is_pty(session_id):
+            self.log_page.pop(session_id, None)
+            self.replay(session_id)
+            return
+        row = pane.sessions.get(session_id, {})
+        params: dict[str, Any] = {"action": "log", "sessionId": session_id, "limit": LOG_PAGE_LINES}
+        if isinstance(row.get("scopeKey"), str):
+            params["sessionKey"] = row["scopeKey"]
+        try:
+            total = int(
+                ((await self.link.request("process", {**params, "limit": 1})).get("details") or {}).get(
+                    "totalLines"
+                )
+                or 0
+            )
+        except (RemoteError, ConnectionError, ValueError) as exc:
+            self.notify(str(exc), severity="error")
+            return
+        first = self.log_page.get(session_id, max(0, total - LOG_PAGE_LINES))
+        first = max(0, first - LOG_PAGE_LINES) if verb == "log-older" else first + LOG_PAGE_LINES
+        if first >= total:
+            self.log_page.pop(session_id, None)
+            self.replay(session_id)
+            return
+        params["offset"] = first
+        try:
+            res = await self.link.request("process", params)
+        except (RemoteError, ConnectionError) as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.log_page[session_id] = first
+        self.link.output.show(None)  # paging: live output must not scroll the page away
+        pane.line_pane.clear()
+        pane.line_pane.feed(str(res.get("text") or "") + "\n")
+        pane.line_pane.scroll_home(animate=False)
+        self.notify(
+            f"log lines {first + 1}–{min(first + LOG_PAGE_LINES, total)} of {total}; f follows live",
+            timeout=3,
+        )
+
+    def attach(self, session_id: str) -> None:
+        """Full-screen programs get the real terminal: suspend Textual, proxy the PTY until ctrl+]."""
+        row = self.sessions.sessions.get(session_id, {})
+        if not row.get("pty") or row.get("status") != "running":
+            self.notify("Only running PTY sessions can be attached.", severity="warning")
+            return
+        from console.attach import attach_session
+
+        try:
+            with self.suspend():
+                attach_session(self.state, session_id, row)
+        except Exception as exc:  # SuspendNotSupported (headless, web) and any terminal error
+            self.notify(f"attach unavailable: {exc}", severity="warning")
+        self.replay(session_id)
+
+    # ------------------------------------------------------------------ policy
+
+    @work(thread=True, group="policy", exclusive=True, exit_on_error=False)
+    def refresh_policy(self) -> None:
+        try:
+            agents = load_policies(self.config_path, dict(self.overrides))
+        except Exception as exc:
+            self.call_from_thread(self.policy.show_check, Text(f"policy unavailable: {exc}", style="red"))
+            return
+        self.call_from_thread(self.policy.show, agents)
+
+    @on(PolicyPane.Edit)
+    def on_policy_edit(self, message: PolicyPane.Edit) -> None:
+        self.policy_edit_flow(message)
+
+    @work(group="dialog", exit_on_error=False)
+    async def policy_edit_flow(self, message: PolicyPane.Edit) -> None:
+        agent = message.agent_id
+        if message.verb == "add":
+            text = await self.push_screen_wait_safe(
+                TextDialog(
+                    f"Add allowlist pattern for {agent}",
+                    placeholder="/usr/bin/git   or   ~/bin/*   [ :: argPattern regex]",
+                )
+            )
+            if not text:
+                return
+            pattern, _, arg = (p.strip() for p in text.partition("::"))
+            try:
+                await asyncio.to_thread(
+                    ApprovalsStore().add_allowlist, agent, pattern, arg or None, "console"
+                )
+            except (ApprovalsFileError, ValueError) as exc:
+                self.notify(str(exc), severity="error")
+        elif message.verb == "remove" and message.pattern:
+            if not await self.push_screen_wait_safe(
+                ConfirmDialog("Remove allowlist entry?", f"{agent}: {message.pattern}", yes="Remove")
+            ):
+                return
+            await asyncio.to_thread(ApprovalsStore().remove_allowlist, agent, message.pattern)
+        elif message.verb == "check":
+            command = await self.push_screen_wait_safe(
+                TextDialog(f"Check a command as {agent}", placeholder="ls -la | wc -l")
+            )
+            if command:
+                self.check_command(agent, command)
+            return
+        self.refresh_policy()
+
+    @work(group="policy-check", exclusive=True, exit_on_error=False)
+    async def check_command(self, agent: str, command: str) -> None:
+        try:
+            res = await self.link.request(
+                "policy.check", {"command": command, "agentId": agent, "sessionKey": f"agent:{agent}"}
+            )
+        except (RemoteError, ConnectionError) as exc:
+            self.policy.show_check(Text(str(exc), style="red"))
+            return
+        verdict = str(res.get("decision", "?"))
+        style = {"allow": "bold green", "ask": "bold yellow", "deny": "bold red"}.get(verdict, "bold")
+        out = Text.assemble(("$ ", "dim"), command, "\n", (verdict, style), f"  {res.get('reason', '')}")
+        step = res.get("decidedBy") or {}
+        if step:
+            out.append(
+                f"\ndecided by {step.get('layer')}: {step.get('key')} = {step.get('value')}", style="dim"
+            )
+        self.policy.show_check(out)
+
+    # ------------------------------------------------------------------ palette directives
+
+    def palette_example(self, text: str) -> None:
+        if "<" in text:
+            self.notify(f"type it in the palette: {text}", timeout=4)
+        else:
+            self.run_directive(text)
+
+    def directive_target(self) -> str:
+        """`/exec` applies to the selected session's scope on the Sessions tab, else the selected agent."""
+        tabs = self.query_one(TabbedContent)
+        if tabs.active == "sessions" and self.sessions.current:
+            key = self.sessions.sessions.get(self.sessions.current, {}).get("scopeKey")
+            if isinstance(key, str):
+                return key
+        agent = self.policy.selected
+        return f"agent:{agent.agent_id if agent else 'main'}"
+
+    @work(group="directive", exit_on_error=False)
+    async def run_directive(self, text: str) -> None:
+        text = text.strip()
+        if not is_directive(text):
+            self.notify("Not a directive: /exec …, /elevated …, /approve <id> <decision>", severity="error")
+            return
+        word = text.lstrip("/").split(None, 1)[0].lower()
+        if word == "approve":
+            await self._approve_directive(text)
+            return
+        key = self.directive_target()
+        try:
+            shadow, _ = apply_directive(self.overrides.get(key, SessionOverrides()), text, session_key=key)
+        except ToolError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        try:
+            res = await self.link.request("policy.override", {"sessionKey": key, "directive": text})
+        except (RemoteError, ConnectionError) as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.overrides[key] = shadow
+        self.notify(f"{key}: {res.get('text') or 'ok'}", timeout=5)
+        self.refresh_policy()
+
+    async def _approve_directive(self, text: str) -> None:
+        from engine.approval_manager import USAGE, normalize_decision
+
+        args = text.lstrip("/").split()[1:]
+        if len(args) != 2:
+            self.notify(USAGE, severity="error")
+            return
+        first, second = args
+        decision = normalize_decision(second)
+        approval_id = first
+        if decision is None and normalize_decision(first) is not None:
+            decision, approval_id = normalize_decision(first), second
+        if decision is None:
+            self.notify(USAGE, severity="error")
+            return
+        local = [
+            i
+            for i in self.inbox.rows()
+            if i.source == "socket" and any(x.lower().startswith(approval_id.lower()) for x in i.ids)
+        ]
+        if len(local) == 1:
+            self.resolve(local[0], decision)
+            self.notify(f"✅ Approval {decision} submitted for {approval_id}.")
+            return
+        try:
+            await self.link.request("approve", {"id": approval_id, "decision": decision})
+        except (RemoteError, ConnectionError) as exc:
+            self.notify(f"❌ Failed to submit approval: {exc}", severity="error")
+            return
+        item = next((i for i in self.inbox.rows() if any(x.startswith(approval_id) for x in i.ids)), None)
+        if item is not None:
+            self.inbox.pop(item.key)
+            self.refresh_inbox()
+        self.notify(f"✅ Approval {decision} submitted for {approval_id}.")
+
+    # ------------------------------------------------------------------ navigation
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+        self.focus_tab(tab)
+
+    def focus_tab(self, tab: str) -> None:
+        """Each pane's keys work as soon as its tab shows: focus its main list."""
+        target = FOCUS_TARGETS.get(tab)
+        if target is not None:
+            with contextlib.suppress(Exception):
+                self.query_one(target).focus()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    @on(TabbedContent.TabActivated)
+    def on_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "policy":
+            self.refresh_policy()
+        if event.pane.id:
+            self.focus_tab(event.pane.id)
+
+
+def run_console(state: Path | None = None, *, config_path: str | None = None, demo: bool = False) -> int:
+    """Entry point used by `exechost console`."""
+    if demo:
+        from console.demo import DemoConsoleApp, prepare_demo
+
+        state, config_path = prepare_demo(state)
+        app: ConsoleApp = DemoConsoleApp(state, config_path=config_path)
+    else:
+        app = ConsoleApp(state, config_path=config_path)
+    app.run()
+    return 0

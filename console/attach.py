@@ -1,0 +1,87 @@
+"""Attach a PTY session to the real terminal while Textual is suspended; ctrl+] detaches."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import termios
+import threading
+import tty
+from pathlib import Path
+from typing import Any
+
+from engine.protocol import ControlClient, Event, RemoteError
+
+DETACH = b"\x1d"  # ctrl+]
+
+
+def attach_session(state: Path | None, session_id: str, row: dict[str, Any]) -> None:
+    """Blocking: runs its own loop and connection in a thread (the app's loop is paused while suspended)."""
+    errors: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            asyncio.run(_attach(state, session_id, row))
+        except BaseException as exc:  # reported after the terminal is restored
+            errors.append(exc)
+
+    thread = threading.Thread(target=main, name=f"attach-{session_id}", daemon=True)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+
+
+async def _attach(state: Path | None, session_id: str, row: dict[str, Any]) -> None:
+    client = await ControlClient.connect(
+        state, client="console-attach", name="console attach", autostart=False
+    )
+    scope = row.get("scopeKey")
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    def on_event(ev: Event) -> None:
+        if ev.data.get("sessionId") != session_id:
+            return
+        if ev.event == "session.output" and isinstance(ev.data.get("data"), str):
+            os.write(sys.stdout.fileno(), ev.data["data"].encode("utf-8", "replace"))
+        elif ev.event == "session.exited":
+            queue.put_nowait(None)
+
+    client.add_listener(on_event)
+    stdin = sys.stdin.fileno()
+    saved = termios.tcgetattr(stdin)
+    loop = asyncio.get_running_loop()
+    try:
+        await client.request("subscribe", {"topics": ["sessions"]})
+        cols, rows = os.get_terminal_size(sys.stdout.fileno())
+        with contextlib.suppress(RemoteError):
+            await client.request("sessions.resize", {"sessionId": session_id, "cols": cols, "rows": rows})
+        os.write(
+            sys.stdout.fileno(), f"\x1b[2J\x1b[H[attached to {session_id}; ctrl+] detaches]\r\n".encode()
+        )
+        with contextlib.suppress(RemoteError):
+            tail = await client.request("sessions.output", {"sessionId": session_id, "limit": 16384})
+            os.write(sys.stdout.fileno(), str(tail.get("data") or "").encode("utf-8", "replace"))
+        tty.setraw(stdin)
+        loop.add_reader(stdin, lambda: queue.put_nowait(os.read(stdin, 4096)))
+        while (data := await queue.get()) is not None:
+            detach = DETACH in data
+            data = data.split(DETACH)[0]
+            if data:
+                params: dict[str, Any] = {
+                    "action": "write",
+                    "sessionId": session_id,
+                    "data": data.decode("utf-8", "replace"),
+                }
+                if isinstance(scope, str):
+                    params["sessionKey"] = scope
+                await client.request("process", params)
+            if detach:
+                break
+    finally:
+        with contextlib.suppress(Exception):
+            loop.remove_reader(stdin)
+        termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        await client.close()

@@ -1,0 +1,6 @@
+"""Small generic modals (frogmouth style): confirm and text input."""
+
+from console.dialogs.confirm import ConfirmDialog
+from console.dialogs.text_input import TextDialog
+
+__all__ = ["ConfirmDialog", "TextDialog"]

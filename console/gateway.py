@@ -1,0 +1,126 @@
+"""The console's one link to the gateway: connect (auto-start), attach, subscribe, reconnect, route events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from textual.app import App
+
+from console.messages import GatewayConnected, GatewayEvent, GatewayLost
+from engine.protocol import ControlClient, Event, GatewayUnavailable, RemoteError
+
+PENDING_CAP = 1 << 20  # chars buffered for the visible pane between two flushes
+
+
+class OutputRouter:
+    """Session output lands here from the socket reader, without a Message per chunk.
+
+    Only the visible session keeps its text (drained by the app's ~30 Hz flush); every other session
+    just counts unread bytes, so 100 busy sessions cost a dict update each.
+    """
+
+    def __init__(self) -> None:
+        self.visible: str | None = None
+        self.pending: list[str] = []
+        self.pending_chars = 0
+        self.overflowed = False
+        self.unread: defaultdict[str, int] = defaultdict(int)
+        self.total: defaultdict[str, int] = defaultdict(int)
+        self.pushed = False  # has the gateway ever pushed output? if not, the app polls the log
+
+    def feed(self, session_id: str, data: str) -> None:
+        self.pushed = True
+        self.total[session_id] += len(data)
+        if session_id != self.visible:
+            self.unread[session_id] += len(data)
+            return
+        self.pending.append(data)
+        self.pending_chars += len(data)
+        if self.pending_chars > PENDING_CAP:
+            # Faster than anyone can read: keep the newest half; the pane re-reads the log on overflow.
+            joined = "".join(self.pending)[-PENDING_CAP // 2 :]
+            self.pending = [joined]
+            self.pending_chars = len(joined)
+            self.overflowed = True
+
+    def show(self, session_id: str | None) -> None:
+        self.visible = session_id
+        self.pending = []
+        self.pending_chars = 0
+        self.overflowed = False
+        if session_id is not None:
+            self.unread.pop(session_id, None)
+
+    def drain(self) -> tuple[str, bool]:
+        data, overflowed = "".join(self.pending), self.overflowed
+        self.pending = []
+        self.pending_chars = 0
+        self.overflowed = False
+        return data, overflowed
+
+
+class GatewayLink:
+    """Owns the ControlClient; the gateway owns all state, so a reconnect is just attach + resync."""
+
+    def __init__(self, app: App[Any], state: Path | None = None, *, autostart: bool = True) -> None:
+        self.app = app
+        self.state = state
+        self.autostart = autostart
+        self.client: ControlClient | None = None
+        self.output = OutputRouter()
+        self.connected = asyncio.Event()
+
+    async def run(self) -> None:
+        """Connect, serve events until the connection drops, retry with backoff; runs for the app's life."""
+        delay = 0.2
+        while True:
+            try:
+                client = await ControlClient.connect(
+                    self.state, client="console", name="console", autostart=self.autostart
+                )
+            except (GatewayUnavailable, RemoteError, OSError) as exc:
+                self.app.post_message(GatewayLost(str(exc)))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            delay = 0.2
+            self.client = client
+            client.add_listener(self._on_event)
+            try:
+                await client.request("subscribe", {"topics": ["sessions", "approvals", "events"]})
+                await client.request("approvals.attach")
+                pending = (await client.request("approvals.pending")).get("approvals", [])
+                sessions = (await client.request("sessions.list")).get("sessions", [])
+                self.connected.set()
+                self.app.post_message(GatewayConnected(client.server_pid, list(pending), list(sessions)))
+                async for _ in client.events():
+                    pass  # the listener already routed it
+            except (ConnectionError, RemoteError, OSError) as exc:
+                self.app.post_message(GatewayLost(str(exc)))
+            finally:
+                self.connected.clear()
+                self.client = None
+                with contextlib.suppress(Exception):
+                    await client.close()
+            self.app.post_message(GatewayLost(client.close_reason or "connection closed"))
+            await asyncio.sleep(delay)
+
+    def _on_event(self, ev: Event) -> None:
+        if ev.event == "session.output":
+            data = ev.data.get("data")
+            sid = ev.data.get("sessionId")
+            if isinstance(sid, str) and isinstance(data, str):
+                self.output.feed(sid, data)
+            return
+        self.app.post_message(GatewayEvent(ev.event, ev.data))
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One request; raises ConnectionError when the gateway is down (the caller shows it)."""
+        client = self.client
+        if client is None or client.closed:
+            raise ConnectionError("not connected to the gateway")
+        return await client.request(method, params or {})

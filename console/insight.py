@@ -1,0 +1,60 @@
+"""What the console adds to an approval: segments, misses, allow-always patterns, as this host sees them."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from engine.approvals_store import ApprovalsStore
+from engine.config import ConfigError, load_config
+
+
+def explain_approval(view: dict[str, Any], config_path: str | None = None) -> dict[str, Any]:
+    """The gateway's own fields win; what it did not send is evaluated here (blocking: call in a thread).
+
+    Returns camelCase keys: segments, analysisOk, analysisReason, allowAlwaysPatterns, resolvedPath, trail.
+    """
+    from engine.decision import evaluate
+
+    out: dict[str, Any] = {}
+    command = str(view.get("command") or "")
+    if not command.strip():
+        return out
+    params = {k: view[k] for k in ("host", "security", "ask") if isinstance(view.get(k), str)}
+    try:
+        decision = evaluate(
+            command,
+            config=load_config(config_path),
+            agent_id=str(view.get("agentId") or "main"),
+            params=params,
+            store=ApprovalsStore(),
+            cwd=str(view.get("cwd") or os.getcwd()),
+        ).to_json()
+    except (ConfigError, Exception) as exc:  # shown in the detail view, never fatal
+        out["insightError"] = str(exc)
+        decision = {}
+    for key in ("segments", "analysisOk", "analysisReason", "allowAlwaysPatterns", "trail", "reason"):
+        value = view.get(key)
+        out[key] = value if value not in (None, []) else decision.get(key)
+    segments = out.get("segments") or []
+    out["resolvedPath"] = view.get("resolvedPath") or next(
+        (s.get("resolvedPath") for s in segments if isinstance(s, dict) and s.get("resolvedPath")), None
+    )
+    return out
+
+
+def commands_also_allowed(patterns: list[str], commands: list[str], agent_id: str, cwd: str) -> list[str]:
+    """Recent commands that the new allow-always patterns would also let through without asking."""
+    from engine.allowlist import AllowlistEntry, evaluate_allowlist
+    from engine.analysis import analyze_command
+
+    entries = [AllowlistEntry(pattern=p) for p in patterns]
+    hits: list[str] = []
+    for command in dict.fromkeys(commands):
+        analysis = analyze_command(command)
+        if not analysis.ok or not analysis.segments:
+            continue
+        result = evaluate_allowlist(analysis, entries, cwd=cwd, env=os.environ, safe_bins=())
+        if result.satisfied:
+            hits.append(command)
+    return hits

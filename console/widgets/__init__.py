@@ -1,0 +1,1 @@
+"""The console's panes and widgets."""

@@ -1,0 +1,227 @@
+"""The approvals inbox pane: pending asks (oldest first) and the detail of the selected one."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.console import Group, RenderableType
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.widgets import DataTable, Static
+
+from console.inbox import InboxItem, clock_ms
+
+
+def fmt_left(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def render_detail(
+    item: InboxItem | None, insight: dict[str, Any], now_ms: int | None = None
+) -> RenderableType:
+    """Everything the operator needs to decide, in the order they read it."""
+    if item is None:
+        return Text("No pending approvals. New requests appear here at once.", style="dim")
+    view = item.view
+    title = Text.assemble(
+        ("Approval ", "bold"),
+        (str(view.get("slug") or item.key[:8]), "bold cyan"),
+        (f"  ×{item.count}" if item.count > 1 else "", "bold yellow"),
+        ("  via exec-approvals.sock" if item.source == "socket" else "", "italic"),
+    )
+    command = Syntax(
+        str(view.get("command", "")), "bash", word_wrap=True, theme="ansi_dark", background_color="default"
+    )
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    policy = f"security={view.get('security') or '?'}  ask={view.get('ask') or '?'}"
+    if view.get("askFallback"):
+        policy += f"  askFallback={view['askFallback']}"
+    resolved = insight.get("resolvedPath") or view.get("resolvedPath")
+    for label, value in (
+        ("Host", view.get("host") or "gateway"),
+        ("Node", view.get("nodeId")),
+        ("CWD", view.get("cwd") or "(default)"),
+        ("Agent", view.get("agentId") or "main"),
+        ("Session", view.get("sessionKey")),
+        ("Policy", policy),
+        ("Executable", resolved or "(not resolved)"),
+        ("Time left", fmt_left(item.seconds_left(now_ms))),
+    ):
+        if value:
+            facts.add_row(label, str(value))
+    parts: list[RenderableType] = [title, command, facts]
+    segments = insight.get("segments") or []
+    if insight.get("analysisOk") is False:
+        parts.append(
+            Text(f"✗ not provably plain: {insight.get('analysisReason') or 'unparseable'}", style="bold red")
+        )
+    if segments:
+        seg_table = Table.grid(padding=(0, 1))
+        for seg in segments:
+            argv = " ".join(seg.get("argv") or []) or str(seg.get("raw", ""))
+            hit = seg.get("satisfiedBy")
+            if hit:
+                mark = Text("✓", style="green")
+                why = Text(
+                    f"{hit}: {seg.get('matchedPattern') or seg.get('resolvedPath') or ''}", style="dim"
+                )
+            else:
+                mark = Text("✗ miss", style="bold red")
+                why = Text(
+                    str(seg.get("reason") or seg.get("resolvedPath") or "no allowlist entry"), style="red"
+                )
+            seg_table.add_row(mark, Text(argv), why)
+        parts.extend([Text("Segments", style="bold"), seg_table])
+    allowed = item.allowed
+    if "allow-always" in allowed:
+        patterns = insight.get("allowAlwaysPatterns") or []
+        parts.append(
+            Text.assemble(
+                ("Allow always saves: ", "bold"),
+                (", ".join(patterns) if patterns else "(computing…)", "cyan"),
+            )
+        )
+    else:
+        parts.append(
+            Text(
+                "ask=always: Allow Always is unavailable (approval required every time).",
+                style="italic yellow",
+            )
+        )
+    if insight.get("insightError"):
+        parts.append(Text(f"(local analysis unavailable: {insight['insightError']})", style="dim"))
+    keys = "  ".join(
+        k
+        for k, d in (
+            ("[a] allow once", "allow-once"),
+            ("[A] allow always", "allow-always"),
+            ("[d] deny", "deny"),
+            ("[D] deny with reason", "deny"),
+        )
+        if d in allowed
+    )
+    parts.append(Text(keys, style="dim"))
+    return Group(*parts)
+
+
+class ApprovalsPane(Horizontal):
+    """Inbox list on the left, detail on the right; decisions are posted up as `Decide` messages."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("a", "decide('allow-once')", "Allow once"),
+        Binding("A", "decide('allow-always')", "Allow always"),
+        Binding("d", "decide('deny')", "Deny"),
+        Binding("D", "deny_reason", "Deny + reason"),
+    ]
+
+    class Decide(Message):
+        """The operator chose; `reason` is only for deny."""
+
+        def __init__(
+            self, item: InboxItem, decision: str, reason: str | None = None, ask_reason: bool = False
+        ) -> None:
+            super().__init__()
+            self.item = item
+            self.decision = decision
+            self.reason = reason
+            self.ask_reason = ask_reason
+
+    class Selected(Message):
+        def __init__(self, item: InboxItem | None) -> None:
+            super().__init__()
+            self.item = item
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.rows: list[InboxItem] = []
+        self.insights: dict[str, dict[str, Any]] = {}
+
+    def compose(self) -> ComposeResult:
+        table: DataTable[Any] = DataTable(id="approval-list", cursor_type="row", zebra_stripes=True)
+        table.add_columns("left", "×", "agent", "host", "command")
+        yield table
+        with VerticalScroll(id="approval-detail-box"):
+            yield Static(id="approval-detail")
+
+    @property
+    def selected(self) -> InboxItem | None:
+        table = self.query_one("#approval-list", DataTable)
+        if not self.rows:
+            return None
+        return self.rows[min(max(table.cursor_row, 0), len(self.rows) - 1)]
+
+    def show(self, rows: list[InboxItem]) -> None:
+        """Rebuild the list keeping the cursor on the same approval when it is still pending."""
+        table: DataTable[Any] = self.query_one("#approval-list", DataTable)
+        keep = self.selected.key if self.selected else None
+        self.rows = rows
+        table.clear()
+        now = clock_ms()
+        for item in rows:
+            view = item.view
+            command = str(view.get("command", "")).replace("\n", " ⏎ ")
+            table.add_row(
+                fmt_left(item.seconds_left(now)),
+                str(item.count),
+                str(view.get("agentId") or "main"),
+                str(view.get("host") or "gateway"),
+                command[:200],
+                key=item.key,
+            )
+        if keep is not None:
+            for index, item in enumerate(rows):
+                if item.key == keep:
+                    table.move_cursor(row=index)
+                    break
+        self.refresh_detail()
+
+    def tick(self) -> None:
+        """Once a second: the countdowns."""
+        table: DataTable[Any] = self.query_one("#approval-list", DataTable)
+        now = clock_ms()
+        for item in self.rows:
+            try:
+                table.update_cell(item.key, table.ordered_columns[0].key, fmt_left(item.seconds_left(now)))
+            except Exception:  # noqa: S112 - the row went away between two ticks
+                continue
+        self.refresh_detail()
+
+    def refresh_detail(self) -> None:
+        item = self.selected
+        insight = self.insights.get(item.key, {}) if item else {}
+        self.query_one("#approval-detail", Static).update(render_detail(item, insight))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self.refresh_detail()
+        self.post_message(self.Selected(self.selected))
+
+    def action_decide(self, decision: str) -> None:
+        item = self.selected
+        if item is None:
+            self.notify("No pending approval selected.", severity="warning")
+            return
+        if decision not in item.allowed:
+            self.notify(
+                "allow-always is unavailable because the effective policy requires approval every time",
+                severity="error",
+            )
+            return
+        self.post_message(self.Decide(item, decision))
+
+    def action_deny_reason(self) -> None:
+        item = self.selected
+        if item is not None:
+            self.post_message(self.Decide(item, "deny", ask_reason=True))

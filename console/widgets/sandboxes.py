@@ -1,0 +1,173 @@
+"""The sandboxes pane: containers with status, image, age, idle and config match; recreate, prune, explain."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from console.dialogs import ConfirmDialog
+
+REFRESH_SEC = 5.0
+
+
+def compact(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    seconds = int(ms) // 1000
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _plain(value: Any) -> Text:
+    # Session keys come from agents: render them as inert text, never as markup or escapes.
+    return Text("".join(ch if ch.isprintable() else "?" for ch in str(value)))
+
+
+class SandboxesPane(Vertical):
+    """Talks to the gateway through `app.link` (sandbox.list|explain|recreate|prune)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("r", "refresh_list", "Refresh"),
+        Binding("e", "explain", "Explain"),
+        Binding("x", "recreate", "Recreate"),
+        Binding("p", "prune", "Prune"),
+    ]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rows: list[dict[str, Any]] = []
+
+    def compose(self) -> ComposeResult:
+        table: DataTable[Any] = DataTable(id="sandbox-list", cursor_type="row", zebra_stripes=True)
+        table.add_columns("container", "status", "image", "config", "age", "idle", "session")
+        yield table
+        yield Static("r refresh · e explain · x recreate · p prune", id="sandbox-detail")
+
+    def on_mount(self) -> None:
+        self.set_interval(REFRESH_SEC, self._tick)
+        self.action_refresh_list()
+
+    def _tick(self) -> None:
+        if self.display and self.is_on_screen:
+            self.action_refresh_list()
+
+    async def _request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        link = getattr(self.app, "link", None)
+        if link is None:
+            raise RuntimeError("no gateway link")
+        result: dict[str, Any] = await link.request(method, params or {})
+        return result
+
+    def _detail(self, text: Text | str) -> None:
+        self.query_one("#sandbox-detail", Static).update(text)
+
+    @property
+    def selected(self) -> dict[str, Any] | None:
+        table = self.query_one("#sandbox-list", DataTable)
+        if not self.rows or table.cursor_row is None or table.cursor_row >= len(self.rows):
+            return None
+        return self.rows[table.cursor_row]
+
+    def show(self, rows: list[dict[str, Any]]) -> None:
+        table = self.query_one("#sandbox-list", DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        self.rows = rows
+        for r in rows:
+            status = (
+                Text("● running", style="green")
+                if r.get("running")
+                else Text("○ stopped" if r.get("exists") else "○ missing", style="dim")
+            )
+            image = _plain(r.get("image", ""))
+            if not r.get("imageMatch"):
+                image.append(" ⚠ mismatch", style="yellow")
+            config = Text("✓", style="green") if r.get("configMatch") else Text("⚠ recreate", style="yellow")
+            table.add_row(
+                _plain(r.get("containerName", "")),
+                status,
+                image,
+                config,
+                compact(r.get("ageMs")),
+                compact(r.get("idleMs")),
+                _plain(r.get("sessionKey", "")),
+            )
+        if rows and cursor is not None:
+            table.move_cursor(row=min(cursor, len(rows) - 1))
+        if not rows:
+            self._detail("No sandbox runtimes found.")
+
+    @work(group="sandbox-list", exclusive=True, exit_on_error=False)
+    async def action_refresh_list(self) -> None:
+        try:
+            rows = (await self._request("sandbox.list")).get("containers", [])
+        except Exception as exc:
+            self._detail(Text(f"sandboxes unavailable: {exc}", style="red"))
+            return
+        self.show(list(rows))
+
+    @work(group="sandbox-action", exclusive=True, exit_on_error=False)
+    async def action_explain(self) -> None:
+        row = self.selected
+        params: dict[str, Any] = {}
+        if row is not None:
+            params = {"agentId": row.get("agentId") or "main", "sessionKey": row.get("sessionKey")}
+        try:
+            info = await self._request("sandbox.explain", params)
+        except Exception as exc:
+            self._detail(Text(f"explain failed: {exc}", style="red"))
+            return
+        d = info.get("docker", {})
+        out = Text()
+        out.append(f"{info.get('containerName')}  ", style="bold")
+        out.append(f"runtime={info.get('runtime')} mode={info.get('mode')} scope={info.get('scope')} ")
+        out.append(f"access={info.get('workspaceAccess')}\n")
+        out.append(f"image={d.get('image')} network={d.get('network')} readOnlyRoot={d.get('readOnlyRoot')} ")
+        out.append(f"capDrop={','.join(d.get('capDrop') or [])} pidsLimit={d.get('pidsLimit')}\n")
+        out.append(f"workspace {info.get('workspaceDir')} → {d.get('workdir')}")
+        for problem in info.get("problems") or []:
+            out.append(f"\n✗ {problem}", style="red")
+        self._detail(out)
+
+    @work(group="sandbox-action", exclusive=True, exit_on_error=False)
+    async def action_recreate(self) -> None:
+        row = self.selected
+        if row is None:
+            return
+        name = str(row["containerName"])
+        ok = await self.app.push_screen_wait(
+            ConfirmDialog(
+                "Recreate sandbox",
+                _plain(f"Stop and remove {name}? It is recreated with the current config on next use."),
+                yes="Remove",
+            )
+        )
+        if not ok:
+            return
+        try:
+            res = await self._request("sandbox.recreate", {"containerName": name})
+        except Exception as exc:
+            self._detail(Text(f"recreate failed: {exc}", style="red"))
+            return
+        removed = res.get("removed") or []
+        self._detail(Text(f"✓ Removed {name}" if removed else f"✗ Failed to remove {name}"))
+        self.action_refresh_list()
+
+    @work(group="sandbox-action", exclusive=True, exit_on_error=False)
+    async def action_prune(self) -> None:
+        try:
+            res = await self._request("sandbox.prune")
+        except Exception as exc:
+            self._detail(Text(f"prune failed: {exc}", style="red"))
+            return
+        removed = res.get("removed") or []
+        self._detail(f"Pruned {len(removed)} runtime(s)." + (f" ({', '.join(removed)})" if removed else ""))
+        self.action_refresh_list()

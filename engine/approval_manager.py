@@ -1,0 +1,280 @@
+"""Pending exec approvals: register, coalesce, resolve by id or prefix, expire (DESIGN §7, ref §3.11)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_TIMEOUT_MS = 1_800_000  # DEFAULT_EXEC_APPROVAL_TIMEOUT_MS
+RESOLVED_GRACE_MS = 15_000  # RESOLVED_ENTRY_GRACE_MS: late waiters still find a resolved record
+DECISIONS = ("allow-once", "allow-always", "deny")
+
+_ALIASES = {
+    "allow": "allow-once",
+    "once": "allow-once",
+    "allow-once": "allow-once",
+    "allowonce": "allow-once",
+    "always": "allow-always",
+    "allow-always": "allow-always",
+    "allowalways": "allow-always",
+    "deny": "deny",
+    "reject": "deny",
+    "block": "deny",
+}
+
+NOT_FOUND = "unknown or expired approval id"
+AMBIGUOUS = "ambiguous approval id prefix; use the full id"
+ALWAYS_UNAVAILABLE = "allow-always is unavailable because the effective policy requires approval every time"
+USAGE = "Usage: /approve <id> <decision> (see the pending approval message for available decisions)"
+
+
+class ApprovalError(Exception):
+    """A resolve that cannot be applied; `code` is machine-readable, str() is the reference text."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def normalize_decision(text: str) -> str | None:
+    """The /approve aliases of reference §3.12, case-insensitive; None when not a decision."""
+    return _ALIASES.get(text.strip().lower()) if isinstance(text, str) else None
+
+
+def env_hash(env: Mapping[str, str] | None) -> str:
+    """sha256 over the sorted (key, value) pairs, as OpenClaw binds an approval to its env."""
+    pairs = sorted((env or {}).items())
+    return hashlib.sha256(json.dumps(pairs, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """What a human is asked to approve; identical requests (all fields equal) coalesce."""
+
+    command: str
+    cwd: str
+    host: str = "gateway"
+    agent_id: str = "main"
+    session_key: str = ""
+    security: str = "allowlist"
+    ask: str = "on-miss"
+    ask_fallback: str = "deny"
+    allowed_decisions: tuple[str, ...] = DECISIONS
+    resolved_path: str | None = None
+    node_id: str | None = None
+    env_hash: str = ""
+    env_keys: tuple[str, ...] = ()
+    # The policy decision behind the ask (Decision.to_json()): shown to the approver, not part of identity.
+    decision_json: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    warnings: tuple[str, ...] = field(default=(), compare=False, hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.decision_json
+        segments = d.get("segments") or []
+        return {
+            "command": self.command,
+            "cwd": self.cwd,
+            "host": self.host,
+            "agentId": self.agent_id,
+            "sessionKey": self.session_key,
+            "security": self.security,
+            "ask": self.ask,
+            "askFallback": self.ask_fallback,
+            "allowedDecisions": list(self.allowed_decisions),
+            "resolvedPath": self.resolved_path,
+            "nodeId": self.node_id,
+            "envKeys": list(self.env_keys),
+            "analysisOk": d.get("analysisOk"),
+            "analysisReason": d.get("analysisReason"),
+            "segments": segments,
+            "allowAlwaysPatterns": list(d.get("allowAlwaysPatterns") or []),
+            "warnings": list(self.warnings),
+            "decision": d or None,
+        }
+
+
+@dataclass
+class ApprovalRecord:
+    id: str
+    request: ApprovalRequest
+    created_at_ms: int
+    expires_at_ms: int
+    decision: str | None = None
+    resolved_by: str | None = None
+    resolved_at_ms: int | None = None
+    consumed: bool = False
+    count: int = 1  # identical requests coalesced into this one
+    reason: str | None = None  # the approver's note on a deny, passed back to the agent
+    future: asyncio.Future[str | None] = field(repr=False, kw_only=True)
+
+    @property
+    def slug(self) -> str:
+        return self.id[:8]
+
+    @property
+    def resolved(self) -> bool:
+        return self.resolved_at_ms is not None
+
+    def view(self) -> dict[str, Any]:
+        """ApprovalView: what the console and `approvals pending` show."""
+        return {
+            "id": self.id,
+            "slug": self.slug,
+            "createdAtMs": self.created_at_ms,
+            "expiresAtMs": self.expires_at_ms,
+            "status": "pending" if not self.resolved else (self.decision or "expired"),
+            "resolvedBy": self.resolved_by,
+            "count": self.count,
+            **self.request.to_json(),
+        }
+
+
+Listener = Callable[[str, ApprovalRecord], None]
+"""Called with ("requested" | "resolved", record)."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ApprovalManager:
+    """All pending approvals of one gateway, bound to the running event loop."""
+
+    def __init__(self, timeout_ms: int = DEFAULT_TIMEOUT_MS, grace_ms: int = RESOLVED_GRACE_MS) -> None:
+        self.timeout_ms = timeout_ms
+        self.grace_ms = grace_ms
+        self._records: dict[str, ApprovalRecord] = {}
+        self._by_request: dict[ApprovalRequest, str] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._listeners: list[Listener] = []
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self, kind: str, record: ApprovalRecord) -> None:
+        for listener in list(self._listeners):
+            listener(kind, record)
+
+    # -- registration
+
+    def register(
+        self, request: ApprovalRequest, timeout_ms: int | None = None
+    ) -> tuple[ApprovalRecord, bool]:
+        """(record, created). An identical request still pending returns that record, created=False."""
+        existing_id = self._by_request.get(request)
+        if existing_id is not None:
+            existing = self._records.get(existing_id)
+            if existing is not None and not existing.resolved:
+                existing.count += 1
+                return existing, False
+        loop = asyncio.get_running_loop()
+        ttl = self.timeout_ms if timeout_ms is None else timeout_ms
+        now = _now_ms()
+        record = ApprovalRecord(
+            id=str(uuid.uuid4()),
+            request=request,
+            created_at_ms=now,
+            expires_at_ms=now + ttl,
+            future=loop.create_future(),
+        )
+        self._records[record.id] = record
+        self._by_request[request] = record.id
+        self._timers[record.id] = loop.call_later(ttl / 1000, self._expire, record.id)
+        self._notify("requested", record)
+        return record, True
+
+    async def wait(self, record: ApprovalRecord) -> str | None:
+        """The decision, or None when the request expired."""
+        return await asyncio.shield(record.future)
+
+    # -- resolution
+
+    def get(self, id_or_prefix: str) -> ApprovalRecord:
+        """Exact id (pending or within the grace window), else a unique case-insensitive prefix of a
+        pending id."""
+        key = (id_or_prefix or "").strip()
+        if not key:
+            raise ApprovalError("APPROVAL_NOT_FOUND", NOT_FOUND)
+        exact = self._records.get(key) or self._records.get(key.lower())
+        if exact is not None:
+            return exact
+        low = key.lower()
+        hits = [r for r in self._records.values() if not r.resolved and r.id.lower().startswith(low)]
+        if len(hits) > 1:
+            raise ApprovalError("APPROVAL_AMBIGUOUS", AMBIGUOUS)
+        if not hits:
+            raise ApprovalError("APPROVAL_NOT_FOUND", NOT_FOUND)
+        return hits[0]
+
+    def resolve(
+        self, id_or_prefix: str, decision: str, resolved_by: str = "operator", reason: str | None = None
+    ) -> tuple[ApprovalRecord, bool]:
+        """(record, applied). A second resolve of the same record is ignored (applied=False)."""
+        normalized = normalize_decision(decision)
+        if normalized is None:
+            raise ApprovalError("APPROVAL_BAD_DECISION", USAGE)
+        record = self.get(id_or_prefix)
+        if record.resolved:
+            return record, False
+        if normalized not in record.request.allowed_decisions:
+            raise ApprovalError("APPROVAL_ALLOW_ALWAYS_UNAVAILABLE", ALWAYS_UNAVAILABLE)
+        if reason:
+            record.reason = " ".join(str(reason).split())[:500]
+        self._finish(record, normalized, resolved_by)
+        return record, True
+
+    def _expire(self, approval_id: str) -> None:
+        record = self._records.get(approval_id)
+        if record is not None and not record.resolved:
+            self._finish(record, None, "expired")
+
+    def _finish(self, record: ApprovalRecord, decision: str | None, resolved_by: str) -> None:
+        record.decision = decision
+        record.resolved_by = resolved_by
+        record.resolved_at_ms = _now_ms()
+        timer = self._timers.pop(record.id, None)
+        if timer is not None:
+            timer.cancel()
+        if self._by_request.get(record.request) == record.id:
+            del self._by_request[record.request]
+        if not record.future.done():
+            record.future.set_result(decision)
+        loop = asyncio.get_running_loop()
+        self._timers[record.id] = loop.call_later(self.grace_ms / 1000, self._forget, record.id)
+        self._notify("resolved", record)
+
+    def _forget(self, approval_id: str) -> None:
+        self._timers.pop(approval_id, None)
+        self._records.pop(approval_id, None)
+
+    def consume_allow_once(self, record: ApprovalRecord) -> bool:
+        """True exactly once for an allow-once decision: one approval, one run."""
+        if record.decision != "allow-once" or record.consumed:
+            return False
+        record.consumed = True
+        return True
+
+    # -- views
+
+    def pending(self) -> list[ApprovalRecord]:
+        return sorted((r for r in self._records.values() if not r.resolved), key=lambda r: r.created_at_ms)
+
+    def close(self) -> None:
+        """Expire everything (gateway shutdown): waiters see None and apply askFallback."""
+        for record in list(self._records.values()):
+            if not record.resolved:
+                self._finish(record, None, "shutdown")
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+
+def allowed_for_ask(ask: str) -> Sequence[str]:
+    """ask=always offers only allow-once|deny (the decision can never become durable)."""
+    return ("allow-once", "deny") if ask == "always" else DECISIONS

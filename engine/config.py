@@ -1,0 +1,752 @@
+"""config.toml: load and validate (errors name file, key and line), merged per-agent views, tomlkit writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+
+from engine import statefs
+from engine.policy import ASKS, HOSTS, SECURITIES
+from engine.safebins import SafeBinProfile
+
+MIB = 1024 * 1024
+SANDBOX_MODES = ("off", "non-main", "all")
+SANDBOX_SCOPES = ("session", "agent", "shared")
+WORKSPACE_ACCESS = ("none", "ro", "rw")
+DEFAULT_SANDBOX_IMAGE = "openclaw-sandbox:bookworm-slim"
+
+
+class ConfigError(Exception):
+    """A config file is unreadable or invalid; names the file, the dotted key and the line."""
+
+    def __init__(self, file: str | Path, key: str, line: int | None, message: str) -> None:
+        self.file = str(file)
+        self.key = key
+        self.line = line
+        self.message = message
+        where = f"{self.file}:{line}" if line is not None else self.file
+        super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
+
+
+# --------------------------------------------------------------------------- schema
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One config key: the attribute it fills, its kind, default and limits."""
+
+    attr: str
+    kind: str  # str | bool | int | number | size | strlist | strmap | enum | profiles
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    clamp: tuple[int, int] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    """A nested table of keys."""
+
+    attr: str
+    keys: Mapping[str, Spec | Table]
+
+
+EXEC_KEYS: dict[str, Spec | Table] = {
+    "host": Spec("host", "enum", None, HOSTS),
+    "security": Spec("security", "enum", None, SECURITIES),
+    "ask": Spec("ask", "enum", None, ASKS),
+    "askFallback": Spec("ask_fallback", "enum", None, SECURITIES),
+    "node": Spec("node", "str"),
+    "timeoutSec": Spec("timeout_sec", "int", 1800, minimum=1),
+    # Clamped, not rejected: the same ranges OpenClaw clamps to.
+    "backgroundMs": Spec("background_ms", "int", 10_000, clamp=(10, 120_000)),
+    "cleanupMs": Spec("cleanup_ms", "int", 1_800_000, clamp=(60_000, 10_800_000)),
+    "notifyOnExit": Spec("notify_on_exit", "bool", True),
+    "notifyOnExitEmptySuccess": Spec("notify_on_exit_empty_success", "bool", False),
+    "pathPrepend": Spec("path_prepend", "strlist", ()),
+    "safeBins": Spec("safe_bins", "strlist", None),
+    "safeBinProfiles": Spec("safe_bin_profiles", "profiles", None),
+    "logCapBytes": Spec("log_cap_bytes", "int", 64 * MIB, minimum=64 * 1024),
+}
+ELEVATED_KEYS: dict[str, Spec | Table] = {"enabled": Spec("enabled", "bool", False)}
+DOCKER_KEYS: dict[str, Spec | Table] = {
+    "image": Spec("image", "str", DEFAULT_SANDBOX_IMAGE),
+    "readOnlyRoot": Spec("read_only_root", "bool", True),
+    "tmpfs": Spec("tmpfs", "strlist", ("/tmp", "/var/tmp", "/run")),
+    "network": Spec("network", "str", "none"),
+    "user": Spec("user", "str"),
+    "capDrop": Spec("cap_drop", "strlist", ("ALL",)),
+    "env": Spec("env", "strmap", {"LANG": "C.UTF-8"}),
+    "memory": Spec("memory", "size"),
+    "cpus": Spec("cpus", "number", None, minimum=0.01),
+    # DESIGN §9 lists a pids limit among the hardened defaults (OpenClaw leaves it unset).
+    "pidsLimit": Spec("pids_limit", "int", 512, minimum=1),
+    "seccompProfile": Spec("seccomp_profile", "str"),
+    "apparmorProfile": Spec("apparmor_profile", "str"),
+    "binds": Spec("binds", "strlist", ()),
+    "setupCommand": Spec("setup_command", "str"),
+}
+PRUNE_KEYS: dict[str, Spec | Table] = {
+    "idleHours": Spec("idle_hours", "number", 24, minimum=0),
+    "maxAgeDays": Spec("max_age_days", "number", 7, minimum=0),
+}
+SANDBOX_KEYS: dict[str, Spec | Table] = {
+    "mode": Spec("mode", "enum", "off", SANDBOX_MODES),
+    "scope": Spec("scope", "enum", "agent", SANDBOX_SCOPES),
+    "workspaceAccess": Spec("workspace_access", "enum", "none", WORKSPACE_ACCESS),
+    "workspaceRoot": Spec("workspace_root", "str"),
+    "docker": Table("docker", DOCKER_KEYS),
+    "prune": Table("prune", PRUNE_KEYS),
+}
+NODE_KEYS: dict[str, Spec | Table] = {
+    "host": Spec("host", "str"),
+    "port": Spec("port", "int", 22, minimum=1, maximum=65535),
+    "user": Spec("user", "str"),
+    "identityFile": Spec("identity_file", "str"),
+    "knownHosts": Spec("known_hosts", "str"),
+    "dockerSocket": Spec("docker_socket", "str"),
+}
+TOOLS_KEYS: dict[str, Spec | Table] = {
+    "exec": Table("exec", EXEC_KEYS),
+    "elevated": Table("elevated", ELEVATED_KEYS),
+}
+AGENT_KEYS: dict[str, Spec | Table] = {
+    "id": Spec("id", "str"),
+    "tools": Table("tools", TOOLS_KEYS),
+    "sandbox": Table("sandbox", SANDBOX_KEYS),
+}
+# Keys of one safeBinProfiles entry (what engine.safebins.SafeBinProfile.from_config accepts).
+PROFILE_KEYS: dict[str, str] = {
+    "minPositional": "int",
+    "maxPositional": "int",
+    "allowedValueFlags": "strlist",
+    "deniedFlags": "strlist",
+    "booleanFlags": "strlist",
+}
+
+
+def known_keys() -> list[str]:
+    """Every dotted key the loader accepts (as `agents.list[].…` and `nodes.<name>.…` for those tables)."""
+    out: list[str] = []
+
+    def walk(prefix: str, keys: Mapping[str, Spec | Table]) -> None:
+        for name, spec in keys.items():
+            if isinstance(spec, Table):
+                walk(f"{prefix}{name}.", spec.keys)
+            else:
+                out.append(prefix + name)
+
+    walk("tools.", TOOLS_KEYS)
+    walk("agents.defaults.sandbox.", SANDBOX_KEYS)
+    walk("agents.list[].", AGENT_KEYS)
+    walk("nodes.<name>.", NODE_KEYS)
+    return out
+
+
+# --------------------------------------------------------------------------- views
+
+
+@dataclass
+class ExecConfig:
+    """`tools.exec`: policy fields are None when unset, so policy can tell which layer decided."""
+
+    host: str | None = None
+    security: str | None = None
+    ask: str | None = None
+    ask_fallback: str | None = None
+    node: str | None = None
+    timeout_sec: int = 1800
+    background_ms: int = 10_000
+    cleanup_ms: int = 1_800_000
+    notify_on_exit: bool = True
+    notify_on_exit_empty_success: bool = False
+    path_prepend: list[str] = field(default_factory=list)
+    safe_bins: list[str] | None = None  # None = engine.safebins.DEFAULT_SAFE_BINS
+    safe_bin_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    log_cap_bytes: int = 64 * MIB
+
+
+@dataclass
+class DockerConfig:
+    image: str = DEFAULT_SANDBOX_IMAGE
+    read_only_root: bool = True
+    tmpfs: list[str] = field(default_factory=lambda: ["/tmp", "/var/tmp", "/run"])
+    network: str = "none"
+    user: str | None = None
+    cap_drop: list[str] = field(default_factory=lambda: ["ALL"])
+    env: dict[str, str] = field(default_factory=lambda: {"LANG": "C.UTF-8"})
+    memory: str | int | None = None
+    cpus: float | None = None
+    pids_limit: int | None = 512
+    seccomp_profile: str | None = None
+    apparmor_profile: str | None = None
+    binds: list[str] = field(default_factory=list)
+    setup_command: str | None = None
+
+
+@dataclass
+class PruneConfig:
+    idle_hours: float = 24
+    max_age_days: float = 7
+
+
+@dataclass
+class SandboxConfig:
+    mode: str = "off"
+    scope: str = "agent"
+    workspace_access: str = "none"
+    workspace_root: str = ""  # filled with <state dir>/sandboxes when unset
+    docker: DockerConfig = field(default_factory=DockerConfig)
+    prune: PruneConfig = field(default_factory=PruneConfig)
+
+
+@dataclass
+class NodeConfig:
+    name: str
+    host: str
+    port: int = 22
+    user: str | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    docker_socket: str | None = None
+
+
+@dataclass
+class AgentConfig:
+    """One `[[agents.list]]` entry: only the keys it sets (attribute names), so merges keep layers apart."""
+
+    id: str
+    index: int
+    exec: dict[str, Any] = field(default_factory=dict)
+    elevated_enabled: bool | None = None
+    sandbox: dict[str, Any] = field(default_factory=dict)  # docker/prune as nested dicts
+
+
+@dataclass
+class Config:
+    path: Path
+    exists: bool = False
+    exec: ExecConfig = field(default_factory=ExecConfig)
+    elevated_enabled: bool = False
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    agents: dict[str, AgentConfig] = field(default_factory=dict)
+    nodes: dict[str, NodeConfig] = field(default_factory=dict)
+
+    def exec_for(self, agent_id: str) -> ExecConfig:
+        """Global `tools.exec` with the agent's overrides on top (safeBinProfiles merged per binary)."""
+        agent = self.agents.get(agent_id)
+        own = agent.exec if agent is not None else {}
+        merged = replace(self.exec, **{k: v for k, v in own.items() if k != "safe_bin_profiles"})
+        # A copy throughout: callers may adjust their view without touching the loaded config.
+        merged.path_prepend = list(merged.path_prepend)
+        merged.safe_bins = list(merged.safe_bins) if merged.safe_bins is not None else None
+        merged.safe_bin_profiles = {**self.exec.safe_bin_profiles, **own.get("safe_bin_profiles", {})}
+        return merged
+
+    def elevated_enabled_for(self, agent_id: str) -> bool:
+        agent = self.agents.get(agent_id)
+        if agent is not None and agent.elevated_enabled is not None:
+            return agent.elevated_enabled
+        return self.elevated_enabled
+
+    def sandbox_for(self, agent_id: str) -> SandboxConfig:
+        """Reference §6.1 merge: agent over global; docker env merged, binds concatenated;
+        scope=shared ignores the agent's docker and prune overrides."""
+        agent = self.agents.get(agent_id)
+        base = self.sandbox
+        if agent is None or not agent.sandbox:
+            return replace(base, docker=replace(base.docker), prune=replace(base.prune))
+        top = {k: v for k, v in agent.sandbox.items() if k not in ("docker", "prune")}
+        merged = replace(base, **top)
+        docker, prune = replace(base.docker), replace(base.prune)
+        if merged.scope != "shared":
+            over = dict(agent.sandbox.get("docker", {}))
+            if "env" in over:
+                over["env"] = {**base.docker.env, **over["env"]}
+            if "binds" in over:
+                over["binds"] = [*base.docker.binds, *over["binds"]]
+            docker = replace(docker, **over)
+            prune = replace(prune, **agent.sandbox.get("prune", {}))
+        merged.docker, merged.prune = docker, prune
+        return merged
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def config_path(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """--config, else $EXECHOST_CONFIG, else <state dir>/config.toml."""
+    source = os.environ if env is None else env
+    raw = explicit or source.get("EXECHOST_CONFIG", "").strip()
+    if raw:
+        return Path(os.path.expanduser(raw))
+    return statefs.state_dir(dict(source)) / "config.toml"
+
+
+def load_config(
+    path: str | Path | None = None, *, required: bool = False, env: Mapping[str, str] | None = None
+) -> Config:
+    """Load and validate; a missing file means all defaults unless `required` (an explicitly named file)."""
+    target = Path(path) if path is not None else config_path(env=env)
+    try:
+        text = target.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if required:
+            raise ConfigError(target, "", None, "config file not found") from None
+        return _build(target, {}, {}, exists=False, env=env)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(target, "", None, f"cannot read: {exc}") from exc
+    return load_config_text(text, target, env=env)
+
+
+def load_config_text(
+    text: str, path: str | Path = "<config>", *, env: Mapping[str, str] | None = None
+) -> Config:
+    target = Path(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        raise ConfigError(target, "", int(match.group(1)) if match else None, f"invalid TOML: {exc}") from exc
+    return _build(target, data, key_lines(text), exists=True, env=env)
+
+
+# --------------------------------------------------------------------------- validation
+
+PathParts = list[str | int]
+
+
+def render_key(parts: PathParts) -> str:
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            name = part if re.fullmatch(r"[A-Za-z0-9_-]+", part) else json.dumps(part)
+            out += f".{name}" if out else name
+    return out
+
+
+class _Checker:
+    def __init__(self, file: Path, lines: dict[str, int]) -> None:
+        self.file = file
+        self.lines = lines
+
+    def error(self, parts: PathParts, message: str) -> ConfigError:
+        line = None
+        for k in range(len(parts), 0, -1):
+            line = self.lines.get(render_key(parts[:k]))
+            if line is not None:
+                break
+        return ConfigError(self.file, render_key(parts), line, message)
+
+    def table(self, raw: Any, keys: Mapping[str, Spec | Table], parts: PathParts) -> dict[str, Any]:
+        """Validate a table; return {attr: value} for the keys it sets."""
+        if not isinstance(raw, dict):
+            raise self.error(parts, f"expected a table, got {_type_name(raw)}")
+        out: dict[str, Any] = {}
+        for name, value in raw.items():
+            spec = keys.get(name)
+            here = [*parts, name]
+            if spec is None:
+                raise self.error(here, f"unknown key{_suggest(name, keys)}")
+            if isinstance(spec, Table):
+                out[spec.attr] = self.table(value, spec.keys, here)
+            else:
+                out[spec.attr] = self.value(value, spec, here)
+        return out
+
+    def value(self, value: Any, spec: Spec, parts: PathParts) -> Any:
+        kind = spec.kind
+        if kind in ("str", "enum"):
+            if not isinstance(value, str):
+                raise self.error(parts, f"expected a string, got {_type_name(value)}")
+            if kind == "enum":
+                norm = value.strip().lower()
+                if norm not in spec.choices:
+                    raise self.error(parts, f"invalid value {value!r} (expected {'|'.join(spec.choices)})")
+                return norm
+            if not value.strip():
+                raise self.error(parts, "must not be empty")
+            return value
+        if kind == "bool":
+            if not isinstance(value, bool):
+                raise self.error(parts, f"expected true or false, got {_type_name(value)}")
+            return value
+        if kind in ("int", "number"):
+            ok = isinstance(value, int) or (kind == "number" and isinstance(value, float))
+            if isinstance(value, bool) or not ok:
+                want = "an integer" if kind == "int" else "a number"
+                raise self.error(parts, f"expected {want}, got {_type_name(value)}")
+            if spec.clamp is not None:
+                return min(max(value, spec.clamp[0]), spec.clamp[1])
+            if spec.minimum is not None and value < spec.minimum:
+                raise self.error(parts, f"must be at least {spec.minimum:g}")
+            if spec.maximum is not None and value > spec.maximum:
+                raise self.error(parts, f"must be at most {spec.maximum:g}")
+            return value
+        if kind == "size":
+            if isinstance(value, bool) or not isinstance(value, int | str):
+                raise self.error(parts, f'expected a size like "512m" or bytes, got {_type_name(value)}')
+            if isinstance(value, str) and not re.fullmatch(r"\d+(\.\d+)?[bkmgBKMG]?", value.strip()):
+                raise self.error(parts, f'invalid size {value!r} (expected e.g. "512m", "2g")')
+            if isinstance(value, int) and value <= 0:
+                raise self.error(parts, "must be positive")
+            return value
+        if kind == "strlist":
+            return self.strlist(value, parts)
+        if kind == "strmap":
+            if not isinstance(value, dict):
+                raise self.error(parts, f"expected a table of strings, got {_type_name(value)}")
+            for k, v in value.items():
+                if not isinstance(v, str):
+                    raise self.error([*parts, k], f"expected a string, got {_type_name(v)}")
+            return dict(value)
+        if kind == "profiles":
+            return self.profiles(value, parts)
+        raise AssertionError(kind)
+
+    def strlist(self, value: Any, parts: PathParts) -> list[str]:
+        if not isinstance(value, list):
+            raise self.error(parts, f"expected a list of strings, got {_type_name(value)}")
+        for item in value:
+            if not isinstance(item, str) or not item.strip():
+                raise self.error(parts, f"expected non-empty strings, got {_type_name(item)} {item!r}")
+        return list(value)
+
+    def profiles(self, value: Any, parts: PathParts) -> dict[str, dict[str, Any]]:
+        if not isinstance(value, dict):
+            raise self.error(parts, f"expected a table of profiles, got {_type_name(value)}")
+        out: dict[str, dict[str, Any]] = {}
+        for binary, profile in value.items():
+            here = [*parts, binary]
+            if not isinstance(profile, dict):
+                raise self.error(here, f"expected a table, got {_type_name(profile)}")
+            for key, item in profile.items():
+                kind = PROFILE_KEYS.get(key)
+                if kind is None:
+                    raise self.error([*here, key], f"unknown key{_suggest(key, PROFILE_KEYS)}")
+                if kind == "strlist":
+                    self.strlist(item, [*here, key])
+                elif isinstance(item, bool) or not isinstance(item, int) or item < 0:
+                    raise self.error([*here, key], "expected a non-negative integer")
+            try:
+                SafeBinProfile.from_config(profile)
+            except ValueError as exc:
+                raise self.error(here, str(exc)) from None
+            out[binary] = dict(profile)
+        return out
+
+
+def _type_name(value: Any) -> str:
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)
+
+
+def _suggest(name: str, keys: Mapping[str, Any]) -> str:
+    lowered = {k.lower(): k for k in keys}
+    close = lowered.get(name.lower().replace("_", ""))
+    if close is None:
+        import difflib
+
+        found = difflib.get_close_matches(name, list(keys), n=1)
+        close = found[0] if found else None
+    return f" (did you mean {close!r}?)" if close else f" (expected one of: {', '.join(keys)})"
+
+
+def _build(
+    path: Path, data: dict[str, Any], lines: dict[str, int], *, exists: bool, env: Mapping[str, str] | None
+) -> Config:
+    check = _Checker(path, lines)
+    cfg = Config(path=path, exists=exists)
+    for top in data:
+        if top not in ("tools", "agents", "nodes"):
+            raise check.error([top], "unknown key (expected one of: tools, agents, nodes)")
+    tools = check.table(data.get("tools", {}), TOOLS_KEYS, ["tools"])
+    exec_set = tools.get("exec", {})
+    cfg.exec = _exec_config(exec_set)
+    cfg.elevated_enabled = bool(tools.get("elevated", {}).get("enabled", False))
+
+    agents = data.get("agents", {})
+    if not isinstance(agents, dict):
+        raise check.error(["agents"], f"expected a table, got {_type_name(agents)}")
+    for key in agents:
+        if key not in ("defaults", "list"):
+            raise check.error(["agents", key], "unknown key (expected one of: defaults, list)")
+    defaults = agents.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise check.error(["agents", "defaults"], f"expected a table, got {_type_name(defaults)}")
+    for key in defaults:
+        if key != "sandbox":
+            raise check.error(["agents", "defaults", key], "unknown key (expected: sandbox)")
+    sandbox_set = check.table(defaults.get("sandbox", {}), SANDBOX_KEYS, ["agents", "defaults", "sandbox"])
+    cfg.sandbox = _sandbox_config(sandbox_set, env)
+
+    entries = agents.get("list", [])
+    if not isinstance(entries, list):
+        raise check.error(["agents", "list"], "expected [[agents.list]] entries (an array of tables)")
+    for index, raw in enumerate(entries):
+        here: PathParts = ["agents", "list", index]
+        parsed = check.table(raw, AGENT_KEYS, here)
+        agent_id = parsed.get("id")
+        if agent_id is None:
+            raise check.error(here, "missing required key 'id'")
+        agent_id = agent_id.strip()
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", agent_id):
+            raise check.error([*here, "id"], f"invalid agent id {agent_id!r} (letters, digits, _ . -)")
+        if agent_id in cfg.agents:
+            raise check.error([*here, "id"], f"duplicate agent id {agent_id!r}")
+        agent_tools = parsed.get("tools", {})
+        elevated = agent_tools.get("elevated", {})
+        cfg.agents[agent_id] = AgentConfig(
+            id=agent_id,
+            index=index,
+            exec=dict(agent_tools.get("exec", {})),
+            elevated_enabled=elevated.get("enabled"),
+            sandbox=dict(parsed.get("sandbox", {})),
+        )
+
+    nodes = data.get("nodes", {})
+    if not isinstance(nodes, dict):
+        raise check.error(["nodes"], f"expected a table of [nodes.<name>], got {_type_name(nodes)}")
+    for name, raw in nodes.items():
+        here = ["nodes", name]
+        parsed = check.table(raw, NODE_KEYS, here)
+        if "host" not in parsed:
+            raise check.error(here, "missing required key 'host'")
+        cfg.nodes[name] = NodeConfig(name=name, **parsed)
+    return cfg
+
+
+def _exec_config(values: Mapping[str, Any]) -> ExecConfig:
+    return replace(ExecConfig(), **values)
+
+
+def _sandbox_config(values: Mapping[str, Any], env: Mapping[str, str] | None) -> SandboxConfig:
+    top = {k: v for k, v in values.items() if k not in ("docker", "prune")}
+    sandbox = replace(SandboxConfig(), **top)
+    sandbox.docker = replace(DockerConfig(), **values.get("docker", {}))
+    sandbox.prune = replace(PruneConfig(), **values.get("prune", {}))
+    if not sandbox.workspace_root:
+        source = dict(os.environ if env is None else env)
+        sandbox.workspace_root = str(statefs.state_dir(source) / "sandboxes")
+    else:
+        sandbox.workspace_root = os.path.expanduser(sandbox.workspace_root)
+    return sandbox
+
+
+# --------------------------------------------------------------------------- line numbers
+
+
+def key_lines(source: str) -> dict[str, int]:
+    """Map each dotted key path (as render_key spells it) to the line that defines it.
+
+    tomllib gives values but no positions; this light scan of headers and `key =` lines
+    supplies them. Anything it cannot place falls back to the nearest enclosing table's line.
+    """
+    lines: dict[str, int] = {}
+    prefix: PathParts = []
+    aot: dict[tuple[str | int, ...], int] = {}
+    state: tuple[str | None, int] = (None, 0)  # (open multi-line quote, bracket depth)
+    for lineno, line in enumerate(source.splitlines(), 1):
+        if state != (None, 0):
+            state = _scan_value(line, 0, state)
+            continue
+        stripped = line.lstrip()
+        start = len(line) - len(stripped)
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.startswith("["):
+            is_aot = stripped.startswith("[[")
+            parsed = _split_key(line, start + (2 if is_aot else 1))
+            if parsed is None:
+                continue
+            resolved: PathParts = []
+            for i, part in enumerate(parsed[0]):
+                resolved.append(part)
+                key = tuple(resolved)
+                if is_aot and i == len(parsed[0]) - 1:
+                    aot[key] = aot.get(key, -1) + 1
+                    resolved.append(aot[key])
+                elif key in aot:
+                    resolved.append(aot[key])
+            prefix = resolved
+            for k in range(1, len(prefix) + 1):
+                lines.setdefault(render_key(prefix[:k]), lineno)
+            continue
+        parsed = _split_key(line, start)
+        if parsed is None:
+            continue
+        parts, end = parsed
+        if end >= len(line) or line[end] != "=":
+            continue
+        for k in range(1, len(parts) + 1):
+            lines.setdefault(render_key([*prefix, *parts[:k]]), lineno)
+        state = _scan_value(line, end + 1, (None, 0))
+    return lines
+
+
+def _split_key(text: str, i: int) -> tuple[list[str], int] | None:
+    parts: list[str] = []
+    n = len(text)
+    while True:
+        while i < n and text[i] in " \t":
+            i += 1
+        if i >= n:
+            return None
+        ch = text[i]
+        if ch in "\"'":
+            close = i + 1
+            while close < n and text[close] != ch:
+                close += 2 if ch == '"' and text[close] == "\\" else 1
+            if close >= n:
+                return None
+            raw = text[i : close + 1]
+            try:
+                parts.append(tomllib.loads(f"k = {raw}")["k"])
+            except tomllib.TOMLDecodeError:
+                return None
+            i = close + 1
+        else:
+            m = re.compile(r"[A-Za-z0-9_-]+").match(text, i)
+            if m is None:
+                return None
+            parts.append(m.group(0))
+            i = m.end()
+        while i < n and text[i] in " \t":
+            i += 1
+        if i < n and text[i] == ".":
+            i += 1
+            continue
+        return parts, i
+
+
+def _scan_value(line: str, i: int, state: tuple[str | None, int]) -> tuple[str | None, int]:
+    """Track multi-line strings and bracket depth so continuation lines are not read as keys."""
+    quote, depth = state
+    n = len(line)
+    while i < n:
+        if quote is not None:
+            end = line.find(quote, i)
+            while end != -1 and quote == '"""' and _escaped(line, end):
+                end = line.find(quote, end + 1)
+            if end == -1:
+                return quote, depth
+            i, quote = end + 3, None
+            continue
+        ch = line[i]
+        if ch == "#":
+            break
+        if ch in "\"'":
+            if line.startswith(ch * 3, i):
+                quote, i = ch * 3, i + 3
+                continue
+            i += 1
+            while i < n and line[i] != ch:
+                i += 2 if ch == '"' and line[i] == "\\" else 1
+            i += 1
+            continue
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return quote, depth
+
+
+def _escaped(line: str, pos: int) -> bool:
+    count = 0
+    while pos - count - 1 >= 0 and line[pos - count - 1] == "\\":
+        count += 1
+    return count % 2 == 1
+
+
+# --------------------------------------------------------------------------- writes
+
+
+def set_config_value(path: str | Path, dotted_key: str, value: Any) -> Config:
+    """Set (or, with None, remove) one key through tomlkit, keeping comments and layout.
+
+    `agents.list[<id>].…` addresses an agent by id (created when missing). The result is validated
+    before anything is written; a bad value raises ConfigError and leaves the file untouched.
+    """
+    target = Path(path)
+    with statefs.file_lock(target):
+        try:
+            text = target.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            text = ""
+        try:
+            doc = tomlkit.parse(text)
+        except tomlkit.exceptions.ParseError as exc:
+            raise ConfigError(target, "", getattr(exc, "line", None), f"invalid TOML: {exc}") from exc
+        container: Any = doc
+        parts = _parse_dotted(target, dotted_key)
+        for i, part in enumerate(parts[:-1]):
+            if isinstance(part, tuple):  # ("agents.list", id)
+                container = _agent_table(doc, part[1])
+                continue
+            nxt = container.get(part)
+            if nxt is None:
+                if value is None:
+                    return load_config_text(text, target)
+                nxt = tomlkit.table(is_super_table=i < len(parts) - 2)
+                container[part] = nxt
+            container = nxt
+        last = parts[-1]
+        assert isinstance(last, str)
+        if value is None:
+            if last in container:
+                del container[last]
+        else:
+            container[last] = value
+        new_text = tomlkit.dumps(doc)
+        cfg = load_config_text(new_text, target)
+        statefs.atomic_write(target, new_text)
+        return cfg
+
+
+def _parse_dotted(file: Path, dotted_key: str) -> list[str | tuple[str, str]]:
+    m = re.fullmatch(r"agents\.list\[([^\]]+)\]\.(.+)", dotted_key.strip())
+    head: list[str | tuple[str, str]] = []
+    rest = dotted_key.strip()
+    if m:
+        head, rest = [("agents.list", m.group(1).strip())], m.group(2)
+    parsed = _split_key(rest + " =", 0)
+    if parsed is None or rest[parsed[1] :].strip():
+        raise ConfigError(file, dotted_key, None, "not a valid dotted key")
+    return [*head, *parsed[0]]
+
+
+def _agent_table(doc: Any, agent_id: str) -> Any:
+    agents = doc.get("agents")
+    if agents is None:
+        agents = tomlkit.table(is_super_table=True)
+        doc["agents"] = agents
+    entries = agents.get("list")
+    if entries is None:
+        entries = tomlkit.aot()
+        agents["list"] = entries
+    for entry in entries:
+        if str(entry.get("id", "")).strip() == agent_id:
+            return entry
+    entry = tomlkit.table()
+    entry["id"] = agent_id
+    entries.append(entry)
+    return entry

@@ -1,0 +1,158 @@
+"""Docker sandboxes: where host=sandbox commands run. `prepare_exec` is the gateway's entry point."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.results import ToolError
+from engine.sandbox import docker_ops
+from engine.sandbox import supervisor as sv
+from engine.sandbox.launcher import SandboxLauncher
+from engine.sandbox.manager import Ensured, SandboxError, SandboxManager
+from engine.sandbox.settings import (
+    AGENT_MOUNT,
+    Layout,
+    SandboxSettings,
+    is_sandboxed,
+    layout,
+    main_session_key,
+    resolve_settings,
+)
+
+__all__ = [
+    "SandboxError",
+    "SandboxExec",
+    "SandboxManager",
+    "default_manager",
+    "map_workdir",
+    "prepare_exec",
+    "resolve_settings",
+    "set_default_manager",
+]
+
+
+@dataclass
+class SandboxExec:
+    """Everything the exec pipeline needs to run one command in a sandbox."""
+
+    launcher: SandboxLauncher
+    cwd: str  # inside the container
+    env: dict[str, str]  # base env for the command (HOME etc.); params.env goes in RunSpec.env on top
+    warnings: list[str] = field(default_factory=list)
+    container: str = ""
+    scope_key: str = ""
+    workspace_dir: str = ""  # on the host
+    created: bool = False
+    stale_config: bool = False
+
+
+_default: SandboxManager | None = None
+
+
+def default_manager() -> SandboxManager:
+    global _default
+    if _default is None:
+        _default = SandboxManager()
+    return _default
+
+
+def set_default_manager(manager: SandboxManager | None) -> None:
+    global _default
+    _default = manager
+
+
+def _inside(root: str, path: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def map_workdir(raw: str | None, settings: SandboxSettings, lay: Layout) -> tuple[str, list[str]]:
+    """Container cwd for a requested workdir (reference §1.6): container paths under the workdir (or /agent)
+    map onto the host dirs; `..`, absolute escapes and symlinks leading out fall back to the workdir root with
+    the reference warning instead of failing."""
+    root = settings.docker.workdir
+    if raw is None or raw == "" or raw == root:
+        return root, []
+    fallback = [f'Warning: workdir "{raw}" is unavailable; using "{root}".']
+    if not isinstance(raw, str) or "\x00" in raw:
+        return root, fallback
+    mounts = [(root, lay.workspace_dir)]
+    if lay.agent_mount is not None:
+        mounts.append((AGENT_MOUNT, lay.agent_mount))
+    candidate = raw if raw.startswith("/") else posixpath.join(root, raw)
+    # A host path inside a mounted dir is accepted too and translated (agents often echo host paths).
+    for container_root, host_root in mounts:
+        if _inside(host_root, raw):
+            candidate = container_root + raw[len(host_root.rstrip("/")) :]
+    for container_root, host_root in mounts:
+        rel = posixpath.relpath(posixpath.normpath(candidate), container_root)
+        if candidate.startswith("/") and not _inside(container_root, posixpath.normpath(candidate)):
+            continue
+        if rel == ".." or rel.startswith("../") or rel.startswith("/"):
+            continue
+        host = os.path.join(host_root, rel) if rel != "." else host_root
+        real_root = os.path.realpath(host_root)
+        real = os.path.realpath(host)
+        if not _inside(real_root, real) or not os.path.isdir(real):
+            return root, fallback
+        return (container_root if rel == "." else posixpath.join(container_root, rel)), []
+    return root, fallback
+
+
+async def prepare_exec(
+    config: Any,
+    agent_id: str,
+    session_key: str,
+    workdir: str | None,
+    *,
+    path_prepend: list[str] | None = None,
+    manager: SandboxManager | None = None,
+) -> SandboxExec:
+    """Ensure the agent/session's container (create, start or keep) and return how to run in it.
+
+    `workdir` is the raw `workdir` tool parameter (a container path such as /workspace/sub, or None).
+    Raises engine.results.ToolError with a message for the agent when no sandbox can be provided.
+    """
+    mgr = manager or default_manager()
+    settings = resolve_settings(config, agent_id or "main")
+    lay = layout(settings, agent_id or "main", session_key or main_session_key(agent_id or "main"))
+    try:
+        await mgr.maybe_prune(settings)
+        ensured: Ensured = await mgr.ensure(settings, lay, agent_id or "main")
+    except (SandboxError, docker_ops.SandboxUnavailable, sv.SupervisorUnavailable) as exc:
+        raise ToolError(str(exc)) from None
+    cwd, warnings = map_workdir(workdir, settings, lay)
+    if path_prepend is None and config is not None and hasattr(config, "exec_for"):
+        path_prepend = list(config.exec_for(agent_id).path_prepend or [])
+    base_env = {"HOME": settings.docker.workdir}
+    known = mgr._known.get(lay.name)
+    launcher = SandboxLauncher(
+        container=lay.name,
+        channel=sv.Channel(lay.name),
+        api_factory=lambda: docker_ops.client().api,
+        explicit_env=frozenset(settings.docker.env),
+        base_env=base_env,
+        path_prepend=":".join(path_prepend) if path_prepend else None,
+        has_busybox=known.has_busybox if known else (sv.bin_dir() / "busybox").exists(),
+        cwd=cwd,
+        roots=(settings.docker.workdir,) + ((AGENT_MOUNT,) if lay.agent_mount else ()),
+        activity=mgr.activity(lay.name),
+    )
+    return SandboxExec(
+        launcher=launcher,
+        cwd=cwd,
+        env=base_env,
+        warnings=[*ensured.warnings, *warnings],
+        container=lay.name,
+        scope_key=lay.scope_key,
+        workspace_dir=lay.workspace_dir,
+        created=ensured.created,
+        stale_config=ensured.stale,
+    )
+
+
+def sandboxed(config: Any, agent_id: str, session_key: str) -> bool:
+    """Does this agent/session run in a sandbox (mode all, or non-main outside the main session)?"""
+    return is_sandboxed(resolve_settings(config, agent_id), agent_id, session_key)

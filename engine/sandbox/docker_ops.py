@@ -1,0 +1,239 @@
+"""Blocking docker-py calls for sandboxes (run in asyncio.to_thread): create, inspect, remove, build."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.sandbox import supervisor as sv
+from engine.sandbox.settings import AGENT_MOUNT, MOUNT_FORMAT_VERSION, Layout, SandboxSettings
+
+LABEL = "openclaw.sandbox"
+DOCKERFILE = Path(__file__).with_name("Dockerfile")
+
+
+class SandboxUnavailable(Exception):
+    """Docker or the image is missing; the message says what to run."""
+
+
+_client: Any = None
+_client_pid: int | None = None
+
+
+def client() -> Any:
+    """One docker-py client per process (keeps its HTTP connection pool to the engine socket)."""
+    global _client, _client_pid
+    if _client is None or _client_pid != os.getpid():
+        try:
+            import docker
+        except ImportError as exc:  # pragma: no cover - docker is a declared dependency
+            raise SandboxUnavailable(
+                "Sandbox mode requires Docker, but the docker Python package is not installed. "
+                "Run `pip install docker`."
+            ) from exc
+        try:
+            new = docker.from_env(timeout=60)
+            new.ping()
+        except Exception as exc:
+            host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+            raise SandboxUnavailable(
+                f"Sandbox mode requires Docker, but no Docker engine answers at {host} "
+                f"({exc.__class__.__name__}). "
+                "Install Docker and start the engine (e.g. `sudo systemctl start docker`, or "
+                '`bash scripts/services.sh` in a dev checkout), or set agents.defaults.sandbox.mode = "off".'
+            ) from exc
+        _client, _client_pid = new, os.getpid()
+    return _client
+
+
+def reset_client() -> None:
+    global _client
+    _client = None
+
+
+def not_found_type() -> type[Exception]:
+    import docker.errors
+
+    return docker.errors.NotFound
+
+
+def ensure_image(image: str) -> None:
+    import docker.errors
+
+    try:
+        client().images.get(image)
+    except docker.errors.ImageNotFound:
+        raise SandboxUnavailable(
+            f"Sandbox image not found: {image}. Build or pull it first "
+            "(`exechost sandbox setup` builds the default image)."
+        ) from None
+
+
+@dataclass
+class ContainerState:
+    name: str
+    exists: bool
+    running: bool = False
+    image: str = ""
+    labels: dict[str, str] | None = None
+    created_at_ms: int | None = None
+
+    @property
+    def config_hash(self) -> str | None:
+        return (self.labels or {}).get("openclaw.configHash")
+
+
+def inspect(name: str) -> ContainerState:
+    try:
+        info = client().api.inspect_container(name)
+    except not_found_type():
+        return ContainerState(name, False)
+    labels = dict(info.get("Config", {}).get("Labels") or {})
+    created = labels.get("openclaw.createdAtMs")
+    return ContainerState(
+        name=name,
+        exists=True,
+        running=bool(info.get("State", {}).get("Running")),
+        image=str(info.get("Config", {}).get("Image", "")),
+        labels=labels,
+        created_at_ms=int(created) if created and created.isdigit() else None,
+    )
+
+
+def create_kwargs(
+    settings: SandboxSettings,
+    lay: Layout,
+    *,
+    config_hash: str,
+    created_at_ms: int,
+    env: dict[str, str],
+    user: str | None,
+    has_busybox: bool,
+    agent_id: str,
+    extra_labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """docker-py `containers.create` arguments: hardened defaults plus the resource keys (reference §6.2)."""
+    from docker.types import Ulimit
+
+    d = settings.docker
+    labels = {
+        LABEL: "1",
+        "openclaw.sessionKey": lay.scope_key,
+        "openclaw.createdAtMs": str(created_at_ms),
+        "openclaw.mountFormatVersion": str(MOUNT_FORMAT_VERSION),
+        "openclaw.configHash": config_hash,
+        "exechost.agentId": agent_id,
+        **(extra_labels or {}),
+    }
+    volumes = [f"{lay.workspace_dir}:{d.workdir}:rw"]
+    if lay.agent_mount is not None:
+        volumes.append(f"{lay.agent_mount}:{AGENT_MOUNT}:ro")
+    volumes.append(f"{sv.ctl_dir(lay.name)}:{sv.CTL_MOUNT}:rw")
+    volumes.append(f"{sv.bin_dir()}:{sv.BIN_MOUNT}:ro")
+    volumes.extend(b.strip() for b in d.binds if b.strip())  # after ours: reserved targets are refused
+    security_opt = ["no-new-privileges"]
+    if d.seccomp_profile:
+        security_opt.append(f"seccomp={_seccomp_value(d.seccomp_profile)}")
+    if d.apparmor_profile:
+        security_opt.append(f"apparmor={d.apparmor_profile}")
+    kwargs: dict[str, Any] = {
+        "image": d.image,
+        "command": sv.supervisor_command(has_busybox),
+        "name": lay.name,
+        "labels": labels,
+        "detach": True,
+        "init": True,  # a real PID 1 reaps whatever the commands orphan
+        "read_only": d.read_only_root,
+        "tmpfs": {path: opts for path, _, opts in (e.partition(":") for e in d.tmpfs)},
+        "network_mode": d.network or "none",
+        "cap_drop": list(d.cap_drop),
+        "security_opt": security_opt,
+        "environment": {**env, "OPENCLAW_CLI": "1"},
+        "working_dir": d.workdir,
+        "volumes": volumes,
+        "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, (s, h) in d.ulimits.items()],
+    }
+    if user:
+        kwargs["user"] = user
+    if d.pids_limit:
+        kwargs["pids_limit"] = int(d.pids_limit)
+    if d.memory:
+        kwargs["mem_limit"] = d.memory
+    if d.memory_swap:
+        kwargs["memswap_limit"] = d.memory_swap
+    if d.cpus:
+        kwargs["nano_cpus"] = int(float(d.cpus) * 1e9)
+    if d.dns:
+        kwargs["dns"] = list(d.dns)
+    if d.extra_hosts:
+        kwargs["extra_hosts"] = dict(h.split(":", 1) for h in d.extra_hosts if ":" in h)
+    return kwargs
+
+
+def _seccomp_value(profile: str) -> str:
+    """The Engine API wants the profile JSON itself (the docker CLI reads a path client-side for you)."""
+    path = os.path.expanduser(profile)
+    if profile not in ("default", "builtin") and os.path.isfile(path):
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    return profile
+
+
+def create_and_start(kwargs: dict[str, Any]) -> None:
+    container = client().containers.create(**kwargs)
+    try:
+        container.start()
+    except Exception:
+        remove(kwargs["name"])
+        raise
+
+
+def start(name: str) -> None:
+    client().api.start(name)
+
+
+def restart(name: str) -> None:
+    client().api.restart(name, timeout=1)
+
+
+def remove(name: str) -> bool:
+    """docker rm -f; True if something was removed, errors ignored (reference §6.4)."""
+    try:
+        client().api.remove_container(name, force=True)
+        return True
+    except Exception:
+        return False
+
+
+def list_sandboxes(label: str | None = None) -> list[dict[str, Any]]:
+    filters = {"label": [f"{LABEL}=1"] + ([label] if label else [])}
+    return list(client().api.containers(all=True, filters=filters))
+
+
+def build_image(tags: list[str], progress: Callable[[str], None]) -> None:
+    """Build the default image from engine/sandbox/Dockerfile with the host's static busybox."""
+    busybox = sv.find_static_busybox()
+    if busybox is None:
+        raise SandboxUnavailable(
+            "Building the default sandbox image needs a static busybox on this machine "
+            "(`apt-get install busybox-static`)."
+        )
+    with tempfile.TemporaryDirectory(prefix="exechost-image-") as ctx:
+        shutil.copyfile(DOCKERFILE, os.path.join(ctx, "Dockerfile"))
+        shutil.copyfile(busybox, os.path.join(ctx, "busybox"))
+        os.chmod(os.path.join(ctx, "busybox"), 0o755)  # noqa: S103 - build context copy
+        stream: Iterator[dict[str, Any]] = client().api.build(path=ctx, tag=tags[0], rm=True, decode=True)
+        for chunk in stream:
+            if "error" in chunk:
+                raise SandboxUnavailable(f"sandbox image build failed: {chunk['error'].strip()}")
+            text = str(chunk.get("stream") or chunk.get("status") or "").rstrip()
+            if text:
+                progress(text)
+    for tag in tags[1:]:
+        repo, _, version = tag.rpartition(":") if ":" in tag.split("/")[-1] else (tag, "", "latest")
+        client().images.get(tags[0]).tag(repo, version or "latest")

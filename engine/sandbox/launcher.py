@@ -1,0 +1,547 @@
+"""The sandbox Launcher: sessions.ProcessHandle implementations for commands running inside a container."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shlex
+import signal
+import socket
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from engine.sandbox import supervisor as sv
+from engine.sandbox.validate import filter_exec_env
+from engine.sessions import procs
+from engine.sessions.launcher import RunSpec
+
+READ_SIZE = 256 * 1024
+HIGH_WATER = 4 * 1024 * 1024
+SPAWN_TIMEOUT = 10.0
+DEFAULT_TERM = "xterm-256color"
+
+
+class _Streams:
+    """Non-blocking reads of several fds into one ordered chunk queue (the LocalProcess pattern)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._names: dict[int, str] = {}
+        self._open: set[int] = set()
+        self._chunks: deque[tuple[str, bytes]] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._buffered = 0
+        self._paused = False
+        self.on_eof: Callable[[], None] | None = None
+
+    def add(self, fd: int, name: str) -> None:
+        self._names[fd] = name
+        self._open.add(fd)
+        self._loop.add_reader(fd, self._readable, fd)
+
+    @property
+    def open(self) -> bool:
+        return bool(self._open)
+
+    def _readable(self, fd: int) -> None:
+        try:
+            data = os.read(fd, READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(fd)
+        else:
+            self._chunks.append((self._names[fd], data))
+            self._buffered += len(data)
+            if self._buffered > HIGH_WATER and not self._paused:
+                # A stalled consumer throttles the command (its FIFO fills), not our memory.
+                self._paused = True
+                for open_fd in self._open:
+                    self._loop.remove_reader(open_fd)
+        self._wake()
+
+    def _drop(self, fd: int) -> None:
+        if fd in self._open:
+            if not self._paused:
+                self._loop.remove_reader(fd)
+            self._open.discard(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            if not self._open and self.on_eof is not None:
+                self.on_eof()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def read(self) -> tuple[str, bytes] | None:
+        while not self._chunks:
+            if not self._open:
+                return None
+            self._waiter = self._loop.create_future()
+            await self._waiter
+        item = self._chunks.popleft()
+        self._buffered -= len(item[1])
+        if self._paused and self._buffered < HIGH_WATER // 2:
+            self._paused = False
+            for fd in self._open:
+                self._loop.add_reader(fd, self._readable, fd)
+        return item
+
+    def close(self) -> None:
+        for fd in list(self._open):
+            self._drop(fd)
+        self._wake()
+
+
+class SupervisedProcess:
+    """A pipes-mode command started by the in-container supervisor (the fast path)."""
+
+    pty = False
+
+    def __init__(self, channel: sv.Channel, marker: str, on_done: Callable[[], None] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._channel = channel
+        self._marker = marker
+        self._on_done = on_done
+        self.pid: int | None = None
+        self._streams = _Streams(self._loop)
+        self._streams.on_eof = self._maybe_cleanup
+        self._exit: asyncio.Future[tuple[int | None, str | None]] = self._loop.create_future()
+        self._started: asyncio.Future[None] = self._loop.create_future()
+        self._placeholders: list[int] = []
+        self._stdin_fd: int | None = None
+        self._stdin_closed = True
+        self._rc_fd: int | None = None
+        self._rc_buf = b""
+        self._sent_signal: int | None = None
+        self._dir: tuple[str, int, int] | None = None
+        self._closed = False
+
+    async def start(self, script: str, want_stdin: bool) -> None:
+        exec_id, xfd, efd = self._channel.new_exec_dir()
+        self._dir = (exec_id, xfd, efd)
+        try:
+            sv.write_file("spec", script, efd)
+            names = ["out", "err", "rc"] + (["in"] if want_stdin else [])
+            for name in names:
+                os.mkfifo(name, 0o600, dir_fd=efd)
+            self._channel.give(["spec", *names], efd)
+            # Read ends first (a write-open blocks without a reader), then placeholder writers so that
+            # nothing reads as EOF before the container has opened its own ends.
+            fds = {}
+            for name in ("out", "err", "rc"):
+                fds[name] = sv._fifo_fd(name, os.O_RDONLY | os.O_NONBLOCK, efd)
+                self._placeholders.append(sv._fifo_fd(name, os.O_WRONLY | os.O_NONBLOCK, efd))
+            if want_stdin:
+                self._stdin_fd = sv._fifo_fd("in", os.O_RDWR | os.O_NONBLOCK, efd)
+                self._stdin_closed = False
+            self._rc_fd = fds["rc"]
+            self._loop.add_reader(self._rc_fd, self._rc_readable)
+            self._streams.add(fds["out"], "stdout")
+            self._streams.add(fds["err"], "stderr")
+            self._channel.send(f"run {exec_id}")
+            try:
+                async with asyncio.timeout(SPAWN_TIMEOUT):
+                    await asyncio.shield(self._started)
+            except TimeoutError:
+                raise sv.SupervisorUnavailable(
+                    f"sandbox command did not start within {SPAWN_TIMEOUT:g} s"
+                ) from None
+        except BaseException:
+            self.close()
+            raise
+
+    # -- status -----------------------------------------------------------------------------------
+    def _rc_readable(self) -> None:
+        assert self._rc_fd is not None
+        try:
+            data = os.read(self._rc_fd, 256)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._rc_eof()
+            return
+        self._rc_buf = (self._rc_buf + data)[-512:]
+        while b"\n" in self._rc_buf:
+            line, self._rc_buf = self._rc_buf.split(b"\n", 1)
+            self._status_line(line.decode("ascii", "replace").split())
+
+    def _status_line(self, words: list[str]) -> None:
+        if len(words) != 2 or not words[1].isdigit():
+            return
+        value = int(words[1])
+        if words[0] == "pid" and self.pid is None:
+            self.pid = value
+            for fd in self._placeholders:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._placeholders.clear()
+            if not self._started.done():
+                self._started.set_result(None)
+        elif words[0] == "exit" and not self._exit.done():
+            status = sv.decode_status(value, self._sent_signal)
+            name = signal.Signals(status.signal).name if status.signal else None
+            self._exit.set_result((status.exit_code, name))
+
+    def _rc_eof(self) -> None:
+        if self._rc_fd is not None:
+            self._loop.remove_reader(self._rc_fd)
+            with contextlib.suppress(OSError):
+                os.close(self._rc_fd)
+            self._rc_fd = None
+        if not self._started.done():
+            self._started.set_exception(sv.SupervisorUnavailable("sandbox command did not start"))
+        if not self._exit.done():
+            # The status writer vanished without a word: the container or supervisor was killed.
+            self._exit.set_result((None, "SIGKILL"))
+        self._maybe_cleanup()
+
+    def _maybe_cleanup(self) -> None:
+        if self._dir is not None and self._rc_fd is None and not self._streams.open:
+            exec_id, xfd, efd = self._dir
+            self._dir = None
+            sv.remove_exec_dir(exec_id, xfd, efd)
+            if self._on_done is not None:
+                self._on_done()
+
+    # -- ProcessHandle ----------------------------------------------------------------------------
+    @property
+    def stdin_open(self) -> bool:
+        return not self._stdin_closed and not self._closed
+
+    async def read(self) -> tuple[str, bytes] | None:
+        return await self._streams.read()
+
+    async def write(self, data: bytes) -> None:
+        if not self.stdin_open or self._stdin_fd is None:
+            raise BrokenPipeError("stdin is closed")
+        fd = self._stdin_fd
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                await asyncio.sleep(0.005)
+
+    async def close_stdin(self) -> None:
+        if self._stdin_fd is not None and not self._stdin_closed:
+            # Safe: start() returned only after "pid", so the container holds the read end and sees EOF.
+            with contextlib.suppress(OSError):
+                os.close(self._stdin_fd)
+        self._stdin_closed = True
+
+    def resize(self, cols: int, rows: int) -> None:
+        return None  # pipes have no window
+
+    def signal_group(self, sig: int) -> None:
+        if self.pid is None or self._exit.done():
+            return
+        self._sent_signal = sig
+        with contextlib.suppress(sv.SupervisorUnavailable):
+            self._channel.kill(self.pid, sig)
+
+    async def wait(self) -> tuple[int | None, str | None]:
+        return await asyncio.shield(self._exit)
+
+    def stdio_holders(self) -> list[procs.ProcInfo]:
+        return []  # processes inside the container are not visible from here; terminate() uses the marker
+
+    async def terminate(self, grace: float = procs.KILL_GRACE_SEC) -> list[procs.ProcInfo]:
+        await _terminate(self._channel, self.pid, self._marker, grace, self._finished, self._note_signal)
+        return []
+
+    def _note_signal(self, sig: int) -> None:
+        if not self._exit.done():
+            self._sent_signal = sig
+
+    def _finished(self) -> bool:
+        return self._exit.done() and not self._streams.open
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for fd in self._placeholders:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._placeholders.clear()
+        if self._stdin_fd is not None and not self._stdin_closed:
+            with contextlib.suppress(OSError):
+                os.close(self._stdin_fd)
+        self._stdin_closed = True
+        self._streams.close()
+        # The status FIFO stays open until the exit line: wait() must still resolve after close().
+        if self._exit.done() and self._rc_fd is not None:
+            self._loop.remove_reader(self._rc_fd)
+            with contextlib.suppress(OSError):
+                os.close(self._rc_fd)
+            self._rc_fd = None
+        if not self._started.done():
+            self._started.cancel()
+        self._maybe_cleanup()
+
+
+async def _terminate(
+    channel: sv.Channel,
+    pid: int | None,
+    marker: str,
+    grace: float,
+    finished: Callable[[], bool],
+    note: Callable[[int], None],
+) -> None:
+    """SIGTERM the group and every marked process in the container, grace, then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        note(sig)
+        with contextlib.suppress(sv.SupervisorUnavailable):
+            if pid is not None:
+                channel.kill(pid, sig)
+                channel.kill(pid, signal.SIGCONT)
+            channel.kill_marked(marker, sig)
+        if sig == signal.SIGKILL:
+            break
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while loop.time() < deadline and not finished():
+            await asyncio.sleep(0.02)
+        if finished():
+            break
+
+
+class DockerPtyProcess:
+    """A PTY command: `docker exec -t` through the Engine API (a real PTY inside the container)."""
+
+    pty = True
+
+    def __init__(self, api: Any, channel: sv.Channel, container: str, marker: str) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._api = api
+        self._channel = channel
+        self._container = container
+        self._marker = marker
+        self.pid: int | None = None
+        self._exec_id: str | None = None
+        self._sock: socket.socket | None = None
+        self._raw: Any = None
+        self._streams = _Streams(self._loop)
+        self._streams.on_eof = self._on_eof
+        self._exit: asyncio.Future[tuple[int | None, str | None]] = self._loop.create_future()
+        self._stdin_closed = False
+        self._sent_signal: int | None = None
+        self._dir: tuple[str, int, int] | None = None
+        self._closed = False
+
+    async def start(self, script: str, cols: int, rows: int, busybox: str) -> None:
+        exec_id, xfd, efd = self._channel.new_exec_dir()
+        self._dir = (exec_id, xfd, efd)
+        sv.write_file("spec", script, efd)
+        self._channel.give(["spec"], efd)
+        inner = f"{sv.CTL_MOUNT}/x/{exec_id}"
+        argv = (
+            [busybox or "/bin/sh"]
+            + (["sh"] if busybox else [])
+            + [f"{sv.BIN_MOUNT}/runpty.sh", busybox, inner]
+        )
+
+        def create_and_start() -> tuple[str, Any]:
+            created = self._api.exec_create(self._container, argv, stdin=True, tty=True)
+            raw = self._api.exec_start(created["Id"], tty=True, socket=True)
+            return created["Id"], raw
+
+        self._exec_id, self._raw = await asyncio.to_thread(create_and_start)
+        sock = getattr(self._raw, "_sock", self._raw)
+        sock.setblocking(False)
+        self._sock = sock
+        # The reader owns a dup: its EOF close can never hit a reused fd number the socket still writes to.
+        self._streams.add(os.dup(sock.fileno()), "pty")
+        self.resize(cols, rows)
+        for _ in range(200):
+            text = sv.read_small("pid", efd)
+            if text and text.strip().isdigit():
+                self.pid = int(text.strip())
+                break
+            await asyncio.sleep(0.005)
+
+    def _on_eof(self) -> None:
+        self._loop.create_task(self._collect_exit())
+
+    async def _collect_exit(self) -> None:
+        code: int | None = None
+        with contextlib.suppress(Exception):
+            for _ in range(50):
+                info = await asyncio.to_thread(self._api.exec_inspect, self._exec_id)
+                if not info.get("Running"):
+                    code = info.get("ExitCode")
+                    break
+                await asyncio.sleep(0.02)
+        if not self._exit.done():
+            status = sv.decode_status(code, self._sent_signal)
+            if status.exit_code is None and status.signal is None:
+                self._exit.set_result((None, "SIGKILL"))
+            else:
+                name = signal.Signals(status.signal).name if status.signal else None
+                self._exit.set_result((status.exit_code, name))
+        self._release_dir()
+
+    def _release_dir(self) -> None:
+        if self._dir is not None:
+            exec_id, xfd, efd = self._dir
+            self._dir = None
+            sv.remove_exec_dir(exec_id, xfd, efd)
+
+    @property
+    def stdin_open(self) -> bool:
+        return not self._stdin_closed and not self._closed
+
+    async def read(self) -> tuple[str, bytes] | None:
+        return await self._streams.read()
+
+    async def write(self, data: bytes) -> None:
+        if not self.stdin_open or self._sock is None:
+            raise BrokenPipeError("stdin is closed")
+        await self._loop.sock_sendall(self._sock, data)
+
+    async def close_stdin(self) -> None:
+        if self.stdin_open:
+            await self.write(b"\x04")
+        self._stdin_closed = True
+
+    def resize(self, cols: int, rows: int) -> None:
+        if self._exec_id is None or self._closed:
+            return
+
+        def apply() -> None:
+            with contextlib.suppress(Exception):
+                self._api.exec_resize(self._exec_id, height=rows, width=cols)
+
+        self._loop.run_in_executor(None, apply)
+
+    def signal_group(self, sig: int) -> None:
+        if self.pid is None or self._exit.done():
+            return
+        self._sent_signal = sig
+        with contextlib.suppress(sv.SupervisorUnavailable):
+            self._channel.kill(self.pid, sig)
+
+    async def wait(self) -> tuple[int | None, str | None]:
+        return await asyncio.shield(self._exit)
+
+    def stdio_holders(self) -> list[procs.ProcInfo]:
+        return []
+
+    async def terminate(self, grace: float = procs.KILL_GRACE_SEC) -> list[procs.ProcInfo]:
+        await _terminate(self._channel, self.pid, self._marker, grace, self._exit.done, self._note_signal)
+        return []
+
+    def _note_signal(self, sig: int) -> None:
+        if not self._exit.done():
+            self._sent_signal = sig
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stdin_closed = True
+        self._streams.close()
+        for closer in (self._sock, self._raw):
+            with contextlib.suppress(Exception):
+                if closer is not None:
+                    closer.close()
+        if self._exit.done():
+            self._release_dir()
+
+
+class SandboxLauncher:
+    """sessions.Launcher for one container. Built by engine.sandbox.prepare_exec; reusable across commands."""
+
+    def __init__(
+        self,
+        *,
+        container: str,
+        channel: sv.Channel,
+        api_factory: Callable[[], Any],
+        explicit_env: frozenset[str] = frozenset(),
+        base_env: Mapping[str, str],
+        path_prepend: str | None,
+        has_busybox: bool,
+        cwd: str = "/workspace",
+        roots: tuple[str, ...] = ("/workspace",),
+        activity: Callable[[int], None] | None = None,
+    ) -> None:
+        self.container = container
+        # The prepared container cwd: used when the caller's RunSpec.cwd is not a container path (a
+        # session manager that resolved it against the host filesystem would hand us a host dir).
+        self.cwd = cwd
+        self._roots = roots
+        self._activity = activity
+        self._waiters: set[asyncio.Future[Any]] = set()
+        self._channel = channel
+        self._api_factory = api_factory
+        self._explicit_env = explicit_env
+        self._base_env = dict(base_env)
+        self._path_prepend = path_prepend
+        self._busybox = sv.BUSYBOX if has_busybox else ""
+
+    def _script(self, spec: RunSpec, marker: str, pty: bool) -> str:
+        filtered = filter_exec_env(spec.env or {}, self._explicit_env)
+        spec.warnings.extend(w for w in filtered.warnings if w not in spec.warnings)
+        env = {**self._base_env, **filtered.env}
+        # A PATH from the tool's env is prepended inside the login shell, like OpenClaw's
+        # OPENCLAW_PREPEND_PATH: /etc/profile may reset PATH, and the container is the boundary here.
+        user_path = env.pop("PATH", None)
+        prepend = ":".join(p for p in (user_path, self._path_prepend) if p) or None
+        env[procs.MARKER_ENV] = marker
+        if pty:
+            env.setdefault("TERM", DEFAULT_TERM)
+        command = spec.command if not spec.argv else shlex.join(spec.argv)
+        cwd = spec.cwd if spec.cwd and _inside_any(spec.cwd, self._roots) else self.cwd
+        shell = (
+            "/bin/sh"
+            if not self._busybox
+            else f'"$([ -x /bin/sh ] && echo /bin/sh || echo {self._busybox} sh)"'
+        )
+        script = sv.spec_script(command, cwd, env, prepend, shell)
+        if pty and self._busybox:
+            script = (
+                f"{self._busybox} stty cols {int(spec.cols)} rows {int(spec.rows)} 2>/dev/null\n" + script
+            )
+        return script
+
+    async def spawn(self, spec: RunSpec) -> SupervisedProcess | DockerPtyProcess:
+        marker = spec.marker or secrets.token_hex(8)
+        if not all(c in "0123456789abcdef" for c in marker):
+            marker = secrets.token_hex(8)
+        if spec.pty:
+            pty = DockerPtyProcess(self._api_factory(), self._channel, self.container, marker)
+            try:
+                await pty.start(self._script(spec, marker, True), spec.cols, spec.rows, self._busybox)
+            except BaseException:
+                pty.close()
+                raise
+            return self._track(pty)
+        proc = SupervisedProcess(self._channel, marker)
+        await proc.start(self._script(spec, marker, False), spec.wants_stdin())
+        return self._track(proc)
+
+    def _track(self, handle: SupervisedProcess | DockerPtyProcess) -> SupervisedProcess | DockerPtyProcess:
+        """Count running commands per container: prune and the hot window never take a busy container."""
+        activity = self._activity
+        if activity is not None:
+            activity(1)
+            task = asyncio.ensure_future(handle.wait())
+            self._waiters.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(self._waiters.discard)
+            task.add_done_callback(lambda _f: activity(-1))
+        return handle
+
+
+def _inside_any(path: str, roots: tuple[str, ...]) -> bool:
+    norm = os.path.normpath(path)
+    return any(norm == r or norm.startswith(r.rstrip("/") + "/") for r in roots)

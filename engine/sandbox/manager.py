@@ -1,0 +1,368 @@
+"""Sandbox lifecycle: ensure a container per scope (hash, hot window, recreate), prune, list, recreate."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.sandbox import docker_ops
+from engine.sandbox import supervisor as sv
+from engine.sandbox.registry import Registry, RegistryEntry, now_ms
+from engine.sandbox.settings import (
+    HOT_WINDOW_MS,
+    Layout,
+    SandboxSettings,
+    config_hash,
+    layout,
+    recreate_hint,
+    resolve_settings,
+)
+from engine.sandbox.validate import sanitize_container_env, validate_docker
+
+PRUNE_INTERVAL_SEC = 5 * 60
+TOUCH_INTERVAL_MS = 30_000
+SETUP_TIMEOUT_SEC = 600.0
+
+
+class SandboxError(Exception):
+    """A sandbox could not be provided; the message is shown to the agent as is."""
+
+
+@dataclass
+class Ensured:
+    name: str
+    created: bool = False
+    warnings: list[str] = field(default_factory=list)
+    config_hash: str = ""
+    stale: bool = False  # kept a hot container whose config no longer matches
+
+
+@dataclass
+class _Known:
+    config_hash: str
+    has_busybox: bool
+    last_touch_ms: int = 0
+
+
+def _workspace_user(path: str) -> str | None:
+    """OpenClaw's default user: the workspace dir's owner, so files written inside stay the operator's."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{st.st_uid}:{st.st_gid}"
+
+
+class SandboxManager:
+    """One per process. Keeps what warm execs need (container known good, supervisor alive) in memory."""
+
+    def __init__(
+        self, *, extra_labels: dict[str, str] | None = None, registry: Registry | None = None
+    ) -> None:
+        self.extra_labels = dict(extra_labels or {})
+        self._registry = registry
+        self._known: dict[str, _Known] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._last_prune = 0.0
+        self.active: dict[str, int] = {}  # running commands per container (this process)
+        self.progress: Callable[[str, str], None] | None = None  # (container, message) while creating
+
+    @property
+    def registry(self) -> Registry:
+        # Resolved lazily: the state dir may change between tests in one process.
+        return self._registry or Registry()
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    def _progress(self, name: str, message: str) -> None:
+        if self.progress is not None:
+            with contextlib.suppress(Exception):
+                self.progress(name, message)
+
+    # -- ensure -----------------------------------------------------------------------------------
+    async def ensure(self, settings: SandboxSettings, lay: Layout, agent_id: str) -> Ensured:
+        expected = config_hash(settings, lay)
+        known = self._known.get(lay.name)
+        channel = sv.Channel(lay.name)
+        if known is not None and known.config_hash == expected and channel.alive():
+            self._touch(lay.name, known)
+            return Ensured(lay.name, config_hash=expected)
+        async with self._lock(lay.name):
+            result = await self._ensure_slow(settings, lay, agent_id, expected, channel)
+        return result
+
+    async def _ensure_slow(
+        self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str, channel: sv.Channel
+    ) -> Ensured:
+        state = await asyncio.to_thread(docker_ops.inspect, lay.name)
+        warnings: list[str] = []
+        if state.exists and state.config_hash != expected:
+            entry = self.registry.get(lay.name)
+            last_used = entry.lastUsedAtMs if entry else None
+            busy = self.active.get(lay.name, 0) > 0
+            hot = state.running and (busy or not last_used or now_ms() - last_used < HOT_WINDOW_MS)
+            if hot:
+                hint = recreate_hint(settings, lay, agent_id)
+                warnings.append(
+                    f"Sandbox config changed for {lay.name} (recently used). Recreate to apply: {hint}"
+                )
+                if not channel.alive():
+                    await channel.wait_ready()
+                self._touch(lay.name, None)
+                return Ensured(lay.name, warnings=warnings, config_hash=state.config_hash or "", stale=True)
+            self._progress(lay.name, "removing container with outdated config")
+            await asyncio.to_thread(docker_ops.remove, lay.name)
+            state = docker_ops.ContainerState(lay.name, False)
+        created = False
+        if not state.exists:
+            await self._create(settings, lay, agent_id, expected, warnings)
+            created = True
+        elif not state.running:
+            self._progress(lay.name, "starting stopped container")
+            channel.prepare()
+            await asyncio.to_thread(sv.ensure_bin_dir)
+            await asyncio.to_thread(docker_ops.start, lay.name)
+        channel.prepare()
+        try:
+            try:
+                await channel.wait_ready(timeout=3.0 if state.exists else 10.0)
+            except sv.SupervisorUnavailable:
+                if not state.exists:
+                    raise
+                # Its control dir was replaced under it, or the supervisor died: a restart re-binds both.
+                self._progress(lay.name, "restarting container: exec supervisor not answering")
+                await asyncio.to_thread(sv.ensure_bin_dir)
+                await asyncio.to_thread(docker_ops.restart, lay.name)
+                await channel.wait_ready()
+        except sv.SupervisorUnavailable as exc:
+            raise SandboxError(
+                f"Sandbox {lay.name} is running but its exec supervisor does not answer ({exc}). "
+                f"Recreate it: {recreate_hint(settings, lay, agent_id)}"
+            ) from None
+        if created and settings.docker.setup_command:
+            await self._setup(settings, lay)
+        has_bb = (sv.bin_dir() / "busybox").exists()
+        self._known[lay.name] = _Known(expected, has_bb)
+        self._touch(lay.name, self._known[lay.name], force=not created)
+        return Ensured(lay.name, created=created, warnings=warnings, config_hash=expected)
+
+    def container_env(self, settings: SandboxSettings) -> tuple[dict[str, str], list[str]]:
+        explicit = settings.docker.env.keys()
+        cleaned = sanitize_container_env(settings.docker.env, explicit=explicit)
+        return cleaned.env, cleaned.warnings
+
+    async def _create(
+        self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str, warnings: list[str]
+    ) -> None:
+        try:
+            validate_docker(settings.docker, [lay.workspace_dir, lay.agent_workspace])
+        except ValueError as exc:
+            raise SandboxError(str(exc)) from None
+        self._progress(lay.name, f"checking image {settings.docker.image}")
+        try:
+            await asyncio.to_thread(docker_ops.ensure_image, settings.docker.image)
+        except docker_ops.SandboxUnavailable as exc:
+            raise SandboxError(str(exc)) from None
+        for path in (lay.sandbox_workspace, lay.workspace_dir):
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        channel = sv.Channel(lay.name)
+        channel.prepare()
+        _, has_bb = await asyncio.to_thread(sv.ensure_bin_dir)
+        env, env_warnings = self.container_env(settings)
+        warnings.extend(env_warnings)
+        user = settings.docker.user or _workspace_user(lay.workspace_dir)
+        if user and not user.startswith("0:") and user != "0":
+            # A non-root container user must be able to use its control dir; nothing else can reach it.
+            uid, _, gid = user.partition(":")
+            if uid.isdigit():
+                ids = (int(uid), int(gid) if gid.isdigit() else -1)
+                # Our private sandbox workspace too (never the agent's own workspace under rw).
+                own = [str(channel.path)]
+                if settings.workspace_access != "rw":
+                    own.append(lay.sandbox_workspace)
+                for path in own:
+                    with contextlib.suppress(OSError):
+                        os.chown(path, *ids)
+        created_at = now_ms()
+        kwargs = docker_ops.create_kwargs(
+            settings,
+            lay,
+            config_hash=expected,
+            created_at_ms=created_at,
+            env=env,
+            user=user,
+            has_busybox=has_bb,
+            agent_id=agent_id,
+            extra_labels=self.extra_labels,
+        )
+        self._progress(lay.name, "creating container")
+        try:
+            await asyncio.to_thread(docker_ops.create_and_start, kwargs)
+        except Exception as exc:
+            if "Conflict" in exc.__class__.__name__ or "409" in str(exc):
+                # Another process created it meanwhile: use theirs.
+                state = await asyncio.to_thread(docker_ops.inspect, lay.name)
+                if state.exists:
+                    if not state.running:
+                        await asyncio.to_thread(docker_ops.start, lay.name)
+                    return
+            raise SandboxError(f"Failed to create sandbox container {lay.name}: {exc}") from None
+        await asyncio.to_thread(
+            self.registry.replace,
+            RegistryEntry(
+                containerName=lay.name,
+                sessionKey=lay.scope_key,
+                createdAtMs=created_at,
+                lastUsedAtMs=created_at,
+                image=settings.docker.image,
+                configHash=expected,
+                agentId=agent_id,
+            ),
+        )
+        self._progress(lay.name, "container started")
+
+    async def _setup(self, settings: SandboxSettings, lay: Layout) -> None:
+        """setupCommand once after the first start; on failure the container goes, so the next use retries."""
+        from engine.sandbox.launcher import SupervisedProcess
+
+        self._progress(lay.name, "running setupCommand")
+        command = settings.docker.setup_command or ""
+        proc = SupervisedProcess(sv.Channel(lay.name), "0" * 16)
+        script = sv.spec_script(
+            command, settings.docker.workdir, {"HOME": settings.docker.workdir}, None, "/bin/sh"
+        )
+        output = b""
+        try:
+            await proc.start(script, False)
+
+            async def drain() -> None:
+                nonlocal output
+                while (chunk := await proc.read()) is not None:
+                    output = (output + chunk[1])[-2000:]
+
+            async with asyncio.timeout(SETUP_TIMEOUT_SEC):
+                await drain()
+                code, sig = await proc.wait()
+        except (TimeoutError, sv.SupervisorUnavailable) as exc:
+            code, sig = None, str(exc) or "timeout"
+        finally:
+            proc.close()
+        if code != 0:
+            await asyncio.to_thread(docker_ops.remove, lay.name)
+            await asyncio.to_thread(self.registry.remove, lay.name)
+            tail = output.decode("utf-8", "replace").strip()
+            raise SandboxError(
+                f"Sandbox setupCommand failed in {lay.name} (exit {code if code is not None else sig})"
+                + (f":\n{tail}" if tail else ".")
+            )
+
+    def _touch(self, name: str, known: _Known | None, *, force: bool = False) -> None:
+        """lastUsedAtMs, written at most every 30 s: the hot window and prune work in minutes and hours."""
+        stamp = now_ms()
+        if known is not None and not force and stamp - known.last_touch_ms < TOUCH_INTERVAL_MS:
+            return
+        if known is not None:
+            known.last_touch_ms = stamp
+        with contextlib.suppress(Exception):
+            self.registry.touch(name, stamp)
+
+    def activity(self, name: str) -> Callable[[int], None]:
+        def count(delta: int) -> None:
+            self.active[name] = max(0, self.active.get(name, 0) + delta)
+
+        return count
+
+    def forget(self, name: str) -> None:
+        self._known.pop(name, None)
+
+    # -- prune ------------------------------------------------------------------------------------
+    async def maybe_prune(self, settings: SandboxSettings, *, force: bool = False) -> list[str]:
+        """Remove containers idle past idleHours or older than maxAgeDays; at most once per 5 min."""
+        now = time.monotonic()
+        if not force and now - self._last_prune < PRUNE_INTERVAL_SEC:
+            return []
+        self._last_prune = now
+        return await asyncio.to_thread(self._prune, settings.idle_hours, settings.max_age_days)
+
+    def _prune(self, idle_hours: float, max_age_days: float) -> list[str]:
+        if idle_hours <= 0 and max_age_days <= 0:
+            return []
+        stamp = now_ms()
+        removed: list[str] = []
+        for entry in self.registry.read():
+            if self.active.get(entry.containerName, 0) > 0:
+                continue  # a background job is still running in it
+            idle = stamp - (entry.lastUsedAtMs or entry.createdAtMs)
+            age = stamp - entry.createdAtMs
+            if (idle_hours > 0 and idle > idle_hours * 3_600_000) or (
+                max_age_days > 0 and age > max_age_days * 86_400_000
+            ):
+                docker_ops.remove(entry.containerName)
+                with contextlib.suppress(Exception):
+                    self.registry.remove(entry.containerName)
+                self.forget(entry.containerName)
+                removed.append(entry.containerName)
+        return removed
+
+    # -- operator views ---------------------------------------------------------------------------
+    def list_runtimes(self, config: Any) -> list[dict[str, Any]]:
+        """Registry entries joined with live Docker state and the config they should have now."""
+        entries = {e.containerName: e for e in self.registry.read()}
+        live = {str(c["Names"][0]).lstrip("/"): c for c in docker_ops.list_sandboxes()}
+        stamp = now_ms()
+        rows: list[dict[str, Any]] = []
+        for name in sorted(set(entries) | set(live)):
+            entry = entries.get(name)
+            c = live.get(name)
+            labels = dict((c or {}).get("Labels") or {})
+            scope = entry.sessionKey if entry else labels.get("openclaw.sessionKey", "")
+            agent_id = (
+                (entry.agentId if entry else None) or labels.get("exechost.agentId") or _agent_of(scope)
+            )
+            settings = resolve_settings(config, agent_id)
+            session = scope if settings.scope == "session" else f"agent:{agent_id}:main"
+            expected_lay = layout(settings, agent_id, session)
+            expected_hash = config_hash(settings, expected_lay)
+            current_hash = labels.get("openclaw.configHash") or (entry.configHash if entry else None)
+            image = str((c or {}).get("Image") or (entry.image if entry else ""))
+            created = entry.createdAtMs if entry else int(labels.get("openclaw.createdAtMs", "0") or 0)
+            last_used = entry.lastUsedAtMs if entry else created
+            rows.append(
+                {
+                    "containerName": name,
+                    "sessionKey": scope,
+                    "agentId": agent_id,
+                    "running": bool(c and c.get("State") == "running"),
+                    "exists": c is not None,
+                    "image": image,
+                    "configuredImage": settings.docker.image,
+                    "imageMatch": image == settings.docker.image,
+                    "configHash": current_hash,
+                    "expectedConfigHash": expected_hash,
+                    "configMatch": current_hash == expected_hash and expected_lay.name == name,
+                    "createdAtMs": created,
+                    "lastUsedAtMs": last_used,
+                    "ageMs": max(0, stamp - created) if created else None,
+                    "idleMs": max(0, stamp - last_used) if last_used else None,
+                    "backend": "docker",
+                }
+            )
+        return rows
+
+    def remove_runtime(self, name: str) -> bool:
+        ok = docker_ops.remove(name)
+        with contextlib.suppress(Exception):
+            self.registry.remove(name)
+        self.forget(name)
+        return ok or docker_ops.inspect(name).exists is False
+
+
+def _agent_of(scope_key: str) -> str:
+    parts = scope_key.split(":")
+    return parts[1] if len(parts) >= 2 and parts[0] == "agent" and parts[1] else "main"

@@ -1,0 +1,260 @@
+"""Effective sandbox settings (defaults → agents.defaults.sandbox → per-agent), scope keys, names, hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine import statefs
+from engine.sandbox.supervisor import SCRIPTS
+
+# The scripts baked into a running container: a change means a cold container gets recreated.
+SUPERVISOR_DIGEST = hashlib.sha256("".join(SCRIPTS.values()).encode()).hexdigest()[:16]
+
+DEFAULT_IMAGE = "openclaw-sandbox:bookworm-slim"  # engine.config's default; `sandbox setup` builds it
+DEFAULT_PREFIX = "openclaw-sbx-"
+DEFAULT_WORKDIR = "/workspace"
+AGENT_MOUNT = "/agent"
+DEFAULT_TMPFS = ("/tmp", "/var/tmp", "/run")
+DEFAULT_PIDS_LIMIT = 512
+# Bounded defaults so a fork bomb or fd leak inside a sandbox stays inside it.
+DEFAULT_ULIMITS: dict[str, tuple[int, int]] = {"nofile": (4096, 8192), "core": (0, 0)}
+# Bumped whenever the mounts change shape: forces a recreate of cold containers.
+MOUNT_FORMAT_VERSION = 3
+HOT_WINDOW_MS = 5 * 60 * 1000
+MODES = ("off", "non-main", "all")
+SCOPES = ("session", "agent", "shared")
+ACCESS = ("none", "ro", "rw")
+
+
+@dataclass(frozen=True)
+class DockerSettings:
+    image: str = DEFAULT_IMAGE
+    container_prefix: str = DEFAULT_PREFIX
+    workdir: str = DEFAULT_WORKDIR
+    read_only_root: bool = True
+    tmpfs: tuple[str, ...] = DEFAULT_TMPFS
+    network: str = "none"
+    user: str | None = None
+    cap_drop: tuple[str, ...] = ("ALL",)
+    env: dict[str, str] = field(default_factory=lambda: {"LANG": "C.UTF-8"})
+    setup_command: str | None = None
+    pids_limit: int | None = DEFAULT_PIDS_LIMIT
+    memory: str | None = None
+    memory_swap: str | None = None
+    cpus: float | None = None
+    ulimits: dict[str, tuple[int, int]] = field(default_factory=lambda: dict(DEFAULT_ULIMITS))
+    seccomp_profile: str | None = None
+    apparmor_profile: str | None = None
+    dns: tuple[str, ...] = ()
+    extra_hosts: tuple[str, ...] = ()
+    binds: tuple[str, ...] = ()
+    dangerously_allow_reserved_container_targets: bool = False
+    dangerously_allow_external_bind_sources: bool = False
+    dangerously_allow_container_namespace_join: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """One agent's effective sandbox config, every key resolved."""
+
+    mode: str = "off"
+    scope: str = "agent"
+    workspace_access: str = "none"
+    workspace_root: str = ""
+    docker: DockerSettings = field(default_factory=DockerSettings)
+    idle_hours: float = 24
+    max_age_days: float = 7
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _layer(obj: Any) -> dict[str, Any]:
+    """A config layer as {snake_key: value} with unset (None) keys dropped; accepts dataclasses or dicts."""
+    if obj is None:
+        return {}
+    if isinstance(obj, dict):
+        raw = dict(obj)
+    elif hasattr(obj, "__dataclass_fields__"):
+        raw = {k: getattr(obj, k) for k in obj.__dataclass_fields__}
+    else:
+        raw = dict(vars(obj))
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        snake = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+        if value is not None:
+            out[snake] = value
+    return out
+
+
+def _ulimit(value: Any) -> tuple[int, int]:
+    if isinstance(value, dict):
+        soft_v: Any = value.get("soft", value.get("hard", 0))
+        hard_v: Any = value.get("hard", value.get("soft", 0))
+        return int(soft_v), int(hard_v)
+    if isinstance(value, (list, tuple)):
+        return int(value[0]), int(value[1])
+    if isinstance(value, str) and ":" in value:
+        soft, hard = value.split(":", 1)
+        return int(soft), int(hard)
+    return int(value), int(value)
+
+
+def merge_docker(global_layer: Any, agent_layer: Any) -> DockerSettings:
+    """Agent keys override global; env and ulimits merge; binds concatenate (reference §6.1)."""
+    base = DockerSettings()
+    g, a = _layer(global_layer), _layer(agent_layer)
+    merged: dict[str, Any] = {}
+    for name in base.__dataclass_fields__:
+        merged[name] = a.get(name, g.get(name, getattr(base, name)))
+    merged["env"] = {**base.env, **dict(g.get("env") or {}), **dict(a.get("env") or {})}
+    ul = {**base.ulimits}
+    for layer in (g, a):
+        for k, v in dict(layer.get("ulimits") or {}).items():
+            ul[str(k)] = _ulimit(v)
+    merged["ulimits"] = ul
+    merged["binds"] = tuple(g.get("binds") or ()) + tuple(a.get("binds") or ())
+    for name in ("tmpfs", "cap_drop", "dns", "extra_hosts"):
+        merged[name] = tuple(merged[name] or ())
+    setup = merged.get("setup_command")
+    if isinstance(setup, (list, tuple)):
+        merged["setup_command"] = " && ".join(str(s) for s in setup) or None
+    if merged.get("pids_limit") is not None and int(merged["pids_limit"]) <= 0:
+        merged["pids_limit"] = None
+    return DockerSettings(**{k: v for k, v in merged.items() if k in base.__dataclass_fields__})
+
+
+def default_workspace_root() -> str:
+    return str(statefs.state_dir() / "sandboxes")
+
+
+def resolve_settings(config: Any, agent_id: str) -> SandboxSettings:
+    """Effective settings for `agent_id` from an engine.config.Config (None = built-in defaults).
+
+    The layering itself (agent over agents.defaults.sandbox; `scope=shared` ignores the agent's docker and
+    prune overrides, since one container cannot honour two configs) is Config.sandbox_for's; here every key
+    the config does not carry gets its hardened default.
+    """
+    merged = config.sandbox_for(agent_id) if config is not None else None
+    top = _layer(merged)
+    prune = _layer(top.get("prune"))
+    root = top.get("workspace_root") or default_workspace_root()
+    return SandboxSettings(
+        mode=str(top.get("mode", "off")),
+        scope=str(top.get("scope", "agent")),
+        workspace_access=str(top.get("workspace_access", "none")),
+        workspace_root=os.path.abspath(os.path.expanduser(str(root))),
+        docker=merge_docker(top.get("docker"), None),
+        idle_hours=float(prune.get("idle_hours", 24)),
+        max_age_days=float(prune.get("max_age_days", 7)),
+    )
+
+
+# --- session keys, scope keys, names ---------------------------------------------------------------
+
+
+def main_session_keys(agent_id: str) -> tuple[str, ...]:
+    """Keys that count as the agent's main session (plain "main", or OpenClaw's canonical agent form)."""
+    keys = (f"agent:{agent_id}:main",)
+    return ("", "main", *keys)
+
+
+def main_session_key(agent_id: str) -> str:
+    return f"agent:{agent_id}:main"
+
+
+def is_sandboxed(settings: SandboxSettings, agent_id: str, session_key: str) -> bool:
+    if settings.mode == "all":
+        return True
+    if settings.mode == "non-main":
+        return session_key.strip().lower() not in main_session_keys(agent_id)
+    return False
+
+
+def scope_key(scope: str, agent_id: str, session_key: str) -> str:
+    if scope == "shared":
+        return "shared"
+    if scope == "agent":
+        return f"agent:{agent_id}"
+    return session_key
+
+
+def slugify(value: str) -> str:
+    """OpenClaw's slugifySessionKey: readable part + hash suffix so distinct keys never collide."""
+    text = re.sub(r"[^a-z0-9._-]+", "-", value.strip().lower()).strip("-")[:32] or "session"
+    return f"{text}-{hashlib.sha256(value.encode()).hexdigest()[:8]}"
+
+
+def container_name(settings: SandboxSettings, scope_key_value: str) -> str:
+    suffix = "shared" if settings.scope == "shared" else slugify(scope_key_value)
+    return (settings.docker.container_prefix + suffix)[:63]
+
+
+def agent_workspace_dir(agent_id: str) -> str:
+    """The agent's own workspace on the host (OpenClaw layout: workspace, workspace-<id>)."""
+    base = statefs.state_dir()
+    return str(base / ("workspace" if agent_id == "main" else f"workspace-{slugify(agent_id)}"))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a scope's files live on the host and what is mounted where."""
+
+    scope_key: str
+    name: str
+    sandbox_workspace: str
+    agent_workspace: str
+    workspace_dir: str  # mounted at docker.workdir
+    agent_mount: str | None  # host dir mounted read-only at /agent, if any
+
+
+def layout(
+    settings: SandboxSettings, agent_id: str, session_key: str, agent_workspace: str | None = None
+) -> Layout:
+    key = scope_key(settings.scope, agent_id, session_key)
+    root = Path(settings.workspace_root)
+    sandbox_ws = str(root if settings.scope == "shared" else root / slugify(key))
+    agent_ws = os.path.abspath(agent_workspace or agent_workspace_dir(agent_id))
+    if settings.workspace_access == "rw":
+        return Layout(key, container_name(settings, key), sandbox_ws, agent_ws, agent_ws, None)
+    agent_mount = agent_ws if settings.workspace_access == "ro" else None
+    return Layout(key, container_name(settings, key), sandbox_ws, agent_ws, sandbox_ws, agent_mount)
+
+
+def _normalize(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _normalize(v) for k, v in sorted(value.items()) if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_normalize(v) for v in value]
+    return value
+
+
+def config_hash(settings: SandboxSettings, lay: Layout) -> str:
+    """sha256 over the effective container config; array order matters, None is dropped (reference §6.3)."""
+    docker = {_camel(k): v for k, v in asdict(settings.docker).items()}
+    payload = {
+        "docker": docker,
+        "workspaceAccess": settings.workspace_access,
+        "workspaceDir": lay.workspace_dir,
+        "agentWorkspaceDir": lay.agent_workspace,
+        "mountFormatVersion": MOUNT_FORMAT_VERSION,
+        "supervisor": SUPERVISOR_DIGEST,
+    }
+    text = json.dumps(_normalize(payload), separators=(",", ":"), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def recreate_hint(settings: SandboxSettings, lay: Layout, agent_id: str) -> str:
+    if settings.scope == "session":
+        return f"exechost sandbox recreate --session {lay.scope_key}"
+    if settings.scope == "agent":
+        return f"exechost sandbox recreate --agent {agent_id}"
+    return "exechost sandbox recreate --all"

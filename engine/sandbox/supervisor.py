@@ -1,0 +1,314 @@
+"""Warm exec without a `docker exec` round trip: a tiny shell supervisor in each container spawns commands.
+
+The container's main process is a busybox-sh loop reading requests from a FIFO in a private, bind-mounted
+control dir (host `<state>/sandbox-ctl/<name>` ↔ `/.exechost`). Each command gets a dir there holding its
+spec script and FIFOs for stdin, stdout, stderr and status; the supervisor starts it in its own session so a
+kill reaches its whole process group. Everything in the control dir is writable by the container, so the host
+treats it as hostile: every open goes through directory fds with O_NOFOLLOW and checks the file type, and
+nothing in it is ever parsed beyond short status lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import secrets
+import shlex
+import shutil
+import signal as signal_mod
+import stat
+import struct
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine import statefs
+
+CTL_MOUNT = "/.exechost"
+BIN_MOUNT = "/.exechost-bin"
+BUSYBOX = f"{BIN_MOUNT}/busybox"
+
+SUPERVISOR_SH = f"""\
+B="$1"
+C={CTL_MOUNT}
+umask 077
+$B rm -rf "$C/x" "$C/ctl"
+$B mkdir -p "$C/x" || exit 1
+$B mkfifo -m 600 "$C/ctl" || exit 1
+exec 3<>"$C/ctl"
+while IFS=' ' read -r op a b <&3; do
+  case "$op" in
+    run)
+      case "$a" in ''|*[!0-9a-f]*) continue ;; esac
+      ( $B sh {BIN_MOUNT}/run.sh "$B" "$C/x/$a" </dev/null >/dev/null 2>&1 3<&- & ) ;;
+    kill)
+      case "$a" in ''|*[!A-Z0-9]*) continue ;; esac
+      case "$b" in ''|*[!0-9]*) continue ;; esac
+      $B kill -s "$a" "-$b" 2>/dev/null || $B kill -s "$a" "$b" 2>/dev/null ;;
+    killm)
+      # Everything that inherited the session marker, even daemons that left the process group.
+      case "$a" in ''|*[!A-Z0-9]*) continue ;; esac
+      case "$b" in ''|*[!0-9a-f]*) continue ;; esac
+      ( for e in /proc/[0-9]*/environ; do
+          if $B grep -qa "EXECHOST_SESSION=$b" "$e" 2>/dev/null; then
+            p=${{e#/proc/}}; $B kill -s "$a" "${{p%/environ}}" 2>/dev/null
+          fi
+        done & ) ;;
+  esac
+done
+"""
+
+# Opens every stream itself before forking, then reports "pid": once the host sees it, the container holds
+# the FIFO ends and the host may drop its placeholder writers without a spurious EOF.
+RUN_SH = """\
+B="$1"; d="$2"
+exec 9>"$d/rc" || exit 1
+if [ -p "$d/in" ]; then exec 5<"$d/in"; else exec 5</dev/null; fi
+exec 1>"$d/out" 2>"$d/err"
+# An async list gets /dev/null as stdin unless redirected explicitly, hence the detour through fd 5.
+$B setsid $B sh "$d/spec" 0<&5 5<&- &
+p=$!
+exec 5<&- 1>&- 2>&-
+echo "pid $p" >&9
+wait $p
+echo "exit $?" >&9
+"""
+
+RUNPTY_SH = """\
+echo $$ > "$2/pid"
+exec $1 sh "$2/spec"
+"""
+
+SCRIPTS = {"supervisor.sh": SUPERVISOR_SH, "run.sh": RUN_SH, "runpty.sh": RUNPTY_SH}
+
+
+class SupervisorUnavailable(RuntimeError):
+    """No supervisor reads the control FIFO (container stopped or supervisor killed)."""
+
+
+def _elf_is_static(path: str) -> bool:
+    """True for an ELF binary without a PT_INTERP segment — it runs in any container of this arch."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+            if head[:4] != b"\x7fELF" or head[4] != 2:
+                return False
+            (phoff,) = struct.unpack_from("<Q", head, 32)
+            phentsize, phnum = struct.unpack_from("<HH", head, 54)
+            fh.seek(phoff)
+            table = fh.read(phentsize * phnum)
+        return all(struct.unpack_from("<I", table, i * phentsize)[0] != 3 for i in range(phnum))
+    except (OSError, struct.error):
+        return False
+
+
+def find_static_busybox() -> str | None:
+    for cand in (shutil.which("busybox"), "/usr/bin/busybox", "/bin/busybox"):
+        if cand and os.path.isfile(cand) and _elf_is_static(cand):
+            return os.path.realpath(cand)
+    return None
+
+
+def bin_dir() -> Path:
+    return statefs.state_dir() / "sandbox-bin"
+
+
+def ensure_bin_dir() -> tuple[Path, bool]:
+    """Write the scripts (and a static busybox) to the read-only bin mount; returns (dir, has_busybox)."""
+    target = statefs.ensure_private_dir(bin_dir())
+    for name, text in SCRIPTS.items():
+        path = target / name
+        if statefs.read_text(path) != text:
+            statefs.atomic_write(path, text, mode=0o600)
+    bb = target / "busybox"
+    source = find_static_busybox()
+    if source is not None and (not bb.exists() or bb.stat().st_size != os.stat(source).st_size):
+        statefs.refuse_symlink(bb)
+        tmp = target / ".busybox.tmp"
+        shutil.copyfile(source, tmp)
+        os.chmod(tmp, 0o700)
+        os.replace(tmp, bb)
+    # The container may run as another uid: it needs to traverse and execute, never to write.
+    os.chmod(target, 0o755)  # noqa: S103 - read-only mount, holds no secrets
+    for entry in target.iterdir():
+        os.chmod(entry, 0o755 if entry.name == "busybox" else 0o644)
+    return target, bb.exists()
+
+
+def supervisor_command(has_busybox: bool) -> list[str]:
+    if has_busybox:
+        return [BUSYBOX, "sh", f"{BIN_MOUNT}/supervisor.sh", BUSYBOX]
+    return ["/bin/sh", f"{BIN_MOUNT}/supervisor.sh", ""]
+
+
+def ctl_dir(name: str) -> Path:
+    return statefs.state_dir() / "sandbox-ctl" / name
+
+
+def spec_script(command: str, cwd: str, env: Mapping[str, str], path_prepend: str | None, shell: str) -> str:
+    """The per-exec script: cd, exports, then a login shell running the command (reference §1.9)."""
+    lines = [f"cd {shlex.quote(cwd)} || exit 126"]
+    for key, value in env.items():
+        lines.append(f"export {key}={shlex.quote(value)}")
+    body = command
+    if path_prepend:
+        # After `sh -l` has read /etc/profile, which may reset PATH (reference §1.7).
+        body = f'export PATH={shlex.quote(path_prepend)}:"$PATH"; {command}'
+    lines.append(f"exec {shell} -lc {shlex.quote(body)}")
+    return "\n".join(lines) + "\n"
+
+
+def _fifo_fd(name: str, flags: int, dir_fd: int) -> int:
+    fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SupervisorUnavailable(f"sandbox control entry {name!r} is not a FIFO; refusing it")
+    return fd
+
+
+def _open_dir(name: str, dir_fd: int | None = None) -> int:
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    return fd
+
+
+class Channel:
+    """Host side of one container's control dir."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.path = ctl_dir(name)
+
+    def prepare(self) -> None:
+        statefs.ensure_private_dir(self.path.parent)
+        statefs.ensure_private_dir(self.path)
+
+    def send(self, line: str) -> None:
+        data = (line + "\n").encode()
+        try:
+            dfd = _open_dir(str(self.path))
+        except OSError as exc:
+            raise SupervisorUnavailable(f"no control dir for {self.name}: {exc.strerror}") from exc
+        try:
+            fd = _fifo_fd("ctl", os.O_WRONLY | os.O_NONBLOCK, dfd)
+        except OSError as exc:
+            raise SupervisorUnavailable(f"sandbox supervisor of {self.name} is not running") from exc
+        finally:
+            os.close(dfd)
+        try:
+            os.write(fd, data)  # < PIPE_BUF: atomic, never interleaved with another request
+        except OSError as exc:
+            raise SupervisorUnavailable(f"sandbox supervisor of {self.name} is not running") from exc
+        finally:
+            os.close(fd)
+
+    def alive(self) -> bool:
+        try:
+            dfd = _open_dir(str(self.path))
+        except OSError:
+            return False
+        try:
+            os.close(_fifo_fd("ctl", os.O_WRONLY | os.O_NONBLOCK, dfd))
+            return True
+        except (OSError, SupervisorUnavailable):
+            return False
+        finally:
+            os.close(dfd)
+
+    async def wait_ready(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        delay = 0.002
+        while not self.alive():
+            if time.monotonic() > deadline:
+                raise SupervisorUnavailable(f"sandbox supervisor of {self.name} did not start")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def kill(self, pid: int, sig: int) -> None:
+        self.send(f"kill {signal_mod.Signals(sig).name.removeprefix('SIG')} {int(pid)}")
+
+    def kill_marked(self, marker: str, sig: int) -> None:
+        self.send(f"killm {signal_mod.Signals(sig).name.removeprefix('SIG')} {marker}")
+
+    def new_exec_dir(self) -> tuple[str, int, int]:
+        """mkdir x/<id> without following anything; returns (id, x dir fd, exec dir fd)."""
+        dfd = _open_dir(str(self.path))
+        try:
+            xfd = _open_dir("x", dfd)
+        except OSError as exc:
+            raise SupervisorUnavailable(f"sandbox control dir of {self.name} is not ready") from exc
+        finally:
+            os.close(dfd)
+        exec_id = secrets.token_hex(8)
+        try:
+            os.mkdir(exec_id, 0o700, dir_fd=xfd)
+            efd = _open_dir(exec_id, xfd)
+            owner = self.owner()
+            if owner is not None:
+                os.fchown(efd, *owner)
+        except OSError:
+            os.close(xfd)
+            raise
+        return exec_id, xfd, efd
+
+    def owner(self) -> tuple[int, int] | None:
+        """The container user's uid:gid when it is not ours (the control dir was given to it at create)."""
+        st = os.stat(self.path)
+        return None if st.st_uid == os.geteuid() else (st.st_uid, st.st_gid)
+
+    def give(self, names: list[str], dir_fd: int) -> None:
+        """Hand an exec's files to the container user, so a non-root sandbox can open them (0600 stays)."""
+        owner = self.owner()
+        if owner is not None:
+            for name in names:
+                os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def write_file(name: str, text: str, dir_fd: int) -> None:
+    fd = os.open(
+        name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+    )
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+def read_small(name: str, dir_fd: int, limit: int = 64) -> str | None:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
+def remove_exec_dir(exec_id: str, xfd: int, efd: int) -> None:
+    for name in ("spec", "in", "out", "err", "rc", "pid"):
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=efd)
+    os.close(efd)
+    with contextlib.suppress(OSError):
+        os.rmdir(exec_id, dir_fd=xfd)
+    os.close(xfd)
+
+
+@dataclass
+class ExitStatus:
+    exit_code: int | None
+    signal: int | None
+
+
+def decode_status(code: int | None, signalled: int | None) -> ExitStatus:
+    """sh reports death by signal N as 128+N; only believe it for a signal we actually sent."""
+    if code is not None and signalled is not None and code == 128 + signalled:
+        return ExitStatus(None, signalled)
+    return ExitStatus(code, None)
+
+
+def errno_name(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, str(exc.errno))

@@ -1,0 +1,287 @@
+"""The `process` tool's actions and their exact texts (reference §2.3)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from engine.results import ToolResult
+from engine.sessions.keys import encode_key_token, encode_keys, encode_paste, needs_cursor_mode
+from engine.sessions.registry import Session, now_ms, truncate_middle
+
+if TYPE_CHECKING:
+    from engine.sessions.manager import SessionManager
+
+MAX_POLL_WAIT_MS = 120_000
+LOG_TAIL_LINES = 200
+RETRY_STEPS_MS = (5_000, 10_000, 30_000, 60_000)
+MAX_KEY_DELAY_MS = 10_000
+ACTIONS = ("list", "poll", "log", "write", "send-keys", "submit", "paste", "kill", "clear", "remove")
+
+
+def _fail(text: str, **details: Any) -> ToolResult:
+    return ToolResult(text, {"status": "failed", **details})
+
+
+def format_duration(ms: int) -> str:
+    if ms < 1000:
+        return f"{ms}ms"
+    seconds = ms // 1000
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds}s" if seconds else f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+
+
+def _int_param(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value.strip())
+    return None
+
+
+def _exit_line(session: Session) -> str:
+    return f"\n\nProcess exited with {session.exit_label}."
+
+
+async def run_action(
+    manager: SessionManager, action: str, params: dict[str, Any], scope: str | None
+) -> ToolResult:
+    name = str(action or "").strip().lower()
+    if name == "list":
+        return _list(manager, scope)
+    if name not in ACTIONS:
+        return _fail(f"Unknown action {action}")
+    session_id = str(params.get("sessionId") or "").strip()
+    if not session_id:
+        return _fail("sessionId is required for this action.")
+    session = manager.get(session_id, scope)
+    if name == "poll":
+        return await _poll(manager, session, session_id, params)
+    if name == "log":
+        return await _log(session, session_id, params)
+    if name in ("write", "send-keys", "submit", "paste"):
+        return await _input(name, session, session_id, params)
+    if name == "kill":
+        if session is None or session.exited:
+            return _fail(f"No active session found for {session_id}")
+        if not session.backgrounded:
+            return _fail(f"Session {session_id} is not backgrounded.")
+        if not manager.request_kill(session):
+            return _fail(f"Unable to terminate session {session_id}: no active supervisor run or process id.")
+        return ToolResult(
+            f"Termination requested for session {session_id}.",
+            {"status": "completed", "sessionId": session_id, "name": session.name},
+        )
+    if name == "clear":
+        if session is None or not session.exited or not session.listed:
+            return _fail(f"No finished session found for {session_id}")
+        manager.registry.drop(session_id)
+        return ToolResult(f"Cleared session {session_id}.", {"status": "completed"})
+    # remove
+    if session is None or (session.exited and not session.listed):
+        return _fail(f"No session found for {session_id}")
+    if not session.exited:
+        if not session.backgrounded:
+            return _fail(f"Session {session_id} is not backgrounded.")
+        manager.request_kill(session)
+        session.backgrounded = False  # dropped now: no exit notice for a session the agent removed
+        manager.registry.drop(session_id)
+        return ToolResult(
+            f"Removed session {session_id} (termination requested).",
+            {"status": "completed", "name": session.name},
+        )
+    manager.registry.drop(session_id)
+    return ToolResult(f"Removed session {session_id}.", {"status": "completed"})
+
+
+def _list(manager: SessionManager, scope: str | None) -> ToolResult:
+    sessions = manager.list_sessions(scope)
+    lines = []
+    for s in sessions:
+        label = truncate_middle(s["name"], 80) if s["name"] else truncate_middle(s["command"], 120)
+        lines.append(f"{s['sessionId']} {s['status']:<9} {format_duration(s['runtimeMs'])} :: {label}")
+    return ToolResult(
+        "\n".join(lines) or "No running or recent sessions.", {"status": "completed", "sessions": sessions}
+    )
+
+
+async def _poll(
+    manager: SessionManager, session: Session | None, sid: str, params: dict[str, Any]
+) -> ToolResult:
+    if session is None or (session.exited and not session.listed):
+        return _fail(f"No session found for {sid}")
+    if not session.exited and not session.backgrounded:
+        return _fail(f"Session {sid} is not backgrounded.")
+    wait_ms = max(0, min(MAX_POLL_WAIT_MS, _int_param(params.get("timeout")) or 0))
+    if wait_ms and not session.exited and not session.output.has_pending():
+        # Wakes on new output or exit: an interactive prompt reaches the agent before the timeout.
+        session.activity.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(session.activity.wait(), wait_ms / 1000)
+        if session.exited and not session.done.is_set():
+            await session.done.wait()
+    stdout, stderr, dropped = session.output.drain()
+    output = "\n".join(part for part in (stdout.rstrip(), stderr.rstrip()) if part).strip()
+    if dropped:
+        output = (
+            f"[{dropped} chars of output overflowed the poll buffer; use process log to read them]\n{output}"
+        )
+    details: dict[str, Any] = {
+        "status": session.status,
+        "sessionId": sid,
+        "exitCode": session.exit_code,
+        "aggregated": session.output.aggregated(),
+        "name": session.name,
+    }
+    if session.exited:
+        session.empty_polls = 0
+        if not output:
+            output = session.output.tail().strip() if session.output.total_chars else "(no output recorded)"
+        if session.exit_signal is not None:
+            details["exitSignal"] = session.exit_signal
+        if session.timed_out:
+            details["timedOut"] = True
+        return ToolResult(output + manager.stray_note(session) + _exit_line(session), details)
+    if output:
+        session.empty_polls = 0
+        retry = RETRY_STEPS_MS[0]
+    else:
+        session.empty_polls += 1
+        retry = RETRY_STEPS_MS[min(session.empty_polls, len(RETRY_STEPS_MS)) - 1]
+    details["retryInMs"] = retry
+    return ToolResult((output or "(no new output)") + "\n\nProcess still running.", details)
+
+
+def _slice_lines(text: str, offset: int | None, limit: int | None) -> tuple[str, int]:
+    text = text.replace("\r\n", "\n")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    total = len(lines)
+    if offset is None and limit is None:
+        chosen = lines[max(0, total - LOG_TAIL_LINES) :]
+    elif offset is None:
+        chosen = lines[max(0, total - limit) :] if limit and limit > 0 else []
+    elif limit is None:
+        chosen = lines[max(0, offset) :]
+    else:
+        start = max(0, offset)
+        chosen = lines[start : start + max(0, limit)]
+    return "\n".join(chosen), total
+
+
+async def _log(session: Session | None, sid: str, params: dict[str, Any]) -> ToolResult:
+    if session is None or (session.exited and not session.listed):
+        return _fail(f"No session found for {sid}")
+    if not session.exited and not session.backgrounded:
+        return _fail(f"Session {sid} is not backgrounded.")
+    offset, limit = _int_param(params.get("offset")), _int_param(params.get("limit"))
+    text = await session.output.full_text()
+    body, total = _slice_lines(text, offset, limit)
+    empty = "(no output recorded)" if session.exited else "(no output yet)"
+    note = ""
+    if offset is None and limit is None and total > LOG_TAIL_LINES:
+        note = f"\n\n[showing last {LOG_TAIL_LINES} of {total} lines; pass offset/limit to page]"
+    return ToolResult(
+        (body or empty) + note,
+        {
+            "status": session.status,
+            "sessionId": sid,
+            "name": session.name,
+            "total": total,
+            "totalLines": total,
+            "totalChars": session.output.total_chars,
+            "truncated": session.output.truncated,
+            "exitCode": session.exit_code,
+            "exitSignal": session.exit_signal,
+        },
+    )
+
+
+async def _input(name: str, session: Session | None, sid: str, params: dict[str, Any]) -> ToolResult:
+    if session is None or session.exited:
+        return _fail(f"No active session found for {sid}")
+    if not session.backgrounded:
+        return _fail(f"Session {sid} is not backgrounded.")
+    handle = session.handle
+    if handle is None or not session.stdin_writable:
+        return _fail(f"Session {sid} stdin is not writable.")
+    running = {"status": "running", "sessionId": sid, "name": session.name}
+    try:
+        if name == "write":
+            data = str(params.get("data") or "").encode("utf-8")
+            if data:
+                await handle.write(data)
+            eof = bool(params.get("eof"))
+            if eof:
+                await handle.close_stdin()
+            return ToolResult(
+                f"Wrote {len(data)} bytes to session {sid}{' (stdin closed)' if eof else ''}.", running
+            )
+        if name == "submit":
+            await handle.write(b"\r")
+            return ToolResult(f"Submitted session {sid} (sent CR).", running)
+        if name == "paste":
+            text = str(params.get("text") or "")
+            if not text:
+                return _fail("No paste text provided.")
+            await handle.write(encode_paste(text, params.get("bracketed") is not False).encode("utf-8"))
+            return ToolResult(f"Pasted {len(text)} chars to session {sid}.", running)
+        return await _send_keys(session, sid, params, running)
+    except OSError:
+        return _fail(f"Session {sid} stdin is not writable.")
+
+
+async def _send_keys(
+    session: Session, sid: str, params: dict[str, Any], running: dict[str, Any]
+) -> ToolResult:
+    assert session.handle is not None
+    keys = [str(k) for k in params.get("keys") or []]
+    hex_bytes = [str(h) for h in params.get("hex") or []]
+    literal = params.get("literal")
+    mode = session.cursor_key_mode
+    if mode == "unknown" and needs_cursor_mode(keys):
+        return _fail(
+            f"Session {sid} cursor key mode is not known yet. "
+            "Poll or log until startup output appears, then retry send-keys."
+        )
+    delay_ms = max(0, min(MAX_KEY_DELAY_MS, _int_param(params.get("delayMs")) or 0))
+    if delay_ms and len(keys) > 1:
+        # One write per key with a pause: TUIs that read keys in a loop can miss a burst (PR #20798).
+        head = encode_keys(hex_bytes=hex_bytes, literal=str(literal) if literal else None, cursor_mode=mode)
+        warnings, sent = list(head.warnings), 0
+        if head.data:
+            await session.handle.write(head.data)
+            sent += len(head.data)
+        for index, key in enumerate(keys):
+            if index:
+                await asyncio.sleep(delay_ms / 1000)
+            encoded = encode_key_token(key, session.cursor_key_mode if mode != "unknown" else mode)
+            warnings.extend(encoded.warnings)
+            if encoded.data:
+                await session.handle.write(encoded.data)
+                sent += len(encoded.data)
+    else:
+        encoded = encode_keys(
+            keys=keys, hex_bytes=hex_bytes, literal=str(literal) if literal else None, cursor_mode=mode
+        )
+        warnings, sent = encoded.warnings, len(encoded.data)
+        if encoded.data:
+            await session.handle.write(encoded.data)
+    if not sent and not warnings:
+        return _fail("No key data provided.")
+    text = f"Sent {sent} bytes to session {sid}."
+    if warnings:
+        text += "\n" + "\n".join(warnings)
+    return ToolResult(text, running)
+
+
+__all__ = ["ACTIONS", "format_duration", "now_ms", "run_action"]

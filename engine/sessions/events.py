@@ -1,0 +1,51 @@
+"""System events: short notices (e.g. "Exec completed …") queued per agent session key until drained."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import Callable
+
+MAX_EVENTS_PER_KEY = 100
+
+EventListener = Callable[[str, str], None]
+
+
+class SystemEvents:
+    """Per-session-key queues of event texts, bounded (oldest dropped), with push listeners."""
+
+    def __init__(self, max_per_key: int = MAX_EVENTS_PER_KEY) -> None:
+        self._queues: dict[str, deque[str]] = {}
+        self._max = max_per_key
+        self._listeners: list[EventListener] = []
+
+    def enqueue(self, session_key: str, text: str) -> None:
+        key = session_key.strip()
+        if not key:
+            return
+        queue = self._queues.setdefault(key, deque(maxlen=self._max))
+        queue.append(text)
+        for listener in list(self._listeners):
+            # A broken listener must not stop delivery to the queue or to the others.
+            with contextlib.suppress(Exception):
+                listener(key, text)
+
+    def drain(self, session_key: str) -> list[str]:
+        queue = self._queues.pop(session_key.strip(), None)
+        return list(queue) if queue else []
+
+    def peek(self, session_key: str) -> list[str]:
+        return list(self._queues.get(session_key.strip(), ()))
+
+    def keys(self) -> list[str]:
+        return [key for key, queue in self._queues.items() if queue]
+
+    def subscribe(self, listener: EventListener) -> Callable[[], None]:
+        """Call `listener(session_key, text)` on every enqueue; returns the unsubscribe function."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return unsubscribe

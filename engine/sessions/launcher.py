@@ -1,0 +1,409 @@
+"""How a command is started: RunSpec, the Launcher/ProcessHandle seam, and the local pipes/PTY launcher."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import secrets
+import signal
+import subprocess
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from engine.sessions import procs
+from engine.sessions.pty import become_controlling_tty, open_pty, set_winsize
+
+DEFAULT_SHELL = "/bin/sh"
+DEFAULT_TERM = "xterm-256color"
+READ_SIZE = 1024 * 1024
+# Once a command has printed this much, a read that drained the pipe waits BATCH_SEC before the next
+# one, so a flood arrives in few large chunks (toad's read coalescing) while short output stays instant.
+FLOOD_BYTES = 1024 * 1024
+BATCH_SEC = 0.001
+PIPE_SIZE = 1024 * 1024
+# Reads pause above this many unconsumed bytes, so a stalled consumer throttles the child, not our memory.
+HIGH_WATER = 4 * 1024 * 1024
+
+
+@dataclass
+class RunSpec:
+    """One command to run. `timeout_sec=None` means "not given": the manager applies the reference rules."""
+
+    command: str
+    argv: list[str] | None = None  # None => [/bin/sh, -c, command]
+    cwd: str | None = None
+    env: dict[str, str] | None = None  # already sanitised by the caller (engine.hostenv); None => inherit
+    pty: bool = False
+    cols: int = 120
+    rows: int = 40
+    yield_ms: int | None = None
+    background: bool = False
+    timeout_sec: float | None = None
+    scope_key: str = ""
+    notify_on_exit: bool = True
+    notify_on_exit_empty_success: bool = False
+    session_key: str | None = None  # system-event queue; defaults to scope_key
+    host: str = "gateway"
+    name: str | None = None
+    launcher: Launcher | None = None  # None => LocalLauncher
+    stdin: bool | None = None  # None => open for background or PTY sessions, closed otherwise
+    allow_background: bool = True
+    warnings: list[str] = field(default_factory=list)  # caller's warnings, shown before the output
+    marker: str = ""  # filled by the manager: the value of EXECHOST_SESSION for this command
+
+    def resolved_argv(self) -> list[str]:
+        return list(self.argv) if self.argv else [DEFAULT_SHELL, "-c", self.command]
+
+    def wants_stdin(self) -> bool:
+        return self.stdin if self.stdin is not None else (self.background or self.pty)
+
+
+@runtime_checkable
+class ProcessHandle(Protocol):
+    """A started command, as the session manager drives it. LocalProcess is the reference implementation.
+
+    `read` returns (stream, bytes) with stream in stdout|stderr|pty, or None once every stream is at EOF
+    or `close` was called. `wait` returns (exit code, signal name); exactly one is not None.
+    """
+
+    pid: int | None
+    pty: bool
+
+    @property
+    def stdin_open(self) -> bool: ...
+
+    async def read(self) -> tuple[str, bytes] | None: ...
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def close_stdin(self) -> None: ...
+
+    def resize(self, cols: int, rows: int) -> None: ...
+
+    def signal_group(self, sig: int) -> None: ...
+
+    async def wait(self) -> tuple[int | None, str | None]: ...
+
+    def stdio_holders(self) -> list[procs.ProcInfo]:
+        """Processes still holding the command's output open (asked after the main process exited)."""
+        ...
+
+    async def terminate(self, grace: float = procs.KILL_GRACE_SEC) -> list[procs.ProcInfo]:
+        """SIGTERM everything the command started, `grace` seconds, then SIGKILL. Returns stragglers found."""
+        ...
+
+    def close(self) -> None:
+        """Stop reading and release every descriptor; pending `read` calls return None."""
+        ...
+
+
+class Launcher(Protocol):
+    async def spawn(self, spec: RunSpec) -> ProcessHandle: ...
+
+
+def _exit_status(status: int) -> tuple[int | None, str | None]:
+    code = os.waitstatus_to_exitcode(status)
+    if code >= 0:
+        return code, None
+    try:
+        return None, signal.Signals(-code).name
+    except ValueError:
+        return None, f"SIG{-code}"
+
+
+class LocalProcess:
+    """A local child in its own session: non-blocking fds on the event loop, reads batched, pidfd wait."""
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        readers: dict[int, str],
+        stdin_fd: int | None,
+        *,
+        pty_master: int | None,
+        fd_targets: set[str],
+        marker: str,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._popen = popen
+        self.pid: int | None = popen.pid
+        self.pty = pty_master is not None
+        self._master = pty_master
+        self._readers = dict(readers)
+        self._open = set(readers)
+        self._stdin_fd = stdin_fd
+        self._stdin_closed = stdin_fd is None
+        self._fd_targets = fd_targets
+        self._marker = marker
+        self._chunks: deque[tuple[str, bytes]] = deque()
+        self._buffered = 0
+        self._paused = False
+        self._bytes_read = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._exit: asyncio.Future[tuple[int | None, str | None]] = self._loop.create_future()
+        self._closed = False
+        for fd in self._readers:
+            os.set_blocking(fd, False)
+            self._loop.add_reader(fd, self._on_readable, fd)
+        self._watch_exit()
+
+    # -- exit -------------------------------------------------------------------------------------
+    def _watch_exit(self) -> None:
+        try:
+            pidfd = os.pidfd_open(self._popen.pid)
+        except (AttributeError, OSError):
+            self._loop.create_task(self._wait_in_thread())
+            return
+
+        def on_exit() -> None:
+            try:
+                pid, status = os.waitpid(self._popen.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid, status = self._popen.pid, 0
+            if pid == 0:
+                return
+            self._loop.remove_reader(pidfd)
+            os.close(pidfd)
+            self._set_exit(status)
+
+        self._loop.add_reader(pidfd, on_exit)
+
+    async def _wait_in_thread(self) -> None:
+        _, status = await asyncio.to_thread(os.waitpid, self._popen.pid, 0)
+        self._set_exit(status)
+
+    def _set_exit(self, status: int) -> None:
+        code, sig = _exit_status(status)
+        # Tell Popen the child is reaped so it never waits on (or warns about) a recycled pid.
+        self._popen.returncode = code if code is not None else os.waitstatus_to_exitcode(status)
+        if not self._exit.done():
+            self._exit.set_result((code, sig))
+
+    async def wait(self) -> tuple[int | None, str | None]:
+        return await asyncio.shield(self._exit)
+
+    # -- output -----------------------------------------------------------------------------------
+    def _on_readable(self, fd: int) -> None:
+        # Drain what is there now (a PTY hands out ~4 KiB per read): fewer loop turns per MiB.
+        parts: list[bytes] = []
+        size, eof = 0, False
+        while size < READ_SIZE:
+            try:
+                data = os.read(fd, READ_SIZE - size)
+            except BlockingIOError:
+                break
+            except OSError:  # EIO: the PTY slave has no holder left
+                data = b""
+            if not data:
+                eof = True
+                break
+            parts.append(data)
+            size += len(data)
+        if parts:
+            self._chunks.append((self._readers[fd], parts[0] if len(parts) == 1 else b"".join(parts)))
+            self._buffered += size
+            if self._buffered > HIGH_WATER and not self._paused:
+                self._paused = True
+                for open_fd in self._open:
+                    self._loop.remove_reader(open_fd)
+        if eof:
+            self._eof(fd)
+            return
+        if not parts:
+            return
+        self._bytes_read += size
+        # Pipes only: a PTY buffers a few KiB, and pausing would stall the writer instead.
+        if not self.pty and size < READ_SIZE and self._bytes_read > FLOOD_BYTES and not self._paused:
+            self._loop.remove_reader(fd)
+            self._loop.call_later(BATCH_SEC, self._resume, fd)
+        self._wake()
+
+    def _resume(self, fd: int) -> None:
+        if fd in self._open and not self._paused and not self._closed:
+            self._loop.add_reader(fd, self._on_readable, fd)
+
+    def _eof(self, fd: int) -> None:
+        self._loop.remove_reader(fd)
+        self._open.discard(fd)
+        if fd != self._master:
+            os.close(fd)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def read(self) -> tuple[str, bytes] | None:
+        while not self._chunks:
+            if not self._open:
+                return None
+            self._waiter = self._loop.create_future()
+            await self._waiter
+        stream, data = self._chunks.popleft()
+        if self._chunks and self._chunks[0][0] == stream:
+            # Batch everything of the same stream that piled up since the last read.
+            parts = [data]
+            while self._chunks and self._chunks[0][0] == stream and len(parts) < 64:
+                parts.append(self._chunks.popleft()[1])
+            data = b"".join(parts)
+        self._buffered -= len(data)
+        if self._paused and self._buffered < HIGH_WATER // 2:
+            self._paused = False
+            for fd in self._open:
+                self._loop.add_reader(fd, self._on_readable, fd)
+        return stream, data
+
+    # -- input ------------------------------------------------------------------------------------
+    @property
+    def stdin_open(self) -> bool:
+        return not self._stdin_closed and not self._closed
+
+    async def write(self, data: bytes) -> None:
+        if not self.stdin_open or self._stdin_fd is None:
+            raise BrokenPipeError("stdin is closed")
+        fd = self._stdin_fd
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                ready: asyncio.Future[None] = self._loop.create_future()
+                self._loop.add_writer(fd, lambda f=ready: f.done() or f.set_result(None))  # type: ignore[misc]
+                try:
+                    await ready
+                finally:
+                    self._loop.remove_writer(fd)
+
+    async def close_stdin(self) -> None:
+        if self._stdin_closed:
+            return
+        if self.pty:
+            # A terminal has no half-close: EOT is what a user's ^D sends.
+            await self.write(b"\x04")
+        elif self._stdin_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._stdin_fd)
+        self._stdin_closed = True
+
+    def resize(self, cols: int, rows: int) -> None:
+        if self._master is not None and not self._closed:
+            set_winsize(self._master, cols, rows)
+
+    # -- termination ------------------------------------------------------------------------------
+    def signal_group(self, sig: int) -> None:
+        if self.pid is not None:
+            procs.signal_group(self.pid, sig)
+
+    def stdio_holders(self) -> list[procs.ProcInfo]:
+        return procs.scan(fd_targets=self._fd_targets)
+
+    async def terminate(self, grace: float = procs.KILL_GRACE_SEC) -> list[procs.ProcInfo]:
+        if self.pid is None:
+            return []
+        return await procs.kill_tree(self.pid, marker=self._marker, fd_targets=self._fd_targets, grace=grace)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for fd in list(self._open):
+            self._loop.remove_reader(fd)
+            if fd != self._master:
+                os.close(fd)
+        self._open.clear()
+        if self._stdin_fd is not None and not self._stdin_closed and self._stdin_fd != self._master:
+            with contextlib.suppress(OSError):
+                os.close(self._stdin_fd)
+        self._stdin_closed = True
+        if self._master is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._master)
+        self._wake()
+
+
+def _fd_name(fd: int) -> str:
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
+class LocalLauncher:
+    """Runs commands on this machine: pipes by default, a real PTY when asked."""
+
+    async def spawn(self, spec: RunSpec) -> LocalProcess:
+        argv = spec.resolved_argv()
+        env = dict(os.environ if spec.env is None else spec.env)
+        marker = spec.marker or secrets.token_hex(8)
+        env[procs.MARKER_ENV] = marker
+        if spec.pty:
+            return self._spawn_pty(spec, argv, env, marker)
+        return self._spawn_pipes(spec, argv, env, marker)
+
+    def _spawn_pty(self, spec: RunSpec, argv: list[str], env: dict[str, str], marker: str) -> LocalProcess:
+        env.setdefault("TERM", DEFAULT_TERM)
+        master, slave = open_pty(spec.cols, spec.rows)
+        try:
+            targets = {os.ttyname(slave)}
+            popen = subprocess.Popen(
+                argv,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                cwd=spec.cwd,
+                env=env,
+                close_fds=True,
+                preexec_fn=become_controlling_tty,
+            )
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        return LocalProcess(
+            popen, {master: "pty"}, master, pty_master=master, fd_targets=targets, marker=marker
+        )
+
+    def _spawn_pipes(self, spec: RunSpec, argv: list[str], env: dict[str, str], marker: str) -> LocalProcess:
+        # Our own pipes (close-on-exec in this process) rather than Popen's file objects: this object
+        # owns and closes the read ends, and Popen never reads or reaps anything.
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        in_r, in_w = os.pipe() if spec.wants_stdin() else (None, None)
+        child_ends = [fd for fd in (out_w, err_w, in_r) if fd is not None]
+        try:
+            popen = subprocess.Popen(
+                argv,
+                stdin=in_r if in_r is not None else subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                cwd=spec.cwd,
+                env=env,
+                close_fds=True,
+                start_new_session=True,
+            )
+        except BaseException:
+            for fd in (out_r, err_r, in_w):
+                if fd is not None:
+                    os.close(fd)
+            raise
+        finally:
+            for fd in child_ends:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        targets: set[str] = set()
+        for fd in (out_r, err_r):
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)  # fewer, larger reads under a flood
+            targets.add(_fd_name(fd))
+        if in_w is not None:
+            os.set_blocking(in_w, False)
+            targets.add(_fd_name(in_w))
+        return LocalProcess(
+            popen,
+            {out_r: "stdout", err_r: "stderr"},
+            in_w,
+            pty_master=None,
+            fd_targets=targets,
+            marker=marker,
+        )

@@ -1,0 +1,461 @@
+"""SessionManager: runs commands as sessions, supervises them to EOF and exit, and answers `process`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import re
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine import statefs
+from engine.results import ToolError, ToolResult
+from engine.sessions import procs
+from engine.sessions.events import SystemEvents
+from engine.sessions.launcher import Launcher, LocalLauncher, LocalProcess, ProcessHandle, RunSpec
+from engine.sessions.output import DEFAULT_LOG_CAP, OutputBuffer, OutputSubscription, TextDecoder
+from engine.sessions.procs import KILL_GRACE_SEC
+from engine.sessions.pty import TerminalWatcher
+from engine.sessions.registry import Registry, Session, now_ms
+
+DEFAULT_TIMEOUT_SEC = 1800.0
+DEFAULT_BACKGROUND_MS = 10_000
+YIELD_MIN_MS, YIELD_MAX_MS = 10, 120_000
+# After the main process exits: how long output may stay silent, and how long it may keep coming,
+# before whoever still holds the pipes is treated as a stray.
+EOF_IDLE_SEC = 0.25
+EOF_MAX_SEC = 2.0
+NOTIFY_TAIL_CHARS = 400
+NOTIFY_SNIPPET_CHARS = 180
+RUNNING_HINT = "Use process (list/poll/log/write/kill/clear/remove) for follow-up."
+
+SessionListener = Callable[[str, dict[str, Any]], None]
+
+
+def _compact(text: str, limit: int = NOTIFY_SNIPPET_CHARS) -> str:
+    flat = re.sub(r"\s+", " ", text).strip()
+    return flat if len(flat) <= limit else flat[: max(1, limit - 1)] + "…"
+
+
+def _warning_prefix(warnings: list[str]) -> str:
+    return "\n".join(warnings) + "\n\n" if warnings else ""
+
+
+def clamp_yield_ms(value: int | float | None, default: int = DEFAULT_BACKGROUND_MS) -> int:
+    raw = default if value is None else value
+    return int(min(YIELD_MAX_MS, max(YIELD_MIN_MS, raw)))
+
+
+class SessionManager:
+    """Owns every session of this gateway. One instance per process; all methods run on its event loop."""
+
+    def __init__(
+        self,
+        state_dir: Path | None = None,
+        *,
+        log_cap_bytes: int = DEFAULT_LOG_CAP,
+        cleanup_ms: int = 1_800_000,
+        events: SystemEvents | None = None,
+        timeout_sec: float = DEFAULT_TIMEOUT_SEC,
+        background_ms: int = DEFAULT_BACKGROUND_MS,
+        kill_grace_sec: float = KILL_GRACE_SEC,
+        launcher: Launcher | None = None,
+    ) -> None:
+        self.state_dir = Path(state_dir) if state_dir is not None else statefs.state_dir()
+        self.log_dir = self.state_dir / "sessions"
+        self.log_cap_bytes = log_cap_bytes
+        self.events = events if events is not None else SystemEvents()
+        self.default_timeout_sec = timeout_sec
+        self.default_background_ms = background_ms
+        self.kill_grace_sec = kill_grace_sec
+        self.launcher: Launcher = launcher if launcher is not None else LocalLauncher()
+        self.registry = Registry(cleanup_ms)
+        self.registry.on_drop = self._on_drop
+        self._listeners: list[SessionListener] = []
+        self._supervisors: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    # -- listeners --------------------------------------------------------------------------------
+    def add_listener(self, listener: SessionListener) -> Callable[[], None]:
+        """`listener(event, session dict)` for `session.started` and `session.exited`."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def _emit(self, event: str, session: Session) -> None:
+        if not self._listeners:
+            return
+        data = session.to_dict()
+        for listener in list(self._listeners):
+            with contextlib.suppress(Exception):
+                listener(event, data)
+
+    # -- exec -------------------------------------------------------------------------------------
+    def _resolve_cwd(self, requested: str | None, warnings: list[str]) -> str:
+        if requested and os.path.isdir(requested):
+            return requested
+        try:
+            fallback = os.getcwd()
+        except OSError:
+            fallback = os.path.expanduser("~")
+        if requested:
+            if not os.path.isdir(fallback):
+                fallback = os.path.expanduser("~")
+            warnings.append(f'Warning: workdir "{requested}" is unavailable; using "{fallback}".')
+        return fallback
+
+    def _effective_timeout(self, spec: RunSpec) -> float | None:
+        if spec.timeout_sec is not None and spec.timeout_sec > 0:
+            return spec.timeout_sec
+        # Reference §1.10: backgrounded without an explicit timeout means no timeout at all.
+        if spec.allow_background and (spec.background or spec.yield_ms is not None):
+            return None
+        return self.default_timeout_sec if self.default_timeout_sec > 0 else None
+
+    async def run(self, spec: RunSpec) -> ToolResult:
+        """Start `spec` and return completed | failed (finished within the yield window) | running."""
+        if not spec.command.strip() and not spec.argv:
+            raise ToolError("Provide a command to start.")
+        if self._closing:
+            raise ToolError("The session manager is shutting down.")
+        warnings = list(spec.warnings)
+        background = spec.background and spec.allow_background
+        if not spec.allow_background and (spec.background or spec.yield_ms is not None):
+            warnings.append("Warning: background execution is disabled; running synchronously.")
+        cwd = self._resolve_cwd(spec.cwd, warnings)
+        session_id = self.registry.new_id()
+        spec = dataclasses.replace(
+            spec,
+            cwd=cwd,
+            timeout_sec=self._effective_timeout(spec),
+            marker=f"{session_id}-{secrets.token_hex(6)}",
+            warnings=warnings,
+        )
+        session = Session(
+            id=session_id,
+            spec=spec,
+            cwd=cwd,
+            output=OutputBuffer(
+                self.log_dir / f"{session_id}.log", log_cap=self.log_cap_bytes, session_id=session_id
+            ),
+        )
+        handle = await self._spawn(session, warnings)
+        if handle is None:
+            return self._finished_result(session)
+        self.registry.add(session)
+        task = asyncio.get_running_loop().create_task(self._supervise(session, handle))
+        self._supervisors.add(task)
+        task.add_done_callback(self._supervisors.discard)
+        self._emit("session.started", session)
+        if background:
+            session.backgrounded = True
+            return self._running_result(session)
+        try:
+            if spec.allow_background:
+                yield_sec = clamp_yield_ms(spec.yield_ms, self.default_background_ms) / 1000
+                await asyncio.wait_for(asyncio.shield(session.done.wait()), yield_sec)
+            else:
+                await asyncio.shield(session.done.wait())
+        except TimeoutError:
+            if not session.exited:
+                session.backgrounded = True
+                return self._running_result(session)
+        except asyncio.CancelledError:
+            # The tool call was aborted before the command was backgrounded: it dies with the call.
+            if not session.exited:
+                self._request_kill(session)
+            raise
+        return self._finished_result(session)
+
+    async def _spawn(self, session: Session, warnings: list[str]) -> ProcessHandle | None:
+        spec = session.spec
+        launcher = spec.launcher or self.launcher
+        try:
+            handle = await launcher.spawn(spec)
+        except (OSError, ValueError, RuntimeError) as exc:
+            if not spec.pty:
+                return self._spawn_failed(session, exc)
+            warnings.append(f"Warning: PTY spawn failed ({exc}); retrying without PTY for `{spec.command}`.")
+            session.spec = spec = dataclasses.replace(spec, pty=False, stdin=True)
+            try:
+                handle = await launcher.spawn(spec)
+            except (OSError, ValueError, RuntimeError) as retry_exc:
+                return self._spawn_failed(session, retry_exc)
+        session.handle = handle
+        session.pid = handle.pid
+        session.pty = handle.pty
+        session.output.terminal = handle.pty
+        if handle.pty:
+            session.terminal = TerminalWatcher()
+        return handle
+
+    @staticmethod
+    def _spawn_failed(session: Session, exc: BaseException) -> ProcessHandle | None:
+        session.error = str(exc)
+        session.exited = True
+        session.ended_at = now_ms()
+        session.done.set()
+        return None
+
+    # -- supervision ------------------------------------------------------------------------------
+    async def _supervise(self, session: Session, handle: ProcessHandle) -> None:
+        loop = asyncio.get_running_loop()
+        timeout = session.spec.timeout_sec
+        timer = loop.call_later(timeout, self._on_timeout, session) if timeout else None
+        pump = loop.create_task(self._pump(session, handle))
+        try:
+            code, sig = await handle.wait()
+            await self._await_eof(session, handle, pump)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if not pump.done():
+                handle.close()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pump
+        self._record_exit(session, handle, code, sig)
+
+    async def _pump(self, session: Session, handle: ProcessHandle) -> None:
+        while (item := await handle.read()) is not None:
+            self._on_output(session, handle, item[0], item[1])
+        for stream, decoder in session.decoders.items():
+            session.output.append(stream, decoder.feed(b"", final=True))
+
+    def _on_output(self, session: Session, handle: ProcessHandle, stream: str, data: bytes) -> None:
+        session.raw.push(stream, data)
+        if session.terminal is not None:
+            data, queries = session.terminal.feed(data)
+            if queries and handle.stdin_open:
+                reply = TerminalWatcher.cursor_position_response() * queries
+                asyncio.get_running_loop().create_task(self._quiet_write(handle, reply))
+        text_stream = "stderr" if stream == "stderr" else "stdout"
+        decoder = session.decoders.get(text_stream)
+        if decoder is None:
+            decoder = session.decoders[text_stream] = TextDecoder()
+        session.output.append(text_stream, decoder.feed(data))
+        session.activity.set()
+
+    @staticmethod
+    async def _quiet_write(handle: ProcessHandle, data: bytes) -> None:
+        with contextlib.suppress(OSError):
+            await handle.write(data)
+
+    async def _await_eof(self, session: Session, handle: ProcessHandle, pump: asyncio.Task[None]) -> None:
+        """Read to EOF after the main process exited (#58146), but never wait on strays forever (#147304)."""
+        loop = asyncio.get_running_loop()
+        if session.kill_task is not None and not session.kill_task.done():
+            # A kill in progress signals the whole tree; give it its grace before judging strays.
+            await asyncio.wait({pump, session.kill_task}, return_when=asyncio.FIRST_COMPLETED)
+            if not pump.done():
+                await asyncio.wait(
+                    {pump, session.kill_task},
+                    return_when=asyncio.ALL_COMPLETED,
+                    timeout=self.kill_grace_sec + 1,
+                )
+        deadline = loop.time() + EOF_MAX_SEC
+        seen = session.raw.offset
+        while True:
+            if pump.done():
+                return
+            await asyncio.wait({pump}, timeout=EOF_IDLE_SEC)
+            if pump.done():
+                return
+            if session.raw.offset == seen or loop.time() >= deadline:
+                break
+            seen = session.raw.offset
+        holders = await asyncio.to_thread(handle.stdio_holders)
+        session.stray = [h.to_dict() for h in holders]
+        handle.close()
+        await pump
+        session.kill_task = loop.create_task(handle.terminate(self.kill_grace_sec))
+
+    def _on_timeout(self, session: Session) -> None:
+        if session.exited:
+            return
+        session.timed_out = True
+        self._request_kill(session)
+
+    def _request_kill(self, session: Session) -> bool:
+        handle = session.handle
+        if handle is None:
+            return False
+        session.killed = True
+        if session.kill_task is None or session.kill_task.done():
+            session.kill_task = asyncio.get_running_loop().create_task(handle.terminate(self.kill_grace_sec))
+        return True
+
+    def _record_exit(
+        self, session: Session, handle: ProcessHandle, code: int | None, sig: str | None
+    ) -> None:
+        session.exit_code, session.exit_signal = code, sig
+        session.exited = True
+        session.ended_at = now_ms()
+        handle.close()
+        session.output.close()
+        session.raw.end()
+        if session.backgrounded:
+            self._notify_exit(session)
+        elif session.output.truncated:
+            session.retained = True  # the result's marker points at `process log`; keep it pageable
+        elif self.registry.get(session.id) is session:
+            self.registry.drop(session.id)
+        session.done.set()
+        session.activity.set()
+        self._emit("session.exited", session)
+
+    def _notify_exit(self, session: Session) -> None:
+        spec = session.spec
+        key = (spec.session_key or spec.scope_key or "").strip()
+        if not spec.notify_on_exit or session.notified or not key:
+            return
+        session.notified = True
+        status = session.status
+        output = _compact(session.output.tail(NOTIFY_TAIL_CHARS))
+        if status == "completed" and not output and not spec.notify_on_exit_empty_success:
+            return
+        summary = f"Exec {status} ({session.id[:8]}, {session.exit_label})"
+        self.events.enqueue(key, f"{summary} :: {output}" if output else summary)
+
+    def _on_drop(self, session: Session) -> None:
+        if not session.exited:
+            self._request_kill(session)
+        session.output.close(delete=True)
+        session.raw.end()
+
+    # -- results ----------------------------------------------------------------------------------
+    def stray_note(self, session: Session) -> str:
+        if not session.stray:
+            return ""
+        who = ", ".join(f"pid {p['pid']} ({p['comm']})" for p in session.stray)
+        return (
+            f"\n\n[the main process exited but {len(session.stray)} process(es) still held its output: "
+            f"{who}; they were terminated]"
+        )
+
+    def _running_result(self, session: Session) -> ToolResult:
+        pid = session.pid if session.pid is not None else "n/a"
+        text = _warning_prefix(session.spec.warnings) + (
+            f"Command still running (session {session.id}, pid {pid}). {RUNNING_HINT}"
+        )
+        return ToolResult(
+            text,
+            {
+                "status": "running",
+                "sessionId": session.id,
+                "pid": session.pid,
+                "startedAt": session.started_at,
+                "cwd": session.cwd,
+                "tail": session.output.tail(),
+            },
+        )
+
+    def _finished_result(self, session: Session) -> ToolResult:
+        aggregated = session.output.aggregated().strip()
+        duration = max(0, (session.ended_at or now_ms()) - session.started_at)
+        failure = session.failure
+        prefix = _warning_prefix(session.spec.warnings)
+        details: dict[str, Any] = {"durationMs": duration, "cwd": session.cwd}
+        if failure is None:
+            code = session.exit_code or 0
+            if code != 0:
+                exit_msg = f"(Command exited with code {code})"
+                aggregated = f"{aggregated}\n\n{exit_msg}" if aggregated else exit_msg
+            text = prefix + (aggregated or "(no output)") + self.stray_note(session)
+            details.update(status="completed", exitCode=code, aggregated=aggregated)
+        else:
+            text = (
+                prefix + (f"{aggregated}\n\n{failure}" if aggregated else failure) + self.stray_note(session)
+            )
+            details.update(
+                status="failed", exitCode=session.exit_code, aggregated=aggregated, timedOut=session.timed_out
+            )
+        if session.exit_signal is not None:
+            details["exitSignal"] = session.exit_signal
+        if session.retained:
+            details["sessionId"] = session.id
+        if session.stray:
+            details["strayProcesses"] = list(session.stray)
+        return ToolResult(text, details)
+
+    # -- process tool and operator API ------------------------------------------------------------
+    async def process(self, action: str, params: dict[str, Any], scope_key: str | None) -> ToolResult:
+        """The `process` tool (reference §2.3). scope_key None = operator, sees every scope."""
+        from engine.sessions.actions import run_action
+
+        return await run_action(self, action, params, scope_key)
+
+    def list_sessions(self, scope_key: str | None = None) -> list[dict[str, Any]]:
+        """Listed sessions of one scope, newest first; None = operator view (also foreground runs)."""
+        rows = [
+            s
+            for s in self.registry
+            if (scope_key is None and (s.listed or not s.exited)) or (s.scope_key == scope_key and s.listed)
+        ]
+        rows.sort(key=lambda s: s.started_at, reverse=True)
+        return [s.to_dict() for s in rows]
+
+    def get(self, session_id: str, scope_key: str | None = None) -> Session | None:
+        return self.registry.get(session_id, scope_key)
+
+    def subscribe(self, session_id: str, *, replay: bool = True) -> OutputSubscription:
+        """A viewer's own bounded queue of raw output (replaying recent bytes first). KeyError if unknown."""
+        session = self.registry.get(session_id)
+        if session is None:
+            raise KeyError(session_id)
+        viewer = session.raw.subscribe(replay=replay)
+        if session.exited:
+            viewer.end()
+        return viewer
+
+    async def read_output(
+        self, session_id: str, *, offset: int | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        """Raw recent output for a pane (`sessions.output`): bytes decoded as UTF-8 with replacement."""
+        session = self.registry.get(session_id)
+        if session is None:
+            raise KeyError(session_id)
+        start, data, dropped = session.raw.read(offset, limit)
+        return {
+            "sessionId": session_id,
+            "offset": start,
+            "nextOffset": start + len(data),
+            "data": data.decode("utf-8", "replace"),
+            "dropped": dropped,
+            "pty": session.pty,
+            "status": session.status,
+        }
+
+    def resize(self, session_id: str, cols: int, rows: int, scope_key: str | None = None) -> bool:
+        session = self.registry.get(session_id, scope_key)
+        if session is None or session.handle is None or session.exited or not session.pty:
+            return False
+        session.handle.resize(max(1, int(cols)), max(1, int(rows)))
+        return True
+
+    def request_kill(self, session: Session) -> bool:
+        return self._request_kill(session)
+
+    async def close(self) -> None:
+        """Kill every running command (SIGTERM, grace, SIGKILL) and forget every session."""
+        self._closing = True
+        self.registry.stop()
+        running = [s for s in self.registry if not s.exited and s.handle is not None]
+        local = [s for s in running if isinstance(s.handle, LocalProcess) and s.pid is not None]
+        if local:
+            # One /proc scan for all local sessions instead of one per session.
+            await procs.kill_all(
+                [s.pid for s in local if s.pid], [s.spec.marker for s in local], self.kill_grace_sec
+            )
+        for session in running:
+            if session not in local:
+                self._request_kill(session)
+        if self._supervisors:
+            await asyncio.wait(set(self._supervisors), timeout=self.kill_grace_sec + EOF_MAX_SEC + 2)
+        kills = [s.kill_task for s in self.registry if s.kill_task is not None and not s.kill_task.done()]
+        if kills:
+            await asyncio.wait(kills, timeout=self.kill_grace_sec + 1)
+        for session in self.registry:
+            self.registry.drop(session.id)

@@ -1,0 +1,392 @@
+"""Session output: UTF-8 text views (ring, poll buffers, tail), disk spill, raw replay and viewer queues."""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import os
+import re
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine import statefs
+
+RING_CHARS = 200_000
+PENDING_CHARS = 30_000
+TAIL_CHARS = 2_000
+RAW_REPLAY_BYTES = 256 * 1024
+VIEWER_QUEUE_BYTES = 1024 * 1024
+DEFAULT_LOG_CAP = 64 * 1024 * 1024
+
+# Control characters below 0x20 except tab, newline and carriage return (reference §1.12).
+_C0_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+# Unicode category Cf (\p{Format}): invisible characters that can hide text from a reader.
+_FORMAT_RE = re.compile(
+    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
+)
+# Terminal escape sequences (CSI, OSC, charset and two-byte ESC forms): noise in a text view of a PTY.
+_ANSI_RE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[PX^_][^\x1b]*\x1b\\"
+    r"|\x1b[()*+][0-9A-Za-z]|\x1b[@-Z\\-_=>78]"
+)
+
+
+def truncation_marker(dropped: int, session_id: str | None = None) -> str:
+    """The honest marker that heads a view whose beginning was dropped from memory."""
+    where = f"process log sessionId={session_id}" if session_id else "process log"
+    return f"[truncated: {dropped} earlier chars dropped from memory; {where} pages the full log]\n"
+
+
+def sanitize(text: str, *, terminal: bool = False) -> str:
+    """The text view of output: escape sequences (terminals), C0 controls and \\p{Format} removed.
+
+    Applied when a view is read, not per chunk: a view is at most a few hundred thousand chars,
+    while a flood can be gigabytes that nobody will ever read from memory.
+    """
+    if terminal and "\x1b" in text:
+        text = _ANSI_RE.sub("", text)
+    text = _C0_RE.sub("", text)
+    if not text.isascii():
+        text = _FORMAT_RE.sub("", text)
+    return text
+
+
+class TextDecoder:
+    """Incremental bytes -> text for one stream: UTF-8 with replacement, split characters kept whole."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, data: bytes, final: bool = False) -> str:
+        text: str = self._decoder.decode(data, final)
+        return text
+
+
+class _Chunks:
+    """A deque of strings capped at `cap` chars that drops its oldest chars and counts them."""
+
+    __slots__ = ("cap", "chunks", "dropped", "length")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.chunks: deque[str] = deque()
+        self.length = 0
+        self.dropped = 0
+
+    def append(self, text: str) -> None:
+        if len(text) >= self.cap:
+            self.dropped += self.length + len(text) - self.cap
+            self.chunks.clear()
+            text = text[-self.cap :]
+            self.chunks.append(text)
+            self.length = len(text)
+            return
+        self.chunks.append(text)
+        self.length += len(text)
+        excess = self.length - self.cap
+        while excess > 0:
+            first = self.chunks[0]
+            if len(first) <= excess:
+                self.chunks.popleft()
+                cut = len(first)
+            else:
+                self.chunks[0] = first[excess:]
+                cut = excess
+            self.length -= cut
+            self.dropped += cut
+            excess -= cut
+
+    def text(self) -> str:
+        if len(self.chunks) > 1:
+            joined = "".join(self.chunks)
+            self.chunks = deque((joined,))
+        return self.chunks[0] if self.chunks else ""
+
+    def last(self, n: int) -> str:
+        parts: list[str] = []
+        size = 0
+        for chunk in reversed(self.chunks):
+            parts.append(chunk)
+            size += len(chunk)
+            if size >= n:
+                break
+        return "".join(reversed(parts))[-n:]
+
+    def clear(self) -> None:
+        self.chunks.clear()
+        self.length = 0
+        self.dropped = 0
+
+
+class OutputBuffer:
+    """Text views of a session: a 200k-char ring, per-stream poll buffers, and a disk log for the rest.
+
+    The disk log is written only once the ring is about to drop something (it then starts with
+    everything the ring held), so short commands never touch the disk.
+    """
+
+    def __init__(
+        self,
+        log_path: Path | None,
+        *,
+        log_cap: int = DEFAULT_LOG_CAP,
+        ring_chars: int = RING_CHARS,
+        pending_chars: int = PENDING_CHARS,
+        session_id: str | None = None,
+        terminal: bool = False,
+    ) -> None:
+        self.session_id = session_id
+        self.terminal = terminal
+        self.ring = _Chunks(ring_chars)
+        self.pending = {"stdout": _Chunks(pending_chars), "stderr": _Chunks(pending_chars)}
+        self.total_chars = 0
+        self.log_path = log_path
+        self.log_cap = log_cap
+        self.log_bytes = 0
+        self.log_chars = 0
+        self.log_capped = False
+        self.spilled = False
+        self._log_fd: int | None = None
+
+    @property
+    def dropped(self) -> int:
+        return self.ring.dropped
+
+    @property
+    def truncated(self) -> bool:
+        return self.ring.dropped > 0
+
+    def append(self, stream: str, text: str) -> None:
+        if not text:
+            return
+        self.total_chars += len(text)
+        if self._log_fd is None and self.ring.length + len(text) > self.ring.cap and self.log_path:
+            self._open_log()
+        if self._log_fd is not None and not self.log_capped:
+            self._write_log(text)
+        self.ring.append(text)
+        self.pending["stderr" if stream == "stderr" else "stdout"].append(text)
+
+    def _open_log(self) -> None:
+        assert self.log_path is not None
+        try:
+            statefs.ensure_private_dir(self.log_path.parent)
+            self._log_fd = os.open(
+                self.log_path,
+                os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                statefs.FILE_MODE,
+            )
+        except (OSError, statefs.StateFileError):
+            # No disk log: the ring's marker still says what was dropped.
+            self.log_path = None
+            return
+        self.spilled = True
+        self._write_log(self.ring.text())
+
+    def _write_log(self, text: str) -> None:
+        assert self._log_fd is not None
+        data = text.encode("utf-8")
+        if self.log_bytes + len(data) > self.log_cap:
+            self.log_capped = True
+            return
+        # Blocking write on purpose: it lands in the page cache, and a thread hop per chunk would
+        # cost more than the write itself during a flood.
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._log_fd, view) :]
+        except OSError:
+            self.log_capped = True
+            return
+        self.log_bytes += len(data)
+        self.log_chars += len(text)
+
+    def has_pending(self) -> bool:
+        return self.pending["stdout"].length > 0 or self.pending["stderr"].length > 0
+
+    def drain(self) -> tuple[str, str, int]:
+        """Undelivered stdout, stderr and how many chars overflowed the poll buffers since the last drain."""
+        out, err = self.pending["stdout"], self.pending["stderr"]
+        result = (self._clean(out.text()), self._clean(err.text()), out.dropped + err.dropped)
+        out.clear()
+        err.clear()
+        return result
+
+    def _clean(self, text: str) -> str:
+        return sanitize(text, terminal=self.terminal)
+
+    def text(self) -> str:
+        return self._clean(self.ring.text())
+
+    def aggregated(self) -> str:
+        body = self.text()
+        return truncation_marker(self.ring.dropped, self.session_id) + body if self.ring.dropped else body
+
+    def tail(self, n: int = TAIL_CHARS) -> str:
+        return self._clean(self.ring.last(n))
+
+    def full_text_sync(self) -> str:
+        """Everything still known: the disk log plus the ring, with a gap line where neither kept text."""
+        if not self.spilled or self.log_path is None:
+            return self.aggregated()
+        ring = self.ring.text()
+        try:
+            with open(self.log_path, "rb") as fh:
+                disk = fh.read(self.log_bytes).decode("utf-8", "replace")
+        except OSError:
+            return self.aggregated()
+        if not self.log_capped:
+            return self._clean(disk)
+        ring_start = self.total_chars - self.ring.length
+        if ring_start <= self.log_chars:
+            return self._clean(disk + ring[self.log_chars - ring_start :])
+        gap = f"\n[... {ring_start - self.log_chars} chars not kept (log cap reached) ...]\n"
+        return self._clean(disk) + gap + self._clean(ring)
+
+    async def full_text(self) -> str:
+        if not self.spilled:
+            return self.aggregated()
+        return await asyncio.to_thread(self.full_text_sync)
+
+    def close(self, *, delete: bool = False) -> None:
+        if self._log_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._log_fd)
+            self._log_fd = None
+        if delete and self.log_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.log_path)
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """Raw output for a viewer: stream stdout|stderr|pty, or `gap` (`dropped` bytes this viewer missed)."""
+
+    stream: str
+    data: bytes
+    dropped: int = 0
+
+
+class OutputSubscription:
+    """One viewer's bounded queue: pushing never blocks; overflow drops the oldest bytes and says so."""
+
+    def __init__(self, max_bytes: int = VIEWER_QUEUE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._queue: deque[OutputChunk] = deque()
+        self._bytes = 0
+        self._dropped = 0
+        self._closed = False
+        self._wakeup = asyncio.Event()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def push(self, chunk: OutputChunk) -> None:
+        if self._closed:
+            return
+        self._queue.append(chunk)
+        self._bytes += len(chunk.data)
+        while self._bytes > self.max_bytes and len(self._queue) > 1:
+            old = self._queue.popleft()
+            self._bytes -= len(old.data)
+            self._dropped += len(old.data)
+        self._wakeup.set()
+
+    def end(self) -> None:
+        """The session ended: the viewer gets what is queued, then None."""
+        self._closed = True
+        self._wakeup.set()
+
+    def close(self) -> None:
+        self._queue.clear()
+        self._bytes = 0
+        self.end()
+
+    def get_nowait(self) -> OutputChunk | None:
+        if self._dropped:
+            dropped, self._dropped = self._dropped, 0
+            return OutputChunk("gap", b"", dropped)
+        if self._queue:
+            chunk = self._queue.popleft()
+            self._bytes -= len(chunk.data)
+            return chunk
+        return None
+
+    async def get(self) -> OutputChunk | None:
+        """The next chunk, or None once the session has ended and the queue is empty."""
+        while True:
+            chunk = self.get_nowait()
+            if chunk is not None:
+                return chunk
+            if self._closed:
+                return None
+            self._wakeup.clear()
+            await self._wakeup.wait()
+
+    def __aiter__(self) -> AsyncIterator[OutputChunk]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[OutputChunk]:
+        while (chunk := await self.get()) is not None:
+            yield chunk
+
+
+class RawFanout:
+    """Raw bytes for terminal rendering: a small replay buffer for late viewers plus live viewer queues."""
+
+    def __init__(self, replay_bytes: int = RAW_REPLAY_BYTES) -> None:
+        self._replay: deque[OutputChunk] = deque()
+        self._replay_bytes = 0
+        self._replay_cap = replay_bytes
+        self.viewers: list[OutputSubscription] = []
+        self.offset = 0  # raw bytes seen so far
+
+    def push(self, stream: str, data: bytes) -> None:
+        chunk = OutputChunk(stream, data)
+        self.offset += len(data)
+        self._replay.append(chunk)
+        self._replay_bytes += len(data)
+        while self._replay_bytes > self._replay_cap and len(self._replay) > 1:
+            self._replay_bytes -= len(self._replay.popleft().data)
+        for viewer in self.viewers:
+            viewer.push(chunk)
+
+    def replay(self) -> list[OutputChunk]:
+        return list(self._replay)
+
+    def read(self, offset: int | None = None, limit: int | None = None) -> tuple[int, bytes, int]:
+        """Raw bytes still held from `offset` (None: the last `limit` bytes): (start, data, bytes dropped).
+
+        Offsets count every raw byte the session printed, so a pane can resume where it left off;
+        `dropped` says how much of what it asked for is no longer held.
+        """
+        held_start = self.offset - self._replay_bytes
+        data = b"".join(chunk.data for chunk in self._replay)
+        if offset is None:
+            keep = len(data) if limit is None else min(len(data), max(0, limit))
+            return self.offset - keep, data[len(data) - keep :], 0
+        start = max(offset, held_start)
+        body = data[start - held_start :]
+        if limit is not None:
+            body = body[: max(0, limit)]
+        return start, body, max(0, held_start - offset)
+
+    def subscribe(self, *, replay: bool = True, max_bytes: int = VIEWER_QUEUE_BYTES) -> OutputSubscription:
+        viewer = OutputSubscription(max_bytes)
+        if replay:
+            for chunk in self._replay:
+                viewer.push(chunk)
+        self.viewers = [v for v in self.viewers if not v.closed]
+        self.viewers.append(viewer)
+        return viewer
+
+    def end(self) -> None:
+        for viewer in self.viewers:
+            viewer.end()
+        self.viewers = []

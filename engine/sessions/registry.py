@@ -1,0 +1,260 @@
+"""The session registry: adjective-noun ids, scope checks, and the TTL sweep of finished sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.sessions.launcher import ProcessHandle, RunSpec
+from engine.sessions.output import OutputBuffer, RawFanout, TextDecoder
+from engine.sessions.pty import TerminalWatcher
+
+CLEANUP_MS_DEFAULT = 30 * 60 * 1000
+CLEANUP_MS_MIN = 60 * 1000
+CLEANUP_MS_MAX = 3 * 60 * 60 * 1000
+
+_ADJECTIVES = (  # noqa: SIM905
+    "amber brave brisk calm clever cosmic crisp dapper eager fair fancy fresh gentle glad golden "
+    "grand happy hazy keen kind lively lucid mellow merry mild misty neat nimble noble plucky "
+    "polite proud quick quiet rapid rosy rustic shy silent sleek smooth snowy solar spry steady "
+    "sunny swift tender tidy vivid warm wild wise witty young zesty"
+).split()
+_NOUNS = (  # noqa: SIM905
+    "acorn anchor aspen badger basil beacon breeze brook cedar cloud comet coral crane creek dawn "
+    "delta dune ember falcon fern fjord forest fox garden glade gulf harbor hawk heron island "
+    "lagoon lake lark maple meadow mesa moss nebula oak orbit otter pebble pine prairie quartz reef "
+    "river sage shore sparrow spruce summit thicket tide valley willow wren"
+).split()
+_SUFFIX_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def clamp_cleanup_ms(value: int | float | None) -> int:
+    if value is None:
+        return CLEANUP_MS_DEFAULT
+    return int(min(CLEANUP_MS_MAX, max(CLEANUP_MS_MIN, value)))
+
+
+def _base36(n: int) -> str:
+    out = ""
+    while True:
+        n, rem = divmod(n, 36)
+        out = _SUFFIX_CHARS[rem] + out
+        if not n:
+            return out
+
+
+def make_slug(taken: Callable[[str], bool]) -> str:
+    """`calm-gulf`; on collision `-2..-12`, then three words, then a random suffix, then the time."""
+    base = f"{secrets.choice(_ADJECTIVES)}-{secrets.choice(_NOUNS)}"
+    if not taken(base):
+        return base
+    for n in range(2, 13):
+        candidate = f"{base}-{n}"
+        if not taken(candidate):
+            return candidate
+    three = f"{base}-{secrets.choice(_NOUNS)}"
+    if not taken(three):
+        return three
+    suffixed = f"{three}-{''.join(secrets.choice(_SUFFIX_CHARS) for _ in range(3))}"
+    if not taken(suffixed):
+        return suffixed
+    return f"{suffixed}-{_base36(time.time_ns() // 1_000_000)}"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(eq=False)
+class Session:
+    """One command's state. Exit fields stay None until the output has been read to EOF."""
+
+    id: str
+    spec: RunSpec
+    cwd: str
+    output: OutputBuffer
+    raw: RawFanout = field(default_factory=RawFanout)
+    handle: ProcessHandle | None = None
+    pid: int | None = None
+    pty: bool = False
+    started_at: int = field(default_factory=now_ms)
+    ended_at: int | None = None
+    backgrounded: bool = False
+    retained: bool = False  # finished in the foreground but kept (output overflowed, `log` must work)
+    exited: bool = False
+    exit_code: int | None = None
+    exit_signal: str | None = None
+    timed_out: bool = False
+    killed: bool = False
+    error: str | None = None
+    notified: bool = False
+    stray: list[dict[str, Any]] = field(default_factory=list)
+    empty_polls: int = 0
+    terminal: TerminalWatcher | None = None
+    decoders: dict[str, TextDecoder] = field(default_factory=dict)
+    activity: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    kill_task: asyncio.Task[Any] | None = None
+
+    @property
+    def command(self) -> str:
+        return self.spec.command
+
+    @property
+    def scope_key(self) -> str:
+        return self.spec.scope_key
+
+    @property
+    def cursor_key_mode(self) -> str:
+        return self.terminal.cursor_key_mode if self.terminal else "normal"
+
+    @property
+    def listed(self) -> bool:
+        return self.backgrounded or self.retained
+
+    @property
+    def failure(self) -> str | None:
+        """Why the command failed (the reference's failure texts), or None for `completed`."""
+        if self.error is not None:
+            return self.error
+        if self.timed_out:
+            seconds = self.spec.timeout_sec or 0
+            shown = int(seconds) if float(seconds).is_integer() else seconds
+            return (
+                f"Command timed out after {shown} seconds. If this command is expected to take longer, "
+                "re-run with a higher timeout (e.g., exec timeout=300). If it should keep running, start it "
+                "with exec background=true or yieldMs so OpenClaw can register a pollable process session. "
+                "Do not rely on shell backgrounding with a trailing &."
+            )
+        if self.exit_signal is not None:
+            return f"Command aborted by signal {self.exit_signal}"
+        if self.exit_code is None:
+            return "Command aborted before exit code was captured"
+        if self.exit_code == 127:
+            return "Command not found"
+        if self.exit_code == 126:
+            return "Command not executable (permission denied)"
+        return None
+
+    @property
+    def status(self) -> str:
+        if not self.exited:
+            return "running"
+        return "failed" if self.failure is not None else "completed"
+
+    @property
+    def exit_label(self) -> str:
+        if self.exit_signal is not None:
+            return f"signal {self.exit_signal}"
+        return f"code {self.exit_code if self.exit_code is not None else 0}"
+
+    @property
+    def name(self) -> str:
+        return self.spec.name or derive_session_name(self.command)
+
+    @property
+    def stdin_writable(self) -> bool:
+        return self.handle is not None and not self.exited and self.handle.stdin_open
+
+    def to_dict(self) -> dict[str, Any]:
+        end = self.ended_at if self.ended_at is not None else now_ms()
+        return {
+            "sessionId": self.id,
+            "status": self.status,
+            "pid": self.pid,
+            "startedAt": self.started_at,
+            "endedAt": self.ended_at,
+            "runtimeMs": max(0, end - self.started_at),
+            "cwd": self.cwd,
+            "command": self.command,
+            "name": self.name,
+            "tail": self.output.tail(),
+            "truncated": self.output.truncated,
+            "exitCode": self.exit_code,
+            "exitSignal": self.exit_signal,
+            "scopeKey": self.scope_key,
+            "host": self.spec.host,
+            "pty": self.pty,
+            "backgrounded": self.backgrounded,
+            "totalChars": self.output.total_chars,
+            "strayProcesses": list(self.stray),
+        }
+
+
+def truncate_middle(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    keep = limit - 1
+    head = (keep + 1) // 2
+    return text[:head] + "…" + text[len(text) - (keep - head) :]
+
+
+def derive_session_name(command: str) -> str:
+    """The verb and its first non-flag argument, e.g. `npm run` for `npm --silent run build`."""
+    words = command.strip().split()
+    if not words:
+        return ""
+    verb = words[0]
+    arg = next((w for w in words[1:] if not w.startswith("-")), None)
+    return truncate_middle(f"{verb} {arg}" if arg else verb, 48)
+
+
+class Registry:
+    """All sessions by id; scope filtering happens at lookup so other scopes read as not found."""
+
+    def __init__(self, cleanup_ms: int | float | None = None) -> None:
+        self.cleanup_ms = clamp_cleanup_ms(cleanup_ms)
+        self._sessions: dict[str, Session] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self.on_drop: Callable[[Session], None] | None = None
+
+    def new_id(self) -> str:
+        return make_slug(lambda s: s in self._sessions)
+
+    def add(self, session: Session) -> None:
+        self._sessions[session.id] = session
+        if self._sweeper is None or self._sweeper.done():
+            with contextlib.suppress(RuntimeError):
+                self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    def get(self, session_id: str, scope_key: str | None = None) -> Session | None:
+        session = self._sessions.get(session_id)
+        if session is None or (scope_key is not None and session.scope_key != scope_key):
+            return None
+        return session
+
+    def drop(self, session_id: str) -> Session | None:
+        session = self._sessions.pop(session_id, None)
+        if session is not None and self.on_drop is not None:
+            self.on_drop(session)
+        return session
+
+    def __iter__(self) -> Iterator[Session]:
+        return iter(list(self._sessions.values()))
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def sweep(self, now: int | None = None) -> list[str]:
+        """Drop finished sessions older than cleanup_ms; returns their ids."""
+        cutoff = (now if now is not None else now_ms()) - self.cleanup_ms
+        expired = [s.id for s in self._sessions.values() if s.ended_at is not None and s.ended_at < cutoff]
+        for session_id in expired:
+            self.drop(session_id)
+        return expired
+
+    async def _sweep_forever(self) -> None:
+        interval = max(30.0, self.cleanup_ms / 6000)
+        while self._sessions:
+            await asyncio.sleep(interval)
+            self.sweep()
+
+    def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None

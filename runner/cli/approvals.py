@@ -1,0 +1,253 @@
+"""`exechost approvals`: inspect the host's exec-approvals.json and edit its allowlists."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from engine.approvals_store import (
+    DEFAULT_AGENT,
+    WILDCARD_AGENT,
+    AgentApprovals,
+    AllowlistRecord,
+    ApprovalsFile,
+    ApprovalsFileError,
+    ApprovalsStore,
+    normalize_agent_id,
+)
+from engine.config import ConfigError, load_config
+from engine.policy import resolve_policy
+from engine.results import ToolError
+from runner.cli import UsageError
+from runner.cli.common import add_config_arg, add_json_arg, emit
+
+Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
+
+_POLICY_FIELDS = (
+    ("security", "security"),
+    ("ask", "ask"),
+    ("askFallback", "ask_fallback"),
+    ("autoAllowSkills", "auto_allow_skills"),
+)
+# Stored commands and patterns come from agents: never let them drive the operator's terminal.
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_COMMAND_WIDTH = 60
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "approvals", help="the host approvals file, its allowlists, and pending approvals",
+        description="The exec host's approvals file (exec-approvals.json: policy, allowlists, socket) "
+        "and the running gateway's pending approvals.",
+    )
+    actions = parser.add_subparsers(dest="approvals_action", metavar="ACTION", required=True)
+    register_actions(actions)
+
+
+def register_actions(actions: Subparsers) -> None:
+    """The `approvals` actions: `get` and `allowlist` work on the local file; `pending` asks the
+    running gateway and lives with `approve` (runner/cli/approve.py)."""
+    get = actions.add_parser("get", help="show the file, the agent's effective host policy and allowlist")
+    get.add_argument("--agent", default=DEFAULT_AGENT, metavar="ID", help="agent id (default: main)")
+    add_config_arg(get)
+    add_json_arg(get)
+    get.set_defaults(func=cmd_get)
+
+    allowlist = actions.add_parser("allowlist", help="add or remove allowlist entries")
+    verbs = allowlist.add_subparsers(dest="allowlist_action", metavar="ACTION", required=True)
+    add = verbs.add_parser("add", help="allow an executable pattern")
+    add.add_argument(
+        "pattern", metavar="PATTERN", help="executable path glob, bare name, or =command:<sha16>"
+    )
+    add.add_argument(
+        "--agent", default=WILDCARD_AGENT, metavar="ID", help='agent id (default: "*", every agent)'
+    )
+    add.add_argument("--arg-pattern", metavar="RE", help="regular expression the arguments must match")
+    add_json_arg(add)
+    add.set_defaults(func=cmd_allowlist_add)
+    remove = verbs.add_parser("remove", help="remove entries by pattern or id")
+    remove.add_argument("pattern", metavar="PATTERN", help="the entry's pattern (case-insensitive) or id")
+    remove.add_argument("--agent", default=WILDCARD_AGENT, metavar="ID", help='agent id (default: "*")')
+    add_json_arg(remove)
+    remove.set_defaults(func=cmd_allowlist_remove)
+
+    from runner.cli.approve import register_pending  # needs the gateway: lives with `approve`
+
+    register_pending(actions)
+
+
+def _store() -> ApprovalsStore:
+    return ApprovalsStore()
+
+
+def _agent_id(raw: str) -> str:
+    try:
+        return normalize_agent_id(raw)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    store = _store()
+    agent_id = _agent_id(args.agent)
+    try:
+        exists = store.exists()
+        current = store.load()
+    except ApprovalsFileError as exc:
+        raise UsageError(str(exc)) from None
+    view = current.agent(agent_id)
+    rows: list[dict[str, Any]] = []
+    owners = [WILDCARD_AGENT] if agent_id == WILDCARD_AGENT else [WILDCARD_AGENT, agent_id]
+    for owner in owners:
+        block = current.agents.get(owner)
+        rows += [{"agent": owner, **_entry_json(e)} for e in (block.allowlist if block else [])]
+    defaults = {key: current.defaults.value(key) for key, _ in _POLICY_FIELDS}
+    policy = {key: getattr(view, attr) for key, attr in _POLICY_FIELDS}
+    details: dict[str, Any] = {
+        "path": str(store.path),
+        "exists": exists,
+        "socket": {"path": current.socket_path, "tokenSet": bool(current.socket_token)},
+        "defaults": defaults,
+        "agentId": agent_id,
+        "agent": policy,
+        "sources": view.sources,
+        "effective": _effective(args.config, agent_id, current, view),
+        "allowlist": rows,
+        "warnings": current.problems(),
+    }
+    emit(_render_get(details), details, args.json)
+    return 0
+
+
+def _effective(
+    config_file: str | None, agent_id: str, current: ApprovalsFile, view: AgentApprovals
+) -> dict[str, Any]:
+    """What a call with no per-call or session overrides gets: config.toml clamped by this file."""
+    try:
+        config = load_config(config_file, required=config_file is not None)
+        policy = resolve_policy(config, agent_id, {}, None, view, False, file_defaults=current.defaults)
+    except (ConfigError, ToolError) as exc:
+        return {"error": str(exc)}
+    out: dict[str, Any] = {"host": policy.host}
+    values = {"security": policy.security, "ask": policy.ask, "askFallback": policy.ask_fallback}
+    for key, value in values.items():
+        step = policy.step(key)
+        out[key] = {"value": value, "decidedBy": f"{step.layer}: {step.key}" if step else None}
+    return out
+
+
+def _entry_json(entry: AllowlistRecord) -> dict[str, Any]:
+    return {
+        "id": entry.id,
+        "pattern": entry.pattern,
+        "argPattern": entry.arg_pattern,
+        "source": entry.source,
+        "lastUsedAt": entry.last_used_at,
+        "lastUsedCommand": entry.last_used_command,
+        "lastResolvedPath": entry.last_resolved_path,
+    }
+
+
+def _render_get(d: dict[str, Any]) -> str:
+    lines = [f"Approvals file: {_safe(d['path'])}" + ("" if d["exists"] else "  (not created yet)")]
+    socket = d["socket"]
+    if socket["path"]:
+        token = "token set" if socket["tokenSet"] else "no token"
+        lines.append(f"Socket:         {_safe(socket['path'])}  ({token})")
+    defaults = "  ".join(f"{k}={_show(v)}" for k, v in d["defaults"].items())
+    lines += ["", f"Defaults:  {defaults}", "", f"Agent {_safe(d['agentId'])}: host policy in this file"]
+    for key, value in d["agent"].items():
+        source = d["sources"].get(key) or "unset here: config / built-in default applies"
+        lines.append(f"  {key:<16} {_show(value):<10} {source}")
+    effective = d["effective"]
+    lines += ["", "Effective (config.toml clamped by this file; no per-call or session overrides):"]
+    if "error" in effective:
+        lines.append(f"  unavailable: {_safe(effective['error'])}")
+    else:
+        for key in ("security", "ask", "askFallback"):
+            item = effective[key]
+            lines.append(f"  {key:<16} {item['value']:<10} {_safe(item['decidedBy'] or '')}")
+    rows = d["allowlist"]
+    scope = "agents.*" if d["agentId"] == WILDCARD_AGENT else f"agents.* first, then agents.{d['agentId']}"
+    lines += ["", f"Allowlist: {len(rows)} entr{'y' if len(rows) == 1 else 'ies'} ({_safe(scope)})"]
+    if rows:
+        table = [("AGENT", "PATTERN", "ARG PATTERN", "SOURCE", "LAST USED")]
+        table += [
+            (
+                _safe(r["agent"]),
+                _safe(r["pattern"]),
+                _safe(r["argPattern"] or "-"),
+                _safe(r["source"] or "manual"),
+                _last_use(r),
+            )
+            for r in rows
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(4)]
+        for row in table:
+            cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:4])]
+            lines.append("  " + "  ".join([*cells, row[4]]).rstrip())
+    if d["warnings"]:
+        lines += ["", "Warnings:"] + [f"  {_safe(w)}" for w in d["warnings"]]
+    return "\n".join(lines)
+
+
+def _last_use(row: dict[str, Any]) -> str:
+    if row["lastUsedAt"] is None:
+        return "never"
+    when = datetime.fromtimestamp(row["lastUsedAt"] / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    parts = [when]
+    if row["lastUsedCommand"]:
+        command = _safe(row["lastUsedCommand"])
+        if len(command) > _COMMAND_WIDTH:
+            command = command[: _COMMAND_WIDTH - 1] + "…"
+        parts.append(command)
+    if row["lastResolvedPath"]:
+        parts.append(f"-> {_safe(row['lastResolvedPath'])}")
+    return "  ".join(parts)
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _safe(text: str) -> str:
+    """Escape control and bidi characters so stored text cannot move the cursor or reorder a line."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def cmd_allowlist_add(args: argparse.Namespace) -> int:
+    store = _store()
+    agent_id = _agent_id(args.agent)
+    try:
+        before = {e.id for e in store.load().agent(agent_id).allowlist}
+        record = store.add_allowlist(agent_id, args.pattern, arg_pattern=args.arg_pattern)
+    except (ApprovalsFileError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    added = record.id not in before
+    what = _safe(record.pattern)
+    if record.arg_pattern:
+        what += f" (argPattern {_safe(record.arg_pattern)})"
+    verb = "Added" if added else "Already allowed:"
+    text = f"{verb} {what} for agent {_safe(agent_id)} in {_safe(str(store.path))}"
+    emit(text, {"added": added, "agentId": agent_id, "entry": _entry_json(record)}, args.json)
+    return 0
+
+
+def cmd_allowlist_remove(args: argparse.Namespace) -> int:
+    store = _store()
+    agent_id = _agent_id(args.agent)
+    try:
+        removed = store.remove_allowlist(agent_id, args.pattern)
+    except (ApprovalsFileError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    if not removed:
+        raise UsageError(f"no allowlist entry {args.pattern!r} for agent {agent_id!r} in {store.path}")
+    text = f"Removed {_safe(args.pattern.strip())} from agent {_safe(agent_id)} in {_safe(str(store.path))}"
+    emit(text, {"removed": True, "agentId": agent_id, "pattern": args.pattern.strip()}, args.json)
+    return 0

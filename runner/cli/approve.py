@@ -1,0 +1,73 @@
+"""`exechost approve ID DECISION` and `exechost approvals pending`: answer the gateway's pending approvals."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from engine.approval_manager import USAGE, normalize_decision
+from runner.cli import UsageError
+from runner.cli.common import add_json_arg, emit
+from runner.cli.gateway import call, run_verb
+
+Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
+
+
+def register(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "approve",
+        help="resolve a pending approval: allow-once|allow-always|deny",
+        description="Resolve a pending approval by full id or any unique prefix (e.g. the 8-char slug). "
+        "Aliases: allow/once, always, deny/reject/block. Either order works.",
+    )
+    p.add_argument("id", metavar="ID")
+    p.add_argument("decision", metavar="DECISION")
+    p.add_argument("--reason", metavar="TEXT", help="a note passed back to the agent with a denial")
+    add_json_arg(p)
+    p.set_defaults(func=run_verb(cmd_approve))
+
+
+def register_pending(actions: Subparsers) -> None:
+    """`approvals pending`, registered into the approvals group by runner/cli/approvals.py."""
+    p = actions.add_parser("pending", help="list approvals waiting in the running gateway")
+    add_json_arg(p)
+    p.set_defaults(func=run_verb(cmd_pending))
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    approval_id, decision = args.id, args.decision
+    if normalize_decision(decision) is None and normalize_decision(approval_id) is not None:
+        approval_id, decision = decision, approval_id  # `/approve <decision> <id>` order
+    if normalize_decision(decision) is None:
+        raise UsageError(USAGE)
+    params = {"id": approval_id, "decision": decision}
+    if args.reason:
+        params["reason"] = args.reason
+    result = call("approve", params)
+    emit(str(result.get("text", "")), result.get("details") or {}, args.json)
+    return 0
+
+
+def _left(expires_ms: int) -> str:
+    secs = max(0, int(expires_ms / 1000 - time.time()))
+    return f"{secs // 60}m{secs % 60:02d}s"
+
+
+def cmd_pending(args: argparse.Namespace) -> int:
+    approvals = call("approvals.pending").get("approvals", [])
+    if not approvals:
+        text = "No pending approvals."
+    else:
+        lines = []
+        for a in approvals:
+            command = " ".join(str(a.get("command", "")).split())
+            if len(command) > 100:
+                command = command[:99] + "…"
+            command = "".join(ch if ch.isprintable() else "?" for ch in command)
+            lines.append(
+                f"{a['slug']}  {a.get('host')}  {a.get('agentId')}  expires in {_left(a['expiresAtMs'])}  "
+                f"[{'|'.join(a.get('allowedDecisions', []))}]  {command}"
+            )
+        text = "\n".join(lines)
+    emit(text, {"approvals": approvals}, args.json)
+    return 0

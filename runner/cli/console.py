@@ -1,0 +1,40 @@
+"""`exechost console [--demo]`: the Textual operator console (Textual is imported only when it runs)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from runner.cli.common import add_config_arg
+
+Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
+
+
+def register(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "console",
+        help="the operator console: approvals inbox, sessions, events, policy",
+        description="Open the operator console. It connects to the gateway (starting one if none runs) "
+        "and hosts exec-approvals.sock. Quitting it loses nothing: the gateway keeps every session "
+        "and pending approval.",
+    )
+    add_config_arg(p)
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help="use a throw-away demo state dir, config and a scripted agent that shows every pane",
+    )
+    p.add_argument(
+        "--state-dir", metavar="DIR", help="state dir (default: $OPENCLAW_STATE_DIR or ~/.openclaw)"
+    )
+    p.set_defaults(func=cmd_console)
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    from console.app import run_console
+
+    state = Path(args.state_dir).expanduser().resolve() if args.state_dir else None
+    if state is not None:  # every engine module finds its files through this variable
+        os.environ["OPENCLAW_STATE_DIR"] = str(state)
+    return run_console(state, config_path=args.config, demo=args.demo)

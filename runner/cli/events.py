@@ -1,0 +1,64 @@
+"""`exechost events [--session KEY]`: system events (exec finished/denied …) queued for agent sessions."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from engine.protocol import ControlClient, GatewayUnavailable
+from runner.cli.common import add_json_arg, emit
+from runner.cli.gateway import EXIT_UNAVAILABLE, CliFailure, call, run_verb
+
+Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
+
+
+def register(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "events",
+        help="show system events queued for agent sessions",
+        description="System events: follow-ups of approved commands, background exits, overrides.",
+    )
+    p.add_argument("--session", default="", metavar="KEY", help="only this session key")
+    p.add_argument("--drain", action="store_true", help="remove the events shown (as the agent would)")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new events until interrupted")
+    add_json_arg(p)
+    p.set_defaults(func=run_verb(cmd_events))
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"drain": args.drain}
+    if args.session:
+        params["sessionKey"] = args.session
+    if args.follow:
+        return _follow(args)
+    events = call("events", params).get("events", [])
+    lines = [f"[{e['sessionKey']}] {e['text']}" for e in events]
+    text = "\n".join(lines) if lines else "No events."
+    emit(text, {"events": events}, args.json)
+    return 0
+
+
+def _follow(args: argparse.Namespace) -> int:
+    async def go() -> None:
+        client = await ControlClient.connect(client="cli", name="cli events")
+        try:
+            await client.subscribe(["events"])
+            async for ev in client.events():
+                if ev.event != "system.event" or (args.session and ev.data.get("sessionKey") != args.session):
+                    continue
+                if args.json:
+                    print(json.dumps(ev.data, ensure_ascii=False), flush=True)
+                else:
+                    print(f"[{ev.data.get('sessionKey')}] {ev.data.get('text')}", flush=True)
+        finally:
+            await client.close()
+
+    try:
+        asyncio.run(go())
+    except GatewayUnavailable as exc:
+        raise CliFailure(f"gateway unavailable: {exc}", EXIT_UNAVAILABLE) from None
+    print("exechost: gateway connection closed", file=sys.stderr)
+    return 1

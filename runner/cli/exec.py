@@ -1,0 +1,109 @@
+"""`exechost exec [options] -- COMMAND`: the exec tool through the gateway; exit code mirrors the outcome."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from runner.cli import UsageError
+from runner.cli.common import add_json_arg, emit
+from runner.cli.gateway import call, run_verb
+
+Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
+
+EXIT_PENDING = 10
+EXIT_DENIED = 11
+EXIT_UNAVAILABLE_APPROVAL = 12
+
+
+def register(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "exec",
+        help="run a shell command through the gateway (policy, approvals, sessions)",
+        description="Run COMMAND with the exec tool: the same policy, approvals and sessions agents get.",
+    )
+    p.add_argument("--agent", default="main", metavar="ID", help="agent id (default: main)")
+    p.add_argument("--session", default="", metavar="KEY", help="session key (system events, process scope)")
+    p.add_argument("--host", metavar="H", help="auto|sandbox|gateway|node")
+    p.add_argument("--security", metavar="S", help="deny|allowlist|full (may only tighten)")
+    p.add_argument("--ask", metavar="A", help="off|on-miss|always (may only ask more)")
+    p.add_argument("--node", metavar="N", help="node id/name for host=node")
+    p.add_argument(
+        "--yield-ms", type=int, metavar="N", help="ms to wait before backgrounding (default 10000)"
+    )
+    p.add_argument("--background", action="store_true", help="run in the background immediately")
+    p.add_argument("--timeout", type=float, metavar="S", help="kill after S seconds")
+    p.add_argument("--pty", action="store_true", help="run in a pseudo-terminal")
+    p.add_argument(
+        "--elevated", action="store_true", help="run on the host with elevated permissions (if allowed)"
+    )
+    p.add_argument("--workdir", metavar="D", help="working directory (default: the current directory)")
+    p.add_argument("--env", action="append", default=[], metavar="K=V", help="extra environment (repeatable)")
+    add_json_arg(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+    p.set_defaults(func=run_verb(cmd_exec))
+
+
+def exec_params(args: argparse.Namespace) -> dict[str, Any]:
+    words = list(args.command)
+    if words and words[0] == "--":
+        words = words[1:]
+    if not words:
+        raise UsageError("exec needs a command after --")
+    env: dict[str, str] = {}
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env expects KEY=VALUE, got {item!r}")
+        env[key] = value
+    params: dict[str, Any] = {
+        "command": words[0] if len(words) == 1 else " ".join(words),
+        "agentId": args.agent,
+        "sessionKey": args.session,
+        "defaultWorkdir": os.getcwd(),
+    }
+    if args.workdir:
+        params["workdir"] = args.workdir
+    for key, value in (
+        ("host", args.host),
+        ("security", args.security),
+        ("ask", args.ask),
+        ("node", args.node),
+        ("yieldMs", args.yield_ms),
+        ("timeout", args.timeout),
+    ):
+        if value is not None:
+            params[key] = value
+    if args.background:
+        params["background"] = True
+    if args.pty:
+        params["pty"] = True
+    if args.elevated:
+        params["elevated"] = True
+    if env:
+        params["env"] = env
+    return params
+
+
+def exit_code(details: dict[str, Any]) -> int:
+    """0 success or still running; the command's own code when it exited non-zero; 1 failed; 10 pending;
+    11 denied; 12 approval unavailable."""
+    status = details.get("status")
+    if status == "completed":
+        code = details.get("exitCode")
+        return code if isinstance(code, int) and 0 <= code <= 255 else 1
+    return {
+        "running": 0,
+        "failed": 1,
+        "approval-pending": EXIT_PENDING,
+        "denied": EXIT_DENIED,
+        "approval-unavailable": EXIT_UNAVAILABLE_APPROVAL,
+    }.get(str(status), 1)
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    result = call("exec", exec_params(args))
+    details = result.get("details") or {}
+    emit(str(result.get("text", "")), details, args.json)
+    return exit_code(details)

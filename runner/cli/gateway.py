@@ -1,0 +1,225 @@
+"""`exechost gateway run|start|stop|status|install-service`, and `call()`: how CLI verbs reach the daemon."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from engine import statefs
+from engine.protocol import ControlClient, GatewayUnavailable, RemoteError, socket_path
+from runner.cli.common import add_config_arg, add_json_arg, emit
+
+Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
+
+EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: no gateway answers and none could be started
+UNIT_NAME = "exechost-gateway.service"
+
+
+class CliFailure(Exception):
+    """A verb failed: message for stderr, and the exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def call(method: str, params: dict[str, Any] | None = None, *, autostart: bool = True) -> dict[str, Any]:
+    """One request over a fresh connection (starting the gateway if needed)."""
+
+    async def go() -> dict[str, Any]:
+        client = await ControlClient.connect(client="cli", name="cli", autostart=autostart)
+        try:
+            return await client.request(method, params or {})
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(go())
+    except GatewayUnavailable as exc:
+        raise CliFailure(f"gateway unavailable: {exc}", EXIT_UNAVAILABLE) from None
+    except RemoteError as exc:
+        raise CliFailure(str(exc), EXIT_UNAVAILABLE if exc.code in ("auth", "version") else 1) from None
+    except ConnectionError as exc:
+        raise CliFailure(f"lost the gateway connection: {exc}", EXIT_UNAVAILABLE) from None
+
+
+def run_verb(func: Any) -> Any:
+    """Wrap a verb so CliFailure prints `exechost: <message>` and exits with its code."""
+
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return int(func(args) or 0)
+        except CliFailure as exc:
+            print(f"exechost: {exc}", file=sys.stderr)
+            return exc.code
+
+    return wrapper
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "gateway",
+        help="run, start, stop or inspect the gateway daemon",
+        description="The gateway daemon owns sessions and approvals and serves the control socket.",
+    )
+    actions = parser.add_subparsers(dest="gateway_action", metavar="ACTION", required=True)
+    run = actions.add_parser("run", help="run the gateway in the foreground (SIGTERM stops it gracefully)")
+    add_config_arg(run)
+    run.add_argument("--verbose", "-v", action="store_true", help="log at debug level")
+    run.set_defaults(func=cmd_run)
+    start = actions.add_parser("start", help="start the gateway in the background unless one is running")
+    add_json_arg(start)
+    start.set_defaults(func=run_verb(cmd_start))
+    stop = actions.add_parser("stop", help="stop the running gateway gracefully")
+    add_json_arg(stop)
+    stop.set_defaults(func=run_verb(cmd_stop))
+    status = actions.add_parser("status", help="is the gateway running; pid, uptime, counts (exit 1 if not)")
+    add_json_arg(status)
+    status.set_defaults(func=run_verb(cmd_status))
+    install = actions.add_parser("install-service", help="write a systemd user unit for the gateway")
+    install.add_argument(
+        "--path", metavar="FILE", help=f"unit file (default ~/.config/systemd/user/{UNIT_NAME})"
+    )
+    add_config_arg(install)
+    add_json_arg(install)
+    install.set_defaults(func=run_verb(cmd_install_service))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from runner.gateway.server import GatewayBusy, run_gateway
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        asyncio.run(run_gateway(config_path=args.config))
+    except GatewayBusy as exc:
+        print(f"exechost: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # config errors, unusable state dir: say so, no traceback
+        print(f"exechost: gateway failed to start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _status(autostart: bool) -> dict[str, Any]:
+    client = await ControlClient.connect(client="cli", name="cli", autostart=autostart)
+    try:
+        return await client.request("status")
+    finally:
+        await client.close()
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    try:
+        asyncio.run(_status(False))
+        already = True
+    except (GatewayUnavailable, ConnectionError):
+        already = False
+    info = call("status", autostart=True)
+    text = f"gateway {'already running' if already else 'started'} (pid {info['pid']}) on {socket_path()}"
+    emit(text, {"status": "running", "started": not already, **info}, args.json)
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    try:
+        info = asyncio.run(_status(False))
+    except (GatewayUnavailable, ConnectionError):
+        emit("gateway is not running", {"status": "stopped", "wasRunning": False}, args.json)
+        return 0
+    call("shutdown", autostart=False)
+    pid = int(info["pid"])
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    if _alive(pid):
+        raise CliFailure(f"gateway pid {pid} did not stop within 15 s")
+    emit(f"gateway stopped (pid {pid})", {"status": "stopped", "wasRunning": True, "pid": pid}, args.json)
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child (we may have spawned it in this process) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    try:
+        info = asyncio.run(_status(False))
+    except (GatewayUnavailable, ConnectionError) as exc:
+        emit(f"gateway is not running ({exc})", {"status": "stopped"}, args.json)
+        return 1
+    except RemoteError as exc:
+        raise CliFailure(str(exc)) from None
+    text = (
+        f"gateway running (pid {info['pid']}, up {info['uptimeSec']:.0f} s) on {socket_path()}\n"
+        f"connections {info['connections']} (approvers {info['approvers']}), "
+        f"sessions {info['sessions']} (running {info['runningSessions']}), "
+        f"pending approvals {info['pendingApprovals']}"
+    )
+    emit(text, {"status": "running", **info}, args.json)
+    return 0
+
+
+def unit_text(config: str | None = None) -> str:
+    """The systemd user unit: foreground `gateway run`, restarted on failure, SIGTERM for a graceful stop."""
+    argv = [sys.executable, "-m", "runner", "gateway", "run"]
+    if config:
+        argv += ["--config", os.path.abspath(os.path.expanduser(config))]
+    state = statefs.state_dir()
+    repo = Path(__file__).resolve().parents[2]
+    return "\n".join(
+        [
+            "[Unit]",
+            "Description=exechost gateway (exec host for AI agents)",
+            "After=default.target",
+            "",
+            "[Service]",
+            "Type=simple",
+            f"ExecStart={shlex.join(argv)}",
+            f"WorkingDirectory={repo}",
+            f'Environment="OPENCLAW_STATE_DIR={state}"',
+            f'Environment="PYTHONPATH={repo}"',
+            "KillSignal=SIGTERM",
+            "TimeoutStopSec=20",
+            "Restart=on-failure",
+            "RestartSec=2",
+            "UMask=0077",
+            "NoNewPrivileges=yes",
+            "",
+            "[Install]",
+            "WantedBy=default.target",
+            "",
+        ]
+    )
+
+
+def cmd_install_service(args: argparse.Namespace) -> int:
+    path = Path(args.path) if args.path else Path.home() / ".config/systemd/user" / UNIT_NAME
+    statefs.atomic_write(path, unit_text(args.config), mode=0o644)
+    text = (
+        f"wrote {path}\n"
+        f"enable it with: systemctl --user daemon-reload && systemctl --user enable --now {UNIT_NAME}"
+    )
+    emit(text, {"path": str(path), "unit": UNIT_NAME}, args.json)
+    return 0

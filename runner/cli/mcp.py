@@ -1,0 +1,33 @@
+"""`exechost mcp`: serve the exec and process tools to an agent over MCP stdio."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from engine.protocol import GatewayUnavailable, RemoteError
+from runner.cli.gateway import EXIT_UNAVAILABLE
+
+Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
+
+
+def register(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "mcp",
+        help="serve the exec and process tools over MCP (stdio)",
+        description="An MCP server on stdio with OpenClaw's exec and process tools, backed by the gateway.",
+    )
+    p.add_argument("--agent", default="main", metavar="ID", help="agent id (default: main)")
+    p.add_argument("--session", default="", metavar="KEY", help="session key (process scope, system events)")
+    p.set_defaults(func=cmd_mcp)
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from runner.mcp_server import run
+
+    try:
+        run(agent_id=args.agent, session_key=args.session)
+    except (GatewayUnavailable, RemoteError) as exc:
+        print(f"exechost: gateway unavailable: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    return 0

@@ -1,0 +1,261 @@
+"""`exechost sandbox list|explain|recreate|prune|setup`: the operator's view of sandboxes (reference §6.5)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from typing import Any
+
+from engine.config import ConfigError, load_config
+from engine.sandbox import admin
+from engine.sandbox.docker_ops import SandboxUnavailable
+from runner.cli import UsageError
+from runner.cli.common import add_config_arg
+
+Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
+
+# Session keys come from agents: never let them drive the operator's terminal.
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _clean(value: Any) -> str:
+    return _UNPRINTABLE.sub("?", str(value))
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "sandbox",
+        help="list, explain, recreate and prune Docker sandboxes",
+        description="Docker sandboxes: containers per agent/session that host=sandbox commands run in.",
+    )
+    actions = parser.add_subparsers(dest="sandbox_action", metavar="ACTION", required=True)
+
+    p = actions.add_parser("list", help="sandbox containers with status, image, age, idle, config match")
+    add_config_arg(p)
+    p.add_argument("--json", action="store_true", help="print {containers: [...]} as JSON")
+    p.set_defaults(func=cmd_list)
+
+    p = actions.add_parser("explain", help="the effective sandbox config for an agent/session")
+    add_config_arg(p)
+    p.add_argument(
+        "--agent", default=None, metavar="ID", help="agent id (default: from --session, else main)"
+    )
+    p.add_argument("--session", default=None, metavar="KEY", help="session key (default: the main session)")
+    p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    p.set_defaults(func=cmd_explain)
+
+    p = actions.add_parser("recreate", help="remove containers so they are recreated with the current config")
+    add_config_arg(p)
+    p.add_argument("--all", action="store_true", help="every sandbox container")
+    p.add_argument("--session", metavar="KEY", help="the container of this scope/session key")
+    p.add_argument("--agent", metavar="ID", help="the containers of this agent")
+    p.add_argument("--force", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(func=cmd_recreate)
+
+    p = actions.add_parser("prune", help="remove containers idle past idleHours or older than maxAgeDays now")
+    add_config_arg(p)
+    p.add_argument("--agent", default="main", metavar="ID", help="whose prune settings apply (default: main)")
+    p.set_defaults(func=cmd_prune)
+
+    p = actions.add_parser("setup", help="build the default sandbox image (busybox, no registry needed)")
+    add_config_arg(p)
+    p.set_defaults(func=cmd_setup)
+
+
+def _config(args: argparse.Namespace) -> Any:
+    try:
+        return load_config(args.config, required=bool(args.config))
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _fail(exc: Exception) -> int:
+    print(f"exechost: {exc}", file=sys.stderr)
+    return 1
+
+
+def compact(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    seconds = ms // 1000
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def format_list(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "No sandbox runtimes found."
+    lines = ["📦 Sandbox Runtimes:", ""]
+    for r in rows:
+        status = "🟢 running" if r["running"] else ("⚫ stopped" if r["exists"] else "⚪ missing")
+        image = f"{_clean(r['image'])} ✓" if r["imageMatch"] else f"{_clean(r['image'])} ⚠️  mismatch"
+        config = "✓" if r["configMatch"] else "⚠️  mismatch (recreate to apply)"
+        lines += [
+            f"  {_clean(r['containerName'])}",
+            f"    Status:  {status}",
+            f"    Image:   {image}",
+            f"    Config:  {config}",
+            f"    Backend: {r['backend']}",
+            f"    Age:     {compact(r['ageMs'])}",
+            f"    Idle:    {compact(r['idleMs'])}",
+            f"    Session: {_clean(r['sessionKey'])}",
+            "",
+        ]
+    running = sum(1 for r in rows if r["running"])
+    lines.append(f"Total: {len(rows)} ({running} running)")
+    mismatched = sum(1 for r in rows if not r["imageMatch"] or not r["configMatch"])
+    if mismatched:
+        lines.append(f"⚠️  {mismatched} runtime(s) with config mismatch detected.")
+        lines.append("   Run 'exechost sandbox recreate --all' to update all runtimes.")
+    return "\n".join(lines)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    config = _config(args)
+    try:
+        rows = admin.list_runtimes(config)
+    except SandboxUnavailable as exc:
+        return _fail(exc)
+    if args.json:
+        print(json.dumps({"containers": rows, "browsers": []}, ensure_ascii=False))
+    else:
+        print(format_list(rows))
+    return 0
+
+
+def format_explain(info: dict[str, Any]) -> str:
+    d = info["docker"]
+    lines = [
+        "Effective sandbox:",
+        f"  agentId: {_clean(info['agentId'])}",
+        f"  sessionKey: {_clean(info['sessionKey'])}",
+        f"  mainSessionKey: {_clean(info['mainSessionKey'])}",
+        f"  runtime: {info['runtime']}",
+        f"  mode: {info['mode']}",
+        f"  scope: {info['scope']}  (scopeKey: {_clean(info['scopeKey'])})",
+        f"  workspaceAccess: {info['workspaceAccess']}",
+        f"  workspaceRoot: {info['workspaceRoot']}",
+        f"  workspaceDir: {info['workspaceDir']} -> {d['workdir']} (rw)",
+    ]
+    if info["agentMount"]:
+        lines.append(f"  agentWorkspace: {info['agentMount']} -> /agent (ro)")
+    lines += [
+        f"  container: {info['containerName']}",
+        f"  configHash: {info['configHash'][:16]}",
+        "",
+        "Docker:",
+        f"  image: {d['image']}",
+        f"  readOnlyRoot: {str(d['readOnlyRoot']).lower()}  network: {d['network']}  "
+        f"capDrop: {','.join(d['capDrop']) or '-'}  pidsLimit: {d['pidsLimit'] or '-'}",
+        f"  tmpfs: {', '.join(d['tmpfs']) or '-'}  user: {d['user'] or '(workspace owner)'}",
+        f"  memory: {d['memory'] or '-'}  cpus: {d['cpus'] or '-'}  "
+        f"ulimits: {', '.join(f'{k}={v}' for k, v in d['ulimits'].items()) or '-'}",
+        f"  binds: {', '.join(d['binds']) or '-'}",
+        f"  env: {', '.join(d['envKeys']) or '-'}",
+        f"  setupCommand: {d['setupCommand'] or '-'}",
+        "",
+        "Elevated:",
+        f"  enabled: {str(info['elevated']['enabled']).lower()}",
+    ]
+    if info["problems"]:
+        lines += ["", "Problems:", *[f"  ✗ {p}" for p in info["problems"]]]
+    if info["mode"] == "non-main" and info["runtime"] == "sandboxed":
+        lines += [
+            "",
+            f"Hint: sandbox mode is non-main; use main session key to run direct: {info['mainSessionKey']}",
+        ]
+    lines += [
+        "",
+        "Fix-it:",
+        '  agents.defaults.sandbox.mode = "off" | "non-main" | "all"',
+        "  agents.list[].sandbox.mode   (per agent)",
+        "  agents.defaults.sandbox.docker.*   then: exechost sandbox recreate --all",
+        "  tools.elevated.enabled",
+        "",
+        "Docs: README.md#sandbox",
+    ]
+    return "\n".join(lines)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    config = _config(args)
+    agent = args.agent
+    if agent is None and args.session and args.session.startswith("agent:"):
+        agent = args.session.split(":")[1] or None
+    info = admin.explain(config, agent or "main", args.session)
+    print(json.dumps(info, ensure_ascii=False) if args.json else format_explain(info))
+    return 0
+
+
+def cmd_recreate(args: argparse.Namespace) -> int:
+    chosen = [bool(args.all), args.session is not None, args.agent is not None]
+    if not any(chosen):
+        raise UsageError("Please specify --all, --session <key>, or --agent <id>")
+    if sum(chosen) > 1:
+        raise UsageError("Please specify only one of: --all, --session, --agent")
+    config = _config(args)
+    try:
+        rows = admin.select(admin.list_runtimes(config), all=args.all, session=args.session, agent=args.agent)
+    except SandboxUnavailable as exc:
+        return _fail(exc)
+    rows = [r for r in rows if r["exists"]] or rows
+    if not rows:
+        print("No sandbox runtimes found matching the criteria.")
+        return 0
+    print("Sandbox runtimes to be recreated:")
+    for r in rows:
+        print(f"  - {_clean(r['containerName'])} [docker] ({'running' if r['running'] else 'stopped'})")
+    print(f"Total: {len(rows)} runtime(s)")
+    if not args.force:
+        try:
+            answer = input("This will stop and remove these containers. Continue? [y/N] ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("Cancelled.")
+            return 0
+    removed = failed = 0
+    for r in rows:
+        try:
+            if admin.remove(r["containerName"]):
+                print(f"✓ Removed {_clean(r['containerName'])}")
+                removed += 1
+            else:
+                raise RuntimeError("docker rm -f failed")
+        except Exception as exc:
+            print(f"✗ Failed to remove {_clean(r['containerName'])}: {exc}")
+            failed += 1
+    print(f"Done: {removed} removed, {failed} failed")
+    print("Runtimes will be automatically recreated when the agent is next used.")
+    return 1 if failed else 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    config = _config(args)
+    try:
+        removed = admin.prune(config, args.agent)
+    except SandboxUnavailable as exc:
+        return _fail(exc)
+    for name in removed:
+        print(f"✓ Removed {_clean(name)}")
+    print(f"Pruned {len(removed)} runtime(s).")
+    return 0
+
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    config = _config(args)
+
+    def progress(line: str) -> None:
+        print(f"  {_clean(line)}", flush=True)
+
+    print("Building the default sandbox image (FROM scratch + static busybox)…", flush=True)
+    try:
+        tags = admin.setup_image(config, progress)
+    except SandboxUnavailable as exc:
+        return _fail(exc)
+    print(f"Sandbox image built: {', '.join(tags)}")
+    return 0

@@ -1,0 +1,1 @@
+"""The gateway daemon: control socket server, one handler per verb, lifecycle and service install."""

@@ -1,0 +1,38 @@
+"""`approve`: resolve a pending approval by id or unique prefix; aliases and texts of reference §3.11–3.12."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from engine.approval_manager import ApprovalError
+from engine.results import ToolError
+from runner.gateway.handlers.common import opt_str, req_str
+
+if TYPE_CHECKING:
+    from runner.gateway.server import Connection
+    from runner.gateway.services import Services
+
+
+async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    approval_id = req_str(params, "id")
+    decision = req_str(params, "decision")
+    reason = opt_str(params, "reason")
+    try:
+        record, applied = services.approvals.resolve(
+            approval_id, decision, resolved_by=conn.name, reason=reason
+        )
+    except ApprovalError as exc:
+        raise ToolError(str(exc)) from None
+    if applied:
+        text = f"Approval {record.decision} submitted for {record.slug}."
+    else:
+        text = f"Approval {record.slug} was already resolved ({record.decision or 'expired'}); ignored."
+    details = {
+        "status": "resolved" if applied else "ignored",
+        "id": record.id,
+        "slug": record.slug,
+        "decision": record.decision,
+        "resolvedBy": record.resolved_by,
+        "command": record.request.command,
+    }
+    return {"text": text, "details": details}

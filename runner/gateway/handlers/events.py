@@ -1,0 +1,22 @@
+"""`events`: the system-event backlog of one session key (or of all), optionally drained."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from runner.gateway.handlers.common import session_key
+
+if TYPE_CHECKING:
+    from runner.gateway.server import Connection
+    from runner.gateway.services import Services
+
+
+async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    key = session_key(params)
+    drain = params.get("drain", False) is True
+    keys = [key] if key else services.events.keys()
+    out: list[dict[str, Any]] = []
+    for k in keys:
+        texts = services.events.drain(k) if drain else services.events.peek(k)
+        out += [{"sessionKey": k, "text": text} for text in texts]
+    return {"events": out}

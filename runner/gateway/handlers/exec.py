@@ -1,0 +1,21 @@
+"""`exec`: the exec tool (reference §1.2 params + agentId, sessionKey) → ToolResult dict."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from engine.exec_tool import ExecContext
+from runner.gateway.handlers.common import agent_id, session_key
+
+if TYPE_CHECKING:
+    from runner.gateway.server import Connection
+    from runner.gateway.services import Services
+
+
+async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    assert services.exec_tool is not None
+    ctx = ExecContext(
+        agent_id=agent_id(params), session_key=session_key(params), caller_alive=lambda: not conn.closed
+    )
+    result = await services.exec_tool.run(params, ctx)
+    return result.to_dict()

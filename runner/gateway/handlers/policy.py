@@ -1,0 +1,66 @@
+"""`policy.check|override|overrides`: explain a decision; set and show /exec and /elevated overrides."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from engine.decision import evaluate
+from engine.exec_tool import sandbox_available
+from engine.policy import SessionOverrides, apply_directive
+from runner.gateway.handlers.common import agent_id, opt_str, req_str, session_key
+
+if TYPE_CHECKING:
+    from runner.gateway.server import Connection
+    from runner.gateway.services import Services
+
+
+async def check(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    command = req_str(params, "command")
+    agent, key = agent_id(params), session_key(params)
+    config = services.config()
+    keys = ("host", "security", "ask", "node", "elevated")
+    call: dict[str, Any] = {k: params[k] for k in keys if k in params}
+    decision = await asyncio.to_thread(
+        evaluate,
+        command,
+        config=config,
+        agent_id=agent,
+        params=call,
+        overrides=services.overrides.get(key),
+        store=services.store,
+        cwd=opt_str(params, "cwd"),
+        sandbox_available=sandbox_available(config, agent, key),
+        session_key=key or None,
+    )
+    return decision.to_json()
+
+
+def _view(ov: SessionOverrides) -> dict[str, Any]:
+    return {"host": ov.host, "security": ov.security, "ask": ov.ask, "node": ov.node, "elevated": ov.elevated}
+
+
+async def override(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    key = session_key(params)
+    if not key:
+        raise ValueError("sessionKey is required")
+    directive = req_str(params, "directive")
+    agent = agent_id(params)
+    config = services.config()
+    current = services.overrides.get(key, SessionOverrides())
+    updated, reply = apply_directive(
+        current,
+        directive,
+        elevated_enabled=config.elevated_enabled_for(agent),
+        sandboxed=sandbox_available(config, agent, key),
+        session_key=key,
+    )
+    if any(v is not None for v in _view(updated).values()):
+        services.overrides[key] = updated
+    else:
+        services.overrides.pop(key, None)
+    return {"text": reply, "details": {"sessionKey": key, "overrides": _view(updated)}}
+
+
+async def overrides(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    return {"overrides": {key: _view(ov) for key, ov in services.overrides.items()}}

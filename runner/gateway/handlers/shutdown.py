@@ -1,0 +1,18 @@
+"""`shutdown`: graceful stop, after this response is sent."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runner.gateway.server import Connection
+    from runner.gateway.services import Services
+
+
+async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    server = services.server
+    if server is not None:
+        # Let the response go out first; stopping cancels in-flight requests.
+        asyncio.get_running_loop().call_later(0.05, server.request_stop)
+    return {"stopping": True}

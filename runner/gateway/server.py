@@ -1,0 +1,402 @@
+"""The gateway's control socket: bind safely, authenticate peers, route frames to one handler per verb."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hmac
+import logging
+import os
+import signal
+import socket
+import stat
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine import statefs
+from engine.protocol import (
+    HANDSHAKE_TIMEOUT_S,
+    MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    SUN_PATH_MAX,
+    ErrorFrame,
+    Event,
+    Frame,
+    Hello,
+    ProtocolError,
+    Request,
+    Response,
+    Welcome,
+    decode_frame,
+    encode_frame,
+    ensure_token,
+    read_frame_line,
+    socket_path,
+)
+from engine.results import ToolError
+from runner.gateway.handlers import HANDLERS
+from runner.gateway.services import Services
+
+log = logging.getLogger("exechost.gateway")
+
+SEND_QUEUE_FRAMES = 2048  # per connection; a client that lets this fill is cut off, never waited for
+EVENT_DROP_AT = SEND_QUEUE_FRAMES * 3 // 4  # events are shed first, responses keep their room
+MAX_IN_FLIGHT = 512  # concurrent requests per connection; reading pauses beyond this
+MAX_CONNECTIONS = 256
+MAX_BAD_FRAMES = 8
+
+
+class GatewayBusy(Exception):
+    """Another live gateway owns the state dir's socket."""
+
+
+class Connection:
+    """One authenticated client: a reader loop, a bounded outgoing queue and a sender task."""
+
+    def __init__(
+        self, server: GatewayServer, writer: asyncio.StreamWriter, hello: Hello, peer_pid: int
+    ) -> None:
+        self.server = server
+        self.writer = writer
+        self.client = hello.client
+        self.name = hello.name or hello.client
+        self.peer_pid = peer_pid
+        self.topics: set[str] = set()
+        self.approver = False
+        self.dropped_events = 0
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_FRAMES)
+        self._sender = asyncio.get_running_loop().create_task(self._send_loop())
+        self.closed = False
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def send(self, frame: Frame) -> None:
+        """Queue a frame, never waiting: a client that cannot keep up loses events, then the connection."""
+        if self.closed:
+            return
+        if isinstance(frame, Event) and self._queue.qsize() >= EVENT_DROP_AT:
+            self.dropped_events += 1
+            return
+        try:
+            data = encode_frame(frame)
+        except ProtocolError as exc:
+            if not isinstance(frame, Response):
+                return
+            data = encode_frame(
+                Response(id=frame.id, ok=False, error={"code": "too_large", "message": str(exc)})
+            )
+        try:
+            self._queue.put_nowait(data)
+        except asyncio.QueueFull:
+            log.warning("client %s (pid %s) is not reading; closing its connection", self.name, self.peer_pid)
+            self.abort()
+
+    async def _send_loop(self) -> None:
+        try:
+            while True:
+                data = await self._queue.get()
+                if data is None:
+                    break
+                self.writer.write(data)
+                if self.writer.transport.get_write_buffer_size() > 256 * 1024:
+                    await self.writer.drain()
+            await self.writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.writer.transport.abort() if self._queue.full() else self.writer.close()
+        self.server.services.connection_closed(self)
+
+    async def finish(self) -> None:
+        """Flush what is queued, then close."""
+        if not self.closed:
+            with contextlib.suppress(asyncio.QueueFull):
+                self._queue.put_nowait(None)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(self._sender), 2.0)
+        self.abort()
+        self._sender.cancel()
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the connected peer, from the kernel (SO_PEERCRED)."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
+
+
+class GatewayServer:
+    """Owns the socket, the pid lock and the services; `start()` then `wait_stopped()`."""
+
+    def __init__(
+        self,
+        state_dir: Path | None = None,
+        *,
+        config_path: str | None = None,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
+        approval_timeout_ms: int | None = None,
+    ) -> None:
+        self.state_dir = state_dir or statefs.state_dir()
+        self.socket_path = socket_path(self.state_dir)
+        self.handshake_timeout = handshake_timeout
+        self.services = Services(
+            self.state_dir, config_path=config_path, approval_timeout_ms=approval_timeout_ms, server=self
+        )
+        self._server: asyncio.AbstractServer | None = None
+        self._lock_fd: int | None = None
+        self._stopped = asyncio.Event()
+        self._token = ""
+        self._unauthenticated = 0
+        self.started_at = time.time()
+        self.connections: set[Connection] = set()
+
+    # -- lifecycle
+
+    def _take_lock(self) -> None:
+        """Hold gateway.pid locked for the daemon's life: a second daemon fails here instead of racing."""
+        path = self.state_dir / "gateway.pid"
+        statefs.refuse_symlink(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, statefs.FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise GatewayBusy(
+                f"a gateway is already running (pid {other or '?'}) for {self.state_dir}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _check_stale_socket(self) -> None:
+        """A live socket is never stolen; a dead one (no listener) is removed. Anything else is refused."""
+        path = self.socket_path
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            raise GatewayBusy(f"{path} exists and is not a socket; refusing to replace it")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            os.unlink(path)
+            return
+        finally:
+            probe.close()
+        raise GatewayBusy(f"another gateway is answering on {path}")
+
+    async def start(self) -> None:
+        statefs.ensure_private_dir(self.state_dir)
+        if len(os.fsencode(self.socket_path)) > SUN_PATH_MAX:
+            raise GatewayBusy(f"socket path too long (> {SUN_PATH_MAX} bytes): {self.socket_path}")
+        self._take_lock()
+        try:
+            self._check_stale_socket()
+            self._token = ensure_token(self.state_dir)
+            await self.services.start()
+            old = os.umask(0o177)  # the socket is born 0600: no window where others could connect
+            try:
+                self._server = await asyncio.start_unix_server(
+                    self._on_connect, path=str(self.socket_path), limit=MAX_FRAME_BYTES + 1
+                )
+            finally:
+                os.umask(old)
+            os.chmod(self.socket_path, 0o600)
+        except BaseException:
+            self._release_lock()
+            raise
+        self.started_at = time.time()
+        log.info("gateway listening on %s (pid %d)", self.socket_path, os.getpid())
+
+    def request_stop(self) -> None:
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+        await self.stop()
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+        server.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        for conn in list(self.connections):
+            for task in list(conn.tasks):
+                task.cancel()
+            await conn.finish()
+        await self.services.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(server.wait_closed(), 2.0)
+        self._release_lock()
+        self._stopped.set()
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._lock_fd, 0)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- connections
+
+    async def _reject(self, writer: asyncio.StreamWriter, code: str, message: str) -> None:
+        with contextlib.suppress(Exception):
+            writer.write(encode_frame(ErrorFrame(code=code, message=message)))
+            await asyncio.wait_for(writer.drain(), 1.0)
+        writer.close()
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        try:
+            pid, uid, _gid = peer_credentials(sock)
+        except OSError:
+            writer.close()
+            return
+        if uid != os.geteuid():
+            log.warning("refused peer pid %d uid %d (gateway uid %d)", pid, uid, os.geteuid())
+            await self._reject(writer, "auth", f"peer uid {uid} is not the gateway's uid {os.geteuid()}")
+            return
+        if self._unauthenticated + len(self.connections) >= MAX_CONNECTIONS:
+            await self._reject(writer, "overload", "too many connections")
+            return
+        self._unauthenticated += 1
+        try:
+            hello = await self._handshake(reader, writer)
+        finally:
+            self._unauthenticated -= 1
+        if hello is None:
+            return
+        conn = Connection(self, writer, hello, pid)
+        self.connections.add(conn)
+        conn.send(Welcome(pid=os.getpid()))
+        try:
+            await self._serve(conn, reader)
+        finally:
+            self.connections.discard(conn)
+            # Requests already running are kept: an exec's detached work belongs to the gateway.
+            await conn.finish()
+
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Hello | None:
+        try:
+            line = await asyncio.wait_for(read_frame_line(reader), self.handshake_timeout)
+            frame = decode_frame(line)
+        except TimeoutError:
+            await self._reject(writer, "handshake", f"no hello within {self.handshake_timeout:g} s")
+            return None
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            writer.close()
+            return None
+        except ProtocolError as exc:
+            await self._reject(writer, "handshake", f"expected a hello frame: {exc}")
+            return None
+        if not isinstance(frame, Hello):
+            await self._reject(writer, "handshake", f"expected a hello frame, got {frame.type!r}")
+            return None
+        if not hmac.compare_digest(frame.token.encode(), self._token.encode()):
+            await self._reject(writer, "auth", "invalid gateway token")
+            return None
+        if frame.version != PROTOCOL_VERSION:
+            await self._reject(
+                writer,
+                "version",
+                f"protocol version {frame.version} not supported (gateway speaks {PROTOCOL_VERSION})",
+            )
+            return None
+        return frame
+
+    async def _serve(self, conn: Connection, reader: asyncio.StreamReader) -> None:
+        slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        bad = 0
+        while not conn.closed:
+            try:
+                line = await read_frame_line(reader)
+            except ProtocolError as exc:
+                conn.send(ErrorFrame(code="frame", message=str(exc)))
+                return
+            except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                return
+            try:
+                frame = decode_frame(line)
+                if not isinstance(frame, Request):
+                    raise ProtocolError(f"expected a req frame, got {frame.type!r}")
+            except ProtocolError as exc:
+                bad += 1
+                conn.send(Response(id=None, ok=False, error={"code": "bad_frame", "message": str(exc)}))
+                if bad >= MAX_BAD_FRAMES:
+                    conn.send(ErrorFrame(code="frame", message="too many malformed frames"))
+                    return
+                continue
+            await slots.acquire()
+            task = asyncio.get_running_loop().create_task(self._dispatch(conn, frame))
+            conn.tasks.add(task)
+            task.add_done_callback(self._request_done(conn, slots))
+
+    @staticmethod
+    def _request_done(conn: Connection, slots: asyncio.Semaphore) -> Callable[[asyncio.Task[None]], None]:
+        def done(task: asyncio.Task[None]) -> None:
+            conn.tasks.discard(task)
+            slots.release()
+
+        return done
+
+    async def _dispatch(self, conn: Connection, req: Request) -> None:
+        handler = HANDLERS.get(req.method)
+        if handler is None:
+            conn.send(
+                Response(
+                    id=req.id,
+                    ok=False,
+                    error={"code": "unknown_method", "message": f"unknown method {req.method!r}"},
+                )
+            )
+            return
+        try:
+            result: dict[str, Any] = await handler(self.services, conn, req.params)
+        except ToolError as exc:
+            conn.send(Response(id=req.id, ok=False, error={"code": "tool_error", "message": str(exc)}))
+        except (ValueError, TypeError, KeyError) as exc:
+            conn.send(Response(id=req.id, ok=False, error={"code": "bad_params", "message": str(exc)}))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("handler %s failed", req.method)
+            conn.send(
+                Response(
+                    id=req.id, ok=False, error={"code": "internal", "message": f"{type(exc).__name__}: {exc}"}
+                )
+            )
+        else:
+            conn.send(Response(id=req.id, ok=True, result=result))
+
+
+async def run_gateway(
+    state_dir: Path | None = None, *, config_path: str | None = None, ready: asyncio.Event | None = None
+) -> None:
+    """Serve until SIGTERM/SIGINT or a `shutdown` request; then stop gracefully."""
+    server = GatewayServer(state_dir, config_path=config_path)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.request_stop)
+    if ready is not None:
+        ready.set()
+    try:
+        await server.wait_stopped()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

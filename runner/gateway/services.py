@@ -1,0 +1,181 @@
+"""What the gateway owns: config, sessions, approvals, events, overrides, and the fan-out to clients."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.approval_manager import ApprovalManager, ApprovalRecord
+from engine.approvals_store import ApprovalsStore
+from engine.config import Config, config_path, load_config
+from engine.exec_tool import ExecTool
+from engine.policy import SessionOverrides
+from engine.protocol import Event
+from engine.results import ToolResult
+from engine.sessions import SessionManager, SystemEvents
+
+if TYPE_CHECKING:
+    from runner.gateway.server import Connection, GatewayServer
+
+log = logging.getLogger("exechost.gateway")
+
+
+class Services:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        config_path: str | None = None,
+        approval_timeout_ms: int | None = None,
+        server: GatewayServer | None = None,
+    ) -> None:
+        self.state_dir = state_dir
+        self.server = server
+        self._config_path = config_path
+        self._config: Config | None = None
+        self._config_stamp: tuple[float, int] | None = None
+        env_timeout = os.environ.get("EXECHOST_APPROVAL_TIMEOUT_MS", "").strip()
+        if approval_timeout_ms is None and env_timeout.isdigit():
+            approval_timeout_ms = int(env_timeout)  # tests shorten the 30-minute expiry this way
+        self.approvals = ApprovalManager(
+            **({"timeout_ms": approval_timeout_ms} if approval_timeout_ms else {})
+        )
+        self.store = ApprovalsStore(state_dir / "exec-approvals.json")
+        self.events = SystemEvents()
+        self.overrides: dict[str, SessionOverrides] = {}
+        self.sessions: SessionManager | None = None
+        self.exec_tool: ExecTool | None = None
+        self.started_at = time.time()
+        self._unsubscribe: list[Any] = []
+
+    # -- lifecycle
+
+    def config(self) -> Config:
+        """The config, reloaded when the file changes (stat per call: cheap, and edits apply at once).
+        A broken edit keeps the last good config and is logged."""
+        path = Path(self._config_path) if self._config_path else config_path()
+        try:
+            st = path.stat()
+            stamp: tuple[float, int] | None = (st.st_mtime, st.st_size)
+        except OSError:
+            stamp = None
+        if self._config is None or stamp != self._config_stamp:
+            try:
+                self._config = load_config(path)
+            except Exception as exc:
+                if self._config is None:
+                    raise
+                log.error("config reload failed, keeping the previous one: %s", exc)
+            self._config_stamp = stamp
+        return self._config
+
+    async def start(self) -> None:
+        config = self.config()
+        exec_cfg = config.exec
+        self.sessions = SessionManager(
+            self.state_dir,
+            log_cap_bytes=exec_cfg.log_cap_bytes,
+            cleanup_ms=exec_cfg.cleanup_ms,
+            events=self.events,
+            timeout_sec=float(exec_cfg.timeout_sec),
+            background_ms=exec_cfg.background_ms,
+        )
+        self.exec_tool = ExecTool(
+            config=self.config,
+            sessions=self.sessions,
+            approvals=self.approvals,
+            store=self.store,
+            events=self.events,
+            has_approver=self.has_approver,
+            overrides=self.overrides,
+            wait_session=self.wait_session,
+        )
+        self.approvals.add_listener(self._on_approval)
+        self._unsubscribe.append(self.events.subscribe(self._on_system_event))
+        hook = getattr(self.sessions, "add_listener", None)
+        if callable(hook):
+            hook(self._on_session_event)
+
+    async def close(self) -> None:
+        for unsubscribe in self._unsubscribe:
+            with contextlib.suppress(Exception):
+                unsubscribe()
+        self.approvals.close()
+        if self.exec_tool is not None:
+            await self.exec_tool.close()
+        if self.sessions is not None:
+            await self.sessions.close()
+
+    # -- sessions
+
+    async def wait_session(self, session_id: str, scope_key: str) -> ToolResult:
+        """Wait for a detached session to exit; its outcome as the follow-up event needs it."""
+        assert self.sessions is not None
+        session = self.sessions.get(session_id)
+        if session is None:
+            return ToolResult("", {"status": "failed", "exitCode": None, "aggregated": ""})
+        await session.done.wait()
+        return ToolResult(
+            "",
+            {
+                "status": session.status,
+                "exitCode": session.exit_code,
+                "exitSignal": session.exit_signal,
+                "timedOut": session.timed_out,
+                "aggregated": session.output.aggregated(),
+            },
+        )
+
+    # -- fan-out
+
+    def connections(self) -> list[Connection]:
+        return list(self.server.connections) if self.server is not None else []
+
+    def broadcast(self, topic: str, event: str, data: dict[str, Any]) -> None:
+        frame = Event(event=event, data=data)
+        for conn in self.connections():
+            if topic in conn.topics:
+                conn.send(frame)
+
+    def has_approver(self) -> bool:
+        return any(conn.approver and not conn.closed for conn in self.connections())
+
+    def connection_closed(self, conn: Connection) -> None:
+        conn.approver = False
+        conn.topics.clear()
+
+    def _on_approval(self, kind: str, record: ApprovalRecord) -> None:
+        if kind == "requested":
+            self.broadcast("approvals", "approval.requested", record.view())
+        else:
+            self.broadcast(
+                "approvals",
+                "approval.resolved",
+                {"id": record.id, "decision": record.decision, "resolvedBy": record.resolved_by},
+            )
+
+    def _on_system_event(self, session_key: str, text: str) -> None:
+        self.broadcast(
+            "events", "system.event", {"sessionKey": session_key, "text": text, "ts": int(time.time() * 1000)}
+        )
+
+    def _on_session_event(self, event: str, data: dict[str, Any]) -> None:
+        self.broadcast("sessions", event, data)
+
+    def status(self) -> dict[str, Any]:
+        sessions = self.sessions.list_sessions(None) if self.sessions is not None else []
+        return {
+            "pid": os.getpid(),
+            "uptimeSec": round(time.time() - self.started_at, 3),
+            "stateDir": str(self.state_dir),
+            "connections": len(self.connections()),
+            "approvers": sum(1 for c in self.connections() if c.approver),
+            "pendingApprovals": len(self.approvals.pending()),
+            "sessions": len(sessions),
+            "runningSessions": sum(1 for s in sessions if s.get("status") == "running"),
+            "version": 1,
+        }
