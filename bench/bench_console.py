@@ -23,9 +23,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from console.app import ConsoleApp  # noqa: E402
-from engine.approvals_store import ApprovalsStore  # noqa: E402
-from engine.protocol import ControlClient  # noqa: E402
+from console.app import ConsoleApp
+from engine.approvals_store import ApprovalsStore
+from engine.protocol import ControlClient
 
 PYTHON = os.path.realpath(sys.executable)
 
@@ -48,8 +48,11 @@ def pct(values: list[float], q: float) -> float:
 
 
 def summary(label: str, ms: list[float]) -> str:
-    return (f"| {label} | {len(ms)} | {statistics.median(ms):.1f} | {pct(ms, 0.95):.1f} | {max(ms):.1f} |"
-            if ms else f"| {label} | 0 | – | – | – |")
+    return (
+        f"| {label} | {len(ms)} | {statistics.median(ms):.1f} | {pct(ms, 0.95):.1f} | {max(ms):.1f} |"
+        if ms
+        else f"| {label} | 0 | – | – | – |"
+    )
 
 
 def instrument_frames(app: ConsoleApp) -> list[float]:
@@ -67,20 +70,25 @@ def instrument_frames(app: ConsoleApp) -> list[float]:
     return frames
 
 
-async def key_latencies(app: ConsoleApp, pilot: Any, frames: list[float], presses: int) -> list[float]:
-    """Alternate ↓/↑ in the focused list; latency = key posted → first frame painted after it."""
+async def key_latencies(app: ConsoleApp, frames: list[float], presses: int) -> list[float]:
+    """Alternate ↓/↑ in the focused list: key posted → the first frame painted after its handler ran."""
     out: list[float] = []
+    table = app.focused
+    assert table is not None
     for i in range(presses):
+        before = getattr(table, "cursor_row", None)
         start = time.monotonic()
-        seen = len(frames)
-        await pilot.press("down" if i % 2 == 0 else "up")
-        deadline = start + 2.0
+        app.simulate_key("down" if i % 2 == 0 else "up")
+        handled = -1
+        deadline = start + 5.0
         while time.monotonic() < deadline:
-            if len(frames) > seen and frames[-1] >= start:
-                out.append((next(f for f in frames[seen:] if f >= start) - start) * 1000)
+            if handled < 0 and getattr(table, "cursor_row", None) != before:
+                handled = len(frames)
+            if handled >= 0 and len(frames) > handled:
+                out.append((frames[handled] - start) * 1000)
                 break
-            await asyncio.sleep(0.001)
-        await asyncio.sleep(0.03)
+            await asyncio.sleep(0.0005)
+        await asyncio.sleep(0.05)
     return out
 
 
@@ -93,14 +101,20 @@ async def bench_approvals(state: Path, count: int) -> tuple[list[float], list[fl
             await pilot.pause(0.05)
         watcher = await ControlClient.connect(state, client="bench-watch")
         received: dict[str, float] = {}
-        watcher.add_listener(lambda ev: ev.event == "approval.requested"
-                             and received.setdefault(ev.data["id"], time.time()) and None)
+        watcher.add_listener(
+            lambda ev: (
+                ev.event == "approval.requested" and received.setdefault(ev.data["id"], time.time()) and None
+            )
+        )
         await watcher.subscribe(["approvals"])
         agent = await ControlClient.connect(state, client="bench-agent")
         shown: list[float] = []
         for i in range(count):
-            task = asyncio.ensure_future(agent.request(
-                "exec", {"command": f"echo bench-{i}", "agentId": "main", "sessionKey": "agent:bench"}))
+            task = asyncio.ensure_future(
+                agent.request(
+                    "exec", {"command": f"echo bench-{i}", "agentId": "main", "sessionKey": "agent:bench"}
+                )
+            )
             while not app.inbox.rows() or not app.shown_at.keys() & {r.key for r in app.inbox.rows()}:
                 await asyncio.sleep(0.001)
             item = app.inbox.rows()[0]
@@ -127,10 +141,17 @@ async def bench_keys(state: Path, sessions: int, rate: int, seconds: float, pres
         await pilot.pause(0.3)
         agent = await ControlClient.connect(state, client="bench-agent")
         for i in range(3):  # something to move the cursor over, idle
-            await agent.request("exec", {"command": f"{PYTHON} -c 'import time; time.sleep({30 + i})'",
-                                         "background": True, "agentId": "main", "sessionKey": "agent:bench"})
+            await agent.request(
+                "exec",
+                {
+                    "command": f"{PYTHON} -c 'import time; time.sleep({30 + i})'",
+                    "background": True,
+                    "agentId": "main",
+                    "sessionKey": "agent:bench",
+                },
+            )
         await pilot.pause(0.5)
-        results["idle"] = await key_latencies(app, pilot, frames, presses)
+        results["idle"] = await key_latencies(app, frames, presses)
 
         # synthetic: the console's own ingestion path at the issue's full load, no gateway involved
         router = app.link.output
@@ -142,21 +163,25 @@ async def bench_keys(state: Path, sessions: int, rate: int, seconds: float, pres
         async def flood() -> None:
             line = "x" * 48 + "\n"
             chunk = line * (rate // 100)
-            ids = [app.sessions.current or "s0"] + [f"synthetic-{i}" for i in range(sessions - 1)]
+            # every listed session gets output, so whichever the key presses select is live
+            ids = list(app.sessions.order)
+            ids += [f"synthetic-{i}" for i in range(max(0, sessions - len(ids)))]
             while not stop.is_set():
                 for sid in ids:
                     router.feed(sid, chunk)
                 fed[0] += len(ids) * (rate // 100)
                 await asyncio.sleep(0.01)
 
+        pushed_before = router.pushed  # the synthetic feed must not hide whether the gateway pushes
         flooder = asyncio.ensure_future(flood())
         t0 = time.monotonic()
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-        results["synthetic"] = await key_latencies(app, pilot, frames, presses)
+        results["synthetic"] = await key_latencies(app, frames, presses)
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         wall = time.monotonic() - t0
         stop.set()
         await flooder
+        router.pushed = pushed_before
         results["synthetic_rate"] = fed[0] / wall
         results["synthetic_cpu"] = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / wall
         results["pane_lines"] = len(app.sessions.line_pane.lines)
@@ -165,16 +190,23 @@ async def bench_keys(state: Path, sessions: int, rate: int, seconds: float, pres
         script = state / "printer.py"
         script.write_text(PRINTER)
         started = time.monotonic()
-        for i in range(sessions):
-            await agent.request("exec", {"command": f"{PYTHON} {script} {rate} {seconds}",
-                                         "background": True, "agentId": "main", "sessionKey": "agent:bench"})
+        for _ in range(sessions):
+            await agent.request(
+                "exec",
+                {
+                    "command": f"{PYTHON} {script} {rate} {seconds}",
+                    "background": True,
+                    "agentId": "main",
+                    "sessionKey": "agent:bench",
+                },
+            )
         results["spawn_s"] = time.monotonic() - started
         await pilot.pause(1.0)
         app.refresh_sessions()
         await pilot.pause(0.5)
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.monotonic()
-        results["real"] = await key_latencies(app, pilot, frames, presses)
+        results["real"] = await key_latencies(app, frames, presses)
         wall = time.monotonic() - t0
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         results["real_cpu"] = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / wall
@@ -215,14 +247,22 @@ async def main() -> None:
     print("\n| key press → repaint | n | median ms | p95 ms | max ms |")
     print("|---|---|---|---|---|")
     print(summary("baseline: idle console", keys["idle"]))
-    print(summary(f"synthetic: {args.sessions} sessions × {args.rate} lines/s into the console", keys["synthetic"]))
-    print(summary(f"real: {args.sessions} background processes × {args.rate} lines/s via the gateway",
-                  keys["real"]))
-    print(f"\nsynthetic ingest: {keys['synthetic_rate']:,.0f} lines/s offered, console CPU "
-          f"{keys['synthetic_cpu']:.2f} cores, pane holds {keys['pane_lines']} lines (capped)")
-    print(f"real load: spawned {args.sessions} sessions in {keys['spawn_s']:.1f} s; console CPU "
-          f"{keys['real_cpu']:.2f} cores; gateway pushes output: {keys['pushed']}; "
-          f"console max RSS {keys['maxrss_mb']:.0f} MB")
+    synthetic = f"synthetic: {args.sessions} sessions × {args.rate} lines/s into the console"
+    print(summary(synthetic, keys["synthetic"]))
+    print(
+        summary(
+            f"real: {args.sessions} background processes × {args.rate} lines/s via the gateway", keys["real"]
+        )
+    )
+    print(
+        f"\nsynthetic ingest: {keys['synthetic_rate']:,.0f} lines/s offered, console CPU "
+        f"{keys['synthetic_cpu']:.2f} cores, pane holds {keys['pane_lines']} lines (cap 5,000)"
+    )
+    print(
+        f"real load: spawned {args.sessions} sessions in {keys['spawn_s']:.1f} s; console CPU "
+        f"{keys['real_cpu']:.2f} cores; gateway pushes output: {keys['pushed']}; "
+        f"console max RSS {keys['maxrss_mb']:.0f} MB"
+    )
 
 
 async def _shutdown(state: Path) -> None:
@@ -230,7 +270,7 @@ async def _shutdown(state: Path) -> None:
         client = await ControlClient.connect(state, client="bench", autostart=False)
         await client.request("shutdown")
         await client.close()
-    except Exception:  # noqa: S110 - already gone
+    except Exception:  # already gone
         pass
 
 

@@ -111,14 +111,18 @@ async def engine_read(mgr: SessionManager, size: int, pty: bool) -> tuple[float,
     return elapsed, (peak - before) // 1024
 
 
-async def bench_throughput(mgr: SessionManager, size: int) -> None:
+async def bench_throughput(mgr: SessionManager, size: int, rounds: int) -> None:
+    # Alternate raw and engine runs and keep the best of each: the machine is shared and noisy.
     for label, pty, raw in (("pipes", False, raw_pipe_read), ("pty", True, raw_pty_read)):
-        raw_s = raw(size)
-        eng_s, grew = await engine_read(mgr, size, pty)
+        raw_s, eng_s, grew = float("inf"), float("inf"), 0
+        for _ in range(rounds):
+            raw_s = min(raw_s, raw(size))
+            elapsed, growth = await engine_read(mgr, size, pty)
+            eng_s, grew = min(eng_s, elapsed), max(grew, growth)
         mb = size / MiB
         print(
-            f"{label} {mb:.0f} MiB: raw read loop {mb / raw_s:.0f} MiB/s | engine {mb / eng_s:.0f} MiB/s "
-            f"({raw_s / eng_s * 100:.0f} % of raw) | peak RSS growth {grew} MiB"
+            f"{label} {mb:.0f} MiB (best of {rounds}): raw read loop {mb / raw_s:.0f} MiB/s | "
+            f"engine {mb / eng_s:.0f} MiB/s ({raw_s / eng_s * 100:.0f} % of raw) | peak RSS growth {grew} MiB"
         )
 
 
@@ -150,14 +154,15 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--flood-mib", type=int, default=1024)
     parser.add_argument("--idle", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     # Each idle session holds four fds (stdout, stderr, stdin, pidfd); allow the hard limit.
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     with tempfile.TemporaryDirectory(prefix="eh-bench-") as tmp:
         mgr = SessionManager(Path(tmp))
         await bench_exec(mgr, args.runs)
-        await bench_throughput(mgr, args.flood_mib * MiB)
+        await bench_throughput(mgr, args.flood_mib * MiB, args.rounds)
         await bench_idle(mgr, args.idle)
 
 

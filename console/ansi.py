@@ -66,7 +66,9 @@ def to_text(line: str) -> Text:
     """Lazy ANSI: only lines on screen are parsed (≈60 µs each), and the result is cached."""
     if "\x1b" not in line:
         return Text(line.expandtabs(8))
-    return Text.from_ansi(line.expandtabs(8))
+    text = Text.from_ansi(line)
+    text.expand_tabs(8)  # after parsing: escape bytes must not count towards tab stops
+    return text
 
 
 # pyte colour names → Rich; pyte says "brown" for yellow and "bright<name>" for the aixterm range.

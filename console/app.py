@@ -232,13 +232,17 @@ class ConsoleApp(App[None]):
     ) -> None:
         item, new = self.inbox.add(source, approval_id, view, future)
         self.refresh_inbox()
-        if approval_id not in self.shown_at:
-            self.call_after_refresh(lambda: self.shown_at.setdefault(approval_id, time.time()))
-        if new:
-            self.explain(item)
-            if self.bell_on_new:
-                self.bell()
-            self.notify(f"approval needed: {str(view.get('command', ''))[:60]}", title="exechost", timeout=3)
+        # Paint the row first; the local analysis (a thread holding the GIL) and the toast come after.
+        self.call_after_refresh(self._after_shown, item, approval_id, new)
+
+    def _after_shown(self, item: InboxItem, approval_id: str, new: bool) -> None:
+        self.shown_at.setdefault(approval_id, time.time())
+        if not new:
+            return
+        self.explain(item)
+        if self.bell_on_new:
+            self.bell()
+        self.notify(f"approval needed: {str(item.view.get('command', ''))[:60]}", title="exechost", timeout=3)
 
     def refresh_inbox(self) -> None:
         count = len(self.inbox)

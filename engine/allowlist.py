@@ -24,6 +24,8 @@ from engine.safebins import (
 from engine.wrappers import BLOCKED_WRAPPERS, TRANSPARENT_WRAPPERS, names
 
 __all__ = [
+    "ALLOW_ALWAYS_SOURCE",
+    "COMMAND_HASH_PREFIX",
     "DEFAULT_SAFE_BINS",
     "DEFAULT_TRUSTED_DIRS",
     "AllowlistEntry",
@@ -42,6 +44,7 @@ __all__ = [
 ]
 
 COMMAND_HASH_PREFIX = "=command:"
+ALLOW_ALWAYS_SOURCE = "allow-always"
 SHELLS = ANALYSED_SHELLS | OTHER_SHELLS
 # Shells, interpreters and command runners: "allow always" never persists these, since a path entry
 # for them would allow any code at all.
@@ -63,6 +66,7 @@ class AllowlistEntry:
     pattern: str
     arg_pattern: str | None = None
     id: str | None = None
+    source: str | None = None  # "allow-always" when an approval decision wrote it (reference §3.3)
 
 
 @dataclass(frozen=True)
@@ -361,8 +365,10 @@ def command_hash_pattern(command: str) -> str:
 
 
 def has_durable_approval(command: str, entries: Sequence[AllowlistEntry]) -> bool:
+    """Reference §3.3 (a): an allow-always `=command:<sha16>` entry for exactly this command.
+    A hand-added hash entry is an ordinary allowlist line, not a durable approval."""
     wanted = command_hash_pattern(command)
-    return any(entry.pattern == wanted for entry in entries)
+    return any(entry.pattern == wanted and entry.source == ALLOW_ALWAYS_SOURCE for entry in entries)
 
 
 # --------------------------------------------------------------------------- what runs

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tomllib
@@ -15,14 +14,22 @@ import tomlkit
 import tomlkit.exceptions
 
 from engine import statefs
-from engine.policy import ASKS, HOSTS, SECURITIES
+from engine.config_lines import PathParts, split_key
+from engine.config_lines import key_lines as key_lines  # re-exported: part of this module's API
+from engine.config_lines import render_key as render_key
+from engine.config_schema import (
+    AGENT_KEYS,
+    DEFAULT_SANDBOX_IMAGE,
+    MIB,
+    NODE_KEYS,
+    PROFILE_KEYS,
+    SANDBOX_KEYS,
+    TOOLS_KEYS,
+    Spec,
+    Table,
+)
+from engine.config_schema import known_keys as known_keys
 from engine.safebins import SafeBinProfile
-
-MIB = 1024 * 1024
-SANDBOX_MODES = ("off", "non-main", "all")
-SANDBOX_SCOPES = ("session", "agent", "shared")
-WORKSPACE_ACCESS = ("none", "ro", "rw")
-DEFAULT_SANDBOX_IMAGE = "openclaw-sandbox:bookworm-slim"
 
 
 class ConfigError(Exception):
@@ -35,122 +42,6 @@ class ConfigError(Exception):
         self.message = message
         where = f"{self.file}:{line}" if line is not None else self.file
         super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
-
-
-# --------------------------------------------------------------------------- schema
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One config key: the attribute it fills, its kind, default and limits."""
-
-    attr: str
-    kind: str  # str | bool | int | number | size | strlist | strmap | enum | profiles
-    default: Any = None
-    choices: tuple[str, ...] = ()
-    clamp: tuple[int, int] | None = None
-    minimum: float | None = None
-    maximum: float | None = None
-
-
-@dataclass(frozen=True)
-class Table:
-    """A nested table of keys."""
-
-    attr: str
-    keys: Mapping[str, Spec | Table]
-
-
-EXEC_KEYS: dict[str, Spec | Table] = {
-    "host": Spec("host", "enum", None, HOSTS),
-    "security": Spec("security", "enum", None, SECURITIES),
-    "ask": Spec("ask", "enum", None, ASKS),
-    "askFallback": Spec("ask_fallback", "enum", None, SECURITIES),
-    "node": Spec("node", "str"),
-    "timeoutSec": Spec("timeout_sec", "int", 1800, minimum=1),
-    # Clamped, not rejected: the same ranges OpenClaw clamps to.
-    "backgroundMs": Spec("background_ms", "int", 10_000, clamp=(10, 120_000)),
-    "cleanupMs": Spec("cleanup_ms", "int", 1_800_000, clamp=(60_000, 10_800_000)),
-    "notifyOnExit": Spec("notify_on_exit", "bool", True),
-    "notifyOnExitEmptySuccess": Spec("notify_on_exit_empty_success", "bool", False),
-    "pathPrepend": Spec("path_prepend", "strlist", ()),
-    "safeBins": Spec("safe_bins", "strlist", None),
-    "safeBinProfiles": Spec("safe_bin_profiles", "profiles", None),
-    "logCapBytes": Spec("log_cap_bytes", "int", 64 * MIB, minimum=64 * 1024),
-}
-ELEVATED_KEYS: dict[str, Spec | Table] = {"enabled": Spec("enabled", "bool", False)}
-DOCKER_KEYS: dict[str, Spec | Table] = {
-    "image": Spec("image", "str", DEFAULT_SANDBOX_IMAGE),
-    "readOnlyRoot": Spec("read_only_root", "bool", True),
-    "tmpfs": Spec("tmpfs", "strlist", ("/tmp", "/var/tmp", "/run")),
-    "network": Spec("network", "str", "none"),
-    "user": Spec("user", "str"),
-    "capDrop": Spec("cap_drop", "strlist", ("ALL",)),
-    "env": Spec("env", "strmap", {"LANG": "C.UTF-8"}),
-    "memory": Spec("memory", "size"),
-    "cpus": Spec("cpus", "number", None, minimum=0.01),
-    # DESIGN §9 lists a pids limit among the hardened defaults (OpenClaw leaves it unset).
-    "pidsLimit": Spec("pids_limit", "int", 512, minimum=1),
-    "seccompProfile": Spec("seccomp_profile", "str"),
-    "apparmorProfile": Spec("apparmor_profile", "str"),
-    "binds": Spec("binds", "strlist", ()),
-    "setupCommand": Spec("setup_command", "str"),
-}
-PRUNE_KEYS: dict[str, Spec | Table] = {
-    "idleHours": Spec("idle_hours", "number", 24, minimum=0),
-    "maxAgeDays": Spec("max_age_days", "number", 7, minimum=0),
-}
-SANDBOX_KEYS: dict[str, Spec | Table] = {
-    "mode": Spec("mode", "enum", "off", SANDBOX_MODES),
-    "scope": Spec("scope", "enum", "agent", SANDBOX_SCOPES),
-    "workspaceAccess": Spec("workspace_access", "enum", "none", WORKSPACE_ACCESS),
-    "workspaceRoot": Spec("workspace_root", "str"),
-    "docker": Table("docker", DOCKER_KEYS),
-    "prune": Table("prune", PRUNE_KEYS),
-}
-NODE_KEYS: dict[str, Spec | Table] = {
-    "host": Spec("host", "str"),
-    "port": Spec("port", "int", 22, minimum=1, maximum=65535),
-    "user": Spec("user", "str"),
-    "identityFile": Spec("identity_file", "str"),
-    "knownHosts": Spec("known_hosts", "str"),
-    "dockerSocket": Spec("docker_socket", "str"),
-}
-TOOLS_KEYS: dict[str, Spec | Table] = {
-    "exec": Table("exec", EXEC_KEYS),
-    "elevated": Table("elevated", ELEVATED_KEYS),
-}
-AGENT_KEYS: dict[str, Spec | Table] = {
-    "id": Spec("id", "str"),
-    "tools": Table("tools", TOOLS_KEYS),
-    "sandbox": Table("sandbox", SANDBOX_KEYS),
-}
-# Keys of one safeBinProfiles entry (what engine.safebins.SafeBinProfile.from_config accepts).
-PROFILE_KEYS: dict[str, str] = {
-    "minPositional": "int",
-    "maxPositional": "int",
-    "allowedValueFlags": "strlist",
-    "deniedFlags": "strlist",
-    "booleanFlags": "strlist",
-}
-
-
-def known_keys() -> list[str]:
-    """Every dotted key the loader accepts (as `agents.list[].…` and `nodes.<name>.…` for those tables)."""
-    out: list[str] = []
-
-    def walk(prefix: str, keys: Mapping[str, Spec | Table]) -> None:
-        for name, spec in keys.items():
-            if isinstance(spec, Table):
-                walk(f"{prefix}{name}.", spec.keys)
-            else:
-                out.append(prefix + name)
-
-    walk("tools.", TOOLS_KEYS)
-    walk("agents.defaults.sandbox.", SANDBOX_KEYS)
-    walk("agents.list[].", AGENT_KEYS)
-    walk("nodes.<name>.", NODE_KEYS)
-    return out
 
 
 # --------------------------------------------------------------------------- views
@@ -322,19 +213,6 @@ def load_config_text(
 
 
 # --------------------------------------------------------------------------- validation
-
-PathParts = list[str | int]
-
-
-def render_key(parts: PathParts) -> str:
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            name = part if re.fullmatch(r"[A-Za-z0-9_-]+", part) else json.dumps(part)
-            out += f".{name}" if out else name
-    return out
 
 
 class _Checker:
@@ -551,132 +429,6 @@ def _sandbox_config(values: Mapping[str, Any], env: Mapping[str, str] | None) ->
     return sandbox
 
 
-# --------------------------------------------------------------------------- line numbers
-
-
-def key_lines(source: str) -> dict[str, int]:
-    """Map each dotted key path (as render_key spells it) to the line that defines it.
-
-    tomllib gives values but no positions; this light scan of headers and `key =` lines
-    supplies them. Anything it cannot place falls back to the nearest enclosing table's line.
-    """
-    lines: dict[str, int] = {}
-    prefix: PathParts = []
-    aot: dict[tuple[str | int, ...], int] = {}
-    state: tuple[str | None, int] = (None, 0)  # (open multi-line quote, bracket depth)
-    for lineno, line in enumerate(source.splitlines(), 1):
-        if state != (None, 0):
-            state = _scan_value(line, 0, state)
-            continue
-        stripped = line.lstrip()
-        start = len(line) - len(stripped)
-        if not stripped or stripped.startswith("#"):
-            continue
-        if stripped.startswith("["):
-            is_aot = stripped.startswith("[[")
-            parsed = _split_key(line, start + (2 if is_aot else 1))
-            if parsed is None:
-                continue
-            resolved: PathParts = []
-            for i, part in enumerate(parsed[0]):
-                resolved.append(part)
-                key = tuple(resolved)
-                if is_aot and i == len(parsed[0]) - 1:
-                    aot[key] = aot.get(key, -1) + 1
-                    resolved.append(aot[key])
-                elif key in aot:
-                    resolved.append(aot[key])
-            prefix = resolved
-            for k in range(1, len(prefix) + 1):
-                lines.setdefault(render_key(prefix[:k]), lineno)
-            continue
-        parsed = _split_key(line, start)
-        if parsed is None:
-            continue
-        parts, end = parsed
-        if end >= len(line) or line[end] != "=":
-            continue
-        for k in range(1, len(parts) + 1):
-            lines.setdefault(render_key([*prefix, *parts[:k]]), lineno)
-        state = _scan_value(line, end + 1, (None, 0))
-    return lines
-
-
-def _split_key(text: str, i: int) -> tuple[list[str], int] | None:
-    parts: list[str] = []
-    n = len(text)
-    while True:
-        while i < n and text[i] in " \t":
-            i += 1
-        if i >= n:
-            return None
-        ch = text[i]
-        if ch in "\"'":
-            close = i + 1
-            while close < n and text[close] != ch:
-                close += 2 if ch == '"' and text[close] == "\\" else 1
-            if close >= n:
-                return None
-            raw = text[i : close + 1]
-            try:
-                parts.append(tomllib.loads(f"k = {raw}")["k"])
-            except tomllib.TOMLDecodeError:
-                return None
-            i = close + 1
-        else:
-            m = re.compile(r"[A-Za-z0-9_-]+").match(text, i)
-            if m is None:
-                return None
-            parts.append(m.group(0))
-            i = m.end()
-        while i < n and text[i] in " \t":
-            i += 1
-        if i < n and text[i] == ".":
-            i += 1
-            continue
-        return parts, i
-
-
-def _scan_value(line: str, i: int, state: tuple[str | None, int]) -> tuple[str | None, int]:
-    """Track multi-line strings and bracket depth so continuation lines are not read as keys."""
-    quote, depth = state
-    n = len(line)
-    while i < n:
-        if quote is not None:
-            end = line.find(quote, i)
-            while end != -1 and quote == '"""' and _escaped(line, end):
-                end = line.find(quote, end + 1)
-            if end == -1:
-                return quote, depth
-            i, quote = end + 3, None
-            continue
-        ch = line[i]
-        if ch == "#":
-            break
-        if ch in "\"'":
-            if line.startswith(ch * 3, i):
-                quote, i = ch * 3, i + 3
-                continue
-            i += 1
-            while i < n and line[i] != ch:
-                i += 2 if ch == '"' and line[i] == "\\" else 1
-            i += 1
-            continue
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth = max(0, depth - 1)
-        i += 1
-    return quote, depth
-
-
-def _escaped(line: str, pos: int) -> bool:
-    count = 0
-    while pos - count - 1 >= 0 and line[pos - count - 1] == "\\":
-        count += 1
-    return count % 2 == 1
-
-
 # --------------------------------------------------------------------------- writes
 
 
@@ -728,7 +480,7 @@ def _parse_dotted(file: Path, dotted_key: str) -> list[str | tuple[str, str]]:
     rest = dotted_key.strip()
     if m:
         head, rest = [("agents.list", m.group(1).strip())], m.group(2)
-    parsed = _split_key(rest + " =", 0)
+    parsed = split_key(rest + " =", 0)
     if parsed is None or rest[parsed[1] :].strip():
         raise ConfigError(file, dotted_key, None, "not a valid dotted key")
     return [*head, *parsed[0]]

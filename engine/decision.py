@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.allowlist import (
+    ALLOW_ALWAYS_SOURCE,
     DEFAULT_SAFE_BINS,
+    AllowlistEntry,
     AllowlistResult,
     SafeBinProfile,
     allow_always_patterns,
@@ -30,7 +32,14 @@ from engine.policy import (
 )
 from engine.results import ToolError
 
-ALLOW_ALWAYS_SOURCE = "allow-always"
+if TYPE_CHECKING:
+    from engine.approvals_schema import ApprovalsFile
+
+
+class ApprovalsSource(Protocol):
+    """What evaluate reads the approvals file through (engine.approvals_store.ApprovalsStore)."""
+
+    def load(self) -> ApprovalsFile: ...
 
 
 @dataclass
@@ -95,13 +104,13 @@ def evaluate(
     agent_id: str = "main",
     params: dict[str, Any] | None = None,
     overrides: SessionOverrides | None = None,
-    store: Any | None = None,
+    store: ApprovalsSource | None = None,
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
     sandbox_available: bool = False,
     session_key: str | None = None,
 ) -> Decision:
-    """Decide one command. `store` is an engine.approvals_store.ApprovalsStore (read only here).
+    """Decide one command. `store` is read once (one consistent snapshot of the approvals file).
 
     Policy errors (host not allowed, sandbox required, elevated unavailable) come back as a deny
     whose reason is the reference text; an unreadable approvals file raises ApprovalsFileError.
@@ -111,6 +120,7 @@ def evaluate(
     approvals = store.load() if store is not None else None
     file_policy = approvals.agent(agent_id) if approvals is not None else None
     file_defaults = approvals.defaults if approvals is not None else None
+    entries = approvals.entries(agent_id) if approvals is not None else []
 
     analysis = analyze_command(command)
     try:
@@ -141,7 +151,7 @@ def evaluate(
             decision="deny",
             reason=str(exc),
             decided_by=exc.step,
-            segments=[_segment_json(s.argv, None, None, None, None) for s in analysis.segments],
+            segments=[_segment_json(s.argv, None, None, None, None, None) for s in analysis.segments],
         )
 
     exec_cfg = config.exec_for(agent_id)
@@ -153,7 +163,6 @@ def evaluate(
         warnings.append("Executables resolved on this machine; the node resolves them against its own PATH.")
     elif exec_cfg.path_prepend and not policy.sandboxed:
         run_env["PATH"] = os.pathsep.join([*exec_cfg.path_prepend, run_env.get("PATH", "")])
-    entries = store.entries(agent_id) if store is not None else []
     safe_bins = frozenset(exec_cfg.safe_bins) if exec_cfg.safe_bins is not None else DEFAULT_SAFE_BINS
     result = evaluate_allowlist(
         analysis,
@@ -164,9 +173,9 @@ def evaluate(
         safe_bin_profiles=_profiles(exec_cfg.safe_bin_profiles),
     )
     satisfied = analysis.ok and result.satisfied
-    durable = has_durable_approval(command, entries) or _durable_by_entries(analysis, result, file_policy)
+    durable = has_durable_approval(command, entries) or _durable_by_entries(analysis, result, entries)
     segments = [
-        _segment_json(m.argv, m.resolved_path, m.satisfied_by, m.matched_pattern, m.reason)
+        _segment_json(m.argv, m.resolved_path, m.satisfied_by, m.matched_pattern, m.entry_id, m.reason)
         for m in result.segments
     ]
     enforced = enforced_command(analysis, result) if satisfied else None
@@ -247,13 +256,17 @@ def _segment_json(
     resolved: str | None,
     satisfied_by: str | None,
     pattern: str | None,
+    entry_id: str | None,
     reason: str | None,
 ) -> dict[str, Any]:
+    # entryId names the exact allowlist entry that matched, so callers record use of that entry
+    # (two entries can share a pattern and differ in argPattern).
     return {
         "argv": list(argv),
         "resolvedPath": resolved,
         "satisfiedBy": satisfied_by,
         "matchedPattern": pattern,
+        "entryId": entry_id,
         "reason": reason,
     }
 
@@ -263,11 +276,13 @@ def _profiles(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, SafeBinProfile]
     return {name: SafeBinProfile.from_config(spec) for name, spec in raw.items()} or None
 
 
-def _durable_by_entries(analysis: CommandAnalysis, result: AllowlistResult, file_policy: Any) -> bool:
+def _durable_by_entries(
+    analysis: CommandAnalysis, result: AllowlistResult, entries: list[AllowlistEntry]
+) -> bool:
     """Reference §3.3 (b): analysis ok and every segment matched an allow-always entry."""
-    if file_policy is None or not analysis.ok or not result.segments:
+    if not analysis.ok or not result.segments:
         return False
-    always = {r.id for r in file_policy.allowlist if getattr(r, "source", None) == ALLOW_ALWAYS_SOURCE}
+    always = {e.id for e in entries if e.id is not None and e.source == ALLOW_ALWAYS_SOURCE}
     return all(m.entry_id is not None and m.entry_id in always for m in result.segments)
 
 

@@ -342,10 +342,13 @@ def test_command_hash_and_durable_approval() -> None:
     assert pattern == command_hash_pattern("make deploy")
     assert pattern.startswith("=command:") and len(pattern) == len("=command:") + 16
     assert pattern == "=command:" + __import__("hashlib").sha256(b"make deploy").hexdigest()[:16]
-    entries = [AllowlistEntry(pattern)]
+    entries = [AllowlistEntry(pattern, source="allow-always")]
     assert has_durable_approval("make deploy", entries)
     assert not has_durable_approval("make deploy && id", entries)
-    assert not has_durable_approval("make deploy", [AllowlistEntry("make deploy")])
+    assert not has_durable_approval("make deploy", [AllowlistEntry("make deploy", source="allow-always")])
+    # Reference §3.3 (a): a hash entry is durable only when an allow-always decision wrote it.
+    assert not has_durable_approval("make deploy", [AllowlistEntry(pattern)])
+    assert not has_durable_approval("make deploy", [AllowlistEntry(pattern, source="manual")])
 
 
 # --------------------------------------------------------------------------- resolution cache

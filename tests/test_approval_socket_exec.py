@@ -1,4 +1,4 @@
-"""`exec` frames on exec-approvals.sock: evaluated against this machine's config and approvals file, then run."""
+"""`exec` frames on exec-approvals.sock: checked against this host's config and approvals file, then run."""
 
 from __future__ import annotations
 
@@ -54,8 +54,11 @@ async def test_miss_asks_and_allow_once_runs(state_dir: Path) -> None:
 async def test_miss_denied_by_human(state_dir: Path) -> None:
     write_config(state_dir, ALLOWLIST)
     res = await run(state_dir, Human("deny"), {"command": ["touch", str(state_dir / "nope")]})
-    assert res["error"] == {"code": "UNAVAILABLE", "message": "SYSTEM_RUN_DENIED: user denied",
-                            "reason": "user-denied"}
+    assert res["error"] == {
+        "code": "UNAVAILABLE",
+        "message": "SYSTEM_RUN_DENIED: user denied",
+        "reason": "user-denied",
+    }
     assert not (state_dir / "nope").exists()
 
 
@@ -77,8 +80,11 @@ async def test_security_deny_is_disabled(state_dir: Path) -> None:
 async def test_ask_off_miss_is_denied(state_dir: Path) -> None:
     write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "off"\n')
     res = await run(state_dir, Human("allow-once"), {"command": ["id"]})
-    assert res["error"] == {"code": "UNAVAILABLE", "message": "SYSTEM_RUN_DENIED: allowlist miss",
-                            "reason": "allowlist-miss"}
+    assert res["error"] == {
+        "code": "UNAVAILABLE",
+        "message": "SYSTEM_RUN_DENIED: allowlist miss",
+        "reason": "allowlist-miss",
+    }
 
 
 async def test_loader_env_is_refused(state_dir: Path) -> None:
@@ -89,5 +95,7 @@ async def test_loader_env_is_refused(state_dir: Path) -> None:
 
 async def test_timeout_kills_the_group(state_dir: Path) -> None:
     write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
-    res = await asyncio.wait_for(run(state_dir, Human("deny"), {"command": ["sleep", "30"], "timeoutMs": 300}), 15)
+    res = await asyncio.wait_for(
+        run(state_dir, Human("deny"), {"command": ["sleep", "30"], "timeoutMs": 300}), 15
+    )
     assert res["ok"] is True and res["payload"]["timedOut"] is True and res["payload"]["success"] is False

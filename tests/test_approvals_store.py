@@ -52,13 +52,16 @@ def test_missing_file_is_empty_and_not_created(store: ApprovalsStore) -> None:
 
 
 def test_legacy_default_agent_merges_into_main_with_main_winning(store: ApprovalsStore) -> None:
-    write(store, {
-        "version": 1,
-        "agents": {
-            "default": {"security": "deny", "ask": "always", "allowlist": ["/bin/LS", "/usr/bin/git"]},
-            "main": {"security": "allowlist", "allowlist": [{"pattern": "/bin/ls"}]},
+    write(
+        store,
+        {
+            "version": 1,
+            "agents": {
+                "default": {"security": "deny", "ask": "always", "allowlist": ["/bin/LS", "/usr/bin/git"]},
+                "main": {"security": "allowlist", "allowlist": [{"pattern": "/bin/ls"}]},
+            },
         },
-    })
+    )
     current = store.load()
     assert "default" not in current.agents
     main = current.agents["main"]
@@ -77,14 +80,29 @@ def test_legacy_default_alone_becomes_main(store: ApprovalsStore) -> None:
 
 
 def test_bare_strings_become_entries_and_invalid_entries_drop(store: ApprovalsStore) -> None:
-    write(store, {
-        "version": 1,
-        "agents": {"main": {"allowlist": [
-            "  /usr/bin/rg  ", "", "   ", 42, None, ["x"], {"pattern": ""}, {"argPattern": "x"},
-            {"pattern": "/bin/cat", "argPattern": 7},  # a non-string argPattern must not widen to "any args"
-            {"pattern": "/bin/echo", "commandText": "echo secret", "lastUsedAt": True},
-        ]}},
-    })
+    write(
+        store,
+        {
+            "version": 1,
+            "agents": {
+                "main": {
+                    "allowlist": [
+                        "  /usr/bin/rg  ",
+                        "",
+                        "   ",
+                        42,
+                        None,
+                        ["x"],
+                        {"pattern": ""},
+                        {"argPattern": "x"},
+                        # A non-string argPattern must not widen to "any args".
+                        {"pattern": "/bin/cat", "argPattern": 7},
+                        {"pattern": "/bin/echo", "commandText": "echo secret", "lastUsedAt": True},
+                    ]
+                }
+            },
+        },
+    )
     entries = store.load().agents["main"].allowlist
     assert [e.pattern for e in entries] == ["/usr/bin/rg", "/bin/echo"]
     assert entries[1].last_used_at is None
@@ -95,13 +113,16 @@ def test_bare_strings_become_entries_and_invalid_entries_drop(store: ApprovalsSt
 
 
 def test_missing_ids_are_generated_stably_and_duplicates_fixed(store: ApprovalsStore) -> None:
-    write(store, {
-        "version": 1,
-        "agents": {
-            "main": {"allowlist": [{"pattern": "/a"}, {"pattern": "/b", "id": "same"}]},
-            "ops": {"allowlist": [{"pattern": "/c", "id": "same"}, {"pattern": "/a"}]},
+    write(
+        store,
+        {
+            "version": 1,
+            "agents": {
+                "main": {"allowlist": [{"pattern": "/a"}, {"pattern": "/b", "id": "same"}]},
+                "ops": {"allowlist": [{"pattern": "/c", "id": "same"}, {"pattern": "/a"}]},
+            },
         },
-    })
+    )
     first = store.load()
     second = store.load()
     ids = [e.id for b in first.agents.values() for e in b.allowlist]
@@ -114,23 +135,41 @@ def test_missing_ids_are_generated_stably_and_duplicates_fixed(store: ApprovalsS
 
 
 def test_duplicates_removed_case_insensitively_keeping_argpattern_variants(store: ApprovalsStore) -> None:
-    write(store, {"version": 1, "agents": {"main": {"allowlist": [
-        {"pattern": "/usr/bin/Git", "id": "one"},
-        {"pattern": "/usr/bin/git", "id": "two"},
-        {"pattern": "/usr/bin/git", "argPattern": "^status$"},
-        {"pattern": "/usr/bin/git", "argPattern": "^status$"},
-    ]}}})
+    write(
+        store,
+        {
+            "version": 1,
+            "agents": {
+                "main": {
+                    "allowlist": [
+                        {"pattern": "/usr/bin/Git", "id": "one"},
+                        {"pattern": "/usr/bin/git", "id": "two"},
+                        {"pattern": "/usr/bin/git", "argPattern": "^status$"},
+                        {"pattern": "/usr/bin/git", "argPattern": "^status$"},
+                    ]
+                }
+            },
+        },
+    )
     entries = store.load().agents["main"].allowlist
     assert (entries[0].id, entries[0].arg_pattern) == ("one", None)
     assert [e.arg_pattern for e in entries] == [None, "^status$"]
 
 
 def test_invalid_enums_are_dropped_from_the_view_but_kept_in_the_file(store: ApprovalsStore) -> None:
-    write(store, {
-        "version": 1,
-        "defaults": {"security": "none", "ask": " ON-MISS ", "askFallback": "Deny", "autoAllowSkills": "yes"},
-        "agents": {"main": {"ask": "never", "security": None}},
-    })
+    write(
+        store,
+        {
+            "version": 1,
+            "defaults": {
+                "security": "none",
+                "ask": " ON-MISS ",
+                "askFallback": "Deny",
+                "autoAllowSkills": "yes",
+            },
+            "agents": {"main": {"ask": "never", "security": None}},
+        },
+    )
     current = store.load()
     assert current.defaults.security is None
     assert current.defaults.ask == "on-miss"  # trimmed, case-insensitive
@@ -144,17 +183,25 @@ def test_invalid_enums_are_dropped_from_the_view_but_kept_in_the_file(store: App
     stored = on_disk(store)
     # The operator's typo survives a write (canonical values are written canonically).
     assert stored["defaults"] == {
-        "security": "none", "ask": "on-miss", "askFallback": "deny", "autoAllowSkills": "yes"
+        "security": "none",
+        "ask": "on-miss",
+        "askFallback": "deny",
+        "autoAllowSkills": "yes",
     }
     assert stored["agents"]["main"]["ask"] == "never"
     assert "security" not in stored["agents"]["main"]  # null counts as unset
 
 
 def test_unknown_keys_survive_a_write(store: ApprovalsStore) -> None:
-    write(store, {
-        "version": 1, "note": "keep", "defaults": {"x": 1},
-        "agents": {"main": {"color": "blue", "allowlist": [{"pattern": "/a", "id": "i", "tag": [1]}]}},
-    })
+    write(
+        store,
+        {
+            "version": 1,
+            "note": "keep",
+            "defaults": {"x": 1},
+            "agents": {"main": {"color": "blue", "allowlist": [{"pattern": "/a", "id": "i", "tag": [1]}]}},
+        },
+    )
     store.add_allowlist("main", "/b")
     stored = on_disk(store)
     assert stored["note"] == "keep" and stored["defaults"]["x"] == 1
@@ -166,18 +213,28 @@ def test_unknown_keys_survive_a_write(store: ApprovalsStore) -> None:
 
 
 def test_wildcard_merge_order_and_sources(store: ApprovalsStore) -> None:
-    write(store, {
-        "version": 1,
-        "defaults": {"security": "deny", "ask": "off", "askFallback": "deny", "autoAllowSkills": False},
-        "agents": {
-            "*": {"security": "full", "ask": "always", "autoAllowSkills": True,
-                  "allowlist": [{"pattern": "/w", "id": "w"}]},
-            "main": {"security": "allowlist", "allowlist": [{"pattern": "/m", "id": "m"}]},
+    write(
+        store,
+        {
+            "version": 1,
+            "defaults": {"security": "deny", "ask": "off", "askFallback": "deny", "autoAllowSkills": False},
+            "agents": {
+                "*": {
+                    "security": "full",
+                    "ask": "always",
+                    "autoAllowSkills": True,
+                    "allowlist": [{"pattern": "/w", "id": "w"}],
+                },
+                "main": {"security": "allowlist", "allowlist": [{"pattern": "/m", "id": "m"}]},
+            },
         },
-    })
+    )
     view = store.agent("main")
     assert (view.security, view.ask, view.ask_fallback, view.auto_allow_skills) == (
-        "allowlist", "always", "deny", True
+        "allowlist",
+        "always",
+        "deny",
+        True,
     )
     assert view.sources == {
         "security": "agents.main.security",
@@ -192,11 +249,14 @@ def test_wildcard_merge_order_and_sources(store: ApprovalsStore) -> None:
 
 
 def test_invalid_agent_field_masks_to_defaults_not_wildcard(store: ApprovalsStore) -> None:
-    write(store, {
-        "version": 1,
-        "defaults": {"security": "allowlist"},
-        "agents": {"*": {"security": "full", "ask": "bogus"}, "main": {"security": "none"}},
-    })
+    write(
+        store,
+        {
+            "version": 1,
+            "defaults": {"security": "allowlist"},
+            "agents": {"*": {"security": "full", "ask": "bogus"}, "main": {"security": "none"}},
+        },
+    )
     view = store.agent("main")
     assert view.security == "allowlist" and view.sources["security"] == "defaults.security"
     assert view.ask is None and view.sources["ask"] is None  # invalid wildcard field masks too
@@ -258,7 +318,8 @@ def test_modes_are_0600_and_0700(tmp_path: Path) -> None:
     assert store.path.stat().st_mode & 0o777 == 0o600
     assert store.path.parent.stat().st_mode & 0o777 == 0o700
     assert sorted(p.name for p in store.path.parent.iterdir()) == [
-        "exec-approvals.json", "exec-approvals.json.lock"
+        "exec-approvals.json",
+        "exec-approvals.json.lock",
     ]
 
 
@@ -365,7 +426,8 @@ def test_unparseable_file_is_never_overwritten(store: ApprovalsStore, name: str)
             mutate()
     assert store.path.read_bytes() == content
     assert sorted(p.name for p in store.path.parent.iterdir()) == [
-        "exec-approvals.json", "exec-approvals.json.lock"
+        "exec-approvals.json",
+        "exec-approvals.json.lock",
     ]
 
 
@@ -382,7 +444,10 @@ def test_parse_error_names_the_file() -> None:
 def test_add_allowlist_validates_and_deduplicates(store: ApprovalsStore) -> None:
     first = store.add_allowlist("main", "  /usr/bin/git ", arg_pattern=" ^status$ ")
     assert (first.pattern, first.arg_pattern, first.source, first.last_used_at) == (
-        "/usr/bin/git", "^status$", None, None
+        "/usr/bin/git",
+        "^status$",
+        None,
+        None,
     )
     assert store.add_allowlist("main", "/usr/bin/GIT", arg_pattern="^status$").id == first.id
     other = store.add_allowlist("main", "/usr/bin/git")  # another argPattern is another entry
@@ -413,18 +478,27 @@ def test_remove_allowlist_by_pattern_or_id(store: ApprovalsStore) -> None:
 
 
 def test_entries_view_for_matching(store: ApprovalsStore) -> None:
-    write(store, {"version": 1, "agents": {
-        "*": {"allowlist": [{"pattern": "/bin/ls", "id": "w"}]},
-        "main": {"allowlist": [
-            {"pattern": "/usr/bin/git", "argPattern": "^log", "id": "g"},
-            {"pattern": "/usr/bin/env", "argPattern": "([", "id": "bad"},
-        ]},
-    }})
+    write(
+        store,
+        {
+            "version": 1,
+            "agents": {
+                "*": {"allowlist": [{"pattern": "/bin/ls", "id": "w"}]},
+                "main": {
+                    "allowlist": [
+                        {"pattern": "/usr/bin/git", "argPattern": "^log", "id": "g"},
+                        {"pattern": "/usr/bin/env", "argPattern": "([", "id": "bad"},
+                    ]
+                },
+            },
+        },
+    )
     entries = store.entries("main")
     assert all(isinstance(e, AllowlistEntry) for e in entries)
     # The entry whose argPattern cannot compile is left out rather than widened to any arguments.
     assert [(e.pattern, e.arg_pattern, e.id) for e in entries] == [
-        ("/bin/ls", None, "w"), ("/usr/bin/git", "^log", "g")
+        ("/bin/ls", None, "w"),
+        ("/usr/bin/git", "^log", "g"),
     ]
     assert any("argPattern '([' is not a valid regex" in p for p in store.load().problems())
 
@@ -471,7 +545,9 @@ def test_persist_allow_always(store: ApprovalsStore) -> None:
     assert [r.id for r in again] == [records[2].id, records[0].id]
     stored = on_disk(store)["agents"]["main"]["allowlist"]
     assert [(e["pattern"], e["source"]) for e in stored] == [
-        ("/usr/bin/git", ALLOW_ALWAYS), ("/usr/bin/rg", ALLOW_ALWAYS), (marker, ALLOW_ALWAYS)
+        ("/usr/bin/git", ALLOW_ALWAYS),
+        ("/usr/bin/rg", ALLOW_ALWAYS),
+        (marker, ALLOW_ALWAYS),
     ]
     assert store.persist_allow_always("main", []) == []
 
@@ -484,6 +560,18 @@ def test_persist_allow_always_with_real_command_hash(store: ApprovalsStore) -> N
     assert has_durable_approval(command, store.entries("main"))
     assert not has_durable_approval(command + " x", store.entries("main"))
     assert command not in store.path.read_text()  # plaintext command never stored
+
+
+def test_entries_carry_the_source(store: ApprovalsStore) -> None:
+    command = "make deploy"
+    store.add_allowlist("main", command_hash_pattern(command))
+    [entry] = store.entries("main")
+    assert entry.source is None
+    assert not has_durable_approval(command, store.entries("main"))  # hand-added: not durable
+    store.persist_allow_always("main", [command_hash_pattern(command)])
+    [entry] = store.entries("main")
+    assert entry.source == ALLOW_ALWAYS
+    assert has_durable_approval(command, store.entries("main"))
 
 
 def test_stored_entries_drive_the_real_matcher_and_record_use(store: ApprovalsStore) -> None:

@@ -35,7 +35,10 @@ def test_two_processes_adding_200_entries_each_lose_nothing(state_dir: Path, rep
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", WRITER.format(n=N), tag, str(go)],
-            cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=repo_root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for tag in ("a", "b")
     ]

@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 from engine.approvals_store import ApprovalsFileError, normalize_approvals, parse_approvals
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.floats(allow_nan=False, allow_infinity=False),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**53), 2**53),
+    st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=12),
 )
 junk = st.recursive(
@@ -42,7 +45,9 @@ entry = st.one_of(
 block = st.fixed_dictionaries(
     {},
     optional={
-        "security": enum_like, "ask": enum_like, "askFallback": enum_like,
+        "security": enum_like,
+        "ask": enum_like,
+        "askFallback": enum_like,
         "autoAllowSkills": st.one_of(st.booleans(), junk),
         "allowlist": st.lists(entry, max_size=5),
         "extra": junk,

@@ -61,7 +61,8 @@ def test_add_get_remove_round_trip(state_dir: Path) -> None:
     assert details["path"] == str(store.path) and details["exists"] is True
     assert details["socket"] == {"path": str(state_dir / "exec-approvals.sock"), "tokenSet": True}
     assert [(e["agent"], e["pattern"], e["argPattern"]) for e in details["allowlist"]] == [
-        ("*", "/usr/bin/rg", None), ("main", "git", "^status$")
+        ("*", "/usr/bin/rg", None),
+        ("main", "git", "^status$"),
     ]
     assert details["allowlist"][0]["lastUsedCommand"] == "rg -n TODO"
     assert isinstance(details["allowlist"][0]["lastUsedAt"], int)
@@ -78,17 +79,27 @@ def test_add_get_remove_round_trip(state_dir: Path) -> None:
 
 def test_get_shows_effective_policy_and_sources(state_dir: Path) -> None:
     path = state_dir / "exec-approvals.json"
-    path.write_text(json.dumps({
-        "version": 1,
-        "defaults": {"security": "deny", "askFallback": "deny"},
-        "agents": {"*": {"ask": "always"}, "main": {"security": "allowlist", "ask": "never"},
-                   "default": {"autoAllowSkills": True}},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "defaults": {"security": "deny", "askFallback": "deny"},
+                "agents": {
+                    "*": {"ask": "always"},
+                    "main": {"security": "allowlist", "ask": "never"},
+                    "default": {"autoAllowSkills": True},
+                },
+            }
+        )
+    )
     path.chmod(0o600)
     details = run_json("get", "--agent", "default")  # legacy id resolves to main
     assert details["agentId"] == "main"
     assert details["agent"] == {
-        "security": "allowlist", "ask": None, "askFallback": "deny", "autoAllowSkills": True
+        "security": "allowlist",
+        "ask": None,
+        "askFallback": "deny",
+        "autoAllowSkills": True,
     }
     assert details["sources"]["security"] == "agents.main.security"
     assert details["sources"]["ask"] is None  # main's invalid ask masks the wildcard
@@ -116,6 +127,28 @@ def test_usage_errors_exit_2(state_dir: Path) -> None:
     assert run().returncode == 2  # no action
     assert run("allowlist").returncode == 2
     assert not (state_dir / "exec-approvals.json").exists()
+
+
+def test_command_hash_entries_cannot_be_added_by_hand(state_dir: Path) -> None:
+    # Reference §3.3: `=command:<sha16>` is durable only when an allow-always decision wrote it, and
+    # hash entries never match as patterns: a hand-added one would approve nothing, silently.
+    proc = run("allowlist", "add", "=command:0123456789abcdef")
+    assert proc.returncode == 2
+    assert "=command: entries are written only by an allow-always approval" in proc.stderr
+    assert not (state_dir / "exec-approvals.json").exists()
+
+
+def test_get_flags_a_hand_written_command_hash_entry(state_dir: Path) -> None:
+    path = state_dir / "exec-approvals.json"
+    entries = [{"pattern": "=command:0123456789abcdef"}, {"pattern": "=command:fedcba9876543210"}]
+    entries[1]["source"] = "allow-always"
+    path.write_text(json.dumps({"version": 1, "agents": {"main": {"allowlist": entries}}}))
+    path.chmod(0o600)
+    warnings = run_json("get")["warnings"]
+    assert warnings == [
+        "agents.main.allowlist =command:0123456789abcdef: not written by an allow-always approval; "
+        "entry never matches"
+    ]
 
 
 def test_corrupt_file_is_reported_and_left_alone(state_dir: Path) -> None:

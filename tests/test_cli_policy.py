@@ -24,10 +24,17 @@ tools.exec.ask = "off"
 """
 
 
-def run(*args: str, env: dict[str, str] | None = None,
-        cwd: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([venv_bin("exechost"), "policy", "check", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, cwd=cwd, timeout=60)
+def run(
+    *args: str, env: dict[str, str] | None = None, cwd: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [venv_bin("exechost"), "policy", "check", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        timeout=60,
+    )
 
 
 def check_json(*args: str, **kw: Any) -> dict[str, Any]:
@@ -47,11 +54,26 @@ def config_file(tmp_path: Path, text: str = CONFIG) -> str:
 def test_json_decisions(tmp_path: Path) -> None:
     conf = config_file(tmp_path)
     data = check_json("--config", conf, "--", "ls -la | wc -l")
-    for key in ("host", "security", "ask", "askFallback", "analysisOk", "allowlistSatisfied",
-                "requiresApproval", "decision", "reason", "segments", "enforcedCommand"):
+    for key in (
+        "host",
+        "security",
+        "ask",
+        "askFallback",
+        "analysisOk",
+        "allowlistSatisfied",
+        "requiresApproval",
+        "decision",
+        "reason",
+        "segments",
+        "enforcedCommand",
+    ):
         assert key in data, key
     assert (data["host"], data["security"], data["ask"], data["askFallback"]) == (
-        "gateway", "allowlist", "on-miss", "deny")
+        "gateway",
+        "allowlist",
+        "on-miss",
+        "deny",
+    )
     assert data["decision"] == "ask" and data["requiresApproval"] is True
     assert data["analysisOk"] is True and data["allowlistSatisfied"] is False
     assert data["segments"][0]["argv"] == ["ls", "-la"] and data["segments"][0]["resolvedPath"] == LS
@@ -79,8 +101,10 @@ def test_agent_and_per_call_flags(tmp_path: Path) -> None:
     assert data["security"] == "allowlist"
     data = check_json("--config", conf, "--host", "node", "--", "id")
     assert data["decision"] == "deny"
-    assert data["reason"] == ("exec host not allowed (requested node; configured host is gateway; "
-                              "set tools.exec.host=node or auto to allow this override).")
+    assert data["reason"] == (
+        "exec host not allowed (requested node; configured host is gateway; "
+        "set tools.exec.host=node or auto to allow this override)."
+    )
 
 
 def test_several_words_are_quoted_and_joined(tmp_path: Path) -> None:
@@ -126,8 +150,9 @@ def test_terminal_escapes_in_commands_are_neutralised(tmp_path: Path) -> None:
 
 
 def test_usage_and_config_errors_exit_2(tmp_path: Path) -> None:
-    bad = config_file(tmp_path, '[tools.exec]\nhost = "gateway"\n\n'
-                                '[[agents.list]]\nid = "x"\ntools.exec.ask = "never"\n')
+    bad = config_file(
+        tmp_path, '[tools.exec]\nhost = "gateway"\n\n[[agents.list]]\nid = "x"\ntools.exec.ask = "never"\n'
+    )
     proc = run("--config", bad, "--", "ls")
     assert proc.returncode == 2 and proc.stdout == ""
     assert f"{bad}:6: agents.list[0].tools.exec.ask: invalid value 'never'" in proc.stderr

@@ -37,12 +37,14 @@ def error_for(tmp: Path, text: str) -> ConfigError:
 
 # --------------------------------------------------------------------------- paths and defaults
 
+
 def test_config_path_precedence(tmp_path: Path, state_dir: Path) -> None:
     env = {"OPENCLAW_STATE_DIR": str(state_dir)}
     assert config_path(env=env) == state_dir / "config.toml"
     assert config_path(env={**env, "EXECHOST_CONFIG": "/x/c.toml"}) == Path("/x/c.toml")
     assert config_path("/y/explicit.toml", env={**env, "EXECHOST_CONFIG": "/x/c.toml"}) == Path(
-        "/y/explicit.toml")
+        "/y/explicit.toml"
+    )
     assert config_path(env={"HOME": "/home/u"}).name == "config.toml"
 
 
@@ -92,6 +94,7 @@ def test_defaults_are_fresh_objects() -> None:
 
 # --------------------------------------------------------------------------- errors: file, key, line
 
+
 def test_unknown_top_level_key(tmp_path: Path) -> None:
     err = error_for(tmp_path, '# c\n\n[toolz.exec]\nhost = "gateway"\n')
     assert (err.key, err.line) == ("toolz", 3)
@@ -106,8 +109,10 @@ def test_unknown_key_in_exec_suggests(tmp_path: Path) -> None:
 
 
 def test_unknown_key_in_nested_docker_table(tmp_path: Path) -> None:
-    text = ('[agents.defaults.sandbox]\nmode = "all"\n\n'
-            '[agents.defaults.sandbox.docker]\nimage = "x"\nnetwrok = "none"\n')
+    text = (
+        '[agents.defaults.sandbox]\nmode = "all"\n\n'
+        '[agents.defaults.sandbox.docker]\nimage = "x"\nnetwrok = "none"\n'
+    )
     err = error_for(tmp_path, text)
     assert (err.key, err.line) == ("agents.defaults.sandbox.docker.netwrok", 6)
 
@@ -141,8 +146,11 @@ def test_bad_enum_values(tmp_path: Path) -> None:
         ('[tools.exec]\naskFallback = "maybe"\n', "tools.exec.askFallback", 2),
         ('[agents.defaults.sandbox]\nmode = "sometimes"\n', "agents.defaults.sandbox.mode", 2),
         ('[agents.defaults.sandbox]\nscope = "global"\n', "agents.defaults.sandbox.scope", 2),
-        ('[agents.defaults.sandbox]\nworkspaceAccess = "write"\n',
-         "agents.defaults.sandbox.workspaceAccess", 2),
+        (
+            '[agents.defaults.sandbox]\nworkspaceAccess = "write"\n',
+            "agents.defaults.sandbox.workspaceAccess",
+            2,
+        ),
         ('[[agents.list]]\nid = "x"\n[agents.list.sandbox]\nmode = "on"\n', "agents.list[0].sandbox.mode", 4),
     ):
         err = error_for(tmp_path, text)
@@ -154,26 +162,46 @@ def test_wrong_types(tmp_path: Path) -> None:
     for text, key, line, fragment in (
         ('[tools.exec]\ntimeoutSec = "10"\n', "tools.exec.timeoutSec", 2, "an integer, got a string"),
         ('[tools.exec]\nnotifyOnExit = "yes"\n', "tools.exec.notifyOnExit", 2, "expected true or false"),
-        ('[tools.exec]\nbackgroundMs = true\n', "tools.exec.backgroundMs", 2, "an integer, got a boolean"),
+        ("[tools.exec]\nbackgroundMs = true\n", "tools.exec.backgroundMs", 2, "an integer, got a boolean"),
         ('[tools.exec]\npathPrepend = "/opt/bin"\n', "tools.exec.pathPrepend", 2, "a list of strings"),
         ('[tools.exec]\nsafeBins = ["wc", 3]\n', "tools.exec.safeBins", 2, "expected non-empty strings"),
-        ('[tools.exec]\nhost = 1\n', "tools.exec.host", 2, "expected a string"),
-        ('[tools]\nexec = 3\n', "tools.exec", 2, "expected a table"),
-        ('[tools.elevated]\nenabled = 1\n', "tools.elevated.enabled", 2, "expected true or false"),
-        ('[agents.defaults.sandbox.docker]\nenv = { A = 1 }\n', "agents.defaults.sandbox.docker.env.A", 2,
-         "expected a string"),
-        ('[agents.defaults.sandbox.docker]\nmemory = "lots"\n', "agents.defaults.sandbox.docker.memory", 2,
-         "invalid size"),
-        ('[agents.defaults.sandbox.docker]\ncpus = "2"\n', "agents.defaults.sandbox.docker.cpus", 2,
-         "expected a number"),
-        ('[agents.defaults.sandbox.prune]\nidleHours = -1\n', "agents.defaults.sandbox.prune.idleHours", 2,
-         "at least 0"),
+        ("[tools.exec]\nhost = 1\n", "tools.exec.host", 2, "expected a string"),
+        ("[tools]\nexec = 3\n", "tools.exec", 2, "expected a table"),
+        ("[tools.elevated]\nenabled = 1\n", "tools.elevated.enabled", 2, "expected true or false"),
+        (
+            "[agents.defaults.sandbox.docker]\nenv = { A = 1 }\n",
+            "agents.defaults.sandbox.docker.env.A",
+            2,
+            "expected a string",
+        ),
+        (
+            '[agents.defaults.sandbox.docker]\nmemory = "lots"\n',
+            "agents.defaults.sandbox.docker.memory",
+            2,
+            "invalid size",
+        ),
+        (
+            '[agents.defaults.sandbox.docker]\ncpus = "2"\n',
+            "agents.defaults.sandbox.docker.cpus",
+            2,
+            "expected a number",
+        ),
+        (
+            "[agents.defaults.sandbox.prune]\nidleHours = -1\n",
+            "agents.defaults.sandbox.prune.idleHours",
+            2,
+            "at least 0",
+        ),
         ('[nodes.box]\nhost = "h"\nport = 70000\n', "nodes.box.port", 3, "at most 65535"),
-        ('[tools.exec]\ntimeoutSec = 0\n', "tools.exec.timeoutSec", 2, "at least 1"),
-        ('[tools.exec.safeBinProfiles]\nsort = { bogus = 1 }\n', "tools.exec.safeBinProfiles.sort.bogus", 2,
-         "unknown key"),
-        ('agents = 1\n', "agents", 1, "expected a table"),
-        ('[agents]\nlist = 1\n', "agents.list", 2, "array of tables"),
+        ("[tools.exec]\ntimeoutSec = 0\n", "tools.exec.timeoutSec", 2, "at least 1"),
+        (
+            "[tools.exec.safeBinProfiles]\nsort = { bogus = 1 }\n",
+            "tools.exec.safeBinProfiles.sort.bogus",
+            2,
+            "unknown key",
+        ),
+        ("agents = 1\n", "agents", 1, "expected a table"),
+        ("[agents]\nlist = 1\n", "agents.list", 2, "array of tables"),
     ):
         err = error_for(tmp_path, text)
         assert (err.key, err.line) == (key, line), text
@@ -187,7 +215,7 @@ def test_structural_errors(tmp_path: Path) -> None:
     assert (err.key, err.line) == ("agents.list[1].id", 4) and "duplicate" in err.message
     err = error_for(tmp_path, '[[agents.list]]\nid = "bad id!"\n')
     assert err.key == "agents.list[0].id" and "invalid agent id" in err.message
-    err = error_for(tmp_path, '[nodes.box]\nport = 22\n')
+    err = error_for(tmp_path, "[nodes.box]\nport = 22\n")
     assert (err.key, err.line) == ("nodes.box", 1) and "missing required key 'host'" in err.message
     err = error_for(tmp_path, '[agents.defaults]\nsandbox = {}\nmodel = "x"\n')
     assert (err.key, err.line) == ("agents.defaults.model", 3)
@@ -256,8 +284,10 @@ def test_exec_for_merges_agent_over_global(tmp_path: Path) -> None:
     assert (ops.host, ops.security) == ("gateway", "full")
     assert ops.safe_bin_profiles == {"sort": {"booleanFlags": ["-n"]}, "uniq": {"booleanFlags": ["-c"]}}
     assert cfg.exec_for("main").security == "allowlist"
-    assert cfg.agents["ops"].exec == {"security": "full",
-                                      "safe_bin_profiles": {"sort": {"booleanFlags": ["-n"]}}}
+    assert cfg.agents["ops"].exec == {
+        "security": "full",
+        "safe_bin_profiles": {"sort": {"booleanFlags": ["-n"]}},
+    }
     assert cfg.elevated_enabled_for("main") is True and cfg.elevated_enabled_for("ops") is False
 
 
@@ -280,6 +310,7 @@ def test_sandbox_for_merges_per_reference(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- line scanner
 
+
 def test_key_lines_skip_multiline_values() -> None:
     text = (
         '[tools.exec]\npathPrepend = [\n  "a",\n  "x = 1",\n]\nnode = """\nfake = 2\n"""\n'
@@ -299,6 +330,7 @@ def test_error_after_multiline_array_has_right_line(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- writes
+
 
 def test_set_config_value_keeps_comments_and_validates(tmp_path: Path) -> None:
     path = write(tmp_path, '# my settings\n[tools.exec]\n# keep me\nhost = "gateway"  # inline\n')
@@ -355,6 +387,7 @@ def test_example_documents_every_key_with_its_default(repo_root: Path, tmp_path:
     documented = {re.sub(r"\[\d+\]", "[]", k) for k in lines}
     documented |= {k.replace("nodes.buildbox.", "nodes.<name>.") for k in documented}
     inline = {"agents.defaults.sandbox.docker.env", "tools.exec.safeBinProfiles"}
+
     # Per-agent keys are the global ones again: documented once, at the global level.
     def global_form(key: str) -> str:
         key = key.replace("agents.list[].sandbox.", "agents.defaults.sandbox.")
@@ -366,7 +399,11 @@ def test_example_documents_every_key_with_its_default(repo_root: Path, tmp_path:
     # The commented values are the real defaults.
     ex = cfg.exec
     assert (ex.timeout_sec, ex.background_ms, ex.cleanup_ms, ex.log_cap_bytes) == (
-        1800, 10_000, 1_800_000, 64 * 1024 * 1024)
+        1800,
+        10_000,
+        1_800_000,
+        64 * 1024 * 1024,
+    )
     assert (ex.ask, ex.ask_fallback, ex.notify_on_exit, ex.path_prepend) == ("on-miss", "deny", True, [])
     default = load_config(tmp_path / "none.toml").sandbox
     sb = cfg.sandbox
@@ -388,7 +425,7 @@ def test_every_key_position_reports_its_own_line(repo_root: Path, tmp_path: Path
         if m is None:
             continue
         broken = list(live)
-        broken[index] = f"{m.group(1)}bogusKey = " + line[m.end():]
+        broken[index] = f"{m.group(1)}bogusKey = " + line[m.end() :]
         with pytest.raises(ConfigError) as info:
             load_config_text("\n".join(broken), tmp_path / "c.toml")
         assert info.value.line == index + 1, (line, str(info.value))

@@ -208,7 +208,9 @@ async def test_palette_approve_and_exec_directive(state_dir: Path) -> None:
         app.run_directive("/exec ask=always")
         await until(pilot, lambda: "agent:main" in app.overrides)
         assert app.overrides["agent:main"].ask == "always"
-        res = await agent.request("policy.check", {"command": "ls", "agentId": "main", "sessionKey": "agent:main"})
+        res = await agent.request(
+            "policy.check", {"command": "ls", "agentId": "main", "sessionKey": "agent:main"}
+        )
         assert res["ask"] == "always"
 
 
@@ -235,8 +237,10 @@ async def test_background_session_streams_into_the_pane(state_dir: Path) -> None
     async with running_console(state_dir) as (app, pilot, agent):
         store = ApprovalsStore()
         store.add_allowlist("main", "/usr/bin/seq")
-        res = await agent.request("exec", {"command": "seq 1 3000", "background": True, "agentId": "main",
-                                           "sessionKey": "agent:main"})
+        res = await agent.request(
+            "exec",
+            {"command": "seq 1 3000", "background": True, "agentId": "main", "sessionKey": "agent:main"},
+        )
         sid = res["details"]["sessionId"]
         await pilot.press("2")
         await until(pilot, lambda: sid in app.sessions.sessions)
@@ -249,8 +253,9 @@ async def test_background_session_streams_into_the_pane(state_dir: Path) -> None
 async def test_session_input_kill_remove(state_dir: Path) -> None:
     async with running_console(state_dir) as (app, pilot, agent):
         ApprovalsStore().add_allowlist("main", "/usr/bin/cat")
-        res = await agent.request("exec", {"command": "cat", "background": True, "agentId": "main",
-                                           "sessionKey": "agent:main"})
+        res = await agent.request(
+            "exec", {"command": "cat", "background": True, "agentId": "main", "sessionKey": "agent:main"}
+        )
         sid = res["details"]["sessionId"]
         await pilot.press("2")
         await until(pilot, lambda: sid in app.sessions.sessions)
@@ -270,8 +275,16 @@ async def test_session_input_kill_remove(state_dir: Path) -> None:
 async def test_send_keys_and_paste(state_dir: Path) -> None:
     async with running_console(state_dir) as (app, pilot, agent):
         ApprovalsStore().add_allowlist("main", "/usr/bin/cat")
-        res = await agent.request("exec", {"command": "cat", "background": True, "pty": True, "agentId": "main",
-                                           "sessionKey": "agent:main"})
+        res = await agent.request(
+            "exec",
+            {
+                "command": "cat",
+                "background": True,
+                "pty": True,
+                "agentId": "main",
+                "sessionKey": "agent:main",
+            },
+        )
         sid = res["details"]["sessionId"]
         await pilot.press("2")
         await until(pilot, lambda: sid in app.sessions.sessions)
@@ -292,8 +305,10 @@ async def test_pty_session_renders_as_terminal(state_dir: Path) -> None:
     async with running_console(state_dir) as (app, pilot, agent):
         ApprovalsStore().add_allowlist("main", "/usr/bin/printf")
         cmd = r"printf '\033[31mred\033[0m 10%%\r100%%\n\033[2;5Hmoved\n'"
-        res = await agent.request("exec", {"command": cmd, "pty": True, "background": True, "agentId": "main",
-                                           "sessionKey": "agent:main"})
+        res = await agent.request(
+            "exec",
+            {"command": cmd, "pty": True, "background": True, "agentId": "main", "sessionKey": "agent:main"},
+        )
         sid = res["details"]["sessionId"]
         await pilot.press("2")
         await until(pilot, lambda: sid in app.sessions.sessions)
@@ -311,8 +326,9 @@ async def test_pty_session_renders_as_terminal(state_dir: Path) -> None:
 async def test_events_pane_shows_system_events(state_dir: Path) -> None:
     async with running_console(state_dir) as (app, pilot, agent):
         ApprovalsStore().add_allowlist("main", "/usr/bin/echo")
-        await agent.request("exec", {"command": "echo bye", "background": True, "agentId": "main",
-                                     "sessionKey": "agent:main"})
+        await agent.request(
+            "exec", {"command": "echo bye", "background": True, "agentId": "main", "sessionKey": "agent:main"}
+        )
         await pilot.press("3")
         pane = app.events_pane
         await until(pilot, lambda: any("Exec completed" in line for line in pane.text_lines()), timeout=15)

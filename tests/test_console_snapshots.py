@@ -44,29 +44,81 @@ APPROVAL = {
 }
 INSIGHT = {
     "segments": [
-        {"argv": ["ls", "-la", "/etc"], "resolvedPath": "/usr/bin/ls", "satisfiedBy": "allowlist",
-         "matchedPattern": "/usr/bin/ls", "reason": None},
-        {"argv": ["curl", "-s", "https://example.invalid/install.sh"], "resolvedPath": "/usr/bin/curl",
-         "satisfiedBy": None, "matchedPattern": None, "reason": "allowlist miss"},
+        {
+            "argv": ["ls", "-la", "/etc"],
+            "resolvedPath": "/usr/bin/ls",
+            "satisfiedBy": "allowlist",
+            "matchedPattern": "/usr/bin/ls",
+            "reason": None,
+        },
+        {
+            "argv": ["curl", "-s", "https://example.invalid/install.sh"],
+            "resolvedPath": "/usr/bin/curl",
+            "satisfiedBy": None,
+            "matchedPattern": None,
+            "reason": "allowlist miss",
+        },
     ],
     "analysisOk": True,
     "allowAlwaysPatterns": ["/usr/bin/curl"],
     "resolvedPath": "/usr/bin/ls",
 }
-OPS = {**APPROVAL, "id": "9b2c4d6e-0000-4000-8000-000000000001", "slug": "9b2c4d6e", "command": "systemctl restart nginx",
-       "agentId": "ops", "ask": "always", "allowedDecisions": ["allow-once", "deny"], "createdAtMs": NOW - 5_000}
+OPS = {
+    **APPROVAL,
+    "id": "9b2c4d6e-0000-4000-8000-000000000001",
+    "slug": "9b2c4d6e",
+    "command": "systemctl restart nginx",
+    "agentId": "ops",
+    "ask": "always",
+    "allowedDecisions": ["allow-once", "deny"],
+    "createdAtMs": NOW - 5_000,
+}
 SESSIONS = [
-    {"sessionId": "calm-gulf", "status": "running", "pid": 4242, "command": "make -j4 all", "name": "make all",
-     "host": "gateway", "cwd": "/home/dev/project", "startedAtMs": NOW - 95_000, "scopeKey": "agent:main"},
-    {"sessionId": "warm-fern", "status": "completed", "pid": 4100, "command": "pytest -q", "name": "pytest",
-     "host": "gateway", "cwd": "/home/dev/project", "startedAtMs": NOW - 300_000, "endedAtMs": NOW - 240_000,
-     "exitCode": 0, "scopeKey": "agent:main"},
-    {"sessionId": "tender-breeze", "status": "running", "pid": 4300, "command": "htop", "name": "htop",
-     "host": "gateway", "cwd": "/", "startedAtMs": NOW - 20_000, "pty": True, "cols": 60, "rows": 8,
-     "scopeKey": "agent:main"},
+    {
+        "sessionId": "calm-gulf",
+        "status": "running",
+        "pid": 4242,
+        "command": "make -j4 all",
+        "name": "make all",
+        "host": "gateway",
+        "cwd": "/home/dev/project",
+        "startedAtMs": NOW - 95_000,
+        "scopeKey": "agent:main",
+    },
+    {
+        "sessionId": "warm-fern",
+        "status": "completed",
+        "pid": 4100,
+        "command": "pytest -q",
+        "name": "pytest",
+        "host": "gateway",
+        "cwd": "/home/dev/project",
+        "startedAtMs": NOW - 300_000,
+        "endedAtMs": NOW - 240_000,
+        "exitCode": 0,
+        "scopeKey": "agent:main",
+    },
+    {
+        "sessionId": "tender-breeze",
+        "status": "running",
+        "pid": 4300,
+        "command": "htop",
+        "name": "htop",
+        "host": "gateway",
+        "cwd": "/",
+        "startedAtMs": NOW - 20_000,
+        "pty": True,
+        "cols": 60,
+        "rows": 8,
+        "scopeKey": "agent:main",
+    },
 ]
-BUILD_OUTPUT = "".join(f"\x1b[32m[build]\x1b[0m step {i:3d}/200  compiling module_{i:03d}.py\n" for i in range(1, 41))
-BUILD_OUTPUT += "downloading 10%\rdownloading 55%\rdownloading 100%\n\x1b]0;evil title\x07\x1b[31mwarning:\x1b[0m done"
+BUILD_OUTPUT = "".join(
+    f"\x1b[32m[build]\x1b[0m step {i:3d}/200  compiling module_{i:03d}.py\n" for i in range(1, 41)
+)
+BUILD_OUTPUT += (
+    "downloading 10%\rdownloading 55%\rdownloading 100%\n\x1b]0;evil title\x07\x1b[31mwarning:\x1b[0m done"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -78,8 +130,16 @@ def pinned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
 def screen_text(app: ConsoleApp) -> str:
     """The screen as plain text, rendered the way export_screenshot renders it (background screens too)."""
     width, height = app.size
-    out = Console(width=width, height=height, file=io.StringIO(), force_terminal=True, record=True,
-                  color_system="truecolor", legacy_windows=False, safe_box=False)
+    out = Console(
+        width=width,
+        height=height,
+        file=io.StringIO(),
+        force_terminal=True,
+        record=True,
+        color_system="truecolor",
+        legacy_windows=False,
+        safe_box=False,
+    )
     out.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     return "\n".join(line.rstrip() for line in out.export_text().splitlines()) + "\n"
 
@@ -111,7 +171,8 @@ async def test_snapshot_inbox(state_dir: Path) -> None:
         app.inbox.add("gateway", "twin-of-ops", {**OPS, "id": "twin-of-ops"})
         app.approvals.insights[APPROVAL["id"]] = INSIGHT
         app.refresh_inbox()
-        await pilot.pause(0.2)
+        await pilot.pause(0.3)
+        await pilot.pause(0.3)  # the detail view repaints one frame after the list
         check(app, "inbox", svg="console-inbox.svg")
 
 
@@ -150,7 +211,9 @@ async def test_snapshot_sessions_pty_pane(state_dir: Path) -> None:
         await _sessions_app(app, pilot)
         app.sessions.select("tender-breeze")
         await pilot.pause(0.2)
-        app.sessions.feed("\x1b[2J\x1b[H\x1b[1;36m top \x1b[0m\r\n cpu \x1b[32m████\x1b[0m 40%\r\n\x1b[5;3Hq quits")
+        app.sessions.feed(
+            "\x1b[2J\x1b[H\x1b[1;36m top \x1b[0m\r\n cpu \x1b[32m████\x1b[0m 40%\r\n\x1b[5;3Hq quits"
+        )
         await pilot.pause(0.3)
         check(app, "sessions-pty")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -41,14 +42,30 @@ def test_console_in_tmux_approves_and_shows_output(state_dir: Path) -> None:
     write_config(state_dir, ALLOWLIST)
     session = f"ehc-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "TERM": "xterm-256color"}
-    tmux("new-session", "-d", "-s", session, "-x", "140", "-y", "40", "-e", f"OPENCLAW_STATE_DIR={state_dir}",
-         "-e", f"HOME={os.environ['HOME']}", f"{EXECHOST} console")
+    tmux(
+        "new-session",
+        "-d",
+        "-s",
+        session,
+        "-x",
+        "140",
+        "-y",
+        "40",
+        "-e",
+        f"OPENCLAW_STATE_DIR={state_dir}",
+        "-e",
+        f"HOME={os.environ['HOME']}",
+        f"{EXECHOST} console",
+    )
     agent: subprocess.Popen[str] | None = None
     try:
         wait_for_screen(session, "gateway pid")
         agent = subprocess.Popen(
             [EXECHOST, "exec", "--background", "--", "printf 'e2e-%s\\n' approved-output"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         screen = wait_for_screen(session, "Approvals (1)")
         assert "printf" in screen and "✗ miss" in wait_for_screen(session, "✗ miss")
@@ -71,8 +88,6 @@ async def _shutdown(state: Path) -> None:
         client = await ControlClient.connect(state, client="test", autostart=False)
     except GatewayUnavailable:
         return
-    try:
+    with contextlib.suppress(ConnectionError):
         await client.request("shutdown")
-    except ConnectionError:
-        pass
     await client.close()

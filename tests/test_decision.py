@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.allowlist import command_hash_pattern
-from engine.approvals_store import ApprovalsStore
+from engine.approvals_store import ApprovalsFile, ApprovalsStore
 from engine.config import Config, load_config_text
 from engine.decision import Decision, evaluate, explain
 from engine.policy import SessionOverrides
@@ -27,10 +27,10 @@ def cfg(text: str = "") -> Config:
     return load_config_text(text, Path("/cfg/config.toml"))
 
 
-def decide(command: str, text: str = GATEWAY_ALLOWLIST, store: ApprovalsStore | None = None,
-           **kw: object) -> Decision:
-    return evaluate(command, config=cfg(text), store=store or ApprovalsStore(), cwd="/", env=ENV,
-                    **kw)  # type: ignore[arg-type]
+def decide(
+    command: str, text: str = GATEWAY_ALLOWLIST, store: ApprovalsStore | None = None, **kw: object
+) -> Decision:
+    return evaluate(command, config=cfg(text), store=store or ApprovalsStore(), cwd="/", env=ENV, **kw)  # type: ignore[arg-type]
 
 
 def test_allowlisted_chain_is_allowed_and_pinned() -> None:
@@ -75,7 +75,10 @@ def test_gateway_default_is_deny() -> None:
     d = decide("ls", '[tools.exec]\nhost = "gateway"\n')
     assert d.decision == "deny" and d.reason == "exec denied: host=gateway security=deny"
     assert (d.decided_by.layer, d.decided_by.key, d.decided_by.value) == (
-        "built-in", "tools.exec.security", "deny")
+        "built-in",
+        "tools.exec.security",
+        "deny",
+    )
 
 
 def test_full_allows_everything_but_ask_always() -> None:
@@ -116,9 +119,26 @@ def test_durable_command_hash_approval() -> None:
     assert d.decision == "ask"
 
 
+def test_hand_added_command_hash_is_not_durable() -> None:
+    # Reference §3.3 (a): only an allow-always decision makes a hash entry durable. A hand-added
+    # `=command:` entry (exechost approvals allowlist add) must not silently approve the command.
+    store = ApprovalsStore()
+    command = "ls /tmp /var"
+    store.add_allowlist("main", command_hash_pattern(command))
+    d = decide(command, store=store)
+    assert not d.durable
+    assert d.decision == "ask" and d.requires_approval
+    d = decide(command, GATEWAY_ALLOWLIST + 'ask = "off"\n', store=store)
+    assert d.decision == "deny" and d.reason == "exec denied: allowlist miss"
+    # The same pattern persisted by allow-always is durable.
+    store.persist_allow_always("main", [command_hash_pattern(command)])
+    assert decide(command, store=store).durable
+
+
 def test_approvals_file_clamps_real_store(state_dir: Path) -> None:
-    (state_dir / "exec-approvals.json").write_text(json.dumps({
-        "version": 1, "defaults": {"security": "deny", "ask": "always"}, "agents": {}}))
+    (state_dir / "exec-approvals.json").write_text(
+        json.dumps({"version": 1, "defaults": {"security": "deny", "ask": "always"}, "agents": {}})
+    )
     os.chmod(state_dir / "exec-approvals.json", 0o600)
     d = decide("ls", '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
     assert d.decision == "deny" and d.decided_by.layer == "approvals file clamp"
@@ -126,8 +146,9 @@ def test_approvals_file_clamps_real_store(state_dir: Path) -> None:
 
 
 def test_approvals_file_defaults_fill_unset_config(state_dir: Path) -> None:
-    (state_dir / "exec-approvals.json").write_text(json.dumps({
-        "version": 1, "defaults": {"security": "full", "ask": "off"}, "agents": {}}))
+    (state_dir / "exec-approvals.json").write_text(
+        json.dumps({"version": 1, "defaults": {"security": "full", "ask": "off"}, "agents": {}})
+    )
     os.chmod(state_dir / "exec-approvals.json", 0o600)
     d = decide("ls", '[tools.exec]\nhost = "gateway"\n')
     assert d.decision == "allow" and d.decided_by.layer == "approvals file"
@@ -201,13 +222,71 @@ def test_agent_allowlist_and_layers() -> None:
     assert d.decision == "deny" and d.decided_by.layer == "config agents.list[ops]"
 
 
+def test_segments_name_the_exact_entry_that_matched() -> None:
+    # Two entries share the pattern and differ in argPattern: the segment names the one that matched,
+    # so recording use stamps that entry and not its sibling.
+    store = ApprovalsStore()
+    plain = store.add_allowlist("main", LS)
+    narrow = store.add_allowlist("main", LS, arg_pattern="-l")
+    d = decide("ls -l | wc -l", store=store)
+    assert d.decision == "allow"
+    assert [s["entryId"] for s in d.segments] == [narrow.id, None]  # wc is a safe bin: no entry
+    assert d.to_json()["segments"][0]["entryId"] == narrow.id
+    d = decide("ls /tmp", store=store)
+    assert d.segments[0]["entryId"] == plain.id
+    assert decide("id", store=store).segments[0]["entryId"] is None  # a miss names no entry
+
+
+def test_allow_always_path_entries_are_durable_hand_added_are_not() -> None:
+    store = ApprovalsStore()
+    store.add_allowlist("main", LS)
+    d = decide("ls /tmp", store=store)
+    assert d.decision == "allow" and not d.durable  # allowed by the allowlist, but not durable trust
+    store.persist_allow_always("main", [LS])
+    d = decide("ls /tmp", store=store)
+    assert d.decision == "allow" and d.durable  # reference §3.3 (b): every segment hit allow-always
+
+
+class CountingStore(ApprovalsStore):
+    """The real store, counting how often it reads the file."""
+
+    reads = 0
+
+    def _read(self) -> tuple[ApprovalsFile, object, int] | None:
+        self.reads += 1
+        return super()._read()
+
+
+def test_evaluate_reads_the_approvals_file_once() -> None:
+    # One snapshot per decision: a second read could see a different file (a concurrent edit) and
+    # mix one file's policy with another's allowlist. It is also a wasted syscall round per exec.
+    store = CountingStore()
+    store.add_allowlist("main", LS)
+    store.reads = 0
+    d = decide("ls /tmp | wc -l", store=store)
+    assert d.decision == "allow"
+    assert store.reads == 1
+
+
 def test_json_shape_and_explanation() -> None:
     d = decide("ls /tmp | wc -l")
     data = d.to_json()
-    for key in ("host", "security", "ask", "askFallback", "analysisOk", "allowlistSatisfied",
-                "requiresApproval", "decision", "reason", "segments", "enforcedCommand", "decidedBy"):
+    for key in (
+        "host",
+        "security",
+        "ask",
+        "askFallback",
+        "analysisOk",
+        "allowlistSatisfied",
+        "requiresApproval",
+        "decision",
+        "reason",
+        "segments",
+        "enforcedCommand",
+        "decidedBy",
+    ):
         assert key in data
-    assert set(data["segments"][0]) >= {"argv", "resolvedPath", "satisfiedBy", "matchedPattern"}
+    assert set(data["segments"][0]) >= {"argv", "resolvedPath", "satisfiedBy", "matchedPattern", "entryId"}
     assert data["segments"][0]["argv"] == ["ls", "/tmp"]
     json.dumps(data)
     text = explain(d)
@@ -227,10 +306,17 @@ def test_file_precedence_agent_wildcard_defaults(state_dir: Path) -> None:
     # Reference §3.2 through to the decision: agent, then "*", then defaults; an invalid explicit
     # agent field falls back to defaults, not to the (broader) wildcard.
     text = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
-    _approvals(state_dir, {"defaults": {"security": "allowlist"},
-                           "agents": {"*": {"security": "full", "ask": "always"},
-                                      "ops": {"security": "deny"},
-                                      "qa": {"security": "none"}}})
+    _approvals(
+        state_dir,
+        {
+            "defaults": {"security": "allowlist"},
+            "agents": {
+                "*": {"security": "full", "ask": "always"},
+                "ops": {"security": "deny"},
+                "qa": {"security": "none"},
+            },
+        },
+    )
     main = decide("ls", text)
     assert (main.security, main.ask, main.decision) == ("full", "always", "ask")
     assert decide("ls", text, agent_id="ops").decision == "deny"

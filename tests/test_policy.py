@@ -33,10 +33,12 @@ def cfg(text: str = "") -> Config:
     return load_config_text(text, Path("/cfg/config.toml"))
 
 
-def file_policy(security: str | None = None, ask: str | None = None,
-                ask_fallback: str | None = None) -> AgentApprovals:
-    return AgentApprovals(security=security, ask=ask, ask_fallback=ask_fallback, auto_allow_skills=None,
-                          allowlist=[])
+def file_policy(
+    security: str | None = None, ask: str | None = None, ask_fallback: str | None = None
+) -> AgentApprovals:
+    return AgentApprovals(
+        security=security, ask=ask, ask_fallback=ask_fallback, auto_allow_skills=None, allowlist=[]
+    )
 
 
 GATEWAY = '[tools.exec]\nhost = "gateway"\n'
@@ -44,23 +46,27 @@ GATEWAY = '[tools.exec]\nhost = "gateway"\n'
 
 # --------------------------------------------------------------------------- enums
 
-@pytest.mark.parametrize(("fn", "raw", "expected"), [
-    (normalize_host, " gateway ", "gateway"),
-    (normalize_host, "NODE", "node"),
-    (normalize_host, "Auto", "auto"),
-    (normalize_host, "ssh", None),
-    (normalize_host, "", None),
-    (normalize_host, None, None),
-    (normalize_host, 3, None),
-    (normalize_security, "FULL", "full"),
-    (normalize_security, " allowlist\t", "allowlist"),
-    (normalize_security, "none", None),
-    (normalize_ask, "On-Miss", "on-miss"),
-    (normalize_ask, "maybe", None),
-    (normalize_ask, "never", None),
-    (normalize_elevated, " ON ", "on"),
-    (normalize_elevated, "yes", None),
-])
+
+@pytest.mark.parametrize(
+    ("fn", "raw", "expected"),
+    [
+        (normalize_host, " gateway ", "gateway"),
+        (normalize_host, "NODE", "node"),
+        (normalize_host, "Auto", "auto"),
+        (normalize_host, "ssh", None),
+        (normalize_host, "", None),
+        (normalize_host, None, None),
+        (normalize_host, 3, None),
+        (normalize_security, "FULL", "full"),
+        (normalize_security, " allowlist\t", "allowlist"),
+        (normalize_security, "none", None),
+        (normalize_ask, "On-Miss", "on-miss"),
+        (normalize_ask, "maybe", None),
+        (normalize_ask, "never", None),
+        (normalize_elevated, " ON ", "on"),
+        (normalize_elevated, "yes", None),
+    ],
+)
 def test_normalisation(fn: object, raw: object, expected: str | None) -> None:
     assert fn(raw) == expected  # type: ignore[operator]
 
@@ -76,6 +82,7 @@ def test_min_security_and_max_ask_tables() -> None:
 
 
 # --------------------------------------------------------------------------- built-in defaults (seeds)
+
 
 def test_builtin_defaults_direct_run_when_sandbox_off() -> None:
     p = resolve_policy(cfg(), "main")
@@ -101,6 +108,7 @@ def test_real_sandbox_is_its_own_boundary() -> None:
 
 # --------------------------------------------------------------------------- host targets (§1.4)
 
+
 def test_auto_resolves_by_sandbox_runtime() -> None:
     c = cfg('[tools.exec]\nhost = "auto"\n')
     assert resolve_policy(c, "main", sandbox_available=True).host == "sandbox"
@@ -115,16 +123,22 @@ def test_requested_host_rules_and_texts() -> None:
     assert resolve_policy(auto, "main", {"host": "sandbox"}, sandbox_available=True).host == "sandbox"
     with pytest.raises(PolicyError) as info:
         resolve_policy(auto, "main", {"host": "gateway"}, sandbox_available=True)
-    assert str(info.value) == ("exec host not allowed (requested gateway; configured host is auto; "
-                               "set tools.exec.host=gateway to allow this override).")
+    assert str(info.value) == (
+        "exec host not allowed (requested gateway; configured host is auto; "
+        "set tools.exec.host=gateway to allow this override)."
+    )
     with pytest.raises(ToolError) as info:
         resolve_policy(cfg(GATEWAY), "main", {"host": "node"})
-    assert str(info.value) == ("exec host not allowed (requested node; configured host is gateway; "
-                               "set tools.exec.host=node or auto to allow this override).")
+    assert str(info.value) == (
+        "exec host not allowed (requested node; configured host is gateway; "
+        "set tools.exec.host=node or auto to allow this override)."
+    )
     with pytest.raises(ToolError) as info:
         resolve_policy(cfg('[tools.exec]\nhost = "node"\n'), "main", {"host": "gateway"})
-    assert str(info.value) == ("exec host not allowed (requested gateway; configured host is node; "
-                               "set tools.exec.host=gateway or auto to allow this override).")
+    assert str(info.value) == (
+        "exec host not allowed (requested gateway; configured host is node; "
+        "set tools.exec.host=gateway or auto to allow this override)."
+    )
     # Same as configured is always allowed; an invalid requested host is "not given".
     assert resolve_policy(cfg(GATEWAY), "main", {"host": "GATEWAY"}).host == "gateway"
     assert resolve_policy(cfg(GATEWAY), "main", {"host": "ssh"}).host == "gateway"
@@ -182,8 +196,9 @@ def test_global_then_agent_then_session() -> None:
 def test_session_override_may_broaden_config_but_file_clamps() -> None:
     # /exec is the operator's own session setting (reference precedence); the host file still clamps.
     c = cfg(LAYERED)
-    p = resolve_policy(c, "ops", overrides=SessionOverrides(security="full"),
-                       file_policy=file_policy(security="allowlist"))
+    p = resolve_policy(
+        c, "ops", overrides=SessionOverrides(security="full"), file_policy=file_policy(security="allowlist")
+    )
     assert p.security == "allowlist"
     assert p.step("security").layer == "approvals file clamp"  # type: ignore[union-attr]
 
@@ -210,8 +225,9 @@ def test_tool_param_only_asks_more() -> None:
 def test_approvals_file_defaults_fill_unset_config() -> None:
     c = cfg(GATEWAY)
     defaults = PolicyBlock(security="allowlist", ask="always", ask_fallback="allowlist")
-    p = resolve_policy(c, "main", file_policy=file_policy("allowlist", "always", "allowlist"),
-                       file_defaults=defaults)
+    p = resolve_policy(
+        c, "main", file_policy=file_policy("allowlist", "always", "allowlist"), file_defaults=defaults
+    )
     assert (p.security, p.ask, p.ask_fallback) == ("allowlist", "always", "allowlist")
     assert p.step("security").layer == "approvals file"  # type: ignore[union-attr]
     # Config wins over the file's defaults for the configured value...
@@ -256,8 +272,10 @@ def test_sandboxed_host_skips_file_clamp() -> None:
 
 
 def test_node_binding_precedence() -> None:
-    c = cfg('[tools.exec]\nhost = "node"\nnode = "global-box"\n[[agents.list]]\nid = "ops"\n'
-            'tools.exec.node = "ops-box"\n')
+    c = cfg(
+        '[tools.exec]\nhost = "node"\nnode = "global-box"\n[[agents.list]]\nid = "ops"\n'
+        'tools.exec.node = "ops-box"\n'
+    )
     assert resolve_policy(c, "main").node == "global-box"
     assert resolve_policy(c, "ops").node == "ops-box"
     assert resolve_policy(c, "ops", overrides=SessionOverrides(node="sess-box")).node == "sess-box"
@@ -267,13 +285,19 @@ def test_node_binding_precedence() -> None:
 
 # --------------------------------------------------------------------------- elevated
 
-ELEVATED = ('[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
-            "[tools.elevated]\nenabled = true\n")
+ELEVATED = (
+    '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+    "[tools.elevated]\nenabled = true\n"
+)
 
 
 def test_elevated_full_bypasses_approvals() -> None:
-    p = resolve_policy(cfg(ELEVATED), "main", overrides=SessionOverrides(elevated="full"),
-                       file_policy=file_policy("deny", "always"))
+    p = resolve_policy(
+        cfg(ELEVATED),
+        "main",
+        overrides=SessionOverrides(elevated="full"),
+        file_policy=file_policy("deny", "always"),
+    )
     assert (p.host, p.security, p.ask, p.elevated) == ("gateway", "full", "off", "full")
     assert p.bypass_approvals is True
     assert requires_approval(p, False, False, False) is False
@@ -285,14 +309,15 @@ def test_elevated_on_and_param() -> None:
     assert (p.host, p.security, p.ask, p.elevated) == ("gateway", "full", "on-miss", "ask")
     assert p.bypass_approvals is False
     # Elevated ask still honours the host file: it may tighten.
-    p = resolve_policy(c, "main", overrides=SessionOverrides(elevated="ask"),
-                       file_policy=file_policy("allowlist"))
+    p = resolve_policy(
+        c, "main", overrides=SessionOverrides(elevated="ask"), file_policy=file_policy("allowlist")
+    )
     assert p.security == "allowlist"
     assert resolve_policy(c, "main", {"elevated": True}).elevated == "ask"
     assert resolve_policy(c, "main", {"elevated": True}, SessionOverrides(elevated="full")).elevated == "full"
     assert resolve_policy(c, "main", {"elevated": False}, SessionOverrides(elevated="full")).elevated == "off"
     # Elevated moves a sandbox-configured agent to the gateway, a node-bound one stays on its node.
-    sb = cfg('[tools.elevated]\nenabled = true\n')
+    sb = cfg("[tools.elevated]\nenabled = true\n")
     assert resolve_policy(sb, "main", {"elevated": True}, sandbox_available=True).host == "gateway"
     node = cfg('[tools.exec]\nhost = "node"\n[tools.elevated]\nenabled = true\n')
     assert resolve_policy(node, "main", {"elevated": True}).host == "node"
@@ -325,25 +350,37 @@ def test_elevated_not_enabled() -> None:
 
 # --------------------------------------------------------------------------- requiresApproval (§3.3)
 
+
 def _policy(security: str, ask: str) -> EffectivePolicy:
-    return EffectivePolicy(host="gateway", security=security, ask=ask, ask_fallback="deny", node=None,
-                           elevated="off", bypass_approvals=False)
+    return EffectivePolicy(
+        host="gateway",
+        security=security,
+        ask=ask,
+        ask_fallback="deny",
+        node=None,
+        elevated="off",
+        bypass_approvals=False,
+    )
 
 
-@pytest.mark.parametrize(("security", "ask", "ok", "sat", "durable", "expected"), [
-    ("full", "off", False, False, False, False),
-    ("full", "on-miss", False, False, False, False),
-    ("full", "always", True, True, True, True),
-    ("allowlist", "always", True, True, True, True),
-    ("allowlist", "on-miss", True, True, False, False),
-    ("allowlist", "on-miss", True, False, False, True),
-    ("allowlist", "on-miss", False, True, False, True),
-    ("allowlist", "on-miss", True, False, True, False),
-    ("allowlist", "off", True, False, False, False),
-    ("deny", "on-miss", True, False, False, False),
-])
-def test_requires_approval(security: str, ask: str, ok: bool, sat: bool, durable: bool,
-                           expected: bool) -> None:
+@pytest.mark.parametrize(
+    ("security", "ask", "ok", "sat", "durable", "expected"),
+    [
+        ("full", "off", False, False, False, False),
+        ("full", "on-miss", False, False, False, False),
+        ("full", "always", True, True, True, True),
+        ("allowlist", "always", True, True, True, True),
+        ("allowlist", "on-miss", True, True, False, False),
+        ("allowlist", "on-miss", True, False, False, True),
+        ("allowlist", "on-miss", False, True, False, True),
+        ("allowlist", "on-miss", True, False, True, False),
+        ("allowlist", "off", True, False, False, False),
+        ("deny", "on-miss", True, False, False, False),
+    ],
+)
+def test_requires_approval(
+    security: str, ask: str, ok: bool, sat: bool, durable: bool, expected: bool
+) -> None:
     assert requires_approval(_policy(security, ask), ok, sat, durable) is expected
 
 
@@ -355,12 +392,14 @@ def test_allowed_decisions() -> None:
 
 # --------------------------------------------------------------------------- directives
 
+
 def test_exec_directive_sets_overrides() -> None:
     text = "/exec host=gateway security=allowlist ask=ALWAYS node=box"
     ov, reply = apply_directive(SessionOverrides(), text)
     assert ov == SessionOverrides(host="gateway", security="allowlist", ask="always", node="box")
-    assert reply == ("Exec defaults set for this session "
-                     "(host=gateway, security=allowlist, ask=always, node=box).")
+    assert reply == (
+        "Exec defaults set for this session (host=gateway, security=allowlist, ask=always, node=box)."
+    )
     ov2, _ = apply_directive(ov, "/exec: ask:on-miss")
     assert ov2.ask == "on-miss" and ov2.host == "gateway"
     ov3, reply = apply_directive(ov2, "/exec reset")
@@ -393,11 +432,13 @@ def test_exec_directive_bad_values_change_nothing() -> None:
 def test_bare_exec_shows_current() -> None:
     _, reply = apply_directive(SessionOverrides(ask="always"), "/exec")
     assert reply.startswith(
-        "Current exec defaults: host=(inherit), security=(inherit), ask=always, node=(unset).")
+        "Current exec defaults: host=(inherit), security=(inherit), ask=always, node=(unset)."
+    )
     policy = resolve_policy(cfg(GATEWAY), "main")
     _, reply = apply_directive(SessionOverrides(), "  /EXEC  ", current=policy)
     assert reply.splitlines()[0] == (
-        "Current exec defaults: host=gateway, security=deny, ask=on-miss, node=(unset).")
+        "Current exec defaults: host=gateway, security=deny, ask=on-miss, node=(unset)."
+    )
     assert "Options: host=auto|sandbox|gateway|node" in reply
 
 

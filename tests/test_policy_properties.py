@@ -37,19 +37,35 @@ def _toml(host: str | None, security: str | None, ask: str | None, fallback: str
 
 @settings(max_examples=300, deadline=None)
 @given(
-    host=maybe_host, security=maybe_sec, ask=maybe_ask, fallback=maybe_sec,
+    host=maybe_host,
+    security=maybe_sec,
+    ask=maybe_ask,
+    fallback=maybe_sec,
     session=st.builds(SessionOverrides, host=st.none(), security=maybe_sec, ask=maybe_ask),
-    file_sec=maybe_sec, file_ask=maybe_ask, file_fb=maybe_sec,
-    param_sec=maybe_sec | junk, param_ask=maybe_ask | junk, sandbox=st.booleans(),
+    file_sec=maybe_sec,
+    file_ask=maybe_ask,
+    file_fb=maybe_sec,
+    param_sec=maybe_sec | junk,
+    param_ask=maybe_ask | junk,
+    sandbox=st.booleans(),
 )
 def test_params_only_tighten_and_file_never_broadens(
-    host: str | None, security: str | None, ask: str | None, fallback: str | None,
-    session: SessionOverrides, file_sec: str | None, file_ask: str | None, file_fb: str | None,
-    param_sec: str | None, param_ask: str | None, sandbox: bool,
+    host: str | None,
+    security: str | None,
+    ask: str | None,
+    fallback: str | None,
+    session: SessionOverrides,
+    file_sec: str | None,
+    file_ask: str | None,
+    file_fb: str | None,
+    param_sec: str | None,
+    param_ask: str | None,
+    sandbox: bool,
 ) -> None:
     config = load_config_text(_toml(host, security, ask, fallback), Path("/c.toml"))
-    file_policy = AgentApprovals(security=file_sec, ask=file_ask, ask_fallback=file_fb,
-                                 auto_allow_skills=None, allowlist=[])
+    file_policy = AgentApprovals(
+        security=file_sec, ask=file_ask, ask_fallback=file_fb, auto_allow_skills=None, allowlist=[]
+    )
     params = {"security": param_sec, "ask": param_ask}
     try:
         without = resolve_policy(config, "main", {}, session, file_policy, sandbox)

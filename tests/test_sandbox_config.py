@@ -354,3 +354,30 @@ def test_tmpfs_over_control_mounts_is_refused() -> None:
     settings = resolve_settings(cfg('[agents.defaults.sandbox.docker]\ntmpfs = ["/"]\n'), "main")
     with pytest.raises(SandboxSecurityError, match="reserved container path"):
         validate_docker(settings.docker, [])
+
+
+def test_cli_explain_text_and_recreate_usage(state_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.cli import main
+    from runner.cli.sandbox import compact, format_list
+
+    (state_dir / "config.toml").write_text('[agents.defaults.sandbox]\nmode = "non-main"\n')
+    assert main(["sandbox", "explain", "--session", "telegram:group:7"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Effective sandbox:\n  agentId: main\n  sessionKey: telegram:group:7\n")
+    assert "  runtime: sandboxed\n  mode: non-main\n" in out
+    assert "Hint: sandbox mode is non-main; use main session key to run direct: agent:main:main" in out
+    assert main(["sandbox", "explain", "--session", "agent:ops:main", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["agentId"], info["runtime"], info["scopeKey"]) == ("ops", "direct", "agent:ops")
+    assert main(["sandbox", "recreate"]) == 2
+    assert "Please specify --all, --session <key>, or --agent <id>" in capsys.readouterr().err
+    assert main(["sandbox", "recreate", "--all", "--agent", "x"]) == 2
+    assert "Please specify only one of: --all, --session, --agent" in capsys.readouterr().err
+    assert format_list([]) == "No sandbox runtimes found."
+    assert [compact(v) for v in (None, 5_000, 90_000, 7_200_000, 3 * 86_400_000)] == [
+        "-",
+        "5s",
+        "1m",
+        "2h",
+        "3d",
+    ]

@@ -76,6 +76,17 @@ async def test_not_found_and_not_executable(mgr: SessionManager, tmp_path: Path)
     assert denied.text.endswith("Command not executable (permission denied)")
 
 
+async def test_spawn_failure_is_a_failed_result(mgr: SessionManager, tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-binary")
+    result = await mgr.run(RunSpec(command="x", argv=[missing], scope_key="s1"))
+    assert result.details["status"] == "failed"
+    assert "No such file or directory" in result.text
+    pty = await mgr.run(RunSpec(command="x", argv=[missing], pty=True, scope_key="s1"))
+    assert pty.text.startswith("Warning: PTY spawn failed ([Errno 2] No such file or directory")
+    assert "); retrying without PTY for `x`.\n\n[Errno 2]" in pty.text
+    assert mgr.list_sessions(None) == []
+
+
 async def test_empty_command_is_refused(mgr: SessionManager) -> None:
     with pytest.raises(ToolError, match=r"^Provide a command to start\.$"):
         await mgr.run(RunSpec(command="   ", scope_key="s1"))

@@ -170,6 +170,7 @@ async def test_one_gib_flood_stays_bounded(mgr: SessionManager) -> None:
     sid = result.details["sessionId"]
     session = mgr.get(sid)
     assert session is not None
+    stalled = mgr.subscribe(sid)  # a viewer that never reads must not hold the command back
     peak = before
     while not session.done.is_set():
         out = session.output
@@ -189,3 +190,9 @@ async def test_one_gib_flood_stays_bounded(mgr: SessionManager) -> None:
     assert "overflowed the poll buffer" in polled.text
     assert polled.text.endswith("END-OF-FLOOD\n\nProcess exited with code 0.")
     assert os.path.exists(log_path)
+    first = await stalled.get()
+    assert first is not None and first.stream == "gap" and first.dropped > 1024**3 - 2 * 1024 * 1024
+    queued = 0
+    while (chunk := await stalled.get()) is not None:
+        queued += len(chunk.data)
+    assert 0 < queued <= stalled.max_bytes

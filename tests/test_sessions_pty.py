@@ -157,8 +157,11 @@ async def test_cursor_key_mode_and_paste(mgr: SessionManager) -> None:
 async def test_send_keys_with_delay(mgr: SessionManager) -> None:
     sid = await start(mgr, f'{PY} -c "{RAW_READER}" xyz')
     await until(mgr, sid, "ready")
-    sent = await mgr.process("send-keys", {"sessionId": sid, "keys": ["x", "y", "z"], "delayMs": 20}, "p")
-    assert sent.text == f"Sent 3 bytes to session {sid}."
+    sent = await mgr.process("send-keys", {"sessionId": sid, "keys": ["x", "y"], "delayMs": 20}, "p")
+    assert sent.text == f"Sent 2 bytes to session {sid}."
+    # A bare string is one key name, not a list of letters.
+    one = await mgr.process("send-keys", {"sessionId": sid, "keys": "z"}, "p")
+    assert one.text == f"Sent 1 bytes to session {sid}."
     assert "GOT " + b"xyz".hex() in await until(mgr, sid, "GOT " + b"xyz".hex())
 
 

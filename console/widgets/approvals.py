@@ -163,13 +163,21 @@ class ApprovalsPane(Horizontal):
         return self.rows[min(max(table.cursor_row, 0), len(self.rows) - 1)]
 
     def show(self, rows: list[InboxItem]) -> None:
-        """Rebuild the list keeping the cursor on the same approval when it is still pending."""
+        """Update the list (append when only new rows arrived, else rebuild), keeping the cursor's approval.
+
+        The detail view is refreshed after the list has painted: a new row must reach the screen first.
+        """
         table: DataTable[Any] = self.query_one("#approval-list", DataTable)
         keep = self.selected.key if self.selected else None
+        old_keys = [item.key for item in self.rows]
+        same_prefix = [item.key for item in rows[: len(old_keys)]] == old_keys
+        counts_same = all(a.count == b.count for a, b in zip(self.rows, rows, strict=False))
+        start = len(old_keys) if same_prefix and counts_same else 0
+        if start == 0:
+            table.clear()
         self.rows = rows
-        table.clear()
         now = clock_ms()
-        for item in rows:
+        for item in rows[start:]:
             view = item.view
             command = str(view.get("command", "")).replace("\n", " ⏎ ")
             table.add_row(
@@ -180,12 +188,12 @@ class ApprovalsPane(Horizontal):
                 command[:200],
                 key=item.key,
             )
-        if keep is not None:
+        if keep is not None and start == 0:
             for index, item in enumerate(rows):
                 if item.key == keep:
                     table.move_cursor(row=index)
                     break
-        self.refresh_detail()
+        self.call_after_refresh(self.refresh_detail)
 
     def tick(self) -> None:
         """Once a second: the countdowns."""

@@ -176,8 +176,8 @@ class SessionsPane(Horizontal):
         bits.append(f"\n$ {row.get('command', '')}")
         header.update(bits)
 
-    def select(self, session_id: str | None) -> None:
-        if session_id in self.order:
+    def select(self, session_id: str | None, *, move_cursor: bool = True) -> None:
+        if move_cursor and session_id in self.order:
             table: DataTable[Any] = self.query_one("#session-list", DataTable)
             index = self.order.index(session_id)
             if table.cursor_row != index:
@@ -203,8 +203,11 @@ class SessionsPane(Horizontal):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
-        if event.row_key.value is not None:
-            self.select(str(event.row_key.value))
+        # Rebuilding the table queues highlight events for rows that are no longer under the cursor;
+        # acting on those would bounce the selection back and forth.
+        if event.cursor_row != event.data_table.cursor_row or event.row_key.value is None:
+            return
+        self.select(str(event.row_key.value), move_cursor=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

@@ -20,6 +20,7 @@ import shutil
 import signal as signal_mod
 import stat
 import struct
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -116,25 +117,42 @@ def bin_dir() -> Path:
     return statefs.state_dir() / "sandbox-bin"
 
 
+def _install(path: Path, data: bytes, mode: int) -> None:
+    """Atomic replace with the final mode already set: running sandboxes never see a torn or 0600 file."""
+    statefs.refuse_symlink(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
 def ensure_bin_dir() -> tuple[Path, bool]:
-    """Write the scripts (and a static busybox) to the read-only bin mount; returns (dir, has_busybox)."""
-    target = statefs.ensure_private_dir(bin_dir())
+    """Install the scripts (and a static busybox) for the read-only bin mount; returns (dir, has_busybox).
+
+    World-readable on purpose (0755/0644): the container may run as another uid and needs to read and
+    execute these, never to write; they hold no secrets. statefs' private-dir helpers would flip the dir to
+    0700 for a moment under running non-root sandboxes, so this dir is handled here.
+    """
+    target = bin_dir()
+    statefs.ensure_private_dir(target.parent)
+    statefs.refuse_symlink(target)
+    target.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(target, 0o755)  # noqa: S103 - see above
     for name, text in SCRIPTS.items():
         path = target / name
         if statefs.read_text(path) != text:
-            statefs.atomic_write(path, text, mode=0o600)
+            _install(path, text.encode(), 0o644)
     bb = target / "busybox"
     source = find_static_busybox()
     if source is not None and (not bb.exists() or bb.stat().st_size != os.stat(source).st_size):
-        statefs.refuse_symlink(bb)
-        tmp = target / ".busybox.tmp"
-        shutil.copyfile(source, tmp)
-        os.chmod(tmp, 0o700)
-        os.replace(tmp, bb)
-    # The container may run as another uid: it needs to traverse and execute, never to write.
-    os.chmod(target, 0o755)  # noqa: S103 - read-only mount, holds no secrets
-    for entry in target.iterdir():
-        os.chmod(entry, 0o755 if entry.name == "busybox" else 0o644)
+        with open(source, "rb") as fh:
+            _install(bb, fh.read(), 0o755)
     return target, bb.exists()
 
 

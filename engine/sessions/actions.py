@@ -47,6 +47,17 @@ def _int_param(value: Any) -> int | None:
     return None
 
 
+def _str_list(value: Any) -> list[str]:
+    """A list of tokens; a bare string is one token (iterating it would send its letters as keys)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [str(item) for item in value]
+    return [str(value)]
+
+
 def _exit_line(session: Session) -> str:
     return f"\n\nProcess exited with {session.exit_label}."
 
@@ -244,8 +255,8 @@ async def _send_keys(
     session: Session, sid: str, params: dict[str, Any], running: dict[str, Any]
 ) -> ToolResult:
     assert session.handle is not None
-    keys = [str(k) for k in params.get("keys") or []]
-    hex_bytes = [str(h) for h in params.get("hex") or []]
+    keys = _str_list(params.get("keys"))
+    hex_bytes = _str_list(params.get("hex"))
     literal = params.get("literal")
     mode = session.cursor_key_mode
     if mode == "unknown" and needs_cursor_mode(keys):

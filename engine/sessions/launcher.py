@@ -245,8 +245,9 @@ class LocalProcess:
         stream, data = self._chunks.popleft()
         if self._chunks and self._chunks[0][0] == stream:
             # Batch everything of the same stream that piled up since the last read.
-            parts = [data]
-            while self._chunks and self._chunks[0][0] == stream and len(parts) < 64:
+            parts, size = [data], len(data)
+            while self._chunks and self._chunks[0][0] == stream and size < READ_SIZE:
+                size += len(self._chunks[0][1])
                 parts.append(self._chunks.popleft()[1])
             data = b"".join(parts)
         self._buffered -= len(data)

@@ -125,7 +125,9 @@ class SessionManager:
         background = spec.background and spec.allow_background
         if not spec.allow_background and (spec.background or spec.yield_ms is not None):
             warnings.append("Warning: background execution is disabled; running synchronously.")
-        cwd = self._resolve_cwd(spec.cwd, warnings)
+        # A custom launcher (a sandbox) owns its cwd: it is a path inside the container, already mapped
+        # and checked there, so testing it against this machine's filesystem would be wrong.
+        cwd = spec.cwd if spec.launcher is not None and spec.cwd else self._resolve_cwd(spec.cwd, warnings)
         session_id = self.registry.new_id()
         spec = dataclasses.replace(
             spec,
@@ -142,10 +144,15 @@ class SessionManager:
                 self.log_dir / f"{session_id}.log", log_cap=self.log_cap_bytes, session_id=session_id
             ),
         )
-        handle = await self._spawn(session, warnings)
+        self.registry.add(session)  # before any await: the id stays reserved while a launcher spawns
+        try:
+            handle = await self._spawn(session, warnings)
+        except BaseException:
+            self.registry.drop(session.id)  # a launcher's own error (or a cancel): no ghost "running" row
+            raise
         if handle is None:
+            self.registry.drop(session.id)
             return self._finished_result(session)
-        self.registry.add(session)
         task = asyncio.get_running_loop().create_task(self._supervise(session, handle))
         self._supervisors.add(task)
         task.add_done_callback(self._supervisors.discard)

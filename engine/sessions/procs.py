@@ -109,11 +109,10 @@ def signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-def _group_alive(pgid: int) -> bool:
-    """A live (non-zombie) member in the group. kill(-pgid, 0) alone counts zombies, which linger
-    wherever PID 1 does not reap (containers)."""
-    if not signal_group(pgid, 0):
-        return False
+def live_groups() -> set[int]:
+    """Process groups with a live (non-zombie) member. kill(-pgid, 0) alone counts zombies, which
+    linger wherever PID 1 does not reap (containers)."""
+    groups: set[int] = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -123,33 +122,43 @@ def _group_alive(pgid: int) -> bool:
         except OSError:
             continue
         fields = raw[raw.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+        if len(fields) > 2 and fields[0] not in (b"Z", b"X"):
+            groups.add(int(fields[2]))
+    return groups
 
 
-def _signal_all(pgid: int, pids: Collection[int], sig: int) -> None:
-    signal_group(pgid, sig)
+def _any_alive(pgids: Collection[int], pids: Collection[int]) -> bool:
+    if any(alive(pid) for pid in pids):
+        return True
+    candidates = [g for g in pgids if signal_group(g, 0)]
+    return bool(candidates) and not live_groups().isdisjoint(candidates)
+
+
+def _signal_many(pgids: Collection[int], pids: Collection[int], sig: int) -> None:
+    for pgid in pgids:
+        signal_group(pgid, sig)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
+
+
+def _signal_all(pgid: int, pids: Collection[int], sig: int) -> None:
+    _signal_many((pgid,), pids, sig)
 
 
 async def kill_all(pgids: Collection[int], markers: Collection[str], grace: float = KILL_GRACE_SEC) -> None:
     """kill_tree for many commands at once with one /proc scan per step (gateway shutdown)."""
     stragglers = {p.pid for p in await asyncio.to_thread(scan, markers=markers)}
     for sig in (signal.SIGTERM, signal.SIGCONT):
-        for pgid in pgids:
-            _signal_all(pgid, stragglers, sig)
+        _signal_many(pgids, stragglers, sig)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
     while loop.time() < deadline:
-        if not any(alive(pid) for pid in stragglers) and not any(_group_alive(g) for g in pgids):
+        if not await asyncio.to_thread(_any_alive, pgids, stragglers):
             return
         await asyncio.sleep(_POLL_SEC * 2)
     late = {p.pid for p in await asyncio.to_thread(scan, markers=markers)}
-    for pgid in pgids:
-        _signal_all(pgid, stragglers | late, signal.SIGKILL)
+    _signal_many(pgids, stragglers | late, signal.SIGKILL)
 
 
 async def kill_tree(
@@ -167,7 +176,7 @@ async def kill_tree(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
     while loop.time() < deadline:
-        if not _group_alive(pgid) and not any(alive(pid) for pid in pids):
+        if not await asyncio.to_thread(_any_alive, (pgid,), pids):
             return stragglers
         await asyncio.sleep(_POLL_SEC)
     # Re-scan: a daemon may have forked again during the grace period.

@@ -7,6 +7,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from engine.allowlist import COMMAND_HASH_PREFIX
 from engine.approvals_store import (
     DEFAULT_AGENT,
     WILDCARD_AGENT,
@@ -38,7 +39,8 @@ _COMMAND_WIDTH = 60
 
 def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
-        "approvals", help="the host approvals file, its allowlists, and pending approvals",
+        "approvals",
+        help="the host approvals file, its allowlists, and pending approvals",
         description="The exec host's approvals file (exec-approvals.json: policy, allowlists, socket) "
         "and the running gateway's pending approvals.",
     )
@@ -58,9 +60,7 @@ def register_actions(actions: Subparsers) -> None:
     allowlist = actions.add_parser("allowlist", help="add or remove allowlist entries")
     verbs = allowlist.add_subparsers(dest="allowlist_action", metavar="ACTION", required=True)
     add = verbs.add_parser("add", help="allow an executable pattern")
-    add.add_argument(
-        "pattern", metavar="PATTERN", help="executable path glob, bare name, or =command:<sha16>"
-    )
+    add.add_argument("pattern", metavar="PATTERN", help="executable path glob or bare name")
     add.add_argument(
         "--agent", default=WILDCARD_AGENT, metavar="ID", help='agent id (default: "*", every agent)'
     )
@@ -224,6 +224,13 @@ def _safe(text: str) -> str:
 def cmd_allowlist_add(args: argparse.Namespace) -> int:
     store = _store()
     agent_id = _agent_id(args.agent)
+    if args.pattern.strip().startswith(COMMAND_HASH_PREFIX):
+        # Reference §3.3: only an allow-always decision makes a hash entry durable, and hash entries
+        # never match as patterns, so one added here would silently approve nothing.
+        raise UsageError(
+            f"{COMMAND_HASH_PREFIX} entries are written only by an allow-always approval; "
+            "approve the command with allow-always instead"
+        )
     try:
         before = {e.id for e in store.load().agent(agent_id).allowlist}
         record = store.add_allowlist(agent_id, args.pattern, arg_pattern=args.arg_pattern)

@@ -25,20 +25,23 @@ _AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
-        "policy", help="explain the exec policy decision for a command",
+        "policy",
+        help="explain the exec policy decision for a command",
         description="Exec policy: what would happen to a command, and why.",
     )
     actions = parser.add_subparsers(dest="policy_action", metavar="ACTION", required=True)
     check = actions.add_parser(
-        "check", help="decide allow/ask/deny for COMMAND and name the layer and key that decided",
+        "check",
+        help="decide allow/ask/deny for COMMAND and name the layer and key that decided",
         description="Evaluate COMMAND as the exec tool would (without running it). "
         "Put the command after `--`; several words are shell-quoted and joined.",
     )
     add_config_arg(check)
     check.add_argument("--agent", default="main", metavar="ID", help="agent id (default: main)")
     check.add_argument("--host", metavar="H", help=f"per-call host ({'|'.join(HOSTS)})")
-    check.add_argument("--security", metavar="S",
-                       help=f"per-call security ({'|'.join(SECURITIES)}); only tightens")
+    check.add_argument(
+        "--security", metavar="S", help=f"per-call security ({'|'.join(SECURITIES)}); only tightens"
+    )
     check.add_argument("--ask", metavar="A", help=f"per-call ask ({'|'.join(ASKS)}); only asks more")
     check.add_argument("--cwd", metavar="DIR", help="working directory for executable resolution")
     check.add_argument("--json", action="store_true", help="print the decision as one JSON object")
@@ -77,7 +80,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         config = load_config(args.config, required=bool(args.config or os.environ.get("EXECHOST_CONFIG")))
         sandbox = config.sandbox_for(args.agent)
         decision = evaluate(
-            command, config=config, agent_id=args.agent, params=params, store=ApprovalsStore(), cwd=cwd,
+            command,
+            config=config,
+            agent_id=args.agent,
+            params=params,
+            store=ApprovalsStore(),
+            cwd=cwd,
             # The CLI speaks for the agent's main session: non-main sandboxing does not apply to it.
             sandbox_available=sandbox.mode == "all",
         )

@@ -1,0 +1,95 @@
+"""Pure console pieces: output sanitising (hostile escapes), the line model, the inbox model, the router."""
+
+from __future__ import annotations
+
+import asyncio
+
+from console.ansi import LineAssembler, plain, pyte_color, sanitize, to_text
+from console.gateway import PENDING_CAP, OutputRouter
+from console.inbox import Inbox
+
+
+def test_sanitize_drops_everything_but_sgr() -> None:
+    hostile = (
+        "a\x1b]0;pwned title\x07b\x1b]52;c;ZXZpbA==\x1b\\c\x1b[2J\x1b[?1049h\x1b[6n\x1bPqdcs\x1b\\d"
+        "\x1b[31mred\x1b[0m\x00\x08\x7fe"
+    )
+    out = sanitize(hostile)
+    assert plain(out) == "abcdrede"
+    assert "\x1b]" not in out and "\x1b[2J" not in out and "\x1bP" not in out
+    assert "\x1b[31m" in out  # colour survives, to be rendered by Rich, never passed to the terminal
+
+
+def test_to_text_never_emits_raw_escapes() -> None:
+    text = to_text(sanitize("\x1b[1;32mok\x1b[0m\tdone"))
+    assert text.plain == "ok      done"
+    assert "\x1b" not in text.plain
+
+
+def test_line_assembler_carriage_return_and_split_sequences() -> None:
+    lines = LineAssembler()
+    assert lines.feed("10%\r55%\r100%\nnext\x1b[3") == ["100%"]
+    assert lines.partial == "next"
+    assert lines.feed("2mgreen\x1b[0m\r\n") == ["next\x1b[32mgreen\x1b[0m"]
+    assert lines.feed("a\r") == [] and lines.feed("\n") == ["a"]  # CRLF is not an overwrite
+
+
+def test_line_assembler_bounds_an_endless_line() -> None:
+    lines = LineAssembler()
+    out = lines.feed("x" * 70_000)
+    assert len(out) == 1 and lines.partial == ""
+
+
+def test_pyte_colours() -> None:
+    assert pyte_color("default") is None
+    assert pyte_color("brown") == "yellow"
+    assert pyte_color("brightred") == "bright_red"
+    assert pyte_color("ff8700") == "#ff8700"
+
+
+async def test_inbox_coalesces_orders_and_discards() -> None:
+    inbox = Inbox()
+    view = {"command": "id", "cwd": "/", "agentId": "main", "createdAtMs": 20}
+    first, new = inbox.add("gateway", "a1", view)
+    assert new
+    _, new = inbox.add("gateway", "a2", {**view, "createdAtMs": 25})
+    assert not new and first.count == 2 and len(inbox) == 2
+    inbox.add("gateway", "b1", {**view, "command": "whoami", "createdAtMs": 10})
+    assert [r.view["command"] for r in inbox.rows()] == ["whoami", "id"]
+    inbox.discard("a1")
+    assert first.count == 1 and inbox.find("a2") is first
+    inbox.discard("a2")
+    assert inbox.find("a2") is None and len(inbox) == 1
+
+
+async def test_inbox_socket_futures_and_resync() -> None:
+    inbox = Inbox()
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[str] = loop.create_future()
+    inbox.add("socket", "s1", {"command": "make"}, fut)
+    inbox.add("gateway", "g1", {"command": "ls"})
+    inbox.replace_gateway([{"id": "g2", "command": "date"}])
+    assert sorted(i.key for i in inbox.rows()) == ["g2", "s1"]
+    assert inbox.get("s1") is not None and inbox.get("s1").futures == [fut]  # type: ignore[union-attr]
+
+
+def test_inbox_allowed_decisions() -> None:
+    inbox = Inbox()
+    item, _ = inbox.add("socket", "x", {"command": "a", "ask": "always"})
+    assert item.allowed == ("allow-once", "deny")
+    item, _ = inbox.add("gateway", "y", {"command": "b", "allowedDecisions": ["deny", "allow-once"]})
+    assert item.allowed == ("allow-once", "deny")
+
+
+def test_router_counts_hidden_and_caps_visible() -> None:
+    router = OutputRouter()
+    router.show("v")
+    router.feed("hidden", "abc")
+    assert router.unread["hidden"] == 3 and not router.pending
+    for _ in range(40):
+        router.feed("v", "y" * 65_536)
+    assert router.pending_chars <= PENDING_CAP
+    data, overflowed = router.drain()
+    assert overflowed and data.endswith("y") and not router.pending
+    router.show("hidden")
+    assert "hidden" not in router.unread
