@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,6 +20,7 @@ from console.gateway import GatewayLink
 from console.inbox import Inbox, InboxItem
 from console.messages import GatewayConnected, GatewayEvent, GatewayLost, SocketApprovalRequested
 from console.screens.help import HelpScreen
+from console.session_flows import SessionFlows
 from console.widgets.approvals import ApprovalsPane
 from console.widgets.panes import LinePane
 from console.widgets.policy import PolicyPane, load_policies
@@ -38,9 +38,7 @@ from engine.protocol import RemoteError
 from engine.results import ToolError
 
 FLUSH_HZ = 30
-REPLAY_BYTES = 64 * 1024
-LOG_PAGE_LINES = 500
-ESC_REMNANT = re.compile(r"\[[0-9;?]*[A-Za-z]")
+SESSION_OVERRIDE_KEYS = ("host", "security", "ask", "node", "elevated")
 FOCUS_TARGETS = {
     "approvals": "#approval-list",
     "sessions": "#session-list",
@@ -50,7 +48,7 @@ FOCUS_TARGETS = {
 }
 
 
-class ConsoleApp(App[None]):
+class ConsoleApp(SessionFlows):
     """Everything durable lives in the gateway: quitting or crashing here loses no session or approval."""
 
     CSS_PATH = "styles/app.tcss"
@@ -90,6 +88,8 @@ class ConsoleApp(App[None]):
         self.overrides: dict[str, SessionOverrides] = {}
         self.gateway_pid: int | None = None
         self.log_page: dict[str, int] = {}  # session id -> first line shown while paging the log
+        self.replaying: str | None = None  # live output waits while this session's log is re-read
+        self.read_chars: dict[str, int] = {}  # no-push fallback: totalChars already looked at
         self.seen_total: dict[str, tuple[Any, Any]] = {}  # poll fallback: log size last shown
         self.shown_at: dict[str, float] = {}  # approval id -> wall time its row was painted (bench)
 
@@ -113,10 +113,6 @@ class ConsoleApp(App[None]):
     @property
     def approvals(self) -> ApprovalsPane:
         return self.query_one(ApprovalsPane)
-
-    @property
-    def sessions(self) -> SessionsPane:
-        return self.query_one(SessionsPane)
 
     @property
     def policy(self) -> PolicyPane:
@@ -152,7 +148,7 @@ class ConsoleApp(App[None]):
             )
             await server.start()
         except (ApprovalSocketError, ApprovalsFileError, OSError) as exc:
-            self.notify(f"approval socket not hosted: {exc}", severity="warning", timeout=8)
+            self.notify_plain(f"approval socket not hosted: {exc}", severity="warning", timeout=8)
             return
         self.socket_server = server
 
@@ -169,7 +165,7 @@ class ConsoleApp(App[None]):
         self.sub_title = f"gateway pid {message.pid}"
         self.inbox.replace_gateway(message.pending)
         self.sessions.replace_all(message.sessions)
-        self.sessions.render_list(self.link.output.unread)
+        self.sessions.render_list(self.unread())
         self.refresh_inbox()
         for item in self.inbox.rows():
             self.explain(item)
@@ -189,14 +185,14 @@ class ConsoleApp(App[None]):
         elif event in ("session.started", "session.exited", "session.updated"):
             row = data.get("session")
             self.sessions.upsert(row if isinstance(row, dict) else data)
-            self.sessions.render_list(self.link.output.unread)
+            self.sessions.render_list(self.unread())
             if event == "session.exited":
                 self.refresh_sessions()
                 if data.get("sessionId") == self.sessions.current and self.sessions.current:
                     self.replay(self.sessions.current)  # the log has everything up to EOF
         elif event == "session.removed":
             self.sessions.drop(str(data.get("sessionId")))
-            self.sessions.render_list(self.link.output.unread)
+            self.sessions.render_list(self.unread())
         elif event == "system.event":
             stamp = time.strftime("%H:%M:%S", time.localtime((data.get("ts") or time.time() * 1000) / 1000))
             self.events_pane.feed(f"{stamp}  [{data.get('sessionKey', '')}]  {data.get('text', '')}\n")
@@ -242,7 +238,9 @@ class ConsoleApp(App[None]):
         self.explain(item)
         if self.bell_on_new:
             self.bell()
-        self.notify(f"approval needed: {str(item.view.get('command', ''))[:60]}", title="exechost", timeout=3)
+        self.notify_plain(
+            f"approval needed: {str(item.view.get('command', ''))[:60]}", title="exechost", timeout=3
+        )
 
     def refresh_inbox(self) -> None:
         count = len(self.inbox)
@@ -273,7 +271,7 @@ class ConsoleApp(App[None]):
         """A worker, so the confirm/reason dialogs can be awaited without blocking the app's queue."""
         item, decision = message.item, message.decision
         if message.ask_reason:
-            reason = await self.push_screen_wait_safe(
+            reason = await self.ask_dialog(
                 TextDialog("Deny with a reason", placeholder="why (goes back to the agent; may be empty)")
             )
             if reason is None:
@@ -294,7 +292,7 @@ class ConsoleApp(App[None]):
                 body.append("\nIt would also allow these recent commands without asking:\n")
                 for command in also[:8]:
                     body.append(f"  {command}\n", style="yellow")
-            if not await self.push_screen_wait_safe(ConfirmDialog("Allow always?", body, yes="Allow always")):
+            if not await self.ask_dialog(ConfirmDialog("Allow always?", body, yes="Allow always")):
                 return
         self.resolve(item, decision, message.reason)
 
@@ -310,10 +308,6 @@ class ConsoleApp(App[None]):
             )
         except Exception:
             return []
-
-    async def push_screen_wait_safe(self, screen: Any) -> Any:
-        """Await a dialog's answer (call only from workers)."""
-        return await self.push_screen_wait(screen)
 
     def resolve(self, item: InboxItem, decision: str, reason: str | None = None) -> None:
         self.inbox.pop(item.key)
@@ -334,16 +328,20 @@ class ConsoleApp(App[None]):
             try:
                 await self.link.request("approve", params)
             except (RemoteError, ConnectionError) as exc:
-                self.notify(f"approve {approval_id[:8]} failed: {exc}", severity="error")
+                self.notify_plain(f"approve {approval_id[:8]} failed: {exc}", severity="error")
                 return
-        self.notify(f"{decision}: {len(ids)} request(s)", timeout=2)
+        self.notify_plain(f"{decision}: {len(ids)} request(s)", timeout=2)
 
     # ------------------------------------------------------------------ sessions
 
     def flush_output(self) -> None:
         """~30 Hz: move what arrived for the visible session into its pane; nothing else is touched."""
         router = self.link.output
-        if router.visible is None or not router.pending:
+        if (
+            router.visible is None
+            or router.visible == self.replaying
+            or not (router.pending or router.overflowed)
+        ):
             return
         data, overflowed = router.drain()
         if overflowed:
@@ -353,34 +351,12 @@ class ConsoleApp(App[None]):
 
     def tick(self) -> None:
         self.approvals.tick()
-        self.sessions.render_list(self.link.output.unread)
+        self.sessions.render_list(self.unread())
         self._ticks = getattr(self, "_ticks", 0) + 1
         if self._ticks % 2 == 0 and self.link.connected.is_set():
             self.sync_pending()
-
-    def poll_visible(self) -> None:
-        """Fallback for a gateway that does not push `session.output`: re-read the visible log on change."""
-        router = self.link.output
-        sid = router.visible
-        if sid is None or router.pushed or not self.link.connected.is_set() or sid in self.log_page:
-            return
-        if self.sessions.sessions.get(sid, {}).get("status") == "running":
-            self.poll_output(sid)
-
-    @work(group="poll", exclusive=True, exit_on_error=False)
-    async def poll_output(self, session_id: str) -> None:
-        row = self.sessions.sessions.get(session_id, {})
-        params: dict[str, Any] = {"action": "log", "sessionId": session_id, "limit": 1}
-        if isinstance(row.get("scopeKey"), str):
-            params["sessionKey"] = row["scopeKey"]
-        try:
-            details = (await self.link.request("process", params)).get("details") or {}
-        except (RemoteError, ConnectionError):
-            return
-        total = (details.get("totalChars"), details.get("totalLines"))
-        if total != self.seen_total.get(session_id):
-            self.seen_total[session_id] = total
-            self.replay(session_id)
+            if not self.link.output.pushed:
+                self.refresh_sessions()  # without pushed output, totalChars is how unread is known
 
     @work(group="sync", exclusive=True, exit_on_error=False)
     async def sync_pending(self) -> None:
@@ -394,222 +370,37 @@ class ConsoleApp(App[None]):
         if [(i.key, i.count) for i in self.inbox.rows() if i.source == "gateway"] != before:
             self.refresh_inbox()
 
-    @on(SessionsPane.Selected)
-    def on_session_selected(self, message: SessionsPane.Selected) -> None:
-        self.link.output.show(message.session_id)
-        self.log_page.pop(message.session_id or "", None)
-        if message.session_id:
-            self.replay(message.session_id)
-
-    @work(group="replay", exclusive=True, exit_on_error=False)
-    async def replay(self, session_id: str) -> None:
-        """Fill the pane from the on-disk log tail, then live output continues where it ends."""
-        if not self.connect_gateway:
-            return
-        data = await self.read_tail(session_id)
-        if self.sessions.current != session_id:
-            return
-        pane = self.sessions
-        if pane.is_pty(session_id):
-            row = pane.sessions[session_id]
-            pane.term_pane.reset(int(row.get("cols") or 120), int(row.get("rows") or 40))
-        else:
-            pane.line_pane.clear()
-        self.link.output.show(session_id)
-        pane.feed(data)
-
-    async def read_tail(self, session_id: str) -> str:
-        row = self.sessions.sessions.get(session_id, {})
-        try:
-            res = await self.link.request("sessions.output", {"sessionId": session_id, "limit": REPLAY_BYTES})
-            return str(res.get("data") or "")
-        except RemoteError:
-            pass
-        except ConnectionError:
-            return ""
-        try:
-            res = await self.link.request(
-                "process",
-                {
-                    "action": "log",
-                    "sessionId": session_id,
-                    "limit": LOG_PAGE_LINES,
-                    "sessionKey": row.get("scopeKey"),
-                },
-            )
-        except (RemoteError, ConnectionError):
-            return ""
-        details = res.get("details") or {}
-        if "totalLines" not in details:  # "No session found …" is a message, not output
-            return ""
-        # The agent-facing log has ESC removed, leaving "[32m" behind: drop those remnants too.
-        return ESC_REMNANT.sub("", str(details.get("aggregated") or res.get("text") or "")) + "\n"
-
-    @work(group="sessions-list", exclusive=True, exit_on_error=False)
-    async def refresh_sessions(self) -> None:
-        try:
-            rows = (await self.link.request("sessions.list")).get("sessions", [])
-        except (RemoteError, ConnectionError):
-            return
-        self.sessions.replace_all(rows)
-        self.sessions.render_list(self.link.output.unread)
-
-    @on(SessionsPane.Act)
-    def on_session_act(self, message: SessionsPane.Act) -> None:
-        self.session_act_flow(message)
-
-    @work(group="dialog", exit_on_error=False)
-    async def session_act_flow(self, message: SessionsPane.Act) -> None:
-        sid, verb = message.session_id, message.verb
-        row = self.sessions.sessions.get(sid, {})
-        pty = bool(row.get("pty"))
-        params: dict[str, Any] = {"sessionId": sid}
-        if verb == "write":
-            text = message.text or ""
-            if not text:
-                params["action"] = "submit"
-            else:
-                params.update(action="write", data=text + ("\r" if pty else "\n"))
-        elif verb == "send-keys":
-            keys = await self.push_screen_wait_safe(
-                TextDialog("Send keys", placeholder="C-c   up enter   0x1b   (space separated, tmux style)")
-            )
-            if not keys:
-                return
-            params.update(action="send-keys", keys=keys.split())
-        elif verb == "paste":
-            text = await self.push_screen_wait_safe(TextDialog("Paste text", placeholder="text to paste"))
-            if not text:
-                return
-            params.update(action="paste", text=text)
-        elif verb == "submit":
-            params["action"] = "submit"
-        elif verb == "kill":
-            if not await self.push_screen_wait_safe(
-                ConfirmDialog(
-                    "Kill session?",
-                    f"{sid}: {row.get('command', '')}\nSIGTERM to the process group, then SIGKILL.",
-                    yes="Kill",
-                )
-            ):
-                return
-            params["action"] = "kill"
-        elif verb == "clear":
-            params["action"] = "clear"
-        elif verb == "remove":
-            if row.get("status") == "running" and not await self.push_screen_wait_safe(
-                ConfirmDialog(
-                    "Remove running session?",
-                    f"{sid} is still running; removing terminates it.",
-                    yes="Remove",
-                )
-            ):
-                return
-            params["action"] = "remove"
-        elif verb == "attach":
-            self.attach(sid)
-            return
-        elif verb in ("log-older", "log-newer", "follow"):
-            self.page_log(sid, verb)
-            return
-        else:
-            return
-        self.run_process(params, row.get("scopeKey"))
-
-    @work(group="process", exit_on_error=False)
-    async def run_process(self, params: dict[str, Any], scope_key: Any) -> None:
-        if isinstance(scope_key, str):
-            params["sessionKey"] = scope_key
-        try:
-            res = await self.link.request("process", params)
-        except (RemoteError, ConnectionError) as exc:
-            self.notify(str(exc), severity="error")
-            return
-        text = str(res.get("text") or "")
-        if params["action"] not in ("write", "submit") or "No " in text or "not" in text:
-            self.notify(text[:200] or params["action"], timeout=3)
-        if params["action"] in ("clear", "remove", "kill"):
-            self.refresh_sessions()
-
-    @work(group="log", exclusive=True, exit_on_error=False)
-    async def page_log(self, session_id: str, verb: str) -> None:
-        """`[`/`]` page the on-disk log by LOG_PAGE_LINES (process log); `f` returns to live follow."""
-        pane = self.sessions
-        if verb == "follow" or pane.is_pty(session_id):
-            self.log_page.pop(session_id, None)
-            self.replay(session_id)
-            return
-        row = pane.sessions.get(session_id, {})
-        params: dict[str, Any] = {"action": "log", "sessionId": session_id, "limit": LOG_PAGE_LINES}
-        if isinstance(row.get("scopeKey"), str):
-            params["sessionKey"] = row["scopeKey"]
-        try:
-            total = int(
-                ((await self.link.request("process", {**params, "limit": 1})).get("details") or {}).get(
-                    "totalLines"
-                )
-                or 0
-            )
-        except (RemoteError, ConnectionError, ValueError) as exc:
-            self.notify(str(exc), severity="error")
-            return
-        first = self.log_page.get(session_id, max(0, total - LOG_PAGE_LINES))
-        first = max(0, first - LOG_PAGE_LINES) if verb == "log-older" else first + LOG_PAGE_LINES
-        if first >= total:
-            self.log_page.pop(session_id, None)
-            self.replay(session_id)
-            return
-        params["offset"] = first
-        try:
-            res = await self.link.request("process", params)
-        except (RemoteError, ConnectionError) as exc:
-            self.notify(str(exc), severity="error")
-            return
-        self.log_page[session_id] = first
-        self.link.output.show(None)  # paging: live output must not scroll the page away
-        pane.line_pane.clear()
-        pane.line_pane.feed(str(res.get("text") or "") + "\n")
-        pane.line_pane.scroll_home(animate=False)
-        self.notify(
-            f"log lines {first + 1}–{min(first + LOG_PAGE_LINES, total)} of {total}; f follows live",
-            timeout=3,
-        )
-
-    def attach(self, session_id: str) -> None:
-        """Full-screen programs get the real terminal: suspend Textual, proxy the PTY until ctrl+]."""
-        row = self.sessions.sessions.get(session_id, {})
-        if not row.get("pty") or row.get("status") != "running":
-            self.notify("Only running PTY sessions can be attached.", severity="warning")
-            return
-        from console.attach import attach_session
-
-        try:
-            with self.suspend():
-                attach_session(self.state, session_id, row)
-        except Exception as exc:  # SuspendNotSupported (headless, web) and any terminal error
-            self.notify(f"attach unavailable: {exc}", severity="warning")
-        self.replay(session_id)
-
-    # ------------------------------------------------------------------ policy
-
-    @work(thread=True, group="policy", exclusive=True, exit_on_error=False)
-    def refresh_policy(self) -> None:
-        try:
-            agents = load_policies(self.config_path, dict(self.overrides))
-        except Exception as exc:
-            self.call_from_thread(self.policy.show_check, Text(f"policy unavailable: {exc}", style="red"))
-            return
-        self.call_from_thread(self.policy.show, agents)
-
     @on(PolicyPane.Edit)
     def on_policy_edit(self, message: PolicyPane.Edit) -> None:
         self.policy_edit_flow(message)
+
+    # ------------------------------------------------------------------ policy
+
+    @work(group="policy", exclusive=True, exit_on_error=False)
+    async def refresh_policy(self) -> None:
+        """The gateway's /exec and /elevated overrides (the source of truth), then each agent's policy."""
+        if self.link.connected.is_set():
+            try:
+                live = (await self.link.request("policy.overrides")).get("overrides", {})
+                self.overrides = {
+                    key: SessionOverrides(**{k: v for k, v in values.items() if k in SESSION_OVERRIDE_KEYS})
+                    for key, values in live.items()
+                    if isinstance(values, dict)
+                }
+            except (RemoteError, ConnectionError, TypeError):
+                pass  # an older gateway: keep the shadow copy made when directives were sent
+        try:
+            agents = await asyncio.to_thread(load_policies, self.config_path, dict(self.overrides))
+        except Exception as exc:
+            self.policy.show_check(Text(f"policy unavailable: {exc}", style="red"))
+            return
+        self.policy.show(agents)
 
     @work(group="dialog", exit_on_error=False)
     async def policy_edit_flow(self, message: PolicyPane.Edit) -> None:
         agent = message.agent_id
         if message.verb == "add":
-            text = await self.push_screen_wait_safe(
+            text = await self.ask_dialog(
                 TextDialog(
                     f"Add allowlist pattern for {agent}",
                     placeholder="/usr/bin/git   or   ~/bin/*   [ :: argPattern regex]",
@@ -623,15 +414,15 @@ class ConsoleApp(App[None]):
                     ApprovalsStore().add_allowlist, agent, pattern, arg or None, "console"
                 )
             except (ApprovalsFileError, ValueError) as exc:
-                self.notify(str(exc), severity="error")
+                self.notify_plain(str(exc), severity="error")
         elif message.verb == "remove" and message.pattern:
-            if not await self.push_screen_wait_safe(
+            if not await self.ask_dialog(
                 ConfirmDialog("Remove allowlist entry?", f"{agent}: {message.pattern}", yes="Remove")
             ):
                 return
             await asyncio.to_thread(ApprovalsStore().remove_allowlist, agent, message.pattern)
         elif message.verb == "check":
-            command = await self.push_screen_wait_safe(
+            command = await self.ask_dialog(
                 TextDialog(f"Check a command as {agent}", placeholder="ls -la | wc -l")
             )
             if command:
@@ -662,7 +453,7 @@ class ConsoleApp(App[None]):
 
     def palette_example(self, text: str) -> None:
         if "<" in text:
-            self.notify(f"type it in the palette: {text}", timeout=4)
+            self.notify_plain(f"type it in the palette: {text}", timeout=4)
         else:
             self.run_directive(text)
 
@@ -680,7 +471,9 @@ class ConsoleApp(App[None]):
     async def run_directive(self, text: str) -> None:
         text = text.strip()
         if not is_directive(text):
-            self.notify("Not a directive: /exec …, /elevated …, /approve <id> <decision>", severity="error")
+            self.notify_plain(
+                "Not a directive: /exec …, /elevated …, /approve <id> <decision>", severity="error"
+            )
             return
         word = text.lstrip("/").split(None, 1)[0].lower()
         if word == "approve":
@@ -690,15 +483,18 @@ class ConsoleApp(App[None]):
         try:
             shadow, _ = apply_directive(self.overrides.get(key, SessionOverrides()), text, session_key=key)
         except ToolError as exc:
-            self.notify(str(exc), severity="error")
+            self.notify_plain(str(exc), severity="error")
             return
         try:
-            res = await self.link.request("policy.override", {"sessionKey": key, "directive": text})
+            params = {"sessionKey": key, "directive": text}
+            if key.startswith("agent:"):
+                params["agentId"] = key.split(":", 1)[1]
+            res = await self.link.request("policy.override", params)
         except (RemoteError, ConnectionError) as exc:
-            self.notify(str(exc), severity="error")
+            self.notify_plain(str(exc), severity="error")
             return
         self.overrides[key] = shadow
-        self.notify(f"{key}: {res.get('text') or 'ok'}", timeout=5)
+        self.notify_plain(f"{key}: {res.get('text') or 'ok'}", timeout=5)
         self.refresh_policy()
 
     async def _approve_directive(self, text: str) -> None:
@@ -706,7 +502,7 @@ class ConsoleApp(App[None]):
 
         args = text.lstrip("/").split()[1:]
         if len(args) != 2:
-            self.notify(USAGE, severity="error")
+            self.notify_plain(USAGE, severity="error")
             return
         first, second = args
         decision = normalize_decision(second)
@@ -714,7 +510,7 @@ class ConsoleApp(App[None]):
         if decision is None and normalize_decision(first) is not None:
             decision, approval_id = normalize_decision(first), second
         if decision is None:
-            self.notify(USAGE, severity="error")
+            self.notify_plain(USAGE, severity="error")
             return
         local = [
             i
@@ -723,18 +519,18 @@ class ConsoleApp(App[None]):
         ]
         if len(local) == 1:
             self.resolve(local[0], decision)
-            self.notify(f"✅ Approval {decision} submitted for {approval_id}.")
+            self.notify_plain(f"✅ Approval {decision} submitted for {approval_id}.")
             return
         try:
             await self.link.request("approve", {"id": approval_id, "decision": decision})
         except (RemoteError, ConnectionError) as exc:
-            self.notify(f"❌ Failed to submit approval: {exc}", severity="error")
+            self.notify_plain(f"❌ Failed to submit approval: {exc}", severity="error")
             return
         item = next((i for i in self.inbox.rows() if any(x.startswith(approval_id) for x in i.ids)), None)
         if item is not None:
             self.inbox.pop(item.key)
             self.refresh_inbox()
-        self.notify(f"✅ Approval {decision} submitted for {approval_id}.")
+        self.notify_plain(f"✅ Approval {decision} submitted for {approval_id}.")
 
     # ------------------------------------------------------------------ navigation
 

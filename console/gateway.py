@@ -20,31 +20,35 @@ class OutputRouter:
     """Session output lands here from the socket reader, without a Message per chunk.
 
     Only the visible session keeps its text (drained by the app's ~30 Hz flush); every other session
-    just counts unread bytes, so 100 busy sessions cost a dict update each.
+    just counts unread chars, so 100 busy sessions cost a dict update each. Chunks carry the gateway's
+    raw byte offset, so what a log replay already showed is never shown twice.
     """
 
     def __init__(self) -> None:
         self.visible: str | None = None
-        self.pending: list[str] = []
+        self.pending: list[tuple[int | None, str]] = []
         self.pending_chars = 0
         self.overflowed = False
+        self.since: dict[str, int] = {}  # raw byte offset a replay has shown up to, per session
         self.unread: defaultdict[str, int] = defaultdict(int)
-        self.total: defaultdict[str, int] = defaultdict(int)
         self.pushed = False  # has the gateway ever pushed output? if not, the app polls the log
 
-    def feed(self, session_id: str, data: str) -> None:
+    def feed(self, session_id: str, data: str, offset: int | None = None) -> None:
         self.pushed = True
-        self.total[session_id] += len(data)
         if session_id != self.visible:
             self.unread[session_id] += len(data)
             return
-        self.pending.append(data)
+        self.pending.append((offset, data))
         self.pending_chars += len(data)
         if self.pending_chars > PENDING_CAP:
-            # Faster than anyone can read: keep the newest half; the pane re-reads the log on overflow.
-            joined = "".join(self.pending)[-PENDING_CAP // 2 :]
-            self.pending = [joined]
-            self.pending_chars = len(joined)
+            # Faster than anyone can read: drop what is queued; the pane re-reads the log tail instead.
+            self.pending = []
+            self.pending_chars = 0
+            self.overflowed = True
+
+    def gap(self, session_id: str) -> None:
+        """The gateway dropped output for a slow viewer: the visible pane must re-read the log."""
+        if session_id == self.visible:
             self.overflowed = True
 
     def show(self, session_id: str | None) -> None:
@@ -54,13 +58,24 @@ class OutputRouter:
         self.overflowed = False
         if session_id is not None:
             self.unread.pop(session_id, None)
+            self.since.pop(session_id, None)
 
     def drain(self) -> tuple[str, bool]:
-        data, overflowed = "".join(self.pending), self.overflowed
+        since = self.since.get(self.visible or "")
+        parts: list[str] = []
+        for offset, data in self.pending:
+            if since is not None and offset is not None:
+                raw = data.encode("utf-8", "surrogatepass")
+                if offset + len(raw) <= since:
+                    continue  # the replay already showed it
+                if offset < since:
+                    data = raw[since - offset :].decode("utf-8", "replace")
+            parts.append(data)
+        overflowed = self.overflowed
         self.pending = []
         self.pending_chars = 0
         self.overflowed = False
-        return data, overflowed
+        return "".join(parts), overflowed
 
 
 class GatewayLink:
@@ -111,10 +126,13 @@ class GatewayLink:
 
     def _on_event(self, ev: Event) -> None:
         if ev.event == "session.output":
-            data = ev.data.get("data")
-            sid = ev.data.get("sessionId")
-            if isinstance(sid, str) and isinstance(data, str):
-                self.output.feed(sid, data)
+            data, sid, offset = ev.data.get("data"), ev.data.get("sessionId"), ev.data.get("offset")
+            if not isinstance(sid, str):
+                return
+            if ev.data.get("dropped"):
+                self.output.gap(sid)
+            elif isinstance(data, str):
+                self.output.feed(sid, data, offset if isinstance(offset, int) else None)
             return
         self.app.post_message(GatewayEvent(ev.event, ev.data))
 

@@ -670,8 +670,13 @@ class LocalExecHost:
             env=env,
         )
         security = verdict.security
+        if security is None:  # the policy itself refused (e.g. host=gateway not allowed here)
+            return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {verdict.reason}", "policy")
         if security == "deny":
             return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DISABLED: security=deny", "security=deny")
+        if verdict.decision == "deny":
+            # A decision sent by the client answers an ask; it never overrides a deny (unlike OpenClaw).
+            return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: allowlist miss", "allowlist-miss")
         decision = request.approval_decision
         if verdict.decision == "ask" and decision is None:
             resolved = next((s.get("resolvedPath") for s in verdict.segments if s.get("resolvedPath")), None)
@@ -692,10 +697,8 @@ class LocalExecHost:
             )
             if decision == "deny":
                 return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: user denied", "user-denied")
-            if decision not in verdict.allowed_decisions:
-                decision = "allow-once"
-        elif verdict.decision == "deny" and decision is None:
-            return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: allowlist miss", "allowlist-miss")
+        if decision is not None and decision not in verdict.allowed_decisions:
+            decision = "allow-once"  # e.g. allow-always under ask=always
         if decision == "allow-always" and verdict.allow_always_patterns:
             await asyncio.to_thread(store.persist_allow_always, agent_id, verdict.allow_always_patterns)
         timeout = (request.timeout_ms or 1_800_000) / 1000

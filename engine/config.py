@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,14 +20,25 @@ from engine.config_lines import key_lines as key_lines  # re-exported: part of t
 from engine.config_lines import render_key as render_key
 from engine.config_schema import (
     AGENT_KEYS,
+    DEFAULT_CONTAINER_PREFIX,
+    DEFAULT_PIDS_LIMIT,
     DEFAULT_SANDBOX_IMAGE,
+    DEFAULT_ULIMITS,
+    DEFAULT_WORKDIR,
+    MAX_CONTAINER_PREFIX,
     MIB,
     NODE_KEYS,
     PROFILE_KEYS,
     SANDBOX_KEYS,
     TOOLS_KEYS,
+    ULIMIT_NAMES,
     Spec,
     Table,
+    container_path_problem,
+    is_host_entry,
+    is_ip,
+    parse_ulimit,
+    size_bytes,
 )
 from engine.config_schema import known_keys as known_keys
 from engine.safebins import SafeBinProfile
@@ -69,7 +81,11 @@ class ExecConfig:
 
 @dataclass
 class DockerConfig:
+    """`sandbox.docker`: every key engine.sandbox.settings.DockerSettings resolves (reference §6.1)."""
+
     image: str = DEFAULT_SANDBOX_IMAGE
+    container_prefix: str = DEFAULT_CONTAINER_PREFIX
+    workdir: str = DEFAULT_WORKDIR
     read_only_root: bool = True
     tmpfs: list[str] = field(default_factory=lambda: ["/tmp", "/var/tmp", "/run"])
     network: str = "none"
@@ -77,12 +93,19 @@ class DockerConfig:
     cap_drop: list[str] = field(default_factory=lambda: ["ALL"])
     env: dict[str, str] = field(default_factory=lambda: {"LANG": "C.UTF-8"})
     memory: str | int | None = None
+    memory_swap: str | int | None = None  # -1 = unlimited swap
     cpus: float | None = None
-    pids_limit: int | None = 512
+    pids_limit: int | None = DEFAULT_PIDS_LIMIT
+    ulimits: dict[str, tuple[int, int]] = field(default_factory=lambda: dict(DEFAULT_ULIMITS))  # (soft, hard)
     seccomp_profile: str | None = None
     apparmor_profile: str | None = None
+    dns: list[str] = field(default_factory=list)
+    extra_hosts: list[str] = field(default_factory=list)  # "name:ip", as `docker --add-host`
     binds: list[str] = field(default_factory=list)
     setup_command: str | None = None
+    dangerously_allow_reserved_container_targets: bool = False
+    dangerously_allow_external_bind_sources: bool = False
+    dangerously_allow_container_namespace_join: bool = False
 
 
 @dataclass
@@ -156,20 +179,36 @@ class Config:
         agent = self.agents.get(agent_id)
         base = self.sandbox
         if agent is None or not agent.sandbox:
-            return replace(base, docker=replace(base.docker), prune=replace(base.prune))
+            return replace(base, docker=_copy_docker(base.docker), prune=replace(base.prune))
         top = {k: v for k, v in agent.sandbox.items() if k not in ("docker", "prune")}
         merged = replace(base, **top)
-        docker, prune = replace(base.docker), replace(base.prune)
+        docker, prune = _copy_docker(base.docker), replace(base.prune)
         if merged.scope != "shared":
             over = dict(agent.sandbox.get("docker", {}))
             if "env" in over:
                 over["env"] = {**base.docker.env, **over["env"]}
+            if "ulimits" in over:
+                over["ulimits"] = {**base.docker.ulimits, **over["ulimits"]}
             if "binds" in over:
                 over["binds"] = [*base.docker.binds, *over["binds"]]
             docker = replace(docker, **over)
             prune = replace(prune, **agent.sandbox.get("prune", {}))
         merged.docker, merged.prune = docker, prune
         return merged
+
+
+def _copy_docker(docker: DockerConfig) -> DockerConfig:
+    """A copy whose lists and tables are fresh too: callers may adjust their view."""
+    return replace(
+        docker,
+        tmpfs=list(docker.tmpfs),
+        cap_drop=list(docker.cap_drop),
+        env=dict(docker.env),
+        ulimits=dict(docker.ulimits),
+        dns=list(docker.dns),
+        extra_hosts=list(docker.extra_hosts),
+        binds=list(docker.binds),
+    )
 
 
 # --------------------------------------------------------------------------- paths
@@ -281,8 +320,39 @@ class _Checker:
             if isinstance(value, int) and value <= 0:
                 raise self.error(parts, "must be positive")
             return value
+        if kind == "swap":
+            if value == -1 and not isinstance(value, bool):
+                return -1
+            return self.value(value, replace(spec, kind="size"), parts)
         if kind == "strlist":
             return self.strlist(value, parts)
+        if kind == "ulimits":
+            return self.ulimits(value, parts)
+        if kind == "iplist":
+            for item in self.strlist(value, parts):
+                if not is_ip(item):
+                    raise self.error(parts, f"invalid IP address {item!r}")
+            return list(value)
+        if kind == "hostlist":
+            for item in self.strlist(value, parts):
+                if not is_host_entry(item):
+                    raise self.error(parts, f'invalid host entry {item!r} (expected "name:ip")')
+            return list(value)
+        if kind == "cpath":
+            if not isinstance(value, str):
+                raise self.error(parts, f"expected a string, got {_type_name(value)}")
+            problem = container_path_problem(value)
+            if problem is not None:
+                raise self.error(parts, problem)
+            return value
+        if kind == "prefix":
+            if not isinstance(value, str):
+                raise self.error(parts, f"expected a string, got {_type_name(value)}")
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", value):
+                raise self.error(parts, f"invalid container name prefix {value!r} (letters, digits, _ . -)")
+            if len(value) > MAX_CONTAINER_PREFIX:
+                raise self.error(parts, f"must be at most {MAX_CONTAINER_PREFIX} characters")
+            return value
         if kind == "strmap":
             if not isinstance(value, dict):
                 raise self.error(parts, f"expected a table of strings, got {_type_name(value)}")
@@ -301,6 +371,21 @@ class _Checker:
             if not isinstance(item, str) or not item.strip():
                 raise self.error(parts, f"expected non-empty strings, got {_type_name(item)} {item!r}")
         return list(value)
+
+    def ulimits(self, value: Any, parts: PathParts) -> dict[str, tuple[int, int]]:
+        if not isinstance(value, dict):
+            raise self.error(parts, f"expected a table of ulimits, got {_type_name(value)}")
+        out: dict[str, tuple[int, int]] = {}
+        for name, item in value.items():
+            if name not in ULIMIT_NAMES:
+                raise self.error(
+                    [*parts, name], f"unknown ulimit (expected one of: {', '.join(ULIMIT_NAMES)})"
+                )
+            try:
+                out[name] = parse_ulimit(item)
+            except ValueError as exc:
+                raise self.error([*parts, name], str(exc)) from None
+        return out
 
     def profiles(self, value: Any, parts: PathParts) -> dict[str, dict[str, Any]]:
         if not isinstance(value, dict):
@@ -400,6 +485,13 @@ def _build(
             sandbox=dict(parsed.get("sandbox", {})),
         )
 
+    _check_docker(check, cfg.sandbox.docker)
+    for agent in cfg.agents.values():
+        own = agent.sandbox.get("docker", {})
+        if own:
+            docker_parts: PathParts = ["agents", "list", agent.index, "sandbox", "docker"]
+            _check_docker(check, cfg.sandbox_for(agent.id).docker, docker_parts, set(own))
+
     nodes = data.get("nodes", {})
     if not isinstance(nodes, dict):
         raise check.error(["nodes"], f"expected a table of [nodes.<name>], got {_type_name(nodes)}")
@@ -412,6 +504,44 @@ def _build(
     return cfg
 
 
+def _check_docker(
+    check: _Checker,
+    docker: DockerConfig,
+    agent_parts: PathParts | None = None,
+    agent_keys: Collection[str] = (),
+) -> None:
+    """Checks across keys of one effective docker table, reported at the layer that set the key."""
+
+    def at(attr: str, key: str) -> PathParts:
+        if agent_parts is not None and attr in agent_keys:
+            return [*agent_parts, key]
+        return ["agents", "defaults", "sandbox", "docker", key]
+
+    swap = docker.memory_swap
+    # Docker refuses these only at `docker create`: say so at load time, at the key.
+    if swap is not None and swap != -1:
+        if docker.memory is None:
+            raise check.error(
+                at("memory_swap", "memorySwap"),
+                "needs memory to be set too (memorySwap is memory + swap)",
+            )
+        if size_bytes(swap) < size_bytes(docker.memory):
+            raise check.error(at("memory_swap", "memorySwap"), f"must be at least memory ({docker.memory})")
+    # The workspace is mounted at workdir: a bind over it would replace the workspace the agent sees.
+    # engine.sandbox.validate reserves the default /workspace (with the reference's text), not a custom one.
+    if docker.dangerously_allow_reserved_container_targets or docker.workdir == DEFAULT_WORKDIR:
+        return
+    for bind in docker.binds:
+        parts = bind.split(":")
+        target = posixpath.normpath(parts[1]) if len(parts) > 1 and parts[1].startswith("/") else None
+        if target is not None and (target == docker.workdir or target.startswith(docker.workdir + "/")):
+            raise check.error(
+                at("binds", "binds"),
+                f'bind mount "{bind}" targets the sandbox workdir "{docker.workdir}"; set '
+                "dangerouslyAllowReservedContainerTargets = true only when you fully trust this runtime",
+            )
+
+
 def _exec_config(values: Mapping[str, Any]) -> ExecConfig:
     return replace(ExecConfig(), **values)
 
@@ -419,7 +549,10 @@ def _exec_config(values: Mapping[str, Any]) -> ExecConfig:
 def _sandbox_config(values: Mapping[str, Any], env: Mapping[str, str] | None) -> SandboxConfig:
     top = {k: v for k, v in values.items() if k not in ("docker", "prune")}
     sandbox = replace(SandboxConfig(), **top)
-    sandbox.docker = replace(DockerConfig(), **values.get("docker", {}))
+    docker = dict(values.get("docker", {}))
+    if "ulimits" in docker:  # merged over the defaults per name, like an agent's over the global
+        docker["ulimits"] = {**DEFAULT_ULIMITS, **docker["ulimits"]}
+    sandbox.docker = replace(DockerConfig(), **docker)
     sandbox.prune = replace(PruneConfig(), **values.get("prune", {}))
     if not sandbox.workspace_root:
         source = dict(os.environ if env is None else env)

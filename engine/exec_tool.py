@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine.approval_manager import ApprovalManager, ApprovalRecord, ApprovalRequest, env_hash
+from engine.approvals_store import ApprovalsFileError
 from engine.config import Config
 from engine.decision import Decision, evaluate
 from engine.hostenv import sanitize_host_env
@@ -165,9 +166,10 @@ class ExecTool:
             raise ToolError(decision.reason)
         if decision.decision == "allow":
             self._record_use(prepared, ctx)
-            return await self._run(
-                prepared, params, ctx, prepared.decision.enforced_command or prepared.command
-            )
+            # What runs is what was approved: the pinned re-rendering on the host. Inside a sandbox the
+            # host's resolved paths mean nothing, so the container runs the command as given.
+            pinned = None if prepared.host == "sandbox" else decision.enforced_command
+            return await self._run(prepared, params, ctx, pinned or prepared.command)
         return await self._ask(prepared, params, ctx)
 
     # -- preparation
@@ -190,18 +192,22 @@ class ExecTool:
         # defaultWorkdir: the calling CLI/MCP process's cwd, used on the host when no workdir is given.
         cwd = self._workdir(params.get("workdir") or params.get("defaultWorkdir"), host_warnings)
         call_params = {k: params[k] for k in ("host", "security", "ask", "node", "elevated") if k in params}
-        decision = await asyncio.to_thread(
-            evaluate,
-            command,
-            config=config,
-            agent_id=ctx.agent_id,
-            params=call_params,
-            overrides=self.overrides.get(ctx.session_key),
-            store=self.store,
-            cwd=cwd,
-            sandbox_available=sandbox,
-            session_key=ctx.session_key or None,
-        )
+        try:
+            decision = await asyncio.to_thread(
+                evaluate,
+                command,
+                config=config,
+                agent_id=ctx.agent_id,
+                params=call_params,
+                overrides=self.overrides.get(ctx.session_key),
+                store=self.store,
+                cwd=cwd,
+                sandbox_available=sandbox,
+                session_key=ctx.session_key or None,
+            )
+        except ApprovalsFileError as exc:
+            # Fail closed: a broken approvals file can neither allow nor be silently ignored.
+            raise ToolError(f"exec denied: {exc}") from None
         sandboxed = decision.policy is not None and decision.policy.sandboxed
         warnings = [] if sandboxed else host_warnings  # the container maps its own workdir
         warnings += [w for w in decision.warnings if w not in warnings]
@@ -265,9 +271,10 @@ class ExecTool:
         if prepared.decision.policy is None or prepared.decision.policy.sandboxed:
             return
         try:
-            entries = {e.pattern: e.id for e in self.store.entries(ctx.agent_id)}
+            # The decision names the exact entry that matched: two entries may share a pattern and differ
+            # only in argPattern, so looking them up by pattern could stamp the wrong one.
             for seg in prepared.decision.segments:
-                entry_id = entries.get(seg.get("matchedPattern") or "")
+                entry_id = seg.get("entryId")
                 if seg.get("satisfiedBy") == "allowlist" and entry_id:
                     self.store.record_use(ctx.agent_id, entry_id, prepared.command, seg.get("resolvedPath"))
         except Exception as exc:  # bookkeeping only: never block a run on it

@@ -99,3 +99,30 @@ async def test_timeout_kills_the_group(state_dir: Path) -> None:
         run(state_dir, Human("deny"), {"command": ["sleep", "30"], "timeoutMs": 300}), 15
     )
     assert res["ok"] is True and res["payload"]["timedOut"] is True and res["payload"]["success"] is False
+
+
+async def test_client_decision_never_overrides_a_deny(state_dir: Path) -> None:
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "off"\n')
+    target = state_dir / "made"
+    res = await run(
+        state_dir,
+        Human("allow-once"),
+        {"command": ["touch", str(target)], "approvalDecision": "allow-always"},
+    )
+    assert res["error"]["reason"] == "allowlist-miss"
+    assert not target.exists()
+    assert ApprovalsStore().agent("main").allowlist == []
+
+
+async def test_client_decision_answers_an_ask_without_prompting(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST)
+    human = Human("deny")
+    res = await run(state_dir, human, {"command": ["id", "-u"], "approvalDecision": "allow-once"})
+    assert res["ok"] is True and human.asked == []
+
+
+async def test_policy_refusal_is_reported(state_dir: Path) -> None:
+    write_config(state_dir, '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\n')
+    res = await run(state_dir, Human("allow-once"), {"command": ["id"]})
+    assert res["ok"] is False and res["error"]["reason"] == "policy"
+    assert "SYSTEM_RUN_DENIED" in res["error"]["message"]

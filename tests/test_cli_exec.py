@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -61,6 +62,10 @@ def test_sigterm_is_graceful_and_kills_sessions(state_dir: Path) -> None:
         text=True,
     )
     try:
+        deadline = time.monotonic() + 20
+        while cli(state_dir, "gateway", "status").returncode != 0:  # ours, not an autostarted one
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
         bg = js(cli(state_dir, "exec", "--json", "--background", "--", "sleep 300"))
         pid = bg["details"]["pid"]
         os.kill(pid, 0)
@@ -167,3 +172,46 @@ def test_install_service_writes_a_unit(state_dir: Path, tmp_path: Path) -> None:
     default = cli(state_dir, "gateway", "install-service")
     assert default.returncode == 0
     assert (Path(os.environ["HOME"]) / ".config/systemd/user/exechost-gateway.service").is_file()
+
+
+def test_pty_stdin_and_follow_from_the_cli(state_dir: Path) -> None:
+    write_config(state_dir, FULL)
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO)}
+    try:
+        tty = cli(state_dir, "exec", "--pty", "--", "tty")
+        assert tty.returncode == 0 and tty.stdout.startswith("/dev/pts/"), tty.stdout + tty.stderr
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "runner", "events", "--follow", "--session", "f1"],
+            env=env,
+            cwd=str(REPO),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while js(cli(state_dir, "gateway", "status", "--json"))["details"]["connections"] < 2:
+                assert time.monotonic() < deadline, "the follower never connected"
+                time.sleep(0.1)
+            time.sleep(0.2)  # connected; its `subscribe` is one request behind
+            cat = js(cli(state_dir, "exec", "--json", "--background", "--session", "f1", "--", "cat"))
+            sid = cat["details"]["sessionId"]
+            wrote = cli(
+                state_dir, "process", "write", sid, "--session-key", "f1", "--data", "typed\n", "--eof"
+            )
+            assert wrote.stdout.startswith("Wrote 6 bytes to session") and "(stdin closed)" in wrote.stdout
+            polled = js(
+                cli(state_dir, "process", "poll", sid, "--session-key", "f1", "--timeout", "5000", "--json")
+            )
+            assert "typed" in polled["text"]
+            assert follow.stdout is not None
+            ready, _, _ = select.select([follow.stdout], [], [], 20)
+            line = follow.stdout.readline() if ready else ""
+            assert line.startswith("[f1] Exec completed") and "typed" in line
+            # Other scopes cannot see or touch the session.
+            other = cli(state_dir, "process", "poll", sid, "--session-key", "f2")
+            assert f"No session found for {sid}" in other.stdout
+        finally:
+            follow.terminate()
+            follow.wait(10)
+    finally:
+        stop(state_dir)

@@ -367,3 +367,83 @@ async def test_tabs_switch_by_number(state_dir: Path, key: str) -> None:
         await pilot.press(key)
         await pilot.pause()
         assert app.query_one("#tabs").active == names[key]
+
+
+async def test_unread_counts_for_sessions_not_on_screen(state_dir: Path) -> None:
+    async with running_console(state_dir) as (app, pilot, agent):
+        ApprovalsStore().add_allowlist("main", "/usr/bin/seq")
+        ids = []
+        for n in (10, 20):
+            res = await agent.request(
+                "exec",
+                {"command": f"seq 1 {n}", "background": True, "agentId": "main", "sessionKey": "agent:main"},
+            )
+            ids.append(res["details"]["sessionId"])
+        await pilot.press("2")
+        await until(pilot, lambda: all(s in app.sessions.sessions for s in ids))
+        app.sessions.select(ids[0])
+        await until(pilot, lambda: app.unread().get(ids[1], 0) > 0)
+        assert app.unread().get(ids[0], 0) == 0
+        app.sessions.select(ids[1])
+        await until(pilot, lambda: app.unread().get(ids[1], 0) == 0)
+
+
+async def test_markup_in_agent_text_is_shown_literally(state_dir: Path) -> None:
+    """Commands, cwds and agent ids are agent-controlled: Textual/Rich markup in them must stay text."""
+    hostile = "echo '[@click=app.quit]boom[/] [link=https://evil.invalid]x[/link] [b]bold'"
+    async with running_console(state_dir) as (app, pilot, agent):
+        task = submit(agent, hostile, workdir="/tmp")
+        await until(pilot, lambda: len(app.inbox) == 1)
+        item = app.inbox.rows()[0]
+        await until(pilot, lambda: app.approvals.insights.get(item.key))
+        await pilot.pause(0.3)
+        table = app.query_one("#approval-list")
+        row_text = "".join(table.render_line(y).text for y in range(1, 3))
+        assert "[@click=app.quit]boom" in row_text  # the list cell, not only the detail view
+        assert app.is_running
+        await pilot.press("d")
+        await asyncio.wait_for(task, 10)
+
+
+async def test_console_reconnects_after_the_gateway_restarts(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST)
+    app = ConsoleApp(state_dir, autostart=False, bell=False, clock=False)
+    first = gateway(state_dir)
+    await first.__aenter__()
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(app.link.connected.is_set)
+        await first.__aexit__(None, None, None)
+        await until(pilot, lambda: "unreachable" in str(app.sub_title))
+        async with gateway(state_dir):
+            await until(pilot, lambda: app.link.connected.is_set() and "gateway pid" in str(app.sub_title))
+            agent = await connect(state_dir, "agent")
+            task = submit(agent, "id -u")
+            await until(pilot, lambda: len(app.inbox) == 1, timeout=15)
+            await pilot.press("a")
+            assert (await asyncio.wait_for(task, 10))["details"]["status"] == "completed"
+            await agent.close()
+
+
+async def test_log_paging_and_follow(state_dir: Path) -> None:
+    async with running_console(state_dir) as (app, pilot, agent):
+        ApprovalsStore().add_allowlist("main", "/usr/bin/seq")
+        res = await agent.request(
+            "exec",
+            {"command": "seq 1 2000", "background": True, "agentId": "main", "sessionKey": "agent:main"},
+        )
+        sid = res["details"]["sessionId"]
+        await pilot.press("2")
+        await until(pilot, lambda: app.sessions.sessions.get(sid, {}).get("status") == "completed")
+        app.sessions.select(sid)
+        pane = app.sessions.line_pane
+        await until(pilot, lambda: pane.text_lines()[-1:] == ["2000"])
+        app.sessions.query_one("#session-list").focus()
+        await pilot.press("[")  # one page back from the tail: lines 1001-1500
+        await until(pilot, lambda: pane.text_lines()[:1] == ["1001"])
+        assert pane.text_lines()[499] == "1500"
+        await pilot.press("[")
+        await until(pilot, lambda: pane.text_lines()[:1] == ["501"])
+        await pilot.press("]")
+        await until(pilot, lambda: pane.text_lines()[:1] == ["1001"])
+        await pilot.press("f")  # back to the live tail
+        await until(pilot, lambda: pane.text_lines()[-1:] == ["2000"])

@@ -7,6 +7,7 @@ and also refreshes the SVG screenshots the README shows (docs/console-*.svg).
 
 from __future__ import annotations
 
+import difflib
 import io
 import os
 from pathlib import Path
@@ -144,8 +145,21 @@ def screen_text(app: ConsoleApp) -> str:
     return "\n".join(line.rstrip() for line in out.export_text().splitlines()) + "\n"
 
 
-def check(app: ConsoleApp, name: str, svg: str | None = None) -> None:
-    text = screen_text(app)
+async def settled_text(app: ConsoleApp, pilot: Pilot[None]) -> str:
+    """The screen once it stops changing (a loaded machine paints the footer or a detail view late)."""
+    last, same = "", 0
+    for _ in range(100):
+        await pilot.pause(0.05)
+        text = screen_text(app)
+        same = same + 1 if text == last else 0
+        if same >= 4:
+            return text
+        last = text
+    return last
+
+
+async def check(app: ConsoleApp, pilot: Pilot[None], name: str, svg: str | None = None) -> None:
+    text = await settled_text(app, pilot)
     path = SNAPSHOTS / f"{name}.txt"
     if UPDATE:
         SNAPSHOTS.mkdir(exist_ok=True)
@@ -154,7 +168,11 @@ def check(app: ConsoleApp, name: str, svg: str | None = None) -> None:
             (DOCS / svg).write_text(app.export_screenshot(title="exechost console"))
         return
     assert path.exists(), f"missing snapshot {path}; run with UPDATE_SNAPSHOTS=1"
-    assert text == path.read_text(), f"screen differs from {path} (UPDATE_SNAPSHOTS=1 to accept)"
+    expected = path.read_text()
+    diff = "".join(
+        difflib.unified_diff(expected.splitlines(True), text.splitlines(True), "snapshot", "screen")
+    )
+    assert text == expected, f"screen differs from {path} (UPDATE_SNAPSHOTS=1 to accept):\n{diff}"
 
 
 def offline_app() -> ConsoleApp:
@@ -173,21 +191,23 @@ async def test_snapshot_inbox(state_dir: Path) -> None:
         app.refresh_inbox()
         await pilot.pause(0.3)
         await pilot.pause(0.3)  # the detail view repaints one frame after the list
-        check(app, "inbox", svg="console-inbox.svg")
+        await check(app, pilot, "inbox", svg="console-inbox.svg")
 
 
 async def test_snapshot_inbox_empty(state_dir: Path) -> None:
     app = offline_app()
     async with app.run_test(size=(100, 20)) as pilot:
         await pilot.pause(0.2)
-        check(app, "inbox-empty")
+        await check(app, pilot, "inbox-empty")
 
 
 async def _sessions_app(app: ConsoleApp, pilot: Pilot[None]) -> None:
     await pilot.press("2")
     await pilot.pause(0.2)
     app.sessions.replace_all(SESSIONS)
-    app.sessions.render_list({"calm-gulf": 0, "tender-breeze": 2048})
+    app.link.output.pushed = True  # unread then comes from pushed output, as with a live gateway
+    app.link.output.unread.update({"tender-breeze": 2048, "warm-fern": 180})
+    app.sessions.render_list(app.unread())
     await pilot.pause(0.2)  # let the table's first highlight settle before choosing a row
 
 
@@ -202,7 +222,7 @@ async def test_snapshot_sessions_line_pane(state_dir: Path) -> None:
         await pilot.pause(0.3)
         lines = app.sessions.line_pane.text_lines()
         assert "downloading 100%" in lines and "evil title" not in "".join(lines)
-        check(app, "sessions", svg="console-sessions.svg")
+        await check(app, pilot, "sessions", svg="console-sessions.svg")
 
 
 async def test_snapshot_sessions_pty_pane(state_dir: Path) -> None:
@@ -215,7 +235,7 @@ async def test_snapshot_sessions_pty_pane(state_dir: Path) -> None:
             "\x1b[2J\x1b[H\x1b[1;36m top \x1b[0m\r\n cpu \x1b[32m████\x1b[0m 40%\r\n\x1b[5;3Hq quits"
         )
         await pilot.pause(0.3)
-        check(app, "sessions-pty")
+        await check(app, pilot, "sessions-pty")
 
 
 async def test_snapshot_help(state_dir: Path) -> None:
@@ -223,4 +243,4 @@ async def test_snapshot_help(state_dir: Path) -> None:
     async with app.run_test(size=(110, 44)) as pilot:
         app.push_screen(HelpScreen())
         await pilot.pause(0.3)
-        check(app, "help")
+        await check(app, pilot, "help")

@@ -50,6 +50,20 @@ async def test_allowlisted_command_runs_enforced(state_dir: Path) -> None:
         await client.close()
 
 
+async def test_use_is_recorded_on_the_exact_entry_that_matched(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST)
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    store.add_allowlist("main", ECHO, arg_pattern="'?alpha'?")
+    store.add_allowlist("main", ECHO, arg_pattern="'?beta'?")
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        result = await client.request("exec", {"command": "echo alpha", "sessionKey": "s"})
+        assert result["details"]["status"] == "completed"
+        used = {r.arg_pattern: r.last_used_command for r in store.agent("main").allowlist}
+        assert used == {"'?alpha'?": "echo alpha", "'?beta'?": None}
+        await client.close()
+
+
 async def test_miss_pending_text_then_approve_once_runs_detached(state_dir: Path) -> None:
     write_config(state_dir, ALLOWLIST)
     async with gateway(state_dir):
@@ -310,13 +324,36 @@ async def test_refusals_are_clear_errors(state_dir: Path) -> None:
         await client.close()
 
 
-@pytest.mark.skipif(
-    hasattr(importlib.import_module("engine.sandbox"), "prepare_exec"), reason="sandbox runtime present"
-)
-async def test_sandbox_mode_without_runtime_fails_clearly(state_dir: Path) -> None:
-    write_config(state_dir, '[agents.defaults.sandbox]\nmode = "all"\n')
+async def test_sandbox_mode_routes_to_the_sandbox_runtime(state_dir: Path) -> None:
+    # A sandboxed session goes to engine.sandbox.prepare_exec; with an image that cannot exist, the
+    # sandbox's own refusal (or its absence) reaches the agent as a clear tool error, never a host run.
+    write_config(
+        state_dir,
+        '[agents.defaults.sandbox]\nmode = "all"\n[agents.defaults.sandbox.docker]\n'
+        'image = "exechost-test-no-such-image:never"\n',
+    )
+    marker = state_dir / "sandbox-ran-on-host"
     async with gateway(state_dir):
         client = await connect(state_dir)
-        with pytest.raises(RemoteError, match="Docker sandbox runtime is not available"):
-            await client.request("exec", {"command": "true"})
+        with pytest.raises(RemoteError) as exc:
+            await client.request("exec", {"command": f"touch {marker}", "sessionKey": "sbx"})
+        assert exc.value.code == "tool_error", exc.value
+        sandbox = importlib.import_module("engine.sandbox")
+        if not hasattr(sandbox, "prepare_exec"):
+            assert "Docker sandbox runtime is not available" in str(exc.value)
+        assert not marker.exists()
         await client.close()
+
+
+async def test_broken_approvals_file_fails_closed(state_dir: Path) -> None:
+    write_config(state_dir, FULL)
+    approvals = state_dir / "exec-approvals.json"
+    approvals.write_text("{ not json")
+    os.chmod(approvals, 0o600)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        with pytest.raises(RemoteError, match=r"exec denied: .*exec-approvals\.json") as exc:
+            await client.request("exec", {"command": "true"})
+        assert exc.value.code == "tool_error"
+        await client.close()
+    assert approvals.read_text() == "{ not json"

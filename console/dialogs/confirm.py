@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.console import RenderableType
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -29,11 +30,12 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.title_text, classes="dialog-title")
-            yield Static(self.body, classes="dialog-body")
+            # Titles and bodies carry agent-supplied text: plain Text, never markup.
+            yield Static(Text(self.title_text), classes="dialog-title")
+            yield Static(Text(self.body) if isinstance(self.body, str) else self.body, classes="dialog-body")
             with Horizontal(classes="dialog-buttons"):
-                yield Button(f"{self.yes} [y]", variant="primary", id="yes")
-                yield Button("No [n]", id="no")
+                yield Button(Text(f"{self.yes} (y)"), variant="primary", id="yes")
+                yield Button(Text("No (n)"), id="no")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -25,9 +26,9 @@ class TextDialog(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.title_text, classes="dialog-title")
+            yield Static(Text(self.title_text), classes="dialog-title")
             if self.hint:
-                yield Static(self.hint, classes="dialog-body")
+                yield Static(Text(self.hint), classes="dialog-body")
             yield Input(value=self.value, placeholder=self.placeholder, id="dialog-input")
 
     def on_mount(self) -> None:

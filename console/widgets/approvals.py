@@ -60,7 +60,7 @@ def render_detail(
         ("Time left", fmt_left(item.seconds_left(now_ms))),
     ):
         if value:
-            facts.add_row(label, str(value))
+            facts.add_row(label, Text(str(value)))  # agent-supplied: plain text, never markup
     parts: list[RenderableType] = [title, command, facts]
     segments = insight.get("segments") or []
     if insight.get("analysisOk") is False:
@@ -180,12 +180,12 @@ class ApprovalsPane(Horizontal):
         for item in rows[start:]:
             view = item.view
             command = str(view.get("command", "")).replace("\n", " ⏎ ")
-            table.add_row(
+            table.add_row(  # Text, never str: DataTable parses str cells as markup
                 fmt_left(item.seconds_left(now)),
                 str(item.count),
-                str(view.get("agentId") or "main"),
-                str(view.get("host") or "gateway"),
-                command[:200],
+                Text(str(view.get("agentId") or "main")),
+                Text(str(view.get("host") or "gateway")),
+                Text(command[:200]),
                 key=item.key,
             )
         if keep is not None and start == 0:

@@ -115,7 +115,12 @@ def render_policy(agent: AgentPolicy | None) -> RenderableType:
     trail.add_column()
     trail.add_column(style="dim")
     for step in agent.trail:
-        trail.add_row(str(step.get("key", "")), str(step.get("value", "")), f"← {step.get('layer', '')}")
+        trail.add_row(
+            *(
+                Text(str(x))
+                for x in (step.get("key", ""), step.get("value", ""), f"← {step.get('layer', '')}")
+            )
+        )
     parts.extend([Text("why (last layer wins):", style="bold"), trail])
     for key, values in agent.overrides.items():
         set_values = " ".join(f"{k}={v}" for k, v in values.items() if v)
@@ -166,12 +171,9 @@ class PolicyPane(Horizontal):
         table.clear()
         for agent in agents:
             p = agent.policy
-            table.add_row(
-                agent.agent_id,
-                p.get("host", "!"),
-                p.get("security", "!"),
-                p.get("ask", "!"),
-                p.get("askFallback", "!"),
+            table.add_row(  # Text, never str: DataTable parses str cells as markup
+                Text(agent.agent_id),
+                *(Text(str(p.get(k, "!"))) for k in ("host", "security", "ask", "askFallback")),
                 key=agent.agent_id,
             )
         for index, agent in enumerate(agents):
@@ -186,10 +188,10 @@ class PolicyPane(Horizontal):
         allow.clear()
         for entry in agent.allowlist if agent else []:
             allow.add_row(
-                entry["pattern"],
-                entry.get("argPattern") or "",
+                Text(entry["pattern"]),
+                Text(entry.get("argPattern") or ""),
                 fmt_ms(entry.get("lastUsedAt")),
-                str(entry.get("lastUsedCommand") or "")[:60],
+                Text(str(entry.get("lastUsedCommand") or "")[:60]),
             )
 
     def show_check(self, renderable: RenderableType) -> None:

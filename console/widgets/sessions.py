@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -42,8 +44,16 @@ def fmt_bytes(n: int) -> str:
 
 
 def session_name(row: dict[str, Any]) -> str:
-    name = str(row.get("name") or row.get("command") or "")
-    return name if len(name) <= 32 else name[:31] + "…"
+    """Short and recognisable: the program's basename (paths are pinned and quoted by the engine) + args."""
+    raw = str(row.get("name") or row.get("command") or "")
+    try:
+        words = shlex.split(raw)
+    except ValueError:
+        words = raw.split()
+    if words:
+        words[0] = os.path.basename(words[0]) or words[0]
+    name = " ".join(words)
+    return name if len(name) <= 24 else name[:23] + "…"
 
 
 class SessionsPane(Horizontal):
@@ -83,7 +93,7 @@ class SessionsPane(Horizontal):
 
     def compose(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="session-list", cursor_type="row", zebra_stripes=True)
-        table.add_columns("status", "id", "name", "host", "runtime", "unread")
+        table.add_columns("status", "id", "name", "runtime", "unread", "host")
         yield table
         with Vertical(id="session-view"):
             yield Static(id="session-header")
@@ -151,11 +161,11 @@ class SessionsPane(Horizontal):
         mark = "▣ " if row.get("pty") else ""
         return (
             Text(status, style=STATUS_STYLE.get(status, "")),
-            sid,
-            mark + session_name(row),
-            str(row.get("host") or "gateway"),
+            Text(sid),  # Text, never str: DataTable parses str cells as markup
+            Text(mark + session_name(row)),
             fmt_runtime(row, now),
             fmt_bytes(unread.get(sid, 0)),
+            Text(str(row.get("host") or "gateway")),
         )
 
     def _header(self) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from engine.sandbox import docker_ops
 from engine.sandbox.manager import SandboxManager
 from engine.sandbox.settings import (
+    DEFAULT_IMAGE,
     config_hash,
     is_sandboxed,
     layout,
@@ -63,6 +64,7 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
         "configHash": config_hash(settings, lay),
         "docker": {
             "image": d.image,
+            "containerPrefix": d.container_prefix,
             "workdir": d.workdir,
             "readOnlyRoot": d.read_only_root,
             "tmpfs": list(d.tmpfs),
@@ -71,13 +73,19 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
             "capDrop": list(d.cap_drop),
             "pidsLimit": d.pids_limit,
             "memory": d.memory,
+            "memorySwap": d.memory_swap,
             "cpus": d.cpus,
             "ulimits": {k: f"{s}:{h}" for k, (s, h) in d.ulimits.items()},
             "seccompProfile": d.seccomp_profile,
             "apparmorProfile": d.apparmor_profile,
+            "dns": list(d.dns),
+            "extraHosts": list(d.extra_hosts),
             "binds": list(d.binds),
             "envKeys": sorted(d.env),
             "setupCommand": d.setup_command,
+            "dangerouslyAllowReservedContainerTargets": d.dangerously_allow_reserved_container_targets,
+            "dangerouslyAllowExternalBindSources": d.dangerously_allow_external_bind_sources,
+            "dangerouslyAllowContainerNamespaceJoin": d.dangerously_allow_container_namespace_join,
         },
         "prune": {"idleHours": settings.idle_hours, "maxAgeDays": settings.max_age_days},
         "elevated": {"enabled": elevated},
@@ -112,8 +120,29 @@ def prune(config: Any, agent_id: str = "main", manager: SandboxManager | None = 
     return asyncio.run(_manager(manager).maybe_prune(settings, force=True))
 
 
+# Set by engine/sandbox/Dockerfile: marks an image `sandbox setup` built and may therefore rebuild.
+SETUP_LABEL = ("exechost.image", "busybox")
+
+
+def setup_target(config: Any) -> str:
+    """The name `sandbox setup` builds under: the main agent's effective image (default DEFAULT_IMAGE)."""
+    return resolve_settings(config, "main").docker.image
+
+
 def setup_image(config: Any, progress: Callable[[str], None]) -> list[str]:
-    """Build the default image under the image name the config uses (main agent's effective image)."""
-    tags = [resolve_settings(config, "main").docker.image]
-    docker_ops.build_image(tags, progress)
-    return tags
+    """Build the busybox image under setup_target(config); never overwrite an image it did not build."""
+    tag = setup_target(config)
+    try:
+        existing = docker_ops.client().images.get(tag)
+    except docker_ops.not_found_type():
+        existing = None
+    if existing is not None:
+        labels = (existing.attrs.get("Config") or {}).get("Labels") or {}
+        if labels.get(SETUP_LABEL[0]) != SETUP_LABEL[1]:
+            raise docker_ops.SandboxUnavailable(
+                f"Image {tag} exists and was not built by `exechost sandbox setup`; not overwriting it with "
+                f"the busybox image. Use it as it is, or set agents.defaults.sandbox.docker.image = "
+                f'"{DEFAULT_IMAGE}" for the busybox one.'
+            )
+    docker_ops.build_image([tag], progress)
+    return [tag]

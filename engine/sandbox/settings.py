@@ -11,19 +11,23 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.config_schema import (
+    DEFAULT_CONTAINER_PREFIX,
+    DEFAULT_PIDS_LIMIT,
+    DEFAULT_SANDBOX_IMAGE,
+    DEFAULT_ULIMITS,
+    DEFAULT_WORKDIR,
+)
 from engine.sandbox.supervisor import SCRIPTS
 
 # The scripts baked into a running container: a change means a cold container gets recreated.
 SUPERVISOR_DIGEST = hashlib.sha256("".join(SCRIPTS.values()).encode()).hexdigest()[:16]
 
-DEFAULT_IMAGE = "openclaw-sandbox:bookworm-slim"  # engine.config's default; `sandbox setup` builds it
-DEFAULT_PREFIX = "openclaw-sbx-"
-DEFAULT_WORKDIR = "/workspace"
+# The defaults are the config schema's, so a key the config does not carry resolves to its documented default.
+DEFAULT_IMAGE = DEFAULT_SANDBOX_IMAGE  # what `exechost sandbox setup` builds
+DEFAULT_PREFIX = DEFAULT_CONTAINER_PREFIX
 AGENT_MOUNT = "/agent"
 DEFAULT_TMPFS = ("/tmp", "/var/tmp", "/run")
-DEFAULT_PIDS_LIMIT = 512
-# Bounded defaults so a fork bomb or fd leak inside a sandbox stays inside it.
-DEFAULT_ULIMITS: dict[str, tuple[int, int]] = {"nofile": (4096, 8192), "core": (0, 0)}
 # Bumped whenever the mounts change shape: forces a recreate of cold containers.
 MOUNT_FORMAT_VERSION = 3
 HOT_WINDOW_MS = 5 * 60 * 1000

@@ -11,6 +11,7 @@ from typing import Any
 from engine.config import ConfigError, load_config
 from engine.sandbox import admin
 from engine.sandbox.docker_ops import SandboxUnavailable
+from engine.sandbox.settings import DEFAULT_IMAGE
 from runner.cli import UsageError
 from runner.cli.common import add_config_arg
 
@@ -59,9 +60,22 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--agent", default="main", metavar="ID", help="whose prune settings apply (default: main)")
     p.set_defaults(func=cmd_prune)
 
-    p = actions.add_parser("setup", help="build the default sandbox image (busybox, no registry needed)")
+    p = actions.add_parser(
+        "setup",
+        help=f"build the minimal sandbox image {DEFAULT_IMAGE} (FROM scratch + busybox, no registry needed)",
+        description=f"Build {DEFAULT_IMAGE} (FROM scratch + the host's static busybox) under the configured "
+        "image name. For a fuller toolset, build or pull an image elsewhere and set "
+        "agents.defaults.sandbox.docker.image to it; setup never overwrites an image it did not build.",
+    )
     add_config_arg(p)
     p.set_defaults(func=cmd_setup)
+
+
+_DANGEROUS = (
+    "dangerouslyAllowReservedContainerTargets",
+    "dangerouslyAllowExternalBindSources",
+    "dangerouslyAllowContainerNamespaceJoin",
+)
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -152,11 +166,13 @@ def format_explain(info: dict[str, Any]) -> str:
         f"  readOnlyRoot: {str(d['readOnlyRoot']).lower()}  network: {d['network']}  "
         f"capDrop: {','.join(d['capDrop']) or '-'}  pidsLimit: {d['pidsLimit'] or '-'}",
         f"  tmpfs: {', '.join(d['tmpfs']) or '-'}  user: {d['user'] or '(workspace owner)'}",
-        f"  memory: {d['memory'] or '-'}  cpus: {d['cpus'] or '-'}  "
+        f"  memory: {d['memory'] or '-'}  memorySwap: {d['memorySwap'] or '-'}  cpus: {d['cpus'] or '-'}  "
         f"ulimits: {', '.join(f'{k}={v}' for k, v in d['ulimits'].items()) or '-'}",
+        f"  dns: {', '.join(d['dns']) or '-'}  extraHosts: {', '.join(d['extraHosts']) or '-'}",
         f"  binds: {', '.join(d['binds']) or '-'}",
         f"  env: {', '.join(d['envKeys']) or '-'}",
         f"  setupCommand: {d['setupCommand'] or '-'}",
+        *[f"  ⚠️  {k} = true" for k in _DANGEROUS if d[k]],
         "",
         "Elevated:",
         f"  enabled: {str(info['elevated']['enabled']).lower()}",
@@ -252,7 +268,8 @@ def cmd_setup(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"  {_clean(line)}", flush=True)
 
-    print("Building the default sandbox image (FROM scratch + static busybox)…", flush=True)
+    tag = admin.setup_target(config)
+    print(f"Building the busybox sandbox image {tag} (FROM scratch + static busybox)…", flush=True)
     try:
         tags = admin.setup_image(config, progress)
     except SandboxUnavailable as exc:

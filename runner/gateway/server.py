@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.approvals_store import ApprovalsFileError
+from engine.config import ConfigError
 from engine.protocol import (
     HANDSHAKE_TIMEOUT_S,
     MAX_FRAME_BYTES,
@@ -45,6 +47,7 @@ log = logging.getLogger("exechost.gateway")
 
 SEND_QUEUE_FRAMES = 2048  # per connection; a client that lets this fill is cut off, never waited for
 EVENT_DROP_AT = SEND_QUEUE_FRAMES * 3 // 4  # events are shed first, responses keep their room
+EVENT_DROP_BYTES = 4 << 20  # output frames are shed once this much waits for a client that is not reading
 MAX_IN_FLIGHT = 512  # concurrent requests per connection; reading pauses beyond this
 MAX_CONNECTIONS = 256
 MAX_BAD_FRAMES = 8
@@ -68,6 +71,8 @@ class Connection:
         self.topics: set[str] = set()
         self.approver = False
         self.dropped_events = 0
+        self.shed_output: dict[str, Any] = {}
+        self._queued_bytes = 0
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_FRAMES)
         self._sender = asyncio.get_running_loop().create_task(self._send_loop())
         self.closed = False
@@ -77,19 +82,30 @@ class Connection:
         """Queue a frame, never waiting: a client that cannot keep up loses events, then the connection."""
         if self.closed:
             return
-        if isinstance(frame, Event) and self._queue.qsize() >= EVENT_DROP_AT:
-            self.dropped_events += 1
-            return
+        if isinstance(frame, Event):
+            sid = frame.data.get("sessionId") if frame.event.startswith("session.") else None
+            bulky = frame.event == "session.output" and self._queued_bytes >= EVENT_DROP_BYTES
+            if bulky or self._queue.qsize() >= EVENT_DROP_AT:
+                self.dropped_events += 1
+                if frame.event == "session.output" and sid is not None:
+                    # Remember where the gap starts; the console re-reads it with sessions.output.
+                    self.shed_output.setdefault(sid, frame.data.get("offset"))
+                return
+            if sid is not None and sid in self.shed_output:
+                gap = {"sessionId": sid, "dropped": True, "offset": self.shed_output.pop(sid)}
+                self.send(Event(event="session.output", data=gap))
         try:
             data = encode_frame(frame)
         except ProtocolError as exc:
             if not isinstance(frame, Response):
+                self.dropped_events += 1
                 return
             data = encode_frame(
                 Response(id=frame.id, ok=False, error={"code": "too_large", "message": str(exc)})
             )
         try:
             self._queue.put_nowait(data)
+            self._queued_bytes += len(data)
         except asyncio.QueueFull:
             log.warning("client %s (pid %s) is not reading; closing its connection", self.name, self.peer_pid)
             self.abort()
@@ -100,6 +116,7 @@ class Connection:
                 data = await self._queue.get()
                 if data is None:
                     break
+                self._queued_bytes -= len(data)
                 self.writer.write(data)
                 if self.writer.transport.get_write_buffer_size() > 256 * 1024:
                     await self.writer.drain()
@@ -367,7 +384,7 @@ class GatewayServer:
             return
         try:
             result: dict[str, Any] = await handler(self.services, conn, req.params)
-        except ToolError as exc:
+        except (ToolError, ApprovalsFileError, ConfigError) as exc:
             conn.send(Response(id=req.id, ok=False, error={"code": "tool_error", "message": str(exc)}))
         except (ValueError, TypeError, KeyError) as exc:
             conn.send(Response(id=req.id, ok=False, error={"code": "bad_params", "message": str(exc)}))

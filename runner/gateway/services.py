@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import codecs
 import contextlib
 import logging
 import os
@@ -16,12 +18,28 @@ from engine.exec_tool import ExecTool
 from engine.policy import SessionOverrides
 from engine.protocol import Event
 from engine.results import ToolResult
-from engine.sessions import SessionManager, SystemEvents
+from engine.sessions import OutputChunk, OutputSubscription, SessionManager, SystemEvents
 
 if TYPE_CHECKING:
     from runner.gateway.server import Connection, GatewayServer
 
 log = logging.getLogger("exechost.gateway")
+
+OUTPUT_FLUSH_SEC = 0.033
+OUTPUT_BATCH_BYTES = 64 * 1024
+
+
+def _merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
+    """Adjacent chunks of the same stream joined; gaps kept as (\"gap\", b\"\", dropped)."""
+    out: list[tuple[str, bytes, int]] = []
+    for chunk in batch:
+        if chunk.dropped:
+            out.append(("gap", b"", chunk.dropped))
+        elif out and out[-1][0] == chunk.stream and not out[-1][2]:
+            out[-1] = (chunk.stream, out[-1][1] + chunk.data, 0)
+        else:
+            out.append((chunk.stream, chunk.data, 0))
+    return out
 
 
 class Services:
@@ -51,6 +69,7 @@ class Services:
         self.exec_tool: ExecTool | None = None
         self.started_at = time.time()
         self._unsubscribe: list[Any] = []
+        self._followers: dict[str, asyncio.Task[None]] = {}
 
     # -- lifecycle
 
@@ -101,6 +120,8 @@ class Services:
             hook(self._on_session_event)
 
     async def close(self) -> None:
+        for task in list(self._followers.values()):
+            task.cancel()
         for unsubscribe in self._unsubscribe:
             with contextlib.suppress(Exception):
                 unsubscribe()
@@ -164,7 +185,85 @@ class Services:
         )
 
     def _on_session_event(self, event: str, data: dict[str, Any]) -> None:
+        follower = self._followers.get(str(data.get("sessionId")))
+        if event == "session.exited" and follower is not None:
+            # Exit after the last output: the forwarder drains the ended viewer, then this goes out.
+            follower.add_done_callback(lambda _t: self.broadcast("sessions", event, data))
+            return
         self.broadcast("sessions", event, data)
+        if event == "session.started" and self._watched("sessions"):
+            self._follow(str(data.get("sessionId")))
+
+    # -- live output for the console
+
+    def _watched(self, topic: str) -> bool:
+        return any(topic in c.topics and not c.closed for c in self.connections())
+
+    def follow_running_sessions(self) -> None:
+        assert self.sessions is not None
+        for row in self.sessions.list_sessions(None):
+            if row.get("status") == "running":
+                self._follow(str(row["sessionId"]))
+
+    def _follow(self, session_id: str) -> None:
+        if session_id in self._followers or self.sessions is None:
+            return
+        try:
+            viewer = self.sessions.subscribe(session_id, replay=False)
+        except KeyError:
+            return
+        task = asyncio.ensure_future(self._forward(session_id, viewer))
+        self._followers[session_id] = task
+        task.add_done_callback(lambda _t: self._followers.pop(session_id, None))
+
+    async def _forward(self, session_id: str, viewer: OutputSubscription) -> None:
+        """Push `session.output`, coalesced to ≤ ~30 frames/s or 64 KiB per session; gaps are announced."""
+        assert self.sessions is not None
+        session = self.sessions.get(session_id)
+        offset = session.raw.offset if session is not None else 0
+        decoders: dict[str, Any] = {}
+        try:
+            while (chunk := await viewer.get()) is not None:
+                batch = [chunk]
+                size = len(chunk.data)
+                deadline = asyncio.get_running_loop().time() + OUTPUT_FLUSH_SEC
+                while size < OUTPUT_BATCH_BYTES and asyncio.get_running_loop().time() < deadline:
+                    more = viewer.get_nowait()
+                    if more is None:
+                        await asyncio.sleep(0.005)
+                        if viewer.closed:
+                            break
+                        continue
+                    batch.append(more)
+                    size += len(more.data)
+                if not self._watched("sessions"):
+                    return
+                for stream, data, dropped in _merge(batch):
+                    if dropped:
+                        offset += dropped
+                        self.broadcast(
+                            "sessions",
+                            "session.output",
+                            {"sessionId": session_id, "dropped": True, "offset": offset},
+                        )
+                        continue
+                    decoder = decoders.setdefault(stream, codecs.getincrementaldecoder("utf-8")("replace"))
+                    # ≤ 64 KiB per frame: even fully escaped JSON stays under the 1 MiB frame cap.
+                    for at in range(0, len(data), OUTPUT_BATCH_BYTES):
+                        piece = data[at : at + OUTPUT_BATCH_BYTES]
+                        self.broadcast(
+                            "sessions",
+                            "session.output",
+                            {
+                                "sessionId": session_id,
+                                "stream": stream,
+                                "data": decoder.decode(piece),
+                                "offset": offset,
+                            },
+                        )
+                        offset += len(piece)
+        finally:
+            viewer.close()
 
     def status(self) -> dict[str, Any]:
         sessions = self.sessions.list_sessions(None) if self.sessions is not None else []

@@ -26,14 +26,28 @@ def _int(params: dict[str, Any], key: str) -> int | None:
     return value
 
 
+MAX_OUTPUT_BYTES = 128 * 1024  # escaped JSON of this many raw bytes still fits one 1 MiB frame
+DEFAULT_OUTPUT_BYTES = 64 * 1024
+
+
 async def output(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    """Raw output (escapes intact) by raw byte offset; no offset = the last `limit` bytes (a pane opening)."""
     assert services.sessions is not None
     sid = req_str(params, "sessionId")
-    reader = getattr(services.sessions, "read_output", None)
-    if not callable(reader):
-        raise ValueError("sessions.output is not supported by this session manager")
-    result: dict[str, Any] = await reader(sid, offset=_int(params, "offset"), limit=_int(params, "limit"))
-    return result
+    session = services.sessions.get(sid)
+    if session is None:
+        raise ValueError(f"No session found for {sid}")
+    offset = _int(params, "offset")
+    limit = min(_int(params, "limit") or DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES)
+    start, data, dropped = session.raw.read(offset, limit)
+    return {
+        "sessionId": sid,
+        "offset": start,
+        "nextOffset": start + len(data),
+        "data": data.decode("utf-8", errors="replace"),
+        "truncatedBefore": dropped > 0 if offset is not None else start > 0,
+        "status": session.status,
+    }
 
 
 async def resize(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
@@ -42,8 +56,6 @@ async def resize(services: Services, conn: Connection, params: dict[str, Any]) -
     cols, rows = _int(params, "cols"), _int(params, "rows")
     if not cols or not rows:
         raise ValueError("cols and rows are required")
-    resizer = getattr(services.sessions, "resize", None)
-    if not callable(resizer):
-        raise ValueError("sessions.resize is not supported by this session manager")
-    resizer(sid, cols, rows)
+    if not services.sessions.resize(sid, cols, rows):
+        raise ValueError(f"Session {sid} is not a running PTY session")
     return {"sessionId": sid, "cols": cols, "rows": rows}

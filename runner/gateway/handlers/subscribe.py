@@ -19,4 +19,6 @@ async def handle(services: Services, conn: Connection, params: dict[str, Any]) -
     if unknown:
         raise ValueError(f"unknown topics: {', '.join(unknown)} (known: {', '.join(TOPICS)})")
     conn.topics = set(topics) | ({"approvals"} if conn.approver else set())
+    if "sessions" in conn.topics:
+        services.follow_running_sessions()
     return {"topics": sorted(conn.topics)}

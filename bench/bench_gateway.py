@@ -1,0 +1,167 @@
+"""Gateway benchmarks: exec `true` over a kept control connection vs subprocess.run; approval round trips.
+
+Runs a real `exechost gateway run` daemon in a throwaway state dir. Baselines share the run.
+Usage: .venv/bin/python bench/bench_gateway.py [--runs N] [--approvals N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from engine.protocol import ControlClient  # noqa: E402
+
+FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+ASK_ALWAYS = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "always"\n'
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def line(label: str, samples: list[float]) -> str:
+    return f"{label:<58} p50 {pct(samples, 0.5):7.2f} ms   p90 {pct(samples, 0.9):7.2f} ms   n={len(samples)}"
+
+
+def start_daemon(state: Path, config: str) -> subprocess.Popen[bytes]:
+    (state / "config.toml").write_text(config)
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner", "gateway", "run"],
+        env=env,
+        cwd=str(REPO),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def connect(state: Path, name: str) -> ControlClient:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return await ControlClient.connect(state, client="bench", name=name, autostart=False)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
+async def bench_exec(state: Path, runs: int) -> None:
+    proc = start_daemon(state, FULL)
+    try:
+        client = await connect(state, "exec")
+        for _ in range(20):
+            await client.request("exec", {"command": "true"})
+        gateway: list[float] = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            result = await client.request("exec", {"command": "true"})
+            gateway.append(time.perf_counter() - t0)
+            assert result["details"]["status"] == "completed", result
+        status: list[float] = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            await client.request("status")
+            status.append(time.perf_counter() - t0)
+        await client.close()
+    finally:
+        proc.terminate()
+        proc.wait()
+    argv: list[float] = []
+    shell: list[float] = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(["true"], check=True)
+        argv.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        subprocess.run(["/bin/sh", "-c", "true"], check=True)
+        shell.append(time.perf_counter() - t0)
+    print(line("baseline subprocess.run(['true'])", argv))
+    print(line("baseline subprocess.run(['/bin/sh', '-c', 'true'])", shell))
+    print(line("control round trip only (`status`)", status))
+    print(line("exechost exec `true` (policy + env + spawn + EOF + exit)", gateway))
+
+
+async def bench_approvals(state: Path, count: int) -> None:
+    proc = start_daemon(state, ASK_ALWAYS)
+    try:
+        approver = await connect(state, "approver")
+        await approver.request("approvals.attach")
+        decision = {"value": "deny"}
+
+        inflight: set[asyncio.Future[dict]] = set()
+
+        def on_event(ev: object) -> None:
+            name, data = ev  # type: ignore[misc]
+            if name == "approval.requested":
+                task = asyncio.ensure_future(
+                    approver.request("approve", {"id": data["id"], "decision": decision["value"]})
+                )
+                inflight.add(task)
+                task.add_done_callback(inflight.discard)
+
+        approver.add_listener(on_event)
+        agent = await connect(state, "agent")
+        for i in range(20):
+            await agent.request("exec", {"command": f"true warm-{i}"})
+        # Round trip: agent exec → gateway policy → approval.requested → approver → approve → agent result.
+        denied: list[float] = []
+        for i in range(count):
+            t0 = time.perf_counter()
+            result = await agent.request("exec", {"command": f"true rt-{i}"})
+            denied.append(time.perf_counter() - t0)
+            assert result["details"]["status"] == "denied", result
+        decision["value"] = "allow-once"
+        allowed: list[float] = []
+        for i in range(count // 4):
+            t0 = time.perf_counter()
+            result = await agent.request("exec", {"command": f"true ok-{i}"})
+            allowed.append(time.perf_counter() - t0)
+            assert result["details"]["status"] == "completed", result
+        decision["value"] = "deny"
+        t0 = time.perf_counter()
+        results = await asyncio.gather(
+            *(agent.request("exec", {"command": f"true burst-{i}"}) for i in range(count))
+        )
+        elapsed = time.perf_counter() - t0
+        assert all(r["details"]["status"] == "denied" for r in results)
+        await agent.close()
+        await approver.close()
+    finally:
+        proc.terminate()
+        proc.wait()
+    print(line("approval round trip (ask=always, auto-deny: no spawn)", denied))
+    print(line("approval round trip + run (auto allow-once, spawns `true`)", allowed))
+    label = f"approval throughput, {count} concurrent asks"
+    print(f"{label:<58} {count / elapsed:7.0f} approvals/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--approvals", type=int, default=1000)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="ehb-", dir="/tmp"))
+    try:
+        for name in ("a", "b"):
+            (root / name).mkdir(mode=0o700)
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}")
+        asyncio.run(bench_exec(root / "a", args.runs))
+        asyncio.run(bench_approvals(root / "b", args.approvals))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
