@@ -1,6 +1,7 @@
 """Console benchmarks: approval shown after reaching the gateway, and key press → repaint under output load.
 
 Run: .venv/bin/python bench/bench_console.py [--sessions 100] [--rate 5000] [--seconds 6] [--approvals 40]
+     [--presses 60]
 
 Everything is real: a gateway daemon (subprocess, own state dir), the console app (Textual headless, with
 every frame still rendered to terminal bytes so paint cost is counted), real background processes.
@@ -30,9 +31,11 @@ from engine.protocol import ControlClient
 PYTHON = os.path.realpath(sys.executable)
 
 CONFIG = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\nbackgroundMs = 10\n'
+# Each printer waits for the gate file, so all of them print at once however long spawning takes.
 PRINTER = (
-    "import sys, time\n"
-    "rate, secs = int(sys.argv[1]), float(sys.argv[2])\n"
+    "import os, sys, time\n"
+    "rate, secs, gate = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]\n"
+    "while not os.path.exists(gate): time.sleep(0.02)\n"
     "batch = max(1, rate // 100); end = time.time() + secs; n = 0\n"
     "while time.time() < end:\n"
     "    sys.stdout.write(''.join(f'line {n + i} ' + 'x' * 40 + '\\n' for i in range(batch)))\n"
@@ -53,6 +56,16 @@ def summary(label: str, ms: list[float]) -> str:
         if ms
         else f"| {label} | 0 | – | – | – |"
     )
+
+
+def proc_cpu_s(pid: int | None) -> float:
+    """utime + stime of another process (the gateway daemon), in seconds."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def instrument_frames(app: ConsoleApp) -> list[float]:
@@ -116,6 +129,8 @@ async def bench_approvals(state: Path, count: int) -> tuple[list[float], list[fl
                 )
             )
             while not app.inbox.rows() or not app.shown_at.keys() & {r.key for r in app.inbox.rows()}:
+                if task.done():  # the exec failed instead of asking: say so rather than wait forever
+                    raise RuntimeError(f"exec did not ask for approval: {task.result()}")
                 await asyncio.sleep(0.001)
             item = app.inbox.rows()[0]
             created = item.created_ms / 1000
@@ -189,29 +204,36 @@ async def bench_keys(state: Path, sessions: int, rate: int, seconds: float, pres
         # real: N background processes through the gateway, the console following one of them
         script = state / "printer.py"
         script.write_text(PRINTER)
+        gate = state / "go"
         started = time.monotonic()
         for _ in range(sessions):
             await agent.request(
                 "exec",
                 {
-                    "command": f"{PYTHON} {script} {rate} {seconds}",
+                    "command": f"{PYTHON} {script} {rate} {seconds} {gate}",
                     "background": True,
                     "agentId": "main",
                     "sessionKey": "agent:bench",
                 },
             )
         results["spawn_s"] = time.monotonic() - started
+        gate.touch()
         await pilot.pause(1.0)
         app.refresh_sessions()
         await pilot.pause(0.5)
+        rows = (await agent.request("sessions.list"))["sessions"]
+        results["running"] = sum(1 for r in rows if r.get("status") == "running")
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        gw0 = proc_cpu_s(app.gateway_pid)
         t0 = time.monotonic()
         results["real"] = await key_latencies(app, frames, presses)
         wall = time.monotonic() - t0
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         results["real_cpu"] = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / wall
+        results["gateway_cpu"] = (proc_cpu_s(app.gateway_pid) - gw0) / wall
         results["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         results["pushed"] = router.pushed
+        results["follows"] = app.link.follows
         await agent.close()
     return results
 
@@ -259,8 +281,10 @@ async def main() -> None:
         f"{keys['synthetic_cpu']:.2f} cores, pane holds {keys['pane_lines']} lines (cap 5,000)"
     )
     print(
-        f"real load: spawned {args.sessions} sessions in {keys['spawn_s']:.1f} s; console CPU "
-        f"{keys['real_cpu']:.2f} cores; gateway pushes output: {keys['pushed']}; "
+        f"real load: spawned {args.sessions} sessions in {keys['spawn_s']:.1f} s, "
+        f"{keys['running']} running when the presses began; console CPU "
+        f"{keys['real_cpu']:.2f} cores; gateway CPU {keys['gateway_cpu']:.2f} cores; gateway pushes "
+        f"output: {keys['pushed']} (visible session only: {keys['follows']}); "
         f"console max RSS {keys['maxrss_mb']:.0f} MB"
     )
 

@@ -179,6 +179,15 @@ class ConsoleApp(SessionFlows):
         event, data = message.event, message.data
         if event == "approval.requested":
             self.add_approval("gateway", str(data.get("id")), data)
+        elif event == "approval.updated":
+            item = self.inbox.find(str(data.get("id")))
+            if item is not None and isinstance(data.get("count"), int):
+                item.view["count"] = data["count"]
+                self.refresh_inbox()
+        elif event == "sandbox.progress":
+            name, text = str(data.get("containerName") or ""), str(data.get("message") or "")
+            self.query_one(SandboxesPane).progress(name, text)
+            self.notify_plain(f"sandbox {name}: {text}", title="sandbox", timeout=3)
         elif event == "approval.resolved":
             if self.inbox.discard(str(data.get("id"))) is not None:
                 self.refresh_inbox()
@@ -248,9 +257,19 @@ class ConsoleApp(SessionFlows):
         self.title = f"exechost — {count} pending" if count else "exechost"
         self.approvals.show(self.inbox.rows())
 
-    @work(thread=True, group="insight", exit_on_error=False)
     def explain(self, item: InboxItem) -> None:
-        """Segments/misses/patterns for the detail view, evaluated off the UI thread."""
+        """Segments/misses/patterns for the detail view: the gateway's own analysis when the view carries
+        it, else (a socket ask, an older gateway) evaluated here off the UI thread."""
+        from console.insight import insight_from_view
+
+        insight = insight_from_view(item.view)
+        if insight is not None:
+            self._set_insight(item.key, insight)
+        else:
+            self.explain_locally(item)
+
+    @work(thread=True, group="insight", exit_on_error=False)
+    def explain_locally(self, item: InboxItem) -> None:
         from console.insight import explain_approval
 
         insight = explain_approval(item.view, self.config_path)
@@ -350,25 +369,13 @@ class ConsoleApp(SessionFlows):
         self.sessions.feed(data)
 
     def tick(self) -> None:
+        """1 Hz: countdowns and the list's runtime/unread cells. Approvals need no polling: the gateway
+        pushes requested/updated/resolved and never sheds them; a reconnect resyncs the whole list."""
         self.approvals.tick()
         self.sessions.render_list(self.unread())
         self._ticks = getattr(self, "_ticks", 0) + 1
-        if self._ticks % 2 == 0 and self.link.connected.is_set():
-            self.sync_pending()
-            if not self.link.output.pushed:
-                self.refresh_sessions()  # without pushed output, totalChars is how unread is known
-
-    @work(group="sync", exclusive=True, exit_on_error=False)
-    async def sync_pending(self) -> None:
-        """Pushed events are the fast path; this resync catches coalesced counts and anything missed."""
-        try:
-            pending = (await self.link.request("approvals.pending")).get("approvals", [])
-        except (RemoteError, ConnectionError):
-            return
-        before = [(i.key, i.count) for i in self.inbox.rows() if i.source == "gateway"]
-        self.inbox.replace_gateway(pending)
-        if [(i.key, i.count) for i in self.inbox.rows() if i.source == "gateway"] != before:
-            self.refresh_inbox()
+        if self._ticks % 2 == 0 and self.link.connected.is_set() and not self.link.output.pushed:
+            self.refresh_sessions()  # without pushed output, totalChars is how unread is known
 
     @on(PolicyPane.Edit)
     def on_policy_edit(self, message: PolicyPane.Edit) -> None:

@@ -54,7 +54,7 @@ async def _attach(state: Path | None, session_id: str, row: dict[str, Any]) -> N
     saved = termios.tcgetattr(stdin)
     loop = asyncio.get_running_loop()
     try:
-        await client.request("subscribe", {"topics": ["sessions"]})
+        await client.request("subscribe", {"topics": ["sessions"], "follow": [session_id]})
         cols, rows = os.get_terminal_size(sys.stdout.fileno())
         with contextlib.suppress(RemoteError):
             await client.request("sessions.resize", {"sessionId": session_id, "cols": cols, "rows": rows})

@@ -11,7 +11,7 @@ from typing import Any
 from textual.app import App
 
 from console.messages import GatewayConnected, GatewayEvent, GatewayLost
-from engine.protocol import ControlClient, Event, GatewayUnavailable, RemoteError
+from engine.protocol import TOPICS, ControlClient, Event, GatewayUnavailable, RemoteError
 
 PENDING_CAP = 1 << 20  # chars buffered for the visible pane between two flushes
 
@@ -19,9 +19,10 @@ PENDING_CAP = 1 << 20  # chars buffered for the visible pane between two flushes
 class OutputRouter:
     """Session output lands here from the socket reader, without a Message per chunk.
 
-    Only the visible session keeps its text (drained by the app's ~30 Hz flush); every other session
-    just counts unread chars, so 100 busy sessions cost a dict update each. Chunks carry the gateway's
-    raw byte offset, so what a log replay already showed is never shown twice.
+    Only the visible session keeps its text (drained by the app's ~30 Hz flush). The gateway pushes only
+    the followed (visible) session's output and reports the others as `session.activity` unread counts;
+    an older gateway pushes everything, and hidden sessions then just count unread chars. Chunks carry
+    the gateway's raw byte offset, so what a log replay already showed is never shown twice.
     """
 
     def __init__(self) -> None:
@@ -45,6 +46,16 @@ class OutputRouter:
             self.pending = []
             self.pending_chars = 0
             self.overflowed = True
+
+    def activity(self, rows: Any) -> None:
+        """`session.activity {sessions:[{sessionId, unreadBytes}]}`: the hidden sessions' unread counts."""
+        if not isinstance(rows, list):
+            return
+        for row in rows:
+            sid = row.get("sessionId") if isinstance(row, dict) else None
+            unread = row.get("unreadBytes") if isinstance(row, dict) else None
+            if isinstance(sid, str) and isinstance(unread, int) and sid != self.visible:
+                self.unread[sid] = unread
 
     def gap(self, session_id: str) -> None:
         """The gateway dropped output for a slow viewer: the visible pane must re-read the log."""
@@ -88,6 +99,7 @@ class GatewayLink:
         self.client: ControlClient | None = None
         self.output = OutputRouter()
         self.connected = asyncio.Event()
+        self.follows = False  # the gateway supports sessions.follow (pushes only the visible session)
 
     async def run(self) -> None:
         """Connect, serve events until the connection drops, retry with backoff; runs for the app's life."""
@@ -106,7 +118,13 @@ class GatewayLink:
             self.client = client
             client.add_listener(self._on_event)
             try:
-                await client.request("subscribe", {"topics": ["sessions", "approvals", "events"]})
+                visible = self.output.visible
+                subscribed = await client.request(
+                    "subscribe",
+                    {"topics": list(TOPICS), "follow": [visible] if visible else []},
+                )
+                self.follows = "follow" in subscribed
+                self.output.pushed = self.output.pushed or self.follows
                 await client.request("approvals.attach")
                 pending = (await client.request("approvals.pending")).get("approvals", [])
                 sessions = (await client.request("sessions.list")).get("sessions", [])
@@ -125,6 +143,9 @@ class GatewayLink:
             await asyncio.sleep(delay)
 
     def _on_event(self, ev: Event) -> None:
+        if ev.event == "session.activity":
+            self.output.activity(ev.data.get("sessions"))
+            return
         if ev.event == "session.output":
             data, sid, offset = ev.data.get("data"), ev.data.get("sessionId"), ev.data.get("offset")
             if not isinstance(sid, str):
@@ -135,6 +156,17 @@ class GatewayLink:
                 self.output.feed(sid, data, offset if isinstance(offset, int) else None)
             return
         self.app.post_message(GatewayEvent(ev.event, ev.data))
+
+    async def follow(self, session_id: str | None) -> None:
+        """Have the gateway push this session's output only (None: none); before a replay, so the replay
+        and the pushed frames meet at an offset with nothing lost between them."""
+        if not self.follows:
+            return
+        with contextlib.suppress(RemoteError, ConnectionError):  # gone meanwhile: nothing to follow
+            if session_id is None:
+                await self.request("sessions.unfollow")
+            else:
+                await self.request("sessions.follow", {"sessionId": session_id, "only": True})
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """One request; raises ConnectionError when the gateway is down (the caller shows it)."""

@@ -1,4 +1,4 @@
-"""What the console adds to an approval: segments, misses, allow-always patterns, as this host sees them."""
+"""An approval's segments, misses and allow-always patterns: the gateway's, else as this host sees them."""
 
 from __future__ import annotations
 
@@ -9,8 +9,30 @@ from engine.approvals_store import ApprovalsStore
 from engine.config import ConfigError, load_config
 
 
+def insight_from_view(view: dict[str, Any]) -> dict[str, Any] | None:
+    """The gateway's own analysis (the Decision its exec tool acted on), or None when the view lacks it."""
+    segments, patterns = view.get("segments"), view.get("allowAlwaysPatterns")
+    if not isinstance(segments, list) or not segments or not isinstance(patterns, list):
+        return None
+    raw = view.get("decision")
+    decision: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    return {
+        "segments": segments,
+        "analysisOk": view.get("analysisOk"),
+        "analysisReason": view.get("analysisReason"),
+        "allowAlwaysPatterns": patterns,
+        "trail": decision.get("trail") or [],
+        "reason": decision.get("reason"),
+        "resolvedPath": view.get("resolvedPath")
+        or next(
+            (s.get("resolvedPath") for s in segments if isinstance(s, dict) and s.get("resolvedPath")), None
+        ),
+    }
+
+
 def explain_approval(view: dict[str, Any], config_path: str | None = None) -> dict[str, Any]:
-    """The gateway's own fields win; what it did not send is evaluated here (blocking: call in a thread).
+    """Fallback for views without the gateway's analysis (socket asks, an older gateway): the view's own
+    fields win; what it did not send is evaluated here (blocking: call in a thread).
 
     Returns camelCase keys: segments, analysisOk, analysisReason, allowAlwaysPatterns, resolvedPath, trail.
     """

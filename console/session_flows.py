@@ -100,6 +100,7 @@ class SessionFlows(App[None]):
             return
         self.replaying = session_id
         try:
+            await self.link.follow(session_id)
             data, next_offset = await self.read_tail(session_id)
             if self.sessions.current != session_id:
                 return

@@ -136,7 +136,7 @@ class ApprovalRecord:
 
 
 Listener = Callable[[str, ApprovalRecord], None]
-"""Called with ("requested" | "resolved", record)."""
+"""Called with ("requested" | "updated" | "resolved", record); "updated": an identical ask was coalesced."""
 
 
 def _now_ms() -> int:
@@ -172,6 +172,7 @@ class ApprovalManager:
             existing = self._records.get(existing_id)
             if existing is not None and not existing.resolved:
                 existing.count += 1
+                self._notify("updated", existing)
                 return existing, False
         loop = asyncio.get_running_loop()
         ttl = self.timeout_ms if timeout_ms is None else timeout_ms

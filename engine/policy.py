@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -187,6 +188,26 @@ def deny_text(policy: EffectivePolicy) -> str:
     return f"exec denied: host={policy.host} security=deny"
 
 
+def _param_may_only(
+    trail: list[PolicyStep],
+    key: str,
+    current: str,
+    requested: str | None,
+    combine: Callable[[str, str], str],
+    direction: str,
+) -> str:
+    """A tool param moves `key` only in `direction` (`combine` picks the stricter); a try the other
+    way is recorded as ignored, so the explanation shows it was seen."""
+    if requested is None:
+        return current
+    value = combine(current, requested)
+    if value != current:
+        trail.append(PolicyStep(LAYER_PARAM, key, value))
+    elif requested != current:
+        trail.append(PolicyStep(f"{LAYER_PARAM} (ignored: may only {direction})", key, current))
+    return value
+
+
 def resolve_policy(
     config: Config,
     agent_id: str = "main",
@@ -287,30 +308,16 @@ def resolve_policy(
         builtin = "full" if sandboxed else ("allowlist" if host == "sandbox" else "deny")
         sec_step = PolicyStep(LAYER_BUILTIN, "tools.exec.security", builtin)
     trail.append(sec_step)
-    security = sec_step.value
-    param_security = normalize_security(params.get("security"))
-    if param_security is not None:
-        tightened = min_security(security, param_security)
-        if tightened != security:
-            security = tightened
-            trail.append(PolicyStep(LAYER_PARAM, "security", security))
-        elif param_security != security:
-            trail.append(PolicyStep(f"{LAYER_PARAM} (ignored: may only tighten)", "security", security))
+    security = _param_may_only(
+        trail, "security", sec_step.value, normalize_security(params.get("security")), min_security, "tighten"
+    )
 
     # Ask.
     ask_step = layered("ask", "ask", normalize_ask(ov.ask)) or from_file("ask", "ask")
     if ask_step is None:
         ask_step = PolicyStep(LAYER_BUILTIN, "tools.exec.ask", "on-miss")
     trail.append(ask_step)
-    ask = ask_step.value
-    param_ask = normalize_ask(params.get("ask"))
-    if param_ask is not None:
-        more = max_ask(ask, param_ask)
-        if more != ask:
-            ask = more
-            trail.append(PolicyStep(LAYER_PARAM, "ask", ask))
-        elif param_ask != ask:
-            trail.append(PolicyStep(f"{LAYER_PARAM} (ignored: may only ask more)", "ask", ask))
+    ask = _param_may_only(trail, "ask", ask_step.value, normalize_ask(params.get("ask")), max_ask, "ask more")
 
     # Elevated modes: host exec with full security; full also skips approvals entirely.
     bypass = mode == "full"

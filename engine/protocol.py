@@ -24,7 +24,7 @@ HANDSHAKE_TIMEOUT_S = 5.0
 SOCKET_NAME = "gateway.sock"
 TOKEN_NAME = "gateway.json"  # noqa: S105 - a file name, not a secret
 SUN_PATH_MAX = 107
-TOPICS = ("sessions", "approvals", "events")
+TOPICS = ("sessions", "approvals", "events", "sandboxes")
 
 RequestId = int | str
 

@@ -49,11 +49,16 @@ def ensure_private_dir(path: Path) -> Path:
     return path
 
 
-def atomic_write(path: Path, data: bytes | str, mode: int = FILE_MODE) -> None:
-    """Write via temp file in the same dir + fsync + rename, so readers never see a torn file."""
+def atomic_write(path: Path, data: bytes | str, mode: int = FILE_MODE, *, private_dir: bool = True) -> None:
+    """Write via temp file in the same dir + fsync + rename, so readers never see a torn file.
+
+    The file is born with `mode`. `private_dir=False` leaves the parent's mode alone, for a dir that is
+    shared on purpose (the sandboxes' read-only bin mount).
+    """
     if isinstance(data, str):
         data = data.encode("utf-8")
-    ensure_private_dir(path.parent)
+    if private_dir:
+        ensure_private_dir(path.parent)
     refuse_symlink(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -85,13 +90,29 @@ def read_text(path: Path) -> str | None:
         return fh.read().decode("utf-8")
 
 
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Exclusive advisory lock on `<path>.lock`, serialising writers across processes."""
+def _open_lock(path: Path) -> int:
     lock_path = path.with_name(path.name + ".lock")
     ensure_private_dir(lock_path.parent)
     refuse_symlink(lock_path)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+    return os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+
+
+def try_lock(path: Path) -> int | None:
+    """Take `<path>.lock` without waiting and keep it: the fd (closing it releases), or None if held."""
+    fd = _open_lock(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Exclusive advisory lock on `<path>.lock`, serialising writers across processes (blocks: call it
+    from a thread on async paths)."""
+    fd = _open_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -2,13 +2,88 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import tempfile
-from collections.abc import Iterator
+import time
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+# Every gateway daemon a test starts inherits this, so a later run can tell ours from anyone else's.
+RUN_MARK = "EXECHOST_TEST_RUN"
+os.environ[RUN_MARK] = str(os.getpid())
+
+
+def _gateway_daemons(match: Callable[[dict[bytes, bytes]], bool]) -> list[int]:
+    """Pids of this user's `python -m runner gateway run` processes whose environment matches."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or entry.name == str(os.getpid()):
+            continue
+        try:
+            if entry.stat().st_uid != os.getuid():
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if b"runner" not in argv or argv[argv.index(b"runner") + 1 : argv.index(b"runner") + 3] != [
+                b"gateway",
+                b"run",
+            ]:
+                continue
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except (OSError, ValueError):
+            continue
+        if match(env):
+            pids.append(int(entry.name))
+    return pids
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a daemon's parent may never reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _stop(pids: list[int]) -> None:
+    """SIGTERM (graceful: the daemon kills its sessions), then SIGKILL after 5 s; by pid only."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in pids:
+        if _running(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: bytes) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_orphaned_gateways() -> Iterator[None]:
+    """Daemons left by an earlier test run that died before its teardown (killed, timed out) go first."""
+    _stop(_gateway_daemons(lambda env: RUN_MARK.encode() in env and not _alive(env[RUN_MARK.encode()])))
+    yield
+    mine = str(os.getpid()).encode()
+    _stop(_gateway_daemons(lambda env: env.get(RUN_MARK.encode()) == mine))
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +98,11 @@ def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("EXECHOST_CONFIG", raising=False)
     yield state
+    prefix = str(root).encode() + b"/"
+    leftover = _gateway_daemons(lambda env: env.get(b"OPENCLAW_STATE_DIR", b"").startswith(prefix))
+    if leftover:
+        warnings.warn(f"stopping gateway daemon(s) {leftover} this test left running", stacklevel=1)
+        _stop(leftover)
     shutil.rmtree(root, ignore_errors=True)
 
 

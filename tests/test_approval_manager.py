@@ -107,6 +107,16 @@ async def test_identical_pending_requests_coalesce() -> None:
     assert created_d and d is not a
 
 
+async def test_coalesced_request_notifies_updated_with_the_new_count() -> None:
+    seen: list[tuple[str, str, int]] = []
+    mgr = ApprovalManager()
+    mgr.add_listener(lambda kind, r: seen.append((kind, r.id, r.count)))
+    a, _ = mgr.register(req())
+    mgr.register(req())
+    mgr.register(req())
+    assert seen == [("requested", a.id, 1), ("updated", a.id, 2), ("updated", a.id, 3)]
+
+
 async def test_allow_once_is_consumed_once() -> None:
     mgr = ApprovalManager()
     record, _ = mgr.register(req())

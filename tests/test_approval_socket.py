@@ -410,3 +410,17 @@ async def test_other_uid_is_denied_even_through_open_permissions(sock_path: Path
     assert reply["type"] == "decision" and reply["decision"] == "deny"
     assert reply["id"] != "u1"  # like the app: a fresh id, nothing of the request echoed
     assert inbox.asked == []
+
+
+def test_peer_info_is_the_kernels_word_and_path_problems_are_named(tmp_path: Path) -> None:
+    from engine.unixsock import peer_info, socket_path_problem
+
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with left, right:
+        peer = peer_info(left)
+    assert peer is not None and (peer.pid, peer.uid, peer.gid) == (os.getpid(), os.geteuid(), os.getegid())
+    assert peer_info(None) is None
+    assert socket_path_problem(tmp_path / "absent.sock") is None
+    (tmp_path / "file").write_text("")
+    assert socket_path_problem(tmp_path / "file") == "invalid (not a socket)"
+    assert socket_path_problem(tmp_path / ("x" * 120)) == "too long (> 107 bytes)"

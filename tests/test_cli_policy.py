@@ -177,3 +177,11 @@ def test_broken_approvals_file_exit_2_and_untouched(tmp_path: Path, state_dir: P
     proc = run("--config", config_file(tmp_path), "--", "ls")
     assert proc.returncode == 2 and str(approvals) in proc.stderr
     assert approvals.read_text() == "{not json"
+
+
+def test_escape_controls_keeps_lines_only_when_asked() -> None:
+    from runner.cli.common import escape_controls
+
+    hostile = "a\tb\nc\x1b[2J\x07\u202egnp\x9b"
+    assert escape_controls(hostile) == "a\\tb\\nc\\x1b[2J\\x07\\u202egnp\\x9b"
+    assert escape_controls(hostile, keep_lines=True) == "a\tb\nc\\x1b[2J\\x07\\u202egnp\\x9b"

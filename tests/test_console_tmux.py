@@ -85,10 +85,19 @@ def test_console_in_tmux_approves_and_shows_output(state_dir: Path) -> None:
 
 
 async def _shutdown(state: Path) -> None:
+    """Stop the gateway the console started, and wait until the daemon has really exited."""
     try:
         client = await ControlClient.connect(state, client="test", autostart=False)
     except GatewayUnavailable:
         return
     with contextlib.suppress(ConnectionError):
+        pid = (await client.request("status"))["pid"]
         await client.request("shutdown")
+        await client.wait_closed()
+        for _ in range(200):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            await asyncio.sleep(0.05)
     await client.close()

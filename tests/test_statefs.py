@@ -44,3 +44,29 @@ def test_refuses_symlinked_dir(tmp_path: Path) -> None:
 def test_state_dir_from_env(state_dir: Path) -> None:
     assert statefs.state_dir() == state_dir
     assert statefs.state_dir({"HOME": "/x"}).name == ".openclaw"
+
+
+def test_atomic_write_into_a_shared_dir_keeps_its_mode(tmp_path: Path) -> None:
+    shared = tmp_path / "bin"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    statefs.atomic_write(shared / "tool.sh", "echo hi\n", 0o755, private_dir=False)
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(shared / "tool.sh").st_mode) == 0o755
+    (tmp_path / "elsewhere").write_text("secret")
+    (shared / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(statefs.StateFileError):
+        statefs.atomic_write(shared / "link", "clobbered", private_dir=False)
+    assert (tmp_path / "elsewhere").read_text() == "secret"
+
+
+def test_try_lock_is_held_until_its_fd_closes(tmp_path: Path) -> None:
+    target = tmp_path / "d" / "thing.sock"
+    first = statefs.try_lock(target)
+    assert first is not None
+    assert statefs.try_lock(target) is None  # flock is per open file: a second open cannot take it
+    os.close(first)
+    again = statefs.try_lock(target)
+    assert again is not None
+    os.close(again)
+    assert stat.S_IMODE(os.stat(tmp_path / "d" / "thing.sock.lock").st_mode) == 0o600

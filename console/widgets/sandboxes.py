@@ -66,6 +66,17 @@ class SandboxesPane(Vertical):
         result: dict[str, Any] = await link.request(method, params or {})
         return result
 
+    def progress(self, container_name: str, message: str) -> None:
+        """`sandbox.progress` from the gateway while a container is created: shown in the detail line;
+        once it runs, the list is re-read so the new row appears."""
+        line = Text("⏳ ", style="yellow")
+        line.append_text(_plain(container_name))
+        line.append(": ")
+        line.append_text(_plain(message))
+        self._detail(line)
+        if message in ("container started", "starting stopped container") or message.startswith("running"):
+            self.action_refresh_list()
+
     def _detail(self, text: Text | str) -> None:
         self.query_one("#sandbox-detail", Static).update(text)
 

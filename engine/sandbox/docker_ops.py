@@ -56,6 +56,14 @@ def reset_client() -> None:
     _client = None
 
 
+def api_errors() -> tuple[type[Exception], ...]:
+    """What a docker-py call raises when the engine refuses or the connection fails (requests' errors
+    are OSErrors)."""
+    import docker.errors
+
+    return (docker.errors.DockerException, OSError)
+
+
 def not_found_type() -> type[Exception]:
     import docker.errors
 

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from engine.sandbox import docker_ops
 from engine.sandbox import supervisor as sv
 from engine.sandbox.validate import filter_exec_env
 from engine.sessions import procs
@@ -99,7 +100,42 @@ class _Streams:
         self._wake()
 
 
-class SupervisedProcess:
+class _InContainer:
+    """What both kinds of in-container process share: signals go through the supervisor channel, by pid
+    and by marker (processes inside the container are not visible from here)."""
+
+    _channel: sv.Channel
+    _marker: str
+    _exit: asyncio.Future[tuple[int | None, str | None]]
+    _sent_signal: int | None
+    pid: int | None
+
+    def signal_group(self, sig: int) -> None:
+        if self.pid is None or self._exit.done():
+            return
+        self._sent_signal = sig
+        with contextlib.suppress(sv.SupervisorUnavailable):
+            self._channel.kill(self.pid, sig)
+
+    async def wait(self) -> tuple[int | None, str | None]:
+        return await asyncio.shield(self._exit)
+
+    def stdio_holders(self) -> list[procs.ProcInfo]:
+        return []  # terminate() finds the container's processes by marker instead
+
+    async def terminate(self, grace: float = procs.KILL_GRACE_SEC) -> list[procs.ProcInfo]:
+        await _terminate(self._channel, self.pid, self._marker, grace, self._finished, self._note_signal)
+        return []
+
+    def _note_signal(self, sig: int) -> None:
+        if not self._exit.done():
+            self._sent_signal = sig
+
+    def _finished(self) -> bool:
+        return self._exit.done()
+
+
+class SupervisedProcess(_InContainer):
     """A pipes-mode command started by the in-container supervisor (the fast path)."""
 
     pty = False
@@ -241,27 +277,6 @@ class SupervisedProcess:
     def resize(self, cols: int, rows: int) -> None:
         return None  # pipes have no window
 
-    def signal_group(self, sig: int) -> None:
-        if self.pid is None or self._exit.done():
-            return
-        self._sent_signal = sig
-        with contextlib.suppress(sv.SupervisorUnavailable):
-            self._channel.kill(self.pid, sig)
-
-    async def wait(self) -> tuple[int | None, str | None]:
-        return await asyncio.shield(self._exit)
-
-    def stdio_holders(self) -> list[procs.ProcInfo]:
-        return []  # processes inside the container are not visible from here; terminate() uses the marker
-
-    async def terminate(self, grace: float = procs.KILL_GRACE_SEC) -> list[procs.ProcInfo]:
-        await _terminate(self._channel, self.pid, self._marker, grace, self._finished, self._note_signal)
-        return []
-
-    def _note_signal(self, sig: int) -> None:
-        if not self._exit.done():
-            self._sent_signal = sig
-
     def _finished(self) -> bool:
         return self._exit.done() and not self._streams.open
 
@@ -315,7 +330,7 @@ async def _terminate(
             break
 
 
-class DockerPtyProcess:
+class DockerPtyProcess(_InContainer):
     """A PTY command: `docker exec -t` through the Engine API (a real PTY inside the container)."""
 
     pty = True
@@ -373,8 +388,8 @@ class DockerPtyProcess:
         self._loop.create_task(self._collect_exit())
 
     async def _collect_exit(self) -> None:
-        code: int | None = None
-        with contextlib.suppress(Exception):
+        code: int | None = None  # unknown (engine gone, exec vanished): reported as killed
+        with contextlib.suppress(*docker_ops.api_errors()):
             for _ in range(50):
                 info = await asyncio.to_thread(self._api.exec_inspect, self._exec_id)
                 if not info.get("Running"):
@@ -418,31 +433,10 @@ class DockerPtyProcess:
             return
 
         def apply() -> None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*docker_ops.api_errors()):  # the exec may have just ended
                 self._api.exec_resize(self._exec_id, height=rows, width=cols)
 
         self._loop.run_in_executor(None, apply)
-
-    def signal_group(self, sig: int) -> None:
-        if self.pid is None or self._exit.done():
-            return
-        self._sent_signal = sig
-        with contextlib.suppress(sv.SupervisorUnavailable):
-            self._channel.kill(self.pid, sig)
-
-    async def wait(self) -> tuple[int | None, str | None]:
-        return await asyncio.shield(self._exit)
-
-    def stdio_holders(self) -> list[procs.ProcInfo]:
-        return []
-
-    async def terminate(self, grace: float = procs.KILL_GRACE_SEC) -> list[procs.ProcInfo]:
-        await _terminate(self._channel, self.pid, self._marker, grace, self._exit.done, self._note_signal)
-        return []
-
-    def _note_signal(self, sig: int) -> None:
-        if not self._exit.done():
-            self._sent_signal = sig
 
     def close(self) -> None:
         if self._closed:
@@ -451,7 +445,7 @@ class DockerPtyProcess:
         self._stdin_closed = True
         self._streams.close()
         for closer in (self._sock, self._raw):
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(OSError):
                 if closer is not None:
                     closer.close()
         if self._exit.done():
@@ -519,7 +513,8 @@ class SandboxLauncher:
         if not all(c in "0123456789abcdef" for c in marker):
             marker = secrets.token_hex(8)
         if spec.pty:
-            pty = DockerPtyProcess(self._api_factory(), self._channel, self.container, marker)
+            api = await asyncio.to_thread(self._api_factory)  # the first call connects to the engine
+            pty = DockerPtyProcess(api, self._channel, self.container, marker)
             try:
                 await pty.start(self._script(spec, marker, True), spec.cols, spec.rows, self._busybox)
             except BaseException:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import statefs
 from engine.sandbox import docker_ops
 from engine.sandbox import supervisor as sv
-from engine.sandbox.registry import Registry, RegistryEntry, now_ms
+from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
     HOT_WINDOW_MS,
     Layout,
@@ -24,9 +26,13 @@ from engine.sandbox.settings import (
 )
 from engine.sandbox.validate import sanitize_container_env, validate_docker
 
+log = logging.getLogger(__name__)
+
 PRUNE_INTERVAL_SEC = 5 * 60
 TOUCH_INTERVAL_MS = 30_000
 SETUP_TIMEOUT_SEC = 600.0
+# What a registry write can raise: a corrupt file, an unusable path, I/O. Anything else is a bug.
+_REGISTRY_ERRORS = (RegistryError, statefs.StateFileError, OSError)
 
 
 class SandboxError(Exception):
@@ -82,8 +88,10 @@ class SandboxManager:
 
     def _progress(self, name: str, message: str) -> None:
         if self.progress is not None:
-            with contextlib.suppress(Exception):
+            try:
                 self.progress(name, message)
+            except Exception:  # progress is cosmetic: a failing reporter must not fail the sandbox
+                log.exception("sandbox progress callback failed")
 
     # -- ensure -----------------------------------------------------------------------------------
     async def ensure(self, settings: SandboxSettings, lay: Layout, agent_id: str) -> Ensured:
@@ -91,7 +99,7 @@ class SandboxManager:
         known = self._known.get(lay.name)
         channel = sv.Channel(lay.name)
         if known is not None and known.config_hash == expected and channel.alive():
-            self._touch(lay.name, known)
+            await self._touch(lay.name, known)
             return Ensured(lay.name, config_hash=expected)
         async with self._lock(lay.name):
             result = await self._ensure_slow(settings, lay, agent_id, expected, channel)
@@ -103,7 +111,7 @@ class SandboxManager:
         state = await asyncio.to_thread(docker_ops.inspect, lay.name)
         warnings: list[str] = []
         if state.exists and state.config_hash != expected:
-            entry = self.registry.get(lay.name)
+            entry = await asyncio.to_thread(self.registry.get, lay.name)
             last_used = entry.lastUsedAtMs if entry else None
             busy = self.active.get(lay.name, 0) > 0
             hot = state.running and (busy or not last_used or now_ms() - last_used < HOT_WINDOW_MS)
@@ -114,7 +122,7 @@ class SandboxManager:
                 )
                 if not channel.alive():
                     await channel.wait_ready()
-                self._touch(lay.name, None)
+                await self._touch(lay.name, None)
                 return Ensured(lay.name, warnings=warnings, config_hash=state.config_hash or "", stale=True)
             self._progress(lay.name, "removing container with outdated config")
             await asyncio.to_thread(docker_ops.remove, lay.name)
@@ -149,7 +157,7 @@ class SandboxManager:
             await self._setup(settings, lay)
         has_bb = (sv.bin_dir() / "busybox").exists()
         self._known[lay.name] = _Known(expected, has_bb)
-        self._touch(lay.name, self._known[lay.name], force=not created)
+        await self._touch(lay.name, self._known[lay.name], force=not created)
         return Ensured(lay.name, created=created, warnings=warnings, config_hash=expected)
 
     def container_env(self, settings: SandboxSettings) -> tuple[dict[str, str], list[str]]:
@@ -190,7 +198,8 @@ class SandboxManager:
                     with contextlib.suppress(OSError):
                         os.chown(path, *ids)
         created_at = now_ms()
-        kwargs = docker_ops.create_kwargs(
+        kwargs = await asyncio.to_thread(  # reads a seccomp profile file when one is configured
+            docker_ops.create_kwargs,
             settings,
             lay,
             config_hash=expected,
@@ -262,15 +271,15 @@ class SandboxManager:
                 + (f":\n{tail}" if tail else ".")
             )
 
-    def _touch(self, name: str, known: _Known | None, *, force: bool = False) -> None:
+    async def _touch(self, name: str, known: _Known | None, *, force: bool = False) -> None:
         """lastUsedAtMs, written at most every 30 s: the hot window and prune work in minutes and hours."""
         stamp = now_ms()
         if known is not None and not force and stamp - known.last_touch_ms < TOUCH_INTERVAL_MS:
             return
         if known is not None:
             known.last_touch_ms = stamp
-        with contextlib.suppress(Exception):
-            self.registry.touch(name, stamp)
+        with contextlib.suppress(*_REGISTRY_ERRORS):  # a stale lastUsedAtMs only delays prune
+            await asyncio.to_thread(self.registry.touch, name, stamp)
 
     def activity(self, name: str) -> Callable[[int], None]:
         def count(delta: int) -> None:
@@ -304,7 +313,7 @@ class SandboxManager:
                 max_age_days > 0 and age > max_age_days * 86_400_000
             ):
                 docker_ops.remove(entry.containerName)
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(*_REGISTRY_ERRORS):
                     self.registry.remove(entry.containerName)
                 self.forget(entry.containerName)
                 removed.append(entry.containerName)
@@ -357,7 +366,7 @@ class SandboxManager:
 
     def remove_runtime(self, name: str) -> bool:
         ok = docker_ops.remove(name)
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*_REGISTRY_ERRORS):  # the container is gone; a stale row is pruned later
             self.registry.remove(name)
         self.forget(name)
         return ok or docker_ops.inspect(name).exists is False

@@ -20,7 +20,6 @@ import shutil
 import signal as signal_mod
 import stat
 import struct
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -117,21 +116,6 @@ def bin_dir() -> Path:
     return statefs.state_dir() / "sandbox-bin"
 
 
-def _install(path: Path, data: bytes, mode: int) -> None:
-    """Atomic replace with the final mode already set: running sandboxes never see a torn or 0600 file."""
-    statefs.refuse_symlink(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def ensure_bin_dir() -> tuple[Path, bool]:
     """Install the scripts (and a static busybox) for the read-only bin mount; returns (dir, has_busybox).
 
@@ -147,12 +131,12 @@ def ensure_bin_dir() -> tuple[Path, bool]:
     for name, text in SCRIPTS.items():
         path = target / name
         if statefs.read_text(path) != text:
-            _install(path, text.encode(), 0o644)
+            statefs.atomic_write(path, text, 0o644, private_dir=False)
     bb = target / "busybox"
     source = find_static_busybox()
     if source is not None and (not bb.exists() or bb.stat().st_size != os.stat(source).st_size):
         with open(source, "rb") as fh:
-            _install(bb, fh.read(), 0o755)
+            statefs.atomic_write(bb, fh.read(), 0o755, private_dir=False)
     return target, bb.exists()
 
 

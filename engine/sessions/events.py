@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import deque
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 MAX_EVENTS_PER_KEY = 100
 
@@ -26,9 +29,10 @@ class SystemEvents:
         queue = self._queues.setdefault(key, deque(maxlen=self._max))
         queue.append(text)
         for listener in list(self._listeners):
-            # A broken listener must not stop delivery to the queue or to the others.
-            with contextlib.suppress(Exception):
+            try:
                 listener(key, text)
+            except Exception:  # a broken listener must not stop delivery to the queue or to the others
+                log.exception("system-event listener failed")
 
     def drain(self, session_key: str) -> list[str]:
         queue = self._queues.pop(session_key.strip(), None)

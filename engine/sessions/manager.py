@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 import re
 import secrets
@@ -21,6 +22,8 @@ from engine.sessions.output import DEFAULT_LOG_CAP, OutputBuffer, OutputSubscrip
 from engine.sessions.procs import KILL_GRACE_SEC
 from engine.sessions.pty import TerminalWatcher
 from engine.sessions.registry import Registry, Session, now_ms
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_SEC = 1800.0
 DEFAULT_BACKGROUND_MS = 10_000
@@ -90,8 +93,10 @@ class SessionManager:
             return
         data = session.to_dict()
         for listener in list(self._listeners):
-            with contextlib.suppress(Exception):
+            try:
                 listener(event, data)
+            except Exception:  # a broken viewer must not break the session or the other viewers
+                log.exception("session listener failed on %s", event)
 
     # -- exec -------------------------------------------------------------------------------------
     def _resolve_cwd(self, requested: str | None, warnings: list[str]) -> str:

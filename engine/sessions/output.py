@@ -43,12 +43,16 @@ def truncation_marker(dropped: int, session_id: str | None = None) -> str:
 
 
 def sanitize(text: str, *, terminal: bool = False) -> str:
-    """The text view of output: escape sequences (terminals), C0 controls and \\p{Format} removed.
+    """The text view of output: escape sequences, C0 controls and \\p{Format} removed.
 
     Applied when a view is read, not per chunk: a view is at most a few hundred thousand chars,
-    while a flood can be gigabytes that nobody will ever read from memory.
+    while a flood can be gigabytes that nobody will ever read from memory. Escape sequences are
+    removed whole for pipes too (OpenClaw strips only the ESC byte and leaves `[32m` remnants in
+    what the agent reads); the raw bytes stay available for terminal rendering. `terminal` is
+    kept for callers that mark PTY views.
     """
-    if terminal and "\x1b" in text:
+    del terminal
+    if "\x1b" in text:
         text = _ANSI_RE.sub("", text)
     text = _C0_RE.sub("", text)
     if not text.isascii():

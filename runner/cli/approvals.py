@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,9 +21,8 @@ from engine.config import ConfigError, load_config
 from engine.policy import resolve_policy
 from engine.results import ToolError
 from runner.cli import UsageError
-from runner.cli.common import add_config_arg, add_json_arg, emit
-
-Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
+from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit
+from runner.cli.common import escape_controls as _safe
 
 _POLICY_FIELDS = (
     ("security", "security"),
@@ -32,8 +30,8 @@ _POLICY_FIELDS = (
     ("askFallback", "ask_fallback"),
     ("autoAllowSkills", "auto_allow_skills"),
 )
-# Stored commands and patterns come from agents: never let them drive the operator's terminal.
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# Stored commands and patterns come from agents: every one is shown through _safe, so none can drive
+# the operator's terminal.
 _COMMAND_WIDTH = 60
 
 
@@ -214,11 +212,6 @@ def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def _safe(text: str) -> str:
-    """Escape control and bidi characters so stored text cannot move the cursor or reorder a line."""
-    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def cmd_allowlist_add(args: argparse.Namespace) -> int:

@@ -7,10 +7,8 @@ import time
 
 from engine.approval_manager import USAGE, normalize_decision
 from runner.cli import UsageError
-from runner.cli.common import add_json_arg, emit
+from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import call, run_verb
-
-Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
 
 
 def register(subparsers: Subparsers) -> None:

@@ -9,10 +9,8 @@ import sys
 from typing import Any
 
 from engine.protocol import ControlClient, GatewayUnavailable
-from runner.cli.common import add_json_arg, emit
+from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import EXIT_UNAVAILABLE, CliFailure, call, run_verb
-
-Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
 
 
 def register(subparsers: Subparsers) -> None:

@@ -7,10 +7,8 @@ import os
 from typing import Any
 
 from runner.cli import UsageError
-from runner.cli.common import add_json_arg, emit
+from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import call, run_verb
-
-Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
 
 EXIT_PENDING = 10
 EXIT_DENIED = 11

@@ -14,9 +14,8 @@ from typing import Any
 
 from engine import statefs
 from engine.protocol import ControlClient, GatewayUnavailable, RemoteError, socket_path
-from runner.cli.common import add_config_arg, add_json_arg, emit
-
-Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
+from engine.sessions import procs
+from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit
 
 EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: no gateway answers and none could be started
 UNIT_NAME = "exechost-gateway.service"
@@ -140,27 +139,12 @@ def cmd_stop(args: argparse.Namespace) -> int:
     call("shutdown", autostart=False)
     pid = int(info["pid"])
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and procs.alive(pid):
         time.sleep(0.05)
-    if _alive(pid):
+    if procs.alive(pid):
         raise CliFailure(f"gateway pid {pid} did not stop within 15 s")
     emit(f"gateway stopped (pid {pid})", {"status": "stopped", "wasRunning": True, "pid": pid}, args.json)
     return 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child (we may have spawned it in this process) counts as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -6,9 +6,8 @@ import argparse
 import sys
 
 from engine.protocol import GatewayUnavailable, RemoteError
+from runner.cli.common import Subparsers
 from runner.cli.gateway import EXIT_UNAVAILABLE
-
-Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
 
 
 def register(subparsers: Subparsers) -> None:

@@ -14,12 +14,9 @@ from engine.config import ConfigError, load_config
 from engine.policy import ASKS, HOSTS, SECURITIES, normalize_ask, normalize_host, normalize_security
 from engine.results import ToolError
 from runner.cli import UsageError
-from runner.cli.common import add_config_arg
-
-Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
+from runner.cli.common import Subparsers, add_config_arg, escape_controls
 
 # Commands come from agents: never let them drive the operator's terminal.
-_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -98,10 +95,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         json.dump(payload, sys.stdout, ensure_ascii=True)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(_printable(explain(decision)) + "\n")
+        sys.stdout.write(escape_controls(explain(decision), keep_lines=True) + "\n")
     sys.stdout.flush()
     return 0
-
-
-def _printable(text: str) -> str:
-    return _UNPRINTABLE.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)

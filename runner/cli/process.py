@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from runner.cli.common import add_json_arg, emit
+from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import call, run_verb
-
-Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
 
 ACTIONS = ("list", "poll", "log", "write", "send-keys", "paste", "submit", "kill", "clear", "remove")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from typing import Any
 
@@ -13,16 +12,13 @@ from engine.sandbox import admin
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.settings import DEFAULT_IMAGE
 from runner.cli import UsageError
-from runner.cli.common import add_config_arg
-
-Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
+from runner.cli.common import Subparsers, add_config_arg, escape_controls
 
 # Session keys come from agents: never let them drive the operator's terminal.
-_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def _clean(value: Any) -> str:
-    return _UNPRINTABLE.sub("?", str(value))
+    return escape_controls(str(value), keep_lines=True)
 
 
 def register(subparsers: Subparsers) -> None:

@@ -51,6 +51,7 @@ EVENT_DROP_BYTES = 4 << 20  # output frames are shed once this much waits for a 
 MAX_IN_FLIGHT = 512  # concurrent requests per connection; reading pauses beyond this
 MAX_CONNECTIONS = 256
 MAX_BAD_FRAMES = 8
+SOCKET_CHECK_SEC = 2.0  # how often the daemon checks that its socket file is still its own
 
 
 class GatewayBusy(Exception):
@@ -69,6 +70,11 @@ class Connection:
         self.name = hello.name or hello.client
         self.peer_pid = peer_pid
         self.topics: set[str] = set()
+        # None: every session's output (protocol v1 default); a set: only these (sessions.follow), the
+        # others reported as `session.activity` counts against read_marks (raw offset seen up to).
+        self.follow: set[str] | None = None
+        self.read_marks: dict[str, int] = {}
+        self.activity_sent: dict[str, int] = {}
         self.approver = False
         self.dropped_events = 0
         self.shed_output: dict[str, Any] = {}
@@ -78,6 +84,9 @@ class Connection:
         self.closed = False
         self.tasks: set[asyncio.Task[None]] = set()
 
+    def wants_output(self, session_id: str) -> bool:
+        return "sessions" in self.topics and (self.follow is None or session_id in self.follow)
+
     def send(self, frame: Frame) -> None:
         """Queue a frame, never waiting: a client that cannot keep up loses events, then the connection."""
         if self.closed:
@@ -85,7 +94,10 @@ class Connection:
         if isinstance(frame, Event):
             sid = frame.data.get("sessionId") if frame.event.startswith("session.") else None
             bulky = frame.event == "session.output" and self._queued_bytes >= EVENT_DROP_BYTES
-            if bulky or self._queue.qsize() >= EVENT_DROP_AT:
+            # Approval events are never shed: they are small and rare, and an approver that missed one
+            # would have to poll. A client that lets its queue fill is cut off and resyncs on reconnect.
+            sheddable = not frame.event.startswith("approval.")
+            if sheddable and (bulky or self._queue.qsize() >= EVENT_DROP_AT):
                 self.dropped_events += 1
                 if frame.event == "session.output" and sid is not None:
                     # Remember where the gap starts; the console re-reads it with sessions.output.
@@ -175,6 +187,8 @@ class GatewayServer:
         self._unauthenticated = 0
         self.started_at = time.time()
         self.connections: set[Connection] = set()
+        self._socket_ino: int | None = None
+        self._watchdog: asyncio.Task[None] | None = None
 
     # -- lifecycle
 
@@ -232,14 +246,30 @@ class GatewayServer:
             finally:
                 os.umask(old)
             os.chmod(self.socket_path, 0o600)
+            self._socket_ino = os.lstat(self.socket_path).st_ino
         except BaseException:
             self._release_lock()
             raise
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch_socket())
         self.started_at = time.time()
         log.info("gateway listening on %s (pid %d)", self.socket_path, os.getpid())
 
     def request_stop(self) -> None:
         self._stopped.set()
+
+    async def _watch_socket(self) -> None:
+        """A daemon whose socket file was removed (or its state dir deleted) can never be reached again,
+        and would keep its sessions running forever: it stops instead."""
+        while True:
+            await asyncio.sleep(SOCKET_CHECK_SEC)
+            try:
+                ino: int | None = os.lstat(self.socket_path).st_ino
+            except OSError:
+                ino = None
+            if ino != self._socket_ino:
+                log.warning("%s was removed or replaced; stopping", self.socket_path)
+                self.request_stop()
+                return
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -250,8 +280,11 @@ class GatewayServer:
             return
         server, self._server = self._server, None
         server.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        with contextlib.suppress(OSError):
+            if os.lstat(self.socket_path).st_ino == self._socket_ino:  # never remove a successor's socket
+                os.unlink(self.socket_path)
         for conn in list(self.connections):
             for task in list(conn.tasks):
                 task.cancel()

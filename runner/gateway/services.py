@@ -27,6 +27,7 @@ log = logging.getLogger("exechost.gateway")
 
 OUTPUT_FLUSH_SEC = 0.033
 OUTPUT_BATCH_BYTES = 64 * 1024
+ACTIVITY_INTERVAL_SEC = 0.25  # session.activity: at most 4 frames/s per following connection
 
 
 def _merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
@@ -69,7 +70,9 @@ class Services:
         self.exec_tool: ExecTool | None = None
         self.started_at = time.time()
         self._unsubscribe: list[Any] = []
-        self._followers: dict[str, asyncio.Task[None]] = {}
+        self._forwarders: dict[str, asyncio.Task[None]] = {}  # sessionId -> task pushing its output
+        self._activity: asyncio.Task[None] | None = None
+        self._sandbox_manager: Any = None
 
     # -- lifecycle
 
@@ -118,9 +121,29 @@ class Services:
         hook = getattr(self.sessions, "add_listener", None)
         if callable(hook):
             hook(self._on_session_event)
+        self._activity = asyncio.ensure_future(self._activity_loop())
+        self._hook_sandbox_progress()
+
+    def _hook_sandbox_progress(self) -> None:
+        """Forward container-creation progress (engine.sandbox's one hook) as `sandbox.progress`."""
+        from engine.sandbox import default_manager
+
+        self._sandbox_manager = default_manager()
+        self._sandbox_manager.progress = self.sandbox_progress
+
+    def sandbox_progress(self, container_name: str, message: str) -> None:
+        self.broadcast(
+            "sandboxes",
+            "sandbox.progress",
+            {"containerName": container_name, "message": message, "ts": int(time.time() * 1000)},
+        )
 
     async def close(self) -> None:
-        for task in list(self._followers.values()):
+        if self._sandbox_manager is not None and self._sandbox_manager.progress == self.sandbox_progress:
+            self._sandbox_manager.progress = None
+        if self._activity is not None:
+            self._activity.cancel()
+        for task in list(self._forwarders.values()):
             task.cancel()
         for unsubscribe in self._unsubscribe:
             with contextlib.suppress(Exception):
@@ -172,6 +195,9 @@ class Services:
     def _on_approval(self, kind: str, record: ApprovalRecord) -> None:
         if kind == "requested":
             self.broadcast("approvals", "approval.requested", record.view())
+        elif kind == "updated":
+            # An identical ask was coalesced into this one: consoles update the row's count at once.
+            self.broadcast("approvals", "approval.updated", {"id": record.id, "count": record.count})
         else:
             self.broadcast(
                 "approvals",
@@ -185,42 +211,130 @@ class Services:
         )
 
     def _on_session_event(self, event: str, data: dict[str, Any]) -> None:
-        follower = self._followers.get(str(data.get("sessionId")))
-        if event == "session.exited" and follower is not None:
+        sid = str(data.get("sessionId"))
+        forwarder = self._forwarders.get(sid)
+        if event == "session.exited" and forwarder is not None:
             # Exit after the last output: the forwarder drains the ended viewer, then this goes out.
-            follower.add_done_callback(lambda _t: self.broadcast("sessions", event, data))
+            forwarder.add_done_callback(lambda _t: self.broadcast("sessions", event, data))
             return
         self.broadcast("sessions", event, data)
-        if event == "session.started" and self._watched("sessions"):
-            self._follow(str(data.get("sessionId")))
+        if event == "session.started" and self._output_wanted(sid):
+            self._forward(sid)
 
-    # -- live output for the console
+    # -- live output for the console: only to connections that want it (all, or the followed few)
 
-    def _watched(self, topic: str) -> bool:
-        return any(topic in c.topics and not c.closed for c in self.connections())
+    def _output_wanted(self, session_id: str) -> bool:
+        return any(c.wants_output(session_id) for c in self.connections())
 
-    def follow_running_sessions(self) -> None:
+    def forward_wanted_sessions(self) -> None:
+        """Start pushing output of every running session some connection now wants."""
         assert self.sessions is not None
-        for row in self.sessions.list_sessions(None):
-            if row.get("status") == "running":
-                self._follow(str(row["sessionId"]))
+        for session in list(self.sessions.registry):
+            if not session.exited and self._output_wanted(session.id):
+                self._forward(session.id)
 
-    def _follow(self, session_id: str) -> None:
-        if session_id in self._followers or self.sessions is None:
+    def _offset(self, session_id: str) -> int:
+        session = self.sessions.get(session_id) if self.sessions is not None else None
+        return session.raw.offset if session is not None else 0
+
+    def follow(self, conn: Connection, session_id: str, *, only: bool = False) -> list[str]:
+        """`sessions.follow`: push this session's output to `conn` (and, with `only`, no other's)."""
+        assert self.sessions is not None
+        if self.sessions.get(session_id) is None:
+            raise ValueError(f"No session found for {session_id}")
+        self._enter_follow_mode(conn)
+        assert conn.follow is not None
+        if only:
+            for other in conn.follow - {session_id}:
+                self.unfollow(conn, other)
+        conn.follow.add(session_id)
+        conn.activity_sent.pop(session_id, None)
+        if "sessions" in conn.topics:
+            self._forward(session_id)
+        return sorted(conn.follow)
+
+    def unfollow(self, conn: Connection, session_id: str | None) -> list[str]:
+        """`sessions.unfollow`: stop pushing that session's output (None: every session's) to `conn`;
+        what it printed until now counts as seen."""
+        self._enter_follow_mode(conn)
+        assert conn.follow is not None
+        for sid in [session_id] if session_id is not None else list(conn.follow):
+            if sid in conn.follow:
+                conn.follow.discard(sid)
+                conn.read_marks[sid] = self._offset(sid)
+        return sorted(conn.follow)
+
+    def set_follow(self, conn: Connection, session_ids: list[str]) -> None:
+        """`subscribe {follow: [...]}`: follow mode with exactly these sessions (unknown ids are skipped)."""
+        self._enter_follow_mode(conn)
+        self.unfollow(conn, None)
+        for sid in session_ids:
+            if self.sessions is not None and self.sessions.get(sid) is not None:
+                self.follow(conn, sid)
+
+    def _enter_follow_mode(self, conn: Connection) -> None:
+        """Output that existed before the connection started following is not unread."""
+        if conn.follow is not None:
+            return
+        conn.follow = set()
+        if self.sessions is not None:
+            conn.read_marks = {s.id: s.raw.offset for s in self.sessions.registry}
+
+    async def _activity_loop(self) -> None:
+        """`session.activity`: unread byte counts (no bytes) of sessions a following connection hides."""
+        while True:
+            await asyncio.sleep(ACTIVITY_INTERVAL_SEC)
+            if self.sessions is None:
+                continue
+            conns = [c for c in self.connections() if c.follow is not None and "sessions" in c.topics]
+            if not conns:
+                continue
+            offsets = {s.id: s.raw.offset for s in self.sessions.registry}
+            for conn in conns:
+                self._send_activity(conn, offsets)
+
+    def _send_activity(self, conn: Connection, offsets: dict[str, int]) -> None:
+        assert conn.follow is not None
+        changed: list[dict[str, Any]] = []
+        for sid, total in offsets.items():
+            if sid in conn.follow:
+                continue
+            unread = max(0, total - conn.read_marks.get(sid, 0))
+            if conn.activity_sent.get(sid) != unread:
+                conn.activity_sent[sid] = unread
+                changed.append({"sessionId": sid, "unreadBytes": unread, "outputBytes": total})
+        for sid in [s for s in conn.activity_sent if s not in offsets]:
+            del conn.activity_sent[sid]
+            conn.read_marks.pop(sid, None)
+        if not changed:
+            return
+        shed = conn.dropped_events
+        conn.send(Event(event="session.activity", data={"sessions": changed}))
+        if conn.dropped_events != shed:  # shed under backlog: resend these counts next tick
+            for row in changed:
+                conn.activity_sent.pop(row["sessionId"], None)
+
+    def _send_output(self, session_id: str, data: dict[str, Any]) -> None:
+        frame = Event(event="session.output", data=data)
+        for conn in self.connections():
+            if conn.wants_output(session_id):
+                conn.send(frame)
+
+    def _forward(self, session_id: str) -> None:
+        if session_id in self._forwarders or self.sessions is None:
             return
         try:
             viewer = self.sessions.subscribe(session_id, replay=False)
         except KeyError:
             return
-        task = asyncio.ensure_future(self._forward(session_id, viewer))
-        self._followers[session_id] = task
-        task.add_done_callback(lambda _t: self._followers.pop(session_id, None))
+        # The offset is taken now, with the subscription: output may arrive before the task first runs.
+        task = asyncio.ensure_future(self._push_output(session_id, viewer, self._offset(session_id)))
+        self._forwarders[session_id] = task
+        task.add_done_callback(lambda _t: self._forwarders.pop(session_id, None))
 
-    async def _forward(self, session_id: str, viewer: OutputSubscription) -> None:
-        """Push `session.output`, coalesced to ≤ ~30 frames/s or 64 KiB per session; gaps are announced."""
-        assert self.sessions is not None
-        session = self.sessions.get(session_id)
-        offset = session.raw.offset if session is not None else 0
+    async def _push_output(self, session_id: str, viewer: OutputSubscription, offset: int) -> None:
+        """Push `session.output`, coalesced to ≤ ~30 frames/s or 64 KiB per session; gaps are announced.
+        Stops once no connection wants this session's output (a later follow starts a new one)."""
         decoders: dict[str, Any] = {}
         try:
             while (chunk := await viewer.get()) is not None:
@@ -236,24 +350,21 @@ class Services:
                         continue
                     batch.append(more)
                     size += len(more.data)
-                if not self._watched("sessions"):
+                if not self._output_wanted(session_id):
                     return
                 for stream, data, dropped in _merge(batch):
                     if dropped:
                         offset += dropped
-                        self.broadcast(
-                            "sessions",
-                            "session.output",
-                            {"sessionId": session_id, "dropped": True, "offset": offset},
+                        self._send_output(
+                            session_id, {"sessionId": session_id, "dropped": True, "offset": offset}
                         )
                         continue
                     decoder = decoders.setdefault(stream, codecs.getincrementaldecoder("utf-8")("replace"))
                     # ≤ 64 KiB per frame: even fully escaped JSON stays under the 1 MiB frame cap.
                     for at in range(0, len(data), OUTPUT_BATCH_BYTES):
                         piece = data[at : at + OUTPUT_BATCH_BYTES]
-                        self.broadcast(
-                            "sessions",
-                            "session.output",
+                        self._send_output(
+                            session_id,
                             {
                                 "sessionId": session_id,
                                 "stream": stream,

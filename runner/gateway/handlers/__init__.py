@@ -39,6 +39,8 @@ HANDLERS: dict[str, Handler] = {
     "sessions.list": sessions.list_,
     "sessions.output": sessions.output,
     "sessions.resize": sessions.resize,
+    "sessions.follow": sessions.follow,
+    "sessions.unfollow": sessions.unfollow,
     "sandbox.list": sandbox.list_,
     "sandbox.explain": sandbox.explain,
     "sandbox.recreate": sandbox.recreate,

@@ -1,4 +1,5 @@
-"""`sessions.list|output|resize`: the operator's view of every session, raw output paging, PTY resize."""
+"""`sessions.list|output|resize|follow|unfollow`: the operator's view of every session, raw output paging,
+PTY resize, and which sessions' output this connection is pushed."""
 
 from __future__ import annotations
 
@@ -59,3 +60,17 @@ async def resize(services: Services, conn: Connection, params: dict[str, Any]) -
     if not services.sessions.resize(sid, cols, rows):
         raise ValueError(f"Session {sid} is not a running PTY session")
     return {"sessionId": sid, "cols": cols, "rows": rows}
+
+
+async def follow(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    """Push this session's output to the connection; `only: true` stops every other one's."""
+    sid = req_str(params, "sessionId")
+    only = params.get("only", False)
+    if not isinstance(only, bool):
+        raise ValueError("only must be a boolean")
+    return {"follow": services.follow(conn, sid, only=only)}
+
+
+async def unfollow(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    """Stop pushing this session's output (no sessionId: every session's); activity counts continue."""
+    return {"follow": services.unfollow(conn, opt_str(params, "sessionId"))}

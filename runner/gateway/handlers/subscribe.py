@@ -1,4 +1,5 @@
-"""`subscribe`: choose which pushed events (sessions, approvals, events) this connection receives."""
+"""`subscribe`: choose which pushed events (sessions, approvals, events, sandboxes) this connection receives;
+`follow: [sessionId…]` limits `session.output` to those sessions (see sessions.follow)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ async def handle(services: Services, conn: Connection, params: dict[str, Any]) -
     unknown = sorted(set(topics) - set(TOPICS))
     if unknown:
         raise ValueError(f"unknown topics: {', '.join(unknown)} (known: {', '.join(TOPICS)})")
+    follow = params.get("follow")
+    if follow is not None and (not isinstance(follow, list) or not all(isinstance(s, str) for s in follow)):
+        raise ValueError("follow must be a list of session ids")
     conn.topics = set(topics) | ({"approvals"} if conn.approver else set())
+    if follow is not None:
+        services.set_follow(conn, follow[:64])
     if "sessions" in conn.topics:
-        services.follow_running_sessions()
-    return {"topics": sorted(conn.topics)}
+        services.forward_wanted_sessions()
+    result: dict[str, Any] = {"topics": sorted(conn.topics)}
+    if conn.follow is not None:
+        result["follow"] = sorted(conn.follow)
+    return result

@@ -1,0 +1,241 @@
+"""exec-approvals.sock's wire format (reference §4): frame shapes, HMAC signing and the one-shot client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.unixsock import PeerInfo
+
+MAX_FRAME_BYTES = 256_000  # the macOS app's readLineFromHandle(maxBytes:) cap
+TTL_MS = 10_000  # |now - ts| beyond this is "expired request"
+REQUEST_TIMEOUT_S = 15.0  # requestExecApprovalViaSocket's client timeout
+EXEC_TIMEOUT_S = 20.0  # requestExecHostViaSocket's client timeout
+DECISIONS = ("allow-once", "allow-always", "deny")
+
+Decider = Callable[["PromptRequest"], Awaitable[str]]
+"""Asks a human (the console's inbox): returns "allow-once" | "allow-always" | "deny"."""
+
+
+@dataclass(frozen=True)
+class PromptRequest:
+    """One ask, from a `request` frame or from an `exec` frame whose policy needs a human."""
+
+    id: str
+    command: str
+    cwd: str | None = None
+    host: str | None = None
+    security: str | None = None
+    ask: str | None = None
+    agent_id: str | None = None
+    resolved_path: str | None = None
+    session_key: str | None = None
+    source: str = "socket"  # "socket" (request) | "socket-exec" (exec needing a prompt)
+    peer_pid: int | None = None
+
+    @classmethod
+    def from_wire(cls, rid: str, body: Mapping[str, Any], peer_pid: int | None) -> PromptRequest:
+        def opt(key: str) -> str | None:
+            value = body.get(key)
+            return value if isinstance(value, str) else None
+
+        return cls(
+            id=rid,
+            command=str(body.get("command", "")),
+            cwd=opt("cwd"),
+            host=opt("host"),
+            security=opt("security"),
+            ask=opt("ask"),
+            agent_id=opt("agentId"),
+            resolved_path=opt("resolvedPath"),
+            session_key=opt("sessionKey"),
+            peer_pid=peer_pid,
+        )
+
+
+@dataclass(frozen=True)
+class ExecHostRequest:
+    """The decoded `requestJson` of an `exec` frame (OpenClaw's ExecHostRequest)."""
+
+    command: tuple[str, ...]
+    raw_command: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+    timeout_ms: int | None = None
+    agent_id: str | None = None
+    session_key: str | None = None
+    approval_decision: str | None = None
+
+    @classmethod
+    def from_json(cls, text: str) -> ExecHostRequest:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("requestJson is not an object")
+        argv = data.get("command")
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            raise ValueError("command must be a list of strings")
+        env = data.get("env")
+        if env is not None and not (
+            isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+        ):
+            raise ValueError("env must map strings to strings")
+        timeout = data.get("timeoutMs")
+        decision = data.get("approvalDecision")
+        return cls(
+            command=tuple(argv),
+            raw_command=data["rawCommand"] if isinstance(data.get("rawCommand"), str) else None,
+            cwd=data["cwd"] if isinstance(data.get("cwd"), str) else None,
+            env=env,
+            timeout_ms=int(timeout) if isinstance(timeout, int | float) and timeout > 0 else None,
+            agent_id=data["agentId"] if isinstance(data.get("agentId"), str) else None,
+            session_key=data["sessionKey"] if isinstance(data.get("sessionKey"), str) else None,
+            approval_decision=decision if decision in ("allow-once", "allow-always") else None,
+        )
+
+
+@dataclass
+class ExecOutcome:
+    """`exec-res`: ok with a payload, or an error {code, message, reason}."""
+
+    ok: bool
+    payload: dict[str, Any] | None = None
+    error: dict[str, str] | None = None
+
+    @classmethod
+    def fail(cls, code: str, message: str, reason: str | None = None) -> ExecOutcome:
+        err = {"code": code, "message": message}
+        if reason is not None:
+            err["reason"] = reason
+        return cls(ok=False, error=err)
+
+    def to_frame(self, rid: str) -> dict[str, Any]:
+        """The `exec-res` frame answering request `rid`."""
+        res: dict[str, Any] = {"type": "exec-res", "id": rid, "ok": self.ok}
+        if self.ok:
+            res["payload"] = self.payload or {}
+        else:
+            res["error"] = self.error or {}
+        return res
+
+
+ExecHandler = Callable[[ExecHostRequest, Decider, PeerInfo], Awaitable[ExecOutcome]]
+"""Evaluates an authenticated exec request against this machine's policy, asks if needed, runs it."""
+
+
+def sign(token: str, nonce: str, ts: int, request_json: str) -> str:
+    """HMAC-SHA256(key=token, msg="nonce:ts:requestJson") as lowercase hex."""
+    msg = f"{nonce}:{ts}:{request_json}".encode()
+    return hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()
+
+
+def encode_frame(frame: Mapping[str, Any]) -> bytes:
+    """One compact JSON line, as both ends of the socket write it."""
+    return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
+
+
+def exec_frame(
+    token: str,
+    request: Mapping[str, Any],
+    *,
+    ts: int | None = None,
+    nonce: str | None = None,
+    request_id: str | None = None,
+) -> dict[str, Any]:
+    """An `exec` frame exactly as requestExecHostViaSocket builds it."""
+    request_json = json.dumps(dict(request), separators=(",", ":"))
+    nonce = nonce or secrets.token_hex(16)
+    ts = int(time.time() * 1000) if ts is None else ts
+    return {
+        "type": "exec",
+        "id": request_id or str(uuid.uuid4()),
+        "nonce": nonce,
+        "ts": ts,
+        "hmac": sign(token, nonce, ts, request_json),
+        "requestJson": request_json,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- client
+
+
+async def _roundtrip(
+    path: str | Path, frame: Mapping[str, Any], accept: Callable[[dict[str, Any]], bool], timeout: float
+) -> dict[str, Any] | None:
+    """Connect, write one line, half-close, read lines until one is accepted; None on timeout/error."""
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_FRAME_BYTES * 8)
+            try:
+                writer.write(encode_frame(frame))
+                await writer.drain()
+                if writer.can_write_eof():
+                    writer.write_eof()
+                while True:
+                    line = await reader.readline()
+                    if not line:
+                        return None
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(msg, dict) and accept(msg):
+                        return msg
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):  # the peer may already have reset the connection
+                    await writer.wait_closed()
+    except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+        return None
+
+
+async def request_decision(
+    path: str | Path,
+    token: str,
+    request: Mapping[str, Any],
+    *,
+    timeout: float = REQUEST_TIMEOUT_S,
+    request_id: str | None = None,
+) -> str | None:
+    """`requestExecApprovalViaSocket`: a prompt request; the decision, or None (no answer in time)."""
+    if not path or not token:
+        return None
+    rid = request_id or str(uuid.uuid4())
+    frame = {"type": "request", "token": token, "id": rid, "request": dict(request)}
+    res = await _roundtrip(path, frame, lambda m: m.get("type") == "decision" and m.get("id") == rid, timeout)
+    decision = res.get("decision") if res else None
+    return decision if decision in DECISIONS else None
+
+
+async def request_exec(
+    path: str | Path,
+    token: str,
+    request: Mapping[str, Any],
+    *,
+    timeout: float = EXEC_TIMEOUT_S,
+    frame: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """`requestExecHostViaSocket`: the `exec-res` frame ({ok, payload} | {ok:false, error}) or None."""
+    if not path or not token:
+        return None
+    frame = dict(frame) if frame is not None else exec_frame(token, request)
+
+    def accept(msg: dict[str, Any]) -> bool:
+        if msg.get("type") != "exec-res":
+            return False
+        return (
+            isinstance(msg.get("payload"), dict)
+            if msg.get("ok") is True
+            else isinstance(msg.get("error"), dict)
+        )
+
+    return await _roundtrip(path, frame, accept, timeout)
