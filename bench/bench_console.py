@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from console.app import ConsoleApp
 from engine.approvals_store import ApprovalsStore
-from engine.protocol import ControlClient
+from engine.protocol import ControlClient, Event
 
 PYTHON = os.path.realpath(sys.executable)
 
@@ -114,11 +114,12 @@ async def bench_approvals(state: Path, count: int) -> tuple[list[float], list[fl
             await pilot.pause(0.05)
         watcher = await ControlClient.connect(state, client="bench-watch")
         received: dict[str, float] = {}
-        watcher.add_listener(
-            lambda ev: (
-                ev.event == "approval.requested" and received.setdefault(ev.data["id"], time.time()) and None
-            )
-        )
+
+        def on_event(ev: Event) -> None:
+            if ev.event == "approval.requested":
+                received.setdefault(ev.data["id"], time.time())
+
+        watcher.add_listener(on_event)
         await watcher.subscribe(["approvals"])
         agent = await ControlClient.connect(state, client="bench-agent")
         shown: list[float] = []
@@ -201,41 +202,86 @@ async def bench_keys(state: Path, sessions: int, rate: int, seconds: float, pres
         results["synthetic_cpu"] = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / wall
         results["pane_lines"] = len(app.sessions.line_pane.lines)
 
-        # real: N background processes through the gateway, the console following one of them
-        script = state / "printer.py"
-        script.write_text(PRINTER)
-        gate = state / "go"
-        started = time.monotonic()
-        for _ in range(sessions):
-            await agent.request(
-                "exec",
-                {
-                    "command": f"{PYTHON} {script} {rate} {seconds} {gate}",
-                    "background": True,
-                    "agentId": "main",
-                    "sessionKey": "agent:bench",
-                },
-            )
-        results["spawn_s"] = time.monotonic() - started
-        gate.touch()
-        await pilot.pause(1.0)
-        app.refresh_sessions()
-        await pilot.pause(0.5)
-        rows = (await agent.request("sessions.list"))["sessions"]
-        results["running"] = sum(1 for r in rows if r.get("status") == "running")
-        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-        gw0 = proc_cpu_s(app.gateway_pid)
-        t0 = time.monotonic()
-        results["real"] = await key_latencies(app, frames, presses)
-        wall = time.monotonic() - t0
-        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-        results["real_cpu"] = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / wall
-        results["gateway_cpu"] = (proc_cpu_s(app.gateway_pid) - gw0) / wall
+        results["real"] = await real_load(app, pilot, agent, frames, state, sessions, rate, seconds, presses)
         results["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         results["pushed"] = router.pushed
-        results["follows"] = app.link.follows
+        await agent.close()
+
+    # The same load against a console that does not follow (protocol v1: every session's output pushed).
+    app = ConsoleApp(state, bell=False, clock=False, host_approval_socket=False)
+    app.link.use_follow = False
+    async with app.run_test(size=(140, 40)) as pilot:
+        frames = instrument_frames(app)
+        while not app.link.connected.is_set():
+            await pilot.pause(0.05)
+        await pilot.press("2")
+        await pilot.pause(0.5)
+        agent = await ControlClient.connect(state, client="bench-agent")
+        results["v1"] = await real_load(app, pilot, agent, frames, state, sessions, rate, seconds, presses)
         await agent.close()
     return results
+
+
+def machine_busy() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]
+    return sum(values) - idle, sum(values)
+
+
+async def real_load(
+    app: ConsoleApp,
+    pilot: Any,
+    agent: ControlClient,
+    frames: list[float],
+    state: Path,
+    sessions: int,
+    rate: int,
+    seconds: float,
+    presses: int,
+) -> dict[str, Any]:
+    """N real background processes through the gateway, all printing at once while keys are pressed."""
+    out: dict[str, Any] = {}
+    script = state / "printer.py"
+    script.write_text(PRINTER)
+    gate = state / f"go-{time.monotonic_ns()}"
+    started = time.monotonic()
+    ids = []
+    for _ in range(sessions):
+        res = await agent.request(
+            "exec",
+            {
+                "command": f"{PYTHON} {script} {rate} {seconds} {gate}",
+                "background": True,
+                "agentId": "main",
+                "sessionKey": "agent:bench",
+            },
+        )
+        ids.append(res["details"]["sessionId"])
+    out["spawn_s"] = time.monotonic() - started
+    gate.touch()
+    await pilot.pause(1.0)
+    app.refresh_sessions()
+    await pilot.pause(0.5)
+    rows = (await agent.request("sessions.list"))["sessions"]
+    out["running"] = sum(1 for r in rows if r.get("sessionId") in ids and r.get("status") == "running")
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    gw0 = proc_cpu_s(app.gateway_pid)
+    busy0 = machine_busy()
+    t0 = time.monotonic()
+    out["keys"] = await key_latencies(app, frames, presses)
+    wall = time.monotonic() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    busy1 = machine_busy()
+    out["console_cpu"] = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / wall
+    out["gateway_cpu"] = (proc_cpu_s(app.gateway_pid) - gw0) / wall
+    out["machine_busy"] = (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]) * (os.cpu_count() or 1)
+    out["follows"] = app.link.follows
+    while any(r.get("sessionId") in ids and r.get("status") == "running" for r in rows):
+        await asyncio.sleep(0.5)  # let this batch finish before anything else is measured
+        rows = (await agent.request("sessions.list"))["sessions"]
+    return out
 
 
 async def main() -> None:
@@ -271,22 +317,27 @@ async def main() -> None:
     print(summary("baseline: idle console", keys["idle"]))
     synthetic = f"synthetic: {args.sessions} sessions × {args.rate} lines/s into the console"
     print(summary(synthetic, keys["synthetic"]))
-    print(
-        summary(
-            f"real: {args.sessions} background processes × {args.rate} lines/s via the gateway", keys["real"]
+    for key, label in (("real", "follows the visible session"), ("v1", "every session pushed (v1)")):
+        print(
+            summary(
+                f"real: {args.sessions} background processes × {args.rate} lines/s via the gateway, "
+                f"console {label}",
+                keys[key]["keys"],
+            )
         )
-    )
     print(
         f"\nsynthetic ingest: {keys['synthetic_rate']:,.0f} lines/s offered, console CPU "
         f"{keys['synthetic_cpu']:.2f} cores, pane holds {keys['pane_lines']} lines (cap 5,000)"
     )
-    print(
-        f"real load: spawned {args.sessions} sessions in {keys['spawn_s']:.1f} s, "
-        f"{keys['running']} running when the presses began; console CPU "
-        f"{keys['real_cpu']:.2f} cores; gateway CPU {keys['gateway_cpu']:.2f} cores; gateway pushes "
-        f"output: {keys['pushed']} (visible session only: {keys['follows']}); "
-        f"console max RSS {keys['maxrss_mb']:.0f} MB"
-    )
+    for key in ("real", "v1"):
+        r = keys[key]
+        print(
+            f"real load ({'follow' if r['follows'] else 'v1'}): spawned {args.sessions} sessions in "
+            f"{r['spawn_s']:.1f} s, {r['running']} printing during the presses; CPU while measuring: "
+            f"console {r['console_cpu']:.2f}, gateway {r['gateway_cpu']:.2f}, whole machine "
+            f"{r['machine_busy']:.2f} of {os.cpu_count()} cores"
+        )
+    print(f"console max RSS {keys['maxrss_mb']:.0f} MB; gateway pushes output: {keys['pushed']}")
 
 
 async def _shutdown(state: Path) -> None:

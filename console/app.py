@@ -12,6 +12,8 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
+from textual.timer import Timer
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from console.commands import DirectiveCommands, is_directive
@@ -38,6 +40,8 @@ from engine.protocol import RemoteError
 from engine.results import ToolError
 
 FLUSH_HZ = 30
+LIST_RENDER_SEC = 0.1
+LIST_REFRESH_SEC = 0.5
 SESSION_OVERRIDE_KEYS = ("host", "security", "ask", "node", "elevated")
 FOCUS_TARGETS = {
     "approvals": "#approval-list",
@@ -92,6 +96,8 @@ class ConsoleApp(SessionFlows):
         self.read_chars: dict[str, int] = {}  # no-push fallback: totalChars already looked at
         self.seen_total: dict[str, tuple[Any, Any]] = {}  # poll fallback: log size last shown
         self.shown_at: dict[str, float] = {}  # approval id -> wall time its row was painted (bench)
+        self._list_timer: Timer | None = None
+        self._refresh_timer: Timer | None = None
 
     # ------------------------------------------------------------------ layout
 
@@ -194,17 +200,36 @@ class ConsoleApp(SessionFlows):
         elif event in ("session.started", "session.exited", "session.updated"):
             row = data.get("session")
             self.sessions.upsert(row if isinstance(row, dict) else data)
-            self.sessions.render_list(self.unread())
+            self.render_sessions_soon()
             if event == "session.exited":
-                self.refresh_sessions()
+                self.refresh_sessions_soon()
                 if data.get("sessionId") == self.sessions.current and self.sessions.current:
                     self.replay(self.sessions.current)  # the log has everything up to EOF
         elif event == "session.removed":
             self.sessions.drop(str(data.get("sessionId")))
-            self.sessions.render_list(self.unread())
+            self.render_sessions_soon()
         elif event == "system.event":
             stamp = time.strftime("%H:%M:%S", time.localtime((data.get("ts") or time.time() * 1000) / 1000))
             self.events_pane.feed(f"{stamp}  [{data.get('sessionKey', '')}]  {data.get('text', '')}\n")
+
+    def render_sessions_soon(self) -> None:
+        """Session events come in bursts (100 sessions ending together): one list render per 100 ms."""
+        if self._list_timer is None:
+            self._list_timer = self.set_timer(LIST_RENDER_SEC, self._render_sessions_now)
+
+    def _render_sessions_now(self) -> None:
+        self._list_timer = None
+        with contextlib.suppress(NoMatches):  # the app is closing
+            self.sessions.render_list(self.unread())
+
+    def refresh_sessions_soon(self) -> None:
+        """One `sessions.list` re-read after a burst of exits, not one per exit."""
+        if self._refresh_timer is None:
+            self._refresh_timer = self.set_timer(LIST_REFRESH_SEC, self._refresh_sessions_now)
+
+    def _refresh_sessions_now(self) -> None:
+        self._refresh_timer = None
+        self.refresh_sessions()
 
     def on_socket_approval_requested(self, message: SocketApprovalRequested) -> None:
         req = message.request
@@ -276,8 +301,9 @@ class ConsoleApp(SessionFlows):
         self.call_from_thread(self._set_insight, item.key, insight)
 
     def _set_insight(self, key: str, insight: dict[str, Any]) -> None:
-        self.approvals.insights[key] = insight
-        self.approvals.refresh_detail()
+        with contextlib.suppress(NoMatches):  # runs after a refresh: the app may be closing by then
+            self.approvals.insights[key] = insight
+            self.approvals.refresh_detail()
 
     # ------------------------------------------------------------------ deciding
 

@@ -99,6 +99,7 @@ class GatewayLink:
         self.client: ControlClient | None = None
         self.output = OutputRouter()
         self.connected = asyncio.Event()
+        self.use_follow = True  # False: ask for every session's output (protocol v1; the bench compares)
         self.follows = False  # the gateway supports sessions.follow (pushes only the visible session)
 
     async def run(self) -> None:
@@ -119,10 +120,10 @@ class GatewayLink:
             client.add_listener(self._on_event)
             try:
                 visible = self.output.visible
-                subscribed = await client.request(
-                    "subscribe",
-                    {"topics": list(TOPICS), "follow": [visible] if visible else []},
-                )
+                params: dict[str, Any] = {"topics": list(TOPICS)}
+                if self.use_follow:
+                    params["follow"] = [visible] if visible else []
+                subscribed = await client.request("subscribe", params)
                 self.follows = "follow" in subscribed
                 self.output.pushed = self.output.pushed or self.follows
                 await client.request("approvals.attach")

@@ -372,20 +372,24 @@ async def test_tabs_switch_by_number(state_dir: Path, key: str) -> None:
 async def test_unread_counts_for_sessions_not_on_screen(state_dir: Path) -> None:
     async with running_console(state_dir) as (app, pilot, agent):
         ApprovalsStore().add_allowlist("main", "/usr/bin/seq")
-        ids = []
-        for n in (10, 20):
+
+        async def start(n: int) -> str:
             res = await agent.request(
                 "exec",
                 {"command": f"seq 1 {n}", "background": True, "agentId": "main", "sessionKey": "agent:main"},
             )
-            ids.append(res["details"]["sessionId"])
+            return str(res["details"]["sessionId"])
+
+        shown = await start(10)
         await pilot.press("2")
-        await until(pilot, lambda: all(s in app.sessions.sessions for s in ids))
-        app.sessions.select(ids[0])
-        await until(pilot, lambda: app.unread().get(ids[1], 0) > 0)
-        assert app.unread().get(ids[0], 0) == 0
-        app.sessions.select(ids[1])
-        await until(pilot, lambda: app.unread().get(ids[1], 0) == 0)
+        await until(pilot, lambda: shown in app.sessions.sessions)
+        app.sessions.select(shown)
+        hidden = await start(20)  # prints while another session is on screen
+        printed = len("".join(f"{i}\n" for i in range(1, 21)))
+        await until(pilot, lambda: app.unread().get(hidden, 0) == printed)
+        assert app.unread().get(shown, 0) == 0
+        app.sessions.select(hidden)
+        await until(pilot, lambda: app.unread().get(hidden, 0) == 0)
 
 
 async def test_markup_in_agent_text_is_shown_literally(state_dir: Path) -> None:

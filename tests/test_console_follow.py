@@ -10,7 +10,8 @@ from engine.sandbox import default_manager
 from tests.gateway_util import FULL
 from tests.test_console import running_console, submit, until
 
-SLOW = "for i in $(seq 1 {n}); do echo {tag}-$i; sleep 0.01; done"
+# Both wait for the gate, so neither prints before the console has settled on the one it shows.
+SLOW = "while [ ! -e {gate} ]; do sleep 0.02; done; for i in $(seq 1 {n}); do echo {tag}-$i; sleep 0.01; done"
 
 
 async def test_console_follows_the_visible_session_only(state_dir: Path) -> None:
@@ -25,7 +26,7 @@ async def test_console_follows_the_visible_session_only(state_dir: Path) -> None
             res = await agent.request(
                 "exec",
                 {
-                    "command": SLOW.format(tag=tag, n=n),
+                    "command": SLOW.format(tag=tag, n=n, gate=state_dir / "go"),
                     "background": True,
                     "agentId": "main",
                     "sessionKey": "agent:main",
@@ -37,6 +38,8 @@ async def test_console_follows_the_visible_session_only(state_dir: Path) -> None
         await until(pilot, lambda: a in app.sessions.sessions and b in app.sessions.sessions)
         app.sessions.select(a)
         assert app.link.follows
+        await until(pilot, lambda: app.link.output.since.get(a) == 0)  # followed, and the replay is done
+        (state_dir / "go").touch()
         await until(pilot, lambda: "A-120" in app.sessions.line_pane.text_lines(), timeout=20)
         lines = app.sessions.line_pane.text_lines()
         assert [ln for ln in lines if ln.startswith("A-")] == [f"A-{i}" for i in range(1, 121)]

@@ -16,7 +16,7 @@ KEYMAP: list[tuple[str, list[tuple[str, str]]]] = [
     (
         "Everywhere",
         [
-            ("1 / 2 / 3 / 4", "Approvals / Sessions / Events / Policy"),
+            ("1 / 2 / 3 / 4 / 5", "Approvals / Sessions / Events / Policy / Sandboxes"),
             ("ctrl+p", "command palette: /exec …, /elevated …, /approve <id> <decision>"),
             ("?", "this help"),
             ("q", "quit (the gateway keeps every session and pending approval)"),
@@ -54,6 +54,16 @@ KEYMAP: list[tuple[str, list[tuple[str, str]]]] = [
             ("n", "add an allowlist pattern (optionally ' :: argPattern')"),
             ("delete", "remove the selected allowlist entry"),
             ("c", "check a command against the agent's policy"),
+        ],
+    ),
+    (
+        "Sandboxes",
+        [
+            ("↑ / ↓", "select a container (creation progress shows below the list)"),
+            ("r", "refresh the list"),
+            ("e", "explain the selected container's sandbox settings"),
+            ("x", "recreate: remove it (asks first); the next exec recreates it"),
+            ("p", "prune idle and old containers"),
         ],
     ),
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 from typing import Any, ClassVar
@@ -45,7 +46,12 @@ def fmt_bytes(n: int) -> str:
 
 def session_name(row: dict[str, Any]) -> str:
     """Short and recognisable: the program's basename (paths are pinned and quoted by the engine) + args."""
-    raw = str(row.get("name") or row.get("command") or "")
+    return _short_name(str(row.get("name") or row.get("command") or ""))
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_name(raw: str) -> str:
+    # Cached: the list re-renders every row each second, and shlex is the slowest part of a row.
     try:
         words = shlex.split(raw)
     except ValueError:
@@ -90,6 +96,7 @@ class SessionsPane(Horizontal):
         self.sessions: dict[str, dict[str, Any]] = {}
         self.order: list[str] = []
         self.current: str | None = None
+        self._shown: dict[str, tuple[Any, ...]] = {}  # cells last written per row: only changes are sent
 
     def compose(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="session-list", cursor_type="row", zebra_stripes=True)
@@ -142,15 +149,22 @@ class SessionsPane(Horizontal):
         if order != self.order:
             self.order = order
             table.clear()
+            self._shown = {sid: self._cells(sid, unread, now) for sid in order}
             for sid in order:
-                table.add_row(*self._cells(sid, unread, now), key=sid)
+                table.add_row(*self._shown[sid], key=sid)
             if self.current in order:
                 table.move_cursor(row=order.index(self.current))
         else:
+            # Each update_cell refreshes the table: with 100 busy sessions, writing unchanged cells was
+            # most of the console's work.
             columns = table.ordered_columns
             for sid in order:
-                for col, value in zip(columns, self._cells(sid, unread, now), strict=True):
-                    table.update_cell(sid, col.key, value)
+                cells = self._cells(sid, unread, now)
+                before = self._shown.get(sid, ())
+                for i, (col, value) in enumerate(zip(columns, cells, strict=True)):
+                    if i >= len(before) or before[i] != value:
+                        table.update_cell(sid, col.key, value)
+                self._shown[sid] = cells
         if self.current is None and order:
             self.select(order[table.cursor_row if 0 <= table.cursor_row < len(order) else 0])
         self._header()
