@@ -69,6 +69,11 @@ def generate_token() -> str:
     return base64.urlsafe_b64encode(secrets.token_bytes(24)).rstrip(b"=").decode("ascii")
 
 
+def _stat_key(st: os.stat_result) -> tuple[int, ...]:
+    """Changes with any write, replacement, chmod or chown (ctime covers the last two)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid)
+
+
 # ---- the store -------------------------------------------------------------------------------------
 
 
@@ -77,13 +82,15 @@ class ApprovalsStore:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = Path(path) if path is not None else statefs.state_dir() / FILE_NAME
+        # (stat key, file) of the last read: every exec reads the file, few execs follow an edit.
+        self._snapshot: tuple[tuple[int, ...], ApprovalsFile] | None = None
 
     @property
     def default_socket_path(self) -> str:
         return str(self.path.parent / SOCKET_NAME)
 
-    def _read(self) -> tuple[ApprovalsFile, Any, int] | None:
-        """(normalised file, raw JSON, mode) or None when absent. Refuses symlinks and files that
+    def _read(self) -> tuple[ApprovalsFile, Any, int, tuple[int, ...]] | None:
+        """(normalised file, raw JSON, mode, stat key) or None when absent. Refuses symlinks and files that
         someone else could have written: a forged allowlist would be honoured."""
         try:
             statefs.refuse_symlink(self.path.parent)
@@ -95,6 +102,7 @@ class ApprovalsStore:
             raise ApprovalsFileError(self.path, f"cannot open: {_reason(exc)}") from None
         with os.fdopen(fd, "rb") as fh:
             st = os.fstat(fh.fileno())
+            key = _stat_key(st)
             if not stat.S_ISREG(st.st_mode):
                 raise ApprovalsFileError(self.path, "not a regular file")
             if st.st_uid != os.geteuid():
@@ -110,7 +118,7 @@ class ApprovalsStore:
         except UnicodeDecodeError as exc:
             raise ApprovalsFileError(self.path, f"not valid UTF-8 at byte {exc.start}") from None
         raw = decode_approvals(text, self.path)
-        return normalize_approvals(raw, self.path), raw, mode
+        return normalize_approvals(raw, self.path), raw, mode, key
 
     def exists(self) -> bool:
         return self._read() is not None
@@ -119,6 +127,24 @@ class ApprovalsStore:
         """The normalised file; a missing file is an empty v1 file. Never writes."""
         found = self._read()
         return found[0] if found is not None else ApprovalsFile()
+
+    def snapshot(self) -> ApprovalsFile:
+        """Like load(), but shared and read-only: a cached copy while a stat of the file matches the last
+        read (inode, size, mtime, ctime, mode, owner), so another process's edit is seen at once."""
+        cached = self._snapshot
+        if cached is not None:
+            try:
+                statefs.refuse_symlink(self.path.parent)
+                st = os.lstat(self.path)
+            except (statefs.StateFileError, OSError):
+                st = None  # _read gives the error (or the empty file)
+            if st is not None and _stat_key(st) == cached[0]:
+                return cached[1]
+        found = self._read()
+        if found is None:
+            return ApprovalsFile()
+        self._snapshot = (found[3], found[0])  # nobody else holds this normalisation, so it can be shared
+        return found[0]
 
     @contextlib.contextmanager
     def _edit(self, persist: bool = False) -> Iterator[ApprovalsFile]:

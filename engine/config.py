@@ -218,7 +218,7 @@ def config_path(explicit: str | None = None, env: Mapping[str, str] | None = Non
     raw = explicit or source.get("EXECHOST_CONFIG", "").strip()
     if raw:
         return Path(os.path.expanduser(raw))
-    return statefs.state_dir(dict(source)) / "config.toml"
+    return statefs.state_dir(None if env is None else dict(env)) / "config.toml"  # no os.environ copy
 
 
 def load_config(

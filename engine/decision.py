@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 class ApprovalsSource(Protocol):
     """What evaluate reads the approvals file through (engine.approvals_store.ApprovalsStore)."""
 
-    def load(self) -> ApprovalsFile: ...
+    def snapshot(self) -> ApprovalsFile: ...
 
 
 @dataclass
@@ -117,7 +117,7 @@ def evaluate(
     """
     if not command.strip():
         raise ToolError("Provide a command to start.")
-    approvals = store.load() if store is not None else None
+    approvals = store.snapshot() if store is not None else None
     file_policy = approvals.agent(agent_id) if approvals is not None else None
     file_defaults = approvals.defaults if approvals is not None else None
     entries = approvals.entries(agent_id) if approvals is not None else []

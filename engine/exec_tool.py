@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import logging
 import os
@@ -41,10 +42,56 @@ class Sessions(Protocol):
 
 
 class Store(Protocol):
-    def load(self) -> Any: ...
+    def snapshot(self) -> Any: ...
     def entries(self, agent_id: str) -> Any: ...
     def record_use(self, agent_id: str, entry_id: str, command: str, resolved_path: str | None) -> None: ...
     def persist_allow_always(self, agent_id: str, patterns: Any) -> Any: ...
+
+
+class _Offload:
+    """Runs blocking calls (evaluate stats files) in a worker thread, one thread hop per burst: with
+    hundreds of asks in flight a hop per call cost more than the calls, in GIL hand-offs between
+    pool threads. Calls run in arrival order; each caller gets its own result or exception."""
+
+    def __init__(self) -> None:
+        self._queue: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
+        self._drainer: asyncio.Task[None] | None = None
+
+    async def run(self, call: Callable[[], Any]) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((call, future))
+        if self._drainer is None:
+            self._drainer = asyncio.ensure_future(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        batch: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                outcomes = await asyncio.to_thread(_call_each, [call for call, _ in batch])
+                for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+                    if future.done():
+                        continue  # the caller was cancelled
+                    if ok:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(value)
+        finally:
+            self._drainer = None
+            for _, future in batch + self._queue:  # cancelled with the loop: nobody may wait forever
+                future.cancel()
+            self._queue = []
+
+
+def _call_each(calls: list[Callable[[], Any]]) -> list[tuple[bool, Any]]:
+    outcomes: list[tuple[bool, Any]] = []
+    for call in calls:
+        try:
+            outcomes.append((True, call()))
+        except Exception as exc:
+            outcomes.append((False, exc))
+    return outcomes
 
 
 class Events(Protocol):
@@ -156,6 +203,7 @@ class ExecTool:
         # wait_session(session_id, scope_key) -> awaitable ToolResult of the finished session.
         self._wait_session = wait_session
         self._background: set[asyncio.Task[Any]] = set()
+        self._evaluator = _Offload()
 
     # -- entry point
 
@@ -193,17 +241,19 @@ class ExecTool:
         cwd = self._workdir(params.get("workdir") or params.get("defaultWorkdir"), host_warnings)
         call_params = {k: params[k] for k in ("host", "security", "ask", "node", "elevated") if k in params}
         try:
-            decision = await asyncio.to_thread(
-                evaluate,
-                command,
-                config=config,
-                agent_id=ctx.agent_id,
-                params=call_params,
-                overrides=self.overrides.get(ctx.session_key),
-                store=self.store,
-                cwd=cwd,
-                sandbox_available=sandbox,
-                session_key=ctx.session_key or None,
+            decision = await self._evaluator.run(
+                functools.partial(
+                    evaluate,
+                    command,
+                    config=config,
+                    agent_id=ctx.agent_id,
+                    params=call_params,
+                    overrides=self.overrides.get(ctx.session_key),
+                    store=self.store,
+                    cwd=cwd,
+                    sandbox_available=sandbox,
+                    session_key=ctx.session_key or None,
+                )
             )
         except ApprovalsFileError as exc:
             # Fail closed: a broken approvals file can neither allow nor be silently ignored.

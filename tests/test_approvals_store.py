@@ -597,3 +597,42 @@ def test_stored_entries_drive_the_real_matcher_and_record_use(store: ApprovalsSt
     patterns = allow_always_patterns(command, analyze_command(command), check(command))
     store.persist_allow_always("main", patterns)
     assert check(command).satisfied
+
+
+# ---- snapshot(): the cached read every exec makes ----------------------------------------------------
+
+
+def test_snapshot_is_cached_until_the_file_changes(store: ApprovalsStore) -> None:
+    write(store, {"version": 1, "defaults": {"security": "allowlist"}})
+    first = store.snapshot()
+    assert store.snapshot() is first
+    # Same size, rewritten in place by "another process": seen at once.
+    write(store, {"version": 1, "defaults": {"security": "full"}})
+    assert store.snapshot().defaults.security == "full"
+
+
+def test_snapshot_sees_a_replacement_and_a_deletion(store: ApprovalsStore) -> None:
+    write(store, {"version": 1, "defaults": {"ask": "always"}})
+    assert store.snapshot().defaults.ask == "always"
+    other = store.path.with_name("other.json")
+    other.write_text(json.dumps({"version": 1, "defaults": {"ask": "off"}}))
+    other.chmod(0o600)
+    os.replace(other, store.path)
+    assert store.snapshot().defaults.ask == "off"
+    store.path.unlink()
+    assert store.snapshot().defaults.ask is None
+
+
+def test_snapshot_refuses_a_chmod_or_symlink_after_caching(store: ApprovalsStore) -> None:
+    write(store, {"version": 1, "defaults": {"security": "full"}})
+    store.snapshot()
+    store.path.chmod(0o666)  # only ctime and mode change
+    with pytest.raises(ApprovalsFileError, match="unsafe mode"):
+        store.snapshot()
+    store.path.chmod(0o600)
+    store.snapshot()
+    target = store.path.with_name("forged.json")
+    os.replace(store.path, target)
+    store.path.symlink_to(target)
+    with pytest.raises(ApprovalsFileError, match="symlink"):
+        store.snapshot()

@@ -357,3 +357,30 @@ async def test_broken_approvals_file_fails_closed(state_dir: Path) -> None:
         assert exc.value.code == "tool_error"
         await client.close()
     assert approvals.read_text() == "{ not json"
+
+
+async def test_offload_batches_keep_each_callers_result_and_error() -> None:
+    from engine.exec_tool import _Offload
+
+    offload = _Offload()
+    order: list[int] = []
+
+    def call(i: int) -> int:
+        order.append(i)
+        if i % 3 == 0:
+            raise ValueError(f"bad {i}")
+        return i * 10
+
+    results = await asyncio.gather(
+        *(offload.run(lambda i=i: call(i)) for i in range(1, 10)), return_exceptions=True
+    )
+    assert order == list(range(1, 10))
+    for i, result in zip(range(1, 10), results, strict=True):
+        if i % 3 == 0:
+            assert isinstance(result, ValueError) and str(result) == f"bad {i}"
+        else:
+            assert result == i * 10
+    # A cancelled caller does not disturb the next one.
+    waiter = asyncio.ensure_future(offload.run(lambda: 1))
+    waiter.cancel()
+    assert await offload.run(lambda: 2) == 2

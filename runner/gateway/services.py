@@ -56,7 +56,7 @@ class Services:
         self.server = server
         self._config_path = config_path
         self._config: Config | None = None
-        self._config_stamp: tuple[float, int] | None = None
+        self._config_stamp: tuple[int, ...] | None = None
         env_timeout = os.environ.get("EXECHOST_APPROVAL_TIMEOUT_MS", "").strip()
         if approval_timeout_ms is None and env_timeout.isdigit():
             approval_timeout_ms = int(env_timeout)  # tests shorten the 30-minute expiry this way
@@ -82,7 +82,7 @@ class Services:
         path = Path(self._config_path) if self._config_path else config_path()
         try:
             st = path.stat()
-            stamp: tuple[float, int] | None = (st.st_mtime, st.st_size)
+            stamp: tuple[int, ...] | None = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
         except OSError:
             stamp = None
         if self._config is None or stamp != self._config_stamp:
