@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -128,13 +129,24 @@ class ConsoleApp(SessionFlows):
     def events_pane(self) -> LinePane:
         return self.query_one("#events-pane", LinePane)
 
+    @staticmethod
+    def _while_mounted(callback: Callable[[], None]) -> Callable[[], None]:
+        """A timer callback that does nothing once the panes are gone: timers can fire during shutdown,
+        after the main screen's widgets were removed but before the timers were stopped."""
+
+        def run() -> None:
+            with contextlib.suppress(NoMatches):
+                callback()
+
+        return run
+
     async def on_mount(self) -> None:
         self.sub_title = "connecting to the gateway…"
         if self.connect_gateway:
             self.run_worker(self.link.run(), group="gateway", name="gateway-link", exit_on_error=False)
-        self.set_interval(1 / FLUSH_HZ, self.flush_output)
-        self.set_interval(1.0, self.tick)
-        self.set_interval(0.25, self.poll_visible)
+        self.set_interval(1 / FLUSH_HZ, self._while_mounted(self.flush_output))
+        self.set_interval(1.0, self._while_mounted(self.tick))
+        self.set_interval(0.25, self._while_mounted(self.poll_visible))
         if self.host_approval_socket:
             await self.start_approval_socket()
         self.refresh_policy()
