@@ -9,15 +9,12 @@ import hmac
 import logging
 import os
 import signal
-import socket
-import stat
-import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import statefs
+from engine import statefs, unixsock
 from engine.approvals_store import ApprovalsFileError
 from engine.config import ConfigError
 from engine.protocol import (
@@ -156,13 +153,6 @@ class Connection:
         self._sender.cancel()
 
 
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
-    """(pid, uid, gid) of the connected peer, from the kernel (SO_PEERCRED)."""
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", raw)
-    return pid, uid, gid
-
-
 class GatewayServer:
     """Owns the socket, the pid lock and the services; `start()` then `wait_stopped()`."""
 
@@ -211,23 +201,15 @@ class GatewayServer:
 
     def _check_stale_socket(self) -> None:
         """A live socket is never stolen; a dead one (no listener) is removed. Anything else is refused."""
-        path = self.socket_path
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
+        path = Path(self.socket_path)
+        problem = unixsock.socket_path_problem(path)
+        if problem is not None:
+            raise GatewayBusy(f"{path}: socket path {problem}; refusing to replace it")
+        if not path.exists():
             return
-        if not stat.S_ISSOCK(st.st_mode):
-            raise GatewayBusy(f"{path} exists and is not a socket; refusing to replace it")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            os.unlink(path)
-            return
-        finally:
-            probe.close()
-        raise GatewayBusy(f"another gateway is answering on {path}")
+        if unixsock.socket_is_live(path, timeout=1.0):
+            raise GatewayBusy(f"another gateway is answering on {path}")
+        os.unlink(path)
 
     async def start(self) -> None:
         statefs.ensure_private_dir(self.state_dir)
@@ -312,11 +294,11 @@ class GatewayServer:
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
-        try:
-            pid, uid, _gid = peer_credentials(sock)
-        except OSError:
+        peer = unixsock.peer_info(sock)
+        if peer is None:
             writer.close()
             return
+        pid, uid = peer.pid, peer.uid
         if uid != os.geteuid():
             log.warning("refused peer pid %d uid %d (gateway uid %d)", pid, uid, os.geteuid())
             await self._reject(writer, "auth", f"peer uid {uid} is not the gateway's uid {os.geteuid()}")
