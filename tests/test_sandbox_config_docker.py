@@ -14,28 +14,22 @@ import pytest
 from engine.config import load_config_text
 from engine.sandbox import SandboxExec, SandboxManager, docker_ops, prepare_exec
 from engine.sessions import RunSpec
+from tests.sandbox_util import IMAGE, build_test_image, remove_labelled
 
 pytestmark = pytest.mark.docker
 
 RUN_ID = f"sbxcfg-{os.getpid()}-{secrets.token_hex(3)}"
 TEST_LABEL = f"exechost.test={RUN_ID}"
-IMAGE = "exechost-sbxtest:latest"  # the same busybox test image tests/test_sandbox_docker.py builds
 MIB = 1024 * 1024
 
 
 def _cleanup() -> None:
-    for c in docker_ops.list_sandboxes(TEST_LABEL):
-        docker_ops.remove(c["Id"])
+    remove_labelled(RUN_ID)
 
 
 @pytest.fixture(scope="module")
 def sandbox_image() -> Iterator[str]:
-    try:
-        docker_ops.client()
-    except docker_ops.SandboxUnavailable as exc:
-        pytest.skip(str(exc))
-    docker_ops.build_image([IMAGE], lambda _line: None)
-    yield IMAGE
+    yield build_test_image()
     _cleanup()
 
 

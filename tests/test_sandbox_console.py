@@ -16,7 +16,8 @@ from console.widgets.sandboxes import SandboxesPane
 from engine.protocol import RemoteError
 from engine.sandbox import SandboxManager, docker_ops, set_default_manager
 from tests.gateway_util import connect, gateway, wait_until, write_config
-from tests.test_sandbox_docker import IMAGE, RUN_ID, TEST_LABEL, _cleanup
+from tests.sandbox_util import IMAGE, build_test_image
+from tests.test_sandbox_docker import RUN_ID, TEST_LABEL, _cleanup
 
 pytestmark = pytest.mark.docker
 
@@ -31,12 +32,7 @@ def labelled(sandbox_image: str) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def sandbox_image() -> Iterator[str]:
-    try:
-        docker_ops.client()
-    except docker_ops.SandboxUnavailable as exc:
-        pytest.skip(str(exc))
-    docker_ops.build_image([IMAGE], lambda _line: None)
-    yield IMAGE
+    yield build_test_image()
     _cleanup()
 
 

@@ -20,27 +20,21 @@ from engine.sandbox import SandboxExec, SandboxManager, docker_ops, prepare_exec
 from engine.sandbox.registry import Registry, now_ms
 from engine.sandbox.settings import resolve_settings
 from engine.sessions import RunSpec, SessionManager
+from tests.sandbox_util import IMAGE, build_test_image, remove_labelled
 
 pytestmark = pytest.mark.docker
 
 RUN_ID = f"sbx-{os.getpid()}-{secrets.token_hex(3)}"
 TEST_LABEL = f"exechost.test={RUN_ID}"
-IMAGE = "exechost-sbxtest:latest"
 
 
 def _cleanup() -> None:
-    for c in docker_ops.list_sandboxes(TEST_LABEL):
-        docker_ops.remove(c["Id"])
+    remove_labelled(RUN_ID)
 
 
 @pytest.fixture(scope="session")
 def sandbox_image() -> Iterator[str]:
-    try:
-        docker_ops.client()
-    except docker_ops.SandboxUnavailable as exc:
-        pytest.skip(str(exc))
-    docker_ops.build_image([IMAGE], lambda _line: None)
-    yield IMAGE
+    yield build_test_image()
     _cleanup()
 
 
