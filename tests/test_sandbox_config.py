@@ -324,8 +324,16 @@ def test_registry_concurrent_writers_lose_nothing(state_dir: Path) -> None:
     assert names == {f"c{n}-{i}" for n in range(4) for i in range(15)}
 
 
-def test_prune_removes_idle_and_old_entries(state_dir: Path) -> None:
+@pytest.mark.parametrize("uptime", [10.0, 1e6])
+def test_prune_removes_idle_and_old_entries(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, uptime: float
+) -> None:
     import asyncio
+    import time
+
+    # A freshly booted machine: time.monotonic() is below the 5-minute prune interval.
+    clock = [uptime]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
 
     from engine.sandbox.manager import SandboxManager
 

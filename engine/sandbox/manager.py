@@ -74,7 +74,7 @@ class SandboxManager:
         self._registry = registry
         self._known: dict[str, _Known] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._last_prune = 0.0
+        self._last_prune: float | None = None  # None = never pruned (monotonic() may be < 5 min after boot)
         self.active: dict[str, int] = {}  # running commands per container (this process)
         self.progress: Callable[[str, str], None] | None = None  # (container, message) while creating
 
@@ -294,7 +294,7 @@ class SandboxManager:
     async def maybe_prune(self, settings: SandboxSettings, *, force: bool = False) -> list[str]:
         """Remove containers idle past idleHours or older than maxAgeDays; at most once per 5 min."""
         now = time.monotonic()
-        if not force and now - self._last_prune < PRUNE_INTERVAL_SEC:
+        if not force and self._last_prune is not None and now - self._last_prune < PRUNE_INTERVAL_SEC:
             return []
         self._last_prune = now
         return await asyncio.to_thread(self._prune, settings.idle_hours, settings.max_age_days)
