@@ -25,8 +25,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from console.app import ConsoleApp
-from engine.approvals_store import ApprovalsStore
-from engine.protocol import ControlClient, Event
+from engine.approvals.store import ApprovalsStore
+from engine.protocol.frames import ControlClient, Event
 
 PYTHON = os.path.realpath(sys.executable)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.protocol import ControlClient  # noqa: E402
+from engine.protocol.frames import ControlClient  # noqa: E402
 
 FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
 ASK_ALWAYS = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "always"\n'

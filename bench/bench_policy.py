@@ -13,9 +13,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import allowlist, analysis, resolve
-from engine.allowlist import AllowlistEntry, enforced_command, evaluate_allowlist
-from engine.analysis import analyze_command
+from engine.commands import allowlist, analysis
+from engine.commands import which as resolve
+from engine.commands.allowlist import AllowlistEntry, enforced_command, evaluate_allowlist
+from engine.commands.analysis import analyze_command
 
 # A mixed corpus: allowed, safe-bin, wrapped, nested, missed and fail-closed commands.
 TEMPLATES = [

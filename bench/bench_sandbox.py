@@ -55,7 +55,7 @@ async def main() -> None:
     root = tempfile.mkdtemp(prefix="eh-bench-", dir="/tmp")
     os.environ["OPENCLAW_STATE_DIR"] = os.path.join(root, "s")
 
-    from engine.config import load_config_text
+    from engine.config.loader import load_config_text
     from engine.sandbox import SandboxManager, docker_ops, prepare_exec
     from engine.sessions import RunSpec
 

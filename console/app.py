@@ -29,15 +29,15 @@ from console.widgets.panes import LinePane
 from console.widgets.policy import PolicyPane, load_policies
 from console.widgets.sandboxes import SandboxesPane
 from console.widgets.sessions import SessionsPane
-from engine.approval_socket import (
+from engine.approvals.socket.server import (
     ApprovalSocketError,
     ApprovalSocketServer,
     LocalExecHost,
     PromptRequest,
 )
-from engine.approvals_store import ApprovalsFileError, ApprovalsStore
-from engine.policy import SessionOverrides, apply_directive
-from engine.protocol import RemoteError
+from engine.approvals.store import ApprovalsFileError, ApprovalsStore
+from engine.policy.precedence import SessionOverrides, apply_directive
+from engine.protocol.frames import RemoteError
 from engine.results import ToolError
 
 FLUSH_HZ = 30
@@ -543,7 +543,7 @@ class ConsoleApp(SessionFlows):
         self.refresh_policy()
 
     async def _approve_directive(self, text: str) -> None:
-        from engine.approval_manager import USAGE, normalize_decision
+        from engine.approvals.pending import USAGE, normalize_decision
 
         args = text.lstrip("/").split()[1:]
         if len(args) != 2:

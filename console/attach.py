@@ -12,7 +12,7 @@ import tty
 from pathlib import Path
 from typing import Any
 
-from engine.protocol import ControlClient, Event, RemoteError
+from engine.protocol.frames import ControlClient, Event, RemoteError
 
 DETACH = b"\x1d"  # ctrl+]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from console.app import ConsoleApp
 from engine import statefs
-from engine.approvals_store import ApprovalsStore
-from engine.protocol import ControlClient, RemoteError
+from engine.approvals.store import ApprovalsStore
+from engine.protocol.frames import ControlClient, RemoteError
 
 DEMO_CONFIG = """\
 # exechost demo profile: commands run on this machine (host=gateway) under an allowlist;

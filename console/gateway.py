@@ -11,7 +11,7 @@ from typing import Any
 from textual.app import App
 
 from console.messages import GatewayConnected, GatewayEvent, GatewayLost
-from engine.protocol import TOPICS, ControlClient, Event, GatewayUnavailable, RemoteError
+from engine.protocol.frames import TOPICS, ControlClient, Event, GatewayUnavailable, RemoteError
 
 PENDING_CAP = 1 << 20  # chars buffered for the visible pane between two flushes
 

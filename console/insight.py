@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from engine.approvals_store import ApprovalsStore
-from engine.config import ConfigError, load_config
+from engine.approvals.store import ApprovalsStore
+from engine.config.loader import ConfigError, load_config
 
 
 def insight_from_view(view: dict[str, Any]) -> dict[str, Any] | None:
@@ -36,7 +36,7 @@ def explain_approval(view: dict[str, Any], config_path: str | None = None) -> di
 
     Returns camelCase keys: segments, analysisOk, analysisReason, allowAlwaysPatterns, resolvedPath, trail.
     """
-    from engine.decision import evaluate
+    from engine.policy.decision import evaluate
 
     out: dict[str, Any] = {}
     command = str(view.get("command") or "")
@@ -67,8 +67,8 @@ def explain_approval(view: dict[str, Any], config_path: str | None = None) -> di
 
 def commands_also_allowed(patterns: list[str], commands: list[str], agent_id: str, cwd: str) -> list[str]:
     """Recent commands that the new allow-always patterns would also let through without asking."""
-    from engine.allowlist import AllowlistEntry, evaluate_allowlist
-    from engine.analysis import analyze_command
+    from engine.commands.allowlist import AllowlistEntry, evaluate_allowlist
+    from engine.commands.analysis import analyze_command
 
     entries = [AllowlistEntry(pattern=p) for p in patterns]
     hits: list[str] = []

@@ -8,7 +8,7 @@ from typing import Any
 
 from textual.message import Message
 
-from engine.approval_socket import PromptRequest
+from engine.approvals.socket.server import PromptRequest
 
 
 @dataclass

@@ -13,7 +13,7 @@ from textual.screen import Screen
 from console.dialogs import ConfirmDialog, TextDialog
 from console.gateway import GatewayLink
 from console.widgets.sessions import SessionsPane
-from engine.protocol import RemoteError
+from engine.protocol.frames import RemoteError
 
 REPLAY_BYTES = 64 * 1024
 LOG_PAGE_LINES = 500

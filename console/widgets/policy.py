@@ -15,9 +15,9 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from engine.approvals_store import ApprovalsStore
-from engine.config import load_config
-from engine.policy import PolicyError, SessionOverrides, resolve_policy
+from engine.approvals.store import ApprovalsStore
+from engine.config.loader import load_config
+from engine.policy.precedence import PolicyError, SessionOverrides, resolve_policy
 
 
 @dataclass

@@ -35,7 +35,7 @@ class RunSpec:
     command: str
     argv: list[str] | None = None  # None => [/bin/sh, -c, command]
     cwd: str | None = None
-    env: dict[str, str] | None = None  # already sanitised by the caller (engine.hostenv); None => inherit
+    env: dict[str, str] | None = None  # sanitised by the caller (engine.commands.hostenv); None => inherit
     pty: bool = False
     cols: int = 120
     rows: int = 40

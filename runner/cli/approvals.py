@@ -6,8 +6,7 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
-from engine.allowlist import COMMAND_HASH_PREFIX
-from engine.approvals_store import (
+from engine.approvals.store import (
     DEFAULT_AGENT,
     WILDCARD_AGENT,
     AgentApprovals,
@@ -17,8 +16,9 @@ from engine.approvals_store import (
     ApprovalsStore,
     normalize_agent_id,
 )
-from engine.config import ConfigError, load_config
-from engine.policy import resolve_policy
+from engine.commands.allowlist import COMMAND_HASH_PREFIX
+from engine.config.loader import ConfigError, load_config
+from engine.policy.precedence import resolve_policy
 from engine.results import ToolError
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit

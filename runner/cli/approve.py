@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from engine.approval_manager import USAGE, normalize_decision
+from engine.approvals.pending import USAGE, normalize_decision
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import call, run_verb

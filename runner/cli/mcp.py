@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.protocol import GatewayUnavailable, RemoteError
+from engine.protocol.frames import GatewayUnavailable, RemoteError
 from runner.cli.common import Subparsers
 from runner.cli.gateway import EXIT_UNAVAILABLE
 

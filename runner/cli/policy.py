@@ -9,9 +9,16 @@ import re
 import shlex
 import sys
 
-from engine.approvals_store import ApprovalsFileError, ApprovalsStore
-from engine.config import ConfigError, load_config
-from engine.policy import ASKS, HOSTS, SECURITIES, normalize_ask, normalize_host, normalize_security
+from engine.approvals.store import ApprovalsFileError, ApprovalsStore
+from engine.config.loader import ConfigError, load_config
+from engine.policy.precedence import (
+    ASKS,
+    HOSTS,
+    SECURITIES,
+    normalize_ask,
+    normalize_host,
+    normalize_security,
+)
 from engine.results import ToolError
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_config_arg, escape_controls
@@ -71,7 +78,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not os.path.isdir(cwd):
         raise UsageError(f"policy check: --cwd {args.cwd!r} is not a directory")
     # Imported here so a problem in the analysis stack cannot take down every other CLI verb.
-    from engine.decision import evaluate, explain
+    from engine.policy.decision import evaluate, explain
 
     try:
         config = load_config(args.config, required=bool(args.config or os.environ.get("EXECHOST_CONFIG")))

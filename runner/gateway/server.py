@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs, unixsock
-from engine.approvals_store import ApprovalsFileError
-from engine.config import ConfigError
-from engine.protocol import (
+from engine.approvals.store import ApprovalsFileError
+from engine.config.loader import ConfigError
+from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,

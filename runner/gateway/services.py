@@ -11,14 +11,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.approval_manager import ApprovalManager, ApprovalRecord
-from engine.approvals_store import ApprovalsStore
-from engine.config import Config, config_path, load_config
-from engine.exec_tool import ExecTool
-from engine.policy import SessionOverrides
-from engine.protocol import Event
+from engine.approvals.pending import ApprovalManager, ApprovalRecord
+from engine.approvals.store import ApprovalsStore
+from engine.config.loader import Config, config_path, load_config
+from engine.policy.precedence import SessionOverrides
+from engine.protocol.frames import Event
 from engine.results import ToolResult
 from engine.sessions import OutputChunk, OutputSubscription, SessionManager, SystemEvents
+from engine.tools.exec import ExecTool
 
 if TYPE_CHECKING:
     from runner.gateway.server import Connection, GatewayServer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.approval_manager import ApprovalError
+from engine.approvals.pending import ApprovalError
 from engine.results import ToolError
 from runner.gateway.handlers.common import opt_str, req_str
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.exec_tool import ExecContext
+from engine.tools.exec import ExecContext
 from runner.gateway.handlers.common import agent_id, session_key
 
 if TYPE_CHECKING:

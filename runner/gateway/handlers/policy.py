@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from engine.decision import evaluate
-from engine.exec_tool import sandbox_available
-from engine.policy import SessionOverrides, apply_directive
+from engine.policy.decision import evaluate
+from engine.policy.precedence import SessionOverrides, apply_directive
+from engine.tools.exec import sandbox_available
 from runner.gateway.handlers.common import agent_id, opt_str, req_str, session_key
 
 if TYPE_CHECKING:

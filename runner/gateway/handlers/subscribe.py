@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.protocol import TOPICS
+from engine.protocol.frames import TOPICS
 
 if TYPE_CHECKING:
     from runner.gateway.server import Connection

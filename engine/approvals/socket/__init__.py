@@ -1,0 +1,1 @@
+"""exec-approvals.sock: OpenClaw's wire format, the hardened server, the local exec host."""

@@ -1,0 +1,130 @@
+"""The exec-frame evaluator: local policy and approvals file decide, a human may be asked, argv runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, PromptRequest
+from engine.approvals.store import ApprovalsStore
+from engine.commands.hostenv import sanitize_host_env
+from engine.config.loader import load_config
+from engine.policy.decision import evaluate
+from engine.results import ToolError
+from engine.unixsock import PeerInfo
+
+OUTPUT_CAP = 200_000  # chars of stdout/stderr returned per exec
+
+
+@dataclass
+class LocalExecHost:
+    """Evaluates `exec` frames against this machine's config and approvals file, asks, then runs.
+
+    What runs is exactly the evaluated argv (no shell re-parse), with a sanitised environment.
+    """
+
+    config_path: str | Path | None = None
+    approvals_path: Path | None = None
+
+    async def __call__(self, request: ExecHostRequest, decide: Decider, peer: PeerInfo) -> ExecOutcome:
+        command = shlex.join(request.command)
+        agent_id = request.agent_id or "main"
+        cwd = request.cwd or os.getcwd()
+        try:
+            env = sanitize_host_env(os.environ, request.env).env
+        except ToolError as exc:
+            return ExecOutcome.fail("INVALID_REQUEST", str(exc), "env")
+        config = await asyncio.to_thread(load_config, self.config_path)
+        store = ApprovalsStore(self.approvals_path)
+        verdict = await asyncio.to_thread(
+            evaluate,
+            command,
+            config=config,
+            agent_id=agent_id,
+            params={"host": "gateway"},
+            store=store,
+            cwd=cwd,
+            env=env,
+        )
+        security = verdict.security
+        if security is None:  # the policy itself refused (e.g. host=gateway not allowed here)
+            return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {verdict.reason}", "policy")
+        if security == "deny":
+            return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DISABLED: security=deny", "security=deny")
+        if verdict.decision == "deny":
+            # A decision sent by the client answers an ask; it never overrides a deny (unlike OpenClaw).
+            return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: allowlist miss", "allowlist-miss")
+        decision = request.approval_decision
+        if verdict.decision == "ask" and decision is None:
+            resolved = next((s.get("resolvedPath") for s in verdict.segments if s.get("resolvedPath")), None)
+            decision = await decide(
+                PromptRequest(
+                    id=str(uuid.uuid4()),
+                    command=command,
+                    cwd=cwd,
+                    host="gateway",
+                    security=security,
+                    ask=verdict.ask,
+                    agent_id=agent_id,
+                    resolved_path=resolved,
+                    session_key=request.session_key,
+                    source="socket-exec",
+                    peer_pid=peer.pid,
+                )
+            )
+            if decision == "deny":
+                return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: user denied", "user-denied")
+        if decision is not None and decision not in verdict.allowed_decisions:
+            decision = "allow-once"  # e.g. allow-always under ask=always
+        if decision == "allow-always" and verdict.allow_always_patterns:
+            await asyncio.to_thread(store.persist_allow_always, agent_id, verdict.allow_always_patterns)
+        timeout = (request.timeout_ms or 1_800_000) / 1000
+        return ExecOutcome(
+            ok=True, payload=await run_argv(list(request.command), cwd=cwd, env=env, timeout=timeout)
+        )
+
+
+async def run_argv(argv: list[str], *, cwd: str, env: Mapping[str, str], timeout: float) -> dict[str, Any]:
+    """Run argv (no shell) in its own process group; the exec-res payload shape."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=dict(env),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return {
+            "exitCode": None,
+            "timedOut": False,
+            "success": False,
+            "stdout": "",
+            "stderr": "",
+            "error": str(exc),
+        }
+    timed_out = False
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        timed_out = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+        out, err = await proc.communicate()
+    code = proc.returncode
+    return {
+        "exitCode": code,
+        "timedOut": timed_out,
+        "success": code == 0 and not timed_out,
+        "stdout": out.decode("utf-8", "replace")[-OUTPUT_CAP:],
+        "stderr": err.decode("utf-8", "replace")[-OUTPUT_CAP:],
+    }

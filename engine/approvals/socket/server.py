@@ -1,0 +1,390 @@
+"""exec-approvals.sock's hardened server (hosted by the console); re-exports approval_wire, approval_exec."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import os
+import select
+import socket
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine import statefs
+from engine.approvals.socket.exec_host import OUTPUT_CAP as OUTPUT_CAP
+from engine.approvals.socket.exec_host import LocalExecHost as LocalExecHost
+from engine.approvals.socket.exec_host import run_argv as run_argv
+from engine.approvals.socket.wire import DECISIONS as DECISIONS
+from engine.approvals.socket.wire import EXEC_TIMEOUT_S as EXEC_TIMEOUT_S
+from engine.approvals.socket.wire import MAX_FRAME_BYTES as MAX_FRAME_BYTES
+from engine.approvals.socket.wire import REQUEST_TIMEOUT_S as REQUEST_TIMEOUT_S
+from engine.approvals.socket.wire import TTL_MS as TTL_MS
+from engine.approvals.socket.wire import Decider as Decider
+from engine.approvals.socket.wire import ExecHandler as ExecHandler
+from engine.approvals.socket.wire import ExecHostRequest as ExecHostRequest
+from engine.approvals.socket.wire import ExecOutcome as ExecOutcome
+from engine.approvals.socket.wire import PromptRequest as PromptRequest
+from engine.approvals.socket.wire import encode_frame
+from engine.approvals.socket.wire import exec_frame as exec_frame
+from engine.approvals.socket.wire import request_decision as request_decision
+from engine.approvals.socket.wire import request_exec as request_exec
+from engine.approvals.socket.wire import sign as sign
+from engine.unixsock import SUN_PATH_MAX as SUN_PATH_MAX
+from engine.unixsock import PeerInfo as PeerInfo
+from engine.unixsock import peer_info, socket_path_problem
+from engine.unixsock import socket_is_live as socket_is_live
+
+
+class ApprovalSocketError(Exception):
+    """The socket path is unusable (symlink, wrong type, too long)."""
+
+
+class ApprovalSocketBusy(ApprovalSocketError):
+    """Another live server (a second console, or OpenClaw's app) already answers on this path."""
+
+
+def _deny_frame(rid: str) -> dict[str, Any]:
+    return {"type": "decision", "id": rid, "decision": "deny"}
+
+
+def _frame_id(frame: dict[str, Any]) -> str:
+    """The frame's id when it is a sane string, else a fresh one (replies always carry an id)."""
+    rid = frame.get("id")
+    return rid if isinstance(rid, str) and 0 < len(rid) <= 128 else str(uuid.uuid4())
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    stamp: float
+
+
+@dataclass
+class RateLimit:
+    """Token bucket per peer pid: `burst` frames at once, then `per_second`."""
+
+    burst: int = 20
+    per_second: float = 5.0
+    _buckets: dict[int, _Bucket] = field(default_factory=dict)
+
+    def allow(self, key: int, now: float) -> bool:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            if len(self._buckets) > 4096:  # pids come and go; forget idle ones
+                self._buckets = {k: b for k, b in self._buckets.items() if now - b.stamp < 60}
+            bucket = self._buckets[key] = _Bucket(float(self.burst), now)
+        bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.stamp) * self.per_second)
+        bucket.stamp = now
+        if bucket.tokens < 1.0:
+            return False
+        bucket.tokens -= 1.0
+        return True
+
+
+class NonceCache:
+    """Nonces seen within the TTL window; full cache fails closed rather than forgetting early."""
+
+    def __init__(self, ttl_ms: int = TTL_MS, capacity: int = 65_536) -> None:
+        self._seen: OrderedDict[str, float] = OrderedDict()
+        self._ttl = 2 * ttl_ms / 1000  # a nonce is only valid within ±ttl, so 2×ttl covers every reuse
+        self._capacity = capacity
+
+    def add(self, nonce: str, now: float) -> bool:
+        """Record `nonce`; False if it was already used (or the cache is full of live nonces)."""
+        while self._seen:
+            oldest, stamp = next(iter(self._seen.items()))
+            if now - stamp <= self._ttl:
+                break
+            del self._seen[oldest]
+        if nonce in self._seen or len(self._seen) >= self._capacity:
+            return False
+        self._seen[nonce] = now
+        return True
+
+
+def check_socket_path(path: Path) -> None:
+    """Refuse a path that is too long or holds anything but a socket (reference: symlink/dir/file)."""
+    problem = socket_path_problem(path)
+    if problem is not None:
+        raise ApprovalSocketError(f"socket path {problem}: {path}")
+
+
+class ApprovalSocketServer:
+    """Serves `request` → `decision` and `exec` → `exec-res`, one JSON line per connection.
+
+    Hardening beyond OpenClaw's app: a lifetime lock plus a connect probe so a live socket is never
+    stolen, same-UID peers only, constant-time token and HMAC compares, a nonce replay cache, a frame
+    cap, a per-peer rate limit and a cap on concurrent connections.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        token: str,
+        *,
+        decider: Decider,
+        exec_handler: ExecHandler | None = None,
+        prompt_timeout: float = 300.0,
+        rate_limit: RateLimit | None = None,
+        max_connections: int = 64,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not token:
+            raise ApprovalSocketError("approval socket token is empty")
+        self.path = Path(path)
+        self._token = token.encode()
+        self._decider = decider
+        self._exec_handler = exec_handler
+        self._prompt_timeout = prompt_timeout
+        self._rate = rate_limit or RateLimit()
+        self._nonces = NonceCache()
+        self._clock = clock
+        self._slots = asyncio.Semaphore(max_connections)
+        self._server: asyncio.Server | None = None
+        self._lock_fd: int | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.stats: dict[str, int] = {"accepted": 0, "rejected": 0}
+
+    async def start(self) -> None:
+        """Claim the path (never from a live server), bind 0600 inside a 0700 dir, listen."""
+        statefs.ensure_private_dir(self.path.parent)
+        check_socket_path(self.path)
+        fd = statefs.try_lock(self.path)
+        if fd is None:
+            raise ApprovalSocketBusy(f"another console already serves {self.path}")
+        try:
+            if os.path.lexists(self.path):
+                if await asyncio.to_thread(socket_is_live, self.path):
+                    raise ApprovalSocketBusy(f"a live server already answers on {self.path}")
+                os.unlink(self.path)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.bind(str(self.path))
+                os.chmod(self.path, 0o600)  # between bind and listen: nobody can connect yet
+                sock.listen(16)
+                sock.setblocking(False)
+            except BaseException:
+                sock.close()
+                raise
+            self._server = await asyncio.start_unix_server(self._serve, sock=sock, limit=MAX_FRAME_BYTES + 1)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._lock_fd = fd
+
+    async def close(self) -> None:
+        """Stop listening, cancel in-flight prompts (their peers get deny), remove the socket."""
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._server.wait_closed()
+            self._server = None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    async def __aenter__(self) -> ApprovalSocketServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            if self._slots.locked():
+                self.stats["rejected"] += 1
+                return
+            async with self._slots:
+                await self._handle(reader, writer)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+            await _discard_input(reader, writer)
+            writer.close()
+            with contextlib.suppress(OSError):  # the peer may already have reset the connection
+                await writer.wait_closed()
+
+    async def _send(self, writer: asyncio.StreamWriter, frame: dict[str, Any]) -> None:
+        writer.write(encode_frame(frame))
+        await writer.drain()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = peer_info(writer.get_extra_info("socket"))
+        if peer is None or peer.uid != os.geteuid():
+            self.stats["rejected"] += 1
+            await self._send(writer, _deny_frame(str(uuid.uuid4())))
+            return
+        if not self._rate.allow(peer.pid, self._clock()):
+            self.stats["rejected"] += 1
+            await self._send(writer, {"type": "error", "code": "RATE_LIMITED", "message": "rate limited"})
+            return
+        line = await self._read_line(reader)
+        if line is None:
+            self.stats["rejected"] += 1
+            await self._send(
+                writer,
+                {
+                    "type": "error",
+                    "code": "INVALID_REQUEST",
+                    "message": f"frame exceeds {MAX_FRAME_BYTES} bytes",
+                },
+            )
+            return
+        try:
+            frame = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            frame = None
+        if not isinstance(frame, dict):
+            self.stats["rejected"] += 1
+            return
+        kind = frame.get("type")
+        if kind == "request":
+            await self._on_request(frame, peer, writer)
+        elif kind == "exec":
+            await self._on_exec(frame, peer, writer)
+        else:
+            self.stats["rejected"] += 1
+
+    async def _read_line(self, reader: asyncio.StreamReader) -> bytes | None:
+        """One line up to the cap; None when the peer sends more than the cap without a newline."""
+        try:
+            async with asyncio.timeout(5.0):
+                return await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            return exc.partial  # the peer half-closed without a trailing newline
+        except asyncio.LimitOverrunError:
+            return None
+        except TimeoutError:
+            return b""
+
+    def _token_ok(self, given: object) -> bool:
+        return isinstance(given, str) and hmac.compare_digest(given.encode(), self._token)
+
+    async def _on_request(self, frame: dict[str, Any], peer: PeerInfo, writer: asyncio.StreamWriter) -> None:
+        rid = _frame_id(frame)
+        body = frame.get("request")
+        if not self._token_ok(frame.get("token")) or not isinstance(body, dict) or not body.get("command"):
+            self.stats["rejected"] += 1
+            await self._send(writer, _deny_frame(rid))
+            return
+        self.stats["accepted"] += 1
+        decision = await self._ask(PromptRequest.from_wire(rid, body, peer.pid), writer)
+        await self._send(writer, {"type": "decision", "id": rid, "decision": decision})
+
+    async def _ask(self, request: PromptRequest, writer: asyncio.StreamWriter) -> str:
+        """The decider's answer; deny on timeout, on error, or when the peer goes away first."""
+        ask = asyncio.ensure_future(self._decider(request))
+        gone = asyncio.ensure_future(_wait_closing(writer))
+        try:
+            done, _ = await asyncio.wait(
+                {ask, gone}, timeout=self._prompt_timeout, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            gone.cancel()
+            if not ask.done():
+                ask.cancel()
+        if ask in done and not ask.cancelled() and ask.exception() is None:
+            decision = ask.result()
+            if decision in DECISIONS:
+                return decision
+        return "deny"
+
+    async def _on_exec(self, frame: dict[str, Any], peer: PeerInfo, writer: asyncio.StreamWriter) -> None:
+        rid = _frame_id(frame)
+
+        async def reply(outcome: ExecOutcome) -> None:
+            await self._send(writer, outcome.to_frame(rid))
+
+        nonce, ts, mac, request_json = (frame.get(k) for k in ("nonce", "ts", "hmac", "requestJson"))
+        if (
+            not isinstance(nonce, str)
+            or not 16 <= len(nonce) <= 128
+            or any(c not in "0123456789abcdef" for c in nonce)
+            or not isinstance(ts, int)
+            or isinstance(ts, bool)
+            or not isinstance(mac, str)
+            or not isinstance(request_json, str)
+        ):
+            self.stats["rejected"] += 1
+            await reply(ExecOutcome.fail("INVALID_REQUEST", "invalid auth", "hmac"))
+            return
+        now = self._clock()
+        if abs(now * 1000 - ts) > TTL_MS:
+            self.stats["rejected"] += 1
+            await reply(ExecOutcome.fail("INVALID_REQUEST", "expired request", "ttl"))
+            return
+        expected = sign(self._token.decode(), nonce, ts, request_json)
+        if not hmac.compare_digest(mac.lower().encode(), expected.encode()):
+            self.stats["rejected"] += 1
+            await reply(ExecOutcome.fail("INVALID_REQUEST", "invalid auth", "hmac"))
+            return
+        if not self._nonces.add(nonce, now):
+            self.stats["rejected"] += 1
+            await reply(ExecOutcome.fail("INVALID_REQUEST", "replayed request", "nonce"))
+            return
+        try:
+            request = ExecHostRequest.from_json(request_json)
+        except (ValueError, TypeError):
+            self.stats["rejected"] += 1
+            await reply(ExecOutcome.fail("INVALID_REQUEST", "invalid payload", "json"))
+            return
+        if not request.command:
+            await reply(ExecOutcome.fail("INVALID_REQUEST", "command required", "json"))
+            return
+        if self._exec_handler is None:
+            await reply(ExecOutcome.fail("UNAVAILABLE", "exec host unavailable", "companion-unavailable"))
+            return
+        self.stats["accepted"] += 1
+
+        async def decide(prompt: PromptRequest) -> str:
+            return await self._ask(prompt, writer)
+
+        try:
+            outcome = await self._exec_handler(request, decide, peer)
+        except Exception as exc:
+            outcome = ExecOutcome.fail("UNAVAILABLE", f"exec failed: {exc}", "runtime-error")
+        await reply(outcome)
+
+
+async def _discard_input(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Half-close, then swallow what the peer still sends (briefly): closing a Unix socket with unread
+    input makes the peer's read fail with ECONNRESET before it sees our reply."""
+    with contextlib.suppress(Exception):
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(1.0):
+            while await reader.read(65536):
+                pass
+
+
+async def _wait_closing(writer: asyncio.StreamWriter) -> None:
+    """Returns once the peer has fully gone; its half-close after the request must not count.
+
+    asyncio stops reading after EOF, so a later full close is only visible as POLLHUP on the fd.
+    """
+    sock = writer.get_extra_info("socket")
+    poller = select.poll()
+    if sock is not None:
+        poller.register(sock.fileno(), select.POLLHUP | select.POLLERR)
+    while not writer.transport.is_closing():
+        if any(ev & (select.POLLHUP | select.POLLERR) for _, ev in poller.poll(0)):
+            return
+        await asyncio.sleep(0.2)

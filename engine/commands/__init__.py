@@ -1,0 +1,1 @@
+"""Command analysis: parse, unwrap, resolve and match a shell command; the host exec environment."""

@@ -1,0 +1,461 @@
+"""Allowlist matching: resolve each segment's executable, match patterns and safe bins, pin what runs."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import stat
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from engine.commands.analysis import ANALYSED_SHELLS, OTHER_SHELLS, CommandAnalysis, Segment
+from engine.commands.safebins import (
+    DEFAULT_SAFE_BIN_PROFILES,
+    DEFAULT_SAFE_BINS,
+    DEFAULT_TRUSTED_DIRS,
+    SafeBinProfile,
+    safe_bin_names,
+    validate_safe_bin_argv,
+)
+from engine.commands.which import DEFAULT_PATH, poll_changes, resolve, resolve_executable
+from engine.commands.wrappers import BLOCKED_WRAPPERS, TRANSPARENT_WRAPPERS, names
+
+__all__ = [
+    "ALLOW_ALWAYS_SOURCE",
+    "COMMAND_HASH_PREFIX",
+    "DEFAULT_SAFE_BINS",
+    "DEFAULT_TRUSTED_DIRS",
+    "AllowlistEntry",
+    "AllowlistResult",
+    "SafeBinProfile",
+    "SegmentMatch",
+    "allow_always_patterns",
+    "command_hash_pattern",
+    "enforced_command",
+    "evaluate_allowlist",
+    "has_durable_approval",
+    "is_interpreter",
+    "profile_from_config",
+    "resolve_executable",
+    "trusted_dir_warnings",
+]
+
+COMMAND_HASH_PREFIX = "=command:"
+ALLOW_ALWAYS_SOURCE = "allow-always"
+SHELLS = ANALYSED_SHELLS | OTHER_SHELLS
+# Shells, interpreters and command runners: "allow always" never persists these, since a path entry
+# for them would allow any code at all.
+INTERPRETERS = (
+    names(
+        "sh bash dash ash zsh ksh mksh pdksh yash fish csh tcsh rc es posh busybox toybox python pypy "
+        "node nodejs bun deno perl ruby irb php lua luajit tclsh wish expect awk gawk mawk nawk sed gsed "
+        "osascript pwsh powershell cmd wscript cscript r rscript julia guile racket sbcl clisp ocaml erl "
+        "elixir iex swift java jshell groovy scala env xargs parallel watch find make nice nohup time "
+        "timeout stdbuf npx uvx pipx "
+    )
+    | BLOCKED_WRAPPERS
+)
+_VERSION_SUFFIX = re.compile(r"^(.+?)[-_]?[\d.]*(\.exe)?$")
+
+
+@dataclass(frozen=True)
+class AllowlistEntry:
+    pattern: str
+    arg_pattern: str | None = None
+    id: str | None = None
+    source: str | None = None  # "allow-always" when an approval decision wrote it (reference §3.3)
+
+
+@dataclass(frozen=True)
+class SegmentMatch:
+    argv: tuple[str, ...]
+    resolved_path: str | None
+    satisfied_by: str | None  # "allowlist" | "safeBins" | None (miss)
+    matched_pattern: str | None
+    entry_id: str | None
+    reason: str | None  # reason for a miss
+    wrapper_paths: tuple[str, ...] = ()  # real paths of the transparent wrappers, in order
+    inner: AllowlistResult | None = None  # `sh -c` payload's own result
+
+
+@dataclass(frozen=True)
+class AllowlistResult:
+    satisfied: bool
+    segments: tuple[SegmentMatch, ...]
+
+
+# --------------------------------------------------------------------------- patterns
+
+
+@lru_cache(maxsize=512)
+def _compile_glob(pattern: str, home: str) -> re.Pattern[str]:
+    if pattern == "~" or pattern.startswith("~/"):
+        pattern = home + pattern[1:]
+    if "*" not in pattern and "?" not in pattern and "/" in pattern:
+        # A literal path names the file it points at now: `/usr/bin/python3` matches python3.11.
+        pattern = os.path.realpath(pattern)
+    out: list[str] = []
+    index = 0
+    while index < len(pattern):
+        if pattern.startswith("**", index):
+            out.append(".*")
+            index += 2
+        elif pattern[index] == "*":
+            out.append("[^/]*")
+            index += 1
+        elif pattern[index] == "?":
+            out.append("[^/]")
+            index += 1
+        else:
+            out.append(re.escape(pattern[index]))
+            index += 1
+    # ASCII-only case folding: re.IGNORECASE alone would let U+212A KELVIN SIGN match "k".
+    return re.compile("".join(out), re.IGNORECASE | re.ASCII)
+
+
+@lru_cache(maxsize=512)
+def _compile_args(arg_pattern: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(arg_pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None  # an invalid regex matches nothing
+
+
+def args_text(argv: Sequence[str]) -> str:
+    """What argPattern is matched against: argv[1:], each shell-quoted, joined by single spaces."""
+    return " ".join(shlex.quote(arg) for arg in argv[1:])
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    entry: AllowlistEntry
+    kind: str  # "any" (bare *), "path" (matches the real path) or "name" (basename of a PATH lookup)
+    regex: re.Pattern[str] | None
+    args: re.Pattern[str] | None  # None with entry.arg_pattern set = invalid regex, never matches
+
+
+@lru_cache(maxsize=64)
+def _compile_entries(entries: tuple[AllowlistEntry, ...], home: str) -> tuple[_Compiled, ...]:
+    """Entries ready to match, argPattern ones first (more specific), durable hashes dropped."""
+    out: list[_Compiled] = []
+    for entry in sorted(entries, key=lambda e: e.arg_pattern is None):  # stable: first match wins
+        pattern = entry.pattern.strip()
+        if not pattern or pattern.startswith(COMMAND_HASH_PREFIX):
+            continue
+        args = _compile_args(entry.arg_pattern) if entry.arg_pattern is not None else None
+        if pattern == "*":
+            out.append(_Compiled(entry, "any", None, args))
+        elif "/" in pattern or "\\" in pattern or pattern.startswith("~"):
+            out.append(_Compiled(entry, "path", _compile_glob(pattern, home), args))
+        else:
+            out.append(_Compiled(entry, "name", _compile_glob(pattern, home), args))
+    return tuple(out)
+
+
+def _match_entry(
+    compiled: _Compiled, argv: tuple[str, ...], found: tuple[str, str] | None, path_dirs: frozenset[str]
+) -> bool:
+    if compiled.kind != "any":
+        if found is None or compiled.regex is None:
+            return False
+        if compiled.kind == "path":
+            if compiled.regex.fullmatch(found[1]) is None:
+                return False
+        elif "/" in argv[0] or os.path.dirname(found[0]) not in path_dirs:
+            # A bare name only matches commands found through an absolute PATH entry: with `.` or an
+            # empty entry in PATH, `ls` could be a file the agent just wrote into the cwd.
+            return False
+        elif not (
+            compiled.regex.fullmatch(os.path.basename(found[0]))
+            or compiled.regex.fullmatch(os.path.basename(found[1]))
+        ):
+            return False
+    if compiled.entry.arg_pattern is None:
+        return True
+    return compiled.args is not None and compiled.args.fullmatch(args_text(argv)) is not None
+
+
+@lru_cache(maxsize=1024)
+def _name(path: str) -> str:
+    base = os.path.basename(path).lower()
+    match = _VERSION_SUFFIX.match(base)
+    return match.group(1) if match else base
+
+
+def is_interpreter(path_or_name: str) -> bool:
+    """Shells, language interpreters and command runners (python3.11 and node18 included)."""
+    base = os.path.basename(path_or_name).lower()
+    return base in INTERPRETERS or _name(base) in INTERPRETERS
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+@lru_cache(maxsize=64)
+def _real_dirs(dirs: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(os.path.realpath(d) for d in dirs)
+
+
+@lru_cache(maxsize=64)
+def _absolute_dirs(path_var: str) -> frozenset[str]:
+    return frozenset(entry.rstrip("/") or "/" for entry in path_var.split(":") if entry.startswith("/"))
+
+
+def _in_trusted_dir(real: str, trusted: frozenset[str]) -> bool:
+    return os.path.dirname(real) in trusted
+
+
+@dataclass(frozen=True)
+class _Context:
+    entries: tuple[_Compiled, ...]
+    cwd: str
+    path_var: str
+    path_dirs: frozenset[str]  # the absolute entries of path_var
+    home: str
+    safe_bins: frozenset[str]
+    profiles: Mapping[str, SafeBinProfile]
+    trusted: frozenset[str]
+
+
+def evaluate_allowlist(
+    analysis: CommandAnalysis,
+    entries: Sequence[AllowlistEntry],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    safe_bins: Collection[str] = DEFAULT_SAFE_BINS,
+    safe_bin_profiles: Mapping[str, SafeBinProfile] | None = None,
+    trusted_dirs: Sequence[str] = DEFAULT_TRUSTED_DIRS,
+) -> AllowlistResult:
+    """Satisfied only when the analysis is ok and every segment (nested `sh -c` ones too) is satisfied."""
+    profiles: Mapping[str, SafeBinProfile] = (
+        {**DEFAULT_SAFE_BIN_PROFILES, **safe_bin_profiles} if safe_bin_profiles else DEFAULT_SAFE_BIN_PROFILES
+    )
+    home = env.get("HOME") or os.path.expanduser("~")
+    path_var = env.get("PATH", DEFAULT_PATH)
+    context = _Context(
+        entries=_compile_entries(tuple(entries), home),
+        cwd=cwd,
+        path_var=path_var,
+        path_dirs=_absolute_dirs(path_var),
+        home=home,
+        safe_bins=safe_bin_names(frozenset(safe_bins)),
+        profiles=profiles,
+        trusted=_real_dirs(tuple(trusted_dirs)),
+    )
+    poll_changes()
+    return _evaluate(analysis, context)
+
+
+def _evaluate(analysis: CommandAnalysis, context: _Context) -> AllowlistResult:
+    matches = tuple(_match_segment(segment, context) for segment in analysis.segments)
+    satisfied = analysis.ok and bool(matches) and all(m.satisfied_by for m in matches)
+    return AllowlistResult(satisfied, matches)
+
+
+def _miss(segment: Segment, real: str | None, reason: str, wrappers: tuple[str, ...] = ()) -> SegmentMatch:
+    return SegmentMatch(segment.argv, real, None, None, None, reason, wrappers)
+
+
+def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
+    argv = segment.argv
+    found = resolve(argv[0], context.cwd, context.path_var, poll=False)
+    real = found[1] if found else None
+    if segment.blocked_wrapper:
+        return _miss(segment, real, f"blocked wrapper: {segment.blocked_wrapper}")
+    if segment.assignments:
+        return _miss(segment, real, "env assignment before the command")
+    wrapper_paths: list[str] = []
+    for group in segment.wrapper_argv:
+        wrapper = resolve(group[0], context.cwd, context.path_var, poll=False)
+        name = os.path.basename(group[0]).lower()
+        if (
+            wrapper is None
+            or not _in_trusted_dir(wrapper[1], context.trusted)
+            or (os.path.basename(wrapper[1]).lower() != name)
+        ):
+            return _miss(segment, real, f"wrapper {name} is not a trusted system binary")
+        wrapper_paths.append(wrapper[1])
+    wrappers = tuple(wrapper_paths)
+    if real is not None:
+        real_name = os.path.basename(real).lower()
+        if real_name in BLOCKED_WRAPPERS or _name(real) in BLOCKED_WRAPPERS:
+            return _miss(segment, real, f"blocked wrapper: {real_name}", wrappers)
+        if real_name in TRANSPARENT_WRAPPERS and os.path.basename(argv[0]).lower() != real_name:
+            return _miss(segment, real, f"{argv[0]} is the wrapper {real_name} under another name", wrappers)
+        if _name(real) in SHELLS and segment.inner is None and _name(argv[0]) not in SHELLS:
+            # A shell under another name would skip the `-c` payload analysis.
+            return _miss(segment, real, f"{argv[0]} is the shell {real_name} under another name", wrappers)
+    if segment.inner is not None:
+        return _match_shell(segment, real, wrappers, context)
+    for compiled in context.entries:
+        if _match_entry(compiled, argv, found, context.path_dirs):
+            entry = compiled.entry
+            return SegmentMatch(argv, real, "allowlist", entry.pattern, entry.id, None, wrappers)
+    reason = _safe_bin_reason(argv, found, context)
+    if reason is None:
+        return SegmentMatch(argv, real, "safeBins", None, None, None, wrappers)
+    return _miss(segment, real, reason, wrappers)
+
+
+def _match_shell(
+    segment: Segment, real: str | None, wrappers: tuple[str, ...], context: _Context
+) -> SegmentMatch:
+    assert segment.inner is not None
+    if real is None or not _in_trusted_dir(real, context.trusted) or _name(real) not in ANALYSED_SHELLS:
+        return _miss(segment, real, "the shell is not a trusted system shell", wrappers)
+    inner = _evaluate(segment.inner, context)
+    if not inner.satisfied:
+        missed = next((m for m in inner.segments if not m.satisfied_by), None)
+        detail = f"{missed.argv[0]}: {missed.reason}" if missed else "payload not satisfied"
+        return SegmentMatch(
+            segment.argv, real, None, None, None, f"inside {segment.argv[0]} -c: {detail}", wrappers, inner
+        )
+    patterns = ", ".join(m.matched_pattern or f"{m.satisfied_by} {m.argv[0]}" for m in inner.segments)
+    return SegmentMatch(segment.argv, real, "allowlist", patterns, None, None, wrappers, inner)
+
+
+def _safe_bin_reason(argv: tuple[str, ...], found: tuple[str, str] | None, context: _Context) -> str | None:
+    """Why this is not safe-bin usage; None when it is."""
+    name = os.path.basename(argv[0]).lower()
+    if name not in context.safe_bins:
+        return "allowlist miss" if found else "executable not found"
+    if found is None:
+        return "executable not found"
+    real = found[1]
+    if not _in_trusted_dir(real, context.trusted):
+        return f"safe bin {name} resolved outside the trusted dirs"
+    if os.path.basename(real).lower() != name:
+        return f"safe bin {name} resolves to {os.path.basename(real)}"
+    profile = context.profiles.get(name)
+    if profile is None:
+        return f"safe bin {name} has no profile"
+    problem = validate_safe_bin_argv(argv[1:], profile)
+    return f"safe bin {name}: {problem}" if problem else None
+
+
+def trusted_dir_warnings(dirs: Sequence[str]) -> list[str]:
+    """The reference's warning for each group- or world-writable trusted dir."""
+    out = []
+    for directory in dirs:
+        try:
+            mode = os.stat(directory).st_mode
+        except OSError:
+            continue
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            out.append(
+                f"exec: safeBinTrustedDirs includes world-writable directory '{directory}'; "
+                "remove trust or tighten permissions (for example chmod 755)."
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- durable approvals
+
+
+def command_hash_pattern(command: str) -> str:
+    """`=command:<sha256(trimmed text)[:16]>`: an exact-command durable approval, never the plaintext."""
+    return (
+        COMMAND_HASH_PREFIX
+        + hashlib.sha256(command.strip().encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    )
+
+
+def has_durable_approval(command: str, entries: Sequence[AllowlistEntry]) -> bool:
+    """Reference §3.3 (a): an allow-always `=command:<sha16>` entry for exactly this command.
+    A hand-added hash entry is an ordinary allowlist line, not a durable approval."""
+    wanted = command_hash_pattern(command)
+    return any(entry.pattern == wanted and entry.source == ALLOW_ALWAYS_SOURCE for entry in entries)
+
+
+# --------------------------------------------------------------------------- what runs
+
+
+def _quote(word: str) -> str:
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+_MULTICALL = frozenset({"busybox", "toybox", "coreutils"})
+
+
+def _render(segment: Segment, match: SegmentMatch) -> str | None:
+    real = match.resolved_path
+    if real is None or len(match.wrapper_paths) != len(segment.wrapper_argv):
+        return None  # nothing to pin argv[0] to: the plan is unavailable
+    if (
+        os.path.basename(real).lower() in _MULTICALL
+        and os.path.basename(segment.argv[0]).lower() not in _MULTICALL
+    ):
+        return (
+            None  # a multi-call binary picks its applet from argv[0]; pinning the real path would change it
+        )
+    words: list[str] = []
+    for group, path in zip(segment.wrapper_argv, match.wrapper_paths, strict=True):
+        words += [_quote(path), *(_quote(w) for w in group[1:])]
+    if segment.inner is not None:
+        if match.inner is None:
+            return None
+        payload = enforced_command(segment.inner, match.inner)
+        if payload is None:
+            return None
+        words += [_quote(real), *(_quote(w) for w in segment.argv[1:-1]), _quote(payload)]
+    else:
+        words += [_quote(real), *(_quote(w) for w in segment.argv[1:])]
+    return " ".join(words)
+
+
+def enforced_command(analysis: CommandAnalysis, result: AllowlistResult) -> str | None:
+    """What runs instead of the raw text: argv[0] pinned, every word single-quoted, operators kept."""
+    if not analysis.ok or not result.satisfied or len(result.segments) != len(analysis.segments):
+        return None
+    parts: list[str] = []
+    for index, (segment, match) in enumerate(zip(analysis.segments, result.segments, strict=True)):
+        rendered = _render(segment, match)
+        if rendered is None:
+            return None
+        if index:
+            parts.append(analysis.operators[index - 1])
+        parts.append(rendered)
+    return " ".join(parts)
+
+
+def _persistable(path: str | None) -> bool:
+    # `*` and `?` in a path cannot be written as a literal pattern; interpreters would allow any code.
+    return path is not None and "*" not in path and "?" not in path and not is_interpreter(path)
+
+
+def _collect(analysis: CommandAnalysis, result: AllowlistResult, out: list[str]) -> bool:
+    complete = analysis.ok and len(result.segments) == len(analysis.segments)
+    for segment, match in zip(analysis.segments, result.segments, strict=False):
+        if segment.blocked_wrapper or segment.assignments:
+            complete = False
+        elif segment.inner is not None:
+            if match.inner is None or not _collect(segment.inner, match.inner, out):
+                complete = False
+        elif _persistable(match.resolved_path) and not is_interpreter(segment.argv[0]):
+            assert match.resolved_path is not None
+            if match.resolved_path not in out:
+                out.append(match.resolved_path)
+        else:
+            complete = False
+    return complete
+
+
+def allow_always_patterns(command: str, analysis: CommandAnalysis, result: AllowlistResult) -> list[str]:
+    """Patterns "allow always" persists: inner executables' real paths; the command hash covers the rest."""
+    paths: list[str] = []
+    complete = _collect(analysis, result, paths) if analysis.ok else False
+    if complete and paths:
+        return paths
+    return [*paths, command_hash_pattern(command)]
+
+
+def profile_from_config(name: str, raw: Mapping[str, object]) -> SafeBinProfile:
+    """`tools.exec.safeBinProfiles.<name>` → SafeBinProfile; ValueError names the bin and the problem."""
+    try:
+        return SafeBinProfile.from_config(raw)
+    except ValueError as exc:
+        raise ValueError(f"safeBinProfiles.{name}: {exc}") from None

@@ -1,0 +1,589 @@
+"""Shell-command analysis: prove a command is a plain chain of simple commands, or fail closed."""
+
+from __future__ import annotations
+
+import re
+import threading
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+
+import tree_sitter
+import tree_sitter_bash
+
+from engine.commands.wrappers import BLOCKED_WRAPPERS, TRANSPARENT_WRAPPERS, basename, names, unwrap
+
+__all__ = [
+    "ANALYSED_SHELLS",
+    "BLOCKED_WRAPPERS",
+    "HEREDOC_WARNING",
+    "OTHER_SHELLS",
+    "TRANSPARENT_WRAPPERS",
+    "CommandAnalysis",
+    "Segment",
+    "analyze_command",
+    "inline_eval",
+    "names",
+]
+
+MAX_COMMAND_CHARS = 16_384
+MAX_SHELL_DEPTH = 3  # nested `sh -c` levels analysed
+
+HEREDOC_WARNING = "Warning: heredoc execution requires explicit approval in allowlist mode."
+
+# Shells whose `-c` payload we analyse with the bash grammar (their syntax is a subset of bash's).
+ANALYSED_SHELLS = frozenset({"sh", "bash", "dash", "ash"})
+# Shells with their own expansion rules (zsh `=cmd`, fish, csh ...): `-c` there is never proven plain.
+OTHER_SHELLS = frozenset({"zsh", "ksh", "mksh", "pdksh", "yash", "fish", "csh", "tcsh", "rc", "es", "posh"})
+# Builtins and keywords that run code, change shell state or need the shell itself: never plain.
+SHELL_BUILTINS = names(
+    "exec eval . source command builtin enable alias unalias trap set shopt export declare typeset "
+    "readonly local unset let read mapfile readarray hash fc history cd pushd popd ulimit umask coproc "
+    "wait jobs fg bg disown suspend logout exit return break continue shift getopts complete compgen "
+    "compopt bind caller dirs times function select if then else elif fi do done case esac while until "
+    "for in { } ! [[ ]] (( "
+)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One simple command of a chain, after quote removal and wrapper unwrapping."""
+
+    argv: tuple[str, ...]  # words of the effective command after unwrapping transparent wrappers
+    raw: str  # source text of this segment
+    wrappers: tuple[str, ...]  # transparent wrappers removed, e.g. ("nice", "env")
+    blocked_wrapper: str | None  # "sudo"/"doas"/"setsid"/... -> this segment can never be satisfied
+    assignments: tuple[str, ...]  # leading NAME=value words (a segment with these never satisfies)
+    # Each removed wrapper's own words (name + options), so the enforced command can keep and pin them.
+    wrapper_argv: tuple[tuple[str, ...], ...] = ()
+    # `sh -c '<chain>'`: the payload's own analysis (argv[-1] is the payload text).
+    inner: CommandAnalysis | None = None
+
+
+@dataclass(frozen=True)
+class CommandAnalysis:
+    ok: bool  # False = fail closed (ask or deny, never allow)
+    reason: str | None  # e.g. "command substitution", "redirection", "unparseable"
+    segments: tuple[Segment, ...]
+    operators: tuple[str, ...]  # between segments: "&&", "||", ";", "|"  (len = len(segments)-1)
+
+
+class _Unsafe(Exception):
+    """Raised inside the walk; the message is the analysis reason."""
+
+
+def _fail(reason: str) -> CommandAnalysis:
+    return CommandAnalysis(False, reason, (), ())
+
+
+# --------------------------------------------------------------------------- line 1: lexical scan
+# Independent of the grammar: a quote-aware scan that refuses every character with shell meaning
+# beyond words, quotes and the four chain operators. tree-sitter must then agree (line 2).
+
+_PIECE = re.compile(r"""'[^']*'?|"(?:[^"\\]|\\[\s\S])*"?|\\[\s\S]?|[^'"\\]+""")
+_DQ_SUBST = re.compile(r"\$\(|`")
+_DQ_EXPANSION = re.compile(r"\$[A-Za-z_{0-9@*#?$!-]")
+_BARE_BAD = re.compile(r"&&|\|\||[`$<>()&|;*?\[\]{}~#!]")
+
+
+def _lexical_reason(command: str) -> str | None:
+    """First reason the raw text is not plain, scanning quotes exactly as the shell does."""
+    pieces = _PIECE.findall(command)
+    prev_end_blank = True  # a `#` only starts a comment at the start of a word
+    for index, piece in enumerate(pieces):
+        head = piece[0]
+        if head == "'":
+            if len(piece) < 2 or piece[-1] != "'":
+                return "unterminated quote"
+            prev_end_blank = False
+            continue
+        if head == '"':
+            if len(piece) < 2 or piece[-1] != '"' or (piece.endswith('\\"') and not _dq_closed(piece)):
+                return "unterminated quote"
+            body = piece[1:-1]
+            if "\\\n" in body:
+                return "line continuation"
+            if _DQ_SUBST.search(_strip_dq_escapes(body)):
+                return "command substitution"
+            if _DQ_EXPANSION.search(_strip_dq_escapes(body)):
+                return "variable expansion"
+            prev_end_blank = False
+            continue
+        if head == "\\":
+            if len(piece) < 2:
+                return "unterminated shell quote/escape"
+            if piece[1] == "\n":
+                return "line continuation"
+            prev_end_blank = False
+            continue
+        reason = _bare_reason(piece, prev_end_blank, pieces[index + 1] if index + 1 < len(pieces) else "")
+        if reason:
+            return reason
+        prev_end_blank = piece[-1] in " \t"
+    return None
+
+
+def _dq_closed(piece: str) -> bool:
+    # `"...\"` with an odd run of backslashes before the final quote is unterminated.
+    run = len(piece) - 1 - len(piece[:-1].rstrip("\\"))
+    return run % 2 == 0
+
+
+def _strip_dq_escapes(body: str) -> str:
+    return re.sub(r"\\[\s\S]", "", body)
+
+
+_BARE_REASONS = {
+    "`": "command substitution",
+    "<": "redirection",
+    ">": "redirection",
+    "(": "subshell",
+    ")": "subshell",
+    "*": "glob",
+    "?": "glob",
+    "[": "glob",
+    "]": "glob",
+    "{": "brace expansion",
+    "}": "brace expansion",
+    "~": "tilde expansion",
+    "!": "negation or history expansion",
+}
+
+
+def _bare_reason(piece: str, word_start: bool, following: str) -> str | None:
+    for match in _BARE_BAD.finditer(piece):
+        char, at = match.group(), match.start()
+        nxt = piece[at + 1] if at + 1 < len(piece) else following[:1]
+        if char in ("&&", "||"):
+            continue
+        if char == "$":
+            if nxt == "(":
+                return "command substitution"
+            if nxt in ("'", '"'):
+                return "ANSI-C or locale quoting"
+            if nxt and nxt not in " \t;&|":
+                return "variable expansion"
+            continue
+        if char == "<" and nxt == "<" and piece[at + 2 : at + 3] != "<":
+            return "heredoc"
+        if char == "&":
+            return "redirection" if nxt == ">" else "background"
+        if char == "|":
+            if nxt == "&":
+                return "unsupported shell token: |&"
+            continue
+        if char == ";":
+            if nxt in (";", "&"):
+                return f"unsupported shell token: ;{nxt}"
+            continue
+        if char == "#":
+            if (at == 0 and word_start) or (at > 0 and piece[at - 1] in " \t;&|"):
+                return "comment"
+            continue
+        return _BARE_REASONS.get(char, "unsupported shell token")
+    return None
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _char_reason(command: str) -> str | None:
+    if "\n" in command or "\r" in command:
+        return "line continuation" if "\\\n" in command else "newline"
+    if command.isascii():
+        return "control character" if _CONTROL.search(command) else None
+    for char in command:
+        category = unicodedata.category(char)
+        if char == "\t" or char == " ":
+            continue
+        if category[0] in "CZ":
+            return "invisible or control character"
+    return None
+
+
+# --------------------------------------------------------------------------- line 2: the grammar
+
+_LANGUAGE = tree_sitter.Language(tree_sitter_bash.language())
+_LOCAL = threading.local()
+
+
+def _parser() -> tree_sitter.Parser:
+    """One parser per thread: decisions run in worker threads, and a Parser is not safe to share."""
+    parser: tree_sitter.Parser | None = getattr(_LOCAL, "parser", None)
+    if parser is None:
+        parser = _LOCAL.parser = tree_sitter.Parser(_LANGUAGE)
+    return parser
+
+
+_NODE_REASONS = {
+    "command_substitution": "command substitution",
+    "process_substitution": "process substitution",
+    "simple_expansion": "variable expansion",
+    "expansion": "variable expansion",
+    "arithmetic_expansion": "arithmetic expansion",
+    "brace_expression": "brace expansion",
+    "ansi_c_string": "ANSI-C or locale quoting",
+    "translated_string": "ANSI-C or locale quoting",
+    "subshell": "subshell",
+    "compound_statement": "group",
+    "function_definition": "function definition",
+    "if_statement": "control structure",
+    "while_statement": "control structure",
+    "for_statement": "control structure",
+    "c_style_for_statement": "control structure",
+    "case_statement": "control structure",
+    "test_command": "test expression",
+    "declaration_command": "shell builtin",
+    "unset_command": "shell builtin",
+    "negated_command": "negation",
+    "variable_assignment": "assignment without command",
+    "variable_assignments": "assignment without command",
+    "file_redirect": "redirection",
+    "herestring_redirect": "redirection",
+    "heredoc_redirect": "heredoc",
+    "redirected_statement": "redirection",
+    "comment": "comment",
+    "arithmetic_command": "arithmetic expansion",
+}
+_WORD_TYPES = frozenset({"word", "number", "raw_string", "string", "concatenation"})
+_CHAIN_OPERATORS = frozenset({"&&", "||", ";", "|"})
+
+
+def _node_reason(node: tree_sitter.Node) -> str:
+    return _NODE_REASONS.get(node.type, f"unsupported shell syntax: {node.type}")
+
+
+def _text(node: tree_sitter.Node) -> str:
+    return (node.text or b"").decode("utf-8", "replace")
+
+
+_WORD_SPECIAL = re.compile(r"[$`<>()&|;*?\[\]{}~!'\" \t\n\r\\]")
+
+
+def _bare_word(text: str) -> str:
+    """Quote removal for an unquoted word; any unescaped metacharacter left means tree-sitter disagreed."""
+    if not _WORD_SPECIAL.search(text) and not text.startswith("#"):
+        return text
+    out: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "\\":
+            if index + 1 >= len(text):
+                raise _Unsafe("unterminated shell quote/escape")
+            out.append(text[index + 1])
+            index += 2
+            continue
+        if char in "$`<>()&|;*?[]{}~!'\" \t\n\r" or (char == "#" and index == 0):
+            raise _Unsafe(_BARE_REASONS.get(char, "unsupported shell token"))
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def _dq_word(text: str) -> str:
+    body = text[1:-1]
+    if _DQ_SUBST.search(_strip_dq_escapes(body)):
+        raise _Unsafe("command substitution")
+    if _DQ_EXPANSION.search(_strip_dq_escapes(body)):
+        raise _Unsafe("variable expansion")
+    return re.sub(r'\\([$`"\\])', r"\1", body)
+
+
+def _blank(gap: bytes) -> bool:
+    return not gap.strip(b" \t")
+
+
+def _contiguous(node: tree_sitter.Node) -> list[tree_sitter.Node]:
+    """Children that cover `node` byte for byte; a hole means tree-sitter skipped text bash would read."""
+    children = node.children
+    at = node.start_byte
+    for child in children:
+        if child.start_byte != at:
+            raise _Unsafe("unparseable")
+        at = child.end_byte
+    if at != node.end_byte:
+        raise _Unsafe("unparseable")
+    return children
+
+
+def _word_value(node: tree_sitter.Node) -> str:
+    kind = node.type
+    if kind == "word" or kind == "number":
+        return _bare_word(_text(node))
+    if kind == "raw_string":
+        text = _text(node)
+        if len(text) < 2 or text[0] != "'" or text[-1] != "'":
+            raise _Unsafe("unterminated quote")
+        return text[1:-1]
+    if kind == "string":
+        for child in node.children:
+            if child.type not in ('"', "string_content"):
+                raise _Unsafe(_node_reason(child))
+        text = _text(node)
+        if len(text) < 2 or text[0] != '"' or text[-1] != '"':
+            raise _Unsafe("unterminated quote")
+        return _dq_word(text)
+    if kind == "concatenation":
+        return "".join(_word_value(child) for child in _contiguous(node))
+    raise _Unsafe(_node_reason(node))
+
+
+def _flatten(root: tree_sitter.Node, src: bytes) -> tuple[list[tree_sitter.Node], list[str]]:
+    """Commands and the operators between them, refusing every statement type that is not a chain."""
+    commands: list[tree_sitter.Node] = []
+    operators: list[str] = []
+    expect_command = True
+    last_end = 0
+
+    def visit(node: tree_sitter.Node) -> None:
+        nonlocal expect_command, last_end
+        for child in node.children:
+            kind = child.type
+            if kind not in ("list", "pipeline"):
+                if not _blank(src[last_end : child.start_byte]):
+                    raise _Unsafe("unparseable")  # text no node accounts for
+                last_end = child.end_byte
+            if kind in ("list", "pipeline"):
+                visit(child)
+            elif kind == "command":
+                if not expect_command:
+                    raise _Unsafe("unparseable")
+                commands.append(child)
+                expect_command = False
+            elif kind in _CHAIN_OPERATORS:
+                if expect_command:
+                    raise _Unsafe("empty command")
+                operators.append(kind)
+                expect_command = True
+            elif kind == "&":
+                raise _Unsafe("background")
+            elif kind == "|&":
+                raise _Unsafe("unsupported shell token: |&")
+            elif child.is_named:
+                raise _Unsafe(_node_reason(child))
+            else:
+                raise _Unsafe(f"unsupported shell token: {kind}")
+
+    visit(root)
+    if not _blank(src[last_end:]):
+        raise _Unsafe("unparseable")
+    if not commands:
+        raise _Unsafe("empty command")
+    if expect_command:
+        raise _Unsafe("empty command")  # trailing operator, `echo ok &&` or `ls;`
+    return commands, operators
+
+
+def _segment(node: tree_sitter.Node, depth: int) -> Segment:
+    assignments: list[str] = []
+    words: list[str] = []
+    text, base = node.text or b"", node.start_byte
+    last_end = base
+    for child in node.children:
+        kind = child.type
+        # Only blanks may separate words: tree-sitter skips some text bash reads (`x \ a` is `x ' a'`).
+        if not _blank(text[last_end - base : child.start_byte - base]):
+            raise _Unsafe("unparseable")
+        # tree-sitter-bash splits `'a'\b` into two sibling nodes; with no blank between them they are
+        # one shell word (both found by the differential test against real bash).
+        joined = child.start_byte == last_end and child.start_byte != base
+        last_end = child.end_byte
+        if kind == "variable_assignment":
+            if words or joined:
+                raise _Unsafe("unparseable")
+            assignments.append(_assignment(child))
+        elif kind == "command_name":
+            if words or joined or len(child.children) != 1:
+                raise _Unsafe("unparseable")
+            words.append(_word_value(_contiguous(child)[0]))
+        elif kind in _WORD_TYPES:
+            if not words:
+                raise _Unsafe("unparseable")
+            if joined:
+                words[-1] += _word_value(child)
+            else:
+                words.append(_word_value(child))
+        else:
+            raise _Unsafe(_node_reason(child))
+    if not _blank(text[last_end - base :]):
+        raise _Unsafe("unparseable")
+    if not words:
+        raise _Unsafe("assignment without command")
+    if words[0] in SHELL_BUILTINS:
+        raise _Unsafe(f"shell builtin: {words[0]}")
+    if words[0] == "":
+        raise _Unsafe("empty command name")
+    if words[0] == "printf" and any(word.startswith("-v") for word in words[1:3]):
+        raise _Unsafe("shell builtin: printf -v")  # assigns a shell variable, e.g. PATH for later segments
+    groups, argv, blocked = unwrap(words)
+    inner = None
+    if blocked is None:
+        if argv[0] in SHELL_BUILTINS:
+            raise _Unsafe(f"shell builtin: {argv[0]}")
+        inner = _shell_payload(argv, depth)
+    return Segment(
+        argv=tuple(argv),
+        raw=_text(node),
+        wrappers=tuple(basename(group[0]) for group in groups),
+        blocked_wrapper=blocked,
+        assignments=tuple(assignments),
+        wrapper_argv=tuple(tuple(group) for group in groups),
+        inner=inner,
+    )
+
+
+def _assignment(node: tree_sitter.Node) -> str:
+    children = _contiguous(node)
+    if len(children) < 2 or children[0].type != "variable_name" or children[1].type != "=":
+        raise _Unsafe(_node_reason(node) if len(children) < 2 else "unsupported assignment")
+    value = "".join(_word_value(child) for child in children[2:])
+    return f"{_text(children[0])}={value}"
+
+
+_SHELL_FLAG_CLUSTER = re.compile(r"-[eulx]*c[eulx]*")
+_SHELL_FLAG = re.compile(r"-[eulx]+")
+
+
+def _shell_payload(argv: list[str], depth: int) -> CommandAnalysis | None:
+    """`sh -c '<payload>'`: analyse the payload; any shell we cannot prove plain fails closed."""
+    name = basename(argv[0])
+    if name not in ANALYSED_SHELLS and name not in OTHER_SHELLS:
+        return None
+    flags: list[str] = []
+    script_at = None
+    for i, word in enumerate(argv[1:], start=1):
+        if _SHELL_FLAG_CLUSTER.fullmatch(word):
+            script_at = i + 1
+            flags.append(word)
+            break
+        if _SHELL_FLAG.fullmatch(word):
+            flags.append(word)
+            continue
+        break
+    if script_at is None:
+        if any(word.startswith(("-", "+")) for word in argv[1:2]):
+            raise _Unsafe(f"unsupported shell option: {argv[1]}")
+        return None  # `bash script.sh` / `sh` reading stdin: the shell itself must be allowlisted
+    if name in OTHER_SHELLS:
+        raise _Unsafe(f"unsupported shell for -c: {name}")
+    if script_at != len(argv) - 1:
+        raise _Unsafe(
+            "shell -c with positional arguments" if script_at < len(argv) else "shell -c without a command"
+        )
+    if depth >= MAX_SHELL_DEPTH:
+        raise _Unsafe("shell nesting too deep")
+    inner = _analyze(argv[script_at], depth + 1)
+    if not inner.ok:
+        raise _Unsafe(f"{name} -c: {inner.reason}")
+    return inner
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def analyze_command(command: str) -> CommandAnalysis:
+    """Segments and operators of `command`, or ok=False with the first reason it is not provably plain."""
+    if not isinstance(command, str):
+        return _fail("not a string")
+    return _analyze_cached(command)
+
+
+@lru_cache(maxsize=4096)
+def _analyze_cached(command: str) -> CommandAnalysis:
+    # Pure function of the text, and CommandAnalysis is immutable, so caching cannot go stale.
+    return _analyze(command, 0)
+
+
+def _analyze(command: str, depth: int) -> CommandAnalysis:
+    if len(command) > MAX_COMMAND_CHARS:
+        return _fail("command too long")
+    if not command.strip():
+        return _fail("empty command")
+    reason = _lexical_reason(command)
+    if reason == "heredoc":
+        return _fail(_heredoc_reason(command))
+    reason = reason or _char_reason(command)
+    if reason:
+        return _fail(reason)
+    src = command.encode("utf-8")  # _char_reason has refused lone surrogates
+    root = _parser().parse(src).root_node
+    if root.has_error or root.type != "program":
+        return _fail("unparseable")
+    try:
+        nodes, operators = _flatten(root, src)
+        segments = tuple(_segment(node, depth) for node in nodes)
+    except _Unsafe as exc:
+        return _fail(str(exc))
+    except RecursionError:
+        return _fail("unparseable")
+    return CommandAnalysis(True, None, segments, tuple(operators))
+
+
+def _heredoc_reason(command: str) -> str:
+    """Heredocs never run unapproved; the reason says which heredoc rule of the reference applies."""
+    root = _parser().parse(command.encode("utf-8", "replace")).root_node  # only derives a reason
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "heredoc_redirect":
+            kinds = [child.type for child in node.children]
+            if "heredoc_end" not in kinds:
+                return "unterminated heredoc"
+            start = next((c for c in node.children if c.type == "heredoc_start"), None)
+            quoted = start is not None and any(q in _text(start) for q in "'\"\\")
+            body = next((c for c in node.children if c.type == "heredoc_body"), None)
+            if body is not None and not quoted:
+                text = _text(body)
+                if re.search(r"(?<!\\)(\$\(|\$\{|`)", text):
+                    return "command substitution in unquoted heredoc"
+        stack.extend(node.children)
+    if root.has_error:
+        return "unterminated heredoc" if "<<" in command else "unparseable"
+    return "heredoc"
+
+
+# --------------------------------------------------------------------------- strict inline eval (§3.9)
+
+_VERSIONED = re.compile(r"^([a-z]+?)[\d.]*$")
+_INLINE_EVAL: dict[str, tuple[str, ...]] = {
+    "python": ("-c",),
+    "pypy": ("-c",),
+    "node": ("-e", "--eval", "-p", "--print"),
+    "nodejs": ("-e", "--eval", "-p", "--print"),
+    "bun": ("-e", "--eval", "-p", "--print"),
+    "deno": ("eval",),
+    "ruby": ("-e",),
+    "perl": ("-e", "-E"),
+    "php": ("-r",),
+    "lua": ("-e",),
+    "osascript": ("-e",),
+    "awk": ("-e", "--source"),
+    "gawk": ("-e", "--source"),
+    "find": ("-exec", "-execdir", "-ok", "-okdir"),
+    "make": ("-f", "--file", "--makefile", "--eval", "-E"),
+    "sed": ("-e",),
+}
+
+
+def inline_eval(argv: tuple[str, ...]) -> str | None:
+    """`python -c`-style inline code in argv, named as the reference's strict-inline-eval texts name it."""
+    if not argv:
+        return None
+    name = basename(argv[0])
+    match = _VERSIONED.match(name)
+    base = match.group(1) if match else name
+    flags = _INLINE_EVAL.get(base) or _INLINE_EVAL.get(name)
+    if not flags:
+        return None
+    for word in argv[1:]:
+        for flag in flags:
+            if word == flag or (
+                len(flag) == 2
+                and word.startswith("-")
+                and not word.startswith("--")
+                and flag[1] in word[1:]
+                and base not in ("find", "make")
+            ):
+                return f"{name} {flag}"
+    return None

@@ -1,0 +1,178 @@
+"""Host exec environment: strip loader and credential variables, refuse dangerous overrides (§1.7)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine.commands.analysis import names
+from engine.results import ToolError
+
+# Rejected when inherited and when requested: they load code into whatever the command starts.
+BLOCKED_EVERYWHERE_KEYS = names(
+    "NODE_OPTIONS NODE_PATH PYTHONHOME PYTHONPATH PERL5LIB PERL5OPT RUBYLIB RUBYOPT BASH_ENV ENV BROWSER "
+    "GIT_EDITOR GIT_EXTERNAL_DIFF GIT_DIR GIT_WORK_TREE GIT_COMMON_DIR GIT_EXEC_PATH GIT_INDEX_FILE "
+    "GIT_OBJECT_DIRECTORY GIT_ALTERNATE_OBJECT_DIRECTORIES GIT_NAMESPACE GIT_SEQUENCE_EDITOR "
+    "GIT_TEMPLATE_DIR GIT_SSL_NO_VERIFY GIT_SSL_CAINFO GIT_SSL_CAPATH CC CXX CARGO_BUILD_RUSTC "
+    "CARGO_BUILD_RUSTC_WRAPPER RUSTC_WRAPPER CMAKE_C_COMPILER CMAKE_CXX_COMPILER SHELL SHELLOPTS PS4 "
+    "GCONV_PATH IFS SSLKEYLOGFILE JAVA_OPTS JAVA_TOOL_OPTIONS _JAVA_OPTIONS JDK_JAVA_OPTIONS "
+    "PYTHONBREAKPOINT DOTNET_STARTUP_HOOKS DOTNET_ADDITIONAL_DEPS GLIBC_TUNABLES MAVEN_OPTS MAKEFLAGS "
+    "MFLAGS SBT_OPTS GRADLE_OPTS ANT_OPTS HGRCPATH EXINIT VIMINIT MYVIMRC GVIMINIT LUA_INIT LUA_INIT_5_1 "
+    "LUA_INIT_5_2 LUA_INIT_5_3 LUA_INIT_5_4 EMACSLOADPATH RUBYSHELL GIT_HOOK_PATH SVN_EDITOR SVN_SSH "
+    "BZR_EDITOR BZR_SSH BZR_PLUGIN_PATH SUDO_ASKPASS JULIA_EDITOR CONFIG_SITE CONFIG_SHELL "
+    "CMAKE_TOOLCHAIN_FILE CATALINA_OPTS CORECLR_PROFILER HELM_PLUGINS PACKER_PLUGIN_PATH "
+    "VAGRANT_VAGRANTFILE ERL_AFLAGS ERL_FLAGS ERL_ZFLAGS ELIXIR_ERL_OPTIONS R_ENVIRON R_PROFILE "
+    "R_ENVIRON_USER R_PROFILE_USER HOSTALIASES"
+)
+BLOCKED_PREFIXES = ("DYLD_", "LD_", "BASH_FUNC_")
+
+# Rejected when requested through `env`; stripped when inherited unless listed as allowed below.
+BLOCKED_OVERRIDE_ONLY_KEYS = names(
+    # home and config
+    "HOME ZDOTDIR XDG_CONFIG_HOME XDG_CONFIG_DIRS GRADLE_USER_HOME "
+    # git
+    "GIT_SSH GIT_SSH_COMMAND GIT_PROXY_COMMAND GIT_ASKPASS SSH_ASKPASS GIT_PAGER "
+    # pagers, editors, shells
+    "PAGER MANPAGER LESSOPEN LESSCLOSE EDITOR VISUAL FCEDIT SUDO_EDITOR PROMPT_COMMAND HISTFILE PERL5DB "
+    "PERL5DBCMD OPENSSL_CONF OPENSSL_ENGINES PYTHONSTARTUP WGETRC CURL_HOME CLASSPATH "
+    # proxies and TLS
+    "HTTP_PROXY HTTPS_PROXY ALL_PROXY NO_PROXY NODE_TLS_REJECT_UNAUTHORIZED NODE_EXTRA_CA_CERTS "
+    "SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE "
+    # docker
+    "DOCKER_HOST DOCKER_TLS_VERIFY DOCKER_CERT_PATH DOCKER_CONTEXT "
+    # package registries
+    "PIP_INDEX_URL PIP_PYPI_URL PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE PIP_FIND_LINKS PIP_TRUSTED_HOST UV_INDEX "
+    "UV_INDEX_URL UV_PYTHON UV_EXTRA_INDEX_URL UV_DEFAULT_INDEX GOPROXY GOFLAGS GONOSUMCHECK GONOSUMDB "
+    "GONOPROXY GOPRIVATE GOENV GOPATH BUN_CONFIG_REGISTRY YARN_RC_FILENAME DENO_DIR COMPOSER_HOME "
+    # compiler flags
+    "CFLAGS CXXFLAGS LDFLAGS CPPFLAGS CGO_CFLAGS CGO_LDFLAGS CPATH C_INCLUDE_PATH CPLUS_INCLUDE_PATH "
+    "OBJC_INCLUDE_PATH LIBRARY_PATH RUSTFLAGS CARGO_HOME "
+    # language runtimes
+    "GEM_HOME GEM_PATH BUNDLE_GEMFILE LUA_PATH LUA_CPATH VIRTUAL_ENV PYTHONUSERBASE PHPRC PHP_INI_SCAN_DIR "
+    "CORECLR_PROFILER_PATH "
+    # cloud credential files and tool config
+    "KUBECONFIG AWS_CONFIG_FILE AWS_SHARED_CREDENTIALS_FILE AWS_WEB_IDENTITY_TOKEN_FILE "
+    "GOOGLE_APPLICATION_CREDENTIALS AZURE_AUTH_LOCATION ANSIBLE_CONFIG TF_CLI_CONFIG_FILE HELM_HOME "
+    # credentials
+    "AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_SECURITY_TOKEN AZURE_CLIENT_ID "
+    "AZURE_CLIENT_SECRET AZURE_TENANT_ID DATABASE_URL GH_TOKEN GITHUB_TOKEN GITLAB_TOKEN MONGODB_URI "
+    "NODE_AUTH_TOKEN NPM_TOKEN REDIS_URL SSH_AUTH_SOCK SYSTEMROOT WINDIR"
+)
+BLOCKED_OVERRIDE_PREFIXES = ("GIT_CONFIG_", "NPM_CONFIG_", "CARGO_REGISTRIES_", "TF_VAR_", "ANSIBLE_")
+
+# Kept when inherited (the operator's own machine setup) while still refused as overrides.
+ALLOWED_INHERITED_OVERRIDE_ONLY_KEYS = names(
+    "HOME SSH_AUTH_SOCK HTTP_PROXY HTTPS_PROXY ALL_PROXY NO_PROXY NODE_TLS_REJECT_UNAUTHORIZED "
+    "NODE_EXTRA_CA_CERTS SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE KUBECONFIG DOCKER_HOST "
+    "DOCKER_CONTEXT DOCKER_CERT_PATH DOCKER_TLS_VERIFY AWS_CONFIG_FILE AWS_SHARED_CREDENTIALS_FILE "
+    "AWS_WEB_IDENTITY_TOKEN_FILE GOOGLE_APPLICATION_CREDENTIALS AZURE_AUTH_LOCATION PAGER MANPAGER GIT_PAGER "
+    "HISTFILE ZDOTDIR GRADLE_USER_HOME XDG_CONFIG_HOME XDG_CONFIG_DIRS"
+)
+
+_PORTABLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_WINDOWS_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_()]*")  # `ProgramFiles(x86)`
+
+PATH_MESSAGE = "Security Violation: Custom 'PATH' variable is forbidden during host execution."
+PATH_PREPEND_NODE_WARNING = (
+    "Warning: tools.exec.pathPrepend is ignored for host=node. "
+    "Configure PATH on the node host/service instead."
+)
+
+
+@dataclass
+class SanitizedEnv:
+    env: dict[str, str]
+    warnings: list[str]
+    stripped: list[str] = field(default_factory=list)  # inherited keys dropped (names only, never values)
+
+
+def is_blocked_everywhere(key: str) -> bool:
+    upper = key.upper()
+    return upper in BLOCKED_EVERYWHERE_KEYS or upper.startswith(BLOCKED_PREFIXES)
+
+
+def is_blocked_inherited(key: str) -> bool:
+    upper = key.upper()
+    if is_blocked_everywhere(upper):
+        return True
+    return upper in BLOCKED_OVERRIDE_ONLY_KEYS and upper not in ALLOWED_INHERITED_OVERRIDE_ONLY_KEYS
+
+
+def is_blocked_override(key: str) -> bool:
+    upper = key.upper()
+    return (
+        is_blocked_everywhere(upper)
+        or upper in BLOCKED_OVERRIDE_ONLY_KEYS
+        or upper.startswith(BLOCKED_OVERRIDE_PREFIXES)
+    )
+
+
+def sanitize_host_env(
+    base: Mapping[str, str],
+    overrides: Mapping[str, str] | None = None,
+    *,
+    block_path_overrides: bool = True,
+) -> SanitizedEnv:
+    """The env a host command runs with; ToolError with the reference's texts on a refused override."""
+    env: dict[str, str] = {}
+    stripped: list[str] = []
+    for key, value in base.items():
+        if is_blocked_inherited(key) or "\x00" in key or "\x00" in value or "=" in key or not key:
+            stripped.append(key)
+        else:
+            env[key] = value
+    blocked: list[str] = []
+    invalid: list[str] = []
+    for key, value in (overrides or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            invalid.append(str(key))
+        elif not (_PORTABLE_KEY.fullmatch(key) or _WINDOWS_KEY.fullmatch(key)):
+            invalid.append(key)
+        elif key.upper() == "PATH":
+            if block_path_overrides:
+                blocked.append(key)
+        elif is_blocked_override(key):
+            blocked.append(key)
+        elif "\x00" in value:
+            invalid.append(key)  # execve cannot carry it; refusing beats truncating silently
+    _raise_for(blocked, invalid)
+    for key, value in (overrides or {}).items():
+        env[key] = value
+    env["OPENCLAW_CLI"] = "1"
+    return SanitizedEnv(env, [], stripped)
+
+
+def _raise_for(blocked: list[str], invalid: list[str]) -> None:
+    if not blocked and not invalid:
+        return
+    path_blocked = any(key.upper() == "PATH" for key in blocked)
+    if path_blocked and len(blocked) == 1 and not invalid:
+        raise ToolError(PATH_MESSAGE)
+    if len(blocked) == 1 and not invalid:
+        raise ToolError(
+            f"Security Violation: Environment variable '{blocked[0]}' is forbidden during host execution."
+        )
+    details = []
+    if blocked:
+        details.append(f"blocked override keys: {', '.join(blocked)}")
+    if invalid:
+        details.append(f"invalid non-portable override keys: {', '.join(invalid)}")
+    suffix = "; ".join(details)
+    if path_blocked:
+        raise ToolError(
+            f"Security Violation: Custom 'PATH' variable is forbidden during host execution ({suffix})."
+        )
+    raise ToolError(f"Security Violation: {suffix}.")
+
+
+def apply_path_prepend(env: dict[str, str], path_prepend: list[str], *, host: str) -> list[str]:
+    """Prepend `tools.exec.pathPrepend` on the gateway; host=node ignores it with the reference warning."""
+    entries = [p for p in path_prepend if p and ":" not in p]
+    if not entries:
+        return []
+    if host == "node":
+        return [PATH_PREPEND_NODE_WARNING]
+    current = env.get("PATH", "")
+    env["PATH"] = ":".join([*entries, *([current] if current else [])])
+    return []

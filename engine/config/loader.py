@@ -1,0 +1,560 @@
+"""config.toml: load and validate (errors name file, key and line), merged per-agent views."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import tomllib
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from engine import statefs
+from engine.commands.safebins import SafeBinProfile
+from engine.config.lines import PathParts
+from engine.config.lines import key_lines as key_lines  # re-exported: part of this module's API
+from engine.config.lines import render_key as render_key
+from engine.config.schema import (
+    AGENT_KEYS,
+    DEFAULT_CONTAINER_PREFIX,
+    DEFAULT_PIDS_LIMIT,
+    DEFAULT_SANDBOX_IMAGE,
+    DEFAULT_ULIMITS,
+    DEFAULT_WORKDIR,
+    MAX_CONTAINER_PREFIX,
+    MIB,
+    NODE_KEYS,
+    PROFILE_KEYS,
+    SANDBOX_KEYS,
+    TOOLS_KEYS,
+    ULIMIT_NAMES,
+    Spec,
+    Table,
+    container_path_problem,
+    is_host_entry,
+    is_ip,
+    parse_ulimit,
+    size_bytes,
+)
+from engine.config.schema import known_keys as known_keys
+from engine.config.write import set_config_value as set_config_value
+
+
+class ConfigError(Exception):
+    """A config file is unreadable or invalid; names the file, the dotted key and the line."""
+
+    def __init__(self, file: str | Path, key: str, line: int | None, message: str) -> None:
+        self.file = str(file)
+        self.key = key
+        self.line = line
+        self.message = message
+        where = f"{self.file}:{line}" if line is not None else self.file
+        super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
+
+
+# --------------------------------------------------------------------------- views
+
+
+@dataclass
+class ExecConfig:
+    """`tools.exec`: policy fields are None when unset, so policy can tell which layer decided."""
+
+    host: str | None = None
+    security: str | None = None
+    ask: str | None = None
+    ask_fallback: str | None = None
+    node: str | None = None
+    timeout_sec: int = 1800
+    background_ms: int = 10_000
+    cleanup_ms: int = 1_800_000
+    notify_on_exit: bool = True
+    notify_on_exit_empty_success: bool = False
+    path_prepend: list[str] = field(default_factory=list)
+    safe_bins: list[str] | None = None  # None = engine.commands.safebins.DEFAULT_SAFE_BINS
+    safe_bin_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    log_cap_bytes: int = 64 * MIB
+
+
+@dataclass
+class DockerConfig:
+    """`sandbox.docker`: every key engine.sandbox.settings.DockerSettings resolves (reference §6.1)."""
+
+    image: str = DEFAULT_SANDBOX_IMAGE
+    container_prefix: str = DEFAULT_CONTAINER_PREFIX
+    workdir: str = DEFAULT_WORKDIR
+    read_only_root: bool = True
+    tmpfs: list[str] = field(default_factory=lambda: ["/tmp", "/var/tmp", "/run"])
+    network: str = "none"
+    user: str | None = None
+    cap_drop: list[str] = field(default_factory=lambda: ["ALL"])
+    env: dict[str, str] = field(default_factory=lambda: {"LANG": "C.UTF-8"})
+    memory: str | int | None = None
+    memory_swap: str | int | None = None  # -1 = unlimited swap
+    cpus: float | None = None
+    pids_limit: int | None = DEFAULT_PIDS_LIMIT
+    ulimits: dict[str, tuple[int, int]] = field(default_factory=lambda: dict(DEFAULT_ULIMITS))  # (soft, hard)
+    seccomp_profile: str | None = None
+    apparmor_profile: str | None = None
+    dns: list[str] = field(default_factory=list)
+    extra_hosts: list[str] = field(default_factory=list)  # "name:ip", as `docker --add-host`
+    binds: list[str] = field(default_factory=list)
+    setup_command: str | None = None
+    dangerously_allow_reserved_container_targets: bool = False
+    dangerously_allow_external_bind_sources: bool = False
+    dangerously_allow_container_namespace_join: bool = False
+
+
+@dataclass
+class PruneConfig:
+    idle_hours: float = 24
+    max_age_days: float = 7
+
+
+@dataclass
+class SandboxConfig:
+    mode: str = "off"
+    scope: str = "agent"
+    workspace_access: str = "none"
+    workspace_root: str = ""  # filled with <state dir>/sandboxes when unset
+    docker: DockerConfig = field(default_factory=DockerConfig)
+    prune: PruneConfig = field(default_factory=PruneConfig)
+
+
+@dataclass
+class NodeConfig:
+    name: str
+    host: str
+    port: int = 22
+    user: str | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    docker_socket: str | None = None
+
+
+@dataclass
+class AgentConfig:
+    """One `[[agents.list]]` entry: only the keys it sets (attribute names), so merges keep layers apart."""
+
+    id: str
+    index: int
+    exec: dict[str, Any] = field(default_factory=dict)
+    elevated_enabled: bool | None = None
+    sandbox: dict[str, Any] = field(default_factory=dict)  # docker/prune as nested dicts
+
+
+@dataclass
+class Config:
+    path: Path
+    exists: bool = False
+    exec: ExecConfig = field(default_factory=ExecConfig)
+    elevated_enabled: bool = False
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    agents: dict[str, AgentConfig] = field(default_factory=dict)
+    nodes: dict[str, NodeConfig] = field(default_factory=dict)
+
+    def exec_for(self, agent_id: str) -> ExecConfig:
+        """Global `tools.exec` with the agent's overrides on top (safeBinProfiles merged per binary)."""
+        agent = self.agents.get(agent_id)
+        own = agent.exec if agent is not None else {}
+        merged = replace(self.exec, **{k: v for k, v in own.items() if k != "safe_bin_profiles"})
+        # A copy throughout: callers may adjust their view without touching the loaded config.
+        merged.path_prepend = list(merged.path_prepend)
+        merged.safe_bins = list(merged.safe_bins) if merged.safe_bins is not None else None
+        merged.safe_bin_profiles = {**self.exec.safe_bin_profiles, **own.get("safe_bin_profiles", {})}
+        return merged
+
+    def elevated_enabled_for(self, agent_id: str) -> bool:
+        agent = self.agents.get(agent_id)
+        if agent is not None and agent.elevated_enabled is not None:
+            return agent.elevated_enabled
+        return self.elevated_enabled
+
+    def sandbox_for(self, agent_id: str) -> SandboxConfig:
+        """Reference §6.1 merge: agent over global; docker env merged, binds concatenated;
+        scope=shared ignores the agent's docker and prune overrides."""
+        agent = self.agents.get(agent_id)
+        base = self.sandbox
+        if agent is None or not agent.sandbox:
+            return replace(base, docker=_copy_docker(base.docker), prune=replace(base.prune))
+        top = {k: v for k, v in agent.sandbox.items() if k not in ("docker", "prune")}
+        merged = replace(base, **top)
+        docker, prune = _copy_docker(base.docker), replace(base.prune)
+        if merged.scope != "shared":
+            over = dict(agent.sandbox.get("docker", {}))
+            if "env" in over:
+                over["env"] = {**base.docker.env, **over["env"]}
+            if "ulimits" in over:
+                over["ulimits"] = {**base.docker.ulimits, **over["ulimits"]}
+            if "binds" in over:
+                over["binds"] = [*base.docker.binds, *over["binds"]]
+            docker = replace(docker, **over)
+            prune = replace(prune, **agent.sandbox.get("prune", {}))
+        merged.docker, merged.prune = docker, prune
+        return merged
+
+
+def _copy_docker(docker: DockerConfig) -> DockerConfig:
+    """A copy whose lists and tables are fresh too: callers may adjust their view."""
+    return replace(
+        docker,
+        tmpfs=list(docker.tmpfs),
+        cap_drop=list(docker.cap_drop),
+        env=dict(docker.env),
+        ulimits=dict(docker.ulimits),
+        dns=list(docker.dns),
+        extra_hosts=list(docker.extra_hosts),
+        binds=list(docker.binds),
+    )
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def config_path(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """--config, else $EXECHOST_CONFIG, else <state dir>/config.toml."""
+    source = os.environ if env is None else env
+    raw = explicit or source.get("EXECHOST_CONFIG", "").strip()
+    if raw:
+        return Path(os.path.expanduser(raw))
+    return statefs.state_dir(None if env is None else dict(env)) / "config.toml"  # no os.environ copy
+
+
+def load_config(
+    path: str | Path | None = None, *, required: bool = False, env: Mapping[str, str] | None = None
+) -> Config:
+    """Load and validate; a missing file means all defaults unless `required` (an explicitly named file)."""
+    target = Path(path) if path is not None else config_path(env=env)
+    try:
+        text = target.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if required:
+            raise ConfigError(target, "", None, "config file not found") from None
+        return _build(target, {}, {}, exists=False, env=env)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(target, "", None, f"cannot read: {exc}") from exc
+    return load_config_text(text, target, env=env)
+
+
+def load_config_text(
+    text: str, path: str | Path = "<config>", *, env: Mapping[str, str] | None = None
+) -> Config:
+    target = Path(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        raise ConfigError(target, "", int(match.group(1)) if match else None, f"invalid TOML: {exc}") from exc
+    return _build(target, data, key_lines(text), exists=True, env=env)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+class _Checker:
+    def __init__(self, file: Path, lines: dict[str, int]) -> None:
+        self.file = file
+        self.lines = lines
+
+    def error(self, parts: PathParts, message: str) -> ConfigError:
+        line = None
+        for k in range(len(parts), 0, -1):
+            line = self.lines.get(render_key(parts[:k]))
+            if line is not None:
+                break
+        return ConfigError(self.file, render_key(parts), line, message)
+
+    def table(self, raw: Any, keys: Mapping[str, Spec | Table], parts: PathParts) -> dict[str, Any]:
+        """Validate a table; return {attr: value} for the keys it sets."""
+        if not isinstance(raw, dict):
+            raise self.error(parts, f"expected a table, got {_type_name(raw)}")
+        out: dict[str, Any] = {}
+        for name, value in raw.items():
+            spec = keys.get(name)
+            here = [*parts, name]
+            if spec is None:
+                raise self.error(here, f"unknown key{_suggest(name, keys)}")
+            if isinstance(spec, Table):
+                out[spec.attr] = self.table(value, spec.keys, here)
+            else:
+                out[spec.attr] = self.value(value, spec, here)
+        return out
+
+    def value(self, value: Any, spec: Spec, parts: PathParts) -> Any:
+        kind = spec.kind
+        if kind in ("str", "enum"):
+            if not isinstance(value, str):
+                raise self.error(parts, f"expected a string, got {_type_name(value)}")
+            if kind == "enum":
+                norm = value.strip().lower()
+                if norm not in spec.choices:
+                    raise self.error(parts, f"invalid value {value!r} (expected {'|'.join(spec.choices)})")
+                return norm
+            if not value.strip():
+                raise self.error(parts, "must not be empty")
+            return value
+        if kind == "bool":
+            if not isinstance(value, bool):
+                raise self.error(parts, f"expected true or false, got {_type_name(value)}")
+            return value
+        if kind in ("int", "number"):
+            ok = isinstance(value, int) or (kind == "number" and isinstance(value, float))
+            if isinstance(value, bool) or not ok:
+                want = "an integer" if kind == "int" else "a number"
+                raise self.error(parts, f"expected {want}, got {_type_name(value)}")
+            if spec.clamp is not None:
+                return min(max(value, spec.clamp[0]), spec.clamp[1])
+            if spec.minimum is not None and value < spec.minimum:
+                raise self.error(parts, f"must be at least {spec.minimum:g}")
+            if spec.maximum is not None and value > spec.maximum:
+                raise self.error(parts, f"must be at most {spec.maximum:g}")
+            return value
+        if kind == "size":
+            if isinstance(value, bool) or not isinstance(value, int | str):
+                raise self.error(parts, f'expected a size like "512m" or bytes, got {_type_name(value)}')
+            if isinstance(value, str) and not re.fullmatch(r"\d+(\.\d+)?[bkmgBKMG]?", value.strip()):
+                raise self.error(parts, f'invalid size {value!r} (expected e.g. "512m", "2g")')
+            if isinstance(value, int) and value <= 0:
+                raise self.error(parts, "must be positive")
+            return value
+        if kind == "swap":
+            if value == -1 and not isinstance(value, bool):
+                return -1
+            return self.value(value, replace(spec, kind="size"), parts)
+        if kind == "strlist":
+            return self.strlist(value, parts)
+        if kind == "ulimits":
+            return self.ulimits(value, parts)
+        if kind == "iplist":
+            for item in self.strlist(value, parts):
+                if not is_ip(item):
+                    raise self.error(parts, f"invalid IP address {item!r}")
+            return list(value)
+        if kind == "hostlist":
+            for item in self.strlist(value, parts):
+                if not is_host_entry(item):
+                    raise self.error(parts, f'invalid host entry {item!r} (expected "name:ip")')
+            return list(value)
+        if kind == "cpath":
+            if not isinstance(value, str):
+                raise self.error(parts, f"expected a string, got {_type_name(value)}")
+            problem = container_path_problem(value)
+            if problem is not None:
+                raise self.error(parts, problem)
+            return value
+        if kind == "prefix":
+            if not isinstance(value, str):
+                raise self.error(parts, f"expected a string, got {_type_name(value)}")
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", value):
+                raise self.error(parts, f"invalid container name prefix {value!r} (letters, digits, _ . -)")
+            if len(value) > MAX_CONTAINER_PREFIX:
+                raise self.error(parts, f"must be at most {MAX_CONTAINER_PREFIX} characters")
+            return value
+        if kind == "strmap":
+            if not isinstance(value, dict):
+                raise self.error(parts, f"expected a table of strings, got {_type_name(value)}")
+            for k, v in value.items():
+                if not isinstance(v, str):
+                    raise self.error([*parts, k], f"expected a string, got {_type_name(v)}")
+            return dict(value)
+        if kind == "profiles":
+            return self.profiles(value, parts)
+        raise AssertionError(kind)
+
+    def strlist(self, value: Any, parts: PathParts) -> list[str]:
+        if not isinstance(value, list):
+            raise self.error(parts, f"expected a list of strings, got {_type_name(value)}")
+        for item in value:
+            if not isinstance(item, str) or not item.strip():
+                raise self.error(parts, f"expected non-empty strings, got {_type_name(item)} {item!r}")
+        return list(value)
+
+    def ulimits(self, value: Any, parts: PathParts) -> dict[str, tuple[int, int]]:
+        if not isinstance(value, dict):
+            raise self.error(parts, f"expected a table of ulimits, got {_type_name(value)}")
+        out: dict[str, tuple[int, int]] = {}
+        for name, item in value.items():
+            if name not in ULIMIT_NAMES:
+                raise self.error(
+                    [*parts, name], f"unknown ulimit (expected one of: {', '.join(ULIMIT_NAMES)})"
+                )
+            try:
+                out[name] = parse_ulimit(item)
+            except ValueError as exc:
+                raise self.error([*parts, name], str(exc)) from None
+        return out
+
+    def profiles(self, value: Any, parts: PathParts) -> dict[str, dict[str, Any]]:
+        if not isinstance(value, dict):
+            raise self.error(parts, f"expected a table of profiles, got {_type_name(value)}")
+        out: dict[str, dict[str, Any]] = {}
+        for binary, profile in value.items():
+            here = [*parts, binary]
+            if not isinstance(profile, dict):
+                raise self.error(here, f"expected a table, got {_type_name(profile)}")
+            for key, item in profile.items():
+                kind = PROFILE_KEYS.get(key)
+                if kind is None:
+                    raise self.error([*here, key], f"unknown key{_suggest(key, PROFILE_KEYS)}")
+                if kind == "strlist":
+                    self.strlist(item, [*here, key])
+                elif isinstance(item, bool) or not isinstance(item, int) or item < 0:
+                    raise self.error([*here, key], "expected a non-negative integer")
+            try:
+                SafeBinProfile.from_config(profile)
+            except ValueError as exc:
+                raise self.error(here, str(exc)) from None
+            out[binary] = dict(profile)
+        return out
+
+
+def _type_name(value: Any) -> str:
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)
+
+
+def _suggest(name: str, keys: Mapping[str, Any]) -> str:
+    lowered = {k.lower(): k for k in keys}
+    close = lowered.get(name.lower().replace("_", ""))
+    if close is None:
+        import difflib
+
+        found = difflib.get_close_matches(name, list(keys), n=1)
+        close = found[0] if found else None
+    return f" (did you mean {close!r}?)" if close else f" (expected one of: {', '.join(keys)})"
+
+
+def _build(
+    path: Path, data: dict[str, Any], lines: dict[str, int], *, exists: bool, env: Mapping[str, str] | None
+) -> Config:
+    check = _Checker(path, lines)
+    cfg = Config(path=path, exists=exists)
+    for top in data:
+        if top not in ("tools", "agents", "nodes"):
+            raise check.error([top], "unknown key (expected one of: tools, agents, nodes)")
+    tools = check.table(data.get("tools", {}), TOOLS_KEYS, ["tools"])
+    exec_set = tools.get("exec", {})
+    cfg.exec = _exec_config(exec_set)
+    cfg.elevated_enabled = bool(tools.get("elevated", {}).get("enabled", False))
+
+    agents = data.get("agents", {})
+    if not isinstance(agents, dict):
+        raise check.error(["agents"], f"expected a table, got {_type_name(agents)}")
+    for key in agents:
+        if key not in ("defaults", "list"):
+            raise check.error(["agents", key], "unknown key (expected one of: defaults, list)")
+    defaults = agents.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise check.error(["agents", "defaults"], f"expected a table, got {_type_name(defaults)}")
+    for key in defaults:
+        if key != "sandbox":
+            raise check.error(["agents", "defaults", key], "unknown key (expected: sandbox)")
+    sandbox_set = check.table(defaults.get("sandbox", {}), SANDBOX_KEYS, ["agents", "defaults", "sandbox"])
+    cfg.sandbox = _sandbox_config(sandbox_set, env)
+
+    entries = agents.get("list", [])
+    if not isinstance(entries, list):
+        raise check.error(["agents", "list"], "expected [[agents.list]] entries (an array of tables)")
+    for index, raw in enumerate(entries):
+        here: PathParts = ["agents", "list", index]
+        parsed = check.table(raw, AGENT_KEYS, here)
+        agent_id = parsed.get("id")
+        if agent_id is None:
+            raise check.error(here, "missing required key 'id'")
+        agent_id = agent_id.strip()
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", agent_id):
+            raise check.error([*here, "id"], f"invalid agent id {agent_id!r} (letters, digits, _ . -)")
+        if agent_id in cfg.agents:
+            raise check.error([*here, "id"], f"duplicate agent id {agent_id!r}")
+        agent_tools = parsed.get("tools", {})
+        elevated = agent_tools.get("elevated", {})
+        cfg.agents[agent_id] = AgentConfig(
+            id=agent_id,
+            index=index,
+            exec=dict(agent_tools.get("exec", {})),
+            elevated_enabled=elevated.get("enabled"),
+            sandbox=dict(parsed.get("sandbox", {})),
+        )
+
+    _check_docker(check, cfg.sandbox.docker)
+    for agent in cfg.agents.values():
+        own = agent.sandbox.get("docker", {})
+        if own:
+            docker_parts: PathParts = ["agents", "list", agent.index, "sandbox", "docker"]
+            _check_docker(check, cfg.sandbox_for(agent.id).docker, docker_parts, set(own))
+
+    nodes = data.get("nodes", {})
+    if not isinstance(nodes, dict):
+        raise check.error(["nodes"], f"expected a table of [nodes.<name>], got {_type_name(nodes)}")
+    for name, raw in nodes.items():
+        here = ["nodes", name]
+        parsed = check.table(raw, NODE_KEYS, here)
+        if "host" not in parsed:
+            raise check.error(here, "missing required key 'host'")
+        cfg.nodes[name] = NodeConfig(name=name, **parsed)
+    return cfg
+
+
+def _check_docker(
+    check: _Checker,
+    docker: DockerConfig,
+    agent_parts: PathParts | None = None,
+    agent_keys: Collection[str] = (),
+) -> None:
+    """Checks across keys of one effective docker table, reported at the layer that set the key."""
+
+    def at(attr: str, key: str) -> PathParts:
+        if agent_parts is not None and attr in agent_keys:
+            return [*agent_parts, key]
+        return ["agents", "defaults", "sandbox", "docker", key]
+
+    swap = docker.memory_swap
+    # Docker refuses these only at `docker create`: say so at load time, at the key.
+    if swap is not None and swap != -1:
+        if docker.memory is None:
+            raise check.error(
+                at("memory_swap", "memorySwap"),
+                "needs memory to be set too (memorySwap is memory + swap)",
+            )
+        if size_bytes(swap) < size_bytes(docker.memory):
+            raise check.error(at("memory_swap", "memorySwap"), f"must be at least memory ({docker.memory})")
+    # The workspace is mounted at workdir: a bind over it would replace the workspace the agent sees.
+    # engine.sandbox.validate reserves the default /workspace (with the reference's text), not a custom one.
+    if docker.dangerously_allow_reserved_container_targets or docker.workdir == DEFAULT_WORKDIR:
+        return
+    for bind in docker.binds:
+        parts = bind.split(":")
+        target = posixpath.normpath(parts[1]) if len(parts) > 1 and parts[1].startswith("/") else None
+        if target is not None and (target == docker.workdir or target.startswith(docker.workdir + "/")):
+            raise check.error(
+                at("binds", "binds"),
+                f'bind mount "{bind}" targets the sandbox workdir "{docker.workdir}"; set '
+                "dangerouslyAllowReservedContainerTargets = true only when you fully trust this runtime",
+            )
+
+
+def _exec_config(values: Mapping[str, Any]) -> ExecConfig:
+    return replace(ExecConfig(), **values)
+
+
+def _sandbox_config(values: Mapping[str, Any], env: Mapping[str, str] | None) -> SandboxConfig:
+    top = {k: v for k, v in values.items() if k not in ("docker", "prune")}
+    sandbox = replace(SandboxConfig(), **top)
+    docker = dict(values.get("docker", {}))
+    if "ulimits" in docker:  # merged over the defaults per name, like an agent's over the global
+        docker["ulimits"] = {**DEFAULT_ULIMITS, **docker["ulimits"]}
+    sandbox.docker = replace(DockerConfig(), **docker)
+    sandbox.prune = replace(PruneConfig(), **values.get("prune", {}))
+    if not sandbox.workspace_root:
+        source = dict(os.environ if env is None else env)
+        sandbox.workspace_root = str(statefs.state_dir(source) / "sandboxes")
+    else:
+        sandbox.workspace_root = os.path.expanduser(sandbox.workspace_root)
+    return sandbox

@@ -1,0 +1,242 @@
+"""The keys config.toml accepts: each one's attribute, kind, default and limits (the loader's schema)."""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from engine.policy.precedence import ASKS, HOSTS, SECURITIES
+
+MIB = 1024 * 1024
+SANDBOX_MODES = ("off", "non-main", "all")
+SANDBOX_SCOPES = ("session", "agent", "shared")
+WORKSPACE_ACCESS = ("none", "ro", "rw")
+# What `exechost sandbox setup` builds (engine/sandbox/Dockerfile): FROM scratch + a static busybox.
+DEFAULT_SANDBOX_IMAGE = "exechost-sandbox:busybox"
+DEFAULT_CONTAINER_PREFIX = "openclaw-sbx-"
+DEFAULT_WORKDIR = "/workspace"
+DEFAULT_PIDS_LIMIT = 512
+# Bounded defaults so a fork bomb or fd leak inside a sandbox stays inside it (OpenClaw sets none).
+DEFAULT_ULIMITS: dict[str, tuple[int, int]] = {"nofile": (4096, 8192), "core": (0, 0)}
+# The resource names Docker's --ulimit accepts; anything else fails only at `docker create`.
+ULIMIT_NAMES = (
+    "core",
+    "cpu",
+    "data",
+    "fsize",
+    "locks",
+    "memlock",
+    "msgqueue",
+    "nice",
+    "nofile",
+    "nproc",
+    "rss",
+    "rtprio",
+    "rttime",
+    "sigpending",
+    "stack",
+)
+# Container names are cut at 63 chars; a longer prefix would cut into the slug's hash and let
+# distinct scope keys share one container.
+MAX_CONTAINER_PREFIX = 63 - 41
+# `workdir` is where the workspace is mounted: never over the root, the kernel's filesystems, the agent
+# workspace mount or exechost's own supervisor mounts (engine.sandbox.settings/supervisor name them).
+RESERVED_WORKDIRS = ("/", "/proc", "/sys", "/dev", "/agent", "/.exechost", "/.exechost-bin")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One config key: the attribute it fills, its kind, default and limits."""
+
+    attr: str
+    # str | bool | int | number | size | swap | strlist | strmap | enum | profiles
+    # | ulimits | iplist | hostlist | cpath (container path) | prefix (container name prefix)
+    kind: str
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    clamp: tuple[int, int] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    """A nested table of keys."""
+
+    attr: str
+    keys: Mapping[str, Spec | Table]
+
+
+EXEC_KEYS: dict[str, Spec | Table] = {
+    "host": Spec("host", "enum", None, HOSTS),
+    "security": Spec("security", "enum", None, SECURITIES),
+    "ask": Spec("ask", "enum", None, ASKS),
+    "askFallback": Spec("ask_fallback", "enum", None, SECURITIES),
+    "node": Spec("node", "str"),
+    "timeoutSec": Spec("timeout_sec", "int", 1800, minimum=1),
+    # Clamped, not rejected: the same ranges OpenClaw clamps to.
+    "backgroundMs": Spec("background_ms", "int", 10_000, clamp=(10, 120_000)),
+    "cleanupMs": Spec("cleanup_ms", "int", 1_800_000, clamp=(60_000, 10_800_000)),
+    "notifyOnExit": Spec("notify_on_exit", "bool", True),
+    "notifyOnExitEmptySuccess": Spec("notify_on_exit_empty_success", "bool", False),
+    "pathPrepend": Spec("path_prepend", "strlist", ()),
+    "safeBins": Spec("safe_bins", "strlist", None),
+    "safeBinProfiles": Spec("safe_bin_profiles", "profiles", None),
+    "logCapBytes": Spec("log_cap_bytes", "int", 64 * MIB, minimum=64 * 1024),
+}
+ELEVATED_KEYS: dict[str, Spec | Table] = {"enabled": Spec("enabled", "bool", False)}
+DOCKER_KEYS: dict[str, Spec | Table] = {
+    "image": Spec("image", "str", DEFAULT_SANDBOX_IMAGE),
+    "containerPrefix": Spec("container_prefix", "prefix", DEFAULT_CONTAINER_PREFIX),
+    "workdir": Spec("workdir", "cpath", DEFAULT_WORKDIR),
+    "readOnlyRoot": Spec("read_only_root", "bool", True),
+    "tmpfs": Spec("tmpfs", "strlist", ("/tmp", "/var/tmp", "/run")),
+    "network": Spec("network", "str", "none"),
+    "user": Spec("user", "str"),
+    "capDrop": Spec("cap_drop", "strlist", ("ALL",)),
+    "env": Spec("env", "strmap", {"LANG": "C.UTF-8"}),
+    "memory": Spec("memory", "size"),
+    "memorySwap": Spec("memory_swap", "swap"),
+    "cpus": Spec("cpus", "number", None, minimum=0.01),
+    # DESIGN §9 lists a pids limit among the hardened defaults (OpenClaw leaves it unset).
+    "pidsLimit": Spec("pids_limit", "int", DEFAULT_PIDS_LIMIT, minimum=1),
+    "ulimits": Spec("ulimits", "ulimits", DEFAULT_ULIMITS),
+    "seccompProfile": Spec("seccomp_profile", "str"),
+    "apparmorProfile": Spec("apparmor_profile", "str"),
+    "dns": Spec("dns", "iplist", ()),
+    "extraHosts": Spec("extra_hosts", "hostlist", ()),
+    "binds": Spec("binds", "strlist", ()),
+    "setupCommand": Spec("setup_command", "str"),
+    # Opt-outs of validate.py's refusals; explicit booleans only, never on by default.
+    "dangerouslyAllowReservedContainerTargets": Spec(
+        "dangerously_allow_reserved_container_targets", "bool", False
+    ),
+    "dangerouslyAllowExternalBindSources": Spec("dangerously_allow_external_bind_sources", "bool", False),
+    "dangerouslyAllowContainerNamespaceJoin": Spec(
+        "dangerously_allow_container_namespace_join", "bool", False
+    ),
+}
+PRUNE_KEYS: dict[str, Spec | Table] = {
+    "idleHours": Spec("idle_hours", "number", 24, minimum=0),
+    "maxAgeDays": Spec("max_age_days", "number", 7, minimum=0),
+}
+SANDBOX_KEYS: dict[str, Spec | Table] = {
+    "mode": Spec("mode", "enum", "off", SANDBOX_MODES),
+    "scope": Spec("scope", "enum", "agent", SANDBOX_SCOPES),
+    "workspaceAccess": Spec("workspace_access", "enum", "none", WORKSPACE_ACCESS),
+    "workspaceRoot": Spec("workspace_root", "str"),
+    "docker": Table("docker", DOCKER_KEYS),
+    "prune": Table("prune", PRUNE_KEYS),
+}
+NODE_KEYS: dict[str, Spec | Table] = {
+    "host": Spec("host", "str"),
+    "port": Spec("port", "int", 22, minimum=1, maximum=65535),
+    "user": Spec("user", "str"),
+    "identityFile": Spec("identity_file", "str"),
+    "knownHosts": Spec("known_hosts", "str"),
+    "dockerSocket": Spec("docker_socket", "str"),
+}
+TOOLS_KEYS: dict[str, Spec | Table] = {
+    "exec": Table("exec", EXEC_KEYS),
+    "elevated": Table("elevated", ELEVATED_KEYS),
+}
+AGENT_KEYS: dict[str, Spec | Table] = {
+    "id": Spec("id", "str"),
+    "tools": Table("tools", TOOLS_KEYS),
+    "sandbox": Table("sandbox", SANDBOX_KEYS),
+}
+# Keys of one safeBinProfiles entry (what engine.commands.safebins.SafeBinProfile.from_config accepts).
+PROFILE_KEYS: dict[str, str] = {
+    "minPositional": "int",
+    "maxPositional": "int",
+    "allowedValueFlags": "strlist",
+    "deniedFlags": "strlist",
+    "booleanFlags": "strlist",
+}
+
+
+def known_keys() -> list[str]:
+    """Every dotted key the loader accepts (as `agents.list[].…` and `nodes.<name>.…` for those tables)."""
+    out: list[str] = []
+
+    def walk(prefix: str, keys: Mapping[str, Spec | Table]) -> None:
+        for name, spec in keys.items():
+            if isinstance(spec, Table):
+                walk(f"{prefix}{name}.", spec.keys)
+            else:
+                out.append(prefix + name)
+
+    walk("tools.", TOOLS_KEYS)
+    walk("agents.defaults.sandbox.", SANDBOX_KEYS)
+    walk("agents.list[].", AGENT_KEYS)
+    walk("nodes.<name>.", NODE_KEYS)
+    return out
+
+
+# ------------------------------------------------------------- value checks of the sandbox kinds
+
+_HOSTNAME = re.compile(
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+
+
+def parse_ulimit(item: Any) -> tuple[int, int]:
+    """One `ulimits` value (N, "soft:hard" or {soft, hard}) as (soft, hard), -1 unlimited; else ValueError."""
+    soft: Any
+    hard: Any
+    if isinstance(item, dict):
+        if not item or set(item) - {"soft", "hard"}:
+            raise ValueError("expected { soft = N, hard = N }")
+        soft, hard = item.get("soft", item.get("hard")), item.get("hard", item.get("soft"))
+    elif isinstance(item, str):
+        m = re.fullmatch(r"\s*(-?\d+)\s*:\s*(-?\d+)\s*", item)
+        if m is None:
+            raise ValueError(f'invalid ulimit {item!r} (expected N, "soft:hard" or a table)')
+        soft, hard = int(m.group(1)), int(m.group(2))
+    else:
+        soft = hard = item
+    for v in (soft, hard):
+        if isinstance(v, bool) or not isinstance(v, int) or v < -1:
+            raise ValueError(f"expected a non-negative integer or -1 (unlimited), got {v!r}")
+    if hard != -1 and (soft == -1 or soft > hard):
+        raise ValueError(f"soft limit {soft} exceeds hard limit {hard}")
+    return soft, hard
+
+
+def container_path_problem(value: str) -> str | None:
+    """Why `value` cannot be the workdir (an absolute, normalised container path a bind may target)."""
+    if not value.startswith("/") or posixpath.normpath(value) != value or value.startswith("//"):
+        return f"expected an absolute, normalised container path, got {value!r}"
+    if re.search(r"[\s:,\x00-\x1f\x7f]", value):  # would break the `host:container:mode` volume spec
+        return f"invalid character in container path {value!r}"
+    for reserved in RESERVED_WORKDIRS:
+        if value == reserved or (reserved != "/" and value.startswith(reserved + "/")):
+            return f"{value!r} is reserved (it would hide {reserved} in the container)"
+    return None
+
+
+def is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def is_host_entry(item: str) -> bool:
+    """An `extraHosts` entry as `docker --add-host` takes it: "name:ip" (or Docker's "name:host-gateway")."""
+    name, sep, ip = item.partition(":")
+    return bool(sep) and _HOSTNAME.fullmatch(name) is not None and (is_ip(ip) or ip == "host-gateway")
+
+
+def size_bytes(value: str | int) -> int:
+    """A Docker size ("512m", "2g", bytes) in bytes."""
+    if isinstance(value, int):
+        return value
+    text = value.strip().lower()
+    scale = {"b": 1, "k": 1024, "m": MIB, "g": 1024 * MIB}.get(text[-1:])
+    return int(float(text[:-1]) * scale) if scale is not None else int(float(text))

@@ -1,0 +1,361 @@
+"""One decision per command: policy + analysis + allowlist + approvals file → allow, ask or deny, and why."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from engine.commands.allowlist import (
+    ALLOW_ALWAYS_SOURCE,
+    DEFAULT_SAFE_BINS,
+    AllowlistEntry,
+    AllowlistResult,
+    SafeBinProfile,
+    allow_always_patterns,
+    enforced_command,
+    evaluate_allowlist,
+    has_durable_approval,
+)
+from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command
+from engine.config.loader import Config
+from engine.policy.precedence import (
+    EffectivePolicy,
+    PolicyError,
+    PolicyStep,
+    SessionOverrides,
+    allowed_decisions,
+    deny_text,
+    requires_approval,
+    resolve_policy,
+)
+from engine.results import ToolError
+
+if TYPE_CHECKING:
+    from engine.approvals.schema import ApprovalsFile
+
+
+class ApprovalsSource(Protocol):
+    """What evaluate reads the approvals file through (engine.approvals.store.ApprovalsStore)."""
+
+    def snapshot(self) -> ApprovalsFile: ...
+
+
+@dataclass
+class Decision:
+    """What `exechost policy check` prints and the gateway acts on."""
+
+    command: str
+    agent_id: str
+    host: str | None
+    security: str | None
+    ask: str | None
+    ask_fallback: str | None
+    node: str | None
+    analysis_ok: bool
+    analysis_reason: str | None
+    allowlist_satisfied: bool
+    durable: bool
+    requires_approval: bool
+    decision: str  # allow | ask | deny
+    reason: str
+    decided_by: PolicyStep
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    enforced_command: str | None = None
+    allowed_decisions: tuple[str, ...] = ()
+    allow_always_patterns: list[str] = field(default_factory=list)
+    policy: EffectivePolicy | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        policy = self.policy
+        return {
+            "command": self.command,
+            "agentId": self.agent_id,
+            "host": self.host,
+            "security": self.security,
+            "ask": self.ask,
+            "askFallback": self.ask_fallback,
+            "node": self.node,
+            "elevated": policy.elevated if policy else "off",
+            "sandboxed": policy.sandboxed if policy else False,
+            "analysisOk": self.analysis_ok,
+            "analysisReason": self.analysis_reason,
+            "allowlistSatisfied": self.allowlist_satisfied,
+            "durable": self.durable,
+            "requiresApproval": self.requires_approval,
+            "decision": self.decision,
+            "reason": self.reason,
+            "decidedBy": self.decided_by.to_json(),
+            "segments": self.segments,
+            "enforcedCommand": self.enforced_command,
+            "allowedDecisions": list(self.allowed_decisions),
+            "allowAlwaysPatterns": self.allow_always_patterns,
+            "warnings": self.warnings,
+            "trail": [step.to_json() for step in policy.trail] if policy else [],
+        }
+
+
+def evaluate(
+    command: str,
+    *,
+    config: Config,
+    agent_id: str = "main",
+    params: dict[str, Any] | None = None,
+    overrides: SessionOverrides | None = None,
+    store: ApprovalsSource | None = None,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    sandbox_available: bool = False,
+    session_key: str | None = None,
+) -> Decision:
+    """Decide one command. `store` is read once (one consistent snapshot of the approvals file).
+
+    Policy errors (host not allowed, sandbox required, elevated unavailable) come back as a deny
+    whose reason is the reference text; an unreadable approvals file raises ApprovalsFileError.
+    """
+    if not command.strip():
+        raise ToolError("Provide a command to start.")
+    approvals = store.snapshot() if store is not None else None
+    file_policy = approvals.agent(agent_id) if approvals is not None else None
+    file_defaults = approvals.defaults if approvals is not None else None
+    entries = approvals.entries(agent_id) if approvals is not None else []
+
+    analysis = analyze_command(command)
+    try:
+        policy = resolve_policy(
+            config,
+            agent_id,
+            params,
+            overrides,
+            file_policy,
+            sandbox_available,
+            file_defaults=file_defaults,
+            session_key=session_key,
+        )
+    except PolicyError as exc:
+        return Decision(
+            command=command,
+            agent_id=agent_id,
+            host=None,
+            security=None,
+            ask=None,
+            ask_fallback=None,
+            node=None,
+            analysis_ok=analysis.ok,
+            analysis_reason=analysis.reason,
+            allowlist_satisfied=False,
+            durable=False,
+            requires_approval=False,
+            decision="deny",
+            reason=str(exc),
+            decided_by=exc.step,
+            segments=[_segment_json(s.argv, None, None, None, None, None) for s in analysis.segments],
+        )
+
+    exec_cfg = config.exec_for(agent_id)
+    run_env = dict(os.environ if env is None else env)
+    warnings: list[str] = []
+    if not analysis.ok and "heredoc" in (analysis.reason or "") and not policy.sandboxed:
+        warnings.append(HEREDOC_WARNING)
+    if policy.host == "node":
+        warnings.append("Executables resolved on this machine; the node resolves them against its own PATH.")
+    elif exec_cfg.path_prepend and not policy.sandboxed:
+        run_env["PATH"] = os.pathsep.join([*exec_cfg.path_prepend, run_env.get("PATH", "")])
+    safe_bins = frozenset(exec_cfg.safe_bins) if exec_cfg.safe_bins is not None else DEFAULT_SAFE_BINS
+    result = evaluate_allowlist(
+        analysis,
+        entries,
+        cwd=cwd or os.getcwd(),
+        env=run_env,
+        safe_bins=safe_bins,
+        safe_bin_profiles=_profiles(exec_cfg.safe_bin_profiles),
+    )
+    satisfied = analysis.ok and result.satisfied
+    durable = has_durable_approval(command, entries) or _durable_by_entries(analysis, result, entries)
+    segments = [
+        _segment_json(m.argv, m.resolved_path, m.satisfied_by, m.matched_pattern, m.entry_id, m.reason)
+        for m in result.segments
+    ]
+    enforced = enforced_command(analysis, result) if satisfied else None
+    needs = requires_approval(policy, analysis.ok, satisfied, durable)
+
+    def done(decision: str, reason: str, step: PolicyStep | None, ask_needed: bool = False) -> Decision:
+        offered = allowed_decisions(policy.ask) if decision == "ask" else ()
+        patterns = allow_always_patterns(command, analysis, result) if "allow-always" in offered else []
+        return Decision(
+            command=command,
+            agent_id=agent_id,
+            host=policy.host,
+            security=policy.security,
+            ask=policy.ask,
+            ask_fallback=policy.ask_fallback,
+            node=policy.node,
+            analysis_ok=analysis.ok,
+            analysis_reason=analysis.reason,
+            allowlist_satisfied=satisfied,
+            durable=durable,
+            requires_approval=ask_needed,
+            decision=decision,
+            reason=reason,
+            decided_by=step or PolicyStep("policy", "", decision),
+            segments=segments,
+            enforced_command=enforced,
+            allowed_decisions=offered,
+            allow_always_patterns=patterns,
+            policy=policy,
+            warnings=warnings,
+        )
+
+    sec_step, ask_step = policy.step("security"), policy.step("ask")
+    if policy.sandboxed:
+        if policy.security == "deny":
+            return done("deny", deny_text(policy), sec_step)
+        return done(
+            "allow",
+            "runs inside the sandbox container; exec approvals do not apply there",
+            policy.step("host"),
+        )
+    if policy.bypass_approvals:
+        return done(
+            "allow",
+            "elevated full: runs on the host with approvals bypassed",
+            next((s for s in policy.trail if s.layer == "elevated"), None),
+        )
+    if policy.security == "deny":
+        return done("deny", deny_text(policy), sec_step)
+    where = "runs direct on the gateway (sandbox mode off); " if policy.direct else ""
+    if needs and policy.ask == "always":
+        return done("ask", f"{where}ask=always: every command needs approval", ask_step, True)
+    if policy.security == "full":
+        return done("allow", f"{where}security=full: every command is allowed", sec_step)
+    # security = allowlist
+    if needs:
+        return done("ask", f"{where}{_miss_reason(analysis, result)}; ask=on-miss asks", ask_step, True)
+    if durable and not satisfied:
+        return done(
+            "allow",
+            f"{where}durable allow-always approval for this command",
+            PolicyStep("approvals file", "allow-always", "durable"),
+        )
+    if satisfied and enforced is None:
+        warnings.append(
+            "Warning: allowlist auto-execution is unavailable on linux; explicit approval is required."
+        )
+        if policy.ask != "off":
+            return done("ask", f"{where}the enforced command could not be built", ask_step, True)
+        return done("deny", "exec denied: allowlist miss", ask_step)
+    if satisfied:
+        return done("allow", f"{where}every segment is satisfied: {_hits(result)}", _allowlist_step(result))
+    return done("deny", "exec denied: allowlist miss", ask_step)
+
+
+def _segment_json(
+    argv: tuple[str, ...],
+    resolved: str | None,
+    satisfied_by: str | None,
+    pattern: str | None,
+    entry_id: str | None,
+    reason: str | None,
+) -> dict[str, Any]:
+    # entryId names the exact allowlist entry that matched, so callers record use of that entry
+    # (two entries can share a pattern and differ in argPattern).
+    return {
+        "argv": list(argv),
+        "resolvedPath": resolved,
+        "satisfiedBy": satisfied_by,
+        "matchedPattern": pattern,
+        "entryId": entry_id,
+        "reason": reason,
+    }
+
+
+def _profiles(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, SafeBinProfile] | None:
+    """Config safeBinProfiles → SafeBinProfile (config validated them already)."""
+    return {name: SafeBinProfile.from_config(spec) for name, spec in raw.items()} or None
+
+
+def _durable_by_entries(
+    analysis: CommandAnalysis, result: AllowlistResult, entries: list[AllowlistEntry]
+) -> bool:
+    """Reference §3.3 (b): analysis ok and every segment matched an allow-always entry."""
+    if not analysis.ok or not result.segments:
+        return False
+    always = {e.id for e in entries if e.id is not None and e.source == ALLOW_ALWAYS_SOURCE}
+    return all(m.entry_id is not None and m.entry_id in always for m in result.segments)
+
+
+def _miss_reason(analysis: CommandAnalysis, result: AllowlistResult) -> str:
+    if not analysis.ok:
+        return f"analysis failed closed ({analysis.reason or 'unparseable'})"
+    for match in result.segments:
+        if match.satisfied_by is None:
+            name = match.resolved_path or (match.argv[0] if match.argv else "?")
+            why = match.reason if match.reason and match.reason != "allowlist miss" else "no matching entry"
+            return f"allowlist miss: {name} ({why})"
+    return "allowlist miss"
+
+
+def _hits(result: AllowlistResult) -> str:
+    parts = []
+    for match in result.segments:
+        name = match.argv[0] if match.argv else "?"
+        what = match.satisfied_by
+        if match.matched_pattern:
+            what = f"{what} {match.matched_pattern}"
+        parts.append(f"{name} ({what})")
+    return ", ".join(parts)
+
+
+def _allowlist_step(result: AllowlistResult) -> PolicyStep:
+    patterns = [m.matched_pattern or m.satisfied_by or "" for m in result.segments]
+    sources = sorted({m.satisfied_by or "" for m in result.segments})
+    return PolicyStep("allowlist", "+".join(sources), ", ".join(dict.fromkeys(patterns)))
+
+
+def explain(decision: Decision) -> str:
+    """A readable account: the decision, the layer and key that decided it, each segment, the trail."""
+    d = decision
+    lines = [
+        f"Decision: {d.decision.upper()} — {d.reason}",
+        f"Decided by: {d.decided_by}",
+    ]
+    if d.policy is not None:
+        p = d.policy
+        host = p.host + (" (sandboxed)" if p.sandboxed else " (direct on the gateway)" if p.direct else "")
+        lines.append(
+            f"Agent: {d.agent_id}  Host: {host}  Security: {p.security}  Ask: {p.ask}  "
+            f"Ask fallback: {p.ask_fallback}"
+            + (f"  Node: {p.node}" if p.node else "")
+            + (f"  Elevated: {p.elevated}" if p.elevated != "off" else "")
+        )
+    lines.append(f"Command: {d.command}")
+    if not d.analysis_ok:
+        lines.append(f"Analysis: failed closed ({d.analysis_reason or 'unparseable'})")
+    if d.segments:
+        lines.append("Segments:")
+        for i, seg in enumerate(d.segments, 1):
+            words = " ".join(seg["argv"]) or "(empty)"
+            where = seg["resolvedPath"] or "(not found)"
+            if seg["satisfiedBy"]:
+                verdict = seg["satisfiedBy"] + (f" {seg['matchedPattern']}" if seg["matchedPattern"] else "")
+            else:
+                verdict = "MISS" + (f" ({seg['reason']})" if seg.get("reason") else "")
+            lines.append(f"  {i}. {words}  →  {where}  [{verdict}]")
+    if d.enforced_command:
+        lines.append(f"Enforced command: {d.enforced_command}")
+    if d.durable:
+        lines.append("Durable allow-always approval: yes")
+    if d.allowed_decisions:
+        lines.append(
+            f"Allowed decisions: {'|'.join(d.allowed_decisions)}"
+            + (f"  (no approver: askFallback={d.ask_fallback})" if d.ask_fallback else "")
+        )
+    if d.allow_always_patterns:
+        lines.append(f"Allow-always would persist: {', '.join(d.allow_always_patterns)}")
+    lines.extend(d.warnings)
+    if d.policy is not None and d.policy.trail:
+        lines.append("Policy trail:")
+        lines.extend(f"  {step}" for step in d.policy.trail)
+    return "\n".join(lines)

@@ -1,0 +1,518 @@
+"""Exec policy: enum normalisation, the precedence chain with its explanation trail, /exec and /elevated."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from engine.results import ToolError
+
+if TYPE_CHECKING:
+    from engine.config.loader import Config
+
+HOSTS = ("auto", "sandbox", "gateway", "node")
+SECURITIES = ("deny", "allowlist", "full")
+ASKS = ("off", "on-miss", "always")
+ELEVATED_LEVELS = ("off", "on", "ask", "full")
+DECISIONS = ("allow-once", "allow-always", "deny")
+
+Security = Literal["deny", "allowlist", "full"]
+Ask = Literal["off", "on-miss", "always"]
+
+_SECURITY_ORDER = {"deny": 0, "allowlist": 1, "full": 2}
+_ASK_ORDER = {"off": 0, "on-miss": 1, "always": 2}
+
+# Layer names, as the trail and `policy check` print them.
+LAYER_PARAM = "tool param"
+LAYER_SESSION = "session override (/exec)"
+LAYER_GLOBAL = "config tools.exec"
+LAYER_FILE = "approvals file"
+LAYER_BUILTIN = "built-in"
+LAYER_ELEVATED = "elevated"
+LAYER_CLAMP = "approvals file clamp"
+LAYER_CAP = "askFallback cap"
+
+
+def _normalize(value: Any, choices: tuple[str, ...]) -> str | None:
+    if not isinstance(value, str):
+        return None
+    norm = value.strip().lower()
+    return norm if norm in choices else None
+
+
+def normalize_host(value: Any) -> str | None:
+    return _normalize(value, HOSTS)
+
+
+def normalize_security(value: Any) -> str | None:
+    return _normalize(value, SECURITIES)
+
+
+def normalize_ask(value: Any) -> str | None:
+    return _normalize(value, ASKS)
+
+
+def normalize_elevated(value: Any) -> str | None:
+    return _normalize(value, ELEVATED_LEVELS)
+
+
+def min_security(a: str, b: str) -> str:
+    """The stricter of two security modes (deny < allowlist < full)."""
+    return a if _SECURITY_ORDER[a] <= _SECURITY_ORDER[b] else b
+
+
+def max_ask(a: str, b: str) -> str:
+    """The more asking of two ask modes (off < on-miss < always)."""
+    return a if _ASK_ORDER[a] >= _ASK_ORDER[b] else b
+
+
+@dataclass
+class SessionOverrides:
+    """Per-session values set by `/exec` and `/elevated`; never written to config."""
+
+    host: str | None = None
+    security: str | None = None
+    ask: str | None = None
+    node: str | None = None
+    elevated: str | None = None  # off | on | ask | full
+
+
+@dataclass
+class PolicyStep:
+    """One link of the explanation: which layer and key set a value."""
+
+    layer: str
+    key: str
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.layer}: {self.key} = {self.value}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"layer": self.layer, "key": self.key, "value": self.value}
+
+
+@dataclass
+class EffectivePolicy:
+    host: str  # effective host: sandbox | gateway | node
+    security: str
+    ask: str
+    ask_fallback: str
+    node: str | None
+    elevated: str  # off | ask | full (the mode in force for this call)
+    bypass_approvals: bool
+    trail: list[PolicyStep] = field(default_factory=list)
+    configured_host: str = "sandbox"
+    requested_host: str | None = None
+    sandboxed: bool = False  # host=sandbox with a sandbox runtime: the container is the boundary
+
+    @property
+    def direct(self) -> bool:
+        """host=sandbox without a sandbox runtime: runs on the gateway machine (seed behaviour)."""
+        return self.host == "sandbox" and not self.sandboxed
+
+    def step(self, key: str) -> PolicyStep | None:
+        """The last step that set `key` ("host", "security", "ask", "askFallback", "node")."""
+        for step in reversed(self.trail):
+            if _step_field(step) == key:
+                return step
+        return None
+
+
+def _step_field(step: PolicyStep) -> str:
+    tail = step.key.rsplit(".", 1)[-1].split()[-1]
+    return tail.split("=")[0]
+
+
+def target_allowed(configured: str, requested: str, sandbox_available: bool) -> bool:
+    if requested == configured:
+        return True
+    if configured == "auto":
+        return not (sandbox_available and requested in ("gateway", "node"))
+    return False
+
+
+def host_not_allowed_text(configured: str, requested: str, sandbox_available: bool) -> str:
+    if configured == "auto" and sandbox_available and requested in ("gateway", "node"):
+        allowed = [requested]
+    elif requested == "gateway" and not sandbox_available:
+        allowed = ["gateway", "auto"]
+    else:
+        allowed = [requested, "auto"]
+    options = " or ".join(dict.fromkeys(allowed))
+    return (
+        f"exec host not allowed (requested {requested}; configured host is {configured}; "
+        f"set tools.exec.host={options} to allow this override)."
+    )
+
+
+SANDBOX_REQUIRED_TEXT = (
+    "exec host=sandbox requires a sandbox runtime for this session.\n"
+    'Enable sandbox mode (`agents.defaults.sandbox.mode="non-main"` or `"all"`) '
+    "or use host=auto/gateway/node."
+)
+
+
+def elevated_unavailable_text(
+    sandboxed: bool, session_key: str | None = None, provider: str | None = None
+) -> str:
+    context = [
+        p
+        for p in (f"provider={provider}" if provider else "", f"session={session_key}" if session_key else "")
+        if p
+    ]
+    lines = [
+        f"elevated is not available right now (runtime={'sandboxed' if sandboxed else 'direct'}).",
+        "Failing gates: enabled (tools.elevated.enabled / agents.list[].tools.elevated.enabled)",
+        f"Context: {' '.join(context)}" if context else "",
+        "Fix-it keys:",
+        "- tools.elevated.enabled",
+        "- tools.elevated.allowFrom.<provider>",
+        "- agents.list[].tools.elevated.enabled",
+        "- agents.list[].tools.elevated.allowFrom.<provider>",
+    ]
+    return "\n".join(line for line in lines if line)
+
+
+class PolicyError(ToolError):
+    """A call the policy refuses outright (reference texts); `step` names the layer and key at fault."""
+
+    def __init__(self, message: str, step: PolicyStep) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+def deny_text(policy: EffectivePolicy) -> str:
+    return f"exec denied: host={policy.host} security=deny"
+
+
+def _param_may_only(
+    trail: list[PolicyStep],
+    key: str,
+    current: str,
+    requested: str | None,
+    combine: Callable[[str, str], str],
+    direction: str,
+) -> str:
+    """A tool param moves `key` only in `direction` (`combine` picks the stricter); a try the other
+    way is recorded as ignored, so the explanation shows it was seen."""
+    if requested is None:
+        return current
+    value = combine(current, requested)
+    if value != current:
+        trail.append(PolicyStep(LAYER_PARAM, key, value))
+    elif requested != current:
+        trail.append(PolicyStep(f"{LAYER_PARAM} (ignored: may only {direction})", key, current))
+    return value
+
+
+def resolve_policy(
+    config: Config,
+    agent_id: str = "main",
+    params: dict[str, Any] | None = None,
+    overrides: SessionOverrides | None = None,
+    file_policy: Any | None = None,
+    sandbox_available: bool = False,
+    *,
+    file_defaults: Any | None = None,
+    session_key: str | None = None,
+) -> EffectivePolicy:
+    """Resolve host/security/ask/askFallback/node for one call, recording which layer set each.
+
+    Chain: tool param → session override (/exec) → agent → global → approvals-file defaults → built-in.
+    A per-call security only tightens and a per-call ask only asks more; the host approvals file
+    clamps again and never broadens; askFallback is capped at the effective security.
+    Raises PolicyError (a ToolError) with the reference texts for a disallowed host, a missing sandbox runtime
+    or an elevated request while elevated is not enabled.
+    """
+    params = params or {}
+    ov = overrides or SessionOverrides()
+    agent = config.agents.get(agent_id)
+    fallback_file = file_defaults if file_defaults is not None else file_policy
+    trail: list[PolicyStep] = []
+
+    def layered(attr: str, camel: str, session_value: str | None) -> PolicyStep | None:
+        if session_value is not None:
+            return PolicyStep(LAYER_SESSION, f"/exec {camel}", session_value)
+        if agent is not None and agent.exec.get(attr) is not None:
+            return PolicyStep(
+                f"config agents.list[{agent.id}]",
+                f"agents.list[{agent.index}].tools.exec.{camel}",
+                str(agent.exec[attr]),
+            )
+        value = getattr(config.exec, attr)
+        if value is not None:
+            return PolicyStep(LAYER_GLOBAL, f"tools.exec.{camel}", str(value))
+        return None
+
+    def from_file(attr: str, camel: str) -> PolicyStep | None:
+        # The approvals file governs host exec; a real sandbox container is outside its reach.
+        if fallback_file is None or sandboxed:
+            return None
+        raw = getattr(fallback_file, attr, None)
+        value = normalize_ask(raw) if attr == "ask" else normalize_security(raw)
+        return PolicyStep(LAYER_FILE, f"exec-approvals.json {camel}", value) if value else None
+
+    # Elevated (reference §1.5 step 2): the per-call flag, else the session's /elevated level.
+    enabled = config.elevated_enabled_for(agent_id)
+    session_level = normalize_elevated(ov.elevated)
+    param_elevated = params.get("elevated")
+    if isinstance(param_elevated, bool):
+        mode = ("full" if session_level == "full" else "ask") if param_elevated else "off"
+        if mode != "off" and not enabled:
+            raise PolicyError(
+                elevated_unavailable_text(sandbox_available, session_key),
+                PolicyStep(LAYER_ELEVATED, "tools.elevated.enabled", "false"),
+            )
+    else:
+        mode = {"on": "ask", "ask": "ask", "full": "full"}.get(session_level or "off", "off")
+        if not enabled:
+            mode = "off"
+
+    # Host (reference §1.4).
+    host_step = layered("host", "host", normalize_host(ov.host))
+    if host_step is None:
+        host_step = PolicyStep(LAYER_BUILTIN, "tools.exec.host", "sandbox")
+    configured = host_step.value
+    requested = normalize_host(params.get("host"))
+    if requested is not None:
+        if not target_allowed(configured, requested, sandbox_available):
+            raise PolicyError(
+                host_not_allowed_text(configured, requested, sandbox_available),
+                PolicyStep(LAYER_PARAM, "host", requested),
+            )
+        host_step = PolicyStep(LAYER_PARAM, "host", requested)
+    trail.append(host_step)
+    selected = requested or configured
+    if mode != "off":
+        selected = "node" if selected == "node" else "gateway"
+        trail.append(PolicyStep(LAYER_ELEVATED, f"/elevated {session_level or 'on'} host", selected))
+    host = selected
+    if selected == "auto":
+        host = "sandbox" if sandbox_available else "gateway"
+        why = "sandbox runtime available" if sandbox_available else "no sandbox runtime"
+        trail.append(PolicyStep(f"host=auto ({why})", "host", host))
+    sandboxed = host == "sandbox" and sandbox_available
+    if host == "sandbox" and not sandbox_available and host_step.layer != LAYER_BUILTIN:
+        raise PolicyError(SANDBOX_REQUIRED_TEXT, host_step)
+
+    # Security.
+    sec_step = layered("security", "security", normalize_security(ov.security)) or from_file(
+        "security", "security"
+    )
+    if sec_step is None:
+        # Seeds: gateway and node default to deny. A real sandbox is its own boundary; the seed's
+        # direct run (host=sandbox, sandbox mode off) is gated like any host exec, asking on a miss.
+        builtin = "full" if sandboxed else ("allowlist" if host == "sandbox" else "deny")
+        sec_step = PolicyStep(LAYER_BUILTIN, "tools.exec.security", builtin)
+    trail.append(sec_step)
+    security = _param_may_only(
+        trail, "security", sec_step.value, normalize_security(params.get("security")), min_security, "tighten"
+    )
+
+    # Ask.
+    ask_step = layered("ask", "ask", normalize_ask(ov.ask)) or from_file("ask", "ask")
+    if ask_step is None:
+        ask_step = PolicyStep(LAYER_BUILTIN, "tools.exec.ask", "on-miss")
+    trail.append(ask_step)
+    ask = _param_may_only(trail, "ask", ask_step.value, normalize_ask(params.get("ask")), max_ask, "ask more")
+
+    # Elevated modes: host exec with full security; full also skips approvals entirely.
+    bypass = mode == "full"
+    if mode != "off":
+        security = "full"
+        trail.append(PolicyStep(LAYER_ELEVATED, f"/elevated {session_level or 'on'} security", "full"))
+        if bypass:
+            ask = "off"
+            trail.append(PolicyStep(LAYER_ELEVATED, "/elevated full ask", "off"))
+
+    # askFallback.
+    fb_step = layered("ask_fallback", "askFallback", None) or from_file("ask_fallback", "askFallback")
+    if fb_step is None:
+        fb_step = PolicyStep(LAYER_BUILTIN, "tools.exec.askFallback", "deny")
+    trail.append(fb_step)
+    ask_fallback = fb_step.value
+
+    # Host approvals-file clamp (reference §1.5 step 3): may tighten, never broaden.
+    if not sandboxed and not bypass and file_policy is not None:
+        file_security = normalize_security(getattr(file_policy, "security", None))
+        if file_security is not None and min_security(security, file_security) != security:
+            security = file_security
+            trail.append(PolicyStep(LAYER_CLAMP, "exec-approvals.json security", security))
+        file_ask = normalize_ask(getattr(file_policy, "ask", None))
+        if file_ask is not None and max_ask(ask, file_ask) != ask:
+            ask = file_ask
+            trail.append(PolicyStep(LAYER_CLAMP, "exec-approvals.json ask", ask))
+        file_fb = normalize_security(getattr(file_policy, "ask_fallback", None))
+        if file_fb is not None and min_security(ask_fallback, file_fb) != ask_fallback:
+            ask_fallback = file_fb
+            trail.append(PolicyStep(LAYER_CLAMP, "exec-approvals.json askFallback", ask_fallback))
+    if min_security(ask_fallback, security) != ask_fallback:
+        ask_fallback = security
+        trail.append(PolicyStep(LAYER_CAP, "askFallback", ask_fallback))
+
+    # Node binding: per-call, session, agent, global.
+    node_param = params.get("node")
+    node: str | None = node_param.strip() if isinstance(node_param, str) and node_param.strip() else None
+    if node is not None:
+        trail.append(PolicyStep(LAYER_PARAM, "node", node))
+    else:
+        node_step = layered("node", "node", ov.node.strip() if ov.node and ov.node.strip() else None)
+        if node_step is not None:
+            node = node_step.value
+            trail.append(node_step)
+
+    return EffectivePolicy(
+        host=host,
+        security=security,
+        ask=ask,
+        ask_fallback=ask_fallback,
+        node=node,
+        elevated=mode,
+        bypass_approvals=bypass,
+        trail=trail,
+        configured_host=configured,
+        requested_host=requested,
+        sandboxed=sandboxed,
+    )
+
+
+def requires_approval(
+    policy: EffectivePolicy, analysis_ok: bool, allowlist_satisfied: bool, durable: bool
+) -> bool:
+    """Reference §3.3: ask=always always asks; on-miss asks on an allowlist miss without durable trust."""
+    if policy.bypass_approvals or policy.sandboxed:
+        return False
+    if policy.ask == "always":
+        return True
+    return (
+        policy.ask == "on-miss"
+        and policy.security == "allowlist"
+        and not durable
+        and (not analysis_ok or not allowlist_satisfied)
+    )
+
+
+def allowed_decisions(ask: str) -> tuple[str, ...]:
+    """ask=always offers only allow-once|deny: allow-always would be pointless (it asks anyway)."""
+    return ("allow-once", "deny") if ask == "always" else DECISIONS
+
+
+# --------------------------------------------------------------------------- directives
+
+_DIRECTIVE = re.compile(r"^\s*/(exec|elevated)(?=$|\s|:)(.*)$", re.IGNORECASE | re.DOTALL)
+EXEC_OPTIONS = (
+    "host=auto|sandbox|gateway|node, security=deny|allowlist|full, ask=off|on-miss|always, node=<id>"
+)
+_ELEVATED_EVENTS = {
+    "full": "Elevated FULL - exec runs on host with auto-approval.",
+    "ask": "Elevated ASK - exec runs on host; approvals may still apply.",
+    "on": "Elevated ASK - exec runs on host; approvals may still apply.",
+    "off": "Elevated OFF - exec stays in sandbox.",
+}
+
+
+def apply_directive(
+    overrides: SessionOverrides,
+    text: str,
+    *,
+    current: EffectivePolicy | None = None,
+    elevated_enabled: bool | None = None,
+    sandboxed: bool = False,
+    session_key: str | None = None,
+) -> tuple[SessionOverrides, str]:
+    """Apply `/exec key=value…` or `/elevated <level>` to session overrides; return them and a reply.
+
+    Bare `/exec` or `/elevated` reports the current values. Bad input raises ToolError with a clear
+    message and changes nothing. `/exec reset` clears the session's exec overrides.
+    """
+    m = _DIRECTIVE.match(text)
+    if m is None:
+        raise ToolError("Not a directive. Use /exec key=value … or /elevated on|off|ask|full.")
+    name, rest = m.group(1).lower(), m.group(2).strip()
+    if rest.startswith(":"):
+        rest = rest[1:].strip()
+    tokens = rest.split()
+    if name == "elevated":
+        return _apply_elevated(overrides, tokens, elevated_enabled, sandboxed, session_key)
+    if not tokens:
+        return overrides, _current_exec_text(overrides, current)
+    if [t.lower() for t in tokens] == ["reset"]:
+        return replace(overrides, host=None, security=None, ask=None, node=None), "Exec overrides cleared."
+    changes: dict[str, str] = {}
+    for token in tokens:
+        key, sep, value = _split_option(token)
+        if not sep:
+            raise ToolError(f"This /exec implementation accepts key=value pairs only. Use: {EXEC_OPTIONS}.")
+        if key == "host":
+            host = normalize_host(value)
+            if host is None:
+                raise ToolError(
+                    f'Unrecognized exec host "{value}". Valid hosts: auto, sandbox, gateway, node.'
+                )
+            changes["host"] = host
+        elif key == "security":
+            security = normalize_security(value)
+            if security is None:
+                raise ToolError(f'Unrecognized exec security "{value}". Valid: deny, allowlist, full.')
+            changes["security"] = security
+        elif key == "ask":
+            ask = normalize_ask(value)
+            if ask is None:
+                raise ToolError(f'Unrecognized exec ask "{value}". Valid: off, on-miss, always.')
+            changes["ask"] = ask
+        elif key == "node":
+            if not value:
+                raise ToolError("Exec node requires a value.")
+            changes["node"] = value
+        else:
+            raise ToolError(f'Unrecognized exec option "{key}". Use: {EXEC_OPTIONS}.')
+    updated = replace(overrides, **changes)
+    summary = ", ".join(f"{k}={v}" for k, v in changes.items())
+    return updated, f"Exec defaults set for this session ({summary})."
+
+
+def _split_option(token: str) -> tuple[str, bool, str]:
+    positions = [p for p in (token.find("="), token.find(":")) if p != -1]
+    if not positions:
+        return token.lower(), False, ""
+    idx = min(positions)
+    return token[:idx].strip().lower(), True, token[idx + 1 :].strip()
+
+
+def _current_exec_text(overrides: SessionOverrides, current: EffectivePolicy | None) -> str:
+    if current is not None:
+        host, security, ask, node = current.host, current.security, current.ask, current.node
+    else:
+        host, security, ask, node = (
+            overrides.host or "(inherit)",
+            overrides.security or "(inherit)",
+            overrides.ask or "(inherit)",
+            overrides.node,
+        )
+    node_label = f"node={node}" if node else "node=(unset)"
+    return (
+        f"Current exec defaults: host={host}, security={security}, ask={ask}, {node_label}.\n"
+        f"Options: {EXEC_OPTIONS}."
+    )
+
+
+def _apply_elevated(
+    overrides: SessionOverrides,
+    tokens: list[str],
+    enabled: bool | None,
+    sandboxed: bool,
+    session_key: str | None,
+) -> tuple[SessionOverrides, str]:
+    if not tokens:
+        level = overrides.elevated or "off"
+        return overrides, f"Current elevated level: {level}.\nOptions: on, off, ask, full."
+    raw = " ".join(tokens)
+    chosen = normalize_elevated(raw)
+    if chosen is None:
+        raise ToolError(f'Unrecognized elevated level "{raw}". Valid levels: off, on, ask, full.')
+    if chosen != "off" and enabled is False:
+        raise ToolError(elevated_unavailable_text(sandboxed, session_key))
+    return replace(overrides, elevated=chosen), _ELEVATED_EVENTS[chosen]

@@ -1,0 +1,1 @@
+"""The agent-facing tools (`exec`, `process`) end to end."""

@@ -1,0 +1,576 @@
+"""The `exec` tool end to end: target → policy → env → approvals → run the enforced command → result."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import importlib
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine.approvals.pending import ApprovalManager, ApprovalRecord, ApprovalRequest, env_hash
+from engine.approvals.store import ApprovalsFileError
+from engine.commands.hostenv import sanitize_host_env
+from engine.config.loader import Config
+from engine.policy.decision import Decision, evaluate
+from engine.policy.precedence import SessionOverrides
+from engine.results import ToolError, ToolResult
+
+log = logging.getLogger("exechost.exec")
+
+YIELD_MIN_MS, YIELD_MAX_MS = 10, 120_000
+FOLLOWUP_OUTPUT_CHARS = 400
+NODE_UNAVAILABLE = (
+    "exec host=node is not available yet: remote nodes arrive in a later release. "
+    "Use host=gateway (or host=auto) instead."
+)
+SANDBOX_UNAVAILABLE = (
+    "exec host=sandbox: sandbox mode is on for this session, but the Docker sandbox runtime is not "
+    'available in this build. Set agents.defaults.sandbox.mode="off" to run direct on the gateway.'
+)
+
+
+class Sessions(Protocol):
+    """The part of engine.sessions.SessionManager the exec tool uses."""
+
+    async def run(self, spec: Any) -> ToolResult: ...
+
+
+class Store(Protocol):
+    def snapshot(self) -> Any: ...
+    def entries(self, agent_id: str) -> Any: ...
+    def record_use(self, agent_id: str, entry_id: str, command: str, resolved_path: str | None) -> None: ...
+    def persist_allow_always(self, agent_id: str, patterns: Any) -> Any: ...
+
+
+class _Offload:
+    """Runs blocking calls (evaluate stats files) in a worker thread, one thread hop per burst: with
+    hundreds of asks in flight a hop per call cost more than the calls, in GIL hand-offs between
+    pool threads. Calls run in arrival order; each caller gets its own result or exception."""
+
+    def __init__(self) -> None:
+        self._queue: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
+        self._drainer: asyncio.Task[None] | None = None
+
+    async def run(self, call: Callable[[], Any]) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((call, future))
+        if self._drainer is None:
+            self._drainer = asyncio.ensure_future(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        batch: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                outcomes = await asyncio.to_thread(_call_each, [call for call, _ in batch])
+                for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+                    if future.done():
+                        continue  # the caller was cancelled
+                    if ok:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(value)
+        finally:
+            self._drainer = None
+            for _, future in batch + self._queue:  # cancelled with the loop: nobody may wait forever
+                future.cancel()
+            self._queue = []
+
+
+def _call_each(calls: list[Callable[[], Any]]) -> list[tuple[bool, Any]]:
+    outcomes: list[tuple[bool, Any]] = []
+    for call in calls:
+        try:
+            outcomes.append((True, call()))
+        except Exception as exc:
+            outcomes.append((False, exc))
+    return outcomes
+
+
+class Events(Protocol):
+    def enqueue(self, session_key: str, text: str) -> None: ...
+
+
+@dataclass
+class ExecContext:
+    """Who is calling: the agent, its session key (system-event queue and process scope)."""
+
+    agent_id: str = "main"
+    session_key: str = ""
+    # False once the caller has gone away (its connection closed): results then go out as system events.
+    caller_alive: Callable[[], bool] = field(default=lambda: True, repr=False)
+
+    @property
+    def scope_key(self) -> str:
+        return self.session_key or f"agent:{self.agent_id}"
+
+
+@dataclass
+class _Prepared:
+    """Everything decided before a command may run."""
+
+    command: str
+    decision: Decision
+    cwd: str
+    env: dict[str, str] | None
+    warnings: list[str] = field(default_factory=list)
+    launcher: Any = None
+    host: str = "gateway"
+
+
+def main_session(session_key: str, agent_id: str) -> bool:
+    return session_key in ("", "main", f"agent:{agent_id}:main")
+
+
+def sandbox_available(config: Config, agent_id: str, session_key: str) -> bool:
+    """A sandbox runtime applies: mode=all, or mode=non-main outside the agent's main session."""
+    mode = config.sandbox_for(agent_id).mode
+    return mode == "all" or (mode == "non-main" and not main_session(session_key, agent_id))
+
+
+def _fence(command: str) -> str:
+    longest = max((len(m) for m in re.findall(r"`+", command)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def approval_pending_text(record: ApprovalRecord, warnings: list[str]) -> str:
+    """Reference §1.13 `buildApprovalPendingMessage`, line by line."""
+    req = record.request
+    fence = _fence(req.command)
+    lines: list[str] = []
+    if warnings:
+        lines += [*warnings, ""]
+    lines.append(f"Approval required (id {record.slug}, full {record.id}).")
+    lines.append(f"Host: {req.host}")
+    if req.node_id:
+        lines.append(f"Node: {req.node_id}")
+    lines.append(f"CWD: {req.cwd or '(node default)'}")
+    lines += ["Command:", f"{fence}sh", req.command, fence]
+    lines.append("Mode: foreground (interactive approvals available).")
+    if "allow-always" in req.allowed_decisions:
+        lines.append("Background mode requires pre-approved policy (allow-always or ask=off).")
+    else:
+        lines.append(
+            "Background mode requires an effective policy that allows pre-approval (for example ask=off)."
+        )
+        lines.append(
+            "The effective approval policy requires approval every time, so Allow Always is unavailable."
+        )
+    lines.append(f"Reply with: /approve {record.slug} {'|'.join(req.allowed_decisions)}")
+    lines.append("If the short code is ambiguous, use the full id in /approve.")
+    return "\n".join(lines)
+
+
+def _compact(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _clamp_yield(value: Any, default: int) -> int:
+    ms = value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+    return int(min(max(ms, YIELD_MIN_MS), YIELD_MAX_MS))
+
+
+class ExecTool:
+    """One per gateway; `await tool.run(params, ctx)` returns the tool result or raises ToolError."""
+
+    def __init__(
+        self,
+        *,
+        config: Callable[[], Config],
+        sessions: Sessions,
+        approvals: ApprovalManager,
+        store: Store,
+        events: Events,
+        has_approver: Callable[[], bool],
+        overrides: Mapping[str, SessionOverrides],
+        wait_session: Callable[[str, str], Any] | None = None,
+    ) -> None:
+        self._config = config
+        self.sessions = sessions
+        self.approvals = approvals
+        self.store = store
+        self.events = events
+        self.has_approver = has_approver
+        self.overrides = overrides
+        # wait_session(session_id, scope_key) -> awaitable ToolResult of the finished session.
+        self._wait_session = wait_session
+        self._background: set[asyncio.Task[Any]] = set()
+        self._evaluator = _Offload()
+
+    # -- entry point
+
+    async def run(self, params: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
+        prepared = await self._prepare(params, ctx)
+        decision = prepared.decision
+        if decision.decision == "deny":
+            raise ToolError(decision.reason)
+        if decision.decision == "allow":
+            self._record_use(prepared, ctx)
+            # What runs is what was approved: the pinned re-rendering on the host. Inside a sandbox the
+            # host's resolved paths mean nothing, so the container runs the command as given.
+            pinned = None if prepared.host == "sandbox" else decision.enforced_command
+            return await self._run(prepared, params, ctx, pinned or prepared.command)
+        return await self._ask(prepared, params, ctx)
+
+    # -- preparation
+
+    async def _prepare(self, params: Mapping[str, Any], ctx: ExecContext) -> _Prepared:
+        command = params.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise ToolError("Provide a command to start.")
+        if "\x00" in command:
+            raise ToolError("exec denied: the command contains a NUL byte")
+        env_param = params.get("env")
+        if env_param is not None and (
+            not isinstance(env_param, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in env_param.items())
+        ):
+            raise ToolError("env must be an object of string values")
+        config = self._config()
+        sandbox = sandbox_available(config, ctx.agent_id, ctx.session_key)
+        host_warnings: list[str] = []
+        # defaultWorkdir: the calling CLI/MCP process's cwd, used on the host when no workdir is given.
+        cwd = self._workdir(params.get("workdir") or params.get("defaultWorkdir"), host_warnings)
+        call_params = {k: params[k] for k in ("host", "security", "ask", "node", "elevated") if k in params}
+        try:
+            decision = await self._evaluator.run(
+                functools.partial(
+                    evaluate,
+                    command,
+                    config=config,
+                    agent_id=ctx.agent_id,
+                    params=call_params,
+                    overrides=self.overrides.get(ctx.session_key),
+                    store=self.store,
+                    cwd=cwd,
+                    sandbox_available=sandbox,
+                    session_key=ctx.session_key or None,
+                )
+            )
+        except ApprovalsFileError as exc:
+            # Fail closed: a broken approvals file can neither allow nor be silently ignored.
+            raise ToolError(f"exec denied: {exc}") from None
+        sandboxed = decision.policy is not None and decision.policy.sandboxed
+        warnings = [] if sandboxed else host_warnings  # the container maps its own workdir
+        warnings += [w for w in decision.warnings if w not in warnings]
+        prepared = _Prepared(command=command, decision=decision, cwd=cwd, env=None, warnings=warnings)
+        if decision.decision == "deny":
+            return prepared
+        policy = decision.policy
+        assert policy is not None
+        if policy.host == "node":
+            raise ToolError(NODE_UNAVAILABLE)
+        if policy.sandboxed:
+            await self._prepare_sandbox(prepared, config, ctx, dict(env_param or {}), params.get("workdir"))
+            return prepared
+        prepared.host = "gateway"
+        sanitized = sanitize_host_env(os.environ, env_param, block_path_overrides=True)
+        env = dict(sanitized.env)
+        prepared.warnings += sanitized.warnings
+        env["OPENCLAW_CLI"] = "1"
+        env["OPENCLAW_SHELL"] = "exec"
+        prepend = config.exec_for(ctx.agent_id).path_prepend
+        if prepend:
+            env["PATH"] = os.pathsep.join([*prepend, env.get("PATH", "")])
+        prepared.env = env
+        return prepared
+
+    async def _prepare_sandbox(
+        self, prepared: _Prepared, config: Config, ctx: ExecContext, env: dict[str, str], workdir: Any
+    ) -> None:
+        try:
+            sandbox_mod = importlib.import_module("engine.sandbox")
+            prepare_exec = sandbox_mod.prepare_exec
+        except (ImportError, AttributeError):
+            raise ToolError(SANDBOX_UNAVAILABLE) from None
+        # The raw workdir: prepare_exec maps it into the container (a host path means nothing there).
+        sx = await prepare_exec(
+            config, ctx.agent_id, ctx.session_key, workdir if isinstance(workdir, str) else None
+        )
+        prepared.launcher = sx.launcher
+        prepared.cwd = sx.cwd
+        prepared.warnings += list(getattr(sx, "warnings", []) or [])
+        prepared.env = env
+        prepared.host = "sandbox"
+
+    def _workdir(self, raw: Any, warnings: list[str]) -> str:
+        """Explicit workdir if it is a directory, else $HOME (with the reference warning)."""
+        fallback = os.path.expanduser("~")
+        if not os.path.isdir(fallback):
+            fallback = "/"
+        if raw is None or raw == "":
+            return fallback
+        if not isinstance(raw, str) or "\x00" in raw:
+            raise ToolError("workdir must be a string path")
+        path = os.path.expanduser(raw)
+        if os.path.isdir(path):
+            return os.path.abspath(path)
+        warnings.append(f'Warning: workdir "{raw}" is unavailable; using "{fallback}".')
+        return fallback
+
+    def _record_use(self, prepared: _Prepared, ctx: ExecContext) -> None:
+        """Stamp lastUsedAt on the allowlist entries that let this command through."""
+        if prepared.decision.policy is None or prepared.decision.policy.sandboxed:
+            return
+        try:
+            # The decision names the exact entry that matched: two entries may share a pattern and differ
+            # only in argPattern, so looking them up by pattern could stamp the wrong one.
+            for seg in prepared.decision.segments:
+                entry_id = seg.get("entryId")
+                if seg.get("satisfiedBy") == "allowlist" and entry_id:
+                    self.store.record_use(ctx.agent_id, entry_id, prepared.command, seg.get("resolvedPath"))
+        except Exception as exc:  # bookkeeping only: never block a run on it
+            log.warning("could not record allowlist use: %s", exc)
+
+    # -- running
+
+    def _spec(
+        self,
+        prepared: _Prepared,
+        params: Mapping[str, Any],
+        ctx: ExecContext,
+        command: str,
+        *,
+        detached: bool = False,
+    ) -> Any:
+        from engine.sessions import RunSpec
+
+        exec_cfg = self._config().exec_for(ctx.agent_id)
+        timeout = params.get("timeout")
+        explicit = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
+        background = bool(params.get("background")) or detached
+        yield_requested = "yieldMs" in params and params.get("yieldMs") is not None
+        if explicit:
+            timeout_sec: float | None = float(timeout)  # type: ignore[arg-type]
+        elif background or yield_requested:
+            timeout_sec = None  # backgroundTimeoutBypass (reference §1.10)
+        else:
+            timeout_sec = float(exec_cfg.timeout_sec)
+        return RunSpec(
+            command=command,
+            cwd=prepared.cwd,
+            env=prepared.env,
+            pty=bool(params.get("pty")),
+            yield_ms=0 if background else _clamp_yield(params.get("yieldMs"), exec_cfg.background_ms),
+            background=background,
+            timeout_sec=timeout_sec,
+            scope_key=ctx.scope_key,
+            session_key=ctx.session_key or None,
+            notify_on_exit=False if detached else exec_cfg.notify_on_exit,
+            notify_on_exit_empty_success=exec_cfg.notify_on_exit_empty_success,
+            host=prepared.host,
+            launcher=prepared.launcher,
+            warnings=list(prepared.warnings),
+        )
+
+    async def _run(
+        self, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext, command: str
+    ) -> ToolResult:
+        return await self.sessions.run(self._spec(prepared, params, ctx, command))
+
+    # -- approvals
+
+    def _request(self, prepared: _Prepared, ctx: ExecContext, params: Mapping[str, Any]) -> ApprovalRequest:
+        d = prepared.decision
+        env_param = params.get("env") or {}
+        first = d.segments[0].get("resolvedPath") if d.segments else None
+        return ApprovalRequest(
+            command=prepared.command,
+            cwd=prepared.cwd,
+            host=prepared.host,
+            agent_id=ctx.agent_id,
+            session_key=ctx.session_key,
+            security=d.security or "allowlist",
+            ask=d.ask or "on-miss",
+            ask_fallback=d.ask_fallback or "deny",
+            allowed_decisions=tuple(d.allowed_decisions) or ("allow-once", "deny"),
+            resolved_path=first,
+            node_id=d.node,
+            env_hash=env_hash(env_param),
+            env_keys=tuple(sorted(env_param)),
+            decision_json=d.to_json(),
+            warnings=tuple(prepared.warnings),
+        )
+
+    async def _ask(self, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
+        request = self._request(prepared, ctx, params)
+        while True:
+            record, created = self.approvals.register(request)
+            if not self.has_approver():
+                # Two-phase: answer now, decide later; the run or denial reaches the agent as a system event.
+                if created:
+                    self._spawn(self._detached(record, prepared, params, ctx))
+                return self._pending_result(record, prepared)
+            outcome = asyncio.ensure_future(self._decide_and_run(record, prepared, params, ctx, created))
+            try:
+                result = await asyncio.shield(outcome)
+            except asyncio.CancelledError:
+                # The caller went away: the gateway still owns the approval and the run; report via events.
+                outcome.add_done_callback(
+                    lambda t, rec=record: self._report_orphan(t, rec, prepared, ctx)  # type: ignore[misc]
+                )
+                raise
+            if result is not None:
+                if not ctx.caller_alive():
+                    self._report_orphan(outcome, record, prepared, ctx)
+                return result
+            # Coalesced allow-once already used by the other caller: ask again for this run.
+
+    async def _decide_and_run(
+        self,
+        record: ApprovalRecord,
+        prepared: _Prepared,
+        params: Mapping[str, Any],
+        ctx: ExecContext,
+        created: bool,
+    ) -> ToolResult | None:
+        decision = await self.approvals.wait(record)
+        verdict = self._verdict(record, decision, prepared, ctx)
+        if verdict is None:
+            return None
+        allowed, reason, command = verdict
+        if not allowed:
+            return self._denied_result(record, prepared, reason)
+        return await self._run(prepared, params, ctx, command)
+
+    def _verdict(
+        self, record: ApprovalRecord, decision: str | None, prepared: _Prepared, ctx: ExecContext
+    ) -> tuple[bool, str, str] | None:
+        """(allowed, denial reason, command to run); None when an allow-once was already consumed."""
+        d = prepared.decision
+        if decision == "deny":
+            return False, "user-denied", prepared.command
+        if decision == "allow-once":
+            if not self.approvals.consume_allow_once(record):
+                return None
+            return True, "", prepared.command
+        if decision == "allow-always":
+            patterns = d.allow_always_patterns
+            if patterns:
+                try:
+                    self.store.persist_allow_always(ctx.agent_id, patterns)
+                except Exception as exc:
+                    log.warning("could not persist allow-always patterns %s: %s", patterns, exc)
+            return True, "", prepared.command
+        # Expired (or gateway shutdown): askFallback decides (reference §3.11 table).
+        fallback = record.request.ask_fallback
+        if fallback == "full":
+            return True, "", prepared.command
+        if fallback == "allowlist":
+            if d.analysis_ok and d.allowlist_satisfied and d.enforced_command:
+                return True, "", d.enforced_command
+            return False, "approval-timeout (allowlist-miss)", prepared.command
+        return False, "approval-timeout", prepared.command
+
+    def _pending_result(self, record: ApprovalRecord, prepared: _Prepared) -> ToolResult:
+        req = record.request
+        details = {
+            "status": "approval-pending",
+            "approvalId": record.id,
+            "approvalSlug": record.slug,
+            "expiresAtMs": record.expires_at_ms,
+            "allowedDecisions": list(req.allowed_decisions),
+            "host": req.host,
+            "command": req.command,
+            "cwd": req.cwd,
+            "nodeId": req.node_id,
+            "warningText": "\n".join(prepared.warnings),
+        }
+        return ToolResult(approval_pending_text(record, prepared.warnings), details)
+
+    def _denied_result(self, record: ApprovalRecord, prepared: _Prepared, reason: str) -> ToolResult:
+        text = f"Exec denied (gateway id={record.id}, {reason}): {prepared.command}"
+        if record.reason:
+            text += f"\nReason: {record.reason}"
+        details = {
+            "status": "denied",
+            "reason": reason,
+            "approvalId": record.id,
+            "host": prepared.host,
+            "command": prepared.command,
+            "cwd": prepared.cwd,
+        }
+        return ToolResult(text, details)
+
+    # -- detached (post-approval) runs
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _detached(
+        self, record: ApprovalRecord, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext
+    ) -> None:
+        """Wait for the decision, run detached, and report with a follow-up system event."""
+        try:
+            decision = await self.approvals.wait(record)
+            verdict = self._verdict(record, decision, prepared, ctx)
+            if verdict is None:
+                return
+            allowed, reason, command = verdict
+            if not allowed:
+                self._emit(ctx, self._denied_result(record, prepared, reason).text)
+                return
+            try:
+                result = await self.sessions.run(self._spec(prepared, params, ctx, command, detached=True))
+            except (ToolError, OSError) as exc:
+                log.warning("approved command failed to start: %s", exc)
+                self._emit(ctx, f"Exec denied (gateway id={record.id}, spawn-failed): {prepared.command}")
+                return
+            sid = str(result.details.get("sessionId", ""))
+            if result.details.get("status") == "running" and self._wait_session is not None:
+                result = await self._wait_session(sid, ctx.scope_key)
+            self._emit(ctx, self._finished_text(record, sid, result))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("detached exec for approval %s failed", record.id)
+
+    def _finished_text(self, record: ApprovalRecord, session_id: str, result: ToolResult) -> str:
+        details = result.details
+        code = "timeout" if details.get("timedOut") else f"code {details.get('exitCode')}"
+        if details.get("exitCode") is None and not details.get("timedOut") and details.get("exitSignal"):
+            code = f"signal {details.get('exitSignal')}"
+        output = str(details.get("aggregated") or details.get("tail") or "")
+        head = f"Exec finished (gateway id={record.id}, session={session_id}, {code})"
+        compact = _compact(output, FOLLOWUP_OUTPUT_CHARS)
+        return f"{head}\n{compact}" if compact else head
+
+    def _emit(self, ctx: ExecContext, text: str) -> None:
+        self.events.enqueue(ctx.session_key or ctx.scope_key, text)
+
+    def _report_orphan(
+        self,
+        task: asyncio.Future[ToolResult | None],
+        record: ApprovalRecord,
+        prepared: _Prepared,
+        ctx: ExecContext,
+    ) -> None:
+        """The foreground caller disconnected mid-approval: tell the agent what happened anyway."""
+        if task.cancelled() or task.exception() is not None:
+            return
+        result = task.result()
+        if result is None:
+            return
+        status = result.details.get("status")
+        if status == "denied":
+            self._emit(ctx, result.text)
+        else:
+            sid = str(result.details.get("sessionId", ""))
+            self._emit(ctx, self._finished_text(record, sid, result))
+
+    async def close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        for task in list(self._background):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

@@ -1,0 +1,128 @@
+"""`exec` frames on exec-approvals.sock: checked against this host's config and approvals file, then run."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from engine.approvals.socket.server import ApprovalSocketServer, LocalExecHost, PromptRequest, request_exec
+from engine.approvals.store import ApprovalsStore
+from tests.helpers.gateway import ALLOWLIST, write_config
+
+TOKEN = "exec-token-" + "k" * 24
+
+
+class Human:
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.asked: list[PromptRequest] = []
+
+    async def __call__(self, request: PromptRequest) -> str:
+        self.asked.append(request)
+        return self.answer
+
+
+async def run(state: Path, human: Human, request: dict) -> dict:
+    path = state / "exec-approvals.sock"
+    async with ApprovalSocketServer(path, TOKEN, decider=human, exec_handler=LocalExecHost()):
+        res = await request_exec(path, TOKEN, request)
+    assert res is not None
+    return res
+
+
+async def test_allowlisted_runs_without_asking(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore().add_allowlist("main", "/usr/bin/echo")
+    human = Human("deny")
+    res = await run(state_dir, human, {"command": ["echo", "from", "socket"], "cwd": "/tmp"})
+    assert res["ok"] is True
+    assert res["payload"]["stdout"] == "from socket\n"
+    assert res["payload"]["exitCode"] == 0 and res["payload"]["success"] is True
+    assert human.asked == []
+
+
+async def test_miss_asks_and_allow_once_runs(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST)
+    human = Human("allow-once")
+    res = await run(state_dir, human, {"command": ["id", "-u"]})
+    assert res["ok"] is True and res["payload"]["stdout"].strip().isdigit()
+    [asked] = human.asked
+    assert asked.command == "id -u" and asked.source == "socket-exec" and asked.resolved_path == "/usr/bin/id"
+    assert ApprovalsStore().agent("main").allowlist == []  # once is once
+
+
+async def test_miss_denied_by_human(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST)
+    res = await run(state_dir, Human("deny"), {"command": ["touch", str(state_dir / "nope")]})
+    assert res["error"] == {
+        "code": "UNAVAILABLE",
+        "message": "SYSTEM_RUN_DENIED: user denied",
+        "reason": "user-denied",
+    }
+    assert not (state_dir / "nope").exists()
+
+
+async def test_allow_always_persists_the_pattern(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST)
+    res = await run(state_dir, Human("allow-always"), {"command": ["uname", "-s"]})
+    assert res["ok"] is True
+    assert any(r.pattern.endswith("/uname") for r in ApprovalsStore().agent("main").allowlist)
+
+
+async def test_security_deny_is_disabled(state_dir: Path) -> None:
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "deny"\n')
+    human = Human("allow-once")
+    res = await run(state_dir, human, {"command": ["id"]})
+    assert res["error"]["reason"] == "security=deny"
+    assert human.asked == []
+
+
+async def test_ask_off_miss_is_denied(state_dir: Path) -> None:
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "off"\n')
+    res = await run(state_dir, Human("allow-once"), {"command": ["id"]})
+    assert res["error"] == {
+        "code": "UNAVAILABLE",
+        "message": "SYSTEM_RUN_DENIED: allowlist miss",
+        "reason": "allowlist-miss",
+    }
+
+
+async def test_loader_env_is_refused(state_dir: Path) -> None:
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    res = await run(state_dir, Human("allow-once"), {"command": ["id"], "env": {"LD_PRELOAD": "/tmp/x.so"}})
+    assert res["ok"] is False and res["error"]["reason"] == "env"
+
+
+async def test_timeout_kills_the_group(state_dir: Path) -> None:
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    res = await asyncio.wait_for(
+        run(state_dir, Human("deny"), {"command": ["sleep", "30"], "timeoutMs": 300}), 15
+    )
+    assert res["ok"] is True and res["payload"]["timedOut"] is True and res["payload"]["success"] is False
+
+
+async def test_client_decision_never_overrides_a_deny(state_dir: Path) -> None:
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "off"\n')
+    target = state_dir / "made"
+    res = await run(
+        state_dir,
+        Human("allow-once"),
+        {"command": ["touch", str(target)], "approvalDecision": "allow-always"},
+    )
+    assert res["error"]["reason"] == "allowlist-miss"
+    assert not target.exists()
+    assert ApprovalsStore().agent("main").allowlist == []
+
+
+async def test_client_decision_answers_an_ask_without_prompting(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST)
+    human = Human("deny")
+    res = await run(state_dir, human, {"command": ["id", "-u"], "approvalDecision": "allow-once"})
+    assert res["ok"] is True and human.asked == []
+
+
+async def test_policy_refusal_is_reported(state_dir: Path) -> None:
+    write_config(state_dir, '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\n')
+    res = await run(state_dir, Human("allow-once"), {"command": ["id"]})
+    assert res["ok"] is False and res["error"]["reason"] == "policy"
+    assert "SYSTEM_RUN_DENIED" in res["error"]["message"]

@@ -1,0 +1,1 @@
+"""What many test modules share: daemons, images, sshd nodes."""

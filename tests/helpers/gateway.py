@@ -1,0 +1,75 @@
+"""Shared helpers for the gateway tests: an in-process gateway, clients, config files, a wait_until."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from engine.protocol.frames import ControlClient
+from runner.gateway.server import GatewayServer
+
+REPO = Path(__file__).resolve().parents[2]
+
+FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+ALLOWLIST = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+
+
+def write_config(state: Path, text: str) -> None:
+    path = state / "config.toml"
+    path.write_text(text)
+    os.chmod(path, 0o600)
+
+
+@asynccontextmanager
+async def gateway(state: Path, **kwargs: Any) -> AsyncIterator[GatewayServer]:
+    """A real gateway on this test's loop, in the test's own state dir."""
+    kwargs.setdefault("handshake_timeout", 0.5)
+    server = GatewayServer(state, **kwargs)
+    await server.start()
+    stopper = asyncio.ensure_future(server.wait_stopped())  # honours `shutdown` like the daemon does
+    try:
+        yield server
+    finally:
+        await server.stop()
+        stopper.cancel()
+
+
+async def connect(state: Path, client: str = "test", **kwargs: Any) -> ControlClient:
+    return await ControlClient.connect(state, client=client, name=client, autostart=False, **kwargs)
+
+
+async def wait_until(pred: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll `pred` (sync or async) until truthy; fail after `timeout` (never asserts on times)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if isinstance(value, Awaitable):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        await asyncio.sleep(interval)
+
+
+def cli(
+    state: Path, *args: str, timeout: float = 60, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `exechost ARGS` as a subprocess against `state`."""
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=str(REPO),
+        input=input,
+    )

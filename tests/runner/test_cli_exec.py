@@ -1,0 +1,217 @@
+"""The CLI verbs against a real daemon subprocess: lifecycle, exec/process/approve/events, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from engine.protocol.frames import socket_path
+from tests.helpers.gateway import ALLOWLIST, FULL, REPO, cli, write_config
+
+
+def stop(state: Path) -> None:
+    cli(state, "gateway", "stop")
+
+
+def js(proc: subprocess.CompletedProcess[str]) -> dict:
+    assert proc.stdout.count("\n") == 1, proc.stdout + proc.stderr
+    data: dict = json.loads(proc.stdout)
+    assert set(data) == {"text", "details"}
+    return data
+
+
+def test_lifecycle_start_status_stop(state_dir: Path) -> None:
+    assert cli(state_dir, "gateway", "status").returncode == 1
+    try:
+        started = js(cli(state_dir, "gateway", "start", "--json"))
+        assert started["details"]["started"] is True
+        again = js(cli(state_dir, "gateway", "start", "--json"))
+        assert again["details"]["started"] is False and again["details"]["pid"] == started["details"]["pid"]
+        second = cli(state_dir, "gateway", "run")
+        assert second.returncode == 1 and "already running" in second.stderr
+        status = js(cli(state_dir, "gateway", "status", "--json"))
+        assert (
+            status["details"]["status"] == "running" and status["details"]["pid"] == started["details"]["pid"]
+        )
+    finally:
+        stopped = cli(state_dir, "gateway", "stop")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    assert cli(state_dir, "gateway", "status").returncode == 1
+    assert not socket_path(state_dir).exists()
+    assert cli(state_dir, "gateway", "stop").returncode == 0  # idempotent
+
+
+def test_sigterm_is_graceful_and_kills_sessions(state_dir: Path) -> None:
+    write_config(state_dir, FULL)
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "gateway", "run"],
+        env=env,
+        cwd=str(REPO),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while cli(state_dir, "gateway", "status").returncode != 0:  # ours, not an autostarted one
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        bg = js(cli(state_dir, "exec", "--json", "--background", "--", "sleep 300"))
+        pid = bg["details"]["pid"]
+        os.kill(pid, 0)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("background session survived the gateway's graceful stop")
+        assert not socket_path(state_dir).exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_exec_json_and_exit_codes(state_dir: Path) -> None:
+    write_config(state_dir, FULL)
+    try:
+        ok = cli(state_dir, "exec", "--json", "--", "echo", "hi")
+        assert ok.returncode == 0 and js(ok)["text"] == "hi"
+        code = cli(state_dir, "exec", "--", "echo out; exit 7")
+        assert code.returncode == 7 and code.stdout == "out\n\n(Command exited with code 7)\n"
+        missing = cli(state_dir, "exec", "--json", "--", "definitely-not-a-command-xyz")
+        assert missing.returncode == 1 and js(missing)["details"]["status"] == "failed"
+        refused = cli(state_dir, "exec", "--env", "PATH=/x", "--", "true")
+        assert refused.returncode == 1 and "PATH" in refused.stderr
+        usage = cli(state_dir, "exec")
+        assert usage.returncode == 2
+        here = cli(state_dir, "exec", "--", "pwd")
+        assert here.stdout.strip() == str(REPO)  # the caller's cwd by default
+        there = cli(state_dir, "exec", "--workdir", "/tmp", "--", "pwd")
+        assert there.stdout.strip() == "/tmp"
+        bg = js(cli(state_dir, "exec", "--json", "--background", "--", "echo from-bg"))
+        sid = bg["details"]["sessionId"]
+        polled = js(cli(state_dir, "process", "poll", sid, "--timeout", "5000", "--json"))
+        assert "from-bg" in polled["text"] and polled["details"]["status"] == "completed"
+        listed = js(cli(state_dir, "process", "list", "--json"))
+        assert [s["sessionId"] for s in listed["details"]["sessions"]] == [sid]
+        unknown = cli(state_dir, "process", "poll", "--session", "nope-nope")
+        assert "No session found for nope-nope" in unknown.stdout
+    finally:
+        stop(state_dir)
+
+
+def test_pending_approve_and_events_from_the_cli(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST)
+    try:
+        pending = cli(state_dir, "exec", "--json", "--session", "cli-s", "--", "echo cli-approved")
+        assert pending.returncode == 10
+        details = js(pending)["details"]
+        assert details["status"] == "approval-pending"
+        listed = js(cli(state_dir, "approvals", "pending", "--json"))
+        assert [a["id"] for a in listed["details"]["approvals"]] == [details["approvalId"]]
+        text = cli(state_dir, "approvals", "pending").stdout
+        assert details["approvalSlug"] in text and "echo cli-approved" in text
+        bad = cli(state_dir, "approve", details["approvalSlug"], "perhaps")
+        assert bad.returncode == 2 and "Usage: /approve" in bad.stderr
+        ok = cli(state_dir, "approve", "allow-once", details["approvalSlug"])  # either order works
+        assert ok.returncode == 0 and ok.stdout.startswith("Approval allow-once submitted for")
+        missing = cli(state_dir, "approve", "0000000", "deny")
+        assert missing.returncode == 1 and "unknown or expired approval id" in missing.stderr
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            events = js(cli(state_dir, "events", "--session", "cli-s", "--json"))["details"]["events"]
+            if events:
+                break
+            time.sleep(0.1)
+        assert events[0]["text"].startswith(f"Exec finished (gateway id={details['approvalId']}, session=")
+        assert events[0]["text"].endswith("code 0)\ncli-approved")
+        drained = cli(state_dir, "events", "--session", "cli-s", "--drain")
+        assert "Exec finished" in drained.stdout
+        assert cli(state_dir, "events", "--session", "cli-s").stdout == "No events.\n"
+    finally:
+        stop(state_dir)
+
+
+def test_concurrent_clients_autostart_exactly_one_gateway(state_dir: Path) -> None:
+    write_config(state_dir, FULL)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda i: cli(state_dir, "exec", "--json", "--", f"echo {i}"), range(4)))
+        assert [js(r)["text"] for r in results] == ["0", "1", "2", "3"]
+        log = (state_dir / "gateway.log").read_text()
+        assert log.count("gateway listening on") == 1, log
+    finally:
+        stop(state_dir)
+
+
+def test_install_service_writes_a_unit(state_dir: Path, tmp_path: Path) -> None:
+    unit = tmp_path / "exechost-gateway.service"
+    out = js(cli(state_dir, "gateway", "install-service", "--path", str(unit), "--json"))
+    assert out["details"]["path"] == str(unit)
+    text = unit.read_text()
+    assert "[Service]" in text and "[Install]" in text and "WantedBy=default.target" in text
+    assert f"ExecStart={sys.executable} -m runner gateway run" in text
+    assert f'Environment="OPENCLAW_STATE_DIR={state_dir}"' in text
+    assert "KillSignal=SIGTERM" in text and "Restart=on-failure" in text
+    default = cli(state_dir, "gateway", "install-service")
+    assert default.returncode == 0
+    assert (Path(os.environ["HOME"]) / ".config/systemd/user/exechost-gateway.service").is_file()
+
+
+def test_pty_stdin_and_follow_from_the_cli(state_dir: Path) -> None:
+    write_config(state_dir, FULL)
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO)}
+    try:
+        tty = cli(state_dir, "exec", "--pty", "--", "tty")
+        assert tty.returncode == 0 and tty.stdout.startswith("/dev/pts/"), tty.stdout + tty.stderr
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "runner", "events", "--follow", "--session", "f1"],
+            env=env,
+            cwd=str(REPO),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while js(cli(state_dir, "gateway", "status", "--json"))["details"]["connections"] < 2:
+                assert time.monotonic() < deadline, "the follower never connected"
+                time.sleep(0.1)
+            time.sleep(0.2)  # connected; its `subscribe` is one request behind
+            cat = js(cli(state_dir, "exec", "--json", "--background", "--session", "f1", "--", "cat"))
+            sid = cat["details"]["sessionId"]
+            wrote = cli(
+                state_dir, "process", "write", sid, "--session-key", "f1", "--data", "typed\n", "--eof"
+            )
+            assert wrote.stdout.startswith("Wrote 6 bytes to session") and "(stdin closed)" in wrote.stdout
+            polled = js(
+                cli(state_dir, "process", "poll", sid, "--session-key", "f1", "--timeout", "5000", "--json")
+            )
+            assert "typed" in polled["text"]
+            assert follow.stdout is not None
+            ready, _, _ = select.select([follow.stdout], [], [], 20)
+            line = follow.stdout.readline() if ready else ""
+            assert line.startswith("[f1] Exec completed") and "typed" in line
+            # Other scopes cannot see or touch the session.
+            other = cli(state_dir, "process", "poll", sid, "--session-key", "f2")
+            assert f"No session found for {sid}" in other.stdout
+        finally:
+            follow.terminate()
+            follow.wait(10)
+    finally:
+        stop(state_dir)
