@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from console.app import ConsoleApp
 from engine.approvals.store import ApprovalsStore
-from engine.protocol.frames import ControlClient, Event
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import Event
 
 PYTHON = os.path.realpath(sys.executable)
 

@@ -209,7 +209,7 @@ class ConsoleApp(SessionFlows):
         elif event == "approval.resolved":
             if self.inbox.discard(str(data.get("id"))) is not None:
                 self.refresh_inbox()
-        elif event in ("session.started", "session.exited", "session.updated"):
+        elif event in ("session.started", "session.exited"):
             row = data.get("session")
             self.sessions.upsert(row if isinstance(row, dict) else data)
             self.render_sessions_soon()
@@ -217,9 +217,6 @@ class ConsoleApp(SessionFlows):
                 self.refresh_sessions_soon()
                 if data.get("sessionId") == self.sessions.current and self.sessions.current:
                     self.replay(self.sessions.current)  # the log has everything up to EOF
-        elif event == "session.removed":
-            self.sessions.drop(str(data.get("sessionId")))
-            self.render_sessions_soon()
         elif event == "system.event":
             stamp = time.strftime("%H:%M:%S", time.localtime((data.get("ts") or time.time() * 1000) / 1000))
             self.events_pane.feed(f"{stamp}  [{data.get('sessionKey', '')}]  {data.get('text', '')}\n")
@@ -543,20 +540,14 @@ class ConsoleApp(SessionFlows):
         self.refresh_policy()
 
     async def _approve_directive(self, text: str) -> None:
-        from engine.approvals.pending import USAGE, normalize_decision
+        from engine.approvals.decisions import USAGE, parse_approve_args
 
         args = text.lstrip("/").split()[1:]
-        if len(args) != 2:
+        parsed = parse_approve_args(*args) if len(args) == 2 else None
+        if parsed is None:
             self.notify_plain(USAGE, severity="error")
             return
-        first, second = args
-        decision = normalize_decision(second)
-        approval_id = first
-        if decision is None and normalize_decision(first) is not None:
-            decision, approval_id = normalize_decision(first), second
-        if decision is None:
-            self.notify_plain(USAGE, severity="error")
-            return
+        approval_id, decision = parsed
         local = [
             i
             for i in self.inbox.rows()

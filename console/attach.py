@@ -12,7 +12,8 @@ import tty
 from pathlib import Path
 from typing import Any
 
-from engine.protocol.frames import ControlClient, Event, RemoteError
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import Event, RemoteError
 
 DETACH = b"\x1d"  # ctrl+]
 

@@ -14,7 +14,8 @@ from typing import Any
 from console.app import ConsoleApp
 from engine import statefs
 from engine.approvals.store import ApprovalsStore
-from engine.protocol.frames import ControlClient, RemoteError
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import RemoteError
 
 DEMO_CONFIG = """\
 # exechost demo profile: commands run on this machine (host=gateway) under an allowlist;

@@ -11,7 +11,9 @@ from typing import Any
 from textual.app import App
 
 from console.messages import GatewayConnected, GatewayEvent, GatewayLost
-from engine.protocol.frames import TOPICS, ControlClient, Event, GatewayUnavailable, RemoteError
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import Event, GatewayUnavailable, RemoteError
+from engine.protocol.methods import TOPICS
 
 PENDING_CAP = 1 << 20  # chars buffered for the visible pane between two flushes
 
@@ -21,7 +23,7 @@ class OutputRouter:
 
     Only the visible session keeps its text (drained by the app's ~30 Hz flush). The gateway pushes only
     the followed (visible) session's output and reports the others as `session.activity` unread counts;
-    an older gateway pushes everything, and hidden sessions then just count unread chars. Chunks carry
+    a hidden session that still sends output just counts unread chars. Chunks carry
     the gateway's raw byte offset, so what a log replay already showed is never shown twice.
     """
 

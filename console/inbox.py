@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-DECISIONS = ("allow-once", "allow-always", "deny")
+from engine.approvals.decisions import DECISIONS
+
 # Fields that make two pending requests "identical" for the operator (DESIGN §7: coalesce).
 _IDENTITY = ("command", "cwd", "host", "nodeId", "agentId", "security", "ask", "resolvedPath")
 

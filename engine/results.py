@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.errors import ExecHostError
+
 
 @dataclass
 class ToolResult:
@@ -21,5 +23,7 @@ class ToolResult:
         return cls(text=str(data.get("text", "")), details=dict(data.get("details") or {}))
 
 
-class ToolError(Exception):
+class ToolError(ExecHostError):
     """A verb refused its input; the message is the exact text the agent sees."""
+
+    code = "tool_error"

@@ -10,12 +10,16 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from engine.errors import ExecHostError
+
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
 
-class StateFileError(Exception):
+class StateFileError(ExecHostError):
     """A state path is unsafe (symlink, wrong type) or could not be written."""
+
+    code = "state_file"
 
 
 def state_dir(env: dict[str, str] | None = None) -> Path:

@@ -11,7 +11,8 @@ import mcp_types as types
 from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
 
-from engine.protocol.frames import ControlClient, GatewayUnavailable, RemoteError
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import GatewayUnavailable, RemoteError
 
 EXEC_DESCRIPTION = (
     "Execute shell commands with background continuation. Use yieldMs/background to continue later via the "

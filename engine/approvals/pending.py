@@ -7,44 +7,26 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.approvals.decisions import DECISIONS, USAGE, normalize_decision
+from engine.errors import ExecHostError
+
 DEFAULT_TIMEOUT_MS = 1_800_000  # DEFAULT_EXEC_APPROVAL_TIMEOUT_MS
 RESOLVED_GRACE_MS = 15_000  # RESOLVED_ENTRY_GRACE_MS: late waiters still find a resolved record
-DECISIONS = ("allow-once", "allow-always", "deny")
-
-_ALIASES = {
-    "allow": "allow-once",
-    "once": "allow-once",
-    "allow-once": "allow-once",
-    "allowonce": "allow-once",
-    "always": "allow-always",
-    "allow-always": "allow-always",
-    "allowalways": "allow-always",
-    "deny": "deny",
-    "reject": "deny",
-    "block": "deny",
-}
-
 NOT_FOUND = "unknown or expired approval id"
 AMBIGUOUS = "ambiguous approval id prefix; use the full id"
 ALWAYS_UNAVAILABLE = "allow-always is unavailable because the effective policy requires approval every time"
-USAGE = "Usage: /approve <id> <decision> (see the pending approval message for available decisions)"
 
 
-class ApprovalError(Exception):
+class ApprovalError(ExecHostError):
     """A resolve that cannot be applied; `code` is machine-readable, str() is the reference text."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-def normalize_decision(text: str) -> str | None:
-    """The /approve aliases of reference §3.12, case-insensitive; None when not a decision."""
-    return _ALIASES.get(text.strip().lower()) if isinstance(text, str) else None
 
 
 def env_hash(env: Mapping[str, str] | None) -> str:
@@ -274,8 +256,3 @@ class ApprovalManager:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-
-
-def allowed_for_ask(ask: str) -> Sequence[str]:
-    """ask=always offers only allow-once|deny (the decision can never become durable)."""
-    return ("allow-once", "deny") if ask == "always" else DECISIONS

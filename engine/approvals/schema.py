@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.commands.allowlist import ALLOW_ALWAYS_SOURCE, COMMAND_HASH_PREFIX, AllowlistEntry
+from engine.errors import ExecHostError, InvalidInput
 
 DEFAULT_AGENT = "main"
 LEGACY_DEFAULT_AGENT = "default"
@@ -30,8 +31,10 @@ _ID_NAMESPACE = uuid.UUID("6f1d8c52-3e0b-4d8e-9a57-0c2b8e4f7a11")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-class ApprovalsFileError(Exception):
+class ApprovalsFileError(ExecHostError):
     """The approvals file is unreadable or unsafe; it is left exactly as it is."""
+
+    code = "tool_error"
 
     def __init__(self, path: Path | str, reason: str) -> None:
         self.path = str(path)
@@ -232,16 +235,16 @@ def normalize_agent_id(agent_id: str | None) -> str:
     """Strip; empty means main; the legacy `default` agent is `main`. Control characters are refused."""
     value = (agent_id or "").strip() or DEFAULT_AGENT
     if _CONTROL.search(value):
-        raise ValueError(f"invalid agent id {agent_id!r}: control characters")
+        raise InvalidInput(f"invalid agent id {agent_id!r}: control characters")
     return DEFAULT_AGENT if value == LEGACY_DEFAULT_AGENT else value
 
 
 def clean_pattern(pattern: str) -> str:
     value = pattern.strip()
     if not value:
-        raise ValueError("allowlist pattern is empty")
+        raise InvalidInput("allowlist pattern is empty")
     if _CONTROL.search(value):
-        raise ValueError(f"allowlist pattern {pattern!r} contains control characters")
+        raise InvalidInput(f"allowlist pattern {pattern!r} contains control characters")
     return value
 
 
@@ -253,7 +256,7 @@ def clean_arg_pattern(arg_pattern: str | None) -> str | None:
     try:
         re.compile(value)
     except re.error as exc:
-        raise ValueError(f"invalid argPattern {value!r}: not a valid regular expression ({exc})") from None
+        raise InvalidInput(f"invalid argPattern {value!r}: not a valid regular expression ({exc})") from None
     return value
 
 
@@ -267,7 +270,7 @@ def _type_name(value: Any) -> str:
 
 
 def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+    raise InvalidInput(f"{name} is not valid JSON")
 
 
 def decode_approvals(text: str, path: Path | str) -> dict[str, Any]:

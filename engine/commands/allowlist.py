@@ -22,6 +22,7 @@ from engine.commands.safebins import (
 )
 from engine.commands.which import DEFAULT_PATH, poll_changes, resolve, resolve_executable
 from engine.commands.wrappers import BLOCKED_WRAPPERS, TRANSPARENT_WRAPPERS, names
+from engine.errors import InvalidInput
 
 __all__ = [
     "ALLOW_ALWAYS_SOURCE",
@@ -458,4 +459,4 @@ def profile_from_config(name: str, raw: Mapping[str, object]) -> SafeBinProfile:
     try:
         return SafeBinProfile.from_config(raw)
     except ValueError as exc:
-        raise ValueError(f"safeBinProfiles.{name}: {exc}") from None
+        raise InvalidInput(f"safeBinProfiles.{name}: {exc}") from None

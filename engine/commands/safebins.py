@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from engine.errors import InvalidInput
+
 # The reference's defaults; grep, sort and jq have profiles below but stay opt-in.
 DEFAULT_SAFE_BINS: frozenset[str] = frozenset({"cut", "uniq", "head", "tail", "tr", "wc"})
 DEFAULT_TRUSTED_DIRS: tuple[str, ...] = ("/bin", "/usr/bin")
@@ -37,7 +39,7 @@ class SafeBinProfile:
             if not isinstance(values, list) or not all(
                 isinstance(v, str) and v.startswith("-") for v in values
             ):
-                raise ValueError(f"{key} must be a list of flags starting with '-'")
+                raise InvalidInput(f"{key} must be a list of flags starting with '-'")
             return frozenset(values)
 
         unknown = set(raw) - {
@@ -48,10 +50,10 @@ class SafeBinProfile:
             "booleanFlags",
         }
         if unknown:
-            raise ValueError(f"unknown profile keys: {', '.join(sorted(unknown))}")
+            raise InvalidInput(f"unknown profile keys: {', '.join(sorted(unknown))}")
         low, high = raw.get("minPositional", 0), raw.get("maxPositional", 0)
         if not isinstance(low, int) or not isinstance(high, int) or low < 0 or high < low:
-            raise ValueError("minPositional/maxPositional must be integers with 0 <= min <= max")
+            raise InvalidInput("minPositional/maxPositional must be integers with 0 <= min <= max")
         return cls(low, high, flags("allowedValueFlags"), flags("booleanFlags"), flags("deniedFlags"))
 
 

@@ -40,10 +40,13 @@ from engine.config.schema import (
 )
 from engine.config.schema import known_keys as known_keys
 from engine.config.write import set_config_value as set_config_value
+from engine.errors import ExecHostError
 
 
-class ConfigError(Exception):
+class ConfigError(ExecHostError):
     """A config file is unreadable or invalid; names the file, the dotted key and the line."""
+
+    code = "tool_error"  # a refused call, as the agent sees it
 
     def __init__(self, file: str | Path, key: str, line: int | None, message: str) -> None:
         self.file = str(file)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from engine.approvals.decisions import allowed_decisions
 from engine.commands.allowlist import (
     ALLOW_ALWAYS_SOURCE,
     DEFAULT_SAFE_BINS,
@@ -25,7 +26,6 @@ from engine.policy.precedence import (
     PolicyError,
     PolicyStep,
     SessionOverrides,
-    allowed_decisions,
     deny_text,
     requires_approval,
     resolve_policy,

@@ -16,7 +16,6 @@ HOSTS = ("auto", "sandbox", "gateway", "node")
 SECURITIES = ("deny", "allowlist", "full")
 ASKS = ("off", "on-miss", "always")
 ELEVATED_LEVELS = ("off", "on", "ask", "full")
-DECISIONS = ("allow-once", "allow-always", "deny")
 
 Security = Literal["deny", "allowlist", "full"]
 Ask = Literal["off", "on-miss", "always"]
@@ -393,11 +392,6 @@ def requires_approval(
         and not durable
         and (not analysis_ok or not allowlist_satisfied)
     )
-
-
-def allowed_decisions(ask: str) -> tuple[str, ...]:
-    """ask=always offers only allow-once|deny: allow-always would be pointless (it asks anyway)."""
-    return ("allow-once", "deny") if ask == "always" else DECISIONS
 
 
 # --------------------------------------------------------------------------- directives

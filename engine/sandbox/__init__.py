@@ -16,7 +16,6 @@ from engine.sandbox.settings import (
     AGENT_MOUNT,
     Layout,
     SandboxSettings,
-    is_sandboxed,
     layout,
     main_session_key,
     resolve_settings,
@@ -151,8 +150,3 @@ async def prepare_exec(
         created=ensured.created,
         stale_config=ensured.stale,
     )
-
-
-def sandboxed(config: Any, agent_id: str, session_key: str) -> bool:
-    """Does this agent/session run in a sandbox (mode all, or non-main outside the main session)?"""
-    return is_sandboxed(resolve_settings(config, agent_id), agent_id, session_key)

@@ -37,7 +37,7 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
     main_key = main_session_key(agent_id)
     session = session_key or main_key
     lay = layout(settings, agent_id, session)
-    sandboxed = is_sandboxed(settings, agent_id, session)
+    sandboxed = is_sandboxed(settings.mode, agent_id, session)
     d = settings.docker
     problems: list[str] = []
     try:

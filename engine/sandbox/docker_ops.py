@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.errors import ExecHostError
 from engine.sandbox import supervisor as sv
 from engine.sandbox.settings import AGENT_MOUNT, MOUNT_FORMAT_VERSION, Layout, SandboxSettings
 
@@ -17,8 +18,10 @@ LABEL = "openclaw.sandbox"
 DOCKERFILE = Path(__file__).with_name("Dockerfile")
 
 
-class SandboxUnavailable(Exception):
+class SandboxUnavailable(ExecHostError):
     """Docker or the image is missing; the message says what to run."""
+
+    code = "tool_error"
 
 
 _client: Any = None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import statefs
+from engine.errors import ExecHostError
 from engine.sandbox import docker_ops
 from engine.sandbox import supervisor as sv
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
@@ -35,8 +36,10 @@ SETUP_TIMEOUT_SEC = 600.0
 _REGISTRY_ERRORS = (RegistryError, statefs.StateFileError, OSError)
 
 
-class SandboxError(Exception):
+class SandboxError(ExecHostError):
     """A sandbox could not be provided; the message is shown to the agent as is."""
+
+    code = "tool_error"
 
 
 @dataclass

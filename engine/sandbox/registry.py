@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.errors import ExecHostError
 
 REGISTRY_FILE = "sandbox-registry.json"
 
 
-class RegistryError(Exception):
+class RegistryError(ExecHostError):
     """The registry file exists but is not a registry; it is left untouched."""
 
 

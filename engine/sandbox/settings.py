@@ -175,11 +175,12 @@ def main_session_key(agent_id: str) -> str:
     return f"agent:{agent_id}:main"
 
 
-def is_sandboxed(settings: SandboxSettings, agent_id: str, session_key: str) -> bool:
-    if settings.mode == "all":
+def is_sandboxed(mode: str, agent_id: str, session_key: str) -> bool:
+    """The one rule for "does this call run in a sandbox": mode all, or non-main outside the main session."""
+    if mode == "all":
         return True
-    if settings.mode == "non-main":
-        return session_key.strip().lower() not in main_session_keys(agent_id)
+    if mode == "non-main":
+        return session_key.strip().lower() not in {k.lower() for k in main_session_keys(agent_id)}
     return False
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import statefs
+from engine.errors import ExecHostError
 
 CTL_MOUNT = "/.exechost"
 BIN_MOUNT = "/.exechost-bin"
@@ -85,7 +86,7 @@ exec $1 sh "$2/spec"
 SCRIPTS = {"supervisor.sh": SUPERVISOR_SH, "run.sh": RUN_SH, "runpty.sh": RUNPTY_SH}
 
 
-class SupervisorUnavailable(RuntimeError):
+class SupervisorUnavailable(ExecHostError, RuntimeError):
     """No supervisor reads the control FIFO (container stopped or supervisor killed)."""
 
 

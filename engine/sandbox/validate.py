@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from engine.errors import ExecHostError
 from engine.sandbox.settings import AGENT_MOUNT, DockerSettings
 
 BLOCKED_HOST_PATHS = (
@@ -19,8 +20,10 @@ BLOCKED_HOME_SUBPATHS = (".aws", ".cargo", ".config", ".docker", ".gnupg", ".net
 RESERVED_TARGETS = ("/workspace", AGENT_MOUNT, "/.exechost", "/.exechost-bin")
 
 
-class SandboxSecurityError(ValueError):
+class SandboxSecurityError(ExecHostError, ValueError):
     """A sandbox config was refused; the message is the exact text shown to agent and operator."""
+
+    code = "tool_error"
 
 
 def normalize_path(raw: str) -> str:

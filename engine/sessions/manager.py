@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.errors import NotFound
 from engine.results import ToolError, ToolResult
 from engine.sessions import procs
 from engine.sessions.events import SystemEvents
@@ -416,7 +417,7 @@ class SessionManager:
         """A viewer's own bounded queue of raw output (replaying recent bytes first). KeyError if unknown."""
         session = self.registry.get(session_id)
         if session is None:
-            raise KeyError(session_id)
+            raise NotFound(f"No session found for {session_id}")
         viewer = session.raw.subscribe(replay=replay)
         if session.exited:
             viewer.end()
@@ -428,7 +429,7 @@ class SessionManager:
         """Raw recent output for a pane (`sessions.output`): bytes decoded as UTF-8 with replacement."""
         session = self.registry.get(session_id)
         if session is None:
-            raise KeyError(session_id)
+            raise NotFound(f"No session found for {session_id}")
         start, data, dropped = session.raw.read(offset, limit)
         return {
             "sessionId": session_id,

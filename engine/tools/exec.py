@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import importlib
 import logging
 import os
 import re
@@ -20,6 +19,7 @@ from engine.config.loader import Config
 from engine.policy.decision import Decision, evaluate
 from engine.policy.precedence import SessionOverrides
 from engine.results import ToolError, ToolResult
+from engine.sandbox.settings import is_sandboxed
 
 log = logging.getLogger("exechost.exec")
 
@@ -28,10 +28,6 @@ FOLLOWUP_OUTPUT_CHARS = 400
 NODE_UNAVAILABLE = (
     "exec host=node is not available yet: remote nodes arrive in a later release. "
     "Use host=gateway (or host=auto) instead."
-)
-SANDBOX_UNAVAILABLE = (
-    "exec host=sandbox: sandbox mode is on for this session, but the Docker sandbox runtime is not "
-    'available in this build. Set agents.defaults.sandbox.mode="off" to run direct on the gateway.'
 )
 
 
@@ -125,14 +121,9 @@ class _Prepared:
     host: str = "gateway"
 
 
-def main_session(session_key: str, agent_id: str) -> bool:
-    return session_key in ("", "main", f"agent:{agent_id}:main")
-
-
 def sandbox_available(config: Config, agent_id: str, session_key: str) -> bool:
     """A sandbox runtime applies: mode=all, or mode=non-main outside the agent's main session."""
-    mode = config.sandbox_for(agent_id).mode
-    return mode == "all" or (mode == "non-main" and not main_session(session_key, agent_id))
+    return is_sandboxed(config.sandbox_for(agent_id).mode, agent_id, session_key)
 
 
 def _fence(command: str) -> str:
@@ -286,11 +277,7 @@ class ExecTool:
     async def _prepare_sandbox(
         self, prepared: _Prepared, config: Config, ctx: ExecContext, env: dict[str, str], workdir: Any
     ) -> None:
-        try:
-            sandbox_mod = importlib.import_module("engine.sandbox")
-            prepare_exec = sandbox_mod.prepare_exec
-        except (ImportError, AttributeError):
-            raise ToolError(SANDBOX_UNAVAILABLE) from None
+        from engine.sandbox import prepare_exec  # docker-py loads only when a sandbox is used
         # The raw workdir: prepare_exec maps it into the container (a host path means nothing there).
         sx = await prepare_exec(
             config, ctx.agent_id, ctx.session_key, workdir if isinstance(workdir, str) else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from engine.approvals.pending import USAGE, normalize_decision
+from engine.approvals.decisions import USAGE, parse_approve_args
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import call, run_verb
@@ -33,11 +33,10 @@ def register_pending(actions: Subparsers) -> None:
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
-    approval_id, decision = args.id, args.decision
-    if normalize_decision(decision) is None and normalize_decision(approval_id) is not None:
-        approval_id, decision = decision, approval_id  # `/approve <decision> <id>` order
-    if normalize_decision(decision) is None:
+    parsed = parse_approve_args(args.id, args.decision)  # either order, as /approve accepts
+    if parsed is None:
         raise UsageError(USAGE)
+    approval_id, decision = parsed
     params = {"id": approval_id, "decision": decision}
     if args.reason:
         params["reason"] = args.reason

@@ -8,7 +8,8 @@ import json
 import sys
 from typing import Any
 
-from engine.protocol.frames import ControlClient, GatewayUnavailable
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import GatewayUnavailable
 from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import EXIT_UNAVAILABLE, CliFailure, call, run_verb
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
-from engine.protocol.frames import ControlClient, GatewayUnavailable, RemoteError, socket_path
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import GatewayUnavailable, RemoteError, socket_path
 from engine.sessions import procs
 from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit
 

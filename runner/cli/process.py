@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from engine.sessions.actions import ACTIONS
 from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import call, run_verb
-
-ACTIONS = ("list", "poll", "log", "write", "send-keys", "paste", "submit", "kill", "clear", "remove")
 
 
 def register(subparsers: Subparsers) -> None:

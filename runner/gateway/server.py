@@ -15,13 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs, unixsock
-from engine.approvals.store import ApprovalsFileError
-from engine.config.loader import ConfigError
+from engine.errors import ExecHostError
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
-    SUN_PATH_MAX,
     ErrorFrame,
     Event,
     Frame,
@@ -36,7 +34,6 @@ from engine.protocol.frames import (
     read_frame_line,
     socket_path,
 )
-from engine.results import ToolError
 from runner.gateway.handlers import HANDLERS
 from runner.gateway.services import Services
 
@@ -213,8 +210,8 @@ class GatewayServer:
 
     async def start(self) -> None:
         statefs.ensure_private_dir(self.state_dir)
-        if len(os.fsencode(self.socket_path)) > SUN_PATH_MAX:
-            raise GatewayBusy(f"socket path too long (> {SUN_PATH_MAX} bytes): {self.socket_path}")
+        if len(os.fsencode(self.socket_path)) > unixsock.SUN_PATH_MAX:
+            raise GatewayBusy(f"socket path too long (> {unixsock.SUN_PATH_MAX} bytes): {self.socket_path}")
         self._take_lock()
         try:
             self._check_stale_socket()
@@ -399,10 +396,8 @@ class GatewayServer:
             return
         try:
             result: dict[str, Any] = await handler(self.services, conn, req.params)
-        except (ToolError, ApprovalsFileError, ConfigError) as exc:
-            conn.send(Response(id=req.id, ok=False, error={"code": "tool_error", "message": str(exc)}))
-        except (ValueError, TypeError, KeyError) as exc:
-            conn.send(Response(id=req.id, ok=False, error={"code": "bad_params", "message": str(exc)}))
+        except ExecHostError as exc:  # deliberate: its code tells the client what kind of failure it is
+            conn.send(Response(id=req.id, ok=False, error={"code": exc.code, "message": str(exc)}))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from engine.approvals.pending import ApprovalManager, ApprovalRecord
 from engine.approvals.store import ApprovalsStore
 from engine.config.loader import Config, config_path, load_config
+from engine.errors import InvalidInput
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import Event
 from engine.results import ToolResult
@@ -241,7 +242,7 @@ class Services:
         """`sessions.follow`: push this session's output to `conn` (and, with `only`, no other's)."""
         assert self.sessions is not None
         if self.sessions.get(session_id) is None:
-            raise ValueError(f"No session found for {session_id}")
+            raise InvalidInput(f"No session found for {session_id}")
         self._enter_follow_mode(conn)
         assert conn.follow is not None
         if only:

@@ -16,7 +16,7 @@ from console.dialogs import ConfirmDialog, TextDialog
 from console.screens.help import HelpScreen
 from engine.approvals.socket.server import request_decision
 from engine.approvals.store import ApprovalsStore
-from engine.protocol.frames import ControlClient
+from engine.protocol.client import ControlClient
 from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
 
 ALWAYS_OPS = ALLOWLIST + '\n[[agents.list]]\nid = "ops"\ntools.exec.ask = "always"\n'

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.protocol.frames import ControlClient, GatewayUnavailable
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import GatewayUnavailable
 from tests.helpers.gateway import ALLOWLIST, write_config
 
 pytestmark = [pytest.mark.tmux, pytest.mark.slow]

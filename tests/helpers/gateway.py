@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from engine.protocol.frames import ControlClient
+from engine.protocol.client import ControlClient
 from runner.gateway.server import GatewayServer
 
 REPO = Path(__file__).resolve().parents[2]

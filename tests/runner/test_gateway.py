@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.protocol.client import ControlClient
 from engine.protocol.frames import (
     MAX_FRAME_BYTES,
-    ControlClient,
     GatewayUnavailable,
     Hello,
     RemoteError,

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from engine.approvals.store import ApprovalsStore
-from engine.protocol.frames import ControlClient, Event, RemoteError, socket_path
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import Event, RemoteError, socket_path
 from engine.sandbox import default_manager
 from tests.helpers.gateway import ALLOWLIST, FULL, REPO, connect, gateway, wait_until, write_config
 

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.approvals.decisions import DECISIONS
 from engine.approvals.socket.exec_host import OUTPUT_CAP as OUTPUT_CAP
 from engine.approvals.socket.exec_host import LocalExecHost as LocalExecHost
 from engine.approvals.socket.exec_host import run_argv as run_argv
-from engine.approvals.socket.wire import DECISIONS as DECISIONS
 from engine.approvals.socket.wire import EXEC_TIMEOUT_S as EXEC_TIMEOUT_S
 from engine.approvals.socket.wire import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 from engine.approvals.socket.wire import REQUEST_TIMEOUT_S as REQUEST_TIMEOUT_S
@@ -36,13 +36,13 @@ from engine.approvals.socket.wire import exec_frame as exec_frame
 from engine.approvals.socket.wire import request_decision as request_decision
 from engine.approvals.socket.wire import request_exec as request_exec
 from engine.approvals.socket.wire import sign as sign
-from engine.unixsock import SUN_PATH_MAX as SUN_PATH_MAX
+from engine.errors import ExecHostError
 from engine.unixsock import PeerInfo as PeerInfo
 from engine.unixsock import peer_info, socket_path_problem
 from engine.unixsock import socket_is_live as socket_is_live
 
 
-class ApprovalSocketError(Exception):
+class ApprovalSocketError(ExecHostError):
     """The socket path is unusable (symlink, wrong type, too long)."""
 
 

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.approvals.decisions import DECISIONS
+from engine.errors import InvalidInput
 from engine.unixsock import PeerInfo
 
 MAX_FRAME_BYTES = 256_000  # the macOS app's readLineFromHandle(maxBytes:) cap
 TTL_MS = 10_000  # |now - ts| beyond this is "expired request"
 REQUEST_TIMEOUT_S = 15.0  # requestExecApprovalViaSocket's client timeout
 EXEC_TIMEOUT_S = 20.0  # requestExecHostViaSocket's client timeout
-DECISIONS = ("allow-once", "allow-always", "deny")
 
 Decider = Callable[["PromptRequest"], Awaitable[str]]
 """Asks a human (the console's inbox): returns "allow-once" | "allow-always" | "deny"."""
@@ -80,15 +81,15 @@ class ExecHostRequest:
     def from_json(cls, text: str) -> ExecHostRequest:
         data = json.loads(text)
         if not isinstance(data, dict):
-            raise ValueError("requestJson is not an object")
+            raise InvalidInput("requestJson is not an object")
         argv = data.get("command")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-            raise ValueError("command must be a list of strings")
+            raise InvalidInput("command must be a list of strings")
         env = data.get("env")
         if env is not None and not (
             isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
         ):
-            raise ValueError("env must map strings to strings")
+            raise InvalidInput("env must map strings to strings")
         timeout = data.get("timeoutMs")
         decision = data.get("approvalDecision")
         return cls(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from engine.protocol.methods import Method
 from runner.gateway.handlers import (
     approvals,
     approve,
@@ -25,27 +26,27 @@ if TYPE_CHECKING:
 
 Handler = Callable[["Services", "Connection", dict[str, Any]], Awaitable[dict[str, Any]]]
 
-HANDLERS: dict[str, Handler] = {
-    "exec": exec.handle,
-    "process": process.handle,
-    "approve": approve.handle,
-    "approvals.pending": approvals.pending,
-    "approvals.attach": approvals.attach,
-    "approvals.detach": approvals.detach,
-    "events": events.handle,
-    "policy.check": policy.check,
-    "policy.override": policy.override,
-    "policy.overrides": policy.overrides,
-    "sessions.list": sessions.list_,
-    "sessions.output": sessions.output,
-    "sessions.resize": sessions.resize,
-    "sessions.follow": sessions.follow,
-    "sessions.unfollow": sessions.unfollow,
-    "sandbox.list": sandbox.list_,
-    "sandbox.explain": sandbox.explain,
-    "sandbox.recreate": sandbox.recreate,
-    "sandbox.prune": sandbox.prune,
-    "subscribe": subscribe.handle,
-    "status": status.handle,
-    "shutdown": shutdown.handle,
+HANDLERS: dict[str, Handler] = {  # keyed by Method: every member has exactly one handler
+    Method.EXEC: exec.handle,
+    Method.PROCESS: process.handle,
+    Method.APPROVE: approve.handle,
+    Method.APPROVALS_PENDING: approvals.pending,
+    Method.APPROVALS_ATTACH: approvals.attach,
+    Method.APPROVALS_DETACH: approvals.detach,
+    Method.EVENTS: events.handle,
+    Method.POLICY_CHECK: policy.check,
+    Method.POLICY_OVERRIDE: policy.override,
+    Method.POLICY_OVERRIDES: policy.overrides,
+    Method.SESSIONS_LIST: sessions.list_,
+    Method.SESSIONS_OUTPUT: sessions.output,
+    Method.SESSIONS_RESIZE: sessions.resize,
+    Method.SESSIONS_FOLLOW: sessions.follow,
+    Method.SESSIONS_UNFOLLOW: sessions.unfollow,
+    Method.SANDBOX_LIST: sandbox.list_,
+    Method.SANDBOX_EXPLAIN: sandbox.explain,
+    Method.SANDBOX_RECREATE: sandbox.recreate,
+    Method.SANDBOX_PRUNE: sandbox.prune,
+    Method.SUBSCRIBE: subscribe.handle,
+    Method.STATUS: status.handle,
+    Method.SHUTDOWN: shutdown.handle,
 }

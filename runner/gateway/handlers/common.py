@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.errors import InvalidInput
+
 
 def opt_str(params: dict[str, Any], key: str, default: str | None = None) -> str | None:
     value = params.get(key, default)
     if value is None:
         return None
     if not isinstance(value, str):
-        raise ValueError(f"{key} must be a string")
+        raise InvalidInput(f"{key} must be a string")
     return value
 
 
 def req_str(params: dict[str, Any], key: str) -> str:
     value = opt_str(params, key)
     if value is None or not value.strip():
-        raise ValueError(f"{key} is required")
+        raise InvalidInput(f"{key} is required")
     return value
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from engine.errors import InvalidInput
 from engine.policy.decision import evaluate
 from engine.policy.precedence import SessionOverrides, apply_directive
 from engine.tools.exec import sandbox_available
@@ -43,7 +44,7 @@ def _view(ov: SessionOverrides) -> dict[str, Any]:
 async def override(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     key = session_key(params)
     if not key:
-        raise ValueError("sessionKey is required")
+        raise InvalidInput("sessionKey is required")
     directive = req_str(params, "directive")
     agent = agent_id(params)
     config = services.config()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from engine.errors import InvalidInput
 from engine.results import ToolError
 from engine.sandbox import admin, default_manager
 from engine.sandbox.docker_ops import SandboxUnavailable
@@ -35,7 +36,7 @@ async def recreate(services: Services, conn: Connection, params: dict[str, Any])
     agent = opt_str(params, "agentId")
     name = opt_str(params, "containerName")
     if sum([everything, key is not None, agent is not None, name is not None]) != 1:
-        raise ValueError("Please specify exactly one of: all, sessionKey, agentId, containerName")
+        raise InvalidInput("Please specify exactly one of: all, sessionKey, agentId, containerName")
     try:
         rows = await asyncio.to_thread(admin.list_runtimes, services.config(), default_manager())
     except SandboxUnavailable as exc:

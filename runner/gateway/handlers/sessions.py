@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine.errors import InvalidInput
 from runner.gateway.handlers.common import opt_str, req_str
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ def _int(params: dict[str, Any], key: str) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{key} must be a non-negative integer")
+        raise InvalidInput(f"{key} must be a non-negative integer")
     return value
 
 
@@ -37,7 +38,7 @@ async def output(services: Services, conn: Connection, params: dict[str, Any]) -
     sid = req_str(params, "sessionId")
     session = services.sessions.get(sid)
     if session is None:
-        raise ValueError(f"No session found for {sid}")
+        raise InvalidInput(f"No session found for {sid}")
     offset = _int(params, "offset")
     limit = min(_int(params, "limit") or DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES)
     start, data, dropped = session.raw.read(offset, limit)
@@ -56,9 +57,9 @@ async def resize(services: Services, conn: Connection, params: dict[str, Any]) -
     sid = req_str(params, "sessionId")
     cols, rows = _int(params, "cols"), _int(params, "rows")
     if not cols or not rows:
-        raise ValueError("cols and rows are required")
+        raise InvalidInput("cols and rows are required")
     if not services.sessions.resize(sid, cols, rows):
-        raise ValueError(f"Session {sid} is not a running PTY session")
+        raise InvalidInput(f"Session {sid} is not a running PTY session")
     return {"sessionId": sid, "cols": cols, "rows": rows}
 
 
@@ -67,7 +68,7 @@ async def follow(services: Services, conn: Connection, params: dict[str, Any]) -
     sid = req_str(params, "sessionId")
     only = params.get("only", False)
     if not isinstance(only, bool):
-        raise ValueError("only must be a boolean")
+        raise InvalidInput("only must be a boolean")
     return {"follow": services.follow(conn, sid, only=only)}
 
 

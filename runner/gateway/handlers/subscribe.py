@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.protocol.frames import TOPICS
+from engine.errors import InvalidInput
+from engine.protocol.methods import TOPICS
 
 if TYPE_CHECKING:
     from runner.gateway.server import Connection
@@ -15,13 +16,13 @@ if TYPE_CHECKING:
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     topics = params.get("topics", list(TOPICS))
     if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
-        raise ValueError("topics must be a list of strings")
+        raise InvalidInput("topics must be a list of strings")
     unknown = sorted(set(topics) - set(TOPICS))
     if unknown:
-        raise ValueError(f"unknown topics: {', '.join(unknown)} (known: {', '.join(TOPICS)})")
+        raise InvalidInput(f"unknown topics: {', '.join(unknown)} (known: {', '.join(TOPICS)})")
     follow = params.get("follow")
     if follow is not None and (not isinstance(follow, list) or not all(isinstance(s, str) for s in follow)):
-        raise ValueError("follow must be a list of session ids")
+        raise InvalidInput("follow must be a list of session ids")
     conn.topics = set(topics) | ({"approvals"} if conn.approver else set())
     if follow is not None:
         services.set_follow(conn, follow[:64])

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.approvals.decisions import allowed_decisions
 from engine.approvals.store import AgentApprovals, PolicyBlock
 from engine.config.loader import Config, load_config, load_config_text
 from engine.policy.precedence import (
@@ -13,7 +14,6 @@ from engine.policy.precedence import (
     EffectivePolicy,
     PolicyError,
     SessionOverrides,
-    allowed_decisions,
     apply_directive,
     deny_text,
     elevated_unavailable_text,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import re
 import shutil
@@ -13,7 +12,8 @@ from typing import Any
 import pytest
 
 from engine.approvals.store import ApprovalsStore
-from engine.protocol.frames import ControlClient, RemoteError
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import RemoteError
 from tests.helpers.gateway import ALLOWLIST, FULL, connect, gateway, wait_until, write_config
 
 ECHO = os.path.realpath(shutil.which("echo") or "/bin/echo")
@@ -338,9 +338,6 @@ async def test_sandbox_mode_routes_to_the_sandbox_runtime(state_dir: Path) -> No
         with pytest.raises(RemoteError) as exc:
             await client.request("exec", {"command": f"touch {marker}", "sessionKey": "sbx"})
         assert exc.value.code == "tool_error", exc.value
-        sandbox = importlib.import_module("engine.sandbox")
-        if not hasattr(sandbox, "prepare_exec"):
-            assert "Docker sandbox runtime is not available" in str(exc.value)
         assert not marker.exists()
         await client.close()
 

@@ -1,0 +1,264 @@
+"""The control-socket client: connect (starting a gateway when none answers), request, receive events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from engine import statefs
+from engine.protocol.frames import (
+    HANDSHAKE_TIMEOUT_S,
+    MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    ErrorFrame,
+    Event,
+    GatewayUnavailable,
+    Hello,
+    ProtocolError,
+    RemoteError,
+    Request,
+    RequestId,
+    Response,
+    Welcome,
+    decode_frame,
+    encode_frame,
+    read_frame_line,
+    read_token,
+    socket_path,
+    token_path,
+)
+from engine.protocol.methods import TOPICS
+from engine.unixsock import SUN_PATH_MAX
+
+
+def spawn_gateway(state: Path) -> subprocess.Popen[bytes]:
+    """Start `exechost gateway run` detached (own session, output to gateway.log), by module name so
+    engine/ never imports runner/."""
+    statefs.ensure_private_dir(state)
+    log = state / "gateway.log"
+    statefs.refuse_symlink(log)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, statefs.FILE_MODE)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "runner", "gateway", "run"],
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            start_new_session=True,
+            close_fds=True,
+            cwd="/",
+            env={**os.environ, "OPENCLAW_STATE_DIR": str(state)},
+        )
+    finally:
+        os.close(fd)
+
+
+class ControlClient:
+    """One authenticated connection to the gateway: concurrent requests matched by id, plus pushed events."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, welcome: Welcome) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.server_pid = welcome.pid
+        self._next_id = 0
+        self._pending: dict[RequestId, asyncio.Future[dict[str, Any]]] = {}
+        self._events: asyncio.Queue[Event | None] = asyncio.Queue()
+        self._listeners: list[Callable[[Event], None]] = []
+        self._closed = False
+        self.close_reason: str | None = None
+        self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    # -- connecting
+
+    @classmethod
+    async def connect(
+        cls,
+        state_dir: Path | None = None,
+        *,
+        client: str = "cli",
+        name: str = "",
+        autostart: bool = True,
+        start_timeout: float = 15.0,
+        token: str | None = None,
+    ) -> ControlClient:
+        """Connect and handshake; when nothing answers and `autostart`, start a gateway (one only,
+        serialised by a lock across processes) and wait for it."""
+        state = state_dir or statefs.state_dir()
+        try:
+            return await cls._try_connect(state, client, name, token)
+        except GatewayUnavailable:
+            if not autostart:
+                raise
+        return await cls._start_and_connect(state, client, name, token, start_timeout)
+
+    @classmethod
+    async def _try_connect(cls, state: Path, client: str, name: str, token: str | None) -> ControlClient:
+        path = socket_path(state)
+        if len(os.fsencode(path)) > SUN_PATH_MAX:
+            raise GatewayUnavailable(f"socket path too long ({len(os.fsencode(path))} bytes): {path}")
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_FRAME_BYTES + 1)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise GatewayUnavailable(f"no gateway is listening on {path} ({exc.strerror})") from None
+        except OSError as exc:
+            raise GatewayUnavailable(f"cannot connect to {path}: {exc.strerror or exc}") from None
+        secret = token or read_token(state)
+        if not secret:
+            writer.close()
+            raise GatewayUnavailable(f"no gateway token in {token_path(state)}")
+        try:
+            writer.write(encode_frame(Hello(token=secret, client=client, name=name or client)))
+            await writer.drain()
+            line = await asyncio.wait_for(read_frame_line(reader), HANDSHAKE_TIMEOUT_S)
+            frame = decode_frame(line)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError, ProtocolError) as exc:
+            writer.close()
+            raise GatewayUnavailable(
+                f"handshake with the gateway failed: {exc or type(exc).__name__}"
+            ) from None
+        if isinstance(frame, ErrorFrame):
+            writer.close()
+            raise RemoteError(frame.code, frame.message)
+        if not isinstance(frame, Welcome) or frame.version != PROTOCOL_VERSION:
+            writer.close()
+            raise RemoteError("version", f"gateway speaks an unexpected protocol: {frame!r}")
+        return cls(reader, writer, frame)
+
+    @classmethod
+    async def _start_and_connect(
+        cls, state: Path, client: str, name: str, token: str | None, start_timeout: float
+    ) -> ControlClient:
+        statefs.ensure_private_dir(state)
+        lock_path = state / "gateway.start.lock"
+        statefs.refuse_symlink(lock_path)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, statefs.FILE_MODE)
+        deadline = time.monotonic() + start_timeout
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise GatewayUnavailable(
+                            "timed out waiting for another client starting the gateway"
+                        ) from None
+                    await asyncio.sleep(0.02)
+            # Whoever held the lock before us may have started it already.
+            with contextlib.suppress(GatewayUnavailable):
+                return await cls._try_connect(state, client, name, token)
+            proc = spawn_gateway(state)
+            last = "gateway did not start"
+            while time.monotonic() < deadline:
+                try:
+                    return await cls._try_connect(state, client, name, token)
+                except GatewayUnavailable as exc:
+                    last = str(exc)
+                if proc.poll() is not None:
+                    raise GatewayUnavailable(
+                        f"gateway exited with code {proc.returncode}; see {state / 'gateway.log'}"
+                    )
+                await asyncio.sleep(0.03)
+            raise GatewayUnavailable(f"{last} (waited {start_timeout:.0f} s; see {state / 'gateway.log'})")
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    # -- traffic
+
+    async def _read_loop(self) -> None:
+        reason = "connection closed by the gateway"
+        try:
+            while True:
+                frame = decode_frame(await read_frame_line(self._reader))
+                if isinstance(frame, Response):
+                    fut = self._pending.pop(frame.id, None) if frame.id is not None else None
+                    if fut is not None and not fut.done():
+                        if frame.ok:
+                            fut.set_result(frame.result or {})
+                        else:
+                            err = frame.error or {}
+                            fut.set_exception(RemoteError(err.get("code", "error"), err.get("message", "")))
+                elif isinstance(frame, Event):
+                    for listener in list(self._listeners):
+                        listener(frame)
+                    self._events.put_nowait(frame)
+                elif isinstance(frame, ErrorFrame):
+                    reason = f"{frame.code}: {frame.message}"
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        except ProtocolError as exc:
+            reason = f"protocol error from the gateway: {exc}"
+        finally:
+            self._closed = True
+            self.close_reason = reason
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionError(reason))
+            self._pending.clear()
+            self._events.put_nowait(None)
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send one request and await its response; raises RemoteError for `ok: false`."""
+        if self._closed:
+            raise ConnectionError(self.close_reason or "connection closed")
+        self._next_id += 1
+        rid = self._next_id
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            self._writer.write(encode_frame(Request(id=rid, method=method, params=params or {})))
+            await self._writer.drain()
+        except BaseException:
+            self._pending.pop(rid, None)
+            raise
+        return await fut
+
+    def add_listener(self, listener: Callable[[Event], None]) -> None:
+        """Call `listener` for every pushed event, in arrival order (in addition to `events()`)."""
+        self._listeners.append(listener)
+
+    async def subscribe(self, topics: list[str] | tuple[str, ...] = TOPICS) -> dict[str, Any]:
+        return await self.request("subscribe", {"topics": list(topics)})
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Pushed events until the connection closes."""
+        while True:
+            ev = await self._events.get()
+            if ev is None:
+                self._events.put_nowait(None)
+                return
+            yield ev
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def wait_closed(self) -> str:
+        """Return (with the reason) once the gateway side of the connection is gone."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(self._reader_task)
+        return self.close_reason or "connection closed"
+
+    async def close(self) -> None:
+        self._writer.close()
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+        self._reader_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._reader_task
+
+    async def __aenter__(self) -> ControlClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,58 @@
+"""Every control-socket method, pushed event and subscription topic, named once for all clients."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Method(StrEnum):
+    """Request methods; the gateway has exactly one handler per member (runner/gateway/handlers/)."""
+
+    EXEC = "exec"
+    PROCESS = "process"
+    APPROVE = "approve"
+    APPROVALS_PENDING = "approvals.pending"
+    APPROVALS_ATTACH = "approvals.attach"
+    APPROVALS_DETACH = "approvals.detach"
+    EVENTS = "events"
+    POLICY_CHECK = "policy.check"
+    POLICY_OVERRIDE = "policy.override"
+    POLICY_OVERRIDES = "policy.overrides"
+    SESSIONS_LIST = "sessions.list"
+    SESSIONS_OUTPUT = "sessions.output"
+    SESSIONS_RESIZE = "sessions.resize"
+    SESSIONS_FOLLOW = "sessions.follow"
+    SESSIONS_UNFOLLOW = "sessions.unfollow"
+    SANDBOX_LIST = "sandbox.list"
+    SANDBOX_EXPLAIN = "sandbox.explain"
+    SANDBOX_RECREATE = "sandbox.recreate"
+    SANDBOX_PRUNE = "sandbox.prune"
+    SUBSCRIBE = "subscribe"
+    STATUS = "status"
+    SHUTDOWN = "shutdown"
+
+
+class EventName(StrEnum):
+    """Events the gateway pushes to subscribers (each belongs to one topic)."""
+
+    SESSION_STARTED = "session.started"
+    SESSION_EXITED = "session.exited"
+    SESSION_OUTPUT = "session.output"
+    SESSION_ACTIVITY = "session.activity"
+    APPROVAL_REQUESTED = "approval.requested"
+    APPROVAL_UPDATED = "approval.updated"
+    APPROVAL_RESOLVED = "approval.resolved"
+    SYSTEM_EVENT = "system.event"
+    SANDBOX_PROGRESS = "sandbox.progress"
+
+
+class Topic(StrEnum):
+    """What a client may subscribe to."""
+
+    SESSIONS = "sessions"
+    APPROVALS = "approvals"
+    EVENTS = "events"
+    SANDBOXES = "sandboxes"
+
+
+TOPICS = tuple(t.value for t in Topic)
