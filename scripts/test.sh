@@ -6,5 +6,7 @@ bash scripts/setup.sh
 bash scripts/services.sh
 .venv/bin/ruff check engine runner console tests bench
 .venv/bin/mypy
+# The layer contracts of pyproject.toml ([tool.importlinter]): engine layers, protocol, UI-free engine.
+.venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
 # pytest exits 5 when it collects nothing: with `set -e` that fails the run, as it should.
 .venv/bin/python -m pytest "$@"

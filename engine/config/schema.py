@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.policy.precedence import ASKS, HOSTS, SECURITIES
+from engine.modes import ASKS, HOSTS, SECURITIES
 
 MIB = 1024 * 1024
 SANDBOX_MODES = ("off", "non-main", "all")

@@ -5,23 +5,20 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from engine.modes import (
+    max_ask,
+    min_security,
+    normalize_ask,
+    normalize_elevated,
+    normalize_host,
+    normalize_security,
+)
 from engine.results import ToolError
 
 if TYPE_CHECKING:
     from engine.config.loader import Config
-
-HOSTS = ("auto", "sandbox", "gateway", "node")
-SECURITIES = ("deny", "allowlist", "full")
-ASKS = ("off", "on-miss", "always")
-ELEVATED_LEVELS = ("off", "on", "ask", "full")
-
-Security = Literal["deny", "allowlist", "full"]
-Ask = Literal["off", "on-miss", "always"]
-
-_SECURITY_ORDER = {"deny": 0, "allowlist": 1, "full": 2}
-_ASK_ORDER = {"off": 0, "on-miss": 1, "always": 2}
 
 # Layer names, as the trail and `policy check` print them.
 LAYER_PARAM = "tool param"
@@ -32,39 +29,6 @@ LAYER_BUILTIN = "built-in"
 LAYER_ELEVATED = "elevated"
 LAYER_CLAMP = "approvals file clamp"
 LAYER_CAP = "askFallback cap"
-
-
-def _normalize(value: Any, choices: tuple[str, ...]) -> str | None:
-    if not isinstance(value, str):
-        return None
-    norm = value.strip().lower()
-    return norm if norm in choices else None
-
-
-def normalize_host(value: Any) -> str | None:
-    return _normalize(value, HOSTS)
-
-
-def normalize_security(value: Any) -> str | None:
-    return _normalize(value, SECURITIES)
-
-
-def normalize_ask(value: Any) -> str | None:
-    return _normalize(value, ASKS)
-
-
-def normalize_elevated(value: Any) -> str | None:
-    return _normalize(value, ELEVATED_LEVELS)
-
-
-def min_security(a: str, b: str) -> str:
-    """The stricter of two security modes (deny < allowlist < full)."""
-    return a if _SECURITY_ORDER[a] <= _SECURITY_ORDER[b] else b
-
-
-def max_ask(a: str, b: str) -> str:
-    """The more asking of two ask modes (off < on-miss < always)."""
-    return a if _ASK_ORDER[a] >= _ASK_ORDER[b] else b
 
 
 @dataclass

@@ -11,14 +11,7 @@ import sys
 
 from engine.approvals.store import ApprovalsFileError, ApprovalsStore
 from engine.config.loader import ConfigError, load_config
-from engine.policy.precedence import (
-    ASKS,
-    HOSTS,
-    SECURITIES,
-    normalize_ask,
-    normalize_host,
-    normalize_security,
-)
+from engine.modes import ASKS, HOSTS, SECURITIES, normalize_ask, normalize_host, normalize_security
 from engine.results import ToolError
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_config_arg, escape_controls

@@ -9,6 +9,14 @@ import pytest
 from engine.approvals.decisions import allowed_decisions
 from engine.approvals.store import AgentApprovals, PolicyBlock
 from engine.config.loader import Config, load_config, load_config_text
+from engine.modes import (
+    max_ask,
+    min_security,
+    normalize_ask,
+    normalize_elevated,
+    normalize_host,
+    normalize_security,
+)
 from engine.policy.precedence import (
     SANDBOX_REQUIRED_TEXT,
     EffectivePolicy,
@@ -17,12 +25,6 @@ from engine.policy.precedence import (
     apply_directive,
     deny_text,
     elevated_unavailable_text,
-    max_ask,
-    min_security,
-    normalize_ask,
-    normalize_elevated,
-    normalize_host,
-    normalize_security,
     requires_approval,
     resolve_policy,
 )

@@ -9,15 +9,8 @@ from hypothesis import strategies as st
 
 from engine.approvals.store import AgentApprovals
 from engine.config.loader import load_config_text
-from engine.policy.precedence import (
-    ASKS,
-    SECURITIES,
-    PolicyError,
-    SessionOverrides,
-    max_ask,
-    min_security,
-    resolve_policy,
-)
+from engine.modes import ASKS, SECURITIES, max_ask, min_security
+from engine.policy.precedence import PolicyError, SessionOverrides, resolve_policy
 
 _ORDER = {"deny": 0, "allowlist": 1, "full": 2}
 _ASK = {"off": 0, "on-miss": 1, "always": 2}
