@@ -14,4 +14,4 @@ def test_every_method_has_one_handler_and_every_handler_a_method() -> None:
 def test_names_are_unique_and_topics_match() -> None:
     assert len({m.value for m in Method}) == len(Method)
     assert len({e.value for e in EventName}) == len(EventName)
-    assert TOPICS == tuple(t.value for t in Topic)
+    assert tuple(t.value for t in Topic) == TOPICS
