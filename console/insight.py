@@ -6,7 +6,8 @@ import os
 from typing import Any
 
 from engine.approvals.store import ApprovalsStore
-from engine.config.loader import ConfigError, load_config
+from engine.config.loader import load_config
+from engine.config.model import ConfigError
 
 
 def insight_from_view(view: dict[str, Any]) -> dict[str, Any] | None:

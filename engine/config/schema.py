@@ -1,4 +1,4 @@
-"""The keys config.toml accepts: each one's attribute, kind, default and limits (the loader's schema)."""
+"""The keys config.toml accepts: attribute, kind and limits (defaults: once, on model.py's dataclasses)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,6 @@ class Spec:
     # str | bool | int | number | size | swap | strlist | strmap | enum | profiles
     # | ulimits | iplist | hostlist | cpath (container path) | prefix (container name prefix)
     kind: str
-    default: Any = None
     choices: tuple[str, ...] = ()
     clamp: tuple[int, int] | None = None
     minimum: float | None = None
@@ -72,69 +71,69 @@ class Table:
 
 
 EXEC_KEYS: dict[str, Spec | Table] = {
-    "host": Spec("host", "enum", None, HOSTS),
-    "security": Spec("security", "enum", None, SECURITIES),
-    "ask": Spec("ask", "enum", None, ASKS),
-    "askFallback": Spec("ask_fallback", "enum", None, SECURITIES),
+    "host": Spec("host", "enum", HOSTS),
+    "security": Spec("security", "enum", SECURITIES),
+    "ask": Spec("ask", "enum", ASKS),
+    "askFallback": Spec("ask_fallback", "enum", SECURITIES),
     "node": Spec("node", "str"),
-    "timeoutSec": Spec("timeout_sec", "int", 1800, minimum=1),
+    "timeoutSec": Spec("timeout_sec", "int", minimum=1),
     # Clamped, not rejected: the same ranges OpenClaw clamps to.
-    "backgroundMs": Spec("background_ms", "int", 10_000, clamp=(10, 120_000)),
-    "cleanupMs": Spec("cleanup_ms", "int", 1_800_000, clamp=(60_000, 10_800_000)),
-    "notifyOnExit": Spec("notify_on_exit", "bool", True),
-    "notifyOnExitEmptySuccess": Spec("notify_on_exit_empty_success", "bool", False),
-    "pathPrepend": Spec("path_prepend", "strlist", ()),
-    "safeBins": Spec("safe_bins", "strlist", None),
-    "safeBinProfiles": Spec("safe_bin_profiles", "profiles", None),
-    "logCapBytes": Spec("log_cap_bytes", "int", 64 * MIB, minimum=64 * 1024),
+    "backgroundMs": Spec("background_ms", "int", clamp=(10, 120_000)),
+    "cleanupMs": Spec("cleanup_ms", "int", clamp=(60_000, 10_800_000)),
+    "notifyOnExit": Spec("notify_on_exit", "bool"),
+    "notifyOnExitEmptySuccess": Spec("notify_on_exit_empty_success", "bool"),
+    "pathPrepend": Spec("path_prepend", "strlist"),
+    "safeBins": Spec("safe_bins", "strlist"),
+    "safeBinProfiles": Spec("safe_bin_profiles", "profiles"),
+    "logCapBytes": Spec("log_cap_bytes", "int", minimum=64 * 1024),
 }
-ELEVATED_KEYS: dict[str, Spec | Table] = {"enabled": Spec("enabled", "bool", False)}
+ELEVATED_KEYS: dict[str, Spec | Table] = {"enabled": Spec("enabled", "bool")}
 DOCKER_KEYS: dict[str, Spec | Table] = {
-    "image": Spec("image", "str", DEFAULT_SANDBOX_IMAGE),
-    "containerPrefix": Spec("container_prefix", "prefix", DEFAULT_CONTAINER_PREFIX),
-    "workdir": Spec("workdir", "cpath", DEFAULT_WORKDIR),
-    "readOnlyRoot": Spec("read_only_root", "bool", True),
-    "tmpfs": Spec("tmpfs", "strlist", ("/tmp", "/var/tmp", "/run")),
-    "network": Spec("network", "str", "none"),
+    "image": Spec("image", "str"),
+    "containerPrefix": Spec("container_prefix", "prefix"),
+    "workdir": Spec("workdir", "cpath"),
+    "readOnlyRoot": Spec("read_only_root", "bool"),
+    "tmpfs": Spec("tmpfs", "strlist"),
+    "network": Spec("network", "str"),
     "user": Spec("user", "str"),
-    "capDrop": Spec("cap_drop", "strlist", ("ALL",)),
-    "env": Spec("env", "strmap", {"LANG": "C.UTF-8"}),
+    "capDrop": Spec("cap_drop", "strlist"),
+    "env": Spec("env", "strmap"),
     "memory": Spec("memory", "size"),
     "memorySwap": Spec("memory_swap", "swap"),
-    "cpus": Spec("cpus", "number", None, minimum=0.01),
+    "cpus": Spec("cpus", "number", minimum=0.01),
     # DESIGN §9 lists a pids limit among the hardened defaults (OpenClaw leaves it unset).
-    "pidsLimit": Spec("pids_limit", "int", DEFAULT_PIDS_LIMIT, minimum=1),
-    "ulimits": Spec("ulimits", "ulimits", DEFAULT_ULIMITS),
+    "pidsLimit": Spec("pids_limit", "int", minimum=1),
+    "ulimits": Spec("ulimits", "ulimits"),
     "seccompProfile": Spec("seccomp_profile", "str"),
     "apparmorProfile": Spec("apparmor_profile", "str"),
-    "dns": Spec("dns", "iplist", ()),
-    "extraHosts": Spec("extra_hosts", "hostlist", ()),
-    "binds": Spec("binds", "strlist", ()),
+    "dns": Spec("dns", "iplist"),
+    "extraHosts": Spec("extra_hosts", "hostlist"),
+    "binds": Spec("binds", "strlist"),
     "setupCommand": Spec("setup_command", "str"),
     # Opt-outs of validate.py's refusals; explicit booleans only, never on by default.
     "dangerouslyAllowReservedContainerTargets": Spec(
-        "dangerously_allow_reserved_container_targets", "bool", False
+        "dangerously_allow_reserved_container_targets", "bool"
     ),
-    "dangerouslyAllowExternalBindSources": Spec("dangerously_allow_external_bind_sources", "bool", False),
+    "dangerouslyAllowExternalBindSources": Spec("dangerously_allow_external_bind_sources", "bool"),
     "dangerouslyAllowContainerNamespaceJoin": Spec(
-        "dangerously_allow_container_namespace_join", "bool", False
+        "dangerously_allow_container_namespace_join", "bool"
     ),
 }
 PRUNE_KEYS: dict[str, Spec | Table] = {
-    "idleHours": Spec("idle_hours", "number", 24, minimum=0),
-    "maxAgeDays": Spec("max_age_days", "number", 7, minimum=0),
+    "idleHours": Spec("idle_hours", "number", minimum=0),
+    "maxAgeDays": Spec("max_age_days", "number", minimum=0),
 }
 SANDBOX_KEYS: dict[str, Spec | Table] = {
-    "mode": Spec("mode", "enum", "off", SANDBOX_MODES),
-    "scope": Spec("scope", "enum", "agent", SANDBOX_SCOPES),
-    "workspaceAccess": Spec("workspace_access", "enum", "none", WORKSPACE_ACCESS),
+    "mode": Spec("mode", "enum", SANDBOX_MODES),
+    "scope": Spec("scope", "enum", SANDBOX_SCOPES),
+    "workspaceAccess": Spec("workspace_access", "enum", WORKSPACE_ACCESS),
     "workspaceRoot": Spec("workspace_root", "str"),
     "docker": Table("docker", DOCKER_KEYS),
     "prune": Table("prune", PRUNE_KEYS),
 }
 NODE_KEYS: dict[str, Spec | Table] = {
     "host": Spec("host", "str"),
-    "port": Spec("port", "int", 22, minimum=1, maximum=65535),
+    "port": Spec("port", "int", minimum=1, maximum=65535),
     "user": Spec("user", "str"),
     "identityFile": Spec("identity_file", "str"),
     "knownHosts": Spec("known_hosts", "str"),

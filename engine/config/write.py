@@ -13,7 +13,7 @@ from engine import statefs
 from engine.config.lines import split_key
 
 if TYPE_CHECKING:
-    from engine.config.loader import Config
+    from engine.config.model import Config
 
 
 def set_config_value(path: str | Path, dotted_key: str, value: Any) -> Config:
@@ -22,10 +22,8 @@ def set_config_value(path: str | Path, dotted_key: str, value: Any) -> Config:
     `agents.list[<id>].…` addresses an agent by id (created when missing). The result is validated
     before anything is written; a bad value raises ConfigError and leaves the file untouched.
     """
-    from engine.config.loader import (  # engine.config.loader re-exports this module
-        ConfigError,
-        load_config_text,
-    )
+    from engine.config.loader import load_config_text  # the loader imports this module: import late
+    from engine.config.model import ConfigError
 
     target = Path(path)
     with statefs.file_lock(target):
@@ -61,7 +59,7 @@ def set_config_value(path: str | Path, dotted_key: str, value: Any) -> Config:
 
 
 def _parse_dotted(file: Path, dotted_key: str) -> list[str | tuple[str, str]]:
-    from engine.config.loader import ConfigError
+    from engine.config.model import ConfigError
 
     m = re.fullmatch(r"agents\.list\[([^\]]+)\]\.(.+)", dotted_key.strip())
     head: list[str | tuple[str, str]] = []

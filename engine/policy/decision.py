@@ -20,7 +20,7 @@ from engine.commands.allowlist import (
     has_durable_approval,
 )
 from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command
-from engine.config.loader import Config
+from engine.config.model import Config
 from engine.policy.precedence import (
     EffectivePolicy,
     PolicyError,

@@ -18,7 +18,7 @@ from engine.modes import (
 from engine.results import ToolError
 
 if TYPE_CHECKING:
-    from engine.config.loader import Config
+    from engine.config.model import Config
 
 # Layer names, as the trail and `policy check` print them.
 LAYER_PARAM = "tool param"

@@ -141,7 +141,7 @@ def default_workspace_root() -> str:
 
 
 def resolve_settings(config: Any, agent_id: str) -> SandboxSettings:
-    """Effective settings for `agent_id` from an engine.config.loader.Config (None = built-in defaults).
+    """Effective settings for `agent_id` from an engine.config.model.Config (None = built-in defaults).
 
     The layering itself (agent over agents.defaults.sandbox; `scope=shared` ignores the agent's docker and
     prune overrides, since one container cannot honour two configs) is Config.sandbox_for's; here every key

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from engine.approvals.pending import ApprovalManager, ApprovalRecord, ApprovalRequest, env_hash
 from engine.approvals.store import ApprovalsFileError
 from engine.commands.hostenv import sanitize_host_env
-from engine.config.loader import Config
+from engine.config.model import Config
 from engine.policy.decision import Decision, evaluate
 from engine.policy.precedence import SessionOverrides
 from engine.results import ToolError, ToolResult

@@ -17,7 +17,8 @@ from engine.approvals.store import (
     normalize_agent_id,
 )
 from engine.commands.allowlist import COMMAND_HASH_PREFIX
-from engine.config.loader import ConfigError, load_config
+from engine.config.loader import load_config
+from engine.config.model import ConfigError
 from engine.policy.precedence import resolve_policy
 from engine.results import ToolError
 from runner.cli import UsageError

@@ -10,7 +10,8 @@ import shlex
 import sys
 
 from engine.approvals.store import ApprovalsFileError, ApprovalsStore
-from engine.config.loader import ConfigError, load_config
+from engine.config.loader import load_config
+from engine.config.model import ConfigError
 from engine.modes import ASKS, HOSTS, SECURITIES, normalize_ask, normalize_host, normalize_security
 from engine.results import ToolError
 from runner.cli import UsageError

@@ -7,7 +7,8 @@ import json
 import sys
 from typing import Any
 
-from engine.config.loader import ConfigError, load_config
+from engine.config.loader import load_config
+from engine.config.model import ConfigError
 from engine.sandbox import admin
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.settings import DEFAULT_IMAGE

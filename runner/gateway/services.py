@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from engine.approvals.pending import ApprovalManager, ApprovalRecord
 from engine.approvals.store import ApprovalsStore
-from engine.config.loader import Config, config_path, load_config
+from engine.config.loader import config_path, load_config
+from engine.config.model import Config
 from engine.errors import InvalidInput
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import Event

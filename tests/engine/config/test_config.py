@@ -11,8 +11,6 @@ import pytest
 import tomlkit
 
 from engine.config.loader import (
-    Config,
-    ConfigError,
     config_path,
     key_lines,
     known_keys,
@@ -20,6 +18,7 @@ from engine.config.loader import (
     load_config_text,
     set_config_value,
 )
+from engine.config.model import Config, ConfigError
 
 
 def write(tmp: Path, text: str) -> Path:

@@ -11,7 +11,8 @@ import pytest
 
 from engine.approvals.store import ApprovalsFile, ApprovalsStore
 from engine.commands.allowlist import command_hash_pattern
-from engine.config.loader import Config, load_config_text
+from engine.config.loader import load_config_text
+from engine.config.model import Config
 from engine.policy.decision import Decision, evaluate, explain
 from engine.policy.precedence import SessionOverrides
 from engine.results import ToolError

@@ -8,7 +8,8 @@ import pytest
 
 from engine.approvals.decisions import allowed_decisions
 from engine.approvals.store import AgentApprovals, PolicyBlock
-from engine.config.loader import Config, load_config, load_config_text
+from engine.config.loader import load_config, load_config_text
+from engine.config.model import Config
 from engine.modes import (
     max_ask,
     min_security,

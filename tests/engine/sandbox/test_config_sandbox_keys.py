@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.config.loader import ConfigError, load_config, load_config_text, set_config_value
+from engine.config.loader import load_config, load_config_text, set_config_value
+from engine.config.model import ConfigError
 from engine.config.schema import DEFAULT_SANDBOX_IMAGE, RESERVED_WORKDIRS
 from engine.sandbox import admin, map_workdir
 from engine.sandbox import supervisor as sv

@@ -1,0 +1,186 @@
+"""What a loaded config.toml is: the per-table dataclasses (each key's default, declared once) and merges."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from engine.config.schema import (
+    DEFAULT_CONTAINER_PREFIX,
+    DEFAULT_PIDS_LIMIT,
+    DEFAULT_SANDBOX_IMAGE,
+    DEFAULT_ULIMITS,
+    DEFAULT_WORKDIR,
+    MIB,
+)
+from engine.errors import ExecHostError
+
+
+class ConfigError(ExecHostError):
+    """A config file is unreadable or invalid; names the file, the dotted key and the line."""
+
+    code = "tool_error"  # a refused call, as the agent sees it
+
+    def __init__(self, file: str | Path, key: str, line: int | None, message: str) -> None:
+        self.file = str(file)
+        self.key = key
+        self.line = line
+        self.message = message
+        where = f"{self.file}:{line}" if line is not None else self.file
+        super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
+
+
+# --------------------------------------------------------------------------- views
+
+
+@dataclass
+class ExecConfig:
+    """`tools.exec`: policy fields are None when unset, so policy can tell which layer decided."""
+
+    host: str | None = None
+    security: str | None = None
+    ask: str | None = None
+    ask_fallback: str | None = None
+    node: str | None = None
+    timeout_sec: int = 1800
+    background_ms: int = 10_000
+    cleanup_ms: int = 1_800_000
+    notify_on_exit: bool = True
+    notify_on_exit_empty_success: bool = False
+    path_prepend: list[str] = field(default_factory=list)
+    safe_bins: list[str] | None = None  # None = engine.commands.safebins.DEFAULT_SAFE_BINS
+    safe_bin_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    log_cap_bytes: int = 64 * MIB
+
+
+@dataclass
+class DockerConfig:
+    """`sandbox.docker`: every key engine.sandbox.settings.DockerSettings resolves (reference §6.1)."""
+
+    image: str = DEFAULT_SANDBOX_IMAGE
+    container_prefix: str = DEFAULT_CONTAINER_PREFIX
+    workdir: str = DEFAULT_WORKDIR
+    read_only_root: bool = True
+    tmpfs: list[str] = field(default_factory=lambda: ["/tmp", "/var/tmp", "/run"])
+    network: str = "none"
+    user: str | None = None
+    cap_drop: list[str] = field(default_factory=lambda: ["ALL"])
+    env: dict[str, str] = field(default_factory=lambda: {"LANG": "C.UTF-8"})
+    memory: str | int | None = None
+    memory_swap: str | int | None = None  # -1 = unlimited swap
+    cpus: float | None = None
+    pids_limit: int | None = DEFAULT_PIDS_LIMIT
+    ulimits: dict[str, tuple[int, int]] = field(default_factory=lambda: dict(DEFAULT_ULIMITS))  # (soft, hard)
+    seccomp_profile: str | None = None
+    apparmor_profile: str | None = None
+    dns: list[str] = field(default_factory=list)
+    extra_hosts: list[str] = field(default_factory=list)  # "name:ip", as `docker --add-host`
+    binds: list[str] = field(default_factory=list)
+    setup_command: str | None = None
+    dangerously_allow_reserved_container_targets: bool = False
+    dangerously_allow_external_bind_sources: bool = False
+    dangerously_allow_container_namespace_join: bool = False
+
+
+@dataclass
+class PruneConfig:
+    idle_hours: float = 24
+    max_age_days: float = 7
+
+
+@dataclass
+class SandboxConfig:
+    mode: str = "off"
+    scope: str = "agent"
+    workspace_access: str = "none"
+    workspace_root: str = ""  # filled with <state dir>/sandboxes when unset
+    docker: DockerConfig = field(default_factory=DockerConfig)
+    prune: PruneConfig = field(default_factory=PruneConfig)
+
+
+@dataclass
+class NodeConfig:
+    name: str
+    host: str
+    port: int = 22
+    user: str | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    docker_socket: str | None = None
+
+
+@dataclass
+class AgentConfig:
+    """One `[[agents.list]]` entry: only the keys it sets (attribute names), so merges keep layers apart."""
+
+    id: str
+    index: int
+    exec: dict[str, Any] = field(default_factory=dict)
+    elevated_enabled: bool | None = None
+    sandbox: dict[str, Any] = field(default_factory=dict)  # docker/prune as nested dicts
+
+
+@dataclass
+class Config:
+    path: Path
+    exists: bool = False
+    exec: ExecConfig = field(default_factory=ExecConfig)
+    elevated_enabled: bool = False
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    agents: dict[str, AgentConfig] = field(default_factory=dict)
+    nodes: dict[str, NodeConfig] = field(default_factory=dict)
+
+    def exec_for(self, agent_id: str) -> ExecConfig:
+        """Global `tools.exec` with the agent's overrides on top (safeBinProfiles merged per binary)."""
+        agent = self.agents.get(agent_id)
+        own = agent.exec if agent is not None else {}
+        merged = replace(self.exec, **{k: v for k, v in own.items() if k != "safe_bin_profiles"})
+        # A copy throughout: callers may adjust their view without touching the loaded config.
+        merged.path_prepend = list(merged.path_prepend)
+        merged.safe_bins = list(merged.safe_bins) if merged.safe_bins is not None else None
+        merged.safe_bin_profiles = {**self.exec.safe_bin_profiles, **own.get("safe_bin_profiles", {})}
+        return merged
+
+    def elevated_enabled_for(self, agent_id: str) -> bool:
+        agent = self.agents.get(agent_id)
+        if agent is not None and agent.elevated_enabled is not None:
+            return agent.elevated_enabled
+        return self.elevated_enabled
+
+    def sandbox_for(self, agent_id: str) -> SandboxConfig:
+        """Reference §6.1 merge: agent over global; docker env merged, binds concatenated;
+        scope=shared ignores the agent's docker and prune overrides."""
+        agent = self.agents.get(agent_id)
+        base = self.sandbox
+        if agent is None or not agent.sandbox:
+            return replace(base, docker=_copy_docker(base.docker), prune=replace(base.prune))
+        top = {k: v for k, v in agent.sandbox.items() if k not in ("docker", "prune")}
+        merged = replace(base, **top)
+        docker, prune = _copy_docker(base.docker), replace(base.prune)
+        if merged.scope != "shared":
+            over = dict(agent.sandbox.get("docker", {}))
+            if "env" in over:
+                over["env"] = {**base.docker.env, **over["env"]}
+            if "ulimits" in over:
+                over["ulimits"] = {**base.docker.ulimits, **over["ulimits"]}
+            if "binds" in over:
+                over["binds"] = [*base.docker.binds, *over["binds"]]
+            docker = replace(docker, **over)
+            prune = replace(prune, **agent.sandbox.get("prune", {}))
+        merged.docker, merged.prune = docker, prune
+        return merged
+
+
+def _copy_docker(docker: DockerConfig) -> DockerConfig:
+    """A copy whose lists and tables are fresh too: callers may adjust their view."""
+    return replace(
+        docker,
+        tmpfs=list(docker.tmpfs),
+        cap_drop=list(docker.cap_drop),
+        env=dict(docker.env),
+        ulimits=dict(docker.ulimits),
+        dns=list(docker.dns),
+        extra_hosts=list(docker.extra_hosts),
+        binds=list(docker.binds),
+    )
