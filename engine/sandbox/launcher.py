@@ -9,7 +9,6 @@ import secrets
 import shlex
 import signal
 import socket
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,87 +16,11 @@ from engine.sandbox import docker_ops
 from engine.sandbox import supervisor as sv
 from engine.sandbox.validate import filter_exec_env
 from engine.sessions import procs
+from engine.sessions.fdreader import FdReader
 from engine.sessions.launcher import RunSpec
 
-READ_SIZE = 256 * 1024
-HIGH_WATER = 4 * 1024 * 1024
 SPAWN_TIMEOUT = 10.0
 DEFAULT_TERM = "xterm-256color"
-
-
-class _Streams:
-    """Non-blocking reads of several fds into one ordered chunk queue (the LocalProcess pattern)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._names: dict[int, str] = {}
-        self._open: set[int] = set()
-        self._chunks: deque[tuple[str, bytes]] = deque()
-        self._waiter: asyncio.Future[None] | None = None
-        self._buffered = 0
-        self._paused = False
-        self.on_eof: Callable[[], None] | None = None
-
-    def add(self, fd: int, name: str) -> None:
-        self._names[fd] = name
-        self._open.add(fd)
-        self._loop.add_reader(fd, self._readable, fd)
-
-    @property
-    def open(self) -> bool:
-        return bool(self._open)
-
-    def _readable(self, fd: int) -> None:
-        try:
-            data = os.read(fd, READ_SIZE)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._drop(fd)
-        else:
-            self._chunks.append((self._names[fd], data))
-            self._buffered += len(data)
-            if self._buffered > HIGH_WATER and not self._paused:
-                # A stalled consumer throttles the command (its FIFO fills), not our memory.
-                self._paused = True
-                for open_fd in self._open:
-                    self._loop.remove_reader(open_fd)
-        self._wake()
-
-    def _drop(self, fd: int) -> None:
-        if fd in self._open:
-            if not self._paused:
-                self._loop.remove_reader(fd)
-            self._open.discard(fd)
-            with contextlib.suppress(OSError):
-                os.close(fd)
-            if not self._open and self.on_eof is not None:
-                self.on_eof()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    async def read(self) -> tuple[str, bytes] | None:
-        while not self._chunks:
-            if not self._open:
-                return None
-            self._waiter = self._loop.create_future()
-            await self._waiter
-        item = self._chunks.popleft()
-        self._buffered -= len(item[1])
-        if self._paused and self._buffered < HIGH_WATER // 2:
-            self._paused = False
-            for fd in self._open:
-                self._loop.add_reader(fd, self._readable, fd)
-        return item
-
-    def close(self) -> None:
-        for fd in list(self._open):
-            self._drop(fd)
-        self._wake()
 
 
 class _InContainer:
@@ -146,8 +69,7 @@ class SupervisedProcess(_InContainer):
         self._marker = marker
         self._on_done = on_done
         self.pid: int | None = None
-        self._streams = _Streams(self._loop)
-        self._streams.on_eof = self._maybe_cleanup
+        self._streams = FdReader(self._loop, on_eof=self._maybe_cleanup)
         self._exit: asyncio.Future[tuple[int | None, str | None]] = self._loop.create_future()
         self._started: asyncio.Future[None] = self._loop.create_future()
         self._placeholders: list[int] = []
@@ -345,8 +267,7 @@ class DockerPtyProcess(_InContainer):
         self._exec_id: str | None = None
         self._sock: socket.socket | None = None
         self._raw: Any = None
-        self._streams = _Streams(self._loop)
-        self._streams.on_eof = self._on_eof
+        self._streams = FdReader(self._loop, on_eof=self._on_eof)
         self._exit: asyncio.Future[tuple[int | None, str | None]] = self._loop.create_future()
         self._stdin_closed = False
         self._sent_signal: int | None = None

@@ -9,23 +9,16 @@ import os
 import secrets
 import signal
 import subprocess
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from engine.sessions import procs
+from engine.sessions.fdreader import FdReader
 from engine.sessions.pty import become_controlling_tty, open_pty, set_winsize
 
 DEFAULT_SHELL = "/bin/sh"
 DEFAULT_TERM = "xterm-256color"
-READ_SIZE = 1024 * 1024
-# Once a command has printed this much, a read that drained the pipe waits BATCH_SEC before the next
-# one, so a flood arrives in few large chunks (toad's read coalescing) while short output stays instant.
-FLOOD_BYTES = 1024 * 1024
-BATCH_SEC = 0.001
 PIPE_SIZE = 1024 * 1024
-# Reads pause above this many unconsumed bytes, so a stalled consumer throttles the child, not our memory.
-HIGH_WATER = 4 * 1024 * 1024
 
 
 @dataclass
@@ -132,22 +125,16 @@ class LocalProcess:
         self.pid: int | None = popen.pid
         self.pty = pty_master is not None
         self._master = pty_master
-        self._readers = dict(readers)
-        self._open = set(readers)
         self._stdin_fd = stdin_fd
         self._stdin_closed = stdin_fd is None
         self._fd_targets = fd_targets
         self._marker = marker
-        self._chunks: deque[tuple[str, bytes]] = deque()
-        self._buffered = 0
-        self._paused = False
-        self._bytes_read = 0
-        self._waiter: asyncio.Future[None] | None = None
         self._exit: asyncio.Future[tuple[int | None, str | None]] = self._loop.create_future()
         self._closed = False
-        for fd in self._readers:
-            os.set_blocking(fd, False)
-            self._loop.add_reader(fd, self._on_readable, fd)
+        keep = frozenset() if pty_master is None else frozenset({pty_master})
+        self._out = FdReader(self._loop, coalesce=pty_master is None, keep_open=keep)
+        for fd, name in readers.items():
+            self._out.add(fd, name)
         self._watch_exit()
 
     # -- exit -------------------------------------------------------------------------------------
@@ -186,76 +173,8 @@ class LocalProcess:
         return await asyncio.shield(self._exit)
 
     # -- output -----------------------------------------------------------------------------------
-    def _on_readable(self, fd: int) -> None:
-        # Drain what is there now (a PTY hands out ~4 KiB per read): fewer loop turns per MiB.
-        parts: list[bytes] = []
-        size, eof = 0, False
-        while size < READ_SIZE:
-            try:
-                data = os.read(fd, READ_SIZE - size)
-            except BlockingIOError:
-                break
-            except OSError:  # EIO: the PTY slave has no holder left
-                data = b""
-            if not data:
-                eof = True
-                break
-            parts.append(data)
-            size += len(data)
-        if parts:
-            self._chunks.append((self._readers[fd], parts[0] if len(parts) == 1 else b"".join(parts)))
-            self._buffered += size
-            if self._buffered > HIGH_WATER and not self._paused:
-                self._paused = True
-                for open_fd in self._open:
-                    self._loop.remove_reader(open_fd)
-        if eof:
-            self._eof(fd)
-            return
-        if not parts:
-            return
-        self._bytes_read += size
-        # Pipes only: a PTY buffers a few KiB, and pausing would stall the writer instead.
-        if not self.pty and size < READ_SIZE and self._bytes_read > FLOOD_BYTES and not self._paused:
-            self._loop.remove_reader(fd)
-            self._loop.call_later(BATCH_SEC, self._resume, fd)
-        self._wake()
-
-    def _resume(self, fd: int) -> None:
-        if fd in self._open and not self._paused and not self._closed:
-            self._loop.add_reader(fd, self._on_readable, fd)
-
-    def _eof(self, fd: int) -> None:
-        self._loop.remove_reader(fd)
-        self._open.discard(fd)
-        if fd != self._master:
-            os.close(fd)
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
     async def read(self) -> tuple[str, bytes] | None:
-        while not self._chunks:
-            if not self._open:
-                return None
-            self._waiter = self._loop.create_future()
-            await self._waiter
-        stream, data = self._chunks.popleft()
-        if self._chunks and self._chunks[0][0] == stream:
-            # Batch everything of the same stream that piled up since the last read.
-            parts, size = [data], len(data)
-            while self._chunks and self._chunks[0][0] == stream and size < READ_SIZE:
-                size += len(self._chunks[0][1])
-                parts.append(self._chunks.popleft()[1])
-            data = b"".join(parts)
-        self._buffered -= len(data)
-        if self._paused and self._buffered < HIGH_WATER // 2:
-            self._paused = False
-            for fd in self._open:
-                self._loop.add_reader(fd, self._on_readable, fd)
-        return stream, data
+        return await self._out.read()
 
     # -- input ------------------------------------------------------------------------------------
     @property
@@ -310,11 +229,7 @@ class LocalProcess:
         if self._closed:
             return
         self._closed = True
-        for fd in list(self._open):
-            self._loop.remove_reader(fd)
-            if fd != self._master:
-                os.close(fd)
-        self._open.clear()
+        self._out.close()
         if self._stdin_fd is not None and not self._stdin_closed and self._stdin_fd != self._master:
             with contextlib.suppress(OSError):
                 os.close(self._stdin_fd)
@@ -322,7 +237,6 @@ class LocalProcess:
         if self._master is not None:
             with contextlib.suppress(OSError):
                 os.close(self._master)
-        self._wake()
 
 
 def _fd_name(fd: int) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.config.loader import load_config_text
-from engine.sandbox import map_workdir, sandboxed
+from engine.sandbox import map_workdir
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
     config_hash,
@@ -27,6 +27,7 @@ from engine.sandbox.validate import (
     validate_network,
     validate_profiles,
 )
+from engine.tools.exec import sandbox_available as sandboxed
 
 
 def cfg(text: str):  # type: ignore[no-untyped-def]
@@ -56,6 +57,8 @@ def test_mode_non_main_uses_main_session_key() -> None:
     assert sandboxed(config, "main", "telegram:group:7")
     assert sandboxed(cfg('[agents.defaults.sandbox]\nmode = "all"\n'), "main", "main")
     assert not sandboxed(cfg(""), "main", "x")
+    # One rule everywhere (issue 13): session keys compare case-insensitively, whatever the caller.
+    assert not sandboxed(config, "main", " Agent:Main:MAIN ")
 
 
 def test_agent_overrides_and_shared_scope_ignores_agent_docker() -> None:
