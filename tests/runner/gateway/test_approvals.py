@@ -1,0 +1,61 @@
+"""The `approvals.*` verbs and approval events: coalescing and the gateway's own analysis."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from engine.approvals.store import ApprovalsStore
+from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
+from tests.helpers.peers import collect
+
+
+async def test_coalesced_ask_broadcasts_approval_updated(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        watcher = await connect(state_dir, "watcher")
+        agent = await connect(state_dir, "agent")
+        seen = collect(watcher)
+        await watcher.subscribe(["approvals"])
+        params = {"command": "uname -s", "sessionKey": "k"}
+        first = await agent.request("exec", params)
+        second = await agent.request("exec", params)
+        approval_id = first["details"]["approvalId"]
+        assert second["details"]["approvalId"] == approval_id
+        await wait_until(lambda: any(e.event == "approval.updated" for e in seen))
+        updates = [e.data for e in seen if e.event == "approval.updated"]
+        assert updates == [{"id": approval_id, "count": 2}]
+        assert [e.data["count"] for e in seen if e.event == "approval.requested"] == [1]
+        pending = (await watcher.request("approvals.pending"))["approvals"]
+        assert [(p["id"], p["count"]) for p in pending] == [(approval_id, 2)]
+        await watcher.close()
+        await agent.close()
+
+
+async def test_approval_view_carries_the_exec_tools_own_analysis(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST)
+    ls, uname = shutil.which("ls"), shutil.which("uname")
+    assert ls and uname
+    ApprovalsStore().add_allowlist("main", os.path.realpath(ls))
+    async with gateway(state_dir):
+        watcher = await connect(state_dir, "watcher")
+        seen = collect(watcher)
+        await watcher.subscribe(["approvals"])
+        command = "ls /tmp; uname -s"
+        await watcher.request("exec", {"command": command, "sessionKey": "k"})
+        await wait_until(lambda: any(e.event == "approval.requested" for e in seen))
+        view = next(e.data for e in seen if e.event == "approval.requested")
+        check = await watcher.request("policy.check", {"command": command, "sessionKey": "k"})
+        hit, miss = view["segments"]
+        assert hit["argv"] == ["ls", "/tmp"] and hit["satisfiedBy"] == "allowlist"
+        assert hit["matchedPattern"] == os.path.realpath(ls) and hit["resolvedPath"] == os.path.realpath(ls)
+        assert (
+            miss["argv"] == ["uname", "-s"] and miss["satisfiedBy"] is None and miss["matchedPattern"] is None
+        )
+        assert miss["resolvedPath"] == os.path.realpath(uname)
+        assert view["allowAlwaysPatterns"] == check["allowAlwaysPatterns"] and view["allowAlwaysPatterns"]
+        assert os.path.realpath(uname) in view["allowAlwaysPatterns"]
+        assert view["analysisOk"] is True and view["resolvedPath"] == os.path.realpath(ls)
+        assert view["decision"]["trail"] == check["trail"]
+        await watcher.close()
