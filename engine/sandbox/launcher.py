@@ -16,7 +16,7 @@ from engine.sandbox import docker_ops
 from engine.sandbox import supervisor as sv
 from engine.sandbox.validate import filter_exec_env
 from engine.sessions import procs
-from engine.sessions.fdreader import FdReader
+from engine.sessions.fdreader import FdReader, write_all
 from engine.sessions.launcher import RunSpec
 
 SPAWN_TIMEOUT = 10.0
@@ -181,13 +181,7 @@ class SupervisedProcess(_InContainer):
     async def write(self, data: bytes) -> None:
         if not self.stdin_open or self._stdin_fd is None:
             raise BrokenPipeError("stdin is closed")
-        fd = self._stdin_fd
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(fd, view) :]
-            except BlockingIOError:
-                await asyncio.sleep(0.005)
+        await write_all(self._loop, self._stdin_fd, data)
 
     async def close_stdin(self) -> None:
         if self._stdin_fd is not None and not self._stdin_closed:

@@ -1,4 +1,4 @@
-"""Output fds read on the event loop, for every launcher: batched reads, back-pressure, flood coalescing."""
+"""A child's fds on the event loop, for every launcher: batched reads, back-pressure, non-blocking writes."""
 
 from __future__ import annotations
 
@@ -145,3 +145,18 @@ class FdReader:
         self._wake()
         if had_open and self.on_eof is not None:
             self.on_eof()
+
+
+async def write_all(loop: asyncio.AbstractEventLoop, fd: int, data: bytes) -> None:
+    """Write all of `data` to a non-blocking fd, waiting for writability instead of spinning."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_writer(fd, lambda f=ready: f.done() or f.set_result(None))  # type: ignore[misc]
+            try:
+                await ready
+            finally:
+                loop.remove_writer(fd)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from engine.sessions import procs
-from engine.sessions.fdreader import FdReader
+from engine.sessions.fdreader import FdReader, write_all
 from engine.sessions.pty import become_controlling_tty, open_pty, set_winsize
 
 DEFAULT_SHELL = "/bin/sh"
@@ -184,18 +184,7 @@ class LocalProcess:
     async def write(self, data: bytes) -> None:
         if not self.stdin_open or self._stdin_fd is None:
             raise BrokenPipeError("stdin is closed")
-        fd = self._stdin_fd
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(fd, view) :]
-            except BlockingIOError:
-                ready: asyncio.Future[None] = self._loop.create_future()
-                self._loop.add_writer(fd, lambda f=ready: f.done() or f.set_result(None))  # type: ignore[misc]
-                try:
-                    await ready
-                finally:
-                    self._loop.remove_writer(fd)
+        await write_all(self._loop, self._stdin_fd, data)
 
     async def close_stdin(self) -> None:
         if self._stdin_closed:
