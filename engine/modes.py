@@ -19,8 +19,7 @@ _ASK_ORDER = {"off": 0, "on-miss": 1, "always": 2}
 def _normalize(value: Any, choices: tuple[str, ...]) -> str | None:
     if not isinstance(value, str):
         return None
-    norm = value.strip().lower()
-    return norm if norm in choices else None
+    return value if value in choices else None  # exact lowercase only: "FULL" is not "full"
 
 
 def normalize_host(value: Any) -> str | None:

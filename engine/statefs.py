@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import pwd
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from engine.errors import ExecHostError
@@ -22,13 +23,27 @@ class StateFileError(ExecHostError):
     code = "state_file"
 
 
+def home_dir(env: Mapping[str, str] | None = None) -> str:
+    """The operator's home as the state dir sees it: $OPENCLAW_HOME first, else the account's home.
+
+    Never a command's own HOME: what `~` means in a pattern must not depend on the agent's env."""
+    source = os.environ if env is None else env
+    raw = source.get("OPENCLAW_HOME", "").strip()
+    if raw:
+        return os.path.abspath(raw)
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return str(Path.home())
+
+
 def state_dir(env: dict[str, str] | None = None) -> Path:
-    """The state dir: $OPENCLAW_STATE_DIR, else ~/.openclaw (paths fixed by the seeds)."""
+    """The state dir: $OPENCLAW_STATE_DIR, else <home>/.openclaw (paths fixed by the seeds)."""
     source = os.environ if env is None else env
     raw = source.get("OPENCLAW_STATE_DIR", "").strip()
     if raw:
         return Path(os.path.expanduser(raw))
-    return Path.home() / ".openclaw"
+    return Path(home_dir(source)) / ".openclaw"
 
 
 def refuse_symlink(path: Path) -> None:

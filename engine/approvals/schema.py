@@ -57,8 +57,8 @@ class AllowlistRecord:
 
     @property
     def key(self) -> tuple[str, str]:
-        """Identity for de-duplication: matching is case-insensitive, argPattern is exact."""
-        return (self.pattern.lower(), self.arg_pattern or "")
+        """Identity for de-duplication: matching is case-sensitive, and so is this."""
+        return (self.pattern, self.arg_pattern or "")
 
     def arg_pattern_valid(self) -> bool:
         if self.arg_pattern is None:
@@ -249,10 +249,12 @@ def clean_pattern(pattern: str) -> str:
 
 
 def clean_arg_pattern(arg_pattern: str | None) -> str | None:
-    """None or blank means any arguments; anything else must compile as a regular expression."""
-    if arg_pattern is None or not arg_pattern.strip():
+    """None means any arguments; empty (or blank) means no arguments (`^$`); else a regular expression."""
+    if arg_pattern is None:
         return None
     value = arg_pattern.strip()
+    if not value:
+        return "^$"
     try:
         re.compile(value)
     except re.error as exc:
@@ -349,7 +351,8 @@ def _parse_block(
         value = raw.get(key)
         if value is None:
             continue
-        normalized = value.strip().lower() if isinstance(value, str) else None
+        # Exact lowercase only, as OpenClaw reads them: "FULL" is invalid (masked, stricter default).
+        normalized = value if isinstance(value, str) else None
         if normalized in allowed:
             setattr(block, attr, normalized)
         else:

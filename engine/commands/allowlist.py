@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from engine.commands.analysis import ANALYSED_SHELLS, OTHER_SHELLS, CommandAnalysis, Segment
+from engine.commands.interpreters import is_interpreter, name_of
 from engine.commands.safebins import (
     DEFAULT_SAFE_BIN_PROFILES,
     DEFAULT_SAFE_BINS,
@@ -21,8 +22,9 @@ from engine.commands.safebins import (
     validate_safe_bin_argv,
 )
 from engine.commands.which import DEFAULT_PATH, poll_changes, resolve, resolve_executable
-from engine.commands.wrappers import BLOCKED_WRAPPERS, TRANSPARENT_WRAPPERS, names
+from engine.commands.wrappers import BLOCKED_WRAPPERS, TRANSPARENT_WRAPPERS
 from engine.errors import InvalidInput
+from engine.statefs import home_dir
 
 __all__ = [
     "ALLOW_ALWAYS_SOURCE",
@@ -47,19 +49,6 @@ __all__ = [
 COMMAND_HASH_PREFIX = "=command:"
 ALLOW_ALWAYS_SOURCE = "allow-always"
 SHELLS = ANALYSED_SHELLS | OTHER_SHELLS
-# Shells, interpreters and command runners: "allow always" never persists these, since a path entry
-# for them would allow any code at all.
-INTERPRETERS = (
-    names(
-        "sh bash dash ash zsh ksh mksh pdksh yash fish csh tcsh rc es posh busybox toybox python pypy "
-        "node nodejs bun deno perl ruby irb php lua luajit tclsh wish expect awk gawk mawk nawk sed gsed "
-        "osascript pwsh powershell cmd wscript cscript r rscript julia guile racket sbcl clisp ocaml erl "
-        "elixir iex swift java jshell groovy scala env xargs parallel watch find make nice nohup time "
-        "timeout stdbuf npx uvx pipx "
-    )
-    | BLOCKED_WRAPPERS
-)
-_VERSION_SUFFIX = re.compile(r"^(.+?)[-_]?[\d.]*(\.exe)?$")
 
 
 @dataclass(frozen=True)
@@ -113,8 +102,8 @@ def _compile_glob(pattern: str, home: str) -> re.Pattern[str]:
         else:
             out.append(re.escape(pattern[index]))
             index += 1
-    # ASCII-only case folding: re.IGNORECASE alone would let U+212A KELVIN SIGN match "k".
-    return re.compile("".join(out), re.IGNORECASE | re.ASCII)
+    # Case-sensitive, as the file system is: `/tools/*` must not match `/TOOLS/evil.sh`.
+    return re.compile("".join(out))
 
 
 @lru_cache(maxsize=512)
@@ -179,19 +168,6 @@ def _match_entry(
     return compiled.args is not None and compiled.args.fullmatch(args_text(argv)) is not None
 
 
-@lru_cache(maxsize=1024)
-def _name(path: str) -> str:
-    base = os.path.basename(path).lower()
-    match = _VERSION_SUFFIX.match(base)
-    return match.group(1) if match else base
-
-
-def is_interpreter(path_or_name: str) -> bool:
-    """Shells, language interpreters and command runners (python3.11 and node18 included)."""
-    base = os.path.basename(path_or_name).lower()
-    return base in INTERPRETERS or _name(base) in INTERPRETERS
-
-
 # --------------------------------------------------------------------------- evaluation
 
 
@@ -235,7 +211,7 @@ def evaluate_allowlist(
     profiles: Mapping[str, SafeBinProfile] = (
         {**DEFAULT_SAFE_BIN_PROFILES, **safe_bin_profiles} if safe_bin_profiles else DEFAULT_SAFE_BIN_PROFILES
     )
-    home = env.get("HOME") or os.path.expanduser("~")
+    home = home_dir()
     path_var = env.get("PATH", DEFAULT_PATH)
     context = _Context(
         entries=_compile_entries(tuple(entries), home),
@@ -283,11 +259,11 @@ def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
     wrappers = tuple(wrapper_paths)
     if real is not None:
         real_name = os.path.basename(real).lower()
-        if real_name in BLOCKED_WRAPPERS or _name(real) in BLOCKED_WRAPPERS:
+        if real_name in BLOCKED_WRAPPERS or name_of(real) in BLOCKED_WRAPPERS:
             return _miss(segment, real, f"blocked wrapper: {real_name}", wrappers)
         if real_name in TRANSPARENT_WRAPPERS and os.path.basename(argv[0]).lower() != real_name:
             return _miss(segment, real, f"{argv[0]} is the wrapper {real_name} under another name", wrappers)
-        if _name(real) in SHELLS and segment.inner is None and _name(argv[0]) not in SHELLS:
+        if name_of(real) in SHELLS and segment.inner is None and name_of(argv[0]) not in SHELLS:
             # A shell under another name would skip the `-c` payload analysis.
             return _miss(segment, real, f"{argv[0]} is the shell {real_name} under another name", wrappers)
     if segment.inner is not None:
@@ -306,7 +282,7 @@ def _match_shell(
     segment: Segment, real: str | None, wrappers: tuple[str, ...], context: _Context
 ) -> SegmentMatch:
     assert segment.inner is not None
-    if real is None or not _in_trusted_dir(real, context.trusted) or _name(real) not in ANALYSED_SHELLS:
+    if real is None or not _in_trusted_dir(real, context.trusted) or name_of(real) not in ANALYSED_SHELLS:
         return _miss(segment, real, "the shell is not a trusted system shell", wrappers)
     inner = _evaluate(segment.inner, context)
     if not inner.satisfied:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from engine.commands.interpreters import is_interpreter
 from engine.errors import InvalidInput
 
 # The reference's defaults; grep, sort and jq have profiles below but stay opt-in.
@@ -93,21 +94,19 @@ DEFAULT_SAFE_BIN_PROFILES: dict[str, SafeBinProfile] = {
     ),
     "tail": SafeBinProfile(
         value_flags=_f(
-            "-n", "-c", "-s", "--lines", "--bytes", "--sleep-interval", "--max-unchanged-stats", "--pid"
+            "-n", "-c", "--lines", "--bytes"
         ),
         bool_flags=_f(
-            "-f",
-            "-F",
             "-q",
             "-v",
             "-z",
-            "--follow",
-            "--retry",
             "--quiet",
             "--silent",
             "--verbose",
             "--zero-terminated",
         ),
+        # Following never ends: a safe bin must finish on its own.
+        denied_flags=_f("-f", "-F", "--follow", "--retry", "--pid", "-s", "--sleep-interval"),
         numeric_short=True,
     ),
     "tr": SafeBinProfile(
@@ -300,8 +299,14 @@ DEFAULT_SAFE_BIN_PROFILES: dict[str, SafeBinProfile] = {
             "--jsonargs",
             "--indent",
         ),
-        # jq can read the environment (`env`, `$ENV`) and load modules from disk (`import`, `include`).
-        denied_text=(r"(^|[^.$A-Za-z0-9_])env([^A-Za-z0-9_]|$)", r"\$ENV\b", r"\b(import|include)\b"),
+        # jq can read the environment (`env`, `$ENV`), tell where it runs (`$__loc__`, `input_filename`)
+        # and load modules (`import`, `include`). Its lexer allows whitespace and comments between `$`
+        # and a name (`$ ENV`), so the variable is matched as jq tokenises it.
+        denied_text=(
+            r"(^|[^.$A-Za-z0-9_])env([^A-Za-z0-9_]|$)",
+            r"\$(\s|#[^\n]*(\n|$))*(ENV|__loc__)\b",
+            r"\b(import|include|input_filename|get_search_list|modulemeta|get_prog_origin|get_jq_origin)\b",
+        ),
     ),
 }
 
@@ -309,8 +314,8 @@ _PATH_LIKE = re.compile(r"^(\.{1,2}/|~|/|[A-Za-z]:\\)")
 
 
 def _literal_ok(value: str, profile: SafeBinProfile) -> bool:
-    if _PATH_LIKE.match(value):
-        return False
+    if _PATH_LIKE.match(value) or "${" in value:
+        return False  # `${…}` passed along quoted still reads as an expansion to whoever sees it next
     return not any(re.search(pattern, value) for pattern in profile.denied_text)
 
 
@@ -389,4 +394,6 @@ def validate_safe_bin_argv(args: Sequence[str], profile: SafeBinProfile) -> str 
 
 @lru_cache(maxsize=64)
 def safe_bin_names(configured: frozenset[str]) -> frozenset[str]:
-    return frozenset(name.strip().lower() for name in configured if name.strip()) - ALWAYS_REJECTED
+    """The configured safe bins that may be one: never a shell, interpreter or code-running tool."""
+    wanted = {name.strip().lower() for name in configured if name.strip()}
+    return frozenset(n for n in wanted if not is_interpreter(n)) - ALWAYS_REJECTED

@@ -18,6 +18,8 @@ BLOCKED_WRAPPERS = names(
     "sudo doas su pkexec runuser setpriv sg newgrp setsid chrt ionice taskset chroot unshare nsenter "
     "capsh systemd-run flock script firejail bwrap sandbox-exec caffeinate arch xcrun numactl cgexec "
     "prlimit faketime proxychains proxychains4 torsocks tsocks ltrace strace gdb valgrind busybox toybox "
+    # nohup writes (or appends to) nohup.out in the cwd or $HOME: a write no allowlist entry describes.
+    "nohup "
 )
 
 
@@ -60,13 +62,6 @@ def _nice(words: list[str], at: int) -> int | None:
         else:
             return i
     return i
-
-
-def _nohup(words: list[str], at: int) -> int | None:
-    nxt = words[at + 1] if at + 1 < len(words) else None
-    if nxt == "--":
-        return at + 2
-    return None if nxt is not None and nxt.startswith("-") else at + 1
 
 
 def _time(words: list[str], at: int) -> int | None:
@@ -127,7 +122,6 @@ def _stdbuf(words: list[str], at: int) -> int | None:
 TRANSPARENT_WRAPPERS: dict[str, WrapperParser] = {
     "env": _env,
     "nice": _nice,
-    "nohup": _nohup,
     "time": _time,
     "timeout": _timeout,
     "stdbuf": _stdbuf,

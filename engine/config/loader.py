@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.commands.interpreters import is_interpreter
 from engine.commands.safebins import SafeBinProfile
 from engine.config.lines import PathParts
 from engine.config.lines import key_lines as key_lines  # re-exported: part of this module's API
@@ -125,10 +126,10 @@ class _Checker:
             if not isinstance(value, str):
                 raise self.error(parts, f"expected a string, got {_type_name(value)}")
             if kind == "enum":
-                norm = value.strip().lower()
-                if norm not in spec.choices:
+                # Exact lowercase only: "FULL" would grant nothing in OpenClaw, so it grants nothing here.
+                if value not in spec.choices:
                     raise self.error(parts, f"invalid value {value!r} (expected {'|'.join(spec.choices)})")
-                return norm
+                return value
             if not value.strip():
                 raise self.error(parts, "must not be empty")
             return value
@@ -162,6 +163,13 @@ class _Checker:
             return self.value(value, replace(spec, kind="size"), parts)
         if kind == "strlist":
             return self.strlist(value, parts)
+        if kind == "safebins":
+            for item in self.strlist(value, parts):
+                if is_interpreter(item.strip()):
+                    raise self.error(
+                        parts, f"{item!r} runs code (shell or interpreter) and can never be a safe bin"
+                    )
+            return list(value)
         if kind == "ulimits":
             return self.ulimits(value, parts)
         if kind == "iplist":

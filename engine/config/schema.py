@@ -53,7 +53,7 @@ class Spec:
     """One config key: the attribute it fills, its kind, default and limits."""
 
     attr: str
-    # str | bool | int | number | size | swap | strlist | strmap | enum | profiles
+    # str | bool | int | number | size | swap | strlist | safebins | strmap | enum | profiles
     # | ulimits | iplist | hostlist | cpath (container path) | prefix (container name prefix)
     kind: str
     choices: tuple[str, ...] = ()
@@ -83,7 +83,7 @@ EXEC_KEYS: dict[str, Spec | Table] = {
     "notifyOnExit": Spec("notify_on_exit", "bool"),
     "notifyOnExitEmptySuccess": Spec("notify_on_exit_empty_success", "bool"),
     "pathPrepend": Spec("path_prepend", "strlist"),
-    "safeBins": Spec("safe_bins", "strlist"),
+    "safeBins": Spec("safe_bins", "safebins"),
     "safeBinProfiles": Spec("safe_bin_profiles", "profiles"),
     "logCapBytes": Spec("log_cap_bytes", "int", minimum=64 * 1024),
 }

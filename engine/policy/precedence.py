@@ -405,19 +405,19 @@ def apply_directive(
         if not sep:
             raise ToolError(f"This /exec implementation accepts key=value pairs only. Use: {EXEC_OPTIONS}.")
         if key == "host":
-            host = normalize_host(value)
+            host = normalize_host(value.lower())  # typed by the operator: case is forgiven here
             if host is None:
                 raise ToolError(
                     f'Unrecognized exec host "{value}". Valid hosts: auto, sandbox, gateway, node.'
                 )
             changes["host"] = host
         elif key == "security":
-            security = normalize_security(value)
+            security = normalize_security(value.lower())  # typed by the operator: case is forgiven here
             if security is None:
                 raise ToolError(f'Unrecognized exec security "{value}". Valid: deny, allowlist, full.')
             changes["security"] = security
         elif key == "ask":
-            ask = normalize_ask(value)
+            ask = normalize_ask(value.lower())  # typed by the operator: case is forgiven here
             if ask is None:
                 raise ToolError(f'Unrecognized exec ask "{value}". Valid: off, on-miss, always.')
             changes["ask"] = ask
@@ -468,7 +468,7 @@ def _apply_elevated(
         level = overrides.elevated or "off"
         return overrides, f"Current elevated level: {level}.\nOptions: on, off, ask, full."
     raw = " ".join(tokens)
-    chosen = normalize_elevated(raw)
+    chosen = normalize_elevated(raw.lower())  # typed by the operator: case is forgiven here
     if chosen is None:
         raise ToolError(f'Unrecognized elevated level "{raw}". Valid levels: off, on, ask, full.')
     if chosen != "off" and enabled is False:

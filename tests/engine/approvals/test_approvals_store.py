@@ -67,8 +67,8 @@ def test_legacy_default_agent_merges_into_main_with_main_winning(store: Approval
     main = current.agents["main"]
     assert main.security == "allowlist"  # main's own field wins
     assert main.ask == "always"  # filled from the legacy agent
-    # Deduplicated case-insensitively, main's entries first.
-    assert [e.pattern for e in main.allowlist] == ["/bin/ls", "/usr/bin/git"]
+    # Deduplicated exactly (matching is case-sensitive, issue 9 item 16), main's entries first.
+    assert [e.pattern for e in main.allowlist] == ["/bin/ls", "/bin/LS", "/usr/bin/git"]
     store.ensure()
     assert set(on_disk(store)["agents"]) == {"main"}
 
@@ -134,7 +134,7 @@ def test_missing_ids_are_generated_stably_and_duplicates_fixed(store: ApprovalsS
     assert store.load().agents["main"].allowlist[0].last_used_command == "/a -x"
 
 
-def test_duplicates_removed_case_insensitively_keeping_argpattern_variants(store: ApprovalsStore) -> None:
+def test_duplicates_removed_exactly_keeping_argpattern_variants(store: ApprovalsStore) -> None:
     write(
         store,
         {
@@ -153,7 +153,12 @@ def test_duplicates_removed_case_insensitively_keeping_argpattern_variants(store
     )
     entries = store.load().agents["main"].allowlist
     assert (entries[0].id, entries[0].arg_pattern) == ("one", None)
-    assert [e.arg_pattern for e in entries] == [None, "^status$"]
+    # /usr/bin/Git and /usr/bin/git are different files on Linux: both kept (issue 9 item 16).
+    assert [(e.pattern, e.arg_pattern) for e in entries] == [
+        ("/usr/bin/Git", None),
+        ("/usr/bin/git", None),
+        ("/usr/bin/git", "^status$"),
+    ]
 
 
 def test_invalid_enums_are_dropped_from_the_view_but_kept_in_the_file(store: ApprovalsStore) -> None:
@@ -172,8 +177,9 @@ def test_invalid_enums_are_dropped_from_the_view_but_kept_in_the_file(store: App
     )
     current = store.load()
     assert current.defaults.security is None
-    assert current.defaults.ask == "on-miss"  # trimmed, case-insensitive
-    assert current.defaults.ask_fallback == "deny"
+    # Exact lowercase only (issue 9 item 21): " ON-MISS " and "Deny" are invalid, masked, kept.
+    assert current.defaults.ask is None
+    assert current.defaults.ask_fallback is None
     assert current.defaults.auto_allow_skills is None
     assert current.agents["main"].ask is None
     problems = current.problems()
@@ -184,8 +190,8 @@ def test_invalid_enums_are_dropped_from_the_view_but_kept_in_the_file(store: App
     # The operator's typo survives a write (canonical values are written canonically).
     assert stored["defaults"] == {
         "security": "none",
-        "ask": "on-miss",
-        "askFallback": "deny",
+        "ask": " ON-MISS ",
+        "askFallback": "Deny",
         "autoAllowSkills": "yes",
     }
     assert stored["agents"]["main"]["ask"] == "never"
@@ -305,7 +311,7 @@ def test_ensure_does_not_rewrite_a_normalised_file(store: ApprovalsStore) -> Non
     store.ensure()
     store.add_allowlist("*", "/bin/ls")
     middle = store.path.stat().st_ino
-    store.add_allowlist("*", "/BIN/LS")  # already present: no write
+    store.add_allowlist("*", "/bin/ls")  # already present: no write
     assert before != middle == store.path.stat().st_ino
 
 
@@ -449,7 +455,9 @@ def test_add_allowlist_validates_and_deduplicates(store: ApprovalsStore) -> None
         None,
         None,
     )
-    assert store.add_allowlist("main", "/usr/bin/GIT", arg_pattern="^status$").id == first.id
+    assert store.add_allowlist("main", "/usr/bin/git", arg_pattern="^status$").id == first.id
+    # Case-sensitive paths (issue 9 item 16): /usr/bin/GIT is another file, another entry.
+    assert store.add_allowlist("main", "/usr/bin/GIT", arg_pattern="^status$").id != first.id
     other = store.add_allowlist("main", "/usr/bin/git")  # another argPattern is another entry
     assert other.id != first.id
     with pytest.raises(ValueError, match=r"invalid argPattern '\(': not a valid regular expression"):
@@ -460,7 +468,7 @@ def test_add_allowlist_validates_and_deduplicates(store: ApprovalsStore) -> None
         store.add_allowlist("main", "/bin/ls\n/bin/sh")
     with pytest.raises(ValueError, match="agent id"):
         store.add_allowlist("ma\x1bin", "/bin/ls")
-    assert len(on_disk(store)["agents"]["main"]["allowlist"]) == 2
+    assert len(on_disk(store)["agents"]["main"]["allowlist"]) == 3
 
 
 def test_remove_allowlist_by_pattern_or_id(store: ApprovalsStore) -> None:
@@ -537,7 +545,7 @@ def test_record_use_caps_the_command(store: ApprovalsStore) -> None:
 def test_persist_allow_always(store: ApprovalsStore) -> None:
     manual = store.add_allowlist("main", "/usr/bin/git")
     marker = "=command:0123456789abcdef"
-    records = store.persist_allow_always("main", ["/usr/bin/rg", "/USR/BIN/RG", "/usr/bin/git", marker, " "])
+    records = store.persist_allow_always("main", ["/usr/bin/rg", "/usr/bin/rg", "/usr/bin/git", marker, " "])
     assert [r.pattern for r in records] == ["/usr/bin/rg", "/usr/bin/git", marker]
     assert all(r.source == ALLOW_ALWAYS and r.last_used_at for r in records)
     assert records[1].id == manual.id  # the manual entry is upgraded, not duplicated

@@ -195,7 +195,6 @@ def test_assignments_are_kept_and_never_hidden() -> None:
         ("nice -n5 ls", ("ls",), ("nice",)),
         ("nice -10 ls", ("ls",), ("nice",)),
         ("nice --adjustment=3 ls", ("ls",), ("nice",)),
-        ("nohup ls", ("ls",), ("nohup",)),
         ("time ls", ("ls",), ("time",)),
         ("time -p ls", ("ls",), ("time",)),
         ("timeout 5 ls", ("ls",), ("timeout",)),

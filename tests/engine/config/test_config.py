@@ -225,8 +225,13 @@ def test_toml_syntax_error_names_line(tmp_path: Path) -> None:
     assert err.line == 3 and "invalid TOML" in err.message
 
 
-def test_enum_values_are_normalised(tmp_path: Path) -> None:
-    cfg = load_config(write(tmp_path, '[tools.exec]\nhost = " Gateway "\nsecurity = "FULL"\n'))
+def test_enum_values_are_exact_lowercase(tmp_path: Path) -> None:
+    # Issue 9 item 21: "FULL" grants nothing in OpenClaw; here it is an error naming file, key and line.
+    with pytest.raises(ConfigError, match=r"config.toml:3: tools.exec.security: invalid value 'FULL'"):
+        load_config(write(tmp_path, '[tools.exec]\nhost = "gateway"\nsecurity = "FULL"\n'))
+    with pytest.raises(ConfigError, match=r"config.toml:2: tools.exec.host: invalid value ' Gateway '"):
+        load_config(write(tmp_path, '[tools.exec]\nhost = " Gateway "\n'))
+    cfg = load_config(write(tmp_path, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\n'))
     assert (cfg.exec.host, cfg.exec.security) == ("gateway", "full")
 
 
