@@ -70,6 +70,72 @@ ALLOWED_INHERITED_OVERRIDE_ONLY_KEYS = names(
     "HISTFILE ZDOTDIR GRADLE_USER_HOME XDG_CONFIG_HOME XDG_CONFIG_DIRS"
 )
 
+# Keys a common tool reads as code to run or a path to write (issue 9): refused as overrides, stripped when
+# inherited. Families by prefix/suffix, since tools keep adding members (GIT_TRACE_*, *_PAGER, *_EDITOR).
+CODE_KEY_PREFIXES = (
+    "GIT_", "LESS", "PYTHON", "PERL", "RUBY", "NODE_", "BASH_", "LUA_", "TCL", "GUILE_", "RSYNC_",
+    "SYSTEMD_", "MALLOC_", "ZSH", "KSH_", "JULIA_", "IRB", "GEM_", "BUNDLE_",
+)
+CODE_KEY_SUFFIXES = ("PAGER", "EDITOR", "HISTFILE", "_HISTORY", "RSH", "_OPTIONS", "_OPTS")
+CODE_KEYS = names(
+    "EDITOR VISUAL PAGER MANOPT MANPATH MANROFFOPT TAR_OPTIONS MAKEFILES AWKPATH AWKLIBPATH PSQLRC INPUTRC "
+    "IPYTHONDIR SCREENRC TMUX_TMPDIR SQLITE_HISTORY MYSQL_HISTFILE GZIP BZIP BZIP2 XZ_OPT XZ_DEFAULTS "
+    "ZSTD_NBTHREADS GREP_OPTIONS"
+)
+# Harmless members of those families an agent may set.
+CODE_KEY_ALLOWED = names(
+    "GIT_AUTHOR_NAME GIT_AUTHOR_EMAIL GIT_AUTHOR_DATE GIT_COMMITTER_NAME GIT_COMMITTER_EMAIL "
+    "GIT_COMMITTER_DATE GIT_TERMINAL_PROMPT GIT_FLUSH GIT_OPTIONAL_LOCKS NODE_ENV PYTHONUNBUFFERED "
+    "PYTHONDONTWRITEBYTECODE PYTHONIOENCODING PYTHONHASHSEED PYTHONUTF8 LESSCHARSET"
+)
+
+# Set for every host exec, over anything inherited or requested: no pager or editor can be started
+# (their shell escapes, `!cmd` in less or `:!cmd` in vi, run anything), and git ignores the code hooks
+# a repository's own config can name (a sandbox with workspaceAccess="rw" can write that config).
+FORCED_ENV = {
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "MANPAGER": "cat",
+    "SYSTEMD_PAGER": "cat",
+    "LESSSECURE": "1",
+    "EDITOR": "false",
+    "VISUAL": "false",
+    "GIT_EDITOR": "false",
+    "GIT_SEQUENCE_EDITOR": "false",
+}
+GIT_FORCED_CONFIG = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.pager", "cat"),
+    ("core.editor", "false"),
+    ("sequence.editor", "false"),
+    ("core.sshCommand", "ssh"),
+    ("core.askPass", ""),
+    ("credential.helper", ""),
+    ("core.gitProxy", ""),
+    ("protocol.ext.allow", "never"),
+    ("diff.external", ""),
+    ("core.alternateRefsCommand", ""),
+)
+
+
+def git_config_env() -> dict[str, str]:
+    """GIT_CONFIG_COUNT/KEY/VALUE: command-line scope, so they win over any repository's own config."""
+    env = {"GIT_CONFIG_COUNT": str(len(GIT_FORCED_CONFIG))}
+    for index, (key, value) in enumerate(GIT_FORCED_CONFIG):
+        env[f"GIT_CONFIG_KEY_{index}"] = key
+        env[f"GIT_CONFIG_VALUE_{index}"] = value
+    return env
+
+
+def is_code_key(key: str) -> bool:
+    """A variable some common tool runs as code or writes to as a path (GIT_TRACE, LESS, PAGER, …)."""
+    upper = key.upper()
+    if upper in CODE_KEY_ALLOWED:
+        return False
+    return upper in CODE_KEYS or upper.startswith(CODE_KEY_PREFIXES) or upper.endswith(CODE_KEY_SUFFIXES)
+
+
 _PORTABLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WINDOWS_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_()]*")  # `ProgramFiles(x86)`
 
@@ -94,7 +160,7 @@ def is_blocked_everywhere(key: str) -> bool:
 
 def is_blocked_inherited(key: str) -> bool:
     upper = key.upper()
-    if is_blocked_everywhere(upper):
+    if is_blocked_everywhere(upper) or (is_code_key(upper) and upper not in FORCED_ENV):
         return True
     return upper in BLOCKED_OVERRIDE_ONLY_KEYS and upper not in ALLOWED_INHERITED_OVERRIDE_ONLY_KEYS
 
@@ -105,6 +171,7 @@ def is_blocked_override(key: str) -> bool:
         is_blocked_everywhere(upper)
         or upper in BLOCKED_OVERRIDE_ONLY_KEYS
         or upper.startswith(BLOCKED_OVERRIDE_PREFIXES)
+        or is_code_key(upper)
     )
 
 
@@ -139,6 +206,8 @@ def sanitize_host_env(
     _raise_for(blocked, invalid)
     for key, value in (overrides or {}).items():
         env[key] = value
+    env.update(FORCED_ENV)
+    env.update(git_config_env())
     env["OPENCLAW_CLI"] = "1"
     return SanitizedEnv(env, [], stripped)
 

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from engine.commands.hostenv import (
+    GIT_FORCED_CONFIG,
     PATH_MESSAGE,
     PATH_PREPEND_NODE_WARNING,
     apply_path_prepend,
@@ -51,10 +52,12 @@ def test_inherited_env_is_stripped_of_loader_and_credential_keys() -> None:
         "NODE_OPTIONS",
         "PYTHONPATH",
         "BASH_ENV",
-        "EDITOR",
     ):
         assert gone not in env, gone
         assert gone in result.stripped
+    # Pagers, editors and git's config overrides are forced for every host exec (issue 9 items 2-4).
+    assert "EDITOR" in result.stripped and env["EDITOR"] == "false"
+    assert env["GIT_CONFIG_COUNT"] == str(len(GIT_FORCED_CONFIG))
     for kept in (
         "PATH",
         "HOME",
@@ -63,7 +66,6 @@ def test_inherited_env_is_stripped_of_loader_and_credential_keys() -> None:
         "SSH_AUTH_SOCK",
         "HTTPS_PROXY",
         "KUBECONFIG",
-        "GIT_CONFIG_COUNT",
     ):
         assert env[kept] == BASE[kept], kept
     assert env["OPENCLAW_CLI"] == "1"
