@@ -8,11 +8,11 @@ import re
 import shlex
 import stat
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from engine.commands.analysis import ANALYSED_SHELLS, OTHER_SHELLS, CommandAnalysis, Segment
-from engine.commands.interpreters import is_interpreter, name_of
+from engine.commands.interpreters import is_interpreter, name_of, runs_others
 from engine.commands.safebins import (
     DEFAULT_SAFE_BIN_PROFILES,
     DEFAULT_SAFE_BINS,
@@ -36,6 +36,7 @@ __all__ = [
     "SafeBinProfile",
     "SegmentMatch",
     "allow_always_patterns",
+    "approval_binding",
     "command_hash_pattern",
     "enforced_command",
     "evaluate_allowlist",
@@ -69,6 +70,9 @@ class SegmentMatch:
     reason: str | None  # reason for a miss
     wrapper_paths: tuple[str, ...] = ()  # real paths of the transparent wrappers, in order
     inner: AllowlistResult | None = None  # `sh -c` payload's own result
+    # The path as named, before the last symlink hop (directories resolved): `/usr/bin/xzcat`, whose real
+    # path is `/usr/bin/xz`. Patterns match this, and it is what a multi-call binary must see as argv[0].
+    named_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,9 @@ def _compile_glob(pattern: str, home: str) -> re.Pattern[str]:
     if pattern == "~" or pattern.startswith("~/"):
         pattern = home + pattern[1:]
     if "*" not in pattern and "?" not in pattern and "/" in pattern:
-        # A literal path names the file it points at now: `/usr/bin/python3` matches python3.11.
-        pattern = os.path.realpath(pattern)
+        # A literal path names that file as written: its directories are resolved (`/bin` → `/usr/bin`)
+        # but not its last hop, so `/usr/bin/xzcat` never lets its alias `xz` (same inode) through.
+        pattern = named_path(pattern)
     out: list[str] = []
     index = 0
     while index < len(pattern):
@@ -106,6 +111,12 @@ def _compile_glob(pattern: str, home: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
+def named_path(path: str) -> str:
+    """`path` with its directory resolved but its last component kept: the name the program sees."""
+    head, tail = os.path.split(path)
+    return os.path.join(os.path.realpath(head or "."), tail) if tail else os.path.realpath(path)
+
+
 @lru_cache(maxsize=512)
 def _compile_args(arg_pattern: str) -> re.Pattern[str] | None:
     try:
@@ -122,7 +133,7 @@ def args_text(argv: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class _Compiled:
     entry: AllowlistEntry
-    kind: str  # "any" (bare *), "path" (matches the real path) or "name" (basename of a PATH lookup)
+    kind: str  # "any" (bare *) or "path" (matches the named path)
     regex: re.Pattern[str] | None
     args: re.Pattern[str] | None  # None with entry.arg_pattern set = invalid regex, never matches
 
@@ -140,29 +151,16 @@ def _compile_entries(entries: tuple[AllowlistEntry, ...], home: str) -> tuple[_C
             out.append(_Compiled(entry, "any", None, args))
         elif "/" in pattern or "\\" in pattern or pattern.startswith("~"):
             out.append(_Compiled(entry, "path", _compile_glob(pattern, home), args))
-        else:
-            out.append(_Compiled(entry, "name", _compile_glob(pattern, home), args))
+        # A bare name (`rg`) never matches: like OpenClaw, patterns without a path separator are ignored,
+        # since `rg` means whatever the run's PATH finds. `approvals allowlist add` resolves one to its path.
     return tuple(out)
 
 
-def _match_entry(
-    compiled: _Compiled, argv: tuple[str, ...], found: tuple[str, str] | None, path_dirs: frozenset[str]
-) -> bool:
-    if compiled.kind != "any":
-        if found is None or compiled.regex is None:
-            return False
-        if compiled.kind == "path":
-            if compiled.regex.fullmatch(found[1]) is None:
-                return False
-        elif "/" in argv[0] or os.path.dirname(found[0]) not in path_dirs:
-            # A bare name only matches commands found through an absolute PATH entry: with `.` or an
-            # empty entry in PATH, `ls` could be a file the agent just wrote into the cwd.
-            return False
-        elif not (
-            compiled.regex.fullmatch(os.path.basename(found[0]))
-            or compiled.regex.fullmatch(os.path.basename(found[1]))
-        ):
-            return False
+def _match_entry(compiled: _Compiled, argv: tuple[str, ...], found: tuple[str, str] | None) -> bool:
+    if compiled.kind != "any" and (
+        found is None or compiled.regex is None or compiled.regex.fullmatch(named_path(found[0])) is None
+    ):
+        return False
     if compiled.entry.arg_pattern is None:
         return True
     return compiled.args is not None and compiled.args.fullmatch(args_text(argv)) is not None
@@ -238,8 +236,13 @@ def _miss(segment: Segment, real: str | None, reason: str, wrappers: tuple[str, 
 
 
 def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
+    found = resolve(segment.argv[0], context.cwd, context.path_var, poll=False)
+    match = _match_found(segment, found, context)
+    return replace(match, named_path=named_path(found[0])) if found else match
+
+
+def _match_found(segment: Segment, found: tuple[str, str] | None, context: _Context) -> SegmentMatch:
     argv = segment.argv
-    found = resolve(argv[0], context.cwd, context.path_var, poll=False)
     real = found[1] if found else None
     if segment.blocked_wrapper:
         return _miss(segment, real, f"blocked wrapper: {segment.blocked_wrapper}")
@@ -269,7 +272,7 @@ def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
     if segment.inner is not None:
         return _match_shell(segment, real, wrappers, context)
     for compiled in context.entries:
-        if _match_entry(compiled, argv, found, context.path_dirs):
+        if _match_entry(compiled, argv, found):
             entry = compiled.entry
             return SegmentMatch(argv, real, "allowlist", entry.pattern, entry.id, None, wrappers)
     reason = _safe_bin_reason(argv, found, context)
@@ -333,18 +336,55 @@ def trusted_dir_warnings(dirs: Sequence[str]) -> list[str]:
 # --------------------------------------------------------------------------- durable approvals
 
 
-def command_hash_pattern(command: str) -> str:
-    """`=command:<sha256(trimmed text)[:16]>`: an exact-command durable approval, never the plaintext."""
-    return (
-        COMMAND_HASH_PREFIX
-        + hashlib.sha256(command.strip().encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    )
+def command_hash_pattern(command: str, binding: str = "") -> str:
+    """`=command:<sha256(trimmed text [+ binding])[:16]>`: an exact-command durable approval, never the
+    plaintext. The binding (cwd, env, script contents) makes it hold only where it was given."""
+    text = command.strip() + ("\0" + binding if binding else "")
+    return COMMAND_HASH_PREFIX + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def has_durable_approval(command: str, entries: Sequence[AllowlistEntry]) -> bool:
-    """Reference §3.3 (a): an allow-always `=command:<sha16>` entry for exactly this command.
-    A hand-added hash entry is an ordinary allowlist line, not a durable approval."""
-    wanted = command_hash_pattern(command)
+SCRIPT_HASH_CAP = 16 * 1024 * 1024
+
+
+def _script_digest(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read(SCRIPT_HASH_CAP + 1))
+    except OSError:
+        return "unreadable"
+    return digest.hexdigest()
+
+
+def _scripts(analysis: CommandAnalysis, cwd: str, out: list[str]) -> None:
+    """The script operands of interpreter segments (`sh run.sh`, `python3 x.py`) as path=sha256."""
+    for segment in analysis.segments:
+        if segment.inner is not None:
+            _scripts(segment.inner, cwd, out)
+            continue
+        if not is_interpreter(segment.argv[0]):
+            continue
+        operand = next((a for a in segment.argv[1:] if not a.startswith("-")), None)
+        if operand is None:
+            continue
+        path = os.path.realpath(os.path.join(cwd, operand))
+        if os.path.isfile(path):
+            out.append(f"{path}={_script_digest(path)}")
+
+
+def approval_binding(analysis: CommandAnalysis, cwd: str, env_overrides: Mapping[str, str] | None) -> str:
+    """What an exact-command approval is bound to besides its text: the canonical cwd, the requested env
+    (keys and values, hashed) and the content of every script operand. Change one and it asks again."""
+    env_text = "\0".join(f"{k}={v}" for k, v in sorted((env_overrides or {}).items()))
+    env_digest = hashlib.sha256(env_text.encode("utf-8", "surrogatepass")).hexdigest()
+    scripts: list[str] = []
+    _scripts(analysis, cwd, scripts)
+    return "\n".join([f"cwd={os.path.realpath(cwd)}", f"env={env_digest}", *scripts])
+
+
+def has_durable_approval(command: str, entries: Sequence[AllowlistEntry], binding: str = "") -> bool:
+    """Reference §3.3 (a): an allow-always `=command:<sha16>` entry for exactly this command, bound to
+    this cwd, env and script content. A hand-added hash entry is an ordinary line, not a durable approval."""
+    wanted = command_hash_pattern(command, binding)
     return any(entry.pattern == wanted and entry.source == ALLOW_ALWAYS_SOURCE for entry in entries)
 
 
@@ -358,8 +398,20 @@ def _quote(word: str) -> str:
 _MULTICALL = frozenset({"busybox", "toybox", "coreutils"})
 
 
+def pin_path(match: SegmentMatch) -> str | None:
+    """The path a segment runs as: its real path, unless that would change the name the program sees
+    (`xzcat` → `xz` compresses and deletes; `rview` → `vim.basic` has shell escapes): then the named path,
+    whose target the caller re-checks just before spawning."""
+    real, named = match.resolved_path, match.named_path
+    if real is None:
+        return None
+    if named is not None and os.path.basename(named) != os.path.basename(real):
+        return named
+    return real
+
+
 def _render(segment: Segment, match: SegmentMatch) -> str | None:
-    real = match.resolved_path
+    real = pin_path(match)
     if real is None or len(match.wrapper_paths) != len(segment.wrapper_argv):
         return None  # nothing to pin argv[0] to: the plan is unavailable
     if (
@@ -375,7 +427,7 @@ def _render(segment: Segment, match: SegmentMatch) -> str | None:
     if segment.inner is not None:
         if match.inner is None:
             return None
-        payload = enforced_command(segment.inner, match.inner)
+        payload = _render_all(segment.inner, match.inner)
         if payload is None:
             return None
         words += [_quote(real), *(_quote(w) for w in segment.argv[1:-1]), _quote(payload)]
@@ -386,7 +438,19 @@ def _render(segment: Segment, match: SegmentMatch) -> str | None:
 
 def enforced_command(analysis: CommandAnalysis, result: AllowlistResult) -> str | None:
     """What runs instead of the raw text: argv[0] pinned, every word single-quoted, operators kept."""
-    if not analysis.ok or not result.satisfied or len(result.segments) != len(analysis.segments):
+    if not result.satisfied:
+        return None
+    return _render_all(analysis, result)
+
+
+def pinned_command(analysis: CommandAnalysis, result: AllowlistResult) -> str | None:
+    """The same rendering for a command a human approved (satisfied or not): what they saw is what runs.
+    None when the command is not a plain chain (the approved raw text runs) or something did not resolve."""
+    return _render_all(analysis, result)
+
+
+def _render_all(analysis: CommandAnalysis, result: AllowlistResult) -> str | None:
+    if not analysis.ok or len(result.segments) != len(analysis.segments):
         return None
     parts: list[str] = []
     for index, (segment, match) in enumerate(zip(analysis.segments, result.segments, strict=True)):
@@ -397,6 +461,11 @@ def enforced_command(analysis: CommandAnalysis, result: AllowlistResult) -> str 
             parts.append(analysis.operators[index - 1])
         parts.append(rendered)
     return " ".join(parts)
+
+
+def _runs_others(segment: Segment, match: SegmentMatch) -> bool:
+    names_ = (segment.argv[0], match.named_path or "", match.resolved_path or "")
+    return any(runs_others(n) for n in names_ if n)
 
 
 def _persistable(path: str | None) -> bool:
@@ -412,22 +481,25 @@ def _collect(analysis: CommandAnalysis, result: AllowlistResult, out: list[str])
         elif segment.inner is not None:
             if match.inner is None or not _collect(segment.inner, match.inner, out):
                 complete = False
-        elif _persistable(match.resolved_path) and not is_interpreter(segment.argv[0]):
-            assert match.resolved_path is not None
-            if match.resolved_path not in out:
-                out.append(match.resolved_path)
+        elif _persistable(match.named_path) and not _runs_others(segment, match):
+            assert match.named_path is not None
+            if match.named_path not in out:
+                out.append(match.named_path)
         else:
-            complete = False
+            complete = False  # the exact command is saved instead (the hash covers it)
     return complete
 
 
-def allow_always_patterns(command: str, analysis: CommandAnalysis, result: AllowlistResult) -> list[str]:
-    """Patterns "allow always" persists: inner executables' real paths; the command hash covers the rest."""
+def allow_always_patterns(
+    command: str, analysis: CommandAnalysis, result: AllowlistResult, binding: str = ""
+) -> list[str]:
+    """Patterns "allow always" persists: inner executables' named paths, unless one of them can run other
+    programs (git, find, vim, …) or the command is not a plain chain: then the exact command's hash."""
     paths: list[str] = []
     complete = _collect(analysis, result, paths) if analysis.ok else False
     if complete and paths:
         return paths
-    return [*paths, command_hash_pattern(command)]
+    return [*paths, command_hash_pattern(command, binding)]
 
 
 def profile_from_config(name: str, raw: Mapping[str, object]) -> SafeBinProfile:

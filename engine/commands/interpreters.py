@@ -35,3 +35,19 @@ def is_interpreter(path_or_name: str) -> bool:
     """Shells, language interpreters and command runners (python3.11 and node18 included)."""
     base = os.path.basename(path_or_name).lower()
     return base in INTERPRETERS or name_of(base) in INTERPRETERS
+
+# Programs that can start other programs or run code given in arguments, config or keystrokes (pagers and
+# editors have shell escapes; git runs aliases, hooks and filters; tar, find, sort, zip run helpers).
+# "Allow always" never saves such a program's path: it saves the exact command instead (issue 9).
+RUNNERS = INTERPRETERS | names(
+    "git tar find sort vim vi view rview ex nvim vimdiff emacs nano pico ed less more most man pg xargs make "
+    "gmake cmake ninja ssh scp sftp rsync zip unzip docker podman kubectl systemctl journalctl npm npx yarn "
+    "pnpm pip pip3 cargo go gcc cc g++ clang tmux screen crontab at batch flock script dpkg apt apt-get "
+    "mail mutt ftp sqlite3 psql mysql gpg openssl curl wget busybox su sudo doas"
+)
+
+
+def runs_others(path_or_name: str) -> bool:
+    """Whether a program can run arbitrary other programs or code (see RUNNERS)."""
+    base = os.path.basename(path_or_name).lower()
+    return base in RUNNERS or name_of(base) in RUNNERS

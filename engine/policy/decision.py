@@ -15,6 +15,7 @@ from engine.commands.allowlist import (
     AllowlistResult,
     SafeBinProfile,
     allow_always_patterns,
+    approval_binding,
     enforced_command,
     evaluate_allowlist,
     has_durable_approval,
@@ -109,6 +110,7 @@ def evaluate(
     env: Mapping[str, str] | None = None,
     sandbox_available: bool = False,
     session_key: str | None = None,
+    env_overrides: Mapping[str, str] | None = None,
 ) -> Decision:
     """Decide one command. `store` is read once (one consistent snapshot of the approvals file).
 
@@ -173,7 +175,10 @@ def evaluate(
         safe_bin_profiles=_profiles(exec_cfg.safe_bin_profiles),
     )
     satisfied = analysis.ok and result.satisfied
-    durable = has_durable_approval(command, entries) or _durable_by_entries(analysis, result, entries)
+    binding = approval_binding(analysis, cwd or os.getcwd(), env_overrides)
+    durable = has_durable_approval(command, entries, binding) or _durable_by_entries(
+        analysis, result, entries
+    )
     segments = [
         _segment_json(m.argv, m.resolved_path, m.satisfied_by, m.matched_pattern, m.entry_id, m.reason)
         for m in result.segments
@@ -183,7 +188,8 @@ def evaluate(
 
     def done(decision: str, reason: str, step: PolicyStep | None, ask_needed: bool = False) -> Decision:
         offered = allowed_decisions(policy.ask) if decision == "ask" else ()
-        patterns = allow_always_patterns(command, analysis, result) if "allow-always" in offered else []
+        always = "allow-always" in offered
+        patterns = allow_always_patterns(command, analysis, result, binding) if always else []
         return Decision(
             command=command,
             agent_id=agent_id,

@@ -244,6 +244,7 @@ class ExecTool:
                     cwd=cwd,
                     sandbox_available=sandbox,
                     session_key=ctx.session_key or None,
+                    env_overrides=env_param,
                 )
             )
         except ApprovalsFileError as exc:

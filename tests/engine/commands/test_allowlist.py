@@ -103,9 +103,9 @@ def test_resolution_follows_symlinks_before_dotdot(box: Path) -> None:
         ("{box}/bin/g+", "g++", False),
         ("{box}/bin/tool[1](stable)", "'tool[1](stable)'", True),
         ("{box}/bin/tool1", "'tool[1](stable)'", False),
-        ("show", "show", True),  # bare name: PATH lookup basename
+        ("show", "show", False),  # bare names never match (issue 9 item 17): resolved when added
         ("SHOW", "show", False),
-        ("sh*", "show", True),
+        ("sh*", "show", False),
         ("show", "./show", False),  # bare names only match PATH-invoked commands
         ("show", "{box}/bin/show", False),
         ("{box}/bin/show", "./show", False),  # ./x is the cwd's file, not PATH's
@@ -146,10 +146,14 @@ def test_arg_pattern_matches_quoted_joined_args(box: Path) -> None:
 def test_arg_pattern_entry_wins_and_ids_are_reported(box: Path) -> None:
     entries = [
         AllowlistEntry(f"{box}/bin/*", id="broad"),
-        AllowlistEntry("show", arg_pattern="x", id="narrow"),
+        AllowlistEntry(f"{box}/bin/show", arg_pattern="x", id="narrow"),
     ]
     match = check("show x", entries, box).segments[0]
-    assert (match.satisfied_by, match.entry_id, match.matched_pattern) == ("allowlist", "narrow", "show")
+    assert (match.satisfied_by, match.entry_id, match.matched_pattern) == (
+        "allowlist",
+        "narrow",
+        f"{box}/bin/show",
+    )
     assert check("show y", entries, box).segments[0].entry_id == "broad"
 
 

@@ -284,7 +284,7 @@ def test_the_standard_allowlist_does_allow_the_plain_forms(box: Path) -> None:
         result = evaluate_allowlist(analysis, entries, cwd=str(box / "work"), env=env)
         assert analysis.ok and result.satisfied, (command, analysis.reason, result)
         assert enforced_command(analysis, result)
-    git = [AllowlistEntry("git", arg_pattern="status( -s)?")]
+    git = [AllowlistEntry("/usr/bin/git", arg_pattern="status( -s)?")]
     analysis = analyze_command("git status -s")
     if os.path.exists("/usr/bin/git"):
         assert evaluate_allowlist(analysis, git, cwd=str(box), env=env).satisfied

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from engine.approvals.store import ApprovalsFile, ApprovalsStore
-from engine.commands.allowlist import command_hash_pattern
+from engine.commands.allowlist import approval_binding, command_hash_pattern
+from engine.commands.analysis import analyze_command
 from engine.config.loader import load_config_text
 from engine.config.model import Config
 from engine.policy.decision import Decision, evaluate, explain
@@ -32,6 +33,11 @@ def decide(
     command: str, text: str = GATEWAY_ALLOWLIST, store: ApprovalsStore | None = None, **kw: object
 ) -> Decision:
     return evaluate(command, config=cfg(text), store=store or ApprovalsStore(), cwd="/", env=ENV, **kw)  # type: ignore[arg-type]
+
+
+def bound_hash(command: str, cwd: str = "/", env: dict[str, str] | None = None) -> str:
+    """The durable pattern allow-always saves for `command` run in `cwd` with `env` (issue 9 item 7)."""
+    return command_hash_pattern(command, approval_binding(analyze_command(command), cwd, env))
 
 
 def test_allowlisted_chain_is_allowed_and_pinned() -> None:
@@ -111,9 +117,12 @@ def test_heredoc_warning() -> None:
 def test_durable_command_hash_approval() -> None:
     store = ApprovalsStore()
     command = "ls /tmp /var"
-    store.persist_allow_always("main", [command_hash_pattern(command)])
+    store.persist_allow_always("main", [bound_hash(command)])
     d = decide(command, store=store)
     assert d.durable and d.decision == "allow" and not d.requires_approval
+    # Bound to where and how it was approved: another cwd, another env, and it asks again.
+    assert not evaluate(command, config=cfg(GATEWAY_ALLOWLIST), store=store, cwd="/tmp", env=ENV).durable
+    assert not decide(command, store=store, env_overrides={"FOO": "x"}).durable
     assert d.decided_by.layer == "approvals file"
     # Durable trust never suppresses ask=always.
     d = decide(command, GATEWAY_ALLOWLIST + 'ask = "always"\n', store=store)
@@ -125,14 +134,14 @@ def test_hand_added_command_hash_is_not_durable() -> None:
     # `=command:` entry (exechost approvals allowlist add) must not silently approve the command.
     store = ApprovalsStore()
     command = "ls /tmp /var"
-    store.add_allowlist("main", command_hash_pattern(command))
+    store.add_allowlist("main", bound_hash(command))
     d = decide(command, store=store)
     assert not d.durable
     assert d.decision == "ask" and d.requires_approval
     d = decide(command, GATEWAY_ALLOWLIST + 'ask = "off"\n', store=store)
     assert d.decision == "deny" and d.reason == "exec denied: allowlist miss"
     # The same pattern persisted by allow-always is durable.
-    store.persist_allow_always("main", [command_hash_pattern(command)])
+    store.persist_allow_always("main", [bound_hash(command)])
     assert decide(command, store=store).durable
 
 
