@@ -41,7 +41,10 @@ __all__ = [
     "enforced_command",
     "evaluate_allowlist",
     "has_durable_approval",
+    "identity",
+    "identity_problem",
     "is_interpreter",
+    "pinned_command",
     "profile_from_config",
     "resolve_executable",
     "trusted_dir_warnings",
@@ -466,6 +469,48 @@ def _render_all(analysis: CommandAnalysis, result: AllowlistResult) -> str | Non
 def _runs_others(segment: Segment, match: SegmentMatch) -> bool:
     names_ = (segment.argv[0], match.named_path or "", match.resolved_path or "")
     return any(runs_others(n) for n in names_ if n)
+
+
+Identity = tuple[tuple[str, str, int, int], ...]  # (path as run, its real path, st_dev, st_ino)
+
+
+def identity(result: AllowlistResult, cwd: str) -> Identity:
+    """What an approval was shown: every executable (and the cwd) down to dev/ino, for a re-check."""
+    out: list[tuple[str, str, int, int]] = []
+
+    def add(path: str, real: str) -> None:
+        try:
+            st = os.stat(real)
+        except OSError:
+            return
+        out.append((path, real, st.st_dev, st.st_ino))
+
+    def walk(res: AllowlistResult) -> None:
+        for match in res.segments:
+            pin = pin_path(match)
+            if pin is not None and match.resolved_path is not None:
+                add(pin, match.resolved_path)
+            for wrapper in match.wrapper_paths:
+                add(wrapper, wrapper)
+            if match.inner is not None:
+                walk(match.inner)
+
+    walk(result)
+    add(cwd, os.path.realpath(cwd))
+    return tuple(out)
+
+
+def identity_problem(ident: Identity) -> str | None:
+    """None when every path still resolves to the same file; else what changed since it was approved."""
+    for path, real, dev, ino in ident:
+        try:
+            now = os.path.realpath(path)
+            st = os.stat(now)
+        except OSError:
+            return f"{path} is gone"
+        if now != real or (st.st_dev, st.st_ino) != (dev, ino):
+            return f"{path} changed since it was approved (now {now})"
+    return None
 
 
 def _persistable(path: str | None) -> bool:

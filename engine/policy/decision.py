@@ -13,12 +13,15 @@ from engine.commands.allowlist import (
     DEFAULT_SAFE_BINS,
     AllowlistEntry,
     AllowlistResult,
+    Identity,
     SafeBinProfile,
     allow_always_patterns,
     approval_binding,
     enforced_command,
     evaluate_allowlist,
     has_durable_approval,
+    identity,
+    pinned_command,
 )
 from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command
 from engine.config.model import Config
@@ -64,6 +67,10 @@ class Decision:
     decided_by: PolicyStep
     segments: list[dict[str, Any]] = field(default_factory=list)
     enforced_command: str | None = None
+    # What a human approval runs: the same pinned rendering for a plain chain (None: the raw text runs),
+    # and the identity of every executable and the cwd, re-checked just before the run.
+    pinned_command: str | None = None
+    identity: Identity = ()
     allowed_decisions: tuple[str, ...] = ()
     allow_always_patterns: list[str] = field(default_factory=list)
     policy: EffectivePolicy | None = None
@@ -91,6 +98,7 @@ class Decision:
             "decidedBy": self.decided_by.to_json(),
             "segments": self.segments,
             "enforcedCommand": self.enforced_command,
+            "pinnedCommand": self.pinned_command,
             "allowedDecisions": list(self.allowed_decisions),
             "allowAlwaysPatterns": self.allow_always_patterns,
             "warnings": self.warnings,
@@ -184,6 +192,8 @@ def evaluate(
         for m in result.segments
     ]
     enforced = enforced_command(analysis, result) if satisfied else None
+    pinned = pinned_command(analysis, result)
+    ident = identity(result, cwd or os.getcwd())
     needs = requires_approval(policy, analysis.ok, satisfied, durable)
 
     def done(decision: str, reason: str, step: PolicyStep | None, ask_needed: bool = False) -> Decision:
@@ -208,6 +218,8 @@ def evaluate(
             decided_by=step or PolicyStep("policy", "", decision),
             segments=segments,
             enforced_command=enforced,
+            pinned_command=pinned,
+            identity=ident,
             allowed_decisions=offered,
             allow_always_patterns=patterns,
             policy=policy,

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from engine.approvals.pending import ApprovalManager, ApprovalRecord, ApprovalRequest, env_hash
 from engine.approvals.store import ApprovalsFileError
+from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
 from engine.config.model import Config
 from engine.policy.decision import Decision, evaluate
@@ -208,6 +209,7 @@ class ExecTool:
             # What runs is what was approved: the pinned re-rendering on the host. Inside a sandbox the
             # host's resolved paths mean nothing, so the container runs the command as given.
             pinned = None if prepared.host == "sandbox" else decision.enforced_command
+            self._still_as_decided(prepared)
             return await self._run(prepared, params, ctx, pinned or prepared.command)
         return await self._ask(prepared, params, ctx)
 
@@ -429,6 +431,22 @@ class ExecTool:
             return self._denied_result(record, prepared, reason)
         return await self._run(prepared, params, ctx, command)
 
+    def _still_as_decided(self, prepared: _Prepared) -> None:
+        """Refuse when an executable or the cwd is no longer the file that was decided on (a re-pointed
+        link, a replaced binary): what runs must be what was shown (reference §5.4 approval hardening)."""
+        if prepared.host == "sandbox":
+            return
+        problem = identity_problem(prepared.decision.identity)
+        if problem is not None:
+            raise ToolError(f"exec denied: {problem}; ask again")
+
+    def _approved_command(self, prepared: _Prepared) -> str:
+        """What a human approved runs: the pinned rendering they saw, or the raw text when the command is
+        not a plain chain (it was shown, and approved, as text)."""
+        if prepared.host == "sandbox":
+            return prepared.command
+        return prepared.decision.pinned_command or prepared.command
+
     def _verdict(
         self, record: ApprovalRecord, decision: str | None, prepared: _Prepared, ctx: ExecContext
     ) -> tuple[bool, str, str] | None:
@@ -436,10 +454,15 @@ class ExecTool:
         d = prepared.decision
         if decision == "deny":
             return False, "user-denied", prepared.command
+        if decision in ("allow-once", "allow-always", None) and prepared.host != "sandbox":
+            problem = identity_problem(d.identity)
+            if problem is not None:
+                return False, f"approval-stale: {problem}", prepared.command
+        approved = self._approved_command(prepared)
         if decision == "allow-once":
             if not self.approvals.consume_allow_once(record):
                 return None
-            return True, "", prepared.command
+            return True, "", approved
         if decision == "allow-always":
             patterns = d.allow_always_patterns
             if patterns:
@@ -447,11 +470,11 @@ class ExecTool:
                     self.store.persist_allow_always(ctx.agent_id, patterns)
                 except Exception as exc:
                     log.warning("could not persist allow-always patterns %s: %s", patterns, exc)
-            return True, "", prepared.command
+            return True, "", approved
         # Expired (or gateway shutdown): askFallback decides (reference §3.11 table).
         fallback = record.request.ask_fallback
         if fallback == "full":
-            return True, "", prepared.command
+            return True, "", approved
         if fallback == "allowlist":
             if d.analysis_ok and d.allowlist_satisfied and d.enforced_command:
                 return True, "", d.enforced_command

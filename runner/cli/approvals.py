@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +19,7 @@ from engine.approvals.store import (
     ApprovalsStore,
     normalize_agent_id,
 )
-from engine.commands.allowlist import COMMAND_HASH_PREFIX
+from engine.commands.allowlist import COMMAND_HASH_PREFIX, named_path
 from engine.config.loader import load_config
 from engine.config.model import ConfigError
 from engine.policy.precedence import resolve_policy
@@ -225,9 +228,10 @@ def cmd_allowlist_add(args: argparse.Namespace) -> int:
             f"{COMMAND_HASH_PREFIX} entries are written only by an allow-always approval; "
             "approve the command with allow-always instead"
         )
+    pattern = _resolve_bare_name(args.pattern.strip())
     try:
         before = {e.id for e in store.load().agent(agent_id).allowlist}
-        record = store.add_allowlist(agent_id, args.pattern, arg_pattern=args.arg_pattern)
+        record = store.add_allowlist(agent_id, pattern, arg_pattern=args.arg_pattern)
     except (ApprovalsFileError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     added = record.id not in before
@@ -238,6 +242,19 @@ def cmd_allowlist_add(args: argparse.Namespace) -> int:
     text = f"{verb} {what} for agent {_safe(agent_id)} in {_safe(str(store.path))}"
     emit(text, {"added": added, "agentId": agent_id, "entry": _entry_json(record)}, args.json)
     return 0
+
+
+def _resolve_bare_name(pattern: str) -> str:
+    """A bare name (`rg`) never matches at run time (it would mean whatever PATH finds then): resolve it
+    now, through this shell's PATH, to the path it names, and store that (the operator sees which)."""
+    if pattern == "*" or "/" in pattern or pattern.startswith("~") or any(c in pattern for c in "*?["):
+        return pattern
+    found = shutil.which(pattern)
+    if found is None:
+        raise UsageError(f"{pattern}: not found on PATH; give the executable's path instead")
+    path = named_path(os.path.abspath(found))
+    print(f"note: bare name {pattern} resolved to {path}", file=sys.stderr)
+    return path
 
 
 def cmd_allowlist_remove(args: argparse.Namespace) -> int:

@@ -38,7 +38,7 @@ def test_add_get_remove_round_trip(state_dir: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("Added /usr/bin/rg for agent *")
     assert run("allowlist", "add", "git", "--agent", "main", "--arg-pattern", "^status$").returncode == 0
-    again = run("allowlist", "add", "/USR/BIN/RG")
+    again = run("allowlist", "add", "/usr/bin/rg")
     assert again.returncode == 0 and again.stdout.startswith("Already allowed: /usr/bin/rg")
 
     store = ApprovalsStore()
@@ -54,8 +54,8 @@ def test_add_get_remove_round_trip(state_dir: Path) -> None:
     rg_line = next(line for line in lines if "/usr/bin/rg" in line and "UTC" in line)
     assert rg_line.split()[:4] == ["*", "/usr/bin/rg", "-", "manual"]
     assert rg_line.endswith("rg -n TODO  -> /usr/bin/rg")
-    git_line = next(line for line in lines if " git " in line)
-    assert git_line.split() == ["main", "git", "^status$", "manual", "never"]
+    git_line = next(line for line in lines if "/usr/bin/git " in line)  # the bare name was resolved
+    assert git_line.split() == ["main", "/usr/bin/git", "^status$", "manual", "never"]
 
     details = run_json("get")
     assert details["path"] == str(store.path) and details["exists"] is True

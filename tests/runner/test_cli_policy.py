@@ -97,7 +97,7 @@ def test_agent_and_per_call_flags(tmp_path: Path) -> None:
     data = check_json("--config", conf, "--security", "deny", "--", "id")
     assert data["decision"] == "deny" and data["reason"] == "exec denied: host=gateway security=deny"
     # A per-call security cannot broaden.
-    data = check_json("--config", conf, "--security", "FULL", "--", "id")
+    data = check_json("--config", conf, "--security", "full", "--", "id")
     assert data["security"] == "allowlist"
     data = check_json("--config", conf, "--host", "node", "--", "id")
     assert data["decision"] == "deny"

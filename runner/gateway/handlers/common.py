@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from engine.errors import InvalidInput
@@ -27,5 +28,14 @@ def session_key(params: dict[str, Any]) -> str:
     return (opt_str(params, "sessionKey") or "").strip()[:256]
 
 
+AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}")
+
+
 def agent_id(params: dict[str, Any]) -> str:
-    return (opt_str(params, "agentId") or "main").strip()[:128] or "main"
+    """The calling agent; refused unless a plain id: `*` would address every agent's approvals."""
+    raw = opt_str(params, "agentId")
+    if raw is None or raw == "":
+        return "main"
+    if not AGENT_ID.fullmatch(raw):
+        raise InvalidInput(f"invalid agent id {raw!r} (letters, digits and _ . : @ - only)")
+    return raw
