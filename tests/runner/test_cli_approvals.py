@@ -62,7 +62,7 @@ def test_add_get_remove_round_trip(state_dir: Path) -> None:
     assert details["socket"] == {"path": str(state_dir / "exec-approvals.sock"), "tokenSet": True}
     assert [(e["agent"], e["pattern"], e["argPattern"]) for e in details["allowlist"]] == [
         ("*", "/usr/bin/rg", None),
-        ("main", "git", "^status$"),
+        ("main", "/usr/bin/git", "^status$"),
     ]
     assert details["allowlist"][0]["lastUsedCommand"] == "rg -n TODO"
     assert isinstance(details["allowlist"][0]["lastUsedAt"], int)
@@ -72,7 +72,7 @@ def test_add_get_remove_round_trip(state_dir: Path) -> None:
 
     removed = run("allowlist", "remove", "/usr/bin/rg")
     assert removed.returncode == 0 and removed.stdout.startswith("Removed /usr/bin/rg from agent *")
-    assert [e["pattern"] for e in run_json("get")["allowlist"]] == ["git"]
+    assert [e["pattern"] for e in run_json("get")["allowlist"]] == ["/usr/bin/git"]
     assert state_dir.stat().st_mode & 0o777 == 0o700
     assert store.path.stat().st_mode & 0o777 == 0o600
 
