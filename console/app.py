@@ -254,9 +254,11 @@ class ConsoleApp(SessionFlows):
             "resolvedPath": req.resolved_path,
             "sessionKey": req.session_key,
             "createdAtMs": int(time.time() * 1000),
+            # Only what the asker accepts is offered (issue 9 item 9); ask=always never offers "always".
+            "allowedDecisions": [
+                d for d in req.allowed_decisions if not (req.ask == "always" and d == "allow-always")
+            ],
         }
-        if req.ask == "always":
-            view["allowedDecisions"] = ["allow-once", "deny"]
         future = message.future
 
         def gone(fut: asyncio.Future[str]) -> None:

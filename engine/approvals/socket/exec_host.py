@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, PromptRequest
 from engine.approvals.store import ApprovalsStore
+from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
 from engine.config.loader import load_config
 from engine.policy.decision import evaluate
@@ -61,7 +62,9 @@ class LocalExecHost:
         if verdict.decision == "deny":
             # A decision sent by the client answers an ask; it never overrides a deny (unlike OpenClaw).
             return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: allowlist miss", "allowlist-miss")
-        decision = request.approval_decision
+        # The client's approvalDecision was vetted by the server: it stands only for a decision a human
+        # made for this very request (never a frame approving itself).
+        decision = request.approval_decision if verdict.decision == "ask" else None
         if verdict.decision == "ask" and decision is None:
             resolved = next((s.get("resolvedPath") for s in verdict.segments if s.get("resolvedPath")), None)
             decision = await decide(
@@ -77,18 +80,25 @@ class LocalExecHost:
                     session_key=request.session_key,
                     source="socket-exec",
                     peer_pid=peer.pid,
+                    allowed_decisions=tuple(verdict.allowed_decisions),
                 )
             )
             if decision == "deny":
                 return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: user denied", "user-denied")
         if decision is not None and decision not in verdict.allowed_decisions:
             decision = "allow-once"  # e.g. allow-always under ask=always
+        # One resolution, used for both the decision and the run: the pinned argv (pathPrepend included),
+        # re-checked down to dev/ino just before it starts.
+        if verdict.pinned_command is None:
+            return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: executable not found", "not-found")
+        problem = identity_problem(verdict.identity)
+        if problem is not None:
+            return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {problem}", "approval-stale")
         if decision == "allow-always" and verdict.allow_always_patterns:
             await asyncio.to_thread(store.persist_allow_always, agent_id, verdict.allow_always_patterns)
         timeout = (request.timeout_ms or 1_800_000) / 1000
-        return ExecOutcome(
-            ok=True, payload=await run_argv(list(request.command), cwd=cwd, env=env, timeout=timeout)
-        )
+        argv = shlex.split(verdict.pinned_command)  # every word single-quoted: exactly the pinned argv
+        return ExecOutcome(ok=True, payload=await run_argv(argv, cwd=cwd, env=env, timeout=timeout))
 
 
 async def run_argv(argv: list[str], *, cwd: str, env: Mapping[str, str], timeout: float) -> dict[str, Any]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import json
 import os
 import select
+import shlex
 import socket
 import time
 import uuid
@@ -18,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
-from engine.approvals.decisions import DECISIONS
 from engine.approvals.socket.exec_host import OUTPUT_CAP as OUTPUT_CAP
 from engine.approvals.socket.exec_host import LocalExecHost as LocalExecHost
 from engine.approvals.socket.exec_host import run_argv as run_argv
@@ -40,6 +41,9 @@ from engine.errors import ExecHostError
 from engine.unixsock import PeerInfo as PeerInfo
 from engine.unixsock import peer_info, socket_path_problem
 from engine.unixsock import socket_is_live as socket_is_live
+
+GRANT_TTL_S = 300.0  # a human decision on a `request` stays usable by the matching `exec` this long
+GRANTS_MAX = 1024
 
 
 class ApprovalSocketError(ExecHostError):
@@ -151,6 +155,9 @@ class ApprovalSocketServer:
         self._lock_fd: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.stats: dict[str, int] = {"accepted": 0, "rejected": 0}
+        # Decisions a human made on `request` frames: id -> (decision, command, cwd, expiry). An `exec`
+        # frame's approvalDecision counts only when it names one of these for the same command.
+        self._granted: dict[str, tuple[str, str, str | None, float]] = {}
 
     async def start(self) -> None:
         """Claim the path (never from a live server), bind 0600 inside a 0700 dir, listen."""
@@ -286,8 +293,37 @@ class ApprovalSocketServer:
             await self._send(writer, _deny_frame(rid))
             return
         self.stats["accepted"] += 1
-        decision = await self._ask(PromptRequest.from_wire(rid, body, peer.pid), writer)
+        prompt = PromptRequest.from_wire(rid, body, peer.pid)
+        decision = await self._ask(prompt, writer)
+        if decision != "deny":
+            self._grant(rid, decision, prompt.command, prompt.cwd)
         await self._send(writer, {"type": "decision", "id": rid, "decision": decision})
+
+    def _grant(self, rid: str, decision: str, command: str, cwd: str | None) -> None:
+        now = self._clock()
+        for key in [k for k, v in self._granted.items() if v[3] < now]:
+            del self._granted[key]
+        if len(self._granted) >= GRANTS_MAX:
+            self._granted.pop(next(iter(self._granted)))
+        self._granted[rid] = (decision, command, cwd, now + GRANT_TTL_S)
+
+    def _vetted(self, rid: str, request: ExecHostRequest) -> ExecHostRequest:
+        """The request with its approvalDecision kept only if a human made that decision for this id and
+        this command (consumed once); otherwise dropped, so the policy asks a human itself."""
+        claimed = request.approval_decision
+        if claimed is None:
+            return request
+        grant = self._granted.pop(rid, None)
+        command = request.raw_command or shlex.join(request.command)
+        if (
+            grant is not None
+            and grant[3] >= self._clock()
+            and grant[1] in (command, shlex.join(request.command))
+            and (grant[2] is None or grant[2] == request.cwd)
+            and (grant[0] == claimed or (grant[0] == "allow-always" and claimed == "allow-once"))
+        ):
+            return request
+        return dataclasses.replace(request, approval_decision=None)
 
     async def _ask(self, request: PromptRequest, writer: asyncio.StreamWriter) -> str:
         """The decider's answer; deny on timeout, on error, or when the peer goes away first."""
@@ -303,8 +339,10 @@ class ApprovalSocketServer:
                 ask.cancel()
         if ask in done and not ask.cancelled() and ask.exception() is None:
             decision = ask.result()
-            if decision in DECISIONS:
+            if decision in request.allowed_decisions:
                 return decision
+            if decision == "allow-always" and "allow-once" in request.allowed_decisions:
+                return "allow-once"  # the asker accepts only once: never widen it to always
         return "deny"
 
     async def _on_exec(self, frame: dict[str, Any], peer: PeerInfo, writer: asyncio.StreamWriter) -> None:
@@ -357,6 +395,7 @@ class ApprovalSocketServer:
         async def decide(prompt: PromptRequest) -> str:
             return await self._ask(prompt, writer)
 
+        request = self._vetted(rid, request)
         try:
             outcome = await self._exec_handler(request, decide, peer)
         except Exception as exc:

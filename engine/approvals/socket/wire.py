@@ -43,6 +43,7 @@ class PromptRequest:
     session_key: str | None = None
     source: str = "socket"  # "socket" (request) | "socket-exec" (exec needing a prompt)
     peer_pid: int | None = None
+    allowed_decisions: tuple[str, ...] = DECISIONS  # what the asker accepts; nothing else is offered
 
     @classmethod
     def from_wire(cls, rid: str, body: Mapping[str, Any], peer_pid: int | None) -> PromptRequest:
@@ -61,7 +62,16 @@ class PromptRequest:
             resolved_path=opt("resolvedPath"),
             session_key=opt("sessionKey"),
             peer_pid=peer_pid,
+            allowed_decisions=_allowed(body.get("allowedDecisions")),
         )
+
+
+def _allowed(raw: Any) -> tuple[str, ...]:
+    """The request's allowedDecisions, in our order; absent or unusable = all three."""
+    if not isinstance(raw, list):
+        return DECISIONS
+    chosen = tuple(d for d in DECISIONS if d in raw)
+    return chosen or ("deny",)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from engine.approvals.socket.server import ApprovalSocketServer, LocalExecHost, PromptRequest, request_exec
+from engine.approvals.socket.server import (
+    ApprovalSocketServer,
+    LocalExecHost,
+    PromptRequest,
+    exec_frame,
+    request_decision,
+    request_exec,
+)
 from engine.approvals.store import ApprovalsStore
 from tests.helpers.gateway import ALLOWLIST, write_config
 
@@ -114,11 +121,24 @@ async def test_client_decision_never_overrides_a_deny(state_dir: Path) -> None:
     assert ApprovalsStore().agent("main").allowlist == []
 
 
-async def test_client_decision_answers_an_ask_without_prompting(state_dir: Path) -> None:
+async def test_client_decision_answers_an_ask_only_with_the_humans_decision(state_dir: Path) -> None:
+    """An approvalDecision stands for a decision a human made on a `request` with the same id and command
+    (then nobody is asked twice); a frame that just claims one is asked about like any other."""
     write_config(state_dir, ALLOWLIST)
-    human = Human("deny")
-    res = await run(state_dir, human, {"command": ["id", "-u"], "approvalDecision": "allow-once"})
-    assert res["ok"] is True and human.asked == []
+    path = state_dir / "exec-approvals.sock"
+    human = Human("allow-once")
+    async with ApprovalSocketServer(path, TOKEN, decider=human, exec_handler=LocalExecHost()):
+        decided = await request_decision(path, TOKEN, {"command": "id -u"}, request_id="req-1")
+        assert decided == "allow-once" and len(human.asked) == 1
+        claim = {"command": ["id", "-u"], "approvalDecision": "allow-once"}
+        frame = exec_frame(TOKEN, claim, request_id="req-1")
+        res = await request_exec(path, TOKEN, {}, frame=frame)
+        assert res is not None and res["ok"] is True and len(human.asked) == 1
+        # Consumed once: the same claim again is asked about.
+        claim = {"command": ["id", "-u"], "approvalDecision": "allow-once"}
+        frame = exec_frame(TOKEN, claim, request_id="req-1")
+        await request_exec(path, TOKEN, {}, frame=frame)
+        assert len(human.asked) == 2
 
 
 async def test_policy_refusal_is_reported(state_dir: Path) -> None:
