@@ -113,7 +113,7 @@ async def bench_approvals(state: Path, count: int) -> tuple[list[float], list[fl
     async with app.run_test(size=(140, 40)) as pilot:
         while not app.link.connected.is_set():
             await pilot.pause(0.05)
-        watcher = await ControlClient.connect(state, client="bench-watch")
+        watcher = await ControlClient.connect(state, client="bench-watch", operator=True)
         received: dict[str, float] = {}
 
         def on_event(ev: Event) -> None:
@@ -343,7 +343,7 @@ async def main() -> None:
 
 async def _shutdown(state: Path) -> None:
     try:
-        client = await ControlClient.connect(state, client="bench", autostart=False)
+        client = await ControlClient.connect(state, client="bench", autostart=False, operator=True)
         await client.request("shutdown")
         await client.close()
     except Exception:  # already gone

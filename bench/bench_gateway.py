@@ -50,7 +50,9 @@ async def connect(state: Path, name: str) -> ControlClient:
     deadline = time.monotonic() + 20
     while True:
         try:
-            return await ControlClient.connect(state, client="bench", name=name, autostart=False)
+            return await ControlClient.connect(
+                state, client="bench", name=name, autostart=False, operator=True
+            )
         except Exception:
             if time.monotonic() > deadline:
                 raise

@@ -110,7 +110,7 @@ class GatewayLink:
         while True:
             try:
                 client = await ControlClient.connect(
-                    self.state, client="console", name="console", autostart=self.autostart
+                    self.state, client="console", name="console", autostart=self.autostart, operator=True
                 )
             except (GatewayUnavailable, RemoteError, OSError) as exc:
                 self.app.post_message(GatewayLost(str(exc)))

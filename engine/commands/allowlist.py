@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from engine.commands.analysis import ANALYSED_SHELLS, OTHER_SHELLS, CommandAnalysis, Segment
 from engine.commands.interpreters import is_interpreter, name_of, runs_others
+from engine.commands.protected import protected_operand, protected_root
 from engine.commands.safebins import (
     DEFAULT_SAFE_BIN_PROFILES,
     DEFAULT_SAFE_BINS,
@@ -196,6 +197,7 @@ class _Context:
     safe_bins: frozenset[str]
     profiles: Mapping[str, SafeBinProfile]
     trusted: frozenset[str]
+    protected: str  # the resolved state dir: no operand may point into it
 
 
 def evaluate_allowlist(
@@ -223,6 +225,7 @@ def evaluate_allowlist(
         safe_bins=safe_bin_names(frozenset(safe_bins)),
         profiles=profiles,
         trusted=_real_dirs(tuple(trusted_dirs)),
+        protected=protected_root(),
     )
     poll_changes()
     return _evaluate(analysis, context)
@@ -246,6 +249,10 @@ def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
 
 def _match_found(segment: Segment, found: tuple[str, str] | None, context: _Context) -> SegmentMatch:
     argv = segment.argv
+    touched = protected_operand(argv, context.cwd, context.protected) if segment.inner is None else None
+    if touched is not None:
+        real = found[1] if found else None
+        return _miss(segment, real, f"{touched} is inside exechost's state dir (tokens, approvals)")
     real = found[1] if found else None
     if segment.blocked_wrapper:
         return _miss(segment, real, f"blocked wrapper: {segment.blocked_wrapper}")

@@ -17,6 +17,7 @@ from engine import statefs
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
     MAX_FRAME_BYTES,
+    OPERATOR_TOKEN_NAME,
     PROTOCOL_VERSION,
     ErrorFrame,
     Event,
@@ -30,6 +31,7 @@ from engine.protocol.frames import (
     Welcome,
     decode_frame,
     encode_frame,
+    ensure_token,
     read_frame_line,
     read_token,
     socket_path,
@@ -88,19 +90,24 @@ class ControlClient:
         autostart: bool = True,
         start_timeout: float = 15.0,
         token: str | None = None,
+        operator: bool = False,
     ) -> ControlClient:
         """Connect and handshake; when nothing answers and `autostart`, start a gateway (one only,
         serialised by a lock across processes) and wait for it."""
         state = state_dir or statefs.state_dir()
+        # The operator role is claimed only by the console and the operator's CLI verbs, never by agents.
+        role = ensure_token(state, OPERATOR_TOKEN_NAME) if operator else ""
         try:
-            return await cls._try_connect(state, client, name, token)
+            return await cls._try_connect(state, client, name, token, role)
         except GatewayUnavailable:
             if not autostart:
                 raise
-        return await cls._start_and_connect(state, client, name, token, start_timeout)
+        return await cls._start_and_connect(state, client, name, token, start_timeout, role)
 
     @classmethod
-    async def _try_connect(cls, state: Path, client: str, name: str, token: str | None) -> ControlClient:
+    async def _try_connect(
+        cls, state: Path, client: str, name: str, token: str | None, role: str = ""
+    ) -> ControlClient:
         path = socket_path(state)
         if len(os.fsencode(path)) > SUN_PATH_MAX:
             raise GatewayUnavailable(f"socket path too long ({len(os.fsencode(path))} bytes): {path}")
@@ -115,7 +122,7 @@ class ControlClient:
             writer.close()
             raise GatewayUnavailable(f"no gateway token in {token_path(state)}")
         try:
-            writer.write(encode_frame(Hello(token=secret, client=client, name=name or client)))
+            writer.write(encode_frame(Hello(token=secret, client=client, name=name or client, operator=role)))
             await writer.drain()
             line = await asyncio.wait_for(read_frame_line(reader), HANDSHAKE_TIMEOUT_S)
             frame = decode_frame(line)
@@ -134,7 +141,7 @@ class ControlClient:
 
     @classmethod
     async def _start_and_connect(
-        cls, state: Path, client: str, name: str, token: str | None, start_timeout: float
+        cls, state: Path, client: str, name: str, token: str | None, start_timeout: float, role: str = ""
     ) -> ControlClient:
         statefs.ensure_private_dir(state)
         lock_path = state / "gateway.start.lock"
@@ -154,12 +161,12 @@ class ControlClient:
                     await asyncio.sleep(0.02)
             # Whoever held the lock before us may have started it already.
             with contextlib.suppress(GatewayUnavailable):
-                return await cls._try_connect(state, client, name, token)
+                return await cls._try_connect(state, client, name, token, role)
             proc = spawn_gateway(state)
             last = "gateway did not start"
             while time.monotonic() < deadline:
                 try:
-                    return await cls._try_connect(state, client, name, token)
+                    return await cls._try_connect(state, client, name, token, role)
                 except GatewayUnavailable as exc:
                     last = str(exc)
                 if proc.poll() is not None:

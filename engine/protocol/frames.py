@@ -18,6 +18,8 @@ MAX_FRAME_BYTES = 1 << 20  # one JSON line, newline included
 HANDSHAKE_TIMEOUT_S = 5.0
 SOCKET_NAME = "gateway.sock"
 TOKEN_NAME = "gateway.json"  # noqa: S105 - a file name, not a secret
+# The operator role: only the console and the operator's own CLI verbs present it; agents never get it.
+OPERATOR_TOKEN_NAME = "operator.json"  # noqa: S105 - a file name, not a secret
 
 RequestId = int | str
 
@@ -52,6 +54,7 @@ class Hello:
     version: int = PROTOCOL_VERSION
     client: str = "cli"
     name: str = ""
+    operator: str = ""  # the operator token, for verbs that can broaden what agents may run
     type: str = field(default="hello", init=False)
 
 
@@ -157,6 +160,7 @@ def decode_frame(line: bytes | str) -> Frame:
             version=_need(obj, "version", int),
             client=_need(obj, "client", str, "unknown")[:64],
             name=_need(obj, "name", str, "")[:128],
+            operator=_need(obj, "operator", str, "")[:256],
         )
     if kind == "welcome":
         return Welcome(pid=_need(obj, "pid", int), version=_need(obj, "version", int))
@@ -207,14 +211,14 @@ def socket_path(state: Path | None = None) -> Path:
     return (state or statefs.state_dir()) / SOCKET_NAME
 
 
-def token_path(state: Path | None = None) -> Path:
-    return (state or statefs.state_dir()) / TOKEN_NAME
+def token_path(state: Path | None = None, name: str = TOKEN_NAME) -> Path:
+    return (state or statefs.state_dir()) / name
 
 
-def read_token(state: Path | None = None) -> str | None:
-    """The gateway token from gateway.json, or None when the file is missing or malformed."""
+def read_token(state: Path | None = None, name: str = TOKEN_NAME) -> str | None:
+    """The token from gateway.json (or `name`), or None when the file is missing or malformed."""
     try:
-        text = statefs.read_text(token_path(state))
+        text = statefs.read_text(token_path(state, name))
     except (OSError, statefs.StateFileError):
         return None
     if text is None:
@@ -227,14 +231,14 @@ def read_token(state: Path | None = None) -> str | None:
     return token if isinstance(token, str) and len(token) >= 16 else None
 
 
-def ensure_token(state: Path | None = None) -> str:
-    """Read the token, creating gateway.json (0600, atomic, under lock) on first use."""
-    path = token_path(state)
-    token = read_token(state)
+def ensure_token(state: Path | None = None, name: str = TOKEN_NAME) -> str:
+    """Read the token, creating gateway.json (or `name`; 0600, atomic, under lock) on first use."""
+    path = token_path(state, name)
+    token = read_token(state, name)
     if token:
         return token
     with statefs.file_lock(path):
-        token = read_token(state)
+        token = read_token(state, name)
         if token:
             return token
         token = secrets.token_urlsafe(24)

@@ -40,7 +40,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     params = {"id": approval_id, "decision": decision}
     if args.reason:
         params["reason"] = args.reason
-    result = call("approve", params)
+    result = call("approve", params, operator=True)
     emit(str(result.get("text", "")), result.get("details") or {}, args.json)
     return 0
 

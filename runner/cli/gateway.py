@@ -30,11 +30,14 @@ class CliFailure(Exception):
         self.code = code
 
 
-def call(method: str, params: dict[str, Any] | None = None, *, autostart: bool = True) -> dict[str, Any]:
-    """One request over a fresh connection (starting the gateway if needed)."""
+def call(
+    method: str, params: dict[str, Any] | None = None, *, autostart: bool = True, operator: bool = False
+) -> dict[str, Any]:
+    """One request over a fresh connection (starting the gateway if needed). `operator`: the verb is the
+    operator's own (approve, policy overrides), never one an agent runs."""
 
     async def go() -> dict[str, Any]:
-        client = await ControlClient.connect(client="cli", name="cli", autostart=autostart)
+        client = await ControlClient.connect(client="cli", name="cli", autostart=autostart, operator=operator)
         try:
             return await client.request(method, params or {})
         finally:

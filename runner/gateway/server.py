@@ -19,6 +19,7 @@ from engine.errors import ExecHostError
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
     MAX_FRAME_BYTES,
+    OPERATOR_TOKEN_NAME,
     PROTOCOL_VERSION,
     ErrorFrame,
     Event,
@@ -62,6 +63,7 @@ class Connection:
         self.writer = writer
         self.client = hello.client
         self.name = hello.name or hello.client
+        self.operator = bool(hello.operator)  # verified in the handshake
         self.peer_pid = peer_pid
         self.topics: set[str] = set()
         # None: every session's output (protocol v1 default); a set: only these (sessions.follow), the
@@ -171,6 +173,7 @@ class GatewayServer:
         self._lock_fd: int | None = None
         self._stopped = asyncio.Event()
         self._token = ""
+        self._operator = ""
         self._unauthenticated = 0
         self.started_at = time.time()
         self.connections: set[Connection] = set()
@@ -216,6 +219,7 @@ class GatewayServer:
         try:
             self._check_stale_socket()
             self._token = ensure_token(self.state_dir)
+            self._operator = ensure_token(self.state_dir, OPERATOR_TOKEN_NAME)
             await self.services.start()
             old = os.umask(0o177)  # the socket is born 0600: no window where others could connect
             try:
@@ -338,6 +342,9 @@ class GatewayServer:
             return None
         if not hmac.compare_digest(frame.token.encode(), self._token.encode()):
             await self._reject(writer, "auth", "invalid gateway token")
+            return None
+        if frame.operator and not hmac.compare_digest(frame.operator.encode(), self._operator.encode()):
+            await self._reject(writer, "auth", "invalid operator token")
             return None
         if frame.version != PROTOCOL_VERSION:
             await self._reject(

@@ -42,6 +42,8 @@ async def gateway(state: Path, **kwargs: Any) -> AsyncIterator[GatewayServer]:
 
 
 async def connect(state: Path, client: str = "test", **kwargs: Any) -> ControlClient:
+    """A client with the operator role unless `operator=False` (an agent's connection)."""
+    kwargs.setdefault("operator", True)
     return await ControlClient.connect(state, client=client, name=client, autostart=False, **kwargs)
 
 

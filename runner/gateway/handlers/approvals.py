@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from runner.gateway.handlers.common import require_operator
+
 if TYPE_CHECKING:
     from runner.gateway.server import Connection
     from runner.gateway.services import Services
@@ -14,6 +16,7 @@ async def pending(services: Services, conn: Connection, params: dict[str, Any]) 
 
 
 async def attach(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    require_operator(conn, "approvals.attach")  # an approver is asked, and may answer, for every agent
     conn.approver = True
     conn.topics.add("approvals")
     return {"attached": True, "approvals": [record.view() for record in services.approvals.pending()]}

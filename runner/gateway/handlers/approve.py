@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.approvals.pending import ApprovalError
 from engine.results import ToolError
-from runner.gateway.handlers.common import opt_str, req_str
+from runner.gateway.handlers.common import opt_str, req_str, require_operator
 
 if TYPE_CHECKING:
     from runner.gateway.server import Connection
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    require_operator(conn, "approve")  # an agent must never answer its own ask
     approval_id = req_str(params, "id")
     decision = req_str(params, "decision")
     reason = opt_str(params, "reason")

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from engine.errors import InvalidInput
+from engine.results import ToolError
 
 
 def opt_str(params: dict[str, Any], key: str, default: str | None = None) -> str | None:
@@ -26,6 +27,18 @@ def req_str(params: dict[str, Any], key: str) -> str:
 
 def session_key(params: dict[str, Any]) -> str:
     return (opt_str(params, "sessionKey") or "").strip()[:256]
+
+
+OPERATOR_ONLY = (
+    "{what} needs the operator role: run it from the console or an operator's `exechost` command "
+    "(agents, MCP and `exechost exec` connections never hold it)"
+)
+
+
+def require_operator(conn: Any, what: str) -> None:
+    """Refuse a verb that can broaden what agents may run unless the connection proved the operator role."""
+    if not getattr(conn, "operator", False):
+        raise ToolError(OPERATOR_ONLY.format(what=what))
 
 
 AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}")

@@ -9,7 +9,7 @@ from engine.errors import InvalidInput
 from engine.policy.decision import evaluate
 from engine.policy.precedence import SessionOverrides, apply_directive
 from engine.tools.exec import sandbox_available
-from runner.gateway.handlers.common import agent_id, opt_str, req_str, session_key
+from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator, session_key
 
 if TYPE_CHECKING:
     from runner.gateway.server import Connection
@@ -56,11 +56,23 @@ async def override(services: Services, conn: Connection, params: dict[str, Any])
         sandboxed=sandbox_available(config, agent, key),
         session_key=key,
     )
+    if not conn.operator and not _only_tightens(current, updated):
+        require_operator(conn, f"{directive.strip()!r} (it broadens the session's policy)")
     if any(v is not None for v in _view(updated).values()):
         services.overrides[key] = updated
     else:
         services.overrides.pop(key, None)
     return {"text": reply, "details": {"sessionKey": key, "overrides": _view(updated)}}
+
+
+# What a connection without the operator role may still set: only the strictest value of each field.
+_STRICTEST = {"security": "deny", "ask": "always", "elevated": "off"}
+
+
+def _only_tightens(before: SessionOverrides, after: SessionOverrides) -> bool:
+    """True when every changed field moved to its strictest value (clearing or host/node changes never)."""
+    old, new = _view(before), _view(after)
+    return all(new[k] == old[k] or new[k] == _STRICTEST.get(k, object()) for k in new)
 
 
 async def overrides(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:

@@ -58,6 +58,7 @@ def test_wire_shape_matches_architecture() -> None:
         "token": "x" * 20,
         "client": "cli",
         "name": "",
+        "operator": "",
     }
     name, data = Event(event="e", data={"a": 1})
     assert (name, data) == ("e", {"a": 1})
