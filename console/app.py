@@ -36,6 +36,7 @@ from engine.approvals.socket.server import (
     PromptRequest,
 )
 from engine.approvals.store import ApprovalsFileError, ApprovalsStore
+from engine.display import REPORT, visible
 from engine.policy.precedence import SessionOverrides, apply_directive
 from engine.protocol.frames import RemoteError
 from engine.results import ToolError
@@ -219,7 +220,8 @@ class ConsoleApp(SessionFlows):
                     self.replay(self.sessions.current)  # the log has everything up to EOF
         elif event == "system.event":
             stamp = time.strftime("%H:%M:%S", time.localtime((data.get("ts") or time.time() * 1000) / 1000))
-            self.events_pane.feed(f"{stamp}  [{data.get('sessionKey', '')}]  {data.get('text', '')}\n")
+            key, text = visible(data.get("sessionKey", "")), visible(data.get("text", ""), newline=REPORT)
+            self.events_pane.feed(f"{stamp}  [{key}]  {text}\n")
 
     def render_sessions_soon(self) -> None:
         """Session events come in bursts (100 sessions ending together): one list render per 100 ms."""
@@ -284,7 +286,7 @@ class ConsoleApp(SessionFlows):
         if self.bell_on_new:
             self.bell()
         self.notify_plain(
-            f"approval needed: {str(item.view.get('command', ''))[:60]}", title="exechost", timeout=3
+            f"approval needed: {visible(str(item.view.get('command', ''))[:60])}", title="exechost", timeout=3
         )
 
     def refresh_inbox(self) -> None:
@@ -339,15 +341,15 @@ class ConsoleApp(SessionFlows):
             patterns = insight.get("allowAlwaysPatterns") or []
             body = Text()
             body.append("Allow always will save these allowlist patterns for agent ")
-            body.append(str(item.view.get("agentId") or "main"), style="bold")
+            body.append(visible(item.view.get("agentId") or "main"), style="bold")
             body.append(":\n")
             for pattern in patterns or ["(the exact command, as =command:<sha256>)"]:
-                body.append(f"  {pattern}\n", style="bold cyan")
+                body.append(f"  {visible(pattern)}\n", style="bold cyan")
             also = await asyncio.to_thread(self._also_allowed, item, patterns)
             if also:
                 body.append("\nIt would also allow these recent commands without asking:\n")
                 for command in also[:8]:
-                    body.append(f"  {command}\n", style="yellow")
+                    body.append(f"  {visible(command)}\n", style="yellow")
             if not await self.ask_dialog(ConfirmDialog("Allow always?", body, yes="Allow always")):
                 return
         self.resolve(item, decision, message.reason)
@@ -485,7 +487,9 @@ class ConsoleApp(SessionFlows):
             return
         verdict = str(res.get("decision", "?"))
         style = {"allow": "bold green", "ask": "bold yellow", "deny": "bold red"}.get(verdict, "bold")
-        out = Text.assemble(("$ ", "dim"), command, "\n", (verdict, style), f"  {res.get('reason', '')}")
+        out = Text.assemble(
+            ("$ ", "dim"), visible(command), "\n", (verdict, style), f"  {visible(res.get('reason', ''))}"
+        )
         step = res.get("decidedBy") or {}
         if step:
             out.append(

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from console.dialogs import ConfirmDialog, TextDialog
 from console.gateway import GatewayLink
 from console.widgets.sessions import SessionsPane
+from engine.display import visible
 from engine.protocol.frames import RemoteError
 
 REPLAY_BYTES = 64 * 1024
@@ -187,7 +188,7 @@ class SessionFlows(App[None]):
             if not await self.ask_dialog(
                 ConfirmDialog(
                     "Kill session?",
-                    f"{sid}: {row.get('command', '')}\nSIGTERM to the process group, then SIGKILL.",
+                    f"{sid}: {visible(row.get('command', ''))}\nSIGTERM to the process group, then SIGKILL.",
                     yes="Kill",
                 )
             ):

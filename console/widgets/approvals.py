@@ -15,6 +15,8 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from console.inbox import InboxItem, clock_ms
+from console.text import plain
+from engine.display import MARKED_LINES, visible, warnings
 
 
 def fmt_left(seconds: float | None) -> str:
@@ -39,9 +41,11 @@ def render_detail(
         (f"  ×{item.count}" if item.count > 1 else "", "bold yellow"),
         ("  via exec-approvals.sock" if item.source == "socket" else "", "italic"),
     )
-    command = Syntax(
-        str(view.get("command", "")), "bash", word_wrap=True, theme="ansi_dark", background_color="default"
-    )
+    raw = str(view.get("command", ""))
+    # Highlighting runs on the escaped text: nothing the agent typed reaches the terminal as is.
+    shown = visible(raw, newline=MARKED_LINES)
+    command = Syntax(shown, "bash", word_wrap=True, theme="ansi_dark", background_color="default")
+    alarms = [Text(f"⚠ THIS COMMAND {w.upper()}", style="bold white on red") for w in warnings(raw)]
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
@@ -60,8 +64,10 @@ def render_detail(
         ("Time left", fmt_left(item.seconds_left(now_ms))),
     ):
         if value:
-            facts.add_row(label, Text(str(value)))  # agent-supplied: plain text, never markup
-    parts: list[RenderableType] = [title, command, facts]
+            facts.add_row(label, plain(value))  # agent-supplied: never markup, controls visible
+    for key, value in sorted((view.get("env") or {}).items()):
+        facts.add_row("Env", plain(f"{key}={value}", "yellow"))
+    parts: list[RenderableType] = [title, *alarms, command, facts]
     segments = insight.get("segments") or []
     if insight.get("analysisOk") is False:
         parts.append(
@@ -74,15 +80,13 @@ def render_detail(
             hit = seg.get("satisfiedBy")
             if hit:
                 mark = Text("✓", style="green")
-                why = Text(
-                    f"{hit}: {seg.get('matchedPattern') or seg.get('resolvedPath') or ''}", style="dim"
-                )
+                why = plain(f"{hit}: {seg.get('matchedPattern') or seg.get('resolvedPath') or ''}", "dim")
             else:
                 mark = Text("✗ miss", style="bold red")
                 why = Text(
-                    str(seg.get("reason") or seg.get("resolvedPath") or "no allowlist entry"), style="red"
+                    visible(seg.get("reason") or seg.get("resolvedPath") or "no allowlist entry"), style="red"
                 )
-            seg_table.add_row(mark, Text(argv), why)
+            seg_table.add_row(mark, plain(argv), why)
         parts.extend([Text("Segments", style="bold"), seg_table])
     allowed = item.allowed
     if "allow-always" in allowed:
@@ -90,7 +94,7 @@ def render_detail(
         parts.append(
             Text.assemble(
                 ("Allow always saves: ", "bold"),
-                (", ".join(patterns) if patterns else "(computing…)", "cyan"),
+                (visible(", ".join(patterns)) if patterns else "(computing…)", "cyan"),
             )
         )
     else:
@@ -179,13 +183,14 @@ class ApprovalsPane(Horizontal):
         now = clock_ms()
         for item in rows[start:]:
             view = item.view
-            command = str(view.get("command", "")).replace("\n", " ⏎ ")
+            command = str(view.get("command", ""))
+            flag = "⚠ " if warnings(command) else ""
             table.add_row(  # Text, never str: DataTable parses str cells as markup
                 fmt_left(item.seconds_left(now)),
                 str(item.count),
-                Text(str(view.get("agentId") or "main")),
-                Text(str(view.get("host") or "gateway")),
-                Text(command[:200]),
+                plain(view.get("agentId") or "main"),
+                plain(view.get("host") or "gateway"),
+                Text(flag, style="bold red") + plain(command[:200]),
                 key=item.key,
             )
         if keep is not None and start == 0:

@@ -15,6 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
+from console.text import plain
 from engine.approvals.store import ApprovalsStore
 from engine.config.loader import load_config
 from engine.policy.precedence import PolicyError, SessionOverrides, resolve_policy
@@ -117,7 +118,7 @@ def render_policy(agent: AgentPolicy | None) -> RenderableType:
     for step in agent.trail:
         trail.add_row(
             *(
-                Text(str(x))
+                plain(x)
                 for x in (step.get("key", ""), step.get("value", ""), f"← {step.get('layer', '')}")
             )
         )
@@ -172,8 +173,8 @@ class PolicyPane(Horizontal):
         for agent in agents:
             p = agent.policy
             table.add_row(  # Text, never str: DataTable parses str cells as markup
-                Text(agent.agent_id),
-                *(Text(str(p.get(k, "!"))) for k in ("host", "security", "ask", "askFallback")),
+                plain(agent.agent_id),
+                *(plain(p.get(k, "!")) for k in ("host", "security", "ask", "askFallback")),
                 key=agent.agent_id,
             )
         for index, agent in enumerate(agents):
@@ -188,10 +189,10 @@ class PolicyPane(Horizontal):
         allow.clear()
         for entry in agent.allowlist if agent else []:
             allow.add_row(
-                Text(entry["pattern"]),
-                Text(entry.get("argPattern") or ""),
+                plain(entry["pattern"]),
+                plain(entry.get("argPattern") or ""),
                 fmt_ms(entry.get("lastUsedAt")),
-                Text(str(entry.get("lastUsedCommand") or "")[:60]),
+                plain(str(entry.get("lastUsedCommand") or "")[:60]),
             )
 
     def show_check(self, renderable: RenderableType) -> None:

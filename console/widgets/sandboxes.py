@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from console.dialogs import ConfirmDialog
+from console.text import plain
 
 REFRESH_SEC = 5.0
 
@@ -28,7 +29,7 @@ def compact(ms: int | None) -> str:
 
 def _plain(value: Any) -> Text:
     # Session keys come from agents: render them as inert text, never as markup or escapes.
-    return Text("".join(ch if ch.isprintable() else "?" for ch in str(value)))
+    return plain(value)
 
 
 class SandboxesPane(Vertical):

@@ -16,6 +16,7 @@ from textual.widgets import ContentSwitcher, DataTable, Input, Static
 
 from console.inbox import clock_ms
 from console.widgets.panes import LinePane, TerminalPane
+from engine.display import visible
 
 STATUS_STYLE = {"running": "bold green", "completed": "cyan", "failed": "bold red", "killed": "red"}
 
@@ -58,7 +59,7 @@ def _short_name(raw: str) -> str:
         words = raw.split()
     if words:
         words[0] = os.path.basename(words[0]) or words[0]
-    name = " ".join(words)
+    name = visible(" ".join(words))
     return name if len(name) <= 24 else name[:23] + "…"
 
 

@@ -51,7 +51,8 @@ class ApprovalRequest:
     resolved_path: str | None = None
     node_id: str | None = None
     env_hash: str = ""
-    env_keys: tuple[str, ...] = ()
+    # The env overrides the command gets beyond the sanitised base, keys and values: the approver sees them.
+    env: tuple[tuple[str, str], ...] = ()
     # The policy decision behind the ask (Decision.to_json()): shown to the approver, not part of identity.
     decision_json: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     warnings: tuple[str, ...] = field(default=(), compare=False, hash=False)
@@ -71,7 +72,8 @@ class ApprovalRequest:
             "allowedDecisions": list(self.allowed_decisions),
             "resolvedPath": self.resolved_path,
             "nodeId": self.node_id,
-            "envKeys": list(self.env_keys),
+            "envKeys": [k for k, _ in self.env],
+            "env": dict(self.env),
             "analysisOk": d.get("analysisOk"),
             "analysisReason": d.get("analysisReason"),
             "segments": segments,

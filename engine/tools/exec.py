@@ -385,7 +385,7 @@ class ExecTool:
             resolved_path=first,
             node_id=d.node,
             env_hash=env_hash(env_param),
-            env_keys=tuple(sorted(env_param)),
+            env=tuple(sorted((str(k), str(v)) for k, v in env_param.items())),
             decision_json=d.to_json(),
             warnings=tuple(prepared.warnings),
         )

@@ -6,6 +6,7 @@ import argparse
 import time
 
 from engine.approvals.decisions import USAGE, parse_approve_args
+from engine.display import visible, warnings
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import call, run_verb
@@ -57,10 +58,10 @@ def cmd_pending(args: argparse.Namespace) -> int:
     else:
         lines = []
         for a in approvals:
-            command = " ".join(str(a.get("command", "")).split())
+            command = str(a.get("command", ""))
+            command = ("⚠ " if warnings(command) else "") + visible(command)
             if len(command) > 100:
                 command = command[:99] + "…"
-            command = "".join(ch if ch.isprintable() else "?" for ch in command)
             lines.append(
                 f"{a['slug']}  {a.get('host')}  {a.get('agentId')}  expires in {_left(a['expiresAtMs'])}  "
                 f"[{'|'.join(a.get('allowedDecisions', []))}]  {command}"

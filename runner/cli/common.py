@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from typing import Any
 
+from engine.display import REPORT, visible
+
 Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
 
-_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_CONTROLS_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
 def escape_controls(text: str, *, keep_lines: bool = False) -> str:
-    """Escape control and bidi characters so hostile text cannot move the cursor or reorder a line;
-    `keep_lines` leaves tab and newline alone (multi-line reports)."""
-    pattern = _CONTROLS_BUT_LINES if keep_lines else _CONTROLS
-    return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    """Agent text for a terminal: control, bidi and invisible characters written as escapes
+    (engine/display.py); `keep_lines` keeps line breaks and tabs (multi-line reports)."""
+    return visible(text, newline=REPORT, tabs=True) if keep_lines else visible(text)
 
 
 def add_config_arg(parser: argparse.ArgumentParser) -> None:
@@ -39,5 +35,7 @@ def emit(text: str, details: dict[str, Any], as_json: bool) -> None:
         json.dump({"text": text, "details": details}, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
     else:
+        # The text carries agent commands and output: nothing in it may drive the terminal.
+        text = escape_controls(text, keep_lines=True)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     sys.stdout.flush()

@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from engine.display import REPORT, visible
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable
 from runner.cli.common import Subparsers, add_json_arg, emit
@@ -51,7 +52,8 @@ def _follow(args: argparse.Namespace) -> int:
                 if args.json:
                     print(json.dumps(ev.data, ensure_ascii=False), flush=True)
                 else:
-                    print(f"[{ev.data.get('sessionKey')}] {ev.data.get('text')}", flush=True)
+                    key, text = ev.data.get("sessionKey"), ev.data.get("text")
+                    print(f"[{visible(key)}] {visible(text, newline=REPORT, tabs=True)}", flush=True)
         finally:
             await client.close()
 

@@ -194,3 +194,18 @@ async def test_bare_name_patterns_never_match_and_are_resolved_when_added(
         e.pattern for e in ApprovalsStore(state_dir / "exec-approvals.json").load().agents["main"].allowlist
     ]
     assert shutil.which("true") in saved or os.path.realpath(shutil.which("true") or "") in saved
+
+
+async def test_the_approver_sees_every_env_override(state_dir: Path, tmp_path: Path) -> None:
+    """The console shows every env key and value the command gets beyond the sanitised base."""
+    from tests.attacks.test_terminal_escapes import _screen_text
+    from tests.console.test_console import running_console, submit, until
+
+    async with running_console(state_dir) as (app, pilot, agent):
+        task = submit(agent, "sh run.sh", workdir=str(tmp_path), env={"FOO": "x\x1b[2Jy", "BAR_MODE": "fast"})
+        await until(pilot, lambda: len(app.inbox) == 1)
+        await pilot.pause(0.3)
+        detail = _screen_text(app.query_one("#approval-detail"))
+        assert "FOO=x\\x1b[2Jy" in detail and "BAR_MODE=fast" in detail
+        await pilot.press("d")
+        await task

@@ -183,5 +183,5 @@ def test_escape_controls_keeps_lines_only_when_asked() -> None:
     from runner.cli.common import escape_controls
 
     hostile = "a\tb\nc\x1b[2J\x07\u202egnp\x9b"
-    assert escape_controls(hostile) == "a\\tb\\nc\\x1b[2J\\x07\\u202egnp\\x9b"
+    assert escape_controls(hostile) == "a\\tb ⏎ c\\x1b[2J\\x07\\u202egnp\\x9b"
     assert escape_controls(hostile, keep_lines=True) == "a\tb\nc\\x1b[2J\\x07\\u202egnp\\x9b"
