@@ -19,7 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.protocol.frames import ControlClient  # noqa: E402
+from engine.approvals.pending import MAX_PENDING, MAX_PENDING_PER_AGENT  # noqa: E402
+from engine.protocol.client import ControlClient  # noqa: E402
 
 FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
 ASK_ALWAYS = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "always"\n'
@@ -132,9 +133,16 @@ async def bench_approvals(state: Path, count: int) -> None:
             allowed.append(time.perf_counter() - t0)
             assert result["details"]["status"] == "completed", result
         decision["value"] = "deny"
+        # The burst fills the approval queue exactly: at most MAX_PENDING asks wait at once, and at most
+        # MAX_PENDING_PER_AGENT of them from one agent (issue 9 item 14), so it comes from several agents.
+        burst = min(count, MAX_PENDING)
+        agents = -(-burst // MAX_PENDING_PER_AGENT)
         t0 = time.perf_counter()
         results = await asyncio.gather(
-            *(agent.request("exec", {"command": f"true burst-{i}"}) for i in range(count))
+            *(
+                agent.request("exec", {"command": f"true burst-{i}", "agentId": f"b{i % agents}"})
+                for i in range(burst)
+            )
         )
         elapsed = time.perf_counter() - t0
         assert all(r["details"]["status"] == "denied" for r in results)
@@ -145,8 +153,8 @@ async def bench_approvals(state: Path, count: int) -> None:
         proc.wait()
     print(line("approval round trip (ask=always, auto-deny: no spawn)", denied))
     print(line("approval round trip + run (auto allow-once, spawns `true`)", allowed))
-    label = f"approval throughput, {count} concurrent asks"
-    print(f"{label:<58} {count / elapsed:7.0f} approvals/s")
+    label = f"approval throughput, {burst} concurrent asks ({agents} agents)"
+    print(f"{label:<58} {burst / elapsed:7.0f} approvals/s")
 
 
 def main() -> None:

@@ -129,7 +129,7 @@ class GatewayLink:
                 self.follows = "follow" in subscribed
                 self.output.pushed = self.output.pushed or self.follows
                 await client.request("approvals.attach")
-                pending = (await client.request("approvals.pending")).get("approvals", [])
+                pending = await client.pending_approvals()
                 sessions = (await client.request("sessions.list")).get("sessions", [])
                 self.connected.set()
                 self.app.post_message(GatewayConnected(client.server_pid, list(pending), list(sessions)))

@@ -21,6 +21,12 @@ AMBIGUOUS = "ambiguous approval id prefix; use the full id"
 ALWAYS_UNAVAILABLE = "allow-always is unavailable because the effective policy requires approval every time"
 
 
+# One agent must not lock the operator out (issue 9 item 14): asks waiting at once, per agent and in all.
+# Coalesced identical asks count once. With the exec tool's 64 KiB command cap the queue stays in tens of MB.
+MAX_PENDING_PER_AGENT = 32
+MAX_PENDING = 256
+
+
 class ApprovalError(ExecHostError):
     """A resolve that cannot be applied; `code` is machine-readable, str() is the reference text."""
 
@@ -98,6 +104,11 @@ class ApprovalRecord:
     future: asyncio.Future[str | None] = field(repr=False, kw_only=True)
 
     @property
+    def cursor(self) -> str:
+        """Sorts like creation order (ids break ties) and stays valid after the record is gone."""
+        return f"{self.created_at_ms:015d}:{self.id}"
+
+    @property
     def slug(self) -> str:
         return self.id[:8]
 
@@ -130,9 +141,17 @@ def _now_ms() -> int:
 class ApprovalManager:
     """All pending approvals of one gateway, bound to the running event loop."""
 
-    def __init__(self, timeout_ms: int = DEFAULT_TIMEOUT_MS, grace_ms: int = RESOLVED_GRACE_MS) -> None:
+    def __init__(
+        self,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        grace_ms: int = RESOLVED_GRACE_MS,
+        max_per_agent: int = MAX_PENDING_PER_AGENT,
+        max_total: int = MAX_PENDING,
+    ) -> None:
         self.timeout_ms = timeout_ms
         self.grace_ms = grace_ms
+        self.max_per_agent = max_per_agent
+        self.max_total = max_total
         self._records: dict[str, ApprovalRecord] = {}
         self._by_request: dict[ApprovalRequest, str] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -158,6 +177,7 @@ class ApprovalManager:
                 existing.count += 1
                 self._notify("updated", existing)
                 return existing, False
+        self._check_room(request.agent_id)
         loop = asyncio.get_running_loop()
         ttl = self.timeout_ms if timeout_ms is None else timeout_ms
         now = _now_ms()
@@ -173,6 +193,22 @@ class ApprovalManager:
         self._timers[record.id] = loop.call_later(ttl / 1000, self._expire, record.id)
         self._notify("requested", record)
         return record, True
+
+    def _check_room(self, agent_id: str) -> None:
+        pending = [r for r in self._records.values() if not r.resolved]
+        mine = sum(1 for r in pending if r.request.agent_id == agent_id)
+        if mine >= self.max_per_agent:
+            raise ApprovalError(
+                "APPROVAL_QUEUE_FULL",
+                f"exec denied: agent {agent_id} already has {mine} approvals waiting for the operator "
+                f"(at most {self.max_per_agent}); wait for a decision before asking again",
+            )
+        if len(pending) >= self.max_total:
+            raise ApprovalError(
+                "APPROVAL_QUEUE_FULL",
+                f"exec denied: {len(pending)} approvals are waiting for the operator (at most "
+                f"{self.max_total} in all); wait for a decision before asking again",
+            )
 
     async def wait(self, record: ApprovalRecord) -> str | None:
         """The decision, or None when the request expired."""
@@ -247,8 +283,10 @@ class ApprovalManager:
 
     # -- views
 
-    def pending(self) -> list[ApprovalRecord]:
-        return sorted((r for r in self._records.values() if not r.resolved), key=lambda r: r.created_at_ms)
+    def pending(self, after: str | None = None) -> list[ApprovalRecord]:
+        """Oldest first; with `after` (a record's `cursor`), only those that come after it."""
+        rows = sorted((r for r in self._records.values() if not r.resolved), key=lambda r: r.cursor)
+        return rows if after is None else [r for r in rows if r.cursor > after]
 
     def close(self) -> None:
         """Expire everything (gateway shutdown): waiters see None and apply askFallback."""

@@ -230,6 +230,17 @@ class ControlClient:
             raise
         return await fut
 
+    async def pending_approvals(self) -> list[dict[str, Any]]:
+        """Every pending approval, oldest first: the gateway pages the list to keep frames under the cap."""
+        rows: list[dict[str, Any]] = []
+        params: dict[str, Any] = {}
+        while True:
+            page = await self.request("approvals.pending", params)
+            rows += page.get("approvals") or []
+            if not page.get("next"):
+                return rows
+            params = {"cursor": page["next"]}
+
     def add_listener(self, listener: Callable[[Event], None]) -> None:
         """Call `listener` for every pushed event, in arrival order (in addition to `events()`)."""
         self._listeners.append(listener)

@@ -12,7 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.approvals.pending import ApprovalManager, ApprovalRecord, ApprovalRequest, env_hash
+from engine.approvals.pending import (
+    ApprovalError,
+    ApprovalManager,
+    ApprovalRecord,
+    ApprovalRequest,
+    env_hash,
+)
 from engine.approvals.store import ApprovalsFileError
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
@@ -25,12 +31,23 @@ from engine.sandbox.settings import is_sandboxed
 log = logging.getLogger("exechost.exec")
 
 YIELD_MIN_MS, YIELD_MAX_MS = 10, 120_000
+# Inputs are capped at submission so no agent can blow up the operator's views (issue 9 item 14). Linux
+# takes no single argument over 128 KiB (MAX_ARG_STRLEN) anyway; longer scripts belong in a file.
+COMMAND_MAX_BYTES = 64 * 1024
+ENV_MAX_BYTES = 64 * 1024
+WORKDIR_MAX_BYTES = 4096
 FOLLOWUP_OUTPUT_CHARS = 400
 NODE_UNAVAILABLE = (
     "exec host=node is not available yet: remote nodes arrive in a later release. "
     "Use host=gateway (or host=auto) instead."
 )
 
+
+
+def _within(what: str, text: str, limit: int, hint: str) -> None:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise ToolError(f"exec denied: {what} is {size} bytes, over the {limit}-byte limit ({hint})")
 
 class Sessions(Protocol):
     """The part of engine.sessions.SessionManager the exec tool uses."""
@@ -221,12 +238,18 @@ class ExecTool:
             raise ToolError("Provide a command to start.")
         if "\x00" in command:
             raise ToolError("exec denied: the command contains a NUL byte")
+        _within("the command", command, COMMAND_MAX_BYTES, "write longer scripts to a file and run that")
         env_param = params.get("env")
         if env_param is not None and (
             not isinstance(env_param, dict)
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in env_param.items())
         ):
             raise ToolError("env must be an object of string values")
+        if env_param:
+            _within("env", "".join(k + v for k, v in env_param.items()), ENV_MAX_BYTES, "pass data in files")
+        workdir = params.get("workdir")
+        if isinstance(workdir, str):
+            _within("workdir", workdir, WORKDIR_MAX_BYTES, "no path is that long")
         config = self._config()
         sandbox = sandbox_available(config, ctx.agent_id, ctx.session_key)
         host_warnings: list[str] = []
@@ -393,7 +416,10 @@ class ExecTool:
     async def _ask(self, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
         request = self._request(prepared, ctx, params)
         while True:
-            record, created = self.approvals.register(request)
+            try:
+                record, created = self.approvals.register(request)
+            except ApprovalError as exc:
+                raise ToolError(str(exc)) from None
             if not self.has_approver():
                 # Two-phase: answer now, decide later; the run or denial reaches the agent as a system event.
                 if created:

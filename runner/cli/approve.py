@@ -9,7 +9,7 @@ from engine.approvals.decisions import USAGE, parse_approve_args
 from engine.display import visible, warnings
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, emit
-from runner.cli.gateway import call, run_verb
+from runner.cli.gateway import call, run_verb, with_client
 
 
 def register(subparsers: Subparsers) -> None:
@@ -52,7 +52,7 @@ def _left(expires_ms: int) -> str:
 
 
 def cmd_pending(args: argparse.Namespace) -> int:
-    approvals = call("approvals.pending").get("approvals", [])
+    approvals = with_client(lambda client: client.pending_approvals())
     if not approvals:
         text = "No pending approvals."
     else:

@@ -9,14 +9,17 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from engine import statefs
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable, RemoteError, socket_path
 from engine.sessions import procs
 from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit
+
+T = TypeVar("T")
 
 EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: no gateway answers and none could be started
 UNIT_NAME = "exechost-gateway.service"
@@ -35,11 +38,20 @@ def call(
 ) -> dict[str, Any]:
     """One request over a fresh connection (starting the gateway if needed). `operator`: the verb is the
     operator's own (approve, policy overrides), never one an agent runs."""
+    return with_client(
+        lambda client: client.request(method, params or {}), autostart=autostart, operator=operator
+    )
 
-    async def go() -> dict[str, Any]:
+
+def with_client(
+    use: Callable[[ControlClient], Awaitable[T]], *, autostart: bool = True, operator: bool = False
+) -> T:
+    """`use` a fresh connection (starting the gateway if needed); gateway failures become CliFailure."""
+
+    async def go() -> T:
         client = await ControlClient.connect(client="cli", name="cli", autostart=autostart, operator=operator)
         try:
-            return await client.request(method, params or {})
+            return await use(client)
         finally:
             await client.close()
 

@@ -66,7 +66,7 @@ async def test_resolve_by_exact_id_and_case_insensitive_prefix() -> None:
 
 
 async def test_errors_have_reference_texts() -> None:
-    mgr = ApprovalManager()
+    mgr = ApprovalManager(max_per_agent=100)
     records = [mgr.register(req(f"c{i}"))[0] for i in range(40)]
     with pytest.raises(ApprovalError, match=NOT_FOUND):
         mgr.resolve("zzzz", "deny")
