@@ -96,6 +96,9 @@ class PolicyBlock:
     # to `defaults`, never to the wildcard) and are written back verbatim: dropping them on write
     # would silently hand the field to `agents.*`, which can be broader.
     invalid: dict[str, Any] = field(default_factory=dict)
+    # Allowlist items that are not usable entries (no pattern, wrong types): ignored, and written back
+    # verbatim after the valid ones, so an edit by exechost never destroys what a human must fix.
+    invalid_entries: list[Any] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def value(self, key: str) -> Any:
@@ -105,7 +108,7 @@ class PolicyBlock:
         return key in self.invalid or self.value(key) is not None
 
     def is_empty(self) -> bool:
-        return not (self.allowlist or self.invalid or self.extra) and all(
+        return not (self.allowlist or self.invalid_entries or self.invalid or self.extra) and all(
             self.value(k) is None for k in _POLICY_KEYS
         )
 
@@ -116,8 +119,8 @@ class PolicyBlock:
                 out[key] = self.invalid[key]
             elif self.value(key) is not None:
                 out[key] = self.value(key)
-        if with_allowlist and self.allowlist:
-            out["allowlist"] = [entry.to_json() for entry in self.allowlist]
+        if with_allowlist and (self.allowlist or self.invalid_entries):
+            out["allowlist"] = [entry.to_json() for entry in self.allowlist] + self.invalid_entries
         out.update(self.extra)
         return out
 
@@ -203,6 +206,9 @@ class ApprovalsFile:
         for name, block in blocks:
             for key, raw in block.invalid.items():
                 out.append(f"{name}.{key}: invalid value {json.dumps(raw)} ignored")
+            for raw in block.invalid_entries:
+                shown = json.dumps(raw)[:200]
+                out.append(f"{name}.allowlist: invalid entry {shown} ignored (kept in the file)")
             for entry in block.allowlist:
                 if not entry.arg_pattern_valid():
                     out.append(
@@ -368,13 +374,18 @@ def _parse_block(
         items = raw.get("allowlist")
         if items is not None and not isinstance(items, list):
             raise ApprovalsFileError(path, f"{where}.allowlist must be an array, got {_type_name(items)}")
-        block.allowlist = [e for e in map(_parse_entry, items or []) if e is not None]
+        for item in items or []:
+            entry = _parse_entry(item)
+            if entry is None:
+                block.invalid_entries.append(item)
+            else:
+                block.allowlist.append(entry)
     block.extra = {k: v for k, v in raw.items() if k not in known}
     return block
 
 
 def _parse_entry(item: Any) -> AllowlistRecord | None:
-    """Bare strings become entries; entries without a usable pattern are dropped (reference §3.1)."""
+    """Bare strings become entries; None for items without a usable pattern (ignored, reference §3.1)."""
     if isinstance(item, str):
         item = {"pattern": item}
     if not isinstance(item, dict):
@@ -418,7 +429,10 @@ def _dedupe(entries: list[AllowlistRecord]) -> list[AllowlistRecord]:
 
 def _merge_legacy(main: PolicyBlock, legacy: PolicyBlock) -> PolicyBlock:
     """`agents.default` folds into `agents.main`; main's fields win, allowlists concatenate (main first)."""
-    merged = PolicyBlock(allowlist=_dedupe(main.allowlist + legacy.allowlist))
+    merged = PolicyBlock(
+        allowlist=_dedupe(main.allowlist + legacy.allowlist),
+        invalid_entries=main.invalid_entries + legacy.invalid_entries,
+    )
     for key in _POLICY_KEYS:
         winner = main if main.present(key) else legacy
         if key in winner.invalid:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import stat
 import tomllib
 from collections.abc import Collection, Mapping
 from dataclasses import replace
@@ -66,14 +67,35 @@ def load_config(
     """Load and validate; a missing file means all defaults unless `required` (an explicitly named file)."""
     target = Path(path) if path is not None else config_path(env=env)
     try:
-        text = target.read_text(encoding="utf-8")
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang us
     except FileNotFoundError:
         if required:
             raise ConfigError(target, "", None, "config file not found") from None
         return _build(target, {}, {}, exists=False, env=env)
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise ConfigError(target, "", None, f"cannot read: {exc}") from exc
+    with os.fdopen(fd, "rb") as fh:
+        _check_owner(target, os.fstat(fh.fileno()))
+        data = fh.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(target, "", None, f"not valid UTF-8 at byte {exc.start}") from None
     return load_config_text(text, target, env=env)
+
+
+def _check_owner(target: Path, st: os.stat_result) -> None:
+    """The config decides security and ask: one that another user wrote, or could write, is refused, as
+    the approvals file is. Root's files are trusted (root could change ours anyway)."""
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(target, "", None, "not a regular file")
+    if st.st_uid not in (os.geteuid(), 0):
+        raise ConfigError(target, "", None, f"owned by uid {st.st_uid}, not by this user or root; refused")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        raise ConfigError(
+            target, "", None, f"unsafe mode {mode:04o} (writable by group or others); run chmod 600 {target}"
+        )
 
 
 def load_config_text(

@@ -63,6 +63,17 @@ def spawn_gateway(state: Path) -> subprocess.Popen[bytes]:
         os.close(fd)
 
 
+
+def _last_line(log: Path) -> str:
+    """The daemon's last words (a config error, a refused file), so the caller sees why at once."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            lines = [ln for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1][-400:] if lines else "no log output"
+
 class ControlClient:
     """One authenticated connection to the gateway: concurrent requests matched by id, plus pushed events."""
 
@@ -170,8 +181,9 @@ class ControlClient:
                 except GatewayUnavailable as exc:
                     last = str(exc)
                 if proc.poll() is not None:
+                    log = state / "gateway.log"
                     raise GatewayUnavailable(
-                        f"gateway exited with code {proc.returncode}; see {state / 'gateway.log'}"
+                        f"gateway exited with code {proc.returncode}: {_last_line(log)}; see {log}"
                     )
                 await asyncio.sleep(0.03)
             raise GatewayUnavailable(f"{last} (waited {start_timeout:.0f} s; see {state / 'gateway.log'})")

@@ -79,7 +79,7 @@ def test_legacy_default_alone_becomes_main(store: ApprovalsStore) -> None:
     assert store.agent("default").ask == "on-miss"  # the legacy id is an alias for main
 
 
-def test_bare_strings_become_entries_and_invalid_entries_drop(store: ApprovalsStore) -> None:
+def test_bare_strings_become_entries_and_invalid_entries_are_ignored_but_kept(store: ApprovalsStore) -> None:
     write(
         store,
         {
@@ -109,7 +109,18 @@ def test_bare_strings_become_entries_and_invalid_entries_drop(store: ApprovalsSt
     store.ensure()
     stored = on_disk(store)["agents"]["main"]["allowlist"]
     assert "commandText" not in stored[1]  # legacy plaintext stripped
-    assert all(re.fullmatch(r"[0-9a-f-]{36}", e["id"]) for e in stored)
+    assert all(re.fullmatch(r"[0-9a-f-]{36}", e["id"]) for e in stored[:2])
+    # The invalid items stay, verbatim, after the valid ones: a write never destroys a human's typo.
+    assert stored[2:] == [
+        "",
+        "   ",
+        42,
+        None,
+        ["x"],
+        {"pattern": ""},
+        {"argPattern": "x"},
+        {"pattern": "/bin/cat", "argPattern": 7},
+    ]
 
 
 def test_missing_ids_are_generated_stably_and_duplicates_fixed(store: ApprovalsStore) -> None:
