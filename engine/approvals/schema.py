@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine import jsontext
 from engine.commands.allowlist import ALLOW_ALWAYS_SOURCE, COMMAND_HASH_PREFIX, AllowlistEntry
 from engine.errors import ExecHostError, InvalidInput
 
@@ -286,7 +287,7 @@ def decode_approvals(text: str, path: Path | str) -> dict[str, Any]:
     if not text.strip():
         raise ApprovalsFileError(path, 'file is empty; expected a JSON object with "version": 1')
     try:
-        raw = json.loads(text, parse_constant=_reject_constant)
+        raw = jsontext.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise ApprovalsFileError(
             path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"

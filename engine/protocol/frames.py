@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from engine import statefs
+from engine import jsontext, statefs
 from engine.errors import ExecHostError
 
 PROTOCOL_VERSION = 1
@@ -148,7 +148,7 @@ def decode_frame(line: bytes | str) -> Frame:
     if len(raw) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame exceeds the {MAX_FRAME_BYTES}-byte cap")
     try:
-        obj = json.loads(raw)
+        obj = jsontext.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"invalid JSON: {exc}") from None
     if not isinstance(obj, dict):
@@ -224,7 +224,7 @@ def read_token(state: Path | None = None, name: str = TOKEN_NAME) -> str | None:
     if text is None:
         return None
     try:
-        data = json.loads(text)
+        data = jsontext.loads(text)
     except ValueError:
         return None
     token = data.get("token") if isinstance(data, dict) else None

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import statefs
+from engine import jsontext, statefs
 from engine.errors import ExecHostError
 
 REGISTRY_FILE = "sandbox-registry.json"
@@ -56,7 +56,7 @@ class Registry:
         if text is None or not text.strip():
             return []
         try:
-            data = json.loads(text)
+            data = jsontext.loads(text)
             raw_entries = data["entries"]
             if not isinstance(raw_entries, list):
                 raise TypeError("entries is not a list")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -36,7 +37,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_PIPE = 141  # 128 + SIGPIPE: what `cat` reports when its reader went away
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    except BrokenPipeError:
+        # `exechost … | head -0`: the reader is gone. Point stdout at /dev/null so the interpreter's own
+        # flush at exit does not raise again, and exit like a program killed by SIGPIPE.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_PIPE
+
+
+def _main(argv: list[str]) -> int:
+    problem = _not_utf8(argv)
+    if problem:
+        print(f"exechost: {problem}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
@@ -50,6 +69,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _not_utf8(argv: Sequence[str]) -> str | None:
+    """Python hands undecodable argv bytes over as lone surrogates; they cannot be sent as JSON, run, or
+    shown for approval faithfully, so they are refused here, by position."""
+    for index, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            byte = ord(arg[exc.start]) - 0xDC00
+            shown = f"byte 0x{byte:02x}" if 0 <= byte < 0x100 else f"character U+{ord(arg[exc.start]):04X}"
+            return (
+                f"argument {index} is not valid UTF-8 ({shown} at offset {exc.start}); commands, paths "
+                "and env values must be UTF-8 text"
+            )
+    return None
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-import json
 import os
 import select
 import shlex
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import statefs
+from engine import jsontext, statefs
 from engine.approvals.socket.exec_host import OUTPUT_CAP as OUTPUT_CAP
 from engine.approvals.socket.exec_host import LocalExecHost as LocalExecHost
 from engine.approvals.socket.exec_host import run_argv as run_argv
@@ -256,7 +255,7 @@ class ApprovalSocketServer:
             )
             return
         try:
-            frame = json.loads(line)
+            frame = jsontext.loads(line)
         except (ValueError, UnicodeDecodeError):
             frame = None
         if not isinstance(frame, dict):

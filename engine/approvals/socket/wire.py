@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import jsontext
 from engine.approvals.decisions import DECISIONS
 from engine.errors import InvalidInput
 from engine.unixsock import PeerInfo
@@ -89,7 +90,10 @@ class ExecHostRequest:
 
     @classmethod
     def from_json(cls, text: str) -> ExecHostRequest:
-        data = json.loads(text)
+        try:
+            data = jsontext.loads(text)
+        except ValueError as exc:
+            raise InvalidInput(f"requestJson is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
             raise InvalidInput("requestJson is not an object")
         argv = data.get("command")
@@ -196,7 +200,7 @@ async def _roundtrip(
                     if not line:
                         return None
                     try:
-                        msg = json.loads(line)
+                        msg = jsontext.loads(line)
                     except ValueError:
                         continue
                     if isinstance(msg, dict) and accept(msg):
