@@ -22,8 +22,6 @@ from engine.protocol.frames import (
     OPERATOR_TOKEN_NAME,
     PROTOCOL_VERSION,
     ErrorFrame,
-    Event,
-    Frame,
     Hello,
     ProtocolError,
     Request,
@@ -35,14 +33,12 @@ from engine.protocol.frames import (
     read_frame_line,
     socket_path,
 )
+from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
 from runner.gateway.services import Services
 
 log = logging.getLogger("exechost.gateway")
 
-SEND_QUEUE_FRAMES = 2048  # per connection; a client that lets this fill is cut off, never waited for
-EVENT_DROP_AT = SEND_QUEUE_FRAMES * 3 // 4  # events are shed first, responses keep their room
-EVENT_DROP_BYTES = 4 << 20  # output frames are shed once this much waits for a client that is not reading
 MAX_IN_FLIGHT = 512  # concurrent requests per connection; reading pauses beyond this
 MAX_CONNECTIONS = 256
 MAX_BAD_FRAMES = 8
@@ -51,105 +47,6 @@ SOCKET_CHECK_SEC = 2.0  # how often the daemon checks that its socket file is st
 
 class GatewayBusy(Exception):
     """Another live gateway owns the state dir's socket."""
-
-
-class Connection:
-    """One authenticated client: a reader loop, a bounded outgoing queue and a sender task."""
-
-    def __init__(
-        self, server: GatewayServer, writer: asyncio.StreamWriter, hello: Hello, peer_pid: int
-    ) -> None:
-        self.server = server
-        self.writer = writer
-        self.client = hello.client
-        self.name = hello.name or hello.client
-        self.operator = bool(hello.operator)  # verified in the handshake
-        self.peer_pid = peer_pid
-        self.topics: set[str] = set()
-        # None: every session's output (protocol v1 default); a set: only these (sessions.follow), the
-        # others reported as `session.activity` counts against read_marks (raw offset seen up to).
-        self.follow: set[str] | None = None
-        self.read_marks: dict[str, int] = {}
-        self.activity_sent: dict[str, int] = {}
-        self.approver = False
-        self.dropped_events = 0
-        self.shed_output: dict[str, Any] = {}
-        self._queued_bytes = 0
-        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_FRAMES)
-        self._sender = asyncio.get_running_loop().create_task(self._send_loop())
-        self.closed = False
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    def wants_output(self, session_id: str) -> bool:
-        return "sessions" in self.topics and (self.follow is None or session_id in self.follow)
-
-    def send(self, frame: Frame) -> None:
-        """Queue a frame, never waiting: a client that cannot keep up loses events, then the connection."""
-        if self.closed:
-            return
-        if isinstance(frame, Event):
-            sid = frame.data.get("sessionId") if frame.event.startswith("session.") else None
-            bulky = frame.event == "session.output" and self._queued_bytes >= EVENT_DROP_BYTES
-            # Approval events are never shed: they are small and rare, and an approver that missed one
-            # would have to poll. A client that lets its queue fill is cut off and resyncs on reconnect.
-            sheddable = not frame.event.startswith("approval.")
-            if sheddable and (bulky or self._queue.qsize() >= EVENT_DROP_AT):
-                self.dropped_events += 1
-                if frame.event == "session.output" and sid is not None:
-                    # Remember where the gap starts; the console re-reads it with sessions.output.
-                    self.shed_output.setdefault(sid, frame.data.get("offset"))
-                return
-            if sid is not None and sid in self.shed_output:
-                gap = {"sessionId": sid, "dropped": True, "offset": self.shed_output.pop(sid)}
-                self.send(Event(event="session.output", data=gap))
-        try:
-            data = encode_frame(frame)
-        except ProtocolError as exc:
-            if not isinstance(frame, Response):
-                self.dropped_events += 1
-                return
-            data = encode_frame(
-                Response(id=frame.id, ok=False, error={"code": "too_large", "message": str(exc)})
-            )
-        try:
-            self._queue.put_nowait(data)
-            self._queued_bytes += len(data)
-        except asyncio.QueueFull:
-            log.warning("client %s (pid %s) is not reading; closing its connection", self.name, self.peer_pid)
-            self.abort()
-
-    async def _send_loop(self) -> None:
-        try:
-            while True:
-                data = await self._queue.get()
-                if data is None:
-                    break
-                self._queued_bytes -= len(data)
-                self.writer.write(data)
-                if self.writer.transport.get_write_buffer_size() > 256 * 1024:
-                    await self.writer.drain()
-            await self.writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            self.abort()
-
-    def abort(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.writer.transport.abort() if self._queue.full() else self.writer.close()
-        self.server.services.connection_closed(self)
-
-    async def finish(self) -> None:
-        """Flush what is queued, then close."""
-        if not self.closed:
-            with contextlib.suppress(asyncio.QueueFull):
-                self._queue.put_nowait(None)
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(asyncio.shield(self._sender), 2.0)
-        self.abort()
-        self._sender.cancel()
 
 
 class GatewayServer:
@@ -314,7 +211,7 @@ class GatewayServer:
             self._unauthenticated -= 1
         if hello is None:
             return
-        conn = Connection(self, writer, hello, pid)
+        conn = Connection(writer, hello, pid, on_close=self.services.connection_closed)
         self.connections.add(conn)
         conn.send(Welcome(pid=os.getpid()))
         try:

@@ -1,9 +1,11 @@
-"""What the gateway owns: config, sessions, approvals, events, overrides, and the fan-out to clients."""
+"""What the gateway owns: config, sessions, approvals, events, overrides, and the fan-out to clients.
+
+Everything is built in the constructor, so no attribute is None until `start()`; `start()` only starts
+the background work (the activity ticker, the sandbox progress hook).
+"""
 
 from __future__ import annotations
 
-import asyncio
-import codecs
 import contextlib
 import logging
 import os
@@ -15,34 +17,17 @@ from engine.approvals.pending import ApprovalManager, ApprovalRecord
 from engine.approvals.store import ApprovalsStore
 from engine.config.loader import config_path, load_config
 from engine.config.model import Config
-from engine.errors import InvalidInput
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import Event
 from engine.results import ToolResult
-from engine.sessions import OutputChunk, OutputSubscription, SessionManager, SystemEvents
+from engine.sessions import SessionManager, SystemEvents
 from engine.tools.exec import ExecTool
+from runner.gateway.output import OutputFanout
 
 if TYPE_CHECKING:
     from runner.gateway.server import Connection, GatewayServer
 
 log = logging.getLogger("exechost.gateway")
-
-OUTPUT_FLUSH_SEC = 0.033
-OUTPUT_BATCH_BYTES = 64 * 1024
-ACTIVITY_INTERVAL_SEC = 0.25  # session.activity: at most 4 frames/s per following connection
-
-
-def _merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
-    """Adjacent chunks of the same stream joined; gaps kept as (\"gap\", b\"\", dropped)."""
-    out: list[tuple[str, bytes, int]] = []
-    for chunk in batch:
-        if chunk.dropped:
-            out.append(("gap", b"", chunk.dropped))
-        elif out and out[-1][0] == chunk.stream and not out[-1][2]:
-            out[-1] = (chunk.stream, out[-1][1] + chunk.data, 0)
-        else:
-            out.append((chunk.stream, chunk.data, 0))
-    return out
 
 
 class Services:
@@ -68,12 +53,32 @@ class Services:
         self.store = ApprovalsStore(state_dir / "exec-approvals.json")
         self.events = SystemEvents()
         self.overrides: dict[str, SessionOverrides] = {}
-        self.sessions: SessionManager | None = None
-        self.exec_tool: ExecTool | None = None
         self.started_at = time.time()
-        self._unsubscribe: list[Any] = []
-        self._forwarders: dict[str, asyncio.Task[None]] = {}  # sessionId -> task pushing its output
-        self._activity: asyncio.Task[None] | None = None
+        exec_cfg = self.config().exec
+        self.sessions = SessionManager(
+            state_dir,
+            log_cap_bytes=exec_cfg.log_cap_bytes,
+            cleanup_ms=exec_cfg.cleanup_ms,
+            events=self.events,
+            timeout_sec=float(exec_cfg.timeout_sec),
+            background_ms=exec_cfg.background_ms,
+        )
+        self.exec_tool = ExecTool(
+            config=self.config,
+            sessions=self.sessions,
+            approvals=self.approvals,
+            store=self.store,
+            events=self.events,
+            has_approver=self.has_approver,
+            overrides=self.overrides,
+            wait_session=self.wait_session,
+        )
+        self.output = OutputFanout(self.sessions, self.connections)
+        self.approvals.add_listener(self._on_approval)
+        self._unsubscribe = [
+            self.events.subscribe(self._on_system_event),
+            self.sessions.add_listener(self._on_session_event),
+        ]
         self._sandbox_manager: Any = None
 
     # -- lifecycle
@@ -98,32 +103,7 @@ class Services:
         return self._config
 
     async def start(self) -> None:
-        config = self.config()
-        exec_cfg = config.exec
-        self.sessions = SessionManager(
-            self.state_dir,
-            log_cap_bytes=exec_cfg.log_cap_bytes,
-            cleanup_ms=exec_cfg.cleanup_ms,
-            events=self.events,
-            timeout_sec=float(exec_cfg.timeout_sec),
-            background_ms=exec_cfg.background_ms,
-        )
-        self.exec_tool = ExecTool(
-            config=self.config,
-            sessions=self.sessions,
-            approvals=self.approvals,
-            store=self.store,
-            events=self.events,
-            has_approver=self.has_approver,
-            overrides=self.overrides,
-            wait_session=self.wait_session,
-        )
-        self.approvals.add_listener(self._on_approval)
-        self._unsubscribe.append(self.events.subscribe(self._on_system_event))
-        hook = getattr(self.sessions, "add_listener", None)
-        if callable(hook):
-            hook(self._on_session_event)
-        self._activity = asyncio.ensure_future(self._activity_loop())
+        self.output.start()
         self._hook_sandbox_progress()
 
     def _hook_sandbox_progress(self) -> None:
@@ -143,24 +123,18 @@ class Services:
     async def close(self) -> None:
         if self._sandbox_manager is not None and self._sandbox_manager.progress == self.sandbox_progress:
             self._sandbox_manager.progress = None
-        if self._activity is not None:
-            self._activity.cancel()
-        for task in list(self._forwarders.values()):
-            task.cancel()
+        self.output.close()
         for unsubscribe in self._unsubscribe:
             with contextlib.suppress(Exception):
                 unsubscribe()
         self.approvals.close()
-        if self.exec_tool is not None:
-            await self.exec_tool.close()
-        if self.sessions is not None:
-            await self.sessions.close()
+        await self.exec_tool.close()
+        await self.sessions.close()
 
     # -- sessions
 
     async def wait_session(self, session_id: str, scope_key: str) -> ToolResult:
         """Wait for a detached session to exit; its outcome as the follow-up event needs it."""
-        assert self.sessions is not None
         session = self.sessions.get(session_id)
         if session is None:
             return ToolResult("", {"status": "failed", "exitCode": None, "aggregated": ""})
@@ -213,173 +187,10 @@ class Services:
         )
 
     def _on_session_event(self, event: str, data: dict[str, Any]) -> None:
-        sid = str(data.get("sessionId"))
-        forwarder = self._forwarders.get(sid)
-        if event == "session.exited" and forwarder is not None:
-            # Exit after the last output: the forwarder drains the ended viewer, then this goes out.
-            forwarder.add_done_callback(lambda _t: self.broadcast("sessions", event, data))
-            return
-        self.broadcast("sessions", event, data)
-        if event == "session.started" and self._output_wanted(sid):
-            self._forward(sid)
-
-    # -- live output for the console: only to connections that want it (all, or the followed few)
-
-    def _output_wanted(self, session_id: str) -> bool:
-        return any(c.wants_output(session_id) for c in self.connections())
-
-    def forward_wanted_sessions(self) -> None:
-        """Start pushing output of every running session some connection now wants."""
-        assert self.sessions is not None
-        for session in list(self.sessions.registry):
-            if not session.exited and self._output_wanted(session.id):
-                self._forward(session.id)
-
-    def _offset(self, session_id: str) -> int:
-        session = self.sessions.get(session_id) if self.sessions is not None else None
-        return session.raw.offset if session is not None else 0
-
-    def follow(self, conn: Connection, session_id: str, *, only: bool = False) -> list[str]:
-        """`sessions.follow`: push this session's output to `conn` (and, with `only`, no other's)."""
-        assert self.sessions is not None
-        if self.sessions.get(session_id) is None:
-            raise InvalidInput(f"No session found for {session_id}")
-        self._enter_follow_mode(conn)
-        assert conn.follow is not None
-        if only:
-            for other in conn.follow - {session_id}:
-                self.unfollow(conn, other)
-        conn.follow.add(session_id)
-        conn.activity_sent.pop(session_id, None)
-        if "sessions" in conn.topics:
-            self._forward(session_id)
-        return sorted(conn.follow)
-
-    def unfollow(self, conn: Connection, session_id: str | None) -> list[str]:
-        """`sessions.unfollow`: stop pushing that session's output (None: every session's) to `conn`;
-        what it printed until now counts as seen."""
-        self._enter_follow_mode(conn)
-        assert conn.follow is not None
-        for sid in [session_id] if session_id is not None else list(conn.follow):
-            if sid in conn.follow:
-                conn.follow.discard(sid)
-                conn.read_marks[sid] = self._offset(sid)
-        return sorted(conn.follow)
-
-    def set_follow(self, conn: Connection, session_ids: list[str]) -> None:
-        """`subscribe {follow: [...]}`: follow mode with exactly these sessions (unknown ids are skipped)."""
-        self._enter_follow_mode(conn)
-        self.unfollow(conn, None)
-        for sid in session_ids:
-            if self.sessions is not None and self.sessions.get(sid) is not None:
-                self.follow(conn, sid)
-
-    def _enter_follow_mode(self, conn: Connection) -> None:
-        """Output that existed before the connection started following is not unread."""
-        if conn.follow is not None:
-            return
-        conn.follow = set()
-        if self.sessions is not None:
-            conn.read_marks = {s.id: s.raw.offset for s in self.sessions.registry}
-
-    async def _activity_loop(self) -> None:
-        """`session.activity`: unread byte counts (no bytes) of sessions a following connection hides."""
-        while True:
-            await asyncio.sleep(ACTIVITY_INTERVAL_SEC)
-            if self.sessions is None:
-                continue
-            conns = [c for c in self.connections() if c.follow is not None and "sessions" in c.topics]
-            if not conns:
-                continue
-            offsets = {s.id: s.raw.offset for s in self.sessions.registry}
-            for conn in conns:
-                self._send_activity(conn, offsets)
-
-    def _send_activity(self, conn: Connection, offsets: dict[str, int]) -> None:
-        assert conn.follow is not None
-        changed: list[dict[str, Any]] = []
-        for sid, total in offsets.items():
-            if sid in conn.follow:
-                continue
-            unread = max(0, total - conn.read_marks.get(sid, 0))
-            if conn.activity_sent.get(sid) != unread:
-                conn.activity_sent[sid] = unread
-                changed.append({"sessionId": sid, "unreadBytes": unread, "outputBytes": total})
-        for sid in [s for s in conn.activity_sent if s not in offsets]:
-            del conn.activity_sent[sid]
-            conn.read_marks.pop(sid, None)
-        if not changed:
-            return
-        shed = conn.dropped_events
-        conn.send(Event(event="session.activity", data={"sessions": changed}))
-        if conn.dropped_events != shed:  # shed under backlog: resend these counts next tick
-            for row in changed:
-                conn.activity_sent.pop(row["sessionId"], None)
-
-    def _send_output(self, session_id: str, data: dict[str, Any]) -> None:
-        frame = Event(event="session.output", data=data)
-        for conn in self.connections():
-            if conn.wants_output(session_id):
-                conn.send(frame)
-
-    def _forward(self, session_id: str) -> None:
-        if session_id in self._forwarders or self.sessions is None:
-            return
-        try:
-            viewer = self.sessions.subscribe(session_id, replay=False)
-        except KeyError:
-            return
-        # The offset is taken now, with the subscription: output may arrive before the task first runs.
-        task = asyncio.ensure_future(self._push_output(session_id, viewer, self._offset(session_id)))
-        self._forwarders[session_id] = task
-        task.add_done_callback(lambda _t: self._forwarders.pop(session_id, None))
-
-    async def _push_output(self, session_id: str, viewer: OutputSubscription, offset: int) -> None:
-        """Push `session.output`, coalesced to ≤ ~30 frames/s or 64 KiB per session; gaps are announced.
-        Stops once no connection wants this session's output (a later follow starts a new one)."""
-        decoders: dict[str, Any] = {}
-        try:
-            while (chunk := await viewer.get()) is not None:
-                batch = [chunk]
-                size = len(chunk.data)
-                deadline = asyncio.get_running_loop().time() + OUTPUT_FLUSH_SEC
-                while size < OUTPUT_BATCH_BYTES and asyncio.get_running_loop().time() < deadline:
-                    more = viewer.get_nowait()
-                    if more is None:
-                        await asyncio.sleep(0.005)
-                        if viewer.closed:
-                            break
-                        continue
-                    batch.append(more)
-                    size += len(more.data)
-                if not self._output_wanted(session_id):
-                    return
-                for stream, data, dropped in _merge(batch):
-                    if dropped:
-                        offset += dropped
-                        self._send_output(
-                            session_id, {"sessionId": session_id, "dropped": True, "offset": offset}
-                        )
-                        continue
-                    decoder = decoders.setdefault(stream, codecs.getincrementaldecoder("utf-8")("replace"))
-                    # ≤ 64 KiB per frame: even fully escaped JSON stays under the 1 MiB frame cap.
-                    for at in range(0, len(data), OUTPUT_BATCH_BYTES):
-                        piece = data[at : at + OUTPUT_BATCH_BYTES]
-                        self._send_output(
-                            session_id,
-                            {
-                                "sessionId": session_id,
-                                "stream": stream,
-                                "data": decoder.decode(piece),
-                                "offset": offset,
-                            },
-                        )
-                        offset += len(piece)
-        finally:
-            viewer.close()
+        self.output.session_event(event, data, lambda: self.broadcast("sessions", event, data))
 
     def status(self) -> dict[str, Any]:
-        sessions = self.sessions.list_sessions(None) if self.sessions is not None else []
+        sessions = self.sessions.list_sessions(None)
         return {
             "pid": os.getpid(),
             "uptimeSec": round(time.time() - self.started_at, 3),

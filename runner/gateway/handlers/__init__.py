@@ -21,7 +21,7 @@ from runner.gateway.handlers import (
 )
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection
+    from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 Handler = Callable[["Services", "Connection", dict[str, Any]], Awaitable[dict[str, Any]]]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from runner.gateway.handlers.common import opt_str, require_operator
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection
+    from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 

@@ -9,7 +9,7 @@ from engine.results import ToolError
 from runner.gateway.handlers.common import opt_str, req_str, require_operator
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection
+    from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from runner.gateway.handlers.common import session_key
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection
+    from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 

@@ -8,12 +8,11 @@ from engine.tools.exec import ExecContext
 from runner.gateway.handlers.common import agent_id, session_key
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection
+    from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    assert services.exec_tool is not None
     ctx = ExecContext(
         agent_id=agent_id(params), session_key=session_key(params), caller_alive=lambda: not conn.closed
     )

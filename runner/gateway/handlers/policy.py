@@ -12,7 +12,7 @@ from engine.tools.exec import sandbox_available
 from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator, session_key
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection
+    from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 

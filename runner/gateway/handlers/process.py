@@ -7,12 +7,11 @@ from typing import TYPE_CHECKING, Any
 from runner.gateway.handlers.common import agent_id, req_str, session_key
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection
+    from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    assert services.sessions is not None
     action = req_str(params, "action").strip().lower()
     scope = session_key(params) or f"agent:{agent_id(params)}"
     tool_params = {k: v for k, v in params.items() if k not in ("action", "sessionKey", "agentId")}

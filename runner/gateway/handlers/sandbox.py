@@ -12,7 +12,7 @@ from engine.sandbox.docker_ops import SandboxUnavailable
 from runner.gateway.handlers.common import agent_id, opt_str, session_key
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection
+    from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 

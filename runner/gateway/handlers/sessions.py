@@ -9,12 +9,11 @@ from engine.errors import InvalidInput
 from runner.gateway.handlers.common import opt_str, req_str
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection
+    from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 
 async def list_(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    assert services.sessions is not None
     key = opt_str(params, "sessionKey")
     return {"sessions": services.sessions.list_sessions(key or None)}
 
@@ -34,7 +33,6 @@ DEFAULT_OUTPUT_BYTES = 64 * 1024
 
 async def output(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     """Raw output (escapes intact) by raw byte offset; no offset = the last `limit` bytes (a pane opening)."""
-    assert services.sessions is not None
     sid = req_str(params, "sessionId")
     session = services.sessions.get(sid)
     if session is None:
@@ -53,7 +51,6 @@ async def output(services: Services, conn: Connection, params: dict[str, Any]) -
 
 
 async def resize(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    assert services.sessions is not None
     sid = req_str(params, "sessionId")
     cols, rows = _int(params, "cols"), _int(params, "rows")
     if not cols or not rows:
@@ -69,9 +66,9 @@ async def follow(services: Services, conn: Connection, params: dict[str, Any]) -
     only = params.get("only", False)
     if not isinstance(only, bool):
         raise InvalidInput("only must be a boolean")
-    return {"follow": services.follow(conn, sid, only=only)}
+    return {"follow": services.output.follow(conn, sid, only=only)}
 
 
 async def unfollow(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     """Stop pushing this session's output (no sessionId: every session's); activity counts continue."""
-    return {"follow": services.unfollow(conn, opt_str(params, "sessionId"))}
+    return {"follow": services.output.unfollow(conn, opt_str(params, "sessionId"))}

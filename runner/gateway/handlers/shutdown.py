@@ -6,7 +6,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection
+    from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 

@@ -9,7 +9,7 @@ from engine.errors import InvalidInput
 from engine.protocol.methods import TOPICS
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection
+    from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 
@@ -25,9 +25,9 @@ async def handle(services: Services, conn: Connection, params: dict[str, Any]) -
         raise InvalidInput("follow must be a list of session ids")
     conn.topics = set(topics) | ({"approvals"} if conn.approver else set())
     if follow is not None:
-        services.set_follow(conn, follow[:64])
+        services.output.set_follow(conn, follow[:64])
     if "sessions" in conn.topics:
-        services.forward_wanted_sessions()
+        services.output.forward_wanted_sessions()
     result: dict[str, Any] = {"topics": sorted(conn.topics)}
     if conn.follow is not None:
         result["follow"] = sorted(conn.follow)

@@ -66,7 +66,7 @@ async def test_session_output_pushed_and_pageable(state_dir: Path) -> None:
 async def test_slow_console_loses_output_frames_not_the_gateway(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("runner.gateway.server.EVENT_DROP_BYTES", 32 * 1024)
+    monkeypatch.setattr("runner.gateway.connection.EVENT_DROP_BYTES", 32 * 1024)
     write_config(state_dir, FULL)
     async with gateway(state_dir):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

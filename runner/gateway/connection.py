@@ -1,0 +1,121 @@
+"""One authenticated control-socket client: what it subscribed to, follows and approves, and its outgoing
+queue, which never blocks the gateway (a client that cannot keep up loses events, then the connection)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from engine.protocol.frames import Event, Frame, Hello, ProtocolError, Response, encode_frame
+
+log = logging.getLogger("exechost.gateway")
+
+SEND_QUEUE_FRAMES = 2048  # per connection; a client that lets this fill is cut off, never waited for
+EVENT_DROP_AT = SEND_QUEUE_FRAMES * 3 // 4  # events are shed first, responses keep their room
+EVENT_DROP_BYTES = 4 << 20  # output frames are shed once this much waits for a client that is not reading
+
+
+class Connection:
+    """One authenticated client: a reader loop, a bounded outgoing queue and a sender task."""
+
+    def __init__(
+        self,
+        writer: asyncio.StreamWriter,
+        hello: Hello,
+        peer_pid: int,
+        on_close: Callable[[Connection], None],
+    ) -> None:
+        self.writer = writer
+        self._on_close = on_close
+        self.client = hello.client
+        self.name = hello.name or hello.client
+        self.operator = bool(hello.operator)  # verified in the handshake
+        self.peer_pid = peer_pid
+        self.topics: set[str] = set()
+        # None: every session's output (protocol v1 default); a set: only these (sessions.follow), the
+        # others reported as `session.activity` counts against read_marks (raw offset seen up to).
+        self.follow: set[str] | None = None
+        self.read_marks: dict[str, int] = {}
+        self.activity_sent: dict[str, int] = {}
+        self.approver = False
+        self.dropped_events = 0
+        self.shed_output: dict[str, Any] = {}
+        self._queued_bytes = 0
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_FRAMES)
+        self._sender = asyncio.get_running_loop().create_task(self._send_loop())
+        self.closed = False
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def wants_output(self, session_id: str) -> bool:
+        return "sessions" in self.topics and (self.follow is None or session_id in self.follow)
+
+    def send(self, frame: Frame) -> None:
+        """Queue a frame, never waiting: a client that cannot keep up loses events, then the connection."""
+        if self.closed:
+            return
+        if isinstance(frame, Event):
+            sid = frame.data.get("sessionId") if frame.event.startswith("session.") else None
+            bulky = frame.event == "session.output" and self._queued_bytes >= EVENT_DROP_BYTES
+            # Approval events are never shed: they are small and rare, and an approver that missed one
+            # would have to poll. A client that lets its queue fill is cut off and resyncs on reconnect.
+            sheddable = not frame.event.startswith("approval.")
+            if sheddable and (bulky or self._queue.qsize() >= EVENT_DROP_AT):
+                self.dropped_events += 1
+                if frame.event == "session.output" and sid is not None:
+                    # Remember where the gap starts; the console re-reads it with sessions.output.
+                    self.shed_output.setdefault(sid, frame.data.get("offset"))
+                return
+            if sid is not None and sid in self.shed_output:
+                gap = {"sessionId": sid, "dropped": True, "offset": self.shed_output.pop(sid)}
+                self.send(Event(event="session.output", data=gap))
+        try:
+            data = encode_frame(frame)
+        except ProtocolError as exc:
+            if not isinstance(frame, Response):
+                self.dropped_events += 1
+                return
+            data = encode_frame(
+                Response(id=frame.id, ok=False, error={"code": "too_large", "message": str(exc)})
+            )
+        try:
+            self._queue.put_nowait(data)
+            self._queued_bytes += len(data)
+        except asyncio.QueueFull:
+            log.warning("client %s (pid %s) is not reading; closing its connection", self.name, self.peer_pid)
+            self.abort()
+
+    async def _send_loop(self) -> None:
+        try:
+            while True:
+                data = await self._queue.get()
+                if data is None:
+                    break
+                self._queued_bytes -= len(data)
+                self.writer.write(data)
+                if self.writer.transport.get_write_buffer_size() > 256 * 1024:
+                    await self.writer.drain()
+            await self.writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.writer.transport.abort() if self._queue.full() else self.writer.close()
+        self._on_close(self)
+
+    async def finish(self) -> None:
+        """Flush what is queued, then close."""
+        if not self.closed:
+            with contextlib.suppress(asyncio.QueueFull):
+                self._queue.put_nowait(None)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(self._sender), 2.0)
+        self.abort()
+        self._sender.cancel()

@@ -1,0 +1,216 @@
+"""Live session output for the console: pushed to the connections that want it, unread counts to the rest.
+
+A connection either takes every session's output (protocol v1) or follows a few (`sessions.follow`) and is
+told only how much the others printed (`session.activity`). One forwarder task per wanted session batches
+output to ≤ ~30 frames/s or 64 KiB and announces gaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import InvalidInput
+from engine.protocol.frames import Event
+from engine.sessions import OutputChunk, OutputSubscription, SessionManager
+
+if TYPE_CHECKING:
+    from runner.gateway.connection import Connection
+
+OUTPUT_FLUSH_SEC = 0.033
+OUTPUT_BATCH_BYTES = 64 * 1024
+ACTIVITY_INTERVAL_SEC = 0.25  # session.activity: at most 4 frames/s per following connection
+
+
+def _merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
+    """Adjacent chunks of the same stream joined; gaps kept as (\"gap\", b\"\", dropped)."""
+    out: list[tuple[str, bytes, int]] = []
+    for chunk in batch:
+        if chunk.dropped:
+            out.append(("gap", b"", chunk.dropped))
+        elif out and out[-1][0] == chunk.stream and not out[-1][2]:
+            out[-1] = (chunk.stream, out[-1][1] + chunk.data, 0)
+        else:
+            out.append((chunk.stream, chunk.data, 0))
+    return out
+
+
+class OutputFanout:
+    """Follow state per connection, forwarder tasks per session, the activity ticker."""
+
+    def __init__(self, sessions: SessionManager, connections: Callable[[], list[Connection]]) -> None:
+        self.sessions = sessions
+        self.connections = connections
+        self._forwarders: dict[str, asyncio.Task[None]] = {}  # sessionId -> task pushing its output
+        self._activity: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._activity = asyncio.ensure_future(self._activity_loop())
+
+    def close(self) -> None:
+        if self._activity is not None:
+            self._activity.cancel()
+        for task in list(self._forwarders.values()):
+            task.cancel()
+
+    def session_event(self, event: str, data: dict[str, Any], broadcast: Callable[[], None]) -> None:
+        """Broadcast a session lifecycle event in order with its output: an exit goes out after the last
+        output the forwarder still holds; a start begins forwarding when someone wants it."""
+        sid = str(data.get("sessionId"))
+        forwarder = self._forwarders.get(sid)
+        if event == "session.exited" and forwarder is not None:
+            forwarder.add_done_callback(lambda _t: broadcast())
+            return
+        broadcast()
+        if event == "session.started" and self._output_wanted(sid):
+            self._forward(sid)
+
+    def _output_wanted(self, session_id: str) -> bool:
+        return any(c.wants_output(session_id) for c in self.connections())
+
+    def forward_wanted_sessions(self) -> None:
+        """Start pushing output of every running session some connection now wants."""
+        for session in list(self.sessions.registry):
+            if not session.exited and self._output_wanted(session.id):
+                self._forward(session.id)
+
+    def _offset(self, session_id: str) -> int:
+        session = self.sessions.get(session_id)
+        return session.raw.offset if session is not None else 0
+
+    def follow(self, conn: Connection, session_id: str, *, only: bool = False) -> list[str]:
+        """`sessions.follow`: push this session's output to `conn` (and, with `only`, no other's)."""
+        if self.sessions.get(session_id) is None:
+            raise InvalidInput(f"No session found for {session_id}")
+        self._enter_follow_mode(conn)
+        assert conn.follow is not None
+        if only:
+            for other in conn.follow - {session_id}:
+                self.unfollow(conn, other)
+        conn.follow.add(session_id)
+        conn.activity_sent.pop(session_id, None)
+        if "sessions" in conn.topics:
+            self._forward(session_id)
+        return sorted(conn.follow)
+
+    def unfollow(self, conn: Connection, session_id: str | None) -> list[str]:
+        """`sessions.unfollow`: stop pushing that session's output (None: every session's) to `conn`;
+        what it printed until now counts as seen."""
+        self._enter_follow_mode(conn)
+        assert conn.follow is not None
+        for sid in [session_id] if session_id is not None else list(conn.follow):
+            if sid in conn.follow:
+                conn.follow.discard(sid)
+                conn.read_marks[sid] = self._offset(sid)
+        return sorted(conn.follow)
+
+    def set_follow(self, conn: Connection, session_ids: list[str]) -> None:
+        """`subscribe {follow: [...]}`: follow mode with exactly these sessions (unknown ids are skipped)."""
+        self._enter_follow_mode(conn)
+        self.unfollow(conn, None)
+        for sid in session_ids:
+            if self.sessions.get(sid) is not None:
+                self.follow(conn, sid)
+
+    def _enter_follow_mode(self, conn: Connection) -> None:
+        """Output that existed before the connection started following is not unread."""
+        if conn.follow is not None:
+            return
+        conn.follow = set()
+        conn.read_marks = {s.id: s.raw.offset for s in self.sessions.registry}
+
+    async def _activity_loop(self) -> None:
+        """`session.activity`: unread byte counts (no bytes) of sessions a following connection hides."""
+        while True:
+            await asyncio.sleep(ACTIVITY_INTERVAL_SEC)
+            conns = [c for c in self.connections() if c.follow is not None and "sessions" in c.topics]
+            if not conns:
+                continue
+            offsets = {s.id: s.raw.offset for s in self.sessions.registry}
+            for conn in conns:
+                self._send_activity(conn, offsets)
+
+    def _send_activity(self, conn: Connection, offsets: dict[str, int]) -> None:
+        assert conn.follow is not None
+        changed: list[dict[str, Any]] = []
+        for sid, total in offsets.items():
+            if sid in conn.follow:
+                continue
+            unread = max(0, total - conn.read_marks.get(sid, 0))
+            if conn.activity_sent.get(sid) != unread:
+                conn.activity_sent[sid] = unread
+                changed.append({"sessionId": sid, "unreadBytes": unread, "outputBytes": total})
+        for sid in [s for s in conn.activity_sent if s not in offsets]:
+            del conn.activity_sent[sid]
+            conn.read_marks.pop(sid, None)
+        if not changed:
+            return
+        shed = conn.dropped_events
+        conn.send(Event(event="session.activity", data={"sessions": changed}))
+        if conn.dropped_events != shed:  # shed under backlog: resend these counts next tick
+            for row in changed:
+                conn.activity_sent.pop(row["sessionId"], None)
+
+    def _send_output(self, session_id: str, data: dict[str, Any]) -> None:
+        frame = Event(event="session.output", data=data)
+        for conn in self.connections():
+            if conn.wants_output(session_id):
+                conn.send(frame)
+
+    def _forward(self, session_id: str) -> None:
+        if session_id in self._forwarders:
+            return
+        try:
+            viewer = self.sessions.subscribe(session_id, replay=False)
+        except KeyError:
+            return
+        # The offset is taken now, with the subscription: output may arrive before the task first runs.
+        task = asyncio.ensure_future(self._push_output(session_id, viewer, self._offset(session_id)))
+        self._forwarders[session_id] = task
+        task.add_done_callback(lambda _t: self._forwarders.pop(session_id, None))
+
+    async def _push_output(self, session_id: str, viewer: OutputSubscription, offset: int) -> None:
+        """Push `session.output`, coalesced to ≤ ~30 frames/s or 64 KiB per session; gaps are announced.
+        Stops once no connection wants this session's output (a later follow starts a new one)."""
+        decoders: dict[str, Any] = {}
+        try:
+            while (chunk := await viewer.get()) is not None:
+                batch = [chunk]
+                size = len(chunk.data)
+                deadline = asyncio.get_running_loop().time() + OUTPUT_FLUSH_SEC
+                while size < OUTPUT_BATCH_BYTES and asyncio.get_running_loop().time() < deadline:
+                    more = viewer.get_nowait()
+                    if more is None:
+                        await asyncio.sleep(0.005)
+                        if viewer.closed:
+                            break
+                        continue
+                    batch.append(more)
+                    size += len(more.data)
+                if not self._output_wanted(session_id):
+                    return
+                for stream, data, dropped in _merge(batch):
+                    if dropped:
+                        offset += dropped
+                        self._send_output(
+                            session_id, {"sessionId": session_id, "dropped": True, "offset": offset}
+                        )
+                        continue
+                    decoder = decoders.setdefault(stream, codecs.getincrementaldecoder("utf-8")("replace"))
+                    # ≤ 64 KiB per frame: even fully escaped JSON stays under the 1 MiB frame cap.
+                    for at in range(0, len(data), OUTPUT_BATCH_BYTES):
+                        piece = data[at : at + OUTPUT_BATCH_BYTES]
+                        self._send_output(
+                            session_id,
+                            {
+                                "sessionId": session_id,
+                                "stream": stream,
+                                "data": decoder.decode(piece),
+                                "offset": offset,
+                            },
+                        )
+                        offset += len(piece)
+        finally:
+            viewer.close()
