@@ -26,7 +26,7 @@ from console.screens.help import HelpScreen
 from console.session_flows import SessionFlows
 from console.widgets.approvals import ApprovalsPane
 from console.widgets.panes import LinePane
-from console.widgets.policy import PolicyPane, load_policies
+from console.widgets.policy import PolicyPane
 from console.widgets.sandboxes import SandboxesPane
 from console.widgets.sessions import SessionsPane
 from engine.approvals.socket.server import (
@@ -44,7 +44,6 @@ from engine.results import ToolError
 FLUSH_HZ = 30
 LIST_RENDER_SEC = 0.1
 LIST_REFRESH_SEC = 0.5
-SESSION_OVERRIDE_KEYS = ("host", "security", "ask", "node", "elevated")
 FOCUS_TARGETS = {
     "approvals": "#approval-list",
     "sessions": "#session-list",
@@ -186,6 +185,7 @@ class ConsoleApp(SessionFlows):
         self.sessions.replace_all(message.sessions)
         self.sessions.render_list(self.unread())
         self.refresh_inbox()
+        self.refresh_policy()
         for item in self.inbox.rows():
             self.explain(item)
         if self.sessions.current:
@@ -416,86 +416,12 @@ class ConsoleApp(SessionFlows):
         if self._ticks % 2 == 0 and self.link.connected.is_set() and not self.link.output.pushed:
             self.refresh_sessions()  # without pushed output, totalChars is how unread is known
 
-    @on(PolicyPane.Edit)
-    def on_policy_edit(self, message: PolicyPane.Edit) -> None:
-        self.policy_edit_flow(message)
+    @on(PolicyPane.Changed)
+    def on_policy_changed(self, message: PolicyPane.Changed) -> None:
+        self.overrides = message.overrides
 
-    # ------------------------------------------------------------------ policy
-
-    @work(group="policy", exclusive=True, exit_on_error=False)
-    async def refresh_policy(self) -> None:
-        """The gateway's /exec and /elevated overrides (the source of truth), then each agent's policy."""
-        if self.link.connected.is_set():
-            try:
-                live = (await self.link.request("policy.overrides")).get("overrides", {})
-                self.overrides = {
-                    key: SessionOverrides(**{k: v for k, v in values.items() if k in SESSION_OVERRIDE_KEYS})
-                    for key, values in live.items()
-                    if isinstance(values, dict)
-                }
-            except (RemoteError, ConnectionError, TypeError):
-                pass  # an older gateway: keep the shadow copy made when directives were sent
-        try:
-            agents = await asyncio.to_thread(load_policies, self.config_path, dict(self.overrides))
-        except Exception as exc:
-            self.policy.show_check(Text(f"policy unavailable: {exc}", style="red"))
-            return
-        self.policy.show(agents)
-
-    @work(group="dialog", exit_on_error=False)
-    async def policy_edit_flow(self, message: PolicyPane.Edit) -> None:
-        agent = message.agent_id
-        if message.verb == "add":
-            text = await self.ask_dialog(
-                TextDialog(
-                    f"Add allowlist pattern for {agent}",
-                    placeholder="/usr/bin/git   or   ~/bin/*   [ :: argPattern regex]",
-                )
-            )
-            if not text:
-                return
-            pattern, _, arg = (p.strip() for p in text.partition("::"))
-            try:
-                await asyncio.to_thread(
-                    ApprovalsStore().add_allowlist, agent, pattern, arg or None, "console"
-                )
-            except (ApprovalsFileError, ValueError) as exc:
-                self.notify_plain(str(exc), severity="error")
-        elif message.verb == "remove" and message.pattern:
-            if not await self.ask_dialog(
-                ConfirmDialog("Remove allowlist entry?", f"{agent}: {message.pattern}", yes="Remove")
-            ):
-                return
-            await asyncio.to_thread(ApprovalsStore().remove_allowlist, agent, message.pattern)
-        elif message.verb == "check":
-            command = await self.ask_dialog(
-                TextDialog(f"Check a command as {agent}", placeholder="ls -la | wc -l")
-            )
-            if command:
-                self.check_command(agent, command)
-            return
-        self.refresh_policy()
-
-    @work(group="policy-check", exclusive=True, exit_on_error=False)
-    async def check_command(self, agent: str, command: str) -> None:
-        try:
-            res = await self.link.request(
-                "policy.check", {"command": command, "agentId": agent, "sessionKey": f"agent:{agent}"}
-            )
-        except (RemoteError, ConnectionError) as exc:
-            self.policy.show_check(Text(str(exc), style="red"))
-            return
-        verdict = str(res.get("decision", "?"))
-        style = {"allow": "bold green", "ask": "bold yellow", "deny": "bold red"}.get(verdict, "bold")
-        out = Text.assemble(
-            ("$ ", "dim"), visible(command), "\n", (verdict, style), f"  {visible(res.get('reason', ''))}"
-        )
-        step = res.get("decidedBy") or {}
-        if step:
-            out.append(
-                f"\ndecided by {step.get('layer')}: {step.get('key')} = {step.get('value')}", style="dim"
-            )
-        self.policy.show_check(out)
+    def refresh_policy(self) -> None:
+        self.policy.reload()
 
     # ------------------------------------------------------------------ palette directives
 

@@ -9,20 +9,27 @@ from typing import Any, ClassVar
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
+from console.dialogs import ConfirmDialog, TextDialog
 from console.text import plain
-from engine.approvals.store import ApprovalsStore
-from engine.config.loader import load_config
-from engine.policy.precedence import PolicyError, SessionOverrides, resolve_policy
+from engine.display import visible
+from engine.policy.precedence import SessionOverrides
+from engine.protocol.frames import RemoteError
+
+# The fields of a session override (`/exec …`, `/elevated …`) as the gateway reports them.
+SESSION_OVERRIDE_KEYS = ("host", "security", "ask", "node", "elevated")
 
 
 @dataclass
 class AgentPolicy:
+    """One row of the gateway's `policy.agents`: the policy it enforces for one agent."""
+
     agent_id: str
     policy: dict[str, Any]
     trail: list[dict[str, str]]
@@ -30,60 +37,16 @@ class AgentPolicy:
     error: str | None = None
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-
-def load_policies(config_path: str | None, overrides: dict[str, SessionOverrides]) -> list[AgentPolicy]:
-    """Blocking (config + approvals file): run it in a thread worker."""
-    config = load_config(config_path)
-    store = ApprovalsStore()
-    approvals = store.load()
-    agent_ids = list(dict.fromkeys(["main", *config.agents, *(a for a in approvals.agents if a != "*")]))
-    out: list[AgentPolicy] = []
-    for agent_id in agent_ids:
-        file_policy = approvals.agent(agent_id)
-        allowlist = [
-            {
-                "pattern": r.pattern,
-                "argPattern": r.arg_pattern,
-                "lastUsedAt": r.last_used_at,
-                "lastUsedCommand": r.last_used_command,
-                "source": r.source,
-            }
-            for r in file_policy.allowlist
-        ]
-        mine = {k: vars(v) for k, v in overrides.items() if k in (f"agent:{agent_id}", agent_id)}
-        override = overrides.get(f"agent:{agent_id}")
-        try:
-            policy = resolve_policy(
-                config,
-                agent_id,
-                None,
-                override,
-                file_policy,
-                False,
-                file_defaults=approvals.defaults,
-                session_key=f"agent:{agent_id}",
-            )
-        except PolicyError as exc:
-            out.append(AgentPolicy(agent_id, {}, [], allowlist, error=str(exc), overrides=mine))
-            continue
-        out.append(
-            AgentPolicy(
-                agent_id,
-                {
-                    "host": policy.host,
-                    "security": policy.security,
-                    "ask": policy.ask,
-                    "askFallback": policy.ask_fallback,
-                    "elevated": policy.elevated,
-                    "node": policy.node,
-                    "direct": policy.direct,
-                },
-                [step.to_json() for step in policy.trail],
-                allowlist,
-                overrides=mine,
-            )
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> AgentPolicy:
+        return cls(
+            agent_id=str(row.get("agentId") or "?"),
+            policy=dict(row.get("policy") or {}),
+            trail=list(row.get("trail") or []),
+            allowlist=list(row.get("allowlist") or []),
+            error=row.get("error"),
+            overrides=dict(row.get("overrides") or {}),
         )
-    return out
 
 
 def fmt_ms(ms: Any) -> str:
@@ -136,12 +99,12 @@ class PolicyPane(Horizontal):
         Binding("c", "edit('check')", "Check command"),
     ]
 
-    class Edit(Message):
-        def __init__(self, verb: str, agent_id: str, pattern: str | None = None) -> None:
+    class Changed(Message):
+        """The session overrides the gateway reported changed (the app keeps them for directives)."""
+
+        def __init__(self, overrides: dict[str, SessionOverrides]) -> None:
             super().__init__()
-            self.verb = verb
-            self.agent_id = agent_id
-            self.pattern = pattern
+            self.overrides = overrides
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -203,15 +166,95 @@ class PolicyPane(Horizontal):
             event.stop()
             self._detail()
 
+    # -- requests and flows: everything goes through the gateway, which enforces this policy
+
+    @work(group="policy", exclusive=True, exit_on_error=False)
+    async def reload(self) -> None:
+        """The gateway's overrides and each agent's effective policy, as it enforces them."""
+        link = self.app.link  # type: ignore[attr-defined]
+        if not link.connected.is_set():
+            return
+        try:
+            live = (await link.request("policy.overrides")).get("overrides", {})
+            rows = (await link.request("policy.agents")).get("agents", [])
+        except (RemoteError, ConnectionError) as exc:
+            self.show_check(Text(f"policy unavailable: {exc}", style="red"))
+            return
+        overrides = {
+            key: SessionOverrides(**{k: v for k, v in values.items() if k in SESSION_OVERRIDE_KEYS})
+            for key, values in live.items()
+            if isinstance(values, dict)
+        }
+        self.post_message(self.Changed(overrides))
+        self.show([AgentPolicy.from_json(row) for row in rows if isinstance(row, dict)])
+
+    async def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            result: dict[str, Any] = await self.app.link.request(method, params)  # type: ignore[attr-defined]
+            return result
+        except (RemoteError, ConnectionError) as exc:
+            self.notify(str(exc), severity="error", markup=False)
+            return None
+
     def action_edit(self, verb: str) -> None:
         agent = self.selected
         if agent is None:
             return
-        pattern = None
-        if verb == "remove":
-            allow = self.query_one("#allowlist", DataTable)
-            if not agent.allowlist:
-                self.notify("No allowlist entry to remove.", severity="warning")
+        if verb == "remove" and not agent.allowlist:
+            self.notify("No allowlist entry to remove.", severity="warning")
+            return
+        self.edit_flow(verb, agent)
+
+    @work(group="dialog", exit_on_error=False)
+    async def edit_flow(self, verb: str, agent: AgentPolicy) -> None:
+        name = agent.agent_id
+        if verb == "add":
+            text = await self.app.push_screen_wait(
+                TextDialog(
+                    f"Add allowlist pattern for {visible(name)}",
+                    placeholder="/usr/bin/git   or   ~/bin/*   [ :: argPattern regex]",
+                )
+            )
+            if not text:
                 return
-            pattern = agent.allowlist[min(max(allow.cursor_row, 0), len(agent.allowlist) - 1)]["pattern"]
-        self.post_message(self.Edit(verb, agent.agent_id, pattern))
+            pattern, _, arg = (p.strip() for p in text.partition("::"))
+            params = {"agentId": name, "pattern": pattern, **({"argPattern": arg} if arg else {})}
+            added = await self._request("approvals.allowlist.add", params)
+            if added and added.get("pattern") != pattern:
+                self.notify(f"{pattern} resolved to {added.get('pattern')}", markup=False)
+        elif verb == "remove":
+            allow = self.query_one("#allowlist", DataTable)
+            entry = agent.allowlist[min(max(allow.cursor_row, 0), len(agent.allowlist) - 1)]
+            body = f"{visible(name)}: {visible(entry['pattern'])}"
+            confirm = ConfirmDialog("Remove allowlist entry?", body, yes="Remove")
+            if not await self.app.push_screen_wait(confirm):
+                return
+            await self._request("approvals.allowlist.remove", {"agentId": name, "pattern": entry["pattern"]})
+        elif verb == "check":
+            command = await self.app.push_screen_wait(
+                TextDialog(f"Check a command as {visible(name)}", placeholder="ls -la | wc -l")
+            )
+            if command:
+                self.check_command(name, command)
+            return
+        self.reload()
+
+    @work(group="policy-check", exclusive=True, exit_on_error=False)
+    async def check_command(self, agent: str, command: str) -> None:
+        params = {"command": command, "agentId": agent, "sessionKey": f"agent:{agent}"}
+        try:
+            res = await self.app.link.request("policy.check", params)  # type: ignore[attr-defined]
+        except (RemoteError, ConnectionError) as exc:
+            self.show_check(Text(str(exc), style="red"))
+            return
+        verdict = str(res.get("decision", "?"))
+        style = {"allow": "bold green", "ask": "bold yellow", "deny": "bold red"}.get(verdict, "bold")
+        out = Text.assemble(
+            ("$ ", "dim"), visible(command), "\n", (verdict, style), f"  {visible(res.get('reason', ''))}"
+        )
+        step = res.get("decidedBy") or {}
+        if step:
+            out.append(
+                f"\ndecided by {step.get('layer')}: {step.get('key')} = {step.get('value')}", style="dim"
+            )
+        self.show_check(out)

@@ -6,6 +6,7 @@ import hashlib
 import os
 import re
 import shlex
+import shutil
 import stat
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -122,6 +123,18 @@ def named_path(path: str) -> str:
 
 
 @lru_cache(maxsize=512)
+
+def bare_name_path(pattern: str, path_var: str | None = None) -> str | None:
+    """The path a bare-name pattern (`rg`) names now, through PATH; None when `pattern` is not a bare
+    name. Bare names never match at run time (they would mean whatever PATH finds then), so an entry
+    added by name is stored as this path. Raises InvalidInput when PATH has no such program."""
+    if pattern == "*" or "/" in pattern or pattern.startswith(("~", "=")) or any(c in pattern for c in "*?["):
+        return None
+    found = shutil.which(pattern, path=path_var)
+    if found is None:
+        raise InvalidInput(f"{pattern}: not found on PATH; give the executable's path instead")
+    return named_path(os.path.abspath(found))
+
 def _compile_args(arg_pattern: str) -> re.Pattern[str] | None:
     try:
         return re.compile(arg_pattern)

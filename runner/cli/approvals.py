@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -19,9 +17,10 @@ from engine.approvals.store import (
     ApprovalsStore,
     normalize_agent_id,
 )
-from engine.commands.allowlist import COMMAND_HASH_PREFIX, named_path
+from engine.commands.allowlist import COMMAND_HASH_PREFIX, bare_name_path
 from engine.config.loader import load_config
 from engine.config.model import ConfigError
+from engine.errors import InvalidInput
 from engine.policy.precedence import resolve_policy
 from engine.results import ToolError
 from runner.cli import UsageError
@@ -245,14 +244,14 @@ def cmd_allowlist_add(args: argparse.Namespace) -> int:
 
 
 def _resolve_bare_name(pattern: str) -> str:
-    """A bare name (`rg`) never matches at run time (it would mean whatever PATH finds then): resolve it
-    now, through this shell's PATH, to the path it names, and store that (the operator sees which)."""
-    if pattern == "*" or "/" in pattern or pattern.startswith("~") or any(c in pattern for c in "*?["):
+    """A bare name (`rg`) is resolved through this shell's PATH and stored as the path it names (the
+    operator is told which): bare names never match at run time."""
+    try:
+        path = bare_name_path(pattern)
+    except InvalidInput as exc:
+        raise UsageError(str(exc)) from None
+    if path is None:
         return pattern
-    found = shutil.which(pattern)
-    if found is None:
-        raise UsageError(f"{pattern}: not found on PATH; give the executable's path instead")
-    path = named_path(os.path.abspath(found))
     print(f"note: bare name {pattern} resolved to {path}", file=sys.stderr)
     return path
 

@@ -1,11 +1,15 @@
-"""`approvals.pending|attach|detach`: list pending asks; mark a connection as an approver they route to."""
+"""`approvals.pending|attach|detach|allowlist.add|allowlist.remove`: pending asks, approvers, allowlist."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-from runner.gateway.handlers.common import opt_str, require_operator
+from engine.approvals.store import ApprovalsFileError
+from engine.commands.allowlist import COMMAND_HASH_PREFIX, bare_name_path
+from engine.errors import InvalidInput
+from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -52,3 +56,31 @@ async def attach(services: Services, conn: Connection, params: dict[str, Any]) -
 async def detach(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     conn.approver = False
     return {"attached": False}
+
+
+async def allowlist_add(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    """Add an entry to the approvals file (the operator's edit, e.g. from the console's Policy pane)."""
+    require_operator(conn, "approvals.allowlist.add")
+    agent = agent_id(params)
+    pattern = req_str(params, "pattern").strip()
+    if pattern.startswith(COMMAND_HASH_PREFIX):
+        raise InvalidInput(f"{COMMAND_HASH_PREFIX} entries are written only by an allow-always approval")
+    resolved = await asyncio.to_thread(bare_name_path, pattern)
+    try:
+        record = await asyncio.to_thread(
+            services.store.add_allowlist, agent, resolved or pattern, opt_str(params, "argPattern"), "console"
+        )
+    except (ApprovalsFileError, ValueError) as exc:
+        raise InvalidInput(str(exc)) from None
+    return {"agentId": agent, "pattern": record.pattern, "argPattern": record.arg_pattern, "id": record.id}
+
+
+async def allowlist_remove(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    require_operator(conn, "approvals.allowlist.remove")
+    agent = agent_id(params)
+    pattern = req_str(params, "pattern")
+    try:
+        removed = await asyncio.to_thread(services.store.remove_allowlist, agent, pattern)
+    except (ApprovalsFileError, ValueError) as exc:
+        raise InvalidInput(str(exc)) from None
+    return {"agentId": agent, "removed": removed}

@@ -1,4 +1,4 @@
-"""`policy.check|override|overrides`: explain a decision; set and show /exec and /elevated overrides."""
+"""`policy.check|override|overrides|agents`: explain a decision; session overrides; per-agent policy."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import InvalidInput
 from engine.policy.decision import evaluate
 from engine.policy.precedence import SessionOverrides, apply_directive
+from engine.policy.report import agent_policies
 from engine.tools.exec import sandbox_available
 from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator, session_key
 
@@ -77,3 +78,11 @@ def _only_tightens(before: SessionOverrides, after: SessionOverrides) -> bool:
 
 async def overrides(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     return {"overrides": {key: _view(ov) for key, ov in services.overrides.items()}}
+
+
+async def agents(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    """Every agent's effective policy as this gateway enforces it (the console's Policy pane)."""
+    require_operator(conn, "policy.agents")  # the allowlist is a map of what runs unasked
+    config = services.config()
+    approvals = await asyncio.to_thread(services.store.load)
+    return {"agents": agent_policies(config, approvals, dict(services.overrides))}
