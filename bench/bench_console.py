@@ -263,7 +263,7 @@ async def real_load(
     out["spawn_s"] = time.monotonic() - started
     gate.touch()
     await pilot.pause(1.0)
-    app.refresh_sessions()
+    app.sessions.refresh_sessions()
     await pilot.pause(0.5)
     rows = (await agent.request("sessions.list"))["sessions"]
     out["running"] = sum(1 for r in rows if r.get("sessionId") in ids and r.get("status") == "running")

@@ -14,6 +14,7 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
+from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
@@ -23,7 +24,6 @@ from console.gateway import GatewayLink
 from console.inbox import Inbox, InboxItem
 from console.messages import GatewayConnected, GatewayEvent, GatewayLost, SocketApprovalRequested
 from console.screens.help import HelpScreen
-from console.session_flows import SessionFlows
 from console.widgets.approvals import ApprovalsPane
 from console.widgets.panes import LinePane
 from console.widgets.policy import PolicyPane
@@ -53,7 +53,7 @@ FOCUS_TARGETS = {
 }
 
 
-class ConsoleApp(SessionFlows):
+class ConsoleApp(App[None]):
     """Everything durable lives in the gateway: quitting or crashing here loses no session or approval."""
 
     CSS_PATH = "styles/app.tcss"
@@ -92,10 +92,6 @@ class ConsoleApp(SessionFlows):
         self.socket_server: ApprovalSocketServer | None = None
         self.overrides: dict[str, SessionOverrides] = {}
         self.gateway_pid: int | None = None
-        self.log_page: dict[str, int] = {}  # session id -> first line shown while paging the log
-        self.replaying: str | None = None  # live output waits while this session's log is re-read
-        self.read_chars: dict[str, int] = {}  # no-push fallback: totalChars already looked at
-        self.seen_total: dict[str, tuple[Any, Any]] = {}  # poll fallback: log size last shown
         self.shown_at: dict[str, float] = {}  # approval id -> wall time its row was painted (bench)
         self._list_timer: Timer | None = None
         self._refresh_timer: Timer | None = None
@@ -108,7 +104,7 @@ class ConsoleApp(SessionFlows):
             with TabPane("Approvals (0)", id="approvals"):
                 yield ApprovalsPane(id="approvals-pane")
             with TabPane("Sessions", id="sessions"):
-                yield SessionsPane(id="sessions-pane")
+                yield SessionsPane(self.link, state=self.state, live=self.connect_gateway, id="sessions-pane")
             with TabPane("Events", id="events"):
                 yield LinePane(max_lines=2000, id="events-pane")
             with TabPane("Policy", id="policy"):
@@ -122,12 +118,24 @@ class ConsoleApp(SessionFlows):
         return self.query_one(ApprovalsPane)
 
     @property
+    def sessions(self) -> SessionsPane:
+        return self.query_one(SessionsPane)
+
+    @property
     def policy(self) -> PolicyPane:
         return self.query_one(PolicyPane)
 
     @property
     def events_pane(self) -> LinePane:
         return self.query_one("#events-pane", LinePane)
+
+    def notify_plain(self, message: str, **kwargs: Any) -> None:
+        """notify() without markup: messages carry commands, paths and gateway texts."""
+        self.notify(message, markup=False, **kwargs)
+
+    async def ask_dialog(self, screen: Screen[Any]) -> Any:
+        """A dialog's answer; only from workers (awaiting in a handler would stall the app's queue)."""
+        return await self.push_screen_wait(screen)
 
     @staticmethod
     def _while_mounted(callback: Callable[[], None]) -> Callable[[], None]:
@@ -146,7 +154,7 @@ class ConsoleApp(SessionFlows):
             self.run_worker(self.link.run(), group="gateway", name="gateway-link", exit_on_error=False)
         self.set_interval(1 / FLUSH_HZ, self._while_mounted(self.flush_output))
         self.set_interval(1.0, self._while_mounted(self.tick))
-        self.set_interval(0.25, self._while_mounted(self.poll_visible))
+        self.set_interval(0.25, self._while_mounted(lambda: self.sessions.poll_visible()))
         if self.host_approval_socket:
             await self.start_approval_socket()
         self.refresh_policy()
@@ -183,13 +191,13 @@ class ConsoleApp(SessionFlows):
         self.sub_title = f"gateway pid {message.pid}"
         self.inbox.replace_gateway(message.pending)
         self.sessions.replace_all(message.sessions)
-        self.sessions.render_list(self.unread())
+        self.sessions.render_list(self.sessions.unread())
         self.refresh_inbox()
         self.refresh_policy()
         for item in self.inbox.rows():
             self.explain(item)
         if self.sessions.current:
-            self.replay(self.sessions.current)
+            self.sessions.replay(self.sessions.current)
 
     def on_gateway_lost(self, message: GatewayLost) -> None:
         self.sub_title = f"gateway unreachable: {message.reason[:80]} (retrying)"
@@ -217,7 +225,7 @@ class ConsoleApp(SessionFlows):
             if event == "session.exited":
                 self.refresh_sessions_soon()
                 if data.get("sessionId") == self.sessions.current and self.sessions.current:
-                    self.replay(self.sessions.current)  # the log has everything up to EOF
+                    self.sessions.replay(self.sessions.current)  # the log has everything up to EOF
         elif event == "system.event":
             stamp = time.strftime("%H:%M:%S", time.localtime((data.get("ts") or time.time() * 1000) / 1000))
             key, text = visible(data.get("sessionKey", "")), visible(data.get("text", ""), newline=REPORT)
@@ -231,7 +239,7 @@ class ConsoleApp(SessionFlows):
     def _render_sessions_now(self) -> None:
         self._list_timer = None
         with contextlib.suppress(NoMatches):  # the app is closing
-            self.sessions.render_list(self.unread())
+            self.sessions.render_list(self.sessions.unread())
 
     def refresh_sessions_soon(self) -> None:
         """One `sessions.list` re-read after a burst of exits, not one per exit."""
@@ -240,7 +248,7 @@ class ConsoleApp(SessionFlows):
 
     def _refresh_sessions_now(self) -> None:
         self._refresh_timer = None
-        self.refresh_sessions()
+        self.sessions.refresh_sessions()
 
     def on_socket_approval_requested(self, message: SocketApprovalRequested) -> None:
         req = message.request
@@ -397,13 +405,13 @@ class ConsoleApp(SessionFlows):
         router = self.link.output
         if (
             router.visible is None
-            or router.visible == self.replaying
+            or router.visible == self.sessions.replaying
             or not (router.pending or router.overflowed)
         ):
             return
         data, overflowed = router.drain()
         if overflowed:
-            self.replay(router.visible)
+            self.sessions.replay(router.visible)
             return
         self.sessions.feed(data)
 
@@ -411,10 +419,10 @@ class ConsoleApp(SessionFlows):
         """1 Hz: countdowns and the list's runtime/unread cells. Approvals need no polling: the gateway
         pushes requested/updated/resolved and never sheds them; a reconnect resyncs the whole list."""
         self.approvals.tick()
-        self.sessions.render_list(self.unread())
+        self.sessions.render_list(self.sessions.unread())
         self._ticks = getattr(self, "_ticks", 0) + 1
         if self._ticks % 2 == 0 and self.link.connected.is_set() and not self.link.output.pushed:
-            self.refresh_sessions()  # without pushed output, totalChars is how unread is known
+            self.sessions.refresh_sessions()  # without pushed output, totalChars is how unread is known
 
     @on(PolicyPane.Changed)
     def on_policy_changed(self, message: PolicyPane.Changed) -> None:

@@ -386,10 +386,10 @@ async def test_unread_counts_for_sessions_not_on_screen(state_dir: Path) -> None
         app.sessions.select(shown)
         hidden = await start(20)  # prints while another session is on screen
         printed = len("".join(f"{i}\n" for i in range(1, 21)))
-        await until(pilot, lambda: app.unread().get(hidden, 0) == printed)
-        assert app.unread().get(shown, 0) == 0
+        await until(pilot, lambda: app.sessions.unread().get(hidden, 0) == printed)
+        assert app.sessions.unread().get(shown, 0) == 0
         app.sessions.select(hidden)
-        await until(pilot, lambda: app.unread().get(hidden, 0) == 0)
+        await until(pilot, lambda: app.sessions.unread().get(hidden, 0) == 0)
 
 
 async def test_markup_in_agent_text_is_shown_literally(state_dir: Path) -> None:

@@ -46,12 +46,12 @@ async def test_console_follows_the_visible_session_only(state_dir: Path) -> None
         assert not any(ln.startswith("B-") for ln in lines)
         assert a in pushed and b not in pushed  # the gateway never sent the hidden session's bytes
         # B was never pushed, yet its unread count is live (session.activity).
-        await until(pilot, lambda: app.unread().get(b, 0) == len("".join(f"B-{i}\n" for i in range(1, 61))))
+        await until(pilot, lambda: app.sessions.unread().get(b, 0) == len("".join(f"B-{i}\n" for i in range(1, 61))))
         app.sessions.select(b)
         await until(pilot, lambda: "B-60" in app.sessions.line_pane.text_lines(), timeout=20)
         lines = app.sessions.line_pane.text_lines()
         assert [ln for ln in lines if ln.startswith("B-")] == [f"B-{i}" for i in range(1, 61)]
-        assert app.unread().get(b, 0) == 0
+        assert app.sessions.unread().get(b, 0) == 0
 
 
 async def test_coalesced_count_arrives_without_polling(state_dir: Path) -> None:

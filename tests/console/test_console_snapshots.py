@@ -207,7 +207,7 @@ async def _sessions_app(app: ConsoleApp, pilot: Pilot[None]) -> None:
     app.sessions.replace_all(SESSIONS)
     app.link.output.pushed = True  # unread then comes from pushed output, as with a live gateway
     app.link.output.unread.update({"tender-breeze": 2048, "warm-fern": 180})
-    app.sessions.render_list(app.unread())
+    app.sessions.render_list(app.sessions.unread())
     await pilot.pause(0.2)  # let the table's first highlight settle before choosing a row
 
 
