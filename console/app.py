@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -19,7 +18,6 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from console.commands import DirectiveCommands, is_directive
-from console.dialogs import ConfirmDialog, TextDialog
 from console.gateway import GatewayLink
 from console.inbox import Inbox, InboxItem
 from console.messages import GatewayConnected, GatewayEvent, GatewayLost, SocketApprovalRequested
@@ -102,7 +100,9 @@ class ConsoleApp(App[None]):
         yield Header(show_clock=self.show_clock)
         with TabbedContent(initial="approvals", id="tabs"):
             with TabPane("Approvals (0)", id="approvals"):
-                yield ApprovalsPane(id="approvals-pane")
+                yield ApprovalsPane(
+                    config_path=self.config_path, recent_commands=self._recent_commands, id="approvals-pane"
+                )
             with TabPane("Sessions", id="sessions"):
                 yield SessionsPane(self.link, state=self.state, live=self.connect_gateway, id="sessions-pane")
             with TabPane("Events", id="events"):
@@ -128,6 +128,10 @@ class ConsoleApp(App[None]):
     @property
     def events_pane(self) -> LinePane:
         return self.query_one("#events-pane", LinePane)
+
+    def _recent_commands(self) -> list[str]:
+        """What the sessions ran: allow-always shows which of them the new patterns would also allow."""
+        return [str(r.get("command")) for r in self.sessions.sessions.values() if r.get("command")]
 
     def notify_plain(self, message: str, **kwargs: Any) -> None:
         """notify() without markup: messages carry commands, paths and gateway texts."""
@@ -195,7 +199,7 @@ class ConsoleApp(App[None]):
         self.refresh_inbox()
         self.refresh_policy()
         for item in self.inbox.rows():
-            self.explain(item)
+            self.approvals.explain(item)
         if self.sessions.current:
             self.sessions.replay(self.sessions.current)
 
@@ -290,7 +294,7 @@ class ConsoleApp(App[None]):
         self.shown_at.setdefault(approval_id, time.time())
         if not new:
             return
-        self.explain(item)
+        self.approvals.explain(item)
         if self.bell_on_new:
             self.bell()
         self.notify_plain(
@@ -303,77 +307,9 @@ class ConsoleApp(App[None]):
         self.title = f"exechost — {count} pending" if count else "exechost"
         self.approvals.show(self.inbox.rows())
 
-    def explain(self, item: InboxItem) -> None:
-        """Segments/misses/patterns for the detail view: the gateway's own analysis when the view carries
-        it, else (a socket ask, an older gateway) evaluated here off the UI thread."""
-        from console.insight import insight_from_view
-
-        insight = insight_from_view(item.view)
-        if insight is not None:
-            self._set_insight(item.key, insight)
-        else:
-            self.explain_locally(item)
-
-    @work(thread=True, group="insight", exit_on_error=False)
-    def explain_locally(self, item: InboxItem) -> None:
-        from console.insight import explain_approval
-
-        insight = explain_approval(item.view, self.config_path)
-        self.call_from_thread(self._set_insight, item.key, insight)
-
-    def _set_insight(self, key: str, insight: dict[str, Any]) -> None:
-        with contextlib.suppress(NoMatches):  # runs after a refresh: the app may be closing by then
-            self.approvals.insights[key] = insight
-            self.approvals.refresh_detail()
-
-    # ------------------------------------------------------------------ deciding
-
-    @on(ApprovalsPane.Decide)
-    def on_decide(self, message: ApprovalsPane.Decide) -> None:
-        self.decide_flow(message)
-
-    @work(group="dialog", exit_on_error=False)
-    async def decide_flow(self, message: ApprovalsPane.Decide) -> None:
-        """A worker, so the confirm/reason dialogs can be awaited without blocking the app's queue."""
-        item, decision = message.item, message.decision
-        if message.ask_reason:
-            reason = await self.ask_dialog(
-                TextDialog("Deny with a reason", placeholder="why (goes back to the agent; may be empty)")
-            )
-            if reason is None:
-                return
-            self.resolve(item, "deny", reason or None)
-            return
-        if decision == "allow-always":
-            insight = self.approvals.insights.get(item.key, {})
-            patterns = insight.get("allowAlwaysPatterns") or []
-            body = Text()
-            body.append("Allow always will save these allowlist patterns for agent ")
-            body.append(visible(item.view.get("agentId") or "main"), style="bold")
-            body.append(":\n")
-            for pattern in patterns or ["(the exact command, as =command:<sha256>)"]:
-                body.append(f"  {visible(pattern)}\n", style="bold cyan")
-            also = await asyncio.to_thread(self._also_allowed, item, patterns)
-            if also:
-                body.append("\nIt would also allow these recent commands without asking:\n")
-                for command in also[:8]:
-                    body.append(f"  {visible(command)}\n", style="yellow")
-            if not await self.ask_dialog(ConfirmDialog("Allow always?", body, yes="Allow always")):
-                return
-        self.resolve(item, decision, message.reason)
-
-    def _also_allowed(self, item: InboxItem, patterns: list[str]) -> list[str]:
-        commands = [str(r.get("command")) for r in self.sessions.sessions.values() if r.get("command")]
-        if not patterns or not commands:
-            return []
-        try:
-            from console.insight import commands_also_allowed
-
-            return commands_also_allowed(
-                patterns, commands, str(item.view.get("agentId") or "main"), str(item.view.get("cwd") or "/")
-            )
-        except Exception:
-            return []
+    @on(ApprovalsPane.Resolve)
+    def on_resolve(self, message: ApprovalsPane.Resolve) -> None:
+        self.resolve(message.item, message.decision, message.reason)
 
     def resolve(self, item: InboxItem, decision: str, reason: str | None = None) -> None:
         self.inbox.pop(item.key)

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
+from console.dialogs import ConfirmDialog, TextDialog
 from console.inbox import InboxItem, clock_ms
 from console.text import plain
 from engine.display import MARKED_LINES, visible, warnings
@@ -130,25 +136,30 @@ class ApprovalsPane(Horizontal):
         Binding("D", "deny_reason", "Deny + reason"),
     ]
 
-    class Decide(Message):
-        """The operator chose; `reason` is only for deny."""
+    class Resolve(Message):
+        """The operator decided (after any confirmation); the app resolves the inbox row it belongs to."""
 
-        def __init__(
-            self, item: InboxItem, decision: str, reason: str | None = None, ask_reason: bool = False
-        ) -> None:
+        def __init__(self, item: InboxItem, decision: str, reason: str | None = None) -> None:
             super().__init__()
             self.item = item
             self.decision = decision
             self.reason = reason
-            self.ask_reason = ask_reason
 
     class Selected(Message):
         def __init__(self, item: InboxItem | None) -> None:
             super().__init__()
             self.item = item
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        config_path: str | None = None,
+        recent_commands: Callable[[], list[str]] = list,
+        id: str | None = None,
+    ) -> None:
         super().__init__(id=id)
+        self.config_path = config_path  # socket asks carry no analysis: explained locally with this config
+        self.recent_commands = recent_commands
         self.rows: list[InboxItem] = []
         self.insights: dict[str, dict[str, Any]] = {}
 
@@ -232,9 +243,76 @@ class ApprovalsPane(Horizontal):
                 severity="error",
             )
             return
-        self.post_message(self.Decide(item, decision))
+        self.decide_flow(item, decision)
 
     def action_deny_reason(self) -> None:
         item = self.selected
         if item is not None:
-            self.post_message(self.Decide(item, "deny", ask_reason=True))
+            self.decide_flow(item, "deny", ask_reason=True)
+
+    # -- analysis and decision flows
+
+    def explain(self, item: InboxItem) -> None:
+        """Segments/misses/patterns for the detail view: the gateway's own analysis when the view carries
+        it, else (a socket ask, an older gateway) evaluated here off the UI thread."""
+        from console.insight import insight_from_view
+
+        insight = insight_from_view(item.view)
+        if insight is not None:
+            self._set_insight(item.key, insight)
+        else:
+            self.explain_locally(item)
+
+    @work(thread=True, group="insight", exit_on_error=False)
+    def explain_locally(self, item: InboxItem) -> None:
+        from console.insight import explain_approval
+
+        insight = explain_approval(item.view, self.config_path)
+        self.app.call_from_thread(self._set_insight, item.key, insight)
+
+    def _set_insight(self, key: str, insight: dict[str, Any]) -> None:
+        with contextlib.suppress(NoMatches):  # runs after a refresh: the app may be closing by then
+            self.insights[key] = insight
+            self.refresh_detail()
+
+    @work(group="dialog", exit_on_error=False)
+    async def decide_flow(self, item: InboxItem, decision: str, ask_reason: bool = False) -> None:
+        """A worker, so the confirm/reason dialogs can be awaited without blocking the app's queue."""
+        if ask_reason:
+            reason = await self.app.push_screen_wait(
+                TextDialog("Deny with a reason", placeholder="why (goes back to the agent; may be empty)")
+            )
+            if reason is None:
+                return
+            self.post_message(self.Resolve(item, "deny", reason or None))
+            return
+        if decision == "allow-always":
+            insight = self.insights.get(item.key, {})
+            patterns = insight.get("allowAlwaysPatterns") or []
+            body = Text()
+            body.append("Allow always will save these allowlist patterns for agent ")
+            body.append(visible(item.view.get("agentId") or "main"), style="bold")
+            body.append(":\n")
+            for pattern in patterns or ["(the exact command, as =command:<sha256>)"]:
+                body.append(f"  {visible(pattern)}\n", style="bold cyan")
+            also = await asyncio.to_thread(self._also_allowed, item, patterns, self.recent_commands())
+            if also:
+                body.append("\nIt would also allow these recent commands without asking:\n")
+                for command in also[:8]:
+                    body.append(f"  {visible(command)}\n", style="yellow")
+            if not await self.app.push_screen_wait(ConfirmDialog("Allow always?", body, yes="Allow always")):
+                return
+        self.post_message(self.Resolve(item, decision))
+
+    @staticmethod
+    def _also_allowed(item: InboxItem, patterns: list[str], commands: list[str]) -> list[str]:
+        if not patterns or not commands:
+            return []
+        try:
+            from console.insight import commands_also_allowed
+
+            return commands_also_allowed(
+                patterns, commands, str(item.view.get("agentId") or "main"), str(item.view.get("cwd") or "/")
+            )
+        except Exception:
+            return []
