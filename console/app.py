@@ -24,7 +24,7 @@ from console.messages import GatewayConnected, GatewayEvent, GatewayLost, Socket
 from console.screens.help import HelpScreen
 from console.widgets.approvals import ApprovalsPane
 from console.widgets.panes import LinePane
-from console.widgets.policy import PolicyPane
+from console.widgets.policy import SESSION_OVERRIDE_KEYS, PolicyPane
 from console.widgets.sandboxes import SandboxesPane
 from console.widgets.sessions import SessionsPane
 from engine.approvals.socket.server import (
@@ -35,9 +35,8 @@ from engine.approvals.socket.server import (
 )
 from engine.approvals.store import ApprovalsFileError, ApprovalsStore
 from engine.display import REPORT, visible
-from engine.policy.precedence import SessionOverrides, apply_directive
+from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import RemoteError
-from engine.results import ToolError
 
 FLUSH_HZ = 30
 LIST_RENDER_SEC = 0.1
@@ -398,20 +397,18 @@ class ConsoleApp(App[None]):
             await self._approve_directive(text)
             return
         key = self.directive_target()
+        params = {"sessionKey": key, "directive": text}
+        if key.startswith("agent:"):
+            params["agentId"] = key.split(":", 1)[1]
         try:
-            shadow, _ = apply_directive(self.overrides.get(key, SessionOverrides()), text, session_key=key)
-        except ToolError as exc:
-            self.notify_plain(str(exc), severity="error")
-            return
-        try:
-            params = {"sessionKey": key, "directive": text}
-            if key.startswith("agent:"):
-                params["agentId"] = key.split(":", 1)[1]
+            # The gateway parses and applies it (and refuses what this connection may not set).
             res = await self.link.request("policy.override", params)
         except (RemoteError, ConnectionError) as exc:
             self.notify_plain(str(exc), severity="error")
             return
-        self.overrides[key] = shadow
+        values = (res.get("details") or {}).get("overrides") or {}
+        known = {k: v for k, v in values.items() if k in SESSION_OVERRIDE_KEYS}
+        self.overrides[key] = SessionOverrides(**known)
         self.notify_plain(f"{key}: {res.get('text') or 'ok'}", timeout=5)
         self.refresh_policy()
 
