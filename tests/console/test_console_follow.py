@@ -46,7 +46,8 @@ async def test_console_follows_the_visible_session_only(state_dir: Path) -> None
         assert not any(ln.startswith("B-") for ln in lines)
         assert a in pushed and b not in pushed  # the gateway never sent the hidden session's bytes
         # B was never pushed, yet its unread count is live (session.activity).
-        await until(pilot, lambda: app.sessions.unread().get(b, 0) == len("".join(f"B-{i}\n" for i in range(1, 61))))
+        printed = len("".join(f"B-{i}\n" for i in range(1, 61)))
+        await until(pilot, lambda: app.sessions.unread().get(b, 0) == printed)
         app.sessions.select(b)
         await until(pilot, lambda: "B-60" in app.sessions.line_pane.text_lines(), timeout=20)
         lines = app.sessions.line_pane.text_lines()
