@@ -12,7 +12,14 @@ from typing import Any
 
 from engine.errors import ExecHostError
 from engine.sandbox import supervisor as sv
-from engine.sandbox.settings import AGENT_MOUNT, MOUNT_FORMAT_VERSION, Layout, SandboxSettings
+from engine.sandbox.settings import (
+    AGENT_MOUNT,
+    MOUNT_FORMAT_VERSION,
+    STATE_LABEL,
+    Layout,
+    SandboxSettings,
+    state_id,
+)
 
 LABEL = "openclaw.sandbox"
 DOCKERFILE = Path(__file__).with_name("Dockerfile")
@@ -139,6 +146,7 @@ def create_kwargs(
         "openclaw.mountFormatVersion": str(MOUNT_FORMAT_VERSION),
         "openclaw.configHash": config_hash,
         "exechost.agentId": agent_id,
+        STATE_LABEL: state_id(),
         **(extra_labels or {}),
     }
     volumes = [f"{lay.workspace_dir}:{d.workdir}:rw"]
@@ -221,9 +229,12 @@ def remove(name: str) -> bool:
         return False
 
 
-def list_sandboxes(label: str | None = None) -> list[dict[str, Any]]:
-    filters = {"label": [f"{LABEL}=1"] + ([label] if label else [])}
-    return list(client().api.containers(all=True, filters=filters))
+def list_sandboxes(label: str | None = None, *, every_install: bool = False) -> list[dict[str, Any]]:
+    """This install's sandbox containers (`every_install`: all exechost installs', for test cleanup)."""
+    labels = [f"{LABEL}=1"] + ([label] if label else [])
+    if not every_install:
+        labels.append(f"{STATE_LABEL}={state_id()}")
+    return list(client().api.containers(all=True, filters={"label": labels}))
 
 
 def build_image(tags: list[str], progress: Callable[[str], None]) -> None:

@@ -18,14 +18,17 @@ from engine.sandbox import supervisor as sv
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
     HOT_WINDOW_MS,
+    STATE_LABEL,
     Layout,
     SandboxSettings,
     config_hash,
     layout,
     recreate_hint,
     resolve_settings,
+    state_id,
 )
 from engine.sandbox.validate import sanitize_container_env, validate_docker
+from engine.sandbox.workspace import WorkspaceError, chown_dir, ensure_dir
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ class _Known:
 def _workspace_user(path: str) -> str | None:
     """OpenClaw's default user: the workspace dir's owner, so files written inside stay the operator's."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except OSError:
         return None
     return f"{st.st_uid}:{st.st_gid}"
@@ -112,6 +115,11 @@ class SandboxManager:
         self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str, channel: sv.Channel
     ) -> Ensured:
         state = await asyncio.to_thread(docker_ops.inspect, lay.name)
+        if state.exists and (state.labels or {}).get(STATE_LABEL) != state_id():
+            raise SandboxError(
+                f"Container {lay.name} exists but was not created by this exechost install (state dir "
+                f"{statefs.state_dir()}); refusing to use it. Remove it or use another containerPrefix."
+            )
         warnings: list[str] = []
         if state.exists and state.config_hash != expected:
             entry = await asyncio.to_thread(self.registry.get, lay.name)
@@ -136,6 +144,7 @@ class SandboxManager:
             created = True
         elif not state.running:
             self._progress(lay.name, "starting stopped container")
+            await asyncio.to_thread(_check_workspaces, settings, lay)  # binds are mounted at start
             channel.prepare()
             await asyncio.to_thread(sv.ensure_bin_dir)
             await asyncio.to_thread(docker_ops.start, lay.name)
@@ -148,6 +157,7 @@ class SandboxManager:
                     raise
                 # Its control dir was replaced under it, or the supervisor died: a restart re-binds both.
                 self._progress(lay.name, "restarting container: exec supervisor not answering")
+                await asyncio.to_thread(_check_workspaces, settings, lay)
                 await asyncio.to_thread(sv.ensure_bin_dir)
                 await asyncio.to_thread(docker_ops.restart, lay.name)
                 await channel.wait_ready()
@@ -180,8 +190,7 @@ class SandboxManager:
             await asyncio.to_thread(docker_ops.ensure_image, settings.docker.image)
         except docker_ops.SandboxUnavailable as exc:
             raise SandboxError(str(exc)) from None
-        for path in (lay.sandbox_workspace, lay.workspace_dir):
-            os.makedirs(path, mode=0o700, exist_ok=True)
+        await asyncio.to_thread(_check_workspaces, settings, lay)
         channel = sv.Channel(lay.name)
         channel.prepare()
         _, has_bb = await asyncio.to_thread(sv.ensure_bin_dir)
@@ -199,7 +208,7 @@ class SandboxManager:
                     own.append(lay.sandbox_workspace)
                 for path in own:
                     with contextlib.suppress(OSError):
-                        os.chown(path, *ids)
+                        chown_dir(path, *ids)
         created_at = now_ms()
         kwargs = await asyncio.to_thread(  # reads a seccomp profile file when one is configured
             docker_ops.create_kwargs,
@@ -373,6 +382,27 @@ class SandboxManager:
             self.registry.remove(name)
         self.forget(name)
         return ok or docker_ops.inspect(name).exists is False
+
+
+def _check_workspaces(settings: SandboxSettings, lay: Layout) -> None:
+    """Create or re-check, without following links, every workspace a container is about to mount."""
+    try:
+        ensure_dir(settings.workspace_root, lay.sandbox_workspace)
+        for path in {lay.workspace_dir, lay.agent_mount or lay.workspace_dir}:
+            if path != lay.sandbox_workspace:
+                ensure_dir(_trusted_root(path, settings.workspace_root), path)
+    except WorkspaceError as exc:
+        raise SandboxError(str(exc)) from None
+
+
+def _trusted_root(path: str, workspace_root: str) -> str:
+    """The deepest ancestor taken as configured: the workspace root or the state dir when `path` is inside
+    one, else its own parent (an agent workspace the operator placed elsewhere)."""
+    for root in (workspace_root, str(statefs.state_dir())):
+        root = os.path.abspath(root)
+        if path == root or path.startswith(root.rstrip("/") + "/"):
+            return root
+    return os.path.dirname(path)
 
 
 def _agent_of(scope_key: str) -> str:

@@ -29,7 +29,7 @@ DEFAULT_PREFIX = DEFAULT_CONTAINER_PREFIX
 AGENT_MOUNT = "/agent"
 DEFAULT_TMPFS = ("/tmp", "/var/tmp", "/run")
 # Bumped whenever the mounts change shape: forces a recreate of cold containers.
-MOUNT_FORMAT_VERSION = 3
+MOUNT_FORMAT_VERSION = 4  # 4: the shared scope's own workspace dir
 HOT_WINDOW_MS = 5 * 60 * 1000
 MODES = ("off", "non-main", "all")
 SCOPES = ("session", "agent", "shared")
@@ -198,9 +198,24 @@ def slugify(value: str) -> str:
     return f"{text}-{hashlib.sha256(value.encode()).hexdigest()[:8]}"
 
 
+def state_id() -> str:
+    """This install's id: a hash of its resolved state dir. Container names and the `exechost.stateId`
+    label carry it, so two installs on one Docker engine never see or touch each other's sandboxes."""
+    return hashlib.sha256(os.path.realpath(statefs.state_dir()).encode()).hexdigest()[:8]
+
+
+STATE_LABEL = "exechost.stateId"
+
+
 def container_name(settings: SandboxSettings, scope_key_value: str) -> str:
+    """prefix + install id + scope slug, at most 63 chars; the slug's readable part is what gets cut,
+    never its hash suffix, so distinct scopes never share a name."""
+    head = f"{settings.docker.container_prefix}{state_id()}-"
     suffix = "shared" if settings.scope == "shared" else slugify(scope_key_value)
-    return (settings.docker.container_prefix + suffix)[:63]
+    room = 63 - len(head)
+    if len(suffix) > room:
+        suffix = suffix[: room - 9].rstrip("-") + suffix[-9:]
+    return head + suffix
 
 
 def agent_workspace_dir(agent_id: str) -> str:
@@ -226,7 +241,10 @@ def layout(
 ) -> Layout:
     key = scope_key(settings.scope, agent_id, session_key)
     root = Path(settings.workspace_root)
-    sandbox_ws = str(root if settings.scope == "shared" else root / slugify(key))
+    # The shared scope gets a sibling dir of its own, never the root: mounting the root would hand one
+    # container every other scope's workspace (and the power to swap them for links). Slugs always end
+    # in "-<hash>", so "shared" never collides with one.
+    sandbox_ws = str(root / ("shared" if settings.scope == "shared" else slugify(key)))
     agent_ws = os.path.abspath(agent_workspace or agent_workspace_dir(agent_id))
     if settings.workspace_access == "rw":
         return Layout(key, container_name(settings, key), sandbox_ws, agent_ws, agent_ws, None)

@@ -11,7 +11,7 @@ IMAGE = "exechost-sbxtest:latest"
 
 def remove_labelled(run_id: str) -> None:
     """Remove every container this test run created (each test module labels its own run)."""
-    for c in docker_ops.list_sandboxes(f"exechost.test={run_id}"):
+    for c in docker_ops.list_sandboxes(f"exechost.test={run_id}", every_install=True):
         docker_ops.remove(c["Id"])
 
 

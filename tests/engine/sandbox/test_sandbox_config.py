@@ -19,6 +19,7 @@ from engine.sandbox.settings import (
     resolve_settings,
     scope_key,
     slugify,
+    state_id,
 )
 from engine.sandbox.validate import (
     SandboxSecurityError,
@@ -37,7 +38,8 @@ def cfg(text: str):  # type: ignore[no-untyped-def]
 def test_slug_and_container_name_match_openclaw() -> None:
     assert slugify("agent:main") == "agent-main-f331f052"
     settings = resolve_settings(None, "main")
-    assert container_name(settings, "agent:main") == "openclaw-sbx-agent-main-f331f052"
+    # OpenClaw's slug, after this install's id (two installs on one engine never share a name).
+    assert container_name(settings, "agent:main") == f"openclaw-sbx-{state_id()}-agent-main-f331f052"
     long = slugify("X" * 80 + "!!")
     assert long.startswith("x" * 32 + "-") and len(long) == 41
     assert slugify("---").startswith("session-")
@@ -106,8 +108,8 @@ def test_layout_by_workspace_access(state_dir: Path) -> None:
     rw = layout(resolve_settings(cfg(base.format("rw")), "main"), "main", "s")
     assert rw.workspace_dir == rw.agent_workspace and rw.agent_mount is None
     shared = layout(resolve_settings(cfg(base.format("none") + 'scope="shared"\n'), "main"), "main", "s")
-    assert shared.sandbox_workspace == str(state_dir / "sandboxes")
-    assert shared.name == "openclaw-sbx-shared"
+    assert shared.sandbox_workspace == str(state_dir / "sandboxes" / "shared")  # never the whole root
+    assert shared.name == f"openclaw-sbx-{state_id()}-shared"
 
 
 def test_config_hash_tracks_effective_config() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from engine.config.loader import load_config_text
 from engine.sandbox import SandboxExec, SandboxManager, docker_ops, prepare_exec
+from engine.sandbox.settings import state_id
 from engine.sessions import RunSpec
 from tests.helpers.sandbox import IMAGE, build_test_image, remove_labelled
 
@@ -62,7 +63,7 @@ async def test_config_keys_reach_the_container(mgr: SandboxManager) -> None:
         'dns = ["10.1.2.3"]\nextraHosts = ["db.internal:10.1.2.4"]\n'
     )
     sx = await prepare_exec(config, agent, "s", None, manager=mgr)
-    assert sx.container.startswith("exh-cfgtest-agent-")
+    assert sx.container.startswith(f"exh-cfgtest-{state_id()}-agent-")
     info: dict[str, Any] = docker_ops.client().api.inspect_container(sx.container)
     host = info["HostConfig"]
     assert info["Config"]["WorkingDir"] == "/srv/work"

@@ -18,7 +18,7 @@ from engine.config.loader import load_config_text
 from engine.results import ToolError
 from engine.sandbox import SandboxExec, SandboxManager, docker_ops, prepare_exec
 from engine.sandbox.registry import Registry, now_ms
-from engine.sandbox.settings import resolve_settings
+from engine.sandbox.settings import resolve_settings, state_id
 from engine.sessions import RunSpec, SessionManager
 from tests.helpers.sandbox import IMAGE, build_test_image, remove_labelled
 
@@ -276,7 +276,7 @@ async def test_scopes_session_agent_shared(mgr: SandboxManager, agent: str) -> N
     assert b1.container == b2.container and b1.scope_key == f"agent:{agent}"
     s1 = await prepare_exec(config('scope = "shared"'), agent, "y1", None, manager=mgr)
     s2 = await prepare_exec(config('scope = "shared"'), agent + "z", "y2", None, manager=mgr)
-    assert s1.container == s2.container == "openclaw-sbx-shared"
+    assert s1.container == s2.container == f"openclaw-sbx-{state_id()}-shared"
 
 
 async def test_hot_window_keeps_then_cold_recreates(mgr: SandboxManager, agent: str) -> None:
