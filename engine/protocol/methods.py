@@ -47,6 +47,9 @@ class EventName(StrEnum):
     APPROVAL_RESOLVED = "approval.resolved"
     SYSTEM_EVENT = "system.event"
     SANDBOX_PROGRESS = "sandbox.progress"
+    # Sent only to the connection whose `exec` now waits for a human (no subscription needed); `callId`
+    # echoes the exec params' optional `callId`.
+    EXEC_WAITING = "exec.waiting"
 
 
 class Topic(StrEnum):

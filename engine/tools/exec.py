@@ -120,6 +120,9 @@ class ExecContext:
     session_key: str = ""
     # False once the caller has gone away (its connection closed): results then go out as system events.
     caller_alive: Callable[[], bool] = field(default=lambda: True, repr=False)
+    # Told once the call starts waiting for a human ({approvalId, approvalSlug, expiresAtMs, command}), so
+    # the caller can say so (the CLI on stderr, MCP as progress) instead of hanging silently.
+    on_waiting: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
 
     @property
     def scope_key(self) -> str:
@@ -150,7 +153,9 @@ def _fence(command: str) -> str:
 
 
 def approval_pending_text(record: ApprovalRecord, warnings: list[str]) -> str:
-    """Reference §1.13 `buildApprovalPendingMessage`, line by line."""
+    """Reference §1.13 `buildApprovalPendingMessage`, with what is true here: this text is only returned
+    when no approver is attached (else the call waits), so it never promises interactive approval, and it
+    says how to approve from a shell as well as in chat (issue 10)."""
     req = record.request
     fence = _fence(req.command)
     lines: list[str] = []
@@ -162,18 +167,17 @@ def approval_pending_text(record: ApprovalRecord, warnings: list[str]) -> str:
         lines.append(f"Node: {req.node_id}")
     lines.append(f"CWD: {req.cwd or '(node default)'}")
     lines += ["Command:", f"{fence}sh", req.command, fence]
-    lines.append("Mode: foreground (interactive approvals available).")
-    if "allow-always" in req.allowed_decisions:
-        lines.append("Background mode requires pre-approved policy (allow-always or ask=off).")
-    else:
-        lines.append(
-            "Background mode requires an effective policy that allows pre-approval (for example ask=off)."
-        )
+    lines.append(
+        "No approver is attached: nothing runs until someone approves. Once approved, the command runs "
+        "detached and its result arrives as a system event (exechost events)."
+    )
+    if "allow-always" not in req.allowed_decisions:
         lines.append(
             "The effective approval policy requires approval every time, so Allow Always is unavailable."
         )
     lines.append(f"Reply with: /approve {record.slug} {'|'.join(req.allowed_decisions)}")
-    lines.append("If the short code is ambiguous, use the full id in /approve.")
+    lines.append(f"From a shell: exechost approve {record.slug} allow-once")
+    lines.append("If the short code is ambiguous, use the full id.")
     return "\n".join(lines)
 
 
@@ -425,6 +429,16 @@ class ExecTool:
                 if created:
                     self._spawn(self._detached(record, prepared, params, ctx))
                 return self._pending_result(record, prepared)
+            if ctx.on_waiting is not None:
+                ctx.on_waiting(
+                    {
+                        "approvalId": record.id,
+                        "approvalSlug": record.slug,
+                        "expiresAtMs": record.expires_at_ms,
+                        "allowedDecisions": list(record.request.allowed_decisions),
+                        "command": record.request.command,
+                    }
+                )
             outcome = asyncio.ensure_future(self._decide_and_run(record, prepared, params, ctx, created))
             try:
                 result = await asyncio.shield(outcome)

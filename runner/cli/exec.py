@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import sys
+import time
 from typing import Any
 
+from engine.display import visible
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import Event
+from engine.protocol.methods import EventName
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, emit
-from runner.cli.gateway import call, run_verb
+from runner.cli.gateway import run_verb, with_client
 
 EXIT_PENDING = 10
 EXIT_DENIED = 11
@@ -100,8 +107,47 @@ def exit_code(details: dict[str, Any]) -> int:
     }.get(str(status), 1)
 
 
+def waiting_line(data: dict[str, Any], now: float | None = None) -> str:
+    """What the CLI says while its command waits for the operator."""
+    slug = visible(data.get("approvalSlug") or "?")
+    left = max(0, int((float(data.get("expiresAtMs") or 0) / 1000) - (time.time() if now is None else now)))
+    return (
+        f"waiting for approval {slug} (expires in {left // 60}:{left % 60:02d}) — approve in the console "
+        f"or with: exechost approve {slug} allow-once"
+    )
+
+
+async def _exec_waiting(client: ControlClient, params: dict[str, Any]) -> dict[str, Any]:
+    """The exec request, saying on stderr while it waits for a human (a live countdown on a TTY)."""
+    ticker: asyncio.Task[None] | None = None
+    tty = sys.stderr.isatty()
+
+    async def countdown(data: dict[str, Any]) -> None:
+        while True:
+            await asyncio.sleep(1)
+            sys.stderr.write("\r\x1b[2K" + waiting_line(data))
+            sys.stderr.flush()
+
+    def on_event(event: Event) -> None:
+        nonlocal ticker
+        if event.event != EventName.EXEC_WAITING:
+            return
+        sys.stderr.write(waiting_line(event.data) + ("" if tty else "\n"))
+        sys.stderr.flush()
+        if tty and ticker is None:
+            ticker = asyncio.ensure_future(countdown(event.data))
+
+    client.add_listener(on_event)
+    try:
+        return await client.request("exec", params)
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+            sys.stderr.write("\n")
+
+
 def cmd_exec(args: argparse.Namespace) -> int:
-    result = call("exec", exec_params(args))
+    result = with_client(lambda client: _exec_waiting(client, exec_params(args)))
     details = result.get("details") or {}
     emit(str(result.get("text", "")), details, args.json)
     return exit_code(details)

@@ -215,3 +215,39 @@ def test_pty_stdin_and_follow_from_the_cli(state_dir: Path) -> None:
             follow.wait(10)
     finally:
         stop(state_dir)
+
+
+async def test_exec_says_it_waits_for_approval(state_dir: Path) -> None:
+    """Issue 10: a CLI exec waiting for the operator says so on stderr (it used to hang silently)."""
+    import asyncio
+
+    from tests.helpers.gateway import connect, gateway
+
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        operator = await connect(state_dir, "console")
+        await operator.request("approvals.attach")
+        env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO)}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "runner",
+            "exec",
+            "--",
+            "echo approved-late",
+            env=env,
+            cwd=str(REPO),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert proc.stderr is not None
+        line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+        assert line.startswith("waiting for approval ") and "expires in 29:" in line
+        slug = line.split()[3]
+        assert f"exechost approve {slug} allow-once" in line
+        pending = await operator.pending_approvals()
+        assert [p["slug"] for p in pending] == [slug]
+        await operator.request("approve", {"id": slug, "decision": "allow-once"})
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0 and "approved-late" in out.decode()
+        await operator.close()

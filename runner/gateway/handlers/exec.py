@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine.protocol.frames import Event
+from engine.protocol.methods import EventName
 from engine.tools.exec import ExecContext
 from runner.gateway.handlers.common import agent_id, session_key
 
@@ -13,8 +15,17 @@ if TYPE_CHECKING:
 
 
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    call_id = params.get("callId")
+
+    def waiting(data: dict[str, Any]) -> None:
+        extra = {"callId": call_id} if isinstance(call_id, str | int) else {}
+        conn.send(Event(event=EventName.EXEC_WAITING, data={**data, **extra}))
+
     ctx = ExecContext(
-        agent_id=agent_id(params), session_key=session_key(params), caller_alive=lambda: not conn.closed
+        agent_id=agent_id(params),
+        session_key=session_key(params),
+        caller_alive=lambda: not conn.closed,
+        on_waiting=waiting,
     )
     result = await services.exec_tool.run(params, ctx)
     return result.to_dict()

@@ -87,10 +87,11 @@ async def test_miss_pending_text_then_approve_once_runs_detached(state_dir: Path
                 "```sh",
                 "echo approved-run",
                 "```",
-                "Mode: foreground (interactive approvals available).",
-                "Background mode requires pre-approved policy (allow-always or ask=off).",
+                "No approver is attached: nothing runs until someone approves. Once approved, the command "
+                "runs detached and its result arrives as a system event (exechost events).",
                 f"Reply with: /approve {d['approvalSlug']} allow-once|allow-always|deny",
-                "If the short code is ambiguous, use the full id in /approve.",
+                f"From a shell: exechost approve {d['approvalSlug']} allow-once",
+                "If the short code is ambiguous, use the full id.",
             ]
         )
         operator = await connect(state_dir, "operator")
@@ -179,7 +180,6 @@ async def test_ask_always_offers_only_allow_once(state_dir: Path) -> None:
         d = result["details"]
         assert d["allowedDecisions"] == ["allow-once", "deny"]
         assert (
-            "Background mode requires an effective policy that allows pre-approval (for example ask=off).\n"
             "The effective approval policy requires approval every time, so Allow Always is unavailable.\n"
             f"Reply with: /approve {d['approvalSlug']} allow-once|deny"
         ) in result["text"]
