@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -12,82 +16,9 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
 
 from engine.protocol.client import ControlClient
-from engine.protocol.frames import GatewayUnavailable, RemoteError
-
-EXEC_DESCRIPTION = (
-    "Execute shell commands with background continuation. Use yieldMs/background to continue later via the "
-    "process tool. Use pty=true for TTY-required commands (terminal UIs, coding agents)."
-)
-PROCESS_DESCRIPTION = (
-    "Manage running exec sessions: list, poll, log, write, send-keys, submit, paste, kill, clear, remove."
-)
-
-EXEC_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "command": {"type": "string", "description": "Shell command to execute"},
-        "workdir": {"type": "string", "description": "Working directory (defaults to cwd)"},
-        "env": {"type": "object", "additionalProperties": {"type": "string"}},
-        "yieldMs": {
-            "type": "number",
-            "description": "Milliseconds to wait before backgrounding (default 10000)",
-        },
-        "background": {"type": "boolean", "description": "Run in background immediately"},
-        "timeout": {
-            "type": "number",
-            "description": "Timeout in seconds (optional, kills process on expiry)",
-        },
-        "pty": {
-            "type": "boolean",
-            "description": "Run in a pseudo-terminal (PTY) when available (TTY-required CLIs, coding agents)",
-        },
-        "elevated": {
-            "type": "boolean",
-            "description": "Run on the host with elevated permissions (if allowed)",
-        },
-        "host": {"type": "string", "description": "Exec host/target (auto|sandbox|gateway|node)."},
-        "security": {"type": "string", "description": "Exec security mode (deny|allowlist|full)."},
-        "ask": {"type": "string", "description": "Exec ask mode (off|on-miss|always)."},
-        "node": {"type": "string", "description": "Node id/name for host=node."},
-    },
-    "required": ["command"],
-}
-
-PROCESS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "action": {"type": "string", "description": "Process action"},
-        "sessionId": {"type": "string", "description": "Session id for actions other than list"},
-        "data": {"type": "string", "description": "Data to write for write"},
-        "keys": {
-            "type": "array",
-            "items": {"type": "string"},
-            "description": "Key tokens to send for send-keys",
-        },
-        "hex": {
-            "type": "array",
-            "items": {"type": "string"},
-            "description": "Hex bytes to send for send-keys",
-        },
-        "literal": {"type": "string", "description": "Literal string for send-keys"},
-        "text": {"type": "string", "description": "Text to paste for paste"},
-        "bracketed": {"type": "boolean", "description": "Wrap paste in bracketed mode"},
-        "eof": {"type": "boolean", "description": "Close stdin after write"},
-        "offset": {"type": "number", "description": "Log offset"},
-        "limit": {"type": "number", "description": "Log length"},
-        "timeout": {
-            "type": "number",
-            "minimum": 0,
-            "description": "For poll: wait up to this many milliseconds before returning",
-        },
-    },
-    "required": ["action"],
-}
-
-TOOLS = [
-    types.Tool(name="exec", description=EXEC_DESCRIPTION, input_schema=EXEC_SCHEMA),
-    types.Tool(name="process", description=PROCESS_DESCRIPTION, input_schema=PROCESS_SCHEMA),
-]
+from engine.protocol.frames import Event, GatewayUnavailable, RemoteError
+from engine.protocol.methods import EventName
+from runner.mcp_schema import SCHEMAS, TOOLS, invalid_arguments, to_gateway
 
 
 class GatewayLink:
@@ -96,12 +27,20 @@ class GatewayLink:
     def __init__(self) -> None:
         self._client: ControlClient | None = None
         self._lock = asyncio.Lock()
+        self.waiting: dict[str, Callable[[dict[str, Any]], None]] = {}  # callId -> the call's progress
 
     async def client(self) -> ControlClient:
         async with self._lock:
             if self._client is None or self._client.closed:
                 self._client = await ControlClient.connect(client="mcp", name=f"mcp pid {os.getpid()}")
+                self._client.add_listener(self._on_event)
             return self._client
+
+    def _on_event(self, event: Event) -> None:
+        if event.event == EventName.EXEC_WAITING:
+            callback = self.waiting.get(str(event.data.get("callId")))
+            if callback is not None:
+                callback(event.data)
 
     async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         client = await self.client()
@@ -124,25 +63,71 @@ def _result(text: str, details: dict[str, Any], error: bool = False) -> types.Ca
     )
 
 
+log = logging.getLogger("exechost.mcp")
+
+FAILED = ("failed", "denied", "approval-unavailable")
+PROGRESS_EVERY_SEC = 15.0
+
+
+async def _while_waiting(ctx: Any, data: dict[str, Any]) -> None:
+    """Progress notifications for a call that waits for the operator: at once, then every 15 s (clients
+    that reset their timeout on progress keep waiting; the message says why the call is slow)."""
+    slug = data.get("approvalSlug")
+    while True:
+        left = max(0, int(float(data.get("expiresAtMs") or 0) / 1000 - time.time()))
+        message = f"waiting for the operator to approve {slug} (expires in {left // 60}:{left % 60:02d})"
+        token = (ctx.meta or {}).get("progress_token") or (ctx.meta or {}).get("progressToken")
+        if token is None:
+            return  # the client asked for no progress
+        try:
+            await ctx.session.send_progress_notification(token, 0, None, message, ctx.request_id)
+        except Exception:
+            log.debug("progress notification failed", exc_info=True)
+            return
+        await asyncio.sleep(PROGRESS_EVERY_SEC)
+
+
 def build_server(link: GatewayLink, *, agent_id: str = "main", session_key: str = "") -> Server[Any]:
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=TOOLS)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        args = dict(params.arguments or {})
-        if params.name not in ("exec", "process"):
+        if params.name not in SCHEMAS:
             return _result(f"Unknown tool {params.name}", {"status": "failed"}, True)
+        args = dict(params.arguments or {})
+        problem = invalid_arguments(params.name, args)
+        if problem is not None:
+            return _result(problem, {"status": "failed", "error": "invalid_arguments"}, True)
+        args = to_gateway(params.name, args)
         args["agentId"] = agent_id
         args["sessionKey"] = session_key
+        method = params.name
+        if params.name == "process" and args.get("action") == "approval":
+            method = "approvals.status"
+        progress: asyncio.Task[None] | None = None
+        call_id = uuid.uuid4().hex
         if params.name == "exec":
             args["defaultWorkdir"] = os.getcwd()
+            args["callId"] = call_id
+
+            def waiting(data: dict[str, Any]) -> None:
+                nonlocal progress
+                if progress is None:
+                    progress = asyncio.ensure_future(_while_waiting(ctx, data))
+
+            link.waiting[call_id] = waiting
         try:
-            result = await link.request(params.name, args)
+            result = await link.request(method, args)
         except RemoteError as exc:
             return _result(str(exc), {"status": "failed", "error": exc.code}, True)
         except (GatewayUnavailable, ConnectionError) as exc:
             return _result(f"gateway unavailable: {exc}", {"status": "failed", "error": "unavailable"}, True)
-        return _result(str(result.get("text", "")), dict(result.get("details") or {}))
+        finally:
+            link.waiting.pop(call_id, None)
+            if progress is not None:
+                progress.cancel()
+        details = dict(result.get("details") or {})
+        return _result(str(result.get("text", "")), details, details.get("status") in FAILED)
 
     return Server("exechost", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool)
 

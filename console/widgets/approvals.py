@@ -64,6 +64,7 @@ def render_detail(
         ("Node", view.get("nodeId")),
         ("CWD", view.get("cwd") or "(default)"),
         ("Agent", view.get("agentId") or "main"),
+        ("Agent says", view.get("agentReason")),
         ("Session", view.get("sessionKey")),
         ("Policy", policy),
         ("Executable", resolved or "(not resolved)"),

@@ -7,6 +7,7 @@ import hashlib
 import json
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ ALWAYS_UNAVAILABLE = "allow-always is unavailable because the effective policy r
 # Coalesced identical asks count once. With the exec tool's 64 KiB command cap the queue stays in tens of MB.
 MAX_PENDING_PER_AGENT = 32
 MAX_PENDING = 256
+HISTORY_SIZE = 500  # decided approvals remembered for `approvals.status|history` (commands ≤ 64 KiB each)
 
 
 class ApprovalError(ExecHostError):
@@ -62,6 +64,8 @@ class ApprovalRequest:
     # The policy decision behind the ask (Decision.to_json()): shown to the approver, not part of identity.
     decision_json: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     warnings: tuple[str, ...] = field(default=(), compare=False, hash=False)
+    # The agent's own words on why it runs this (the `reason` param): shown, never trusted.
+    agent_reason: str | None = field(default=None, compare=False, hash=False)
 
     def to_json(self) -> dict[str, Any]:
         d = self.decision_json
@@ -85,6 +89,7 @@ class ApprovalRequest:
             "segments": segments,
             "allowAlwaysPatterns": list(d.get("allowAlwaysPatterns") or []),
             "warnings": list(self.warnings),
+            "agentReason": self.agent_reason,
             "decision": d or None,
         }
 
@@ -101,6 +106,8 @@ class ApprovalRecord:
     consumed: bool = False
     count: int = 1  # identical requests coalesced into this one
     reason: str | None = None  # the approver's note on a deny, passed back to the agent
+    # What the approval led to, set by whoever ran it: sessionId, status, exitCode, tail.
+    run: dict[str, Any] | None = None
     future: asyncio.Future[str | None] = field(repr=False, kw_only=True)
 
     @property
@@ -125,6 +132,9 @@ class ApprovalRecord:
             "expiresAtMs": self.expires_at_ms,
             "status": "pending" if not self.resolved else (self.decision or "expired"),
             "resolvedBy": self.resolved_by,
+            "resolvedAtMs": self.resolved_at_ms,
+            "reason": self.reason,
+            "run": self.run,
             "count": self.count,
             **self.request.to_json(),
         }
@@ -156,6 +166,8 @@ class ApprovalManager:
         self._by_request: dict[ApprovalRequest, str] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._listeners: list[Listener] = []
+        # Decided approvals, newest last: what became of each (decision history, `approvals.status`).
+        self._history: deque[ApprovalRecord] = deque(maxlen=HISTORY_SIZE)
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -259,6 +271,7 @@ class ApprovalManager:
         record.decision = decision
         record.resolved_by = resolved_by
         record.resolved_at_ms = _now_ms()
+        self._history.append(record)
         timer = self._timers.pop(record.id, None)
         if timer is not None:
             timer.cancel()
@@ -282,6 +295,22 @@ class ApprovalManager:
         return True
 
     # -- views
+
+    def history(self, agent_id: str | None = None) -> list[ApprovalRecord]:
+        """Decided approvals (newest first), of one agent or all."""
+        rows = [r for r in reversed(self._history) if agent_id is None or r.request.agent_id == agent_id]
+        return rows
+
+    def lookup(self, id_or_prefix: str) -> ApprovalRecord | None:
+        """A pending or decided approval by id or unique prefix (8-char slugs included), else None."""
+        key = (id_or_prefix or "").strip().lower()
+        if not key:
+            return None
+        known = {r.id: r for r in self._history} | self._records
+        if key in known:
+            return known[key]
+        hits = [r for rid, r in known.items() if rid.startswith(key)]
+        return hits[0] if len(hits) == 1 else None
 
     def pending(self, after: str | None = None) -> list[ApprovalRecord]:
         """Oldest first; with `after` (a record's `cursor`), only those that come after it."""

@@ -14,6 +14,8 @@ class Method(StrEnum):
     APPROVALS_PENDING = "approvals.pending"
     APPROVALS_ATTACH = "approvals.attach"
     APPROVALS_DETACH = "approvals.detach"
+    APPROVALS_STATUS = "approvals.status"
+    APPROVALS_HISTORY = "approvals.history"
     ALLOWLIST_ADD = "approvals.allowlist.add"
     ALLOWLIST_REMOVE = "approvals.allowlist.remove"
     EVENTS = "events"

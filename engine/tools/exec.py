@@ -44,6 +44,23 @@ NODE_UNAVAILABLE = (
 
 
 
+def _agent_reason(value: Any) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.strip()[:500]
+
+
+def _note_run(record: ApprovalRecord, result: ToolResult, session_id: str | None = None) -> None:
+    """Link the run to its approval: `approvals.status` and the decision history report it."""
+    d = result.details
+    record.run = {
+        "sessionId": session_id or d.get("sessionId"),
+        "status": d.get("status"),
+        "exitCode": d.get("exitCode"),
+        "tail": _compact(str(d.get("aggregated") or d.get("tail") or ""), FOLLOWUP_OUTPUT_CHARS),
+    }
+
+
 def _within(what: str, text: str, limit: int, hint: str) -> None:
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > limit:
@@ -415,6 +432,7 @@ class ExecTool:
             env=tuple(sorted((str(k), str(v)) for k, v in env_param.items())),
             decision_json=d.to_json(),
             warnings=tuple(prepared.warnings),
+            agent_reason=_agent_reason(params.get("reason")),
         )
 
     async def _ask(self, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
@@ -469,7 +487,9 @@ class ExecTool:
         allowed, reason, command = verdict
         if not allowed:
             return self._denied_result(record, prepared, reason)
-        return await self._run(prepared, params, ctx, command)
+        result = await self._run(prepared, params, ctx, command)
+        _note_run(record, result)
+        return result
 
     def _still_as_decided(self, prepared: _Prepared) -> None:
         """Refuse when an executable or the cwd is no longer the file that was decided on (a re-pointed
@@ -578,8 +598,10 @@ class ExecTool:
                 self._emit(ctx, f"Exec denied (gateway id={record.id}, spawn-failed): {prepared.command}")
                 return
             sid = str(result.details.get("sessionId", ""))
+            _note_run(record, result)
             if result.details.get("status") == "running" and self._wait_session is not None:
                 result = await self._wait_session(sid, ctx.scope_key)
+                _note_run(record, result, session_id=sid)
             self._emit(ctx, self._finished_text(record, sid, result))
         except asyncio.CancelledError:
             raise

@@ -45,6 +45,7 @@ def register(subparsers: Subparsers) -> None:
     )
     p.add_argument("--workdir", metavar="D", help="working directory (default: the current directory)")
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="extra environment (repeatable)")
+    p.add_argument("--reason", metavar="TEXT", help="why this command runs (shown to the approver)")
     add_json_arg(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
     p.set_defaults(func=run_verb(cmd_exec))
@@ -70,6 +71,8 @@ def exec_params(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.workdir:
         params["workdir"] = args.workdir
+    if args.reason:
+        params["reason"] = args.reason
     for key, value in (
         ("host", args.host),
         ("security", args.security),

@@ -56,13 +56,15 @@ async def test_mcp_tools_exec_process_and_shared_sessions(state_dir: Path) -> No
                 "process", {"action": "kill", "sessionId": started["details"]["sessionId"]}
             )
             assert "Termination requested" in killed.content[0].text or "Killed" in killed.content[0].text
-            polled = await session.call_tool("process", {"action": "poll", "sessionId": sid, "timeout": 5000})
+            polled = await session.call_tool(
+                "process", {"action": "poll", "sessionId": sid, "timeoutMs": 5000}
+            )
             assert "mcp-bg" in polled.content[0].text
 
             refused = await session.call_tool("exec", {"command": "true", "env": {"LD_PRELOAD": "/x.so"}})
             assert refused.is_error and "LD_PRELOAD" in refused.content[0].text
             nothing = await session.call_tool("exec", {"command": ""})
-            assert nothing.is_error and nothing.content[0].text == "Provide a command to start."
+            assert nothing.is_error and "command" in nothing.content[0].text  # refused by the schema
     finally:
         cli(state_dir, "gateway", "stop")
 
@@ -89,3 +91,94 @@ async def test_mcp_approval_pending_is_resolvable_from_the_cli(state_dir: Path) 
         )
     finally:
         cli(state_dir, "gateway", "stop")
+
+
+async def test_mcp_contract_enums_types_annotations_and_errors(state_dir: Path) -> None:
+    """Issue 10: closed enums, one time unit (ms), output schemas, annotations; bad input is an error."""
+    import jsonschema
+
+    from runner.mcp_schema import EXEC_SCHEMA, PROCESS_SCHEMA
+
+    for schema in (EXEC_SCHEMA, PROCESS_SCHEMA):
+        jsonschema.Draft202012Validator.check_schema(schema)
+    write_config(state_dir, FULL)
+    try:
+        async with (
+            stdio_client(server_params(state_dir)) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            props = tools["exec"].input_schema["properties"]
+            assert props["security"]["enum"] == ["deny", "allowlist", "full"]
+            assert props["ask"]["enum"] == ["off", "on-miss", "always"]
+            assert "gateway" in props["host"]["enum"] and "reason" in props
+            assert "kill" in tools["process"].input_schema["properties"]["action"]["enum"]
+            times = [
+                k for t in tools.values() for k in t.input_schema["properties"] if "timeout" in k.lower()
+            ]
+            assert all(k.endswith("Ms") for k in [*times, "yieldMs"])  # one unit, in the name
+            assert tools["exec"].annotations.destructive_hint is True
+            assert tools["exec"].output_schema["required"] == ["text", "details"]
+            for bad in (
+                {"command": "true", "background": "yes"},
+                {"command": "true", "security": "FULL"},
+                {"command": "true", "bogus": 1},
+                {"command": ""},
+            ):
+                res = await session.call_tool("exec", bad)
+                assert res.is_error and "invalid exec arguments" in res.content[0].text, bad
+            res = await session.call_tool("process", {"action": "explode"})
+            assert res.is_error
+            failed = await session.call_tool("exec", {"command": "exit 3"})
+            assert failed.structured_content["details"]["exitCode"] == 3
+            timed = await session.call_tool("exec", {"command": "sleep 5", "timeoutMs": 300})
+            assert timed.structured_content["details"]["status"] in ("failed", "completed")
+            assert timed.is_error == (timed.structured_content["details"]["status"] == "failed")
+    finally:
+        cli(state_dir, "gateway", "stop")
+
+
+async def test_mcp_progress_while_waiting_and_the_outcome_of_an_approval(state_dir: Path) -> None:
+    """Progress notifications while the operator decides; `process approval` reports the decision,
+    the operator's reason and the session the approved command ran as."""
+    import asyncio
+
+    from tests.helpers.gateway import connect, gateway
+
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        operator = await connect(state_dir, "console")
+        await operator.request("approvals.attach")
+        progress: list[str] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append(message or "")
+
+        async with (
+            stdio_client(server_params(state_dir)) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            call = asyncio.ensure_future(
+                session.call_tool(
+                    "exec",
+                    {"command": "echo approved-via-mcp", "reason": "check the greeting"},
+                    progress_callback=on_progress,
+                )
+            )
+            for _ in range(200):
+                if progress:
+                    break
+                await asyncio.sleep(0.05)
+            assert progress and progress[0].startswith("waiting for the operator to approve ")
+            (pending,) = await operator.pending_approvals()
+            assert pending["agentReason"] == "check the greeting"
+            await operator.request("approve", {"id": pending["id"], "decision": "allow-once"})
+            done = await asyncio.wait_for(call, 30)
+            assert not done.is_error and "approved-via-mcp" in done.content[0].text
+            status = await session.call_tool("process", {"action": "approval", "approvalId": pending["slug"]})
+            details = status.structured_content["details"]
+            assert details["status"] == "approval-allow-once"
+            assert details["run"]["status"] == "completed" and details["run"]["exitCode"] == 0
+        await operator.close()

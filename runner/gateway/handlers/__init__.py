@@ -33,6 +33,8 @@ HANDLERS: dict[str, Handler] = {  # keyed by Method: every member has exactly on
     Method.APPROVALS_PENDING: approvals.pending,
     Method.APPROVALS_ATTACH: approvals.attach,
     Method.APPROVALS_DETACH: approvals.detach,
+    Method.APPROVALS_STATUS: approvals.status,
+    Method.APPROVALS_HISTORY: approvals.history,
     Method.ALLOWLIST_ADD: approvals.allowlist_add,
     Method.ALLOWLIST_REMOVE: approvals.allowlist_remove,
     Method.EVENTS: events.handle,

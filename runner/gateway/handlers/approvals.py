@@ -6,6 +6,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
+from engine.approvals.pending import ApprovalRecord
 from engine.approvals.store import ApprovalsFileError
 from engine.commands.allowlist import COMMAND_HASH_PREFIX, bare_name_path
 from engine.errors import InvalidInput
@@ -25,7 +26,12 @@ def _page(services: Services, params: dict[str, Any]) -> dict[str, Any]:
     """Pending approvals, oldest first, from `cursor` on, as many as fit in PAGE_BYTES (at least one);
     `next` is the cursor of the following page, null on the last one."""
     cursor = opt_str(params, "cursor")
-    rows = services.approvals.pending(after=cursor)
+    page = _fit(services.approvals.pending(after=cursor))
+    page["total"] = len(services.approvals.pending())
+    return page
+
+
+def _fit(rows: list[ApprovalRecord]) -> dict[str, Any]:
     views: list[dict[str, Any]] = []
     size = 0
     for record in rows:
@@ -35,11 +41,7 @@ def _page(services: Services, params: dict[str, Any]) -> dict[str, Any]:
             break
         views.append(view)
     more = len(views) < len(rows)
-    return {
-        "approvals": views,
-        "total": len(services.approvals.pending()),
-        "next": rows[len(views) - 1].cursor if more else None,
-    }
+    return {"approvals": views, "next": rows[len(views) - 1].cursor if more else None}
 
 
 async def pending(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
@@ -84,3 +86,41 @@ async def allowlist_remove(services: Services, conn: Connection, params: dict[st
     except (ApprovalsFileError, ValueError) as exc:
         raise InvalidInput(str(exc)) from None
     return {"agentId": agent, "removed": removed}
+
+
+async def status(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    """What became of one approval: pending, decided (who, the reason) or expired, and the run it started.
+    An agent sees only its own agent's approvals; the operator sees any."""
+    wanted = req_str(params, "approvalId")
+    record = services.approvals.lookup(wanted)
+    if record is None or (not conn.operator and record.request.agent_id != agent_id(params)):
+        raise InvalidInput(f"unknown or expired approval id {wanted!r} (decisions are kept for the last 500)")
+    view = record.view()
+    run = dict(record.run or {})
+    session = services.sessions.get(str(run.get("sessionId") or ""))
+    if session is not None:  # still known: its live state beats what was noted when it started
+        run.update(status=session.status, exitCode=session.exit_code)
+    state = view["status"]
+    text = f"Approval {record.slug}: {state}"
+    if record.resolved_by and state != "pending":
+        text += f" by {record.resolved_by}"
+    if record.reason:
+        text += f"\nReason: {record.reason}"
+    if run.get("sessionId"):
+        text += f"\nRan as session {run['sessionId']}: {run.get('status')}"
+        if run.get("exitCode") is not None:
+            text += f" (code {run['exitCode']})"
+    details = {"status": "approval-" + str(state), "approval": view, "run": run or None}
+    return {"text": text, "details": details}
+
+
+async def history(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    """Decided approvals, newest first, one page at a time (`cursor` = how many to skip)."""
+    require_operator(conn, "approvals.history")
+    rows = services.approvals.history(opt_str(params, "agentId"))
+    skip = params.get("cursor")
+    start = int(skip) if isinstance(skip, str) and skip.isdigit() else 0
+    page = _fit(rows[start:])
+    page["next"] = str(start + len(page["approvals"])) if page["next"] else None
+    page["total"] = len(rows)
+    return page

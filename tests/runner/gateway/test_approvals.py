@@ -6,7 +6,10 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 from engine.approvals.store import ApprovalsStore
+from engine.errors import ExecHostError
 from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
 from tests.helpers.peers import collect
 
@@ -59,3 +62,34 @@ async def test_approval_view_carries_the_exec_tools_own_analysis(state_dir: Path
         assert view["analysisOk"] is True and view["resolvedPath"] == os.path.realpath(ls)
         assert view["decision"]["trail"] == check["trail"]
         await watcher.close()
+
+
+async def test_status_links_a_detached_run_to_its_approval(state_dir: Path) -> None:
+    """Issue 10: an agent without a console learns what became of its ask, and of the run it started."""
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        res = await agent.request("exec", {"command": "echo later; exit 4", "agentId": "main"})
+        slug = res["details"]["approvalSlug"]
+        first = await agent.request("approvals.status", {"approvalId": slug, "agentId": "main"})
+        assert first["details"]["status"] == "approval-pending" and first["details"]["run"] is None
+        with pytest.raises(ExecHostError, match="unknown or expired approval id"):
+            await agent.request("approvals.status", {"approvalId": slug, "agentId": "ops"})
+        operator = await connect(state_dir, "console")
+        await operator.request("approve", {"id": slug, "decision": "allow-once"})
+
+        async def ran() -> dict:
+            out = await agent.request("approvals.status", {"approvalId": slug, "agentId": "main"})
+            run = out["details"]["run"] or {}
+            return out if run.get("exitCode") is not None else {}
+
+        done = await wait_until(ran)
+        assert done["details"]["status"] == "approval-allow-once"
+        assert done["details"]["run"]["exitCode"] == 4 and done["details"]["run"]["sessionId"]
+        assert f"Ran as session {done['details']['run']['sessionId']}" in done["text"]
+        history = await operator.request("approvals.history")
+        assert [h["slug"] for h in history["approvals"]] == [slug]
+        with pytest.raises(ExecHostError, match="needs the operator role"):
+            await agent.request("approvals.history")
+        await agent.close()
+        await operator.close()
