@@ -7,7 +7,6 @@ import contextlib
 import functools
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -27,6 +26,8 @@ from engine.policy.decision import Decision, evaluate
 from engine.policy.precedence import SessionOverrides
 from engine.results import ToolError, ToolResult
 from engine.sandbox.settings import is_sandboxed
+from engine.tools.offload import Offload
+from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, approval_pending_text, compact
 
 log = logging.getLogger("exechost.exec")
 
@@ -36,7 +37,6 @@ YIELD_MIN_MS, YIELD_MAX_MS = 10, 120_000
 COMMAND_MAX_BYTES = 64 * 1024
 ENV_MAX_BYTES = 64 * 1024
 WORKDIR_MAX_BYTES = 4096
-FOLLOWUP_OUTPUT_CHARS = 400
 NODE_UNAVAILABLE = (
     "exec host=node is not available yet: remote nodes arrive in a later release. "
     "Use host=gateway (or host=auto) instead."
@@ -57,7 +57,7 @@ def _note_run(record: ApprovalRecord, result: ToolResult, session_id: str | None
         "sessionId": session_id or d.get("sessionId"),
         "status": d.get("status"),
         "exitCode": d.get("exitCode"),
-        "tail": _compact(str(d.get("aggregated") or d.get("tail") or ""), FOLLOWUP_OUTPUT_CHARS),
+        "tail": compact(str(d.get("aggregated") or d.get("tail") or ""), FOLLOWUP_OUTPUT_CHARS),
     }
 
 
@@ -77,52 +77,6 @@ class Store(Protocol):
     def entries(self, agent_id: str) -> Any: ...
     def record_use(self, agent_id: str, entry_id: str, command: str, resolved_path: str | None) -> None: ...
     def persist_allow_always(self, agent_id: str, patterns: Any) -> Any: ...
-
-
-class _Offload:
-    """Runs blocking calls (evaluate stats files) in a worker thread, one thread hop per burst: with
-    hundreds of asks in flight a hop per call cost more than the calls, in GIL hand-offs between
-    pool threads. Calls run in arrival order; each caller gets its own result or exception."""
-
-    def __init__(self) -> None:
-        self._queue: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
-        self._drainer: asyncio.Task[None] | None = None
-
-    async def run(self, call: Callable[[], Any]) -> Any:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((call, future))
-        if self._drainer is None:
-            self._drainer = asyncio.ensure_future(self._drain())
-        return await future
-
-    async def _drain(self) -> None:
-        batch: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
-        try:
-            while self._queue:
-                batch, self._queue = self._queue, []
-                outcomes = await asyncio.to_thread(_call_each, [call for call, _ in batch])
-                for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
-                    if future.done():
-                        continue  # the caller was cancelled
-                    if ok:
-                        future.set_result(value)
-                    else:
-                        future.set_exception(value)
-        finally:
-            self._drainer = None
-            for _, future in batch + self._queue:  # cancelled with the loop: nobody may wait forever
-                future.cancel()
-            self._queue = []
-
-
-def _call_each(calls: list[Callable[[], Any]]) -> list[tuple[bool, Any]]:
-    outcomes: list[tuple[bool, Any]] = []
-    for call in calls:
-        try:
-            outcomes.append((True, call()))
-        except Exception as exc:
-            outcomes.append((False, exc))
-    return outcomes
 
 
 class Events(Protocol):
@@ -164,45 +118,6 @@ def sandbox_available(config: Config, agent_id: str, session_key: str) -> bool:
     return is_sandboxed(config.sandbox_for(agent_id).mode, agent_id, session_key)
 
 
-def _fence(command: str) -> str:
-    longest = max((len(m) for m in re.findall(r"`+", command)), default=0)
-    return "`" * max(3, longest + 1)
-
-
-def approval_pending_text(record: ApprovalRecord, warnings: list[str]) -> str:
-    """Reference §1.13 `buildApprovalPendingMessage`, with what is true here: this text is only returned
-    when no approver is attached (else the call waits), so it never promises interactive approval, and it
-    says how to approve from a shell as well as in chat (issue 10)."""
-    req = record.request
-    fence = _fence(req.command)
-    lines: list[str] = []
-    if warnings:
-        lines += [*warnings, ""]
-    lines.append(f"Approval required (id {record.slug}, full {record.id}).")
-    lines.append(f"Host: {req.host}")
-    if req.node_id:
-        lines.append(f"Node: {req.node_id}")
-    lines.append(f"CWD: {req.cwd or '(node default)'}")
-    lines += ["Command:", f"{fence}sh", req.command, fence]
-    lines.append(
-        "No approver is attached: nothing runs until someone approves. Once approved, the command runs "
-        "detached and its result arrives as a system event (exechost events)."
-    )
-    if "allow-always" not in req.allowed_decisions:
-        lines.append(
-            "The effective approval policy requires approval every time, so Allow Always is unavailable."
-        )
-    lines.append(f"Reply with: /approve {record.slug} {'|'.join(req.allowed_decisions)}")
-    lines.append(f"From a shell: exechost approve {record.slug} allow-once")
-    lines.append("If the short code is ambiguous, use the full id.")
-    return "\n".join(lines)
-
-
-def _compact(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def _clamp_yield(value: Any, default: int) -> int:
     ms = value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
     return int(min(max(ms, YIELD_MIN_MS), YIELD_MAX_MS))
@@ -233,7 +148,7 @@ class ExecTool:
         # wait_session(session_id, scope_key) -> awaitable ToolResult of the finished session.
         self._wait_session = wait_session
         self._background: set[asyncio.Task[Any]] = set()
-        self._evaluator = _Offload()
+        self._evaluator = Offload()
 
     # -- entry point
 
@@ -615,8 +530,8 @@ class ExecTool:
             code = f"signal {details.get('exitSignal')}"
         output = str(details.get("aggregated") or details.get("tail") or "")
         head = f"Exec finished (gateway id={record.id}, session={session_id}, {code})"
-        compact = _compact(output, FOLLOWUP_OUTPUT_CHARS)
-        return f"{head}\n{compact}" if compact else head
+        tail = compact(output, FOLLOWUP_OUTPUT_CHARS)
+        return f"{head}\n{tail}" if tail else head
 
     def _emit(self, ctx: ExecContext, text: str) -> None:
         self.events.enqueue(ctx.session_key or ctx.scope_key, text)

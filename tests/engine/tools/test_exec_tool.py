@@ -357,9 +357,9 @@ async def test_broken_approvals_file_fails_closed(state_dir: Path) -> None:
 
 
 async def test_offload_batches_keep_each_callers_result_and_error() -> None:
-    from engine.tools.exec import _Offload
+    from engine.tools.offload import Offload
 
-    offload = _Offload()
+    offload = Offload()
     order: list[int] = []
 
     def call(i: int) -> int:
