@@ -98,7 +98,7 @@ async def run_action(
         return ToolResult(f"Cleared session {session_id}.", {"status": "completed"})
     # remove
     if session is None or (session.exited and not session.listed):
-        return _fail(f"No session found for {session_id}")
+        return _fail(f"No session found for {session_id}", error="not-found")
     if not session.exited:
         if not session.backgrounded:
             return _fail(f"Session {session_id} is not backgrounded.")
@@ -128,7 +128,7 @@ async def _poll(
     manager: SessionManager, session: Session | None, sid: str, params: dict[str, Any]
 ) -> ToolResult:
     if session is None or (session.exited and not session.listed):
-        return _fail(f"No session found for {sid}")
+        return _fail(f"No session found for {sid}", error="not-found")
     if not session.exited and not session.backgrounded:
         return _fail(f"Session {sid} is not backgrounded.")
     wait_ms = max(0, min(MAX_POLL_WAIT_MS, _int_param(params.get("timeout")) or 0))
@@ -191,7 +191,7 @@ def _slice_lines(text: str, offset: int | None, limit: int | None) -> tuple[str,
 
 async def _log(session: Session | None, sid: str, params: dict[str, Any]) -> ToolResult:
     if session is None or (session.exited and not session.listed):
-        return _fail(f"No session found for {sid}")
+        return _fail(f"No session found for {sid}", error="not-found")
     if not session.exited and not session.backgrounded:
         return _fail(f"Session {sid} is not backgrounded.")
     offset, limit = _int_param(params.get("offset")), _int_param(params.get("limit"))

@@ -145,6 +145,8 @@ class Session:
     def status(self) -> str:
         if not self.exited:
             return "running"
+        if self.killed:
+            return "killed"  # the operator or agent ended it: not a failure of the command
         return "failed" if self.failure is not None else "completed"
 
     @property

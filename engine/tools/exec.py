@@ -22,6 +22,7 @@ from engine.approvals.store import ApprovalsFileError
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
 from engine.config.model import Config
+from engine.modes import ASKS, HOSTS, SECURITIES
 from engine.policy.decision import Decision, evaluate
 from engine.policy.precedence import SessionOverrides
 from engine.results import ToolError, ToolResult
@@ -42,6 +43,28 @@ NODE_UNAVAILABLE = (
     "Use host=gateway (or host=auto) instead."
 )
 
+
+
+_ENUMS = {"host": HOSTS, "security": SECURITIES, "ask": ASKS}
+
+
+def _check_enums(call: Mapping[str, Any]) -> None:
+    """A per-call host/security/ask the engine does not know is refused, as `policy check` refuses it:
+    ignoring it would run the command under a policy the caller did not ask for."""
+    for key, allowed in _ENUMS.items():
+        value = call.get(key)
+        if value is not None and value not in allowed:
+            raise ToolError(f"invalid {key} {value!r} (expected {'|'.join(allowed)})")
+
+
+def _clamped(call: Mapping[str, Any], decision: Decision) -> list[str]:
+    """Say so when a per-call security/ask was clamped by the policy (it may only tighten)."""
+    notes = []
+    for key, applied in (("security", decision.security), ("ask", decision.ask)):
+        wanted = call.get(key)
+        if wanted is not None and applied is not None and wanted != applied:
+            notes.append(f"Note: {key}={wanted} was requested; the policy's {key}={applied} applies.")
+    return notes
 
 
 def _agent_reason(value: Any) -> str | None:
@@ -192,6 +215,7 @@ class ExecTool:
         # defaultWorkdir: the calling CLI/MCP process's cwd, used on the host when no workdir is given.
         cwd = self._workdir(params.get("workdir") or params.get("defaultWorkdir"), host_warnings)
         call_params = {k: params[k] for k in ("host", "security", "ask", "node", "elevated") if k in params}
+        _check_enums(call_params)
         try:
             decision = await self._evaluator.run(
                 functools.partial(
@@ -214,6 +238,7 @@ class ExecTool:
         sandboxed = decision.policy is not None and decision.policy.sandboxed
         warnings = [] if sandboxed else host_warnings  # the container maps its own workdir
         warnings += [w for w in decision.warnings if w not in warnings]
+        warnings += _clamped(call_params, decision)
         prepared = _Prepared(command=command, decision=decision, cwd=cwd, env=None, warnings=warnings)
         if decision.decision == "deny":
             return prepared

@@ -27,10 +27,20 @@ class UsageError(Exception):
     """Bad arguments or config: printed on stderr, exit code 2."""
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("exechost")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="exechost", description="An exec host for AI agents, with an operator console."
     )
+    parser.add_argument("--version", action="version", version=f"exechost {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

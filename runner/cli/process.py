@@ -63,4 +63,6 @@ def cmd_process(args: argparse.Namespace) -> int:
     result = call("process", process_params(args))
     details = result.get("details") or {}
     emit(str(result.get("text", "")), details, args.json)
+    if details.get("error") == "not-found":
+        return 1  # an unknown id is an error for every action, poll and log included
     return 1 if details.get("status") == "failed" and args.action not in ("poll", "log", "list") else 0

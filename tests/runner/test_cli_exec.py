@@ -251,3 +251,35 @@ async def test_exec_says_it_waits_for_approval(state_dir: Path) -> None:
         out, _ = await asyncio.wait_for(proc.communicate(), 30)
         assert proc.returncode == 0 and "approved-late" in out.decode()
         await operator.close()
+
+
+def test_cli_conventions_version_bad_enums_clamps_unknown_ids_and_killed(state_dir: Path) -> None:
+    """Issue 10: --version; bad enums refused; clamps reported; unknown ids fail; a kill shows killed."""
+    write_config(state_dir, ALLOWLIST)
+    try:
+        version = cli(state_dir, "--version")
+        assert version.returncode == 0 and version.stdout.startswith("exechost ")
+        bad = cli(state_dir, "exec", "--host", "bogus", "--", "true")
+        assert (
+            bad.returncode != 0 and "invalid host 'bogus' (expected auto|sandbox|gateway|node)" in bad.stderr
+        )
+        bad = cli(state_dir, "exec", "--security", "nonsense", "--", "true")
+        assert bad.returncode != 0 and "invalid security 'nonsense'" in bad.stderr
+        clamped = cli(state_dir, "exec", "--security", "full", "--ask", "off", "--", "wc -c /dev/null")
+        assert "security=full was requested; the policy's security=allowlist applies" in clamped.stdout
+        for action in ("poll", "log", "kill"):
+            missing = cli(state_dir, "process", action, "no-such-session")
+            assert missing.returncode == 1 and "session found for no-such-session" in missing.stdout, action
+        write_config(state_dir, FULL)
+        started = js(cli(state_dir, "exec", "--json", "--background", "--", "sleep 30"))
+        sid = started["details"]["sessionId"]
+        assert cli(state_dir, "process", "kill", sid).returncode == 0
+        for _ in range(100):
+            listed = js(cli(state_dir, "process", "list", "--json"))
+            row = next(s for s in listed["details"]["sessions"] if s["sessionId"] == sid)
+            if row["status"] != "running":
+                break
+            time.sleep(0.05)
+        assert row["status"] == "killed"
+    finally:
+        stop(state_dir)

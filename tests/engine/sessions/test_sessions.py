@@ -316,7 +316,7 @@ async def test_kill_clear_remove(mgr: SessionManager) -> None:
     text = await wait_exit(mgr, sid)
     assert text == "(no output recorded)\n\nProcess exited with signal SIGTERM."
     polled = await mgr.process("poll", {"sessionId": sid}, "s1")
-    assert polled.details["status"] == "failed"
+    assert polled.details["status"] == "killed"  # issue 10: a kill is not a failure of the command
     assert polled.details["exitSignal"] == "SIGTERM"
     assert (await mgr.process("kill", {"sessionId": sid}, "s1")).text == f"No active session found for {sid}"
     assert (await mgr.process("clear", {"sessionId": sid}, "s1")).text == f"Cleared session {sid}."
