@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -89,6 +90,7 @@ class ConsoleApp(App[None]):
         self.socket_server: ApprovalSocketServer | None = None
         self.overrides: dict[str, SessionOverrides] = {}
         self.gateway_pid: int | None = None
+        self.config_error: str | None = None
         self.shown_at: dict[str, float] = {}  # approval id -> wall time its row was painted (bench)
         self._list_timer: Timer | None = None
         self._refresh_timer: Timer | None = None
@@ -191,7 +193,9 @@ class ConsoleApp(App[None]):
 
     def on_gateway_connected(self, message: GatewayConnected) -> None:
         self.gateway_pid = message.pid
-        self.sub_title = f"gateway pid {message.pid}"
+        self.config_error = None
+        self.show_header()
+        self.load_status()
         self.inbox.replace_gateway(message.pending)
         self.sessions.replace_all(message.sessions)
         self.sessions.render_list(self.sessions.unread())
@@ -201,6 +205,34 @@ class ConsoleApp(App[None]):
             self.approvals.explain(item)
         if self.sessions.current:
             self.sessions.replay(self.sessions.current)
+
+    def show_header(self) -> None:
+        """The sub-title says what an operator must not miss: a broken config, session overrides."""
+        parts = [f"gateway pid {self.gateway_pid}"]
+        if self.config_error:
+            parts.append(f"⚠ {visible(self.config_error)}")
+        if self.overrides:
+            parts.append("overrides: " + ", ".join(visible(k) for k in sorted(self.overrides)))
+        self.sub_title = "  ·  ".join(parts)
+
+    @work(group="status", exclusive=True, exit_on_error=False)
+    async def load_status(self) -> None:
+        try:
+            status = await self.link.request("status")
+        except (RemoteError, ConnectionError):
+            return
+        self.set_config_error(status.get("configError"))
+
+    def set_config_error(self, error: Any) -> None:
+        was, self.config_error = self.config_error, (str(error) if error else None)
+        self.show_header()
+        if self.config_error:
+            # The whole text, where it stays: a toast would cut it off and go away.
+            whole = Text(f"config.toml is broken: {visible(self.config_error)}", style="bold red")
+            self.policy.show_check(whole)
+            self.notify_plain(f"config broken: {self.config_error[:120]}", severity="error", timeout=8)
+        elif was:
+            self.policy.show_check(Text("config.toml is valid again.", style="green"))
 
     def on_gateway_lost(self, message: GatewayLost) -> None:
         self.sub_title = f"gateway unreachable: {message.reason[:80]} (retrying)"
@@ -229,6 +261,8 @@ class ConsoleApp(App[None]):
                 self.refresh_sessions_soon()
                 if data.get("sessionId") == self.sessions.current and self.sessions.current:
                     self.sessions.replay(self.sessions.current)  # the log has everything up to EOF
+        elif event == "gateway.config":
+            self.set_config_error(data.get("error"))
         elif event == "system.event":
             stamp = time.strftime("%H:%M:%S", time.localtime((data.get("ts") or time.time() * 1000) / 1000))
             key, text = visible(data.get("sessionKey", "")), visible(data.get("text", ""), newline=REPORT)
@@ -362,6 +396,7 @@ class ConsoleApp(App[None]):
     @on(PolicyPane.Changed)
     def on_policy_changed(self, message: PolicyPane.Changed) -> None:
         self.overrides = message.overrides
+        self.show_header()
 
     def refresh_policy(self) -> None:
         self.policy.reload()

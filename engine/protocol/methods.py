@@ -52,6 +52,7 @@ class EventName(StrEnum):
     # Sent only to the connection whose `exec` now waits for a human (no subscription needed); `callId`
     # echoes the exec params' optional `callId`.
     EXEC_WAITING = "exec.waiting"
+    GATEWAY_CONFIG = "gateway.config"  # topic events: the config on disk broke ({error}) or was fixed (null)
 
 
 class Topic(StrEnum):

@@ -160,8 +160,10 @@ class ExecTool:
         has_approver: Callable[[], bool],
         overrides: Mapping[str, SessionOverrides],
         wait_session: Callable[[str, str], Any] | None = None,
+        config_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._config = config
+        self._config_problem = config_problem
         self.sessions = sessions
         self.approvals = approvals
         self.store = store
@@ -212,6 +214,8 @@ class ExecTool:
         config = self._config()
         sandbox = sandbox_available(config, ctx.agent_id, ctx.session_key)
         host_warnings: list[str] = []
+        problem = self._config_problem()
+        notices = [f"Warning: {problem}"] if problem else []
         # defaultWorkdir: the calling CLI/MCP process's cwd, used on the host when no workdir is given.
         cwd = self._workdir(params.get("workdir") or params.get("defaultWorkdir"), host_warnings)
         call_params = {k: params[k] for k in ("host", "security", "ask", "node", "elevated") if k in params}
@@ -238,7 +242,7 @@ class ExecTool:
         sandboxed = decision.policy is not None and decision.policy.sandboxed
         warnings = [] if sandboxed else host_warnings  # the container maps its own workdir
         warnings += [w for w in decision.warnings if w not in warnings]
-        warnings += _clamped(call_params, decision)
+        warnings += _clamped(call_params, decision) + notices
         prepared = _Prepared(command=command, decision=decision, cwd=cwd, env=None, warnings=warnings)
         if decision.decision == "deny":
             return prepared

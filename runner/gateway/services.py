@@ -42,6 +42,7 @@ class Services:
         self.state_dir = state_dir
         self.server = server
         self._config_path = config_path
+        self.config_error: str | None = None
         self._config: Config | None = None
         self._config_stamp: tuple[int, ...] | None = None
         env_timeout = os.environ.get("EXECHOST_APPROVAL_TIMEOUT_MS", "").strip()
@@ -65,6 +66,7 @@ class Services:
         )
         self.exec_tool = ExecTool(
             config=self.config,
+            config_problem=self.config_problem,
             sessions=self.sessions,
             approvals=self.approvals,
             store=self.store,
@@ -95,12 +97,26 @@ class Services:
         if self._config is None or stamp != self._config_stamp:
             try:
                 self._config = load_config(path)
+                self._set_config_error(None)
             except Exception as exc:
                 if self._config is None:
                     raise
                 log.error("config reload failed, keeping the previous one: %s", exc)
+                self._set_config_error(f"{exc} — still running on the last good config")
             self._config_stamp = stamp
         return self._config
+
+    def config_problem(self) -> str | None:
+        """Why the config on disk is not the one in force (a broken edit), else None."""
+        self.config()  # a fix or a new breakage shows at once
+        return self.config_error
+
+    def _set_config_error(self, error: str | None) -> None:
+        """Loud, not only in gateway.log: `status`, every exec result and the console's header say it."""
+        if error == self.config_error:
+            return
+        self.config_error = error
+        self.broadcast("events", "gateway.config", {"error": error, "ts": int(time.time() * 1000)})
 
     async def start(self) -> None:
         self.output.start()
@@ -200,5 +216,6 @@ class Services:
             "pendingApprovals": len(self.approvals.pending()),
             "sessions": len(sessions),
             "runningSessions": sum(1 for s in sessions if s.get("status") == "running"),
+            "configError": self.config_problem(),
             "version": 1,
         }

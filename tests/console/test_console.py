@@ -451,3 +451,19 @@ async def test_log_paging_and_follow(state_dir: Path) -> None:
         await until(pilot, lambda: pane.text_lines()[:1] == ["1001"])
         await pilot.press("f")  # back to the live tail
         await until(pilot, lambda: pane.text_lines()[-1:] == ["2000"])
+
+
+async def test_a_config_broken_while_running_is_loud(state_dir: Path) -> None:
+    """Issue 10: `status`, the console header, the Policy pane and every exec result say it."""
+    async with running_console(state_dir) as (app, pilot, agent):
+        (state_dir / "config.toml").write_text(ALLOWLIST + "\n[tools.exec]\nhost = 'twice'\n")
+        result = await agent.request("exec", {"command": "wc -l", "agentId": "main"})
+        assert "still running on the last good config" in result["text"]
+        assert "config.toml" in (await agent.request("status"))["configError"]
+        await until(pilot, lambda: "⚠" in app.sub_title and "config.toml" in app.sub_title)
+        check = str(app.query_one("#policy-check").render())
+        assert "still running on the last good config" in check
+        write_config(state_dir, ALLOWLIST)
+        await agent.request("exec", {"command": "wc -l", "agentId": "main"})
+        await until(pilot, lambda: "⚠" not in app.sub_title)
+        assert (await agent.request("status"))["configError"] is None
