@@ -81,6 +81,7 @@ class ControlClient:
         self._reader = reader
         self._writer = writer
         self.server_pid = welcome.pid
+        self.started_gateway = False  # this connect started the gateway (callers may say so)
         self._next_id = 0
         self._pending: dict[RequestId, asyncio.Future[dict[str, Any]]] = {}
         self._events: asyncio.Queue[Event | None] = asyncio.Queue()
@@ -177,7 +178,9 @@ class ControlClient:
             last = "gateway did not start"
             while time.monotonic() < deadline:
                 try:
-                    return await cls._try_connect(state, client, name, token, role)
+                    connected = await cls._try_connect(state, client, name, token, role)
+                    connected.started_gateway = True
+                    return connected
                 except GatewayUnavailable as exc:
                     last = str(exc)
                 if proc.poll() is not None:

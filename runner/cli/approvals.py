@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -68,6 +69,10 @@ def register_actions(actions: Subparsers) -> None:
     add.add_argument("--arg-pattern", metavar="RE", help="regular expression the arguments must match")
     add_json_arg(add)
     add.set_defaults(func=cmd_allowlist_add)
+    listing = verbs.add_parser("list", help="every agent's entries (or one agent's), with their scope")
+    listing.add_argument("--agent", metavar="ID", help="only this agent's entries (and agents.*)")
+    add_json_arg(listing)
+    listing.set_defaults(func=cmd_allowlist_list)
     remove = verbs.add_parser("remove", help="remove entries by pattern or id")
     remove.add_argument("pattern", metavar="PATTERN", help="the entry's pattern (case-insensitive) or id")
     remove.add_argument("--agent", default=WILDCARD_AGENT, metavar="ID", help='agent id (default: "*")')
@@ -228,6 +233,8 @@ def cmd_allowlist_add(args: argparse.Namespace) -> int:
             "approve the command with allow-always instead"
         )
     pattern = _resolve_bare_name(args.pattern.strip())
+    for warning in _never_matches(pattern):
+        print(f"warning: {warning}", file=sys.stderr)
     try:
         before = {e.id for e in store.load().agent(agent_id).allowlist}
         record = store.add_allowlist(agent_id, pattern, arg_pattern=args.arg_pattern)
@@ -240,6 +247,49 @@ def cmd_allowlist_add(args: argparse.Namespace) -> int:
     verb = "Added" if added else "Already allowed:"
     text = f"{verb} {what} for agent {_safe(agent_id)} in {_safe(str(store.path))}"
     emit(text, {"added": added, "agentId": agent_id, "entry": _entry_json(record)}, args.json)
+    return 0
+
+
+def _never_matches(pattern: str) -> list[str]:
+    """What makes an entry useless, said when it is added rather than discovered when nothing matches."""
+    if pattern == "*" or pattern.startswith(COMMAND_HASH_PREFIX):
+        return []
+    if not pattern.startswith(("/", "~")):
+        return [f"{pattern} is not an absolute path: patterns match absolute paths, so it never matches"]
+    if any(c in pattern for c in "*?["):
+        return []
+    path = os.path.expanduser(pattern)
+    if not os.path.exists(path):
+        return [f"{pattern} does not exist (yet): the entry matches nothing until it does"]
+    if os.path.isdir(path):
+        return [f"{pattern} is a directory: add {pattern.rstrip('/')}/* to allow the programs in it"]
+    if not os.access(path, os.X_OK):
+        return [f"{pattern} is not executable"]
+    return []
+
+
+def cmd_allowlist_list(args: argparse.Namespace) -> int:
+    """Every entry with its scope (`*` = every agent); `=command:` entries show the command they stand for."""
+    data = _store().load()
+    wanted = _agent_id(args.agent) if args.agent else None
+    rows = []
+    for agent, block in sorted(data.agents.items()):
+        if wanted is not None and agent not in (wanted, WILDCARD_AGENT):
+            continue
+        for entry in block.allowlist:
+            rows.append({"agent": agent, **_entry_json(entry)})
+    if not rows:
+        text = "No allowlist entries."
+    else:
+        lines = []
+        for r in rows:
+            arg = f"  args: {r['argPattern']}" if r["argPattern"] else ""
+            meaning = ""
+            if r["pattern"].startswith(COMMAND_HASH_PREFIX):
+                meaning = f"  = {r['lastUsedCommand'] or '(an exact command approved with allow-always)'}"
+            lines.append(f"{r['agent']:<10} {r['pattern']}{arg}{meaning}  [{r['source'] or 'manual'}]")
+        text = "\n".join(lines)
+    emit(text, {"entries": rows}, args.json)
     return 0
 
 

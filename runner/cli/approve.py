@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from engine.approvals.decisions import USAGE, parse_approve_args
 from engine.display import visible, warnings
+from engine.protocol.client import ControlClient
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import call, run_verb, with_client
@@ -31,6 +33,40 @@ def register_pending(actions: Subparsers) -> None:
     p = actions.add_parser("pending", help="list approvals waiting in the running gateway")
     add_json_arg(p)
     p.set_defaults(func=run_verb(cmd_pending))
+    h = actions.add_parser("history", help="decided approvals: who, when, the command, what it led to")
+    h.add_argument("--agent", metavar="ID", help="only this agent's")
+    add_json_arg(h)
+    h.set_defaults(func=run_verb(cmd_history))
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    async def every_page(client: ControlClient) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"agentId": args.agent} if args.agent else {}
+        while True:
+            page = await client.request("approvals.history", params)
+            rows += page.get("approvals") or []
+            if not page.get("next"):
+                return rows
+            params["cursor"] = page["next"]
+
+    rows = with_client(every_page, operator=True)
+    lines = []
+    for r in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((r.get("resolvedAtMs") or 0) / 1000))
+        run = r.get("run") or {}
+        outcome = ""
+        if run.get("status"):
+            code = f" (code {run['exitCode']})" if run.get("exitCode") is not None else ""
+            outcome = f" -> {run['status']}{code}"
+        reason = f"  reason: {r['reason']}" if r.get("reason") else ""
+        command = visible(str(r.get("command", "")))[:100]
+        lines.append(
+            f"{when}  {r['slug']}  {r.get('agentId')}  {r['status']} by {r.get('resolvedBy')}{outcome}  "
+            f"{command}{reason}"
+        )
+    emit("\n".join(lines) or "No decided approvals yet.", {"approvals": rows}, args.json)
+    return 0
 
 
 def cmd_approve(args: argparse.Namespace) -> int:

@@ -42,18 +42,29 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def _follow(args: argparse.Namespace) -> int:
+    def show(data: dict[str, Any]) -> None:
+        if args.json:
+            print(json.dumps(data, ensure_ascii=False), flush=True)
+        else:
+            key, text = data.get("sessionKey"), data.get("text")
+            print(f"[{visible(key)}] {visible(text, newline=REPORT, tabs=True)}", flush=True)
+
     async def go() -> None:
         client = await ControlClient.connect(client="cli", name="cli events")
         try:
-            await client.subscribe(["events"])
+            await client.subscribe(["events"])  # first, so nothing falls between backlog and stream
+            backlog = (await client.request("events", {"sessionKey": args.session} if args.session else {}))
+            seen = set()
+            for item in backlog.get("events", []):
+                seen.add((item.get("sessionKey"), item.get("text")))
+                show(item)
             async for ev in client.events():
+                if (ev.data.get("sessionKey"), ev.data.get("text")) in seen:
+                    seen.discard((ev.data.get("sessionKey"), ev.data.get("text")))
+                    continue
                 if ev.event != "system.event" or (args.session and ev.data.get("sessionKey") != args.session):
                     continue
-                if args.json:
-                    print(json.dumps(ev.data, ensure_ascii=False), flush=True)
-                else:
-                    key, text = ev.data.get("sessionKey"), ev.data.get("text")
-                    print(f"[{visible(key)}] {visible(text, newline=REPORT, tabs=True)}", flush=True)
+                show(ev.data)
         finally:
             await client.close()
 

@@ -50,6 +50,12 @@ def with_client(
 
     async def go() -> T:
         client = await ControlClient.connect(client="cli", name="cli", autostart=autostart, operator=operator)
+        if client.started_gateway:
+            # Even a read-only verb leaves a daemon behind: say so, and how to stop it.
+            print(
+                f"exechost: started a gateway (pid {client.server_pid}); `exechost gateway stop` stops it",
+                file=sys.stderr,
+            )
         try:
             return await use(client)
         finally:

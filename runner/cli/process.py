@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import sys
 from typing import Any
 
+from engine.display import visible
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import Event, RemoteError
+from engine.protocol.methods import EventName
 from engine.sessions.actions import ACTIONS
+from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, emit
-from runner.cli.gateway import call, run_verb
+from runner.cli.gateway import CliFailure, call, run_verb, with_client
 
 
 def register(subparsers: Subparsers) -> None:
@@ -16,7 +23,10 @@ def register(subparsers: Subparsers) -> None:
         help="list, poll, read, write to and kill background sessions",
         description="The process tool: follow up on sessions the exec tool started.",
     )
-    p.add_argument("action", choices=ACTIONS, metavar="ACTION", help="|".join(ACTIONS))
+    verbs = (*ACTIONS, "follow")
+    p.add_argument(
+        "action", choices=verbs, metavar="ACTION", help="|".join(verbs) + " (follow: output until exit)"
+    )
     p.add_argument("session_id", nargs="?", metavar="SESSION_ID", help="the session (or use --session)")
     p.add_argument("--session", metavar="ID", help="the session id")
     p.add_argument("--session-key", default="", metavar="KEY", help="scope: the agent session key")
@@ -60,9 +70,57 @@ def process_params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_process(args: argparse.Namespace) -> int:
+    if args.action == "follow":
+        return cmd_follow(args)
     result = call("process", process_params(args))
     details = result.get("details") or {}
     emit(str(result.get("text", "")), details, args.json)
     if details.get("error") == "not-found":
         return 1  # an unknown id is an error for every action, poll and log included
     return 1 if details.get("status") == "failed" and args.action not in ("poll", "log", "list") else 0
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    """`process follow ID` (like `pueue follow`): the output so far, then live output until the session
+    ends; exits with the session's code. Output is the command's: its escapes are shown, never obeyed."""
+    sid = args.session or args.session_id
+    if not sid:
+        raise UsageError("process follow needs a session id")
+
+    def show(text: str) -> None:
+        sys.stdout.write(visible(text, newline="\n", tabs=True))
+        sys.stdout.flush()
+
+    async def go(client: ControlClient) -> int:
+        ended: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        offset: list[int] = [0]
+
+        def on_event(event: Event) -> None:
+            data = event.data
+            if data.get("sessionId") != sid:
+                return
+            if event.event == EventName.SESSION_OUTPUT and not data.get("dropped"):
+                if int(data.get("offset") or 0) >= offset[0]:
+                    show(str(data.get("data") or ""))
+            elif event.event == EventName.SESSION_EXITED and not ended.done():
+                ended.set_result(data)
+
+        client.add_listener(on_event)
+        await client.request("subscribe", {"topics": ["sessions"], "follow": [sid]})
+        try:
+            backlog = await client.request("sessions.output", {"sessionId": sid, "limit": 256 * 1024})
+        except RemoteError as exc:
+            raise CliFailure(str(exc), 1) from None
+        show(str(backlog.get("data") or ""))
+        offset[0] = int(backlog.get("nextOffset") or 0)
+        rows = (await client.request("sessions.list")).get("sessions", [])
+        row: dict[str, Any] = next((r for r in rows if r.get("sessionId") == sid), {})
+        if row.get("status") not in (None, "running") and not ended.done():
+            ended.set_result(row)
+        result = await ended
+        inner = result.get("session")
+        session: dict[str, Any] = inner if isinstance(inner, dict) else result
+        code = session.get("exitCode")
+        return code if isinstance(code, int) and 0 <= code <= 255 else 1
+
+    return with_client(go)

@@ -283,3 +283,40 @@ def test_cli_conventions_version_bad_enums_clamps_unknown_ids_and_killed(state_d
         assert row["status"] == "killed"
     finally:
         stop(state_dir)
+
+
+def test_process_follow_history_allowlist_list_and_autostart_notice(state_dir: Path, tmp_path: Path) -> None:
+    """Issue 10: `process follow`, `approvals history`, `approvals allowlist list` (scope, what a
+    =command: entry stands for), add warnings, and a verb that starts the gateway says so."""
+    write_config(state_dir, FULL)
+    try:
+        listed = cli(state_dir, "process", "list")
+        assert "started a gateway (pid" in listed.stderr  # a read-only verb left a daemon behind
+        started = js(
+            cli(
+                state_dir,
+                "exec",
+                "--json",
+                "--background",
+                "--",
+                "for i in 1 2 3; do echo tick-$i; sleep 0.2; done; exit 5",
+            )
+        )
+        followed = cli(state_dir, "process", "follow", started["details"]["sessionId"])
+        assert followed.stdout.split() == ["tick-1", "tick-2", "tick-3"] and followed.returncode == 5
+        assert "started a gateway" not in followed.stderr
+        missing = cli(state_dir, "process", "follow", "no-such")
+        assert missing.returncode == 1
+        warn = cli(state_dir, "approvals", "allowlist", "add", "/usr/bin/definitely-not-here")
+        assert warn.returncode == 0 and "does not exist (yet)" in warn.stderr
+        warn = cli(state_dir, "approvals", "allowlist", "add", "bin/*", "--agent", "main")
+        assert "never matches" in warn.stderr
+        entries = cli(state_dir, "approvals", "allowlist", "list")
+        assert (
+            "*          /usr/bin/definitely-not-here" in entries.stdout
+            and "main       bin/*" in entries.stdout
+        )
+        history = cli(state_dir, "approvals", "history")
+        assert history.returncode == 0 and "No decided approvals yet." in history.stdout
+    finally:
+        stop(state_dir)
