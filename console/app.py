@@ -245,6 +245,7 @@ class ConsoleApp(App[None]):
             item = self.inbox.find(str(data.get("id")))
             if item is not None and isinstance(data.get("count"), int):
                 item.view["count"] = data["count"]
+                item.view["requesterGone"] = bool(data.get("requesterGone"))
                 self.refresh_inbox()
         elif event == "sandbox.progress":
             name, text = str(data.get("containerName") or ""), str(data.get("message") or "")

@@ -52,6 +52,14 @@ def render_detail(
     shown = visible(raw, newline=MARKED_LINES)
     command = Syntax(shown, "bash", word_wrap=True, theme="ansi_dark", background_color="default")
     alarms = [Text(f"⚠ THIS COMMAND {w.upper()}", style="bold white on red") for w in warnings(raw)]
+    if view.get("requesterGone"):
+        alarms.append(
+            Text(
+                "The agent stopped waiting (its call was cancelled). Approving runs the command detached; "
+                "its result goes to the agent's events.",
+                style="bold yellow",
+            )
+        )
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
@@ -162,6 +170,7 @@ class ApprovalsPane(Horizontal):
         self.config_path = config_path  # socket asks carry no analysis: explained locally with this config
         self.recent_commands = recent_commands
         self.rows: list[InboxItem] = []
+        self._drawn: dict[str, tuple[int, bool]] = {}
         self.insights: dict[str, dict[str, Any]] = {}
 
     def compose(self) -> ComposeResult:
@@ -187,16 +196,19 @@ class ApprovalsPane(Horizontal):
         keep = self.selected.key if self.selected else None
         old_keys = [item.key for item in self.rows]
         same_prefix = [item.key for item in rows[: len(old_keys)]] == old_keys
-        counts_same = all(a.count == b.count for a, b in zip(self.rows, rows, strict=False))
-        start = len(old_keys) if same_prefix and counts_same else 0
+        # Items are updated in place (a coalesced count, a requester gone): compare with what was drawn.
+        drawn = {item.key: (item.count, bool(item.view.get("requesterGone"))) for item in rows}
+        unchanged = all(self._drawn.get(key) == drawn.get(key) for key in old_keys)
+        start = len(old_keys) if same_prefix and unchanged else 0
         if start == 0:
             table.clear()
         self.rows = rows
+        self._drawn = drawn
         now = clock_ms()
         for item in rows[start:]:
             view = item.view
             command = str(view.get("command", ""))
-            flag = "⚠ " if warnings(command) else ""
+            flag = ("⚠ " if warnings(command) else "") + ("⌀ gone " if view.get("requesterGone") else "")
             table.add_row(  # Text, never str: DataTable parses str cells as markup
                 fmt_left(item.seconds_left(now)),
                 str(item.count),

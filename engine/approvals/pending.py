@@ -108,6 +108,8 @@ class ApprovalRecord:
     reason: str | None = None  # the approver's note on a deny, passed back to the agent
     # What the approval led to, set by whoever ran it: sessionId, status, exitCode, tail.
     run: dict[str, Any] | None = None
+    # The caller stopped waiting (Ctrl-C, a closed MCP call): approving runs it detached, result in events.
+    requester_gone: bool = False
     future: asyncio.Future[str | None] = field(repr=False, kw_only=True)
 
     @property
@@ -135,6 +137,7 @@ class ApprovalRecord:
             "resolvedAtMs": self.resolved_at_ms,
             "reason": self.reason,
             "run": self.run,
+            "requesterGone": self.requester_gone,
             "count": self.count,
             **self.request.to_json(),
         }
@@ -221,6 +224,13 @@ class ApprovalManager:
                 f"exec denied: {len(pending)} approvals are waiting for the operator (at most "
                 f"{self.max_total} in all); wait for a decision before asking again",
             )
+
+    def requester_gone(self, approval_id: str) -> None:
+        """The caller that waited for this ask went away; approvers are told (an "updated" event)."""
+        record = self._records.get(approval_id)
+        if record is not None and not record.resolved and not record.requester_gone:
+            record.requester_gone = True
+            self._notify("updated", record)
 
     async def wait(self, record: ApprovalRecord) -> str | None:
         """The decision, or None when the request expired."""

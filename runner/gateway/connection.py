@@ -41,6 +41,7 @@ class Connection:
         self.read_marks: dict[str, int] = {}
         self.activity_sent: dict[str, int] = {}
         self.approver = False
+        self.waiting_approvals: set[str] = set()  # asks this client's exec calls are waiting on
         self.dropped_events = 0
         self.shed_output: dict[str, Any] = {}
         self._queued_bytes = 0

@@ -183,13 +183,20 @@ class Services:
     def connection_closed(self, conn: Connection) -> None:
         conn.approver = False
         conn.topics.clear()
+        for approval_id in conn.waiting_approvals:
+            self.approvals.requester_gone(approval_id)
+        conn.waiting_approvals.clear()
 
     def _on_approval(self, kind: str, record: ApprovalRecord) -> None:
         if kind == "requested":
             self.broadcast("approvals", "approval.requested", record.view())
         elif kind == "updated":
             # An identical ask was coalesced into this one: consoles update the row's count at once.
-            self.broadcast("approvals", "approval.updated", {"id": record.id, "count": record.count})
+            self.broadcast(
+                "approvals",
+                "approval.updated",
+                {"id": record.id, "count": record.count, "requesterGone": record.requester_gone},
+            )
         else:
             self.broadcast(
                 "approvals",

@@ -467,3 +467,29 @@ async def test_a_config_broken_while_running_is_loud(state_dir: Path) -> None:
         await agent.request("exec", {"command": "wc -l", "agentId": "main"})
         await until(pilot, lambda: "⚠" not in app.sub_title)
         assert (await agent.request("status"))["configError"] is None
+
+
+async def test_a_request_whose_caller_went_away_is_marked(state_dir: Path) -> None:
+    """Issue 10: Ctrl-C on the waiting CLI (its connection closes): the row and detail say so, and
+    approving it runs the command detached with the result in the agent's events."""
+    from tests.attacks.test_terminal_escapes import _screen_text
+
+    async with running_console(state_dir) as (app, pilot, agent):
+        quitter = await connect(state_dir, "quitter", operator=False)
+        task = asyncio.ensure_future(
+            quitter.request("exec", {"command": "echo ran-anyway", "agentId": "main", "sessionKey": "q"})
+        )
+        await until(pilot, lambda: len(app.inbox) == 1)
+        await quitter.close()
+        task.cancel()
+        await until(pilot, lambda: app.inbox.rows()[0].view.get("requesterGone"))
+        await pilot.pause(0.3)
+        assert "gone" in _screen_text(app.query_one("#approval-list"))
+        assert "stopped waiting" in _screen_text(app.query_one("#approval-detail"))
+        await pilot.press("a")
+        for _ in range(100):
+            events = await agent.request("events", {"sessionKey": "q"})
+            if events["events"]:
+                break
+            await asyncio.sleep(0.05)
+        assert "ran-anyway" in events["events"][0]["text"]

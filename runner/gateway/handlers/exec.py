@@ -17,9 +17,13 @@ if TYPE_CHECKING:
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     call_id = params.get("callId")
 
+    waited: list[str] = []
+
     def waiting(data: dict[str, Any]) -> None:
         extra = {"callId": call_id} if isinstance(call_id, str | int) else {}
         conn.send(Event(event=EventName.EXEC_WAITING, data={**data, **extra}))
+        waited.append(str(data["approvalId"]))
+        conn.waiting_approvals.add(waited[-1])
 
     ctx = ExecContext(
         agent_id=agent_id(params),
@@ -27,5 +31,8 @@ async def handle(services: Services, conn: Connection, params: dict[str, Any]) -
         caller_alive=lambda: not conn.closed,
         on_waiting=waiting,
     )
-    result = await services.exec_tool.run(params, ctx)
+    try:
+        result = await services.exec_tool.run(params, ctx)
+    finally:
+        conn.waiting_approvals.difference_update(waited)
     return result.to_dict()
