@@ -286,7 +286,8 @@ class ConsoleApp(App[None]):
 
     def _refresh_sessions_now(self) -> None:
         self._refresh_timer = None
-        self.sessions.refresh_sessions()
+        with contextlib.suppress(NoMatches):  # the app is closing
+            self.sessions.refresh_sessions()
 
     def on_socket_approval_requested(self, message: SocketApprovalRequested) -> None:
         req = message.request
