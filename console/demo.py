@@ -15,7 +15,7 @@ from console.app import ConsoleApp
 from engine import statefs
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.client import ControlClient
-from engine.protocol.frames import RemoteError
+from engine.protocol.frames import GatewayUnavailable, RemoteError
 
 DEMO_CONFIG = """\
 # exechost demo profile: commands run on this machine (host=gateway) under an allowlist;
@@ -81,8 +81,30 @@ finally:
 
 
 def demo_state_dir() -> Path:
-    # Short and per-user: Unix socket paths must stay under 107 bytes.
-    return Path(tempfile.gettempdir()) / f"exechost-demo-{os.getuid()}"
+    """$OPENCLAW_STATE_DIR when set, else a fresh throw-away dir per run (short: Unix socket paths must
+    stay under 107 bytes), so a demo never sees an earlier demo's sessions, approvals or allowlist."""
+    given = os.environ.get("OPENCLAW_STATE_DIR", "").strip()
+    if given:
+        return Path(given)
+    return Path(tempfile.mkdtemp(prefix="ehdemo-", dir="/tmp"))
+
+
+def finish_demo(state: Path) -> None:
+    """The demo's gateway stops when its console quits; a throw-away state dir goes with it."""
+
+    async def stop() -> None:
+        try:
+            client = await ControlClient.connect(state, client="demo", autostart=False, operator=True)
+        except (GatewayUnavailable, RemoteError, OSError):
+            return
+        with contextlib.suppress(RemoteError, ConnectionError):
+            await client.request("shutdown")
+            await asyncio.wait_for(client.wait_closed(), 5)
+        await client.close()
+
+    asyncio.run(stop())
+    if state.name.startswith("ehdemo-") and state.parent == Path("/tmp"):
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def prepare_demo(state: Path | None = None) -> tuple[Path, str]:

@@ -158,7 +158,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     except (GatewayUnavailable, ConnectionError):
         emit("gateway is not running", {"status": "stopped", "wasRunning": False}, args.json)
         return 0
-    call("shutdown", autostart=False)
+    call("shutdown", autostart=False, operator=True)
     pid = int(info["pid"])
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and procs.alive(pid):

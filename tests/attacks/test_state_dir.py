@@ -64,6 +64,8 @@ async def test_agent_connections_cannot_broaden_or_approve(state_dir: Path, tmp_
             await agent.request("approve", {"id": res["details"]["approvalId"], "decision": "allow-always"})
         with pytest.raises(ExecHostError, match="needs the operator role"):
             await agent.request("approvals.attach")
+        with pytest.raises(ExecHostError, match="needs the operator role"):
+            await agent.request("shutdown")  # it would kill every session
         # Tightening overrides cannot be cleared by an agent either.
         with pytest.raises(ExecHostError, match="needs the operator role"):
             await agent.request("policy.override", {"sessionKey": "s", "directive": "/exec reset"})

@@ -88,7 +88,7 @@ def test_console_in_tmux_approves_and_shows_output(state_dir: Path) -> None:
 async def _shutdown(state: Path) -> None:
     """Stop the gateway the console started, and wait until the daemon has really exited."""
     try:
-        client = await ControlClient.connect(state, client="test", autostart=False)
+        client = await ControlClient.connect(state, client="test", autostart=False, operator=True)
     except GatewayUnavailable:
         return
     with contextlib.suppress(ConnectionError):

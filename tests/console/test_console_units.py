@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
+
+import pytest
 
 from console.ansi import LineAssembler, plain, pyte_color, sanitize, to_text
 from console.gateway import PENDING_CAP, OutputRouter
@@ -120,3 +124,24 @@ def test_allow_always_preview_lists_recent_commands_it_would_also_allow() -> Non
 
     recent = ["ls -la /etc", "id", "ls /tmp && id", "ls $(whoami)", "ls -la /etc"]
     assert commands_also_allowed(["/usr/bin/ls"], recent, "main", "/") == ["ls -la /etc"]
+
+
+def test_the_demo_is_throw_away(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
+    """Issue 10: a fresh state dir per run (OPENCLAW_STATE_DIR honoured), its gateway stopped on quit."""
+    import subprocess
+    import sys
+
+    from console.demo import demo_state_dir, finish_demo
+    from engine.protocol.frames import socket_path
+    from tests.helpers.gateway import REPO
+
+    assert demo_state_dir() == state_dir  # honoured when set
+    monkeypatch.delenv("OPENCLAW_STATE_DIR")
+    first, second = demo_state_dir(), demo_state_dir()
+    assert first != second and first.name.startswith("ehdemo-")
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(first), "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-m", "runner", "gateway", "start"], env=env, cwd=REPO, check=True)
+    assert socket_path(first).exists()
+    finish_demo(first)
+    finish_demo(second)
+    assert not first.exists() and not second.exists()
