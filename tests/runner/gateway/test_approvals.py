@@ -28,7 +28,7 @@ async def test_coalesced_ask_broadcasts_approval_updated(state_dir: Path) -> Non
         assert second["details"]["approvalId"] == approval_id
         await wait_until(lambda: any(e.event == "approval.updated" for e in seen))
         updates = [e.data for e in seen if e.event == "approval.updated"]
-        assert updates == [{"id": approval_id, "count": 2}]
+        assert updates == [{"id": approval_id, "count": 2, "requesterGone": False}]
         assert [e.data["count"] for e in seen if e.event == "approval.requested"] == [1]
         pending = (await watcher.request("approvals.pending"))["approvals"]
         assert [(p["id"], p["count"]) for p in pending] == [(approval_id, 2)]
