@@ -446,7 +446,14 @@ class ConsoleApp(App[None]):
         values = (res.get("details") or {}).get("overrides") or {}
         known = {k: v for k, v in values.items() if k in SESSION_OVERRIDE_KEYS}
         self.overrides[key] = SessionOverrides(**known)
-        self.notify_plain(f"{key}: {res.get('text') or 'ok'}", timeout=5)
+        if key.startswith("agent:") and key.count(":") == 1:
+            scope = (
+                f"set for {key}: applies to every call of agent {key[6:]} (CLI and MCP calls, and sessions "
+                "without their own override)"
+            )
+        else:
+            scope = f"set for session {key} only (other sessions of the agent are not affected)"
+        self.notify_plain(f"{res.get('text') or 'ok'} — {visible(scope)}", timeout=8)
         self.refresh_policy()
 
     async def _approve_directive(self, text: str) -> None:

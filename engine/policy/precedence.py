@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,26 @@ class SessionOverrides:
     ask: str | None = None
     node: str | None = None
     elevated: str | None = None  # off | on | ask | full
+
+    def over(self, base: SessionOverrides | None) -> SessionOverrides:
+        """These values on top of `base`'s (an agent-wide override under a session's own)."""
+        if base is None:
+            return self
+        return SessionOverrides(
+            **{k: v if v is not None else getattr(base, k) for k, v in vars(self).items()}
+        )
+
+
+def overrides_for(
+    table: Mapping[str, SessionOverrides], agent_id: str, session_key: str
+) -> SessionOverrides | None:
+    """What applies to one call: `/exec` set on `agent:<id>` covers every call of that agent (CLI and
+    MCP calls without a session too); a session's own override wins field by field."""
+    agent_wide = table.get(f"agent:{agent_id}")
+    own = table.get(session_key) if session_key and session_key != f"agent:{agent_id}" else None
+    if own is None:
+        return agent_wide
+    return own.over(agent_wide)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from engine.commands.hostenv import sanitize_host_env
 from engine.config.model import Config
 from engine.modes import ASKS, HOSTS, SECURITIES
 from engine.policy.decision import Decision, evaluate
-from engine.policy.precedence import SessionOverrides
+from engine.policy.precedence import SessionOverrides, overrides_for
 from engine.results import ToolError, ToolResult
 from engine.sandbox.settings import is_sandboxed
 from engine.tools.offload import Offload
@@ -228,7 +228,7 @@ class ExecTool:
                     config=config,
                     agent_id=ctx.agent_id,
                     params=call_params,
-                    overrides=self.overrides.get(ctx.session_key),
+                    overrides=overrides_for(self.overrides, ctx.agent_id, ctx.session_key),
                     store=self.store,
                     cwd=cwd,
                     sandbox_available=sandbox,

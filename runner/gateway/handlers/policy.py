@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidInput
 from engine.policy.decision import evaluate
-from engine.policy.precedence import SessionOverrides, apply_directive
+from engine.policy.precedence import SessionOverrides, apply_directive, overrides_for
 from engine.policy.report import agent_policies
 from engine.tools.exec import sandbox_available
 from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator, session_key
@@ -29,7 +29,7 @@ async def check(services: Services, conn: Connection, params: dict[str, Any]) ->
         config=config,
         agent_id=agent,
         params=call,
-        overrides=services.overrides.get(key),
+        overrides=overrides_for(services.overrides, agent, key),
         store=services.store,
         cwd=opt_str(params, "cwd"),
         sandbox_available=sandbox_available(config, agent, key),

@@ -93,3 +93,26 @@ async def test_status_links_a_detached_run_to_its_approval(state_dir: Path) -> N
             await agent.request("approvals.history")
         await agent.close()
         await operator.close()
+
+
+async def test_agent_wide_overrides_cover_calls_without_a_session(state_dir: Path) -> None:
+    """Issue 10: `/exec` on agent:main covers agent main's CLI/MCP calls and sessions without their own."""
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        operator = await connect(state_dir, "console")
+        await operator.request(
+            "policy.override", {"sessionKey": "agent:main", "directive": "/exec security=deny"}
+        )
+        for key in ("", "some-session"):
+            res = await operator.request(
+                "policy.check", {"command": "ls", "agentId": "main", "sessionKey": key}
+            )
+            assert res["security"] == "deny", key
+        await operator.request("policy.override", {"sessionKey": "own", "directive": "/exec ask=always"})
+        own = await operator.request(
+            "policy.check", {"command": "ls", "agentId": "main", "sessionKey": "own"}
+        )
+        assert own["security"] == "deny" and own["ask"] == "always"  # its own on top of the agent's
+        other = await operator.request("policy.check", {"command": "ls", "agentId": "ops", "sessionKey": ""})
+        assert other["security"] != "deny"
+        await operator.close()
