@@ -117,7 +117,7 @@ class PolicyPane(Horizontal):
         with Vertical(id="policy-view"):
             yield Static(id="policy-detail")
             allow: DataTable[Any] = DataTable(id="allowlist", cursor_type="row", zebra_stripes=True)
-            allow.add_columns("pattern", "argPattern", "last used", "last command")
+            allow.add_columns("scope", "pattern", "argPattern", "last used", "last command")
             yield allow
             yield Static(id="policy-check")
 
@@ -151,8 +151,12 @@ class PolicyPane(Horizontal):
         allow: DataTable[Any] = self.query_one("#allowlist", DataTable)
         allow.clear()
         for entry in agent.allowlist if agent else []:
+            pattern = str(entry["pattern"])
+            if pattern.startswith("=command:"):  # a hash: say which command it stands for
+                pattern += f" = {entry.get('lastUsedCommand') or '(an exact command approved always)'}"
             allow.add_row(
-                plain(entry["pattern"]),
+                plain(entry.get("scope") or ""),
+                plain(pattern),
                 plain(entry.get("argPattern") or ""),
                 fmt_ms(entry.get("lastUsedAt")),
                 plain(str(entry.get("lastUsedCommand") or "")[:60]),

@@ -72,11 +72,22 @@ def _short_name(raw: str) -> str:
     return name if len(name) <= 24 else name[:23] + "…"
 
 
+class SessionInput(Input):
+    """The stdin line: Esc leaves it (the footer says so while it has focus)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "leave", "Leave input")]
+
+    def action_leave(self) -> None:
+        self.screen.query_one("#session-list").focus()
+
+
 class SessionsPane(Horizontal):
     """Actions are posted up as `Act(verb, session)` so the app does the gateway round trip in a worker."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("i", "focus_input", "Input"),
+        Binding("slash", "filter", "Filter"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("s", "act('send-keys')", "Send keys"),
         Binding("p", "act('paste')", "Paste"),
         Binding("u", "act('submit')", "Submit ⏎"),
@@ -101,6 +112,7 @@ class SessionsPane(Horizontal):
         self.read_chars: dict[str, int] = {}  # no-push fallback: totalChars already looked at
         self.seen_total: dict[str, tuple[Any, Any]] = {}  # poll fallback: log size last shown
         self.sessions: dict[str, dict[str, Any]] = {}
+        self.filter = ""  # `/`: only sessions whose id, name or command contain it
         self.order: list[str] = []
         self.current: str | None = None
         self._shown: dict[str, tuple[Any, ...]] = {}  # cells last written per row: only changes are sent
@@ -114,8 +126,8 @@ class SessionsPane(Horizontal):
             with ContentSwitcher(initial="line-pane", id="session-switcher"):
                 yield LinePane(id="line-pane")
                 yield TerminalPane(id="term-pane")
-            yield Input(
-                placeholder="type a line for the session's stdin, Enter sends (i to focus)",
+            yield SessionInput(
+                placeholder="type a line for the session's stdin, Enter sends (i to focus, Esc leaves)",
                 id="session-input",
             )
 
@@ -149,7 +161,7 @@ class SessionsPane(Horizontal):
         """Rows newest first; keeps the cursor on the same session."""
         table: DataTable[Any] = self.query_one("#session-list", DataTable)
         order = sorted(
-            self.sessions,
+            (sid for sid in self.sessions if self._matches(sid)),
             key=lambda s: -(self.sessions[s].get("startedAtMs") or self.sessions[s].get("startedAt") or 0),
         )
         now = clock_ms()
@@ -175,6 +187,33 @@ class SessionsPane(Horizontal):
         if self.current is None and order:
             self.select(order[table.cursor_row if 0 <= table.cursor_row < len(order) else 0])
         self._header()
+
+    def _matches(self, sid: str) -> bool:
+        if not self.filter:
+            return True
+        row = self.sessions[sid]
+        hay = " ".join(str(row.get(k) or "") for k in ("name", "command", "host", "status")) + " " + sid
+        return self.filter.lower() in hay.lower()
+
+    def action_filter(self) -> None:
+        self.filter_flow()
+
+    @work(group="dialog", exit_on_error=False)
+    async def filter_flow(self) -> None:
+        text = await self.app.push_screen_wait(
+            TextDialog("Filter sessions", placeholder="part of an id, name or command (empty: all)")
+        )
+        if text is not None:
+            self.set_filter(text.strip())
+
+    def action_clear_filter(self) -> None:
+        if self.filter:
+            self.set_filter("")
+
+    def set_filter(self, text: str) -> None:
+        self.filter = text
+        self.render_list(self.unread())
+        self.notify(f"filter: {text}" if text else "filter cleared", markup=False, timeout=2)
 
     def _cells(self, sid: str, unread: dict[str, int], now: int) -> tuple[Any, ...]:
         row = self.sessions[sid]

@@ -19,6 +19,8 @@ def agent_policies(
 ) -> list[dict[str, Any]]:
     """One JSON row per agent (main, the config's, the approvals file's): policy, trail, allowlist."""
     agent_ids = list(dict.fromkeys(["main", *config.agents, *(a for a in approvals.agents if a != "*")]))
+    wildcard = approvals.agents.get("*")
+    shared = {e.id for e in wildcard.allowlist} if wildcard is not None else set()
     rows: list[dict[str, Any]] = []
     for agent_id in agent_ids:
         file_policy = approvals.agent(agent_id)
@@ -28,6 +30,7 @@ def agent_policies(
             "allowlist": [
                 {
                     "id": r.id,
+                    "scope": "*" if r.id in shared else agent_id,  # `*`: an entry for every agent
                     "pattern": r.pattern,
                     "argPattern": r.arg_pattern,
                     "lastUsedAt": r.last_used_at,

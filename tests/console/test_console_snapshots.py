@@ -244,3 +244,19 @@ async def test_snapshot_help(state_dir: Path) -> None:
         app.push_screen(HelpScreen())
         await pilot.pause(0.3)
         await check(app, pilot, "help")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+async def test_snapshot_inbox_small_and_large(state_dir: Path, size: tuple[int, int]) -> None:
+    """Issue 10: at 80×24 the segments and the allow-always line are on screen without scrolling."""
+    app = offline_app()
+    async with app.run_test(size=size) as pilot:
+        app.inbox.add("gateway", APPROVAL["id"], APPROVAL)
+        app.approvals.insights[APPROVAL["id"]] = INSIGHT
+        app.refresh_inbox()
+        await pilot.pause(0.3)
+        await pilot.pause(0.3)
+        text = await settled_text(app, pilot)
+        for needed in ("Segments", "✗ miss", "Allow always saves", "/usr/bin/curl", "[a] allow once"):
+            assert needed in text, (size, needed)
+        await check(app, pilot, f"inbox-{size[0]}x{size[1]}")
