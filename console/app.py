@@ -24,6 +24,7 @@ from console.inbox import Inbox, InboxItem
 from console.messages import GatewayConnected, GatewayEvent, GatewayLost, SocketApprovalRequested
 from console.screens.help import HelpScreen
 from console.widgets.approvals import ApprovalsPane
+from console.widgets.history import HistoryPane
 from console.widgets.panes import LinePane
 from console.widgets.policy import SESSION_OVERRIDE_KEYS, PolicyPane
 from console.widgets.sandboxes import SandboxesPane
@@ -48,6 +49,7 @@ FOCUS_TARGETS = {
     "events": "#events-pane",
     "policy": "#agent-list",
     "sandboxes": "#sandbox-list",
+    "history": "#history-list",
 }
 
 
@@ -63,6 +65,7 @@ class ConsoleApp(App[None]):
         Binding("3", "tab('events')", "Events"),
         Binding("4", "tab('policy')", "Policy"),
         Binding("5", "tab('sandboxes')", "Sandboxes"),
+        Binding("6", "tab('history')", "History"),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
     ]
@@ -112,6 +115,8 @@ class ConsoleApp(App[None]):
                 yield PolicyPane(id="policy-pane")
             with TabPane("Sandboxes", id="sandboxes"):
                 yield SandboxesPane(id="sandboxes-pane")
+            with TabPane("History", id="history"):
+                yield HistoryPane(id="history-pane")
         yield Footer()
 
     @property
@@ -254,6 +259,8 @@ class ConsoleApp(App[None]):
         elif event == "approval.resolved":
             if self.inbox.discard(str(data.get("id"))) is not None:
                 self.refresh_inbox()
+            if self.query_one(TabbedContent).active == "history":
+                self.query_one(HistoryPane).reload()
         elif event in ("session.started", "session.exited"):
             row = data.get("session")
             self.sessions.upsert(row if isinstance(row, dict) else data)
@@ -505,6 +512,8 @@ class ConsoleApp(App[None]):
     def on_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if event.pane.id == "policy":
             self.refresh_policy()
+        if event.pane.id == "history":
+            self.query_one(HistoryPane).reload()
         if event.pane.id:
             self.focus_tab(event.pane.id)
 

@@ -16,7 +16,8 @@ KEYMAP: list[tuple[str, list[tuple[str, str]]]] = [
     (
         "Everywhere",
         [
-            ("1 / 2 / 3 / 4 / 5", "Approvals / Sessions / Events / Policy / Sandboxes"),
+            ("1 … 6", "Approvals / Sessions / Events / Policy / Sandboxes / History"),
+            ("esc", "leave an input line or a dialog"),
             ("ctrl+p", "command palette: /exec …, /elevated …, /approve <id> <decision>"),
             ("?", "this help"),
             ("q", "quit (the gateway keeps every session and pending approval)"),
@@ -36,7 +37,8 @@ KEYMAP: list[tuple[str, list[tuple[str, str]]]] = [
         "Sessions",
         [
             ("↑ / ↓", "select a session; its output follows live"),
-            ("i", "focus the input line (Enter writes the line to stdin)"),
+            ("i", "focus the input line (Enter writes the line to stdin, Esc leaves it)"),
+            ("/", "filter sessions by id, name or command; Esc clears the filter"),
             ("s", "send keys, tmux style: C-c, up, enter, 0x1b …"),
             ("p", "paste text (bracketed)"),
             ("u", "submit (send CR)"),
@@ -64,6 +66,13 @@ KEYMAP: list[tuple[str, list[tuple[str, str]]]] = [
             ("e", "explain the selected container's sandbox settings"),
             ("x", "recreate: remove it (asks first); the next exec recreates it"),
             ("p", "prune idle and old containers"),
+        ],
+    ),
+    (
+        "History",
+        [
+            ("↑ / ↓", "every decided approval: who, when, the command, the run it led to"),
+            ("r", "reload"),
         ],
     ),
 ]

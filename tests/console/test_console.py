@@ -493,3 +493,25 @@ async def test_a_request_whose_caller_went_away_is_marked(state_dir: Path) -> No
                 break
             await asyncio.sleep(0.05)
         assert "ran-anyway" in events["events"][0]["text"]
+
+
+async def test_history_pane_shows_decisions_and_outcomes(state_dir: Path) -> None:
+    """Issue 10: every approval with who decided, when, the command and its outcome (foreground too)."""
+    async with running_console(state_dir) as (app, pilot, agent):
+        task = submit(agent, "echo history-run; exit 3")
+        await until(pilot, lambda: len(app.inbox) == 1)
+        await pilot.press("a")
+        await asyncio.wait_for(task, 10)
+        task = submit(agent, "rm -rf /tmp/nothing-here-either")
+        await until(pilot, lambda: len(app.inbox) == 1)
+        await pilot.press("d")
+        await asyncio.wait_for(task, 10)
+        await pilot.press("6")
+        pane = app.query_one("#history-pane")
+        await until(pilot, lambda: len(pane.rows) == 2)
+        newest, oldest = pane.rows
+        assert newest["status"] == "deny" and oldest["status"] == "allow-once"
+        assert oldest["run"]["status"] == "completed" and oldest["run"]["exitCode"] == 3
+        from console.widgets.history import outcome
+
+        assert outcome(oldest) == "completed (3)"
