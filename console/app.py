@@ -514,6 +514,8 @@ class ConsoleApp(App[None]):
             self.refresh_policy()
         if event.pane.id == "history":
             self.query_one(HistoryPane).reload()
+        if event.pane.id == "sandboxes" and self.link.connected.is_set():
+            self.query_one(SandboxesPane).action_refresh_list()
         if event.pane.id:
             self.focus_tab(event.pane.id)
 

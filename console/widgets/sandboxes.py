@@ -115,7 +115,15 @@ class SandboxesPane(Vertical):
         if rows and cursor is not None:
             table.move_cursor(row=min(cursor, len(rows) - 1))
         if not rows:
-            self._detail("No sandbox runtimes found.")
+            self._detail(
+                Text(
+                    "No sandbox runtimes found. Sandboxes are off unless config.toml turns them on:\n"
+                    "  [agents.defaults.sandbox]\n  mode = \"all\"        # or \"non-main\"\n"
+                    "then `exechost sandbox setup` builds the default image; the next host=sandbox command "
+                    "creates its container here (e to explain an agent's settings).",
+                    style="dim",
+                )
+            )
 
     @work(group="sandbox-list", exclusive=True, exit_on_error=False)
     async def action_refresh_list(self) -> None:

@@ -515,3 +515,14 @@ async def test_history_pane_shows_decisions_and_outcomes(state_dir: Path) -> Non
         from console.widgets.history import outcome
 
         assert outcome(oldest) == "completed (3)"
+
+
+async def test_sandboxes_pane_says_how_to_turn_them_on(state_dir: Path) -> None:
+    async with running_console(state_dir) as (app, pilot, _agent):
+        await pilot.press("5")
+        await until(
+            pilot,
+            lambda: 'mode = "all"' in str(app.query_one("#sandbox-detail").render())
+            or "unavailable" in str(app.query_one("#sandbox-detail").render()),
+        )
+        assert 'mode = "all"' in str(app.query_one("#sandbox-detail").render())
