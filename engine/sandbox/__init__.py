@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from engine.policy.decision import Decision
 from engine.results import ToolError
 from engine.sandbox import docker_ops
 from engine.sandbox import supervisor as sv
@@ -20,6 +21,7 @@ from engine.sandbox.settings import (
     main_session_key,
     resolve_settings,
 )
+from engine.sandbox.validate import validate_docker
 
 __all__ = [
     "SandboxError",
@@ -150,3 +152,18 @@ async def prepare_exec(
         created=ensured.created,
         stale_config=ensured.stale,
     )
+
+
+def with_sandbox_refusal(decision: Decision, config: Any, agent_id: str) -> Decision:
+    """`policy check` says what `exec` would do: a sandboxed command whose container config would be
+    refused at create (network=host, a bind of /etc, …) is denied here with the same text."""
+    policy = decision.policy
+    if policy is None or not policy.sandboxed or decision.decision == "deny":
+        return decision
+    settings = resolve_settings(config, agent_id)
+    lay = layout(settings, agent_id, main_session_key(agent_id))
+    try:
+        validate_docker(settings.docker, [lay.workspace_dir, lay.agent_workspace])
+    except ValueError as exc:
+        return replace(decision, decision="deny", reason=str(exc), requires_approval=False)
+    return decision

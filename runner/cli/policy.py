@@ -14,6 +14,7 @@ from engine.config.loader import load_config
 from engine.config.model import ConfigError
 from engine.modes import ASKS, HOSTS, SECURITIES, normalize_ask, normalize_host, normalize_security
 from engine.results import ToolError
+from engine.sandbox import with_sandbox_refusal
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_config_arg, escape_controls
 
@@ -91,6 +92,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except ToolError as exc:
         raise UsageError(f"policy check: {exc}") from None
+    decision = with_sandbox_refusal(decision, config, args.agent)
     if args.json:
         payload = {"text": explain(decision), **decision.to_json()}
         json.dump(payload, sys.stdout, ensure_ascii=True)

@@ -185,3 +185,16 @@ def test_escape_controls_keeps_lines_only_when_asked() -> None:
     hostile = "a\tb\nc\x1b[2J\x07\u202egnp\x9b"
     assert escape_controls(hostile) == "a\\tb ⏎ c\\x1b[2J\\x07\\u202egnp\\x9b"
     assert escape_controls(hostile, keep_lines=True) == "a\tb\nc\\x1b[2J\\x07\\u202egnp\\x9b"
+
+
+def test_policy_check_agrees_with_exec_on_a_refused_sandbox(state_dir: Path, tmp_path: Path) -> None:
+    """Issue 10: network="host" is refused at container create; `policy check` says so too."""
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[agents.defaults.sandbox]\nmode = "all"\n[agents.defaults.sandbox.docker]\nnetwork = "host"\n'
+    )
+    config.chmod(0o600)
+    proc = run("--config", str(config), "--json", "--", "ls")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["decision"] == "deny" and "host" in data["reason"].lower()

@@ -9,6 +9,7 @@ from engine.errors import InvalidInput
 from engine.policy.decision import evaluate
 from engine.policy.precedence import SessionOverrides, apply_directive, overrides_for
 from engine.policy.report import agent_policies
+from engine.sandbox import with_sandbox_refusal
 from engine.tools.exec import sandbox_available
 from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator, session_key
 
@@ -35,7 +36,7 @@ async def check(services: Services, conn: Connection, params: dict[str, Any]) ->
         sandbox_available=sandbox_available(config, agent, key),
         session_key=key or None,
     )
-    return decision.to_json()
+    return with_sandbox_refusal(decision, config, agent).to_json()
 
 
 def _view(ov: SessionOverrides) -> dict[str, Any]:
