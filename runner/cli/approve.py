@@ -88,7 +88,7 @@ def _left(expires_ms: int) -> str:
 
 
 def cmd_pending(args: argparse.Namespace) -> int:
-    approvals = with_client(lambda client: client.pending_approvals())
+    approvals = with_client(lambda client: client.pending_approvals(), operator=True)
     if not approvals:
         text = "No pending approvals."
     else:

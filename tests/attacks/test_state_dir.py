@@ -66,6 +66,8 @@ async def test_agent_connections_cannot_broaden_or_approve(state_dir: Path, tmp_
             await agent.request("approvals.attach")
         with pytest.raises(ExecHostError, match="needs the operator role"):
             await agent.request("shutdown")  # it would kill every session
+        with pytest.raises(ExecHostError, match="needs the operator role"):
+            await agent.request("approvals.pending")  # other agents' commands, cwds and env
         # Tightening overrides cannot be cleared by an agent either.
         with pytest.raises(ExecHostError, match="needs the operator role"):
             await agent.request("policy.override", {"sessionKey": "s", "directive": "/exec reset"})

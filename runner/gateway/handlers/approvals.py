@@ -45,6 +45,8 @@ def _fit(rows: list[ApprovalRecord]) -> dict[str, Any]:
 
 
 async def pending(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    # Every agent's commands, cwds and env are in there: an agent asks `approvals.status` about its own.
+    require_operator(conn, "approvals.pending")
     return _page(services, params)
 
 
