@@ -329,7 +329,7 @@ class SessionManager:
         output = _compact(session.output.tail(NOTIFY_TAIL_CHARS))
         if status == "completed" and not output and not spec.notify_on_exit_empty_success:
             return
-        summary = f"Exec {status} ({session.id[:8]}, {session.exit_label})"
+        summary = f"Exec {status} ({session.id}, {session.exit_label})"
         self.events.enqueue(key, f"{summary} :: {output}" if output else summary)
 
     def _on_drop(self, session: Session) -> None:

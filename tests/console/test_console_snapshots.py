@@ -260,3 +260,22 @@ async def test_snapshot_inbox_small_and_large(state_dir: Path, size: tuple[int, 
         for needed in ("Segments", "✗ miss", "Allow always saves", "/usr/bin/curl", "[a] allow once"):
             assert needed in text, (size, needed)
         await check(app, pilot, f"inbox-{size[0]}x{size[1]}")
+
+
+async def test_live_pane_keeps_no_stale_lines(state_dir: Path) -> None:
+    """Issue 10: switching sessions, `\\r` progress and a partial last line leave nothing stale behind."""
+    app = offline_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _sessions_app(app, pilot)
+        app.sessions.select("calm-gulf")
+        await pilot.pause(0.1)
+        app.sessions.feed("A-1\nprogress 10%\rprogress 99%\rprogress 100%\nA-partial")
+        await pilot.pause(0.1)
+        assert app.sessions.line_pane.text_lines() == ["A-1", "progress 100%", "A-partial"]
+        app.sessions.select("warm-fern")
+        await pilot.pause(0.1)
+        app.sessions.feed("B-1\n")
+        await pilot.pause(0.1)
+        assert app.sessions.line_pane.text_lines() == ["B-1"]
+        text = await settled_text(app, pilot)
+        assert "A-partial" not in text and "A-1" not in text and "progress" not in text

@@ -181,14 +181,14 @@ async def test_abort_before_background_kills(mgr: SessionManager) -> None:
 async def test_notify_on_exit(mgr: SessionManager) -> None:
     sid = await bg(mgr, "echo one; echo   two; exit 2", session_key="agent:main")
     await wait_exit(mgr, sid)
-    assert mgr.events.drain("agent:main") == [f"Exec completed ({sid[:8]}, code 2) :: one two"]
+    assert mgr.events.drain("agent:main") == [f"Exec completed ({sid}, code 2) :: one two"]
     assert mgr.events.drain("agent:main") == []
     quiet = await bg(mgr, "true", session_key="agent:q")
     await wait_exit(mgr, quiet)
     assert mgr.events.peek("agent:q") == []
     loud = await bg(mgr, "true", session_key="agent:l", notify_on_exit_empty_success=True)
     await wait_exit(mgr, loud)
-    assert mgr.events.drain("agent:l") == [f"Exec completed ({loud[:8]}, code 0)"]
+    assert mgr.events.drain("agent:l") == [f"Exec completed ({loud}, code 0)"]
     off = await bg(mgr, "echo x", session_key="agent:o", notify_on_exit=False)
     await wait_exit(mgr, off)
     assert mgr.events.peek("agent:o") == []
@@ -198,7 +198,7 @@ async def test_notify_failed_by_signal_and_compacts(mgr: SessionManager) -> None
     sid = await bg(mgr, "printf '%0300d' 0; echo; kill -9 $$", session_key="k")
     await wait_exit(mgr, sid)
     [event] = mgr.events.drain("k")
-    assert event.startswith(f"Exec failed ({sid[:8]}, signal SIGKILL) :: 000")
+    assert event.startswith(f"Exec failed ({sid}, signal SIGKILL) :: 000")
     assert event.endswith("…")
     assert len(event.split(" :: ", 1)[1]) == 180
 
