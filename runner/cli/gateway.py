@@ -183,6 +183,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"sessions {info['sessions']} (running {info['runningSessions']}), "
         f"pending approvals {info['pendingApprovals']}"
     )
+    if info.get("configError"):
+        text += f"\nconfig: {info['configError']}"
     emit(text, {"status": "running", **info}, args.json)
     return 0
 

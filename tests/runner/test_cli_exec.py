@@ -320,3 +320,30 @@ def test_process_follow_history_allowlist_list_and_autostart_notice(state_dir: P
         assert history.returncode == 0 and "No decided approvals yet." in history.stdout
     finally:
         stop(state_dir)
+
+
+def test_status_says_the_config_broke_and_events_follow_shows_the_backlog(state_dir: Path) -> None:
+    write_config(state_dir, ALLOWLIST)
+    try:
+        pending = js(cli(state_dir, "exec", "--json", "--session", "bk", "--", "echo backlog-item"))
+        assert cli(state_dir, "approve", pending["details"]["approvalSlug"], "deny").returncode == 0
+        env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO)}
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "runner", "events", "--follow", "--session", "bk"],
+            env=env,
+            cwd=str(REPO),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert follow.stdout is not None
+            ready, _, _ = select.select([follow.stdout], [], [], 20)
+            assert ready and "Exec denied" in follow.stdout.readline()  # the backlog comes first
+        finally:
+            follow.terminate()
+            follow.wait(10)
+        (state_dir / "config.toml").write_text(ALLOWLIST + "\n[tools.exec]\nask = 'twice'\n")
+        status = cli(state_dir, "gateway", "status")
+        assert "config: " in status.stdout and "still running on the last good config" in status.stdout
+    finally:
+        stop(state_dir)
