@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.sandbox import docker_ops
+from engine.sandbox.images import DEBIAN_FLAVOUR, build_debian_image
 from engine.sandbox.manager import SandboxManager
 from engine.sandbox.settings import (
     DEFAULT_IMAGE,
@@ -129,20 +130,30 @@ def setup_target(config: Any) -> str:
     return resolve_settings(config, "main").docker.image
 
 
-def setup_image(config: Any, progress: Callable[[str], None]) -> list[str]:
-    """Build the busybox image under setup_target(config); never overwrite an image it did not build."""
+def setup_flavour(tag: str) -> str:
+    """What `sandbox setup` builds for `tag` unless told: busybox for a busybox tag, else Debian."""
+    return "busybox" if "busybox" in tag else DEBIAN_FLAVOUR
+
+
+def setup_image(config: Any, progress: Callable[[str], None], flavour: str | None = None) -> list[str]:
+    """Build the busybox or Debian image under setup_target(config); never overwrite an image it did not
+    build (its `exechost.image` label says which ones it did)."""
     tag = setup_target(config)
+    flavour = flavour or setup_flavour(tag)
     try:
         existing = docker_ops.client().images.get(tag)
     except docker_ops.not_found_type():
         existing = None
     if existing is not None:
         labels = (existing.attrs.get("Config") or {}).get("Labels") or {}
-        if labels.get(SETUP_LABEL[0]) != SETUP_LABEL[1]:
+        if labels.get(SETUP_LABEL[0]) not in (SETUP_LABEL[1], DEBIAN_FLAVOUR):
             raise docker_ops.SandboxUnavailable(
                 f"Image {tag} exists and was not built by `exechost sandbox setup`; not overwriting it with "
-                f"the busybox image. Use it as it is, or set agents.defaults.sandbox.docker.image = "
+                f"the {flavour} image. Use it as it is, or set agents.defaults.sandbox.docker.image = "
                 f'"{DEFAULT_IMAGE}" for the busybox one.'
             )
-    docker_ops.build_image([tag], progress)
+    if flavour == DEBIAN_FLAVOUR:
+        build_debian_image(tag, progress)
+    else:
+        docker_ops.build_image([tag], progress)
     return [tag]
