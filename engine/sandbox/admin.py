@@ -131,8 +131,9 @@ def setup_target(config: Any) -> str:
 
 
 def setup_flavour(tag: str) -> str:
-    """What `sandbox setup` builds for `tag` unless told: busybox for a busybox tag, else Debian."""
-    return "busybox" if "busybox" in tag else DEBIAN_FLAVOUR
+    """What `sandbox setup` builds for `tag` unless told: Debian for a Debian-named tag (the seed's
+    `openclaw-sandbox:bookworm-slim`), else the minimal busybox image."""
+    return DEBIAN_FLAVOUR if any(word in tag for word in ("bookworm", "debian")) else "busybox"
 
 
 def setup_image(config: Any, progress: Callable[[str], None], flavour: str | None = None) -> list[str]:

@@ -60,11 +60,11 @@ def register(subparsers: Subparsers) -> None:
 
     p = actions.add_parser(
         "setup",
-        help="build the configured sandbox image without a registry (Debian via mmdebstrap, or busybox)",
+        help=f"build the configured sandbox image, no registry needed (Debian, or {DEFAULT_IMAGE})",
         description="Build the configured image (agents.defaults.sandbox.docker.image) with no registry: "
         f"a Debian {DEBIAN_SUITE} root with bash, git, python3, curl, jq and ripgrep (mmdebstrap + docker "
-        f"import, about 35 s), or, for {DEFAULT_IMAGE} or with --busybox, FROM scratch + the host's static "
-        "busybox. Setup never overwrites an image it did not build.",
+        "import, about 35 s) for a Debian-named tag or with --debian, else (--busybox) FROM scratch + the "
+        "host's static busybox. Setup never overwrites an image it did not build.",
     )
     flavour = p.add_mutually_exclusive_group()
     flavour.add_argument("--debian", action="store_const", const="debian", dest="flavour", help="Debian")
@@ -272,8 +272,8 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
     tag = admin.setup_target(config)
     flavour = args.flavour or admin.setup_flavour(tag)
-    what = "busybox (FROM scratch + static busybox)" if flavour == "busybox" else f"Debian {DEBIAN_SUITE}"
-    print(f"Building the sandbox image {tag}: {what}…", flush=True)
+    what = "(FROM scratch + static busybox)" if flavour == "busybox" else f"({DEBIAN_SUITE}, mmdebstrap)"
+    print(f"Building the {flavour} sandbox image {tag} {what}…", flush=True)
     try:
         tags = admin.setup_image(config, progress, flavour)
     except SandboxUnavailable as exc:
