@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "runner.cli.mcp",
     "runner.cli.sandbox",
     "runner.cli.console",
+    "runner.cli.node",
 )
 
 

@@ -75,6 +75,7 @@ class Services:
         self._forwarders: dict[str, asyncio.Task[None]] = {}  # sessionId -> task pushing its output
         self._activity: asyncio.Task[None] | None = None
         self._sandbox_manager: Any = None
+        self.nodes: Any = None  # runner.gateway.nodes.NodeHub once started
 
     # -- lifecycle
 
@@ -118,6 +119,10 @@ class Services:
             overrides=self.overrides,
             wait_session=self.wait_session,
         )
+        from runner.gateway.nodes import NodeHub
+
+        self.nodes = NodeHub(self)
+        self.exec_tool.node_runner = self.nodes.run
         self.approvals.add_listener(self._on_approval)
         self._unsubscribe.append(self.events.subscribe(self._on_system_event))
         hook = getattr(self.sessions, "add_listener", None)
@@ -151,6 +156,8 @@ class Services:
             with contextlib.suppress(Exception):
                 unsubscribe()
         self.approvals.close()
+        if self.nodes is not None:
+            await self.nodes.close()
         if self.exec_tool is not None:
             await self.exec_tool.close()
         if self.sessions is not None:
