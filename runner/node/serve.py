@@ -248,6 +248,10 @@ class NodeServer:
         d = result.details
         output = str(d.get("aggregated") or "")
         exit_code = d.get("exitCode")
+        # The local result appends its exit note; the node reports the code as a field instead.
+        note = f"(Command exited with code {exit_code})"
+        if output.endswith(note):
+            output = output[: -len(note)].rstrip("\n")
         timed_out = bool(d.get("timedOut"))
         payload = {
             "exitCode": exit_code,

@@ -1,0 +1,1 @@
+from tests.helpers.sshd import sshd_nodes  # noqa: F401  (the fixture)
