@@ -77,6 +77,20 @@ class NodeHub:
             raise ToolError(str(exc)) from None
         return self.links[picked.name]
 
+    def _trusted_id(self, link: NodeLink) -> str:
+        """The node id a link's hello claimed, refused when another configured node already holds it: a
+        node must not pass itself off as another in the inbox or in selection."""
+        if link.hello is None:
+            raise ToolError(f"node {link.name}: not connected")
+        node_id = link.hello.node_id
+        for other in self.links.values():
+            if other is not link and other.hello is not None and other.hello.node_id == node_id:
+                raise ToolError(
+                    f"node {link.name} claims node id {node_id}, which node {other.name} holds; refused "
+                    f"(check {link.name}'s node.json)"
+                )
+        return node_id
+
     def status(self) -> list[dict[str, Any]]:
         return [link.status() for link in self.sync().values()]
 
@@ -114,6 +128,8 @@ class NodeHub:
         wait = timeout_sec + self.services.approvals.timeout_ms / 1000 + 5
         started = time.monotonic()
         try:
+            await link.ensure()
+            self._trusted_id(link)
             res = await link.call("system.run", request, timeout=wait)
         except NodeError as exc:
             raise ToolError(str(exc)) from None
@@ -179,6 +195,10 @@ class NodeHub:
         view = params.get("request")
         if not isinstance(view, dict) or link.hello is None:
             raise NodeError("bad approval request", "INVALID_REQUEST")
+        try:
+            node_id = self._trusted_id(link)
+        except ToolError as exc:
+            raise NodeError(str(exc), "INVALID_REQUEST") from None
         if not self.services.has_approver():
             return {"decision": None, "resolvedBy": "no-approver"}
         offered = view.get("allowedDecisions") or ()
@@ -196,7 +216,7 @@ class NodeHub:
             ask_fallback=str(view.get("askFallback") or "deny"),
             allowed_decisions=allowed,
             resolved_path=view.get("resolvedPath") if isinstance(view.get("resolvedPath"), str) else None,
-            node_id=link.hello.node_id,
+            node_id=node_id,
             env_hash=f"node-approval:{params.get('approvalId')}",  # one node-side request, one record
             env_keys=env_keys,
             decision_json=decision_json or {},

@@ -1,1 +1,0 @@
-from tests.helpers.sshd import sshd_nodes  # noqa: F401  (the fixture)
