@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "runner.cli.sandbox",
     "runner.cli.console",
     "runner.cli.node",
+    "runner.cli.nodes",
 )
 
 
