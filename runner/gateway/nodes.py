@@ -99,6 +99,13 @@ class NodeHub:
     async def run(
         self, command: str, params: Mapping[str, Any], ctx: ExecContext, decision: Decision
     ) -> ToolResult:
+        for flag in ("background", "pty"):
+            if params.get(flag):
+                # Refused rather than silently run in the foreground: the agent must know what it got.
+                raise ToolError(
+                    f"exec host=node does not support {flag} yet: node commands run in the foreground "
+                    "(yieldMs is ignored, as in the reference); use host=gateway for sessions"
+                )
         config = self.services.config()
         exec_cfg = config.exec_for(ctx.agent_id)
         query = params.get("node") if isinstance(params.get("node"), str) else None

@@ -38,6 +38,8 @@ async def test_allowlisted_command_on_a_node_runs(sshd_nodes: list[SshdNode], st
         assert ok["text"] == "on node"
         assert ok["details"]["host"] == "node" and ok["details"]["node"] == "alpha"
         assert ok["details"]["exitCode"] == 0
+        with pytest.raises(RemoteError, match="host=node does not support background yet"):
+            await agent.request("exec", {"command": "/usr/bin/printf x", "node": "alpha", "background": True})
         # A miss on the node, with ask=off there: denied by the node, with its reason.
         with pytest.raises(RemoteError, match="SYSTEM_RUN_DENIED"):
             await agent.request("exec", {"command": "/usr/bin/id", "node": "alpha"})
