@@ -179,6 +179,7 @@ class NodeLink:
         self.last_error = None
         self.connected_at_ms = int(time.time() * 1000)
         self._spawn(self._read_loop(self._proc))
+        self._spawn(self._drain_stderr(self._proc))
 
     async def _no_hello(self, command: str) -> str:
         assert self._proc is not None
@@ -262,6 +263,17 @@ class NodeLink:
         finally:
             if self._proc is proc:
                 self._drop(reason)
+
+    async def _drain_stderr(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
+        """The node's log lines: read so they never hold up the channel's window, kept as the last error."""
+        with contextlib.suppress(OSError, asyncssh.Error):
+            while True:
+                line = await proc.stderr.readline()
+                if not line:
+                    return
+                text = line.decode(errors="replace").strip()
+                if text:
+                    log.warning("node %s: %s", self.name, text[:500])
 
     async def _answer(self, req: Request) -> None:
         try:
