@@ -99,12 +99,12 @@ class NodeHub:
     async def run(
         self, command: str, params: Mapping[str, Any], ctx: ExecContext, decision: Decision
     ) -> ToolResult:
-        for flag in ("background", "pty"):
+        for flag in ("pty",):
             if params.get(flag):
                 # Refused rather than silently run in the foreground: the agent must know what it got.
                 raise ToolError(
-                    f"exec host=node does not support {flag} yet: node commands run in the foreground "
-                    "(yieldMs is ignored, as in the reference); use host=gateway for sessions"
+                    f"exec host=node does not support {flag} yet: node commands run on pipes "
+                    "(foreground, or background=true for a session; yieldMs is ignored, as in the reference)"
                 )
         config = self.services.config()
         exec_cfg = config.exec_for(ctx.agent_id)
@@ -130,6 +130,7 @@ class NodeHub:
             # The gateway's effective policy: per-call values the node may only tighten with.
             "security": decision.security,
             "ask": decision.ask,
+            "background": bool(params.get("background")),
         }
         # Room for the node's ask to be answered here, then for the command itself.
         wait = timeout_sec + self.services.approvals.timeout_ms / 1000 + 5
@@ -144,6 +145,20 @@ class NodeHub:
             err = res.error or {}
             raise ToolError(f"node {link.name}: {err.get('message') or err.get('code') or 'failed'}")
         p = res.payload or {}
+        if p.get("status") == "running":
+            sid = f"node:{link.name}:{p.get('sessionId')}"
+            text = str(p.get("text") or "").replace(f"session {p.get('sessionId')},", f"session {sid},")
+            return ToolResult(
+                text,
+                {
+                    "status": "running",
+                    "sessionId": sid,
+                    "pid": p.get("pid"),
+                    "host": "node",
+                    "node": link.name,
+                    "runId": run_id,
+                },
+            )
         stdout, stderr, error = str(p.get("stdout") or ""), str(p.get("stderr") or ""), p.get("error")
         text = stdout or stderr or str(error or "") or "(no output)"
         details = {
@@ -158,6 +173,46 @@ class NodeHub:
             "nodeId": link.hello.node_id if link.hello else None,
             "runId": run_id,
         }
+        return ToolResult(text, details)
+
+    async def process(self, action: str, params: dict[str, Any], scope: str) -> ToolResult:
+        """`process` on a node session (`node:<name>:<id>`), or `list` with `node=<name>`; ids are rewritten
+        both ways so the agent only ever sees the gateway's form."""
+        sid = params.get("sessionId")
+        if isinstance(sid, str) and sid.startswith("node:"):
+            parts = sid.split(":", 2)
+            found = self.sync().get(parts[1]) if len(parts) == 3 and parts[2] else None
+            if found is None:
+                raise ToolError(f"No session found for {sid}")
+            link, raw = found, parts[2]
+            node_params = {**params, "sessionId": raw}
+        else:
+            node = params.get("node")
+            if not isinstance(node, str) or not node:
+                raise ToolError("process on a node needs a node session id (node:<name>:<id>) or node=<name>")
+            link = self.select(node)
+            node_params = {k: v for k, v in params.items() if k != "node"}
+        try:
+            res = await link.call(
+                "process", {"action": action, "params": node_params, "scope": scope}, timeout=60
+            )
+        except NodeError as exc:
+            raise ToolError(str(exc)) from None
+        if not res.ok:
+            err = res.error or {}
+            raise ToolError(f"node {link.name}: {err.get('message') or 'failed'}")
+        payload = res.payload or {}
+        text, details = str(payload.get("text") or ""), dict(payload.get("details") or {})
+        prefix = f"node:{link.name}:"
+        if isinstance(details.get("sessionId"), str):
+            text = text.replace(details["sessionId"], prefix + details["sessionId"])
+            details["sessionId"] = prefix + details["sessionId"]
+        for row in details.get("sessions") or []:
+            if isinstance(row, dict) and isinstance(row.get("sessionId"), str):
+                text = text.replace(row["sessionId"], prefix + row["sessionId"])
+                row["sessionId"] = prefix + row["sessionId"]
+                row["node"] = link.name
+        details["node"] = link.name
         return ToolResult(text, details)
 
     # -- what nodes send
@@ -184,6 +239,8 @@ class NodeHub:
             text = f"Exec finished (node={node_id} id={run_id}, {code})"
             if output:
                 text += f"\n{output}"
+        elif ev.event == "system.event":
+            text = f"[node {link.name}] {sanitize(str(p.get('text') or ''))}"
         elif ev.event == "exec.denied":
             reason = _compact(str(p.get("reason") or "denied"), 200)
             text = f"Exec denied (node={node_id} id={run_id}, {reason}): {command}"

@@ -124,6 +124,8 @@ class NodeServer:
             has_approver=lambda: True,  # the gateway is always asked; it answers "no decision" without one
             overrides={},
         )
+        # Background exits and the like: the gateway queues them for the agent's session.
+        self.sessions.events.subscribe(self._forward_event)
 
     def config(self) -> Config:
         """This node's config.toml, reloaded when it changes; a broken edit keeps the last good one."""
@@ -165,6 +167,8 @@ class NodeServer:
                 res = Response(req.id, True, payload=await self.system_run(req.params))
             elif req.method == "ping":
                 res = Response(req.id, True, payload={"pong": True, "nodeId": self.identity.node_id})
+            elif req.method == "process":
+                res = Response(req.id, True, payload=await self.process(req.params))
             elif req.method == "system.which":
                 res = Response(req.id, True, payload=self.system_which(req.params))
             else:
@@ -197,7 +201,8 @@ class NodeServer:
         for label, value in (("agentId", agent_id), ("sessionKey", session_key), ("runId", run_id or "x")):
             if not isinstance(value, str) or not _ID.match(value):
                 raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: bad {label}")
-        params: dict[str, Any] = {"command": text, "yieldMs": 120_000}
+        background = p.get("background") is True
+        params: dict[str, Any] = {"command": text, "yieldMs": 120_000, "background": background}
         # The gateway's effective policy rides along as per-call values: they can only tighten here.
         for key in ("security", "ask"):
             if p.get(key) is not None:
@@ -209,7 +214,8 @@ class NodeServer:
         timeout_ms = p.get("timeoutMs")
         if isinstance(timeout_ms, (int, float)) and not isinstance(timeout_ms, bool) and timeout_ms > 0:
             params["timeout"] = max(1, int(timeout_ms // 1000))
-        ctx = ExecContext(agent_id=agent_id, session_key=session_key)
+        # The scope is the gateway's (its sessionKey, else the agent's): `process` there finds these sessions.
+        ctx = ExecContext(agent_id=agent_id, session_key=p.get("sessionKey") or "")
         suppress = bool(p.get("suppressNotifyOnExit"))
         try:
             result = await self.tool.run(params, ctx)
@@ -221,10 +227,30 @@ class NodeServer:
             reason = str(details.get("reason") or "denied")
             await self._event_denied(session_key, run_id, text, reason, suppress)
             raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {reason}")
+        if details.get("status") == "running" and background:
+            return {
+                "status": "running",
+                "sessionId": details.get("sessionId"),
+                "pid": details.get("pid"),
+                "text": result.text,
+            }
         if details.get("status") == "running":
             result = await self._wait(str(details.get("sessionId") or ""), ctx.scope_key, result)
             details = result.details
         return await self._finished(result, session_key, run_id, text, suppress)
+
+    async def process(self, p: dict[str, Any]) -> dict[str, Any]:
+        """The `process` verb on this node's sessions, in the scope the gateway names (never all scopes)."""
+        action, params, scope = p.get("action"), p.get("params"), p.get("scope")
+        if (
+            not isinstance(action, str)
+            or not isinstance(params, dict)
+            or not isinstance(scope, str)
+            or not scope
+        ):
+            raise RunError("INVALID_REQUEST", "INVALID_REQUEST: process needs action, params and scope")
+        result = await self.sessions.process(action, params, scope)
+        return result.to_dict()
 
     async def _wait(self, session_id: str, scope_key: str, result: ToolResult) -> ToolResult:
         session = self.sessions.get(session_id, scope_key)
@@ -291,6 +317,17 @@ class NodeServer:
         }
         with contextlib.suppress(ConnectionError, OSError):
             await self.send(NodeEvent("exec.denied", payload))
+
+    def _forward_event(self, session_key: str, text: str) -> None:
+        task = asyncio.ensure_future(
+            self._send_quietly(NodeEvent("system.event", {"sessionKey": session_key, "text": text}))
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_quietly(self, frame: Any) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.send(frame)
 
     # -- the node's own requests (approval relay)
 

@@ -38,8 +38,8 @@ async def test_allowlisted_command_on_a_node_runs(sshd_nodes: list[SshdNode], st
         assert ok["text"] == "on node"
         assert ok["details"]["host"] == "node" and ok["details"]["node"] == "alpha"
         assert ok["details"]["exitCode"] == 0
-        with pytest.raises(RemoteError, match="host=node does not support background yet"):
-            await agent.request("exec", {"command": "/usr/bin/printf x", "node": "alpha", "background": True})
+        with pytest.raises(RemoteError, match="host=node does not support pty yet"):
+            await agent.request("exec", {"command": "/usr/bin/printf x", "node": "alpha", "pty": True})
         # A miss on the node, with ask=off there: denied by the node, with its reason.
         with pytest.raises(RemoteError, match="SYSTEM_RUN_DENIED"):
             await agent.request("exec", {"command": "/usr/bin/id", "node": "alpha"})
@@ -173,3 +173,38 @@ async def test_lifecycle_events_use_the_reference_texts(sshd_nodes: list[SshdNod
         events = await wait_until(lambda: server.services.events.peek("s1"))
         assert f"Exec finished (node={node_id} id={run_id}, code 3)\nout" in events
         await agent.close()
+
+
+async def test_background_session_on_a_node(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """A background run on a node, then poll, write, log, kill and list through the gateway's `process`."""
+    alpha = sshd_nodes[0]
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        started = await agent.request(
+            "exec",
+            {"command": "echo up; read line; echo got-$line; sleep 30", "node": "alpha", "background": True},
+        )
+        sid = started["details"]["sessionId"]
+        assert started["details"]["status"] == "running" and sid.startswith("node:alpha:")
+        assert sid in started["text"]
+        await agent.request("process", {"action": "write", "sessionId": sid, "data": "hello\n"})
+        log = await wait_until(lambda: _log_has(agent, sid, "got-hello"), timeout=15)
+        assert "up" in log
+        listed = await agent.request("process", {"action": "list", "node": "alpha"})
+        assert [s["sessionId"] for s in listed["details"]["sessions"]] == [sid]
+        killed = await agent.request("process", {"action": "kill", "sessionId": sid})
+        assert killed["details"]["sessionId"] == sid
+        with pytest.raises(RemoteError, match="No session found"):
+            await agent.request("process", {"action": "poll", "sessionId": "node:gamma:x"})
+        # Another agent's scope does not see it.
+        other = await agent.request("process", {"action": "list", "node": "alpha", "agentId": "ops"})
+        assert other["details"]["sessions"] == []
+        await agent.close()
+
+
+async def _log_has(agent: object, sid: str, needle: str) -> str | None:
+    res = await agent.request("process", {"action": "log", "sessionId": sid})  # type: ignore[attr-defined]
+    text = str(res["text"])
+    return text if needle in text else None
