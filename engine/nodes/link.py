@@ -17,7 +17,17 @@ import asyncssh
 
 from engine.config.model import NodeConfig
 from engine.errors import ExecHostError
-from engine.nodes.wire import PROTOCOL, Hello, NodeEvent, Request, Response, WireError, decode, encode
+from engine.nodes.wire import (
+    MAX_LINE,
+    PROTOCOL,
+    Hello,
+    NodeEvent,
+    Request,
+    Response,
+    WireError,
+    decode,
+    encode,
+)
 
 log = logging.getLogger("exechost.nodes")
 
@@ -51,6 +61,33 @@ def host_key_refusal(cfg: NodeConfig) -> str:
         f"changed); connection refused, nothing was run. Check the key with the node's administrator, "
         f"then run: ssh-keyscan -p {cfg.port} {cfg.host} >> {file}"
     )
+
+
+class LineReader:
+    """Lines from a channel with a ceiling: asyncssh's readline has none, and a node that never sends a
+    newline must not grow the gateway's memory without bound."""
+
+    def __init__(self, stream: asyncssh.SSHReader[bytes], limit: int = MAX_LINE) -> None:
+        self._stream = stream
+        self._limit = limit
+        self._buf = bytearray()
+
+    async def readline(self) -> bytes:
+        """One line with its newline; b"" at end of stream; WireError past the limit."""
+        while True:
+            cut = self._buf.find(b"\n")
+            if cut >= 0:
+                line = bytes(self._buf[: cut + 1])
+                del self._buf[: cut + 1]
+                return line
+            if len(self._buf) > self._limit:
+                raise WireError(f"frame longer than {self._limit} bytes")
+            chunk = await self._stream.read(256 * 1024)
+            if not chunk:
+                rest = bytes(self._buf)
+                self._buf.clear()
+                return rest
+            self._buf += chunk
 
 
 class NodeLink:
@@ -157,7 +194,8 @@ class NodeLink:
         command = f"{shlex.quote(cfg.exechost)} node serve --stdio"
         started = time.monotonic()
         self._proc = await self._conn.create_process(command, encoding=None)
-        line = await asyncio.wait_for(self._proc.stdout.readline(), self.connect_timeout)
+        reader = LineReader(self._proc.stdout)
+        line = await asyncio.wait_for(reader.readline(), self.connect_timeout)
         if not line:
             raise NodeError(await self._no_hello(command))
         try:
@@ -178,7 +216,7 @@ class NodeLink:
         self.state = "connected"
         self.last_error = None
         self.connected_at_ms = int(time.time() * 1000)
-        self._spawn(self._read_loop(self._proc))
+        self._spawn(self._read_loop(self._proc, reader))
         self._spawn(self._drain_stderr(self._proc))
 
     async def _no_hello(self, command: str) -> str:
@@ -233,11 +271,11 @@ class NodeLink:
             except (OSError, asyncssh.Error, BrokenPipeError) as exc:
                 raise NodeError(f"node {self.name}: link lost while sending: {_why(exc)}") from None
 
-    async def _read_loop(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
+    async def _read_loop(self, proc: asyncssh.SSHClientProcess[bytes], reader: LineReader) -> None:
         reason = "the node closed the link"
         try:
             while True:
-                line = await proc.stdout.readline()
+                line = await reader.readline()
                 if not line:
                     break
                 frame = decode(line)
@@ -268,12 +306,12 @@ class NodeLink:
         """The node's log lines: read so they never hold up the channel's window, kept as the last error."""
         with contextlib.suppress(OSError, asyncssh.Error):
             while True:
-                line = await proc.stderr.readline()
-                if not line:
+                chunk = await proc.stderr.read(64 * 1024)
+                if not chunk:
                     return
-                text = line.decode(errors="replace").strip()
-                if text:
-                    log.warning("node %s: %s", self.name, text[:500])
+                for text in chunk.decode(errors="replace").splitlines()[:20]:
+                    if text.strip():
+                        log.warning("node %s: %s", self.name, text.strip()[:500])
 
     async def _answer(self, req: Request) -> None:
         try:

@@ -225,3 +225,28 @@ async def test_relayed_answer_outside_the_offer_is_no_approval() -> None:
         )
         assert await asyncio.wait_for(manager.wait(record), 5) is None
         manager.close()
+
+
+async def test_endless_line_from_a_node_is_cut_off(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """A node streaming a frame with no newline: the gateway stops at the frame ceiling, drops the link."""
+    alpha = sshd_nodes[0]
+    hello = {
+        "type": "hello",
+        "protocol": 1,
+        "nodeId": "big",
+        "displayName": "big",
+        "version": "0",
+        "platform": "linux",
+        "caps": ["system.run"],
+        "pathEnv": "",
+    }
+    script = _hostile_exechost(
+        alpha,
+        f"print(json.dumps({hello!r}), flush=True)\nsys.stdin.readline()\n"
+        "chunk = 'x' * 1048576\nwhile True:\n    sys.stdout.write(chunk)\n",
+    )
+    _use_exechost(state_dir, alpha, script)
+    link = _link(state_dir, "alpha")
+    with pytest.raises(NodeError, match="link lost \\(protocol error: frame longer than"):
+        await link.call("ping", {}, timeout=120)
+    await link.close()
