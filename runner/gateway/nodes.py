@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("exechost.gateway.nodes")
 
 EVENT_OUTPUT_CHARS = 180  # reference §5.5: the finished text's output, compacted
+MAX_PENDING_PER_NODE = 64  # a node flooding the inbox gets refused (askFallback), not shown
 
 
 def _compact(text: str, limit: int) -> str:
@@ -265,6 +266,9 @@ class NodeHub:
             raise NodeError(str(exc), "INVALID_REQUEST") from None
         if not self.services.has_approver():
             return {"decision": None, "resolvedBy": "no-approver"}
+        manager = self.services.approvals
+        if sum(1 for r in manager.pending() if r.request.node_id == node_id) >= MAX_PENDING_PER_NODE:
+            return {"decision": None, "resolvedBy": "too-many-pending"}
         offered = view.get("allowedDecisions") or ()
         allowed = tuple(d for d in offered if d in DECISIONS) or ("allow-once", "deny")
         env_keys = tuple(str(k) for k in view.get("envKeys") or ())
@@ -286,7 +290,6 @@ class NodeHub:
             decision_json=decision_json or {},
             warnings=tuple(str(w) for w in view.get("warnings") or ()),
         )
-        manager = self.services.approvals
         while True:
             record, _ = manager.register(request)
             decision = await manager.wait(record)

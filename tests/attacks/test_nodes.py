@@ -250,3 +250,47 @@ async def test_endless_line_from_a_node_is_cut_off(sshd_nodes: list[SshdNode], s
     with pytest.raises(NodeError, match="link lost \\(protocol error: frame longer than"):
         await link.call("ping", {}, timeout=120)
     await link.close()
+
+
+async def test_a_node_flooding_the_inbox_is_capped(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """A compromised node sends 100 asks at once: the operator's inbox holds at most 64 of them."""
+    from runner.gateway.nodes import MAX_PENDING_PER_NODE
+
+    alpha = sshd_nodes[0]
+    hello = {
+        "type": "hello",
+        "protocol": 1,
+        "nodeId": "flood",
+        "displayName": "flood",
+        "version": "0",
+        "platform": "linux",
+        "caps": ["system.run"],
+        "pathEnv": "",
+    }
+    script = _hostile_exechost(
+        alpha,
+        f"print(json.dumps({hello!r}), flush=True)\n"
+        "for i in range(100):\n"
+        "    ask = {'type': 'req', 'id': f'n{i}', 'method': 'approval.request',\n"
+        "           'params': {'approvalId': f'a{i}', 'request': {'command': f'id {i}', 'cwd': '/'}}}\n"
+        "    print(json.dumps(ask), flush=True)\n"
+        "refused = 0\n"
+        "for line in sys.stdin:\n"
+        "    if '\"decision\":null' in line.replace(' ', ''):\n"
+        "        refused += 1\n"
+        "        open(sys.argv[0] + '.refused', 'w').write(str(refused))\n",
+    )
+    _use_exechost(state_dir, alpha, script)
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + (state_dir / "config.toml").read_text())
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir, "operator")
+        await operator.request("approvals.attach")
+        await server.services.nodes.sync()["alpha"].ensure()
+        refused = Path(f"{script}.refused")
+        for _ in range(400):
+            if refused.exists() and refused.read_text() == str(100 - MAX_PENDING_PER_NODE):
+                break
+            await asyncio.sleep(0.05)
+        assert refused.read_text() == str(100 - MAX_PENDING_PER_NODE)
+        assert len(server.services.approvals.pending()) == MAX_PENDING_PER_NODE
+        await operator.close()
