@@ -208,3 +208,51 @@ async def _log_has(agent: object, sid: str, needle: str) -> str | None:
     res = await agent.request("process", {"action": "log", "sessionId": sid})  # type: ignore[attr-defined]
     text = str(res["text"])
     return text if needle in text else None
+
+
+async def test_node_down_mid_command_then_back(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """sshd dies under a running command: the agent gets a clear error; after a restart the same gateway
+    reaches the node again without anyone touching it."""
+    alpha = sshd_nodes[0]
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    async with gateway(state_dir) as server:
+        agent = await connect(state_dir, "agent", operator=False)
+        running = asyncio.ensure_future(agent.request("exec", {"command": "sleep 30", "node": "alpha"}))
+        link = await wait_until(lambda: server.services.nodes.links.get("alpha"))
+        await wait_until(lambda: link.status()["inFlight"] == 1)
+        alpha.stop()
+        with pytest.raises(RemoteError, match=r"node alpha: link lost .*outcome on the node is unknown"):
+            await running
+        alpha.start()
+        await wait_until(lambda: link.state == "connected", timeout=30)
+        ok = await agent.request("exec", {"command": "echo again", "node": "alpha"})
+        assert ok["text"].strip() == "again"
+        await agent.close()
+
+
+def test_version_mismatch_names_what_to_install(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    alpha = sshd_nodes[0]
+    script = alpha.root / "future-exechost"
+    hello = {
+        "type": "hello",
+        "protocol": 99,
+        "nodeId": "n",
+        "displayName": "n",
+        "version": "9.0",
+        "platform": "linux",
+        "caps": [],
+        "pathEnv": "",
+    }
+    script.write_text(f"#!/bin/sh\necho '{json.dumps(hello)}'\ncat >/dev/null\n")
+    script.chmod(0o700)
+    text = (
+        (state_dir / "config.toml")
+        .read_text()
+        .replace(f'exechost = "{EXECHOST}"', f'exechost = "{script}"', 1)
+    )
+    (state_dir / "config.toml").write_text(text)
+    proc = subprocess.run([EXECHOST, "nodes", "ping", "alpha"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "exechost 9.0 there speaks node protocol 99, this gateway speaks 1" in proc.stdout
+    assert "install the same exechost version on the node" in proc.stdout
