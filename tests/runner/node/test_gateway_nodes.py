@@ -256,3 +256,21 @@ def test_version_mismatch_names_what_to_install(sshd_nodes: list[SshdNode], stat
     assert proc.returncode == 1
     assert "exechost 9.0 there speaks node protocol 99, this gateway speaks 1" in proc.stdout
     assert "install the same exechost version on the node" in proc.stdout
+
+
+async def test_nodes_status_over_the_control_socket(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    beta = sshd_nodes[1]
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    beta.stop()
+    async with gateway(state_dir):
+        client = await connect(state_dir, "console")
+        before = (await client.request("nodes.status"))["nodes"]
+        assert [(n["name"], n["state"]) for n in before] == [("alpha", "down"), ("beta", "down")]
+        after = {n["name"]: n for n in (await client.request("nodes.status", {"ping": True}))["nodes"]}
+        assert (
+            after["alpha"]["state"] == "connected"
+            and after["alpha"]["rttMs"] > 0
+            and after["alpha"]["nodeId"]
+        )
+        assert after["beta"]["state"] == "down" and "cannot connect" in after["beta"]["lastError"]
+        await client.close()
