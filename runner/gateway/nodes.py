@@ -113,18 +113,16 @@ class NodeHub:
         link = self.select(query or decision.node, exec_cfg.node)
         run_id = str(uuid.uuid4())
         timeout = params.get("timeout")
-        timeout_sec = (
-            float(timeout)
-            if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
-            else float(exec_cfg.timeout_sec)
-        )
+        explicit = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
+        timeout_sec = float(timeout) if explicit else float(exec_cfg.timeout_sec)  # type: ignore[arg-type]
         workdir = params.get("workdir")
         request: dict[str, Any] = {
             "command": ["/bin/sh", "-lc", command],
             "rawCommand": command,
             "cwd": workdir if isinstance(workdir, str) and workdir else None,
             "env": params.get("env"),
-            "timeoutMs": int(timeout_sec * 1000),
+            # Background runs bypass the default timeout, as local ones do (reference §1.10).
+            "timeoutMs": int(timeout_sec * 1000) if explicit or not params.get("background") else None,
             "agentId": ctx.agent_id,
             "sessionKey": ctx.session_key or None,
             "runId": run_id,
