@@ -1,5 +1,6 @@
-"""The node's approval manager: an ask is relayed over the link to the gateway's approver, and the answer
-resolves only the record it was asked for (a decision can never reach another node or request)."""
+"""The node's approval manager: an ask goes first to a console on this node's own exec-approvals.sock, else
+over the link to the gateway's approver; an answer resolves only the record it was asked for (a decision can
+never reach another node or request)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,17 @@ log = logging.getLogger("exechost.node")
 
 # relay(approval id, request view) -> the gateway's answer {"decision": str | None, "resolvedBy": str}
 Relay = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+# local(request view) -> a decision from a console on this node, or None (none listening, no answer)
+Local = Callable[[dict[str, Any]], Awaitable[str | None]]
 
 
 class RelayedApprovals(ApprovalManager):
     """Every new ask goes to `relay`; no answer (no approver, link down, expired) means askFallback."""
 
-    def __init__(self, relay: Relay, **kwargs: Any) -> None:
+    def __init__(self, relay: Relay, local: Local | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._relay = relay
+        self._local = local
         self._tasks: set[asyncio.Task[None]] = set()
         self.add_listener(self._on_change)
 
@@ -33,6 +37,18 @@ class RelayedApprovals(ApprovalManager):
         task.add_done_callback(self._tasks.discard)
 
     async def _ask(self, record: ApprovalRecord) -> None:
+        if self._local is not None:
+            try:
+                decision = await self._local(record.view())
+            except Exception as exc:
+                log.warning("the local approvals socket failed: %s", exc)
+                decision = None
+            if decision is not None and not record.resolved:
+                if decision in record.request.allowed_decisions:
+                    self.resolve(record.id, decision, resolved_by="node-console")
+                else:
+                    self._expire(record.id)
+                return
         try:
             answer = await self._relay(record.id, record.view())
         except Exception as exc:

@@ -104,7 +104,7 @@ class NodeServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._config: Config | None = None
         self._config_stamp: tuple[int, ...] | None = None
-        self.approvals = RelayedApprovals(self._relay_ask)
+        self.approvals = RelayedApprovals(self._relay_ask, self._ask_local_console)
         self.store = ApprovalsStore(state_dir / "exec-approvals.json")
         config = self.config()
         self.sessions = SessionManager(
@@ -330,6 +330,24 @@ class NodeServer:
             await self.send(frame)
 
     # -- the node's own requests (approval relay)
+
+    async def _ask_local_console(self, view: dict[str, Any]) -> str | None:
+        """A console on this node's own exec-approvals.sock is asked first (DESIGN §10); None when no
+        console listens there or it gave no answer."""
+        from engine.approvals.socket.wire import request_decision
+        from engine.unixsock import socket_is_live
+
+        current = await asyncio.to_thread(self.store.load)
+        path, token = current.socket_path, current.socket_token
+        if not path or not token:
+            return None  # no console ever set one up here
+        path = os.path.expanduser(path)
+        if not await asyncio.to_thread(socket_is_live, Path(path)):
+            return None
+        keys = ("command", "cwd", "agentId", "sessionKey", "security", "ask", "askFallback", "resolvedPath")
+        request = {k: view.get(k) for k in keys}
+        request["host"] = "node"
+        return await request_decision(path, token, request)
 
     async def _relay_ask(self, approval_id: str, view: dict[str, Any]) -> dict[str, Any]:
         rid = f"n{next(self._ids)}"

@@ -274,3 +274,33 @@ async def test_nodes_status_over_the_control_socket(sshd_nodes: list[SshdNode], 
         )
         assert after["beta"]["state"] == "down" and "cannot connect" in after["beta"]["lastError"]
         await client.close()
+
+
+async def test_a_console_on_the_node_is_asked_first(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """The node operator's own console (on the node's exec-approvals.sock) answers before the gateway."""
+    from engine.approvals.socket.server import ApprovalSocketServer
+    from engine.approvals.socket.wire import PromptRequest
+    from engine.approvals.store import ApprovalsStore
+
+    alpha = sshd_nodes[0]
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    (alpha.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "allowlist"\nask = "on-miss"\n')
+    path, token = ApprovalsStore(alpha.state_dir / "exec-approvals.json").socket_info()
+    asked: list[PromptRequest] = []
+
+    async def decide(req: PromptRequest) -> str:
+        asked.append(req)
+        return "allow-once"
+
+    console = ApprovalSocketServer(path, token, decider=decide)
+    await console.start()
+    try:
+        async with gateway(state_dir) as server:
+            agent = await connect(state_dir, "agent", operator=False)
+            ok = await agent.request("exec", {"command": "echo local-ok", "node": "alpha"})
+            assert ok["text"].strip() == "local-ok"
+            assert [(r.command, r.host) for r in asked] == [("echo local-ok", "node")]
+            assert server.services.approvals.pending() == []  # the gateway's inbox never saw it
+            await agent.close()
+    finally:
+        await console.close()
