@@ -120,3 +120,5 @@ def venv_bin(name: str) -> str:
 
 
 os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+
+from tests.helpers.sshd import sshd_nodes  # noqa: E402, F401  (real OpenSSH nodes, for any test that asks)

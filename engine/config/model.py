@@ -108,6 +108,9 @@ class NodeConfig:
     identity_file: str | None = None
     known_hosts: str | None = None
     docker_socket: str | None = None
+    proxy_jump: str | None = None
+    exechost: str = "exechost"  # the remote command (a path when it is not on the node's PATH)
+    display_name: str | None = None
 
 
 @dataclass

@@ -138,6 +138,9 @@ NODE_KEYS: dict[str, Spec | Table] = {
     "identityFile": Spec("identity_file", "str"),
     "knownHosts": Spec("known_hosts", "str"),
     "dockerSocket": Spec("docker_socket", "str"),
+    "proxyJump": Spec("proxy_jump", "str"),
+    "exechost": Spec("exechost", "str"),
+    "displayName": Spec("display_name", "str"),
 }
 TOOLS_KEYS: dict[str, Spec | Table] = {
     "exec": Table("exec", EXEC_KEYS),

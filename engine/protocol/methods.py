@@ -32,6 +32,7 @@ class Method(StrEnum):
     SANDBOX_EXPLAIN = "sandbox.explain"
     SANDBOX_RECREATE = "sandbox.recreate"
     SANDBOX_PRUNE = "sandbox.prune"
+    NODES_STATUS = "nodes.status"
     SUBSCRIBE = "subscribe"
     STATUS = "status"
     SHUTDOWN = "shutdown"

@@ -106,6 +106,10 @@ class Events(Protocol):
     def enqueue(self, session_key: str, text: str) -> None: ...
 
 
+# host=node: (command, params, ctx, the gateway's decision) -> result; the node's own policy decides there.
+NodeRunner = Callable[[str, Mapping[str, Any], "ExecContext", Decision], Any]
+
+
 @dataclass
 class ExecContext:
     """Who is calling: the agent, its session key (system-event queue and process scope)."""
@@ -174,6 +178,7 @@ class ExecTool:
         self._wait_session = wait_session
         self._background: set[asyncio.Task[Any]] = set()
         self._evaluator = Offload()
+        self.node_runner: NodeRunner | None = None  # set by the gateway when nodes are configured
 
     # -- entry point
 
@@ -182,6 +187,9 @@ class ExecTool:
         decision = prepared.decision
         if decision.decision == "deny":
             raise ToolError(decision.reason)
+        if prepared.host == "node" and self.node_runner is not None:
+            # The gateway's policy only tightens (it rides along); the node decides and asks itself.
+            return await self.node_runner(prepared.command, params, ctx, decision)
         if decision.decision == "allow":
             self._record_use(prepared, ctx)
             # What runs is what was approved: the pinned re-rendering on the host. Inside a sandbox the
@@ -249,7 +257,10 @@ class ExecTool:
         policy = decision.policy
         assert policy is not None
         if policy.host == "node":
-            raise ToolError(NODE_UNAVAILABLE)
+            if self.node_runner is None:
+                raise ToolError(NODE_UNAVAILABLE)
+            prepared.host = "node"
+            return prepared
         if policy.sandboxed:
             await self._prepare_sandbox(prepared, config, ctx, dict(env_param or {}), params.get("workdir"))
             return prepared

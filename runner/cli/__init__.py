@@ -20,6 +20,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "runner.cli.mcp",
     "runner.cli.sandbox",
     "runner.cli.console",
+    "runner.cli.node",
+    "runner.cli.nodes",
 )
 
 

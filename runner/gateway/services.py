@@ -22,6 +22,7 @@ from engine.protocol.frames import Event
 from engine.results import ToolResult
 from engine.sessions import SessionManager, SystemEvents
 from engine.tools.exec import ExecTool
+from runner.gateway.nodes import NodeHub
 from runner.gateway.output import OutputFanout
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ class Services:
             self.sessions.add_listener(self._on_session_event),
         ]
         self._sandbox_manager: Any = None
+        self.nodes = NodeHub(self)  # links are opened on first use (and follow config edits)
+        self.exec_tool.node_runner = self.nodes.run
 
     # -- lifecycle
 
@@ -144,6 +147,7 @@ class Services:
             with contextlib.suppress(Exception):
                 unsubscribe()
         self.approvals.close()
+        await self.nodes.close()
         await self.exec_tool.close()
         await self.sessions.close()
 

@@ -15,5 +15,9 @@ async def handle(services: Services, conn: Connection, params: dict[str, Any]) -
     action = req_str(params, "action").strip().lower()
     scope = session_key(params) or f"agent:{agent_id(params)}"
     tool_params = {k: v for k, v in params.items() if k not in ("action", "sessionKey", "agentId")}
+    sid = tool_params.get("sessionId")
+    if (isinstance(sid, str) and sid.startswith("node:")) or tool_params.get("node"):
+        # A node's session: the node runs the action in the same scope (runner/gateway/nodes.py).
+        return (await services.nodes.process(action, tool_params, scope)).to_dict()
     result = await services.sessions.process(action, tool_params, scope)
     return result.to_dict()

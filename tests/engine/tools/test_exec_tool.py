@@ -313,7 +313,7 @@ async def test_refusals_are_clear_errors(state_dir: Path) -> None:
     write_config(state_dir, '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n')
     async with gateway(state_dir):
         client = await connect(state_dir)
-        with pytest.raises(RemoteError, match="host=node is not available yet"):
+        with pytest.raises(RemoteError, match="requires a paired node"):
             await client.request("exec", {"command": "true"})
         await client.close()
     write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "deny"\n')

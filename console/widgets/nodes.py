@@ -1,0 +1,113 @@
+"""The nodes pane: each configured node's link as the gateway sees it (state, RTT, identity, last error)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+REFRESH_SEC = 5.0
+STATE_STYLE = {"connected": ("● connected", "green"), "connecting": ("◌ connecting", "yellow")}
+
+
+def _plain(value: Any) -> Text:
+    # Names, ids and errors come from config and from nodes: inert text, never markup or escapes.
+    return Text("".join(ch if ch.isprintable() else "?" for ch in str(value)))
+
+
+class NodesPane(Vertical):
+    """Talks to the gateway through `app.link` (`nodes.status`; `p` pings every node)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("r", "refresh_list", "Refresh"),
+        Binding("p", "ping", "Ping"),
+    ]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rows: list[dict[str, Any]] = []
+
+    def compose(self) -> ComposeResult:
+        table: DataTable[Any] = DataTable(id="node-list", cursor_type="row", zebra_stripes=True)
+        table.add_columns("node", "address", "state", "rtt", "node id", "exechost", "in flight")
+        yield table
+        yield Static("r refresh · p ping", id="node-detail")
+
+    def on_mount(self) -> None:
+        self.set_interval(REFRESH_SEC, self._tick)
+        self.action_refresh_list()
+
+    def _tick(self) -> None:
+        if self.display and self.is_on_screen:
+            self.action_refresh_list()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._describe()
+
+    def _detail(self, text: Text | str) -> None:
+        self.query_one("#node-detail", Static).update(text)
+
+    def _describe(self) -> None:
+        table = self.query_one("#node-list", DataTable)
+        row = self.rows[table.cursor_row] if self.rows and table.cursor_row < len(self.rows) else None
+        if row is None:
+            return
+        out = _plain(f"{row.get('name')} ")
+        if row.get("displayName"):
+            out.append_text(_plain(f"({row['displayName']}) "))
+        out.append_text(
+            _plain(f"platform={row.get('platform') or '-'} caps={','.join(row.get('caps') or [])}")
+        )
+        if row.get("lastError"):
+            out.append("\n✗ ", style="red")
+            out.append_text(_plain(row["lastError"]))
+        self._detail(out)
+
+    def show(self, rows: list[dict[str, Any]]) -> None:
+        table = self.query_one("#node-list", DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        self.rows = rows
+        for r in rows:
+            label, style = STATE_STYLE.get(str(r.get("state")), ("○ down", "red"))
+            rtt = r.get("rttMs")
+            table.add_row(
+                _plain(r.get("name", "")),
+                _plain(f"{r.get('host')}:{r.get('port')}"),
+                Text(label, style=style),
+                Text("-" if rtt is None else f"{rtt:.1f} ms"),
+                _plain((r.get("nodeId") or "-")[:13]),
+                _plain(r.get("version") or "-"),
+                Text(str(r.get("inFlight") or 0)),
+            )
+        if rows and cursor is not None:
+            table.move_cursor(row=min(cursor, len(rows) - 1))
+        if not rows:
+            self._detail("No nodes configured ([nodes.<name>] in config.toml, or `exechost nodes add`).")
+        else:
+            self._describe()
+
+    async def _status(self, ping: bool) -> None:
+        link = getattr(self.app, "link", None)
+        try:
+            if link is None:
+                raise RuntimeError("no gateway link")
+            result = await link.request("nodes.status", {"ping": True} if ping else {})
+        except Exception as exc:
+            self._detail(Text(f"nodes unavailable: {exc}", style="red"))
+            return
+        self.show(list(result.get("nodes") or []))
+
+    @work(group="node-list", exclusive=True, exit_on_error=False)
+    async def action_refresh_list(self) -> None:
+        await self._status(False)
+
+    @work(group="node-list", exclusive=True, exit_on_error=False)
+    async def action_ping(self) -> None:
+        self._detail("pinging…")
+        await self._status(True)

@@ -1,0 +1,383 @@
+"""The gateway's link to one node: one asyncssh connection, `exechost node serve --stdio` on one channel,
+JSON-lines requests with ids (many in flight), host keys always verified, reconnect with backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import shlex
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncssh
+
+from engine.config.model import NodeConfig
+from engine.errors import ExecHostError
+from engine.nodes.wire import (
+    MAX_LINE,
+    PROTOCOL,
+    Hello,
+    NodeEvent,
+    Request,
+    Response,
+    WireError,
+    decode,
+    encode,
+)
+
+log = logging.getLogger("exechost.nodes")
+
+CONNECT_TIMEOUT_SEC = 15.0
+KEEPALIVE_SEC = 10
+BACKOFF_MAX_SEC = 30.0
+
+EventHandler = Callable[["NodeLink", NodeEvent], None]
+# A node's own request (an approval relay): its payload, or raise NodeError for an error response.
+RequestHandler = Callable[["NodeLink", Request], Awaitable[dict[str, Any]]]
+
+
+class NodeError(ExecHostError):
+    """A node could not be reached or answered with an error; the text says what to do."""
+
+    code = "tool_error"
+
+    def __init__(self, message: str, error_code: str = "UNAVAILABLE") -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+def known_hosts_file(cfg: NodeConfig) -> str:
+    return os.path.expanduser(cfg.known_hosts or "~/.ssh/known_hosts")
+
+
+def host_key_refusal(cfg: NodeConfig) -> str:
+    file = known_hosts_file(cfg)
+    return (
+        f"node {cfg.name}: the host key of {cfg.host}:{cfg.port} is not trusted by {file} (unknown or "
+        f"changed); connection refused, nothing was run. Check the key with the node's administrator, "
+        f"then run: ssh-keyscan -p {cfg.port} {cfg.host} >> {file}"
+    )
+
+
+class LineReader:
+    """Lines from a channel with a ceiling: asyncssh's readline has none, and a node that never sends a
+    newline must not grow the gateway's memory without bound."""
+
+    def __init__(self, stream: asyncssh.SSHReader[bytes], limit: int = MAX_LINE) -> None:
+        self._stream = stream
+        self._limit = limit
+        self._buf = bytearray()
+
+    async def readline(self) -> bytes:
+        """One line with its newline; b"" at end of stream; WireError past the limit."""
+        while True:
+            cut = self._buf.find(b"\n")
+            if cut >= 0:
+                line = bytes(self._buf[: cut + 1])
+                del self._buf[: cut + 1]
+                return line
+            if len(self._buf) > self._limit:
+                raise WireError(f"frame longer than {self._limit} bytes")
+            chunk = await self._stream.read(256 * 1024)
+            if not chunk:
+                rest = bytes(self._buf)
+                self._buf.clear()
+                return rest
+            self._buf += chunk
+
+
+class NodeLink:
+    """State: down | connecting | connected; `call` connects on first use."""
+
+    def __init__(
+        self,
+        cfg: NodeConfig,
+        *,
+        on_event: EventHandler | None = None,
+        on_request: RequestHandler | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT_SEC,
+        reconnect: bool = True,
+    ) -> None:
+        self.cfg = cfg
+        self.on_event = on_event
+        self.on_request = on_request
+        self.connect_timeout = connect_timeout
+        self.reconnect = reconnect
+        self.state = "down"
+        self.last_error: str | None = None
+        self.rtt_ms: float | None = None
+        self.hello: Hello | None = None
+        self.connected_at_ms: int | None = None
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._proc: asyncssh.SSHClientProcess[bytes] | None = None
+        self._pending: dict[str, asyncio.Future[Response]] = {}
+        self._ids = itertools.count(1)
+        self._connect_lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._reconnector: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self.cfg.name
+
+    def status(self) -> dict[str, Any]:
+        h = self.hello
+        return {
+            "name": self.cfg.name,
+            "host": self.cfg.host,
+            "port": self.cfg.port,
+            "state": self.state,
+            "lastError": self.last_error,
+            "rttMs": None if self.rtt_ms is None else round(self.rtt_ms, 2),
+            "nodeId": h.node_id if h else None,
+            "displayName": self.cfg.display_name or (h.display_name if h else None),
+            "version": h.version if h else None,
+            "platform": h.platform if h else None,
+            "caps": list(h.caps) if h else [],
+            "connectedAtMs": self.connected_at_ms,
+            "inFlight": len(self._pending),
+        }
+
+    # -- connecting
+
+    async def ensure(self) -> None:
+        if self._closed:
+            raise NodeError(f"node {self.name}: the link is closed")
+        if self.state == "connected":
+            return
+        async with self._connect_lock:
+            if self.state == "connected":
+                return
+            self.state = "connecting"
+            try:
+                await self._connect()
+            except NodeError as exc:
+                self._fail(str(exc))
+                raise
+            except (OSError, asyncssh.Error, TimeoutError, WireError) as exc:
+                text = f"node {self.name}: cannot connect to {self.cfg.host}:{self.cfg.port}: {_why(exc)}"
+                self._fail(text)
+                raise NodeError(text) from None
+
+    def _fail(self, text: str) -> None:
+        self.state = "down"
+        self.last_error = text
+        self._teardown()
+
+    async def _connect(self) -> None:
+        cfg = self.cfg
+        kh = known_hosts_file(cfg)
+        if not os.path.isfile(kh):
+            raise NodeError(host_key_refusal(cfg))
+        options: dict[str, Any] = {
+            "port": cfg.port,
+            "known_hosts": kh,  # never None: host keys are always checked
+            "keepalive_interval": KEEPALIVE_SEC,
+            "keepalive_count_max": 3,
+        }
+        if cfg.user:
+            options["username"] = cfg.user
+        if cfg.identity_file:
+            options["client_keys"] = [os.path.expanduser(cfg.identity_file)]
+        if cfg.proxy_jump:
+            options["tunnel"] = cfg.proxy_jump
+        try:
+            self._conn = await asyncio.wait_for(asyncssh.connect(cfg.host, **options), self.connect_timeout)
+        except asyncssh.HostKeyNotVerifiable:
+            raise NodeError(host_key_refusal(cfg), "HOST_KEY_REFUSED") from None
+        command = f"{shlex.quote(cfg.exechost)} node serve --stdio"
+        started = time.monotonic()
+        self._proc = await self._conn.create_process(command, encoding=None)
+        reader = LineReader(self._proc.stdout)
+        line = await asyncio.wait_for(reader.readline(), self.connect_timeout)
+        if not line:
+            raise NodeError(await self._no_hello(command))
+        try:
+            frame = decode(line)
+        except WireError as exc:
+            raise NodeError(
+                f"node {self.name}: `{command}` did not speak the node protocol ({exc})"
+            ) from None
+        if not isinstance(frame, Hello):
+            raise NodeError(f"node {self.name}: expected a hello from `{command}`")
+        if frame.protocol != PROTOCOL:
+            raise NodeError(
+                f"node {self.name}: exechost {frame.version} there speaks node protocol {frame.protocol}, "
+                f"this gateway speaks {PROTOCOL}: install the same exechost version on the node"
+            )
+        self.hello = frame
+        self.rtt_ms = (time.monotonic() - started) * 1000
+        self.state = "connected"
+        self.last_error = None
+        self.connected_at_ms = int(time.time() * 1000)
+        self._spawn(self._read_loop(self._proc, reader))
+        self._spawn(self._drain_stderr(self._proc))
+
+    async def _no_hello(self, command: str) -> str:
+        assert self._proc is not None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._proc.wait(), 5)
+        err = b""
+        with contextlib.suppress(Exception):
+            err = await asyncio.wait_for(self._proc.stderr.read(4096), 1)
+        status = self._proc.exit_status
+        detail = err.decode(errors="replace").strip()[:300]
+        if status == 127:
+            return (
+                f"node {self.name}: `{self.cfg.exechost}` was not found on the node: install exechost there "
+                f"(pip install exechost, or this repository's scripts/setup.sh) or set "
+                f"nodes.{self.name}.exechost to its full path"
+            )
+        return f"node {self.name}: `{command}` exited ({status}) before its hello: {detail or 'no output'}"
+
+    # -- traffic
+
+    async def call(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Response:
+        """One request; its response (ok or error). Raises NodeError when the link fails under it."""
+        await self.ensure()
+        rid = str(next(self._ids))
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        try:
+            await self._send(encode(Request(rid, method, params)))
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            raise NodeError(f"node {self.name}: no answer to {method} within {timeout:.0f}s") from None
+        finally:
+            self._pending.pop(rid, None)
+
+    async def ping(self) -> float:
+        started = time.monotonic()
+        res = await self.call("ping", {}, timeout=10)
+        if not res.ok:
+            raise NodeError(f"node {self.name}: ping failed: {res.error}")
+        self.rtt_ms = (time.monotonic() - started) * 1000
+        return self.rtt_ms
+
+    async def _send(self, data: bytes) -> None:
+        proc = self._proc
+        if proc is None or self.state != "connected":
+            raise NodeError(f"node {self.name}: not connected ({self.last_error or 'link down'})")
+        async with self._write_lock:
+            try:
+                proc.stdin.write(data)
+                await proc.stdin.drain()
+            except (OSError, asyncssh.Error, BrokenPipeError) as exc:
+                raise NodeError(f"node {self.name}: link lost while sending: {_why(exc)}") from None
+
+    async def _read_loop(self, proc: asyncssh.SSHClientProcess[bytes], reader: LineReader) -> None:
+        reason = "the node closed the link"
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    break
+                frame = decode(line)
+                if isinstance(frame, Response):
+                    future = self._pending.get(frame.id)
+                    if future is not None and not future.done():
+                        future.set_result(frame)
+                elif isinstance(frame, NodeEvent):
+                    if self.on_event is not None:
+                        try:
+                            self.on_event(self, frame)
+                        except Exception:
+                            log.exception("node %s: event handler failed", self.name)
+                elif isinstance(frame, Request):
+                    self._spawn(self._answer(frame))
+        except WireError as exc:
+            reason = f"protocol error: {exc}"
+        except (OSError, asyncssh.Error) as exc:
+            reason = _why(exc)
+        except asyncio.CancelledError:
+            reason = "link closed"
+            raise
+        finally:
+            if self._proc is proc:
+                self._drop(reason)
+
+    async def _drain_stderr(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
+        """The node's log lines: read so they never hold up the channel's window, kept as the last error."""
+        with contextlib.suppress(OSError, asyncssh.Error):
+            while True:
+                chunk = await proc.stderr.read(64 * 1024)
+                if not chunk:
+                    return
+                for text in chunk.decode(errors="replace").splitlines()[:20]:
+                    if text.strip():
+                        log.warning("node %s: %s", self.name, text.strip()[:500])
+
+    async def _answer(self, req: Request) -> None:
+        try:
+            if self.on_request is None:
+                raise NodeError("this gateway takes no requests from nodes", "UNAVAILABLE")
+            res = Response(req.id, True, payload=await self.on_request(self, req))
+        except NodeError as exc:
+            res = Response(req.id, False, error={"code": exc.error_code, "message": str(exc)})
+        except Exception as exc:
+            log.exception("node %s: request %s failed", self.name, req.method)
+            res = Response(req.id, False, error={"code": "INTERNAL", "message": str(exc)})
+        with contextlib.suppress(NodeError):
+            await self._send(encode(res))
+
+    def _drop(self, reason: str) -> None:
+        text = f"node {self.name}: link lost ({reason})"
+        self.state = "down"
+        self.last_error = text
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(
+                    NodeError(f"{text}; the command's outcome on the node is unknown", "NODE_LINK_LOST")
+                )
+        self._teardown()
+        if self.reconnect and not self._closed and (self._reconnector is None or self._reconnector.done()):
+            self._reconnector = asyncio.ensure_future(self._reconnect_loop())
+
+    async def _reconnect_loop(self) -> None:
+        delay = 0.25
+        while not self._closed and self.state != "connected":
+            await asyncio.sleep(delay)
+            with contextlib.suppress(NodeError):
+                await self.ensure()
+            delay = min(delay * 2, BACKOFF_MAX_SEC)
+
+    def _teardown(self) -> None:
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if proc is not None:
+            with contextlib.suppress(Exception):
+                proc.close()
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._reconnector is not None:
+            self._reconnector.cancel()
+        self.state = "down"
+        self._teardown()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(NodeError(f"node {self.name}: the link is closed"))
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())[:300]

@@ -1,0 +1,304 @@
+"""The gateway's nodes: one link per `[nodes.<name>]`, host=node runs, relayed asks, lifecycle events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from engine.approvals.decisions import DECISIONS
+from engine.approvals.pending import ApprovalRequest
+from engine.nodes.link import NodeError, NodeLink
+from engine.nodes.select import Candidate, NodeSelectError, select_node
+from engine.nodes.wire import NodeEvent, Request
+from engine.policy.decision import Decision
+from engine.results import ToolError, ToolResult
+from engine.sessions.output import sanitize
+from engine.tools.exec import ExecContext
+
+if TYPE_CHECKING:
+    from runner.gateway.services import Services
+
+log = logging.getLogger("exechost.gateway.nodes")
+
+EVENT_OUTPUT_CHARS = 180  # reference §5.5: the finished text's output, compacted
+MAX_PENDING_PER_NODE = 64  # a node flooding the inbox gets refused (askFallback), not shown
+
+
+def _compact(text: str, limit: int) -> str:
+    flat = " ".join(sanitize(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class NodeHub:
+    """Links follow the config (added, changed or removed nodes take effect on the next call)."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.links: dict[str, NodeLink] = {}
+        self._retired: set[asyncio.Task[None]] = set()
+
+    def sync(self) -> dict[str, NodeLink]:
+        nodes = self.services.config().nodes
+        for name in list(self.links):
+            link = self.links[name]
+            if nodes.get(name) != link.cfg:
+                del self.links[name]
+                task = asyncio.ensure_future(link.close())
+                self._retired.add(task)
+                task.add_done_callback(self._retired.discard)
+        for name, cfg in nodes.items():
+            if name not in self.links:
+                self.links[name] = NodeLink(cfg, on_event=self._on_event, on_request=self._on_request)
+        return self.links
+
+    def candidates(self) -> list[Candidate]:
+        out = []
+        for link in self.sync().values():
+            h = link.hello
+            out.append(
+                Candidate(
+                    name=link.name,
+                    host=link.cfg.host,
+                    node_id=h.node_id if h else None,
+                    display_name=link.cfg.display_name or (h.display_name if h else None),
+                    connected=link.state == "connected",
+                )
+            )
+        return out
+
+    def select(self, query: str | None, bound: str | None = None) -> NodeLink:
+        try:
+            picked = select_node(self.candidates(), query, bound)
+        except NodeSelectError as exc:
+            raise ToolError(str(exc)) from None
+        return self.links[picked.name]
+
+    def _trusted_id(self, link: NodeLink) -> str:
+        """The node id a link's hello claimed, refused when another configured node already holds it: a
+        node must not pass itself off as another in the inbox or in selection."""
+        if link.hello is None:
+            raise ToolError(f"node {link.name}: not connected")
+        node_id = link.hello.node_id
+        for other in self.links.values():
+            if other is not link and other.hello is not None and other.hello.node_id == node_id:
+                raise ToolError(
+                    f"node {link.name} claims node id {node_id}, which node {other.name} holds; refused "
+                    f"(check {link.name}'s node.json)"
+                )
+        return node_id
+
+    def status(self) -> list[dict[str, Any]]:
+        return [link.status() for link in self.sync().values()]
+
+    # -- host=node
+
+    async def run(
+        self, command: str, params: Mapping[str, Any], ctx: ExecContext, decision: Decision
+    ) -> ToolResult:
+        for flag in ("pty",):
+            if params.get(flag):
+                # Refused rather than silently run in the foreground: the agent must know what it got.
+                raise ToolError(
+                    f"exec host=node does not support {flag} yet: node commands run on pipes "
+                    "(foreground, or background=true for a session; yieldMs is ignored, as in the reference)"
+                )
+        config = self.services.config()
+        exec_cfg = config.exec_for(ctx.agent_id)
+        query = params.get("node") if isinstance(params.get("node"), str) else None
+        link = self.select(query or decision.node, exec_cfg.node)
+        run_id = str(uuid.uuid4())
+        timeout = params.get("timeout")
+        explicit = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
+        timeout_sec = float(timeout) if explicit else float(exec_cfg.timeout_sec)  # type: ignore[arg-type]
+        workdir = params.get("workdir")
+        request: dict[str, Any] = {
+            "command": ["/bin/sh", "-lc", command],
+            "rawCommand": command,
+            "cwd": workdir if isinstance(workdir, str) and workdir else None,
+            "env": params.get("env"),
+            # Background runs bypass the default timeout, as local ones do (reference §1.10).
+            "timeoutMs": int(timeout_sec * 1000) if explicit or not params.get("background") else None,
+            "agentId": ctx.agent_id,
+            "sessionKey": ctx.session_key or None,
+            "runId": run_id,
+            # The gateway's effective policy: per-call values the node may only tighten with.
+            "security": decision.security,
+            "ask": decision.ask,
+            "background": bool(params.get("background")),
+        }
+        # Room for the node's ask to be answered here, then for the command itself.
+        wait = timeout_sec + self.services.approvals.timeout_ms / 1000 + 5
+        started = time.monotonic()
+        try:
+            await link.ensure()
+            self._trusted_id(link)
+            res = await link.call("system.run", request, timeout=wait)
+        except NodeError as exc:
+            raise ToolError(str(exc)) from None
+        if not res.ok:
+            err = res.error or {}
+            raise ToolError(f"node {link.name}: {err.get('message') or err.get('code') or 'failed'}")
+        p = res.payload or {}
+        if p.get("status") == "running":
+            sid = f"node:{link.name}:{p.get('sessionId')}"
+            text = str(p.get("text") or "").replace(f"session {p.get('sessionId')},", f"session {sid},")
+            return ToolResult(
+                text,
+                {
+                    "status": "running",
+                    "sessionId": sid,
+                    "pid": p.get("pid"),
+                    "host": "node",
+                    "node": link.name,
+                    "runId": run_id,
+                },
+            )
+        stdout, stderr, error = str(p.get("stdout") or ""), str(p.get("stderr") or ""), p.get("error")
+        text = stdout or stderr or str(error or "") or "(no output)"
+        details = {
+            "status": "completed" if p.get("success") else "failed",
+            "exitCode": p.get("exitCode"),
+            "timedOut": bool(p.get("timedOut")),
+            "durationMs": p.get("durationMs") or int((time.monotonic() - started) * 1000),
+            "aggregated": "\n".join(x for x in (stdout, stderr, str(error or "")) if x),
+            "cwd": p.get("cwd"),
+            "host": "node",
+            "node": link.name,
+            "nodeId": link.hello.node_id if link.hello else None,
+            "runId": run_id,
+        }
+        return ToolResult(text, details)
+
+    async def process(self, action: str, params: dict[str, Any], scope: str) -> ToolResult:
+        """`process` on a node session (`node:<name>:<id>`), or `list` with `node=<name>`; ids are rewritten
+        both ways so the agent only ever sees the gateway's form."""
+        sid = params.get("sessionId")
+        if isinstance(sid, str) and sid.startswith("node:"):
+            parts = sid.split(":", 2)
+            found = self.sync().get(parts[1]) if len(parts) == 3 and parts[2] else None
+            if found is None:
+                raise ToolError(f"No session found for {sid}")
+            link, raw = found, parts[2]
+            node_params = {**params, "sessionId": raw}
+        else:
+            node = params.get("node")
+            if not isinstance(node, str) or not node:
+                raise ToolError("process on a node needs a node session id (node:<name>:<id>) or node=<name>")
+            link = self.select(node)
+            node_params = {k: v for k, v in params.items() if k != "node"}
+        try:
+            res = await link.call(
+                "process", {"action": action, "params": node_params, "scope": scope}, timeout=60
+            )
+        except NodeError as exc:
+            raise ToolError(str(exc)) from None
+        if not res.ok:
+            err = res.error or {}
+            raise ToolError(f"node {link.name}: {err.get('message') or 'failed'}")
+        payload = res.payload or {}
+        text, details = str(payload.get("text") or ""), dict(payload.get("details") or {})
+        prefix = f"node:{link.name}:"
+        if isinstance(details.get("sessionId"), str):
+            text = text.replace(details["sessionId"], prefix + details["sessionId"])
+            details["sessionId"] = prefix + details["sessionId"]
+        for row in details.get("sessions") or []:
+            if isinstance(row, dict) and isinstance(row.get("sessionId"), str):
+                text = text.replace(row["sessionId"], prefix + row["sessionId"])
+                row["sessionId"] = prefix + row["sessionId"]
+                row["node"] = link.name
+        details["node"] = link.name
+        return ToolResult(text, details)
+
+    # -- what nodes send
+
+    def _on_event(self, link: NodeLink, ev: NodeEvent) -> None:
+        """Reference §5.5: exec.started|finished|denied as the agent's system events."""
+        p = ev.payload
+        node_id = link.hello.node_id if link.hello else link.name
+        if p.get("suppressNotifyOnExit") or not self.services.config().exec.notify_on_exit:
+            return
+        run_id = str(p.get("runId") or "")
+        command = _compact(str(p.get("command") or ""), 400)
+        key = str(p.get("sessionKey") or "")
+        if not key or key == "node":
+            key = f"node-{node_id}"
+        if ev.event == "exec.started":
+            text = f"Exec started (node={node_id} id={run_id}): {command}"
+        elif ev.event == "exec.finished":
+            timed_out = bool(p.get("timedOut"))
+            output = _compact(str(p.get("output") or ""), EVENT_OUTPUT_CHARS)
+            if not (timed_out or p.get("exitCode") != 0 or output):
+                return
+            code = "timeout" if timed_out else f"code {p.get('exitCode')}"
+            text = f"Exec finished (node={node_id} id={run_id}, {code})"
+            if output:
+                text += f"\n{output}"
+        elif ev.event == "system.event":
+            text = f"[node {link.name}] {sanitize(str(p.get('text') or ''))}"
+        elif ev.event == "exec.denied":
+            reason = _compact(str(p.get("reason") or "denied"), 200)
+            text = f"Exec denied (node={node_id} id={run_id}, {reason}): {command}"
+        else:
+            return
+        self.services.events.enqueue(key, text)
+
+    async def _on_request(self, link: NodeLink, req: Request) -> dict[str, Any]:
+        if req.method != "approval.request":
+            raise NodeError("unknown method", "UNAVAILABLE")
+        return await self._relay_approval(link, req.params)
+
+    async def _relay_approval(self, link: NodeLink, params: dict[str, Any]) -> dict[str, Any]:
+        """A node's ask, into this gateway's inbox. The node id comes from the link that asked, never from
+        the frame, so one node's approval cannot be presented as (or satisfy) another's."""
+        view = params.get("request")
+        if not isinstance(view, dict) or link.hello is None:
+            raise NodeError("bad approval request", "INVALID_REQUEST")
+        try:
+            node_id = self._trusted_id(link)
+        except ToolError as exc:
+            raise NodeError(str(exc), "INVALID_REQUEST") from None
+        if not self.services.has_approver():
+            return {"decision": None, "resolvedBy": "no-approver"}
+        manager = self.services.approvals
+        if sum(1 for r in manager.pending() if r.request.node_id == node_id) >= MAX_PENDING_PER_NODE:
+            return {"decision": None, "resolvedBy": "too-many-pending"}
+        offered = view.get("allowedDecisions") or ()
+        allowed = tuple(d for d in offered if d in DECISIONS) or ("allow-once", "deny")
+        raw_env = view.get("env") if isinstance(view.get("env"), dict) else {}
+        env = tuple(sorted((str(k), str(v)) for k, v in raw_env.items()))
+        decision_json = view.get("decision") if isinstance(view.get("decision"), dict) else {}
+        request = ApprovalRequest(
+            command=str(view.get("command") or ""),
+            cwd=str(view.get("cwd") or ""),
+            host="node",
+            agent_id=str(view.get("agentId") or "main"),
+            session_key=str(view.get("sessionKey") or ""),
+            security=str(view.get("security") or "allowlist"),
+            ask=str(view.get("ask") or "on-miss"),
+            ask_fallback=str(view.get("askFallback") or "deny"),
+            allowed_decisions=allowed,
+            resolved_path=view.get("resolvedPath") if isinstance(view.get("resolvedPath"), str) else None,
+            node_id=node_id,
+            env_hash=f"node-approval:{params.get('approvalId')}",  # one node-side request, one record
+            env=env,
+            decision_json=decision_json or {},
+            warnings=tuple(str(w) for w in view.get("warnings") or ()),
+            agent_reason=view.get("agentReason") if isinstance(view.get("agentReason"), str) else None,
+        )
+        while True:
+            record, _ = manager.register(request)
+            decision = await manager.wait(record)
+            if decision == "allow-once" and not manager.consume_allow_once(record):
+                continue  # one approval, one run: this ask needs its own
+            return {"decision": decision, "resolvedBy": record.resolved_by, "reason": record.reason}
+
+    async def close(self) -> None:
+        for link in list(self.links.values()):
+            with contextlib.suppress(Exception):
+                await link.close()
+        self.links.clear()

@@ -1,0 +1,64 @@
+"""The node's approval manager: an ask goes first to a console on this node's own exec-approvals.sock, else
+over the link to the gateway's approver; an answer resolves only the record it was asked for (a decision can
+never reach another node or request)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from engine.approvals.pending import ApprovalManager, ApprovalRecord
+
+log = logging.getLogger("exechost.node")
+
+# relay(approval id, request view) -> the gateway's answer {"decision": str | None, "resolvedBy": str}
+Relay = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+# local(request view) -> a decision from a console on this node, or None (none listening, no answer)
+Local = Callable[[dict[str, Any]], Awaitable[str | None]]
+
+
+class RelayedApprovals(ApprovalManager):
+    """Every new ask goes to `relay`; no answer (no approver, link down, expired) means askFallback."""
+
+    def __init__(self, relay: Relay, local: Local | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._relay = relay
+        self._local = local
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.add_listener(self._on_change)
+
+    def _on_change(self, kind: str, record: ApprovalRecord) -> None:
+        if kind != "requested":
+            return
+        task = asyncio.ensure_future(self._ask(record))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _ask(self, record: ApprovalRecord) -> None:
+        if self._local is not None:
+            try:
+                decision = await self._local(record.view())
+            except Exception as exc:
+                log.warning("the local approvals socket failed: %s", exc)
+                decision = None
+            if decision is not None and not record.resolved:
+                if decision in record.request.allowed_decisions:
+                    self.resolve(record.id, decision, resolved_by="node-console")
+                else:
+                    self._expire(record.id)
+                return
+        try:
+            answer = await self._relay(record.id, record.view())
+        except Exception as exc:
+            log.warning("approval %s could not be relayed: %s", record.id, exc)
+            answer = {}
+        if record.resolved:
+            return
+        decision = answer.get("decision")
+        if isinstance(decision, str) and decision in record.request.allowed_decisions:
+            by = str(answer.get("resolvedBy") or "gateway")
+            self.resolve(record.id, decision, resolved_by=f"gateway:{by}"[:80], reason=answer.get("reason"))
+        else:
+            self._expire(record.id)  # nobody decided: the exec tool applies askFallback

@@ -1,0 +1,408 @@
+"""`exechost node serve --stdio`: answers `system.run` (reference §5.4) over JSON lines on stdin/stdout,
+deciding with this node's OWN config and exec-approvals.json through the engine's exec tool."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine import statefs
+from engine.approvals.store import ApprovalsStore
+from engine.config.loader import config_path, load_config
+from engine.config.model import Config
+from engine.nodes.identity import load_or_create
+from engine.nodes.wire import CAPS, MAX_LINE, Hello, NodeEvent, Request, Response, WireError, decode, encode
+from engine.results import ToolError, ToolResult
+from engine.sessions import SessionManager, SystemEvents
+from engine.tools.exec import ExecContext, ExecTool
+from runner.node.approvals import RelayedApprovals
+
+log = logging.getLogger("exechost.node")
+
+OUTPUT_CAP = 1_000_000  # characters of stdout in one system.run result (the tail is kept)
+EVENT_OUTPUT_CAP = 20_000  # reference §5.5: exec.finished carries the last 20k
+SHELL_WRAPPERS = {("/bin/sh", "-lc"), ("sh", "-lc"), ("/bin/sh", "-c"), ("sh", "-c"), ("/bin/bash", "-lc")}
+_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as pkg_version
+
+    try:
+        return pkg_version("exechost")
+    except PackageNotFoundError:
+        return "0"
+
+
+def format_exec_command(argv: list[str]) -> str:
+    """Reference `formatExecCommand`: arguments with whitespace or `"` are double-quoted."""
+    out = []
+    for arg in argv:
+        if arg == "" or any(c.isspace() or c == '"' for c in arg):
+            out.append('"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"')
+        else:
+            out.append(arg)
+    return " ".join(out)
+
+
+class RunError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def command_text(argv: Any, raw: Any) -> str:
+    """The shell text to decide and run; refuses argv/rawCommand that disagree (RAW_COMMAND_MISMATCH)."""
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise RunError("INVALID_REQUEST", "INVALID_REQUEST: command must be a non-empty array of strings")
+    if any("\x00" in a for a in argv):
+        raise RunError("INVALID_REQUEST", "INVALID_REQUEST: command contains a NUL byte")
+    payload = argv[2] if len(argv) == 3 and (argv[0], argv[1]) in SHELL_WRAPPERS else None
+    if raw is not None and (not isinstance(raw, str) or raw not in (format_exec_command(argv), payload)):
+        raise RunError("RAW_COMMAND_MISMATCH", "INVALID_REQUEST: rawCommand does not match command")
+    if payload is not None:
+        return payload
+    import shlex
+
+    return shlex.join(argv)
+
+
+class Output:
+    """stdout as an async byte sink: a pipe transport under sshd, plain blocking writes for a file."""
+
+    def __init__(self, writer: asyncio.StreamWriter | None) -> None:
+        self._writer = writer
+
+    async def write(self, data: bytes) -> None:
+        if self._writer is None:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+            return
+        self._writer.write(data)
+        await self._writer.drain()
+
+
+class NodeServer:
+    """One per `serve` process: the node's own policy, sessions and approvals, one link to one gateway."""
+
+    def __init__(self, state_dir: Path, writer: Output) -> None:
+        self.state_dir = state_dir
+        self.identity = load_or_create(state_dir)
+        self._writer = writer
+        self._write_lock = asyncio.Lock()
+        self._ids = itertools.count(1)
+        self._pending: dict[str, asyncio.Future[Response]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._config: Config | None = None
+        self._config_stamp: tuple[int, ...] | None = None
+        self.approvals = RelayedApprovals(self._relay_ask, self._ask_local_console)
+        self.store = ApprovalsStore(state_dir / "exec-approvals.json")
+        config = self.config()
+        self.sessions = SessionManager(
+            state_dir,
+            log_cap_bytes=config.exec.log_cap_bytes,
+            cleanup_ms=config.exec.cleanup_ms,
+            events=SystemEvents(),
+            timeout_sec=float(config.exec.timeout_sec),
+            background_ms=config.exec.background_ms,
+        )
+        self.tool = ExecTool(
+            config=self.config,
+            sessions=self.sessions,
+            approvals=self.approvals,
+            store=self.store,
+            events=self.sessions.events,
+            has_approver=lambda: True,  # the gateway is always asked; it answers "no decision" without one
+            overrides={},
+        )
+        # Background exits and the like: the gateway queues them for the agent's session.
+        self.sessions.events.subscribe(self._forward_event)
+
+    def config(self) -> Config:
+        """This node's config.toml, reloaded when it changes; a broken edit keeps the last good one."""
+        path = config_path()
+        try:
+            st = path.stat()
+            stamp: tuple[int, ...] | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            stamp = None
+        if self._config is None or stamp != self._config_stamp:
+            try:
+                self._config = load_config(path)
+            except Exception as exc:
+                if self._config is None:
+                    raise
+                log.error("config reload failed, keeping the previous one: %s", exc)
+            self._config_stamp = stamp
+        return self._config
+
+    def hello(self) -> Hello:
+        return Hello(
+            node_id=self.identity.node_id,
+            display_name=self.identity.display_name,
+            version=version(),
+            platform=sys.platform,
+            caps=list(CAPS),
+            path_env=os.environ.get("PATH", ""),
+        )
+
+    async def send(self, frame: Any) -> None:
+        async with self._write_lock:
+            await self._writer.write(encode(frame))
+
+    # -- requests from the gateway
+
+    async def handle(self, req: Request) -> None:
+        try:
+            if req.method == "system.run":
+                res = Response(req.id, True, payload=await self.system_run(req.params))
+            elif req.method == "ping":
+                res = Response(req.id, True, payload={"pong": True, "nodeId": self.identity.node_id})
+            elif req.method == "process":
+                res = Response(req.id, True, payload=await self.process(req.params))
+            elif req.method == "system.which":
+                res = Response(req.id, True, payload=self.system_which(req.params))
+            else:
+                res = Response(
+                    req.id, False, error={"code": "UNAVAILABLE", "message": "command not supported"}
+                )
+        except RunError as exc:
+            res = Response(req.id, False, error={"code": exc.code, "message": str(exc)})
+        except Exception as exc:
+            log.exception("request %s failed", req.method)
+            res = Response(req.id, False, error={"code": "INTERNAL", "message": f"node error: {exc}"})
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.send(res)
+
+    def system_which(self, params: dict[str, Any]) -> dict[str, Any]:
+        bins = params.get("bins") or []
+        found: dict[str, str] = {}
+        for name in bins if isinstance(bins, list) else []:
+            if isinstance(name, str) and name and "/" not in name and "\x00" not in name:
+                path = shutil.which(name)
+                if path:
+                    found[name] = path
+        return {"bins": found}
+
+    async def system_run(self, p: dict[str, Any]) -> dict[str, Any]:
+        text = command_text(p.get("command"), p.get("rawCommand"))
+        agent_id = p.get("agentId") or "main"
+        session_key = p.get("sessionKey") or "node"
+        run_id = p.get("runId") or ""
+        for label, value in (("agentId", agent_id), ("sessionKey", session_key), ("runId", run_id or "x")):
+            if not isinstance(value, str) or not _ID.match(value):
+                raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: bad {label}")
+        background = p.get("background") is True
+        params: dict[str, Any] = {"command": text, "yieldMs": 120_000, "background": background}
+        # The gateway's effective policy rides along as per-call values: they can only tighten here.
+        for key in ("security", "ask"):
+            if p.get(key) is not None:
+                params[key] = p[key]
+        if isinstance(p.get("cwd"), str) and p["cwd"]:
+            params["workdir"] = p["cwd"]
+        if p.get("env") is not None:
+            params["env"] = p["env"]
+        timeout_ms = p.get("timeoutMs")
+        if isinstance(timeout_ms, (int, float)) and not isinstance(timeout_ms, bool) and timeout_ms > 0:
+            params["timeout"] = max(1, int(timeout_ms // 1000))
+        # The scope is the gateway's (its sessionKey, else the agent's): `process` there finds these sessions.
+        ctx = ExecContext(agent_id=agent_id, session_key=p.get("sessionKey") or "")
+        suppress = bool(p.get("suppressNotifyOnExit"))
+        try:
+            result = await self.tool.run(params, ctx)
+        except ToolError as exc:
+            await self._event_denied(session_key, run_id, text, str(exc), suppress)
+            raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}") from None
+        details = result.details
+        if details.get("status") == "denied":
+            reason = str(details.get("reason") or "denied")
+            await self._event_denied(session_key, run_id, text, reason, suppress)
+            raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {reason}")
+        if details.get("status") == "running" and background:
+            return {
+                "status": "running",
+                "sessionId": details.get("sessionId"),
+                "pid": details.get("pid"),
+                "text": result.text,
+            }
+        if details.get("status") == "running":
+            result = await self._wait(str(details.get("sessionId") or ""), ctx.scope_key, result)
+            details = result.details
+        return await self._finished(result, session_key, run_id, text, suppress)
+
+    async def process(self, p: dict[str, Any]) -> dict[str, Any]:
+        """The `process` verb on this node's sessions, in the scope the gateway names (never all scopes)."""
+        action, params, scope = p.get("action"), p.get("params"), p.get("scope")
+        if (
+            not isinstance(action, str)
+            or not isinstance(params, dict)
+            or not isinstance(scope, str)
+            or not scope
+        ):
+            raise RunError("INVALID_REQUEST", "INVALID_REQUEST: process needs action, params and scope")
+        result = await self.sessions.process(action, params, scope)
+        return result.to_dict()
+
+    async def _wait(self, session_id: str, scope_key: str, result: ToolResult) -> ToolResult:
+        session = self.sessions.get(session_id, scope_key)
+        if session is None:
+            return result
+        await session.done.wait()
+        return ToolResult(
+            "",
+            {
+                "status": "completed" if session.exit_code == 0 else "failed",
+                "exitCode": session.exit_code,
+                "timedOut": session.timed_out,
+                "aggregated": session.output.aggregated(),
+                "cwd": session.cwd,
+            },
+        )
+
+    async def _finished(
+        self, result: ToolResult, session_key: str, run_id: str, text: str, suppress: bool
+    ) -> dict[str, Any]:
+        d = result.details
+        output = str(d.get("aggregated") or "")
+        exit_code = d.get("exitCode")
+        # The local result appends its exit note; the node reports the code as a field instead.
+        note = f"(Command exited with code {exit_code})"
+        if output.endswith(note):
+            output = output[: -len(note)].rstrip("\n")
+        timed_out = bool(d.get("timedOut"))
+        payload = {
+            "exitCode": exit_code,
+            "timedOut": timed_out,
+            "success": exit_code == 0 and not timed_out,
+            "stdout": output if len(output) <= OUTPUT_CAP else output[-OUTPUT_CAP:],
+            "stderr": "",  # one merged stream, in order, as local runs keep it
+            "error": None if d.get("status") == "completed" else (result.text if not output else None),
+            "durationMs": d.get("durationMs"),
+            "cwd": d.get("cwd"),
+        }
+        event = {
+            "sessionKey": session_key,
+            "runId": run_id,
+            "host": "node",
+            "command": text,
+            "exitCode": exit_code,
+            "timedOut": timed_out,
+            "success": payload["success"],
+            "output": output[-EVENT_OUTPUT_CAP:],
+            "suppressNotifyOnExit": suppress,
+        }
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.send(NodeEvent("exec.finished", event))
+        return payload
+
+    async def _event_denied(
+        self, session_key: str, run_id: str, text: str, reason: str, suppress: bool
+    ) -> None:
+        payload = {
+            "sessionKey": session_key,
+            "runId": run_id,
+            "host": "node",
+            "command": text,
+            "reason": reason,
+            "suppressNotifyOnExit": suppress,
+        }
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.send(NodeEvent("exec.denied", payload))
+
+    def _forward_event(self, session_key: str, text: str) -> None:
+        task = asyncio.ensure_future(
+            self._send_quietly(NodeEvent("system.event", {"sessionKey": session_key, "text": text}))
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_quietly(self, frame: Any) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.send(frame)
+
+    # -- the node's own requests (approval relay)
+
+    async def _ask_local_console(self, view: dict[str, Any]) -> str | None:
+        """A console on this node's own exec-approvals.sock is asked first (DESIGN §10); None when no
+        console listens there or it gave no answer."""
+        from engine.approvals.socket.wire import request_decision
+        from engine.unixsock import socket_is_live
+
+        current = await asyncio.to_thread(self.store.load)
+        path, token = current.socket_path, current.socket_token
+        if not path or not token:
+            return None  # no console ever set one up here
+        path = os.path.expanduser(path)
+        if not await asyncio.to_thread(socket_is_live, Path(path)):
+            return None
+        keys = ("command", "cwd", "agentId", "sessionKey", "security", "ask", "askFallback", "resolvedPath")
+        request = {k: view.get(k) for k in keys}
+        request["host"] = "node"
+        return await request_decision(path, token, request)
+
+    async def _relay_ask(self, approval_id: str, view: dict[str, Any]) -> dict[str, Any]:
+        rid = f"n{next(self._ids)}"
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        try:
+            view = {**view, "nodeId": self.identity.node_id, "nodeDisplayName": self.identity.display_name}
+            await self.send(Request(rid, "approval.request", {"approvalId": approval_id, "request": view}))
+            res = await future
+        finally:
+            self._pending.pop(rid, None)
+        return res.payload or {} if res.ok else {}
+
+    # -- the loop
+
+    async def serve(self, reader: asyncio.StreamReader) -> None:
+        await self.send(self.hello())
+        while True:
+            try:
+                line = await reader.readline()
+            except ValueError:
+                log.error("frame longer than %d bytes; closing", MAX_LINE)
+                break
+            if not line:
+                break
+            try:
+                frame = decode(line)
+            except WireError as exc:
+                log.error("bad frame from the gateway: %s; closing", exc)
+                break
+            if isinstance(frame, Request):
+                task = asyncio.ensure_future(self.handle(frame))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            elif isinstance(frame, Response):
+                future = self._pending.get(frame.id)
+                if future is not None and not future.done():
+                    future.set_result(frame)
+        self.approvals.close()  # the gateway left: pending asks fall back
+
+
+async def serve_stdio() -> int:
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="exechost node: %(message)s")
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    try:
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout)
+        writer = Output(asyncio.StreamWriter(transport, protocol, reader, loop))
+    except ValueError:  # a regular file
+        writer = Output(None)
+    state = statefs.ensure_private_dir(statefs.state_dir())
+    server = NodeServer(state, writer)
+    try:
+        await server.serve(reader)
+    finally:
+        await server.sessions.close()
+    return 0

@@ -1,0 +1,296 @@
+"""Attacks on host=node: a man in the middle, argv smuggling, hostile env, and a hostile node."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.config.loader import load_config
+from engine.nodes.link import NodeError, NodeLink
+from engine.protocol.frames import RemoteError
+from tests.helpers.gateway import connect, gateway
+from tests.helpers.sshd import SshdNode
+
+NODE_FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
+GATEWAY_FULL = '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n'
+
+
+def _link(state_dir: Path, name: str) -> NodeLink:
+    return NodeLink(load_config(state_dir / "config.toml").nodes[name], reconnect=False)
+
+
+def _hostile_exechost(node: SshdNode, body: str) -> Path:
+    """A stand-in for `exechost` on a compromised node: a script that speaks the protocol its own way."""
+    script = node.root / "hostile.py"
+    script.write_text(f"#!{sys.executable}\nimport json, sys\n{body}\n")
+    script.chmod(stat.S_IRWXU)
+    return script
+
+
+def _use_exechost(state_dir: Path, node: SshdNode, path: Path) -> None:
+    config = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text(
+        config.replace(
+            node.config_toml(),
+            node.config_toml().replace(node.config_toml().split("exechost = ")[1], f'"{path}"\n'),
+        )
+    )
+
+
+async def test_mitm_with_another_host_key_runs_nothing(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """An attacker answering on the node's address has a different host key: refused before auth."""
+    alpha = sshd_nodes[0]
+    alpha.stop()
+    subprocess.run(["rm", "-f", str(alpha.host_key), f"{alpha.host_key}.pub"], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(alpha.host_key)], check=True)
+    alpha.start()  # same address, same port, new key (known_hosts still has the old one)
+    link = _link(state_dir, "alpha")
+    with pytest.raises(NodeError, match="ssh-keyscan"):
+        await link.call("system.run", {"command": ["/bin/sh", "-lc", "touch /tmp/pwned-by-mitm"]})
+    assert not (alpha.state_dir / "node.json").exists()
+    await link.close()
+
+
+async def test_smuggled_argv_prelude_is_refused(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """`env BASH_ENV=… bash -lc id` displayed as `id`: the node refuses argv that is not what was shown."""
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    marker = alpha.root / "smuggled"
+    link = _link(state_dir, "alpha")
+    try:
+        res = await link.call(
+            "system.run",
+            {"command": ["/usr/bin/env", f"X=$(touch {marker})", "/bin/sh", "-lc", "id"], "rawCommand": "id"},
+        )
+        assert not res.ok and res.error is not None and res.error["code"] == "RAW_COMMAND_MISMATCH"
+        res = await link.call(
+            "system.run", {"command": ["/bin/sh", "-lc", f"touch {marker}", "x"], "rawCommand": "true"}
+        )
+        assert not res.ok and res.error is not None and res.error["code"] == "RAW_COMMAND_MISMATCH"
+    finally:
+        await link.close()
+    assert not marker.exists()
+
+
+async def test_hostile_env_is_refused_on_the_node(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + alpha.config_toml())
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        for env in ({"LD_PRELOAD": "/tmp/evil.so"}, {"BASH_ENV": "/tmp/evil.sh"}, {"PATH": "/tmp/evil"}):
+            with pytest.raises(RemoteError, match="SYSTEM_RUN_DENIED"):
+                await agent.request("exec", {"command": "true", "node": "alpha", "env": env})
+        await agent.close()
+
+
+async def test_ids_that_walk_paths_are_refused(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    link = _link(state_dir, "alpha")
+    try:
+        for key in ("agentId", "sessionKey", "runId"):
+            res = await link.call("system.run", {"command": ["/bin/sh", "-lc", "true"], key: "../../etc"})
+            assert (
+                not res.ok and res.error is not None and res.error["message"] == f"INVALID_REQUEST: bad {key}"
+            )
+    finally:
+        await link.close()
+
+
+async def test_hostile_node_garbage_drops_only_its_link(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """A node that answers with garbage: its calls fail with a clear error, the gateway lives on."""
+    alpha, beta = sshd_nodes
+    (beta.state_dir / "config.toml").write_text(NODE_FULL)
+    hello = {
+        "type": "hello",
+        "protocol": 1,
+        "nodeId": "evil",
+        "displayName": "evil",
+        "version": "0",
+        "platform": "linux",
+        "caps": ["system.run"],
+        "pathEnv": "",
+    }
+    script = _hostile_exechost(
+        alpha,
+        f"print(json.dumps({hello!r}), flush=True)\nsys.stdin.readline()\n"
+        'print(\'{"type": "res", "id": [1]}\', flush=True)\nsys.stdin.read()',
+    )
+    _use_exechost(state_dir, alpha, script)
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + (state_dir / "config.toml").read_text())
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        with pytest.raises(RemoteError, match="node alpha: link lost \\(protocol error"):
+            await agent.request("exec", {"command": "true", "node": "alpha"})
+        ok = await agent.request("exec", {"command": "echo fine", "node": "beta"})
+        assert ok["text"].strip() == "fine"
+        await agent.close()
+
+
+async def test_node_claiming_anothers_id_is_refused(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """A compromised node copies another node's id to pass its asks off as that node's."""
+    alpha, beta = sshd_nodes
+    (beta.state_dir / "config.toml").write_text(NODE_FULL)
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + (state_dir / "config.toml").read_text())
+    async with gateway(state_dir) as server:
+        agent = await connect(state_dir, "agent", operator=False)
+        await agent.request("exec", {"command": "true", "node": "beta"})
+        beta_id = server.services.nodes.links["beta"].hello.node_id
+        await agent.close()
+    hello = {
+        "type": "hello",
+        "protocol": 1,
+        "nodeId": beta_id,
+        "displayName": "beta",
+        "version": "0",
+        "platform": "linux",
+        "caps": ["system.run"],
+        "pathEnv": "",
+    }
+    ask = {
+        "type": "req",
+        "id": "n1",
+        "method": "approval.request",
+        "params": {"approvalId": "x", "request": {"command": "rm -rf /", "cwd": "/", "nodeId": beta_id}},
+    }
+    script = _hostile_exechost(
+        alpha,
+        f"print(json.dumps({hello!r}), flush=True)\nprint(json.dumps({ask!r}), flush=True)\n"
+        "for line in sys.stdin:\n    print(line.strip(), file=sys.stderr)\n",
+    )
+    _use_exechost(state_dir, alpha, script)
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir, "operator")
+        await operator.request("approvals.attach")
+        agent = await connect(state_dir, "agent", operator=False)
+        await agent.request("exec", {"command": "true", "node": "beta"})
+        with pytest.raises(RemoteError, match="claims node id"):
+            await agent.request("exec", {"command": "true", "node": "alpha"})
+        await asyncio.sleep(0.3)
+        assert server.services.approvals.pending() == []  # the forged ask never reached the inbox
+        await agent.close()
+        await operator.close()
+
+
+async def test_approved_flags_in_system_run_are_ignored(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """Reference §5.6: `approved`/`approvalDecision` on the wire mean nothing; only the node's own record."""
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "allowlist"\nask = "off"\n')
+    marker = alpha.root / "approved-by-flag"
+    link = _link(state_dir, "alpha")
+    try:
+        res = await link.call(
+            "system.run",
+            {
+                "command": ["/bin/sh", "-lc", f"touch {marker}"],
+                "approved": True,
+                "approvalDecision": "allow-always",
+                "security": "full",  # a per-call value can only tighten the node's policy
+                "ask": "off",
+            },
+        )
+        assert not res.ok and res.error is not None and "SYSTEM_RUN_DENIED" in res.error["message"]
+    finally:
+        await link.close()
+    assert not marker.exists()
+    approvals = alpha.state_dir / "exec-approvals.json"
+    assert not approvals.exists() or "touch" not in approvals.read_text()  # nothing persisted as allow-always
+
+
+async def test_relayed_answer_outside_the_offer_is_no_approval() -> None:
+    """A gateway (or a forged frame) answering allow-always where only allow-once was offered, or answering
+    with junk, approves nothing: the node applies askFallback."""
+    from engine.approvals.pending import ApprovalRequest
+    from runner.node.approvals import RelayedApprovals
+
+    for answer in (
+        {"decision": "allow-always"},
+        {"decision": ["allow-once"]},
+        {"decision": "ALLOW-ONCE "},
+        {},
+    ):
+
+        async def relay(_id: str, _view: dict, answer: dict = answer) -> dict:
+            return answer
+
+        manager = RelayedApprovals(relay)
+        record, _ = manager.register(
+            ApprovalRequest(command="x", cwd="/", allowed_decisions=("allow-once", "deny"))
+        )
+        assert await asyncio.wait_for(manager.wait(record), 5) is None
+        manager.close()
+
+
+async def test_endless_line_from_a_node_is_cut_off(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """A node streaming a frame with no newline: the gateway stops at the frame ceiling, drops the link."""
+    alpha = sshd_nodes[0]
+    hello = {
+        "type": "hello",
+        "protocol": 1,
+        "nodeId": "big",
+        "displayName": "big",
+        "version": "0",
+        "platform": "linux",
+        "caps": ["system.run"],
+        "pathEnv": "",
+    }
+    script = _hostile_exechost(
+        alpha,
+        f"print(json.dumps({hello!r}), flush=True)\nsys.stdin.readline()\n"
+        "chunk = 'x' * 1048576\nwhile True:\n    sys.stdout.write(chunk)\n",
+    )
+    _use_exechost(state_dir, alpha, script)
+    link = _link(state_dir, "alpha")
+    with pytest.raises(NodeError, match="link lost \\(protocol error: frame longer than"):
+        await link.call("ping", {}, timeout=120)
+    await link.close()
+
+
+async def test_a_node_flooding_the_inbox_is_capped(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """A compromised node sends 100 asks at once: the operator's inbox holds at most 64 of them."""
+    from runner.gateway.nodes import MAX_PENDING_PER_NODE
+
+    alpha = sshd_nodes[0]
+    hello = {
+        "type": "hello",
+        "protocol": 1,
+        "nodeId": "flood",
+        "displayName": "flood",
+        "version": "0",
+        "platform": "linux",
+        "caps": ["system.run"],
+        "pathEnv": "",
+    }
+    script = _hostile_exechost(
+        alpha,
+        f"print(json.dumps({hello!r}), flush=True)\n"
+        "for i in range(100):\n"
+        "    ask = {'type': 'req', 'id': f'n{i}', 'method': 'approval.request',\n"
+        "           'params': {'approvalId': f'a{i}', 'request': {'command': f'id {i}', 'cwd': '/'}}}\n"
+        "    print(json.dumps(ask), flush=True)\n"
+        "refused = 0\n"
+        "for line in sys.stdin:\n"
+        "    if '\"decision\":null' in line.replace(' ', ''):\n"
+        "        refused += 1\n"
+        "        open(sys.argv[0] + '.refused', 'w').write(str(refused))\n",
+    )
+    _use_exechost(state_dir, alpha, script)
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + (state_dir / "config.toml").read_text())
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir, "operator")
+        await operator.request("approvals.attach")
+        await server.services.nodes.sync()["alpha"].ensure()
+        refused = Path(f"{script}.refused")
+        for _ in range(400):
+            if refused.exists() and refused.read_text() == str(100 - MAX_PENDING_PER_NODE):
+                break
+            await asyncio.sleep(0.05)
+        assert refused.read_text() == str(100 - MAX_PENDING_PER_NODE)
+        assert len(server.services.approvals.pending()) == MAX_PENDING_PER_NODE
+        await operator.close()

@@ -1,0 +1,144 @@
+"""The SSH link against real OpenSSH sshd nodes: host keys, hello, node.json, system.run, drops."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from engine.config.loader import load_config
+from engine.nodes.link import NodeError, NodeLink
+from tests.helpers.sshd import SshdNode
+
+
+def link_for(state_dir: Path, name: str, **kwargs: object) -> NodeLink:
+    cfg = load_config(state_dir / "config.toml").nodes[name]
+    return NodeLink(cfg, **kwargs)  # type: ignore[arg-type]
+
+
+def node_config(node: SshdNode, text: str) -> None:
+    (node.state_dir / "config.toml").write_text(text)
+
+
+FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
+
+
+async def test_hello_and_node_json(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    alpha = sshd_nodes[0]
+    link = link_for(state_dir, "alpha")
+    try:
+        await link.ensure()
+        assert link.state == "connected"
+        assert link.hello is not None and "system.run" in link.hello.caps
+        ident = json.loads((alpha.state_dir / "node.json").read_text())
+        assert ident["version"] == 1 and ident["nodeId"] == link.hello.node_id
+        assert (alpha.state_dir / "node.json").stat().st_mode & 0o777 == 0o600
+        assert await link.ping() > 0
+        # The id is kept: a second connection is the same node.
+        await link.close()
+        again = link_for(state_dir, "alpha")
+        await again.ensure()
+        assert again.hello is not None and again.hello.node_id == ident["nodeId"]
+        await again.close()
+    finally:
+        await link.close()
+
+
+async def test_unknown_host_key_is_refused_and_nothing_runs(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    alpha = sshd_nodes[0]
+    alpha.known_hosts.write_text("")  # nothing trusted
+    link = link_for(state_dir, "alpha", reconnect=False)
+    with pytest.raises(NodeError) as err:
+        await link.call("system.run", {"command": ["/bin/sh", "-lc", "touch /tmp/x"]})
+    text = str(err.value)
+    assert str(alpha.known_hosts) in text
+    assert f"ssh-keyscan -p {alpha.port} {alpha.addr} >> {alpha.known_hosts}" in text
+    assert link.state == "down" and link.last_error == text
+    assert not (alpha.state_dir / "node.json").exists()  # serve never started
+
+
+async def test_changed_host_key_is_refused(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    alpha = sshd_nodes[0]
+    other = alpha.root / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    pub = (alpha.root / "other_key.pub").read_text().split()
+    alpha.known_hosts.write_text(f"[{alpha.addr}]:{alpha.port} {pub[0]} {pub[1]}\n")
+    link = link_for(state_dir, "alpha", reconnect=False)
+    with pytest.raises(NodeError, match=r"not trusted by .* \(unknown or changed\)"):
+        await link.ensure()
+    assert not (alpha.state_dir / "node.json").exists()
+
+
+async def test_missing_exechost_says_what_to_install(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    config = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text(
+        config.replace(sshd_nodes[0].config_toml().split("exechost =")[1], ' "/nonexistent/exechost"\n', 1)
+    )
+    link = link_for(state_dir, "alpha", reconnect=False)
+    with pytest.raises(NodeError, match="was not found on the node: install exechost there"):
+        await link.ensure()
+
+
+async def test_raw_command_must_match_argv(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    node_config(sshd_nodes[0], FULL)
+    link = link_for(state_dir, "alpha")
+    try:
+        ok = await link.call(
+            "system.run", {"command": ["/bin/sh", "-lc", "echo ok"], "rawCommand": "echo ok"}
+        )
+        assert ok.ok and ok.payload is not None and ok.payload["stdout"].strip() == "ok"
+        assert ok.payload["exitCode"] == 0 and ok.payload["success"] is True
+        bad = await link.call(
+            "system.run", {"command": ["/bin/sh", "-lc", "echo ok"], "rawCommand": "echo no"}
+        )
+        assert not bad.ok and bad.error == {
+            "code": "RAW_COMMAND_MISMATCH",
+            "message": "INVALID_REQUEST: rawCommand does not match command",
+        }
+    finally:
+        await link.close()
+
+
+async def test_concurrent_requests_on_one_channel(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    node_config(sshd_nodes[0], FULL)
+    link = link_for(state_dir, "alpha")
+    try:
+        calls = [
+            link.call("system.run", {"command": ["/bin/sh", "-lc", f"sleep 0.$((RANDOM % 3)); echo n{i}"]})
+            for i in range(20)
+        ]
+        results = await asyncio.gather(*calls)
+        assert [r.payload["stdout"].strip() for r in results if r.payload] == [f"n{i}" for i in range(20)]
+    finally:
+        await link.close()
+
+
+async def test_sshd_killed_mid_command_then_reconnects(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    alpha = sshd_nodes[0]
+    node_config(alpha, FULL)
+    link = link_for(state_dir, "alpha")
+    try:
+        await link.ensure()
+        running = asyncio.ensure_future(link.call("system.run", {"command": ["/bin/sh", "-lc", "sleep 30"]}))
+        await asyncio.sleep(0.5)
+        alpha.stop()
+        with pytest.raises(NodeError, match=r"link lost .*outcome on the node is unknown"):
+            await running
+        assert link.state in ("down", "connecting")
+        assert link.last_error and "link lost" in link.last_error
+        alpha.start()
+        for _ in range(200):  # the backoff loop reconnects on its own
+            if link.state == "connected":
+                break
+            await asyncio.sleep(0.05)
+        res = await link.call("system.run", {"command": ["/bin/sh", "-lc", "echo back"]})
+        assert res.ok and res.payload is not None and res.payload["stdout"].strip() == "back"
+    finally:
+        await link.close()
+    assert os.path.exists(alpha.state_dir / "node.json")

@@ -1,0 +1,160 @@
+"""Real OpenSSH `sshd` nodes for tests: loopback addresses, throwaway keys, one state dir per node."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+EXECHOST = str(Path(sys.executable).parent / "exechost")
+
+
+def _free_port(addr: str) -> int:
+    with socket.socket() as s:
+        s.bind((addr, 0))
+        return int(s.getsockname()[1])
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "exechost-test", "-f", str(path)], check=True
+    )
+
+
+@dataclass
+class SshdNode:
+    """One sshd serving one node: its address, port, keys and the node's own state dir."""
+
+    name: str
+    addr: str
+    port: int
+    root: Path
+    state_dir: Path
+    client_key: Path
+    known_hosts: Path
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def host_key(self) -> Path:
+        return self.root / "host_ed25519"
+
+    def config_toml(self) -> str:
+        """The gateway's `[nodes.<name>]` table for this node."""
+        return (
+            f'[nodes.{self.name}]\nhost = "{self.addr}"\nport = {self.port}\nuser = "{_user()}"\n'
+            f'identityFile = "{self.client_key}"\nknownHosts = "{self.known_hosts}"\n'
+            f'exechost = "{EXECHOST}"\n'
+        )
+
+    def start(self) -> None:
+        # sshd refuses to start without its privilege-separation dir (normally made by the service unit).
+        with contextlib.suppress(OSError):  # not root: sshd's own error says what is missing
+            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        conf = self.root / "sshd_config"
+        conf.write_text(
+            f"ListenAddress {self.addr}:{self.port}\n"
+            f"HostKey {self.host_key}\n"
+            f"AuthorizedKeysFile {self.root}/authorized_keys\n"
+            "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+            "PubkeyAuthentication yes\nUsePAM no\nStrictModes no\nPidFile none\n"
+            f"AllowUsers {_user()}\nMaxSessions 50\nMaxStartups 100\nLogLevel ERROR\n"
+            f"SetEnv OPENCLAW_STATE_DIR={self.state_dir} EXECHOST_TEST_RUN={os.getpid()}\n"
+        )
+        self.proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"sshd exited: {err}")
+            with contextlib.suppress(OSError), socket.create_connection((self.addr, self.port), 0.2):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("sshd did not listen")
+
+    def stop(self) -> None:
+        """Kill sshd and every session it started (the node serve processes with them)."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+        _kill_sessions(self.state_dir)
+
+    def trust(self) -> None:
+        """known_hosts line for this node's host key (what `ssh-keyscan` would add)."""
+        pub = (self.root / "host_ed25519.pub").read_text().split()
+        with self.known_hosts.open("a") as f:
+            f.write(f"[{self.addr}]:{self.port} {pub[0]} {pub[1]}\n")
+
+
+def _user() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _kill_sessions(state_dir: Path) -> None:
+    """Processes whose environment names this node's state dir (serve processes, their children)."""
+    needle = f"OPENCLAW_STATE_DIR={state_dir}".encode()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+
+
+def make_node(root: Path, name: str, addr: str, client_key: Path, known_hosts: Path) -> SshdNode:
+    node_root = root / name
+    node_root.mkdir(mode=0o700)
+    state = node_root / "state"
+    state.mkdir(mode=0o700)
+    node = SshdNode(name, addr, _free_port(addr), node_root, state, client_key, known_hosts)
+    _keygen(node.host_key)
+    shutil.copy(f"{client_key}.pub", node_root / "authorized_keys")
+    return node
+
+
+@pytest.fixture
+def sshd_nodes(state_dir: Path) -> Iterator[list[SshdNode]]:
+    """Two nodes (127.0.0.2, 127.0.0.3), trusted in the test's known_hosts, listed in its config.toml."""
+    if not os.path.exists(SSHD):
+        pytest.fail("sshd missing: scripts/setup.sh installs openssh-server")
+    root = state_dir.parent / "ssh"
+    root.mkdir(mode=0o700)
+    client_key = root / "id_ed25519"
+    _keygen(client_key)
+    known_hosts = root / "known_hosts"
+    known_hosts.touch(mode=0o600)
+    nodes = [
+        make_node(root, "alpha", "127.0.0.2", client_key, known_hosts),
+        make_node(root, "beta", "127.0.0.3", client_key, known_hosts),
+    ]
+    try:
+        for node in nodes:
+            node.start()
+            node.trust()
+        (state_dir / "config.toml").write_text("".join(n.config_toml() for n in nodes))
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()

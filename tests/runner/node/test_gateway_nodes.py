@@ -1,0 +1,306 @@
+"""host=node through a real gateway and real sshd nodes: the node's own policy, relayed asks, events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from engine.protocol.frames import RemoteError
+from tests.helpers.gateway import connect, gateway, wait_until
+from tests.helpers.sshd import EXECHOST, SshdNode
+
+GATEWAY_FULL = '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n'
+NODE_FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
+
+
+def gateway_config(state_dir: Path, nodes: list[SshdNode], exec_table: str) -> None:
+    (state_dir / "config.toml").write_text(exec_table + "".join(n.config_toml() for n in nodes))
+
+
+def node_cli(node: SshdNode, *args: str) -> None:
+    """The node operator's own CLI, in the node's own state dir."""
+    env = {"OPENCLAW_STATE_DIR": str(node.state_dir), "PATH": "/usr/bin:/bin", "HOME": str(node.root)}
+    subprocess.run([EXECHOST, *args], env=env, check=True, capture_output=True)
+
+
+async def test_allowlisted_command_on_a_node_runs(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    alpha = sshd_nodes[0]
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    (alpha.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "allowlist"\nask = "off"\n')
+    node_cli(alpha, "approvals", "allowlist", "add", "/usr/bin/printf")
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        ok = await agent.request("exec", {"command": "/usr/bin/printf 'on %s' node", "node": "alpha"})
+        assert ok["text"] == "on node"
+        assert ok["details"]["host"] == "node" and ok["details"]["node"] == "alpha"
+        assert ok["details"]["exitCode"] == 0
+        with pytest.raises(RemoteError, match="host=node does not support pty yet"):
+            await agent.request("exec", {"command": "/usr/bin/printf x", "node": "alpha", "pty": True})
+        # A miss on the node, with ask=off there: denied by the node, with its reason.
+        with pytest.raises(RemoteError, match="SYSTEM_RUN_DENIED"):
+            await agent.request("exec", {"command": "/usr/bin/id", "node": "alpha"})
+        await agent.close()
+    entries = json.loads((alpha.state_dir / "exec-approvals.json").read_text())["agents"]["*"]["allowlist"]
+    assert entries[0].get("lastUsedAt")  # the use is recorded on the node, in the node's file
+
+
+async def test_node_policy_tighter_than_the_gateways_wins(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    alpha, beta = sshd_nodes
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    (alpha.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "deny"\n')
+    (beta.state_dir / "config.toml").write_text(NODE_FULL)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        with pytest.raises(RemoteError, match=r"SYSTEM_RUN_DENIED: .*security=deny"):
+            await agent.request("exec", {"command": "echo nope", "node": "alpha"})
+        ok = await agent.request("exec", {"command": "echo yes", "node": "beta"})
+        assert ok["text"].strip() == "yes"
+        await agent.close()
+
+
+async def test_gateway_policy_tighter_than_the_nodes_wins(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    beta = sshd_nodes[1]
+    (beta.state_dir / "config.toml").write_text(NODE_FULL)
+    subprocess.run(
+        [EXECHOST, "approvals", "allowlist", "add", "/usr/bin/id"], check=True, capture_output=True
+    )
+    gateway_config(
+        state_dir, sshd_nodes, '[tools.exec]\nhost = "node"\nsecurity = "allowlist"\nask = "off"\n'
+    )
+    async with gateway(state_dir) as server:
+        agent = await connect(state_dir, "agent", operator=False)
+        # The gateway's own allowlist passes it; its security=allowlist rides along, and the node (full
+        # itself) may not broaden that: the node's (empty) allowlist decides there.
+        with pytest.raises(RemoteError, match="SYSTEM_RUN_DENIED"):
+            await agent.request("exec", {"command": "/usr/bin/id -u", "node": "beta"})
+        await agent.close()
+        assert server.services.nodes.links["beta"].state == "connected"
+    gateway_config(state_dir, sshd_nodes, '[tools.exec]\nhost = "node"\nsecurity = "deny"\n')
+    async with gateway(state_dir) as server:
+        agent = await connect(state_dir, "agent", operator=False)
+        with pytest.raises(RemoteError, match="security=deny"):
+            await agent.request("exec", {"command": "echo x", "node": "beta"})
+        await agent.close()
+        assert all(link.state == "down" for link in server.services.nodes.links.values())  # never dialled
+
+
+async def test_node_ask_is_relayed_and_bound_to_its_node(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    beta = sshd_nodes[1]
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    for node in sshd_nodes:
+        (node.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "allowlist"\nask = "on-miss"\n')
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir, "operator")
+        await operator.request("approvals.attach")
+        agent = await connect(state_dir, "agent", operator=False)
+        on_a = asyncio.ensure_future(agent.request("exec", {"command": "echo from-a", "node": "alpha"}))
+        on_b = asyncio.ensure_future(agent.request("exec", {"command": "echo from-a", "node": "beta"}))
+        pending = await wait_until(
+            lambda: len(server.services.approvals.pending()) == 2 and server.services.approvals.pending()
+        )
+        ids = {link.name: link.hello.node_id for link in server.services.nodes.links.values() if link.hello}
+        by_node = {r.request.node_id: r for r in pending}
+        assert set(by_node) == {ids["alpha"], ids["beta"]}  # same command, two asks: never coalesced
+        assert all(r.request.host == "node" for r in pending)
+        await operator.request("approve", {"id": by_node[ids["alpha"]].id, "decision": "allow-once"})
+        done_a = await on_a
+        assert done_a["text"].strip() == "from-a" and done_a["details"]["node"] == "alpha"
+        await asyncio.sleep(0.3)
+        assert not on_b.done()  # A's approval ran on A only
+        await operator.request("approve", {"id": by_node[ids["beta"]].id, "decision": "deny"})
+        with pytest.raises(RemoteError, match="SYSTEM_RUN_DENIED: user-denied"):
+            await on_b
+        await agent.close()
+        await operator.close()
+    assert not (beta.root / "ran").exists()
+
+
+async def test_no_approver_means_the_nodes_ask_fallback(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    alpha = sshd_nodes[0]
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    (alpha.state_dir / "config.toml").write_text(
+        '[tools.exec]\nsecurity = "allowlist"\nask = "on-miss"\naskFallback = "deny"\n'
+    )
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        with pytest.raises(RemoteError, match="SYSTEM_RUN_DENIED: approval-timeout"):
+            await agent.request("exec", {"command": "echo hi", "node": "alpha"})
+        await agent.close()
+
+
+async def test_fifty_concurrent_commands_across_two_nodes(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    for node in sshd_nodes:
+        (node.state_dir / "config.toml").write_text(NODE_FULL)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        jobs = [(i, sshd_nodes[i % 2].name) for i in range(50)]
+        results = await asyncio.gather(
+            *(
+                agent.request("exec", {"command": f'echo "{name}-{i}-$OPENCLAW_STATE_DIR"', "node": name})
+                for i, name in jobs
+            )
+        )
+        by_name = {n.name: n for n in sshd_nodes}
+        for (i, name), res in zip(jobs, results, strict=True):
+            assert res["text"].strip() == f"{name}-{i}-{by_name[name].state_dir}"
+            assert res["details"]["node"] == name
+        await agent.close()
+
+
+async def test_lifecycle_events_use_the_reference_texts(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    alpha = sshd_nodes[0]
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    async with gateway(state_dir) as server:
+        agent = await connect(state_dir, "agent", operator=False)
+        res = await agent.request(
+            "exec", {"command": "echo out; exit 3", "node": "alpha", "sessionKey": "s1"}
+        )
+        assert res["details"]["exitCode"] == 3
+        node_id = server.services.nodes.links["alpha"].hello.node_id
+        run_id = res["details"]["runId"]
+        events = await wait_until(lambda: server.services.events.peek("s1"))
+        assert f"Exec finished (node={node_id} id={run_id}, code 3)\nout" in events
+        await agent.close()
+
+
+async def test_background_session_on_a_node(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """A background run on a node, then poll, write, log, kill and list through the gateway's `process`."""
+    alpha = sshd_nodes[0]
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        started = await agent.request(
+            "exec",
+            {"command": "echo up; read line; echo got-$line; sleep 30", "node": "alpha", "background": True},
+        )
+        sid = started["details"]["sessionId"]
+        assert started["details"]["status"] == "running" and sid.startswith("node:alpha:")
+        assert sid in started["text"]
+        await agent.request("process", {"action": "write", "sessionId": sid, "data": "hello\n"})
+        log = await wait_until(lambda: _log_has(agent, sid, "got-hello"), timeout=15)
+        assert "up" in log
+        listed = await agent.request("process", {"action": "list", "node": "alpha"})
+        assert [s["sessionId"] for s in listed["details"]["sessions"]] == [sid]
+        killed = await agent.request("process", {"action": "kill", "sessionId": sid})
+        assert killed["details"]["sessionId"] == sid
+        with pytest.raises(RemoteError, match="No session found"):
+            await agent.request("process", {"action": "poll", "sessionId": "node:gamma:x"})
+        # Another agent's scope does not see it.
+        other = await agent.request("process", {"action": "list", "node": "alpha", "agentId": "ops"})
+        assert other["details"]["sessions"] == []
+        await agent.close()
+
+
+async def _log_has(agent: object, sid: str, needle: str) -> str | None:
+    res = await agent.request("process", {"action": "log", "sessionId": sid})  # type: ignore[attr-defined]
+    text = str(res["text"])
+    return text if needle in text else None
+
+
+async def test_node_down_mid_command_then_back(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """sshd dies under a running command: the agent gets a clear error; after a restart the same gateway
+    reaches the node again without anyone touching it."""
+    alpha = sshd_nodes[0]
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    async with gateway(state_dir) as server:
+        agent = await connect(state_dir, "agent", operator=False)
+        running = asyncio.ensure_future(agent.request("exec", {"command": "sleep 30", "node": "alpha"}))
+        link = await wait_until(lambda: server.services.nodes.links.get("alpha"))
+        await wait_until(lambda: link.status()["inFlight"] == 1)
+        alpha.stop()
+        with pytest.raises(RemoteError, match=r"node alpha: link lost .*outcome on the node is unknown"):
+            await running
+        alpha.start()
+        await wait_until(lambda: link.state == "connected", timeout=30)
+        ok = await agent.request("exec", {"command": "echo again", "node": "alpha"})
+        assert ok["text"].strip() == "again"
+        await agent.close()
+
+
+def test_version_mismatch_names_what_to_install(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    alpha = sshd_nodes[0]
+    script = alpha.root / "future-exechost"
+    hello = {
+        "type": "hello",
+        "protocol": 99,
+        "nodeId": "n",
+        "displayName": "n",
+        "version": "9.0",
+        "platform": "linux",
+        "caps": [],
+        "pathEnv": "",
+    }
+    script.write_text(f"#!/bin/sh\necho '{json.dumps(hello)}'\ncat >/dev/null\n")
+    script.chmod(0o700)
+    text = (
+        (state_dir / "config.toml")
+        .read_text()
+        .replace(f'exechost = "{EXECHOST}"', f'exechost = "{script}"', 1)
+    )
+    (state_dir / "config.toml").write_text(text)
+    proc = subprocess.run([EXECHOST, "nodes", "ping", "alpha"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "exechost 9.0 there speaks node protocol 99, this gateway speaks 1" in proc.stdout
+    assert "install the same exechost version on the node" in proc.stdout
+
+
+async def test_nodes_status_over_the_control_socket(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    beta = sshd_nodes[1]
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    beta.stop()
+    async with gateway(state_dir):
+        client = await connect(state_dir, "console")
+        before = (await client.request("nodes.status"))["nodes"]
+        assert [(n["name"], n["state"]) for n in before] == [("alpha", "down"), ("beta", "down")]
+        after = {n["name"]: n for n in (await client.request("nodes.status", {"ping": True}))["nodes"]}
+        assert (
+            after["alpha"]["state"] == "connected"
+            and after["alpha"]["rttMs"] > 0
+            and after["alpha"]["nodeId"]
+        )
+        assert after["beta"]["state"] == "down" and "cannot connect" in after["beta"]["lastError"]
+        await client.close()
+
+
+async def test_a_console_on_the_node_is_asked_first(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """The node operator's own console (on the node's exec-approvals.sock) answers before the gateway."""
+    from engine.approvals.socket.server import ApprovalSocketServer
+    from engine.approvals.socket.wire import PromptRequest
+    from engine.approvals.store import ApprovalsStore
+
+    alpha = sshd_nodes[0]
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    (alpha.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "allowlist"\nask = "on-miss"\n')
+    path, token = ApprovalsStore(alpha.state_dir / "exec-approvals.json").socket_info()
+    asked: list[PromptRequest] = []
+
+    async def decide(req: PromptRequest) -> str:
+        asked.append(req)
+        return "allow-once"
+
+    console = ApprovalSocketServer(path, token, decider=decide)
+    await console.start()
+    try:
+        async with gateway(state_dir) as server:
+            agent = await connect(state_dir, "agent", operator=False)
+            ok = await agent.request("exec", {"command": "echo local-ok", "node": "alpha"})
+            assert ok["text"].strip() == "local-ok"
+            assert [(r.command, r.host) for r in asked] == [("echo local-ok", "node")]
+            assert server.services.approvals.pending() == []  # the gateway's inbox never saw it
+            await agent.close()
+    finally:
+        await console.close()
