@@ -269,8 +269,8 @@ class NodeHub:
             return {"decision": None, "resolvedBy": "too-many-pending"}
         offered = view.get("allowedDecisions") or ()
         allowed = tuple(d for d in offered if d in DECISIONS) or ("allow-once", "deny")
-        raw_env = view.get("env") if isinstance(view.get("env"), dict) else {}
-        env = tuple(sorted((str(k), str(v)) for k, v in raw_env.items()))
+        raw_env = view.get("env")
+        env = tuple(sorted((str(k), str(v)) for k, v in raw_env.items())) if isinstance(raw_env, dict) else ()
         decision_json = view.get("decision") if isinstance(view.get("decision"), dict) else {}
         request = ApprovalRequest(
             command=str(view.get("command") or ""),
