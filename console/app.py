@@ -25,6 +25,7 @@ from console.messages import GatewayConnected, GatewayEvent, GatewayLost, Socket
 from console.screens.help import HelpScreen
 from console.widgets.approvals import ApprovalsPane
 from console.widgets.history import HistoryPane
+from console.widgets.nodes import NodesPane
 from console.widgets.panes import LinePane
 from console.widgets.policy import SESSION_OVERRIDE_KEYS, PolicyPane
 from console.widgets.sandboxes import SandboxesPane
@@ -50,6 +51,7 @@ FOCUS_TARGETS = {
     "policy": "#agent-list",
     "sandboxes": "#sandbox-list",
     "history": "#history-list",
+    "nodes": "#node-list",
 }
 
 
@@ -66,6 +68,7 @@ class ConsoleApp(App[None]):
         Binding("4", "tab('policy')", "Policy"),
         Binding("5", "tab('sandboxes')", "Sandboxes"),
         Binding("6", "tab('history')", "History"),
+        Binding("7", "tab('nodes')", "Nodes"),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
     ]
@@ -117,6 +120,8 @@ class ConsoleApp(App[None]):
                 yield SandboxesPane(id="sandboxes-pane")
             with TabPane("History", id="history"):
                 yield HistoryPane(id="history-pane")
+            with TabPane("Nodes", id="nodes"):
+                yield NodesPane(id="nodes-pane")
         yield Footer()
 
     @property

@@ -16,7 +16,7 @@ KEYMAP: list[tuple[str, list[tuple[str, str]]]] = [
     (
         "Everywhere",
         [
-            ("1 … 6", "Approvals / Sessions / Events / Policy / Sandboxes / History"),
+            ("1 … 7", "Approvals / Sessions / Events / Policy / Sandboxes / History / Nodes"),
             ("esc", "leave an input line or a dialog"),
             ("ctrl+p", "command palette: /exec …, /elevated …, /approve <id> <decision>"),
             ("?", "this help"),
@@ -73,6 +73,13 @@ KEYMAP: list[tuple[str, list[tuple[str, str]]]] = [
         [
             ("↑ / ↓", "every decided approval: who, when, the command, the run it led to"),
             ("r", "reload"),
+        ],
+    ),
+    (
+        "Nodes",
+        [
+            ("↑ / ↓", "a node: state, address, RTT, node id, last error"),
+            ("r / p", "refresh / ping every node (connects where needed)"),
         ],
     ),
 ]

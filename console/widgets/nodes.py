@@ -11,13 +11,15 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
+from console.text import plain
+
 REFRESH_SEC = 5.0
 STATE_STYLE = {"connected": ("● connected", "green"), "connecting": ("◌ connecting", "yellow")}
 
 
 def _plain(value: Any) -> Text:
     # Names, ids and errors come from config and from nodes: inert text, never markup or escapes.
-    return Text("".join(ch if ch.isprintable() else "?" for ch in str(value)))
+    return plain(value)
 
 
 class NodesPane(Vertical):
