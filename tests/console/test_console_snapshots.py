@@ -279,3 +279,28 @@ async def test_live_pane_keeps_no_stale_lines(state_dir: Path) -> None:
         assert app.sessions.line_pane.text_lines() == ["B-1"]
         text = await settled_text(app, pilot)
         assert "A-partial" not in text and "A-1" not in text and "progress" not in text
+
+
+async def test_esc_leaves_the_input_and_slash_filters_sessions(state_dir: Path) -> None:
+    """Issue 10: Esc leaves the stdin line (the footer says so while it has focus); `/` filters the list."""
+    from console.dialogs import TextDialog
+
+    app = offline_app()
+    async with app.run_test(size=(120, 30)) as pilot:
+        await _sessions_app(app, pilot)
+        await pilot.press("i")
+        await pilot.pause(0.1)
+        assert app.focused is not None and app.focused.id == "session-input"
+        assert "Leave input" in screen_text(app)
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        assert app.focused is not None and app.focused.id == "session-list"
+        await pilot.press("slash")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, TextDialog)
+        await pilot.press(*"pytest", "enter")
+        await pilot.pause(0.2)
+        assert app.sessions.order == ["warm-fern"]
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert sorted(app.sessions.order) == sorted(s["sessionId"] for s in SESSIONS)
