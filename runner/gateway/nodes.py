@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals.decisions import DECISIONS
-from engine.approvals.pending import ApprovalRequest
+from engine.approvals.pending import ApprovalError, ApprovalRequest
 from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.select import Candidate, NodeSelectError, select_node
 from engine.nodes.wire import NodeEvent, Request
@@ -291,7 +291,10 @@ class NodeHub:
             agent_reason=view.get("agentReason") if isinstance(view.get("agentReason"), str) else None,
         )
         while True:
-            record, _ = manager.register(request)
+            try:
+                record, _ = manager.register(request)
+            except ApprovalError:  # the queue caps (per agent, in all) hold for nodes too: askFallback
+                return {"decision": None, "resolvedBy": "too-many-pending"}
             decision = await manager.wait(record)
             if decision == "allow-once" and not manager.consume_allow_once(record):
                 continue  # one approval, one run: this ask needs its own
