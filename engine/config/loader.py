@@ -311,6 +311,7 @@ def _build(
     exec_set = tools.get("exec", {})
     cfg.exec = _exec_config(exec_set)
     cfg.elevated_enabled = bool(tools.get("elevated", {}).get("enabled", False))
+    cfg.sandbox_tools = dict(tools.get("sandbox", {}).get("tools", {}))
 
     agents = data.get("agents", {})
     if not isinstance(agents, dict):
@@ -348,6 +349,7 @@ def _build(
             index=index,
             exec=dict(agent_tools.get("exec", {})),
             elevated_enabled=elevated.get("enabled"),
+            sandbox_tools=dict(agent_tools.get("sandbox", {}).get("tools", {})),
             sandbox=dict(parsed.get("sandbox", {})),
         )
 

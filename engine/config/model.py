@@ -121,6 +121,7 @@ class AgentConfig:
     index: int
     exec: dict[str, Any] = field(default_factory=dict)
     elevated_enabled: bool | None = None
+    sandbox_tools: dict[str, list[str]] = field(default_factory=dict)  # tools.sandbox.tools: allow/deny
     sandbox: dict[str, Any] = field(default_factory=dict)  # docker/prune as nested dicts
 
 
@@ -130,6 +131,7 @@ class Config:
     exists: bool = False
     exec: ExecConfig = field(default_factory=ExecConfig)
     elevated_enabled: bool = False
+    sandbox_tools: dict[str, list[str]] = field(default_factory=dict)  # tools.sandbox.tools: allow/deny
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     agents: dict[str, AgentConfig] = field(default_factory=dict)
     nodes: dict[str, NodeConfig] = field(default_factory=dict)
@@ -144,6 +146,14 @@ class Config:
         merged.safe_bins = list(merged.safe_bins) if merged.safe_bins is not None else None
         merged.safe_bin_profiles = {**self.exec.safe_bin_profiles, **own.get("safe_bin_profiles", {})}
         return merged
+
+    def sandbox_tools_for(self, agent_id: str) -> tuple[list[str], list[str]]:
+        """(allow, deny) for a sandboxed session of the agent: the agent's lists replace the global ones."""
+        agent = self.agents.get(agent_id)
+        own = agent.sandbox_tools if agent is not None else {}
+        allow = own.get("allow", self.sandbox_tools.get("allow", []))
+        deny = own.get("deny", self.sandbox_tools.get("deny", []))
+        return list(allow), list(deny)
 
     def elevated_enabled_for(self, agent_id: str) -> bool:
         agent = self.agents.get(agent_id)

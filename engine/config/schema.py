@@ -142,9 +142,16 @@ NODE_KEYS: dict[str, Spec | Table] = {
     "exechost": Spec("exechost", "str"),
     "displayName": Spec("display_name", "str"),
 }
+# Seed 004 §4.2: which tools a sandboxed session may call (deny first; an empty allow allows all).
+SANDBOX_TOOL_KEYS: dict[str, Spec | Table] = {
+    "allow": Spec("allow", "strlist"),
+    "deny": Spec("deny", "strlist"),
+}
+TOOLS_SANDBOX_KEYS: dict[str, Spec | Table] = {"tools": Table("tools", SANDBOX_TOOL_KEYS)}
 TOOLS_KEYS: dict[str, Spec | Table] = {
     "exec": Table("exec", EXEC_KEYS),
     "elevated": Table("elevated", ELEVATED_KEYS),
+    "sandbox": Table("sandbox", TOOLS_SANDBOX_KEYS),
 }
 AGENT_KEYS: dict[str, Spec | Table] = {
     "id": Spec("id", "str"),

@@ -63,6 +63,9 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
         "agentMount": lay.agent_mount,
         "containerName": lay.name,
         "configHash": config_hash(settings, lay),
+        "toolPolicy": dict(zip(("allow", "deny"), config.sandbox_tools_for(agent_id), strict=True))
+        if config is not None
+        else {"allow": [], "deny": []},
         "docker": {
             "image": d.image,
             "containerPrefix": d.container_prefix,

@@ -176,6 +176,10 @@ def format_explain(info: dict[str, Any]) -> str:
         f"  setupCommand: {d['setupCommand'] or '-'}",
         *[f"  ⚠️  {k} = true" for k in _DANGEROUS if d[k]],
         "",
+        "Tool policy (tools.sandbox.tools; deny first, an empty allow allows all):",
+        f"  allow: {', '.join(info['toolPolicy']['allow']) or '(all)'}",
+        f"  deny: {', '.join(info['toolPolicy']['deny']) or '-'}",
+        "",
         "Elevated:",
         f"  enabled: {str(info['elevated']['enabled']).lower()}",
     ]

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidInput
 from engine.results import ToolError
+from engine.sandbox.toolpolicy import tool_refusal
+from engine.tools.exec import sandbox_available
+
+if TYPE_CHECKING:
+    from runner.gateway.services import Services
 
 
 def opt_str(params: dict[str, Any], key: str, default: str | None = None) -> str | None:
@@ -52,3 +57,15 @@ def agent_id(params: dict[str, Any]) -> str:
     if not AGENT_ID.fullmatch(raw):
         raise InvalidInput(f"invalid agent id {raw!r} (letters, digits and _ . : @ - only)")
     return raw
+
+
+def check_sandbox_tool(services: Services, tool: str, params: dict[str, Any]) -> None:
+    """Seed 004 §4.2: in a sandboxed session only the tools `tools.sandbox.tools` allows may be called."""
+    config = services.config()
+    agent = agent_id(params)
+    if not sandbox_available(config, agent, session_key(params)):
+        return
+    allow, deny = config.sandbox_tools_for(agent)
+    refusal = tool_refusal(tool, allow, deny)
+    if refusal is not None:
+        raise ToolError(refusal)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
 from engine.tools.exec import ExecContext
-from runner.gateway.handlers.common import agent_id, session_key
+from runner.gateway.handlers.common import agent_id, check_sandbox_tool, session_key
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    check_sandbox_tool(services, "exec", params)
     call_id = params.get("callId")
 
     waited: list[str] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runner.gateway.handlers.common import agent_id, req_str, session_key
+from runner.gateway.handlers.common import agent_id, check_sandbox_tool, req_str, session_key
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    check_sandbox_tool(services, "process", params)
     action = req_str(params, "action").strip().lower()
     scope = session_key(params) or f"agent:{agent_id(params)}"
     tool_params = {k: v for k, v in params.items() if k not in ("action", "sessionKey", "agentId")}
