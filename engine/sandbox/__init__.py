@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import posixpath
 from dataclasses import dataclass, field, replace
@@ -22,6 +23,7 @@ from engine.sandbox.settings import (
     resolve_settings,
 )
 from engine.sandbox.validate import validate_docker
+from engine.sandbox.workspace import WorkspaceError, sync_skills
 
 __all__ = [
     "SandboxError",
@@ -124,6 +126,13 @@ async def prepare_exec(
         ensured: Ensured = await mgr.ensure(settings, lay, agent_id or "main")
     except (SandboxError, docker_ops.SandboxUnavailable, sv.SupervisorUnavailable) as exc:
         raise ToolError(str(exc)) from None
+    if settings.workspace_access != "rw":  # under rw the agent workspace, skills included, is mounted
+        try:
+            await asyncio.to_thread(
+                sync_skills, settings.workspace_root, lay.agent_workspace, lay.sandbox_workspace
+            )
+        except (WorkspaceError, OSError) as exc:
+            raise ToolError(f"skills sync into the sandbox workspace failed: {exc}") from None
     cwd, warnings = map_workdir(workdir, settings, lay)
     if path_prepend is None and config is not None and hasattr(config, "exec_for"):
         path_prepend = list(config.exec_for(agent_id).path_prepend or [])

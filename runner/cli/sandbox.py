@@ -12,9 +12,10 @@ from engine.config.model import ConfigError
 from engine.sandbox import admin
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.images import DEBIAN_SUITE
-from engine.sandbox.settings import DEFAULT_IMAGE
+from engine.sandbox.settings import DEFAULT_IMAGE, layout, main_session_key, resolve_settings
+from engine.sandbox.workspace import WorkspaceError, stage_inbound
 from runner.cli import UsageError
-from runner.cli.common import Subparsers, add_config_arg, escape_controls
+from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit, escape_controls
 
 # Session keys come from agents: never let them drive the operator's terminal.
 
@@ -52,6 +53,16 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--agent", metavar="ID", help="the containers of this agent")
     p.add_argument("--force", action="store_true", help="do not ask for confirmation")
     p.set_defaults(func=cmd_recreate)
+
+    p = actions.add_parser(
+        "stage", help="copy files into a sandbox workspace's media/inbound/ (safe names, never overwriting)"
+    )
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--agent", default="main", metavar="ID")
+    p.add_argument("--session", metavar="KEY", help="session key (default: the agent's main session)")
+    add_config_arg(p)
+    add_json_arg(p)
+    p.set_defaults(func=cmd_stage)
 
     p = actions.add_parser("prune", help="remove containers idle past idleHours or older than maxAgeDays now")
     add_config_arg(p)
@@ -254,6 +265,25 @@ def cmd_recreate(args: argparse.Namespace) -> int:
     print(f"Done: {removed} removed, {failed} failed")
     print("Runtimes will be automatically recreated when the agent is next used.")
     return 1 if failed else 0
+
+
+def cmd_stage(args: argparse.Namespace) -> int:
+    """Seed 004 §6.3 inbound media: each FILE lands in the sandbox workspace the agent's commands see."""
+    config = _config(args)
+    settings = resolve_settings(config, args.agent)
+    lay = layout(settings, args.agent, args.session or main_session_key(args.agent))
+    staged = []
+    for name in args.files:
+        try:
+            with open(name, "rb") as fh:
+                data = fh.read()
+            inside = stage_inbound(settings.workspace_root, lay.sandbox_workspace, name, data)
+        except (OSError, WorkspaceError) as exc:
+            return _fail(exc)
+        staged.append({"file": name, "path": f"{settings.docker.workdir}/{inside}", "bytes": len(data)})
+    text = "\n".join(f"{_clean(s['file'])} -> {_clean(s['path'])} ({s['bytes']} bytes)" for s in staged)
+    emit(text, {"staged": staged, "workspace": lay.sandbox_workspace}, args.json)
+    return 0
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
