@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -121,11 +122,18 @@ GIT_FORCED_CONFIG = (
 
 def git_config_env() -> dict[str, str]:
     """GIT_CONFIG_COUNT/KEY/VALUE: command-line scope, so they win over any repository's own config."""
+    return dict(_GIT_CONFIG_ENV)
+
+
+def _git_config_env() -> dict[str, str]:
     env = {"GIT_CONFIG_COUNT": str(len(GIT_FORCED_CONFIG))}
     for index, (key, value) in enumerate(GIT_FORCED_CONFIG):
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
     return env
+
+
+_GIT_CONFIG_ENV = _git_config_env()
 
 
 def is_code_key(key: str) -> bool:
@@ -158,6 +166,7 @@ def is_blocked_everywhere(key: str) -> bool:
     return upper in BLOCKED_EVERYWHERE_KEYS or upper.startswith(BLOCKED_PREFIXES)
 
 
+@functools.lru_cache(maxsize=4096)  # asked of every inherited key on every host exec; answers never change
 def is_blocked_inherited(key: str) -> bool:
     upper = key.upper()
     if is_blocked_everywhere(upper) or (is_code_key(upper) and upper not in FORCED_ENV):
@@ -207,7 +216,7 @@ def sanitize_host_env(
     for key, value in (overrides or {}).items():
         env[key] = value
     env.update(FORCED_ENV)
-    env.update(git_config_env())
+    env.update(_GIT_CONFIG_ENV)
     env["OPENCLAW_CLI"] = "1"
     return SanitizedEnv(env, [], stripped)
 

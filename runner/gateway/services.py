@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from engine.approvals.pending import ApprovalManager, ApprovalRecord
 from engine.approvals.store import ApprovalsStore
-from engine.config.loader import config_path, load_config
+from engine.config.loader import config_path as config_file_path
+from engine.config.loader import load_config
 from engine.config.model import Config
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import Event
@@ -43,6 +44,8 @@ class Services:
         self.state_dir = state_dir
         self.server = server
         self._config_path = config_path
+        # Resolved once: the daemon's environment does not change, and every call reads the config.
+        self._config_file = Path(config_path) if config_path else config_file_path()
         self.config_error: str | None = None
         self._config: Config | None = None
         self._config_stamp: tuple[int, ...] | None = None
@@ -91,7 +94,7 @@ class Services:
     def config(self) -> Config:
         """The config, reloaded when the file changes (stat per call: cheap, and edits apply at once).
         A broken edit keeps the last good config and is logged."""
-        path = Path(self._config_path) if self._config_path else config_path()
+        path = self._config_file
         try:
             st = path.stat()
             stamp: tuple[int, ...] | None = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
