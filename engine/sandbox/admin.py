@@ -6,11 +6,17 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
 from engine.sandbox import docker_ops
-from engine.sandbox.images import DEBIAN_FLAVOUR, build_debian_image
+from engine.sandbox.images import (
+    BROWSER_FLAVOUR,
+    BROWSER_PACKAGES,
+    DEBIAN_FLAVOUR,
+    build_debian_image,
+    build_from_registry,
+)
 from engine.sandbox.manager import SandboxManager
 from engine.sandbox.settings import (
-    DEFAULT_IMAGE,
     config_hash,
     is_sandboxed,
     layout,
@@ -124,25 +130,41 @@ def prune(config: Any, agent_id: str = "main", manager: SandboxManager | None = 
     return asyncio.run(_manager(manager).maybe_prune(settings, force=True))
 
 
-# Set by engine/sandbox/Dockerfile: marks an image `sandbox setup` built and may therefore rebuild.
+# Set by the images `sandbox setup` builds (the busybox Dockerfile, the Debian and browser imports): marks
+# an image setup may rebuild; it never overwrites anyone else's.
 SETUP_LABEL = ("exechost.image", "busybox")
+SETUP_FLAVOURS = ("busybox", DEBIAN_FLAVOUR, BROWSER_FLAVOUR)
+BUSYBOX = "busybox"
 
 
-def setup_target(config: Any) -> str:
-    """The name `sandbox setup` builds under: the main agent's effective image (default DEFAULT_IMAGE)."""
-    return resolve_settings(config, "main").docker.image
+def setup_target(config: Any, flavour: str | None = None) -> str:
+    """The name `sandbox setup` builds under: the main agent's effective image (the browser image for the
+    browser); `--busybox` with a Debian-named image builds the busybox one under its own name."""
+    settings = resolve_settings(config, "main")
+    if flavour == BROWSER_FLAVOUR:
+        return settings.browser.image
+    tag = settings.docker.image
+    if flavour == BUSYBOX and setup_flavour(tag) == DEBIAN_FLAVOUR:
+        return BUSYBOX_SANDBOX_IMAGE
+    return tag
 
 
 def setup_flavour(tag: str) -> str:
-    """What `sandbox setup` builds for `tag` unless told: Debian for a Debian-named tag (the seed's
+    """What `sandbox setup` builds for `tag` unless told: Debian for a Debian-named tag (the default
     `openclaw-sandbox:bookworm-slim`), else the minimal busybox image."""
-    return DEBIAN_FLAVOUR if any(word in tag for word in ("bookworm", "debian")) else "busybox"
+    return DEBIAN_FLAVOUR if any(word in tag for word in ("bookworm", "debian")) else BUSYBOX
 
 
-def setup_image(config: Any, progress: Callable[[str], None], flavour: str | None = None) -> list[str]:
-    """Build the busybox or Debian image under setup_target(config); never overwrite an image it did not
-    build (its `exechost.image` label says which ones it did)."""
-    tag = setup_target(config)
+def setup_image(
+    config: Any,
+    progress: Callable[[str], None],
+    flavour: str | None = None,
+    *,
+    from_registry: bool = False,
+) -> list[str]:
+    """Build the busybox, Debian or browser image under setup_target(config); never overwrite an image it
+    did not build (its `exechost.image` label says which ones it did)."""
+    tag = setup_target(config, flavour)
     flavour = flavour or setup_flavour(tag)
     try:
         existing = docker_ops.client().images.get(tag)
@@ -150,14 +172,17 @@ def setup_image(config: Any, progress: Callable[[str], None], flavour: str | Non
         existing = None
     if existing is not None:
         labels = (existing.attrs.get("Config") or {}).get("Labels") or {}
-        if labels.get(SETUP_LABEL[0]) not in (SETUP_LABEL[1], DEBIAN_FLAVOUR):
+        if labels.get(SETUP_LABEL[0]) not in SETUP_FLAVOURS:
             raise docker_ops.SandboxUnavailable(
                 f"Image {tag} exists and was not built by `exechost sandbox setup`; not overwriting it with "
-                f"the {flavour} image. Use it as it is, or set agents.defaults.sandbox.docker.image = "
-                f'"{DEFAULT_IMAGE}" for the busybox one.'
+                f"the {flavour} image. Use it as it is, or name another image in the config."
             )
-    if flavour == DEBIAN_FLAVOUR:
+    if from_registry and flavour != BUSYBOX:
+        build_from_registry(tag, flavour, progress)
+    elif flavour == DEBIAN_FLAVOUR:
         build_debian_image(tag, progress)
+    elif flavour == BROWSER_FLAVOUR:
+        build_debian_image(tag, progress, packages=BROWSER_PACKAGES, flavour=BROWSER_FLAVOUR)
     else:
         docker_ops.build_image([tag], progress)
     return [tag]

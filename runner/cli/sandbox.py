@@ -9,6 +9,7 @@ from typing import Any
 
 from engine.config.loader import load_config
 from engine.config.model import ConfigError
+from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
 from engine.sandbox import admin
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.images import DEBIAN_SUITE
@@ -16,6 +17,7 @@ from engine.sandbox.settings import DEFAULT_IMAGE, layout, main_session_key, res
 from engine.sandbox.workspace import WorkspaceError, stage_inbound
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit, escape_controls
+from runner.cli.gateway import call, run_verb
 
 # Session keys come from agents: never let them drive the operator's terminal.
 
@@ -70,16 +72,45 @@ def register(subparsers: Subparsers) -> None:
     p.set_defaults(func=cmd_prune)
 
     p = actions.add_parser(
+        "browser",
+        help="the browser sandbox: start, stop, status, url (through the gateway)",
+        description="Browser sandboxes: a Chromium per scope in its own hardened container. CDP and noVNC "
+        "are reachable only through the gateway's token-protected loopback door; `url` prints its links.",
+    )
+    verbs = p.add_subparsers(dest="browser_action", metavar="VERB", required=True)
+    for verb, text in (
+        ("start", "start the agent/session's browser and wait until CDP answers"),
+        ("stop", "remove the browser container (the next start recreates it)"),
+        ("status", "every browser sandbox: running, CDP, page URL and title"),
+        ("url", "the CDP and noVNC URLs of a running browser (they carry its token: keep them private)"),
+    ):
+        q = verbs.add_parser(verb, help=text)
+        if verb != "status":
+            q.add_argument("--agent", default="main", metavar="ID", help="agent id (default: main)")
+            q.add_argument("--session", default="", metavar="KEY", help="session key (default: main)")
+        add_json_arg(q)
+        q.set_defaults(func=run_verb(cmd_browser))
+
+    p = actions.add_parser(
         "setup",
-        help=f"build the configured sandbox image, no registry needed (Debian, or {DEFAULT_IMAGE})",
-        description="Build the configured image (agents.defaults.sandbox.docker.image) with no registry: "
-        f"a Debian {DEBIAN_SUITE} root with bash, git, python3, curl, jq and ripgrep (mmdebstrap + docker "
-        "import, about 35 s) for a Debian-named tag or with --debian, else (--busybox) FROM scratch + the "
-        "host's static busybox. Setup never overwrites an image it did not build.",
+        help=f"build the sandbox image ({DEFAULT_IMAGE}) with no registry; --busybox, --browser",
+        description="Build the configured image (agents.defaults.sandbox.docker.image, default "
+        f"{DEFAULT_IMAGE}) with no registry: a Debian {DEBIAN_SUITE} root with bash, git, python3, curl, jq "
+        "and ripgrep (mmdebstrap + docker import, about 35 s); --busybox builds the minimal FROM scratch + "
+        f"static busybox image ({BUSYBOX_SANDBOX_IMAGE} unless the config names another); --browser builds "
+        "the browser image (agents.defaults.sandbox.browser.image: Chromium, Xvfb, x11vnc, noVNC, "
+        "websockify, socat; about 60 s). --from-registry uses the seed's Dockerfiles instead (needs a "
+        "registry for debian:bookworm-slim). Setup never overwrites an image it did not build.",
     )
     flavour = p.add_mutually_exclusive_group()
     flavour.add_argument("--debian", action="store_const", const="debian", dest="flavour", help="Debian")
     flavour.add_argument("--busybox", action="store_const", const="busybox", dest="flavour", help="busybox")
+    flavour.add_argument(
+        "--browser", action="store_const", const="browser", dest="flavour", help="the browser image"
+    )
+    p.add_argument(
+        "--from-registry", action="store_true", help="docker build the seed's Dockerfile (needs a registry)"
+    )
     add_config_arg(p)
     p.set_defaults(func=cmd_setup)
 
@@ -304,13 +335,60 @@ def cmd_setup(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"  {_clean(line)}", flush=True)
 
-    tag = admin.setup_target(config)
+    tag = admin.setup_target(config, args.flavour)
     flavour = args.flavour or admin.setup_flavour(tag)
-    what = "(FROM scratch + static busybox)" if flavour == "busybox" else f"({DEBIAN_SUITE}, mmdebstrap)"
+    if args.from_registry and flavour != "busybox":
+        what = "(docker build, from a registry)"
+    elif flavour == "busybox":
+        what = "(FROM scratch + static busybox)"
+    else:
+        what = f"({DEBIAN_SUITE}, mmdebstrap)"
     print(f"Building the {flavour} sandbox image {tag} {what}…", flush=True)
     try:
-        tags = admin.setup_image(config, progress, flavour)
+        tags = admin.setup_image(config, progress, flavour, from_registry=args.from_registry)
     except SandboxUnavailable as exc:
         return _fail(exc)
     print(f"Sandbox image built: {', '.join(tags)}")
     return 0
+
+
+def cmd_browser(args: argparse.Namespace) -> int:
+    verb = args.browser_action
+    params: dict[str, Any] = {}
+    if verb != "status":
+        params = {"agentId": args.agent, "sessionKey": args.session}
+    result = call(f"browser.{verb}", params, operator=verb != "status")
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+        return 0
+    if verb == "status":
+        print(format_browsers(result.get("browsers") or []))
+    elif verb == "start":
+        for warning in result.get("warnings") or []:
+            print(f"⚠️  {_clean(warning)}")
+        print(f"Browser sandbox {_clean(result['containerName'])} is running (CDP answers).")
+    elif verb == "stop":
+        done = "Removed" if result.get("removed") else "No container"
+        print(f"{done}: {_clean(result['containerName'])}")
+    else:
+        print(f"CDP:   {result.get('cdpUrl')}")
+        print(f"noVNC: {result.get('noVncUrl') or '- (headless or enableNoVnc = false)'}")
+    return 0
+
+
+def format_browsers(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "No browser sandboxes found."
+    lines = ["🌐 Browser Sandboxes:", ""]
+    for r in rows:
+        lines.append(f"  {_clean(r['containerName'])}")
+        lines.append(f"    Status:  {'🟢 running' if r['running'] else '⚫ stopped'}")
+        lines.append(f"    Image:   {_clean(r['image'])}")
+        lines.append(f"    CDP:     {'answers' if r.get('cdp') else '-'}")
+        lines.append(f"    noVNC:   {'yes' if r.get('noVnc') else '-'}")
+        lines.append(f"    Page:    {_clean(r.get('title') or '-')} {_clean(r.get('url') or '')}".rstrip())
+        lines.append(f"    Session: {_clean(r['sessionKey'])}")
+        lines.append("")
+    running = sum(1 for r in rows if r["running"])
+    lines.append(f"Total: {len(rows)} ({running} running)")
+    return "\n".join(lines)

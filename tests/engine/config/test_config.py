@@ -61,7 +61,7 @@ def test_missing_file_is_all_defaults(state_dir: Path) -> None:
     assert (sb.mode, sb.scope, sb.workspace_access) == ("off", "agent", "none")
     assert sb.workspace_root == str(state_dir / "sandboxes")
     d = sb.docker
-    assert d.image == "exechost-sandbox:busybox" and d.read_only_root is True
+    assert d.image == "openclaw-sandbox:bookworm-slim" and d.read_only_root is True
     assert d.tmpfs == ["/tmp", "/var/tmp", "/run"] and d.network == "none" and d.cap_drop == ["ALL"]
     assert d.env == {"LANG": "C.UTF-8"} and d.user is None and d.binds == []
     assert (sb.prune.idle_hours, sb.prune.max_age_days) == (24, 7)
@@ -304,7 +304,7 @@ def test_sandbox_for_merges_per_reference(tmp_path: Path) -> None:
     assert ops.prune.idle_hours == 2
     shared = cfg.sandbox_for("shared")
     assert shared.scope == "shared"
-    assert shared.docker.image == "exechost-sandbox:busybox" and shared.prune.idle_hours == 24
+    assert shared.docker.image == "openclaw-sandbox:bookworm-slim" and shared.prune.idle_hours == 24
     assert cfg.sandbox_for("nobody").docker.binds == ["/data:/data:ro"]
     # The merged view is a copy: editing it never changes the loaded config.
     ops.docker.binds.append("/x:/x")

@@ -1,0 +1,132 @@
+"""The browser sandbox for real: Chromium in a hardened container, driven by the `browser` verb over CDP.
+
+The image is built once per machine (`sandbox setup --browser`, about 60 s) and reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+
+import pytest
+
+from engine.config.loader import load_config_text
+from engine.protocol.frames import RemoteError
+from engine.sandbox import docker_ops
+from engine.sandbox.browser import list_browsers
+from tests.helpers.browser import CONFIG, browser_image, browser_state, get
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+__all__ = ["browser_image", "browser_state"]  # fixtures
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+PAGE = """<!doctype html><html><head><title>Workspace page</title></head>
+<body><h1>Hello from the workspace</h1><a href="#next">next</a>
+<input id="q" aria-label="query"><p id="out"></p>
+<script>document.getElementById('q').addEventListener('keydown', e => {
+  if (e.key === 'Enter') document.getElementById('out').textContent = 'got ' + e.target.value; });</script>
+</body></html>"""
+
+
+def _seed_page(state: Path) -> None:
+    """The agent's sandbox workspace, as exec would have left it: a page to load from file://."""
+    from engine.sandbox.settings import layout, resolve_settings
+
+    settings = resolve_settings(load_config_text(CONFIG), "main")
+    ws = Path(layout(settings, "main", "agent:main:main").sandbox_workspace)
+    ws.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (ws / "index.html").write_text(PAGE)
+
+
+async def test_the_agent_reads_a_workspace_page_and_takes_a_screenshot(browser_state: Path) -> None:
+    _seed_page(browser_state)
+    async with gateway(browser_state):
+        agent = await connect(browser_state, "agent", operator=False)
+        try:
+            nav = await agent.request(
+                "browser", {"action": "navigate", "url": "file:///workspace/index.html"}
+            )
+            assert nav["details"]["title"] == "Workspace page", nav
+            snap = await agent.request("browser", {"action": "snapshot"})
+            assert 'heading "Hello from the workspace"' in snap["text"]
+            assert 'link "next"' in snap["text"]
+            typed = await agent.request(
+                "browser", {"action": "type", "selector": "#q", "text": "kittens", "submit": True}
+            )
+            assert typed["details"]["status"] == "ok"
+            value = await agent.request(
+                "browser", {"action": "evaluate", "expression": "document.getElementById('out').textContent"}
+            )
+            assert value["text"] == '"got kittens"'
+            await agent.request("browser", {"action": "click", "selector": "text=next"})
+            shot = await agent.request("browser", {"action": "screenshot"})
+            png = base64.b64decode(shot["details"]["image"])
+            assert png[:8] == b"\x89PNG\r\n\x1a\n" and shot["details"]["mimeType"] == "image/png"
+            bad = await agent.request(
+                "browser", {"action": "click", "selector": "#missing", "timeoutMs": 300}
+            )
+            raise AssertionError(f"a missing selector must fail: {bad}")
+        except RemoteError as exc:
+            assert "browser click failed" in str(exc)
+        finally:
+            await agent.close()
+
+        op = await connect(browser_state, "op")
+        try:
+            rows = (await op.request("browser.status", {}))["browsers"]
+            assert len(rows) == 1 and rows[0]["running"] and rows[0]["cdp"]
+            assert rows[0]["url"].endswith("/workspace/index.html#next")
+            assert rows[0]["title"] == "Workspace page" and rows[0]["noVnc"] is True
+            assert "cdpUrl" not in rows[0]  # status never hands out the token
+            shot = (await op.request("browser.screenshot", {"containerName": rows[0]["containerName"]}))[
+                "screenshot"
+            ]
+            assert base64.b64decode(shot["image"])[:4] == b"\x89PNG"
+            urls = await op.request("browser.url", {"agentId": "main"})
+            vnc = await asyncio.to_thread(get, urls["noVncUrl"].split("?")[0])
+            assert b"noVNC" in vnc
+            version = await asyncio.to_thread(get, urls["cdpUrl"] + "/json/version")
+            token = urls["cdpUrl"].rsplit("/", 1)[1]
+            assert f"/{token}/devtools/browser/".encode() in version  # followable back through the door
+            stopped = await op.request("browser.stop", {"agentId": "main"})
+            assert stopped["removed"] is True
+            await wait_until(lambda: not list_browsers())
+        finally:
+            await op.close()
+
+
+async def test_the_container_is_hardened_and_publishes_nothing(browser_state: Path) -> None:
+    async with gateway(browser_state):
+        op = await connect(browser_state, "op")
+        try:
+            started = await op.request("browser.start", {"agentId": "main"})
+        finally:
+            await op.close()
+    info = docker_ops.client().api.inspect_container(started["containerName"])
+    host = info["HostConfig"]
+    assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
+    assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+    assert not host.get("PortBindings") and not info["NetworkSettings"].get("Ports")
+    assert any(m["Destination"] == "/workspace" and not m["RW"] for m in info["Mounts"])
+
+
+def test_disabled_by_default_and_refused_by_the_tool_policy(state_dir: Path) -> None:
+    async def go() -> None:
+        write_config(state_dir, '[agents.defaults.sandbox]\nmode = "all"\n')
+        async with gateway(state_dir):
+            agent = await connect(state_dir, "agent", operator=False)
+            try:
+                with pytest.raises(RemoteError, match="browser sandbox is disabled"):
+                    await agent.request("browser", {"action": "snapshot"})
+                write_config(state_dir, CONFIG + '[tools.sandbox.tools]\ndeny = ["brow*"]\n')
+                with pytest.raises(RemoteError, match=r"denied in sandboxed sessions by .* 'brow\*'"):
+                    await agent.request("browser", {"action": "snapshot"})
+                for verb in ("browser.start", "browser.stop", "browser.url", "browser.screenshot"):
+                    with pytest.raises(RemoteError, match="needs the operator role"):
+                        await agent.request(verb, {"agentId": "main", "containerName": "x"})
+            finally:
+                await agent.close()
+
+    asyncio.run(go())
