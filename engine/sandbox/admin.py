@@ -8,6 +8,7 @@ from typing import Any
 
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
 from engine.sandbox import docker_ops
+from engine.sandbox.browser import BrowserManager, browser_layout, effective_docker
 from engine.sandbox.images import (
     BROWSER_FLAVOUR,
     BROWSER_PACKAGES,
@@ -23,6 +24,7 @@ from engine.sandbox.settings import (
     main_session_key,
     resolve_settings,
 )
+from engine.sandbox.toolpolicy import tool_refusal
 from engine.sandbox.validate import SandboxSecurityError, validate_docker
 
 
@@ -51,6 +53,14 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
         validate_docker(d, [lay.workspace_dir, lay.agent_workspace])
     except SandboxSecurityError as exc:
         problems.append(str(exc))
+    b = settings.browser
+    blay = browser_layout(settings, agent_id, session)
+    try:
+        validate_docker(effective_docker(settings), [blay.workspace_dir])
+    except SandboxSecurityError as exc:
+        if b.enabled:
+            problems.append(f"browser: {exc}")
+    allow, deny = config.sandbox_tools_for(agent_id) if config is not None else ([], [])
     elevated = (
         bool(config.elevated_enabled_for(agent_id)) if hasattr(config, "elevated_enabled_for") else False
     )
@@ -69,9 +79,7 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
         "agentMount": lay.agent_mount,
         "containerName": lay.name,
         "configHash": config_hash(settings, lay),
-        "toolPolicy": dict(zip(("allow", "deny"), config.sandbox_tools_for(agent_id), strict=True))
-        if config is not None
-        else {"allow": [], "deny": []},
+        "toolPolicy": {"allow": allow, "deny": deny},
         "docker": {
             "image": d.image,
             "containerPrefix": d.container_prefix,
@@ -96,6 +104,23 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
             "dangerouslyAllowReservedContainerTargets": d.dangerously_allow_reserved_container_targets,
             "dangerouslyAllowExternalBindSources": d.dangerously_allow_external_bind_sources,
             "dangerouslyAllowContainerNamespaceJoin": d.dangerously_allow_container_namespace_join,
+        },
+        "browser": {
+            "enabled": b.enabled,
+            "containerName": blay.name,
+            "image": b.image,
+            "containerPrefix": b.container_prefix,
+            "network": b.network,
+            "cdpPort": b.cdp_port,
+            "vncPort": b.vnc_port,
+            "noVncPort": b.no_vnc_port,
+            "headless": b.headless,
+            "enableNoVnc": b.enable_no_vnc,
+            "autoStart": b.auto_start,
+            "autoStartTimeoutMs": b.auto_start_timeout_ms,
+            "binds": list(effective_docker(settings).binds),
+            "toolAllowed": tool_refusal("browser", allow, deny) is None,
+            "access": "CDP and noVNC on Unix sockets in a 0700 dir; the gateway's token door relays them",
         },
         "prune": {"idleHours": settings.idle_hours, "maxAgeDays": settings.max_age_days},
         "elevated": {"enabled": elevated},
@@ -126,8 +151,14 @@ def remove(name: str, manager: SandboxManager | None = None) -> bool:
 
 
 def prune(config: Any, agent_id: str = "main", manager: SandboxManager | None = None) -> list[str]:
+    """Sandboxes and browser sandboxes idle past idleHours or older than maxAgeDays, removed now."""
     settings = resolve_settings(config, agent_id)
-    return asyncio.run(_manager(manager).maybe_prune(settings, force=True))
+
+    async def both() -> list[str]:
+        removed = await _manager(manager).maybe_prune(settings, force=True)
+        return removed + await BrowserManager().prune(settings.idle_hours, settings.max_age_days)
+
+    return asyncio.run(both())
 
 
 # Set by the images `sandbox setup` builds (the busybox Dockerfile, the Debian and browser imports): marks

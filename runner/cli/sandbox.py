@@ -222,6 +222,9 @@ def format_explain(info: dict[str, Any]) -> str:
         f"  allow: {', '.join(info['toolPolicy']['allow']) or '(all)'}",
         f"  deny: {', '.join(info['toolPolicy']['deny']) or '-'}",
         "",
+        "Browser sandbox (sandbox.browser):",
+        *_browser_lines(info["browser"]),
+        "",
         "Elevated:",
         f"  enabled: {str(info['elevated']['enabled']).lower()}",
     ]
@@ -243,6 +246,23 @@ def format_explain(info: dict[str, Any]) -> str:
         "Docs: README.md#sandbox",
     ]
     return "\n".join(lines)
+
+
+def _browser_lines(b: dict[str, Any]) -> list[str]:
+    if not b["enabled"]:
+        return ["  enabled: false  (agents.defaults.sandbox.browser.enabled = true turns it on)"]
+    display = "headless" if b["headless"] else "Xvfb" + (" + noVNC" if b["enableNoVnc"] else "")
+    return [
+        f"  enabled: true  container: {_clean(b['containerName'])}",
+        f"  image: {_clean(b['image'])}  network: {_clean(b['network'])}  display: {display}",
+        f"  ports in the container: cdp {b['cdpPort']}, vnc {b['vncPort']}, noVNC {b['noVncPort']} "
+        "(none published)",
+        f"  access: {b['access']}",
+        f"  autoStart: {str(b['autoStart']).lower()} (waits {b['autoStartTimeoutMs']} ms for CDP)",
+        f"  binds: {', '.join(_clean(x) for x in b['binds']) or '-'}",
+        "  browser tool: "
+        + ("allowed" if b["toolAllowed"] else "denied by tools.sandbox.tools in sandboxed sessions"),
+    ]
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

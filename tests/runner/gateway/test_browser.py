@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from engine.protocol.frames import RemoteError
 from engine.sandbox import docker_ops
 from engine.sandbox.browser import list_browsers
 from tests.helpers.browser import CONFIG, browser_image, browser_state, get
-from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.helpers.gateway import cli, connect, gateway, wait_until, write_config
 
 __all__ = ["browser_image", "browser_state"]  # fixtures
 
@@ -130,3 +131,28 @@ def test_disabled_by_default_and_refused_by_the_tool_policy(state_dir: Path) -> 
                 await agent.close()
 
     asyncio.run(go())
+
+
+def test_cli_browser_verbs_explain_and_prune(browser_state: Path) -> None:
+    explained = cli(browser_state, "sandbox", "explain")
+    assert "Browser sandbox (sandbox.browser):" in explained.stdout and "(none published)" in explained.stdout
+    try:
+        started = cli(browser_state, "sandbox", "browser", "start")
+        assert started.returncode == 0 and "is running (CDP answers)" in started.stdout, started.stderr
+        status = cli(browser_state, "sandbox", "browser", "status")
+        assert "🟢 running" in status.stdout and "CDP:     answers" in status.stdout
+        urls = json.loads(cli(browser_state, "sandbox", "browser", "url", "--json").stdout)
+        assert b'"Browser"' in get(urls["cdpUrl"] + "/json/version")  # the daemon's door answers
+        # Idle for ages: `sandbox prune` removes the browser like any sandbox.
+        registry = browser_state / "sandbox-browsers.json"
+        data = json.loads(registry.read_text())
+        for entry in data["entries"]:
+            entry["lastUsedAtMs"] = entry["createdAtMs"] = 1
+        registry.write_text(json.dumps(data))
+        pruned = cli(browser_state, "sandbox", "prune")
+        assert "openclaw-sbx-browser-" in pruned.stdout, pruned.stdout + pruned.stderr
+        assert not list_browsers()
+        stopped = cli(browser_state, "sandbox", "browser", "stop")
+        assert stopped.returncode == 0 and "No container" in stopped.stdout
+    finally:
+        cli(browser_state, "gateway", "stop")
