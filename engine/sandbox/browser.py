@@ -98,13 +98,19 @@ def sockets_root() -> Path:
     return statefs.state_dir() / "b"  # short: the socket paths must fit sun_path
 
 
+def browser_sockets(name: str) -> tuple[str, str]:
+    """(cdp, novnc) socket paths of browser container `name`."""
+    socket_dir = sockets_root() / hashlib.sha256(name.encode()).hexdigest()[:12]
+    return str(socket_dir / CDP_SOCKET), str(socket_dir / NOVNC_SOCKET)
+
+
 def browser_layout(settings: SandboxSettings, agent_id: str, session_key: str) -> BrowserLayout:
     lay = layout(settings, agent_id, session_key)
     named = replace(
         settings, docker=replace(settings.docker, container_prefix=settings.browser.container_prefix)
     )
     name = container_name(named, lay.scope_key)
-    socket_dir = str(sockets_root() / hashlib.sha256(name.encode()).hexdigest()[:12])
+    socket_dir = os.path.dirname(browser_sockets(name)[0])
     return BrowserLayout(lay.scope_key, name, socket_dir, lay.workspace_dir, settings.docker.workdir)
 
 
@@ -397,9 +403,9 @@ class BrowserManager:
                 last_used_at_ms=entry.lastUsedAtMs if entry else None,
             )
             if info.running:
-                socket_dir = sockets_root() / hashlib.sha256(name.encode()).hexdigest()[:12]
-                info.url, info.title, info.cdp = await page_of(str(socket_dir / CDP_SOCKET))
-                info.no_vnc = (socket_dir / NOVNC_SOCKET).exists()
+                cdp, novnc = browser_sockets(name)
+                info.url, info.title, info.cdp = await page_of(cdp)
+                info.no_vnc = os.path.exists(novnc)
             out.append(info)
         return out
 

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from engine.results import ToolError, ToolResult
 from engine.sandbox import docker_ops
-from engine.sandbox.browser import BrowserInfo, BrowserLayout, BrowserManager, browser_layout
+from engine.sandbox.browser import (
+    BrowserInfo,
+    BrowserLayout,
+    BrowserManager,
+    browser_layout,
+    browser_sockets,
+)
 from engine.sandbox.manager import SandboxError
 from engine.sandbox.settings import SandboxSettings, main_session_key, resolve_settings
 from engine.tools.browser import BrowserTool
@@ -116,6 +122,21 @@ class BrowserHub:
             "image": base64.b64encode(shot.data).decode("ascii"),
             "atMs": shot.at_ms,
         }
+
+    async def capture(self, name: str) -> None:
+        """A screenshot for the operator (browser.screenshot fresh=true) of a running browser."""
+        endpoint = self.proxy.base_url(name)
+        if endpoint is None:
+            info = await self.manager.info(name)
+            if info is None or not info.running:
+                raise ToolError(f"The browser sandbox {name} is not running.")
+            await self.proxy.start()
+            door = browser_sockets(name)
+            self.proxy.open(name, *door)
+            endpoint = self.proxy.base_url(name)
+            assert endpoint is not None
+        await self.tool.run(endpoint, {"action": "screenshot"})
+        self._changed(name, "screenshot")
 
     async def call(self, agent_id: str, session_key: str, params: dict[str, Any]) -> ToolResult:
         """The agent's `browser` tool call, in its scope's browser sandbox."""

@@ -52,4 +52,6 @@ async def screenshot(services: Services, conn: Connection, params: dict[str, Any
     name = opt_str(params, "containerName")
     if not name:
         raise ToolError("browser.screenshot needs containerName")
+    if params.get("fresh") is True:  # the operator's own look: a new screenshot of the page now
+        await services.browsers.capture(name)
     return {"screenshot": services.browsers.screenshot(name)}
