@@ -27,6 +27,10 @@ EVALUATE_CAP = 60_000
 IMAGE_CAP = 600 * 1024
 
 
+class CdpUnavailable(ToolError):
+    """The browser's CDP did not answer or the connection dropped (a restarted or removed container)."""
+
+
 @dataclass
 class Screenshot:
     data: bytes
@@ -61,7 +65,7 @@ class BrowserTool:
             try:
                 browser = await driver.chromium.connect_over_cdp(endpoint, timeout=timeout_ms)
             except Exception as exc:
-                raise ToolError(f"The browser sandbox's CDP did not answer: {_short(exc)}") from None
+                raise CdpUnavailable(f"The browser sandbox's CDP did not answer: {_short(exc)}") from None
             self._browsers[endpoint] = browser
         contexts = browser.contexts
         context = contexts[0] if contexts else await browser.new_context()
@@ -82,6 +86,9 @@ class BrowserTool:
             except ToolError:
                 raise
             except Exception as exc:  # Playwright's errors: a timeout, a bad selector, a page error
+                browser = self._browsers.get(endpoint)
+                if browser is None or not browser.is_connected():
+                    raise CdpUnavailable(f"browser {action} failed: the browser went away") from None
                 raise ToolError(f"browser {action} failed: {_short(exc)}") from None
 
     async def _navigate(

@@ -95,6 +95,8 @@ class BrowserProxy:
             await self._relay(reader, writer)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, TimeoutError):
             pass
+        except asyncio.CancelledError:
+            pass  # the door closed under it (gateway stopping): a top-level task nothing awaits
         finally:
             if task is not None:
                 self._tasks.discard(task)

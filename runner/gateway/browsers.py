@@ -16,12 +16,13 @@ from engine.sandbox.browser import (
     BrowserInfo,
     BrowserLayout,
     BrowserManager,
+    browser_hash,
     browser_layout,
     browser_sockets,
 )
 from engine.sandbox.manager import SandboxError
 from engine.sandbox.settings import SandboxSettings, main_session_key, resolve_settings
-from engine.tools.browser import BrowserTool
+from engine.tools.browser import BrowserTool, CdpUnavailable
 from runner.gateway.browser_proxy import BrowserProxy
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class BrowserHub:
         self.manager = BrowserManager()
         self.proxy = BrowserProxy()
         self.tool = BrowserTool()
+        self._ready: dict[str, str] = {}  # browser → config hash it was last brought up with here
 
     def resolve(self, agent_id: str, session_key: str) -> tuple[SandboxSettings, BrowserLayout]:
         settings = resolve_settings(self._services.config(), agent_id)
@@ -75,6 +77,7 @@ class BrowserHub:
         if endpoint is not None:
             await self.tool.forget(endpoint)
         self.proxy.shut(name)
+        self._ready.pop(name, None)
         try:
             removed = await self.manager.stop(name)
         except docker_ops.SandboxUnavailable as exc:
@@ -143,19 +146,35 @@ class BrowserHub:
         settings, blay = self.resolve(agent_id, session_key)
         if not settings.browser.enabled:
             raise ToolError(DISABLED.format(agent=agent_id))
-        info = await self.manager.info(blay.name)
-        if info is None or not info.running or not info.cdp:
-            if not settings.browser.auto_start:
-                raise ToolError(NOT_STARTED.format(name=blay.name, agent=agent_id))
-            await self.start(agent_id, session_key)
+        expected = browser_hash(settings, blay)
+        if self._ready.get(blay.name) != expected:  # warm calls skip Docker entirely
+            await self._bring_up(settings, blay, agent_id, session_key)
+            self._ready[blay.name] = expected
         else:
             await self.manager.touch(blay.name)
         endpoint = await self._endpoint(blay)
-        result = await self.tool.run(endpoint, params)
+        try:
+            result = await self.tool.run(endpoint, params)
+        except CdpUnavailable:
+            # Removed or restarted behind our back: bring it up again (autoStart permitting), once.
+            self._ready.pop(blay.name, None)
+            await self.tool.forget(endpoint)
+            await self._bring_up(settings, blay, agent_id, session_key)
+            self._ready[blay.name] = expected
+            result = await self.tool.run(await self._endpoint(blay), params)
         result.details["containerName"] = blay.name
         if params.get("action") in ("navigate", "screenshot", "click", "type"):
             self._changed(blay.name, str(params.get("action")))
         return result
+
+    async def _bring_up(
+        self, settings: SandboxSettings, blay: BrowserLayout, agent_id: str, session_key: str
+    ) -> None:
+        if not settings.browser.auto_start:
+            info = await self.manager.info(blay.name)
+            if info is None or not info.running:
+                raise ToolError(NOT_STARTED.format(name=blay.name, agent=agent_id))
+        await self.start(agent_id, session_key)
 
     def _changed(self, name: str, what: str) -> None:
         self._services.broadcast(

@@ -156,3 +156,24 @@ def test_cli_browser_verbs_explain_and_prune(browser_state: Path) -> None:
         assert stopped.returncode == 0 and "No container" in stopped.stdout
     finally:
         cli(browser_state, "gateway", "stop")
+
+
+async def test_a_browser_removed_behind_the_gateways_back_comes_back(browser_state: Path) -> None:
+    """Warm calls skip Docker; when the container is gone, the next call brings it up again (autoStart)."""
+    async with gateway(browser_state):
+        agent = await connect(browser_state, "agent", operator=False)
+        try:
+            first = await agent.request(
+                "browser", {"action": "navigate", "url": "data:text/html,<title>one</title>"}
+            )
+            docker_ops.remove(first["details"]["containerName"])
+            again = await agent.request(
+                "browser", {"action": "navigate", "url": "data:text/html,<title>two</title>"}
+            )
+            assert again["details"]["title"] == "two"
+            write_config(browser_state, CONFIG + "autoStart = false\n")
+            docker_ops.remove(first["details"]["containerName"])
+            with pytest.raises(RemoteError, match="autoStart is false"):
+                await agent.request("browser", {"action": "snapshot"})
+        finally:
+            await agent.close()
