@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+import concurrent.futures
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
 from engine.sandbox import docker_ops
@@ -27,6 +28,8 @@ from engine.sandbox.settings import (
 from engine.sandbox.toolpolicy import tool_refusal
 from engine.sandbox.validate import SandboxSecurityError, validate_docker
 
+T = TypeVar("T")
+
 
 def _manager(manager: SandboxManager | None) -> SandboxManager:
     if manager is not None:
@@ -38,6 +41,21 @@ def _manager(manager: SandboxManager | None) -> SandboxManager:
 
 def list_runtimes(config: Any, manager: SandboxManager | None = None) -> list[dict[str, Any]]:
     return _manager(manager).list_runtimes(config)
+
+
+def list_browsers() -> list[dict[str, Any]]:
+    """This install's browser sandboxes (`sandbox list --browser`), each asked for its page."""
+    return [info.to_dict() for info in _run(BrowserManager().runtimes())]
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """These verbs are the sync CLI's; a caller already inside an event loop gets a loop of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def explain(config: Any, agent_id: str = "main", session_key: str | None = None) -> dict[str, Any]:
@@ -158,7 +176,7 @@ def prune(config: Any, agent_id: str = "main", manager: SandboxManager | None = 
         removed = await _manager(manager).maybe_prune(settings, force=True)
         return removed + await BrowserManager().prune(settings.idle_hours, settings.max_age_days)
 
-    return asyncio.run(both())
+    return _run(both())
 
 
 # Set by the images `sandbox setup` builds (the busybox Dockerfile, the Debian and browser imports): marks
@@ -192,6 +210,7 @@ def setup_image(
     flavour: str | None = None,
     *,
     from_registry: bool = False,
+    rebuild: bool = False,
 ) -> list[str]:
     """Build the busybox, Debian or browser image under setup_target(config); never overwrite an image it
     did not build (its `exechost.image` label says which ones it did)."""
@@ -208,6 +227,9 @@ def setup_image(
                 f"Image {tag} exists and was not built by `exechost sandbox setup`; not overwriting it with "
                 f"the {flavour} image. Use it as it is, or name another image in the config."
             )
+        if labels.get(SETUP_LABEL[0]) == flavour and not rebuild:
+            progress(f"{tag} is already built by setup ({flavour}); reusing it (--rebuild builds it again)")
+            return [tag]
     if from_registry and flavour != BUSYBOX:
         build_from_registry(tag, flavour, progress)
     elif flavour == DEBIAN_FLAVOUR:

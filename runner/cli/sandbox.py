@@ -36,7 +36,8 @@ def register(subparsers: Subparsers) -> None:
 
     p = actions.add_parser("list", help="sandbox containers with status, image, age, idle, config match")
     add_config_arg(p)
-    p.add_argument("--json", action="store_true", help="print {containers: [...]} as JSON")
+    p.add_argument("--browser", action="store_true", help="the browser sandboxes instead")
+    p.add_argument("--json", action="store_true", help="print {containers: [...], browsers: [...]} as JSON")
     p.set_defaults(func=cmd_list)
 
     p = actions.add_parser("explain", help="the effective sandbox config for an agent/session")
@@ -111,6 +112,7 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument(
         "--from-registry", action="store_true", help="docker build the seed's Dockerfile (needs a registry)"
     )
+    p.add_argument("--rebuild", action="store_true", help="build again even if setup already built it")
     add_config_arg(p)
     p.set_defaults(func=cmd_setup)
 
@@ -176,10 +178,13 @@ def cmd_list(args: argparse.Namespace) -> int:
     config = _config(args)
     try:
         rows = admin.list_runtimes(config)
+        browsers = admin.list_browsers()
     except SandboxUnavailable as exc:
         return _fail(exc)
     if args.json:
-        print(json.dumps({"containers": rows, "browsers": []}, ensure_ascii=False))
+        print(json.dumps({"containers": rows, "browsers": browsers}, ensure_ascii=False))
+    elif args.browser:
+        print(format_browsers(browsers))
     else:
         print(format_list(rows))
     return 0
@@ -365,7 +370,9 @@ def cmd_setup(args: argparse.Namespace) -> int:
         what = f"({DEBIAN_SUITE}, mmdebstrap)"
     print(f"Building the {flavour} sandbox image {tag} {what}…", flush=True)
     try:
-        tags = admin.setup_image(config, progress, flavour, from_registry=args.from_registry)
+        tags = admin.setup_image(
+            config, progress, flavour, from_registry=args.from_registry, rebuild=args.rebuild
+        )
     except SandboxUnavailable as exc:
         return _fail(exc)
     print(f"Sandbox image built: {', '.join(tags)}")

@@ -141,6 +141,10 @@ def test_cli_browser_verbs_explain_and_prune(browser_state: Path) -> None:
         assert started.returncode == 0 and "is running (CDP answers)" in started.stdout, started.stderr
         status = cli(browser_state, "sandbox", "browser", "status")
         assert "🟢 running" in status.stdout and "CDP:     answers" in status.stdout
+        listed = cli(browser_state, "sandbox", "list", "--browser")  # no gateway needed for this one
+        assert "🟢 running" in listed.stdout and "about:blank" in listed.stdout
+        both = json.loads(cli(browser_state, "sandbox", "list", "--json").stdout)
+        assert both["containers"] == [] and both["browsers"][0]["running"] is True
         urls = json.loads(cli(browser_state, "sandbox", "browser", "url", "--json").stdout)
         assert b'"Browser"' in get(urls["cdpUrl"] + "/json/version")  # the daemon's door answers
         # Idle for ages: `sandbox prune` removes the browser like any sandbox.
@@ -177,3 +181,45 @@ async def test_a_browser_removed_behind_the_gateways_back_comes_back(browser_sta
                 await agent.request("browser", {"action": "snapshot"})
         finally:
             await agent.close()
+
+
+async def test_the_mcp_browser_tool_returns_text_and_an_image(browser_state: Path) -> None:
+    import jsonschema
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import stdio_client
+
+    from runner.mcp_schema import BROWSER_SCHEMA
+    from tests.runner.test_mcp import server_params
+
+    jsonschema.Draft202012Validator.check_schema(BROWSER_SCHEMA)
+    _seed_page(browser_state)
+    try:
+        async with (
+            stdio_client(server_params(browser_state)) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            assert tools["browser"].input_schema["properties"]["action"]["enum"][0] == "navigate"
+            for bad in (
+                {"action": "navigate"},  # no url
+                {"action": "type", "selector": "#q"},  # no text
+                {"action": "fly"},
+                {"action": "snapshot", "timeoutMs": 10},
+            ):
+                res = await session.call_tool("browser", bad)
+                assert res.is_error and "invalid browser arguments" in res.content[0].text, bad
+            nav = await session.call_tool(
+                "browser", {"action": "navigate", "url": "file:///workspace/index.html"}
+            )
+            assert not nav.is_error and "Workspace page" in nav.content[0].text
+            shot = await session.call_tool("browser", {"action": "screenshot"})
+            assert [c.type for c in shot.content] == ["text", "image"]
+            assert base64.b64decode(shot.content[1].data)[:4] == b"\x89PNG"
+            assert "image" not in shot.structured_content["details"]  # once, as the image block
+            missing = await session.call_tool(
+                "browser", {"action": "click", "selector": "#nope", "timeoutMs": 300}
+            )
+            assert missing.is_error and "browser click failed" in missing.content[0].text
+    finally:
+        cli(browser_state, "gateway", "stop")
