@@ -126,7 +126,7 @@ class SandboxConfig:
 class NodeConfig:
     name: str
     host: str
-    port: int = 22
+    port: int | None = None  # None: ~/.ssh/config's Port for this host, else 22
     user: str | None = None
     identity_file: str | None = None
     known_hosts: str | None = None
