@@ -99,9 +99,10 @@ async def main() -> None:
             kwargs["labels"] = {"exechost.bench": "1"}
             t0 = time.perf_counter()
             await asyncio.to_thread(docker_ops.create_and_start, kwargs)
+            cid = (await asyncio.to_thread(docker_ops.inspect, name)).id
             while True:
                 try:
-                    status, _ = await http_get(str(sock_dir / "cdp.sock"), "/json/version", 2.0)
+                    status, _ = await http_get(str(sock_dir / "cdp.sock"), "/json/version", cid, 2.0)
                     if status == 200:
                         break
                 except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
@@ -143,7 +144,9 @@ async def main() -> None:
             await agent.close()
             proxy = BrowserProxy()
             await proxy.start()
-            proxy.open("b", blay.cdp_socket, None)
+            proxy.open(
+                "b", blay.cdp_socket, None, (await asyncio.to_thread(docker_ops.inspect, blay.name)).id
+            )
             endpoint = proxy.base_url("b")
             async with async_playwright() as pw:
                 browser = await pw.chromium.connect_over_cdp(str(endpoint))

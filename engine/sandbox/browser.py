@@ -33,6 +33,7 @@ from engine.sandbox.settings import (
 )
 from engine.sandbox.validate import sanitize_container_env, validate_docker
 from engine.sandbox.workspace import WorkspaceError, chown_dir, ensure_dir
+from engine.unixsock import peer_info
 
 BROWSER_LABEL = "openclaw.sandboxBrowser"
 REGISTRY_FILE = "sandbox-browsers.json"
@@ -187,10 +188,42 @@ def list_browsers(label: str | None = None, *, every_install: bool = False) -> l
     return list(docker_ops.client().api.containers(all=True, filters={"label": labels}))
 
 
-async def http_get(socket_path: str, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    """One GET over a Unix socket (CDP's /json endpoints); (status, body)."""
+class NotTheBrowser(PermissionError):
+    """The socket's peer is not a process of the browser's container (a swapped socket or a link)."""
+
+
+def in_container(sock: Any, container_id: str) -> bool:
+    """Whether the peer of a connected Unix socket lives in `container_id`: its cgroup names the container.
+
+    The socket dir is the container's to write, so cdp.sock may have been replaced by a link to any socket
+    on the host (the gateway's, Docker's); only a peer inside the container is the browser."""
+    peer = peer_info(sock)
+    if peer is None or peer.pid <= 0 or len(container_id) < 32:
+        return False
+    try:
+        with open(f"/proc/{peer.pid}/cgroup", encoding="ascii", errors="replace") as fh:
+            return container_id in fh.read(65536)
+    except OSError:
+        return False
+
+
+async def open_browser_socket(
+    socket_path: str, container_id: str, limit: int = 64 * 1024
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to a browser's socket and prove the peer is that browser's container."""
+    reader, writer = await asyncio.open_unix_connection(socket_path, limit=limit)
+    if not in_container(writer.get_extra_info("socket"), container_id):
+        writer.close()
+        raise NotTheBrowser(f"{socket_path}: the peer is not the browser container's")
+    return reader, writer
+
+
+async def http_get(
+    socket_path: str, path: str, container_id: str, timeout: float = 5.0
+) -> tuple[int, bytes]:
+    """One GET over a browser's Unix socket (CDP's /json endpoints); (status, body)."""
     async with asyncio.timeout(timeout):
-        reader, writer = await asyncio.open_unix_connection(socket_path)
+        reader, writer = await open_browser_socket(socket_path, container_id)
         try:
             writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
             head = await reader.readuntil(b"\r\n\r\n")
@@ -249,6 +282,7 @@ class BrowserManager:
         self._registry = registry
         self._locks: dict[str, asyncio.Lock] = {}
         self._touched: dict[str, int] = {}
+        self.ids: dict[str, str] = {}  # browser name → its container's id (whose processes may answer)
 
     @property
     def registry(self) -> Registry:
@@ -352,9 +386,11 @@ class BrowserManager:
     async def _wait_cdp(self, blay: BrowserLayout, timeout: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        state = await asyncio.to_thread(docker_ops.inspect, blay.name)
+        self.ids[blay.name] = state.id
         while True:
             with contextlib.suppress(OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
-                status, _ = await http_get(blay.cdp_socket, "/json/version", timeout=2.0)
+                status, _ = await http_get(blay.cdp_socket, "/json/version", state.id, timeout=2.0)
                 if status == 200:
                     return
             state = await asyncio.to_thread(docker_ops.inspect, blay.name)
@@ -365,6 +401,11 @@ class BrowserManager:
                     f"Browser sandbox {blay.name}: CDP {why}" + (f". Container log:\n{tail}" if tail else ".")
                 )
             await asyncio.sleep(0.05)
+
+    async def container_id(self, name: str) -> str:
+        state = await asyncio.to_thread(docker_ops.inspect, name)
+        self.ids[name] = state.id
+        return state.id
 
     async def touch(self, name: str) -> None:
         stamp = now_ms()
@@ -404,7 +445,8 @@ class BrowserManager:
             )
             if info.running:
                 cdp, novnc = browser_sockets(name)
-                info.url, info.title, info.cdp = await page_of(cdp)
+                self.ids[name] = str((c or {}).get("Id") or "")
+                info.url, info.title, info.cdp = await page_of(cdp, self.ids[name])
                 info.no_vnc = os.path.exists(novnc)
             out.append(info)
         return out
@@ -425,10 +467,10 @@ class BrowserManager:
         return removed
 
 
-async def page_of(cdp_socket: str) -> tuple[str, str, bool]:
+async def page_of(cdp_socket: str, container_id: str) -> tuple[str, str, bool]:
     """(url, title, answered) of the browser's first page target."""
     try:
-        status, body = await http_get(cdp_socket, "/json/list", timeout=2.0)
+        status, body = await http_get(cdp_socket, "/json/list", container_id, timeout=2.0)
         targets = json.loads(body) if status == 200 else []
     except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
         return "", "", False

@@ -101,6 +101,7 @@ class ContainerState:
     image: str = ""
     labels: dict[str, str] | None = None
     created_at_ms: int | None = None
+    id: str = ""
 
     @property
     def config_hash(self) -> str | None:
@@ -121,6 +122,7 @@ def inspect(name: str) -> ContainerState:
         image=str(info.get("Config", {}).get("Image", "")),
         labels=labels,
         created_at_ms=int(created) if created and created.isdigit() else None,
+        id=str(info.get("Id", "")),
     )
 
 

@@ -18,6 +18,8 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from engine.sandbox.browser import open_browser_socket
+
 log = logging.getLogger(__name__)
 
 HEAD_LIMIT = 16 * 1024  # an HTTP request head longer than this is not a CDP or noVNC client
@@ -35,6 +37,7 @@ class Door:
     token: str
     cdp_socket: str
     novnc_socket: str | None
+    container_id: str  # only a peer in this container is the browser (the socket dir is its to write)
 
 
 class BrowserProxy:
@@ -59,11 +62,12 @@ class BrowserProxy:
         for task in list(self._tasks):
             task.cancel()
 
-    def open(self, name: str, cdp_socket: str, novnc_socket: str | None) -> Door:
-        """The door for browser `name` (kept if its sockets are unchanged: URLs stay valid)."""
+    def open(self, name: str, cdp_socket: str, novnc_socket: str | None, container_id: str) -> Door:
+        """The door for browser `name` (kept while its container is the same: URLs stay valid)."""
         door = self._doors.get(name)
-        if door is None or door.cdp_socket != cdp_socket or door.novnc_socket != novnc_socket:
-            door = Door(secrets.token_urlsafe(24), cdp_socket, novnc_socket)
+        wanted = (cdp_socket, novnc_socket, container_id)
+        if door is None or (door.cdp_socket, door.novnc_socket, door.container_id) != wanted:
+            door = Door(secrets.token_urlsafe(24), *wanted)
             self._doors[name] = door
         return door
 
@@ -131,8 +135,8 @@ class BrowserProxy:
         if rewrite:
             headers.append(b"Connection: close")  # one answer to rewrite, then done
         try:
-            up_reader, up_writer = await asyncio.open_unix_connection(target, limit=HEAD_LIMIT)
-        except OSError:
+            up_reader, up_writer = await open_browser_socket(target, door.container_id, HEAD_LIMIT)
+        except OSError:  # gone, or NotTheBrowser: a link to some other socket on this host
             writer.write(BAD_GATEWAY)
             return
         try:

@@ -52,7 +52,8 @@ class BrowserHub:
 
     async def _endpoint(self, blay: BrowserLayout) -> str:
         await self.proxy.start()
-        self.proxy.open(blay.name, blay.cdp_socket, blay.novnc_socket)
+        container_id = self.manager.ids.get(blay.name) or await self.manager.container_id(blay.name)
+        self.proxy.open(blay.name, blay.cdp_socket, blay.novnc_socket, container_id)
         url = self.proxy.base_url(blay.name)
         assert url is not None
         return url
@@ -134,8 +135,8 @@ class BrowserHub:
             if info is None or not info.running:
                 raise ToolError(f"The browser sandbox {name} is not running.")
             await self.proxy.start()
-            door = browser_sockets(name)
-            self.proxy.open(name, *door)
+            container_id = self.manager.ids.get(name) or await self.manager.container_id(name)
+            self.proxy.open(name, *browser_sockets(name), container_id)
             endpoint = self.proxy.base_url(name)
             assert endpoint is not None
         await self.tool.run(endpoint, {"action": "screenshot"})

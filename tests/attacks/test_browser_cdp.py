@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.protocol.frames import RemoteError
 from engine.sandbox import docker_ops
 from engine.sandbox.browser import BrowserLayout, browser_layout, list_browsers
 from engine.sandbox.settings import resolve_settings
@@ -144,3 +145,35 @@ async def test_the_exec_sandbox_cannot_see_the_browser_sockets(browser_state: Pa
     writable = [m["Destination"] for m in mounts if m["RW"]]
     assert writable == ["/.exechost-browser"], writable
     assert list_browsers()
+
+
+async def test_a_container_that_swaps_its_socket_for_a_link_reaches_nothing_on_the_host(
+    browser_state: Path,
+) -> None:
+    """The socket dir is the container's to write: a compromised browser can replace cdp.sock with a
+    symlink to any host socket (the gateway's own, Docker's). The gateway connects only to a peer that
+    lives in that browser's container."""
+    async with gateway(browser_state):
+        op = await connect(browser_state, "op")
+        agent = await connect(browser_state, "agent", operator=False)
+        try:
+            started = await op.request("browser.start", {"agentId": "main"})
+            urls = await op.request("browser.url", {"agentId": "main"})
+            name = started["containerName"]
+            for target in (str(browser_state / "gateway.sock"), "/var/run/docker.sock"):
+                docker_ops.client().containers.get(name).exec_run(
+                    [
+                        "/bin/sh",
+                        "-c",
+                        f"rm -f /.exechost-browser/cdp.sock; ln -s {target} /.exechost-browser/cdp.sock",
+                    ]
+                )
+                assert os.path.islink(_layout(browser_state).cdp_socket)
+                assert await asyncio.to_thread(status_of, urls["cdpUrl"] + "/json/version") == 502
+                with pytest.raises(RemoteError, match=r"CDP did not answer|not the browser"):
+                    await agent.request("browser", {"action": "snapshot"})
+                rows = (await op.request("browser.status", {}))["browsers"]
+                assert rows[0]["cdp"] is False and rows[0]["url"] == ""
+        finally:
+            await agent.close()
+            await op.close()
