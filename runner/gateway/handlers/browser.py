@@ -38,7 +38,10 @@ async def stop(services: Services, conn: Connection, params: dict[str, Any]) -> 
 
 
 async def status(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    return {"browsers": await services.browsers.status()}
+    rows = await services.browsers.status()
+    if not conn.operator:  # an agent sees its own browsers' pages, never another agent's
+        rows = [r for r in rows if r.get("agentId") == agent_id(params)]
+    return {"browsers": rows}
 
 
 async def url(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:

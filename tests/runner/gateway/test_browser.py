@@ -72,6 +72,9 @@ async def test_the_agent_reads_a_workspace_page_and_takes_a_screenshot(browser_s
         except RemoteError as exc:
             assert "browser click failed" in str(exc)
         finally:
+            mine = (await agent.request("browser.status", {"agentId": "main"}))["browsers"]
+            theirs = (await agent.request("browser.status", {"agentId": "other"}))["browsers"]
+            assert len(mine) == 1 and theirs == []  # an agent sees only its own browsers
             await agent.close()
 
         op = await connect(browser_state, "op")
