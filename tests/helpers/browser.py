@@ -61,3 +61,26 @@ def status_of(url: str) -> int:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)
+
+
+async def vnc_banner(cdp_url: str) -> bytes:
+    """Open noVNC's WebSocket through the gateway's door and return the first frame (the RFB banner)."""
+    import asyncio
+    import base64
+    import os
+
+    root, token = cdp_url.rsplit("/", 1)
+    port = int(root.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write(
+            f"GET /{token}/novnc/websockify HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Protocol: binary\r\n\r\n".encode()
+        )
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 101"), head
+        return await asyncio.wait_for(reader.read(100), 10)
+    finally:
+        writer.close()

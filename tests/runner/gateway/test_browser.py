@@ -16,7 +16,7 @@ from engine.config.loader import load_config_text
 from engine.protocol.frames import RemoteError
 from engine.sandbox import docker_ops
 from engine.sandbox.browser import list_browsers
-from tests.helpers.browser import CONFIG, browser_image, browser_state, get
+from tests.helpers.browser import CONFIG, browser_image, browser_state, get, vnc_banner
 from tests.helpers.gateway import cli, connect, gateway, wait_until, write_config
 
 __all__ = ["browser_image", "browser_state"]  # fixtures
@@ -91,6 +91,9 @@ async def test_the_agent_reads_a_workspace_page_and_takes_a_screenshot(browser_s
             urls = await op.request("browser.url", {"agentId": "main"})
             vnc = await asyncio.to_thread(get, urls["noVncUrl"].split("?")[0])
             assert b"noVNC" in vnc
+            assert b"RFB 003.008" in await vnc_banner(
+                urls["cdpUrl"]
+            )  # the VNC server itself, through the door
             version = await asyncio.to_thread(get, urls["cdpUrl"] + "/json/version")
             token = urls["cdpUrl"].rsplit("/", 1)[1]
             assert f"/{token}/devtools/browser/".encode() in version  # followable back through the door
