@@ -229,3 +229,26 @@ async def test_the_mcp_browser_tool_returns_text_and_an_image(browser_state: Pat
             assert missing.is_error and "browser click failed" in missing.content[0].text
     finally:
         cli(browser_state, "gateway", "stop")
+
+
+async def test_headless_has_no_display_and_no_novnc(browser_state: Path) -> None:
+    write_config(browser_state, CONFIG + "headless = true\n")
+    async with gateway(browser_state):
+        agent = await connect(browser_state, "agent", operator=False)
+        op = await connect(browser_state, "op")
+        try:
+            page = "data:text/html,<title>headless</title><p>still here</p>"
+            nav = await agent.request("browser", {"action": "navigate", "url": page})
+            assert nav["details"]["title"] == "headless"
+            snap = await agent.request("browser", {"action": "snapshot"})
+            assert "still here" in snap["text"]
+            urls = await op.request("browser.url", {"agentId": "main"})
+            assert urls["noVnc"] is False and urls["noVncUrl"] is None
+            name = urls["containerName"]
+            ps = docker_ops.client().containers.get(name).exec_run(["ps", "-eo", "args"])
+            # The init line carries the whole start script; the processes themselves are what ran.
+            commands = "\n".join(ln for ln in ps.output.decode().splitlines() if "docker-init" not in ln)
+            assert "--headless=new" in commands and "Xvfb" not in commands and "x11vnc" not in commands
+        finally:
+            await agent.close()
+            await op.close()
