@@ -18,6 +18,8 @@ import pytest
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 EXECHOST = str(Path(sys.executable).parent / "exechost")
+# The venv's `exechost` may be an editable install of another checkout: the node runs this tree's code.
+REPO = str(Path(__file__).resolve().parents[2])
 
 
 def _free_port(addr: str) -> int:
@@ -69,7 +71,10 @@ class SshdNode:
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             "PubkeyAuthentication yes\nUsePAM no\nStrictModes no\nPidFile none\n"
             f"AllowUsers {_user()}\nMaxSessions 50\nMaxStartups 100\nLogLevel ERROR\n"
-            f"SetEnv OPENCLAW_STATE_DIR={self.state_dir} EXECHOST_TEST_RUN={os.getpid()}\n"
+            # HOME is the node's root: the login shell must not read the real user's rc files (a pyenv
+            # rehash there can hold a lock for a minute), and nothing on the node may touch the real HOME.
+            f"SetEnv OPENCLAW_STATE_DIR={self.state_dir} EXECHOST_TEST_RUN={os.getpid()} "
+            f"HOME={self.root} PYTHONPATH={REPO}\n"
         )
         self.proc = subprocess.Popen(
             [SSHD, "-D", "-e", "-f", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
