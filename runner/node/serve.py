@@ -234,6 +234,8 @@ class NodeServer:
                 raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: bad {label}")
         background = p.get("background") is True
         params: dict[str, Any] = {"command": text, "yieldMs": 120_000, "background": background}
+        if p.get("pty") is True:
+            params["pty"] = True  # a terminal on the node: send-keys/paste/write reach it through `process`
         # The gateway's effective policy rides along as per-call values: they can only tighten here.
         for key in ("security", "ask"):
             if p.get(key) is not None:
