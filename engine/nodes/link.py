@@ -167,6 +167,7 @@ class NodeLink:
             "version": h.version if h else None,
             "platform": h.platform if h else None,
             "caps": list(h.caps) if h else [],
+            "mode": h.mode if h else None,
             "connectedAtMs": self.connected_at_ms,
             "inFlight": len(self._pending),
         }

@@ -26,6 +26,8 @@ class Hello:
     caps: list[str]
     path_env: str
     protocol: int = PROTOCOL
+    # "service": a long-lived `node run` answers (sessions outlive the link); "stdio": they die with it.
+    mode: str = "stdio"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -37,6 +39,7 @@ class Hello:
             "platform": self.platform,
             "caps": list(self.caps),
             "pathEnv": self.path_env,
+            "mode": self.mode,
         }
 
     @classmethod
@@ -50,6 +53,7 @@ class Hello:
                 caps=[str(c) for c in d.get("caps") or []],
                 path_env=str(d.get("pathEnv") or ""),
                 protocol=int(d["protocol"]),
+                mode="service" if d.get("mode") == "service" else "stdio",
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise WireError(f"bad hello: {exc}") from None

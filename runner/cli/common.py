@@ -11,6 +11,7 @@ from engine.display import REPORT, visible
 
 Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
 
+
 def escape_controls(text: str, *, keep_lines: bool = False) -> str:
     """Agent text for a terminal: control, bidi and invisible characters written as escapes
     (engine/display.py); `keep_lines` keeps line breaks and tabs (multi-line reports)."""

@@ -53,7 +53,7 @@ def _follow(args: argparse.Namespace) -> int:
         client = await ControlClient.connect(client="cli", name="cli events")
         try:
             await client.subscribe(["events"])  # first, so nothing falls between backlog and stream
-            backlog = (await client.request("events", {"sessionKey": args.session} if args.session else {}))
+            backlog = await client.request("events", {"sessionKey": args.session} if args.session else {})
             seen = set()
             for item in backlog.get("events", []):
                 seen.add((item.get("sessionKey"), item.get("text")))

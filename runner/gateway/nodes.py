@@ -100,13 +100,6 @@ class NodeHub:
     async def run(
         self, command: str, params: Mapping[str, Any], ctx: ExecContext, decision: Decision
     ) -> ToolResult:
-        for flag in ("pty",):
-            if params.get(flag):
-                # Refused rather than silently run in the foreground: the agent must know what it got.
-                raise ToolError(
-                    f"exec host=node does not support {flag} yet: node commands run on pipes "
-                    "(foreground, or background=true for a session; yieldMs is ignored, as in the reference)"
-                )
         config = self.services.config()
         exec_cfg = config.exec_for(ctx.agent_id)
         query = params.get("node") if isinstance(params.get("node"), str) else None
@@ -130,6 +123,7 @@ class NodeHub:
             "security": decision.security,
             "ask": decision.ask,
             "background": bool(params.get("background")),
+            "pty": bool(params.get("pty")),
         }
         # Room for the node's ask to be answered here, then for the command itself.
         wait = timeout_sec + self.services.approvals.timeout_ms / 1000 + 5

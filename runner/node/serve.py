@@ -4,6 +4,7 @@ deciding with this node's OWN config and exec-approvals.json through the engine'
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -28,6 +29,7 @@ from runner.node.approvals import RelayedApprovals
 log = logging.getLogger("exechost.node")
 
 OUTPUT_CAP = 1_000_000  # characters of stdout in one system.run result (the tail is kept)
+MAX_QUEUED_EVENTS = 1000  # events kept for the next link while none is up (`node run`), oldest dropped
 EVENT_OUTPUT_CAP = 20_000  # reference §5.5: exec.finished carries the last 20k
 SHELL_WRAPPERS = {("/bin/sh", "-lc"), ("sh", "-lc"), ("/bin/sh", "-c"), ("sh", "-c"), ("/bin/bash", "-lc")}
 _ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
@@ -77,7 +79,8 @@ def command_text(argv: Any, raw: Any) -> str:
 
 
 class Output:
-    """stdout as an async byte sink: a pipe transport under sshd, plain blocking writes for a file."""
+    """One link's byte sink: a pipe transport under sshd, a Unix socket under `node run`, plain blocking
+    writes for a file."""
 
     def __init__(self, writer: asyncio.StreamWriter | None) -> None:
         self._writer = writer
@@ -90,17 +93,30 @@ class Output:
         self._writer.write(data)
         await self._writer.drain()
 
+    def close(self) -> None:
+        """End this link (its reader sees EOF): a newer link took over."""
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+
 
 class NodeServer:
-    """One per `serve` process: the node's own policy, sessions and approvals, one link to one gateway."""
+    """The node's own policy, sessions and approvals, and at most one link to a gateway at a time.
 
-    def __init__(self, state_dir: Path, writer: Output) -> None:
+    Under `serve --stdio` it lives and dies with its one link. Under `node run` (service=True) it outlives
+    links: sessions keep running, and events with no link to go to wait in a bounded queue for the next."""
+
+    def __init__(self, state_dir: Path, *, service: bool = False) -> None:
         self.state_dir = state_dir
+        self.service = service
         self.identity = load_or_create(state_dir)
-        self._writer = writer
+        self._link: Output | None = None
         self._write_lock = asyncio.Lock()
         self._ids = itertools.count(1)
-        self._pending: dict[str, asyncio.Future[Response]] = {}
+        # Relayed asks in flight, with the link they went out on (a dropped link fails only its own).
+        self._pending: dict[str, tuple[Output, asyncio.Future[Response]]] = {}
+        self._queued: collections.deque[NodeEvent] = collections.deque(maxlen=MAX_QUEUED_EVENTS)
+        self.dropped_events = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._config: Config | None = None
         self._config_stamp: tuple[int, ...] | None = None
@@ -153,15 +169,30 @@ class NodeServer:
             platform=sys.platform,
             caps=list(CAPS),
             path_env=os.environ.get("PATH", ""),
+            mode="service" if self.service else "stdio",
         )
 
-    async def send(self, frame: Any) -> None:
+    async def send(self, frame: Any, link: Output | None = None) -> None:
+        """To the current link (or only to `link`, if it is still the current one); ConnectionError when
+        there is none: an answer never goes to a link other than the one that asked."""
         async with self._write_lock:
-            await self._writer.write(encode(frame))
+            current = self._link
+            if current is None or (link is not None and link is not current):
+                raise ConnectionError("no link to the gateway")
+            await current.write(encode(frame))
+
+    async def emit(self, event: NodeEvent) -> None:
+        """An event for the gateway: sent now, or queued (bounded, oldest dropped) until the next link."""
+        try:
+            await self.send(event)
+        except (ConnectionError, OSError):
+            if len(self._queued) == self._queued.maxlen:
+                self.dropped_events += 1
+            self._queued.append(event)
 
     # -- requests from the gateway
 
-    async def handle(self, req: Request) -> None:
+    async def handle(self, req: Request, link: Output | None = None) -> None:
         try:
             if req.method == "system.run":
                 res = Response(req.id, True, payload=await self.system_run(req.params))
@@ -181,7 +212,7 @@ class NodeServer:
             log.exception("request %s failed", req.method)
             res = Response(req.id, False, error={"code": "INTERNAL", "message": f"node error: {exc}"})
         with contextlib.suppress(ConnectionError, OSError):
-            await self.send(res)
+            await self.send(res, link)
 
     def system_which(self, params: dict[str, Any]) -> dict[str, Any]:
         bins = params.get("bins") or []
@@ -203,6 +234,8 @@ class NodeServer:
                 raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: bad {label}")
         background = p.get("background") is True
         params: dict[str, Any] = {"command": text, "yieldMs": 120_000, "background": background}
+        if p.get("pty") is True:
+            params["pty"] = True  # a terminal on the node: send-keys/paste/write reach it through `process`
         # The gateway's effective policy rides along as per-call values: they can only tighten here.
         for key in ("security", "ask"):
             if p.get(key) is not None:
@@ -300,8 +333,7 @@ class NodeServer:
             "output": output[-EVENT_OUTPUT_CAP:],
             "suppressNotifyOnExit": suppress,
         }
-        with contextlib.suppress(ConnectionError, OSError):
-            await self.send(NodeEvent("exec.finished", event))
+        await self.emit(NodeEvent("exec.finished", event))
         return payload
 
     async def _event_denied(
@@ -315,19 +347,14 @@ class NodeServer:
             "reason": reason,
             "suppressNotifyOnExit": suppress,
         }
-        with contextlib.suppress(ConnectionError, OSError):
-            await self.send(NodeEvent("exec.denied", payload))
+        await self.emit(NodeEvent("exec.denied", payload))
 
     def _forward_event(self, session_key: str, text: str) -> None:
         task = asyncio.ensure_future(
-            self._send_quietly(NodeEvent("system.event", {"sessionKey": session_key, "text": text}))
+            self.emit(NodeEvent("system.event", {"sessionKey": session_key, "text": text}))
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def _send_quietly(self, frame: Any) -> None:
-        with contextlib.suppress(ConnectionError, OSError):
-            await self.send(frame)
 
     # -- the node's own requests (approval relay)
 
@@ -351,11 +378,15 @@ class NodeServer:
 
     async def _relay_ask(self, approval_id: str, view: dict[str, Any]) -> dict[str, Any]:
         rid = f"n{next(self._ids)}"
+        link = self._link
+        if link is None:
+            raise ConnectionError("no link to the gateway")
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = future
+        self._pending[rid] = (link, future)
         try:
             view = {**view, "nodeId": self.identity.node_id, "nodeDisplayName": self.identity.display_name}
-            await self.send(Request(rid, "approval.request", {"approvalId": approval_id, "request": view}))
+            request = Request(rid, "approval.request", {"approvalId": approval_id, "request": view})
+            await self.send(request, link)
             res = await future
         finally:
             self._pending.pop(rid, None)
@@ -363,30 +394,58 @@ class NodeServer:
 
     # -- the loop
 
-    async def serve(self, reader: asyncio.StreamReader) -> None:
-        await self.send(self.hello())
-        while True:
-            try:
-                line = await reader.readline()
-            except ValueError:
-                log.error("frame longer than %d bytes; closing", MAX_LINE)
-                break
-            if not line:
-                break
-            try:
-                frame = decode(line)
-            except WireError as exc:
-                log.error("bad frame from the gateway: %s; closing", exc)
-                break
-            if isinstance(frame, Request):
-                task = asyncio.ensure_future(self.handle(frame))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-            elif isinstance(frame, Response):
-                future = self._pending.get(frame.id)
-                if future is not None and not future.done():
-                    future.set_result(frame)
-        self.approvals.close()  # the gateway left: pending asks fall back
+    async def _attach(self, link: Output) -> None:
+        """Hello, then whatever waited for a link, in order, before anything new can go out."""
+        async with self._write_lock:
+            previous, self._link = self._link, None
+            if previous is not None:
+                previous.close()  # the newest link wins: the old one is a gateway that already gave up
+            await link.write(encode(self.hello()))
+            if self.dropped_events:
+                log.warning("%d events were dropped while no gateway was linked", self.dropped_events)
+                self.dropped_events = 0
+            while self._queued:
+                event = self._queued[0]
+                await link.write(encode(event))
+                self._queued.popleft()
+            self._link = link
+
+    def _detach(self, link: Output) -> None:
+        if self._link is link:
+            self._link = None
+        for rid, (owner, future) in list(self._pending.items()):
+            if owner is link and not future.done():
+                future.set_result(Response(rid, False, error={"code": "LINK_LOST", "message": "link lost"}))
+
+    async def serve(self, reader: asyncio.StreamReader, link: Output) -> None:
+        """One link, until its reader ends (the gateway left, or a newer link took over)."""
+        try:
+            await self._attach(link)
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError:
+                    log.error("frame longer than %d bytes; closing", MAX_LINE)
+                    break
+                if not line:
+                    break
+                try:
+                    frame = decode(line)
+                except WireError as exc:
+                    log.error("bad frame from the gateway: %s; closing", exc)
+                    break
+                if isinstance(frame, Request):
+                    task = asyncio.ensure_future(self.handle(frame, link))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                elif isinstance(frame, Response):
+                    pending = self._pending.get(frame.id)
+                    if pending is not None and pending[0] is link and not pending[1].done():
+                        pending[1].set_result(frame)
+        finally:
+            self._detach(link)
+            if not self.service:
+                self.approvals.close()  # the gateway left and this process goes with it: asks fall back
 
 
 async def serve_stdio() -> int:
@@ -400,9 +459,14 @@ async def serve_stdio() -> int:
     except ValueError:  # a regular file
         writer = Output(None)
     state = statefs.ensure_private_dir(statefs.state_dir())
-    server = NodeServer(state, writer)
+    from runner.node.service import relay_to_service
+
+    relayed = await relay_to_service(state, reader, writer)
+    if relayed is not None:
+        return relayed  # a `node run` service answered: its sessions outlive this link
+    server = NodeServer(state)
     try:
-        await server.serve(reader)
+        await server.serve(reader, writer)
     finally:
         await server.sessions.close()
     return 0

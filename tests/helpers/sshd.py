@@ -101,6 +101,41 @@ class SshdNode:
         self.proc = None
         _kill_sessions(self.state_dir)
 
+    def drop_connections(self) -> None:
+        """Kill sshd and everything it started (the links' relays), but nothing else: a `node run` service
+        started by the test, and its sessions, stay up. `start()` brings sshd back on the same port."""
+        if self.proc is None:
+            return
+        for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+
+    def run_service(self) -> subprocess.Popen[bytes]:
+        """`exechost node run` as the node's operator would start it: the node's user, state dir and HOME;
+        returns once its socket answers."""
+        env = {
+            "OPENCLAW_STATE_DIR": str(self.state_dir),
+            "HOME": str(self.root),
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": REPO,
+            "EXECHOST_TEST_RUN": str(os.getpid()),
+        }
+        log = self.root / "node-run.log"
+        with log.open("ab") as err:
+            proc = subprocess.Popen([EXECHOST, "node", "run"], env=env, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"node run exited: {log.read_text()}")
+            with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(self.state_dir / "node.sock"))
+                return proc
+            time.sleep(0.05)
+        proc.kill()
+        raise RuntimeError("node run did not listen")
+
     def trust(self) -> None:
         """known_hosts line for this node's host key (what `ssh-keyscan` would add)."""
         pub = (self.root / "host_ed25519.pub").read_text().split()
@@ -112,6 +147,25 @@ def _user() -> str:
     import pwd
 
     return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def _kill_sessions(state_dir: Path) -> None:

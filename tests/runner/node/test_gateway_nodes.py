@@ -38,8 +38,6 @@ async def test_allowlisted_command_on_a_node_runs(sshd_nodes: list[SshdNode], st
         assert ok["text"] == "on node"
         assert ok["details"]["host"] == "node" and ok["details"]["node"] == "alpha"
         assert ok["details"]["exitCode"] == 0
-        with pytest.raises(RemoteError, match="host=node does not support pty yet"):
-            await agent.request("exec", {"command": "/usr/bin/printf x", "node": "alpha", "pty": True})
         # A miss on the node, with ask=off there: denied by the node, with its reason.
         with pytest.raises(RemoteError, match="SYSTEM_RUN_DENIED"):
             await agent.request("exec", {"command": "/usr/bin/id", "node": "alpha"})
@@ -208,6 +206,53 @@ async def _log_has(agent: object, sid: str, needle: str) -> str | None:
     res = await agent.request("process", {"action": "log", "sessionId": sid})  # type: ignore[attr-defined]
     text = str(res["text"])
     return text if needle in text else None
+
+
+async def test_pty_session_on_a_node(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """pty=true on a node: a real terminal there; send-keys, paste and write reach it through `process`."""
+    alpha = sshd_nodes[0]
+    gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        fg = await agent.request(
+            "exec", {"command": "test -t 0 && test -t 1 && echo tty-yes", "node": "alpha", "pty": True}
+        )
+        assert fg["text"].strip() == "tty-yes"
+        started = await agent.request(
+            "exec",
+            {
+                "command": 'echo ready; read -r a; echo "keys:$a"; read -r b; echo "paste:$b"; '
+                'read -r c; echo "write:$c"; sleep 30',
+                "node": "alpha",
+                "background": True,
+                "pty": True,
+            },
+        )
+        sid = started["details"]["sessionId"]
+        await wait_until(lambda: _log_has(agent, sid, "ready"), timeout=15)
+        await agent.request(
+            "process", {"action": "send-keys", "sessionId": sid, "literal": "hi", "keys": ["Enter"]}
+        )
+        await wait_until(lambda: _log_has(agent, sid, "keys:hi"), timeout=15)
+        await agent.request(
+            "process", {"action": "paste", "sessionId": sid, "text": "pasted\r", "bracketed": False}
+        )
+        await wait_until(lambda: _log_has(agent, sid, "paste:pasted"), timeout=15)
+        await agent.request("process", {"action": "write", "sessionId": sid, "data": "raw\r"})
+        await wait_until(lambda: _log_has(agent, sid, "write:raw"), timeout=15)
+        listed = await agent.request("process", {"action": "list", "node": "alpha"})
+        assert [s.get("pty") for s in listed["details"]["sessions"] if s["sessionId"] == sid] == [True]
+        # ^C goes through the node's line discipline: the shell dies of SIGINT.
+        await agent.request("process", {"action": "send-keys", "sessionId": sid, "keys": ["C-c"]})
+        polled = await wait_until(lambda: _exited(agent, sid), timeout=15)
+        assert polled["details"]["status"] != "running"
+        await agent.close()
+
+
+async def _exited(agent: object, sid: str) -> dict[str, object] | None:
+    res = await agent.request("process", {"action": "poll", "sessionId": sid})  # type: ignore[attr-defined]
+    return res if res["details"].get("status") != "running" else None
 
 
 async def test_node_down_mid_command_then_back(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
