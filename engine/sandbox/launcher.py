@@ -9,6 +9,7 @@ import secrets
 import shlex
 import signal
 import socket
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -348,8 +349,15 @@ class DockerPtyProcess(_InContainer):
             return
 
         def apply() -> None:
-            with contextlib.suppress(*docker_ops.api_errors()):  # the exec may have just ended
-                self._api.exec_resize(self._exec_id, height=rows, width=cols)
+            # A busy engine can refuse one resize; a lost one leaves the terminal wrong until the next.
+            for attempt in range(3):
+                try:
+                    self._api.exec_resize(self._exec_id, height=rows, width=cols)
+                    return
+                except docker_ops.api_errors():  # or the exec just ended: then nothing is lost
+                    if self._exit.done() or self._closed:
+                        return
+                    time.sleep(0.1 * (attempt + 1))
 
         self._loop.run_in_executor(None, apply)
 
