@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("exechost.gateway.nodes")
 
 EVENT_OUTPUT_CHARS = 180  # reference §5.5: the finished text's output, compacted
+SANDBOX_ADMIN_TIMEOUT_SEC = 120.0  # a prune or recreate removes containers one by one
 MAX_PENDING_PER_NODE = 64  # a node flooding the inbox gets refused (askFallback), not shown
 
 
@@ -103,7 +104,14 @@ class NodeHub:
         config = self.services.config()
         exec_cfg = config.exec_for(ctx.agent_id)
         query = params.get("node") if isinstance(params.get("node"), str) else None
-        link = self.select(query or decision.node, exec_cfg.node)
+        sandboxed = decision.policy is not None and decision.policy.sandboxed
+        if sandboxed:
+            # The agent's sandbox.node binds where its sandboxes live (a per-call node= must agree with it);
+            # tools.exec.node binds host=node runs, not these.
+            home = config.sandbox_for(ctx.agent_id).node
+            link = self.select(query or home, home)
+        else:
+            link = self.select(query or decision.node, exec_cfg.node)
         run_id = str(uuid.uuid4())
         timeout = params.get("timeout")
         explicit = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
@@ -124,6 +132,7 @@ class NodeHub:
             "ask": decision.ask,
             "background": bool(params.get("background")),
             "pty": bool(params.get("pty")),
+            "sandbox": sandboxed,
         }
         # Room for the node's ask to be answered here, then for the command itself.
         wait = timeout_sec + self.services.approvals.timeout_ms / 1000 + 5
@@ -147,7 +156,7 @@ class NodeHub:
                     "status": "running",
                     "sessionId": sid,
                     "pid": p.get("pid"),
-                    "host": "node",
+                    "host": "sandbox" if sandboxed else "node",
                     "node": link.name,
                     "runId": run_id,
                 },
@@ -161,7 +170,7 @@ class NodeHub:
             "durationMs": p.get("durationMs") or int((time.monotonic() - started) * 1000),
             "aggregated": "\n".join(x for x in (stdout, stderr, str(error or "")) if x),
             "cwd": p.get("cwd"),
-            "host": "node",
+            "host": "sandbox" if sandboxed else "node",
             "node": link.name,
             "nodeId": link.hello.node_id if link.hello else None,
             "runId": run_id,
@@ -207,6 +216,42 @@ class NodeHub:
                 row["node"] = link.name
         details["node"] = link.name
         return ToolResult(text, details)
+
+    # -- sandboxes on nodes
+
+    async def sandbox_call(
+        self, node: str, method: str, params: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """One sandbox admin verb on one node: (the node's name, its payload)."""
+        link = self.select(node)
+        try:
+            res = await link.call(method, params, timeout=SANDBOX_ADMIN_TIMEOUT_SEC)
+        except NodeError as exc:
+            raise ToolError(str(exc)) from None
+        if not res.ok:
+            err = res.error or {}
+            raise ToolError(f"node {link.name}: {err.get('message') or err.get('code') or 'failed'}")
+        return link.name, res.payload or {}
+
+    async def sandbox_lists(self) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+        """Every connected node's sandboxes, each row marked with its node, and what failed where. Nodes
+        that are down are not dialled here: a list must not wait on a connect timeout."""
+        links = [link for link in self.sync().values() if link.state == "connected"]
+
+        async def one(link: NodeLink) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+            try:
+                name, payload = await self.sandbox_call(link.name, "sandbox.list", {})
+            except ToolError as exc:
+                return [], [{"node": link.name, "error": str(exc)}]
+            rows = [r for r in payload.get("containers") or [] if isinstance(r, dict)]
+            return [{**r, "node": name} for r in rows], []
+
+        rows: list[dict[str, Any]] = []
+        errors: list[dict[str, str]] = []
+        for got, failed in await asyncio.gather(*(one(link) for link in links)):
+            rows += got
+            errors += failed
+        return rows, errors
 
     # -- what nodes send
 

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +132,16 @@ class NodeServer:
             timeout_sec=float(config.exec.timeout_sec),
             background_ms=config.exec.background_ms,
         )
-        self.tool = ExecTool(
-            config=self.config,
+        self._sandbox_config: tuple[Config, Config] | None = None
+        self.tool = self._exec_tool(self.config)
+        # Commands the gateway sandboxed: same sessions and approvals, the node's sandbox settings.
+        self.sandbox_tool = self._exec_tool(self.sandbox_config)
+        # Background exits and the like: the gateway queues them for the agent's session.
+        self.sessions.events.subscribe(self._forward_event)
+
+    def _exec_tool(self, config: Callable[[], Config]) -> ExecTool:
+        return ExecTool(
+            config=config,
             sessions=self.sessions,
             approvals=self.approvals,
             store=self.store,
@@ -140,8 +149,14 @@ class NodeServer:
             has_approver=lambda: True,  # the gateway is always asked; it answers "no decision" without one
             overrides={},
         )
-        # Background exits and the like: the gateway queues them for the agent's session.
-        self.sessions.events.subscribe(self._forward_event)
+
+    def sandbox_config(self) -> Config:
+        from runner.node.sandboxes import forced_sandbox_config
+
+        base = self.config()
+        if self._sandbox_config is None or self._sandbox_config[0] is not base:
+            self._sandbox_config = (base, forced_sandbox_config(base))
+        return self._sandbox_config[1]
 
     def config(self) -> Config:
         """This node's config.toml, reloaded when it changes; a broken edit keeps the last good one."""
@@ -202,6 +217,14 @@ class NodeServer:
                 res = Response(req.id, True, payload=await self.process(req.params))
             elif req.method == "system.which":
                 res = Response(req.id, True, payload=self.system_which(req.params))
+            elif req.method.startswith("sandbox."):
+                from runner.node import sandboxes
+
+                try:
+                    payload = await sandboxes.handle(req.method, req.params, self.config())
+                except sandboxes.SandboxRequestError as exc:
+                    raise RunError(exc.code, str(exc)) from None
+                res = Response(req.id, True, payload=payload)
             else:
                 res = Response(
                     req.id, False, error={"code": "UNAVAILABLE", "message": "command not supported"}
@@ -233,7 +256,10 @@ class NodeServer:
             if not isinstance(value, str) or not _ID.match(value):
                 raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: bad {label}")
         background = p.get("background") is True
+        sandboxed = p.get("sandbox") is True
         params: dict[str, Any] = {"command": text, "yieldMs": 120_000, "background": background}
+        if sandboxed:
+            params["host"] = "sandbox"  # in a container on this node's Docker, shaped by its settings
         if p.get("pty") is True:
             params["pty"] = True  # a terminal on the node: send-keys/paste/write reach it through `process`
         # The gateway's effective policy rides along as per-call values: they can only tighten here.
@@ -251,7 +277,7 @@ class NodeServer:
         ctx = ExecContext(agent_id=agent_id, session_key=p.get("sessionKey") or "")
         suppress = bool(p.get("suppressNotifyOnExit"))
         try:
-            result = await self.tool.run(params, ctx)
+            result = await (self.sandbox_tool if sandboxed else self.tool).run(params, ctx)
         except ToolError as exc:
             await self._event_denied(session_key, run_id, text, str(exc), suppress)
             raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}") from None

@@ -1,0 +1,81 @@
+"""Attacks on sandboxes on nodes: an agent naming a node to get out of its sandbox, a node whose own policy
+is tighter than the gateway's sandbox request, and a per-call node= against the agent's sandbox.node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.protocol.frames import RemoteError
+from tests.helpers.gateway import connect, gateway
+from tests.helpers.sandbox import IMAGE, build_test_image
+from tests.helpers.sshd import SshdNode
+from tests.runner.node.test_node_sandboxes import _remove_nodes_containers, configure
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def node_sandboxes(sshd_nodes: list[SshdNode]) -> Iterator[list[SshdNode]]:
+    build_test_image()
+    try:
+        yield sshd_nodes
+    finally:
+        _remove_nodes_containers(sshd_nodes)
+
+
+async def test_naming_a_node_never_leaves_the_sandbox(
+    node_sandboxes: list[SshdNode], state_dir: Path
+) -> None:
+    """A sandboxed agent asks for node=alpha (and host=sandbox): it runs in a container there, never in the
+    node's own shell: the node's files are not there and the marker lands nowhere on the node."""
+    alpha = node_sandboxes[0]
+    configure(state_dir, node_sandboxes, sandbox_node=None)
+    marker = alpha.root / "escaped"
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        res = await agent.request(
+            "exec",
+            {
+                "command": f"test -e {alpha.state_dir}/node.json && echo LEAK; touch {marker} 2>/dev/null; "
+                "echo contained",
+                "node": "alpha",
+                "host": "sandbox",
+            },
+        )
+        assert res["text"].strip() == "contained" and res["details"]["host"] == "sandbox"
+        # host=node is not the sandbox's way around: the gateway's configured host (sandbox) refuses it.
+        with pytest.raises(RemoteError, match="exec host not allowed"):
+            await agent.request("exec", {"command": f"touch {marker}", "node": "alpha", "host": "node"})
+        await agent.close()
+    assert not marker.exists()
+
+
+async def test_node_policy_tighter_than_the_sandbox_request_wins(
+    node_sandboxes: list[SshdNode], state_dir: Path
+) -> None:
+    alpha = node_sandboxes[0]
+    configure(state_dir, node_sandboxes)
+    (alpha.state_dir / "config.toml").write_text(
+        f'[tools.exec]\nsecurity = "deny"\n[agents.defaults.sandbox.docker]\nimage = "{IMAGE}"\n'
+    )
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        with pytest.raises(RemoteError, match=r"SYSTEM_RUN_DENIED: .*security=deny"):
+            await agent.request("exec", {"command": "echo nope"})
+        await agent.close()
+
+
+async def test_per_call_node_must_agree_with_the_agents_sandbox_node(
+    node_sandboxes: list[SshdNode], state_dir: Path
+) -> None:
+    beta = node_sandboxes[1]
+    configure(state_dir, node_sandboxes, sandbox_node="alpha")
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        with pytest.raises(RemoteError, match=r"not allowed \(bound to alpha\)"):
+            await agent.request("exec", {"command": "echo moved", "node": "beta"})
+        await agent.close()
+    assert not (beta.state_dir / "sandboxes").exists()
