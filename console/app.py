@@ -24,6 +24,7 @@ from console.inbox import Inbox, InboxItem
 from console.messages import GatewayConnected, GatewayEvent, GatewayLost, SocketApprovalRequested
 from console.screens.help import HelpScreen
 from console.widgets.approvals import ApprovalsPane
+from console.widgets.browsers import BrowsersPane
 from console.widgets.history import HistoryPane
 from console.widgets.nodes import NodesPane
 from console.widgets.panes import LinePane
@@ -69,6 +70,7 @@ class ConsoleApp(App[None]):
         Binding("5", "tab('sandboxes')", "Sandboxes"),
         Binding("6", "tab('history')", "History"),
         Binding("7", "tab('nodes')", "Nodes"),
+        Binding("8", "tab('browsers')", "Browsers"),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
     ]
@@ -122,6 +124,8 @@ class ConsoleApp(App[None]):
                 yield HistoryPane(id="history-pane")
             with TabPane("Nodes", id="nodes"):
                 yield NodesPane(id="nodes-pane")
+            with TabPane("Browsers", id="browsers"):
+                yield BrowsersPane(id="browsers-pane")
         yield Footer()
 
     @property
@@ -261,6 +265,10 @@ class ConsoleApp(App[None]):
             name, text = str(data.get("containerName") or ""), str(data.get("message") or "")
             self.query_one(SandboxesPane).progress(name, text)
             self.notify_plain(f"sandbox {name}: {text}", title="sandbox", timeout=3)
+        elif event == "browser.updated":
+            pane = self.query_one(BrowsersPane)
+            if pane.is_on_screen:
+                pane.action_refresh_list()
         elif event == "approval.resolved":
             if self.inbox.discard(str(data.get("id"))) is not None:
                 self.refresh_inbox()
@@ -519,6 +527,8 @@ class ConsoleApp(App[None]):
             self.refresh_policy()
         if event.pane.id == "history":
             self.query_one(HistoryPane).reload()
+        if event.pane.id == "browsers" and self.link.connected.is_set():
+            self.query_one(BrowsersPane).action_refresh_list()
         if event.pane.id == "sandboxes" and self.link.connected.is_set():
             self.query_one(SandboxesPane).action_refresh_list()
         if event.pane.id:

@@ -13,6 +13,7 @@ import mcp_types as types
 
 from engine.modes import ASKS, HOSTS, SECURITIES
 from engine.sessions.actions import ACTIONS
+from engine.tools.browser import ACTIONS as BROWSER_ACTIONS
 
 EXEC_DESCRIPTION = """\
 Run a shell command on this exec host, under the operator's policy.
@@ -37,6 +38,14 @@ Manage exec sessions: list, poll (new output, waiting up to timeoutMs), log (off
 Action "approval" with approvalId reports what became of a command that waited for approval: pending, \
 allow-once / allow-always / deny (with the operator's reason) or expired, and the sessionId and exit code \
 of the run it started."""
+
+BROWSER_DESCRIPTION = """\
+Drive a Chromium running in this agent's browser sandbox (a hardened container; the operator can watch it \
+over noVNC). Actions: navigate (url; file:///workspace/... shows files from the sandbox workspace), \
+snapshot (the page as text: its accessibility tree with roles, names and link targets), screenshot (an \
+image of the viewport, or fullPage), click (selector), type (selector, text; submit=true presses Enter), \
+evaluate (a JavaScript expression; its JSON result). Selectors are Playwright's: CSS, text="…", \
+role=button[name="…"]. The browser starts on first use when the operator allows it."""
 
 _DETAILS = {"type": "object", "description": "Machine-readable result; `status` says what happened."}
 OUTPUT_SCHEMA: dict[str, Any] = {
@@ -125,6 +134,37 @@ PROCESS_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+BROWSER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "action": {"type": "string", "enum": list(BROWSER_ACTIONS), "description": "What to do"},
+        "url": {"type": "string", "minLength": 1, "description": "For navigate: the URL"},
+        "selector": {"type": "string", "minLength": 1, "description": "For click and type"},
+        "text": {"type": "string", "description": "For type: the text to enter"},
+        "submit": {"type": "boolean", "description": "For type: press Enter afterwards"},
+        "expression": {"type": "string", "minLength": 1, "description": "For evaluate: JavaScript"},
+        "fullPage": {"type": "boolean", "description": "For screenshot: the whole page, not the viewport"},
+        "timeoutMs": {
+            "type": "integer",
+            "minimum": 100,
+            "maximum": 120_000,
+            "description": "Give up on the action after this many milliseconds (default 15000)",
+        },
+    },
+    "required": ["action"],
+    "additionalProperties": False,
+    "allOf": [
+        {"if": {"properties": {"action": {"const": a}}}, "then": {"required": [k]}}
+        for a, k in (
+            ("navigate", "url"),
+            ("click", "selector"),
+            ("type", "selector"),
+            ("evaluate", "expression"),
+        )
+    ]
+    + [{"if": {"properties": {"action": {"const": "type"}}}, "then": {"required": ["text"]}}],
+}
+
 TOOLS = [
     types.Tool(
         name="exec",
@@ -152,9 +192,22 @@ TOOLS = [
             open_world_hint=False,
         ),
     ),
+    types.Tool(
+        name="browser",
+        description=BROWSER_DESCRIPTION,
+        input_schema=BROWSER_SCHEMA,
+        output_schema=OUTPUT_SCHEMA,
+        annotations=types.ToolAnnotations(
+            title="Drive the sandboxed browser",
+            read_only_hint=False,
+            destructive_hint=False,  # it acts inside its own container only
+            idempotent_hint=False,
+            open_world_hint=True,
+        ),
+    ),
 ]
 
-SCHEMAS = {"exec": EXEC_SCHEMA, "process": PROCESS_SCHEMA}
+SCHEMAS = {"exec": EXEC_SCHEMA, "process": PROCESS_SCHEMA, "browser": BROWSER_SCHEMA}
 
 
 def invalid_arguments(tool: str, args: dict[str, Any]) -> str | None:
@@ -174,5 +227,8 @@ def to_gateway(tool: str, args: dict[str, Any]) -> dict[str, Any]:
     params = dict(args)
     if "timeoutMs" in params:
         ms = params.pop("timeoutMs")
-        params["timeout"] = ms / 1000 if tool == "exec" else ms  # exec takes seconds, poll milliseconds
+        if tool == "browser":
+            params["timeoutMs"] = ms  # the browser verb takes milliseconds as they are
+        else:
+            params["timeout"] = ms / 1000 if tool == "exec" else ms  # exec takes seconds, poll milliseconds
     return params

@@ -1,4 +1,4 @@
-"""`exechost mcp`: the `exec` and `process` tools over MCP stdio, backed by the gateway's control socket."""
+"""`exechost mcp`: the exec, process and browser tools over MCP stdio, backed by the control socket."""
 
 from __future__ import annotations
 
@@ -56,8 +56,12 @@ class GatewayLink:
 
 
 def _result(text: str, details: dict[str, Any], error: bool = False) -> types.CallToolResult:
+    content: list[Any] = [types.TextContent(text=text)]
+    image = details.pop("image", None)
+    if isinstance(image, str):  # a browser screenshot: an image block; not repeated in the details
+        content.append(types.ImageContent(data=image, mime_type=str(details.get("mimeType", "image/png"))))
     return types.CallToolResult(
-        content=[types.TextContent(text=text)],
+        content=content,
         structured_content={"text": text, "details": details},
         is_error=error,
     )

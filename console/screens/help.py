@@ -16,7 +16,7 @@ KEYMAP: list[tuple[str, list[tuple[str, str]]]] = [
     (
         "Everywhere",
         [
-            ("1 … 7", "Approvals / Sessions / Events / Policy / Sandboxes / History / Nodes"),
+            ("1 … 8", "Approvals / Sessions / Events / Policy / Sandboxes / History / Nodes / Browsers"),
             ("esc", "leave an input line or a dialog"),
             ("ctrl+p", "command palette: /exec …, /elevated …, /approve <id> <decision>"),
             ("?", "this help"),
@@ -80,6 +80,15 @@ KEYMAP: list[tuple[str, list[tuple[str, str]]]] = [
         [
             ("↑ / ↓", "a node: state, address, RTT, node id, last error"),
             ("r / p", "refresh / ping every node (connects where needed)"),
+        ],
+    ),
+    (
+        "Browsers",
+        [
+            ("↑ / ↓", "a browser sandbox: state, CDP, page title and URL; its latest screenshot below"),
+            ("s", "take a screenshot of its page now"),
+            ("u", "show its noVNC and CDP links (they carry its token)"),
+            ("x", "stop it (asks first); the next browser call starts a fresh one"),
         ],
     ),
 ]

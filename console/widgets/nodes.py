@@ -80,7 +80,7 @@ class NodesPane(Vertical):
             rtt = r.get("rttMs")
             table.add_row(
                 _plain(r.get("name", "")),
-                _plain(f"{r.get('host')}:{r.get('port')}"),
+                _plain(f"{r.get('host')}" + (f":{r['port']}" if r.get("port") else "")),
                 Text(label, style=style),
                 Text("-" if rtt is None else f"{rtt:.1f} ms"),
                 _plain((r.get("nodeId") or "-")[:13]),

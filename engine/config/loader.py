@@ -20,6 +20,7 @@ from engine.config.lines import key_lines as key_lines  # re-exported: part of t
 from engine.config.lines import render_key as render_key
 from engine.config.model import (
     AgentConfig,
+    BrowserConfig,
     Config,
     ConfigError,
     DockerConfig,
@@ -354,6 +355,10 @@ def _build(
         )
 
     _check_docker(check, cfg.sandbox.docker)
+    _check_browser(check, sandbox_set.get("browser", {}), ["agents", "defaults", "sandbox", "browser"])
+    for agent in cfg.agents.values():
+        browser_parts: PathParts = ["agents", "list", agent.index, "sandbox", "browser"]
+        _check_browser(check, agent.sandbox.get("browser", {}), browser_parts)
     for agent in cfg.agents.values():
         own = agent.sandbox.get("docker", {})
         if own:
@@ -410,13 +415,22 @@ def _check_docker(
             )
 
 
+def _check_browser(check: _Checker, values: Mapping[str, Any], parts: PathParts) -> None:
+    if values.get("allow_host_control"):
+        raise check.error(
+            [*parts, "allowHostControl"],
+            "exechost never drives a browser on the host; only the sandboxed browser exists (set false)",
+        )
+
+
 def _exec_config(values: Mapping[str, Any]) -> ExecConfig:
     return replace(ExecConfig(), **values)
 
 
 def _sandbox_config(values: Mapping[str, Any], env: Mapping[str, str] | None) -> SandboxConfig:
-    top = {k: v for k, v in values.items() if k not in ("docker", "prune")}
+    top = {k: v for k, v in values.items() if k not in ("docker", "browser", "prune")}
     sandbox = replace(SandboxConfig(), **top)
+    sandbox.browser = replace(BrowserConfig(), **values.get("browser", {}))
     docker = dict(values.get("docker", {}))
     if "ulimits" in docker:  # merged over the defaults per name, like an agent's over the global
         docker["ulimits"] = {**DEFAULT_ULIMITS, **docker["ulimits"]}

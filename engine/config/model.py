@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.config.schema import (
+    DEFAULT_BROWSER_IMAGE,
+    DEFAULT_BROWSER_PREFIX,
     DEFAULT_CONTAINER_PREFIX,
     DEFAULT_PIDS_LIMIT,
     DEFAULT_SANDBOX_IMAGE,
@@ -84,6 +86,26 @@ class DockerConfig:
 
 
 @dataclass
+class BrowserConfig:
+    """`sandbox.browser`: the browser sandbox (reference §6.1). Ports are the container's own; the network
+    defaults to none (pages from the workspace) where OpenClaw's defaults to a bridge."""
+
+    enabled: bool = False
+    image: str = DEFAULT_BROWSER_IMAGE
+    container_prefix: str = DEFAULT_BROWSER_PREFIX
+    network: str = "none"
+    cdp_port: int = 9222
+    vnc_port: int = 5900
+    no_vnc_port: int = 6080
+    headless: bool = False
+    enable_no_vnc: bool = True
+    allow_host_control: bool = False
+    auto_start: bool = True
+    auto_start_timeout_ms: int = 12_000
+    binds: list[str] | None = None  # None = docker.binds; set (even []) replaces them
+
+
+@dataclass
 class PruneConfig:
     idle_hours: float = 24
     max_age_days: float = 7
@@ -97,6 +119,7 @@ class SandboxConfig:
     workspace_root: str = ""  # filled with <state dir>/sandboxes when unset
     node: str | None = None  # sandboxes on this node (its Docker, its runner), not on the gateway's
     docker: DockerConfig = field(default_factory=DockerConfig)
+    browser: BrowserConfig = field(default_factory=BrowserConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)
 
 
@@ -104,7 +127,7 @@ class SandboxConfig:
 class NodeConfig:
     name: str
     host: str
-    port: int = 22
+    port: int | None = None  # None: ~/.ssh/config's Port for this host, else 22
     user: str | None = None
     identity_file: str | None = None
     known_hosts: str | None = None
@@ -168,10 +191,11 @@ class Config:
         agent = self.agents.get(agent_id)
         base = self.sandbox
         if agent is None or not agent.sandbox:
-            return replace(base, docker=_copy_docker(base.docker), prune=replace(base.prune))
-        top = {k: v for k, v in agent.sandbox.items() if k not in ("docker", "prune")}
+            docker, browser = _copy_docker(base.docker), replace(base.browser)
+            return replace(base, docker=docker, browser=browser, prune=replace(base.prune))
+        top = {k: v for k, v in agent.sandbox.items() if k not in ("docker", "browser", "prune")}
         merged = replace(base, **top)
-        docker, prune = _copy_docker(base.docker), replace(base.prune)
+        docker, browser, prune = _copy_docker(base.docker), replace(base.browser), replace(base.prune)
         if merged.scope != "shared":
             over = dict(agent.sandbox.get("docker", {}))
             if "env" in over:
@@ -181,8 +205,9 @@ class Config:
             if "binds" in over:
                 over["binds"] = [*base.docker.binds, *over["binds"]]
             docker = replace(docker, **over)
+            browser = replace(browser, **agent.sandbox.get("browser", {}))
             prune = replace(prune, **agent.sandbox.get("prune", {}))
-        merged.docker, merged.prune = docker, prune
+        merged.docker, merged.browser, merged.prune = docker, browser, prune
         return merged
 
 

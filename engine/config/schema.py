@@ -15,8 +15,12 @@ MIB = 1024 * 1024
 SANDBOX_MODES = ("off", "non-main", "all")
 SANDBOX_SCOPES = ("session", "agent", "shared")
 WORKSPACE_ACCESS = ("none", "ro", "rw")
-# What `exechost sandbox setup` builds (engine/sandbox/Dockerfile): FROM scratch + a static busybox.
-DEFAULT_SANDBOX_IMAGE = "exechost-sandbox:busybox"
+# The seed's default image: Debian bookworm with the agent's tools, built by `exechost sandbox setup`
+# (mmdebstrap + docker import, no registry). The busybox one (engine/sandbox/Dockerfile) is the fast path.
+DEFAULT_SANDBOX_IMAGE = "openclaw-sandbox:bookworm-slim"
+BUSYBOX_SANDBOX_IMAGE = "exechost-sandbox:busybox"
+DEFAULT_BROWSER_IMAGE = "openclaw-sandbox-browser:bookworm-slim"
+DEFAULT_BROWSER_PREFIX = "openclaw-sbx-browser-"
 DEFAULT_CONTAINER_PREFIX = "openclaw-sbx-"
 DEFAULT_WORKDIR = "/workspace"
 DEFAULT_PIDS_LIMIT = 512
@@ -123,6 +127,22 @@ PRUNE_KEYS: dict[str, Spec | Table] = {
     "idleHours": Spec("idle_hours", "number", minimum=0),
     "maxAgeDays": Spec("max_age_days", "number", minimum=0),
 }
+# Reference §6.1 browser keys. The ports are inside the container: nothing is published on the host.
+BROWSER_KEYS: dict[str, Spec | Table] = {
+    "enabled": Spec("enabled", "bool"),
+    "image": Spec("image", "str"),
+    "containerPrefix": Spec("container_prefix", "prefix"),
+    "network": Spec("network", "str"),
+    "cdpPort": Spec("cdp_port", "int", minimum=1, maximum=65535),
+    "vncPort": Spec("vnc_port", "int", minimum=1, maximum=65535),
+    "noVncPort": Spec("no_vnc_port", "int", minimum=1, maximum=65535),
+    "headless": Spec("headless", "bool"),
+    "enableNoVnc": Spec("enable_no_vnc", "bool"),
+    "allowHostControl": Spec("allow_host_control", "bool"),
+    "autoStart": Spec("auto_start", "bool"),
+    "autoStartTimeoutMs": Spec("auto_start_timeout_ms", "int", minimum=1000, maximum=600_000),
+    "binds": Spec("binds", "strlist"),
+}
 SANDBOX_KEYS: dict[str, Spec | Table] = {
     "mode": Spec("mode", "enum", SANDBOX_MODES),
     "scope": Spec("scope", "enum", SANDBOX_SCOPES),
@@ -131,6 +151,7 @@ SANDBOX_KEYS: dict[str, Spec | Table] = {
     # A `[nodes.<name>]` whose Docker engine runs this agent's sandboxes (its node runner creates them).
     "node": Spec("node", "str"),
     "docker": Table("docker", DOCKER_KEYS),
+    "browser": Table("browser", BROWSER_KEYS),
     "prune": Table("prune", PRUNE_KEYS),
 }
 NODE_KEYS: dict[str, Spec | Table] = {

@@ -57,9 +57,35 @@ def known_hosts_file(cfg: NodeConfig) -> str:
 def host_key_refusal(cfg: NodeConfig) -> str:
     file = known_hosts_file(cfg)
     return (
-        f"node {cfg.name}: the host key of {cfg.host}:{cfg.port} is not trusted by {file} (unknown or "
+        f"node {cfg.name}: the host key of {cfg.host}:{cfg.port or 22} is not trusted by {file} (unknown or "
         f"changed); connection refused, nothing was run. Check the key with the node's administrator, "
-        f"then run: ssh-keyscan -p {cfg.port} {cfg.host} >> {file}"
+        f"then run: ssh-keyscan -p {cfg.port or 22} {cfg.host} >> {file}"
+    )
+
+
+def jump_hops(spec: str) -> list[tuple[str | None, str, int]]:
+    """`proxyJump` as ssh takes it: `[user@]host[:port]`, `[v6]:port`, several hops comma-separated."""
+    hops: list[tuple[str | None, str, int]] = []
+    for part in spec.split(","):
+        user, _, hostport = part.strip().rpartition("@")
+        host, port = hostport, "22"
+        if hostport.startswith("["):
+            host, _, rest = hostport[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else "22"
+        elif hostport.count(":") == 1:
+            host, port = hostport.split(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"invalid proxyJump hop {part.strip()!r} (expected [user@]host[:port])")
+        hops.append((user or None, host, int(port)))
+    return hops
+
+
+def jump_key_refusal(cfg: NodeConfig, host: str, port: int) -> str:
+    file = known_hosts_file(cfg)
+    return (
+        f"node {cfg.name}: the host key of jump host {host}:{port} (proxyJump) is not trusted by {file} "
+        f"(unknown or changed); connection refused, nothing was run. Check the key with its administrator, "
+        f"then run: ssh-keyscan -p {port} {host} >> {file}"
     )
 
 
@@ -114,6 +140,7 @@ class NodeLink:
         self.connected_at_ms: int | None = None
         self._conn: asyncssh.SSHClientConnection | None = None
         self._proc: asyncssh.SSHClientProcess[bytes] | None = None
+        self._jumps: list[asyncssh.SSHClientConnection] = []  # proxyJump hops, closed with the link
         self._pending: dict[str, asyncio.Future[Response]] = {}
         self._ids = itertools.count(1)
         self._connect_lock = asyncio.Lock()
@@ -131,7 +158,7 @@ class NodeLink:
         return {
             "name": self.cfg.name,
             "host": self.cfg.host,
-            "port": self.cfg.port,
+            "port": self.cfg.port,  # None: from ~/.ssh/config
             "state": self.state,
             "lastError": self.last_error,
             "rttMs": None if self.rtt_ms is None else round(self.rtt_ms, 2),
@@ -162,7 +189,8 @@ class NodeLink:
                 self._fail(str(exc))
                 raise
             except (OSError, asyncssh.Error, TimeoutError, WireError) as exc:
-                text = f"node {self.name}: cannot connect to {self.cfg.host}:{self.cfg.port}: {_why(exc)}"
+                where = f"{self.cfg.host}:{self.cfg.port or 22}"
+                text = f"node {self.name}: cannot connect to {where}: {_why(exc)}"
                 self._fail(text)
                 raise NodeError(text) from None
 
@@ -176,18 +204,23 @@ class NodeLink:
         kh = known_hosts_file(cfg)
         if not os.path.isfile(kh):
             raise NodeError(host_key_refusal(cfg))
+        # Unset keys (port, user, identityFile) are left to ~/.ssh/config, which asyncssh reads; the
+        # known_hosts file is always ours: host keys are checked whatever the ssh config says.
         options: dict[str, Any] = {
-            "port": cfg.port,
             "known_hosts": kh,  # never None: host keys are always checked
             "keepalive_interval": KEEPALIVE_SEC,
             "keepalive_count_max": 3,
         }
+        if cfg.port:
+            options["port"] = cfg.port
         if cfg.user:
             options["username"] = cfg.user
         if cfg.identity_file:
             options["client_keys"] = [os.path.expanduser(cfg.identity_file)]
         if cfg.proxy_jump:
-            options["tunnel"] = cfg.proxy_jump
+            # Each hop is its own connection with the node's known_hosts and keys: asyncssh's string
+            # tunnel would check the jump host against the default file instead.
+            options["tunnel"] = await self._jump(cfg, {k: v for k, v in options.items() if k != "port"})
         try:
             self._conn = await asyncio.wait_for(asyncssh.connect(cfg.host, **options), self.connect_timeout)
         except asyncssh.HostKeyNotVerifiable:
@@ -219,6 +252,26 @@ class NodeLink:
         self.connected_at_ms = int(time.time() * 1000)
         self._spawn(self._read_loop(self._proc, reader))
         self._spawn(self._drain_stderr(self._proc))
+
+    async def _jump(self, cfg: NodeConfig, options: dict[str, Any]) -> asyncssh.SSHClientConnection:
+        try:
+            hops = jump_hops(cfg.proxy_jump or "")
+        except ValueError as exc:
+            raise NodeError(f"node {cfg.name}: {exc}") from None
+        tunnel: asyncssh.SSHClientConnection | None = None
+        for user, host, port in hops:
+            hop = {**options, "port": port, **({"username": user} if user else {})}
+            if tunnel is not None:
+                hop["tunnel"] = tunnel
+            try:
+                tunnel = await asyncio.wait_for(asyncssh.connect(host, **hop), self.connect_timeout)
+            except asyncssh.HostKeyNotVerifiable:
+                raise NodeError(jump_key_refusal(cfg, host, port), "HOST_KEY_REFUSED") from None
+            except (OSError, asyncssh.Error, TimeoutError) as exc:
+                raise NodeError(f"node {cfg.name}: jump host {host}:{port}: {_why(exc)}") from None
+            self._jumps.append(tunnel)
+        assert tunnel is not None
+        return tunnel
 
     async def _no_hello(self, command: str) -> str:
         assert self._proc is not None
@@ -357,6 +410,10 @@ class NodeLink:
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+        jumps, self._jumps = self._jumps, []
+        for jump in reversed(jumps):
+            with contextlib.suppress(Exception):
+                jump.close()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)

@@ -32,6 +32,12 @@ class Method(StrEnum):
     SANDBOX_EXPLAIN = "sandbox.explain"
     SANDBOX_RECREATE = "sandbox.recreate"
     SANDBOX_PRUNE = "sandbox.prune"
+    BROWSER = "browser"
+    BROWSER_START = "browser.start"
+    BROWSER_STOP = "browser.stop"
+    BROWSER_STATUS = "browser.status"
+    BROWSER_URL = "browser.url"
+    BROWSER_SCREENSHOT = "browser.screenshot"
     NODES_STATUS = "nodes.status"
     SUBSCRIBE = "subscribe"
     STATUS = "status"
@@ -50,6 +56,7 @@ class EventName(StrEnum):
     APPROVAL_RESOLVED = "approval.resolved"
     SYSTEM_EVENT = "system.event"
     SANDBOX_PROGRESS = "sandbox.progress"
+    BROWSER_UPDATED = "browser.updated"  # sandboxes topic: a browser started, stopped or changed page
     # Sent only to the connection whose `exec` now waits for a human (no subscription needed); `callId`
     # echoes the exec params' optional `callId`.
     EXEC_WAITING = "exec.waiting"

@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+import concurrent.futures
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
+from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
 from engine.sandbox import docker_ops
-from engine.sandbox.images import DEBIAN_FLAVOUR, build_debian_image
+from engine.sandbox.browser import BrowserManager, browser_layout, effective_docker
+from engine.sandbox.images import (
+    BROWSER_FLAVOUR,
+    BROWSER_PACKAGES,
+    DEBIAN_FLAVOUR,
+    build_debian_image,
+    build_from_registry,
+)
 from engine.sandbox.manager import SandboxManager
 from engine.sandbox.settings import (
-    DEFAULT_IMAGE,
     config_hash,
     is_sandboxed,
     layout,
     main_session_key,
     resolve_settings,
 )
+from engine.sandbox.toolpolicy import tool_refusal
 from engine.sandbox.validate import SandboxSecurityError, validate_docker
+
+T = TypeVar("T")
 
 
 def _manager(manager: SandboxManager | None) -> SandboxManager:
@@ -30,6 +41,21 @@ def _manager(manager: SandboxManager | None) -> SandboxManager:
 
 def list_runtimes(config: Any, manager: SandboxManager | None = None) -> list[dict[str, Any]]:
     return _manager(manager).list_runtimes(config)
+
+
+def list_browsers() -> list[dict[str, Any]]:
+    """This install's browser sandboxes (`sandbox list --browser`), each asked for its page."""
+    return [info.to_dict() for info in _run(BrowserManager().runtimes())]
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """These verbs are the sync CLI's; a caller already inside an event loop gets a loop of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def explain(config: Any, agent_id: str = "main", session_key: str | None = None) -> dict[str, Any]:
@@ -45,6 +71,14 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
         validate_docker(d, [lay.workspace_dir, lay.agent_workspace])
     except SandboxSecurityError as exc:
         problems.append(str(exc))
+    b = settings.browser
+    blay = browser_layout(settings, agent_id, session)
+    try:
+        validate_docker(effective_docker(settings), [blay.workspace_dir])
+    except SandboxSecurityError as exc:
+        if b.enabled:
+            problems.append(f"browser: {exc}")
+    allow, deny = config.sandbox_tools_for(agent_id) if config is not None else ([], [])
     elevated = (
         bool(config.elevated_enabled_for(agent_id)) if hasattr(config, "elevated_enabled_for") else False
     )
@@ -63,9 +97,7 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
         "agentMount": lay.agent_mount,
         "containerName": lay.name,
         "configHash": config_hash(settings, lay),
-        "toolPolicy": dict(zip(("allow", "deny"), config.sandbox_tools_for(agent_id), strict=True))
-        if config is not None
-        else {"allow": [], "deny": []},
+        "toolPolicy": {"allow": allow, "deny": deny},
         "docker": {
             "image": d.image,
             "containerPrefix": d.container_prefix,
@@ -90,6 +122,23 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
             "dangerouslyAllowReservedContainerTargets": d.dangerously_allow_reserved_container_targets,
             "dangerouslyAllowExternalBindSources": d.dangerously_allow_external_bind_sources,
             "dangerouslyAllowContainerNamespaceJoin": d.dangerously_allow_container_namespace_join,
+        },
+        "browser": {
+            "enabled": b.enabled,
+            "containerName": blay.name,
+            "image": b.image,
+            "containerPrefix": b.container_prefix,
+            "network": b.network,
+            "cdpPort": b.cdp_port,
+            "vncPort": b.vnc_port,
+            "noVncPort": b.no_vnc_port,
+            "headless": b.headless,
+            "enableNoVnc": b.enable_no_vnc,
+            "autoStart": b.auto_start,
+            "autoStartTimeoutMs": b.auto_start_timeout_ms,
+            "binds": list(effective_docker(settings).binds),
+            "toolAllowed": tool_refusal("browser", allow, deny) is None,
+            "access": "CDP and noVNC on Unix sockets in a 0700 dir; the gateway's token door relays them",
         },
         "prune": {"idleHours": settings.idle_hours, "maxAgeDays": settings.max_age_days},
         "elevated": {"enabled": elevated},
@@ -148,29 +197,52 @@ def recreate(
 
 
 def prune(config: Any, agent_id: str = "main", manager: SandboxManager | None = None) -> list[str]:
+    """Sandboxes and browser sandboxes idle past idleHours or older than maxAgeDays, removed now."""
     settings = resolve_settings(config, agent_id)
-    return asyncio.run(_manager(manager).maybe_prune(settings, force=True))
+
+    async def both() -> list[str]:
+        removed = await _manager(manager).maybe_prune(settings, force=True)
+        return removed + await BrowserManager().prune(settings.idle_hours, settings.max_age_days)
+
+    return _run(both())
 
 
-# Set by engine/sandbox/Dockerfile: marks an image `sandbox setup` built and may therefore rebuild.
+# Set by the images `sandbox setup` builds (the busybox Dockerfile, the Debian and browser imports): marks
+# an image setup may rebuild; it never overwrites anyone else's.
 SETUP_LABEL = ("exechost.image", "busybox")
+SETUP_FLAVOURS = ("busybox", DEBIAN_FLAVOUR, BROWSER_FLAVOUR)
+BUSYBOX = "busybox"
 
 
-def setup_target(config: Any) -> str:
-    """The name `sandbox setup` builds under: the main agent's effective image (default DEFAULT_IMAGE)."""
-    return resolve_settings(config, "main").docker.image
+def setup_target(config: Any, flavour: str | None = None) -> str:
+    """The name `sandbox setup` builds under: the main agent's effective image (the browser image for the
+    browser); `--busybox` with a Debian-named image builds the busybox one under its own name."""
+    settings = resolve_settings(config, "main")
+    if flavour == BROWSER_FLAVOUR:
+        return settings.browser.image
+    tag = settings.docker.image
+    if flavour == BUSYBOX and setup_flavour(tag) == DEBIAN_FLAVOUR:
+        return BUSYBOX_SANDBOX_IMAGE
+    return tag
 
 
 def setup_flavour(tag: str) -> str:
-    """What `sandbox setup` builds for `tag` unless told: Debian for a Debian-named tag (the seed's
+    """What `sandbox setup` builds for `tag` unless told: Debian for a Debian-named tag (the default
     `openclaw-sandbox:bookworm-slim`), else the minimal busybox image."""
-    return DEBIAN_FLAVOUR if any(word in tag for word in ("bookworm", "debian")) else "busybox"
+    return DEBIAN_FLAVOUR if any(word in tag for word in ("bookworm", "debian")) else BUSYBOX
 
 
-def setup_image(config: Any, progress: Callable[[str], None], flavour: str | None = None) -> list[str]:
-    """Build the busybox or Debian image under setup_target(config); never overwrite an image it did not
-    build (its `exechost.image` label says which ones it did)."""
-    tag = setup_target(config)
+def setup_image(
+    config: Any,
+    progress: Callable[[str], None],
+    flavour: str | None = None,
+    *,
+    from_registry: bool = False,
+    rebuild: bool = False,
+) -> list[str]:
+    """Build the busybox, Debian or browser image under setup_target(config); never overwrite an image it
+    did not build (its `exechost.image` label says which ones it did)."""
+    tag = setup_target(config, flavour)
     flavour = flavour or setup_flavour(tag)
     try:
         existing = docker_ops.client().images.get(tag)
@@ -178,14 +250,20 @@ def setup_image(config: Any, progress: Callable[[str], None], flavour: str | Non
         existing = None
     if existing is not None:
         labels = (existing.attrs.get("Config") or {}).get("Labels") or {}
-        if labels.get(SETUP_LABEL[0]) not in (SETUP_LABEL[1], DEBIAN_FLAVOUR):
+        if labels.get(SETUP_LABEL[0]) not in SETUP_FLAVOURS:
             raise docker_ops.SandboxUnavailable(
                 f"Image {tag} exists and was not built by `exechost sandbox setup`; not overwriting it with "
-                f"the {flavour} image. Use it as it is, or set agents.defaults.sandbox.docker.image = "
-                f'"{DEFAULT_IMAGE}" for the busybox one.'
+                f"the {flavour} image. Use it as it is, or name another image in the config."
             )
-    if flavour == DEBIAN_FLAVOUR:
+        if labels.get(SETUP_LABEL[0]) == flavour and not rebuild:
+            progress(f"{tag} is already built by setup ({flavour}); reusing it (--rebuild builds it again)")
+            return [tag]
+    if from_registry and flavour != BUSYBOX:
+        build_from_registry(tag, flavour, progress)
+    elif flavour == DEBIAN_FLAVOUR:
         build_debian_image(tag, progress)
+    elif flavour == BROWSER_FLAVOUR:
+        build_debian_image(tag, progress, packages=BROWSER_PACKAGES, flavour=BROWSER_FLAVOUR)
     else:
         docker_ops.build_image([tag], progress)
     return [tag]

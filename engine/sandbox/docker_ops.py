@@ -16,6 +16,7 @@ from engine.sandbox.settings import (
     AGENT_MOUNT,
     MOUNT_FORMAT_VERSION,
     STATE_LABEL,
+    DockerSettings,
     Layout,
     SandboxSettings,
     state_id,
@@ -100,6 +101,7 @@ class ContainerState:
     image: str = ""
     labels: dict[str, str] | None = None
     created_at_ms: int | None = None
+    id: str = ""
 
     @property
     def config_hash(self) -> str | None:
@@ -120,6 +122,7 @@ def inspect(name: str) -> ContainerState:
         image=str(info.get("Config", {}).get("Image", "")),
         labels=labels,
         created_at_ms=int(created) if created and created.isdigit() else None,
+        id=str(info.get("Id", "")),
     )
 
 
@@ -136,8 +139,6 @@ def create_kwargs(
     extra_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """docker-py `containers.create` arguments: hardened defaults plus the resource keys (reference §6.2)."""
-    from docker.types import Ulimit
-
     d = settings.docker
     labels = {
         LABEL: "1",
@@ -155,26 +156,37 @@ def create_kwargs(
     volumes.append(f"{sv.ctl_dir(lay.name)}:{sv.CTL_MOUNT}:rw")
     volumes.append(f"{sv.bin_dir()}:{sv.BIN_MOUNT}:ro")
     volumes.extend(b.strip() for b in d.binds if b.strip())  # after ours: reserved targets are refused
+    kwargs: dict[str, Any] = {
+        "image": d.image,
+        "command": sv.supervisor_command(has_busybox),
+        "name": lay.name,
+        "labels": labels,
+        "environment": {**env, "OPENCLAW_CLI": "1"},
+        "working_dir": d.workdir,
+        "volumes": volumes,
+        "network_mode": d.network or "none",
+        **hardening_kwargs(d, user),
+    }
+    return kwargs
+
+
+def hardening_kwargs(d: DockerSettings, user: str | None) -> dict[str, Any]:
+    """What every exechost container shares: init, read-only root, tmpfs, dropped capabilities,
+    no-new-privileges, profiles, limits (sandboxes and browser sandboxes alike)."""
+    from docker.types import Ulimit
+
     security_opt = ["no-new-privileges"]
     if d.seccomp_profile:
         security_opt.append(f"seccomp={_seccomp_value(d.seccomp_profile)}")
     if d.apparmor_profile:
         security_opt.append(f"apparmor={d.apparmor_profile}")
     kwargs: dict[str, Any] = {
-        "image": d.image,
-        "command": sv.supervisor_command(has_busybox),
-        "name": lay.name,
-        "labels": labels,
         "detach": True,
         "init": True,  # a real PID 1 reaps whatever the commands orphan
         "read_only": d.read_only_root,
         "tmpfs": {path: opts for path, _, opts in (e.partition(":") for e in d.tmpfs)},
-        "network_mode": d.network or "none",
         "cap_drop": list(d.cap_drop),
         "security_opt": security_opt,
-        "environment": {**env, "OPENCLAW_CLI": "1"},
-        "working_dir": d.workdir,
-        "volumes": volumes,
         "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, (s, h) in d.ulimits.items()],
     }
     if user:

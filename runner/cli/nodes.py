@@ -90,7 +90,11 @@ def _row(cfg: NodeConfig) -> dict[str, Any]:
 
 def cmd_list(args: argparse.Namespace) -> int:
     rows = [_row(cfg) for cfg in _config(args).nodes.values()]
-    lines = [f"{r['name']}\t{r['user'] + '@' if r['user'] else ''}{r['host']}:{r['port']}" for r in rows]
+    lines = [
+        f"{r['name']}\t{r['user'] + '@' if r['user'] else ''}{r['host']}"
+        + (f":{r['port']}" if r["port"] else "")
+        for r in rows
+    ]
     emit(escape_controls("\n".join(lines)) if lines else "No nodes configured.", {"nodes": rows}, args.json)
     return 0
 

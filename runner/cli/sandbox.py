@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.config.loader import load_config
 from engine.config.model import ConfigError
+from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
 from engine.errors import ExecHostError
 from engine.sandbox import admin
 from engine.sandbox.docker_ops import SandboxUnavailable
@@ -18,6 +19,7 @@ from engine.sandbox.settings import DEFAULT_IMAGE, layout, main_session_key, res
 from engine.sandbox.workspace import WorkspaceError, stage_inbound
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit, escape_controls
+from runner.cli.gateway import call, run_verb
 
 # Session keys come from agents: never let them drive the operator's terminal.
 
@@ -36,7 +38,8 @@ def register(subparsers: Subparsers) -> None:
 
     p = actions.add_parser("list", help="sandbox containers with status, image, age, idle, config match")
     add_config_arg(p)
-    p.add_argument("--json", action="store_true", help="print {containers: [...]} as JSON")
+    p.add_argument("--browser", action="store_true", help="the browser sandboxes instead")
+    p.add_argument("--json", action="store_true", help="print {containers: [...], browsers: [...]} as JSON")
     _node_arg(p)
     p.set_defaults(func=cmd_list)
 
@@ -76,16 +79,46 @@ def register(subparsers: Subparsers) -> None:
     p.set_defaults(func=cmd_prune)
 
     p = actions.add_parser(
+        "browser",
+        help="the browser sandbox: start, stop, status, url (through the gateway)",
+        description="Browser sandboxes: a Chromium per scope in its own hardened container. CDP and noVNC "
+        "are reachable only through the gateway's token-protected loopback door; `url` prints its links.",
+    )
+    verbs = p.add_subparsers(dest="browser_action", metavar="VERB", required=True)
+    for verb, text in (
+        ("start", "start the agent/session's browser and wait until CDP answers"),
+        ("stop", "remove the browser container (the next start recreates it)"),
+        ("status", "every browser sandbox: running, CDP, page URL and title"),
+        ("url", "the CDP and noVNC URLs of a running browser (they carry its token: keep them private)"),
+    ):
+        q = verbs.add_parser(verb, help=text)
+        if verb != "status":
+            q.add_argument("--agent", default="main", metavar="ID", help="agent id (default: main)")
+            q.add_argument("--session", default="", metavar="KEY", help="session key (default: main)")
+        add_json_arg(q)
+        q.set_defaults(func=run_verb(cmd_browser))
+
+    p = actions.add_parser(
         "setup",
-        help=f"build the configured sandbox image, no registry needed (Debian, or {DEFAULT_IMAGE})",
-        description="Build the configured image (agents.defaults.sandbox.docker.image) with no registry: "
-        f"a Debian {DEBIAN_SUITE} root with bash, git, python3, curl, jq and ripgrep (mmdebstrap + docker "
-        "import, about 35 s) for a Debian-named tag or with --debian, else (--busybox) FROM scratch + the "
-        "host's static busybox. Setup never overwrites an image it did not build.",
+        help=f"build the sandbox image ({DEFAULT_IMAGE}) with no registry; --busybox, --browser",
+        description="Build the configured image (agents.defaults.sandbox.docker.image, default "
+        f"{DEFAULT_IMAGE}) with no registry: a Debian {DEBIAN_SUITE} root with bash, git, python3, curl, jq "
+        "and ripgrep (mmdebstrap + docker import, about 35 s); --busybox builds the minimal FROM scratch + "
+        f"static busybox image ({BUSYBOX_SANDBOX_IMAGE} unless the config names another); --browser builds "
+        "the browser image (agents.defaults.sandbox.browser.image: Chromium, Xvfb, x11vnc, noVNC, "
+        "websockify, socat; about 60 s). --from-registry uses the seed's Dockerfiles instead (needs a "
+        "registry for debian:bookworm-slim). Setup never overwrites an image it did not build.",
     )
     flavour = p.add_mutually_exclusive_group()
     flavour.add_argument("--debian", action="store_const", const="debian", dest="flavour", help="Debian")
     flavour.add_argument("--busybox", action="store_const", const="busybox", dest="flavour", help="busybox")
+    flavour.add_argument(
+        "--browser", action="store_const", const="browser", dest="flavour", help="the browser image"
+    )
+    p.add_argument(
+        "--from-registry", action="store_true", help="docker build the seed's Dockerfile (needs a registry)"
+    )
+    p.add_argument("--rebuild", action="store_true", help="build again even if setup already built it")
     add_config_arg(p)
     p.set_defaults(func=cmd_setup)
 
@@ -179,13 +212,18 @@ def format_list(rows: list[dict[str, Any]]) -> str:
 def cmd_list(args: argparse.Namespace) -> int:
     try:
         if args.node:
+            # Browser sandboxes stay on the gateway's machine: a node lists its exec sandboxes only.
             rows = [{**r, "node": args.node} for r in _node_call(args, "sandbox.list", {})["containers"]]
+            browsers: list[dict[str, Any]] = []
         else:
             rows = admin.list_runtimes(_config(args))
+            browsers = admin.list_browsers()
     except (SandboxUnavailable, ExecHostError) as exc:
         return _fail(exc)
     if args.json:
-        print(json.dumps({"containers": rows, "browsers": []}, ensure_ascii=False))
+        print(json.dumps({"containers": rows, "browsers": browsers}, ensure_ascii=False))
+    elif args.browser:
+        print(format_browsers(browsers))
     else:
         print((f"On node {_clean(args.node)}:\n" if args.node else "") + format_list(rows))
     return 0
@@ -228,6 +266,9 @@ def format_explain(info: dict[str, Any]) -> str:
         f"  allow: {', '.join(info['toolPolicy']['allow']) or '(all)'}",
         f"  deny: {', '.join(info['toolPolicy']['deny']) or '-'}",
         "",
+        "Browser sandbox (sandbox.browser):",
+        *_browser_lines(info["browser"]),
+        "",
         "Elevated:",
         f"  enabled: {str(info['elevated']['enabled']).lower()}",
     ]
@@ -249,6 +290,23 @@ def format_explain(info: dict[str, Any]) -> str:
         "Docs: README.md#sandbox",
     ]
     return "\n".join(lines)
+
+
+def _browser_lines(b: dict[str, Any]) -> list[str]:
+    if not b["enabled"]:
+        return ["  enabled: false  (agents.defaults.sandbox.browser.enabled = true turns it on)"]
+    display = "headless" if b["headless"] else "Xvfb" + (" + noVNC" if b["enableNoVnc"] else "")
+    return [
+        f"  enabled: true  container: {_clean(b['containerName'])}",
+        f"  image: {_clean(b['image'])}  network: {_clean(b['network'])}  display: {display}",
+        f"  ports in the container: cdp {b['cdpPort']}, vnc {b['vncPort']}, noVNC {b['noVncPort']} "
+        "(none published)",
+        f"  access: {b['access']}",
+        f"  autoStart: {str(b['autoStart']).lower()} (waits {b['autoStartTimeoutMs']} ms for CDP)",
+        f"  binds: {', '.join(_clean(x) for x in b['binds']) or '-'}",
+        "  browser tool: "
+        + ("allowed" if b["toolAllowed"] else "denied by tools.sandbox.tools in sandboxed sessions"),
+    ]
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -372,13 +430,62 @@ def cmd_setup(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"  {_clean(line)}", flush=True)
 
-    tag = admin.setup_target(config)
+    tag = admin.setup_target(config, args.flavour)
     flavour = args.flavour or admin.setup_flavour(tag)
-    what = "(FROM scratch + static busybox)" if flavour == "busybox" else f"({DEBIAN_SUITE}, mmdebstrap)"
+    if args.from_registry and flavour != "busybox":
+        what = "(docker build, from a registry)"
+    elif flavour == "busybox":
+        what = "(FROM scratch + static busybox)"
+    else:
+        what = f"({DEBIAN_SUITE}, mmdebstrap)"
     print(f"Building the {flavour} sandbox image {tag} {what}…", flush=True)
     try:
-        tags = admin.setup_image(config, progress, flavour)
+        tags = admin.setup_image(
+            config, progress, flavour, from_registry=args.from_registry, rebuild=args.rebuild
+        )
     except SandboxUnavailable as exc:
         return _fail(exc)
     print(f"Sandbox image built: {', '.join(tags)}")
     return 0
+
+
+def cmd_browser(args: argparse.Namespace) -> int:
+    verb = args.browser_action
+    params: dict[str, Any] = {}
+    if verb != "status":
+        params = {"agentId": args.agent, "sessionKey": args.session}
+    result = call(f"browser.{verb}", params, operator=verb != "status")
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+        return 0
+    if verb == "status":
+        print(format_browsers(result.get("browsers") or []))
+    elif verb == "start":
+        for warning in result.get("warnings") or []:
+            print(f"⚠️  {_clean(warning)}")
+        print(f"Browser sandbox {_clean(result['containerName'])} is running (CDP answers).")
+    elif verb == "stop":
+        done = "Removed" if result.get("removed") else "No container"
+        print(f"{done}: {_clean(result['containerName'])}")
+    else:
+        print(f"CDP:   {result.get('cdpUrl')}")
+        print(f"noVNC: {result.get('noVncUrl') or '- (headless or enableNoVnc = false)'}")
+    return 0
+
+
+def format_browsers(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "No browser sandboxes found."
+    lines = ["🌐 Browser Sandboxes:", ""]
+    for r in rows:
+        lines.append(f"  {_clean(r['containerName'])}")
+        lines.append(f"    Status:  {'🟢 running' if r['running'] else '⚫ stopped'}")
+        lines.append(f"    Image:   {_clean(r['image'])}")
+        lines.append(f"    CDP:     {'answers' if r.get('cdp') else '-'}")
+        lines.append(f"    noVNC:   {'yes' if r.get('noVnc') else '-'}")
+        lines.append(f"    Page:    {_clean(r.get('title') or '-')} {_clean(r.get('url') or '')}".rstrip())
+        lines.append(f"    Session: {_clean(r['sessionKey'])}")
+        lines.append("")
+    running = sum(1 for r in rows if r["running"])
+    lines.append(f"Total: {len(rows)} ({running} running)")
+    return "\n".join(lines)

@@ -23,6 +23,7 @@ from engine.protocol.frames import Event
 from engine.results import ToolResult
 from engine.sessions import SessionManager, SystemEvents
 from engine.tools.exec import ExecTool
+from runner.gateway.browsers import BrowserHub
 from runner.gateway.nodes import NodeHub
 from runner.gateway.output import OutputFanout
 
@@ -87,6 +88,7 @@ class Services:
         ]
         self._sandbox_manager: Any = None
         self.nodes = NodeHub(self)  # links are opened on first use (and follow config edits)
+        self.browsers = BrowserHub(self)  # containers started on first use; the door opens with them
         self.exec_tool.node_runner = self.nodes.run
 
     # -- lifecycle
@@ -151,6 +153,7 @@ class Services:
                 unsubscribe()
         self.approvals.close()
         await self.nodes.close()
+        await self.browsers.close()
         await self.exec_tool.close()
         await self.sessions.close()
 

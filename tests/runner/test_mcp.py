@@ -31,7 +31,7 @@ async def test_mcp_tools_exec_process_and_shared_sessions(state_dir: Path) -> No
         ):
             await session.initialize()
             tools = {t.name: t for t in (await session.list_tools()).tools}
-            assert set(tools) == {"exec", "process"}
+            assert set(tools) == {"exec", "process", "browser"}
             assert tools["exec"].input_schema["required"] == ["command"]
             assert tools["exec"].input_schema["properties"]["yieldMs"]["description"] == (
                 "Milliseconds to wait before backgrounding (default 10000)"

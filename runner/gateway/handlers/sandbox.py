@@ -92,6 +92,9 @@ async def prune(services: Services, conn: Connection, params: dict[str, Any]) ->
     settings = resolve_settings(services.config(), agent_id(params))
     try:
         removed = await default_manager().maybe_prune(settings, force=True)
+        browsers = await services.browsers.manager.prune(settings.idle_hours, settings.max_age_days)
+        for name in browsers:
+            await services.browsers.stop("main", "", name)  # closes its door and CDP connection too
     except SandboxUnavailable as exc:
         raise ToolError(str(exc)) from None
-    return {"removed": removed}
+    return {"removed": removed + browsers}

@@ -61,7 +61,7 @@ def test_missing_file_is_all_defaults(state_dir: Path) -> None:
     assert (sb.mode, sb.scope, sb.workspace_access) == ("off", "agent", "none")
     assert sb.workspace_root == str(state_dir / "sandboxes")
     d = sb.docker
-    assert d.image == "exechost-sandbox:busybox" and d.read_only_root is True
+    assert d.image == "openclaw-sandbox:bookworm-slim" and d.read_only_root is True
     assert d.tmpfs == ["/tmp", "/var/tmp", "/run"] and d.network == "none" and d.cap_drop == ["ALL"]
     assert d.env == {"LANG": "C.UTF-8"} and d.user is None and d.binds == []
     assert (sb.prune.idle_hours, sb.prune.max_age_days) == (24, 7)
@@ -304,7 +304,7 @@ def test_sandbox_for_merges_per_reference(tmp_path: Path) -> None:
     assert ops.prune.idle_hours == 2
     shared = cfg.sandbox_for("shared")
     assert shared.scope == "shared"
-    assert shared.docker.image == "exechost-sandbox:busybox" and shared.prune.idle_hours == 24
+    assert shared.docker.image == "openclaw-sandbox:bookworm-slim" and shared.prune.idle_hours == 24
     assert cfg.sandbox_for("nobody").docker.binds == ["/data:/data:ro"]
     # The merged view is a copy: editing it never changes the loaded config.
     ops.docker.binds.append("/x:/x")
@@ -436,3 +436,27 @@ def test_every_key_position_reports_its_own_line(repo_root: Path, tmp_path: Path
         assert info.value.key.endswith("bogusKey")
         checked += 1
     assert checked >= 45
+
+
+def test_browser_keys_merge_per_agent_and_refuse_host_control(tmp_path: Path) -> None:
+    from engine.sandbox.browser import effective_docker
+    from engine.sandbox.settings import resolve_settings
+
+    text = (
+        "[agents.defaults.sandbox.browser]\nenabled = true\nheadless = true\n"
+        "[agents.defaults.sandbox.docker]\nbinds = []\n"
+        '[[agents.list]]\nid = "web"\n[agents.list.sandbox.browser]\nnetwork = "corp"\nbinds = []\n'
+        '[[agents.list]]\nid = "solo"\n[agents.list.sandbox]\nscope = "shared"\n'
+        "[agents.list.sandbox.browser]\nheadless = false\n"
+    )
+    cfg = load_config(write(tmp_path, text))
+    web = resolve_settings(cfg, "web").browser
+    assert web.enabled and web.headless and web.network == "corp" and web.binds == ()
+    assert resolve_settings(cfg, "main").browser.binds is None  # unset: the docker binds apply
+    assert resolve_settings(cfg, "solo").browser.headless is True  # shared ignores agent overrides
+    assert effective_docker(resolve_settings(cfg, "web")).network == "corp"
+    err = error_for(tmp_path, "[agents.defaults.sandbox.browser]\nallowHostControl = true\n")
+    assert err.key == "agents.defaults.sandbox.browser.allowHostControl" and err.line == 2
+    assert "never drives a browser on the host" in err.message
+    err = error_for(tmp_path, "[agents.defaults.sandbox.browser]\ncdpPort = 0\n")
+    assert err.key == "agents.defaults.sandbox.browser.cdpPort" and "at least 1" in err.message

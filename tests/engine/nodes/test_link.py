@@ -142,3 +142,78 @@ async def test_sshd_killed_mid_command_then_reconnects(sshd_nodes: list[SshdNode
     finally:
         await link.close()
     assert os.path.exists(alpha.state_dir / "node.json")
+
+
+async def test_proxy_jump_checks_the_jump_hosts_key_against_the_nodes_known_hosts(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """beta reached through alpha: both keys must be in the node's knownHosts, the jump's too."""
+    from tests.helpers.sshd import _user
+
+    alpha, beta = sshd_nodes
+    base = (state_dir / "config.toml").read_text()
+    jump = f'proxyJump = "{_user()}@{alpha.addr}:{alpha.port}"\n'
+    (state_dir / "config.toml").write_text(base.replace("[nodes.beta]\n", f"[nodes.beta]\n{jump}"))
+    link = link_for(state_dir, "beta", reconnect=False)
+    try:
+        await link.ensure()
+        res = await link.call("system.which", {"bins": ["sh"]})
+        assert res.ok and link.hello is not None and link.state == "connected"
+        assert len(link._jumps) == 1  # the hop is a connection of its own, closed with the link
+    finally:
+        await link.close()
+    assert link._jumps == []
+    # Distrust only the jump host: refused naming the jump, before anything reaches beta.
+    lines = alpha.known_hosts.read_text().splitlines()
+    alpha.known_hosts.write_text("".join(ln + "\n" for ln in lines if f"[{alpha.addr}]" not in ln))
+    marker = beta.root / "ran"
+    refused = link_for(state_dir, "beta", reconnect=False)
+    with pytest.raises(NodeError, match=rf"jump host {alpha.addr}:{alpha.port} \(proxyJump\) is not trusted"):
+        await refused.call("system.run", {"command": ["/bin/sh", "-lc", f"touch {marker}"]})
+    assert not marker.exists() and refused.state == "down"
+    await refused.close()
+    bad = link_for(state_dir, "beta", reconnect=False)
+    bad.cfg.proxy_jump = "host:notaport"
+    with pytest.raises(NodeError, match="invalid proxyJump hop 'host:notaport'"):
+        await bad.ensure()
+    await bad.close()
+
+
+async def test_ssh_config_supplies_what_the_node_table_leaves_out(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """`host` may be a ~/.ssh/config alias: HostName, Port, User and IdentityFile come from there; the
+    host key is still checked against the node's knownHosts."""
+    from tests.helpers.sshd import _user
+
+    beta = sshd_nodes[1]
+    home = Path(os.environ["HOME"])
+    (home / ".ssh").mkdir(mode=0o700, exist_ok=True)
+    (home / ".ssh" / "config").write_text(
+        f"Host beta-alias\n  HostName {beta.addr}\n  Port {beta.port}\n  User {_user()}\n"
+        f"  IdentityFile {beta.client_key}\n"
+    )
+    (state_dir / "config.toml").write_text(
+        f'[nodes.aliased]\nhost = "beta-alias"\nknownHosts = "{beta.known_hosts}"\n'
+        f'exechost = "{link_exechost(state_dir, beta)}"\n'
+    )
+    link = link_for(state_dir, "aliased", reconnect=False)
+    try:
+        await link.ensure()
+        assert link.state == "connected" and link.status()["port"] is None  # left to ~/.ssh/config
+    finally:
+        await link.close()
+    beta.known_hosts.write_text("")
+    refused = link_for(state_dir, "aliased", reconnect=False)
+    with pytest.raises(NodeError, match="is not trusted"):
+        await refused.ensure()
+    await refused.close()
+
+
+def link_exechost(state_dir: Path, node: SshdNode) -> str:
+    import re
+
+    text = node.config_toml()
+    found = re.search(r'exechost = "([^"]+)"', text)
+    assert found is not None
+    return found.group(1)

@@ -11,7 +11,12 @@ import pytest
 
 from engine.config.loader import load_config, load_config_text, set_config_value
 from engine.config.model import ConfigError
-from engine.config.schema import DEFAULT_SANDBOX_IMAGE, RESERVED_WORKDIRS
+from engine.config.schema import (
+    BUSYBOX_SANDBOX_IMAGE,
+    DEFAULT_BROWSER_IMAGE,
+    DEFAULT_SANDBOX_IMAGE,
+    RESERVED_WORKDIRS,
+)
 from engine.sandbox import admin, map_workdir
 from engine.sandbox import supervisor as sv
 from engine.sandbox.settings import (
@@ -73,7 +78,7 @@ def error_for(tmp: Path, text: str) -> ConfigError:
 def test_defaults_reach_the_effective_settings(tmp_path: Path) -> None:
     d = resolve_settings(load_config(tmp_path / "none.toml"), "main").docker
     assert (d.image, d.container_prefix, d.workdir) == (
-        "exechost-sandbox:busybox",
+        "openclaw-sandbox:bookworm-slim",
         "openclaw-sbx-",
         "/workspace",
     )
@@ -298,15 +303,20 @@ def test_reserved_workdirs_match_the_sandbox_mounts() -> None:
 
 
 def test_default_image_name_is_honest_everywhere() -> None:
-    assert DEFAULT_IMAGE == DEFAULT_SANDBOX_IMAGE == "exechost-sandbox:busybox"
+    assert DEFAULT_IMAGE == DEFAULT_SANDBOX_IMAGE == "openclaw-sandbox:bookworm-slim"
     dockerfile = (REPO / "engine" / "sandbox" / "Dockerfile").read_text()
-    assert DEFAULT_SANDBOX_IMAGE in dockerfile and "FROM scratch" in dockerfile
+    assert BUSYBOX_SANDBOX_IMAGE in dockerfile and "FROM scratch" in dockerfile
+    assert admin.setup_flavour(DEFAULT_SANDBOX_IMAGE) == "debian"
+    assert admin.setup_target(None, "busybox") == BUSYBOX_SANDBOX_IMAGE  # never a busybox under a Debian name
+    seed = (REPO / "engine" / "sandbox" / "Dockerfile.debian").read_text()
+    assert "FROM debian:bookworm-slim" in seed and 'LABEL exechost.image="debian"' in seed
     assert 'LABEL exechost.image="busybox"' in dockerfile and admin.SETUP_LABEL == (
         "exechost.image",
         "busybox",
     )
     example = (REPO / "config.example.toml").read_text()
-    assert f'# image = "{DEFAULT_SANDBOX_IMAGE}"' in example and "bookworm" not in example
+    assert f'# image = "{DEFAULT_SANDBOX_IMAGE}"' in example
+    assert f'# image = "{DEFAULT_BROWSER_IMAGE}"' in example
 
 
 def test_cli_setup_help_and_explain_show_the_keys(

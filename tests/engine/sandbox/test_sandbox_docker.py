@@ -434,6 +434,13 @@ def test_cli_setup_builds_the_configured_image(
         out = capsys.readouterr().out
         assert "Step 1/" in out and out.rstrip().endswith(f"Sandbox image built: {tag}")
         docker_ops.ensure_image(tag)
+        built = docker_ops.client().images.get(tag).id
+        assert main(["sandbox", "setup"]) == 0  # a cached image it built is reused
+        out = capsys.readouterr().out
+        assert "reusing it (--rebuild builds it again)" in out and "Step 1/" not in out
+        assert docker_ops.client().images.get(tag).id == built
+        assert main(["sandbox", "setup", "--rebuild"]) == 0
+        assert "Step 1/" in capsys.readouterr().out
     finally:
         docker_ops.client().images.remove(tag)
 

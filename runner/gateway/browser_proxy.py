@@ -1,0 +1,211 @@
+"""The token-protected loopback door to browser sandboxes: CDP and noVNC, relayed to their Unix sockets.
+
+A browser container publishes no port: its CDP and noVNC listen on Unix sockets in a 0700 dir only the
+gateway's user can enter. CDP clients (Playwright's `connect_over_cdp`, the operator's tools) and the
+operator's web browser (noVNC) need a TCP URL, so the gateway listens on 127.0.0.1 and relays requests
+whose path starts with a browser's secret token; anything else gets a bare 403 and nothing of the
+browser. Chromium names its WebSocket URLs after the Host header, so `/json*` answers are rewritten to
+carry the token, or a client could not follow them back through this door.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import re
+import secrets
+from dataclasses import dataclass
+
+from engine.sandbox.browser import open_browser_socket
+
+log = logging.getLogger(__name__)
+
+HEAD_LIMIT = 16 * 1024  # an HTTP request head longer than this is not a CDP or noVNC client
+JSON_LIMIT = 1024 * 1024  # a /json answer (targets list) larger than this is refused
+HEAD_TIMEOUT = 10.0
+FORBIDDEN = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+BAD_GATEWAY = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_REQUEST_LINE = re.compile(rb"^([A-Z]{3,10}) (/[^ ]*) (HTTP/1\.[01])$")
+
+
+@dataclass(frozen=True)
+class Door:
+    """One browser's way in: its token and the Unix sockets its container listens on."""
+
+    token: str
+    cdp_socket: str
+    novnc_socket: str | None
+    container_id: str  # only a peer in this container is the browser (the socket dir is its to write)
+
+
+class BrowserProxy:
+    """One loopback listener for every browser sandbox of this gateway."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self._host = host
+        self._server: asyncio.Server | None = None
+        self._doors: dict[str, Door] = {}  # browser (container) name → door
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    async def start(self) -> None:
+        if self._server is None:
+            self._server = await asyncio.start_server(self._serve, self._host, 0, limit=HEAD_LIMIT)
+            self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for task in list(self._tasks):
+            task.cancel()
+
+    def open(self, name: str, cdp_socket: str, novnc_socket: str | None, container_id: str) -> Door:
+        """The door for browser `name` (kept while its container is the same: URLs stay valid)."""
+        door = self._doors.get(name)
+        wanted = (cdp_socket, novnc_socket, container_id)
+        if door is None or (door.cdp_socket, door.novnc_socket, door.container_id) != wanted:
+            door = Door(secrets.token_urlsafe(24), *wanted)
+            self._doors[name] = door
+        return door
+
+    def shut(self, name: str) -> None:
+        self._doors.pop(name, None)
+
+    def door(self, name: str) -> Door | None:
+        return self._doors.get(name)
+
+    def base_url(self, name: str) -> str | None:
+        door = self._doors.get(name)
+        if door is None or not self.port:
+            return None
+        return f"http://{self._host}:{self.port}/{door.token}"
+
+    def _find(self, token: str) -> Door | None:
+        found = None
+        for door in self._doors.values():  # compare against every door: no early exit on a match
+            if hmac.compare_digest(door.token.encode(), token.encode()):
+                found = door
+        return found
+
+    # -- one connection -----------------------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await self._relay(reader, writer)
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            pass  # the door closed under it (gateway stopping): a top-level task nothing awaits
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+            writer.close()
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                await writer.wait_closed()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async with asyncio.timeout(HEAD_TIMEOUT):
+            head = await reader.readuntil(b"\r\n\r\n")
+        lines = head[:-4].split(b"\r\n")
+        match = _REQUEST_LINE.match(lines[0])
+        if match is None:
+            writer.write(FORBIDDEN)
+            return
+        method, path, version = match.groups()
+        token, _, rest = path[1:].partition(b"/")
+        door = self._find(token.decode("ascii", "replace")) if token else None
+        if door is None:
+            writer.write(FORBIDDEN)
+            await writer.drain()
+            return
+        target, inner = door.cdp_socket, b"/" + rest
+        if rest == b"novnc" or rest.startswith((b"novnc/", b"novnc?")):
+            if door.novnc_socket is None:
+                writer.write(FORBIDDEN)
+                return
+            target, inner = door.novnc_socket, b"/" + rest[len(b"novnc") :].lstrip(b"/")
+        host = _header(lines, b"host") or b"127.0.0.1"
+        rewrite = target == door.cdp_socket and inner.startswith(b"/json")
+        headers = [ln for ln in lines[1:] if not (rewrite and ln.lower().startswith(b"connection:"))]
+        if rewrite:
+            headers.append(b"Connection: close")  # one answer to rewrite, then done
+        try:
+            up_reader, up_writer = await open_browser_socket(target, door.container_id, HEAD_LIMIT)
+        except OSError:  # gone, or NotTheBrowser: a link to some other socket on this host
+            writer.write(BAD_GATEWAY)
+            return
+        try:
+            up_writer.write(b"\r\n".join([b" ".join([method, inner, version]), *headers]) + b"\r\n\r\n")
+            if rewrite:
+                await _rewrite_json(up_reader, writer, host, door.token.encode())
+                return
+            await _pipe_both(reader, writer, up_reader, up_writer)
+        finally:
+            up_writer.close()
+
+
+def _header(lines: list[bytes], name: bytes) -> bytes | None:
+    for line in lines[1:]:
+        key, sep, value = line.partition(b":")
+        if sep and key.strip().lower() == name:
+            return value.strip()
+    return None
+
+
+async def _rewrite_json(
+    up: asyncio.StreamReader, writer: asyncio.StreamWriter, host: bytes, token: bytes
+) -> None:
+    """Relay a /json answer with every `ws://<host>/` (and devtools' `ws=<host>/`) pointing at the token."""
+    head = await up.readuntil(b"\r\n\r\n")
+    length = _header([b"", *head[:-4].split(b"\r\n")], b"content-length")
+    if length is None or not length.isdigit() or int(length) > JSON_LIMIT:
+        writer.write(BAD_GATEWAY)  # Chromium always sends a length; it keeps the connection open
+        return
+    body = await up.readexactly(int(length))
+    body = body.replace(b"ws://" + host + b"/", b"ws://" + host + b"/" + token + b"/")
+    body = body.replace(b"ws=" + host + b"/", b"ws=" + host + b"/" + token + b"/")
+    lines = [
+        ln
+        for ln in head[:-4].split(b"\r\n")
+        if not ln.lower().startswith((b"content-length:", b"connection:", b"transfer-encoding:"))
+    ]
+    lines += [b"Content-Length: " + str(len(body)).encode(), b"Connection: close"]
+    writer.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+    await writer.drain()
+
+
+async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    try:
+        while data := await src.read(65536):
+            dst.write(data)
+            await dst.drain()
+    finally:
+        with contextlib.suppress(OSError):
+            if dst.can_write_eof():
+                dst.write_eof()
+
+
+async def _pipe_both(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    up_reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+) -> None:
+    # Data the client sent after its head (a WebSocket's first frames) is still in `reader`'s buffer.
+    tasks = [asyncio.create_task(_pipe(reader, up_writer)), asyncio.create_task(_pipe(up_reader, writer))]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        # The container closing ends the exchange; a client half-close still lets the answer finish.
+        if tasks[1].done():
+            return
+        await tasks[1]
+    finally:
+        for t in tasks:
+            t.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,189 @@
+"""The gateway's browser sandboxes: containers (engine), the loopback door (tokens), the agent's tool.
+
+One place decides which browser a call means (the agent/session's scope, like exec's sandbox), starts it
+when `autoStart` allows, opens its door, and tells subscribers what changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import TYPE_CHECKING, Any
+
+from engine.results import ToolError, ToolResult
+from engine.sandbox import docker_ops
+from engine.sandbox.browser import (
+    BrowserInfo,
+    BrowserLayout,
+    BrowserManager,
+    browser_hash,
+    browser_layout,
+    browser_sockets,
+)
+from engine.sandbox.manager import SandboxError
+from engine.sandbox.settings import SandboxSettings, main_session_key, resolve_settings
+from engine.tools.browser import BrowserTool, CdpUnavailable
+from runner.gateway.browser_proxy import BrowserProxy
+
+if TYPE_CHECKING:
+    from runner.gateway.services import Services
+
+DISABLED = (
+    "The browser sandbox is disabled for agent {agent}: set agents.defaults.sandbox.browser.enabled = true "
+    "(and build its image: `exechost sandbox setup --browser`)."
+)
+NOT_STARTED = (
+    "The browser sandbox {name} is not running and browser.autoStart is false: the operator starts it "
+    "with `exechost sandbox browser start --agent {agent}`."
+)
+
+
+class BrowserHub:
+    def __init__(self, services: Services) -> None:
+        self._services = services
+        self.manager = BrowserManager()
+        self.proxy = BrowserProxy()
+        self.tool = BrowserTool()
+        self._ready: dict[str, str] = {}  # browser → config hash it was last brought up with here
+
+    def resolve(self, agent_id: str, session_key: str) -> tuple[SandboxSettings, BrowserLayout]:
+        settings = resolve_settings(self._services.config(), agent_id)
+        return settings, browser_layout(settings, agent_id, session_key or main_session_key(agent_id))
+
+    async def _endpoint(self, blay: BrowserLayout) -> str:
+        await self.proxy.start()
+        container_id = self.manager.ids.get(blay.name) or await self.manager.container_id(blay.name)
+        self.proxy.open(blay.name, blay.cdp_socket, blay.novnc_socket, container_id)
+        url = self.proxy.base_url(blay.name)
+        assert url is not None
+        return url
+
+    async def start(self, agent_id: str, session_key: str) -> dict[str, Any]:
+        settings, blay = self.resolve(agent_id, session_key)
+        if not settings.browser.enabled:
+            raise ToolError(DISABLED.format(agent=agent_id))
+        try:
+            warnings = await self.manager.ensure(settings, blay, agent_id)
+        except (SandboxError, docker_ops.SandboxUnavailable) as exc:
+            raise ToolError(str(exc)) from None
+        await self._endpoint(blay)
+        self._changed(blay.name, "started")
+        return {"containerName": blay.name, "warnings": warnings}
+
+    async def stop(self, agent_id: str, session_key: str, name: str | None = None) -> dict[str, Any]:
+        if name is None:
+            _, blay = self.resolve(agent_id, session_key)
+            name = blay.name
+        endpoint = self.proxy.base_url(name)
+        if endpoint is not None:
+            await self.tool.forget(endpoint)
+        self.proxy.shut(name)
+        self._ready.pop(name, None)
+        try:
+            removed = await self.manager.stop(name)
+        except docker_ops.SandboxUnavailable as exc:
+            raise ToolError(str(exc)) from None
+        self._changed(name, "stopped")
+        return {"containerName": name, "removed": removed}
+
+    async def status(self, *, with_urls: bool = False) -> list[dict[str, Any]]:
+        try:
+            rows = await self.manager.runtimes()
+        except docker_ops.SandboxUnavailable as exc:
+            raise ToolError(str(exc)) from None
+        return [self._row(info, with_urls) for info in rows]
+
+    def _row(self, info: BrowserInfo, with_urls: bool) -> dict[str, Any]:
+        row = info.to_dict()
+        endpoint = self.proxy.base_url(info.name) if info.running else None
+        shot = self.tool.latest.get(endpoint or "")
+        row["screenshotAtMs"] = None if shot is None else shot.at_ms
+        if with_urls and endpoint is not None:
+            row["cdpUrl"] = endpoint
+            token = endpoint.rsplit("/", 1)[1]
+            query = f"autoconnect=1&resize=scale&path={token}/novnc/websockify"
+            row["noVncUrl"] = f"{endpoint}/novnc/vnc.html?{query}" if info.no_vnc else None
+        return row
+
+    async def urls(self, agent_id: str, session_key: str) -> dict[str, Any]:
+        """The operator's links into a running browser (tokens included; never shown to agents)."""
+        _, blay = self.resolve(agent_id, session_key)
+        info = await self.manager.info(blay.name)
+        if info is None or not info.running:
+            raise ToolError(
+                f"The browser sandbox {blay.name} is not running (`exechost sandbox browser start`)."
+            )
+        await self._endpoint(blay)
+        return self._row(info, True)
+
+    def screenshot(self, name: str) -> dict[str, Any] | None:
+        endpoint = self.proxy.base_url(name)
+        shot = self.tool.latest.get(endpoint or "")
+        if shot is None:
+            return None
+        return {
+            "mimeType": shot.mime,
+            "image": base64.b64encode(shot.data).decode("ascii"),
+            "atMs": shot.at_ms,
+        }
+
+    async def capture(self, name: str) -> None:
+        """A screenshot for the operator (browser.screenshot fresh=true) of a running browser."""
+        endpoint = self.proxy.base_url(name)
+        if endpoint is None:
+            info = await self.manager.info(name)
+            if info is None or not info.running:
+                raise ToolError(f"The browser sandbox {name} is not running.")
+            await self.proxy.start()
+            container_id = self.manager.ids.get(name) or await self.manager.container_id(name)
+            self.proxy.open(name, *browser_sockets(name), container_id)
+            endpoint = self.proxy.base_url(name)
+            assert endpoint is not None
+        await self.tool.run(endpoint, {"action": "screenshot"})
+        self._changed(name, "screenshot")
+
+    async def call(self, agent_id: str, session_key: str, params: dict[str, Any]) -> ToolResult:
+        """The agent's `browser` tool call, in its scope's browser sandbox."""
+        settings, blay = self.resolve(agent_id, session_key)
+        if not settings.browser.enabled:
+            raise ToolError(DISABLED.format(agent=agent_id))
+        expected = browser_hash(settings, blay)
+        if self._ready.get(blay.name) != expected:  # warm calls skip Docker entirely
+            await self._bring_up(settings, blay, agent_id, session_key)
+            self._ready[blay.name] = expected
+        else:
+            await self.manager.touch(blay.name)
+        endpoint = await self._endpoint(blay)
+        try:
+            result = await self.tool.run(endpoint, params)
+        except CdpUnavailable:
+            # Removed or restarted behind our back: bring it up again (autoStart permitting), once.
+            self._ready.pop(blay.name, None)
+            await self.tool.forget(endpoint)
+            await self._bring_up(settings, blay, agent_id, session_key)
+            self._ready[blay.name] = expected
+            result = await self.tool.run(await self._endpoint(blay), params)
+        result.details["containerName"] = blay.name
+        if params.get("action") in ("navigate", "screenshot", "click", "type"):
+            self._changed(blay.name, str(params.get("action")))
+        return result
+
+    async def _bring_up(
+        self, settings: SandboxSettings, blay: BrowserLayout, agent_id: str, session_key: str
+    ) -> None:
+        if not settings.browser.auto_start:
+            info = await self.manager.info(blay.name)
+            if info is None or not info.running:
+                raise ToolError(NOT_STARTED.format(name=blay.name, agent=agent_id))
+        await self.start(agent_id, session_key)
+
+    def _changed(self, name: str, what: str) -> None:
+        self._services.broadcast(
+            "sandboxes",
+            "browser.updated",
+            {"containerName": name, "what": what, "ts": int(time.time() * 1000)},
+        )
+
+    async def close(self) -> None:
+        await self.tool.close()
+        await self.proxy.close()
