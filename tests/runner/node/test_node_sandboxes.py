@@ -145,3 +145,47 @@ async def test_per_call_node_and_the_cli(node_sandboxes: list[SshdNode], state_d
     assert pruned.returncode == 0 and "Pruned 0 runtime(s)." in pruned.stdout
     unknown = cli(state_dir, "sandbox", "list", "--node", "gamma")
     assert unknown.returncode != 0 and "unknown node: gamma" in unknown.stderr
+
+
+async def test_console_sandboxes_pane_shows_and_recreates_a_nodes_sandbox(
+    node_sandboxes: list[SshdNode], state_dir: Path
+) -> None:
+    from textual.pilot import Pilot
+
+    from console.app import ConsoleApp
+    from console.dialogs import ConfirmDialog
+    from console.widgets.sandboxes import SandboxesPane
+
+    configure(state_dir, node_sandboxes)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        await agent.request("exec", {"command": "true"})
+        (row,) = (await agent.request("sandbox.list", {"node": "alpha"}))["containers"]
+        app = ConsoleApp(state_dir, autostart=False, bell=False, clock=False)
+        async with app.run_test(size=(200, 40)) as pilot:
+
+            async def until(pred: object) -> object:
+                async def check() -> object:
+                    await pilot.pause()
+                    return pred()  # type: ignore[operator]
+
+                return await wait_until(check, timeout=20)
+
+            assert isinstance(pilot, Pilot)
+            await wait_until(app.link.connected.is_set)
+            await pilot.press("5")
+            pane = app.query_one(SandboxesPane)
+            await until(lambda: any(r.get("node") == "alpha" for r in pane.rows))
+            index = next(i for i, r in enumerate(pane.rows) if r.get("node") == "alpha")
+            table = app.query_one("#sandbox-list")
+            assert "alpha" in str(table.get_row_at(index)[0])  # type: ignore[attr-defined]
+            table.move_cursor(row=index)  # type: ignore[attr-defined]
+            await pilot.press("e")
+            detail = app.query_one("#sandbox-detail")
+            await until(lambda: row["containerName"] in str(detail.render()))
+            await pilot.press("x")
+            await until(lambda: isinstance(app.screen, ConfirmDialog))
+            await pilot.press("y")
+            await until(lambda: not docker_ops.inspect(row["containerName"]).exists)
+            await until(lambda: all(r.get("node") != "alpha" for r in pane.rows))
+        await agent.close()
