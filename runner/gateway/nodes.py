@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals.decisions import DECISIONS
-from engine.approvals.pending import ApprovalError, ApprovalRequest
+from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
 from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.select import Candidate, NodeSelectError, select_node
 from engine.nodes.wire import NodeEvent, Request
@@ -27,7 +28,10 @@ log = logging.getLogger("exechost.gateway.nodes")
 
 EVENT_OUTPUT_CHARS = 180  # reference §5.5: the finished text's output, compacted
 SANDBOX_ADMIN_TIMEOUT_SEC = 120.0  # a prune or recreate removes containers one by one
-MAX_PENDING_PER_NODE = 64  # a node flooding the inbox gets refused (askFallback), not shown
+MAX_PENDING_PER_NODE = 64
+_APPROVAL_ID = re.compile(
+    r"[A-Za-z0-9_.:-]{1,128}"
+)  # a node flooding the inbox gets refused (askFallback), not shown
 
 
 def _compact(text: str, limit: int) -> str:
@@ -301,6 +305,9 @@ class NodeHub:
             node_id = self._trusted_id(link)
         except ToolError as exc:
             raise NodeError(str(exc), "INVALID_REQUEST") from None
+        approval_id = params.get("approvalId")
+        if not isinstance(approval_id, str) or not _APPROVAL_ID.fullmatch(approval_id):
+            raise NodeError("bad approval request: approvalId", "INVALID_REQUEST")
         if not self.services.has_approver():
             return {"decision": None, "resolvedBy": "no-approver"}
         manager = self.services.approvals
@@ -323,7 +330,8 @@ class NodeHub:
             allowed_decisions=allowed,
             resolved_path=view.get("resolvedPath") if isinstance(view.get("resolvedPath"), str) else None,
             node_id=node_id,
-            env_hash=f"node-approval:{params.get('approvalId')}",  # one node-side request, one record
+            env_hash=env_hash(dict(env)),
+            node_approval_id=approval_id,
             env=env,
             decision_json=decision_json or {},
             warnings=tuple(str(w) for w in view.get("warnings") or ()),

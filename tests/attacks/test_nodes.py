@@ -297,3 +297,46 @@ async def test_a_node_flooding_the_inbox_is_capped(sshd_nodes: list[SshdNode], s
         assert refused.read_text() == str(100 - cap)
         assert len(server.services.approvals.pending()) == cap
         await operator.close()
+
+
+async def test_a_malformed_node_approval_id_is_refused(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """A node's ask whose approvalId is not an id (too long, spaces, control characters) never reaches
+    the inbox; the node gets INVALID_REQUEST back."""
+    alpha = sshd_nodes[0]
+    hello = {
+        "type": "hello",
+        "protocol": 1,
+        "nodeId": "odd",
+        "displayName": "odd",
+        "version": "0",
+        "platform": "linux",
+        "caps": ["system.run"],
+        "pathEnv": "",
+    }
+    script = _hostile_exechost(
+        alpha,
+        f"print(json.dumps({hello!r}), flush=True)\n"
+        "for i, bad in enumerate(['a b', 'x' * 500, 'id\\x1b[2J', 7]):\n"
+        "    ask = {'type': 'req', 'id': f'n{i}', 'method': 'approval.request',\n"
+        "           'params': {'approvalId': bad, 'request': {'command': 'id', 'cwd': '/'}}}\n"
+        "    print(json.dumps(ask), flush=True)\n"
+        "refused = 0\n"
+        "for line in sys.stdin:\n"
+        "    if 'INVALID_REQUEST' in line:\n"
+        "        refused += 1\n"
+        "        open(sys.argv[0] + '.refused', 'w').write(str(refused))\n",
+    )
+    _use_exechost(state_dir, alpha, script)
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + (state_dir / "config.toml").read_text())
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir, "operator")
+        await operator.request("approvals.attach")
+        await server.services.nodes.sync()["alpha"].ensure()
+        refused = Path(f"{script}.refused")
+        for _ in range(400):
+            if refused.exists() and refused.read_text() == "4":
+                break
+            await asyncio.sleep(0.05)
+        assert refused.read_text() == "4"
+        assert server.services.approvals.pending() == []
+        await operator.close()

@@ -108,6 +108,11 @@ async def test_node_ask_is_relayed_and_bound_to_its_node(sshd_nodes: list[SshdNo
         by_node = {r.request.node_id: r for r in pending}
         assert set(by_node) == {ids["alpha"], ids["beta"]}  # same command, two asks: never coalesced
         assert all(r.request.host == "node" for r in pending)
+        # Each ask names the node-side approval it answers in its own field; env_hash is a real env hash.
+        assert len({r.request.node_approval_id for r in pending}) == 2 and all(
+            r.request.node_approval_id and len(r.request.env_hash) == 64 for r in pending
+        )
+        assert {r.view()["nodeApprovalId"] for r in pending} == {r.request.node_approval_id for r in pending}
         await operator.request("approve", {"id": by_node[ids["alpha"]].id, "decision": "allow-once"})
         done_a = await on_a
         assert done_a["text"].strip() == "from-a" and done_a["details"]["node"] == "alpha"
