@@ -221,6 +221,31 @@ class NodeHub:
         details["node"] = link.name
         return ToolResult(text, details)
 
+    async def merged_list(self, local: ToolResult, params: dict[str, Any], scope: str) -> ToolResult:
+        """`process list` without node=: this gateway's sessions and every connected node's in the same
+        scope, newest first, each row with its node (None here). Nodes that are down are not dialled."""
+        links = [link for link in self.sync().values() if link.state == "connected"]
+        if not links:
+            return local
+
+        async def one(link: NodeLink) -> ToolResult | None:
+            try:
+                return await self.process("list", {**params, "node": link.name}, scope)
+            except ToolError as exc:
+                log.warning("process list on node %s failed: %s", link.name, exc)
+                return None
+
+        rows = [{**r, "node": None} for r in local.details.get("sessions") or []]
+        texts = [local.text] if rows else []
+        for result in await asyncio.gather(*(one(link) for link in links)):
+            got = (result.details.get("sessions") or []) if result is not None else []
+            if result is not None and got:
+                rows += got
+                texts.append(result.text)
+        rows.sort(key=lambda r: r.get("startedAt") or 0, reverse=True)
+        text = "\n".join(texts) or local.text
+        return ToolResult(text, {**local.details, "sessions": rows})
+
     # -- sandboxes on nodes
 
     async def sandbox_call(

@@ -197,6 +197,10 @@ async def test_background_session_on_a_node(sshd_nodes: list[SshdNode], state_di
         assert "up" in log
         listed = await agent.request("process", {"action": "list", "node": "alpha"})
         assert [s["sessionId"] for s in listed["details"]["sessions"]] == [sid]
+        # Without node=, the list merges this gateway's sessions with every connected node's.
+        merged = await agent.request("process", {"action": "list"})
+        assert [(s["sessionId"], s["node"]) for s in merged["details"]["sessions"]] == [(sid, "alpha")]
+        assert sid in merged["text"]
         killed = await agent.request("process", {"action": "kill", "sessionId": sid})
         assert killed["details"]["sessionId"] == sid
         with pytest.raises(RemoteError, match="No session found"):
@@ -354,3 +358,26 @@ async def test_a_console_on_the_node_is_asked_first(sshd_nodes: list[SshdNode], 
             await agent.close()
     finally:
         await console.close()
+
+
+async def test_process_list_merges_local_and_node_sessions(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    alpha = sshd_nodes[0]
+    gateway_config(state_dir, sshd_nodes, '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n')
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        local = await agent.request("exec", {"command": "sleep 30", "host": "gateway", "background": True})
+        remote = await agent.request(
+            "exec", {"command": "sleep 30", "host": "node", "node": "alpha", "background": True}
+        )
+        merged = await agent.request("process", {"action": "list"})
+        rows = {s["sessionId"]: s["node"] for s in merged["details"]["sessions"]}
+        assert rows == {local["details"]["sessionId"]: None, remote["details"]["sessionId"]: "alpha"}
+        # Another scope sees neither.
+        other = await agent.request("process", {"action": "list", "sessionKey": "agent:main:other"})
+        assert other["details"]["sessions"] == []
+        for sid in rows:
+            await agent.request("process", {"action": "kill", "sessionId": sid})
+        await agent.close()
