@@ -144,6 +144,12 @@ class NodeHub:
         try:
             await link.ensure()
             self._trusted_id(link)
+            if sandboxed and "sandbox" not in (link.hello.caps if link.hello else []):
+                # An older node would ignore `sandbox` and run the command on its host: never send it.
+                raise ToolError(
+                    f"node {link.name}: its exechost ({link.hello.version if link.hello else '?'}) cannot "
+                    "run sandboxes; install this exechost version there, or run the sandbox elsewhere"
+                )
             res = await link.call("system.run", request, timeout=wait)
         except NodeError as exc:
             raise ToolError(str(exc)) from None

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.protocol.frames import RemoteError
+from tests.attacks.test_nodes import _hostile_exechost, _use_exechost
 from tests.helpers.gateway import connect, gateway
 from tests.helpers.sandbox import IMAGE, build_test_image
 from tests.helpers.sshd import SshdNode
@@ -79,3 +80,36 @@ async def test_per_call_node_must_agree_with_the_agents_sandbox_node(
             await agent.request("exec", {"command": "echo moved", "node": "beta"})
         await agent.close()
     assert not (beta.state_dir / "sandboxes").exists()
+
+
+async def test_a_node_without_sandbox_support_is_never_sent_a_sandboxed_command(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """An older node (no `sandbox` cap) would ignore the flag and run the command on its host: the gateway
+    refuses before sending anything."""
+    alpha = sshd_nodes[0]
+    configure(state_dir, sshd_nodes)
+    hello = {
+        "type": "hello",
+        "protocol": 1,
+        "nodeId": "old-node",
+        "displayName": "old",
+        "version": "0.0.9",
+        "platform": "linux",
+        "caps": ["system.run", "system.which"],
+        "pathEnv": "",
+    }
+    got = alpha.root / "got-request"
+    script = _hostile_exechost(
+        alpha,
+        f"print(json.dumps({hello!r}), flush=True)\n"
+        "for line in sys.stdin:\n"
+        f"    open({str(got)!r}, 'a').write(line)\n",
+    )
+    _use_exechost(state_dir, alpha, script)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        with pytest.raises(RemoteError, match=r"node alpha: its exechost \(0.0.9\) cannot run sandboxes"):
+            await agent.request("exec", {"command": "echo escaped"})
+        await agent.close()
+    assert not got.exists()
