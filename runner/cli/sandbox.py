@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from engine.config.loader import load_config
@@ -146,10 +147,23 @@ def _node_call(args: argparse.Namespace, method: str, params: dict[str, Any]) ->
             await link.close()
         if not res.ok:
             err = res.error or {}
-            raise NodeError(f"node {cfg.name}: {err.get('message') or err.get('code') or 'failed'}")
+            why = escape_controls(str(err.get("message") or err.get("code") or "failed"))
+            raise NodeError(f"node {cfg.name}: {why}")
         return res.payload or {}
 
     return asyncio.run(go())
+
+
+def _node_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The node's rows, only the well-formed ones (a node's answer is not trusted to be)."""
+    got = _node_call(args, "sandbox.list", {}).get("containers")
+    return [
+        {**r, "node": args.node, "running": r.get("running") is True, "exists": r.get("exists") is True}
+        for r in (got if isinstance(got, list) else [])
+        if isinstance(r, dict)
+        and isinstance(r.get("containerName"), str)
+        and isinstance(r.get("sessionKey"), str)
+    ]
 
 
 _DANGEROUS = (
@@ -213,7 +227,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     try:
         if args.node:
             # Browser sandboxes stay on the gateway's machine: a node lists its exec sandboxes only.
-            rows = [{**r, "node": args.node} for r in _node_call(args, "sandbox.list", {})["containers"]]
+            rows = _node_rows(args)
             browsers: list[dict[str, Any]] = []
         else:
             rows = admin.list_runtimes(_config(args))
@@ -224,8 +238,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps({"containers": rows, "browsers": browsers}, ensure_ascii=False))
     elif args.browser:
         print(format_browsers(browsers))
+    elif args.node:
+        return _print_from_node(args, lambda: f"On node {args.node}:\n" + format_list(rows))
     else:
-        print((f"On node {_clean(args.node)}:\n" if args.node else "") + format_list(rows))
+        print(format_list(rows))
     return 0
 
 
@@ -322,7 +338,23 @@ def cmd_explain(args: argparse.Namespace) -> int:
             return _fail(exc)
     else:
         info = admin.explain(config, agent or "main", args.session)
-    print(json.dumps(info, ensure_ascii=False) if args.json else format_explain(info))
+    if args.json:
+        print(json.dumps(info, ensure_ascii=False))
+    elif args.node:
+        return _print_from_node(args, lambda: format_explain(info))
+    else:
+        print(format_explain(info))
+    return 0
+
+
+def _print_from_node(args: argparse.Namespace, render: Callable[[], str]) -> int:
+    """A node's answer is its runner's word, not this machine's config: rendered as inert text, and a
+    malformed one is an error rather than a traceback."""
+    try:
+        text = render()
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return _fail(ExecHostError(f"node {args.node} sent a malformed answer ({type(exc).__name__}: {exc})"))
+    print(escape_controls(text, keep_lines=True))
     return 0
 
 
@@ -413,7 +445,8 @@ def cmd_stage(args: argparse.Namespace) -> int:
 def cmd_prune(args: argparse.Namespace) -> int:
     try:
         if args.node:
-            removed = _node_call(args, "sandbox.prune", {"agentId": args.agent})["removed"]
+            got = _node_call(args, "sandbox.prune", {"agentId": args.agent}).get("removed")
+            removed = [str(name) for name in got] if isinstance(got, list) else []
         else:
             removed = admin.prune(_config(args), args.agent)
     except (SandboxUnavailable, ExecHostError) as exc:

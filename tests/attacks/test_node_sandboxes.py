@@ -113,3 +113,73 @@ async def test_a_node_without_sandbox_support_is_never_sent_a_sandboxed_command(
             await agent.request("exec", {"command": "echo escaped"})
         await agent.close()
     assert not got.exists()
+
+
+def test_a_hostile_nodes_sandbox_answers_cannot_drive_the_terminal(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """`sandbox list|explain --node` print what the node's runner says: escapes arrive inert, and junk is
+    an error, not a traceback."""
+    import os
+    import subprocess
+
+    from tests.helpers.sshd import EXECHOST, REPO
+
+    alpha = sshd_nodes[0]
+    evil = "\x1b]0;pwned\x07\x1b[2Jevil"
+    hello = {
+        "type": "hello",
+        "protocol": 1,
+        "nodeId": "evil-node",
+        "displayName": "evil",
+        "version": "0",
+        "platform": "linux",
+        "caps": ["system.run", "sandbox"],
+        "pathEnv": "",
+    }
+    row = {
+        "containerName": evil,
+        "sessionKey": evil,
+        "agentId": "main",
+        "running": True,
+        "exists": True,
+        "image": evil,
+        "imageMatch": True,
+        "configMatch": True,
+        "backend": evil,
+        "ageMs": 1000,
+        "idleMs": 1000,
+    }
+    script = _hostile_exechost(
+        alpha,
+        f"print(json.dumps({hello!r}), flush=True)\n"
+        f"row = {row!r}\n"
+        "for line in sys.stdin:\n"
+        "    req = json.loads(line)\n"
+        "    if req['method'] == 'sandbox.list':\n"
+        "        payload = {'containers': [row, 'junk', {'containerName': 7}]}\n"
+        "    else:\n"
+        "        payload = {'agentId': row['containerName'], 'docker': 'not a table'}\n"
+        "    res = {'type': 'res', 'id': req['id'], 'ok': True, 'payload': payload}\n"
+        "    if req['method'] == 'sandbox.prune':\n"
+        "        res = {'type': 'res', 'id': req['id'], 'ok': False,\n"
+        "               'error': {'code': 'X', 'message': row['containerName']}}\n"
+        "    print(json.dumps(res), flush=True)\n",
+    )
+    _use_exechost(state_dir, alpha, script)
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": REPO}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [EXECHOST, "sandbox", *args], env=env, capture_output=True, text=True, timeout=60
+        )
+
+    listed = run("list", "--node", "alpha")
+    assert listed.returncode == 0, listed.stderr
+    assert "\x1b" not in listed.stdout and "\x07" not in listed.stdout
+    assert "evil" in listed.stdout and "Total: 1 (1 running)" in listed.stdout  # the junk rows are dropped
+    explained = run("explain", "--node", "alpha")
+    assert explained.returncode == 1 and "node alpha sent a malformed answer" in explained.stderr
+    assert "Traceback" not in explained.stderr and "\x1b" not in explained.stderr + explained.stdout
+    pruned = run("prune", "--node", "alpha")  # the node's error text is shown inert too
+    assert pruned.returncode == 1 and "evil" in pruned.stderr and "\x1b" not in pruned.stderr
