@@ -252,6 +252,58 @@ class NodeHub:
         text = "\n".join(texts) or local.text
         return ToolResult(text, {**local.details, "sessions": rows})
 
+    # -- the operator's view of node sessions (the console's Sessions pane)
+
+    def _session_row(self, link: NodeLink, row: dict[str, Any]) -> dict[str, Any] | None:
+        """A node's session row in the gateway's terms: its id prefixed, its node named (by the link, never
+        by the row)."""
+        raw = row.get("sessionId")
+        if not isinstance(raw, str) or not raw:
+            return None
+        where = "sandbox" if row.get("host") == "sandbox" else "node"
+        return {
+            **row,
+            "sessionId": f"node:{link.name}:{raw}",
+            "node": link.name,
+            "host": f"{where}:{link.name}",
+        }
+
+    def session_link(self, session_id: str) -> tuple[NodeLink, str]:
+        """(link, the node's own id) for `node:<name>:<id>`; ToolError for anything else."""
+        parts = session_id.split(":", 2)
+        link = self.sync().get(parts[1]) if len(parts) == 3 and parts[0] == "node" and parts[2] else None
+        if link is None:
+            raise ToolError(f"No session found for {session_id}")
+        return link, parts[2]
+
+    async def node_sessions(self) -> list[dict[str, Any]]:
+        """Every connected node's sessions (all scopes, as the operator's `sessions.list`)."""
+        links = [link for link in self.sync().values() if link.state == "connected"]
+
+        async def one(link: NodeLink) -> list[dict[str, Any]]:
+            try:
+                res = await link.call("sessions.list", {}, timeout=10)
+            except NodeError as exc:
+                log.warning("sessions.list on node %s failed: %s", link.name, exc)
+                return []
+            rows = (res.payload or {}).get("sessions") if res.ok else None
+            out = [self._session_row(link, r) for r in rows or [] if isinstance(r, dict)]
+            return [r for r in out if r is not None]
+
+        return [row for rows in await asyncio.gather(*(one(link) for link in links)) for row in rows]
+
+    async def session_call(self, session_id: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """`sessions.output|resize` on a node session; the answer carries the gateway's id again."""
+        link, raw = self.session_link(session_id)
+        try:
+            res = await link.call(method, {**params, "sessionId": raw}, timeout=30)
+        except NodeError as exc:
+            raise ToolError(str(exc)) from None
+        if not res.ok:
+            err = res.error or {}
+            raise ToolError(f"node {link.name}: {err.get('message') or err.get('code') or 'failed'}")
+        return {**(res.payload or {}), "sessionId": session_id}
+
     # -- sandboxes on nodes
 
     async def sandbox_call(
@@ -293,6 +345,11 @@ class NodeHub:
     def _on_event(self, link: NodeLink, ev: NodeEvent) -> None:
         """Reference §5.5: exec.started|finished|denied as the agent's system events."""
         p = ev.payload
+        if ev.event in ("session.started", "session.exited"):  # for the consoles' session lists
+            row = self._session_row(link, p["session"]) if isinstance(p.get("session"), dict) else None
+            if row is not None:
+                self.services.broadcast("sessions", ev.event, row)
+            return
         node_id = link.hello.node_id if link.hello else link.name
         if p.get("suppressNotifyOnExit") or not self.services.config().exec.notify_on_exit:
             return

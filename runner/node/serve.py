@@ -138,6 +138,9 @@ class NodeServer:
         self.sandbox_tool = self._exec_tool(self.sandbox_config)
         # Background exits and the like: the gateway queues them for the agent's session.
         self.sessions.events.subscribe(self._forward_event)
+        # Sessions starting and ending: the gateway's consoles list them live (not queued while unlinked:
+        # the next `sessions.list` says the same).
+        self.sessions.add_listener(self._forward_session_event)
 
     def _exec_tool(self, config: Callable[[], Config]) -> ExecTool:
         return ExecTool(
@@ -196,11 +199,13 @@ class NodeServer:
                 raise ConnectionError("no link to the gateway")
             await current.write(encode(frame))
 
-    async def emit(self, event: NodeEvent) -> None:
+    async def emit(self, event: NodeEvent, *, queue: bool = True) -> None:
         """An event for the gateway: sent now, or queued (bounded, oldest dropped) until the next link."""
         try:
             await self.send(event)
         except (ConnectionError, OSError):
+            if not queue:
+                return
             if len(self._queued) == self._queued.maxlen:
                 self.dropped_events += 1
             self._queued.append(event)
@@ -217,6 +222,15 @@ class NodeServer:
                 res = Response(req.id, True, payload=await self.process(req.params))
             elif req.method == "system.which":
                 res = Response(req.id, True, payload=self.system_which(req.params))
+            elif req.method.startswith("sessions."):
+                from runner.node import views
+
+                try:
+                    res = Response(
+                        req.id, True, payload=await views.handle(self.sessions, req.method, req.params)
+                    )
+                except views.ViewRequestError as exc:
+                    raise RunError("INVALID_REQUEST", str(exc)) from None
             elif req.method.startswith("sandbox."):
                 from runner.node import sandboxes
 
@@ -374,6 +388,11 @@ class NodeServer:
             "suppressNotifyOnExit": suppress,
         }
         await self.emit(NodeEvent("exec.denied", payload))
+
+    def _forward_session_event(self, event: str, data: dict[str, Any]) -> None:
+        task = asyncio.ensure_future(self.emit(NodeEvent(event, {"session": data}), queue=False))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _forward_event(self, session_key: str, text: str) -> None:
         task = asyncio.ensure_future(
