@@ -13,7 +13,7 @@ import pytest
 from engine.config.loader import load_config
 from engine.nodes.link import NodeError, NodeLink
 from engine.protocol.frames import RemoteError
-from tests.helpers.gateway import connect, gateway
+from tests.helpers.gateway import connect, gateway, wait_until
 from tests.helpers.sshd import SshdNode
 
 NODE_FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
@@ -340,3 +340,43 @@ async def test_a_malformed_node_approval_id_is_refused(sshd_nodes: list[SshdNode
         assert refused.read_text() == "4"
         assert server.services.approvals.pending() == []
         await operator.close()
+
+
+async def test_an_agent_cannot_read_node_sessions_of_other_scopes(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """The operator's session view of a node (every scope there) is the console's, not an agent's."""
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + (state_dir / "config.toml").read_text())
+    async with gateway(state_dir):
+        owner = await connect(state_dir, "agent", operator=False)
+        started = await owner.request(
+            "exec",
+            {
+                "command": "echo secret-out; sleep 30",
+                "node": "alpha",
+                "background": True,
+                "sessionKey": "a:1",
+            },
+        )
+        sid = started["details"]["sessionId"]
+        other = await connect(state_dir, "agent", operator=False)
+        listed = await other.request("sessions.list")
+        assert sid not in [r["sessionId"] for r in listed["sessions"]]
+        with pytest.raises(RemoteError, match="needs the operator role"):
+            await other.request("sessions.output", {"sessionId": sid})
+        theirs = await other.request("process", {"action": "log", "sessionId": sid, "sessionKey": "a:2"})
+        assert "No session found" in theirs["text"] and "secret-out" not in str(theirs)
+        console = await connect(state_dir, "console")  # the operator sees it
+        assert sid in [r["sessionId"] for r in (await console.request("sessions.list"))["sessions"]]
+        out = await wait_until(lambda: _output_has(console, sid, "secret-out"))
+        assert out["sessionId"] == sid
+        await owner.request("process", {"action": "kill", "sessionId": sid, "sessionKey": "a:1"})
+        for client in (owner, other, console):
+            await client.close()
+
+
+async def _output_has(client: object, sid: str, needle: str) -> dict[str, object] | None:
+    out = await client.request("sessions.output", {"sessionId": sid})  # type: ignore[attr-defined]
+    return out if needle in out["data"] else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidInput
-from runner.gateway.handlers.common import opt_str, req_str
+from runner.gateway.handlers.common import opt_str, req_str, require_operator
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 async def list_(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     key = opt_str(params, "sessionKey")
     rows = services.sessions.list_sessions(key or None)
-    if not key:  # the operator's view: every connected node's sessions too, ids `node:<name>:<id>`
+    if not key and conn.operator:  # the operator's view: every connected node's sessions, all scopes
         rows += await services.nodes.node_sessions()
     return {"sessions": rows}
 
@@ -40,6 +40,7 @@ async def output(services: Services, conn: Connection, params: dict[str, Any]) -
     offset = _int(params, "offset")
     limit = min(_int(params, "limit") or DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES)
     if sid.startswith("node:"):
+        require_operator(conn, "sessions.output on a node session")  # every scope there: operators only
         got = await services.nodes.session_call(
             sid, "sessions.output", {"limit": limit, **({"offset": offset} if offset is not None else {})}
         )
@@ -72,6 +73,7 @@ async def resize(services: Services, conn: Connection, params: dict[str, Any]) -
     if not cols or not rows:
         raise InvalidInput("cols and rows are required")
     if sid.startswith("node:"):
+        require_operator(conn, "sessions.resize on a node session")
         await services.nodes.session_call(sid, "sessions.resize", {"cols": cols, "rows": rows})
         return {"sessionId": sid, "cols": cols, "rows": rows}
     if not services.sessions.resize(sid, cols, rows):
