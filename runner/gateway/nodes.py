@@ -17,6 +17,7 @@ from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.select import Candidate, NodeSelectError, select_node
 from engine.nodes.wire import NodeEvent, Request
 from engine.policy.decision import Decision
+from engine.protocol.frames import Event
 from engine.results import ToolError, ToolResult
 from engine.sessions.output import sanitize
 from engine.tools.exec import ExecContext
@@ -347,8 +348,11 @@ class NodeHub:
         p = ev.payload
         if ev.event in ("session.started", "session.exited"):  # for the consoles' session lists
             row = self._session_row(link, p["session"]) if isinstance(p.get("session"), dict) else None
-            if row is not None:
-                self.services.broadcast("sessions", ev.event, row)
+            if row is not None:  # every scope on the node: the operators' consoles only
+                frame = Event(event=ev.event, data=row)
+                for conn in self.services.connections():
+                    if conn.operator and "sessions" in conn.topics:
+                        conn.send(frame)
             return
         node_id = link.hello.node_id if link.hello else link.name
         if p.get("suppressNotifyOnExit") or not self.services.config().exec.notify_on_exit:

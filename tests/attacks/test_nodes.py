@@ -362,13 +362,24 @@ async def test_an_agent_cannot_read_node_sessions_of_other_scopes(
         )
         sid = started["details"]["sessionId"]
         other = await connect(state_dir, "agent", operator=False)
+        seen: list[object] = []
+        other.add_listener(seen.append)
+        await other.request("subscribe", {"topics": ["sessions"]})
+        console = await connect(state_dir, "console")  # the operator sees what the agent must not
+        console_seen: list[object] = []
+        console.add_listener(console_seen.append)
+        await console.request("subscribe", {"topics": ["sessions"]})
+        await owner.request(
+            "exec", {"command": "echo second", "node": "alpha", "background": True, "sessionKey": "a:1"}
+        )
         listed = await other.request("sessions.list")
         assert sid not in [r["sessionId"] for r in listed["sessions"]]
         with pytest.raises(RemoteError, match="needs the operator role"):
             await other.request("sessions.output", {"sessionId": sid})
         theirs = await other.request("process", {"action": "log", "sessionId": sid, "sessionKey": "a:2"})
         assert "No session found" in theirs["text"] and "secret-out" not in str(theirs)
-        console = await connect(state_dir, "console")  # the operator sees it
+        await wait_until(lambda: [e for e in console_seen if "node:alpha:" in str(e)])
+        assert not [e for e in seen if "node:alpha:" in str(e)]
         assert sid in [r["sessionId"] for r in (await console.request("sessions.list"))["sessions"]]
         out = await wait_until(lambda: _output_has(console, sid, "secret-out"))
         assert out["sessionId"] == sid
