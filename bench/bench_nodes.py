@@ -1,5 +1,6 @@
-"""Node benchmarks: exec `true` on a node over the kept link (node policy included) against `ssh host true`,
-ssh with ControlMaster and a raw asyncssh `conn.run('true')`, in the same run on one real loopback sshd.
+"""Node benchmarks: exec `true` on a node over the kept link (node policy included; in-process and through a
+`node run` service) against `ssh host true`, ssh with ControlMaster and a raw asyncssh `conn.run('true')`, in
+the same run on one real loopback sshd.
 
 Usage: .venv/bin/python bench/bench_nodes.py [--runs N] [--concurrent N]
 """
@@ -101,6 +102,26 @@ async def main(runs: int, concurrent: int) -> None:
             node_samples.append(time.perf_counter() - started)
             assert res.ok, res.error
         print(line("node exec `true` (kept link, node allowlist policy)", node_samples))
+
+        # The same through a `node run` service: serve --stdio only relays bytes to node.sock.
+        service = node.run_service()
+        via = NodeLink(cfg)
+        try:
+            await via.ensure()
+            assert via.hello is not None and via.hello.mode == "service"
+            for _ in range(10):
+                assert (await via.call("system.run", params)).ok
+            relayed = []
+            for _ in range(runs):
+                started = time.perf_counter()
+                res = await via.call("system.run", params)
+                relayed.append(time.perf_counter() - started)
+                assert res.ok, res.error
+            print(line("node exec `true` via the `node run` service (relayed)", relayed))
+        finally:
+            await via.close()
+            service.terminate()
+            service.wait()
 
         async with asyncssh.connect(
             node.addr,

@@ -166,7 +166,7 @@ class GatewayLink:
         if not self.follows:
             return
         with contextlib.suppress(RemoteError, ConnectionError):  # gone meanwhile: nothing to follow
-            if session_id is None:
+            if session_id is None or session_id.startswith("node:"):  # a node's session is read, not pushed
                 await self.request("sessions.unfollow")
             else:
                 await self.request("sessions.follow", {"sessionId": session_id, "only": True})

@@ -95,7 +95,10 @@ EXEC_SCHEMA: dict[str, Any] = {
             "enum": list(ASKS),
             "description": "When to ask the operator; may only ask more",
         },
-        "node": {"type": "string", "description": "Node id/name for host=node"},
+        "node": {
+            "type": "string",
+            "description": "Node id/name for host=node, or for host=sandbox: run in a sandbox on that node",
+        },
     },
     "required": ["command"],
     "additionalProperties": False,

@@ -65,6 +65,9 @@ class NodesPane(Vertical):
         out.append_text(
             _plain(f"platform={row.get('platform') or '-'} caps={','.join(row.get('caps') or [])}")
         )
+        if row.get("mode"):
+            # service: a `node run` answers, so the node's sessions outlive this link.
+            out.append_text(_plain(f" mode={row['mode']}"))
         if row.get("lastError"):
             out.append("\n✗ ", style="red")
             out.append_text(_plain(row["lastError"]))

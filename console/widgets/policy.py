@@ -80,10 +80,7 @@ def render_policy(agent: AgentPolicy | None) -> RenderableType:
     trail.add_column(style="dim")
     for step in agent.trail:
         trail.add_row(
-            *(
-                plain(x)
-                for x in (step.get("key", ""), step.get("value", ""), f"← {step.get('layer', '')}")
-            )
+            *(plain(x) for x in (step.get("key", ""), step.get("value", ""), f"← {step.get('layer', '')}"))
         )
     parts.extend([Text("why (last layer wins):", style="bold"), trail])
     for key, values in agent.overrides.items():

@@ -1,4 +1,5 @@
-"""The sandboxes pane: containers with status, image, age, idle and config match; recreate, prune, explain."""
+"""The sandboxes pane: containers here and on every connected node (node column) with status, image, age, idle
+and config match; recreate, prune, explain act where the selected row lives."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ class SandboxesPane(Vertical):
 
     def compose(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="sandbox-list", cursor_type="row", zebra_stripes=True)
-        table.add_columns("container", "status", "image", "config", "age", "idle", "session")
+        table.add_columns("node", "container", "status", "image", "config", "age", "idle", "session")
         yield table
         yield Static("r refresh · e explain · x recreate · p prune", id="sandbox-detail")
 
@@ -104,6 +105,7 @@ class SandboxesPane(Vertical):
                 image.append(" ⚠ mismatch", style="yellow")
             config = Text("✓", style="green") if r.get("configMatch") else Text("⚠ recreate", style="yellow")
             table.add_row(
+                _plain(r.get("node") or "local"),
                 _plain(r.get("containerName", "")),
                 status,
                 image,
@@ -118,7 +120,7 @@ class SandboxesPane(Vertical):
             self._detail(
                 Text(
                     "No sandbox runtimes found. Sandboxes are off unless config.toml turns them on:\n"
-                    "  [agents.defaults.sandbox]\n  mode = \"all\"        # or \"non-main\"\n"
+                    '  [agents.defaults.sandbox]\n  mode = "all"        # or "non-main"\n'
                     "then `exechost sandbox setup` builds the default image; the next host=sandbox command "
                     "creates its container here (e to explain an agent's settings).",
                     style="dim",
@@ -128,11 +130,18 @@ class SandboxesPane(Vertical):
     @work(group="sandbox-list", exclusive=True, exit_on_error=False)
     async def action_refresh_list(self) -> None:
         try:
-            rows = (await self._request("sandbox.list")).get("containers", [])
+            res = await self._request("sandbox.list")
         except Exception as exc:
             self._detail(Text(f"sandboxes unavailable: {exc}", style="red"))
             return
-        self.show(list(rows))
+        self.show(list(res.get("containers", [])))
+        errors = res.get("errors") or []
+        if errors:  # a node (or the local Docker) that could not answer: say which, keep the rest
+            line = Text("⚠ ", style="yellow")
+            line.append_text(
+                _plain("; ".join(f"{e.get('node') or 'local'}: {e.get('error')}" for e in errors))
+            )
+            self._detail(line)
 
     @work(group="sandbox-action", exclusive=True, exit_on_error=False)
     async def action_explain(self) -> None:
@@ -140,6 +149,8 @@ class SandboxesPane(Vertical):
         params: dict[str, Any] = {}
         if row is not None:
             params = {"agentId": row.get("agentId") or "main", "sessionKey": row.get("sessionKey")}
+            if row.get("node"):
+                params["node"] = row["node"]
         try:
             info = await self._request("sandbox.explain", params)
         except Exception as exc:
@@ -173,7 +184,8 @@ class SandboxesPane(Vertical):
         if not ok:
             return
         try:
-            res = await self._request("sandbox.recreate", {"containerName": name})
+            params = {"containerName": name, **({"node": row["node"]} if row.get("node") else {})}
+            res = await self._request("sandbox.recreate", params)
         except Exception as exc:
             self._detail(Text(f"recreate failed: {exc}", style="red"))
             return
@@ -183,11 +195,16 @@ class SandboxesPane(Vertical):
 
     @work(group="sandbox-action", exclusive=True, exit_on_error=False)
     async def action_prune(self) -> None:
+        """Prunes where the selected row lives (this machine when nothing, or a local row, is selected)."""
+        row = self.selected
+        node = row.get("node") if row is not None else None
         try:
-            res = await self._request("sandbox.prune")
+            res = await self._request("sandbox.prune", {"node": node} if node else {})
         except Exception as exc:
             self._detail(Text(f"prune failed: {exc}", style="red"))
             return
         removed = res.get("removed") or []
-        self._detail(f"Pruned {len(removed)} runtime(s)." + (f" ({', '.join(removed)})" if removed else ""))
+        where = f" on node {node}" if node else ""
+        text = f"Pruned {len(removed)} runtime(s){where}." + (f" ({', '.join(removed)})" if removed else "")
+        self._detail(_plain(text))
         self.action_refresh_list()

@@ -321,9 +321,14 @@ class SessionsPane(Horizontal):
             self.replay(session_id)
 
     def poll_visible(self) -> None:
-        """Fallback for a gateway that does not push `session.output`: re-read the visible log on change."""
+        """Fallback for a gateway that does not push `session.output`: re-read the visible log on change.
+        A node's session is never pushed: its new bytes are read by offset while it runs."""
         router = self.link.output
         sid = router.visible
+        if sid is not None and sid.startswith("node:"):
+            if self.link.connected.is_set() and self.sessions.get(sid, {}).get("status") == "running":
+                self.poll_node_output(sid)
+            return
         if sid is None or router.pushed or not self.link.connected.is_set() or sid in self.log_page:
             return
         if self.sessions.get(sid, {}).get("status") == "running":
@@ -343,6 +348,25 @@ class SessionsPane(Horizontal):
         if total != self.seen_total.get(session_id):
             self.seen_total[session_id] = total
             self.replay(session_id)
+
+    @work(group="node-poll", exclusive=True, exit_on_error=False)
+    async def poll_node_output(self, session_id: str) -> None:
+        """What a node session printed since the offset the pane has shown (`sessions.output`)."""
+        router = self.link.output
+        since = router.since.get(session_id)
+        if since is None or self.replaying == session_id:
+            return  # the replay sets the offset first
+        try:
+            res = await self.link.request("sessions.output", {"sessionId": session_id, "offset": since})
+        except (RemoteError, ConnectionError):
+            return
+        if self.current != session_id or router.since.get(session_id) != since:
+            return  # switched away, or a replay moved the offset meanwhile
+        nxt = res.get("nextOffset")
+        if isinstance(nxt, int):
+            router.since[session_id] = nxt
+        if res.get("data"):
+            self.feed(str(res["data"]))
 
     @work(group="replay", exclusive=True, exit_on_error=False)
     async def replay(self, session_id: str) -> None:

@@ -59,6 +59,9 @@ class ApprovalRequest:
     resolved_path: str | None = None
     node_id: str | None = None
     env_hash: str = ""
+    # A node's relayed ask: the node-side approval it answers. Part of the identity, so two asks from a
+    # node (even for the same command) are two records, each decided once, never one for the other.
+    node_approval_id: str | None = None
     # The env overrides the command gets beyond the sanitised base, keys and values: the approver sees them.
     env: tuple[tuple[str, str], ...] = ()
     # The policy decision behind the ask (Decision.to_json()): shown to the approver, not part of identity.
@@ -82,6 +85,7 @@ class ApprovalRequest:
             "allowedDecisions": list(self.allowed_decisions),
             "resolvedPath": self.resolved_path,
             "nodeId": self.node_id,
+            "nodeApprovalId": self.node_approval_id,
             "envKeys": [k for k, _ in self.env],
             "env": dict(self.env),
             "analysisOk": d.get("analysisOk"),

@@ -117,6 +117,7 @@ class SandboxConfig:
     scope: str = "agent"
     workspace_access: str = "none"
     workspace_root: str = ""  # filled with <state dir>/sandboxes when unset
+    node: str | None = None  # sandboxes on this node (its Docker, its runner), not on the gateway's
     docker: DockerConfig = field(default_factory=DockerConfig)
     browser: BrowserConfig = field(default_factory=BrowserConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)

@@ -148,6 +148,8 @@ SANDBOX_KEYS: dict[str, Spec | Table] = {
     "scope": Spec("scope", "enum", SANDBOX_SCOPES),
     "workspaceAccess": Spec("workspace_access", "enum", WORKSPACE_ACCESS),
     "workspaceRoot": Spec("workspace_root", "str"),
+    # A `[nodes.<name>]` whose Docker engine runs this agent's sandboxes (its node runner creates them).
+    "node": Spec("node", "str"),
     "docker": Table("docker", DOCKER_KEYS),
     "browser": Table("browser", BROWSER_KEYS),
     "prune": Table("prune", PRUNE_KEYS),

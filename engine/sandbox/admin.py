@@ -168,6 +168,34 @@ def remove(name: str, manager: SandboxManager | None = None) -> bool:
     return _manager(manager).remove_runtime(name)
 
 
+def recreate(
+    config: Any,
+    *,
+    all: bool = False,
+    session: str | None = None,
+    agent: str | None = None,
+    name: str | None = None,
+    manager: SandboxManager | None = None,
+) -> dict[str, Any]:
+    """Remove the chosen containers (exactly one selector); they are recreated with the current config on
+    next use. Blocking (Docker calls): run it in a thread. ValueError when the selectors are wrong."""
+    if sum([all, session is not None, agent is not None, name is not None]) != 1:
+        raise ValueError("Please specify exactly one of: all, sessionKey, agentId, containerName")
+    rows = list_runtimes(config, manager)
+    if name is not None:
+        chosen = [r for r in rows if r["containerName"] == name]
+    else:
+        chosen = select(rows, all=all, session=session, agent=agent)
+    removed: list[str] = []
+    failed: list[dict[str, str]] = []
+    for row in chosen:
+        if remove(row["containerName"], manager):
+            removed.append(row["containerName"])
+        else:
+            failed.append({"containerName": row["containerName"], "error": "docker rm -f failed"})
+    return {"removed": removed, "failed": failed}
+
+
 def prune(config: Any, agent_id: str = "main", manager: SandboxManager | None = None) -> list[str]:
     """Sandboxes and browser sandboxes idle past idleHours or older than maxAgeDays, removed now."""
     settings = resolve_settings(config, agent_id)

@@ -256,7 +256,9 @@ class ExecTool:
             return prepared
         policy = decision.policy
         assert policy is not None
-        if policy.host == "node":
+        # A sandbox on a node (per-call node=, or the agent's sandbox.node): that node's runner creates it.
+        on_node = policy.sandboxed and (params.get("node") or config.sandbox_for(ctx.agent_id).node)
+        if policy.host == "node" or on_node:
             if self.node_runner is None:
                 raise ToolError(NODE_UNAVAILABLE)
             prepared.host = "node"

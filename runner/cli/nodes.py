@@ -66,7 +66,8 @@ def _config(args: argparse.Namespace) -> Config:
         raise UsageError(str(exc)) from None
 
 
-def _node(config: Config, name: str) -> NodeConfig:
+def node_config(config: Config, name: str) -> NodeConfig:
+    """The `[nodes.<name>]` table, or a usage error listing the known names."""
     cfg = config.nodes.get(name)
     if cfg is None:
         known = ", ".join(sorted(config.nodes)) or "none configured"
@@ -135,7 +136,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_ping(args: argparse.Namespace) -> int:
-    cfg = _node(_config(args), args.name)
+    cfg = node_config(_config(args), args.name)
     row = asyncio.run(_probe(cfg, args.count))
     emit(escape_controls(_line(row)), row, args.json)
     return 0 if row["state"] == "connected" else 1
@@ -184,7 +185,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 def cmd_remove(args: argparse.Namespace) -> int:
     path = config_path(args.config)
-    _node(_config(args), args.name)
+    node_config(_config(args), args.name)
     try:
         set_config_value(path, f"nodes.{args.name}", None)
     except ConfigError as exc:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from engine.config.loader import load_config
 from engine.config.model import ConfigError
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
+from engine.errors import ExecHostError
 from engine.sandbox import admin
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.images import DEBIAN_SUITE
@@ -38,6 +41,7 @@ def register(subparsers: Subparsers) -> None:
     add_config_arg(p)
     p.add_argument("--browser", action="store_true", help="the browser sandboxes instead")
     p.add_argument("--json", action="store_true", help="print {containers: [...], browsers: [...]} as JSON")
+    _node_arg(p)
     p.set_defaults(func=cmd_list)
 
     p = actions.add_parser("explain", help="the effective sandbox config for an agent/session")
@@ -47,6 +51,7 @@ def register(subparsers: Subparsers) -> None:
     )
     p.add_argument("--session", default=None, metavar="KEY", help="session key (default: the main session)")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    _node_arg(p)
     p.set_defaults(func=cmd_explain)
 
     p = actions.add_parser("recreate", help="remove containers so they are recreated with the current config")
@@ -55,6 +60,7 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--session", metavar="KEY", help="the container of this scope/session key")
     p.add_argument("--agent", metavar="ID", help="the containers of this agent")
     p.add_argument("--force", action="store_true", help="do not ask for confirmation")
+    _node_arg(p)
     p.set_defaults(func=cmd_recreate)
 
     p = actions.add_parser(
@@ -70,6 +76,7 @@ def register(subparsers: Subparsers) -> None:
     p = actions.add_parser("prune", help="remove containers idle past idleHours or older than maxAgeDays now")
     add_config_arg(p)
     p.add_argument("--agent", default="main", metavar="ID", help="whose prune settings apply (default: main)")
+    _node_arg(p)
     p.set_defaults(func=cmd_prune)
 
     p = actions.add_parser(
@@ -115,6 +122,48 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--rebuild", action="store_true", help="build again even if setup already built it")
     add_config_arg(p)
     p.set_defaults(func=cmd_setup)
+
+
+def _node_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--node",
+        metavar="NAME",
+        help="on this node's Docker ([nodes.NAME]), over its own SSH link (no gateway needed)",
+    )
+
+
+def _node_call(args: argparse.Namespace, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One sandbox verb answered by the node's runner with the node's own config and Docker."""
+    from engine.nodes.link import NodeError, NodeLink
+    from runner.cli.nodes import node_config
+
+    cfg = node_config(_config(args), args.node)
+
+    async def go() -> dict[str, Any]:
+        link = NodeLink(cfg, reconnect=False)
+        try:
+            res = await link.call(method, params, timeout=120)
+        finally:
+            await link.close()
+        if not res.ok:
+            err = res.error or {}
+            why = escape_controls(str(err.get("message") or err.get("code") or "failed"))
+            raise NodeError(f"node {cfg.name}: {why}")
+        return res.payload or {}
+
+    return asyncio.run(go())
+
+
+def _node_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The node's rows, only the well-formed ones (a node's answer is not trusted to be)."""
+    got = _node_call(args, "sandbox.list", {}).get("containers")
+    return [
+        {**r, "node": args.node, "running": r.get("running") is True, "exists": r.get("exists") is True}
+        for r in (got if isinstance(got, list) else [])
+        if isinstance(r, dict)
+        and isinstance(r.get("containerName"), str)
+        and isinstance(r.get("sessionKey"), str)
+    ]
 
 
 _DANGEROUS = (
@@ -175,16 +224,22 @@ def format_list(rows: list[dict[str, Any]]) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    config = _config(args)
     try:
-        rows = admin.list_runtimes(config)
-        browsers = admin.list_browsers()
-    except SandboxUnavailable as exc:
+        if args.node:
+            # Browser sandboxes stay on the gateway's machine: a node lists its exec sandboxes only.
+            rows = _node_rows(args)
+            browsers: list[dict[str, Any]] = []
+        else:
+            rows = admin.list_runtimes(_config(args))
+            browsers = admin.list_browsers()
+    except (SandboxUnavailable, ExecHostError) as exc:
         return _fail(exc)
     if args.json:
         print(json.dumps({"containers": rows, "browsers": browsers}, ensure_ascii=False))
     elif args.browser:
         print(format_browsers(browsers))
+    elif args.node:
+        return _print_from_node(args, lambda: f"On node {args.node}:\n" + format_list(rows))
     else:
         print(format_list(rows))
     return 0
@@ -275,8 +330,31 @@ def cmd_explain(args: argparse.Namespace) -> int:
     agent = args.agent
     if agent is None and args.session and args.session.startswith("agent:"):
         agent = args.session.split(":")[1] or None
-    info = admin.explain(config, agent or "main", args.session)
-    print(json.dumps(info, ensure_ascii=False) if args.json else format_explain(info))
+    if args.node:
+        params = {"agentId": agent or "main", **({"sessionKey": args.session} if args.session else {})}
+        try:
+            info = _node_call(args, "sandbox.explain", params)
+        except ExecHostError as exc:
+            return _fail(exc)
+    else:
+        info = admin.explain(config, agent or "main", args.session)
+    if args.json:
+        print(json.dumps(info, ensure_ascii=False))
+    elif args.node:
+        return _print_from_node(args, lambda: format_explain(info))
+    else:
+        print(format_explain(info))
+    return 0
+
+
+def _print_from_node(args: argparse.Namespace, render: Callable[[], str]) -> int:
+    """A node's answer is its runner's word, not this machine's config: rendered as inert text, and a
+    malformed one is an error rather than a traceback."""
+    try:
+        text = render()
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return _fail(ExecHostError(f"node {args.node} sent a malformed answer ({type(exc).__name__}: {exc})"))
+    print(escape_controls(text, keep_lines=True))
     return 0
 
 
@@ -288,8 +366,11 @@ def cmd_recreate(args: argparse.Namespace) -> int:
         raise UsageError("Please specify only one of: --all, --session, --agent")
     config = _config(args)
     try:
-        rows = admin.select(admin.list_runtimes(config), all=args.all, session=args.session, agent=args.agent)
-    except SandboxUnavailable as exc:
+        every = (
+            _node_call(args, "sandbox.list", {})["containers"] if args.node else admin.list_runtimes(config)
+        )
+        rows = admin.select(every, all=args.all, session=args.session, agent=args.agent)
+    except (SandboxUnavailable, ExecHostError) as exc:
         return _fail(exc)
     rows = [r for r in rows if r["exists"]] or rows
     if not rows:
@@ -307,6 +388,8 @@ def cmd_recreate(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("Cancelled.")
             return 0
+    if args.node:
+        return _recreate_on_node(args)
     removed = failed = 0
     for r in rows:
         try:
@@ -321,6 +404,23 @@ def cmd_recreate(args: argparse.Namespace) -> int:
     print(f"Done: {removed} removed, {failed} failed")
     print("Runtimes will be automatically recreated when the agent is next used.")
     return 1 if failed else 0
+
+
+def _recreate_on_node(args: argparse.Namespace) -> int:
+    chosen = {"all": args.all, "sessionKey": args.session, "agentId": args.agent}
+    try:
+        res = _node_call(
+            args, "sandbox.recreate", {k: v for k, v in chosen.items() if v not in (None, False)}
+        )
+    except ExecHostError as exc:
+        return _fail(exc)
+    for name in res.get("removed") or []:
+        print(f"✓ Removed {_clean(name)}")
+    for row in res.get("failed") or []:
+        print(f"✗ Failed to remove {_clean(row.get('containerName'))}: {_clean(row.get('error'))}")
+    print(f"Done: {len(res.get('removed') or [])} removed, {len(res.get('failed') or [])} failed")
+    print("Runtimes will be automatically recreated when the agent is next used.")
+    return 1 if res.get("failed") else 0
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
@@ -343,10 +443,13 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    config = _config(args)
     try:
-        removed = admin.prune(config, args.agent)
-    except SandboxUnavailable as exc:
+        if args.node:
+            got = _node_call(args, "sandbox.prune", {"agentId": args.agent}).get("removed")
+            removed = [str(name) for name in got] if isinstance(got, list) else []
+        else:
+            removed = admin.prune(_config(args), args.agent)
+    except (SandboxUnavailable, ExecHostError) as exc:
         return _fail(exc)
     for name in removed:
         print(f"✓ Removed {_clean(name)}")

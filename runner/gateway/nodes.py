@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals.decisions import DECISIONS
-from engine.approvals.pending import ApprovalError, ApprovalRequest
+from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
 from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.select import Candidate, NodeSelectError, select_node
 from engine.nodes.wire import NodeEvent, Request
 from engine.policy.decision import Decision
+from engine.protocol.frames import Event
 from engine.results import ToolError, ToolResult
 from engine.sessions.output import sanitize
 from engine.tools.exec import ExecContext
@@ -26,7 +28,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("exechost.gateway.nodes")
 
 EVENT_OUTPUT_CHARS = 180  # reference §5.5: the finished text's output, compacted
-MAX_PENDING_PER_NODE = 64  # a node flooding the inbox gets refused (askFallback), not shown
+SANDBOX_ADMIN_TIMEOUT_SEC = 120.0  # a prune or recreate removes containers one by one
+MAX_PENDING_PER_NODE = 64
+_APPROVAL_ID = re.compile(
+    r"[A-Za-z0-9_.:-]{1,128}"
+)  # a node flooding the inbox gets refused (askFallback), not shown
 
 
 def _compact(text: str, limit: int) -> str:
@@ -103,7 +109,14 @@ class NodeHub:
         config = self.services.config()
         exec_cfg = config.exec_for(ctx.agent_id)
         query = params.get("node") if isinstance(params.get("node"), str) else None
-        link = self.select(query or decision.node, exec_cfg.node)
+        sandboxed = decision.policy is not None and decision.policy.sandboxed
+        if sandboxed:
+            # The agent's sandbox.node binds where its sandboxes live (a per-call node= must agree with it);
+            # tools.exec.node binds host=node runs, not these.
+            home = config.sandbox_for(ctx.agent_id).node
+            link = self.select(query or home, home)
+        else:
+            link = self.select(query or decision.node, exec_cfg.node)
         run_id = str(uuid.uuid4())
         timeout = params.get("timeout")
         explicit = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
@@ -124,6 +137,7 @@ class NodeHub:
             "ask": decision.ask,
             "background": bool(params.get("background")),
             "pty": bool(params.get("pty")),
+            "sandbox": sandboxed,
         }
         # Room for the node's ask to be answered here, then for the command itself.
         wait = timeout_sec + self.services.approvals.timeout_ms / 1000 + 5
@@ -131,6 +145,12 @@ class NodeHub:
         try:
             await link.ensure()
             self._trusted_id(link)
+            if sandboxed and "sandbox" not in (link.hello.caps if link.hello else []):
+                # An older node would ignore `sandbox` and run the command on its host: never send it.
+                raise ToolError(
+                    f"node {link.name}: its exechost ({link.hello.version if link.hello else '?'}) cannot "
+                    "run sandboxes; install this exechost version there, or run the sandbox elsewhere"
+                )
             res = await link.call("system.run", request, timeout=wait)
         except NodeError as exc:
             raise ToolError(str(exc)) from None
@@ -147,7 +167,7 @@ class NodeHub:
                     "status": "running",
                     "sessionId": sid,
                     "pid": p.get("pid"),
-                    "host": "node",
+                    "host": "sandbox" if sandboxed else "node",
                     "node": link.name,
                     "runId": run_id,
                 },
@@ -161,7 +181,7 @@ class NodeHub:
             "durationMs": p.get("durationMs") or int((time.monotonic() - started) * 1000),
             "aggregated": "\n".join(x for x in (stdout, stderr, str(error or "")) if x),
             "cwd": p.get("cwd"),
-            "host": "node",
+            "host": "sandbox" if sandboxed else "node",
             "node": link.name,
             "nodeId": link.hello.node_id if link.hello else None,
             "runId": run_id,
@@ -208,11 +228,132 @@ class NodeHub:
         details["node"] = link.name
         return ToolResult(text, details)
 
+    async def merged_list(self, local: ToolResult, params: dict[str, Any], scope: str) -> ToolResult:
+        """`process list` without node=: this gateway's sessions and every connected node's in the same
+        scope, newest first, each row with its node (None here). Nodes that are down are not dialled."""
+        links = [link for link in self.sync().values() if link.state == "connected"]
+        if not links:
+            return local
+
+        async def one(link: NodeLink) -> ToolResult | None:
+            try:
+                return await self.process("list", {**params, "node": link.name}, scope)
+            except ToolError as exc:
+                log.warning("process list on node %s failed: %s", link.name, exc)
+                return None
+
+        rows = [{**r, "node": None} for r in local.details.get("sessions") or []]
+        texts = [local.text] if rows else []
+        for result in await asyncio.gather(*(one(link) for link in links)):
+            got = (result.details.get("sessions") or []) if result is not None else []
+            if result is not None and got:
+                rows += got
+                texts.append(result.text)
+        rows.sort(key=lambda r: r.get("startedAt") or 0, reverse=True)
+        text = "\n".join(texts) or local.text
+        return ToolResult(text, {**local.details, "sessions": rows})
+
+    # -- the operator's view of node sessions (the console's Sessions pane)
+
+    def _session_row(self, link: NodeLink, row: dict[str, Any]) -> dict[str, Any] | None:
+        """A node's session row in the gateway's terms: its id prefixed, its node named (by the link, never
+        by the row)."""
+        raw = row.get("sessionId")
+        if not isinstance(raw, str) or not raw:
+            return None
+        where = "sandbox" if row.get("host") == "sandbox" else "node"
+        return {
+            **row,
+            "sessionId": f"node:{link.name}:{raw}",
+            "node": link.name,
+            "host": f"{where}:{link.name}",
+        }
+
+    def session_link(self, session_id: str) -> tuple[NodeLink, str]:
+        """(link, the node's own id) for `node:<name>:<id>`; ToolError for anything else."""
+        parts = session_id.split(":", 2)
+        link = self.sync().get(parts[1]) if len(parts) == 3 and parts[0] == "node" and parts[2] else None
+        if link is None:
+            raise ToolError(f"No session found for {session_id}")
+        return link, parts[2]
+
+    async def node_sessions(self) -> list[dict[str, Any]]:
+        """Every connected node's sessions (all scopes, as the operator's `sessions.list`)."""
+        links = [link for link in self.sync().values() if link.state == "connected"]
+
+        async def one(link: NodeLink) -> list[dict[str, Any]]:
+            try:
+                res = await link.call("sessions.list", {}, timeout=10)
+            except NodeError as exc:
+                log.warning("sessions.list on node %s failed: %s", link.name, exc)
+                return []
+            rows = (res.payload or {}).get("sessions") if res.ok else None
+            out = [self._session_row(link, r) for r in rows or [] if isinstance(r, dict)]
+            return [r for r in out if r is not None]
+
+        return [row for rows in await asyncio.gather(*(one(link) for link in links)) for row in rows]
+
+    async def session_call(self, session_id: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """`sessions.output|resize` on a node session; the answer carries the gateway's id again."""
+        link, raw = self.session_link(session_id)
+        try:
+            res = await link.call(method, {**params, "sessionId": raw}, timeout=30)
+        except NodeError as exc:
+            raise ToolError(str(exc)) from None
+        if not res.ok:
+            err = res.error or {}
+            raise ToolError(f"node {link.name}: {err.get('message') or err.get('code') or 'failed'}")
+        return {**(res.payload or {}), "sessionId": session_id}
+
+    # -- sandboxes on nodes
+
+    async def sandbox_call(
+        self, node: str, method: str, params: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """One sandbox admin verb on one node: (the node's name, its payload)."""
+        link = self.select(node)
+        try:
+            res = await link.call(method, params, timeout=SANDBOX_ADMIN_TIMEOUT_SEC)
+        except NodeError as exc:
+            raise ToolError(str(exc)) from None
+        if not res.ok:
+            err = res.error or {}
+            raise ToolError(f"node {link.name}: {err.get('message') or err.get('code') or 'failed'}")
+        return link.name, res.payload or {}
+
+    async def sandbox_lists(self) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+        """Every connected node's sandboxes, each row marked with its node, and what failed where. Nodes
+        that are down are not dialled here: a list must not wait on a connect timeout."""
+        links = [link for link in self.sync().values() if link.state == "connected"]
+
+        async def one(link: NodeLink) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+            try:
+                name, payload = await self.sandbox_call(link.name, "sandbox.list", {})
+            except ToolError as exc:
+                return [], [{"node": link.name, "error": str(exc)}]
+            rows = [r for r in payload.get("containers") or [] if isinstance(r, dict)]
+            return [{**r, "node": name} for r in rows], []
+
+        rows: list[dict[str, Any]] = []
+        errors: list[dict[str, str]] = []
+        for got, failed in await asyncio.gather(*(one(link) for link in links)):
+            rows += got
+            errors += failed
+        return rows, errors
+
     # -- what nodes send
 
     def _on_event(self, link: NodeLink, ev: NodeEvent) -> None:
         """Reference §5.5: exec.started|finished|denied as the agent's system events."""
         p = ev.payload
+        if ev.event in ("session.started", "session.exited"):  # for the consoles' session lists
+            row = self._session_row(link, p["session"]) if isinstance(p.get("session"), dict) else None
+            if row is not None:  # every scope on the node: the operators' consoles only
+                frame = Event(event=ev.event, data=row)
+                for conn in self.services.connections():
+                    if conn.operator and "sessions" in conn.topics:
+                        conn.send(frame)
+            return
         node_id = link.hello.node_id if link.hello else link.name
         if p.get("suppressNotifyOnExit") or not self.services.config().exec.notify_on_exit:
             return
@@ -256,6 +397,9 @@ class NodeHub:
             node_id = self._trusted_id(link)
         except ToolError as exc:
             raise NodeError(str(exc), "INVALID_REQUEST") from None
+        approval_id = params.get("approvalId")
+        if not isinstance(approval_id, str) or not _APPROVAL_ID.fullmatch(approval_id):
+            raise NodeError("bad approval request: approvalId", "INVALID_REQUEST")
         if not self.services.has_approver():
             return {"decision": None, "resolvedBy": "no-approver"}
         manager = self.services.approvals
@@ -278,7 +422,8 @@ class NodeHub:
             allowed_decisions=allowed,
             resolved_path=view.get("resolvedPath") if isinstance(view.get("resolvedPath"), str) else None,
             node_id=node_id,
-            env_hash=f"node-approval:{params.get('approvalId')}",  # one node-side request, one record
+            env_hash=env_hash(dict(env)),
+            node_approval_id=approval_id,
             env=env,
             decision_json=decision_json or {},
             warnings=tuple(str(w) for w in view.get("warnings") or ()),

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +132,19 @@ class NodeServer:
             timeout_sec=float(config.exec.timeout_sec),
             background_ms=config.exec.background_ms,
         )
-        self.tool = ExecTool(
-            config=self.config,
+        self._sandbox_config: tuple[Config, Config] | None = None
+        self.tool = self._exec_tool(self.config)
+        # Commands the gateway sandboxed: same sessions and approvals, the node's sandbox settings.
+        self.sandbox_tool = self._exec_tool(self.sandbox_config)
+        # Background exits and the like: the gateway queues them for the agent's session.
+        self.sessions.events.subscribe(self._forward_event)
+        # Sessions starting and ending: the gateway's consoles list them live (not queued while unlinked:
+        # the next `sessions.list` says the same).
+        self.sessions.add_listener(self._forward_session_event)
+
+    def _exec_tool(self, config: Callable[[], Config]) -> ExecTool:
+        return ExecTool(
+            config=config,
             sessions=self.sessions,
             approvals=self.approvals,
             store=self.store,
@@ -140,8 +152,14 @@ class NodeServer:
             has_approver=lambda: True,  # the gateway is always asked; it answers "no decision" without one
             overrides={},
         )
-        # Background exits and the like: the gateway queues them for the agent's session.
-        self.sessions.events.subscribe(self._forward_event)
+
+    def sandbox_config(self) -> Config:
+        from runner.node.sandboxes import forced_sandbox_config
+
+        base = self.config()
+        if self._sandbox_config is None or self._sandbox_config[0] is not base:
+            self._sandbox_config = (base, forced_sandbox_config(base))
+        return self._sandbox_config[1]
 
     def config(self) -> Config:
         """This node's config.toml, reloaded when it changes; a broken edit keeps the last good one."""
@@ -181,11 +199,13 @@ class NodeServer:
                 raise ConnectionError("no link to the gateway")
             await current.write(encode(frame))
 
-    async def emit(self, event: NodeEvent) -> None:
+    async def emit(self, event: NodeEvent, *, queue: bool = True) -> None:
         """An event for the gateway: sent now, or queued (bounded, oldest dropped) until the next link."""
         try:
             await self.send(event)
         except (ConnectionError, OSError):
+            if not queue:
+                return
             if len(self._queued) == self._queued.maxlen:
                 self.dropped_events += 1
             self._queued.append(event)
@@ -202,6 +222,23 @@ class NodeServer:
                 res = Response(req.id, True, payload=await self.process(req.params))
             elif req.method == "system.which":
                 res = Response(req.id, True, payload=self.system_which(req.params))
+            elif req.method.startswith("sessions."):
+                from runner.node import views
+
+                try:
+                    res = Response(
+                        req.id, True, payload=await views.handle(self.sessions, req.method, req.params)
+                    )
+                except views.ViewRequestError as exc:
+                    raise RunError("INVALID_REQUEST", str(exc)) from None
+            elif req.method.startswith("sandbox."):
+                from runner.node import sandboxes
+
+                try:
+                    payload = await sandboxes.handle(req.method, req.params, self.config())
+                except sandboxes.SandboxRequestError as exc:
+                    raise RunError(exc.code, str(exc)) from None
+                res = Response(req.id, True, payload=payload)
             else:
                 res = Response(
                     req.id, False, error={"code": "UNAVAILABLE", "message": "command not supported"}
@@ -233,7 +270,10 @@ class NodeServer:
             if not isinstance(value, str) or not _ID.match(value):
                 raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: bad {label}")
         background = p.get("background") is True
+        sandboxed = p.get("sandbox") is True
         params: dict[str, Any] = {"command": text, "yieldMs": 120_000, "background": background}
+        if sandboxed:
+            params["host"] = "sandbox"  # in a container on this node's Docker, shaped by its settings
         if p.get("pty") is True:
             params["pty"] = True  # a terminal on the node: send-keys/paste/write reach it through `process`
         # The gateway's effective policy rides along as per-call values: they can only tighten here.
@@ -251,7 +291,7 @@ class NodeServer:
         ctx = ExecContext(agent_id=agent_id, session_key=p.get("sessionKey") or "")
         suppress = bool(p.get("suppressNotifyOnExit"))
         try:
-            result = await self.tool.run(params, ctx)
+            result = await (self.sandbox_tool if sandboxed else self.tool).run(params, ctx)
         except ToolError as exc:
             await self._event_denied(session_key, run_id, text, str(exc), suppress)
             raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}") from None
@@ -348,6 +388,11 @@ class NodeServer:
             "suppressNotifyOnExit": suppress,
         }
         await self.emit(NodeEvent("exec.denied", payload))
+
+    def _forward_session_event(self, event: str, data: dict[str, Any]) -> None:
+        task = asyncio.ensure_future(self.emit(NodeEvent(event, {"session": data}), queue=False))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _forward_event(self, session_key: str, text: str) -> None:
         task = asyncio.ensure_future(

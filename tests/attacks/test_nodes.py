@@ -13,7 +13,7 @@ import pytest
 from engine.config.loader import load_config
 from engine.nodes.link import NodeError, NodeLink
 from engine.protocol.frames import RemoteError
-from tests.helpers.gateway import connect, gateway
+from tests.helpers.gateway import connect, gateway, wait_until
 from tests.helpers.sshd import SshdNode
 
 NODE_FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
@@ -297,3 +297,97 @@ async def test_a_node_flooding_the_inbox_is_capped(sshd_nodes: list[SshdNode], s
         assert refused.read_text() == str(100 - cap)
         assert len(server.services.approvals.pending()) == cap
         await operator.close()
+
+
+async def test_a_malformed_node_approval_id_is_refused(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """A node's ask whose approvalId is not an id (too long, spaces, control characters) never reaches
+    the inbox; the node gets INVALID_REQUEST back."""
+    alpha = sshd_nodes[0]
+    hello = {
+        "type": "hello",
+        "protocol": 1,
+        "nodeId": "odd",
+        "displayName": "odd",
+        "version": "0",
+        "platform": "linux",
+        "caps": ["system.run"],
+        "pathEnv": "",
+    }
+    script = _hostile_exechost(
+        alpha,
+        f"print(json.dumps({hello!r}), flush=True)\n"
+        "for i, bad in enumerate(['a b', 'x' * 500, 'id\\x1b[2J', 7]):\n"
+        "    ask = {'type': 'req', 'id': f'n{i}', 'method': 'approval.request',\n"
+        "           'params': {'approvalId': bad, 'request': {'command': 'id', 'cwd': '/'}}}\n"
+        "    print(json.dumps(ask), flush=True)\n"
+        "refused = 0\n"
+        "for line in sys.stdin:\n"
+        "    if 'INVALID_REQUEST' in line:\n"
+        "        refused += 1\n"
+        "        open(sys.argv[0] + '.refused', 'w').write(str(refused))\n",
+    )
+    _use_exechost(state_dir, alpha, script)
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + (state_dir / "config.toml").read_text())
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir, "operator")
+        await operator.request("approvals.attach")
+        await server.services.nodes.sync()["alpha"].ensure()
+        refused = Path(f"{script}.refused")
+        for _ in range(400):
+            if refused.exists() and refused.read_text() == "4":
+                break
+            await asyncio.sleep(0.05)
+        assert refused.read_text() == "4"
+        assert server.services.approvals.pending() == []
+        await operator.close()
+
+
+async def test_an_agent_cannot_read_node_sessions_of_other_scopes(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """The operator's session view of a node (every scope there) is the console's, not an agent's."""
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + (state_dir / "config.toml").read_text())
+    async with gateway(state_dir):
+        owner = await connect(state_dir, "agent", operator=False)
+        started = await owner.request(
+            "exec",
+            {
+                "command": "echo secret-out; sleep 30",
+                "node": "alpha",
+                "background": True,
+                "sessionKey": "a:1",
+            },
+        )
+        sid = started["details"]["sessionId"]
+        other = await connect(state_dir, "agent", operator=False)
+        seen: list[object] = []
+        other.add_listener(seen.append)
+        await other.request("subscribe", {"topics": ["sessions"]})
+        console = await connect(state_dir, "console")  # the operator sees what the agent must not
+        console_seen: list[object] = []
+        console.add_listener(console_seen.append)
+        await console.request("subscribe", {"topics": ["sessions"]})
+        await owner.request(
+            "exec", {"command": "echo second", "node": "alpha", "background": True, "sessionKey": "a:1"}
+        )
+        listed = await other.request("sessions.list")
+        assert sid not in [r["sessionId"] for r in listed["sessions"]]
+        with pytest.raises(RemoteError, match="needs the operator role"):
+            await other.request("sessions.output", {"sessionId": sid})
+        theirs = await other.request("process", {"action": "log", "sessionId": sid, "sessionKey": "a:2"})
+        assert "No session found" in theirs["text"] and "secret-out" not in str(theirs)
+        await wait_until(lambda: [e for e in console_seen if "node:alpha:" in str(e)])
+        assert not [e for e in seen if "node:alpha:" in str(e)]
+        assert sid in [r["sessionId"] for r in (await console.request("sessions.list"))["sessions"]]
+        out = await wait_until(lambda: _output_has(console, sid, "secret-out"))
+        assert out["sessionId"] == sid
+        await owner.request("process", {"action": "kill", "sessionId": sid, "sessionKey": "a:1"})
+        for client in (owner, other, console):
+            await client.close()
+
+
+async def _output_has(client: object, sid: str, needle: str) -> dict[str, object] | None:
+    out = await client.request("sessions.output", {"sessionId": sid})  # type: ignore[attr-defined]
+    return out if needle in out["data"] else None

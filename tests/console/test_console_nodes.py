@@ -29,3 +29,45 @@ async def test_node_miss_shows_in_the_inbox_and_runs_after_approval(
         assert result["text"].strip() == "ran-on-alpha"
         assert result["details"]["node"] == "alpha"
         await until(pilot, lambda: len(app.inbox) == 0)
+
+
+async def test_node_sessions_in_the_sessions_pane_live(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """A background session on a node appears in the Sessions pane (host column names the node), its output
+    shows while it runs, the stdin line reaches it, and kill works from the console."""
+    from console.dialogs import ConfirmDialog
+
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "full"\nask = "off"\n')
+    go = alpha.root / "go"
+    config = GATEWAY + "".join(n.config_toml() for n in sshd_nodes)
+    async with running_console(state_dir, config) as (app, pilot, agent):
+        res = await submit(
+            agent,
+            f"echo first-line; while [ ! -e {go} ]; do sleep 0.05; done; echo later-line; "
+            'read -r x; echo "got:$x"; sleep 60',
+            node="alpha",
+            background=True,
+        )
+        sid = res["details"]["sessionId"]
+        await pilot.press("2")
+        # Listed at once: the node's session.started reached the console through the gateway.
+        await until(pilot, lambda: sid in app.sessions.sessions, timeout=15)
+        row = app.sessions.sessions[sid]
+        assert row["host"] == "node:alpha" and row["node"] == "alpha"
+        app.sessions.select(sid)
+        lines = app.sessions.line_pane.text_lines
+        await until(pilot, lambda: any("first-line" in line for line in lines()), timeout=15)
+        go.touch()  # printed after the pane opened: only the live read can show it
+        await until(pilot, lambda: any("later-line" in line for line in lines()), timeout=15)
+        await pilot.press("i")
+        await pilot.press(*"hi-node", "enter")
+        await until(pilot, lambda: any("got:hi-node" in line for line in lines()), timeout=15)
+        app.sessions.query_one("#session-list").focus()
+        await pilot.press("k")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await until(
+            pilot,
+            lambda: app.sessions.sessions.get(sid, {}).get("status") not in (None, "running"),
+            timeout=15,
+        )

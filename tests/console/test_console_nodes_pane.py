@@ -45,6 +45,8 @@ async def test_nodes_pane_shows_states_and_ping(sshd_nodes: list[SshdNode], stat
             assert pane.rows[0]["rttMs"] > 0
             table = app.query_one("#node-list")
             assert "connected" in str(table.get_row_at(0)[2])  # type: ignore[attr-defined]
+            await pilot.pause()
+            assert "mode=stdio" in str(app.query_one("#node-detail").render())
             await pilot.press("down")
             await pilot.pause()
             detail = str(app.query_one("#node-detail").render())

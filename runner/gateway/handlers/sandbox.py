@@ -1,4 +1,5 @@
-"""`sandbox.list|explain|recreate|prune`: the operator's sandbox verbs over the control socket."""
+"""`sandbox.list|explain|recreate|prune`: the operator's sandbox verbs over the control socket, here or (with
+`node`) on a node; the list merges every connected node's sandboxes, each row with its node."""
 
 from __future__ import annotations
 
@@ -16,16 +17,37 @@ if TYPE_CHECKING:
     from runner.gateway.services import Services
 
 
+def _node(params: dict[str, Any]) -> str | None:
+    return (opt_str(params, "node") or "").strip() or None
+
+
 async def list_(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    node = _node(params)
+    if node is not None:
+        name, payload = await services.nodes.sandbox_call(node, "sandbox.list", {})
+        return {"containers": [{**r, "node": name} for r in payload.get("containers") or []]}
+    errors: list[dict[str, Any]] = []
     try:
         rows = await asyncio.to_thread(admin.list_runtimes, services.config(), default_manager())
     except SandboxUnavailable as exc:
-        raise ToolError(str(exc)) from None
-    return {"containers": rows}
+        if not services.config().nodes:
+            raise ToolError(str(exc)) from None
+        rows, errors = [], [{"node": None, "error": str(exc)}]
+    rows = [{**r, "node": None} for r in rows]
+    node_rows, node_errors = await services.nodes.sandbox_lists()
+    out: dict[str, Any] = {"containers": rows + node_rows}
+    if errors or node_errors:
+        out["errors"] = errors + node_errors
+    return out
 
 
 async def explain(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     key = session_key(params) or None
+    node = _node(params)
+    if node is not None:
+        forwarded = {"agentId": agent_id(params), **({"sessionKey": key} if key else {})}
+        name, payload = await services.nodes.sandbox_call(node, "sandbox.explain", forwarded)
+        return {**payload, "node": name}
     return await asyncio.to_thread(admin.explain, services.config(), agent_id(params), key)
 
 
@@ -37,28 +59,36 @@ async def recreate(services: Services, conn: Connection, params: dict[str, Any])
     name = opt_str(params, "containerName")
     if sum([everything, key is not None, agent is not None, name is not None]) != 1:
         raise InvalidInput("Please specify exactly one of: all, sessionKey, agentId, containerName")
+    node = _node(params)
+    if node is not None:
+        chosen = {"all": everything, "sessionKey": key, "agentId": agent, "containerName": name}
+        forwarded = {k: v for k, v in chosen.items() if v not in (None, False)}
+        node_name, payload = await services.nodes.sandbox_call(node, "sandbox.recreate", forwarded)
+        return {**payload, "node": node_name}
     try:
-        rows = await asyncio.to_thread(admin.list_runtimes, services.config(), default_manager())
+        return await asyncio.to_thread(
+            lambda: admin.recreate(
+                services.config(),
+                all=everything,
+                session=key,
+                agent=agent,
+                name=name,
+                manager=default_manager(),
+            )
+        )
     except SandboxUnavailable as exc:
         raise ToolError(str(exc)) from None
-    if name is not None:
-        chosen = [r for r in rows if r["containerName"] == name]
-    else:
-        chosen = admin.select(rows, all=everything, session=key, agent=agent)
-    removed: list[str] = []
-    failed: list[dict[str, str]] = []
-    for row in chosen:
-        ok = await asyncio.to_thread(admin.remove, row["containerName"], default_manager())
-        if ok:
-            removed.append(row["containerName"])
-        else:
-            failed.append({"containerName": row["containerName"], "error": "docker rm -f failed"})
-    return {"removed": removed, "failed": failed}
 
 
 async def prune(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     from engine.sandbox.settings import resolve_settings
 
+    node = _node(params)
+    if node is not None:
+        name, payload = await services.nodes.sandbox_call(
+            node, "sandbox.prune", {"agentId": agent_id(params)}
+        )
+        return {**payload, "node": name}
     settings = resolve_settings(services.config(), agent_id(params))
     try:
         removed = await default_manager().maybe_prune(settings, force=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidInput
-from runner.gateway.handlers.common import opt_str, req_str
+from runner.gateway.handlers.common import opt_str, req_str, require_operator
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -15,7 +15,10 @@ if TYPE_CHECKING:
 
 async def list_(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     key = opt_str(params, "sessionKey")
-    return {"sessions": services.sessions.list_sessions(key or None)}
+    rows = services.sessions.list_sessions(key or None)
+    if not key and conn.operator:  # the operator's view: every connected node's sessions, all scopes
+        rows += await services.nodes.node_sessions()
+    return {"sessions": rows}
 
 
 def _int(params: dict[str, Any], key: str) -> int | None:
@@ -34,11 +37,25 @@ DEFAULT_OUTPUT_BYTES = 64 * 1024
 async def output(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     """Raw output (escapes intact) by raw byte offset; no offset = the last `limit` bytes (a pane opening)."""
     sid = req_str(params, "sessionId")
+    offset = _int(params, "offset")
+    limit = min(_int(params, "limit") or DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES)
+    if sid.startswith("node:"):
+        require_operator(conn, "sessions.output on a node session")  # every scope there: operators only
+        got = await services.nodes.session_call(
+            sid, "sessions.output", {"limit": limit, **({"offset": offset} if offset is not None else {})}
+        )
+        start, dropped = got.get("offset"), got.get("dropped")
+        return {
+            "sessionId": sid,
+            "offset": start,
+            "nextOffset": got.get("nextOffset"),
+            "data": str(got.get("data") or ""),
+            "truncatedBefore": bool(dropped) if offset is not None else bool(start),
+            "status": got.get("status"),
+        }
     session = services.sessions.get(sid)
     if session is None:
         raise InvalidInput(f"No session found for {sid}")
-    offset = _int(params, "offset")
-    limit = min(_int(params, "limit") or DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES)
     start, data, dropped = session.raw.read(offset, limit)
     return {
         "sessionId": sid,
@@ -55,6 +72,10 @@ async def resize(services: Services, conn: Connection, params: dict[str, Any]) -
     cols, rows = _int(params, "cols"), _int(params, "rows")
     if not cols or not rows:
         raise InvalidInput("cols and rows are required")
+    if sid.startswith("node:"):
+        require_operator(conn, "sessions.resize on a node session")
+        await services.nodes.session_call(sid, "sessions.resize", {"cols": cols, "rows": rows})
+        return {"sessionId": sid, "cols": cols, "rows": rows}
     if not services.sessions.resize(sid, cols, rows):
         raise InvalidInput(f"Session {sid} is not a running PTY session")
     return {"sessionId": sid, "cols": cols, "rows": rows}

@@ -108,6 +108,11 @@ async def test_node_ask_is_relayed_and_bound_to_its_node(sshd_nodes: list[SshdNo
         by_node = {r.request.node_id: r for r in pending}
         assert set(by_node) == {ids["alpha"], ids["beta"]}  # same command, two asks: never coalesced
         assert all(r.request.host == "node" for r in pending)
+        # Each ask names the node-side approval it answers in its own field; env_hash is a real env hash.
+        assert len({r.request.node_approval_id for r in pending}) == 2 and all(
+            r.request.node_approval_id and len(r.request.env_hash) == 64 for r in pending
+        )
+        assert {r.view()["nodeApprovalId"] for r in pending} == {r.request.node_approval_id for r in pending}
         await operator.request("approve", {"id": by_node[ids["alpha"]].id, "decision": "allow-once"})
         done_a = await on_a
         assert done_a["text"].strip() == "from-a" and done_a["details"]["node"] == "alpha"
@@ -192,6 +197,10 @@ async def test_background_session_on_a_node(sshd_nodes: list[SshdNode], state_di
         assert "up" in log
         listed = await agent.request("process", {"action": "list", "node": "alpha"})
         assert [s["sessionId"] for s in listed["details"]["sessions"]] == [sid]
+        # Without node=, the list merges this gateway's sessions with every connected node's.
+        merged = await agent.request("process", {"action": "list"})
+        assert [(s["sessionId"], s["node"]) for s in merged["details"]["sessions"]] == [(sid, "alpha")]
+        assert sid in merged["text"]
         killed = await agent.request("process", {"action": "kill", "sessionId": sid})
         assert killed["details"]["sessionId"] == sid
         with pytest.raises(RemoteError, match="No session found"):
@@ -349,3 +358,26 @@ async def test_a_console_on_the_node_is_asked_first(sshd_nodes: list[SshdNode], 
             await agent.close()
     finally:
         await console.close()
+
+
+async def test_process_list_merges_local_and_node_sessions(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    alpha = sshd_nodes[0]
+    gateway_config(state_dir, sshd_nodes, '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n')
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        local = await agent.request("exec", {"command": "sleep 30", "host": "gateway", "background": True})
+        remote = await agent.request(
+            "exec", {"command": "sleep 30", "host": "node", "node": "alpha", "background": True}
+        )
+        merged = await agent.request("process", {"action": "list"})
+        rows = {s["sessionId"]: s["node"] for s in merged["details"]["sessions"]}
+        assert rows == {local["details"]["sessionId"]: None, remote["details"]["sessionId"]: "alpha"}
+        # Another scope sees neither.
+        other = await agent.request("process", {"action": "list", "sessionKey": "agent:main:other"})
+        assert other["details"]["sessions"] == []
+        for sid in rows:
+            await agent.request("process", {"action": "kill", "sessionId": sid})
+        await agent.close()

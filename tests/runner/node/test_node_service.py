@@ -3,6 +3,7 @@ wait for the next link, and `install-service` writes the unit."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 from pathlib import Path
@@ -53,11 +54,20 @@ async def test_sessions_on_a_node_service_survive_the_link(
             )
             await wait_until(lambda: _log_has(agent, sid, "before"), timeout=15)
             link = server.services.nodes.links["alpha"]
+            # A foreground run in flight when the link drops: its outcome arrives later, as an event.
+            foreground = asyncio.ensure_future(
+                agent.request(
+                    "exec", {"command": f"{wait_go}; echo fg-done", "node": "alpha", "sessionKey": "s1"}
+                )
+            )
+            await wait_until(lambda: link.status()["inFlight"] == 1)
             assert link.status()["mode"] == "service"
             first_pid = link.hello.node_id if link.hello else None
 
             alpha.drop_connections()  # sshd and the link's relay die; the service does not
             await wait_until(lambda: link.state != "connected", timeout=15)
+            with pytest.raises(RemoteError, match="outcome on the node is unknown"):
+                await foreground
             with pytest.raises(RemoteError, match="node alpha"):
                 await agent.request("process", {"action": "poll", "sessionId": sid})
             go.touch()  # output and an exit happen while no gateway is linked
@@ -75,6 +85,10 @@ async def test_sessions_on_a_node_service_survive_the_link(
                 lambda: [e for e in server.services.events.peek("agent:main") if "bye-from-quick" in e]
             )
             assert quick["details"]["sessionId"].split(":")[-1] in events[0]
+            finished = await wait_until(
+                lambda: [e for e in server.services.events.peek("s1") if "fg-done" in e]
+            )
+            assert finished[0].startswith("Exec finished (node=")
             log = await agent.request("process", {"action": "log", "sessionId": sid})
             assert "before" in log["text"] and "during-drop" in log["text"]
             await agent.request("process", {"action": "kill", "sessionId": sid})
@@ -133,3 +147,32 @@ def test_install_service_writes_a_user_unit(tmp_path: Path, state_dir: Path) -> 
         check=True,
     ).stdout
     assert "User=" in system and "WantedBy=multi-user.target" in system
+
+
+async def test_the_newest_link_takes_over(state_dir: Path) -> None:
+    """Two links to one service (a gateway that reconnected before its old link was noticed dead): the
+    newer one gets the service, the older one is closed."""
+    import socket
+
+    from engine.nodes.wire import Hello, decode
+    from runner.node.serve import NodeServer, Output
+
+    server = NodeServer(state_dir, service=True)
+    try:
+        links = []
+        for _ in range(2):
+            node_end, gateway_end = socket.socketpair()
+            srv_reader, srv_writer = await asyncio.open_connection(sock=node_end)
+            reader, writer = await asyncio.open_connection(sock=gateway_end)
+            task = asyncio.ensure_future(server.serve(srv_reader, Output(srv_writer)))
+            assert isinstance(decode(await reader.readline()), Hello)
+            links.append((reader, writer, task))
+        old_reader, _, old_task = links[0]
+        assert await asyncio.wait_for(old_reader.read(), 10) == b""  # closed by the service
+        await asyncio.wait_for(old_task, 10)
+        _, new_writer, new_task = links[1]
+        assert not new_task.done()
+        new_writer.close()
+        await asyncio.wait_for(new_task, 10)
+    finally:
+        await server.sessions.close()
