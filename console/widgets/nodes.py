@@ -33,10 +33,14 @@ class NodesPane(Vertical):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.rows: list[dict[str, Any]] = []
+        # node name → (running, total) of its sessions and of its sandboxes, from the merged lists
+        self.counts: dict[str, dict[str, tuple[int, int]]] = {}
 
     def compose(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="node-list", cursor_type="row", zebra_stripes=True)
-        table.add_columns("node", "address", "state", "rtt", "node id", "exechost", "in flight")
+        table.add_columns(
+            "node", "address", "state", "rtt", "node id", "exechost", "in flight", "sessions", "sandboxes"
+        )
         yield table
         yield Static("r refresh · p ping", id="node-detail")
 
@@ -89,6 +93,8 @@ class NodesPane(Vertical):
                 _plain((r.get("nodeId") or "-")[:13]),
                 _plain(r.get("version") or "-"),
                 Text(str(r.get("inFlight") or 0)),
+                self._count(str(r.get("name")), "sessions"),
+                self._count(str(r.get("name")), "sandboxes"),
             )
         if rows and cursor is not None:
             table.move_cursor(row=min(cursor, len(rows) - 1))
@@ -96,6 +102,13 @@ class NodesPane(Vertical):
             self._detail("No nodes configured ([nodes.<name>] in config.toml, or `exechost nodes add`).")
         else:
             self._describe()
+
+    def _count(self, node: str, what: str) -> Text:
+        got = self.counts.get(node, {}).get(what)
+        if got is None:
+            return Text("-", style="dim")
+        running, total = got
+        return Text(f"{running}/{total}", style="green" if running else "")
 
     async def _status(self, ping: bool) -> None:
         link = getattr(self.app, "link", None)
@@ -106,7 +119,37 @@ class NodesPane(Vertical):
         except Exception as exc:
             self._detail(Text(f"nodes unavailable: {exc}", style="red"))
             return
-        self.show(list(result.get("nodes") or []))
+        rows = list(result.get("nodes") or [])
+        connected = [str(r.get("name")) for r in rows if r.get("state") == "connected"]
+        self.counts = await self._count_work(link, connected) if connected else {}
+        self.show(rows)
+
+    async def _count_work(self, link: Any, connected: list[str]) -> dict[str, dict[str, tuple[int, int]]]:
+        """Sessions and sandboxes per node, from the gateway's merged lists (connected nodes only)."""
+        counts: dict[str, dict[str, tuple[int, int]]] = {
+            name: {"sessions": (0, 0), "sandboxes": (0, 0)} for name in connected
+        }
+
+        def add(node: Any, what: str, running: bool) -> None:
+            if not isinstance(node, str) or not node:
+                return
+            have = counts.setdefault(node, {}).get(what, (0, 0))
+            counts[node][what] = (have[0] + int(running), have[1] + 1)
+
+        try:
+            sessions = (await link.request("sessions.list", {})).get("sessions") or []
+            for s in sessions:
+                add(s.get("node"), "sessions", s.get("status") == "running")
+        except Exception:  # counts are a courtesy: the states above still show
+            return {}
+        try:
+            boxes = (await link.request("sandbox.list", {})).get("containers") or []
+            for b in boxes:
+                add(b.get("node"), "sandboxes", bool(b.get("running")))
+        except Exception:
+            for name in counts:
+                counts[name].pop("sandboxes", None)  # unknown, not zero
+        return counts
 
     @work(group="node-list", exclusive=True, exit_on_error=False)
     async def action_refresh_list(self) -> None:
