@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.config.model import BrowserConfig
 from engine.config.schema import (
-    DEFAULT_BROWSER_IMAGE,
-    DEFAULT_BROWSER_PREFIX,
     DEFAULT_CONTAINER_PREFIX,
     DEFAULT_PIDS_LIMIT,
     DEFAULT_SANDBOX_IMAGE,
@@ -66,24 +65,6 @@ class DockerSettings:
 
 
 @dataclass(frozen=True)
-class BrowserSettings:
-    """The browser sandbox's own keys (reference §6.1); its hardening is the docker table's."""
-
-    enabled: bool = False
-    image: str = DEFAULT_BROWSER_IMAGE
-    container_prefix: str = DEFAULT_BROWSER_PREFIX
-    network: str = "none"
-    cdp_port: int = 9222
-    vnc_port: int = 5900
-    no_vnc_port: int = 6080
-    headless: bool = False
-    enable_no_vnc: bool = True
-    auto_start: bool = True
-    auto_start_timeout_ms: int = 12_000
-    binds: tuple[str, ...] | None = None  # None = the docker table's binds
-
-
-@dataclass(frozen=True)
 class SandboxSettings:
     """One agent's effective sandbox config, every key resolved."""
 
@@ -92,7 +73,7 @@ class SandboxSettings:
     workspace_access: str = "none"
     workspace_root: str = ""
     docker: DockerSettings = field(default_factory=DockerSettings)
-    browser: BrowserSettings = field(default_factory=BrowserSettings)
+    browser: BrowserConfig = field(default_factory=BrowserConfig)  # its keys as config.toml sets them
     idle_hours: float = 24
     max_age_days: float = 7
 
@@ -184,12 +165,13 @@ def resolve_settings(config: Any, agent_id: str) -> SandboxSettings:
     )
 
 
-def _browser(layer: dict[str, Any]) -> BrowserSettings:
-    base = BrowserSettings()
-    values = {k: layer[k] for k in base.__dataclass_fields__ if k in layer}
+def _browser(layer: dict[str, Any]) -> BrowserConfig:
+    """The browser keys with their defaults (declared once, on the config model)."""
+    fields = BrowserConfig.__dataclass_fields__
+    values = {k: v for k, v in layer.items() if k in fields}
     if values.get("binds") is not None:
-        values["binds"] = tuple(values["binds"])
-    return BrowserSettings(**values)
+        values["binds"] = list(values["binds"])
+    return BrowserConfig(**values)
 
 
 # --- session keys, scope keys, names ---------------------------------------------------------------

@@ -451,7 +451,7 @@ def test_browser_keys_merge_per_agent_and_refuse_host_control(tmp_path: Path) ->
     )
     cfg = load_config(write(tmp_path, text))
     web = resolve_settings(cfg, "web").browser
-    assert web.enabled and web.headless and web.network == "corp" and web.binds == ()
+    assert web.enabled and web.headless and web.network == "corp" and web.binds == []
     assert resolve_settings(cfg, "main").browser.binds is None  # unset: the docker binds apply
     assert resolve_settings(cfg, "solo").browser.headless is True  # shared ignores agent overrides
     assert effective_docker(resolve_settings(cfg, "web")).network == "corp"
