@@ -9,18 +9,20 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from console.dialogs import ConfirmDialog
 from console.pixels import render
 from console.text import plain
+from console.widgets.listpane import ListPane
 
-REFRESH_SEC = 5.0
 
-
-class BrowsersPane(Vertical):
+class BrowsersPane(ListPane):
     """Talks to the gateway through `app.link` (browser.status|url|screenshot|start|stop)."""
+
+    TABLE_ID = "browser-list"
+    DETAIL_ID = "browser-detail"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "refresh_list", "Refresh"),
@@ -31,7 +33,6 @@ class BrowsersPane(Vertical):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.rows: list[dict[str, Any]] = []
         self.shown_at: dict[str, int | None] = {}  # container → the screenshot time on screen
 
     def compose(self) -> ComposeResult:
@@ -42,33 +43,8 @@ class BrowsersPane(Vertical):
         with VerticalScroll(id="browser-shot-box"):
             yield Static("", id="browser-shot")
 
-    def on_mount(self) -> None:
-        self.set_interval(REFRESH_SEC, self._tick)
-        self.action_refresh_list()
-
-    def _tick(self) -> None:
-        if self.display and self.is_on_screen:
-            self.action_refresh_list()
-
-    async def _request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        link = getattr(self.app, "link", None)
-        if link is None:
-            raise RuntimeError("no gateway link")
-        result: dict[str, Any] = await link.request(method, params or {})
-        return result
-
-    def _detail(self, text: Text | str) -> None:
-        self.query_one("#browser-detail", Static).update(text)
-
-    @property
-    def selected(self) -> dict[str, Any] | None:
-        table = self.query_one("#browser-list", DataTable)
-        if not self.rows or table.cursor_row is None or table.cursor_row >= len(self.rows):
-            return None
-        return self.rows[table.cursor_row]
-
     def show(self, rows: list[dict[str, Any]]) -> None:
-        table = self.query_one("#browser-list", DataTable)
+        table = self.table
         cursor = table.cursor_row
         table.clear()
         self.rows = rows

@@ -8,12 +8,11 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from console.text import plain
+from console.widgets.listpane import ListPane
 
-REFRESH_SEC = 5.0
 STATE_STYLE = {"connected": ("● connected", "green"), "connecting": ("◌ connecting", "yellow")}
 
 
@@ -22,8 +21,11 @@ def _plain(value: Any) -> Text:
     return plain(value)
 
 
-class NodesPane(Vertical):
+class NodesPane(ListPane):
     """Talks to the gateway through `app.link` (`nodes.status`; `p` pings every node)."""
+
+    TABLE_ID = "node-list"
+    DETAIL_ID = "node-detail"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "refresh_list", "Refresh"),
@@ -32,7 +34,6 @@ class NodesPane(Vertical):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.rows: list[dict[str, Any]] = []
         # node name → (running, total) of its sessions and of its sandboxes, from the merged lists
         self.counts: dict[str, dict[str, tuple[int, int]]] = {}
 
@@ -44,19 +45,8 @@ class NodesPane(Vertical):
         yield table
         yield Static("r refresh · p ping", id="node-detail")
 
-    def on_mount(self) -> None:
-        self.set_interval(REFRESH_SEC, self._tick)
-        self.action_refresh_list()
-
-    def _tick(self) -> None:
-        if self.display and self.is_on_screen:
-            self.action_refresh_list()
-
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._describe()
-
-    def _detail(self, text: Text | str) -> None:
-        self.query_one("#node-detail", Static).update(text)
 
     def _describe(self) -> None:
         table = self.query_one("#node-list", DataTable)

@@ -9,13 +9,11 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from console.dialogs import ConfirmDialog
 from console.text import plain
-
-REFRESH_SEC = 5.0
+from console.widgets.listpane import ListPane
 
 
 def compact(ms: int | None) -> str:
@@ -33,8 +31,11 @@ def _plain(value: Any) -> Text:
     return plain(value)
 
 
-class SandboxesPane(Vertical):
+class SandboxesPane(ListPane):
     """Talks to the gateway through `app.link` (sandbox.list|explain|recreate|prune)."""
+
+    TABLE_ID = "sandbox-list"
+    DETAIL_ID = "sandbox-detail"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "refresh_list", "Refresh"),
@@ -43,30 +44,11 @@ class SandboxesPane(Vertical):
         Binding("p", "prune", "Prune"),
     ]
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.rows: list[dict[str, Any]] = []
-
     def compose(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="sandbox-list", cursor_type="row", zebra_stripes=True)
         table.add_columns("node", "container", "status", "image", "config", "age", "idle", "session")
         yield table
         yield Static("r refresh · e explain · x recreate · p prune", id="sandbox-detail")
-
-    def on_mount(self) -> None:
-        self.set_interval(REFRESH_SEC, self._tick)
-        self.action_refresh_list()
-
-    def _tick(self) -> None:
-        if self.display and self.is_on_screen:
-            self.action_refresh_list()
-
-    async def _request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        link = getattr(self.app, "link", None)
-        if link is None:
-            raise RuntimeError("no gateway link")
-        result: dict[str, Any] = await link.request(method, params or {})
-        return result
 
     def progress(self, container_name: str, message: str) -> None:
         """`sandbox.progress` from the gateway while a container is created: shown in the detail line;
@@ -79,18 +61,8 @@ class SandboxesPane(Vertical):
         if message in ("container started", "starting stopped container") or message.startswith("running"):
             self.action_refresh_list()
 
-    def _detail(self, text: Text | str) -> None:
-        self.query_one("#sandbox-detail", Static).update(text)
-
-    @property
-    def selected(self) -> dict[str, Any] | None:
-        table = self.query_one("#sandbox-list", DataTable)
-        if not self.rows or table.cursor_row is None or table.cursor_row >= len(self.rows):
-            return None
-        return self.rows[table.cursor_row]
-
     def show(self, rows: list[dict[str, Any]]) -> None:
-        table = self.query_one("#sandbox-list", DataTable)
+        table = self.table
         cursor = table.cursor_row
         table.clear()
         self.rows = rows

@@ -1,0 +1,55 @@
+"""What the list panes share (Sandboxes, Nodes, Browsers): a table of what the gateway reports, refreshed
+while on screen, a detail line, and requests through the app's one gateway link."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+REFRESH_SEC = 5.0
+
+
+class ListPane(Vertical):
+    """Subclasses name their table and detail widgets and define `action_refresh_list`."""
+
+    TABLE_ID: ClassVar[str]
+    DETAIL_ID: ClassVar[str]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rows: list[dict[str, Any]] = []
+
+    def on_mount(self) -> None:
+        self.set_interval(REFRESH_SEC, self._tick)
+        self.action_refresh_list()
+
+    def action_refresh_list(self) -> object:  # a @work method in each subclass: it returns its Worker
+        raise NotImplementedError
+
+    def _tick(self) -> None:
+        if self.display and self.is_on_screen:
+            self.action_refresh_list()
+
+    async def _request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        link = getattr(self.app, "link", None)
+        if link is None:
+            raise RuntimeError("no gateway link")
+        result: dict[str, Any] = await link.request(method, params or {})
+        return result
+
+    def _detail(self, text: Text | str) -> None:
+        self.query_one(f"#{self.DETAIL_ID}", Static).update(text)
+
+    @property
+    def table(self) -> DataTable[Any]:
+        return self.query_one(f"#{self.TABLE_ID}", DataTable)
+
+    @property
+    def selected(self) -> dict[str, Any] | None:
+        table = self.table
+        if not self.rows or table.cursor_row is None or table.cursor_row >= len(self.rows):
+            return None
+        return self.rows[table.cursor_row]
