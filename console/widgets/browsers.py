@@ -17,6 +17,25 @@ from console.pixels import render
 from console.text import plain
 from console.widgets.listpane import ListPane
 
+EMPTY = Text(
+    "No browser sandboxes. They are off unless config.toml turns them on:\n"
+    "  [agents.defaults.sandbox.browser]\n  enabled = true\n"
+    "then `exechost sandbox setup --browser` builds the image; the agent's first `browser` "
+    "call starts one here (or `exechost sandbox browser start`).",
+    style="dim",
+)
+
+
+def _cells(r: dict[str, Any]) -> list[Any]:
+    return [
+        plain(r.get("containerName", "")),
+        Text("● running", style="green") if r.get("running") else Text("○ stopped", style="dim"),
+        Text("✓", style="green") if r.get("cdp") else Text("-", style="dim"),
+        plain(r.get("title", "")),  # the page's own words: inert text
+        plain(r.get("url", "")),
+        plain(r.get("sessionKey", "")),
+    ]
+
 
 class BrowsersPane(ListPane):
     """Talks to the gateway through `app.link` (browser.status|url|screenshot|start|stop)."""
@@ -44,33 +63,7 @@ class BrowsersPane(ListPane):
             yield Static("", id="browser-shot")
 
     def show(self, rows: list[dict[str, Any]]) -> None:
-        table = self.table
-        cursor = table.cursor_row
-        table.clear()
-        self.rows = rows
-        for r in rows:
-            running = Text("● running", style="green") if r.get("running") else Text("○ stopped", style="dim")
-            cdp = Text("✓", style="green") if r.get("cdp") else Text("-", style="dim")
-            table.add_row(
-                plain(r.get("containerName", "")),
-                running,
-                cdp,
-                plain(r.get("title", "")),  # the page's own words: inert text
-                plain(r.get("url", "")),
-                plain(r.get("sessionKey", "")),
-            )
-        if rows and cursor is not None:
-            table.move_cursor(row=min(cursor, len(rows) - 1))
-        if not rows:
-            self._detail(
-                Text(
-                    "No browser sandboxes. They are off unless config.toml turns them on:\n"
-                    "  [agents.defaults.sandbox.browser]\n  enabled = true\n"
-                    "then `exechost sandbox setup --browser` builds the image; the agent's first `browser` "
-                    "call starts one here (or `exechost sandbox browser start`).",
-                    style="dim",
-                )
-            )
+        self.fill(rows, _cells, EMPTY)
 
     @work(group="browser-list", exclusive=True, exit_on_error=False)
     async def action_refresh_list(self) -> None:

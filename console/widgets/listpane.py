@@ -3,6 +3,7 @@ while on screen, a detail line, and requests through the app's one gateway link.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -42,6 +43,21 @@ class ListPane(Vertical):
 
     def _detail(self, text: Text | str) -> None:
         self.query_one(f"#{self.DETAIL_ID}", Static).update(text)
+
+    def fill(
+        self, rows: list[dict[str, Any]], cells: Callable[[dict[str, Any]], list[Any]], empty: Text
+    ) -> None:
+        """Replace the table's rows, keeping the cursor where it was; `empty` in the detail line if none."""
+        table = self.table
+        cursor = table.cursor_row
+        table.clear()
+        self.rows = rows
+        for row in rows:
+            table.add_row(*cells(row))
+        if rows and cursor is not None:
+            table.move_cursor(row=min(cursor, len(rows) - 1))
+        if not rows:
+            self._detail(empty)
 
     @property
     def table(self) -> DataTable[Any]:

@@ -31,6 +31,36 @@ def _plain(value: Any) -> Text:
     return plain(value)
 
 
+EMPTY = Text(
+    "No sandbox runtimes found. Sandboxes are off unless config.toml turns them on:\n"
+    '  [agents.defaults.sandbox]\n  mode = "all"        # or "non-main"\n'
+    "then `exechost sandbox setup` builds the default image; the next host=sandbox command "
+    "creates its container here (e to explain an agent's settings).",
+    style="dim",
+)
+
+
+def _cells(r: dict[str, Any]) -> list[Any]:
+    if r.get("running"):
+        status = Text("● running", style="green")
+    else:
+        status = Text("○ stopped" if r.get("exists") else "○ missing", style="dim")
+    image = _plain(r.get("image", ""))
+    if not r.get("imageMatch"):
+        image.append(" ⚠ mismatch", style="yellow")
+    config = Text("✓", style="green") if r.get("configMatch") else Text("⚠ recreate", style="yellow")
+    return [
+        _plain(r.get("node") or "local"),
+        _plain(r.get("containerName", "")),
+        status,
+        image,
+        config,
+        compact(r.get("ageMs")),
+        compact(r.get("idleMs")),
+        _plain(r.get("sessionKey", "")),
+    ]
+
+
 class SandboxesPane(ListPane):
     """Talks to the gateway through `app.link` (sandbox.list|explain|recreate|prune)."""
 
@@ -62,42 +92,7 @@ class SandboxesPane(ListPane):
             self.action_refresh_list()
 
     def show(self, rows: list[dict[str, Any]]) -> None:
-        table = self.table
-        cursor = table.cursor_row
-        table.clear()
-        self.rows = rows
-        for r in rows:
-            status = (
-                Text("● running", style="green")
-                if r.get("running")
-                else Text("○ stopped" if r.get("exists") else "○ missing", style="dim")
-            )
-            image = _plain(r.get("image", ""))
-            if not r.get("imageMatch"):
-                image.append(" ⚠ mismatch", style="yellow")
-            config = Text("✓", style="green") if r.get("configMatch") else Text("⚠ recreate", style="yellow")
-            table.add_row(
-                _plain(r.get("node") or "local"),
-                _plain(r.get("containerName", "")),
-                status,
-                image,
-                config,
-                compact(r.get("ageMs")),
-                compact(r.get("idleMs")),
-                _plain(r.get("sessionKey", "")),
-            )
-        if rows and cursor is not None:
-            table.move_cursor(row=min(cursor, len(rows) - 1))
-        if not rows:
-            self._detail(
-                Text(
-                    "No sandbox runtimes found. Sandboxes are off unless config.toml turns them on:\n"
-                    '  [agents.defaults.sandbox]\n  mode = "all"        # or "non-main"\n'
-                    "then `exechost sandbox setup` builds the default image; the next host=sandbox command "
-                    "creates its container here (e to explain an agent's settings).",
-                    style="dim",
-                )
-            )
+        self.fill(rows, _cells, EMPTY)
 
     @work(group="sandbox-list", exclusive=True, exit_on_error=False)
     async def action_refresh_list(self) -> None:
