@@ -68,8 +68,10 @@ class SessionManager:
         background_ms: int = DEFAULT_BACKGROUND_MS,
         kill_grace_sec: float = KILL_GRACE_SEC,
         launcher: Launcher | None = None,
+        split_stream_chars: int = 0,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else statefs.state_dir()
+        self.split_stream_chars = split_stream_chars  # OutputBuffer.split_chars for every session
         self.log_dir = self.state_dir / "sessions"
         self.log_cap_bytes = log_cap_bytes
         self.events = events if events is not None else SystemEvents()
@@ -147,7 +149,10 @@ class SessionManager:
             spec=spec,
             cwd=cwd,
             output=OutputBuffer(
-                self.log_dir / f"{session_id}.log", log_cap=self.log_cap_bytes, session_id=session_id
+                self.log_dir / f"{session_id}.log",
+                log_cap=self.log_cap_bytes,
+                session_id=session_id,
+                split_chars=self.split_stream_chars,
             ),
         )
         self.registry.add(session)  # before any await: the id stays reserved while a launcher spawns
@@ -371,6 +376,9 @@ class SessionManager:
         failure = session.failure
         prefix = _warning_prefix(session.spec.warnings)
         details: dict[str, Any] = {"durationMs": duration, "cwd": session.cwd}
+        streams = session.output.streams()
+        if streams is not None:  # asked for (a node's system.run): stdout and stderr apart too
+            details["stdout"], details["stderr"], details["streamsTruncated"] = streams
         if failure is None:
             code = session.exit_code or 0
             if code != 0:

@@ -143,10 +143,14 @@ class OutputBuffer:
         pending_chars: int = PENDING_CHARS,
         session_id: str | None = None,
         terminal: bool = False,
+        split_chars: int = 0,
     ) -> None:
         self.session_id = session_id
         self.terminal = terminal
         self.ring = _Chunks(ring_chars)
+        # Whole stdout and stderr apart (the last `split_chars` of each), for callers whose answer keeps
+        # them apart (a node's system.run); off by default: the ring keeps them merged, in order.
+        self.split = {"stdout": _Chunks(split_chars), "stderr": _Chunks(split_chars)} if split_chars else None
         self.pending = {"stdout": _Chunks(pending_chars), "stderr": _Chunks(pending_chars)}
         self.total_chars = 0
         self.log_path = log_path
@@ -175,6 +179,8 @@ class OutputBuffer:
             self._write_log(text)
         self.ring.append(text)
         self.pending["stderr" if stream == "stderr" else "stdout"].append(text)
+        if self.split is not None:
+            self.split["stderr" if stream == "stderr" else "stdout"].append(text)
 
     def _open_log(self) -> None:
         assert self.log_path is not None
@@ -230,6 +236,13 @@ class OutputBuffer:
     def aggregated(self) -> str:
         body = self.text()
         return truncation_marker(self.ring.dropped, self.session_id) + body if self.ring.dropped else body
+
+    def streams(self) -> tuple[str, str, bool] | None:
+        """(stdout, stderr, truncated) kept apart, when this buffer was asked to (`split_chars`)."""
+        if self.split is None:
+            return None
+        out, err = self.split["stdout"], self.split["stderr"]
+        return self._clean(out.text()), self._clean(err.text()), bool(out.dropped or err.dropped)
 
     def tail(self, n: int = TAIL_CHARS) -> str:
         return self._clean(self.ring.last(n))

@@ -173,13 +173,17 @@ class NodeHub:
                 },
             )
         stdout, stderr, error = str(p.get("stdout") or ""), str(p.get("stderr") or ""), p.get("error")
-        text = stdout or stderr or str(error or "") or "(no output)"
+        # An exechost node also sends both streams merged as read (`output`): the agent sees stderr too.
+        merged = p.get("output") if isinstance(p.get("output"), str) else None
+        text = merged or stdout or stderr or str(error or "") or "(no output)"
         details = {
             "status": "completed" if p.get("success") else "failed",
             "exitCode": p.get("exitCode"),
             "timedOut": bool(p.get("timedOut")),
             "durationMs": p.get("durationMs") or int((time.monotonic() - started) * 1000),
-            "aggregated": "\n".join(x for x in (stdout, stderr, str(error or "")) if x),
+            "aggregated": merged
+            if merged is not None
+            else "\n".join(x for x in (stdout, stderr, str(error or "")) if x),
             "cwd": p.get("cwd"),
             "host": "sandbox" if sandboxed else "node",
             "node": link.name,

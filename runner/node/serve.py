@@ -29,7 +29,8 @@ from runner.node.approvals import RelayedApprovals
 
 log = logging.getLogger("exechost.node")
 
-OUTPUT_CAP = 1_000_000  # characters of stdout in one system.run result (the tail is kept)
+OUTPUT_CAP = 1_000_000  # characters of the merged output in one system.run result (the tail is kept)
+SPLIT_CAP = 200_000  # characters of stdout and of stderr kept apart per run (reference OUTPUT_CAP)
 MAX_QUEUED_EVENTS = 1000  # events kept for the next link while none is up (`node run`), oldest dropped
 EVENT_OUTPUT_CAP = 20_000  # reference §5.5: exec.finished carries the last 20k
 SHELL_WRAPPERS = {("/bin/sh", "-lc"), ("sh", "-lc"), ("/bin/sh", "-c"), ("sh", "-c"), ("/bin/bash", "-lc")}
@@ -55,6 +56,19 @@ def format_exec_command(argv: list[str]) -> str:
         else:
             out.append(arg)
     return " ".join(out)
+
+
+def _streams(details: dict[str, Any], merged: str) -> dict[str, str]:
+    """stdout and stderr apart as the reference answers them, `... (truncated)` on the one that ends it."""
+    stdout, stderr = details.get("stdout"), details.get("stderr")
+    if not isinstance(stdout, str) or not isinstance(stderr, str):  # not kept apart: all of it is stdout
+        return {"stdout": merged[-OUTPUT_CAP:], "stderr": ""}
+    if details.get("streamsTruncated"):
+        if stderr:
+            stderr += "\n... (truncated)"
+        else:
+            stdout += "\n... (truncated)"
+    return {"stdout": stdout, "stderr": stderr}
 
 
 class RunError(Exception):
@@ -131,6 +145,7 @@ class NodeServer:
             events=SystemEvents(),
             timeout_sec=float(config.exec.timeout_sec),
             background_ms=config.exec.background_ms,
+            split_stream_chars=SPLIT_CAP,  # system.run answers stdout and stderr apart (reference §5.4)
         )
         self._sandbox_config: tuple[Config, Config] | None = None
         self.tool = self._exec_tool(self.config)
@@ -330,16 +345,17 @@ class NodeServer:
         if session is None:
             return result
         await session.done.wait()
-        return ToolResult(
-            "",
-            {
-                "status": "completed" if session.exit_code == 0 else "failed",
-                "exitCode": session.exit_code,
-                "timedOut": session.timed_out,
-                "aggregated": session.output.aggregated(),
-                "cwd": session.cwd,
-            },
-        )
+        details: dict[str, Any] = {
+            "status": "completed" if session.exit_code == 0 else "failed",
+            "exitCode": session.exit_code,
+            "timedOut": session.timed_out,
+            "aggregated": session.output.aggregated(),
+            "cwd": session.cwd,
+        }
+        streams = session.output.streams()
+        if streams is not None:
+            details["stdout"], details["stderr"], details["streamsTruncated"] = streams
+        return ToolResult("", details)
 
     async def _finished(
         self, result: ToolResult, session_key: str, run_id: str, text: str, suppress: bool
@@ -356,8 +372,10 @@ class NodeServer:
             "exitCode": exit_code,
             "timedOut": timed_out,
             "success": exit_code == 0 and not timed_out,
-            "stdout": output if len(output) <= OUTPUT_CAP else output[-OUTPUT_CAP:],
-            "stderr": "",  # one merged stream, in order, as local runs keep it
+            # Reference fields apart; `output` is both merged as they were read, which the gateway
+            # shows the agent (the reference's `stdout || stderr` would hide stderr whenever stdout exists).
+            **_streams(d, output),
+            "output": output if len(output) <= OUTPUT_CAP else output[-OUTPUT_CAP:],
             "error": None if d.get("status") == "completed" else (result.text if not output else None),
             "durationMs": d.get("durationMs"),
             "cwd": d.get("cwd"),

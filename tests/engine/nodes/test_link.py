@@ -217,3 +217,43 @@ def link_exechost(state_dir: Path, node: SshdNode) -> str:
     found = re.search(r'exechost = "([^"]+)"', text)
     assert found is not None
     return found.group(1)
+
+
+async def test_system_run_answers_stdout_and_stderr_apart_and_merged_in_order(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Reference §5.4's result keeps the streams apart; `output` has both as they were read, which is
+    what the gateway shows the agent (stdout || stderr would hide the error whenever stdout exists)."""
+    node_config(sshd_nodes[0], FULL)
+    (state_dir / "config.toml").write_text(
+        (state_dir / "config.toml")
+        .read_text()
+        .replace(
+            "[nodes.alpha]", '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n[nodes.alpha]', 1
+        )
+    )
+    script = "echo one; echo two >&2; echo three; exit 4"
+    link = link_for(state_dir, "alpha")
+    try:
+        res = await link.call("system.run", {"command": ["/bin/sh", "-lc", script], "rawCommand": script})
+        assert res.ok and res.payload is not None
+        p = res.payload
+        assert (p["stdout"], p["stderr"]) == ("one\nthree\n", "two\n"), p
+        # Two pipes: their interleaving is as read, so only what is in `output` is certain, not its order.
+        assert sorted(p["output"].split()) == ["one", "three", "two"]
+        assert p["exitCode"] == 4 and p["success"] is False
+        big = "head -c 300000 /dev/zero | tr '\\0' x; echo; echo oops >&2"
+        res = await link.call("system.run", {"command": ["/bin/sh", "-lc", big], "rawCommand": big})
+        assert res.payload is not None and res.payload["stderr"] == "oops\n\n... (truncated)"
+        assert len(res.payload["stdout"]) == 200_000
+    finally:
+        await link.close()
+    from tests.helpers.gateway import connect, gateway
+
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            got = await agent.request("exec", {"command": script, "node": "alpha"})
+            assert sorted(got["text"].split()[:3]) == ["one", "three", "two"], got  # stderr shown too
+        finally:
+            await agent.close()
