@@ -42,7 +42,9 @@ async def test_console_shows_what_runs(state_dir: Path, tmp_path: Path, template
     async with running_console(state_dir) as (app, pilot, agent):
         task = submit(agent, command, workdir=str(tmp_path))
         await until(pilot, lambda: len(app.inbox) == 1)
-        await pilot.pause(0.3)
+        # The table sizes its columns over a few refreshes: wait for the row, not for a fixed time.
+        shown = visible(command)[:8]
+        await until(pilot, lambda: shown in _screen_text(app.query_one("#approval-list")))
         row = _screen_text(app.query_one("#approval-list"))
         detail = _screen_text(app.query_one("#approval-detail"))
         assert "⚠" in row  # flagged in the list, the escapes shown as text
