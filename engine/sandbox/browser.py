@@ -13,21 +13,21 @@ import contextlib
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from engine import statefs
 from engine.sandbox import docker_ops
-from engine.sandbox.manager import SandboxError, _workspace_user
+from engine.sandbox.manager import SandboxError, workspace_user
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
     HOT_WINDOW_MS,
     STATE_LABEL,
     SandboxSettings,
-    _camel,
-    _normalize,
+    camel_fields,
     container_name,
+    digest,
     layout,
     state_id,
 )
@@ -123,18 +123,16 @@ def effective_docker(settings: SandboxSettings) -> Any:
 
 
 def browser_hash(settings: SandboxSettings, blay: BrowserLayout) -> str:
-    docker = {_camel(k): v for k, v in asdict(effective_docker(settings)).items()}
-    browser = {_camel(k): v for k, v in asdict(settings.browser).items()}
-    payload = {
-        "docker": docker,
-        "browser": browser,
-        "workspaceDir": blay.workspace_dir,
-        "socketDir": blay.socket_dir,
-        "script": SCRIPT_DIGEST,
-        "epoch": SECURITY_EPOCH,
-    }
-    text = json.dumps(_normalize(payload), separators=(",", ":"), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return digest(
+        {
+            "docker": camel_fields(effective_docker(settings)),
+            "browser": camel_fields(settings.browser),
+            "workspaceDir": blay.workspace_dir,
+            "socketDir": blay.socket_dir,
+            "script": SCRIPT_DIGEST,
+            "epoch": SECURITY_EPOCH,
+        }
+    )
 
 
 def create_kwargs(
@@ -218,9 +216,7 @@ async def open_browser_socket(
     return reader, writer
 
 
-async def http_get(
-    socket_path: str, path: str, container_id: str, timeout: float = 5.0
-) -> tuple[int, bytes]:
+async def http_get(socket_path: str, path: str, container_id: str, timeout: float = 5.0) -> tuple[int, bytes]:
     """One GET over a browser's Unix socket (CDP's /json endpoints); (status, body)."""
     async with asyncio.timeout(timeout):
         reader, writer = await open_browser_socket(socket_path, container_id)
@@ -352,7 +348,7 @@ class BrowserManager:
             await asyncio.to_thread(docker_ops.ensure_image, docker.image)
         except docker_ops.SandboxUnavailable as exc:
             raise SandboxError(f"{exc} For the browser image: `exechost sandbox setup --browser`.") from None
-        user = docker.user or _workspace_user(blay.workspace_dir)
+        user = docker.user or workspace_user(blay.workspace_dir)
         await asyncio.to_thread(self._check_dirs, settings, blay, user)
         env = sanitize_container_env(docker.env, explicit=docker.env.keys()).env
         created = now_ms()
@@ -424,12 +420,16 @@ class BrowserManager:
         return removed
 
     async def info(self, name: str) -> BrowserInfo | None:
-        return next((r for r in await self.runtimes() if r.name == name), None)
+        return next(iter(await self.runtimes(name)), None)
 
-    async def runtimes(self) -> list[BrowserInfo]:
-        """Registry rows joined with live Docker state; a running one is asked for its page (URL, title)."""
+    async def runtimes(self, only: str | None = None) -> list[BrowserInfo]:
+        """Registry rows joined with live Docker state (`only`: that browser, no other is asked); a
+        running one is asked for its page (URL, title)."""
         entries = {e.containerName: e for e in await asyncio.to_thread(self.registry.read)}
         live = {str(c["Names"][0]).lstrip("/"): c for c in await asyncio.to_thread(list_browsers)}
+        if only is not None:
+            entries = {k: v for k, v in entries.items() if k == only}
+            live = {k: v for k, v in live.items() if k == only}
         out: list[BrowserInfo] = []
         for name in sorted(set(entries) | set(live)):
             entry, c = entries.get(name), live.get(name)

@@ -61,7 +61,7 @@ class _Known:
     last_touch_ms: int = 0
 
 
-def _workspace_user(path: str) -> str | None:
+def workspace_user(path: str) -> str | None:
     """OpenClaw's default user: the workspace dir's owner, so files written inside stay the operator's."""
     try:
         st = os.lstat(path)
@@ -196,7 +196,7 @@ class SandboxManager:
         _, has_bb = await asyncio.to_thread(sv.ensure_bin_dir)
         env, env_warnings = self.container_env(settings)
         warnings.extend(env_warnings)
-        user = settings.docker.user or _workspace_user(lay.workspace_dir)
+        user = settings.docker.user or workspace_user(lay.workspace_dir)
         if user and not user.startswith("0:") and user != "0":
             # A non-root container user must be able to use its control dir; nothing else can reach it.
             uid, _, gid = user.partition(":")

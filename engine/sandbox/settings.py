@@ -272,19 +272,28 @@ def _normalize(value: Any) -> Any:
     return value
 
 
+def camel_fields(obj: Any) -> dict[str, Any]:
+    """A settings dataclass as config.toml spells its keys (for hashes and explanations)."""
+    return {_camel(k): v for k, v in asdict(obj).items()}
+
+
+def digest(payload: dict[str, Any]) -> str:
+    """sha256 of a config payload: keys sorted, None dropped, array order kept (reference §6.3)."""
+    text = json.dumps(_normalize(payload), separators=(",", ":"), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def config_hash(settings: SandboxSettings, lay: Layout) -> str:
     """sha256 over the effective container config; array order matters, None is dropped (reference §6.3)."""
-    docker = {_camel(k): v for k, v in asdict(settings.docker).items()}
     payload = {
-        "docker": docker,
+        "docker": camel_fields(settings.docker),
         "workspaceAccess": settings.workspace_access,
         "workspaceDir": lay.workspace_dir,
         "agentWorkspaceDir": lay.agent_workspace,
         "mountFormatVersion": MOUNT_FORMAT_VERSION,
         "supervisor": SUPERVISOR_DIGEST,
     }
-    text = json.dumps(_normalize(payload), separators=(",", ":"), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return digest(payload)
 
 
 def recreate_hint(settings: SandboxSettings, lay: Layout, agent_id: str) -> str:
