@@ -50,11 +50,12 @@ class BrowserHub:
         settings = resolve_settings(self._services.config(), agent_id)
         return settings, browser_layout(settings, agent_id, session_key or main_session_key(agent_id))
 
-    async def _endpoint(self, blay: BrowserLayout) -> str:
+    async def _endpoint(self, name: str) -> str:
+        """The door's URL for browser `name` (opened on first use; kept while its container is the same)."""
         await self.proxy.start()
-        container_id = self.manager.ids.get(blay.name) or await self.manager.container_id(blay.name)
-        self.proxy.open(blay.name, blay.cdp_socket, blay.novnc_socket, container_id)
-        url = self.proxy.base_url(blay.name)
+        container_id = self.manager.ids.get(name) or await self.manager.container_id(name)
+        self.proxy.open(name, *browser_sockets(name), container_id)
+        url = self.proxy.base_url(name)
         assert url is not None
         return url
 
@@ -66,7 +67,7 @@ class BrowserHub:
             warnings = await self.manager.ensure(settings, blay, agent_id)
         except (SandboxError, docker_ops.SandboxUnavailable) as exc:
             raise ToolError(str(exc)) from None
-        await self._endpoint(blay)
+        await self._endpoint(blay.name)
         self._changed(blay.name, "started")
         return {"containerName": blay.name, "warnings": warnings}
 
@@ -113,7 +114,7 @@ class BrowserHub:
             raise ToolError(
                 f"The browser sandbox {blay.name} is not running (`exechost sandbox browser start`)."
             )
-        await self._endpoint(blay)
+        await self._endpoint(blay.name)
         return self._row(info, True)
 
     def screenshot(self, name: str) -> dict[str, Any] | None:
@@ -134,11 +135,7 @@ class BrowserHub:
             info = await self.manager.info(name)
             if info is None or not info.running:
                 raise ToolError(f"The browser sandbox {name} is not running.")
-            await self.proxy.start()
-            container_id = self.manager.ids.get(name) or await self.manager.container_id(name)
-            self.proxy.open(name, *browser_sockets(name), container_id)
-            endpoint = self.proxy.base_url(name)
-            assert endpoint is not None
+            endpoint = await self._endpoint(name)
         await self.tool.run(endpoint, {"action": "screenshot"})
         self._changed(name, "screenshot")
 
@@ -153,7 +150,7 @@ class BrowserHub:
             self._ready[blay.name] = expected
         else:
             await self.manager.touch(blay.name)
-        endpoint = await self._endpoint(blay)
+        endpoint = await self._endpoint(blay.name)
         try:
             result = await self.tool.run(endpoint, params)
         except CdpUnavailable:
@@ -162,7 +159,7 @@ class BrowserHub:
             await self.tool.forget(endpoint)
             await self._bring_up(settings, blay, agent_id, session_key)
             self._ready[blay.name] = expected
-            result = await self.tool.run(await self._endpoint(blay), params)
+            result = await self.tool.run(await self._endpoint(blay.name), params)
         result.details["containerName"] = blay.name
         if params.get("action") in ("navigate", "screenshot", "click", "type"):
             self._changed(blay.name, str(params.get("action")))
