@@ -1,0 +1,109 @@
+"""Issue 18 §4: the host's writes into a sandbox workspace never follow a link the sandbox swaps in.
+
+The attacker is a sandboxed process: it owns everything below its workspace's mount point and can, in a
+tight loop, atomically exchange a directory the host is about to write into with a link to a host directory
+(`renameat2(RENAME_EXCHANGE)`). The race tests below run that loop from a host process on the same
+directory, which is what the container's bind mount is: the kernel sees the same inode and the same
+rename. (The busybox test image has no renameat2 tool; `test_the_race_from_inside_a_real_sandbox` runs
+a static racer inside the container when a C compiler is there to build one.)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from engine.sandbox.workspace import WorkspaceError, stage_inbound, sync_skills
+from tests.helpers.race import exchange_loop
+
+STAGED = 3000
+REFRESHES = 1000
+SEEDED = 2000
+SEED_SYNCS = 100
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    """Every file under `path` with its content (links listed by target), to compare before and after."""
+    out: dict[str, bytes] = {}
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, path)
+            if os.path.islink(full):
+                out[rel] = b"-> " + os.fsencode(os.readlink(full))
+            elif os.path.isfile(full):
+                out[rel] = Path(full).read_bytes() + b"@" + str(os.lstat(full).st_mtime_ns).encode()
+            else:
+                out[rel + "/"] = b""
+    return out
+
+
+def test_stage_never_lands_in_the_swapped_in_host_dir(tmp_path: Path) -> None:
+    root, box = tmp_path / "root", tmp_path / "root" / "box"
+    stage_inbound(str(root), str(box), "first.txt", b"first")
+    inbound, evil = box / "media" / "inbound", box / "media" / "evil"
+    decoy = tmp_path / "host-dir"
+    decoy.mkdir()
+    (decoy / "first.txt").write_bytes(b"host file")
+    before = _tree(decoy)
+    evil.symlink_to(decoy)
+    landed, refused = 0, []
+    with exchange_loop(str(inbound), str(evil)):
+        for i in range(STAGED):
+            try:
+                stage_inbound(str(root), str(box), f"f{i}.txt", b"staged")
+                landed += 1
+            except WorkspaceError as exc:
+                refused.append(str(exc))
+    assert _tree(decoy) == before, f"{len(_tree(decoy)) - len(before)} staged files landed in the host dir"
+    real = evil if inbound.is_symlink() else inbound
+    assert len(os.listdir(real)) == landed + 1
+    assert all("media/inbound" in text for text in refused)  # a refusal names the path it refused
+
+
+def test_skills_refresh_never_replaces_a_host_file(tmp_path: Path) -> None:
+    root, agent, box = tmp_path / "root", tmp_path / "agent", tmp_path / "root" / "box"
+    (agent / "skills" / "s").mkdir(parents=True)
+    source = agent / "skills" / "s" / "SKILL.md"
+    source.write_text("the skill")
+    sync_skills(str(root), str(agent), str(box))
+    real, evil = box / "skills" / "s", box / "skills" / "evil"
+    decoy = tmp_path / "host-dir"
+    decoy.mkdir()
+    (decoy / "SKILL.md").write_text("host file: keep")
+    before = _tree(decoy)
+    evil.symlink_to(decoy)
+    with exchange_loop(str(real), str(evil)):
+        for i in range(REFRESHES):
+            os.utime(source, ns=(i + 1, (i + 1) * 1_000_000_000))  # changed: every sync copies it again
+            try:
+                sync_skills(str(root), str(agent), str(box))
+            except (WorkspaceError, OSError):
+                pass  # the old code gave up on a swapped dir; what matters is where the bytes went
+    assert _tree(decoy) == before
+
+
+def test_skills_seeding_never_creates_files_in_the_swapped_in_host_dir(tmp_path: Path) -> None:
+    """First sync of a skill tree into a dir the sandbox swaps for a link to, say, a home directory: a
+    skill's `deep/.ssh/authorized_keys` would then be written into the host's `.ssh`."""
+    root, agent, box = tmp_path / "root", tmp_path / "agent", tmp_path / "root" / "box"
+    src = agent / "skills" / "deep" / ".ssh"
+    src.mkdir(parents=True)
+    (agent / "skills" / "deep" / "README.md").write_text("deep")
+    for i in range(SEEDED):
+        (src / f"k{i}").write_text(f"key {i}")
+    (src / "authorized_keys").write_text("ssh-ed25519 ATTACKER")
+    (box / "skills" / "deep").mkdir(parents=True)  # the sandbox made it, empty
+    real, evil = box / "skills" / "deep", box / "skills" / "evil"
+    decoy = tmp_path / "home"
+    (decoy / ".ssh").mkdir(parents=True)
+    (decoy / ".ssh" / "authorized_keys").write_text("ssh-ed25519 OWNER")
+    before = _tree(decoy)
+    evil.symlink_to(decoy)
+    with exchange_loop(str(real), str(evil)):
+        for _ in range(SEED_SYNCS):  # each use syncs again: what a swap skipped is tried once more
+            try:
+                sync_skills(str(root), str(agent), str(box))
+            except (WorkspaceError, OSError):
+                pass  # the old code gave up on a swapped dir, half way through
+    assert _tree(decoy) == before
