@@ -12,13 +12,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from engine.sandbox import beneath
+from engine.config.loader import load_config_text
+from engine.sandbox import SandboxManager, beneath, prepare_exec
+from engine.sandbox.settings import layout, resolve_settings
 from engine.sandbox.workspace import WorkspaceError, stage_inbound, sync_skills
+from tests.engine.sandbox.test_sandbox_docker import run
+from tests.helpers.gateway import cli
 from tests.helpers.race import exchange_loop
+from tests.helpers.sandbox import IMAGE, build_test_image, remove_labelled
+
+RUN_ID = f"race-{os.getpid()}-{secrets.token_hex(3)}"
 
 STAGED = 3000
 REFRESHES = 1000
@@ -26,7 +35,7 @@ SEEDED = 2000
 SEED_SYNCS = 100
 
 
-@pytest.fixture(autouse=True, params=["openat2", "per-component"])
+@pytest.fixture(params=["openat2", "per-component"])
 def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways down a tree: openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), and the O_NOFOLLOW walk used
     where the kernel has no openat2."""
@@ -52,6 +61,7 @@ def _tree(path: Path) -> dict[str, bytes]:
     return out
 
 
+@pytest.mark.usefixtures("resolver")
 def test_stage_never_lands_in_the_swapped_in_host_dir(tmp_path: Path) -> None:
     root, box = tmp_path / "root", tmp_path / "root" / "box"
     stage_inbound(str(root), str(box), "first.txt", b"first")
@@ -75,6 +85,7 @@ def test_stage_never_lands_in_the_swapped_in_host_dir(tmp_path: Path) -> None:
     assert all("media/inbound" in text for text in refused)  # a refusal names the path it refused
 
 
+@pytest.mark.usefixtures("resolver")
 def test_skills_refresh_never_replaces_a_host_file(tmp_path: Path) -> None:
     root, agent, box = tmp_path / "root", tmp_path / "agent", tmp_path / "root" / "box"
     (agent / "skills" / "s").mkdir(parents=True)
@@ -96,6 +107,7 @@ def test_skills_refresh_never_replaces_a_host_file(tmp_path: Path) -> None:
     assert _tree(decoy) == before
 
 
+@pytest.mark.usefixtures("resolver")
 def test_skills_seeding_never_creates_files_in_the_swapped_in_host_dir(tmp_path: Path) -> None:
     """First sync of a skill tree into a dir the sandbox swaps for a link to, say, a home directory: a
     skill's `deep/.ssh/authorized_keys` would then be written into the host's `.ssh`."""
@@ -118,3 +130,59 @@ def test_skills_seeding_never_creates_files_in_the_swapped_in_host_dir(tmp_path:
             with contextlib.suppress(WorkspaceError, OSError):  # the old code gave up half way through
                 sync_skills(str(root), str(agent), str(box))
     assert _tree(decoy) == before
+
+
+@pytest.fixture
+def mgr() -> Iterator[SandboxManager]:
+    build_test_image()
+    yield SandboxManager(extra_labels={"exechost.test": RUN_ID})
+    remove_labelled(RUN_ID)
+
+
+@pytest.mark.docker
+async def test_a_link_left_in_the_workspace_refuses_that_write_and_the_agent_keeps_working(
+    mgr: SandboxManager, state_dir: Path, tmp_path: Path
+) -> None:
+    agent = "l" + secrets.token_hex(3)
+    text = f'[agents.defaults.sandbox]\nmode = "all"\n[agents.defaults.sandbox.docker]\nimage = "{IMAGE}"\n'
+    (state_dir / "config.toml").write_text(text)
+    cfg = load_config_text(text)
+    key = f"agent:{agent}:main"
+    lay = layout(resolve_settings(cfg, agent), agent, key)
+    skills = Path(lay.agent_workspace) / "skills"
+    (skills / "git").mkdir(parents=True)
+    (skills / "git" / "SKILL.md").write_text("use git")
+    (skills / "top.md").write_text("top")
+    decoy = tmp_path / "host-dir"
+    decoy.mkdir()
+    (decoy / "SKILL.md").write_text("host file: keep")
+    before = _tree(decoy)
+
+    sx = await prepare_exec(cfg, agent, key, None, manager=mgr)
+    # Inside the sandbox: leave links where the host writes next (the skill's dir, the inbound dir).
+    plant = (
+        "cat /workspace/skills/git/SKILL.md && rm -rf /workspace/skills/git && "
+        f"ln -s {decoy} /workspace/skills/git && mkdir -p /workspace/media && "
+        f"ln -s {decoy} /workspace/media/inbound"
+    )
+    status, out, err = await run(sx, plant)
+    assert status[0] == 0 and "use git" in out, err
+    (skills / "git" / "SKILL.md").write_text("use git, v2")  # changed: the next use copies it again
+    (skills / "top.md").write_text("top, v2")
+
+    again = await prepare_exec(cfg, agent, key, None, manager=mgr)
+    refused = [w for w in again.warnings if w.startswith("skills sync: refused")]
+    assert refused == [
+        "skills sync: refused skills/git: it is a symlink (left by the sandbox?); other files synced"
+    ]
+    status, out, _ = await run(again, "cat /workspace/skills/top.md")
+    assert status[0] == 0 and out == "top, v2"  # the agent keeps working, the other skill is fresh
+
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(b"\x89PNG")
+    proc = cli(state_dir, "sandbox", "stage", str(photo), "--agent", agent)
+    assert proc.returncode != 0
+    assert "refused media/inbound" in proc.stderr + proc.stdout and "symlink" in proc.stderr + proc.stdout
+    assert _tree(decoy) == before
+    status, out, _ = await run(await prepare_exec(cfg, agent, key, None, manager=mgr), "echo still here")
+    assert status[0] == 0 and out == "still here\n"
