@@ -10,9 +10,12 @@ a static racer inside the container when a C compiler is there to build one.)
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from engine.config.loader import load_config_text
 from engine.sandbox import SandboxManager, beneath, prepare_exec
 from engine.sandbox.settings import layout, resolve_settings
 from engine.sandbox.workspace import WorkspaceError, stage_inbound, sync_skills
+from engine.sessions.launcher import RunSpec
 from tests.engine.sandbox.test_sandbox_docker import run
 from tests.helpers.gateway import cli
 from tests.helpers.race import exchange_loop
@@ -186,3 +190,105 @@ async def test_a_link_left_in_the_workspace_refuses_that_write_and_the_agent_kee
     assert _tree(decoy) == before
     status, out, _ = await run(await prepare_exec(cfg, agent, key, None, manager=mgr), "echo still here")
     assert status[0] == 0 and out == "still here\n"
+
+
+RACER_C = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/fs.h>
+int main(int argc, char **argv) {
+    unsigned long n = 0;
+    if (argc != 4) return 2;
+    if (syscall(SYS_renameat2, AT_FDCWD, argv[1], AT_FDCWD, argv[2], RENAME_EXCHANGE)) {
+        perror("renameat2");
+        return 1;
+    }
+    n = 1;
+    printf("go\n");
+    fflush(stdout);
+    for (;;) {
+        syscall(SYS_renameat2, AT_FDCWD, argv[1], AT_FDCWD, argv[2], RENAME_EXCHANGE);
+        if ((++n & 1023) == 0 && access(argv[3], F_OK) == 0) return 0; /* even: both back in place */
+    }
+}
+"""
+
+
+def _static_racer(tmp_path: Path) -> Path:
+    """The racer as a static binary for the busybox image, or skip where no C toolchain can build one."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("no gcc to build the in-container racer (the host-process race tests still run)")
+    src, out = tmp_path / "racer.c", tmp_path / "racer"
+    src.write_text(RACER_C)
+    proc = subprocess.run([gcc, "-static", "-O2", "-o", str(out), str(src)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot build a static racer: {proc.stderr[-300:]}")
+    return out
+
+
+@pytest.mark.docker
+async def test_the_race_from_inside_a_real_sandbox(
+    mgr: SandboxManager, state_dir: Path, tmp_path: Path
+) -> None:
+    """The same exchange loop run by a process inside the container, on its bind-mounted workspace, while
+    the host stages files into it and syncs a changing skill: nothing lands in the host dir."""
+    racer = _static_racer(tmp_path)
+    agent = "r" + secrets.token_hex(3)
+    text = f'[agents.defaults.sandbox]\nmode = "all"\n[agents.defaults.sandbox.docker]\nimage = "{IMAGE}"\n'
+    cfg = load_config_text(text)
+    key = f"agent:{agent}:main"
+    settings = resolve_settings(cfg, agent)
+    lay = layout(settings, agent, key)
+    skill = Path(lay.agent_workspace) / "skills" / "inbound" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("the skill")
+    sx = await prepare_exec(cfg, agent, key, None, manager=mgr)
+    box = Path(lay.sandbox_workspace)
+    stage_inbound(settings.workspace_root, str(box), "first.txt", b"first")
+    shutil.copy(racer, box / "racer")
+    decoy = tmp_path / "host-dir"
+    decoy.mkdir()
+    (decoy / "SKILL.md").write_text("host file: keep")
+    before = _tree(decoy)
+    # Inside the sandbox: a link to the host dir next to each dir the host writes into, and the racer
+    # exchanging them (the skill dir `skills/inbound` and `media/inbound` at once, in two racers).
+    setup = f"ln -s {decoy} /workspace/media/evil && ln -s {decoy} /workspace/skills/evil && chmod 755 racer"
+    status, _, err = await run(sx, setup)
+    assert status[0] == 0, err
+    command = (
+        "/workspace/racer /workspace/media/inbound /workspace/media/evil /workspace/stop & "
+        "/workspace/racer /workspace/skills/inbound /workspace/skills/evil /workspace/stop & wait"
+    )
+    handle = await sx.launcher.spawn(RunSpec(command=command, cwd=sx.cwd, env={}))
+    seen = b""
+    while seen.count(b"go") < 2:
+        chunk = await handle.read()
+        assert chunk is not None, f"the racers did not start: {seen!r}"
+        seen += chunk[1]
+
+    def host_writes() -> int:
+        landed = 0
+        for i in range(STAGED):
+            with contextlib.suppress(WorkspaceError):
+                stage_inbound(settings.workspace_root, str(box), f"f{i}.txt", b"staged")
+                landed += 1
+            if i % 3 == 0:
+                os.utime(skill, ns=(i + 1, (i + 1) * 1_000_000_000))
+                with contextlib.suppress(WorkspaceError, OSError):  # the old code gave up on a swap
+                    sync_skills(settings.workspace_root, lay.agent_workspace, str(box))
+        return landed
+
+    try:
+        landed = await asyncio.to_thread(host_writes)
+    finally:
+        (box / "stop").touch()
+        while await handle.read() is not None:
+            pass
+        await handle.wait()
+        handle.close()
+    assert _tree(decoy) == before
+    assert landed > 0
