@@ -136,6 +136,29 @@ def test_skills_seeding_never_creates_files_in_the_swapped_in_host_dir(tmp_path:
     assert _tree(decoy) == before
 
 
+@pytest.mark.usefixtures("resolver")
+def test_skills_sync_never_reads_through_a_swapped_source_dir(tmp_path: Path) -> None:
+    """The other direction: the skills being read can be swapped too (the agent's host commands, or a
+    sandbox with the agent workspace mounted, can write there): a host secret is never copied in."""
+    root, agent, box = tmp_path / "root", tmp_path / "agent", tmp_path / "root" / "box"
+    (agent / "skills" / "s").mkdir(parents=True)
+    source = agent / "skills" / "s" / "id_rsa"
+    source.write_text("a skill file")
+    secret = tmp_path / "home-ssh"
+    secret.mkdir()
+    (secret / "id_rsa").write_text("PRIVATE KEY")
+    (agent / "skills" / "evil").symlink_to(secret)
+    seen: set[str] = set()
+    with exchange_loop(str(agent / "skills" / "s"), str(agent / "skills" / "evil")):
+        for i in range(REFRESHES // 2):
+            os.utime(source, ns=(i + 1, (i + 1) * 1_000_000_000))
+            with contextlib.suppress(WorkspaceError, OSError):
+                sync_skills(str(root), str(agent), str(box))
+            # What the sandbox could read after this sync (the box side is not raced here).
+            seen.update(p.read_text() for p in (box / "skills").rglob("*") if p.is_file())
+    assert "a skill file" in seen and "PRIVATE KEY" not in seen
+
+
 @pytest.fixture
 def mgr() -> Iterator[SandboxManager]:
     build_test_image()
