@@ -197,7 +197,7 @@ def stage_inbound(root: str, sandbox_workspace: str, name: str, data: bytes) -> 
             inbound = beneath.open_dir(ws, INBOUND_DIR, create=0o755)
         except beneath.Refused as exc:
             raise WorkspaceError(
-                f"stage: refused {INBOUND_DIR} ({exc.rel}: {exc.why}); nothing staged. "
+                f"stage: refused {exc.rel}: {exc.why}; nothing staged. "
                 f"Remove it from the sandbox workspace {sandbox_workspace} and retry."
             ) from None
     finally:

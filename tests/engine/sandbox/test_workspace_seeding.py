@@ -50,7 +50,7 @@ def test_stage_sanitises_names_and_never_overwrites(tmp_path: Path) -> None:
     assert stage_inbound(str(root), str(box), ".hidden", b"h").endswith("hidden")
     (box / "media" / "inbound").rename(box / "moved")
     (box / "media" / "inbound").symlink_to(tmp_path)
-    with pytest.raises(WorkspaceError, match=r"refused media/inbound .*symlink"):
+    with pytest.raises(WorkspaceError, match=r"refused media/inbound: .*symlink"):
         stage_inbound(str(root), str(box), "x.txt", b"x")
 
 
