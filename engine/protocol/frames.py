@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from engine import jsontext, statefs
+from engine import jsontext, redact, statefs
 from engine.errors import ExecHostError
 
 PROTOCOL_VERSION = 1
@@ -228,7 +228,10 @@ def read_token(state: Path | None = None, name: str = TOKEN_NAME) -> str | None:
     except ValueError:
         return None
     token = data.get("token") if isinstance(data, dict) else None
-    return token if isinstance(token, str) and len(token) >= 16 else None
+    if not (isinstance(token, str) and len(token) >= 16):
+        return None
+    redact.register(token)  # whoever holds it never hands it to an agent in an error
+    return token
 
 
 def ensure_token(state: Path | None = None, name: str = TOKEN_NAME) -> str:
@@ -243,4 +246,5 @@ def ensure_token(state: Path | None = None, name: str = TOKEN_NAME) -> str:
             return token
         token = secrets.token_urlsafe(24)
         statefs.atomic_write(path, json.dumps({"version": PROTOCOL_VERSION, "token": token}) + "\n")
+    redact.register(token)
     return token

@@ -126,13 +126,16 @@ async def prepare_exec(
         ensured: Ensured = await mgr.ensure(settings, lay, agent_id or "main")
     except (SandboxError, docker_ops.SandboxUnavailable, sv.SupervisorUnavailable) as exc:
         raise ToolError(str(exc)) from None
+    synced: list[str] = []
     if settings.workspace_access != "rw":  # under rw the agent workspace, skills included, is mounted
+        # What the sandbox left in its own workspace may refuse a copy; it never stops the command.
         try:
-            await asyncio.to_thread(
+            done = await asyncio.to_thread(
                 sync_skills, settings.workspace_root, lay.agent_workspace, lay.sandbox_workspace
             )
+            synced = done.refused
         except (WorkspaceError, OSError) as exc:
-            raise ToolError(f"skills sync into the sandbox workspace failed: {exc}") from None
+            synced = [f"skills sync into the sandbox workspace failed: {exc}; the command runs without it"]
     cwd, warnings = map_workdir(workdir, settings, lay)
     if path_prepend is None and config is not None and hasattr(config, "exec_for"):
         path_prepend = list(config.exec_for(agent_id).path_prepend or [])
@@ -154,7 +157,7 @@ async def prepare_exec(
         launcher=launcher,
         cwd=cwd,
         env=base_env,
-        warnings=[*ensured.warnings, *warnings],
+        warnings=[*ensured.warnings, *synced, *warnings],
         container=lay.name,
         scope_key=lay.scope_key,
         workspace_dir=lay.workspace_dir,

@@ -3,17 +3,19 @@
 A workspace is bind-mounted into a container, and Docker resolves the source path when it creates the
 mount: if anything (another sandbox, another local user) turned `<root>/<slug>` into a link, the container
 would get whatever the link names. So every component below the trusted root is created with `mkdirat` and
-opened with O_NOFOLLOW, and the whole path is checked again just before each container create.
+opened with O_NOFOLLOW, and the whole path is checked again just before each container create. Below the
+workspace everything is the sandbox's to write: the host writes there only through `beneath`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import stat
+from dataclasses import dataclass, field
 
 from engine.errors import ExecHostError
+from engine.sandbox import beneath
 
 
 class WorkspaceError(ExecHostError):
@@ -40,119 +42,174 @@ def _check(fd: int, shown: str) -> None:
         raise WorkspaceError(f"sandbox workspace {shown} is owned by uid {st.st_uid}, not by this user")
 
 
-def ensure_dir(root: str, path: str, mode: int = 0o700) -> None:
-    """Create `path` under `root` one component at a time, refusing any component that is a link.
+def open_workspace(root: str, path: str, mode: int = 0o700) -> int:
+    """An fd on `path`, created under `root` one component at a time, refusing any component that is a
+    link or not ours.
 
     `root` is trusted as configured (the state dir or the operator's workspaceRoot); it is created if
     missing. Raises WorkspaceError, naming the component, when something is not a real directory."""
     root = os.path.abspath(root)
     path = os.path.abspath(path)
     os.makedirs(root, mode=0o700, exist_ok=True)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         shown = root
         for name in _below(root, path):
             shown = os.path.join(shown, name)
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(name, mode, dir_fd=fd)
             try:
-                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError as exc:
-                kind = "a link" if os.path.islink(shown) else "not a directory"
+                child = beneath.open_dir(fd, name, create=mode)
+            except beneath.Refused as exc:
+                kind = "a link" if "symlink" in exc.why else "not a directory"
                 raise WorkspaceError(
-                    f"sandbox workspace {shown} is {kind} ({exc.strerror}); refusing to mount it. "
+                    f"sandbox workspace {shown} is {kind} ({exc.why}); refusing to mount it. "
                     "Remove it and retry."
                 ) from None
             os.close(fd)
             fd = child
             _check(fd, shown)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def ensure_dir(root: str, path: str, mode: int = 0o700) -> None:
+    """Create `path` under `root` without following a link (see open_workspace)."""
+    os.close(open_workspace(root, path, mode))
+
+
+def chown_dir(path: str, uid: int, gid: int) -> None:
+    """chown through an fd opened with O_NOFOLLOW: a link swapped in after the check is refused, never
+    followed (the dir's parents are ours: the workspace root or the state dir)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchown(fd, uid, gid)
     finally:
         os.close(fd)
 
 
-def chown_dir(path: str, uid: int, gid: int) -> None:
-    """chown without following a link (the dir was checked, but a swap after the check must not redirect)."""
-    os.chown(path, uid, gid, follow_symlinks=False)
-
-
 SKILLS_DIR = "skills"
 SKILLS_MAX_BYTES = 16 * 1024 * 1024  # all mirrored skill files together
-INBOUND_DIR = os.path.join("media", "inbound")
+INBOUND_DIR = "media/inbound"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def sync_skills(root: str, agent_workspace: str, sandbox_workspace: str) -> list[str]:
+@dataclass
+class Synced:
+    """What a skills sync did: files copied (relative to skills/) and the writes it refused, each a line
+    naming the path for the agent's warnings."""
+
+    copied: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+
+def sync_skills(root: str, agent_workspace: str, sandbox_workspace: str) -> Synced:
     """Seed 004 §6.2: mirror the agent workspace's `skills/` readable files into the sandbox workspace
-    (structure kept, links never followed, at most SKILLS_MAX_BYTES), so a sandbox without the agent
-    workspace mounted still has its skills. Returns the relative paths copied; stale copies are removed."""
-    source = os.path.join(agent_workspace, SKILLS_DIR)
-    target = os.path.join(sandbox_workspace, SKILLS_DIR)
-    if not os.path.isdir(source) or os.path.islink(source):
-        return []
-    copied: list[str] = []
-    budget = SKILLS_MAX_BYTES
-    for dirpath, dirnames, filenames in os.walk(source, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not os.path.islink(os.path.join(dirpath, d)))
-        rel_dir = os.path.relpath(dirpath, source)
-        dest_dir = os.path.normpath(os.path.join(target, rel_dir))
-        ensure_dir(root, dest_dir, mode=0o755)
-        for name in sorted(filenames):
-            src = os.path.join(dirpath, name)
-            try:
-                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                continue  # a link, unreadable, or gone: skipped
-            with os.fdopen(fd, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                if not stat.S_ISREG(st.st_mode) or st.st_size > budget:
-                    continue
-                budget -= st.st_size
-                dest = os.path.join(dest_dir, name)
-                if _same(dest, st):
-                    continue  # refreshed on every use: unchanged files are not copied again
-                data = fh.read(st.st_size + 1)
-            _write_new(dest, data, replace=True)
-            os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
-            copied.append(os.path.normpath(os.path.join(rel_dir, name)))
-    return copied
-
-
-def _same(dest: str, st: os.stat_result) -> bool:
+    (structure kept, links never followed on either side, at most SKILLS_MAX_BYTES), so a sandbox without
+    the agent workspace mounted still has its skills. The sandbox workspace is the sandbox's to write: a
+    link or file it left where a directory or copy goes refuses that one write (listed in `refused`), and
+    the rest is synced."""
+    done = Synced()
     try:
-        have = os.lstat(dest)
+        src_root = os.open(agent_workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
-        return False
-    return stat.S_ISREG(have.st_mode) and (have.st_size, have.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+        return done
+    try:
+        try:
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            src = os.open(SKILLS_DIR, flags, dir_fd=src_root)
+        except OSError:
+            return done  # no skills, or a link: nothing to mirror
+    finally:
+        os.close(src_root)
+    try:
+        ws = open_workspace(root, sandbox_workspace)
+        try:
+            _sync_tree(src, ws, done)
+        finally:
+            os.close(ws)
+    finally:
+        os.close(src)
+    return done
+
+
+def _sync_tree(src: int, ws: int, done: Synced) -> None:
+    budget = SKILLS_MAX_BYTES
+    # fwalk opens each source subdir by fd and checks it is the dir it listed: a link is never entered.
+    for rel_dir, dirnames, filenames, src_dir in os.fwalk(".", dir_fd=src, follow_symlinks=False):
+        dirnames.sort()
+        rel_dir = os.path.normpath(rel_dir)
+        dest_rel = SKILLS_DIR if rel_dir == "." else f"{SKILLS_DIR}/{rel_dir}"
+        try:
+            dest = beneath.open_dir(ws, dest_rel, create=0o755)
+        except beneath.Refused as exc:
+            done.refused.append(_refusal(exc))
+            dirnames.clear()  # nothing below a refused dir
+            continue
+        try:
+            for name in sorted(filenames):
+                budget = _sync_file(src_dir, dest, name, rel_dir, dest_rel, budget, done)
+        finally:
+            os.close(dest)
+
+
+def _sync_file(
+    src_dir: int, dest: int, name: str, rel_dir: str, dest_rel: str, budget: int, done: Synced
+) -> int:
+    """Copy one skill file unless unchanged; returns the budget left."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_dir)
+    except OSError:
+        return budget  # a link, unreadable, or gone: skipped
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > budget:
+            return budget
+        budget -= st.st_size
+        have = beneath.lstat(dest, name)
+        if have is not None and stat.S_ISREG(have.st_mode) and (have.st_size, have.st_mtime_ns) == (
+            st.st_size,
+            st.st_mtime_ns,
+        ):
+            return budget  # refreshed on every use: unchanged files are not copied again
+        data = fh.read(st.st_size + 1)
+    try:
+        beneath.write_file(dest, name, data, replace=True, times_ns=(st.st_atime_ns, st.st_mtime_ns))
+    except OSError as exc:  # a directory the sandbox made where the copy goes, a full disk, …
+        done.refused.append(_refusal(beneath.Refused(f"{dest_rel}/{name}", exc.strerror or str(exc))))
+        return budget
+    done.copied.append(os.path.normpath(os.path.join(rel_dir, name)))
+    return budget
+
+
+def _refusal(exc: beneath.Refused) -> str:
+    return f"skills sync: refused {exc.rel}: {exc.why}; other files synced"
 
 
 def stage_inbound(root: str, sandbox_workspace: str, name: str, data: bytes) -> str:
     """Seed 004 §6.3: put an inbound file at `<sandbox workspace>/media/inbound/<safe name>` (no traversal,
     never overwriting: `name-1.ext`, `name-2.ext`, …); the path inside the workspace."""
-    inbound = os.path.join(sandbox_workspace, INBOUND_DIR)
-    ensure_dir(root, inbound, mode=0o755)
     base = _SAFE_NAME.sub("_", os.path.basename(name.replace("\\", "/"))).lstrip(".") or "file"
     stem, ext = os.path.splitext(base)
-    for n in range(1000):
-        candidate = base if n == 0 else f"{stem}-{n}{ext}"
+    ws = open_workspace(root, sandbox_workspace)
+    try:
         try:
-            _write_new(os.path.join(inbound, candidate), data, replace=False)
-        except FileExistsError:
-            continue
-        return os.path.join(INBOUND_DIR, candidate)
-    raise WorkspaceError(f"too many files named like {base} in {inbound}")
-
-
-def _write_new(path: str, data: bytes, *, replace: bool) -> None:
-    """Write without following a link at `path`; `replace` swaps an existing regular file atomically."""
-    if replace:
-        tmp = f"{path}.exechost-tmp"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)  # rename replaces a link itself, never writes through it
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
+            inbound = beneath.open_dir(ws, INBOUND_DIR, create=0o755)
+        except beneath.Refused as exc:
+            raise WorkspaceError(
+                f"stage: refused {exc.rel}: {exc.why}; nothing staged. "
+                f"Remove it from the sandbox workspace {sandbox_workspace} and retry."
+            ) from None
+    finally:
+        os.close(ws)
+    try:
+        for n in range(1000):
+            candidate = base if n == 0 else f"{stem}-{n}{ext}"
+            try:
+                beneath.write_file(inbound, candidate, data)
+            except FileExistsError:
+                continue
+            return f"{INBOUND_DIR}/{candidate}"
+    finally:
+        os.close(inbound)
+    raise WorkspaceError(f"too many files named like {base} in {INBOUND_DIR}")

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import redact
 from engine.results import ToolError, ToolResult
 
 ACTIONS = ("navigate", "snapshot", "screenshot", "click", "type", "evaluate")
@@ -65,7 +66,8 @@ class BrowserTool:
             try:
                 browser = await driver.chromium.connect_over_cdp(endpoint, timeout=timeout_ms)
             except Exception as exc:
-                raise CdpUnavailable(f"The browser sandbox's CDP did not answer: {_short(exc)}") from None
+                why = _short(exc, endpoint)
+                raise CdpUnavailable(f"The browser sandbox's CDP did not answer: {why}") from None
             self._browsers[endpoint] = browser
         contexts = browser.contexts
         context = contexts[0] if contexts else await browser.new_context()
@@ -89,7 +91,7 @@ class BrowserTool:
                 browser = self._browsers.get(endpoint)
                 if browser is None or not browser.is_connected():
                     raise CdpUnavailable(f"browser {action} failed: the browser went away") from None
-                raise ToolError(f"browser {action} failed: {_short(exc)}") from None
+                raise ToolError(f"browser {action} failed: {_short(exc, endpoint)}") from None
 
     async def _navigate(
         self, page: Any, params: dict[str, Any], endpoint: str, timeout_ms: int
@@ -208,7 +210,12 @@ def _int(value: Any, default: int, low: int, high: int) -> int:
     return max(low, min(high, value))
 
 
-def _short(exc: BaseException) -> str:
-    """Playwright's messages carry a multi-line call log; the first lines say what went wrong."""
-    lines = [ln for ln in str(exc).splitlines() if ln.strip()][:3]
+def _short(exc: BaseException, endpoint: str) -> str:
+    """Playwright's messages carry a multi-line call log; the first lines say what went wrong. They quote
+    the URL they tried, which is the door with its token: that is masked before anything is cut, so no
+    part of a token survives (and every other registered secret too)."""
+    text = str(exc)
+    token = endpoint.rstrip("/").rsplit("/", 1)[-1]
+    text = text.replace(endpoint, "<browser door>").replace(token, "<token>") if token else text
+    lines = [ln for ln in redact.scrub(text).splitlines() if ln.strip()][:3]
     return " ".join(lines)[:500] or exc.__class__.__name__

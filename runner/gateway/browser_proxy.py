@@ -18,6 +18,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from engine import redact
 from engine.sandbox.browser import open_browser_socket
 
 log = logging.getLogger(__name__)
@@ -67,12 +68,17 @@ class BrowserProxy:
         door = self._doors.get(name)
         wanted = (cdp_socket, novnc_socket, container_id)
         if door is None or (door.cdp_socket, door.novnc_socket, door.container_id) != wanted:
+            if door is not None:
+                redact.forget(door.token)
             door = Door(secrets.token_urlsafe(24), *wanted)
+            redact.register(door.token, "<token>")  # never in an error an agent sees
             self._doors[name] = door
         return door
 
     def shut(self, name: str) -> None:
-        self._doors.pop(name, None)
+        door = self._doors.pop(name, None)
+        if door is not None:
+            redact.forget(door.token)
 
     def door(self, name: str) -> Door | None:
         return self._doors.get(name)

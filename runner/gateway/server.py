@@ -33,6 +33,7 @@ from engine.protocol.frames import (
     read_frame_line,
     socket_path,
 )
+from engine.redact import scrub
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
 from runner.gateway.services import Services
@@ -301,16 +302,14 @@ class GatewayServer:
         try:
             result: dict[str, Any] = await handler(self.services, conn, req.params)
         except ExecHostError as exc:  # deliberate: its code tells the client what kind of failure it is
-            conn.send(Response(id=req.id, ok=False, error={"code": exc.code, "message": str(exc)}))
+            # Every error leaves scrubbed of the secrets this process holds (tokens, door URLs).
+            conn.send(Response(id=req.id, ok=False, error={"code": exc.code, "message": scrub(str(exc))}))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("handler %s failed", req.method)
-            conn.send(
-                Response(
-                    id=req.id, ok=False, error={"code": "internal", "message": f"{type(exc).__name__}: {exc}"}
-                )
-            )
+            text = scrub(f"{type(exc).__name__}: {exc}")
+            conn.send(Response(id=req.id, ok=False, error={"code": "internal", "message": text}))
         else:
             conn.send(Response(id=req.id, ok=True, result=result))
 

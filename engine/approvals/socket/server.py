@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import jsontext, statefs
+from engine import jsontext, redact, statefs
 from engine.approvals.socket.exec_host import OUTPUT_CAP as OUTPUT_CAP
 from engine.approvals.socket.exec_host import LocalExecHost as LocalExecHost
 from engine.approvals.socket.exec_host import run_argv as run_argv
@@ -143,6 +143,7 @@ class ApprovalSocketServer:
             raise ApprovalSocketError("approval socket token is empty")
         self.path = Path(path)
         self._token = token.encode()
+        redact.register(token)
         self._decider = decider
         self._exec_handler = exec_handler
         self._prompt_timeout = prompt_timeout
