@@ -1,0 +1,270 @@
+"""Issue 18 item 2: an approval runs exactly the bytes the operator was shown, or nothing.
+
+Each attack asks through a real gateway, changes a file the command will execute or read as code, and
+then a human (the operator's connection) approves. Before content binding the new bytes ran.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.protocol.client import ControlClient
+from tests.attacks.harness import ALLOWLIST, tool
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+GOOD = "#!/bin/sh\necho approved-bytes\n"
+
+
+def evil(marker: Path) -> str:
+    return f"#!/bin/sh\ntouch {marker}\necho evil-bytes\n"
+
+
+async def _outcome(agent: ControlClient, key: str) -> str:
+    async def hit() -> str | None:
+        events = (await agent.request("events", {"sessionKey": key}))["events"]
+        return next((e["text"] for e in events if e["text"].startswith(("Exec finished", "Exec denied"))), None)
+
+    text: str = await wait_until(hit, timeout=20)
+    return text
+
+
+async def approve_after(
+    state: Path,
+    command: str,
+    workdir: Path,
+    attack: Callable[[], Any],
+    *,
+    decision: str = "allow-once",
+    shown: Callable[[dict[str, Any]], None] | None = None,
+) -> str:
+    """Ask for `command`, run `attack` while the ask is pending, approve as the operator: the follow-up."""
+    write_config(state, ALLOWLIST)
+    async with gateway(state):
+        agent = await connect(state, "agent")
+        operator = await connect(state, "operator")
+        try:
+            res = await agent.request("exec", {"command": command, "workdir": str(workdir), "sessionKey": "k"})
+            assert res["details"]["status"] == "approval-pending", res
+            if shown is not None:
+                shown((await operator.request("approvals.pending"))["approvals"][0])
+            attack()
+            await operator.request("approve", {"id": res["details"]["approvalId"], "decision": decision})
+            return await _outcome(agent, "k")
+        finally:
+            await agent.close()
+            await operator.close()
+
+
+def _rewrite_in_place(path: Path, body: str) -> None:
+    with open(path, "r+b") as f:  # same inode: the old dev/ino check saw nothing
+        f.write(body.encode())
+        f.truncate()
+
+
+async def test_in_place_rewrite_of_an_approved_binary(state_dir: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    tool(tmp_path / "mybin", GOOD)
+    ino = (tmp_path / "mybin").stat().st_ino
+
+    def digests(view: dict[str, Any]) -> None:
+        rows = {d["path"]: d for d in view["contentDigests"]}
+        assert rows[str(tmp_path / "mybin")]["agentWritable"] is True, rows
+
+    text = await approve_after(
+        state_dir,
+        "./mybin",
+        tmp_path,
+        lambda: _rewrite_in_place(tmp_path / "mybin", evil(marker)),
+        shown=digests,
+    )
+    assert (tmp_path / "mybin").stat().st_ino == ino
+    assert "approval-stale" in text and str(tmp_path / "mybin") in text and "sha256" in text, text
+    assert not marker.exists()
+
+
+async def test_in_place_rewrite_of_an_elf_binary(state_dir: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    shutil.copy("/bin/echo", tmp_path / "mybin")
+    text = await approve_after(
+        state_dir,
+        "./mybin hi",
+        tmp_path,
+        lambda: _rewrite_in_place(tmp_path / "mybin", evil(marker)),
+    )
+    assert "approval-stale" in text, text
+    assert not marker.exists()
+
+
+async def test_truncate_and_write(state_dir: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    tool(tmp_path / "mybin", GOOD)
+
+    def attack() -> None:
+        with open(tmp_path / "mybin", "w") as f:  # O_TRUNC, same inode
+            f.write(evil(marker))
+
+    text = await approve_after(state_dir, "./mybin", tmp_path, attack)
+    assert "approval-stale" in text, text
+    assert not marker.exists()
+
+
+async def test_rename_over(state_dir: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    tool(tmp_path / "mybin", GOOD)
+    tool(tmp_path / "new", evil(marker))
+    text = await approve_after(state_dir, "./mybin", tmp_path, lambda: os.replace(tmp_path / "new", tmp_path / "mybin"))
+    assert "approval-stale" in text, text
+    assert not marker.exists()
+
+
+async def test_hard_link_swap(state_dir: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    tool(tmp_path / "good", GOOD)
+    os.link(tmp_path / "good", tmp_path / "mybin")
+    tool(tmp_path / "bad", evil(marker))
+
+    def attack() -> None:
+        os.unlink(tmp_path / "mybin")
+        os.link(tmp_path / "bad", tmp_path / "mybin")
+
+    text = await approve_after(state_dir, "./mybin", tmp_path, attack)
+    assert "approval-stale" in text, text
+    assert not marker.exists()
+
+
+async def test_script_operand_rewrite(state_dir: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    (tmp_path / "s.sh").write_text("echo approved-bytes\n")
+    text = await approve_after(
+        state_dir, "sh s.sh", tmp_path, lambda: _rewrite_in_place(tmp_path / "s.sh", f"touch {marker}\n")
+    )
+    assert "approval-stale" in text and "s.sh" in text, text
+    assert not marker.exists()
+
+
+async def test_python_script_operand_rewrite(state_dir: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    (tmp_path / "x.py").write_text("print('approved-bytes')\n")
+    text = await approve_after(
+        state_dir,
+        "python3 -u x.py",
+        tmp_path,
+        lambda: _rewrite_in_place(tmp_path / "x.py", f"open({str(marker)!r}, 'w')\n"),
+    )
+    assert "approval-stale" in text and "x.py" in text, text
+    assert not marker.exists()
+
+
+async def test_shebang_line_retargeted(state_dir: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    tool(tmp_path / "interp", f"#!/bin/sh\ntouch {marker}\n")
+    tool(tmp_path / "run", GOOD)
+    text = await approve_after(
+        state_dir,
+        "./run",
+        tmp_path,
+        lambda: _rewrite_in_place(tmp_path / "run", f"#!{tmp_path / 'interp'}\necho approved-bytes\n"),
+    )
+    assert "approval-stale" in text, text
+    assert not marker.exists()
+
+
+async def test_shebang_interpreter_replaced(state_dir: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    tool(tmp_path / "interp", '#!/bin/sh\nexec /bin/sh "$@"\n')
+    tool(tmp_path / "run", f"#!{tmp_path / 'interp'}\necho approved-bytes\n")
+
+    def shown(view: dict[str, Any]) -> None:
+        roles = {d["path"]: d["role"] for d in view["contentDigests"]}
+        assert roles.get(str(tmp_path / "interp")) == "interpreter", roles
+
+    text = await approve_after(
+        state_dir,
+        "./run",
+        tmp_path,
+        lambda: _rewrite_in_place(tmp_path / "interp", f'#!/bin/sh\ntouch {marker}\nexec /bin/sh "$@"\n'),
+        shown=shown,
+    )
+    assert "approval-stale" in text and "interp" in text, text
+    assert not marker.exists()
+
+
+async def test_unchanged_files_run_from_the_verified_copy(state_dir: Path, tmp_path: Path) -> None:
+    """The defence must not break the honest case: unchanged content runs, ELF and scripts alike."""
+    shutil.copy("/bin/echo", tmp_path / "mybin")
+    text = await approve_after(state_dir, "./mybin hello-elf", tmp_path, lambda: None)
+    assert text.startswith("Exec finished") and "hello-elf" in text, text
+    tool(tmp_path / "interp", '#!/bin/sh\nexec /bin/sh "$@"\n')
+    tool(tmp_path / "run", f"#!{tmp_path / 'interp'}\necho approved-bytes\n")
+    text = await approve_after(state_dir, "./run", tmp_path, lambda: None)
+    assert "approved-bytes" in text, text
+    (tmp_path / "s.sh").write_text("echo from-script\n")
+    text = await approve_after(state_dir, "sh s.sh", tmp_path, lambda: None)
+    assert "from-script" in text, text
+
+
+async def test_a_writer_racing_the_approval_never_gets_its_bytes_run(state_dir: Path, tmp_path: Path) -> None:
+    """A writer flips the file between the approved and the evil bytes (in place and by rename) the whole
+    time; every approval runs the approved bytes or is refused, never anything else."""
+    marker = tmp_path / "pwned"
+    target = tool(tmp_path / "mybin", GOOD)
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            body = evil(marker) if n % 2 else GOOD
+            if n % 3:
+                try:
+                    _rewrite_in_place(target, body)
+                except OSError:
+                    pass
+            else:
+                tmp = tmp_path / f".w{n % 7}"
+                tool(tmp, body)
+                os.replace(tmp, target)
+
+    outcomes: list[str] = []
+    for _ in range(6):
+        thread = threading.Thread(target=writer, daemon=True)
+        stop.clear()
+        # The ask records the approved bytes (GOOD); the writer starts only after it.
+        tool(target, GOOD)
+        outcome = await approve_after(state_dir, "./mybin", tmp_path, thread.start)
+        stop.set()
+        thread.join()
+        outcomes.append(outcome)
+        assert not marker.exists(), outcome
+        assert "evil-bytes" not in outcome
+        assert "approved-bytes" in outcome or "approval-stale" in outcome or "Exec denied" in outcome, outcome
+    assert not marker.exists(), outcomes
+
+
+@pytest.mark.parametrize("decision", ["allow-always"])
+async def test_allow_always_of_a_writable_file_binds_its_content(
+    state_dir: Path, tmp_path: Path, decision: str
+) -> None:
+    """Allow-always on an agent-writable `./tool` saves the content-bound command, not the path: once the
+    file is rewritten the next run asks again instead of running the new bytes."""
+    marker = tmp_path / "pwned"
+    tool(tmp_path / "mybin", GOOD)
+    text = await approve_after(state_dir, "./mybin", tmp_path, lambda: None, decision=decision)
+    assert "approved-bytes" in text, text
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        again = await agent.request("exec", {"command": "./mybin", "workdir": str(tmp_path)})
+        assert again["details"]["status"] == "completed" and "approved-bytes" in again["text"], again
+        _rewrite_in_place(tmp_path / "mybin", evil(marker))
+        after = await agent.request("exec", {"command": "./mybin", "workdir": str(tmp_path)})
+        assert after["details"]["status"] == "approval-pending", after
+        await agent.close()
+    assert not marker.exists()
