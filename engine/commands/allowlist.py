@@ -47,8 +47,8 @@ __all__ = [
     "identity_problem",
     "is_interpreter",
     "pinned_command",
-    "render_bound",
     "profile_from_config",
+    "render_bound",
     "resolve_executable",
     "trusted_dir_warnings",
 ]
@@ -450,7 +450,7 @@ def _render(segment: Segment, match: SegmentMatch, words_for: Words, where: tupl
         )
 
     def word(index: int, text: str) -> list[str]:
-        # A verified copy stands in for a bound file (engine.sessions.verified): its words, not the path.
+        # A verified copy stands in for a bound file (engine.commands.verified): its words, not the path.
         swapped = words_for.get((where, index)) if words_for else None
         return [_quote(w) for w in swapped] if swapped is not None else [_quote(text)]
 
@@ -488,7 +488,10 @@ def render_bound(analysis: CommandAnalysis, result: AllowlistResult, words_for: 
 
 
 def _render_all(
-    analysis: CommandAnalysis, result: AllowlistResult, words_for: Words | None = None, where: tuple[int, ...] = ()
+    analysis: CommandAnalysis,
+    result: AllowlistResult,
+    words_for: Words | None = None,
+    where: tuple[int, ...] = (),
 ) -> str | None:
     if not analysis.ok or len(result.segments) != len(analysis.segments):
         return None

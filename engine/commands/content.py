@@ -22,7 +22,25 @@ CACHE_MAX = 4096
 
 # Programs that read a file operand as code, by family: options that mean "the code is inline" (no file
 # operand) and options that take a value (the next word is not the operand).
-_SHELLS = frozenset("sh bash dash ash zsh ksh mksh pdksh yash fish csh tcsh posh rc es".split())
+_SHELLS = frozenset(
+    [
+        "sh",
+        "bash",
+        "dash",
+        "ash",
+        "zsh",
+        "ksh",
+        "mksh",
+        "pdksh",
+        "yash",
+        "fish",
+        "csh",
+        "tcsh",
+        "posh",
+        "rc",
+        "es",
+    ]
+)
 _FAMILIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "shell": (frozenset({"-c"}), frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})),
     "python": (frozenset({"-c", "-m"}), frozenset({"-W", "-X", "-Q"})),
@@ -184,7 +202,7 @@ def open_regular(real: str) -> tuple[int, os.stat_result]:
 def read_all(fd: int, size: int, limit: int) -> bytes:
     if size > limit:
         raise ContentError(f"{size} bytes, over the {limit}-byte limit for a file the agent can write")
-    chunks = []
+    chunks: list[bytes] = []
     total = 0
     while True:
         chunk = os.read(fd, 1 << 20)
@@ -196,7 +214,9 @@ def read_all(fd: int, size: int, limit: int) -> bytes:
         chunks.append(chunk)
 
 
-def digest_path(real: str, *, trusted: bool | None = None, cache: DigestCache = CACHE) -> tuple[str, int, bool]:
+def digest_path(
+    real: str, *, trusted: bool | None = None, cache: DigestCache = CACHE
+) -> tuple[str, int, bool]:
     """(sha256, size, agent-writable) of the file at `real` right now."""
     writable = not system_owned(real) if trusted is None else not trusted
     fd, st = open_regular(real)
@@ -317,7 +337,11 @@ def bind(
         if kind == "shebang":
             words = parse_shebang(head) or ()
             shebang = _interpreter_words(words, path_var, cwd, resolve_program)
-        add(ContentItem(role, shown, real, digest, size, writable, where, index, kind, shebang, kw.get("parent")))
+        add(
+            ContentItem(
+                role, shown, real, digest, size, writable, where, index, kind, shebang, kw.get("parent")
+            )
+        )
         if shebang and role in ("executable", "interpreter"):
             interp = os.path.realpath(shebang[0])
             depth = kw.get("depth", 0)

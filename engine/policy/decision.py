@@ -24,8 +24,8 @@ from engine.commands.allowlist import (
     identity,
     pinned_command,
 )
-from engine.commands.content import ContentBinding, bind
 from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command
+from engine.commands.content import ContentBinding, bind
 from engine.config.model import Config
 from engine.policy.precedence import (
     EffectivePolicy,
@@ -74,7 +74,7 @@ class Decision:
     pinned_command: str | None = None
     identity: Identity = ()
     # The sha256 of every file it executes or reads as code (engine.commands.content), checked again at the
-    # spawn, where agent-writable ones run from sealed copies (engine.sessions.verified). None off the host.
+    # spawn, where agent-writable ones run from sealed copies (engine.commands.verified). None off the host.
     content: ContentBinding | None = None
     allowed_decisions: tuple[str, ...] = ()
     allow_always_patterns: list[str] = field(default_factory=list)
@@ -293,8 +293,8 @@ def content_warnings(content: ContentBinding, result: AllowlistResult) -> list[s
     for match in result.segments:
         if match.satisfied_by == "allowlist" and match.matched_pattern and match.resolved_path in writable:
             out.append(
-                f"Warning: allowlist entry {match.matched_pattern} names {match.resolved_path}, a file the agent "
-                "can write: each run executes whatever it holds when the run is decided."
+                f"Warning: allowlist entry {match.matched_pattern} names {match.resolved_path}, a file the "
+                "agent can write: each run executes whatever it holds when the run is decided."
             )
     return out
 

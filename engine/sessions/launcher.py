@@ -46,7 +46,7 @@ class RunSpec:
     allow_background: bool = True
     warnings: list[str] = field(default_factory=list)  # caller's warnings, shown before the output
     marker: str = ""  # filled by the manager: the value of EXECHOST_SESSION for this command
-    # Sealed copies of verified files (engine.sessions.verified), inherited at the same numbers.
+    # Sealed copies of verified files (engine.commands.verified), inherited at the same numbers.
     pass_fds: tuple[int, ...] = ()
 
     def resolved_argv(self) -> list[str]:

@@ -21,13 +21,13 @@ from engine.approvals.pending import (
 from engine.approvals.store import ApprovalsFileError
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
+from engine.commands.verified import StaleContent, VerifiedRun, verify
 from engine.config.model import Config
 from engine.modes import ASKS, HOSTS, SECURITIES
 from engine.policy.decision import Decision, evaluate
 from engine.policy.precedence import SessionOverrides, overrides_for
 from engine.results import ToolError, ToolResult
 from engine.sandbox.settings import is_sandboxed
-from engine.sessions.verified import StaleContent, VerifiedRun, verify
 from engine.tools.offload import Offload
 from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, approval_pending_text, compact
 

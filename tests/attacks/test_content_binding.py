@@ -6,6 +6,7 @@ then a human (the operator's connection) approves. Before content binding the ne
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -29,7 +30,9 @@ def evil(marker: Path) -> str:
 async def _outcome(agent: ControlClient, key: str) -> str:
     async def hit() -> str | None:
         events = (await agent.request("events", {"sessionKey": key}))["events"]
-        return next((e["text"] for e in events if e["text"].startswith(("Exec finished", "Exec denied"))), None)
+        return next(
+            (e["text"] for e in events if e["text"].startswith(("Exec finished", "Exec denied"))), None
+        )
 
     text: str = await wait_until(hit, timeout=20)
     return text
@@ -50,7 +53,9 @@ async def approve_after(
         agent = await connect(state, "agent")
         operator = await connect(state, "operator")
         try:
-            res = await agent.request("exec", {"command": command, "workdir": str(workdir), "sessionKey": "k"})
+            res = await agent.request(
+                "exec", {"command": command, "workdir": str(workdir), "sessionKey": "k"}
+            )
             assert res["details"]["status"] == "approval-pending", res
             if shown is not None:
                 shown((await operator.request("approvals.pending"))["approvals"][0])
@@ -119,7 +124,9 @@ async def test_rename_over(state_dir: Path, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     tool(tmp_path / "mybin", GOOD)
     tool(tmp_path / "new", evil(marker))
-    text = await approve_after(state_dir, "./mybin", tmp_path, lambda: os.replace(tmp_path / "new", tmp_path / "mybin"))
+    text = await approve_after(
+        state_dir, "./mybin", tmp_path, lambda: os.replace(tmp_path / "new", tmp_path / "mybin")
+    )
     assert "approval-stale" in text, text
     assert not marker.exists()
 
@@ -223,10 +230,8 @@ async def test_a_writer_racing_the_approval_never_gets_its_bytes_run(state_dir: 
             n += 1
             body = evil(marker) if n % 2 else GOOD
             if n % 3:
-                try:
+                with contextlib.suppress(OSError):
                     _rewrite_in_place(target, body)
-                except OSError:
-                    pass
             else:
                 tmp = tmp_path / f".w{n % 7}"
                 tool(tmp, body)
@@ -268,3 +273,53 @@ async def test_allow_always_of_a_writable_file_binds_its_content(
         assert after["details"]["status"] == "approval-pending", after
         await agent.close()
     assert not marker.exists()
+
+
+async def test_socket_exec_raw_command_must_be_its_argv(state_dir: Path, tmp_path: Path) -> None:
+    """An `exec` frame showed one text (`rawCommand`, which a human approved on a `request` frame) and
+    carried another argv: the argv ran on the strength of that approval. Now the frame is refused."""
+    from engine.approvals.socket.server import (
+        ApprovalSocketServer,
+        LocalExecHost,
+        PromptRequest,
+        exec_frame,
+        request_decision,
+        request_exec,
+    )
+
+    token = "exec-token-" + "r" * 24
+    marker = tmp_path / "pwned"
+    asked: list[PromptRequest] = []
+
+    async def human(request: PromptRequest) -> str:
+        asked.append(request)
+        return "allow-once"
+
+    write_config(state_dir, ALLOWLIST)
+    path = state_dir / "exec-approvals.sock"
+    async with ApprovalSocketServer(path, token, decider=human, exec_handler=LocalExecHost()):
+        assert await request_decision(path, token, {"command": "echo hi"}, request_id="req-1") == "allow-once"
+        claim = {
+            "command": ["/bin/sh", "-c", f"touch {marker}", "x"],
+            "rawCommand": "echo hi",
+            "approvalDecision": "allow-once",
+        }
+        res = await request_exec(path, token, {}, frame=exec_frame(token, claim, request_id="req-1"))
+        assert res is not None and res["ok"] is False, res
+        assert res["error"]["code"] == "INVALID_REQUEST"
+        assert res["error"]["message"] == "rawCommand does not match command"
+        for argv, raw in (
+            (["echo", "hi"], "echo  hi"),  # whitespace inside is not normalised
+            (["/bin/sh", "-c", "echo hi", "x"], "echo hi"),  # trailing words run unseen as $0…
+            (["echo", "hi there"], "echo hi there"),  # the canonical display quotes that word
+        ):
+            res = await request_exec(path, token, {"command": argv, "rawCommand": raw})
+            assert res is not None and res["error"]["message"] == "rawCommand does not match command", argv
+        # What the reference accepts still runs: the canonical display (trimmed) or a plain wrapper's script.
+        for argv, raw in (
+            (["echo", "hi there"], ' echo "hi there" '),
+            (["/bin/sh", "-c", "echo ok"], "echo ok"),
+        ):
+            res = await request_exec(path, token, {"command": argv, "rawCommand": raw})
+            assert res is not None and res["ok"] is True, (argv, res)
+    assert len(asked) == 3 and not marker.exists()

@@ -139,7 +139,9 @@ def _check(item: ContentItem) -> bytes | None:
 def _words(binding: ContentBinding, copies: dict[str, str]) -> dict[tuple[tuple[int, ...], int], list[str]]:
     """(segment, argv index) → the words that run the verified copies instead of the paths."""
     out: dict[tuple[tuple[int, ...], int], list[str]] = {}
-    interpreters = {i.parent: i for i in binding.items if i.role == "interpreter" and i.parent}
+    interpreters: dict[str | None, ContentItem] = {
+        i.parent: i for i in binding.items if i.role == "interpreter" and i.parent
+    }
     for item in binding.items:
         if item.argv_index < 0 or item.sha256 is None:
             continue
