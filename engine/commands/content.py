@@ -421,9 +421,10 @@ def _which(name: str, cwd: str, path_var: str) -> str | None:
 def writable_pattern_warning(pattern: str) -> str | None:
     """A warning when an allowlist pattern names one file the agent can write (a `./tool`): the entry
     then allows whatever bytes that file holds at each run."""
-    if not pattern.startswith("/") or any(c in pattern for c in "*?["):
+    path = os.path.expanduser(pattern)
+    if not path.startswith("/") or any(c in path for c in "*?["):
         return None
-    real = os.path.realpath(pattern)
+    real = os.path.realpath(path)
     if not os.path.isfile(real) or system_owned(real):
         return None
     return (
