@@ -122,24 +122,34 @@ class ContentBinding:
 # --------------------------------------------------------------------------- who can write a file
 
 
-def system_owned(real: str) -> bool:
-    """True when only root can change the file at this path: it and every directory above it are owned by
-    root and writable by neither group nor others. Anything else counts as writable by the agent (its
-    account, or another one), so its content is verified at the spawn and run from a sealed copy."""
-    path = real
+def system_stat(real: str) -> os.stat_result | None:
+    """The file's lstat when only root can change the file at this path: it is a regular file, and it and
+    every directory above it are owned by root and writable by neither group nor others. None otherwise:
+    it counts as writable by the agent (its account, or another one), so its content is verified at the
+    spawn and run from a sealed copy."""
+    try:
+        st = os.lstat(real)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return None
+    path = os.path.dirname(real)
     while True:
         try:
-            st = os.lstat(path)
+            up = os.lstat(path)
         except OSError:
-            return False
-        if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return False
-        if path == "/":
-            return True
+            return None
+        if up.st_uid != 0 or up.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return None
         parent = os.path.dirname(path)
         if parent == path:
-            return True
+            return st
         path = parent
+
+
+def system_owned(real: str) -> bool:
+    """Only root can change the regular file at `real` (see system_stat)."""
+    return system_stat(real) is not None
 
 
 # --------------------------------------------------------------------------- digests
@@ -152,11 +162,12 @@ class DigestCache:
 
     def __init__(self, limit: int = CACHE_MAX) -> None:
         self._limit = limit
-        self._entries: OrderedDict[tuple[int, int, int, int, int], str] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, int, int, int, int], tuple[str, bytes]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
-    def get(self, st: os.stat_result) -> str | None:
+    def get(self, st: os.stat_result) -> tuple[str, bytes] | None:
+        """(sha256, the first bytes: `#!` line or ELF magic) of an unchanged file."""
         key = _key(st)
         digest = self._entries.get(key)
         if digest is not None:
@@ -164,9 +175,9 @@ class DigestCache:
             self.hits += 1
         return digest
 
-    def put(self, st: os.stat_result, digest: str) -> None:
+    def put(self, st: os.stat_result, digest: str, head: bytes) -> None:
         self.misses += 1
-        self._entries[_key(st)] = digest
+        self._entries[_key(st)] = (digest, head)
         while len(self._entries) > self._limit:
             self._entries.popitem(last=False)
 
@@ -214,35 +225,42 @@ def read_all(fd: int, size: int, limit: int) -> bytes:
         chunks.append(chunk)
 
 
-def digest_path(
-    real: str, *, trusted: bool | None = None, cache: DigestCache = CACHE
-) -> tuple[str, int, bool]:
-    """(sha256, size, agent-writable) of the file at `real` right now."""
-    writable = not system_owned(real) if trusted is None else not trusted
-    fd, st = open_regular(real)
+def digest_path(real: str, cache: DigestCache = CACHE) -> tuple[str, int, bool, bytes]:
+    """(sha256, size, agent-writable, first bytes) of the file at `real` right now."""
+    st = system_stat(real)
+    if st is not None:
+        hit = cache.get(st)
+        if hit is not None:
+            return hit[0], st.st_size, False, hit[1]
+    fd, fst = open_regular(real)
     try:
-        if writable:
-            data = read_all(fd, st.st_size, WRITABLE_MAX_BYTES)
-            return hashlib.sha256(data).hexdigest(), len(data), True
-        return hash_fd(fd, st, cache), st.st_size, False
+        if st is None:
+            data = read_all(fd, fst.st_size, WRITABLE_MAX_BYTES)
+            return hashlib.sha256(data).hexdigest(), len(data), True, data[:SHEBANG_MAX]
+        digest = hash_fd(fd, fst, cache)
+        return digest, fst.st_size, False, os.pread(fd, SHEBANG_MAX, 0)
     finally:
         os.close(fd)
 
 
 def hash_fd(fd: int, st: os.stat_result, cache: DigestCache = CACHE) -> str:
+    """sha256 of an open system-owned file, from `cache` while its (dev, ino, size, mtime, ctime) hold."""
     hit = cache.get(st)
     if hit is not None:
-        return hit
+        return hit[0]
     h = hashlib.sha256()
     offset = 0
+    head = b""
     while True:
         chunk = os.pread(fd, 1 << 20, offset)
         if not chunk:
             break
+        if not offset:
+            head = chunk[:SHEBANG_MAX]
         h.update(chunk)
         offset += len(chunk)
     digest = h.hexdigest()
-    cache.put(st, digest)
+    cache.put(st, digest, head)
     return digest
 
 
@@ -325,14 +343,11 @@ def bind(
 
     def file_item(role: str, shown: str, real: str, where: tuple[int, ...], index: int, **kw: Any) -> None:
         try:
-            digest, size, writable = digest_path(real)
+            digest, size, writable, head = digest_path(real)
         except ContentError as exc:
             problems.append(f"{shown}: {exc}")
             return
-        head = b""
-        if role in ("executable", "interpreter"):
-            head = _head(real)
-        kind = file_kind(head) if head else ""
+        kind = file_kind(head) if head and role in ("executable", "interpreter") else ""
         shebang: tuple[str, ...] = ()
         if kind == "shebang":
             words = parse_shebang(head) or ()
@@ -378,17 +393,6 @@ def bind(
 
     walk(analysis.segments, result.segments, ())
     return ContentBinding(tuple(items), analysis, result, tuple(problems))
-
-
-def _head(real: str) -> bytes:
-    try:
-        fd, _ = open_regular(real)
-    except ContentError:
-        return b""
-    try:
-        return os.pread(fd, SHEBANG_MAX, 0)
-    finally:
-        os.close(fd)
 
 
 def _interpreter_words(

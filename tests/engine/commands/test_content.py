@@ -66,7 +66,7 @@ def test_agent_writable_files_are_never_cached(tmp_path: Path) -> None:
     f = tmp_path / "tool"
     f.write_text("#!/bin/sh\n")
     before = len(CACHE._entries)
-    _, size, writable = digest_path(str(f))
+    _, size, writable, _ = digest_path(str(f))
     assert writable and size == 10 and len(CACHE._entries) == before
     assert not system_owned(str(f))  # /tmp is world-writable: anyone could swap it
 
