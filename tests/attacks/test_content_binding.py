@@ -323,3 +323,36 @@ async def test_socket_exec_raw_command_must_be_its_argv(state_dir: Path, tmp_pat
             res = await request_exec(path, token, {"command": argv, "rawCommand": raw})
             assert res is not None and res["ok"] is True, (argv, res)
     assert len(asked) == 3 and not marker.exists()
+
+
+def test_an_allowlisted_writable_tool_is_flagged_and_runs_only_the_decided_bytes(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """A writable `./tool` on the allowlist: the operator is warned (policy check, `allowlist add`), and
+    the run executes the sealed copy of the bytes just decided on, never a later rewrite."""
+    from engine.approvals.store import ApprovalsStore
+    from engine.commands.verified import StaleContent, verify
+    from engine.config.loader import load_config_text
+    from engine.policy.decision import evaluate
+    from tests.helpers.gateway import cli
+
+    marker = tmp_path / "pwned"
+    target = tool(tmp_path / "tool", GOOD)
+    added = cli(state_dir, "approvals", "allowlist", "add", str(target))
+    assert added.returncode == 0 and "a file the agent can write" in added.stderr, added
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    d = evaluate("./tool", config=load_config_text(ALLOWLIST), store=store, cwd=str(tmp_path))
+    assert d.decision == "allow" and any("a file the agent can write" in w for w in d.warnings), d.warnings
+    run = verify(d.content, d.enforced_command or "", d.enforced_command)
+    try:
+        assert run.fds and "/proc/self/fd/" in run.command, run.command
+        _rewrite_in_place(target, evil(marker))  # after the check: the copy is what runs
+        import subprocess
+
+        out = subprocess.run(["/bin/sh", "-c", run.command], pass_fds=run.fds, capture_output=True, text=True)
+        assert out.stdout == "approved-bytes\n", out
+    finally:
+        run.close()
+    with pytest.raises(StaleContent, match="changed since it was approved"):
+        verify(d.content, d.enforced_command or "", d.enforced_command)
+    assert not marker.exists()
