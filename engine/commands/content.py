@@ -60,6 +60,8 @@ _FAMILY_OF = {
     **{n: "node" for n in ("node", "nodejs")},
     **{n: "other" for n in ("php", "lua", "luajit", "tclsh", "wish", "expect", "rscript", "julia", "guile")},
 }
+# Readers that can run a copy while the script keeps its own name ($0, __file__, sys.path[0]).
+_POSIX_SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "yash", "posh"})
 _FILE_FLAG = {"awk": "-f", "gawk": "-f", "mawk": "-f", "nawk": "-f", "sed": "-f", "gsed": "-f"}
 
 
@@ -78,6 +80,8 @@ class ContentItem:
     kind: str = ""  # for an executable: elf | shebang | text (no `#!`: the shell runs it)
     shebang: tuple[str, ...] = ()  # interpreter words from the `#!` line (env-style: the resolved path)
     parent: str | None = None  # an interpreter's script (real path)
+    reader: str = ""  # a script operand's reader family (sh | python): how its copy keeps its name
+    word: str = ""  # a script operand as the command wrote it (its $0 / sys.argv[0])
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -287,6 +291,16 @@ def file_kind(head: bytes) -> str:
     return "text"
 
 
+def reader_of(program: str) -> str:
+    """`sh` for POSIX shells, `python` for Python, else "" (the copy's /proc path becomes its name)."""
+    name = name_of(program)
+    if name in _POSIX_SHELLS:
+        return "sh"
+    if name in ("python", "pypy"):
+        return "python"
+    return ""
+
+
 def script_operand(argv: Sequence[str], program: str) -> int | None:
     """The argv index of the file an interpreter reads as its program (`sh s.sh`, `python3 -u x.py`,
     `awk -f prog.awk`); None when the code is inline (`-c`, `-e`, `-m`) or there is no operand."""
@@ -354,7 +368,19 @@ def bind(
             shebang = _interpreter_words(words, path_var, cwd, resolve_program)
         add(
             ContentItem(
-                role, shown, real, digest, size, writable, where, index, kind, shebang, kw.get("parent")
+                role,
+                shown,
+                real,
+                digest,
+                size,
+                writable,
+                where,
+                index,
+                kind,
+                shebang,
+                kw.get("parent"),
+                kw.get("reader", ""),
+                kw.get("word", ""),
             )
         )
         if shebang and role in ("executable", "interpreter"):
@@ -384,12 +410,16 @@ def bind(
             )
             if operand is None or operand >= len(segment.argv):
                 continue
-            named = os.path.join(cwd, segment.argv[operand])
+            word = segment.argv[operand]
+            named = os.path.join(cwd, word)
             real = os.path.realpath(named)
+            # After `--` no option may follow, so the copy is then named by its /proc path instead.
+            after_dashdash = segment.argv[operand - 1] == "--"
+            reader = "" if after_dashdash else (reader_of(segment.argv[0]) or reader_of(program))
             if not os.path.lexists(named):
                 add(ContentItem("script", os.path.abspath(named), real, None, 0, True, here, operand))
             elif os.path.isfile(real):
-                file_item("script", os.path.abspath(named), real, here, operand)
+                file_item("script", os.path.abspath(named), real, here, operand, reader=reader, word=word)
 
     walk(analysis.segments, result.segments, ())
     return ContentBinding(tuple(items), analysis, result, tuple(problems))

@@ -18,6 +18,7 @@ from engine.commands.content import (
     hash_fd,
     open_regular,
     read_all,
+    reader_of,
     system_owned,
     system_stat,
 )
@@ -25,6 +26,25 @@ from engine.commands.content import (
 MFD_EXEC = 0x0010  # Linux ≥ 6.3: say the copy is meant to be executed (vm.memfd_noexec=1 would refuse it)
 SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 DEFAULT_SHELL = "/bin/sh"
+# Runs a sealed copy under the script's own name: argv[0], __file__ and sys.path[0] as `python x.py` sets
+# them, in __main__ (so pickling and `if __name__ == "__main__"` behave), compiled from the copy's bytes.
+PY_LOADER = (
+    "import sys,os;m=sys.modules['__main__'];p=sys.argv.pop(1);sys.argv[0]=m.__file__=p\n"
+    "if sys.path and sys.path[0]=='':sys.path[0]=os.path.dirname(os.path.abspath(p))\n"
+    "del m\n"
+    "exec(compile(open({copy!r},'rb').read(),p,'exec'))"
+)
+
+
+def read_words(reader: str, copy: str, name: str) -> list[str]:
+    """The words that make an interpreter read `copy` while the script keeps `name` as its own: a POSIX
+    shell sources it from `sh -c '. COPY' NAME` ($0 is NAME), Python runs PY_LOADER. Other readers get the
+    copy's path itself."""
+    if reader == "sh":
+        return ["-c", f". {copy}", name]
+    if reader == "python":
+        return ["-c", PY_LOADER.format(copy=copy), name]
+    return [copy]
 
 
 class StaleContent(Exception):
@@ -153,7 +173,7 @@ def _words(binding: ContentBinding, copies: dict[str, str]) -> dict[tuple[tuple[
             continue
         if item.role == "script":
             if item.real in copies:
-                out[(item.where, item.argv_index)] = [copies[item.real]]
+                out[(item.where, item.argv_index)] = read_words(item.reader, copies[item.real], item.word)
             continue
         words = _run_words(item, copies, interpreters, 0)
         if words != [item.path]:
@@ -170,7 +190,10 @@ def _run_words(
     if item.kind == "shebang" and item.shebang and depth < 4:
         interp = interpreters.get(item.real)
         if interp is not None:
-            return [*_run_words(interp, copies, interpreters, depth + 1), *item.shebang[1:], own]
+            head = [*_run_words(interp, copies, interpreters, depth + 1), *item.shebang[1:]]
+            if item.real in copies:
+                return [*head, *read_words(reader_of(interp.real), own, item.path)]
+            return [*head, own]
     if item.kind == "text" and item.real in copies:
         return [DEFAULT_SHELL, own]  # no `#!`: the shell would run it as a script (ENOEXEC)
     return [own]

@@ -356,3 +356,20 @@ def test_an_allowlisted_writable_tool_is_flagged_and_runs_only_the_decided_bytes
     with pytest.raises(StaleContent, match="changed since it was approved"):
         verify(d.content, d.enforced_command or "", d.enforced_command)
     assert not marker.exists()
+
+
+async def test_a_verified_copy_keeps_the_scripts_own_name(state_dir: Path, tmp_path: Path) -> None:
+    """Running the sealed copy must not break the honest script: `$0` is still its path (so `dirname "$0"`
+    works) and a Python script still imports its siblings and sees its own `__file__`."""
+    (tmp_path / "helper.py").write_text("VALUE = 'sibling-import-ok'\n")
+    (tmp_path / "x.py").write_text(
+        "import sys, helper\nprint(helper.VALUE, sys.argv[0], __file__, __name__, sys.argv[1:])\n"
+    )
+    text = await approve_after(state_dir, "python3 -u x.py a1", tmp_path, lambda: None)
+    assert "sibling-import-ok x.py x.py __main__ ['a1']" in text, text
+    (tmp_path / "s.sh").write_text('echo "name=$0 dir=$(dirname "$0") args=$*"\n')
+    text = await approve_after(state_dir, "sh -e s.sh b1 b2", tmp_path, lambda: None)
+    assert "name=s.sh dir=. args=b1 b2" in text, text
+    tool(tmp_path / "run", '#!/bin/sh\necho "self=$0 args=$*"\n')
+    text = await approve_after(state_dir, "./run c1", tmp_path, lambda: None)
+    assert f"self={tmp_path / 'run'} args=c1" in text, text
