@@ -62,6 +62,53 @@ _FAMILY_OF = {
 }
 # Readers that can run a copy while the script keeps its own name ($0, __file__, sys.path[0]).
 _POSIX_SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "yash", "posh"})
+# The shell runs these itself whatever PATH holds: a missing one is nothing to bind.
+SHELL_BUILTINS = frozenset(
+    [
+        ".",
+        ":",
+        "[",
+        "alias",
+        "bg",
+        "break",
+        "cd",
+        "command",
+        "continue",
+        "echo",
+        "eval",
+        "exec",
+        "exit",
+        "export",
+        "false",
+        "fg",
+        "getopts",
+        "hash",
+        "jobs",
+        "kill",
+        "local",
+        "printf",
+        "pwd",
+        "read",
+        "readonly",
+        "return",
+        "set",
+        "shift",
+        "test",
+        "times",
+        "trap",
+        "true",
+        "type",
+        "ulimit",
+        "umask",
+        "unalias",
+        "unset",
+        "wait",
+        "source",
+        "declare",
+        "typeset",
+        "let",
+    ]
+)
 _FILE_FLAG = {"awk": "-f", "gawk": "-f", "mawk": "-f", "nawk": "-f", "sed": "-f", "gsed": "-f"}
 
 
@@ -82,6 +129,7 @@ class ContentItem:
     parent: str | None = None  # an interpreter's script (real path)
     reader: str = ""  # a script operand's reader family (sh | python): how its copy keeps its name
     word: str = ""  # a script operand as the command wrote it (its $0 / sys.argv[0])
+    search: str = ""  # an absent bare-name program: the PATH it must still be missing from
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -401,6 +449,14 @@ def bind(
             if match.resolved_path is not None:
                 shown = pin_path(match) or match.resolved_path
                 file_item("executable", shown, match.resolved_path, here, 0)
+            elif segment.argv and segment.inner is None:
+                # Not there yet: the approved text would run whatever appears later, so it must stay absent.
+                name = segment.argv[0]
+                if "/" in name:
+                    named = os.path.abspath(os.path.join(cwd, name))
+                    add(ContentItem("executable", named, named, None, 0, True, here, -1))
+                elif name and name not in SHELL_BUILTINS:
+                    add(ContentItem("executable", name, name, None, 0, True, here, -1, search=path_var))
             if segment.inner is not None and match.inner is not None:
                 walk(segment.inner.segments, match.inner.segments, here)
                 continue

@@ -7,6 +7,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import shutil
 from dataclasses import dataclass, field
 
 from engine.commands.content import (
@@ -132,7 +133,11 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
 def _check(item: ContentItem) -> bytes | None:
     """The verified bytes of an agent-writable file (None for a system-owned one, checked by digest)."""
     if item.sha256 is None:
-        if os.path.lexists(item.path):
+        if item.search:
+            found = shutil.which(item.path, path=item.search)
+            if found is not None:
+                raise StaleContent(f"{item.path} appeared on PATH ({found}) since it was approved (absent)")
+        elif os.path.lexists(item.path):
             raise StaleContent(f"{item.path} appeared since it was approved (it did not exist)")
         return None
     if not item.writable:

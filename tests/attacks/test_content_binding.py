@@ -373,3 +373,39 @@ async def test_a_verified_copy_keeps_the_scripts_own_name(state_dir: Path, tmp_p
     tool(tmp_path / "run", '#!/bin/sh\necho "self=$0 args=$*"\n')
     text = await approve_after(state_dir, "./run c1", tmp_path, lambda: None)
     assert f"self={tmp_path / 'run'} args=c1" in text, text
+
+
+async def test_a_file_created_after_the_ask_does_not_run(state_dir: Path, tmp_path: Path) -> None:
+    """`sh s.sh` or `./mybin` asked while the file did not exist: the approver saw nothing to run, so a
+    file the agent creates afterwards must not run on that approval."""
+    marker = tmp_path / "pwned"
+
+    def shown_absent(view: dict[str, Any]) -> None:
+        assert any(d["sha256"] is None for d in view["contentDigests"]), view["contentDigests"]
+
+    for command, path in (("sh s.sh", tmp_path / "s.sh"), ("./mybin", tmp_path / "mybin")):
+        text = await approve_after(
+            state_dir, command, tmp_path, lambda p=path: tool(p, evil(marker)), shown=shown_absent
+        )
+        assert "approval-stale" in text and "appeared since it was approved" in text, text
+        path.unlink()
+    assert not marker.exists()
+
+
+async def test_asks_for_other_bytes_never_coalesce(state_dir: Path, tmp_path: Path) -> None:
+    """Two identical asks coalesce into one approval; if the file changed between them, the second is a
+    new approval (the operator's answer to the first never covers bytes they were not shown)."""
+    marker = tmp_path / "pwned"
+    tool(tmp_path / "mybin", GOOD)
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        params = {"command": "./mybin", "workdir": str(tmp_path)}
+        first = (await agent.request("exec", params))["details"]
+        same = (await agent.request("exec", params))["details"]
+        assert same["approvalId"] == first["approvalId"]
+        _rewrite_in_place(tmp_path / "mybin", evil(marker))
+        other = (await agent.request("exec", params))["details"]
+        assert other["status"] == "approval-pending" and other["approvalId"] != first["approvalId"]
+        await agent.close()
+    assert not marker.exists()
