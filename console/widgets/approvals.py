@@ -34,6 +34,12 @@ def fmt_left(seconds: float | None) -> str:
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
+def _digest_text(sha: object) -> str:
+    if isinstance(sha, str):
+        return f"sha256 {sha[:12]}" if sha else "unreadable: refused"
+    return "absent: must stay so"
+
+
 def render_detail(
     item: InboxItem | None, insight: dict[str, Any], now_ms: int | None = None
 ) -> RenderableType:
@@ -113,7 +119,7 @@ def render_detail(
             content.add_row(
                 plain(str(row.get("role") or ""), "dim"),
                 plain(str(row.get("path") or "")),
-                Text(f"sha256 {sha[:12]}" if isinstance(sha, str) else "absent: must stay so", style="cyan"),
+                Text(_digest_text(sha), style="cyan"),
                 plain(f"{row.get('size', 0)} B", "dim"),
                 Text(sealed, style="yellow"),
             )

@@ -19,6 +19,7 @@ from engine.commands.which import DEFAULT_PATH
 WRITABLE_MAX_BYTES = 64 * 1024 * 1024
 SHEBANG_MAX = 256  # Linux reads at most this much of a `#!` line (BINPRM_BUF_SIZE)
 CACHE_MAX = 4096
+UNREADABLE = ""  # the digest of a file that could not be read: never matches, so the run is refused
 
 # Programs that read a file operand as code, by family: options that mean "the code is inline" (no file
 # operand) and options that take a value (the next word is not the operand).
@@ -408,6 +409,9 @@ def bind(
             digest, size, writable, head = digest_path(real)
         except ContentError as exc:
             problems.append(f"{shown}: {exc}")
+            if not system_owned(real):
+                # Unreadable (mode 0111, a FIFO…) yet changeable: the run is refused rather than unbound.
+                add(ContentItem(role, shown, real, UNREADABLE, 0, True, where, index))
             return
         kind = file_kind(head) if head and role in ("executable", "interpreter") else ""
         shebang: tuple[str, ...] = ()

@@ -92,7 +92,7 @@ def sealed_copy(data: bytes, name: str) -> int:
 
 
 def _short(digest: str | None) -> str:
-    return f"sha256 {digest[:12]}…" if digest else "no file"
+    return f"sha256 {digest[:12]}…" if digest else ("no file" if digest is None else "unreadable")
 
 
 def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> VerifiedRun:

@@ -397,6 +397,8 @@ def explain(decision: Decision) -> str:
         lines.append("Content (sha256, checked again just before the run):")
         for item in d.content.items:
             digest = item.sha256[:16] if item.sha256 else "(absent: must stay absent)"
+            if item.sha256 == "":
+                digest = "(unreadable: the run is refused)"
             mark = "  agent-writable: runs from a sealed copy" if item.writable and item.sha256 else ""
             lines.append(f"  {item.role} {item.path}  {digest}  {item.size} B{mark}")
     if d.durable:

@@ -105,7 +105,9 @@ def cmd_pending(args: argparse.Namespace) -> int:
             for d in a.get("contentDigests") or []:  # the bytes the approval runs (content binding)
                 sha = d.get("sha256")
                 mark = "  agent-writable: runs a sealed copy" if d.get("agentWritable") and sha else ""
-                digest = f"sha256 {sha[:12]}" if isinstance(sha, str) else "absent: must stay so"
+                digest = f"sha256 {sha[:12]}" if sha else "unreadable"
+                if sha is None:
+                    digest = "absent: must stay so"
                 lines.append(f"    {d.get('role')} {visible(str(d.get('path')))}  {digest}{mark}")
         text = "\n".join(lines)
     emit(text, {"approvals": approvals}, args.json)

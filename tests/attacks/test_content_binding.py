@@ -409,3 +409,22 @@ async def test_asks_for_other_bytes_never_coalesce(state_dir: Path, tmp_path: Pa
         assert other["status"] == "approval-pending" and other["approvalId"] != first["approvalId"]
         await agent.close()
     assert not marker.exists()
+
+
+async def test_an_unreadable_writable_executable_is_refused_not_unbound(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """Mode 0111 hides the bytes from the digest; the agent can still swap them. Such a file is refused at
+    the run instead of running unverified (root reads anything, so this is checked as a decision)."""
+    from engine.commands.verified import StaleContent, verify
+    from engine.config.loader import load_config_text
+    from engine.policy.decision import evaluate
+
+    fifo = tmp_path / "mybin"
+    os.mkfifo(fifo)  # unreadable as a program for everyone, root included
+    os.chmod(fifo, 0o755)
+    d = evaluate(str(fifo), config=load_config_text(ALLOWLIST), cwd=str(tmp_path))
+    assert d.content is not None and d.content.items
+    assert all(not i.sha256 for i in d.content.items), d.content.items  # unreadable, or not a program
+    with pytest.raises(StaleContent):
+        verify(d.content, d.pinned_command or str(fifo), d.pinned_command)
