@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,23 +25,10 @@ UNREADABLE = ""  # the digest of a file that could not be read: never matches, s
 # Programs that read a file operand as code, by family: options that mean "the code is inline" (no file
 # operand) and options that take a value (the next word is not the operand).
 _SHELLS = frozenset(
-    [
-        "sh",
-        "bash",
-        "dash",
-        "ash",
-        "zsh",
-        "ksh",
-        "mksh",
-        "pdksh",
-        "yash",
-        "fish",
-        "csh",
-        "tcsh",
-        "posh",
-        "rc",
-        "es",
-    ]
+    {
+        "sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "pdksh", "yash", "fish", "csh", "tcsh",
+        "posh", "rc", "es",
+    }
 )
 _FAMILIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "shell": (frozenset({"-c"}), frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})),
@@ -65,50 +53,12 @@ _FAMILY_OF = {
 _POSIX_SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "yash", "posh"})
 # The shell runs these itself whatever PATH holds: a missing one is nothing to bind.
 SHELL_BUILTINS = frozenset(
-    [
-        ".",
-        ":",
-        "[",
-        "alias",
-        "bg",
-        "break",
-        "cd",
-        "command",
-        "continue",
-        "echo",
-        "eval",
-        "exec",
-        "exit",
-        "export",
-        "false",
-        "fg",
-        "getopts",
-        "hash",
-        "jobs",
-        "kill",
-        "local",
-        "printf",
-        "pwd",
-        "read",
-        "readonly",
-        "return",
-        "set",
-        "shift",
-        "test",
-        "times",
-        "trap",
-        "true",
-        "type",
-        "ulimit",
-        "umask",
-        "unalias",
-        "unset",
-        "wait",
-        "source",
-        "declare",
-        "typeset",
-        "let",
-    ]
+    {
+        ".", ":", "[", "alias", "bg", "break", "cd", "command", "continue", "echo", "eval", "exec",
+        "exit", "export", "false", "fg", "getopts", "hash", "jobs", "kill", "local", "printf", "pwd",
+        "read", "readonly", "return", "set", "shift", "test", "times", "trap", "true", "type", "ulimit",
+        "umask", "unalias", "unset", "wait", "source", "declare", "typeset", "let",
+    }
 )
 _FILE_FLAG = {"awk": "-f", "gawk": "-f", "mawk": "-f", "nawk": "-f", "sed": "-f", "gsed": "-f"}
 
@@ -218,24 +168,28 @@ class DigestCache:
         self._entries: OrderedDict[tuple[int, int, int, int, int], tuple[str, bytes]] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self._lock = threading.Lock()  # decisions run on worker threads, spawn checks on the event loop
 
     def get(self, st: os.stat_result) -> tuple[str, bytes] | None:
         """(sha256, the first bytes: `#!` line or ELF magic) of an unchanged file."""
         key = _key(st)
-        digest = self._entries.get(key)
-        if digest is not None:
-            self._entries.move_to_end(key)
-            self.hits += 1
+        with self._lock:
+            digest = self._entries.get(key)
+            if digest is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
         return digest
 
     def put(self, st: os.stat_result, digest: str, head: bytes) -> None:
-        self.misses += 1
-        self._entries[_key(st)] = (digest, head)
-        while len(self._entries) > self._limit:
-            self._entries.popitem(last=False)
+        with self._lock:
+            self.misses += 1
+            self._entries[_key(st)] = (digest, head)
+            while len(self._entries) > self._limit:
+                self._entries.popitem(last=False)
 
     def clear(self) -> None:
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()
 
 
 def _key(st: os.stat_result) -> tuple[int, int, int, int, int]:
@@ -324,7 +278,7 @@ def parse_shebang(head: bytes) -> tuple[str, ...] | None:
     """The `#!` line's interpreter and its one optional argument (as Linux splits it); None without one."""
     if not head.startswith(b"#!"):
         return None
-    line = head[2:SHEBANG_MAX].split(b"\n", 1)[0].strip(b" \t\r")
+    line = head[2:SHEBANG_MAX].split(b"\n", 1)[0].strip(b" \t")  # as Linux: a CR stays in the name
     if not line:
         return None
     text = line.decode("utf-8", "surrogateescape")
