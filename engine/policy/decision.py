@@ -191,7 +191,10 @@ def evaluate(
     satisfied = analysis.ok and result.satisfied
     binding = approval_binding(analysis, cwd or os.getcwd(), env_overrides)
     content = None
-    if not policy.sandboxed and policy.host != "node":
+    # Bound wherever a human or an allowlist decides; `security=full` without ask=always and elevated full
+    # allow any bytes anyway (nothing was shown to bind them to).
+    unbound = policy.bypass_approvals or (policy.security == "full" and policy.ask != "always")
+    if not policy.sandboxed and policy.host != "node" and not unbound:
         content = bind(analysis, result, cwd or os.getcwd(), run_env)
         warnings += content_warnings(content, result)
         if content.durable_text():

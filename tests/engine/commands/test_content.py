@@ -145,3 +145,14 @@ def test_a_sealed_copy_cannot_be_changed() -> None:
 )
 def test_raw_command_matches(argv: list[str], raw: str | None, ok: bool) -> None:
     assert raw_command_matches(argv, raw) is ok
+
+
+def test_bound_where_a_human_or_an_allowlist_decides(tmp_path: Path) -> None:
+    from engine.config.loader import load_config_text
+    from engine.policy.decision import evaluate
+    from tests.helpers.gateway import ALLOWLIST, FULL
+
+    always = FULL.replace('ask = "off"', 'ask = "always"')
+    for config, bound in ((ALLOWLIST, True), (always, True), (FULL, False)):
+        d = evaluate("true", config=load_config_text(config), cwd=str(tmp_path))
+        assert (d.content is not None) is bound, config
