@@ -122,3 +122,20 @@ async def test_detail_shows_the_content_digests(state_dir: Path, tmp_path: Path)
         assert "agent-writable" in text and "Content" in text, text
         await pilot.press("d")
         await task
+
+
+async def test_policy_pane_warns_when_an_entry_names_an_agent_writable_file(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    from tests.attacks.harness import tool
+
+    target = tool(tmp_path / "tool")
+    async with running_console(state_dir) as (app, pilot, _agent):
+        await pilot.press("4")
+        await until(pilot, lambda: app.policy.agents)
+        await pilot.press("n")
+        await until(pilot, lambda: type(app.screen).__name__ == "TextDialog")
+        await pilot.press(*str(target), "enter")
+        await until(
+            pilot, lambda: any("a file the agent can write" in str(n.message) for n in app._notifications)
+        )
