@@ -34,6 +34,12 @@ def fmt_left(seconds: float | None) -> str:
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
+def _digest_text(sha: object) -> str:
+    if isinstance(sha, str):
+        return f"sha256 {sha[:12]}" if sha else "unreadable: refused"
+    return "absent: must stay so"
+
+
 def render_detail(
     item: InboxItem | None, insight: dict[str, Any], now_ms: int | None = None
 ) -> RenderableType:
@@ -103,6 +109,21 @@ def render_detail(
                 )
             seg_table.add_row(mark, plain(argv), why)
         parts.extend([Text("Segments", style="bold"), seg_table])
+    digests = view.get("contentDigests") or insight.get("contentDigests") or []
+    if digests:
+        # The bytes this approval runs: any change before the run refuses it (approval-stale).
+        content = Table.grid(padding=(0, 1))
+        for row in digests:
+            sha = row.get("sha256")
+            sealed = "agent-writable: runs a sealed copy" if row.get("agentWritable") and sha else ""
+            content.add_row(
+                plain(str(row.get("role") or ""), "dim"),
+                plain(str(row.get("path") or "")),
+                Text(_digest_text(sha), style="cyan"),
+                plain(f"{row.get('size', 0)} B", "dim"),
+                Text(sealed, style="yellow"),
+            )
+        parts.extend([Text("Content (checked again just before the run)", style="bold"), content])
     allowed = item.allowed
     if "allow-always" in allowed:
         patterns = insight.get("allowAlwaysPatterns") or []

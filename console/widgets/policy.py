@@ -223,6 +223,8 @@ class PolicyPane(Horizontal):
             added = await self._request("approvals.allowlist.add", params)
             if added and added.get("pattern") != pattern:
                 self.notify(f"{pattern} resolved to {added.get('pattern')}", markup=False)
+            for warning in (added or {}).get("warnings") or []:  # e.g. a file the agent can write
+                self.notify(visible(str(warning)), severity="warning", markup=False, timeout=15)
         elif verb == "remove":
             allow = self.query_one("#allowlist", DataTable)
             entry = agent.allowlist[min(max(allow.cursor_row, 0), len(agent.allowlist) - 1)]

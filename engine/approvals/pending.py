@@ -64,6 +64,8 @@ class ApprovalRequest:
     node_approval_id: str | None = None
     # The env overrides the command gets beyond the sanitised base, keys and values: the approver sees them.
     env: tuple[tuple[str, str], ...] = ()
+    # The digests of the files it runs (Decision.content.key()): an ask for other bytes never coalesces.
+    content_key: str = ""
     # The policy decision behind the ask (Decision.to_json()): shown to the approver, not part of identity.
     decision_json: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     warnings: tuple[str, ...] = field(default=(), compare=False, hash=False)
@@ -92,6 +94,7 @@ class ApprovalRequest:
             "analysisReason": d.get("analysisReason"),
             "segments": segments,
             "allowAlwaysPatterns": list(d.get("allowAlwaysPatterns") or []),
+            "contentDigests": list(d.get("contentDigests") or []),
             "warnings": list(self.warnings),
             "agentReason": self.agent_reason,
             "decision": d or None,

@@ -48,6 +48,7 @@ __all__ = [
     "is_interpreter",
     "pinned_command",
     "profile_from_config",
+    "render_bound",
     "resolve_executable",
     "trusted_dir_warnings",
 ]
@@ -433,7 +434,10 @@ def pin_path(match: SegmentMatch) -> str | None:
     return real
 
 
-def _render(segment: Segment, match: SegmentMatch) -> str | None:
+Words = Mapping[tuple[tuple[int, ...], int], Sequence[str]]  # (segment path, argv index) → words
+
+
+def _render(segment: Segment, match: SegmentMatch, words_for: Words, where: tuple[int, ...]) -> str | None:
     real = pin_path(match)
     if real is None or len(match.wrapper_paths) != len(segment.wrapper_argv):
         return None  # nothing to pin argv[0] to: the plan is unavailable
@@ -444,18 +448,24 @@ def _render(segment: Segment, match: SegmentMatch) -> str | None:
         return (
             None  # a multi-call binary picks its applet from argv[0]; pinning the real path would change it
         )
+
+    def word(index: int, text: str) -> list[str]:
+        # A verified copy stands in for a bound file (engine.commands.verified): its words, not the path.
+        swapped = words_for.get((where, index)) if words_for else None
+        return [_quote(w) for w in swapped] if swapped is not None else [_quote(text)]
+
     words: list[str] = []
     for group, path in zip(segment.wrapper_argv, match.wrapper_paths, strict=True):
         words += [_quote(path), *(_quote(w) for w in group[1:])]
     if segment.inner is not None:
         if match.inner is None:
             return None
-        payload = _render_all(segment.inner, match.inner)
+        payload = _render_all(segment.inner, match.inner, words_for, where)
         if payload is None:
             return None
-        words += [_quote(real), *(_quote(w) for w in segment.argv[1:-1]), _quote(payload)]
+        words += [*word(0, real), *(_quote(w) for w in segment.argv[1:-1]), _quote(payload)]
     else:
-        words += [_quote(real), *(_quote(w) for w in segment.argv[1:])]
+        words += [*word(0, real), *(w for i, a in enumerate(segment.argv[1:], 1) for w in word(i, a))]
     return " ".join(words)
 
 
@@ -472,12 +482,22 @@ def pinned_command(analysis: CommandAnalysis, result: AllowlistResult) -> str | 
     return _render_all(analysis, result)
 
 
-def _render_all(analysis: CommandAnalysis, result: AllowlistResult) -> str | None:
+def render_bound(analysis: CommandAnalysis, result: AllowlistResult, words_for: Words) -> str | None:
+    """The pinned rendering with some words replaced (verified copies of bound files)."""
+    return _render_all(analysis, result, words_for)
+
+
+def _render_all(
+    analysis: CommandAnalysis,
+    result: AllowlistResult,
+    words_for: Words | None = None,
+    where: tuple[int, ...] = (),
+) -> str | None:
     if not analysis.ok or len(result.segments) != len(analysis.segments):
         return None
     parts: list[str] = []
     for index, (segment, match) in enumerate(zip(analysis.segments, result.segments, strict=True)):
-        rendered = _render(segment, match)
+        rendered = _render(segment, match, words_for or {}, (*where, index))
         if rendered is None:
             return None
         if index:

@@ -17,6 +17,7 @@ from engine.commands.allowlist import (
     SafeBinProfile,
     allow_always_patterns,
     approval_binding,
+    command_hash_pattern,
     enforced_command,
     evaluate_allowlist,
     has_durable_approval,
@@ -24,6 +25,7 @@ from engine.commands.allowlist import (
     pinned_command,
 )
 from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command
+from engine.commands.content import ContentBinding, bind
 from engine.config.model import Config
 from engine.policy.precedence import (
     EffectivePolicy,
@@ -71,6 +73,9 @@ class Decision:
     # and the identity of every executable and the cwd, re-checked just before the run.
     pinned_command: str | None = None
     identity: Identity = ()
+    # The sha256 of every file it executes or reads as code (engine.commands.content), checked again at the
+    # spawn, where agent-writable ones run from sealed copies (engine.commands.verified). None off the host.
+    content: ContentBinding | None = None
     allowed_decisions: tuple[str, ...] = ()
     allow_always_patterns: list[str] = field(default_factory=list)
     policy: EffectivePolicy | None = None
@@ -99,6 +104,7 @@ class Decision:
             "segments": self.segments,
             "enforcedCommand": self.enforced_command,
             "pinnedCommand": self.pinned_command,
+            "contentDigests": self.content.to_json() if self.content is not None else [],
             "allowedDecisions": list(self.allowed_decisions),
             "allowAlwaysPatterns": self.allow_always_patterns,
             "warnings": self.warnings,
@@ -184,6 +190,15 @@ def evaluate(
     )
     satisfied = analysis.ok and result.satisfied
     binding = approval_binding(analysis, cwd or os.getcwd(), env_overrides)
+    content = None
+    # Bound wherever a human or an allowlist decides; `security=full` without ask=always and elevated full
+    # allow any bytes anyway (nothing was shown to bind them to).
+    unbound = policy.bypass_approvals or (policy.security == "full" and policy.ask != "always")
+    if not policy.sandboxed and policy.host != "node" and not unbound:
+        content = bind(analysis, result, cwd or os.getcwd(), run_env)
+        warnings += content_warnings(content, result)
+        if content.durable_text():
+            binding += "\n" + content.durable_text()  # an exact-command approval binds those bytes too
     durable = has_durable_approval(command, entries, binding) or _durable_by_entries(
         analysis, result, entries
     )
@@ -200,6 +215,9 @@ def evaluate(
         offered = allowed_decisions(policy.ask) if decision == "ask" else ()
         always = "allow-always" in offered
         patterns = allow_always_patterns(command, analysis, result, binding) if always else []
+        if content is not None and any(p in content.writable_paths for p in patterns):
+            # A path the agent can write would allow any bytes it puts there: save the content-bound command.
+            patterns = [command_hash_pattern(command, binding)]
         return Decision(
             command=command,
             agent_id=agent_id,
@@ -220,6 +238,7 @@ def evaluate(
             enforced_command=enforced,
             pinned_command=pinned,
             identity=ident,
+            content=content,
             allowed_decisions=offered,
             allow_always_patterns=patterns,
             policy=policy,
@@ -267,6 +286,20 @@ def evaluate(
     if satisfied:
         return done("allow", f"{where}every segment is satisfied: {_hits(result)}", _allowlist_step(result))
     return done("deny", "exec denied: allowlist miss", ask_step)
+
+
+def content_warnings(content: ContentBinding, result: AllowlistResult) -> list[str]:
+    """What the operator should know about the bound files: allowlist entries naming a file the agent can
+    write, and files that could not be bound."""
+    out = [f"Warning: not bound to content: {p}" for p in content.problems]
+    writable = content.writable_paths
+    for match in result.segments:
+        if match.satisfied_by == "allowlist" and match.matched_pattern and match.resolved_path in writable:
+            out.append(
+                f"Warning: allowlist entry {match.matched_pattern} names {match.resolved_path}, a file the "
+                "agent can write: each run executes whatever it holds when the run is decided."
+            )
+    return out
 
 
 def _segment_json(
@@ -363,6 +396,14 @@ def explain(decision: Decision) -> str:
             lines.append(f"  {i}. {words}  →  {where}  [{verdict}]")
     if d.enforced_command:
         lines.append(f"Enforced command: {d.enforced_command}")
+    if d.content is not None and d.content.items:
+        lines.append("Content (sha256, checked again just before the run):")
+        for item in d.content.items:
+            digest = item.sha256[:16] if item.sha256 else "(absent: must stay absent)"
+            if item.sha256 == "":
+                digest = "(unreadable: the run is refused)"
+            mark = "  agent-writable: runs from a sealed copy" if item.writable and item.sha256 else ""
+            lines.append(f"  {item.role} {item.path}  {digest}  {item.size} B{mark}")
     if d.durable:
         lines.append("Durable allow-always approval: yes")
     if d.allowed_decisions:

@@ -46,6 +46,8 @@ class RunSpec:
     allow_background: bool = True
     warnings: list[str] = field(default_factory=list)  # caller's warnings, shown before the output
     marker: str = ""  # filled by the manager: the value of EXECHOST_SESSION for this command
+    # Sealed copies of verified files (engine.commands.verified), inherited at the same numbers.
+    pass_fds: tuple[int, ...] = ()
 
     def resolved_argv(self) -> list[str]:
         return list(self.argv) if self.argv else [DEFAULT_SHELL, "-c", self.command]
@@ -257,6 +259,7 @@ class LocalLauncher:
                 cwd=spec.cwd,
                 env=env,
                 close_fds=True,
+                pass_fds=spec.pass_fds,
                 preexec_fn=become_controlling_tty,
             )
         except BaseException:
@@ -284,6 +287,7 @@ class LocalLauncher:
                 cwd=spec.cwd,
                 env=env,
                 close_fds=True,
+                pass_fds=spec.pass_fds,
                 start_new_session=True,
             )
         except BaseException:

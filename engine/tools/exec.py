@@ -21,6 +21,7 @@ from engine.approvals.pending import (
 from engine.approvals.store import ApprovalsFileError
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
+from engine.commands.verified import StaleContent, VerifiedRun, verify
 from engine.config.model import Config
 from engine.modes import ASKS, HOSTS, SECURITIES
 from engine.policy.decision import Decision, evaluate
@@ -195,8 +196,13 @@ class ExecTool:
             # What runs is what was approved: the pinned re-rendering on the host. Inside a sandbox the
             # host's resolved paths mean nothing, so the container runs the command as given.
             pinned = None if prepared.host == "sandbox" else decision.enforced_command
+            if pinned is None and decision.durable and prepared.host != "sandbox":
+                pinned = decision.pinned_command  # an exact-command approval runs what was shown
             self._still_as_decided(prepared)
-            return await self._run(prepared, params, ctx, pinned or prepared.command)
+            try:
+                return await self._run(prepared, params, ctx, pinned or prepared.command)
+            except StaleContent as exc:
+                raise ToolError(f"exec denied: {exc}; ask again") from None
         return await self._ask(prepared, params, ctx)
 
     # -- preparation
@@ -363,9 +369,32 @@ class ExecTool:
         )
 
     async def _run(
-        self, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext, command: str
+        self,
+        prepared: _Prepared,
+        params: Mapping[str, Any],
+        ctx: ExecContext,
+        command: str,
+        *,
+        detached: bool = False,
     ) -> ToolResult:
-        return await self.sessions.run(self._spec(prepared, params, ctx, command))
+        """Start `command` over verified content (raises StaleContent when a bound file changed)."""
+        run = await self._verified(prepared, command)
+        try:
+            spec = self._spec(prepared, params, ctx, run.command, detached=detached)
+            spec.pass_fds = run.fds
+            return await self.sessions.run(spec)
+        finally:
+            run.close()  # the child holds its own copies of the fds once spawned
+
+    async def _verified(self, prepared: _Prepared, command: str) -> VerifiedRun:
+        d = prepared.decision
+        if prepared.host != "gateway" or d.content is None:
+            return VerifiedRun(command)
+        pinned = d.enforced_command if command == d.enforced_command else d.pinned_command
+        if any(item.writable for item in d.content.items):
+            # Agent-writable files are read whole and copied: off the event loop.
+            return await asyncio.to_thread(verify, d.content, command, pinned)
+        return verify(d.content, command, pinned)
 
     # -- approvals
 
@@ -387,6 +416,7 @@ class ExecTool:
             node_id=d.node,
             env_hash=env_hash(env_param),
             env=tuple(sorted((str(k), str(v)) for k, v in env_param.items())),
+            content_key=d.content.key() if d.content is not None else "",
             decision_json=d.to_json(),
             warnings=tuple(prepared.warnings),
             agent_reason=_agent_reason(params.get("reason")),
@@ -444,7 +474,10 @@ class ExecTool:
         allowed, reason, command = verdict
         if not allowed:
             return self._denied_result(record, prepared, reason)
-        result = await self._run(prepared, params, ctx, command)
+        try:
+            result = await self._run(prepared, params, ctx, command)
+        except StaleContent as exc:
+            return self._denied_result(record, prepared, f"approval-stale: {exc}")
         _note_run(record, result)
         return result
 
@@ -549,7 +582,10 @@ class ExecTool:
                 self._emit(ctx, self._denied_result(record, prepared, reason).text)
                 return
             try:
-                result = await self.sessions.run(self._spec(prepared, params, ctx, command, detached=True))
+                result = await self._run(prepared, params, ctx, command, detached=True)
+            except StaleContent as exc:
+                self._emit(ctx, self._denied_result(record, prepared, f"approval-stale: {exc}").text)
+                return
             except (ToolError, OSError) as exc:
                 log.warning("approved command failed to start: %s", exc)
                 self._emit(ctx, f"Exec denied (gateway id={record.id}, spawn-failed): {prepared.command}")

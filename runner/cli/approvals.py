@@ -19,6 +19,7 @@ from engine.approvals.store import (
     normalize_agent_id,
 )
 from engine.commands.allowlist import COMMAND_HASH_PREFIX, bare_name_path
+from engine.commands.content import writable_pattern_warning
 from engine.config.loader import load_config
 from engine.config.model import ConfigError
 from engine.errors import InvalidInput
@@ -235,6 +236,9 @@ def cmd_allowlist_add(args: argparse.Namespace) -> int:
     pattern = _resolve_bare_name(args.pattern.strip())
     for warning in _never_matches(pattern):
         print(f"warning: {warning}", file=sys.stderr)
+    writable = writable_pattern_warning(pattern)
+    if writable:
+        print(writable, file=sys.stderr)
     try:
         before = {e.id for e in store.load().agent(agent_id).allowlist}
         record = store.add_allowlist(agent_id, pattern, arg_pattern=args.arg_pattern)

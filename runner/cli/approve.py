@@ -102,6 +102,13 @@ def cmd_pending(args: argparse.Namespace) -> int:
                 f"{a['slug']}  {a.get('host')}  {a.get('agentId')}  expires in {_left(a['expiresAtMs'])}  "
                 f"[{'|'.join(a.get('allowedDecisions', []))}]  {command}"
             )
+            for d in a.get("contentDigests") or []:  # the bytes the approval runs (content binding)
+                sha = d.get("sha256")
+                mark = "  agent-writable: runs a sealed copy" if d.get("agentWritable") and sha else ""
+                digest = f"sha256 {sha[:12]}" if sha else "unreadable"
+                if sha is None:
+                    digest = "absent: must stay so"
+                lines.append(f"    {d.get('role')} {visible(str(d.get('path')))}  {digest}{mark}")
         text = "\n".join(lines)
     emit(text, {"approvals": approvals}, args.json)
     return 0

@@ -102,3 +102,40 @@ async def test_sandbox_progress_shows_in_the_pane(state_dir: Path) -> None:
         detail = app.query_one("#sandbox-detail")
         await until(pilot, lambda: "creating container" in str(detail.render()))
         assert "exechost-sbx-main-[bold]x" in str(detail.render())  # shown literally, never as markup
+
+
+async def test_detail_shows_the_content_digests(state_dir: Path, tmp_path: Path) -> None:
+    """Issue 18 item 2: the approver sees the sha256 of every file the command runs or reads as code."""
+    import hashlib
+
+    from tests.attacks.test_terminal_escapes import _screen_text
+
+    script = tmp_path / "s.sh"
+    script.write_text("echo content\n")
+    digest = hashlib.sha256(script.read_bytes()).hexdigest()
+    async with running_console(state_dir) as (app, pilot, agent):
+        task = submit(agent, "sh s.sh", workdir=str(tmp_path))
+        await until(pilot, lambda: len(app.inbox) == 1)
+        detail = app.query_one("#approval-detail")
+        await until(pilot, lambda: digest[:12] in _screen_text(detail))
+        text = _screen_text(detail)
+        assert "agent-writable" in text and "Content" in text, text
+        await pilot.press("d")
+        await task
+
+
+async def test_policy_pane_warns_when_an_entry_names_an_agent_writable_file(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    from tests.attacks.harness import tool
+
+    target = tool(tmp_path / "tool")
+    async with running_console(state_dir) as (app, pilot, _agent):
+        await pilot.press("4")
+        await until(pilot, lambda: app.policy.agents)
+        await pilot.press("n")
+        await until(pilot, lambda: type(app.screen).__name__ == "TextDialog")
+        await pilot.press(*str(target), "enter")
+        await until(
+            pilot, lambda: any("a file the agent can write" in str(n.message) for n in app._notifications)
+        )

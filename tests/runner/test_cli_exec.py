@@ -127,6 +127,13 @@ def test_pending_approve_and_events_from_the_cli(state_dir: Path) -> None:
         assert [a["id"] for a in listed["details"]["approvals"]] == [details["approvalId"]]
         text = cli(state_dir, "approvals", "pending").stdout
         assert details["approvalSlug"] in text and "echo cli-approved" in text
+        # Content binding: the operator sees the digest of what will run.
+        import hashlib
+        import shutil
+
+        echo = os.path.realpath(shutil.which("echo") or "/bin/echo")
+        digest = hashlib.sha256(Path(echo).read_bytes()).hexdigest()
+        assert f"executable {echo}  sha256 {digest[:12]}" in text, text
         bad = cli(state_dir, "approve", details["approvalSlug"], "perhaps")
         assert bad.returncode == 2 and "Usage: /approve" in bad.stderr
         ok = cli(state_dir, "approve", "allow-once", details["approvalSlug"])  # either order works

@@ -16,6 +16,7 @@ from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, 
 from engine.approvals.store import ApprovalsStore
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
+from engine.commands.verified import StaleContent, verify
 from engine.config.loader import load_config
 from engine.policy.decision import evaluate
 from engine.results import ToolError
@@ -97,11 +98,23 @@ class LocalExecHost:
         if decision == "allow-always" and verdict.allow_always_patterns:
             await asyncio.to_thread(store.persist_allow_always, agent_id, verdict.allow_always_patterns)
         timeout = (request.timeout_ms or 1_800_000) / 1000
-        argv = shlex.split(verdict.pinned_command)  # every word single-quoted: exactly the pinned argv
-        return ExecOutcome(ok=True, payload=await run_argv(argv, cwd=cwd, env=env, timeout=timeout))
+        try:
+            # The bytes decided on, or nothing: agent-writable files run from sealed copies.
+            pinned = verdict.pinned_command
+            run = await asyncio.to_thread(verify, verdict.content, pinned, pinned)
+        except StaleContent as exc:
+            return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}", "approval-stale")
+        try:
+            argv = shlex.split(run.command)  # every word single-quoted: exactly the pinned argv
+            payload = await run_argv(argv, cwd=cwd, env=env, timeout=timeout, pass_fds=run.fds)
+        finally:
+            run.close()
+        return ExecOutcome(ok=True, payload=payload)
 
 
-async def run_argv(argv: list[str], *, cwd: str, env: Mapping[str, str], timeout: float) -> dict[str, Any]:
+async def run_argv(
+    argv: list[str], *, cwd: str, env: Mapping[str, str], timeout: float, pass_fds: tuple[int, ...] = ()
+) -> dict[str, Any]:
     """Run argv (no shell) in its own process group; the exec-res payload shape."""
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -112,6 +125,7 @@ async def run_argv(argv: list[str], *, cwd: str, env: Mapping[str, str], timeout
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
     except OSError as exc:
         return {

@@ -36,6 +36,7 @@ from engine.approvals.socket.wire import exec_frame as exec_frame
 from engine.approvals.socket.wire import request_decision as request_decision
 from engine.approvals.socket.wire import request_exec as request_exec
 from engine.approvals.socket.wire import sign as sign
+from engine.commands.rawcommand import raw_command_matches
 from engine.errors import ExecHostError
 from engine.unixsock import PeerInfo as PeerInfo
 from engine.unixsock import peer_info, socket_path_problem
@@ -386,6 +387,15 @@ class ApprovalSocketServer:
             return
         if not request.command:
             await reply(ExecOutcome.fail("INVALID_REQUEST", "command required", "json"))
+            return
+        if not raw_command_matches(request.command, request.raw_command):
+            # The text a human approved (a `request` frame shows rawCommand) must be the argv that runs.
+            self.stats["rejected"] += 1
+            await reply(
+                ExecOutcome.fail(
+                    "INVALID_REQUEST", "rawCommand does not match command", "raw-command-mismatch"
+                )
+            )
             return
         if self._exec_handler is None:
             await reply(ExecOutcome.fail("UNAVAILABLE", "exec host unavailable", "companion-unavailable"))

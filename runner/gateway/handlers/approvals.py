@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from engine.approvals.pending import ApprovalRecord
 from engine.approvals.store import ApprovalsFileError
 from engine.commands.allowlist import COMMAND_HASH_PREFIX, bare_name_path
+from engine.commands.content import writable_pattern_warning
 from engine.errors import InvalidInput
 from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator
 
@@ -76,7 +77,14 @@ async def allowlist_add(services: Services, conn: Connection, params: dict[str, 
         )
     except (ApprovalsFileError, ValueError) as exc:
         raise InvalidInput(str(exc)) from None
-    return {"agentId": agent, "pattern": record.pattern, "argPattern": record.arg_pattern, "id": record.id}
+    warning = await asyncio.to_thread(writable_pattern_warning, record.pattern)
+    return {
+        "agentId": agent,
+        "pattern": record.pattern,
+        "argPattern": record.arg_pattern,
+        "id": record.id,
+        "warnings": [warning] if warning else [],
+    }
 
 
 async def allowlist_remove(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:

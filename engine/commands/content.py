@@ -1,0 +1,481 @@
+"""Content binding: the sha256 of every file a decided command will execute or read as code."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.commands.allowlist import AllowlistResult, SegmentMatch, pin_path, render_bound
+from engine.commands.analysis import CommandAnalysis, Segment
+from engine.commands.interpreters import name_of
+from engine.commands.which import DEFAULT_PATH
+
+# Agent-writable files are copied into memory to run: past this size the run is refused instead.
+WRITABLE_MAX_BYTES = 64 * 1024 * 1024
+SHEBANG_MAX = 256  # Linux reads at most this much of a `#!` line (BINPRM_BUF_SIZE)
+CACHE_MAX = 4096
+UNREADABLE = ""  # the digest of a file that could not be read: never matches, so the run is refused
+
+# Programs that read a file operand as code, by family: options that mean "the code is inline" (no file
+# operand) and options that take a value (the next word is not the operand).
+_SHELLS = frozenset(
+    {
+        "sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "pdksh", "yash", "fish", "csh", "tcsh",
+        "posh", "rc", "es",
+    }
+)
+_FAMILIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "shell": (frozenset({"-c"}), frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})),
+    "python": (frozenset({"-c", "-m"}), frozenset({"-W", "-X", "-Q"})),
+    "perl": (frozenset({"-e", "-E"}), frozenset({"-I", "-M", "-m", "-x"})),
+    "ruby": (frozenset({"-e"}), frozenset({"-I", "-r", "-C", "-E"})),
+    "node": (
+        frozenset({"-e", "-p", "--eval", "--print"}),
+        frozenset({"-r", "--require", "--import", "--loader", "--experimental-loader", "-C", "--conditions"}),
+    ),
+    "other": (frozenset({"-e", "-r"}), frozenset({"-l", "-d", "-I"})),
+}
+_FAMILY_OF = {
+    **{n: "shell" for n in _SHELLS},
+    **{n: "python" for n in ("python", "pypy")},
+    "perl": "perl",
+    "ruby": "ruby",
+    **{n: "node" for n in ("node", "nodejs")},
+    **{n: "other" for n in ("php", "lua", "luajit", "tclsh", "wish", "expect", "rscript", "julia", "guile")},
+}
+# Readers that can run a copy while the script keeps its own name ($0, __file__, sys.path[0]).
+_POSIX_SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "yash", "posh"})
+# The shell runs these itself whatever PATH holds: a missing one is nothing to bind.
+SHELL_BUILTINS = frozenset(
+    {
+        ".", ":", "[", "alias", "bg", "break", "cd", "command", "continue", "echo", "eval", "exec",
+        "exit", "export", "false", "fg", "getopts", "hash", "jobs", "kill", "local", "printf", "pwd",
+        "read", "readonly", "return", "set", "shift", "test", "times", "trap", "true", "type", "ulimit",
+        "umask", "unalias", "unset", "wait", "source", "declare", "typeset", "let",
+    }
+)
+_FILE_FLAG = {"awk": "-f", "gawk": "-f", "mawk": "-f", "nawk": "-f", "sed": "-f", "gsed": "-f"}
+
+
+@dataclass(frozen=True)
+class ContentItem:
+    """One file the command runs or reads as code, as it was when the command was decided."""
+
+    role: str  # executable | interpreter | script | wrapper
+    path: str  # as shown: the pinned path or the operand, made absolute
+    real: str  # the file itself (symlinks resolved): what is opened and hashed
+    sha256: str | None  # None: the file did not exist (it must not appear before the run)
+    size: int
+    writable: bool  # the agent (or anyone but root) can change it: it runs from a sealed copy
+    where: tuple[int, ...] = ()  # the segment (indexes down nested `sh -c` payloads)
+    argv_index: int = -1  # the word it replaces in that segment; -1 = none
+    kind: str = ""  # for an executable: elf | shebang | text (no `#!`: the shell runs it)
+    shebang: tuple[str, ...] = ()  # interpreter words from the `#!` line (env-style: the resolved path)
+    parent: str | None = None  # an interpreter's script (real path)
+    reader: str = ""  # a script operand's reader family (sh | python): how its copy keeps its name
+    word: str = ""  # a script operand as the command wrote it (its $0 / sys.argv[0])
+    search: str = ""  # an absent bare-name program: the PATH it must still be missing from
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "path": self.path,
+            "sha256": self.sha256,
+            "size": self.size,
+            "agentWritable": self.writable,
+        }
+
+
+@dataclass(frozen=True)
+class ContentBinding:
+    """Every file of one decided command, plus what is needed to re-render it over verified copies."""
+
+    items: tuple[ContentItem, ...]
+    analysis: CommandAnalysis
+    result: AllowlistResult
+    problems: tuple[str, ...] = ()  # what could not be bound (shown to the approver)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [item.to_json() for item in self.items]
+
+    def render(self, words: Mapping[tuple[tuple[int, ...], int], Sequence[str]]) -> str | None:
+        """The pinned rendering with `words` in place of the bound argv words."""
+        return render_bound(self.analysis, self.result, words)
+
+    def durable_text(self) -> str:
+        """What an exact-command durable approval binds besides the text: agent-writable content."""
+        return "\n".join(f"{i.real}={i.sha256}" for i in self.items if i.writable)
+
+    @property
+    def writable_paths(self) -> frozenset[str]:
+        return frozenset(p for i in self.items if i.writable for p in (i.path, i.real))
+
+    def key(self) -> str:
+        """One string for the approval's identity: two asks of other content never coalesce."""
+        text = "\n".join(f"{i.role}:{i.real}={i.sha256}" for i in self.items)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32] if text else ""
+
+
+# --------------------------------------------------------------------------- who can write a file
+
+
+def system_stat(real: str) -> os.stat_result | None:
+    """The file's lstat when only root can change the file at this path: it is a regular file, and it and
+    every directory above it are owned by root and writable by neither group nor others. None otherwise:
+    it counts as writable by the agent (its account, or another one), so its content is verified at the
+    spawn and run from a sealed copy."""
+    try:
+        st = os.lstat(real)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return None
+    path = os.path.dirname(real)
+    while True:
+        try:
+            up = os.lstat(path)
+        except OSError:
+            return None
+        if up.st_uid != 0 or up.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return None
+        parent = os.path.dirname(path)
+        if parent == path:
+            return st
+        path = parent
+
+
+def system_owned(real: str) -> bool:
+    """Only root can change the regular file at `real` (see system_stat)."""
+    return system_stat(real) is not None
+
+
+# --------------------------------------------------------------------------- digests
+
+
+class DigestCache:
+    """sha256 of system-owned files keyed by (dev, ino, size, mtime_ns, ctime_ns): any write, truncate,
+    rename over or chmod changes the key (ctime cannot be set back), so a stale digest is never served.
+    Agent-writable files are never cached: they are read and hashed at every decision and every spawn."""
+
+    def __init__(self, limit: int = CACHE_MAX) -> None:
+        self._limit = limit
+        self._entries: OrderedDict[tuple[int, int, int, int, int], tuple[str, bytes]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()  # decisions run on worker threads, spawn checks on the event loop
+
+    def get(self, st: os.stat_result) -> tuple[str, bytes] | None:
+        """(sha256, the first bytes: `#!` line or ELF magic) of an unchanged file."""
+        key = _key(st)
+        with self._lock:
+            digest = self._entries.get(key)
+            if digest is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+        return digest
+
+    def put(self, st: os.stat_result, digest: str, head: bytes) -> None:
+        with self._lock:
+            self.misses += 1
+            self._entries[_key(st)] = (digest, head)
+            while len(self._entries) > self._limit:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+def _key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+CACHE = DigestCache()
+
+
+class ContentError(Exception):
+    """A file cannot be opened or bound as it must be."""
+
+
+def open_regular(real: str) -> tuple[int, os.stat_result]:
+    """An fd on the regular file at `real` (resolved already, so its last component must not be a link;
+    O_NONBLOCK so a FIFO planted there cannot hang the gateway)."""
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ContentError(f"{real}: {exc.strerror or exc}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ContentError(f"{real} is not a regular file")
+    return fd, st
+
+
+def read_all(fd: int, size: int, limit: int) -> bytes:
+    if size > limit:
+        raise ContentError(f"{size} bytes, over the {limit}-byte limit for a file the agent can write")
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > limit:
+            raise ContentError(f"grew past the {limit}-byte limit while being read")
+        chunks.append(chunk)
+
+
+def digest_path(real: str, cache: DigestCache = CACHE) -> tuple[str, int, bool, bytes]:
+    """(sha256, size, agent-writable, first bytes) of the file at `real` right now."""
+    st = system_stat(real)
+    if st is not None:
+        hit = cache.get(st)
+        if hit is not None:
+            return hit[0], st.st_size, False, hit[1]
+    fd, fst = open_regular(real)
+    try:
+        if st is None:
+            data = read_all(fd, fst.st_size, WRITABLE_MAX_BYTES)
+            return hashlib.sha256(data).hexdigest(), len(data), True, data[:SHEBANG_MAX]
+        digest = hash_fd(fd, fst, cache)
+        return digest, fst.st_size, False, os.pread(fd, SHEBANG_MAX, 0)
+    finally:
+        os.close(fd)
+
+
+def hash_fd(fd: int, st: os.stat_result, cache: DigestCache = CACHE) -> str:
+    """sha256 of an open system-owned file, from `cache` while its (dev, ino, size, mtime, ctime) hold."""
+    hit = cache.get(st)
+    if hit is not None:
+        return hit[0]
+    h = hashlib.sha256()
+    offset = 0
+    head = b""
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
+        if not chunk:
+            break
+        if not offset:
+            head = chunk[:SHEBANG_MAX]
+        h.update(chunk)
+        offset += len(chunk)
+    digest = h.hexdigest()
+    cache.put(st, digest, head)
+    return digest
+
+
+# --------------------------------------------------------------------------- what a command reads as code
+
+
+def parse_shebang(head: bytes) -> tuple[str, ...] | None:
+    """The `#!` line's interpreter and its one optional argument (as Linux splits it); None without one."""
+    if not head.startswith(b"#!"):
+        return None
+    line = head[2:SHEBANG_MAX].split(b"\n", 1)[0].strip(b" \t")  # as Linux: a CR stays in the name
+    if not line:
+        return None
+    text = line.decode("utf-8", "surrogateescape")
+    parts = text.split(None, 1)
+    return tuple(parts)
+
+
+def file_kind(head: bytes) -> str:
+    if head.startswith(b"\x7fELF"):
+        return "elf"
+    if head.startswith(b"#!"):
+        return "shebang"
+    return "text"
+
+
+def reader_of(program: str) -> str:
+    """`sh` for POSIX shells, `python` for Python, else "" (the copy's /proc path becomes its name)."""
+    name = name_of(program)
+    if name in _POSIX_SHELLS:
+        return "sh"
+    if name in ("python", "pypy"):
+        return "python"
+    return ""
+
+
+def script_operand(argv: Sequence[str], program: str) -> int | None:
+    """The argv index of the file an interpreter reads as its program (`sh s.sh`, `python3 -u x.py`,
+    `awk -f prog.awk`); None when the code is inline (`-c`, `-e`, `-m`) or there is no operand."""
+    name = name_of(program)
+    flag = _FILE_FLAG.get(name)
+    if flag is not None:
+        for i, arg in enumerate(argv[1:-1], 1):
+            if arg == flag:
+                return i + 1
+        return None
+    family = _FAMILY_OF.get(name)
+    if family is None:
+        return None
+    inline, with_value = _FAMILIES[family]
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return i + 1 if i + 1 < len(argv) else None
+        if arg == "-" or not arg.startswith(("-", "+")) or (family != "shell" and arg.startswith("+")):
+            return None if arg == "-" else i
+        if arg in inline or arg.split("=", 1)[0] in inline:
+            return None
+        if family == "shell" and not arg.startswith("--") and "c" in arg[1:]:
+            return None  # `-ec`: a cluster holding -c
+        if family == "python" and not arg.startswith("--") and any(c in arg[1:] for c in "cm"):
+            return None
+        i += 2 if arg in with_value else 1
+    return None
+
+
+# --------------------------------------------------------------------------- binding at decision time
+
+
+def bind(
+    analysis: CommandAnalysis,
+    result: AllowlistResult,
+    cwd: str,
+    env: Mapping[str, str],
+    *,
+    resolve_program: Callable[[str, str, str], str | None] | None = None,
+) -> ContentBinding:
+    """Digest every executable (pinned binaries, wrappers, `#!` interpreters) and every script operand."""
+    items: list[ContentItem] = []
+    problems: list[str] = []
+    path_var = env.get("PATH", DEFAULT_PATH)
+    seen: set[tuple[str, tuple[int, ...], int]] = set()
+
+    def add(item: ContentItem) -> None:
+        key = (item.real, item.where, item.argv_index)
+        if key not in seen:
+            seen.add(key)
+            items.append(item)
+
+    def file_item(role: str, shown: str, real: str, where: tuple[int, ...], index: int, **kw: Any) -> None:
+        try:
+            digest, size, writable, head = digest_path(real)
+        except ContentError as exc:
+            problems.append(f"{shown}: {exc}")
+            if not system_owned(real):
+                # Unreadable (mode 0111, a FIFO…) yet changeable: the run is refused rather than unbound.
+                add(ContentItem(role, shown, real, UNREADABLE, 0, True, where, index))
+            return
+        kind = file_kind(head) if head and role in ("executable", "interpreter") else ""
+        shebang: tuple[str, ...] = ()
+        if kind == "shebang":
+            words = parse_shebang(head) or ()
+            shebang = _interpreter_words(words, path_var, cwd, resolve_program)
+        add(
+            ContentItem(
+                role,
+                shown,
+                real,
+                digest,
+                size,
+                writable,
+                where,
+                index,
+                kind,
+                shebang,
+                kw.get("parent"),
+                kw.get("reader", ""),
+                kw.get("word", ""),
+            )
+        )
+        if shebang and role in ("executable", "interpreter"):
+            interp = os.path.realpath(shebang[0])
+            depth = kw.get("depth", 0)
+            if depth >= 3:
+                problems.append(f"{shown}: interpreter chain too deep to bind")
+                return
+            file_item("interpreter", shebang[0], interp, where, -1, parent=real, depth=depth + 1)
+        elif kind == "shebang":
+            problems.append(f"{shown}: its #! interpreter is chosen at run time and cannot be bound")
+
+    def walk(segments: Sequence[Segment], matches: Sequence[SegmentMatch], where: tuple[int, ...]) -> None:
+        for index, (segment, match) in enumerate(zip(segments, matches, strict=False)):
+            here = (*where, index)
+            for wrapper in match.wrapper_paths:
+                file_item("wrapper", wrapper, os.path.realpath(wrapper), here, -1)
+            if match.resolved_path is not None:
+                shown = pin_path(match) or match.resolved_path
+                file_item("executable", shown, match.resolved_path, here, 0)
+            elif segment.argv and segment.inner is None:
+                # Not there yet: the approved text would run whatever appears later, so it must stay absent.
+                name = segment.argv[0]
+                if "/" in name:
+                    named = os.path.abspath(os.path.join(cwd, name))
+                    add(ContentItem("executable", named, named, None, 0, True, here, -1))
+                elif name and name not in SHELL_BUILTINS:
+                    add(ContentItem("executable", name, name, None, 0, True, here, -1, search=path_var))
+            if segment.inner is not None and match.inner is not None:
+                walk(segment.inner.segments, match.inner.segments, here)
+                continue
+            program = match.resolved_path or segment.argv[0]
+            operand = script_operand(segment.argv, segment.argv[0]) or (
+                script_operand(segment.argv, program) if program != segment.argv[0] else None
+            )
+            if operand is None or operand >= len(segment.argv):
+                continue
+            word = segment.argv[operand]
+            named = os.path.join(cwd, word)
+            real = os.path.realpath(named)
+            # After `--` no option may follow, so the copy is then named by its /proc path instead.
+            after_dashdash = segment.argv[operand - 1] == "--"
+            reader = "" if after_dashdash else (reader_of(segment.argv[0]) or reader_of(program))
+            if not os.path.lexists(named):
+                add(ContentItem("script", os.path.abspath(named), real, None, 0, True, here, operand))
+            elif os.path.isfile(real):
+                file_item("script", os.path.abspath(named), real, here, operand, reader=reader, word=word)
+
+    walk(analysis.segments, result.segments, ())
+    return ContentBinding(tuple(items), analysis, result, tuple(problems))
+
+
+def _interpreter_words(
+    words: tuple[str, ...],
+    path_var: str,
+    cwd: str,
+    resolve_program: Callable[[str, str, str], str | None] | None,
+) -> tuple[str, ...]:
+    """The interpreter a `#!` line runs, as words to run it with; an `env NAME` line resolved through PATH
+    now (it would be searched again at run time, where an agent could plant another one). Empty when the
+    line cannot be bound (`env -S …`, a relative interpreter)."""
+    if not words or not words[0].startswith("/"):
+        return ()
+    interp, arg = words[0], (words[1] if len(words) > 1 else None)
+    if name_of(interp) != "env":
+        return (interp,) if arg is None else (interp, arg)
+    if arg is None or arg.startswith("-") or " " in arg or "=" in arg:
+        return ()
+    found = (resolve_program or _which)(arg, cwd, path_var)
+    return (found,) if found else ()
+
+
+def _which(name: str, cwd: str, path_var: str) -> str | None:
+    import shutil
+
+    found = shutil.which(name, path=path_var)
+    return os.path.abspath(found) if found else None
+
+
+def writable_pattern_warning(pattern: str) -> str | None:
+    """A warning when an allowlist pattern names one file the agent can write (a `./tool`): the entry
+    then allows whatever bytes that file holds at each run."""
+    path = os.path.expanduser(pattern)
+    if not path.startswith("/") or any(c in path for c in "*?["):
+        return None
+    real = os.path.realpath(path)
+    if not os.path.isfile(real) or system_owned(real):
+        return None
+    return (
+        f"Warning: allowlist entry {pattern} names a file the agent can write ({real}); every run executes "
+        "whatever it holds at that moment. Prefer a root-owned copy, or approve it per run."
+    )

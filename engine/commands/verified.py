@@ -1,0 +1,204 @@
+"""The spawn side of content binding: each bound file read once, its digest checked, those bytes run."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass, field
+
+from engine.commands.content import (
+    CACHE,
+    WRITABLE_MAX_BYTES,
+    ContentBinding,
+    ContentError,
+    ContentItem,
+    hash_fd,
+    open_regular,
+    read_all,
+    reader_of,
+    system_owned,
+    system_stat,
+)
+
+MFD_EXEC = 0x0010  # Linux ≥ 6.3: say the copy is meant to be executed (vm.memfd_noexec=1 would refuse it)
+SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+DEFAULT_SHELL = "/bin/sh"
+# Runs a sealed copy under the script's own name: argv[0], __file__ and sys.path[0] as `python x.py` sets
+# them, in __main__ (so pickling and `if __name__ == "__main__"` behave), compiled from the copy's bytes.
+PY_LOADER = (
+    "import sys,os;m=sys.modules['__main__'];p=sys.argv.pop(1);sys.argv[0]=m.__file__=p\n"
+    "if sys.path and sys.path[0]=='':sys.path[0]=os.path.dirname(os.path.abspath(p))\n"
+    "del m\n"
+    "exec(compile(open({copy!r},'rb').read(),p,'exec'))"
+)
+
+
+def read_words(reader: str, copy: str, name: str) -> list[str]:
+    """The words that make an interpreter read `copy` while the script keeps `name` as its own: a POSIX
+    shell sources it from `sh -c '. COPY' NAME` ($0 is NAME), Python runs PY_LOADER. Other readers get the
+    copy's path itself."""
+    if reader == "sh":
+        return ["-c", f". {copy}", name]
+    if reader == "python":
+        return ["-c", PY_LOADER.format(copy=copy), name]
+    return [copy]
+
+
+class StaleContent(Exception):
+    """A bound file is not what was decided on (or cannot be read): the run is refused."""
+
+
+@dataclass
+class VerifiedRun:
+    """The command to start and the sealed copies it reads (inherited by the child at the same numbers)."""
+
+    command: str
+    fds: tuple[int, ...] = ()
+    checked: int = 0
+    _closed: bool = field(default=False, repr=False)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def sealed_copy(data: bytes, name: str) -> int:
+    """A memfd holding `data`, sealed against any write, growth or shrink: no one, the agent included,
+    can change what the kernel or an interpreter reads from it."""
+    flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING
+    try:
+        fd = os.memfd_create(name[:200], flags | MFD_EXEC)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        fd = os.memfd_create(name[:200], flags)  # kernels before 6.3 know no MFD_EXEC
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _short(digest: str | None) -> str:
+    return f"sha256 {digest[:12]}…" if digest else ("no file" if digest is None else "unreadable")
+
+
+def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> VerifiedRun:
+    """Check every bound file against its decided digest and return what to run.
+
+    When `command` is the pinned rendering, each agent-writable file is replaced by a sealed copy of the
+    very bytes just hashed (`/proc/self/fd/N`), so nothing written after the check can run. System-owned
+    files (only root can change them) are checked against the digest cache and run by path.
+    Raises StaleContent saying which file changed and how.
+    """
+    if binding is None or not binding.items:
+        return VerifiedRun(command)
+    substitute = pinned is not None and command == pinned
+    run = VerifiedRun(command)
+    copies: dict[str, str] = {}  # real path → /proc/self/fd/N of its sealed copy
+    fds: list[int] = []
+    try:
+        for item in binding.items:
+            data = _check(item)
+            run.checked += 1
+            if data is not None and substitute and item.real not in copies:
+                fd = sealed_copy(data, os.path.basename(item.real))
+                fds.append(fd)
+                copies[item.real] = f"/proc/self/fd/{fd}"
+        run.fds = tuple(fds)
+        if substitute:
+            words = _words(binding, copies)
+            rendered = binding.render(words) if words else None
+            if rendered is not None:
+                run.command = rendered
+    except BaseException:
+        run.fds = tuple(fds)
+        run.close()
+        raise
+    return run
+
+
+def _check(item: ContentItem) -> bytes | None:
+    """The verified bytes of an agent-writable file (None for a system-owned one, checked by digest)."""
+    if item.sha256 is None:
+        if item.search:
+            found = shutil.which(item.path, path=item.search)
+            if found is not None:
+                raise StaleContent(f"{item.path} appeared on PATH ({found}) since it was approved (absent)")
+        elif os.path.lexists(item.path):
+            raise StaleContent(f"{item.path} appeared since it was approved (it did not exist)")
+        return None
+    if not item.writable:
+        st = system_stat(item.real)
+        hit = CACHE.get(st) if st is not None else None
+        if hit is not None and hit[0] == item.sha256:
+            return None  # unchanged since it was hashed, and only root can change it
+    try:
+        fd, st = open_regular(item.real)
+    except ContentError as exc:
+        raise StaleContent(f"{item.path} is gone or unreadable since it was approved ({exc})") from None
+    try:
+        if item.writable or not system_owned(item.real):
+            try:
+                data = read_all(fd, st.st_size, WRITABLE_MAX_BYTES)
+            except ContentError as exc:
+                raise StaleContent(f"{item.path}: {exc}") from None
+            found = hashlib.sha256(data).hexdigest()
+        else:
+            data, found = None, hash_fd(fd, st, CACHE)
+    finally:
+        os.close(fd)
+    if found != item.sha256:
+        raise StaleContent(
+            f"{item.path} changed since it was approved ({_short(item.sha256)} approved, {_short(found)} now)"
+        )
+    return data
+
+
+def _words(binding: ContentBinding, copies: dict[str, str]) -> dict[tuple[tuple[int, ...], int], list[str]]:
+    """(segment, argv index) → the words that run the verified copies instead of the paths."""
+    out: dict[tuple[tuple[int, ...], int], list[str]] = {}
+    interpreters: dict[str | None, ContentItem] = {
+        i.parent: i for i in binding.items if i.role == "interpreter" and i.parent
+    }
+    for item in binding.items:
+        if item.argv_index < 0 or item.sha256 is None:
+            continue
+        if item.role == "script":
+            if item.real in copies:
+                out[(item.where, item.argv_index)] = read_words(item.reader, copies[item.real], item.word)
+            continue
+        words = _run_words(item, copies, interpreters, 0)
+        if words != [item.path]:
+            out[(item.where, item.argv_index)] = words
+    return out
+
+
+def _run_words(
+    item: ContentItem, copies: dict[str, str], interpreters: dict[str | None, ContentItem], depth: int
+) -> list[str]:
+    """How to run one bound executable from what was verified: a `#!` script through its (verified)
+    interpreter named explicitly, so the kernel never looks the interpreter up by path again."""
+    own = copies.get(item.real, item.path)
+    if item.kind == "shebang" and item.shebang and depth < 4:
+        interp = interpreters.get(item.real)
+        if interp is not None:
+            head = [*_run_words(interp, copies, interpreters, depth + 1), *item.shebang[1:]]
+            if item.real in copies:
+                return [*head, *read_words(reader_of(interp.real), own, item.path)]
+            return [*head, own]
+    if item.kind == "text" and item.real in copies:
+        return [DEFAULT_SHELL, own]  # no `#!`: the shell would run it as a script (ENOEXEC)
+    return [own]
