@@ -24,6 +24,9 @@ from engine.commands.allowlist import (
     pinned_command,
 )
 from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command
+from engine.commands.treecode import binding as tree_binding
+from engine.commands.treecode import findings as tree_findings
+from engine.commands.treecode import found_reason, sandbox_roots
 from engine.config.model import Config
 from engine.policy.precedence import (
     EffectivePolicy,
@@ -182,10 +185,17 @@ def evaluate(
         safe_bins=safe_bins,
         safe_bin_profiles=_profiles(exec_cfg.safe_bin_profiles),
     )
-    satisfied = analysis.ok and result.satisfied
-    binding = approval_binding(analysis, cwd or os.getcwd(), env_overrides)
-    durable = has_durable_approval(command, entries, binding) or _durable_by_entries(
-        analysis, result, entries
+    # Issue 18 part 3: a host program that would run code from a tree the agent can write (a repository
+    # config key not known inert, a Makefile, package.json scripts) is never satisfied by the allowlist:
+    # it asks, naming the file, and an allow-always holds only for that file's content.
+    roots = sandbox_roots(config.sandbox_for(agent_id).workspace_root)
+    on_host = not policy.sandboxed and policy.host != "node"
+    found = tree_findings(analysis, result, cwd or os.getcwd(), roots) if on_host else []
+    warnings.extend(dict.fromkeys(f.warning() for f in found))
+    satisfied = analysis.ok and result.satisfied and not found
+    binding = approval_binding(analysis, cwd or os.getcwd(), env_overrides) + tree_binding(found)
+    durable = has_durable_approval(command, entries, binding) or (
+        not found and _durable_by_entries(analysis, result, entries)
     )
     segments = [
         _segment_json(m.argv, m.resolved_path, m.satisfied_by, m.matched_pattern, m.entry_id, m.reason)
@@ -250,7 +260,9 @@ def evaluate(
         return done("allow", f"{where}security=full: every command is allowed", sec_step)
     # security = allowlist
     if needs:
-        return done("ask", f"{where}{_miss_reason(analysis, result)}; ask=on-miss asks", ask_step, True)
+        vetted = found and analysis.ok and result.satisfied
+        miss = found_reason(found) if vetted else _miss_reason(analysis, result)
+        return done("ask", f"{where}{miss}; ask=on-miss asks", ask_step, True)
     if durable and not satisfied:
         return done(
             "allow",
@@ -266,6 +278,8 @@ def evaluate(
         return done("deny", "exec denied: allowlist miss", ask_step)
     if satisfied:
         return done("allow", f"{where}every segment is satisfied: {_hits(result)}", _allowlist_step(result))
+    if found and analysis.ok and result.satisfied:
+        return done("deny", f"exec denied: {found_reason(found)}", ask_step)
     return done("deny", "exec denied: allowlist miss", ask_step)
 
 
