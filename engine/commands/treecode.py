@@ -18,11 +18,12 @@ from engine.statefs import state_dir
 __all__ = [
     "TREE_PROGRAMS",
     "Finding",
+    "TreeVet",
     "agent_writable",
     "binding",
-    "findings",
     "found_reason",
     "sandbox_roots",
+    "tree_vet",
 ]
 
 
@@ -223,22 +224,6 @@ def findings_for(
     return [Finding(program, path, spec.what) for path in files if agent_writable(path, sandbox_roots)]
 
 
-def findings(
-    analysis: CommandAnalysis, result: AllowlistResult, cwd: str, sandbox_roots: Sequence[str]
-) -> list[Finding]:
-    """Every segment's findings, `sh -c` payloads included, with the executables the allowlist resolved."""
-    out: list[Finding] = []
-    if not analysis.ok:
-        return out
-    for segment, match in zip(analysis.segments, result.segments, strict=False):
-        if segment.inner is not None:
-            if match.inner is not None:
-                out += findings(segment.inner, match.inner, cwd, sandbox_roots)
-            continue
-        out += findings_for(segment.argv, (match.resolved_path, match.named_path), cwd, sandbox_roots)
-    return list(dict.fromkeys(out))
-
-
 def binding(found: Sequence[Finding]) -> str:
     """The content an approval of these findings holds for: sha256 of every file named. A Makefile or a
     repository config changed after "allow always" asks again."""
@@ -255,3 +240,53 @@ def binding(found: Sequence[Finding]) -> str:
             lines.append(f"tree:{path}=unreadable")
     lines += sorted({f"tree-arg:{f.what}" for f in found if not os.path.isabs(f.path)})
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class TreeVet:
+    """What a decision vetted, kept so the spawn can vet it again: an approval given while the tree held
+    one thing never runs what an agent wrote there afterwards (a filter added while the ask waited)."""
+
+    commands: tuple[tuple[tuple[str, ...], tuple[str | None, ...]], ...]  # (argv, resolved paths)
+    cwd: str
+    roots: tuple[str, ...]
+    binding: str  # binding() of the findings shown
+
+    def findings(self) -> list[Finding]:
+        """Every command's findings (`sh -c` payloads included), as of now."""
+        now: list[Finding] = []
+        for argv, paths in self.commands:
+            now += findings_for(argv, paths, self.cwd, self.roots)
+        return list(dict.fromkeys(now))
+
+    def problem(self) -> str | None:
+        """None when the tree still holds exactly what was decided on; else what changed."""
+        now = self.findings()
+        if binding(now) == self.binding:
+            return None
+        new = [
+            f
+            for f in now
+            if f"tree:{f.path}=" not in self.binding and f"tree-arg:{f.what}" not in self.binding
+        ]
+        what = f"{new[0].path} now defines {new[0].what}" if new else "a file it would run changed"
+        return f"the tree changed since the decision ({what})"
+
+
+def tree_vet(analysis: CommandAnalysis, result: AllowlistResult, cwd: str, roots: Sequence[str]) -> TreeVet:
+    """Findings for the decision, plus what re-vets them just before the spawn."""
+    commands: list[tuple[tuple[str, ...], tuple[str | None, ...]]] = []
+
+    def walk(an: CommandAnalysis, res: AllowlistResult) -> None:
+        for segment, match in zip(an.segments, res.segments, strict=False):
+            if segment.inner is not None:
+                if match.inner is not None:
+                    walk(segment.inner, match.inner)
+                continue
+            commands.append((tuple(segment.argv), (match.resolved_path, match.named_path)))
+
+    if analysis.ok:
+        walk(analysis, result)
+    vet = TreeVet(tuple(commands), cwd, tuple(roots), "")
+    found = vet.findings()
+    return TreeVet(vet.commands, cwd, vet.roots, binding(found))

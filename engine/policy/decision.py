@@ -24,9 +24,7 @@ from engine.commands.allowlist import (
     pinned_command,
 )
 from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command
-from engine.commands.treecode import binding as tree_binding
-from engine.commands.treecode import findings as tree_findings
-from engine.commands.treecode import found_reason, sandbox_roots
+from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet
 from engine.config.model import Config
 from engine.policy.precedence import (
     EffectivePolicy,
@@ -78,6 +76,11 @@ class Decision:
     allow_always_patterns: list[str] = field(default_factory=list)
     policy: EffectivePolicy | None = None
     warnings: list[str] = field(default_factory=list)
+    tree: TreeVet | None = None  # what was vetted in the tree, re-vetted just before the spawn
+
+    def tree_problem(self) -> str | None:
+        """Whether a file the command would run from the tree changed since this decision."""
+        return self.tree.problem() if self.tree is not None else None
 
     def to_json(self) -> dict[str, Any]:
         policy = self.policy
@@ -190,10 +193,13 @@ def evaluate(
     # it asks, naming the file, and an allow-always holds only for that file's content.
     roots = sandbox_roots(config.sandbox_for(agent_id).workspace_root)
     on_host = not policy.sandboxed and policy.host != "node"
-    found = tree_findings(analysis, result, cwd or os.getcwd(), roots) if on_host else []
+    vetted = tree_vet(analysis, result, cwd or os.getcwd(), roots) if on_host else None
+    found = vetted.findings() if vetted is not None else []
     warnings.extend(dict.fromkeys(f.warning() for f in found))
     satisfied = analysis.ok and result.satisfied and not found
-    binding = approval_binding(analysis, cwd or os.getcwd(), env_overrides) + tree_binding(found)
+    binding = approval_binding(analysis, cwd or os.getcwd(), env_overrides)
+    if vetted is not None and vetted.binding:
+        binding += "\n" + vetted.binding
     durable = has_durable_approval(command, entries, binding) or (
         not found and _durable_by_entries(analysis, result, entries)
     )
@@ -234,6 +240,7 @@ def evaluate(
             allow_always_patterns=patterns,
             policy=policy,
             warnings=warnings,
+            tree=vetted,
         )
 
     sec_step, ask_step = policy.step("security"), policy.step("ask")
@@ -260,8 +267,8 @@ def evaluate(
         return done("allow", f"{where}security=full: every command is allowed", sec_step)
     # security = allowlist
     if needs:
-        vetted = found and analysis.ok and result.satisfied
-        miss = found_reason(found) if vetted else _miss_reason(analysis, result)
+        by_tree = found and analysis.ok and result.satisfied
+        miss = found_reason(found) if by_tree else _miss_reason(analysis, result)
         return done("ask", f"{where}{miss}; ask=on-miss asks", ask_step, True)
     if durable and not satisfied:
         return done(

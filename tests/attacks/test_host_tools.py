@@ -430,3 +430,38 @@ def test_direnv_and_sh_c_payloads_are_vetted_too(state_dir: Path, tmp_path: Path
     decision = decide("sh -c 'git status'", work)
     assert decision["decision"] == "ask"
     assert any("alias.st" in w for w in decision["warnings"])  # type: ignore[union-attr]
+
+
+async def test_config_written_while_the_ask_waits_is_refused_at_the_spawn(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """An ask shown for a clean repository; the agent then adds a clean filter; the operator approves:
+    the approval is stale (the tree changed), git never runs, the filter never runs."""
+    from engine.approvals.store import ApprovalsStore
+    from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+    marker = tmp_path / "pwned"
+    work = make_repo(tmp_path / "r")
+    (work / ".gitattributes").write_text("*.txt filter=x\n")
+    (work / "f.txt").write_text("two\n")
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/git", r"^status$")
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        res = await agent.request(
+            "exec", {"command": "git add f.txt", "workdir": str(work), "sessionKey": "a", "env": IDENTITY}
+        )
+        assert res["details"]["status"] == "approval-pending", res
+        config(work, "filter.x.clean", f"touch {marker}; cat")
+        operator = await connect(state_dir, "operator")
+        await operator.request("approve", {"id": res["details"]["approvalId"], "decision": "allow-once"})
+
+        async def denied() -> str | None:
+            events = (await agent.request("events", {"sessionKey": "a"}))["events"]
+            return next((e["text"] for e in events if e["text"].startswith("Exec denied")), None)
+
+        text = await wait_until(denied)
+        assert "filter.x.clean" in text, text
+        await agent.close()
+        await operator.close()
+    assert not marker.exists()
