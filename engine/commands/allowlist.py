@@ -453,7 +453,13 @@ def _render(segment: Segment, match: SegmentMatch) -> str | None:
         payload = _render_all(segment.inner, match.inner)
         if payload is None:
             return None
-        words += [_quote(real), *(_quote(w) for w in segment.argv[1:-1]), _quote(payload)]
+        # What was analysed is the payload, so the payload is what runs: one command runs pinned with no
+        # shell at all; a chain runs in the pinned system shell with none of the agent's shell options
+        # (`-l` would read profiles, `-x` trace), so nothing but the analysed words is ever parsed.
+        if len(segment.inner.segments) == 1:
+            words.append(payload)
+        else:
+            words += [_quote(real), "'-c'", _quote(payload)]
     else:
         words += [_quote(real), *(_quote(w) for w in segment.argv[1:])]
     return " ".join(words)
