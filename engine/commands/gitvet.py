@@ -38,6 +38,9 @@ INERT_KEYS = frozenset(
         "core.sparsecheckout",
         "core.sparsecheckoutcone",
         "core.whitespace",
+        # Where the work tree is (git writes it for every absorbed submodule): it only moves where
+        # attributes and .gitmodules are read, and vet() follows it to the submodules there.
+        "core.worktree",
         "user.name",
         "user.email",
         "init.defaultbranch",
@@ -160,6 +163,7 @@ _PROGRAM_SUBCOMMANDS = frozenset(
 _SAFE_SUBCOMMAND_WORDS = {"submodule": frozenset({"status", "summary"}), "bisect": frozenset({"log", "view"})}
 
 MAX_SUBMODULE_DEPTH = 3
+MAX_CONFIG_FILES = 64  # more than this and the command asks rather than vetting forever
 CONFIG_READ_CAP = 1 << 20
 
 
@@ -357,10 +361,11 @@ def _config_files(repo: Repo) -> Iterator[str]:
             yield os.path.join(root, "config")
 
 
-def _submodule_repos(git: str, work_tree: str, depth: int = 0) -> Iterator[Repo | str]:
-    """Submodules with their own `.git` in the work tree (not absorbed): git recurses into them too."""
+def _submodule_repos(git: str, work_tree: str) -> Iterator[Repo | str]:
+    """Submodules with their own `.git` in the work tree (absorbed ones live under modules/, vetted with
+    their superproject): git recurses into them too."""
     gitmodules = os.path.join(work_tree, ".gitmodules")
-    if depth >= MAX_SUBMODULE_DEPTH or not os.path.isfile(gitmodules):
+    if not os.path.isfile(gitmodules):
         return
     pairs = read_config(git, gitmodules)
     if isinstance(pairs, str):
@@ -373,14 +378,13 @@ def _submodule_repos(git: str, work_tree: str, depth: int = 0) -> Iterator[Repo 
         dot = os.path.join(sub, ".git")
         if os.path.isdir(dot) and _is_git_dir(dot):
             yield Repo(dot, _common_dir(dot), sub)
-            yield from _submodule_repos(git, sub, depth + 1)
         elif os.path.isfile(dot):
             target = _read_gitfile(dot)
-            if target is None:
-                yield f"{dot} is not a gitdir file git can follow"
-            else:
-                yield Repo(target, _common_dir(target), sub)
-                yield from _submodule_repos(git, sub, depth + 1)
+            yield (
+                f"{dot} is not a gitdir file git can follow"
+                if target is None
+                else Repo(target, _common_dir(target), sub)
+            )
 
 
 def vet(git: str, argv: Sequence[str], cwd: str) -> list[Finding]:
@@ -398,17 +402,13 @@ def vet(git: str, argv: Sequence[str], cwd: str) -> list[Finding]:
     if args.git_dir is not None:
         if not _is_git_dir(args.git_dir):
             return [*found, Finding("git", args.git_dir, "a --git-dir exechost cannot vet")]
-        repos: list[Repo | str] = [Repo(args.git_dir, _common_dir(args.git_dir), args.work_tree or args.cwd)]
+        located: Repo | str | None = Repo(args.git_dir, _common_dir(args.git_dir), args.work_tree or args.cwd)
     else:
         located = discover(args.cwd)
-        repos = [] if located is None else [located]
-    for repo in list(repos):
-        if isinstance(repo, Repo):
-            tree = args.work_tree or repo.work_tree
-            if tree is not None:
-                repos.extend(_submodule_repos(git, tree))
+    queue: list[tuple[Repo | str, str | None]] = [] if located is None else [(located, args.work_tree)]
     seen: set[str] = set()
-    for repo in repos:
+    while queue and len(seen) < MAX_CONFIG_FILES:
+        repo, tree = queue.pop(0)
         if isinstance(repo, str):
             found.append(Finding("git", cwd, repo))
             continue
@@ -417,8 +417,27 @@ def vet(git: str, argv: Sequence[str], cwd: str) -> list[Finding]:
             if real in seen or not os.path.lexists(path):
                 continue
             seen.add(real)
-            found += vet_config_file(git, path)
+            pairs = read_config(git, path)
+            if isinstance(pairs, str):
+                found.append(Finding("git", path, f"config that {pairs}"))
+                continue
+            for key, value in pairs:
+                problem = key_problem(key, value)
+                if problem:
+                    found.append(Finding("git", path, f"{key} ({problem})"))
+                elif key.lower() == "core.worktree" and value and tree is None and _owns(repo, path):
+                    tree = os.path.normpath(os.path.join(repo.git_dir, value))
+        tree = tree or repo.work_tree
+        if tree is not None:  # submodules: status, diff and checkout recurse into them
+            queue.extend((sub, None) for sub in _submodule_repos(git, tree))
+    if queue:
+        found.append(Finding("git", cwd, "more nested repositories than exechost vets"))
     return found
+
+
+def _owns(repo: Repo, path: str) -> bool:
+    """The repository's own config file (not an absorbed submodule's under modules/)."""
+    return os.path.dirname(path) in (repo.common_dir, repo.git_dir)
 
 
 def vet_config_file(git: str, path: str) -> list[Finding]:
