@@ -394,10 +394,10 @@ def vet(git: str, argv: Sequence[str], cwd: str) -> list[Finding]:
     args = parse_argv(argv, cwd)
     found += [Finding("git", "the command line", p) for p in args.problems]
     for pair in args.config:
-        key, eq, value = pair.partition("=")
-        problem = key_problem(key, value if eq else None)
+        given, eq, text = pair.partition("=")
+        problem = key_problem(given, text if eq else None)
         if problem:
-            found.append(Finding("git", "the command line", f"-c {key} ({problem})"))
+            found.append(Finding("git", "the command line", f"-c {given} ({problem})"))
     found += _argv_programs(args)
     if args.git_dir is not None:
         if not _is_git_dir(args.git_dir):
