@@ -190,10 +190,13 @@ def _dirs(start: str, walk_up: bool) -> Iterator[str]:
 def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) -> list[str]:
     starts = [os.path.join(cwd, d) for d in _option_values(argv, _DIR_OPTIONS.get(program, ()))] or [cwd]
     out = [os.path.join(cwd, f) for f in _option_values(argv, _FILE_OPTIONS.get(program, ()))]
-    if program in ("pip", "pip3", "uv", "pdm", "poetry", "hatch"):
-        # Installing from a local path builds it: every directory operand is a tree whose backend runs.
+    if program in ("pip", "pip3"):
+        # pip builds (runs a backend) only to install, wheel or download; then every local path operand
+        # is a tree whose backend runs. `pip list`/`pip show` read no tree.
+        if not {"install", "wheel", "download"} & set(argv[1:]):
+            return out
         starts += [
-            os.path.join(cwd, w) for w in argv[1:] if (not w.startswith("-") and os.sep in w) or w == "."
+            os.path.join(cwd, w) for w in argv[1:] if w == "." or (not w.startswith("-") and os.sep in w)
         ]
     for start in starts:
         for here in _dirs(start, spec.walk_up):

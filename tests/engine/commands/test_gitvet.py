@@ -179,3 +179,26 @@ def test_make_reads_only_its_own_directory_and_what_f_names(tmp_path: Path) -> N
     assert [os.path.basename(f.path) for f in named] == ["other.mk"]
     moved = findings_for(["make", "-C", ".."], ("/usr/bin/make",), str(tmp_path / "sub"), [])
     assert [os.path.basename(f.path) for f in moved] == ["Makefile"]
+
+
+def test_pip_names_the_build_backend_only_when_it_builds(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[build-system]\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "setup.py").write_text("import os\n")
+    pip = ("/usr/bin/pip3",)
+    assert findings_for(["pip3", "list"], pip, str(tmp_path), []) == []
+    here = findings_for(["pip3", "install", "."], pip, str(tmp_path), [])
+    assert [os.path.basename(f.path) for f in here] == ["pyproject.toml"]
+    sub = findings_for(["pip3", "install", "--no-deps", "-e", "./sub"], pip, str(tmp_path), [])
+    assert sorted(os.path.basename(f.path) for f in sub) == ["pyproject.toml", "setup.py"]
+
+
+def test_a_sandbox_workspace_counts_as_agent_writable_whoever_owns_the_file(tmp_path: Path) -> None:
+    from engine.commands.treecode import agent_writable
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "Makefile").write_text("all:\n")
+    assert agent_writable(str(ws / "Makefile"), [str(ws)])
+    if os.geteuid() != 0:  # root may write anything, so for root every tree is the agent's
+        assert not agent_writable("/etc/hostname", [str(ws)])
