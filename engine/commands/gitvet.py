@@ -416,6 +416,9 @@ def vet(git: str, argv: Sequence[str], cwd: str) -> list[Finding]:
             real = os.path.realpath(path)
             if real in seen or not os.path.lexists(path):
                 continue
+            if len(seen) >= MAX_CONFIG_FILES:
+                queue.append((repo, tree))  # reported below: more than exechost vets
+                break
             seen.add(real)
             pairs = read_config(git, path)
             if isinstance(pairs, str):

@@ -202,3 +202,13 @@ def test_a_sandbox_workspace_counts_as_agent_writable_whoever_owns_the_file(tmp_
     assert agent_writable(str(ws / "Makefile"), [str(ws)])
     if os.geteuid() != 0:  # root may write anything, so for root every tree is the agent's
         assert not agent_writable("/etc/hostname", [str(ws)])
+
+
+def test_more_config_files_than_vetted_asks(tmp_path: Path) -> None:
+    work = repo(tmp_path / "r")
+    for i in range(gitvet.MAX_CONFIG_FILES + 1):
+        mod = work / ".git" / "modules" / f"m{i:03d}"
+        mod.mkdir(parents=True)
+        (mod / "config").write_text("[core]\n\tbare = false\n")
+    found = gitvet.vet(GIT, ["git", "status"], str(work))
+    assert [f.what for f in found] == ["more nested repositories than exechost vets"]
