@@ -196,7 +196,7 @@ def _read_gitfile(path: str) -> str | None:
     if not text.startswith("gitdir: "):
         return None
     target = text[len("gitdir: ") :].rstrip("\r\n")
-    return os.path.normpath(os.path.join(os.path.dirname(path), target))
+    return os.path.realpath(os.path.join(os.path.dirname(path), target))
 
 
 def _is_git_dir(path: str) -> bool:
@@ -213,13 +213,13 @@ def _common_dir(git_dir: str) -> str:
             rel = f.read(4096).decode("utf-8", "replace").strip()
     except OSError:
         return git_dir
-    return os.path.normpath(os.path.join(git_dir, rel)) if rel else git_dir
+    return os.path.realpath(os.path.join(git_dir, rel)) if rel else git_dir
 
 
 def discover(start: str) -> Repo | str | None:
     """The repository git finds walking up from `start` (`.git` dir or file, else a bare repo), a
     problem text when git would fail (an unreadable `.git` file), or None outside any repository."""
-    here = os.path.abspath(start)
+    here = os.path.realpath(start)  # git chdirs, then walks up from the physical cwd
     while True:
         dot = os.path.join(here, ".git")
         if os.path.isfile(dot):
@@ -261,7 +261,8 @@ def parse_argv(argv: Sequence[str], cwd: str) -> _Argv:
             out.subcommand, out.rest = word, tuple(argv[i + 1 :])
             break
         if word == "-C" and nxt is not None:
-            out.cwd = os.path.join(out.cwd, nxt) if nxt else out.cwd
+            # `..` after a link goes where the kernel goes, not where the text points
+            out.cwd = os.path.realpath(os.path.join(out.cwd, nxt)) if nxt else out.cwd
             i += 2
             continue
         if word == "-c" and nxt is not None:
@@ -271,9 +272,9 @@ def parse_argv(argv: Sequence[str], cwd: str) -> _Argv:
         if word in ("--git-dir", "--work-tree") and nxt is not None:
             word, i = f"{word}={nxt}", i + 1
         if word.startswith("--git-dir="):
-            out.git_dir = os.path.join(out.cwd, word.split("=", 1)[1])
+            out.git_dir = os.path.realpath(os.path.join(out.cwd, word.split("=", 1)[1]))
         elif word.startswith("--work-tree="):
-            out.work_tree = os.path.join(out.cwd, word.split("=", 1)[1])
+            out.work_tree = os.path.realpath(os.path.join(out.cwd, word.split("=", 1)[1]))
         elif word.startswith("--exec-path="):
             problems.append(f"{word}: git would run its subcommands from that directory")
         elif word.startswith("--config-env"):
@@ -374,7 +375,7 @@ def _submodule_repos(git: str, work_tree: str) -> Iterator[Repo | str]:
     for key, value in pairs:
         if not key.endswith(".path") or not value:
             continue
-        sub = os.path.normpath(os.path.join(work_tree, value))
+        sub = os.path.realpath(os.path.join(work_tree, value))
         dot = os.path.join(sub, ".git")
         if os.path.isdir(dot) and _is_git_dir(dot):
             yield Repo(dot, _common_dir(dot), sub)
@@ -429,7 +430,7 @@ def vet(git: str, argv: Sequence[str], cwd: str) -> list[Finding]:
                 if problem:
                     found.append(Finding("git", path, f"{key} ({problem})"))
                 elif key.lower() == "core.worktree" and value and tree is None and _owns(repo, path):
-                    tree = os.path.normpath(os.path.join(repo.git_dir, value))
+                    tree = os.path.realpath(os.path.join(repo.git_dir, value))
         tree = tree or repo.work_tree
         if tree is not None:  # submodules: status, diff and checkout recurse into them
             queue.extend((sub, None) for sub in _submodule_repos(git, tree))

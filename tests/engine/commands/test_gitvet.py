@@ -212,3 +212,16 @@ def test_more_config_files_than_vetted_asks(tmp_path: Path) -> None:
         (mod / "config").write_text("[core]\n\tbare = false\n")
     found = gitvet.vet(GIT, ["git", "status"], str(work))
     assert [f.what for f in found] == ["more nested repositories than exechost vets"]
+
+
+def test_dot_dot_after_a_link_goes_where_git_goes(tmp_path: Path) -> None:
+    """`git -C link/.. status`: git chdirs through the link, so `..` is the link target's parent; a
+    lexical join would vet the clean directory the text names instead."""
+    evil = repo(tmp_path / "evil")
+    git(evil, "config", "alias.x", "!true")
+    (evil / "inside").mkdir()
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    (clean / "link").symlink_to(evil / "inside")
+    assert keys(gitvet.vet(GIT, ["git", "-C", "link/..", "status"], str(clean))) == ["alias.x"]
+    assert keys(gitvet.vet(GIT, ["git", "status"], str(clean / "link"))) == ["alias.x"]
