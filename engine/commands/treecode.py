@@ -148,11 +148,18 @@ def _option_values(argv: Sequence[str], options: tuple[str, ...]) -> Iterator[st
 
 def agent_writable(path: str, sandbox_roots: Sequence[str]) -> bool:
     """A file the agent can change: inside a sandbox workspace (a container may own it), or writable —
-    the file or its directory — by the gateway's own user, whom every host command runs as."""
+    the file or its directory — by the gateway's own user, whom every host command runs as. A file another
+    local user owns counts too: other users are as hostile as the agent (`/tmp/.cargo/config.toml`)."""
     real = os.path.realpath(path)
     for root in sandbox_roots:
         if root and (real == root or real.startswith(root.rstrip(os.sep) + os.sep)):
             return True
+    try:
+        owner = os.stat(real).st_uid
+    except OSError:
+        return True  # vanished or unreadable: the program may still find something there
+    if owner not in (0, os.geteuid()):
+        return True
     return os.access(real, os.W_OK) or os.access(os.path.dirname(real), os.W_OK)
 
 

@@ -202,6 +202,11 @@ def test_a_sandbox_workspace_counts_as_agent_writable_whoever_owns_the_file(tmp_
     assert agent_writable(str(ws / "Makefile"), [str(ws)])
     if os.geteuid() != 0:  # root may write anything, so for root every tree is the agent's
         assert not agent_writable("/etc/hostname", [str(ws)])
+    else:  # another local user's file is hostile too, whoever may write it
+        other = tmp_path / "other.toml"
+        other.write_text("x")
+        os.chown(other, 65534, 65534)
+        assert agent_writable(str(other), [])
 
 
 def test_more_config_files_than_vetted_asks(tmp_path: Path) -> None:
