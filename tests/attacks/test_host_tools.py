@@ -465,3 +465,38 @@ async def test_config_written_while_the_ask_waits_is_refused_at_the_spawn(
         await agent.close()
         await operator.close()
     assert not marker.exists()
+
+
+async def test_an_exec_frame_on_the_approval_socket_is_vetted_too(state_dir: Path, tmp_path: Path) -> None:
+    """The approval socket's `exec` frame (OpenClaw's client) runs on this host: an allowlisted git there
+    asks the human, who is shown the key, instead of running the repository's filter."""
+    from engine.approvals.socket.server import (
+        ApprovalSocketServer,
+        LocalExecHost,
+        PromptRequest,
+        request_exec,
+    )
+    from engine.approvals.store import ApprovalsStore
+    from tests.helpers.gateway import write_config
+
+    marker = tmp_path / "pwned"
+    work = make_repo(tmp_path / "r")
+    (work / ".gitattributes").write_text("*.txt filter=x\n")
+    config(work, "filter.x.clean", f"touch {marker}; cat")
+    (work / "f.txt").write_text("two\n")
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore().add_allowlist("main", "/usr/bin/git")
+    asked: list[PromptRequest] = []
+
+    async def human(request: PromptRequest) -> str:
+        asked.append(request)
+        return "deny"
+
+    token = "exec-token-" + "k" * 24
+    path = state_dir / "exec-approvals.sock"
+    async with ApprovalSocketServer(path, token, decider=human, exec_handler=LocalExecHost()):
+        res = await request_exec(path, token, {"command": ["git", "add", "f.txt"], "cwd": str(work)})
+    assert res is not None and res.get("ok") is not True, res
+    [prompt] = asked
+    assert any("filter.x.clean" in w for w in prompt.warnings), prompt
+    assert not marker.exists()

@@ -81,6 +81,7 @@ class LocalExecHost:
                     source="socket-exec",
                     peer_pid=peer.pid,
                     allowed_decisions=tuple(verdict.allowed_decisions),
+                    warnings=tuple(verdict.warnings),
                 )
             )
             if decision == "deny":
