@@ -197,6 +197,8 @@ def _dirs(start: str, walk_up: bool) -> Iterator[str]:
 def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) -> list[str]:
     starts = [os.path.join(cwd, d) for d in _option_values(argv, _DIR_OPTIONS.get(program, ()))] or [cwd]
     out = [os.path.join(cwd, f) for f in _option_values(argv, _FILE_OPTIONS.get(program, ()))]
+    if program == "docker" and "compose" not in argv[1:]:
+        return []  # only `docker compose` reads a compose file; `docker build` runs its Dockerfile contained
     if program in ("pip", "pip3"):
         # pip builds (runs a backend) only to install, wheel or download; then every local path operand
         # is a tree whose backend runs. `pip list`/`pip show` read no tree.
@@ -261,6 +263,7 @@ class TreeVet:
     cwd: str
     roots: tuple[str, ...]
     binding: str  # binding() of the findings shown
+    shown: tuple[str, ...] = ()  # their warnings, to name what is new
 
     def findings(self) -> list[Finding]:
         """Every command's findings (`sh -c` payloads included), as of now."""
@@ -274,11 +277,7 @@ class TreeVet:
         now = self.findings()
         if binding(now) == self.binding:
             return None
-        new = [
-            f
-            for f in now
-            if f"tree:{f.path}=" not in self.binding and f"tree-arg:{f.what}" not in self.binding
-        ]
+        new = [f for f in now if f.warning() not in self.shown]
         what = f"{new[0].path} now defines {new[0].what}" if new else "a file it would run changed"
         return f"the tree changed since the decision ({what})"
 
@@ -299,4 +298,4 @@ def tree_vet(analysis: CommandAnalysis, result: AllowlistResult, cwd: str, roots
         walk(analysis, result)
     vet = TreeVet(tuple(commands), cwd, tuple(roots), "")
     found = vet.findings()
-    return TreeVet(vet.commands, cwd, vet.roots, binding(found))
+    return TreeVet(vet.commands, cwd, vet.roots, binding(found), tuple(f.warning() for f in found))

@@ -230,3 +230,26 @@ def test_dot_dot_after_a_link_goes_where_git_goes(tmp_path: Path) -> None:
     (clean / "link").symlink_to(evil / "inside")
     assert keys(gitvet.vet(GIT, ["git", "-C", "link/..", "status"], str(clean))) == ["alias.x"]
     assert keys(gitvet.vet(GIT, ["git", "status"], str(clean / "link"))) == ["alias.x"]
+
+
+def test_the_re_vet_names_a_key_added_after_the_decision(tmp_path: Path) -> None:
+    from engine.commands.allowlist import evaluate_allowlist
+    from engine.commands.analysis import analyze_command
+    from engine.commands.treecode import tree_vet
+
+    work = repo(tmp_path / "r")
+    git(work, "config", "alias.st", "!true")
+    analysis = analyze_command("git status")
+    result = evaluate_allowlist(analysis, [], cwd=str(work), env={"PATH": "/usr/bin:/bin"})
+    vetted = tree_vet(analysis, result, str(work), [])
+    assert [f.what.split(" ")[0] for f in vetted.findings()] == ["alias.st"]
+    assert vetted.problem() is None
+    git(work, "config", "filter.x.clean", "cat")
+    assert "filter.x.clean" in (vetted.problem() or "")
+
+
+def test_docker_reads_a_compose_file_only_for_compose(tmp_path: Path) -> None:
+    (tmp_path / "compose.yaml").write_text("services: {}\n")
+    docker = ("/usr/bin/docker",)
+    assert findings_for(["docker", "ps"], docker, str(tmp_path), []) == []
+    assert findings_for(["docker", "compose", "up"], docker, str(tmp_path), [])
