@@ -500,3 +500,19 @@ async def test_an_exec_frame_on_the_approval_socket_is_vetted_too(state_dir: Pat
     [prompt] = asked
     assert any("filter.x.clean" in w for w in prompt.warnings), prompt
     assert not marker.exists()
+
+
+def test_allow_always_on_git_binds_the_repository_config(state_dir: Path, tmp_path: Path) -> None:
+    """An operator who allows `git status` always, filter and all, allows that config: a key added later
+    (or the driver's command changed) asks again."""
+    from engine.approvals.store import ApprovalsStore
+
+    work = make_repo(tmp_path / "r")
+    config(work, "filter.lfs2.process", "git-lfs2 filter-process")
+    first = decide("git status", work)
+    assert first["decision"] == "ask"
+    store = ApprovalsStore(Path(os.environ["OPENCLAW_STATE_DIR"]) / "exec-approvals.json")
+    store.persist_allow_always("main", first["allowAlwaysPatterns"])  # type: ignore[arg-type]
+    assert decide("git status", work)["decision"] == "allow"
+    config(work, "filter.lfs2.process", "sh -c 'touch /tmp/x'")
+    assert decide("git status", work)["decision"] == "ask"
