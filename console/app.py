@@ -322,6 +322,7 @@ class ConsoleApp(App[None]):
             "agentId": req.agent_id,
             "resolvedPath": req.resolved_path,
             "sessionKey": req.session_key,
+            "warnings": list(req.warnings),
             "createdAtMs": int(time.time() * 1000),
             # Only what the asker accepts is offered (issue 9 item 9); ask=always never offers "always".
             "allowedDecisions": [

@@ -66,6 +66,9 @@ def render_detail(
                 style="bold yellow",
             )
         )
+    # What the gateway found the command would run besides itself (a repository's filter driver, a
+    # Makefile): one line each, escaped, since file and key names come from the agent's tree.
+    alarms += [Text(visible(str(w)), style="bold yellow") for w in view.get("warnings") or []]
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()

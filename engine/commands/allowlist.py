@@ -463,7 +463,13 @@ def _render(segment: Segment, match: SegmentMatch, words_for: Words, where: tupl
         payload = _render_all(segment.inner, match.inner, words_for, where)
         if payload is None:
             return None
-        words += [*word(0, real), *(_quote(w) for w in segment.argv[1:-1]), _quote(payload)]
+        # What was analysed is the payload, so the payload is what runs: one command runs pinned with no
+        # shell at all; a chain runs in the pinned system shell with none of the agent's shell options
+        # (`-l` would read profiles, `-x` trace), so nothing but the analysed words is ever parsed.
+        if len(segment.inner.segments) == 1:
+            words.append(payload)
+        else:
+            words += [*word(0, real), "'-c'", _quote(payload)]
     else:
         words += [*word(0, real), *(w for i, a in enumerate(segment.argv[1:], 1) for w in word(i, a))]
     return " ".join(words)

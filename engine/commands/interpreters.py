@@ -16,7 +16,7 @@ INTERPRETERS = (
         "node nodejs bun deno perl ruby irb php lua luajit tclsh wish expect awk gawk mawk nawk sed gsed "
         "osascript pwsh powershell cmd wscript cscript r rscript julia guile racket sbcl clisp ocaml erl "
         "elixir iex swift java jshell groovy scala env xargs parallel watch find make nice nohup time "
-        "timeout stdbuf npx uvx pipx "
+        "timeout stdbuf npx uvx pipx jq gojq jaq "
     )
     | BLOCKED_WRAPPERS
 )

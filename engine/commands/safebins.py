@@ -11,7 +11,8 @@ from typing import Any
 from engine.commands.interpreters import is_interpreter
 from engine.errors import InvalidInput
 
-# The reference's defaults; grep, sort and jq have profiles below but stay opt-in.
+# The reference's defaults; grep and sort have profiles below but stay opt-in. jq is a language (it
+# reads the environment, files and modules), so like a shell it is never a safe bin: the config refuses it.
 DEFAULT_SAFE_BINS: frozenset[str] = frozenset({"cut", "uniq", "head", "tail", "tr", "wc"})
 DEFAULT_TRUSTED_DIRS: tuple[str, ...] = ("/bin", "/usr/bin")
 # Programs that interpret their arguments as code: never a safe bin, whatever the config says.
@@ -255,57 +256,6 @@ DEFAULT_SAFE_BIN_PROFILES: dict[str, SafeBinProfile] = {
             "-d",
             "-r",
             "-R",
-        ),
-    ),
-    "jq": SafeBinProfile(
-        max_positional=1,
-        pair_value_flags=_f("--arg", "--argjson"),
-        bool_flags=_f(
-            "-r",
-            "-j",
-            "-c",
-            "-n",
-            "-s",
-            "-e",
-            "-S",
-            "-a",
-            "-C",
-            "-M",
-            "-R",
-            "--raw-output",
-            "--join-output",
-            "--compact-output",
-            "--null-input",
-            "--slurp",
-            "--exit-status",
-            "--sort-keys",
-            "--tab",
-            "--ascii-output",
-            "--raw-input",
-            "--seq",
-            "--stream",
-            "--color-output",
-            "--monochrome-output",
-        ),
-        denied_flags=_f(
-            "--argfile",
-            "--rawfile",
-            "--slurpfile",
-            "--from-file",
-            "--library-path",
-            "-L",
-            "-f",
-            "--args",
-            "--jsonargs",
-            "--indent",
-        ),
-        # jq can read the environment (`env`, `$ENV`), tell where it runs (`$__loc__`, `input_filename`)
-        # and load modules (`import`, `include`). Its lexer allows whitespace and comments between `$`
-        # and a name (`$ ENV`), so the variable is matched as jq tokenises it.
-        denied_text=(
-            r"(^|[^.$A-Za-z0-9_])env([^A-Za-z0-9_]|$)",
-            r"\$(\s|#[^\n]*(\n|$))*(ENV|__loc__)\b",
-            r"\b(import|include|input_filename|get_search_list|modulemeta|get_prog_origin|get_jq_origin)\b",
         ),
     ),
 }

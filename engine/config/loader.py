@@ -190,7 +190,9 @@ class _Checker:
             for item in self.strlist(value, parts):
                 if is_interpreter(item.strip()):
                     raise self.error(
-                        parts, f"{item!r} runs code (shell or interpreter) and can never be a safe bin"
+                        parts,
+                        f"{item!r} runs code (a shell, an interpreter or a language such as jq) "
+                        "and can never be a safe bin",
                     )
             return list(value)
         if kind == "ulimits":

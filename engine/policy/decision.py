@@ -26,6 +26,7 @@ from engine.commands.allowlist import (
 )
 from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command
 from engine.commands.content import ContentBinding, bind
+from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet
 from engine.config.model import Config
 from engine.policy.precedence import (
     EffectivePolicy,
@@ -80,6 +81,11 @@ class Decision:
     allow_always_patterns: list[str] = field(default_factory=list)
     policy: EffectivePolicy | None = None
     warnings: list[str] = field(default_factory=list)
+    tree: TreeVet | None = None  # what was vetted in the tree, re-vetted just before the spawn
+
+    def tree_problem(self) -> str | None:
+        """Whether a file the command would run from the tree changed since this decision."""
+        return self.tree.problem() if self.tree is not None else None
 
     def to_json(self) -> dict[str, Any]:
         policy = self.policy
@@ -188,8 +194,18 @@ def evaluate(
         safe_bins=safe_bins,
         safe_bin_profiles=_profiles(exec_cfg.safe_bin_profiles),
     )
-    satisfied = analysis.ok and result.satisfied
+    # Issue 18 part 3: a host program that would run code from a tree the agent can write (a repository
+    # config key not known inert, a Makefile, package.json scripts) is never satisfied by the allowlist:
+    # it asks, naming the file, and an allow-always holds only for that file's content.
+    roots = sandbox_roots(config.sandbox_for(agent_id).workspace_root)
+    on_host = not policy.sandboxed and policy.host != "node"
+    vetted = tree_vet(analysis, result, cwd or os.getcwd(), roots) if on_host else None
+    found = vetted.findings() if vetted is not None else []
+    warnings.extend(dict.fromkeys(f.warning() for f in found))
+    satisfied = analysis.ok and result.satisfied and not found
     binding = approval_binding(analysis, cwd or os.getcwd(), env_overrides)
+    if vetted is not None and vetted.binding:
+        binding += "\n" + vetted.binding
     content = None
     # Bound wherever a human or an allowlist decides; `security=full` without ask=always and elevated full
     # allow any bytes anyway (nothing was shown to bind them to).
@@ -199,8 +215,8 @@ def evaluate(
         warnings += content_warnings(content, result)
         if content.durable_text():
             binding += "\n" + content.durable_text()  # an exact-command approval binds those bytes too
-    durable = has_durable_approval(command, entries, binding) or _durable_by_entries(
-        analysis, result, entries
+    durable = has_durable_approval(command, entries, binding) or (
+        not found and _durable_by_entries(analysis, result, entries)
     )
     segments = [
         _segment_json(m.argv, m.resolved_path, m.satisfied_by, m.matched_pattern, m.entry_id, m.reason)
@@ -243,6 +259,7 @@ def evaluate(
             allow_always_patterns=patterns,
             policy=policy,
             warnings=warnings,
+            tree=vetted,
         )
 
     sec_step, ask_step = policy.step("security"), policy.step("ask")
@@ -269,7 +286,9 @@ def evaluate(
         return done("allow", f"{where}security=full: every command is allowed", sec_step)
     # security = allowlist
     if needs:
-        return done("ask", f"{where}{_miss_reason(analysis, result)}; ask=on-miss asks", ask_step, True)
+        by_tree = found and analysis.ok and result.satisfied
+        miss = found_reason(found) if by_tree else _miss_reason(analysis, result)
+        return done("ask", f"{where}{miss}; ask=on-miss asks", ask_step, True)
     if durable and not satisfied:
         return done(
             "allow",
@@ -285,6 +304,8 @@ def evaluate(
         return done("deny", "exec denied: allowlist miss", ask_step)
     if satisfied:
         return done("allow", f"{where}every segment is satisfied: {_hits(result)}", _allowlist_step(result))
+    if found and analysis.ok and result.satisfied:
+        return done("deny", f"exec denied: {found_reason(found)}", ask_step)
     return done("deny", "exec denied: allowlist miss", ask_step)
 
 

@@ -486,7 +486,7 @@ class ExecTool:
         link, a replaced binary): what runs must be what was shown (reference §5.4 approval hardening)."""
         if prepared.host == "sandbox":
             return
-        problem = identity_problem(prepared.decision.identity)
+        problem = identity_problem(prepared.decision.identity) or prepared.decision.tree_problem()
         if problem is not None:
             raise ToolError(f"exec denied: {problem}; ask again")
 
@@ -505,7 +505,7 @@ class ExecTool:
         if decision == "deny":
             return False, "user-denied", prepared.command
         if decision in ("allow-once", "allow-always", None) and prepared.host != "sandbox":
-            problem = identity_problem(d.identity)
+            problem = identity_problem(d.identity) or d.tree_problem()
             if problem is not None:
                 return False, f"approval-stale: {problem}", prepared.command
         approved = self._approved_command(prepared)

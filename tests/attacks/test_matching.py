@@ -25,15 +25,16 @@ async def test_empty_arg_pattern_means_no_arguments(state_dir: Path, tmp_path: P
     assert done["status"] == "completed"
 
 
-async def test_jq_env_with_whitespace_is_not_a_safe_bin(state_dir: Path) -> None:
-    """Item 15: `jq -n '$ ENV.X'` read the environment (only `$ENV` was blocked)."""
+async def test_jq_is_refused_as_a_safe_bin_at_config_load(state_dir: Path) -> None:
+    """Item 15, issue 18 part 5: `jq -n '$ ENV.X'` read the environment (only `$ENV` was blocked). jq is a
+    language whose reach grows with each release, so OpenClaw no longer treats it as a safe bin and neither
+    do we: the config that names it is refused (file, key, line), so no gateway runs on it."""
     config = ALLOWLIST + 'safeBins = ["jq", "head"]\n'
     for program in ("$ ENV.SECRET_X", "$ENV.SECRET_X", "$__loc__", "$ #c\nENV", "env.SECRET_X"):
-        details = await attempt(
-            state_dir, f"jq -n '{program}'", config=config, env={"SECRET_X": "hunter2"}
-        )
-        assert refused(details), (program, details)
-        assert "hunter2" not in details["_text"]
+        with pytest.raises(
+            ExecHostError, match=r"config.toml:5: .*safeBins.*'jq' runs code .* never be a safe bin"
+        ):
+            await attempt(state_dir, f"jq -n '{program}'", config=config, env={"SECRET_X": "hunter2"})
 
 
 async def test_path_globs_are_case_sensitive(state_dir: Path, tmp_path: Path) -> None:

@@ -145,3 +145,19 @@ def test_the_demo_is_throw_away(monkeypatch: pytest.MonkeyPatch, state_dir: Path
     finish_demo(first)
     finish_demo(second)
     assert not first.exists() and not second.exists()
+
+
+def test_approval_detail_shows_what_the_tree_would_run() -> None:
+    """Issue 18 part 3: the ask names the file and key that git would run; agent-chosen names stay escaped."""
+    from rich.console import Console
+
+    from console.inbox import InboxItem
+    from console.widgets.approvals import render_detail
+
+    warning = "Warning: /r/.git/config defines filter.x\x1b[2J.process (not inert): git would run it"
+    item = InboxItem("k", "gateway", {"command": "git status", "warnings": [warning]})
+    console = Console(width=200, record=True, color_system=None)
+    console.print(render_detail(item, {}))
+    out = console.export_text()
+    assert "defines filter.x\\x1b[2J.process" in out and "git would run it" in out
+    assert "\x1b[2J" not in out

@@ -82,6 +82,7 @@ class LocalExecHost:
                     source="socket-exec",
                     peer_pid=peer.pid,
                     allowed_decisions=tuple(verdict.allowed_decisions),
+                    warnings=tuple(verdict.warnings),
                 )
             )
             if decision == "deny":
@@ -92,7 +93,7 @@ class LocalExecHost:
         # re-checked down to dev/ino just before it starts.
         if verdict.pinned_command is None:
             return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: executable not found", "not-found")
-        problem = identity_problem(verdict.identity)
+        problem = identity_problem(verdict.identity) or verdict.tree_problem()
         if problem is not None:
             return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {problem}", "approval-stale")
         if decision == "allow-always" and verdict.allow_always_patterns:

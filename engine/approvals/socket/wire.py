@@ -45,6 +45,8 @@ class PromptRequest:
     source: str = "socket"  # "socket" (request) | "socket-exec" (exec needing a prompt)
     peer_pid: int | None = None
     allowed_decisions: tuple[str, ...] = DECISIONS  # what the asker accepts; nothing else is offered
+    # The local decision's warnings (an `exec` frame's: what the tree would run); never read from a frame.
+    warnings: tuple[str, ...] = ()
 
     @classmethod
     def from_wire(cls, rid: str, body: Mapping[str, Any], peer_pid: int | None) -> PromptRequest:

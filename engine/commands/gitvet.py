@@ -1,0 +1,479 @@
+"""Host git never runs repository config it has not vetted: find the repository git will use, read its
+config without running anything, and name every key not known to be inert (issue 18 part 3)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+# Keys whose values git only ever uses as data (names, refs, flags, numbers), never as a program, a
+# driver, a path to something that runs, an include, an alias or a URL rewrite. Everything else in a
+# repository's config — every key nobody has listed yet included — makes the command ask.
+INERT_KEYS = frozenset(
+    {
+        "core.repositoryformatversion",
+        "core.filemode",
+        "core.bare",
+        "core.logallrefupdates",
+        "core.ignorecase",
+        "core.precomposeunicode",
+        "core.symlinks",
+        "core.autocrlf",
+        "core.eol",
+        "core.safecrlf",
+        "core.quotepath",
+        "core.checkstat",
+        "core.trustctime",
+        "core.untrackedcache",
+        "core.splitindex",
+        "core.commitgraph",
+        "core.multipackindex",
+        "core.compression",
+        "core.loosecompression",
+        "core.abbrev",
+        "core.preloadindex",
+        "core.sparsecheckout",
+        "core.sparsecheckoutcone",
+        "core.whitespace",
+        # Where the work tree is (git writes it for every absorbed submodule): it only moves where
+        # attributes and .gitmodules are read, and vet() follows it to the submodules there.
+        "core.worktree",
+        "user.name",
+        "user.email",
+        "init.defaultbranch",
+        "pull.rebase",
+        "pull.ff",
+        "merge.ff",
+        "fetch.prune",
+        "push.default",
+        "push.autosetupremote",
+        "status.showuntrackedfiles",
+        "color.ui",
+        "i18n.commitencoding",
+        "i18n.logoutputencoding",
+        "lfs.repositoryformatversion",
+        # Repository formats, not behaviour: the object hash, the ref store, per-worktree config (whose
+        # file is vetted too), and which remote a partial clone fetches from (a remote vetted like any).
+        "extensions.objectformat",
+        "extensions.refstorage",
+        "extensions.worktreeconfig",
+        "extensions.partialclone",
+        "extensions.preciousobjects",
+        "extensions.noop",
+        "submodule.active",
+    }
+)
+# `<section>.<subsection>.<name>`: the subsection is a name the user chose (a remote, a branch).
+INERT_SUBSECTION_KEYS = {
+    "remote": frozenset(
+        {
+            "url",
+            "pushurl",
+            "fetch",
+            "push",
+            "tagopt",
+            "prune",
+            "prunetags",
+            "mirror",
+            "skipdefaultupdate",
+            "skipfetchall",
+            "promisor",
+            "partialclonefilter",
+        }
+    ),
+    "branch": frozenset({"remote", "merge", "rebase", "pushremote", "description"}),
+    "submodule": frozenset({"url", "active", "branch", "shallow", "ignore"}),
+}
+URL_KEYS = frozenset({("remote", "url"), ("remote", "pushurl"), ("submodule", "url")})
+# Schemes git speaks itself; any other `scheme://` or `<helper>::` runs a `git-remote-<helper>` program.
+URL_SCHEMES = frozenset({"http", "https", "ssh", "git", "file", "ftp", "ftps", "git+ssh", "ssh+git"})
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+# Options git reads before the subcommand; any other leading option is not understood, so it asks.
+_GLOBAL_FLAGS = frozenset(
+    {
+        "-p",
+        "--paginate",
+        "-P",
+        "--no-pager",
+        "--bare",
+        "--no-replace-objects",
+        "--literal-pathspecs",
+        "--glob-pathspecs",
+        "--noglob-pathspecs",
+        "--icase-pathspecs",
+        "--no-optional-locks",
+        "--version",
+        "-v",
+        "--help",
+        "-h",
+        "--html-path",
+        "--man-path",
+        "--info-path",
+        "--exec-path",
+    }
+)
+# Subcommands whose own arguments name a program to run (git's fixed set, unlike config driver names).
+_PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
+    "clone": ("-u", "--upload-pack", "--template", "-c", "--config"),
+    "fetch": ("--upload-pack",),
+    "pull": ("--upload-pack",),
+    "ls-remote": ("--upload-pack",),
+    "push": ("--receive-pack", "--exec"),
+    "send-pack": ("--receive-pack", "--exec"),
+    "fetch-pack": ("--upload-pack", "--exec"),
+    "archive": ("--exec",),
+    "rebase": ("-x", "--exec"),
+    "grep": ("-O", "--open-files-in-pager"),
+    "difftool": ("-x", "--extcmd", "-t", "--tool"),
+    "mergetool": ("-t", "--tool"),
+    "init": ("--template",),
+}
+_PROGRAM_SUBCOMMANDS = frozenset(
+    {
+        "filter-branch",
+        "bisect",
+        "send-email",
+        "instaweb",
+        "maintenance",
+        "daemon",
+        "submodule",
+        "p4",
+        "svn",
+        "cvsimport",
+        "cvsserver",
+        "cvsexportcommit",
+        "quiltimport",
+        "web--browse",
+        "difftool",
+        "mergetool",
+        "credential",
+        "upload-pack",
+        "receive-pack",
+        "shell",
+        "remote-ext",
+        "remote-fd",
+        "hook",
+        "run-command",
+    }
+)
+_SAFE_SUBCOMMAND_WORDS = {"submodule": frozenset({"status", "summary"}), "bisect": frozenset({"log", "view"})}
+
+MAX_SUBMODULE_DEPTH = 3
+MAX_CONFIG_FILES = 64  # more than this and the command asks rather than vetting forever
+CONFIG_READ_CAP = 1 << 20
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something in a tree the agent can write that the host program would run, and where it is."""
+
+    program: str  # git, make, npm, …
+    path: str  # the file that names or holds the code
+    what: str  # "filter.x.process" or "Makefile recipes"
+
+    def warning(self) -> str:
+        return f"Warning: {self.path} defines {self.what}: {self.program} would run it on the host."
+
+
+@dataclass(frozen=True)
+class Repo:
+    git_dir: str
+    common_dir: str
+    work_tree: str | None
+
+
+def _read_gitfile(path: str) -> str | None:
+    """`gitdir: <path>` in a `.git` file (relative to the file's directory), as git reads it."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return None
+    if not text.startswith("gitdir: "):
+        return None
+    target = text[len("gitdir: ") :].rstrip("\r\n")
+    return os.path.realpath(os.path.join(os.path.dirname(path), target))
+
+
+def _is_git_dir(path: str) -> bool:
+    """git's is_git_directory: a HEAD, objects/ and refs/ (objects/ and refs/ may be in the common dir)."""
+    if not os.path.isfile(os.path.join(path, "HEAD")):
+        return False
+    common = _common_dir(path)
+    return os.path.isdir(os.path.join(common, "objects")) and os.path.isdir(os.path.join(common, "refs"))
+
+
+def _common_dir(git_dir: str) -> str:
+    try:
+        with open(os.path.join(git_dir, "commondir"), "rb") as f:
+            rel = f.read(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return git_dir
+    return os.path.realpath(os.path.join(git_dir, rel)) if rel else git_dir
+
+
+def discover(start: str) -> Repo | str | None:
+    """The repository git finds walking up from `start` (`.git` dir or file, else a bare repo), a
+    problem text when git would fail (an unreadable `.git` file), or None outside any repository."""
+    here = os.path.realpath(start)  # git chdirs, then walks up from the physical cwd
+    while True:
+        dot = os.path.join(here, ".git")
+        if os.path.isfile(dot):
+            target = _read_gitfile(dot)
+            if target is None or not _is_git_dir(target):
+                return f"{dot} is not a gitdir file git can follow"
+            return Repo(target, _common_dir(target), here)
+        if os.path.isdir(dot) and _is_git_dir(dot):
+            return Repo(dot, _common_dir(dot), here)
+        if _is_git_dir(here):
+            return Repo(here, _common_dir(here), None)
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+@dataclass
+class _Argv:
+    cwd: str
+    git_dir: str | None = None
+    work_tree: str | None = None
+    subcommand: str | None = None
+    rest: tuple[str, ...] = ()
+    config: tuple[str, ...] = ()  # `-c key=value` pairs, as given
+    problems: tuple[str, ...] = ()
+
+
+def parse_argv(argv: Sequence[str], cwd: str) -> _Argv:
+    """git's global options, applied as git applies them (`-C` cumulative, `--git-dir`, `-c`)."""
+    out = _Argv(cwd=cwd)
+    problems: list[str] = []
+    config: list[str] = []
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if not word.startswith("-"):
+            out.subcommand, out.rest = word, tuple(argv[i + 1 :])
+            break
+        if word == "-C" and nxt is not None:
+            # `..` after a link goes where the kernel goes, not where the text points
+            out.cwd = os.path.realpath(os.path.join(out.cwd, nxt)) if nxt else out.cwd
+            i += 2
+            continue
+        if word == "-c" and nxt is not None:
+            config.append(nxt)
+            i += 2
+            continue
+        if word in ("--git-dir", "--work-tree") and nxt is not None:
+            word, i = f"{word}={nxt}", i + 1
+        if word.startswith("--git-dir="):
+            out.git_dir = os.path.realpath(os.path.join(out.cwd, word.split("=", 1)[1]))
+        elif word.startswith("--work-tree="):
+            out.work_tree = os.path.realpath(os.path.join(out.cwd, word.split("=", 1)[1]))
+        elif word.startswith("--exec-path="):
+            problems.append(f"{word}: git would run its subcommands from that directory")
+        elif word.startswith("--config-env"):
+            problems.append(f"{word}: config taken from the environment is not vetted")
+        elif word.startswith("--namespace=") or word.startswith("--list-cmds="):
+            pass
+        elif word not in _GLOBAL_FLAGS:
+            problems.append(f"{word}: a git option exechost does not vet")
+        i += 1
+    out.config, out.problems = tuple(config), tuple(problems)
+    return out
+
+
+def key_problem(key: str, value: str | None) -> str | None:
+    """Why `key` (as `git config --list` prints it) is not inert; None when it is."""
+    section, _, rest = key.partition(".")
+    section = section.lower()
+    sub, _, name = rest.rpartition(".")
+    name = name.lower()
+    if not sub:
+        return None if f"{section}.{name}" in INERT_KEYS else "not a key known to be inert"
+    if name not in INERT_SUBSECTION_KEYS.get(section, frozenset()):
+        return "not a key known to be inert"
+    if (section, name) in URL_KEYS and value is not None:
+        return url_problem(value)
+    return None
+
+
+def url_problem(url: str) -> str | None:
+    """A URL git fetches with its own transports; `<helper>::` and unknown `scheme://` run a helper."""
+    if "::" in url:
+        return "a transport helper URL (git would run git-remote-<helper>)"
+    match = _SCHEME.match(url)
+    if match and match.group(1).lower() not in URL_SCHEMES:
+        return f"the {match.group(1)}:// transport runs a git-remote-{match.group(1)} helper"
+    if url.startswith("-"):
+        return "a URL starting with '-'"
+    return None
+
+
+def _safe_env() -> dict[str, str]:
+    # No system, global or repository config and no includes: `git config --file` then only parses.
+    return {
+        "PATH": "/usr/bin:/bin",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "HOME": "/nonexistent",
+        "GIT_DIR": "/nonexistent",
+        "LC_ALL": "C",
+    }
+
+
+def read_config(git: str, path: str) -> list[tuple[str, str | None]] | str:
+    """Every key and value in one config file, parsed by git itself without following includes or
+    running anything; a problem text when git cannot parse it (git would then refuse to run as well)."""
+    try:
+        done = subprocess.run(
+            [git, "config", "--file", path, "--no-includes", "-z", "--list"],
+            env=_safe_env(),
+            cwd="/",
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"could not be read: {exc}"
+    if done.returncode != 0:
+        return "could not be parsed: " + done.stderr.decode("utf-8", "replace").strip()[:200]
+    pairs: list[tuple[str, str | None]] = []
+    for item in done.stdout.decode("utf-8", "surrogateescape").split("\0"):
+        if not item:
+            continue
+        key, nl, value = item.partition("\n")
+        pairs.append((key, value if nl else None))
+    return pairs
+
+
+def _config_files(repo: Repo) -> Iterator[str]:
+    yield os.path.join(repo.common_dir, "config")
+    yield os.path.join(repo.git_dir, "config.worktree")  # read when extensions.worktreeConfig is set
+    modules = os.path.join(repo.common_dir, "modules")
+    for root, dirs, files in os.walk(modules):  # absorbed submodules: status and checkout recurse
+        dirs.sort()
+        if "config" in files and root.count(os.sep) - modules.count(os.sep) <= 2 * MAX_SUBMODULE_DEPTH:
+            yield os.path.join(root, "config")
+
+
+def _submodule_repos(git: str, work_tree: str) -> Iterator[Repo | str]:
+    """Submodules with their own `.git` in the work tree (absorbed ones live under modules/, vetted with
+    their superproject): git recurses into them too."""
+    gitmodules = os.path.join(work_tree, ".gitmodules")
+    if not os.path.isfile(gitmodules):
+        return
+    pairs = read_config(git, gitmodules)
+    if isinstance(pairs, str):
+        yield f"{gitmodules} {pairs}"
+        return
+    for key, value in pairs:
+        if not key.endswith(".path") or not value:
+            continue
+        sub = os.path.realpath(os.path.join(work_tree, value))
+        dot = os.path.join(sub, ".git")
+        if os.path.isdir(dot) and _is_git_dir(dot):
+            yield Repo(dot, _common_dir(dot), sub)
+        elif os.path.isfile(dot):
+            target = _read_gitfile(dot)
+            yield (
+                f"{dot} is not a gitdir file git can follow"
+                if target is None
+                else Repo(target, _common_dir(target), sub)
+            )
+
+
+def vet(git: str, argv: Sequence[str], cwd: str) -> list[Finding]:
+    """Everything git, run as `argv` in `cwd`, would take from a repository's config or its own
+    arguments that could run a program; empty when every key it would read is inert."""
+    found: list[Finding] = []
+    args = parse_argv(argv, cwd)
+    found += [Finding("git", "the command line", p) for p in args.problems]
+    for pair in args.config:
+        given, eq, text = pair.partition("=")
+        problem = key_problem(given, text if eq else None)
+        if problem:
+            found.append(Finding("git", "the command line", f"-c {given} ({problem})"))
+    found += _argv_programs(args)
+    if args.git_dir is not None:
+        if not _is_git_dir(args.git_dir):
+            return [*found, Finding("git", args.git_dir, "a --git-dir exechost cannot vet")]
+        located: Repo | str | None = Repo(args.git_dir, _common_dir(args.git_dir), args.work_tree or args.cwd)
+    else:
+        located = discover(args.cwd)
+    queue: list[tuple[Repo | str, str | None]] = [] if located is None else [(located, args.work_tree)]
+    seen: set[str] = set()
+    while queue and len(seen) < MAX_CONFIG_FILES:
+        repo, tree = queue.pop(0)
+        if isinstance(repo, str):
+            found.append(Finding("git", cwd, repo))
+            continue
+        for path in _config_files(repo):
+            real = os.path.realpath(path)
+            if real in seen or not os.path.lexists(path):
+                continue
+            if len(seen) >= MAX_CONFIG_FILES:
+                queue.append((repo, tree))  # reported below: more than exechost vets
+                break
+            seen.add(real)
+            pairs = read_config(git, path)
+            if isinstance(pairs, str):
+                found.append(Finding("git", path, f"config that {pairs}"))
+                continue
+            for key, value in pairs:
+                problem = key_problem(key, value)
+                if problem:
+                    found.append(Finding("git", path, f"{key} ({problem})"))
+                elif key.lower() == "core.worktree" and value and tree is None and _owns(repo, path):
+                    tree = os.path.realpath(os.path.join(repo.git_dir, value))
+        tree = tree or repo.work_tree
+        if tree is not None:  # submodules: status, diff and checkout recurse into them
+            queue.extend((sub, None) for sub in _submodule_repos(git, tree))
+    if queue:
+        found.append(Finding("git", cwd, "more nested repositories than exechost vets"))
+    return found
+
+
+def _owns(repo: Repo, path: str) -> bool:
+    """The repository's own config file (not an absorbed submodule's under modules/)."""
+    return os.path.dirname(path) in (repo.common_dir, repo.git_dir)
+
+
+def vet_config_file(git: str, path: str) -> list[Finding]:
+    pairs = read_config(git, path)
+    if isinstance(pairs, str):
+        return [Finding("git", path, f"config that {pairs}")]
+    out: list[Finding] = []
+    for key, value in pairs:
+        problem = key_problem(key, value)
+        if problem:
+            out.append(Finding("git", path, f"{key} ({problem})"))
+    return out
+
+
+def _argv_programs(args: _Argv) -> list[Finding]:
+    sub = args.subcommand
+    if sub is None:
+        return []
+    if sub in _PROGRAM_SUBCOMMANDS:
+        first = next((w for w in args.rest if not w.startswith("-")), None)
+        if first is None or first not in _SAFE_SUBCOMMAND_WORDS.get(sub, frozenset()):
+            return [Finding("git", "the command line", f"`git {sub}`, which runs other programs")]
+    options = _PROGRAM_OPTIONS.get(sub, ())
+    for word in args.rest:
+        if word == "--":
+            break
+        for option in options:
+            short = len(option) == 2
+            if (
+                word == option
+                or (not short and word.startswith(option + "="))
+                or (short and word.startswith(option) and not word.startswith("--"))
+            ):
+                return [Finding("git", "the command line", f"`git {sub} {option}`, which names a program")]
+    return []

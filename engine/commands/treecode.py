@@ -1,0 +1,301 @@
+"""Host programs never run code from a tree the agent can write unasked: name the file each would run
+(a Makefile, package.json scripts, build.rs, a repository's config, …) so the command asks instead."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from engine.commands import gitvet
+from engine.commands.allowlist import AllowlistResult
+from engine.commands.analysis import CommandAnalysis
+from engine.commands.gitvet import Finding
+from engine.commands.interpreters import name_of
+from engine.statefs import state_dir
+
+__all__ = [
+    "TREE_PROGRAMS",
+    "Finding",
+    "TreeVet",
+    "agent_writable",
+    "binding",
+    "found_reason",
+    "sandbox_roots",
+    "tree_vet",
+]
+
+
+@dataclass(frozen=True)
+class TreeProgram:
+    """A program that runs code it finds in its working tree: the files, and whether it looks upward."""
+
+    files: tuple[str, ...]  # relative to each directory looked at
+    what: str
+    walk_up: bool = False  # the program searches the cwd's ancestors (npm, cargo, direnv, go)
+    stop_at: tuple[str, ...] = ()  # walking up ends at the first directory holding one of these
+
+
+_NPM = TreeProgram(
+    ("package.json", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", "pnpm-workspace.yaml"),
+    "scripts, lifecycle hooks or a package-manager setting that runs code",
+    walk_up=True,
+    stop_at=("package.json",),
+)
+_PY_BUILD = TreeProgram(
+    ("pyproject.toml", "setup.py", "setup.cfg"), "a build backend or setup script that runs on install"
+)
+# What each program reads from the tree and would run (docs/SECURITY.md has the table and the why).
+TREE_PROGRAMS: dict[str, TreeProgram] = {
+    "make": TreeProgram(("GNUmakefile", "makefile", "Makefile"), "recipes and $(shell …) that make runs"),
+    "gmake": TreeProgram(("GNUmakefile", "makefile", "Makefile"), "recipes and $(shell …) that make runs"),
+    "cmake": TreeProgram(("CMakeLists.txt", "CMakeCache.txt", "CMakePresets.json"), "commands cmake runs"),
+    "ninja": TreeProgram(("build.ninja",), "build commands ninja runs"),
+    "npm": _NPM,
+    "npx": _NPM,
+    "pnpm": _NPM,
+    "yarn": _NPM,
+    "corepack": _NPM,
+    "bun": _NPM,
+    "cargo": TreeProgram(
+        (
+            "Cargo.toml",
+            "build.rs",
+            ".cargo/config.toml",
+            ".cargo/config",
+            "rust-toolchain",
+            "rust-toolchain.toml",
+        ),
+        "build scripts, proc macros, runners or a toolchain path cargo runs",
+        walk_up=True,
+    ),
+    "rustup": TreeProgram(("rust-toolchain", "rust-toolchain.toml"), "a toolchain path", walk_up=True),
+    "go": TreeProgram(("go.mod", "go.work"), "a toolchain, //go:generate commands or code go runs", True),
+    "direnv": TreeProgram((".envrc", ".env"), "shell code direnv evaluates", walk_up=True),
+    "pip": _PY_BUILD,
+    "pip3": _PY_BUILD,
+    "uv": _PY_BUILD,
+    "poetry": _PY_BUILD,
+    "pdm": _PY_BUILD,
+    "hatch": _PY_BUILD,
+    "tox": TreeProgram(("tox.ini", "pyproject.toml", "setup.cfg"), "commands tox runs"),
+    "nox": TreeProgram(("noxfile.py",), "sessions nox runs"),
+    "pre-commit": TreeProgram((".pre-commit-config.yaml",), "hooks pre-commit runs"),
+    "just": TreeProgram(("justfile", ".justfile", "Justfile"), "recipes just runs", walk_up=True),
+    "task": TreeProgram(("Taskfile.yml", "Taskfile.yaml"), "tasks it runs", walk_up=True),
+    "rake": TreeProgram(("Rakefile", "rakefile"), "Ruby code rake runs", walk_up=True),
+    "bundle": TreeProgram(("Gemfile",), "Ruby code bundler evaluates", walk_up=True),
+    "gradle": TreeProgram(
+        ("build.gradle", "build.gradle.kts", "settings.gradle", "settings.gradle.kts"),
+        "build scripts gradle runs",
+        walk_up=True,
+    ),
+    "mvn": TreeProgram(("pom.xml", ".mvn/maven.config", ".mvn/jvm.config"), "plugins maven runs"),
+    "composer": TreeProgram(("composer.json",), "scripts composer runs"),
+    "meson": TreeProgram(("meson.build",), "commands meson runs"),
+    "bazel": TreeProgram(
+        (".bazelrc", "WORKSPACE", "MODULE.bazel", "BUILD", "BUILD.bazel"), "rules bazel runs", walk_up=True
+    ),
+    "docker": TreeProgram(
+        ("compose.yaml", "compose.yml", "docker-compose.yml", "docker-compose.yaml"),
+        "services, mounts and privileges docker compose starts",
+    ),
+    "docker-compose": TreeProgram(
+        ("compose.yaml", "compose.yml", "docker-compose.yml", "docker-compose.yaml"),
+        "services, mounts and privileges docker compose starts",
+    ),
+}
+# Options naming the directory a program works in, instead of the cwd.
+_DIR_OPTIONS: dict[str, tuple[str, ...]] = {
+    "make": ("-C", "--directory"),
+    "gmake": ("-C", "--directory"),
+    "ninja": ("-C",),
+    "npm": ("--prefix", "-C"),
+    "pnpm": ("-C", "--dir"),
+    "yarn": ("--cwd",),
+    "cargo": ("-C",),
+    "go": ("-C",),
+    "cmake": ("-S", "-B", "--build"),
+    "task": ("-d", "--dir"),
+    "just": ("-d", "--working-directory"),
+}
+# Options naming the file a program reads instead of its default (that file runs, whatever its name).
+_FILE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "make": ("-f", "--file", "--makefile"),
+    "gmake": ("-f", "--file", "--makefile"),
+    "ninja": ("-f",),
+    "cargo": ("--manifest-path",),
+    "just": ("-f", "--justfile"),
+    "task": ("-t", "--taskfile"),
+    "docker": ("-f", "--file"),
+    "docker-compose": ("-f", "--file"),
+    "pip": ("-r", "--requirement", "-c", "--constraint"),
+    "pip3": ("-r", "--requirement", "-c", "--constraint"),
+}
+
+
+def _option_values(argv: Sequence[str], options: tuple[str, ...]) -> Iterator[str]:
+    for i, word in enumerate(argv[1:], start=1):
+        for option in options:
+            if word == option and i + 1 < len(argv):
+                yield argv[i + 1]
+            elif option.startswith("--") and word.startswith(option + "="):
+                yield word.split("=", 1)[1]
+            elif len(option) == 2 and word.startswith(option) and len(word) > 2 and not word.startswith("--"):
+                yield word[2:]
+
+
+def agent_writable(path: str, sandbox_roots: Sequence[str]) -> bool:
+    """A file the agent can change: inside a sandbox workspace (a container may own it), or writable —
+    the file or its directory — by the gateway's own user, whom every host command runs as. A file another
+    local user owns counts too: other users are as hostile as the agent (`/tmp/.cargo/config.toml`)."""
+    real = os.path.realpath(path)
+    for root in sandbox_roots:
+        if root and (real == root or real.startswith(root.rstrip(os.sep) + os.sep)):
+            return True
+    try:
+        owner = os.stat(real).st_uid
+    except OSError:
+        return True  # vanished or unreadable: the program may still find something there
+    if owner not in (0, os.geteuid()):
+        return True
+    return os.access(real, os.W_OK) or os.access(os.path.dirname(real), os.W_OK)
+
+
+def sandbox_roots(workspace_root: str) -> list[str]:
+    """Where sandbox workspaces live: the state dir (its default `sandboxes/`) and the configured root."""
+    return [os.path.realpath(p) for p in (str(state_dir()), workspace_root) if p]
+
+
+def found_reason(found: Sequence[Finding]) -> str:
+    """One line for the decision's reason; the warnings name every finding."""
+    first = found[0]
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return f"{first.program} would run code from a tree the agent can write: {first.path}: {first.what}{more}"
+
+
+def _home() -> str:
+    return os.path.realpath(os.path.expanduser("~"))
+
+
+def _dirs(start: str, walk_up: bool) -> Iterator[str]:
+    """`start`, then (for programs that search upward) its ancestors; the operator's home and what lies
+    above it hold the operator's own config (~/.npmrc, ~/.cargo), trusted like the global git config."""
+    here = os.path.realpath(start)
+    home = _home()
+    while True:
+        if here == home and here != os.path.realpath(start):
+            return
+        yield here
+        parent = os.path.dirname(here)
+        if not walk_up or parent == here:
+            return
+        here = parent
+
+
+def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) -> list[str]:
+    starts = [os.path.join(cwd, d) for d in _option_values(argv, _DIR_OPTIONS.get(program, ()))] or [cwd]
+    out = [os.path.join(cwd, f) for f in _option_values(argv, _FILE_OPTIONS.get(program, ()))]
+    if program == "docker" and "compose" not in argv[1:]:
+        return []  # only `docker compose` reads a compose file; `docker build` runs its Dockerfile contained
+    if program in ("pip", "pip3"):
+        # pip builds (runs a backend) only to install, wheel or download; then every local path operand
+        # is a tree whose backend runs. `pip list`/`pip show` read no tree.
+        if not {"install", "wheel", "download"} & set(argv[1:]):
+            return out
+        starts += [
+            os.path.join(cwd, w) for w in argv[1:] if w == "." or (not w.startswith("-") and os.sep in w)
+        ]
+    for start in starts:
+        for here in _dirs(start, spec.walk_up):
+            present = [os.path.join(here, f) for f in spec.files if os.path.isfile(os.path.join(here, f))]
+            out += present
+            if spec.stop_at and any(os.path.basename(p) in spec.stop_at for p in present):
+                break
+    return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
+
+
+def findings_for(
+    argv: Sequence[str], paths: Sequence[str | None], cwd: str, sandbox_roots: Sequence[str]
+) -> list[Finding]:
+    """What this one command would run from a tree the agent can write. `paths` are the executable as
+    resolved (real path first): a program is known by its name as typed or by any path it resolves to
+    (`/usr/bin/npm` → `npm-cli.js`, `~/.cargo/bin/cargo` → `rustup`)."""
+    if not argv:
+        return []
+    real = next((p for p in paths if p), None)
+    candidates = [name_of(argv[0]), *(name_of(p) for p in paths if p)]
+    if "git" in candidates:
+        return gitvet.vet(real, argv, cwd) if real is not None else []
+    program = next((c for c in candidates if c in TREE_PROGRAMS), None)
+    if program is None:
+        return []
+    spec = TREE_PROGRAMS[program]
+    files = _tree_files(program, spec, argv, cwd)
+    return [Finding(program, path, spec.what) for path in files if agent_writable(path, sandbox_roots)]
+
+
+def binding(found: Sequence[Finding]) -> str:
+    """The content an approval of these findings holds for: sha256 of every file named. A Makefile or a
+    repository config changed after "allow always" asks again."""
+    if not found:
+        return ""
+    lines = []
+    for path in sorted({f.path for f in found if os.path.isabs(f.path)}):
+        h = hashlib.sha256()
+        try:
+            with open(path, "rb") as f:
+                h.update(f.read(gitvet.CONFIG_READ_CAP))
+            lines.append(f"tree:{path}={h.hexdigest()}")
+        except OSError:
+            lines.append(f"tree:{path}=unreadable")
+    lines += sorted({f"tree-arg:{f.what}" for f in found if not os.path.isabs(f.path)})
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class TreeVet:
+    """What a decision vetted, kept so the spawn can vet it again: an approval given while the tree held
+    one thing never runs what an agent wrote there afterwards (a filter added while the ask waited)."""
+
+    commands: tuple[tuple[tuple[str, ...], tuple[str | None, ...]], ...]  # (argv, resolved paths)
+    cwd: str
+    roots: tuple[str, ...]
+    binding: str  # binding() of the findings shown
+    shown: tuple[str, ...] = ()  # their warnings, to name what is new
+
+    def findings(self) -> list[Finding]:
+        """Every command's findings (`sh -c` payloads included), as of now."""
+        now: list[Finding] = []
+        for argv, paths in self.commands:
+            now += findings_for(argv, paths, self.cwd, self.roots)
+        return list(dict.fromkeys(now))
+
+    def problem(self) -> str | None:
+        """None when the tree still holds exactly what was decided on; else what changed."""
+        now = self.findings()
+        if binding(now) == self.binding:
+            return None
+        new = [f for f in now if f.warning() not in self.shown]
+        what = f"{new[0].path} now defines {new[0].what}" if new else "a file it would run changed"
+        return f"the tree changed since the decision ({what})"
+
+
+def tree_vet(analysis: CommandAnalysis, result: AllowlistResult, cwd: str, roots: Sequence[str]) -> TreeVet:
+    """Findings for the decision, plus what re-vets them just before the spawn."""
+    commands: list[tuple[tuple[str, ...], tuple[str | None, ...]]] = []
+
+    def walk(an: CommandAnalysis, res: AllowlistResult) -> None:
+        for segment, match in zip(an.segments, res.segments, strict=False):
+            if segment.inner is not None:
+                if match.inner is not None:
+                    walk(segment.inner, match.inner)
+                continue
+            commands.append((tuple(segment.argv), (match.resolved_path, match.named_path)))
+
+    if analysis.ok:
+        walk(analysis, result)
+    vet = TreeVet(tuple(commands), cwd, tuple(roots), "")
+    found = vet.findings()
+    return TreeVet(vet.commands, cwd, vet.roots, binding(found), tuple(f.warning() for f in found))

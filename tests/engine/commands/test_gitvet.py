@@ -1,0 +1,255 @@
+"""gitvet finds the repository git would use, exactly as git finds it, and names every key not inert."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from engine.commands import gitvet
+from engine.commands.treecode import TREE_PROGRAMS, findings_for
+
+GIT = "/usr/bin/git"
+ENV = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/nonexistent",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@x",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@x",
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run([GIT, "-C", str(cwd), *args], env=ENV, check=True, capture_output=True)
+    return done.stdout.decode().strip()
+
+
+def repo(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    (path / "f").write_text("x\n")
+    git(path, "add", "f")
+    git(path, "commit", "-qm", "x")
+    return path
+
+
+def keys(found: list[gitvet.Finding]) -> list[str]:
+    return [f.what.split(" ")[0] for f in found]
+
+
+def test_a_fresh_and_a_cloned_repository_are_inert(tmp_path: Path) -> None:
+    src = repo(tmp_path / "src")
+    assert gitvet.vet(GIT, ["git", "status"], str(src)) == []
+    subprocess.run([GIT, "clone", "-q", str(src), str(tmp_path / "clone")], env=ENV, check=True)
+    assert gitvet.vet(GIT, ["git", "log"], str(tmp_path / "clone")) == []
+
+
+def test_unknown_keys_ask_whatever_their_name(tmp_path: Path) -> None:
+    work = repo(tmp_path / "r")
+    for key in ("filter.anything-at-all.process", "diff.Zz9.textconv", "someday.new.key", "Core.Hookspath"):
+        git(work, "config", key, "x")
+    found = sorted(keys(gitvet.vet(GIT, ["git", "status"], str(work))))
+    assert found == [
+        "core.hookspath",
+        "diff.Zz9.textconv",
+        "filter.anything-at-all.process",
+        "someday.new.key",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("url", "ok"),
+    [
+        ("https://h/r.git", True),
+        ("git@h:r.git", True),
+        ("/srv/r.git", True),
+        ("ssh://h/r", True),
+        ("ext::sh -c x", False),
+        ("fd::3", False),
+        ("evil://h/r", False),
+        ("-uploadpack=x", False),
+    ],
+)
+def test_remote_urls_run_no_helper(tmp_path: Path, url: str, ok: bool) -> None:
+    work = repo(tmp_path / "r")
+    git(work, "config", "remote.origin.url", url)
+    assert (gitvet.vet(GIT, ["git", "fetch"], str(work)) == []) is ok
+
+
+def test_discovery_walks_up_and_stops_at_the_first_repository(tmp_path: Path) -> None:
+    outer = repo(tmp_path / "outer")
+    git(outer, "config", "alias.x", "!true")
+    inner = repo(outer / "sub" / "inner")
+    (inner / "deep").mkdir()
+    assert gitvet.vet(GIT, ["git", "status"], str(inner / "deep")) == []  # git uses inner, not outer
+    assert keys(gitvet.vet(GIT, ["git", "status"], str(outer / "sub"))) == ["alias.x"]
+    # -C is applied as git applies it (relative to the cwd, cumulatively), --git-dir as given
+    assert keys(gitvet.vet(GIT, ["git", "-C", "..", "status"], str(inner / "deep"))) == []
+    assert keys(gitvet.vet(GIT, ["git", "-C", "..", "-C", "..", "status"], str(inner / "deep"))) == [
+        "alias.x"
+    ]
+    assert keys(gitvet.vet(GIT, ["git", "-C", "../..", "status"], str(inner))) == ["alias.x"]
+    assert keys(gitvet.vet(GIT, ["git", f"--git-dir={outer}/.git", "log"], str(inner))) == ["alias.x"]
+    assert keys(gitvet.vet(GIT, ["git", "--git-dir", f"{outer}/.git", "log"], str(inner))) == ["alias.x"]
+
+
+def test_worktrees_read_the_common_config_and_their_own(tmp_path: Path) -> None:
+    main = repo(tmp_path / "main")
+    git(main, "worktree", "add", "-q", str(tmp_path / "wt"))
+    git(main, "config", "extensions.worktreeConfig", "true")
+    assert gitvet.vet(GIT, ["git", "status"], str(tmp_path / "wt")) == []
+    git(tmp_path / "wt", "config", "--worktree", "core.fsmonitor", "x")
+    found = gitvet.vet(GIT, ["git", "status"], str(tmp_path / "wt"))
+    assert keys(found) == ["core.fsmonitor"] and found[0].path.endswith("config.worktree")
+    git(main, "config", "gpg.program", "x")
+    assert "gpg.program" in keys(gitvet.vet(GIT, ["git", "status"], str(tmp_path / "wt")))
+
+
+def test_bare_repositories_and_broken_gitfiles(tmp_path: Path) -> None:
+    bare = tmp_path / "b.git"
+    subprocess.run([GIT, "init", "-q", "--bare", str(bare)], env=ENV, check=True)
+    assert gitvet.vet(GIT, ["git", "log"], str(bare / "refs")) == []
+    git(bare, "config", "uploadpack.packObjectsHook", "x")
+    assert keys(gitvet.vet(GIT, ["git", "log"], str(bare / "refs"))) == ["uploadpack.packobjectshook"]
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    (odd / ".git").write_text("gitdir: /nowhere\n")
+    assert gitvet.vet(GIT, ["git", "status"], str(odd)), "an unfollowable .git file must not pass"
+
+
+def test_submodules_in_the_work_tree_are_vetted(tmp_path: Path) -> None:
+    sub = repo(tmp_path / "subsrc")
+    work = repo(tmp_path / "r")
+    git(work, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "s")
+    assert gitvet.vet(GIT, ["git", "status"], str(work)) == []
+    git(work / ".git" / "modules" / "s", "config", "diff.x.command", "x")
+    assert "diff.x.command" in keys(gitvet.vet(GIT, ["git", "status"], str(work)))
+
+
+def test_the_command_line_is_vetted_too(tmp_path: Path) -> None:
+    work = repo(tmp_path / "r")
+    assert keys(gitvet.vet(GIT, ["git", "-c", "user.name=x", "log"], str(work))) == []
+    assert keys(gitvet.vet(GIT, ["git", "-c", "core.pager=sh", "log"], str(work))) == ["-c"]
+    for argv in (
+        ["git", "--exec-path=/tmp", "log"],
+        ["git", "--config-env=a=B", "log"],
+        ["git", "--weird", "x"],
+        ["git", "clone", "-u", "x", "a"],
+        ["git", "fetch", "--upload-pack=x"],
+        ["git", "rebase", "-x", "x"],
+        ["git", "submodule", "foreach", "x"],
+        ["git", "bisect", "run", "x"],
+        ["git", "grep", "-Ox", "y"],
+    ):
+        assert gitvet.vet(GIT, argv, str(work)), argv
+    assert gitvet.vet(GIT, ["git", "submodule", "status"], str(work)) == []
+    assert gitvet.vet(GIT, ["git", "push", "-u", "origin", "main"], str(work)) == []
+
+
+def test_an_unparseable_config_asks(tmp_path: Path) -> None:
+    work = repo(tmp_path / "r")
+    with (work / ".git" / "config").open("a") as f:
+        f.write("[broken\n")
+    found = gitvet.vet(GIT, ["git", "status"], str(work))
+    assert found and "could not be parsed" in found[0].what
+
+
+@pytest.mark.parametrize("program", ["direnv", "just", "go", "cargo", "npm"])
+def test_programs_that_search_upward_find_the_file_above(tmp_path: Path, program: str) -> None:
+    spec = TREE_PROGRAMS[program]
+    top = tmp_path / "top"
+    (top / "a" / "b").mkdir(parents=True)
+    name = spec.files[0]
+    (top / name).parent.mkdir(parents=True, exist_ok=True)
+    (top / name).write_text("x\n")
+    found = findings_for([program], (f"/usr/bin/{program}",), str(top / "a" / "b"), [])
+    assert [f.path for f in found] == [os.path.join(str(top), name)]
+
+
+def test_make_reads_only_its_own_directory_and_what_f_names(tmp_path: Path) -> None:
+    (tmp_path / "Makefile").write_text("all:\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "other.mk").write_text("all:\n")
+    assert findings_for(["make"], ("/usr/bin/make",), str(tmp_path / "sub"), []) == []
+    named = findings_for(["make", "-f", "../other.mk"], ("/usr/bin/make",), str(tmp_path / "sub"), [])
+    assert [os.path.basename(f.path) for f in named] == ["other.mk"]
+    moved = findings_for(["make", "-C", ".."], ("/usr/bin/make",), str(tmp_path / "sub"), [])
+    assert [os.path.basename(f.path) for f in moved] == ["Makefile"]
+
+
+def test_pip_names_the_build_backend_only_when_it_builds(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[build-system]\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "setup.py").write_text("import os\n")
+    pip = ("/usr/bin/pip3",)
+    assert findings_for(["pip3", "list"], pip, str(tmp_path), []) == []
+    here = findings_for(["pip3", "install", "."], pip, str(tmp_path), [])
+    assert [os.path.basename(f.path) for f in here] == ["pyproject.toml"]
+    sub = findings_for(["pip3", "install", "--no-deps", "-e", "./sub"], pip, str(tmp_path), [])
+    assert sorted(os.path.basename(f.path) for f in sub) == ["pyproject.toml", "setup.py"]
+
+
+def test_a_sandbox_workspace_counts_as_agent_writable_whoever_owns_the_file(tmp_path: Path) -> None:
+    from engine.commands.treecode import agent_writable
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "Makefile").write_text("all:\n")
+    assert agent_writable(str(ws / "Makefile"), [str(ws)])
+    if os.geteuid() != 0:  # root may write anything, so for root every tree is the agent's
+        assert not agent_writable("/etc/hostname", [str(ws)])
+    else:  # another local user's file is hostile too, whoever may write it
+        other = tmp_path / "other.toml"
+        other.write_text("x")
+        os.chown(other, 65534, 65534)
+        assert agent_writable(str(other), [])
+
+
+def test_more_config_files_than_vetted_asks(tmp_path: Path) -> None:
+    work = repo(tmp_path / "r")
+    for i in range(gitvet.MAX_CONFIG_FILES + 1):
+        mod = work / ".git" / "modules" / f"m{i:03d}"
+        mod.mkdir(parents=True)
+        (mod / "config").write_text("[core]\n\tbare = false\n")
+    found = gitvet.vet(GIT, ["git", "status"], str(work))
+    assert [f.what for f in found] == ["more nested repositories than exechost vets"]
+
+
+def test_dot_dot_after_a_link_goes_where_git_goes(tmp_path: Path) -> None:
+    """`git -C link/.. status`: git chdirs through the link, so `..` is the link target's parent; a
+    lexical join would vet the clean directory the text names instead."""
+    evil = repo(tmp_path / "evil")
+    git(evil, "config", "alias.x", "!true")
+    (evil / "inside").mkdir()
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    (clean / "link").symlink_to(evil / "inside")
+    assert keys(gitvet.vet(GIT, ["git", "-C", "link/..", "status"], str(clean))) == ["alias.x"]
+    assert keys(gitvet.vet(GIT, ["git", "status"], str(clean / "link"))) == ["alias.x"]
+
+
+def test_the_re_vet_names_a_key_added_after_the_decision(tmp_path: Path) -> None:
+    from engine.commands.allowlist import evaluate_allowlist
+    from engine.commands.analysis import analyze_command
+    from engine.commands.treecode import tree_vet
+
+    work = repo(tmp_path / "r")
+    git(work, "config", "alias.st", "!true")
+    analysis = analyze_command("git status")
+    result = evaluate_allowlist(analysis, [], cwd=str(work), env={"PATH": "/usr/bin:/bin"})
+    vetted = tree_vet(analysis, result, str(work), [])
+    assert [f.what.split(" ")[0] for f in vetted.findings()] == ["alias.st"]
+    assert vetted.problem() is None
+    git(work, "config", "filter.x.clean", "cat")
+    assert "filter.x.clean" in (vetted.problem() or "")
+
+
+def test_docker_reads_a_compose_file_only_for_compose(tmp_path: Path) -> None:
+    (tmp_path / "compose.yaml").write_text("services: {}\n")
+    docker = ("/usr/bin/docker",)
+    assert findings_for(["docker", "ps"], docker, str(tmp_path), []) == []
+    assert findings_for(["docker", "compose", "up"], docker, str(tmp_path), [])
