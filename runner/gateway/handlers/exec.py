@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    check_sandbox_tool(services, "exec", params)
+    check_sandbox_tool(services, "exec", params, conn)
     call_id = params.get("callId")
 
     waited: list[str] = []
@@ -27,8 +27,8 @@ async def handle(services: Services, conn: Connection, params: dict[str, Any]) -
         conn.waiting_approvals.add(waited[-1])
 
     ctx = ExecContext(
-        agent_id=agent_id(params),
-        session_key=session_key(params),
+        agent_id=agent_id(params, conn),
+        session_key=session_key(params, conn),
         caller_alive=lambda: not conn.closed,
         on_waiting=waiting,
     )

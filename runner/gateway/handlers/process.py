@@ -12,9 +12,9 @@ if TYPE_CHECKING:
 
 
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    check_sandbox_tool(services, "process", params)
+    check_sandbox_tool(services, "process", params, conn)
     action = req_str(params, "action").strip().lower()
-    scope = session_key(params) or f"agent:{agent_id(params)}"
+    scope = session_key(params, conn) or f"agent:{agent_id(params, conn)}"
     tool_params = {k: v for k, v in params.items() if k not in ("action", "sessionKey", "agentId")}
     sid = tool_params.get("sessionId")
     if (isinstance(sid, str) and sid.startswith("node:")) or tool_params.get("node"):
