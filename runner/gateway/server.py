@@ -36,6 +36,7 @@ from engine.protocol.frames import (
 )
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
+from runner.gateway.handlers.common import agent_id
 from runner.gateway.services import Services
 
 log = logging.getLogger("exechost.gateway")
@@ -408,6 +409,9 @@ class GatewayServer:
             )
             return
         try:
+            if not conn.operator and req.params.get("agentId") not in (None, ""):
+                # Every verb alike: an agent's request naming another agent is refused, never honoured.
+                agent_id(req.params, conn)
             result: dict[str, Any] = await handler(self.services, conn, req.params)
         except ExecHostError as exc:  # deliberate: its code tells the client what kind of failure it is
             conn.send(Response(id=req.id, ok=False, error={"code": exc.code, "message": str(exc)}))
