@@ -144,7 +144,12 @@ class ControlClient:
         # The operator role is claimed only by the console and the operator's CLI verbs, never by agents.
         role = ensure_token(state, OPERATOR_TOKEN_NAME) if operator else ""
         shared_socket = os.environ.get(principals.SOCKET_ENV, "").strip()
-        cred = "" if operator or shared_socket else _credential(state, agent, credential)
+        if operator:
+            cred = ""
+        elif shared_socket:  # the account is the proof there; an explicit credential is sent (and refused)
+            cred = credential or ""
+        else:
+            cred = _credential(state, agent, credential)
         if shared_socket:
             autostart = False  # another account's gateway: never start one of our own
         try:
@@ -178,7 +183,8 @@ class ControlClient:
                 token=secret or "", client=client, name=name or client, operator=role, credential=cred
             )
             writer.write(encode_frame(hello))
-            await writer.drain()
+            with contextlib.suppress(OSError):  # refused before our hello: its error frame is still there
+                await writer.drain()
             line = await asyncio.wait_for(read_frame_line(reader), HANDSHAKE_TIMEOUT_S)
             frame = decode_frame(line)
         except (OSError, asyncio.IncompleteReadError, TimeoutError, ProtocolError) as exc:

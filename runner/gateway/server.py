@@ -257,24 +257,26 @@ class GatewayServer:
             return
         pid, uid = peer.pid, peer.uid
         mapped: str | None = None  # the agent this peer's Unix account is (agents' socket only)
-        if uid != os.geteuid():
-            if agents_socket:
-                mapped = self.services.config().agent_for_uid(uid)
-            if mapped is None:
-                log.warning("refused peer pid %d uid %d (gateway uid %d)", pid, uid, os.geteuid())
-                why = (
-                    "is not mapped to an agent ([[agents.list]] uid/user)"
-                    if agents_socket
-                    else (f"is not the gateway's uid {os.geteuid()}")
-                )
-                await self._reject(writer, "auth", f"peer uid {uid} {why}")
-                return
+        other_account = uid != os.geteuid()
+        if other_account and not agents_socket:
+            log.warning("refused peer pid %d uid %d (gateway uid %d)", pid, uid, os.geteuid())
+            await self._reject(writer, "auth", f"peer uid {uid} is not the gateway's uid {os.geteuid()}")
+            return
         if self._unauthenticated + len(self.connections) >= MAX_CONNECTIONS:
             await self._reject(writer, "overload", "too many connections")
             return
         self._unauthenticated += 1
         try:
             hello = await self._handshake(reader, writer)
+            if hello is not None and other_account:
+                # Decided after its hello is read, so the refusal reaches the client instead of racing
+                # its write. The mapping is read from the current config: an edit applies to new connections.
+                mapped = self.services.config().agent_for_uid(uid)
+                if mapped is None:
+                    log.warning("refused peer pid %d uid %d: no agent has this uid", pid, uid)
+                    why = "is not mapped to an agent ([[agents.list]] uid or user)"
+                    await self._reject(writer, "auth", f"peer uid {uid} {why}")
+                    return
             who = None if hello is None else await self._principal(writer, hello, mapped)
         finally:
             self._unauthenticated -= 1
