@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from engine import principals
 from engine.display import REPORT, visible
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable
@@ -55,6 +56,8 @@ def _follow(args: argparse.Namespace) -> int:
         client = await ControlClient.connect(client="cli", name="cli events", agent=args.agent)
         try:
             await client.subscribe(["events"])  # first, so nothing falls between backlog and stream
+            # An agent's key as the gateway files it: inside its own namespace (engine.principals).
+            wanted = principals.own_key(client.agent, args.session) if client.agent else args.session
             backlog = await client.request("events", {"sessionKey": args.session} if args.session else {})
             seen = set()
             for item in backlog.get("events", []):
@@ -64,7 +67,7 @@ def _follow(args: argparse.Namespace) -> int:
                 if (ev.data.get("sessionKey"), ev.data.get("text")) in seen:
                     seen.discard((ev.data.get("sessionKey"), ev.data.get("text")))
                     continue
-                if ev.event != "system.event" or (args.session and ev.data.get("sessionKey") != args.session):
+                if ev.event != "system.event" or (args.session and ev.data.get("sessionKey") != wanted):
                     continue
                 show(ev.data)
         finally:
