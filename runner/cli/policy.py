@@ -16,7 +16,6 @@ from engine.modes import ASKS, HOSTS, SECURITIES, normalize_ask, normalize_host,
 from engine.results import ToolError
 from engine.sandbox import with_sandbox_refusal
 from runner.cli import UsageError
-from runner.cli.agents import agent_arg
 from runner.cli.common import Subparsers, add_config_arg, escape_controls
 
 # Commands come from agents: never let them drive the operator's terminal.
@@ -37,9 +36,7 @@ def register(subparsers: Subparsers) -> None:
         "Put the command after `--`; several words are shell-quoted and joined.",
     )
     add_config_arg(check)
-    check.add_argument(
-        "--agent", type=agent_arg, default="main", metavar="ID", help="agent id (default: main)"
-    )
+    check.add_argument("--agent", default="main", metavar="ID", help="agent id (default: main)")
     check.add_argument("--host", metavar="H", help=f"per-call host ({'|'.join(HOSTS)})")
     check.add_argument(
         "--security", metavar="S", help=f"per-call security ({'|'.join(SECURITIES)}); only tightens"
