@@ -110,9 +110,10 @@ def read_token(state: Path, agent: str) -> str | None:
     return token if isinstance(token, str) and token.startswith(TOKEN_PREFIX) else None
 
 
-def listing(state: Path) -> list[Credential]:
-    """Every minted credential, by name (files whose name and content disagree are ignored)."""
-    out: list[Credential] = []
+def _entries(state: Path) -> list[tuple[Credential, str]]:
+    """Every minted credential with its token, each file read once (symlinks, and files whose name and
+    content disagree, are ignored)."""
+    out: list[tuple[Credential, str]] = []
     try:
         names = sorted(os.listdir(agents_dir(state)))
     except OSError:
@@ -121,12 +122,19 @@ def listing(state: Path) -> list[Credential]:
         agent = name[: -len(".json")] if name.endswith(".json") else ""
         if not valid_name(agent):
             continue
-        data = _load(agents_dir(state) / name)
-        if data is None or data.get("agent") != agent or not isinstance(data.get("token"), str):
+        path = agents_dir(state) / name
+        data = _load(path)
+        token = data.get("token") if data else None
+        if data is None or data.get("agent") != agent or not isinstance(token, str):
             continue
         created = data.get("createdAtMs")
-        out.append(Credential(agent, created if isinstance(created, int) else 0, agents_dir(state) / name))
+        out.append((Credential(agent, created if isinstance(created, int) else 0, path), token))
     return out
+
+
+def listing(state: Path) -> list[Credential]:
+    """Every minted credential, by name (never the tokens)."""
+    return [cred for cred, _token in _entries(state)]
 
 
 def revoke(state: Path, agent: str) -> bool:
@@ -146,11 +154,9 @@ def lookup(state: Path, token: str) -> str | None:
         return None
     wanted = _digest(token)
     found = None
-    for cred in listing(state):
-        data = _load(cred.path)
-        stored = data.get("token") if data else None
+    for cred, stored in _entries(state):
         # Compare digests in constant time, and look at every entry: timing says nothing about which.
-        if isinstance(stored, str) and hmac.compare_digest(_digest(stored), wanted):
+        if hmac.compare_digest(_digest(stored), wanted):
             found = cred.agent
     return found
 
