@@ -41,6 +41,17 @@ def check_node(raw: object) -> str:
     return check_agent(raw, "node name")
 
 
+# What may select a node for host=node: a name, a display name (spaces), a node id or an IP (IPv6 has
+# colons). Never a path: `../n1` normalises to `n1` and would quietly pick that node.
+NODE_QUERY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.:-]{0,127}")
+
+
+def check_node_query(raw: object) -> str:
+    if not isinstance(raw, str) or not NODE_QUERY_RE.fullmatch(raw) or ".." in raw:
+        raise InvalidInput(f"invalid node name {raw!r} (a node's name, display name, id or IP)")
+    return raw
+
+
 # ---- session keys: every agent owns `agent:<id>` and `agent:<id>:…` ------------------------------------
 
 

@@ -29,6 +29,14 @@ def node_arg(raw: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def node_query_arg(raw: str) -> str:
+    """`exec --node`: a node's name, display name, id or IP, never a path."""
+    try:
+        return principals.check_node_query(raw)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "agents",

@@ -14,7 +14,7 @@ from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
 from runner.cli import UsageError
-from runner.cli.agents import agent_arg, node_arg
+from runner.cli.agents import agent_arg, node_query_arg
 from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import run_verb, with_client
 
@@ -40,7 +40,7 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--host", metavar="H", help="auto|sandbox|gateway|node")
     p.add_argument("--security", metavar="S", help="deny|allowlist|full (may only tighten)")
     p.add_argument("--ask", metavar="A", help="off|on-miss|always (may only ask more)")
-    p.add_argument("--node", type=node_arg, metavar="N", help="node id/name for host=node")
+    p.add_argument("--node", type=node_query_arg, metavar="N", help="node id/name for host=node")
     p.add_argument(
         "--yield-ms", type=int, metavar="N", help="ms to wait before backgrounding (default 10000)"
     )

@@ -94,6 +94,14 @@ async def _attacker_sees_nothing(state: Path, attacker: ControlClient, sid: str)
         ("sandbox.explain", {"agentId": "victim"}),
     ):
         assert "not this connection's agent" in await _error(attacker, method, params)
+    # Node and agent names are checked like ids on the wire too: `../n1` normalised to `n1` and ran there.
+    for method, params in (
+        ("exec", {"command": "id", "host": "node", "node": "../n1"}),
+        ("process", {"action": "list", "node": "../n1"}),
+        ("sandbox.list", {"node": "../n1"}),
+    ):
+        assert "invalid node name" in await _error(attacker, method, params)
+    assert "invalid agent id" in await _error(attacker, "exec", {"command": "id", "agentId": "../x"})
     assert "needs the operator role" in await _error(attacker, "sandbox.recreate", {"all": True})
     assert "needs the operator role" in await _error(attacker, "sandbox.prune", {})
     # Tightening "its" override of the victim's key lands in its own namespace, not the victim's.

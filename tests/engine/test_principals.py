@@ -41,6 +41,11 @@ def test_names() -> None:
     for bad in ("", "../x", "*", "a:b", ".x", "-x", "_x", "a/b", "a b", "x" * 65, None, 3):
         with pytest.raises(InvalidInput):
             principals.check_agent(bad)
+    for query in ("n1", "Build Box", "fd00::5", "10.0.0.5", "3f2a9c"):
+        assert principals.check_node_query(query) == query
+    for bad in ("../n1", "n1/..", "a..b", "/n1", " n1", "n\x00", ""):
+        with pytest.raises(InvalidInput):
+            principals.check_node_query(bad)
 
 
 def test_credentials_mint_lookup_revoke(state_dir: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine.principals import check_node_query
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
 from engine.tools.exec import ExecContext
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
 
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     check_sandbox_tool(services, "exec", params, conn)
+    if params.get("node") not in (None, ""):
+        check_node_query(params.get("node"))  # `../n1` would normalise to `n1` and pick that node
     call_id = params.get("callId")
 
     waited: list[str] = []
