@@ -10,6 +10,7 @@ import hmac
 import logging
 import os
 import signal
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -160,10 +161,11 @@ class GatewayServer:
         with contextlib.suppress(FileExistsError):
             os.mkdir(parent, 0o750)
         st = os.lstat(parent)
-        if st.st_uid != os.geteuid() or not os.path.isdir(parent) or os.path.islink(parent):
+        if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode):
             raise GatewayBusy(f"{parent}: the agents' socket directory must be a directory the gateway owns")
+        # chown first, then the mode: at no moment may another account write here or a stranger enter.
         os.chown(parent, -1, gid)
-        os.chmod(parent, 0o750)  # noqa: S103 - the group is the agents' on purpose; after chown: no window with group write, none at all for others
+        os.chmod(parent, 0o750)  # noqa: S103 - group-readable on purpose: the agents' group
         self.agents_socket_path = path
         problem = unixsock.socket_path_problem(path)
         if problem is not None:
