@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from console.app import ConsoleApp
-from engine import statefs
+from engine import principals, statefs
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable, RemoteError
@@ -154,20 +154,29 @@ def demo_steps(state: Path) -> list[tuple[float, str, dict[str, Any]]]:
 
 async def run_demo_agent(state: Path, *, on_step: Any = None) -> None:
     """The scripted agent: its own control connection, like any agent using the CLI or MCP."""
-    client = await ControlClient.connect(state, client="demo-agent", name="demo agent")
+    # Each agent proves who it is with its own credential (minted here, as `exechost agents add` would).
+    clients: dict[str, ControlClient] = {}
     pending: set[asyncio.Task[Any]] = set()
     try:
         for delay, label, params in demo_steps(state):
             await asyncio.sleep(delay)
             if on_step is not None:
                 on_step(label)
-            params = {**params, "sessionKey": f"agent:{params['agentId']}", "workdir": str(state)}
-            task = asyncio.ensure_future(client.request("exec", params))
+            agent = str(params["agentId"])
+            if agent not in clients:
+                if agent != principals.MAIN_AGENT and principals.read_token(state, agent) is None:
+                    principals.mint(state, agent)
+                clients[agent] = await ControlClient.connect(
+                    state, client="demo-agent", name=f"demo agent {agent}", agent=agent
+                )
+            params = {**params, "sessionKey": f"agent:{agent}", "workdir": str(state)}
+            task = asyncio.ensure_future(clients[agent].request("exec", params))
             pending.add(task)
         with contextlib.suppress(RemoteError, ConnectionError):
             await asyncio.gather(*pending, return_exceptions=True)
     finally:
-        await client.close()
+        for client in clients.values():
+            await client.close()
 
 
 class DemoConsoleApp(ConsoleApp):

@@ -24,7 +24,11 @@ from runner.mcp_schema import SCHEMAS, TOOLS, invalid_arguments, to_gateway
 class GatewayLink:
     """One kept control connection, reopened (and the gateway restarted) if it drops."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, agent: str | None = None, credential: str | None = None) -> None:
+        # Who this server's agent is: its credential (or, on the agents' socket, its Unix account) says so
+        # to the gateway; `agent` is what the operator configured, checked against what the gateway says.
+        self.agent = agent
+        self.credential = credential
         self._client: ControlClient | None = None
         self._lock = asyncio.Lock()
         self.waiting: dict[str, Callable[[dict[str, Any]], None]] = {}  # callId -> the call's progress
@@ -32,7 +36,16 @@ class GatewayLink:
     async def client(self) -> ControlClient:
         async with self._lock:
             if self._client is None or self._client.closed:
-                self._client = await ControlClient.connect(client="mcp", name=f"mcp pid {os.getpid()}")
+                client = await ControlClient.connect(
+                    client="mcp", name=f"mcp pid {os.getpid()}", agent=self.agent, credential=self.credential
+                )
+                if self.agent and client.agent != self.agent:
+                    await client.close()
+                    raise RemoteError(
+                        "auth",
+                        f"the gateway knows this connection as agent {client.agent!r}, not {self.agent!r}",
+                    )
+                self._client = client
                 self._client.add_listener(self._on_event)
             return self._client
 
@@ -91,7 +104,7 @@ async def _while_waiting(ctx: Any, data: dict[str, Any]) -> None:
         await asyncio.sleep(PROGRESS_EVERY_SEC)
 
 
-def build_server(link: GatewayLink, *, agent_id: str = "main", session_key: str = "") -> Server[Any]:
+def build_server(link: GatewayLink, *, session_key: str = "") -> Server[Any]:
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=TOOLS)
 
@@ -103,7 +116,7 @@ def build_server(link: GatewayLink, *, agent_id: str = "main", session_key: str 
         if problem is not None:
             return _result(problem, {"status": "failed", "error": "invalid_arguments"}, True)
         args = to_gateway(params.name, args)
-        args["agentId"] = agent_id
+        args.pop("agentId", None)  # the connection is the agent; a tool argument never names another
         args["sessionKey"] = session_key
         method = params.name
         if params.name == "process" and args.get("action") == "approval":
@@ -136,10 +149,12 @@ def build_server(link: GatewayLink, *, agent_id: str = "main", session_key: str 
     return Server("exechost", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-async def serve_stdio(*, agent_id: str = "main", session_key: str = "") -> None:
-    link = GatewayLink()
+async def serve_stdio(
+    *, agent_id: str | None = None, session_key: str = "", credential: str | None = None
+) -> None:
+    link = GatewayLink(agent=agent_id, credential=credential)
     await link.client()  # fail fast (and start the gateway) before the first tool call
-    server = build_server(link, agent_id=agent_id, session_key=session_key)
+    server = build_server(link, session_key=session_key)
     try:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
@@ -147,5 +162,5 @@ async def serve_stdio(*, agent_id: str = "main", session_key: str = "") -> None:
         await link.close()
 
 
-def run(agent_id: str = "main", session_key: str = "") -> None:
-    anyio.run(lambda: serve_stdio(agent_id=agent_id, session_key=session_key))
+def run(agent_id: str | None = None, session_key: str = "", credential: str | None = None) -> None:
+    anyio.run(lambda: serve_stdio(agent_id=agent_id, session_key=session_key, credential=credential))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import grp
 import os
 import posixpath
+import pwd
 import re
 import stat
 import tomllib
@@ -25,6 +27,7 @@ from engine.config.model import (
     ConfigError,
     DockerConfig,
     ExecConfig,
+    GatewayConfig,
     NodeConfig,
     PruneConfig,
     SandboxConfig,
@@ -33,6 +36,7 @@ from engine.config.schema import (
     AGENT_KEYS,
     DEFAULT_ULIMITS,
     DEFAULT_WORKDIR,
+    GATEWAY_KEYS,
     MAX_CONTAINER_PREFIX,
     NODE_KEYS,
     PROFILE_KEYS,
@@ -49,6 +53,7 @@ from engine.config.schema import (
 )
 from engine.config.schema import known_keys as known_keys
 from engine.config.write import set_config_value as set_config_value
+from engine.principals import valid_name
 
 # --------------------------------------------------------------------------- paths
 
@@ -308,8 +313,8 @@ def _build(
     check = _Checker(path, lines)
     cfg = Config(path=path, exists=exists)
     for top in data:
-        if top not in ("tools", "agents", "nodes"):
-            raise check.error([top], "unknown key (expected one of: tools, agents, nodes)")
+        if top not in ("tools", "agents", "nodes", "gateway"):
+            raise check.error([top], "unknown key (expected one of: tools, agents, nodes, gateway)")
     tools = check.table(data.get("tools", {}), TOOLS_KEYS, ["tools"])
     exec_set = tools.get("exec", {})
     cfg.exec = _exec_config(exec_set)
@@ -341,7 +346,7 @@ def _build(
         if agent_id is None:
             raise check.error(here, "missing required key 'id'")
         agent_id = agent_id.strip()
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", agent_id):
+        if not valid_name(agent_id):
             raise check.error([*here, "id"], f"invalid agent id {agent_id!r} (letters, digits, _ . -)")
         if agent_id in cfg.agents:
             raise check.error([*here, "id"], f"duplicate agent id {agent_id!r}")
@@ -354,6 +359,7 @@ def _build(
             elevated_enabled=elevated.get("enabled"),
             sandbox_tools=dict(agent_tools.get("sandbox", {}).get("tools", {})),
             sandbox=dict(parsed.get("sandbox", {})),
+            uid=_agent_uid(check, parsed, here, cfg),
         )
 
     _check_docker(check, cfg.sandbox.docker)
@@ -375,8 +381,55 @@ def _build(
         parsed = check.table(raw, NODE_KEYS, here)
         if "host" not in parsed:
             raise check.error(here, "missing required key 'host'")
+        if not valid_name(name):
+            raise check.error(here, f"invalid node name {name!r} (letters, digits, _ . -)")
         cfg.nodes[name] = NodeConfig(name=name, **parsed)
+    cfg.gateway = _gateway_config(check, data.get("gateway", {}))
     return cfg
+
+
+def _agent_uid(check: _Checker, parsed: Mapping[str, Any], here: PathParts, cfg: Config) -> int | None:
+    """`uid` or `user` (never both): the Unix account whose connections on the agents' socket are this
+    agent. Refused: an unknown user, an account two agents share, or the gateway's own account (that one
+    is the operator's, whose connections prove who they are with tokens)."""
+    uid, user = parsed.get("uid"), parsed.get("user")
+    if uid is not None and user is not None:
+        raise check.error([*here, "user"], "set uid or user, not both")
+    if user is not None:
+        try:
+            uid = pwd.getpwnam(user.strip()).pw_uid
+        except KeyError:
+            raise check.error([*here, "user"], f"no such user {user!r}") from None
+    if uid is None:
+        return None
+    key = "user" if user is not None else "uid"
+    if uid == os.geteuid():
+        raise check.error([*here, key], f"uid {uid} is the gateway's own account; give the agent its own")
+    other = cfg.agent_for_uid(uid)
+    if other is not None:
+        raise check.error([*here, key], f"uid {uid} is already agent {other!r}'s")
+    return int(uid)
+
+
+def _gateway_config(check: _Checker, raw: Any) -> GatewayConfig:
+    parsed = check.table(raw, GATEWAY_KEYS, ["gateway"])
+    gw = GatewayConfig(**parsed)
+    if (gw.agent_group is None) != (gw.agent_socket is None):
+        missing = "agentSocket" if gw.agent_socket is None else "agentGroup"
+        raise check.error(["gateway"], f"agentGroup and agentSocket go together ({missing} is missing)")
+    if gw.agent_group is not None:
+        try:
+            grp.getgrnam(gw.agent_group.strip())
+        except KeyError:
+            raise check.error(["gateway", "agentGroup"], f"no such group {gw.agent_group!r}") from None
+    if gw.agent_socket is not None:
+        path = gw.agent_socket.strip()
+        if not path.startswith("/") or len(os.fsencode(path)) > 107 or "/../" in path + "/":
+            raise check.error(
+                ["gateway", "agentSocket"], "must be an absolute path of at most 107 bytes, without .."
+            )
+        gw.agent_socket = posixpath.normpath(path)
+    return gw
 
 
 def _check_docker(

@@ -138,11 +138,20 @@ class NodeConfig:
 
 
 @dataclass
+class GatewayConfig:
+    """`[gateway]`: a second control socket for agents under their own Unix accounts (group-admitted)."""
+
+    agent_group: str | None = None
+    agent_socket: str | None = None
+
+
+@dataclass
 class AgentConfig:
     """One `[[agents.list]]` entry: only the keys it sets (attribute names), so merges keep layers apart."""
 
     id: str
     index: int
+    uid: int | None = None  # the agent's own Unix account (`uid`, or `user` resolved at load)
     exec: dict[str, Any] = field(default_factory=dict)
     elevated_enabled: bool | None = None
     sandbox_tools: dict[str, list[str]] = field(default_factory=dict)  # tools.sandbox.tools: allow/deny
@@ -159,6 +168,11 @@ class Config:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     agents: dict[str, AgentConfig] = field(default_factory=dict)
     nodes: dict[str, NodeConfig] = field(default_factory=dict)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
+
+    def agent_for_uid(self, uid: int) -> str | None:
+        """The agent whose `[[agents.list]]` entry names this Unix account, if any."""
+        return next((a.id for a in self.agents.values() if a.uid is not None and a.uid == uid), None)
 
     def exec_for(self, agent_id: str) -> ExecConfig:
         """Global `tools.exec` with the agent's overrides on top (safeBinProfiles merged per binary)."""

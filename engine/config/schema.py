@@ -178,8 +178,17 @@ TOOLS_KEYS: dict[str, Spec | Table] = {
 }
 AGENT_KEYS: dict[str, Spec | Table] = {
     "id": Spec("id", "str"),
+    # The Unix account this agent runs under (either key): a peer with this uid on the agents' socket
+    # is this agent, with no token (docs/SECURITY.md "Principals").
+    "uid": Spec("uid", "int", minimum=0, maximum=2**32 - 2),
+    "user": Spec("user", "str"),
     "tools": Table("tools", TOOLS_KEYS),
     "sandbox": Table("sandbox", SANDBOX_KEYS),
+}
+# `[gateway]`: the agents' socket, which admits the members of one group (each mapped by uid to an agent).
+GATEWAY_KEYS: dict[str, Spec | Table] = {
+    "agentGroup": Spec("agent_group", "str"),
+    "agentSocket": Spec("agent_socket", "str"),
 }
 # Keys of one safeBinProfiles entry (what engine.commands.safebins.SafeBinProfile.from_config accepts).
 PROFILE_KEYS: dict[str, str] = {
@@ -203,6 +212,7 @@ def known_keys() -> list[str]:
                 out.append(prefix + name)
 
     walk("tools.", TOOLS_KEYS)
+    walk("gateway.", GATEWAY_KEYS)
     walk("agents.defaults.sandbox.", SANDBOX_KEYS)
     walk("agents.list[].", AGENT_KEYS)
     walk("nodes.<name>.", NODE_KEYS)

@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from engine import statefs
+from engine import principals, statefs
+from engine.errors import InvalidInput
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
     MAX_FRAME_BYTES,
@@ -63,7 +64,6 @@ def spawn_gateway(state: Path) -> subprocess.Popen[bytes]:
         os.close(fd)
 
 
-
 def _last_line(log: Path) -> str:
     """The daemon's last words (a config error, a refused file), so the caller sees why at once."""
     try:
@@ -74,6 +74,32 @@ def _last_line(log: Path) -> str:
         return "no log"
     return lines[-1][-400:] if lines else "no log output"
 
+
+def _credential(state: Path, agent: str | None, explicit: str | None) -> str:
+    """The agent credential this client presents ("" = none: the gateway token alone is agent main)."""
+    if explicit:
+        return explicit
+    try:
+        found = principals.token_from_env(os.environ.get("EXECHOST_AGENT_TOKEN_FILE") or None)
+    except InvalidInput as exc:
+        raise GatewayUnavailable(str(exc)) from None
+    if found:
+        return found
+    if agent and agent != principals.MAIN_AGENT:
+        # The operator's own terminal acting as an agent: the minted file it can read (agents sharing the
+        # operator's account are given $EXECHOST_AGENT_TOKEN instead; see docs/SECURITY.md).
+        if not principals.valid_name(agent):
+            raise RemoteError("auth", f"invalid agent id {agent!r}")
+        stored = principals.read_token(state, agent)
+        if stored is None:
+            raise RemoteError(
+                "auth",
+                f"agent {agent!r} has no credential (the operator mints one: `exechost agents add {agent}`)",
+            )
+        return stored
+    return ""
+
+
 class ControlClient:
     """One authenticated connection to the gateway: concurrent requests matched by id, plus pushed events."""
 
@@ -81,6 +107,7 @@ class ControlClient:
         self._reader = reader
         self._writer = writer
         self.server_pid = welcome.pid
+        self.agent = welcome.agent  # who the gateway takes this connection to be ("" = operator)
         self.started_gateway = False  # this connect started the gateway (callers may say so)
         self._next_id = 0
         self._pending: dict[RequestId, asyncio.Future[dict[str, Any]]] = {}
@@ -103,24 +130,41 @@ class ControlClient:
         start_timeout: float = 15.0,
         token: str | None = None,
         operator: bool = False,
+        agent: str | None = None,
+        credential: str | None = None,
     ) -> ControlClient:
         """Connect and handshake; when nothing answers and `autostart`, start a gateway (one only,
-        serialised by a lock across processes) and wait for it."""
+        serialised by a lock across processes) and wait for it.
+
+        Who the connection is (never a request field): the operator (`operator`), an agent by its
+        credential (`credential`, else $EXECHOST_AGENT_TOKEN / $EXECHOST_AGENT_TOKEN_FILE, else — on the
+        operator's own account — `agent`'s file under the state dir), else `main`. With
+        $EXECHOST_GATEWAY_SOCKET (the agents' socket) the peer's Unix account says who it is."""
         state = state_dir or statefs.state_dir()
         # The operator role is claimed only by the console and the operator's CLI verbs, never by agents.
         role = ensure_token(state, OPERATOR_TOKEN_NAME) if operator else ""
+        shared_socket = os.environ.get(principals.SOCKET_ENV, "").strip()
+        if operator:
+            cred = ""
+        elif shared_socket:  # the account is the proof there; an explicit credential is sent (and refused)
+            cred = credential or ""
+        else:
+            cred = _credential(state, agent, credential)
+        if shared_socket:
+            autostart = False  # another account's gateway: never start one of our own
         try:
-            return await cls._try_connect(state, client, name, token, role)
+            return await cls._try_connect(state, client, name, token, role, cred)
         except GatewayUnavailable:
             if not autostart:
                 raise
-        return await cls._start_and_connect(state, client, name, token, start_timeout, role)
+        return await cls._start_and_connect(state, client, name, token, start_timeout, role, cred)
 
     @classmethod
     async def _try_connect(
-        cls, state: Path, client: str, name: str, token: str | None, role: str = ""
+        cls, state: Path, client: str, name: str, token: str | None, role: str = "", cred: str = ""
     ) -> ControlClient:
-        path = socket_path(state)
+        shared = os.environ.get(principals.SOCKET_ENV, "").strip()
+        path = Path(shared) if shared else socket_path(state)
         if len(os.fsencode(path)) > SUN_PATH_MAX:
             raise GatewayUnavailable(f"socket path too long ({len(os.fsencode(path))} bytes): {path}")
         try:
@@ -129,13 +173,18 @@ class ControlClient:
             raise GatewayUnavailable(f"no gateway is listening on {path} ({exc.strerror})") from None
         except OSError as exc:
             raise GatewayUnavailable(f"cannot connect to {path}: {exc.strerror or exc}") from None
-        secret = token or read_token(state)
-        if not secret:
+        # On the agents' socket the peer's uid is the proof: there is no token this account could read.
+        secret = token or ("" if shared else read_token(state))
+        if not secret and not shared:
             writer.close()
             raise GatewayUnavailable(f"no gateway token in {token_path(state)}")
         try:
-            writer.write(encode_frame(Hello(token=secret, client=client, name=name or client, operator=role)))
-            await writer.drain()
+            hello = Hello(
+                token=secret or "", client=client, name=name or client, operator=role, credential=cred
+            )
+            writer.write(encode_frame(hello))
+            with contextlib.suppress(OSError):  # refused before our hello: its error frame is still there
+                await writer.drain()
             line = await asyncio.wait_for(read_frame_line(reader), HANDSHAKE_TIMEOUT_S)
             frame = decode_frame(line)
         except (OSError, asyncio.IncompleteReadError, TimeoutError, ProtocolError) as exc:
@@ -153,7 +202,14 @@ class ControlClient:
 
     @classmethod
     async def _start_and_connect(
-        cls, state: Path, client: str, name: str, token: str | None, start_timeout: float, role: str = ""
+        cls,
+        state: Path,
+        client: str,
+        name: str,
+        token: str | None,
+        start_timeout: float,
+        role: str = "",
+        cred: str = "",
     ) -> ControlClient:
         statefs.ensure_private_dir(state)
         lock_path = state / "gateway.start.lock"
@@ -173,12 +229,12 @@ class ControlClient:
                     await asyncio.sleep(0.02)
             # Whoever held the lock before us may have started it already.
             with contextlib.suppress(GatewayUnavailable):
-                return await cls._try_connect(state, client, name, token, role)
+                return await cls._try_connect(state, client, name, token, role, cred)
             proc = spawn_gateway(state)
             last = "gateway did not start"
             while time.monotonic() < deadline:
                 try:
-                    connected = await cls._try_connect(state, client, name, token, role)
+                    connected = await cls._try_connect(state, client, name, token, role, cred)
                     connected.started_gateway = True
                     return connected
                 except GatewayUnavailable as exc:

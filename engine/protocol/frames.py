@@ -55,6 +55,9 @@ class Hello:
     client: str = "cli"
     name: str = ""
     operator: str = ""  # the operator token, for verbs that can broaden what agents may run
+    # An agent's own credential (`exechost agents add NAME`): the gateway learns the agent from it (or from
+    # the peer's uid on the agents' socket), never from a request's `agentId`.
+    credential: str = ""
     type: str = field(default="hello", init=False)
 
 
@@ -62,6 +65,7 @@ class Hello:
 class Welcome:
     pid: int
     version: int = PROTOCOL_VERSION
+    agent: str = ""  # who the gateway took this connection to be ("" for the operator role)
     type: str = field(default="welcome", init=False)
 
 
@@ -161,9 +165,12 @@ def decode_frame(line: bytes | str) -> Frame:
             client=_need(obj, "client", str, "unknown")[:64],
             name=_need(obj, "name", str, "")[:128],
             operator=_need(obj, "operator", str, "")[:256],
+            credential=_need(obj, "credential", str, "")[:256],
         )
     if kind == "welcome":
-        return Welcome(pid=_need(obj, "pid", int), version=_need(obj, "version", int))
+        return Welcome(
+            pid=_need(obj, "pid", int), version=_need(obj, "version", int), agent=_need(obj, "agent", str, "")
+        )
     if kind == "error":
         return ErrorFrame(code=_need(obj, "code", str), message=_need(obj, "message", str))
     if kind == "req":

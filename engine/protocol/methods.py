@@ -42,6 +42,9 @@ class Method(StrEnum):
     SUBSCRIBE = "subscribe"
     STATUS = "status"
     SHUTDOWN = "shutdown"
+    # The operator changed the agent credentials on disk (`exechost agents add|revoke`): live connections
+    # whose credential no longer matches are dropped at once (new connections read the files anyway).
+    AGENTS_REFRESH = "agents.refresh"
 
 
 class EventName(StrEnum):

@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "runner.cli.console",
     "runner.cli.node",
     "runner.cli.nodes",
+    "runner.cli.agents",
 )
 
 

@@ -8,9 +8,11 @@ import json
 import sys
 from typing import Any
 
+from engine import principals
 from engine.display import REPORT, visible
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable
+from runner.cli.agents import agent_arg
 from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import EXIT_UNAVAILABLE, CliFailure, call, run_verb
 
@@ -22,6 +24,7 @@ def register(subparsers: Subparsers) -> None:
         description="System events: follow-ups of approved commands, background exits, overrides.",
     )
     p.add_argument("--session", default="", metavar="KEY", help="only this session key")
+    p.add_argument("--agent", type=agent_arg, metavar="ID", help="as this agent (its events only)")
     p.add_argument("--drain", action="store_true", help="remove the events shown (as the agent would)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new events until interrupted")
     add_json_arg(p)
@@ -34,7 +37,7 @@ def cmd_events(args: argparse.Namespace) -> int:
         params["sessionKey"] = args.session
     if args.follow:
         return _follow(args)
-    events = call("events", params).get("events", [])
+    events = call("events", params, agent=args.agent).get("events", [])
     lines = [f"[{e['sessionKey']}] {e['text']}" for e in events]
     text = "\n".join(lines) if lines else "No events."
     emit(text, {"events": events}, args.json)
@@ -50,9 +53,11 @@ def _follow(args: argparse.Namespace) -> int:
             print(f"[{visible(key)}] {visible(text, newline=REPORT, tabs=True)}", flush=True)
 
     async def go() -> None:
-        client = await ControlClient.connect(client="cli", name="cli events")
+        client = await ControlClient.connect(client="cli", name="cli events", agent=args.agent)
         try:
             await client.subscribe(["events"])  # first, so nothing falls between backlog and stream
+            # An agent's key as the gateway files it: inside its own namespace (engine.principals).
+            wanted = principals.own_key(client.agent, args.session) if client.agent else args.session
             backlog = await client.request("events", {"sessionKey": args.session} if args.session else {})
             seen = set()
             for item in backlog.get("events", []):
@@ -62,7 +67,7 @@ def _follow(args: argparse.Namespace) -> int:
                 if (ev.data.get("sessionKey"), ev.data.get("text")) in seen:
                     seen.discard((ev.data.get("sessionKey"), ev.data.get("text")))
                     continue
-                if ev.event != "system.event" or (args.session and ev.data.get("sessionKey") != args.session):
+                if ev.event != "system.event" or (args.session and ev.data.get("sessionKey") != wanted):
                     continue
                 show(ev.data)
         finally:

@@ -14,6 +14,7 @@ from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
 from runner.cli import UsageError
+from runner.cli.agents import agent_arg, node_query_arg
 from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import run_verb, with_client
 
@@ -28,12 +29,18 @@ def register(subparsers: Subparsers) -> None:
         help="run a shell command through the gateway (policy, approvals, sessions)",
         description="Run COMMAND with the exec tool: the same policy, approvals and sessions agents get.",
     )
-    p.add_argument("--agent", default="main", metavar="ID", help="agent id (default: main)")
+    p.add_argument(
+        "--agent",
+        type=agent_arg,
+        metavar="ID",
+        help="act as this agent: its credential from $EXECHOST_AGENT_TOKEN, else (the operator's "
+        "terminal) its file from `exechost agents add ID`; default: whoever the credential says, else main",
+    )
     p.add_argument("--session", default="", metavar="KEY", help="session key (system events, process scope)")
     p.add_argument("--host", metavar="H", help="auto|sandbox|gateway|node")
     p.add_argument("--security", metavar="S", help="deny|allowlist|full (may only tighten)")
     p.add_argument("--ask", metavar="A", help="off|on-miss|always (may only ask more)")
-    p.add_argument("--node", metavar="N", help="node id/name for host=node")
+    p.add_argument("--node", type=node_query_arg, metavar="N", help="node id/name for host=node")
     p.add_argument(
         "--yield-ms", type=int, metavar="N", help="ms to wait before backgrounding (default 10000)"
     )
@@ -65,7 +72,7 @@ def exec_params(args: argparse.Namespace) -> dict[str, Any]:
         env[key] = value
     params: dict[str, Any] = {
         "command": words[0] if len(words) == 1 else " ".join(words),
-        "agentId": args.agent,
+        **({"agentId": args.agent} if args.agent else {}),
         "sessionKey": args.session,
         "defaultWorkdir": os.getcwd(),
     }
@@ -150,7 +157,7 @@ async def _exec_waiting(client: ControlClient, params: dict[str, Any]) -> dict[s
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    result = with_client(lambda client: _exec_waiting(client, exec_params(args)))
+    result = with_client(lambda client: _exec_waiting(client, exec_params(args)), agent=args.agent)
     details = result.get("details") or {}
     emit(str(result.get("text", "")), details, args.json)
     return exit_code(details)

@@ -34,22 +34,37 @@ class CliFailure(Exception):
 
 
 def call(
-    method: str, params: dict[str, Any] | None = None, *, autostart: bool = True, operator: bool = False
+    method: str,
+    params: dict[str, Any] | None = None,
+    *,
+    autostart: bool = True,
+    operator: bool = False,
+    agent: str | None = None,
 ) -> dict[str, Any]:
     """One request over a fresh connection (starting the gateway if needed). `operator`: the verb is the
-    operator's own (approve, policy overrides), never one an agent runs."""
+    operator's own (approve, policy overrides), never one an agent runs. `agent`: act as that agent, with
+    its credential ($EXECHOST_AGENT_TOKEN, else its file in the state dir: engine.protocol.client)."""
     return with_client(
-        lambda client: client.request(method, params or {}), autostart=autostart, operator=operator
+        lambda client: client.request(method, params or {}),
+        autostart=autostart,
+        operator=operator,
+        agent=agent,
     )
 
 
 def with_client(
-    use: Callable[[ControlClient], Awaitable[T]], *, autostart: bool = True, operator: bool = False
+    use: Callable[[ControlClient], Awaitable[T]],
+    *,
+    autostart: bool = True,
+    operator: bool = False,
+    agent: str | None = None,
 ) -> T:
     """`use` a fresh connection (starting the gateway if needed); gateway failures become CliFailure."""
 
     async def go() -> T:
-        client = await ControlClient.connect(client="cli", name="cli", autostart=autostart, operator=operator)
+        client = await ControlClient.connect(
+            client="cli", name="cli", autostart=autostart, operator=operator, agent=agent
+        )
         if client.started_gateway:
             # Even a read-only verb leaves a daemon behind: say so, and how to stop it.
             print(

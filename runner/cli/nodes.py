@@ -14,6 +14,7 @@ from engine.config.model import Config, ConfigError, NodeConfig
 from engine.config.write import set_config_value
 from engine.nodes.link import NodeError, NodeLink
 from runner.cli import UsageError
+from runner.cli.agents import node_arg
 from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit, escape_controls
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -32,13 +33,13 @@ def register(subparsers: Subparsers) -> None:
         add_json_arg(q)
         q.set_defaults(func=cmd_list if verb == "list" else cmd_status)
     q = sub.add_parser("ping", help="connect to one node and report its round-trip time")
-    q.add_argument("name")
+    q.add_argument("name", type=node_arg)
     q.add_argument("--count", type=int, default=3, help="pings after connecting (default 3)")
     add_config_arg(q)
     add_json_arg(q)
     q.set_defaults(func=cmd_ping)
     q = sub.add_parser("add", help="add [nodes.<name>] to config.toml, then check the link")
-    q.add_argument("name")
+    q.add_argument("name", type=node_arg)
     q.add_argument("--host", required=True)
     q.add_argument("--port", type=int)
     q.add_argument("--user")
@@ -52,7 +53,7 @@ def register(subparsers: Subparsers) -> None:
     add_json_arg(q)
     q.set_defaults(func=cmd_add)
     q = sub.add_parser("remove", help="remove [nodes.<name>] from config.toml")
-    q.add_argument("name")
+    q.add_argument("name", type=node_arg)
     add_config_arg(q)
     add_json_arg(q)
     q.set_defaults(func=cmd_remove)

@@ -13,6 +13,7 @@ from engine.protocol.frames import Event, RemoteError
 from engine.protocol.methods import EventName
 from engine.sessions.actions import ACTIONS
 from runner.cli import UsageError
+from runner.cli.agents import agent_arg
 from runner.cli.common import Subparsers, add_json_arg, emit
 from runner.cli.gateway import CliFailure, call, run_verb, with_client
 
@@ -30,7 +31,13 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("session_id", nargs="?", metavar="SESSION_ID", help="the session (or use --session)")
     p.add_argument("--session", metavar="ID", help="the session id")
     p.add_argument("--session-key", default="", metavar="KEY", help="scope: the agent session key")
-    p.add_argument("--agent", default="main", metavar="ID", help="agent id (default: main)")
+    p.add_argument(
+        "--agent",
+        type=agent_arg,
+        metavar="ID",
+        help="act as this agent: its credential from $EXECHOST_AGENT_TOKEN, else (the operator's "
+        "terminal) its file from `exechost agents add ID`; default: whoever the credential says, else main",
+    )
     p.add_argument("--data", metavar="S", help="write: data for stdin")
     p.add_argument("--eof", action="store_true", help="write: close stdin afterwards")
     p.add_argument("--keys", nargs="+", metavar="K", help="send-keys: tmux-style key names")
@@ -46,7 +53,9 @@ def register(subparsers: Subparsers) -> None:
 
 
 def process_params(args: argparse.Namespace) -> dict[str, Any]:
-    params: dict[str, Any] = {"action": args.action, "sessionKey": args.session_key, "agentId": args.agent}
+    params: dict[str, Any] = {"action": args.action, "sessionKey": args.session_key}
+    if args.agent:
+        params["agentId"] = args.agent
     sid = args.session or args.session_id
     if sid:
         params["sessionId"] = sid
@@ -72,7 +81,7 @@ def process_params(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_process(args: argparse.Namespace) -> int:
     if args.action == "follow":
         return cmd_follow(args)
-    result = call("process", process_params(args))
+    result = call("process", process_params(args), agent=args.agent)
     details = result.get("details") or {}
     emit(str(result.get("text", "")), details, args.json)
     if details.get("error") == "not-found":
@@ -123,4 +132,4 @@ def cmd_follow(args: argparse.Namespace) -> int:
         code = session.get("exitCode")
         return code if isinstance(code, int) and 0 <= code <= 255 else 1
 
-    return with_client(go)
+    return with_client(go, agent=args.agent)

@@ -13,12 +13,14 @@ from engine.config.loader import load_config
 from engine.config.model import ConfigError
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
 from engine.errors import ExecHostError
+from engine.principals import valid_name
 from engine.sandbox import admin
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.images import DEBIAN_SUITE
 from engine.sandbox.settings import DEFAULT_IMAGE, layout, main_session_key, resolve_settings
 from engine.sandbox.workspace import WorkspaceError, stage_inbound
 from runner.cli import UsageError
+from runner.cli.agents import agent_arg, node_arg
 from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit, escape_controls
 from runner.cli.gateway import call, run_verb
 
@@ -47,7 +49,11 @@ def register(subparsers: Subparsers) -> None:
     p = actions.add_parser("explain", help="the effective sandbox config for an agent/session")
     add_config_arg(p)
     p.add_argument(
-        "--agent", default=None, metavar="ID", help="agent id (default: from --session, else main)"
+        "--agent",
+        type=agent_arg,
+        default=None,
+        metavar="ID",
+        help="agent id (default: from --session, else main)",
     )
     p.add_argument("--session", default=None, metavar="KEY", help="session key (default: the main session)")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
@@ -58,7 +64,7 @@ def register(subparsers: Subparsers) -> None:
     add_config_arg(p)
     p.add_argument("--all", action="store_true", help="every sandbox container")
     p.add_argument("--session", metavar="KEY", help="the container of this scope/session key")
-    p.add_argument("--agent", metavar="ID", help="the containers of this agent")
+    p.add_argument("--agent", type=agent_arg, metavar="ID", help="the containers of this agent")
     p.add_argument("--force", action="store_true", help="do not ask for confirmation")
     _node_arg(p)
     p.set_defaults(func=cmd_recreate)
@@ -67,7 +73,7 @@ def register(subparsers: Subparsers) -> None:
         "stage", help="copy files into a sandbox workspace's media/inbound/ (safe names, never overwriting)"
     )
     p.add_argument("files", nargs="+", metavar="FILE")
-    p.add_argument("--agent", default="main", metavar="ID")
+    p.add_argument("--agent", type=agent_arg, default="main", metavar="ID")
     p.add_argument("--session", metavar="KEY", help="session key (default: the agent's main session)")
     add_config_arg(p)
     add_json_arg(p)
@@ -75,7 +81,9 @@ def register(subparsers: Subparsers) -> None:
 
     p = actions.add_parser("prune", help="remove containers idle past idleHours or older than maxAgeDays now")
     add_config_arg(p)
-    p.add_argument("--agent", default="main", metavar="ID", help="whose prune settings apply (default: main)")
+    p.add_argument(
+        "--agent", type=agent_arg, default="main", metavar="ID", help="whose prune settings apply"
+    )
     _node_arg(p)
     p.set_defaults(func=cmd_prune)
 
@@ -94,7 +102,7 @@ def register(subparsers: Subparsers) -> None:
     ):
         q = verbs.add_parser(verb, help=text)
         if verb != "status":
-            q.add_argument("--agent", default="main", metavar="ID", help="agent id (default: main)")
+            q.add_argument("--agent", type=agent_arg, default="main", metavar="ID", help="agent id")
             q.add_argument("--session", default="", metavar="KEY", help="session key (default: main)")
         add_json_arg(q)
         q.set_defaults(func=run_verb(cmd_browser))
@@ -127,6 +135,7 @@ def register(subparsers: Subparsers) -> None:
 def _node_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--node",
+        type=node_arg,
         metavar="NAME",
         help="on this node's Docker ([nodes.NAME]), over its own SSH link (no gateway needed)",
     )
@@ -330,6 +339,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     agent = args.agent
     if agent is None and args.session and args.session.startswith("agent:"):
         agent = args.session.split(":")[1] or None
+        if agent is not None and not valid_name(agent):
+            raise UsageError(f"invalid agent id {agent!r} in --session")
     if args.node:
         params = {"agentId": agent or "main", **({"sessionKey": args.session} if args.session else {})}
         try:

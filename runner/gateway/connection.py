@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from engine.principals import owns_key
 from engine.protocol.frames import Event, Frame, Hello, ProtocolError, Response, encode_frame
 
 log = logging.getLogger("exechost.gateway")
@@ -33,6 +34,12 @@ class Connection:
         self.client = hello.client
         self.name = hello.name or hello.client
         self.operator = bool(hello.operator)  # verified in the handshake
+        # The principal, set by the handshake from the peer's account or the tokens it proved (never from a
+        # request): every verb a non-operator sends is scoped to this agent (handlers/common.py).
+        self.agent = "main"
+        self.credential = ""  # the agent whose minted credential authenticated this connection, if any
+        self.presented = ""  # that credential, to drop the connection once it is revoked or re-minted
+        self.peer_uid = -1
         self.peer_pid = peer_pid
         self.topics: set[str] = set()
         # None: every session's output (protocol v1 default); a set: only these (sessions.follow), the
@@ -50,7 +57,14 @@ class Connection:
         self.closed = False
         self.tasks: set[asyncio.Task[None]] = set()
 
-    def wants_output(self, session_id: str) -> bool:
+    def sees_scope(self, scope_key: str) -> bool:
+        """May this connection see what happens in this session scope: the operator sees every one, an
+        agent only its own (engine.principals.owns_key)."""
+        return self.operator or owns_key(self.agent, scope_key)
+
+    def wants_output(self, session_id: str, scope_key: str | None = None) -> bool:
+        if scope_key is not None and not self.sees_scope(scope_key):
+            return False
         return "sessions" in self.topics and (self.follow is None or session_id in self.follow)
 
     def send(self, frame: Frame) -> None:

@@ -68,7 +68,8 @@ class OutputFanout:
             self._forward(sid)
 
     def _output_wanted(self, session_id: str) -> bool:
-        return any(c.wants_output(session_id) for c in self.connections())
+        scope = self._scope(session_id)
+        return any(c.wants_output(session_id, scope) for c in self.connections())
 
     def forward_wanted_sessions(self) -> None:
         """Start pushing output of every running session some connection now wants."""
@@ -76,13 +77,18 @@ class OutputFanout:
             if not session.exited and self._output_wanted(session.id):
                 self._forward(session.id)
 
+    def _scope(self, session_id: str) -> str:
+        session = self.sessions.get(session_id)
+        return session.scope_key if session is not None else "\x00unknown"  # a scope nobody owns
+
     def _offset(self, session_id: str) -> int:
         session = self.sessions.get(session_id)
         return session.raw.offset if session is not None else 0
 
     def follow(self, conn: Connection, session_id: str, *, only: bool = False) -> list[str]:
         """`sessions.follow`: push this session's output to `conn` (and, with `only`, no other's)."""
-        if self.sessions.get(session_id) is None:
+        session = self.sessions.get(session_id)
+        if session is None or not conn.sees_scope(session.scope_key):  # another agent's: the same answer
             raise InvalidInput(f"No session found for {session_id}")
         self._enter_follow_mode(conn)
         assert conn.follow is not None
@@ -111,7 +117,8 @@ class OutputFanout:
         self._enter_follow_mode(conn)
         self.unfollow(conn, None)
         for sid in session_ids:
-            if self.sessions.get(sid) is not None:
+            session = self.sessions.get(sid)
+            if session is not None and conn.sees_scope(session.scope_key):
                 self.follow(conn, sid)
 
     def _enter_follow_mode(self, conn: Connection) -> None:
@@ -128,8 +135,9 @@ class OutputFanout:
             conns = [c for c in self.connections() if c.follow is not None and "sessions" in c.topics]
             if not conns:
                 continue
-            offsets = {s.id: s.raw.offset for s in self.sessions.registry}
-            for conn in conns:
+            sessions = list(self.sessions.registry)
+            for conn in conns:  # an agent hears only of its own sessions, not even their ids
+                offsets = {s.id: s.raw.offset for s in sessions if conn.sees_scope(s.scope_key)}
                 self._send_activity(conn, offsets)
 
     def _send_activity(self, conn: Connection, offsets: dict[str, int]) -> None:
@@ -155,8 +163,9 @@ class OutputFanout:
 
     def _send_output(self, session_id: str, data: dict[str, Any]) -> None:
         frame = Event(event="session.output", data=data)
+        scope = self._scope(session_id)
         for conn in self.connections():
-            if conn.wants_output(session_id):
+            if conn.wants_output(session_id, scope):
                 conn.send(frame)
 
     def _forward(self, session_id: str) -> None:

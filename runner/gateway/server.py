@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import grp
 import hmac
 import logging
 import os
 import signal
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import statefs, unixsock
+from engine import principals, statefs, unixsock
 from engine.errors import ExecHostError
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
@@ -36,6 +38,7 @@ from engine.protocol.frames import (
 from engine.redact import scrub
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
+from runner.gateway.handlers.common import agent_id
 from runner.gateway.services import Services
 
 log = logging.getLogger("exechost.gateway")
@@ -77,6 +80,10 @@ class GatewayServer:
         self.connections: set[Connection] = set()
         self._socket_ino: int | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        # The agents' socket ([gateway] agentSocket): other Unix accounts, admitted by group, mapped by uid.
+        self._agents_server: asyncio.AbstractServer | None = None
+        self.agents_socket_path: Path | None = None
+        self._agents_ino: int | None = None
 
     # -- lifecycle
 
@@ -128,12 +135,59 @@ class GatewayServer:
                 os.umask(old)
             os.chmod(self.socket_path, 0o600)
             self._socket_ino = os.lstat(self.socket_path).st_ino
+            await self._start_agents_socket()
         except BaseException:
+            if self._server is not None:
+                self._server.close()
+                self._server = None
+                with contextlib.suppress(OSError):
+                    os.unlink(self.socket_path)
             self._release_lock()
             raise
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_socket())
         self.started_at = time.time()
         log.info("gateway listening on %s (pid %d)", self.socket_path, os.getpid())
+
+    async def _start_agents_socket(self) -> None:
+        """`[gateway] agentSocket`: a second socket, 0660 and group `agentGroup`, in a directory only the
+        gateway's account can write (0750, same group). The state dir stays 0700: an agent's account can
+        reach this socket and nothing of the operator's state."""
+        gw = self.services.config().gateway
+        if not gw.agent_socket or not gw.agent_group:
+            return
+        gid = grp.getgrnam(gw.agent_group).gr_gid
+        path = Path(gw.agent_socket)
+        parent = path.parent
+        statefs.refuse_symlink(parent)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(parent, 0o750)
+        st = os.lstat(parent)
+        if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode):
+            raise GatewayBusy(f"{parent}: the agents' socket directory must be a directory the gateway owns")
+        # chown first, then the mode: at no moment may another account write here or a stranger enter.
+        os.chown(parent, -1, gid)
+        os.chmod(parent, 0o750)  # noqa: S103 - group-readable on purpose: the agents' group
+        self.agents_socket_path = path
+        problem = unixsock.socket_path_problem(path)
+        if problem is not None:
+            raise GatewayBusy(f"{path}: socket path {problem}; refusing to replace it")
+        if path.exists():
+            if unixsock.socket_is_live(path, timeout=1.0):
+                raise GatewayBusy(f"another gateway is answering on {path}")
+            os.unlink(path)
+        old = os.umask(0o177)  # born 0600, then opened to the group once its group is set
+        try:
+            self._agents_server = await asyncio.start_unix_server(
+                lambda r, w: self._on_connect(r, w, agents_socket=True),
+                path=str(path),
+                limit=MAX_FRAME_BYTES + 1,
+            )
+        finally:
+            os.umask(old)
+        os.chown(path, -1, gid)
+        os.chmod(path, 0o660)
+        self._agents_ino = os.lstat(path).st_ino
+        log.info("agents' socket on %s (group %s)", path, gw.agent_group)
 
     def request_stop(self) -> None:
         self._stopped.set()
@@ -166,6 +220,11 @@ class GatewayServer:
         with contextlib.suppress(OSError):
             if os.lstat(self.socket_path).st_ino == self._socket_ino:  # never remove a successor's socket
                 os.unlink(self.socket_path)
+        if self._agents_server is not None and self.agents_socket_path is not None:
+            self._agents_server.close()
+            with contextlib.suppress(OSError):
+                if os.lstat(self.agents_socket_path).st_ino == self._agents_ino:
+                    os.unlink(self.agents_socket_path)
         for conn in list(self.connections):
             for task in list(conn.tasks):
                 task.cancel()
@@ -191,14 +250,18 @@ class GatewayServer:
             await asyncio.wait_for(writer.drain(), 1.0)
         writer.close()
 
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connect(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, agents_socket: bool = False
+    ) -> None:
         sock = writer.get_extra_info("socket")
         peer = unixsock.peer_info(sock)
         if peer is None:
             writer.close()
             return
         pid, uid = peer.pid, peer.uid
-        if uid != os.geteuid():
+        mapped: str | None = None  # the agent this peer's Unix account is (agents' socket only)
+        other_account = uid != os.geteuid()
+        if other_account and not agents_socket:
             log.warning("refused peer pid %d uid %d (gateway uid %d)", pid, uid, os.geteuid())
             await self._reject(writer, "auth", f"peer uid {uid} is not the gateway's uid {os.geteuid()}")
             return
@@ -208,13 +271,26 @@ class GatewayServer:
         self._unauthenticated += 1
         try:
             hello = await self._handshake(reader, writer)
+            if hello is not None and other_account:
+                # Decided after its hello is read, so the refusal reaches the client instead of racing
+                # its write. The mapping is read from the current config: an edit applies to new connections.
+                mapped = self.services.config().agent_for_uid(uid)
+                if mapped is None:
+                    log.warning("refused peer pid %d uid %d: no agent has this uid", pid, uid)
+                    why = "is not mapped to an agent ([[agents.list]] uid or user)"
+                    await self._reject(writer, "auth", f"peer uid {uid} {why}")
+                    return
+            who = None if hello is None else await self._principal(writer, hello, mapped)
         finally:
             self._unauthenticated -= 1
-        if hello is None:
+        if hello is None or who is None:
             return
         conn = Connection(writer, hello, pid, on_close=self.services.connection_closed)
+        conn.agent, conn.credential = who
+        conn.presented = hello.credential
+        conn.peer_uid = uid
         self.connections.add(conn)
-        conn.send(Welcome(pid=os.getpid()))
+        conn.send(Welcome(pid=os.getpid(), agent="" if conn.operator else conn.agent))
         try:
             await self._serve(conn, reader)
         finally:
@@ -238,12 +314,6 @@ class GatewayServer:
         if not isinstance(frame, Hello):
             await self._reject(writer, "handshake", f"expected a hello frame, got {frame.type!r}")
             return None
-        if not hmac.compare_digest(frame.token.encode(), self._token.encode()):
-            await self._reject(writer, "auth", "invalid gateway token")
-            return None
-        if frame.operator and not hmac.compare_digest(frame.operator.encode(), self._operator.encode()):
-            await self._reject(writer, "auth", "invalid operator token")
-            return None
         if frame.version != PROTOCOL_VERSION:
             await self._reject(
                 writer,
@@ -252,6 +322,50 @@ class GatewayServer:
             )
             return None
         return frame
+
+    async def _principal(
+        self, writer: asyncio.StreamWriter, hello: Hello, mapped: str | None
+    ) -> tuple[str, str] | None:
+        """Who this connection is, as (agent, credential's agent or ""): from the peer's Unix account on
+        the agents' socket, else from the tokens it proved. Never from a request field."""
+        if mapped is not None:
+            # Another account: its uid is its identity. It cannot have read the operator's tokens, and it
+            # may not borrow another agent's credential either.
+            if hello.operator or hello.credential:
+                await self._reject(writer, "auth", f"this account is agent {mapped!r}; present no tokens")
+                return None
+            return mapped, ""
+        if not hmac.compare_digest(hello.token.encode(), self._token.encode()):
+            await self._reject(writer, "auth", "invalid gateway token")
+            return None
+        if hello.operator:
+            if not hmac.compare_digest(hello.operator.encode(), self._operator.encode()):
+                await self._reject(writer, "auth", "invalid operator token")
+                return None
+            if hello.credential:
+                await self._reject(
+                    writer, "auth", "present the operator token or an agent credential, not both"
+                )
+                return None
+            return principals.MAIN_AGENT, ""
+        if hello.credential:
+            agent = await asyncio.to_thread(principals.lookup, self.state_dir, hello.credential)
+            if agent is None:
+                await self._reject(writer, "auth", "invalid or revoked agent credential")
+                return None
+            return agent, agent
+        return principals.MAIN_AGENT, ""  # the gateway token alone: the zero-configuration agent
+
+    async def drop_revoked(self) -> list[str]:
+        """Close live connections whose agent credential no longer matches the file on disk (revoked or
+        re-minted); returns their agents."""
+        dropped: list[str] = []
+        for conn in list(self.connections):
+            if conn.credential and principals.read_token(self.state_dir, conn.credential) != conn.presented:
+                dropped.append(conn.credential)
+                conn.send(ErrorFrame(code="auth", message="agent credential revoked"))
+                await conn.finish()
+        return dropped
 
     async def _serve(self, conn: Connection, reader: asyncio.StreamReader) -> None:
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
@@ -300,6 +414,9 @@ class GatewayServer:
             )
             return
         try:
+            if not conn.operator and req.params.get("agentId") not in (None, ""):
+                # Every verb alike: an agent's request naming another agent is refused, never honoured.
+                agent_id(req.params, conn)
             result: dict[str, Any] = await handler(self.services, conn, req.params)
         except ExecHostError as exc:  # deliberate: its code tells the client what kind of failure it is
             # Every error leaves scrubbed of the secrets this process holds (tokens, door URLs).

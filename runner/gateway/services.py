@@ -184,7 +184,7 @@ class Services:
     def broadcast(self, topic: str, event: str, data: dict[str, Any]) -> None:
         frame = Event(event=event, data=data)
         for conn in self.connections():
-            if topic in conn.topics:
+            if topic in conn.topics and _visible(conn, topic, data):
                 conn.send(frame)
 
     def has_approver(self) -> bool:
@@ -236,3 +236,17 @@ class Services:
             "configError": self.config_problem(),
             "version": 1,
         }
+
+
+def _visible(conn: Connection, topic: str, data: dict[str, Any]) -> bool:
+    """An agent's connection hears only of its own scopes: its sessions' starts and exits, its session
+    keys' system events. Approvals (every agent's commands), sandboxes and gateway-wide events are the
+    operator's."""
+    if conn.operator:
+        return True
+    if topic == "sessions":
+        return conn.sees_scope(str(data.get("scopeKey") or "\x00"))
+    if topic == "events":
+        key = data.get("sessionKey")
+        return isinstance(key, str) and conn.sees_scope(key)
+    return False

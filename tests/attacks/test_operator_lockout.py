@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from engine import principals
 from engine.approvals.pending import MAX_PENDING_PER_AGENT
 from engine.errors import ExecHostError
 from engine.protocol.frames import MAX_FRAME_BYTES
@@ -15,6 +16,16 @@ from tests.attacks.harness import ALLOWLIST
 from tests.helpers.gateway import connect, gateway, write_config
 
 AGENTS = ALLOWLIST + "".join(f'\n[[agents.list]]\nid = "a{i}"\n' for i in range(12))
+
+
+async def as_agents(state: Path) -> dict[str, Any]:
+    """One connection per configured agent, each with its own credential (the gateway takes the agent
+    from the connection, never from a request's agentId)."""
+    clients = {}
+    for i in range(12):
+        principals.mint(state, f"a{i}")
+        clients[f"a{i}"] = await connect(state, f"a{i}", operator=False, agent=f"a{i}")
+    return clients
 
 
 async def all_pending(client: Any) -> list[dict[str, Any]]:
@@ -61,8 +72,11 @@ async def test_asks_are_capped_per_agent_and_the_list_is_paged(state_dir: Path) 
                 accepted += 1
         assert accepted == MAX_PENDING_PER_AGENT
         # Another agent still gets its asks through.
-        res = await agent.request("exec", {"command": "rm -rf /tmp/nothing", "agentId": "a1"})
+        principals.mint(state_dir, "a1")
+        other = await connect(state_dir, "a1", operator=False, agent="a1")
+        res = await other.request("exec", {"command": "rm -rf /tmp/nothing"})
         assert res["details"]["status"] == "approval-pending"
+        await other.close()
         # The operator sees every one of them, in frames under the cap, oldest first.
         operator = await connect(state_dir, "console")
         rows = await all_pending(operator)
@@ -84,11 +98,12 @@ async def test_the_total_cap_holds_across_agents(state_dir: Path) -> None:
     async with gateway(state_dir) as server:
         server.services.approvals.max_total = 30  # the same rule as MAX_PENDING, at a test's scale
         assert MAX_PENDING >= 30
-        agent = await connect(state_dir, "agent", operator=False)
+        agents = await as_agents(state_dir)
         accepted = 0
         with pytest.raises(ExecHostError, match="waiting for the operator"):
             for i in range(40):
-                await agent.request("exec", {"command": f"echo {i} && id", "agentId": f"a{i % 12}"})
+                await agents[f"a{i % 12}"].request("exec", {"command": f"echo {i} && id"})
                 accepted += 1
         assert accepted == 30
-        await agent.close()
+        for client in agents.values():
+            await client.close()

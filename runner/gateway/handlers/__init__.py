@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.protocol.methods import Method
 from runner.gateway.handlers import (
+    agents,
     approvals,
     approve,
     browser,
@@ -63,4 +64,5 @@ HANDLERS: dict[str, Handler] = {  # keyed by Method: every member has exactly on
     Method.SUBSCRIBE: subscribe.handle,
     Method.STATUS: status.handle,
     Method.SHUTDOWN: shutdown.handle,
+    Method.AGENTS_REFRESH: agents.refresh,
 }

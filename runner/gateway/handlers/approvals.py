@@ -66,7 +66,7 @@ async def detach(services: Services, conn: Connection, params: dict[str, Any]) -
 async def allowlist_add(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     """Add an entry to the approvals file (the operator's edit, e.g. from the console's Policy pane)."""
     require_operator(conn, "approvals.allowlist.add")
-    agent = agent_id(params)
+    agent = agent_id(params, conn)
     pattern = req_str(params, "pattern").strip()
     if pattern.startswith(COMMAND_HASH_PREFIX):
         raise InvalidInput(f"{COMMAND_HASH_PREFIX} entries are written only by an allow-always approval")
@@ -89,7 +89,7 @@ async def allowlist_add(services: Services, conn: Connection, params: dict[str, 
 
 async def allowlist_remove(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     require_operator(conn, "approvals.allowlist.remove")
-    agent = agent_id(params)
+    agent = agent_id(params, conn)
     pattern = req_str(params, "pattern")
     try:
         removed = await asyncio.to_thread(services.store.remove_allowlist, agent, pattern)
@@ -102,8 +102,9 @@ async def status(services: Services, conn: Connection, params: dict[str, Any]) -
     """What became of one approval: pending, decided (who, the reason) or expired, and the run it started.
     An agent sees only its own agent's approvals; the operator sees any."""
     wanted = req_str(params, "approvalId")
+    caller = agent_id(params, conn)  # an agent's own; a request naming another agent is refused
     record = services.approvals.lookup(wanted)
-    if record is None or (not conn.operator and record.request.agent_id != agent_id(params)):
+    if record is None or (not conn.operator and record.request.agent_id != caller):
         raise InvalidInput(f"unknown or expired approval id {wanted!r} (decisions are kept for the last 500)")
     view = record.view()
     run = dict(record.run or {})

@@ -19,35 +19,35 @@ if TYPE_CHECKING:
 
 
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    check_sandbox_tool(services, "browser", params)
+    check_sandbox_tool(services, "browser", params, conn)
     args = {k: v for k, v in params.items() if k not in ("agentId", "sessionKey")}
-    result = await services.browsers.call(agent_id(params), session_key(params), args)
+    result = await services.browsers.call(agent_id(params, conn), session_key(params, conn), args)
     return result.to_dict()
 
 
 async def start(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     # Operator-only: with autoStart = false, starting a browser is the operator's decision.
     require_operator(conn, "browser.start")
-    return await services.browsers.start(agent_id(params), session_key(params))
+    return await services.browsers.start(agent_id(params, conn), session_key(params, conn))
 
 
 async def stop(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     require_operator(conn, "browser.stop")
     name = opt_str(params, "containerName")
-    return await services.browsers.stop(agent_id(params), session_key(params), name)
+    return await services.browsers.stop(agent_id(params, conn), session_key(params, conn), name)
 
 
 async def status(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     rows = await services.browsers.status()
     if not conn.operator:  # an agent sees its own browsers' pages, never another agent's
-        rows = [r for r in rows if r.get("agentId") == agent_id(params)]
+        rows = [r for r in rows if r.get("agentId") == agent_id(params, conn)]
     return {"browsers": rows}
 
 
 async def url(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     """The CDP and noVNC URLs carry the browser's token: the operator's only."""
     require_operator(conn, "browser.url")
-    return await services.browsers.urls(agent_id(params), session_key(params))
+    return await services.browsers.urls(agent_id(params, conn), session_key(params, conn))
 
 
 async def screenshot(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:

@@ -1,10 +1,11 @@
-"""Parameter helpers shared by the handlers: typed reads that fail with a clear message."""
+"""Parameter helpers shared by the handlers: typed reads that fail with a clear message, and the caller's
+agent and session scope, which come from the connection (engine/principals.py), never from a request."""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
+from engine import principals
 from engine.errors import InvalidInput
 from engine.results import ToolError
 from engine.sandbox.toolpolicy import tool_refusal
@@ -30,8 +31,13 @@ def req_str(params: dict[str, Any], key: str) -> str:
     return value
 
 
-def session_key(params: dict[str, Any]) -> str:
-    return (opt_str(params, "sessionKey") or "").strip()[:256]
+def session_key(params: dict[str, Any], conn: Any) -> str:
+    """The request's session key; for an agent's connection always inside its own namespace (a foreign
+    or plain key is moved into it: principals.own_key), so another agent's scope cannot be named."""
+    key = (opt_str(params, "sessionKey") or "").strip()[:256]
+    if getattr(conn, "operator", False):
+        return key
+    return principals.own_key(conn.agent, key)
 
 
 OPERATOR_ONLY = (
@@ -46,24 +52,38 @@ def require_operator(conn: Any, what: str) -> None:
         raise ToolError(OPERATOR_ONLY.format(what=what))
 
 
-AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}")
+AGENT_ID = principals.NAME_RE
 
 
-def agent_id(params: dict[str, Any]) -> str:
-    """The calling agent; refused unless a plain id: `*` would address every agent's approvals."""
+def agent_id(params: dict[str, Any], conn: Any) -> str:
+    """The agent a request acts for. An agent's connection acts for the agent the handshake proved, and a
+    request naming another one is refused (never silently switched: the caller learns its mistake). The
+    operator acts for whichever agent it names (default main). `*` and `../x` are never ids."""
     raw = opt_str(params, "agentId")
-    if raw is None or raw == "":
-        return "main"
-    if not AGENT_ID.fullmatch(raw):
-        raise InvalidInput(f"invalid agent id {raw!r} (letters, digits and _ . : @ - only)")
-    return raw
+    named = principals.check_agent(raw) if raw else None
+    if getattr(conn, "operator", False):
+        return named or principals.MAIN_AGENT
+    if named is not None and named != conn.agent:
+        raise InvalidInput(
+            f"agentId {named!r} is not this connection's agent ({conn.agent!r}); an agent acts as itself, "
+            "proven by its credential or Unix account (docs/SECURITY.md, Principals)"
+        )
+    return str(conn.agent)
 
 
-def check_sandbox_tool(services: Services, tool: str, params: dict[str, Any]) -> None:
+def owned_session(services: Services, conn: Any, session_id: str) -> Any:
+    """The session, when the caller may touch it; otherwise the exact error a nonexistent id gets."""
+    session = services.sessions.get(session_id)
+    if session is None or not (conn.operator or principals.owns_key(conn.agent, session.scope_key)):
+        raise InvalidInput(f"No session found for {session_id}")
+    return session
+
+
+def check_sandbox_tool(services: Services, tool: str, params: dict[str, Any], conn: Any) -> None:
     """Seed 004 §4.2: in a sandboxed session only the tools `tools.sandbox.tools` allows may be called."""
     config = services.config()
-    agent = agent_id(params)
-    if not sandbox_available(config, agent, session_key(params)):
+    agent = agent_id(params, conn)
+    if not sandbox_available(config, agent, session_key(params, conn)):
         return
     allow, deny = config.sandbox_tools_for(agent)
     refusal = tool_refusal(tool, allow, deny)

@@ -12,9 +12,11 @@ if TYPE_CHECKING:
 
 
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    key = session_key(params)
+    key = session_key(params, conn)
     drain = params.get("drain", False) is True
-    keys = [key] if key else services.events.keys()
+    # No key: every queue the caller may see (an agent: its own keys only, never another agent's).
+    queues = services.events.keys()
+    keys = [key] if key else [k for k in queues if conn.sees_scope(k)]
     out: list[dict[str, Any]] = []
     for k in keys:
         texts = services.events.drain(k) if drain else services.events.peek(k)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine.principals import check_node_query
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
 from engine.tools.exec import ExecContext
@@ -15,7 +16,9 @@ if TYPE_CHECKING:
 
 
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    check_sandbox_tool(services, "exec", params)
+    check_sandbox_tool(services, "exec", params, conn)
+    if params.get("node") not in (None, ""):
+        check_node_query(params.get("node"))  # `../n1` would normalise to `n1` and pick that node
     call_id = params.get("callId")
 
     waited: list[str] = []
@@ -27,8 +30,8 @@ async def handle(services: Services, conn: Connection, params: dict[str, Any]) -
         conn.waiting_approvals.add(waited[-1])
 
     ctx = ExecContext(
-        agent_id=agent_id(params),
-        session_key=session_key(params),
+        agent_id=agent_id(params, conn),
+        session_key=session_key(params, conn),
         caller_alive=lambda: not conn.closed,
         on_waiting=waiting,
     )

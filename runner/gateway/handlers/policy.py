@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 async def check(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     command = req_str(params, "command")
-    agent, key = agent_id(params), session_key(params)
+    agent, key = agent_id(params, conn), session_key(params, conn)
     config = services.config()
     keys = ("host", "security", "ask", "node", "elevated")
     call: dict[str, Any] = {k: params[k] for k in keys if k in params}
@@ -44,11 +44,11 @@ def _view(ov: SessionOverrides) -> dict[str, Any]:
 
 
 async def override(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    key = session_key(params)
+    key = session_key(params, conn)
     if not key:
         raise InvalidInput("sessionKey is required")
     directive = req_str(params, "directive")
-    agent = agent_id(params)
+    agent = agent_id(params, conn)
     config = services.config()
     current = services.overrides.get(key, SessionOverrides())
     updated, reply = apply_directive(
@@ -78,7 +78,9 @@ def _only_tightens(before: SessionOverrides, after: SessionOverrides) -> bool:
 
 
 async def overrides(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    return {"overrides": {key: _view(ov) for key, ov in services.overrides.items()}}
+    # An agent sees its own session keys' overrides only; the operator sees every one.
+    rows = {key: _view(ov) for key, ov in services.overrides.items() if conn.sees_scope(key)}
+    return {"overrides": rows}
 
 
 async def agents(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """`sandbox.list|explain|recreate|prune`: the operator's sandbox verbs over the control socket, here or (with
-`node`) on a node; the list merges every connected node's sandboxes, each row with its node."""
+`node`) on a node; the list merges every connected node's sandboxes, each row with its node. An agent's
+connection sees and recreates only its own containers; `all`, prune and shared ones are the operator's."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidInput
+from engine.principals import check_node
 from engine.results import ToolError
 from engine.sandbox import admin, default_manager
 from engine.sandbox.docker_ops import SandboxUnavailable
-from runner.gateway.handlers.common import agent_id, opt_str, session_key
+from runner.gateway.handlers.common import agent_id, opt_str, require_operator, session_key
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -18,14 +20,21 @@ if TYPE_CHECKING:
 
 
 def _node(params: dict[str, Any]) -> str | None:
-    return (opt_str(params, "node") or "").strip() or None
+    raw = (opt_str(params, "node") or "").strip()
+    return check_node(raw) if raw else None
+
+
+def _owned(conn: Connection, row: dict[str, Any]) -> bool:
+    """An agent's own container: made for it, and not the one every agent shares (scope = shared)."""
+    return conn.operator or (row.get("agentId") == conn.agent and row.get("sessionKey") != "shared")
 
 
 async def list_(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     node = _node(params)
     if node is not None:
         name, payload = await services.nodes.sandbox_call(node, "sandbox.list", {})
-        return {"containers": [{**r, "node": name} for r in payload.get("containers") or []]}
+        rows = [{**r, "node": name} for r in payload.get("containers") or [] if _owned(conn, r)]
+        return {"containers": rows}
     errors: list[dict[str, Any]] = []
     try:
         rows = await asyncio.to_thread(admin.list_runtimes, services.config(), default_manager())
@@ -35,20 +44,20 @@ async def list_(services: Services, conn: Connection, params: dict[str, Any]) ->
         rows, errors = [], [{"node": None, "error": str(exc)}]
     rows = [{**r, "node": None} for r in rows]
     node_rows, node_errors = await services.nodes.sandbox_lists()
-    out: dict[str, Any] = {"containers": rows + node_rows}
+    out: dict[str, Any] = {"containers": [r for r in rows + node_rows if _owned(conn, r)]}
     if errors or node_errors:
         out["errors"] = errors + node_errors
     return out
 
 
 async def explain(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    key = session_key(params) or None
+    key = session_key(params, conn) or None
     node = _node(params)
     if node is not None:
-        forwarded = {"agentId": agent_id(params), **({"sessionKey": key} if key else {})}
+        forwarded = {"agentId": agent_id(params, conn), **({"sessionKey": key} if key else {})}
         name, payload = await services.nodes.sandbox_call(node, "sandbox.explain", forwarded)
         return {**payload, "node": name}
-    return await asyncio.to_thread(admin.explain, services.config(), agent_id(params), key)
+    return await asyncio.to_thread(admin.explain, services.config(), agent_id(params, conn), key)
 
 
 async def recreate(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
@@ -59,12 +68,22 @@ async def recreate(services: Services, conn: Connection, params: dict[str, Any])
     name = opt_str(params, "containerName")
     if sum([everything, key is not None, agent is not None, name is not None]) != 1:
         raise InvalidInput("Please specify exactly one of: all, sessionKey, agentId, containerName")
+    if agent is not None:
+        agent = agent_id(params, conn)  # an agent names only itself
+    if key is not None:
+        key = session_key(params, conn)
+    if everything:
+        require_operator(conn, "sandbox.recreate all")  # every agent's containers
     node = _node(params)
+    if node is not None and name is not None:
+        require_operator(conn, "sandbox.recreate of a node container by name")
     if node is not None:
         chosen = {"all": everything, "sessionKey": key, "agentId": agent, "containerName": name}
         forwarded = {k: v for k, v in chosen.items() if v not in (None, False)}
         node_name, payload = await services.nodes.sandbox_call(node, "sandbox.recreate", forwarded)
         return {**payload, "node": node_name}
+    if not conn.operator:
+        return await asyncio.to_thread(_recreate_own, services, conn, key, agent, name)
     try:
         return await asyncio.to_thread(
             lambda: admin.recreate(
@@ -80,16 +99,42 @@ async def recreate(services: Services, conn: Connection, params: dict[str, Any])
         raise ToolError(str(exc)) from None
 
 
+def _recreate_own(
+    services: Services, conn: Connection, key: str | None, agent: str | None, name: str | None
+) -> dict[str, Any]:
+    """An agent's recreate: the selector applied to its own containers only; another agent's container
+    name reads exactly like a name that does not exist (nothing removed)."""
+    try:
+        rows = [r for r in admin.list_runtimes(services.config(), default_manager()) if _owned(conn, r)]
+    except SandboxUnavailable as exc:
+        raise ToolError(str(exc)) from None
+    if name is not None:
+        chosen = [r for r in rows if r["containerName"] == name]
+    else:
+        chosen = admin.select(rows, session=key, agent=agent)
+    removed: list[str] = []
+    failed: list[dict[str, str]] = []
+    for row in chosen:
+        if admin.remove(row["containerName"], default_manager()):
+            removed.append(row["containerName"])
+        else:
+            failed.append({"containerName": row["containerName"], "error": "docker rm -f failed"})
+    return {"removed": removed, "failed": failed}
+
+
 async def prune(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     from engine.sandbox.settings import resolve_settings
 
+    # A prune sweeps every agent's idle containers and browsers: the operator's call. An agent removes
+    # its own with sandbox.recreate.
+    require_operator(conn, "sandbox.prune")
     node = _node(params)
     if node is not None:
         name, payload = await services.nodes.sandbox_call(
-            node, "sandbox.prune", {"agentId": agent_id(params)}
+            node, "sandbox.prune", {"agentId": agent_id(params, conn)}
         )
         return {**payload, "node": name}
-    settings = resolve_settings(services.config(), agent_id(params))
+    settings = resolve_settings(services.config(), agent_id(params, conn))
     try:
         removed = await default_manager().maybe_prune(settings, force=True)
         browsers = await services.browsers.manager.prune(settings.idle_hours, settings.max_age_days)

@@ -1,12 +1,12 @@
-"""`sessions.list|output|resize|follow|unfollow`: the operator's view of every session, raw output paging,
-PTY resize, and which sessions' output this connection is pushed."""
+"""`sessions.list|output|resize|follow|unfollow`: the operator's view of every session (an agent's: its own
+scopes only), raw output paging, PTY resize, and which sessions' output this connection is pushed."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidInput
-from runner.gateway.handlers.common import opt_str, req_str, require_operator
+from runner.gateway.handlers.common import opt_str, owned_session, req_str, require_operator, session_key
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -14,9 +14,12 @@ if TYPE_CHECKING:
 
 
 async def list_(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    key = opt_str(params, "sessionKey")
+    key = session_key(params, conn)
+    if not conn.operator:  # an agent: the sessions of its own scopes, never another agent's
+        rows = services.sessions.list_sessions(key) if key else services.sessions.list_sessions(None)
+        return {"sessions": [r for r in rows if conn.sees_scope(str(r["scopeKey"]))]}
     rows = services.sessions.list_sessions(key or None)
-    if not key and conn.operator:  # the operator's view: every connected node's sessions, all scopes
+    if not key:  # the operator's view: every connected node's sessions, all scopes
         rows += await services.nodes.node_sessions()
     return {"sessions": rows}
 
@@ -53,9 +56,7 @@ async def output(services: Services, conn: Connection, params: dict[str, Any]) -
             "truncatedBefore": bool(dropped) if offset is not None else bool(start),
             "status": got.get("status"),
         }
-    session = services.sessions.get(sid)
-    if session is None:
-        raise InvalidInput(f"No session found for {sid}")
+    session = owned_session(services, conn, sid)  # another agent's reads exactly as a nonexistent one
     start, data, dropped = session.raw.read(offset, limit)
     return {
         "sessionId": sid,
@@ -76,6 +77,7 @@ async def resize(services: Services, conn: Connection, params: dict[str, Any]) -
         require_operator(conn, "sessions.resize on a node session")
         await services.nodes.session_call(sid, "sessions.resize", {"cols": cols, "rows": rows})
         return {"sessionId": sid, "cols": cols, "rows": rows}
+    owned_session(services, conn, sid)
     if not services.sessions.resize(sid, cols, rows):
         raise InvalidInput(f"Session {sid} is not a running PTY session")
     return {"sessionId": sid, "cols": cols, "rows": rows}

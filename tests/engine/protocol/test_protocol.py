@@ -59,6 +59,7 @@ def test_wire_shape_matches_architecture() -> None:
         "client": "cli",
         "name": "",
         "operator": "",
+        "credential": "",  # an agent's own credential (docs/ARCHITECTURE.md, hello)
     }
     name, data = Event(event="e", data={"a": 1})
     assert (name, data) == ("e", {"a": 1})

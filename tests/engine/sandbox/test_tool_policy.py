@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import principals
 from engine.config.loader import load_config_text
 from engine.errors import ExecHostError
 from engine.sandbox.toolpolicy import tool_refusal
@@ -43,7 +44,10 @@ async def test_the_gateway_refuses_a_denied_tool_in_a_sandboxed_session(state_di
         agent = await connect(state_dir, "agent", operator=False)
         with pytest.raises(ExecHostError, match=r"denied in sandboxed sessions by tools\.sandbox"):
             await agent.request("process", {"action": "list", "agentId": "main"})
-        # Not sandboxed: the sandbox tool policy does not apply.
-        listed = await agent.request("process", {"action": "list", "agentId": "free"})
+        # Not sandboxed: the sandbox tool policy does not apply (agent free, with its own credential).
+        principals.mint(state_dir, "free")
+        free = await connect(state_dir, "free", operator=False, agent="free")
+        listed = await free.request("process", {"action": "list"})
         assert "details" in listed
+        await free.close()
         await agent.close()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import principals
 from engine.approvals.store import ApprovalsStore
 from engine.errors import ExecHostError
 from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
@@ -73,7 +74,12 @@ async def test_status_links_a_detached_run_to_its_approval(state_dir: Path) -> N
         slug = res["details"]["approvalSlug"]
         first = await agent.request("approvals.status", {"approvalId": slug, "agentId": "main"})
         assert first["details"]["status"] == "approval-pending" and first["details"]["run"] is None
+        principals.mint(state_dir, "ops")
+        ops = await connect(state_dir, "ops", operator=False, agent="ops")
         with pytest.raises(ExecHostError, match="unknown or expired approval id"):
+            await ops.request("approvals.status", {"approvalId": slug})  # another agent's ask
+        await ops.close()
+        with pytest.raises(ExecHostError, match="not this connection's agent"):
             await agent.request("approvals.status", {"approvalId": slug, "agentId": "ops"})
         operator = await connect(state_dir, "console")
         await operator.request("approve", {"id": slug, "decision": "allow-once"})

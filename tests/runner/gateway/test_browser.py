@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import principals
 from engine.config.loader import load_config_text
 from engine.protocol.frames import RemoteError
 from engine.sandbox import docker_ops
@@ -73,8 +74,11 @@ async def test_the_agent_reads_a_workspace_page_and_takes_a_screenshot(browser_s
             assert "browser click failed" in str(exc)
         finally:
             mine = (await agent.request("browser.status", {"agentId": "main"}))["browsers"]
-            theirs = (await agent.request("browser.status", {"agentId": "other"}))["browsers"]
+            principals.mint(browser_state, "other")
+            other = await connect(browser_state, "other", operator=False, agent="other")
+            theirs = (await other.request("browser.status", {}))["browsers"]
             assert len(mine) == 1 and theirs == []  # an agent sees only its own browsers
+            await other.close()
             await agent.close()
 
         op = await connect(browser_state, "op")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import principals
 from engine.protocol.frames import RemoteError
 from tests.helpers.gateway import connect, gateway, wait_until
 from tests.helpers.sshd import EXECHOST, SshdNode
@@ -205,9 +206,12 @@ async def test_background_session_on_a_node(sshd_nodes: list[SshdNode], state_di
         assert killed["details"]["sessionId"] == sid
         with pytest.raises(RemoteError, match="No session found"):
             await agent.request("process", {"action": "poll", "sessionId": "node:gamma:x"})
-        # Another agent's scope does not see it.
-        other = await agent.request("process", {"action": "list", "node": "alpha", "agentId": "ops"})
+        # Another agent (its own credential) does not see it, nor reach it by id.
+        principals.mint(state_dir, "ops")
+        ops = await connect(state_dir, "ops", operator=False, agent="ops")
+        other = await ops.request("process", {"action": "list", "node": "alpha"})
         assert other["details"]["sessions"] == []
+        await ops.close()
         await agent.close()
 
 

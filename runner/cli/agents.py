@@ -1,0 +1,124 @@
+"""`exechost agents add|list|revoke NAME`: the operator mints and revokes per-agent credentials."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import time
+
+from engine import principals, statefs
+from engine.errors import InvalidInput
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import GatewayUnavailable, RemoteError
+from runner.cli.common import Subparsers, add_json_arg, emit
+
+
+def agent_arg(raw: str) -> str:
+    """argparse type for an agent id: `../x`, `*` and `a:b` are refused before anything is sent."""
+    try:
+        return principals.check_agent(raw)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def node_arg(raw: str) -> str:
+    try:
+        return principals.check_node(raw)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def node_query_arg(raw: str) -> str:
+    """`exec --node`: a node's name, display name, id or IP, never a path."""
+    try:
+        return principals.check_node_query(raw)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def register(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "agents",
+        help="mint, list and revoke per-agent credentials (the operator's)",
+        description="Each agent proves who it is with its own credential (or its own Unix account, see "
+        "[[agents.list]] uid/user): the gateway never takes an agent's name from a request.",
+    )
+    sub = p.add_subparsers(dest="agents_command", metavar="ACTION", required=True)
+    add = sub.add_parser("add", help="mint a credential for NAME and print it (once)")
+    add.add_argument("name", type=agent_arg, metavar="NAME")
+    add.add_argument("--rotate", action="store_true", help="replace NAME's credential (the old one stops)")
+    add_json_arg(add)
+    add.set_defaults(func=cmd_add)
+    listing = sub.add_parser("list", help="agents holding a credential (never the tokens)")
+    add_json_arg(listing)
+    listing.set_defaults(func=cmd_list)
+    revoke = sub.add_parser("revoke", help="revoke NAME's credential; its live connections are dropped")
+    revoke.add_argument("name", type=agent_arg, metavar="NAME")
+    add_json_arg(revoke)
+    revoke.set_defaults(func=cmd_revoke)
+
+
+def _refresh() -> list[str]:
+    """Tell a running gateway to drop connections whose credential changed (none running: nothing to do)."""
+
+    async def go() -> list[str]:
+        client = await ControlClient.connect(client="cli", name="cli agents", autostart=False, operator=True)
+        try:
+            return list((await client.request("agents.refresh")).get("dropped") or [])
+        finally:
+            await client.close()
+
+    with contextlib.suppress(GatewayUnavailable, RemoteError, ConnectionError, OSError):
+        return asyncio.run(go())
+    return []
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    state = statefs.state_dir()
+    exists = principals.read_token(state, args.name) is not None
+    if exists and not args.rotate:
+        emit(
+            f"agent {args.name!r} already has a credential (`--rotate` replaces it, `revoke` removes it)",
+            {"agent": args.name, "error": "exists"},
+            args.json,
+        )
+        return 1
+    token = principals.mint(state, args.name)
+    dropped = _refresh() if exists else []
+    path = principals.agents_dir(state) / f"{args.name}.json"
+    text = (
+        f"{token}\n\nAgent {args.name}'s credential (also in {path}, 0600). Give it to that agent only: "
+        f"EXECHOST_AGENT_TOKEN=<token> for `exechost exec|process|mcp`, or `exechost mcp "
+        f"--agent-token-file FILE`."
+    )
+    emit(text, {"agent": args.name, "token": token, "path": str(path), "dropped": len(dropped)}, args.json)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    creds = principals.listing(statefs.state_dir())
+    rows = [{"agent": c.agent, "createdAtMs": c.created_ms} for c in creds]
+    lines = [
+        f"{c.agent}  minted {time.strftime('%Y-%m-%d %H:%M', time.localtime(c.created_ms / 1000))}"
+        for c in creds
+    ]
+    emit(
+        "\n".join(lines) if lines else "No agent credentials (the gateway token alone is agent main).",
+        {"agents": rows},
+        args.json,
+    )
+    return 0
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    removed = principals.revoke(statefs.state_dir(), args.name)
+    dropped = _refresh() if removed else []
+    if not removed:
+        emit(f"agent {args.name!r} has no credential", {"agent": args.name, "revoked": False}, args.json)
+        return 1
+    text = f"revoked agent {args.name}'s credential" + (
+        f"; dropped {len(dropped)} live connection(s)" if dropped else ""
+    )
+    emit(text, {"agent": args.name, "revoked": True, "dropped": len(dropped)}, args.json)
+    return 0
