@@ -148,7 +148,8 @@ class ApprovalRecord:
 
 
 Listener = Callable[[str, ApprovalRecord], None]
-"""Called with ("requested" | "updated" | "resolved", record); "updated": an identical ask was coalesced."""
+"""Called with ("requested" | "updated" | "resolved" | "ran", record); "updated": an identical ask was
+coalesced (or its caller went away); "ran": `record.run` now says what the approval led to."""
 
 
 def _now_ms() -> int:
@@ -300,6 +301,11 @@ class ApprovalManager:
     def _forget(self, approval_id: str) -> None:
         self._timers.pop(approval_id, None)
         self._records.pop(approval_id, None)
+
+    def note_run(self, record: ApprovalRecord, run: dict[str, Any]) -> None:
+        """Link the run an approval led to (session id, status): `approvals.status` and history show it."""
+        record.run = run
+        self._notify("ran", record)
 
     def consume_allow_once(self, record: ApprovalRecord) -> bool:
         """True exactly once for an allow-once decision: one approval, one run."""

@@ -73,15 +73,17 @@ def _agent_reason(value: Any) -> str | None:
     return value.strip()[:500]
 
 
-def _note_run(record: ApprovalRecord, result: ToolResult, session_id: str | None = None) -> None:
+def _note_run(
+    approvals: ApprovalManager, record: ApprovalRecord, result: ToolResult, session_id: str | None = None
+) -> None:
     """Link the run to its approval: `approvals.status` and the decision history report it."""
     d = result.details
-    record.run = {
+    approvals.note_run(record, {
         "sessionId": session_id or d.get("sessionId"),
         "status": d.get("status"),
         "exitCode": d.get("exitCode"),
         "tail": compact(str(d.get("aggregated") or d.get("tail") or ""), FOLLOWUP_OUTPUT_CHARS),
-    }
+    })
 
 
 def _within(what: str, text: str, limit: int, hint: str) -> None:
@@ -445,7 +447,7 @@ class ExecTool:
         if not allowed:
             return self._denied_result(record, prepared, reason)
         result = await self._run(prepared, params, ctx, command)
-        _note_run(record, result)
+        _note_run(self.approvals, record, result)
         return result
 
     def _still_as_decided(self, prepared: _Prepared) -> None:
@@ -555,10 +557,10 @@ class ExecTool:
                 self._emit(ctx, f"Exec denied (gateway id={record.id}, spawn-failed): {prepared.command}")
                 return
             sid = str(result.details.get("sessionId", ""))
-            _note_run(record, result)
+            _note_run(self.approvals, record, result)
             if result.details.get("status") == "running" and self._wait_session is not None:
                 result = await self._wait_session(sid, ctx.scope_key)
-                _note_run(record, result, session_id=sid)
+                _note_run(self.approvals, record, result, session_id=sid)
             self._emit(ctx, self._finished_text(record, sid, result))
         except asyncio.CancelledError:
             raise

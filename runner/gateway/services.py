@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.approvals.history import HISTORY_DIR, DecisionLog, HistoryError
 from engine.approvals.pending import ApprovalManager, ApprovalRecord
 from engine.approvals.store import ApprovalsStore
 from engine.config.loader import config_path as config_file_path
@@ -57,6 +58,9 @@ class Services:
             **({"timeout_ms": approval_timeout_ms} if approval_timeout_ms else {})
         )
         self.store = ApprovalsStore(state_dir / "exec-approvals.json")
+        # Every decision on disk (who, what, what it led to): `approvals history` across restarts.
+        self.history = DecisionLog(state_dir / HISTORY_DIR)
+        self._history_sessions: set[str] | None = None  # session ids an approval led to (loaded lazily)
         self.events = SystemEvents()
         self.overrides: dict[str, SessionOverrides] = {}
         self.started_at = time.time()
@@ -197,7 +201,28 @@ class Services:
             self.approvals.requester_gone(approval_id)
         conn.waiting_approvals.clear()
 
+    def _write_history(self, kind: str, record: ApprovalRecord) -> None:
+        """Append to the decision log; a write that fails (full disk) is logged and shown in `status`
+        and `approvals history`, and the gateway keeps serving: the decision itself stands."""
+        try:
+            if kind == "resolved":
+                self.history.record_decision(record.view())
+            elif kind == "ran" and record.run:
+                self.history.record_run(record.id, record.run)
+                if record.run.get("sessionId"):
+                    self._linked_sessions().add(str(record.run["sessionId"]))
+        except HistoryError as exc:
+            log.error("%s", exc)
+
+    def _linked_sessions(self) -> set[str]:
+        if self._history_sessions is None:
+            self._history_sessions = self.history.linked_sessions()
+        return self._history_sessions
+
     def _on_approval(self, kind: str, record: ApprovalRecord) -> None:
+        self._write_history(kind, record)
+        if kind == "ran":
+            return
         if kind == "requested":
             self.broadcast("approvals", "approval.requested", record.view())
         elif kind == "updated":
@@ -220,6 +245,11 @@ class Services:
         )
 
     def _on_session_event(self, event: str, data: dict[str, Any]) -> None:
+        if event == "session.exited" and str(data.get("sessionId")) in self._linked_sessions():
+            try:  # history then shows how the run an approval led to really ended
+                self.history.record_session_end(data)
+            except HistoryError as exc:
+                log.error("%s", exc)
         self.output.session_event(event, data, lambda: self.broadcast("sessions", event, data))
 
     def status(self) -> dict[str, Any]:
@@ -234,5 +264,6 @@ class Services:
             "sessions": len(sessions),
             "runningSessions": sum(1 for s in sessions if s.get("status") == "running"),
             "configError": self.config_problem(),
+            "historyError": self.history.problem,
             "version": 1,
         }
