@@ -23,6 +23,7 @@ from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import Event
 from engine.results import ToolResult
 from engine.sessions import SessionManager, SystemEvents
+from engine.sessions.spool import SPOOL_NAME, EventSpool
 from engine.tools.exec import ExecTool
 from runner.gateway.browsers import BrowserHub
 from runner.gateway.nodes import NodeHub
@@ -61,7 +62,7 @@ class Services:
         # Every decision on disk (who, what, what it led to): `approvals history` across restarts.
         self.history = DecisionLog(state_dir / HISTORY_DIR)
         self._history_sessions: set[str] | None = None  # session ids an approval led to (loaded lazily)
-        self.events = SystemEvents()
+        self.events = SystemEvents(spool=EventSpool(state_dir / SPOOL_NAME))
         self.overrides: dict[str, SessionOverrides] = {}
         self.started_at = time.time()
         exec_cfg = self.config().exec
