@@ -45,6 +45,12 @@ NODE_UNAVAILABLE = (
 
 
 
+# The call's params an ask keeps on disk, so the next gateway can prepare the same run again.
+RESUME_PARAMS = (
+    "command", "workdir", "defaultWorkdir", "env", "host", "security", "ask", "node", "elevated", "pty",
+    "background", "timeout", "yieldMs", "reason",
+)  # fmt: skip
+
 _ENUMS = {"host": HOSTS, "security": SECURITIES, "ask": ASKS}
 
 
@@ -394,11 +400,26 @@ class ExecTool:
             agent_reason=_agent_reason(params.get("reason")),
         )
 
+    def _resume_data(
+        self, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext
+    ) -> dict[str, Any]:
+        """What the next gateway needs to run this ask as approved after a crash (engine.tools.resume)."""
+        return {
+            "params": {k: params[k] for k in RESUME_PARAMS if k in params},
+            "agentId": ctx.agent_id,
+            "sessionKey": ctx.session_key,
+            "host": prepared.host,
+            "cwd": prepared.cwd,
+            "approved": self._approved_command(prepared),
+            "identity": [list(item) for item in prepared.decision.identity],
+        }
+
     async def _ask(self, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
         request = self._request(prepared, ctx, params)
+        resume = self._resume_data(prepared, params, ctx)
         while True:
             try:
-                record, created = self.approvals.register(request)
+                record, created = self.approvals.register(request, resume=resume)
             except ApprovalError as exc:
                 raise ToolError(str(exc)) from None
             if not self.has_approver():

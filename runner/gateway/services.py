@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.approvals.durable import PENDING_NAME, PendingFile
 from engine.approvals.history import HISTORY_DIR, DecisionLog, HistoryError
 from engine.approvals.pending import ApprovalManager, ApprovalRecord
 from engine.approvals.store import ApprovalsStore
@@ -25,6 +26,7 @@ from engine.results import ToolResult
 from engine.sessions import SessionManager, SystemEvents
 from engine.sessions.spool import SPOOL_NAME, EventSpool
 from engine.tools.exec import ExecTool
+from engine.tools.resume import restore_asks
 from runner.gateway.browsers import BrowserHub
 from runner.gateway.nodes import NodeHub
 from runner.gateway.output import OutputFanout
@@ -62,6 +64,8 @@ class Services:
         # Every decision on disk (who, what, what it led to): `approvals history` across restarts.
         self.history = DecisionLog(state_dir / HISTORY_DIR)
         self._history_sessions: set[str] | None = None  # session ids an approval led to (loaded lazily)
+        # Asks not yet settled, on disk: the next gateway asks them again (same id, same expiry).
+        self.pending_file = PendingFile(state_dir / PENDING_NAME)
         self.events = SystemEvents(spool=EventSpool(state_dir / SPOOL_NAME))
         self.overrides: dict[str, SessionOverrides] = {}
         self.started_at = time.time()
@@ -132,6 +136,10 @@ class Services:
         self.broadcast("events", "gateway.config", {"error": error, "ts": int(time.time() * 1000)})
 
     async def start(self) -> None:
+        restored = restore_asks(self.exec_tool, self.pending_file.load())
+        if restored:
+            log.info("restored %d pending approval(s) from %s", len(restored), self.pending_file.path)
+        self.pending_file.save(self.approvals.records())
         self.output.start()
         self._hook_sandbox_progress()
 
@@ -156,7 +164,8 @@ class Services:
         for unsubscribe in self._unsubscribe:
             with contextlib.suppress(Exception):
                 unsubscribe()
-        self.approvals.close()
+        # Asks stay pending on disk for the next gateway: a stop or an upgrade neither denies nor runs them.
+        self.approvals.suspend()
         await self.nodes.close()
         await self.browsers.close()
         await self.exec_tool.close()
@@ -222,6 +231,7 @@ class Services:
 
     def _on_approval(self, kind: str, record: ApprovalRecord) -> None:
         self._write_history(kind, record)
+        self.pending_file.save(self.approvals.records())
         if kind == "ran":
             return
         if kind == "requested":
