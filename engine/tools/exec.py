@@ -89,6 +89,7 @@ def _note_run(
         "status": d.get("status"),
         "exitCode": d.get("exitCode"),
         "tail": compact(str(d.get("aggregated") or d.get("tail") or ""), FOLLOWUP_OUTPUT_CHARS),
+        **({"reason": d["reason"]} if d.get("reason") else {}),
     })
 
 
@@ -466,7 +467,9 @@ class ExecTool:
             return None
         allowed, reason, command = verdict
         if not allowed:
-            return self._denied_result(record, prepared, reason)
+            denied = self._denied_result(record, prepared, reason)
+            _note_run(self.approvals, record, denied)
+            return denied
         result = await self._run(prepared, params, ctx, command)
         _note_run(self.approvals, record, result)
         return result
@@ -569,7 +572,9 @@ class ExecTool:
                 return
             allowed, reason, command = verdict
             if not allowed:
-                self._emit(ctx, self._denied_result(record, prepared, reason).text)
+                denied = self._denied_result(record, prepared, reason)
+                _note_run(self.approvals, record, denied)  # what it led to: a caller that reconnects reads it
+                self._emit(ctx, denied.text)
                 return
             try:
                 result = await self.sessions.run(self._spec(prepared, params, ctx, command, detached=True))

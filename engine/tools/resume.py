@@ -79,7 +79,7 @@ async def resume_ask(tool: ExecTool, record: ApprovalRecord) -> None:
     if decision == "deny":
         text = f"Exec denied (gateway id={record.id}, user-denied): {command}"
         tool._emit(ctx, text + (f"\nReason: {record.reason}" if record.reason else ""))
-        tool.approvals.note_run(record, {"sessionId": None, "status": "denied", "exitCode": None, "tail": ""})
+        tool.approvals.note_run(record, _denied("user-denied"))
         return
     problem: str | None
     try:
@@ -90,6 +90,10 @@ async def resume_ask(tool: ExecTool, record: ApprovalRecord) -> None:
         problem = stale_reason(tool, record, prepared)
     if problem is not None or prepared is None:
         tool._emit(ctx, f"Exec denied (gateway id={record.id}, approval-stale: {problem}): {command}")
-        tool.approvals.note_run(record, {"sessionId": None, "status": "denied", "exitCode": None, "tail": ""})
+        tool.approvals.note_run(record, _denied(f"approval-stale: {problem}"))
         return
     await tool._detached(record, prepared, params, ctx)
+
+
+def _denied(reason: str) -> dict[str, Any]:
+    return {"sessionId": None, "status": "denied", "exitCode": None, "tail": "", "reason": reason}
