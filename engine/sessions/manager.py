@@ -164,10 +164,7 @@ class SessionManager:
         if handle is None:
             self.registry.drop(session.id)
             return self._finished_result(session)
-        task = asyncio.get_running_loop().create_task(self._supervise(session, handle))
-        self._supervisors.add(task)
-        task.add_done_callback(self._supervisors.discard)
-        self._emit("session.started", session)
+        self.supervise(session, handle)
         if background:
             session.backgrounded = True
             return self._running_result(session)
@@ -219,6 +216,13 @@ class SessionManager:
         return None
 
     # -- supervision ------------------------------------------------------------------------------
+    def supervise(self, session: Session, handle: ProcessHandle) -> None:
+        """Watch a registered session's process to its end (a new one, or one adopted from a holder)."""
+        task = asyncio.get_running_loop().create_task(self._supervise(session, handle))
+        self._supervisors.add(task)
+        task.add_done_callback(self._supervisors.discard)
+        self._emit("session.started", session)
+
     async def _supervise(self, session: Session, handle: ProcessHandle) -> None:
         loop = asyncio.get_running_loop()
         timeout = session.spec.timeout_sec
@@ -310,7 +314,9 @@ class SessionManager:
     ) -> None:
         session.exit_code, session.exit_signal = code, sig
         session.exited = True
-        session.ended_at = now_ms()
+        # A holder knows when its command really ended (maybe while no gateway ran).
+        ended_at = getattr(handle, "ended_at", None)
+        session.ended_at = ended_at if isinstance(ended_at, int) else now_ms()
         handle.close()
         session.output.close()
         session.raw.end()
@@ -459,10 +465,19 @@ class SessionManager:
     def request_kill(self, session: Session) -> bool:
         return self._request_kill(session)
 
-    async def close(self) -> None:
-        """Kill every running command (SIGTERM, grace, SIGKILL) and forget every session."""
+    async def close(self, *, keep_held: bool = False) -> None:
+        """Kill every running command (SIGTERM, grace, SIGKILL) and forget every session. `keep_held`:
+        sessions a holder owns keep running, for the next gateway to adopt."""
         self._closing = True
         self.registry.stop()
+        if keep_held:
+            for session in [s for s in self.registry if not s.exited]:
+                detach = getattr(session.handle, "detach", None)
+                if detach is not None:
+                    detach()
+                    session.exited = True  # to this gateway: its supervisor stops below
+        for task in list(self._supervisors) if keep_held else ():
+            task.cancel()
         running = [s for s in self.registry if not s.exited and s.handle is not None]
         local = [s for s in running if isinstance(s.handle, LocalProcess) and s.pid is not None]
         if local:

@@ -24,6 +24,8 @@ from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import Event
 from engine.results import ToolResult
 from engine.sessions import SessionManager, SystemEvents
+from engine.sessions.adopt import adopt_held
+from engine.sessions.holder import HOLDERS_DIR, HolderLauncher
 from engine.sessions.spool import SPOOL_NAME, EventSpool
 from engine.tools.exec import ExecTool
 from engine.tools.resume import restore_asks
@@ -96,6 +98,10 @@ class Services:
             self.sessions.add_listener(self._on_session_event),
         ]
         self._sandbox_manager: Any = None
+        # Set by hold_sessions() (the daemon): gateway-host sessions run under holders and outlive us.
+        self.holders: HolderLauncher | None = None
+        self.keep_sessions = True  # on a stop: leave held sessions running (`gateway stop --kill-sessions`)
+        self.adopted: list[str] = []
         self.nodes = NodeHub(self)  # links are opened on first use (and follow config edits)
         self.browsers = BrowserHub(self)  # containers started on first use; the door opens with them
         self.exec_tool.node_runner = self.nodes.run
@@ -135,7 +141,21 @@ class Services:
         self.config_error = error
         self.broadcast("events", "gateway.config", {"error": error, "ts": int(time.time() * 1000)})
 
+    def hold_sessions(self) -> None:
+        """Run gateway-host sessions under holder processes, so they outlive this gateway (the daemon
+        does; in-process test gateways keep plain children unless they ask). EXECHOST_SESSION_HOLDERS=0
+        turns it off."""
+        if os.environ.get("EXECHOST_SESSION_HOLDERS", "").strip() == "0":
+            return
+        self.holders = HolderLauncher(self.state_dir / HOLDERS_DIR, fallback=self.sessions.launcher)
+        self.sessions.launcher = self.holders
+
     async def start(self) -> None:
+        if self.holders is not None:
+            adopted = await adopt_held(self.sessions, self.holders)
+            self.adopted = [s.id for s in adopted]
+            if adopted:
+                log.info("adopted %d session(s) from %s", len(adopted), self.holders.directory)
         restored = restore_asks(self.exec_tool, self.pending_file.load())
         if restored:
             log.info("restored %d pending approval(s) from %s", len(restored), self.pending_file.path)
@@ -169,7 +189,7 @@ class Services:
         await self.nodes.close()
         await self.browsers.close()
         await self.exec_tool.close()
-        await self.sessions.close()
+        await self.sessions.close(keep_held=self.holders is not None and self.keep_sessions)
 
     # -- sessions
 

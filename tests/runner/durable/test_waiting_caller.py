@@ -39,6 +39,7 @@ async def test_a_waiting_cli_caller_survives_a_gateway_crash(state_dir: Path) ->
         await approver.close()
         # The caller reconnects and, finding no gateway, starts one (as every CLI verb does).
         await wait_until(lambda: socket_is_live(socket_path(state_dir)), timeout=60)
+
         def rows() -> list[str]:
             return [a for a in cli(state_dir, "approvals", "pending").stdout.split("\n") if ask["slug"] in a]
 
