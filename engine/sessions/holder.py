@@ -153,6 +153,8 @@ class HolderProcess:
         return self._writer is not None
 
     async def _read_frames(self) -> None:
+        # Output EOF and the exit come in either order; the pump ends at EOF, the wait at the exit.
+        eof = False
         try:
             while (frame := await self._source.next()) is not None:
                 stream, data = frame
@@ -167,13 +169,17 @@ class HolderProcess:
                     self.pid = msg.get("pid") or self.pid
                 elif msg.get("type") == "exit":
                     self._set_exit(msg)
-                elif msg.get("type") == "eof":
-                    break
+                elif msg.get("type") == "eof" and not eof:
+                    eof = True
+                    self._queue.put_nowait(None)
+                if eof and self._exit.done():
+                    return
         finally:
             if not self._exit.done():
                 # The holder went away without saying how the command ended: its exit file may know.
                 self._set_exit(self.paths.read_exit() or {"code": None, "signal": "holder-lost"})
-            self._queue.put_nowait(None)
+            if not eof:
+                self._queue.put_nowait(None)
 
     def _set_exit(self, msg: dict[str, Any]) -> None:
         if self._exit.done():

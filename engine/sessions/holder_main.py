@@ -36,8 +36,9 @@ CONTROL = 255
 HEADER = struct.Struct(">BI")
 READ_CHUNK = 65536
 MAX_CLIENT_BACKLOG = 16 * 1024 * 1024  # a gateway this far behind is dropped (it re-attaches)
-EOF_IDLE_SEC = 2.0  # after the exit, output idle this long with no gateway: strays hold the pipes
 MAX_LINE = 1024 * 1024
+SOCKET_CHECK_SEC = 2.0  # how often the holder checks its socket is still there (state dir deleted?)
+KILL_GRACE_SEC = 3.0
 
 
 def _frame(stream: int, data: bytes) -> bytes:
@@ -59,10 +60,13 @@ class Holder:
         self.pidfd: int | None = None
         self.exit: dict | None = None
         self.exited_at = 0.0
-        self.last_output = time.monotonic()
         self.client: socket.socket | None = None
         self.client_in = b""
         self.client_out = bytearray()
+        self.collected = False  # a gateway recorded the end and said `close`
+        self.attached = False  # the connected gateway asked for the spool; live frames follow it
+        self.socket_id = (0, 0)
+        self.checked_at = time.monotonic()
         self.spool_cap = int(spec.get("spoolCap") or 64 * 1024 * 1024)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         self.spool = os.open(spec["spool"], flags, 0o600)
@@ -82,6 +86,8 @@ class Holder:
         os.chmod(path, 0o600)
         sock.listen(4)
         sock.setblocking(False)
+        st = os.stat(path)
+        self.socket_id = (st.st_dev, st.st_ino)
         self.sel.register(sock, selectors.EVENT_READ, "accept")
         return sock
 
@@ -137,11 +143,15 @@ class Holder:
     # -- loop
     def run(self) -> None:
         while True:
-            if self.exit is not None and self._drained():
+            # Done only when a gateway has taken the end (`close`): a command that ends while no gateway
+            # runs (or before the first one attached) waits here, spool and exit on disk, to be collected.
+            if self.exit is not None and self.collected and not self.fds:
                 self._finish()
                 return
-            timeout = None if self.exit is None else 0.5
-            for key, _ in self.sel.select(timeout):
+            if not self._reachable():
+                self._abandon()
+                return
+            for key, _ in self.sel.select(SOCKET_CHECK_SEC):
                 kind = key.data
                 if kind == "out":
                     self._read_output(key.fd)
@@ -151,12 +161,6 @@ class Holder:
                     self._accept()
                 elif kind == "client":
                     self._client_io()
-
-    def _drained(self) -> bool:
-        if not self.fds:
-            return True
-        # Strays (a daemonised grandchild) may hold the pipes forever: stop after a quiet spell.
-        return time.monotonic() - self.last_output > EOF_IDLE_SEC and self.client is None
 
     def _read_output(self, fd: int) -> None:
         try:
@@ -170,7 +174,6 @@ class Holder:
         if not data:
             self._drop_fd(fd)
             return
-        self.last_output = time.monotonic()
         frame = _frame(self.fds[fd], data)
         if self.spool_size + len(frame) <= self.spool_cap:
             os.write(self.spool, frame)
@@ -204,7 +207,6 @@ class Holder:
             except ValueError:
                 sig = f"SIG{-raw}"
         self.exit = {"type": "exit", "code": code, "signal": sig, "endedAt": int(time.time() * 1000)}
-        self.last_output = time.monotonic()
         self._write_exit(self.exit)
         self._send(_control(self.exit))
 
@@ -218,6 +220,33 @@ class Holder:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
 
+    def _reachable(self) -> bool:
+        """Our socket file is still the one we bound: when it (or the whole state dir) was removed, no
+        gateway can ever reach this session again, so the holder ends it, as the gateway stops itself."""
+        now = time.monotonic()
+        if now - self.checked_at < SOCKET_CHECK_SEC:
+            return True
+        self.checked_at = now
+        try:
+            st = os.stat(self.spec["socket"])
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) == self.socket_id
+
+    def _abandon(self) -> None:
+        if self.exit is None:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.pid, sig)
+                deadline = time.monotonic() + KILL_GRACE_SEC
+                while time.monotonic() < deadline:
+                    if os.waitpid(self.pid, os.WNOHANG)[0] != 0:
+                        return
+                    time.sleep(0.05)
+        self._close_all()
+
     def _finish(self) -> None:
         os.fsync(self.spool)
         if self.client is not None:
@@ -227,8 +256,10 @@ class Holder:
         self._close_all()
 
     def _close_all(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.spec["socket"])
+        with contextlib.suppress(OSError):
+            st = os.stat(self.spec["socket"])
+            if (st.st_dev, st.st_ino) == self.socket_id:  # never someone else's file at that path
+                os.unlink(self.spec["socket"])
         for fd in list(self.fds):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -249,6 +280,7 @@ class Holder:
             self._drop_client()
         conn.setblocking(False)
         self.client = conn
+        self.attached = False
         self.client_in = b""
         self.client_out = bytearray()
         self.sel.register(conn, selectors.EVENT_READ, "client")
@@ -261,11 +293,10 @@ class Holder:
         self.client.close()
         self.client = None
         self.client_out = bytearray()
-        self.last_output = time.monotonic()
 
     def _send(self, frame: bytes) -> None:
-        if self.client is None:
-            return
+        if self.client is None or not self.attached:
+            return  # before `attach`, the spool replay will carry this frame
         self.client_out += frame
         if len(self.client_out) > MAX_CLIENT_BACKLOG:
             self._drop_client()
@@ -328,11 +359,13 @@ class Holder:
             size = struct.pack("HHHH", int(msg["rows"]), int(msg["cols"]), 0, 0)
             fcntl.ioctl(self.master, termios.TIOCSWINSZ, size)
         elif op == "close":  # the gateway has what it needs (or gave up on strays): stop reading
+            self.collected = True
             for fd in list(self.fds):
                 self._drop_fd(fd)
 
     def _attach(self) -> None:
         """Everything so far from the spool, then live: the gateway rebuilds the session from byte 0."""
+        self.attached = True
         hello = {"type": "hello", "pid": self.pid, "pty": self.master is not None}
         self.client_out += _control(hello)
         with open(self.spec["spool"], "rb") as fh:

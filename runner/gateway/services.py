@@ -296,5 +296,7 @@ class Services:
             "runningSessions": sum(1 for s in sessions if s.get("status") == "running"),
             "configError": self.config_problem(),
             "historyError": self.history.problem,
+            "holdsSessions": self.holders is not None,
+            "adoptedSessions": list(self.adopted),
             "version": 1,
         }
