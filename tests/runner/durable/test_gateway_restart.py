@@ -10,7 +10,9 @@ from pathlib import Path
 
 from tests.helpers.gateway import ALLOWLIST, cli, write_config
 
-CONFIG = ALLOWLIST + '\n[[agents.list]]\nid = "ops"\n[agents.list.tools.exec]\nsecurity = "full"\nask = "off"\n'
+CONFIG = ALLOWLIST + (
+    '\n[[agents.list]]\nid = "ops"\n[agents.list.tools.exec]\nsecurity = "full"\nask = "off"\n'
+)
 
 
 def _js(out: subprocess.CompletedProcess[str], code: int = 0) -> dict:
