@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from engine.approvals.durable import StoredAsk
-from engine.approvals.pending import ApprovalRecord
+from engine.approvals.pending import ApprovalRecord, env_hash
 from engine.commands.allowlist import identity_problem
 from engine.results import ToolError
 from engine.tools.exec import ExecContext, ExecTool
@@ -48,6 +48,12 @@ def restore_asks(tool: ExecTool, asks: list[StoredAsk]) -> list[ApprovalRecord]:
 def stale_reason(tool: ExecTool, record: ApprovalRecord, prepared: Any) -> str | None:
     """Why the call prepared now is not what was approved, else None."""
     resume = record.resume or {}
+    request = record.request
+    # What the operator was shown (the request) must be what this call prepares: a file edited while
+    # no gateway ran cannot show one command and run another.
+    env = (resume.get("params") or {}).get("env")
+    if prepared.command != request.command or env_hash(env) != request.env_hash:
+        return "the stored call does not match what was approved"
     if prepared.decision.decision == "deny":
         return f"the policy now denies it ({prepared.decision.reason})"
     if prepared.host != resume.get("host"):
