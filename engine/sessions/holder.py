@@ -270,6 +270,31 @@ class HolderLauncher:
         self.directory = directory
         self.fallback = fallback
         self.spool_cap = spool_cap
+        self._spare: asyncio.Future[asyncio.subprocess.Process] | None = None
+
+    async def _take_spare(self) -> asyncio.subprocess.Process:
+        """The holder started ahead (or a new one), and the next spare started in the background."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            try:
+                proc = await spare
+            except OSError:
+                proc = None
+            if proc is not None and proc.returncode is None:
+                self._spare = asyncio.ensure_future(_new_holder())
+                return proc
+        self._spare = asyncio.ensure_future(_new_holder())
+        return await _new_holder()
+
+    async def close(self) -> None:
+        """The unused spare goes (its stdin closes: it exits without starting anything)."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                proc = await spare
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                await proc.wait()
 
     def paths(self, session_id: str) -> HeldPaths:
         return HeldPaths(self.directory, session_id)
@@ -300,7 +325,7 @@ class HolderLauncher:
             "spoolCap": self.spool_cap,
         }
         try:
-            ready = await _start_holder(holder_spec)
+            ready = await _start_holder(await self._take_spare(), holder_spec)
             reader, writer = await asyncio.open_unix_connection(str(paths.socket), limit=MAX_FRAME * 2)
         except BaseException:
             paths.remove()
@@ -313,8 +338,9 @@ class HolderLauncher:
         )
 
 
-async def _start_holder(holder_spec: dict[str, Any]) -> dict[str, Any]:
-    proc = await asyncio.create_subprocess_exec(
+async def _new_holder() -> asyncio.subprocess.Process:
+    """A holder started ahead of need: it waits for its spec on stdin (Python's start is most of its cost)."""
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-I",
         "-S",
@@ -324,14 +350,23 @@ async def _start_holder(holder_spec: dict[str, Any]) -> dict[str, Any]:
         stderr=asyncio.subprocess.DEVNULL,
         start_new_session=True,
     )
+
+
+async def _start_holder(proc: asyncio.subprocess.Process, holder_spec: dict[str, Any]) -> dict[str, Any]:
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps(holder_spec).encode() + b"\n")
-    await proc.stdin.drain()
-    proc.stdin.close()
     try:
+        proc.stdin.write(json.dumps(holder_spec).encode() + b"\n")
+        await proc.stdin.drain()
+        proc.stdin.close()
         line = await asyncio.wait_for(proc.stdout.readline(), START_TIMEOUT_SEC)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        raise
     finally:
-        await proc.wait()  # the first process exits at once; the holder lives on, detached
+        # The first process exits at once (the holder lives on, detached): reap it off the hot path.
+        _reapers.add(reaper := asyncio.ensure_future(proc.wait()))
+        reaper.add_done_callback(_reapers.discard)
     try:
         ready = json.loads(line)
     except ValueError:
@@ -339,6 +374,9 @@ async def _start_holder(holder_spec: dict[str, Any]) -> dict[str, Any]:
     if "error" in ready:
         raise OSError(f"the session holder could not start the command: {ready['error']}")
     return ready
+
+
+_reapers: set[asyncio.Future[int]] = set()
 
 
 def _now_ms() -> int:

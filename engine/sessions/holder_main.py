@@ -388,10 +388,13 @@ class Holder:
 
 
 def main() -> int:
-    spec = json.loads(sys.stdin.readline())
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0  # a spare nobody needed (its gateway stopped): nothing to hold
+    spec = json.loads(line)
     # Detach: the gateway reaps this first process at once; the holder lives on in a new session.
     if os.fork() > 0:
-        return 0
+        os._exit(0)  # no interpreter teardown: the gateway is waiting for this exit
     os.setsid()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)

@@ -190,6 +190,8 @@ class Services:
         await self.browsers.close()
         await self.exec_tool.close()
         await self.sessions.close(keep_held=self.holders is not None and self.keep_sessions)
+        if self.holders is not None:
+            await self.holders.close()
 
     # -- sessions
 
