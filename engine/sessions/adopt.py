@@ -119,6 +119,11 @@ async def _adopt_one(manager: SessionManager, paths: HeldPaths, meta: dict[str, 
         started_at=int(meta.get("startedAt") or 0),
         backgrounded=True,
     )
+    done = paths.read_done()
+    if done is not None:  # reported by the last gateway: listed again, not announced again
+        session.notified = True
+        session.killed = bool(done.get("killed"))
+        session.timed_out = bool(done.get("timedOut"))
     manager.registry.add(session)
     session.handle = handle
     session.pty = handle.pty

@@ -67,8 +67,21 @@ class HeldPaths:
     def socket(self) -> Path:
         return self._p("sock")
 
+    @property
+    def done(self) -> Path:
+        """Written once a gateway recorded the end: the next one lists it without reporting it again."""
+        return self._p("done")
+
+    def read_done(self) -> dict[str, Any] | None:
+        try:
+            raw = statefs.read_text(self.done)
+            data = json.loads(raw) if raw else None
+        except (OSError, ValueError, statefs.StateFileError):
+            return None
+        return data if isinstance(data, dict) else None
+
     def remove(self) -> None:
-        for path in (self.meta, self.spool, self.exit, self.socket):
+        for path in (self.meta, self.spool, self.exit, self.done, self.socket):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
@@ -239,8 +252,18 @@ class HolderProcess:
             return []
         return await procs.kill_tree(self.pid, marker=self._marker, grace=grace)
 
+    def collected(self, outcome: dict[str, Any]) -> None:
+        """The manager recorded the end (and reported it): say so on disk, for the next gateway."""
+        with contextlib.suppress(OSError, statefs.StateFileError):
+            statefs.atomic_write(self.paths.done, json.dumps(outcome))
+
+    def forget(self) -> None:
+        """The session's row is gone (cleanup, `process remove`): so are its files."""
+        self.paths.remove()
+
     def close(self) -> None:
-        """The manager recorded the end: stop the holder reading and forget the session's files."""
+        """The manager recorded the end: the holder may stop (its files stay while the session is listed,
+        so a restarted gateway lists it too)."""
         if self._closed or self._detached:
             return
         self._closed = True
@@ -251,8 +274,6 @@ class HolderProcess:
             self._writer.close()
         if not self._pump.done():
             self._pump.cancel()
-        if not self._detached and self._exit.done():
-            self.paths.remove()
 
     def detach(self) -> None:
         """Leave the session running under its holder (a gateway that stops without killing it)."""

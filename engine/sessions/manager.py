@@ -17,6 +17,7 @@ from engine import statefs
 from engine.errors import NotFound
 from engine.results import ToolError, ToolResult
 from engine.sessions import procs
+from engine.sessions.actions import run_action
 from engine.sessions.events import SystemEvents
 from engine.sessions.launcher import Launcher, LocalLauncher, LocalProcess, ProcessHandle, RunSpec
 from engine.sessions.output import DEFAULT_LOG_CAP, OutputBuffer, OutputSubscription, TextDecoder
@@ -317,6 +318,9 @@ class SessionManager:
         # A holder knows when its command really ended (maybe while no gateway ran).
         ended_at = getattr(handle, "ended_at", None)
         session.ended_at = ended_at if isinstance(ended_at, int) else now_ms()
+        collected = getattr(handle, "collected", None)
+        if collected is not None and session.backgrounded:  # reported once, even across restarts
+            collected({"killed": session.killed, "timedOut": session.timed_out})
         handle.close()
         session.output.close()
         session.raw.end()
@@ -346,6 +350,9 @@ class SessionManager:
     def _on_drop(self, session: Session) -> None:
         if not session.exited:
             self._request_kill(session)
+        forget = getattr(session.handle, "forget", None)
+        if forget is not None and not self._closing:  # a held session's files go with its row
+            forget()
         session.output.close(delete=True)
         session.raw.end()
 
@@ -410,8 +417,6 @@ class SessionManager:
     # -- process tool and operator API ------------------------------------------------------------
     async def process(self, action: str, params: dict[str, Any], scope_key: str | None) -> ToolResult:
         """The `process` tool (reference §2.3). scope_key None = operator, sees every scope."""
-        from engine.sessions.actions import run_action
-
         return await run_action(self, action, params, scope_key)
 
     def list_sessions(self, scope_key: str | None = None) -> list[dict[str, Any]]:

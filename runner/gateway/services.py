@@ -10,8 +10,9 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.approvals.durable import PENDING_NAME, PendingFile
 from engine.approvals.history import HISTORY_DIR, DecisionLog, HistoryError
@@ -34,7 +35,17 @@ from runner.gateway.nodes import NodeHub
 from runner.gateway.output import OutputFanout
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection, GatewayServer
+    from runner.gateway.connection import Connection
+
+
+class Host(Protocol):
+    """What the services need of the server that owns them (runner.gateway.server builds the services
+    and hands itself in; this module never imports it, so the dependency runs one way)."""
+
+    @property
+    def connections(self) -> Collection[Connection]: ...
+
+    def request_stop(self) -> None: ...
 
 log = logging.getLogger("exechost.gateway")
 
@@ -46,7 +57,7 @@ class Services:
         *,
         config_path: str | None = None,
         approval_timeout_ms: int | None = None,
-        server: GatewayServer | None = None,
+        server: Host | None = None,
     ) -> None:
         self.state_dir = state_dir
         self.server = server
