@@ -21,6 +21,7 @@ from engine.protocol.frames import (
     PROTOCOL_VERSION,
     ErrorFrame,
     Event,
+    GatewayNotAnswering,
     GatewayUnavailable,
     Hello,
     ProtocolError,
@@ -111,6 +112,8 @@ class ControlClient:
         role = ensure_token(state, OPERATOR_TOKEN_NAME) if operator else ""
         try:
             return await cls._try_connect(state, client, name, token, role)
+        except GatewayNotAnswering:
+            raise  # one is there: a second would only fail on its lock
         except GatewayUnavailable:
             if not autostart:
                 raise
@@ -138,7 +141,14 @@ class ControlClient:
             await writer.drain()
             line = await asyncio.wait_for(read_frame_line(reader), HANDSHAKE_TIMEOUT_S)
             frame = decode_frame(line)
-        except (OSError, asyncio.IncompleteReadError, TimeoutError, ProtocolError) as exc:
+        except TimeoutError:
+            writer.close()
+            raise GatewayNotAnswering(
+                f"the gateway on {path} accepted the connection but did not answer within "
+                f"{HANDSHAKE_TIMEOUT_S:g} s (stopped, e.g. by SIGSTOP, or overloaded); "
+                "try again once it is back"
+            ) from None
+        except (OSError, asyncio.IncompleteReadError, ProtocolError) as exc:
             writer.close()
             raise GatewayUnavailable(
                 f"handshake with the gateway failed: {exc or type(exc).__name__}"

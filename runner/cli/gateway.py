@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from engine import statefs
 from engine.protocol.client import ControlClient
-from engine.protocol.frames import GatewayUnavailable, RemoteError, socket_path
+from engine.protocol.frames import GatewayNotAnswering, GatewayUnavailable, RemoteError, socket_path
 from engine.sessions import procs
 from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit
 
@@ -226,6 +226,9 @@ def cmd_restart(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     try:
         info = asyncio.run(_status(False))
+    except GatewayNotAnswering as exc:
+        emit(f"gateway not answering: {exc}", {"status": "not-answering"}, args.json)
+        return 1
     except (GatewayUnavailable, ConnectionError) as exc:
         emit(f"gateway is not running ({exc})", {"status": "stopped"}, args.json)
         return 1
