@@ -92,18 +92,21 @@ def demo_state_dir() -> Path:
 def finish_demo(state: Path) -> None:
     """The demo's gateway stops when its console quits; a throw-away state dir goes with it."""
 
+    throwaway = state.name.startswith("ehdemo-") and state.parent == Path("/tmp")
+
     async def stop() -> None:
         try:
             client = await ControlClient.connect(state, client="demo", autostart=False, operator=True)
         except (GatewayUnavailable, RemoteError, OSError):
             return
         with contextlib.suppress(RemoteError, ConnectionError):
-            await client.request("shutdown")
+            # A throw-away demo dir goes with its sessions; a kept one keeps them for the next gateway.
+            await client.request("shutdown", {"killSessions": True} if throwaway else {})
             await asyncio.wait_for(client.wait_closed(), 5)
         await client.close()
 
     asyncio.run(stop())
-    if state.name.startswith("ehdemo-") and state.parent == Path("/tmp"):
+    if throwaway:
         shutil.rmtree(state, ignore_errors=True)
 
 

@@ -18,6 +18,7 @@ from mcp.server.stdio import stdio_server
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event, GatewayUnavailable, RemoteError
 from engine.protocol.methods import EventName
+from engine.protocol.resume import follow_approval
 from runner.mcp_schema import SCHEMAS, TOOLS, invalid_arguments, to_gateway
 
 
@@ -55,11 +56,15 @@ class GatewayLink:
             if callback is not None:
                 callback(event.data)
 
-    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def request(
+        self, method: str, params: dict[str, Any], retry: Callable[[], bool] = lambda: True
+    ) -> dict[str, Any]:
         client = await self.client()
         try:
             return await client.request(method, params)
         except ConnectionError:
+            if not retry():
+                raise
             client = await self.client()  # one retry on a fresh connection
             return await client.request(method, params)
 
@@ -122,6 +127,7 @@ def build_server(link: GatewayLink, *, session_key: str = "") -> Server[Any]:
         if params.name == "process" and args.get("action") == "approval":
             method = "approvals.status"
         progress: asyncio.Task[None] | None = None
+        seen: list[dict[str, Any]] = []  # exec.waiting: the call waits for a human on this ask
         call_id = uuid.uuid4().hex
         if params.name == "exec":
             args["defaultWorkdir"] = os.getcwd()
@@ -129,12 +135,20 @@ def build_server(link: GatewayLink, *, session_key: str = "") -> Server[Any]:
 
             def waiting(data: dict[str, Any]) -> None:
                 nonlocal progress
+                seen.append(data)
                 if progress is None:
                     progress = asyncio.ensure_future(_while_waiting(ctx, data))
 
             link.waiting[call_id] = waiting
         try:
-            result = await link.request(method, args)
+            try:
+                result = await link.request(method, args, retry=lambda: not seen)
+            except ConnectionError:
+                if not seen:
+                    raise
+                # The gateway went away mid-ask: the ask outlives it; follow it on the next gateway
+                # rather than asking again.
+                result = await follow_approval(link.client, seen[-1], "", owns_client=False)
         except RemoteError as exc:
             return _result(str(exc), {"status": "failed", "error": exc.code}, True)
         except (GatewayUnavailable, ConnectionError) as exc:

@@ -117,6 +117,9 @@ class ApprovalRecord:
     run: dict[str, Any] | None = None
     # The caller stopped waiting (Ctrl-C, a closed MCP call): approving runs it detached, result in events.
     requester_gone: bool = False
+    # What the next gateway needs to run this ask as approved after a crash (engine.approvals.durable):
+    # the call's params, the caller, and what was approved. None: an ask that cannot outlive its gateway.
+    resume: dict[str, Any] | None = field(default=None, repr=False)
     future: asyncio.Future[str | None] = field(repr=False, kw_only=True)
 
     @property
@@ -151,7 +154,8 @@ class ApprovalRecord:
 
 
 Listener = Callable[[str, ApprovalRecord], None]
-"""Called with ("requested" | "updated" | "resolved", record); "updated": an identical ask was coalesced."""
+"""Called with ("requested" | "updated" | "resolved" | "ran", record); "updated": an identical ask was
+coalesced (or its caller went away); "ran": `record.run` now says what the approval led to."""
 
 
 def _now_ms() -> int:
@@ -189,7 +193,7 @@ class ApprovalManager:
     # -- registration
 
     def register(
-        self, request: ApprovalRequest, timeout_ms: int | None = None
+        self, request: ApprovalRequest, timeout_ms: int | None = None, resume: dict[str, Any] | None = None
     ) -> tuple[ApprovalRecord, bool]:
         """(record, created). An identical request still pending returns that record, created=False."""
         existing_id = self._by_request.get(request)
@@ -208,6 +212,7 @@ class ApprovalManager:
             request=request,
             created_at_ms=now,
             expires_at_ms=now + ttl,
+            resume=resume,
             future=loop.create_future(),
         )
         self._records[record.id] = record
@@ -215,6 +220,52 @@ class ApprovalManager:
         self._timers[record.id] = loop.call_later(ttl / 1000, self._expire, record.id)
         self._notify("requested", record)
         return record, True
+
+    def restore(
+        self,
+        approval_id: str,
+        request: ApprovalRequest,
+        *,
+        created_at_ms: int,
+        expires_at_ms: int,
+        count: int = 1,
+        requester_gone: bool = False,
+        decision: str | None = None,
+        resolved_by: str | None = None,
+        resolved_at_ms: int | None = None,
+        reason: str | None = None,
+        resume: dict[str, Any] | None = None,
+    ) -> ApprovalRecord:
+        """An ask the previous gateway left (same id, same expiry). Still waiting: it is pending again
+        and expires when it would have (at once if that moment passed while no gateway ran). Already
+        approved: it comes back decided, for its run to start."""
+        loop = asyncio.get_running_loop()
+        record = ApprovalRecord(
+            id=approval_id,
+            request=request,
+            created_at_ms=created_at_ms,
+            expires_at_ms=expires_at_ms,
+            count=count,
+            requester_gone=requester_gone,
+            reason=reason,
+            resume=resume,
+            future=loop.create_future(),
+        )
+        self._records[record.id] = record
+        if decision is not None and resolved_at_ms is not None:
+            record.decision, record.resolved_by, record.resolved_at_ms = decision, resolved_by, resolved_at_ms
+            record.future.set_result(decision)
+            self._history.append(record)
+            return record
+        self._by_request[request] = record.id
+        delay = max(0.0, (expires_at_ms - _now_ms()) / 1000)
+        self._timers[record.id] = loop.call_later(delay, self._expire, record.id)
+        self._notify("requested", record)
+        return record
+
+    def records(self) -> list[ApprovalRecord]:
+        """Every record still held (pending, and decided ones within their grace window)."""
+        return list(self._records.values())
 
     def _check_room(self, agent_id: str) -> None:
         pending = [r for r in self._records.values() if not r.resolved]
@@ -304,6 +355,11 @@ class ApprovalManager:
         self._timers.pop(approval_id, None)
         self._records.pop(approval_id, None)
 
+    def note_run(self, record: ApprovalRecord, run: dict[str, Any]) -> None:
+        """Link the run an approval led to (session id, status): `approvals.status` and history show it."""
+        record.run = run
+        self._notify("ran", record)
+
     def consume_allow_once(self, record: ApprovalRecord) -> bool:
         """True exactly once for an allow-once decision: one approval, one run."""
         if record.decision != "allow-once" or record.consumed:
@@ -333,6 +389,14 @@ class ApprovalManager:
         """Oldest first; with `after` (a record's `cursor`), only those that come after it."""
         rows = sorted((r for r in self._records.values() if not r.resolved), key=lambda r: r.cursor)
         return rows if after is None else [r for r in rows if r.cursor > after]
+
+    def suspend(self) -> None:
+        """Stop every timer and leave every ask as it is (a gateway stopping whose asks are kept on disk
+        for the next one): nobody is answered, nothing falls back."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._listeners.clear()
 
     def close(self) -> None:
         """Expire everything (gateway shutdown): waiters see None and apply askFallback."""

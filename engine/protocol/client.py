@@ -22,6 +22,7 @@ from engine.protocol.frames import (
     PROTOCOL_VERSION,
     ErrorFrame,
     Event,
+    GatewayNotAnswering,
     GatewayUnavailable,
     Hello,
     ProtocolError,
@@ -154,6 +155,8 @@ class ControlClient:
             autostart = False  # another account's gateway: never start one of our own
         try:
             return await cls._try_connect(state, client, name, token, role, cred)
+        except GatewayNotAnswering:
+            raise  # one is there: a second would only fail on its lock
         except GatewayUnavailable:
             if not autostart:
                 raise
@@ -187,7 +190,14 @@ class ControlClient:
                 await writer.drain()
             line = await asyncio.wait_for(read_frame_line(reader), HANDSHAKE_TIMEOUT_S)
             frame = decode_frame(line)
-        except (OSError, asyncio.IncompleteReadError, TimeoutError, ProtocolError) as exc:
+        except TimeoutError:
+            writer.close()
+            raise GatewayNotAnswering(
+                f"the gateway on {path} accepted the connection but did not answer within "
+                f"{HANDSHAKE_TIMEOUT_S:g} s (stopped, e.g. by SIGSTOP, or overloaded); "
+                "try again once it is back"
+            ) from None
+        except (OSError, asyncio.IncompleteReadError, ProtocolError) as exc:
             writer.close()
             raise GatewayUnavailable(
                 f"handshake with the gateway failed: {exc or type(exc).__name__}"

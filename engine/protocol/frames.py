@@ -36,6 +36,11 @@ class GatewayUnavailable(ExecHostError):
     code = "unavailable"
 
 
+class GatewayNotAnswering(GatewayUnavailable):
+    """A gateway holds the socket but did not answer the handshake in time (stopped with SIGSTOP, or
+    overloaded): starting another would only fail on its lock, so the caller is told and may retry."""
+
+
 class RemoteError(ExecHostError):
     """The gateway answered a request with `ok: false`; `code` is machine-readable, str() is the message."""
 

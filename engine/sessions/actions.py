@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from engine.results import ToolResult
 from engine.sessions.keys import encode_key_token, encode_keys, encode_paste, needs_cursor_mode
-from engine.sessions.registry import Session, now_ms, truncate_middle
+from engine.sessions.registry import Registry, Session, now_ms, truncate_middle
 
-if TYPE_CHECKING:
-    from engine.sessions.manager import SessionManager
+
+class SessionManager(Protocol):
+    """What the actions need of the session manager (engine.sessions.manager owns them and calls in;
+    this module never imports it, so the dependency runs one way)."""
+
+    registry: Registry
+
+    def get(self, session_id: str, scope_key: str | None = None) -> Session | None: ...
+    def list_sessions(self, scope_key: str | None = None) -> list[dict[str, Any]]: ...
+    def request_kill(self, session: Session) -> bool: ...
+    def stray_note(self, session: Session) -> str: ...
 
 MAX_POLL_WAIT_MS = 120_000
 LOG_TAIL_LINES = 200

@@ -17,6 +17,7 @@ from engine import statefs
 from engine.errors import NotFound
 from engine.results import ToolError, ToolResult
 from engine.sessions import procs
+from engine.sessions.actions import run_action
 from engine.sessions.events import SystemEvents
 from engine.sessions.launcher import Launcher, LocalLauncher, LocalProcess, ProcessHandle, RunSpec
 from engine.sessions.output import DEFAULT_LOG_CAP, OutputBuffer, OutputSubscription, TextDecoder
@@ -164,10 +165,7 @@ class SessionManager:
         if handle is None:
             self.registry.drop(session.id)
             return self._finished_result(session)
-        task = asyncio.get_running_loop().create_task(self._supervise(session, handle))
-        self._supervisors.add(task)
-        task.add_done_callback(self._supervisors.discard)
-        self._emit("session.started", session)
+        self.supervise(session, handle)
         if background:
             session.backgrounded = True
             return self._running_result(session)
@@ -219,6 +217,13 @@ class SessionManager:
         return None
 
     # -- supervision ------------------------------------------------------------------------------
+    def supervise(self, session: Session, handle: ProcessHandle) -> None:
+        """Watch a registered session's process to its end (a new one, or one adopted from a holder)."""
+        task = asyncio.get_running_loop().create_task(self._supervise(session, handle))
+        self._supervisors.add(task)
+        task.add_done_callback(self._supervisors.discard)
+        self._emit("session.started", session)
+
     async def _supervise(self, session: Session, handle: ProcessHandle) -> None:
         loop = asyncio.get_running_loop()
         timeout = session.spec.timeout_sec
@@ -310,7 +315,12 @@ class SessionManager:
     ) -> None:
         session.exit_code, session.exit_signal = code, sig
         session.exited = True
-        session.ended_at = now_ms()
+        # A holder knows when its command really ended (maybe while no gateway ran).
+        ended_at = getattr(handle, "ended_at", None)
+        session.ended_at = ended_at if isinstance(ended_at, int) else now_ms()
+        collected = getattr(handle, "collected", None)
+        if collected is not None and session.backgrounded:  # reported once, even across restarts
+            collected({"killed": session.killed, "timedOut": session.timed_out})
         handle.close()
         session.output.close()
         session.raw.end()
@@ -340,6 +350,9 @@ class SessionManager:
     def _on_drop(self, session: Session) -> None:
         if not session.exited:
             self._request_kill(session)
+        forget = getattr(session.handle, "forget", None)
+        if forget is not None and not self._closing:  # a held session's files go with its row
+            forget()
         session.output.close(delete=True)
         session.raw.end()
 
@@ -404,8 +417,6 @@ class SessionManager:
     # -- process tool and operator API ------------------------------------------------------------
     async def process(self, action: str, params: dict[str, Any], scope_key: str | None) -> ToolResult:
         """The `process` tool (reference §2.3). scope_key None = operator, sees every scope."""
-        from engine.sessions.actions import run_action
-
         return await run_action(self, action, params, scope_key)
 
     def list_sessions(self, scope_key: str | None = None) -> list[dict[str, Any]]:
@@ -459,10 +470,19 @@ class SessionManager:
     def request_kill(self, session: Session) -> bool:
         return self._request_kill(session)
 
-    async def close(self) -> None:
-        """Kill every running command (SIGTERM, grace, SIGKILL) and forget every session."""
+    async def close(self, *, keep_held: bool = False) -> None:
+        """Kill every running command (SIGTERM, grace, SIGKILL) and forget every session. `keep_held`:
+        sessions a holder owns keep running, for the next gateway to adopt."""
         self._closing = True
         self.registry.stop()
+        if keep_held:
+            for session in [s for s in self.registry if not s.exited]:
+                detach = getattr(session.handle, "detach", None)
+                if detach is not None:
+                    detach()
+                    session.exited = True  # to this gateway: its supervisor stops below
+        for task in list(self._supervisors) if keep_held else ():
+            task.cancel()
         running = [s for s in self.registry if not s.exited and s.handle is not None]
         local = [s for s in running if isinstance(s.handle, LocalProcess) and s.pid is not None]
         if local:

@@ -46,6 +46,12 @@ NODE_UNAVAILABLE = (
 
 
 
+# The call's params an ask keeps on disk, so the next gateway can prepare the same run again.
+RESUME_PARAMS = (
+    "command", "workdir", "defaultWorkdir", "env", "host", "security", "ask", "node", "elevated", "pty",
+    "background", "timeout", "yieldMs", "reason",
+)  # fmt: skip
+
 _ENUMS = {"host": HOSTS, "security": SECURITIES, "ask": ASKS}
 
 
@@ -74,15 +80,18 @@ def _agent_reason(value: Any) -> str | None:
     return value.strip()[:500]
 
 
-def _note_run(record: ApprovalRecord, result: ToolResult, session_id: str | None = None) -> None:
+def _note_run(
+    approvals: ApprovalManager, record: ApprovalRecord, result: ToolResult, session_id: str | None = None
+) -> None:
     """Link the run to its approval: `approvals.status` and the decision history report it."""
     d = result.details
-    record.run = {
+    approvals.note_run(record, {
         "sessionId": session_id or d.get("sessionId"),
         "status": d.get("status"),
         "exitCode": d.get("exitCode"),
         "tail": compact(str(d.get("aggregated") or d.get("tail") or ""), FOLLOWUP_OUTPUT_CHARS),
-    }
+        **({"reason": d["reason"]} if d.get("reason") else {}),
+    })
 
 
 def _within(what: str, text: str, limit: int, hint: str) -> None:
@@ -422,11 +431,26 @@ class ExecTool:
             agent_reason=_agent_reason(params.get("reason")),
         )
 
+    def _resume_data(
+        self, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext
+    ) -> dict[str, Any]:
+        """What the next gateway needs to run this ask as approved after a crash (engine.tools.resume)."""
+        return {
+            "params": {k: params[k] for k in RESUME_PARAMS if k in params},
+            "agentId": ctx.agent_id,
+            "sessionKey": ctx.session_key,
+            "host": prepared.host,
+            "cwd": prepared.cwd,
+            "approved": self._approved_command(prepared),
+            "identity": [list(item) for item in prepared.decision.identity],
+        }
+
     async def _ask(self, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
         request = self._request(prepared, ctx, params)
+        resume = self._resume_data(prepared, params, ctx)
         while True:
             try:
-                record, created = self.approvals.register(request)
+                record, created = self.approvals.register(request, resume=resume)
             except ApprovalError as exc:
                 raise ToolError(str(exc)) from None
             if not self.has_approver():
@@ -473,12 +497,16 @@ class ExecTool:
             return None
         allowed, reason, command = verdict
         if not allowed:
-            return self._denied_result(record, prepared, reason)
+            denied = self._denied_result(record, prepared, reason)
+            _note_run(self.approvals, record, denied)
+            return denied
         try:
             result = await self._run(prepared, params, ctx, command)
         except StaleContent as exc:
-            return self._denied_result(record, prepared, f"approval-stale: {exc}")
-        _note_run(record, result)
+            denied = self._denied_result(record, prepared, f"approval-stale: {exc}")
+            _note_run(self.approvals, record, denied)
+            return denied
+        _note_run(self.approvals, record, result)
         return result
 
     def _still_as_decided(self, prepared: _Prepared) -> None:
@@ -579,22 +607,26 @@ class ExecTool:
                 return
             allowed, reason, command = verdict
             if not allowed:
-                self._emit(ctx, self._denied_result(record, prepared, reason).text)
+                denied = self._denied_result(record, prepared, reason)
+                _note_run(self.approvals, record, denied)  # what it led to: a caller that reconnects reads it
+                self._emit(ctx, denied.text)
                 return
             try:
                 result = await self._run(prepared, params, ctx, command, detached=True)
             except StaleContent as exc:
-                self._emit(ctx, self._denied_result(record, prepared, f"approval-stale: {exc}").text)
+                denied = self._denied_result(record, prepared, f"approval-stale: {exc}")
+                _note_run(self.approvals, record, denied)
+                self._emit(ctx, denied.text)
                 return
             except (ToolError, OSError) as exc:
                 log.warning("approved command failed to start: %s", exc)
                 self._emit(ctx, f"Exec denied (gateway id={record.id}, spawn-failed): {prepared.command}")
                 return
             sid = str(result.details.get("sessionId", ""))
-            _note_run(record, result)
+            _note_run(self.approvals, record, result)
             if result.details.get("status") == "running" and self._wait_session is not None:
                 result = await self._wait_session(sid, ctx.scope_key)
-                _note_run(record, result, session_id=sid)
+                _note_run(self.approvals, record, result, session_id=sid)
             self._emit(ctx, self._finished_text(record, sid, result))
         except asyncio.CancelledError:
             raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
@@ -40,17 +41,23 @@ def register_pending(actions: Subparsers) -> None:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    problems: list[str] = []
+
     async def every_page(client: ControlClient) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         params: dict[str, Any] = {"agentId": args.agent} if args.agent else {}
         while True:
             page = await client.request("approvals.history", params)
             rows += page.get("approvals") or []
+            if page.get("error") and page["error"] not in problems:
+                problems.append(str(page["error"]))
             if not page.get("next"):
                 return rows
             params["cursor"] = page["next"]
 
     rows = with_client(every_page, operator=True)
+    for problem in problems:  # the log could not be written (a full disk): say so, loudly
+        print(f"Warning: {problem}", file=sys.stderr)
     lines = []
     for r in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((r.get("resolvedAtMs") or 0) / 1000))

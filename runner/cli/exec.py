@@ -13,6 +13,7 @@ from engine.display import visible
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
+from engine.protocol.resume import follow_approval
 from runner.cli import UsageError
 from runner.cli.agents import agent_arg, node_query_arg
 from runner.cli.common import Subparsers, add_json_arg, emit
@@ -138,10 +139,13 @@ async def _exec_waiting(client: ControlClient, params: dict[str, Any]) -> dict[s
             sys.stderr.write("\r\x1b[2K" + waiting_line(data))
             sys.stderr.flush()
 
+    waited: dict[str, Any] | None = None
+
     def on_event(event: Event) -> None:
-        nonlocal ticker
+        nonlocal ticker, waited
         if event.event != EventName.EXEC_WAITING:
             return
+        waited = dict(event.data)
         sys.stderr.write(waiting_line(event.data) + ("" if tty else "\n"))
         sys.stderr.flush()
         if tty and ticker is None:
@@ -150,6 +154,20 @@ async def _exec_waiting(client: ControlClient, params: dict[str, Any]) -> dict[s
     client.add_listener(on_event)
     try:
         return await client.request("exec", params)
+    except ConnectionError:
+        if waited is None:
+            raise
+        # The gateway went away while a human was being asked: the ask is kept on disk, so reconnect
+        # (starting a gateway if none comes back) and keep waiting for it.
+        sys.stderr.write(
+            f"\nexechost: lost the gateway; waiting for approval {visible(waited['approvalSlug'])} "
+            "on the next one\n"
+        )
+        return await follow_approval(
+            lambda: ControlClient.connect(client="cli", name="cli", agent=params.get("agentId") or None),
+            waited,
+            str(params.get("agentId") or ""),
+        )
     finally:
         if ticker is not None:
             ticker.cancel()

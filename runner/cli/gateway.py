@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from engine import statefs
 from engine.protocol.client import ControlClient
-from engine.protocol.frames import GatewayUnavailable, RemoteError, socket_path
+from engine.protocol.frames import GatewayNotAnswering, GatewayUnavailable, RemoteError, socket_path
 from engine.sessions import procs
 from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit
 
@@ -113,9 +113,23 @@ def register(subparsers: Subparsers) -> None:
     start = actions.add_parser("start", help="start the gateway in the background unless one is running")
     add_json_arg(start)
     start.set_defaults(func=run_verb(cmd_start))
-    stop = actions.add_parser("stop", help="stop the running gateway gracefully")
+    stop = actions.add_parser(
+        "stop",
+        help="stop the gateway gracefully (sessions keep running; the next gateway adopts them)",
+        description="Stop the gateway. Background sessions keep running under their holders and pending "
+        "approvals stay on disk: the next gateway adopts both. --kill-sessions ends the sessions instead.",
+    )
+    stop.add_argument(
+        "--kill-sessions", action="store_true", help="end every running session (SIGTERM, grace, SIGKILL)"
+    )
     add_json_arg(stop)
     stop.set_defaults(func=run_verb(cmd_stop))
+    restart = actions.add_parser(
+        "restart",
+        help="replace the running gateway (an upgrade): sessions and pending approvals carry over",
+    )
+    add_json_arg(restart)
+    restart.set_defaults(func=run_verb(cmd_restart))
     status = actions.add_parser("status", help="is the gateway running; pid, uptime, counts (exit 1 if not)")
     add_json_arg(status)
     status.set_defaults(func=run_verb(cmd_status))
@@ -167,26 +181,69 @@ def cmd_start(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_stop(args: argparse.Namespace) -> int:
+def _stop(kill_sessions: bool) -> dict[str, Any] | None:
+    """Stop the running gateway and wait for it to go; None when none was running."""
     try:
         info = asyncio.run(_status(False))
     except (GatewayUnavailable, ConnectionError):
-        emit("gateway is not running", {"status": "stopped", "wasRunning": False}, args.json)
-        return 0
-    call("shutdown", autostart=False, operator=True)
+        return None
+    params = {"killSessions": True} if kill_sessions else {}
+    stopping = call("shutdown", params, autostart=False, operator=True)
     pid = int(info["pid"])
+    # Killing sessions takes their grace; a stop that keeps them is quick.
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and procs.alive(pid):
         time.sleep(0.05)
     if procs.alive(pid):
         raise CliFailure(f"gateway pid {pid} did not stop within 15 s")
-    emit(f"gateway stopped (pid {pid})", {"status": "stopped", "wasRunning": True, "pid": pid}, args.json)
+    return {**stopping, "pid": pid}
+
+
+def _sessions_line(stopped: dict[str, Any]) -> str:
+    running = int(stopped.get("runningSessions") or 0)
+    if not running:
+        return "no sessions were running"
+    if stopped.get("sessionsKept"):
+        return (
+            f"{running} running session(s) keep running under their holders; the next gateway adopts them "
+            "(`gateway stop --kill-sessions` ends them)"
+        )
+    return f"{running} running session(s) were ended"
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    stopped = _stop(args.kill_sessions)
+    if stopped is None:
+        emit("gateway is not running", {"status": "stopped", "wasRunning": False}, args.json)
+        return 0
+    pending = int(stopped.get("pendingApprovals") or 0)
+    text = f"gateway stopped (pid {stopped['pid']}); {_sessions_line(stopped)}"
+    if pending:
+        text += f"; {pending} pending approval(s) are kept for the next gateway"
+    emit(text, {"status": "stopped", "wasRunning": True, **stopped}, args.json)
+    return 0
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    """Stop keeping every session and ask, start a new daemon, and say what it took over."""
+    stopped = _stop(kill_sessions=False)
+    info = call("status", autostart=True)
+    adopted = list(info.get("adoptedSessions") or [])
+    old = f"pid {stopped['pid']} → " if stopped else ""
+    text = (
+        f"gateway restarted ({old}pid {info['pid']}): {len(adopted)} session(s) adopted, "
+        f"{info.get('pendingApprovals', 0)} pending approval(s)"
+    )
+    emit(text, {"status": "running", "previous": stopped, **info}, args.json)
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     try:
         info = asyncio.run(_status(False))
+    except GatewayNotAnswering as exc:
+        emit(f"gateway not answering: {exc}", {"status": "not-answering"}, args.json)
+        return 1
     except (GatewayUnavailable, ConnectionError) as exc:
         emit(f"gateway is not running ({exc})", {"status": "stopped"}, args.json)
         return 1
@@ -224,6 +281,8 @@ def unit_text(config: str | None = None) -> str:
             f'Environment="OPENCLAW_STATE_DIR={state}"',
             f'Environment="PYTHONPATH={repo}"',
             "KillSignal=SIGTERM",
+            "# Only the daemon: sessions' holders outlive a restart, and the next gateway adopts them.",
+            "KillMode=process",
             "TimeoutStopSec=20",
             "Restart=on-failure",
             "RestartSec=2",

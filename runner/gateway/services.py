@@ -10,9 +10,12 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from engine.approvals.durable import PENDING_NAME, PendingFile
+from engine.approvals.history import HISTORY_DIR, DecisionLog, HistoryError
 from engine.approvals.pending import ApprovalManager, ApprovalRecord
 from engine.approvals.store import ApprovalsStore
 from engine.config.loader import config_path as config_file_path
@@ -22,13 +25,29 @@ from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import Event
 from engine.results import ToolResult
 from engine.sessions import SessionManager, SystemEvents
+from engine.sessions.adopt import adopt_held
+from engine.sessions.holder import HOLDERS_DIR, HolderLauncher
+from engine.sessions.spool import SPOOL_NAME, EventSpool
 from engine.tools.exec import ExecTool
+from engine.tools.resume import restore_asks
 from runner.gateway.browsers import BrowserHub
 from runner.gateway.nodes import NodeHub
 from runner.gateway.output import OutputFanout
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection, GatewayServer
+    from runner.gateway.connection import Connection
+
+
+class Host(Protocol):
+    """What the services need of the server that owns them (runner.gateway.server builds the services
+    and hands itself in; this module never imports it, so the dependency runs one way)."""
+
+    @property
+    def connections(self) -> Collection[Connection]: ...
+
+    def request_stop(self) -> None: ...
+
+    async def drop_revoked(self) -> list[str]: ...
 
 log = logging.getLogger("exechost.gateway")
 
@@ -40,7 +59,7 @@ class Services:
         *,
         config_path: str | None = None,
         approval_timeout_ms: int | None = None,
-        server: GatewayServer | None = None,
+        server: Host | None = None,
     ) -> None:
         self.state_dir = state_dir
         self.server = server
@@ -57,7 +76,12 @@ class Services:
             **({"timeout_ms": approval_timeout_ms} if approval_timeout_ms else {})
         )
         self.store = ApprovalsStore(state_dir / "exec-approvals.json")
-        self.events = SystemEvents()
+        # Every decision on disk (who, what, what it led to): `approvals history` across restarts.
+        self.history = DecisionLog(state_dir / HISTORY_DIR)
+        self._history_sessions: set[str] | None = None  # session ids an approval led to (loaded lazily)
+        # Asks not yet settled, on disk: the next gateway asks them again (same id, same expiry).
+        self.pending_file = PendingFile(state_dir / PENDING_NAME)
+        self.events = SystemEvents(spool=EventSpool(state_dir / SPOOL_NAME))
         self.overrides: dict[str, SessionOverrides] = {}
         self.started_at = time.time()
         exec_cfg = self.config().exec
@@ -87,6 +111,10 @@ class Services:
             self.sessions.add_listener(self._on_session_event),
         ]
         self._sandbox_manager: Any = None
+        # Set by hold_sessions() (the daemon): gateway-host sessions run under holders and outlive us.
+        self.holders: HolderLauncher | None = None
+        self.keep_sessions = True  # on a stop: leave held sessions running (`gateway stop --kill-sessions`)
+        self.adopted: list[str] = []
         self.nodes = NodeHub(self)  # links are opened on first use (and follow config edits)
         self.browsers = BrowserHub(self)  # containers started on first use; the door opens with them
         self.exec_tool.node_runner = self.nodes.run
@@ -126,7 +154,25 @@ class Services:
         self.config_error = error
         self.broadcast("events", "gateway.config", {"error": error, "ts": int(time.time() * 1000)})
 
+    def hold_sessions(self) -> None:
+        """Run gateway-host sessions under holder processes, so they outlive this gateway (the daemon
+        does; in-process test gateways keep plain children unless they ask). EXECHOST_SESSION_HOLDERS=0
+        turns it off."""
+        if os.environ.get("EXECHOST_SESSION_HOLDERS", "").strip() == "0":
+            return
+        self.holders = HolderLauncher(self.state_dir / HOLDERS_DIR, fallback=self.sessions.launcher)
+        self.sessions.launcher = self.holders
+
     async def start(self) -> None:
+        if self.holders is not None:
+            adopted = await adopt_held(self.sessions, self.holders)
+            self.adopted = [s.id for s in adopted]
+            if adopted:
+                log.info("adopted %d session(s) from %s", len(adopted), self.holders.directory)
+        restored = restore_asks(self.exec_tool, self.pending_file.load())
+        if restored:
+            log.info("restored %d pending approval(s) from %s", len(restored), self.pending_file.path)
+        self.pending_file.save(self.approvals.records())
         self.output.start()
         self._hook_sandbox_progress()
 
@@ -151,11 +197,14 @@ class Services:
         for unsubscribe in self._unsubscribe:
             with contextlib.suppress(Exception):
                 unsubscribe()
-        self.approvals.close()
+        # Asks stay pending on disk for the next gateway: a stop or an upgrade neither denies nor runs them.
+        self.approvals.suspend()
         await self.nodes.close()
         await self.browsers.close()
         await self.exec_tool.close()
-        await self.sessions.close()
+        await self.sessions.close(keep_held=self.holders is not None and self.keep_sessions)
+        if self.holders is not None:
+            await self.holders.close()
 
     # -- sessions
 
@@ -197,7 +246,29 @@ class Services:
             self.approvals.requester_gone(approval_id)
         conn.waiting_approvals.clear()
 
+    def _write_history(self, kind: str, record: ApprovalRecord) -> None:
+        """Append to the decision log; a write that fails (full disk) is logged and shown in `status`
+        and `approvals history`, and the gateway keeps serving: the decision itself stands."""
+        try:
+            if kind == "resolved":
+                self.history.record_decision(record.view())
+            elif kind == "ran" and record.run:
+                self.history.record_run(record.id, record.run)
+                if record.run.get("sessionId"):
+                    self._linked_sessions().add(str(record.run["sessionId"]))
+        except HistoryError as exc:
+            log.error("%s", exc)
+
+    def _linked_sessions(self) -> set[str]:
+        if self._history_sessions is None:
+            self._history_sessions = self.history.linked_sessions()
+        return self._history_sessions
+
     def _on_approval(self, kind: str, record: ApprovalRecord) -> None:
+        self._write_history(kind, record)
+        self.pending_file.save(self.approvals.records())
+        if kind == "ran":
+            return
         if kind == "requested":
             self.broadcast("approvals", "approval.requested", record.view())
         elif kind == "updated":
@@ -220,6 +291,11 @@ class Services:
         )
 
     def _on_session_event(self, event: str, data: dict[str, Any]) -> None:
+        if event == "session.exited" and str(data.get("sessionId")) in self._linked_sessions():
+            try:  # history then shows how the run an approval led to really ended
+                self.history.record_session_end(data)
+            except HistoryError as exc:
+                log.error("%s", exc)
         self.output.session_event(event, data, lambda: self.broadcast("sessions", event, data))
 
     def status(self) -> dict[str, Any]:
@@ -234,6 +310,9 @@ class Services:
             "sessions": len(sessions),
             "runningSessions": sum(1 for s in sessions if s.get("status") == "running"),
             "configError": self.config_problem(),
+            "historyError": self.history.problem,
+            "holdsSessions": self.holders is not None,
+            "adoptedSessions": list(self.adopted),
             "version": 1,
         }
 

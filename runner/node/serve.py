@@ -26,6 +26,7 @@ from engine.results import ToolError, ToolResult
 from engine.sessions import SessionManager, SystemEvents
 from engine.tools.exec import ExecContext, ExecTool
 from runner.node.approvals import RelayedApprovals
+from runner.node.relay import relay_to_service
 
 log = logging.getLogger("exechost.node")
 
@@ -522,8 +523,6 @@ async def serve_stdio() -> int:
     except ValueError:  # a regular file
         writer = Output(None)
     state = statefs.ensure_private_dir(statefs.state_dir())
-    from runner.node.service import relay_to_service
-
     relayed = await relay_to_service(state, reader, writer)
     if relayed is not None:
         return relayed  # a `node run` service answered: its sessions outlive this link

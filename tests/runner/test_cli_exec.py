@@ -50,7 +50,9 @@ def test_lifecycle_start_status_stop(state_dir: Path) -> None:
     assert cli(state_dir, "gateway", "stop").returncode == 0  # idempotent
 
 
-def test_sigterm_is_graceful_and_kills_sessions(state_dir: Path) -> None:
+def test_sigterm_is_graceful_and_keeps_sessions(state_dir: Path) -> None:
+    """Issue 20: a graceful stop leaves background sessions to the next gateway; `gateway stop
+    --kill-sessions` is the way to end them with it."""
     write_config(state_dir, FULL)
     env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
@@ -67,10 +69,16 @@ def test_sigterm_is_graceful_and_kills_sessions(state_dir: Path) -> None:
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
         bg = js(cli(state_dir, "exec", "--json", "--background", "--", "sleep 300"))
-        pid = bg["details"]["pid"]
+        pid, sid = bg["details"]["pid"], bg["details"]["sessionId"]
         os.kill(pid, 0)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+        assert not socket_path(state_dir).exists()
+        os.kill(pid, 0)  # still running: its holder keeps it
+        listed = js(cli(state_dir, "process", "--json", "list"))  # autostarts a gateway, which adopts it
+        assert sid in [r["sessionId"] for r in listed["details"]["sessions"]]
+        stopped = cli(state_dir, "gateway", "stop", "--kill-sessions")
+        assert stopped.returncode == 0 and "1 running session(s) were ended" in stopped.stdout
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -79,12 +87,12 @@ def test_sigterm_is_graceful_and_kills_sessions(state_dir: Path) -> None:
                 break
             time.sleep(0.05)
         else:
-            pytest.fail("background session survived the gateway's graceful stop")
-        assert not socket_path(state_dir).exists()
+            pytest.fail("background session survived `gateway stop --kill-sessions`")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        cli(state_dir, "gateway", "stop", "--kill-sessions")
 
 
 def test_exec_json_and_exit_codes(state_dir: Path) -> None:

@@ -104,19 +104,20 @@ async def status(services: Services, conn: Connection, params: dict[str, Any]) -
     wanted = req_str(params, "approvalId")
     caller = agent_id(params, conn)  # an agent's own; a request naming another agent is refused
     record = services.approvals.lookup(wanted)
-    if record is None or (not conn.operator and record.request.agent_id != caller):
-        raise InvalidInput(f"unknown or expired approval id {wanted!r} (decisions are kept for the last 500)")
-    view = record.view()
-    run = dict(record.run or {})
-    session = services.sessions.get(str(run.get("sessionId") or ""))
-    if session is not None:  # still known: its live state beats what was noted when it started
-        run.update(status=session.status, exitCode=session.exit_code)
+    view: dict[str, Any] | None = record.view() if record is not None else None
+    if view is None:  # decided before this gateway started: the decision log still knows it
+        entry = await asyncio.to_thread(services.history.find, wanted)
+        view = entry.view() if entry is not None else None
+    if view is None or (not conn.operator and view.get("agentId") != caller):
+        raise InvalidInput(f"unknown or expired approval id {wanted!r}")
+    view = current_run(services, view)
+    run = dict(view.get("run") or {})
     state = view["status"]
-    text = f"Approval {record.slug}: {state}"
-    if record.resolved_by and state != "pending":
-        text += f" by {record.resolved_by}"
-    if record.reason:
-        text += f"\nReason: {record.reason}"
+    text = f"Approval {view.get('slug') or str(view['id'])[:8]}: {state}"
+    if view.get("resolvedBy") and state != "pending":
+        text += f" by {view['resolvedBy']}"
+    if view.get("reason"):
+        text += f"\nReason: {view['reason']}"
     if run.get("sessionId"):
         text += f"\nRan as session {run['sessionId']}: {run.get('status')}"
         if run.get("exitCode") is not None:
@@ -126,12 +127,42 @@ async def status(services: Services, conn: Connection, params: dict[str, Any]) -
 
 
 async def history(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    """Decided approvals, newest first, one page at a time (`cursor` = how many to skip)."""
+    """Decided approvals, newest first, one page at a time (`cursor` = how many to skip), read from the
+    on-disk decision log; a run's session status is looked up now, not as it was when it started."""
     require_operator(conn, "approvals.history")
-    rows = services.approvals.history(opt_str(params, "agentId"))
+    entries = await asyncio.to_thread(services.history.entries, opt_str(params, "agentId"))
+    rows = [current_run(services, entry.view()) for entry in entries]
     skip = params.get("cursor")
     start = int(skip) if isinstance(skip, str) and skip.isdigit() else 0
-    page = _fit(rows[start:])
+    page = _fit_views(rows[start:])
     page["next"] = str(start + len(page["approvals"])) if page["next"] else None
     page["total"] = len(rows)
+    if services.history.problem:
+        page["error"] = services.history.problem
     return page
+
+
+def current_run(services: Services, view: dict[str, Any]) -> dict[str, Any]:
+    """The view with its run's status as it is now: live when the session is known, else as it was last
+    written down, else `unknown` for a run that never reported an end (a session lost with its gateway)."""
+    run = dict(view.get("run") or {})
+    sid = str(run.get("sessionId") or "")
+    if sid:
+        session = services.sessions.get(sid)
+        if session is not None:
+            run.update(status=session.status, exitCode=session.exit_code)
+        elif run.get("status") == "running":
+            run["status"] = "unknown"
+        view = {**view, "run": run}
+    return view
+
+
+def _fit_views(views: list[dict[str, Any]]) -> dict[str, Any]:
+    out: list[dict[str, Any]] = []
+    size = 0
+    for view in views:
+        size += len(json.dumps(view, ensure_ascii=False, separators=(",", ":")).encode())
+        if out and size > PAGE_BYTES:
+            break
+        out.append(view)
+    return {"approvals": out, "next": "more" if len(out) < len(views) else None}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from engine.nodes.link import NodeError
 
 if TYPE_CHECKING:
-    from runner.gateway.server import Connection
+    from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 

@@ -239,7 +239,7 @@ async def test_stale_socket_replaced_live_one_never_stolen(state_dir: Path) -> N
 async def test_client_notices_gateway_shutdown(state_dir: Path) -> None:
     async with gateway(state_dir):
         client = await connect(state_dir)
-        assert (await client.request("shutdown")) == {"stopping": True}
+        assert (await client.request("shutdown"))["stopping"] is True
         reason = await asyncio.wait_for(client.wait_closed(), 10)
         assert "closed" in reason and client.closed
         with pytest.raises(ConnectionError):

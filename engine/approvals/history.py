@@ -1,0 +1,274 @@
+"""Decision history on disk: every decided approval as a JSON line; `approvals history` outlives the gateway.
+
+An append-only log in `<state>/history/` (dir 0700, files 0600), fsync'd per line, rotated at a size with a
+bounded number of files. Three kinds of line, merged by id at read time:
+
+- `decision`: who decided what, when, for which command and agent (written when the ask is resolved);
+- `run`: what the approval led to (the session id, its status then) — written by whoever ran it;
+- `session`: how a linked session ended (status, exit code, time), so a later read never shows `running`
+  for a session long gone.
+
+A torn last line (a crash mid-write, a full disk) is skipped on read and closed by the next append.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ExecHostError
+from engine.statefs import FILE_MODE, StateFileError, ensure_private_dir, refuse_symlink
+
+log = logging.getLogger("exechost.history")
+
+HISTORY_DIR = "history"
+LOG_NAME = "decisions.jsonl"
+ROTATE_BYTES = 1024 * 1024  # one file's size before it is rotated
+KEEP_FILES = 5  # the live file plus four rotated ones: at most ~5 MiB on disk
+MAX_LINE_BYTES = 200 * 1024  # commands are capped at 64 KiB by the exec tool; a line holds one once
+MAX_ENTRIES = 5000  # newest decisions returned by a read (the rest stay on disk until rotated out)
+VERSION = 1
+
+
+class HistoryError(ExecHostError):
+    """The history log could not be written (full disk, a planted symlink): the decision itself stands."""
+
+    code = "history_unavailable"
+
+
+@dataclass
+class HistoryEntry:
+    """One decided approval, merged from its lines; `view()` is the ApprovalView-like row clients show."""
+
+    data: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return str(self.data.get("id") or "")
+
+    @property
+    def agent_id(self) -> str:
+        return str(self.data.get("agentId") or "")
+
+    @property
+    def run(self) -> dict[str, Any] | None:
+        run = self.data.get("run")
+        return run if isinstance(run, dict) else None
+
+    def view(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.data.items() if k not in ("kind", "v")}
+        out.setdefault("slug", self.id[:8])
+        return out
+
+
+def decision_line(view: dict[str, Any]) -> dict[str, Any]:
+    """What a `decision` line keeps of an ApprovalView: enough to say who, when, what, for whom."""
+    keep = (
+        "id", "slug", "status", "createdAtMs", "expiresAtMs", "resolvedBy", "resolvedAtMs", "reason",
+        "count", "command", "cwd", "host", "agentId", "sessionKey", "security", "ask", "askFallback",
+        "allowedDecisions", "resolvedPath", "nodeId", "envKeys", "agentReason", "requesterGone", "run",
+    )  # fmt: skip
+    return {"kind": "decision", "v": VERSION, **{k: view.get(k) for k in keep if k in view}}
+
+
+class DecisionLog:
+    """The on-disk decision history of one state dir. Writes are serialised by a lock (the gateway writes
+    from its loop and from worker threads); reads merge every file, oldest first."""
+
+    def __init__(
+        self, directory: Path, *, rotate_bytes: int = ROTATE_BYTES, keep_files: int = KEEP_FILES
+    ) -> None:
+        self.directory = directory
+        self.path = directory / LOG_NAME
+        self.rotate_bytes = max(4096, rotate_bytes)
+        self.keep_files = max(1, keep_files)
+        self._lock = threading.Lock()
+        # A failed or torn write leaves a partial line: the next append starts on a fresh line.
+        self._needs_newline: bool | None = None  # None: not checked since start
+        self.problem: str | None = None  # why the last write failed (cleared by the next success)
+
+    # -- writing
+
+    def record_decision(self, view: dict[str, Any]) -> None:
+        self._append(decision_line(view))
+
+    def record_run(self, approval_id: str, run: dict[str, Any]) -> None:
+        self._append({"kind": "run", "v": VERSION, "id": approval_id, "run": run})
+
+    def record_session_end(self, session: dict[str, Any]) -> None:
+        """A session ended: its final status, code and time (only sessions an approval led to matter)."""
+        self._append(
+            {
+                "kind": "session",
+                "v": VERSION,
+                "sessionId": session.get("sessionId"),
+                "status": session.get("status"),
+                "exitCode": session.get("exitCode"),
+                "exitSignal": session.get("exitSignal"),
+                "endedAt": session.get("endedAt"),
+            }
+        )
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        line = _encode(entry)
+        if len(line) >= MAX_LINE_BYTES:
+            line = _encode({**entry, "command": str(entry.get("command", ""))[:2000] + "… (truncated)"})
+        with self._lock:
+            try:
+                self._write_line(line)
+            except (OSError, StateFileError) as exc:
+                self._needs_newline = True
+                self.problem = _describe(exc, self.path)
+                raise HistoryError(self.problem) from None
+            self.problem = None
+
+    def _write_line(self, line: bytes) -> None:
+        ensure_private_dir(self.directory)
+        refuse_symlink(self.path)
+        try:
+            size = os.lstat(self.path).st_size
+        except FileNotFoundError:
+            size = 0
+        if size and size + len(line) + 1 > self.rotate_bytes:
+            self._rotate()
+            size = 0
+        fd = os.open(
+            self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
+        )
+        try:
+            os.fchmod(fd, FILE_MODE)  # a file restored with looser bits is tightened
+            if self._needs_newline is None:
+                self._needs_newline = _ends_torn(self.path, size)
+            data = (b"\n" if self._needs_newline else b"") + line + b"\n"
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+            self._needs_newline = False
+        finally:
+            os.close(fd)
+
+    def _rotate(self) -> None:
+        """decisions.jsonl → .1 → .2 …; the oldest beyond `keep_files` is dropped."""
+        oldest = self._rotated(self.keep_files - 1)
+        if self.keep_files == 1:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(oldest)
+        for n in range(self.keep_files - 2, 0, -1):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(self._rotated(n), self._rotated(n + 1))
+        os.replace(self.path, self._rotated(1))
+        dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        self._needs_newline = False
+
+    def _rotated(self, n: int) -> Path:
+        return self.directory / f"{LOG_NAME}.{n}"
+
+    # -- reading
+
+    def files(self) -> list[Path]:
+        """Oldest first."""
+        rotated = [self._rotated(n) for n in range(self.keep_files - 1, 0, -1)]
+        return [p for p in [*rotated, self.path] if p.is_file() and not p.is_symlink()]
+
+    def lines(self) -> Iterable[dict[str, Any]]:
+        for path in self.files():
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as fh:
+                for raw in fh:
+                    if len(raw) > MAX_LINE_BYTES or not raw.endswith(b"\n"):
+                        continue  # a torn line (crash mid-write) or one nobody wrote
+                    try:
+                        entry = json.loads(raw)
+                    except ValueError:
+                        continue
+                    if isinstance(entry, dict) and entry.get("v") == VERSION:
+                        yield entry
+
+    def entries(self, agent_id: str | None = None) -> list[HistoryEntry]:
+        """Decided approvals, newest first, each with the last run and session state written for it."""
+        decisions: dict[str, dict[str, Any]] = {}
+        runs: dict[str, dict[str, Any]] = {}
+        ends: dict[str, dict[str, Any]] = {}
+        for entry in self.lines():
+            kind = entry.get("kind")
+            if kind == "decision" and isinstance(entry.get("id"), str):
+                decisions[entry["id"]] = entry
+            elif kind == "run" and isinstance(entry.get("run"), dict):
+                runs[str(entry.get("id"))] = entry["run"]
+            elif kind == "session" and entry.get("sessionId"):
+                ends[str(entry["sessionId"])] = entry
+        rows = []
+        for approval_id, data in decisions.items():
+            if agent_id is not None and data.get("agentId") != agent_id:
+                continue
+            merged = dict(data)
+            run = dict(runs.get(approval_id) or merged.get("run") or {})
+            end = ends.get(str(run.get("sessionId") or ""))
+            if end is not None:
+                run.update(status=end.get("status"), exitCode=end.get("exitCode"), endedAt=end.get("endedAt"))
+            merged["run"] = run or None
+            rows.append(HistoryEntry(merged))
+        rows.sort(key=lambda e: (e.data.get("resolvedAtMs") or 0, e.id), reverse=True)
+        return rows[:MAX_ENTRIES]
+
+    def find(self, id_or_prefix: str) -> HistoryEntry | None:
+        key = (id_or_prefix or "").strip().lower()
+        if not key:
+            return None
+        hits = [e for e in self.entries() if e.id.lower().startswith(key)]
+        exact = [e for e in hits if e.id.lower() == key]
+        if exact:
+            return exact[0]
+        return hits[0] if len(hits) == 1 else None
+
+    def linked_sessions(self) -> set[str]:
+        """Session ids an approval led to (so their ends are worth writing down)."""
+        out = set()
+        for entry in self.lines():
+            if entry.get("kind") == "run" and isinstance(entry.get("run"), dict):
+                sid = entry["run"].get("sessionId")
+                if sid:
+                    out.add(str(sid))
+        return out
+
+
+def _encode(entry: dict[str, Any]) -> bytes:
+    return json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+def _ends_torn(path: Path, size: int) -> bool:
+    """True when the file's last byte is not a newline (a line cut off by a crash)."""
+    if size <= 0:
+        return False
+    with open(path, "rb") as fh:
+        fh.seek(size - 1)
+        return fh.read(1) != b"\n"
+
+
+def _describe(exc: OSError | StateFileError, path: Path) -> str:
+    if not isinstance(exc, OSError):
+        return f"decision history not written: {exc}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        why = "the disk is full" if exc.errno != errno.EFBIG else "the file size limit was reached"
+        return f"decision history not written: {why} ({path.parent}): {exc.strerror}"
+    return f"decision history not written ({path}): {exc.strerror or exc}"

@@ -1,0 +1,77 @@
+"""The system-event spool: undelivered events on disk, so a gateway restart or crash loses none of them."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from engine import jsontext
+from engine.statefs import StateFileError, atomic_write, read_text
+
+log = logging.getLogger(__name__)
+
+SPOOL_NAME = "events.json"
+MAX_TEXT_CHARS = 4096  # an event is a notice (a header and ≤400 chars of output), never a log
+MAX_KEYS = 512
+MAX_BYTES = 512 * 1024  # the whole spool; beyond it the oldest events of the longest queues go
+VERSION = 1
+
+
+class EventSpool:
+    """`<state>/events.json` ({version, queues: {sessionKey: [text…]}}), rewritten atomically (temp file,
+    fsync, rename) on every change, so a reader or a crash never sees half of it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.problem: str | None = None
+
+    def load(self) -> dict[str, list[str]]:
+        """The queues left by the last gateway; an unreadable spool is reported and kept aside, never
+        silently replaced (DESIGN §3)."""
+        try:
+            raw = read_text(self.path)
+        except (OSError, StateFileError, UnicodeDecodeError) as exc:
+            self.problem = f"undelivered events not loaded from {self.path}: {exc}"
+            log.error("%s", self.problem)
+            return {}
+        if raw is None:
+            return {}
+        try:
+            data = jsontext.loads(raw)
+            queues = data["queues"] if isinstance(data, dict) and data.get("version") == VERSION else None
+            if not isinstance(queues, dict):
+                raise ValueError("not an events spool")
+        except (ValueError, KeyError) as exc:
+            aside = self.path.with_name(f"{self.path.name}.bad")
+            self.path.replace(aside)
+            self.problem = f"undelivered events in {self.path} unreadable ({exc}); kept as {aside}"
+            log.error("%s", self.problem)
+            return {}
+        out: dict[str, list[str]] = {}
+        for key, texts in list(queues.items())[:MAX_KEYS]:
+            if isinstance(key, str) and key.strip() and isinstance(texts, list):
+                out[key] = [t[:MAX_TEXT_CHARS] for t in texts if isinstance(t, str)]
+        return out
+
+    def save(self, queues: dict[str, list[str]]) -> None:
+        """Write every queue (bounded); a failure is logged and kept in `problem`: delivery goes on."""
+        kept = {k: [t[:MAX_TEXT_CHARS] for t in v] for k, v in list(queues.items())[-MAX_KEYS:] if v}
+        data = _encode(kept)
+        while len(data) > MAX_BYTES:
+            longest = max(kept, key=lambda k: len(kept[k]))
+            del kept[longest][: max(1, len(kept[longest]) // 4)]
+            if not kept[longest]:
+                del kept[longest]
+            data = _encode(kept)
+        try:
+            atomic_write(self.path, data)
+            self.problem = None
+        except (OSError, StateFileError) as exc:
+            self.problem = f"undelivered events not saved to {self.path}: {exc}"
+            log.error("%s", self.problem)
+
+
+def _encode(queues: dict[str, list[str]]) -> bytes:
+    text = json.dumps({"version": VERSION, "queues": queues}, ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass")

@@ -1,0 +1,105 @@
+"""Asks restored after a gateway crash or restart: wait for the decision, then run exactly what was approved.
+
+The caller that asked is gone with the old gateway, so a restored ask always runs detached and reports
+through its session key's system events (a caller that reconnects reads `approvals.status`). Nothing
+from the old process is trusted blindly: the call is prepared again under today's policy, and it runs only
+when that gives the command, cwd and file identities the human approved — else `approval-stale`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from engine.approvals.durable import StoredAsk
+from engine.approvals.pending import ApprovalRecord, env_hash
+from engine.commands.allowlist import identity_problem
+from engine.results import ToolError
+from engine.tools.exec import ExecContext, ExecTool
+
+log = logging.getLogger("exechost.exec")
+
+
+def restore_asks(tool: ExecTool, asks: list[StoredAsk]) -> list[ApprovalRecord]:
+    """Register each stored ask again and start its waiter; returns the restored records."""
+    restored = []
+    for ask in asks:
+        if ask.resume is None or ask.id in {r.id for r in tool.approvals.records()}:
+            continue
+        record = tool.approvals.restore(
+            ask.id,
+            ask.request,
+            created_at_ms=ask.created_at_ms,
+            expires_at_ms=ask.expires_at_ms,
+            count=ask.count,
+            # Whoever waited went with the old gateway: the result goes to the agent's events.
+            requester_gone=True,
+            decision=ask.decision,
+            resolved_by=ask.resolved_by,
+            resolved_at_ms=ask.resolved_at_ms,
+            reason=ask.reason,
+            resume=ask.resume,
+        )
+        tool._spawn(resume_ask(tool, record))
+        restored.append(record)
+    return restored
+
+
+def stale_reason(tool: ExecTool, record: ApprovalRecord, prepared: Any) -> str | None:
+    """Why the call prepared now is not what was approved, else None."""
+    resume = record.resume or {}
+    request = record.request
+    # What the operator was shown (the request) must be what this call prepares: a file edited while
+    # no gateway ran cannot show one command and run another.
+    env = (resume.get("params") or {}).get("env")
+    if prepared.command != request.command or env_hash(env) != request.env_hash:
+        return "the stored call does not match what was approved"
+    if prepared.decision.decision == "deny":
+        return f"the policy now denies it ({prepared.decision.reason})"
+    if prepared.host != resume.get("host"):
+        return f"it would now run on {prepared.host}, not {resume.get('host')}"
+    if prepared.cwd != resume.get("cwd"):
+        return f"the working directory is now {prepared.cwd}"
+    if tool._approved_command(prepared) != resume.get("approved"):
+        return "the command would now run as something other than what was approved"
+    approved_identity = tuple(tuple(item) for item in resume.get("identity") or [])
+    if prepared.host != "sandbox":
+        problem = identity_problem(approved_identity)
+        if problem is not None:
+            return problem
+        if tuple(tuple(item) for item in prepared.decision.identity) != approved_identity:
+            return "the files it runs are not the ones approved"
+    return None
+
+
+async def resume_ask(tool: ExecTool, record: ApprovalRecord) -> None:
+    resume = record.resume or {}
+    params = dict(resume.get("params") or {})
+    ctx = ExecContext(
+        agent_id=str(resume.get("agentId") or "main"),
+        session_key=str(resume.get("sessionKey") or ""),
+        caller_alive=lambda: False,
+    )
+    decision = await tool.approvals.wait(record)
+    command = str(params.get("command") or record.request.command)
+    if decision == "deny":
+        text = f"Exec denied (gateway id={record.id}, user-denied): {command}"
+        tool._emit(ctx, text + (f"\nReason: {record.reason}" if record.reason else ""))
+        tool.approvals.note_run(record, _denied("user-denied"))
+        return
+    problem: str | None
+    try:
+        prepared = await tool._prepare(params, ctx)
+    except ToolError as exc:
+        prepared, problem = None, str(exc)
+    else:
+        problem = stale_reason(tool, record, prepared)
+    if problem is not None or prepared is None:
+        tool._emit(ctx, f"Exec denied (gateway id={record.id}, approval-stale: {problem}): {command}")
+        tool.approvals.note_run(record, _denied(f"approval-stale: {problem}"))
+        return
+    await tool._detached(record, prepared, params, ctx)
+
+
+def _denied(reason: str) -> dict[str, Any]:
+    return {"sessionId": None, "status": "denied", "exitCode": None, "tail": "", "reason": reason}
