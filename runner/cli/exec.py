@@ -15,7 +15,7 @@ from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, emit
-from runner.cli.gateway import run_verb, with_client
+from runner.cli.gateway import CliFailure, run_verb, with_client
 
 EXIT_PENDING = 10
 EXIT_DENIED = 11
@@ -150,7 +150,14 @@ async def _exec_waiting(client: ControlClient, params: dict[str, Any]) -> dict[s
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    result = with_client(lambda client: _exec_waiting(client, exec_params(args)))
+    try:
+        result = with_client(lambda client: _exec_waiting(client, exec_params(args)))
+    except CliFailure as exc:
+        if not args.json:
+            raise
+        # --json promises one object on stdout whatever happens: a refusal or a node error included.
+        emit(str(exc), {"status": "error", "error": str(exc), "exitCode": None}, True)
+        return exc.code
     details = result.get("details") or {}
     emit(str(result.get("text", "")), details, args.json)
     return exit_code(details)

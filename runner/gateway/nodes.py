@@ -9,18 +9,20 @@ import re
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals.decisions import DECISIONS
-from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
+from engine.approvals.pending import ApprovalError, ApprovalRecord, ApprovalRequest, env_hash
 from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.select import Candidate, NodeSelectError, select_node
-from engine.nodes.wire import NodeEvent, Request
+from engine.nodes.wire import NodeEvent, Request, Response
 from engine.policy.decision import Decision
 from engine.protocol.frames import Event
 from engine.results import ToolError, ToolResult
 from engine.sessions.output import sanitize
 from engine.tools.exec import ExecContext
+from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, approval_pending_text
 
 if TYPE_CHECKING:
     from runner.gateway.services import Services
@@ -40,12 +42,99 @@ def _compact(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+@dataclass
+class NodeRun:
+    """One system.run in flight, and the asks its node relayed for it (tied by runId on this link)."""
+
+    link: NodeLink
+    run_id: str
+    command: str
+    sandboxed: bool
+    started: float
+    records: list[ApprovalRecord] = field(default_factory=list)
+    asked: asyncio.Event = field(default_factory=asyncio.Event)
+    detached: bool = False
+
+    def where(self) -> str:
+        """Where it ran, in the words every result uses (`details.ranOn`)."""
+        return f"sandbox on node {self.link.name}" if self.sandboxed else f"node {self.link.name}"
+
+
+def _waiting_data(record: ApprovalRecord) -> dict[str, Any]:
+    """What `exec.waiting` says (the CLI's `waiting for approval` line, MCP progress), as for the gateway."""
+    return {
+        "approvalId": record.id,
+        "approvalSlug": record.slug,
+        "expiresAtMs": record.expires_at_ms,
+        "allowedDecisions": list(record.request.allowed_decisions),
+        "command": record.request.command,
+        "node": record.request.node_id,
+    }
+
+
+def _pending_result(record: ApprovalRecord, node: str, sandboxed: bool) -> ToolResult:
+    req = record.request
+    where = f"sandbox on node {node}" if sandboxed else f"node {node}"
+    details = {
+        "status": "approval-pending",
+        "approvalId": record.id,
+        "approvalSlug": record.slug,
+        "expiresAtMs": record.expires_at_ms,
+        "allowedDecisions": list(req.allowed_decisions),
+        "host": "sandbox" if sandboxed else "node",
+        "node": node,
+        "command": req.command,
+        "cwd": req.cwd,
+        "nodeId": req.node_id,
+        "warningText": "\n".join(req.warnings),
+        "ranOn": where,
+    }
+    return ToolResult(approval_pending_text(record, list(req.warnings)), details)
+
+
+def _denied_result(run: NodeRun, err: Mapping[str, str], approval_ids: list[str]) -> ToolResult:
+    """The node's denial in the gateway's words: the reason code, and the operator's own reason."""
+    reason = err.get("denied") or "denied"
+    ref = f"gateway id={approval_ids[-1]}" if approval_ids else f"id={run.run_id}"
+    text = f"Exec denied (node={run.link.name} {ref}, {reason}): {run.command}"
+    said = err.get("operatorReason")
+    if said:
+        text += f"\nReason: {sanitize(said)[:500]}"
+    details = {
+        "status": "denied",
+        "reason": reason,
+        "operatorReason": said or None,
+        "approvalId": approval_ids[-1] if approval_ids else None,
+        "host": "sandbox" if run.sandboxed else "node",
+        "node": run.link.name,
+        "command": run.command,
+        "runId": run.run_id,
+        "ranOn": run.where(),
+    }
+    return ToolResult(text, details)
+
+
+def _follow_up(run: NodeRun, result: ToolResult) -> str:
+    """The system event a detached node run ends with (the gateway's `Exec finished …` form)."""
+    d = result.details
+    if d.get("status") == "denied":
+        return result.text
+    ref = f"gateway id={run.records[-1].id}" if run.records else f"id={run.run_id}"
+    if d.get("status") == "running":
+        return f"Exec running (node={run.link.name} {ref}, session={d.get('sessionId')})"
+    code = "timeout" if d.get("timedOut") else f"code {d.get('exitCode')}"
+    head = f"Exec finished (node={run.link.name} {ref}, {code})"
+    tail = _compact(str(d.get("aggregated") or ""), FOLLOWUP_OUTPUT_CHARS)
+    return f"{head}\n{tail}" if tail else head
+
+
 class NodeHub:
     """Links follow the config (added, changed or removed nodes take effect on the next call)."""
 
     def __init__(self, services: Services) -> None:
         self.services = services
         self.links: dict[str, NodeLink] = {}
+        self._runs: dict[tuple[str, str], NodeRun] = {}  # (node name, runId) -> the call waiting on it
         self._retired: set[asyncio.Task[None]] = set()
 
     def sync(self) -> dict[str, NodeLink]:
@@ -151,25 +240,93 @@ class NodeHub:
                     f"node {link.name}: its exechost ({link.hello.version if link.hello else '?'}) cannot "
                     "run sandboxes; install this exechost version there, or run the sandbox elsewhere"
                 )
-            res = await link.call("system.run", request, timeout=wait)
+        except NodeError as exc:
+            raise ToolError(str(exc)) from None
+        run = NodeRun(link, run_id, command, sandboxed, started)
+        self._runs[(link.name, run_id)] = run
+        call = asyncio.ensure_future(link.call("system.run", request, timeout=wait))
+        try:
+            while True:
+                asked = asyncio.ensure_future(run.asked.wait())
+                await asyncio.wait({call, asked}, return_when=asyncio.FIRST_COMPLETED)
+                asked.cancel()
+                if call.done():
+                    break
+                run.asked.clear()
+                record = run.records[-1]
+                if self.services.has_approver():
+                    if ctx.on_waiting is not None:  # the same `waiting for approval` line as the gateway's
+                        ctx.on_waiting(_waiting_data(record))
+                    continue
+                # Two-phase, as the gateway's own asks: answer now; the decision and the run reach the
+                # agent as a system event (exechost events).
+                self._detach(run, call, ctx)
+                return _pending_result(record, link.name, sandboxed)
+        except asyncio.CancelledError:
+            if run.records:  # the caller left while a human decides: report by event, as the gateway does
+                self._detach(run, call, ctx)
+            else:
+                call.cancel()
+                self._runs.pop((link.name, run_id), None)
+            raise
+        self._runs.pop((link.name, run_id), None)
+        self._settle(run)
+        return self._result(run, call)
+
+    def _detach(self, run: NodeRun, call: asyncio.Future[Response], ctx: ExecContext) -> None:
+        """The agent was answered `approval-pending` (or left): the node's own exec.* events for this run are
+        held back and one follow-up in the gateway's words goes to the agent's session instead."""
+        run.detached = True
+        key = ctx.session_key or ctx.scope_key
+
+        def done(fut: asyncio.Future[Response]) -> None:
+            self._runs.pop((run.link.name, run.run_id), None)
+            self._settle(run)
+            if fut.cancelled():
+                return
+            try:
+                result = self._result(run, fut)
+            except ToolError as exc:
+                self.services.events.enqueue(key, f"Exec failed ({run.where()}, id={run.run_id}): {exc}")
+                return
+            self.services.events.enqueue(key, _follow_up(run, result))
+
+        call.add_done_callback(done)
+
+    def _settle(self, run: NodeRun) -> None:
+        """The node answered: a relayed ask of this run still in the inbox (the node's own expiry came
+        first) is gone with it."""
+        for record in run.records:
+            if not record.resolved:
+                self.services.approvals._expire(record.id)
+
+    def _result(self, run: NodeRun, call: asyncio.Future[Response]) -> ToolResult:
+        """The node's answer to system.run as the agent's tool result (ToolError for a failure)."""
+        link, sandboxed = run.link, run.sandboxed
+        try:
+            res = call.result()
         except NodeError as exc:
             raise ToolError(str(exc)) from None
         if not res.ok:
             err = res.error or {}
+            if err.get("denied"):  # a human's denial or an expiry on the node: a denied result, exit 11
+                return _denied_result(run, err, [r.id for r in run.records])
             raise ToolError(f"node {link.name}: {err.get('message') or err.get('code') or 'failed'}")
+        where = run.where()
         p = res.payload or {}
         if p.get("status") == "running":
             sid = f"node:{link.name}:{p.get('sessionId')}"
             text = str(p.get("text") or "").replace(f"session {p.get('sessionId')},", f"session {sid},")
             return ToolResult(
-                text,
+                f"{text}\n(ran on: {where})",
                 {
                     "status": "running",
                     "sessionId": sid,
                     "pid": p.get("pid"),
                     "host": "sandbox" if sandboxed else "node",
                     "node": link.name,
-                    "runId": run_id,
+                    "runId": run.run_id,
+                    "ranOn": where,
                 },
             )
         stdout, stderr, error = str(p.get("stdout") or ""), str(p.get("stderr") or ""), p.get("error")
@@ -180,7 +337,7 @@ class NodeHub:
             "status": "completed" if p.get("success") else "failed",
             "exitCode": p.get("exitCode"),
             "timedOut": bool(p.get("timedOut")),
-            "durationMs": p.get("durationMs") or int((time.monotonic() - started) * 1000),
+            "durationMs": p.get("durationMs") or int((time.monotonic() - run.started) * 1000),
             "aggregated": merged
             if merged is not None
             else "\n".join(x for x in (stdout, stderr, str(error or "")) if x),
@@ -188,9 +345,10 @@ class NodeHub:
             "host": "sandbox" if sandboxed else "node",
             "node": link.name,
             "nodeId": link.hello.node_id if link.hello else None,
-            "runId": run_id,
+            "runId": run.run_id,
+            "ranOn": where,
         }
-        return ToolResult(text, details)
+        return ToolResult(text.rstrip("\n") + f"\n(ran on: {where})", details)
 
     async def process(self, action: str, params: dict[str, Any], scope: str) -> ToolResult:
         """`process` on a node session (`node:<name>:<id>`), or `list` with `node=<name>`; ids are rewritten
@@ -359,6 +517,9 @@ class NodeHub:
                         conn.send(frame)
             return
         node_id = link.hello.node_id if link.hello else link.name
+        run = self._runs.get((link.name, str(p.get("runId") or "")))
+        if run is not None and run.detached and ev.event in ("exec.finished", "exec.denied"):
+            return  # the follow-up in the gateway's words says it (once)
         if p.get("suppressNotifyOnExit") or not self.services.config().exec.notify_on_exit:
             return
         run_id = str(p.get("runId") or "")
@@ -404,8 +565,11 @@ class NodeHub:
         approval_id = params.get("approvalId")
         if not isinstance(approval_id, str) or not _APPROVAL_ID.fullmatch(approval_id):
             raise NodeError("bad approval request: approvalId", "INVALID_REQUEST")
-        if not self.services.has_approver():
-            return {"decision": None, "resolvedBy": "no-approver"}
+        # The run this ask decides, on THIS link only (a node cannot attach its ask to another's call).
+        raw_run = params.get("request", {}).get("runId") if isinstance(params.get("request"), dict) else None
+        run = self._runs.get((link.name, raw_run)) if isinstance(raw_run, str) else None
+        # Without an approver the ask still waits in the inbox (exechost approve, or a console attaching
+        # later), as the gateway's own asks do; nobody deciding in time is the node's askFallback.
         manager = self.services.approvals
         if sum(1 for r in manager.pending() if r.request.node_id == node_id) >= MAX_PENDING_PER_NODE:
             return {"decision": None, "resolvedBy": "too-many-pending"}
@@ -438,6 +602,9 @@ class NodeHub:
                 record, _ = manager.register(request)
             except ApprovalError:  # the queue caps (per agent, in all) hold for nodes too: askFallback
                 return {"decision": None, "resolvedBy": "too-many-pending"}
+            if run is not None:
+                run.records.append(record)
+                run.asked.set()
             decision = await manager.wait(record)
             if decision == "allow-once" and not manager.consume_allow_once(record):
                 continue  # one approval, one run: this ask needs its own

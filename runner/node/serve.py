@@ -25,7 +25,7 @@ from engine.nodes.wire import CAPS, MAX_LINE, Hello, NodeEvent, Request, Respons
 from engine.results import ToolError, ToolResult
 from engine.sessions import SessionManager, SystemEvents
 from engine.tools.exec import ExecContext, ExecTool
-from runner.node.approvals import RelayedApprovals
+from runner.node.approvals import CURRENT_RUN, RelayedApprovals
 
 log = logging.getLogger("exechost.node")
 
@@ -72,9 +72,10 @@ def _streams(details: dict[str, Any], merged: str) -> dict[str, str]:
 
 
 class RunError(Exception):
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, extra: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.extra = extra or {}
 
 
 def command_text(argv: Any, raw: Any) -> str:
@@ -259,7 +260,7 @@ class NodeServer:
                     req.id, False, error={"code": "UNAVAILABLE", "message": "command not supported"}
                 )
         except RunError as exc:
-            res = Response(req.id, False, error={"code": exc.code, "message": str(exc)})
+            res = Response(req.id, False, error={**exc.extra, "code": exc.code, "message": str(exc)})
         except Exception as exc:
             log.exception("request %s failed", req.method)
             res = Response(req.id, False, error={"code": "INTERNAL", "message": f"node error: {exc}"})
@@ -305,16 +306,26 @@ class NodeServer:
         # The scope is the gateway's (its sessionKey, else the agent's): `process` there finds these sessions.
         ctx = ExecContext(agent_id=agent_id, session_key=p.get("sessionKey") or "")
         suppress = bool(p.get("suppressNotifyOnExit"))
+        token = CURRENT_RUN.set(run_id)
         try:
             result = await (self.sandbox_tool if sandboxed else self.tool).run(params, ctx)
         except ToolError as exc:
             await self._event_denied(session_key, run_id, text, str(exc), suppress)
             raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}") from None
+        finally:
+            CURRENT_RUN.reset(token)
         details = result.details
         if details.get("status") == "denied":
             reason = str(details.get("reason") or "denied")
             await self._event_denied(session_key, run_id, text, reason, suppress)
-            raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {reason}")
+            # A human's (or the clock's) denial, apart from a policy refusal: the gateway answers it as a
+            # denied result (exit 11), with the operator's own words when they gave some.
+            extra = {"denied": reason}
+            record = self.approvals.lookup(str(details.get("approvalId") or ""))
+            said = record.reason if record is not None else None
+            if said:
+                extra["operatorReason"] = said
+            raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {reason}", extra)
         if details.get("status") == "running" and background:
             return {
                 "status": "running",
