@@ -365,7 +365,11 @@ class ExecTool:
     async def _run(
         self, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext, command: str
     ) -> ToolResult:
-        return await self.sessions.run(self._spec(prepared, params, ctx, command))
+        result = await self.sessions.run(self._spec(prepared, params, ctx, command))
+        # Where it ran, in the words every result uses (node runs say `node <name>` in the gateway's hub).
+        container = getattr(prepared.launcher, "container", None) if prepared.host == "sandbox" else None
+        result.details.setdefault("ranOn", f"sandbox {container}" if container else prepared.host)
+        return result
 
     # -- approvals
 

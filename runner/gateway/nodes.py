@@ -123,7 +123,8 @@ def _follow_up(run: NodeRun, result: ToolResult) -> str:
     if d.get("status") == "running":
         return f"Exec running (node={run.link.name} {ref}, session={d.get('sessionId')})"
     code = "timeout" if d.get("timedOut") else f"code {d.get('exitCode')}"
-    head = f"Exec finished (node={run.link.name} {ref}, {code})"
+    sandbox = " sandbox" if run.sandboxed else ""
+    head = f"Exec finished (node={run.link.name}{sandbox} {ref}, {code})"
     tail = _compact(str(d.get("aggregated") or ""), FOLLOWUP_OUTPUT_CHARS)
     return f"{head}\n{tail}" if tail else head
 

@@ -391,3 +391,28 @@ async def test_an_agent_cannot_read_node_sessions_of_other_scopes(
 async def _output_has(client: object, sid: str, needle: str) -> dict[str, object] | None:
     out = await client.request("sessions.output", {"sessionId": sid})  # type: ignore[attr-defined]
     return out if needle in out["data"] else None
+
+
+async def test_node_env_values_cannot_inject_shell(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """A `[nodes.<name>] env` value (or stateDir) full of shell syntax reaches the node as one literal
+    value: the remote command line sshd hands the login shell quotes every word."""
+    alpha = sshd_nodes[0]
+    pwned = alpha.root / "pwned"
+    value = f"'; touch {pwned}; echo '$(touch {pwned})`touch {pwned}`"
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    config = (state_dir / "config.toml").read_text().replace(
+        "[nodes.alpha]\n", f"[nodes.alpha]\nenv = {{EVIL = {_toml_str(value)}}}\n", 1
+    )
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + config)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        res = await agent.request("exec", {"command": 'printf "%s" "$EVIL"', "node": "alpha"})
+        assert res["text"].splitlines()[0] == value
+        await agent.close()
+    assert not pwned.exists()
+
+
+def _toml_str(value: str) -> str:
+    import json
+
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
