@@ -163,3 +163,34 @@ def test_exec_json_prints_one_object_for_node_errors(sshd_nodes: list[SshdNode],
             assert data["details"]["error"] == data["text"]
     finally:
         exechost(state_dir, "gateway", "stop")
+
+
+async def test_every_result_names_where_it_ran(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """Item 5 and 6: under host=auto (no sandbox) an agent picks its host per call, and each result says
+    where it ran — in details.ranOn, and for a node in its text too; the refusal hint is true."""
+    setup(state_dir, sshd_nodes, '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n')
+    (sshd_nodes[0].state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "full"\nask = "off"\n')
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        here = await agent.request("exec", {"command": "echo here"})
+        assert here["details"]["ranOn"] == "gateway" and here["text"] == "here"
+        there = await agent.request("exec", {"command": "echo there", "host": "node", "node": "alpha"})
+        assert there["details"]["ranOn"] == "node alpha"
+        assert there["text"] == "there\n(ran on: node alpha)"
+        bg = await agent.request(
+            "exec", {"command": "sleep 30", "host": "node", "node": "alpha", "background": True}
+        )
+        assert bg["details"]["ranOn"] == "node alpha" and bg["text"].endswith("(ran on: node alpha)")
+        await agent.request("process", {"action": "kill", "sessionId": bg["details"]["sessionId"]})
+        await agent.close()
+    # The hint names only a setting that really allows the override, and following it works.
+    setup(state_dir, sshd_nodes, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            await agent.request("exec", {"command": "echo x", "host": "node", "node": "alpha"})
+        except Exception as exc:
+            assert "set tools.exec.host=node or auto to allow this override" in str(exc)
+        else:
+            raise AssertionError("host=node was not refused under host=gateway")
+        await agent.close()
