@@ -194,3 +194,39 @@ async def test_every_result_names_where_it_ran(sshd_nodes: list[SshdNode], state
         else:
             raise AssertionError("host=node was not refused under host=gateway")
         await agent.close()
+
+
+async def test_process_list_all_shows_every_agent_and_node(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Item 10: `exechost process list --all` is the operator's view: every agent's sessions, on the gateway
+    and on each connected node, with node and agent columns (an agent's own list stays its own)."""
+    setup(state_dir, sshd_nodes, '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n')
+    (sshd_nodes[0].state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "full"\nask = "off"\n')
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        local = await agent.request("exec", {"command": "sleep 30", "background": True, "agentId": "main"})
+        remote = await agent.request(
+            "exec",
+            {"command": "sleep 31", "node": "alpha", "host": "node", "background": True, "agentId": "ops"},
+        )
+        env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO)}
+        proc = await asyncio.create_subprocess_exec(
+            EXECHOST, "process", "list", "--all", "--json", env=env, stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        rows = {r["sessionId"]: (r["node"], r["agent"]) for r in json.loads(out)["details"]["sessions"]}
+        assert rows[local["details"]["sessionId"]] == (None, "main")
+        assert rows[remote["details"]["sessionId"]] == ("alpha", "ops")
+        proc = await asyncio.create_subprocess_exec(
+            EXECHOST, "process", "list", "--all", env=env, stdout=asyncio.subprocess.PIPE
+        )
+        text = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
+        assert text.splitlines()[0].split()[:3] == ["SESSION", "NODE", "AGENT"]
+        want = [remote["details"]["sessionId"], "alpha", "ops"]
+        assert any(line.split()[:3] == want for line in text.splitlines())
+        mine = await agent.request("process", {"action": "list", "agentId": "main"})
+        assert [s["sessionId"] for s in mine["details"]["sessions"]] == [local["details"]["sessionId"]]
+        for res in (local, remote):
+            await agent.request("process", {"action": "kill", "sessionId": res["details"]["sessionId"]})
+        await agent.close()

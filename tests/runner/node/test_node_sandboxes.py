@@ -191,3 +191,34 @@ async def test_console_sandboxes_pane_shows_and_recreates_a_nodes_sandbox(
             await until(lambda: not docker_ops.inspect(row["containerName"]).exists)
             await until(lambda: all(r.get("node") != "alpha" for r in pane.rows))
         await agent.close()
+
+
+async def _acli(state_dir: Path, *args: str) -> tuple[int, str]:
+    """The CLI against the in-process gateway (a blocking run would stall the gateway's own loop)."""
+    import asyncio
+
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": REPO}
+    proc = await asyncio.create_subprocess_exec(
+        EXECHOST, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode() + err.decode()
+
+
+async def test_cli_sandbox_list_merges_connected_nodes(
+    node_sandboxes: list[SshdNode], state_dir: Path
+) -> None:
+    """Issue 22: `exechost sandbox list` (no --node) shows the connected nodes' sandboxes with their node,
+    as the console does."""
+    configure(state_dir, node_sandboxes)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        await agent.request("exec", {"command": "true"})
+        code, out = await _acli(state_dir, "sandbox", "list", "--json")
+        assert code == 0, out
+        rows = [r for r in json.loads(out)["containers"] if r["node"] == "alpha"]
+        assert len(rows) == 1 and rows[0]["running"] is True
+        code, out = await _acli(state_dir, "sandbox", "list")
+        assert code == 0 and "Node:    alpha" in out and rows[0]["containerName"] in out
+        await agent.close()
