@@ -32,6 +32,8 @@ log = logging.getLogger("exechost.gateway.nodes")
 EVENT_OUTPUT_CHARS = 180  # reference §5.5: the finished text's output, compacted
 SANDBOX_ADMIN_TIMEOUT_SEC = 120.0  # a prune or recreate removes containers one by one
 MAX_PENDING_PER_NODE = 64
+MAX_OUTPUT_CHARS = 128 * 1024  # one node output frame passed on (the node sends ≤ 64 KiB of bytes)
+MAX_NODE_SESSIONS = 1000  # byte totals kept per node (a hostile node cannot grow the gateway's memory)
 _APPROVAL_ID = re.compile(
     r"[A-Za-z0-9_.:-]{1,128}"
 )  # a node flooding the inbox gets refused (askFallback), not shown
@@ -137,6 +139,11 @@ class NodeHub:
         self.links: dict[str, NodeLink] = {}
         self._runs: dict[tuple[str, str], NodeRun] = {}  # (node name, runId) -> the call waiting on it
         self._retired: set[asyncio.Task[None]] = set()
+        # Node sessions' raw byte totals (gateway ids), from each node's session.offsets: unread counts.
+        self._offsets: dict[str, int] = {}
+        self._watching: set[str] = set()  # node sessions a node was asked to push
+        self._calls: set[asyncio.Task[Any]] = set()
+        services.output.remote = self  # node output goes through the same fan-out as local output
 
     def sync(self) -> dict[str, NodeLink]:
         nodes = self.services.config().nodes
@@ -506,9 +513,93 @@ class NodeHub:
 
     # -- what nodes send
 
+    # -- node session output, pushed into the gateway's fan-out (runner/gateway/output.py)
+
+    def _split(self, session_id: str) -> tuple[NodeLink, str] | None:
+        parts = session_id.split(":", 2)
+        if len(parts) != 3 or parts[0] != "node" or not parts[2]:
+            return None
+        link = self.links.get(parts[1])
+        return (link, parts[2]) if link is not None else None
+
+    def knows(self, session_id: str) -> bool:
+        """A node session this gateway can have pushed: its node is connected and can watch."""
+        found = self._split(session_id)
+        if found is None:
+            return False
+        link = found[0]
+        return link.state == "connected" and link.hello is not None and "sessions.watch" in link.hello.caps
+
+    def offsets(self) -> dict[str, int]:
+        return self._offsets
+
+    def watch(self, session_id: str) -> None:
+        found = self._split(session_id)
+        if found is None:
+            return
+        link, raw = found
+        self._watching.add(session_id)
+        self._call(link, "sessions.watch", {"sessionId": raw})
+
+    def _unwatch(self, session_id: str) -> None:
+        found = self._split(session_id)
+        self._watching.discard(session_id)
+        if found is not None:
+            self._call(found[0], "sessions.unwatch", {"sessionId": found[1]})
+
+    def _call(self, link: NodeLink, method: str, params: dict[str, Any]) -> None:
+        async def go() -> None:
+            try:
+                res = await link.call(method, params, timeout=10)
+            except NodeError as exc:
+                log.warning("%s on node %s failed: %s", method, link.name, exc)
+                return
+            if not res.ok:
+                log.info("%s on node %s: %s", method, link.name, (res.error or {}).get("message"))
+
+        task = asyncio.ensure_future(go())
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    def _on_output(self, link: NodeLink, p: dict[str, Any]) -> None:
+        """A watched node session's output, as the gateway's own `session.output` (ids prefixed by the
+        link's name, never by the frame); nobody wanting it any more stops the node pushing it."""
+        raw, offset = p.get("sessionId"), p.get("offset")
+        if not isinstance(raw, str) or not 0 < len(raw) <= 128 or ":" in raw:
+            return
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            return
+        sid = f"node:{link.name}:{raw}"
+        data: dict[str, Any] = {"sessionId": sid, "offset": offset}
+        text, stream = p.get("data"), p.get("stream")
+        if p.get("dropped") is True or not isinstance(text, str) or len(text) > MAX_OUTPUT_CHARS:
+            data["dropped"] = True  # a gap (or a frame too big to pass on): the pane re-reads the log
+        else:
+            data.update(stream=stream if stream in ("stdout", "stderr", "pty") else "stdout", data=text)
+        if not self.services.output.remote_output(sid, data) and sid in self._watching:
+            self._unwatch(sid)
+
+    def _on_offsets(self, link: NodeLink, p: dict[str, Any]) -> None:
+        totals = p.get("sessions")
+        if not isinstance(totals, dict):
+            return
+        prefix = f"node:{link.name}:"
+        for sid in [s for s in self._offsets if s.startswith(prefix)]:
+            del self._offsets[sid]
+        for raw, total in list(totals.items())[:MAX_NODE_SESSIONS]:
+            good_id = isinstance(raw, str) and 0 < len(raw) <= 128 and ":" not in raw
+            if good_id and isinstance(total, int) and not isinstance(total, bool) and total >= 0:
+                self._offsets[prefix + raw] = total
+
     def _on_event(self, link: NodeLink, ev: NodeEvent) -> None:
         """Reference §5.5: exec.started|finished|denied as the agent's system events."""
         p = ev.payload
+        if ev.event == "session.output":
+            self._on_output(link, p)
+            return
+        if ev.event == "session.offsets":
+            self._on_offsets(link, p)
+            return
         if ev.event in ("session.started", "session.exited"):  # for the consoles' session lists
             row = self._session_row(link, p["session"]) if isinstance(p.get("session"), dict) else None
             if row is not None:  # every scope on the node: the operators' consoles only
@@ -516,6 +607,11 @@ class NodeHub:
                 for conn in self.services.connections():
                     if conn.operator and "sessions" in conn.topics:
                         conn.send(frame)
+                sid = row["sessionId"]
+                if ev.event == "session.started" and self.services.output.output_wanted(sid):
+                    self.watch(sid)  # a connection taking every session's output (protocol v1)
+                elif ev.event == "session.exited":
+                    self._watching.discard(sid)
             return
         node_id = link.hello.node_id if link.hello else link.name
         run = self._runs.get((link.name, str(p.get("runId") or "")))

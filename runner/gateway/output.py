@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import InvalidInput
 from engine.protocol.frames import Event
@@ -37,12 +37,22 @@ def _merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
     return out
 
 
+class RemoteOutput(Protocol):
+    """Sessions that live elsewhere (a node's) whose output is pushed into this fan-out by their owner."""
+
+    def knows(self, session_id: str) -> bool: ...
+    def offsets(self) -> dict[str, int]: ...
+    def watch(self, session_id: str) -> None: ...
+
+
 class OutputFanout:
     """Follow state per connection, forwarder tasks per session, the activity ticker."""
 
     def __init__(self, sessions: SessionManager, connections: Callable[[], list[Connection]]) -> None:
         self.sessions = sessions
         self.connections = connections
+        # Node sessions (runner/gateway/nodes.py): followed, counted and pushed like local ones.
+        self.remote: RemoteOutput | None = None
         self._forwarders: dict[str, asyncio.Task[None]] = {}  # sessionId -> task pushing its output
         self._activity: asyncio.Task[None] | None = None
 
@@ -78,11 +88,34 @@ class OutputFanout:
 
     def _offset(self, session_id: str) -> int:
         session = self.sessions.get(session_id)
+        if session is None and self.remote is not None:
+            return self.remote.offsets().get(session_id, 0)
         return session.raw.offset if session is not None else 0
+
+    def _known(self, session_id: str) -> bool:
+        local = self.sessions.get(session_id) is not None
+        return local or (self.remote is not None and self.remote.knows(session_id))
+
+    def _offsets(self) -> dict[str, int]:
+        offsets = {s.id: s.raw.offset for s in self.sessions.registry}
+        if self.remote is not None:
+            offsets.update(self.remote.offsets())
+        return offsets
+
+    def remote_output(self, session_id: str, data: dict[str, Any]) -> bool:
+        """A node session's output frame, to the connections that want it; False when none does (its
+        owner then stops pushing it)."""
+        if not self._output_wanted(session_id):
+            return False
+        self._send_output(session_id, data)
+        return True
+
+    def output_wanted(self, session_id: str) -> bool:
+        return self._output_wanted(session_id)
 
     def follow(self, conn: Connection, session_id: str, *, only: bool = False) -> list[str]:
         """`sessions.follow`: push this session's output to `conn` (and, with `only`, no other's)."""
-        if self.sessions.get(session_id) is None:
+        if not self._known(session_id):
             raise InvalidInput(f"No session found for {session_id}")
         self._enter_follow_mode(conn)
         assert conn.follow is not None
@@ -92,7 +125,10 @@ class OutputFanout:
         conn.follow.add(session_id)
         conn.activity_sent.pop(session_id, None)
         if "sessions" in conn.topics:
-            self._forward(session_id)
+            if self.sessions.get(session_id) is not None:
+                self._forward(session_id)
+            elif self.remote is not None:
+                self.remote.watch(session_id)  # the node pushes it from now on
         return sorted(conn.follow)
 
     def unfollow(self, conn: Connection, session_id: str | None) -> list[str]:
@@ -111,7 +147,7 @@ class OutputFanout:
         self._enter_follow_mode(conn)
         self.unfollow(conn, None)
         for sid in session_ids:
-            if self.sessions.get(sid) is not None:
+            if self._known(sid):
                 self.follow(conn, sid)
 
     def _enter_follow_mode(self, conn: Connection) -> None:
@@ -119,7 +155,7 @@ class OutputFanout:
         if conn.follow is not None:
             return
         conn.follow = set()
-        conn.read_marks = {s.id: s.raw.offset for s in self.sessions.registry}
+        conn.read_marks = self._offsets()
 
     async def _activity_loop(self) -> None:
         """`session.activity`: unread byte counts (no bytes) of sessions a following connection hides."""
@@ -128,7 +164,7 @@ class OutputFanout:
             conns = [c for c in self.connections() if c.follow is not None and "sessions" in c.topics]
             if not conns:
                 continue
-            offsets = {s.id: s.raw.offset for s in self.sessions.registry}
+            offsets = self._offsets()
             for conn in conns:
                 self._send_activity(conn, offsets)
 

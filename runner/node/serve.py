@@ -157,6 +157,10 @@ class NodeServer:
         # Sessions starting and ending: the gateway's consoles list them live (not queued while unlinked:
         # the next `sessions.list` says the same).
         self.sessions.add_listener(self._forward_session_event)
+        # Watched sessions' output and every session's byte total, pushed while a gateway is linked.
+        from runner.node.output import NodeOutput
+
+        self.output = NodeOutput(self.sessions, lambda ev: self.emit(ev, queue=False))
 
     def _exec_tool(self, config: Callable[[], Config]) -> ExecTool:
         return ExecTool(
@@ -238,6 +242,22 @@ class NodeServer:
                 res = Response(req.id, True, payload=await self.process(req.params))
             elif req.method == "system.which":
                 res = Response(req.id, True, payload=self.system_which(req.params))
+            elif req.method in ("sessions.watch", "sessions.unwatch"):
+                from runner.node.output import WatchError
+
+                sid = req.params.get("sessionId")
+                if sid is not None and (not isinstance(sid, str) or not _ID.match(sid)):
+                    raise RunError("INVALID_REQUEST", "INVALID_REQUEST: bad sessionId")
+                try:
+                    if req.method == "sessions.watch":
+                        if sid is None:
+                            raise RunError("INVALID_REQUEST", "INVALID_REQUEST: sessionId is required")
+                        payload = self.output.watch(sid)
+                    else:
+                        payload = self.output.unwatch(sid)
+                except WatchError as exc:
+                    raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: {exc}") from None
+                res = Response(req.id, True, payload=payload)
             elif req.method.startswith("sessions."):
                 from runner.node import views
 
@@ -483,10 +503,12 @@ class NodeServer:
                 await link.write(encode(event))
                 self._queued.popleft()
             self._link = link
+        self.output.linked()
 
     def _detach(self, link: Output) -> None:
         if self._link is link:
             self._link = None
+            self.output.unlinked()
         for rid, (owner, future) in list(self._pending.items()):
             if owner is link and not future.done():
                 future.set_result(Response(rid, False, error={"code": "LINK_LOST", "message": "link lost"}))

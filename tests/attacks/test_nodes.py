@@ -12,7 +12,7 @@ import pytest
 
 from engine.config.loader import load_config
 from engine.nodes.link import NodeError, NodeLink
-from engine.protocol.frames import RemoteError
+from engine.protocol.frames import Event, RemoteError
 from tests.helpers.gateway import connect, gateway, wait_until
 from tests.helpers.sshd import SshdNode
 
@@ -416,3 +416,33 @@ def _toml_str(value: str) -> str:
     import json
 
     return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+async def test_a_hostile_nodes_output_frames_stay_its_own(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Output frames and totals from a node are filed under that node's name whatever ids they carry, and
+    malformed ones are dropped."""
+    from engine.nodes.wire import NodeEvent
+
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + "".join(n.config_toml() for n in sshd_nodes))
+    for node in sshd_nodes:
+        (node.state_dir / "config.toml").write_text(NODE_FULL)
+    async with gateway(state_dir) as server:
+        hub = server.services.nodes
+        beta = hub.sync()["beta"]
+        await beta.ensure()
+        totals = {"x": 5, "alpha:y": 9, "z": -1, "w": "3"}
+        hub._on_event(beta, NodeEvent("session.offsets", {"sessions": totals}))
+        assert hub.offsets() == {"node:beta:x": 5}
+        console = await connect(state_dir, "console")
+        frames: list[Event] = []
+        console.add_listener(frames.append)
+        await console.subscribe(["sessions"])
+        smuggled = {"sessionId": "node:alpha:q", "data": "x", "offset": 0}
+        hub._on_event(beta, NodeEvent("session.output", smuggled))
+        hub._on_event(beta, NodeEvent("session.output", {"sessionId": "x", "data": "hi", "offset": -4}))
+        hub._on_event(beta, NodeEvent("session.output", {"sessionId": "x", "data": "hi", "offset": 0}))
+        got = await wait_until(lambda: [f.data for f in frames if f.event == "session.output"], timeout=10)
+        assert got == [{"sessionId": "node:beta:x", "offset": 0, "stream": "stdout", "data": "hi"}]
+        await console.close()
