@@ -446,3 +446,41 @@ async def test_a_hostile_nodes_output_frames_stay_its_own(
         got = await wait_until(lambda: [f.data for f in frames if f.event == "session.output"], timeout=10)
         assert got == [{"sessionId": "node:beta:x", "offset": 0, "stream": "stdout", "data": "hi"}]
         await console.close()
+
+
+async def test_a_node_cannot_attach_its_ask_to_another_nodes_run(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """beta relays an ask naming alpha's waiting run: it lands in the inbox as beta's own ask, and alpha's
+    caller is neither told of it nor answered by its decision."""
+    from engine.nodes.wire import Request
+
+    for node in sshd_nodes:
+        (node.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "allowlist"\nask = "on-miss"\n')
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + (state_dir / "config.toml").read_text())
+    async with gateway(state_dir) as server:
+        hub = server.services.nodes
+        operator = await connect(state_dir, "operator")
+        await operator.request("approvals.attach")
+        agent = await connect(state_dir, "agent", operator=False)
+        waiting: list[dict] = []
+        agent.add_listener(lambda ev: waiting.append(ev.data) if ev.event == "exec.waiting" else None)
+        call = asyncio.ensure_future(agent.request("exec", {"command": "echo a", "node": "alpha"}))
+        [(key, run)] = (await wait_until(lambda: [(k, r) for k, r in hub._runs.items() if r.records]))
+        beta = hub.sync()["beta"]
+        await beta.ensure()
+        forged = {"approvalId": "forged-1", "request": {"command": "id", "cwd": "/", "runId": key[1]}}
+        asked = asyncio.ensure_future(hub._on_request(beta, Request("x", "approval.request", forged)))
+        await wait_until(lambda: len(server.services.approvals.pending()) == 2)
+        assert len(run.records) == 1  # alpha's own ask only
+        forged_record = next(r for r in server.services.approvals.pending() if r.request.command == "id")
+        assert forged_record.request.node_id == beta.hello.node_id
+        await operator.request("approve", {"id": forged_record.id, "decision": "allow-once"})
+        assert (await asyncio.wait_for(asked, 10))["decision"] == "allow-once"
+        await asyncio.sleep(0.2)
+        assert not call.done()  # beta's approval did not answer alpha's run
+        assert [w["approvalId"] for w in waiting] == [run.records[0].id]
+        await operator.request("approve", {"id": run.records[0].id, "decision": "deny"})
+        assert (await asyncio.wait_for(call, 20))["details"]["status"] == "denied"
+        await agent.close()
+        await operator.close()
