@@ -129,7 +129,7 @@ async def test_hostile_node_garbage_drops_only_its_link(sshd_nodes: list[SshdNod
         with pytest.raises(RemoteError, match="node alpha: link lost \\(protocol error"):
             await agent.request("exec", {"command": "true", "node": "alpha"})
         ok = await agent.request("exec", {"command": "echo fine", "node": "beta"})
-        assert ok["text"].strip() == "fine"
+        assert ok["text"].splitlines()[0] == "fine"
         await agent.close()
 
 
