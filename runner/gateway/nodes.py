@@ -141,7 +141,8 @@ class NodeHub:
         self._retired: set[asyncio.Task[None]] = set()
         # Node sessions' raw byte totals (gateway ids), from each node's session.offsets: unread counts.
         self._offsets: dict[str, int] = {}
-        self._watching: set[str] = set()  # node sessions a node was asked to push
+        # Node sessions a node was asked to push, with the link's connect time then (a new link re-asks).
+        self._watching: dict[str, int | None] = {}
         self._calls: set[asyncio.Task[Any]] = set()
         services.output.remote = self  # node output goes through the same fan-out as local output
 
@@ -538,12 +539,12 @@ class NodeHub:
         if found is None:
             return
         link, raw = found
-        self._watching.add(session_id)
+        self._watching[session_id] = link.connected_at_ms
         self._call(link, "sessions.watch", {"sessionId": raw})
 
     def _unwatch(self, session_id: str) -> None:
         found = self._split(session_id)
-        self._watching.discard(session_id)
+        self._watching.pop(session_id, None)
         if found is not None:
             self._call(found[0], "sessions.unwatch", {"sessionId": found[1]})
 
@@ -590,6 +591,13 @@ class NodeHub:
             good_id = isinstance(raw, str) and 0 < len(raw) <= 128 and ":" not in raw
             if good_id and isinstance(total, int) and not isinstance(total, bool) and total >= 0:
                 self._offsets[prefix + raw] = total
+        # A new link (the node service kept its sessions): what consoles still follow is asked for again.
+        for sid, since in list(self._watching.items()):
+            if sid.startswith(prefix) and since != link.connected_at_ms:
+                if sid in self._offsets and self.services.output.output_wanted(sid):
+                    self.watch(sid)
+                else:
+                    self._watching.pop(sid, None)
 
     def _on_event(self, link: NodeLink, ev: NodeEvent) -> None:
         """Reference §5.5: exec.started|finished|denied as the agent's system events."""
@@ -611,7 +619,7 @@ class NodeHub:
                 if ev.event == "session.started" and self.services.output.output_wanted(sid):
                     self.watch(sid)  # a connection taking every session's output (protocol v1)
                 elif ev.event == "session.exited":
-                    self._watching.discard(sid)
+                    self._watching.pop(sid, None)
             return
         node_id = link.hello.node_id if link.hello else link.name
         run = self._runs.get((link.name, str(p.get("runId") or "")))

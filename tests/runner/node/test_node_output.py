@@ -45,7 +45,7 @@ async def test_node_output_is_pushed_and_counted(sshd_nodes: list[SshdNode], sta
         console.add_listener(frames.append)
         await console.subscribe(["sessions"])
         await console.request("sessions.follow", {"sessionId": sid, "only": True})
-        await wait_until(lambda: server.services.nodes._watching == {sid}, timeout=15)
+        await wait_until(lambda: set(server.services.nodes._watching) == {sid}, timeout=15)
         go.touch()
 
         def pushed(session: str) -> list[dict[str, Any]]:
@@ -78,3 +78,47 @@ async def test_node_output_is_pushed_and_counted(sshd_nodes: list[SshdNode], sta
             await agent.request("process", {"action": "kill", "sessionId": s})
         await console.close()
         await agent.close()
+
+
+async def test_a_followed_node_session_is_pushed_again_after_a_new_link(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Under `node run` the session outlives the SSH link; the console still follows it, so the gateway
+    asks the new link to push it again."""
+    alpha = sshd_nodes[0]
+    (state_dir / "config.toml").write_text(GATEWAY + "".join(n.config_toml() for n in sshd_nodes))
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    go = alpha.root / "go"
+    service = alpha.run_service()
+    try:
+        async with gateway(state_dir) as server:
+            hub = server.services.nodes
+            agent = await connect(state_dir, "agent", operator=False)
+            loop = f"while true; do if [ -e {go} ]; then rm {go}; echo after-link; fi; sleep 0.05; done"
+            res = await agent.request("exec", {"command": loop, "node": "alpha", "background": True})
+            sid = res["details"]["sessionId"]
+            console = await connect(state_dir, "console")
+            frames: list[Event] = []
+            console.add_listener(frames.append)
+            await console.subscribe(["sessions"])
+            await console.request("sessions.follow", {"sessionId": sid, "only": True})
+            link = hub.links["alpha"]
+            first = link.connected_at_ms
+            alpha.drop_connections()
+            await wait_until(lambda: link.state != "connected", timeout=15)
+            alpha.start()
+            await wait_until(lambda: link.state == "connected" and link.connected_at_ms != first, timeout=30)
+            await wait_until(lambda: hub._watching.get(sid) == link.connected_at_ms, timeout=15)
+            go.touch()
+            await wait_until(
+                lambda: any(
+                    f.event == "session.output" and "after-link" in str(f.data.get("data")) for f in frames
+                ),
+                timeout=15,
+            )
+            await agent.request("process", {"action": "kill", "sessionId": sid})
+            await console.close()
+            await agent.close()
+    finally:
+        service.terminate()
+        service.wait(timeout=30)
