@@ -24,7 +24,8 @@ Local = Callable[[dict[str, Any]], Awaitable[str | None]]
 
 
 class RelayedApprovals(ApprovalManager):
-    """Every new ask goes to `relay`; no answer (no approver, link down, expired) means askFallback."""
+    """Every new ask goes to `relay` (with the gateway's runId it decides); the gateway's inbox holds it until
+    someone decides; no decision (link down, expired there or here) means askFallback."""
 
     def __init__(self, relay: Relay, local: Local | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)

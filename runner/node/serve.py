@@ -169,7 +169,7 @@ class NodeServer:
             approvals=self.approvals,
             store=self.store,
             events=self.sessions.events,
-            has_approver=lambda: True,  # the gateway is always asked; it answers "no decision" without one
+            has_approver=lambda: True,  # the gateway is always asked; its inbox holds the ask until decided
             overrides={},
         )
 
