@@ -9,11 +9,10 @@ import re
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals.decisions import DECISIONS
-from engine.approvals.pending import ApprovalError, ApprovalRecord, ApprovalRequest, env_hash
+from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
 from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.select import Candidate, NodeSelectError, select_node
 from engine.nodes.wire import NodeEvent, Request, Response
@@ -22,7 +21,8 @@ from engine.protocol.frames import Event
 from engine.results import ToolError, ToolResult
 from engine.sessions.output import sanitize
 from engine.tools.exec import ExecContext
-from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, approval_pending_text
+from runner.gateway.node_output import NodeOutputFeed
+from runner.gateway.node_runs import NodeRun, denied_result, follow_up, pending_result, waiting_data
 
 if TYPE_CHECKING:
     from runner.gateway.services import Services
@@ -32,8 +32,6 @@ log = logging.getLogger("exechost.gateway.nodes")
 EVENT_OUTPUT_CHARS = 180  # reference §5.5: the finished text's output, compacted
 SANDBOX_ADMIN_TIMEOUT_SEC = 120.0  # a prune or recreate removes containers one by one
 MAX_PENDING_PER_NODE = 64
-MAX_OUTPUT_CHARS = 128 * 1024  # one node output frame passed on (the node sends ≤ 64 KiB of bytes)
-MAX_NODE_SESSIONS = 1000  # byte totals kept per node (a hostile node cannot grow the gateway's memory)
 _APPROVAL_ID = re.compile(
     r"[A-Za-z0-9_.:-]{1,128}"
 )  # a node flooding the inbox gets refused (askFallback), not shown
@@ -44,93 +42,6 @@ def _compact(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-@dataclass
-class NodeRun:
-    """One system.run in flight, and the asks its node relayed for it (tied by runId on this link)."""
-
-    link: NodeLink
-    run_id: str
-    command: str
-    sandboxed: bool
-    started: float
-    records: list[ApprovalRecord] = field(default_factory=list)
-    asked: asyncio.Event = field(default_factory=asyncio.Event)
-    detached: bool = False
-
-    def where(self) -> str:
-        """Where it ran, in the words every result uses (`details.ranOn`)."""
-        return f"sandbox on node {self.link.name}" if self.sandboxed else f"node {self.link.name}"
-
-
-def _waiting_data(record: ApprovalRecord) -> dict[str, Any]:
-    """What `exec.waiting` says (the CLI's `waiting for approval` line, MCP progress), as for the gateway."""
-    return {
-        "approvalId": record.id,
-        "approvalSlug": record.slug,
-        "expiresAtMs": record.expires_at_ms,
-        "allowedDecisions": list(record.request.allowed_decisions),
-        "command": record.request.command,
-        "node": record.request.node_id,
-    }
-
-
-def _pending_result(record: ApprovalRecord, node: str, sandboxed: bool) -> ToolResult:
-    req = record.request
-    where = f"sandbox on node {node}" if sandboxed else f"node {node}"
-    details = {
-        "status": "approval-pending",
-        "approvalId": record.id,
-        "approvalSlug": record.slug,
-        "expiresAtMs": record.expires_at_ms,
-        "allowedDecisions": list(req.allowed_decisions),
-        "host": "sandbox" if sandboxed else "node",
-        "node": node,
-        "command": req.command,
-        "cwd": req.cwd,
-        "nodeId": req.node_id,
-        "warningText": "\n".join(req.warnings),
-        "ranOn": where,
-    }
-    return ToolResult(approval_pending_text(record, list(req.warnings)), details)
-
-
-def _denied_result(run: NodeRun, err: Mapping[str, str], approval_ids: list[str]) -> ToolResult:
-    """The node's denial in the gateway's words: the reason code, and the operator's own reason."""
-    reason = err.get("denied") or "denied"
-    ref = f"gateway id={approval_ids[-1]}" if approval_ids else f"id={run.run_id}"
-    text = f"Exec denied (node={run.link.name} {ref}, {reason}): {run.command}"
-    said = err.get("operatorReason")
-    if said:
-        text += f"\nReason: {sanitize(said)[:500]}"
-    details = {
-        "status": "denied",
-        "reason": reason,
-        "operatorReason": said or None,
-        "approvalId": approval_ids[-1] if approval_ids else None,
-        "host": "sandbox" if run.sandboxed else "node",
-        "node": run.link.name,
-        "command": run.command,
-        "runId": run.run_id,
-        "ranOn": run.where(),
-    }
-    return ToolResult(text, details)
-
-
-def _follow_up(run: NodeRun, result: ToolResult) -> str:
-    """The system event a detached node run ends with (the gateway's `Exec finished …` form)."""
-    d = result.details
-    if d.get("status") == "denied":
-        return result.text
-    ref = f"gateway id={run.records[-1].id}" if run.records else f"id={run.run_id}"
-    if d.get("status") == "running":
-        return f"Exec running (node={run.link.name} {ref}, session={d.get('sessionId')})"
-    code = "timeout" if d.get("timedOut") else f"code {d.get('exitCode')}"
-    sandbox = " sandbox" if run.sandboxed else ""
-    head = f"Exec finished (node={run.link.name}{sandbox} {ref}, {code})"
-    tail = _compact(str(d.get("aggregated") or ""), FOLLOWUP_OUTPUT_CHARS)
-    return f"{head}\n{tail}" if tail else head
-
-
 class NodeHub:
     """Links follow the config (added, changed or removed nodes take effect on the next call)."""
 
@@ -139,12 +50,8 @@ class NodeHub:
         self.links: dict[str, NodeLink] = {}
         self._runs: dict[tuple[str, str], NodeRun] = {}  # (node name, runId) -> the call waiting on it
         self._retired: set[asyncio.Task[None]] = set()
-        # Node sessions' raw byte totals (gateway ids), from each node's session.offsets: unread counts.
-        self._offsets: dict[str, int] = {}
-        # Node sessions a node was asked to push, with the link's connect time then (a new link re-asks).
-        self._watching: dict[str, int | None] = {}
-        self._calls: set[asyncio.Task[Any]] = set()
-        services.output.remote = self  # node output goes through the same fan-out as local output
+        self.feed = NodeOutputFeed(services, lambda: self.links)
+        services.output.remote = self.feed  # node output goes through the same fan-out as local output
 
     def sync(self) -> dict[str, NodeLink]:
         nodes = self.services.config().nodes
@@ -265,12 +172,12 @@ class NodeHub:
                 record = run.records[-1]
                 if self.services.has_approver():
                     if ctx.on_waiting is not None:  # the same `waiting for approval` line as the gateway's
-                        ctx.on_waiting(_waiting_data(record))
+                        ctx.on_waiting(waiting_data(record))
                     continue
                 # Two-phase, as the gateway's own asks: answer now; the decision and the run reach the
                 # agent as a system event (exechost events).
                 self._detach(run, call, ctx)
-                return _pending_result(record, link.name, sandboxed)
+                return pending_result(record, link.name, sandboxed)
         except asyncio.CancelledError:
             if run.records:  # the caller left while a human decides: report by event, as the gateway does
                 self._detach(run, call, ctx)
@@ -298,7 +205,7 @@ class NodeHub:
             except ToolError as exc:
                 self.services.events.enqueue(key, f"Exec failed ({run.where()}, id={run.run_id}): {exc}")
                 return
-            self.services.events.enqueue(key, _follow_up(run, result))
+            self.services.events.enqueue(key, follow_up(run, result))
 
         call.add_done_callback(done)
 
@@ -319,7 +226,7 @@ class NodeHub:
         if not res.ok:
             err = res.error or {}
             if err.get("denied"):  # a human's denial or an expiry on the node: a denied result, exit 11
-                return _denied_result(run, err, [r.id for r in run.records])
+                return denied_result(run, err, [r.id for r in run.records])
             raise ToolError(f"node {link.name}: {err.get('message') or err.get('code') or 'failed'}")
         where = run.where()
         p = res.payload or {}
@@ -514,99 +421,14 @@ class NodeHub:
 
     # -- what nodes send
 
-    # -- node session output, pushed into the gateway's fan-out (runner/gateway/output.py)
-
-    def _split(self, session_id: str) -> tuple[NodeLink, str] | None:
-        parts = session_id.split(":", 2)
-        if len(parts) != 3 or parts[0] != "node" or not parts[2]:
-            return None
-        link = self.links.get(parts[1])
-        return (link, parts[2]) if link is not None else None
-
-    def knows(self, session_id: str) -> bool:
-        """A node session this gateway can have pushed: its node is connected and can watch."""
-        found = self._split(session_id)
-        if found is None:
-            return False
-        link = found[0]
-        return link.state == "connected" and link.hello is not None and "sessions.watch" in link.hello.caps
-
-    def offsets(self) -> dict[str, int]:
-        return self._offsets
-
-    def watch(self, session_id: str) -> None:
-        found = self._split(session_id)
-        if found is None:
-            return
-        link, raw = found
-        self._watching[session_id] = link.connected_at_ms
-        self._call(link, "sessions.watch", {"sessionId": raw})
-
-    def _unwatch(self, session_id: str) -> None:
-        found = self._split(session_id)
-        self._watching.pop(session_id, None)
-        if found is not None:
-            self._call(found[0], "sessions.unwatch", {"sessionId": found[1]})
-
-    def _call(self, link: NodeLink, method: str, params: dict[str, Any]) -> None:
-        async def go() -> None:
-            try:
-                res = await link.call(method, params, timeout=10)
-            except NodeError as exc:
-                log.warning("%s on node %s failed: %s", method, link.name, exc)
-                return
-            if not res.ok:
-                log.info("%s on node %s: %s", method, link.name, (res.error or {}).get("message"))
-
-        task = asyncio.ensure_future(go())
-        self._calls.add(task)
-        task.add_done_callback(self._calls.discard)
-
-    def _on_output(self, link: NodeLink, p: dict[str, Any]) -> None:
-        """A watched node session's output, as the gateway's own `session.output` (ids prefixed by the
-        link's name, never by the frame); nobody wanting it any more stops the node pushing it."""
-        raw, offset = p.get("sessionId"), p.get("offset")
-        if not isinstance(raw, str) or not 0 < len(raw) <= 128 or ":" in raw:
-            return
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            return
-        sid = f"node:{link.name}:{raw}"
-        data: dict[str, Any] = {"sessionId": sid, "offset": offset}
-        text, stream = p.get("data"), p.get("stream")
-        if p.get("dropped") is True or not isinstance(text, str) or len(text) > MAX_OUTPUT_CHARS:
-            data["dropped"] = True  # a gap (or a frame too big to pass on): the pane re-reads the log
-        else:
-            data.update(stream=stream if stream in ("stdout", "stderr", "pty") else "stdout", data=text)
-        if not self.services.output.remote_output(sid, data) and sid in self._watching:
-            self._unwatch(sid)
-
-    def _on_offsets(self, link: NodeLink, p: dict[str, Any]) -> None:
-        totals = p.get("sessions")
-        if not isinstance(totals, dict):
-            return
-        prefix = f"node:{link.name}:"
-        for sid in [s for s in self._offsets if s.startswith(prefix)]:
-            del self._offsets[sid]
-        for raw, total in list(totals.items())[:MAX_NODE_SESSIONS]:
-            good_id = isinstance(raw, str) and 0 < len(raw) <= 128 and ":" not in raw
-            if good_id and isinstance(total, int) and not isinstance(total, bool) and total >= 0:
-                self._offsets[prefix + raw] = total
-        # A new link (the node service kept its sessions): what consoles still follow is asked for again.
-        for sid, since in list(self._watching.items()):
-            if sid.startswith(prefix) and since != link.connected_at_ms:
-                if sid in self._offsets and self.services.output.output_wanted(sid):
-                    self.watch(sid)
-                else:
-                    self._watching.pop(sid, None)
-
     def _on_event(self, link: NodeLink, ev: NodeEvent) -> None:
         """Reference §5.5: exec.started|finished|denied as the agent's system events."""
         p = ev.payload
         if ev.event == "session.output":
-            self._on_output(link, p)
+            self.feed.on_output(link, p)
             return
         if ev.event == "session.offsets":
-            self._on_offsets(link, p)
+            self.feed.on_offsets(link, p)
             return
         if ev.event in ("session.started", "session.exited"):  # for the consoles' session lists
             row = self._session_row(link, p["session"]) if isinstance(p.get("session"), dict) else None
@@ -616,10 +438,7 @@ class NodeHub:
                     if conn.operator and "sessions" in conn.topics:
                         conn.send(frame)
                 sid = row["sessionId"]
-                if ev.event == "session.started" and self.services.output.output_wanted(sid):
-                    self.watch(sid)  # a connection taking every session's output (protocol v1)
-                elif ev.event == "session.exited":
-                    self._watching.pop(sid, None)
+                self.feed.session_event(ev.event, sid)
             return
         node_id = link.hello.node_id if link.hello else link.name
         run = self._runs.get((link.name, str(p.get("runId") or "")))

@@ -434,7 +434,7 @@ async def test_a_hostile_nodes_output_frames_stay_its_own(
         await beta.ensure()
         totals = {"x": 5, "alpha:y": 9, "z": -1, "w": "3"}
         hub._on_event(beta, NodeEvent("session.offsets", {"sessions": totals}))
-        assert hub.offsets() == {"node:beta:x": 5}
+        assert hub.feed.offsets() == {"node:beta:x": 5}
         console = await connect(state_dir, "console")
         frames: list[Event] = []
         console.add_listener(frames.append)

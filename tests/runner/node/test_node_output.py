@@ -45,7 +45,7 @@ async def test_node_output_is_pushed_and_counted(sshd_nodes: list[SshdNode], sta
         console.add_listener(frames.append)
         await console.subscribe(["sessions"])
         await console.request("sessions.follow", {"sessionId": sid, "only": True})
-        await wait_until(lambda: set(server.services.nodes._watching) == {sid}, timeout=15)
+        await wait_until(lambda: set(server.services.nodes.feed._watching) == {sid}, timeout=15)
         go.touch()
 
         def pushed(session: str) -> list[dict[str, Any]]:
@@ -73,7 +73,7 @@ async def test_node_output_is_pushed_and_counted(sshd_nodes: list[SshdNode], sta
         assert pushed(other) == []
         # Unfollowing: the node is told to stop once output arrives that nobody wants.
         await console.request("sessions.follow", {"sessionId": other, "only": True})
-        await wait_until(lambda: other in server.services.nodes._watching, timeout=15)
+        await wait_until(lambda: other in server.services.nodes.feed._watching, timeout=15)
         for s in (sid, other):
             await agent.request("process", {"action": "kill", "sessionId": s})
         await console.close()
@@ -108,7 +108,7 @@ async def test_a_followed_node_session_is_pushed_again_after_a_new_link(
             await wait_until(lambda: link.state != "connected", timeout=15)
             alpha.start()
             await wait_until(lambda: link.state == "connected" and link.connected_at_ms != first, timeout=30)
-            await wait_until(lambda: hub._watching.get(sid) == link.connected_at_ms, timeout=15)
+            await wait_until(lambda: hub.feed._watching.get(sid) == link.connected_at_ms, timeout=15)
             go.touch()
             await wait_until(
                 lambda: any(
