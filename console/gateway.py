@@ -35,6 +35,7 @@ class OutputRouter:
         self.since: dict[str, int] = {}  # raw byte offset a replay has shown up to, per session
         self.unread: defaultdict[str, int] = defaultdict(int)
         self.pushed = False  # has the gateway ever pushed output? if not, the app polls the log
+        self.polled: set[str] = set()  # node sessions the gateway cannot push: read by offset
 
     def feed(self, session_id: str, data: str, offset: int | None = None) -> None:
         self.pushed = True
@@ -165,11 +166,19 @@ class GatewayLink:
         and the pushed frames meet at an offset with nothing lost between them."""
         if not self.follows:
             return
+        self.output.polled.discard(session_id or "")
         with contextlib.suppress(RemoteError, ConnectionError):  # gone meanwhile: nothing to follow
-            if session_id is None or session_id.startswith("node:"):  # a node's session is read, not pushed
+            if session_id is None:
                 await self.request("sessions.unfollow")
-            else:
+                return
+            try:
                 await self.request("sessions.follow", {"sessionId": session_id, "only": True})
+            except RemoteError:
+                if not session_id.startswith("node:"):
+                    raise
+                # A node that cannot push (an older exechost there): its pane reads by offset instead.
+                self.output.polled.add(session_id)
+                await self.request("sessions.unfollow")
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """One request; raises ConnectionError when the gateway is down (the caller shows it)."""

@@ -322,11 +322,12 @@ class SessionsPane(Horizontal):
 
     def poll_visible(self) -> None:
         """Fallback for a gateway that does not push `session.output`: re-read the visible log on change.
-        A node's session is never pushed: its new bytes are read by offset while it runs."""
+        A node session is pushed like a local one; one whose node cannot push is read by offset."""
         router = self.link.output
         sid = router.visible
         if sid is not None and sid.startswith("node:"):
-            if self.link.connected.is_set() and self.sessions.get(sid, {}).get("status") == "running":
+            running = self.sessions.get(sid, {}).get("status") == "running"
+            if sid in router.polled and self.link.connected.is_set() and running:
                 self.poll_node_output(sid)
             return
         if sid is None or router.pushed or not self.link.connected.is_set() or sid in self.log_page:

@@ -383,6 +383,7 @@ def _build(
             raise check.error(here, "missing required key 'host'")
         if not valid_name(name):
             raise check.error(here, f"invalid node name {name!r} (letters, digits, _ . -)")
+        _check_node_env(check, parsed, here)
         cfg.nodes[name] = NodeConfig(name=name, **parsed)
     cfg.gateway = _gateway_config(check, data.get("gateway", {}))
     return cfg
@@ -430,6 +431,24 @@ def _gateway_config(check: _Checker, raw: Any) -> GatewayConfig:
             )
         gw.agent_socket = posixpath.normpath(path)
     return gw
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def _check_node_env(check: _Checker, parsed: dict[str, Any], here: PathParts) -> None:
+    """A node's env names are plain identifiers and no value holds a NUL or a line break: they go on the
+    remote command line (quoted), and `env` must never read a name as an option or an assignment."""
+    for key, value in (parsed.get("env") or {}).items():
+        if not _ENV_NAME.fullmatch(key):
+            raise check.error([*here, "env", key], "environment names are letters, digits and '_'")
+        if any(c in value for c in "\x00\r\n"):
+            raise check.error([*here, "env", key], "must not contain NUL or line breaks")
+    if "OPENCLAW_STATE_DIR" in (parsed.get("env") or {}) and parsed.get("state_dir"):
+        raise check.error([*here, "stateDir"], "set stateDir or env.OPENCLAW_STATE_DIR, not both")
+    state = parsed.get("state_dir")
+    if state is not None and (not state.strip() or any(c in state for c in "\x00\r\n")):
+        raise check.error([*here, "stateDir"], "must be a path (no NUL or line breaks)")
 
 
 def _check_docker(

@@ -135,6 +135,8 @@ class NodeConfig:
     proxy_jump: str | None = None
     exechost: str = "exechost"  # the remote command (a path when it is not on the node's PATH)
     display_name: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # for `node serve` on the node (validated names)
+    state_dir: str | None = None  # OPENCLAW_STATE_DIR on the node
 
 
 @dataclass

@@ -164,6 +164,10 @@ NODE_KEYS: dict[str, Spec | Table] = {
     "proxyJump": Spec("proxy_jump", "str"),
     "exechost": Spec("exechost", "str"),
     "displayName": Spec("display_name", "str"),
+    # The node's environment for `exechost node serve` (each value quoted on the remote command line);
+    # stateDir is OPENCLAW_STATE_DIR there: the node's own config, approvals and sessions.
+    "env": Spec("env", "strmap"),
+    "stateDir": Spec("state_dir", "str"),
 }
 # Seed 004 §4.2: which tools a sandboxed session may call (deny first; an empty allow allows all).
 SANDBOX_TOOL_KEYS: dict[str, Spec | Table] = {

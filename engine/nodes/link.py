@@ -89,6 +89,19 @@ def jump_key_refusal(cfg: NodeConfig, host: str, port: int) -> str:
     )
 
 
+def remote_command(cfg: NodeConfig) -> str:
+    """The command line sshd hands the node's login shell: `exechost node serve --stdio`, behind `env` with
+    the node's environment (stateDir as OPENCLAW_STATE_DIR) when it has one. Every word is quoted: a path
+    or value with spaces or shell syntax stays one word, and names were checked to be identifiers."""
+    env = dict(cfg.env)
+    if cfg.state_dir:
+        env["OPENCLAW_STATE_DIR"] = cfg.state_dir
+    words = [shlex.quote(cfg.exechost), "node", "serve", "--stdio"]
+    if env:
+        words = ["env", *(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())), *words]
+    return " ".join(words)
+
+
 class LineReader:
     """Lines from a channel with a ceiling: asyncssh's readline has none, and a node that never sends a
     newline must not grow the gateway's memory without bound."""
@@ -225,7 +238,7 @@ class NodeLink:
             self._conn = await asyncio.wait_for(asyncssh.connect(cfg.host, **options), self.connect_timeout)
         except asyncssh.HostKeyNotVerifiable:
             raise NodeError(host_key_refusal(cfg), "HOST_KEY_REFUSED") from None
-        command = f"{shlex.quote(cfg.exechost)} node serve --stdio"
+        command = remote_command(cfg)
         started = time.monotonic()
         self._proc = await self._conn.create_process(command, encoding=None)
         reader = LineReader(self._proc.stdout)
@@ -282,6 +295,13 @@ class NodeLink:
             err = await asyncio.wait_for(self._proc.stderr.read(4096), 1)
         status = self._proc.exit_status
         detail = err.decode(errors="replace").strip()[:300]
+        if status == 127 and any(c.isspace() for c in self.cfg.exechost):
+            return (
+                f"node {self.name}: `{self.cfg.exechost}` was not found on the node: "
+                f"nodes.{self.name}.exechost is one path (quoted, never split); set the node's environment "
+                f"with nodes.{self.name}.env = {{NAME = \"value\"}} or its state dir with "
+                f"nodes.{self.name}.stateDir"
+            )
         if status == 127:
             return (
                 f"node {self.name}: `{self.cfg.exechost}` was not found on the node: install exechost there "

@@ -74,7 +74,8 @@ def select_node(candidates: Sequence[Candidate], query: str | None, bound: str |
     scored = [(_score(c, q), c) for c in candidates]
     best = max(s for s, _ in scored)
     if best == 0:
-        known = ", ".join(c.label or c.remote_ip or c.node_id or c.name for c in candidates)
+        # The configured names: what `--node` and `nodes ping` take (a self-reported label may be neither).
+        known = ", ".join(c.name for c in candidates)
         raise NodeSelectError(f"unknown node: {q} (known: {known})")
     top = [c for s, c in scored if s == best]
     if len(top) > 1:

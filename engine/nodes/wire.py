@@ -8,7 +8,7 @@ from typing import Any
 
 PROTOCOL = 1
 MAX_LINE = 16 * 1024 * 1024  # one frame; a longer line is a broken or hostile peer
-CAPS = ("system.run", "system.which", "sandbox")
+CAPS = ("system.run", "system.which", "sandbox", "sessions.watch")
 
 
 class WireError(ValueError):

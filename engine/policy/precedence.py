@@ -118,17 +118,20 @@ def target_allowed(configured: str, requested: str, sandbox_available: bool) -> 
 
 
 def host_not_allowed_text(configured: str, requested: str, sandbox_available: bool) -> str:
-    if configured == "auto" and sandbox_available and requested in ("gateway", "node"):
-        allowed = [requested]
-    elif requested == "gateway" and not sandbox_available:
-        allowed = ["gateway", "auto"]
-    else:
-        allowed = [requested, "auto"]
+    """Only hosts that really allow the override are named (`target_allowed` is the truth): auto never
+    lets a sandboxed session out to the gateway or a node, so it is not offered there."""
+    allowed = [h for h in (requested, "auto") if target_allowed(h, requested, sandbox_available)]
     options = " or ".join(dict.fromkeys(allowed))
-    return (
+    text = (
         f"exec host not allowed (requested {requested}; configured host is {configured}; "
         f"set tools.exec.host={options} to allow this override)."
     )
+    if sandbox_available and requested in ("gateway", "node"):
+        text += (
+            " This session is sandboxed, and host=auto keeps a sandboxed session in its sandbox; "
+            "to let the agent pick its host per call, set host=auto with sandbox.mode=off for it."
+        )
+    return text
 
 
 SANDBOX_REQUIRED_TEXT = (

@@ -391,9 +391,13 @@ class ExecTool:
         try:
             spec = self._spec(prepared, params, ctx, run.command, detached=detached)
             spec.pass_fds = run.fds
-            return await self.sessions.run(spec)
+            result = await self.sessions.run(spec)
         finally:
             run.close()  # the child holds its own copies of the fds once spawned
+        # Where it ran, in the words every result uses (node runs say `node <name>` in the gateway's hub).
+        container = getattr(prepared.launcher, "container", None) if prepared.host == "sandbox" else None
+        result.details.setdefault("ranOn", f"sandbox {container}" if container else prepared.host)
+        return result
 
     async def _verified(self, prepared: _Prepared, command: str) -> VerifiedRun:
         d = prepared.decision

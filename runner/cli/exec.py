@@ -17,7 +17,7 @@ from engine.protocol.resume import follow_approval
 from runner.cli import UsageError
 from runner.cli.agents import agent_arg, node_query_arg
 from runner.cli.common import Subparsers, add_json_arg, emit
-from runner.cli.gateway import run_verb, with_client
+from runner.cli.gateway import CliFailure, run_verb, with_client
 
 EXIT_PENDING = 10
 EXIT_DENIED = 11
@@ -175,7 +175,14 @@ async def _exec_waiting(client: ControlClient, params: dict[str, Any]) -> dict[s
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    result = with_client(lambda client: _exec_waiting(client, exec_params(args)), agent=args.agent)
+    try:
+        result = with_client(lambda client: _exec_waiting(client, exec_params(args)), agent=args.agent)
+    except CliFailure as exc:
+        if not args.json:
+            raise
+        # --json promises one object on stdout whatever happens: a refusal or a node error included.
+        emit(str(exc), {"status": "error", "error": str(exc), "exitCode": None}, True)
+        return exc.code
     details = result.get("details") or {}
     emit(str(result.get("text", "")), details, args.json)
     return exit_code(details)

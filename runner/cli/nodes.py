@@ -48,6 +48,10 @@ def register(subparsers: Subparsers) -> None:
     q.add_argument("--proxy-jump")
     q.add_argument("--exechost", help="the command on the node (default: exechost)")
     q.add_argument("--display-name")
+    q.add_argument("--state-dir", help="OPENCLAW_STATE_DIR on the node (its own config and approvals)")
+    q.add_argument(
+        "--env", action="append", default=[], metavar="K=V", help="environment for exechost on the node"
+    )
     q.add_argument("--no-check", action="store_true", help="only write the config; do not connect")
     add_config_arg(q)
     add_json_arg(q)
@@ -86,17 +90,31 @@ def _row(cfg: NodeConfig) -> dict[str, Any]:
         "knownHosts": cfg.known_hosts,
         "proxyJump": cfg.proxy_jump,
         "exechost": cfg.exechost,
+        "stateDir": cfg.state_dir,
+        "env": dict(cfg.env),
     }
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    """Aligned columns for people (--json has the same rows): every cell on one line, no control bytes."""
+    cells = [[escape_controls(str("" if c is None else c)) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in [headers, *cells]) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [headers, *cells]]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _address(r: dict[str, Any]) -> str:
+    user = f"{r['user']}@" if r.get("user") else ""
+    return f"{user}{r['host']}" + (f":{r['port']}" if r.get("port") else "")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     rows = [_row(cfg) for cfg in _config(args).nodes.values()]
-    lines = [
-        f"{r['name']}\t{r['user'] + '@' if r['user'] else ''}{r['host']}"
-        + (f":{r['port']}" if r["port"] else "")
-        for r in rows
-    ]
-    emit(escape_controls("\n".join(lines)) if lines else "No nodes configured.", {"nodes": rows}, args.json)
+    text = table(
+        ["NAME", "ADDRESS", "EXECHOST", "STATE DIR"],
+        [[r["name"], _address(r), r["exechost"], r["stateDir"] or "(node default)"] for r in rows],
+    )
+    emit(text if rows else "No nodes configured.", {"nodes": rows}, args.json)
     return 0
 
 
@@ -115,13 +133,18 @@ async def _probe(cfg: NodeConfig, pings: int) -> dict[str, Any]:
         await link.close()
 
 
-def _line(s: dict[str, Any]) -> str:
+STATUS_HEADERS = ["NAME", "STATE", "RTT", "NODE ID", "EXECHOST", "ERROR"]
+
+
+def _cells(s: dict[str, Any]) -> list[Any]:
     if s["state"] == "connected":
-        return (
-            f"{s['name']}\tconnected\trtt {s['rttMs']} ms\tnode {s['nodeId']}\t"
-            f"exechost {s['version']} ({s['platform']})"
-        )
-    return f"{s['name']}\tdown\t{s['lastError']}"
+        version = f"{s['version']} ({s['platform']})"
+        return [s["name"], "connected", f"{s['rttMs']} ms", s["nodeId"], version, ""]
+    return [s["name"], s["state"], "", "", "", s["lastError"]]
+
+
+def _status_table(rows: list[dict[str, Any]]) -> str:
+    return table(STATUS_HEADERS, [_cells(r) for r in rows])
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -131,15 +154,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         return list(await asyncio.gather(*(_probe(cfg, 1) for cfg in nodes)))
 
     rows = asyncio.run(go())
-    text = "\n".join(_line(r) for r in rows) if rows else "No nodes configured."
-    emit(escape_controls(text, keep_lines=True), {"nodes": rows}, args.json)
+    text = _status_table(rows) if rows else "No nodes configured."
+    emit(text, {"nodes": rows}, args.json)
     return 0 if all(r["state"] == "connected" for r in rows) else 1
 
 
 def cmd_ping(args: argparse.Namespace) -> int:
     cfg = node_config(_config(args), args.name)
     row = asyncio.run(_probe(cfg, args.count))
-    emit(escape_controls(_line(row)), row, args.json)
+    emit(_status_table([row]), row, args.json)
     return 0 if row["state"] == "connected" else 1
 
 
@@ -147,8 +170,8 @@ def cmd_add(args: argparse.Namespace) -> int:
     if not _NAME.match(args.name):
         raise UsageError(f"node name {args.name!r}: use letters, digits, '-' and '_' (at most 64)")
     path = config_path(args.config)
-    table = tomlkit.table()
-    table["host"] = args.host
+    entry = tomlkit.table()
+    entry["host"] = args.host
     for key, value in (
         ("port", args.port),
         ("user", args.user),
@@ -157,13 +180,22 @@ def cmd_add(args: argparse.Namespace) -> int:
         ("proxyJump", args.proxy_jump),
         ("exechost", args.exechost),
         ("displayName", args.display_name),
+        ("stateDir", args.state_dir),
     ):
         if value is not None:
-            table[key] = value
+            entry[key] = value
+    env = tomlkit.inline_table()
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env expects KEY=VALUE, got {item!r}")
+        env[key] = value
+    if env:
+        entry["env"] = env
     if args.name in _config(args).nodes:
         raise UsageError(f"node {args.name} already exists in {path}; remove it first")
     try:
-        config = set_config_value(path, f"nodes.{args.name}", table)
+        config = set_config_value(path, f"nodes.{args.name}", entry)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     cfg = config.nodes[args.name]
@@ -172,15 +204,12 @@ def cmd_add(args: argparse.Namespace) -> int:
         return 0
     row = asyncio.run(_probe(cfg, 1))
     if row["state"] != "connected":
-        emit(
-            escape_controls(
-                f"Added node {args.name} to {path}, but it cannot be used yet: {row['lastError']}"
-            ),
-            row,
-            args.json,
-        )
+        said = escape_controls(f"Added node {args.name} to {path}, but it cannot be used yet:")
+        emit(f"{said}\n{_status_table([row])}", row, args.json)
         return 1
-    emit(escape_controls(f"Added node {args.name} to {path}.\n{_line(row)}"), row, args.json)
+    said = escape_controls(f"Added node {args.name} to {path}.")
+    nxt = f"Next: exechost exec --node {args.name} -- uname -a"
+    emit(f"{said}\n{_status_table([row])}\n{nxt}", row, args.json)
     return 0
 
 

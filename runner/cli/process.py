@@ -48,6 +48,11 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--offset", type=int, metavar="N", help="log: first line")
     p.add_argument("--limit", type=int, metavar="N", help="log: number of lines")
     p.add_argument("--timeout", type=int, metavar="MS", help="poll: wait up to MS for exit")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="list: every session of every agent, on the gateway and every connected node (operator)",
+    )
     add_json_arg(p)
     p.set_defaults(func=run_verb(cmd_process))
 
@@ -78,9 +83,51 @@ def process_params(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
+def _agent_of(scope: Any) -> str:
+    """`agent:<id>[:…]` scopes name their agent; any other session key does not say."""
+    parts = str(scope or "").split(":")
+    return parts[1] if len(parts) >= 2 and parts[0] == "agent" and parts[1] else "-"
+
+
+def format_all(rows: list[dict[str, Any]]) -> str:
+    """The operator's table: where each session runs and whose it is."""
+    from runner.cli.nodes import table
+
+    if not rows:
+        return "No sessions on the gateway or any connected node."
+    cells = [
+        [
+            r.get("sessionId"),
+            r.get("node") or "gateway",
+            _agent_of(r.get("scopeKey")),
+            r.get("scopeKey"),
+            r.get("status"),
+            r.get("pid") if r.get("pid") is not None else "-",
+            str(r.get("command") or "")[:60],
+        ]
+        for r in rows
+    ]
+    return table(["SESSION", "NODE", "AGENT", "SCOPE", "STATUS", "PID", "COMMAND"], cells)
+
+
+def cmd_list_all(args: argparse.Namespace) -> int:
+    """`process list --all`: the operator's view (sessions.list), gateway and nodes, every scope."""
+    rows = [r for r in call("sessions.list", {}, operator=True).get("sessions") or [] if isinstance(r, dict)]
+    for r in rows:
+        r.setdefault("node", None)
+        r["agent"] = _agent_of(r.get("scopeKey"))
+    rows.sort(key=lambda r: r.get("startedAt") or 0, reverse=True)
+    emit(format_all(rows), {"sessions": rows}, args.json)
+    return 0
+
+
 def cmd_process(args: argparse.Namespace) -> int:
     if args.action == "follow":
         return cmd_follow(args)
+    if args.all:
+        if args.action != "list":
+            raise UsageError("--all goes with list only")
+        return cmd_list_all(args)
     result = call("process", process_params(args), agent=args.agent)
     details = result.get("details") or {}
     emit(str(result.get("text", "")), details, args.json)

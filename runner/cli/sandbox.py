@@ -195,7 +195,7 @@ def _fail(exc: Exception) -> int:
 
 
 def compact(ms: int | None) -> str:
-    if ms is None:
+    if not isinstance(ms, int):  # None, or a node's row that says something else
         return "-"
     seconds = ms // 1000
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
@@ -221,6 +221,7 @@ def format_list(rows: list[dict[str, Any]]) -> str:
             f"    Age:     {compact(r['ageMs'])}",
             f"    Idle:    {compact(r['idleMs'])}",
             f"    Session: {_clean(r['sessionKey'])}",
+            *([f"    Node:    {_clean(r['node'])}"] if r.get("node") else []),
             "",
         ]
     running = sum(1 for r in rows if r["running"])
@@ -232,25 +233,62 @@ def format_list(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _connected_node_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every connected node's sandboxes, as the console lists them: through the running gateway (never
+    started for this, and a down node is never dialled). ([], []) when no gateway runs."""
+    from runner.cli.gateway import CliFailure
+
+    try:
+        got = call("sandbox.list", {}, autostart=False)
+    except CliFailure:
+        return [], []
+    blank = {"image": "?", "imageMatch": False, "configMatch": False, "backend": "?", "sessionKey": "?"}
+    blank["exists"] = False
+    rows = [
+        {**blank, "ageMs": None, "idleMs": None, **r, "running": r.get("running") is True}
+        for r in got.get("containers") or []
+        if isinstance(r, dict) and isinstance(r.get("node"), str) and isinstance(r.get("containerName"), str)
+    ]
+    errors = [e for e in got.get("errors") or [] if isinstance(e, dict) and e.get("node")]
+    return rows, errors
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    node_errors: list[dict[str, Any]] = []
     try:
         if args.node:
             # Browser sandboxes stay on the gateway's machine: a node lists its exec sandboxes only.
             rows = _node_rows(args)
             browsers: list[dict[str, Any]] = []
         else:
-            rows = admin.list_runtimes(_config(args))
-            browsers = admin.list_browsers()
+            config = _config(args)
+            try:
+                rows = [{**r, "node": None} for r in admin.list_runtimes(config)]
+            except SandboxUnavailable as exc:
+                if not config.nodes:
+                    raise
+                rows, node_errors = [], [{"node": None, "error": str(exc)}]
+            browsers = admin.list_browsers() if not node_errors else []
+            if config.nodes and not args.browser:
+                more, failed = _connected_node_rows()
+                rows += more
+                node_errors += failed
     except (SandboxUnavailable, ExecHostError) as exc:
         return _fail(exc)
     if args.json:
-        print(json.dumps({"containers": rows, "browsers": browsers}, ensure_ascii=False))
+        out: dict[str, Any] = {"containers": rows, "browsers": browsers}
+        if node_errors:
+            out["errors"] = node_errors
+        print(json.dumps(out, ensure_ascii=False))
     elif args.browser:
         print(format_browsers(browsers))
     elif args.node:
         return _print_from_node(args, lambda: f"On node {args.node}:\n" + format_list(rows))
     else:
         print(format_list(rows))
+        for err in node_errors:
+            where = f"node {err['node']}" if err.get("node") else "this machine"
+            print(f"⚠️  {_clean(where)}: {_clean(str(err.get('error')))}")
     return 0
 
 

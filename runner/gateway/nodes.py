@@ -15,12 +15,14 @@ from engine.approvals.decisions import DECISIONS
 from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
 from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.select import Candidate, NodeSelectError, select_node
-from engine.nodes.wire import NodeEvent, Request
+from engine.nodes.wire import NodeEvent, Request, Response
 from engine.policy.decision import Decision
 from engine.protocol.frames import Event
 from engine.results import ToolError, ToolResult
 from engine.sessions.output import sanitize
 from engine.tools.exec import ExecContext
+from runner.gateway.node_output import NodeOutputFeed
+from runner.gateway.node_runs import NodeRun, denied_result, follow_up, pending_result, waiting_data
 
 if TYPE_CHECKING:
     from runner.gateway.services import Services
@@ -46,7 +48,10 @@ class NodeHub:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.links: dict[str, NodeLink] = {}
+        self._runs: dict[tuple[str, str], NodeRun] = {}  # (node name, runId) -> the call waiting on it
         self._retired: set[asyncio.Task[None]] = set()
+        self.feed = NodeOutputFeed(services, lambda: self.links)
+        services.output.remote = self.feed  # node output goes through the same fan-out as local output
 
     def sync(self) -> dict[str, NodeLink]:
         nodes = self.services.config().nodes
@@ -151,25 +156,93 @@ class NodeHub:
                     f"node {link.name}: its exechost ({link.hello.version if link.hello else '?'}) cannot "
                     "run sandboxes; install this exechost version there, or run the sandbox elsewhere"
                 )
-            res = await link.call("system.run", request, timeout=wait)
+        except NodeError as exc:
+            raise ToolError(str(exc)) from None
+        run = NodeRun(link, run_id, command, sandboxed, started)
+        self._runs[(link.name, run_id)] = run
+        call = asyncio.ensure_future(link.call("system.run", request, timeout=wait))
+        try:
+            while True:
+                asked = asyncio.ensure_future(run.asked.wait())
+                await asyncio.wait({call, asked}, return_when=asyncio.FIRST_COMPLETED)
+                asked.cancel()
+                if call.done():
+                    break
+                run.asked.clear()
+                record = run.records[-1]
+                if self.services.has_approver():
+                    if ctx.on_waiting is not None:  # the same `waiting for approval` line as the gateway's
+                        ctx.on_waiting(waiting_data(record))
+                    continue
+                # Two-phase, as the gateway's own asks: answer now; the decision and the run reach the
+                # agent as a system event (exechost events).
+                self._detach(run, call, ctx)
+                return pending_result(record, link.name, sandboxed)
+        except asyncio.CancelledError:
+            if run.records:  # the caller left while a human decides: report by event, as the gateway does
+                self._detach(run, call, ctx)
+            else:
+                call.cancel()
+                self._runs.pop((link.name, run_id), None)
+            raise
+        self._runs.pop((link.name, run_id), None)
+        self._settle(run)
+        return self._result(run, call)
+
+    def _detach(self, run: NodeRun, call: asyncio.Future[Response], ctx: ExecContext) -> None:
+        """The agent was answered `approval-pending` (or left): the node's own exec.* events for this run are
+        held back and one follow-up in the gateway's words goes to the agent's session instead."""
+        run.detached = True
+        key = ctx.session_key or ctx.scope_key
+
+        def done(fut: asyncio.Future[Response]) -> None:
+            self._runs.pop((run.link.name, run.run_id), None)
+            self._settle(run)
+            if fut.cancelled():
+                return
+            try:
+                result = self._result(run, fut)
+            except ToolError as exc:
+                self.services.events.enqueue(key, f"Exec failed ({run.where()}, id={run.run_id}): {exc}")
+                return
+            self.services.events.enqueue(key, follow_up(run, result))
+
+        call.add_done_callback(done)
+
+    def _settle(self, run: NodeRun) -> None:
+        """The node answered: a relayed ask of this run still in the inbox (the node's own expiry came
+        first) is gone with it."""
+        for record in run.records:
+            if not record.resolved:
+                self.services.approvals._expire(record.id)
+
+    def _result(self, run: NodeRun, call: asyncio.Future[Response]) -> ToolResult:
+        """The node's answer to system.run as the agent's tool result (ToolError for a failure)."""
+        link, sandboxed = run.link, run.sandboxed
+        try:
+            res = call.result()
         except NodeError as exc:
             raise ToolError(str(exc)) from None
         if not res.ok:
             err = res.error or {}
+            if err.get("denied"):  # a human's denial or an expiry on the node: a denied result, exit 11
+                return denied_result(run, err, [r.id for r in run.records])
             raise ToolError(f"node {link.name}: {err.get('message') or err.get('code') or 'failed'}")
+        where = run.where()
         p = res.payload or {}
         if p.get("status") == "running":
             sid = f"node:{link.name}:{p.get('sessionId')}"
             text = str(p.get("text") or "").replace(f"session {p.get('sessionId')},", f"session {sid},")
             return ToolResult(
-                text,
+                f"{text}\n(ran on: {where})",
                 {
                     "status": "running",
                     "sessionId": sid,
                     "pid": p.get("pid"),
                     "host": "sandbox" if sandboxed else "node",
                     "node": link.name,
-                    "runId": run_id,
+                    "runId": run.run_id,
+                    "ranOn": where,
                 },
             )
         stdout, stderr, error = str(p.get("stdout") or ""), str(p.get("stderr") or ""), p.get("error")
@@ -180,7 +253,7 @@ class NodeHub:
             "status": "completed" if p.get("success") else "failed",
             "exitCode": p.get("exitCode"),
             "timedOut": bool(p.get("timedOut")),
-            "durationMs": p.get("durationMs") or int((time.monotonic() - started) * 1000),
+            "durationMs": p.get("durationMs") or int((time.monotonic() - run.started) * 1000),
             "aggregated": merged
             if merged is not None
             else "\n".join(x for x in (stdout, stderr, str(error or "")) if x),
@@ -188,9 +261,10 @@ class NodeHub:
             "host": "sandbox" if sandboxed else "node",
             "node": link.name,
             "nodeId": link.hello.node_id if link.hello else None,
-            "runId": run_id,
+            "runId": run.run_id,
+            "ranOn": where,
         }
-        return ToolResult(text, details)
+        return ToolResult(text.rstrip("\n") + f"\n(ran on: {where})", details)
 
     async def process(self, action: str, params: dict[str, Any], scope: str) -> ToolResult:
         """`process` on a node session (`node:<name>:<id>`), or `list` with `node=<name>`; ids are rewritten
@@ -350,6 +424,12 @@ class NodeHub:
     def _on_event(self, link: NodeLink, ev: NodeEvent) -> None:
         """Reference §5.5: exec.started|finished|denied as the agent's system events."""
         p = ev.payload
+        if ev.event == "session.output":
+            self.feed.on_output(link, p)
+            return
+        if ev.event == "session.offsets":
+            self.feed.on_offsets(link, p)
+            return
         if ev.event in ("session.started", "session.exited"):  # for the consoles' session lists
             row = self._session_row(link, p["session"]) if isinstance(p.get("session"), dict) else None
             if row is not None:  # every scope on the node: the operators' consoles only
@@ -357,8 +437,13 @@ class NodeHub:
                 for conn in self.services.connections():
                     if conn.operator and "sessions" in conn.topics:
                         conn.send(frame)
+                sid = row["sessionId"]
+                self.feed.session_event(ev.event, sid)
             return
         node_id = link.hello.node_id if link.hello else link.name
+        run = self._runs.get((link.name, str(p.get("runId") or "")))
+        if run is not None and run.detached and ev.event in ("exec.finished", "exec.denied"):
+            return  # the follow-up in the gateway's words says it (once)
         if p.get("suppressNotifyOnExit") or not self.services.config().exec.notify_on_exit:
             return
         run_id = str(p.get("runId") or "")
@@ -404,8 +489,11 @@ class NodeHub:
         approval_id = params.get("approvalId")
         if not isinstance(approval_id, str) or not _APPROVAL_ID.fullmatch(approval_id):
             raise NodeError("bad approval request: approvalId", "INVALID_REQUEST")
-        if not self.services.has_approver():
-            return {"decision": None, "resolvedBy": "no-approver"}
+        # The run this ask decides, on THIS link only (a node cannot attach its ask to another's call).
+        raw_run = params.get("request", {}).get("runId") if isinstance(params.get("request"), dict) else None
+        run = self._runs.get((link.name, raw_run)) if isinstance(raw_run, str) else None
+        # Without an approver the ask still waits in the inbox (exechost approve, or a console attaching
+        # later), as the gateway's own asks do; nobody deciding in time is the node's askFallback.
         manager = self.services.approvals
         if sum(1 for r in manager.pending() if r.request.node_id == node_id) >= MAX_PENDING_PER_NODE:
             return {"decision": None, "resolvedBy": "too-many-pending"}
@@ -438,6 +526,9 @@ class NodeHub:
                 record, _ = manager.register(request)
             except ApprovalError:  # the queue caps (per agent, in all) hold for nodes too: askFallback
                 return {"decision": None, "resolvedBy": "too-many-pending"}
+            if run is not None:
+                run.records.append(record)
+                run.asked.set()
             decision = await manager.wait(record)
             if decision == "allow-once" and not manager.consume_allow_once(record):
                 continue  # one approval, one run: this ask needs its own

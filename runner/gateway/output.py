@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import InvalidInput
 from engine.protocol.frames import Event
@@ -37,12 +37,22 @@ def _merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
     return out
 
 
+class RemoteOutput(Protocol):
+    """Sessions that live elsewhere (a node's) whose output is pushed into this fan-out by their owner."""
+
+    def knows(self, session_id: str) -> bool: ...
+    def offsets(self) -> dict[str, int]: ...
+    def watch(self, session_id: str) -> None: ...
+
+
 class OutputFanout:
     """Follow state per connection, forwarder tasks per session, the activity ticker."""
 
     def __init__(self, sessions: SessionManager, connections: Callable[[], list[Connection]]) -> None:
         self.sessions = sessions
         self.connections = connections
+        # Node sessions (runner/gateway/nodes.py): followed, counted and pushed like local ones.
+        self.remote: RemoteOutput | None = None
         self._forwarders: dict[str, asyncio.Task[None]] = {}  # sessionId -> task pushing its output
         self._activity: asyncio.Task[None] | None = None
 
@@ -83,12 +93,41 @@ class OutputFanout:
 
     def _offset(self, session_id: str) -> int:
         session = self.sessions.get(session_id)
+        if session is None and self.remote is not None:
+            return self.remote.offsets().get(session_id, 0)
         return session.raw.offset if session is not None else 0
+
+    def _known(self, session_id: str) -> bool:
+        local = self.sessions.get(session_id) is not None
+        return local or (self.remote is not None and self.remote.knows(session_id))
+
+    def _offsets(self) -> dict[str, int]:
+        offsets = {s.id: s.raw.offset for s in self.sessions.registry}
+        if self.remote is not None:
+            offsets.update(self.remote.offsets())
+        return offsets
+
+    def remote_output(self, session_id: str, data: dict[str, Any]) -> bool:
+        """A node session's output frame, to the connections that want it; False when none does (its
+        owner then stops pushing it)."""
+        if not self._output_wanted(session_id):
+            return False
+        self._send_output(session_id, data)
+        return True
+
+    def output_wanted(self, session_id: str) -> bool:
+        return self._output_wanted(session_id)
+
+    def _visible(self, conn: Connection, session_id: str) -> bool:
+        """A local session in a scope the connection sees, or (operators only) a connected node's."""
+        session = self.sessions.get(session_id)
+        if session is not None:
+            return conn.sees_scope(session.scope_key)
+        return conn.operator and self.remote is not None and self.remote.knows(session_id)
 
     def follow(self, conn: Connection, session_id: str, *, only: bool = False) -> list[str]:
         """`sessions.follow`: push this session's output to `conn` (and, with `only`, no other's)."""
-        session = self.sessions.get(session_id)
-        if session is None or not conn.sees_scope(session.scope_key):  # another agent's: the same answer
+        if not self._visible(conn, session_id):  # another agent's: the same answer as none at all
             raise InvalidInput(f"No session found for {session_id}")
         self._enter_follow_mode(conn)
         assert conn.follow is not None
@@ -98,7 +137,10 @@ class OutputFanout:
         conn.follow.add(session_id)
         conn.activity_sent.pop(session_id, None)
         if "sessions" in conn.topics:
-            self._forward(session_id)
+            if self.sessions.get(session_id) is not None:
+                self._forward(session_id)
+            elif self.remote is not None:
+                self.remote.watch(session_id)  # the node pushes it from now on
         return sorted(conn.follow)
 
     def unfollow(self, conn: Connection, session_id: str | None) -> list[str]:
@@ -117,8 +159,7 @@ class OutputFanout:
         self._enter_follow_mode(conn)
         self.unfollow(conn, None)
         for sid in session_ids:
-            session = self.sessions.get(sid)
-            if session is not None and conn.sees_scope(session.scope_key):
+            if self._visible(conn, sid):
                 self.follow(conn, sid)
 
     def _enter_follow_mode(self, conn: Connection) -> None:
@@ -126,7 +167,7 @@ class OutputFanout:
         if conn.follow is not None:
             return
         conn.follow = set()
-        conn.read_marks = {s.id: s.raw.offset for s in self.sessions.registry}
+        conn.read_marks = self._offsets()
 
     async def _activity_loop(self) -> None:
         """`session.activity`: unread byte counts (no bytes) of sessions a following connection hides."""
@@ -136,8 +177,11 @@ class OutputFanout:
             if not conns:
                 continue
             sessions = list(self.sessions.registry)
+            remote = self.remote.offsets() if self.remote is not None else {}
             for conn in conns:  # an agent hears only of its own sessions, not even their ids
                 offsets = {s.id: s.raw.offset for s in sessions if conn.sees_scope(s.scope_key)}
+                if conn.operator:  # node sessions are the operator's view
+                    offsets.update(remote)
                 self._send_activity(conn, offsets)
 
     def _send_activity(self, conn: Connection, offsets: dict[str, int]) -> None:

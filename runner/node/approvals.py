@@ -5,6 +5,7 @@ never reach another node or request)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -15,12 +16,16 @@ log = logging.getLogger("exechost.node")
 
 # relay(approval id, request view) -> the gateway's answer {"decision": str | None, "resolvedBy": str}
 Relay = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+# The gateway's runId of the system.run being decided: set around the exec tool's run, read when its ask is
+# registered (same task), so the gateway can tie the relayed ask to the agent call that waits on it.
+CURRENT_RUN: contextvars.ContextVar[str] = contextvars.ContextVar("exechost_node_run", default="")
 # local(request view) -> a decision from a console on this node, or None (none listening, no answer)
 Local = Callable[[dict[str, Any]], Awaitable[str | None]]
 
 
 class RelayedApprovals(ApprovalManager):
-    """Every new ask goes to `relay`; no answer (no approver, link down, expired) means askFallback."""
+    """Every new ask goes to `relay` (with the gateway's runId it decides); the gateway's inbox holds it until
+    someone decides; no decision (link down, expired there or here) means askFallback."""
 
     def __init__(self, relay: Relay, local: Local | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -32,11 +37,11 @@ class RelayedApprovals(ApprovalManager):
     def _on_change(self, kind: str, record: ApprovalRecord) -> None:
         if kind != "requested":
             return
-        task = asyncio.ensure_future(self._ask(record))
+        task = asyncio.ensure_future(self._ask(record, CURRENT_RUN.get()))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _ask(self, record: ApprovalRecord) -> None:
+    async def _ask(self, record: ApprovalRecord, run_id: str = "") -> None:
         if self._local is not None:
             try:
                 decision = await self._local(record.view())
@@ -50,7 +55,10 @@ class RelayedApprovals(ApprovalManager):
                     self._expire(record.id)
                 return
         try:
-            answer = await self._relay(record.id, record.view())
+            view = record.view()
+            if run_id:
+                view["runId"] = run_id
+            answer = await self._relay(record.id, view)
         except Exception as exc:
             log.warning("approval %s could not be relayed: %s", record.id, exc)
             answer = {}

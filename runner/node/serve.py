@@ -25,7 +25,7 @@ from engine.nodes.wire import CAPS, MAX_LINE, Hello, NodeEvent, Request, Respons
 from engine.results import ToolError, ToolResult
 from engine.sessions import SessionManager, SystemEvents
 from engine.tools.exec import ExecContext, ExecTool
-from runner.node.approvals import RelayedApprovals
+from runner.node.approvals import CURRENT_RUN, RelayedApprovals
 from runner.node.relay import relay_to_service
 
 log = logging.getLogger("exechost.node")
@@ -73,9 +73,10 @@ def _streams(details: dict[str, Any], merged: str) -> dict[str, str]:
 
 
 class RunError(Exception):
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, extra: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.extra = extra or {}
 
 
 def command_text(argv: Any, raw: Any) -> str:
@@ -157,6 +158,10 @@ class NodeServer:
         # Sessions starting and ending: the gateway's consoles list them live (not queued while unlinked:
         # the next `sessions.list` says the same).
         self.sessions.add_listener(self._forward_session_event)
+        # Watched sessions' output and every session's byte total, pushed while a gateway is linked.
+        from runner.node.output import NodeOutput
+
+        self.output = NodeOutput(self.sessions, lambda ev: self.emit(ev, queue=False))
 
     def _exec_tool(self, config: Callable[[], Config]) -> ExecTool:
         return ExecTool(
@@ -165,7 +170,7 @@ class NodeServer:
             approvals=self.approvals,
             store=self.store,
             events=self.sessions.events,
-            has_approver=lambda: True,  # the gateway is always asked; it answers "no decision" without one
+            has_approver=lambda: True,  # the gateway is always asked; its inbox holds the ask until decided
             overrides={},
         )
 
@@ -238,6 +243,22 @@ class NodeServer:
                 res = Response(req.id, True, payload=await self.process(req.params))
             elif req.method == "system.which":
                 res = Response(req.id, True, payload=self.system_which(req.params))
+            elif req.method in ("sessions.watch", "sessions.unwatch"):
+                from runner.node.output import WatchError
+
+                sid = req.params.get("sessionId")
+                if sid is not None and (not isinstance(sid, str) or not _ID.match(sid)):
+                    raise RunError("INVALID_REQUEST", "INVALID_REQUEST: bad sessionId")
+                try:
+                    if req.method == "sessions.watch":
+                        if sid is None:
+                            raise RunError("INVALID_REQUEST", "INVALID_REQUEST: sessionId is required")
+                        payload = self.output.watch(sid)
+                    else:
+                        payload = self.output.unwatch(sid)
+                except WatchError as exc:
+                    raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: {exc}") from None
+                res = Response(req.id, True, payload=payload)
             elif req.method.startswith("sessions."):
                 from runner.node import views
 
@@ -260,7 +281,7 @@ class NodeServer:
                     req.id, False, error={"code": "UNAVAILABLE", "message": "command not supported"}
                 )
         except RunError as exc:
-            res = Response(req.id, False, error={"code": exc.code, "message": str(exc)})
+            res = Response(req.id, False, error={**exc.extra, "code": exc.code, "message": str(exc)})
         except Exception as exc:
             log.exception("request %s failed", req.method)
             res = Response(req.id, False, error={"code": "INTERNAL", "message": f"node error: {exc}"})
@@ -306,16 +327,26 @@ class NodeServer:
         # The scope is the gateway's (its sessionKey, else the agent's): `process` there finds these sessions.
         ctx = ExecContext(agent_id=agent_id, session_key=p.get("sessionKey") or "")
         suppress = bool(p.get("suppressNotifyOnExit"))
+        token = CURRENT_RUN.set(run_id)
         try:
             result = await (self.sandbox_tool if sandboxed else self.tool).run(params, ctx)
         except ToolError as exc:
             await self._event_denied(session_key, run_id, text, str(exc), suppress)
             raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}") from None
+        finally:
+            CURRENT_RUN.reset(token)
         details = result.details
         if details.get("status") == "denied":
             reason = str(details.get("reason") or "denied")
             await self._event_denied(session_key, run_id, text, reason, suppress)
-            raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {reason}")
+            # A human's (or the clock's) denial, apart from a policy refusal: the gateway answers it as a
+            # denied result (exit 11), with the operator's own words when they gave some.
+            extra = {"denied": reason}
+            record = self.approvals.lookup(str(details.get("approvalId") or ""))
+            said = record.reason if record is not None else None
+            if said:
+                extra["operatorReason"] = said
+            raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {reason}", extra)
         if details.get("status") == "running" and background:
             return {
                 "status": "running",
@@ -473,10 +504,12 @@ class NodeServer:
                 await link.write(encode(event))
                 self._queued.popleft()
             self._link = link
+        self.output.linked()
 
     def _detach(self, link: Output) -> None:
         if self._link is link:
             self._link = None
+            self.output.unlinked()
         for rid, (owner, future) in list(self._pending.items()):
             if owner is link and not future.done():
                 future.set_result(Response(rid, False, error={"code": "LINK_LOST", "message": "link lost"}))

@@ -135,13 +135,14 @@ async def run_service() -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="exechost node: %(message)s")
     state = statefs.ensure_private_dir(statefs.state_dir())
     service = NodeService(state)
+    loop = asyncio.get_running_loop()
+    # Before the socket answers: a SIGTERM right after it does is a graceful stop, not a default death.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, service.request_stop)
     try:
         await service.start()
     except (NodeServiceError, statefs.StateFileError) as exc:
         print(f"exechost node run: {exc}", file=sys.stderr)
         return 1
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(sig, service.request_stop)
     await service.run_until_stopped()
     return 0

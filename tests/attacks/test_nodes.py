@@ -12,7 +12,7 @@ import pytest
 
 from engine.config.loader import load_config
 from engine.nodes.link import NodeError, NodeLink
-from engine.protocol.frames import RemoteError
+from engine.protocol.frames import Event, RemoteError
 from tests.helpers.gateway import connect, gateway, wait_until
 from tests.helpers.sshd import SshdNode
 
@@ -129,7 +129,7 @@ async def test_hostile_node_garbage_drops_only_its_link(sshd_nodes: list[SshdNod
         with pytest.raises(RemoteError, match="node alpha: link lost \\(protocol error"):
             await agent.request("exec", {"command": "true", "node": "alpha"})
         ok = await agent.request("exec", {"command": "echo fine", "node": "beta"})
-        assert ok["text"].strip() == "fine"
+        assert ok["text"].splitlines()[0] == "fine"
         await agent.close()
 
 
@@ -391,3 +391,96 @@ async def test_an_agent_cannot_read_node_sessions_of_other_scopes(
 async def _output_has(client: object, sid: str, needle: str) -> dict[str, object] | None:
     out = await client.request("sessions.output", {"sessionId": sid})  # type: ignore[attr-defined]
     return out if needle in out["data"] else None
+
+
+async def test_node_env_values_cannot_inject_shell(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """A `[nodes.<name>] env` value (or stateDir) full of shell syntax reaches the node as one literal
+    value: the remote command line sshd hands the login shell quotes every word."""
+    alpha = sshd_nodes[0]
+    pwned = alpha.root / "pwned"
+    value = f"'; touch {pwned}; echo '$(touch {pwned})`touch {pwned}`"
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    config = (state_dir / "config.toml").read_text().replace(
+        "[nodes.alpha]\n", f"[nodes.alpha]\nenv = {{EVIL = {_toml_str(value)}}}\n", 1
+    )
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + config)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        res = await agent.request("exec", {"command": 'printf "%s" "$EVIL"', "node": "alpha"})
+        assert res["text"].splitlines()[0] == value
+        await agent.close()
+    assert not pwned.exists()
+
+
+def _toml_str(value: str) -> str:
+    import json
+
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+async def test_a_hostile_nodes_output_frames_stay_its_own(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Output frames and totals from a node are filed under that node's name whatever ids they carry, and
+    malformed ones are dropped."""
+    from engine.nodes.wire import NodeEvent
+
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + "".join(n.config_toml() for n in sshd_nodes))
+    for node in sshd_nodes:
+        (node.state_dir / "config.toml").write_text(NODE_FULL)
+    async with gateway(state_dir) as server:
+        hub = server.services.nodes
+        beta = hub.sync()["beta"]
+        await beta.ensure()
+        totals = {"x": 5, "alpha:y": 9, "z": -1, "w": "3"}
+        hub._on_event(beta, NodeEvent("session.offsets", {"sessions": totals}))
+        assert hub.feed.offsets() == {"node:beta:x": 5}
+        console = await connect(state_dir, "console")
+        frames: list[Event] = []
+        console.add_listener(frames.append)
+        await console.subscribe(["sessions"])
+        smuggled = {"sessionId": "node:alpha:q", "data": "x", "offset": 0}
+        hub._on_event(beta, NodeEvent("session.output", smuggled))
+        hub._on_event(beta, NodeEvent("session.output", {"sessionId": "x", "data": "hi", "offset": -4}))
+        hub._on_event(beta, NodeEvent("session.output", {"sessionId": "x", "data": "hi", "offset": 0}))
+        got = await wait_until(lambda: [f.data for f in frames if f.event == "session.output"], timeout=10)
+        assert got == [{"sessionId": "node:beta:x", "offset": 0, "stream": "stdout", "data": "hi"}]
+        await console.close()
+
+
+async def test_a_node_cannot_attach_its_ask_to_another_nodes_run(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """beta relays an ask naming alpha's waiting run: it lands in the inbox as beta's own ask, and alpha's
+    caller is neither told of it nor answered by its decision."""
+    from engine.nodes.wire import Request
+
+    for node in sshd_nodes:
+        (node.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "allowlist"\nask = "on-miss"\n')
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + (state_dir / "config.toml").read_text())
+    async with gateway(state_dir) as server:
+        hub = server.services.nodes
+        operator = await connect(state_dir, "operator")
+        await operator.request("approvals.attach")
+        agent = await connect(state_dir, "agent", operator=False)
+        waiting: list[dict] = []
+        agent.add_listener(lambda ev: waiting.append(ev.data) if ev.event == "exec.waiting" else None)
+        call = asyncio.ensure_future(agent.request("exec", {"command": "echo a", "node": "alpha"}))
+        [(key, run)] = (await wait_until(lambda: [(k, r) for k, r in hub._runs.items() if r.records]))
+        beta = hub.sync()["beta"]
+        await beta.ensure()
+        forged = {"approvalId": "forged-1", "request": {"command": "id", "cwd": "/", "runId": key[1]}}
+        asked = asyncio.ensure_future(hub._on_request(beta, Request("x", "approval.request", forged)))
+        await wait_until(lambda: len(server.services.approvals.pending()) == 2)
+        assert len(run.records) == 1  # alpha's own ask only
+        forged_record = next(r for r in server.services.approvals.pending() if r.request.command == "id")
+        assert forged_record.request.node_id == beta.hello.node_id
+        await operator.request("approve", {"id": forged_record.id, "decision": "allow-once"})
+        assert (await asyncio.wait_for(asked, 10))["decision"] == "allow-once"
+        await asyncio.sleep(0.2)
+        assert not call.done()  # beta's approval did not answer alpha's run
+        assert [w["approvalId"] for w in waiting] == [run.records[0].id]
+        await operator.request("approve", {"id": run.records[0].id, "decision": "deny"})
+        assert (await asyncio.wait_for(call, 20))["details"]["status"] == "denied"
+        await agent.close()
+        await operator.close()

@@ -26,7 +26,7 @@ async def test_node_miss_shows_in_the_inbox_and_runs_after_approval(
         assert [s["reason"] for s in view["segments"]] == ["allowlist miss"]
         await pilot.press("a")
         result = await asyncio.wait_for(task, 20)
-        assert result["text"].strip() == "ran-on-alpha"
+        assert result["text"] == "ran-on-alpha\n(ran on: node alpha)"
         assert result["details"]["node"] == "alpha"
         await until(pilot, lambda: len(app.inbox) == 0)
 
@@ -54,11 +54,22 @@ async def test_node_sessions_in_the_sessions_pane_live(sshd_nodes: list[SshdNode
         await until(pilot, lambda: sid in app.sessions.sessions, timeout=15)
         row = app.sessions.sessions[sid]
         assert row["host"] == "node:alpha" and row["node"] == "alpha"
+        asked: list[str] = []
+        request = app.link.request
+
+        async def recorded(method: str, params: dict | None = None) -> dict:
+            asked.append(method)
+            return await request(method, params)
+
+        app.link.request = recorded  # type: ignore[method-assign]
         app.sessions.select(sid)
         lines = app.sessions.line_pane.text_lines
         await until(pilot, lambda: any("first-line" in line for line in lines()), timeout=15)
-        go.touch()  # printed after the pane opened: only the live read can show it
+        go.touch()  # printed after the pane opened: only the pushed output can show it
         await until(pilot, lambda: any("later-line" in line for line in lines()), timeout=15)
+        # Pushed through the gateway's fan-out like local output, never read by offset polling.
+        assert app.link.output.polled == set()
+        assert asked.count("sessions.output") <= 1  # at most the replay when the pane opened
         await pilot.press("i")
         await pilot.press(*"hi-node", "enter")
         await until(pilot, lambda: any("got:hi-node" in line for line in lines()), timeout=15)

@@ -132,8 +132,19 @@ def test_requested_host_rules_and_texts() -> None:
         resolve_policy(auto, "main", {"host": "gateway"}, sandbox_available=True)
     assert str(info.value) == (
         "exec host not allowed (requested gateway; configured host is auto; "
-        "set tools.exec.host=gateway to allow this override)."
+        "set tools.exec.host=gateway to allow this override). This session is sandboxed, and host=auto "
+        "keeps a sandboxed session in its sandbox; to let the agent pick its host per call, set host=auto "
+        "with sandbox.mode=off for it."
     )
+    # Issue 22: the hint names only what really allows the override (it said "node or auto", and auto
+    # still refused); following it works.
+    with pytest.raises(PolicyError) as info:
+        resolve_policy(cfg(GATEWAY), "main", {"host": "node"}, sandbox_available=True)
+    assert "set tools.exec.host=node to allow this override)." in str(info.value)
+    with pytest.raises(PolicyError):
+        resolve_policy(auto, "main", {"host": "node"}, sandbox_available=True)
+    node = cfg('[tools.exec]\nhost = "node"\n')
+    assert resolve_policy(node, "main", {"host": "node"}, sandbox_available=True).host == "node"
     with pytest.raises(ToolError) as info:
         resolve_policy(cfg(GATEWAY), "main", {"host": "node"})
     assert str(info.value) == (

@@ -36,7 +36,7 @@ async def test_allowlisted_command_on_a_node_runs(sshd_nodes: list[SshdNode], st
     async with gateway(state_dir):
         agent = await connect(state_dir, "agent", operator=False)
         ok = await agent.request("exec", {"command": "/usr/bin/printf 'on %s' node", "node": "alpha"})
-        assert ok["text"] == "on node"
+        assert ok["text"] == "on node\n(ran on: node alpha)" and ok["details"]["ranOn"] == "node alpha"
         assert ok["details"]["host"] == "node" and ok["details"]["node"] == "alpha"
         assert ok["details"]["exitCode"] == 0
         # A miss on the node, with ask=off there: denied by the node, with its reason.
@@ -59,7 +59,7 @@ async def test_node_policy_tighter_than_the_gateways_wins(
         with pytest.raises(RemoteError, match=r"SYSTEM_RUN_DENIED: .*security=deny"):
             await agent.request("exec", {"command": "echo nope", "node": "alpha"})
         ok = await agent.request("exec", {"command": "echo yes", "node": "beta"})
-        assert ok["text"].strip() == "yes"
+        assert ok["text"].splitlines()[0] == "yes"
         await agent.close()
 
 
@@ -116,28 +116,37 @@ async def test_node_ask_is_relayed_and_bound_to_its_node(sshd_nodes: list[SshdNo
         assert {r.view()["nodeApprovalId"] for r in pending} == {r.request.node_approval_id for r in pending}
         await operator.request("approve", {"id": by_node[ids["alpha"]].id, "decision": "allow-once"})
         done_a = await on_a
-        assert done_a["text"].strip() == "from-a" and done_a["details"]["node"] == "alpha"
+        assert done_a["text"].splitlines()[0] == "from-a" and done_a["details"]["node"] == "alpha"
         await asyncio.sleep(0.3)
         assert not on_b.done()  # A's approval ran on A only
         await operator.request("approve", {"id": by_node[ids["beta"]].id, "decision": "deny"})
-        with pytest.raises(RemoteError, match="SYSTEM_RUN_DENIED: user-denied"):
-            await on_b
+        denied = await on_b
+        assert denied["details"]["status"] == "denied" and denied["details"]["reason"] == "user-denied"
         await agent.close()
         await operator.close()
     assert not (beta.root / "ran").exists()
 
 
-async def test_no_approver_means_the_nodes_ask_fallback(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+async def test_no_approver_means_pending_in_the_inbox(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """Issue 22: without any approver the node's ask waits in the gateway's inbox (it used to fall back to
+    approval-timeout at once); the agent is answered approval-pending and the result follows as an event."""
     alpha = sshd_nodes[0]
     gateway_config(state_dir, sshd_nodes, GATEWAY_FULL)
     (alpha.state_dir / "config.toml").write_text(
         '[tools.exec]\nsecurity = "allowlist"\nask = "on-miss"\naskFallback = "deny"\n'
     )
-    async with gateway(state_dir):
+    async with gateway(state_dir) as server:
         agent = await connect(state_dir, "agent", operator=False)
-        with pytest.raises(RemoteError, match="SYSTEM_RUN_DENIED: approval-timeout"):
-            await agent.request("exec", {"command": "echo hi", "node": "alpha"})
+        res = await agent.request("exec", {"command": "echo hi", "node": "alpha", "sessionKey": "s9"})
+        assert res["details"]["status"] == "approval-pending"
+        [record] = server.services.approvals.pending()
+        assert record.id == res["details"]["approvalId"] and record.request.host == "node"
+        operator = await connect(state_dir, "operator")
+        await operator.request("approve", {"id": record.id, "decision": "allow-once"})
+        events = await wait_until(lambda: server.services.events.peek("s9"), timeout=30)
+        assert events == [f"Exec finished (node=alpha gateway id={record.id}, code 0)\nhi"]
         await agent.close()
+        await operator.close()
 
 
 async def test_fifty_concurrent_commands_across_two_nodes(
@@ -157,7 +166,7 @@ async def test_fifty_concurrent_commands_across_two_nodes(
         )
         by_name = {n.name: n for n in sshd_nodes}
         for (i, name), res in zip(jobs, results, strict=True):
-            assert res["text"].strip() == f"{name}-{i}-{by_name[name].state_dir}"
+            assert res["text"].splitlines()[0] == f"{name}-{i}-{by_name[name].state_dir}"
             assert res["details"]["node"] == name
         await agent.close()
 
@@ -231,7 +240,7 @@ async def test_pty_session_on_a_node(sshd_nodes: list[SshdNode], state_dir: Path
         fg = await agent.request(
             "exec", {"command": "test -t 0 && test -t 1 && echo tty-yes", "node": "alpha", "pty": True}
         )
-        assert fg["text"].strip() == "tty-yes"
+        assert fg["text"].splitlines()[0] == "tty-yes"
         started = await agent.request(
             "exec",
             {
@@ -285,7 +294,7 @@ async def test_node_down_mid_command_then_back(sshd_nodes: list[SshdNode], state
         alpha.start()
         await wait_until(lambda: link.state == "connected", timeout=30)
         ok = await agent.request("exec", {"command": "echo again", "node": "alpha"})
-        assert ok["text"].strip() == "again"
+        assert ok["text"].splitlines()[0] == "again"
         await agent.close()
 
 
@@ -356,7 +365,7 @@ async def test_a_console_on_the_node_is_asked_first(sshd_nodes: list[SshdNode], 
         async with gateway(state_dir) as server:
             agent = await connect(state_dir, "agent", operator=False)
             ok = await agent.request("exec", {"command": "echo local-ok", "node": "alpha"})
-            assert ok["text"].strip() == "local-ok"
+            assert ok["text"].splitlines()[0] == "local-ok"
             assert [(r.command, r.host) for r in asked] == [("echo local-ok", "node")]
             assert server.services.approvals.pending() == []  # the gateway's inbox never saw it
             await agent.close()

@@ -69,7 +69,9 @@ async def test_sandbox_on_a_node_through_the_gateway(node_sandboxes: list[SshdNo
         agent = await connect(state_dir, "agent")
         first = await agent.request("exec", {"command": "pwd; ls /sys/class/net; echo $OPENCLAW_STATE_DIR."})
         assert first["details"]["host"] == "sandbox" and first["details"]["node"] == "alpha", first
-        assert first["text"].split() == ["/workspace", "lo", "."]  # in the container, not the node's shell
+        # In the container, not the node's shell; and the result says so.
+        assert first["text"].split()[:3] == ["/workspace", "lo", "."]
+        assert first["details"]["ranOn"] == "sandbox on node alpha"
         listed = await agent.request("sandbox.list")
         mine = [r for r in listed["containers"] if r["node"] == "alpha"]
         assert len(mine) == 1 and mine[0]["running"] and mine[0]["configMatch"], listed
@@ -81,7 +83,7 @@ async def test_sandbox_on_a_node_through_the_gateway(node_sandboxes: list[SshdNo
 
         # Warm: the same container answers again (created once).
         warm = await agent.request("exec", {"command": "echo warm", "node": "alpha"})
-        assert warm["text"].strip() == "warm"
+        assert warm["text"].splitlines()[0] == "warm"
         again = (await agent.request("sandbox.list", {"node": "alpha"}))["containers"]
         assert [(r["containerName"], r["createdAtMs"]) for r in again] == [
             (row["containerName"], row["createdAtMs"])
@@ -128,7 +130,7 @@ async def test_per_call_node_and_the_cli(node_sandboxes: list[SshdNode], state_d
     async with gateway(state_dir):
         agent = await connect(state_dir, "agent")
         res = await agent.request("exec", {"command": "echo on-beta", "node": "beta"})
-        assert res["details"]["node"] == "beta" and res["text"].strip() == "on-beta"
+        assert res["details"]["node"] == "beta" and res["text"].splitlines()[0] == "on-beta"
         await agent.close()
     listed = cli(state_dir, "sandbox", "list", "--node", "beta", "--json")
     assert listed.returncode == 0, listed.stderr
@@ -188,4 +190,35 @@ async def test_console_sandboxes_pane_shows_and_recreates_a_nodes_sandbox(
             await pilot.press("y")
             await until(lambda: not docker_ops.inspect(row["containerName"]).exists)
             await until(lambda: all(r.get("node") != "alpha" for r in pane.rows))
+        await agent.close()
+
+
+async def _acli(state_dir: Path, *args: str) -> tuple[int, str]:
+    """The CLI against the in-process gateway (a blocking run would stall the gateway's own loop)."""
+    import asyncio
+
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": REPO}
+    proc = await asyncio.create_subprocess_exec(
+        EXECHOST, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode() + err.decode()
+
+
+async def test_cli_sandbox_list_merges_connected_nodes(
+    node_sandboxes: list[SshdNode], state_dir: Path
+) -> None:
+    """Issue 22: `exechost sandbox list` (no --node) shows the connected nodes' sandboxes with their node,
+    as the console does."""
+    configure(state_dir, node_sandboxes)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        await agent.request("exec", {"command": "true"})
+        code, out = await _acli(state_dir, "sandbox", "list", "--json")
+        assert code == 0, out
+        rows = [r for r in json.loads(out)["containers"] if r["node"] == "alpha"]
+        assert len(rows) == 1 and rows[0]["running"] is True
+        code, out = await _acli(state_dir, "sandbox", "list")
+        assert code == 0 and "Node:    alpha" in out and rows[0]["containerName"] in out
         await agent.close()

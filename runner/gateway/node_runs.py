@@ -1,0 +1,108 @@
+"""One host=node run as the gateway sees it: the asks its node relayed for it, and its outcome in the
+gateway's words (the waiting line's data, approval-pending, a denial with the operator's reason, the
+follow-up event of a detached run)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.approvals.pending import ApprovalRecord
+from engine.nodes.link import NodeLink
+from engine.results import ToolResult
+from engine.sessions.output import sanitize
+from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, approval_pending_text
+
+
+def compact(text: str, limit: int) -> str:
+    flat = " ".join(sanitize(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+@dataclass
+class NodeRun:
+    """One system.run in flight, and the asks its node relayed for it (tied by runId on this link)."""
+
+    link: NodeLink
+    run_id: str
+    command: str
+    sandboxed: bool
+    started: float
+    records: list[ApprovalRecord] = field(default_factory=list)
+    asked: asyncio.Event = field(default_factory=asyncio.Event)
+    detached: bool = False
+
+    def where(self) -> str:
+        """Where it ran, in the words every result uses (`details.ranOn`)."""
+        return f"sandbox on node {self.link.name}" if self.sandboxed else f"node {self.link.name}"
+
+
+def waiting_data(record: ApprovalRecord) -> dict[str, Any]:
+    """What `exec.waiting` says (the CLI's `waiting for approval` line, MCP progress), as for the gateway."""
+    return {
+        "approvalId": record.id,
+        "approvalSlug": record.slug,
+        "expiresAtMs": record.expires_at_ms,
+        "allowedDecisions": list(record.request.allowed_decisions),
+        "command": record.request.command,
+        "node": record.request.node_id,
+    }
+
+
+def pending_result(record: ApprovalRecord, node: str, sandboxed: bool) -> ToolResult:
+    req = record.request
+    where = f"sandbox on node {node}" if sandboxed else f"node {node}"
+    details = {
+        "status": "approval-pending",
+        "approvalId": record.id,
+        "approvalSlug": record.slug,
+        "expiresAtMs": record.expires_at_ms,
+        "allowedDecisions": list(req.allowed_decisions),
+        "host": "sandbox" if sandboxed else "node",
+        "node": node,
+        "command": req.command,
+        "cwd": req.cwd,
+        "nodeId": req.node_id,
+        "warningText": "\n".join(req.warnings),
+        "ranOn": where,
+    }
+    return ToolResult(approval_pending_text(record, list(req.warnings)), details)
+
+
+def denied_result(run: NodeRun, err: Mapping[str, str], approval_ids: list[str]) -> ToolResult:
+    """The node's denial in the gateway's words: the reason code, and the operator's own reason."""
+    reason = err.get("denied") or "denied"
+    ref = f"gateway id={approval_ids[-1]}" if approval_ids else f"id={run.run_id}"
+    text = f"Exec denied (node={run.link.name} {ref}, {reason}): {run.command}"
+    said = err.get("operatorReason")
+    if said:
+        text += f"\nReason: {sanitize(said)[:500]}"
+    details = {
+        "status": "denied",
+        "reason": reason,
+        "operatorReason": said or None,
+        "approvalId": approval_ids[-1] if approval_ids else None,
+        "host": "sandbox" if run.sandboxed else "node",
+        "node": run.link.name,
+        "command": run.command,
+        "runId": run.run_id,
+        "ranOn": run.where(),
+    }
+    return ToolResult(text, details)
+
+
+def follow_up(run: NodeRun, result: ToolResult) -> str:
+    """The system event a detached node run ends with (the gateway's `Exec finished …` form)."""
+    d = result.details
+    if d.get("status") == "denied":
+        return result.text
+    ref = f"gateway id={run.records[-1].id}" if run.records else f"id={run.run_id}"
+    if d.get("status") == "running":
+        return f"Exec running (node={run.link.name} {ref}, session={d.get('sessionId')})"
+    code = "timeout" if d.get("timedOut") else f"code {d.get('exitCode')}"
+    sandbox = " sandbox" if run.sandboxed else ""
+    head = f"Exec finished (node={run.link.name}{sandbox} {ref}, {code})"
+    tail = compact(str(d.get("aggregated") or ""), FOLLOWUP_OUTPUT_CHARS)
+    return f"{head}\n{tail}" if tail else head

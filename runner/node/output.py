@@ -1,0 +1,130 @@
+"""A node's session output, pushed to the gateway as local output is to consoles: the raw bytes of the
+sessions the gateway watches (`sessions.watch`), batched, and every session's byte total (for unread
+counts) when it changes. Nothing is queued while no gateway is linked: the next replay reads the log."""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from engine.nodes.wire import NodeEvent
+from engine.sessions import OutputChunk, OutputSubscription, SessionManager
+
+FLUSH_SEC = 0.033  # as the gateway's own fan-out: ≤ ~30 frames/s per session
+BATCH_BYTES = 64 * 1024  # escaped JSON of this stays far below the wire's line cap
+OFFSETS_SEC = 0.25  # session.offsets: at most 4 frames/s, only when a total changed
+MAX_WATCHED = 64  # sessions pushed at once (a console follows one; the rest are counted)
+
+Emit = Callable[[NodeEvent], Awaitable[None]]
+
+
+class WatchError(Exception):
+    pass
+
+
+def _merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
+    """Adjacent chunks of one stream joined (fewer frames); gaps kept as ("gap", b"", dropped)."""
+    out: list[tuple[str, bytes, int]] = []
+    for chunk in batch:
+        if chunk.dropped:
+            out.append(("gap", b"", chunk.dropped))
+        elif out and out[-1][0] == chunk.stream and not out[-1][2]:
+            out[-1] = (chunk.stream, out[-1][1] + chunk.data, 0)
+        else:
+            out.append((chunk.stream, chunk.data, 0))
+    return out
+
+
+class NodeOutput:
+    """One forwarder per watched session; one ticker for the byte totals while a link is up."""
+
+    def __init__(self, sessions: SessionManager, emit: Emit) -> None:
+        self.sessions = sessions
+        self._emit = emit
+        self._forwarders: dict[str, asyncio.Task[None]] = {}
+        self._ticker: asyncio.Task[None] | None = None
+        self._sent: dict[str, int] = {}
+
+    def watch(self, session_id: str) -> dict[str, Any]:
+        """`sessions.watch`: push this session's output from now on (its offset says where that starts)."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise WatchError(f"No session found for {session_id}")
+        if session_id not in self._forwarders and not session.exited:
+            if len(self._forwarders) >= MAX_WATCHED:
+                raise WatchError(f"at most {MAX_WATCHED} sessions are watched at once")
+            viewer = self.sessions.subscribe(session_id, replay=False)
+            task = asyncio.ensure_future(self._push(session_id, viewer, session.raw.offset))
+            self._forwarders[session_id] = task
+            task.add_done_callback(lambda _t: self._forwarders.pop(session_id, None))
+        return {"sessionId": session_id, "offset": session.raw.offset, "watching": True}
+
+    def unwatch(self, session_id: str | None) -> dict[str, Any]:
+        for sid in [session_id] if session_id else list(self._forwarders):
+            task = self._forwarders.pop(sid, None)
+            if task is not None:
+                task.cancel()
+        return {"watching": sorted(self._forwarders)}
+
+    def linked(self) -> None:
+        """A gateway linked: totals go out again (all of them: it knows none yet)."""
+        self._sent.clear()
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.ensure_future(self._offsets_loop())
+
+    def unlinked(self) -> None:
+        """No gateway: nobody to push to (the next one watches again)."""
+        self.unwatch(None)
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+
+    async def _offsets_loop(self) -> None:
+        while True:
+            await asyncio.sleep(OFFSETS_SEC)
+            totals = {s.id: s.raw.offset for s in self.sessions.registry}
+            changed = {sid: n for sid, n in totals.items() if self._sent.get(sid) != n}
+            gone = [sid for sid in self._sent if sid not in totals]
+            for sid in gone:
+                del self._sent[sid]
+            if changed or gone:
+                self._sent.update(changed)
+                await self._emit(NodeEvent("session.offsets", {"sessions": totals}))
+
+    async def _push(self, session_id: str, viewer: OutputSubscription, offset: int) -> None:
+        decoders: dict[str, Any] = {}
+        loop = asyncio.get_running_loop()
+        try:
+            while (chunk := await viewer.get()) is not None:
+                batch = [chunk]
+                size = len(chunk.data)
+                deadline = loop.time() + FLUSH_SEC
+                while size < BATCH_BYTES and loop.time() < deadline:
+                    more = viewer.get_nowait()
+                    if more is None:
+                        await asyncio.sleep(0.005)
+                        if viewer.closed:
+                            break
+                        continue
+                    batch.append(more)
+                    size += len(more.data)
+                for stream, raw, dropped in _merge(batch):
+                    if dropped:
+                        offset += dropped
+                        gap = {"sessionId": session_id, "dropped": True, "offset": offset}
+                        await self._emit(NodeEvent("session.output", gap))
+                        continue
+                    decoder = decoders.setdefault(stream, codecs.getincrementaldecoder("utf-8")("replace"))
+                    for at in range(0, len(raw), BATCH_BYTES):
+                        piece = raw[at : at + BATCH_BYTES]
+                        data = {"sessionId": session_id, "stream": stream, "data": decoder.decode(piece)}
+                        await self._emit(NodeEvent("session.output", {**data, "offset": offset}))
+                        offset += len(piece)
+        finally:
+            viewer.close()
+
+    def close(self) -> None:
+        self.unlinked()
+        self._sent.clear()
