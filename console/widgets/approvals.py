@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.console import Group, RenderableType
+from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
@@ -34,6 +35,42 @@ def fmt_left(seconds: float | None) -> str:
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
+def _code(text: str) -> Syntax:
+    # Highlighting runs on the escaped text: nothing the agent typed reaches the terminal as is.
+    shown = visible(text, newline=MARKED_LINES)
+    return Syntax(shown, "bash", word_wrap=True, theme="ansi_dark", background_color="default")
+
+
+def render_command(raw: str) -> RenderableType:
+    """The command, highlighted as code, with each heredoc body shown apart as a read-only data block
+    (stdin for the command, never run, so never highlighted as commands)."""
+    from engine.commands.shelltext import read_shell_text
+
+    reading = read_shell_text(raw)
+    if reading.reason or not reading.heredocs:
+        return _code(raw)
+    parts: list[RenderableType] = []
+    at = 0
+    for doc in reading.heredocs:
+        start, end = doc.span
+        if raw[at:start].strip():
+            parts.append(_code(raw[at:start].rstrip("\n")))
+        label = "literal" if doc.quoted else "no expansions"
+        parts.append(
+            Panel(
+                plain(doc.data.rstrip("\n") if doc.data else "(empty)", "white", newline="\n"),
+                title=plain(f"stdin data until {doc.delimiter} ({label}, not run)", "dim"),
+                title_align="left",
+                border_style="blue",
+                expand=True,
+            )
+        )
+        at = end
+    if raw[at:].strip():
+        parts.append(_code(raw[at:]))
+    return Group(*parts)
+
+
 def render_detail(
     item: InboxItem | None, insight: dict[str, Any], now_ms: int | None = None
 ) -> RenderableType:
@@ -48,9 +85,7 @@ def render_detail(
         ("  via exec-approvals.sock" if item.source == "socket" else "", "italic"),
     )
     raw = str(view.get("command", ""))
-    # Highlighting runs on the escaped text: nothing the agent typed reaches the terminal as is.
-    shown = visible(raw, newline=MARKED_LINES)
-    command = Syntax(shown, "bash", word_wrap=True, theme="ansi_dark", background_color="default")
+    command = render_command(raw)
     alarms = [Text(f"⚠ THIS COMMAND {w.upper()}", style="bold white on red") for w in warnings(raw)]
     if view.get("requesterGone"):
         alarms.append(

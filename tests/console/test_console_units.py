@@ -145,3 +145,24 @@ def test_the_demo_is_throw_away(monkeypatch: pytest.MonkeyPatch, state_dir: Path
     finish_demo(first)
     finish_demo(second)
     assert not first.exists() and not second.exists()
+
+
+def test_heredoc_bodies_show_as_data_blocks_not_code() -> None:
+    from rich.console import Console
+    from rich.panel import Panel
+    from rich.syntax import Syntax
+
+    from console.widgets.approvals import render_command
+
+    raw = "git commit -F - <<'EOF'\nfix: rm -rf / is not run\n\x1b[2Jbody\nEOF\nls -la"
+    shown = render_command(raw)
+    parts = list(shown.renderables)  # type: ignore[attr-defined]
+    assert [type(p) for p in parts] == [Syntax, Panel, Syntax]
+    assert "rm -rf" not in parts[0].code and "ls -la" in parts[2].code
+    console = Console(width=80, record=True, color_system=None)
+    console.print(shown)
+    text = console.export_text()
+    assert "stdin data until EOF (literal, not run)" in text
+    assert "fix: rm -rf / is not run" in text and "\\x1b[2Jbody" in text and "\x1b" not in text
+    # Not a heredoc we can read (an expansion in the body): the whole text is shown as code.
+    assert isinstance(render_command("cat <<EOF\n$(id)\nEOF"), Syntax)
