@@ -364,9 +364,11 @@ class ConsoleApp(App[None]):
 
     @on(ApprovalsPane.Resolve)
     def on_resolve(self, message: ApprovalsPane.Resolve) -> None:
-        self.resolve(message.item, message.decision, message.reason)
+        self.resolve(message.item, message.decision, message.reason, message.grant)
 
-    def resolve(self, item: InboxItem, decision: str, reason: str | None = None) -> None:
+    def resolve(
+        self, item: InboxItem, decision: str, reason: str | None = None, grant: dict[str, Any] | None = None
+    ) -> None:
         self.inbox.pop(item.key)
         self.refresh_inbox()
         if item.source == "socket":
@@ -374,14 +376,18 @@ class ConsoleApp(App[None]):
                 if not future.done():
                     future.set_result(decision)
             return
-        self.send_approve(list(item.ids), decision, reason)
+        self.send_approve(list(item.ids), decision, reason, grant)
 
     @work(group="approve", exit_on_error=False)
-    async def send_approve(self, ids: list[str], decision: str, reason: str | None) -> None:
+    async def send_approve(
+        self, ids: list[str], decision: str, reason: str | None, grant: dict[str, Any] | None = None
+    ) -> None:
         for approval_id in ids:
             params: dict[str, Any] = {"id": approval_id, "decision": decision}
             if reason:
                 params["reason"] = reason
+            if grant:
+                params["grant"] = grant
             try:
                 await self.link.request("approve", params)
             except (RemoteError, ConnectionError) as exc:

@@ -20,7 +20,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from console.dialogs import ConfirmDialog, TextDialog
+from console.dialogs import GrantDialog, TextDialog
 from console.inbox import InboxItem, clock_ms
 from console.text import plain
 from engine.display import MARKED_LINES, visible, warnings
@@ -183,11 +183,18 @@ class ApprovalsPane(Horizontal):
     class Resolve(Message):
         """The operator decided (after any confirmation); the app resolves the inbox row it belongs to."""
 
-        def __init__(self, item: InboxItem, decision: str, reason: str | None = None) -> None:
+        def __init__(
+            self,
+            item: InboxItem,
+            decision: str,
+            reason: str | None = None,
+            grant: dict[str, Any] | None = None,
+        ) -> None:
             super().__init__()
             self.item = item
             self.decision = decision
             self.reason = reason
+            self.grant = grant  # allow-always with limits (the approve verb's `grant`)
 
     class Selected(Message):
         def __init__(self, item: InboxItem | None) -> None:
@@ -348,8 +355,12 @@ class ApprovalsPane(Horizontal):
                 body.append("\nIt would also allow these recent commands without asking:\n")
                 for command in also[:8]:
                     body.append(f"  {visible(command)}\n", style="yellow")
-            if not await self.app.push_screen_wait(ConfirmDialog("Allow always?", body, yes="Allow always")):
+            dialog = GrantDialog("Allow always?", body, limits=item.source != "socket")
+            limits = await self.app.push_screen_wait(dialog)
+            if limits is None:
                 return
+            self.post_message(self.Resolve(item, decision, grant=limits or None))
+            return
         self.post_message(self.Resolve(item, decision))
 
     @staticmethod

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.approvals.decisions import DECISIONS, USAGE, normalize_decision
+from engine.approvals.grants import GrantLimits
 from engine.errors import ExecHostError
 
 DEFAULT_TIMEOUT_MS = 1_800_000  # DEFAULT_EXEC_APPROVAL_TIMEOUT_MS
@@ -114,6 +115,8 @@ class ApprovalRecord:
     run: dict[str, Any] | None = None
     # The caller stopped waiting (Ctrl-C, a closed MCP call): approving runs it detached, result in events.
     requester_gone: bool = False
+    # allow-always with limits (--for/--uses/this session): a grant instead of a permanent entry.
+    grant: GrantLimits | None = None
     future: asyncio.Future[str | None] = field(repr=False, kw_only=True)
 
     @property
@@ -143,6 +146,7 @@ class ApprovalRecord:
             "run": self.run,
             "requesterGone": self.requester_gone,
             "count": self.count,
+            "grant": self.grant.to_json() if self.grant else None,
             **self.request.to_json(),
         }
 
@@ -260,9 +264,15 @@ class ApprovalManager:
         return hits[0]
 
     def resolve(
-        self, id_or_prefix: str, decision: str, resolved_by: str = "operator", reason: str | None = None
+        self,
+        id_or_prefix: str,
+        decision: str,
+        resolved_by: str = "operator",
+        reason: str | None = None,
+        grant: GrantLimits | None = None,
     ) -> tuple[ApprovalRecord, bool]:
-        """(record, applied). A second resolve of the same record is ignored (applied=False)."""
+        """(record, applied). A second resolve of the same record is ignored (applied=False).
+        `grant` limits an allow-always (a duration, a number of uses, this session only)."""
         normalized = normalize_decision(decision)
         if normalized is None:
             raise ApprovalError("APPROVAL_BAD_DECISION", USAGE)
@@ -271,8 +281,11 @@ class ApprovalManager:
             return record, False
         if normalized not in record.request.allowed_decisions:
             raise ApprovalError("APPROVAL_ALLOW_ALWAYS_UNAVAILABLE", ALWAYS_UNAVAILABLE)
+        if grant is not None and normalized != "allow-always":
+            raise ApprovalError("APPROVAL_BAD_DECISION", "limits (--for/--uses/--session) need allow-always")
         if reason:
             record.reason = " ".join(str(reason).split())[:500]
+        record.grant = grant
         self._finish(record, normalized, resolved_by)
         return record, True
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.approvals.grants import GrantStore
 from engine.approvals.pending import ApprovalManager, ApprovalRecord
 from engine.approvals.store import ApprovalsStore
 from engine.config.loader import config_path as config_file_path
@@ -57,6 +58,8 @@ class Services:
             **({"timeout_ms": approval_timeout_ms} if approval_timeout_ms else {})
         )
         self.store = ApprovalsStore(state_dir / "exec-approvals.json")
+        # Allow-always with limits, apart from exec-approvals.json (which OpenClaw also reads).
+        self.grants = GrantStore(state_dir / "exec-grants.json")
         self.events = SystemEvents()
         self.overrides: dict[str, SessionOverrides] = {}
         self.started_at = time.time()
@@ -79,6 +82,7 @@ class Services:
             has_approver=self.has_approver,
             overrides=self.overrides,
             wait_session=self.wait_session,
+            grants=self.grants,
         )
         self.output = OutputFanout(self.sessions, self.connections)
         self.approvals.add_listener(self._on_approval)

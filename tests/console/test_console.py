@@ -12,7 +12,7 @@ import pytest
 from textual.pilot import Pilot
 
 from console.app import ConsoleApp
-from console.dialogs import ConfirmDialog, TextDialog
+from console.dialogs import ConfirmDialog, GrantDialog, TextDialog
 from console.screens.help import HelpScreen
 from engine.approvals.socket.server import request_decision
 from engine.approvals.store import ApprovalsStore
@@ -96,7 +96,7 @@ async def test_allow_always_confirms_patterns_then_persists(state_dir: Path) -> 
         key = app.inbox.rows()[0].key
         await until(pilot, lambda: app.approvals.insights.get(key, {}).get("allowAlwaysPatterns"))
         await pilot.press("A")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await until(pilot, lambda: isinstance(app.screen, GrantDialog))
         await pilot.press("y")
         result = await asyncio.wait_for(task, 10)
         assert result["details"]["status"] == "completed"
@@ -104,12 +104,44 @@ async def test_allow_always_confirms_patterns_then_persists(state_dir: Path) -> 
         assert any(p.endswith("/uname") for p in patterns)
 
 
+async def test_allow_always_for_thirty_minutes_is_a_grant_listed_and_revocable_in_policy(
+    state_dir: Path,
+) -> None:
+    from engine.approvals.grants import GrantStore
+
+    async with running_console(state_dir) as (app, pilot, agent):
+        task = submit(agent, "uname -m")
+        await until(pilot, lambda: len(app.inbox) == 1)
+        key = app.inbox.rows()[0].key
+        await until(pilot, lambda: app.approvals.insights.get(key, {}).get("allowAlwaysPatterns"))
+        await pilot.press("A")
+        await until(pilot, lambda: isinstance(app.screen, GrantDialog))
+        await pilot.press("1")  # 30 min
+        assert (await asyncio.wait_for(task, 10))["details"]["status"] == "completed"
+        grants = GrantStore(state_dir / "exec-grants.json")
+        [grant] = await until(pilot, lambda: grants.active("main"))
+        assert grant.patterns[0].endswith("/uname") and grant.expires_at_ms is not None
+        assert ApprovalsStore().agent("main").allowlist == []  # not forever
+        again = await submit(agent, "uname -m")
+        assert again["details"]["status"] == "completed"  # no ask while the grant lives
+        await pilot.press("4")
+        await until(pilot, lambda: app.policy.agent_grants())
+        row = app.policy.query_one("#grants").get_row_at(0)  # type: ignore[attr-defined]
+        assert str(row[0]) == grant.id and "left" in str(row[2])
+        app.policy.query_one("#grants").focus()
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await until(pilot, lambda: not grants.active("main"))
+        await until(pilot, lambda: not app.policy.agent_grants())
+
+
 async def test_allow_always_cancelled_keeps_the_request(state_dir: Path) -> None:
     async with running_console(state_dir) as (app, pilot, agent):
         task = submit(agent, "uname -r")
         await until(pilot, lambda: len(app.inbox) == 1)
         await pilot.press("A")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await until(pilot, lambda: isinstance(app.screen, GrantDialog))
         await pilot.press("n")
         await pilot.pause(0.2)
         assert len(app.inbox) == 1 and not task.done()
@@ -124,7 +156,7 @@ async def test_ask_always_offers_no_allow_always(state_dir: Path) -> None:
         assert app.inbox.rows()[0].allowed == ("allow-once", "deny")
         await pilot.press("A")
         await pilot.pause(0.2)
-        assert not isinstance(app.screen, ConfirmDialog) and len(app.inbox) == 1
+        assert not isinstance(app.screen, GrantDialog) and len(app.inbox) == 1
         await pilot.press("a")
         assert (await asyncio.wait_for(task, 10))["details"]["status"] == "completed"
 
