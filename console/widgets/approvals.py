@@ -71,6 +71,11 @@ def render_command(raw: str) -> RenderableType:
     return Group(*parts)
 
 
+def _requester(r: dict[str, Any]) -> str:
+    where = f"node {r['nodeId']}" if r.get("nodeId") else str(r.get("host") or "gateway")
+    return f"{r.get('sessionKey') or '(no session)'} ({where})"
+
+
 def render_detail(
     item: InboxItem | None, insight: dict[str, Any], now_ms: int | None = None
 ) -> RenderableType:
@@ -115,6 +120,12 @@ def render_detail(
     ):
         if value:
             facts.add_row(label, plain(value))  # agent-supplied: never markup, controls visible
+    requesters = [r for r in view.get("requesters") or [] if isinstance(r, dict)]
+    if len(requesters) > 1:  # one question, several askers: one decision answers every one of them
+        facts.add_row(
+            "Asked by",
+            plain(", ".join(_requester(r) for r in requesters[:8]) + (" …" if len(requesters) > 8 else "")),
+        )
     for key, value in sorted((view.get("env") or {}).items()):
         facts.add_row("Env", plain(f"{key}={value}", "yellow"))
     parts: list[RenderableType] = [title, *alarms, command, facts]

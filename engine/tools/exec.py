@@ -502,25 +502,28 @@ class ExecTool:
                 return False, f"approval-stale: {problem}", prepared.command
         approved = self._approved_command(prepared)
         if decision == "allow-once":
-            if not self.approvals.consume_allow_once(record):
+            if not self.approvals.consume_allow_once(record, ctx.session_key, None):
                 return None
             return True, "", approved
         if decision == "allow-always":
             patterns = d.allow_always_patterns
             if record.grant is not None:
                 # A yes with limits: the same patterns, in the grants file, until they run out (never
-                # the permanent file, even when the grant cannot be saved).
+                # the permanent file, even when the grant cannot be saved). Once per record: the asks
+                # coalesced into it share the one grant.
                 try:
                     if self.grants is None:
                         raise RuntimeError("no grant store")
-                    self.grants.add(
+                    if record.grant_id is not None:
+                        return True, "", approved
+                    record.grant_id = self.grants.add(
                         ctx.agent_id,
                         patterns,
                         prepared.command,
                         record.grant,
                         session_key=ctx.session_key,
                         granted_by=record.resolved_by or "operator",
-                    )
+                    ).id
                 except Exception as exc:
                     log.warning("could not save grant %s: %s", patterns, exc)
             elif patterns:

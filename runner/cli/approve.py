@@ -101,6 +101,9 @@ def cmd_history(args: argparse.Namespace) -> int:
             f"{when}  {r['slug']}  {r.get('agentId')}  {r['status']} by {r.get('resolvedBy')}{outcome}  "
             f"{command}{reason}"
         )
+        asked = r.get("requesters") or []
+        if len(asked) > 1:  # one decision answered several asks: each is recorded
+            lines += [f"    asked by {visible(str(q.get('sessionKey') or '(no session)'))}" for q in asked]
     emit("\n".join(lines) or "No decided approvals yet.", {"approvals": rows}, args.json)
     return 0
 
@@ -144,9 +147,12 @@ def cmd_pending(args: argparse.Namespace) -> int:
             command = ("⚠ " if warnings(command) else "") + visible(command)
             if len(command) > 100:
                 command = command[:99] + "…"
+            asked = a.get("requesters") or []
+            sessions = ", ".join(visible(str(r.get("sessionKey"))) for r in asked)
+            who = f"  x{len(asked)}: {sessions}" if len(asked) > 1 else ""
             lines.append(
                 f"{a['slug']}  {a.get('host')}  {a.get('agentId')}  expires in {_left(a['expiresAtMs'])}  "
-                f"[{'|'.join(a.get('allowedDecisions', []))}]  {command}"
+                f"[{'|'.join(a.get('allowedDecisions', []))}]  {command}{who}"
             )
         text = "\n".join(lines)
     emit(text, {"approvals": approvals}, args.json)

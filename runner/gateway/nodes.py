@@ -439,7 +439,9 @@ class NodeHub:
             except ApprovalError:  # the queue caps (per agent, in all) hold for nodes too: askFallback
                 return {"decision": None, "resolvedBy": "too-many-pending"}
             decision = await manager.wait(record)
-            if decision == "allow-once" and not manager.consume_allow_once(record):
+            if decision == "allow-once" and not manager.consume_allow_once(
+                record, request.session_key, request.node_approval_id
+            ):
                 continue  # one approval, one run: this ask needs its own
             return {"decision": decision, "resolvedBy": record.resolved_by, "reason": record.reason}
 

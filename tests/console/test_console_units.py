@@ -166,3 +166,27 @@ def test_heredoc_bodies_show_as_data_blocks_not_code() -> None:
     assert "fix: rm -rf / is not run" in text and "\\x1b[2Jbody" in text and "\x1b" not in text
     # Not a heredoc we can read (an expansion in the body): the whole text is shown as code.
     assert isinstance(render_command("cat <<EOF\n$(id)\nEOF"), Syntax)
+
+
+def test_approval_detail_names_every_requester_of_a_coalesced_ask() -> None:
+    from rich.console import Console
+
+    from console.inbox import InboxItem
+    from console.widgets.approvals import render_detail
+
+    view = {
+        "id": "a" * 36,
+        "slug": "aaaaaaaa",
+        "command": "ls",
+        "count": 2,
+        "allowedDecisions": ["allow-once", "deny"],
+        "requesters": [
+            {"sessionKey": "agent:main:one", "host": "gateway"},
+            {"sessionKey": "agent:main:two", "host": "node", "nodeId": "pi"},
+        ],
+    }
+    console = Console(width=120, record=True, color_system=None)
+    console.print(render_detail(InboxItem(key="k", source="gateway", view=view, ids=["k"]), {}))
+    text = console.export_text()
+    assert "×2" in text and "Asked by" in text
+    assert "agent:main:one (gateway), agent:main:two (node pi)" in text
