@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from engine.approvals.decisions import USAGE, parse_approve_args
+from engine.approvals.decisions import USAGE, parse_approve_args, valid_decisions_text
 from engine.approvals.grants import GrantLimits, parse_duration
 from engine.display import visible, warnings
 from engine.errors import InvalidInput
@@ -111,7 +111,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_approve(args: argparse.Namespace) -> int:
     parsed = parse_approve_args(args.id, args.decision)  # either order, as /approve accepts
     if parsed is None:
-        raise UsageError(USAGE)
+        raise UsageError(f"{USAGE}\n{args.decision!r} is not a decision; {valid_decisions_text()}")
     approval_id, decision = parsed
     params: dict[str, Any] = {"id": approval_id, "decision": decision}
     if args.reason:
