@@ -53,6 +53,9 @@ FOCUS_TARGETS = {
     "sandboxes": "#sandbox-list",
     "history": "#history-list",
     "nodes": "#node-list",
+    # Without a focus target the approvals list keeps focus from a hidden tab and Textual switches
+    # back to it (`8` did nothing from Approvals); focused, the pane's keys show in the footer.
+    "browsers": "#browser-list",
 }
 
 

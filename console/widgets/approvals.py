@@ -128,7 +128,19 @@ def render_detail(
         )
     for key, value in sorted((view.get("env") or {}).items()):
         facts.add_row("Env", plain(f"{key}={value}", "yellow"))
-    parts: list[RenderableType] = [title, *alarms, command, facts]
+    # The keys come first: at 80×24 a toast (bottom right) would cover them at the end of the detail.
+    allowed = item.allowed
+    keys = "  ".join(
+        k
+        for k, d in (
+            ("[a] allow once", "allow-once"),
+            ("[A] allow always", "allow-always"),
+            ("[d] deny", "deny"),
+            ("[D] deny with reason", "deny"),
+        )
+        if d in allowed
+    )
+    parts: list[RenderableType] = [title, Text(keys, style="dim"), *alarms, command, facts]
     segments = insight.get("segments") or []
     if insight.get("analysisOk") is False:
         parts.append(
@@ -149,7 +161,6 @@ def render_detail(
                 )
             seg_table.add_row(mark, plain(argv), why)
         parts.extend([Text("Segments", style="bold"), seg_table])
-    allowed = item.allowed
     if "allow-always" in allowed:
         patterns = insight.get("allowAlwaysPatterns") or []
         parts.append(
@@ -167,17 +178,6 @@ def render_detail(
         )
     if insight.get("insightError"):
         parts.append(Text(f"(local analysis unavailable: {insight['insightError']})", style="dim"))
-    keys = "  ".join(
-        k
-        for k, d in (
-            ("[a] allow once", "allow-once"),
-            ("[A] allow always", "allow-always"),
-            ("[d] deny", "deny"),
-            ("[D] deny with reason", "deny"),
-        )
-        if d in allowed
-    )
-    parts.append(Text(keys, style="dim"))
     return Group(*parts)
 
 

@@ -43,6 +43,7 @@ class BrowsersPane(ListPane):
     TABLE_ID = "browser-list"
     DETAIL_ID = "browser-detail"
 
+    NOTHING_SELECTED = "No browser selected: an agent's first browser call starts one (r refreshes)."
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "refresh_list", "Refresh"),
         Binding("s", "screenshot", "Screenshot"),
@@ -110,6 +111,7 @@ class BrowsersPane(ListPane):
     async def action_urls(self) -> None:
         row = self.selected
         if row is None:
+            self._detail(Text(self.NOTHING_SELECTED, style="yellow"))
             return
         params = {"agentId": row.get("agentId") or "main", "sessionKey": row.get("sessionKey") or ""}
         try:
@@ -129,6 +131,7 @@ class BrowsersPane(ListPane):
     async def action_stop(self) -> None:
         row = self.selected
         if row is None:
+            self._detail(Text(self.NOTHING_SELECTED, style="yellow"))
             return
         name = str(row["containerName"])
         ok = await self.app.push_screen_wait(

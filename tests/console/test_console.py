@@ -558,3 +558,17 @@ async def test_sandboxes_pane_says_how_to_turn_them_on(state_dir: Path) -> None:
             or "unavailable" in str(app.query_one("#sandbox-detail").render()),
         )
         assert 'mode = "all"' in str(app.query_one("#sandbox-detail").render())
+
+
+async def test_tab_8_from_approvals_shows_browsers_with_their_keys_in_the_footer(state_dir: Path) -> None:
+    async with running_console(state_dir) as (app, pilot, _agent):
+        await pilot.press("1")
+        await pilot.pause()
+        await pilot.press("8")
+        await until(pilot, lambda: app.query_one("#tabs").active == "browsers")
+        assert app.focused is app.query_one("#browser-list")
+        footer_keys = {b.binding.key for b in app.active_bindings.values()}
+        assert {"r", "s", "u", "x"} <= footer_keys  # the pane's keys are live (and shown in the footer)
+        await pilot.press("u")  # no browser yet: it says so instead of nothing
+        detail = app.query_one("#browser-detail")
+        await until(pilot, lambda: "No browser selected" in str(detail.render()))
