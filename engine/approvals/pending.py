@@ -315,6 +315,17 @@ class ApprovalManager:
         self._finish(record, normalized, resolved_by)
         return record, True
 
+    def withdraw(self, approver_key: str) -> int:
+        """The asker identified by `approver_key` (a node or socket approval id) stopped waiting: a
+        pending record only it was waiting on ends undecided; the number of records ended."""
+        ended = 0
+        for record in [r for r in self._records.values() if not r.resolved]:
+            keys = {r["nodeApprovalId"] for r in record.requesters}
+            if keys == {approver_key}:
+                self._finish(record, None, "withdrawn")
+                ended += 1
+        return ended
+
     def _expire(self, approval_id: str) -> None:
         record = self._records.get(approval_id)
         if record is not None and not record.resolved:

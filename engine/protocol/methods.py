@@ -20,6 +20,7 @@ class Method(StrEnum):
     ALLOWLIST_REMOVE = "approvals.allowlist.remove"
     GRANTS_LIST = "approvals.grants"
     GRANTS_REVOKE = "approvals.grants.revoke"
+    APPROVALS_RELAY = "approvals.relay"  # an exec-approvals.sock ask, held by the gateway until answered
     EVENTS = "events"
     POLICY_CHECK = "policy.check"
     POLICY_OVERRIDE = "policy.override"

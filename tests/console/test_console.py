@@ -185,7 +185,9 @@ async def test_socket_request_goes_to_the_same_inbox(state_dir: Path) -> None:
         path, token = ApprovalsStore().socket_info()
         ask = asyncio.ensure_future(request_decision(path, token, {"command": "make deploy", "cwd": "/srv"}))
         await until(pilot, lambda: len(app.inbox) == 1)
-        assert app.inbox.rows()[0].source == "socket"
+        # Handed to the gateway (issue 21): a gateway row here, listed and answerable from anywhere.
+        assert app.inbox.rows()[0].source == "gateway"
+        assert app.inbox.rows()[0].view["command"] == "make deploy"
         await pilot.press("a")
         assert await asyncio.wait_for(ask, 10) == "allow-once"
 
@@ -193,6 +195,29 @@ async def test_socket_request_goes_to_the_same_inbox(state_dir: Path) -> None:
         gone = asyncio.ensure_future(request_decision(path, token, {"command": "sleep 1"}, timeout=0.5))
         await until(pilot, lambda: len(app.inbox) == 1)
         assert await gone is None
+        await until(pilot, lambda: len(app.inbox) == 0)
+
+
+async def test_socket_ask_is_listed_by_the_cli_and_allow_always_saves_like_a_gateway_ask(
+    state_dir: Path,
+) -> None:
+    from tests.helpers.gateway import cli
+
+    async with running_console(state_dir) as (app, pilot, _agent):
+        await until(pilot, lambda: app.socket_server is not None)
+        path, token = ApprovalsStore().socket_info()
+        body = {"command": "uname -a", "cwd": "/", "agentId": "main"}
+        ask = asyncio.ensure_future(request_decision(path, token, body))
+        await until(pilot, lambda: len(app.inbox) == 1)
+        pending = await asyncio.to_thread(cli, state_dir, "approvals", "pending")
+        assert pending.returncode == 0 and "uname -a" in pending.stdout, pending.stderr
+        slug = pending.stdout.split()[0]
+        done = await asyncio.to_thread(cli, state_dir, "approve", slug, "allow-always")
+        assert done.returncode == 0, done.stderr
+        assert await asyncio.wait_for(ask, 10) == "allow-always"
+        # What allow-always saves for a gateway ask of the same command: uname's path.
+        patterns = [r.pattern for r in ApprovalsStore().agent("main").allowlist]
+        assert any(p.endswith("/uname") for p in patterns), patterns
         await until(pilot, lambda: len(app.inbox) == 0)
 
 
