@@ -42,6 +42,7 @@ class BrowsersPane(ListPane):
 
     TABLE_ID = "browser-list"
     DETAIL_ID = "browser-detail"
+    HINT = "r refresh · s screenshot · u noVNC/CDP links · x stop"
 
     NOTHING_SELECTED = "No browser selected: an agent's first browser call starts one (r refreshes)."
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -59,7 +60,7 @@ class BrowsersPane(ListPane):
         table: DataTable[Any] = DataTable(id="browser-list", cursor_type="row", zebra_stripes=True)
         table.add_columns("container", "status", "cdp", "title", "url", "session")
         yield table
-        yield Static("r refresh · s screenshot · u noVNC/CDP links · x stop", id="browser-detail")
+        yield Static(self.HINT, id="browser-detail")
         with VerticalScroll(id="browser-shot-box"):
             yield Static("", id="browser-shot")
 
