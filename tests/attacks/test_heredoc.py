@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.commands.allowlist import AllowlistEntry, enforced_command, evaluate_allowlist
 from engine.commands.analysis import analyze_command
@@ -214,3 +216,28 @@ async def test_allowlisted_heredoc_runs_through_the_gateway_and_shell_heredoc_as
         allow=[("/usr/bin/bash", None), ("/usr/bin/touch", None)],
     )
     assert refused(asked) and not pwned.exists()
+
+
+_BODY_LINE = st.lists(
+    st.sampled_from(["a", " ", "\t", "$", "`", "\\", "'", '"', "EOF", "E", "x", "(", ")"]), max_size=6
+).map("".join)
+_DELIM = st.sampled_from(["EOF", "'EOF'", '"EOF"', 'E"OF"', "\\EOF", "-EOF", "-'EOF'"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(_DELIM, st.lists(_BODY_LINE, max_size=4), st.booleans())
+def test_property_heredoc_data_matches_real_bash(
+    tmp_path_factory: pytest.TempPathFactory, delim: str, lines: list[str], trailing: bool
+) -> None:
+    # Whatever body we accept as data, bash feeds the program exactly that data and runs nothing else.
+    markers = tmp_path_factory.mktemp("m") / "bin"
+    markers.mkdir()
+    for name in (*MARKERS, "EOF", "E", "x", "a", "xa", "ax", "aa", "xx"):  # lines bash might run
+        (markers / name).write_text(MARKER)
+        (markers / name).chmod(0o755)
+    body = "".join(line + "\n" for line in lines)
+    command = f"tool <<{delim}\n{body}EOF" + ("\ntool2" if trailing else "")
+    analysis = analyze_command(command)
+    if not analysis.ok:
+        return
+    assert _bash(command, markers) == _analysed(command), command
