@@ -43,6 +43,7 @@ from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import RemoteError
 
 FLUSH_HZ = 30
+SOCKET_PROMPT_MS = 300_000  # the socket server's own prompt timeout
 LIST_RENDER_SEC = 0.1
 LIST_REFRESH_SEC = 0.5
 FOCUS_TARGETS = {
@@ -53,6 +54,9 @@ FOCUS_TARGETS = {
     "sandboxes": "#sandbox-list",
     "history": "#history-list",
     "nodes": "#node-list",
+    # Without a focus target the approvals list keeps focus from a hidden tab and Textual switches
+    # back to it (`8` did nothing from Approvals); focused, the pane's keys show in the footer.
+    "browsers": "#browser-list",
 }
 
 
@@ -198,7 +202,40 @@ class ConsoleApp(App[None]):
         self.socket_server = server
 
     async def socket_decider(self, request: PromptRequest) -> str:
-        """The socket server awaits this; the inbox resolves the Future (toad's Future-in-a-Message)."""
+        """The socket server awaits this. With the gateway up, the ask is handed to it (`approvals.relay`):
+        one more pending approval, listed by `exechost approvals pending`, answerable from anywhere, shown
+        here as a gateway row. Without it the inbox resolves a Future (toad's Future-in-a-Message)."""
+        if self.link.connected.is_set():
+            params = {
+                "id": request.id,
+                "command": request.command,
+                "cwd": request.cwd or "",
+                "agentId": request.agent_id or "main",
+                "sessionKey": request.session_key or "",
+                "security": request.security,
+                "ask": request.ask,
+                "resolvedPath": request.resolved_path,
+                "allowedDecisions": [
+                    d
+                    for d in request.allowed_decisions
+                    if not (request.ask == "always" and d == "allow-always")
+                ],
+                "timeoutMs": SOCKET_PROMPT_MS,
+            }
+            try:
+                answer = await self.link.request("approvals.relay", params)
+            except asyncio.CancelledError:
+                # The socket client gave up: take its row away everywhere (a fire-and-forget request).
+                self.run_worker(
+                    self.link.request("approvals.relay", {"id": request.id, "withdraw": True}),
+                    group="relay-withdraw",
+                    exit_on_error=False,
+                )
+                raise
+            except (RemoteError, ConnectionError) as exc:
+                self.notify_plain(f"socket ask kept in this console: {exc}", severity="warning", timeout=4)
+            else:
+                return str(answer.get("decision") or "deny")  # expired unanswered: the asker is refused
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.post_message(SocketApprovalRequested(request, future))
         return await future
@@ -365,9 +402,11 @@ class ConsoleApp(App[None]):
 
     @on(ApprovalsPane.Resolve)
     def on_resolve(self, message: ApprovalsPane.Resolve) -> None:
-        self.resolve(message.item, message.decision, message.reason)
+        self.resolve(message.item, message.decision, message.reason, message.grant)
 
-    def resolve(self, item: InboxItem, decision: str, reason: str | None = None) -> None:
+    def resolve(
+        self, item: InboxItem, decision: str, reason: str | None = None, grant: dict[str, Any] | None = None
+    ) -> None:
         self.inbox.pop(item.key)
         self.refresh_inbox()
         if item.source == "socket":
@@ -375,14 +414,18 @@ class ConsoleApp(App[None]):
                 if not future.done():
                     future.set_result(decision)
             return
-        self.send_approve(list(item.ids), decision, reason)
+        self.send_approve(list(item.ids), decision, reason, grant)
 
     @work(group="approve", exit_on_error=False)
-    async def send_approve(self, ids: list[str], decision: str, reason: str | None) -> None:
+    async def send_approve(
+        self, ids: list[str], decision: str, reason: str | None, grant: dict[str, Any] | None = None
+    ) -> None:
         for approval_id in ids:
             params: dict[str, Any] = {"id": approval_id, "decision": decision}
             if reason:
                 params["reason"] = reason
+            if grant:
+                params["grant"] = grant
             try:
                 await self.link.request("approve", params)
             except (RemoteError, ConnectionError) as exc:

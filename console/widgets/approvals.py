@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.console import Group, RenderableType
+from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
@@ -19,7 +20,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from console.dialogs import ConfirmDialog, TextDialog
+from console.dialogs import GrantDialog, TextDialog
 from console.inbox import InboxItem, clock_ms
 from console.text import plain
 from engine.display import MARKED_LINES, visible, warnings
@@ -40,6 +41,47 @@ def _digest_text(sha: object) -> str:
     return "absent: must stay so"
 
 
+def _code(text: str) -> Syntax:
+    # Highlighting runs on the escaped text: nothing the agent typed reaches the terminal as is.
+    shown = visible(text, newline=MARKED_LINES)
+    return Syntax(shown, "bash", word_wrap=True, theme="ansi_dark", background_color="default")
+
+
+def render_command(raw: str) -> RenderableType:
+    """The command, highlighted as code, with each heredoc body shown apart as a read-only data block
+    (stdin for the command, never run, so never highlighted as commands)."""
+    from engine.commands.shelltext import read_shell_text
+
+    reading = read_shell_text(raw)
+    if reading.reason or not reading.heredocs:
+        return _code(raw)
+    parts: list[RenderableType] = []
+    at = 0
+    for doc in reading.heredocs:
+        start, end = doc.span
+        if raw[at:start].strip():
+            parts.append(_code(raw[at:start].rstrip("\n")))
+        label = "literal" if doc.quoted else "no expansions"
+        parts.append(
+            Panel(
+                plain(doc.data.rstrip("\n") if doc.data else "(empty)", "white", newline="\n"),
+                title=plain(f"stdin data until {doc.delimiter} ({label}, not run)", "dim"),
+                title_align="left",
+                border_style="blue",
+                expand=True,
+            )
+        )
+        at = end
+    if raw[at:].strip():
+        parts.append(_code(raw[at:]))
+    return Group(*parts)
+
+
+def _requester(r: dict[str, Any]) -> str:
+    where = f"node {r['nodeId']}" if r.get("nodeId") else str(r.get("host") or "gateway")
+    return f"{r.get('sessionKey') or '(no session)'} ({where})"
+
+
 def render_detail(
     item: InboxItem | None, insight: dict[str, Any], now_ms: int | None = None
 ) -> RenderableType:
@@ -54,9 +96,7 @@ def render_detail(
         ("  via exec-approvals.sock" if item.source == "socket" else "", "italic"),
     )
     raw = str(view.get("command", ""))
-    # Highlighting runs on the escaped text: nothing the agent typed reaches the terminal as is.
-    shown = visible(raw, newline=MARKED_LINES)
-    command = Syntax(shown, "bash", word_wrap=True, theme="ansi_dark", background_color="default")
+    command = render_command(raw)
     alarms = [Text(f"⚠ THIS COMMAND {w.upper()}", style="bold white on red") for w in warnings(raw)]
     if view.get("requesterGone"):
         alarms.append(
@@ -89,9 +129,27 @@ def render_detail(
     ):
         if value:
             facts.add_row(label, plain(value))  # agent-supplied: never markup, controls visible
+    requesters = [r for r in view.get("requesters") or [] if isinstance(r, dict)]
+    if len(requesters) > 1:  # one question, several askers: one decision answers every one of them
+        facts.add_row(
+            "Asked by",
+            plain(", ".join(_requester(r) for r in requesters[:8]) + (" …" if len(requesters) > 8 else "")),
+        )
     for key, value in sorted((view.get("env") or {}).items()):
         facts.add_row("Env", plain(f"{key}={value}", "yellow"))
-    parts: list[RenderableType] = [title, *alarms, command, facts]
+    # The keys come first: at 80×24 a toast (bottom right) would cover them at the end of the detail.
+    allowed = item.allowed
+    keys = "  ".join(
+        k
+        for k, d in (
+            ("[a] allow once", "allow-once"),
+            ("[A] allow always", "allow-always"),
+            ("[d] deny", "deny"),
+            ("[D] deny with reason", "deny"),
+        )
+        if d in allowed
+    )
+    parts: list[RenderableType] = [title, Text(keys, style="dim"), *alarms, command, facts]
     segments = insight.get("segments") or []
     if insight.get("analysisOk") is False:
         parts.append(
@@ -127,7 +185,6 @@ def render_detail(
                 Text(sealed, style="yellow"),
             )
         parts.extend([Text("Content (checked again just before the run)", style="bold"), content])
-    allowed = item.allowed
     if "allow-always" in allowed:
         patterns = insight.get("allowAlwaysPatterns") or []
         parts.append(
@@ -145,17 +202,6 @@ def render_detail(
         )
     if insight.get("insightError"):
         parts.append(Text(f"(local analysis unavailable: {insight['insightError']})", style="dim"))
-    keys = "  ".join(
-        k
-        for k, d in (
-            ("[a] allow once", "allow-once"),
-            ("[A] allow always", "allow-always"),
-            ("[d] deny", "deny"),
-            ("[D] deny with reason", "deny"),
-        )
-        if d in allowed
-    )
-    parts.append(Text(keys, style="dim"))
     return Group(*parts)
 
 
@@ -172,11 +218,18 @@ class ApprovalsPane(Horizontal):
     class Resolve(Message):
         """The operator decided (after any confirmation); the app resolves the inbox row it belongs to."""
 
-        def __init__(self, item: InboxItem, decision: str, reason: str | None = None) -> None:
+        def __init__(
+            self,
+            item: InboxItem,
+            decision: str,
+            reason: str | None = None,
+            grant: dict[str, Any] | None = None,
+        ) -> None:
             super().__init__()
             self.item = item
             self.decision = decision
             self.reason = reason
+            self.grant = grant  # allow-always with limits (the approve verb's `grant`)
 
     class Selected(Message):
         def __init__(self, item: InboxItem | None) -> None:
@@ -337,8 +390,12 @@ class ApprovalsPane(Horizontal):
                 body.append("\nIt would also allow these recent commands without asking:\n")
                 for command in also[:8]:
                     body.append(f"  {visible(command)}\n", style="yellow")
-            if not await self.app.push_screen_wait(ConfirmDialog("Allow always?", body, yes="Allow always")):
+            dialog = GrantDialog("Allow always?", body, limits=item.source != "socket")
+            limits = await self.app.push_screen_wait(dialog)
+            if limits is None:
                 return
+            self.post_message(self.Resolve(item, decision, grant=limits or None))
+            return
         self.post_message(self.Resolve(item, decision))
 
     @staticmethod

@@ -42,7 +42,9 @@ class BrowsersPane(ListPane):
 
     TABLE_ID = "browser-list"
     DETAIL_ID = "browser-detail"
+    HINT = "r refresh · s screenshot · u noVNC/CDP links · x stop"
 
+    NOTHING_SELECTED = "No browser selected: an agent's first browser call starts one (r refreshes)."
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "refresh_list", "Refresh"),
         Binding("s", "screenshot", "Screenshot"),
@@ -58,7 +60,7 @@ class BrowsersPane(ListPane):
         table: DataTable[Any] = DataTable(id="browser-list", cursor_type="row", zebra_stripes=True)
         table.add_columns("container", "status", "cdp", "title", "url", "session")
         yield table
-        yield Static("r refresh · s screenshot · u noVNC/CDP links · x stop", id="browser-detail")
+        yield Static(self.HINT, id="browser-detail")
         with VerticalScroll(id="browser-shot-box"):
             yield Static("", id="browser-shot")
 
@@ -110,6 +112,7 @@ class BrowsersPane(ListPane):
     async def action_urls(self) -> None:
         row = self.selected
         if row is None:
+            self._detail(Text(self.NOTHING_SELECTED, style="yellow"))
             return
         params = {"agentId": row.get("agentId") or "main", "sessionKey": row.get("sessionKey") or ""}
         try:
@@ -129,6 +132,7 @@ class BrowsersPane(ListPane):
     async def action_stop(self) -> None:
         row = self.selected
         if row is None:
+            self._detail(Text(self.NOTHING_SELECTED, style="yellow"))
             return
         name = str(row["containerName"])
         ok = await self.app.push_screen_wait(

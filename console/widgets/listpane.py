@@ -18,10 +18,16 @@ class ListPane(Vertical):
 
     TABLE_ID: ClassVar[str]
     DETAIL_ID: ClassVar[str]
+    HINT: ClassVar[str] = ""  # the detail line when there is nothing else to say (the pane's keys)
+    TRANSIENT_SEC: ClassVar[float] = 10.0  # how long a one-off message ("container started") stays
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.rows: list[dict[str, Any]] = []
+        # The detail describes a moment, not the rows ("No … yet", a progress line): replaced as soon as
+        # the rows say otherwise, so no stale message sits under a live table.
+        self._transient = False
+        self._shown: object = None
 
     def on_mount(self) -> None:
         self.set_interval(REFRESH_SEC, self._tick)
@@ -41,8 +47,19 @@ class ListPane(Vertical):
         result: dict[str, Any] = await link.request(method, params or {})
         return result
 
-    def _detail(self, text: Text | str) -> None:
+    def _detail(self, text: Text | str, *, transient: bool = False) -> None:
+        self._transient = transient
+        self._shown = text
         self.query_one(f"#{self.DETAIL_ID}", Static).update(text)
+
+    def _detail_for_now(self, text: Text | str) -> None:
+        """A one-off message: it goes back to the hint after TRANSIENT_SEC unless replaced meanwhile."""
+        self._detail(text)
+        self.set_timer(self.TRANSIENT_SEC, lambda: self._expire(text))
+
+    def _expire(self, text: Text | str) -> None:
+        if self._shown is text:
+            self._detail(self.HINT)
 
     def fill(
         self, rows: list[dict[str, Any]], cells: Callable[[dict[str, Any]], list[Any]], empty: Text
@@ -57,7 +74,9 @@ class ListPane(Vertical):
         if rows and cursor is not None:
             table.move_cursor(row=min(cursor, len(rows) - 1))
         if not rows:
-            self._detail(empty)
+            self._detail(empty, transient=True)
+        elif self._transient:
+            self._detail(self.HINT)
 
     @property
     def table(self) -> DataTable[Any]:

@@ -21,11 +21,15 @@ def _plain(value: Any) -> Text:
     return plain(value)
 
 
+NO_NODES = "No nodes configured ([nodes.<name>] in config.toml, or `exechost nodes add`)."
+
+
 class NodesPane(ListPane):
     """Talks to the gateway through `app.link` (`nodes.status`; `p` pings every node)."""
 
     TABLE_ID = "node-list"
     DETAIL_ID = "node-detail"
+    HINT = "r refresh · p ping"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "refresh_list", "Refresh"),
@@ -43,16 +47,17 @@ class NodesPane(ListPane):
             "node", "address", "state", "rtt", "node id", "exechost", "in flight", "sessions", "sandboxes"
         )
         yield table
-        yield Static("r refresh · p ping", id="node-detail")
+        yield Static(self.HINT, id="node-detail")
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._describe()
 
-    def _describe(self) -> None:
+    def _describe(self) -> bool | None:
         table = self.query_one("#node-list", DataTable)
-        row = self.rows[table.cursor_row] if self.rows and table.cursor_row < len(self.rows) else None
+        cursor = max(table.cursor_row, 0)
+        row = self.rows[cursor] if self.rows and cursor < len(self.rows) else None
         if row is None:
-            return
+            return None
         out = _plain(f"{row.get('name')} ")
         if row.get("displayName"):
             out.append_text(_plain(f"({row['displayName']}) "))
@@ -62,10 +67,12 @@ class NodesPane(ListPane):
         if row.get("mode"):
             # service: a `node run` answers, so the node's sessions outlive this link.
             out.append_text(_plain(f" mode={row['mode']}"))
-        if row.get("lastError"):
+        if row.get("lastError") and row.get("state") != "connected":
+            # An error from before the link came back up would read as "it is broken" under a live row.
             out.append("\n✗ ", style="red")
             out.append_text(_plain(row["lastError"]))
         self._detail(out)
+        return True
 
     def show(self, rows: list[dict[str, Any]]) -> None:
         table = self.query_one("#node-list", DataTable)
@@ -89,9 +96,9 @@ class NodesPane(ListPane):
         if rows and cursor is not None:
             table.move_cursor(row=min(cursor, len(rows) - 1))
         if not rows:
-            self._detail("No nodes configured ([nodes.<name>] in config.toml, or `exechost nodes add`).")
-        else:
-            self._describe()
+            self._detail(NO_NODES, transient=True)
+        elif self._describe() is None and self._transient:
+            self._detail(self.HINT)
 
     def _count(self, node: str, what: str) -> Text:
         got = self.counts.get(node, {}).get(what)

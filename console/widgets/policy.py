@@ -94,6 +94,7 @@ class PolicyPane(Horizontal):
         Binding("n", "edit('add')", "Add pattern"),
         Binding("delete", "edit('remove')", "Remove pattern"),
         Binding("c", "edit('check')", "Check command"),
+        Binding("r", "revoke_grant", "Revoke grant"),
     ]
 
     class Changed(Message):
@@ -106,6 +107,7 @@ class PolicyPane(Horizontal):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.agents: list[AgentPolicy] = []
+        self.grants: list[dict[str, Any]] = []  # live allow-always grants with limits (all agents)
 
     def compose(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="agent-list", cursor_type="row")
@@ -116,6 +118,9 @@ class PolicyPane(Horizontal):
             allow: DataTable[Any] = DataTable(id="allowlist", cursor_type="row", zebra_stripes=True)
             allow.add_columns("scope", "pattern", "argPattern", "last used", "last command")
             yield allow
+            grants: DataTable[Any] = DataTable(id="grants", cursor_type="row", zebra_stripes=True)
+            grants.add_columns("grant", "patterns", "left", "approved command")
+            yield grants
             yield Static(id="policy-check")
 
     @property
@@ -159,6 +164,27 @@ class PolicyPane(Horizontal):
                 plain(str(entry.get("lastUsedCommand") or "")[:60]),
             )
 
+        self._grants()
+
+    def agent_grants(self) -> list[dict[str, Any]]:
+        agent = self.selected
+        return [g for g in self.grants if agent is not None and g.get("agentId") == agent.agent_id]
+
+    def _grants(self) -> None:
+        table: DataTable[Any] = self.query_one("#grants", DataTable)
+        table.clear()
+        for grant in self.agent_grants():
+            table.add_row(
+                plain(grant.get("id") or ""),
+                plain(", ".join(grant.get("patterns") or [])[:60]),
+                plain(grant.get("left") or ""),
+                plain(str(grant.get("command") or "")[:60]),
+            )
+
+    def show_grants(self, grants: list[dict[str, Any]]) -> None:
+        self.grants = grants
+        self._grants()
+
     def show_check(self, renderable: RenderableType) -> None:
         self.query_one("#policy-check", Static).update(renderable)
 
@@ -178,6 +204,7 @@ class PolicyPane(Horizontal):
         try:
             live = (await link.request("policy.overrides")).get("overrides", {})
             rows = (await link.request("policy.agents")).get("agents", [])
+            grants = (await link.request("approvals.grants")).get("grants", [])
         except (RemoteError, ConnectionError) as exc:
             self.show_check(Text(f"policy unavailable: {exc}", style="red"))
             return
@@ -188,6 +215,7 @@ class PolicyPane(Horizontal):
         }
         self.post_message(self.Changed(overrides))
         self.show([AgentPolicy.from_json(row) for row in rows if isinstance(row, dict)])
+        self.show_grants([g for g in grants if isinstance(g, dict)])
 
     async def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
         try:
@@ -205,6 +233,24 @@ class PolicyPane(Horizontal):
             self.notify("No allowlist entry to remove.", severity="warning")
             return
         self.edit_flow(verb, agent)
+
+    def action_revoke_grant(self) -> None:
+        grants = self.agent_grants()
+        if not grants:
+            self.notify("No grant to revoke.", severity="warning")
+            return
+        table = self.query_one("#grants", DataTable)
+        self.revoke_flow(grants[min(max(table.cursor_row, 0), len(grants) - 1)])
+
+    @work(group="dialog", exit_on_error=False)
+    async def revoke_flow(self, grant: dict[str, Any]) -> None:
+        patterns = ", ".join(grant.get("patterns") or [])
+        body = f"{visible(grant.get('id'))}: {visible(patterns)} ({visible(grant.get('left'))})"
+        if not await self.app.push_screen_wait(ConfirmDialog("Revoke grant?", body, yes="Revoke")):
+            return
+        if await self._request("approvals.grants.revoke", {"id": grant.get("id")}) is not None:
+            self.notify(f"Revoked grant {grant.get('id')}", markup=False)
+        self.reload()
 
     @work(group="dialog", exit_on_error=False)
     async def edit_flow(self, verb: str, agent: AgentPolicy) -> None:

@@ -66,6 +66,7 @@ class SandboxesPane(ListPane):
 
     TABLE_ID = "sandbox-list"
     DETAIL_ID = "sandbox-detail"
+    HINT = "r refresh · e explain · x recreate · p prune"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "refresh_list", "Refresh"),
@@ -78,7 +79,7 @@ class SandboxesPane(ListPane):
         table: DataTable[Any] = DataTable(id="sandbox-list", cursor_type="row", zebra_stripes=True)
         table.add_columns("node", "container", "status", "image", "config", "age", "idle", "session")
         yield table
-        yield Static("r refresh · e explain · x recreate · p prune", id="sandbox-detail")
+        yield Static(self.HINT, id="sandbox-detail")
 
     def progress(self, container_name: str, message: str) -> None:
         """`sandbox.progress` from the gateway while a container is created: shown in the detail line;
@@ -87,9 +88,11 @@ class SandboxesPane(ListPane):
         line.append_text(_plain(container_name))
         line.append(": ")
         line.append_text(_plain(message))
-        self._detail(line)
         if message in ("container started", "starting stopped container") or message.startswith("running"):
+            self._detail_for_now(line)  # done: the row shows it from now on; the line must not linger
             self.action_refresh_list()
+        else:
+            self._detail(line)
 
     def show(self, rows: list[dict[str, Any]]) -> None:
         self.fill(rows, _cells, EMPTY)

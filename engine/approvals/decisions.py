@@ -20,6 +20,12 @@ _ALIASES = {
 USAGE = "Usage: /approve <id> <decision> (see the pending approval message for available decisions)"
 
 
+def valid_decisions_text() -> str:
+    """The decisions and their aliases, for an error that names a wrong one."""
+    aliases = ", ".join(sorted(a for a in _ALIASES if a not in DECISIONS and a.isalpha()))
+    return f"valid decisions: {'|'.join(DECISIONS)} (aliases: {aliases})"
+
+
 def normalize_decision(text: str) -> str | None:
     """The /approve aliases of reference §3.12, case-insensitive; None when not a decision."""
     return _ALIASES.get(text.strip().lower()) if isinstance(text, str) else None

@@ -9,10 +9,11 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.approvals.decisions import DECISIONS, USAGE, normalize_decision
+from engine.approvals.grants import GrantLimits
 from engine.errors import ExecHostError
 
 DEFAULT_TIMEOUT_MS = 1_800_000  # DEFAULT_EXEC_APPROVAL_TIMEOUT_MS
@@ -72,6 +73,20 @@ class ApprovalRequest:
     # The agent's own words on why it runs this (the `reason` param): shown, never trusted.
     agent_reason: str | None = field(default=None, compare=False, hash=False)
 
+    def question(self) -> ApprovalRequest:
+        """What makes two asks one question for the operator: everything but who asked (the session,
+        a node's own approval id). Asks equal here wait as one record; one decision answers them all."""
+        return replace(self, session_key="", node_approval_id=None)
+
+    def requester(self) -> dict[str, Any]:
+        return {
+            "sessionKey": self.session_key,
+            "host": self.host,
+            "nodeId": self.node_id,
+            "nodeApprovalId": self.node_approval_id,
+            "atMs": _now_ms(),
+        }
+
     def to_json(self) -> dict[str, Any]:
         d = self.decision_json
         segments = d.get("segments") or []
@@ -110,8 +125,11 @@ class ApprovalRecord:
     decision: str | None = None
     resolved_by: str | None = None
     resolved_at_ms: int | None = None
-    consumed: bool = False
+    consumed: set[tuple[str, str | None]] = field(default_factory=set)  # requesters whose run was taken
     count: int = 1  # identical requests coalesced into this one
+    # Who asked this question, one entry per coalesced ask (sessions, nodes): shown, and in the history.
+    requesters: list[dict[str, Any]] = field(default_factory=list)
+    grant_id: str | None = None  # the grant an allow-always with limits created (once per record)
     reason: str | None = None  # the approver's note on a deny, passed back to the agent
     # What the approval led to, set by whoever ran it: sessionId, status, exitCode, tail.
     run: dict[str, Any] | None = None
@@ -120,6 +138,8 @@ class ApprovalRecord:
     # What the next gateway needs to run this ask as approved after a crash (engine.approvals.durable):
     # the call's params, the caller, and what was approved. None: an ask that cannot outlive its gateway.
     resume: dict[str, Any] | None = field(default=None, repr=False)
+    # allow-always with limits (--for/--uses/this session): a grant instead of a permanent entry.
+    grant: GrantLimits | None = None
     future: asyncio.Future[str | None] = field(repr=False, kw_only=True)
 
     @property
@@ -149,6 +169,8 @@ class ApprovalRecord:
             "run": self.run,
             "requesterGone": self.requester_gone,
             "count": self.count,
+            "requesters": list(self.requesters),
+            "grant": self.grant.to_json() if self.grant else None,
             **self.request.to_json(),
         }
 
@@ -195,14 +217,21 @@ class ApprovalManager:
     def register(
         self, request: ApprovalRequest, timeout_ms: int | None = None, resume: dict[str, Any] | None = None
     ) -> tuple[ApprovalRecord, bool]:
-        """(record, created). An identical request still pending returns that record, created=False."""
-        existing_id = self._by_request.get(request)
+        """(record, new_requester). The same question still pending returns that record: new_requester
+        is True when this ask comes from someone not yet waiting on it (another session, another node
+        approval), who then gets their own run from the one decision; False for a repeat."""
+        question = request.question()
+        existing_id = self._by_request.get(question)
         if existing_id is not None:
             existing = self._records.get(existing_id)
             if existing is not None and not existing.resolved:
                 existing.count += 1
+                who = (request.session_key, request.node_approval_id)
+                new = all((r["sessionKey"], r["nodeApprovalId"]) != who for r in existing.requesters)
+                if new:
+                    existing.requesters.append(request.requester())
                 self._notify("updated", existing)
-                return existing, False
+                return existing, new
         self._check_room(request.agent_id)
         loop = asyncio.get_running_loop()
         ttl = self.timeout_ms if timeout_ms is None else timeout_ms
@@ -213,10 +242,11 @@ class ApprovalManager:
             created_at_ms=now,
             expires_at_ms=now + ttl,
             resume=resume,
+            requesters=[request.requester()],
             future=loop.create_future(),
         )
         self._records[record.id] = record
-        self._by_request[request] = record.id
+        self._by_request[question] = record.id
         self._timers[record.id] = loop.call_later(ttl / 1000, self._expire, record.id)
         self._notify("requested", record)
         return record, True
@@ -314,9 +344,15 @@ class ApprovalManager:
         return hits[0]
 
     def resolve(
-        self, id_or_prefix: str, decision: str, resolved_by: str = "operator", reason: str | None = None
+        self,
+        id_or_prefix: str,
+        decision: str,
+        resolved_by: str = "operator",
+        reason: str | None = None,
+        grant: GrantLimits | None = None,
     ) -> tuple[ApprovalRecord, bool]:
-        """(record, applied). A second resolve of the same record is ignored (applied=False)."""
+        """(record, applied). A second resolve of the same record is ignored (applied=False).
+        `grant` limits an allow-always (a duration, a number of uses, this session only)."""
         normalized = normalize_decision(decision)
         if normalized is None:
             raise ApprovalError("APPROVAL_BAD_DECISION", USAGE)
@@ -325,10 +361,24 @@ class ApprovalManager:
             return record, False
         if normalized not in record.request.allowed_decisions:
             raise ApprovalError("APPROVAL_ALLOW_ALWAYS_UNAVAILABLE", ALWAYS_UNAVAILABLE)
+        if grant is not None and normalized != "allow-always":
+            raise ApprovalError("APPROVAL_BAD_DECISION", "limits (--for/--uses/--session) need allow-always")
         if reason:
             record.reason = " ".join(str(reason).split())[:500]
+        record.grant = grant
         self._finish(record, normalized, resolved_by)
         return record, True
+
+    def withdraw(self, approver_key: str) -> int:
+        """The asker identified by `approver_key` (a node or socket approval id) stopped waiting: a
+        pending record only it was waiting on ends undecided; the number of records ended."""
+        ended = 0
+        for record in [r for r in self._records.values() if not r.resolved]:
+            keys = {r["nodeApprovalId"] for r in record.requesters}
+            if keys == {approver_key}:
+                self._finish(record, None, "withdrawn")
+                ended += 1
+        return ended
 
     def _expire(self, approval_id: str) -> None:
         record = self._records.get(approval_id)
@@ -343,8 +393,8 @@ class ApprovalManager:
         timer = self._timers.pop(record.id, None)
         if timer is not None:
             timer.cancel()
-        if self._by_request.get(record.request) == record.id:
-            del self._by_request[record.request]
+        if self._by_request.get(record.request.question()) == record.id:
+            del self._by_request[record.request.question()]
         if not record.future.done():
             record.future.set_result(decision)
         loop = asyncio.get_running_loop()
@@ -360,11 +410,21 @@ class ApprovalManager:
         record.run = run
         self._notify("ran", record)
 
-    def consume_allow_once(self, record: ApprovalRecord) -> bool:
-        """True exactly once for an allow-once decision: one approval, one run."""
-        if record.decision != "allow-once" or record.consumed:
+    def consume_allow_once(
+        self, record: ApprovalRecord, session_key: str | None = None, node_approval_id: str | None = None
+    ) -> bool:
+        """True once per requester of an allow-once decision: one approval answers every ask that waited
+        on it (another session's, another node approval's), each runs once, and nothing after that."""
+        if record.decision != "allow-once":
             return False
-        record.consumed = True
+        who = (
+            record.request.session_key if session_key is None else session_key,
+            node_approval_id if session_key is not None else record.request.node_approval_id,
+        )
+        asked = {(r["sessionKey"], r["nodeApprovalId"]) for r in record.requesters} or {who}
+        if who not in asked or who in record.consumed:
+            return False
+        record.consumed.add(who)
         return True
 
     # -- views

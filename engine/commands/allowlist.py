@@ -293,6 +293,10 @@ def _match_found(segment: Segment, found: tuple[str, str] | None, context: _Cont
         if name_of(real) in SHELLS and segment.inner is None and name_of(argv[0]) not in SHELLS:
             # A shell under another name would skip the `-c` payload analysis.
             return _miss(segment, real, f"{argv[0]} is the shell {real_name} under another name", wrappers)
+    named = named_path(found[0]) if found else None
+    if segment.heredocs and any(is_interpreter(p) for p in (real, named) if p):
+        # `./tool <<EOF` where tool is python under another name: the body would be code.
+        return _miss(segment, real, "heredoc to an interpreter: the body is code", wrappers)
     if segment.inner is not None:
         return _match_shell(segment, real, wrappers, context)
     for compiled in context.entries:
@@ -472,7 +476,18 @@ def _render(segment: Segment, match: SegmentMatch, words_for: Words, where: tupl
             words += [*word(0, real), "'-c'", _quote(payload)]
     else:
         words += [*word(0, real), *(w for i, a in enumerate(segment.argv[1:], 1) for w in word(i, a))]
+    # Heredocs are rendered as quoted (literal) heredocs carrying exactly the data bash would have fed.
+    words += [f"<<'{_delimiter(doc.data, index)}'" for index, doc in enumerate(segment.heredocs)]
     return " ".join(words)
+
+
+def _delimiter(data: str, index: int) -> str:
+    """A delimiter no line of `data` equals, so the rendered body ends exactly where it did."""
+    lines = set(data.split("\n"))
+    delimiter = f"EXECHOST_EOF_{index}"
+    while delimiter in lines:
+        delimiter += "_"
+    return delimiter
 
 
 def enforced_command(analysis: CommandAnalysis, result: AllowlistResult) -> str | None:
@@ -509,7 +524,14 @@ def _render_all(
         if index:
             parts.append(analysis.operators[index - 1])
         parts.append(rendered)
-    return " ".join(parts)
+    line = " ".join(parts)
+    # Bodies follow the command line in order, as bash reads them: after the newline that ends it.
+    bodies = [
+        doc.data + _delimiter(doc.data, index) + "\n"
+        for segment in analysis.segments
+        for index, doc in enumerate(segment.heredocs)
+    ]
+    return line + "\n" + "".join(bodies) if bodies else line
 
 
 def _runs_others(segment: Segment, match: SegmentMatch) -> bool:

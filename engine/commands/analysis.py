@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import tree_sitter
 import tree_sitter_bash
 
+from engine.commands.interpreters import is_interpreter
+from engine.commands.shelltext import Heredoc, read_shell_text
 from engine.commands.wrappers import BLOCKED_WRAPPERS, TRANSPARENT_WRAPPERS, basename, names, unwrap
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "OTHER_SHELLS",
     "TRANSPARENT_WRAPPERS",
     "CommandAnalysis",
+    "Heredoc",
     "Segment",
     "analyze_command",
     "inline_eval",
@@ -58,6 +61,8 @@ class Segment:
     wrapper_argv: tuple[tuple[str, ...], ...] = ()
     # `sh -c '<chain>'`: the payload's own analysis (argv[-1] is the payload text).
     inner: CommandAnalysis | None = None
+    # `<<EOF` bodies this command reads (stdin data, never code: a heredoc to an interpreter asks).
+    heredocs: tuple[Heredoc, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,7 @@ def _lexical_reason(command: str) -> str | None:
         reason = _bare_reason(piece, prev_end_blank, pieces[index + 1] if index + 1 < len(pieces) else "")
         if reason:
             return reason
-        prev_end_blank = piece[-1] in " \t"
+        prev_end_blank = piece[-1] in " \t\n"
     return None
 
 
@@ -177,24 +182,25 @@ def _bare_reason(piece: str, word_start: bool, following: str) -> str | None:
                 return f"unsupported shell token: ;{nxt}"
             continue
         if char == "#":
-            if (at == 0 and word_start) or (at > 0 and piece[at - 1] in " \t;&|"):
+            if (at == 0 and word_start) or (at > 0 and piece[at - 1] in " \t\n;&|"):
                 return "comment"
             continue
         return _BARE_REASONS.get(char, "unsupported shell token")
     return None
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # \t and \n allowed
 
 
 def _char_reason(command: str) -> str | None:
-    if "\n" in command or "\r" in command:
-        return "line continuation" if "\\\n" in command else "newline"
+    # A newline separates commands like `;` (or is data inside quotes); `\r` is refused by read_shell_text.
+    if "\r" in command:
+        return "carriage return (CRLF): bash reads \\r as part of the word"
     if command.isascii():
         return "control character" if _CONTROL.search(command) else None
     for char in command:
         category = unicodedata.category(char)
-        if char == "\t" or char == " ":
+        if char in "\t \n":
             continue
         if category[0] in "CZ":
             return "invisible or control character"
@@ -329,10 +335,13 @@ def _word_value(node: tree_sitter.Node) -> str:
     raise _Unsafe(_node_reason(node))
 
 
-def _flatten(root: tree_sitter.Node, src: bytes) -> tuple[list[tree_sitter.Node], list[str]]:
-    """Commands and the operators between them, refusing every statement type that is not a chain."""
+def _flatten(root: tree_sitter.Node, src: bytes) -> tuple[list[tree_sitter.Node], list[str], list[int]]:
+    """Commands, the operators between them and where each operator starts, refusing every statement
+    type that is not a chain. A newline between two commands is `;`, as bash reads it; a newline after
+    an operator (`ls &&⏎pwd`) is blank; before one (`ls⏎&& pwd`) bash refuses, and so do we."""
     commands: list[tree_sitter.Node] = []
     operators: list[str] = []
+    positions: list[int] = []
     expect_command = True
     last_end = 0
 
@@ -341,7 +350,12 @@ def _flatten(root: tree_sitter.Node, src: bytes) -> tuple[list[tree_sitter.Node]
         for child in node.children:
             kind = child.type
             if kind not in ("list", "pipeline"):
-                if not _blank(src[last_end : child.start_byte]):
+                gap = src[last_end : child.start_byte]
+                if b"\n" in gap and kind == "command" and not expect_command:
+                    operators.append(";")
+                    positions.append(last_end + gap.index(b"\n"))
+                    expect_command = True
+                elif not _blank(gap.replace(b"\n", b"") if expect_command else gap):
                     raise _Unsafe("unparseable")  # text no node accounts for
                 last_end = child.end_byte
             if kind in ("list", "pipeline"):
@@ -355,6 +369,7 @@ def _flatten(root: tree_sitter.Node, src: bytes) -> tuple[list[tree_sitter.Node]
                 if expect_command:
                     raise _Unsafe("empty command")
                 operators.append(kind)
+                positions.append(child.start_byte)
                 expect_command = True
             elif kind == "&":
                 raise _Unsafe("background")
@@ -366,13 +381,13 @@ def _flatten(root: tree_sitter.Node, src: bytes) -> tuple[list[tree_sitter.Node]
                 raise _Unsafe(f"unsupported shell token: {kind}")
 
     visit(root)
-    if not _blank(src[last_end:]):
+    if not _blank(src[last_end:].replace(b"\n", b"")):
         raise _Unsafe("unparseable")
     if not commands:
         raise _Unsafe("empty command")
     if expect_command:
         raise _Unsafe("empty command")  # trailing operator, `echo ok &&` or `ls;`
-    return commands, operators
+    return commands, operators, positions
 
 
 def _segment(node: tree_sitter.Node, depth: int) -> Segment:
@@ -500,19 +515,25 @@ def _analyze(command: str, depth: int) -> CommandAnalysis:
         return _fail("command too long")
     if not command.strip():
         return _fail("empty command")
-    reason = _lexical_reason(command)
-    if reason == "heredoc":
-        return _fail(_heredoc_reason(command))
-    reason = reason or _char_reason(command)
+    # Heredoc bodies come out as stdin data and continuations are spliced first (shelltext.py); the
+    # two checks below then prove the residual text plain, newlines separating commands like `;`.
+    # Control and invisible characters are refused in heredoc bodies too: the operator reads them.
+    reading = read_shell_text(command)
+    if reading.reason:
+        return _fail(reading.reason)
+    text = reading.text
+    reason = _lexical_reason(text) or _char_reason(command)
     if reason:
         return _fail(reason)
-    src = command.encode("utf-8")  # _char_reason has refused lone surrogates
+    src = text.encode("utf-8")  # _char_reason has refused lone surrogates
     root = _parser().parse(src).root_node
     if root.has_error or root.type != "program":
         return _fail("unparseable")
     try:
-        nodes, operators = _flatten(root, src)
+        nodes, operators, positions = _flatten(root, src)
         segments = tuple(_segment(node, depth) for node in nodes)
+        if reading.heredocs:
+            segments = _attach_heredocs(segments, nodes, positions, reading.heredocs, text)
     except _Unsafe as exc:
         return _fail(str(exc))
     except RecursionError:
@@ -520,27 +541,32 @@ def _analyze(command: str, depth: int) -> CommandAnalysis:
     return CommandAnalysis(True, None, segments, tuple(operators))
 
 
-def _heredoc_reason(command: str) -> str:
-    """Heredocs never run unapproved; the reason says which heredoc rule of the reference applies."""
-    root = _parser().parse(command.encode("utf-8", "replace")).root_node  # only derives a reason
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node.type == "heredoc_redirect":
-            kinds = [child.type for child in node.children]
-            if "heredoc_end" not in kinds:
-                return "unterminated heredoc"
-            start = next((c for c in node.children if c.type == "heredoc_start"), None)
-            quoted = start is not None and any(q in _text(start) for q in "'\"\\")
-            body = next((c for c in node.children if c.type == "heredoc_body"), None)
-            if body is not None and not quoted:
-                text = _text(body)
-                if re.search(r"(?<!\\)(\$\(|\$\{|`)", text):
-                    return "command substitution in unquoted heredoc"
-        stack.extend(node.children)
-    if root.has_error:
-        return "unterminated heredoc" if "<<" in command else "unparseable"
-    return "heredoc"
+def _attach_heredocs(
+    segments: tuple[Segment, ...],
+    nodes: list[tree_sitter.Node],
+    positions: list[int],
+    heredocs: tuple[Heredoc, ...],
+    text: str,
+) -> tuple[Segment, ...]:
+    """Give each heredoc to the command whose words surround its operator; a body for an interpreter
+    (`bash <<EOF`, `python3 - <<EOF`, `sh -s`) is code, so that asks."""
+    attached: list[list[Heredoc]] = [[] for _ in segments]
+    for doc in heredocs:
+        at = len(text[: doc.at].encode("utf-8"))  # tree-sitter counts bytes
+        index = sum(1 for p in positions if p < at)
+        if index >= len(nodes) or at <= nodes[index].start_byte:
+            raise _Unsafe("heredoc before the command")
+        attached[index].append(doc)
+    out: list[Segment] = []
+    for segment, docs in zip(segments, attached, strict=True):
+        if docs:
+            if segment.blocked_wrapper is None and (
+                is_interpreter(segment.argv[0]) or segment.argv[0] in SHELL_BUILTINS
+            ):
+                raise _Unsafe(f"heredoc to an interpreter: the body is code for {basename(segment.argv[0])}")
+            segment = replace(segment, heredocs=tuple(docs))
+        out.append(segment)
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- strict inline eval (§3.9)

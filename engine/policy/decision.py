@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -86,6 +86,7 @@ class Decision:
     def tree_problem(self) -> str | None:
         """Whether a file the command would run from the tree changed since this decision."""
         return self.tree.problem() if self.tree is not None else None
+    grant_ids: tuple[str, ...] = ()  # the grants an allow leans on: one use is taken from each per run
 
     def to_json(self) -> dict[str, Any]:
         policy = self.policy
@@ -114,6 +115,7 @@ class Decision:
             "allowedDecisions": list(self.allowed_decisions),
             "allowAlwaysPatterns": self.allow_always_patterns,
             "warnings": self.warnings,
+            "grantIds": list(self.grant_ids),
             "trail": [step.to_json() for step in policy.trail] if policy else [],
         }
 
@@ -131,6 +133,7 @@ def evaluate(
     sandbox_available: bool = False,
     session_key: str | None = None,
     env_overrides: Mapping[str, str] | None = None,
+    grants: Sequence[AllowlistEntry] = (),
 ) -> Decision:
     """Decide one command. `store` is read once (one consistent snapshot of the approvals file).
 
@@ -143,6 +146,7 @@ def evaluate(
     file_policy = approvals.agent(agent_id) if approvals is not None else None
     file_defaults = approvals.defaults if approvals is not None else None
     entries = approvals.entries(agent_id) if approvals is not None else []
+    entries = [*entries, *grants]  # live grants (allow-always with limits) match after the file's entries
 
     analysis = analyze_command(command)
     try:
@@ -226,6 +230,7 @@ def evaluate(
     pinned = pinned_command(analysis, result)
     ident = identity(result, cwd or os.getcwd())
     needs = requires_approval(policy, analysis.ok, satisfied, durable)
+    used_grants = _grants_used(command, binding, result, grants) if grants else ()
 
     def done(decision: str, reason: str, step: PolicyStep | None, ask_needed: bool = False) -> Decision:
         offered = allowed_decisions(policy.ask) if decision == "ask" else ()
@@ -260,6 +265,7 @@ def evaluate(
             policy=policy,
             warnings=warnings,
             tree=vetted,
+            grant_ids=used_grants if decision == "allow" else (),
         )
 
     sec_step, ask_step = policy.step("security"), policy.step("ask")
@@ -346,6 +352,15 @@ def _segment_json(
 def _profiles(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, SafeBinProfile] | None:
     """Config safeBinProfiles → SafeBinProfile (config validated them already)."""
     return {name: SafeBinProfile.from_config(spec) for name, spec in raw.items()} or None
+
+
+def _grants_used(
+    command: str, binding: str, result: AllowlistResult, grants: Sequence[AllowlistEntry]
+) -> tuple[str, ...]:
+    """The grants this decision leans on (a use is taken from each when it runs)."""
+    ids = {m.entry_id for m in result.segments if m.entry_id and m.entry_id.startswith("grant:")}
+    ids |= {g.id for g in grants if g.id and has_durable_approval(command, [g], binding)}
+    return tuple(sorted(i.removeprefix("grant:") for i in ids if i))
 
 
 def _durable_by_entries(

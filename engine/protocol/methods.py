@@ -18,6 +18,9 @@ class Method(StrEnum):
     APPROVALS_HISTORY = "approvals.history"
     ALLOWLIST_ADD = "approvals.allowlist.add"
     ALLOWLIST_REMOVE = "approvals.allowlist.remove"
+    GRANTS_LIST = "approvals.grants"
+    GRANTS_REVOKE = "approvals.grants.revoke"
+    APPROVALS_RELAY = "approvals.relay"  # an exec-approvals.sock ask, held by the gateway until answered
     EVENTS = "events"
     POLICY_CHECK = "policy.check"
     POLICY_OVERRIDE = "policy.override"

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from engine.sandbox import docker_ops
 
@@ -59,7 +61,6 @@ def build_debian_image(
     command = [
         "mmdebstrap",
         "--variant=minbase",
-        "--quiet",
         f"--include={','.join(packages)}",
         # The image has no users but root and nobody; sessions run as the workspace owner's uid.
         "--customize-hook=mkdir -p $1/workspace",
@@ -69,6 +70,11 @@ def build_debian_image(
     ]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
+    # A build takes a minute or more: its own progress lines ("I: downloading packages…") are shown
+    # as they come, so `sandbox setup` is never silent; the last lines explain a failure.
+    tail: list[str] = []
+    reader = threading.Thread(target=_relay, args=(proc.stderr, progress, tail), daemon=True)
+    reader.start()
     try:
         result = docker_ops.client().api.import_image_from_stream(
             proc.stdout,
@@ -82,8 +88,9 @@ def build_debian_image(
             ],
         )
     finally:
-        err = proc.stderr.read().decode(errors="replace")
         code = proc.wait()
+        reader.join(timeout=30)
+        err = "\n".join(tail)
     if code != 0:
         raise docker_ops.SandboxUnavailable(f"mmdebstrap failed (exit {code}): {err.strip()[-500:]}")
     progress(f"imported as {tag}")
@@ -92,6 +99,17 @@ def build_debian_image(
     if labels.get(IMAGE_LABEL) != flavour:
         raise docker_ops.SandboxUnavailable(f"docker import of {tag} did not apply its label: {result!r}")
     return str(image.id)
+
+
+def _relay(stream: IO[bytes], progress: Callable[[str], None], tail: list[str]) -> None:
+    for raw in stream:
+        line = raw.decode(errors="replace").rstrip()
+        if not line:
+            continue
+        tail.append(line)
+        del tail[:-20]
+        if line.startswith(("I:", "W:", "E:")):
+            progress(line)
 
 
 def build_from_registry(tag: str, flavour: str, progress: Callable[[str], None]) -> str:

@@ -26,6 +26,7 @@ MAX_POLL_WAIT_MS = 120_000
 LOG_TAIL_LINES = 200
 RETRY_STEPS_MS = (5_000, 10_000, 30_000, 60_000)
 MAX_KEY_DELAY_MS = 10_000
+KILL_WAIT_SEC = 5.0  # how long `kill` waits to report the exit (SIGKILL follows SIGTERM sooner)
 ACTIONS = ("list", "poll", "log", "write", "send-keys", "submit", "paste", "kill", "clear", "remove")
 
 
@@ -96,9 +97,20 @@ async def run_action(
             return _fail(f"Session {session_id} is not backgrounded.")
         if not manager.request_kill(session):
             return _fail(f"Unable to terminate session {session_id}: no active supervisor run or process id.")
+        # The status says what is true when we answer: a process that ignores SIGTERM for a while is
+        # still running (the kill escalates); `completed` only once it has gone.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(session.done.wait()), KILL_WAIT_SEC)
+        gone = session.done.is_set()
         return ToolResult(
-            f"Termination requested for session {session_id}.",
-            {"status": "completed", "sessionId": session_id, "name": session.name},
+            f"Termination requested for session {session_id}."
+            + ("" if gone else " It is still running; poll to see it exit."),
+            {
+                "status": "completed" if gone else "running",
+                "sessionId": session_id,
+                "name": session.name,
+                "terminationRequested": True,
+            },
         )
     if name == "clear":
         if session is None or not session.exited or not session.listed:

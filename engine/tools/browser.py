@@ -12,6 +12,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,10 @@ from engine import redact
 from engine.results import ToolError, ToolResult
 
 ACTIONS = ("navigate", "snapshot", "screenshot", "click", "type", "evaluate")
+# Chromium's net errors for "there is no network at all" (not a page that is down).
+_OFFLINE = re.compile(
+    r"ERR_(INTERNET_DISCONNECTED|NAME_NOT_RESOLVED|NAME_RESOLUTION_FAILED|NETWORK_ACCESS_DENIED|ADDRESS_UNREACHABLE)"
+)
 DEFAULT_TIMEOUT_MS = 15_000
 MAX_TIMEOUT_MS = 120_000
 SNAPSHOT_CAP = 60_000  # characters of page text handed back
@@ -92,6 +97,16 @@ class BrowserTool:
                 if browser is None or not browser.is_connected():
                     raise CdpUnavailable(f"browser {action} failed: the browser went away") from None
                 raise ToolError(f"browser {action} failed: {_short(exc, endpoint)}") from None
+
+    @staticmethod
+    def offline_hint(message: str, network: str) -> str:
+        """A page that fails for want of a network, in a browser that has none, says why (and how)."""
+        if network != "none" or not _OFFLINE.search(message):
+            return message
+        return (
+            f"{message}\nThe browser sandbox has network = \"none\" (sandbox.browser.network): it can reach "
+            "no network by design. Give it one in config (e.g. network = \"bridge\") and recreate it."
+        )
 
     async def _navigate(
         self, page: Any, params: dict[str, Any], endpoint: str, timeout_ms: int

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from engine.approvals.grants import GrantStore
 from engine.approvals.pending import (
     ApprovalError,
     ApprovalManager,
@@ -175,12 +176,14 @@ class ExecTool:
         overrides: Mapping[str, SessionOverrides],
         wait_session: Callable[[str, str], Any] | None = None,
         config_problem: Callable[[], str | None] = lambda: None,
+        grants: GrantStore | None = None,
     ) -> None:
         self._config = config
         self._config_problem = config_problem
         self.sessions = sessions
         self.approvals = approvals
         self.store = store
+        self.grants = grants
         self.events = events
         self.has_approver = has_approver
         self.overrides = overrides
@@ -200,6 +203,12 @@ class ExecTool:
         if prepared.host == "node" and self.node_runner is not None:
             # The gateway's policy only tightens (it rides along); the node decides and asks itself.
             return await self.node_runner(prepared.command, params, ctx, decision)
+        if decision.decision == "allow" and decision.grant_ids and not await self._use_grants(decision):
+            # A grant ran out (or expired, or was revoked) since the decision: decide again without it.
+            prepared = await self._prepare(params, ctx, use_grants=False)
+            decision = prepared.decision
+            if decision.decision == "deny":
+                raise ToolError(decision.reason)
         if decision.decision == "allow":
             self._record_use(prepared, ctx)
             # What runs is what was approved: the pinned re-rendering on the host. Inside a sandbox the
@@ -214,9 +223,21 @@ class ExecTool:
                 raise ToolError(f"exec denied: {exc}; ask again") from None
         return await self._ask(prepared, params, ctx)
 
+    async def _use_grants(self, decision: Decision) -> bool:
+        """Take one use of every grant the allow leans on, atomically (two runs never exceed the limit)."""
+        if self.grants is None:
+            return False
+        try:
+            return await asyncio.to_thread(self.grants.consume, decision.grant_ids)
+        except OSError as exc:
+            log.warning("could not count a grant use: %s", exc)
+            return False
+
     # -- preparation
 
-    async def _prepare(self, params: Mapping[str, Any], ctx: ExecContext) -> _Prepared:
+    async def _prepare(
+        self, params: Mapping[str, Any], ctx: ExecContext, *, use_grants: bool = True
+    ) -> _Prepared:
         command = params.get("command")
         if not isinstance(command, str) or not command.strip():
             raise ToolError("Provide a command to start.")
@@ -243,6 +264,9 @@ class ExecTool:
         cwd = self._workdir(params.get("workdir") or params.get("defaultWorkdir"), host_warnings)
         call_params = {k: params[k] for k in ("host", "security", "ask", "node", "elevated") if k in params}
         _check_enums(call_params)
+        grants = []
+        if self.grants is not None and use_grants:
+            grants = await asyncio.to_thread(self.grants.entries, ctx.agent_id, ctx.session_key or None)
         try:
             decision = await self._evaluator.run(
                 functools.partial(
@@ -257,6 +281,7 @@ class ExecTool:
                     sandbox_available=sandbox,
                     session_key=ctx.session_key or None,
                     env_overrides=env_param,
+                    grants=grants,
                 )
             )
         except ApprovalsFileError as exc:
@@ -542,12 +567,31 @@ class ExecTool:
                 return False, f"approval-stale: {problem}", prepared.command
         approved = self._approved_command(prepared)
         if decision == "allow-once":
-            if not self.approvals.consume_allow_once(record):
+            if not self.approvals.consume_allow_once(record, ctx.session_key, None):
                 return None
             return True, "", approved
         if decision == "allow-always":
             patterns = d.allow_always_patterns
-            if patterns:
+            if record.grant is not None:
+                # A yes with limits: the same patterns, in the grants file, until they run out (never
+                # the permanent file, even when the grant cannot be saved). Once per record: the asks
+                # coalesced into it share the one grant.
+                try:
+                    if self.grants is None:
+                        raise RuntimeError("no grant store")
+                    if record.grant_id is not None:
+                        return True, "", approved
+                    record.grant_id = self.grants.add(
+                        ctx.agent_id,
+                        patterns,
+                        prepared.command,
+                        record.grant,
+                        session_key=ctx.session_key,
+                        granted_by=record.resolved_by or "operator",
+                    ).id
+                except Exception as exc:
+                    log.warning("could not save grant %s: %s", patterns, exc)
+            elif patterns:
                 try:
                     self.store.persist_allow_always(ctx.agent_id, patterns)
                 except Exception as exc:

@@ -70,7 +70,16 @@ def _main(argv: list[str]) -> int:
         print(f"exechost: {problem}", file=sys.stderr)
         return 2
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras and getattr(args, "command", None) == "process" and not args.session_id:
+        # `process write --agent X node:… --data …`: argparse binds the optional SESSION_ID too early
+        # and leaves the id over; it is the session id.
+        ids = [e for e in extras if not e.startswith("-")]
+        if len(ids) == 1 and len(extras) == 1:
+            args.session_id, extras = ids[0], []
+    if extras:
+        # The subcommand's own usage, not just the top-level one: that is where the typo is.
+        _deepest(parser, argv).error(f"unrecognized arguments: {' '.join(extras)}")
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)
@@ -82,6 +91,18 @@ def _main(argv: list[str]) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _deepest(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The subcommand parser `argv` names (`approvals allowlist add`), for its usage line."""
+    words = [w for w in argv if not w.startswith("-")]
+    while True:
+        action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = next((w for w in words if action is not None and w in action.choices), None)
+        if action is None or chosen is None:
+            return parser
+        words = words[words.index(chosen) + 1 :]
+        parser = action.choices[chosen]
 
 
 def _not_utf8(argv: Sequence[str]) -> str | None:

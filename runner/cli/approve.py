@@ -7,8 +7,10 @@ import sys
 import time
 from typing import Any
 
-from engine.approvals.decisions import USAGE, parse_approve_args
+from engine.approvals.decisions import USAGE, parse_approve_args, valid_decisions_text
+from engine.approvals.grants import GrantLimits, parse_duration
 from engine.display import visible, warnings
+from engine.errors import InvalidInput
 from engine.protocol.client import ControlClient
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, emit
@@ -25,6 +27,11 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("id", metavar="ID")
     p.add_argument("decision", metavar="DECISION")
     p.add_argument("--reason", metavar="TEXT", help="a note passed back to the agent with a denial")
+    p.add_argument(
+        "--for", dest="for_", metavar="DURATION", help="allow-always only this long (30m, 8h, 2d): a grant"
+    )
+    p.add_argument("--uses", type=int, metavar="N", help="allow-always for N more runs: a grant")
+    p.add_argument("--session", action="store_true", help="allow-always only in the asking session: a grant")
     add_json_arg(p)
     p.set_defaults(func=run_verb(cmd_approve))
 
@@ -38,6 +45,35 @@ def register_pending(actions: Subparsers) -> None:
     h.add_argument("--agent", metavar="ID", help="only this agent's")
     add_json_arg(h)
     h.set_defaults(func=run_verb(cmd_history))
+    g = actions.add_parser("grants", help="allow-always grants with limits: time or uses left; revoke one")
+    g.add_argument("--agent", metavar="ID", help="only this agent's")
+    add_json_arg(g)
+    g.set_defaults(func=run_verb(cmd_grants))
+    gverbs = g.add_subparsers(dest="grants_action", metavar="ACTION")
+    r = gverbs.add_parser("revoke", help="end a grant now (by id or unique prefix)")
+    r.add_argument("grant_id", metavar="ID")
+    add_json_arg(r)
+    r.set_defaults(func=run_verb(cmd_grants_revoke))
+
+
+def cmd_grants(args: argparse.Namespace) -> int:
+    params = {"agentId": args.agent} if args.agent else {}
+    result = call("approvals.grants", params, operator=True)
+    rows = result.get("grants") or []
+    lines = [
+        f"{g['id']}  {g.get('agentId')}  {g.get('left')}  {visible(', '.join(g.get('patterns') or []))[:60]}"
+        f"  {visible(str(g.get('command', '')))[:60]}"
+        for g in rows
+    ]
+    emit("\n".join(lines) or "No grants.", {"grants": rows}, args.json)
+    return 0
+
+
+def cmd_grants_revoke(args: argparse.Namespace) -> int:
+    result = call("approvals.grants.revoke", {"id": args.grant_id}, operator=True)
+    revoked = result.get("revoked") or {}
+    emit(f"Revoked grant {revoked.get('id')}.", result, args.json)
+    return 0
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -72,6 +108,9 @@ def cmd_history(args: argparse.Namespace) -> int:
             f"{when}  {r['slug']}  {r.get('agentId')}  {r['status']} by {r.get('resolvedBy')}{outcome}  "
             f"{command}{reason}"
         )
+        asked = r.get("requesters") or []
+        if len(asked) > 1:  # one decision answered several asks: each is recorded
+            lines += [f"    asked by {visible(str(q.get('sessionKey') or '(no session)'))}" for q in asked]
     emit("\n".join(lines) or "No decided approvals yet.", {"approvals": rows}, args.json)
     return 0
 
@@ -79,11 +118,21 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_approve(args: argparse.Namespace) -> int:
     parsed = parse_approve_args(args.id, args.decision)  # either order, as /approve accepts
     if parsed is None:
-        raise UsageError(USAGE)
+        raise UsageError(f"{USAGE}\n{args.decision!r} is not a decision; {valid_decisions_text()}")
     approval_id, decision = parsed
-    params = {"id": approval_id, "decision": decision}
+    params: dict[str, Any] = {"id": approval_id, "decision": decision}
     if args.reason:
         params["reason"] = args.reason
+    if args.for_ is not None or args.uses is not None or args.session:
+        if decision != "allow-always":
+            raise UsageError("--for, --uses and --session limit allow-always (a grant)")
+        try:
+            limits = GrantLimits(
+                parse_duration(args.for_) if args.for_ is not None else None, args.uses, args.session
+            )
+        except InvalidInput as exc:
+            raise UsageError(str(exc)) from None
+        params["grant"] = limits.to_json()
     result = call("approve", params, operator=True)
     emit(str(result.get("text", "")), result.get("details") or {}, args.json)
     return 0
@@ -105,9 +154,12 @@ def cmd_pending(args: argparse.Namespace) -> int:
             command = ("⚠ " if warnings(command) else "") + visible(command)
             if len(command) > 100:
                 command = command[:99] + "…"
+            asked = a.get("requesters") or []
+            sessions = ", ".join(visible(str(r.get("sessionKey"))) for r in asked)
+            who = f"  x{len(asked)}: {sessions}" if len(asked) > 1 else ""
             lines.append(
                 f"{a['slug']}  {a.get('host')}  {a.get('agentId')}  expires in {_left(a['expiresAtMs'])}  "
-                f"[{'|'.join(a.get('allowedDecisions', []))}]  {command}"
+                f"[{'|'.join(a.get('allowedDecisions', []))}]  {command}{who}"
             )
             for d in a.get("contentDigests") or []:  # the bytes the approval runs (content binding)
                 sha = d.get("sha256")

@@ -28,6 +28,10 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument(
         "--state-dir", metavar="DIR", help="state dir (default: $OPENCLAW_STATE_DIR or ~/.openclaw)"
     )
+    p.add_argument(
+        "--web", action="store_true", help="serve the console to a browser (loopback, token in the URL)"
+    )
+    p.add_argument("--port", type=int, metavar="N", help="--web: the port (default: a free one)")
     p.set_defaults(func=cmd_console)
 
 
@@ -37,4 +41,8 @@ def cmd_console(args: argparse.Namespace) -> int:
     state = Path(args.state_dir).expanduser().resolve() if args.state_dir else None
     if state is not None:  # every engine module finds its files through this variable
         os.environ["OPENCLAW_STATE_DIR"] = str(state)
+    if args.web:
+        from console.web import serve
+
+        return serve(state, args.config, args.port)
     return run_console(state, config_path=args.config, demo=args.demo)

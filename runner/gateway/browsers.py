@@ -152,14 +152,20 @@ class BrowserHub:
             await self.manager.touch(blay.name)
         endpoint = await self._endpoint(blay.name)
         try:
-            result = await self.tool.run(endpoint, params)
-        except CdpUnavailable:
-            # Removed or restarted behind our back: bring it up again (autoStart permitting), once.
-            self._ready.pop(blay.name, None)
-            await self.tool.forget(endpoint)
-            await self._bring_up(settings, blay, agent_id, session_key)
-            self._ready[blay.name] = expected
-            result = await self.tool.run(await self._endpoint(blay.name), params)
+            try:
+                result = await self.tool.run(endpoint, params)
+            except CdpUnavailable:
+                # Removed or restarted behind our back: bring it up again (autoStart permitting), once.
+                self._ready.pop(blay.name, None)
+                await self.tool.forget(endpoint)
+                await self._bring_up(settings, blay, agent_id, session_key)
+                self._ready[blay.name] = expected
+                result = await self.tool.run(await self._endpoint(blay.name), params)
+        except ToolError as exc:
+            hinted = BrowserTool.offline_hint(str(exc), settings.browser.network)
+            if hinted == str(exc):
+                raise
+            raise ToolError(hinted) from None
         result.details["containerName"] = blay.name
         if params.get("action") in ("navigate", "screenshot", "click", "type"):
             self._changed(blay.name, str(params.get("action")))

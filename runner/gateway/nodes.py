@@ -530,7 +530,9 @@ class NodeHub:
                 run.records.append(record)
                 run.asked.set()
             decision = await manager.wait(record)
-            if decision == "allow-once" and not manager.consume_allow_once(record):
+            if decision == "allow-once" and not manager.consume_allow_once(
+                record, request.session_key, request.node_approval_id
+            ):
                 continue  # one approval, one run: this ask needs its own
             return {"decision": decision, "resolvedBy": record.resolved_by, "reason": record.reason}
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.approvals.durable import PENDING_NAME, PendingFile
+from engine.approvals.grants import GrantStore
 from engine.approvals.history import HISTORY_DIR, DecisionLog, HistoryError
 from engine.approvals.pending import ApprovalManager, ApprovalRecord
 from engine.approvals.store import ApprovalsStore
@@ -82,6 +83,8 @@ class Services:
         # Asks not yet settled, on disk: the next gateway asks them again (same id, same expiry).
         self.pending_file = PendingFile(state_dir / PENDING_NAME)
         self.events = SystemEvents(spool=EventSpool(state_dir / SPOOL_NAME))
+        # Allow-always with limits, apart from exec-approvals.json (which OpenClaw also reads).
+        self.grants = GrantStore(state_dir / "exec-grants.json")
         self.overrides: dict[str, SessionOverrides] = {}
         self.started_at = time.time()
         exec_cfg = self.config().exec
@@ -103,6 +106,7 @@ class Services:
             has_approver=self.has_approver,
             overrides=self.overrides,
             wait_session=self.wait_session,
+            grants=self.grants,
         )
         self.output = OutputFanout(self.sessions, self.connections)
         self.approvals.add_listener(self._on_approval)

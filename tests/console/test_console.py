@@ -12,7 +12,7 @@ import pytest
 from textual.pilot import Pilot
 
 from console.app import ConsoleApp
-from console.dialogs import ConfirmDialog, TextDialog
+from console.dialogs import ConfirmDialog, GrantDialog, TextDialog
 from console.screens.help import HelpScreen
 from engine.approvals.socket.server import request_decision
 from engine.approvals.store import ApprovalsStore
@@ -96,7 +96,7 @@ async def test_allow_always_confirms_patterns_then_persists(state_dir: Path) -> 
         key = app.inbox.rows()[0].key
         await until(pilot, lambda: app.approvals.insights.get(key, {}).get("allowAlwaysPatterns"))
         await pilot.press("A")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await until(pilot, lambda: isinstance(app.screen, GrantDialog))
         await pilot.press("y")
         result = await asyncio.wait_for(task, 10)
         assert result["details"]["status"] == "completed"
@@ -104,12 +104,44 @@ async def test_allow_always_confirms_patterns_then_persists(state_dir: Path) -> 
         assert any(p.endswith("/uname") for p in patterns)
 
 
+async def test_allow_always_for_thirty_minutes_is_a_grant_listed_and_revocable_in_policy(
+    state_dir: Path,
+) -> None:
+    from engine.approvals.grants import GrantStore
+
+    async with running_console(state_dir) as (app, pilot, agent):
+        task = submit(agent, "uname -m")
+        await until(pilot, lambda: len(app.inbox) == 1)
+        key = app.inbox.rows()[0].key
+        await until(pilot, lambda: app.approvals.insights.get(key, {}).get("allowAlwaysPatterns"))
+        await pilot.press("A")
+        await until(pilot, lambda: isinstance(app.screen, GrantDialog))
+        await pilot.press("1")  # 30 min
+        assert (await asyncio.wait_for(task, 10))["details"]["status"] == "completed"
+        grants = GrantStore(state_dir / "exec-grants.json")
+        [grant] = await until(pilot, lambda: grants.active("main"))
+        assert grant.patterns[0].endswith("/uname") and grant.expires_at_ms is not None
+        assert ApprovalsStore().agent("main").allowlist == []  # not forever
+        again = await submit(agent, "uname -m")
+        assert again["details"]["status"] == "completed"  # no ask while the grant lives
+        await pilot.press("4")
+        await until(pilot, lambda: app.policy.agent_grants())
+        row = app.policy.query_one("#grants").get_row_at(0)  # type: ignore[attr-defined]
+        assert str(row[0]) == grant.id and "left" in str(row[2])
+        app.policy.query_one("#grants").focus()
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await until(pilot, lambda: not grants.active("main"))
+        await until(pilot, lambda: not app.policy.agent_grants())
+
+
 async def test_allow_always_cancelled_keeps_the_request(state_dir: Path) -> None:
     async with running_console(state_dir) as (app, pilot, agent):
         task = submit(agent, "uname -r")
         await until(pilot, lambda: len(app.inbox) == 1)
         await pilot.press("A")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await until(pilot, lambda: isinstance(app.screen, GrantDialog))
         await pilot.press("n")
         await pilot.pause(0.2)
         assert len(app.inbox) == 1 and not task.done()
@@ -124,7 +156,7 @@ async def test_ask_always_offers_no_allow_always(state_dir: Path) -> None:
         assert app.inbox.rows()[0].allowed == ("allow-once", "deny")
         await pilot.press("A")
         await pilot.pause(0.2)
-        assert not isinstance(app.screen, ConfirmDialog) and len(app.inbox) == 1
+        assert not isinstance(app.screen, GrantDialog) and len(app.inbox) == 1
         await pilot.press("a")
         assert (await asyncio.wait_for(task, 10))["details"]["status"] == "completed"
 
@@ -153,14 +185,39 @@ async def test_socket_request_goes_to_the_same_inbox(state_dir: Path) -> None:
         path, token = ApprovalsStore().socket_info()
         ask = asyncio.ensure_future(request_decision(path, token, {"command": "make deploy", "cwd": "/srv"}))
         await until(pilot, lambda: len(app.inbox) == 1)
-        assert app.inbox.rows()[0].source == "socket"
+        # Handed to the gateway (issue 21): a gateway row here, listed and answerable from anywhere.
+        assert app.inbox.rows()[0].source == "gateway"
+        assert app.inbox.rows()[0].view["command"] == "make deploy"
         await pilot.press("a")
         assert await asyncio.wait_for(ask, 10) == "allow-once"
 
         # a socket client that gives up takes its row with it
-        gone = asyncio.ensure_future(request_decision(path, token, {"command": "sleep 1"}, timeout=0.5))
+        gone = asyncio.ensure_future(request_decision(path, token, {"command": "sleep 1"}, timeout=3.0))
         await until(pilot, lambda: len(app.inbox) == 1)
         assert await gone is None
+        await until(pilot, lambda: len(app.inbox) == 0)
+
+
+async def test_socket_ask_is_listed_by_the_cli_and_allow_always_saves_like_a_gateway_ask(
+    state_dir: Path,
+) -> None:
+    from tests.helpers.gateway import cli
+
+    async with running_console(state_dir) as (app, pilot, _agent):
+        await until(pilot, lambda: app.socket_server is not None)
+        path, token = ApprovalsStore().socket_info()
+        body = {"command": "uname -a", "cwd": "/", "agentId": "main"}
+        ask = asyncio.ensure_future(request_decision(path, token, body))
+        await until(pilot, lambda: len(app.inbox) == 1)
+        pending = await asyncio.to_thread(cli, state_dir, "approvals", "pending")
+        assert pending.returncode == 0 and "uname -a" in pending.stdout, pending.stderr
+        slug = pending.stdout.split()[0]
+        done = await asyncio.to_thread(cli, state_dir, "approve", slug, "allow-always")
+        assert done.returncode == 0, done.stderr
+        assert await asyncio.wait_for(ask, 10) == "allow-always"
+        # What allow-always saves for a gateway ask of the same command: uname's path.
+        patterns = [r.pattern for r in ApprovalsStore().agent("main").allowlist]
+        assert any(p.endswith("/uname") for p in patterns), patterns
         await until(pilot, lambda: len(app.inbox) == 0)
 
 
@@ -526,3 +583,17 @@ async def test_sandboxes_pane_says_how_to_turn_them_on(state_dir: Path) -> None:
             or "unavailable" in str(app.query_one("#sandbox-detail").render()),
         )
         assert 'mode = "all"' in str(app.query_one("#sandbox-detail").render())
+
+
+async def test_tab_8_from_approvals_shows_browsers_with_their_keys_in_the_footer(state_dir: Path) -> None:
+    async with running_console(state_dir) as (app, pilot, _agent):
+        await pilot.press("1")
+        await pilot.pause()
+        await pilot.press("8")
+        await until(pilot, lambda: app.query_one("#tabs").active == "browsers")
+        assert app.focused is app.query_one("#browser-list")
+        footer_keys = {b.binding.key for b in app.active_bindings.values()}
+        assert {"r", "s", "u", "x"} <= footer_keys  # the pane's keys are live (and shown in the footer)
+        await pilot.press("u")  # no browser yet: it says so instead of nothing
+        detail = app.query_one("#browser-detail")
+        await until(pilot, lambda: "No browser selected" in str(detail.render()))

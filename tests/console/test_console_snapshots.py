@@ -22,6 +22,7 @@ import console.widgets.approvals
 import console.widgets.sessions
 from console.app import ConsoleApp
 from console.screens.help import HelpScreen
+from tests.helpers.gateway import wait_until
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -304,3 +305,25 @@ async def test_esc_leaves_the_input_and_slash_filters_sessions(state_dir: Path) 
         await pilot.press("escape")
         await pilot.pause(0.2)
         assert sorted(app.sessions.order) == sorted(s["sessionId"] for s in SESSIONS)
+
+
+async def test_a_toast_never_hides_the_approval_keys_at_80x24(state_dir: Path) -> None:
+    """Issue 21: at 80×24 a toast (bottom right) covered the key hints at the end of the detail."""
+    from textual.widgets._toast import Toast
+
+    app = offline_app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        app.inbox.add("gateway", APPROVAL["id"], APPROVAL)
+        app.approvals.insights[APPROVAL["id"]] = INSIGHT
+        app.refresh_inbox()
+        await pilot.pause(0.3)
+        app.notify("Approval allow-once submitted for 9b2c4d6e, and a second line of text.", timeout=30)
+        toasts = await wait_until(lambda: list(app.screen.query(Toast)))
+        await pilot.pause(0.3)
+        text = await settled_text(app, pilot)
+        detail = app.query_one("#approval-detail")
+        lines = [line.split("▎", 1)[-1] for line in text.splitlines()]
+        row = next((i for i, line in enumerate(lines) if "[a] allow once" in line), None)
+        assert row is not None, "the key hints are not on screen (under the toast)"
+        keys = detail.region.__class__(detail.region.x, row, detail.region.width, 2)  # the two hint lines
+        assert all(not toast.region.overlaps(keys) for toast in toasts), (keys, [t.region for t in toasts])

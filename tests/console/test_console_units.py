@@ -147,6 +147,51 @@ def test_the_demo_is_throw_away(monkeypatch: pytest.MonkeyPatch, state_dir: Path
     assert not first.exists() and not second.exists()
 
 
+def test_heredoc_bodies_show_as_data_blocks_not_code() -> None:
+    from rich.console import Console
+    from rich.panel import Panel
+    from rich.syntax import Syntax
+
+    from console.widgets.approvals import render_command
+
+    raw = "git commit -F - <<'EOF'\nfix: rm -rf / is not run\n\x1b[2Jbody\nEOF\nls -la"
+    shown = render_command(raw)
+    parts = list(shown.renderables)  # type: ignore[attr-defined]
+    assert [type(p) for p in parts] == [Syntax, Panel, Syntax]
+    assert "rm -rf" not in parts[0].code and "ls -la" in parts[2].code
+    console = Console(width=80, record=True, color_system=None)
+    console.print(shown)
+    text = console.export_text()
+    assert "stdin data until EOF (literal, not run)" in text
+    assert "fix: rm -rf / is not run" in text and "\\x1b[2Jbody" in text and "\x1b" not in text
+    # Not a heredoc we can read (an expansion in the body): the whole text is shown as code.
+    assert isinstance(render_command("cat <<EOF\n$(id)\nEOF"), Syntax)
+
+
+def test_approval_detail_names_every_requester_of_a_coalesced_ask() -> None:
+    from rich.console import Console
+
+    from console.inbox import InboxItem
+    from console.widgets.approvals import render_detail
+
+    view = {
+        "id": "a" * 36,
+        "slug": "aaaaaaaa",
+        "command": "ls",
+        "count": 2,
+        "allowedDecisions": ["allow-once", "deny"],
+        "requesters": [
+            {"sessionKey": "agent:main:one", "host": "gateway"},
+            {"sessionKey": "agent:main:two", "host": "node", "nodeId": "pi"},
+        ],
+    }
+    console = Console(width=120, record=True, color_system=None)
+    console.print(render_detail(InboxItem(key="k", source="gateway", view=view, ids=["k"]), {}))
+    text = console.export_text()
+    assert "×2" in text and "Asked by" in text
+    assert "agent:main:one (gateway), agent:main:two (node pi)" in text
+
+
 def test_approval_detail_shows_what_the_tree_would_run() -> None:
     """Issue 18 part 3: the ask names the file and key that git would run; agent-chosen names stay escaped."""
     from rich.console import Console

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine.approvals.grants import GrantLimits
 from engine.approvals.pending import ApprovalError
+from engine.errors import InvalidInput
 from engine.results import ToolError
 from runner.gateway.handlers.common import opt_str, req_str, require_operator
 
@@ -19,13 +21,15 @@ async def handle(services: Services, conn: Connection, params: dict[str, Any]) -
     decision = req_str(params, "decision")
     reason = opt_str(params, "reason")
     try:
+        grant = GrantLimits.from_json(params.get("grant"))  # allow-always with limits
         record, applied = services.approvals.resolve(
-            approval_id, decision, resolved_by=conn.name, reason=reason
+            approval_id, decision, resolved_by=conn.name, reason=reason, grant=grant
         )
-    except ApprovalError as exc:
+    except (ApprovalError, InvalidInput) as exc:
         raise ToolError(str(exc)) from None
     if applied:
-        text = f"Approval {record.decision} submitted for {record.slug}."
+        limits = f" ({record.grant.describe()})" if record.grant else ""
+        text = f"Approval {record.decision}{limits} submitted for {record.slug}."
     else:
         text = f"Approval {record.slug} was already resolved ({record.decision or 'expired'}); ignored."
     details = {

@@ -100,8 +100,10 @@ async def test_identical_pending_requests_coalesce() -> None:
     a, created_a = mgr.register(req())
     b, created_b = mgr.register(req())
     c, created_c = mgr.register(req(session_key="other"))
+    # Another session asking the same question joins the row (issue 21): a new requester, one record.
     assert created_a and not created_b and created_c
-    assert a is b and a is not c and a.count == 2
+    assert a is b and a is c and a.count == 3
+    assert [r["sessionKey"] for r in a.requesters] == [req().session_key, "other"]
     mgr.resolve(a.id, "allow-once")
     d, created_d = mgr.register(req())  # resolved: a new ask
     assert created_d and d is not a

@@ -50,7 +50,7 @@ CORPUS: dict[str, Attempt] = {
     "redirect-amp": Attempt("ls &> /tmp/x"),
     "redirect-prefix": Attempt(">/tmp/x ls"),
     "herestring": Attempt("cat <<< hi"),
-    "heredoc": Attempt("cat <<EOF\nhello\nEOF"),
+    "heredoc-to-shell": Attempt("bash <<'EOF'\nid\nEOF", entries=[*STANDARD, "/usr/bin/bash"]),
     "heredoc-subst": Attempt("cat <<EOF\n$(id)\nEOF"),
     "heredoc-unterminated": Attempt("cat <<EOF\n$(id)"),
     # chaining and structure
@@ -73,9 +73,10 @@ CORPUS: dict[str, Attempt] = {
     "double-semicolon": Attempt("ls ;; id"),
     # newlines and continuations
     "newline": Attempt("ls\nid"),
+    "newline-in-quotes-then-cmd": Attempt("echo 'a\nb'\nid"),
     "carriage-return": Attempt("ls\rid"),
     "crlf": Attempt("ls\r\nid"),
-    "line-continuation": Attempt("ls \\\nid"),
+    "line-continuation": Attempt("ls &&\\\nid"),
     "nul-byte": Attempt("ls\x00; id"),
     # expansions in argv[0]
     "var-argv0": Attempt("$CMD -la"),

@@ -109,9 +109,16 @@ def test_fail_closed_analysis_never_allows() -> None:
 
 
 def test_heredoc_warning() -> None:
-    d = decide("cat <<EOF\nhi\nEOF")
+    # A heredoc we cannot prove to be data (an expansion in an unquoted body) asks with the warning;
+    # a plain one is stdin data and needs only its command allowlisted (issue 21).
+    d = decide("cat <<EOF\n$(id)\nEOF")
     assert d.decision == "ask"
     assert "Warning: heredoc execution requires explicit approval in allowlist mode." in d.warnings
+    store = ApprovalsStore()
+    store.add_allowlist("main", "/usr/bin/cat")
+    d = decide("cat <<'EOF'\n$(id)\nEOF", store=store)
+    assert d.decision == "allow" and not d.warnings, d.reason
+    assert d.enforced_command == "'/usr/bin/cat' <<'EXECHOST_EOF_0'\n$(id)\nEXECHOST_EOF_0\n"
 
 
 def test_durable_command_hash_approval() -> None:

@@ -74,3 +74,51 @@ def test_setup_never_overwrites_an_image_it_did_not_build(debian_image: str) -> 
             admin.setup_image(cfg, lambda _line: None)
     finally:
         docker_ops.client().images.remove(foreign, force=True)
+
+
+def test_setup_shows_mmdebstrap_progress_as_it_comes(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: `sandbox setup` was silent for a minute (mmdebstrap ran with --quiet, stderr read at the
+    end). A stand-in mmdebstrap prints its progress, waits for us to have shown it, then writes a rootfs
+    tar that the real docker import takes."""
+    import tarfile
+    from pathlib import Path
+
+    from engine.sandbox.images import build_debian_image
+
+    try:
+        client = docker_ops.client()
+    except docker_ops.SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    root = Path(tmp_path)
+    rootfs = root / "rootfs.tar"
+    (root / "hello").write_text("hi\n")
+    with tarfile.open(rootfs, "w") as tar:
+        tar.add(root / "hello", arcname="hello")
+    shown = root / "shown"
+    fake = root / "bin" / "mmdebstrap"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\n"
+        "echo 'I: automatically chosen mode: unshare' >&2\n"
+        "echo 'I: downloading packages with apt...' >&2\n"
+        # the build goes on only once the first lines were shown: they came while it ran
+        f"n=0; while [ ! -e {shown} ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n+1)); done\n"
+        f"cat {rootfs}\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    lines: list[str] = []
+
+    def progress(line: str) -> None:
+        lines.append(line)
+        if "downloading packages" in line:
+            shown.touch()
+
+    tag = f"exechost-progress-test:{RUN_ID}"
+    try:
+        build_debian_image(tag, progress)
+        assert lines.index("I: downloading packages with apt...") < lines.index(f"imported as {tag}")
+    finally:
+        client.images.remove(tag, force=True)

@@ -12,9 +12,11 @@ import pytest
 
 from engine.results import ToolError
 from engine.sessions import RunSpec, SessionManager, SystemEvents
+from engine.sessions.actions import KILL_WAIT_SEC
 from engine.sessions.keys import encode_keys, encode_paste, needs_cursor_mode
 from engine.sessions.output import OutputBuffer, OutputChunk, OutputSubscription, TextDecoder, sanitize
 from engine.sessions.registry import Registry, clamp_cleanup_ms, derive_session_name, make_slug
+from tests.helpers.gateway import wait_until
 
 RUNNING_SUFFIX = "Use process (list/poll/log/write/kill/clear/remove) for follow-up."
 
@@ -306,6 +308,20 @@ async def test_poll_backoff_and_drain(mgr: SessionManager) -> None:
     assert fresh.details["retryInMs"] == 5000
 
 
+async def test_kill_of_a_process_that_ignores_sigterm_says_running(state_dir: Path) -> None:
+    # Issue 21: kill said `completed` while the text said "Termination requested" and it still ran.
+    manager = SessionManager(state_dir, kill_grace_sec=KILL_WAIT_SEC + 1)  # SIGKILL after kill answers
+    try:
+        sid = await bg(manager, "trap '' TERM; echo armed; sleep 60")
+        await wait_until(lambda: "armed" in manager.get(sid, "s1").raw.read(0, 100)[1].decode())
+        killed = await manager.process("kill", {"sessionId": sid}, "s1")
+        assert killed.details["status"] == "running" and killed.details["terminationRequested"]
+        still = "It is still running; poll to see it exit."
+        assert killed.text == f"Termination requested for session {sid}. {still}"
+    finally:
+        await manager.close()
+
+
 async def test_kill_clear_remove(mgr: SessionManager) -> None:
     sid = await bg(mgr, "sleep 30")
     assert (
@@ -313,6 +329,7 @@ async def test_kill_clear_remove(mgr: SessionManager) -> None:
     ).text == f"No finished session found for {sid}"
     killed = await mgr.process("kill", {"sessionId": sid}, "s1")
     assert killed.text == f"Termination requested for session {sid}."
+    assert killed.details["status"] == "completed"  # sleep is gone by the time kill answers
     text = await wait_exit(mgr, sid)
     assert text == "(no output recorded)\n\nProcess exited with signal SIGTERM."
     polled = await mgr.process("poll", {"sessionId": sid}, "s1")

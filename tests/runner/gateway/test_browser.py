@@ -256,3 +256,26 @@ async def test_headless_has_no_display_and_no_novnc(browser_state: Path) -> None
         finally:
             await agent.close()
             await op.close()
+
+
+async def test_a_page_that_needs_a_network_says_the_browser_has_none(browser_state: Path) -> None:
+    """Issue 21: ERR_INTERNET_DISCONNECTED said nothing about network = "none"."""
+    async with gateway(browser_state):
+        agent = await connect(browser_state, "agent", operator=False)
+        try:
+            with pytest.raises(RemoteError) as failed:
+                await agent.request("browser", {"action": "navigate", "url": "http://example.com/"})
+            assert "ERR_" in str(failed.value)
+            assert 'The browser sandbox has network = "none"' in str(failed.value)
+        finally:
+            await agent.close()
+
+
+def test_offline_hint_only_for_network_errors_without_a_network() -> None:
+    from engine.tools.browser import BrowserTool
+
+    message = "browser navigate failed: net::ERR_INTERNET_DISCONNECTED at http://example.com/"
+    assert 'network = "none"' in BrowserTool.offline_hint(message, "none")
+    assert BrowserTool.offline_hint(message, "bridge") == message
+    other = "browser navigate failed: net::ERR_CONNECTION_REFUSED at http://localhost:1/"
+    assert BrowserTool.offline_hint(other, "none") == other

@@ -1,0 +1,92 @@
+"""`approvals.relay`: an ask that arrived on exec-approvals.sock (OpenClaw's clients), held by the gateway.
+
+The console hosts the socket; it hands each ask here so that it is one more pending approval — listed by
+`exechost approvals pending`, answerable by `exechost approve` or any console — and waits for the answer.
+An allow-always saves what it saves for a gateway ask: the gateway's own allow-always patterns for that
+command (or a grant, with limits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from engine.approvals.decisions import DECISIONS
+from engine.approvals.pending import ApprovalError, ApprovalRequest
+from engine.errors import InvalidInput
+from engine.policy.decision import evaluate
+from engine.results import ToolError
+from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator
+
+if TYPE_CHECKING:
+    from runner.gateway.connection import Connection
+    from runner.gateway.services import Services
+
+log = logging.getLogger("exechost.gateway")
+MAX_RELAY_MS = 30 * 60 * 1000
+
+
+async def relay(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    require_operator(conn, "approvals.relay")  # only the console that hosts the socket relays its asks
+    socket_id = req_str(params, "id")
+    if params.get("withdraw") is True:  # the socket client gave up: its row goes
+        return {"withdrawn": services.approvals.withdraw(f"socket:{socket_id}")}
+    command = req_str(params, "command")
+    agent = agent_id(params, conn)
+    cwd = opt_str(params, "cwd") or ""
+    offered = params.get("allowedDecisions")
+    allowed = tuple(d for d in DECISIONS if not isinstance(offered, list) or d in offered)
+    if not allowed:
+        raise InvalidInput("allowedDecisions offers nothing")
+    timeout = params.get("timeoutMs")
+    ttl = min(int(timeout), MAX_RELAY_MS) if isinstance(timeout, int) and timeout > 0 else None
+    decision = await asyncio.to_thread(
+        evaluate,
+        command,
+        config=services.config(),
+        agent_id=agent,
+        params={"host": "gateway"},
+        store=services.store,
+        cwd=cwd or None,
+    )
+    request = ApprovalRequest(
+        command=command,
+        cwd=cwd,
+        host="gateway",
+        agent_id=agent,
+        session_key=opt_str(params, "sessionKey") or "",
+        security=opt_str(params, "security") or decision.security or "allowlist",
+        ask=opt_str(params, "ask") or decision.ask or "on-miss",
+        allowed_decisions=allowed,
+        resolved_path=opt_str(params, "resolvedPath"),
+        node_approval_id=f"socket:{socket_id}",  # who asked; each socket ask gets its own answer
+        decision_json=decision.to_json(),
+        warnings=("asked on exec-approvals.sock (an OpenClaw client runs the command itself)",),
+    )
+    try:
+        record, _ = services.approvals.register(request, ttl)
+    except ApprovalError as exc:
+        raise ToolError(str(exc)) from None
+    answer = await services.approvals.wait(record)
+    patterns = decision.allow_always_patterns
+    if answer == "allow-always" and patterns:
+        try:
+            if record.grant is not None:
+                if record.grant_id is None:
+                    record.grant_id = (
+                        await asyncio.to_thread(
+                            services.grants.add,
+                            agent,
+                            patterns,
+                            command,
+                            record.grant,
+                            request.session_key,
+                            record.resolved_by or "operator",
+                        )
+                    ).id
+            else:
+                await asyncio.to_thread(services.store.persist_allow_always, agent, patterns)
+        except Exception as exc:
+            log.warning("could not save allow-always for a socket ask %s: %s", patterns, exc)
+    return {"decision": answer, "resolvedBy": record.resolved_by, "id": record.id, "slug": record.slug}
