@@ -117,6 +117,7 @@ async def run_action(
 # One `list` answer stays well under the 1 MiB frame cap however many sessions there are (issue 19: it
 # failed at ~2,700): rows are added until their views and lines reach this, and `next` continues.
 LIST_PAGE_BYTES = 384 * 1024
+LIST_PAGE_ROWS = 500  # and a page's cost stays flat in the session count (a view costs ~10-30 µs)
 
 
 def _list_cursor(session: Session) -> str:
@@ -148,7 +149,7 @@ def _list(manager: SessionManager, scope: str | None, params: dict[str, Any] | N
         label = truncate_middle(s["name"], 80) if s["name"] else truncate_middle(s["command"], 120)
         line = f"{s['sessionId']} {s['status']:<9} {format_duration(s['runtimeMs'])} :: {label}"
         size += len(json.dumps(s, ensure_ascii=False)) + 2 * len(line.encode())  # the line, and escaped
-        if sessions and size > LIST_PAGE_BYTES:
+        if sessions and (size > LIST_PAGE_BYTES or len(sessions) >= LIST_PAGE_ROWS):
             break
         sessions.append(s)
         lines.append(line)
