@@ -117,7 +117,7 @@ async def run_action(
 # One `list` answer stays well under the 1 MiB frame cap however many sessions there are (issue 19: it
 # failed at ~2,700): rows are added until their views and lines reach this, and `next` continues.
 LIST_PAGE_BYTES = 384 * 1024
-LIST_PAGE_ROWS = 500  # and a page's cost stays flat in the session count (a view costs ~10-30 µs)
+LIST_PAGE_ROWS = 200  # and a page's cost stays flat in the session count (a view costs ~10-30 µs)
 
 
 def _list_cursor(session: Session) -> str:
