@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from engine import statefs
-from engine.commands.which import real_path
+from engine.commands.which import poll_changes, real_path
 
 
 def _inside(path: str, root: str) -> bool:
@@ -54,8 +54,10 @@ def protected_operand(
     Every word counts, options' `=value` parts too: `cat gateway.json` run in the state dir reads a
     token as surely as `cat ~/.openclaw/gateway.json` does. Reading them would let an allowlisted reader
     (`cat`, `head`, `grep`) hand the agent the tokens that approve and broaden its own commands."""
-    root = root or protected_root(poll=poll)
-    base = real_path(cwd, poll=poll) if cwd else os.getcwd()
+    if poll:
+        poll_changes()  # once, then every lookup below answers from caches valid as of now
+    root = root or protected_root(poll=False)
+    base = real_path(cwd, poll=False) if cwd else os.getcwd()
     if _inside(base, root):
         return cwd
     for word in argv[1:]:
