@@ -157,7 +157,7 @@ async def bench_idle(mgr: SessionManager, count: int) -> None:
     assert result.details.get("total", len(result.details["sessions"])) == count
     print(
         f"{count} idle background sessions: started in {started:.1f} s; gateway RSS per session "
-        f"{per_session:.0f} KiB; process list (first page) p50 {pct(lat, 0.5):.1f} ms p95 {pct(lat, 0.95):.1f} ms"
+        f"{per_session:.0f} KiB; process list page p50 {pct(lat, 0.5):.1f} ms p95 {pct(lat, 0.95):.1f} ms"
     )
     t = time.perf_counter()
     await mgr.close()
