@@ -19,6 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.table import ratio, record  # noqa: E402
 from engine.approvals.pending import MAX_PENDING, MAX_PENDING_PER_AGENT  # noqa: E402
 from engine.protocol.client import ControlClient  # noqa: E402
 
@@ -94,6 +95,17 @@ async def bench_exec(state: Path, runs: int) -> None:
     print(line("baseline subprocess.run(['/bin/sh', '-c', 'true'])", shell))
     print(line("control round trip only (`status`)", status))
     print(line("exechost exec `true` (policy + env + spawn + EOF + exit)", gateway))
+    record(
+        "exec `true` over a kept control connection p50 (vs subprocess.run)",
+        f"{pct(gateway, 0.5):.2f} ms",
+        f"{pct(argv, 0.5):.2f} ms",
+        ratio(pct(gateway, 0.5), pct(argv, 0.5)),
+        "≤ 1.2 ms and ≤ 1.6×",
+    )
+    record(
+        "bare `status` round trip p50 (requests/s)",
+        f"{pct(status, 0.5):.2f} ms ({len(status) / sum(status):,.0f}/s)",
+    )
 
 
 async def bench_approvals(state: Path, count: int) -> None:
@@ -155,6 +167,8 @@ async def bench_approvals(state: Path, count: int) -> None:
     print(line("approval round trip + run (auto allow-once, spawns `true`)", allowed))
     label = f"approval throughput, {burst} concurrent asks ({agents} agents)"
     print(f"{label:<58} {burst / elapsed:7.0f} approvals/s")
+    record("approval round trip p50 (auto-deny)", f"{pct(denied, 0.5):.2f} ms", goal="≤ 1 ms")
+    record(f"approval throughput ({burst} concurrent asks)", f"{burst / elapsed:,.0f}/s", goal="≥ 3,000/s")
 
 
 def main() -> None:

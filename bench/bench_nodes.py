@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO))
 
 import asyncssh  # noqa: E402
 
+from bench.table import ratio, record  # noqa: E402
 from engine.config.model import NodeConfig  # noqa: E402
 from engine.nodes.link import NodeLink  # noqa: E402
 from tests.helpers.sshd import EXECHOST, SshdNode, _keygen, _user, make_node  # noqa: E402
@@ -136,6 +137,13 @@ async def main(runs: int, concurrent: int) -> None:
                 await conn.run("true", check=True)
                 raw.append(time.perf_counter() - started)
         print(line("raw asyncssh conn.run('true') (kept connection)", raw))
+        record(
+            "node exec `true` p50 (vs raw asyncssh conn.run)",
+            f"{pct(node_samples, 0.5):.2f} ms",
+            f"{pct(raw, 0.5):.2f} ms",
+            ratio(pct(node_samples, 0.5), pct(raw, 0.5)),
+            "≤ 1.5×",
+        )
 
         plain = timed_runs([*ssh_args(node), "true"], max(5, runs // 10))
         print(line("ssh host true (new connection each time)", plain))

@@ -31,10 +31,33 @@ def home_dir(env: Mapping[str, str] | None = None) -> str:
     raw = source.get("OPENCLAW_HOME", "").strip()
     if raw:
         return os.path.abspath(raw)
+    return _account_home()
+
+
+PASSWD_FILE = "/etc/passwd"  # noqa: S105 - the account database, not a secret
+# (uid, stamp of the passwd file) -> the account's home. getpwuid costs ~20 µs and every policy decision
+# asks; the answer holds until the uid or the passwd file (inode, size, mtime, ctime) changes.
+_HOMES: dict[tuple[int, tuple[int, ...]], str] = {}
+
+
+def _account_home() -> str:
     try:
-        return pwd.getpwuid(os.getuid()).pw_dir
+        info = os.stat(PASSWD_FILE)
+        stamp: tuple[int, ...] = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    except OSError:
+        stamp = ()
+    key = (os.getuid(), stamp)
+    cached = _HOMES.get(key) if stamp else None
+    if cached is not None:
+        return cached
+    try:
+        home = pwd.getpwuid(key[0]).pw_dir
     except KeyError:
-        return str(Path.home())
+        home = str(Path.home())
+    _HOMES.clear()
+    if stamp:
+        _HOMES[key] = home
+    return home
 
 
 def state_dir(env: dict[str, str] | None = None) -> Path:

@@ -127,6 +127,7 @@ PROCESS_SCHEMA: dict[str, Any] = {
         "eof": {"type": "boolean", "description": "Close stdin after write"},
         "offset": {"type": "integer", "minimum": 0, "description": "For log: first line"},
         "limit": {"type": "integer", "minimum": 1, "description": "For log: how many lines"},
+        "cursor": {"type": "string", "description": "For list: continue after this page (its `next`)"},
         "timeoutMs": {
             "type": "integer",
             "minimum": 0,

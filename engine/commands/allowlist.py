@@ -23,7 +23,14 @@ from engine.commands.safebins import (
     safe_bin_names,
     validate_safe_bin_argv,
 )
-from engine.commands.which import DEFAULT_PATH, poll_changes, resolve, resolve_executable
+from engine.commands.which import (
+    DEFAULT_PATH,
+    named_path,
+    poll_changes,
+    real_path,
+    resolve,
+    resolve_executable,
+)
 from engine.commands.wrappers import BLOCKED_WRAPPERS, TRANSPARENT_WRAPPERS
 from engine.errors import InvalidInput
 from engine.statefs import home_dir
@@ -90,14 +97,19 @@ class AllowlistResult:
 # --------------------------------------------------------------------------- patterns
 
 
+def _expand_home(pattern: str, home: str) -> str:
+    return home + pattern[1:] if pattern == "~" or pattern.startswith("~/") else pattern
+
+
+def _is_literal(pattern: str) -> bool:
+    return "*" not in pattern and "?" not in pattern and "/" in pattern
+
+
 @lru_cache(maxsize=512)
 def _compile_glob(pattern: str, home: str) -> re.Pattern[str]:
-    if pattern == "~" or pattern.startswith("~/"):
-        pattern = home + pattern[1:]
-    if "*" not in pattern and "?" not in pattern and "/" in pattern:
-        # A literal path names that file as written: its directories are resolved (`/bin` → `/usr/bin`)
-        # but not its last hop, so `/usr/bin/xzcat` never lets its alias `xz` (same inode) through.
-        pattern = named_path(pattern)
+    """A glob pattern's regex. Pure text: literal paths are not compiled here but resolved when matched
+    (`_match_entry`), so a symlink changed later is never answered from a stale compile."""
+    pattern = _expand_home(pattern, home)
     out: list[str] = []
     index = 0
     while index < len(pattern):
@@ -117,14 +129,6 @@ def _compile_glob(pattern: str, home: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
-def named_path(path: str) -> str:
-    """`path` with its directory resolved but its last component kept: the name the program sees."""
-    head, tail = os.path.split(path)
-    return os.path.join(os.path.realpath(head or "."), tail) if tail else os.path.realpath(path)
-
-
-@lru_cache(maxsize=512)
-
 def bare_name_path(pattern: str, path_var: str | None = None) -> str | None:
     """The path a bare-name pattern (`rg`) names now, through PATH; None when `pattern` is not a bare
     name. Bare names never match at run time (they would mean whatever PATH finds then), so an entry
@@ -136,6 +140,8 @@ def bare_name_path(pattern: str, path_var: str | None = None) -> str | None:
         raise InvalidInput(f"{pattern}: not found on PATH; give the executable's path instead")
     return named_path(os.path.abspath(found))
 
+
+@lru_cache(maxsize=512)
 def _compile_args(arg_pattern: str) -> re.Pattern[str] | None:
     try:
         return re.compile(arg_pattern)
@@ -151,9 +157,10 @@ def args_text(argv: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class _Compiled:
     entry: AllowlistEntry
-    kind: str  # "any" (bare *) or "path" (matches the named path)
+    kind: str  # "any" (bare *), "path" (a glob matching the named path) or "literal" (one named path)
     regex: re.Pattern[str] | None
     args: re.Pattern[str] | None  # None with entry.arg_pattern set = invalid regex, never matches
+    literal: str = ""  # kind "literal": the path as written (~ expanded), resolved at match time
 
 
 @lru_cache(maxsize=64)
@@ -167,6 +174,10 @@ def _compile_entries(entries: tuple[AllowlistEntry, ...], home: str) -> tuple[_C
         args = _compile_args(entry.arg_pattern) if entry.arg_pattern is not None else None
         if pattern == "*":
             out.append(_Compiled(entry, "any", None, args))
+        elif _is_literal(_expand_home(pattern, home)):
+            # A literal path names that file as written: its directories are resolved (`/bin` → `/usr/bin`)
+            # but not its last hop, so `/usr/bin/xzcat` never lets its alias `xz` (same inode) through.
+            out.append(_Compiled(entry, "literal", None, args, _expand_home(pattern, home)))
         elif "/" in pattern or "\\" in pattern or pattern.startswith("~"):
             out.append(_Compiled(entry, "path", _compile_glob(pattern, home), args))
         # A bare name (`rg`) never matches: like OpenClaw, patterns without a path separator are ignored,
@@ -174,9 +185,13 @@ def _compile_entries(entries: tuple[AllowlistEntry, ...], home: str) -> tuple[_C
     return tuple(out)
 
 
-def _match_entry(compiled: _Compiled, argv: tuple[str, ...], found: tuple[str, str] | None) -> bool:
-    if compiled.kind != "any" and (
-        found is None or compiled.regex is None or compiled.regex.fullmatch(named_path(found[0])) is None
+def _match_entry(compiled: _Compiled, argv: tuple[str, ...], named: str | None) -> bool:
+    """`named`: the segment's executable as named (`named_path` of what PATH found), None if not found."""
+    if compiled.kind == "literal":
+        if named is None or named_path(compiled.literal, poll=False) != named:
+            return False
+    elif compiled.kind != "any" and (
+        named is None or compiled.regex is None or compiled.regex.fullmatch(named) is None
     ):
         return False
     if compiled.entry.arg_pattern is None:
@@ -187,14 +202,18 @@ def _match_entry(compiled: _Compiled, argv: tuple[str, ...], found: tuple[str, s
 # --------------------------------------------------------------------------- evaluation
 
 
-@lru_cache(maxsize=64)
 def _real_dirs(dirs: tuple[str, ...]) -> frozenset[str]:
-    return frozenset(os.path.realpath(d) for d in dirs)
+    return frozenset(real_path(d, poll=False) for d in dirs)
 
 
 @lru_cache(maxsize=64)
 def _absolute_dirs(path_var: str) -> frozenset[str]:
     return frozenset(entry.rstrip("/") or "/" for entry in path_var.split(":") if entry.startswith("/"))
+
+
+@lru_cache(maxsize=64)
+def _safe_bin_names(configured: frozenset[str]) -> frozenset[str]:
+    return safe_bin_names(configured)  # a pure function of the names
 
 
 def _in_trusted_dir(real: str, trusted: frozenset[str]) -> bool:
@@ -230,18 +249,18 @@ def evaluate_allowlist(
     )
     home = home_dir()
     path_var = env.get("PATH", DEFAULT_PATH)
+    poll_changes()  # once per decision: every lookup below answers from caches valid as of now
     context = _Context(
         entries=_compile_entries(tuple(entries), home),
         cwd=cwd,
         path_var=path_var,
         path_dirs=_absolute_dirs(path_var),
         home=home,
-        safe_bins=safe_bin_names(frozenset(safe_bins)),
+        safe_bins=_safe_bin_names(frozenset(safe_bins)),
         profiles=profiles,
         trusted=_real_dirs(tuple(trusted_dirs)),
-        protected=protected_root(),
+        protected=protected_root(poll=False, home=home),
     )
-    poll_changes()
     return _evaluate(analysis, context)
 
 
@@ -257,13 +276,18 @@ def _miss(segment: Segment, real: str | None, reason: str, wrappers: tuple[str, 
 
 def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
     found = resolve(segment.argv[0], context.cwd, context.path_var, poll=False)
-    match = _match_found(segment, found, context)
-    return replace(match, named_path=named_path(found[0])) if found else match
+    named = named_path(found[0], poll=False) if found else None
+    match = _match_found(segment, found, named, context)
+    return replace(match, named_path=named) if found else match
 
 
-def _match_found(segment: Segment, found: tuple[str, str] | None, context: _Context) -> SegmentMatch:
+def _match_found(
+    segment: Segment, found: tuple[str, str] | None, named: str | None, context: _Context
+) -> SegmentMatch:
     argv = segment.argv
-    touched = protected_operand(argv, context.cwd, context.protected) if segment.inner is None else None
+    touched = (
+        protected_operand(argv, context.cwd, context.protected, poll=False) if segment.inner is None else None
+    )
     if touched is not None:
         real = found[1] if found else None
         return _miss(segment, real, f"{touched} is inside exechost's state dir (tokens, approvals)")
@@ -300,7 +324,7 @@ def _match_found(segment: Segment, found: tuple[str, str] | None, context: _Cont
     if segment.inner is not None:
         return _match_shell(segment, real, wrappers, context)
     for compiled in context.entries:
-        if _match_entry(compiled, argv, found):
+        if _match_entry(compiled, argv, named):
             entry = compiled.entry
             return SegmentMatch(argv, real, "allowlist", entry.pattern, entry.id, None, wrappers)
     reason = _safe_bin_reason(argv, found, context)

@@ -3,35 +3,68 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
+from functools import lru_cache
 
 from engine import statefs
+from engine.commands.which import poll_changes, real_path
 
 
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def protected_root() -> str:
-    """The state dir, resolved: socket tokens, the approvals file and sandbox workspaces live there."""
-    return os.path.realpath(statefs.state_dir())
+def protected_root(*, poll: bool = True, home: str | None = None) -> str:
+    """The state dir, resolved: socket tokens, the approvals file and sandbox workspaces live there.
+    `home`: statefs.home_dir(), when the caller has it already."""
+    env = os.environ
+    account = home if home is not None else statefs.home_dir()
+    key = (env.get("OPENCLAW_STATE_DIR"), env.get("OPENCLAW_HOME"), env.get("HOME"), account)
+    return real_path(_state_dir_text(key), poll=poll)
 
 
-def protected_operand(argv: Sequence[str], cwd: str, root: str | None = None) -> str | None:
+@lru_cache(maxsize=16)
+def _state_dir_text(key: tuple[str | None, ...]) -> str:
+    """statefs.state_dir() as text, keyed by everything it reads (its env vars and the account's home):
+    building the Path costs more than the rest of the lookup."""
+    del key
+    return str(statefs.state_dir())
+
+
+def _resolved(path: str, poll: bool) -> str:
+    """os.path.realpath(path) for an absolute path: its directory through the watched cache, then one lstat
+    of the last component (operands are mostly unique, their directories are not)."""
+    head, tail = os.path.split(path)
+    if not tail or tail in (".", "..") or not head.startswith("/") or "\x00" in path:
+        return os.path.realpath(path)
+    joined = os.path.join(real_path(head, poll=poll), tail)
+    try:
+        link = stat.S_ISLNK(os.lstat(joined).st_mode)
+    except OSError:
+        link = False  # missing (or a loop above it): realpath keeps the name as written
+    return os.path.realpath(path) if link else joined
+
+
+def protected_operand(
+    argv: Sequence[str], cwd: str, root: str | None = None, *, poll: bool = True
+) -> str | None:
     """The first word of `argv` (or the cwd) that names something inside the state dir, else None.
 
     Every word counts, options' `=value` parts too: `cat gateway.json` run in the state dir reads a
     token as surely as `cat ~/.openclaw/gateway.json` does. Reading them would let an allowlisted reader
     (`cat`, `head`, `grep`) hand the agent the tokens that approve and broaden its own commands."""
-    root = root or protected_root()
-    base = os.path.realpath(cwd) if cwd else os.getcwd()
+    if poll:
+        poll_changes()  # once, then every lookup below answers from caches valid as of now
+    root = root or protected_root(poll=False)
+    base = real_path(cwd, poll=False) if cwd else os.getcwd()
     if _inside(base, root):
         return cwd
     for word in argv[1:]:
         for candidate in (word, word.partition("=")[2]):
             if not candidate or candidate.startswith("-"):
                 continue
-            path = os.path.realpath(os.path.join(base, os.path.expanduser(candidate)))
+            path = _resolved(os.path.join(base, os.path.expanduser(candidate)), False)
             if _inside(path, root):
                 return candidate
     return None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import stat
+import threading
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -44,11 +46,38 @@ class _DirWatch:
         self.fd = -1
         self.watched: set[str] = set()
         self.libc: Any = None
+        # Bumped whenever cached answers are dropped: an answer computed across a bump is not stored, so a
+        # change seen (and drained) by another thread, or a reset, never leaves a stale answer behind.
+        self.generation = 0
+        self.lock = threading.Lock()
+
+    def _drop_all(self) -> None:
+        with self.lock:
+            self.generation += 1
+            RESOLVED.clear()
+            REAL.clear()
+            NAMED.clear()
+
+    def current(self) -> int:
+        """The generation, read after a fork's (or first use's) reset so the reset cannot void a store."""
+        self._ready()
+        return self.generation
+
+    def store(self, generation: int, cache: dict[Any, Any], key: Any, value: Any, limit: int) -> bool:
+        """Keep `value` unless anything was dropped since `generation` was read (checked under the lock)."""
+        with self.lock:
+            if generation != self.generation:
+                return False
+            if len(cache) >= limit:
+                cache.clear()
+            cache[key] = value
+            return True
 
     def _ready(self) -> bool:
         if self.pid != os.getpid():  # a forked child must not share (and steal) the parent's events
             self.pid, self.fd, self.watched = os.getpid(), -1, set()
-            RESOLVED.clear()
+            self.lock = threading.Lock()  # another thread may have held the parent's at the fork
+            self._drop_all()
             try:
                 self.libc = ctypes.CDLL(None, use_errno=True)
                 self.fd = self.libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
@@ -61,7 +90,10 @@ class _DirWatch:
             return False
         for directory in directories:
             if directory not in self.watched:
-                if len(self.watched) >= _WATCH_MAX:  # inotify watches are a per-user budget: share it
+                if len(self.watched) >= _WATCH_MAX:
+                    # inotify watches are a per-user budget: share it. Start over rather than stop caching
+                    # for good once a long-lived gateway has seen this many directories.
+                    self._reset()
                     return False
                 if self.libc.inotify_add_watch(self.fd, os.fsencode(directory), _IN_MASK) < 0:
                     return False
@@ -83,14 +115,24 @@ class _DirWatch:
                 seen = True
                 break
         if seen:
-            RESOLVED.clear()
+            self._drop_all()
         return seen
+
+    def _reset(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        self.pid = -1  # the next _ready() opens a fresh inotify fd and drops every cached answer
+        self._ready()
 
 
 # (name, cwd, PATH) -> (answer, stamps of what it depends on, whether inotify covers it).
 RESOLVED: dict[tuple[str, str, str], tuple[tuple[str, str] | None, Stamps, bool]] = {}
 RESOLVED_MAX = 4096
 _WATCH_MAX = 512
+# absolute path -> os.path.realpath(path), for paths whose every looked-into directory is watched.
+REAL: dict[str, str] = {}
+REAL_MAX = 4096
+NAMED: dict[str, str] = {}  # path -> named_path(path), for paths whose directory is in REAL
 WATCH = _DirWatch()
 
 
@@ -104,17 +146,18 @@ def resolve(name: str, cwd: str, path_var: str, *, poll: bool = True) -> tuple[s
     cached = RESOLVED.get(key)
     if cached is not None and (cached[2] or all(_stamp(path) == stamp for path, stamp in cached[1])):
         return cached[0]
+    generation = WATCH.current()
     # Watch before looking, so a change during the lookup is an event rather than a stale answer.
     dirs = [] if "/" in name else [os.path.join(cwd, e) if e else cwd for e in path_var.split(":")]
     watched = bool(dirs) and WATCH.watch(dirs)
     answer, stamps = resolve_uncached(name, cwd, path_var)
     if watched and answer is not None:
         watched = WATCH.watch(_link_dirs(answer[0])) and os.path.realpath(answer[0]) == answer[1]
-    if WATCH.changed():
+    if WATCH.changed() or WATCH.generation != generation:
         watched = False
-    if len(RESOLVED) >= RESOLVED_MAX:
-        RESOLVED.clear()
-    RESOLVED[key] = (answer, stamps, watched)
+    if not WATCH.store(generation, RESOLVED, key, (answer, stamps, watched), RESOLVED_MAX):
+        # Dropped meanwhile: keep it stat-validated only, never as inotify-covered.
+        WATCH.store(WATCH.generation, RESOLVED, key, (answer, stamps, False), RESOLVED_MAX)
     return answer
 
 
@@ -156,6 +199,107 @@ def resolve_executable(name: str, *, cwd: str, env: Mapping[str, str]) -> str | 
     """Real path of what `name` runs in `cwd` with `env`'s PATH (the default PATH when unset)."""
     found = resolve(name, cwd, env.get("PATH", DEFAULT_PATH))
     return found[1] if found else None
+
+
+def real_path(path: str, *, poll: bool = True) -> str:
+    """`os.path.realpath(path)`, cached while nothing it depends on changes.
+
+    A decision resolves the same few paths (the state dir, the cwd, the PATH dirs, each entry's named
+    path) about ten times; realpath costs a syscall per component each time. The answer depends only on the
+    entries looked up in each directory the resolution walked, so those directories are watched (inotify):
+    an entry created, removed, renamed or chmod-ed there, or the directory itself moved, empties the cache.
+    Where a directory cannot be watched (no inotify, watch budget spent) the answer is not cached."""
+    if not path.startswith("/") or "\x00" in path:
+        return os.path.realpath(path)
+    if poll:
+        WATCH.changed()
+    cached = REAL.get(path)
+    if cached is not None:
+        return cached
+    generation = WATCH.current()
+    answer, dirs = _traced_realpath(path)
+    if any(d == "/proc" or d.startswith(("/proc/", "/sys/")) for d in dirs):
+        return answer  # pseudo file systems change (a process's cwd, fds) without inotify events
+    # Watch, then resolve again: a change between the first walk and the watch shows up as a different
+    # walk; one after the watch is an event (checked last).
+    if not WATCH.watch(dirs):
+        return answer
+    again, dirs_again = _traced_realpath(path)
+    if WATCH.changed() or again != answer or dirs_again != dirs:
+        return again
+    WATCH.store(generation, REAL, path, answer, REAL_MAX)
+    return answer
+
+
+def named_path(path: str, *, poll: bool = True) -> str:
+    """`path` with its directory resolved but its last component kept: the name the program sees."""
+    if poll:
+        WATCH.changed()
+    cached = NAMED.get(path)
+    if cached is not None:
+        return cached
+    head, tail = os.path.split(path)
+    if not tail:
+        return real_path(path, poll=False)
+    generation = WATCH.current()
+    real_head = real_path(head or ".", poll=False)
+    answer = os.path.join(real_head, tail)
+    if REAL.get(head) == real_head:  # the directory's answer is watched: so is this one
+        WATCH.store(generation, NAMED, path, answer, REAL_MAX)
+    return answer
+
+
+def _traced_realpath(path: str) -> tuple[str, frozenset[str]]:
+    """posixpath.realpath (non-strict) for an absolute path, plus every existing directory an entry was
+    looked up in. Lookups below a missing entry are left out: creating that entry is an event in its
+    (watched) parent."""
+    dirs: set[str] = set()
+    missing: list[str] = []
+
+    def lookup(parent: str, newpath: str) -> bool:
+        if not any(parent == gone or parent.startswith(gone + "/") for gone in missing):
+            dirs.add(parent)
+        try:
+            st = os.lstat(newpath)
+        except OSError:
+            missing.append(newpath)
+            return False
+        return stat.S_ISLNK(st.st_mode)
+
+    def join(base: str, rest: str, seen: dict[str, str | None]) -> tuple[str, bool]:
+        if rest.startswith("/"):
+            rest, base = rest[1:], "/"
+        while rest:
+            name, _, rest = rest.partition("/")
+            if not name or name == ".":
+                continue
+            if name == "..":
+                if base:
+                    base, name = os.path.split(base)
+                    if name == "..":
+                        base = os.path.join(base, "..", "..")
+                else:
+                    base = ".."
+                continue
+            newpath = os.path.join(base, name)
+            if not lookup(base, newpath):
+                base = newpath
+                continue
+            if newpath in seen:
+                known = seen[newpath]
+                if known is not None:
+                    base = known
+                    continue
+                return os.path.join(newpath, rest), False  # a symlink loop, as posixpath returns it
+            seen[newpath] = None
+            base, ok = join(base, os.readlink(newpath), seen)
+            if not ok:
+                return os.path.join(base, rest), False
+            seen[newpath] = base
+        return base, True
+
+    resolved, _ = join("", path, {})
+    return os.path.abspath(resolved), frozenset(dirs)
 
 
 def poll_changes() -> None:

@@ -6,9 +6,6 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import tomlkit
-import tomlkit.exceptions
-
 from engine import statefs
 from engine.config.lines import split_key
 
@@ -22,6 +19,10 @@ def set_config_value(path: str | Path, dotted_key: str, value: Any) -> Config:
     `agents.list[<id>].…` addresses an agent by id (created when missing). The result is validated
     before anything is written; a bad value raises ConfigError and leaves the file untouched.
     """
+    # tomlkit costs ~20 ms to import and only writes need it (every CLI verb loads the config to read it).
+    import tomlkit
+    import tomlkit.exceptions
+
     from engine.config.loader import load_config_text  # the loader imports this module: import late
     from engine.config.model import ConfigError
 
@@ -73,6 +74,8 @@ def _parse_dotted(file: Path, dotted_key: str) -> list[str | tuple[str, str]]:
 
 
 def _agent_table(doc: Any, agent_id: str) -> Any:
+    import tomlkit
+
     agents = doc.get("agents")
     if agents is None:
         agents = tomlkit.table(is_super_table=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from typing import Any, Protocol
 
 from engine.results import ToolResult
@@ -19,6 +20,7 @@ class SessionManager(Protocol):
 
     def get(self, session_id: str, scope_key: str | None = None) -> Session | None: ...
     def list_sessions(self, scope_key: str | None = None) -> list[dict[str, Any]]: ...
+    def listed_sessions(self, scope_key: str | None = None) -> list[Session]: ...
     def request_kill(self, session: Session) -> bool: ...
     def stray_note(self, session: Session) -> str: ...
 
@@ -77,7 +79,7 @@ async def run_action(
 ) -> ToolResult:
     name = str(action or "").strip().lower()
     if name == "list":
-        return _list(manager, scope)
+        return _list(manager, scope, params)
     if name not in ACTIONS:
         return _fail(f"Unknown action {action}")
     session_id = str(params.get("sessionId") or "").strip()
@@ -134,15 +136,53 @@ async def run_action(
     return ToolResult(f"Removed session {session_id}.", {"status": "completed"})
 
 
-def _list(manager: SessionManager, scope: str | None) -> ToolResult:
-    sessions = manager.list_sessions(scope)
-    lines = []
-    for s in sessions:
+# One `list` answer stays well under the 1 MiB frame cap however many sessions there are (issue 19: it
+# failed at ~2,700): rows are added until their views and lines reach this, and `next` continues.
+LIST_PAGE_BYTES = 384 * 1024
+LIST_PAGE_ROWS = 200  # and a page's cost stays flat in the session count (a view costs ~10-30 µs)
+
+
+def _list_cursor(session: Session) -> str:
+    return f"{session.started_at}:{session.id}"
+
+
+def _after(rows: list[Session], cursor: str) -> list[Session]:
+    """The rows that follow `cursor` in list order (newest first, then by id)."""
+    started, _, sid = cursor.partition(":")
+    try:
+        at = int(started)
+    except ValueError:
+        return rows
+    return [s for s in rows if (-s.started_at, s.id) > (-at, sid)]
+
+
+def _list(manager: SessionManager, scope: str | None, params: dict[str, Any] | None = None) -> ToolResult:
+    rows = manager.listed_sessions(scope)
+    rows.sort(key=lambda s: (-s.started_at, s.id))
+    total = len(rows)
+    cursor = (params or {}).get("cursor")
+    if isinstance(cursor, str) and cursor:
+        rows = _after(rows, cursor)
+    sessions: list[dict[str, Any]] = []
+    lines: list[str] = []
+    size = 0
+    for session in rows:
+        s = session.to_dict()
         label = truncate_middle(s["name"], 80) if s["name"] else truncate_middle(s["command"], 120)
-        lines.append(f"{s['sessionId']} {s['status']:<9} {format_duration(s['runtimeMs'])} :: {label}")
-    return ToolResult(
-        "\n".join(lines) or "No running or recent sessions.", {"status": "completed", "sessions": sessions}
-    )
+        line = f"{s['sessionId']} {s['status']:<9} {format_duration(s['runtimeMs'])} :: {label}"
+        size += len(json.dumps(s, ensure_ascii=False)) + 2 * len(line.encode())  # the line, and escaped
+        if sessions and (size > LIST_PAGE_BYTES or len(sessions) >= LIST_PAGE_ROWS):
+            break
+        sessions.append(s)
+        lines.append(line)
+    details: dict[str, Any] = {"status": "completed", "sessions": sessions}
+    if len(sessions) < len(rows):
+        details["next"] = _list_cursor(rows[len(sessions) - 1])
+        details["total"] = total
+        lines.append(
+            f"({len(rows) - len(sessions)} more sessions: process list with cursor={details['next']})"
+        )
+    return ToolResult("\n".join(lines) or "No running or recent sessions.", details)
 
 
 async def _poll(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import re
@@ -192,6 +193,9 @@ class SessionManager:
         try:
             handle = await launcher.spawn(spec)
         except (OSError, ValueError, RuntimeError) as exc:
+            if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):  # say why, what to do
+                running = self.registry.counts()[1]
+                return self._spawn_failed(session, OSError(procs.open_file_limit_text(running)))
             if not spec.pty:
                 return self._spawn_failed(session, exc)
             warnings.append(f"Warning: PTY spawn failed ({exc}); retrying without PTY for `{spec.command}`.")
@@ -421,13 +425,17 @@ class SessionManager:
 
     def list_sessions(self, scope_key: str | None = None) -> list[dict[str, Any]]:
         """Listed sessions of one scope, newest first; None = operator view (also foreground runs)."""
+        return [s.to_dict() for s in self.listed_sessions(scope_key)]
+
+    def listed_sessions(self, scope_key: str | None = None) -> list[Session]:
+        """What list_sessions shows, as sessions (a page builds only its own rows' views)."""
         rows = [
             s
             for s in self.registry
             if (scope_key is None and (s.listed or not s.exited)) or (s.scope_key == scope_key and s.listed)
         ]
         rows.sort(key=lambda s: s.started_at, reverse=True)
-        return [s.to_dict() for s in rows]
+        return rows
 
     def get(self, session_id: str, scope_key: str | None = None) -> Session | None:
         return self.registry.get(session_id, scope_key)

@@ -183,3 +183,31 @@ async def kill_tree(
     late = await asyncio.to_thread(scan, fd_targets=fd_targets, marker=marker)
     _signal_all(pgid, pids | {p.pid for p in late}, signal.SIGKILL)
     return stragglers + [p for p in late if p.pid not in pids]
+
+
+FDS_PER_SESSION = 4  # stdin, stdout and stderr pipes and the pidfd of a background command
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (a daemon that keeps thousands of sessions needs
+    ~4 fds each; the usual soft limit of 1,024 stops it near 250). Returns (soft, hard) as now set."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def open_file_limit_text(running: int) -> str:
+    """Why a spawn failed with EMFILE/ENFILE, in words the operator can act on."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (
+        f"Too many open files: the gateway's limit is {soft} and {running} sessions are running "
+        f"({FDS_PER_SESSION} fds each). Remove finished or unneeded sessions (process remove), or raise "
+        "the hard limit (LimitNOFILE= in the service unit, ulimit -Hn) and restart the gateway."
+    )

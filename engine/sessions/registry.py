@@ -100,6 +100,18 @@ class Session:
     activity: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     kill_task: asyncio.Task[Any] | None = None
+    counted_in: Registry | None = field(default=None, repr=False)  # whose counters include this session
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The registry keeps running/shown counters so `status` is flat in the session count; the three
+        # fields they depend on report each change to it.
+        registry = self.__dict__.get("counted_in") if name in _COUNTED_FIELDS else None
+        if registry is None:
+            object.__setattr__(self, name, value)
+            return
+        registry._count(self, -1)
+        object.__setattr__(self, name, value)
+        registry._count(self, 1)
 
     @property
     def command(self) -> str:
@@ -188,6 +200,9 @@ class Session:
         }
 
 
+_COUNTED_FIELDS = frozenset({"exited", "backgrounded", "retained"})
+
+
 def truncate_middle(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
@@ -214,12 +229,30 @@ class Registry:
         self._sessions: dict[str, Session] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self.on_drop: Callable[[Session], None] | None = None
+        self._running = 0  # sessions not exited
+        self._shown = 0  # sessions the operator's list shows: listed, or not exited (foreground runs)
+
+    def _count(self, session: Session, sign: int) -> None:
+        if not session.exited:
+            self._running += sign
+        if session.listed or not session.exited:
+            self._shown += sign
+
+    def counts(self) -> tuple[int, int]:
+        """(sessions the operator's list shows, running sessions), kept up to date: O(1)."""
+        return self._shown, self._running
 
     def new_id(self) -> str:
         return make_slug(lambda s: s in self._sessions)
 
     def add(self, session: Session) -> None:
+        replaced = self._sessions.get(session.id)
+        if replaced is not None and replaced.counted_in is self:
+            self._count(replaced, -1)
+            replaced.counted_in = None
         self._sessions[session.id] = session
+        session.counted_in = self
+        self._count(session, 1)
         if self._sweeper is None or self._sweeper.done():
             with contextlib.suppress(RuntimeError):
                 self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
@@ -232,6 +265,9 @@ class Registry:
 
     def drop(self, session_id: str) -> Session | None:
         session = self._sessions.pop(session_id, None)
+        if session is not None and session.counted_in is self:
+            self._count(session, -1)
+            session.counted_in = None
         if session is not None and self.on_drop is not None:
             self.on_drop(session)
         return session

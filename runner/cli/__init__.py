@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 # Each module exposes `register(subparsers)`; the parser it adds sets `func(args) -> int`.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -39,15 +40,39 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _VersionAction(argparse.Action):
+    """`--version`, read from the package metadata only when asked (importlib.metadata costs ~40 ms)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"exechost {_version()}")
+        parser.exit()
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or, when `argv` names a verb, only that verb's module: every verb module pulls in
+    its own engine side (asyncssh for nodes, docker for sandbox, Textual for the console), and a verb that
+    runs on every agent command (`exec`, `process`) should not pay ~100 ms importing the others."""
     parser = argparse.ArgumentParser(
         prog="exechost", description="An exec host for AI agents, with an operator console."
     )
-    parser.add_argument("--version", action="version", version=f"exechost {_version()}")
+    parser.add_argument("--version", action=_VersionAction, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in _modules_for(argv):
         importlib.import_module(name).register(sub)
     return parser
+
+
+def _modules_for(argv: Sequence[str] | None) -> tuple[str, ...]:
+    # The verb is argv[0] (the top-level parser takes no options but --help/--version); anything else gets
+    # every module, so help, errors and suggestions list every verb as before.
+    if argv:
+        module = f"runner.cli.{argv[0]}"
+        if module in COMMAND_MODULES:
+            return (module,)
+    return COMMAND_MODULES
 
 
 EXIT_PIPE = 141  # 128 + SIGPIPE: what `cat` reports when its reader went away
@@ -69,7 +94,7 @@ def _main(argv: list[str]) -> int:
     if problem:
         print(f"exechost: {problem}", file=sys.stderr)
         return 2
-    parser = build_parser()
+    parser = build_parser(argv)
     args, extras = parser.parse_known_args(argv)
     if extras and getattr(args, "command", None) == "process" and not args.session_id:
         # `process write --agent X node:… --data …`: argparse binds the optional SESSION_ID too early

@@ -150,6 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    procs.raise_open_file_limit()  # thousands of idle sessions at ~4 fds each (issue 19)
     try:
         asyncio.run(run_gateway(config_path=args.config))
     except GatewayBusy as exc:

@@ -121,6 +121,22 @@ def cmd_list_all(args: argparse.Namespace) -> int:
     return 0
 
 
+def _all_pages(first: dict[str, Any], params: dict[str, Any], agent: str | None) -> dict[str, Any]:
+    """`list` answers a page at a time (a frame holds ~2,000 rows); the CLI shows them all."""
+    details = dict(first.get("details") or {})
+    texts = [str(first.get("text", ""))]
+    rows = list(details.get("sessions") or [])
+    while details.get("next"):
+        page = call("process", {**params, "cursor": details["next"]}, agent=agent)
+        details = dict(page.get("details") or {})
+        rows += details.get("sessions") or []
+        texts[-1] = texts[-1].rsplit("\n(", 1)[0]  # drop the "… more sessions" line of the page before
+        texts.append(str(page.get("text", "")))
+    details.pop("next", None)
+    details.pop("total", None)
+    return {"text": "\n".join(texts), "details": {**details, "sessions": rows}}
+
+
 def cmd_process(args: argparse.Namespace) -> int:
     if args.action == "follow":
         return cmd_follow(args)
@@ -129,6 +145,8 @@ def cmd_process(args: argparse.Namespace) -> int:
             raise UsageError("--all goes with list only")
         return cmd_list_all(args)
     result = call("process", process_params(args), agent=args.agent)
+    if args.action == "list":
+        result = _all_pages(result, process_params(args), args.agent)
     details = result.get("details") or {}
     emit(str(result.get("text", "")), details, args.json)
     if details.get("error") == "not-found":

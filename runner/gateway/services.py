@@ -303,7 +303,7 @@ class Services:
         self.output.session_event(event, data, lambda: self.broadcast("sessions", event, data))
 
     def status(self) -> dict[str, Any]:
-        sessions = self.sessions.list_sessions(None)
+        shown, running = self.sessions.registry.counts()  # counters: O(1) however many sessions
         return {
             "pid": os.getpid(),
             "uptimeSec": round(time.time() - self.started_at, 3),
@@ -311,8 +311,8 @@ class Services:
             "connections": len(self.connections()),
             "approvers": sum(1 for c in self.connections() if c.approver),
             "pendingApprovals": len(self.approvals.pending()),
-            "sessions": len(sessions),
-            "runningSessions": sum(1 for s in sessions if s.get("status") == "running"),
+            "sessions": shown,
+            "runningSessions": running,
             "configError": self.config_problem(),
             "historyError": self.history.problem,
             "holdsSessions": self.holders is not None,

@@ -1,0 +1,40 @@
+"""One results table for `scripts/bench.sh`: each bench records its rows, the script prints them together.
+
+A bench records a row with `record(metric, exechost, baseline, goal)`; the row goes to the file named by
+`$EXECHOST_BENCH_ROWS` (set by scripts/bench.sh) as one JSON line, and is printed as measured either way.
+`python bench/table.py FILE` prints the collected rows as one Markdown table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+ROWS_ENV = "EXECHOST_BENCH_ROWS"
+
+
+def record(metric: str, exechost: str, baseline: str = "—", ratio: str = "—", goal: str = "—") -> None:
+    row = {"metric": metric, "exechost": exechost, "baseline": baseline, "ratio": ratio, "goal": goal}
+    print(f"  [{metric}] exechost {exechost} | baseline {baseline} | ratio {ratio} | goal {goal}", flush=True)
+    target = os.environ.get(ROWS_ENV)
+    if target:
+        with open(target, "a", encoding="utf-8") as out:
+            out.write(json.dumps(row) + "\n")
+
+
+def ratio(exechost: float, baseline: float) -> str:
+    return f"{exechost / baseline:.2f}×" if baseline else "—"
+
+
+def render(path: Path) -> str:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    head = ("metric", "exechost", "baseline", "ratio", "goal")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(row[key]) for key in head) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render(Path(sys.argv[1])))
