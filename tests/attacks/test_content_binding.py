@@ -29,7 +29,8 @@ def evil(marker: Path) -> str:
 
 async def _outcome(agent: ControlClient, key: str) -> str:
     async def hit() -> str | None:
-        events = (await agent.request("events", {"sessionKey": key}))["events"]
+        # Drained: undelivered events outlive a gateway restart, and each call here starts a new gateway.
+        events = (await agent.request("events", {"sessionKey": key, "drain": True}))["events"]
         return next(
             (e["text"] for e in events if e["text"].startswith(("Exec finished", "Exec denied"))), None
         )

@@ -8,6 +8,7 @@ from pathlib import Path
 from textual.pilot import Pilot
 
 from console.app import ConsoleApp
+from engine.principals import mint
 from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import FULL, connect, wait_until, write_config
 
@@ -34,7 +35,10 @@ async def test_console_shows_the_kept_ask_and_adopted_pty_session(state_dir: Pat
             {"command": script, "pty": True, "background": True, "agentId": "main", "workdir": str(tmp_path)},
         )
         sid = bg["details"]["sessionId"]
-        asked = await agent.request("exec", {"command": "echo kept-ask", "agentId": "asker"})
+        mint(state_dir, "asker")  # another agent is its own credential (issue 18)
+        asker = await connect(state_dir, "asker", operator=False, agent="asker")
+        asked = await asker.request("exec", {"command": "echo kept-ask"})
+        await asker.close()
         assert asked["details"]["status"] == "approval-pending"
         await agent.close()
         app = ConsoleApp(state_dir, autostart=False, bell=False, clock=False)

@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 from engine.approvals.durable import PENDING_NAME
+from engine.principals import mint
 from engine.protocol.client import ControlClient
 from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import ALLOWLIST, connect, wait_until, write_config
@@ -22,7 +23,9 @@ CRASHES = 5
 
 
 async def _req(state: Path, method: str, params: dict, *, operator: bool = False) -> dict:
-    client: ControlClient = await connect(state, "chaos", operator=operator)
+    # An agent is its credential (issue 18): "ops" connects with its own, main with the gateway token.
+    agent = None if operator or params.get("agentId", "main") == "main" else params["agentId"]
+    client: ControlClient = await connect(state, "chaos", operator=operator, agent=agent)
     try:
         return await client.request(method, params)
     finally:
@@ -38,6 +41,7 @@ def _state_files_parse(state: Path) -> None:
 
 async def test_chaos_nothing_is_lost(state_dir: Path, tmp_path: Path) -> None:
     write_config(state_dir, CONFIG)
+    mint(state_dir, "ops")
     rng = random.Random(20)
     crash_at = set(rng.sample(range(20, STEPS), CRASHES))
     work = tmp_path / "w"

@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from engine.principals import mint
 from tests.helpers.gateway import ALLOWLIST, cli, write_config
 
 CONFIG = ALLOWLIST + (
@@ -22,6 +23,7 @@ def _js(out: subprocess.CompletedProcess[str], code: int = 0) -> dict:
 
 def test_restart_keeps_sessions_and_asks(state_dir: Path) -> None:
     write_config(state_dir, CONFIG)
+    mint(state_dir, "ops")  # an agent other than main is its credential (issue 18)
     try:
         first = _js(cli(state_dir, "gateway", "start", "--json"))["details"]
         bg = _js(cli(state_dir, "exec", "--agent", "ops", "--json", "--background", "--", "sleep 300"))
