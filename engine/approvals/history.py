@@ -75,6 +75,7 @@ def decision_line(view: dict[str, Any]) -> dict[str, Any]:
         "id", "slug", "status", "createdAtMs", "expiresAtMs", "resolvedBy", "resolvedAtMs", "reason",
         "count", "command", "cwd", "host", "agentId", "sessionKey", "security", "ask", "askFallback",
         "allowedDecisions", "resolvedPath", "nodeId", "envKeys", "agentReason", "requesterGone", "run",
+        "requesters", "contentDigests",
     )  # fmt: skip
     return {"kind": "decision", "v": VERSION, **{k: view.get(k) for k in keep if k in view}}
 

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from engine.principals import mint
 from tests.helpers.gateway import REPO, connect, gateway, wait_until
 from tests.helpers.sshd import EXECHOST, SshdNode
 
@@ -206,10 +207,12 @@ async def test_process_list_all_shows_every_agent_and_node(
     async with gateway(state_dir):
         agent = await connect(state_dir, "agent", operator=False)
         local = await agent.request("exec", {"command": "sleep 30", "background": True, "agentId": "main"})
-        remote = await agent.request(
-            "exec",
-            {"command": "sleep 31", "node": "alpha", "host": "node", "background": True, "agentId": "ops"},
+        mint(state_dir, "ops")  # another agent is its own credential (issue 18)
+        ops = await connect(state_dir, "ops", operator=False, agent="ops")
+        remote = await ops.request(
+            "exec", {"command": "sleep 31", "node": "alpha", "host": "node", "background": True}
         )
+        await ops.close()
         env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO)}
         proc = await asyncio.create_subprocess_exec(
             EXECHOST, "process", "list", "--all", "--json", env=env, stdout=asyncio.subprocess.PIPE
