@@ -163,7 +163,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _status(autostart: bool) -> dict[str, Any]:
-    client = await ControlClient.connect(client="cli", name="cli", autostart=autostart)
+    # The gateway verbs are the operator's: only the operator sees gateway-wide counts.
+    client = await ControlClient.connect(client="cli", name="cli", autostart=autostart, operator=True)
     try:
         return await client.request("status")
     finally:
@@ -176,7 +177,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         already = True
     except (GatewayUnavailable, ConnectionError):
         already = False
-    info = call("status", autostart=True)
+    info = call("status", autostart=True, operator=True)
     text = f"gateway {'already running' if already else 'started'} (pid {info['pid']}) on {socket_path()}"
     emit(text, {"status": "running", "started": not already, **info}, args.json)
     return 0
@@ -228,7 +229,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 def cmd_restart(args: argparse.Namespace) -> int:
     """Stop keeping every session and ask, start a new daemon, and say what it took over."""
     stopped = _stop(kill_sessions=False)
-    info = call("status", autostart=True)
+    info = call("status", autostart=True, operator=True)
     adopted = list(info.get("adoptedSessions") or [])
     old = f"pid {stopped['pid']} → " if stopped else ""
     text = (

@@ -289,3 +289,22 @@ def test_names_are_validated_wherever_they_enter(state_dir: Path) -> None:
     res = cli(state_dir, "policy", "check", "--", "id")
     assert res.returncode == 2 and "invalid agent id" in res.stderr
     assert cli(state_dir, "nodes", "add", "../n1", "--host", "x").returncode == 2
+
+
+async def test_status_tells_an_agent_nothing_of_other_agents(state_dir: Path) -> None:
+    """`status` counted every agent's sessions and asks and listed adopted session ids: a cross-agent view.
+    An agent learns that the gateway runs and whom it takes the caller to be; the operator sees the rest."""
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        victim, sid = await _victim_session(state_dir)
+        principals.mint(state_dir, "attacker")
+        attacker = await connect(state_dir, "attacker", operator=False, agent="attacker")
+        seen = await attacker.request("status")
+        assert seen["agent"] == "attacker" and seen["pid"] == os.getpid()
+        for field in ("sessions", "runningSessions", "pendingApprovals", "connections", "adoptedSessions"):
+            assert field not in seen, seen
+        assert sid not in json.dumps(seen)
+        operator = await connect(state_dir, "op")
+        assert (await operator.request("status"))["runningSessions"] >= 1
+        for client in (victim, attacker, operator):
+            await client.close()

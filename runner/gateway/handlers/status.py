@@ -9,5 +9,13 @@ if TYPE_CHECKING:
     from runner.gateway.services import Services
 
 
+# What an agent may know of the gateway: that it runs, and as whom it sees the caller. Counts of every
+# agent's sessions and asks, and adopted session ids, are cross-agent views (issue 18): operator only.
+AGENT_FIELDS = ("pid", "uptimeSec", "version", "configError")
+
+
 async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    return services.status()
+    info = services.status()
+    if conn.operator:
+        return info
+    return {**{k: info[k] for k in AGENT_FIELDS if k in info}, "agent": conn.agent}
