@@ -104,6 +104,9 @@ class GatewayLink:
         self.connected = asyncio.Event()
         self.use_follow = True  # False: ask for every session's output (protocol v1; the bench compares)
         self.follows = False  # the gateway supports sessions.follow (pushes only the visible session)
+        # Events that arrive while the snapshot is fetched wait here and follow it: posted before it, an
+        # ask raised between the pending and sessions requests would be wiped by the older snapshot.
+        self._held: list[Event] | None = None
 
     async def run(self) -> None:
         """Connect, serve events until the connection drops, retry with backoff; runs for the app's life."""
@@ -120,6 +123,7 @@ class GatewayLink:
                 continue
             delay = 0.2
             self.client = client
+            self._held = []
             client.add_listener(self._on_event)
             try:
                 visible = self.output.visible
@@ -134,11 +138,13 @@ class GatewayLink:
                 sessions = (await client.request("sessions.list")).get("sessions", [])
                 self.connected.set()
                 self.app.post_message(GatewayConnected(client.server_pid, list(pending), list(sessions)))
+                self._release_held()
                 async for _ in client.events():
                     pass  # the listener already routed it
             except (ConnectionError, RemoteError, OSError) as exc:
                 self.app.post_message(GatewayLost(str(exc)))
             finally:
+                self._held = None
                 self.connected.clear()
                 self.client = None
                 with contextlib.suppress(Exception):
@@ -159,7 +165,15 @@ class GatewayLink:
             elif isinstance(data, str):
                 self.output.feed(sid, data, offset if isinstance(offset, int) else None)
             return
+        if self._held is not None:
+            self._held.append(ev)
+            return
         self.app.post_message(GatewayEvent(ev.event, ev.data))
+
+    def _release_held(self) -> None:
+        held, self._held = self._held or [], None
+        for ev in held:  # replaying what the snapshot already holds is harmless: rows are keyed by id
+            self.app.post_message(GatewayEvent(ev.event, ev.data))
 
     async def follow(self, session_id: str | None) -> None:
         """Have the gateway push this session's output only (None: none); before a replay, so the replay

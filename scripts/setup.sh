@@ -12,6 +12,10 @@ command -v tmux >/dev/null || need+=(tmux)
 [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)
 command -v git >/dev/null || need+=(git)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+# The tests' real parts: a browser for the web console, a C compiler for the in-sandbox race, xz for pagers.
+command -v chromium >/dev/null || need+=(chromium)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+[ -x /usr/bin/xz ] || need+=(xz-utils)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -103,7 +103,9 @@ async def test_web_console_approves_and_shows_output_and_refuses_without_token(s
                 }
                 task = asyncio.ensure_future(agent.request("exec", params))
                 await wait_until(lambda: server.services.approvals.pending(), timeout=30)
-                await wait_until(lambda: seen("web-%s"), timeout=30)  # the row reached the browser
+                slug = server.services.approvals.pending()[0].id[:8]
+                # The detail names the selected ask once the console has settled: keys go to it from then.
+                await wait_until(lambda: seen(slug) and seen("Allow always saves"), timeout=30)
                 await page.focus(".xterm-helper-textarea")  # where xterm.js takes the keyboard
                 await page.keyboard.press("a")
                 result = await asyncio.wait_for(task, 30)
