@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import jsontext
+from engine.approvals.grants import GrantLimits
 from engine.approvals.pending import ApprovalRecord, ApprovalRequest
 from engine.statefs import StateFileError, atomic_write, read_text
 
@@ -58,6 +59,10 @@ class StoredAsk:
     resolved_at_ms: int | None = None
     reason: str | None = None
     resume: dict[str, Any] | None = None
+    requesters: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # An allow-always with limits must stay limited when its run starts under the next gateway.
+    grant: dict[str, Any] | None = None
+    grant_id: str | None = None
 
     @classmethod
     def of(cls, record: ApprovalRecord) -> StoredAsk:
@@ -73,6 +78,9 @@ class StoredAsk:
             resolved_at_ms=record.resolved_at_ms,
             reason=record.reason,
             resume=record.resume,
+            requesters=list(record.requesters),
+            grant=record.grant.to_json() if record.grant else None,
+            grant_id=record.grant_id,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -84,6 +92,7 @@ class StoredAsk:
     def from_json(cls, data: dict[str, Any]) -> StoredAsk:
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in fields and k != "request"}
+        GrantLimits.from_json(kwargs.get("grant"))  # a malformed grant fails the load, not the restore
         return cls(request=request_from_json(dict(data["request"])), **kwargs)
 
 

@@ -265,6 +265,9 @@ class ApprovalManager:
         resolved_at_ms: int | None = None,
         reason: str | None = None,
         resume: dict[str, Any] | None = None,
+        requesters: list[dict[str, Any]] | None = None,
+        grant: GrantLimits | None = None,
+        grant_id: str | None = None,
     ) -> ApprovalRecord:
         """An ask the previous gateway left (same id, same expiry). Still waiting: it is pending again
         and expires when it would have (at once if that moment passed while no gateway ran). Already
@@ -279,6 +282,9 @@ class ApprovalManager:
             requester_gone=requester_gone,
             reason=reason,
             resume=resume,
+            requesters=list(requesters) if requesters else [request.requester()],
+            grant=grant,
+            grant_id=grant_id,
             future=loop.create_future(),
         )
         self._records[record.id] = record

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from engine.approvals.durable import StoredAsk
+from engine.approvals.grants import GrantLimits
 from engine.approvals.pending import ApprovalRecord, env_hash
 from engine.commands.allowlist import identity_problem
 from engine.results import ToolError
@@ -39,6 +40,9 @@ def restore_asks(tool: ExecTool, asks: list[StoredAsk]) -> list[ApprovalRecord]:
             resolved_at_ms=ask.resolved_at_ms,
             reason=ask.reason,
             resume=ask.resume,
+            requesters=ask.requesters,
+            grant=GrantLimits.from_json(ask.grant),
+            grant_id=ask.grant_id,
         )
         tool._spawn(resume_ask(tool, record))
         restored.append(record)

@@ -56,3 +56,31 @@ async def test_an_ask_edited_while_no_gateway_ran_is_stale_not_run(state_dir: Pa
 
         await wait_until(refused, timeout=30)
         assert not canary.exists()
+
+
+async def test_a_limited_yes_that_crashed_before_its_run_stays_limited(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The operator said allow-always *for 1 use*; the gateway died before the run started. The restored
+    ask forgot its limits and the next gateway saved the pattern to the permanent allowlist."""
+    write_config(state_dir, ALLOWLIST)
+    with Daemon(state_dir) as daemon:
+        agent = await connect(state_dir, "agent", operator=False)
+        command = f"touch {tmp_path / 'once'}"
+        res = await agent.request("exec", {"command": command, "agentId": "main", "sessionKey": "k"})
+        await agent.close()
+        daemon.kill()
+        # What the dying gateway had written between the decision and the run (the crash window).
+        path = state_dir / PENDING_NAME
+        data = json.loads(path.read_text())
+        ask = data["asks"][0]
+        assert ask["id"] == res["details"]["approvalId"] and ask.get("grant") is None
+        ask.update(decision="allow-always", resolved_by="op", resolved_at_ms=ask["created_at_ms"] + 1)
+        ask["grant"] = {"forMs": None, "uses": 1, "sessionOnly": False}
+        path.write_text(json.dumps(data))
+        daemon.start()
+        await wait_until(lambda: (tmp_path / "once").exists(), timeout=30)
+        approvals = state_dir / "exec-approvals.json"
+        assert not approvals.exists() or "touch" not in approvals.read_text()  # nothing permanent
+        grants = json.loads((state_dir / "exec-grants.json").read_text())
+        assert "touch" in json.dumps(grants)

@@ -308,3 +308,20 @@ async def test_status_tells_an_agent_nothing_of_other_agents(state_dir: Path) ->
         assert (await operator.request("status"))["runningSessions"] >= 1
         for client in (victim, attacker, operator):
             await client.close()
+
+
+async def test_an_agent_learns_node_names_and_states_only(state_dir: Path) -> None:
+    """`nodes.status` gave any agent every node's address, user, host-key identity and last error, and
+    `ping` made the gateway open SSH links on an agent's say-so."""
+    write_config(state_dir, FULL + '\n[nodes.alpha]\nhost = "127.0.0.1"\nport = 1\nuser = "secret-user"\n')
+    async with gateway(state_dir):
+        principals.mint(state_dir, "attacker")
+        attacker = await connect(state_dir, "attacker", operator=False, agent="attacker")
+        seen = await attacker.request("nodes.status")
+        assert seen == {"nodes": [{"name": "alpha", "state": "down"}]}
+        assert "operator" in await _error(attacker, "nodes.status", {"ping": True})
+        operator = await connect(state_dir, "op")
+        full = (await operator.request("nodes.status"))["nodes"][0]
+        assert full["name"] == "alpha" and full["host"] == "127.0.0.1" and full["port"] == 1
+        for client in (attacker, operator):
+            await client.close()

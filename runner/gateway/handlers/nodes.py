@@ -1,4 +1,8 @@
-"""`nodes.status`: each configured node's link as this gateway sees it (state, RTT, last error, identity)."""
+"""`nodes.status`: each configured node's link as this gateway sees it (state, RTT, last error, identity).
+
+The operator sees everything and may `ping` (which opens SSH links). An agent learns only which nodes exist
+and whether they are up, enough to pick `host=node`: addresses, users, host keys and errors (which quote
+paths and hosts) are the operator's, and an agent must not make the gateway dial out at will."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from engine.nodes.link import NodeError
+from runner.gateway.handlers.common import require_operator
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -15,6 +20,10 @@ if TYPE_CHECKING:
 
 async def status(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     hub = services.nodes
+    if not getattr(conn, "operator", False):
+        if params.get("ping") is True:
+            require_operator(conn, "nodes.status ping")
+        return {"nodes": [{"name": row.get("name"), "state": row.get("state")} for row in hub.status()]}
     if params.get("ping") is True:  # connect where needed and measure RTT; failures show as lastError
         links = list(hub.sync().values())
 
