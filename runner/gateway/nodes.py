@@ -534,7 +534,14 @@ class NodeHub:
                 record, request.session_key, request.node_approval_id
             ):
                 continue  # one approval, one run: this ask needs its own
-            return {"decision": decision, "resolvedBy": record.resolved_by, "reason": record.reason}
+            answer: dict[str, Any] = {
+                "decision": decision,
+                "resolvedBy": record.resolved_by,
+                "reason": record.reason,
+            }
+            if record.grant is not None:  # a yes with limits: the node keeps it in its grants, not for ever
+                answer["grant"] = record.grant.to_json()
+            return answer
 
     async def close(self) -> None:
         for link in list(self.links.values()):

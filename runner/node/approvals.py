@@ -10,7 +10,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from engine.approvals.grants import GrantLimits
 from engine.approvals.pending import ApprovalManager, ApprovalRecord
+from engine.errors import InvalidInput
 
 log = logging.getLogger("exechost.node")
 
@@ -67,6 +69,18 @@ class RelayedApprovals(ApprovalManager):
         decision = answer.get("decision")
         if isinstance(decision, str) and decision in record.request.allowed_decisions:
             by = str(answer.get("resolvedBy") or "gateway")
-            self.resolve(record.id, decision, resolved_by=f"gateway:{by}"[:80], reason=answer.get("reason"))
+            grant = None
+            if decision == "allow-always" and answer.get("grant") is not None:
+                try:
+                    grant = GrantLimits.from_json(answer.get("grant"))
+                except InvalidInput:  # limits we cannot read: a yes for this run only, never for ever
+                    decision = "allow-once"
+            self.resolve(
+                record.id,
+                decision,
+                resolved_by=f"gateway:{by}"[:80],
+                reason=answer.get("reason"),
+                grant=grant,
+            )
         else:
             self._expire(record.id)  # nobody decided: the exec tool applies askFallback

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.approvals.grants import GrantStore
 from engine.approvals.store import ApprovalsStore
 from engine.config.loader import config_path, load_config
 from engine.config.model import Config
@@ -139,6 +140,8 @@ class NodeServer:
         self._config_stamp: tuple[int, ...] | None = None
         self.approvals = RelayedApprovals(self._relay_ask, self._ask_local_console)
         self.store = ApprovalsStore(state_dir / "exec-approvals.json")
+        # Limited yeses from the gateway's operator (`approve --uses/--for/--session`) live here.
+        self.grants = GrantStore(state_dir / "exec-grants.json")
         config = self.config()
         self.sessions = SessionManager(
             state_dir,
@@ -169,6 +172,7 @@ class NodeServer:
             sessions=self.sessions,
             approvals=self.approvals,
             store=self.store,
+            grants=self.grants,
             events=self.sessions.events,
             has_approver=lambda: True,  # the gateway is always asked; its inbox holds the ask until decided
             overrides={},

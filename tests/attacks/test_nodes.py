@@ -400,8 +400,10 @@ async def test_node_env_values_cannot_inject_shell(sshd_nodes: list[SshdNode], s
     pwned = alpha.root / "pwned"
     value = f"'; touch {pwned}; echo '$(touch {pwned})`touch {pwned}`"
     (alpha.state_dir / "config.toml").write_text(NODE_FULL)
-    config = (state_dir / "config.toml").read_text().replace(
-        "[nodes.alpha]\n", f"[nodes.alpha]\nenv = {{EVIL = {_toml_str(value)}}}\n", 1
+    config = (
+        (state_dir / "config.toml")
+        .read_text()
+        .replace("[nodes.alpha]\n", f"[nodes.alpha]\nenv = {{EVIL = {_toml_str(value)}}}\n", 1)
     )
     (state_dir / "config.toml").write_text(GATEWAY_FULL + config)
     async with gateway(state_dir):
@@ -466,7 +468,7 @@ async def test_a_node_cannot_attach_its_ask_to_another_nodes_run(
         waiting: list[dict] = []
         agent.add_listener(lambda ev: waiting.append(ev.data) if ev.event == "exec.waiting" else None)
         call = asyncio.ensure_future(agent.request("exec", {"command": "echo a", "node": "alpha"}))
-        [(key, run)] = (await wait_until(lambda: [(k, r) for k, r in hub._runs.items() if r.records]))
+        [(key, run)] = await wait_until(lambda: [(k, r) for k, r in hub._runs.items() if r.records])
         beta = hub.sync()["beta"]
         await beta.ensure()
         forged = {"approvalId": "forged-1", "request": {"command": "id", "cwd": "/", "runId": key[1]}}
@@ -482,5 +484,38 @@ async def test_a_node_cannot_attach_its_ask_to_another_nodes_run(
         assert [w["approvalId"] for w in waiting] == [run.records[0].id]
         await operator.request("approve", {"id": run.records[0].id, "decision": "deny"})
         assert (await asyncio.wait_for(call, 20))["details"]["status"] == "denied"
+        await agent.close()
+        await operator.close()
+
+
+async def test_a_limited_yes_to_a_node_ask_stays_limited(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """The operator answered a node's ask with allow-always for 1 use; the node heard a bare allow-always
+    and saved the pattern to its permanent allowlist: every later run went through without asking."""
+    alpha = sshd_nodes[0]
+    (state_dir / "config.toml").write_text(GATEWAY_FULL + "".join(n.config_toml() for n in sshd_nodes))
+    (alpha.state_dir / "config.toml").write_text(
+        '[tools.exec]\nsecurity = "allowlist"\nask = "on-miss"\naskFallback = "deny"\n'
+    )
+    async with gateway(state_dir) as server:
+        operator = await connect(state_dir, "console")
+        await operator.request("approvals.attach")
+        agent = await connect(state_dir, "agent", operator=False)
+        params = {"command": "echo limited", "agentId": "main", "sessionKey": "agent:main", "node": "alpha"}
+        first = asyncio.ensure_future(agent.request("exec", params))
+        await wait_until(lambda: server.services.approvals.pending(), timeout=60)
+        slug = server.services.approvals.pending()[0].slug
+        grant = {"forMs": None, "uses": 1, "sessionOnly": False}
+        await operator.request("approve", {"id": slug, "decision": "allow-always", "grant": grant})
+        assert (await asyncio.wait_for(first, 60))["details"]["status"] == "completed"
+        approvals = alpha.state_dir / "exec-approvals.json"
+        assert not approvals.exists() or "/echo" not in approvals.read_text()  # nothing permanent there
+        # One more run is what the grant allows (the node counts it), then the same command asks again.
+        assert (await asyncio.wait_for(agent.request("exec", params), 60))["details"]["status"] == "completed"
+        second = asyncio.ensure_future(agent.request("exec", params))
+        await wait_until(lambda: server.services.approvals.pending(), timeout=60)
+        await operator.request(
+            "approve", {"id": server.services.approvals.pending()[0].id, "decision": "deny"}
+        )
+        assert (await asyncio.wait_for(second, 60))["details"]["status"] == "denied"
         await agent.close()
         await operator.close()
