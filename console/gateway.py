@@ -135,7 +135,7 @@ class GatewayLink:
                 self.output.pushed = self.output.pushed or self.follows
                 await client.request("approvals.attach")
                 pending = await client.pending_approvals()
-                sessions = (await client.request("sessions.list")).get("sessions", [])
+                sessions = await client.list_sessions()
                 self.connected.set()
                 self.app.post_message(GatewayConnected(client.server_pid, list(pending), list(sessions)))
                 self._release_held()
@@ -193,6 +193,13 @@ class GatewayLink:
                 # A node that cannot push (an older exechost there): its pane reads by offset instead.
                 self.output.polled.add(session_id)
                 await self.request("sessions.unfollow")
+
+    async def list_sessions(self) -> list[dict[str, Any]]:
+        """Every session row, page by page (see ControlClient.list_sessions)."""
+        client = self.client
+        if client is None or client.closed:
+            raise ConnectionError("not connected to the gateway")
+        return await client.list_sessions()
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """One request; raises ConnectionError when the gateway is down (the caller shows it)."""

@@ -134,7 +134,7 @@ class NodesPane(ListPane):
             counts[node][what] = (have[0] + int(running), have[1] + 1)
 
         try:
-            sessions = (await link.request("sessions.list", {})).get("sessions") or []
+            sessions = await link.list_sessions()
             for s in sessions:
                 add(s.get("node"), "sessions", s.get("status") == "running")
         except Exception:  # counts are a courtesy: the states above still show

@@ -427,7 +427,7 @@ class SessionsPane(Horizontal):
     @work(group="sessions-list", exclusive=True, exit_on_error=False)
     async def refresh_sessions(self) -> None:
         try:
-            rows = (await self.link.request("sessions.list")).get("sessions", [])
+            rows = await self.link.list_sessions()
         except (RemoteError, ConnectionError):
             return
         self.replace_all(rows)

@@ -322,6 +322,17 @@ class ControlClient:
                 return rows
             params = {"cursor": page["next"]}
 
+    async def list_sessions(self, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Every row of `sessions.list` (newest first), fetched page by page under the frame cap."""
+        rows: list[dict[str, Any]] = []
+        query = dict(params or {})
+        while True:
+            page = await self.request("sessions.list", query)
+            rows += page.get("sessions") or []
+            if not page.get("next"):
+                return rows
+            query["cursor"] = page["next"]
+
     def add_listener(self, listener: Callable[[Event], None]) -> None:
         """Call `listener` for every pushed event, in arrival order (in addition to `events()`)."""
         self._listeners.append(listener)

@@ -112,7 +112,11 @@ def format_all(rows: list[dict[str, Any]]) -> str:
 
 def cmd_list_all(args: argparse.Namespace) -> int:
     """`process list --all`: the operator's view (sessions.list), gateway and nodes, every scope."""
-    rows = [r for r in call("sessions.list", {}, operator=True).get("sessions") or [] if isinstance(r, dict)]
+    rows = [
+        r
+        for r in with_client(lambda client: client.list_sessions({}), operator=True)
+        if isinstance(r, dict)
+    ]
     for r in rows:
         r.setdefault("node", None)
         r["agent"] = _agent_of(r.get("scopeKey"))
@@ -187,7 +191,7 @@ def cmd_follow(args: argparse.Namespace) -> int:
             raise CliFailure(str(exc), 1) from None
         show(str(backlog.get("data") or ""))
         offset[0] = int(backlog.get("nextOffset") or 0)
-        rows = (await client.request("sessions.list")).get("sessions", [])
+        rows = await client.list_sessions()
         row: dict[str, Any] = next((r for r in rows if r.get("sessionId") == sid), {})
         if row.get("status") not in (None, "running") and not ended.done():
             ended.set_result(row)

@@ -3,6 +3,7 @@ scopes only), raw output paging, PTY resize, and which sessions' output this con
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidInput
@@ -13,15 +14,42 @@ if TYPE_CHECKING:
     from runner.gateway.services import Services
 
 
+# Rows are ~400 B: a page of this many bytes keeps `sessions.list` frames far under the 1 MiB cap however
+# many sessions run (it failed near 2,500 sessions as one frame).
+PAGE_BYTES = 256 * 1024
+
+
 async def list_(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    """Sessions, newest first, one page at a time: `cursor` is how many rows to skip (`next` of the page
+    before), `next` is null on the last page, `total` counts every row of the view."""
     key = session_key(params, conn)
+    skip = _cursor(params)
+    rows: list[Any]
     if not conn.operator:  # an agent: the sessions of its own scopes, never another agent's
-        rows = services.sessions.list_sessions(key) if key else services.sessions.list_sessions(None)
-        return {"sessions": [r for r in rows if conn.sees_scope(str(r["scopeKey"]))]}
-    rows = services.sessions.list_sessions(key or None)
-    if not key:  # the operator's view: every connected node's sessions, all scopes
-        rows += await services.nodes.node_sessions()
-    return {"sessions": rows}
+        rows = [s for s in services.sessions.listed_sessions(key or None) if conn.sees_scope(s.scope_key)]
+    else:
+        rows = list(services.sessions.listed_sessions(key or None))
+        if not key:  # the operator's view: every connected node's sessions, all scopes
+            rows += await services.nodes.node_sessions()
+    page: list[dict[str, Any]] = []
+    size = 0
+    for row in rows[skip:]:
+        view = row if isinstance(row, dict) else row.to_dict()
+        size += len(json.dumps(view, ensure_ascii=False, separators=(",", ":")).encode())
+        if page and size > PAGE_BYTES:
+            break
+        page.append(view)
+    end = skip + len(page)
+    return {"sessions": page, "next": str(end) if end < len(rows) else None, "total": len(rows)}
+
+
+def _cursor(params: dict[str, Any]) -> int:
+    raw = params.get("cursor")
+    if raw is None:
+        return 0
+    if not isinstance(raw, str) or not raw.isdigit() or len(raw) > 12:
+        raise InvalidInput("cursor must be the `next` of the previous page")
+    return int(raw)
 
 
 def _int(params: dict[str, Any], key: str) -> int | None:

@@ -181,3 +181,29 @@ async def test_follow_list_on_subscribe_and_bad_params(state_dir: Path) -> None:
             await viewer.request("sessions.follow", {})
         await agent.close()
         await viewer.close()
+
+
+async def test_sessions_list_is_paged_under_the_frame_cap(state_dir: Path, monkeypatch: Any) -> None:
+    """It was one frame: past ~2,500 sessions the operator's view no longer fit the 1 MiB cap. Pages are
+    cut by size (shrunk here so a dozen sessions make several) and the client reads them all."""
+    from runner.gateway.handlers import sessions as handler
+
+    monkeypatch.setattr(handler, "PAGE_BYTES", 2000)
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        ids = set()
+        for n in range(12):
+            res = await agent.request("exec", {"command": f"echo row-{n}", "background": True})
+            ids.add(res["details"]["sessionId"])
+        operator = await connect(state_dir, "op")
+        first = await operator.request("sessions.list")
+        assert first["next"] and first["total"] >= 12 and 0 < len(first["sessions"]) < 12
+        rows = await operator.list_sessions()
+        assert ids <= {r["sessionId"] for r in rows} and len(rows) == first["total"]
+        assert len({r["sessionId"] for r in rows}) == len(rows)  # no row twice across pages
+        assert ids <= {r["sessionId"] for r in await agent.list_sessions()}  # an agent's view pages too
+        with pytest.raises(RemoteError, match="cursor"):
+            await operator.request("sessions.list", {"cursor": "../1"})
+        await agent.close()
+        await operator.close()
