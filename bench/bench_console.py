@@ -270,8 +270,11 @@ async def real_load(
     await pilot.pause(1.0)
     app.sessions.refresh_sessions()
     await pilot.pause(0.5)
-    rows = (await agent.request("sessions.list"))["sessions"]
+    rows = await agent.list_sessions()
     out["running"] = sum(1 for r in rows if r.get("sessionId") in ids and r.get("status") == "running")
+    if not out["running"]:  # the load never came (e.g. the printers failed): a figure would be a lie
+        tails = {str(r.get("tail") or "")[-200:] for r in rows if r.get("sessionId") in ids}
+        raise SystemExit(f"bench_console: none of the {sessions} printers is running; their output: {tails}")
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     gw0 = proc_cpu_s(app.gateway_pid)
     busy0 = machine_busy()
@@ -286,7 +289,7 @@ async def real_load(
     out["follows"] = app.link.follows
     while any(r.get("sessionId") in ids and r.get("status") == "running" for r in rows):
         await asyncio.sleep(0.5)  # let this batch finish before anything else is measured
-        rows = (await agent.request("sessions.list"))["sessions"]
+        rows = await agent.list_sessions()
     return out
 
 

@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import struct
 import sys
 import time
@@ -291,19 +292,19 @@ class HolderLauncher:
         self.directory = directory
         self.fallback = fallback
         self.spool_cap = spool_cap
-        self._spare: asyncio.Future[asyncio.subprocess.Process] | None = None
+        self._spare: asyncio.Future[Spare] | None = None
 
-    async def _take_spare(self) -> asyncio.subprocess.Process:
+    async def _take_spare(self) -> Spare:
         """The holder started ahead (or a new one), and the next spare started in the background."""
         spare, self._spare = self._spare, None
         if spare is not None:
             try:
-                proc = await spare
+                ready: Spare | None = await spare
             except OSError:
-                proc = None
-            if proc is not None and proc.returncode is None:
+                ready = None
+            if ready is not None and ready.proc.returncode is None:
                 self._spare = asyncio.ensure_future(_new_holder())
-                return proc
+                return ready
         self._spare = asyncio.ensure_future(_new_holder())
         return await _new_holder()
 
@@ -312,10 +313,9 @@ class HolderLauncher:
         spare, self._spare = self._spare, None
         if spare is not None:
             with contextlib.suppress(OSError, asyncio.CancelledError):
-                proc = await spare
-                if proc.stdin is not None:
-                    proc.stdin.close()
-                await proc.wait()
+                unused = await spare
+                unused.discard()
+                await unused.proc.wait()
 
     def paths(self, session_id: str) -> HeldPaths:
         return HeldPaths(self.directory, session_id)
@@ -346,7 +346,7 @@ class HolderLauncher:
             "spoolCap": self.spool_cap,
         }
         try:
-            ready = await _start_holder(await self._take_spare(), holder_spec)
+            ready = await _start_holder(await self._take_spare(), holder_spec, spec.pass_fds)
             reader, writer = await asyncio.open_unix_connection(str(paths.socket), limit=MAX_FRAME * 2)
         except BaseException:
             paths.remove()
@@ -359,28 +359,53 @@ class HolderLauncher:
         )
 
 
-async def _new_holder() -> asyncio.subprocess.Process:
-    """A holder started ahead of need: it waits for its spec on stdin (Python's start is most of its cost)."""
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",
-        "-S",
-        HOLDER_MAIN,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        start_new_session=True,
-    )
+@dataclass
+class Spare:
+    """A holder started ahead of need, waiting for its spec on `sock` (its stdin): Python's start is most
+    of its cost. A socket, not a pipe, so the fds the command needs travel with the spec (SCM_RIGHTS)."""
+
+    proc: asyncio.subprocess.Process
+    sock: socket.socket
+
+    def discard(self) -> None:
+        self.sock.close()  # EOF: the spare exits without starting anything
 
 
-async def _start_holder(proc: asyncio.subprocess.Process, holder_spec: dict[str, Any]) -> dict[str, Any]:
-    assert proc.stdin is not None and proc.stdout is not None
+async def _new_holder() -> Spare:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        proc.stdin.write(json.dumps(holder_spec).encode() + b"\n")
-        await proc.stdin.drain()
-        proc.stdin.close()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            HOLDER_MAIN,
+            stdin=theirs.fileno(),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    return Spare(proc, ours)
+
+
+async def _start_holder(spare: Spare, holder_spec: dict[str, Any], fds: tuple[int, ...]) -> dict[str, Any]:
+    proc = spare.proc
+    assert proc.stdout is not None
+    try:
+        data = json.dumps(holder_spec | {"passFds": list(fds)}).encode() + b"\n"
+        # A fresh socketpair's buffer takes the spec whole (at most a few hundred KiB), so this never waits.
+        spare.sock.setblocking(True)
+        sent = socket.send_fds(spare.sock, [data], list(fds)) if fds else spare.sock.send(data)
+        if sent < len(data):
+            spare.sock.sendall(data[sent:])
+        spare.sock.close()
         line = await asyncio.wait_for(proc.stdout.readline(), START_TIMEOUT_SEC)
     except BaseException:
+        spare.discard()
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         raise

@@ -105,6 +105,7 @@ class Holder:
                     fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
                     for fd in (0, 1, 2):
                         os.dup2(slave, fd)
+                    place_fds(spec.get("fds") or [], [int(n) for n in spec.get("passFds") or []])
                     os.chdir(cwd)
                     os.execvpe(argv[0], argv, env)  # noqa: S606 - the argv the policy decided on
                 finally:
@@ -123,6 +124,7 @@ class Holder:
                     os.dup2(in_r if in_r is not None else os.open(os.devnull, os.O_RDONLY), 0)
                     os.dup2(out_w, 1)
                     os.dup2(err_w, 2)
+                    place_fds(spec.get("fds") or [], [int(n) for n in spec.get("passFds") or []])
                     os.chdir(cwd)
                     os.execvpe(argv[0], argv, env)  # noqa: S606 - the argv the policy decided on
                 finally:
@@ -133,6 +135,9 @@ class Holder:
             self.fds[out_r] = STREAMS["stdout"]
             self.fds[err_r] = STREAMS["stderr"]
             self.stdin_fd = in_w
+        for fd in spec.get("fds") or []:  # the command holds its copies now
+            with contextlib.suppress(OSError):
+                os.close(fd)
         self.pid = pid
         for fd in self.fds:
             os.set_blocking(fd, False)
@@ -387,11 +392,43 @@ class Holder:
             os.set_blocking(self.stdin_fd, False)
 
 
+def read_spec() -> tuple[dict | None, list[int]]:
+    """The spec line from stdin, a Unix socket: the fds the command must find at fixed numbers (sealed
+    copies of verified content, /proc/self/fd/N in its argv) come with it as SCM_RIGHTS."""
+    sock = socket.socket(fileno=0)
+    data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 64)
+    while data and not data.endswith(b"\n"):
+        more = sock.recv(1 << 16)
+        if not more:
+            break
+        data += more
+    sock.detach()  # fd 0 stays ours to replace with /dev/null later
+    for fd in fds:
+        os.set_inheritable(fd, False)  # only place_fds's copies reach the command
+    if not data.strip():
+        return None, fds
+    return json.loads(data), fds
+
+
+def place_fds(received: list[int], targets: list[int]) -> None:
+    """In the child: each received fd at the number the command was given (inheritable), whatever fds sit
+    there now (the pipes' own numbers are close-on-exec and already copied to 0-2)."""
+    floor = max([*targets, *received, 2]) + 1
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor) for fd in received]
+    for fd, target in zip(high, targets, strict=True):
+        os.dup2(fd, target, inheritable=True)
+
+
 def main() -> int:
-    line = sys.stdin.readline()
-    if not line.strip():
+    spec, fds = read_spec()
+    if spec is None:
         return 0  # a spare nobody needed (its gateway stopped): nothing to hold
-    spec = json.loads(line)
+    targets = [int(n) for n in spec.get("passFds") or []]
+    if len(targets) != len(fds):
+        sys.stdout.write(json.dumps({"error": "the command's fds did not arrive"}) + "\n")
+        sys.stdout.flush()
+        return 1
+    spec["fds"] = fds
     # Detach: the gateway reaps this first process at once; the holder lives on in a new session.
     if os.fork() > 0:
         os._exit(0)  # no interpreter teardown: the gateway is waiting for this exit
