@@ -1,6 +1,6 @@
 """Console benchmarks: approval shown after reaching the gateway, and key press → repaint under output load.
 
-Run: .venv/bin/python bench/bench_console.py [--sessions 100] [--rate 5000] [--seconds 6] [--approvals 40]
+Run: .venv/bin/python bench/bench_console.py [--sessions 100] [--rate 5000] [--seconds 60] [--approvals 40]
      [--presses 60]
 
 Everything is real: a gateway daemon (subprocess, own state dir), the console app (Textual headless, with
@@ -38,8 +38,8 @@ PRINTER = (
     "import os, sys, time\n"
     "rate, secs, gate = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]\n"
     "while not os.path.exists(gate): time.sleep(0.02)\n"
-    "batch = max(1, rate // 100); end = time.time() + secs; n = 0\n"
-    "while time.time() < end:\n"
+    "batch = max(1, rate // 100); end = time.time() + secs; n = 0; stop = gate + '.stop'\n"
+    "while time.time() < end and not os.path.exists(stop):\n"
     "    sys.stdout.write(''.join(f'line {n + i} ' + 'x' * 40 + '\\n' for i in range(batch)))\n"
     "    sys.stdout.flush(); n += batch; time.sleep(0.01)\n"
 )
@@ -287,6 +287,7 @@ async def real_load(
     out["gateway_cpu"] = (proc_cpu_s(app.gateway_pid) - gw0) / wall
     out["machine_busy"] = (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]) * (os.cpu_count() or 1)
     out["follows"] = app.link.follows
+    (work / f"{gate.name}.stop").touch()  # the printers stop once the keys are measured
     while any(r.get("sessionId") in ids and r.get("status") == "running" for r in rows):
         await asyncio.sleep(0.5)  # let this batch finish before anything else is measured
         rows = await agent.list_sessions()
@@ -297,7 +298,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--rate", type=int, default=5000, help="lines/s per session")
-    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--seconds", type=float, default=60.0, help="printers stop at the latest after this")
     parser.add_argument("--approvals", type=int, default=40)
     parser.add_argument("--presses", type=int, default=60)
     args = parser.parse_args()
