@@ -32,6 +32,8 @@ async def gateway(state: Path, **kwargs: Any) -> AsyncIterator[GatewayServer]:
     """A real gateway on this test's loop, in the test's own state dir."""
     kwargs.setdefault("handshake_timeout", 0.5)
     server = GatewayServer(state, **kwargs)
+    if os.environ.get("EXECHOST_TEST_HOLD") == "1":  # run the suite as the daemon runs: under holders
+        server.services.hold_sessions()
     await server.start()
     stopper = asyncio.ensure_future(server.wait_stopped())  # honours `shutdown` like the daemon does
     try:
