@@ -84,7 +84,8 @@ class StoredAsk:
         )
 
     def to_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        # Field by field, not dataclasses.asdict: that deep-copies the resume params on every save.
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["request"] = request_to_json(self.request)
         return out
 
@@ -112,10 +113,18 @@ class PendingFile:
         self.problem: str | None = None
 
     def save(self, records: list[ApprovalRecord]) -> None:
+        self.write(self.encode(records))
+
+    @staticmethod
+    def encode(records: list[ApprovalRecord]) -> bytes:
         asks = [StoredAsk.of(r).to_json() for r in records if unsettled(r)]
-        data = json.dumps({"version": VERSION, "asks": asks}, ensure_ascii=False)
+        return json.dumps({"version": VERSION, "asks": asks}, ensure_ascii=False).encode(
+            "utf-8", "surrogatepass"
+        )
+
+    def write(self, data: bytes) -> None:
         try:
-            atomic_write(self.path, data.encode("utf-8", "surrogatepass"))
+            atomic_write(self.path, data)
             self.problem = None
         except (OSError, StateFileError) as exc:
             self.problem = f"pending approvals not saved to {self.path}: {exc}"

@@ -80,6 +80,18 @@ def decision_line(view: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "decision", "v": VERSION, **{k: view.get(k) for k in keep if k in view}}
 
 
+def encode_entry(entry: dict[str, Any]) -> bytes:
+    """One line of the log (a command too long for a line is cut, marked, never dropped)."""
+    line = _encode(entry)
+    if len(line) >= MAX_LINE_BYTES:
+        line = _encode({**entry, "command": str(entry.get("command", ""))[:2000] + "… (truncated)"})
+    return line
+
+
+def run_line(approval_id: str, run: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "run", "v": VERSION, "id": approval_id, "run": run}
+
+
 class DecisionLog:
     """The on-disk decision history of one state dir. Writes are serialised by a lock (the gateway writes
     from its loop and from worker threads); reads merge every file, oldest first."""
@@ -102,7 +114,7 @@ class DecisionLog:
         self._append(decision_line(view))
 
     def record_run(self, approval_id: str, run: dict[str, Any]) -> None:
-        self._append({"kind": "run", "v": VERSION, "id": approval_id, "run": run})
+        self._append(run_line(approval_id, run))
 
     def record_session_end(self, session: dict[str, Any]) -> None:
         """A session ended: its final status, code and time (only sessions an approval led to matter)."""
@@ -119,12 +131,14 @@ class DecisionLog:
         )
 
     def _append(self, entry: dict[str, Any]) -> None:
-        line = _encode(entry)
-        if len(line) >= MAX_LINE_BYTES:
-            line = _encode({**entry, "command": str(entry.get("command", ""))[:2000] + "… (truncated)"})
+        self.write_lines([encode_entry(entry)])
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """Append encoded lines (`encode_entry`) with one write and one fsync: a batch from the gateway's
+        group writer, or one line."""
         with self._lock:
             try:
-                self._write_line(line)
+                self._write_line(b"\n".join(lines))
             except (OSError, StateFileError) as exc:
                 self._needs_newline = True
                 self.problem = _describe(exc, self.path)

@@ -8,7 +8,7 @@ import json
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -202,6 +202,10 @@ class ApprovalManager:
         self._by_request: dict[ApprovalRequest, str] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._listeners: list[Listener] = []
+        # Awaited before a decision is acted upon and before an ask is reported pending: the gateway
+        # sets it to its durable writer's barrier (what was decided or asked is on disk first).
+        self.barrier: Callable[[], Awaitable[None]] | None = None
+        self.decided_barrier: Callable[[], Awaitable[None]] | None = None  # decision lines only
         # Decided approvals, newest last: what became of each (decision history, `approvals.status`).
         self._history: deque[ApprovalRecord] = deque(maxlen=HISTORY_SIZE)
 
@@ -327,8 +331,16 @@ class ApprovalManager:
             self._notify("updated", record)
 
     async def wait(self, record: ApprovalRecord) -> str | None:
-        """The decision, or None when the request expired."""
-        return await asyncio.shield(record.future)
+        """The decision, or None when the request expired; returned once it is recorded on disk."""
+        decision = await asyncio.shield(record.future)
+        if self.decided_barrier is not None:
+            await self.decided_barrier()
+        return decision
+
+    async def durable(self) -> None:
+        """Wait until what was asked and decided so far is on disk (no-op without a durable store)."""
+        if self.barrier is not None:
+            await self.barrier()
 
     # -- resolution
 

@@ -486,6 +486,7 @@ class ExecTool:
                 # Two-phase: answer now, decide later; the run or denial reaches the agent as a system event.
                 if created:
                     self._spawn(self._detached(record, prepared, params, ctx))
+                await self.approvals.durable()  # "pending" is a promise: the ask is on disk first
                 return self._pending_result(record, prepared)
             if ctx.on_waiting is not None:
                 ctx.on_waiting(

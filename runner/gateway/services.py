@@ -6,6 +6,7 @@ the background work (the activity ticker, the sandbox progress hook).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -16,7 +17,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.approvals.durable import PENDING_NAME, PendingFile
 from engine.approvals.grants import GrantStore
-from engine.approvals.history import HISTORY_DIR, DecisionLog, HistoryError
+from engine.approvals.groupwrite import GroupWriter
+from engine.approvals.history import (
+    HISTORY_DIR,
+    DecisionLog,
+    HistoryError,
+    decision_line,
+    encode_entry,
+    run_line,
+)
 from engine.approvals.pending import ApprovalManager, ApprovalRecord
 from engine.approvals.store import ApprovalsStore
 from engine.config.loader import config_path as config_file_path
@@ -50,6 +59,7 @@ class Host(Protocol):
 
     async def drop_revoked(self) -> list[str]: ...
 
+
 log = logging.getLogger("exechost.gateway")
 
 
@@ -82,6 +92,14 @@ class Services:
         self._history_sessions: set[str] | None = None  # session ids an approval led to (loaded lazily)
         # Asks not yet settled, on disk: the next gateway asks them again (same id, same expiry).
         self.pending_file = PendingFile(state_dir / PENDING_NAME)
+        # Both written off the loop in groups; a decision is acted upon once it is on disk (the barrier).
+        # Two writers, so a decision's line never waits behind a snapshot's fsyncs.
+        self.history_writer = GroupWriter("decision history", self._write_history_lines)
+        self.pending_writer = GroupWriter(
+            "pending approvals", lambda batch: self.pending_file.write(batch[-1]), latest_only=True
+        )
+        self.approvals.barrier = self.pending_writer.barrier
+        self.approvals.decided_barrier = self.history_writer.barrier
         self.events = SystemEvents(spool=EventSpool(state_dir / SPOOL_NAME))
         # Allow-always with limits, apart from exec-approvals.json (which OpenClaw also reads).
         self.grants = GrantStore(state_dir / "exec-grants.json")
@@ -209,6 +227,8 @@ class Services:
         await self.sessions.close(keep_held=self.holders is not None and self.keep_sessions)
         if self.holders is not None:
             await self.holders.close()
+        # Nothing queued for disk is left behind.
+        await asyncio.gather(self.history_writer.barrier(), self.pending_writer.barrier())
 
     # -- sessions
 
@@ -251,17 +271,24 @@ class Services:
         conn.waiting_approvals.clear()
 
     def _write_history(self, kind: str, record: ApprovalRecord) -> None:
-        """Append to the decision log; a write that fails (full disk) is logged and shown in `status`
-        and `approvals history`, and the gateway keeps serving: the decision itself stands."""
+        """Queue the decision log's line (the group writer appends it)."""
+        if kind == "resolved":
+            self.history_writer.put(encode_entry(decision_line(record.view())))
+        elif kind == "ran" and record.run:
+            self.history_writer.put(encode_entry(run_line(record.id, record.run)))
+            if record.run.get("sessionId"):
+                self._linked_sessions().add(str(record.run["sessionId"]))
+
+    def _write_history_lines(self, lines: list[bytes]) -> None:
+        """A write that fails (full disk) is logged and shown in `status` and `approvals history`, and
+        the gateway keeps serving: the decision itself stands."""
         try:
-            if kind == "resolved":
-                self.history.record_decision(record.view())
-            elif kind == "ran" and record.run:
-                self.history.record_run(record.id, record.run)
-                if record.run.get("sessionId"):
-                    self._linked_sessions().add(str(record.run["sessionId"]))
+            self.history.write_lines(lines)
         except HistoryError as exc:
             log.error("%s", exc)
+
+    def _pending_snapshot(self) -> bytes:
+        return self.pending_file.encode(self.approvals.records())
 
     def _linked_sessions(self) -> set[str]:
         if self._history_sessions is None:
@@ -270,7 +297,7 @@ class Services:
 
     def _on_approval(self, kind: str, record: ApprovalRecord) -> None:
         self._write_history(kind, record)
-        self.pending_file.save(self.approvals.records())
+        self.pending_writer.put(self._pending_snapshot)
         if kind == "ran":
             return
         if kind == "requested":

@@ -123,3 +123,41 @@ async def test_a_full_log_disk_is_a_clear_error_and_the_gateway_keeps_serving(st
             assert "before-full" in out.stdout and "after-full" in out.stdout and not out.stderr
     finally:
         await asyncio.to_thread(subprocess.run, ["umount", "-l", str(history_dir)])
+
+
+async def test_a_decision_is_on_disk_before_its_command_runs(state_dir: Path, tmp_path: Path) -> None:
+    """The history is written off the loop in groups: the approved command must still wait for its
+    decision line (an audit that a crash could lose after the command ran would be no audit)."""
+    import threading
+
+    from tests.helpers.gateway import gateway
+
+    write_config(state_dir, ALLOWLIST)
+    marker = tmp_path / "ran"
+    async with gateway(state_dir) as server:
+        gate = threading.Event()
+        real = server.services.history.write_lines
+
+        def slow(lines: list[bytes]) -> None:
+            gate.wait(20)
+            real(lines)
+
+        server.services.history.write_lines = slow  # type: ignore[method-assign]
+        operator = await connect(state_dir, "op")
+        await operator.request("approvals.attach")
+        agent = await connect(state_dir, "agent", operator=False)
+        call = asyncio.ensure_future(
+            agent.request("exec", {"command": f"touch {marker}", "agentId": "main", "sessionKey": "k"})
+        )
+        await wait_until(lambda: server.services.approvals.pending(), timeout=20)
+        await operator.request(
+            "approve", {"id": server.services.approvals.pending()[0].id, "decision": "allow-once"}
+        )
+        await asyncio.sleep(0.3)
+        assert not marker.exists()  # decided, not yet recorded: not run
+        gate.set()
+        assert (await asyncio.wait_for(call, 20))["details"]["status"] == "completed"
+        assert marker.exists()
+        assert "touch" in (state_dir / HISTORY_DIR / "decisions.jsonl").read_text()
+        await agent.close()
+        await operator.close()
