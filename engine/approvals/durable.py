@@ -63,6 +63,7 @@ class StoredAsk:
     # An allow-always with limits must stay limited when its run starts under the next gateway.
     grant: dict[str, Any] | None = None
     grant_id: str | None = None
+    run: dict[str, Any] | None = None  # {"status": "starting", "sessionId": …}: it may be running already
 
     @classmethod
     def of(cls, record: ApprovalRecord) -> StoredAsk:
@@ -81,6 +82,7 @@ class StoredAsk:
             requesters=list(record.requesters),
             grant=record.grant.to_json() if record.grant else None,
             grant_id=record.grant_id,
+            run=record.run,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -104,7 +106,10 @@ def unsettled(record: ApprovalRecord) -> bool:
         return False
     if not record.resolved:
         return True
-    return record.decision in ("allow-once", "allow-always") and record.run is None
+    if record.decision not in ("allow-once", "allow-always"):
+        return False
+    # Not run yet, or said to be starting (the next gateway finds out which: engine.tools.resume).
+    return record.run is None or record.run.get("status") == "starting"
 
 
 class PendingFile:

@@ -272,6 +272,7 @@ class ApprovalManager:
         requesters: list[dict[str, Any]] | None = None,
         grant: GrantLimits | None = None,
         grant_id: str | None = None,
+        run: dict[str, Any] | None = None,
     ) -> ApprovalRecord:
         """An ask the previous gateway left (same id, same expiry). Still waiting: it is pending again
         and expires when it would have (at once if that moment passed while no gateway ran). Already
@@ -289,6 +290,7 @@ class ApprovalManager:
             requesters=list(requesters) if requesters else [request.requester()],
             grant=grant,
             grant_id=grant_id,
+            run=run,
             future=loop.create_future(),
         )
         self._records[record.id] = record

@@ -41,6 +41,9 @@ async def adopt_held(manager: SessionManager, launcher: HolderLauncher) -> list[
         sid = str(meta.get("sessionId") or "") if isinstance(meta, dict) else ""
         if not SESSION_ID.match(sid) or meta_path.stem != sid or manager.registry.get(sid) is not None:
             continue
+        if launcher.never_started(sid):
+            launcher.paths(sid).remove()  # a holder that died before starting its command: nothing ran
+            continue
         try:
             session = await _adopt_one(manager, launcher.paths(sid), meta)
         except Exception:

@@ -28,7 +28,7 @@ from typing import Any
 from engine import statefs
 from engine.sessions import procs
 from engine.sessions.launcher import DEFAULT_TERM, Launcher, RunSpec
-from engine.unixsock import SUN_PATH_MAX
+from engine.unixsock import SUN_PATH_MAX, socket_is_live
 
 log = logging.getLogger("exechost.sessions")
 
@@ -319,6 +319,20 @@ class HolderLauncher:
 
     def paths(self, session_id: str) -> HeldPaths:
         return HeldPaths(self.directory, session_id)
+
+    def never_started(self, session_id: str) -> bool:
+        """No holder ever ran this session's command: no files, or a description written before the
+        holder started with no pid added, no exit written and no holder answering."""
+        paths = self.paths(session_id)
+        try:
+            meta = json.loads(statefs.read_text(paths.meta) or "null")
+        except (OSError, ValueError, statefs.StateFileError):
+            return False  # unreadable: unknown
+        if meta is None:
+            return True
+        if not isinstance(meta, dict) or "pid" in meta or paths.exit.exists():
+            return False
+        return not socket_is_live(paths.socket)
 
     async def spawn(self, spec: RunSpec) -> Any:
         session_id = spec.marker.rsplit("-", 1)[0]

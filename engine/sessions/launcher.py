@@ -46,6 +46,8 @@ class RunSpec:
     allow_background: bool = True
     warnings: list[str] = field(default_factory=list)  # caller's warnings, shown before the output
     marker: str = ""  # filled by the manager: the value of EXECHOST_SESSION for this command
+    # The id to use when it is free: an approval's run writes it to disk before the spawn (engine.tools.exec).
+    session_id: str | None = None
     # Sealed copies of verified files (engine.commands.verified), inherited at the same numbers.
     pass_fds: tuple[int, ...] = ()
 

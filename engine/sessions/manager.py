@@ -138,7 +138,8 @@ class SessionManager:
         # A custom launcher (a sandbox) owns its cwd: it is a path inside the container, already mapped
         # and checked there, so testing it against this machine's filesystem would be wrong.
         cwd = spec.cwd if spec.launcher is not None and spec.cwd else self._resolve_cwd(spec.cwd, warnings)
-        session_id = self.registry.new_id()
+        wanted = spec.session_id
+        session_id = wanted if wanted and self.registry.get(wanted) is None else self.registry.new_id()
         spec = dataclasses.replace(
             spec,
             cwd=cwd,
@@ -436,6 +437,16 @@ class SessionManager:
         ]
         rows.sort(key=lambda s: s.started_at, reverse=True)
         return rows
+
+    def new_id(self) -> str:
+        """A free session id, for a caller that must name the session before it starts."""
+        return self.registry.new_id()
+
+    def never_started(self, session_id: str) -> bool:
+        """True only when this id's command certainly never ran here (its launcher keeps files that can
+        tell: holders). Unknown is False."""
+        check = getattr(self.launcher, "never_started", None)
+        return self.registry.get(session_id) is None and callable(check) and bool(check(session_id))
 
     def get(self, session_id: str, scope_key: str | None = None) -> Session | None:
         return self.registry.get(session_id, scope_key)

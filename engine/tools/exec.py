@@ -46,7 +46,6 @@ NODE_UNAVAILABLE = (
 )
 
 
-
 # The call's params an ask keeps on disk, so the next gateway can prepare the same run again.
 RESUME_PARAMS = (
     "command", "workdir", "defaultWorkdir", "env", "host", "security", "ask", "node", "elevated", "pty",
@@ -86,13 +85,16 @@ def _note_run(
 ) -> None:
     """Link the run to its approval: `approvals.status` and the decision history report it."""
     d = result.details
-    approvals.note_run(record, {
-        "sessionId": session_id or d.get("sessionId"),
-        "status": d.get("status"),
-        "exitCode": d.get("exitCode"),
-        "tail": compact(str(d.get("aggregated") or d.get("tail") or ""), FOLLOWUP_OUTPUT_CHARS),
-        **({"reason": d["reason"]} if d.get("reason") else {}),
-    })
+    approvals.note_run(
+        record,
+        {
+            "sessionId": session_id or d.get("sessionId"),
+            "status": d.get("status"),
+            "exitCode": d.get("exitCode"),
+            "tail": compact(str(d.get("aggregated") or d.get("tail") or ""), FOLLOWUP_OUTPUT_CHARS),
+            **({"reason": d["reason"]} if d.get("reason") else {}),
+        },
+    )
 
 
 def _within(what: str, text: str, limit: int, hint: str) -> None:
@@ -100,10 +102,14 @@ def _within(what: str, text: str, limit: int, hint: str) -> None:
     if size > limit:
         raise ToolError(f"exec denied: {what} is {size} bytes, over the {limit}-byte limit ({hint})")
 
+
 class Sessions(Protocol):
     """The part of engine.sessions.SessionManager the exec tool uses."""
 
     async def run(self, spec: Any) -> ToolResult: ...
+    def new_id(self) -> str: ...
+    def get(self, session_id: str, scope_key: str | None = None) -> Any: ...
+    def never_started(self, session_id: str) -> bool: ...
 
 
 class Store(Protocol):
@@ -322,6 +328,7 @@ class ExecTool:
         self, prepared: _Prepared, config: Config, ctx: ExecContext, env: dict[str, str], workdir: Any
     ) -> None:
         from engine.sandbox import prepare_exec  # docker-py loads only when a sandbox is used
+
         # The raw workdir: prepare_exec maps it into the container (a host path means nothing there).
         sx = await prepare_exec(
             config, ctx.agent_id, ctx.session_key, workdir if isinstance(workdir, str) else None
@@ -410,12 +417,14 @@ class ExecTool:
         command: str,
         *,
         detached: bool = False,
+        session_id: str | None = None,
     ) -> ToolResult:
         """Start `command` over verified content (raises StaleContent when a bound file changed)."""
         run = await self._verified(prepared, command)
         try:
             spec = self._spec(prepared, params, ctx, run.command, detached=detached)
             spec.pass_fds = run.fds
+            spec.session_id = session_id
             result = await self.sessions.run(spec)
         finally:
             run.close()  # the child holds its own copies of the fds once spawned
@@ -530,14 +539,26 @@ class ExecTool:
             denied = self._denied_result(record, prepared, reason)
             _note_run(self.approvals, record, denied)
             return denied
+        session_id = await self._starting(record, prepared)
         try:
-            result = await self._run(prepared, params, ctx, command)
+            result = await self._run(prepared, params, ctx, command, session_id=session_id)
         except StaleContent as exc:
             denied = self._denied_result(record, prepared, f"approval-stale: {exc}")
             _note_run(self.approvals, record, denied)
             return denied
         _note_run(self.approvals, record, result)
         return result
+
+    async def _starting(self, record: ApprovalRecord, prepared: _Prepared) -> str:
+        """Say on disk which session this approval's run starts as, before it starts: a gateway that dies
+        mid-run must not leave an "approved, not yet run" ask for the next one to run a second time (the
+        first copy is adopted under that id: engine.tools.resume). The real outcome replaces it."""
+        session_id = self.sessions.new_id()
+        if record.run is None:
+            run = {"sessionId": session_id, "status": "starting", "host": prepared.host}
+            self.approvals.note_run(record, run)
+        await self.approvals.durable()
+        return session_id
 
     def _still_as_decided(self, prepared: _Prepared) -> None:
         """Refuse when an executable or the cwd is no longer the file that was decided on (a re-pointed
@@ -661,7 +682,8 @@ class ExecTool:
                 self._emit(ctx, denied.text)
                 return
             try:
-                result = await self._run(prepared, params, ctx, command, detached=True)
+                session_id = await self._starting(record, prepared)
+                result = await self._run(prepared, params, ctx, command, detached=True, session_id=session_id)
             except StaleContent as exc:
                 denied = self._denied_result(record, prepared, f"approval-stale: {exc}")
                 _note_run(self.approvals, record, denied)

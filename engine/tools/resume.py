@@ -43,6 +43,7 @@ def restore_asks(tool: ExecTool, asks: list[StoredAsk]) -> list[ApprovalRecord]:
             requesters=ask.requesters,
             grant=GrantLimits.from_json(ask.grant),
             grant_id=ask.grant_id,
+            run=ask.run,
         )
         tool._spawn(resume_ask(tool, record))
         restored.append(record)
@@ -86,6 +87,10 @@ async def resume_ask(tool: ExecTool, record: ApprovalRecord) -> None:
     )
     decision = await tool.approvals.wait(record)
     command = str(params.get("command") or record.request.command)
+    if record.run is not None and record.run.get("status") == "starting":
+        if not _never_started(tool, record, ctx, command):
+            return  # it ran (adopted) or may have: never a second copy
+        record.run = None  # it never started: run it now, as approved
     if decision == "deny":
         text = f"Exec denied (gateway id={record.id}, user-denied): {command}"
         tool._emit(ctx, text + (f"\nReason: {record.reason}" if record.reason else ""))
@@ -103,6 +108,25 @@ async def resume_ask(tool: ExecTool, record: ApprovalRecord) -> None:
         tool.approvals.note_run(record, _denied(f"approval-stale: {problem}"))
         return
     await tool._detached(record, prepared, params, ctx)
+
+
+def _never_started(tool: ExecTool, record: ApprovalRecord, ctx: ExecContext, command: str) -> bool:
+    """The run the last gateway was starting: True only when it certainly never started (a gateway-host
+    session whose holder files were never written), so running it now runs it once. Adopted, it is
+    linked to this approval; unknowable, it is reported and never run again."""
+    run = record.run or {}
+    sid = str(run.get("sessionId") or "")
+    session = tool.sessions.get(sid) if sid else None
+    if session is not None:
+        linked = {"sessionId": sid, "status": session.status, "exitCode": None, "tail": ""}
+        tool.approvals.note_run(record, linked)  # its end reaches the history as a linked session's
+        return False
+    if run.get("host") == "gateway" and sid and tool.sessions.never_started(sid):
+        return True
+    reason = "the gateway stopped while starting it; whether it ran is unknown, so it is not run again"
+    tool._emit(ctx, f"Exec failed (gateway id={record.id}): {reason}: {command}")
+    tool.approvals.note_run(record, {**_denied(reason), "status": "failed", "sessionId": sid or None})
+    return False
 
 
 def _denied(reason: str) -> dict[str, Any]:

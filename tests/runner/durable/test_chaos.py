@@ -117,7 +117,13 @@ async def test_chaos_nothing_is_lost(state_dir: Path, tmp_path: Path) -> None:
             )
             return rows if ran and set(decided) <= set(rows) else {}
 
-        rows = await wait_until(history, timeout=60)
+        try:
+            rows = await wait_until(history, timeout=60)
+        except AssertionError:
+            page = await operator.request("approvals.history", {})
+            got = {r["id"]: (r["status"], r.get("run")) for r in page["approvals"]}
+            print("DEBUG", {a: (d, got.get(a)) for a, d in decided.items()})
+            raise
         for approval_id, decision in decided.items():
             assert rows[approval_id]["status"] == decision
             assert rows[approval_id]["command"] == asks[approval_id]

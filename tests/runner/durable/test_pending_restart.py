@@ -98,3 +98,75 @@ async def test_an_ask_that_expired_while_no_gateway_ran_falls_back(state_dir: Pa
         texts = await wait_until(timed_out, timeout=30)
         assert asked["approvalId"] in texts[0]
         assert os.path.exists(state_dir / PENDING_NAME)
+
+
+async def test_an_approved_command_running_when_the_gateway_dies_is_not_run_again(state_dir: Path) -> None:
+    """Approved, started, still running at the SIGKILL: the next gateway restored the ask as "approved,
+    not yet run" and started a second copy beside the adopted first."""
+    write_config(state_dir, ALLOWLIST)
+    work = state_dir.parent / "w"
+    work.mkdir()
+    log, go = work / "runs.log", work / "go"
+    command = f"echo run >> {log}; while [ ! -e {go} ]; do sleep 0.05; done"
+    with Daemon(state_dir) as daemon:
+        asked = await _ask(state_dir, command, "k4")
+        assert cli(state_dir, "approve", asked["approvalSlug"], "allow-once").returncode == 0
+        await wait_until(lambda: log.exists() and log.read_text() == "run\n", timeout=30)
+        daemon.restart()  # SIGKILL mid-run, then a new gateway
+        operator_view = cli(state_dir, "approvals", "pending", "--json")
+        assert json.loads(operator_view.stdout)["details"]["approvals"] == []
+        time.sleep(1.0)  # a wrongly restored ask would start its second copy now
+        go.touch()
+        assert log.read_text() == "run\n"
+
+
+async def test_an_approved_foreground_run_is_not_run_again_after_a_crash(state_dir: Path) -> None:
+    """The same with the caller waiting in the foreground and a console attached: the run had not yielded
+    yet, so nothing but the ask on disk said what had happened."""
+    import asyncio
+
+    write_config(state_dir, ALLOWLIST)
+    work = state_dir.parent / "w"
+    work.mkdir()
+    log, go = work / "runs.log", work / "go"
+    command = f"echo run >> {log}; while [ ! -e {go} ]; do sleep 0.05; done"
+    with Daemon(state_dir) as daemon:
+        operator = await connect(state_dir, "op")
+        await operator.request("approvals.attach")
+        agent = await connect(state_dir, "agent", operator=False)
+        call = asyncio.ensure_future(
+            agent.request("exec", {"command": command, "agentId": "main", "sessionKey": "k5"})
+        )
+        pending = await wait_until(operator.pending_approvals, timeout=30)
+        await operator.request("approve", {"id": pending[0]["id"], "decision": "allow-once"})
+        await wait_until(lambda: log.exists() and log.read_text() == "run\n", timeout=30)
+        daemon.restart()
+        call.cancel()
+        time.sleep(1.0)
+        go.touch()
+        time.sleep(0.5)
+        assert log.read_text() == "run\n"
+
+
+async def test_an_approved_run_that_never_started_runs_once_after_the_crash(state_dir: Path) -> None:
+    """The other side of the same window: approved, said to be starting as a session no holder ever
+    started (the gateway died first). The approval must still run, once."""
+    write_config(state_dir, ALLOWLIST)
+    work = state_dir.parent / "w"
+    work.mkdir()
+    log = work / "runs.log"
+    with Daemon(state_dir) as daemon:
+        asked = await _ask(state_dir, f"echo run >> {log}", "k6")
+        daemon.kill()
+        path = state_dir / PENDING_NAME
+        data = json.loads(path.read_text())
+        ask = data["asks"][0]
+        ask.update(decision="allow-once", resolved_by="op", resolved_at_ms=ask["created_at_ms"] + 1)
+        ask["run"] = {"sessionId": "never-spawned", "status": "starting", "host": "gateway"}
+        path.write_text(json.dumps(data))
+        daemon.start()
+        await wait_until(lambda: log.exists(), timeout=30)
+        time.sleep(0.5)
+        assert log.read_text() == "run\n"
+        rows = json.loads(cli(state_dir, "approvals", "history", "--json").stdout)["details"]["approvals"]
+        assert [r["run"]["status"] for r in rows if r["id"] == asked["approvalId"]] != ["starting"]
