@@ -1,21 +1,25 @@
-"""A new gateway adopts the sessions the last one left under their holders (engine.sessions.holder).
+"""A new gateway adopts the sessions the last one left in the session host (engine.sessions.host).
 
 Each `<state>/holders/<id>.json` is a session: re-listed under the same id and scope, its output rebuilt
-from byte 0 of the holder's spool (what was written while no gateway ran included), then followed live
-when its holder still runs; a session that ended meanwhile reports the exit code and time its holder wrote.
+from byte 0 of its spool (what was written while no gateway ran included), then followed live when the host
+still holds it; a session that ended meanwhile reports the exit code and time the host wrote, and one whose
+host died without writing an end is reported ended ("session host died").
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 import logging
+import os
 import re
+import signal
 import time
 from typing import Any
 
 from engine import statefs
-from engine.sessions.holder import FrameSource, HeldPaths, HolderLauncher, HolderProcess
+from engine.sessions import procs
+from engine.sessions.host import SPOOL_HEADER_SIZE, HeldPaths, HostLauncher, HostProcess, stream_kind
 from engine.sessions.launcher import RunSpec
 from engine.sessions.manager import SessionManager
 from engine.sessions.output import OutputBuffer
@@ -28,10 +32,15 @@ SESSION_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 MAX_REPLAY_BYTES = 256 * 1024 * 1024
 
 
-async def adopt_held(manager: SessionManager, launcher: HolderLauncher) -> list[Session]:
+async def adopt_held(manager: SessionManager, launcher: HostLauncher) -> list[Session]:
     adopted: list[Session] = []
     if not launcher.directory.is_dir():
         return adopted
+    try:
+        live = await launcher.list_live()
+    except (OSError, ConnectionError) as exc:
+        log.error("cannot list the session host's sessions: %s", exc)
+        live = {}
     for meta_path in sorted(launcher.directory.glob("*.json")):
         try:
             meta = json.loads(statefs.read_text(meta_path) or "")
@@ -42,7 +51,7 @@ async def adopt_held(manager: SessionManager, launcher: HolderLauncher) -> list[
         if not SESSION_ID.match(sid) or meta_path.stem != sid or manager.registry.get(sid) is not None:
             continue
         try:
-            session = await _adopt_one(manager, launcher.paths(sid), meta)
+            session = await _adopt_one(manager, launcher, launcher.paths(sid), meta, sid in live)
         except Exception:
             log.exception("cannot adopt session %s", sid)
             continue
@@ -72,39 +81,46 @@ def _spec(meta: dict[str, Any]) -> RunSpec:
     )
 
 
-async def _attach(paths: HeldPaths, meta: dict[str, Any]) -> HolderProcess | None:
-    try:
-        reader, writer = await asyncio.open_unix_connection(str(paths.socket), limit=2 * 1024 * 1024)
-    except OSError:
-        return None
-    writer.write(b'{"op":"attach"}\n')
-    return HolderProcess(
-        paths,
-        FrameSource(reader),
-        writer,
-        pid=None,
-        pty=bool(meta.get("pty")),
-        marker=str(meta.get("marker")),
-    )
-
-
-def _replay(paths: HeldPaths, meta: dict[str, Any]) -> HolderProcess:
-    """The holder is gone: its spool is the output, its exit file the end."""
-    reader = asyncio.StreamReader(limit=2 * 1024 * 1024)
+def _replay(paths: HeldPaths, meta: dict[str, Any]) -> HostProcess:
+    """The host no longer holds it: its spool is the output, its exit file the end."""
+    handle = HostProcess(paths, None, 0, pid=None, pty=bool(meta.get("pty")), marker=str(meta.get("marker")))
     try:
         with open(paths.spool, "rb") as fh:
-            reader.feed_data(fh.read(MAX_REPLAY_BYTES))
+            data = fh.read(MAX_REPLAY_BYTES)
     except OSError:
-        pass
-    reader.feed_eof()
-    return HolderProcess(
-        paths, FrameSource(reader), None, pid=None, pty=bool(meta.get("pty")), marker=str(meta.get("marker"))
-    )
+        data = b""
+    pos = 0
+    while pos + SPOOL_HEADER_SIZE <= len(data):
+        stream, size = data[pos], int.from_bytes(data[pos + 1 : pos + SPOOL_HEADER_SIZE], "big")
+        end = pos + SPOOL_HEADER_SIZE + size
+        if end > len(data):
+            break
+        handle.on_output(stream_kind(stream), data[pos + SPOOL_HEADER_SIZE : end])
+        pos = end
+    if paths.read_exit() is None and paths.read_done() is None:
+        _end_orphans(str(meta.get("marker") or ""))
+    handle.on_lost()
+    return handle
 
 
-async def _adopt_one(manager: SessionManager, paths: HeldPaths, meta: dict[str, Any]) -> Session:
+def _end_orphans(marker: str) -> None:
+    """A host that died left its commands without pipes: end what still carries the session's marker."""
+    if not marker:
+        return
+    for proc in procs.scan(marker=marker):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, signal.SIGKILL)
+
+
+async def _adopt_one(
+    manager: SessionManager, launcher: HostLauncher, paths: HeldPaths, meta: dict[str, Any], live: bool
+) -> Session:
     spec = _spec(meta)
-    handle = await _attach(paths, meta) or _replay(paths, meta)
+    handle = None
+    if live:
+        handle = await launcher.attach(paths, pty=bool(meta.get("pty")), marker=str(meta.get("marker")))
+    if handle is None:
+        handle = _replay(paths, meta)
     sid = paths.session_id
     session = Session(
         id=sid,

@@ -222,7 +222,7 @@ class SessionManager:
 
     # -- supervision ------------------------------------------------------------------------------
     def supervise(self, session: Session, handle: ProcessHandle) -> None:
-        """Watch a registered session's process to its end (a new one, or one adopted from a holder)."""
+        """Watch a registered session's process to its end (a new one, or one adopted from the session host)."""
         task = asyncio.get_running_loop().create_task(self._supervise(session, handle))
         self._supervisors.add(task)
         task.add_done_callback(self._supervisors.discard)
@@ -318,8 +318,11 @@ class SessionManager:
         self, session: Session, handle: ProcessHandle, code: int | None, sig: str | None
     ) -> None:
         session.exit_code, session.exit_signal = code, sig
+        reason = getattr(handle, "end_reason", None)  # e.g. the session host died with the command
+        if isinstance(reason, str) and code is None and sig is None and session.error is None:
+            session.error = reason
         session.exited = True
-        # A holder knows when its command really ended (maybe while no gateway ran).
+        # The session host knows when its command really ended (maybe while no gateway ran).
         ended_at = getattr(handle, "ended_at", None)
         session.ended_at = ended_at if isinstance(ended_at, int) else now_ms()
         collected = getattr(handle, "collected", None)
@@ -480,7 +483,7 @@ class SessionManager:
 
     async def close(self, *, keep_held: bool = False) -> None:
         """Kill every running command (SIGTERM, grace, SIGKILL) and forget every session. `keep_held`:
-        sessions a holder owns keep running, for the next gateway to adopt."""
+        sessions the session host holds keep running, for the next gateway to adopt."""
         self._closing = True
         self.registry.stop()
         if keep_held:

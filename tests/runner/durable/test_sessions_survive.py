@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.sessions.holder import HOLDERS_DIR
+from engine.sessions.host import HOLDERS_DIR
 from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import FULL, connect, wait_until, write_config
 

@@ -1,0 +1,621 @@
+"""The gateway's side of the session host (host_main.py): one connection, every held session over it.
+
+`HostLauncher` starts (or re-attaches to) the state dir's session host and runs each gateway-host command
+in it; each comes back as a `HostProcess`, the same `ProcessHandle` the session manager drives for a local
+child. In `<state>/holders/` (0700), next to `host.sock`, each session keeps `<id>.json` (what it is),
+`<id>.spool` (every output byte, framed) and `<id>.exit` (its end), all written by the host, and `<id>.done`
+(written here once its end was reported). A new gateway adopts what it finds there (engine.sessions.adopt).
+When the host cannot be started, commands run as plain children (a log line says so).
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine import statefs
+from engine.sessions import host_main as wire
+from engine.sessions import procs
+from engine.sessions.launcher import DEFAULT_TERM, Launcher, RunSpec
+from engine.unixsock import SUN_PATH_MAX, peer_info
+
+log = logging.getLogger("exechost.sessions")
+
+HOLDERS_DIR = "holders"
+HOST_MAIN = str(Path(__file__).with_name("host_main.py"))
+STREAM_OF = {wire.OUT_STDOUT: "stdout", wire.OUT_STDERR: "stderr", wire.OUT_PTY: "pty"}
+SPOOL_HEADER_SIZE = wire.SPOOL_HEADER.size
+START_TIMEOUT_SEC = 15.0
+REQUEST_TIMEOUT_SEC = 30.0
+DRAIN_HIGH = 1024 * 1024
+RESTART_EVERY_SEC = 5.0  # a host that died is started again for new commands, at most this often
+HOST_DIED = "session host died"
+META_VERSION = 1
+
+
+def stream_kind(stream: int) -> int:
+    """The wire kind of a spool frame's stream byte."""
+    return wire.OUT_KINDS[stream] if 0 <= stream < len(wire.OUT_KINDS) else wire.OUT_STDOUT
+
+
+@dataclass(frozen=True)
+class HeldPaths:
+    """A held session's files in the holders dir."""
+
+    directory: Path
+    session_id: str
+
+    def _p(self, suffix: str) -> Path:
+        return self.directory / f"{self.session_id}.{suffix}"
+
+    @property
+    def meta(self) -> Path:
+        return self._p("json")
+
+    @property
+    def spool(self) -> Path:
+        return self._p("spool")
+
+    @property
+    def exit(self) -> Path:
+        return self._p("exit")
+
+    @property
+    def done(self) -> Path:
+        """Written once a gateway recorded the end: the next one lists it without reporting it again."""
+        return self._p("done")
+
+    def read_done(self) -> dict[str, Any] | None:
+        return _read_json(self.done)
+
+    def read_exit(self) -> dict[str, Any] | None:
+        return _read_json(self.exit)
+
+    def remove(self) -> None:
+        for path in (self.meta, self.spool, self.exit, self.done):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        raw = statefs.read_text(path)
+        data = json.loads(raw) if raw else None
+    except (OSError, ValueError, statefs.StateFileError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def session_meta(session_id: str, spec: RunSpec, started_at: int) -> dict[str, Any]:
+    """What a new gateway needs to list the session again (never the env: it may carry secrets)."""
+    return {
+        "version": META_VERSION,
+        "sessionId": session_id,
+        "command": spec.command,
+        "cwd": spec.cwd,
+        "scopeKey": spec.scope_key,
+        "sessionKey": spec.session_key,
+        "host": spec.host,
+        "name": spec.name,
+        "pty": spec.pty,
+        "marker": spec.marker,
+        "startedAt": started_at,
+        "timeoutSec": spec.timeout_sec,
+        "notifyOnExit": spec.notify_on_exit,
+        "notifyOnExitEmptySuccess": spec.notify_on_exit_empty_success,
+    }
+
+
+class HostProcess:
+    """The ProcessHandle of a session in the host (`link` set), or of one whose host is gone (`link=None`:
+    its output is the spool, its end the exit file or "session host died")."""
+
+    def __init__(self, paths: HeldPaths, link: HostLink | None, chan: int, *, pid: int | None, pty: bool,
+                 marker: str) -> None:  # fmt: skip
+        self.paths = paths
+        self.pid = pid
+        self.pty = pty
+        self._marker = marker
+        self._link = link
+        self._chan = chan
+        self._exit: asyncio.Future[tuple[int | None, str | None]] = asyncio.get_running_loop().create_future()
+        self.ended_at: int | None = None
+        self.end_reason: str | None = None
+        self._eof = False
+        self._stdin_closed = link is None
+        self._closed = False
+        self._queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
+
+    @property
+    def live(self) -> bool:
+        return self._link is not None
+
+    # -- from the host
+    def on_output(self, kind: int, data: bytes) -> None:
+        if not self._eof:
+            self._queue.put_nowait((STREAM_OF.get(kind, "stdout"), data))
+
+    def on_eof(self) -> None:
+        if not self._eof:
+            self._eof = True
+            self._queue.put_nowait(None)
+
+    def on_exit(self, msg: dict[str, Any]) -> None:
+        if self._exit.done():
+            return
+        code, sig = msg.get("code"), msg.get("signal")
+        self.ended_at = msg.get("endedAt") if isinstance(msg.get("endedAt"), int) else None
+        self._exit.set_result((code if isinstance(code, int) else None, sig if isinstance(sig, str) else None))
+
+    def on_lost(self) -> None:
+        """The host went away: what its exit file says, or that it died (its commands lost their pipes)."""
+        self._link = None
+        self._stdin_closed = True
+        if not self._exit.done():
+            written = self.paths.read_exit()
+            if written is None:
+                self.end_reason = HOST_DIED
+            self.on_exit(written or {"code": None, "signal": None})
+        self.on_eof()
+
+    # -- ProcessHandle
+    async def wait(self) -> tuple[int | None, str | None]:
+        return await asyncio.shield(self._exit)
+
+    async def read(self) -> tuple[str, bytes] | None:
+        item = await self._queue.get()
+        if item is None:
+            self._queue.put_nowait(None)
+        return item
+
+    @property
+    def stdin_open(self) -> bool:
+        return not self._stdin_closed and not self._closed
+
+    async def write(self, data: bytes) -> None:
+        if not self.stdin_open or self._link is None:
+            raise BrokenPipeError("stdin is closed")
+        self._link.send(wire.WRITE, self._chan, data)
+        await self._link.drain()
+
+    async def close_stdin(self) -> None:
+        if self._stdin_closed:
+            return
+        if self._link is not None:
+            self._link.send(wire.EOF, self._chan)
+        self._stdin_closed = True
+
+    def resize(self, cols: int, rows: int) -> None:
+        if self.pty and not self._closed and self._link is not None:
+            self._link.send(wire.RESIZE, self._chan, json.dumps({"cols": cols, "rows": rows}).encode())
+
+    def signal_group(self, sig: int) -> None:
+        if self._exit.done():
+            return
+        if self._link is not None:  # the host signals only a group it has not reaped (no recycled pid)
+            self._link.send(wire.SIGNAL, self._chan, json.dumps({"sig": int(sig)}).encode())
+        elif self.pid is not None:
+            procs.signal_group(self.pid, sig)
+
+    def stdio_holders(self) -> list[procs.ProcInfo]:
+        return []  # the host owns the pipes; it stops reading on `close`
+
+    async def terminate(self, grace: float = procs.KILL_GRACE_SEC) -> list[procs.ProcInfo]:
+        if self.pid is None or (self._exit.done() and self._eof):
+            return []
+        return await procs.kill_tree(self.pid, marker=self._marker, grace=grace)
+
+    def collected(self, outcome: dict[str, Any]) -> None:
+        """The manager recorded the end (and reported it): say so on disk, for the next gateway."""
+        with contextlib.suppress(OSError, statefs.StateFileError):
+            statefs.atomic_write(self.paths.done, json.dumps(outcome))
+
+    def forget(self) -> None:
+        """The session's row is gone (cleanup, `process remove`): so are its files."""
+        if self._link is not None and self._link.forget(self.paths.session_id):
+            return
+        self.paths.remove()
+
+    def close(self) -> None:
+        """The manager recorded the end: the host stops reading and forgets it (its files stay while the
+        session is listed, so a restarted gateway lists it too)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stdin_closed = True
+        if self._link is not None:
+            self._link.send(wire.CLOSE, self._chan)
+            self._link.release(self._chan)
+        self.on_eof()
+
+    def detach(self) -> None:
+        """Leave the session running in the host (a gateway that stops without killing it)."""
+        if self._link is not None:
+            self._link.release(self._chan)
+        self._closed = True
+        self.on_eof()
+
+
+class HostLink:
+    """The one connection to the host: frames out (fds ride along by SCM_RIGHTS), frames in, dispatched
+    to each session's HostProcess by channel. Reads and writes straight on the non-blocking socket."""
+
+    def __init__(self, sock: socket.socket, host_pid: int) -> None:
+        self.sock = sock
+        self.host_pid = host_pid
+        self._loop = asyncio.get_running_loop()
+        self._out: deque[list[Any]] = deque()  # [bytes-like, fds]
+        self._queued = 0
+        self._writing = False
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._inbuf = bytearray()
+        self._req = 0
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.chans: dict[int, HostProcess] = {}
+        self._attach: dict[int, tuple[HeldPaths, bool, str]] = {}  # req -> what the reply's channel is
+        self.closed = False
+        self._loop.add_reader(sock.fileno(), self._on_readable)
+
+    # -- out
+    def send(self, kind: int, chan: int, payload: bytes = b"", fds: tuple[int, ...] = ()) -> None:
+        if self.closed:
+            raise BrokenPipeError("the session host is gone")
+        data = wire.HEADER.pack(len(payload), kind, chan) + payload
+        if fds:
+            self._out.append([data, tuple(os.dup(fd) for fd in fds)])  # ours until sent
+        elif self._out and not self._out[-1][1] and isinstance(self._out[-1][0], bytearray):
+            self._out[-1][0] += data
+        else:
+            self._out.append([bytearray(data), ()])
+        self._queued += len(data)
+        if not self._writing:
+            self._flush()
+
+    def _flush(self) -> None:
+        try:
+            while self._out:
+                item = self._out[0]
+                data, fds = item
+                if fds:
+                    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+                    n = self.sock.sendmsg([data], rights)
+                    for fd in fds:  # the kernel took its own references with the first byte
+                        os.close(fd)
+                    item[1] = ()
+                else:
+                    n = self.sock.send(data)
+                self._queued -= n
+                if n < len(data):
+                    item[0] = bytearray(memoryview(data)[n:])
+                    break
+                self._out.popleft()
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._lost()
+            return
+        if self._out and not self._writing:
+            self._writing = True
+            self._loop.add_writer(self.sock.fileno(), self._on_writable)
+        elif not self._out and self._writing:
+            self._writing = False
+            self._loop.remove_writer(self.sock.fileno())
+        if self._queued < DRAIN_HIGH:
+            self._drained.set()
+        else:
+            self._drained.clear()
+
+    def _on_writable(self) -> None:
+        self._flush()
+
+    async def drain(self) -> None:
+        if not self._drained.is_set() and not self.closed:
+            await self._drained.wait()
+
+    async def request(
+        self, kind: int, msg: dict[str, Any], fds: tuple[int, ...] = (),
+        opening: tuple[HeldPaths, bool, str] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        self._req = self._req % 0xFFFFFFF0 + 1
+        req = self._req
+        fut: asyncio.Future[dict[str, Any]] = self._loop.create_future()
+        self._pending[req] = fut
+        if opening is not None:
+            self._attach[req] = opening
+        try:
+            self.send(kind, 0, json.dumps({**msg, "req": req}).encode(), fds)
+            return await asyncio.wait_for(fut, REQUEST_TIMEOUT_SEC)
+        finally:
+            self._pending.pop(req, None)
+            self._attach.pop(req, None)
+
+    async def open_session(
+        self, kind: int, msg: dict[str, Any], paths: HeldPaths, *, pty: bool, marker: str,
+        fds: tuple[int, ...] = (),
+    ) -> HostProcess:  # fmt: skip
+        """SPAWN or ATTACH: the channel is bound to its HostProcess as its reply is read, so no frame of
+        it that follows in the same read is missed."""
+        result = await self.request(kind, msg, fds, (paths, pty, marker))
+        if "error" in result:
+            raise OSError(f"the session host could not start the command: {result['error']}")
+        handle = self.chans.get(int(result["chan"]))
+        if handle is None:
+            raise OSError("the session host lost the session")
+        return handle
+
+    def release(self, chan: int) -> None:
+        self.chans.pop(chan, None)
+
+    def forget(self, session_id: str) -> bool:
+        if self.closed:
+            return False
+        self.send(wire.FORGET, 0, json.dumps({"id": session_id}).encode())
+        return True
+
+    # -- in
+    def _on_readable(self) -> None:
+        try:
+            data = self.sock.recv(262144)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._lost()
+            return
+        buf = self._inbuf
+        buf += data
+        pos = 0
+        while len(buf) - pos >= wire.HEADER.size:
+            size, kind, chan = wire.HEADER.unpack_from(buf, pos)
+            end = pos + wire.HEADER.size + size
+            if end > len(buf):
+                break
+            self._frame(kind, chan, bytes(buf[pos + wire.HEADER.size : end]))
+            pos = end
+        del buf[:pos]
+
+    def _frame(self, kind: int, chan: int, payload: bytes) -> None:
+        if kind in STREAM_OF:
+            handle = self.chans.get(chan)
+            if handle is not None:
+                handle.on_output(kind, payload)
+        elif kind == wire.OUT_EOF:
+            if (handle := self.chans.get(chan)) is not None:
+                handle.on_eof()
+        elif kind == wire.EXITED:
+            if (handle := self.chans.get(chan)) is not None:
+                handle.on_exit(json.loads(payload))
+        elif kind == wire.REPLY:
+            result = json.loads(payload)
+            opening = self._attach.pop(chan, None)
+            if opening is not None and isinstance(result.get("chan"), int):
+                paths, pty, marker = opening
+                self.chans[result["chan"]] = HostProcess(
+                    paths, self, result["chan"], pid=result.get("pid"), pty=bool(result.get("pty", pty)),
+                    marker=marker,
+                )  # fmt: skip
+            fut = self._pending.get(chan)
+            if fut is not None and not fut.done():
+                fut.set_result(result)
+
+    def _lost(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(ValueError, OSError):
+            self._loop.remove_reader(self.sock.fileno())
+            if self._writing:
+                self._loop.remove_writer(self.sock.fileno())
+        for _, fds in self._out:
+            for fd in fds:
+                os.close(fd)
+        self._out.clear()
+        self._drained.set()
+        self.sock.close()
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionError("the session host is gone"))
+        chans, self.chans = self.chans, {}
+        for handle in chans.values():
+            handle.on_lost()
+
+    def close(self, *, bye: bool = False) -> None:
+        """This gateway stops (not a death: the sessions go on in the host). `bye`: the host may end now
+        if it holds nothing."""
+        if self.closed:
+            return
+        if bye:
+            with contextlib.suppress(OSError):
+                self.send(wire.BYE, 0)
+        self.chans.clear()
+        self._lost()
+
+
+def _connect(path: Path) -> tuple[socket.socket, int]:
+    """Connect and say hello (blocking: run in a thread). Raises OSError when nobody (usable) answers."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(5)
+        sock.connect(str(path))
+        peer = peer_info(sock)
+        if peer is None or peer.uid != os.getuid():
+            raise OSError("the session host socket belongs to another user")
+        sock.sendall(wire.frame(wire.HELLO, 0, json.dumps({"version": wire.VERSION}).encode()))
+        head = _recv_exact(sock, wire.HEADER.size)
+        size, kind, _ = wire.HEADER.unpack(head)
+        hello = json.loads(_recv_exact(sock, size)) if kind == wire.HELLO and size < 65536 else {}
+        if hello.get("version") != wire.VERSION:
+            raise OSError(f"the session host speaks version {hello.get('version')}, not {wire.VERSION}")
+        sock.setblocking(False)
+        return sock, int(hello.get("pid") or 0)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise OSError("the session host closed the connection")
+        data += chunk
+    return data
+
+
+def _start_host(directory: Path) -> str:
+    """Start a host for `directory` (it detaches); its first line: `ready PID`, `busy` or `error …`."""
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", HOST_MAIN, str(directory)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+    assert proc.stdout is not None
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT_SEC)
+        line = proc.stdout.readline().decode(errors="replace").strip() if ready else "error: no answer"
+    finally:
+        proc.stdout.close()
+        proc.wait()  # the first process exits at once; the host lives on, detached
+    return line
+
+
+def open_host(directory: Path) -> tuple[socket.socket, int]:
+    """A connection to the dir's host, started when none answers (blocking: run in a thread)."""
+    statefs.ensure_private_dir(directory)
+    path = directory / wire.SOCKET_NAME
+    if len(os.fsencode(str(path))) > SUN_PATH_MAX:
+        raise OSError(f"socket path {path} too long (> {SUN_PATH_MAX} bytes)")
+    problem: str = ""
+    for _ in range(3):
+        try:
+            return _connect(path)
+        except OSError as exc:
+            problem = str(exc)
+            if "version" in problem or "another user" in problem:
+                raise
+        line = _start_host(directory)
+        if line.startswith("error"):
+            raise OSError(f"the session host did not start: {line}")
+        if not line:
+            problem = "the session host exited without a word"
+    raise OSError(problem)
+
+
+class HostLauncher:
+    """Runs each command in the session host; `fallback` (a LocalLauncher) when the host is unavailable."""
+
+    def __init__(self, directory: Path, fallback: Launcher, spool_cap: int = 64 * 1024 * 1024) -> None:
+        self.directory = directory
+        self.fallback = fallback
+        self.spool_cap = spool_cap
+        self.link: HostLink | None = None
+        self.problem: str | None = None
+        self._tried_at = 0.0
+        self._connecting: asyncio.Future[HostLink | None] | None = None
+
+    def paths(self, session_id: str) -> HeldPaths:
+        return HeldPaths(self.directory, session_id)
+
+    async def connect(self) -> HostLink | None:
+        """The live link, (re)connecting or starting the host when needed (at most every few seconds)."""
+        if self.link is not None and not self.link.closed:
+            return self.link
+        if self._connecting is not None:
+            return await asyncio.shield(self._connecting)
+        if self._tried_at and time.monotonic() - self._tried_at < RESTART_EVERY_SEC:
+            return None
+        self._tried_at = time.monotonic()
+        self._connecting = asyncio.get_running_loop().create_future()
+        link: HostLink | None = None
+        try:
+            sock, pid = await asyncio.to_thread(open_host, self.directory)
+            link = self.link = HostLink(sock, pid)
+            if self.problem is not None:
+                log.info("session host (pid %d) is back for %s", pid, self.directory)
+            self.problem = None
+        except (OSError, ValueError) as exc:
+            if self.problem != str(exc):
+                log.error(
+                    "session host unavailable for %s (%s): gateway-host sessions run as plain children "
+                    "and do not survive a gateway restart",
+                    self.directory,
+                    exc,
+                )
+            self.problem = str(exc)
+        finally:
+            self._connecting.set_result(link)
+            self._connecting = None
+        return link
+
+    async def list_live(self) -> dict[str, dict[str, Any]]:
+        link = await self.connect()
+        if link is None:
+            return {}
+        result = await link.request(wire.LIST, {})
+        return {row["id"]: row for row in result.get("sessions", []) if isinstance(row, dict)}
+
+    async def attach(self, paths: HeldPaths, *, pty: bool, marker: str) -> HostProcess | None:
+        link = self.link
+        if link is None or link.closed:
+            return None
+        try:
+            return await link.open_session(
+                wire.ATTACH, {"id": paths.session_id}, paths, pty=pty, marker=marker
+            )
+        except (OSError, ConnectionError):
+            return None
+
+    async def close(self, *, bye: bool = True) -> None:
+        if self.link is not None:
+            self.link.close(bye=bye)
+            self.link = None
+
+    async def spawn(self, spec: RunSpec) -> Any:
+        session_id = spec.marker.rsplit("-", 1)[0]
+        link = await self.connect() if wire.valid_id(session_id) else None
+        if link is None:
+            return await self.fallback.spawn(spec)
+        paths = self.paths(session_id)
+        env = dict(os.environ if spec.env is None else spec.env)
+        env[procs.MARKER_ENV] = spec.marker
+        if spec.pty:
+            env.setdefault("TERM", DEFAULT_TERM)
+        msg = {
+            "id": session_id,
+            "argv": spec.resolved_argv(),
+            "env": env,
+            "cwd": spec.cwd or os.getcwd(),
+            "pty": spec.pty,
+            "cols": spec.cols,
+            "rows": spec.rows,
+            "stdin": spec.wants_stdin(),
+            "spoolCap": self.spool_cap,
+            "fds": list(spec.pass_fds),
+            "nfds": len(spec.pass_fds),
+            "meta": session_meta(session_id, spec, int(time.time() * 1000)),
+        }
+        try:
+            return await link.open_session(
+                wire.SPAWN, msg, paths, pty=spec.pty, marker=spec.marker, fds=tuple(spec.pass_fds)
+            )
+        except ConnectionError as exc:
+            raise OSError(f"the session host is gone: {exc}") from None
