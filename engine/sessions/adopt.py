@@ -8,18 +8,21 @@ host died without writing an end is reported ended ("session host died").
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import re
-import signal
 import time
 from typing import Any
 
 from engine import statefs
-from engine.sessions import procs
-from engine.sessions.host import SPOOL_HEADER_SIZE, HeldPaths, HostLauncher, HostProcess, stream_kind
+from engine.sessions.host import (
+    SPOOL_HEADER_SIZE,
+    HeldPaths,
+    HostLauncher,
+    HostProcess,
+    end_orphans,
+    stream_kind,
+)
 from engine.sessions.launcher import RunSpec
 from engine.sessions.manager import SessionManager
 from engine.sessions.output import OutputBuffer
@@ -98,18 +101,9 @@ def _replay(paths: HeldPaths, meta: dict[str, Any]) -> HostProcess:
         handle.on_output(stream_kind(stream), data[pos + SPOOL_HEADER_SIZE : end])
         pos = end
     if paths.read_exit() is None and paths.read_done() is None:
-        _end_orphans(str(meta.get("marker") or ""))
+        end_orphans(str(meta.get("marker") or ""))
     handle.on_lost()
     return handle
-
-
-def _end_orphans(marker: str) -> None:
-    """A host that died left its commands without pipes: end what still carries the session's marker."""
-    if not marker:
-        return
-    for proc in procs.scan(marker=marker):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(proc.pid, signal.SIGKILL)
 
 
 async def _adopt_one(

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -162,12 +163,14 @@ class HostProcess:
 
     def on_lost(self) -> None:
         """The host went away: what its exit file says, or that it died (its commands lost their pipes)."""
-        self._link = None
+        was_live, self._link = self._link is not None, None
         self._stdin_closed = True
         if not self._exit.done():
             written = self.paths.read_exit()
             if written is None:
                 self.end_reason = HOST_DIED
+                if was_live:  # without its pipes the command is unreachable: end it, never leave it
+                    asyncio.get_running_loop().run_in_executor(None, end_orphans, self._marker)
             self.on_exit(written or {"code": None, "signal": None})
         self.on_eof()
 
@@ -247,6 +250,15 @@ class HostProcess:
             self._link.release(self._chan)
         self._closed = True
         self.on_eof()
+
+
+def end_orphans(marker: str) -> None:
+    """A host that died left its commands without pipes: end what still carries the session's marker."""
+    if not marker:
+        return
+    for proc in procs.scan(marker=marker):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, signal.SIGKILL)
 
 
 class HostLink:
