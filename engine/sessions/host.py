@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
-from engine.sessions import host_main as wire
+from engine.sessions import host_io as wire
 from engine.sessions import procs
 from engine.sessions.launcher import DEFAULT_TERM, Launcher, RunSpec
 from engine.unixsock import SUN_PATH_MAX, peer_info
@@ -159,7 +159,9 @@ class HostProcess:
             return
         code, sig = msg.get("code"), msg.get("signal")
         self.ended_at = msg.get("endedAt") if isinstance(msg.get("endedAt"), int) else None
-        self._exit.set_result((code if isinstance(code, int) else None, sig if isinstance(sig, str) else None))
+        self._exit.set_result(
+            (code if isinstance(code, int) else None, sig if isinstance(sig, str) else None)
+        )
 
     def on_lost(self) -> None:
         """The host went away: what its exit file says, or that it died (its commands lost their pipes)."""
@@ -363,7 +365,9 @@ class HostLink:
         it that follows in the same read is missed."""
         result = await self.request(kind, msg, fds, (paths, pty, marker))
         if "error" in result:
-            raise OSError(f"the session host could not start the command: {result['error']}")
+            err = result.get("errno")
+            text = f"the session host could not start the command: {result['error']}"
+            raise OSError(err, text) if isinstance(err, int) else OSError(text)
         handle = self.chans.get(int(result["chan"]))
         if handle is None:
             raise OSError("the session host lost the session")

@@ -222,7 +222,7 @@ class SessionManager:
 
     # -- supervision ------------------------------------------------------------------------------
     def supervise(self, session: Session, handle: ProcessHandle) -> None:
-        """Watch a registered session's process to its end (a new one, or one adopted from the session host)."""
+        """Watch a registered session's process to its end (a new one, or one the session host kept)."""
         task = asyncio.get_running_loop().create_task(self._supervise(session, handle))
         self._supervisors.add(task)
         task.add_done_callback(self._supervisors.discard)

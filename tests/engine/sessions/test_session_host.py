@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -18,7 +18,7 @@ import pytest
 
 from engine.commands.verified import sealed_copy
 from engine.sessions import LocalLauncher, RunSpec, SessionManager
-from engine.sessions import host_main as wire
+from engine.sessions import host_io as wire
 from engine.sessions.host import HOLDERS_DIR, HOST_DIED, HostLauncher
 from tests.helpers.gateway import wait_until
 
@@ -58,7 +58,9 @@ async def test_a_foreground_command_runs_in_the_host(held: tuple[SessionManager,
     assert os.path.exists(f"/proc/{host}") and host != os.getpid()
 
 
-async def test_idle_sessions_cost_at_most_two_host_fds_each(held: tuple[SessionManager, HostLauncher]) -> None:
+async def test_idle_sessions_cost_at_most_two_host_fds_each(
+    held: tuple[SessionManager, HostLauncher],
+) -> None:
     manager, launcher = held
     host = _host_pid(launcher)
     base = _fds(host)
@@ -82,7 +84,9 @@ async def test_idle_sessions_cost_at_most_two_host_fds_each(held: tuple[SessionM
         manager.request_kill(session)
 
 
-async def test_verified_fds_reach_the_command_by_scm_rights(held: tuple[SessionManager, HostLauncher]) -> None:
+async def test_verified_fds_reach_the_command_by_scm_rights(
+    held: tuple[SessionManager, HostLauncher],
+) -> None:
     manager, _ = held
     memfd = sealed_copy(b"echo from-the-sealed-copy\n", "script")
     try:
@@ -172,7 +176,8 @@ async def test_a_connection_of_another_uid_is_refused() -> None:
     probe = (
         "import socket,struct,sys\n"
         "s=socket.socket(socket.AF_UNIX); s.settimeout(5)\n"
-        "try:\n s.connect(sys.argv[1])\nexcept OSError as e:\n print('connect', type(e).__name__); sys.exit()\n"
+        "try:\n s.connect(sys.argv[1])\n"
+        "except OSError as e:\n print('connect', type(e).__name__); sys.exit()\n"
         "try:\n s.sendall(struct.pack('>IBI',14,1,0)+b'{\"version\":1}')\n got=s.recv(100)\n"
         "except OSError:\n got=b''\n"
         "print('answered' if got else 'closed')\n"
