@@ -44,6 +44,9 @@ REQUEST_TIMEOUT_SEC = 30.0
 DRAIN_HIGH = 1024 * 1024
 RESTART_EVERY_SEC = 5.0  # a host that died is started again for new commands, at most this often
 HOST_DIED = "session host died"
+HOST_LOST = "session host connection taken over by another gateway"
+LOST_CHECK_SEC = 0.2
+_background: set[asyncio.Task[None]] = set()
 META_VERSION = 1
 
 
@@ -163,15 +166,16 @@ class HostProcess:
             (code if isinstance(code, int) else None, sig if isinstance(sig, str) else None)
         )
 
-    def on_lost(self) -> None:
-        """The host went away: what its exit file says, or that it died (its commands lost their pipes)."""
+    def on_lost(self, host_alive: bool = False) -> None:
+        """The host went away: what its exit file says, or that it died (its commands lost their pipes).
+        A host still alive (it took another gateway's connection over ours) keeps its commands."""
         was_live, self._link = self._link is not None, None
         self._stdin_closed = True
         if not self._exit.done():
             written = self.paths.read_exit()
             if written is None:
-                self.end_reason = HOST_DIED
-                if was_live:  # without its pipes the command is unreachable: end it, never leave it
+                self.end_reason = HOST_LOST if host_alive else HOST_DIED
+                if was_live and not host_alive:  # without its pipes the command is unreachable: end it
                     asyncio.get_running_loop().run_in_executor(None, end_orphans, self._marker)
             self.on_exit(written or {"code": None, "signal": None})
         self.on_eof()
@@ -447,8 +451,18 @@ class HostLink:
             if not fut.done():
                 fut.set_exception(ConnectionError("the session host is gone"))
         chans, self.chans = self.chans, {}
-        for handle in chans.values():
-            handle.on_lost()
+        if chans:
+            task = self._loop.create_task(self._report_lost(list(chans.values())))
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+
+    async def _report_lost(self, handles: list[HostProcess]) -> None:
+        """Died, or alive and serving another gateway? Asked a moment later: a killed host closes its
+        sockets a little before /proc shows it gone."""
+        await asyncio.sleep(LOST_CHECK_SEC)
+        alive = bool(self.host_pid) and await asyncio.to_thread(procs.alive, self.host_pid)
+        for handle in handles:
+            handle.on_lost(alive)
 
     def close(self, *, bye: bool = False) -> None:
         """This gateway stops (not a death: the sessions go on in the host). `bye`: the host may end now

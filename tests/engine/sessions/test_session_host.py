@@ -19,7 +19,7 @@ import pytest
 from engine.commands.verified import sealed_copy
 from engine.sessions import LocalLauncher, RunSpec, SessionManager
 from engine.sessions import host_io as wire
-from engine.sessions.host import HOLDERS_DIR, HOST_DIED, HostLauncher
+from engine.sessions.host import HOLDERS_DIR, HOST_DIED, HOST_LOST, HostLauncher
 from tests.helpers.gateway import wait_until
 
 
@@ -210,3 +210,25 @@ def test_the_host_socket_path_stays_short() -> None:
     # holders/host.sock adds 17 bytes to the state dir: the control socket's own limit applies first.
     assert len(f"{HOLDERS_DIR}/{wire.SOCKET_NAME}") < 20
     assert socket.AF_UNIX
+
+
+async def test_a_gateway_that_takes_the_host_over_keeps_the_commands(
+    held: tuple[SessionManager, HostLauncher], state_dir: Path
+) -> None:
+    manager, _ = held
+    sid = await _background(manager, "exec sleep 300")
+    session = manager.registry.get(sid)
+    assert session is not None and session.pid is not None
+    second = HostLauncher(state_dir / HOLDERS_DIR, fallback=LocalLauncher())
+    try:
+        assert await second.connect() is not None  # the host serves one gateway: the newest
+        await asyncio.wait_for(session.done.wait(), 30)
+        assert session.error == HOST_LOST  # the first gateway is told why, and kills nothing
+        assert _alive(session.pid)
+        assert sid in await second.list_live()
+        handle = await second.attach(second.paths(sid), pty=False, marker=session.spec.marker)
+        assert handle is not None and handle.live
+        handle.signal_group(signal.SIGKILL)
+        assert (await asyncio.wait_for(handle.wait(), 30))[1] == "SIGKILL"
+    finally:
+        await second.close()
