@@ -79,6 +79,7 @@ class Host(hio.SessionIO):
         self.spool_fds: OrderedDict[hio.Session, int] = OrderedDict()
         self.client: socket.socket | None = None
         self.hello = False
+        self.bye = False
         self.inbuf = bytearray()
         self.out = bytearray()
         self.fd_queue: list[int] = []
@@ -129,7 +130,7 @@ class Host(hio.SessionIO):
                     return
             if self.client is not None or self.sessions:
                 self.idle_since = now
-            elif now - self.idle_since >= IDLE_EXIT_SEC:
+            elif self.bye or now - self.idle_since >= IDLE_EXIT_SEC:
                 self._exit()
                 return
 
@@ -165,6 +166,7 @@ class Host(hio.SessionIO):
             conn.close()  # another user: not a word
             return
         self._drop_client()  # a new gateway replaces the old one
+        self.bye = False
         conn.setblocking(False)
         self.client = conn
         self.hello = False
@@ -286,8 +288,9 @@ class Host(hio.SessionIO):
             for suffix in ("json", "spool", "exit", "done"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"{msg['id']}.{suffix}")
-        elif kind == hio.BYE and not self.sessions:
-            self.idle_since = -IDLE_EXIT_SEC  # a gateway that stops on purpose: nothing left to hold
+        elif kind == hio.BYE:  # a gateway that stops on purpose: with nothing left to hold, we go too
+            self.bye = True
+            self._drop_client()
 
     def _session_command(self, kind: int, s: hio.Session, payload: bytes) -> None:
         if kind == hio.WRITE:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from engine.sessions import procs
 from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import FULL, connect, wait_until, write_config
 from tests.runner.durable.test_sessions_survive import _log_has, _process, _start
@@ -75,6 +76,8 @@ async def test_the_same_host_serves_two_gateway_restarts(state_dir: Path, tmp_pa
         assert log.split() == ["before-0", "before-1", "after-both"]
         await _process(state_dir, "kill", sessionId=sid)
         await wait_until(lambda: _gone(state_dir, sid), timeout=30)
+    # The daemon stopped with nothing left to hold: the host goes too, leaving no process behind.
+    await wait_until(lambda: not procs.alive(host), timeout=30)
 
 
 async def _gone(state: Path, sid: str) -> dict:
