@@ -111,13 +111,19 @@ async def idle_sessions(n: int) -> dict[str, float]:
         gw = daemon.proc.pid
         before = (_fds(host), _rss_kib(host), _rss_kib(gw), _fds(gw))
         started = 0
+        refused = ""
         for first in range(0, n, 50):
             batch = [
                 client.request("exec", {"command": "exec sleep 3600", "background": True})
                 for _ in range(first, min(n, first + 50))
             ]
             for res in await asyncio.gather(*batch):
-                started += res["details"]["status"] == "running"
+                if res["details"]["status"] == "running":
+                    started += 1
+                elif not refused:
+                    refused = res["text"][:300]
+        if refused:
+            print(f"{n - started} session(s) not started, e.g.: {refused}")
         await asyncio.sleep(1)
         after = (_fds(host), _rss_kib(host), _rss_kib(gw), _fds(gw))
         return {

@@ -286,6 +286,7 @@ class HostLink:
         self.chans: dict[int, HostProcess] = {}
         self._attach: dict[int, tuple[HeldPaths, bool, str]] = {}  # req -> what the reply's channel is
         self.closed = False
+        self.fd_limit = 0  # the host's RLIMIT_NOFILE, as its last EMFILE reported it
         self._loop.add_reader(sock.fileno(), self._on_readable)
 
     # -- out
@@ -369,6 +370,8 @@ class HostLink:
         it that follows in the same read is missed."""
         result = await self.request(kind, msg, fds, (paths, pty, marker))
         if "error" in result:
+            if isinstance(result.get("fdLimit"), int):
+                self.fd_limit = result["fdLimit"]
             err = result.get("errno")
             text = f"the session host could not start the command: {result['error']}"
             raise OSError(err, text) if isinstance(err, int) else OSError(text)
@@ -564,6 +567,16 @@ class HostLauncher:
 
     def paths(self, session_id: str) -> HeldPaths:
         return HeldPaths(self.directory, session_id)
+
+    def open_file_limit_text(self, running: int) -> str:
+        """Why a spawn failed with EMFILE: the host's limit (2 fds per pipe session, 1 per PTY)."""
+        limit = self.link.fd_limit if self.link is not None else 0
+        return (
+            f"Too many open files: the session host's limit is {limit or 'reached'} and {running} sessions "
+            f"are running (2 fds each, 1 for a PTY). Remove finished or unneeded sessions (process remove), "
+            "or raise the hard limit (LimitNOFILE= in the service unit, ulimit -Hn) and restart the gateway "
+            "and its session host."
+        )
 
     async def connect(self) -> HostLink | None:
         """The live link, (re)connecting or starting the host when needed (at most every few seconds)."""

@@ -29,6 +29,7 @@ import contextlib
 import fcntl
 import json
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -266,7 +267,9 @@ class Host(hio.SessionIO):
                 self._reply(msg.get("req"), self._spawn(msg, fds))
             except Exception as exc:  # the command could not start: say why
                 err = getattr(exc, "errno", None)
-                self._reply(msg.get("req"), {"error": f"{type(exc).__name__}: {exc}", "errno": err})
+                limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+                reply = {"error": f"{type(exc).__name__}: {exc}", "errno": err, "fdLimit": limit}
+                self._reply(msg.get("req"), reply)
             finally:
                 for fd in fds:
                     os.close(fd)

@@ -195,7 +195,8 @@ class SessionManager:
         except (OSError, ValueError, RuntimeError) as exc:
             if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):  # say why, what to do
                 running = self.registry.counts()[1]
-                return self._spawn_failed(session, OSError(procs.open_file_limit_text(running)))
+                explain = getattr(launcher, "open_file_limit_text", procs.open_file_limit_text)
+                return self._spawn_failed(session, OSError(explain(running)))
             if not spec.pty:
                 return self._spawn_failed(session, exc)
             warnings.append(f"Warning: PTY spawn failed ({exc}); retrying without PTY for `{spec.command}`.")
