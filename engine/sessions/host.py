@@ -46,6 +46,7 @@ RESTART_EVERY_SEC = 5.0  # a host that died is started again for new commands, a
 HOST_DIED = "session host died"
 HOST_LOST = "session host connection taken over by another gateway"
 LOST_CHECK_SEC = 0.2
+LAZY_SEC = 0.05
 _background: set[asyncio.Task[None]] = set()
 META_VERSION = 1
 
@@ -246,7 +247,7 @@ class HostProcess:
         self._closed = True
         self._stdin_closed = True
         if self._link is not None:
-            self._link.send(wire.CLOSE, self._chan)
+            self._link.send(wire.CLOSE, self._chan, lazy=True)
             self._link.release(self._chan)
         self.on_eof()
 
@@ -278,6 +279,8 @@ class HostLink:
         self._out: deque[list[Any]] = deque()  # [bytes-like, fds]
         self._queued = 0
         self._writing = False
+        self._lazy = bytearray()
+        self._lazy_timer: asyncio.TimerHandle | None = None
         self._drained = asyncio.Event()
         self._drained.set()
         self._inbuf = bytearray()
@@ -290,10 +293,22 @@ class HostLink:
         self._loop.add_reader(sock.fileno(), self._on_readable)
 
     # -- out
-    def send(self, kind: int, chan: int, payload: bytes = b"", fds: tuple[int, ...] = ()) -> None:
+    def send(
+        self, kind: int, chan: int, payload: bytes = b"", fds: tuple[int, ...] = (), *, lazy: bool = False
+    ) -> None:
+        """Queue a frame and write at once; `lazy` (bookkeeping: CLOSE, FORGET) rides with the next frame
+        or goes a moment later, so the host is not woken while the gateway answers the call that ended."""
         if self.closed:
             raise BrokenPipeError("the session host is gone")
         data = wire.HEADER.pack(len(payload), kind, chan) + payload
+        if lazy:
+            self._lazy += data
+            if self._lazy_timer is None:
+                self._lazy_timer = self._loop.call_later(LAZY_SEC, self._send_lazy)
+            return
+        if self._lazy:
+            data = bytes(self._lazy) + data
+            self._lazy.clear()
         if fds:
             self._out.append([data, tuple(os.dup(fd) for fd in fds)])  # ours until sent
         elif self._out and not self._out[-1][1] and isinstance(self._out[-1][0], bytearray):
@@ -303,6 +318,16 @@ class HostLink:
         self._queued += len(data)
         if not self._writing:
             self._flush()
+
+    def _send_lazy(self) -> None:
+        self._lazy_timer = None
+        if self._lazy and not self.closed:
+            data = bytes(self._lazy)
+            self._lazy.clear()
+            self._out.append([bytearray(data), ()])
+            self._queued += len(data)
+            if not self._writing:
+                self._flush()
 
     def _flush(self) -> None:
         try:
@@ -386,7 +411,7 @@ class HostLink:
     def forget(self, session_id: str) -> bool:
         if self.closed:
             return False
-        self.send(wire.FORGET, 0, json.dumps({"id": session_id}).encode())
+        self.send(wire.FORGET, 0, json.dumps({"id": session_id}).encode(), lazy=True)
         return True
 
     # -- in
@@ -440,6 +465,8 @@ class HostLink:
         if self.closed:
             return
         self.closed = True
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
         with contextlib.suppress(ValueError, OSError):
             self._loop.remove_reader(self.sock.fileno())
             if self._writing:
@@ -472,9 +499,11 @@ class HostLink:
         if it holds nothing."""
         if self.closed:
             return
-        if bye:
-            with contextlib.suppress(OSError):
-                self.send(wire.BYE, 0)
+        with contextlib.suppress(OSError):
+            if bye:
+                self.send(wire.BYE, 0)  # the lazy frames go first
+            else:
+                self._send_lazy()
         self.chans.clear()
         self._lost()
 

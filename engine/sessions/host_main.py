@@ -264,7 +264,10 @@ class Host(hio.SessionIO):
                 self.fd_queue[int(msg.get("nfds", 0)) :],
             )
             try:
-                self._reply(msg.get("req"), self._spawn(msg, fds))
+                s = self._spawn(msg, fds)
+                self._reply(msg.get("req"), {"chan": s.chan, "pid": s.pid, "pty": s.pty})
+                self._flush()  # the caller waits on this; the session file can follow
+                self._write_meta(s, msg.get("meta"))
             except Exception as exc:  # the command could not start: say why
                 err = getattr(exc, "errno", None)
                 limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -328,7 +331,7 @@ class Host(hio.SessionIO):
                 self._remove(s)
 
     # -- spawning
-    def _spawn(self, msg: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+    def _spawn(self, msg: dict[str, Any], fds: list[int]) -> hio.Session:
         sid = msg["id"]
         if not hio.valid_id(sid) or sid in self.by_id:
             raise ValueError(f"bad or duplicate session id {sid!r}")
@@ -344,13 +347,16 @@ class Host(hio.SessionIO):
         for fd in s.streams:
             os.set_blocking(fd, False)
             self._update(s, fd)
-        meta = msg.get("meta")
+        return s
+
+    @staticmethod
+    def _write_meta(s: hio.Session, meta: object) -> None:
+        """`<id>.json`: what the session is, for the next gateway (never its env)."""
         if isinstance(meta, dict):
             try:
-                hio.write_file(f"{sid}.json", json.dumps({**meta, "pid": s.pid}).encode(), atomic=False)
+                hio.write_file(f"{s.sid}.json", json.dumps({**meta, "pid": s.pid}).encode(), atomic=False)
             except OSError as exc:
-                hio.log(f"session file of {sid} not written: {exc}")
-        return {"chan": s.chan, "pid": s.pid, "pty": s.pty}
+                hio.log(f"session file of {s.sid} not written: {exc}")
 
     # -- the end
     def _reachable(self) -> bool:
