@@ -296,7 +296,7 @@ class HostLink:
     def send(
         self, kind: int, chan: int, payload: bytes = b"", fds: tuple[int, ...] = (), *, lazy: bool = False
     ) -> None:
-        """Queue a frame and write at once; `lazy` (bookkeeping: CLOSE, FORGET) rides with the next frame
+        """Queue a frame and write at once; `lazy` (bookkeeping: CLOSE, FORGET) rides behind the next frame
         or goes a moment later, so the host is not woken while the gateway answers the call that ended."""
         if self.closed:
             raise BrokenPipeError("the session host is gone")
@@ -306,8 +306,8 @@ class HostLink:
             if self._lazy_timer is None:
                 self._lazy_timer = self._loop.call_later(LAZY_SEC, self._send_lazy)
             return
-        if self._lazy:
-            data = bytes(self._lazy) + data
+        if self._lazy:  # after this frame: the host answers it first
+            data += bytes(self._lazy)
             self._lazy.clear()
         if fds:
             self._out.append([data, tuple(os.dup(fd) for fd in fds)])  # ours until sent
@@ -500,10 +500,9 @@ class HostLink:
         if self.closed:
             return
         with contextlib.suppress(OSError):
+            self._send_lazy()  # CLOSE and FORGET first: a BYE with sessions still held is ignored
             if bye:
-                self.send(wire.BYE, 0)  # the lazy frames go first
-            else:
-                self._send_lazy()
+                self.send(wire.BYE, 0)
         self.chans.clear()
         self._lost()
 

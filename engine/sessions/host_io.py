@@ -105,6 +105,16 @@ class SessionIO:
     spool_fds: OrderedDict[Session, int]
     client: socket.socket | None
     out: bytearray
+    exits: list[tuple[str, dict[str, Any]]]
+
+    def _write_exits(self) -> None:
+        """`<id>.exit` for each command reaped this round: the end outlives us and the gateway."""
+        exits, self.exits = self.exits, []
+        for sid, info in exits:
+            try:
+                write_file(f"{sid}.exit", json.dumps(info).encode(), atomic=True)
+            except OSError as exc:
+                log(f"exit of {sid} not written: {exc}")
 
     def _send(self, kind: int, chan: int, payload: bytes | memoryview = b"") -> None:
         self.out += HEADER.pack(len(payload), kind, chan)
@@ -252,10 +262,7 @@ class SessionIO:
                 except ValueError:
                     sig = f"SIG{-raw}"
             s.exit = {"code": raw if raw >= 0 else None, "signal": sig, "endedAt": int(time.time() * 1000)}
-            try:
-                write_file(f"{s.sid}.exit", json.dumps(s.exit).encode(), atomic=True)
-            except OSError as exc:
-                log(f"exit of {s.sid} not written: {exc}")
+            self.exits.append((s.sid, s.exit))  # written once the gateway has been told (off its wait)
             self._notify(s)
             if s.collected:
                 self._remove(s)

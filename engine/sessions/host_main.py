@@ -66,6 +66,8 @@ IDLE_EXIT_SEC = 10.0  # no gateway and no session this long: the host ends
 CHECK_SEC = 2.0  # how often the host checks its socket is still there (state dir deleted?)
 KILL_GRACE_SEC = 3.0
 LOCK_WAIT_SEC = 5.0
+LINGER_SEC = 0.002
+LINGER_MAX_BYTES = 256 * 1024
 
 
 class Host(hio.SessionIO):
@@ -84,6 +86,8 @@ class Host(hio.SessionIO):
         self.inbuf = bytearray()
         self.out = bytearray()
         self.fd_queue: list[int] = []
+        self.exits: list[tuple[str, dict[str, Any]]] = []
+        self.linger: tuple[float, hio.Session] | None = None  # hold our writes until then, or its end
         self.idle_since = time.monotonic()
         self.checked_at = time.monotonic()
         self.wake_r, self.wake_w = os.pipe()
@@ -115,15 +119,22 @@ class Host(hio.SessionIO):
     # -- loop
     def run(self) -> None:
         while True:
-            timeout = CHECK_SEC
+            timeout = CHECK_SEC if self.linger is None else max(0.0, self.linger[0] - time.monotonic())
             for key, mask in self.sel.select(timeout):
                 try:
                     self._event(key, mask)
                 except Exception as exc:  # one session's failure is never the host's end
                     hio.log(f"event {key.data!r}: {type(exc).__name__}: {exc}")
             self._catch_up()
-            self._flush()
             now = time.monotonic()
+            if self.linger is not None:
+                until, s = self.linger
+                if now >= until or (s.exit_sent and s.eof_sent) or len(self.out) >= LINGER_MAX_BYTES:
+                    self.linger = None
+            if self.linger is None:
+                self._flush()
+                if self.exits:
+                    self._write_exits()
             if now - self.checked_at >= CHECK_SEC:
                 self.checked_at = now
                 if not self._reachable():
@@ -174,6 +185,7 @@ class Host(hio.SessionIO):
         self.sel.register(conn, selectors.EVENT_READ, "client")
 
     def _drop_client(self) -> None:
+        self.linger = None
         if self.client is None:
             return
         with contextlib.suppress(KeyError, ValueError):
@@ -266,7 +278,9 @@ class Host(hio.SessionIO):
             try:
                 s = self._spawn(msg, fds)
                 self._reply(msg.get("req"), {"chan": s.chan, "pid": s.pid, "pty": s.pty})
-                self._flush()  # the caller waits on this; the session file can follow
+                # A quick command's reply, output, EOF and exit go in one write: one wake-up of the
+                # gateway instead of two. A command still running when the linger ends is answered then.
+                self.linger = (time.monotonic() + LINGER_SEC, s)
                 self._write_meta(s, msg.get("meta"))
             except Exception as exc:  # the command could not start: say why
                 err = getattr(exc, "errno", None)
@@ -295,8 +309,7 @@ class Host(hio.SessionIO):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"{msg['id']}.{suffix}")
         elif kind == hio.BYE:  # a gateway that stops on purpose: with nothing left to hold, we go too
-            self.bye = True
-            self._drop_client()
+            self.bye = True  # (it closes the connection next)
 
     def _session_command(self, kind: int, s: hio.Session, payload: bytes) -> None:
         if kind == hio.WRITE:
