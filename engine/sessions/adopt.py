@@ -59,6 +59,7 @@ async def adopt_held(manager: SessionManager, launcher: HostLauncher) -> list[Se
             log.exception("cannot adopt session %s", sid)
             continue
         adopted.append(session)
+    launcher.release_unlisted(set(live) - {s.id for s in adopted}, live)
     return adopted
 
 

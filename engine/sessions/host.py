@@ -644,6 +644,17 @@ class HostLauncher:
         result = await link.request(wire.LIST, {})
         return {row["id"]: row for row in result.get("sessions", []) if isinstance(row, dict)}
 
+    def release_unlisted(self, ids: set[str], live: dict[str, dict[str, Any]]) -> None:
+        """Sessions the host holds with no session file (a gateway died between forgetting one and telling
+        the host): nobody can list them, so the host may let them go once they end."""
+        link = self.link
+        if link is None or link.closed:
+            return
+        for sid in ids:
+            chan = live[sid].get("chan")
+            if isinstance(chan, int) and not self.paths(sid).meta.exists():
+                link.send(wire.CLOSE, chan, lazy=True)
+
     async def attach(self, paths: HeldPaths, *, pty: bool, marker: str) -> HostProcess | None:
         link = self.link
         if link is None or link.closed:

@@ -292,7 +292,7 @@ class Host(hio.SessionIO):
                     os.close(fd)
         elif kind == hio.LIST:
             rows = [
-                {"id": s.sid, "pid": s.pid, "pty": s.pty, "exited": s.exit is not None}
+                {"id": s.sid, "chan": s.chan, "pid": s.pid, "exited": s.exit is not None}
                 for s in self.sessions.values()
             ]
             self._reply(msg.get("req"), {"sessions": rows})
