@@ -232,3 +232,32 @@ async def test_a_gateway_that_takes_the_host_over_keeps_the_commands(
         assert (await asyncio.wait_for(handle.wait(), 30))[1] == "SIGKILL"
     finally:
         await second.close()
+
+
+async def test_a_stale_socket_is_replaced_by_a_live_host(state_dir: Path) -> None:
+    directory = state_dir / HOLDERS_DIR
+    directory.mkdir(mode=0o700)
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(directory / wire.SOCKET_NAME))  # a socket file nobody listens on (a host that crashed)
+    stale.close()
+    launcher = HostLauncher(directory, fallback=LocalLauncher())
+    try:
+        link = await launcher.connect()
+        assert link is not None and link.host_pid != os.getpid()
+        assert "sessions" in await link.request(wire.LIST, {})
+    finally:
+        await launcher.close()
+
+
+async def test_without_a_host_commands_run_as_plain_children_and_say_so(
+    state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    deep = state_dir / ("d" * 90) / HOLDERS_DIR  # the socket path would pass sun_path's 107 bytes
+    launcher = HostLauncher(deep, fallback=LocalLauncher())
+    manager = SessionManager(state_dir, launcher=launcher)
+    with caplog.at_level("ERROR", logger="exechost.sessions"):
+        res = await manager.run(RunSpec(command="echo still-runs", scope_key="s"))
+    assert res.details["status"] == "completed" and "still-runs" in res.text
+    assert launcher.link is None and launcher.problem and "too long" in launcher.problem
+    assert any("session host unavailable" in r.getMessage() for r in caplog.records)
+    await manager.close()
