@@ -47,6 +47,8 @@ HOST_DIED = "session host died"
 HOST_LOST = "session host connection taken over by another gateway"
 LOST_CHECK_SEC = 0.2
 LAZY_SEC = 0.05
+BACKLOG_HIGH = 16 * 1024 * 1024
+BACKLOG_LOW = 4 * 1024 * 1024
 _background: set[asyncio.Task[None]] = set()
 META_VERSION = 1
 
@@ -143,6 +145,7 @@ class HostProcess:
         self._stdin_closed = link is None
         self._closed = False
         self._queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
+        self._unread = 0  # bytes queued here from the live link, not yet read
 
     @property
     def live(self) -> bool:
@@ -152,6 +155,9 @@ class HostProcess:
     def on_output(self, kind: int, data: bytes) -> None:
         if not self._eof:
             self._queue.put_nowait((STREAM_OF.get(kind, "stdout"), data))
+            if self._link is not None:
+                self._unread += len(data)
+                self._link.queued_output(len(data))
 
     def on_eof(self) -> None:
         if not self._eof:
@@ -170,6 +176,7 @@ class HostProcess:
     def on_lost(self, host_alive: bool = False) -> None:
         """The host went away: what its exit file says, or that it died (its commands lost their pipes).
         A host still alive (it took another gateway's connection over ours) keeps its commands."""
+        self._unqueue()
         was_live, self._link = self._link is not None, None
         self._stdin_closed = True
         if not self._exit.done():
@@ -189,7 +196,17 @@ class HostProcess:
         item = await self._queue.get()
         if item is None:
             self._queue.put_nowait(None)
+        elif self._unread:
+            self._unread -= len(item[1])
+            if self._link is not None:
+                self._link.queued_output(-len(item[1]))
         return item
+
+    def _unqueue(self) -> None:
+        """Output nobody will read any more no longer holds the link's reading back."""
+        if self._unread and self._link is not None:
+            self._link.queued_output(-self._unread)
+        self._unread = 0
 
     @property
     def stdin_open(self) -> bool:
@@ -246,6 +263,7 @@ class HostProcess:
             return
         self._closed = True
         self._stdin_closed = True
+        self._unqueue()
         if self._link is not None:
             self._link.send(wire.CLOSE, self._chan, lazy=True)
             self._link.release(self._chan)
@@ -253,6 +271,7 @@ class HostProcess:
 
     def detach(self) -> None:
         """Leave the session running in the host (a gateway that stops without killing it)."""
+        self._unqueue()
         if self._link is not None:
             self._link.release(self._chan)
         self._closed = True
@@ -280,6 +299,8 @@ class HostLink:
         self._queued = 0
         self._writing = False
         self._lazy = bytearray()
+        self._backlog = 0
+        self._paused = False
         self._lazy_timer: asyncio.TimerHandle | None = None
         self._drained = asyncio.Event()
         self._drained.set()
@@ -433,9 +454,23 @@ class HostLink:
             end = pos + wire.HEADER.size + size
             if end > len(buf):
                 break
-            self._frame(kind, chan, bytes(buf[pos + wire.HEADER.size : end]))
+            try:
+                self._frame(kind, chan, bytes(buf[pos + wire.HEADER.size : end]))
+            except (ValueError, TypeError, KeyError) as exc:  # one bad frame is skipped, never re-read
+                log.error("bad frame %d from the session host: %s", kind, exc)
             pos = end
         del buf[:pos]
+
+    def queued_output(self, delta: int) -> None:
+        """Output read from the host and not yet taken by the session manager. Past BACKLOG_HIGH we stop
+        reading the host: its queue fills and it keeps the rest in the spools until we catch up."""
+        self._backlog += delta
+        if not self._paused and self._backlog > BACKLOG_HIGH and not self.closed:
+            self._paused = True
+            self._loop.remove_reader(self.sock.fileno())
+        elif self._paused and self._backlog < BACKLOG_LOW and not self.closed:
+            self._paused = False
+            self._loop.add_reader(self.sock.fileno(), self._on_readable)
 
     def _frame(self, kind: int, chan: int, payload: bytes) -> None:
         if kind in STREAM_OF:
