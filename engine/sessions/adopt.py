@@ -28,11 +28,13 @@ from engine.sessions.manager import SessionManager
 from engine.sessions.output import OutputBuffer
 from engine.sessions.pty import TerminalWatcher
 from engine.sessions.registry import Session
+from engine.unixsock import socket_is_live
 
 log = logging.getLogger("exechost.sessions")
 
 SESSION_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 MAX_REPLAY_BYTES = 256 * 1024 * 1024
+LEGACY_HOLDER = "held by an older exechost's per-session holder: still running, not adopted"
 
 
 async def adopt_held(manager: SessionManager, launcher: HostLauncher) -> list[Session]:
@@ -101,6 +103,13 @@ def _replay(paths: HeldPaths, meta: dict[str, Any]) -> HostProcess:
             break
         handle.on_output(stream_kind(stream), data[pos + SPOOL_HEADER_SIZE : end])
         pos = end
+    legacy = paths.directory / f"{paths.session_id}.sock"
+    if paths.read_exit() is None and legacy.exists() and socket_is_live(legacy):
+        # Held by a per-session holder of an exechost before the session host: it still runs, and this
+        # gateway cannot speak to it. Listed as ended, never killed.
+        handle.on_lost()
+        handle.end_reason = LEGACY_HOLDER
+        return handle
     if paths.read_exit() is None and paths.read_done() is None:
         end_orphans(str(meta.get("marker") or ""))
     handle.on_lost()

@@ -5,6 +5,7 @@ and only its own uid may talk to it. Real processes throughout."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -261,3 +262,31 @@ async def test_without_a_host_commands_run_as_plain_children_and_say_so(
     assert launcher.link is None and launcher.problem and "too long" in launcher.problem
     assert any("session host unavailable" in r.getMessage() for r in caplog.records)
     await manager.close()
+
+
+async def test_a_session_of_an_older_per_session_holder_is_listed_not_killed(state_dir: Path) -> None:
+    from engine.sessions.adopt import LEGACY_HOLDER, adopt_held
+
+    directory = state_dir / HOLDERS_DIR
+    directory.mkdir(mode=0o700)
+    marked = {**os.environ, "EXECHOST_SESSION": "calm-otter-ab"}  # what an orphan sweep would kill
+    sleeper = subprocess.Popen(["sleep", "300"], start_new_session=True, env=marked)
+    old_holder = socket.socket(socket.AF_UNIX)
+    old_holder.bind(str(directory / "calm-otter.sock"))  # an upgraded-from holder still answers here
+    old_holder.listen(1)
+    meta = {"version": 1, "sessionId": "calm-otter", "command": "sleep 300", "marker": "calm-otter-ab",
+            "pid": sleeper.pid, "startedAt": 1}  # fmt: skip
+    (directory / "calm-otter.json").write_text(json.dumps(meta))
+    launcher = HostLauncher(directory, fallback=LocalLauncher())
+    manager = SessionManager(state_dir, launcher=launcher)
+    try:
+        [session] = await adopt_held(manager, launcher)
+        await asyncio.wait_for(session.done.wait(), 30)
+        assert session.error == LEGACY_HOLDER
+        assert sleeper.poll() is None  # never killed
+    finally:
+        old_holder.close()
+        sleeper.kill()
+        sleeper.wait()
+        await manager.close()
+        await launcher.close()
