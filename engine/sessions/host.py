@@ -709,7 +709,7 @@ class HostLauncher:
     async def spawn(self, spec: RunSpec) -> Any:
         session_id = spec.marker.rsplit("-", 1)[0]
         link = await self.connect() if wire.valid_id(session_id) else None
-        if link is None:
+        if link is None or len(spec.pass_fds) > wire.MAX_FDS:  # (more fds than one message carries)
             return await self.fallback.spawn(spec)
         paths = self.paths(session_id)
         env = dict(os.environ if spec.env is None else spec.env)

@@ -26,6 +26,7 @@ READ_CHUNK = 65536
 HIGH_WATER = 4 * 1024 * 1024  # bytes queued to the gateway beyond which output is only spooled
 CATCH_UP_CHUNK = 256 * 1024
 SPOOL_FDS = 64  # spool files kept open (the most recently written)
+MAX_FDS = 64  # per SPAWN: sealed copies of verified files (one SCM_RIGHTS message)
 ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 # gateway -> host

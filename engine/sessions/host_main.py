@@ -60,7 +60,6 @@ else:  # run as a script, isolated (-I: no sys.path entry for our dir): the sibl
 
 LOCK_NAME = "host.lock"
 MAX_PAYLOAD = 16 * 1024 * 1024
-MAX_FDS = 64  # per SPAWN: sealed copies of verified files
 MAX_INPUT_BACKLOG = 16 * 1024 * 1024
 IDLE_EXIT_SEC = 10.0  # no gateway and no session this long: the host ends
 CHECK_SEC = 2.0  # how often the host checks its socket is still there (state dir deleted?)
@@ -224,7 +223,7 @@ class Host(hio.SessionIO):
     def _client_read(self) -> None:
         assert self.client is not None
         try:
-            data, fds, flags, _ = socket.recv_fds(self.client, 262144, MAX_FDS)
+            data, fds, flags, _ = socket.recv_fds(self.client, 262144, hio.MAX_FDS)
         except BlockingIOError:
             return
         except OSError:
@@ -271,10 +270,8 @@ class Host(hio.SessionIO):
             return
         msg = json.loads(payload) if payload else {}
         if kind == hio.SPAWN:
-            fds, self.fd_queue = (
-                self.fd_queue[: int(msg.get("nfds", 0))],
-                self.fd_queue[int(msg.get("nfds", 0)) :],
-            )
+            count = msg.get("nfds", 0) if isinstance(msg.get("nfds", 0), int) else 0
+            fds, self.fd_queue = self.fd_queue[:count], self.fd_queue[count:]
             try:
                 s = self._spawn(msg, fds)
                 self._reply(msg.get("req"), {"chan": s.chan, "pid": s.pid, "pty": s.pty})
