@@ -69,7 +69,7 @@ class Session:
         "spool_size",
         "stdin_fd",
         "streams",
-    )  # fmt: skip
+    )
 
     def __init__(self, sid: str, chan: int, spool_cap: int) -> None:
         self.sid = sid

@@ -186,9 +186,15 @@ async def test_a_connection_of_another_uid_is_refused() -> None:
 
     def as_nobody() -> str:
         res = subprocess.run(
-            ["/usr/bin/python3", "-c", probe, str(sock_path)], user=65534, group=65534, extra_groups=[],
-            capture_output=True, text=True, timeout=30, cwd="/",
-        )  # fmt: skip
+            ["/usr/bin/python3", "-c", probe, str(sock_path)],
+            user=65534,
+            group=65534,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd="/",
+        )
         return res.stdout.strip() or res.stderr.strip()
 
     try:
@@ -274,8 +280,14 @@ async def test_a_session_of_an_older_per_session_holder_is_listed_not_killed(sta
     old_holder = socket.socket(socket.AF_UNIX)
     old_holder.bind(str(directory / "calm-otter.sock"))  # an upgraded-from holder still answers here
     old_holder.listen(1)
-    meta = {"version": 1, "sessionId": "calm-otter", "command": "sleep 300", "marker": "calm-otter-ab",
-            "pid": sleeper.pid, "startedAt": 1}  # fmt: skip
+    meta = {
+        "version": 1,
+        "sessionId": "calm-otter",
+        "command": "sleep 300",
+        "marker": "calm-otter-ab",
+        "pid": sleeper.pid,
+        "startedAt": 1,
+    }
     (directory / "calm-otter.json").write_text(json.dumps(meta))
     launcher = HostLauncher(directory, fallback=LocalLauncher())
     manager = SessionManager(state_dir, launcher=launcher)
