@@ -10,8 +10,8 @@ bash scripts/services.sh
 .venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
 # pytest exits 5 when it collects nothing: with `set -e` that fails the run, as it should.
 .venv/bin/python -m pytest "$@"
-# Again as the daemon runs them: gateway-host sessions under their holders (a daemon-only path the
+# Again as the daemon runs them: gateway-host sessions in the session host (a daemon-only path the
 # in-process test gateways otherwise skip). Only with no arguments: a targeted run stays targeted.
 if [ $# -eq 0 ]; then
-  EXECHOST_TEST_HOLD=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/runner/gateway tests/attacks
+  EXECHOST_TEST_HOLD_SESSIONS=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/runner/gateway tests/attacks
 fi

@@ -1,13 +1,13 @@
-"""A new gateway adopts the sessions the last one left under their holders (engine.sessions.holder).
+"""A new gateway adopts the sessions the last one left in the session host (engine.sessions.host).
 
 Each `<state>/holders/<id>.json` is a session: re-listed under the same id and scope, its output rebuilt
-from byte 0 of the holder's spool (what was written while no gateway ran included), then followed live
-when its holder still runs; a session that ended meanwhile reports the exit code and time its holder wrote.
+from byte 0 of its spool (what was written while no gateway ran included), then followed live when the host
+still holds it; a session that ended meanwhile reports the exit code and time the host wrote, and one whose
+host died without writing an end is reported ended ("session host died").
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -15,23 +15,37 @@ import time
 from typing import Any
 
 from engine import statefs
-from engine.sessions.holder import FrameSource, HeldPaths, HolderLauncher, HolderProcess
+from engine.sessions.host import (
+    SPOOL_HEADER_SIZE,
+    HeldPaths,
+    HostLauncher,
+    HostProcess,
+    end_orphans,
+    stream_kind,
+)
 from engine.sessions.launcher import RunSpec
 from engine.sessions.manager import SessionManager
 from engine.sessions.output import OutputBuffer
 from engine.sessions.pty import TerminalWatcher
 from engine.sessions.registry import Session
+from engine.unixsock import socket_is_live
 
 log = logging.getLogger("exechost.sessions")
 
 SESSION_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 MAX_REPLAY_BYTES = 256 * 1024 * 1024
+LEGACY_HOLDER = "held by an older exechost's per-session holder: still running, not adopted"
 
 
-async def adopt_held(manager: SessionManager, launcher: HolderLauncher) -> list[Session]:
+async def adopt_held(manager: SessionManager, launcher: HostLauncher) -> list[Session]:
     adopted: list[Session] = []
     if not launcher.directory.is_dir():
         return adopted
+    try:
+        live = await launcher.list_live()
+    except (OSError, ConnectionError) as exc:
+        log.error("cannot list the session host's sessions: %s", exc)
+        live = {}
     for meta_path in sorted(launcher.directory.glob("*.json")):
         try:
             meta = json.loads(statefs.read_text(meta_path) or "")
@@ -41,15 +55,13 @@ async def adopt_held(manager: SessionManager, launcher: HolderLauncher) -> list[
         sid = str(meta.get("sessionId") or "") if isinstance(meta, dict) else ""
         if not SESSION_ID.match(sid) or meta_path.stem != sid or manager.registry.get(sid) is not None:
             continue
-        if launcher.never_started(sid):
-            launcher.paths(sid).remove()  # a holder that died before starting its command: nothing ran
-            continue
         try:
-            session = await _adopt_one(manager, launcher.paths(sid), meta)
+            session = await _adopt_one(manager, launcher, launcher.paths(sid), meta, sid in live)
         except Exception:
             log.exception("cannot adopt session %s", sid)
             continue
         adopted.append(session)
+    launcher.release_unlisted(set(live) - {s.id for s in adopted}, live)
     return adopted
 
 
@@ -75,39 +87,44 @@ def _spec(meta: dict[str, Any]) -> RunSpec:
     )
 
 
-async def _attach(paths: HeldPaths, meta: dict[str, Any]) -> HolderProcess | None:
-    try:
-        reader, writer = await asyncio.open_unix_connection(str(paths.socket), limit=2 * 1024 * 1024)
-    except OSError:
-        return None
-    writer.write(b'{"op":"attach"}\n')
-    return HolderProcess(
-        paths,
-        FrameSource(reader),
-        writer,
-        pid=None,
-        pty=bool(meta.get("pty")),
-        marker=str(meta.get("marker")),
-    )
-
-
-def _replay(paths: HeldPaths, meta: dict[str, Any]) -> HolderProcess:
-    """The holder is gone: its spool is the output, its exit file the end."""
-    reader = asyncio.StreamReader(limit=2 * 1024 * 1024)
+def _replay(paths: HeldPaths, meta: dict[str, Any]) -> HostProcess:
+    """The host no longer holds it: its spool is the output, its exit file the end."""
+    handle = HostProcess(paths, None, 0, pid=None, pty=bool(meta.get("pty")), marker=str(meta.get("marker")))
     try:
         with open(paths.spool, "rb") as fh:
-            reader.feed_data(fh.read(MAX_REPLAY_BYTES))
+            data = fh.read(MAX_REPLAY_BYTES)
     except OSError:
-        pass
-    reader.feed_eof()
-    return HolderProcess(
-        paths, FrameSource(reader), None, pid=None, pty=bool(meta.get("pty")), marker=str(meta.get("marker"))
-    )
+        data = b""
+    pos = 0
+    while pos + SPOOL_HEADER_SIZE <= len(data):
+        stream, size = data[pos], int.from_bytes(data[pos + 1 : pos + SPOOL_HEADER_SIZE], "big")
+        end = pos + SPOOL_HEADER_SIZE + size
+        if end > len(data):
+            break
+        handle.on_output(stream_kind(stream), data[pos + SPOOL_HEADER_SIZE : end])
+        pos = end
+    legacy = paths.directory / f"{paths.session_id}.sock"
+    if paths.read_exit() is None and legacy.exists() and socket_is_live(legacy):
+        # Held by a per-session holder of an exechost before the session host: it still runs, and this
+        # gateway cannot speak to it. Listed as ended, never killed.
+        handle.on_lost()
+        handle.end_reason = LEGACY_HOLDER
+        return handle
+    if paths.read_exit() is None and paths.read_done() is None:
+        end_orphans(str(meta.get("marker") or ""))
+    handle.on_lost()
+    return handle
 
 
-async def _adopt_one(manager: SessionManager, paths: HeldPaths, meta: dict[str, Any]) -> Session:
+async def _adopt_one(
+    manager: SessionManager, launcher: HostLauncher, paths: HeldPaths, meta: dict[str, Any], live: bool
+) -> Session:
     spec = _spec(meta)
-    handle = await _attach(paths, meta) or _replay(paths, meta)
+    handle = None
+    if live:
+        handle = await launcher.attach(paths, pty=bool(meta.get("pty")), marker=str(meta.get("marker")))
+    if handle is None:
+        handle = _replay(paths, meta)
     sid = paths.session_id
     session = Session(
         id=sid,

@@ -196,7 +196,8 @@ class SessionManager:
         except (OSError, ValueError, RuntimeError) as exc:
             if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):  # say why, what to do
                 running = self.registry.counts()[1]
-                return self._spawn_failed(session, OSError(procs.open_file_limit_text(running)))
+                explain = getattr(launcher, "open_file_limit_text", procs.open_file_limit_text)
+                return self._spawn_failed(session, OSError(explain(running)))
             if not spec.pty:
                 return self._spawn_failed(session, exc)
             warnings.append(f"Warning: PTY spawn failed ({exc}); retrying without PTY for `{spec.command}`.")
@@ -223,7 +224,7 @@ class SessionManager:
 
     # -- supervision ------------------------------------------------------------------------------
     def supervise(self, session: Session, handle: ProcessHandle) -> None:
-        """Watch a registered session's process to its end (a new one, or one adopted from a holder)."""
+        """Watch a registered session's process to its end (a new one, or one the session host kept)."""
         task = asyncio.get_running_loop().create_task(self._supervise(session, handle))
         self._supervisors.add(task)
         task.add_done_callback(self._supervisors.discard)
@@ -319,8 +320,11 @@ class SessionManager:
         self, session: Session, handle: ProcessHandle, code: int | None, sig: str | None
     ) -> None:
         session.exit_code, session.exit_signal = code, sig
+        reason = getattr(handle, "end_reason", None)  # e.g. the session host died with the command
+        if isinstance(reason, str) and code is None and sig is None and session.error is None:
+            session.error = reason
         session.exited = True
-        # A holder knows when its command really ended (maybe while no gateway ran).
+        # The session host knows when its command really ended (maybe while no gateway ran).
         ended_at = getattr(handle, "ended_at", None)
         session.ended_at = ended_at if isinstance(ended_at, int) else now_ms()
         collected = getattr(handle, "collected", None)
@@ -491,7 +495,7 @@ class SessionManager:
 
     async def close(self, *, keep_held: bool = False) -> None:
         """Kill every running command (SIGTERM, grace, SIGKILL) and forget every session. `keep_held`:
-        sessions a holder owns keep running, for the next gateway to adopt."""
+        sessions the session host holds keep running, for the next gateway to adopt."""
         self._closing = True
         self.registry.stop()
         if keep_held:

@@ -185,7 +185,7 @@ async def kill_tree(
     return stragglers + [p for p in late if p.pid not in pids]
 
 
-FDS_PER_SESSION = 4  # stdin, stdout and stderr pipes and the pidfd of a background command
+FDS_PER_SESSION = 4  # a plain child: stdin, stdout and stderr pipes and the pidfd of a background command
 
 
 def raise_open_file_limit() -> tuple[int, int]:

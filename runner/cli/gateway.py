@@ -116,7 +116,7 @@ def register(subparsers: Subparsers) -> None:
     stop = actions.add_parser(
         "stop",
         help="stop the gateway gracefully (sessions keep running; the next gateway adopts them)",
-        description="Stop the gateway. Background sessions keep running under their holders and pending "
+        description="Stop the gateway. Background sessions keep running in the session host and pending "
         "approvals stay on disk: the next gateway adopts both. --kill-sessions ends the sessions instead.",
     )
     stop.add_argument(
@@ -207,7 +207,7 @@ def _sessions_line(stopped: dict[str, Any]) -> str:
         return "no sessions were running"
     if stopped.get("sessionsKept"):
         return (
-            f"{running} running session(s) keep running under their holders; the next gateway adopts them "
+            f"{running} running session(s) keep running in the session host; the next gateway adopts them "
             "(`gateway stop --kill-sessions` ends them)"
         )
     return f"{running} running session(s) were ended"
@@ -283,7 +283,7 @@ def unit_text(config: str | None = None) -> str:
             f'Environment="OPENCLAW_STATE_DIR={state}"',
             f'Environment="PYTHONPATH={repo}"',
             "KillSignal=SIGTERM",
-            "# Only the daemon: sessions' holders outlive a restart, and the next gateway adopts them.",
+            "# Only the daemon: the session host and its sessions outlive a restart, for the next gateway.",
             "KillMode=process",
             "TimeoutStopSec=20",
             "Restart=on-failure",

@@ -436,7 +436,7 @@ async def run_gateway(
 ) -> None:
     """Serve until SIGTERM/SIGINT or a `shutdown` request; then stop gracefully."""
     server = GatewayServer(state_dir, config_path=config_path)
-    server.services.hold_sessions()  # the daemon's sessions outlive it (engine.sessions.holder)
+    server.services.hold_sessions()  # the daemon's sessions outlive it (engine.sessions.host)
     await server.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

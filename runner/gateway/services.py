@@ -36,7 +36,7 @@ from engine.protocol.frames import Event
 from engine.results import ToolResult
 from engine.sessions import SessionManager, SystemEvents
 from engine.sessions.adopt import adopt_held
-from engine.sessions.holder import HOLDERS_DIR, HolderLauncher
+from engine.sessions.host import HOLDERS_DIR, HostLauncher
 from engine.sessions.spool import SPOOL_NAME, EventSpool
 from engine.tools.exec import ExecTool
 from engine.tools.resume import restore_asks
@@ -133,8 +133,8 @@ class Services:
             self.sessions.add_listener(self._on_session_event),
         ]
         self._sandbox_manager: Any = None
-        # Set by hold_sessions() (the daemon): gateway-host sessions run under holders and outlive us.
-        self.holders: HolderLauncher | None = None
+        # Set by hold_sessions() (the daemon): gateway-host sessions run in the session host, outliving us.
+        self.holders: HostLauncher | None = None
         self.keep_sessions = True  # on a stop: leave held sessions running (`gateway stop --kill-sessions`)
         self.adopted: list[str] = []
         self.nodes = NodeHub(self)  # links are opened on first use (and follow config edits)
@@ -177,16 +177,17 @@ class Services:
         self.broadcast("events", "gateway.config", {"error": error, "ts": int(time.time() * 1000)})
 
     def hold_sessions(self) -> None:
-        """Run gateway-host sessions under holder processes, so they outlive this gateway (the daemon
-        does; in-process test gateways keep plain children unless they ask). EXECHOST_SESSION_HOLDERS=0
-        turns it off."""
+        """Run gateway-host sessions in the state dir's session host, so they outlive this gateway (the
+        daemon does; in-process test gateways keep plain children unless they ask).
+        EXECHOST_SESSION_HOLDERS=0 turns it off."""
         if os.environ.get("EXECHOST_SESSION_HOLDERS", "").strip() == "0":
             return
-        self.holders = HolderLauncher(self.state_dir / HOLDERS_DIR, fallback=self.sessions.launcher)
+        self.holders = HostLauncher(self.state_dir / HOLDERS_DIR, fallback=self.sessions.launcher)
         self.sessions.launcher = self.holders
 
     async def start(self) -> None:
         if self.holders is not None:
+            await self.holders.connect()  # started or re-attached; on failure a log line, plain children
             adopted = await adopt_held(self.sessions, self.holders)
             self.adopted = [s.id for s in adopted]
             if adopted:
@@ -343,9 +344,19 @@ class Services:
             "configError": self.config_problem(),
             "historyError": self.history.problem,
             "holdsSessions": self.holders is not None,
+            "sessionHost": _host_status(self.holders),
             "adoptedSessions": list(self.adopted),
             "version": 1,
         }
+
+
+def _host_status(launcher: HostLauncher | None) -> dict[str, Any] | None:
+    """The session host's pid, or why there is none (its sessions then run as plain children)."""
+    if launcher is None:
+        return None
+    link = launcher.link
+    live = link is not None and not link.closed
+    return {"pid": link.host_pid if live and link is not None else None, "problem": launcher.problem}
 
 
 def _visible(conn: Connection, topic: str, data: dict[str, Any]) -> bool:

@@ -23,6 +23,14 @@ from tests.helpers.gateway import connect, gateway, wait_until, write_config
 GOOD = "#!/bin/sh\necho approved-bytes\n"
 
 
+@pytest.fixture(autouse=True, params=["children", "session-host"])
+def where(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every attack twice: plain children, and in the session host as the daemon runs them (the sealed
+    copies then reach the command by SCM_RIGHTS)."""
+    monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1" if request.param == "session-host" else "0")
+    return str(request.param)
+
+
 def evil(marker: Path) -> str:
     return f"#!/bin/sh\ntouch {marker}\necho evil-bytes\n"
 

@@ -29,10 +29,11 @@ def write_config(state: Path, text: str) -> None:
 
 @asynccontextmanager
 async def gateway(state: Path, **kwargs: Any) -> AsyncIterator[GatewayServer]:
-    """A real gateway on this test's loop, in the test's own state dir."""
+    """A real gateway on this test's loop, in the test's own state dir. EXECHOST_TEST_HOLD_SESSIONS=1 runs
+    its gateway-host sessions in the session host, as the daemon does."""
     kwargs.setdefault("handshake_timeout", 0.5)
     server = GatewayServer(state, **kwargs)
-    if os.environ.get("EXECHOST_TEST_HOLD") == "1":  # run the suite as the daemon runs: under holders
+    if os.environ.get("EXECHOST_TEST_HOLD_SESSIONS") == "1":
         server.services.hold_sessions()
     await server.start()
     stopper = asyncio.ensure_future(server.wait_stopped())  # honours `shutdown` like the daemon does

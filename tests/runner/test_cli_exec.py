@@ -74,7 +74,7 @@ def test_sigterm_is_graceful_and_keeps_sessions(state_dir: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
         assert not socket_path(state_dir).exists()
-        os.kill(pid, 0)  # still running: its holder keeps it
+        os.kill(pid, 0)  # still running: the session host keeps it
         listed = js(cli(state_dir, "process", "--json", "list"))  # autostarts a gateway, which adopts it
         assert sid in [r["sessionId"] for r in listed["details"]["sessions"]]
         stopped = cli(state_dir, "gateway", "stop", "--kill-sessions")

@@ -40,7 +40,7 @@ def test_restart_keeps_sessions_and_asks(state_dir: Path) -> None:
         pending = _js(cli(state_dir, "approvals", "pending", "--json"))["details"]["approvals"]
         assert [a["id"] for a in pending] == [asked["details"]["approvalId"]]
         stop = cli(state_dir, "gateway", "stop")
-        assert "1 running session(s) keep running under their holders" in stop.stdout
+        assert "1 running session(s) keep running in the session host" in stop.stdout
         assert "--kill-sessions" in stop.stdout and "1 pending approval(s) are kept" in stop.stdout
         os.kill(pid, 0)
     finally:

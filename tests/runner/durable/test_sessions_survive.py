@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.sessions.holder import HOLDERS_DIR
+from engine.sessions.host import HOLDERS_DIR
 from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import FULL, connect, wait_until, write_config
 
@@ -56,7 +56,7 @@ async def test_a_running_session_is_adopted_with_what_it_wrote_meanwhile(
     with Daemon(state_dir) as daemon:
         sid = await _start(state_dir, SCRIPT, work)
         await wait_until(lambda: _log_has(state_dir, sid, "before"))
-        daemon.kill()  # SIGKILL: the session's holder keeps it
+        daemon.kill()  # SIGKILL: the session host keeps it
         (work / "go1").touch()
         await wait_until(lambda: b"during" in _spool(state_dir, sid))  # written while no gateway ran
         daemon.start()
@@ -106,7 +106,7 @@ async def test_a_session_that_ended_during_the_outage_reports_its_exit(
         rows = (await agent.request("sessions.list", {}))["sessions"]
         await agent.close()
         row = next(r for r in rows if r["sessionId"] == sid)
-        # The end its holder wrote down, not when this gateway learnt of it.
+        # The end the session host wrote down, not when this gateway learnt of it.
         assert row["exitCode"] == 7 and row["endedAt"] == written["endedAt"]
 
 

@@ -1,0 +1,314 @@
+"""The session host's per-command I/O: every output chunk into the spool and, while the gateway keeps up,
+to it; input to the command; exits from SIGCHLD. Also the wire format both sides share (the gateway imports
+this module for it). Stdlib only: host_main.py loads it by path."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import time
+from collections import OrderedDict
+from typing import Any
+
+VERSION = 1
+SOCKET_NAME = "host.sock"
+LOG_NAME = "host.log"
+HEADER = struct.Struct(">IBI")
+SPOOL_HEADER = struct.Struct(">BI")
+READ_CHUNK = 65536
+HIGH_WATER = 4 * 1024 * 1024  # bytes queued to the gateway beyond which output is only spooled
+CATCH_UP_CHUNK = 256 * 1024
+SPOOL_FDS = 64  # spool files kept open (the most recently written)
+MAX_FDS = 64  # per SPAWN: sealed copies of verified files (one SCM_RIGHTS message)
+ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+# gateway -> host
+HELLO, SPAWN, WRITE, EOF, RESIZE, SIGNAL, LIST, ATTACH, CLOSE, FORGET, BYE = range(1, 12)
+# host -> gateway (HELLO too)
+REPLY, OUT_STDOUT, OUT_STDERR, OUT_PTY, EXITED, OUT_EOF = 20, 30, 31, 32, 40, 41
+OUT_KINDS = (OUT_STDOUT, OUT_STDERR, OUT_PTY)
+
+
+def frame(kind: int, chan: int, payload: bytes = b"") -> bytes:
+    return HEADER.pack(len(payload), kind, chan) + payload
+
+
+def valid_id(sid: object) -> bool:
+    return isinstance(sid, str) and 0 < len(sid) <= 64 and sid[0] != "-" and set(sid) <= ID_CHARS
+
+
+class Session:
+    """One command the host holds."""
+
+    __slots__ = (
+        "attached",
+        "capped",
+        "chan",
+        "collected",
+        "eof",
+        "eof_sent",
+        "events",
+        "exit",
+        "exit_sent",
+        "inbuf",
+        "pid",
+        "popen",
+        "pty",
+        "sent",
+        "shut_pending",
+        "sid",
+        "sock",
+        "spool_cap",
+        "spool_size",
+        "stdin_fd",
+        "streams",
+    )
+
+    def __init__(self, sid: str, chan: int, spool_cap: int) -> None:
+        self.sid = sid
+        self.chan = chan
+        self.pid = 0
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.pty = False
+        self.sock: socket.socket | None = None  # the stdin+stdout socketpair end
+        self.streams: dict[int, int] = {}  # fd -> stream (0 stdout, 1 stderr, 2 pty)
+        self.stdin_fd: int | None = None
+        self.inbuf = bytearray()
+        self.shut_pending = False
+        self.spool_size = 0
+        self.spool_cap = spool_cap
+        self.capped = False
+        self.sent = 0  # spool bytes the attached gateway has been sent
+        self.attached = False
+        self.exit: dict[str, Any] | None = None
+        self.eof = False
+        self.exit_sent = False
+        self.eof_sent = False
+        self.collected = False
+        self.events: dict[int, int] = {}  # fd -> selector events registered
+
+
+class SessionIO:
+    """Mixed into the Host: what it does for each session's fds. Needs the Host's attributes below."""
+
+    sel: selectors.BaseSelector
+    sessions: dict[int, Session]
+    by_id: dict[str, Session]
+    by_pid: dict[int, Session]
+    behind: dict[Session, None]
+    spool_fds: OrderedDict[Session, int]
+    client: socket.socket | None
+    out: bytearray
+    exits: list[tuple[str, dict[str, Any]]]
+
+    def _write_exits(self) -> None:
+        """`<id>.exit` for each command reaped this round: the end outlives us and the gateway."""
+        exits, self.exits = self.exits, []
+        for sid, info in exits:
+            try:
+                write_file(f"{sid}.exit", json.dumps(info).encode(), atomic=True)
+            except OSError as exc:
+                log(f"exit of {sid} not written: {exc}")
+
+    def _send(self, kind: int, chan: int, payload: bytes | memoryview = b"") -> None:
+        self.out += HEADER.pack(len(payload), kind, chan)
+        self.out += payload
+
+    # -- commands' output
+    def _read_output(self, s: Session, fd: int) -> None:
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError as exc:  # EIO: the pty's other side is gone; ECONNRESET: a socket peer reset
+            if exc.errno not in (errno.EIO, errno.ECONNRESET):
+                raise
+            data = b""
+        if not data:
+            self._close_stream(s, fd)
+            return
+        stream = s.streams[fd]
+        size = SPOOL_HEADER.size + len(data)
+        live = (
+            self.client is not None and s.attached and s.sent == s.spool_size and len(self.out) < HIGH_WATER
+        )
+        if not s.capped and s.spool_size + size > s.spool_cap:
+            s.capped = True  # the gateway keeps its own capped log; beyond this only live frames go
+        if not s.capped:
+            os.write(self._spool_fd(s), SPOOL_HEADER.pack(stream, len(data)) + data)
+            s.spool_size += size
+            if live:
+                s.sent = s.spool_size
+            elif s.attached:
+                self.behind[s] = None  # the spool is the buffer: sent from there once the gateway drains
+        if live:
+            self._send(OUT_KINDS[stream], s.chan, data)
+
+    def _spool_fd(self, s: Session) -> int:
+        fd = self.spool_fds.get(s)
+        if fd is not None:
+            self.spool_fds.move_to_end(s)
+            return fd
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(f"{s.sid}.spool", flags, 0o600)
+        self.spool_fds[s] = fd
+        while len(self.spool_fds) > SPOOL_FDS:
+            _, old = self.spool_fds.popitem(last=False)
+            os.close(old)
+        return fd
+
+    def _close_spool(self, s: Session) -> None:
+        fd = self.spool_fds.pop(s, None)
+        if fd is not None:
+            os.close(fd)
+
+    def _close_stream(self, s: Session, fd: int) -> None:
+        s.streams.pop(fd, None)
+        if fd == s.stdin_fd:
+            s.stdin_fd = None
+            s.inbuf.clear()
+        self._update(s, fd)
+        if s.sock is not None and fd == s.sock.fileno():
+            s.sock.close()
+            s.sock = None
+        else:
+            os.close(fd)
+        if not s.streams and not s.eof:
+            s.eof = True
+            self._notify(s)
+
+    def _update(self, s: Session, fd: int) -> None:
+        """Register `fd` for what it is used for now (output to read, input to write) or for nothing."""
+        want = selectors.EVENT_READ if fd in s.streams else 0
+        if fd == s.stdin_fd and s.inbuf:
+            want |= selectors.EVENT_WRITE
+        have = s.events.get(fd, 0)
+        if want == have:
+            return
+        if not have:
+            self.sel.register(fd, want, s)
+        elif not want:
+            self.sel.unregister(fd)
+        else:
+            self.sel.modify(fd, want, s)
+        if want:
+            s.events[fd] = want
+        else:
+            s.events.pop(fd, None)
+
+    def _catch_up(self) -> None:
+        """Send attached sessions' spool beyond what the gateway has, while it keeps up."""
+        while self.behind and self.client is not None and len(self.out) < HIGH_WATER:
+            s = next(iter(self.behind))
+            if not s.attached or s.sent >= s.spool_size:
+                del self.behind[s]
+                self._notify(s)
+                continue
+            try:
+                chunk = os.pread(self._spool_fd(s), min(s.spool_size - s.sent, CATCH_UP_CHUNK), s.sent)
+            except OSError:
+                chunk = b""
+            pos = 0
+            while pos + SPOOL_HEADER.size <= len(chunk):
+                stream, size = SPOOL_HEADER.unpack_from(chunk, pos)
+                end = pos + SPOOL_HEADER.size + size
+                if end > len(chunk):
+                    break
+                kind = OUT_KINDS[stream] if stream < len(OUT_KINDS) else OUT_STDOUT
+                self._send(kind, s.chan, chunk[pos + SPOOL_HEADER.size : end])
+                pos = end
+            if pos == 0:
+                log(f"spool of {s.sid} unreadable at {s.sent}: skipped")
+                pos = s.spool_size - s.sent
+            s.sent += pos
+
+    def _notify(self, s: Session) -> None:
+        """EOF and exit reach the gateway only after every output byte before them."""
+        if self.client is None or not s.attached or s.sent < s.spool_size:
+            return
+        if s.eof and not s.eof_sent:
+            s.eof_sent = True
+            self._send(OUT_EOF, s.chan)
+        if s.exit is not None and not s.exit_sent:
+            s.exit_sent = True
+            self._send(EXITED, s.chan, json.dumps(s.exit).encode())
+
+    # -- exits
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            s = self.by_pid.pop(pid, None)
+            if s is None:
+                continue
+            raw = os.waitstatus_to_exitcode(status)
+            if s.popen is not None:
+                s.popen.returncode = raw  # reaped here: Popen must never wait on a recycled pid
+                s.popen = None
+            sig = None
+            if raw < 0:
+                try:
+                    sig = signal.Signals(-raw).name
+                except ValueError:
+                    sig = f"SIG{-raw}"
+            s.exit = {"code": raw if raw >= 0 else None, "signal": sig, "endedAt": int(time.time() * 1000)}
+            self.exits.append((s.sid, s.exit))  # written once the gateway has been told (off its wait)
+            self._notify(s)
+            if s.collected:
+                self._remove(s)
+
+    def _remove(self, s: Session) -> None:
+        for fd in list(s.streams):
+            self._close_stream(s, fd)
+        self._close_spool(s)
+        self.behind.pop(s, None)
+        self.sessions.pop(s.chan, None)
+        if self.by_id.get(s.sid) is s:
+            del self.by_id[s.sid]
+
+    def _flush_input(self, s: Session) -> None:
+        fd = s.stdin_fd
+        if fd is None:
+            s.inbuf.clear()
+            return
+        try:
+            while s.inbuf:
+                del s.inbuf[: os.write(fd, s.inbuf)]
+        except BlockingIOError:
+            pass
+        except OSError:  # EPIPE: the command closed its stdin
+            s.inbuf.clear()
+        if s.shut_pending and not s.inbuf and s.sock is not None:
+            s.shut_pending = False
+            s.stdin_fd = None
+            with contextlib.suppress(OSError):
+                s.sock.shutdown(socket.SHUT_WR)
+        self._update(s, fd)
+
+
+def write_file(name: str, data: bytes, *, atomic: bool) -> None:
+    """No fsync: these files outlive a gateway or host crash, not a power cut (the commands would not)."""
+    path = f".{name}.tmp" if atomic else name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    if atomic:
+        os.replace(path, name)
+
+
+def log(line: str) -> None:
+    with contextlib.suppress(OSError), open(LOG_NAME, "a") as fh:
+        fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()}: {line}\n")

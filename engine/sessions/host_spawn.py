@@ -1,0 +1,140 @@
+"""How the session host starts a command: fork/exec in its own session, pipes, a socketpair or a PTY, and
+verified fds put at the numbers the command names them by. Stdlib only (the host runs with `-I -S`)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import struct
+import subprocess
+import termios
+from dataclasses import dataclass, field
+from typing import Any
+
+STDOUT, STDERR, PTY = 0, 1, 2
+FDS_WANTED = 65536
+
+
+@dataclass
+class Started:
+    """A started command and the host's ends of its stdio: `streams` maps each fd to read to its stream."""
+
+    popen: subprocess.Popen[bytes]
+    streams: dict[int, int] = field(default_factory=dict)
+    stdin_fd: int | None = None
+    sock: socket.socket | None = None  # the stdin+stdout socketpair end
+    pty: bool = False
+
+
+def start(msg: dict[str, Any], fds: list[int]) -> Started:
+    """Start `msg`'s argv (JSON from the gateway); `fds` received by SCM_RIGHTS go to `msg["fds"]`."""
+    targets = [int(t) for t in msg.get("fds") or ()]
+    if len(targets) != len(fds) or any(t < 3 for t in targets):
+        raise ValueError("passed descriptors do not match the spec")
+    # Popen marks every pass_fds number inheritable in the child, so each must be open here: a number we
+    # do not use gets a placeholder until the child has started.
+    placeholders = []
+    for target, src in zip(targets, fds, strict=True):
+        if not _is_open(target):
+            placeholders.append(os.dup2(src, target, inheritable=False))
+    pty = bool(msg.get("pty"))
+    common: dict[str, Any] = {
+        "cwd": msg.get("cwd") or None,
+        "env": dict(msg["env"]),
+        "close_fds": True,
+        "pass_fds": targets,
+        "start_new_session": True,
+        "preexec_fn": _child_setup(pty, list(zip(fds, targets, strict=True))),
+    }
+    try:
+        if pty:
+            cols, rows = int(msg.get("cols") or 120), int(msg.get("rows") or 40)
+            return _start_pty(list(msg["argv"]), common, cols, rows)
+        return _start_pipes(list(msg["argv"]), common, stdin=bool(msg.get("stdin", True)))
+    finally:
+        for fd in placeholders:
+            os.close(fd)
+
+
+def _start_pty(argv: list[str], common: dict[str, Any], cols: int, rows: int) -> Started:
+    master, slave = os.openpty()
+    try:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        popen = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, **common)
+    except BaseException:
+        os.close(master)
+        raise
+    finally:
+        os.close(slave)
+    return Started(popen, {master: PTY}, master, pty=True)
+
+
+def _start_pipes(argv: list[str], common: dict[str, Any], *, stdin: bool) -> Started:
+    """With stdin: one socketpair carries stdin and stdout (one fd here, not two); stderr is a pipe."""
+    err_r, err_w = os.pipe()
+    if stdin:
+        mine, theirs = socket.socketpair()
+        try:
+            child = theirs.fileno()
+            popen = subprocess.Popen(argv, stdin=child, stdout=child, stderr=err_w, **common)
+        except BaseException:
+            mine.close()
+            os.close(err_r)
+            raise
+        finally:
+            theirs.close()
+            os.close(err_w)
+        mine.setblocking(False)
+        return Started(popen, {mine.fileno(): STDOUT, err_r: STDERR}, mine.fileno(), mine)
+    out_r, out_w = os.pipe()
+    try:
+        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, **common)
+    except BaseException:
+        os.close(out_r)
+        os.close(err_r)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    return Started(popen, {out_r: STDOUT, err_r: STDERR})
+
+
+def _child_setup(pty: bool, moves: list[tuple[int, int]]) -> Any:
+    """Runs in the child: take the PTY as controlling terminal; put each received fd at the number the
+    command names it by (/proc/self/fd/N), staged above every number involved so none overwrites another.
+    None (the fast vfork path) when there is nothing to do."""
+
+    def setup() -> None:  # pragma: no cover - runs in the forked child
+        if pty:
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        top = max([2, *(s for s, _ in moves), *(d for _, d in moves)]) + 1
+        staged = [(fcntl.fcntl(src, fcntl.F_DUPFD_CLOEXEC, top), dst) for src, dst in moves]
+        for tmp, dst in staged:
+            os.dup2(tmp, dst)
+
+    return setup if pty or moves else None
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        fcntl.fcntl(fd, fcntl.F_GETFD)
+    except OSError:
+        return False
+    return True
+
+
+def raise_open_file_limit() -> None:
+    """Two fds per idle pipe session: the soft limit goes to the hard one, and, where we may (root), to
+    FDS_WANTED, so the host is not what stops 10,000 sessions."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for target in ((max(hard, FDS_WANTED), max(hard, FDS_WANTED)), (hard, hard)):
+        if soft >= target[0]:
+            return
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, target)
+            return
+        except (ValueError, OSError):
+            continue
