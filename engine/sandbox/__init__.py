@@ -152,6 +152,7 @@ async def prepare_exec(
         cwd=cwd,
         roots=(settings.docker.workdir,) + ((AGENT_MOUNT,) if lay.agent_mount else ()),
         activity=mgr.activity(lay.name),
+        session_host=mgr.session_host,
     )
     return SandboxExec(
         launcher=launcher,

@@ -48,7 +48,9 @@ class _InContainer:
         return []  # terminate() finds the container's processes by marker instead
 
     async def terminate(self, grace: float = procs.KILL_GRACE_SEC) -> list[procs.ProcInfo]:
-        await _terminate(self._channel, self.pid, self._marker, grace, self._finished, self._note_signal)
+        await terminate_in_container(
+            self._channel, self.pid, self._marker, grace, self._finished, self._note_signal
+        )
         return []
 
     def _note_signal(self, sig: int) -> None:
@@ -81,8 +83,14 @@ class SupervisedProcess(_InContainer):
         self._sent_signal: int | None = None
         self._dir: tuple[str, int, int] | None = None
         self._closed = False
+        self._handoff = False
+        self._held: list[int] = []  # output FIFO ends kept for the session host (handoff)
+        self.exec_id = ""  # after release(): the exec dir its holder removes at the end
 
-    async def start(self, script: str, want_stdin: bool) -> None:
+    async def start(self, script: str, want_stdin: bool, *, handoff: bool = False) -> None:
+        """`handoff`: the output FIFOs are not read here; `release()` hands them (and the status and
+        stdin FIFOs) to the session host once the command runs."""
+        self._handoff = handoff
         exec_id, xfd, efd = self._channel.new_exec_dir()
         self._dir = (exec_id, xfd, efd)
         try:
@@ -102,8 +110,11 @@ class SupervisedProcess(_InContainer):
                 self._stdin_closed = False
             self._rc_fd = fds["rc"]
             self._loop.add_reader(self._rc_fd, self._rc_readable)
-            self._streams.add(fds["out"], "stdout")
-            self._streams.add(fds["err"], "stderr")
+            if handoff:
+                self._held = [fds["out"], fds["err"]]
+            else:
+                self._streams.add(fds["out"], "stdout")
+                self._streams.add(fds["err"], "stderr")
             self._channel.send(f"run {exec_id}")
             try:
                 async with asyncio.timeout(SPAWN_TIMEOUT):
@@ -132,6 +143,10 @@ class SupervisedProcess(_InContainer):
         while b"\n" in self._rc_buf:
             line, self._rc_buf = self._rc_buf.split(b"\n", 1)
             self._status_line(line.decode("ascii", "replace").split())
+            if self._handoff and self.pid is not None:
+                # The rest (an exit line already) is the session host's to read: release() passes it on.
+                self._loop.remove_reader(self._rc_fd)
+                return
 
     def _status_line(self, words: list[str]) -> None:
         if len(words) != 2 or not words[1].isdigit():
@@ -162,6 +177,34 @@ class SupervisedProcess(_InContainer):
             # The status writer vanished without a word: the container or supervisor was killed.
             self._exit.set_result((None, "SIGKILL"))
         self._maybe_cleanup()
+
+    def release(self) -> tuple[tuple[int, ...], list[str], bytes]:
+        """For the session host: (fds, stream names, status bytes already read) — stdout, stderr, status,
+        [stdin]. From here on the fds are the caller's to send and close; this handle only removes the
+        FIFOs' names (the open ends outlive them) and is done."""
+        if self._rc_fd is None or len(self._held) != 2 or self.pid is None:
+            raise sv.SupervisorUnavailable("the sandbox command ended before it could be handed over")
+        self._loop.remove_reader(self._rc_fd)
+        status, self._rc_buf = self._rc_buf, b""
+        fds, names = (*self._held, self._rc_fd), list(("stdout", "stderr", "status"))
+        if self._stdin_fd is not None and not self._stdin_closed:
+            fds, names = (*fds, self._stdin_fd), [*names, "stdin"]
+        self._held, self._rc_fd, self._stdin_fd, self._stdin_closed = [], None, None, True
+        if not self._exit.done():
+            self._exit.set_result((None, None))
+        # The FIFOs' names go (their open ends live on); the spec stays until the command's end, since
+        # the shell that reads it may not have opened it yet (engine.sandbox.held removes the dir).
+        if self._dir is not None:
+            exec_id, xfd, efd = self._dir
+            self._dir = None
+            for name in ("out", "err", "rc", "in"):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=efd)
+            os.close(efd)
+            os.close(xfd)
+            self.exec_id = exec_id
+        self.close()
+        return fds, names, status
 
     def _maybe_cleanup(self) -> None:
         if self._dir is not None and self._rc_fd is None and not self._streams.open:
@@ -201,10 +244,11 @@ class SupervisedProcess(_InContainer):
         if self._closed:
             return
         self._closed = True
-        for fd in self._placeholders:
+        for fd in [*self._placeholders, *self._held]:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._placeholders.clear()
+        self._held.clear()
         if self._stdin_fd is not None and not self._stdin_closed:
             with contextlib.suppress(OSError):
                 os.close(self._stdin_fd)
@@ -221,7 +265,7 @@ class SupervisedProcess(_InContainer):
         self._maybe_cleanup()
 
 
-async def _terminate(
+async def terminate_in_container(
     channel: sv.Channel,
     pid: int | None,
     marker: str,
@@ -391,8 +435,10 @@ class SandboxLauncher:
         cwd: str = "/workspace",
         roots: tuple[str, ...] = ("/workspace",),
         activity: Callable[[int], None] | None = None,
+        session_host: Any = None,
     ) -> None:
         self.container = container
+        self._session_host = session_host
         # The prepared container cwd: used when the caller's RunSpec.cwd is not a container path (a
         # session manager that resolved it against the host filesystem would hand us a host dir).
         self.cwd = cwd
@@ -431,7 +477,7 @@ class SandboxLauncher:
             )
         return script
 
-    async def spawn(self, spec: RunSpec) -> SupervisedProcess | DockerPtyProcess:
+    async def spawn(self, spec: RunSpec) -> Any:
         marker = spec.marker or secrets.token_hex(8)
         if not all(c in "0123456789abcdef" for c in marker):
             marker = secrets.token_hex(8)
@@ -444,11 +490,43 @@ class SandboxLauncher:
                 pty.close()
                 raise
             return self._track(pty)
+        session_id = spec.marker.rsplit("-", 1)[0] if spec.marker else ""
+        host = self._session_host
+        if host is not None and session_id and await host.connect() is not None:
+            return self._track(await self._spawn_held(host, spec, session_id, marker))
         proc = SupervisedProcess(self._channel, marker)
         await proc.start(self._script(spec, marker, False), spec.wants_stdin())
         return self._track(proc)
 
-    def _track(self, handle: SupervisedProcess | DockerPtyProcess) -> SupervisedProcess | DockerPtyProcess:
+    async def _spawn_held(self, host: Any, spec: RunSpec, session_id: str, marker: str) -> Any:
+        """Started by the supervisor as always, then handed to the session host: it outlives us."""
+        from engine.sandbox.held import KIND, make_held
+        from engine.sessions.host import session_meta
+
+        proc = SupervisedProcess(self._channel, marker)
+        await proc.start(self._script(spec, marker, False), spec.wants_stdin(), handoff=True)
+        fds, names, status = proc.release()
+        meta = session_meta(session_id, spec, int(time.time() * 1000)) | {
+            "held": KIND,
+            "marker": marker,  # the container's processes carry this one (kill_marked)
+            "sandbox": {"container": self.container, "pid": proc.pid, "execId": proc.exec_id},
+        }
+        try:
+            handle = await host.hold(session_id, fds, names, meta, make_held, status)
+        except BaseException:
+            await terminate_in_container(self._channel, proc.pid, marker, 0.0, lambda: False, lambda _s: None)
+            raise
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        if handle is None:  # the host went away between connect and hold: nobody reads it, end it
+            await terminate_in_container(self._channel, proc.pid, marker, 0.0, lambda: False, lambda _s: None)
+            raise sv.SupervisorUnavailable("the session host went away while taking the sandbox command")
+        handle.pid = proc.pid
+        return handle
+
+    def _track(self, handle: Any) -> Any:
         """Count running commands per container: prune and the hot window never take a busy container."""
         activity = self._activity
         if activity is not None:

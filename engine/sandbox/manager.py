@@ -83,6 +83,9 @@ class SandboxManager:
         self._last_prune: float | None = None  # None = never pruned (monotonic() may be < 5 min after boot)
         self.active: dict[str, int] = {}  # running commands per container (this process)
         self.progress: Callable[[str, str], None] | None = None  # (container, message) while creating
+        # The gateway's session host (engine.sessions.host) when it keeps sessions: pipe commands are
+        # handed to it once started, so they outlive the gateway (engine.sandbox.held).
+        self.session_host: Any = None
 
     @property
     def registry(self) -> Registry:

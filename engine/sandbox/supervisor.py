@@ -256,6 +256,25 @@ class Channel:
             raise
         return exec_id, xfd, efd
 
+    def remove_exec_dir(self, exec_id: str) -> None:
+        """Remove x/<id> by name (a held command's, after its end): nothing followed, a bad id ignored."""
+        if len(exec_id) != 16 or any(c not in "0123456789abcdef" for c in exec_id):
+            return
+        try:
+            dfd = _open_dir(str(self.path))
+            try:
+                xfd = _open_dir("x", dfd)
+            finally:
+                os.close(dfd)
+            try:
+                efd = _open_dir(exec_id, xfd)
+            except OSError:
+                os.close(xfd)
+                return
+        except OSError:
+            return
+        remove_exec_dir(exec_id, xfd, efd)
+
     def owner(self) -> tuple[int, int] | None:
         """The container user's uid:gid when it is not ours (the control dir was given to it at create)."""
         st = os.stat(self.path)

@@ -17,6 +17,7 @@ from typing import Any
 from engine import statefs
 from engine.sessions.host import (
     SPOOL_HEADER_SIZE,
+    HeldFactory,
     HeldPaths,
     HostLauncher,
     HostProcess,
@@ -87,9 +88,14 @@ def _spec(meta: dict[str, Any]) -> RunSpec:
     )
 
 
-def _replay(paths: HeldPaths, meta: dict[str, Any]) -> HostProcess:
+def _replay(paths: HeldPaths, meta: dict[str, Any], held: HeldFactory | None = None) -> HostProcess:
     """The host no longer holds it: its spool is the output, its exit file the end."""
-    handle = HostProcess(paths, None, 0, pid=None, pty=bool(meta.get("pty")), marker=str(meta.get("marker")))
+    if held is not None:
+        handle = held(paths, None, 0, meta)
+    else:
+        handle = HostProcess(
+            paths, None, 0, pid=None, pty=bool(meta.get("pty")), marker=str(meta.get("marker"))
+        )
     try:
         with open(paths.spool, "rb") as fh:
             data = fh.read(MAX_REPLAY_BYTES)
@@ -122,9 +128,11 @@ async def _adopt_one(
     spec = _spec(meta)
     handle = None
     if live:
-        handle = await launcher.attach(paths, pty=bool(meta.get("pty")), marker=str(meta.get("marker")))
+        handle = await launcher.attach(
+            paths, pty=bool(meta.get("pty")), marker=str(meta.get("marker")), meta=meta
+        )
     if handle is None:
-        handle = _replay(paths, meta)
+        handle = _replay(paths, meta, launcher.held_factory(meta))
     sid = paths.session_id
     session = Session(
         id=sid,

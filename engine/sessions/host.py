@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -272,6 +273,10 @@ def end_orphans(marker: str) -> None:
             os.kill(proc.pid, signal.SIGKILL)
 
 
+# (paths, link or None, channel, session file) -> the handle of a held session
+HeldFactory = Callable[[HeldPaths, "HostLink | None", int, dict[str, Any]], HostProcess]
+
+
 class HostLauncher:
     """Runs each command in the session host; `fallback` (a LocalLauncher) when the host is unavailable."""
 
@@ -284,6 +289,9 @@ class HostLauncher:
         self._tried_at = 0.0
         self._connecting: asyncio.Future[HostLink | None] | None = None
         self._live_seen: set[str] = set()  # what the host held at the last list (adoption)
+        # Handles for sessions the host holds but did not start (HOLD), by the `held` kind in their
+        # session file: their owner (engine.sandbox) signals them its own way, now and after adoption.
+        self.held_kinds: dict[str, HeldFactory] = {}
 
     def paths(self, session_id: str) -> HeldPaths:
         return HeldPaths(self.directory, session_id)
@@ -355,14 +363,25 @@ class HostLauncher:
             if isinstance(chan, int) and not self.paths(sid).meta.exists():
                 link.send(wire.CLOSE, chan, lazy=True)
 
-    async def attach(self, paths: HeldPaths, *, pty: bool, marker: str) -> HostProcess | None:
+    def held_factory(self, meta: dict[str, Any]) -> HeldFactory | None:
+        kind = meta.get("held")
+        return self.held_kinds.get(kind) if isinstance(kind, str) else None
+
+    async def attach(
+        self, paths: HeldPaths, *, pty: bool, marker: str, meta: dict[str, Any] | None = None
+    ) -> HostProcess | None:
         link = self.link
         if link is None or link.closed:
             return None
+        held = self.held_factory(meta or {})
+        factory = _factory(link, paths, pty, marker)
+        if held is not None:
+
+            def factory(chan: int, reply: dict[str, Any]) -> HostProcess:
+                return held(paths, link, chan, meta or {})
+
         try:
-            handle = await link.open_session(
-                wire.ATTACH, {"id": paths.session_id}, _factory(link, paths, pty, marker)
-            )
+            handle = await link.open_session(wire.ATTACH, {"id": paths.session_id}, factory)
         except (OSError, ConnectionError):
             return None
         assert isinstance(handle, HostProcess)
@@ -372,6 +391,34 @@ class HostLauncher:
         if self.link is not None:
             self.link.close(bye=bye)
             self.link = None
+
+    async def hold(
+        self,
+        session_id: str,
+        fds: tuple[int, ...],
+        streams: list[str],
+        meta: dict[str, Any],
+        make: HeldFactory,
+        status: bytes = b"",
+    ) -> HostProcess | None:
+        """Hand streams someone else started to the host (a sandbox command's FIFOs: stdout, stderr,
+        status, stdin): it spools and relays them, and they outlive this gateway. None: no host here."""
+        link = await self.connect() if wire.valid_id(session_id) else None
+        if link is None or len(fds) > wire.MAX_FDS:
+            return None
+        paths = self.paths(session_id)
+        msg = {"id": session_id, "streams": streams, "nfds": len(fds), "spoolCap": self.spool_cap}
+        msg["meta"], msg["status"] = meta, status.decode("latin-1")
+
+        def factory(chan: int, reply: dict[str, Any]) -> HostProcess:
+            return make(paths, link, chan, meta)
+
+        try:
+            handle = await link.open_session(wire.HOLD, msg, factory, fds)
+        except ConnectionError as exc:
+            raise OSError(f"the session host is gone: {exc}") from None
+        assert isinstance(handle, HostProcess)
+        return handle
 
     async def spawn(self, spec: RunSpec) -> Any:
         session_id = spec.marker.rsplit("-", 1)[0]

@@ -30,10 +30,13 @@ MAX_FDS = 64  # per SPAWN: sealed copies of verified files (one SCM_RIGHTS messa
 ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 # gateway -> host
-HELLO, SPAWN, WRITE, EOF, RESIZE, SIGNAL, LIST, ATTACH, CLOSE, FORGET, BYE = range(1, 12)
+HELLO, SPAWN, WRITE, EOF, RESIZE, SIGNAL, LIST, ATTACH, CLOSE, FORGET, BYE, HOLD = range(1, 13)
 # host -> gateway (HELLO too)
 REPLY, OUT_STDOUT, OUT_STDERR, OUT_PTY, EXITED, OUT_EOF = 20, 30, 31, 32, 40, 41
 OUT_KINDS = (OUT_STDOUT, OUT_STDERR, OUT_PTY)
+# A held session's status stream (HOLD: a sandbox command's FIFOs): "pid N" / "exit N" lines, parsed here.
+STATUS = 3
+HELD_STREAMS = {"stdout": 0, "stderr": 1, "status": STATUS}
 
 
 def frame(kind: int, chan: int, payload: bytes = b"") -> bytes:
@@ -67,6 +70,7 @@ class Session:
         "sock",
         "spool_cap",
         "spool_size",
+        "status_buf",
         "stdin_fd",
         "streams",
     )
@@ -93,6 +97,7 @@ class Session:
         self.eof_sent = False
         self.collected = False
         self.events: dict[int, int] = {}  # fd -> selector events registered
+        self.status_buf = b""  # a held session's unfinished status line
 
 
 class SessionIO:
@@ -135,6 +140,9 @@ class SessionIO:
             self._close_stream(s, fd)
             return
         stream = s.streams[fd]
+        if stream == STATUS:
+            self._status(s, data)
+            return
         size = SPOOL_HEADER.size + len(data)
         live = (
             self.client is not None and s.attached and s.sent == s.spool_size and len(self.out) < HIGH_WATER
@@ -169,7 +177,27 @@ class SessionIO:
         if fd is not None:
             os.close(fd)
 
+    def _status(self, s: Session, data: bytes) -> None:
+        """A held command's status lines: its exit is the host's to record, as a reaped child's is."""
+        s.status_buf = (s.status_buf + data)[-512:]
+        while b"\n" in s.status_buf:
+            line, s.status_buf = s.status_buf.split(b"\n", 1)
+            words = line.decode("ascii", "replace").split()
+            if len(words) == 2 and words[0] == "exit" and words[1].isdigit():
+                self._ended(s, int(words[1]), None)
+
+    def _ended(self, s: Session, code: int | None, sig: str | None) -> None:
+        if s.exit is not None:
+            return
+        s.exit = {"code": code, "signal": sig, "endedAt": int(time.time() * 1000)}
+        self.exits.append((s.sid, s.exit))  # written once the gateway has been told (off its wait)
+        self._notify(s)
+        if s.collected:
+            self._remove(s)
+
     def _close_stream(self, s: Session, fd: int) -> None:
+        if s.streams.get(fd) == STATUS and s.exit is None:
+            self._ended(s, None, "SIGKILL")  # the status writer vanished: the container or its runner died
         s.streams.pop(fd, None)
         if fd == s.stdin_fd:
             s.stdin_fd = None
@@ -262,13 +290,10 @@ class SessionIO:
                     sig = signal.Signals(-raw).name
                 except ValueError:
                     sig = f"SIG{-raw}"
-            s.exit = {"code": raw if raw >= 0 else None, "signal": sig, "endedAt": int(time.time() * 1000)}
-            self.exits.append((s.sid, s.exit))  # written once the gateway has been told (off its wait)
-            self._notify(s)
-            if s.collected:
-                self._remove(s)
+            self._ended(s, raw if raw >= 0 else None, sig)
 
     def _remove(self, s: Session) -> None:
+        self._close_held_stdin(s)
         for fd in list(s.streams):
             self._close_stream(s, fd)
         self._close_spool(s)
@@ -294,7 +319,22 @@ class SessionIO:
             s.stdin_fd = None
             with contextlib.suppress(OSError):
                 s.sock.shutdown(socket.SHUT_WR)
+        elif s.shut_pending and not s.inbuf:  # a held command's stdin FIFO: EOF is closing it
+            s.shut_pending = False
+            self._close_held_stdin(s)
+            return
         self._update(s, fd)
+
+    def _close_held_stdin(self, s: Session) -> None:
+        """A held session's stdin is a descriptor of its own (a spawned one's is its socket or PTY)."""
+        fd = s.stdin_fd
+        if fd is None or fd in s.streams or (s.sock is not None and fd == s.sock.fileno()):
+            return
+        s.stdin_fd = None
+        s.inbuf.clear()
+        self._update(s, fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def write_file(name: str, data: bytes, *, atomic: bool) -> None:

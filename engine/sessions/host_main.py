@@ -287,6 +287,20 @@ class Host(hio.SessionIO):
             finally:
                 for fd in fds:
                     os.close(fd)
+        elif kind == hio.HOLD:
+            count = msg.get("nfds", 0) if isinstance(msg.get("nfds", 0), int) else 0
+            fds, self.fd_queue = self.fd_queue[:count], self.fd_queue[count:]
+            try:
+                s = self._hold(msg, fds)
+            except Exception as exc:
+                for fd in fds:
+                    os.close(fd)
+                self._reply(msg.get("req"), {"error": f"{type(exc).__name__}: {exc}"})
+                return
+            self._reply(msg.get("req"), {"chan": s.chan, "pid": 0, "pty": False})
+            self._write_meta(s, msg.get("meta"))
+            if s.status_buf:  # after the reply: the gateway knows the channel before its exit
+                self._status(s, b"")
         elif kind == hio.LIST:
             rows = [
                 {"id": s.sid, "chan": s.chan, "pid": s.pid, "exited": s.exit is not None}
@@ -318,7 +332,7 @@ class Host(hio.SessionIO):
                 if s.stdin_fd is not None:
                     s.inbuf += b"\x04"  # a terminal has no half-close: EOT is what a user's ^D sends
                     self._flush_input(s)
-            elif s.sock is not None:
+            elif s.sock is not None or s.stdin_fd is not None:
                 s.shut_pending = True
                 self._flush_input(s)
         elif kind == hio.RESIZE:
@@ -333,6 +347,7 @@ class Host(hio.SessionIO):
         elif kind == hio.CLOSE:  # the gateway recorded the end (or gave up on strays): stop reading
             s.collected = True
             s.attached = False
+            self._close_held_stdin(s)
             for fd in list(s.streams):
                 self._close_stream(s, fd)
             self._close_spool(s)
@@ -359,12 +374,40 @@ class Host(hio.SessionIO):
             self._update(s, fd)
         return s
 
+    def _hold(self, msg: dict[str, Any], fds: list[int]) -> hio.Session:
+        """Hold streams someone else started (a sandbox command's FIFOs): spooled and relayed like a
+        child's, its end read from the status stream; signals are the gateway's to send (s.pid stays 0)."""
+        sid, names = msg.get("id"), msg.get("streams")
+        if not hio.valid_id(sid) or sid in self.by_id:
+            raise ValueError(f"bad or duplicate session id {sid!r}")
+        if not isinstance(names, list) or len(names) != len(fds) or "status" not in names:
+            raise ValueError("held streams do not match the descriptors")
+        s = hio.Session(str(sid), self.next_chan, int(msg.get("spoolCap") or 64 * 1024 * 1024))
+        seen = msg.get("status")  # status bytes the gateway read before handing over (an exit, maybe)
+        s.status_buf = seen.encode("latin-1")[-512:] if isinstance(seen, str) else b""
+        for name, fd in zip(names, fds, strict=True):
+            if name == "stdin":
+                s.stdin_fd = fd
+            elif name in hio.HELD_STREAMS:
+                s.streams[fd] = hio.HELD_STREAMS[name]
+            else:
+                raise ValueError(f"unknown held stream {name!r}")
+            os.set_blocking(fd, False)
+        self.next_chan += 1
+        s.attached = True
+        self.sessions[s.chan] = s
+        self.by_id[s.sid] = s
+        for fd in s.streams:
+            self._update(s, fd)
+        return s
+
     @staticmethod
     def _write_meta(s: hio.Session, meta: object) -> None:
         """`<id>.json`: what the session is, for the next gateway (never its env)."""
         if isinstance(meta, dict):
             try:
-                hio.write_file(f"{s.sid}.json", json.dumps({**meta, "pid": s.pid}).encode(), atomic=False)
+                row = {**meta, "pid": s.pid} if s.pid else meta  # a held command's pid is its owner's
+                hio.write_file(f"{s.sid}.json", json.dumps(row).encode(), atomic=False)
             except OSError as exc:
                 hio.log(f"session file of {s.sid} not written: {exc}")
 

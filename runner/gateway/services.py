@@ -34,6 +34,8 @@ from engine.config.model import Config
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import Event
 from engine.results import ToolResult
+from engine.sandbox import default_manager as default_sandbox_manager
+from engine.sandbox import held
 from engine.sessions import SessionManager, SystemEvents
 from engine.sessions.adopt import adopt_held
 from engine.sessions.host import HOLDERS_DIR, HostLauncher
@@ -184,6 +186,9 @@ class Services:
             return
         self.holders = HostLauncher(self.state_dir / HOLDERS_DIR, fallback=self.sessions.launcher)
         self.sessions.launcher = self.holders
+        # Sandbox pipe commands too: handed to the host once started (engine.sandbox.held).
+        self.holders.held_kinds[held.KIND] = held.make_held
+        default_sandbox_manager().session_host = self.holders
 
     async def start(self) -> None:
         if self.holders is not None:
@@ -216,6 +221,8 @@ class Services:
     async def close(self) -> None:
         if self._sandbox_manager is not None and self._sandbox_manager.progress == self.sandbox_progress:
             self._sandbox_manager.progress = None
+        if self.holders is not None and default_sandbox_manager().session_host is self.holders:
+            default_sandbox_manager().session_host = None  # (the manager is process-wide)
         self.output.close()
         for unsubscribe in self._unsubscribe:
             with contextlib.suppress(Exception):

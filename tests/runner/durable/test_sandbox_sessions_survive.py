@@ -1,0 +1,90 @@
+"""Issue 20 for host=sandbox: a background sandbox session keeps running when the gateway is SIGKILLed, its
+output during the outage is kept (the session host holds the command's FIFO ends and spools them), and the
+next gateway adopts it: listed under the same id, every byte in order, stdin writes and kill through the
+container's supervisor, the exit code of one that ended meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.protocol.client import ControlClient
+from engine.sandbox import docker_ops
+from tests.helpers.daemon import Daemon
+from tests.helpers.gateway import connect, wait_until, write_config
+from tests.helpers.sandbox import IMAGE, build_test_image
+
+CONFIG = (
+    '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+    f'[agents.defaults.sandbox]\nmode = "all"\n[agents.defaults.sandbox.docker]\nimage = "{IMAGE}"\n'
+)
+
+
+pytestmark = pytest.mark.docker
+
+
+def state_id(state: Path) -> str:
+    return hashlib.sha256(os.path.realpath(state).encode()).hexdigest()[:8]
+
+
+@pytest.fixture
+def sandboxed(state_dir: Path) -> Iterator[Path]:
+    build_test_image()
+    write_config(state_dir, CONFIG)
+    try:
+        yield state_dir
+    finally:
+        for c in docker_ops.list_sandboxes(f"exechost.stateId={state_id(state_dir)}", every_install=True):
+            docker_ops.remove(c["Id"])
+
+
+async def _log(client: ControlClient, sid: str) -> str:
+    got = await client.request("process", {"action": "log", "sessionId": sid, "limit": 100_000})
+    return str(got.get("text") or "")
+
+
+async def test_a_sandbox_session_outlives_the_gateway(sandboxed: Path) -> None:
+    state = sandboxed
+    counter = "i=0; while [ $i -lt 60 ]; do echo line-$i; i=$((i+1)); sleep 0.05; done; echo done"
+    reader = "while read l; do echo got-$l; done; echo reader-end"
+    with Daemon(state) as daemon:
+        agent = await connect(state, "agent", operator=False)
+        a = (await agent.request("exec", {"command": counter, "background": True}))["details"]
+        b = (await agent.request("exec", {"command": reader, "background": True}))["details"]
+        quick = (await agent.request("exec", {"command": "exit 7", "background": True}))["details"]
+        assert a["status"] == "running" and a["ranOn"].startswith("sandbox"), a
+        await agent.request("process", {"action": "write", "sessionId": b["sessionId"], "data": "one\n"})
+        await wait_until(lambda: _has(agent, a["sessionId"], "line-3"), timeout=30)
+        await agent.close()
+        daemon.kill()  # SIGKILL mid-output: the counter keeps printing into the host's spool
+        await asyncio.sleep(1.0)
+        daemon.start()
+        agent = await connect(state, "agent", operator=False)
+        listed = {r["sessionId"]: r for r in await agent.list_sessions()}
+        assert {a["sessionId"], b["sessionId"], quick["sessionId"]} <= set(listed), listed
+        text = await wait_until(lambda: _has(agent, a["sessionId"], "done"), timeout=30)
+        lines = [x for x in text.splitlines() if x.startswith("line-")]
+        assert lines == [f"line-{i}" for i in range(60)]  # nothing lost, nothing twice, in order
+        assert listed[quick["sessionId"]]["exitCode"] == 7
+        # The adopted reader still takes input and can be killed (both through the container).
+        await agent.request("process", {"action": "write", "sessionId": b["sessionId"], "data": "two\n"})
+        await wait_until(lambda: _has(agent, b["sessionId"], "got-two"), timeout=30)
+        assert "got-one" in await _log(agent, b["sessionId"])
+        await agent.request("process", {"action": "kill", "sessionId": b["sessionId"]})
+
+        async def ended() -> bool:
+            rows = {r["sessionId"]: r for r in await agent.list_sessions()}
+            return rows[b["sessionId"]]["status"] != "running"
+
+        await wait_until(ended, timeout=30)
+        await agent.close()
+
+
+async def _has(client: ControlClient, sid: str, needle: str) -> str | None:
+    text = await _log(client, sid)
+    return text if needle in text else None
