@@ -9,7 +9,7 @@ import shlex
 import shutil
 import stat
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 from engine.commands.analysis import ANALYSED_SHELLS, OTHER_SHELLS, CommandAnalysis, Segment
@@ -217,10 +217,12 @@ def _safe_bin_names(configured: frozenset[str]) -> frozenset[str]:
 
 
 def _in_trusted_dir(real: str, trusted: frozenset[str]) -> bool:
-    return os.path.dirname(real) in trusted
+    cut = real.rfind("/") + 1  # os.path.dirname, inlined: this runs for every segment
+    head = real[:cut]
+    return (head.rstrip("/") or head) in trusted
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Context:
     entries: tuple[_Compiled, ...]
     cwd: str
@@ -270,89 +272,98 @@ def _evaluate(analysis: CommandAnalysis, context: _Context) -> AllowlistResult:
     return AllowlistResult(satisfied, matches)
 
 
-def _miss(segment: Segment, real: str | None, reason: str, wrappers: tuple[str, ...] = ()) -> SegmentMatch:
-    return SegmentMatch(segment.argv, real, None, None, None, reason, wrappers)
+def _miss(
+    segment: Segment, real: str | None, reason: str, wrappers: tuple[str, ...] = (), named: str | None = None
+) -> SegmentMatch:
+    return SegmentMatch(segment.argv, real, None, None, None, reason, wrappers, None, named)
+
+
+def _base(path: str) -> str:
+    return path[path.rfind("/") + 1 :]  # os.path.basename, without its per-call overhead
 
 
 def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
     found = resolve(segment.argv[0], context.cwd, context.path_var, poll=False)
     named = named_path(found[0], poll=False) if found else None
-    match = _match_found(segment, found, named, context)
-    return replace(match, named_path=named) if found else match
+    return _match_found(segment, found, named, context)
 
 
 def _match_found(
     segment: Segment, found: tuple[str, str] | None, named: str | None, context: _Context
 ) -> SegmentMatch:
+    """`named`: SegmentMatch.named_path, set on every answer when the executable was found."""
     argv = segment.argv
+    real = found[1] if found else None
     touched = (
         protected_operand(argv, context.cwd, context.protected, poll=False) if segment.inner is None else None
     )
     if touched is not None:
-        real = found[1] if found else None
-        return _miss(segment, real, f"{touched} is inside exechost's state dir (tokens, approvals)")
-    real = found[1] if found else None
+        return _miss(segment, real, f"{touched} is inside exechost's state dir (tokens, approvals)", (), named)
     if segment.blocked_wrapper:
-        return _miss(segment, real, f"blocked wrapper: {segment.blocked_wrapper}")
+        return _miss(segment, real, f"blocked wrapper: {segment.blocked_wrapper}", (), named)
     if segment.assignments:
-        return _miss(segment, real, "env assignment before the command")
-    wrapper_paths: list[str] = []
-    for group in segment.wrapper_argv:
-        wrapper = resolve(group[0], context.cwd, context.path_var, poll=False)
-        name = os.path.basename(group[0]).lower()
-        if (
-            wrapper is None
-            or not _in_trusted_dir(wrapper[1], context.trusted)
-            or (os.path.basename(wrapper[1]).lower() != name)
-        ):
-            return _miss(segment, real, f"wrapper {name} is not a trusted system binary")
-        wrapper_paths.append(wrapper[1])
-    wrappers = tuple(wrapper_paths)
+        return _miss(segment, real, "env assignment before the command", (), named)
+    wrappers: tuple[str, ...] = ()
+    if segment.wrapper_argv:
+        wrapper_paths: list[str] = []
+        for group in segment.wrapper_argv:
+            wrapper = resolve(group[0], context.cwd, context.path_var, poll=False)
+            name = _base(group[0]).lower()
+            if (
+                wrapper is None
+                or not _in_trusted_dir(wrapper[1], context.trusted)
+                or (_base(wrapper[1]).lower() != name)
+            ):
+                return _miss(segment, real, f"wrapper {name} is not a trusted system binary", (), named)
+            wrapper_paths.append(wrapper[1])
+        wrappers = tuple(wrapper_paths)
     if real is not None:
-        real_name = os.path.basename(real).lower()
-        if real_name in BLOCKED_WRAPPERS or name_of(real) in BLOCKED_WRAPPERS:
-            return _miss(segment, real, f"blocked wrapper: {real_name}", wrappers)
-        if real_name in TRANSPARENT_WRAPPERS and os.path.basename(argv[0]).lower() != real_name:
-            return _miss(segment, real, f"{argv[0]} is the wrapper {real_name} under another name", wrappers)
-        if name_of(real) in SHELLS and segment.inner is None and name_of(argv[0]) not in SHELLS:
+        real_name = _base(real).lower()
+        real_prog = name_of(real)
+        if real_name in BLOCKED_WRAPPERS or real_prog in BLOCKED_WRAPPERS:
+            return _miss(segment, real, f"blocked wrapper: {real_name}", wrappers, named)
+        if real_name in TRANSPARENT_WRAPPERS and _base(argv[0]).lower() != real_name:
+            return _miss(
+                segment, real, f"{argv[0]} is the wrapper {real_name} under another name", wrappers, named
+            )
+        if real_prog in SHELLS and segment.inner is None and name_of(argv[0]) not in SHELLS:
             # A shell under another name would skip the `-c` payload analysis.
-            return _miss(segment, real, f"{argv[0]} is the shell {real_name} under another name", wrappers)
-    named = named_path(found[0]) if found else None
+            return _miss(segment, real, f"{argv[0]} is the shell {real_name} under another name", wrappers, named)
     if segment.heredocs and any(is_interpreter(p) for p in (real, named) if p):
         # `./tool <<EOF` where tool is python under another name: the body would be code.
-        return _miss(segment, real, "heredoc to an interpreter: the body is code", wrappers)
+        return _miss(segment, real, "heredoc to an interpreter: the body is code", wrappers, named)
     if segment.inner is not None:
-        return _match_shell(segment, real, wrappers, context)
+        return _match_shell(segment, real, wrappers, named, context)
     for compiled in context.entries:
         if _match_entry(compiled, argv, named):
             entry = compiled.entry
-            return SegmentMatch(argv, real, "allowlist", entry.pattern, entry.id, None, wrappers)
+            return SegmentMatch(argv, real, "allowlist", entry.pattern, entry.id, None, wrappers, None, named)
     reason = _safe_bin_reason(argv, found, context)
     if reason is None:
-        return SegmentMatch(argv, real, "safeBins", None, None, None, wrappers)
-    return _miss(segment, real, reason, wrappers)
+        return SegmentMatch(argv, real, "safeBins", None, None, None, wrappers, None, named)
+    return _miss(segment, real, reason, wrappers, named)
 
 
 def _match_shell(
-    segment: Segment, real: str | None, wrappers: tuple[str, ...], context: _Context
+    segment: Segment, real: str | None, wrappers: tuple[str, ...], named: str | None, context: _Context
 ) -> SegmentMatch:
     assert segment.inner is not None
     if real is None or not _in_trusted_dir(real, context.trusted) or name_of(real) not in ANALYSED_SHELLS:
-        return _miss(segment, real, "the shell is not a trusted system shell", wrappers)
+        return _miss(segment, real, "the shell is not a trusted system shell", wrappers, named)
     inner = _evaluate(segment.inner, context)
     if not inner.satisfied:
         missed = next((m for m in inner.segments if not m.satisfied_by), None)
         detail = f"{missed.argv[0]}: {missed.reason}" if missed else "payload not satisfied"
         return SegmentMatch(
-            segment.argv, real, None, None, None, f"inside {segment.argv[0]} -c: {detail}", wrappers, inner
+            segment.argv, real, None, None, None, f"inside {segment.argv[0]} -c: {detail}", wrappers, inner, named
         )
     patterns = ", ".join(m.matched_pattern or f"{m.satisfied_by} {m.argv[0]}" for m in inner.segments)
-    return SegmentMatch(segment.argv, real, "allowlist", patterns, None, None, wrappers, inner)
+    return SegmentMatch(segment.argv, real, "allowlist", patterns, None, None, wrappers, inner, named)
 
 
 def _safe_bin_reason(argv: tuple[str, ...], found: tuple[str, str] | None, context: _Context) -> str | None:
     """Why this is not safe-bin usage; None when it is."""
-    name = os.path.basename(argv[0]).lower()
+    name = _base(argv[0]).lower()
     if name not in context.safe_bins:
         return "allowlist miss" if found else "executable not found"
     if found is None:
@@ -360,8 +371,8 @@ def _safe_bin_reason(argv: tuple[str, ...], found: tuple[str, str] | None, conte
     real = found[1]
     if not _in_trusted_dir(real, context.trusted):
         return f"safe bin {name} resolved outside the trusted dirs"
-    if os.path.basename(real).lower() != name:
-        return f"safe bin {name} resolves to {os.path.basename(real)}"
+    if _base(real).lower() != name:
+        return f"safe bin {name} resolves to {_base(real)}"
     profile = context.profiles.get(name)
     if profile is None:
         return f"safe bin {name} has no profile"

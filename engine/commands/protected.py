@@ -35,10 +35,13 @@ def _state_dir_text(key: tuple[str | None, ...]) -> str:
 def _resolved(path: str, poll: bool) -> str:
     """os.path.realpath(path) for an absolute path: its directory through the watched cache, then one lstat
     of the last component (operands are mostly unique, their directories are not)."""
-    head, tail = os.path.split(path)
+    cut = path.rfind("/") + 1  # os.path.split and os.path.join, inlined: this runs for every operand
+    head, tail = path[:cut], path[cut:]
+    head = head.rstrip("/") or head
     if not tail or tail in (".", "..") or not head.startswith("/") or "\x00" in path:
         return os.path.realpath(path)
-    joined = os.path.join(real_path(head, poll=poll), tail)
+    real_head = real_path(head, poll=poll)
+    joined = real_head + tail if real_head.endswith("/") else real_head + "/" + tail
     try:
         link = stat.S_ISLNK(os.lstat(joined).st_mode)
     except OSError:
@@ -61,10 +64,15 @@ def protected_operand(
     if _inside(base, root):
         return cwd
     for word in argv[1:]:
-        for candidate in (word, word.partition("=")[2]):
-            if not candidate or candidate.startswith("-"):
+        for candidate in (word, word.partition("=")[2]) if "=" in word else (word,):
+            if not candidate or candidate[0] == "-":
                 continue
-            path = _resolved(os.path.join(base, os.path.expanduser(candidate)), False)
-            if _inside(path, root):
+            if candidate[0] == "~":
+                path = os.path.join(base, os.path.expanduser(candidate))
+            elif candidate[0] == "/":
+                path = candidate
+            else:
+                path = base + candidate if base.endswith("/") else base + "/" + candidate  # os.path.join
+            if _inside(_resolved(path, False), root):
                 return candidate
     return None

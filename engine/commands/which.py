@@ -54,6 +54,9 @@ class _DirWatch:
     def _drop_all(self) -> None:
         with self.lock:
             self.generation += 1
+            # A watch follows its inode: a watched directory renamed away (and another made in its place)
+            # leaves the path unwatched. Every path is watched again as it is next used.
+            self.watched = set()
             RESOLVED.clear()
             REAL.clear()
             NAMED.clear()
