@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from engine.commands.analysis import ANALYSED_SHELLS, OTHER_SHELLS, CommandAnalysis, Segment
 from engine.commands.interpreters import is_interpreter, name_of, runs_others
-from engine.commands.protected import protected_operand, protected_root
+from engine.commands.protected import protected_operand, protected_root_watched
 from engine.commands.safebins import (
     DEFAULT_SAFE_BIN_PROFILES,
     DEFAULT_SAFE_BINS,
@@ -25,6 +25,8 @@ from engine.commands.safebins import (
 )
 from engine.commands.which import (
     DEFAULT_PATH,
+    REAL,
+    WATCH,
     named_path,
     poll_changes,
     real_path,
@@ -33,6 +35,7 @@ from engine.commands.which import (
 )
 from engine.commands.wrappers import BLOCKED_WRAPPERS, TRANSPARENT_WRAPPERS
 from engine.errors import InvalidInput
+from engine import statefs
 from engine.statefs import home_dir
 
 __all__ = [
@@ -246,12 +249,55 @@ def evaluate_allowlist(
     trusted_dirs: Sequence[str] = DEFAULT_TRUSTED_DIRS,
 ) -> AllowlistResult:
     """Satisfied only when the analysis is ok and every segment (nested `sh -c` ones too) is satisfied."""
-    profiles: Mapping[str, SafeBinProfile] = (
-        {**DEFAULT_SAFE_BIN_PROFILES, **safe_bin_profiles} if safe_bin_profiles else DEFAULT_SAFE_BIN_PROFILES
-    )
-    home = home_dir()
-    path_var = env.get("PATH", DEFAULT_PATH)
     poll_changes()  # once per decision: every lookup below answers from caches valid as of now
+    path_var = env.get("PATH", DEFAULT_PATH)
+    if safe_bin_profiles:
+        profiles = {**DEFAULT_SAFE_BIN_PROFILES, **safe_bin_profiles}
+        return _evaluate(analysis, _new_context(entries, cwd, path_var, safe_bins, profiles, trusted_dirs)[0])
+    environ = os.environ
+    key = (
+        entries if type(entries) is tuple else tuple(entries),
+        cwd,
+        path_var,
+        safe_bins if type(safe_bins) is frozenset else frozenset(safe_bins),
+        trusted_dirs if type(trusted_dirs) is tuple else tuple(trusted_dirs),
+        # everything home_dir() and protected_root() read besides the passwd file
+        environ.get("OPENCLAW_HOME"),
+        environ.get("OPENCLAW_STATE_DIR"),
+        environ.get("HOME"),
+        os.getuid(),
+    )
+    hit = _CONTEXTS.get(key)
+    if hit is not None and hit[0] == WATCH.generation:
+        return _evaluate(analysis, hit[1])
+    generation = WATCH.current()
+    passwd_watched = WATCH.watch_file(statefs.PASSWD_FILE)
+    context, watched = _new_context(entries, cwd, path_var, safe_bins, DEFAULT_SAFE_BIN_PROFILES, trusted_dirs)
+    home_env = (key[5] or "").strip()  # home_dir(): $OPENCLAW_HOME made absolute, else the passwd file's
+    home_fixed = home_env.startswith("/") if home_env else passwd_watched
+    if watched and home_fixed and not WATCH.changed():
+        WATCH.store(generation, _CONTEXTS, key, (generation, context), 64)
+    return _evaluate(analysis, context)
+
+
+# What a decision needs besides the command, kept while nothing it was read from has changed: the entries
+# compiled for this home, the resolved trusted dirs and state dir, the home (from the passwd file). Each
+# value is (WATCH generation it was built in, context); any inotify event bumps the generation.
+_CONTEXTS: dict[tuple[object, ...], tuple[int, _Context]] = {}
+
+
+def _new_context(
+    entries: Sequence[AllowlistEntry],
+    cwd: str,
+    path_var: str,
+    safe_bins: Collection[str],
+    profiles: Mapping[str, SafeBinProfile],
+    trusted_dirs: Sequence[str],
+) -> tuple[_Context, bool]:
+    """The context, and whether every path in it came from the watched path cache."""
+    home = home_dir()
+    trusted = tuple(trusted_dirs)
+    protected, protected_watched = protected_root_watched(home)
     context = _Context(
         entries=_compile_entries(tuple(entries), home),
         cwd=cwd,
@@ -260,10 +306,10 @@ def evaluate_allowlist(
         home=home,
         safe_bins=_safe_bin_names(frozenset(safe_bins)),
         profiles=profiles,
-        trusted=_real_dirs(tuple(trusted_dirs)),
-        protected=protected_root(poll=False, home=home),
+        trusted=_real_dirs(trusted),
+        protected=protected,
     )
-    return _evaluate(analysis, context)
+    return context, protected_watched and all(REAL.get(d) is not None for d in trusted)
 
 
 def _evaluate(analysis: CommandAnalysis, context: _Context) -> AllowlistResult:

@@ -16,11 +16,15 @@ import re
 
 __all__ = ["Part", "split_plain"]
 
-# One token per match: blanks, an operator, a word (pieces of bare text and quotes, no blank between), or
-# any other character (group 3), which means the text is outside the subset.
-_TOKEN = re.compile(
-    r"""[ \t]+|(&&|\|\||[|;])|((?:[A-Za-z0-9_./:,+=-]+|'[^']*'|"[^"$`\\!]*")+)|([\s\S])"""
-)
+# A word: pieces of bare text and quotes with no blank between. Possessive quantifiers: no backtracking.
+_WORD_TEXT = r"""(?:[A-Za-z0-9_./:,+=-]++|'[^']*+'|"[^"$`\\!]*+")++"""
+_SEGMENT_TEXT = rf"[ \t]*+{_WORD_TEXT}(?:[ \t]++{_WORD_TEXT})*+[ \t]*+"
+_OPERATOR_TEXT = r"&&|\|\||[|;]"
+# The whole subset: segments of words joined by operators, nothing else, no empty segment.
+_PLAIN = re.compile(rf"{_SEGMENT_TEXT}(?:(?:{_OPERATOR_TEXT}){_SEGMENT_TEXT})*+")
+# Once the text is known plain: segments and operators in turn; then each segment's words.
+_PIECES = re.compile(rf"(?:{_WORD_TEXT}|[ \t]++)++|{_OPERATOR_TEXT}")
+_WORD = re.compile(_WORD_TEXT)
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # a tab is a blank
 _QUOTED = re.compile(r"""'([^']*)'|"([^"]*)\"""")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -38,38 +42,25 @@ def _unquote(word: str) -> str:
 
 def split_plain(text: str) -> tuple[list[Part], tuple[str, ...]] | None:
     """The segments and operators of `text` when it is inside the plain subset, else None."""
-    if not text.isascii() or _CONTROL.search(text) is not None:
+    if not text.isascii() or _CONTROL.search(text) is not None or _PLAIN.fullmatch(text) is None:
         return None  # newlines (`;` or heredoc data), control and non-ASCII characters: the full analysis
+    pieces = _PIECES.findall(text)
     parts: list[Part] = []
-    operators: list[str] = []
-    words: list[str] = []
-    assignments: list[str] = []
-    start = end = -1
-    for match in _TOKEN.finditer(text):
-        op, word, other = match.groups()
-        if other is not None:
-            return None
-        if op is not None:
-            if start < 0:
-                return None  # empty segment: the full analysis names it
+    for piece in pieces[0::2]:
+        raw = piece.strip(" \t")
+        if "'" in raw or '"' in raw:
+            words = [_unquote(word) for word in _WORD.findall(raw)]
+        else:
+            words = raw.split()  # only blanks and word characters here: split() splits exactly at blanks
+        assignments: list[str] = []
+        if "=" in raw:
+            raw_words = _WORD.findall(raw)
+            while raw_words and "=" in raw_words[0]:
+                if _ASSIGNMENT.match(raw_words[0]) is None:
+                    return None  # `a-b=c` or `'X=1'` in command position: left to the full analysis
+                assignments.append(words.pop(0))
+                raw_words.pop(0)
             if not words:
                 return None  # assignments only
-            parts.append((words, assignments, text[start:end]))
-            operators.append(op)
-            words, assignments, start = [], [], -1
-            continue
-        if word is None:
-            continue  # blanks
-        if start < 0:
-            start = match.start()
-        end = match.end()
-        if not words and "=" in word:
-            if _ASSIGNMENT.match(word) is None:
-                return None  # `a-b=c` or `'X=1'` in command position: left to the full analysis
-            assignments.append(_unquote(word))
-            continue
-        words.append(_unquote(word))
-    if start < 0 or not words:
-        return None
-    parts.append((words, assignments, text[start:end]))
-    return parts, tuple(operators)
+        parts.append((words, assignments, raw))
+    return parts, tuple(pieces[1::2])

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from engine import statefs
-from engine.commands.which import poll_changes, real_path
+from engine.commands.which import REAL, poll_changes, real_path
 
 
 def _inside(path: str, root: str) -> bool:
@@ -22,6 +22,15 @@ def protected_root(*, poll: bool = True, home: str | None = None) -> str:
     account = home if home is not None else statefs.home_dir()
     key = (env.get("OPENCLAW_STATE_DIR"), env.get("OPENCLAW_HOME"), env.get("HOME"), account)
     return real_path(_state_dir_text(key), poll=poll)
+
+
+def protected_root_watched(home: str) -> tuple[str, bool]:
+    """protected_root(poll=False, home=home), and whether the path cache holds that answer (then it stays
+    true until a watched directory changes)."""
+    env = os.environ
+    text = _state_dir_text((env.get("OPENCLAW_STATE_DIR"), env.get("OPENCLAW_HOME"), env.get("HOME"), home))
+    root = real_path(text, poll=False)
+    return root, REAL.get(text) == root
 
 
 @lru_cache(maxsize=16)
