@@ -9,12 +9,12 @@ import shlex
 import shutil
 import stat
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from engine.commands.analysis import ANALYSED_SHELLS, OTHER_SHELLS, CommandAnalysis, Segment
 from engine.commands.interpreters import is_interpreter, name_of, runs_others
-from engine.commands.protected import protected_operand, protected_root_watched
+from engine.commands.protected import protected_root_watched, protected_word
 from engine.commands.safebins import (
     DEFAULT_SAFE_BIN_PROFILES,
     DEFAULT_SAFE_BINS,
@@ -25,7 +25,9 @@ from engine.commands.safebins import (
 )
 from engine.commands.which import (
     DEFAULT_PATH,
+    NAMED,
     REAL,
+    RESOLVED,
     WATCH,
     named_path,
     poll_changes,
@@ -188,18 +190,14 @@ def _compile_entries(entries: tuple[AllowlistEntry, ...], home: str) -> tuple[_C
     return tuple(out)
 
 
-def _match_entry(compiled: _Compiled, argv: tuple[str, ...], named: str | None) -> bool:
-    """`named`: the segment's executable as named (`named_path` of what PATH found), None if not found."""
+def _match_path(compiled: _Compiled, named: str | None) -> bool:
+    """The entry's path part: `named` is the segment's executable as named (`named_path` of what PATH
+    found), None if not found. The argPattern is matched separately, against the arguments."""
     if compiled.kind == "literal":
-        if named is None or named_path(compiled.literal, poll=False) != named:
-            return False
-    elif compiled.kind != "any" and (
-        named is None or compiled.regex is None or compiled.regex.fullmatch(named) is None
-    ):
-        return False
-    if compiled.entry.arg_pattern is None:
-        return True
-    return compiled.args is not None and compiled.args.fullmatch(args_text(argv)) is not None
+        return named is not None and named_path(compiled.literal, poll=False) == named
+    return compiled.kind == "any" or (
+        named is not None and compiled.regex is not None and compiled.regex.fullmatch(named) is not None
+    )
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -236,6 +234,12 @@ class _Context:
     profiles: Mapping[str, SafeBinProfile]
     trusted: frozenset[str]
     protected: str  # the resolved state dir: no operand may point into it
+    cwd_real: str = ""  # the cwd resolved, as protected_operand resolves it
+    cwd_protected: bool = False  # the cwd itself is inside the state dir
+    generation: int = -1  # WATCH generation the context was built in
+    # (argv[0], is a `sh -c`) -> what matching knows from the executable alone (_facts), for answers the
+    # watched path caches gave: valid as long as the context is (the same WATCH generation).
+    facts: dict[tuple[str, bool], _Facts] = field(default_factory=dict)
 
 
 def evaluate_allowlist(
@@ -253,7 +257,9 @@ def evaluate_allowlist(
     path_var = env.get("PATH", DEFAULT_PATH)
     if safe_bin_profiles:
         profiles = {**DEFAULT_SAFE_BIN_PROFILES, **safe_bin_profiles}
-        return _evaluate(analysis, _new_context(entries, cwd, path_var, safe_bins, profiles, trusted_dirs)[0])
+        generation = WATCH.current()
+        context = _new_context(entries, cwd, path_var, safe_bins, profiles, trusted_dirs, generation)[0]
+        return _evaluate(analysis, context)
     environ = os.environ
     key = (
         entries if type(entries) is tuple else tuple(entries),
@@ -272,7 +278,9 @@ def evaluate_allowlist(
         return _evaluate(analysis, hit[1])
     generation = WATCH.current()
     passwd_watched = WATCH.watch_file(statefs.PASSWD_FILE)
-    context, watched = _new_context(entries, cwd, path_var, safe_bins, DEFAULT_SAFE_BIN_PROFILES, trusted_dirs)
+    context, watched = _new_context(
+        entries, cwd, path_var, safe_bins, DEFAULT_SAFE_BIN_PROFILES, trusted_dirs, generation
+    )
     home_env = (key[5] or "").strip()  # home_dir(): $OPENCLAW_HOME made absolute, else the passwd file's
     home_fixed = home_env.startswith("/") if home_env else passwd_watched
     if watched and home_fixed and not WATCH.changed():
@@ -293,11 +301,13 @@ def _new_context(
     safe_bins: Collection[str],
     profiles: Mapping[str, SafeBinProfile],
     trusted_dirs: Sequence[str],
+    generation: int,
 ) -> tuple[_Context, bool]:
     """The context, and whether every path in it came from the watched path cache."""
     home = home_dir()
     trusted = tuple(trusted_dirs)
     protected, protected_watched = protected_root_watched(home)
+    cwd_real = real_path(cwd, poll=False) if cwd else os.getcwd()
     context = _Context(
         entries=_compile_entries(tuple(entries), home),
         cwd=cwd,
@@ -308,8 +318,12 @@ def _new_context(
         profiles=profiles,
         trusted=_real_dirs(trusted),
         protected=protected,
+        cwd_real=cwd_real,
+        cwd_protected=cwd_real == protected or cwd_real.startswith(protected.rstrip("/") + "/"),
+        generation=generation,
     )
-    return context, protected_watched and all(REAL.get(d) is not None for d in trusted)
+    cwd_watched = REAL.get(cwd) == cwd_real
+    return context, protected_watched and cwd_watched and all(REAL.get(d) is not None for d in trusted)
 
 
 def _evaluate(analysis: CommandAnalysis, context: _Context) -> AllowlistResult:
@@ -328,21 +342,74 @@ def _base(path: str) -> str:
     return path[path.rfind("/") + 1 :]  # os.path.basename, without its per-call overhead
 
 
-def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
-    found = resolve(segment.argv[0], context.cwd, context.path_var, poll=False)
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What matching a segment knows from its executable alone, before its arguments."""
+
+    found: tuple[str, str] | None  # resolve(): (path as found, real path)
+    named: str | None
+    real_miss: str | None  # the executable's own reason to miss (a blocked wrapper, a shell renamed)
+    interpreter: bool  # real or named path is an interpreter (a heredoc to it is code)
+    entries: tuple[_Compiled, ...]  # entries whose path part matches `named`, in order
+    safe_miss: str | None  # why this is not a safe bin, whatever its arguments
+    profile: SafeBinProfile | None  # else: the profile its arguments must fit
+
+
+def _facts(name: str, shell_c: bool, context: _Context) -> _Facts:
+    """The executable's facts; memoised in the context when every lookup came from a watched cache."""
+    key = (name, shell_c)
+    known = context.facts.get(key)
+    if known is not None:
+        return known
+    found = resolve(name, context.cwd, context.path_var, poll=False)
     named = named_path(found[0], poll=False) if found else None
-    return _match_found(segment, found, named, context)
-
-
-def _match_found(
-    segment: Segment, found: tuple[str, str] | None, named: str | None, context: _Context
-) -> SegmentMatch:
-    """`named`: SegmentMatch.named_path, set on every answer when the executable was found."""
-    argv = segment.argv
     real = found[1] if found else None
-    touched = (
-        protected_operand(argv, context.cwd, context.protected, poll=False) if segment.inner is None else None
+    real_miss = None
+    if real is not None:
+        real_name = _base(real).lower()
+        real_prog = name_of(real)
+        if real_name in BLOCKED_WRAPPERS or real_prog in BLOCKED_WRAPPERS:
+            real_miss = f"blocked wrapper: {real_name}"
+        elif real_name in TRANSPARENT_WRAPPERS and _base(name).lower() != real_name:
+            real_miss = f"{name} is the wrapper {real_name} under another name"
+        elif real_prog in SHELLS and not shell_c and name_of(name) not in SHELLS:
+            # A shell under another name would skip the `-c` payload analysis.
+            real_miss = f"{name} is the shell {real_name} under another name"
+    facts = _Facts(
+        found,
+        named,
+        real_miss,
+        any(is_interpreter(p) for p in (real, named) if p),
+        tuple(c for c in context.entries if _match_path(c, named)),
+        *_safe_bin_facts(name, found, context),
     )
+    if _watched(name, found, context):
+        if len(context.facts) >= 256:
+            context.facts.clear()
+        context.facts[key] = facts
+    return facts
+
+
+def _watched(name: str, found: tuple[str, str] | None, context: _Context) -> bool:
+    """Every answer the facts rest on is held by a watched cache, as of the context's generation."""
+    if context.generation != WATCH.generation:
+        return False
+    cached = RESOLVED.get((name, context.cwd, context.path_var))
+    if cached is None or not cached[2] or cached[0] != found:
+        return False
+    if found is not None and found[0] not in NAMED:
+        return False
+    return all(c.kind != "literal" or c.literal in NAMED for c in context.entries)
+
+
+def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
+    argv = segment.argv
+    facts = _facts(argv[0], segment.inner is not None, context)
+    found, named = facts.found, facts.named
+    real = found[1] if found else None
+    touched = None
+    if segment.inner is None:  # protected_operand, with the cwd's part done once per context
+        touched = context.cwd if context.cwd_protected else protected_word(argv, context.cwd_real, context.protected)
     if touched is not None:
         return _miss(segment, real, f"{touched} is inside exechost's state dir (tokens, approvals)", (), named)
     if segment.blocked_wrapper:
@@ -363,30 +430,30 @@ def _match_found(
                 return _miss(segment, real, f"wrapper {name} is not a trusted system binary", (), named)
             wrapper_paths.append(wrapper[1])
         wrappers = tuple(wrapper_paths)
-    if real is not None:
-        real_name = _base(real).lower()
-        real_prog = name_of(real)
-        if real_name in BLOCKED_WRAPPERS or real_prog in BLOCKED_WRAPPERS:
-            return _miss(segment, real, f"blocked wrapper: {real_name}", wrappers, named)
-        if real_name in TRANSPARENT_WRAPPERS and _base(argv[0]).lower() != real_name:
-            return _miss(
-                segment, real, f"{argv[0]} is the wrapper {real_name} under another name", wrappers, named
-            )
-        if real_prog in SHELLS and segment.inner is None and name_of(argv[0]) not in SHELLS:
-            # A shell under another name would skip the `-c` payload analysis.
-            return _miss(segment, real, f"{argv[0]} is the shell {real_name} under another name", wrappers, named)
-    if segment.heredocs and any(is_interpreter(p) for p in (real, named) if p):
+    if facts.real_miss is not None:
+        return _miss(segment, real, facts.real_miss, wrappers, named)
+    if segment.heredocs and facts.interpreter:
         # `./tool <<EOF` where tool is python under another name: the body would be code.
         return _miss(segment, real, "heredoc to an interpreter: the body is code", wrappers, named)
     if segment.inner is not None:
         return _match_shell(segment, real, wrappers, named, context)
-    for compiled in context.entries:
-        if _match_entry(compiled, argv, named):
-            entry = compiled.entry
-            return SegmentMatch(argv, real, "allowlist", entry.pattern, entry.id, None, wrappers, None, named)
-    reason = _safe_bin_reason(argv, found, context)
+    text = None
+    for compiled in facts.entries:
+        if compiled.entry.arg_pattern is not None:
+            if compiled.args is None:
+                continue
+            text = args_text(argv) if text is None else text
+            if compiled.args.fullmatch(text) is None:
+                continue
+        entry = compiled.entry
+        return SegmentMatch(argv, real, "allowlist", entry.pattern, entry.id, None, wrappers, None, named)
+    reason = facts.safe_miss
     if reason is None:
-        return SegmentMatch(argv, real, "safeBins", None, None, None, wrappers, None, named)
+        assert facts.profile is not None
+        problem = validate_safe_bin_argv(argv[1:], facts.profile)
+        if problem is None:
+            return SegmentMatch(argv, real, "safeBins", None, None, None, wrappers, None, named)
+        reason = f"safe bin {_base(argv[0]).lower()}: {problem}"
     return _miss(segment, real, reason, wrappers, named)
 
 
@@ -407,23 +474,24 @@ def _match_shell(
     return SegmentMatch(segment.argv, real, "allowlist", patterns, None, None, wrappers, inner, named)
 
 
-def _safe_bin_reason(argv: tuple[str, ...], found: tuple[str, str] | None, context: _Context) -> str | None:
-    """Why this is not safe-bin usage; None when it is."""
-    name = _base(argv[0]).lower()
+def _safe_bin_facts(
+    name: str, found: tuple[str, str] | None, context: _Context
+) -> tuple[str | None, SafeBinProfile | None]:
+    """Why `name` is not a safe bin whatever its arguments; else the profile its arguments must fit."""
+    name = _base(name).lower()
     if name not in context.safe_bins:
-        return "allowlist miss" if found else "executable not found"
+        return ("allowlist miss" if found else "executable not found"), None
     if found is None:
-        return "executable not found"
+        return "executable not found", None
     real = found[1]
     if not _in_trusted_dir(real, context.trusted):
-        return f"safe bin {name} resolved outside the trusted dirs"
+        return f"safe bin {name} resolved outside the trusted dirs", None
     if _base(real).lower() != name:
-        return f"safe bin {name} resolves to {_base(real)}"
+        return f"safe bin {name} resolves to {_base(real)}", None
     profile = context.profiles.get(name)
     if profile is None:
-        return f"safe bin {name} has no profile"
-    problem = validate_safe_bin_argv(argv[1:], profile)
-    return f"safe bin {name}: {problem}" if problem else None
+        return f"safe bin {name} has no profile", None
+    return None, profile
 
 
 def trusted_dir_warnings(dirs: Sequence[str]) -> list[str]:
@@ -501,7 +569,7 @@ def has_durable_approval(command: str, entries: Sequence[AllowlistEntry], bindin
 
 
 def _quote(word: str) -> str:
-    return "'" + word.replace("'", "'\"'\"'") + "'"
+    return "'" + word.replace("'", "'\"'\"'") + "'" if "'" in word else "'" + word + "'"
 
 
 _MULTICALL = frozenset({"busybox", "toybox", "coreutils"})
@@ -514,7 +582,7 @@ def pin_path(match: SegmentMatch) -> str | None:
     real, named = match.resolved_path, match.named_path
     if real is None:
         return None
-    if named is not None and os.path.basename(named) != os.path.basename(real):
+    if named is not None and _base(named) != _base(real):
         return named
     return real
 
@@ -526,10 +594,7 @@ def _render(segment: Segment, match: SegmentMatch, words_for: Words, where: tupl
     real = pin_path(match)
     if real is None or len(match.wrapper_paths) != len(segment.wrapper_argv):
         return None  # nothing to pin argv[0] to: the plan is unavailable
-    if (
-        os.path.basename(real).lower() in _MULTICALL
-        and os.path.basename(segment.argv[0]).lower() not in _MULTICALL
-    ):
+    if _base(real).lower() in _MULTICALL and _base(segment.argv[0]).lower() not in _MULTICALL:
         return (
             None  # a multi-call binary picks its applet from argv[0]; pinning the real path would change it
         )
@@ -540,7 +605,7 @@ def _render(segment: Segment, match: SegmentMatch, words_for: Words, where: tupl
         return [_quote(w) for w in swapped] if swapped is not None else [_quote(text)]
 
     words: list[str] = []
-    for group, path in zip(segment.wrapper_argv, match.wrapper_paths, strict=True):
+    for group, path in zip(segment.wrapper_argv, match.wrapper_paths, strict=True) if segment.wrapper_argv else ():
         words += [_quote(path), *(_quote(w) for w in group[1:])]
     if segment.inner is not None:
         if match.inner is None:
@@ -555,10 +620,14 @@ def _render(segment: Segment, match: SegmentMatch, words_for: Words, where: tupl
             words.append(payload)
         else:
             words += [*word(0, real), "'-c'", _quote(payload)]
+    elif not words_for:
+        words.append(_quote(real))
+        words += [_quote(a) for a in segment.argv[1:]]
     else:
         words += [*word(0, real), *(w for i, a in enumerate(segment.argv[1:], 1) for w in word(i, a))]
     # Heredocs are rendered as quoted (literal) heredocs carrying exactly the data bash would have fed.
-    words += [f"<<'{_delimiter(doc.data, index)}'" for index, doc in enumerate(segment.heredocs)]
+    if segment.heredocs:
+        words += [f"<<'{_delimiter(doc.data, index)}'" for index, doc in enumerate(segment.heredocs)]
     return " ".join(words)
 
 

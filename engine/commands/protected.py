@@ -72,6 +72,12 @@ def protected_operand(
     base = real_path(cwd, poll=False) if cwd else os.getcwd()
     if _inside(base, root):
         return cwd
+    return protected_word(argv, base, root)
+
+
+def protected_word(argv: Sequence[str], base: str, root: str) -> str | None:
+    """protected_operand's check of the words, with the cwd already resolved (`base`) and not inside."""
+    prefix = root.rstrip("/") + "/"
     for word in argv[1:]:
         for candidate in (word, word.partition("=")[2]) if "=" in word else (word,):
             if not candidate or candidate[0] == "-":
@@ -82,6 +88,7 @@ def protected_operand(
                 path = candidate
             else:
                 path = base + candidate if base.endswith("/") else base + "/" + candidate  # os.path.join
-            if _inside(_resolved(path, False), root):
+            path = _resolved(path, False)
+            if path == root or path.startswith(prefix):
                 return candidate
     return None

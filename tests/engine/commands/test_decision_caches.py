@@ -94,3 +94,62 @@ def test_entries_are_part_of_the_key(tmp_path: Path) -> None:
     assert decide("ls", [AllowlistEntry("/usr/bin/ls")], cwd).satisfied
     assert not decide("ls", [AllowlistEntry("/usr/bin/cat")], cwd).satisfied
     assert not decide("ls", [AllowlistEntry("/usr/bin/ls", arg_pattern="-l")], cwd).satisfied
+
+
+def test_the_cwd_is_resolved_again_when_its_link_is_retargeted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The context keeps the cwd resolved: a cwd link retargeted into the state dir is refused at once."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "state").mkdir()
+    (tmp_path / "here").symlink_to(tmp_path / "work")
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(tmp_path / "state"))
+    entries = [AllowlistEntry("/usr/bin/cat")]
+    cwd = str(tmp_path / "here")
+    assert decide("cat notes", entries, cwd).satisfied
+    assert decide("cat notes", entries, cwd).satisfied  # from the cached context
+    tmp = tmp_path / "here.new"
+    tmp.symlink_to(tmp_path / "state")
+    os.replace(tmp, tmp_path / "here")
+    result = decide("cat notes", entries, cwd)
+    assert not result.satisfied
+    assert "inside exechost's state dir" in (result.segments[0].reason or "")
+
+
+def test_executable_facts_follow_a_program_planted_earlier_on_path(tmp_path: Path) -> None:
+    """What the context memoises per argv[0] (resolution, path matches, safe-bin facts) is dropped when a
+    PATH directory changes: a `head` planted ahead of /usr/bin is no longer a trusted safe bin."""
+    (tmp_path / "bin").mkdir()
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+    cwd = str(tmp_path)
+
+    def run(command: str) -> allowlist.AllowlistResult:
+        return evaluate_allowlist(analyze_command(command), [AllowlistEntry("/usr/bin/*")], cwd=cwd, env=env)
+
+    assert run("head -n 1").segments[0].satisfied_by == "allowlist"
+    assert run("head -n 2").segments[0].satisfied_by == "allowlist"  # memoised facts
+    planted = tmp_path / "bin" / "head"
+    planted.write_text("#!/bin/sh\n")
+    planted.chmod(0o755)
+    result = run("head -n 3")
+    assert not result.satisfied
+    assert result.segments[0].resolved_path == str(planted)
+    planted.unlink()
+    assert run("head -n 4").satisfied
+
+
+def test_executable_facts_are_not_kept_for_a_lookup_no_watch_covers(tmp_path: Path) -> None:
+    """A PATH entry that does not exist yet cannot be watched (the lookup is re-validated by stat each
+    time): facts resting on it are never memoised, so a directory created there later is seen."""
+    later = tmp_path / "later"
+    env = {"PATH": f"{later}:/usr/bin:/bin"}
+
+    def run(command: str) -> allowlist.AllowlistResult:
+        return evaluate_allowlist(analyze_command(command), [AllowlistEntry("/usr/bin/*")], cwd="/", env=env)
+
+    assert run("head -n 1").satisfied
+    assert run("head -n 2").satisfied
+    later.mkdir()
+    (later / "head").write_text("#!/bin/sh\n")
+    (later / "head").chmod(0o755)
+    assert run("head -n 3").segments[0].resolved_path == str(later / "head")
