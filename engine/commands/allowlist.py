@@ -260,17 +260,13 @@ def evaluate_allowlist(
         generation = WATCH.current()
         context = _new_context(entries, cwd, path_var, safe_bins, profiles, trusted_dirs, generation)[0]
         return _evaluate(analysis, context)
-    environ = os.environ
     key = (
         entries if type(entries) is tuple else tuple(entries),
         cwd,
         path_var,
         safe_bins if type(safe_bins) is frozenset else frozenset(safe_bins),
         trusted_dirs if type(trusted_dirs) is tuple else tuple(trusted_dirs),
-        # everything home_dir() and protected_root() read besides the passwd file
-        environ.get("OPENCLAW_HOME"),
-        environ.get("OPENCLAW_STATE_DIR"),
-        environ.get("HOME"),
+        *_state_env(),  # everything home_dir() and protected_root() read besides the passwd file
         os.getuid(),
     )
     hit = _CONTEXTS.get(key)
@@ -281,11 +277,25 @@ def evaluate_allowlist(
     context, watched = _new_context(
         entries, cwd, path_var, safe_bins, DEFAULT_SAFE_BIN_PROFILES, trusted_dirs, generation
     )
-    home_env = (key[5] or "").strip()  # home_dir(): $OPENCLAW_HOME made absolute, else the passwd file's
+    home_env = os.environ.get("OPENCLAW_HOME", "").strip()  # home_dir(): this made absolute, else passwd's
     home_fixed = home_env.startswith("/") if home_env else passwd_watched
     if watched and home_fixed and not WATCH.changed():
         WATCH.store(generation, _CONTEXTS, key, (generation, context), 64)
     return _evaluate(analysis, context)
+
+
+_STATE_ENV = ("OPENCLAW_HOME", "OPENCLAW_STATE_DIR", "HOME")
+_STATE_ENV_KEYS = tuple(name.encode() for name in _STATE_ENV)
+
+
+def _state_env() -> tuple[object, ...]:
+    """The values of _STATE_ENV, for a cache key. os.environ.get raises and catches a KeyError inside for
+    each unset name, which costs more than the rest of a cached lookup; on POSIX os.environ keeps every
+    value in `_data` (bytes keys), updated by each os.environ write, so read that where it is there."""
+    data = getattr(os.environ, "_data", None)
+    if os.name == "posix" and type(data) is dict:
+        return tuple(data.get(name) for name in _STATE_ENV_KEYS)
+    return tuple(os.environ.get(name) for name in _STATE_ENV)
 
 
 # What a decision needs besides the command, kept while nothing it was read from has changed: the entries

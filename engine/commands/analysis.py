@@ -446,10 +446,10 @@ def _build_segment(words: list[str], assignments: list[str], raw: str, depth: in
     return Segment(
         argv=tuple(argv),
         raw=raw,
-        wrappers=tuple(basename(group[0]) for group in groups),
+        wrappers=tuple(basename(group[0]) for group in groups) if groups else (),
         blocked_wrapper=blocked,
         assignments=tuple(assignments),
-        wrapper_argv=tuple(tuple(group) for group in groups),
+        wrapper_argv=tuple(tuple(group) for group in groups) if groups else (),
         inner=inner,
     )
 
