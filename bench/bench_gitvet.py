@@ -67,7 +67,9 @@ def main() -> None:
             decide(work)
 
         def bare_git() -> None:
-            subprocess.run(["git", "-C", work, "config", "--list"], env=GIT_ENV, capture_output=True, check=True)
+            subprocess.run(
+                ["git", "-C", work, "config", "--list"], env=GIT_ENV, capture_output=True, check=True
+            )
 
         rows = [
             ("baseline: one `git config --list` process", timings(bare_git, args.runs)),
@@ -79,7 +81,9 @@ def main() -> None:
         q = statistics.quantiles(values, n=10)
         print(f"{label:52s} p50 {statistics.median(values):8.3f} ms  p90 {q[-1]:8.3f} ms")
     warm = statistics.median(rows[2][1])
-    record("git decision (vet + spawn re-vet), p50", f"{warm:.3f} ms", f"{statistics.median(rows[0][1]):.3f} ms")
+    record(
+        "git decision (vet + spawn re-vet), p50", f"{warm:.3f} ms", f"{statistics.median(rows[0][1]):.3f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -12,9 +12,20 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from engine import statefs
 from engine.commands.analysis import ANALYSED_SHELLS, OTHER_SHELLS, CommandAnalysis, Segment
 from engine.commands.interpreters import is_interpreter, name_of, runs_others
 from engine.commands.protected import protected_root_watched, protected_word
+from engine.commands.rendering import (
+    Identity,
+    Words,
+    enforced_command,
+    identity,
+    identity_problem,
+    pin_path,
+    pinned_command,
+    render_bound,
+)
 from engine.commands.safebins import (
     DEFAULT_SAFE_BIN_PROFILES,
     DEFAULT_SAFE_BINS,
@@ -37,7 +48,6 @@ from engine.commands.which import (
 )
 from engine.commands.wrappers import BLOCKED_WRAPPERS, TRANSPARENT_WRAPPERS
 from engine.errors import InvalidInput
-from engine import statefs
 from engine.statefs import home_dir
 
 __all__ = [
@@ -47,8 +57,10 @@ __all__ = [
     "DEFAULT_TRUSTED_DIRS",
     "AllowlistEntry",
     "AllowlistResult",
+    "Identity",
     "SafeBinProfile",
     "SegmentMatch",
+    "Words",
     "allow_always_patterns",
     "approval_binding",
     "command_hash_pattern",
@@ -58,6 +70,7 @@ __all__ = [
     "identity",
     "identity_problem",
     "is_interpreter",
+    "pin_path",
     "pinned_command",
     "profile_from_config",
     "render_bound",
@@ -337,8 +350,12 @@ def _new_context(
 
 
 def _evaluate(analysis: CommandAnalysis, context: _Context) -> AllowlistResult:
-    matches = tuple(_match_segment(segment, context) for segment in analysis.segments)
-    satisfied = analysis.ok and bool(matches) and all(m.satisfied_by for m in matches)
+    matches = tuple([_match_segment(segment, context) for segment in analysis.segments])
+    satisfied = analysis.ok and bool(matches)
+    for match in matches:
+        if not match.satisfied_by:
+            satisfied = False
+            break
     return AllowlistResult(satisfied, matches)
 
 
@@ -419,9 +436,15 @@ def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
     real = found[1] if found else None
     touched = None
     if segment.inner is None:  # protected_operand, with the cwd's part done once per context
-        touched = context.cwd if context.cwd_protected else protected_word(argv, context.cwd_real, context.protected)
+        touched = (
+            context.cwd
+            if context.cwd_protected
+            else protected_word(argv, context.cwd_real, context.protected)
+        )
     if touched is not None:
-        return _miss(segment, real, f"{touched} is inside exechost's state dir (tokens, approvals)", (), named)
+        return _miss(
+            segment, real, f"{touched} is inside exechost's state dir (tokens, approvals)", (), named
+        )
     if segment.blocked_wrapper:
         return _miss(segment, real, f"blocked wrapper: {segment.blocked_wrapper}", (), named)
     if segment.assignments:
@@ -478,7 +501,15 @@ def _match_shell(
         missed = next((m for m in inner.segments if not m.satisfied_by), None)
         detail = f"{missed.argv[0]}: {missed.reason}" if missed else "payload not satisfied"
         return SegmentMatch(
-            segment.argv, real, None, None, None, f"inside {segment.argv[0]} -c: {detail}", wrappers, inner, named
+            segment.argv,
+            real,
+            None,
+            None,
+            None,
+            f"inside {segment.argv[0]} -c: {detail}",
+            wrappers,
+            inner,
+            named,
         )
     patterns = ", ".join(m.matched_pattern or f"{m.satisfied_by} {m.argv[0]}" for m in inner.segments)
     return SegmentMatch(segment.argv, real, "allowlist", patterns, None, None, wrappers, inner, named)
@@ -575,170 +606,9 @@ def has_durable_approval(command: str, entries: Sequence[AllowlistEntry], bindin
     return any(entry.pattern == wanted and entry.source == ALLOW_ALWAYS_SOURCE for entry in entries)
 
 
-# --------------------------------------------------------------------------- what runs
-
-
-def _quote(word: str) -> str:
-    return "'" + word.replace("'", "'\"'\"'") + "'" if "'" in word else "'" + word + "'"
-
-
-_MULTICALL = frozenset({"busybox", "toybox", "coreutils"})
-
-
-def pin_path(match: SegmentMatch) -> str | None:
-    """The path a segment runs as: its real path, unless that would change the name the program sees
-    (`xzcat` → `xz` compresses and deletes; `rview` → `vim.basic` has shell escapes): then the named path,
-    whose target the caller re-checks just before spawning."""
-    real, named = match.resolved_path, match.named_path
-    if real is None:
-        return None
-    if named is not None and _base(named) != _base(real):
-        return named
-    return real
-
-
-Words = Mapping[tuple[tuple[int, ...], int], Sequence[str]]  # (segment path, argv index) → words
-
-
-def _render(segment: Segment, match: SegmentMatch, words_for: Words, where: tuple[int, ...]) -> str | None:
-    real = pin_path(match)
-    if real is None or len(match.wrapper_paths) != len(segment.wrapper_argv):
-        return None  # nothing to pin argv[0] to: the plan is unavailable
-    if _base(real).lower() in _MULTICALL and _base(segment.argv[0]).lower() not in _MULTICALL:
-        return (
-            None  # a multi-call binary picks its applet from argv[0]; pinning the real path would change it
-        )
-
-    def word(index: int, text: str) -> list[str]:
-        # A verified copy stands in for a bound file (engine.commands.verified): its words, not the path.
-        swapped = words_for.get((where, index)) if words_for else None
-        return [_quote(w) for w in swapped] if swapped is not None else [_quote(text)]
-
-    words: list[str] = []
-    for group, path in zip(segment.wrapper_argv, match.wrapper_paths, strict=True) if segment.wrapper_argv else ():
-        words += [_quote(path), *(_quote(w) for w in group[1:])]
-    if segment.inner is not None:
-        if match.inner is None:
-            return None
-        payload = _render_all(segment.inner, match.inner, words_for, where)
-        if payload is None:
-            return None
-        # What was analysed is the payload, so the payload is what runs: one command runs pinned with no
-        # shell at all; a chain runs in the pinned system shell with none of the agent's shell options
-        # (`-l` would read profiles, `-x` trace), so nothing but the analysed words is ever parsed.
-        if len(segment.inner.segments) == 1:
-            words.append(payload)
-        else:
-            words += [*word(0, real), "'-c'", _quote(payload)]
-    elif not words_for:
-        words.append(_quote(real))
-        words += [_quote(a) for a in segment.argv[1:]]
-    else:
-        words += [*word(0, real), *(w for i, a in enumerate(segment.argv[1:], 1) for w in word(i, a))]
-    # Heredocs are rendered as quoted (literal) heredocs carrying exactly the data bash would have fed.
-    if segment.heredocs:
-        words += [f"<<'{_delimiter(doc.data, index)}'" for index, doc in enumerate(segment.heredocs)]
-    return " ".join(words)
-
-
-def _delimiter(data: str, index: int) -> str:
-    """A delimiter no line of `data` equals, so the rendered body ends exactly where it did."""
-    lines = set(data.split("\n"))
-    delimiter = f"EXECHOST_EOF_{index}"
-    while delimiter in lines:
-        delimiter += "_"
-    return delimiter
-
-
-def enforced_command(analysis: CommandAnalysis, result: AllowlistResult) -> str | None:
-    """What runs instead of the raw text: argv[0] pinned, every word single-quoted, operators kept."""
-    if not result.satisfied:
-        return None
-    return _render_all(analysis, result)
-
-
-def pinned_command(analysis: CommandAnalysis, result: AllowlistResult) -> str | None:
-    """The same rendering for a command a human approved (satisfied or not): what they saw is what runs.
-    None when the command is not a plain chain (the approved raw text runs) or something did not resolve."""
-    return _render_all(analysis, result)
-
-
-def render_bound(analysis: CommandAnalysis, result: AllowlistResult, words_for: Words) -> str | None:
-    """The pinned rendering with some words replaced (verified copies of bound files)."""
-    return _render_all(analysis, result, words_for)
-
-
-def _render_all(
-    analysis: CommandAnalysis,
-    result: AllowlistResult,
-    words_for: Words | None = None,
-    where: tuple[int, ...] = (),
-) -> str | None:
-    if not analysis.ok or len(result.segments) != len(analysis.segments):
-        return None
-    parts: list[str] = []
-    for index, (segment, match) in enumerate(zip(analysis.segments, result.segments, strict=True)):
-        rendered = _render(segment, match, words_for or {}, (*where, index))
-        if rendered is None:
-            return None
-        if index:
-            parts.append(analysis.operators[index - 1])
-        parts.append(rendered)
-    line = " ".join(parts)
-    # Bodies follow the command line in order, as bash reads them: after the newline that ends it.
-    bodies = [
-        doc.data + _delimiter(doc.data, index) + "\n"
-        for segment in analysis.segments
-        for index, doc in enumerate(segment.heredocs)
-    ]
-    return line + "\n" + "".join(bodies) if bodies else line
-
-
 def _runs_others(segment: Segment, match: SegmentMatch) -> bool:
     names_ = (segment.argv[0], match.named_path or "", match.resolved_path or "")
     return any(runs_others(n) for n in names_ if n)
-
-
-Identity = tuple[tuple[str, str, int, int], ...]  # (path as run, its real path, st_dev, st_ino)
-
-
-def identity(result: AllowlistResult, cwd: str) -> Identity:
-    """What an approval was shown: every executable (and the cwd) down to dev/ino, for a re-check."""
-    out: list[tuple[str, str, int, int]] = []
-
-    def add(path: str, real: str) -> None:
-        try:
-            st = os.stat(real)
-        except OSError:
-            return
-        out.append((path, real, st.st_dev, st.st_ino))
-
-    def walk(res: AllowlistResult) -> None:
-        for match in res.segments:
-            pin = pin_path(match)
-            if pin is not None and match.resolved_path is not None:
-                add(pin, match.resolved_path)
-            for wrapper in match.wrapper_paths:
-                add(wrapper, wrapper)
-            if match.inner is not None:
-                walk(match.inner)
-
-    walk(result)
-    add(cwd, os.path.realpath(cwd))
-    return tuple(out)
-
-
-def identity_problem(ident: Identity) -> str | None:
-    """None when every path still resolves to the same file; else what changed since it was approved."""
-    for path, real, dev, ino in ident:
-        try:
-            now = os.path.realpath(path)
-            st = os.stat(now)
-        except OSError:
-            return f"{path} is gone"
-        if now != real or (st.st_dev, st.st_ino) != (dev, ino):
-            return f"{path} changed since it was approved (now {now})"
-    return None
 
 
 def _persistable(path: str | None) -> bool:

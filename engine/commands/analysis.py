@@ -524,8 +524,9 @@ def _analyze(command: str, depth: int) -> CommandAnalysis:
     # Heredoc bodies come out as stdin data and continuations are spliced first (shelltext.py); the
     # two checks below then prove the residual text plain, newlines separating commands like `;`.
     # Control and invisible characters are refused in heredoc bodies too: the operator reads them.
+    heredocs: tuple[Heredoc, ...] = ()
     if _READER_ACTIVE.search(command) is None:
-        text, heredocs = command, ()  # read_shell_text returns exactly this when none of these occur
+        text = command  # read_shell_text returns exactly this (and no heredocs) when none of these occur
     else:
         reading = read_shell_text(command)
         if reading.reason:

@@ -48,10 +48,9 @@ def split_plain(text: str) -> tuple[list[Part], tuple[str, ...]] | None:
     parts: list[Part] = []
     for piece in pieces[0::2]:
         raw = piece.strip(" \t")
-        if "'" in raw or '"' in raw:
-            words = [_unquote(word) for word in _WORD.findall(raw)]
-        else:
-            words = raw.split()  # only blanks and word characters here: split() splits exactly at blanks
+        quoted = "'" in raw or '"' in raw
+        # Unquoted, only blanks and word characters are left: split() splits exactly at the blanks.
+        words = [_unquote(word) for word in _WORD.findall(raw)] if quoted else raw.split()
         assignments: list[str] = []
         if "=" in raw:
             raw_words = _WORD.findall(raw)

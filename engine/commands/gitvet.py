@@ -350,7 +350,10 @@ def read_config(git: str, path: str) -> Pairs | str:
         info = os.stat(git)
     except OSError as exc:
         return f"could not be read: {exc}"
-    key = ((info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns), hashlib.sha256(data).digest())
+    key = (
+        (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns),
+        hashlib.sha256(data).digest(),
+    )
     answer = _PARSED.get(key)
     if answer is None:
         answer, ran = _parse(git, data)

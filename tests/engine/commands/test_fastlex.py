@@ -105,7 +105,9 @@ BENCH_SHAPES = [
 
 
 @pytest.mark.parametrize("shape", BENCH_SHAPES)
-def test_agent_shaped_commands_take_the_fast_path_and_agree(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_agent_shaped_commands_take_the_fast_path_and_agree(
+    shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     command = shape.format(i=7)
     assert check(command, monkeypatch), command
 
@@ -137,7 +139,7 @@ HOSTILE = [
     "sh -c 'ls' extra",
     "sh -c",
     "zsh -c ls",
-    "bash -c 'bash -c \"sh -c \\\"sh -c ls\\\"\"'",
+    'bash -c \'bash -c "sh -c \\"sh -c ls\\""\'',
     "sh -c 'sh -c \"sh -c ls\"'",
     "sudo -u root ls",
     "env FOO=1 ls",

@@ -198,10 +198,16 @@ def test_resolve_sees_a_path_dir_replaced_by_another(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     path_var = f"{bin_dir}:/usr/bin:/bin"
-    assert which.resolve("ls", str(tmp_path), path_var) == which.resolve_uncached("ls", str(tmp_path), path_var)[0]
+    assert (
+        which.resolve("ls", str(tmp_path), path_var)
+        == which.resolve_uncached("ls", str(tmp_path), path_var)[0]
+    )
     os.rename(bin_dir, tmp_path / "bin.old")
     bin_dir.mkdir()
-    assert which.resolve("ls", str(tmp_path), path_var) == which.resolve_uncached("ls", str(tmp_path), path_var)[0]
+    assert (
+        which.resolve("ls", str(tmp_path), path_var)
+        == which.resolve_uncached("ls", str(tmp_path), path_var)[0]
+    )
     planted = bin_dir / "ls"
     planted.write_text("#!/bin/sh\n")
     planted.chmod(0o755)
