@@ -298,7 +298,8 @@ def evaluate_allowlist(
 
 
 _STATE_ENV = ("OPENCLAW_HOME", "OPENCLAW_STATE_DIR", "HOME")
-_STATE_ENV_KEYS = tuple(name.encode() for name in _STATE_ENV)
+_HOME_KEY, _STATE_KEY, _HOME_ENV_KEY = (name.encode() for name in _STATE_ENV)
+_POSIX = os.name == "posix"
 
 
 def _state_env() -> tuple[object, ...]:
@@ -306,8 +307,8 @@ def _state_env() -> tuple[object, ...]:
     each unset name, which costs more than the rest of a cached lookup; on POSIX os.environ keeps every
     value in `_data` (bytes keys), updated by each os.environ write, so read that where it is there."""
     data = getattr(os.environ, "_data", None)
-    if os.name == "posix" and type(data) is dict:
-        return tuple(data.get(name) for name in _STATE_ENV_KEYS)
+    if _POSIX and type(data) is dict:
+        return (data.get(_HOME_KEY), data.get(_STATE_KEY), data.get(_HOME_ENV_KEY))
     return tuple(os.environ.get(name) for name in _STATE_ENV)
 
 

@@ -49,7 +49,7 @@ def _resolved(path: str, poll: bool) -> str:
     head = head.rstrip("/") or head
     if not tail or tail in (".", "..") or not head.startswith("/") or "\x00" in path:
         return os.path.realpath(path)
-    real_head = real_path(head, poll=poll)
+    real_head = (None if poll else REAL.get(head)) or real_path(head, poll=poll)  # a hit without the call
     joined = real_head + tail if real_head.endswith("/") else real_head + "/" + tail
     try:
         link = stat.S_ISLNK(os.lstat(joined).st_mode)
