@@ -443,13 +443,15 @@ def _build_segment(words: list[str], assignments: list[str], raw: str, depth: in
         if argv[0] in SHELL_BUILTINS:
             raise _Unsafe(f"shell builtin: {argv[0]}")
         inner = _shell_payload(argv, depth)
+    if not groups:  # positional: keyword arguments double the cost of building a Segment
+        return Segment(tuple(argv), raw, (), blocked, tuple(assignments), (), inner)
     return Segment(
         argv=tuple(argv),
         raw=raw,
-        wrappers=tuple(basename(group[0]) for group in groups) if groups else (),
+        wrappers=tuple(basename(group[0]) for group in groups),
         blocked_wrapper=blocked,
         assignments=tuple(assignments),
-        wrapper_argv=tuple(tuple(group) for group in groups) if groups else (),
+        wrapper_argv=tuple(tuple(group) for group in groups),
         inner=inner,
     )
 
