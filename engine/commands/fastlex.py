@@ -3,9 +3,9 @@
 Agents mostly send `ls -la src | head -n 5`-shaped commands. Parsing each with tree-sitter and walking the
 tree costs more than the rest of a decision, so this module splits the subset whose meaning is not in
 doubt: unquoted words of ordinary characters, single-quoted text, double-quoted text without `$`, `` ` ``,
-`\\` or `!`, leading `NAME=value` words, and the four chain operators. Anything else — an expansion, a glob,
-a redirection, a backslash, a newline, a non-ASCII character, an empty segment, a command-name word with
-`=` that is not an assignment — returns None and the full analysis (engine.commands.analysis) decides.
+`\\` or `!`, and the four chain operators. Anything else — an expansion, a glob, a redirection, a backslash,
+a newline, a non-ASCII character, an empty segment, a `NAME=value` or any word with `=` in command position
+— returns None and the full analysis (engine.commands.analysis) decides.
 The answer for what it accepts is the full analysis's answer (tests/engine/commands/test_fastlex.py
 compares the two over generated and hostile corpora); it never accepts what the full analysis refuses.
 """
@@ -26,10 +26,10 @@ _PLAIN = re.compile(rf"{_SEGMENT_TEXT}(?:(?:{_OPERATOR_TEXT}){_SEGMENT_TEXT})*+"
 _PIECES = re.compile(rf"(?:{_WORD_TEXT}|[ \t]++)++|{_OPERATOR_TEXT}")
 _WORD = re.compile(_WORD_TEXT)
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # a tab is a blank
+_COMMAND_NAME = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./-]*+")
 _QUOTED = re.compile(r"""'([^']*)'|"([^"]*)\"""")
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
-# (words after quote removal, leading NAME=value words, the segment's source text)
+# (words after quote removal, leading NAME=value words (always none here), the segment's source text)
 Part = tuple[list[str], list[str], str]
 
 
@@ -51,15 +51,10 @@ def split_plain(text: str) -> tuple[list[Part], tuple[str, ...]] | None:
         quoted = "'" in raw or '"' in raw
         # Unquoted, only blanks and word characters are left: split() splits exactly at the blanks.
         words = [_unquote(word) for word in _WORD.findall(raw)] if quoted else raw.split()
-        assignments: list[str] = []
-        if "=" in raw:
-            raw_words = _WORD.findall(raw)
-            while raw_words and "=" in raw_words[0]:
-                if _ASSIGNMENT.match(raw_words[0]) is None:
-                    return None  # `a-b=c` or `'X=1'` in command position: left to the full analysis
-                assignments.append(words.pop(0))
-                raw_words.pop(0)
-            if not words:
-                return None  # assignments only
-        parts.append((words, assignments, raw))
+        if _COMMAND_NAME.fullmatch(words[0]) is None or "==" in raw:
+            # tree-sitter-bash misreads some words the shell reads plainly (`X=1 a:b`, `b+: x`, `ls ==`,
+            # `- a=b`, found by the differential tests): a command name of other characters, an
+            # assignment (`NAME=value cmd`) and any `==` are left to the full analysis.
+            return None
+        parts.append((words, [], raw))
     return parts, tuple(pieces[1::2])
