@@ -27,6 +27,7 @@ _PIECES = re.compile(rf"(?:{_WORD_TEXT}|[ \t]++)++|{_OPERATOR_TEXT}")
 _WORD = re.compile(_WORD_TEXT)
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # a tab is a blank
 _COMMAND_NAME = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./-]*+")
+_ASSIGNMENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*+=[A-Za-z0-9_./,-]*+")
 _QUOTED = re.compile(r"""'([^']*)'|"([^"]*)\"""")
 
 # (words after quote removal, leading NAME=value words (always none here), the segment's source text)
@@ -51,10 +52,13 @@ def split_plain(text: str) -> tuple[list[Part], tuple[str, ...]] | None:
         quoted = "'" in raw or '"' in raw
         # Unquoted, only blanks and word characters are left: split() splits exactly at the blanks.
         words = [_unquote(word) for word in _WORD.findall(raw)] if quoted else raw.split()
-        if _COMMAND_NAME.fullmatch(words[0]) is None or "==" in raw:
+        assignments: list[str] = []
+        while words and _ASSIGNMENT.fullmatch(words[0]) is not None and not quoted:
+            assignments.append(words.pop(0))  # `NAME=value` of plain characters, unquoted
+        if not words or _COMMAND_NAME.fullmatch(words[0]) is None or "==" in raw:
             # tree-sitter-bash misreads some words the shell reads plainly (`X=1 a:b`, `b+: x`, `ls ==`,
             # `- a=b`, found by the differential tests): a command name of other characters, an
             # assignment (`NAME=value cmd`) and any `==` are left to the full analysis.
             return None
-        parts.append((words, [], raw))
+        parts.append((words, assignments, raw))
     return parts, tuple(pieces[1::2])
