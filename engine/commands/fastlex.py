@@ -3,9 +3,10 @@
 Agents mostly send `ls -la src | head -n 5`-shaped commands. Parsing each with tree-sitter and walking the
 tree costs more than the rest of a decision, so this module splits the subset whose meaning is not in
 doubt: unquoted words of ordinary characters, single-quoted text, double-quoted text without `$`, `` ` ``,
-`\\` or `!`, and the four chain operators. Anything else — an expansion, a glob, a redirection, a backslash,
-a newline, a non-ASCII character, an empty segment, a `NAME=value` or any word with `=` in command position
-— returns None and the full analysis (engine.commands.analysis) decides.
+`\\` or `!`, leading unquoted `NAME=value` words of plain characters, and the four chain operators. Anything
+else — an expansion, a glob, a redirection, a backslash, a newline, a non-ASCII character, an empty segment,
+a command name of other characters, a `==` — returns None and the full analysis decides
+(engine.commands.analysis): tree-sitter-bash misreads some of those, so only the grammar may answer for them.
 The answer for what it accepts is the full analysis's answer (tests/engine/commands/test_fastlex.py
 compares the two over generated and hostile corpora); it never accepts what the full analysis refuses.
 """
