@@ -153,3 +153,18 @@ def test_executable_facts_are_not_kept_for_a_lookup_no_watch_covers(tmp_path: Pa
     (later / "head").write_text("#!/bin/sh\n")
     (later / "head").chmod(0o755)
     assert run("head -n 3").segments[0].resolved_path == str(later / "head")
+
+
+def test_sandbox_roots_follow_a_retargeted_workspace_link(tmp_path: Path) -> None:
+    """sandbox_roots() answers from the watched path cache: a workspace root's link retargeted moves it."""
+    from engine.commands.treecode import sandbox_roots
+
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    (tmp_path / "ws").symlink_to(tmp_path / "one")
+    assert sandbox_roots(str(tmp_path / "ws"))[-1] == str(tmp_path / "one")
+    assert sandbox_roots(str(tmp_path / "ws"))[-1] == str(tmp_path / "one")
+    tmp = tmp_path / "ws.new"
+    tmp.symlink_to(tmp_path / "two")
+    os.replace(tmp, tmp_path / "ws")
+    assert sandbox_roots(str(tmp_path / "ws"))[-1] == str(tmp_path / "two")
