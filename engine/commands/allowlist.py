@@ -2,19 +2,37 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shlex
 import shutil
 import stat
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 
+from engine import statefs
 from engine.commands.analysis import ANALYSED_SHELLS, OTHER_SHELLS, CommandAnalysis, Segment
-from engine.commands.interpreters import is_interpreter, name_of, runs_others
-from engine.commands.protected import protected_operand, protected_root
+from engine.commands.durable import (
+    ALLOW_ALWAYS_SOURCE,
+    COMMAND_HASH_PREFIX,
+    allow_always_patterns,
+    approval_binding,
+    command_hash_pattern,
+    has_durable_approval,
+)
+from engine.commands.interpreters import is_interpreter, name_of
+from engine.commands.protected import protected_root_watched, protected_word
+from engine.commands.rendering import (
+    Identity,
+    Words,
+    enforced_command,
+    identity,
+    identity_problem,
+    pin_path,
+    pinned_command,
+    render_bound,
+)
 from engine.commands.safebins import (
     DEFAULT_SAFE_BIN_PROFILES,
     DEFAULT_SAFE_BINS,
@@ -25,6 +43,10 @@ from engine.commands.safebins import (
 )
 from engine.commands.which import (
     DEFAULT_PATH,
+    NAMED,
+    REAL,
+    RESOLVED,
+    WATCH,
     named_path,
     poll_changes,
     real_path,
@@ -42,8 +64,10 @@ __all__ = [
     "DEFAULT_TRUSTED_DIRS",
     "AllowlistEntry",
     "AllowlistResult",
+    "Identity",
     "SafeBinProfile",
     "SegmentMatch",
+    "Words",
     "allow_always_patterns",
     "approval_binding",
     "command_hash_pattern",
@@ -53,6 +77,7 @@ __all__ = [
     "identity",
     "identity_problem",
     "is_interpreter",
+    "pin_path",
     "pinned_command",
     "profile_from_config",
     "render_bound",
@@ -60,8 +85,6 @@ __all__ = [
     "trusted_dir_warnings",
 ]
 
-COMMAND_HASH_PREFIX = "=command:"
-ALLOW_ALWAYS_SOURCE = "allow-always"
 SHELLS = ANALYSED_SHELLS | OTHER_SHELLS
 
 
@@ -185,18 +208,14 @@ def _compile_entries(entries: tuple[AllowlistEntry, ...], home: str) -> tuple[_C
     return tuple(out)
 
 
-def _match_entry(compiled: _Compiled, argv: tuple[str, ...], named: str | None) -> bool:
-    """`named`: the segment's executable as named (`named_path` of what PATH found), None if not found."""
+def _match_path(compiled: _Compiled, named: str | None) -> bool:
+    """The entry's path part: `named` is the segment's executable as named (`named_path` of what PATH
+    found), None if not found. The argPattern is matched separately, against the arguments."""
     if compiled.kind == "literal":
-        if named is None or named_path(compiled.literal, poll=False) != named:
-            return False
-    elif compiled.kind != "any" and (
-        named is None or compiled.regex is None or compiled.regex.fullmatch(named) is None
-    ):
-        return False
-    if compiled.entry.arg_pattern is None:
-        return True
-    return compiled.args is not None and compiled.args.fullmatch(args_text(argv)) is not None
+        return named is not None and named_path(compiled.literal, poll=False) == named
+    return compiled.kind == "any" or (
+        named is not None and compiled.regex is not None and compiled.regex.fullmatch(named) is not None
+    )
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -217,10 +236,12 @@ def _safe_bin_names(configured: frozenset[str]) -> frozenset[str]:
 
 
 def _in_trusted_dir(real: str, trusted: frozenset[str]) -> bool:
-    return os.path.dirname(real) in trusted
+    cut = real.rfind("/") + 1  # os.path.dirname, inlined: this runs for every segment
+    head = real[:cut]
+    return (head.rstrip("/") or head) in trusted
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Context:
     entries: tuple[_Compiled, ...]
     cwd: str
@@ -231,6 +252,12 @@ class _Context:
     profiles: Mapping[str, SafeBinProfile]
     trusted: frozenset[str]
     protected: str  # the resolved state dir: no operand may point into it
+    cwd_real: str = ""  # the cwd resolved, as protected_operand resolves it
+    cwd_protected: bool = False  # the cwd itself is inside the state dir
+    generation: int = -1  # WATCH generation the context was built in
+    # (argv[0], is a `sh -c`) -> what matching knows from the executable alone (_facts), for answers the
+    # watched path caches gave: valid as long as the context is (the same WATCH generation).
+    facts: dict[tuple[str, bool], _Facts] = field(default_factory=dict)
 
 
 def evaluate_allowlist(
@@ -244,12 +271,72 @@ def evaluate_allowlist(
     trusted_dirs: Sequence[str] = DEFAULT_TRUSTED_DIRS,
 ) -> AllowlistResult:
     """Satisfied only when the analysis is ok and every segment (nested `sh -c` ones too) is satisfied."""
-    profiles: Mapping[str, SafeBinProfile] = (
-        {**DEFAULT_SAFE_BIN_PROFILES, **safe_bin_profiles} if safe_bin_profiles else DEFAULT_SAFE_BIN_PROFILES
-    )
-    home = home_dir()
-    path_var = env.get("PATH", DEFAULT_PATH)
     poll_changes()  # once per decision: every lookup below answers from caches valid as of now
+    path_var = env.get("PATH", DEFAULT_PATH)
+    if safe_bin_profiles:
+        profiles = {**DEFAULT_SAFE_BIN_PROFILES, **safe_bin_profiles}
+        generation = WATCH.current()
+        context = _new_context(entries, cwd, path_var, safe_bins, profiles, trusted_dirs, generation)[0]
+        return _evaluate(analysis, context)
+    key = (
+        entries if type(entries) is tuple else tuple(entries),
+        cwd,
+        path_var,
+        safe_bins if type(safe_bins) is frozenset else frozenset(safe_bins),
+        trusted_dirs if type(trusted_dirs) is tuple else tuple(trusted_dirs),
+        *_state_env(),  # everything home_dir() and protected_root() read besides the passwd file
+        os.getuid(),
+    )
+    hit = _CONTEXTS.get(key)
+    if hit is not None and hit[0] == WATCH.generation:
+        return _evaluate(analysis, hit[1])
+    generation = WATCH.current()
+    passwd_watched = WATCH.watch_file(statefs.PASSWD_FILE)
+    context, watched = _new_context(
+        entries, cwd, path_var, safe_bins, DEFAULT_SAFE_BIN_PROFILES, trusted_dirs, generation
+    )
+    home_env = os.environ.get("OPENCLAW_HOME", "").strip()  # home_dir(): this made absolute, else passwd's
+    home_fixed = home_env.startswith("/") if home_env else passwd_watched
+    if watched and home_fixed and not WATCH.changed():
+        WATCH.store(generation, _CONTEXTS, key, (generation, context), 64)
+    return _evaluate(analysis, context)
+
+
+_STATE_ENV = ("OPENCLAW_HOME", "OPENCLAW_STATE_DIR", "HOME")
+_HOME_KEY, _STATE_KEY, _HOME_ENV_KEY = (name.encode() for name in _STATE_ENV)
+_POSIX = os.name == "posix"
+
+
+def _state_env() -> tuple[object, ...]:
+    """The values of _STATE_ENV, for a cache key. os.environ.get raises and catches a KeyError inside for
+    each unset name, which costs more than the rest of a cached lookup; on POSIX os.environ keeps every
+    value in `_data` (bytes keys), updated by each os.environ write, so read that where it is there."""
+    data = getattr(os.environ, "_data", None)
+    if _POSIX and type(data) is dict:
+        return (data.get(_HOME_KEY), data.get(_STATE_KEY), data.get(_HOME_ENV_KEY))
+    return tuple(os.environ.get(name) for name in _STATE_ENV)
+
+
+# What a decision needs besides the command, kept while nothing it was read from has changed: the entries
+# compiled for this home, the resolved trusted dirs and state dir, the home (from the passwd file). Each
+# value is (WATCH generation it was built in, context); any inotify event bumps the generation.
+_CONTEXTS: dict[tuple[object, ...], tuple[int, _Context]] = {}
+
+
+def _new_context(
+    entries: Sequence[AllowlistEntry],
+    cwd: str,
+    path_var: str,
+    safe_bins: Collection[str],
+    profiles: Mapping[str, SafeBinProfile],
+    trusted_dirs: Sequence[str],
+    generation: int,
+) -> tuple[_Context, bool]:
+    """The context, and whether every path in it came from the watched path cache."""
+    home = home_dir()
+    trusted = tuple(trusted_dirs)
+    protected, protected_watched = protected_root_watched(home)
+    cwd_real = real_path(cwd, poll=False) if cwd else os.getcwd()
     context = _Context(
         entries=_compile_entries(tuple(entries), home),
         cwd=cwd,
@@ -258,115 +345,200 @@ def evaluate_allowlist(
         home=home,
         safe_bins=_safe_bin_names(frozenset(safe_bins)),
         profiles=profiles,
-        trusted=_real_dirs(tuple(trusted_dirs)),
-        protected=protected_root(poll=False, home=home),
+        trusted=_real_dirs(trusted),
+        protected=protected,
+        cwd_real=cwd_real,
+        cwd_protected=cwd_real == protected or cwd_real.startswith(protected.rstrip("/") + "/"),
+        generation=generation,
     )
-    return _evaluate(analysis, context)
+    cwd_watched = REAL.get(cwd) == cwd_real
+    return context, protected_watched and cwd_watched and all(REAL.get(d) is not None for d in trusted)
 
 
 def _evaluate(analysis: CommandAnalysis, context: _Context) -> AllowlistResult:
-    matches = tuple(_match_segment(segment, context) for segment in analysis.segments)
-    satisfied = analysis.ok and bool(matches) and all(m.satisfied_by for m in matches)
+    matches = tuple([_match_segment(segment, context) for segment in analysis.segments])
+    satisfied = analysis.ok and bool(matches)
+    for match in matches:
+        if not match.satisfied_by:
+            satisfied = False
+            break
     return AllowlistResult(satisfied, matches)
 
 
-def _miss(segment: Segment, real: str | None, reason: str, wrappers: tuple[str, ...] = ()) -> SegmentMatch:
-    return SegmentMatch(segment.argv, real, None, None, None, reason, wrappers)
+def _miss(
+    segment: Segment, real: str | None, reason: str, wrappers: tuple[str, ...] = (), named: str | None = None
+) -> SegmentMatch:
+    return SegmentMatch(segment.argv, real, None, None, None, reason, wrappers, None, named)
+
+
+def _base(path: str) -> str:
+    return path[path.rfind("/") + 1 :]  # os.path.basename, without its per-call overhead
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What matching a segment knows from its executable alone, before its arguments."""
+
+    found: tuple[str, str] | None  # resolve(): (path as found, real path)
+    named: str | None
+    real_miss: str | None  # the executable's own reason to miss (a blocked wrapper, a shell renamed)
+    interpreter: bool  # real or named path is an interpreter (a heredoc to it is code)
+    entries: tuple[_Compiled, ...]  # entries whose path part matches `named`, in order
+    safe_miss: str | None  # why this is not a safe bin, whatever its arguments
+    profile: SafeBinProfile | None  # else: the profile its arguments must fit
+
+
+def _facts(name: str, shell_c: bool, context: _Context) -> _Facts:
+    """The executable's facts; memoised in the context when every lookup came from a watched cache."""
+    key = (name, shell_c)
+    known = context.facts.get(key)
+    if known is not None:
+        return known
+    found = resolve(name, context.cwd, context.path_var, poll=False)
+    named = named_path(found[0], poll=False) if found else None
+    real = found[1] if found else None
+    real_miss = None
+    if real is not None:
+        real_name = _base(real).lower()
+        real_prog = name_of(real)
+        if real_name in BLOCKED_WRAPPERS or real_prog in BLOCKED_WRAPPERS:
+            real_miss = f"blocked wrapper: {real_name}"
+        elif real_name in TRANSPARENT_WRAPPERS and _base(name).lower() != real_name:
+            real_miss = f"{name} is the wrapper {real_name} under another name"
+        elif real_prog in SHELLS and not shell_c and name_of(name) not in SHELLS:
+            # A shell under another name would skip the `-c` payload analysis.
+            real_miss = f"{name} is the shell {real_name} under another name"
+    facts = _Facts(
+        found,
+        named,
+        real_miss,
+        any(is_interpreter(p) for p in (real, named) if p),
+        tuple(c for c in context.entries if _match_path(c, named)),
+        *_safe_bin_facts(name, found, context),
+    )
+    if _watched(name, found, context):
+        if len(context.facts) >= 256:
+            context.facts.clear()
+        context.facts[key] = facts
+    return facts
+
+
+def _watched(name: str, found: tuple[str, str] | None, context: _Context) -> bool:
+    """Every answer the facts rest on is held by a watched cache, as of the context's generation."""
+    if context.generation != WATCH.generation:
+        return False
+    cached = RESOLVED.get((name, context.cwd, context.path_var))
+    if cached is None or not cached[2] or cached[0] != found:
+        return False
+    if found is not None and found[0] not in NAMED:
+        return False
+    return all(c.kind != "literal" or c.literal in NAMED for c in context.entries)
 
 
 def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
-    found = resolve(segment.argv[0], context.cwd, context.path_var, poll=False)
-    named = named_path(found[0], poll=False) if found else None
-    match = _match_found(segment, found, named, context)
-    return replace(match, named_path=named) if found else match
-
-
-def _match_found(
-    segment: Segment, found: tuple[str, str] | None, named: str | None, context: _Context
-) -> SegmentMatch:
     argv = segment.argv
-    touched = (
-        protected_operand(argv, context.cwd, context.protected, poll=False) if segment.inner is None else None
-    )
-    if touched is not None:
-        real = found[1] if found else None
-        return _miss(segment, real, f"{touched} is inside exechost's state dir (tokens, approvals)")
+    facts = _facts(argv[0], segment.inner is not None, context)
+    found, named = facts.found, facts.named
     real = found[1] if found else None
+    touched = None
+    if segment.inner is None:  # protected_operand, with the cwd's part done once per context
+        touched = (
+            context.cwd
+            if context.cwd_protected
+            else protected_word(argv, context.cwd_real, context.protected)
+        )
+    if touched is not None:
+        return _miss(
+            segment, real, f"{touched} is inside exechost's state dir (tokens, approvals)", (), named
+        )
     if segment.blocked_wrapper:
-        return _miss(segment, real, f"blocked wrapper: {segment.blocked_wrapper}")
+        return _miss(segment, real, f"blocked wrapper: {segment.blocked_wrapper}", (), named)
     if segment.assignments:
-        return _miss(segment, real, "env assignment before the command")
-    wrapper_paths: list[str] = []
-    for group in segment.wrapper_argv:
-        wrapper = resolve(group[0], context.cwd, context.path_var, poll=False)
-        name = os.path.basename(group[0]).lower()
-        if (
-            wrapper is None
-            or not _in_trusted_dir(wrapper[1], context.trusted)
-            or (os.path.basename(wrapper[1]).lower() != name)
-        ):
-            return _miss(segment, real, f"wrapper {name} is not a trusted system binary")
-        wrapper_paths.append(wrapper[1])
-    wrappers = tuple(wrapper_paths)
-    if real is not None:
-        real_name = os.path.basename(real).lower()
-        if real_name in BLOCKED_WRAPPERS or name_of(real) in BLOCKED_WRAPPERS:
-            return _miss(segment, real, f"blocked wrapper: {real_name}", wrappers)
-        if real_name in TRANSPARENT_WRAPPERS and os.path.basename(argv[0]).lower() != real_name:
-            return _miss(segment, real, f"{argv[0]} is the wrapper {real_name} under another name", wrappers)
-        if name_of(real) in SHELLS and segment.inner is None and name_of(argv[0]) not in SHELLS:
-            # A shell under another name would skip the `-c` payload analysis.
-            return _miss(segment, real, f"{argv[0]} is the shell {real_name} under another name", wrappers)
-    named = named_path(found[0]) if found else None
-    if segment.heredocs and any(is_interpreter(p) for p in (real, named) if p):
+        return _miss(segment, real, "env assignment before the command", (), named)
+    wrappers: tuple[str, ...] = ()
+    if segment.wrapper_argv:
+        wrapper_paths: list[str] = []
+        for group in segment.wrapper_argv:
+            wrapper = resolve(group[0], context.cwd, context.path_var, poll=False)
+            name = _base(group[0]).lower()
+            if (
+                wrapper is None
+                or not _in_trusted_dir(wrapper[1], context.trusted)
+                or (_base(wrapper[1]).lower() != name)
+            ):
+                return _miss(segment, real, f"wrapper {name} is not a trusted system binary", (), named)
+            wrapper_paths.append(wrapper[1])
+        wrappers = tuple(wrapper_paths)
+    if facts.real_miss is not None:
+        return _miss(segment, real, facts.real_miss, wrappers, named)
+    if segment.heredocs and facts.interpreter:
         # `./tool <<EOF` where tool is python under another name: the body would be code.
-        return _miss(segment, real, "heredoc to an interpreter: the body is code", wrappers)
+        return _miss(segment, real, "heredoc to an interpreter: the body is code", wrappers, named)
     if segment.inner is not None:
-        return _match_shell(segment, real, wrappers, context)
-    for compiled in context.entries:
-        if _match_entry(compiled, argv, named):
-            entry = compiled.entry
-            return SegmentMatch(argv, real, "allowlist", entry.pattern, entry.id, None, wrappers)
-    reason = _safe_bin_reason(argv, found, context)
+        return _match_shell(segment, real, wrappers, named, context)
+    text = None
+    for compiled in facts.entries:
+        if compiled.entry.arg_pattern is not None:
+            if compiled.args is None:
+                continue
+            text = args_text(argv) if text is None else text
+            if compiled.args.fullmatch(text) is None:
+                continue
+        entry = compiled.entry
+        return SegmentMatch(argv, real, "allowlist", entry.pattern, entry.id, None, wrappers, None, named)
+    reason = facts.safe_miss
     if reason is None:
-        return SegmentMatch(argv, real, "safeBins", None, None, None, wrappers)
-    return _miss(segment, real, reason, wrappers)
+        assert facts.profile is not None
+        problem = validate_safe_bin_argv(argv[1:], facts.profile)
+        if problem is None:
+            return SegmentMatch(argv, real, "safeBins", None, None, None, wrappers, None, named)
+        reason = f"safe bin {_base(argv[0]).lower()}: {problem}"
+    return _miss(segment, real, reason, wrappers, named)
 
 
 def _match_shell(
-    segment: Segment, real: str | None, wrappers: tuple[str, ...], context: _Context
+    segment: Segment, real: str | None, wrappers: tuple[str, ...], named: str | None, context: _Context
 ) -> SegmentMatch:
     assert segment.inner is not None
     if real is None or not _in_trusted_dir(real, context.trusted) or name_of(real) not in ANALYSED_SHELLS:
-        return _miss(segment, real, "the shell is not a trusted system shell", wrappers)
+        return _miss(segment, real, "the shell is not a trusted system shell", wrappers, named)
     inner = _evaluate(segment.inner, context)
     if not inner.satisfied:
         missed = next((m for m in inner.segments if not m.satisfied_by), None)
         detail = f"{missed.argv[0]}: {missed.reason}" if missed else "payload not satisfied"
         return SegmentMatch(
-            segment.argv, real, None, None, None, f"inside {segment.argv[0]} -c: {detail}", wrappers, inner
+            segment.argv,
+            real,
+            None,
+            None,
+            None,
+            f"inside {segment.argv[0]} -c: {detail}",
+            wrappers,
+            inner,
+            named,
         )
     patterns = ", ".join(m.matched_pattern or f"{m.satisfied_by} {m.argv[0]}" for m in inner.segments)
-    return SegmentMatch(segment.argv, real, "allowlist", patterns, None, None, wrappers, inner)
+    return SegmentMatch(segment.argv, real, "allowlist", patterns, None, None, wrappers, inner, named)
 
 
-def _safe_bin_reason(argv: tuple[str, ...], found: tuple[str, str] | None, context: _Context) -> str | None:
-    """Why this is not safe-bin usage; None when it is."""
-    name = os.path.basename(argv[0]).lower()
+def _safe_bin_facts(
+    name: str, found: tuple[str, str] | None, context: _Context
+) -> tuple[str | None, SafeBinProfile | None]:
+    """Why `name` is not a safe bin whatever its arguments; else the profile its arguments must fit."""
+    name = _base(name).lower()
     if name not in context.safe_bins:
-        return "allowlist miss" if found else "executable not found"
+        return ("allowlist miss" if found else "executable not found"), None
     if found is None:
-        return "executable not found"
+        return "executable not found", None
     real = found[1]
     if not _in_trusted_dir(real, context.trusted):
-        return f"safe bin {name} resolved outside the trusted dirs"
-    if os.path.basename(real).lower() != name:
-        return f"safe bin {name} resolves to {os.path.basename(real)}"
+        return f"safe bin {name} resolved outside the trusted dirs", None
+    if _base(real).lower() != name:
+        return f"safe bin {name} resolves to {_base(real)}", None
     profile = context.profiles.get(name)
     if profile is None:
-        return f"safe bin {name} has no profile"
-    problem = validate_safe_bin_argv(argv[1:], profile)
-    return f"safe bin {name}: {problem}" if problem else None
+        return f"safe bin {name} has no profile", None
+    return None, profile
 
 
 def trusted_dir_warnings(dirs: Sequence[str]) -> list[str]:
@@ -383,260 +555,6 @@ def trusted_dir_warnings(dirs: Sequence[str]) -> list[str]:
                 "remove trust or tighten permissions (for example chmod 755)."
             )
     return out
-
-
-# --------------------------------------------------------------------------- durable approvals
-
-
-def command_hash_pattern(command: str, binding: str = "") -> str:
-    """`=command:<sha256(trimmed text [+ binding])[:16]>`: an exact-command durable approval, never the
-    plaintext. The binding (cwd, env, script contents) makes it hold only where it was given."""
-    text = command.strip() + ("\0" + binding if binding else "")
-    return COMMAND_HASH_PREFIX + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-SCRIPT_HASH_CAP = 16 * 1024 * 1024
-
-
-def _script_digest(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            digest = hashlib.sha256(f.read(SCRIPT_HASH_CAP + 1))
-    except OSError:
-        return "unreadable"
-    return digest.hexdigest()
-
-
-def _scripts(analysis: CommandAnalysis, cwd: str, out: list[str]) -> None:
-    """The script operands of interpreter segments (`sh run.sh`, `python3 x.py`) as path=sha256."""
-    for segment in analysis.segments:
-        if segment.inner is not None:
-            _scripts(segment.inner, cwd, out)
-            continue
-        if not is_interpreter(segment.argv[0]):
-            continue
-        operand = next((a for a in segment.argv[1:] if not a.startswith("-")), None)
-        if operand is None:
-            continue
-        path = os.path.realpath(os.path.join(cwd, operand))
-        if os.path.isfile(path):
-            out.append(f"{path}={_script_digest(path)}")
-
-
-def approval_binding(analysis: CommandAnalysis, cwd: str, env_overrides: Mapping[str, str] | None) -> str:
-    """What an exact-command approval is bound to besides its text: the canonical cwd, the requested env
-    (keys and values, hashed) and the content of every script operand. Change one and it asks again."""
-    env_text = "\0".join(f"{k}={v}" for k, v in sorted((env_overrides or {}).items()))
-    env_digest = hashlib.sha256(env_text.encode("utf-8", "surrogatepass")).hexdigest()
-    scripts: list[str] = []
-    _scripts(analysis, cwd, scripts)
-    return "\n".join([f"cwd={os.path.realpath(cwd)}", f"env={env_digest}", *scripts])
-
-
-def has_durable_approval(command: str, entries: Sequence[AllowlistEntry], binding: str = "") -> bool:
-    """Reference §3.3 (a): an allow-always `=command:<sha16>` entry for exactly this command, bound to
-    this cwd, env and script content. A hand-added hash entry is an ordinary line, not a durable approval."""
-    wanted = command_hash_pattern(command, binding)
-    return any(entry.pattern == wanted and entry.source == ALLOW_ALWAYS_SOURCE for entry in entries)
-
-
-# --------------------------------------------------------------------------- what runs
-
-
-def _quote(word: str) -> str:
-    return "'" + word.replace("'", "'\"'\"'") + "'"
-
-
-_MULTICALL = frozenset({"busybox", "toybox", "coreutils"})
-
-
-def pin_path(match: SegmentMatch) -> str | None:
-    """The path a segment runs as: its real path, unless that would change the name the program sees
-    (`xzcat` → `xz` compresses and deletes; `rview` → `vim.basic` has shell escapes): then the named path,
-    whose target the caller re-checks just before spawning."""
-    real, named = match.resolved_path, match.named_path
-    if real is None:
-        return None
-    if named is not None and os.path.basename(named) != os.path.basename(real):
-        return named
-    return real
-
-
-Words = Mapping[tuple[tuple[int, ...], int], Sequence[str]]  # (segment path, argv index) → words
-
-
-def _render(segment: Segment, match: SegmentMatch, words_for: Words, where: tuple[int, ...]) -> str | None:
-    real = pin_path(match)
-    if real is None or len(match.wrapper_paths) != len(segment.wrapper_argv):
-        return None  # nothing to pin argv[0] to: the plan is unavailable
-    if (
-        os.path.basename(real).lower() in _MULTICALL
-        and os.path.basename(segment.argv[0]).lower() not in _MULTICALL
-    ):
-        return (
-            None  # a multi-call binary picks its applet from argv[0]; pinning the real path would change it
-        )
-
-    def word(index: int, text: str) -> list[str]:
-        # A verified copy stands in for a bound file (engine.commands.verified): its words, not the path.
-        swapped = words_for.get((where, index)) if words_for else None
-        return [_quote(w) for w in swapped] if swapped is not None else [_quote(text)]
-
-    words: list[str] = []
-    for group, path in zip(segment.wrapper_argv, match.wrapper_paths, strict=True):
-        words += [_quote(path), *(_quote(w) for w in group[1:])]
-    if segment.inner is not None:
-        if match.inner is None:
-            return None
-        payload = _render_all(segment.inner, match.inner, words_for, where)
-        if payload is None:
-            return None
-        # What was analysed is the payload, so the payload is what runs: one command runs pinned with no
-        # shell at all; a chain runs in the pinned system shell with none of the agent's shell options
-        # (`-l` would read profiles, `-x` trace), so nothing but the analysed words is ever parsed.
-        if len(segment.inner.segments) == 1:
-            words.append(payload)
-        else:
-            words += [*word(0, real), "'-c'", _quote(payload)]
-    else:
-        words += [*word(0, real), *(w for i, a in enumerate(segment.argv[1:], 1) for w in word(i, a))]
-    # Heredocs are rendered as quoted (literal) heredocs carrying exactly the data bash would have fed.
-    words += [f"<<'{_delimiter(doc.data, index)}'" for index, doc in enumerate(segment.heredocs)]
-    return " ".join(words)
-
-
-def _delimiter(data: str, index: int) -> str:
-    """A delimiter no line of `data` equals, so the rendered body ends exactly where it did."""
-    lines = set(data.split("\n"))
-    delimiter = f"EXECHOST_EOF_{index}"
-    while delimiter in lines:
-        delimiter += "_"
-    return delimiter
-
-
-def enforced_command(analysis: CommandAnalysis, result: AllowlistResult) -> str | None:
-    """What runs instead of the raw text: argv[0] pinned, every word single-quoted, operators kept."""
-    if not result.satisfied:
-        return None
-    return _render_all(analysis, result)
-
-
-def pinned_command(analysis: CommandAnalysis, result: AllowlistResult) -> str | None:
-    """The same rendering for a command a human approved (satisfied or not): what they saw is what runs.
-    None when the command is not a plain chain (the approved raw text runs) or something did not resolve."""
-    return _render_all(analysis, result)
-
-
-def render_bound(analysis: CommandAnalysis, result: AllowlistResult, words_for: Words) -> str | None:
-    """The pinned rendering with some words replaced (verified copies of bound files)."""
-    return _render_all(analysis, result, words_for)
-
-
-def _render_all(
-    analysis: CommandAnalysis,
-    result: AllowlistResult,
-    words_for: Words | None = None,
-    where: tuple[int, ...] = (),
-) -> str | None:
-    if not analysis.ok or len(result.segments) != len(analysis.segments):
-        return None
-    parts: list[str] = []
-    for index, (segment, match) in enumerate(zip(analysis.segments, result.segments, strict=True)):
-        rendered = _render(segment, match, words_for or {}, (*where, index))
-        if rendered is None:
-            return None
-        if index:
-            parts.append(analysis.operators[index - 1])
-        parts.append(rendered)
-    line = " ".join(parts)
-    # Bodies follow the command line in order, as bash reads them: after the newline that ends it.
-    bodies = [
-        doc.data + _delimiter(doc.data, index) + "\n"
-        for segment in analysis.segments
-        for index, doc in enumerate(segment.heredocs)
-    ]
-    return line + "\n" + "".join(bodies) if bodies else line
-
-
-def _runs_others(segment: Segment, match: SegmentMatch) -> bool:
-    names_ = (segment.argv[0], match.named_path or "", match.resolved_path or "")
-    return any(runs_others(n) for n in names_ if n)
-
-
-Identity = tuple[tuple[str, str, int, int], ...]  # (path as run, its real path, st_dev, st_ino)
-
-
-def identity(result: AllowlistResult, cwd: str) -> Identity:
-    """What an approval was shown: every executable (and the cwd) down to dev/ino, for a re-check."""
-    out: list[tuple[str, str, int, int]] = []
-
-    def add(path: str, real: str) -> None:
-        try:
-            st = os.stat(real)
-        except OSError:
-            return
-        out.append((path, real, st.st_dev, st.st_ino))
-
-    def walk(res: AllowlistResult) -> None:
-        for match in res.segments:
-            pin = pin_path(match)
-            if pin is not None and match.resolved_path is not None:
-                add(pin, match.resolved_path)
-            for wrapper in match.wrapper_paths:
-                add(wrapper, wrapper)
-            if match.inner is not None:
-                walk(match.inner)
-
-    walk(result)
-    add(cwd, os.path.realpath(cwd))
-    return tuple(out)
-
-
-def identity_problem(ident: Identity) -> str | None:
-    """None when every path still resolves to the same file; else what changed since it was approved."""
-    for path, real, dev, ino in ident:
-        try:
-            now = os.path.realpath(path)
-            st = os.stat(now)
-        except OSError:
-            return f"{path} is gone"
-        if now != real or (st.st_dev, st.st_ino) != (dev, ino):
-            return f"{path} changed since it was approved (now {now})"
-    return None
-
-
-def _persistable(path: str | None) -> bool:
-    # `*` and `?` in a path cannot be written as a literal pattern; interpreters would allow any code.
-    return path is not None and "*" not in path and "?" not in path and not is_interpreter(path)
-
-
-def _collect(analysis: CommandAnalysis, result: AllowlistResult, out: list[str]) -> bool:
-    complete = analysis.ok and len(result.segments) == len(analysis.segments)
-    for segment, match in zip(analysis.segments, result.segments, strict=False):
-        if segment.blocked_wrapper or segment.assignments:
-            complete = False
-        elif segment.inner is not None:
-            if match.inner is None or not _collect(segment.inner, match.inner, out):
-                complete = False
-        elif _persistable(match.named_path) and not _runs_others(segment, match):
-            assert match.named_path is not None
-            if match.named_path not in out:
-                out.append(match.named_path)
-        else:
-            complete = False  # the exact command is saved instead (the hash covers it)
-    return complete
-
-
-def allow_always_patterns(
-    command: str, analysis: CommandAnalysis, result: AllowlistResult, binding: str = ""
-) -> list[str]:
-    """Patterns "allow always" persists: inner executables' named paths, unless one of them can run other
-    programs (git, find, vim, …) or the command is not a plain chain: then the exact command's hash."""
-    paths: list[str] = []
-    complete = _collect(analysis, result, paths) if analysis.ok else False
-    if complete and paths:
-        return paths
-    return [*paths, command_hash_pattern(command, binding)]
 
 
 def profile_from_config(name: str, raw: Mapping[str, object]) -> SafeBinProfile:

@@ -11,6 +11,8 @@ from functools import lru_cache
 import tree_sitter
 import tree_sitter_bash
 
+from engine.commands.fastlex import split_plain
+from engine.commands.inlineeval import inline_eval
 from engine.commands.interpreters import is_interpreter
 from engine.commands.shelltext import Heredoc, read_shell_text
 from engine.commands.wrappers import BLOCKED_WRAPPERS, TRANSPARENT_WRAPPERS, basename, names, unwrap
@@ -423,6 +425,11 @@ def _segment(node: tree_sitter.Node, depth: int) -> Segment:
             raise _Unsafe(_node_reason(child))
     if not _blank(text[last_end - base :]):
         raise _Unsafe("unparseable")
+    return _build_segment(words, assignments, _text(node), depth)
+
+
+def _build_segment(words: list[str], assignments: list[str], raw: str, depth: int) -> Segment:
+    """A segment from its words, however they were split (the tree walk above or engine.commands.fastlex)."""
     if not words:
         raise _Unsafe("assignment without command")
     if words[0] in SHELL_BUILTINS:
@@ -437,9 +444,11 @@ def _segment(node: tree_sitter.Node, depth: int) -> Segment:
         if argv[0] in SHELL_BUILTINS:
             raise _Unsafe(f"shell builtin: {argv[0]}")
         inner = _shell_payload(argv, depth)
+    if not groups:  # positional: keyword arguments double the cost of building a Segment
+        return Segment(tuple(argv), raw, (), blocked, tuple(assignments), (), inner)
     return Segment(
         argv=tuple(argv),
-        raw=_text(node),
+        raw=raw,
         wrappers=tuple(basename(group[0]) for group in groups),
         blocked_wrapper=blocked,
         assignments=tuple(assignments),
@@ -518,13 +527,21 @@ def _analyze(command: str, depth: int) -> CommandAnalysis:
     # Heredoc bodies come out as stdin data and continuations are spliced first (shelltext.py); the
     # two checks below then prove the residual text plain, newlines separating commands like `;`.
     # Control and invisible characters are refused in heredoc bodies too: the operator reads them.
-    reading = read_shell_text(command)
-    if reading.reason:
-        return _fail(reading.reason)
-    text = reading.text
+    heredocs: tuple[Heredoc, ...] = ()
+    if _READER_ACTIVE.search(command) is None:
+        text = command  # read_shell_text returns exactly this (and no heredocs) when none of these occur
+    else:
+        reading = read_shell_text(command)
+        if reading.reason:
+            return _fail(reading.reason)
+        text, heredocs = reading.text, reading.heredocs
     reason = _lexical_reason(text) or _char_reason(command)
     if reason:
         return _fail(reason)
+    if not heredocs:
+        fast = _fast_analysis(text, depth)
+        if fast is not None:
+            return fast
     src = text.encode("utf-8")  # _char_reason has refused lone surrogates
     root = _parser().parse(src).root_node
     if root.has_error or root.type != "program":
@@ -532,13 +549,32 @@ def _analyze(command: str, depth: int) -> CommandAnalysis:
     try:
         nodes, operators, positions = _flatten(root, src)
         segments = tuple(_segment(node, depth) for node in nodes)
-        if reading.heredocs:
-            segments = _attach_heredocs(segments, nodes, positions, reading.heredocs, text)
+        if heredocs:
+            segments = _attach_heredocs(segments, nodes, positions, heredocs, text)
     except _Unsafe as exc:
         return _fail(str(exc))
     except RecursionError:
         return _fail("unparseable")
     return CommandAnalysis(True, None, segments, tuple(operators))
+
+
+# Characters bash's reader (shelltext.py) acts on; text without any of them reads as itself, no heredocs.
+_READER_ACTIVE = re.compile(r"[\r\n\\`$()#<]")
+
+
+def _fast_analysis(text: str, depth: int) -> CommandAnalysis | None:
+    """The plain-chain subset split without tree-sitter (engine.commands.fastlex), segments built by the
+    same code as the tree walk's. None (the grammar decides) outside the subset or when anything in it
+    fails, so every reason a command is refused still comes from the full analysis."""
+    split = split_plain(text)
+    if split is None:
+        return None
+    parts, operators = split
+    try:
+        segments = tuple(_build_segment(words, assignments, raw, depth) for words, assignments, raw in parts)
+    except (_Unsafe, RecursionError):
+        return None
+    return CommandAnalysis(True, None, segments, operators)
 
 
 def _attach_heredocs(
@@ -567,49 +603,3 @@ def _attach_heredocs(
             segment = replace(segment, heredocs=tuple(docs))
         out.append(segment)
     return tuple(out)
-
-
-# --------------------------------------------------------------------------- strict inline eval (§3.9)
-
-_VERSIONED = re.compile(r"^([a-z]+?)[\d.]*$")
-_INLINE_EVAL: dict[str, tuple[str, ...]] = {
-    "python": ("-c",),
-    "pypy": ("-c",),
-    "node": ("-e", "--eval", "-p", "--print"),
-    "nodejs": ("-e", "--eval", "-p", "--print"),
-    "bun": ("-e", "--eval", "-p", "--print"),
-    "deno": ("eval",),
-    "ruby": ("-e",),
-    "perl": ("-e", "-E"),
-    "php": ("-r",),
-    "lua": ("-e",),
-    "osascript": ("-e",),
-    "awk": ("-e", "--source"),
-    "gawk": ("-e", "--source"),
-    "find": ("-exec", "-execdir", "-ok", "-okdir"),
-    "make": ("-f", "--file", "--makefile", "--eval", "-E"),
-    "sed": ("-e",),
-}
-
-
-def inline_eval(argv: tuple[str, ...]) -> str | None:
-    """`python -c`-style inline code in argv, named as the reference's strict-inline-eval texts name it."""
-    if not argv:
-        return None
-    name = basename(argv[0])
-    match = _VERSIONED.match(name)
-    base = match.group(1) if match else name
-    flags = _INLINE_EVAL.get(base) or _INLINE_EVAL.get(name)
-    if not flags:
-        return None
-    for word in argv[1:]:
-        for flag in flags:
-            if word == flag or (
-                len(flag) == 2
-                and word.startswith("-")
-                and not word.startswith("--")
-                and flag[1] in word[1:]
-                and base not in ("find", "make")
-            ):
-                return f"{name} {flag}"
-    return None

@@ -3,8 +3,10 @@ config without running anything, and name every key not known to be inert (issue
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import stat
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -327,12 +329,75 @@ def _safe_env() -> dict[str, str]:
     }
 
 
-def read_config(git: str, path: str) -> list[tuple[str, str | None]] | str:
+Pairs = list[tuple[str, str | None]]
+# (git's stamp, the config bytes) -> what that git parsed from those bytes. A pure function of its key, so
+# nothing ever invalidates it: a rewritten file is different bytes. Spawning git costs milliseconds per
+# file and a git decision reads several; reading and hashing a config costs microseconds.
+_PARSED: dict[tuple[tuple[int, ...], bytes], Pairs | str] = {}
+_PARSED_MAX = 256
+
+
+def read_config(git: str, path: str) -> Pairs | str:
     """Every key and value in one config file, parsed by git itself without following includes or
-    running anything; a problem text when git cannot parse it (git would then refuse to run as well)."""
+    running anything; a problem text when git cannot parse it (git would then refuse to run as well).
+
+    The bytes are read here and handed to git on stdin, so what was parsed is exactly what was read,
+    and the answer is kept per (git binary, bytes)."""
+    data = _read_bytes(path)
+    if isinstance(data, str):
+        return data
+    try:
+        info = os.stat(git)
+    except OSError as exc:
+        return f"could not be read: {exc}"
+    key = (
+        (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns),
+        hashlib.sha256(data).digest(),
+    )
+    answer = _PARSED.get(key)
+    if answer is None:
+        answer, ran = _parse(git, data)
+        if not ran:
+            return answer  # git did not run (a timeout on a loaded machine): ask now, try again next time
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = answer
+    if isinstance(answer, str):
+        return answer.replace("standard input", f"file {path}")  # git's own words name where it read
+    return list(answer)
+
+
+def _read_bytes(path: str) -> bytes | str:
+    """The whole file, as git would read it (following links); a problem text for anything but a regular
+    file of at most CONFIG_READ_CAP bytes (a FIFO or a device planted as a config must not hang vetting)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"could not be read: {exc.strerror}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "is not a regular file"
+        chunks: list[bytes] = []
+        size = 0
+        while size <= CONFIG_READ_CAP:
+            chunk = os.read(fd, CONFIG_READ_CAP + 1 - size)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+        return f"is larger than {CONFIG_READ_CAP} bytes"
+    except OSError as exc:
+        return f"could not be read: {exc.strerror}"
+    finally:
+        os.close(fd)
+
+
+def _parse(git: str, data: bytes) -> tuple[Pairs | str, bool]:
+    """What git parses from `data`, and whether git ran at all."""
     try:
         done = subprocess.run(
-            [git, "config", "--file", path, "--no-includes", "-z", "--list"],
+            [git, "config", "--file", "-", "--no-includes", "-z", "--list"],
+            input=data,
             env=_safe_env(),
             cwd="/",
             capture_output=True,
@@ -340,16 +405,16 @@ def read_config(git: str, path: str) -> list[tuple[str, str | None]] | str:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"could not be read: {exc}"
+        return f"could not be read: {exc}", False
     if done.returncode != 0:
-        return "could not be parsed: " + done.stderr.decode("utf-8", "replace").strip()[:200]
-    pairs: list[tuple[str, str | None]] = []
+        return "could not be parsed: " + done.stderr.decode("utf-8", "replace").strip()[:200], True
+    pairs: Pairs = []
     for item in done.stdout.decode("utf-8", "surrogateescape").split("\0"):
         if not item:
             continue
         key, nl, value = item.partition("\n")
         pairs.append((key, value if nl else None))
-    return pairs
+    return pairs, True
 
 
 def _config_files(repo: Repo) -> Iterator[str]:

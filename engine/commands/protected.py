@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from engine import statefs
-from engine.commands.which import poll_changes, real_path
+from engine.commands.which import REAL, poll_changes, real_path
 
 
 def _inside(path: str, root: str) -> bool:
@@ -24,6 +24,15 @@ def protected_root(*, poll: bool = True, home: str | None = None) -> str:
     return real_path(_state_dir_text(key), poll=poll)
 
 
+def protected_root_watched(home: str) -> tuple[str, bool]:
+    """protected_root(poll=False, home=home), and whether the path cache holds that answer (then it stays
+    true until a watched directory changes)."""
+    env = os.environ
+    text = _state_dir_text((env.get("OPENCLAW_STATE_DIR"), env.get("OPENCLAW_HOME"), env.get("HOME"), home))
+    root = real_path(text, poll=False)
+    return root, REAL.get(text) == root
+
+
 @lru_cache(maxsize=16)
 def _state_dir_text(key: tuple[str | None, ...]) -> str:
     """statefs.state_dir() as text, keyed by everything it reads (its env vars and the account's home):
@@ -35,10 +44,13 @@ def _state_dir_text(key: tuple[str | None, ...]) -> str:
 def _resolved(path: str, poll: bool) -> str:
     """os.path.realpath(path) for an absolute path: its directory through the watched cache, then one lstat
     of the last component (operands are mostly unique, their directories are not)."""
-    head, tail = os.path.split(path)
+    cut = path.rfind("/") + 1  # os.path.split and os.path.join, inlined: this runs for every operand
+    head, tail = path[:cut], path[cut:]
+    head = head.rstrip("/") or head
     if not tail or tail in (".", "..") or not head.startswith("/") or "\x00" in path:
         return os.path.realpath(path)
-    joined = os.path.join(real_path(head, poll=poll), tail)
+    real_head = (None if poll else REAL.get(head)) or real_path(head, poll=poll)  # a hit without the call
+    joined = real_head + tail if real_head.endswith("/") else real_head + "/" + tail
     try:
         link = stat.S_ISLNK(os.lstat(joined).st_mode)
     except OSError:
@@ -60,11 +72,23 @@ def protected_operand(
     base = real_path(cwd, poll=False) if cwd else os.getcwd()
     if _inside(base, root):
         return cwd
+    return protected_word(argv, base, root)
+
+
+def protected_word(argv: Sequence[str], base: str, root: str) -> str | None:
+    """protected_operand's check of the words, with the cwd already resolved (`base`) and not inside."""
+    prefix = root.rstrip("/") + "/"
     for word in argv[1:]:
-        for candidate in (word, word.partition("=")[2]):
-            if not candidate or candidate.startswith("-"):
+        for candidate in (word, word.partition("=")[2]) if "=" in word else (word,):
+            if not candidate or candidate[0] == "-":
                 continue
-            path = _resolved(os.path.join(base, os.path.expanduser(candidate)), False)
-            if _inside(path, root):
+            if candidate[0] == "~":
+                path = os.path.join(base, os.path.expanduser(candidate))
+            elif candidate[0] == "/":
+                path = candidate
+            else:
+                path = base + candidate if base.endswith("/") else base + "/" + candidate  # os.path.join
+            path = _resolved(path, False)
+            if path == root or path.startswith(prefix):
                 return candidate
     return None

@@ -13,6 +13,7 @@ from engine.commands.allowlist import AllowlistResult
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.gitvet import Finding
 from engine.commands.interpreters import name_of
+from engine.commands.which import real_path
 from engine.statefs import state_dir
 
 __all__ = [
@@ -165,7 +166,9 @@ def agent_writable(path: str, sandbox_roots: Sequence[str]) -> bool:
 
 def sandbox_roots(workspace_root: str) -> list[str]:
     """Where sandbox workspaces live: the state dir (its default `sandboxes/`) and the configured root."""
-    return [os.path.realpath(p) for p in (str(state_dir()), workspace_root) if p]
+    # Resolved through the watched path cache: every decision on the host asks, and two realpaths
+    # were an eighth of a whole decision (issue 19).
+    return [real_path(p) for p in (str(state_dir()), workspace_root) if p]
 
 
 def found_reason(found: Sequence[Finding]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import select
 import stat
 import threading
 from collections.abc import Collection, Mapping
@@ -28,9 +29,11 @@ def _executable(stamp: tuple[int, int, int], path: str) -> bool:
 
 Stamps = tuple[tuple[str, tuple[int, int, int]], ...]
 
-_IN_NONBLOCK, _IN_CLOEXEC, _IN_ONLYDIR = 0o4000, 0o2000000, 0x01000000
+_IN_NONBLOCK, _IN_CLOEXEC, _IN_ONLYDIR, _IN_DONT_FOLLOW = 0o4000, 0o2000000, 0x01000000, 0x02000000
 # Entry added, removed, renamed or chmod-ed, or the directory itself moved or deleted.
 _IN_MASK = 0x004 | 0x100 | 0x200 | 0x040 | 0x080 | 0x400 | 0x800 | _IN_ONLYDIR
+# A file's content or metadata changed, or the file itself moved or deleted (see watch_file).
+_IN_FILE_MASK = 0x002 | 0x004 | 0x008 | 0x400 | 0x800
 
 
 class _DirWatch:
@@ -46,6 +49,7 @@ class _DirWatch:
         self.fd = -1
         self.watched: set[str] = set()
         self.libc: Any = None
+        self.poller: Any = None
         # Bumped whenever cached answers are dropped: an answer computed across a bump is not stored, so a
         # change seen (and drained) by another thread, or a reset, never leaves a stale answer behind.
         self.generation = 0
@@ -54,6 +58,9 @@ class _DirWatch:
     def _drop_all(self) -> None:
         with self.lock:
             self.generation += 1
+            # A watch follows its inode: a watched directory renamed away (and another made in its place)
+            # leaves the path unwatched. Every path is watched again as it is next used.
+            self.watched = set()
             RESOLVED.clear()
             REAL.clear()
             NAMED.clear()
@@ -83,7 +90,27 @@ class _DirWatch:
                 self.fd = self.libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
             except (OSError, AttributeError):
                 self.fd = -1
+            self.poller = select.poll()
+            if self.fd >= 0:
+                self.poller.register(self.fd, select.POLLIN)
         return self.fd >= 0
+
+    def watch_file(self, path: str) -> bool:
+        """Watch one regular file (not a symlink) for any write, and its directory for a rename over it."""
+        if not self._ready() or not self.watch([os.path.dirname(path) or "/"]):
+            return False
+        key = "\0file:" + path  # NUL never occurs in a path: no clash with a directory's entry
+        if key not in self.watched:
+            if len(self.watched) >= _WATCH_MAX:
+                self._reset()
+                return False
+            if self.libc.inotify_add_watch(self.fd, os.fsencode(path), _IN_FILE_MASK | _IN_DONT_FOLLOW) < 0:
+                return False
+            self.watched.add(key)
+        try:  # after the watch: a link (its target unwatched) planted later is an event in the directory
+            return stat.S_ISREG(os.lstat(path).st_mode)
+        except OSError:
+            return False
 
     def watch(self, directories: Collection[str]) -> bool:
         if not self._ready():
@@ -104,6 +131,8 @@ class _DirWatch:
         """Drain pending events; True (and the cache emptied) when anything happened."""
         if not self._ready():
             return False
+        if not self.poller.poll(0):
+            return False  # nothing pending (a poll costs a third of an empty non-blocking read)
         seen = False
         while True:
             try:

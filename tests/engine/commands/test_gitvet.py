@@ -253,3 +253,74 @@ def test_docker_reads_a_compose_file_only_for_compose(tmp_path: Path) -> None:
     docker = ("/usr/bin/docker",)
     assert findings_for(["docker", "ps"], docker, str(tmp_path), []) == []
     assert findings_for(["docker", "compose", "up"], docker, str(tmp_path), [])
+
+
+# --------------------------------------------------------------------------- the parse cache (issue 19)
+
+
+def spawns(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Record every git that read_config starts."""
+    seen: list[list[str]] = []
+    real_run = subprocess.run
+
+    def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[bytes]:
+        seen.append(argv)
+        return real_run(argv, **kw)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(gitvet.subprocess, "run", run)
+    return seen
+
+
+def test_a_config_rewritten_with_the_same_size_and_mtime_is_vetted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parse is cached by the config's bytes, not its stamp: a same-size rewrite with the old mtime put
+    back (what a racing attacker would do) is parsed again, and the decision changes."""
+    work = repo(tmp_path / "r")
+    config = work / ".git" / "config"
+    text = config.read_text()
+    config.write_text(text + "[user]\n\tname = aaaa\n")
+    before = os.stat(config)
+    started = spawns(monkeypatch)
+    assert gitvet.vet(GIT, ["git", "status"], str(work)) == []
+    assert gitvet.vet(GIT, ["git", "status"], str(work)) == []
+    assert len(started) == 1  # the second decision spawned no git
+    config.write_text(text + "[user]\n\tnamx = aaaa\n")
+    os.utime(config, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(config).st_size == before.st_size
+    assert keys(gitvet.vet(GIT, ["git", "status"], str(work))) == ["user.namx"]
+    config.write_text(text + "[user]\n\tname = aaaa\n")  # back to inert: cached, no spawn
+    spawned = len(started)
+    assert gitvet.vet(GIT, ["git", "status"], str(work)) == []
+    assert len(started) == spawned
+
+
+def test_a_parse_error_names_the_file_it_came_from(tmp_path: Path) -> None:
+    for name in ("one", "two"):
+        work = repo(tmp_path / name)
+        (work / ".git" / "config").write_text("[core\n")
+        found = gitvet.vet(GIT, ["git", "status"], str(work))
+        assert found and f"file {work / '.git' / 'config'}" in found[0].what
+
+
+def test_a_fifo_planted_as_the_config_asks_without_hanging(tmp_path: Path) -> None:
+    work = repo(tmp_path / "r")
+    config = work / ".git" / "config"
+    config.unlink()
+    os.mkfifo(config)
+    found = gitvet.vet(GIT, ["git", "status"], str(work))
+    assert found and "not a regular file" in found[0].what
+
+
+def test_git_that_did_not_run_is_not_remembered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    work = repo(tmp_path / "r")
+    (work / ".git" / "config").write_text("[user]\n\tname = timeout-case\n")
+    real_run = subprocess.run
+
+    def timeout(argv: list[str], **kw: object) -> subprocess.CompletedProcess[bytes]:
+        raise subprocess.TimeoutExpired(argv, 10)
+
+    monkeypatch.setattr(gitvet.subprocess, "run", timeout)
+    assert gitvet.vet(GIT, ["git", "status"], str(work))  # asks
+    monkeypatch.setattr(gitvet.subprocess, "run", real_run)
+    assert gitvet.vet(GIT, ["git", "status"], str(work)) == []

@@ -190,3 +190,25 @@ def test_a_spent_watch_budget_starts_over_instead_of_caching_nothing(
     os.rename(tmp_path / "d0", tmp_path / "d0-old")
     (tmp_path / "d0").symlink_to(tmp_path / "elsewhere")
     assert real_path(paths[0]) == str(tmp_path / "elsewhere" / "f")
+
+
+def test_resolve_sees_a_path_dir_replaced_by_another(tmp_path: Path) -> None:
+    """A watch follows its inode: `mv bin bin.old && mkdir bin` leaves the path unwatched unless the cache
+    watches it again, and a program planted there afterwards would not be seen (found in issue 19)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    path_var = f"{bin_dir}:/usr/bin:/bin"
+    assert (
+        which.resolve("ls", str(tmp_path), path_var)
+        == which.resolve_uncached("ls", str(tmp_path), path_var)[0]
+    )
+    os.rename(bin_dir, tmp_path / "bin.old")
+    bin_dir.mkdir()
+    assert (
+        which.resolve("ls", str(tmp_path), path_var)
+        == which.resolve_uncached("ls", str(tmp_path), path_var)[0]
+    )
+    planted = bin_dir / "ls"
+    planted.write_text("#!/bin/sh\n")
+    planted.chmod(0o755)
+    assert which.resolve("ls", str(tmp_path), path_var) == (str(planted), str(planted))
