@@ -4,10 +4,12 @@ channel (the host cannot reach inside a container), now and after a new gateway 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 from typing import Any
 
+from engine.sandbox import docker_ops
 from engine.sandbox import supervisor as sv
 from engine.sessions import procs
 from engine.sessions.host import HeldPaths, HostProcess
@@ -23,20 +25,56 @@ class SandboxHeldProcess(HostProcess):
     def __init__(self, paths: HeldPaths, link: HostLink | None, chan: int, meta: dict[str, Any]) -> None:
         raw = meta.get("sandbox")
         box: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        super().__init__(paths, link, chan, pid=None, pty=False, marker=str(meta.get("marker") or ""))
+        pty = bool(meta.get("pty"))
+        super().__init__(paths, link, chan, pid=None, pty=pty, marker=str(meta.get("marker") or ""))
         self.container = str(box.get("container") or "")
         pid = box.get("pid")
         self._cpid = pid if isinstance(pid, int) and pid > 0 else None
         self._channel = sv.Channel(self.container)
         self._exec_id = str(box.get("execId") or "")
+        self._docker_exec = str(box.get("dockerExec") or "")  # a terminal's `docker exec -t`
+        self._inspecting = False
         self._sent_signal: int | None = None
 
     def on_exit(self, msg: dict[str, Any]) -> None:
+        if self._docker_exec and msg.get("code") is None and msg.get("signal") is None:
+            # A terminal's end carries no code: the engine keeps it with the exec.
+            if not self._inspecting:
+                self._inspecting = True
+                asyncio.get_running_loop().create_task(self._inspect_exit(msg))
+            return
         code = msg.get("code")
         status = sv.decode_status(code if isinstance(code, int) else None, self._sent_signal)
         if status.signal:
             msg = {**msg, "code": None, "signal": signal.Signals(status.signal).name}
         super().on_exit(msg)
+
+    async def _inspect_exit(self, msg: dict[str, Any]) -> None:
+        code: int | None = None
+
+        def inspect() -> dict[str, Any]:
+            return dict(docker_ops.client().api.exec_inspect(self._docker_exec))
+
+        with contextlib.suppress(*docker_ops.api_errors(), docker_ops.SandboxUnavailable):
+            for _ in range(50):
+                info = await asyncio.to_thread(inspect)
+                if not info.get("Running"):
+                    code = info.get("ExitCode")
+                    break
+                await asyncio.sleep(0.02)
+        self._docker_exec = ""  # asked once: what it said is the end
+        self.on_exit({**msg, "code": code, "signal": None if isinstance(code, int) else "SIGKILL"})
+
+    def resize(self, cols: int, rows: int) -> None:
+        if not self.pty or not self._docker_exec or self._closed:
+            return
+        exec_id = self._docker_exec
+
+        def apply() -> None:
+            with contextlib.suppress(*docker_ops.api_errors(), docker_ops.SandboxUnavailable):
+                docker_ops.client().api.exec_resize(exec_id, height=rows, width=cols)
+
+        asyncio.get_running_loop().run_in_executor(None, apply)
 
     def close(self) -> None:
         super().close()

@@ -313,7 +313,8 @@ class DockerPtyProcess(_InContainer):
         self._dir: tuple[str, int, int] | None = None
         self._closed = False
 
-    async def start(self, script: str, cols: int, rows: int, busybox: str) -> None:
+    async def start(self, script: str, cols: int, rows: int, busybox: str, *, handoff: bool = False) -> None:
+        """`handoff`: the terminal is not read here; `release()` hands it to the session host."""
         exec_id, xfd, efd = self._channel.new_exec_dir()
         self._dir = (exec_id, xfd, efd)
         sv.write_file("spec", script, efd)
@@ -335,7 +336,8 @@ class DockerPtyProcess(_InContainer):
         sock.setblocking(False)
         self._sock = sock
         # The reader owns a dup: its EOF close can never hit a reused fd number the socket still writes to.
-        self._streams.add(os.dup(sock.fileno()), "pty")
+        if not handoff:
+            self._streams.add(os.dup(sock.fileno()), "pty")
         self.resize(cols, rows)
         for _ in range(200):
             text = sv.read_small("pid", efd)
@@ -343,6 +345,22 @@ class DockerPtyProcess(_InContainer):
                 self.pid = int(text.strip())
                 break
             await asyncio.sleep(0.005)
+
+    def release(self) -> tuple[int, str, str]:
+        """For the session host: (a dup of the terminal socket, the engine's exec id, the exec dir id).
+        The dir stays until the command's end (engine.sandbox.held removes it); this handle is done."""
+        if self._sock is None or self._exec_id is None or self._dir is None:
+            raise sv.SupervisorUnavailable("the sandbox terminal ended before it could be handed over")
+        fd = os.dup(self._sock.fileno())
+        exec_dir, xfd, efd = self._dir
+        self._dir = None
+        os.close(efd)
+        os.close(xfd)
+        docker_exec = self._exec_id
+        if not self._exit.done():
+            self._exit.set_result((None, None))
+        self.close()
+        return fd, docker_exec, exec_dir
 
     def _on_eof(self) -> None:
         self._loop.create_task(self._collect_exit())
@@ -481,22 +499,60 @@ class SandboxLauncher:
         marker = spec.marker or secrets.token_hex(8)
         if not all(c in "0123456789abcdef" for c in marker):
             marker = secrets.token_hex(8)
+        session_id = spec.marker.rsplit("-", 1)[0] if spec.marker else ""
+        host = self._session_host
+        held = host is not None and bool(session_id) and await host.connect() is not None
         if spec.pty:
             api = await asyncio.to_thread(self._api_factory)  # the first call connects to the engine
             pty = DockerPtyProcess(api, self._channel, self.container, marker)
             try:
-                await pty.start(self._script(spec, marker, True), spec.cols, spec.rows, self._busybox)
+                await pty.start(
+                    self._script(spec, marker, True), spec.cols, spec.rows, self._busybox, handoff=held
+                )
             except BaseException:
                 pty.close()
                 raise
+            if held:
+                return self._track(await self._hold_pty(host, spec, session_id, marker, pty))
             return self._track(pty)
-        session_id = spec.marker.rsplit("-", 1)[0] if spec.marker else ""
-        host = self._session_host
-        if host is not None and session_id and await host.connect() is not None:
+        if held:
             return self._track(await self._spawn_held(host, spec, session_id, marker))
         proc = SupervisedProcess(self._channel, marker)
         await proc.start(self._script(spec, marker, False), spec.wants_stdin())
         return self._track(proc)
+
+    async def _hold_pty(
+        self, host: Any, spec: RunSpec, session_id: str, marker: str, pty: DockerPtyProcess
+    ) -> Any:
+        """A `docker exec -t` terminal handed to the session host: its socket outlives us."""
+        from engine.sandbox.held import KIND, make_held
+        from engine.sessions.host import session_meta
+
+        pid = pty.pid
+        fd, docker_exec, exec_dir = pty.release()
+        meta = session_meta(session_id, spec, int(time.time() * 1000)) | {
+            "held": KIND,
+            "marker": marker,
+            "sandbox": {
+                "container": self.container,
+                "pid": pid,
+                "execId": exec_dir,
+                "dockerExec": docker_exec,
+            },
+        }
+        try:
+            handle = await host.hold(session_id, (fd,), ["pty"], meta, make_held)
+        except BaseException:
+            await terminate_in_container(self._channel, pid, marker, 0.0, lambda: False, lambda _s: None)
+            raise
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if handle is None:
+            await terminate_in_container(self._channel, pid, marker, 0.0, lambda: False, lambda _s: None)
+            raise sv.SupervisorUnavailable("the session host went away while taking the sandbox terminal")
+        handle.pid = pid
+        return handle
 
     async def _spawn_held(self, host: Any, spec: RunSpec, session_id: str, marker: str) -> Any:
         """Started by the supervisor as always, then handed to the session host: it outlives us."""

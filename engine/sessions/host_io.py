@@ -196,9 +196,7 @@ class SessionIO:
             self._remove(s)
 
     def _close_stream(self, s: Session, fd: int) -> None:
-        if s.streams.get(fd) == STATUS and s.exit is None:
-            self._ended(s, None, "SIGKILL")  # the status writer vanished: the container or its runner died
-        s.streams.pop(fd, None)
+        was_status = s.streams.pop(fd, None) == STATUS
         if fd == s.stdin_fd:
             s.stdin_fd = None
             s.inbuf.clear()
@@ -211,6 +209,11 @@ class SessionIO:
         if not s.streams and not s.eof:
             s.eof = True
             self._notify(s)
+        # A held command's end (after the fd is closed: ending may remove the session and its fds).
+        if was_status and s.exit is None:
+            self._ended(s, None, "SIGKILL")  # the status writer vanished: the container or its runner died
+        elif not s.pid and not s.streams and s.exit is None and s.pty:
+            self._ended(s, None, None)  # a held terminal closed: its owner asks the engine for the code
 
     def _update(self, s: Session, fd: int) -> None:
         """Register `fd` for what it is used for now (output to read, input to write) or for nothing."""

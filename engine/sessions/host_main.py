@@ -336,7 +336,7 @@ class Host(hio.SessionIO):
                 s.shut_pending = True
                 self._flush_input(s)
         elif kind == hio.RESIZE:
-            if s.pty and s.stdin_fd is not None:
+            if s.pty and s.stdin_fd is not None and s.pid:  # a held terminal is resized by its owner
                 msg = json.loads(payload)
                 size = struct.pack("HHHH", int(msg["rows"]), int(msg["cols"]), 0, 0)
                 fcntl.ioctl(s.stdin_fd, termios.TIOCSWINSZ, size)
@@ -380,7 +380,7 @@ class Host(hio.SessionIO):
         sid, names = msg.get("id"), msg.get("streams")
         if not hio.valid_id(sid) or sid in self.by_id:
             raise ValueError(f"bad or duplicate session id {sid!r}")
-        if not isinstance(names, list) or len(names) != len(fds) or "status" not in names:
+        if not isinstance(names, list) or len(names) != len(fds) or not {"status", "pty"} & set(names):
             raise ValueError("held streams do not match the descriptors")
         s = hio.Session(str(sid), self.next_chan, int(msg.get("spoolCap") or 64 * 1024 * 1024))
         seen = msg.get("status")  # status bytes the gateway read before handing over (an exit, maybe)
@@ -388,6 +388,8 @@ class Host(hio.SessionIO):
         for name, fd in zip(names, fds, strict=True):
             if name == "stdin":
                 s.stdin_fd = fd
+            elif name == "pty":  # a terminal stream both ways (a `docker exec -t` socket)
+                s.streams[fd], s.stdin_fd, s.pty = 2, fd, True
             elif name in hio.HELD_STREAMS:
                 s.streams[fd] = hio.HELD_STREAMS[name]
             else:

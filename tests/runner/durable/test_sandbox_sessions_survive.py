@@ -57,6 +57,10 @@ async def test_a_sandbox_session_outlives_the_gateway(sandboxed: Path) -> None:
         a = (await agent.request("exec", {"command": counter, "background": True}))["details"]
         b = (await agent.request("exec", {"command": reader, "background": True}))["details"]
         quick = (await agent.request("exec", {"command": "exit 7", "background": True}))["details"]
+        term = (await agent.request("exec", {"command": "cat", "background": True, "pty": True}))["details"]
+        await agent.request(
+            "process", {"action": "write", "sessionId": term["sessionId"], "data": "tty-one\n"}
+        )
         assert a["status"] == "running" and a["ranOn"].startswith("sandbox"), a
         await agent.request("process", {"action": "write", "sessionId": b["sessionId"], "data": "one\n"})
         await wait_until(lambda: _has(agent, a["sessionId"], "line-3"), timeout=30)
@@ -76,10 +80,17 @@ async def test_a_sandbox_session_outlives_the_gateway(sandboxed: Path) -> None:
         await wait_until(lambda: _has(agent, b["sessionId"], "got-two"), timeout=30)
         assert "got-one" in await _log(agent, b["sessionId"])
         await agent.request("process", {"action": "kill", "sessionId": b["sessionId"]})
+        # The terminal too: what it echoed before, and what it echoes now.
+        assert "tty-one" in await _log(agent, term["sessionId"])
+        await agent.request(
+            "process", {"action": "write", "sessionId": term["sessionId"], "data": "tty-two\n"}
+        )
+        await wait_until(lambda: _has(agent, term["sessionId"], "tty-two"), timeout=30)
+        await agent.request("process", {"action": "kill", "sessionId": term["sessionId"]})
 
         async def ended() -> bool:
             rows = {r["sessionId"]: r for r in await agent.list_sessions()}
-            return rows[b["sessionId"]]["status"] != "running"
+            return all(rows[x["sessionId"]]["status"] != "running" for x in (b, term))
 
         await wait_until(ended, timeout=30)
         await agent.close()
