@@ -97,7 +97,7 @@ class _Reader:
             elif char in "()":
                 raise _Refuse("subshell")
             elif char == "#" and self._word_start():
-                raise _Refuse("comment")
+                self._comment()
             elif src.startswith("<<<", self.i):
                 self.out.append("<<<")
                 self.i += 3
@@ -109,6 +109,15 @@ class _Reader:
         if self.pending:
             raise _Refuse("unterminated heredoc")
         return "".join(self.out), self.heredocs
+
+    def _comment(self) -> None:
+        """Dropped to the end of its line, as bash drops it, when what precedes the `#` is plainly a word
+        boundary (a bare blank, newline or operator, or nothing); an escaped blank or anything less plain
+        is refused: guessing wrong would leave a command bash runs out of the analysed text."""
+        if self.out and self.out[-1] not in (" ", "\t", "\n", ";", "&", "|"):
+            raise _Refuse("comment")
+        end = self.src.find("\n", self.i)
+        self.i = len(self.src) if end < 0 else end
 
     def _word_start(self) -> bool:
         return not self.out or self.out[-1][-1:] in (" ", "\t", "\n", ";", "&", "|")

@@ -97,6 +97,10 @@ ACCEPTED = {
     "backslash-newline-in-single-quotes": "tool 'a\\\nb'",
     "delimiter-with-trailing-space-is-body": "tool <<'EOF'\nEOF \nid\n EOF\nEOF",
     "quote-spans-the-heredoc-line": "tool <<X; tool2 'q\nX\n'\nid\nX",
+    # Comments go as bash drops them (issue 21): whole lines, trailing ones, never inside quotes or words;
+    # a `#` that hides an operator hides nothing from the analysis (`id` and `tool2` are segments).
+    "comments": "# header\ntool a # trailing && id\n  # indented\ntool2 'b # no' c#d \"#\"",
+    "comment-hides-operator": "tool # <<tool2\nid\ntool2",
     "inside-sh-c": "bash -c 'tool <<EOF\nx\nEOF\ntool2'",
     "space-after-operator": "tool << 'EOF'\nx\nEOF",
     "glued-operator": "tool<<EOF\nx\nEOF",
@@ -143,7 +147,8 @@ ASKS = {
     ),
     "fd-heredoc": ("tool 3<<EOF\nid\nEOF", "heredoc on a file descriptor"),
     "variable-delimiter": ("tool <<$X\nid\n$X", "unusual heredoc delimiter"),
-    "comment-hides-operator": ("tool # <<EOF\nid\nEOF", "comment"),
+    # An escaped blank does not end a word, so this `#` is no comment and bash runs `id` (issue 21).
+    "escaped-blank-before-hash": ("tool \\ #; id", "comment"),
     "crlf": ("tool\r\nid", "carriage return (CRLF): bash reads \\r as part of the word"),
     "crlf-delimiter": (
         "tool <<EOF\r\nx\r\nEOF\r\nid",
@@ -166,7 +171,7 @@ def test_forms_that_could_hide_a_command_ask(command: str, reason: str) -> None:
 def test_the_hidden_commands_would_have_run(markers: Path) -> None:
     # The attacks are real: bash runs `id` in each of these (so accepting them would run it unasked).
     # (An unterminated body or a delimiter with a trailing space only hides data: bash reads to the end.)
-    for key in ("continuation-forms-delimiter", "crlf-delimiter", "comment-hides-operator"):
+    for key in ("continuation-forms-delimiter", "crlf-delimiter", "escaped-blank-before-hash"):
         ran = {name for name, _, _ in _bash(ASKS[key][0], markers)}
         assert "id" in ran, key
     # CRLF: bash runs `tool\r`, not `tool` (so `\r` is no newline to us either).

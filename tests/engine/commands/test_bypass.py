@@ -69,7 +69,7 @@ CORPUS: dict[str, Attempt] = {
     "function": Attempt("ls() { id; }; ls"),
     "function-kw": Attempt("function ls { id; }; ls"),
     "test-subst": Attempt("[[ $(id) ]]"),
-    "comment-hides": Attempt("ls # ; id"),
+    "comment-after-escaped-blank": Attempt("ls \\ #; id"),  # no comment for bash: `id` runs
     "double-semicolon": Attempt("ls ;; id"),
     # newlines and continuations
     "newline": Attempt("ls\nid"),
@@ -285,6 +285,10 @@ def test_the_standard_allowlist_does_allow_the_plain_forms(box: Path) -> None:
         result = evaluate_allowlist(analysis, entries, cwd=str(box / "work"), env=env)
         assert analysis.ok and result.satisfied, (command, analysis.reason, result)
         assert enforced_command(analysis, result)
+    # A comment is dropped as bash drops it: what runs is the pinned `ls`, never the commented text.
+    analysis = analyze_command("ls # ; id")
+    result = evaluate_allowlist(analysis, entries, cwd=str(box / "work"), env=env)
+    assert result.satisfied and "id" not in (enforced_command(analysis, result) or "id")
     git = [AllowlistEntry("/usr/bin/git", arg_pattern="status( -s)?")]
     analysis = analyze_command("git status -s")
     if os.path.exists("/usr/bin/git"):
