@@ -457,10 +457,13 @@ async def test_markup_in_agent_text_is_shown_literally(state_dir: Path) -> None:
         await until(pilot, lambda: len(app.inbox) == 1)
         item = app.inbox.rows()[0]
         await until(pilot, lambda: app.approvals.insights.get(item.key))
-        await pilot.pause(0.3)
         table = app.query_one("#approval-list")
-        row_text = "".join(table.render_line(y).text for y in range(1, 3))
-        assert "[@click=app.quit]boom" in row_text  # the list cell, not only the detail view
+
+        def row_text() -> str:
+            return "".join(table.render_line(y).text for y in range(1, 3))
+
+        # The list cell, not only the detail view (polled: column widths follow the rows a repaint later).
+        await until(pilot, lambda: "[@click=app.quit]boom" in row_text())
         assert app.is_running
         await pilot.press("d")
         await asyncio.wait_for(task, 10)
