@@ -242,7 +242,17 @@ class ConsoleApp(App[None]):
 
     # ------------------------------------------------------------------ gateway traffic
 
+    # Gateway traffic keeps arriving while the app shuts down, after the panes are gone: it is dropped then,
+    # like the timers' (_while_mounted).
     def on_gateway_connected(self, message: GatewayConnected) -> None:
+        with contextlib.suppress(NoMatches):
+            self._gateway_connected(message)
+
+    def on_gateway_event(self, message: GatewayEvent) -> None:
+        with contextlib.suppress(NoMatches):
+            self._gateway_event(message)
+
+    def _gateway_connected(self, message: GatewayConnected) -> None:
         self.gateway_pid = message.pid
         self.config_error = None
         self.show_header()
@@ -288,7 +298,7 @@ class ConsoleApp(App[None]):
     def on_gateway_lost(self, message: GatewayLost) -> None:
         self.sub_title = f"gateway unreachable: {message.reason[:80]} (retrying)"
 
-    def on_gateway_event(self, message: GatewayEvent) -> None:
+    def _gateway_event(self, message: GatewayEvent) -> None:
         event, data = message.event, message.data
         if event == "approval.requested":
             self.add_approval("gateway", str(data.get("id")), data)

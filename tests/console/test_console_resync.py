@@ -54,3 +54,24 @@ async def operator_deny(state: Path, approval_id: str) -> None:
     await operator.request("approve", {"id": approval_id, "decision": "deny"})
     await operator.close()
 
+
+
+async def test_gateway_traffic_after_the_panes_are_gone_is_dropped(state_dir: Path) -> None:
+    """Events kept arriving while the console shut down; one landed after its panes were removed and
+    crashed the app with NoMatches (seen in bench/bench_console.py)."""
+    from textual.widgets import TabbedContent
+
+    from console.messages import GatewayEvent
+
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        app = ConsoleApp(state_dir, autostart=False, bell=False, clock=False)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await wait_until(app.link.connected.is_set, timeout=20)
+            await app.query_one(TabbedContent).remove()  # what shutdown does to the main screen
+            await pilot.pause()
+            row = {"sessionId": "late-one", "status": "exited", "command": "true", "scopeKey": "agent:main"}
+            app.post_message(GatewayEvent("session.exited", {"session": row}))
+            app.post_message(GatewayEvent("approval.resolved", {"id": "x", "decision": "deny"}))
+            await pilot.pause(0.2)
+            assert app.is_running and app._exception is None
