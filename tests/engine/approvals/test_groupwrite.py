@@ -12,16 +12,17 @@ from engine.approvals.groupwrite import GroupWriter
 
 async def test_lines_queued_during_a_write_go_out_together_and_in_order() -> None:
     batches: list[list[bytes]] = []
-    gate = threading.Event()
+    gate, entered = threading.Event(), threading.Event()
 
     def write(batch: list[bytes]) -> None:
         if not batches:
+            entered.set()
             gate.wait(10)  # the first write is slow: everything after it queues
         batches.append(batch)
 
     writer = GroupWriter("lines", write)
     writer.put(b"a")
-    await asyncio.sleep(0.05)  # the writer has taken "a" and is stuck in its write
+    await asyncio.to_thread(entered.wait, 10)  # the writer has taken "a" and is stuck in its write
     for item in (b"b", b"c", b"d"):
         writer.put(item)
     barrier = asyncio.ensure_future(writer.barrier())
@@ -34,17 +35,18 @@ async def test_lines_queued_during_a_write_go_out_together_and_in_order() -> Non
 
 async def test_a_snapshot_writer_writes_the_newest_state_once() -> None:
     written: list[list[bytes]] = []
-    gate = threading.Event()
+    gate, entered = threading.Event(), threading.Event()
     state = {"n": 0}
 
     def write(batch: list[bytes]) -> None:
         if not written:
+            entered.set()
             gate.wait(10)
         written.append(batch)
 
     writer = GroupWriter("snapshot", write, latest_only=True)
     writer.put(b"first")
-    await asyncio.sleep(0.05)
+    await asyncio.to_thread(entered.wait, 10)
     for n in range(1, 6):
         state["n"] = n
         writer.put(lambda: f"state {state['n']}".encode())  # encoded when its batch is taken
