@@ -94,6 +94,9 @@ def _main(argv: list[str]) -> int:
     if problem:
         print(f"exechost: {problem}", file=sys.stderr)
         return 2
+    if argv == ["--version"]:  # asked by scripts before every call: no verb module, no parser
+        print(f"exechost {_version()}")
+        return 0
     parser = build_parser(argv)
     args, extras = parser.parse_known_args(argv)
     if extras and getattr(args, "command", None) == "process" and not args.session_id:

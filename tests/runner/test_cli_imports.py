@@ -83,3 +83,10 @@ def test_help_still_lists_every_verb(state_dir: Path) -> None:
         assert verb in proc.stdout
     version = cli(state_dir, "--version")
     assert version.returncode == 0 and version.stdout.startswith("exechost ")
+
+
+def test_version_imports_no_verb_module(state_dir: Path) -> None:
+    """`--version` named no verb, so it imported every verb module (asyncssh, docker…): ~330 ms."""
+    proc, names = imported(state_dir, "--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("exechost "), proc.stdout + proc.stderr[-2000:]
+    assert heavy(names) == [] and not {n for n in names if n.startswith("runner.cli.")}
