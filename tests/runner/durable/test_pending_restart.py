@@ -100,14 +100,19 @@ async def test_an_ask_that_expired_while_no_gateway_ran_falls_back(state_dir: Pa
         assert os.path.exists(state_dir / PENDING_NAME)
 
 
+def _long_run(state: Path) -> tuple[Path, Path, str]:
+    """A command that logs each start, then runs until `go` exists: (log, go, command)."""
+    write_config(state, ALLOWLIST)
+    work = state.parent / "w"
+    work.mkdir()
+    log, go = work / "runs.log", work / "go"
+    return log, go, f"echo run >> {log}; while [ ! -e {go} ]; do sleep 0.05; done"
+
+
 async def test_an_approved_command_running_when_the_gateway_dies_is_not_run_again(state_dir: Path) -> None:
     """Approved, started, still running at the SIGKILL: the next gateway restored the ask as "approved,
     not yet run" and started a second copy beside the adopted first."""
-    write_config(state_dir, ALLOWLIST)
-    work = state_dir.parent / "w"
-    work.mkdir()
-    log, go = work / "runs.log", work / "go"
-    command = f"echo run >> {log}; while [ ! -e {go} ]; do sleep 0.05; done"
+    log, go, command = _long_run(state_dir)
     with Daemon(state_dir) as daemon:
         asked = await _ask(state_dir, command, "k4")
         assert cli(state_dir, "approve", asked["approvalSlug"], "allow-once").returncode == 0
@@ -125,11 +130,7 @@ async def test_an_approved_foreground_run_is_not_run_again_after_a_crash(state_d
     yet, so nothing but the ask on disk said what had happened."""
     import asyncio
 
-    write_config(state_dir, ALLOWLIST)
-    work = state_dir.parent / "w"
-    work.mkdir()
-    log, go = work / "runs.log", work / "go"
-    command = f"echo run >> {log}; while [ ! -e {go} ]; do sleep 0.05; done"
+    log, go, command = _long_run(state_dir)
     with Daemon(state_dir) as daemon:
         operator = await connect(state_dir, "op")
         await operator.request("approvals.attach")
