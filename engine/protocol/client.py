@@ -13,18 +13,14 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from engine import principals, statefs
-from engine.errors import InvalidInput
+from engine import statefs
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
     MAX_FRAME_BYTES,
-    OPERATOR_TOKEN_NAME,
-    PROTOCOL_VERSION,
     ErrorFrame,
     Event,
     GatewayNotAnswering,
     GatewayUnavailable,
-    Hello,
     ProtocolError,
     RemoteError,
     Request,
@@ -33,14 +29,17 @@ from engine.protocol.frames import (
     Welcome,
     decode_frame,
     encode_frame,
-    ensure_token,
     read_frame_line,
-    read_token,
-    socket_path,
-    token_path,
+)
+from engine.protocol.handshake import (
+    dial_path,
+    gateway_secret,
+    hello,
+    identity,
+    shared_socket,
+    welcome_or_raise,
 )
 from engine.protocol.methods import TOPICS
-from engine.unixsock import SUN_PATH_MAX
 
 
 def spawn_gateway(state: Path) -> subprocess.Popen[bytes]:
@@ -74,31 +73,6 @@ def _last_line(log: Path) -> str:
     except OSError:
         return "no log"
     return lines[-1][-400:] if lines else "no log output"
-
-
-def _credential(state: Path, agent: str | None, explicit: str | None) -> str:
-    """The agent credential this client presents ("" = none: the gateway token alone is agent main)."""
-    if explicit:
-        return explicit
-    try:
-        found = principals.token_from_env(os.environ.get("EXECHOST_AGENT_TOKEN_FILE") or None)
-    except InvalidInput as exc:
-        raise GatewayUnavailable(str(exc)) from None
-    if found:
-        return found
-    if agent and agent != principals.MAIN_AGENT:
-        # The operator's own terminal acting as an agent: the minted file it can read (agents sharing the
-        # operator's account are given $EXECHOST_AGENT_TOKEN instead; see docs/SECURITY.md).
-        if not principals.valid_name(agent):
-            raise RemoteError("auth", f"invalid agent id {agent!r}")
-        stored = principals.read_token(state, agent)
-        if stored is None:
-            raise RemoteError(
-                "auth",
-                f"agent {agent!r} has no credential (the operator mints one: `exechost agents add {agent}`)",
-            )
-        return stored
-    return ""
 
 
 class ControlClient:
@@ -143,15 +117,8 @@ class ControlClient:
         $EXECHOST_GATEWAY_SOCKET (the agents' socket) the peer's Unix account says who it is."""
         state = state_dir or statefs.state_dir()
         # The operator role is claimed only by the console and the operator's CLI verbs, never by agents.
-        role = ensure_token(state, OPERATOR_TOKEN_NAME) if operator else ""
-        shared_socket = os.environ.get(principals.SOCKET_ENV, "").strip()
-        if operator:
-            cred = ""
-        elif shared_socket:  # the account is the proof there; an explicit credential is sent (and refused)
-            cred = credential or ""
-        else:
-            cred = _credential(state, agent, credential)
-        if shared_socket:
+        role, cred = identity(state, operator=operator, agent=agent, credential=credential)
+        if shared_socket():
             autostart = False  # another account's gateway: never start one of our own
         try:
             return await cls._try_connect(state, client, name, token, role, cred)
@@ -166,26 +133,20 @@ class ControlClient:
     async def _try_connect(
         cls, state: Path, client: str, name: str, token: str | None, role: str = "", cred: str = ""
     ) -> ControlClient:
-        shared = os.environ.get(principals.SOCKET_ENV, "").strip()
-        path = Path(shared) if shared else socket_path(state)
-        if len(os.fsencode(path)) > SUN_PATH_MAX:
-            raise GatewayUnavailable(f"socket path too long ({len(os.fsencode(path))} bytes): {path}")
+        path = dial_path(state)
         try:
             reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_FRAME_BYTES + 1)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise GatewayUnavailable(f"no gateway is listening on {path} ({exc.strerror})") from None
         except OSError as exc:
             raise GatewayUnavailable(f"cannot connect to {path}: {exc.strerror or exc}") from None
-        # On the agents' socket the peer's uid is the proof: there is no token this account could read.
-        secret = token or ("" if shared else read_token(state))
-        if not secret and not shared:
-            writer.close()
-            raise GatewayUnavailable(f"no gateway token in {token_path(state)}")
         try:
-            hello = Hello(
-                token=secret or "", client=client, name=name or client, operator=role, credential=cred
-            )
-            writer.write(encode_frame(hello))
+            secret = gateway_secret(state, token)
+        except GatewayUnavailable:
+            writer.close()
+            raise
+        try:
+            writer.write(encode_frame(hello(secret, client, name, role, cred)))
             with contextlib.suppress(OSError):  # refused before our hello: its error frame is still there
                 await writer.drain()
             line = await asyncio.wait_for(read_frame_line(reader), HANDSHAKE_TIMEOUT_S)
@@ -202,13 +163,12 @@ class ControlClient:
             raise GatewayUnavailable(
                 f"handshake with the gateway failed: {exc or type(exc).__name__}"
             ) from None
-        if isinstance(frame, ErrorFrame):
+        try:
+            welcome = welcome_or_raise(frame)
+        except RemoteError:
             writer.close()
-            raise RemoteError(frame.code, frame.message)
-        if not isinstance(frame, Welcome) or frame.version != PROTOCOL_VERSION:
-            writer.close()
-            raise RemoteError("version", f"gateway speaks an unexpected protocol: {frame!r}")
-        return cls(reader, writer, frame)
+            raise
+        return cls(reader, writer, welcome)
 
     @classmethod
     async def _start_and_connect(

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine import jsontext, redact, statefs
 from engine.errors import ExecHostError
+
+if TYPE_CHECKING:  # asyncio costs a blocking CLI client ~40 ms of imports it never uses
+    import asyncio
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 1 << 20  # one JSON line, newline included
@@ -207,6 +209,8 @@ def decode_frame(line: bytes | str) -> Frame:
 async def read_frame_line(reader: asyncio.StreamReader) -> bytes:
     """Read one line of at most MAX_FRAME_BYTES; raises ProtocolError on an oversize line and
     asyncio.IncompleteReadError on EOF. The reader must be created with limit > MAX_FRAME_BYTES."""
+    import asyncio  # already loaded by whoever holds a StreamReader
+
     try:
         line = await reader.readuntil(b"\n")
     except asyncio.LimitOverrunError:

@@ -270,26 +270,28 @@ class ExecTool:
         cwd = self._workdir(params.get("workdir") or params.get("defaultWorkdir"), host_warnings)
         call_params = {k: params[k] for k in ("host", "security", "ask", "node", "elevated") if k in params}
         _check_enums(call_params)
-        grants = []
-        if self.grants is not None and use_grants:
-            grants = await asyncio.to_thread(self.grants.entries, ctx.agent_id, ctx.session_key or None)
+        grant_store = self.grants if use_grants else None
+        decide = functools.partial(
+            evaluate,
+            command,
+            config=config,
+            agent_id=ctx.agent_id,
+            params=call_params,
+            overrides=overrides_for(self.overrides, ctx.agent_id, ctx.session_key),
+            store=self.store,
+            cwd=cwd,
+            sandbox_available=sandbox,
+            session_key=ctx.session_key or None,
+            env_overrides=env_param,
+        )
+
+        def decide_with_grants() -> Decision:
+            # The grants file is read in the same worker-thread hop as the decision: one hop per exec.
+            grants = [] if grant_store is None else grant_store.entries(ctx.agent_id, ctx.session_key or None)
+            return decide(grants=grants)
+
         try:
-            decision = await self._evaluator.run(
-                functools.partial(
-                    evaluate,
-                    command,
-                    config=config,
-                    agent_id=ctx.agent_id,
-                    params=call_params,
-                    overrides=overrides_for(self.overrides, ctx.agent_id, ctx.session_key),
-                    store=self.store,
-                    cwd=cwd,
-                    sandbox_available=sandbox,
-                    session_key=ctx.session_key or None,
-                    env_overrides=env_param,
-                    grants=grants,
-                )
-            )
+            decision = await self._evaluator.run(decide_with_grants)
         except ApprovalsFileError as exc:
             # Fail closed: a broken approvals file can neither allow nor be silently ignored.
             raise ToolError(f"exec denied: {exc}") from None

@@ -8,33 +8,9 @@ import contextlib
 import time
 
 from engine import principals, statefs
-from engine.errors import InvalidInput
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable, RemoteError
-from runner.cli.common import Subparsers, add_json_arg, emit
-
-
-def agent_arg(raw: str) -> str:
-    """argparse type for an agent id: `../x`, `*` and `a:b` are refused before anything is sent."""
-    try:
-        return principals.check_agent(raw)
-    except InvalidInput as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def node_arg(raw: str) -> str:
-    try:
-        return principals.check_node(raw)
-    except InvalidInput as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def node_query_arg(raw: str) -> str:
-    """`exec --node`: a node's name, display name, id or IP, never a path."""
-    try:
-        return principals.check_node_query(raw)
-    except InvalidInput as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit
 
 
 def register(subparsers: Subparsers) -> None:

@@ -7,7 +7,9 @@ import json
 import sys
 from typing import Any
 
+from engine import principals
 from engine.display import REPORT, visible
+from engine.errors import InvalidInput
 
 Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
 
@@ -40,3 +42,26 @@ def emit(text: str, details: dict[str, Any], as_json: bool) -> None:
         text = escape_controls(text, keep_lines=True)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     sys.stdout.flush()
+
+
+def agent_arg(raw: str) -> str:
+    """argparse type for an agent id: `../x`, `*` and `a:b` are refused before anything is sent."""
+    try:
+        return principals.check_agent(raw)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def node_arg(raw: str) -> str:
+    try:
+        return principals.check_node(raw)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def node_query_arg(raw: str) -> str:
+    """`exec --node`: a node's name, display name, id or IP, never a path."""
+    try:
+        return principals.check_node_query(raw)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

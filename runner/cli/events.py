@@ -12,8 +12,7 @@ from engine import principals
 from engine.display import REPORT, visible
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable
-from runner.cli.agents import agent_arg
-from runner.cli.common import Subparsers, add_json_arg, emit
+from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit
 from runner.cli.gateway import EXIT_UNAVAILABLE, CliFailure, call, run_verb
 
 

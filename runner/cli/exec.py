@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.display import visible
-from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
-from engine.protocol.resume import follow_approval
 from runner.cli import UsageError
-from runner.cli.agents import agent_arg, node_query_arg
-from runner.cli.common import Subparsers, add_json_arg, emit
-from runner.cli.gateway import CliFailure, run_verb, with_client
+from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit, node_query_arg
+from runner.cli.gateway import CliFailure, cli_failures, run_verb, sync_client, with_client
+
+if TYPE_CHECKING:
+    from engine.protocol.client import ControlClient
 
 EXIT_PENDING = 10
 EXIT_DENIED = 11
@@ -128,55 +127,98 @@ def waiting_line(data: dict[str, Any], now: float | None = None) -> str:
     )
 
 
-async def _exec_waiting(client: ControlClient, params: dict[str, Any]) -> dict[str, Any]:
-    """The exec request, saying on stderr while it waits for a human (a live countdown on a TTY)."""
-    ticker: asyncio.Task[None] | None = None
-    tty = sys.stderr.isatty()
+class _Waiting:
+    """What the CLI says on stderr while its command waits for a human (a live countdown on a TTY)."""
 
-    async def countdown(data: dict[str, Any]) -> None:
-        while True:
-            await asyncio.sleep(1)
-            sys.stderr.write("\r\x1b[2K" + waiting_line(data))
-            sys.stderr.flush()
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.data: dict[str, Any] | None = None
 
-    waited: dict[str, Any] | None = None
-
-    def on_event(event: Event) -> None:
-        nonlocal ticker, waited
+    def on_event(self, event: Event) -> None:
         if event.event != EventName.EXEC_WAITING:
             return
-        waited = dict(event.data)
-        sys.stderr.write(waiting_line(event.data) + ("" if tty else "\n"))
+        self.data = dict(event.data)
+        sys.stderr.write(waiting_line(event.data) + ("" if self.tty else "\n"))
         sys.stderr.flush()
-        if tty and ticker is None:
-            ticker = asyncio.ensure_future(countdown(event.data))
 
-    client.add_listener(on_event)
+    def tick(self) -> None:
+        if self.tty and self.data is not None:
+            sys.stderr.write("\r\x1b[2K" + waiting_line(self.data))
+            sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.tty and self.data is not None:
+            sys.stderr.write("\n")
+
+    def lost(self) -> None:
+        assert self.data is not None
+        sys.stderr.write(
+            f"\nexechost: lost the gateway; waiting for approval {visible(self.data['approvalSlug'])} "
+            "on the next one\n"
+        )
+
+
+async def _follow(waiting: _Waiting, params: dict[str, Any]) -> dict[str, Any]:
+    """The gateway went away while a human was being asked: the ask is kept on disk, so reconnect (starting
+    a gateway if none comes back) and keep waiting for it."""
+    from engine.protocol.client import ControlClient
+    from engine.protocol.resume import follow_approval
+
+    waiting.lost()
+    assert waiting.data is not None
+    return await follow_approval(
+        lambda: ControlClient.connect(client="cli", name="cli", agent=params.get("agentId") or None),
+        waiting.data,
+        str(params.get("agentId") or ""),
+    )
+
+
+async def _exec_async(client: ControlClient, params: dict[str, Any], waiting: _Waiting) -> dict[str, Any]:
+    """The exec request over the asyncio client (a gateway had to be started), with the same countdown."""
+    import asyncio
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(1)
+            waiting.tick()
+
+    client.add_listener(waiting.on_event)
+    ticking = asyncio.ensure_future(ticker())
     try:
         return await client.request("exec", params)
     except ConnectionError:
-        if waited is None:
+        if waiting.data is None:
             raise
-        # The gateway went away while a human was being asked: the ask is kept on disk, so reconnect
-        # (starting a gateway if none comes back) and keep waiting for it.
-        sys.stderr.write(
-            f"\nexechost: lost the gateway; waiting for approval {visible(waited['approvalSlug'])} "
-            "on the next one\n"
-        )
-        return await follow_approval(
-            lambda: ControlClient.connect(client="cli", name="cli", agent=params.get("agentId") or None),
-            waited,
-            str(params.get("agentId") or ""),
-        )
+        return await _follow(waiting, params)
     finally:
-        if ticker is not None:
-            ticker.cancel()
-            sys.stderr.write("\n")
+        ticking.cancel()
+
+
+def _exec(params: dict[str, Any], agent: str | None) -> dict[str, Any]:
+    """The exec request over a blocking connection; through the asyncio client only when a gateway must be
+    started first."""
+    waiting = _Waiting()
+    client = sync_client(agent=agent)
+    try:
+        if client is None:
+            return with_client(lambda started: _exec_async(started, params, waiting), agent=agent)
+        with client, cli_failures():
+            try:
+                return client.request("exec", params, on_event=waiting.on_event, tick=waiting.tick)
+            except ConnectionError:
+                if waiting.data is None:
+                    raise
+    finally:
+        waiting.done()
+    import asyncio
+
+    with cli_failures():
+        return asyncio.run(_follow(waiting, params))
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
     try:
-        result = with_client(lambda client: _exec_waiting(client, exec_params(args)), agent=args.agent)
+        result = _exec(exec_params(args), args.agent)
     except CliFailure as exc:
         if not args.json:
             raise

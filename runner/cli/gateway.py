@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
+import contextlib
 import os
 import shlex
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine import statefs
-from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayNotAnswering, GatewayUnavailable, RemoteError, socket_path
-from engine.sessions import procs
+from engine.protocol.syncclient import SyncClient
 from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit
+
+if TYPE_CHECKING:
+    from engine.protocol.client import ControlClient
 
 T = TypeVar("T")
 
@@ -33,6 +34,35 @@ class CliFailure(Exception):
         self.code = code
 
 
+@contextlib.contextmanager
+def cli_failures() -> Iterator[None]:
+    """Gateway failures as the CLI reports them: a message and an exit code."""
+    try:
+        yield
+    except GatewayUnavailable as exc:
+        raise CliFailure(f"gateway unavailable: {exc}", EXIT_UNAVAILABLE) from None
+    except RemoteError as exc:
+        raise CliFailure(str(exc), EXIT_UNAVAILABLE if exc.code in ("auth", "version") else 1) from None
+    except ConnectionError as exc:
+        raise CliFailure(f"lost the gateway connection: {exc}", EXIT_UNAVAILABLE) from None
+
+
+def sync_client(
+    *, autostart: bool = True, operator: bool = False, agent: str | None = None
+) -> SyncClient | None:
+    """A blocking connection for a one-shot verb (no asyncio to import); None when no gateway answers and
+    one may be started: the caller then goes through `with_client`, which starts it."""
+    with cli_failures():
+        try:
+            return SyncClient.connect(client="cli", name="cli", operator=operator, agent=agent)
+        except GatewayNotAnswering:
+            raise
+        except GatewayUnavailable:
+            if not autostart:
+                raise
+    return None
+
+
 def call(
     method: str,
     params: dict[str, Any] | None = None,
@@ -43,7 +73,11 @@ def call(
 ) -> dict[str, Any]:
     """One request over a fresh connection (starting the gateway if needed). `operator`: the verb is the
     operator's own (approve, policy overrides), never one an agent runs. `agent`: act as that agent, with
-    its credential ($EXECHOST_AGENT_TOKEN, else its file in the state dir: engine.protocol.client)."""
+    its credential ($EXECHOST_AGENT_TOKEN, else its file in the state dir: engine.protocol.handshake)."""
+    client = sync_client(autostart=autostart, operator=operator, agent=agent)
+    if client is not None:
+        with client, cli_failures():
+            return client.request(method, params or {})
     return with_client(
         lambda client: client.request(method, params or {}),
         autostart=autostart,
@@ -59,7 +93,10 @@ def with_client(
     operator: bool = False,
     agent: str | None = None,
 ) -> T:
-    """`use` a fresh connection (starting the gateway if needed); gateway failures become CliFailure."""
+    """`use` a fresh asyncio connection (starting the gateway if needed); failures become CliFailure."""
+    import asyncio
+
+    from engine.protocol.client import ControlClient
 
     async def go() -> T:
         client = await ControlClient.connect(
@@ -76,14 +113,8 @@ def with_client(
         finally:
             await client.close()
 
-    try:
+    with cli_failures():
         return asyncio.run(go())
-    except GatewayUnavailable as exc:
-        raise CliFailure(f"gateway unavailable: {exc}", EXIT_UNAVAILABLE) from None
-    except RemoteError as exc:
-        raise CliFailure(str(exc), EXIT_UNAVAILABLE if exc.code in ("auth", "version") else 1) from None
-    except ConnectionError as exc:
-        raise CliFailure(f"lost the gateway connection: {exc}", EXIT_UNAVAILABLE) from None
 
 
 def run_verb(func: Any) -> Any:
@@ -143,6 +174,9 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
     from runner.gateway.server import GatewayBusy, run_gateway
 
     logging.basicConfig(
@@ -150,6 +184,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from engine.sessions import procs
+
     procs.raise_open_file_limit()  # thousands of idle sessions at ~4 fds each (issue 19)
     try:
         asyncio.run(run_gateway(config_path=args.config))
@@ -162,18 +198,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _status(autostart: bool) -> dict[str, Any]:
+def _status() -> dict[str, Any]:
+    """The running gateway's status; GatewayUnavailable when none answers (none is started)."""
     # The gateway verbs are the operator's: only the operator sees gateway-wide counts.
-    client = await ControlClient.connect(client="cli", name="cli", autostart=autostart, operator=True)
-    try:
-        return await client.request("status")
-    finally:
-        await client.close()
+    with SyncClient.connect(client="cli", name="cli", operator=True) as client:
+        return client.request("status")
 
 
 def cmd_start(args: argparse.Namespace) -> int:
     try:
-        asyncio.run(_status(False))
+        _status()
         already = True
     except (GatewayUnavailable, ConnectionError):
         already = False
@@ -186,9 +220,11 @@ def cmd_start(args: argparse.Namespace) -> int:
 def _stop(kill_sessions: bool) -> dict[str, Any] | None:
     """Stop the running gateway and wait for it to go; None when none was running."""
     try:
-        info = asyncio.run(_status(False))
+        info = _status()
     except (GatewayUnavailable, ConnectionError):
         return None
+    from engine.sessions import procs
+
     params = {"killSessions": True} if kill_sessions else {}
     stopping = call("shutdown", params, autostart=False, operator=True)
     pid = int(info["pid"])
@@ -242,7 +278,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     try:
-        info = asyncio.run(_status(False))
+        info = _status()
     except GatewayNotAnswering as exc:
         emit(f"gateway not answering: {exc}", {"status": "not-answering"}, args.json)
         return 1

@@ -8,8 +8,7 @@ import sys
 from engine.errors import InvalidInput
 from engine.principals import token_from_env
 from engine.protocol.frames import GatewayUnavailable, RemoteError
-from runner.cli.agents import agent_arg
-from runner.cli.common import Subparsers
+from runner.cli.common import Subparsers, agent_arg
 from runner.cli.gateway import EXIT_UNAVAILABLE
 
 

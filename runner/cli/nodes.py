@@ -14,8 +14,7 @@ from engine.config.model import Config, ConfigError, NodeConfig
 from engine.config.write import set_config_value
 from engine.nodes.link import NodeError, NodeLink
 from runner.cli import UsageError
-from runner.cli.agents import node_arg
-from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit, escape_controls
+from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit, escape_controls, node_arg
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 

@@ -13,8 +13,7 @@ from engine.protocol.frames import Event, RemoteError
 from engine.protocol.methods import EventName
 from engine.sessions.actions import ACTIONS
 from runner.cli import UsageError
-from runner.cli.agents import agent_arg
-from runner.cli.common import Subparsers, add_json_arg, emit
+from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit
 from runner.cli.gateway import CliFailure, call, run_verb, with_client
 
 
@@ -113,9 +112,7 @@ def format_all(rows: list[dict[str, Any]]) -> str:
 def cmd_list_all(args: argparse.Namespace) -> int:
     """`process list --all`: the operator's view (sessions.list), gateway and nodes, every scope."""
     rows = [
-        r
-        for r in with_client(lambda client: client.list_sessions({}), operator=True)
-        if isinstance(r, dict)
+        r for r in with_client(lambda client: client.list_sessions({}), operator=True) if isinstance(r, dict)
     ]
     for r in rows:
         r.setdefault("node", None)

@@ -20,8 +20,15 @@ from engine.sandbox.images import DEBIAN_SUITE
 from engine.sandbox.settings import DEFAULT_IMAGE, layout, main_session_key, resolve_settings
 from engine.sandbox.workspace import WorkspaceError, stage_inbound
 from runner.cli import UsageError
-from runner.cli.agents import agent_arg, node_arg
-from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit, escape_controls
+from runner.cli.common import (
+    Subparsers,
+    add_config_arg,
+    add_json_arg,
+    agent_arg,
+    emit,
+    escape_controls,
+    node_arg,
+)
 from runner.cli.gateway import call, run_verb
 
 # Session keys come from agents: never let them drive the operator's terminal.
@@ -81,9 +88,7 @@ def register(subparsers: Subparsers) -> None:
 
     p = actions.add_parser("prune", help="remove containers idle past idleHours or older than maxAgeDays now")
     add_config_arg(p)
-    p.add_argument(
-        "--agent", type=agent_arg, default="main", metavar="ID", help="whose prune settings apply"
-    )
+    p.add_argument("--agent", type=agent_arg, default="main", metavar="ID", help="whose prune settings apply")
     _node_arg(p)
     p.set_defaults(func=cmd_prune)
 

@@ -39,8 +39,6 @@ def peer_is_us(writer: asyncio.StreamWriter) -> tuple[bool, str]:
     return True, ""
 
 
-
-
 async def relay_to_service(state_dir: Path, stdin: asyncio.StreamReader, stdout: ByteSink) -> int | None:
     """Relay the link's bytes to a `node run` service if one answers on node.sock; None when none does (the
     caller then serves in-process). A socket held by another uid is refused, not used and not replaced."""

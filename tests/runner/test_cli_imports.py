@@ -90,3 +90,23 @@ def test_version_imports_no_verb_module(state_dir: Path) -> None:
     proc, names = imported(state_dir, "--version")
     assert proc.returncode == 0 and proc.stdout.startswith("exechost "), proc.stdout + proc.stderr[-2000:]
     assert heavy(names) == [] and not {n for n in names if n.startswith("runner.cli.")}
+
+
+@pytest.mark.parametrize("verb", [("exec", "--", "true"), ("gateway", "status")], ids=" ".join)
+def test_one_shot_verbs_run_without_asyncio(running: Path, verb: tuple[str, ...]) -> None:
+    """A one-shot verb talks to a running gateway over a blocking socket: asyncio alone is ~40 ms of
+    imports (issue 19: `exechost exec -- true` as a whole process)."""
+    proc, names = imported(running, *verb)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    assert "asyncio" not in names
+
+
+def test_exec_starts_a_gateway_when_none_runs(state_dir: Path) -> None:
+    """Nothing listening: the blocking client steps aside for the one that starts a gateway."""
+    write_config(state_dir, FULL)
+    try:
+        proc, names = imported(state_dir, "exec", "--", "echo", "hi")
+        assert proc.returncode == 0 and "hi" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+        assert "started a gateway" in proc.stderr and "asyncio" in names
+    finally:
+        cli(state_dir, "gateway", "stop")

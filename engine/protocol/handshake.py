@@ -1,0 +1,98 @@
+"""Who a client says it is and where it dials: shared by the asyncio client and the blocking CLI client, so
+both present exactly the same proof (and neither imports the other's I/O stack)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from engine import principals
+from engine.errors import InvalidInput
+from engine.protocol.frames import (
+    OPERATOR_TOKEN_NAME,
+    PROTOCOL_VERSION,
+    ErrorFrame,
+    Frame,
+    GatewayUnavailable,
+    Hello,
+    RemoteError,
+    Welcome,
+    ensure_token,
+    read_token,
+    socket_path,
+    token_path,
+)
+from engine.unixsock import SUN_PATH_MAX
+
+
+def credential_for(state: Path, agent: str | None, explicit: str | None) -> str:
+    """The agent credential this client presents ("" = none: the gateway token alone is agent main)."""
+    if explicit:
+        return explicit
+    try:
+        found = principals.token_from_env(os.environ.get("EXECHOST_AGENT_TOKEN_FILE") or None)
+    except InvalidInput as exc:
+        raise GatewayUnavailable(str(exc)) from None
+    if found:
+        return found
+    if agent and agent != principals.MAIN_AGENT:
+        # The operator's own terminal acting as an agent: the minted file it can read (agents sharing the
+        # operator's account are given $EXECHOST_AGENT_TOKEN instead; see docs/SECURITY.md).
+        if not principals.valid_name(agent):
+            raise RemoteError("auth", f"invalid agent id {agent!r}")
+        stored = principals.read_token(state, agent)
+        if stored is None:
+            raise RemoteError(
+                "auth",
+                f"agent {agent!r} has no credential (the operator mints one: `exechost agents add {agent}`)",
+            )
+        return stored
+    return ""
+
+
+def shared_socket() -> str:
+    """$EXECHOST_GATEWAY_SOCKET: the agents' socket of another account's gateway ("" when unset)."""
+    return os.environ.get(principals.SOCKET_ENV, "").strip()
+
+
+def identity(state: Path, *, operator: bool, agent: str | None, credential: str | None) -> tuple[str, str]:
+    """(operator token, agent credential) to present; the operator role is claimed only by the console and
+    the operator's CLI verbs, never by agents. On the agents' socket the account is the proof, so an
+    explicit credential is sent only to be refused."""
+    if operator:
+        return ensure_token(state, OPERATOR_TOKEN_NAME), ""
+    if shared_socket():
+        return "", credential or ""
+    return "", credential_for(state, agent, credential)
+
+
+def dial_path(state: Path) -> Path:
+    """The socket to dial: the agents' shared socket when set, else the state dir's."""
+    shared = shared_socket()
+    path = Path(shared) if shared else socket_path(state)
+    if len(os.fsencode(path)) > SUN_PATH_MAX:
+        raise GatewayUnavailable(f"socket path too long ({len(os.fsencode(path))} bytes): {path}")
+    return path
+
+
+def gateway_secret(state: Path, token: str | None) -> str:
+    """The gateway token to present (checked once connected, so "nothing listening" is said first). On the
+    agents' socket the peer's uid is the proof: there is no token this account could read."""
+    shared = shared_socket()
+    secret = token or ("" if shared else read_token(state))
+    if not secret and not shared:
+        raise GatewayUnavailable(f"no gateway token in {token_path(state)}")
+    return secret or ""
+
+
+def hello(secret: str, client: str, name: str, role: str, cred: str) -> Hello:
+    return Hello(token=secret, client=client, name=name or client, operator=role, credential=cred)
+
+
+def welcome_or_raise(frame: Frame) -> Welcome:
+    """The gateway's answer to our hello: a Welcome in our protocol version, else RemoteError."""
+    if isinstance(frame, ErrorFrame):
+        raise RemoteError(frame.code, frame.message)
+    if not isinstance(frame, Welcome) or frame.version != PROTOCOL_VERSION:
+        raise RemoteError("version", f"gateway speaks an unexpected protocol: {frame!r}")
+    return frame
