@@ -18,7 +18,7 @@ from typing import Any
 
 from engine import jsontext
 from engine.approvals.grants import GrantLimits
-from engine.approvals.pending import ApprovalRecord, ApprovalRequest
+from engine.approvals.pending import ApprovalRecord, ApprovalRequest, unsettled
 from engine.statefs import StateFileError, atomic_write, read_text
 
 log = logging.getLogger("exechost.approvals")
@@ -97,19 +97,6 @@ class StoredAsk:
         kwargs = {k: v for k, v in data.items() if k in fields and k != "request"}
         GrantLimits.from_json(kwargs.get("grant"))  # a malformed grant fails the load, not the restore
         return cls(request=request_from_json(dict(data["request"])), **kwargs)
-
-
-def unsettled(record: ApprovalRecord) -> bool:
-    """Worth keeping on disk: still waiting, or approved and its run not started yet. Only asks the
-    gateway can run again (with resume data) are kept; a node's relayed ask is the node's to keep."""
-    if record.resume is None:
-        return False
-    if not record.resolved:
-        return True
-    if record.decision not in ("allow-once", "allow-always"):
-        return False
-    # Not run yet, or said to be starting (the next gateway finds out which: engine.tools.resume).
-    return record.run is None or record.run.get("status") == "starting"
 
 
 class PendingFile:

@@ -175,6 +175,19 @@ class ApprovalRecord:
         }
 
 
+def unsettled(record: ApprovalRecord) -> bool:
+    """Worth keeping on disk: still waiting, or approved and its run not started yet. Only asks the
+    gateway can run again (with resume data) are kept; a node's relayed ask is the node's to keep."""
+    if record.resume is None:
+        return False
+    if not record.resolved:
+        return True
+    if record.decision not in ("allow-once", "allow-always"):
+        return False
+    # Not run yet, or said to be starting (the next gateway finds out which: engine.tools.resume).
+    return record.run is None or record.run.get("status") == "starting"
+
+
 Listener = Callable[[str, ApprovalRecord], None]
 """Called with ("requested" | "updated" | "resolved" | "ran", record); "updated": an identical ask was
 coalesced (or its caller went away); "ran": `record.run` now says what the approval led to."""
@@ -199,6 +212,10 @@ class ApprovalManager:
         self.max_per_agent = max_per_agent
         self.max_total = max_total
         self._records: dict[str, ApprovalRecord] = {}
+        # Indexes over _records, so nothing per ask scans every record still in its grace window (a burst
+        # of a thousand asks made each one walk a thousand decided records, twice).
+        self._open: dict[str, ApprovalRecord] = {}  # not yet decided
+        self._maybe_unsettled: dict[str, ApprovalRecord] = {}  # may still need to be on disk
         self._by_request: dict[ApprovalRequest, str] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._listeners: list[Listener] = []
@@ -250,6 +267,8 @@ class ApprovalManager:
             future=loop.create_future(),
         )
         self._records[record.id] = record
+        self._open[record.id] = record
+        self._maybe_unsettled[record.id] = record
         self._by_request[question] = record.id
         self._timers[record.id] = loop.call_later(ttl / 1000, self._expire, record.id)
         self._notify("requested", record)
@@ -294,11 +313,13 @@ class ApprovalManager:
             future=loop.create_future(),
         )
         self._records[record.id] = record
+        self._maybe_unsettled[record.id] = record
         if decision is not None and resolved_at_ms is not None:
             record.decision, record.resolved_by, record.resolved_at_ms = decision, resolved_by, resolved_at_ms
             record.future.set_result(decision)
             self._history.append(record)
             return record
+        self._open[record.id] = record
         self._by_request[request] = record.id
         delay = max(0.0, (expires_at_ms - _now_ms()) / 1000)
         self._timers[record.id] = loop.call_later(delay, self._expire, record.id)
@@ -309,8 +330,19 @@ class ApprovalManager:
         """Every record still held (pending, and decided ones within their grace window)."""
         return list(self._records.values())
 
+    def unsettled_records(self) -> list[ApprovalRecord]:
+        """The records worth keeping on disk (`unsettled`), in arrival order. A
+        record once settled stays settled (decided, then run), so it leaves the index for good."""
+        keep = []
+        for record in list(self._maybe_unsettled.values()):
+            if unsettled(record):
+                keep.append(record)
+            else:
+                del self._maybe_unsettled[record.id]
+        return keep
+
     def _check_room(self, agent_id: str) -> None:
-        pending = [r for r in self._records.values() if not r.resolved]
+        pending = self._open.values()
         mine = sum(1 for r in pending if r.request.agent_id == agent_id)
         if mine >= self.max_per_agent:
             raise ApprovalError(
@@ -356,7 +388,7 @@ class ApprovalManager:
         if exact is not None:
             return exact
         low = key.lower()
-        hits = [r for r in self._records.values() if not r.resolved and r.id.lower().startswith(low)]
+        hits = [r for r in self._open.values() if r.id.lower().startswith(low)]
         if len(hits) > 1:
             raise ApprovalError("APPROVAL_AMBIGUOUS", AMBIGUOUS)
         if not hits:
@@ -393,7 +425,7 @@ class ApprovalManager:
         """The asker identified by `approver_key` (a node or socket approval id) stopped waiting: a
         pending record only it was waiting on ends undecided; the number of records ended."""
         ended = 0
-        for record in [r for r in self._records.values() if not r.resolved]:
+        for record in list(self._open.values()):
             keys = {r["nodeApprovalId"] for r in record.requesters}
             if keys == {approver_key}:
                 self._finish(record, None, "withdrawn")
@@ -409,6 +441,7 @@ class ApprovalManager:
         record.decision = decision
         record.resolved_by = resolved_by
         record.resolved_at_ms = _now_ms()
+        self._open.pop(record.id, None)
         self._history.append(record)
         timer = self._timers.pop(record.id, None)
         if timer is not None:
@@ -424,6 +457,7 @@ class ApprovalManager:
     def _forget(self, approval_id: str) -> None:
         self._timers.pop(approval_id, None)
         self._records.pop(approval_id, None)
+        self._maybe_unsettled.pop(approval_id, None)
 
     def note_run(self, record: ApprovalRecord, run: dict[str, Any]) -> None:
         """Link the run an approval led to (session id, status): `approvals.status` and history show it."""
@@ -467,7 +501,7 @@ class ApprovalManager:
 
     def pending(self, after: str | None = None) -> list[ApprovalRecord]:
         """Oldest first; with `after` (a record's `cursor`), only those that come after it."""
-        rows = sorted((r for r in self._records.values() if not r.resolved), key=lambda r: r.cursor)
+        rows = sorted(self._open.values(), key=lambda r: r.cursor)
         return rows if after is None else [r for r in rows if r.cursor > after]
 
     def suspend(self) -> None:
@@ -480,9 +514,8 @@ class ApprovalManager:
 
     def close(self) -> None:
         """Expire everything (gateway shutdown): waiters see None and apply askFallback."""
-        for record in list(self._records.values()):
-            if not record.resolved:
-                self._finish(record, None, "shutdown")
+        for record in list(self._open.values()):
+            self._finish(record, None, "shutdown")
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()

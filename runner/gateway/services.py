@@ -296,7 +296,7 @@ class Services:
             log.error("%s", exc)
 
     def _pending_snapshot(self) -> bytes:
-        return self.pending_file.encode(self.approvals.records())
+        return self.pending_file.encode(self.approvals.unsettled_records())
 
     def _linked_sessions(self) -> set[str]:
         if self._history_sessions is None:

@@ -1,0 +1,70 @@
+"""ApprovalManager's indexes (open asks; asks that may still need to be on disk) always agree with a full
+scan of every record, through each step of an ask's life: they replaced per-ask scans that made a burst of
+asks quadratic (issue 19), and a wrong index would drop an ask from disk or refuse one for a full queue."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from engine.approvals.durable import unsettled
+from engine.approvals.pending import ApprovalError, ApprovalManager, ApprovalRequest
+
+
+def req(command: str, agent: str = "main") -> ApprovalRequest:
+    return ApprovalRequest(command=command, cwd="/tmp", agent_id=agent)
+
+
+def agrees(mgr: ApprovalManager) -> None:
+    scan_open = sorted((r for r in mgr.records() if not r.resolved), key=lambda r: r.cursor)
+    assert mgr.pending() == scan_open
+    assert mgr.unsettled_records() == [r for r in mgr.records() if unsettled(r)]
+
+
+def test_indexes_follow_every_step() -> None:
+    async def go() -> None:
+        mgr = ApprovalManager(grace_ms=50)
+        records = [mgr.register(req(f"cmd {i}"), resume={"params": {}})[0] for i in range(6)]
+        relayed, _ = mgr.register(req("relayed"))  # no resume data: a node's ask, never kept here
+        agrees(mgr)
+        mgr.resolve(records[0].id, "deny")
+        mgr.resolve(records[1].id, "allow-once")
+        mgr.resolve(records[2].id, "allow-always")
+        mgr.resolve(relayed.id, "allow-once")
+        agrees(mgr)
+        assert records[1] in mgr.unsettled_records() and records[0] not in mgr.unsettled_records()
+        mgr.note_run(records[1], {"sessionId": "s1", "status": "starting"})
+        agrees(mgr)
+        assert records[1] in mgr.unsettled_records()
+        mgr.note_run(records[1], {"sessionId": "s1", "status": "completed"})
+        mgr.note_run(records[2], {"sessionId": "s2", "status": "running"})
+        agrees(mgr)
+        assert records[1] not in mgr.unsettled_records() and records[2] not in mgr.unsettled_records()
+        assert mgr.withdraw("nobody") == 0
+        await asyncio.sleep(0.1)  # the grace window ends: decided records are forgotten
+        agrees(mgr)
+        assert {r.id for r in mgr.pending()} == {r.id for r in records[3:]}
+        mgr.close()
+        agrees(mgr)
+        assert mgr.pending() == []
+
+    asyncio.run(go())
+
+
+def test_queue_room_counts_open_asks_only() -> None:
+    async def go() -> None:
+        mgr = ApprovalManager(max_per_agent=2, max_total=3)
+        first, _ = mgr.register(req("a"))
+        mgr.register(req("b"))
+        with pytest.raises(ApprovalError):
+            mgr.register(req("c"))  # two of this agent's asks wait
+        mgr.resolve(first.id, "deny")
+        mgr.register(req("c"))  # a decided ask (still in its grace window) no longer counts
+        mgr.register(req("x", agent="other"))
+        with pytest.raises(ApprovalError):
+            mgr.register(req("y", agent="third"))  # three wait in all
+        agrees(mgr)
+        mgr.close()
+
+    asyncio.run(go())
