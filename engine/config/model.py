@@ -201,6 +201,14 @@ class Config:
             return agent.elevated_enabled
         return self.elevated_enabled
 
+    def sandbox_value(self, agent_id: str, name: str) -> Any:
+        """One top-level `sandbox` setting of the agent (its own, else the global one), without building
+        the whole merged view: the exec path reads `mode`, `node` and `workspace_root` on every call."""
+        agent = self.agents.get(agent_id)
+        if agent is not None and name in agent.sandbox and name not in ("docker", "browser", "prune"):
+            return agent.sandbox[name]
+        return getattr(self.sandbox, name)
+
     def sandbox_for(self, agent_id: str) -> SandboxConfig:
         """Reference §6.1 merge: agent over global; docker env merged, binds concatenated;
         scope=shared ignores the agent's docker and prune overrides."""

@@ -201,7 +201,7 @@ def evaluate(
     # Issue 18 part 3: a host program that would run code from a tree the agent can write (a repository
     # config key not known inert, a Makefile, package.json scripts) is never satisfied by the allowlist:
     # it asks, naming the file, and an allow-always holds only for that file's content.
-    roots = sandbox_roots(config.sandbox_for(agent_id).workspace_root)
+    roots = sandbox_roots(config.sandbox_value(agent_id, "workspace_root"))
     on_host = not policy.sandboxed and policy.host != "node"
     vetted = tree_vet(analysis, result, cwd or os.getcwd(), roots) if on_host else None
     found = vetted.findings() if vetted is not None else []

@@ -159,7 +159,7 @@ class _Prepared:
 
 def sandbox_available(config: Config, agent_id: str, session_key: str) -> bool:
     """A sandbox runtime applies: mode=all, or mode=non-main outside the agent's main session."""
-    return is_sandboxed(config.sandbox_for(agent_id).mode, agent_id, session_key)
+    return is_sandboxed(config.sandbox_value(agent_id, "mode"), agent_id, session_key)
 
 
 def _clamp_yield(value: Any, default: int) -> int:
@@ -305,7 +305,7 @@ class ExecTool:
         policy = decision.policy
         assert policy is not None
         # A sandbox on a node (per-call node=, or the agent's sandbox.node): that node's runner creates it.
-        on_node = policy.sandboxed and (params.get("node") or config.sandbox_for(ctx.agent_id).node)
+        on_node = policy.sandboxed and (params.get("node") or config.sandbox_value(ctx.agent_id, "node"))
         if policy.host == "node" or on_node:
             if self.node_runner is None:
                 raise ToolError(NODE_UNAVAILABLE)

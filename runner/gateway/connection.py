@@ -16,6 +16,7 @@ log = logging.getLogger("exechost.gateway")
 
 SEND_QUEUE_FRAMES = 2048  # per connection; a client that lets this fill is cut off, never waited for
 EVENT_DROP_AT = SEND_QUEUE_FRAMES * 3 // 4  # events are shed first, responses keep their room
+TRANSPORT_BUFFER_BYTES = 256 * 1024  # written ahead to a client's socket before the sender waits for it
 EVENT_DROP_BYTES = 4 << 20  # output frames are shed once this much waits for a client that is not reading
 
 
@@ -53,6 +54,7 @@ class Connection:
         self.shed_output: dict[str, Any] = {}
         self._queued_bytes = 0
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_FRAMES)
+        self._finishing = False
         self._sender = asyncio.get_running_loop().create_task(self._send_loop())
         self.closed = False
         self.tasks: set[asyncio.Task[None]] = set()
@@ -95,6 +97,11 @@ class Connection:
             data = encode_frame(
                 Response(id=frame.id, ok=False, error={"code": "too_large", "message": str(exc)})
             )
+        if self._queue.empty() and not self._finishing and self._transport_room():
+            # Nothing waits ahead of this frame: hand it to the transport now (it sends at once or buffers)
+            # rather than waking the sender task for it, a loop iteration per frame on every request.
+            self.writer.write(data)
+            return
         try:
             self._queue.put_nowait(data)
             self._queued_bytes += len(data)
@@ -110,13 +117,17 @@ class Connection:
                     break
                 self._queued_bytes -= len(data)
                 self.writer.write(data)
-                if self.writer.transport.get_write_buffer_size() > 256 * 1024:
+                if not self._transport_room():
                     await self.writer.drain()
             await self.writer.drain()
         except (ConnectionError, OSError):
             pass
         finally:
             self.abort()
+
+    def _transport_room(self) -> bool:
+        """The socket's own buffer is not backed up (past this the sender waits for the client)."""
+        return self.writer.transport.get_write_buffer_size() <= TRANSPORT_BUFFER_BYTES
 
     def abort(self) -> None:
         if self.closed:
@@ -127,6 +138,7 @@ class Connection:
 
     async def finish(self) -> None:
         """Flush what is queued, then close."""
+        self._finishing = True
         if not self.closed:
             with contextlib.suppress(asyncio.QueueFull):
                 self._queue.put_nowait(None)

@@ -118,7 +118,7 @@ class NodeHub:
         if sandboxed:
             # The agent's sandbox.node binds where its sandboxes live (a per-call node= must agree with it);
             # tools.exec.node binds host=node runs, not these.
-            home = config.sandbox_for(ctx.agent_id).node
+            home = config.sandbox_value(ctx.agent_id, "node")
             link = self.select(query or home, home)
         else:
             link = self.select(query or decision.node, exec_cfg.node)

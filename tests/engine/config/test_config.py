@@ -474,3 +474,19 @@ def test_browser_keys_merge_per_agent_and_refuse_host_control(tmp_path: Path) ->
     assert "never drives a browser on the host" in err.message
     err = error_for(tmp_path, "[agents.defaults.sandbox.browser]\ncdpPort = 0\n")
     assert err.key == "agents.defaults.sandbox.browser.cdpPort" and "at least 1" in err.message
+
+
+def test_sandbox_value_is_the_merged_views_field(tmp_path: Path) -> None:
+    """The exec path reads single settings without building the merged view: the answer must be the same
+    for an agent with its own settings, one in the shared scope and one with none."""
+    import dataclasses
+
+    cfg = load_config(write(tmp_path, MERGE))
+    names = [f.name for f in dataclasses.fields(cfg.sandbox) if f.name not in ("docker", "browser", "prune")]
+    assert {"mode", "node", "workspace_root", "scope"} <= set(names)
+    for agent in ("ops", "shared", "nobody", "main"):
+        merged = cfg.sandbox_for(agent)
+        for name in names:
+            assert cfg.sandbox_value(agent, name) == getattr(merged, name), (agent, name)
+    # The agent's own settings are really read (not only the global ones).
+    assert any(cfg.sandbox_value("ops", n) != cfg.sandbox_value("nobody", n) for n in names)
