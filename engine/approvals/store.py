@@ -11,6 +11,7 @@ import stat
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ __all__ = [
     "ApprovalsFileError",
     "ApprovalsStore",
     "PolicyBlock",
+    "Use",
     "clean_arg_pattern",
     "clean_pattern",
     "decode_approvals",
@@ -62,6 +64,17 @@ FILE_NAME = "exec-approvals.json"
 SOCKET_NAME = "exec-approvals.sock"
 # Keeps one runaway command line from bloating a file every exec reads.
 MAX_LAST_USED_COMMAND = 4096
+
+
+@dataclass(frozen=True)
+class Use:
+    """One allowlisted run to stamp on the entry that let it through."""
+
+    agent_id: str
+    entry_id: str
+    command: str
+    resolved_path: str | None
+    at_ms: int
 
 
 def generate_token() -> str:
@@ -227,12 +240,17 @@ class ApprovalsStore:
     def record_use(self, agent_id: str, entry_id: str, command: str, resolved_path: str | None) -> None:
         """Stamp lastUsedAt (ms), lastUsedCommand and lastResolvedPath on the entry that matched.
         An entry removed meanwhile is simply not recorded."""
+        self.record_uses([Use(agent_id, entry_id, command, resolved_path, _now_ms())])
+
+    def record_uses(self, uses: Sequence[Use]) -> None:
+        """Several stamps in one locked write (the exec path batches them: engine.tools.uses)."""
         with self._edit() as current:
-            entry = current.find_entry(agent_id, entry_id)
-            if entry is not None:
-                entry.last_used_at = _now_ms()
-                entry.last_used_command = command[:MAX_LAST_USED_COMMAND]
-                entry.last_resolved_path = resolved_path or None
+            for use in uses:
+                entry = current.find_entry(use.agent_id, use.entry_id)
+                if entry is not None:
+                    entry.last_used_at = use.at_ms
+                    entry.last_used_command = use.command[:MAX_LAST_USED_COMMAND]
+                    entry.last_resolved_path = use.resolved_path or None
 
     def persist_allow_always(self, agent_id: str, patterns: Sequence[str]) -> list[AllowlistRecord]:
         """Persist an allow-always decision: one `source: "allow-always"` entry per pattern (inner

@@ -104,8 +104,8 @@ class BrowserTool:
         if network != "none" or not _OFFLINE.search(message):
             return message
         return (
-            f"{message}\nThe browser sandbox has network = \"none\" (sandbox.browser.network): it can reach "
-            "no network by design. Give it one in config (e.g. network = \"bridge\") and recreate it."
+            f'{message}\nThe browser sandbox has network = "none" (sandbox.browser.network): it can reach '
+            'no network by design. Give it one in config (e.g. network = "bridge") and recreate it.'
         )
 
     async def _navigate(

@@ -7,7 +7,8 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,7 +20,7 @@ from engine.approvals.pending import (
     ApprovalRequest,
     env_hash,
 )
-from engine.approvals.store import ApprovalsFileError
+from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
 from engine.commands.verified import StaleContent, VerifiedRun, verify
@@ -31,6 +32,7 @@ from engine.results import ToolError, ToolResult
 from engine.sandbox.settings import is_sandboxed
 from engine.tools.offload import Offload
 from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, approval_pending_text, compact
+from engine.tools.uses import UseStamps
 
 log = logging.getLogger("exechost.exec")
 
@@ -115,7 +117,7 @@ class Sessions(Protocol):
 class Store(Protocol):
     def snapshot(self) -> Any: ...
     def entries(self, agent_id: str) -> Any: ...
-    def record_use(self, agent_id: str, entry_id: str, command: str, resolved_path: str | None) -> None: ...
+    def record_uses(self, uses: Sequence[Use]) -> None: ...
     def persist_allow_always(self, agent_id: str, patterns: Any) -> Any: ...
 
 
@@ -197,6 +199,7 @@ class ExecTool:
         self._wait_session = wait_session
         self._background: set[asyncio.Task[Any]] = set()
         self._evaluator = Offload()
+        self._uses = UseStamps(self.store.record_uses)
         self.node_runner: NodeRunner | None = None  # set by the gateway when nodes are configured
 
     # -- entry point
@@ -360,15 +363,14 @@ class ExecTool:
         """Stamp lastUsedAt on the allowlist entries that let this command through."""
         if prepared.decision.policy is None or prepared.decision.policy.sandboxed:
             return
-        try:
-            # The decision names the exact entry that matched: two entries may share a pattern and differ
-            # only in argPattern, so looking them up by pattern could stamp the wrong one.
-            for seg in prepared.decision.segments:
-                entry_id = seg.get("entryId")
-                if seg.get("satisfiedBy") == "allowlist" and entry_id:
-                    self.store.record_use(ctx.agent_id, entry_id, prepared.command, seg.get("resolvedPath"))
-        except Exception as exc:  # bookkeeping only: never block a run on it
-            log.warning("could not record allowlist use: %s", exc)
+        # The decision names the exact entry that matched: two entries may share a pattern and differ
+        # only in argPattern, so looking them up by pattern could stamp the wrong one.
+        now = int(time.time() * 1000)
+        for seg in prepared.decision.segments:
+            entry_id = seg.get("entryId")
+            if seg.get("satisfiedBy") == "allowlist" and entry_id:
+                path = seg.get("resolvedPath")
+                self._uses.add(Use(ctx.agent_id, entry_id, prepared.command, path, now))
 
     # -- running
 
@@ -740,6 +742,7 @@ class ExecTool:
             self._emit(ctx, self._finished_text(record, sid, result))
 
     async def close(self) -> None:
+        await self._uses.close()
         for task in list(self._background):
             task.cancel()
         for task in list(self._background):

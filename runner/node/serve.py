@@ -302,6 +302,11 @@ class NodeServer:
                     found[name] = path
         return {"bins": found}
 
+    async def close_tools(self) -> None:
+        """Let both exec tools finish their bookkeeping (allowlist use stamps) before the process goes."""
+        await self.tool.close()
+        await self.sandbox_tool.close()
+
     async def system_run(self, p: dict[str, Any]) -> dict[str, Any]:
         text = command_text(p.get("command"), p.get("rawCommand"))
         agent_id = p.get("agentId") or "main"
@@ -567,5 +572,6 @@ async def serve_stdio() -> int:
     try:
         await server.serve(reader, writer)
     finally:
+        await server.close_tools()
         await server.sessions.close()
     return 0

@@ -121,6 +121,7 @@ class NodeService:
                 os.unlink(self.path)
         if isinstance(self.server, NodeServer):
             self.server.approvals.close()
+            await self.server.close_tools()
             await self.server.sessions.close()
         self._release()
 

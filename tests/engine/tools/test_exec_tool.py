@@ -59,7 +59,12 @@ async def test_use_is_recorded_on_the_exact_entry_that_matched(state_dir: Path) 
         client = await connect(state_dir)
         result = await client.request("exec", {"command": "echo alpha", "sessionKey": "s"})
         assert result["details"]["status"] == "completed"
-        used = {r.arg_pattern: r.last_used_command for r in store.agent("main").allowlist}
+        # Stamps are written off the loop, a moment after the run (engine/tools/uses.py).
+        for _ in range(250):
+            used = {r.arg_pattern: r.last_used_command for r in store.agent("main").allowlist}
+            if used["'?alpha'?"] is not None:
+                break
+            await asyncio.sleep(0.02)
         assert used == {"'?alpha'?": "echo alpha", "'?beta'?": None}
         await client.close()
 
