@@ -322,7 +322,7 @@ def format_explain(info: dict[str, Any]) -> str:
         f"  dns: {', '.join(d['dns']) or '-'}  extraHosts: {', '.join(d['extraHosts']) or '-'}",
         f"  binds: {', '.join(d['binds']) or '-'}",
         f"  env: {', '.join(d['envKeys']) or '-'}",
-        f"  setupCommand: {d['setupCommand'] or '-'}",
+        f"  setupCommand: {d['setupCommand'] or '-'}  pool: {d.get('pool', '-')}",
         *[f"  ⚠️  {k} = true" for k in _DANGEROUS if d[k]],
         "",
         "Tool policy (tools.sandbox.tools; deny first, an empty allow allows all):",
