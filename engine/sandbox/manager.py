@@ -362,6 +362,8 @@ class SandboxManager:
         if not force and self._last_prune is not None and now - self._last_prune < PRUNE_INTERVAL_SEC:
             return []
         self._last_prune = now
+        if settings.max_age_days > 0:  # a spare is as old as its image: it goes like any container
+            self.pool.expire(int(settings.max_age_days * 86_400_000))
         return await asyncio.to_thread(self._prune, settings.idle_hours, settings.max_age_days)
 
     def prune_pool(self, config: Any, *, everything: bool = False) -> list[str]:
@@ -421,7 +423,8 @@ class SandboxManager:
                 {
                     "containerName": name,
                     "sessionKey": scope,
-                    "agentId": agent_id,
+                    # A claimed container the registry lost is nobody's but the operator's.
+                    "agentId": None if pool_born and entry is None else agent_id,
                     "running": bool(c and c.get("State") == "running"),
                     "exists": c is not None,
                     "image": image,

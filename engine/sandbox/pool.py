@@ -218,6 +218,16 @@ class Pool:
         if key is not None:
             self._refill(key)
 
+    def expire(self, max_age_ms: int) -> None:
+        """Spares older than `max_age_ms` (the prune's maxAgeDays) are replaced by fresh ones."""
+        stamp = now_ms()
+        for key, entries in self._ready.items():
+            old = [e for e in entries if stamp - e.created_at_ms > max_age_ms]
+            if old:
+                self._ready[key] = [e for e in entries if e not in old]
+                self._spawn(f"expire:{key}", self._discard(old))
+                self._refill(key)
+
     def _drop(self, key: str) -> None:
         self._specs.pop(key, None)
         stale = self._ready.pop(key, [])

@@ -191,3 +191,24 @@ async def test_a_claimed_container_that_stopped_is_replaced_not_restarted(mgr: S
     status, out, _ = await run(again, "cat k.txt; ls /.exechost")
     assert status == (0, None) and out.startswith("kept\n")
     assert inspect(again.container)["State"]["Running"]
+
+
+async def test_old_spares_expire_with_max_age_and_a_lost_record_is_nobodys(mgr: SandboxManager) -> None:
+    cfg = config()
+    spare = await warmed(mgr, cfg)
+    spare.created_at_ms -= 8 * 86_400_000  # older than the default maxAgeDays (7)
+    await mgr.maybe_prune(resolve_settings(cfg, "main"), force=True)
+    await mgr.pool.settle()
+    assert not docker_ops.inspect(spare.name).exists
+    (fresh,) = mgr.pool.ready()
+    a = agent()
+    sx = await prepare_exec(cfg, a, "s", None, manager=mgr)
+    claimed = inspect(sx.container)
+    assert fresh.name not in pool_containers()  # the fresh spare is the one it claimed
+    assert docker_ops.POOL_LABEL in claimed["Config"]["Labels"]
+    Registry().remove(sx.container)  # the registry lost it: no label says whose it is
+    (row,) = [r for r in mgr.list_runtimes(cfg) if r["containerName"] == sx.container]
+    assert row["agentId"] is None and not row["configMatch"]
+    mgr.forget(sx.container)
+    again = await prepare_exec(cfg, a, "s", None, manager=mgr)  # not trusted: replaced
+    assert inspect(again.container)["Id"] != claimed["Id"] and Registry().get(again.container) is not None
