@@ -72,6 +72,7 @@ class PoolEntry:
     created_at_ms: int
     image: str
     user: str | None
+    ident: str  # dev:inode of the workspace dir it was created with (the one it mounts)
 
 
 def pool_key(settings: SandboxSettings, extra_labels: Mapping[str, str]) -> str | None:
@@ -119,7 +120,7 @@ def _remove(name: str, workspace: str | None) -> None:
     if workspace and _POOL_DIR.match(os.path.basename(workspace)):
         with contextlib.suppress(OSError):
             st = os.lstat(workspace)
-            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            if stat.S_ISDIR(st.st_mode):  # (rmtree never follows a link inside)
                 shutil.rmtree(workspace)
 
 
@@ -159,6 +160,9 @@ class Pool:
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self, config: Any) -> None:
         """Turn on: adopt the previous process's valid spares (removing the rest), then fill."""
+        if self.enabled:
+            self.sync(config)
+            return
         self.enabled = True
         self._config = config
         specs, agents = wanted(config, self.extra_labels)
@@ -310,7 +314,7 @@ class Pool:
         except BaseException:
             await asyncio.shield(asyncio.to_thread(_remove, name, workspace))
             raise
-        return PoolEntry(name, key, workspace, created_at, settings.docker.image, user)
+        return PoolEntry(name, key, workspace, created_at, settings.docker.image, user, ident)
 
     # -- claim -------------------------------------------------------------------------------------
     def put_back(self, entry: PoolEntry) -> None:
@@ -354,7 +358,8 @@ class Pool:
         # From here the container bears the scope's name: any failure removes it, never returns it.
         try:
             os.rename(entry.workspace, target)
-            ensure_dir(settings.workspace_root, target)  # still a real dir of ours, no link on the way
+            if not _same_dir(target, entry.ident):  # the very dir the container mounts
+                raise ClaimMissed("the spare's workspace was replaced")
             ctl = sv.ctl_dir(lay.name)
             if os.path.lexists(ctl):  # left by a removed container of this scope; nothing reads it now
                 aside = ctl.with_name(f".{lay.name}.{secrets.token_hex(4)}.old")
@@ -387,7 +392,8 @@ class Pool:
             if ok and settings is not None:
                 created = str(labels.get("openclaw.createdAtMs", "0"))
                 image = str(c.get("Image", ""))
-                adopted.append(PoolEntry(name, key, workspace, int(created or 0), image, _user_of(name)))
+                entry = PoolEntry(name, key, workspace, int(created or 0), image, _user_of(name), ident)
+                adopted.append(entry)
             else:
                 _remove(name, workspace)
         return adopted
@@ -424,12 +430,13 @@ class Pool:
 
 
 def _same_dir(path: str, ident: str) -> bool:
-    """`path` is still the very dir the pool container was created with (never swapped or claimed)."""
+    """`path` is still the very dir the pool container was created with (never swapped or claimed). Its
+    owner may be the container user (handed over at create); the inode is what the container mounts."""
     try:
         st = os.lstat(path)
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and f"{st.st_dev}:{st.st_ino}" == ident
+    return stat.S_ISDIR(st.st_mode) and f"{st.st_dev}:{st.st_ino}" == ident
 
 
 def _user_of(name: str) -> str | None:

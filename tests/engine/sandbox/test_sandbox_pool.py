@@ -212,3 +212,18 @@ async def test_old_spares_expire_with_max_age_and_a_lost_record_is_nobodys(mgr: 
     mgr.forget(sx.container)
     again = await prepare_exec(cfg, a, "s", None, manager=mgr)  # not trusted: replaced
     assert inspect(again.container)["Id"] != claimed["Id"] and Registry().get(again.container) is not None
+
+
+async def test_a_non_root_container_user_is_claimed_and_adopted(mgr: SandboxManager) -> None:
+    cfg = config(docker='user = "1000:1000"')
+    spare = await warmed(mgr, cfg)
+    await mgr.stop_pool()
+    after = SandboxManager(extra_labels=LABELS)
+    try:
+        assert await warmed(after, cfg) == spare  # its workspace is the container user's now: still adopted
+        sx = await prepare_exec(cfg, agent(), "s", None, manager=after)
+        assert docker_ops.POOL_LABEL in inspect(sx.container)["Config"]["Labels"]
+        status, out, err = await run(sx, "id -u; echo w > /workspace/f && cat /workspace/f")
+        assert status == (0, None) and out == "1000\nw\n", err
+    finally:
+        await after.stop_pool()
