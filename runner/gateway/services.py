@@ -205,9 +205,15 @@ class Services:
         self.output.start()
         self._hook_sandbox_progress()
         # Ready sandbox containers (adopted from the last gateway, or made now), off the start path.
-        self._pool_start = asyncio.get_running_loop().create_task(
-            default_sandbox_manager().start_pool(self.config())
-        )
+        self._pool_start = asyncio.get_running_loop().create_task(self._start_sandbox_pool())
+
+    async def _start_sandbox_pool(self) -> None:
+        try:
+            config = self.config()
+        except Exception as exc:  # the config's own errors are reported where it is used
+            log.warning("sandbox pool not started: %s", exc)
+            return
+        await default_sandbox_manager().start_pool(config)
 
     def _hook_sandbox_progress(self) -> None:
         """Forward container-creation progress (engine.sandbox's one hook) as `sandbox.progress`."""
