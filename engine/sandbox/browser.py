@@ -123,9 +123,11 @@ def effective_docker(settings: SandboxSettings) -> Any:
 
 
 def browser_hash(settings: SandboxSettings, blay: BrowserLayout) -> str:
+    docker = camel_fields(effective_docker(settings))
+    docker.pop("pool")  # the exec pool's size changes no browser
     return digest(
         {
-            "docker": camel_fields(effective_docker(settings)),
+            "docker": docker,
             "browser": camel_fields(settings.browser),
             "workspaceDir": blay.workspace_dir,
             "socketDir": blay.socket_dir,

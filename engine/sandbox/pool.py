@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import re
@@ -339,17 +340,10 @@ class Pool:
         target = lay.sandbox_workspace
         if lay.workspace_dir != target or os.path.dirname(target) != settings.workspace_root:
             raise ClaimMissed("not a pooled layout", untouched=True)
-        try:
-            st = os.lstat(target)
-        except FileNotFoundError:
-            st = None
-        if st is not None:
-            # A scope used before keeps its files: only a missing or empty workspace of the owner the pool
-            # container runs as can become this one (rename() replaces an empty dir atomically).
-            if not stat.S_ISDIR(st.st_mode) or os.listdir(target):
-                raise ClaimMissed("the scope's workspace is in use", untouched=True)
-            if not settings.docker.user and workspace_user(target) != entry.user:
-                raise ClaimMissed("the scope's workspace has another owner", untouched=True)
+        # A scope whose workspace exists keeps it, even empty: it may be mounted already (the scope's
+        # browser sandbox mounts the same dir), and replacing it would split the two.
+        if os.path.lexists(target):
+            raise ClaimMissed("the scope's workspace exists", untouched=True)
         try:
             docker_ops.rename(entry.name, lay.name)
         except docker_ops.api_errors() as exc:
@@ -357,7 +351,7 @@ class Pool:
             raise ClaimMissed(f"rename failed: {exc}") from None
         # From here the container bears the scope's name: any failure removes it, never returns it.
         try:
-            os.rename(entry.workspace, target)
+            _rename_noreplace(entry.workspace, target)  # (something made it meanwhile: refused)
             if not _same_dir(target, entry.ident):  # the very dir the container mounts
                 raise ClaimMissed("the spare's workspace was replaced")
             ctl = sv.ctl_dir(lay.name)
@@ -427,6 +421,24 @@ class Pool:
         for key, entries in self._ready.items():
             self._ready[key] = [e for e in entries if e.name not in gone]
         return removed
+
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _rename_noreplace(src: str, dst: str) -> None:
+    """rename(2) that never replaces `dst` (renameat2 RENAME_NOREPLACE; without it, a checked rename)."""
+    fn = getattr(_libc, "renameat2", None)
+    if fn is None:
+        if os.path.lexists(dst):
+            raise FileExistsError(dst)
+        os.rename(src, dst)
+        return
+    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), dst)
 
 
 def _same_dir(path: str, ident: str) -> bool:

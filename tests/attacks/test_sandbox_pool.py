@@ -64,11 +64,12 @@ async def test_what_one_scope_leaves_never_reaches_the_next_through_the_pool(
     _, out, _ = await run(other, "ls -A /workspace /tmp /var/tmp /run /.exechost; cat /.exechost/planted")
     assert "a.txt" not in out and "planted" not in out and "A" not in out.split()
     await mgr.pool.settle()
-    # A scope that left only control-dir debris (its workspace still empty) is served by a claim, which
+    # A scope that left only control-dir debris (its workspace removed) is served by a claim, which
     # replaces the old control dir without following the link in it.
     third = await prepare_exec(cfg, "main", "agent:main:three", None, manager=mgr)
     await run(third, f"echo A > /.exechost/planted; ln -s {victim_host} /.exechost/link")
     mgr.remove_runtime(third.container)
+    os.rmdir(layout(resolve_settings(cfg, "main"), "main", "agent:main:three").sandbox_workspace)
     await mgr.pool.settle()
     again = await prepare_exec(cfg, "main", "agent:main:three", None, manager=mgr)
     assert docker_ops.POOL_LABEL in inspect(again.container)["Config"]["Labels"]  # claimed

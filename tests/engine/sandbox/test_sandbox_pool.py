@@ -175,6 +175,14 @@ async def test_a_used_scope_workspace_is_not_replaced_by_a_claim(mgr: SandboxMan
     assert docker_ops.POOL_LABEL not in inspect(sx.container)["Config"]["Labels"]
     assert (await run(sx, "cat kept.txt"))[1] == "from before"
     assert mgr.pool.ready() == [spare]  # untouched, still ready for a new scope
+    # Even an empty one stays: it may be mounted already (the scope's browser sandbox shares it).
+    b = agent()
+    empty = layout(resolve_settings(cfg, b), b, "s").sandbox_workspace
+    os.makedirs(empty, mode=0o700)
+    ino = os.stat(empty).st_ino
+    sx = await prepare_exec(cfg, b, "s", None, manager=mgr)
+    assert docker_ops.POOL_LABEL not in inspect(sx.container)["Config"]["Labels"]
+    assert os.stat(empty).st_ino == ino and mgr.pool.ready() == [spare]
 
 
 async def test_a_claimed_container_that_stopped_is_replaced_not_restarted(mgr: SandboxManager) -> None:
