@@ -149,6 +149,7 @@ class Pool:
         self._agents: dict[str, str] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._config: Any = None  # the config last synced (identity: a reload is a new object)
+        self._serial = 0
 
     def key(self, settings: SandboxSettings) -> str | None:
         return pool_key(settings, self.extra_labels) if self.enabled else None
@@ -244,6 +245,12 @@ class Pool:
             await asyncio.to_thread(_remove, entry.name, entry.workspace)
 
     def _spawn(self, name: str, coro: Awaitable[None]) -> None:
+        """A background job, tracked for settle/stop; fills are named per key (one at a time), the rest
+        get a unique name."""
+        if not name.startswith("fill:"):
+            self._serial += 1
+            name = f"{name}#{self._serial}"
+
         async def run() -> None:
             try:
                 await coro
