@@ -235,3 +235,20 @@ async def test_a_non_root_container_user_is_claimed_and_adopted(mgr: SandboxMana
         assert status == (0, None) and out == "1000\nw\n", err
     finally:
         await after.stop_pool()
+
+
+async def test_recreate_all_and_prune_reach_the_spares(mgr: SandboxManager) -> None:
+    from engine.sandbox import admin
+
+    cfg = config()
+    spare = await warmed(mgr, cfg)
+    assert await asyncio.to_thread(admin.prune, cfg, "main", mgr) == []  # asked for: kept
+    assert docker_ops.inspect(spare.name).running
+    # recreate --all: every spare goes too (an image rebuilt under the same tag reaches them only so).
+    await asyncio.to_thread(admin.recreate, cfg, all=True, manager=mgr)
+    assert not docker_ops.inspect(spare.name).exists and mgr.pool.ready() == []
+    await prepare_exec(cfg, agent(), "s", None, manager=mgr)  # refilled on the next use
+    await mgr.pool.settle()
+    (fresh,) = mgr.pool.ready()
+    removed = await asyncio.to_thread(admin.prune, config(docker="pool = 0"), "main", mgr)
+    assert removed == [fresh.name] and not docker_ops.inspect(fresh.name).exists
