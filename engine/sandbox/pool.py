@@ -13,7 +13,8 @@ container is made from (docker settings, workspace root, install, mount format, 
 Why a pool container is safe to hand out: before its claim it runs only the supervisor (and setupCommand,
 as a fresh container would); `take` removes it from the in-memory list before anything awaits, and the
 claim renames the container *by its pool name* (Docker refuses a second rename from that name) before its
-workspace dir (a second rename finds nothing), so one container serves one scope. A claimed container is
+workspace dir (a second rename finds nothing; RENAME_NOREPLACE never replaces a scope's existing dir), so one
+container serves one scope. A claimed container is
 never restarted: Docker would resolve the pool paths it was created with again; the manager removes and
 replaces it instead. Pool names end in `pool.<12 hex>`, which no scope slug (`…-<8 hex>`) or "shared" can.
 """
@@ -150,6 +151,7 @@ class Pool:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._config: Any = None  # the config last synced (identity: a reload is a new object)
         self._serial = 0
+        self._refused: set[str] = set()  # keys whose config a spare cannot have (validate_docker)
 
     def key(self, settings: SandboxSettings) -> str | None:
         return pool_key(settings, self.extra_labels) if self.enabled else None
@@ -266,7 +268,7 @@ class Pool:
         self._tasks[name] = task
 
     def _refill(self, key: str) -> None:
-        if self.enabled and f"fill:{key}" not in self._tasks:
+        if self.enabled and key not in self._refused and f"fill:{key}" not in self._tasks:
             self._spawn(f"fill:{key}", self._fill(key))
 
     async def _fill(self, key: str) -> None:
@@ -274,16 +276,28 @@ class Pool:
             settings = self._specs[key]
             if len(self._ready.get(key, [])) >= settings.docker.pool:
                 return
+            try:
+                validate_docker(settings.docker, [self._workspace(settings, "0" * 12)])
+            except ValueError as exc:
+                # Refused for a spare's workspace (a bind that only a scope's own roots allow, …): never
+                # pooled; each scope is created and validated as usual.
+                self._refused.add(key)
+                log.info("sandbox pool: config not pooled: %s", exc)
+                return
             entry = await self._create(settings, key)
             if key in self._specs:  # (after a stop too: the next process adopts it)
                 self._ready.setdefault(key, []).append(entry)
             else:
                 await asyncio.to_thread(_remove, entry.name, entry.workspace)
 
+    @staticmethod
+    def _workspace(settings: SandboxSettings, token: str) -> str:
+        return os.path.join(settings.workspace_root, f"pool.{token}")
+
     async def _create(self, settings: SandboxSettings, key: str) -> PoolEntry:
         token = secrets.token_hex(6)
         name = f"{settings.docker.container_prefix}{state_id()}-pool.{token}"
-        workspace = os.path.join(settings.workspace_root, f"pool.{token}")
+        workspace = self._workspace(settings, token)
         validate_docker(settings.docker, [workspace])
         await asyncio.to_thread(docker_ops.ensure_image, settings.docker.image)
 

@@ -252,3 +252,15 @@ async def test_recreate_all_and_prune_reach_the_spares(mgr: SandboxManager) -> N
     (fresh,) = mgr.pool.ready()
     removed = await asyncio.to_thread(admin.prune, config(docker="pool = 0"), "main", mgr)
     assert removed == [fresh.name] and not docker_ops.inspect(fresh.name).exists
+
+
+async def test_a_config_a_spare_cannot_have_is_not_pooled(mgr: SandboxManager, state_dir: Path) -> None:
+    data = state_dir / "workspace" / "data"  # inside the main agent's workspace: allowed for its scopes only
+    data.mkdir(parents=True)
+    cfg = config(docker=f'binds = ["{data}:/data:ro"]')
+    await mgr.start_pool(cfg)
+    await mgr.pool.settle()
+    assert mgr.pool.ready() == [] and pool_containers() == []
+    sx = await prepare_exec(cfg, "main", "s", None, manager=mgr)  # created and validated as usual
+    await mgr.pool.settle()
+    assert (await run(sx, "ls -d /data"))[1] == "/data\n" and pool_containers() == []
