@@ -224,7 +224,8 @@ class SandboxManager:
         if created and not claimed and settings.docker.setup_command:  # a pool container ran it already
             await self._setup(settings, lay)
         has_bb = (sv.bin_dir() / "busybox").exists()
-        self._known[lay.name] = _Known(expected, has_bb)
+        # A container just created or claimed got its lastUsedAtMs with its registry record: no second write.
+        self._known[lay.name] = _Known(expected, has_bb, now_ms() if created else 0)
         await self._touch(lay.name, self._known[lay.name], force=not created)
         return Ensured(lay.name, created=created, warnings=warnings, config_hash=expected)
 
