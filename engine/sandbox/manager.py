@@ -15,7 +15,7 @@ from engine import statefs
 from engine.errors import ExecHostError
 from engine.sandbox import docker_ops
 from engine.sandbox import supervisor as sv
-from engine.sandbox.pool import ClaimMissed, Pool, is_pool_name
+from engine.sandbox.pool import ClaimMissed, Pool, PoolEntry, is_pool_name
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
     HOT_WINDOW_MS,
@@ -120,8 +120,14 @@ class SandboxManager:
             self.pool.put_back(entry)  # _create says why, to the agent
             return False
         self._progress(lay.name, "claiming a ready container from the pool")
+        claim = asyncio.ensure_future(asyncio.to_thread(self.pool.claim, entry, settings, lay))
         try:
-            await asyncio.to_thread(self.pool.claim, entry, settings, lay)
+            await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            # The request went away; the claim runs on. One it left untouched goes back to the pool (one
+            # that went through lacks its registry record: the scope's next ensure replaces it).
+            claim.add_done_callback(lambda done: self._claim_abandoned(entry, done))
+            raise
         except ClaimMissed as exc:
             log.info("sandbox pool: %s not claimed for %s: %s", entry.name, lay.name, exc)
             if exc.untouched:
@@ -140,6 +146,11 @@ class SandboxManager:
             ),
         )
         return True
+
+    def _claim_abandoned(self, entry: PoolEntry, done: asyncio.Future[None]) -> None:
+        exc = None if done.cancelled() else done.exception()
+        if isinstance(exc, ClaimMissed) and exc.untouched:
+            self.pool.put_back(entry)
 
     # -- ensure -----------------------------------------------------------------------------------
     async def ensure(self, settings: SandboxSettings, lay: Layout, agent_id: str) -> Ensured:

@@ -151,6 +151,7 @@ class Pool:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._config: Any = None  # the config last synced (identity: a reload is a new object)
         self._serial = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._refused: set[str] = set()  # keys whose config a spare cannot have (validate_docker)
 
     def key(self, settings: SandboxSettings) -> str | None:
@@ -168,6 +169,7 @@ class Pool:
             self.sync(config)
             return
         self.enabled = True
+        self._loop = asyncio.get_running_loop()
         self._config = config
         specs, agents = wanted(config, self.extra_labels)
         self._specs.update(specs)
@@ -249,6 +251,13 @@ class Pool:
     def _spawn(self, name: str, coro: Awaitable[None]) -> None:
         """A background job, tracked for settle/stop; fills are named per key (one at a time), the rest
         get a unique name."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if self._loop is not None and running is not self._loop and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._spawn, name, coro)  # its jobs run on its own loop
+            return
         if not name.startswith("fill:"):
             self._serial += 1
             name = f"{name}#{self._serial}"
@@ -438,10 +447,24 @@ class Pool:
             if everything or old or labels.get(docker_ops.POOL_LABEL) not in specs:
                 _remove(name, _label_workspace(labels.get(docker_ops.POOL_WS_LABEL, ""))[1])
                 removed.append(name)
-        gone = set(removed)
-        for key, entries in self._ready.items():
-            self._ready[key] = [e for e in entries if e.name not in gone]
+        self._on_loop(self._forget, set(removed))
         return removed
+
+    def _forget(self, names: set[str]) -> None:
+        for key, entries in self._ready.items():
+            self._ready[key] = [e for e in entries if e.name not in names]
+
+    def _on_loop(self, fn: Callable[[set[str]], None], arg: set[str]) -> None:
+        """Pool state belongs to its event loop: a caller in a worker thread hands the change over."""
+        loop = self._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop or loop.is_closed():
+            fn(arg)
+        else:
+            loop.call_soon_threadsafe(fn, arg)
 
 
 _AT_FDCWD = -100
