@@ -43,6 +43,14 @@ def list_runtimes(config: Any, manager: SandboxManager | None = None) -> list[di
     return _manager(manager).list_runtimes(config)
 
 
+def list_spares() -> list[str]:
+    """This install's ready pool containers (engine.sandbox.pool): claimed by no scope yet."""
+    from engine.sandbox.pool import is_pool_name
+
+    names = [str(c["Names"][0]).lstrip("/") for c in docker_ops.list_sandboxes(docker_ops.POOL_LABEL)]
+    return sorted(n for n in names if is_pool_name(n))
+
+
 def list_browsers() -> list[dict[str, Any]]:
     """This install's browser sandboxes (`sandbox list --browser`), each asked for its page."""
     return [info.to_dict() for info in _run(BrowserManager().runtimes())]

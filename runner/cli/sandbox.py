@@ -255,6 +255,7 @@ def _connected_node_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 def cmd_list(args: argparse.Namespace) -> int:
     node_errors: list[dict[str, Any]] = []
+    spares: list[str] = []
     try:
         if args.node:
             # Browser sandboxes stay on the gateway's machine: a node lists its exec sandboxes only.
@@ -269,6 +270,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                     raise
                 rows, node_errors = [], [{"node": None, "error": str(exc)}]
             browsers = admin.list_browsers() if not node_errors else []
+            spares = admin.list_spares() if not node_errors else []
             if config.nodes and not args.browser:
                 more, failed = _connected_node_rows()
                 rows += more
@@ -276,7 +278,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     except (SandboxUnavailable, ExecHostError) as exc:
         return _fail(exc)
     if args.json:
-        out: dict[str, Any] = {"containers": rows, "browsers": browsers}
+        out: dict[str, Any] = {"containers": rows, "browsers": browsers, "spares": spares}
         if node_errors:
             out["errors"] = node_errors
         print(json.dumps(out, ensure_ascii=False))
@@ -286,6 +288,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         return _print_from_node(args, lambda: f"On node {args.node}:\n" + format_list(rows))
     else:
         print(format_list(rows))
+        if spares:  # no agent's yet, so not rows (docs/SANDBOX-POOL.md)
+            print(f"Pool: {len(spares)} ready container(s) for new scopes (not listed above).")
         for err in node_errors:
             where = f"node {err['node']}" if err.get("node") else "this machine"
             print(f"⚠️  {_clean(where)}: {_clean(str(err.get('error')))}")

@@ -17,7 +17,7 @@ from engine.sandbox.pool import PoolEntry, is_pool_name
 from engine.sandbox.registry import Registry
 from engine.sandbox.settings import layout, resolve_settings
 from tests.engine.sandbox.test_sandbox_docker import config, inspect, run
-from tests.helpers.sandbox import build_test_image, remove_labelled
+from tests.helpers.sandbox import IMAGE, build_test_image, remove_labelled
 
 pytestmark = pytest.mark.docker
 
@@ -264,3 +264,23 @@ async def test_a_config_a_spare_cannot_have_is_not_pooled(mgr: SandboxManager, s
     sx = await prepare_exec(cfg, "main", "s", None, manager=mgr)  # created and validated as usual
     await mgr.pool.settle()
     assert (await run(sx, "ls -d /data"))[1] == "/data\n" and pool_containers() == []
+
+
+async def test_cli_list_counts_the_spares_apart_from_the_rows(
+    mgr: SandboxManager, state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from engine.config.loader import load_config
+    from runner.cli import main
+
+    cfg_path = state_dir / "config.toml"
+    sandbox = '[agents.defaults.sandbox]\nmode = "all"\n'
+    cfg_path.write_text(f'{sandbox}[agents.defaults.sandbox.docker]\nimage = "{IMAGE}"\n')
+    spare = await warmed(mgr, load_config(cfg_path))
+    assert await asyncio.to_thread(main, ["sandbox", "list"]) == 0
+    text = capsys.readouterr().out
+    assert "Pool: 1 ready container(s) for new scopes" in text and spare.name not in text
+    assert await asyncio.to_thread(main, ["sandbox", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["spares"] == [spare.name] and listed["containers"] == []
