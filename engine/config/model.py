@@ -12,6 +12,7 @@ from engine.config.schema import (
     DEFAULT_CONTAINER_PREFIX,
     DEFAULT_PIDS_LIMIT,
     DEFAULT_SANDBOX_IMAGE,
+    DEFAULT_SANDBOX_POOL,
     DEFAULT_ULIMITS,
     DEFAULT_WORKDIR,
     MIB,
@@ -80,6 +81,7 @@ class DockerConfig:
     extra_hosts: list[str] = field(default_factory=list)  # "name:ip", as `docker --add-host`
     binds: list[str] = field(default_factory=list)
     setup_command: str | None = None
+    pool: int = DEFAULT_SANDBOX_POOL
     dangerously_allow_reserved_container_targets: bool = False
     dangerously_allow_external_bind_sources: bool = False
     dangerously_allow_container_namespace_join: bool = False

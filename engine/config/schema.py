@@ -24,6 +24,7 @@ DEFAULT_BROWSER_PREFIX = "openclaw-sbx-browser-"
 DEFAULT_CONTAINER_PREFIX = "openclaw-sbx-"
 DEFAULT_WORKDIR = "/workspace"
 DEFAULT_PIDS_LIMIT = 512
+DEFAULT_SANDBOX_POOL = 1  # ready containers per sandbox config (engine.sandbox.pool)
 # Bounded defaults so a fork bomb or fd leak inside a sandbox stays inside it (OpenClaw sets none).
 DEFAULT_ULIMITS: dict[str, tuple[int, int]] = {"nofile": (4096, 8192), "core": (0, 0)}
 # The resource names Docker's --ulimit accepts; anything else fails only at `docker create`.
@@ -114,6 +115,8 @@ DOCKER_KEYS: dict[str, Spec | Table] = {
     "extraHosts": Spec("extra_hosts", "hostlist"),
     "binds": Spec("binds", "strlist"),
     "setupCommand": Spec("setup_command", "str"),
+    # Ready containers kept per config (engine.sandbox.pool); 0 turns the pool off. Not in the config hash.
+    "pool": Spec("pool", "int", minimum=0, maximum=16),
     # Opt-outs of validate.py's refusals; explicit booleans only, never on by default.
     "dangerouslyAllowReservedContainerTargets": Spec(
         "dangerously_allow_reserved_container_targets", "bool"

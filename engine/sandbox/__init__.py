@@ -121,6 +121,7 @@ async def prepare_exec(
     mgr = manager or default_manager()
     settings = resolve_settings(config, agent_id or "main")
     lay = layout(settings, agent_id or "main", session_key or main_session_key(agent_id or "main"))
+    mgr.pool.sync(config)  # a reloaded config drops the spares it no longer asks for
     try:
         await mgr.maybe_prune(settings)
         ensured: Ensured = await mgr.ensure(settings, lay, agent_id or "main")

@@ -43,6 +43,14 @@ def list_runtimes(config: Any, manager: SandboxManager | None = None) -> list[di
     return _manager(manager).list_runtimes(config)
 
 
+def list_spares() -> list[str]:
+    """This install's ready pool containers (engine.sandbox.pool): claimed by no scope yet."""
+    from engine.sandbox.pool import is_pool_name
+
+    names = [str(c["Names"][0]).lstrip("/") for c in docker_ops.list_sandboxes(docker_ops.POOL_LABEL)]
+    return sorted(n for n in names if is_pool_name(n))
+
+
 def list_browsers() -> list[dict[str, Any]]:
     """This install's browser sandboxes (`sandbox list --browser`), each asked for its page."""
     return [info.to_dict() for info in _run(BrowserManager().runtimes())]
@@ -119,6 +127,7 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
             "binds": list(d.binds),
             "envKeys": sorted(d.env),
             "setupCommand": d.setup_command,
+            "pool": d.pool,
             "dangerouslyAllowReservedContainerTargets": d.dangerously_allow_reserved_container_targets,
             "dangerouslyAllowExternalBindSources": d.dangerously_allow_external_bind_sources,
             "dangerouslyAllowContainerNamespaceJoin": d.dangerously_allow_container_namespace_join,
@@ -193,6 +202,8 @@ def recreate(
             removed.append(row["containerName"])
         else:
             failed.append({"containerName": row["containerName"], "error": "docker rm -f failed"})
+    if all:  # spares too: an image rebuilt under the same tag reaches them only this way
+        _manager(manager).prune_pool(config, everything=True)
     return {"removed": removed, "failed": failed}
 
 
@@ -201,7 +212,9 @@ def prune(config: Any, agent_id: str = "main", manager: SandboxManager | None = 
     settings = resolve_settings(config, agent_id)
 
     async def both() -> list[str]:
-        removed = await _manager(manager).maybe_prune(settings, force=True)
+        mgr = _manager(manager)
+        removed = await mgr.maybe_prune(settings, force=True)
+        removed += await asyncio.to_thread(mgr.prune_pool, config)  # spares of configs no longer asked for
         return removed + await BrowserManager().prune(settings.idle_hours, settings.max_age_days)
 
     return _run(both())

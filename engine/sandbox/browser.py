@@ -19,7 +19,7 @@ from typing import Any
 
 from engine import statefs
 from engine.sandbox import docker_ops
-from engine.sandbox.manager import SandboxError, workspace_user
+from engine.sandbox.manager import SandboxError
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
     HOT_WINDOW_MS,
@@ -32,7 +32,7 @@ from engine.sandbox.settings import (
     state_id,
 )
 from engine.sandbox.validate import sanitize_container_env, validate_docker
-from engine.sandbox.workspace import WorkspaceError, chown_dir, ensure_dir
+from engine.sandbox.workspace import WorkspaceError, chown_dir, ensure_dir, workspace_user
 from engine.unixsock import peer_info
 
 BROWSER_LABEL = "openclaw.sandboxBrowser"
@@ -123,9 +123,11 @@ def effective_docker(settings: SandboxSettings) -> Any:
 
 
 def browser_hash(settings: SandboxSettings, blay: BrowserLayout) -> str:
+    docker = camel_fields(effective_docker(settings))
+    docker.pop("pool")  # the exec pool's size changes no browser
     return digest(
         {
-            "docker": camel_fields(effective_docker(settings)),
+            "docker": docker,
             "browser": camel_fields(settings.browser),
             "workspaceDir": blay.workspace_dir,
             "socketDir": blay.socket_dir,

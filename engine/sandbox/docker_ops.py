@@ -23,6 +23,10 @@ from engine.sandbox.settings import (
 )
 
 LABEL = "openclaw.sandbox"
+# Set on a pool container at create (engine.sandbox.pool): its pool key, and the dev:inode of the workspace
+# dir it was born with. Labels are immutable, so a claimed container keeps them; its scope is the registry's.
+POOL_LABEL = "exechost.pool"
+POOL_WS_LABEL = "exechost.poolWorkspace"
 DOCKERFILE = Path(__file__).with_name("Dockerfile")
 
 
@@ -107,6 +111,11 @@ class ContainerState:
     def config_hash(self) -> str | None:
         return (self.labels or {}).get("openclaw.configHash")
 
+    @property
+    def pool_key(self) -> str | None:
+        """Set when the container was born in the pool (claimed or not)."""
+        return (self.labels or {}).get(POOL_LABEL)
+
 
 def inspect(name: str) -> ContainerState:
     try:
@@ -137,19 +146,25 @@ def create_kwargs(
     has_busybox: bool,
     agent_id: str,
     extra_labels: dict[str, str] | None = None,
+    pool_workspace: str | None = None,
 ) -> dict[str, Any]:
-    """docker-py `containers.create` arguments: hardened defaults plus the resource keys (reference §6.2)."""
+    """docker-py `containers.create` arguments: hardened defaults plus the resource keys (reference §6.2).
+
+    `pool_workspace` (the workspace's dev:inode) makes a pool container: no scope or agent labels, since
+    any scope of its pool key may claim it, and `config_hash` is then the pool key."""
     d = settings.docker
     labels = {
         LABEL: "1",
-        "openclaw.sessionKey": lay.scope_key,
         "openclaw.createdAtMs": str(created_at_ms),
         "openclaw.mountFormatVersion": str(MOUNT_FORMAT_VERSION),
         "openclaw.configHash": config_hash,
-        "exechost.agentId": agent_id,
         STATE_LABEL: state_id(),
         **(extra_labels or {}),
     }
+    if pool_workspace is None:
+        labels.update({"openclaw.sessionKey": lay.scope_key, "exechost.agentId": agent_id})
+    else:
+        labels.update({POOL_LABEL: config_hash, POOL_WS_LABEL: pool_workspace})
     volumes = [f"{lay.workspace_dir}:{d.workdir}:rw"]
     if lay.agent_mount is not None:
         volumes.append(f"{lay.agent_mount}:{AGENT_MOUNT}:ro")
@@ -222,6 +237,11 @@ def create_and_start(kwargs: dict[str, Any]) -> None:
     except Exception:
         remove(kwargs["name"])
         raise
+
+
+def rename(old: str, new: str) -> None:
+    """docker rename by the old name: fails (NotFound) once anything else renamed it first."""
+    client().api.rename(old, new)
 
 
 def start(name: str) -> None:

@@ -15,6 +15,7 @@ from engine import statefs
 from engine.errors import ExecHostError
 from engine.sandbox import docker_ops
 from engine.sandbox import supervisor as sv
+from engine.sandbox.pool import ClaimMissed, Pool, PoolEntry, is_pool_name
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
     HOT_WINDOW_MS,
@@ -28,7 +29,7 @@ from engine.sandbox.settings import (
     state_id,
 )
 from engine.sandbox.validate import sanitize_container_env, validate_docker
-from engine.sandbox.workspace import WorkspaceError, chown_dir, ensure_dir
+from engine.sandbox.workspace import WorkspaceError, ensure_dir, give_dirs, workspace_user
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +62,6 @@ class _Known:
     last_touch_ms: int = 0
 
 
-def workspace_user(path: str) -> str | None:
-    """OpenClaw's default user: the workspace dir's owner, so files written inside stay the operator's."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return f"{st.st_uid}:{st.st_gid}"
-
-
 class SandboxManager:
     """One per process. Keeps what warm execs need (container known good, supervisor alive) in memory."""
 
@@ -86,6 +78,8 @@ class SandboxManager:
         # The gateway's session host (engine.sessions.host) when it keeps sessions: pipe commands are
         # handed to it once started, so they outlive the gateway (engine.sandbox.held).
         self.session_host: Any = None
+        # Ready containers per config (engine.sandbox.pool); off until start_pool (the gateway's).
+        self.pool = Pool(self.extra_labels, self._run_setup)
 
     @property
     def registry(self) -> Registry:
@@ -102,6 +96,62 @@ class SandboxManager:
             except Exception:  # progress is cosmetic: a failing reporter must not fail the sandbox
                 log.exception("sandbox progress callback failed")
 
+    # -- pool -------------------------------------------------------------------------------------
+    async def start_pool(self, config: Any) -> None:
+        """Keep ready containers for the config's sandboxed agents: adopt the last process's, fill the rest
+        in the background. Never fails the caller: without Docker the pool simply stays empty."""
+        try:
+            await self.pool.start(config)
+        except Exception as exc:  # SandboxUnavailable, an engine error: the pool is an optimisation
+            log.warning("sandbox pool not started: %s", exc)
+
+    async def stop_pool(self) -> None:
+        await self.pool.stop()
+
+    async def _claim(self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str) -> bool:
+        """A ready pool container becomes this scope's; False: none fits, create one as usual."""
+        key = self.pool.key(settings)
+        entry = self.pool.take(key) if key is not None else None
+        if entry is None:
+            return False
+        try:
+            validate_docker(settings.docker, [lay.workspace_dir, lay.agent_workspace])
+        except ValueError:
+            self.pool.put_back(entry)  # _create says why, to the agent
+            return False
+        self._progress(lay.name, "claiming a ready container from the pool")
+        claim = asyncio.ensure_future(asyncio.to_thread(self.pool.claim, entry, settings, lay))
+        try:
+            await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            # The request went away; the claim runs on. One it left untouched goes back to the pool (one
+            # that went through lacks its registry record: the scope's next ensure replaces it).
+            claim.add_done_callback(lambda done: self._claim_abandoned(entry, done))
+            raise
+        except ClaimMissed as exc:
+            log.info("sandbox pool: %s not claimed for %s: %s", entry.name, lay.name, exc)
+            if exc.untouched:
+                self.pool.put_back(entry)
+            return False
+        await asyncio.to_thread(
+            self.registry.replace,
+            RegistryEntry(
+                containerName=lay.name,
+                sessionKey=lay.scope_key,
+                createdAtMs=entry.created_at_ms,
+                lastUsedAtMs=now_ms(),
+                image=entry.image,
+                configHash=expected,
+                agentId=agent_id,
+            ),
+        )
+        return True
+
+    def _claim_abandoned(self, entry: PoolEntry, done: asyncio.Future[None]) -> None:
+        exc = None if done.cancelled() else done.exception()
+        if isinstance(exc, ClaimMissed) and exc.untouched:
+            self.pool.put_back(entry)
+
     # -- ensure -----------------------------------------------------------------------------------
     async def ensure(self, settings: SandboxSettings, lay: Layout, agent_id: str) -> Ensured:
         expected = config_hash(settings, lay)
@@ -112,6 +162,7 @@ class SandboxManager:
             return Ensured(lay.name, config_hash=expected)
         async with self._lock(lay.name):
             result = await self._ensure_slow(settings, lay, agent_id, expected, channel)
+        self.pool.want(settings, agent_id)  # refilled off the request path
         return result
 
     async def _ensure_slow(
@@ -124,7 +175,17 @@ class SandboxManager:
                 f"{statefs.state_dir()}); refusing to use it. Remove it or use another containerPrefix."
             )
         warnings: list[str] = []
-        if state.exists and state.config_hash != expected:
+        current = state.config_hash
+        if state.exists and state.pool_key is not None:
+            # Born in the pool: the registry says which scope claimed it and with what config. Never
+            # restarted (Docker would mount its pool paths again), never taken without that record.
+            entry = await asyncio.to_thread(self.registry.get, lay.name)
+            if entry is None or entry.sessionKey != lay.scope_key or not state.running or not channel.alive():
+                self._progress(lay.name, "removing a claimed pool container that cannot be restarted")
+                await asyncio.to_thread(docker_ops.remove, lay.name)
+                state = docker_ops.ContainerState(lay.name, False)
+            current = entry.configHash if entry is not None else None
+        if state.exists and current != expected:
             entry = await asyncio.to_thread(self.registry.get, lay.name)
             last_used = entry.lastUsedAtMs if entry else None
             busy = self.active.get(lay.name, 0) > 0
@@ -137,13 +198,15 @@ class SandboxManager:
                 if not channel.alive():
                     await channel.wait_ready()
                 await self._touch(lay.name, None)
-                return Ensured(lay.name, warnings=warnings, config_hash=state.config_hash or "", stale=True)
+                return Ensured(lay.name, warnings=warnings, config_hash=current or "", stale=True)
             self._progress(lay.name, "removing container with outdated config")
             await asyncio.to_thread(docker_ops.remove, lay.name)
             state = docker_ops.ContainerState(lay.name, False)
-        created = False
+        created = claimed = False
         if not state.exists:
-            await self._create(settings, lay, agent_id, expected, warnings)
+            claimed = await self._claim(settings, lay, agent_id, expected)
+            if not claimed:
+                await self._create(settings, lay, agent_id, expected, warnings)
             created = True
         elif not state.running:
             self._progress(lay.name, "starting stopped container")
@@ -156,7 +219,7 @@ class SandboxManager:
             try:
                 await channel.wait_ready(timeout=3.0 if state.exists else 10.0)
             except sv.SupervisorUnavailable:
-                if not state.exists:
+                if not state.exists or state.pool_key is not None:  # a claimed one is never restarted
                     raise
                 # Its control dir was replaced under it, or the supervisor died: a restart re-binds both.
                 self._progress(lay.name, "restarting container: exec supervisor not answering")
@@ -169,10 +232,11 @@ class SandboxManager:
                 f"Sandbox {lay.name} is running but its exec supervisor does not answer ({exc}). "
                 f"Recreate it: {recreate_hint(settings, lay, agent_id)}"
             ) from None
-        if created and settings.docker.setup_command:
+        if created and not claimed and settings.docker.setup_command:  # a pool container ran it already
             await self._setup(settings, lay)
         has_bb = (sv.bin_dir() / "busybox").exists()
-        self._known[lay.name] = _Known(expected, has_bb)
+        # A container just created or claimed got its lastUsedAtMs with its registry record: no second write.
+        self._known[lay.name] = _Known(expected, has_bb, now_ms() if created else 0)
         await self._touch(lay.name, self._known[lay.name], force=not created)
         return Ensured(lay.name, created=created, warnings=warnings, config_hash=expected)
 
@@ -200,18 +264,12 @@ class SandboxManager:
         env, env_warnings = self.container_env(settings)
         warnings.extend(env_warnings)
         user = settings.docker.user or workspace_user(lay.workspace_dir)
-        if user and not user.startswith("0:") and user != "0":
-            # A non-root container user must be able to use its control dir; nothing else can reach it.
-            uid, _, gid = user.partition(":")
-            if uid.isdigit():
-                ids = (int(uid), int(gid) if gid.isdigit() else -1)
-                # Our private sandbox workspace too (never the agent's own workspace under rw).
-                own = [str(channel.path)]
-                if settings.workspace_access != "rw":
-                    own.append(lay.sandbox_workspace)
-                for path in own:
-                    with contextlib.suppress(OSError):
-                        chown_dir(path, *ids)
+        # A non-root container user must be able to use its control dir and our private sandbox workspace
+        # (never the agent's own workspace under rw); nothing else can reach them.
+        own = [str(channel.path)]
+        if settings.workspace_access != "rw":
+            own.append(lay.sandbox_workspace)
+        give_dirs(user, own)
         created_at = now_ms()
         kwargs = await asyncio.to_thread(  # reads a seccomp profile file when one is configured
             docker_ops.create_kwargs,
@@ -253,11 +311,19 @@ class SandboxManager:
 
     async def _setup(self, settings: SandboxSettings, lay: Layout) -> None:
         """setupCommand once after the first start; on failure the container goes, so the next use retries."""
+        self._progress(lay.name, "running setupCommand")
+        failure = await self._run_setup(lay.name, settings)
+        if failure is not None:
+            await asyncio.to_thread(docker_ops.remove, lay.name)
+            await asyncio.to_thread(self.registry.remove, lay.name)
+            raise SandboxError(f"Sandbox setupCommand failed in {lay.name} {failure}")
+
+    async def _run_setup(self, name: str, settings: SandboxSettings) -> str | None:
+        """setupCommand in container `name`: None when it succeeded, else "(exit N)" and its output tail."""
         from engine.sandbox.launcher import SupervisedProcess
 
-        self._progress(lay.name, "running setupCommand")
         command = settings.docker.setup_command or ""
-        proc = SupervisedProcess(sv.Channel(lay.name), "0" * 16)
+        proc = SupervisedProcess(sv.Channel(name), "0" * 16)
         script = sv.spec_script(
             command, settings.docker.workdir, {"HOME": settings.docker.workdir}, None, "/bin/sh"
         )
@@ -277,14 +343,10 @@ class SandboxManager:
             code, sig = None, str(exc) or "timeout"
         finally:
             proc.close()
-        if code != 0:
-            await asyncio.to_thread(docker_ops.remove, lay.name)
-            await asyncio.to_thread(self.registry.remove, lay.name)
-            tail = output.decode("utf-8", "replace").strip()
-            raise SandboxError(
-                f"Sandbox setupCommand failed in {lay.name} (exit {code if code is not None else sig})"
-                + (f":\n{tail}" if tail else ".")
-            )
+        if code == 0:
+            return None
+        tail = output.decode("utf-8", "replace").strip()
+        return f"(exit {code if code is not None else sig})" + (f":\n{tail}" if tail else ".")
 
     async def _touch(self, name: str, known: _Known | None, *, force: bool = False) -> None:
         """lastUsedAtMs, written at most every 30 s: the hot window and prune work in minutes and hours."""
@@ -312,7 +374,13 @@ class SandboxManager:
         if not force and self._last_prune is not None and now - self._last_prune < PRUNE_INTERVAL_SEC:
             return []
         self._last_prune = now
+        if settings.max_age_days > 0:  # a spare is as old as its image: it goes like any container
+            self.pool.expire(int(settings.max_age_days * 86_400_000))
         return await asyncio.to_thread(self._prune, settings.idle_hours, settings.max_age_days)
+
+    def prune_pool(self, config: Any, *, everything: bool = False) -> list[str]:
+        """Unclaimed pool containers whose key the config no longer asks for (all: `everything`); blocking."""
+        return self.pool.prune(config, everything=everything)
 
     def _prune(self, idle_hours: float, max_age_days: float) -> list[str]:
         if idle_hours <= 0 and max_age_days <= 0:
@@ -345,6 +413,9 @@ class SandboxManager:
             entry = entries.get(name)
             c = live.get(name)
             labels = dict((c or {}).get("Labels") or {})
+            pool_born = docker_ops.POOL_LABEL in labels
+            if pool_born and is_pool_name(name) and entry is None:
+                continue  # a ready spare: no agent's yet (docs/SANDBOX-POOL.md)
             scope = entry.sessionKey if entry else labels.get("openclaw.sessionKey", "")
             agent_id = (
                 (entry.agentId if entry else None) or labels.get("exechost.agentId") or _agent_of(scope)
@@ -353,7 +424,10 @@ class SandboxManager:
             session = scope if settings.scope == "session" else f"agent:{agent_id}:main"
             expected_lay = layout(settings, agent_id, session)
             expected_hash = config_hash(settings, expected_lay)
-            current_hash = labels.get("openclaw.configHash") or (entry.configHash if entry else None)
+            if pool_born:  # its label holds the pool key; what the claim bound it to is the registry's
+                current_hash = entry.configHash if entry else None
+            else:
+                current_hash = labels.get("openclaw.configHash") or (entry.configHash if entry else None)
             image = str((c or {}).get("Image") or (entry.image if entry else ""))
             created = entry.createdAtMs if entry else int(labels.get("openclaw.createdAtMs", "0") or 0)
             last_used = entry.lastUsedAtMs if entry else created
@@ -361,7 +435,8 @@ class SandboxManager:
                 {
                     "containerName": name,
                     "sessionKey": scope,
-                    "agentId": agent_id,
+                    # A claimed container the registry lost is nobody's but the operator's.
+                    "agentId": None if pool_born and entry is None else agent_id,
                     "running": bool(c and c.get("State") == "running"),
                     "exists": c is not None,
                     "image": image,

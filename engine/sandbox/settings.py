@@ -16,6 +16,7 @@ from engine.config.schema import (
     DEFAULT_CONTAINER_PREFIX,
     DEFAULT_PIDS_LIMIT,
     DEFAULT_SANDBOX_IMAGE,
+    DEFAULT_SANDBOX_POOL,
     DEFAULT_ULIMITS,
     DEFAULT_WORKDIR,
 )
@@ -49,6 +50,7 @@ class DockerSettings:
     cap_drop: tuple[str, ...] = ("ALL",)
     env: dict[str, str] = field(default_factory=lambda: {"LANG": "C.UTF-8"})
     setup_command: str | None = None
+    pool: int = DEFAULT_SANDBOX_POOL  # how many ready containers to keep; never part of the config hash
     pids_limit: int | None = DEFAULT_PIDS_LIMIT
     memory: str | None = None
     memory_swap: str | None = None
@@ -285,8 +287,10 @@ def digest(payload: dict[str, Any]) -> str:
 
 def config_hash(settings: SandboxSettings, lay: Layout) -> str:
     """sha256 over the effective container config; array order matters, None is dropped (reference §6.3)."""
+    docker = camel_fields(settings.docker)
+    docker.pop("pool")  # how many spares are kept changes no container
     payload = {
-        "docker": camel_fields(settings.docker),
+        "docker": docker,
         "workspaceAccess": settings.workspace_access,
         "workspaceDir": lay.workspace_dir,
         "agentWorkspaceDir": lay.agent_workspace,

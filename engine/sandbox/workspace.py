@@ -9,6 +9,7 @@ workspace everything is the sandbox's to write: the host writes there only throu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -86,6 +87,28 @@ def chown_dir(path: str, uid: int, gid: int) -> None:
         os.fchown(fd, uid, gid)
     finally:
         os.close(fd)
+
+
+def workspace_user(path: str) -> str | None:
+    """OpenClaw's default user: the workspace dir's owner, so files written inside stay the operator's."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return f"{st.st_uid}:{st.st_gid}"
+
+
+def give_dirs(user: str | None, paths: list[str]) -> None:
+    """Hand dirs to a non-root numeric container user ("uid[:gid]"), so it can use them; nothing else can
+    reach them (their parents are ours). Root and named users keep them as they are."""
+    if not user or user.startswith("0:") or user == "0":
+        return
+    uid, _, gid = user.partition(":")
+    if not uid.isdigit():
+        return
+    for path in paths:
+        with contextlib.suppress(OSError):
+            chown_dir(path, int(uid), int(gid) if gid.isdigit() else -1)
 
 
 SKILLS_DIR = "skills"

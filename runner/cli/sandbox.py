@@ -260,6 +260,7 @@ def _connected_node_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 def cmd_list(args: argparse.Namespace) -> int:
     node_errors: list[dict[str, Any]] = []
+    spares: list[str] = []
     try:
         if args.node:
             # Browser sandboxes stay on the gateway's machine: a node lists its exec sandboxes only.
@@ -274,6 +275,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                     raise
                 rows, node_errors = [], [{"node": None, "error": str(exc)}]
             browsers = admin.list_browsers() if not node_errors else []
+            spares = admin.list_spares() if not node_errors else []
             if config.nodes and not args.browser:
                 more, failed = _connected_node_rows()
                 rows += more
@@ -281,7 +283,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     except (SandboxUnavailable, ExecHostError) as exc:
         return _fail(exc)
     if args.json:
-        out: dict[str, Any] = {"containers": rows, "browsers": browsers}
+        out: dict[str, Any] = {"containers": rows, "browsers": browsers, "spares": spares}
         if node_errors:
             out["errors"] = node_errors
         print(json.dumps(out, ensure_ascii=False))
@@ -291,6 +293,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         return _print_from_node(args, lambda: f"On node {args.node}:\n" + format_list(rows))
     else:
         print(format_list(rows))
+        if spares:  # no agent's yet, so not rows (docs/SANDBOX-POOL.md)
+            print(f"Pool: {len(spares)} ready container(s) for new scopes (not listed above).")
         for err in node_errors:
             where = f"node {err['node']}" if err.get("node") else "this machine"
             print(f"⚠️  {_clean(where)}: {_clean(str(err.get('error')))}")
@@ -327,7 +331,7 @@ def format_explain(info: dict[str, Any]) -> str:
         f"  dns: {', '.join(d['dns']) or '-'}  extraHosts: {', '.join(d['extraHosts']) or '-'}",
         f"  binds: {', '.join(d['binds']) or '-'}",
         f"  env: {', '.join(d['envKeys']) or '-'}",
-        f"  setupCommand: {d['setupCommand'] or '-'}",
+        f"  setupCommand: {d['setupCommand'] or '-'}  pool: {d.get('pool', '-')}",
         *[f"  ⚠️  {k} = true" for k in _DANGEROUS if d[k]],
         "",
         "Tool policy (tools.sandbox.tools; deny first, an empty allow allows all):",

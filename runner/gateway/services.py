@@ -135,6 +135,7 @@ class Services:
             self.sessions.add_listener(self._on_session_event),
         ]
         self._sandbox_manager: Any = None
+        self._pool_start: asyncio.Task[None] | None = None
         # Set by hold_sessions() (the daemon): gateway-host sessions run in the session host, outliving us.
         self.holders: HostLauncher | None = None
         self.keep_sessions = True  # on a stop: leave held sessions running (`gateway stop --kill-sessions`)
@@ -203,6 +204,16 @@ class Services:
         self.pending_file.save(self.approvals.records())
         self.output.start()
         self._hook_sandbox_progress()
+        # Ready sandbox containers (adopted from the last gateway, or made now), off the start path.
+        self._pool_start = asyncio.get_running_loop().create_task(self._start_sandbox_pool())
+
+    async def _start_sandbox_pool(self) -> None:
+        try:
+            config = self.config()
+        except Exception as exc:  # the config's own errors are reported where it is used
+            log.warning("sandbox pool not started: %s", exc)
+            return
+        await default_sandbox_manager().start_pool(config)
 
     def _hook_sandbox_progress(self) -> None:
         """Forward container-creation progress (engine.sandbox's one hook) as `sandbox.progress`."""
@@ -219,6 +230,10 @@ class Services:
         )
 
     async def close(self) -> None:
+        if self._pool_start is not None:
+            self._pool_start.cancel()
+            await asyncio.gather(self._pool_start, return_exceptions=True)
+        await default_sandbox_manager().stop_pool()  # its spares stay for the next gateway to adopt
         if self._sandbox_manager is not None and self._sandbox_manager.progress == self.sandbox_progress:
             self._sandbox_manager.progress = None
         if self.holders is not None and default_sandbox_manager().session_host is self.holders:

@@ -15,6 +15,7 @@ from console.dialogs import ConfirmDialog
 from console.widgets.sandboxes import SandboxesPane
 from engine.protocol.frames import RemoteError
 from engine.sandbox import SandboxManager, docker_ops, set_default_manager
+from engine.sandbox.pool import is_pool_name
 from tests.engine.sandbox.test_sandbox_docker import RUN_ID, TEST_LABEL, _cleanup
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 from tests.helpers.sandbox import IMAGE, build_test_image
@@ -93,6 +94,7 @@ async def test_gateway_exec_runs_in_sandbox_and_pane_manages_it(state_dir: Path,
                 await pilot.press("y")
                 await until(pilot, lambda: not docker_ops.inspect(row["containerName"]).exists)
                 await until(pilot, lambda: all(r["agentId"] != agent_id for r in pane.rows))
-            assert docker_ops.list_sandboxes(TEST_LABEL) == []
+            left = [str(c["Names"][0]).lstrip("/") for c in docker_ops.list_sandboxes(TEST_LABEL)]
+            assert all(is_pool_name(n) for n in left)  # only the gateway's ready spares (no agent's)
         finally:
             await agent.close()

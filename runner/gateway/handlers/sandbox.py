@@ -137,6 +137,7 @@ async def prune(services: Services, conn: Connection, params: dict[str, Any]) ->
     settings = resolve_settings(services.config(), agent_id(params, conn))
     try:
         removed = await default_manager().maybe_prune(settings, force=True)
+        removed += await asyncio.to_thread(default_manager().prune_pool, services.config())
         browsers = await services.browsers.manager.prune(settings.idle_hours, settings.max_age_days)
         for name in browsers:
             await services.browsers.stop("main", "", name)  # closes its door and CDP connection too

@@ -164,6 +164,24 @@ def test_new_keys_change_the_config_hash(tmp_path: Path) -> None:
         assert config_hash(changed, lay) != config_hash(base, lay), extra
 
 
+def test_pool_size_reaches_the_settings_and_never_the_hashes(tmp_path: Path) -> None:
+    from engine.sandbox.browser import browser_hash, browser_layout
+    from engine.sandbox.pool import pool_key
+
+    base = resolve_settings(load_config_text(""), "main")
+    assert base.docker.pool == 1
+    cfg = load_config_text(DOCKER + "pool = 3\n[[agents.list]]\nid = \"ops\"\nsandbox.docker.pool = 0\n")
+    three, off = resolve_settings(cfg, "main"), resolve_settings(cfg, "ops")
+    assert (three.docker.pool, off.docker.pool) == (3, 0)
+    lay = layout(base, "main", "s")
+    assert config_hash(three, lay) == config_hash(base, lay) == config_hash(off, lay)
+    blay = browser_layout(base, "main", "s")
+    assert browser_hash(three, blay) == browser_hash(base, blay)
+    assert pool_key(three, {}) == pool_key(base, {}) and pool_key(off, {}) is None
+    rw = resolve_settings(load_config_text('[agents.defaults.sandbox]\nworkspaceAccess = "rw"\n'), "main")
+    assert pool_key(rw, {}) is None  # the agent's own workspace is mounted: never pooled
+
+
 def test_dangerous_opt_ins_reach_validation(tmp_path: Path) -> None:
     outside = tmp_path / "data"
     outside.mkdir()
@@ -224,6 +242,9 @@ BAD = [
     ("extraHosts", '["db:not-an-ip"]', 'expected "name:ip"'),
     ("extraHosts", '["bad host:10.0.0.1"]', 'expected "name:ip"'),
     ("extraHosts", '{ db = "10.0.0.1" }', "expected a list of strings, got a table"),
+    ("pool", "-1", "must be at least 0"),
+    ("pool", "17", "at most 16"),
+    ("pool", '"2"', "expected an integer"),
     ("dangerouslyAllowReservedContainerTargets", '"true"', "expected true or false, got a string"),
     ("dangerouslyAllowExternalBindSources", "1", "expected true or false, got an integer"),
     ("dangerouslyAllowContainerNamespaceJoin", '"yes"', "expected true or false, got a string"),

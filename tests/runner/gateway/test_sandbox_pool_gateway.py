@@ -1,0 +1,82 @@
+"""The gateway keeps the sandbox pool: filled at start, claimed by a new agent's first exec, adopted after a
+restart of the gateway."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.sandbox import SandboxManager, default_manager, docker_ops, set_default_manager
+from engine.sandbox.pool import is_pool_name
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.helpers.sandbox import IMAGE, build_test_image, remove_labelled
+
+pytestmark = pytest.mark.docker
+
+RUN_ID = f"gwpool-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@pytest.fixture
+def labelled(state_dir: Path) -> Iterator[None]:
+    build_test_image()
+    set_default_manager(SandboxManager(extra_labels={"exechost.test": RUN_ID}))
+    yield
+    set_default_manager(None)
+    remove_labelled(RUN_ID)
+
+
+def ready() -> list[str]:
+    """The gateway's (this process's default manager's) spares that are ready to claim."""
+    return [e.name for e in default_manager().pool.ready()]
+
+
+def spares() -> list[str]:
+    names = [str(c["Names"][0]).lstrip("/") for c in docker_ops.list_sandboxes(f"exechost.test={RUN_ID}")]
+    return sorted(n for n in names if is_pool_name(n))
+
+
+async def test_a_new_agents_first_exec_claims_a_spare_and_a_restart_adopts_the_refill(
+    state_dir: Path, labelled: None
+) -> None:
+    write_config(
+        state_dir,
+        '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+        f'[agents.defaults.sandbox]\nmode = "all"\n[agents.defaults.sandbox.docker]\nimage = "{IMAGE}"\n',
+    )
+    agent_id = "g" + secrets.token_hex(4)
+    async with gateway(state_dir):
+        first = await wait_until(ready)  # made at start, off the start path
+        client = await connect(state_dir, "agent")
+        try:
+            res = await client.request(
+                "exec",
+                {"command": "echo hi > f; pwd", "agentId": agent_id, "sessionKey": f"agent:{agent_id}:main"},
+            )
+            assert res["details"]["status"] == "completed" and res["text"].strip() == "/workspace", res
+            listed = await client.request("sandbox.list")
+            (row,) = [r for r in listed["containers"] if r["agentId"] == agent_id]
+            assert row["configMatch"]
+            assert not any(is_pool_name(r["containerName"]) for r in listed["containers"])  # spares hidden
+            info = docker_ops.client().api.inspect_container(row["containerName"])
+            assert docker_ops.POOL_LABEL in info["Config"]["Labels"]  # the spare became the agent's
+            assert first[0] not in spares()
+            refill = await wait_until(lambda: [n for n in ready() if n not in first])
+        finally:
+            await client.close()
+    assert spares() == refill  # a stopped gateway leaves its spares for the next one
+    async with gateway(state_dir):
+        await wait_until(lambda: ready() == refill)  # adopted, not replaced
+        client = await connect(state_dir, "agent")
+        try:
+            other = "h" + secrets.token_hex(4)
+            res = await client.request(
+                "exec", {"command": "ls -A", "agentId": other, "sessionKey": f"agent:{other}:main"}
+            )
+            assert res["details"]["status"] == "completed" and res["text"].strip() in ("", "(no output)"), res
+            await wait_until(lambda: refill[0] not in spares())  # the adopted spare served the new agent
+        finally:
+            await client.close()
