@@ -39,7 +39,12 @@ async def test_allowlisted_command_runs_enforced(state_dir: Path) -> None:
         client = await connect(state_dir)
         result = await client.request("exec", {"command": "echo hello world", "sessionKey": "s"})
         assert result["details"]["status"] == "completed" and result["text"] == "hello world"
-        record = store.agent("main").allowlist[0]
+        # Stamps are written off the loop, a moment after the run (engine/tools/uses.py).
+        for _ in range(250):
+            record = store.agent("main").allowlist[0]
+            if record.last_used_at:
+                break
+            await asyncio.sleep(0.02)
         assert record.last_used_command == "echo hello world" and record.last_used_at
         # Not on the allowlist and no approver attached: pending, nothing ran.
         pending = await client.request(

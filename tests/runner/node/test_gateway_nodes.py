@@ -43,8 +43,14 @@ async def test_allowlisted_command_on_a_node_runs(sshd_nodes: list[SshdNode], st
         with pytest.raises(RemoteError, match="SYSTEM_RUN_DENIED"):
             await agent.request("exec", {"command": "/usr/bin/id", "node": "alpha"})
         await agent.close()
-    entries = json.loads((alpha.state_dir / "exec-approvals.json").read_text())["agents"]["*"]["allowlist"]
-    assert entries[0].get("lastUsedAt")  # the use is recorded on the node, in the node's file
+    # The use is recorded on the node, in the node's file (off the node's loop, a moment after the run).
+    approvals = alpha.state_dir / "exec-approvals.json"
+    for _ in range(250):
+        entries = json.loads(approvals.read_text())["agents"]["*"]["allowlist"]
+        if entries[0].get("lastUsedAt"):
+            break
+        await asyncio.sleep(0.02)
+    assert entries[0].get("lastUsedAt")
 
 
 async def test_node_policy_tighter_than_the_gateways_wins(
