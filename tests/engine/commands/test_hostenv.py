@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -180,3 +181,23 @@ def test_sanitised_env_really_stops_a_loader_variable() -> None:
         timeout=20,
     )
     assert out.stdout.strip() == "unset unset"
+
+
+def test_the_kept_answer_for_our_own_env_follows_every_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway's own environment is vetted once and kept (issue 19): any change to it — a new
+    variable, a changed value, a removed one, a new one that must be stripped — gives the new answer."""
+    first = sanitize_host_env(os.environ, None).env
+    monkeypatch.setenv("EXECHOST_TEST_KEPT", "one")
+    assert sanitize_host_env(os.environ, None).env["EXECHOST_TEST_KEPT"] == "one"
+    monkeypatch.setenv("EXECHOST_TEST_KEPT", "two")
+    assert sanitize_host_env(os.environ, None).env["EXECHOST_TEST_KEPT"] == "two"
+    monkeypatch.setenv("LD_PRELOAD", "/tmp/evil.so")
+    result = sanitize_host_env(os.environ, None)
+    assert "LD_PRELOAD" not in result.env and "LD_PRELOAD" in result.stripped
+    monkeypatch.delenv("EXECHOST_TEST_KEPT")
+    monkeypatch.delenv("LD_PRELOAD")
+    again = sanitize_host_env(os.environ, None)
+    assert "EXECHOST_TEST_KEPT" not in again.env and again.env == first
+    # What a caller does to its copy never reaches the kept answer.
+    again.env["MUTATED"] = "x"
+    assert "MUTATED" not in sanitize_host_env(os.environ, None).env
