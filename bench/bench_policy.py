@@ -104,17 +104,18 @@ def main() -> None:
     cached_resolve = allowlist.resolve
     allowlist.resolve = uncached_resolve  # type: ignore[assignment]
     resolve.RESOLVED.clear()
-    contexts = getattr(allowlist, "_CONTEXTS", {})  # decision contexts memoise lookups (issue 19)
-    contexts.clear()
+    # Decision contexts memoise lookups (issue 19).
+    contexts = getattr(allowlist, "clear_contexts", getattr(allowlist, "_CONTEXTS", {}).clear)
+    contexts()
     rows.append(("decision, repeats, PATH lookups uncached", rate(decide, repeated, args.repeat)))
     allowlist.resolve = cached_resolve  # type: ignore[assignment]
     resolve.RESOLVED.clear()
-    contexts.clear()
+    contexts()
     resolve.WATCH._ready = lambda: False  # type: ignore[method-assign]
     rows.append(("decision, repeats, PATH cache stat-validated", rate(decide, repeated, args.repeat)))
     del resolve.WATCH._ready
     resolve.RESOLVED.clear()
-    contexts.clear()
+    contexts()
     rows.append(("decision, repeats, PATH cache inotify-validated", rate(decide, repeated, args.repeat)))
     print(
         f"python {platform.python_version()} on {platform.machine()}, one core, "

@@ -287,8 +287,14 @@ def evaluate_allowlist(
         *_state_env(),  # everything home_dir() and protected_root() read besides the passwd file
         os.getuid(),
     )
+    last = _LAST[0]
+    # The last key first: comparing it costs less than hashing a new one (the entries are dataclasses
+    # whose hash is Python code), and decisions mostly repeat the last context.
+    if last is not None and last[1] == WATCH.generation and last[0] == key:
+        return _evaluate(analysis, last[2])
     hit = _CONTEXTS.get(key)
     if hit is not None and hit[0] == WATCH.generation:
+        _LAST[0] = (key, hit[0], hit[1])
         return _evaluate(analysis, hit[1])
     generation = WATCH.current()
     passwd_watched = WATCH.watch_file(statefs.PASSWD_FILE)
@@ -298,7 +304,8 @@ def evaluate_allowlist(
     home_env = os.environ.get("OPENCLAW_HOME", "").strip()  # home_dir(): this made absolute, else passwd's
     home_fixed = home_env.startswith("/") if home_env else passwd_watched
     if watched and home_fixed and not WATCH.changed():
-        WATCH.store(generation, _CONTEXTS, key, (generation, context), 64)
+        if WATCH.store(generation, _CONTEXTS, key, (generation, context), 64):
+            _LAST[0] = (key, generation, context)
     return _evaluate(analysis, context)
 
 
@@ -321,6 +328,14 @@ def _state_env() -> tuple[object, ...]:
 # compiled for this home, the resolved trusted dirs and state dir, the home (from the passwd file). Each
 # value is (WATCH generation it was built in, context); any inotify event bumps the generation.
 _CONTEXTS: dict[tuple[object, ...], tuple[int, _Context]] = {}
+# The context found last: (key, its generation, context), replaced as a whole (one atomic store).
+_LAST: list[tuple[tuple[object, ...], int, _Context] | None] = [None]
+
+
+def clear_contexts() -> None:
+    """Forget every kept context (benchmarks and tests measuring the lookups behind them)."""
+    _CONTEXTS.clear()
+    _LAST[0] = None
 
 
 def _new_context(

@@ -522,6 +522,12 @@ def _analyze_cached(command: str) -> CommandAnalysis:
 def _analyze(command: str, depth: int) -> CommandAnalysis:
     if len(command) > MAX_COMMAND_CHARS:
         return _fail("command too long")
+    # The plain subset first: text inside it is printable ASCII whose only reader-active characters sit
+    # inside quotes, so read_shell_text returns it unchanged and the lexical and character scans pass it
+    # (test_fastlex checks all three on every text the subset takes); the answer is the one they lead to.
+    fast = _fast_analysis(command, depth)
+    if fast is not None:
+        return fast
     if not command.strip():
         return _fail("empty command")
     # Heredoc bodies come out as stdin data and continuations are spliced first (shelltext.py); the
@@ -538,7 +544,7 @@ def _analyze(command: str, depth: int) -> CommandAnalysis:
     reason = _lexical_reason(text) or _char_reason(command)
     if reason:
         return _fail(reason)
-    if not heredocs:
+    if text != command and not heredocs:  # spliced continuations may leave plain text
         fast = _fast_analysis(text, depth)
         if fast is not None:
             return fast

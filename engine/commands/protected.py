@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from engine import statefs
-from engine.commands.which import REAL, poll_changes, real_path
+from engine.commands.which import REAL, dir_links, poll_changes, real_path
 
 
 def _inside(path: str, root: str) -> bool:
@@ -49,8 +49,19 @@ def _resolved(path: str, poll: bool) -> str:
     head = head.rstrip("/") or head
     if not tail or tail in (".", "..") or not head.startswith("/") or "\x00" in path:
         return os.path.realpath(path)
-    real_head = (None if poll else REAL.get(head)) or real_path(head, poll=poll)  # a hit without the call
+    real_head = None if poll else REAL.get(head)  # a hit without the call
+    if real_head is None:
+        real_head = real_path(head, poll=poll)
+        watched = REAL.get(head) == real_head
+    else:
+        watched = True
     joined = real_head + tail if real_head.endswith("/") else real_head + "/" + tail
+    if watched:
+        # The directory's resolution is watched, so its listing can be (engine.commands.which.dir_links):
+        # whether `tail` is a symlink there, without a syscall.
+        links = dir_links(real_head)
+        if links is not None:
+            return os.path.realpath(path) if tail in links else joined
     try:
         link = stat.S_ISLNK(os.lstat(joined).st_mode)
     except OSError:

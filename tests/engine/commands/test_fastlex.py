@@ -244,3 +244,27 @@ def test_words_of_every_subset_character_agree_or_fall_back(
             command += rng.choice([" | wc", " && ls", "; x", "||y"])
         answered += check(command, monkeypatch)
     assert answered > 500
+
+
+def _subset_scans_pass(command: str) -> bool:
+    """What _analyze skips by trying the subset first: on text the subset takes, bash's reader changes
+    nothing and the lexical and character scans find nothing."""
+    if split_plain(command) is None:
+        return False
+    assert read_shell_text(command) == Reading(command, (), None), command
+    assert analysis._lexical_reason(command) is None, command
+    assert analysis._char_reason(command) is None, command
+    return True
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.text(alphabet="ab=-_ \t'\"|&;$`\\!#*?~(){}[]<>\n\r.%@:,+/\x01é", max_size=30))
+def test_property_the_subset_is_inside_every_scan_it_skips(command: str) -> None:
+    _subset_scans_pass(command)
+
+
+def test_the_subset_is_inside_every_scan_it_skips_on_the_generated_corpus() -> None:
+    quoted = ["'$(id) `x` <<EOF # ( ) \\ ! ~'", "'a\tb'", "\"( ) # < > ~ * ? [ ] { } ; & |\"", "'\"'"]
+    rng = random.Random(7)
+    commands = [*corpus(20_000, seed=23), *(f"echo {rng.choice(quoted)} | wc" for _ in range(50))]
+    assert sum(_subset_scans_pass(command) for command in commands) > 1_000
