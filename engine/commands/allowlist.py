@@ -303,9 +303,9 @@ def evaluate_allowlist(
     )
     home_env = os.environ.get("OPENCLAW_HOME", "").strip()  # home_dir(): this made absolute, else passwd's
     home_fixed = home_env.startswith("/") if home_env else passwd_watched
-    if watched and home_fixed and not WATCH.changed():
-        if WATCH.store(generation, _CONTEXTS, key, (generation, context), 64):
-            _LAST[0] = (key, generation, context)
+    kept = watched and home_fixed and not WATCH.changed()
+    if kept and WATCH.store(generation, _CONTEXTS, key, (generation, context), 64):
+        _LAST[0] = (key, generation, context)
     return _evaluate(analysis, context)
 
 
