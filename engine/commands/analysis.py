@@ -438,6 +438,11 @@ def _build_segment(words: list[str], assignments: list[str], raw: str, depth: in
         raise _Unsafe("empty command name")
     if words[0] == "printf" and any(word.startswith("-v") for word in words[1:3]):
         raise _Unsafe("shell builtin: printf -v")  # assigns a shell variable, e.g. PATH for later segments
+    plain = _PLAIN_NAMES.get(words[0])
+    if plain is None:
+        plain = _plain_name(words[0])
+    if plain:  # what unwrap and _shell_payload give a name that is neither a wrapper nor a shell
+        return Segment(tuple(words), raw, (), None, tuple(assignments), (), None)
     groups, argv, blocked = unwrap(words)
     inner = None
     if blocked is None:
@@ -455,6 +460,20 @@ def _build_segment(words: list[str], assignments: list[str], raw: str, depth: in
         wrapper_argv=tuple(tuple(group) for group in groups),
         inner=inner,
     )
+
+
+# Command name -> whether it is neither a wrapper (transparent or blocked) nor a shell, by basename as
+# unwrap and _shell_payload compare it. A pure function of the name; bounded like the analysis cache.
+_PLAIN_NAMES: dict[str, bool] = {}
+_WRAPPER_OR_SHELL = BLOCKED_WRAPPERS | frozenset(TRANSPARENT_WRAPPERS) | ANALYSED_SHELLS | OTHER_SHELLS
+
+
+def _plain_name(word: str) -> bool:
+    plain = basename(word) not in _WRAPPER_OR_SHELL
+    if len(_PLAIN_NAMES) >= 4096:
+        _PLAIN_NAMES.clear()
+    _PLAIN_NAMES[word] = plain
+    return plain
 
 
 def _assignment(node: tree_sitter.Node) -> str:

@@ -57,6 +57,17 @@ def _render(segment: Segment, match: SegmentMatch, words_for: Words, where: tupl
         return (
             None  # a multi-call binary picks its applet from argv[0]; pinning the real path would change it
         )
+    if (
+        not words_for
+        and segment.inner is None
+        and not segment.wrapper_argv
+        and not segment.heredocs
+        and "'" not in segment.raw
+        and "'" not in real
+    ):
+        # The common case: no word holds a quote (quote removal never makes one the raw text lacks), so
+        # one join quotes them all, exactly as _quote would one by one.
+        return "'" + "' '".join((real, *segment.argv[1:])) + "'"
 
     def word(index: int, text: str) -> list[str]:
         # A verified copy stands in for a bound file (engine.commands.verified): its words, not the path.
@@ -131,7 +142,7 @@ def _render_all(
     bodies: list[str] = []
     words = words_for or {}
     for index, (segment, match) in enumerate(zip(analysis.segments, result.segments, strict=True)):
-        rendered = _render(segment, match, words, (*where, index))
+        rendered = _render(segment, match, words, (*where, index) if words else where)  # where: for words
         if rendered is None:
             return None
         if index:
