@@ -10,6 +10,7 @@ import stat
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 from engine import statefs
 from engine.commands.analysis import ANALYSED_SHELLS, OTHER_SHELLS, CommandAnalysis, Segment
@@ -96,8 +97,9 @@ class AllowlistEntry:
     source: str | None = None  # "allow-always" when an approval decision wrote it (reference §3.3)
 
 
-@dataclass(frozen=True)
-class SegmentMatch:
+# SegmentMatch and AllowlistResult are named tuples: immutable, and built in a fraction of a frozen
+# dataclass's time (one of each per segment and decision; issue 19).
+class SegmentMatch(NamedTuple):
     argv: tuple[str, ...]
     resolved_path: str | None
     satisfied_by: str | None  # "allowlist" | "safeBins" | None (miss)
@@ -111,8 +113,7 @@ class SegmentMatch:
     named_path: str | None = None
 
 
-@dataclass(frozen=True)
-class AllowlistResult:
+class AllowlistResult(NamedTuple):
     satisfied: bool
     segments: tuple[SegmentMatch, ...]
 
