@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from engine import statefs
-from engine.commands.which import REAL, dir_links, poll_changes, real_path
+from engine.commands.which import LINKS, REAL, dir_links, poll_changes, real_path
 
 
 def _inside(path: str, root: str) -> bool:
@@ -89,7 +89,25 @@ def protected_operand(
 def protected_word(argv: Sequence[str], base: str, root: str) -> str | None:
     """protected_operand's check of the words, with the cwd already resolved (`base`) and not inside."""
     prefix = root.rstrip("/") + "/"
+    # The cwd's listing, when kept (engine.commands.which.dir_links): a plain name in it that is not a
+    # symlink resolves to base/name with no lookup at all. Kept only while the directory and every
+    # component of its path are watched, so its presence is the proof.
+    links = LINKS.get(base)
     for word in argv[1:]:
+        if (
+            links is not None
+            and word
+            and word[0] not in "-~"
+            and "/" not in word
+            and "=" not in word
+            and word not in links
+            and word not in (".", "..")
+            and "\x00" not in word
+        ):
+            path = base + word if base.endswith("/") else base + "/" + word
+            if path == root or path.startswith(prefix):
+                return word
+            continue
         for candidate in (word, word.partition("=")[2]) if "=" in word else (word,):
             if not candidate or candidate[0] == "-":
                 continue

@@ -36,6 +36,10 @@ def test_a_link_planted_in_a_listed_directory_is_caught(state_dir: Path, tmp_pat
     assert protected_operand(("cat", "token"), str(work)) is None
     (work / "token").symlink_to(state_dir / "gateway.json")  # created
     assert protected_operand(("cat", "token"), str(work)) == "token"
+    listed(work, state_dir)  # listed again, the link in it: answered from the listing
+    assert "token" in LINKS[str(work)]
+    assert protected_operand(("cat", "token"), str(work)) == "token"
+    assert protected_operand(("cat", "-n", "token"), str(work)) == "token"
     tmp = work / "notes.new"
     tmp.symlink_to(state_dir)
     os.replace(tmp, work / "notes")  # renamed over a regular file
