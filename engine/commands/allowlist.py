@@ -49,7 +49,6 @@ from engine.commands.which import (
     RESOLVED,
     WATCH,
     named_path,
-    poll_changes,
     real_path,
     resolve,
     resolve_executable,
@@ -173,9 +172,15 @@ def _compile_args(arg_pattern: str) -> re.Pattern[str] | None:
         return None  # an invalid regex matches nothing
 
 
+_SHLEX_UNSAFE = re.compile(r"[^\w@%+=:,./-]", re.ASCII)  # shlex.quote leaves words without these alone
+
+
 def args_text(argv: Sequence[str]) -> str:
     """What argPattern is matched against: argv[1:], each shell-quoted, joined by single spaces."""
-    return " ".join(shlex.quote(arg) for arg in argv[1:])
+    args = argv[1:]
+    if _SHLEX_UNSAFE.search("".join(args)) is None and all(args):
+        return " ".join(args)  # shlex.quote returns each of them unchanged
+    return " ".join(shlex.quote(arg) for arg in args)
 
 
 @dataclass(frozen=True)
@@ -272,7 +277,7 @@ def evaluate_allowlist(
     trusted_dirs: Sequence[str] = DEFAULT_TRUSTED_DIRS,
 ) -> AllowlistResult:
     """Satisfied only when the analysis is ok and every segment (nested `sh -c` ones too) is satisfied."""
-    poll_changes()  # once per decision: every lookup below answers from caches valid as of now
+    WATCH.changed()  # poll_changes(), once per decision: every lookup below answers from caches as of now
     path_var = env.get("PATH", DEFAULT_PATH)
     if safe_bin_profiles:
         profiles = {**DEFAULT_SAFE_BIN_PROFILES, **safe_bin_profiles}

@@ -596,7 +596,7 @@ def _fast_analysis(text: str, depth: int) -> CommandAnalysis | None:
         return None
     parts, operators = split
     try:
-        segments = tuple(_build_segment(words, assignments, raw, depth) for words, assignments, raw in parts)
+        segments = tuple([_build_segment(words, assigned, raw, depth) for words, assigned, raw in parts])
     except (_Unsafe, RecursionError):
         return None
     return CommandAnalysis(True, None, segments, operators)

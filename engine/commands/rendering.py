@@ -50,9 +50,13 @@ Words = Mapping[tuple[tuple[int, ...], int], Sequence[str]]  # (segment path, ar
 
 
 def _render(segment: Segment, match: SegmentMatch, words_for: Words, where: tuple[int, ...]) -> str | None:
-    real = pin_path(match)
-    if real is None or len(match.wrapper_paths) != len(segment.wrapper_argv):
+    real, named = match.resolved_path, match.named_path
+    if real is None:
         return None  # nothing to pin argv[0] to: the plan is unavailable
+    if named is not None and named != real and _base(named) != _base(real):
+        real = named  # pin_path, inlined: this runs for every segment of every allowed decision
+    if len(match.wrapper_paths) != len(segment.wrapper_argv):
+        return None
     if _base(real).lower() in _MULTICALL and _base(segment.argv[0]).lower() not in _MULTICALL:
         return (
             None  # a multi-call binary picks its applet from argv[0]; pinning the real path would change it
