@@ -100,6 +100,11 @@ def main() -> None:
         ("decision, unique commands (no analysis cache hits)", rate(cold, unique, args.repeat)),
         ("decision, agent-like repeats (analysis cache warm)", rate(decide, repeated, args.repeat)),
     ]
+    if hasattr(resolve, "LINKS"):  # operands lstat-ed one by one, as before directory listings (issue 19)
+        uses, resolve._LISTING_USES = resolve._LISTING_USES, 1 << 30
+        resolve.LINKS.clear()
+        rows.append(("decision, unique commands, no directory listings", rate(cold, unique, args.repeat)))
+        resolve._LISTING_USES = uses
     # The PATH-lookup cache, measured rather than assumed: off, stat-validated, inotify-validated.
     cached_resolve = allowlist.resolve
     allowlist.resolve = uncached_resolve  # type: ignore[assignment]
