@@ -100,21 +100,27 @@ def main() -> None:
         ("decision, unique commands (no analysis cache hits)", rate(cold, unique, args.repeat)),
         ("decision, agent-like repeats (analysis cache warm)", rate(decide, repeated, args.repeat)),
     ]
+    if hasattr(resolve, "LINKS"):  # operands lstat-ed one by one, as before directory listings (issue 19)
+        uses, resolve._LISTING_USES = resolve._LISTING_USES, 1 << 30
+        resolve.LINKS.clear()
+        rows.append(("decision, unique commands, no directory listings", rate(cold, unique, args.repeat)))
+        resolve._LISTING_USES = uses
     # The PATH-lookup cache, measured rather than assumed: off, stat-validated, inotify-validated.
     cached_resolve = allowlist.resolve
     allowlist.resolve = uncached_resolve  # type: ignore[assignment]
     resolve.RESOLVED.clear()
-    contexts = getattr(allowlist, "_CONTEXTS", {})  # decision contexts memoise lookups (issue 19)
-    contexts.clear()
+    # Decision contexts memoise lookups (issue 19).
+    contexts = getattr(allowlist, "clear_contexts", getattr(allowlist, "_CONTEXTS", {}).clear)
+    contexts()
     rows.append(("decision, repeats, PATH lookups uncached", rate(decide, repeated, args.repeat)))
     allowlist.resolve = cached_resolve  # type: ignore[assignment]
     resolve.RESOLVED.clear()
-    contexts.clear()
+    contexts()
     resolve.WATCH._ready = lambda: False  # type: ignore[method-assign]
     rows.append(("decision, repeats, PATH cache stat-validated", rate(decide, repeated, args.repeat)))
     del resolve.WATCH._ready
     resolve.RESOLVED.clear()
-    contexts.clear()
+    contexts()
     rows.append(("decision, repeats, PATH cache inotify-validated", rate(decide, repeated, args.repeat)))
     print(
         f"python {platform.python_version()} on {platform.machine()}, one core, "

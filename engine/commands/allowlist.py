@@ -10,6 +10,7 @@ import stat
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 from engine import statefs
 from engine.commands.analysis import ANALYSED_SHELLS, OTHER_SHELLS, CommandAnalysis, Segment
@@ -48,7 +49,6 @@ from engine.commands.which import (
     RESOLVED,
     WATCH,
     named_path,
-    poll_changes,
     real_path,
     resolve,
     resolve_executable,
@@ -96,8 +96,9 @@ class AllowlistEntry:
     source: str | None = None  # "allow-always" when an approval decision wrote it (reference §3.3)
 
 
-@dataclass(frozen=True)
-class SegmentMatch:
+# SegmentMatch and AllowlistResult are named tuples: immutable, and built in a fraction of a frozen
+# dataclass's time (one of each per segment and decision; issue 19).
+class SegmentMatch(NamedTuple):
     argv: tuple[str, ...]
     resolved_path: str | None
     satisfied_by: str | None  # "allowlist" | "safeBins" | None (miss)
@@ -111,8 +112,7 @@ class SegmentMatch:
     named_path: str | None = None
 
 
-@dataclass(frozen=True)
-class AllowlistResult:
+class AllowlistResult(NamedTuple):
     satisfied: bool
     segments: tuple[SegmentMatch, ...]
 
@@ -172,9 +172,15 @@ def _compile_args(arg_pattern: str) -> re.Pattern[str] | None:
         return None  # an invalid regex matches nothing
 
 
+_SHLEX_UNSAFE = re.compile(r"[^\w@%+=:,./-]", re.ASCII)  # shlex.quote leaves words without these alone
+
+
 def args_text(argv: Sequence[str]) -> str:
     """What argPattern is matched against: argv[1:], each shell-quoted, joined by single spaces."""
-    return " ".join(shlex.quote(arg) for arg in argv[1:])
+    args = argv[1:]
+    if _SHLEX_UNSAFE.search("".join(args)) is None and all(args):
+        return " ".join(args)  # shlex.quote returns each of them unchanged
+    return " ".join(shlex.quote(arg) for arg in args)
 
 
 @dataclass(frozen=True)
@@ -271,7 +277,7 @@ def evaluate_allowlist(
     trusted_dirs: Sequence[str] = DEFAULT_TRUSTED_DIRS,
 ) -> AllowlistResult:
     """Satisfied only when the analysis is ok and every segment (nested `sh -c` ones too) is satisfied."""
-    poll_changes()  # once per decision: every lookup below answers from caches valid as of now
+    WATCH.changed()  # poll_changes(), once per decision: every lookup below answers from caches as of now
     path_var = env.get("PATH", DEFAULT_PATH)
     if safe_bin_profiles:
         profiles = {**DEFAULT_SAFE_BIN_PROFILES, **safe_bin_profiles}
@@ -287,8 +293,14 @@ def evaluate_allowlist(
         *_state_env(),  # everything home_dir() and protected_root() read besides the passwd file
         os.getuid(),
     )
+    last = _LAST[0]
+    # The last key first: comparing it costs less than hashing a new one (the entries are dataclasses
+    # whose hash is Python code), and decisions mostly repeat the last context.
+    if last is not None and last[1] == WATCH.generation and last[0] == key:
+        return _evaluate(analysis, last[2])
     hit = _CONTEXTS.get(key)
     if hit is not None and hit[0] == WATCH.generation:
+        _LAST[0] = (key, hit[0], hit[1])
         return _evaluate(analysis, hit[1])
     generation = WATCH.current()
     passwd_watched = WATCH.watch_file(statefs.PASSWD_FILE)
@@ -297,8 +309,9 @@ def evaluate_allowlist(
     )
     home_env = os.environ.get("OPENCLAW_HOME", "").strip()  # home_dir(): this made absolute, else passwd's
     home_fixed = home_env.startswith("/") if home_env else passwd_watched
-    if watched and home_fixed and not WATCH.changed():
-        WATCH.store(generation, _CONTEXTS, key, (generation, context), 64)
+    kept = watched and home_fixed and not WATCH.changed()
+    if kept and WATCH.store(generation, _CONTEXTS, key, (generation, context), 64):
+        _LAST[0] = (key, generation, context)
     return _evaluate(analysis, context)
 
 
@@ -321,6 +334,14 @@ def _state_env() -> tuple[object, ...]:
 # compiled for this home, the resolved trusted dirs and state dir, the home (from the passwd file). Each
 # value is (WATCH generation it was built in, context); any inotify event bumps the generation.
 _CONTEXTS: dict[tuple[object, ...], tuple[int, _Context]] = {}
+# The context found last: (key, its generation, context), replaced as a whole (one atomic store).
+_LAST: list[tuple[tuple[object, ...], int, _Context] | None] = [None]
+
+
+def clear_contexts() -> None:
+    """Forget every kept context (benchmarks and tests measuring the lookups behind them)."""
+    _CONTEXTS.clear()
+    _LAST[0] = None
 
 
 def _new_context(

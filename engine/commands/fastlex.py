@@ -18,7 +18,8 @@ import re
 __all__ = ["Part", "split_plain"]
 
 # A word: pieces of bare text and quotes with no blank between. Possessive quantifiers: no backtracking.
-_WORD_TEXT = r"""(?:[A-Za-z0-9_./:,+=-]++|'[^']*+'|"[^"$`\\!]*+")++"""
+# Quoted text is printable ASCII and tabs (so no control or non-ASCII character gets past the match).
+_WORD_TEXT = r"""(?:[A-Za-z0-9_./:,+=-]++|'[\t -&(-~]*+'|"[\t #%-\[\]-_a-~]*+")++"""
 _SEGMENT_TEXT = rf"[ \t]*+{_WORD_TEXT}(?:[ \t]++{_WORD_TEXT})*+[ \t]*+"
 _OPERATOR_TEXT = r"&&|\|\||[|;]"
 # The whole subset: segments of words joined by operators, nothing else, no empty segment.
@@ -26,10 +27,10 @@ _PLAIN = re.compile(rf"{_SEGMENT_TEXT}(?:(?:{_OPERATOR_TEXT}){_SEGMENT_TEXT})*+"
 # Once the text is known plain: segments and operators in turn; then each segment's words.
 _PIECES = re.compile(rf"(?:{_WORD_TEXT}|[ \t]++)++|{_OPERATOR_TEXT}")
 _WORD = re.compile(_WORD_TEXT)
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # a tab is a blank
 _COMMAND_NAME = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./-]*+")
 _ASSIGNMENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*+=[A-Za-z0-9_./,-]*+")
 _QUOTED = re.compile(r"""'([^']*)'|"([^"]*)\"""")
+_OPERATOR = re.compile(rf"({_OPERATOR_TEXT})")
 
 # (words after quote removal, leading NAME=value words (always none here), the segment's source text)
 Part = tuple[list[str], list[str], str]
@@ -44,17 +45,20 @@ def _unquote(word: str) -> str:
 
 def split_plain(text: str) -> tuple[list[Part], tuple[str, ...]] | None:
     """The segments and operators of `text` when it is inside the plain subset, else None."""
-    if not text.isascii() or _CONTROL.search(text) is not None or _PLAIN.fullmatch(text) is None:
+    if _PLAIN.fullmatch(text) is None:
         return None  # newlines (`;` or heredoc data), control and non-ASCII characters: the full analysis
-    pieces = _PIECES.findall(text)
+    any_quote = "'" in text or '"' in text
+    # Without quotes an operator character can only be an operator: split there (the match proved the
+    # shape, segment operator segment ...); with quotes, scan pieces so quoted operators stay in words.
+    pieces = _PIECES.findall(text) if any_quote else _OPERATOR.split(text)
     parts: list[Part] = []
     for piece in pieces[0::2]:
         raw = piece.strip(" \t")
-        quoted = "'" in raw or '"' in raw
+        quoted = any_quote and ("'" in raw or '"' in raw)
         # Unquoted, only blanks and word characters are left: split() splits exactly at the blanks.
         words = [_unquote(word) for word in _WORD.findall(raw)] if quoted else raw.split()
         assignments: list[str] = []
-        while words and _ASSIGNMENT.fullmatch(words[0]) is not None and not quoted:
+        while words and not quoted and "=" in words[0] and _ASSIGNMENT.fullmatch(words[0]) is not None:
             assignments.append(words.pop(0))  # `NAME=value` of plain characters, unquoted
         if not words or _COMMAND_NAME.fullmatch(words[0]) is None or "==" in raw:
             # tree-sitter-bash misreads some words the shell reads plainly (`X=1 a:b`, `b+: x`, `ls ==`,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from engine import statefs
-from engine.commands.which import REAL, poll_changes, real_path
+from engine.commands.which import LINKS, REAL, dir_links, poll_changes, real_path
 
 
 def _inside(path: str, root: str) -> bool:
@@ -49,8 +49,19 @@ def _resolved(path: str, poll: bool) -> str:
     head = head.rstrip("/") or head
     if not tail or tail in (".", "..") or not head.startswith("/") or "\x00" in path:
         return os.path.realpath(path)
-    real_head = (None if poll else REAL.get(head)) or real_path(head, poll=poll)  # a hit without the call
+    real_head = None if poll else REAL.get(head)  # a hit without the call
+    if real_head is None:
+        real_head = real_path(head, poll=poll)
+        watched = REAL.get(head) == real_head
+    else:
+        watched = True
     joined = real_head + tail if real_head.endswith("/") else real_head + "/" + tail
+    if watched:
+        # The directory's resolution is watched, so its listing can be (engine.commands.which.dir_links):
+        # whether `tail` is a symlink there, without a syscall.
+        links = dir_links(real_head)
+        if links is not None:
+            return os.path.realpath(path) if tail in links else joined
     try:
         link = stat.S_ISLNK(os.lstat(joined).st_mode)
     except OSError:
@@ -78,7 +89,25 @@ def protected_operand(
 def protected_word(argv: Sequence[str], base: str, root: str) -> str | None:
     """protected_operand's check of the words, with the cwd already resolved (`base`) and not inside."""
     prefix = root.rstrip("/") + "/"
+    # The cwd's listing, when kept (engine.commands.which.dir_links): a plain name in it that is not a
+    # symlink resolves to base/name with no lookup at all. Kept only while the directory and every
+    # component of its path are watched, so its presence is the proof.
+    links = LINKS.get(base)
     for word in argv[1:]:
+        if (
+            links is not None
+            and word
+            and word[0] not in "-~"
+            and "/" not in word
+            and "=" not in word
+            and word not in links
+            and word not in (".", "..")
+            and "\x00" not in word
+        ):
+            path = base + word if base.endswith("/") else base + "/" + word
+            if path == root or path.startswith(prefix):
+                return word
+            continue
         for candidate in (word, word.partition("=")[2]) if "=" in word else (word,):
             if not candidate or candidate[0] == "-":
                 continue

@@ -50,13 +50,28 @@ Words = Mapping[tuple[tuple[int, ...], int], Sequence[str]]  # (segment path, ar
 
 
 def _render(segment: Segment, match: SegmentMatch, words_for: Words, where: tuple[int, ...]) -> str | None:
-    real = pin_path(match)
-    if real is None or len(match.wrapper_paths) != len(segment.wrapper_argv):
+    real, named = match.resolved_path, match.named_path
+    if real is None:
         return None  # nothing to pin argv[0] to: the plan is unavailable
+    if named is not None and named != real and _base(named) != _base(real):
+        real = named  # pin_path, inlined: this runs for every segment of every allowed decision
+    if len(match.wrapper_paths) != len(segment.wrapper_argv):
+        return None
     if _base(real).lower() in _MULTICALL and _base(segment.argv[0]).lower() not in _MULTICALL:
         return (
             None  # a multi-call binary picks its applet from argv[0]; pinning the real path would change it
         )
+    if (
+        not words_for
+        and segment.inner is None
+        and not segment.wrapper_argv
+        and not segment.heredocs
+        and "'" not in segment.raw
+        and "'" not in real
+    ):
+        # The common case: no word holds a quote (quote removal never makes one the raw text lacks), so
+        # one join quotes them all, exactly as _quote would one by one.
+        return "'" + "' '".join((real, *segment.argv[1:])) + "'"
 
     def word(index: int, text: str) -> list[str]:
         # A verified copy stands in for a bound file (engine.commands.verified): its words, not the path.
@@ -131,7 +146,7 @@ def _render_all(
     bodies: list[str] = []
     words = words_for or {}
     for index, (segment, match) in enumerate(zip(analysis.segments, result.segments, strict=True)):
-        rendered = _render(segment, match, words, (*where, index))
+        rendered = _render(segment, match, words, (*where, index) if words else where)  # where: for words
         if rendered is None:
             return None
         if index:

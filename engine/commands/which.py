@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import select
 import stat
+import struct
 import threading
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -54,6 +56,16 @@ class _DirWatch:
         # change seen (and drained) by another thread, or a reset, never leaves a stale answer behind.
         self.generation = 0
         self.lock = threading.Lock()
+        # Directories watched only for their symlink listing (LINKS): an event there drops that listing and
+        # nothing else, so a busy directory an operand named (`/tmp`) does not empty the PATH caches.
+        # Kernel watches outlive a drop, so both descriptor sets are kept until the inotify fd is replaced:
+        # a descriptor ever used for a cached answer (main) always drops everything, even if a listing
+        # asks for the same inode later under another name (`/bin` and `/usr/bin`).
+        self.main_wds: set[int] = set()
+        self.link_wds: dict[int, str] = {}  # descriptor -> directory, never in main_wds
+        self.link_dirs: dict[str, int] = {}  # directory -> descriptor, forgotten on every drop
+        self.link_epoch = 0  # bumped on every listing dropped: a listing read across a bump is not stored
+        self.link_uses: dict[str, int] = {}  # lookups per directory since its listing was last dropped
 
     def _drop_all(self) -> None:
         with self.lock:
@@ -64,6 +76,11 @@ class _DirWatch:
             RESOLVED.clear()
             REAL.clear()
             NAMED.clear()
+            LINKS.clear()
+            # The path -> descriptor map is forgotten like `watched` (a directory may have been renamed
+            # away with its watch); descriptor -> path stays, to tell those watches' later events apart.
+            self.link_dirs, self.link_uses = {}, {}
+            self.link_epoch += 1
 
     def current(self) -> int:
         """The generation, read after a fork's (or first use's) reset so the reset cannot void a store."""
@@ -80,9 +97,16 @@ class _DirWatch:
             cache[key] = value
             return True
 
+    def _forked(self) -> None:
+        self.pid = -1  # os.register_at_fork: the next use starts over in the child
+
     def _ready(self) -> bool:
-        if self.pid != os.getpid():  # a forked child must not share (and steal) the parent's events
+        # A forked child must not share (and steal) the parent's events. os.register_at_fork marks the
+        # child (pid -1); comparing os.getpid() as well costs a syscall on every decision, so it is only
+        # compared where there is no fork hook (a fork that runs no Python hooks runs no Python either).
+        if self.pid == -1 or (not _AT_FORK and self.pid != os.getpid()):
             self.pid, self.fd, self.watched = os.getpid(), -1, set()
+            self.main_wds, self.link_wds = set(), {}
             self.lock = threading.Lock()  # another thread may have held the parent's at the fork
             self._drop_all()
             try:
@@ -117,35 +141,98 @@ class _DirWatch:
             return False
         for directory in directories:
             if directory not in self.watched:
-                if len(self.watched) >= _WATCH_MAX:
+                if len(self.watched) + len(self.link_wds) >= _WATCH_MAX:
                     # inotify watches are a per-user budget: share it. Start over rather than stop caching
                     # for good once a long-lived gateway has seen this many directories.
                     self._reset()
                     return False
-                if self.libc.inotify_add_watch(self.fd, os.fsencode(directory), _IN_MASK) < 0:
+                wd = self.libc.inotify_add_watch(self.fd, os.fsencode(directory), _IN_MASK)
+                if wd < 0:
                     return False
-                self.watched.add(directory)
+                with self.lock:
+                    self.watched.add(directory)
+                    self.main_wds.add(wd)
+                    # The same inode may have been watched for a listing: now its events drop everything.
+                    listed = self.link_wds.pop(wd, None)
+                    if listed is not None:
+                        self.link_dirs.pop(listed, None)
         return True
+
+    def watch_links(self, directory: str) -> int:
+        """Watch `directory` for its listing (LINKS): 1 watched, 0 it does not exist (or is not a directory),
+        -1 cannot be watched."""
+        if not self._ready():
+            return -1
+        if directory in self.watched or directory in self.link_dirs:
+            return 1
+        if len(self.watched) + len(self.link_wds) >= _WATCH_MAX:
+            self._reset()
+            return -1
+        wd = self.libc.inotify_add_watch(self.fd, os.fsencode(directory), _IN_MASK)
+        if wd < 0:
+            return 0 if ctypes.get_errno() in (errno.ENOENT, errno.ENOTDIR) else -1
+        with self.lock:
+            if wd in self.main_wds:
+                return 1  # already watched for cached answers: any event there drops everything
+            old = self.link_wds.get(wd)
+            if old is not None and old != directory:
+                return -1  # the same inode under two names: keep it simple, lstat instead
+            self.link_wds[wd] = directory
+            self.link_dirs[directory] = wd
+        return 1
 
     def changed(self) -> bool:
         """Drain pending events; True (and the cache emptied) when anything happened."""
-        if not self._ready():
+        if (self.pid == -1 or not _AT_FORK) and not self._ready():
             return False
-        if not self.poller.poll(0):
+        if self.fd < 0 or not self.poller.poll(0):
             return False  # nothing pending (a poll costs a third of an empty non-blocking read)
         seen = False
+        events = b""
         while True:
             try:
-                seen = bool(os.read(self.fd, 65536)) or seen
+                chunk = os.read(self.fd, 65536)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
                 self.fd = -1
                 seen = True
                 break
-        if seen:
+            if not chunk:
+                break
+            events += chunk
+        if not seen and events and self._only_listings(events):
+            return False  # only listings were dropped: every other cached answer still holds
+        if seen or events:
             self._drop_all()
-        return seen
+            return True
+        return False
+
+    def _only_listings(self, events: bytes) -> bool:
+        """When every event is on a directory watched only for its listing: drop those listings, True."""
+        seen: list[tuple[int, int]] = []
+        at = 0
+        while at + _EVENT.size <= len(events):
+            wd, mask, _cookie, length = _EVENT.unpack_from(events, at)
+            at += _EVENT.size + length
+            if wd not in self.link_wds or mask & _IN_Q_OVERFLOW:
+                return False
+            seen.append((wd, mask))
+        if at != len(events):
+            return False
+        with self.lock:
+            self.link_epoch += 1
+            for wd, mask in seen:
+                directory = self.link_wds.get(wd)
+                if directory is None:
+                    continue
+                LINKS.pop(directory, None)
+                self.link_uses.pop(directory, None)
+                if mask & _IN_GONE and self.link_dirs.get(directory) == wd:
+                    del self.link_dirs[directory]  # moved or deleted: the path is watched anew next time
+                if mask & _IN_IGNORED:
+                    del self.link_wds[wd]  # the watch is gone
+        return True
 
     def _reset(self) -> None:
         with contextlib.suppress(OSError):
@@ -153,6 +240,10 @@ class _DirWatch:
         self.pid = -1  # the next _ready() opens a fresh inotify fd and drops every cached answer
         self._ready()
 
+
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then len bytes of name)
+_IN_Q_OVERFLOW, _IN_IGNORED = 0x4000, 0x8000
+_IN_GONE = 0x400 | 0x800 | _IN_IGNORED  # IN_DELETE_SELF, IN_MOVE_SELF
 
 # (name, cwd, PATH) -> (answer, stamps of what it depends on, whether inotify covers it).
 RESOLVED: dict[tuple[str, str, str], tuple[tuple[str, str] | None, Stamps, bool]] = {}
@@ -162,7 +253,16 @@ _WATCH_MAX = 512
 REAL: dict[str, str] = {}
 REAL_MAX = 4096
 NAMED: dict[str, str] = {}  # path -> named_path(path), for paths whose directory is in REAL
+# real directory -> names of the symlinks in it, while inotify reports no change in it (see dir_links).
+LINKS: dict[str, frozenset[str]] = {}
+LINKS_MAX = 1024
+_LISTING_MAX = 1024  # entries: a bigger directory is not listed, its operands are lstat-ed one by one
+_LISTING_USES = 3  # lookups in a directory before it is listed (a listing costs about five lstats)
+_UNLISTED = ("/proc", "/sys", "/dev")  # pseudo file systems change without inotify events
 WATCH = _DirWatch()
+_AT_FORK = hasattr(os, "register_at_fork")
+if _AT_FORK:
+    os.register_at_fork(after_in_child=WATCH._forked)
 
 
 def resolve(name: str, cwd: str, path_var: str, *, poll: bool = True) -> tuple[str, str] | None:
@@ -334,3 +434,56 @@ def _traced_realpath(path: str) -> tuple[str, frozenset[str]]:
 def poll_changes() -> None:
     """Drop cached answers if anything watched changed (once per decision, before lookups with poll=False)."""
     WATCH.changed()
+
+
+def dir_links(directory: str) -> frozenset[str] | None:
+    """The names of the symlinks in `directory`, or None (not known: lstat the entry instead).
+
+    `directory` must be a real path (no symlink in it) whose resolution the watched cache holds, so that it
+    cannot be moved, replaced or created without an event. The operand check (engine.commands.protected)
+    asks whether an operand's last component is a symlink: one lstat per operand, mostly of names that do
+    not exist. A directory's listing answers that for every name in it while the directory is unchanged:
+    it is watched (an entry created, removed or renamed there, or the directory moved, drops the listing),
+    read after the watch, and kept only if nothing was dropped meanwhile. A directory that does not exist
+    (or is not one) holds no links; its appearance is an event in the watched parent its resolution looked
+    it up in. Listed only after a few lookups, so a directory named once costs no more than its lstat."""
+    known = LINKS.get(directory)
+    if known is not None:
+        return known
+    uses = WATCH.link_uses.get(directory, 0) + 1
+    if uses < _LISTING_USES:
+        if len(WATCH.link_uses) >= LINKS_MAX:
+            WATCH.link_uses.clear()
+        WATCH.link_uses[directory] = uses
+        return None
+    if not directory.startswith("/") or any(
+        directory == top or directory.startswith(top + "/") for top in _UNLISTED
+    ):
+        return None
+    generation = WATCH.current()
+    epoch = WATCH.link_epoch
+    watched = WATCH.watch_links(directory)
+    if watched < 0:
+        return None
+    names: list[str] = []
+    if watched:
+        try:
+            with os.scandir(directory) as entries:
+                for count, entry in enumerate(entries):
+                    if count >= _LISTING_MAX:
+                        WATCH.link_uses[directory] = -(1 << 30)  # too big: lstat its entries until a drop
+                        return None
+                    if entry.is_symlink():
+                        names.append(entry.name)
+        except OSError:
+            return None  # unreadable (searchable only): lstat answers
+    if WATCH.changed() or WATCH.generation != generation or WATCH.link_epoch != epoch:
+        return None
+    listing = frozenset(names)
+    with WATCH.lock:
+        if WATCH.generation != generation or WATCH.link_epoch != epoch:
+            return None
+        if len(LINKS) >= LINKS_MAX:
+            LINKS.clear()
+        LINKS[directory] = listing
+    return listing

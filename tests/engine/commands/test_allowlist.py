@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.commands.allowlist import (
     DEFAULT_SAFE_BINS,
@@ -417,3 +420,10 @@ def test_resolution_cache_survives_fork_without_stealing_events(box: Path) -> No
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert resolve_executable("show", cwd=cwd, env=env) == str(first / "show")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.text(alphabet="ab-_=:,./@%+ \"'$*\\é\t\n~", max_size=5), max_size=5))
+def test_args_text_quotes_as_shlex_does(args: list[str]) -> None:
+    """args_text skips shlex.quote when no word needs it: the text argPatterns see must not change."""
+    assert args_text(["prog", *args]) == " ".join(shlex.quote(arg) for arg in args)

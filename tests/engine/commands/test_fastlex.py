@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import shlex
 from collections.abc import Iterator
@@ -11,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.commands import analysis
+from engine.commands.allowlist import AllowlistEntry, SegmentMatch, enforced_command, evaluate_allowlist
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.fastlex import split_plain
+from engine.commands.rendering import _quote, pin_path
 from engine.commands.shelltext import Reading, read_shell_text
 
 # Pieces an agent (or an attacker) puts in a command: ordinary words, wrappers, shells, keywords, builtins,
@@ -244,3 +247,54 @@ def test_words_of_every_subset_character_agree_or_fall_back(
             command += rng.choice([" | wc", " && ls", "; x", "||y"])
         answered += check(command, monkeypatch)
     assert answered > 500
+
+
+def _subset_scans_pass(command: str) -> bool:
+    """What _analyze skips by trying the subset first: on text the subset takes, bash's reader changes
+    nothing and the lexical and character scans find nothing."""
+    if split_plain(command) is None:
+        return False
+    assert read_shell_text(command) == Reading(command, (), None), command
+    assert analysis._lexical_reason(command) is None, command
+    assert analysis._char_reason(command) is None, command
+    return True
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.text(alphabet="ab=-_ \t'\"|&;$`\\!#*?~(){}[]<>\n\r.%@:,+/\x01é", max_size=30))
+def test_property_the_subset_is_inside_every_scan_it_skips(command: str) -> None:
+    _subset_scans_pass(command)
+
+
+def test_the_subset_is_inside_every_scan_it_skips_on_the_generated_corpus() -> None:
+    quoted = ["'$(id) `x` <<EOF # ( ) \\ ! ~'", "'a\tb'", "\"( ) # < > ~ * ? [ ] { } ; & |\"", "'\"'"]
+    rng = random.Random(7)
+    commands = [*corpus(20_000, seed=23), *(f"echo {rng.choice(quoted)} | wc" for _ in range(50))]
+    assert sum(_subset_scans_pass(command) for command in commands) > 1_000
+
+
+def test_rendering_joins_as_quoting_each_word_would() -> None:
+    """The enforced command's one-join fast path (segments without a `'`) renders exactly what quoting each
+    word does, over the generated corpus allowed wholesale (`*`)."""
+
+    def reference(an: CommandAnalysis, matches: tuple[SegmentMatch, ...]) -> str:
+        parts: list[str] = []
+        for index, (segment, match) in enumerate(zip(an.segments, matches, strict=True)):
+            if index:
+                parts.append(an.operators[index - 1])
+            pin = pin_path(match)
+            parts.append(" ".join(_quote(word) for word in (pin, *segment.argv[1:])))
+        return " ".join(parts)
+
+    env = {"PATH": "/usr/bin:/bin"}
+    compared = 0
+    for command in [*corpus(5_000, seed=29), "echo \"it's\" | cat", "echo 'a'\"'\"'b' && ls"]:
+        an = analysis._analyze(command, 0)
+        if not an.ok or any(s.wrapper_argv or s.inner or s.heredocs for s in an.segments):
+            continue
+        result = evaluate_allowlist(an, [AllowlistEntry("*")], cwd=os.getcwd(), env=env)
+        rendered = enforced_command(an, result)
+        if rendered is not None:
+            assert rendered == reference(an, result.segments), command
+            compared += 1
+    assert compared > 100
