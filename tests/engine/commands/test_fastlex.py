@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.commands import analysis
+from engine.commands import analysis, lexscan
 from engine.commands.allowlist import AllowlistEntry, SegmentMatch, enforced_command, evaluate_allowlist
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.fastlex import split_plain
@@ -255,8 +255,8 @@ def _subset_scans_pass(command: str) -> bool:
     if split_plain(command) is None:
         return False
     assert read_shell_text(command) == Reading(command, (), None), command
-    assert analysis._lexical_reason(command) is None, command
-    assert analysis._char_reason(command) is None, command
+    assert lexscan.lexical_reason(command) is None, command
+    assert lexscan.char_reason(command) is None, command
     return True
 
 
