@@ -8,9 +8,8 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from engine.approvals.grants import GrantStore
 from engine.approvals.pending import (
@@ -25,148 +24,36 @@ from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
 from engine.commands.verified import StaleContent, VerifiedRun, verify
 from engine.config.model import Config
-from engine.modes import ASKS, HOSTS, SECURITIES
 from engine.policy.decision import Decision, evaluate
 from engine.policy.precedence import SessionOverrides, overrides_for
 from engine.results import ToolError, ToolResult
-from engine.sandbox.settings import is_sandboxed
+from engine.tools.exec_request import (
+    COMMAND_MAX_BYTES,
+    ENV_MAX_BYTES,
+    NODE_UNAVAILABLE,
+    RESUME_PARAMS,
+    WORKDIR_MAX_BYTES,
+    Events,
+    ExecContext,
+    NodeRunner,
+    Prepared,
+    Sessions,
+    Store,
+    agent_reason,
+    check_enums,
+    clamp_yield,
+    clamped,
+    note_run,
+    sandbox_available,
+    within,
+)
 from engine.tools.offload import Offload
 from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, approval_pending_text, compact
 from engine.tools.uses import UseStamps
 
 log = logging.getLogger("exechost.exec")
 
-YIELD_MIN_MS, YIELD_MAX_MS = 10, 120_000
-# Inputs are capped at submission so no agent can blow up the operator's views (issue 9 item 14). Linux
-# takes no single argument over 128 KiB (MAX_ARG_STRLEN) anyway; longer scripts belong in a file.
-COMMAND_MAX_BYTES = 64 * 1024
-ENV_MAX_BYTES = 64 * 1024
-WORKDIR_MAX_BYTES = 4096
-NODE_UNAVAILABLE = (
-    "exec host=node is not available yet: remote nodes arrive in a later release. "
-    "Use host=gateway (or host=auto) instead."
-)
-
-
-# The call's params an ask keeps on disk, so the next gateway can prepare the same run again.
-RESUME_PARAMS = (
-    "command", "workdir", "defaultWorkdir", "env", "host", "security", "ask", "node", "elevated", "pty",
-    "background", "timeout", "yieldMs", "reason",
-)  # fmt: skip
-
-_ENUMS = {"host": HOSTS, "security": SECURITIES, "ask": ASKS}
-
-
-def _check_enums(call: Mapping[str, Any]) -> None:
-    """A per-call host/security/ask the engine does not know is refused, as `policy check` refuses it:
-    ignoring it would run the command under a policy the caller did not ask for."""
-    for key, allowed in _ENUMS.items():
-        value = call.get(key)
-        if value is not None and value not in allowed:
-            raise ToolError(f"invalid {key} {value!r} (expected {'|'.join(allowed)})")
-
-
-def _clamped(call: Mapping[str, Any], decision: Decision) -> list[str]:
-    """Say so when a per-call security/ask was clamped by the policy (it may only tighten)."""
-    notes = []
-    for key, applied in (("security", decision.security), ("ask", decision.ask)):
-        wanted = call.get(key)
-        if wanted is not None and applied is not None and wanted != applied:
-            notes.append(f"Note: {key}={wanted} was requested; the policy's {key}={applied} applies.")
-    return notes
-
-
-def _agent_reason(value: Any) -> str | None:
-    if not isinstance(value, str) or not value.strip():
-        return None
-    return value.strip()[:500]
-
-
-def _note_run(
-    approvals: ApprovalManager, record: ApprovalRecord, result: ToolResult, session_id: str | None = None
-) -> None:
-    """Link the run to its approval: `approvals.status` and the decision history report it."""
-    d = result.details
-    approvals.note_run(
-        record,
-        {
-            "sessionId": session_id or d.get("sessionId"),
-            "status": d.get("status"),
-            "exitCode": d.get("exitCode"),
-            "tail": compact(str(d.get("aggregated") or d.get("tail") or ""), FOLLOWUP_OUTPUT_CHARS),
-            **({"reason": d["reason"]} if d.get("reason") else {}),
-        },
-    )
-
-
-def _within(what: str, text: str, limit: int, hint: str) -> None:
-    size = len(text.encode("utf-8", "surrogatepass"))
-    if size > limit:
-        raise ToolError(f"exec denied: {what} is {size} bytes, over the {limit}-byte limit ({hint})")
-
-
-class Sessions(Protocol):
-    """The part of engine.sessions.SessionManager the exec tool uses."""
-
-    async def run(self, spec: Any) -> ToolResult: ...
-    def new_id(self) -> str: ...
-    def get(self, session_id: str, scope_key: str | None = None) -> Any: ...
-    def never_started(self, session_id: str) -> bool: ...
-
-
-class Store(Protocol):
-    def snapshot(self) -> Any: ...
-    def entries(self, agent_id: str) -> Any: ...
-    def record_uses(self, uses: Sequence[Use]) -> None: ...
-    def persist_allow_always(self, agent_id: str, patterns: Any) -> Any: ...
-
-
-class Events(Protocol):
-    def enqueue(self, session_key: str, text: str) -> None: ...
-
-
-# host=node: (command, params, ctx, the gateway's decision) -> result; the node's own policy decides there.
-NodeRunner = Callable[[str, Mapping[str, Any], "ExecContext", Decision], Any]
-
-
-@dataclass
-class ExecContext:
-    """Who is calling: the agent, its session key (system-event queue and process scope)."""
-
-    agent_id: str = "main"
-    session_key: str = ""
-    # False once the caller has gone away (its connection closed): results then go out as system events.
-    caller_alive: Callable[[], bool] = field(default=lambda: True, repr=False)
-    # Told once the call starts waiting for a human ({approvalId, approvalSlug, expiresAtMs, command}), so
-    # the caller can say so (the CLI on stderr, MCP as progress) instead of hanging silently.
-    on_waiting: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
-
-    @property
-    def scope_key(self) -> str:
-        return self.session_key or f"agent:{self.agent_id}"
-
-
-@dataclass
-class _Prepared:
-    """Everything decided before a command may run."""
-
-    command: str
-    decision: Decision
-    cwd: str
-    env: dict[str, str] | None
-    warnings: list[str] = field(default_factory=list)
-    launcher: Any = None
-    host: str = "gateway"
-
-
-def sandbox_available(config: Config, agent_id: str, session_key: str) -> bool:
-    """A sandbox runtime applies: mode=all, or mode=non-main outside the agent's main session."""
-    return is_sandboxed(config.sandbox_value(agent_id, "mode"), agent_id, session_key)
-
-
-def _clamp_yield(value: Any, default: int) -> int:
-    ms = value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-    return int(min(max(ms, YIELD_MIN_MS), YIELD_MAX_MS))
+__all__ = ["COMMAND_MAX_BYTES", "ExecContext", "ExecTool", "sandbox_available"]
 
 
 class ExecTool:
@@ -246,13 +133,13 @@ class ExecTool:
 
     async def _prepare(
         self, params: Mapping[str, Any], ctx: ExecContext, *, use_grants: bool = True
-    ) -> _Prepared:
+    ) -> Prepared:
         command = params.get("command")
         if not isinstance(command, str) or not command.strip():
             raise ToolError("Provide a command to start.")
         if "\x00" in command:
             raise ToolError("exec denied: the command contains a NUL byte")
-        _within("the command", command, COMMAND_MAX_BYTES, "write longer scripts to a file and run that")
+        within("the command", command, COMMAND_MAX_BYTES, "write longer scripts to a file and run that")
         env_param = params.get("env")
         if env_param is not None and (
             not isinstance(env_param, dict)
@@ -260,10 +147,10 @@ class ExecTool:
         ):
             raise ToolError("env must be an object of string values")
         if env_param:
-            _within("env", "".join(k + v for k, v in env_param.items()), ENV_MAX_BYTES, "pass data in files")
+            within("env", "".join(k + v for k, v in env_param.items()), ENV_MAX_BYTES, "pass data in files")
         workdir = params.get("workdir")
         if isinstance(workdir, str):
-            _within("workdir", workdir, WORKDIR_MAX_BYTES, "no path is that long")
+            within("workdir", workdir, WORKDIR_MAX_BYTES, "no path is that long")
         config = self._config()
         sandbox = sandbox_available(config, ctx.agent_id, ctx.session_key)
         host_warnings: list[str] = []
@@ -272,7 +159,7 @@ class ExecTool:
         # defaultWorkdir: the calling CLI/MCP process's cwd, used on the host when no workdir is given.
         cwd = self._workdir(params.get("workdir") or params.get("defaultWorkdir"), host_warnings)
         call_params = {k: params[k] for k in ("host", "security", "ask", "node", "elevated") if k in params}
-        _check_enums(call_params)
+        check_enums(call_params)
         grant_store = self.grants if use_grants else None
         decide = functools.partial(
             evaluate,
@@ -301,8 +188,8 @@ class ExecTool:
         sandboxed = decision.policy is not None and decision.policy.sandboxed
         warnings = [] if sandboxed else host_warnings  # the container maps its own workdir
         warnings += [w for w in decision.warnings if w not in warnings]
-        warnings += _clamped(call_params, decision) + notices
-        prepared = _Prepared(command=command, decision=decision, cwd=cwd, env=None, warnings=warnings)
+        warnings += clamped(call_params, decision) + notices
+        prepared = Prepared(command=command, decision=decision, cwd=cwd, env=None, warnings=warnings)
         if decision.decision == "deny":
             return prepared
         policy = decision.policy
@@ -330,7 +217,7 @@ class ExecTool:
         return prepared
 
     async def _prepare_sandbox(
-        self, prepared: _Prepared, config: Config, ctx: ExecContext, env: dict[str, str], workdir: Any
+        self, prepared: Prepared, config: Config, ctx: ExecContext, env: dict[str, str], workdir: Any
     ) -> None:
         from engine.sandbox import prepare_exec  # docker-py loads only when a sandbox is used
 
@@ -359,7 +246,7 @@ class ExecTool:
         warnings.append(f'Warning: workdir "{raw}" is unavailable; using "{fallback}".')
         return fallback
 
-    def _record_use(self, prepared: _Prepared, ctx: ExecContext) -> None:
+    def _record_use(self, prepared: Prepared, ctx: ExecContext) -> None:
         """Stamp lastUsedAt on the allowlist entries that let this command through."""
         if prepared.decision.policy is None or prepared.decision.policy.sandboxed:
             return
@@ -376,7 +263,7 @@ class ExecTool:
 
     def _spec(
         self,
-        prepared: _Prepared,
+        prepared: Prepared,
         params: Mapping[str, Any],
         ctx: ExecContext,
         command: str,
@@ -401,7 +288,7 @@ class ExecTool:
             cwd=prepared.cwd,
             env=prepared.env,
             pty=bool(params.get("pty")),
-            yield_ms=0 if background else _clamp_yield(params.get("yieldMs"), exec_cfg.background_ms),
+            yield_ms=0 if background else clamp_yield(params.get("yieldMs"), exec_cfg.background_ms),
             background=background,
             timeout_sec=timeout_sec,
             scope_key=ctx.scope_key,
@@ -415,7 +302,7 @@ class ExecTool:
 
     async def _run(
         self,
-        prepared: _Prepared,
+        prepared: Prepared,
         params: Mapping[str, Any],
         ctx: ExecContext,
         command: str,
@@ -437,7 +324,7 @@ class ExecTool:
         result.details.setdefault("ranOn", f"sandbox {container}" if container else prepared.host)
         return result
 
-    async def _verified(self, prepared: _Prepared, command: str) -> VerifiedRun:
+    async def _verified(self, prepared: Prepared, command: str) -> VerifiedRun:
         d = prepared.decision
         if prepared.host != "gateway" or d.content is None:
             return VerifiedRun(command)
@@ -449,7 +336,7 @@ class ExecTool:
 
     # -- approvals
 
-    def _request(self, prepared: _Prepared, ctx: ExecContext, params: Mapping[str, Any]) -> ApprovalRequest:
+    def _request(self, prepared: Prepared, ctx: ExecContext, params: Mapping[str, Any]) -> ApprovalRequest:
         d = prepared.decision
         env_param = params.get("env") or {}
         first = d.segments[0].get("resolvedPath") if d.segments else None
@@ -470,12 +357,10 @@ class ExecTool:
             content_key=d.content.key() if d.content is not None else "",
             decision_json=d.to_json(),
             warnings=tuple(prepared.warnings),
-            agent_reason=_agent_reason(params.get("reason")),
+            agent_reason=agent_reason(params.get("reason")),
         )
 
-    def _resume_data(
-        self, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext
-    ) -> dict[str, Any]:
+    def _resume_data(self, prepared: Prepared, params: Mapping[str, Any], ctx: ExecContext) -> dict[str, Any]:
         """What the next gateway needs to run this ask as approved after a crash (engine.tools.resume)."""
         return {
             "params": {k: params[k] for k in RESUME_PARAMS if k in params},
@@ -487,7 +372,7 @@ class ExecTool:
             "identity": [list(item) for item in prepared.decision.identity],
         }
 
-    async def _ask(self, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
+    async def _ask(self, prepared: Prepared, params: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
         request = self._request(prepared, ctx, params)
         resume = self._resume_data(prepared, params, ctx)
         while True:
@@ -529,7 +414,7 @@ class ExecTool:
     async def _decide_and_run(
         self,
         record: ApprovalRecord,
-        prepared: _Prepared,
+        prepared: Prepared,
         params: Mapping[str, Any],
         ctx: ExecContext,
         created: bool,
@@ -541,19 +426,19 @@ class ExecTool:
         allowed, reason, command = verdict
         if not allowed:
             denied = self._denied_result(record, prepared, reason)
-            _note_run(self.approvals, record, denied)
+            note_run(self.approvals, record, denied)
             return denied
         session_id = await self._starting(record, prepared)
         try:
             result = await self._run(prepared, params, ctx, command, session_id=session_id)
         except StaleContent as exc:
             denied = self._denied_result(record, prepared, f"approval-stale: {exc}")
-            _note_run(self.approvals, record, denied)
+            note_run(self.approvals, record, denied)
             return denied
-        _note_run(self.approvals, record, result)
+        note_run(self.approvals, record, result)
         return result
 
-    async def _starting(self, record: ApprovalRecord, prepared: _Prepared) -> str:
+    async def _starting(self, record: ApprovalRecord, prepared: Prepared) -> str:
         """Say on disk which session this approval's run starts as, before it starts: a gateway that dies
         mid-run must not leave an "approved, not yet run" ask for the next one to run a second time (the
         first copy is adopted under that id: engine.tools.resume). The real outcome replaces it."""
@@ -564,7 +449,7 @@ class ExecTool:
         await self.approvals.durable()
         return session_id
 
-    def _still_as_decided(self, prepared: _Prepared) -> None:
+    def _still_as_decided(self, prepared: Prepared) -> None:
         """Refuse when an executable or the cwd is no longer the file that was decided on (a re-pointed
         link, a replaced binary): what runs must be what was shown (reference §5.4 approval hardening)."""
         if prepared.host == "sandbox":
@@ -573,7 +458,7 @@ class ExecTool:
         if problem is not None:
             raise ToolError(f"exec denied: {problem}; ask again")
 
-    def _approved_command(self, prepared: _Prepared) -> str:
+    def _approved_command(self, prepared: Prepared) -> str:
         """What a human approved runs: the pinned rendering they saw, or the raw text when the command is
         not a plain chain (it was shown, and approved, as text)."""
         if prepared.host == "sandbox":
@@ -581,7 +466,7 @@ class ExecTool:
         return prepared.decision.pinned_command or prepared.command
 
     def _verdict(
-        self, record: ApprovalRecord, decision: str | None, prepared: _Prepared, ctx: ExecContext
+        self, record: ApprovalRecord, decision: str | None, prepared: Prepared, ctx: ExecContext
     ) -> tuple[bool, str, str] | None:
         """(allowed, denial reason, command to run); None when an allow-once was already consumed."""
         d = prepared.decision
@@ -633,7 +518,7 @@ class ExecTool:
             return False, "approval-timeout (allowlist-miss)", prepared.command
         return False, "approval-timeout", prepared.command
 
-    def _pending_result(self, record: ApprovalRecord, prepared: _Prepared) -> ToolResult:
+    def _pending_result(self, record: ApprovalRecord, prepared: Prepared) -> ToolResult:
         req = record.request
         details = {
             "status": "approval-pending",
@@ -649,7 +534,7 @@ class ExecTool:
         }
         return ToolResult(approval_pending_text(record, prepared.warnings), details)
 
-    def _denied_result(self, record: ApprovalRecord, prepared: _Prepared, reason: str) -> ToolResult:
+    def _denied_result(self, record: ApprovalRecord, prepared: Prepared, reason: str) -> ToolResult:
         text = f"Exec denied (gateway id={record.id}, {reason}): {prepared.command}"
         if record.reason:
             text += f"\nReason: {record.reason}"
@@ -671,7 +556,7 @@ class ExecTool:
         task.add_done_callback(self._background.discard)
 
     async def _detached(
-        self, record: ApprovalRecord, prepared: _Prepared, params: Mapping[str, Any], ctx: ExecContext
+        self, record: ApprovalRecord, prepared: Prepared, params: Mapping[str, Any], ctx: ExecContext
     ) -> None:
         """Wait for the decision, run detached, and report with a follow-up system event."""
         try:
@@ -682,7 +567,7 @@ class ExecTool:
             allowed, reason, command = verdict
             if not allowed:
                 denied = self._denied_result(record, prepared, reason)
-                _note_run(self.approvals, record, denied)  # what it led to: a caller that reconnects reads it
+                note_run(self.approvals, record, denied)  # what it led to: a caller that reconnects reads it
                 self._emit(ctx, denied.text)
                 return
             try:
@@ -690,7 +575,7 @@ class ExecTool:
                 result = await self._run(prepared, params, ctx, command, detached=True, session_id=session_id)
             except StaleContent as exc:
                 denied = self._denied_result(record, prepared, f"approval-stale: {exc}")
-                _note_run(self.approvals, record, denied)
+                note_run(self.approvals, record, denied)
                 self._emit(ctx, denied.text)
                 return
             except (ToolError, OSError) as exc:
@@ -698,10 +583,10 @@ class ExecTool:
                 self._emit(ctx, f"Exec denied (gateway id={record.id}, spawn-failed): {prepared.command}")
                 return
             sid = str(result.details.get("sessionId", ""))
-            _note_run(self.approvals, record, result)
+            note_run(self.approvals, record, result)
             if result.details.get("status") == "running" and self._wait_session is not None:
                 result = await self._wait_session(sid, ctx.scope_key)
-                _note_run(self.approvals, record, result, session_id=sid)
+                note_run(self.approvals, record, result, session_id=sid)
             self._emit(ctx, self._finished_text(record, sid, result))
         except asyncio.CancelledError:
             raise
@@ -725,7 +610,7 @@ class ExecTool:
         self,
         task: asyncio.Future[ToolResult | None],
         record: ApprovalRecord,
-        prepared: _Prepared,
+        prepared: Prepared,
         ctx: ExecContext,
     ) -> None:
         """The foreground caller disconnected mid-approval: tell the agent what happened anyway."""

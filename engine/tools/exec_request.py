@@ -1,0 +1,149 @@
+"""What an exec call carries and what it must satisfy before anything is decided: the input limits, the
+per-call enums, who is calling, what the tool needs from its collaborators, and the prepared run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine.approvals.pending import ApprovalManager, ApprovalRecord
+from engine.approvals.store import Use
+from engine.config.model import Config
+from engine.modes import ASKS, HOSTS, SECURITIES
+from engine.policy.decision import Decision
+from engine.results import ToolError, ToolResult
+from engine.sandbox.settings import is_sandboxed
+from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, compact
+
+YIELD_MIN_MS, YIELD_MAX_MS = 10, 120_000
+# Inputs are capped at submission so no agent can blow up the operator's views (issue 9 item 14). Linux
+# takes no single argument over 128 KiB (MAX_ARG_STRLEN) anyway; longer scripts belong in a file.
+COMMAND_MAX_BYTES = 64 * 1024
+ENV_MAX_BYTES = 64 * 1024
+WORKDIR_MAX_BYTES = 4096
+NODE_UNAVAILABLE = (
+    "exec host=node is not available yet: remote nodes arrive in a later release. "
+    "Use host=gateway (or host=auto) instead."
+)
+
+
+# The call's params an ask keeps on disk, so the next gateway can prepare the same run again.
+RESUME_PARAMS = (
+    "command", "workdir", "defaultWorkdir", "env", "host", "security", "ask", "node", "elevated", "pty",
+    "background", "timeout", "yieldMs", "reason",
+)  # fmt: skip
+
+_ENUMS = {"host": HOSTS, "security": SECURITIES, "ask": ASKS}
+
+
+def check_enums(call: Mapping[str, Any]) -> None:
+    """A per-call host/security/ask the engine does not know is refused, as `policy check` refuses it:
+    ignoring it would run the command under a policy the caller did not ask for."""
+    for key, allowed in _ENUMS.items():
+        value = call.get(key)
+        if value is not None and value not in allowed:
+            raise ToolError(f"invalid {key} {value!r} (expected {'|'.join(allowed)})")
+
+
+def clamped(call: Mapping[str, Any], decision: Decision) -> list[str]:
+    """Say so when a per-call security/ask was clamped by the policy (it may only tighten)."""
+    notes = []
+    for key, applied in (("security", decision.security), ("ask", decision.ask)):
+        wanted = call.get(key)
+        if wanted is not None and applied is not None and wanted != applied:
+            notes.append(f"Note: {key}={wanted} was requested; the policy's {key}={applied} applies.")
+    return notes
+
+
+def agent_reason(value: Any) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.strip()[:500]
+
+
+def note_run(
+    approvals: ApprovalManager, record: ApprovalRecord, result: ToolResult, session_id: str | None = None
+) -> None:
+    """Link the run to its approval: `approvals.status` and the decision history report it."""
+    d = result.details
+    approvals.note_run(
+        record,
+        {
+            "sessionId": session_id or d.get("sessionId"),
+            "status": d.get("status"),
+            "exitCode": d.get("exitCode"),
+            "tail": compact(str(d.get("aggregated") or d.get("tail") or ""), FOLLOWUP_OUTPUT_CHARS),
+            **({"reason": d["reason"]} if d.get("reason") else {}),
+        },
+    )
+
+
+def within(what: str, text: str, limit: int, hint: str) -> None:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise ToolError(f"exec denied: {what} is {size} bytes, over the {limit}-byte limit ({hint})")
+
+
+class Sessions(Protocol):
+    """The part of engine.sessions.SessionManager the exec tool uses."""
+
+    async def run(self, spec: Any) -> ToolResult: ...
+    def new_id(self) -> str: ...
+    def get(self, session_id: str, scope_key: str | None = None) -> Any: ...
+    def never_started(self, session_id: str) -> bool: ...
+
+
+class Store(Protocol):
+    def snapshot(self) -> Any: ...
+    def entries(self, agent_id: str) -> Any: ...
+    def record_uses(self, uses: Sequence[Use]) -> None: ...
+    def persist_allow_always(self, agent_id: str, patterns: Any) -> Any: ...
+
+
+class Events(Protocol):
+    def enqueue(self, session_key: str, text: str) -> None: ...
+
+
+# host=node: (command, params, ctx, the gateway's decision) -> result; the node's own policy decides there.
+NodeRunner = Callable[[str, Mapping[str, Any], "ExecContext", Decision], Any]
+
+
+@dataclass
+class ExecContext:
+    """Who is calling: the agent, its session key (system-event queue and process scope)."""
+
+    agent_id: str = "main"
+    session_key: str = ""
+    # False once the caller has gone away (its connection closed): results then go out as system events.
+    caller_alive: Callable[[], bool] = field(default=lambda: True, repr=False)
+    # Told once the call starts waiting for a human ({approvalId, approvalSlug, expiresAtMs, command}), so
+    # the caller can say so (the CLI on stderr, MCP as progress) instead of hanging silently.
+    on_waiting: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
+
+    @property
+    def scope_key(self) -> str:
+        return self.session_key or f"agent:{self.agent_id}"
+
+
+@dataclass
+class Prepared:
+    """Everything decided before a command may run."""
+
+    command: str
+    decision: Decision
+    cwd: str
+    env: dict[str, str] | None
+    warnings: list[str] = field(default_factory=list)
+    launcher: Any = None
+    host: str = "gateway"
+
+
+def sandbox_available(config: Config, agent_id: str, session_key: str) -> bool:
+    """A sandbox runtime applies: mode=all, or mode=non-main outside the agent's main session."""
+    return is_sandboxed(config.sandbox_value(agent_id, "mode"), agent_id, session_key)
+
+
+def clamp_yield(value: Any, default: int) -> int:
+    ms = value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+    return int(min(max(ms, YIELD_MIN_MS), YIELD_MAX_MS))
