@@ -20,8 +20,6 @@ BATCH_SEC = 0.001
 # most PAUSE_FILL of the pipe: a full pipe stops the writer, and the flood would go at the pause's pace.
 PAUSE_SPAN = 0.0015
 PAUSE_FILL = 0.75
-# A read that finds the pipe that full means the writer outran a pause: no pauses for this many bytes.
-NO_PAUSE_BYTES = 32 * 1024 * 1024
 F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 
 Sink = Callable[[str, bytes], None]
@@ -70,7 +68,6 @@ class FdReader:
         self._closed = False
         self._pipe_sizes: dict[int, int] = {}  # fd -> capacity, for the fds that are pipes
         self._last_read: dict[int, float] = {}
-        self._no_pause_until = 0  # self._bytes_read below which no pause is taken
         self._sink: Sink | None = None
         self._done: asyncio.Future[None] | None = None
 
@@ -130,15 +127,9 @@ class FdReader:
             now = self._loop.time()
             since = now - self._last_read.get(fd, now)
             self._last_read[fd] = now
-            pipe_size = self._pipe_sizes.get(fd, 0)
-            if pipe_size and size >= pipe_size * PAUSE_FILL:
-                self._no_pause_until = self._bytes_read + NO_PAUSE_BYTES
-            if (
-                size < READ_SIZE
-                and self._bytes_read > max(FLOOD_BYTES, self._no_pause_until)
-                and not self._paused
-            ):
+            if size < READ_SIZE and self._bytes_read > FLOOD_BYTES and not self._paused:
                 # `size` bytes came in `since` seconds: skip a pause the writer would fill the pipe in.
+                pipe_size = self._pipe_sizes.get(fd, 0)
                 if not pipe_size or size * PAUSE_SPAN < pipe_size * PAUSE_FILL * since:
                     self._loop.remove_reader(fd)
                     self._loop.call_later(BATCH_SEC, self._resume, fd)
