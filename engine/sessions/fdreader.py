@@ -21,10 +21,18 @@ BATCH_SEC = 0.001
 PAUSE_SPAN = 0.0015
 PAUSE_FILL = 0.75
 F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
+# Reads pause above this many unconsumed bytes, so a stalled consumer throttles the child, not our memory.
+HIGH_WATER = 4 * 1024 * 1024
 
 Sink = Callable[[str, bytes], None]
 
 _local = threading.local()
+
+
+def pause_fits(size: int, since: float, pipe_size: int) -> bool:
+    """Whether a flood pause leaves the writer room: `size` bytes came in the last `since` seconds, and
+    at that pace a pause must fill at most PAUSE_FILL of the pipe (0 = size unknown: pause)."""
+    return not pipe_size or size * PAUSE_SPAN < pipe_size * PAUSE_FILL * since
 
 
 def _read_buffer() -> memoryview:
@@ -34,8 +42,6 @@ def _read_buffer() -> memoryview:
     if view is None:
         view = _local.view = memoryview(bytearray(READ_SIZE))
     return view
-# Reads pause above this many unconsumed bytes, so a stalled consumer throttles the child, not our memory.
-HIGH_WATER = 4 * 1024 * 1024
 
 
 class FdReader:
@@ -75,10 +81,8 @@ class FdReader:
         os.set_blocking(fd, False)
         self._names[fd] = name
         self._open.add(fd)
-        try:
+        with contextlib.suppress(OSError):  # not a pipe (a PTY master, a socket): no size
             self._pipe_sizes[fd] = fcntl.fcntl(fd, F_GETPIPE_SZ)
-        except OSError:
-            pass  # not a pipe (a PTY master, a socket)
         self._loop.add_reader(fd, self._on_readable, fd)
 
     @property
@@ -127,12 +131,14 @@ class FdReader:
             now = self._loop.time()
             since = now - self._last_read.get(fd, now)
             self._last_read[fd] = now
-            if size < READ_SIZE and self._bytes_read > FLOOD_BYTES and not self._paused:
-                # `size` bytes came in `since` seconds: skip a pause the writer would fill the pipe in.
-                pipe_size = self._pipe_sizes.get(fd, 0)
-                if not pipe_size or size * PAUSE_SPAN < pipe_size * PAUSE_FILL * since:
-                    self._loop.remove_reader(fd)
-                    self._loop.call_later(BATCH_SEC, self._resume, fd)
+            if (
+                size < READ_SIZE
+                and self._bytes_read > FLOOD_BYTES
+                and not self._paused
+                and pause_fits(size, since, self._pipe_sizes.get(fd, 0))
+            ):
+                self._loop.remove_reader(fd)
+                self._loop.call_later(BATCH_SEC, self._resume, fd)
         self._wake()
 
     def _deliver(self, stream: str, data: bytes) -> bool:
