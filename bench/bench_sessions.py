@@ -33,6 +33,11 @@ def rss_kib() -> int:
     return 0
 
 
+def cpu_sec() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -135,14 +140,20 @@ async def bench_throughput(mgr: SessionManager, size: int, rounds: int) -> None:
     # Alternate raw and engine runs and keep the best of each: the machine is shared and noisy.
     for label, pty, raw in (("pipes", False, raw_pipe_read), ("pty", True, raw_pty_read)):
         raw_s, eng_s, grew = float("inf"), float("inf"), 0
+        raw_cpu, eng_cpu = float("inf"), float("inf")  # this process's CPU seconds: steadier under load
         for _ in range(rounds):
+            cpu = cpu_sec()
             raw_s = min(raw_s, raw(size))
+            raw_cpu, cpu = min(raw_cpu, cpu_sec() - cpu), cpu_sec()
             elapsed, growth = await engine_read(mgr, size, pty)
+            eng_cpu = min(eng_cpu, cpu_sec() - cpu)
             eng_s, grew = min(eng_s, elapsed), max(grew, growth)
         mb = size / MiB
+        gib = size / (1024 * MiB)
         print(
             f"{label} {mb:.0f} MiB (best of {rounds}): raw read loop {mb / raw_s:.0f} MiB/s | "
             f"engine {mb / eng_s:.0f} MiB/s ({raw_s / eng_s * 100:.0f} % of raw) | peak RSS growth {grew} MiB"
+            f" | reader CPU per GiB: raw {raw_cpu / gib:.2f} s, engine {eng_cpu / gib:.2f} s"
         )
         record(
             f"{label} capture, {mb:.0f} MiB (best of {rounds})",
