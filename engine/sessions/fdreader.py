@@ -1,10 +1,13 @@
-"""A child's fds on the event loop, for every launcher: batched reads, back-pressure, non-blocking writes."""
+"""A child's fds on the event loop, for every launcher: batched reads, back-pressure or direct delivery to a
+consumer, non-blocking writes."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
+import threading
 from collections import deque
 from collections.abc import Callable
 
@@ -13,8 +16,32 @@ READ_SIZE = 1024 * 1024
 # one, so a flood arrives in few large chunks (toad's read coalescing) while short output stays instant.
 FLOOD_BYTES = 1024 * 1024
 BATCH_SEC = 0.001
+# ...but only while the writer is slow enough that the pause (a timer fires late: PAUSE_SPAN) fills at
+# most PAUSE_FILL of the pipe: a full pipe stops the writer, and the flood would go at the pause's pace.
+PAUSE_SPAN = 0.0015
+PAUSE_FILL = 0.75
+F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 # Reads pause above this many unconsumed bytes, so a stalled consumer throttles the child, not our memory.
 HIGH_WATER = 4 * 1024 * 1024
+
+Sink = Callable[[str, bytes], None]
+
+_local = threading.local()
+
+
+def pause_fits(size: int, since: float, pipe_size: int) -> bool:
+    """Whether a flood pause leaves the writer room: `size` bytes came in the last `since` seconds, and
+    at that pace a pause must fill at most PAUSE_FILL of the pipe (0 = size unknown: pause)."""
+    return not pipe_size or size * PAUSE_SPAN < pipe_size * PAUSE_FILL * since
+
+
+def _read_buffer() -> memoryview:
+    """This thread's read buffer: reads land in it, and only what they brought is copied out. A fresh
+    1 MiB object per read would cost an allocation (often mmap, page faults, a shrink) per read."""
+    view: memoryview | None = getattr(_local, "view", None)
+    if view is None:
+        view = _local.view = memoryview(bytearray(READ_SIZE))
+    return view
 
 
 class FdReader:
@@ -22,7 +49,7 @@ class FdReader:
 
     `coalesce` enables the flood pause (pipes only: a PTY buffers a few KiB, and pausing would stall the
     writer instead). Fds in `keep_open` (a PTY master still used for input and resize) are not closed at
-    EOF; `on_eof` runs once every fd has reached EOF.
+    EOF; `on_eof` runs once every fd has reached EOF. `stream_to` replaces the queue with a callback.
     """
 
     def __init__(
@@ -45,11 +72,17 @@ class FdReader:
         self._paused = False
         self._bytes_read = 0
         self._closed = False
+        self._pipe_sizes: dict[int, int] = {}  # fd -> capacity, for the fds that are pipes
+        self._last_read: dict[int, float] = {}
+        self._sink: Sink | None = None
+        self._done: asyncio.Future[None] | None = None
 
     def add(self, fd: int, name: str) -> None:
         os.set_blocking(fd, False)
         self._names[fd] = name
         self._open.add(fd)
+        with contextlib.suppress(OSError):  # not a pipe (a PTY master, a socket): no size
+            self._pipe_sizes[fd] = fcntl.fcntl(fd, F_GETPIPE_SZ)
         self._loop.add_reader(fd, self._on_readable, fd)
 
     @property
@@ -57,38 +90,89 @@ class FdReader:
         return bool(self._open)
 
     def _on_readable(self, fd: int) -> None:
-        # Drain what is there now (a PTY hands out ~4 KiB per read): fewer loop turns per MiB.
-        parts: list[bytes] = []
+        # Drain what is there now (a PTY hands out ~4 KiB per read): fewer loop turns per MiB. A pipe is
+        # empty once a read comes back short, so it takes no second read to learn that.
+        view = _read_buffer()
         size, eof = 0, False
+        pipe = fd in self._pipe_sizes
         while size < READ_SIZE:
+            want = READ_SIZE - size
             try:
-                data = os.read(fd, READ_SIZE - size)
+                got = os.readv(fd, [view[size:]])
             except BlockingIOError:
                 break
             except OSError:  # EIO: the PTY slave has no holder left
-                data = b""
-            if not data:
+                got = 0
+            if not got:
                 eof = True
                 break
-            parts.append(data)
-            size += len(data)
-        if parts:
-            self._chunks.append((self._names[fd], parts[0] if len(parts) == 1 else b"".join(parts)))
-            self._buffered += size
-            if self._buffered > HIGH_WATER and not self._paused:
-                self._paused = True
-                for open_fd in self._open:
-                    self._loop.remove_reader(open_fd)
+            size += got
+            if pipe and got < want:
+                break
+        if size:
+            data = view[:size].tobytes()
+            if self._sink is not None:
+                if not self._deliver(self._names[fd], data):
+                    return
+            else:
+                self._chunks.append((self._names[fd], data))
+                self._buffered += size
+                if self._buffered > HIGH_WATER and not self._paused:
+                    self._paused = True
+                    for open_fd in self._open:
+                        self._loop.remove_reader(open_fd)
         if eof:
             self._eof(fd)
             return
-        if not parts:
+        if not size:
             return
         self._bytes_read += size
-        if self._coalesce and size < READ_SIZE and self._bytes_read > FLOOD_BYTES and not self._paused:
-            self._loop.remove_reader(fd)
-            self._loop.call_later(BATCH_SEC, self._resume, fd)
+        if self._coalesce:
+            now = self._loop.time()
+            since = now - self._last_read.get(fd, now)
+            self._last_read[fd] = now
+            if (
+                size < READ_SIZE
+                and self._bytes_read > FLOOD_BYTES
+                and not self._paused
+                and pause_fits(size, since, self._pipe_sizes.get(fd, 0))
+            ):
+                self._loop.remove_reader(fd)
+                self._loop.call_later(BATCH_SEC, self._resume, fd)
         self._wake()
+
+    def _deliver(self, stream: str, data: bytes) -> bool:
+        assert self._sink is not None
+        try:
+            self._sink(stream, data)
+        except BaseException as exc:  # the consumer failed: stop reading (as a pump task would), say why
+            self._sink = None
+            self._paused = True
+            for open_fd in self._open:
+                self._loop.remove_reader(open_fd)
+            if self._done is not None and not self._done.done():
+                self._done.set_exception(exc)
+            return False
+        return True
+
+    def stream_to(self, sink: Sink) -> asyncio.Future[None]:
+        """Hand every chunk to `sink` as it is read (what is queued first), instead of queueing it: a
+        flood then costs no task switch per chunk. The future is done once every fd is at EOF or `close`
+        was called, or fails with what `sink` raised (reading stops then)."""
+        self._done = self._loop.create_future()
+        self._sink = sink
+        while self._chunks:
+            stream, data = self._chunks.popleft()
+            self._buffered -= len(data)
+            if not self._deliver(stream, data):
+                return self._done
+        if self._paused:
+            self._paused = False
+            for fd in self._open:
+                self._loop.add_reader(fd, self._on_readable, fd)
+        if not self._open:
+            self._done.set_result(None)
+        return self._done
 
     def _resume(self, fd: int) -> None:
         if fd in self._open and not self._paused and not self._closed:
@@ -107,6 +191,8 @@ class FdReader:
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+        if not self._open and self._done is not None and not self._done.done():
+            self._done.set_result(None)
 
     async def read(self) -> tuple[str, bytes] | None:
         """The next chunk (same-stream chunks that piled up are joined); None once every fd is at EOF."""

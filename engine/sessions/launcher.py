@@ -9,6 +9,7 @@ import os
 import secrets
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -179,6 +180,11 @@ class LocalProcess:
     # -- output -----------------------------------------------------------------------------------
     async def read(self) -> tuple[str, bytes] | None:
         return await self._out.read()
+
+    async def stream_to(self, sink: Callable[[str, bytes], None]) -> None:
+        """Instead of `read`: every chunk to `sink` as it arrives, until EOF or `close` (what `sink` raises,
+        this raises)."""
+        await self._out.stream_to(sink)
 
     # -- input ------------------------------------------------------------------------------------
     @property

@@ -248,8 +248,12 @@ class SessionManager:
         self._record_exit(session, handle, code, sig)
 
     async def _pump(self, session: Session, handle: ProcessHandle) -> None:
-        while (item := await handle.read()) is not None:
-            self._on_output(session, handle, item[0], item[1])
+        stream_to = getattr(handle, "stream_to", None)
+        if stream_to is not None:  # a local child: chunks come straight from the read, no task hop each
+            await stream_to(lambda stream, data: self._on_output(session, handle, stream, data))
+        else:
+            while (item := await handle.read()) is not None:
+                self._on_output(session, handle, item[0], item[1])
         for stream, decoder in session.decoders.items():
             session.output.append(stream, decoder.feed(b"", final=True))
 
@@ -264,7 +268,7 @@ class SessionManager:
         decoder = session.decoders.get(text_stream)
         if decoder is None:
             decoder = session.decoders[text_stream] = TextDecoder()
-        session.output.append(text_stream, decoder.feed(data))
+        session.output.append_bytes(text_stream, data, decoder)
         session.activity.set()
 
     @staticmethod

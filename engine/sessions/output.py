@@ -70,6 +70,10 @@ class TextDecoder:
         text: str = self._decoder.decode(data, final)
         return text
 
+    def holds_partial(self) -> bool:
+        """True while the start of a character split across chunks waits for its end."""
+        return bool(self._decoder.getstate()[0])
+
 
 class _Chunks:
     """A deque of strings capped at `cap` chars that drops its oldest chars and counts them."""
@@ -82,9 +86,11 @@ class _Chunks:
         self.length = 0
         self.dropped = 0
 
-    def append(self, text: str) -> None:
+    def append(self, text: str, skipped: int = 0) -> None:
+        """Add `text`; `skipped` chars came before it that were never decoded (only when `text` alone
+        fills the cap, so they would be dropped at once anyway)."""
         if len(text) >= self.cap:
-            self.dropped += self.length + len(text) - self.cap
+            self.dropped += self.length + skipped + len(text) - self.cap
             self.chunks.clear()
             text = text[-self.cap :]
             self.chunks.append(text)
@@ -160,6 +166,8 @@ class OutputBuffer:
         self.log_capped = False
         self.spilled = False
         self._log_fd: int | None = None
+        # The most chars any view keeps: the text of a longer ASCII chunk is decoded from its tail only.
+        self._keep = max(ring_chars, pending_chars, split_chars)
 
     @property
     def dropped(self) -> int:
@@ -182,6 +190,31 @@ class OutputBuffer:
         if self.split is not None:
             self.split["stderr" if stream == "stderr" else "stdout"].append(text)
 
+    def append_bytes(self, stream: str, data: bytes, decoder: TextDecoder) -> None:
+        """`append(stream, decoder.feed(data))`, without decoding what no view keeps.
+
+        A flood is mostly ASCII, where text and UTF-8 are the same bytes: the log takes them as they
+        are and only the last chars the views keep are decoded (the rest would be dropped at once).
+        Anything else (or a character split across chunks) goes through the decoder.
+        """
+        size = len(data)
+        if not size:
+            return
+        if not data.isascii() or decoder.holds_partial():
+            self.append(stream, decoder.feed(data))
+            return
+        self.total_chars += size
+        if self._log_fd is None and self.ring.length + size > self.ring.cap and self.log_path:
+            self._open_log()
+        if self._log_fd is not None and not self.log_capped:
+            self._write_log_bytes(data, size)
+        skipped = max(0, size - self._keep)
+        text = (data[skipped:] if skipped else data).decode("ascii")
+        self.ring.append(text, skipped)
+        self.pending["stderr" if stream == "stderr" else "stdout"].append(text, skipped)
+        if self.split is not None:
+            self.split["stderr" if stream == "stderr" else "stdout"].append(text, skipped)
+
     def _open_log(self) -> None:
         assert self.log_path is not None
         try:
@@ -199,8 +232,10 @@ class OutputBuffer:
         self._write_log(self.ring.text())
 
     def _write_log(self, text: str) -> None:
+        self._write_log_bytes(text.encode("utf-8"), len(text))
+
+    def _write_log_bytes(self, data: bytes, chars: int) -> None:
         assert self._log_fd is not None
-        data = text.encode("utf-8")
         if self.log_bytes + len(data) > self.log_cap:
             self.log_capped = True
             return
@@ -214,7 +249,7 @@ class OutputBuffer:
             self.log_capped = True
             return
         self.log_bytes += len(data)
-        self.log_chars += len(text)
+        self.log_chars += chars
 
     def has_pending(self) -> bool:
         return self.pending["stdout"].length > 0 or self.pending["stderr"].length > 0
