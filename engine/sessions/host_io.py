@@ -24,6 +24,7 @@ HEADER = struct.Struct(">IBI")
 SPOOL_HEADER = struct.Struct(">BI")
 READ_CHUNK = 65536
 HIGH_WATER = 4 * 1024 * 1024  # bytes queued to the gateway beyond which output is only spooled
+STALLED_SEC = 5.0  # a gateway that took no byte for this long is not waited for (see _gateway_behind)
 CATCH_UP_CHUNK = 256 * 1024
 SPOOL_FDS = 64  # spool files kept open (the most recently written)
 MAX_FDS = 64  # per SPAWN: sealed copies of verified files (one SCM_RIGHTS message)
@@ -61,6 +62,7 @@ class Session:
         "exit",
         "exit_sent",
         "inbuf",
+        "paused",
         "pid",
         "popen",
         "pty",
@@ -89,6 +91,9 @@ class Session:
         self.spool_size = 0
         self.spool_cap = spool_cap
         self.capped = False
+        # Past the spool cap with the gateway attached but behind: its output is not read until the gateway
+        # catches up (the command waits on its pipe), rather than dropped.
+        self.paused = False
         self.sent = 0  # spool bytes the attached gateway has been sent
         self.attached = False
         self.exit: dict[str, Any] | None = None
@@ -108,6 +113,8 @@ class SessionIO:
     by_id: dict[str, Session]
     by_pid: dict[int, Session]
     behind: dict[Session, None]
+    paused: dict[Session, None]
+    took_at: float
     spool_fds: OrderedDict[Session, int]
     client: socket.socket | None
     out: bytearray
@@ -127,7 +134,26 @@ class SessionIO:
         self.out += payload
 
     # -- commands' output
+    def _gateway_behind(self, s: Session) -> bool:
+        """The gateway is attached to `s`, still taking bytes, but has not taken everything yet (or its queue
+        is full). A gateway that took nothing for STALLED_SEC (stopped, hung) is not waited for: a command
+        never hangs on it, and what it misses past the spool cap is what it would have missed anyway."""
+        return (
+            self.client is not None
+            and s.attached
+            and (s.sent < s.spool_size or len(self.out) >= HIGH_WATER)
+            and time.monotonic() - self.took_at < STALLED_SEC
+        )
+
     def _read_output(self, s: Session, fd: int) -> None:
+        if s.capped and s.streams.get(fd) != STATUS and self._gateway_behind(s):
+            # Nowhere to put it: the spool is full and the gateway is busy. Stop reading this command until
+            # it catches up (the command blocks on its pipe, as under any slow reader); nothing is dropped.
+            s.paused = True
+            self.paused[s] = None
+            for out_fd in list(s.streams):
+                self._update(s, out_fd)
+            return
         try:
             data = os.read(fd, READ_CHUNK)
         except BlockingIOError:
@@ -217,7 +243,8 @@ class SessionIO:
 
     def _update(self, s: Session, fd: int) -> None:
         """Register `fd` for what it is used for now (output to read, input to write) or for nothing."""
-        want = selectors.EVENT_READ if fd in s.streams else 0
+        stream = s.streams.get(fd)
+        want = selectors.EVENT_READ if stream is not None and not (s.paused and stream != STATUS) else 0
         if fd == s.stdin_fd and s.inbuf:
             want |= selectors.EVENT_WRITE
         have = s.events.get(fd, 0)
@@ -260,6 +287,17 @@ class SessionIO:
                 pos = s.spool_size - s.sent
             s.sent += pos
 
+    def _resume_paused(self) -> None:
+        """Read again from commands paused for a busy gateway once it has caught up with them (or went away:
+        with no gateway, output past the cap goes nowhere, as before it paused)."""
+        for s in list(self.paused):
+            if self._gateway_behind(s):
+                continue
+            del self.paused[s]
+            s.paused = False
+            for fd in list(s.streams):
+                self._update(s, fd)
+
     def _notify(self, s: Session) -> None:
         """EOF and exit reach the gateway only after every output byte before them."""
         if self.client is None or not s.attached or s.sent < s.spool_size:
@@ -301,6 +339,7 @@ class SessionIO:
             self._close_stream(s, fd)
         self._close_spool(s)
         self.behind.pop(s, None)
+        self.paused.pop(s, None)
         self.sessions.pop(s.chan, None)
         if self.by_id.get(s.sid) is s:
             del self.by_id[s.sid]

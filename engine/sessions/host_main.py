@@ -77,6 +77,8 @@ class Host(hio.SessionIO):
         self.by_id: dict[str, hio.Session] = {}
         self.by_pid: dict[int, hio.Session] = {}
         self.next_chan = 1
+        self.paused: dict[hio.Session, None] = {}  # sessions not read until the gateway catches up
+        self.took_at = time.monotonic()  # when the gateway last took bytes from us
         self.behind: dict[hio.Session, None] = {}  # attached sessions whose spool is ahead of what was sent
         self.spool_fds: OrderedDict[hio.Session, int] = OrderedDict()
         self.client: socket.socket | None = None
@@ -125,6 +127,7 @@ class Host(hio.SessionIO):
                 except Exception as exc:  # one session's failure is never the host's end
                     hio.log(f"event {key.data!r}: {type(exc).__name__}: {exc}")
             self._catch_up()
+            self._resume_paused()
             now = time.monotonic()
             if self.linger is not None:
                 until, s = self.linger
@@ -212,6 +215,7 @@ class Host(hio.SessionIO):
             while self.out:
                 n = self.client.send(self.out)
                 del self.out[:n]
+                self.took_at = time.monotonic()
         except BlockingIOError:
             pass
         except OSError:
