@@ -24,9 +24,11 @@ log = logging.getLogger("exechost.exec")
 def restore_asks(tool: ExecTool, asks: list[StoredAsk]) -> list[ApprovalRecord]:
     """Register each stored ask again and start its waiter; returns the restored records."""
     restored = []
+    held = {r.id for r in tool.approvals.records()}
     for ask in asks:
-        if ask.resume is None or ask.id in {r.id for r in tool.approvals.records()}:
+        if ask.resume is None or ask.id in held:
             continue
+        held.add(ask.id)
         record = tool.approvals.restore(
             ask.id,
             ask.request,
