@@ -64,7 +64,9 @@ class GroupWriter:
 
     def _take(self) -> tuple[int, list[bytes]]:
         items, self._items = self._items, []
-        return self._queued, [item() if callable(item) else item for item in items]
+        # An item that encodes to b"" has nothing to write: a batch of only those costs no thread hop.
+        batch = [item() if callable(item) else item for item in items]
+        return self._queued, [data for data in batch if data]
 
     async def _run(self) -> None:
         while self._written < self._queued:
