@@ -103,7 +103,7 @@ class Services:
         self._pending_out: tuple[list[bytes], bytes | None] = ([], None)  # (journal lines, new snapshot)
         self.pending_writer = GroupWriter("pending approvals", self._write_pending, latest_only=True)
         self.approvals.barrier = self.pending_writer.barrier
-        self.approvals.decided_barrier = self.history_writer.barrier
+        self.approvals.decided_barrier = self._decided_barrier
         self.events = SystemEvents(spool=EventSpool(state_dir / SPOOL_NAME))
         # Allow-always with limits, apart from exec-approvals.json (which OpenClaw also reads).
         self.grants = GrantStore(state_dir / "exec-grants.json")
@@ -304,6 +304,13 @@ class Services:
             self.history_writer.put(encode_entry(run_line(record.id, record.run)))
             if record.run.get("sessionId"):
                 self._linked_sessions().add(str(record.run["sessionId"]))
+
+    async def _decided_barrier(self) -> None:
+        """A decision is acted upon once its history line and the pending journal both hold it: a deny
+        the agent was told of must not come back after a crash as an ask still waiting. Both writers
+        were started when the decision was queued, so this waits for the slower of the two, not both."""
+        await self.history_writer.barrier()
+        await self.pending_writer.barrier()
 
     def _write_history_lines(self, lines: list[bytes]) -> None:
         """A write that fails (full disk) is logged and shown in `status` and `approvals history`, and

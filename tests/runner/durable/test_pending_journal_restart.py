@@ -18,10 +18,16 @@ async def test_asks_across_a_compaction_survive_sigkill(state_dir: Path) -> None
         approver = await connect(state_dir, "op")
         await approver.request("approvals.attach")
 
+        answers: set[asyncio.Future[dict]] = set()
+
         def deny(event: tuple[str, dict]) -> None:
             name, data = event
             if name == "approval.requested" and "denied-" in data["command"]:
-                asyncio.ensure_future(approver.request("approve", {"id": data["id"], "decision": "deny"}))
+                answer = asyncio.ensure_future(
+                    approver.request("approve", {"id": data["id"], "decision": "deny"})
+                )
+                answers.add(answer)
+                answer.add_done_callback(answers.discard)
 
         approver.add_listener(deny)
         agent = await connect(state_dir, "agent", operator=False)
