@@ -1,7 +1,11 @@
 """Pending asks on disk: an ask waiting for the operator outlives a gateway crash or restart, expiry and all.
 
 `<state>/pending-approvals.json` (0600, atomic rewrite) holds every ask not yet settled: those still waiting,
-and those approved whose run has not started yet. Each carries what the next gateway needs to run it as
+and those approved whose run has not started yet. Between rewrites each change is one appended, fsynced
+line of `pending-approvals.json.journal` (the ask's whole state, or that it settled): an atomic rewrite
+(temp file, fsync, rename, directory fsync) after every change cost ~4x the CPU and the wall time of an
+append. A load replays the journal over the snapshot; the gateway folds it in at start and whenever it
+outgrows the snapshot. Each carries what the next gateway needs to run it as
 approved: the call's parameters, the caller's agent and session key, and what the human approved (the
 command text that runs, the cwd, and the identity of every file it pins), so a changed file or policy is
 refused as `approval-stale` instead of running something nobody saw.
@@ -12,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +24,21 @@ from typing import Any
 from engine import jsontext
 from engine.approvals.grants import GrantLimits
 from engine.approvals.pending import ApprovalRecord, ApprovalRequest, unsettled
-from engine.statefs import StateFileError, atomic_write, read_text
+from engine.statefs import (
+    FILE_MODE,
+    StateFileError,
+    atomic_write,
+    ensure_private_dir,
+    read_text,
+    refuse_symlink,
+)
 
 log = logging.getLogger("exechost.approvals")
 
 PENDING_NAME = "pending-approvals.json"
+JOURNAL_SUFFIX = ".journal"
 VERSION = 1
+COMPACT_MIN_BYTES = 256 * 1024  # a journal this big (and 4x the snapshot) is folded into the snapshot
 
 
 def request_to_json(request: ApprovalRequest) -> dict[str, Any]:
@@ -100,9 +114,17 @@ class StoredAsk:
 
 
 class PendingFile:
+    """The snapshot and its journal. Journal lines are `{"ask": StoredAsk}` (the ask's state now) or
+    `{"settled": id}`; each line is an ask's whole state, so replaying an old journal over a newer
+    snapshot gives that snapshot again (a crash between a rewrite and the journal's truncation)."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.journal = path.with_name(path.name + JOURNAL_SUFFIX)
         self.problem: str | None = None
+        self.journal_bytes = 0  # appended since the last rewrite
+        self.snapshot_bytes = 0
+        self._torn = False  # an append failed part-way: the next starts on a line of its own
 
     def save(self, records: list[ApprovalRecord]) -> None:
         self.write(self.encode(records))
@@ -110,20 +132,123 @@ class PendingFile:
     @staticmethod
     def encode(records: list[ApprovalRecord]) -> bytes:
         asks = [StoredAsk.of(r).to_json() for r in records if unsettled(r)]
-        return json.dumps({"version": VERSION, "asks": asks}, ensure_ascii=False).encode(
-            "utf-8", "surrogatepass"
-        )
+        return _dumps({"version": VERSION, "asks": asks})
 
-    def write(self, data: bytes) -> None:
+    @staticmethod
+    def entry(record: ApprovalRecord) -> bytes:
+        """The journal line for a record that changed (its whole state, or that it settled)."""
+        if unsettled(record):
+            return _dumps({"ask": StoredAsk.of(record).to_json()})
+        return _dumps({"settled": record.id})
+
+    def write(self, data: bytes, before: list[bytes] | None = None) -> None:
+        """Replace the snapshot with `data` and empty the journal. `before`: journal lines that `data`
+        already includes, appended first, so a crash before the journal is emptied replays to `data`."""
         try:
+            if before:
+                self.append(before, report=False)
             atomic_write(self.path, data)
+            self.snapshot_bytes = len(data)
+            self._truncate_journal()
             self.problem = None
         except (OSError, StateFileError) as exc:
             self.problem = f"pending approvals not saved to {self.path}: {exc}"
             log.error("%s", self.problem)
 
+    def append(self, lines: list[bytes], *, report: bool = True) -> None:
+        """Append journal lines with one write and one fsync."""
+        try:
+            ensure_private_dir(self.path.parent)
+            refuse_symlink(self.journal)
+            created = not self.journal.exists()
+            data = (b"\n" if self._torn else b"") + b"".join(line + b"\n" for line in lines)
+            fd = os.open(
+                self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
+            )
+            try:
+                self._torn = True
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+                self._torn = False
+            finally:
+                os.close(fd)
+            if created:  # the new file's name is durable too
+                _fsync_dir(self.path.parent)
+            self.journal_bytes += len(data)
+            if report:
+                self.problem = None
+        except (OSError, StateFileError) as exc:
+            if not report:
+                raise
+            self.problem = f"pending approvals not saved to {self.journal}: {exc}"
+            log.error("%s", self.problem)
+
+    def wants_compaction(self) -> bool:
+        return self.journal_bytes > max(COMPACT_MIN_BYTES, 4 * self.snapshot_bytes)
+
+    def _truncate_journal(self) -> None:
+        refuse_symlink(self.journal)
+        try:
+            fd = os.open(self.journal, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self.journal_bytes = 0
+            return
+        try:
+            os.ftruncate(fd, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.journal_bytes = 0
+        self._torn = False
+
     def load(self) -> list[StoredAsk]:
-        """What the last gateway left; an unreadable file is reported and moved aside, never replaced."""
+        """What the last gateway left (the snapshot, then the journal replayed over it); an unreadable
+        snapshot is reported and moved aside, never replaced."""
+        asks = {ask.id: ask for ask in self._load_snapshot()}
+        for entry in self._load_journal():
+            if "settled" in entry:
+                asks.pop(str(entry["settled"]), None)
+                continue
+            try:
+                ask = StoredAsk.from_json(dict(entry["ask"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                self.problem = f"a pending approval in {self.journal} is unreadable ({exc}); skipped"
+                log.error("%s", self.problem)
+                continue
+            asks[ask.id] = ask  # first seen, first restored: arrival order
+        return list(asks.values())
+
+    def _load_journal(self) -> list[dict[str, Any]]:
+        try:
+            raw = read_text(self.journal)
+        except (OSError, StateFileError, UnicodeDecodeError) as exc:
+            self.problem = f"pending approvals not loaded from {self.journal}: {exc}"
+            log.error("%s", self.problem)
+            return []
+        if not raw:
+            return []
+        self.journal_bytes = len(raw.encode("utf-8", "surrogatepass"))
+        lines = raw.split("\n")
+        entries = []
+        for n, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                entry = jsontext.loads(line)
+                if not isinstance(entry, dict) or not ({"ask", "settled"} & entry.keys()):
+                    raise ValueError("not a journal entry")
+            except ValueError as exc:
+                if n == len(lines) - 1:
+                    continue  # a torn last line: its write never finished, so nobody was told it was saved
+                self.problem = f"a line of {self.journal} is unreadable ({exc}); skipped"
+                log.error("%s", self.problem)
+                continue
+            entries.append(entry)
+        return entries
+
+    def _load_snapshot(self) -> list[StoredAsk]:
         try:
             raw = read_text(self.path)
         except (OSError, StateFileError, UnicodeDecodeError) as exc:
@@ -132,6 +257,7 @@ class PendingFile:
             return []
         if raw is None:
             return []
+        self.snapshot_bytes = len(raw)
         try:
             data = jsontext.loads(raw)
             if not isinstance(data, dict) or data.get("version") != VERSION:
@@ -143,3 +269,15 @@ class PendingFile:
             self.problem = f"pending approvals in {self.path} unreadable ({exc}); kept as {aside}"
             log.error("%s", self.problem)
             return []
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -45,7 +45,9 @@ class GroupWriter:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((target, future))
         self._kick()
-        await asyncio.shield(future)
+        # Each caller has a future of its own: a cancelled caller cancels only that (no shield, which
+        # would cost a loop iteration per wait).
+        await future
 
     def flush_now(self) -> None:
         """Write what is queued in this thread (no loop to run the writer on)."""
@@ -64,7 +66,9 @@ class GroupWriter:
 
     def _take(self) -> tuple[int, list[bytes]]:
         items, self._items = self._items, []
-        return self._queued, [item() if callable(item) else item for item in items]
+        # An item that encodes to b"" has nothing to write: a batch of only those costs no thread hop.
+        batch = [item() if callable(item) else item for item in items]
+        return self._queued, [data for data in batch if data]
 
     async def _run(self) -> None:
         while self._written < self._queued:

@@ -26,7 +26,7 @@ from engine.approvals.history import (
     encode_entry,
     run_line,
 )
-from engine.approvals.pending import ApprovalManager, ApprovalRecord
+from engine.approvals.pending import ApprovalManager, ApprovalRecord, unsettled
 from engine.approvals.store import ApprovalsStore
 from engine.config.loader import config_path as config_file_path
 from engine.config.loader import load_config
@@ -95,13 +95,15 @@ class Services:
         # Asks not yet settled, on disk: the next gateway asks them again (same id, same expiry).
         self.pending_file = PendingFile(state_dir / PENDING_NAME)
         # Both written off the loop in groups; a decision is acted upon once it is on disk (the barrier).
-        # Two writers, so a decision's line never waits behind a snapshot's fsyncs.
+        # Two writers, so a decision's line never waits behind a pending write's fsyncs.
         self.history_writer = GroupWriter("decision history", self._write_history_lines)
-        self.pending_writer = GroupWriter(
-            "pending approvals", lambda batch: self.pending_file.write(batch[-1]), latest_only=True
-        )
+        # The asks that changed since the last batch; journaled (one line each) when the batch is taken.
+        self._pending_dirty: dict[str, ApprovalRecord] = {}
+        self._pending_ids: set[str] = set()  # asks the files hold as unsettled
+        self._pending_out: tuple[list[bytes], bytes | None] = ([], None)  # (journal lines, new snapshot)
+        self.pending_writer = GroupWriter("pending approvals", self._write_pending, latest_only=True)
         self.approvals.barrier = self.pending_writer.barrier
-        self.approvals.decided_barrier = self.history_writer.barrier
+        self.approvals.decided_barrier = self._decided_barrier
         self.events = SystemEvents(spool=EventSpool(state_dir / SPOOL_NAME))
         # Allow-always with limits, apart from exec-approvals.json (which OpenClaw also reads).
         self.grants = GrantStore(state_dir / "exec-grants.json")
@@ -202,6 +204,7 @@ class Services:
         if restored:
             log.info("restored %d pending approval(s) from %s", len(restored), self.pending_file.path)
         self.pending_file.save(self.approvals.records())
+        self._pending_ids = {r.id for r in self.approvals.unsettled_records()}
         self.output.start()
         self._hook_sandbox_progress()
         # Ready sandbox containers (adopted from the last gateway, or made now), off the start path.
@@ -302,6 +305,13 @@ class Services:
             if record.run.get("sessionId"):
                 self._linked_sessions().add(str(record.run["sessionId"]))
 
+    async def _decided_barrier(self) -> None:
+        """A decision is acted upon once its history line and the pending journal both hold it: a deny
+        the agent was told of must not come back after a crash as an ask still waiting. Both writers
+        were started when the decision was queued, so this waits for the slower of the two, not both."""
+        await self.history_writer.barrier()
+        await self.pending_writer.barrier()
+
     def _write_history_lines(self, lines: list[bytes]) -> None:
         """A write that fails (full disk) is logged and shown in `status` and `approvals history`, and
         the gateway keeps serving: the decision itself stands."""
@@ -310,8 +320,32 @@ class Services:
         except HistoryError as exc:
             log.error("%s", exc)
 
-    def _pending_snapshot(self) -> bytes:
-        return self.pending_file.encode(self.approvals.unsettled_records())
+    def _pending_batch(self) -> bytes:
+        """On the loop, as a batch is taken: the journal lines of the asks that changed (their state
+        now), or the whole snapshot when the journal has outgrown it. b"": nothing to write, no hop."""
+        lines = []
+        for record in self._pending_dirty.values():
+            if unsettled(record):
+                lines.append(self.pending_file.entry(record))
+                self._pending_ids.add(record.id)
+            elif record.id in self._pending_ids:  # settled: the files stop holding it
+                lines.append(self.pending_file.entry(record))
+                self._pending_ids.discard(record.id)
+        self._pending_dirty.clear()
+        snapshot = None
+        if lines and self.pending_file.wants_compaction():
+            unsettled_now = self.approvals.unsettled_records()
+            snapshot = self.pending_file.encode(unsettled_now)
+            self._pending_ids = {r.id for r in unsettled_now}
+        self._pending_out = (lines, snapshot)
+        return snapshot or b"\n".join(lines)
+
+    def _write_pending(self, batch: list[bytes]) -> None:
+        lines, snapshot = self._pending_out
+        if snapshot is not None:
+            self.pending_file.write(snapshot, before=lines)
+        elif lines:
+            self.pending_file.append(lines)
 
     def _linked_sessions(self) -> set[str]:
         if self._history_sessions is None:
@@ -320,7 +354,8 @@ class Services:
 
     def _on_approval(self, kind: str, record: ApprovalRecord) -> None:
         self._write_history(kind, record)
-        self.pending_writer.put(self._pending_snapshot)
+        self._pending_dirty[record.id] = record
+        self.pending_writer.put(self._pending_batch)
         if kind == "ran":
             return
         if kind == "requested":

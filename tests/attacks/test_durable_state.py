@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.approvals.durable import PENDING_NAME
 from engine.approvals.history import DecisionLog
 from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import ALLOWLIST, cli, connect, wait_until, write_config
+from tests.helpers.pending import fold_pending
 
 
 def test_a_command_cannot_forge_history_lines(tmp_path: Path) -> None:
@@ -33,7 +33,7 @@ async def test_an_ask_edited_while_no_gateway_ran_is_stale_not_run(state_dir: Pa
         res = await agent.request("exec", {"command": shown_command, "agentId": "main", "sessionKey": "k"})
         await agent.close()
         daemon.kill()
-        path = state_dir / PENDING_NAME
+        path = fold_pending(state_dir)
         data = json.loads(path.read_text())
         # The approver is shown one touch; the stored call is swapped for another (same binary, same
         # cwd: the file identities alone cannot tell them apart).
@@ -71,7 +71,7 @@ async def test_a_limited_yes_that_crashed_before_its_run_stays_limited(
         await agent.close()
         daemon.kill()
         # What the dying gateway had written between the decision and the run (the crash window).
-        path = state_dir / PENDING_NAME
+        path = fold_pending(state_dir)
         data = json.loads(path.read_text())
         ask = data["asks"][0]
         assert ask["id"] == res["details"]["approvalId"] and ask.get("grant") is None

@@ -75,3 +75,23 @@ def test_without_a_loop_it_writes_at_once() -> None:
     writer = GroupWriter("lines", batches.append)
     writer.put(b"now")
     assert batches == [[b"now"]]
+
+
+async def test_a_cancelled_barrier_leaves_the_others_waiting_and_answered() -> None:
+    gate, entered = threading.Event(), threading.Event()
+
+    def write(batch: list[bytes]) -> None:
+        entered.set()
+        gate.wait(10)
+
+    writer = GroupWriter("lines", write)
+    writer.put(b"a")
+    await asyncio.to_thread(entered.wait, 10)
+    first, second = asyncio.ensure_future(writer.barrier()), asyncio.ensure_future(writer.barrier())
+    await asyncio.sleep(0)
+    first.cancel()
+    gate.set()
+    await asyncio.wait_for(second, 10)
+    assert first.cancelled()
+    writer.put(b"b")
+    await asyncio.wait_for(writer.barrier(), 10)  # the writer goes on

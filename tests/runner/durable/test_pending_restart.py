@@ -10,9 +10,10 @@ import stat
 import time
 from pathlib import Path
 
-from engine.approvals.durable import PENDING_NAME
+from engine.approvals.durable import JOURNAL_SUFFIX, PENDING_NAME
 from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import ALLOWLIST, cli, connect, wait_until, write_config
+from tests.helpers.pending import fold_pending, stored_asks
 
 
 async def _events(state: Path, key: str) -> list[str]:
@@ -39,6 +40,8 @@ async def test_a_pending_ask_survives_sigkill_and_runs_when_approved(state_dir: 
         asked = await _ask(state_dir, "echo approved-after-crash", "k1")
         pending_file = state_dir / PENDING_NAME
         assert stat.S_IMODE(pending_file.stat().st_mode) == 0o600
+        journal = pending_file.with_name(pending_file.name + JOURNAL_SUFFIX)
+        assert stat.S_IMODE(journal.stat().st_mode) == 0o600  # the ask went to the journal
         daemon.restart()  # SIGKILL, then a new daemon
         listed = cli(state_dir, "approvals", "pending", "--json")
         rows = json.loads(listed.stdout)["details"]["approvals"]
@@ -54,7 +57,7 @@ async def test_a_pending_ask_survives_sigkill_and_runs_when_approved(state_dir: 
         assert f"gateway id={asked['approvalId']}" in texts[0] and "approved-after-crash" in texts[0]
         assert "code 0" in texts[0]
         # Settled: nothing left for a third gateway to ask again.
-        assert json.loads(pending_file.read_text())["asks"] == []
+        assert stored_asks(state_dir) == []
         daemon.restart()
         again = cli(state_dir, "approvals", "pending", "--json")
         assert json.loads(again.stdout)["details"]["approvals"] == []
@@ -159,7 +162,7 @@ async def test_an_approved_run_that_never_started_runs_once_after_the_crash(stat
     with Daemon(state_dir) as daemon:
         asked = await _ask(state_dir, f"echo run >> {log}", "k6")
         daemon.kill()
-        path = state_dir / PENDING_NAME
+        path = fold_pending(state_dir)
         data = json.loads(path.read_text())
         ask = data["asks"][0]
         ask.update(decision="allow-once", resolved_by="op", resolved_at_ms=ask["created_at_ms"] + 1)
