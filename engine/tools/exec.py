@@ -387,6 +387,9 @@ class ExecTool:
                 await self.approvals.durable()  # "pending" is a promise: the ask is on disk first
                 return self._pending_result(record, prepared)
             if ctx.on_waiting is not None:
+                # Telling the caller it waits on this ask is a promise that the ask outlives us: on disk
+                # first (the approvers were told at register; their decision waits for the disk anyway).
+                await self.approvals.durable()
                 ctx.on_waiting(
                     {
                         "approvalId": record.id,

@@ -13,6 +13,7 @@ from engine.protocol.frames import socket_path
 from engine.unixsock import socket_is_live
 from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import ALLOWLIST, cli, connect, wait_until, write_config
+from tests.helpers.pending import stored_asks
 from tests.runner.test_mcp import server_params
 
 
@@ -31,6 +32,8 @@ async def test_a_waiting_mcp_call_survives_a_gateway_crash(state_dir: Path) -> N
                 return (await approver.request("approvals.pending"))["approvals"]
 
             ask = (await wait_until(asked, timeout=30))[0]
+            # A waiting call's ask outlives the gateway once it is on disk (the caller is told no sooner).
+            await wait_until(lambda: any(a["id"] == ask["id"] for a in stored_asks(state_dir)), timeout=30)
             daemon.kill()  # SIGKILL while the MCP call waits
             await approver.close()
             await wait_until(lambda: socket_is_live(socket_path(state_dir)), timeout=60)  # MCP restarted one

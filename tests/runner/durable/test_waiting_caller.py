@@ -3,6 +3,7 @@ comes back), keeps waiting on the same ask, and prints the run's result once it 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -35,6 +36,10 @@ async def test_a_waiting_cli_caller_survives_a_gateway_crash(state_dir: Path) ->
             return (await approver.request("approvals.pending"))["approvals"]
 
         ask = (await wait_until(asked, timeout=30))[0]
+        # The caller is told it waits once the ask is on disk: kill only after that promise was made.
+        assert caller.stderr is not None
+        said = await asyncio.wait_for(asyncio.to_thread(caller.stderr.readline), 30)
+        assert f"waiting for approval {ask['slug']}" in said
         daemon.kill()  # SIGKILL while the caller waits
         await approver.close()
         # The caller reconnects and, finding no gateway, starts one (as every CLI verb does).
