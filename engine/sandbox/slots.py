@@ -195,12 +195,14 @@ class SlotPool:
             while group:
                 slot = group.pop(0)
                 self._loop.remove_reader(slot.rc)
-                if slot.usable():
+                if not slot.usable():
+                    log.debug("sandbox slot %s discarded: moved, changed or ended", slot.exec_id)
+                else:
                     try:
                         slot.go_with(script, want_stdin)
                         return slot
                     except OSError as exc:
-                        log.debug("sandbox slot %s refused its command: %s", slot.exec_id, exc)
+                        log.debug("sandbox slot %s discarded: refused its command (%s)", slot.exec_id, exc)
                 slot.discard()
         return None
 
@@ -229,8 +231,12 @@ class SlotPool:
         if self.closed or self._loop.is_closed():
             return
         while len(self._ready) + len(self._pending) + self._preparing < TARGET:
+            try:
+                future = self._loop.run_in_executor(None, Slot, self._channel)
+            except RuntimeError:  # the loop is shutting down its executor: no more slots
+                return
             self._preparing += 1
-            self._loop.run_in_executor(None, Slot, self._channel).add_done_callback(self._prepared)
+            future.add_done_callback(self._prepared)
         if self._idle_timer is None:
             self._idle_timer = self._loop.call_later(IDLE_SEC, self._idle_check)
 
@@ -260,6 +266,7 @@ class SlotPool:
         for words in slot.status_lines(data):
             slot.note(words)
         if slot.dead:
+            log.debug("sandbox slot %s discarded: its process ended or wrote more than its pid", slot.exec_id)
             self._loop.remove_reader(slot.rc)
             for group in (self._pending, self._ready):
                 if slot in group:
