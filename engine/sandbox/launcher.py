@@ -145,11 +145,11 @@ class SupervisedProcess(_InContainer):
 
     def _adopt(self, slot: slots.Slot, want_stdin: bool) -> None:
         """Take over a slot's fds (it is given its command already). A ready slot's process holds its ends,
-        so the go and unused stdin fds close now; a fresh one's close with the placeholders at "pid"."""
+        so an unused stdin fd closes now; a fresh one's closes with the placeholders at "pid"."""
         self._dir = (slot.exec_id, slot.xfd, slot.efd)
         self._rc_fd, self._rc_buf = slot.rc, slot.rc_buf
         self._placeholders = slot.placeholders
-        late = [slot.go]
+        late = []
         if want_stdin:
             self._stdin_fd, self._stdin_closed = slot.stdin, False
         else:
@@ -242,7 +242,7 @@ class SupervisedProcess(_InContainer):
         if self._dir is not None:
             exec_id, xfd, efd = self._dir
             self._dir = None
-            for name in ("out", "err", "rc", "in", "go"):
+            for name in ("out", "err", "rc", "in"):
                 with contextlib.suppress(OSError):
                     os.unlink(name, dir_fd=efd)
             os.close(efd)

@@ -28,12 +28,12 @@ from engine.sandbox import supervisor as sv
 
 log = logging.getLogger(__name__)
 
-TARGET = 2  # slots kept per container: two idle processes in it and nine fds here, each
+TARGET = 2  # slots kept per container: two idle processes in it and eight fds here, each
 # The refill after a take waits this long: most commands are done by then, so preparing the next slot (two
 # forks and two execs in the container) does not compete with them for the CPU.
 FILL_DELAY_SEC = 0.005
 IDLE_SEC = 600.0
-FIFOS = ("out", "err", "rc", "in", "go")
+FIFOS = ("out", "err", "rc", "in")
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -50,7 +50,7 @@ class Slot:
     def __init__(self, channel: sv.Channel) -> None:
         self.ctl = str(channel.path)
         self.exec_id, self.xfd, self.efd = channel.new_exec_dir()
-        self.out = self.err = self.rc = self.stdin = self.go = self.spec = -1
+        self.out = self.err = self.rc = self.stdin = self.spec = -1
         self.placeholders: list[int] = []
         self.pid: int | None = None
         self.rc_buf = b""
@@ -62,15 +62,14 @@ class Slot:
                 if owner is not None:
                     os.chown(name, *owner, dir_fd=self.efd, follow_symlinks=False)
             # Read ends first (a write-open blocks without a reader), then placeholder writers, so nothing
-            # reads as EOF before the slot's process holds its own ends. in and go read-write: the
-            # container's opens of them never block, and what the host writes waits in them.
+            # reads as EOF before the slot's process holds its own ends. in read-write: the container's open
+            # of it never blocks, and what the host writes (the go line first) waits in it.
             self.out = sv._fifo_fd("out", os.O_RDONLY | os.O_NONBLOCK, self.efd)
             self.err = sv._fifo_fd("err", os.O_RDONLY | os.O_NONBLOCK, self.efd)
             self.rc = sv._fifo_fd("rc", os.O_RDONLY | os.O_NONBLOCK, self.efd)
             for name in ("out", "err", "rc"):
                 self.placeholders.append(sv._fifo_fd(name, os.O_WRONLY | os.O_NONBLOCK, self.efd))
             self.stdin = sv._fifo_fd("in", os.O_RDWR | os.O_NONBLOCK, self.efd)
-            self.go = sv._fifo_fd("go", os.O_RDWR | os.O_NONBLOCK, self.efd)
             self.spec = os.open("spec", _CREATE, 0o600, dir_fd=self.efd)  # filled at go, through this fd
             if owner is not None:
                 os.fchown(self.spec, *owner)
@@ -138,7 +137,8 @@ class Slot:
 
     # -- use --------------------------------------------------------------------------------------
     def go_with(self, script: str, want_stdin: bool) -> None:
-        """Fill the spec and write the go line: "in" (the command reads the in FIFO) or "null"."""
+        """Fill the spec and write the go line into the in FIFO, ahead of anything the command reads from it:
+        "in" (the command's stdin is the rest of that FIFO) or "null" (its stdin is /dev/null)."""
         data = script.encode()
         offset = 0
         while offset < len(data):
@@ -146,23 +146,23 @@ class Slot:
         os.close(self.spec)
         self.spec = -1
         line = b"in\n" if want_stdin else b"null\n"
-        if os.write(self.go, line) != len(line):
-            raise BlockingIOError("slot go FIFO is full")  # non-blocking: one the container filled refuses
+        if os.write(self.stdin, line) != len(line):
+            raise BlockingIOError("slot in FIFO is full")  # non-blocking: one the container filled refuses
 
     def handed_over(self) -> None:
         """Its fds are the command's now (launcher.SupervisedProcess): this object closes nothing."""
         self.placeholders = []
-        self.out = self.err = self.rc = self.stdin = self.go = self.spec = self.efd = self.xfd = -1
+        self.out = self.err = self.rc = self.stdin = self.spec = self.efd = self.xfd = -1
 
     def discard(self) -> None:
-        """Close our ends (the waiting process sees EOF on go and leaves) and remove the dir."""
+        """Close our ends (the waiting process sees EOF on in and leaves) and remove the dir."""
         self.dead = True
         self.close_placeholders()
-        for fd in (self.out, self.err, self.rc, self.stdin, self.go, self.spec):
+        for fd in (self.out, self.err, self.rc, self.stdin, self.spec):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.out = self.err = self.rc = self.stdin = self.go = self.spec = -1
+        self.out = self.err = self.rc = self.stdin = self.spec = -1
         if self.efd >= 0:
             janitor.remove(self.exec_id, self.xfd, self.efd)
             self.efd = self.xfd = -1

@@ -46,7 +46,7 @@ exec 3<>"$C/ctl"
 slot() {{
   d="$C/x/$1"
   exec 9>"$d/rc" || exit 1
-  $B setsid $B sh -c ". {BIN_MOUNT}/slot.sh" "$d/spec" "$B" "$d" <"$d/in" >"$d/out" 2>"$d/err" 6<"$d/go" &
+  $B setsid $B sh -c ". {BIN_MOUNT}/slot.sh" "$d/spec" "$B" "$d" <"$d/in" >"$d/out" 2>"$d/err" &
   wait $!
   echo "exit $?" >&9
 }}
@@ -91,15 +91,15 @@ wait $p
 echo "exit $?" >&9
 """
 
-# A slot's process ($1 = busybox or "", $2 = its dir): stdin, stdout and stderr are the slot's FIFOs, fd 6
-# the go FIFO, fd 9 the status FIFO. It says it is ready, then waits for the host's go line: "in" (stdin is
-# the in FIFO) or "null" (/dev/null). The spec then runs in this shell, as run.sh's `sh spec` did, with
-# SHLVL as that chain's one more shell left it. On EOF the host dropped the slot: it goes.
+# A slot's process ($1 = busybox or "", $2 = its dir): stdin, stdout and stderr are the slot's FIFOs, fd 9
+# the status FIFO. It says it is ready, then waits for the host's go line on stdin (busybox's read takes a
+# pipe byte by byte: nothing after the line is consumed): "in" (the rest of the in FIFO is the command's
+# stdin) or "null" (/dev/null). The spec then runs in this shell, as run.sh's `sh spec` did, with SHLVL as
+# that chain's one more shell left it. On EOF the host dropped the slot: it goes.
 SLOT_SH = """\
 echo "pid $$" >&9
 exec 9>&-
-IFS= read -r g <&6 || { $1 rm -rf "$2"; exit 0; }
-exec 6<&-
+IFS= read -r g || { $1 rm -rf "$2"; exit 0; }
 case "$g" in
   in) ;;
   null) exec 0</dev/null ;;
@@ -362,7 +362,7 @@ def read_small(name: str, dir_fd: int, limit: int = 64) -> str | None:
 
 
 def remove_exec_dir(exec_id: str, xfd: int, efd: int) -> None:
-    for name in ("spec", "in", "out", "err", "rc", "pid", "go"):
+    for name in ("spec", "in", "out", "err", "rc", "pid"):
         with contextlib.suppress(OSError):
             os.unlink(name, dir_fd=efd)
     os.close(efd)

@@ -2,7 +2,7 @@
 
 Every slot dir is writable from inside the container. Whatever a sandboxed process does to the slots
 waiting there (swapping the spec or the dir for links into host paths, forging status lines, stopping a
-slot's process and filling its go FIFO, killing it, swapping FIFO names for links), the host must never
+slot's process and filling its in FIFO, killing it, swapping FIFO names for links), the host must never
 follow a link or write a host path, never block, and the next commands must still run, each on its own
 streams with its own exit code.
 """
@@ -32,7 +32,7 @@ TAMPER = r"""
 own=$(readlink /proc/$$/fd/1); own=${own%/out}
 i=0
 for d in /.exechost/x/*; do
-  [ "$d" = "$own" ] || [ ! -p "$d/go" ] && continue
+  [ "$d" = "$own" ] || [ ! -p "$d/in" ] && continue
   id=${d##*/}
   pid=""
   for p in /proc/[0-9]*; do
@@ -42,7 +42,7 @@ for d in /.exechost/x/*; do
     0) rm "$d/spec"; ln -s "$HOST_FILE" "$d/spec"; echo spec-link ;;
     1) mv "$d" "$d.moved"; ln -s "$HOST_DIR" "$d"; echo dir-link ;;
     2) echo "exit 0" > "$d/rc"; echo "pid 1" > "$d/rc"; echo forged-status ;;
-    3) kill -STOP "$pid"; dd if=/dev/zero of="$d/go" bs=4096 count=16 2>/dev/null; echo go-full ;;
+    3) kill -STOP "$pid"; dd if=/dev/zero of="$d/in" bs=4096 count=16 2>/dev/null; echo in-full ;;
     4) kill -KILL "$pid"; echo killed ;;
     5) rm "$d/out" "$d/err"; ln -s "$HOST_FILE" "$d/out"; mkfifo "$d/err"; echo fifo-names ;;
   esac
@@ -83,7 +83,7 @@ async def test_tampered_slots_are_never_followed_and_commands_still_run(
     status, out, err = await run(sx, TAMPER, env={"HOST_FILE": str(host_file), "HOST_DIR": str(host_dir)})
     assert status == (0, None), err
     kinds = out.split()
-    assert {"spec-link", "dir-link", "forged-status", "go-full", "killed", "fifo-names"} <= set(kinds)
+    assert {"spec-link", "dir-link", "forged-status", "in-full", "killed", "fifo-names"} <= set(kinds)
     async with asyncio.timeout(60):  # never blocked by a stopped slot or a full FIFO
         for i in range(slots.TARGET + 2):
             result = await run(sx, f"echo out{i}; echo err{i} >&2; exit {i % 5}")

@@ -198,7 +198,7 @@ async def test_dropped_slots_leave_the_container(mgr: SandboxManager, agent: str
 
 
 def test_a_gateway_that_exits_leaves_no_slot_behind(image: str, state_dir: Path) -> None:
-    """Its slots' processes see EOF on their go FIFO once it is gone, and remove their dirs themselves."""
+    """Its slots' processes see EOF on their in FIFO once it is gone, and remove their dirs themselves."""
     script = textwrap.dedent(
         f"""
         import asyncio, os
