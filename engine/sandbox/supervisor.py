@@ -2,10 +2,12 @@
 
 The container's main process is a busybox-sh loop reading requests from a FIFO in a private, bind-mounted
 control dir (host `<state>/sandbox-ctl/<name>` ↔ `/.exechost`). Each command gets a dir there holding its
-spec script and FIFOs for stdin, stdout, stderr and status; the supervisor starts it in its own session so a
-kill reaches its whole process group. Everything in the control dir is writable by the container, so the host
-treats it as hostile: every open goes through directory fds with O_NOFOLLOW and checks the file type, and
-nothing in it is ever parsed beyond short status lines.
+spec script and FIFOs for stdin, stdout, stderr and status, and runs in its own session so a kill reaches
+its whole process group. `slot <id>` prepares such a dir ahead of its command: a process waits in it, in
+its session, for the spec (engine.sandbox.slots); `run <id>` starts a command from scratch (run.sh: the path
+of containers whose supervisor predates slots). Everything in the control dir is writable by the container,
+so the host treats it as hostile: every open goes through directory fds with O_NOFOLLOW and checks the file
+type, and nothing in it is ever parsed beyond short status lines.
 """
 
 from __future__ import annotations
