@@ -154,7 +154,7 @@ async def prepare_exec(
         roots=(settings.docker.workdir,) + ((AGENT_MOUNT,) if lay.agent_mount else ()),
         activity=mgr.activity(lay.name),
         session_host=mgr.session_host,
-        slots=not ensured.stale,  # a stale container may still run a supervisor older than slots
+        use_slots=not ensured.stale,  # a stale container may still run a supervisor older than slots
     )
     return SandboxExec(
         launcher=launcher,

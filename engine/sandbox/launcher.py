@@ -499,11 +499,11 @@ class SandboxLauncher:
         roots: tuple[str, ...] = ("/workspace",),
         activity: Callable[[int], None] | None = None,
         session_host: Any = None,
-        slots: bool = False,
+        use_slots: bool = False,
     ) -> None:
         self.container = container
         # Ready slots need a supervisor that knows them: false for a container still running an older one.
-        self._slots = slots
+        self._slots = use_slots
         self._session_host = session_host
         # The prepared container cwd: used when the caller's RunSpec.cwd is not a container path (a
         # session manager that resolved it against the host filesystem would hand us a host dir).
