@@ -19,6 +19,7 @@ import pytest
 from engine.sandbox import SandboxExec, SandboxManager, prepare_exec, slots
 from engine.sandbox import supervisor as sv
 from engine.sandbox.launcher import SandboxLauncher
+from engine.sandbox.settings import agent_workspace_dir
 from engine.sessions import RunSpec
 from tests.engine.sandbox.test_sandbox_docker import config, run
 from tests.helpers.sandbox import build_test_image, remove_labelled
@@ -232,3 +233,15 @@ def test_a_gateway_that_exits_leaves_no_slot_behind(image: str, state_dir: Path)
             break
         time.sleep(0.02)
     assert procs == [] and not set(ids) & set(names)
+
+
+async def test_skills_are_still_mirrored_on_each_warm_exec(mgr: SandboxManager, agent: str) -> None:
+    skills = Path(agent_workspace_dir(agent)) / "skills"
+    sx = await prepare_exec(config(), agent, "s", None, manager=mgr)
+    assert (await run(sx, "ls skills 2>&1 || echo none"))[1].endswith("none\n")
+    skills.mkdir(parents=True)
+    (skills / "a.md").write_text("first\n")
+    sx = await prepare_exec(config(), agent, "s", None, manager=mgr)
+    (skills / "b.md").write_text("second\n")
+    sx = await prepare_exec(config(), agent, "s", None, manager=mgr)
+    assert (await run(sx, "cat skills/a.md skills/b.md"))[1] == "first\nsecond\n"
