@@ -38,11 +38,13 @@ for d in /.exechost/x/*; do
   for p in /proc/[0-9]*; do
     tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q "x/$id/spec" && pid=${p#/proc/}
   done
+  [ -n "$pid" ] || continue  # a finished command's dir (its removal pending), not a waiting slot
+  # Read-write opens: a FIFO whose reader just went must not block this script.
   case $((i % 6)) in
     0) rm "$d/spec"; ln -s "$HOST_FILE" "$d/spec"; echo spec-link ;;
     1) mv "$d" "$d.moved"; ln -s "$HOST_DIR" "$d"; echo dir-link ;;
-    2) echo "exit 0" > "$d/rc"; echo "pid 1" > "$d/rc"; echo forged-status ;;
-    3) kill -STOP "$pid"; dd if=/dev/zero of="$d/in" bs=4096 count=16 2>/dev/null; echo in-full ;;
+    2) echo "exit 0" 1<>"$d/rc"; echo "pid 1" 1<>"$d/rc"; echo forged-status ;;
+    3) kill -STOP "$pid"; timeout 5 dd if=/dev/zero bs=4096 count=16 1<>"$d/in" 2>/dev/null; echo in-full ;;
     4) kill -KILL "$pid"; echo killed ;;
     5) rm "$d/out" "$d/err"; ln -s "$HOST_FILE" "$d/out"; mkfifo "$d/err"; echo fifo-names ;;
   esac
