@@ -28,11 +28,14 @@ from engine.sandbox import supervisor as sv
 
 log = logging.getLogger(__name__)
 
-TARGET = 2  # slots kept per container: two idle processes in it and eight fds here, each
+TARGET = 2  # slots kept per container: two idle processes in it and seven fds here, each
 # The refill after a take waits this long: most commands are done by then, so preparing the next slot (two
 # forks and two execs in the container) does not compete with them for the CPU.
 FILL_DELAY_SEC = 0.005
 IDLE_SEC = 600.0
+# Across all containers of this process: idle slots hold seven fds here each, and a gateway serving many
+# containers must not run into its fd limit for them (beyond this, commands take fresh slots).
+MAX_IDLE = 48
 FIFOS = ("out", "err", "rc", "in")
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -230,7 +233,7 @@ class SlotPool:
         self._fill_timer = None
         if self.closed or self._loop.is_closed():
             return
-        while len(self._ready) + len(self._pending) + self._preparing < TARGET:
+        while len(self._ready) + len(self._pending) + self._preparing < TARGET and _idle_total() < MAX_IDLE:
             try:
                 future = self._loop.run_in_executor(None, Slot, self._channel)
             except RuntimeError:  # the loop is shutting down its executor: no more slots
@@ -300,6 +303,10 @@ class SlotPool:
                 timer.cancel()
         self._idle_timer = self._fill_timer = None
         self.drop()
+
+
+def _idle_total() -> int:
+    return sum(sum(pool.counts) for pools in _pools.values() for pool in pools.values())
 
 
 def _discard_result(future: asyncio.Future[Slot]) -> None:

@@ -245,3 +245,15 @@ async def test_skills_are_still_mirrored_on_each_warm_exec(mgr: SandboxManager, 
     (skills / "b.md").write_text("second\n")
     sx = await prepare_exec(config(), agent, "s", None, manager=mgr)
     assert (await run(sx, "cat skills/a.md skills/b.md"))[1] == "first\nsecond\n"
+
+
+async def test_idle_slots_are_capped_across_containers(
+    mgr: SandboxManager, agent: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(slots, "MAX_IDLE", 3)
+    boxes = [await prepare_exec(config(), agent + str(i), "s", None, manager=mgr) for i in range(3)]
+    for _ in range(2):
+        for sx in boxes:
+            assert (await run(sx, "echo ok"))[1] == "ok\n"
+    await asyncio.sleep(0.2)
+    assert sum(sum(pool(sx).counts) for sx in boxes) <= 3
