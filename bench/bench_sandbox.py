@@ -54,6 +54,7 @@ async def main() -> None:
     ap.add_argument("--warm", type=int, default=300)
     ap.add_argument("--baseline", type=int, default=30)
     ap.add_argument("--cold", type=int, default=5)
+    ap.add_argument("--paced", type=int, default=100, help="warm commands issued 20 ms apart (0: skip)")
     ap.add_argument(
         "--debian", action="store_true", help="the Debian image (mmdebstrap; built once, reused) not busybox"
     )
@@ -124,6 +125,12 @@ async def main() -> None:
 
         warm = await timed(args.warm, warm_full)
         spawn_only = await timed(args.warm, lambda: run_true(sx))
+        paced: list[float] = []
+        for _ in range(args.paced):
+            # Back to back, every command also competes with the refill of the slot it took; an agent
+            # issues its next command after a model turn, by when that refill is long done.
+            await asyncio.sleep(0.02)
+            paced.extend(await timed(1, warm_full))
 
         async def pty_true() -> None:
             h = await sx.launcher.spawn(RunSpec(command="true", cwd=sx.cwd, env={}, pty=True))
@@ -150,6 +157,8 @@ async def main() -> None:
         report("docker-py exec_run `true` (baseline)", py_t)
         report("exechost warm `true` (prepare_exec + run)", warm)
         report("exechost warm `true` (launcher spawn only)", spawn_only)
+        if paced:
+            report("exechost warm `true` (prepare+run, 20 ms apart)", paced)
         report("exechost PTY `true` (Engine API exec -t)", pty)
         report("exechost cold, no pool (create+start+exec)", cold_plain)
         report("exechost cold, pool warmed (claim+exec)", cold)

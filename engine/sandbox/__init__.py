@@ -23,7 +23,7 @@ from engine.sandbox.settings import (
     resolve_settings,
 )
 from engine.sandbox.validate import validate_docker
-from engine.sandbox.workspace import WorkspaceError, sync_skills
+from engine.sandbox.workspace import WorkspaceError, has_skills, sync_skills
 
 __all__ = [
     "SandboxError",
@@ -128,7 +128,8 @@ async def prepare_exec(
     except (SandboxError, docker_ops.SandboxUnavailable, sv.SupervisorUnavailable) as exc:
         raise ToolError(str(exc)) from None
     synced: list[str] = []
-    if settings.workspace_access != "rw":  # under rw the agent workspace, skills included, is mounted
+    # Under rw the agent workspace, skills included, is mounted; without a skills dir there is nothing to do.
+    if settings.workspace_access != "rw" and has_skills(lay.agent_workspace):
         # What the sandbox left in its own workspace may refuse a copy; it never stops the command.
         try:
             done = await asyncio.to_thread(
@@ -154,6 +155,7 @@ async def prepare_exec(
         roots=(settings.docker.workdir,) + ((AGENT_MOUNT,) if lay.agent_mount else ()),
         activity=mgr.activity(lay.name),
         session_host=mgr.session_host,
+        use_slots=not ensured.stale,  # a stale container may still run a supervisor older than slots
     )
     return SandboxExec(
         launcher=launcher,

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine.sandbox import docker_ops
+from engine.sandbox import docker_ops, slots
 from engine.sandbox import supervisor as sv
 from engine.sandbox.validate import filter_exec_env
 from engine.sessions import procs
@@ -87,10 +87,23 @@ class SupervisedProcess(_InContainer):
         self._held: list[int] = []  # output FIFO ends kept for the session host (handoff)
         self.exec_id = ""  # after release(): the exec dir its holder removes at the end
 
-    async def start(self, script: str, want_stdin: bool, *, handoff: bool = False) -> None:
+    async def start(
+        self, script: str, want_stdin: bool, *, handoff: bool = False, pool: slots.SlotPool | None = None
+    ) -> None:
         """`handoff`: the output FIFOs are not read here; `release()` hands them (and the status and
-        stdin FIFOs) to the session host once the command runs."""
+        stdin FIFOs) to the session host once the command runs. `pool`: run in a ready slot (or a fresh
+        one) rather than through the supervisor's `run` (which a supervisor older than slots needs)."""
         self._handoff = handoff
+        if pool is not None:
+            try:
+                slot = pool.take(script, want_stdin) or await pool.fresh(script, want_stdin)
+                self._adopt(slot, want_stdin)
+                if not self._started.done():
+                    await self._wait_started()
+            except BaseException:
+                self.close()
+                raise
+            return
         exec_id, xfd, efd = self._channel.new_exec_dir()
         self._dir = (exec_id, xfd, efd)
         try:
@@ -116,16 +129,48 @@ class SupervisedProcess(_InContainer):
                 self._streams.add(fds["out"], "stdout")
                 self._streams.add(fds["err"], "stderr")
             self._channel.send(f"run {exec_id}")
-            try:
-                async with asyncio.timeout(SPAWN_TIMEOUT):
-                    await asyncio.shield(self._started)
-            except TimeoutError:
-                raise sv.SupervisorUnavailable(
-                    f"sandbox command did not start within {SPAWN_TIMEOUT:g} s"
-                ) from None
+            await self._wait_started()
         except BaseException:
             self.close()
             raise
+
+    async def _wait_started(self) -> None:
+        try:
+            async with asyncio.timeout(SPAWN_TIMEOUT):
+                await asyncio.shield(self._started)
+        except TimeoutError:
+            raise sv.SupervisorUnavailable(
+                f"sandbox command did not start within {SPAWN_TIMEOUT:g} s"
+            ) from None
+
+    def _adopt(self, slot: slots.Slot, want_stdin: bool) -> None:
+        """Take over a slot's fds (it is given its command already). A ready slot's process holds its ends,
+        so an unused stdin fd closes now; a fresh one's closes with the placeholders at "pid"."""
+        self._dir = (slot.exec_id, slot.xfd, slot.efd)
+        self._rc_fd, self._rc_buf = slot.rc, slot.rc_buf
+        self._placeholders = slot.placeholders
+        late = []
+        if want_stdin:
+            self._stdin_fd, self._stdin_closed = slot.stdin, False
+        else:
+            late.append(slot.stdin)
+        out, err = slot.out, slot.err
+        slot.handed_over()
+        if slot.pid is not None:
+            self.pid = slot.pid
+            for fd in late:
+                os.close(fd)
+            self._started.set_result(None)
+        else:
+            self._placeholders.extend(late)
+        if self._handoff:
+            self._held = [out, err]
+        else:
+            self._streams.add(out, "stdout")
+            self._streams.add(err, "stderr")
+        if not (self._handoff and self.pid is not None):
+            # A handed-over command's status lines are the session host's from "pid" on (release()).
+            self._loop.add_reader(self._rc_fd, self._rc_readable)
 
     # -- status -----------------------------------------------------------------------------------
     def _rc_readable(self) -> None:
@@ -210,7 +255,7 @@ class SupervisedProcess(_InContainer):
         if self._dir is not None and self._rc_fd is None and not self._streams.open:
             exec_id, xfd, efd = self._dir
             self._dir = None
-            sv.remove_exec_dir(exec_id, xfd, efd)
+            slots.janitor.remove(exec_id, xfd, efd)
             if self._on_done is not None:
                 self._on_done()
 
@@ -454,8 +499,11 @@ class SandboxLauncher:
         roots: tuple[str, ...] = ("/workspace",),
         activity: Callable[[int], None] | None = None,
         session_host: Any = None,
+        use_slots: bool = False,
     ) -> None:
         self.container = container
+        # Ready slots need a supervisor that knows them: false for a container still running an older one.
+        self._slots = use_slots
         self._session_host = session_host
         # The prepared container cwd: used when the caller's RunSpec.cwd is not a container path (a
         # session manager that resolved it against the host filesystem would hand us a host dir).
@@ -483,12 +531,7 @@ class SandboxLauncher:
             env.setdefault("TERM", DEFAULT_TERM)
         command = spec.command if not spec.argv else shlex.join(spec.argv)
         cwd = spec.cwd if spec.cwd and _inside_any(spec.cwd, self._roots) else self.cwd
-        shell = (
-            "/bin/sh"
-            if not self._busybox
-            else f'"$([ -x /bin/sh ] && echo /bin/sh || echo {self._busybox} sh)"'
-        )
-        script = sv.spec_script(command, cwd, env, prepend, shell)
+        script = sv.spec_script(command, cwd, env, prepend, "/bin/sh", busybox=self._busybox)
         if pty and self._busybox:
             script = (
                 f"{self._busybox} stty cols {int(spec.cols)} rows {int(spec.rows)} 2>/dev/null\n" + script
@@ -518,8 +561,11 @@ class SandboxLauncher:
         if held:
             return self._track(await self._spawn_held(host, spec, session_id, marker))
         proc = SupervisedProcess(self._channel, marker)
-        await proc.start(self._script(spec, marker, False), spec.wants_stdin())
+        await proc.start(self._script(spec, marker, False), spec.wants_stdin(), pool=self._pool())
         return self._track(proc)
+
+    def _pool(self) -> slots.SlotPool | None:
+        return slots.pool_for(self._channel) if self._slots else None
 
     async def _hold_pty(
         self, host: Any, spec: RunSpec, session_id: str, marker: str, pty: DockerPtyProcess
@@ -560,7 +606,9 @@ class SandboxLauncher:
         from engine.sessions.host import session_meta
 
         proc = SupervisedProcess(self._channel, marker)
-        await proc.start(self._script(spec, marker, False), spec.wants_stdin(), handoff=True)
+        await proc.start(
+            self._script(spec, marker, False), spec.wants_stdin(), handoff=True, pool=self._pool()
+        )
         fds, names, status = proc.release()
         meta = session_meta(session_id, spec, int(time.time() * 1000)) | {
             "held": KIND,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -215,7 +216,13 @@ def slugify(value: str) -> str:
 def state_id() -> str:
     """This install's id: a hash of its resolved state dir. Container names and the `exechost.stateId`
     label carry it, so two installs on one Docker engine never see or touch each other's sandboxes."""
-    return hashlib.sha256(os.path.realpath(statefs.state_dir()).encode()).hexdigest()[:8]
+    return _state_id(str(statefs.state_dir()))
+
+
+@functools.lru_cache(maxsize=16)
+def _state_id(raw: str) -> str:
+    # Resolved once per state dir path (realpath costs a stat per component, on every warm exec).
+    return hashlib.sha256(os.path.realpath(raw).encode()).hexdigest()[:8]
 
 
 STATE_LABEL = "exechost.stateId"
@@ -287,6 +294,20 @@ def digest(payload: dict[str, Any]) -> str:
 
 def config_hash(settings: SandboxSettings, lay: Layout) -> str:
     """sha256 over the effective container config; array order matters, None is dropped (reference §6.3)."""
+    # Every warm exec asks (manager.ensure): memoised by the settings' repr, which shows every field.
+    key = (repr(settings), lay)
+    known = _hashes.get(key)
+    if known is None:
+        if len(_hashes) >= 256:
+            _hashes.clear()
+        known = _hashes[key] = _config_hash(settings, lay)
+    return known
+
+
+_hashes: dict[tuple[str, Layout], str] = {}
+
+
+def _config_hash(settings: SandboxSettings, lay: Layout) -> str:
     docker = camel_fields(settings.docker)
     docker.pop("pool")  # how many spares are kept changes no container
     payload = {

@@ -2,10 +2,12 @@
 
 The container's main process is a busybox-sh loop reading requests from a FIFO in a private, bind-mounted
 control dir (host `<state>/sandbox-ctl/<name>` ↔ `/.exechost`). Each command gets a dir there holding its
-spec script and FIFOs for stdin, stdout, stderr and status; the supervisor starts it in its own session so a
-kill reaches its whole process group. Everything in the control dir is writable by the container, so the host
-treats it as hostile: every open goes through directory fds with O_NOFOLLOW and checks the file type, and
-nothing in it is ever parsed beyond short status lines.
+spec script and FIFOs for stdin, stdout, stderr and status, and runs in its own session so a kill reaches
+its whole process group. `slot <id>` prepares such a dir ahead of its command: a process waits in it, in
+its session, for the spec (engine.sandbox.slots); `run <id>` starts a command from scratch (run.sh: the path
+of containers whose supervisor predates slots). Everything in the control dir is writable by the container,
+so the host treats it as hostile: every open goes through directory fds with O_NOFOLLOW and checks the file
+type, and nothing in it is ever parsed beyond short status lines.
 """
 
 from __future__ import annotations
@@ -40,8 +42,21 @@ $B rm -rf "$C/x" "$C/ctl"
 $B mkdir -p "$C/x" || exit 1
 $B mkfifo -m 600 "$C/ctl" || exit 1
 exec 3<>"$C/ctl"
+# A slot (engine.sandbox.slots): this fork of the supervisor (no exec) holds the status FIFO and waits for
+# the slot's process, which gets the streams and waits in a session of its own for the host's go. Its $0 is
+# the spec's path, so that messages read as when `sh spec` ran it.
+slot() {{
+  d="$C/x/$1"
+  exec 9>"$d/rc" || exit 1
+  $B setsid $B sh -c ". {BIN_MOUNT}/slot.sh" "$d/spec" "$B" "$d" <"$d/in" >"$d/out" 2>"$d/err" &
+  wait $!
+  echo "exit $?" >&9
+}}
 while IFS=' ' read -r op a b <&3; do
   case "$op" in
+    slot)
+      case "$a" in ''|*[!0-9a-f]*) continue ;; esac
+      slot "$a" </dev/null >/dev/null 2>&1 3<&- & ;;
     run)
       case "$a" in ''|*[!0-9a-f]*) continue ;; esac
       ( $B sh {BIN_MOUNT}/run.sh "$B" "$C/x/$a" </dev/null >/dev/null 2>&1 3<&- & ) ;;
@@ -70,7 +85,7 @@ exec 9>"$d/rc" || exit 1
 if [ -p "$d/in" ]; then exec 5<"$d/in"; else exec 5</dev/null; fi
 exec 1>"$d/out" 2>"$d/err"
 # An async list gets /dev/null as stdin unless redirected explicitly, hence the detour through fd 5.
-$B setsid $B sh "$d/spec" 0<&5 5<&- &
+$B setsid $B sh "$d/spec" 0<&5 5<&- 9>&- &
 p=$!
 exec 5<&- 1>&- 2>&-
 echo "pid $p" >&9
@@ -78,12 +93,35 @@ wait $p
 echo "exit $?" >&9
 """
 
+# A slot's process ($1 = busybox or "", $2 = its dir): stdin, stdout and stderr are the slot's FIFOs, fd 9
+# the status FIFO. It says it is ready, then waits for the host's go line on stdin (busybox's read takes a
+# pipe byte by byte: nothing after the line is consumed): "in" (the rest of the in FIFO is the command's
+# stdin) or "null" (/dev/null). The spec then runs in this shell, as run.sh's `sh spec` did, with SHLVL as
+# that chain's one more shell left it. On EOF the host dropped the slot: it goes.
+SLOT_SH = """\
+echo "pid $$" >&9
+exec 9>&-
+IFS= read -r g || { $1 rm -rf "$2"; exit 0; }
+case "$g" in
+  in) ;;
+  null) exec 0</dev/null ;;
+  *) exit 0 ;;
+esac
+SHLVL=$((SHLVL + 1))
+. "$2/spec"
+"""
+
 RUNPTY_SH = """\
 echo $$ > "$2/pid"
 exec $1 sh "$2/spec"
 """
 
-SCRIPTS = {"supervisor.sh": SUPERVISOR_SH, "run.sh": RUN_SH, "runpty.sh": RUNPTY_SH}
+SCRIPTS = {
+    "supervisor.sh": SUPERVISOR_SH,
+    "slot.sh": SLOT_SH,
+    "run.sh": RUN_SH,
+    "runpty.sh": RUNPTY_SH,
+}
 
 
 class SupervisorUnavailable(ExecHostError, RuntimeError):
@@ -151,8 +189,19 @@ def ctl_dir(name: str) -> Path:
     return statefs.state_dir() / "sandbox-ctl" / name
 
 
-def spec_script(command: str, cwd: str, env: Mapping[str, str], path_prepend: str | None, shell: str) -> str:
-    """The per-exec script: cd, exports, then a login shell running the command (reference §1.9)."""
+def spec_script(
+    command: str,
+    cwd: str,
+    env: Mapping[str, str],
+    path_prepend: str | None,
+    shell: str,
+    *,
+    busybox: str = "",
+) -> str:
+    """The per-exec script: cd, exports, then a login shell running the command (reference §1.9).
+
+    With `busybox`, the image's /bin/sh when it has one, else busybox's: tested in the shell itself, since
+    a command substitution would cost a fork per command."""
     lines = [f"cd {shlex.quote(cwd)} || exit 126"]
     for key, value in env.items():
         lines.append(f"export {key}={shlex.quote(value)}")
@@ -160,7 +209,12 @@ def spec_script(command: str, cwd: str, env: Mapping[str, str], path_prepend: st
     if path_prepend:
         # After `sh -l` has read /etc/profile, which may reset PATH (reference §1.7).
         body = f'export PATH={shlex.quote(path_prepend)}:"$PATH"; {command}'
-    lines.append(f"exec {shell} -lc {shlex.quote(body)}")
+    if busybox:
+        lines.append(f"set -- -lc {shlex.quote(body)}")
+        lines.append(f'[ -x {shell} ] && exec {shell} "$@"')
+        lines.append(f'exec {busybox} sh "$@"')
+    else:
+        lines.append(f"exec {shell} -lc {shlex.quote(body)}")
     return "\n".join(lines) + "\n"
 
 

@@ -126,6 +126,14 @@ class Synced:
     refused: list[str] = field(default_factory=list)
 
 
+def has_skills(agent_workspace: str) -> bool:
+    """Whether there may be skills to mirror: one stat, so a workspace without them costs no thread hop."""
+    try:
+        return stat.S_ISDIR(os.lstat(os.path.join(agent_workspace, SKILLS_DIR)).st_mode)
+    except OSError:
+        return False
+
+
 def sync_skills(root: str, agent_workspace: str, sandbox_workspace: str) -> Synced:
     """Seed 004 §6.2: mirror the agent workspace's `skills/` readable files into the sandbox workspace
     (structure kept, links never followed on either side, at most SKILLS_MAX_BYTES), so a sandbox without

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.sandbox.workspace import SKILLS_MAX_BYTES, WorkspaceError, stage_inbound, sync_skills
+from engine.sandbox.workspace import (
+    SKILLS_MAX_BYTES,
+    WorkspaceError,
+    has_skills,
+    stage_inbound,
+    sync_skills,
+)
 from tests.helpers.gateway import cli
 
 
@@ -61,3 +67,16 @@ def test_cli_stage(state_dir: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     staged = json.loads(proc.stdout)["details"]["staged"][0]
     assert staged["path"] == "/workspace/media/inbound/photo_1.png" and staged["bytes"] == 4
+
+
+def test_has_skills_only_for_a_real_skills_dir(tmp_path: Path) -> None:
+    """prepare_exec skips the sync (and its thread hop) unless this says there may be skills."""
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    assert not has_skills(str(agent))
+    (tmp_path / "elsewhere").mkdir()
+    (agent / "skills").symlink_to(tmp_path / "elsewhere")
+    assert not has_skills(str(agent))  # a link is never mirrored anyway
+    (agent / "skills").unlink()
+    (agent / "skills").mkdir()
+    assert has_skills(str(agent))
