@@ -1,0 +1,119 @@
+"""The console's paint caches (issue 19): what they keep must follow what changes on screen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+
+from console.ansi import LineAssembler
+from console.gateway import GatewayLink
+from console.widgets.sessions import SessionsPane
+from console.widgets.table import StableTable
+
+
+class TableApp(App[None]):
+    def compose(self) -> ComposeResult:
+        table = StableTable(id="t", cursor_type="row")
+        table.add_columns("status", "runtime")
+        yield table
+
+
+def screen_rows(table: StableTable) -> list[str]:
+    return [table.render_line(y).text for y in range(1, 4)]
+
+
+def styles_of(table: StableTable, y: int, word: str) -> set[str]:
+    return {
+        str(seg.style.color.name)
+        for seg in table.render_line(y)
+        if word in seg.text and seg.style and seg.style.color
+    }
+
+
+async def test_stable_table_repaints_a_changed_cell_and_keeps_the_others() -> None:
+    app = TableApp()
+    async with app.run_test(size=(60, 10)) as pilot:
+        table = app.query_one(StableTable)
+        keys = list(table.columns)
+        for sid in ("a", "b", "c"):
+            table.add_row(Text("running"), f"{sid}-1s", key=sid)
+        await pilot.pause()
+        assert [r.split() for r in screen_rows(table)] == [
+            ["running", "a-1s"],
+            ["running", "b-1s"],
+            ["running", "c-1s"],
+        ]
+        table.update_cells([("b", keys[1], "b-2s"), ("c", keys[0], Text("failed"))])
+        await pilot.pause()
+        assert [r.split() for r in screen_rows(table)] == [
+            ["running", "a-1s"],
+            ["running", "b-2s"],
+            ["failed", "c-1s"],
+        ]
+        assert table.get_cell("b", keys[1]) == "b-2s"
+        # An equal-looking value that is a new object is rendered again (the cache keys on the object).
+        # (row b: the cursor's highlight on row a would hide the colour)
+        table.update_cells([("b", keys[0], Text("running", style="red"))])
+        await pilot.pause()
+        assert styles_of(table, 2, "running") == {"red"}
+        table.update_cells([("b", keys[0], Text("running", style="green"))])
+        await pilot.pause()
+        assert styles_of(table, 2, "running") == {"green"}
+        # The cursor still moves and rows still come and go.
+        await pilot.press("down")
+        assert table.cursor_row == 1
+        table.clear()
+        table.add_row("x", "y", key="x")
+        await pilot.pause()
+        assert screen_rows(table)[0].split() == ["x", "y"]
+
+
+class PaneApp(App[None]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.link = GatewayLink(self)
+
+    def compose(self) -> ComposeResult:
+        yield SessionsPane(self.link, live=False, id="pane")
+
+
+def header_text(app: PaneApp) -> str:
+    return str(app.query_one("#session-header").render())
+
+
+async def test_session_header_is_redrawn_only_when_its_session_changes() -> None:
+    app = PaneApp()
+    async with app.run_test(size=(140, 30)) as pilot:
+        pane = app.query_one(SessionsPane)
+        row: dict[str, Any] = {"sessionId": "s1", "status": "running", "command": "sleep 9", "startedAtMs": 1}
+        pane.upsert(row)
+        pane.render_list({})
+        await pilot.pause()
+        assert "s1 running" in header_text(app) and "$ sleep 9" in header_text(app)
+        header = app.query_one("#session-header")
+        updates: list[Any] = []
+        original = header.update  # type: ignore[attr-defined]
+        header.update = lambda *a, **k: (updates.append(a), original(*a, **k))  # type: ignore[attr-defined]
+        pane.render_list({})  # nothing changed: the header is left alone (no relayout each second)
+        assert updates == []
+        pane.upsert({"sessionId": "s1", "status": "completed", "exitCode": 0})
+        pane.render_list({})
+        await pilot.pause()
+        assert len(updates) == 1 and "s1 completed (code 0)" in header_text(app)
+        pane.upsert({"sessionId": "s2", "status": "running", "command": "yes", "startedAtMs": 2})
+        pane.render_list({})
+        pane.select("s2")
+        await pilot.pause()
+        assert "s2 running" in header_text(app)
+
+
+def test_line_assembler_plain_fast_path_matches_the_sanitising_path() -> None:
+    plain_chunk = "a\tb\nsecond\r\nthird 10%\r100%\npart"
+    hostile = plain_chunk + "\x1b]0;t\x07"
+    fast, slow = LineAssembler(), LineAssembler()
+    assert fast.feed(plain_chunk) == ["a\tb", "second", "100%"]
+    assert slow.feed(hostile) == ["a\tb", "second", "100%"]
+    assert fast.partial == slow.partial == "part"
+    assert LineAssembler().feed("x\x07y\nz\n") == ["xy", "z"]  # a lone control char still goes
