@@ -38,7 +38,7 @@ class LinePane(ScrollView, can_focus=True):
         self.lines.clear()
         self.assembler = LineAssembler()
         self._width = 0
-        self.virtual_size = Size(0, 0)
+        self._resize_content(Size(0, 0))
         self.scroll_to(0, 0, animate=False)
         self.refresh()
 
@@ -53,10 +53,20 @@ class LinePane(ScrollView, can_focus=True):
             for line in new[-200:]:
                 self._width = max(self._width, len(plain(line)))
         height = len(self.lines) + (1 if self.assembler.partial else 0)
-        self.virtual_size = Size(self._width, height)
+        self._resize_content(Size(self._width, height))
         if follow:
             self.call_after_refresh(self.scroll_end, animate=False, x_axis=False)
         self.refresh()
+
+    def _resize_content(self, size: Size) -> None:
+        """Set the scrollable size without a screen layout. `virtual_size` is a layout reactive: assigned on
+        every feed, it relaid and repainted the whole screen (list, tabs, footer) at the output rate. The
+        pane's own size never depends on its content; only its scrollbars do, and showing or hiding one
+        still triggers the layout it needs."""
+        if size == self.virtual_size:
+            return
+        self.set_reactive(Widget.virtual_size, size)
+        self._scroll_update(size)
 
     def text_lines(self) -> list[str]:
         """What the pane holds, without colour (tests and snapshots)."""

@@ -9,6 +9,7 @@ from textual.app import App, ComposeResult
 
 from console.ansi import LineAssembler
 from console.gateway import GatewayLink
+from console.widgets.panes import LinePane
 from console.widgets.sessions import SessionsPane
 from console.widgets.table import StableTable
 
@@ -117,3 +118,53 @@ def test_line_assembler_plain_fast_path_matches_the_sanitising_path() -> None:
     assert slow.feed(hostile) == ["a\tb", "second", "100%"]
     assert fast.partial == slow.partial == "part"
     assert LineAssembler().feed("x\x07y\nz\n") == ["xy", "z"]  # a lone control char still goes
+
+
+class LogApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield LinePane(id="p")
+
+
+def visible_lines(pane: LinePane) -> list[str]:
+    return [pane.render_line(y).text.strip() for y in range(pane.scrollable_content_region.height)]
+
+
+async def settle(pilot: Any, check: Any) -> bool:
+    """Scrolling to the end runs after a refresh: give it a few."""
+    for _ in range(50):
+        if check():
+            return True
+        await pilot.pause(0.01)
+    return bool(check())
+
+
+async def test_line_pane_grows_scrollbars_and_follows_the_tail_without_a_screen_layout() -> None:
+    app = LogApp()
+    async with app.run_test(size=(40, 10)) as pilot:
+        pane = app.query_one(LinePane)
+        pane.feed("".join(f"line {i}\n" for i in range(5)))
+        await pilot.pause()
+        assert not pane.show_vertical_scrollbar and visible_lines(pane)[:5] == [f"line {i}" for i in range(5)]
+        pane.feed("".join(f"line {i}\n" for i in range(5, 100)))
+        await pilot.pause()
+        assert pane.show_vertical_scrollbar  # showing the scrollbar still lays the pane out
+        assert pane.virtual_size.height == 100
+        assert await settle(pilot, lambda: visible_lines(pane)[-1] == "line 99")
+        pane.scroll_home(animate=False)  # scrolled up: new output must not pull the view down
+        await pilot.pause()
+        pane.feed("line 100\n")
+        await pilot.pause()
+        assert visible_lines(pane)[0] == "line 0" and pane.virtual_size.height == 101
+        pane.scroll_end(animate=False)
+        await pilot.pause()
+        layouts: list[Any] = []
+        original = app.screen._refresh_layout
+        app.screen._refresh_layout = lambda *a, **k: (layouts.append(a), original(*a, **k))[1]  # type: ignore[method-assign]
+        for i in range(101, 106):  # output arriving: the pane repaints, the screen is not laid out again
+            pane.feed(f"line {i}\n")
+            await pilot.pause()
+        assert await settle(pilot, lambda: visible_lines(pane)[-1] == "line 105")
+        assert layouts == []
+        pane.clear()
+        await pilot.pause()
+        assert pane.virtual_size.height == 0 and not pane.show_vertical_scrollbar
