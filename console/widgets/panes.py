@@ -15,6 +15,7 @@ from textual.widget import Widget
 from console.ansi import LineAssembler, plain, pyte_style, to_text
 
 MAX_LINES = 5_000
+SCROLLBAR_SETTLE_SEC = 0.5
 
 
 class LinePane(ScrollView, can_focus=True):
@@ -33,14 +34,24 @@ class LinePane(ScrollView, can_focus=True):
         self.assembler = LineAssembler()
         self._width = 0
         self._paint_style: Style | None = None  # set while one paint is under way
+        self._scrollbars_stale = False  # cleared, not yet refilled: scrollbars still show the old content
 
     def clear(self) -> None:
+        """Empty the pane. Its scrollbars stay as they are until the next feed (or SCROLLBAR_SETTLE_SEC):
+        switching sessions clears and then refills the pane from the log, and hiding then showing the
+        scrollbar in between laid out the whole screen twice on the key press."""
         self.lines.clear()
         self.assembler = LineAssembler()
         self._width = 0
-        self._resize_content(Size(0, 0))
+        self.set_reactive(Widget.virtual_size, Size(0, 0))
+        self._scrollbars_stale = True
         self.scroll_to(0, 0, animate=False)
         self.refresh()
+        self.set_timer(SCROLLBAR_SETTLE_SEC, self._settle_scrollbars)
+
+    def _settle_scrollbars(self) -> None:
+        if self._scrollbars_stale:  # nothing was fed since the clear: show the empty pane's scrollbars
+            self._resize_content(self.virtual_size)
 
     def feed(self, data: str) -> None:
         """Append raw output (any size: the deque drops what no longer fits)."""
@@ -63,8 +74,9 @@ class LinePane(ScrollView, can_focus=True):
         every feed, it relaid and repainted the whole screen (list, tabs, footer) at the output rate. The
         pane's own size never depends on its content; only its scrollbars do, and showing or hiding one
         still triggers the layout it needs."""
-        if size == self.virtual_size:
+        if size == self.virtual_size and not self._scrollbars_stale:
             return
+        self._scrollbars_stale = False
         self.set_reactive(Widget.virtual_size, size)
         self._scroll_update(size)
 

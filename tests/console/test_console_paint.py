@@ -131,7 +131,7 @@ def visible_lines(pane: LinePane) -> list[str]:
 
 async def settle(pilot: Any, check: Any) -> bool:
     """Scrolling to the end runs after a refresh: give it a few."""
-    for _ in range(50):
+    for _ in range(100):
         if check():
             return True
         await pilot.pause(0.01)
@@ -165,6 +165,15 @@ async def test_line_pane_grows_scrollbars_and_follows_the_tail_without_a_screen_
             await pilot.pause()
         assert await settle(pilot, lambda: visible_lines(pane)[-1] == "line 105")
         assert layouts == []
-        pane.clear()
+        pane.clear()  # then refilled, as a session switch does: the scrollbar stays, no layout either
         await pilot.pause()
-        assert pane.virtual_size.height == 0 and not pane.show_vertical_scrollbar
+        pane.feed("".join(f"other {i}\n" for i in range(50)))
+        assert await settle(pilot, lambda: visible_lines(pane)[-1] == "other 49")
+        assert layouts == [] and pane.show_vertical_scrollbar
+        pane.clear()  # and left empty: the scrollbar goes once the refill had its chance
+        await pilot.pause()
+        assert pane.virtual_size.height == 0 and visible_lines(pane)[0] == ""
+        assert await settle(pilot, lambda: not pane.show_vertical_scrollbar)
+        pane.feed("short\n")
+        await pilot.pause()
+        assert not pane.show_vertical_scrollbar and visible_lines(pane)[0] == "short"
