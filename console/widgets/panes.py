@@ -15,7 +15,6 @@ from textual.widget import Widget
 from console.ansi import LineAssembler, plain, pyte_style, to_text
 
 MAX_LINES = 5_000
-SCROLLBAR_SETTLE_SEC = 0.5
 
 
 class LinePane(ScrollView, can_focus=True):
@@ -36,21 +35,24 @@ class LinePane(ScrollView, can_focus=True):
         self._paint_style: Style | None = None  # set while one paint is under way
         self._scrollbars_stale = False  # cleared, not yet refilled: scrollbars still show the old content
 
-    def clear(self) -> None:
-        """Empty the pane. Its scrollbars stay as they are until the next feed (or SCROLLBAR_SETTLE_SEC):
-        switching sessions clears and then refills the pane from the log, and hiding then showing the
+    def clear(self, *, refill: bool = False) -> None:
+        """Empty the pane. With `refill` (a session switch: cleared, then refilled from the log) its
+        scrollbars stay as they are until the next feed or `settle_scrollbars`: hiding then showing the
         scrollbar in between laid out the whole screen twice on the key press."""
         self.lines.clear()
         self.assembler = LineAssembler()
         self._width = 0
-        self.set_reactive(Widget.virtual_size, Size(0, 0))
-        self._scrollbars_stale = True
+        if refill:
+            self.set_reactive(Widget.virtual_size, Size(0, 0))
+            self._scrollbars_stale = True
+        else:
+            self._resize_content(Size(0, 0))
         self.scroll_to(0, 0, animate=False)
         self.refresh()
-        self.set_timer(SCROLLBAR_SETTLE_SEC, self._settle_scrollbars)
 
-    def _settle_scrollbars(self) -> None:
-        if self._scrollbars_stale:  # nothing was fed since the clear: show the empty pane's scrollbars
+    def settle_scrollbars(self) -> None:
+        """The refill after `clear(refill=True)` did not come: show the scrollbars of what the pane holds."""
+        if self._scrollbars_stale:
             self._resize_content(self.virtual_size)
 
     def feed(self, data: str) -> None:

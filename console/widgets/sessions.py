@@ -282,7 +282,7 @@ class SessionsPane(Horizontal):
             row = self.sessions[session_id or ""]
             self.term_pane.reset(int(row.get("cols") or 120), int(row.get("rows") or 40))
         else:
-            self.line_pane.clear()
+            self.line_pane.clear(refill=self.live and session_id is not None)  # the replay refills it
         self._header()
         self._selected(session_id)
 
@@ -406,7 +406,7 @@ class SessionsPane(Horizontal):
                 row = pane.sessions[session_id]
                 pane.term_pane.reset(int(row.get("cols") or 120), int(row.get("rows") or 40))
             else:
-                pane.line_pane.clear()
+                pane.line_pane.clear(refill=True)  # fed right below
             router = self.link.output
             if next_offset is None:
                 router.show(session_id)  # no offsets to line up with: start clean
@@ -415,6 +415,8 @@ class SessionsPane(Horizontal):
             pane.feed(data)
         finally:
             self.replaying = None
+            if self.current == session_id:  # not superseded by another selection: its pane is final
+                self.line_pane.settle_scrollbars()
 
     async def read_tail(self, session_id: str) -> tuple[str, int | None]:
         """(text, raw byte offset it ends at) from `sessions.output`; else `process log` without offsets."""
@@ -562,7 +564,7 @@ class SessionsPane(Horizontal):
             return
         self.log_page[session_id] = first
         self.link.output.show(None)  # paging: live output must not scroll the page away
-        pane.line_pane.clear()
+        pane.line_pane.clear(refill=True)  # fed right below
         pane.line_pane.feed(str(res.get("text") or "") + "\n")
         pane.line_pane.scroll_home(animate=False)
         self.notify_plain(

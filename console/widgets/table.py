@@ -51,12 +51,18 @@ class StableTable(DataTable[Any]):
     def _forget_rows(self, rows: set[RowKey]) -> None:
         """Drop what Textual's caches hold for these rows (each cache is at most a few thousand entries)."""
         indices = {self._row_locations.get(key) for key in rows}
-        for cell_key in [k for k in self._cell_render_cache.keys() if k[0] in rows]:
+        # (Textual's LRUCache is not iterable itself: its keys() view is.)
+        cells, row_lines, renderables = (
+            self._cell_render_cache.keys(),
+            self._row_render_cache.keys(),
+            self._row_renderable_cache.keys(),
+        )
+        for cell_key in [k for k in cells if k[0] in rows]:
             self._cell_render_cache.discard(cell_key)
-        for row_key in [k for k in self._row_render_cache.keys() if k[0] in rows]:
+        for row_key in [k for k in row_lines if k[0] in rows]:
             self._row_render_cache.discard(row_key)
-        for renderables in [k for k in self._row_renderable_cache.keys() if k[1] in indices]:
-            self._row_renderable_cache.discard(renderables)
+        for renderable_key in [k for k in renderables if k[1] in indices]:
+            self._row_renderable_cache.discard(renderable_key)
         for line in list(self._line_cache.keys()):
             try:
                 owner = self._get_offsets(line[0])[0]
@@ -79,7 +85,7 @@ class StableTable(DataTable[Any]):
         row_key = self._row_locations.get_key(row_index)
         column_key = self._column_locations.get_key(column_index)
         try:
-            value = self._data[row_key][column_key]
+            value = self._data[row_key][column_key]  # type: ignore[index]
         except KeyError:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         key = (

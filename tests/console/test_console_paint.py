@@ -165,14 +165,19 @@ async def test_line_pane_grows_scrollbars_and_follows_the_tail_without_a_screen_
             await pilot.pause()
         assert await settle(pilot, lambda: visible_lines(pane)[-1] == "line 105")
         assert layouts == []
-        pane.clear()  # then refilled, as a session switch does: the scrollbar stays, no layout either
+        pane.clear(refill=True)  # then refilled, as a session switch does: the scrollbar stays, no layout
         await pilot.pause()
         pane.feed("".join(f"other {i}\n" for i in range(50)))
         assert await settle(pilot, lambda: visible_lines(pane)[-1] == "other 49")
         assert layouts == [] and pane.show_vertical_scrollbar
-        pane.clear()  # and left empty: the scrollbar goes once the refill had its chance
+        pane.clear(refill=True)  # the refill did not come: settling shows the empty pane's scrollbars
         await pilot.pause()
         assert pane.virtual_size.height == 0 and visible_lines(pane)[0] == ""
+        pane.settle_scrollbars()
+        assert await settle(pilot, lambda: not pane.show_vertical_scrollbar)
+        pane.feed("".join(f"again {i}\n" for i in range(50)))
+        await pilot.pause()
+        pane.clear()  # a plain clear: at once
         assert await settle(pilot, lambda: not pane.show_vertical_scrollbar)
         pane.feed("short\n")
         await pilot.pause()
