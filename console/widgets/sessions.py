@@ -119,7 +119,6 @@ class SessionsPane(Horizontal):
         self.current: str | None = None
         self._shown: dict[str, tuple[Any, ...]] = {}  # cells last written per row: only changes are sent
         self._header_shown: Any = object()  # what the header was last drawn from (nothing yet)
-        self._header_lines = -1  # how many lines it took
 
     def compose(self) -> ComposeResult:
         table = StableTable(id="session-list", cursor_type="row", zebra_stripes=True)
@@ -248,7 +247,6 @@ class SessionsPane(Horizontal):
         header = self.query_one("#session-header", Static)
         if row is None:
             header.update(Text("No sessions yet. Background and PTY sessions appear here.", style="dim"))
-            self._header_lines = -1
             return
         status = str(row.get("status") or "?")
         bits = Text.assemble((f"{self.current} ", "bold"), (status, STATUS_STYLE.get(status, "")))
@@ -262,10 +260,9 @@ class SessionsPane(Horizontal):
         bits.append(f"\n$ {row.get('command', '')}")
         # Its height is auto: lay the screen out again only when the line count changes (selecting a
         # session with the arrow keys would otherwise relayout and repaint everything on each press).
-        width = header.content_region.width
+        width, height = header.content_region.size
         lines = len(bits.wrap(self.app.console, width)) if width > 0 else -1
-        header.update(bits, layout=lines < 0 or lines != self._header_lines)
-        self._header_lines = lines
+        header.update(bits, layout=lines != height)
 
     def select(self, session_id: str | None, *, move_cursor: bool = True) -> None:
         if move_cursor and session_id in self.order:

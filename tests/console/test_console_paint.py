@@ -108,6 +108,16 @@ async def test_session_header_is_redrawn_only_when_its_session_changes() -> None
         pane.select("s2")
         await pilot.pause()
         assert "s2 running" in header_text(app)
+        assert header.content_region.height == 2
+        # A command that wraps: the header grows (its height is auto, so this one update lays out).
+        pane.upsert({"sessionId": "s3", "status": "running", "command": "x" * 150, "startedAtMs": 3})
+        pane.render_list({})
+        pane.select("s3")
+        await pilot.pause()
+        assert header.content_region.height > 2  # (no app CSS here, so no max-height either)
+        pane.select("s2")
+        await pilot.pause()
+        assert header.content_region.height == 2
 
 
 def test_line_assembler_plain_fast_path_matches_the_sanitising_path() -> None:
