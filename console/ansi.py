@@ -45,11 +45,15 @@ class LineAssembler:
         return _overwrite(sanitize(_INCOMPLETE.sub("", self._partial)))
 
     def feed(self, chunk: str) -> list[str]:
-        parts = (self._partial + chunk).split("\n")
+        text = self._partial + chunk
+        parts = text.split("\n")
         self._partial = parts.pop()
         if len(self._partial) > 65_536:  # a never-ending line: show it in pieces
             parts.append(self._partial)
             self._partial = ""
+        if "\x1b" not in text and not _C0.search(text):
+            # Plain output (the common case): nothing to strip, so no regex runs per line.
+            return [_overwrite(p) for p in parts] if "\r" in text else parts
         return [_overwrite(sanitize(p)) for p in parts]
 
 

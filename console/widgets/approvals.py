@@ -310,7 +310,8 @@ class ApprovalsPane(Horizontal):
                 table.update_cell(item.key, table.ordered_columns[0].key, fmt_left(item.seconds_left(now)))
             except Exception:  # noqa: S112 - the row went away between two ticks
                 continue
-        self.refresh_detail()
+        if self.rows:  # with none pending the detail never changes; an update would relayout each second
+            self.refresh_detail()
 
     def refresh_detail(self) -> None:
         item = self.selected

@@ -7,7 +7,7 @@ from collections import deque
 import pyte
 from rich.segment import Segment
 from rich.style import Style
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
@@ -32,14 +32,28 @@ class LinePane(ScrollView, can_focus=True):
         self.lines: deque[str] = deque(maxlen=max_lines)
         self.assembler = LineAssembler()
         self._width = 0
+        self._paint_style: Style | None = None  # set while one paint is under way
+        self._scrollbars_stale = False  # cleared, not yet refilled: scrollbars still show the old content
 
-    def clear(self) -> None:
+    def clear(self, *, refill: bool = False) -> None:
+        """Empty the pane. With `refill` (a session switch: cleared, then refilled from the log) its
+        scrollbars stay as they are until the next feed or `settle_scrollbars`: hiding then showing the
+        scrollbar in between laid out the whole screen twice on the key press."""
         self.lines.clear()
         self.assembler = LineAssembler()
         self._width = 0
-        self.virtual_size = Size(0, 0)
+        if refill:
+            self.set_reactive(Widget.virtual_size, Size(0, 0))
+            self._scrollbars_stale = True
+        else:
+            self._resize_content(Size(0, 0))
         self.scroll_to(0, 0, animate=False)
         self.refresh()
+
+    def settle_scrollbars(self) -> None:
+        """The refill after `clear(refill=True)` did not come: show the scrollbars of what the pane holds."""
+        if self._scrollbars_stale:
+            self._resize_content(self.virtual_size)
 
     def feed(self, data: str) -> None:
         """Append raw output (any size: the deque drops what no longer fits)."""
@@ -52,10 +66,21 @@ class LinePane(ScrollView, can_focus=True):
             for line in new[-200:]:
                 self._width = max(self._width, len(plain(line)))
         height = len(self.lines) + (1 if self.assembler.partial else 0)
-        self.virtual_size = Size(self._width, height)
+        self._resize_content(Size(self._width, height))
         if follow:
             self.call_after_refresh(self.scroll_end, animate=False, x_axis=False)
         self.refresh()
+
+    def _resize_content(self, size: Size) -> None:
+        """Set the scrollable size without a screen layout. `virtual_size` is a layout reactive: assigned on
+        every feed, it relaid and repainted the whole screen (list, tabs, footer) at the output rate. The
+        pane's own size never depends on its content; only its scrollbars do, and showing or hiding one
+        still triggers the layout it needs."""
+        if size == self.virtual_size and not self._scrollbars_stale:
+            return
+        self._scrollbars_stale = False
+        self.set_reactive(Widget.virtual_size, size)
+        self._scroll_update(size)
 
     def text_lines(self) -> list[str]:
         """What the pane holds, without colour (tests and snapshots)."""
@@ -64,19 +89,28 @@ class LinePane(ScrollView, can_focus=True):
             rows.append(plain(self.assembler.partial))
         return rows
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # The widget's style walks every ancestor's CSS (~0.3 ms); one paint needs it once, not per line.
+        self._paint_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._paint_style = None
+
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.scrollable_content_region.width
+        style = self._paint_style or self.rich_style
         if index < len(self.lines):
             line = self.lines[index]
         elif index == len(self.lines) and self.assembler.partial:
             line = self.assembler.partial
         else:
-            return Strip.blank(width, self.rich_style)
+            return Strip.blank(width, style)
         text = to_text(line)
         strip = Strip(text.render(self.app.console), text.cell_len)
-        return strip.crop_extend(scroll_x, scroll_x + width, self.rich_style)
+        return strip.crop_extend(scroll_x, scroll_x + width, style)
 
 
 class TerminalPane(Widget, can_focus=True):

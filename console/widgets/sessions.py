@@ -21,12 +21,14 @@ from console.dialogs import ConfirmDialog, TextDialog
 from console.gateway import GatewayLink
 from console.inbox import clock_ms
 from console.widgets.panes import LinePane, TerminalPane
+from console.widgets.table import StableTable
 from engine.display import visible
 from engine.protocol.frames import RemoteError
 
 REPLAY_BYTES = 64 * 1024
 LOG_PAGE_LINES = 500
 ESC_REMNANT = re.compile(r"\[[0-9;?]*[A-Za-z]")
+HEADER_KEYS = ("status", "exitCode", "exitSignal", "pid", "host", "cwd", "command")
 STATUS_STYLE = {"running": "bold green", "completed": "cyan", "failed": "bold red", "killed": "red"}
 
 
@@ -116,9 +118,10 @@ class SessionsPane(Horizontal):
         self.order: list[str] = []
         self.current: str | None = None
         self._shown: dict[str, tuple[Any, ...]] = {}  # cells last written per row: only changes are sent
+        self._header_shown: Any = object()  # what the header was last drawn from (nothing yet)
 
     def compose(self) -> ComposeResult:
-        table: DataTable[Any] = DataTable(id="session-list", cursor_type="row", zebra_stripes=True)
+        table = StableTable(id="session-list", cursor_type="row", zebra_stripes=True)
         table.add_columns("status", "id", "name", "runtime", "unread", "host")
         yield table
         with Vertical(id="session-view"):
@@ -159,7 +162,7 @@ class SessionsPane(Horizontal):
 
     def render_list(self, unread: dict[str, int]) -> None:
         """Rows newest first; keeps the cursor on the same session."""
-        table: DataTable[Any] = self.query_one("#session-list", DataTable)
+        table = self.query_one("#session-list", StableTable)
         order = sorted(
             (sid for sid in self.sessions if self._matches(sid)),
             key=lambda s: -(self.sessions[s].get("startedAtMs") or self.sessions[s].get("startedAt") or 0),
@@ -174,16 +177,22 @@ class SessionsPane(Horizontal):
             if self.current in order:
                 table.move_cursor(row=order.index(self.current))
         else:
-            # Each update_cell refreshes the table: with 100 busy sessions, writing unchanged cells was
-            # most of the console's work.
+            # Only changed cells are written, in one batch that repaints only their rows: with 100 busy
+            # sessions, re-rendering the whole table every second was most of the console's work.
             columns = table.ordered_columns
+            changes: list[tuple[str, Any, Any]] = []
             for sid in order:
                 cells = self._cells(sid, unread, now)
                 before = self._shown.get(sid, ())
+                kept = []
                 for i, (col, value) in enumerate(zip(columns, cells, strict=True)):
-                    if i >= len(before) or before[i] != value:
-                        table.update_cell(sid, col.key, value)
-                self._shown[sid] = cells
+                    if i < len(before) and before[i] == value:
+                        kept.append(before[i])  # the same object: the table keeps its rendering
+                    else:
+                        kept.append(value)
+                        changes.append((sid, col.key, value))
+                self._shown[sid] = tuple(kept)
+            table.update_cells(changes)
         if self.current is None and order:
             self.select(order[table.cursor_row if 0 <= table.cursor_row < len(order) else 0])
         self._header()
@@ -230,6 +239,11 @@ class SessionsPane(Horizontal):
 
     def _header(self) -> None:
         row = self.sessions.get(self.current or "")
+        # Re-read on every list render (each second): an unchanged header must not relayout the screen.
+        shown = (self.current, *(row.get(k) for k in HEADER_KEYS)) if row is not None else None
+        if shown == self._header_shown:
+            return
+        self._header_shown = shown
         header = self.query_one("#session-header", Static)
         if row is None:
             header.update(Text("No sessions yet. Background and PTY sessions appear here.", style="dim"))
@@ -244,7 +258,11 @@ class SessionsPane(Horizontal):
             if row.get(label):
                 bits.append(f"  {label}={row[label]}", style="dim")
         bits.append(f"\n$ {row.get('command', '')}")
-        header.update(bits)
+        # Its height is auto: lay the screen out again only when the line count changes (selecting a
+        # session with the arrow keys would otherwise relayout and repaint everything on each press).
+        width, height = header.content_region.size
+        lines = len(bits.wrap(self.app.console, width)) if width > 0 else -1
+        header.update(bits, layout=lines != height)
 
     def select(self, session_id: str | None, *, move_cursor: bool = True) -> None:
         if move_cursor and session_id in self.order:
@@ -261,7 +279,7 @@ class SessionsPane(Horizontal):
             row = self.sessions[session_id or ""]
             self.term_pane.reset(int(row.get("cols") or 120), int(row.get("rows") or 40))
         else:
-            self.line_pane.clear()
+            self.line_pane.clear(refill=self.live and session_id is not None)  # the replay refills it
         self._header()
         self._selected(session_id)
 
@@ -385,7 +403,7 @@ class SessionsPane(Horizontal):
                 row = pane.sessions[session_id]
                 pane.term_pane.reset(int(row.get("cols") or 120), int(row.get("rows") or 40))
             else:
-                pane.line_pane.clear()
+                pane.line_pane.clear(refill=True)  # fed right below
             router = self.link.output
             if next_offset is None:
                 router.show(session_id)  # no offsets to line up with: start clean
@@ -394,6 +412,8 @@ class SessionsPane(Horizontal):
             pane.feed(data)
         finally:
             self.replaying = None
+            if self.current == session_id:  # not superseded by another selection: its pane is final
+                self.line_pane.settle_scrollbars()
 
     async def read_tail(self, session_id: str) -> tuple[str, int | None]:
         """(text, raw byte offset it ends at) from `sessions.output`; else `process log` without offsets."""
@@ -541,7 +561,7 @@ class SessionsPane(Horizontal):
             return
         self.log_page[session_id] = first
         self.link.output.show(None)  # paging: live output must not scroll the page away
-        pane.line_pane.clear()
+        pane.line_pane.clear(refill=True)  # fed right below
         pane.line_pane.feed(str(res.get("text") or "") + "\n")
         pane.line_pane.scroll_home(animate=False)
         self.notify_plain(

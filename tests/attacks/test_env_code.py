@@ -19,8 +19,14 @@ GIT = ("/usr/bin/git", r"^(status|log|show|diff|help|commit)\b.*")  # the README
 
 def repo(path: Path, commits: int = 60) -> Path:
     """A real repository with enough history that `git log` would fill a terminal and page."""
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@x", "GIT_CONFIG_NOSYSTEM": "1"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@x",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@x",
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
     path.mkdir(parents=True, exist_ok=True)
     subprocess.run(["git", "init", "-q", str(path)], check=True, env=env)
     for i in range(commits):
@@ -32,10 +38,33 @@ def repo(path: Path, commits: int = 60) -> Path:
 
 @pytest.mark.parametrize(
     "key",
-    ["GIT_TEST_FSMONITOR", "LESS", "GIT_TRACE", "GIT_TRACE_PACKET", "PAGER", "GIT_PAGER", "MANPAGER",
-     "EDITOR", "VISUAL", "GIT_SSH_COMMAND", "PYTHONSTARTUP", "PYTHONWARNINGS", "PERL5OPT", "RUBYOPT",
-     "NODE_OPTIONS", "LESSOPEN", "SYSTEMD_PAGER", "TAR_OPTIONS", "HISTFILE", "PSQL_HISTORY", "RSYNC_RSH",
-     "MANOPT", "GIT_CONFIG_COUNT", "BASH_ENV", "PROMPT_COMMAND"],
+    [
+        "GIT_TEST_FSMONITOR",
+        "LESS",
+        "GIT_TRACE",
+        "GIT_TRACE_PACKET",
+        "PAGER",
+        "GIT_PAGER",
+        "MANPAGER",
+        "EDITOR",
+        "VISUAL",
+        "GIT_SSH_COMMAND",
+        "PYTHONSTARTUP",
+        "PYTHONWARNINGS",
+        "PERL5OPT",
+        "RUBYOPT",
+        "NODE_OPTIONS",
+        "LESSOPEN",
+        "SYSTEMD_PAGER",
+        "TAR_OPTIONS",
+        "HISTFILE",
+        "PSQL_HISTORY",
+        "RSYNC_RSH",
+        "MANOPT",
+        "GIT_CONFIG_COUNT",
+        "BASH_ENV",
+        "PROMPT_COMMAND",
+    ],
 )
 async def test_code_env_keys_are_refused(state_dir: Path, tmp_path: Path, key: str) -> None:
     """Item 2: `--env GIT_TEST_FSMONITOR='touch …'`, `LESS='+!touch …'`, `GIT_TRACE=/path` ran or wrote."""
@@ -156,7 +185,11 @@ async def test_repository_config_written_by_a_sandbox_is_not_code_on_the_host(
         command,
         allow=[GIT],
         workdir=str(work),
-        env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
-             "GIT_COMMITTER_EMAIL": "t@x"},
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@x",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@x",
+        },
     )
     assert not marker.exists()

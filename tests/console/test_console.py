@@ -582,8 +582,10 @@ async def test_sandboxes_pane_says_how_to_turn_them_on(state_dir: Path) -> None:
         await pilot.press("5")
         await until(
             pilot,
-            lambda: 'mode = "all"' in str(app.query_one("#sandbox-detail").render())
-            or "unavailable" in str(app.query_one("#sandbox-detail").render()),
+            lambda: (
+                'mode = "all"' in str(app.query_one("#sandbox-detail").render())
+                or "unavailable" in str(app.query_one("#sandbox-detail").render())
+            ),
         )
         assert 'mode = "all"' in str(app.query_one("#sandbox-detail").render())
 

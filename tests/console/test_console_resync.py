@@ -12,9 +12,7 @@ from engine.protocol.client import ControlClient
 from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
 
 
-async def test_an_ask_between_the_snapshot_requests_keeps_its_row(
-    state_dir: Path, monkeypatch: Any
-) -> None:
+async def test_an_ask_between_the_snapshot_requests_keeps_its_row(state_dir: Path, monkeypatch: Any) -> None:
     write_config(state_dir, ALLOWLIST)
     async with gateway(state_dir) as server:
         agent = await connect(state_dir, "agent", operator=False)
@@ -53,7 +51,6 @@ async def operator_deny(state: Path, approval_id: str) -> None:
     operator = await connect(state, "op")
     await operator.request("approve", {"id": approval_id, "decision": "deny"})
     await operator.close()
-
 
 
 async def test_gateway_traffic_after_the_panes_are_gone_is_dropped(state_dir: Path) -> None:

@@ -24,9 +24,7 @@ def test_match_order() -> None:
     assert select_node(nodes, "mac studio") is A  # normalised display name
     assert select_node(nodes, "gamma") is C  # config name
     assert select_node(nodes, "3f2a9c7") is B  # id prefix of 6+
-    with pytest.raises(
-        NodeSelectError, match=r"^unknown node: 3f2a9 \(known: alpha, beta, gamma\)$"
-    ):
+    with pytest.raises(NodeSelectError, match=r"^unknown node: 3f2a9 \(known: alpha, beta, gamma\)$"):
         select_node(nodes, "3f2a9")  # a prefix shorter than 6 never matches
     with pytest.raises(NodeSelectError) as err:
         select_node([Candidate("a", "h", "3f2a9c1e", None), B], "3f2a9c")  # neither connected: no tie-break

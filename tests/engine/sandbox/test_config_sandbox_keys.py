@@ -170,7 +170,7 @@ def test_pool_size_reaches_the_settings_and_never_the_hashes(tmp_path: Path) -> 
 
     base = resolve_settings(load_config_text(""), "main")
     assert base.docker.pool == 1
-    cfg = load_config_text(DOCKER + "pool = 3\n[[agents.list]]\nid = \"ops\"\nsandbox.docker.pool = 0\n")
+    cfg = load_config_text(DOCKER + 'pool = 3\n[[agents.list]]\nid = "ops"\nsandbox.docker.pool = 0\n')
     three, off = resolve_settings(cfg, "main"), resolve_settings(cfg, "ops")
     assert (three.docker.pool, off.docker.pool) == (3, 0)
     lay = layout(base, "main", "s")

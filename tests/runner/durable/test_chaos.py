@@ -107,6 +107,7 @@ async def test_chaos_nothing_is_lost(state_dir: Path, tmp_path: Path) -> None:
         operator = await connect(state_dir, "chaos-check")
         still = {a["id"] for a in await operator.pending_approvals()}
         assert still == {a for a in asks if a not in decided}
+
         async def history() -> dict:
             page = await operator.request("approvals.history", {})
             rows = {r["id"]: r for r in page["approvals"]}
@@ -129,11 +130,9 @@ async def test_chaos_nothing_is_lost(state_dir: Path, tmp_path: Path) -> None:
             assert rows[approval_id]["command"] == asks[approval_id]
 
         # Every session: listed, with all its output (written before, during and after the crashes).
-        listed = {
-            r["sessionId"]: r
-            for r in (await operator.request("sessions.list", {}))["sessions"]
-        }
+        listed = {r["sessionId"]: r for r in (await operator.request("sessions.list", {}))["sessions"]}
         assert set(sessions) <= set(listed), set(sessions) - set(listed)
+
         async def missing_output() -> dict:
             missing = {}
             for sid, info in sessions.items():
