@@ -267,6 +267,8 @@ class Pool:
                 await coro
             except asyncio.CancelledError:
                 raise
+            except docker_ops.SandboxUnavailable as exc:  # no image yet, Docker down: said in one line
+                log.warning("sandbox pool: %s: %s", name.split(":", 1)[0], exc)
             except Exception:  # a spare that could not be made only costs the next scope a cold start
                 log.warning("sandbox pool: %s failed", name, exc_info=True)
             finally:
