@@ -31,6 +31,7 @@ _NOUNS = (  # noqa: SIM905
     "river sage shore sparrow spruce summit thicket tide valley willow wren"
 ).split()
 _SUFFIX_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789"
+RECENTLY_DROPPED = 1024  # ids kept out of reuse after their session is dropped (see Registry._dropped)
 
 
 def clamp_cleanup_ms(value: int | float | None) -> int:
@@ -231,6 +232,10 @@ class Registry:
         self.on_drop: Callable[[Session], None] | None = None
         self._running = 0  # sessions not exited
         self._shown = 0  # sessions the operator's list shows: listed, or not exited (foreground runs)
+        # Ids dropped lately are not handed out again at once: the session host forgets a finished session
+        # a moment after we do (its FORGET rides behind the next frame), and a new session spawned under the
+        # same name in that moment was refused there as a duplicate (~1 in 4,000 execs).
+        self._dropped: dict[str, None] = {}
 
     def _count(self, session: Session, sign: int) -> None:
         if not session.exited:
@@ -243,7 +248,7 @@ class Registry:
         return self._shown, self._running
 
     def new_id(self) -> str:
-        return make_slug(lambda s: s in self._sessions)
+        return make_slug(lambda s: s in self._sessions or s in self._dropped)
 
     def add(self, session: Session) -> None:
         replaced = self._sessions.get(session.id)
@@ -265,6 +270,10 @@ class Registry:
 
     def drop(self, session_id: str) -> Session | None:
         session = self._sessions.pop(session_id, None)
+        if session is not None:
+            self._dropped[session_id] = None
+            if len(self._dropped) > RECENTLY_DROPPED:
+                del self._dropped[next(iter(self._dropped))]
         if session is not None and session.counted_in is self:
             self._count(session, -1)
             session.counted_in = None
