@@ -220,13 +220,17 @@ class PendingFile:
             asks[ask.id] = ask  # first seen, first restored: arrival order
         return list(asks.values())
 
-    def _load_journal(self) -> list[dict[str, Any]]:
+    def _read(self, path: Path) -> str | None:
+        """The file's text; None when it is missing or unreadable (then reported in `problem`)."""
         try:
-            raw = read_text(self.journal)
+            return read_text(path)
         except (OSError, StateFileError, UnicodeDecodeError) as exc:
-            self.problem = f"pending approvals not loaded from {self.journal}: {exc}"
+            self.problem = f"pending approvals not loaded from {path}: {exc}"
             log.error("%s", self.problem)
-            return []
+            return None
+
+    def _load_journal(self) -> list[dict[str, Any]]:
+        raw = self._read(self.journal)
         if not raw:
             return []
         self.journal_bytes = len(raw.encode("utf-8", "surrogatepass"))
@@ -249,12 +253,7 @@ class PendingFile:
         return entries
 
     def _load_snapshot(self) -> list[StoredAsk]:
-        try:
-            raw = read_text(self.path)
-        except (OSError, StateFileError, UnicodeDecodeError) as exc:
-            self.problem = f"pending approvals not loaded from {self.path}: {exc}"
-            log.error("%s", self.problem)
-            return []
+        raw = self._read(self.path)
         if raw is None:
             return []
         self.snapshot_bytes = len(raw)

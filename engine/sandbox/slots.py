@@ -110,18 +110,24 @@ class Slot:
         exited nor said anything but its pid (a slot still starting may be taken: it runs once up)."""
         if not self.dead and not self.in_place():
             self.dead = True
-        while not self.dead:
-            try:
-                data = os.read(self.rc, 256)
-            except BlockingIOError:
-                break
-            except OSError:
-                data = b""
-            if not data:
-                self.dead = True
-            for words in self.status_lines(data):
-                self.note(words)
+        while not self.dead and self.read_status():
+            pass
         return not self.dead
+
+    def read_status(self) -> bool:
+        """Take what the slot's process said on its status FIFO (its pid, or its end); False when nothing
+        more is waiting there."""
+        try:
+            data = os.read(self.rc, 256)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b""
+        if not data:
+            self.dead = True
+        for words in self.status_lines(data):
+            self.note(words)
+        return True
 
     def in_place(self) -> bool:
         """x, x/<id> and x/<id>/spec are still the dirs and file we made (the slot's process reads the
@@ -258,16 +264,8 @@ class SlotPool:
 
     def _idle_status(self, slot: Slot) -> None:
         """A status line (or EOF) from a slot not yet taken: its pid makes it ready, anything else ends it."""
-        try:
-            data = os.read(slot.rc, 256)
-        except BlockingIOError:
+        if not slot.read_status():
             return
-        except OSError:
-            data = b""
-        if not data:
-            slot.dead = True
-        for words in slot.status_lines(data):
-            slot.note(words)
         if slot.dead:
             log.debug("sandbox slot %s discarded: its process ended or wrote more than its pid", slot.exec_id)
             self._loop.remove_reader(slot.rc)

@@ -139,57 +139,60 @@ async def test_a_gateway_that_stops_reading_never_stalls_the_command(
     assert (await session.output.full_text()).rstrip().endswith("aend")
 
 
-async def test_a_busy_gateway_past_the_spool_cap_loses_no_byte(state_dir: Path) -> None:
+@pytest.fixture
+async def small_spool(state_dir: Path) -> AsyncIterator[tuple[SessionManager, HostLauncher]]:
+    """A session host whose spool holds 256 KiB per session: floods pass its cap within seconds."""
+    launcher = HostLauncher(state_dir / HOLDERS_DIR, fallback=LocalLauncher(), spool_cap=256 * 1024)
+    manager = SessionManager(state_dir, kill_grace_sec=1.0, launcher=launcher)
+    assert await launcher.connect() is not None, launcher.problem
+    yield manager, launcher
+    await manager.close()
+    await launcher.close()
+
+
+async def test_a_busy_gateway_past_the_spool_cap_loses_no_byte(
+    small_spool: tuple[SessionManager, HostLauncher], state_dir: Path
+) -> None:
     """Past the spool cap, output used to go only live: while the gateway was busy (its queue full) every
     frame was dropped, so the count and the tail (the command's last words) came out wrong. Now the command
     waits on its pipe until the gateway catches up."""
-    launcher = HostLauncher(state_dir / HOLDERS_DIR, fallback=LocalLauncher(), spool_cap=256 * 1024)
-    manager = SessionManager(state_dir, kill_grace_sec=1.0, launcher=launcher)
-    assert await launcher.connect() is not None, launcher.problem
-    try:
-        link = launcher.link
-        assert link is not None
-        go = state_dir / "go"
-        size = 24_000_000
-        flood = f"while [ ! -e {go} ]; do sleep 0.02; done; head -c {size} /dev/zero | tr '\\0' a; echo end"
-        sid = await _background(manager, flood)
-        loop = asyncio.get_running_loop()
-        go.touch()
-        for _ in range(3):  # busy, not gone: the gateway stops taking frames for a while, three times
-            loop.remove_reader(link.sock.fileno())
-            await asyncio.sleep(1.0)  # well under the host's STALLED_SEC
-            loop.add_reader(link.sock.fileno(), link._on_readable)
-            await asyncio.sleep(0.3)
-        session = manager.registry.get(sid)
-        assert session is not None
-        await asyncio.wait_for(session.done.wait(), 120)
-        assert session.exit_code == 0
-        assert session.output.total_chars == size + len("end\n")
-        assert (await session.output.full_text()).rstrip().endswith("aaaend")
-    finally:
-        await manager.close()
-        await launcher.close()
+    manager, launcher = small_spool
+    link = launcher.link
+    assert link is not None
+    go = state_dir / "go"
+    size = 24_000_000
+    flood = f"while [ ! -e {go} ]; do sleep 0.02; done; head -c {size} /dev/zero | tr '\\0' a; echo end"
+    sid = await _background(manager, flood)
+    loop = asyncio.get_running_loop()
+    go.touch()
+    for _ in range(3):  # busy, not gone: the gateway stops taking frames for a while, three times
+        loop.remove_reader(link.sock.fileno())
+        await asyncio.sleep(1.0)  # well under the host's STALLED_SEC
+        loop.add_reader(link.sock.fileno(), link._on_readable)
+        await asyncio.sleep(0.3)
+    session = manager.registry.get(sid)
+    assert session is not None
+    await asyncio.wait_for(session.done.wait(), 120)
+    assert session.exit_code == 0
+    assert session.output.total_chars == size + len("end\n")
+    assert (await session.output.full_text()).rstrip().endswith("aaaend")
 
 
-async def test_a_stopped_gateway_past_the_spool_cap_still_never_stalls_the_command(state_dir: Path) -> None:
+async def test_a_stopped_gateway_past_the_spool_cap_still_never_stalls_the_command(
+    small_spool: tuple[SessionManager, HostLauncher], state_dir: Path
+) -> None:
     """Waiting for the gateway past the cap is for a busy one: a gateway that takes nothing for the host's
     STALLED_SEC (stopped, hung) is not waited for, and the command runs to its end."""
-    launcher = HostLauncher(state_dir / HOLDERS_DIR, fallback=LocalLauncher(), spool_cap=256 * 1024)
-    manager = SessionManager(state_dir, kill_grace_sec=1.0, launcher=launcher)
-    assert await launcher.connect() is not None, launcher.problem
-    try:
-        link = launcher.link
-        assert link is not None
-        go = state_dir / "go"
-        flood = f"while [ ! -e {go} ]; do sleep 0.02; done; head -c 12000000 /dev/zero | tr '\\0' a; echo end"
-        sid = await _background(manager, flood)
-        asyncio.get_running_loop().remove_reader(link.sock.fileno())
-        go.touch()
-        await wait_until((state_dir / HOLDERS_DIR / f"{sid}.exit").exists, timeout=60)
-        asyncio.get_running_loop().add_reader(link.sock.fileno(), link._on_readable)
-    finally:
-        await manager.close()
-        await launcher.close()
+    manager, launcher = small_spool
+    link = launcher.link
+    assert link is not None
+    go = state_dir / "go"
+    flood = f"while [ ! -e {go} ]; do sleep 0.02; done; head -c 12000000 /dev/zero | tr '\\0' a; echo end"
+    sid = await _background(manager, flood)
+    asyncio.get_running_loop().remove_reader(link.sock.fileno())
+    go.touch()
+    await wait_until((state_dir / HOLDERS_DIR / f"{sid}.exit").exists, timeout=60)
+    asyncio.get_running_loop().add_reader(link.sock.fileno(), link._on_readable)
 
 
 async def test_a_host_that_dies_ends_its_sessions_with_a_reason(
