@@ -208,12 +208,12 @@ def _exec(params: dict[str, Any], agent: str | None) -> dict[str, Any]:
             except ConnectionError:
                 if waiting.data is None:
                     raise
+        import asyncio
+
+        with cli_failures():
+            return asyncio.run(_follow(waiting, params))
     finally:
         waiting.done()
-    import asyncio
-
-    with cli_failures():
-        return asyncio.run(_follow(waiting, params))
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
