@@ -1,9 +1,10 @@
-"""A new gateway adopts the sessions the last one left in the session host (engine.sessions.host).
+"""A new gateway adopts the sessions the last one left in the session hosts (engine.sessions.hosts).
 
-Each `<state>/holders/<id>.json` is a session: re-listed under the same id and scope, its output rebuilt
-from byte 0 of its spool (what was written while no gateway ran included), then followed live when the host
-still holds it; a session that ended meanwhile reports the exit code and time the host wrote, and one whose
-host died without writing an end is reported ended ("session host died").
+Each `<state>/holders/<id>.json` (and `holders/h<k>/<id>.json`, in the hosts past the first) is a session:
+re-listed under the same id and scope, its output rebuilt from byte 0 of its spool (what was written while
+no gateway ran included), then followed live when the host still holds it; a session that ended meanwhile
+reports the exit code and time the host wrote, and one whose host died without writing an end is reported
+ended ("session host died").
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from engine.sessions.host import (
     end_orphans,
     stream_kind,
 )
+from engine.sessions.hosts import SessionHosts
 from engine.sessions.launcher import RunSpec
 from engine.sessions.manager import SessionManager
 from engine.sessions.output import OutputBuffer
@@ -38,7 +40,15 @@ MAX_REPLAY_BYTES = 256 * 1024 * 1024
 LEGACY_HOLDER = "held by an older exechost's per-session holder: still running, not adopted"
 
 
-async def adopt_held(manager: SessionManager, launcher: HostLauncher) -> list[Session]:
+async def adopt_held(manager: SessionManager, hosts: SessionHosts | HostLauncher) -> list[Session]:
+    """What every session host of the state dir holds (engine.sessions.hosts), in the registry again."""
+    adopted: list[Session] = []
+    for launcher in hosts.launchers() if isinstance(hosts, SessionHosts) else [hosts]:
+        adopted += await _adopt_from(manager, launcher)
+    return adopted
+
+
+async def _adopt_from(manager: SessionManager, launcher: HostLauncher) -> list[Session]:
     adopted: list[Session] = []
     if not launcher.directory.is_dir():
         return adopted

@@ -36,6 +36,7 @@ RESTART_EVERY_SEC = 5.0  # a host that died is started again for new commands, a
 HOST_DIED = "session host died"
 HOST_LOST = "session host connection taken over by another gateway"
 META_VERSION = 1
+DEFAULT_SPOOL_CAP = 64 * 1024 * 1024
 
 
 def stream_kind(stream: int) -> int:
@@ -280,7 +281,13 @@ HeldFactory = Callable[[HeldPaths, "HostLink | None", int, dict[str, Any]], Host
 class HostLauncher:
     """Runs each command in the session host; `fallback` (a LocalLauncher) when the host is unavailable."""
 
-    def __init__(self, directory: Path, fallback: Launcher, spool_cap: int = 64 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        fallback: Launcher,
+        spool_cap: int = DEFAULT_SPOOL_CAP,
+        held_kinds: dict[str, HeldFactory] | None = None,
+    ) -> None:
         self.directory = directory
         self.fallback = fallback
         self.spool_cap = spool_cap
@@ -291,7 +298,7 @@ class HostLauncher:
         self._live_seen: set[str] = set()  # what the host held at the last list (adoption)
         # Handles for sessions the host holds but did not start (HOLD), by the `held` kind in their
         # session file: their owner (engine.sandbox) signals them its own way, now and after adoption.
-        self.held_kinds: dict[str, HeldFactory] = {}
+        self.held_kinds: dict[str, HeldFactory] = {} if held_kinds is None else held_kinds
 
     def paths(self, session_id: str) -> HeldPaths:
         return HeldPaths(self.directory, session_id)
@@ -324,8 +331,10 @@ class HostLauncher:
         self._connecting = asyncio.get_running_loop().create_future()
         link: HostLink | None = None
         try:
-            sock, pid = await asyncio.to_thread(open_host, self.directory)
-            link = self.link = HostLink(sock, pid)
+            sock, hello = await asyncio.to_thread(open_host, self.directory)
+            pid, limit = hello.get("pid"), hello.get("fdLimit")
+            pid = pid if isinstance(pid, int) else 0
+            link = self.link = HostLink(sock, pid, limit if isinstance(limit, int) else 0)
             if self.problem is not None:
                 log.info("session host (pid %d) is back for %s", pid, self.directory)
             self.problem = None
@@ -381,7 +390,8 @@ class HostLauncher:
                 return held(paths, link, chan, meta or {})
 
         try:
-            handle = await link.open_session(wire.ATTACH, {"id": paths.session_id}, factory)
+            cost = 1 if pty else 4 if held is not None else 2  # (a held one: up to its four FIFOs)
+            handle = await link.open_session(wire.ATTACH, {"id": paths.session_id}, factory, cost=cost)
         except (OSError, ConnectionError):
             return None
         assert isinstance(handle, HostProcess)
@@ -414,7 +424,7 @@ class HostLauncher:
             return make(paths, link, chan, meta)
 
         try:
-            handle = await link.open_session(wire.HOLD, msg, factory, fds)
+            handle = await link.open_session(wire.HOLD, msg, factory, fds, cost=len(fds))
         except ConnectionError as exc:
             raise OSError(f"the session host is gone: {exc}") from None
         assert isinstance(handle, HostProcess)
@@ -446,7 +456,8 @@ class HostLauncher:
         }
         try:
             factory = _factory(link, paths, spec.pty, spec.marker)
-            return await link.open_session(wire.SPAWN, msg, factory, tuple(spec.pass_fds))
+            cost = 1 if spec.pty else 2
+            return await link.open_session(wire.SPAWN, msg, factory, tuple(spec.pass_fds), cost=cost)
         except ConnectionError as exc:
             raise OSError(f"the session host is gone: {exc}") from None
 

@@ -260,7 +260,9 @@ class Host(hio.SessionIO):
     def _command(self, kind: int, chan: int, payload: bytes) -> None:
         if not self.hello:
             msg = json.loads(payload) if kind == hio.HELLO else {}
-            self._send(hio.HELLO, 0, json.dumps({"version": hio.VERSION, "pid": os.getpid()}).encode())
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]  # how many sessions the gateway may send
+            hello = {"version": hio.VERSION, "pid": os.getpid(), "fdLimit": limit}
+            self._send(hio.HELLO, 0, json.dumps(hello).encode())
             if msg.get("version") != hio.VERSION:
                 self._flush()
                 self._drop_client()  # another format: the gateway says why and runs without us

@@ -6,6 +6,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -34,6 +35,9 @@ LOST_CHECK_SEC = 0.2
 LAZY_SEC = 0.05
 BACKLOG_HIGH = 16 * 1024 * 1024
 BACKLOG_LOW = 4 * 1024 * 1024
+# Open files a host keeps for itself, never counted as room for sessions: the spool files it keeps open
+# (host_io.SPOOL_FDS), its sockets, lock and selector, and a session file being written.
+FD_RESERVE = 128
 _background: set[asyncio.Task[None]] = set()
 
 
@@ -56,7 +60,7 @@ class HostLink:
     """The one connection to the host: frames out (fds ride along by SCM_RIGHTS), frames in, dispatched
     to each session's Channel (a HostProcess). Reads and writes straight on the non-blocking socket."""
 
-    def __init__(self, sock: socket.socket, host_pid: int) -> None:
+    def __init__(self, sock: socket.socket, host_pid: int, fd_limit: int = 0) -> None:
         self.sock = sock
         self.host_pid = host_pid
         self._loop = asyncio.get_running_loop()
@@ -75,7 +79,12 @@ class HostLink:
         self.chans: dict[int, Channel] = {}
         self._attach: dict[int, ChannelFactory] = {}  # req -> what makes the reply's channel
         self.closed = False
-        self.fd_limit = 0  # the host's RLIMIT_NOFILE, as its last EMFILE reported it
+        self.fd_limit = fd_limit  # the host's RLIMIT_NOFILE (its hello, or its last EMFILE); 0: unknown
+        # What the sessions opened over this link hold in the host, as counted here (a pipe session 2 fds,
+        # a terminal 1, a held one what was handed over): the room left for new ones.
+        self.fds_used = 0
+        self._chan_fds: dict[int, int] = {}
+        self._ceiling: int | None = None  # fds_used when the host last said EMFILE
         self._loop.add_reader(sock.fileno(), self._on_readable)
 
     # -- out
@@ -177,24 +186,61 @@ class HostLink:
             self._attach.pop(req, None)
 
     async def open_session(
-        self, kind: int, msg: dict[str, Any], factory: ChannelFactory, fds: tuple[int, ...] = ()
+        self,
+        kind: int,
+        msg: dict[str, Any],
+        factory: ChannelFactory,
+        fds: tuple[int, ...] = (),
+        *,
+        cost: int = 2,
     ) -> Channel:
-        """SPAWN or ATTACH: `factory(chan, reply)` makes the channel as its reply is read, so no frame of it
-        that follows in the same read is missed."""
-        result = await self.request(kind, msg, fds, factory)
+        """SPAWN, HOLD or ATTACH: `factory(chan, reply)` makes the channel as its reply is read, so no frame
+        of it that follows in the same read is missed.
+
+        `cost`: the fds the session will hold in the host. A new session (not ATTACH: what the host holds
+        already is always taken back) is refused here, with EMFILE, when the host has no room left for it
+        beside its FD_RESERVE; checked and counted before anything is sent, so concurrent spawns never
+        overcommit a host."""
+        if kind != wire.ATTACH and not self.room(cost):
+            limit = f"{self.fds_used} of its {self.fd_limit} open files taken by sessions"
+            raise OSError(errno.EMFILE, f"the session host is full ({limit})")
+        self.fds_used += cost
+        try:
+            result = await self.request(kind, msg, fds, factory)
+        except BaseException:
+            self._uncount(cost)
+            raise
         if "error" in result:
+            self._uncount(cost)
+            err = result.get("errno")
             if isinstance(result.get("fdLimit"), int):
                 self.fd_limit = result["fdLimit"]
-            err = result.get("errno")
+            if err == errno.EMFILE:
+                self._ceiling = self.fds_used  # full for now (its own count): room again once sessions end
             text = f"the session host could not start the command: {result['error']}"
             raise OSError(err, text) if isinstance(err, int) else OSError(text)
-        channel = self.chans.get(int(result["chan"]))
+        chan = int(result["chan"])
+        channel = self.chans.get(chan)
         if channel is None:
+            self._uncount(cost)
             raise OSError("the session host lost the session")
+        self._uncount(self._chan_fds.get(chan, 0))
+        self._chan_fds[chan] = cost
         return channel
+
+    def _uncount(self, cost: int) -> None:
+        if not self.closed:  # (a lost link counts nothing any more)
+            self.fds_used -= cost
+
+    def room(self, cost: int) -> bool:
+        """Whether the host can take a session holding `cost` more fds and keep its own FD_RESERVE."""
+        if self._ceiling is not None and self.fds_used + cost > self._ceiling:
+            return False
+        return not self.fd_limit or self.fds_used + cost + FD_RESERVE <= self.fd_limit
 
     def release(self, chan: int) -> None:
         self.chans.pop(chan, None)
+        self._uncount(self._chan_fds.pop(chan, 0))
 
     def forget(self, session_id: str) -> bool:
         if self.closed:
@@ -279,6 +325,8 @@ class HostLink:
             if not fut.done():
                 fut.set_exception(ConnectionError("the session host is gone"))
         chans, self.chans = self.chans, {}
+        self._chan_fds.clear()
+        self.fds_used = 0
         if chans:
             task = self._loop.create_task(self._report_lost(list(chans.values())))
             _background.add(task)
@@ -305,7 +353,7 @@ class HostLink:
         self._lost()
 
 
-def _connect(path: Path) -> tuple[socket.socket, int]:
+def _connect(path: Path) -> tuple[socket.socket, dict[str, Any]]:
     """Connect and say hello (blocking: run in a thread). Raises OSError when nobody (usable) answers."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -318,10 +366,11 @@ def _connect(path: Path) -> tuple[socket.socket, int]:
         head = _recv_exact(sock, wire.HEADER.size)
         size, kind, _ = wire.HEADER.unpack(head)
         hello = json.loads(_recv_exact(sock, size)) if kind == wire.HELLO and size < 65536 else {}
-        if hello.get("version") != wire.VERSION:
-            raise OSError(f"the session host speaks version {hello.get('version')}, not {wire.VERSION}")
+        if not isinstance(hello, dict) or hello.get("version") != wire.VERSION:
+            said = hello.get("version") if isinstance(hello, dict) else None
+            raise OSError(f"the session host speaks version {said}, not {wire.VERSION}")
         sock.setblocking(False)
-        return sock, int(hello.get("pid") or 0)
+        return sock, hello
     except BaseException:
         sock.close()
         raise
@@ -357,8 +406,9 @@ def _start_host(directory: Path) -> str:
     return line
 
 
-def open_host(directory: Path) -> tuple[socket.socket, int]:
-    """A connection to the dir's host, started when none answers (blocking: run in a thread)."""
+def open_host(directory: Path) -> tuple[socket.socket, dict[str, Any]]:
+    """A connection to the dir's host, started when none answers, and its hello (blocking: run in a
+    thread)."""
     statefs.ensure_private_dir(directory)
     path = directory / wire.SOCKET_NAME
     if len(os.fsencode(str(path))) > SUN_PATH_MAX:

@@ -38,7 +38,8 @@ from engine.sandbox import default_manager as default_sandbox_manager
 from engine.sandbox import held
 from engine.sessions import SessionManager, SystemEvents
 from engine.sessions.adopt import adopt_held
-from engine.sessions.host import HOLDERS_DIR, HostLauncher
+from engine.sessions.host import HOLDERS_DIR
+from engine.sessions.hosts import SessionHosts
 from engine.sessions.spool import SPOOL_NAME, EventSpool
 from engine.tools.exec import ExecTool
 from engine.tools.resume import restore_asks
@@ -139,7 +140,7 @@ class Services:
         self._sandbox_manager: Any = None
         self._pool_start: asyncio.Task[None] | None = None
         # Set by hold_sessions() (the daemon): gateway-host sessions run in the session host, outliving us.
-        self.holders: HostLauncher | None = None
+        self.holders: SessionHosts | None = None
         self.keep_sessions = True  # on a stop: leave held sessions running (`gateway stop --kill-sessions`)
         self.adopted: list[str] = []
         self.nodes = NodeHub(self)  # links are opened on first use (and follow config edits)
@@ -187,7 +188,7 @@ class Services:
         EXECHOST_SESSION_HOLDERS=0 turns it off."""
         if os.environ.get("EXECHOST_SESSION_HOLDERS", "").strip() == "0":
             return
-        self.holders = HostLauncher(self.state_dir / HOLDERS_DIR, fallback=self.sessions.launcher)
+        self.holders = SessionHosts(self.state_dir / HOLDERS_DIR, fallback=self.sessions.launcher)
         self.sessions.launcher = self.holders
         # Sandbox pipe commands too: handed to the host once started (engine.sandbox.held).
         self.holders.held_kinds[held.KIND] = held.make_held
@@ -407,13 +408,15 @@ class Services:
         }
 
 
-def _host_status(launcher: HostLauncher | None) -> dict[str, Any] | None:
-    """The session host's pid, or why there is none (its sessions then run as plain children)."""
-    if launcher is None:
+def _host_status(hosts: SessionHosts | None) -> dict[str, Any] | None:
+    """The first session host's pid, or why there is none (its sessions then run as plain children), and
+    every host this gateway holds sessions in."""
+    if hosts is None:
         return None
-    link = launcher.link
+    link = hosts.link
     live = link is not None and not link.closed
-    return {"pid": link.host_pid if live and link is not None else None, "problem": launcher.problem}
+    pid = link.host_pid if live and link is not None else None
+    return {"pid": pid, "problem": hosts.problem, "hosts": hosts.status()}
 
 
 def _visible(conn: Connection, topic: str, data: dict[str, Any]) -> bool:
