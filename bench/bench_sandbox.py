@@ -1,8 +1,11 @@
 """Sandbox exec latency: warm `true` via the in-container supervisor vs `docker exec` and docker-py exec_run;
 a new agent's first command (create + start + exec) with the pool of ready containers warmed, and without.
 
-Run: .venv/bin/python bench/bench_sandbox.py [--warm N] [--baseline N] [--cold N]
+Run: .venv/bin/python bench/bench_sandbox.py [--warm N] [--baseline N] [--cold N] [--breakdown]
 Builds the default image under a bench tag, uses a throwaway state dir, removes its containers by label.
+`--breakdown` adds where a warm command's time goes: which slot it found (ready, still starting, none),
+the CPU each command costs in the container and here, and the container's own floors (a fork, a fork+exec
+of the login shell each command execs), all in the same run.
 """
 
 from __future__ import annotations
@@ -49,12 +52,71 @@ async def timed(n: int, fn: Callable[[], Awaitable[object]]) -> list[float]:
     return out
 
 
+CONTAINER_FLOORS = """
+t() { read -r up _ < /proc/uptime; echo "$up"; }
+n=$1; i=0; s=$(t); while [ $i -lt $n ]; do /bin/sh -lc true; i=$((i+1)); done; e=$(t); echo "exec $s $e"
+i=0; s=$(t); while [ $i -lt $n ]; do (:); i=$((i+1)); done; e=$(t); echo "fork $s $e"
+"""
+
+
+def container_cpu_ns(name: str) -> int:
+    from engine.sandbox import docker_ops
+
+    stats = docker_ops.client().api.stats(name, stream=False, one_shot=True)
+    return int(stats["cpu_stats"]["cpu_usage"]["total_usage"])
+
+
+def container_floors(name: str, n: int) -> dict[str, float]:
+    """ms per fork+exec of `/bin/sh -lc true` and per bare fork, timed by a loop inside the container."""
+    out = subprocess.run(
+        ["docker", "exec", name, "/bin/sh", "-c", CONTAINER_FLOORS, "floors", str(n)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    floors = {}
+    for line in out.splitlines():
+        what, start, end = line.split()
+        floors[what] = (float(end) - float(start)) * 1000 / n
+    return floors
+
+
+async def breakdown(sx: object, name: str, n: int, run_true: Callable[[object], Awaitable[None]]) -> None:
+    """Warm commands sorted by the slot each found, and the CPU one costs (container and this process)."""
+    from engine.sandbox import slots
+    from engine.sandbox import supervisor as sv
+
+    pool = slots.pool_for(sv.Channel(name))
+    kinds: dict[str, list[float]] = {"ready slot": [], "slot still starting": [], "no slot (made for it)": []}
+    cpu0, here0 = container_cpu_ns(name), time.process_time()
+    for _ in range(n):
+        ready, starting = pool.counts
+        kind = "ready slot" if ready else "slot still starting" if starting else "no slot (made for it)"
+        kinds[kind].extend(await timed(1, lambda: run_true(sx)))
+    container_ms = (container_cpu_ns(name) - cpu0) / 1e6 / n
+    here_ms = (time.process_time() - here0) * 1000 / n
+    print("# breakdown: back-to-back warm `true` (launcher spawn only) by the slot each command found")
+    for kind, samples in kinds.items():
+        if samples:
+            report(f"  {kind}", samples)
+    print(
+        f"  CPU per command: container {container_ms:.2f} ms (the command, its slot's refill), "
+        f"this process {here_ms:.2f} ms (all threads), {os.cpu_count()} CPUs"
+    )
+    floors = container_floors(name, 300)
+    print(
+        f"  in-container floors: fork+exec `/bin/sh -lc true` {floors['exec']:.2f} ms, "
+        f"fork {floors['fork']:.2f} ms"
+    )
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--warm", type=int, default=300)
     ap.add_argument("--baseline", type=int, default=30)
     ap.add_argument("--cold", type=int, default=5)
     ap.add_argument("--paced", type=int, default=100, help="warm commands issued 20 ms apart (0: skip)")
+    ap.add_argument("--breakdown", action="store_true", help="where a warm command's time goes (see above)")
     ap.add_argument(
         "--debian", action="store_true", help="the Debian image (mmdebstrap; built once, reused) not busybox"
     )
@@ -140,6 +202,8 @@ async def main() -> None:
             h.close()
 
         pty = await timed(max(5, args.baseline // 2), pty_true)
+        if args.breakdown:
+            await breakdown(sx, name, args.warm, run_true)
 
         def cli() -> None:
             subprocess.run(["docker", "exec", name, "true"], check=True)
