@@ -96,7 +96,7 @@ class SandboxHeldProcess(HostProcess):
             self._channel.kill(self._cpid, sig)
 
     async def terminate(self, grace: float = procs.KILL_GRACE_SEC) -> list[procs.ProcInfo]:
-        from engine.sandbox.launcher import terminate_in_container
+        from engine.sandbox.incontainer import terminate_in_container
 
         def note(sig: int) -> None:
             if not self._exit.done():
