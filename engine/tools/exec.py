@@ -16,8 +16,6 @@ from engine.approvals.pending import (
     ApprovalError,
     ApprovalManager,
     ApprovalRecord,
-    ApprovalRequest,
-    env_hash,
 )
 from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
@@ -27,11 +25,18 @@ from engine.config.model import Config
 from engine.policy.decision import Decision, evaluate
 from engine.policy.precedence import SessionOverrides, overrides_for
 from engine.results import ToolError, ToolResult
+from engine.tools.exec_asks import (
+    approved_command,
+    ask_request,
+    denied_result,
+    finished_text,
+    pending_result,
+    resume_data,
+)
 from engine.tools.exec_request import (
     COMMAND_MAX_BYTES,
     ENV_MAX_BYTES,
     NODE_UNAVAILABLE,
-    RESUME_PARAMS,
     WORKDIR_MAX_BYTES,
     Events,
     ExecContext,
@@ -39,7 +44,6 @@ from engine.tools.exec_request import (
     Prepared,
     Sessions,
     Store,
-    agent_reason,
     check_enums,
     clamp_yield,
     clamped,
@@ -48,7 +52,6 @@ from engine.tools.exec_request import (
     within,
 )
 from engine.tools.offload import Offload
-from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, approval_pending_text, compact
 from engine.tools.uses import UseStamps
 
 log = logging.getLogger("exechost.exec")
@@ -336,45 +339,9 @@ class ExecTool:
 
     # -- approvals
 
-    def _request(self, prepared: Prepared, ctx: ExecContext, params: Mapping[str, Any]) -> ApprovalRequest:
-        d = prepared.decision
-        env_param = params.get("env") or {}
-        first = d.segments[0].get("resolvedPath") if d.segments else None
-        return ApprovalRequest(
-            command=prepared.command,
-            cwd=prepared.cwd,
-            host=prepared.host,
-            agent_id=ctx.agent_id,
-            session_key=ctx.session_key,
-            security=d.security or "allowlist",
-            ask=d.ask or "on-miss",
-            ask_fallback=d.ask_fallback or "deny",
-            allowed_decisions=tuple(d.allowed_decisions) or ("allow-once", "deny"),
-            resolved_path=first,
-            node_id=d.node,
-            env_hash=env_hash(env_param),
-            env=tuple(sorted((str(k), str(v)) for k, v in env_param.items())),
-            content_key=d.content.key() if d.content is not None else "",
-            decision_json=d.to_json(),
-            warnings=tuple(prepared.warnings),
-            agent_reason=agent_reason(params.get("reason")),
-        )
-
-    def _resume_data(self, prepared: Prepared, params: Mapping[str, Any], ctx: ExecContext) -> dict[str, Any]:
-        """What the next gateway needs to run this ask as approved after a crash (engine.tools.resume)."""
-        return {
-            "params": {k: params[k] for k in RESUME_PARAMS if k in params},
-            "agentId": ctx.agent_id,
-            "sessionKey": ctx.session_key,
-            "host": prepared.host,
-            "cwd": prepared.cwd,
-            "approved": self._approved_command(prepared),
-            "identity": [list(item) for item in prepared.decision.identity],
-        }
-
     async def _ask(self, prepared: Prepared, params: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
-        request = self._request(prepared, ctx, params)
-        resume = self._resume_data(prepared, params, ctx)
+        request = ask_request(prepared, ctx, params)
+        resume = resume_data(prepared, params, ctx)
         while True:
             try:
                 record, created = self.approvals.register(request, resume=resume)
@@ -385,7 +352,7 @@ class ExecTool:
                 if created:
                     self._spawn(self._detached(record, prepared, params, ctx))
                 await self.approvals.durable()  # "pending" is a promise: the ask is on disk first
-                return self._pending_result(record, prepared)
+                return pending_result(record, prepared)
             if ctx.on_waiting is not None:
                 # Telling the caller it waits on this ask is a promise that the ask outlives us: on disk
                 # first (the approvers were told at register; their decision waits for the disk anyway).
@@ -428,14 +395,14 @@ class ExecTool:
             return None
         allowed, reason, command = verdict
         if not allowed:
-            denied = self._denied_result(record, prepared, reason)
+            denied = denied_result(record, prepared, reason)
             note_run(self.approvals, record, denied)
             return denied
         session_id = await self._starting(record, prepared)
         try:
             result = await self._run(prepared, params, ctx, command, session_id=session_id)
         except StaleContent as exc:
-            denied = self._denied_result(record, prepared, f"approval-stale: {exc}")
+            denied = denied_result(record, prepared, f"approval-stale: {exc}")
             note_run(self.approvals, record, denied)
             return denied
         note_run(self.approvals, record, result)
@@ -461,13 +428,6 @@ class ExecTool:
         if problem is not None:
             raise ToolError(f"exec denied: {problem}; ask again")
 
-    def _approved_command(self, prepared: Prepared) -> str:
-        """What a human approved runs: the pinned rendering they saw, or the raw text when the command is
-        not a plain chain (it was shown, and approved, as text)."""
-        if prepared.host == "sandbox":
-            return prepared.command
-        return prepared.decision.pinned_command or prepared.command
-
     def _verdict(
         self, record: ApprovalRecord, decision: str | None, prepared: Prepared, ctx: ExecContext
     ) -> tuple[bool, str, str] | None:
@@ -479,7 +439,7 @@ class ExecTool:
             problem = identity_problem(d.identity) or d.tree_problem()
             if problem is not None:
                 return False, f"approval-stale: {problem}", prepared.command
-        approved = self._approved_command(prepared)
+        approved = approved_command(prepared)
         if decision == "allow-once":
             if not self.approvals.consume_allow_once(record, ctx.session_key, None):
                 return None
@@ -521,36 +481,6 @@ class ExecTool:
             return False, "approval-timeout (allowlist-miss)", prepared.command
         return False, "approval-timeout", prepared.command
 
-    def _pending_result(self, record: ApprovalRecord, prepared: Prepared) -> ToolResult:
-        req = record.request
-        details = {
-            "status": "approval-pending",
-            "approvalId": record.id,
-            "approvalSlug": record.slug,
-            "expiresAtMs": record.expires_at_ms,
-            "allowedDecisions": list(req.allowed_decisions),
-            "host": req.host,
-            "command": req.command,
-            "cwd": req.cwd,
-            "nodeId": req.node_id,
-            "warningText": "\n".join(prepared.warnings),
-        }
-        return ToolResult(approval_pending_text(record, prepared.warnings), details)
-
-    def _denied_result(self, record: ApprovalRecord, prepared: Prepared, reason: str) -> ToolResult:
-        text = f"Exec denied (gateway id={record.id}, {reason}): {prepared.command}"
-        if record.reason:
-            text += f"\nReason: {record.reason}"
-        details = {
-            "status": "denied",
-            "reason": reason,
-            "approvalId": record.id,
-            "host": prepared.host,
-            "command": prepared.command,
-            "cwd": prepared.cwd,
-        }
-        return ToolResult(text, details)
-
     # -- detached (post-approval) runs
 
     def _spawn(self, coro: Any) -> None:
@@ -569,7 +499,7 @@ class ExecTool:
                 return
             allowed, reason, command = verdict
             if not allowed:
-                denied = self._denied_result(record, prepared, reason)
+                denied = denied_result(record, prepared, reason)
                 note_run(self.approvals, record, denied)  # what it led to: a caller that reconnects reads it
                 self._emit(ctx, denied.text)
                 return
@@ -577,7 +507,7 @@ class ExecTool:
                 session_id = await self._starting(record, prepared)
                 result = await self._run(prepared, params, ctx, command, detached=True, session_id=session_id)
             except StaleContent as exc:
-                denied = self._denied_result(record, prepared, f"approval-stale: {exc}")
+                denied = denied_result(record, prepared, f"approval-stale: {exc}")
                 note_run(self.approvals, record, denied)
                 self._emit(ctx, denied.text)
                 return
@@ -590,21 +520,11 @@ class ExecTool:
             if result.details.get("status") == "running" and self._wait_session is not None:
                 result = await self._wait_session(sid, ctx.scope_key)
                 note_run(self.approvals, record, result, session_id=sid)
-            self._emit(ctx, self._finished_text(record, sid, result))
+            self._emit(ctx, finished_text(record, sid, result))
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("detached exec for approval %s failed", record.id)
-
-    def _finished_text(self, record: ApprovalRecord, session_id: str, result: ToolResult) -> str:
-        details = result.details
-        code = "timeout" if details.get("timedOut") else f"code {details.get('exitCode')}"
-        if details.get("exitCode") is None and not details.get("timedOut") and details.get("exitSignal"):
-            code = f"signal {details.get('exitSignal')}"
-        output = str(details.get("aggregated") or details.get("tail") or "")
-        head = f"Exec finished (gateway id={record.id}, session={session_id}, {code})"
-        tail = compact(output, FOLLOWUP_OUTPUT_CHARS)
-        return f"{head}\n{tail}" if tail else head
 
     def _emit(self, ctx: ExecContext, text: str) -> None:
         self.events.enqueue(ctx.session_key or ctx.scope_key, text)
@@ -627,7 +547,7 @@ class ExecTool:
             self._emit(ctx, result.text)
         else:
             sid = str(result.details.get("sessionId", ""))
-            self._emit(ctx, self._finished_text(record, sid, result))
+            self._emit(ctx, finished_text(record, sid, result))
 
     async def close(self) -> None:
         await self._uses.close()

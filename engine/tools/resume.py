@@ -17,6 +17,7 @@ from engine.approvals.pending import ApprovalRecord, env_hash
 from engine.commands.allowlist import identity_problem
 from engine.results import ToolError
 from engine.tools.exec import ExecContext, ExecTool
+from engine.tools.exec_asks import approved_command
 
 log = logging.getLogger("exechost.exec")
 
@@ -67,7 +68,7 @@ def stale_reason(tool: ExecTool, record: ApprovalRecord, prepared: Any) -> str |
         return f"it would now run on {prepared.host}, not {resume.get('host')}"
     if prepared.cwd != resume.get("cwd"):
         return f"the working directory is now {prepared.cwd}"
-    if tool._approved_command(prepared) != resume.get("approved"):
+    if approved_command(prepared) != resume.get("approved"):
         return "the command would now run as something other than what was approved"
     approved_identity = tuple(tuple(item) for item in resume.get("identity") or [])
     if prepared.host != "sandbox":

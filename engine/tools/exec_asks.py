@@ -1,0 +1,101 @@
+"""What an exec ask is made of and how its outcome reads: the request a human sees, what a next gateway
+resumes it from, and the pending, denied and finished texts (pure: no state of the tool)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from engine.approvals.pending import ApprovalRecord, ApprovalRequest, env_hash
+from engine.results import ToolResult
+from engine.tools.exec_request import RESUME_PARAMS, ExecContext, Prepared, agent_reason
+from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, approval_pending_text, compact
+
+
+def ask_request(prepared: Prepared, ctx: ExecContext, params: Mapping[str, Any]) -> ApprovalRequest:
+    d = prepared.decision
+    env_param = params.get("env") or {}
+    first = d.segments[0].get("resolvedPath") if d.segments else None
+    return ApprovalRequest(
+        command=prepared.command,
+        cwd=prepared.cwd,
+        host=prepared.host,
+        agent_id=ctx.agent_id,
+        session_key=ctx.session_key,
+        security=d.security or "allowlist",
+        ask=d.ask or "on-miss",
+        ask_fallback=d.ask_fallback or "deny",
+        allowed_decisions=tuple(d.allowed_decisions) or ("allow-once", "deny"),
+        resolved_path=first,
+        node_id=d.node,
+        env_hash=env_hash(env_param),
+        env=tuple(sorted((str(k), str(v)) for k, v in env_param.items())),
+        content_key=d.content.key() if d.content is not None else "",
+        decision_json=d.to_json(),
+        warnings=tuple(prepared.warnings),
+        agent_reason=agent_reason(params.get("reason")),
+    )
+
+
+def resume_data(prepared: Prepared, params: Mapping[str, Any], ctx: ExecContext) -> dict[str, Any]:
+    """What the next gateway needs to run this ask as approved after a crash (engine.tools.resume)."""
+    return {
+        "params": {k: params[k] for k in RESUME_PARAMS if k in params},
+        "agentId": ctx.agent_id,
+        "sessionKey": ctx.session_key,
+        "host": prepared.host,
+        "cwd": prepared.cwd,
+        "approved": approved_command(prepared),
+        "identity": [list(item) for item in prepared.decision.identity],
+    }
+
+
+def approved_command(prepared: Prepared) -> str:
+    """What a human approved runs: the pinned rendering they saw, or the raw text when the command is
+    not a plain chain (it was shown, and approved, as text)."""
+    if prepared.host == "sandbox":
+        return prepared.command
+    return prepared.decision.pinned_command or prepared.command
+
+
+def pending_result(record: ApprovalRecord, prepared: Prepared) -> ToolResult:
+    req = record.request
+    details = {
+        "status": "approval-pending",
+        "approvalId": record.id,
+        "approvalSlug": record.slug,
+        "expiresAtMs": record.expires_at_ms,
+        "allowedDecisions": list(req.allowed_decisions),
+        "host": req.host,
+        "command": req.command,
+        "cwd": req.cwd,
+        "nodeId": req.node_id,
+        "warningText": "\n".join(prepared.warnings),
+    }
+    return ToolResult(approval_pending_text(record, prepared.warnings), details)
+
+
+def denied_result(record: ApprovalRecord, prepared: Prepared, reason: str) -> ToolResult:
+    text = f"Exec denied (gateway id={record.id}, {reason}): {prepared.command}"
+    if record.reason:
+        text += f"\nReason: {record.reason}"
+    details = {
+        "status": "denied",
+        "reason": reason,
+        "approvalId": record.id,
+        "host": prepared.host,
+        "command": prepared.command,
+        "cwd": prepared.cwd,
+    }
+    return ToolResult(text, details)
+
+
+def finished_text(record: ApprovalRecord, session_id: str, result: ToolResult) -> str:
+    details = result.details
+    code = "timeout" if details.get("timedOut") else f"code {details.get('exitCode')}"
+    if details.get("exitCode") is None and not details.get("timedOut") and details.get("exitSignal"):
+        code = f"signal {details.get('exitSignal')}"
+    output = str(details.get("aggregated") or details.get("tail") or "")
+    head = f"Exec finished (gateway id={record.id}, session={session_id}, {code})"
+    tail = compact(output, FOLLOWUP_OUTPUT_CHARS)
+    return f"{head}\n{tail}" if tail else head
