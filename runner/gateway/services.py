@@ -301,7 +301,11 @@ class Services:
         if kind == "resolved":
             self.history_writer.put(encode_entry(decision_line(record.view())))
         elif kind == "ran" and record.run:
-            self.history_writer.put(encode_entry(run_line(record.id, record.run)))
+            # What a run ended as: nobody waits for the line (the caller has its result, and the session's
+            # end is written apart), so it rides with the next batch. A run "starting" goes out at once:
+            # the next gateway links the session it adopts to its approval through that line.
+            final = record.run.get("status") != "starting"
+            self.history_writer.put(encode_entry(run_line(record.id, record.run)), lazy=final)
             if record.run.get("sessionId"):
                 self._linked_sessions().add(str(record.run["sessionId"]))
 
