@@ -256,6 +256,17 @@ class DecisionLog:
             return exact[0]
         return hits[0] if len(hits) == 1 else None
 
+    def decisions_of(self, ids: set[str]) -> dict[str, str]:
+        """The decided status ("deny", "allow-once", "expired", …) of each of `ids` the log holds."""
+        found: dict[str, str] = {}
+        if not ids:
+            return found
+        for entry in self.lines():
+            approval_id = entry.get("id")
+            if entry.get("kind") == "decision" and approval_id in ids:
+                found[str(approval_id)] = str(entry.get("status"))
+        return found
+
     def linked_sessions(self) -> set[str]:
         """Session ids an approval led to (so their ends are worth writing down)."""
         out = set()

@@ -226,7 +226,7 @@ class ApprovalManager:
         # Awaited before a decision is acted upon and before an ask is reported pending: the gateway
         # sets it to its durable writer's barrier (what was decided or asked is on disk first).
         self.barrier: Callable[[], Awaitable[None]] | None = None
-        self.decided_barrier: Callable[[], Awaitable[None]] | None = None  # decision lines only
+        self.decided_barrier: Callable[[ApprovalRecord], Awaitable[None]] | None = None  # its decision
         # Decided approvals, newest last: what became of each (decision history, `approvals.status`).
         self._history: deque[ApprovalRecord] = deque(maxlen=HISTORY_SIZE)
 
@@ -389,7 +389,7 @@ class ApprovalManager:
         """The decision, or None when the request expired; returned once it is recorded on disk."""
         decision = await asyncio.shield(record.future)
         if self.decided_barrier is not None:
-            await self.decided_barrier()
+            await self.decided_barrier(record)
         return decision
 
     async def durable(self) -> None:
