@@ -158,13 +158,8 @@ class PendingFile:
     def append(self, lines: list[bytes], *, report: bool = True) -> None:
         """Append journal lines with one write and one fsync."""
         try:
-            ensure_private_dir(self.path.parent)
-            refuse_symlink(self.journal)
-            created = not self.journal.exists()
             data = (b"\n" if self._torn else b"") + b"".join(line + b"\n" for line in lines)
-            fd = os.open(
-                self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
-            )
+            fd, created = self._open_journal()
             try:
                 self._torn = True
                 view = memoryview(data)
@@ -184,6 +179,20 @@ class PendingFile:
                 raise
             self.problem = f"pending approvals not saved to {self.journal}: {exc}"
             log.error("%s", self.problem)
+
+    def _open_journal(self) -> tuple[int, bool]:
+        """(fd, created). The journal as it is, else made anew in a private dir: the few syscalls matter,
+        each one a GIL hand-off for the writer thread while the loop is busy. O_NOFOLLOW refuses a
+        symlink in the journal's place (ELOOP), as refuse_symlink would."""
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            return os.open(self.journal, flags), False
+        except FileNotFoundError:
+            ensure_private_dir(self.path.parent)
+        try:
+            return os.open(self.journal, flags | os.O_CREAT | os.O_EXCL, FILE_MODE), True
+        except FileExistsError:  # made meanwhile (or a dangling symlink: the open below refuses it)
+            return os.open(self.journal, flags), False
 
     def wants_compaction(self) -> bool:
         return self.journal_bytes > max(COMPACT_MIN_BYTES, 4 * self.snapshot_bytes)

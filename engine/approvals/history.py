@@ -18,6 +18,7 @@ import errno
 import json
 import logging
 import os
+import stat
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ExecHostError
-from engine.statefs import FILE_MODE, StateFileError, ensure_private_dir, refuse_symlink
+from engine.statefs import FILE_MODE, StateFileError, ensure_private_dir
 
 log = logging.getLogger("exechost.history")
 
@@ -146,22 +147,20 @@ class DecisionLog:
             self.problem = None
 
     def _write_line(self, line: bytes) -> None:
-        ensure_private_dir(self.directory)
-        refuse_symlink(self.path)
+        # Few syscalls: each is a GIL hand-off for the writer thread while the loop is busy (issue 19).
+        fd = self._open()
         try:
-            size = os.lstat(self.path).st_size
-        except FileNotFoundError:
-            size = 0
-        if size and size + len(line) + 1 > self.rotate_bytes:
-            self._rotate()
-            size = 0
-        fd = os.open(
-            self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
-        )
-        try:
-            os.fchmod(fd, FILE_MODE)  # a file restored with looser bits is tightened
+            st = os.fstat(fd)
+            if st.st_size and st.st_size + len(line) + 1 > self.rotate_bytes:
+                os.close(fd)
+                fd = -1
+                self._rotate()
+                fd = self._open()
+                st = os.fstat(fd)
+            if stat.S_IMODE(st.st_mode) != FILE_MODE:
+                os.fchmod(fd, FILE_MODE)  # a file restored with looser bits is tightened
             if self._needs_newline is None:
-                self._needs_newline = _ends_torn(self.path, size)
+                self._needs_newline = _ends_torn(self.path, st.st_size)
             data = (b"\n" if self._needs_newline else b"") + line + b"\n"
             view = memoryview(data)
             while view:
@@ -170,7 +169,23 @@ class DecisionLog:
             os.fsync(fd)
             self._needs_newline = False
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
+
+    def _open(self) -> int:
+        """The live log for appending, made (in a private dir) when missing; a symlink in its place is
+        refused (O_NOFOLLOW), never written through."""
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            try:
+                return os.open(self.path, flags)
+            except FileNotFoundError:
+                ensure_private_dir(self.directory)
+            return os.open(self.path, flags | os.O_CREAT, FILE_MODE)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StateFileError(f"refusing to use symlinked path: {self.path}") from None
+            raise
 
     def _rotate(self) -> None:
         """decisions.jsonl → .1 → .2 …; the oldest beyond `keep_files` is dropped."""
@@ -255,6 +270,17 @@ class DecisionLog:
         if exact:
             return exact[0]
         return hits[0] if len(hits) == 1 else None
+
+    def decisions_of(self, ids: set[str]) -> dict[str, str]:
+        """The decided status ("deny", "allow-once", "expired", …) of each of `ids` the log holds."""
+        found: dict[str, str] = {}
+        if not ids:
+            return found
+        for entry in self.lines():
+            approval_id = entry.get("id")
+            if entry.get("kind") == "decision" and approval_id in ids:
+                found[str(approval_id)] = str(entry.get("status"))
+        return found
 
     def linked_sessions(self) -> set[str]:
         """Session ids an approval led to (so their ends are worth writing down)."""

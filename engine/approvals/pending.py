@@ -141,6 +141,8 @@ class ApprovalRecord:
     # allow-always with limits (--for/--uses/this session): a grant instead of a permanent entry.
     grant: GrantLimits | None = None
     future: asyncio.Future[str | None] = field(repr=False, kw_only=True)
+    # request.question(), computed once: the coalescing key is looked up at register and at the decision.
+    question: ApprovalRequest | None = field(default=None, repr=False, compare=False, kw_only=True)
 
     @property
     def cursor(self) -> str:
@@ -197,6 +199,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+
 class ApprovalManager:
     """All pending approvals of one gateway, bound to the running event loop."""
 
@@ -215,6 +218,7 @@ class ApprovalManager:
         # Indexes over _records, so nothing per ask scans every record still in its grace window (a burst
         # of a thousand asks made each one walk a thousand decided records, twice).
         self._open: dict[str, ApprovalRecord] = {}  # not yet decided
+        self._open_per_agent: dict[str, int] = {}  # of them, per agent (the queue cap, without a scan)
         self._maybe_unsettled: dict[str, ApprovalRecord] = {}  # may still need to be on disk
         self._by_request: dict[ApprovalRequest, str] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -222,7 +226,7 @@ class ApprovalManager:
         # Awaited before a decision is acted upon and before an ask is reported pending: the gateway
         # sets it to its durable writer's barrier (what was decided or asked is on disk first).
         self.barrier: Callable[[], Awaitable[None]] | None = None
-        self.decided_barrier: Callable[[], Awaitable[None]] | None = None  # decision lines only
+        self.decided_barrier: Callable[[ApprovalRecord], Awaitable[None]] | None = None  # its decision
         # Decided approvals, newest last: what became of each (decision history, `approvals.status`).
         self._history: deque[ApprovalRecord] = deque(maxlen=HISTORY_SIZE)
 
@@ -265,9 +269,10 @@ class ApprovalManager:
             resume=resume,
             requesters=[request.requester()],
             future=loop.create_future(),
+            question=question,
         )
         self._records[record.id] = record
-        self._open[record.id] = record
+        self._opened(record)
         self._maybe_unsettled[record.id] = record
         self._by_request[question] = record.id
         self._timers[record.id] = loop.call_later(ttl / 1000, self._expire, record.id)
@@ -311,6 +316,7 @@ class ApprovalManager:
             grant_id=grant_id,
             run=run,
             future=loop.create_future(),
+            question=request.question(),
         )
         self._records[record.id] = record
         self._maybe_unsettled[record.id] = record
@@ -319,8 +325,8 @@ class ApprovalManager:
             record.future.set_result(decision)
             self._history.append(record)
             return record
-        self._open[record.id] = record
-        self._by_request[request] = record.id
+        self._opened(record)
+        self._by_request[record.question or request] = record.id
         delay = max(0.0, (expires_at_ms - _now_ms()) / 1000)
         self._timers[record.id] = loop.call_later(delay, self._expire, record.id)
         self._notify("requested", record)
@@ -341,9 +347,24 @@ class ApprovalManager:
                 del self._maybe_unsettled[record.id]
         return keep
 
+    def _opened(self, record: ApprovalRecord) -> None:
+        self._open[record.id] = record
+        agent = record.request.agent_id
+        self._open_per_agent[agent] = self._open_per_agent.get(agent, 0) + 1
+
+    def _closed(self, record: ApprovalRecord) -> None:
+        if self._open.pop(record.id, None) is None:
+            return
+        agent = record.request.agent_id
+        left = self._open_per_agent.get(agent, 0) - 1
+        if left > 0:
+            self._open_per_agent[agent] = left
+        else:
+            self._open_per_agent.pop(agent, None)
+
     def _check_room(self, agent_id: str) -> None:
-        pending = self._open.values()
-        mine = sum(1 for r in pending if r.request.agent_id == agent_id)
+        pending = self._open
+        mine = self._open_per_agent.get(agent_id, 0)
         if mine >= self.max_per_agent:
             raise ApprovalError(
                 "APPROVAL_QUEUE_FULL",
@@ -368,7 +389,7 @@ class ApprovalManager:
         """The decision, or None when the request expired; returned once it is recorded on disk."""
         decision = await asyncio.shield(record.future)
         if self.decided_barrier is not None:
-            await self.decided_barrier()
+            await self.decided_barrier(record)
         return decision
 
     async def durable(self) -> None:
@@ -441,13 +462,14 @@ class ApprovalManager:
         record.decision = decision
         record.resolved_by = resolved_by
         record.resolved_at_ms = _now_ms()
-        self._open.pop(record.id, None)
+        self._closed(record)
         self._history.append(record)
         timer = self._timers.pop(record.id, None)
         if timer is not None:
             timer.cancel()
-        if self._by_request.get(record.request.question()) == record.id:
-            del self._by_request[record.request.question()]
+        question = record.question or record.request.question()
+        if self._by_request.get(question) == record.id:
+            del self._by_request[question]
         if not record.future.done():
             record.future.set_result(decision)
         loop = asyncio.get_running_loop()

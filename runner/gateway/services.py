@@ -15,7 +15,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.approvals.durable import PENDING_NAME, PendingFile
+from engine.approvals.durable import PENDING_NAME, PendingFile, StoredAsk
 from engine.approvals.grants import GrantStore
 from engine.approvals.groupwrite import GroupWriter
 from engine.approvals.history import (
@@ -64,6 +64,8 @@ class Host(Protocol):
 
 
 log = logging.getLogger("exechost.gateway")
+
+APPROVED = ("allow-once", "allow-always")
 
 
 class Services:
@@ -201,7 +203,7 @@ class Services:
             self.adopted = [s.id for s in adopted]
             if adopted:
                 log.info("adopted %d session(s) from %s", len(adopted), self.holders.directory)
-        restored = restore_asks(self.exec_tool, self.pending_file.load())
+        restored = restore_asks(self.exec_tool, self.restorable_asks())
         if restored:
             log.info("restored %d pending approval(s) from %s", len(restored), self.pending_file.path)
         self.pending_file.save(self.approvals.records())
@@ -302,16 +304,38 @@ class Services:
         if kind == "resolved":
             self.history_writer.put(encode_entry(decision_line(record.view())))
         elif kind == "ran" and record.run:
-            self.history_writer.put(encode_entry(run_line(record.id, record.run)))
+            # What a run ended as: nobody waits for the line (the caller has its result, and the session's
+            # end is written apart), so it rides with the next batch. A run "starting" goes out at once:
+            # the next gateway links the session it adopts to its approval through that line.
+            final = record.run.get("status") != "starting"
+            self.history_writer.put(encode_entry(run_line(record.id, record.run)), lazy=final)
             if record.run.get("sessionId"):
                 self._linked_sessions().add(str(record.run["sessionId"]))
 
-    async def _decided_barrier(self) -> None:
-        """A decision is acted upon once its history line and the pending journal both hold it: a deny
-        the agent was told of must not come back after a crash as an ask still waiting. Both writers
-        were started when the decision was queued, so this waits for the slower of the two, not both."""
+    async def _decided_barrier(self, record: ApprovalRecord) -> None:
+        """A decision is acted upon once it is on disk. A deny (or an expiry) needs only its history line:
+        a restart settles an ask the journal still holds as waiting when the history decided it so
+        (`restorable_asks`), so it never comes back. The journal's own line follows without being
+        waited for; it was queued with the history's, and often waits behind the ask's own append.
+        An approval needs the journal too: what the next gateway runs comes from there."""
         await self.history_writer.barrier()
-        await self.pending_writer.barrier()
+        if record.decision in APPROVED:
+            await self.pending_writer.barrier()
+
+    def restorable_asks(self) -> list[StoredAsk]:
+        """The asks on disk the next gateway takes up: those the journal holds, less the ones whose
+        deny or expiry only the decision history recorded (a crash before the journal's line)."""
+        asks = self.pending_file.load()
+        waiting = {ask.id for ask in asks if ask.decision is None}
+        try:
+            decided = self.history.decisions_of(waiting)
+        except OSError as exc:  # unreadable history: every ask comes back (asked again, never run)
+            log.error("decision history not read for the pending asks: %s", exc)
+            decided = {}
+        settled = {i for i, status in decided.items() if status in ("deny", "expired")}
+        if settled:
+            log.info("%d pending ask(s) were decided before the crash (history); not restored", len(settled))
+        return [ask for ask in asks if ask.id not in settled]
 
     def _write_history_lines(self, lines: list[bytes]) -> None:
         """A write that fails (full disk) is logged and shown in `status` and `approvals history`, and

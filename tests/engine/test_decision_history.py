@@ -78,3 +78,13 @@ def test_a_symlinked_log_is_refused(tmp_path: Path) -> None:
         log.record_decision(_view(1))
     assert log.problem is not None and "symlink" in log.problem
     assert target.read_text() == "keep\n"
+
+
+def test_a_log_restored_with_looser_bits_is_tightened_by_the_next_append(tmp_path: Path) -> None:
+    log = DecisionLog(tmp_path / "history")
+    log.record_decision(_view(1))
+    path = tmp_path / "history" / LOG_NAME
+    os.chmod(path, 0o644)
+    log.record_decision(_view(2))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert [r.id for r in log.entries()] == [_view(2)["id"], _view(1)["id"]]

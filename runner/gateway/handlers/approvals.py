@@ -103,6 +103,8 @@ async def status(services: Services, conn: Connection, params: dict[str, Any]) -
     An agent sees only its own agent's approvals; the operator sees any."""
     wanted = req_str(params, "approvalId")
     caller = agent_id(params, conn)  # an agent's own; a request naming another agent is refused
+    # What it reports is on disk first: a run line still queued (engine.approvals.groupwrite) is written.
+    await services.history_writer.barrier()
     record = services.approvals.lookup(wanted)
     view: dict[str, Any] | None = record.view() if record is not None else None
     if view is None:  # decided before this gateway started: the decision log still knows it
@@ -130,6 +132,7 @@ async def history(services: Services, conn: Connection, params: dict[str, Any]) 
     """Decided approvals, newest first, one page at a time (`cursor` = how many to skip), read from the
     on-disk decision log; a run's session status is looked up now, not as it was when it started."""
     require_operator(conn, "approvals.history")
+    await services.history_writer.barrier()  # lines still queued (what a run led to) are read too
     entries = await asyncio.to_thread(services.history.entries, opt_str(params, "agentId"))
     rows = [current_run(services, entry.view()) for entry in entries]
     skip = params.get("cursor")

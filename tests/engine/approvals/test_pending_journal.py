@@ -87,3 +87,23 @@ async def test_compaction_empties_the_journal(tmp_path: Path) -> None:
     assert _ids(pending) == [a.id]
     await asyncio.sleep(0)
     manager.close()
+
+
+async def test_the_journal_is_made_in_a_private_dir_and_a_symlink_in_its_place_is_refused(
+    tmp_path: Path,
+) -> None:
+    manager = ApprovalManager()
+    state = tmp_path / "state"
+    pending = PendingFile(state / "pending-approvals.json")
+    a = _ask(manager, "echo a")
+    pending.append([pending.entry(a)])  # no state dir yet: made 0700, the journal 0600
+    assert (state.stat().st_mode & 0o777, pending.journal.stat().st_mode & 0o777) == (0o700, 0o600)
+    assert _ids(pending) == [a.id] and pending.problem is None
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    pending.journal.unlink()
+    pending.journal.symlink_to(victim)
+    pending.append([pending.entry(_ask(manager, "echo b"))])
+    assert victim.read_text() == "mine\n"  # nothing written through the link
+    assert pending.problem is not None and "not saved" in pending.problem
+    manager.close()
