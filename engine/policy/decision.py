@@ -26,6 +26,7 @@ from engine.commands.allowlist import (
 )
 from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command
 from engine.commands.content import ContentBinding, bind
+from engine.commands.hostenv import own_environ
 from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet
 from engine.config.model import Config
 from engine.policy.precedence import (
@@ -181,7 +182,7 @@ def evaluate(
         )
 
     exec_cfg = config.exec_for(agent_id)
-    run_env = dict(os.environ if env is None else env)
+    run_env = own_environ() if env is None else dict(env)
     warnings: list[str] = []
     if not analysis.ok and "heredoc" in (analysis.reason or "") and not policy.sandboxed:
         warnings.append(HEREDOC_WARNING)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from engine.commands.hostenv import (
     PATH_MESSAGE,
     PATH_PREPEND_NODE_WARNING,
     apply_path_prepend,
+    own_environ,
     sanitize_host_env,
 )
 from engine.results import ToolError
@@ -201,3 +203,40 @@ def test_the_kept_answer_for_our_own_env_follows_every_change(monkeypatch: pytes
     # What a caller does to its copy never reaches the kept answer.
     again.env["MUTATED"] = "x"
     assert "MUTATED" not in sanitize_host_env(os.environ, None).env
+
+
+def test_the_kept_copy_of_our_environ_follows_every_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """own_environ (every policy decision's env) is decoded once and kept (issue 19): a new, changed or
+    removed variable gives the new answer, and a caller's changes to its copy never reach the kept one."""
+    first = own_environ()
+    assert first == dict(os.environ)
+    monkeypatch.setenv("EXECHOST_TEST_KEPT", "one")
+    assert own_environ()["EXECHOST_TEST_KEPT"] == "one"
+    monkeypatch.setenv("EXECHOST_TEST_KEPT", "two")
+    assert own_environ()["EXECHOST_TEST_KEPT"] == "two"
+    monkeypatch.delenv("EXECHOST_TEST_KEPT")
+    copy = own_environ()
+    assert copy == first
+    copy["MUTATED"] = "x"
+    assert "MUTATED" not in own_environ()
+
+
+def test_a_decision_follows_a_changed_path_in_our_environ(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A decision without an explicit env resolves against this process's PATH as it is now, not as it
+    was when the kept copy was made."""
+    from engine.config.loader import load_config_text
+    from engine.policy.decision import evaluate
+
+    config = load_config_text('[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\n')
+    paths = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        tool = tmp_path / name / "eh-kept-tool"
+        tool.write_text("#!/bin/sh\n")
+        tool.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{tmp_path / name}:/usr/bin:/bin")
+        d = evaluate("eh-kept-tool", config=config, cwd=str(tmp_path))
+        paths.append(d.segments[0]["resolvedPath"])
+    assert paths == [str(tmp_path / "a" / "eh-kept-tool"), str(tmp_path / "b" / "eh-kept-tool")]
