@@ -53,11 +53,6 @@ class Connection:
         self.dropped_events = 0
         self.shed_output: dict[str, Any] = {}
         self._queued_bytes = 0
-        # Frames for this client from one loop turn, written with one syscall when the turn ends: every
-        # write wakes the client, and a send to a woken peer is the dearest call per frame (an ask sends
-        # its approver two frames in one turn; a burst, hundreds).
-        self._corked: list[bytes] = []
-        self._corked_bytes = 0
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_FRAMES)
         self._finishing = False
         self._sender = asyncio.get_running_loop().create_task(self._send_loop())
@@ -103,28 +98,16 @@ class Connection:
                 Response(id=frame.id, ok=False, error={"code": "too_large", "message": str(exc)})
             )
         if self._queue.empty() and not self._finishing and self._transport_room():
-            # Nothing waits ahead of this frame: hand it to the transport at the end of this loop turn
-            # (with the turn's other frames) rather than waking the sender task for it.
-            if not self._corked:
-                asyncio.get_running_loop().call_soon(self._uncork)
-            self._corked.append(data)
-            self._corked_bytes += len(data)
+            # Nothing waits ahead of this frame: hand it to the transport now (it sends at once or buffers)
+            # rather than waking the sender task for it, a loop iteration per frame on every request.
+            self.writer.write(data)
             return
-        self._uncork()  # what was corked goes first: frames leave in the order they were sent
         try:
             self._queue.put_nowait(data)
             self._queued_bytes += len(data)
         except asyncio.QueueFull:
             log.warning("client %s (pid %s) is not reading; closing its connection", self.name, self.peer_pid)
             self.abort()
-
-    def _uncork(self) -> None:
-        if not self._corked or self.closed:
-            return
-        data = self._corked[0] if len(self._corked) == 1 else b"".join(self._corked)
-        self._corked = []
-        self._corked_bytes = 0
-        self.writer.write(data)
 
     async def _send_loop(self) -> None:
         try:
@@ -144,13 +127,11 @@ class Connection:
 
     def _transport_room(self) -> bool:
         """The socket's own buffer is not backed up (past this the sender waits for the client)."""
-        return self.writer.transport.get_write_buffer_size() + self._corked_bytes <= TRANSPORT_BUFFER_BYTES
+        return self.writer.transport.get_write_buffer_size() <= TRANSPORT_BUFFER_BYTES
 
     def abort(self) -> None:
         if self.closed:
             return
-        if not self._queue.full():
-            self._uncork()  # a graceful close still delivers what this turn sent
         self.closed = True
         self.writer.transport.abort() if self._queue.full() else self.writer.close()
         self._on_close(self)
@@ -158,7 +139,6 @@ class Connection:
     async def finish(self) -> None:
         """Flush what is queued, then close."""
         self._finishing = True
-        self._uncork()
         if not self.closed:
             with contextlib.suppress(asyncio.QueueFull):
                 self._queue.put_nowait(None)

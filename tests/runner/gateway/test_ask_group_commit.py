@@ -1,6 +1,5 @@
 """Issue 19 (approval round trip): asks arriving together share one journal fsync, none is told "waiting"
-before it is on disk; a run's outcome line rides with the next history batch yet is never reported unsaved;
-frames for one client from one loop turn leave in one write, in order."""
+before it is on disk; a run's outcome line rides with the next history batch yet is never reported unsaved."""
 
 from __future__ import annotations
 
@@ -14,9 +13,7 @@ import pytest
 
 from engine.approvals import groupwrite
 from engine.approvals.groupwrite import GroupWriter
-from engine.protocol.frames import Event, Hello, Response
 from engine.tools.exec import ExecContext
-from runner.gateway.connection import Connection
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 from tests.helpers.pending import stored_asks
 
@@ -152,43 +149,3 @@ async def test_approvals_status_reports_a_run_only_once_its_line_is_on_disk(stat
         assert on_disk[approval_id].view()["run"]["status"] == "denied"  # what it reported was saved
         await agent.close()
         await operator.close()
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def abort(self) -> None:
-        pass
-
-
-class _Writer:
-    def __init__(self) -> None:
-        self.transport = _Transport()
-
-    def write(self, data: bytes) -> None:
-        self.transport.writes.append(bytes(data))
-
-    def close(self) -> None:
-        pass
-
-    async def drain(self) -> None:
-        pass
-
-
-async def test_frames_of_one_turn_leave_in_one_write_in_order() -> None:
-    writer = _Writer()
-    conn = Connection(writer, Hello(token="t"), 0, lambda c: None)  # type: ignore[arg-type]
-    conn.send(Event(event="approval.resolved", data={"id": "a"}))
-    conn.send(Response(id="1", ok=True, result={"n": 1}))
-    assert writer.transport.writes == []  # held until the turn ends
-    await asyncio.sleep(0)
-    assert len(writer.transport.writes) == 1
-    text = writer.transport.writes[0].decode()
-    assert text.index("approval.resolved") < text.index('"n":1') and text.count("\n") == 2
-    conn.send(Event(event="approval.requested", data={"id": "b"}))
-    await conn.finish()  # a close delivers what the turn sent
-    assert b"approval.requested" in writer.transport.writes[-1]
