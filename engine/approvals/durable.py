@@ -78,6 +78,8 @@ class StoredAsk:
     grant: dict[str, Any] | None = None
     grant_id: str | None = None
     run: dict[str, Any] | None = None  # {"status": "starting", "sessionId": …}: it may be running already
+    # The requesters coalesced into it after the first, each with its own resume data and run.
+    joined: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @classmethod
     def of(cls, record: ApprovalRecord) -> StoredAsk:
@@ -97,6 +99,7 @@ class StoredAsk:
             grant=record.grant.to_json() if record.grant else None,
             grant_id=record.grant_id,
             run=record.run,
+            joined=[dict(entry) for entry in record.joined],
         )
 
     def to_json(self) -> dict[str, Any]:

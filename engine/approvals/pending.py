@@ -138,11 +138,23 @@ class ApprovalRecord:
     # What the next gateway needs to run this ask as approved after a crash (engine.approvals.durable):
     # the call's params, the caller, and what was approved. None: an ask that cannot outlive its gateway.
     resume: dict[str, Any] | None = field(default=None, repr=False)
+    # Each later requester coalesced into this ask (another session asking the same question): its own
+    # resume data and its own run, {"sessionKey", "nodeApprovalId", "resume", "run"}, so a crash loses
+    # none of the runs one decision promised. `resume` and `run` above are the first requester's.
+    joined: list[dict[str, Any]] = field(default_factory=list, repr=False)
     # allow-always with limits (--for/--uses/this session): a grant instead of a permanent entry.
     grant: GrantLimits | None = None
     future: asyncio.Future[str | None] = field(repr=False, kw_only=True)
     # request.question(), computed once: the coalescing key is looked up at register and at the decision.
     question: ApprovalRequest | None = field(default=None, repr=False, compare=False, kw_only=True)
+
+    def slot(self, session_key: str | None, node_approval_id: str | None = None) -> dict[str, Any] | None:
+        """The joined requester's entry for this caller, or None for the first requester (whose resume
+        data and run are the record's own)."""
+        for entry in self.joined:
+            if (entry.get("sessionKey"), entry.get("nodeApprovalId")) == (session_key, node_approval_id):
+                return entry
+        return None
 
     @property
     def cursor(self) -> str:
@@ -186,8 +198,10 @@ def unsettled(record: ApprovalRecord) -> bool:
         return True
     if record.decision not in ("allow-once", "allow-always"):
         return False
-    # Not run yet, or said to be starting (the next gateway finds out which: engine.tools.resume).
-    return record.run is None or record.run.get("status") == "starting"
+    # Not run yet, or said to be starting (the next gateway finds out which: engine.tools.resume), for the
+    # first requester or any that joined.
+    runs = [record.run, *(entry.get("run") for entry in record.joined)]
+    return any(run is None or run.get("status") == "starting" for run in runs)
 
 
 Listener = Callable[[str, ApprovalRecord], None]
@@ -255,6 +269,15 @@ class ApprovalManager:
                 new = all((r["sessionKey"], r["nodeApprovalId"]) != who for r in existing.requesters)
                 if new:
                     existing.requesters.append(request.requester())
+                    if resume is not None and existing.resume is not None:
+                        existing.joined.append(
+                            {
+                                "sessionKey": request.session_key,
+                                "nodeApprovalId": request.node_approval_id,
+                                "resume": resume,
+                                "run": None,
+                            }
+                        )
                 self._notify("updated", existing)
                 return existing, new
         self._check_room(request.agent_id)
@@ -297,6 +320,7 @@ class ApprovalManager:
         grant: GrantLimits | None = None,
         grant_id: str | None = None,
         run: dict[str, Any] | None = None,
+        joined: list[dict[str, Any]] | None = None,
     ) -> ApprovalRecord:
         """An ask the previous gateway left (same id, same expiry). Still waiting: it is pending again
         and expires when it would have (at once if that moment passed while no gateway ran). Already
@@ -315,6 +339,7 @@ class ApprovalManager:
             grant=grant,
             grant_id=grant_id,
             run=run,
+            joined=[dict(entry) for entry in joined or [] if isinstance(entry, dict)],
             future=loop.create_future(),
             question=request.question(),
         )
@@ -481,9 +506,15 @@ class ApprovalManager:
         self._records.pop(approval_id, None)
         self._maybe_unsettled.pop(approval_id, None)
 
-    def note_run(self, record: ApprovalRecord, run: dict[str, Any]) -> None:
-        """Link the run an approval led to (session id, status): `approvals.status` and history show it."""
-        record.run = run
+    def note_run(
+        self, record: ApprovalRecord, run: dict[str, Any], slot: dict[str, Any] | None = None
+    ) -> None:
+        """Link the run an approval led to (session id, status): `approvals.status` and history show it.
+        `slot`: a joined requester's run (ApprovalRecord.slot), kept with its entry and on disk."""
+        if slot is not None:
+            slot["run"] = run
+        else:
+            record.run = run
         self._notify("ran", record)
 
     def consume_allow_once(

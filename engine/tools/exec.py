@@ -394,28 +394,32 @@ class ExecTool:
         if verdict is None:
             return None
         allowed, reason, command = verdict
+        slot = record.slot(ctx.session_key)
         if not allowed:
             denied = denied_result(record, prepared, reason)
-            note_run(self.approvals, record, denied)
+            note_run(self.approvals, record, denied, slot=slot)
             return denied
-        session_id = await self._starting(record, prepared)
+        session_id = await self._starting(record, prepared, slot)
         try:
             result = await self._run(prepared, params, ctx, command, session_id=session_id)
         except StaleContent as exc:
             denied = denied_result(record, prepared, f"approval-stale: {exc}")
-            note_run(self.approvals, record, denied)
+            note_run(self.approvals, record, denied, slot=slot)
             return denied
-        note_run(self.approvals, record, result)
+        note_run(self.approvals, record, result, slot=slot)
         return result
 
-    async def _starting(self, record: ApprovalRecord, prepared: Prepared) -> str:
+    async def _starting(
+        self, record: ApprovalRecord, prepared: Prepared, slot: dict[str, Any] | None = None
+    ) -> str:
         """Say on disk which session this approval's run starts as, before it starts: a gateway that dies
         mid-run must not leave an "approved, not yet run" ask for the next one to run a second time (the
-        first copy is adopted under that id: engine.tools.resume). The real outcome replaces it."""
+        first copy is adopted under that id: engine.tools.resume). The real outcome replaces it. `slot`:
+        the run is a joined requester's (ApprovalRecord.slot), kept with its entry."""
         session_id = self.sessions.new_id()
-        if record.run is None:
+        if (record.run if slot is None else slot.get("run")) is None:
             run = {"sessionId": session_id, "status": "starting", "host": prepared.host}
-            self.approvals.note_run(record, run)
+            self.approvals.note_run(record, run, slot)
         await self.approvals.durable()
         return session_id
 
@@ -498,17 +502,19 @@ class ExecTool:
             if verdict is None:
                 return
             allowed, reason, command = verdict
+            slot = record.slot(ctx.session_key)
             if not allowed:
                 denied = denied_result(record, prepared, reason)
-                note_run(self.approvals, record, denied)  # what it led to: a caller that reconnects reads it
+                # What it led to: a caller that reconnects reads it.
+                note_run(self.approvals, record, denied, slot=slot)
                 self._emit(ctx, denied.text)
                 return
             try:
-                session_id = await self._starting(record, prepared)
+                session_id = await self._starting(record, prepared, slot)
                 result = await self._run(prepared, params, ctx, command, detached=True, session_id=session_id)
             except StaleContent as exc:
                 denied = denied_result(record, prepared, f"approval-stale: {exc}")
-                note_run(self.approvals, record, denied)
+                note_run(self.approvals, record, denied, slot=slot)
                 self._emit(ctx, denied.text)
                 return
             except (ToolError, OSError) as exc:
@@ -516,10 +522,10 @@ class ExecTool:
                 self._emit(ctx, f"Exec denied (gateway id={record.id}, spawn-failed): {prepared.command}")
                 return
             sid = str(result.details.get("sessionId", ""))
-            note_run(self.approvals, record, result)
+            note_run(self.approvals, record, result, slot=slot)
             if result.details.get("status") == "running" and self._wait_session is not None:
                 result = await self._wait_session(sid, ctx.scope_key)
-                note_run(self.approvals, record, result, session_id=sid)
+                note_run(self.approvals, record, result, session_id=sid, slot=slot)
             self._emit(ctx, finished_text(record, sid, result))
         except asyncio.CancelledError:
             raise

@@ -63,9 +63,14 @@ def agent_reason(value: Any) -> str | None:
 
 
 def note_run(
-    approvals: ApprovalManager, record: ApprovalRecord, result: ToolResult, session_id: str | None = None
+    approvals: ApprovalManager,
+    record: ApprovalRecord,
+    result: ToolResult,
+    session_id: str | None = None,
+    slot: dict[str, Any] | None = None,
 ) -> None:
-    """Link the run to its approval: `approvals.status` and the decision history report it."""
+    """Link the run to its approval (`slot`: a joined requester's): `approvals.status` and the decision
+    history report it."""
     d = result.details
     approvals.note_run(
         record,
@@ -76,6 +81,7 @@ def note_run(
             "tail": compact(str(d.get("aggregated") or d.get("tail") or ""), FOLLOWUP_OUTPUT_CHARS),
             **({"reason": d["reason"]} if d.get("reason") else {}),
         },
+        slot,
     )
 
 

@@ -47,15 +47,21 @@ def restore_asks(tool: ExecTool, asks: list[StoredAsk]) -> list[ApprovalRecord]:
             grant=GrantLimits.from_json(ask.grant),
             grant_id=ask.grant_id,
             run=ask.run,
+            joined=ask.joined,
         )
         tool._spawn(resume_ask(tool, record))
+        for slot in record.joined:  # every requester coalesced into it was promised its own run
+            tool._spawn(resume_ask(tool, record, slot))
         restored.append(record)
     return restored
 
 
-def stale_reason(tool: ExecTool, record: ApprovalRecord, prepared: Any) -> str | None:
-    """Why the call prepared now is not what was approved, else None."""
-    resume = record.resume or {}
+def stale_reason(
+    tool: ExecTool, record: ApprovalRecord, prepared: Any, resume: dict[str, Any] | None = None
+) -> str | None:
+    """Why the call prepared now is not what was approved (`resume`: the requester's, by default the
+    first's), else None."""
+    resume = (record.resume if resume is None else resume) or {}
     request = record.request
     # What the operator was shown (the request) must be what this call prepares: a file edited while
     # no gateway ran cannot show one command and run another.
@@ -80,8 +86,9 @@ def stale_reason(tool: ExecTool, record: ApprovalRecord, prepared: Any) -> str |
     return None
 
 
-async def resume_ask(tool: ExecTool, record: ApprovalRecord) -> None:
-    resume = record.resume or {}
+async def resume_ask(tool: ExecTool, record: ApprovalRecord, slot: dict[str, Any] | None = None) -> None:
+    """One requester's run of a restored ask: the first requester's, or a joined one's (`slot`)."""
+    resume = (record.resume if slot is None else slot.get("resume")) or {}
     params = dict(resume.get("params") or {})
     ctx = ExecContext(
         agent_id=str(resume.get("agentId") or "main"),
@@ -90,14 +97,20 @@ async def resume_ask(tool: ExecTool, record: ApprovalRecord) -> None:
     )
     decision = await tool.approvals.wait(record)
     command = str(params.get("command") or record.request.command)
-    if record.run is not None and record.run.get("status") == "starting":
-        if not _never_started(tool, record, ctx, command):
+    run = record.run if slot is None else slot.get("run")
+    if run is not None and run.get("status") != "starting":
+        return  # this requester's run is over (the ask stays on disk for another requester's)
+    if run is not None:
+        if not _never_started(tool, record, ctx, command, run, slot):
             return  # it ran (adopted) or may have: never a second copy
-        record.run = None  # it never started: run it now, as approved
+        if slot is None:
+            record.run = None  # it never started: run it now, as approved
+        else:
+            slot["run"] = None
     if decision == "deny":
         text = f"Exec denied (gateway id={record.id}, user-denied): {command}"
         tool._emit(ctx, text + (f"\nReason: {record.reason}" if record.reason else ""))
-        tool.approvals.note_run(record, _denied("user-denied"))
+        tool.approvals.note_run(record, _denied("user-denied"), slot)
         return
     problem: str | None
     try:
@@ -105,30 +118,36 @@ async def resume_ask(tool: ExecTool, record: ApprovalRecord) -> None:
     except ToolError as exc:
         prepared, problem = None, str(exc)
     else:
-        problem = stale_reason(tool, record, prepared)
+        problem = stale_reason(tool, record, prepared, resume)
     if problem is not None or prepared is None:
         tool._emit(ctx, f"Exec denied (gateway id={record.id}, approval-stale: {problem}): {command}")
-        tool.approvals.note_run(record, _denied(f"approval-stale: {problem}"))
+        tool.approvals.note_run(record, _denied(f"approval-stale: {problem}"), slot)
         return
     await tool._detached(record, prepared, params, ctx)
 
 
-def _never_started(tool: ExecTool, record: ApprovalRecord, ctx: ExecContext, command: str) -> bool:
+def _never_started(
+    tool: ExecTool,
+    record: ApprovalRecord,
+    ctx: ExecContext,
+    command: str,
+    run: dict[str, Any],
+    slot: dict[str, Any] | None,
+) -> bool:
     """The run the last gateway was starting: True only when it certainly never started (a gateway-host
     session whose holder files were never written), so running it now runs it once. Adopted, it is
     linked to this approval; unknowable, it is reported and never run again."""
-    run = record.run or {}
     sid = str(run.get("sessionId") or "")
     session = tool.sessions.get(sid) if sid else None
     if session is not None:
         linked = {"sessionId": sid, "status": session.status, "exitCode": None, "tail": ""}
-        tool.approvals.note_run(record, linked)  # its end reaches the history as a linked session's
+        tool.approvals.note_run(record, linked, slot)  # its end reaches the history as a linked session's
         return False
     if run.get("host") == "gateway" and sid and tool.sessions.never_started(sid):
         return True
     reason = "the gateway stopped while starting it; whether it ran is unknown, so it is not run again"
     tool._emit(ctx, f"Exec failed (gateway id={record.id}): {reason}: {command}")
-    tool.approvals.note_run(record, {**_denied(reason), "status": "failed", "sessionId": sid or None})
+    tool.approvals.note_run(record, {**_denied(reason), "status": "failed", "sessionId": sid or None}, slot)
     return False
 
 

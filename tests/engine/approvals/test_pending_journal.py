@@ -107,3 +107,32 @@ async def test_the_journal_is_made_in_a_private_dir_and_a_symlink_in_its_place_i
     assert victim.read_text() == "mine\n"  # nothing written through the link
     assert pending.problem is not None and "not saved" in pending.problem
     manager.close()
+
+
+async def test_each_coalesced_requester_keeps_its_own_run_on_disk(tmp_path: Path) -> None:
+    """A second session asking the same question joins the ask with its own resume data and run: the ask
+    stays on disk until every requester's run has started, and a load gives each back."""
+    manager = ApprovalManager()
+    pending = PendingFile(tmp_path / "pending-approvals.json")
+    first, _ = manager.register(
+        ApprovalRequest(command="echo x", cwd="/tmp", session_key="k1"), resume={"params": {"s": "k1"}}
+    )
+    joined, new = manager.register(
+        ApprovalRequest(command="echo x", cwd="/tmp", session_key="k2"), resume={"params": {"s": "k2"}}
+    )
+    assert joined is first and new
+    slot = first.slot("k2")
+    assert first.slot("k1") is None and slot is not None and slot["resume"] == {"params": {"s": "k2"}}
+    manager.resolve(first.id, "allow-once")
+    manager.note_run(first, {"sessionId": "a", "status": "completed"})  # the first requester's run is over
+    pending.append([pending.entry(first)])
+    [stored] = pending.load()
+    entry = {"sessionKey": "k2", "nodeApprovalId": None, "resume": {"params": {"s": "k2"}}, "run": None}
+    assert stored.joined == [entry]
+    manager.note_run(first, {"sessionId": "b", "status": "starting"}, slot)
+    pending.append([pending.entry(first)])
+    assert [ask.joined[0]["run"]["status"] for ask in pending.load()] == ["starting"]  # may be running
+    manager.note_run(first, {"sessionId": "b", "status": "completed"}, slot)
+    pending.append([pending.entry(first)])
+    assert pending.load() == []  # every requester's run is over: settled
+    manager.close()

@@ -174,3 +174,33 @@ async def test_an_approved_run_that_never_started_runs_once_after_the_crash(stat
         assert log.read_text() == "run\n"
         rows = json.loads(cli(state_dir, "approvals", "history", "--json").stdout)["details"]["approvals"]
         assert [r["run"]["status"] for r in rows if r["id"] == asked["approvalId"]] != ["starting"]
+
+
+async def test_every_session_coalesced_into_an_ask_gets_its_run_after_a_crash(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """Two sessions ask the same question: one ask, two requesters, each promised its own run. After a
+    SIGKILL and an approval under the next gateway, each runs once and each session hears of it."""
+    write_config(state_dir, ALLOWLIST)
+    out = tmp_path / "ran.txt"
+    command = f"echo ran >> {out}"
+    with Daemon(state_dir) as daemon:
+        first = await _ask(state_dir, command, "k1")
+        second = await _ask(state_dir, command, "k2")
+        assert second["approvalId"] == first["approvalId"]  # coalesced
+        daemon.restart()
+        assert cli(state_dir, "approve", first["approvalSlug"], "allow-once").returncode == 0
+
+        async def finished(key: str) -> list[str]:
+            return [t for t in await _events(state_dir, key) if t.startswith("Exec finished")]
+
+        for key in ("k1", "k2"):
+            texts = await wait_until(lambda k=key: finished(k), timeout=30)
+            assert f"gateway id={first['approvalId']}" in texts[0] and "code 0" in texts[0]
+        await wait_until(lambda: stored_asks(state_dir) == [], timeout=10)
+        assert out.read_text() == "ran\nran\n"  # once per session
+        daemon.restart()  # settled: a third gateway runs nothing again
+        listed = cli(state_dir, "approvals", "pending", "--json")
+        assert json.loads(listed.stdout)["details"]["approvals"] == []
+        time.sleep(0.5)
+        assert out.read_text() == "ran\nran\n"
