@@ -73,6 +73,8 @@ async def follow_approval(
                     client = await open_client()
                 # The connection is the agent (issue 18): an agentId is only ever the caller's own.
                 ask = {"approvalId": approval_id, **({"agentId": agent_id} if agent_id else {})}
+                if waiting.get("sessionKey"):  # this caller's own run, when others share the ask
+                    ask["sessionKey"] = str(waiting["sessionKey"])
                 out = await client.request("approvals.status", ask)
             except (GatewayUnavailable, ConnectionError, OSError) as exc:
                 client = None

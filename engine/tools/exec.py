@@ -364,6 +364,8 @@ class ExecTool:
                         "expiresAtMs": record.expires_at_ms,
                         "allowedDecisions": list(record.request.allowed_decisions),
                         "command": record.request.command,
+                        # Whose run to follow when the ask is shared (ApprovalRecord.slot).
+                        "sessionKey": ctx.session_key,
                     }
                 )
             outcome = asyncio.ensure_future(self._decide_and_run(record, prepared, params, ctx, created))

@@ -99,14 +99,19 @@ async def allowlist_remove(services: Services, conn: Connection, params: dict[st
 
 
 async def status(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    """What became of one approval: pending, decided (who, the reason) or expired, and the run it started.
-    An agent sees only its own agent's approvals; the operator sees any."""
+    """What became of one approval: pending, decided (who, the reason) or expired, and the run it started
+    (`sessionKey`: that session's run, when several sessions share the ask). An agent sees only its own
+    agent's approvals; the operator sees any."""
     wanted = req_str(params, "approvalId")
     caller = agent_id(params, conn)  # an agent's own; a request naming another agent is refused
     # What it reports is on disk first: a run line still queued (engine.approvals.groupwrite) is written.
     await services.history_writer.barrier()
     record = services.approvals.lookup(wanted)
     view: dict[str, Any] | None = record.view() if record is not None else None
+    key = params.get("sessionKey")
+    slot = record.slot(key) if record is not None and isinstance(key, str) else None
+    if view is not None and slot is not None:  # a session that joined a shared ask: its own run
+        view = {**view, "run": slot.get("run")}
     if view is None:  # decided before this gateway started: the decision log still knows it
         entry = await asyncio.to_thread(services.history.find, wanted)
         view = entry.view() if entry is not None else None

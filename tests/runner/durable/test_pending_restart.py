@@ -199,6 +199,21 @@ async def test_every_session_coalesced_into_an_ask_gets_its_run_after_a_crash(
             assert f"gateway id={first['approvalId']}" in texts[0] and "code 0" in texts[0]
         await wait_until(lambda: stored_asks(state_dir) == [], timeout=10)
         assert out.read_text() == "ran\nran\n"  # once per session
+        # Each session following the shared ask (approvals.status with its key) sees its own run.
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            runs = [
+                (
+                    await agent.request(
+                        "approvals.status", {"approvalId": first["approvalId"], "sessionKey": k}
+                    )
+                )["details"]["run"]
+                for k in ("k1", "k2")
+            ]
+        finally:
+            await agent.close()
+        assert [r["status"] for r in runs] == ["completed", "completed"]
+        assert runs[0]["sessionId"] != runs[1]["sessionId"]
         daemon.restart()  # settled: a third gateway runs nothing again
         listed = cli(state_dir, "approvals", "pending", "--json")
         assert json.loads(listed.stdout)["details"]["approvals"] == []
