@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from engine.sandbox import supervisor as sv
 from engine.sessions import procs
+from engine.sessions.fdreader import FdReader
 
 
 class InContainer:
@@ -20,7 +21,17 @@ class InContainer:
     _marker: str
     _exit: asyncio.Future[tuple[int | None, str | None]]
     _sent_signal: int | None
+    _stdin_closed: bool
+    _closed: bool
+    _streams: FdReader
     pid: int | None
+
+    @property
+    def stdin_open(self) -> bool:
+        return not self._stdin_closed and not self._closed
+
+    async def read(self) -> tuple[str, bytes] | None:
+        return await self._streams.read()
 
     def signal_group(self, sig: int) -> None:
         if self.pid is None or self._exit.done():

@@ -224,13 +224,6 @@ class SupervisedProcess(InContainer):
                 self._on_done()
 
     # -- ProcessHandle ----------------------------------------------------------------------------
-    @property
-    def stdin_open(self) -> bool:
-        return not self._stdin_closed and not self._closed
-
-    async def read(self) -> tuple[str, bytes] | None:
-        return await self._streams.read()
-
     async def write(self, data: bytes) -> None:
         if not self.stdin_open or self._stdin_fd is None:
             raise BrokenPipeError("stdin is closed")

@@ -115,13 +115,6 @@ class DockerPtyProcess(InContainer):
             self._dir = None
             sv.remove_exec_dir(exec_id, xfd, efd)
 
-    @property
-    def stdin_open(self) -> bool:
-        return not self._stdin_closed and not self._closed
-
-    async def read(self) -> tuple[str, bytes] | None:
-        return await self._streams.read()
-
     async def write(self, data: bytes) -> None:
         if not self.stdin_open or self._sock is None:
             raise BrokenPipeError("stdin is closed")

@@ -32,6 +32,7 @@ from engine.tools.exec_asks import (
     finished_text,
     pending_result,
     resume_data,
+    waiting_data,
 )
 from engine.tools.exec_request import (
     COMMAND_MAX_BYTES,
@@ -357,17 +358,8 @@ class ExecTool:
                 # Telling the caller it waits on this ask is a promise that the ask outlives us: on disk
                 # first (the approvers were told at register; their decision waits for the disk anyway).
                 await self.approvals.durable()
-                ctx.on_waiting(
-                    {
-                        "approvalId": record.id,
-                        "approvalSlug": record.slug,
-                        "expiresAtMs": record.expires_at_ms,
-                        "allowedDecisions": list(record.request.allowed_decisions),
-                        "command": record.request.command,
-                        # Whose run to follow when the ask is shared (ApprovalRecord.slot).
-                        "sessionKey": ctx.session_key,
-                    }
-                )
+                # The session says whose run to follow when the ask is shared (ApprovalRecord.slot).
+                ctx.on_waiting(waiting_data(record) | {"sessionKey": ctx.session_key})
             outcome = asyncio.ensure_future(self._decide_and_run(record, prepared, params, ctx, created))
             try:
                 result = await asyncio.shield(outcome)

@@ -58,20 +58,32 @@ def approved_command(prepared: Prepared) -> str:
     return prepared.decision.pinned_command or prepared.command
 
 
-def pending_result(record: ApprovalRecord, prepared: Prepared) -> ToolResult:
-    req = record.request
-    details = {
-        "status": "approval-pending",
+def waiting_data(record: ApprovalRecord) -> dict[str, Any]:
+    """What `exec.waiting` says (the CLI's `waiting for approval` line, MCP progress)."""
+    return {
         "approvalId": record.id,
         "approvalSlug": record.slug,
         "expiresAtMs": record.expires_at_ms,
-        "allowedDecisions": list(req.allowed_decisions),
+        "allowedDecisions": list(record.request.allowed_decisions),
+        "command": record.request.command,
+    }
+
+
+def pending_details(record: ApprovalRecord, warnings: list[str]) -> dict[str, Any]:
+    """An approval-pending result's details (a node run adds where it runs)."""
+    req = record.request
+    return {
+        "status": "approval-pending",
+        **waiting_data(record),
         "host": req.host,
-        "command": req.command,
         "cwd": req.cwd,
         "nodeId": req.node_id,
-        "warningText": "\n".join(prepared.warnings),
+        "warningText": "\n".join(warnings),
     }
+
+
+def pending_result(record: ApprovalRecord, prepared: Prepared) -> ToolResult:
+    details = pending_details(record, prepared.warnings)
     return ToolResult(approval_pending_text(record, prepared.warnings), details)
 
 

@@ -13,6 +13,7 @@ from engine.approvals.pending import ApprovalRecord
 from engine.nodes.link import NodeLink
 from engine.results import ToolResult
 from engine.sessions.output import sanitize
+from engine.tools import exec_asks
 from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, approval_pending_text
 
 
@@ -40,34 +41,15 @@ class NodeRun:
 
 
 def waiting_data(record: ApprovalRecord) -> dict[str, Any]:
-    """What `exec.waiting` says (the CLI's `waiting for approval` line, MCP progress), as for the gateway."""
-    return {
-        "approvalId": record.id,
-        "approvalSlug": record.slug,
-        "expiresAtMs": record.expires_at_ms,
-        "allowedDecisions": list(record.request.allowed_decisions),
-        "command": record.request.command,
-        "node": record.request.node_id,
-    }
+    """What `exec.waiting` says, as for the gateway, and which node asks."""
+    return exec_asks.waiting_data(record) | {"node": record.request.node_id}
 
 
 def pending_result(record: ApprovalRecord, node: str, sandboxed: bool) -> ToolResult:
     req = record.request
     where = f"sandbox on node {node}" if sandboxed else f"node {node}"
-    details = {
-        "status": "approval-pending",
-        "approvalId": record.id,
-        "approvalSlug": record.slug,
-        "expiresAtMs": record.expires_at_ms,
-        "allowedDecisions": list(req.allowed_decisions),
-        "host": "sandbox" if sandboxed else "node",
-        "node": node,
-        "command": req.command,
-        "cwd": req.cwd,
-        "nodeId": req.node_id,
-        "warningText": "\n".join(req.warnings),
-        "ranOn": where,
-    }
+    details = exec_asks.pending_details(record, list(req.warnings))
+    details |= {"host": "sandbox" if sandboxed else "node", "node": node, "ranOn": where}
     return ToolResult(approval_pending_text(record, list(req.warnings)), details)
 
 
