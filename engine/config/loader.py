@@ -364,6 +364,10 @@ def _build(
 
     _check_docker(check, cfg.sandbox.docker)
     _check_browser(check, sandbox_set.get("browser", {}), ["agents", "defaults", "sandbox", "browser"])
+    _check_rootfs(check, sandbox_set.get("bwrap", {}), ["agents", "defaults", "sandbox", "bwrap"])
+    for agent in cfg.agents.values():
+        agent_parts: PathParts = ["agents", "list", agent.index, "sandbox", "bwrap"]
+        _check_rootfs(check, agent.sandbox.get("bwrap", {}), agent_parts)
     for agent in cfg.agents.values():
         browser_parts: PathParts = ["agents", "list", agent.index, "sandbox", "browser"]
         _check_browser(check, agent.sandbox.get("browser", {}), browser_parts)
@@ -495,6 +499,13 @@ def _check_browser(check: _Checker, values: Mapping[str, Any], parts: PathParts)
             [*parts, "allowHostControl"],
             "exechost never drives a browser on the host; only the sandboxed browser exists (set false)",
         )
+
+
+def _check_rootfs(check: _Checker, bwrap: Mapping[str, Any], parts: PathParts) -> None:
+    """A bubblewrap rootfs is a directory given by absolute path (`~` allowed): mounted read-only as /."""
+    rootfs = bwrap.get("rootfs")
+    if rootfs is not None and not os.path.isabs(os.path.expanduser(rootfs)):
+        raise check.error([*parts, "rootfs"], f"must be an absolute path, got {rootfs!r}")
 
 
 def _exec_config(values: Mapping[str, Any]) -> ExecConfig:

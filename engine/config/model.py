@@ -115,12 +115,14 @@ class PruneConfig:
 
 @dataclass
 class SandboxConfig:
+    backend: str = "docker"  # docker | bwrap (engine.sandbox.bwrap)
     mode: str = "off"
     scope: str = "agent"
     workspace_access: str = "none"
     workspace_root: str = ""  # filled with <state dir>/sandboxes when unset
     node: str | None = None  # sandboxes on this node (its Docker, its runner), not on the gateway's
     docker: DockerConfig = field(default_factory=DockerConfig)
+    bwrap: dict[str, Any] = field(default_factory=dict)  # `rootfs`; an agent's table replaces the global one
     browser: BrowserConfig = field(default_factory=BrowserConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)
 

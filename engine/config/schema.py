@@ -15,6 +15,8 @@ MIB = 1024 * 1024
 SANDBOX_MODES = ("off", "non-main", "all")
 SANDBOX_SCOPES = ("session", "agent", "shared")
 WORKSPACE_ACCESS = ("none", "ro", "rw")
+# What confines a sandbox: a Docker container, or bubblewrap namespaces with no daemon (engine.sandbox.bwrap).
+SANDBOX_BACKENDS = ("docker", "bwrap")
 # The seed's default image: Debian bookworm with the agent's tools, built by `exechost sandbox setup`
 # (mmdebstrap + docker import, no registry). The busybox one (engine/sandbox/Dockerfile) is the fast path.
 DEFAULT_SANDBOX_IMAGE = "openclaw-sandbox:bookworm-slim"
@@ -118,13 +120,9 @@ DOCKER_KEYS: dict[str, Spec | Table] = {
     # Ready containers kept per config (engine.sandbox.pool); 0 turns the pool off. Not in the config hash.
     "pool": Spec("pool", "int", minimum=0, maximum=16),
     # Opt-outs of validate.py's refusals; explicit booleans only, never on by default.
-    "dangerouslyAllowReservedContainerTargets": Spec(
-        "dangerously_allow_reserved_container_targets", "bool"
-    ),
+    "dangerouslyAllowReservedContainerTargets": Spec("dangerously_allow_reserved_container_targets", "bool"),
     "dangerouslyAllowExternalBindSources": Spec("dangerously_allow_external_bind_sources", "bool"),
-    "dangerouslyAllowContainerNamespaceJoin": Spec(
-        "dangerously_allow_container_namespace_join", "bool"
-    ),
+    "dangerouslyAllowContainerNamespaceJoin": Spec("dangerously_allow_container_namespace_join", "bool"),
 }
 PRUNE_KEYS: dict[str, Spec | Table] = {
     "idleHours": Spec("idle_hours", "number", minimum=0),
@@ -146,7 +144,11 @@ BROWSER_KEYS: dict[str, Spec | Table] = {
     "autoStartTimeoutMs": Spec("auto_start_timeout_ms", "int", minimum=1000, maximum=600_000),
     "binds": Spec("binds", "strlist"),
 }
+# `[agents.defaults.sandbox.bwrap]`: the system view a bubblewrap sandbox shows read-only (unset: the host's
+# /usr, /bin, /lib* and a chosen part of /etc; set: every top-level dir of this tree, such as a Debian one).
+BWRAP_KEYS: dict[str, Spec | Table] = {"rootfs": Spec("rootfs", "str")}
 SANDBOX_KEYS: dict[str, Spec | Table] = {
+    "backend": Spec("backend", "enum", SANDBOX_BACKENDS),
     "mode": Spec("mode", "enum", SANDBOX_MODES),
     "scope": Spec("scope", "enum", SANDBOX_SCOPES),
     "workspaceAccess": Spec("workspace_access", "enum", WORKSPACE_ACCESS),
@@ -154,6 +156,7 @@ SANDBOX_KEYS: dict[str, Spec | Table] = {
     # A `[nodes.<name>]` whose Docker engine runs this agent's sandboxes (its node runner creates them).
     "node": Spec("node", "str"),
     "docker": Table("docker", DOCKER_KEYS),
+    "bwrap": Table("bwrap", BWRAP_KEYS),
     "browser": Table("browser", BROWSER_KEYS),
     "prune": Table("prune", PRUNE_KEYS),
 }

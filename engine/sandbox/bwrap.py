@@ -1,0 +1,625 @@
+"""Bubblewrap sandboxes: a scope's namespaces in milliseconds, with no daemon (docs/SECURITY.md "bwrap").
+
+A scope's sandbox is one long-lived `bwrap` running the same busybox supervisor as a Docker container
+(engine.sandbox.supervisor), with the same control dir at /.exechost and scripts at /.exechost-bin, so
+pipes, ready slots, held sessions and kills work exactly as there. Its parent is a small keeper shell in a
+session of its own (not the gateway: the sandbox outlives a gateway restart, as a container does), and
+`--die-with-parent` ties the sandbox to that keeper: removing the sandbox is killing the keeper's group.
+
+What the sandbox sees is built here, once, for the keeper and for `sandbox explain`: a tmpfs root made
+read-only, the system dirs bound read-only (the host's /usr, /bin, /lib* and an allowlisted part of /etc, or
+every top-level dir of a `rootfs` tree), /proc and /dev of its own, size-capped tmpfs for /tmp, /var/tmp and
+/run, the workspace as the only writable host dir, new user/PID/IPC/UTS/net/cgroup namespaces, no
+capabilities, no_new_privs, and a seccomp filter built by libseccomp (never hand-written BPF) refusing what
+Docker's default profile refuses. Limits: rlimits on the keeper (inherited by everything in the sandbox)
+and, where this process may write one, a pids cgroup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import json
+import logging
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from engine import statefs
+from engine.sandbox import supervisor as sv
+from engine.sandbox.docker_ops import ContainerState, SandboxUnavailable
+from engine.sandbox.settings import AGENT_MOUNT, Layout, SandboxSettings, state_id
+from engine.sessions.launcher import LocalLauncher, RunSpec
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    "The bwrap sandbox backend needs bubblewrap, which is not installed: run `sudo apt-get install "
+    'bubblewrap` (or set [agents.defaults.sandbox] backend = "docker").'
+)
+RUNTIME_DIR = "sandbox-bwrap"
+MARKER_ENV = "EXECHOST_BWRAP"  # on the keeper and bwrap's outer process only (the sandbox's env is cleared)
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TMPFS_BYTES = 256 * 1024 * 1024  # each of /tmp, /var/tmp, /run: a full /tmp stops there, not at the host disk
+HOSTNAME = "sandbox"
+# The host's system dirs a sandbox sees read-only (a symlink stays a symlink, as in a merged-/usr Debian).
+HOST_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# What of the host's /etc a program needs to run (names, libraries, certificates, the shell's profile):
+# allowed by name, so shadow, sudoers, ssh keys and whatever else lives there never appear.
+HOST_ETC = (
+    "passwd",
+    "group",
+    "hosts",
+    "host.conf",
+    "nsswitch.conf",
+    "resolv.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "profile",
+    "profile.d",
+    "bash.bashrc",
+    "inputrc",
+    "environment",
+    "shells",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "mime.types",
+    "debian_version",
+    "os-release",
+    "protocols",
+    "services",
+    "magic",
+    "gitconfig",
+    "vim",
+    "terminfo",
+    "python3",
+    "python3.11",
+    "perl",
+)
+# A rootfs tree's top-level dirs that never enter: the sandbox gets its own (or none).
+ROOTFS_SKIP = {"proc", "dev", "sys", "tmp", "run", "home", "root", "mnt", "media", "boot", "lost+found"}
+
+# Docker's default seccomp profile refuses these (moby profiles/seccomp default.json, the calls it leaves
+# out of its allowlist or allows only with CAP_SYS_ADMIN and friends, which a sandbox never has), plus
+# ptrace and process_vm_*: a sandbox has nothing to trace but itself.
+REFUSED_SYSCALLS = (
+    "acct",
+    "add_key",
+    "bpf",
+    "clock_adjtime",
+    "clock_settime",
+    "create_module",
+    "delete_module",
+    "finit_module",
+    "fsconfig",
+    "fsmount",
+    "fsopen",
+    "fspick",
+    "get_kernel_syms",
+    "get_mempolicy",
+    "init_module",
+    "io_uring_enter",
+    "io_uring_register",
+    "io_uring_setup",
+    "ioperm",
+    "iopl",
+    "kcmp",
+    "kexec_file_load",
+    "kexec_load",
+    "keyctl",
+    "lookup_dcookie",
+    "mbind",
+    "mount",
+    "mount_setattr",
+    "move_mount",
+    "move_pages",
+    "name_to_handle_at",
+    "nfsservctl",
+    "open_by_handle_at",
+    "open_tree",
+    "perf_event_open",
+    "pivot_root",
+    "process_vm_readv",
+    "process_vm_writev",
+    "ptrace",
+    "query_module",
+    "quotactl",
+    "quotactl_fd",
+    "reboot",
+    "request_key",
+    "set_mempolicy",
+    "setns",
+    "settimeofday",
+    "swapoff",
+    "swapon",
+    "syslog",
+    "sysfs",
+    "_sysctl",
+    "umount",
+    "umount2",
+    "unshare",
+    "uselib",
+    "userfaultfd",
+    "ustat",
+    "vhangup",
+    "vm86",
+    "vm86old",
+)
+# clone() with any of these makes a namespace: refused, as Docker refuses it without CAP_SYS_ADMIN.
+NAMESPACE_FLAGS = (
+    0x00020000,  # CLONE_NEWNS
+    0x02000000,  # CLONE_NEWCGROUP
+    0x04000000,  # CLONE_NEWUTS
+    0x08000000,  # CLONE_NEWIPC
+    0x10000000,  # CLONE_NEWUSER
+    0x20000000,  # CLONE_NEWPID
+    0x40000000,  # CLONE_NEWNET
+    0x00000080,  # CLONE_NEWTIME
+)
+TIOCSTI = 0x5412
+
+# The keeper: waits until the gateway has set its limits (a line on stdin), then runs bwrap as its child
+# and waits for it. Its group is the sandbox: bwrap is in it, and --die-with-parent ends the rest.
+KEEPER_SH = 'read -r go || exit 0\nexec 0</dev/null\n"$@" &\nwait $!\n'
+
+
+def find_bwrap() -> str:
+    """The bwrap binary; SandboxUnavailable with how to install it when there is none."""
+    found = shutil.which("bwrap") or ("/usr/bin/bwrap" if os.access("/usr/bin/bwrap", os.X_OK) else None)
+    if found is None:
+        raise SandboxUnavailable(INSTALL_HINT)
+    return found
+
+
+# --- seccomp -----------------------------------------------------------------------------------------
+
+
+def _seccomp_module() -> Any:
+    """libseccomp's Python bindings: the `pyseccomp` wheel, else Debian's python3-seccomp."""
+    try:
+        import pyseccomp
+
+        return pyseccomp
+    except ImportError:
+        pass
+    try:
+        import seccomp
+
+        return seccomp
+    except ImportError:
+        raise SandboxUnavailable(
+            "The bwrap sandbox backend needs libseccomp's Python bindings: `pip install pyseccomp` "
+            "(or `apt-get install python3-seccomp`)."
+        ) from None
+
+
+@functools.cache
+def seccomp_program() -> bytes:
+    """The filter as BPF, exported by libseccomp: everything allowed except REFUSED_SYSCALLS (EPERM),
+    clone() making a namespace (EPERM), clone3 (ENOSYS: its flags are out of a filter's reach, and libc
+    falls back to clone), TIOCSTI; another architecture's calls kill the process (libseccomp's default)."""
+    sc = _seccomp_module()
+    filt = sc.SyscallFilter(defaction=sc.ALLOW)
+    eperm = sc.ERRNO(errno.EPERM)
+    for name in REFUSED_SYSCALLS:
+        try:
+            filt.add_rule(eperm, name)
+        except (ValueError, RuntimeError, OSError):  # a call this architecture does not have
+            continue
+    for flag in NAMESPACE_FLAGS:
+        filt.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    filt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    filt.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, TIOCSTI))
+    read_fd, write_fd = os.pipe()
+    try:
+        with os.fdopen(write_fd, "wb") as out:
+            filt.export_bpf(out)
+        with os.fdopen(read_fd, "rb") as src:
+            read_fd = -1
+            return src.read()
+    finally:
+        if read_fd >= 0:
+            os.close(read_fd)
+
+
+def seccomp_fd() -> int:
+    """A memfd holding the filter at offset 0, for `bwrap --seccomp FD` (close it after the spawn)."""
+    fd = os.memfd_create("exechost-seccomp", os.MFD_CLOEXEC)
+    data = seccomp_program()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+# --- the argv ----------------------------------------------------------------------------------------
+
+
+def system_view(rootfs: str | None) -> list[str]:
+    """The read-only system dirs: the host's (and an allowlisted /etc), or every top-level dir of `rootfs`."""
+    args: list[str] = []
+    if rootfs is not None:
+        try:
+            names = sorted(os.listdir(rootfs))
+        except OSError as exc:
+            raise SandboxUnavailable(f"bwrap rootfs {rootfs} cannot be read: {exc.strerror}") from None
+        for name in names:
+            if name in ROOTFS_SKIP:
+                continue
+            path = os.path.join(rootfs, name)
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), f"/{name}"]
+            elif os.path.isdir(path):
+                args += ["--ro-bind", path, f"/{name}"]
+        return args
+    for name in HOST_SYSTEM:
+        path = f"/{name}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    args += ["--dir", "/etc"]
+    for name in HOST_ETC:
+        if os.path.lexists(f"/etc/{name}"):
+            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def _binds(binds: Iterable[str]) -> list[str]:
+    """docker.binds ("src:dst[:ro|rw]", checked by validate.validate_binds) as bwrap binds."""
+    args: list[str] = []
+    for raw in binds:
+        parts = raw.strip().split(":")
+        if len(parts) < 2:
+            continue
+        src, dst = parts[0], parts[1]
+        mode = parts[2] if len(parts) > 2 else "rw"
+        args += ["--ro-bind" if "ro" in mode.split(",") else "--bind", src, dst]
+    return args
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one sandbox is started: bwrap's argv (the seccomp fd named by number) and the keeper's limits."""
+
+    argv: list[str]
+    rlimits: dict[int, tuple[int, int]]
+    pids_limit: int | None
+
+
+def sandbox_env(settings: SandboxSettings, env: Mapping[str, str]) -> dict[str, str]:
+    return {"PATH": DEFAULT_PATH, "HOME": settings.docker.workdir, **env, "OPENCLAW_CLI": "1"}
+
+
+def plan(
+    settings: SandboxSettings,
+    lay: Layout,
+    *,
+    bwrap: str,
+    env: Mapping[str, str],
+    seccomp: int,
+    command: list[str],
+    control: bool = True,
+) -> Plan:
+    """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
+    sandbox); without, a one-shot run (a terminal) in the same view."""
+    d = settings.docker
+    argv = [
+        bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-net",  # egress (a bind-mounted proxy socket) is the next layer: none until then
+        "--unshare-cgroup-try",
+        "--hostname",
+        HOSTNAME,
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        *system_view(settings.bwrap_rootfs),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+    ]
+    for path in d.tmpfs or ("/tmp",):
+        argv += ["--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", path.split(":", 1)[0]]
+    argv += ["--bind", lay.workspace_dir, d.workdir]
+    if lay.agent_mount is not None:
+        argv += ["--ro-bind", lay.agent_mount, AGENT_MOUNT]
+    if control:
+        argv += ["--bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
+    argv += ["--ro-bind", str(sv.bin_dir()), sv.BIN_MOUNT]
+    argv += _binds(d.binds)
+    argv += ["--remount-ro", "/", "--chdir", d.workdir, "--clearenv"]
+    for key, value in sandbox_env(settings, env).items():
+        argv += ["--setenv", key, value]
+    argv += ["--seccomp", str(seccomp), "--", *command]
+    rlimits = {
+        resource.RLIMIT_NOFILE: d.ulimits.get("nofile", (4096, 8192)),
+        resource.RLIMIT_CORE: d.ulimits.get("core", (0, 0)),
+    }
+    if d.pids_limit:
+        rlimits[resource.RLIMIT_NPROC] = (d.pids_limit, d.pids_limit)
+    memory = _bytes(d.memory)
+    if memory:
+        rlimits[resource.RLIMIT_AS] = (memory, memory)
+    return Plan(argv, rlimits, d.pids_limit)
+
+
+PRLIMIT_NAMES = {
+    resource.RLIMIT_NOFILE: "nofile",
+    resource.RLIMIT_CORE: "core",
+    resource.RLIMIT_NPROC: "nproc",
+    resource.RLIMIT_AS: "as",
+}
+
+
+async def terminal(
+    settings: SandboxSettings,
+    lay: Layout,
+    env: Mapping[str, str],
+    has_busybox: bool,
+    session_host: Any,
+    spec: RunSpec,
+    script: str,
+    marker: str,
+) -> Any:
+    """A PTY command: a one-shot bwrap of the scope's view (workspace, system, limits, seccomp; its own
+    /tmp and PID namespace), run like a gateway-host terminal (the session host's child, so it outlives a
+    gateway restart and ends with its sandbox's parent). The container's `docker exec -t`, for bwrap."""
+    exe = find_bwrap()
+    fd = seccomp_fd()
+    try:
+        shell = [sv.BUSYBOX, "sh", "-c", script] if has_busybox else ["/bin/sh", "-c", script]
+        how = plan(settings, lay, bwrap=exe, env=env, seccomp=fd, command=shell, control=False)
+        limits = [f"--{PRLIMIT_NAMES[k]}={s}:{h}" for k, (s, h) in how.rlimits.items()]
+        prlimit = shutil.which("prlimit")
+        argv = [prlimit, *limits, "--", *how.argv] if prlimit else how.argv
+        one = replace(spec, argv=argv, env={"PATH": DEFAULT_PATH}, cwd="/", pass_fds=(fd,), marker=marker)
+        launcher = session_host if session_host is not None else LocalLauncher()
+        return await launcher.spawn(one)
+    finally:
+        os.close(fd)
+
+
+def _bytes(value: str | int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    text = value.strip().lower()
+    units = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+    scale = units.get(text[-1:], 1)
+    return int(float(text.rstrip("bkmg")) * scale)
+
+
+def redacted(argv: list[str], explicit: Iterable[str] = ()) -> list[str]:
+    """The argv for an operator's eyes: every --setenv value but PATH, HOME, LANG and OPENCLAW_CLI hidden."""
+    shown = {"PATH", "HOME", "LANG", "OPENCLAW_CLI"}
+    out = list(argv)
+    for i, arg in enumerate(out[:-2]):
+        if arg == "--setenv" and out[i + 1] not in shown:
+            out[i + 2] = "<redacted>"
+    return out
+
+
+# --- runtime records ---------------------------------------------------------------------------------
+
+
+def runtime_dir() -> Path:
+    return statefs.state_dir() / RUNTIME_DIR
+
+
+def _record_path(name: str) -> Path:
+    return runtime_dir() / f"{name}.json"
+
+
+def _log_path(name: str) -> Path:
+    return runtime_dir() / f"{name}.log"
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks (/proc/<pid>/stat field 22): a pid plus this names one
+    process, never a later one that got the number again."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _read_record(name: str) -> dict[str, Any] | None:
+    try:
+        text = statefs.read_text(_record_path(name))
+        data = json.loads(text) if text else None
+    except (OSError, ValueError, statefs.StateFileError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _alive(record: dict[str, Any]) -> bool:
+    pid, start = record.get("pid"), record.get("start")
+    return isinstance(pid, int) and pid > 0 and start is not None and _start_time(pid) == start
+
+
+_keepers: dict[str, subprocess.Popen[bytes]] = {}  # this process's keepers, reaped when they end
+
+
+def inspect(name: str) -> ContainerState:
+    record = _read_record(name)
+    if record is None:
+        return ContainerState(name, False)
+    created = record.get("createdAtMs")
+    return ContainerState(
+        name=name,
+        exists=True,
+        running=_alive(record),
+        image=str(record.get("rootfs") or "host"),
+        labels={"openclaw.configHash": str(record.get("configHash") or "")},
+        created_at_ms=created if isinstance(created, int) else None,
+    )
+
+
+def start(
+    settings: SandboxSettings,
+    lay: Layout,
+    *,
+    env: Mapping[str, str],
+    config_hash: str,
+    created_at_ms: int,
+    has_busybox: bool,
+) -> list[str]:
+    """Start the scope's sandbox (blocking, a few ms): keeper, limits, bwrap. Returns the argv it ran."""
+    bwrap = find_bwrap()
+    statefs.ensure_private_dir(runtime_dir())
+    fd = seccomp_fd()
+    try:
+        command = sv.supervisor_command(has_busybox)
+        how = plan(settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command)
+        log_fd = os.open(_log_path(lay.name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            keeper = subprocess.Popen(
+                ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", *how.argv],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=log_fd,
+                pass_fds=(fd,),
+                start_new_session=True,
+                env={"PATH": DEFAULT_PATH, MARKER_ENV: f"{state_id()}/{lay.name}"},
+            )
+        finally:
+            os.close(log_fd)
+    finally:
+        os.close(fd)
+    assert keeper.stdin is not None
+    try:
+        for limit, (soft, hard) in how.rlimits.items():
+            resource.prlimit(keeper.pid, limit, (soft, hard))
+        group = _pids_cgroup(lay.name, how.pids_limit)
+        if group is not None:
+            (group / "cgroup.procs").write_text(str(keeper.pid))
+        record = {
+            "name": lay.name,
+            "pid": keeper.pid,
+            "start": _start_time(keeper.pid),
+            "configHash": config_hash,
+            "createdAtMs": created_at_ms,
+            "scopeKey": lay.scope_key,
+            "rootfs": settings.bwrap_rootfs,
+            "cgroup": str(group) if group is not None else None,
+        }
+        statefs.atomic_write(_record_path(lay.name), json.dumps(record), 0o600)
+        keeper.stdin.write(b"go\n")
+        keeper.stdin.close()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(keeper.pid, signal.SIGKILL)
+        keeper.wait()
+        raise
+    _keepers[lay.name] = keeper
+    return how.argv
+
+
+def failure(name: str) -> str:
+    """What bwrap said when the sandbox did not come up (its stderr, kept in the runtime dir)."""
+    try:
+        with open(_log_path(name), "rb") as fh:
+            text = fh.read()[-800:].decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+    return text
+
+
+def remove(name: str) -> bool:
+    """End the sandbox (SIGKILL to its keeper's group: bwrap, and by --die-with-parent all inside) and
+    forget it. True when nothing of it runs any more."""
+    record = _read_record(name)
+    if record is not None and _alive(record):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(record["pid"]), signal.SIGKILL)
+    keeper = _keepers.pop(name, None)
+    if keeper is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            keeper.wait(timeout=5)
+    if record is not None:
+        deadline = time.monotonic() + 5
+        while _alive(record) and time.monotonic() < deadline:
+            time.sleep(0.005)  # an orphaned keeper is reaped by init: wait for it to go
+        cgroup = record.get("cgroup")
+        if isinstance(cgroup, str) and cgroup.startswith("/sys/fs/cgroup/"):
+            with contextlib.suppress(OSError):
+                os.rmdir(cgroup)
+        if _alive(record):
+            return False
+    for path in (_record_path(name), _log_path(name)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return True
+
+
+def list_sandboxes() -> list[dict[str, Any]]:
+    """This install's bwrap sandboxes (their records), each with `running`."""
+    try:
+        names = sorted(p.name[:-5] for p in runtime_dir().glob("*.json"))
+    except OSError:
+        return []
+    rows = []
+    for name in names:
+        record = _read_record(name)
+        if record is not None:
+            rows.append({**record, "name": name, "running": _alive(record)})
+    return rows
+
+
+def remove_all() -> list[str]:
+    """Every bwrap sandbox of this state dir (tests, `recreate --all`)."""
+    return [row["name"] for row in list_sandboxes() if remove(row["name"])]
+
+
+# --- limits ------------------------------------------------------------------------------------------
+
+
+def _pids_cgroup(name: str, limit: int | None) -> Path | None:
+    """A pids cgroup (v1 controller or this process's v2 subtree) capping the sandbox's tasks, where this
+    process may make one; None elsewhere (RLIMIT_NPROC is then the only cap, and it does not bind root)."""
+    if not limit:
+        return None
+    for base in _cgroup_bases():
+        group = base / f"exechost-{state_id()}-{name}"
+        try:
+            group.mkdir(exist_ok=True)
+            (group / "pids.max").write_text(str(limit))
+            return group
+        except OSError:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+    return None
+
+
+@functools.cache
+def _cgroup_bases() -> tuple[Path, ...]:
+    v1 = Path("/sys/fs/cgroup/pids")
+    if (v1 / "cgroup.procs").exists():
+        return (v1,)
+    return ()
