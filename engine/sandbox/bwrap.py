@@ -46,7 +46,6 @@ INSTALL_HINT = (
     'bubblewrap` (or set [agents.defaults.sandbox] backend = "docker").'
 )
 RUNTIME_DIR = "sandbox-bwrap"
-MARKER_ENV = "EXECHOST_BWRAP"  # on the keeper and bwrap's outer process only (the sandbox's env is cleared)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TMPFS_BYTES = 256 * 1024 * 1024  # each of /tmp, /var/tmp, /run: a full /tmp stops there, not at the host disk
 HOSTNAME = "sandbox"
@@ -506,7 +505,9 @@ def start(
                 stderr=log_fd,
                 pass_fds=(fd,),
                 start_new_session=True,
-                env={"PATH": DEFAULT_PATH, MARKER_ENV: f"{state_id()}/{lay.name}"},
+                # bwrap's own init (the sandbox's pid 1) keeps this env: nothing of the gateway's.
+                env={"PATH": DEFAULT_PATH},
+                cwd="/",
             )
         finally:
             os.close(log_fd)
