@@ -390,7 +390,7 @@ async def terminal(
         limits = [f"--{PRLIMIT_NAMES[k]}={s}:{h}" for k, (s, h) in how.rlimits.items()]
         prlimit = shutil.which("prlimit")
         argv = [prlimit, *limits, "--", *how.argv] if prlimit else how.argv
-        one = replace(spec, argv=argv, env={"PATH": DEFAULT_PATH}, cwd="/", pass_fds=(fd,), marker=marker)
+        one = replace(spec, argv=argv, env={"PATH": DEFAULT_PATH}, cwd="/", pass_fds=(fd,))
         launcher = session_host if session_host is not None else LocalLauncher()
         return await launcher.spawn(one)
     finally:
