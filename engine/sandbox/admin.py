@@ -176,16 +176,18 @@ def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]
     has_bb = (bin_dir() / "busybox").exists()
     try:
         how = bwrap.plan(settings, lay, bwrap=exe, env=env, seccomp=-1, command=supervisor_command(has_bb))
-        argv = [SECCOMP_SHOWN if a == "-1" else a for a in bwrap.redacted(how.argv)]
+        argv = [SECCOMP_SHOWN if a == "-1" else a for a in how.argv]
+        shown_env = bwrap.redacted_env(how.env)
         limits = {bwrap.PRLIMIT_NAMES[k]: f"{s}:{h}" for k, (s, h) in how.rlimits.items()}
     except docker_ops.SandboxUnavailable as exc:
         problems.append(str(exc))
-        argv, limits = [], {}
+        argv, limits, shown_env = [], {}, {}
     if d.network not in ("", "none"):
         problems.append(f'bwrap: docker.network = "{d.network}" is not available here (no network)')
     return {
         "rootfs": settings.bwrap_rootfs,
         "argv": argv,
+        "env": shown_env,
         "rlimits": limits,
         "pidsCgroup": "where writable (cgroup v1 pids controller)",
         "refusedSyscalls": list(bwrap.REFUSED_SYSCALLS),

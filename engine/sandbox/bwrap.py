@@ -295,6 +295,7 @@ class Plan:
     """How one sandbox is started: bwrap's argv (the seccomp fd named by number) and the keeper's limits."""
 
     argv: list[str]
+    env: dict[str, str]  # bwrap's environment, which the sandbox inherits (nothing else of ours)
     rlimits: dict[int, tuple[int, int]]
     pids_limit: int | None
 
@@ -333,11 +334,21 @@ def plan(
         *system_view(settings.bwrap_rootfs),
         "--proc",
         "/proc",
+        # The sandbox's uid is the caller's: under a root gateway that is root on the host (without
+        # capabilities), and sysctl files check only the uid, so /proc/sys must be read-only, or a command
+        # could write kernel.core_pattern and run a program as root on the host (tests/attacks).
+        "--ro-bind",
+        "/proc/sys",
+        "/proc/sys",
+        "--ro-bind-try",
+        "/proc/sysrq-trigger",
+        "/proc/sysrq-trigger",
         "--dev",
         "/dev",
     ]
-    for path in d.tmpfs or ("/tmp",):
-        argv += ["--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", path.split(":", 1)[0]]
+    for entry in d.tmpfs or ("/tmp",):
+        path, size = _tmpfs(entry)
+        argv += ["--perms", "1777", "--size", str(size), "--tmpfs", path]
     argv += ["--bind", lay.workspace_dir, d.workdir]
     if lay.agent_mount is not None:
         argv += ["--ro-bind", lay.agent_mount, AGENT_MOUNT]
@@ -345,9 +356,9 @@ def plan(
         argv += ["--bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
     argv += ["--ro-bind", str(sv.bin_dir()), sv.BIN_MOUNT]
     argv += _binds(d.binds)
-    argv += ["--remount-ro", "/", "--chdir", d.workdir, "--clearenv"]
-    for key, value in sandbox_env(settings, env).items():
-        argv += ["--setenv", key, value]
+    # The environment is bwrap's own (the keeper's, set by the caller), never argv: argv is readable by
+    # every local user (ps), and docker.env may carry a key the operator meant for the sandbox only.
+    argv += ["--remount-ro", "/", "--chdir", d.workdir]
     argv += ["--seccomp", str(seccomp), "--", *command]
     rlimits = {
         resource.RLIMIT_NOFILE: d.ulimits.get("nofile", (4096, 8192)),
@@ -358,7 +369,7 @@ def plan(
     memory = _bytes(d.memory)
     if memory:
         rlimits[resource.RLIMIT_AS] = (memory, memory)
-    return Plan(argv, rlimits, d.pids_limit)
+    return Plan(argv, sandbox_env(settings, env), rlimits, d.pids_limit)
 
 
 PRLIMIT_NAMES = {
@@ -390,11 +401,25 @@ async def terminal(
         limits = [f"--{PRLIMIT_NAMES[k]}={s}:{h}" for k, (s, h) in how.rlimits.items()]
         prlimit = shutil.which("prlimit")
         argv = [prlimit, *limits, "--", *how.argv] if prlimit else how.argv
-        one = replace(spec, argv=argv, env={"PATH": DEFAULT_PATH}, cwd="/", pass_fds=(fd,))
+        one = replace(spec, argv=argv, env=how.env, cwd="/", pass_fds=(fd,))
         launcher = session_host if session_host is not None else LocalLauncher()
         return await launcher.spawn(one)
     finally:
         os.close(fd)
+
+
+def _tmpfs(entry: str) -> tuple[str, int]:
+    """A docker.tmpfs entry ("/tmp" or "/tmp:size=64m,mode=1777") as (path, size): its size option, else
+    TMPFS_BYTES (Docker's default, half the RAM, is no bound at all for a sandbox)."""
+    path, _, options = entry.partition(":")
+    for option in options.split(","):
+        key, _, value = option.partition("=")
+        if key.strip() == "size" and value.strip():
+            try:
+                return path, _bytes(value) or TMPFS_BYTES
+            except ValueError:
+                break
+    return path, TMPFS_BYTES
 
 
 def _bytes(value: str | int | None) -> int | None:
@@ -408,14 +433,12 @@ def _bytes(value: str | int | None) -> int | None:
     return int(float(text.rstrip("bkmg")) * scale)
 
 
-def redacted(argv: list[str], explicit: Iterable[str] = ()) -> list[str]:
-    """The argv for an operator's eyes: every --setenv value but PATH, HOME, LANG and OPENCLAW_CLI hidden."""
-    shown = {"PATH", "HOME", "LANG", "OPENCLAW_CLI"}
-    out = list(argv)
-    for i, arg in enumerate(out[:-2]):
-        if arg == "--setenv" and out[i + 1] not in shown:
-            out[i + 2] = "<redacted>"
-    return out
+SHOWN_ENV = {"PATH", "HOME", "LANG", "OPENCLAW_CLI"}
+
+
+def redacted_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The sandbox's environment for an operator's eyes: values other than PATH, HOME, LANG hidden."""
+    return {k: v if k in SHOWN_ENV else "<redacted>" for k, v in env.items()}
 
 
 # --- runtime records ---------------------------------------------------------------------------------
@@ -505,8 +528,8 @@ def start(
                 stderr=log_fd,
                 pass_fds=(fd,),
                 start_new_session=True,
-                # bwrap's own init (the sandbox's pid 1) keeps this env: nothing of the gateway's.
-                env={"PATH": DEFAULT_PATH},
+                # The sandbox's environment (bwrap's init, its pid 1, keeps it too): nothing of the gateway's.
+                env=how.env,
                 cwd="/",
             )
         finally:
@@ -540,6 +563,20 @@ def start(
         raise
     _keepers[lay.name] = keeper
     return how.argv
+
+
+def live_argv(name: str) -> list[str]:
+    """The running sandbox's keeper argv (`sh -c KEEPER exechost-sandbox bwrap …`) as /proc shows it to
+    anyone; [] when it does not run."""
+    record = _read_record(name)
+    if record is None or not _alive(record):
+        return []
+    try:
+        with open(f"/proc/{int(record['pid'])}/cmdline", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return []
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0")[:-1]]
 
 
 def failure(name: str) -> str:
