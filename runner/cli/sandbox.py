@@ -259,6 +259,15 @@ def _connected_node_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return rows, errors
 
 
+def _without_docker(listing: Callable[[], list[Any]]) -> list[Any]:
+    """Browser sandboxes and pool spares are Docker's: none where no engine answers (a bwrap-only host,
+    whose sandboxes list_runtimes found without it)."""
+    try:
+        return listing()
+    except SandboxUnavailable:
+        return []
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     node_errors: list[dict[str, Any]] = []
     spares: list[str] = []
@@ -275,8 +284,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                 if not config.nodes:
                     raise
                 rows, node_errors = [], [{"node": None, "error": str(exc)}]
-            browsers = admin.list_browsers() if not node_errors else []
-            spares = admin.list_spares() if not node_errors else []
+            browsers = _without_docker(admin.list_browsers) if not node_errors else []
+            spares = _without_docker(admin.list_spares) if not node_errors else []
             if config.nodes and not args.browser:
                 more, failed = _connected_node_rows()
                 rows += more
