@@ -471,6 +471,17 @@ def _start_time(pid: int) -> int | None:
         return None
 
 
+def _write_record(name: str, record: dict[str, Any]) -> None:
+    """Temp file and rename, without fsync: a record outlives nothing its processes do not (a reboot ends
+    both), and the cold path is milliseconds."""
+    path = _record_path(name)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(record))
+    os.replace(tmp, path)
+
+
 def _read_record(name: str) -> dict[str, Any] | None:
     try:
         text = statefs.read_text(_record_path(name))
@@ -553,7 +564,7 @@ def start(
             "rootfs": settings.bwrap_rootfs,
             "cgroup": str(group) if group is not None else None,
         }
-        statefs.atomic_write(_record_path(lay.name), json.dumps(record), 0o600)
+        _write_record(lay.name, record)
         keeper.stdin.write(b"go\n")
         keeper.stdin.close()
     except BaseException:

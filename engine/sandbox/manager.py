@@ -81,6 +81,7 @@ class SandboxManager:
         self.session_host: Any = None
         # Ready containers per config (engine.sandbox.pool); off until start_pool (the gateway's).
         self.pool = Pool(self.extra_labels, self._run_setup)
+        self._writes: set[asyncio.Future[None]] = set()  # registry writes off the request path
 
     @property
     def registry(self) -> Registry:
@@ -225,21 +226,21 @@ class SandboxManager:
             raise SandboxError(str(exc)) from None
         except OSError as exc:
             raise SandboxError(f"Failed to start bwrap sandbox {lay.name}: {exc}") from None
-        await asyncio.to_thread(
-            self.registry.replace,
-            RegistryEntry(
-                containerName=lay.name,
-                sessionKey=lay.scope_key,
-                createdAtMs=created_at,
-                lastUsedAtMs=created_at,
-                image=settings.bwrap_rootfs or "host",
-                configHash=expected,
-                backendId=BWRAP,
-                agentId=agent_id,
-            ),
+        entry = RegistryEntry(
+            containerName=lay.name,
+            sessionKey=lay.scope_key,
+            createdAtMs=created_at,
+            lastUsedAtMs=created_at,
+            image=settings.bwrap_rootfs or "host",
+            configHash=expected,
+            backendId=BWRAP,
+            agentId=agent_id,
         )
+        # The registry write (a lock and an fsync: tens of ms on a busy disk) is off the first command's
+        # path: until it lands, the sandbox is found by its runtime record (list, prune, recreate).
+        self._record_later(entry)
         try:
-            await channel.wait_ready(timeout=10.0)
+            await channel.wait_ready(timeout=10.0, step=0.001)
         except sv.SupervisorUnavailable:
             said = await asyncio.to_thread(bwrap.failure, lay.name)
             await asyncio.to_thread(self.remove_runtime, lay.name)
@@ -394,6 +395,21 @@ class SandboxManager:
             ),
         )
         self._progress(lay.name, "container started")
+
+    def _record_later(self, entry: RegistryEntry) -> None:
+        task = asyncio.ensure_future(asyncio.to_thread(self.registry.replace, entry))
+        self._writes.add(task)
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Future[None]) -> None:
+        self._writes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("sandbox registry not updated: %s", task.exception())
+
+    async def settle(self) -> None:
+        """Registry writes still on their way (tests, shutdown)."""
+        while self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
 
     async def _setup(self, settings: SandboxSettings, lay: Layout) -> None:
         """setupCommand once after the first start; on failure the container goes, so the next use retries."""

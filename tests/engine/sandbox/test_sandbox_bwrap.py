@@ -319,6 +319,7 @@ async def test_hot_window_keeps_then_cold_recreates_and_dead_sandbox_restarts(
             e.lastUsedAtMs = now_ms() - 10 * 60 * 1000
         return entries
 
+    await bwrap_mgr.settle()  # the create's registry write, made off the request path
     Registry().mutate(age)
     bwrap_mgr.forget(first.container)
     cold = await prepare_exec(changed, "main", "s", None, manager=bwrap_mgr)
@@ -397,6 +398,7 @@ async def test_list_recreate_prune_explain_through_the_cli(
             e.lastUsedAtMs = e.createdAtMs = now_ms() - 30 * 86_400_000
         return entries
 
+    await bwrap_mgr.settle()  # the create's registry write, made off the request path
     Registry().mutate(age)
     assert main(["sandbox", "prune"]) == 0
     assert not bwrap.inspect(sx.container).running
