@@ -189,7 +189,7 @@ def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]
         "argv": argv,
         "env": shown_env,
         "rlimits": limits,
-        "pidsCgroup": "where writable (cgroup v1 pids controller)",
+        "pidsCap": bwrap.pids_cap(),
         "refusedSyscalls": list(bwrap.REFUSED_SYSCALLS),
         "ignoredDockerKeys": [
             "image",

@@ -666,6 +666,15 @@ def _pids_cgroup(name: str, limit: int | None) -> Path | None:
     return None
 
 
+def pids_cap() -> str:
+    """How a sandbox's pids limit is enforced here, for `sandbox explain`."""
+    if any(os.access(base, os.W_OK) for base in _cgroup_bases()):
+        return "pids cgroup (v1) and RLIMIT_NPROC"
+    if os.geteuid() == 0:
+        return "none: no writable pids cgroup, and RLIMIT_NPROC does not bind root"
+    return "RLIMIT_NPROC (per user namespace)"
+
+
 @functools.cache
 def _cgroup_bases() -> tuple[Path, ...]:
     v1 = Path("/sys/fs/cgroup/pids")
