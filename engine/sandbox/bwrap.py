@@ -313,9 +313,12 @@ def plan(
     seccomp: int,
     command: list[str],
     control: bool = True,
+    sockets: Mapping[str, str] | None = None,
 ) -> Plan:
     """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
-    sandbox); without, a one-shot run (a terminal) in the same view."""
+    sandbox); without, a one-shot run (a terminal) in the same view. `sockets` ({host path: sandbox path}):
+    Unix sockets bound in read-only (a connect needs no write to the mount) — the way out egress will use:
+    the network namespace stays empty, and a host-side proxy listens on a socket bound here."""
     d = settings.docker
     argv = [
         bwrap,
@@ -356,6 +359,8 @@ def plan(
         argv += ["--bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
     argv += ["--ro-bind", str(sv.bin_dir()), sv.BIN_MOUNT]
     argv += _binds(d.binds)
+    for host_path, inside in (sockets or {}).items():
+        argv += ["--ro-bind", host_path, inside]
     # The environment is bwrap's own (the keeper's, set by the caller), never argv: argv is readable by
     # every local user (ps), and docker.env may carry a key the operator meant for the sandbox only.
     argv += ["--remount-ro", "/", "--chdir", d.workdir]

@@ -448,3 +448,68 @@ async def test_works_with_no_docker_engine(
     finally:
         docker_ops.reset_client()
     statefs.state_dir()  # (the state dir is still the test's)
+
+
+def test_a_bound_unix_socket_is_the_only_way_out(tmp_path: Path) -> None:
+    """The seam egress (issue 29) plugs into: no route in the network namespace, a host socket bound in."""
+    import subprocess
+
+    from engine.sandbox import supervisor as sv
+
+    settings = resolve_settings(config(), "main")
+    lay = layout(settings, "main", "s")
+    os.makedirs(lay.workspace_dir, exist_ok=True)
+    sv.ensure_bin_dir()
+    path = str(tmp_path / "proxy.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+    fd = bwrap.seccomp_fd()
+    try:
+        probe = "import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/egress.sock'); "
+        probe += "s.sendall(b'hi')"
+        how = bwrap.plan(
+            settings,
+            lay,
+            bwrap=bwrap.find_bwrap(),
+            env={},
+            seccomp=fd,
+            command=["python3", "-c", probe],
+            control=False,
+            sockets={path: "/run/egress.sock"},
+        )
+        assert ["--ro-bind", path, "/run/egress.sock"] == how.argv[
+            how.argv.index(path) - 1 : how.argv.index(path) + 2
+        ]
+        done = subprocess.run(how.argv, pass_fds=(fd,), env=how.env, capture_output=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        conn, _ = server.accept()
+        assert conn.recv(2) == b"hi"
+        conn.close()
+    finally:
+        os.close(fd)
+        server.close()
+
+
+@pytest.mark.docker
+async def test_list_shows_both_backends(bwrap_mgr: SandboxManager) -> None:
+    from engine.sandbox import docker_ops
+    from tests.helpers.sandbox import IMAGE, build_test_image
+
+    build_test_image()
+    both = load_config_text(
+        f'[agents.defaults.sandbox]\nmode = "all"\n[agents.defaults.sandbox.docker]\nimage = "{IMAGE}"\n'
+        "pool = 0\n"
+        '[[agents.list]]\nid = "b"\n[agents.list.sandbox]\nbackend = "bwrap"\n'
+    )
+    d = await prepare_exec(both, "main", "s", None, manager=bwrap_mgr)
+    try:
+        b = await prepare_exec(both, "b", "s", None, manager=bwrap_mgr)
+        await bwrap_mgr.settle()
+        rows = {r["containerName"]: r for r in bwrap_mgr.list_runtimes(both)}
+        assert rows[d.container]["backend"] == "docker" and rows[b.container]["backend"] == "bwrap"
+        assert all(rows[n]["running"] and rows[n]["configMatch"] for n in (d.container, b.container))
+        assert bwrap_mgr.remove_runtime(d.container) and bwrap_mgr.remove_runtime(b.container)
+        assert not docker_ops.inspect(d.container).exists and not bwrap.inspect(b.container).exists
+    finally:
+        docker_ops.remove(d.container)
