@@ -187,6 +187,8 @@ def with_sandbox_refusal(decision: Decision, config: Any, agent_id: str) -> Deci
     lay = layout(settings, agent_id, main_session_key(agent_id))
     try:
         validate_docker(settings.docker, [lay.workspace_dir, lay.agent_workspace])
+        if settings.backend == "bwrap" and settings.docker.network not in ("", "none"):
+            raise ValueError(bwrap.network_refusal(lay.name, settings.docker.network))
     except ValueError as exc:
         return replace(decision, decision="deny", reason=str(exc), requires_approval=False)
     return decision

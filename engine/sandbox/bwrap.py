@@ -174,6 +174,13 @@ TIOCSTI = 0x5412
 KEEPER_SH = 'read -r go || exit 0\nexec 0</dev/null\n"$@" &\nwait $!\n'
 
 
+def network_refusal(name: str, network: str) -> str:
+    return (
+        f'Sandbox {name}: the bwrap backend has no network (docker.network = "{network}" is for the Docker '
+        'backend); set network = "none".'
+    )
+
+
 def find_bwrap() -> str:
     """The bwrap binary; SandboxUnavailable with how to install it when there is none."""
     found = shutil.which("bwrap") or ("/usr/bin/bwrap" if os.access("/usr/bin/bwrap", os.X_OK) else None)
@@ -470,6 +477,8 @@ def _start_time(pid: int) -> int | None:
     except OSError:
         return None
     fields = raw[raw.rfind(b")") + 2 :].split()
+    if fields[:1] in ([b"Z"], [b"X"]):
+        return None  # ended, not yet reaped: gone as far as its sandbox is concerned
     try:
         return int(fields[19])
     except (IndexError, ValueError):

@@ -201,10 +201,7 @@ class SandboxManager:
         except ValueError as exc:
             raise SandboxError(str(exc)) from None
         if settings.docker.network not in ("", "none"):
-            raise SandboxError(
-                f"Sandbox {lay.name}: the bwrap backend has no network (docker.network = "
-                f'"{settings.docker.network}" is for the Docker backend); set network = "none".'
-            )
+            raise SandboxError(bwrap.network_refusal(lay.name, settings.docker.network))
         await asyncio.to_thread(_check_workspaces, settings, lay)
         channel.prepare()
         _, has_bb = await asyncio.to_thread(sv.ensure_bin_dir)

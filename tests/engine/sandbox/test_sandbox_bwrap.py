@@ -513,3 +513,22 @@ async def test_list_shows_both_backends(bwrap_mgr: SandboxManager) -> None:
         assert not docker_ops.inspect(d.container).exists and not bwrap.inspect(b.container).exists
     finally:
         docker_ops.remove(d.container)
+
+
+async def test_a_network_is_refused_by_exec_and_policy_check_alike(
+    bwrap_mgr: SandboxManager, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = config(docker='network = "bridge"')
+    with pytest.raises(ToolError) as err:
+        await prepare_exec(cfg, "main", "s", None, manager=bwrap_mgr)
+    assert "the bwrap backend has no network" in str(err.value)
+    assert not bwrap.list_sandboxes()
+    from runner.cli import main
+
+    Path(statefs.state_dir(), "config.toml").write_text(
+        '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n[agents.defaults.sandbox]\n'
+        'mode = "all"\nbackend = "bwrap"\n[agents.defaults.sandbox.docker]\nnetwork = "bridge"\n'
+    )
+    main(["policy", "check", "--json", "--", "true"])
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["decision"] == "deny" and "the bwrap backend has no network" in checked["reason"], checked
