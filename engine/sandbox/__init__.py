@@ -147,8 +147,7 @@ async def prepare_exec(
     has_busybox = known.has_busybox if known else (sv.bin_dir() / "busybox").exists()
     terminal = None
     if settings.backend == "bwrap":
-        env = mgr.container_env(settings)[0]
-        terminal = functools.partial(bwrap.terminal, settings, lay, env, has_busybox, mgr.session_host)
+        terminal = functools.partial(bwrap.terminal, settings, lay, has_busybox, mgr.session_host)
     launcher = SandboxLauncher(
         container=lay.name,
         channel=sv.Channel(lay.name),

@@ -240,6 +240,7 @@ class SandboxManager:
             await channel.wait_ready(timeout=10.0, step=0.001)
         except sv.SupervisorUnavailable:
             said = await asyncio.to_thread(bwrap.failure, lay.name)
+            await self.settle()  # its registry row first, so the removal takes it too
             await asyncio.to_thread(self.remove_runtime, lay.name)
             raise SandboxError(
                 f"bwrap sandbox {lay.name} did not start" + (f": {said}" if said else ".")
@@ -413,6 +414,7 @@ class SandboxManager:
         self._progress(lay.name, "running setupCommand")
         failure = await self._run_setup(lay.name, settings)
         if failure is not None:
+            await self.settle()
             await asyncio.to_thread(self.remove_runtime, lay.name)
             raise SandboxError(f"Sandbox setupCommand failed in {lay.name} {failure}")
 

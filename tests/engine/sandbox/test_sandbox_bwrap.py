@@ -16,7 +16,7 @@ import pytest
 from engine import statefs
 from engine.config.loader import ConfigError, load_config_text
 from engine.results import ToolError
-from engine.sandbox import SandboxManager, bwrap, prepare_exec
+from engine.sandbox import SandboxManager, bwrap, prepare_exec, seccomp
 from engine.sandbox.registry import Registry, now_ms
 from engine.sandbox.settings import config_hash, layout, resolve_settings
 from engine.sessions import RunSpec, SessionManager
@@ -464,7 +464,7 @@ def test_a_bound_unix_socket_is_the_only_way_out(tmp_path: Path) -> None:
     server = socket.socket(socket.AF_UNIX)
     server.bind(path)
     server.listen()
-    fd = bwrap.seccomp_fd()
+    fd = seccomp.seccomp_fd()
     try:
         probe = "import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/egress.sock'); "
         probe += "s.sendall(b'hi')"
