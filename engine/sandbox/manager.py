@@ -479,8 +479,12 @@ class SandboxManager:
         return await asyncio.to_thread(self._prune, settings.idle_hours, settings.max_age_days)
 
     def prune_pool(self, config: Any, *, everything: bool = False) -> list[str]:
-        """Unclaimed pool containers whose key the config no longer asks for (all: `everything`); blocking."""
-        return self.pool.prune(config, everything=everything)
+        """Unclaimed pool containers whose key the config no longer asks for (all: `everything`); blocking.
+        No Docker engine, no spares (a bwrap-only host prunes and recreates without one)."""
+        try:
+            return self.pool.prune(config, everything=everything)
+        except docker_ops.SandboxUnavailable:
+            return []
 
     def _prune(self, idle_hours: float, max_age_days: float) -> list[str]:
         if idle_hours <= 0 and max_age_days <= 0:

@@ -16,7 +16,7 @@ import pytest
 from engine import statefs
 from engine.config.loader import ConfigError, load_config_text
 from engine.results import ToolError
-from engine.sandbox import SandboxManager, bwrap, prepare_exec, seccomp
+from engine.sandbox import SandboxManager, admin, bwrap, prepare_exec, seccomp
 from engine.sandbox.registry import Registry, now_ms
 from engine.sandbox.settings import config_hash, layout, resolve_settings
 from engine.sessions import RunSpec, SessionManager
@@ -444,7 +444,11 @@ async def test_works_with_no_docker_engine(
         assert (await run(sx, "echo fine"))[1] == "fine\n"
         rows = bwrap_mgr.list_runtimes(config())
         assert [r["containerName"] for r in rows] == [sx.container]
-        assert bwrap_mgr.remove_runtime(sx.container)
+        await bwrap_mgr.settle()
+        assert await asyncio.to_thread(admin.prune, config(), "main", bwrap_mgr) == []
+        done = await asyncio.to_thread(admin.recreate, config(), all=True, manager=bwrap_mgr)
+        assert done == {"removed": [sx.container], "failed": []}
+        assert not bwrap.inspect(sx.container).exists
     finally:
         docker_ops.reset_client()
     statefs.state_dir()  # (the state dir is still the test's)
