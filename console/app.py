@@ -588,19 +588,3 @@ class ConsoleApp(App[None]):
         if event.pane.id:
             self.focus_tab(event.pane.id)
 
-
-def run_console(state: Path | None = None, *, config_path: str | None = None, demo: bool = False) -> int:
-    """Entry point used by `exechost console`."""
-    if demo:
-        from console.demo import DemoConsoleApp, finish_demo, prepare_demo
-
-        state, config_path = prepare_demo(state)
-        app: ConsoleApp = DemoConsoleApp(state, config_path=config_path)
-        try:
-            app.run()
-        finally:
-            finish_demo(state)
-        return 0
-    app = ConsoleApp(state, config_path=config_path)
-    app.run()
-    return 0
