@@ -34,13 +34,13 @@ from console.widgets.sessions import SessionsPane
 from engine.approvals.socket.server import (
     ApprovalSocketError,
     ApprovalSocketServer,
-    LocalExecHost,
     PromptRequest,
 )
 from engine.approvals.store import ApprovalsFileError, ApprovalsStore
 from engine.display import REPORT, visible
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import RemoteError
+from engine.tools.exec_host import LocalExecHost
 
 FLUSH_HZ = 30
 LIST_RENDER_SEC = 0.1
