@@ -32,6 +32,7 @@ from console.widgets.policy import SESSION_OVERRIDE_KEYS, PolicyPane
 from console.widgets.sandboxes import SandboxesPane
 from console.widgets.sessions import SessionsPane
 from engine.approvals.socket.server import (
+    ApprovalSocketBusy,
     ApprovalSocketError,
     ApprovalSocketServer,
     LocalExecHost,
@@ -94,6 +95,7 @@ class ConsoleApp(App[None]):
         self.state = state
         self.config_path = config_path
         self.host_approval_socket = host_approval_socket
+        self.quiet_socket_busy = False  # a web tab: another tab or console hosting the socket is no news
         self.bell_on_new = bell
         self.show_clock = clock
         self.connect_gateway = connect
@@ -197,7 +199,8 @@ class ConsoleApp(App[None]):
             )
             await server.start()
         except (ApprovalSocketError, ApprovalsFileError, OSError) as exc:
-            self.notify_plain(f"approval socket not hosted: {exc}", severity="warning", timeout=8)
+            if not (self.quiet_socket_busy and isinstance(exc, ApprovalSocketBusy)):
+                self.notify_plain(f"approval socket not hosted: {exc}", severity="warning", timeout=8)
             return
         self.socket_server = server
 
@@ -589,7 +592,9 @@ class ConsoleApp(App[None]):
             self.focus_tab(event.pane.id)
 
 
-def run_console(state: Path | None = None, *, config_path: str | None = None, demo: bool = False) -> int:
+def run_console(
+    state: Path | None = None, *, config_path: str | None = None, demo: bool = False, web_tab: bool = False
+) -> int:
     """Entry point used by `exechost console`."""
     if demo:
         from console.demo import DemoConsoleApp, finish_demo, prepare_demo
@@ -602,5 +607,6 @@ def run_console(state: Path | None = None, *, config_path: str | None = None, de
             finish_demo(state)
         return 0
     app = ConsoleApp(state, config_path=config_path)
+    app.quiet_socket_busy = web_tab
     app.run()
     return 0
