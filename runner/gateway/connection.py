@@ -17,6 +17,7 @@ log = logging.getLogger("exechost.gateway")
 SEND_QUEUE_FRAMES = 2048  # per connection; a client that lets this fill is cut off, never waited for
 EVENT_DROP_AT = SEND_QUEUE_FRAMES * 3 // 4  # events are shed first, responses keep their room
 TRANSPORT_BUFFER_BYTES = 256 * 1024  # written ahead to a client's socket before the sender waits for it
+FLUSH_TIMEOUT_S = 2.0  # how long a closing connection's last frames may take to leave
 EVENT_DROP_BYTES = 4 << 20  # output frames are shed once this much waits for a client that is not reading
 
 
@@ -57,7 +58,15 @@ class Connection:
         self._finishing = False
         self._sender = asyncio.get_running_loop().create_task(self._send_loop())
         self.closed = False
+        self.revoked = False  # its credential was revoked: nothing more it sends is read or acted upon
         self.tasks: set[asyncio.Task[None]] = set()
+
+    def stop_reading(self) -> None:
+        """Revoked: read nothing more from this client (what is buffered is dropped unread), at once."""
+        self.revoked = True
+        transport = self.writer.transport
+        if isinstance(transport, asyncio.ReadTransport) and transport.is_reading():
+            transport.pause_reading()
 
     def sees_scope(self, scope_key: str) -> bool:
         """May this connection see what happens in this session scope: the operator sees every one, an
@@ -143,6 +152,8 @@ class Connection:
             with contextlib.suppress(asyncio.QueueFull):
                 self._queue.put_nowait(None)
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(asyncio.shield(self._sender), 2.0)
+                await asyncio.wait_for(asyncio.shield(self._sender), FLUSH_TIMEOUT_S)
+            if self.writer.transport.get_write_buffer_size():  # it did not read in time: no more waiting
+                self.writer.transport.abort()
         self.abort()
         self._sender.cancel()

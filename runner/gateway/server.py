@@ -76,6 +76,7 @@ class GatewayServer:
         self._token = ""
         self._operator = ""
         self._unauthenticated = 0
+        self._revocations = 0  # revokes so far: a handshake racing one looks its credential up again
         self.started_at = time.time()
         self.connections: set[Connection] = set()
         self._socket_ino: int | None = None
@@ -269,6 +270,7 @@ class GatewayServer:
             await self._reject(writer, "overload", "too many connections")
             return
         self._unauthenticated += 1
+        revocations = self._revocations
         try:
             hello = await self._handshake(reader, writer)
             if hello is not None and other_account:
@@ -281,6 +283,9 @@ class GatewayServer:
                     await self._reject(writer, "auth", f"peer uid {uid} {why}")
                     return
             who = None if hello is None else await self._principal(writer, hello, mapped)
+            if hello and who and await self._revoked_meanwhile(hello, who, revocations):
+                await self._reject(writer, "auth", "invalid or revoked agent credential")
+                who = None
         finally:
             self._unauthenticated -= 1
         if hello is None or who is None:
@@ -356,16 +361,42 @@ class GatewayServer:
             return agent, agent
         return principals.MAIN_AGENT, ""  # the gateway token alone: the zero-configuration agent
 
+    async def _revoked_meanwhile(self, hello: Hello, who: tuple[str, str], revocations: int) -> bool:
+        """A revoke ran while this credential was being looked up, and it took this one."""
+        if not who[1] or self._revocations == revocations:
+            return False
+        return await asyncio.to_thread(principals.lookup, self.state_dir, hello.credential) is None
+
     async def drop_revoked(self) -> list[str]:
         """Close live connections whose agent credential no longer matches the file on disk (revoked or
         re-minted); returns their agents."""
-        dropped: list[str] = []
-        for conn in list(self.connections):
-            if conn.credential and principals.read_token(self.state_dir, conn.credential) != conn.presented:
-                dropped.append(conn.credential)
-                conn.send(ErrorFrame(code="auth", message="agent credential revoked"))
-                await conn.finish()
-        return dropped
+        stale = [
+            conn
+            for conn in list(self.connections)
+            if conn.credential and principals.read_token(self.state_dir, conn.credential) != conn.presented
+        ]
+        await self._drop(stale)
+        return [conn.credential for conn in stale]
+
+    async def revoke_agent(self, agent: str) -> tuple[bool, int]:
+        """Revoke `agent`'s credential: first stop reading every connection it holds (in one loop turn, so
+        nothing it sends from now on is acted upon), then remove the credential, then flush and close
+        those connections together (a client that never reads costs one flush timeout, not one each)."""
+        conns = [conn for conn in list(self.connections) if conn.credential == agent]
+        for conn in conns:
+            conn.stop_reading()
+            self.connections.discard(conn)  # no event of anyone's reaches it from now on
+        self._revocations += 1  # a handshake that looked the credential up before this looks again
+        removed = await asyncio.to_thread(principals.revoke, self.state_dir, agent)
+        await self._drop(conns)
+        return removed, len(conns)
+
+    async def _drop(self, conns: list[Connection]) -> None:
+        for conn in conns:
+            conn.stop_reading()
+            self.connections.discard(conn)
+            conn.send(ErrorFrame(code="auth", message="agent credential revoked"))
+        await asyncio.gather(*(conn.finish() for conn in conns))
 
     async def _serve(self, conn: Connection, reader: asyncio.StreamReader) -> None:
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
@@ -377,6 +408,8 @@ class GatewayServer:
                 conn.send(ErrorFrame(code="frame", message=str(exc)))
                 return
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                return
+            if conn.revoked:  # read before the revoke paused the transport: never acted upon
                 return
             try:
                 frame = decode_frame(line)
@@ -403,6 +436,8 @@ class GatewayServer:
         return done
 
     async def _dispatch(self, conn: Connection, req: Request) -> None:
+        if conn.revoked:
+            return
         handler = HANDLERS.get(req.method)
         if handler is None:
             conn.send(

@@ -62,6 +62,8 @@ class Host(Protocol):
 
     async def drop_revoked(self) -> list[str]: ...
 
+    async def revoke_agent(self, agent: str) -> tuple[bool, int]: ...
+
 
 log = logging.getLogger("exechost.gateway")
 
