@@ -12,6 +12,7 @@ import os
 import signal
 import stat
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from engine.protocol.frames import (
     socket_path,
 )
 from engine.redact import scrub
+from runner.gateway import limits
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
 from runner.gateway.handlers.common import agent_id
@@ -44,7 +46,6 @@ from runner.gateway.services import Services
 log = logging.getLogger("exechost.gateway")
 
 MAX_IN_FLIGHT = 512  # concurrent requests per connection; reading pauses beyond this
-MAX_CONNECTIONS = 256
 MAX_BAD_FRAMES = 8
 SOCKET_CHECK_SEC = 2.0  # how often the daemon checks that its socket file is still its own
 
@@ -75,7 +76,7 @@ class GatewayServer:
         self._stopped = asyncio.Event()
         self._token = ""
         self._operator = ""
-        self._unauthenticated = 0
+        self._handshaking: Counter[int] = Counter()  # by peer uid: connections not yet authenticated
         self._revocations = 0  # revokes so far: a handshake racing one looks its credential up again
         self.started_at = time.time()
         self.connections: set[Connection] = set()
@@ -266,10 +267,10 @@ class GatewayServer:
             log.warning("refused peer pid %d uid %d (gateway uid %d)", pid, uid, os.geteuid())
             await self._reject(writer, "auth", f"peer uid {uid} is not the gateway's uid {os.geteuid()}")
             return
-        if self._unauthenticated + len(self.connections) >= MAX_CONNECTIONS:
-            await self._reject(writer, "overload", "too many connections")
+        if self._handshaking[uid] >= limits.MAX_HANDSHAKING_PER_UID:
+            await self._reject(writer, "overload", f"too many connections from uid {uid} still saying hello")
             return
-        self._unauthenticated += 1
+        self._handshaking[uid] += 1
         revocations = self._revocations
         try:
             hello = await self._handshake(reader, writer)
@@ -287,8 +288,17 @@ class GatewayServer:
                 await self._reject(writer, "auth", "invalid or revoked agent credential")
                 who = None
         finally:
-            self._unauthenticated -= 1
+            self._handshaking[uid] -= 1
+            if not self._handshaking[uid]:
+                del self._handshaking[uid]
         if hello is None or who is None:
+            return
+        # Admitted by who it proved to be, with no await between the count and the add.
+        admitted = [(c.operator, c.agent) for c in self.connections]
+        full = limits.refusal(bool(hello.operator), who[0], admitted)
+        if full is not None:
+            log.warning("refused peer pid %d uid %d: %s", pid, uid, full)
+            await self._reject(writer, "overload", full)
             return
         conn = Connection(writer, hello, pid, on_close=self.services.connection_closed)
         conn.agent, conn.credential = who
@@ -402,6 +412,9 @@ class GatewayServer:
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         bad = 0
         while not conn.closed:
+            if conn.reading_paused:  # it does not drain what waits for it: read its next request later
+                await conn.wait_room()
+                continue
             try:
                 line = await read_frame_line(reader)
             except ProtocolError as exc:
@@ -411,6 +424,10 @@ class GatewayServer:
                 return
             if conn.revoked:  # read before the revoke paused the transport: never acted upon
                 return
+            if conn.reading_paused:  # arrived as it stopped draining: acted upon once it drains
+                await conn.wait_room()
+                if conn.closed or conn.revoked:
+                    return
             try:
                 frame = decode_frame(line)
                 if not isinstance(frame, Request):

@@ -28,7 +28,14 @@ class RawClient:
         client = cls(reader, writer)
         hello.setdefault("token", read_token(state))
         await client.send({"type": "hello", "version": 1, "client": "raw", **hello})
-        return client, json.loads(await asyncio.wait_for(reader.readline(), 30))
+        first = json.loads(await asyncio.wait_for(reader.readline(), 30))
+        client.reading(False)  # from now on nothing leaves the socket's kernel buffer unless told
+        return client, first
+
+    def reading(self, on: bool) -> None:
+        transport = self.writer.transport
+        assert isinstance(transport, asyncio.ReadTransport)
+        transport.resume_reading() if on else transport.pause_reading()
 
     async def send(self, frame: dict[str, Any]) -> None:
         self.writer.write(json.dumps(frame).encode() + b"\n")
