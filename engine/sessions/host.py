@@ -449,7 +449,7 @@ class HostLauncher:
             "cols": spec.cols,
             "rows": spec.rows,
             "stdin": spec.wants_stdin(),
-            "spoolCap": self.spool_cap,
+            "spoolCap": min(spec.output_cap or self.spool_cap, self.spool_cap),
             "fds": list(spec.pass_fds),
             "nfds": len(spec.pass_fds),
             "meta": session_meta(session_id, spec, int(time.time() * 1000)),

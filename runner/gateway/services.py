@@ -40,6 +40,7 @@ from engine.sessions import SessionManager, SystemEvents
 from engine.sessions.adopt import adopt_held
 from engine.sessions.host import HOLDERS_DIR
 from engine.sessions.hosts import SessionHosts
+from engine.sessions.quota import Quota
 from engine.sessions.spool import SPOOL_NAME, EventSpool
 from engine.tools.exec import ExecTool
 from engine.tools.resume import restore_asks
@@ -122,6 +123,7 @@ class Services:
             events=self.events,
             timeout_sec=float(exec_cfg.timeout_sec),
             background_ms=exec_cfg.background_ms,
+            quota=Quota(),  # many principals share this gateway's sessions and disk
         )
         self.exec_tool = ExecTool(
             config=self.config,
