@@ -62,3 +62,28 @@ async def test_no_holder_file_means_the_command_never_ran(state_dir: Path, tmp_p
             if host_pid:
                 os.kill(host_pid, signal.SIGKILL)
         subprocess.run(["umount", "-l", str(holders)], check=False)
+
+
+async def test_without_a_session_host_no_record_means_no_run_either(state_dir: Path, tmp_path: Path) -> None:
+    """The same with the inodes gone before the host could start: commands then run as the gateway's own
+    children, and they too need their record on disk first."""
+    holders = state_dir / HOLDERS_DIR
+    holders.mkdir(mode=0o700)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=32,mode=0700", "tmpfs", str(holders)], check=True
+    )
+    try:
+        _exhaust_inodes(holders)
+        launcher = HostLauncher(holders, fallback=LocalLauncher())
+        manager = SessionManager(state_dir, kill_grace_sec=1.0, launcher=launcher)
+        ran = tmp_path / "ran"
+        sid = manager.new_id()
+        result = await manager.run(RunSpec(command=f"echo once >> {ran}", scope_key="s", session_id=sid))
+        assert launcher.link is None  # it could not start: the command went to the fallback, or nowhere
+        await manager.close()
+        after = HostLauncher(holders, fallback=LocalLauncher())
+        if after.never_started(sid):
+            assert not ran.exists(), "it ran, yet the next gateway would run it again"
+            assert result.details["status"] == "failed" and "No space left" in result.text, result.text
+    finally:
+        subprocess.run(["umount", "-l", str(holders)], check=False)
