@@ -114,6 +114,7 @@ def session_meta(session_id: str, spec: RunSpec, started_at: int) -> dict[str, A
         "timeoutSec": spec.timeout_sec,
         "notifyOnExit": spec.notify_on_exit,
         "notifyOnExitEmptySuccess": spec.notify_on_exit_empty_success,
+        "operator": spec.operator,
     }
 
 

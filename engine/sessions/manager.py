@@ -167,6 +167,8 @@ class SessionManager:
             ),
         )
         self.registry.add(session)  # before any await: the id stays reserved while a launcher spawns
+        if self.quota is not None:
+            self.quota.admit(session)
         try:
             handle = await self._spawn(session, warnings)
         except BaseException:

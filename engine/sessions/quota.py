@@ -3,9 +3,8 @@ table or the disk that the operator and the other agents share."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from engine.principals import MAIN_AGENT
 from engine.results import ToolError
@@ -28,23 +27,33 @@ def key_owner(scope_key: str) -> str:
     return MAIN_AGENT
 
 
+class Held(Protocol):
+    def get(self, session_id: str) -> Session | None: ...
+
+
 @dataclass
 class Quota:
     sessions: int = MAX_SESSIONS_PER_AGENT
     output_bytes: int = MAX_OUTPUT_BYTES_PER_AGENT
+    # Each agent's sessions, by id, as admitted; a session the registry no longer holds is dropped at
+    # that agent's next grant. A start costs what that agent holds, not what the whole gateway holds.
+    _held: dict[str, dict[str, Session]] = field(default_factory=dict, repr=False)
 
-    def grant(self, scope_key: str, held: Iterable[Session], default_cap: int) -> int:
+    def grant(self, scope_key: str, registry: Held, default_cap: int) -> int:
         """The output cap a new session in `scope_key` gets (its share of its agent's budget), or a
         ToolError saying which cap is reached. A running session holds its whole cap, a finished one what
         it wrote: the caps granted never add up to more than the budget, whatever the sessions write."""
         owner = key_owner(scope_key)
-        mine = [s for s in held if not s.spec.operator and key_owner(s.spec.scope_key) == owner]
-        if len(mine) >= self.sessions:
+        held = self._held.setdefault(owner, {})
+        for sid, session in list(held.items()):
+            if registry.get(sid) is not session:
+                del held[sid]
+        if len(held) >= self.sessions:
             raise ToolError(
-                f"agent {owner} has {len(mine)} sessions, the most one agent may keep; remove finished ones "
+                f"agent {owner} has {len(held)} sessions, the most one agent may keep; remove finished ones "
                 "(process remove) or kill some before starting another."
             )
-        used = sum(s.output.log_bytes if s.exited else s.output.log_cap for s in mine)
+        used = sum(s.output.log_bytes if s.exited else s.output.log_cap for s in held.values())
         room = self.output_bytes - used
         if room < min(default_cap, MIN_SESSION_BYTES):
             raise ToolError(
@@ -53,3 +62,8 @@ class Quota:
                 "ones before starting another."
             )
         return min(default_cap, room)
+
+    def admit(self, session: Session) -> None:
+        """Count a session that was granted its cap (and is now in the registry) against its agent."""
+        if not session.spec.operator:
+            self._held.setdefault(key_owner(session.spec.scope_key), {})[session.id] = session
