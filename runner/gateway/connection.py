@@ -67,16 +67,9 @@ class Connection:
     def stop_reading(self) -> None:
         """Revoked: read nothing more from this client (what is buffered is dropped unread), at once."""
         self.revoked = True
-        self._reading(False)
-
-    def _reading(self, on: bool) -> None:
-        """Let the socket deliver this client's bytes, or leave them in the kernel (it waits to send)."""
         transport = self.writer.transport
-        if isinstance(transport, asyncio.ReadTransport) and not transport.is_closing():
-            if on and not transport.is_reading():
-                transport.resume_reading()
-            elif not on and transport.is_reading():
-                transport.pause_reading()
+        if isinstance(transport, asyncio.ReadTransport) and transport.is_reading():
+            transport.pause_reading()
 
     def sees_scope(self, scope_key: str) -> bool:
         """May this connection see what happens in this session scope: the operator sees every one, an
@@ -135,9 +128,10 @@ class Connection:
             return
         self._queue.put_nowait(data)
         self._queued_bytes += len(data)
-        if backlog > READ_PAUSE_BYTES and self._room.is_set():
+        if backlog > READ_PAUSE_BYTES:
+            # The server reads and starts no request of this client's until it drains (what it sends
+            # meanwhile waits in the stream's bounded buffer, then in the kernel).
             self._room.clear()
-            self._reading(False)
 
     async def _send_loop(self) -> None:
         try:
@@ -151,7 +145,6 @@ class Connection:
                     await self.writer.drain()
                 if not self._room.is_set() and self.backlog() <= READ_PAUSE_BYTES:
                     self._room.set()
-                    self._reading(not self.revoked)
             await self.writer.drain()
         except (ConnectionError, OSError):
             pass
