@@ -206,7 +206,7 @@ def evaluate(
     roots = sandbox_roots(config.sandbox_value(agent_id, "workspace_root"))
     on_host = not policy.sandboxed and policy.host != "node"
     vetted = tree_vet(analysis, result, cwd or os.getcwd(), roots) if on_host else None
-    found = vetted.findings() if vetted is not None else []
+    found = list(vetted.found) if vetted is not None else []
     warnings.extend(dict.fromkeys(f.warning() for f in found))
     # Issue 27 §3: env the agent sets is influence the operator never granted an allowlist entry; only
     # inert keys ride along unasked. Any other key makes the command ask (the ask shows the env), and an
