@@ -227,7 +227,7 @@ def evaluate(
     # allow any bytes anyway (nothing was shown to bind them to).
     unbound = policy.bypass_approvals or (policy.security == "full" and policy.ask != "always")
     if not policy.sandboxed and policy.host != "node" and not unbound:
-        content = bind(analysis, result, cwd or os.getcwd(), run_env)
+        content = bind(analysis, result, cwd or os.getcwd(), run_env, command=command)
         warnings += content_warnings(content, result)
         if content.durable_text():
             binding += "\n" + content.durable_text()  # an exact-command approval binds those bytes too
@@ -246,6 +246,9 @@ def evaluate(
 
     def done(decision: str, reason: str, step: PolicyStep | None, ask_needed: bool = False) -> Decision:
         offered = allowed_decisions(policy.ask) if decision == "ask" else ()
+        if content is not None and content.unbound:
+            # A program from stdin or a search path: nothing an allow-always could hold it to.
+            offered = tuple(d for d in offered if d != "allow-always")
         always = "allow-always" in offered
         patterns = allow_always_patterns(command, analysis, result, binding) if always else []
         if foreign_env or (content is not None and any(p in content.writable_paths for p in patterns)):
@@ -335,6 +338,12 @@ def content_warnings(content: ContentBinding, result: AllowlistResult) -> list[s
     """What the operator should know about the bound files: allowlist entries naming a file the agent can
     write, and files that could not be bound."""
     out = [f"Warning: not bound to content: {p}" for p in content.problems]
+    if content.unbound:
+        out.append(
+            "Warning: the program comes from stdin or a search path, not a file: it cannot be bound, so "
+            "allow-always is not offered."
+        )
+    out += content.notes
     writable = content.writable_paths
     for match in result.segments:
         if match.satisfied_by == "allowlist" and match.matched_pattern and match.resolved_path in writable:
