@@ -16,7 +16,7 @@ from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
 from tests.attacks.harness import refused
 from tests.attacks.test_host_tools import GIT_ANY, config, git, make_repo
-from tests.helpers.gateway import connect, gateway, write_config
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 NO_ASK = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "off"\n'
 TRIES = int(os.environ.get("EXECHOST_RACER_TRIES", "1000"))
@@ -129,3 +129,43 @@ async def test_a_config_swapped_while_git_runs_is_never_read(state_dir: Path, tm
             thread.join()
             await client.close()
     assert not marker.exists(), f"the filter ran (after {ran} of {TRIES} runs were allowed)"
+
+
+MAKEFILE = """all:
+\t@touch ready; while [ ! -e go ]; do sleep 0.01; done; $(MAKE) -s second
+second:
+\t@echo approved-second
+"""
+
+
+async def test_make_re_reading_its_makefile_gets_the_approved_bytes(state_dir: Path, tmp_path: Path) -> None:
+    """The same view for every tree tool: an approved `make` whose recipe runs make again (which reads
+    the Makefile again) gets the approved Makefile, though the agent rewrote it in between."""
+    from tests.attacks.harness import ALLOWLIST
+    from tests.attacks.test_content_binding import _outcome, _rewrite_in_place
+
+    marker = tmp_path / "pwned"
+    makefile = tmp_path / "Makefile"
+    makefile.write_text(MAKEFILE)
+    write_config(state_dir, ALLOWLIST)
+    from engine.approvals.store import ApprovalsStore
+
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/make", arg_pattern=None)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        operator = await connect(state_dir, "operator")
+        try:
+            res = await agent.request(
+                "exec", {"command": "make -s", "workdir": str(tmp_path), "sessionKey": "k"}
+            )
+            assert res["details"]["status"] == "approval-pending", res  # the Makefile is agent-writable
+            await operator.request("approve", {"id": res["details"]["approvalId"], "decision": "allow-once"})
+            await wait_until(lambda: (tmp_path / "ready").exists(), timeout=20)
+            _rewrite_in_place(makefile, MAKEFILE.replace("@echo approved-second", f"@touch {marker}"))
+            (tmp_path / "go").touch()
+            text = await _outcome(agent, "k")
+        finally:
+            await agent.close()
+            await operator.close()
+    assert not marker.exists(), text
+    assert "approved-second" in text, text
