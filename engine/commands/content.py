@@ -560,24 +560,38 @@ def _names_interpreter(command: str) -> bool:
     return any(program_source([w]) is not None for w in _words(command))
 
 
-IMPORT_SCAN_MAX = 2000
+IMPORT_SCAN_MAX = 2000  # directory entries looked at, at most: a huge tree is reported as "N+"
+_CODE_SUFFIXES = (".py", ".pyc", ".pth", ".so")
 
 
 def _imports_note(script: str, cwd: str) -> str | None:
-    """Python imports modules from the script's directory first: count the agent-writable code there
-    (not bound; an approval holds for the script only, docs/SECURITY.md says so)."""
+    """Python imports modules from the script's directory first: count the agent-writable code there and
+    in its package directories (not bound; an approval holds for the script only, docs/SECURITY.md)."""
     base = os.path.dirname(os.path.abspath(os.path.join(cwd, script)))
-    count = 0
-    for _root, dirs, files in os.walk(base):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "__pycache__")]
-        count += sum(1 for f in files if f.endswith((".py", ".pth", ".so")))
-        if count > IMPORT_SCAN_MAX:
-            break
+    count, seen, capped = 0, 0, False
+    queue = [(base, 0)]
+    while queue and not capped:
+        here, depth = queue.pop()
+        try:
+            entries = os.scandir(here)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                seen += 1
+                if seen > IMPORT_SCAN_MAX:
+                    capped = True
+                    break
+                if entry.name.endswith(_CODE_SUFFIXES):
+                    count += 1
+                elif depth < 4 and entry.name[:1] != "." and entry.name not in ("node_modules", "__pycache__"):
+                    if entry.is_dir(follow_symlinks=False):
+                        queue.append((entry.path, depth + 1))
     count -= 1  # the script itself, which is bound
     if count <= 0 or system_owned(os.path.realpath(os.path.join(cwd, script))):
         return None
     shown = os.path.relpath(base, cwd) if base != os.path.abspath(cwd) else "."
-    more = "+" if count >= IMPORT_SCAN_MAX else ""
+    more = "+" if capped else ""
     return (
         f"Warning: {script} can import code from {count}{more} agent-writable Python files under {shown}/ "
         "that are not bound: changes to them after the approval run."
