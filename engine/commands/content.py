@@ -562,6 +562,12 @@ def _names_interpreter(command: str) -> bool:
 
 IMPORT_SCAN_MAX = 2000  # directory entries looked at, at most: a huge tree is reported as "N+"
 _CODE_SUFFIXES = (".py", ".pyc", ".pth", ".so")
+_SKIP_DIRS = frozenset({"node_modules", "__pycache__"})
+
+
+def _package_dir(entry: os.DirEntry[str], depth: int) -> bool:
+    name = entry.name
+    return depth < 4 and name[:1] != "." and name not in _SKIP_DIRS and entry.is_dir(follow_symlinks=False)
 
 
 def _imports_note(script: str, cwd: str) -> str | None:
@@ -584,9 +590,8 @@ def _imports_note(script: str, cwd: str) -> str | None:
                     break
                 if entry.name.endswith(_CODE_SUFFIXES):
                     count += 1
-                elif depth < 4 and entry.name[:1] != "." and entry.name not in ("node_modules", "__pycache__"):
-                    if entry.is_dir(follow_symlinks=False):
-                        queue.append((entry.path, depth + 1))
+                elif _package_dir(entry, depth):
+                    queue.append((entry.path, depth + 1))
     count -= 1  # the script itself, which is bound
     if count <= 0 or system_owned(os.path.realpath(os.path.join(cwd, script))):
         return None
