@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 from engine.commands.gitvet import Record, Repo, parse_argv
 from engine.commands.interpreters import name_of
+from engine.commands.treecode import TreeChanged, TreeVet
+from engine.commands.verified import StaleContent, sealed_copy
 from engine.statefs import state_dir
 
 BWRAP_CANDIDATES = ("/usr/bin/bwrap", "/bin/bwrap")
@@ -74,6 +76,19 @@ class PinnedView:
         """The argv that runs `command` in the view; None when there is nothing to pin."""
         return [*self.prefix, shell, "-c", command] if self.prefix else None
 
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        return [*self.prefix, *argv]
+
+
+def view_for(tree: TreeVet | None, rereads: Iterable[tuple[str, bytes]] = ()) -> PinnedView:
+    """The view a decided run starts in: `tree` vetted again keeping its bytes (refused as StaleContent
+    when they are not what was decided on), plus the verified scripts that re-read themselves."""
+    try:
+        record = tree.pin() if tree is not None and tree.commands else None
+        return pinned_view(record, rereads)
+    except (TreeChanged, PinError) as exc:
+        raise StaleContent(str(exc)) from None
+
 
 @dataclass
 class _Builder:
@@ -87,8 +102,6 @@ class _Builder:
         """A read-only copy of `data` at `dest` (bwrap reads the fd once, at setup)."""
         if dest in self.bound:
             return
-        from engine.commands.verified import sealed_copy
-
         fd = sealed_copy(data, os.path.basename(dest))
         os.lseek(fd, 0, os.SEEK_SET)  # bwrap reads from the current offset
         os.set_inheritable(fd, True)

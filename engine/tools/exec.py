@@ -20,8 +20,7 @@ from engine.approvals.pending import (
 from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
-from engine.commands.pinned import PinError, PinnedView, pinned_view
-from engine.commands.treecode import TreeChanged
+from engine.commands.pinned import PinnedView, view_for
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, VerifiedRun, verify
 from engine.config.model import Config
 from engine.policy.decision import Decision, evaluate
@@ -342,16 +341,7 @@ class ExecTool:
         d = prepared.decision
         if prepared.host != "gateway" or (d.tree is None and not run.rereads):
             return PinnedView()
-        tree = d.tree
-
-        def build() -> PinnedView:
-            try:
-                record = tree.pin() if tree is not None and tree.commands else None
-                return pinned_view(record, run.rereads)
-            except (TreeChanged, PinError) as exc:
-                raise StaleContent(str(exc)) from None
-
-        return await asyncio.to_thread(build)
+        return await asyncio.to_thread(view_for, d.tree, run.rereads)
 
     async def _verified(self, prepared: Prepared, command: str) -> VerifiedRun:
         d = prepared.decision

@@ -169,3 +169,30 @@ async def test_make_re_reading_its_makefile_gets_the_approved_bytes(state_dir: P
             await operator.close()
     assert not marker.exists(), text
     assert "approved-second" in text, text
+
+
+async def test_an_exec_frame_on_the_approval_socket_runs_git_in_the_pinned_view(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The approval socket's `exec` frame runs host git too: pointed at the vetted repository, its config
+    read from the sealed copy (git names where it read each key)."""
+    from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest, request_exec
+    from engine.approvals.store import ApprovalsStore
+    from engine.tools.exec_host import LocalExecHost
+    from tests.attacks.harness import ALLOWLIST
+
+    work = make_repo(tmp_path / "r")
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore().add_allowlist("main", "/usr/bin/git")
+
+    async def human(request: PromptRequest) -> str:
+        raise AssertionError(f"a clean repository asked: {request}")
+
+    token = "exec-token-" + "k" * 24
+    path = state_dir / "exec-approvals.sock"
+    command = ["git", "config", "--list", "--show-origin", "--local"]
+    async with ApprovalSocketServer(path, token, decider=human, exec_handler=LocalExecHost()):
+        res = await request_exec(path, token, {"command": command, "cwd": str(work)})
+    assert res is not None and res.get("ok") is True, res
+    text = str(res)
+    assert f"{state_dir}/pinned/git/config" in text and str(work / ".git" / "config") not in text, text
