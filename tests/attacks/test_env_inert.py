@@ -120,3 +120,16 @@ async def test_the_pending_ask_shows_the_env(state_dir: Path) -> None:
         assert res["details"]["status"] == "approval-pending", res
         text = cli(state_dir, "approvals", "pending").stdout
         assert "GNUMAKEFLAGS=--eval=x" in text, text
+
+
+def test_the_console_detail_shows_the_env() -> None:
+    """The console's ask detail (the web console serves the same app) shows every env key and value."""
+    from rich.console import Console
+
+    from console.inbox import InboxItem
+    from console.widgets.approvals import render_detail
+
+    view = {"command": "make test", "env": {"GNUMAKEFLAGS": "--eval=x"}, "allowedDecisions": ["allow-once"]}
+    console = Console(width=160, record=True, color_system=None)
+    console.print(render_detail(InboxItem("k", "gateway", view), {}))
+    assert "GNUMAKEFLAGS=--eval=x" in console.export_text()
