@@ -55,6 +55,7 @@ class LocalExecHost:
             store=store,
             cwd=cwd,
             env=env,
+            env_overrides=request.env or None,  # only inert keys ride along unasked (issue 27 §3)
         )
         security = verdict.security
         if security is None:  # the policy itself refused (e.g. host=gateway not allowed here)

@@ -133,3 +133,29 @@ def test_the_console_detail_shows_the_env() -> None:
     console = Console(width=160, record=True, color_system=None)
     console.print(render_detail(InboxItem("k", "gateway", view), {}))
     assert "GNUMAKEFLAGS=--eval=x" in console.export_text()
+
+
+async def test_an_exec_frame_on_the_approval_socket_asks_for_env_too(state_dir: Path, tmp_path: Path) -> None:
+    from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest, request_exec
+    from engine.tools.exec_host import LocalExecHost
+
+    marker = tmp_path / "pwned"
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore().add_allowlist("main", "/usr/bin/make")
+    asked: list[PromptRequest] = []
+
+    async def human(request: PromptRequest) -> str:
+        asked.append(request)
+        return "deny"
+
+    token = "exec-token-" + "k" * 24
+    path = state_dir / "exec-approvals.sock"
+    frame = {
+        "command": ["make", "test"],
+        "cwd": "/",
+        "env": {"GNUMAKEFLAGS": f"--eval=test:;@touch\\ {marker}"},
+    }
+    async with ApprovalSocketServer(path, token, decider=human, exec_handler=LocalExecHost()):
+        res = await request_exec(path, token, frame)
+    assert res is not None and res.get("ok") is not True, res
+    assert len(asked) == 1 and not marker.exists()
