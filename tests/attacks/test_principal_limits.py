@@ -136,3 +136,19 @@ async def test_the_gateway_stops_reading_a_client_that_does_not_drain(state_dir:
             await operator.close()
         finally:
             client.close()
+
+
+async def test_connections_that_never_say_hello_are_capped_per_account(state_dir: Path) -> None:
+    """Before the hello nothing is known but the peer's uid: one account's silent connections are capped
+    (and each one ends at the handshake timeout)."""
+    write_config(state_dir, FULL)
+    async with gateway(state_dir, handshake_timeout=30):
+        silent = [
+            await asyncio.open_unix_connection(str(state_dir / "gateway.sock"))
+            for _ in range(limits.MAX_HANDSHAKING_PER_UID)
+        ]
+        reader, writer = await asyncio.open_unix_connection(str(state_dir / "gateway.sock"))
+        first = await asyncio.wait_for(reader.readline(), 30)
+        assert b"still saying hello" in first and b"overload" in first, first
+        for _, w in [*silent, (reader, writer)]:
+            w.close()
