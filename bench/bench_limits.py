@@ -75,8 +75,25 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     admitted = [(False, f"agent{i % 20}") for i in range(limits.MAX_CONNECTIONS - limits.OPERATOR_SLOTS - 1)]
+    from engine.config.loader import load_config_text
+
+    text = '[[agents.list]]\nid = "agent1"\n[agents.list.tools.exec]\nmaxSessionsPerAgent = 8\n'
+    config = load_config_text(text)
+
+    def limits_from_config() -> None:
+        os.stat(__file__)  # the gateway's config() stats its file on every call
+        cfg = config.exec_for("agent1")
+        assert cfg.max_sessions_per_agent == 8
+
     for r in range(args.repeats):
         spawn = _per_call(_spawn_true, 200)
+        from_config = _per_call(limits_from_config, 2_000)
+        record(
+            f"session-start quota limits read from the config (stat + the agent's exec), run {r + 1}",
+            f"{from_config * 1e6:.1f} µs",
+            f"{spawn * 1e6:.0f} µs spawn",
+            ratio(from_config, spawn),
+        )
         checks = asyncio.run(_request_checks())
         record(
             f"per-request checks (revoked, reading paused), run {r + 1}",

@@ -3,6 +3,7 @@ table or the disk that the operator and the other agents share."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -35,6 +36,9 @@ class Held(Protocol):
 class Quota:
     sessions: int = MAX_SESSIONS_PER_AGENT
     output_bytes: int = MAX_OUTPUT_BYTES_PER_AGENT
+    # (sessions, output bytes) for one agent, read at each grant (the gateway's config, with the agent's
+    # overrides, so an edit applies to the next start); None: the two fields above for every agent.
+    per_agent: Callable[[str], tuple[int, int]] | None = field(default=None, repr=False)
     # Each agent's sessions, by id, as admitted; a session the registry no longer holds is dropped at
     # that agent's next grant. A start costs what that agent holds, not what the whole gateway holds.
     _held: dict[str, dict[str, Session]] = field(default_factory=dict, repr=False)
@@ -44,21 +48,22 @@ class Quota:
         ToolError saying which cap is reached. A running session holds its whole cap, a finished one what
         it wrote: the caps granted never add up to more than the budget, whatever the sessions write."""
         owner = key_owner(scope_key)
+        most, budget = (self.sessions, self.output_bytes) if self.per_agent is None else self.per_agent(owner)
         held = self._held.setdefault(owner, {})
         for sid, session in list(held.items()):
             if registry.get(sid) is not session:
                 del held[sid]
-        if len(held) >= self.sessions:
+        if len(held) >= most:
             raise ToolError(
                 f"agent {owner} has {len(held)} sessions, the most one agent may keep; remove finished ones "
                 "(process remove) or kill some before starting another."
             )
         used = sum(s.output.log_bytes if s.exited else s.output.log_cap for s in held.values())
-        room = self.output_bytes - used
+        room = budget - used
         if room < min(default_cap, MIN_SESSION_BYTES):
             raise ToolError(
                 f"agent {owner}'s sessions hold {used >> 20} MiB of output on disk, its whole budget "
-                f"({self.output_bytes >> 20} MiB); remove finished sessions (process remove) or kill running "
+                f"({budget >> 20} MiB); remove finished sessions (process remove) or kill running "
                 "ones before starting another."
             )
         return min(default_cap, room)

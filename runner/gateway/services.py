@@ -123,7 +123,7 @@ class Services:
             events=self.events,
             timeout_sec=float(exec_cfg.timeout_sec),
             background_ms=exec_cfg.background_ms,
-            quota=Quota(),  # many principals share this gateway's sessions and disk
+            quota=Quota(per_agent=self._agent_quota),  # many principals share these sessions and this disk
         )
         self.exec_tool = ExecTool(
             config=self.config,
@@ -154,6 +154,10 @@ class Services:
         self.exec_tool.node_runner = self.nodes.run
 
     # -- lifecycle
+
+    def _agent_quota(self, agent: str) -> tuple[int, int]:
+        cfg = self.config().exec_for(agent)
+        return cfg.max_sessions_per_agent, cfg.max_output_bytes_per_agent
 
     def config(self) -> Config:
         """The config, reloaded when the file changes (stat per call: cheap, and edits apply at once).

@@ -68,3 +68,22 @@ async def test_one_agent_cannot_fill_the_disk_with_output(state_dir: Path) -> No
             await client.close()
         for s in list(server.services.sessions.registry):
             server.services.sessions.request_kill(s)
+
+
+async def test_the_caps_come_from_the_config_per_agent(state_dir: Path) -> None:
+    config = FULL + '[[agents.list]]\nid = "tight"\n[agents.list.tools.exec]\nmaxSessionsPerAgent = 1\n'
+    write_config(state_dir, config)
+    async with gateway(state_dir) as server:
+        tight = await _agent(server, state_dir, "tight")
+        other = await _agent(server, state_dir, "other")
+        assert (await _start(tight, "sleep 60"))["details"]["status"] == "running"
+        with pytest.raises(RemoteError, match="agent tight has 1 sessions"):
+            await _start(tight, "sleep 60")
+        for _ in range(2):  # the global default (64) for the others
+            assert (await _start(other, "sleep 60"))["details"]["status"] == "running"
+        write_config(state_dir, config.replace("= 1\n", "= 2\n"))  # an edit applies to the next start
+        assert (await _start(tight, "sleep 60"))["details"]["status"] == "running"
+        for client in (tight, other):
+            await client.close()
+        for s in list(server.services.sessions.registry):
+            server.services.sessions.request_kill(s)
