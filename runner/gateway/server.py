@@ -77,7 +77,8 @@ class GatewayServer:
         self._token = ""
         self._operator = ""
         self._handshaking: Counter[int] = Counter()  # by peer uid: connections not yet authenticated
-        self._revocations = 0  # revokes so far: a handshake racing one looks its credential up again
+        self._revocations = 0  # revokes done: a handshake that overlapped one looks its credential up again
+        self._revoking: set[str] = set()  # agents being revoked now: a handshake as one of them is refused
         self.started_at = time.time()
         self.connections: set[Connection] = set()
         self._socket_ino: int | None = None
@@ -372,8 +373,12 @@ class GatewayServer:
         return principals.MAIN_AGENT, ""  # the gateway token alone: the zero-configuration agent
 
     async def _revoked_meanwhile(self, hello: Hello, who: tuple[str, str], revocations: int) -> bool:
-        """A revoke ran while this credential was being looked up, and it took this one."""
-        if not who[1] or self._revocations == revocations:
+        """A revoke of this credential runs, or one ran while it was being looked up and took it."""
+        if not who[1]:
+            return False
+        if who[1] in self._revoking:
+            return True
+        if self._revocations == revocations:
             return False
         return await asyncio.to_thread(principals.lookup, self.state_dir, hello.credential) is None
 
@@ -396,8 +401,12 @@ class GatewayServer:
         for conn in conns:
             conn.stop_reading()
             self.connections.discard(conn)  # no event of anyone's reaches it from now on
-        self._revocations += 1  # a handshake that looked the credential up before this looks again
-        removed = await asyncio.to_thread(principals.revoke, self.state_dir, agent)
+        self._revoking.add(agent)  # a handshake finishing meanwhile is refused; after, it looks again
+        try:
+            removed = await asyncio.to_thread(principals.revoke, self.state_dir, agent)
+        finally:
+            self._revoking.discard(agent)
+            self._revocations += 1
         await self._drop(conns)
         return removed, len(conns)
 
