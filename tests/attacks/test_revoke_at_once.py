@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from pathlib import Path
 
+import pytest
+
 from engine import principals
+from engine.errors import ExecHostError
 from runner.gateway.server import GatewayServer
 from tests.attacks.rawclient import RawClient
 from tests.helpers.gateway import FULL, cli, connect, gateway, wait_until, write_config
@@ -53,3 +57,31 @@ async def test_revoke_stops_every_connection_at_once(state_dir: Path) -> None:
         assert [c for c in server.connections if c.agent == "ops"] == []
         for client in clients:
             client.close()
+
+
+async def test_a_connection_made_while_the_revoke_runs_is_refused(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The credential file is removed in a thread; a handshake looking it up meanwhile still found it, and
+    its connection would have outlived the revoke."""
+    write_config(state_dir, FULL)
+    async with gateway(state_dir) as server:
+        credential = principals.mint(state_dir, "ops")
+        entered, gate = threading.Event(), threading.Event()
+        real = principals.revoke
+
+        def slow_revoke(state: Path, agent: str) -> bool:
+            entered.set()
+            gate.wait(30)
+            return real(state, agent)
+
+        monkeypatch.setattr(principals, "revoke", slow_revoke)
+        revoking = asyncio.ensure_future(server.revoke_agent("ops"))
+        await wait_until(entered.is_set)
+        try:
+            with pytest.raises(ExecHostError, match="invalid or revoked agent credential"):
+                await connect(state_dir, "ops", operator=False, credential=credential)
+        finally:
+            gate.set()
+        assert (await revoking) == (True, 0)
+        assert [c for c in server.connections if c.agent == "ops"] == []
