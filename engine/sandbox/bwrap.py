@@ -1,4 +1,5 @@
-"""Bubblewrap sandboxes: a scope's namespaces in milliseconds, with no daemon (docs/SECURITY.md "bwrap").
+"""Bubblewrap sandboxes: a scope's namespaces in milliseconds, with no daemon (docs/SECURITY.md, "Sandbox
+backends").
 
 A scope's sandbox is one long-lived `bwrap` running the same busybox supervisor as a Docker container
 (engine.sandbox.supervisor), with the same control dir at /.exechost and scripts at /.exechost-bin, so
@@ -10,8 +11,8 @@ What the sandbox sees is built here, once, for the keeper and for `sandbox expla
 read-only, the system dirs bound read-only (the host's /usr, /bin, /lib* and an allowlisted part of /etc, or
 every top-level dir of a `rootfs` tree), /proc and /dev of its own, size-capped tmpfs for /tmp, /var/tmp and
 /run, the workspace as the only writable host dir, new user/PID/IPC/UTS/net/cgroup namespaces, no
-capabilities, no_new_privs, and a seccomp filter built by libseccomp (never hand-written BPF) refusing what
-Docker's default profile refuses. Limits: rlimits on the keeper (inherited by everything in the sandbox)
+capabilities, no_new_privs, and the seccomp filter of engine.sandbox.seccomp (libseccomp's, refusing what
+Docker's default profile refuses). Limits: rlimits on the keeper (inherited by everything in the sandbox)
 and, where this process may write one, a pids cgroup.
 """
 
@@ -562,8 +563,9 @@ def remove_all() -> list[str]:
 
 
 def _pids_cgroup(name: str, limit: int | None) -> Path | None:
-    """A pids cgroup (v1 controller or this process's v2 subtree) capping the sandbox's tasks, where this
-    process may make one; None elsewhere (RLIMIT_NPROC is then the only cap, and it does not bind root)."""
+    """A pids cgroup (the v1 controller; a delegated v2 subtree is not used yet) capping the sandbox's
+    tasks, where this process may make one; None elsewhere (RLIMIT_NPROC is then the only cap, and it
+    does not bind root)."""
     if not limit:
         return None
     for base in _cgroup_bases():
