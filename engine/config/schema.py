@@ -118,13 +118,9 @@ DOCKER_KEYS: dict[str, Spec | Table] = {
     # Ready containers kept per config (engine.sandbox.pool); 0 turns the pool off. Not in the config hash.
     "pool": Spec("pool", "int", minimum=0, maximum=16),
     # Opt-outs of validate.py's refusals; explicit booleans only, never on by default.
-    "dangerouslyAllowReservedContainerTargets": Spec(
-        "dangerously_allow_reserved_container_targets", "bool"
-    ),
+    "dangerouslyAllowReservedContainerTargets": Spec("dangerously_allow_reserved_container_targets", "bool"),
     "dangerouslyAllowExternalBindSources": Spec("dangerously_allow_external_bind_sources", "bool"),
-    "dangerouslyAllowContainerNamespaceJoin": Spec(
-        "dangerously_allow_container_namespace_join", "bool"
-    ),
+    "dangerouslyAllowContainerNamespaceJoin": Spec("dangerously_allow_container_namespace_join", "bool"),
 }
 PRUNE_KEYS: dict[str, Spec | Table] = {
     "idleHours": Spec("idle_hours", "number", minimum=0),
@@ -191,11 +187,16 @@ AGENT_KEYS: dict[str, Spec | Table] = {
     "user": Spec("user", "str"),
     "tools": Table("tools", TOOLS_KEYS),
     "sandbox": Table("sandbox", SANDBOX_KEYS),
+    # The `[nodes.<name>]` this agent may use (runs, sessions, sandboxes; default: every node).
+    "nodes": Spec("nodes", "strlist"),
 }
 # `[gateway]`: the agents' socket, which admits the members of one group (each mapped by uid to an agent).
 GATEWAY_KEYS: dict[str, Spec | Table] = {
     "agentGroup": Spec("agent_group", "str"),
     "agentSocket": Spec("agent_socket", "str"),
+    # Who a connection that proves only the gateway token is: agent `main` (default), or nobody (refused),
+    # so a credentialed agent that leaves its credential out gains nothing (docs/SECURITY.md).
+    "anonymous": Spec("anonymous", "enum", ("main", "none")),
 }
 # Keys of one safeBinProfiles entry (what engine.commands.safebins.SafeBinProfile.from_config accepts).
 PROFILE_KEYS: dict[str, str] = {

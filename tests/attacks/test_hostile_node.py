@@ -38,15 +38,16 @@ def write(data):
     out.write(data)
     out.flush()
 
+path = os.path.join(ROOT, "ctl.sock")
+try:
+    os.unlink(path)
+except FileNotFoundError:
+    pass
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(path)
+srv.listen(8)  # before the hello: once the gateway has it, the test may inject
+
 def control():
-    path = os.path.join(ROOT, "ctl.sock")
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    srv = socket.socket(socket.AF_UNIX)
-    srv.bind(path)
-    srv.listen(8)
     while True:
         conn, _ = srv.accept()
         with conn, lock:
@@ -67,7 +68,8 @@ with open(os.path.join(ROOT, "seen.jsonl"), "ab") as seen:
         frame = json.loads(line)
         if frame.get("type") == "req" and frame.get("method") == "ping":
             with lock:
-                write(json.dumps({"type": "res", "id": frame["id"], "ok": True, "payload": {}}).encode() + b"\n")
+                res = {"type": "res", "id": frame["id"], "ok": True, "payload": {}}
+                write(json.dumps(res).encode() + b"\n")
 os._exit(0)
 """
 
@@ -151,12 +153,8 @@ def _ask(rid: str, run_id: str | None, **view: Any) -> dict[str, Any]:
 
 
 async def _agents(state_dir: Path) -> tuple[ControlClient, ControlClient]:
-    ops = await connect(
-        state_dir, "ops", operator=False, credential=principals.mint(state_dir, "ops")
-    )
-    evil = await connect(
-        state_dir, "evil", operator=False, credential=principals.mint(state_dir, "evil")
-    )
+    ops = await connect(state_dir, "ops", operator=False, credential=principals.mint(state_dir, "ops"))
+    evil = await connect(state_dir, "evil", operator=False, credential=principals.mint(state_dir, "evil"))
     return ops, evil
 
 
@@ -190,7 +188,9 @@ async def test_events_naming_another_agents_key_never_reach_it(
     caplog.set_level(logging.WARNING, "exechost.gateway.nodes")
     async with gateway(state_dir):
         ops, evil = await _agents(state_dir)
-        call = asyncio.ensure_future(evil.request("exec", {"command": "echo hi", "node": "alpha", "sessionKey": "s1"}))
+        call = asyncio.ensure_future(
+            evil.request("exec", {"command": "echo hi", "node": "alpha", "sessionKey": "s1"})
+        )
         run = await hostile.next_run()
         run_id = run["params"]["runId"]
         assert run["params"]["sessionKey"] == "agent:evil:s1"
@@ -198,9 +198,13 @@ async def test_events_naming_another_agents_key_never_reach_it(
         for rid in (run_id, "no-such-run", None):
             extra = {"runId": rid} if rid is not None else {}
             forged += [
-                _event("exec.finished", sessionKey="agent:ops:s1", exitCode=1, output="INJECTED-BY-NODE", **extra),
+                _event(
+                    "exec.finished", sessionKey="agent:ops:s1", exitCode=1, output="INJECTED-BY-NODE", **extra
+                ),
                 _event("system.event", sessionKey="agent:ops:s1", text="INJECTED-SYSEVENT", **extra),
-                _event("exec.denied", sessionKey="agent:ops:s1", command="x", reason="INJECTED-DENY", **extra),
+                _event(
+                    "exec.denied", sessionKey="agent:ops:s1", command="x", reason="INJECTED-DENY", **extra
+                ),
                 _event("system.event", sessionKey="agent:ops", text="INJECTED-MAIN-KEY", **extra),
                 _event("system.event", sessionKey="s1", text="INJECTED-PLAIN", **extra),
             ]
@@ -236,7 +240,11 @@ async def test_asks_filed_as_another_agent_count_against_the_run_that_asked(
         asks += [_ask(f"y{i}", run_id, agentId="ops", sessionKey="agent:ops:s1") for i in range(40)]
         await hostile.inject(*asks)
         refused = await wait_until(
-            lambda: [a for a in hostile.answers() if a["id"].startswith("x")] if len(hostile.answers()) >= 20 else None,
+            lambda: (
+                [a for a in hostile.answers() if a["id"].startswith("x")]
+                if len(hostile.answers()) >= 20
+                else None
+            ),
             timeout=30,
         )
         assert len(refused) == 20 and all(not (a.get("payload") or {}).get("decision") for a in refused)
@@ -265,13 +273,17 @@ async def test_a_flood_of_huge_events_is_bounded_and_events_still_page(
     hostile = _setup(sshd_nodes, state_dir)
     async with gateway(state_dir) as server:
         ops, evil = await _agents(state_dir)
-        call = asyncio.ensure_future(evil.request("exec", {"command": "echo hi", "node": "alpha", "sessionKey": "s1"}))
+        call = asyncio.ensure_future(
+            evil.request("exec", {"command": "echo hi", "node": "alpha", "sessionKey": "s1"})
+        )
         run = await hostile.next_run()
         run_id, key = run["params"]["runId"], run["params"]["sessionKey"]
         big = "B" * (8 << 20)
         for _ in range(20):
             await hostile.inject(_event("system.event", sessionKey=key, runId=run_id, text=big))
-        await hostile.inject(*(_event("system.event", sessionKey=key, runId=run_id, text=f"e{i}") for i in range(3000)))
+        await hostile.inject(
+            *(_event("system.event", sessionKey=key, runId=run_id, text=f"e{i}") for i in range(3000))
+        )
         await hostile.inject(_event("system.event", sessionKey=key, runId=run_id, text="last"))
         await wait_until(lambda: "last" in " ".join(server.services.events.peek(key)), timeout=60)
         texts = server.services.events.peek(key)
@@ -302,7 +314,7 @@ async def test_frames_for_a_finished_run_are_dropped(sshd_nodes: list[SshdNode],
         ops, evil = await _agents(state_dir)
         call = asyncio.ensure_future(evil.request("exec", {"command": "echo hi", "node": "alpha"}))
         run = await hostile.next_run()
-        run_id, key = run["params"]["runId"], run["params"]["sessionKey"]
+        run_id, key = run["params"]["runId"], run["params"]["sessionKey"] or "agent:evil"
         await hostile.answer(run)
         await asyncio.wait_for(call, 30)
         before = server.services.events.peek(key)
@@ -322,17 +334,25 @@ async def test_frames_for_a_finished_run_are_dropped(sshd_nodes: list[SshdNode],
 async def test_frames_for_another_nodes_run_are_dropped(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
     """ops waits on an ask of its run on beta; alpha sends events and an ask naming that run."""
     hostile = _setup(sshd_nodes, state_dir)
-    (sshd_nodes[1].state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "allowlist"\nask = "on-miss"\n')
+    (sshd_nodes[1].state_dir / "config.toml").write_text(
+        '[tools.exec]\nsecurity = "allowlist"\nask = "on-miss"\n'
+    )
     async with gateway(state_dir) as server:
         hub = server.services.nodes
         operator = await connect(state_dir, "operator")
         await operator.request("approvals.attach")
         ops, evil = await _agents(state_dir)
-        call = asyncio.ensure_future(ops.request("exec", {"command": "echo a", "node": "beta", "sessionKey": "s1"}))
-        [(_, beta_run)] = await wait_until(lambda: [(k, r) for k, r in hub._runs.items() if r.records], timeout=60)
+        call = asyncio.ensure_future(
+            ops.request("exec", {"command": "echo a", "node": "beta", "sessionKey": "s1"})
+        )
+        [(_, beta_run)] = await wait_until(
+            lambda: [(k, r) for k, r in hub._runs.items() if r.records], timeout=60
+        )
         await hub.sync()["alpha"].ensure()
         await hostile.inject(
-            _event("exec.finished", sessionKey="agent:ops:s1", runId=beta_run.run_id, exitCode=1, output="X-NODE"),
+            _event(
+                "exec.finished", sessionKey="agent:ops:s1", runId=beta_run.run_id, exitCode=1, output="X-NODE"
+            ),
             _event("system.event", sessionKey="agent:ops:s1", runId=beta_run.run_id, text="X-NODE"),
             _ask("steal", beta_run.run_id, agentId="ops", sessionKey="agent:ops:s1"),
         )
@@ -364,12 +384,12 @@ async def test_malformed_and_oversized_fields_are_capped_or_refused(
         huge = {
             "command": "c" * (1 << 20),
             "cwd": "/" + "d" * 100_000,
-            "env": {f"K{i}": "v" * 10_000 for i in range(5000)},
-            "warnings": ["w" * 100_000] * 5000,
-            "decision": {"nested": [[[[["x" * 100_000]]]]] * 50},
+            "env": {f"K{i}": "v" * 5000 for i in range(1000)},
+            "warnings": ["w" * 20_000] * 100,
+            "decision": {"nested": [[[[["x" * 100_000]]]]] * 20},
             "agentReason": "r" * 100_000,
             "resolvedPath": "/" + "p" * 100_000,
-            "allowedDecisions": ["allow-once"] * 100_000,
+            "allowedDecisions": ["allow-once"] * 100_000,  # under the 16 MiB frame in all
         }
         await hostile.inject(
             _ask("huge", run_id, **huge),
@@ -416,7 +436,9 @@ async def test_an_oversized_frame_drops_only_that_link(sshd_nodes: list[SshdNode
         ops, evil = await _agents(state_dir)
         call = asyncio.ensure_future(evil.request("exec", {"command": "echo hi", "node": "alpha"}))
         await hostile.next_run()
-        await hostile.inject(b'{"type":"event","event":"system.event","payload":{"text":"' + b"x" * (MAX_LINE + 10))
+        await hostile.inject(
+            b'{"type":"event","event":"system.event","payload":{"text":"' + b"x" * (MAX_LINE + 10)
+        )
         with pytest.raises(RemoteError, match="link lost"):
             await asyncio.wait_for(call, 60)
         ok = await ops.request("exec", {"command": "echo fine", "node": "beta"})
@@ -468,13 +490,16 @@ async def test_main_reads_no_ownerless_key(sshd_nodes: list[SshdNode], state_dir
         )
         sid = started["details"]["sessionId"]
         await ops.request("exec", {"command": "echo SECRET-FINISH; exit 1", "node": "beta"})
-        await wait_until(lambda: [k for k in server.services.events.keys() if k.startswith("agent:ops")], timeout=30)
+        await wait_until(
+            lambda: [k for k in server.services.events.keys() if k.startswith("agent:ops")],  # noqa: SIM118
+            timeout=30,
+        )
         assert (await main.request("events"))["events"] == []
         assert (await main.request("events", {"drain": True}))["events"] == []
         listed = await main.request("sessions.list")
         assert sid not in [r["sessionId"] for r in listed["sessions"]]
         await main.request("exec", {"command": "echo mine", "node": "beta", "sessionKey": "s1"})
-        assert all(k.startswith("agent:") for k in server.services.events.keys())
+        assert all(k.startswith("agent:") for k in server.services.events.keys())  # noqa: SIM118
         assert "SECRET" not in json.dumps([getattr(e, "data", None) for e in seen])
         for client in (ops, main):
             await client.close()
@@ -504,8 +529,7 @@ async def test_an_agent_uses_only_the_nodes_it_is_given(sshd_nodes: list[SshdNod
         (node.state_dir / "config.toml").write_text(NODE_FULL)
     (state_dir / "config.toml").write_text(
         '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n'
-        '[[agents.list]]\nid = "ops"\nnodes = ["beta"]\n'
-        + (state_dir / "config.toml").read_text()
+        '[[agents.list]]\nid = "ops"\nnodes = ["beta"]\n' + (state_dir / "config.toml").read_text()
     )
     async with gateway(state_dir):
         ops = await connect(state_dir, "ops", operator=False, credential=principals.mint(state_dir, "ops"))
