@@ -34,6 +34,7 @@ log = logging.getLogger("exechost.gateway.nodes")
 EVENT_OUTPUT_CHARS = 180  # reference §5.5: the finished text's output, compacted
 SANDBOX_ADMIN_TIMEOUT_SEC = 120.0  # a prune or recreate removes containers one by one
 MAX_PENDING_PER_NODE = 64
+MAX_ORPHANED_RUNS = 1024
 _APPROVAL_ID = re.compile(
     r"[A-Za-z0-9_.:-]{1,128}"
 )  # a node flooding the inbox gets refused (askFallback), not shown
@@ -53,6 +54,8 @@ class NodeHub:
         self._runs: dict[tuple[str, str], NodeRun] = {}  # (node name, runId) -> the call waiting on it
         self._retired: set[asyncio.Task[None]] = set()
         self.keys = NodeKeys(services.state_dir)
+        # Runs whose link dropped before they answered: their end may still come, once, on a later link.
+        self._orphans: dict[tuple[str, str], NodeRun] = {}
         self._last_drop_log: dict[str, float] = {}
         self.dropped = 0  # frames dropped for naming no run of their node (also logged, for the operator)
         self.feed = NodeOutputFeed(services, lambda: self.links)
@@ -223,8 +226,7 @@ class NodeHub:
                 call.cancel()
                 self._runs.pop((link.name, run_id), None)
             raise
-        self._runs.pop((link.name, run_id), None)
-        self._settle(run)
+        self._end(run, call)
         return self._result(run, call)
 
     def _detach(self, run: NodeRun, call: asyncio.Future[Response], ctx: ExecContext) -> None:
@@ -234,8 +236,7 @@ class NodeHub:
         key = run.session_key
 
         def done(fut: asyncio.Future[Response]) -> None:
-            self._runs.pop((run.link.name, run.run_id), None)
-            self._settle(run)
+            self._end(run, fut)
             if fut.cancelled():
                 return
             try:
@@ -246,6 +247,18 @@ class NodeHub:
             self.services.events.enqueue(key, follow_up(run, result))
 
         call.add_done_callback(done)
+
+    def _end(self, run: NodeRun, call: asyncio.Future[Response]) -> None:
+        """The call is over. A run whose link dropped before its answer is kept (bounded) until the node
+        reports its end on a later link, once: that report is the only word of its outcome."""
+        key = (run.link.name, run.run_id)
+        self._runs.pop(key, None)
+        self._settle(run)
+        lost = not call.cancelled() and isinstance(call.exception(), NodeError)
+        if lost and getattr(call.exception(), "error_code", "") == "NODE_LINK_LOST" and not run.ended:
+            self._orphans[key] = run
+            while len(self._orphans) > MAX_ORPHANED_RUNS:
+                del self._orphans[next(iter(self._orphans))]
 
     def _settle(self, run: NodeRun) -> None:
         """The node answered: a relayed ask of this run still in the inbox (the node's own expiry came
@@ -489,6 +502,8 @@ class NodeHub:
         node_id = link.hello.node_id if link.hello else link.name
         raw_run = p.get("runId")
         run = self._runs.get((link.name, raw_run)) if isinstance(raw_run, str) else None
+        if run is None and isinstance(raw_run, str) and ev.event in ("exec.finished", "exec.denied"):
+            run = self._orphans.pop((link.name, raw_run), None)  # its end, after a link was lost
         if ev.event == "system.event":
             # A session's own notice (a background exit): for the run it names on this link, else for a
             # key the gateway gave this node; filed under the gateway's key, never a frame's other one.
@@ -509,9 +524,12 @@ class NodeHub:
         if ev.event not in ("exec.started", "exec.finished", "exec.denied"):
             self._drop_frame(link, ev.event, "not an event nodes send")
             return
-        if run is None:  # a run this gateway never started on this node, or one that has ended
+        if run is None or run.ended:
+            # A run this gateway never started on this node, or one whose end was already reported.
             self._drop_frame(link, ev.event, f"run {str(raw_run)[:80]!r} is not in flight on this node")
             return
+        if ev.event in ("exec.finished", "exec.denied"):
+            run.ended = True
         if run.detached and ev.event in ("exec.finished", "exec.denied"):
             return  # the follow-up in the gateway's words says it (once)
         if p.get("suppressNotifyOnExit") is True or not self.services.config().exec.notify_on_exit:
