@@ -445,10 +445,11 @@ class NodeHub:
     # -- sandboxes on nodes
 
     async def sandbox_call(
-        self, node: str, method: str, params: dict[str, Any]
+        self, node: str, method: str, params: dict[str, Any], agent: str | None = None
     ) -> tuple[str, dict[str, Any]]:
-        """One sandbox admin verb on one node: (the node's name, its payload)."""
-        link = self.select(node)
+        """One sandbox admin verb on one node: (the node's name, its payload); for an agent, on a node it
+        may use only."""
+        link = self.select(node, agent=agent)
         try:
             res = await link.call(method, params, timeout=SANDBOX_ADMIN_TIMEOUT_SEC)
         except NodeError as exc:
