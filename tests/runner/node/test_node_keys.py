@@ -48,9 +48,7 @@ def test_agents_nodes_must_name_configured_nodes(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown node 'build'"):
         load_config(path)
     path.write_text(
-    path.write_text(
         '[[agents.list]]\nid = "ops"\nnodes = ["other"]\n[nodes.other]\nhost = "h"\n[nodes.x]\nhost = "y"\n'
-    )
     )
     config = load_config(path)
     assert config.may_use_node("ops", "other") and not config.may_use_node("ops", "x")
