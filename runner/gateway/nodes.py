@@ -113,8 +113,20 @@ class NodeHub:
             )
 
     def _on_hello(self, link: NodeLink, hello: Hello) -> None:
-        """A link whose hello presents a node id another connected link holds is refused before it is
-        connected: nothing it sends is read (a node cannot pass itself off as another)."""
+        """A link whose hello presents a node id that another configured node presented first (pinned in
+        node-keys.json), or that another connected link holds, is refused before it is connected: nothing
+        it sends is read (a node cannot pass itself off as another, whether that one is up or not)."""
+        self.keys.forget_ids(set(self.services.config().nodes))
+        pinned = self.keys.holder(hello.node_id)
+        if pinned is not None and pinned != link.name:
+            log.warning(
+                "node %s claims node id %s, pinned to node %s; refused", link.name, hello.node_id, pinned
+            )
+            raise NodeError(
+                f"node {link.name} claims node id {hello.node_id}, which node {pinned} holds; refused (check "
+                f"{link.name}'s node.json)",
+                "INVALID_REQUEST",
+            )
         for other in self.links.values():
             held = other.hello.node_id if other.hello is not None and other.state == "connected" else None
             if other is not link and held == hello.node_id:
@@ -126,6 +138,7 @@ class NodeHub:
                     f"refused (check {link.name}'s node.json)",
                     "INVALID_REQUEST",
                 )
+        self.keys.pin(link.name, hello.node_id)
 
     def _trusted_id(self, link: NodeLink) -> str:
         """The node id a link's hello claimed, refused when another configured node already holds it: a

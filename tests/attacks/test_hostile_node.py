@@ -321,8 +321,8 @@ async def test_an_oversized_frame_drops_only_that_link(sshd_nodes: list[SshdNode
 async def test_a_second_link_claiming_another_nodes_id_is_refused(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
-    """beta is connected; alpha's hello presents beta's node id: alpha's link is refused at its hello,
-    and nothing it sends is read."""
+    """alpha's hello presents beta's node id: refused at its hello (nothing it sends is read), while beta
+    is connected and, the id being pinned to beta, while beta is down too."""
     hostile = _setup(sshd_nodes, state_dir)
     async with gateway(state_dir) as server:
         ops, evil = await _agents(state_dir)
@@ -336,6 +336,13 @@ async def test_a_second_link_claiming_another_nodes_id_is_refused(
         assert [n["nodeId"] for n in server.services.nodes.status() if n["name"] == "alpha"] == [None]
         for client in (ops, evil):
             await client.close()
+    # A later gateway, beta not connected (down, or not dialled yet): its id stays beta's.
+    async with gateway(state_dir) as server:
+        evil = await connect(state_dir, "evil", operator=False, credential=principals.mint(state_dir, "evil"))
+        with pytest.raises(RemoteError, match="claims node id"):
+            await evil.request("exec", {"command": "true", "node": "alpha"})
+        assert server.services.nodes.links["beta"].state == "down"
+        await evil.close()
 
 
 async def test_main_reads_no_ownerless_key(sshd_nodes: list[SshdNode], state_dir: Path) -> None:

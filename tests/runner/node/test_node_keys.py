@@ -53,3 +53,13 @@ def test_agents_nodes_must_name_configured_nodes(tmp_path: Path) -> None:
     config = load_config(path)
     assert config.may_use_node("ops", "other") and not config.may_use_node("ops", "x")
     assert config.may_use_node("main", "x")  # no list: every node
+
+
+def test_a_node_id_stays_with_the_node_that_presented_it_first(tmp_path: Path) -> None:
+    keys = NodeKeys(tmp_path)
+    keys.pin("beta", "id-b")
+    keys.pin("alpha", "id-a")
+    again = NodeKeys(tmp_path)
+    assert again.holder("id-b") == "beta" and again.holder("id-a") == "alpha"
+    again.forget_ids({"alpha"})  # beta removed from the config: its id is free again
+    assert again.holder("id-b") is None and NodeKeys(tmp_path).holder("id-b") is None
