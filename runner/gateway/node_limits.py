@@ -70,3 +70,27 @@ def allowed_decisions(raw: Any) -> tuple[str, ...]:
 
 def field_text(payload: dict[str, Any], key: str, limit: int) -> str:
     return cut(payload.get(key), limit)
+
+
+ROW_KEYS = 40
+ROW_TEXT_CHARS = 4000  # a session row's command, cwd, tail…
+ROW_LIST_ITEMS = 32
+
+
+def session_row(raw: dict[str, Any]) -> dict[str, Any]:
+    """A node's session row as the consoles get it: scalar fields (and short lists of them), each string
+    cut to ROW_TEXT_CHARS, at most ROW_KEYS fields; anything nested deeper is dropped."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if len(out) >= ROW_KEYS:
+            break
+        if not isinstance(key, str) or len(key) > WORD_CHARS:
+            continue
+        if isinstance(value, str):
+            out[key] = cut(value, ROW_TEXT_CHARS)
+        elif value is None or isinstance(value, (bool, int, float)):
+            out[key] = value
+        elif isinstance(value, list):
+            items = [v for v in value[:ROW_LIST_ITEMS] if v is None or isinstance(v, (bool, int, float, str))]
+            out[key] = [cut(v, WARNING_CHARS) if isinstance(v, str) else v for v in items]
+    return out

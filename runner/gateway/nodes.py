@@ -409,11 +409,11 @@ class NodeHub:
         """A node's session row in the gateway's terms: its id prefixed, its node named (by the link, never
         by the row)."""
         raw = row.get("sessionId")
-        if not isinstance(raw, str) or not raw:
+        if not isinstance(raw, str) or not 0 < len(raw) <= 128 or ":" in raw:
             return None
         where = "sandbox" if row.get("host") == "sandbox" else "node"
         return {
-            **row,
+            **limits.session_row(row),
             "sessionId": f"node:{link.name}:{raw}",
             "node": link.name,
             "host": f"{where}:{link.name}",

@@ -283,6 +283,19 @@ async def test_malformed_and_oversized_fields_are_capped_or_refused(
             assert req.agent_id == "evil"
             assert any("echo hi" in w for w in req.warnings)  # the run's own command, beside the node's
         assert server.services.events.keys() == []
+        rows: list[dict[str, Any]] = []
+        operator.add_listener(lambda ev: rows.append(ev.data) if ev.event == "session.started" else None)
+        await operator.request("subscribe", {"topics": ["sessions"]})
+        fat = {"sessionId": "s-1", "command": "c" * 1_000_000, "tail": ["t" * 100_000] * 50, "x": {"y": 1}}
+        many = {"sessionId": "s-2", **{f"k{i}": i for i in range(10_000)}}
+        await hostile.inject(
+            event("session.started", session=fat),
+            event("session.started", session=many),
+            event("session.started", session={"sessionId": "x" * 1000}),
+        )
+        await wait_until(lambda: len(rows) >= 2, timeout=30)
+        assert [r["sessionId"] for r in rows] == ["node:alpha:s-1", "node:alpha:s-2"]
+        assert len(json.dumps(rows)) < 64 * 1024 and "x" not in rows[0]
         for record in records:
             await operator.request("approve", {"id": record.id, "decision": "deny"})
         await hostile.answer(run)
