@@ -549,7 +549,7 @@ class NodeHub:
         if p.get("suppressNotifyOnExit") is True or not self.services.config().exec.notify_on_exit:
             return
         key, run_id = run.session_key, run.run_id
-        command = _compact(limits.field_text(p, "command", limits.COMMAND_CHARS), limits.EVENT_COMMAND_CHARS)
+        command = _compact(run.command, limits.EVENT_COMMAND_CHARS)  # what the agent asked, as recorded here
         if ev.event == "exec.started":
             text = f"Exec started (node={node_id} id={run_id}): {command}"
         elif ev.event == "exec.finished":
