@@ -58,7 +58,7 @@ class Spec:
     """One config key: the attribute it fills, its kind, default and limits."""
 
     attr: str
-    # str | bool | int | number | size | swap | strlist | safebins | strmap | enum | profiles
+    # str | bool | int | number | size | swap | strlist | envkeys | safebins | strmap | enum | profiles
     # | ulimits | iplist | hostlist | cpath (container path) | prefix (container name prefix)
     kind: str
     choices: tuple[str, ...] = ()
@@ -91,6 +91,10 @@ EXEC_KEYS: dict[str, Spec | Table] = {
     "safeBins": Spec("safe_bins", "safebins"),
     "safeBinProfiles": Spec("safe_bin_profiles", "profiles"),
     "logCapBytes": Spec("log_cap_bytes", "int", minimum=64 * 1024),
+    "inertEnv": Spec("inert_env", "envkeys"),
+    # Per agent (engine.sessions.quota): sessions one agent keeps, output its sessions keep on disk.
+    "maxSessionsPerAgent": Spec("max_sessions_per_agent", "int", minimum=1),
+    "maxOutputBytesPerAgent": Spec("max_output_bytes_per_agent", "int", minimum=1024 * 1024),
 }
 ELEVATED_KEYS: dict[str, Spec | Table] = {"enabled": Spec("enabled", "bool")}
 DOCKER_KEYS: dict[str, Spec | Table] = {
