@@ -217,7 +217,32 @@ def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) 
             out += present
             if spec.stop_at and any(os.path.basename(p) in spec.stop_at for p in present):
                 break
+    if program in ("make", "gmake"):
+        makefiles = out or [os.path.join(s, f) for s in starts for f in spec.files]
+        out += [p for m in makefiles for p in makefile_sources(m)]
     return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
+
+
+def makefile_sources(makefile: str) -> list[str]:
+    """What make could remake `makefile` from before reading it. make treats every makefile it is about to
+    read as a goal, present or not, and its built-in rules make `Makefile` from `Makefile.sh` (`%: %.sh`),
+    `Makefile.c`, `s.Makefile`, `RCS/Makefile,v`, … and then reads what they made. Every built-in
+    prerequisite of a file (and of those, down the chain) is named by the file's own name with something
+    after it, or with `s.` before it, in its directory or in `RCS/`/`SCCS/` below it: all of those are
+    what make may read as this makefile, so they are vetted with it."""
+    directory, name = os.path.split(makefile)
+    out = []
+    for where in (directory, os.path.join(directory, "RCS"), os.path.join(directory, "SCCS")):
+        try:
+            entries = sorted(os.listdir(where))
+        except OSError:
+            continue
+        out += [
+            os.path.join(where, e)
+            for e in entries
+            if e != name and (e.startswith(name) or e.startswith("s." + name) or where != directory)
+        ]
+    return out
 
 
 def findings_for(
