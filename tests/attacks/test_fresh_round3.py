@@ -10,8 +10,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.helpers.gateway import ALLOWLIST, cli, connect, gateway, write_config
 
 GIT_ID = ["-c", "user.email=a@b", "-c", "user.name=a"]
@@ -56,7 +54,6 @@ async def test_class4_make_remakes_a_missing_makefile_from_the_tree(state_dir: P
     assert not marker.exists(), result
 
 
-@pytest.mark.xfail(strict=True, reason="open: being fixed")
 async def test_class5_git_recurses_into_a_submodule_no_gitmodules_names(
     state_dir: Path, tmp_path: Path
 ) -> None:
