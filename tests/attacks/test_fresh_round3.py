@@ -5,12 +5,17 @@ from a tree the agent can write without a human seeing it."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.gateway import ALLOWLIST, cli, connect, gateway, write_config
+import pytest
+
+from tests.helpers.gateway import ALLOWLIST, cli, connect, gateway, wait_until, write_config
+from tests.helpers.race import exchange_loop
 
 GIT_ID = ["-c", "user.email=a@b", "-c", "user.name=a"]
 
@@ -79,3 +84,56 @@ async def test_class5_git_recurses_into_a_submodule_no_gitmodules_names(
     os.utime(sub / "f", (1_500_000_000, 1_500_000_000))
     result = await agent_exec(state_dir, "git status --short", top)
     assert not marker.exists(), result
+
+
+async def _approve_always(state: Path, command: str, workdir: Path) -> None:
+    """The operator approves `command` once with allow-always, as the console would."""
+    operator = await connect(state, "console")
+    await operator.request("approvals.attach", {})
+    agent = await connect(state, operator=False)
+    try:
+        run = asyncio.ensure_future(
+            agent.request("exec", {"command": command, "workdir": str(workdir), "timeout": 60})
+        )
+        rows = await wait_until(operator.pending_approvals)
+        await operator.request("approve", {"id": rows[0]["id"], "decision": "allow-always"})
+        await run
+    finally:
+        await agent.close()
+        await operator.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a file bound at its own path loses its bind when another file is renamed or exchanged "
+    "over that path on the host, and make's first read of its makefile comes after the spawn; closing it "
+    "needs make to read the copy by a path the agent cannot rename (docs/SECURITY.md, Limits)",
+)
+async def test_class6_a_makefile_swapped_after_the_view_is_built_runs(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The approved Makefile is bound read-only at its path in the run's namespace; but renaming (or
+    exchanging) another file over that path on the host moves the name off the mount, and make's *first*
+    read of the Makefile happens after the spawn, by path. With allow-always given for the inert Makefile, a
+    racer exchanging it with another one runs the other one's recipes."""
+    write_config(state_dir, ALLOWLIST)
+    allow(state_dir, "/usr/bin/make", "^test$")
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = tmp_path / "pwned"
+    (work / "Makefile").write_text("test:\n\t@echo fine\n")
+    evil = tmp_path / "Makefile.evil"  # outside the tree: make must never see it by any name
+    evil.write_text(f"test:\n\t@touch {marker}\n")
+    async with gateway(state_dir):
+        await _approve_always(state_dir, "make test", work)
+        agent = await connect(state_dir, operator=False)
+        try:
+            with exchange_loop(str(work / "Makefile"), str(evil)):
+                for _ in range(300):
+                    with contextlib.suppress(Exception):  # a stale refusal is a win for the defence
+                        await agent.request("exec", {"command": "make test", "workdir": str(work)})
+                    if marker.exists():
+                        break
+        finally:
+            await agent.close()
+    assert not marker.exists(), "a Makefile other than the approved one ran"
