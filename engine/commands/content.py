@@ -511,10 +511,13 @@ def bind(
             if note:
                 notes.append(note)
     if whole:
-        words = _file_words(command if command is not None else "", analysis, cwd)
+        words, absent = _file_words(command if command is not None else "", analysis, cwd)
         for word in words:
             real = os.path.realpath(os.path.join(cwd, word))
             file_item("file", os.path.abspath(os.path.join(cwd, word)), real, (), -1)
+        for word in absent:
+            named = os.path.abspath(os.path.join(cwd, word))
+            add(ContentItem("file", named, os.path.realpath(named), None, 0, True, (), -1))
         unbound = unbound and not words
         if not words and not analysis.ok and _names_interpreter(command or ""):
             unbound = True
@@ -543,17 +546,37 @@ def _words(command: str) -> list[str]:
         return command.split()
 
 
-def _file_words(command: str, analysis: CommandAnalysis, cwd: str) -> list[str]:
-    """Every word of the command (or of its segments) naming an existing regular file."""
+def _file_words(command: str, analysis: CommandAnalysis, cwd: str) -> tuple[list[str], list[str]]:
+    """Every file the command's words name (or its segments'), in every spelling a program may read one:
+    a word itself, the value of an option word (`--env-file=.env`) and an attached short value
+    (`-r./x.js`). An option nobody modelled may read any of them as code or as settings for code. Also
+    the option values that name a path (`=./x`, `=.env`) but do not exist yet: they must stay absent."""
     if command:
         words = _words(command)
     else:
         words = [w for seg in _plain_segments(analysis.segments) for w in seg.argv]
     out: list[str] = []
+    absent: list[str] = []
     for word in dict.fromkeys(words):
-        if word and not word.startswith("-") and os.path.isfile(os.path.join(cwd, word)):
-            out.append(word)
-    return out[:64]
+        if not word.startswith("-"):
+            names = [word]
+        else:
+            _name, eq, value = word.partition("=")
+            names = [value] if eq else []
+            if not word.startswith("--") and len(word) > 2:
+                names.append(word[2:])
+        for name in names:
+            path = os.path.join(cwd, name)
+            if name and os.path.isfile(path):
+                out.append(name)
+            elif (
+                word.startswith("-")
+                and name
+                and ("/" in name or name.startswith("."))
+                and (not os.path.lexists(path))
+            ):
+                absent.append(name)
+    return list(dict.fromkeys(out))[:64], list(dict.fromkeys(absent))[:64]
 
 
 def _names_interpreter(command: str) -> bool:

@@ -137,3 +137,31 @@ async def test_class6_a_makefile_swapped_after_the_view_is_built_runs(
         finally:
             await agent.close()
     assert not marker.exists(), "a Makefile other than the approved one ran"
+
+
+async def test_class4_an_option_naming_a_file_is_bound_with_the_command(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """`node --env-file=.env app.js`: node's option is one no grammar covers, so every file the command
+    names is bound whole, but a file named inside an option word (`--env-file=.env`) was not. Allow-always
+    saved the command bound to app.js alone; the agent then put `NODE_OPTIONS=--require ./evil.js` in
+    .env, and the next run loaded evil.js unasked."""
+    write_config(state_dir, ALLOWLIST)
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = tmp_path / "pwned"
+    (work / "app.js").write_text("console.log('app')\n")
+    (work / ".env").write_text("PORT=3000\n")
+    (work / "evil.js").write_text(f"require('fs').writeFileSync({str(marker)!r}, 'x')\n")
+    command = "node --env-file=.env app.js"
+    async with gateway(state_dir):
+        await _approve_always(state_dir, command, work)
+        assert not marker.exists()
+        (work / ".env").write_text("NODE_OPTIONS=--require ./evil.js\n")
+        agent = await connect(state_dir, operator=False)
+        try:
+            with contextlib.suppress(Exception):  # asked and denied: nobody approves
+                await agent.request("exec", {"command": command, "workdir": str(work)})
+        finally:
+            await agent.close()
+    assert not marker.exists(), "a rewritten --env-file ran code under an approval given for other bytes"
