@@ -13,7 +13,15 @@ from typing import Any
 
 from engine.commands.allowlist import AllowlistResult, SegmentMatch, pin_path, render_bound
 from engine.commands.analysis import CommandAnalysis, Segment
-from engine.commands.interpoptions import FILE, MODULE, STDIN, UNKNOWN, family, program_source
+from engine.commands.interpoptions import (
+    FILE,
+    MODULE,
+    STDIN,
+    UNKNOWN,
+    family,
+    loaded_values,
+    program_source,
+)
 from engine.commands.interpreters import name_of
 from engine.commands.which import DEFAULT_PATH
 
@@ -119,7 +127,7 @@ _FILE_FLAG = {"awk": "-f", "gawk": "-f", "mawk": "-f", "nawk": "-f", "sed": "-f"
 class ContentItem:
     """One file the command runs or reads as code, as it was when the command was decided."""
 
-    role: str  # executable | interpreter | script | wrapper
+    role: str  # executable | interpreter | script | wrapper | loaded (a preload) | file (named, unparsed)
     path: str  # as shown: the pinned path or the operand, made absolute
     real: str  # the file itself (symlinks resolved): what is opened and hashed
     sha256: str | None  # None: the file did not exist (it must not appear before the run)
@@ -496,13 +504,23 @@ def bind(
                 file_item("script", os.path.abspath(named), real, here, operand, reader=reader, word=word)
 
     walk(analysis.segments, result.segments, ())
-    unbound = False
+    unbound = searched = False
     notes: list[str] = []
     whole = not analysis.ok  # unparsed: every file the text names is bound whole
     for segment in _plain_segments(analysis.segments):
         source = program_source(segment.argv)
         if source is None:
             continue
+        for value in loaded_values(segment.argv):
+            # `node -r ./hook.js app.js`: the preload runs before the program, so it is bound like it. A
+            # bare name (`-r dotenv/config`) is searched for (node_modules up the tree): nothing to bind.
+            named = os.path.abspath(os.path.join(cwd, value))
+            if os.path.isfile(named):
+                file_item("loaded", named, os.path.realpath(named), (), -1)
+            elif value.startswith(("/", "./", "../")):
+                add(ContentItem("loaded", named, os.path.realpath(named), None, 0, True, (), -1))
+            elif family(segment.argv[0]) in ("node", "nodejs"):
+                searched = True
         if source.kind in (STDIN, MODULE, UNKNOWN):
             whole = True  # `cat x.sh | sh`, `sh < x.sh`: the program is whatever those files hold
             unbound = unbound or source.kind != UNKNOWN
@@ -521,7 +539,7 @@ def bind(
         unbound = unbound and not words
         if not words and not analysis.ok and _names_interpreter(command or ""):
             unbound = True
-    return ContentBinding(tuple(items), analysis, result, tuple(problems), unbound, tuple(notes))
+    return ContentBinding(tuple(items), analysis, result, tuple(problems), unbound or searched, tuple(notes))
 
 
 def _plain_segments(segments: Sequence[Segment]) -> list[Segment]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -165,3 +166,40 @@ async def test_class4_an_option_naming_a_file_is_bound_with_the_command(
         finally:
             await agent.close()
     assert not marker.exists(), "a rewritten --env-file ran code under an approval given for other bytes"
+
+
+@pytest.mark.parametrize("preload", ["-r ./hook.js", "--require=./hook.js", "--import ./hook.js"])
+async def test_class8_a_preloaded_module_is_bound_with_the_command(
+    state_dir: Path, tmp_path: Path, preload: str
+) -> None:
+    """`node -r ./hook.js app.js`: node runs hook.js before app.js, but only app.js was bound; allow-always
+    then held while hook.js was rewritten, and the next run ran the new hook unasked."""
+    write_config(state_dir, ALLOWLIST)
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = tmp_path / "pwned"
+    (work / "app.js").write_text("console.log('app')\n")
+    (work / "hook.js").write_text("console.log('hook')\n")
+    command = f"node {preload} app.js"
+    async with gateway(state_dir):
+        await _approve_always(state_dir, command, work)
+        assert not marker.exists()
+        (work / "hook.js").write_text(f"require('fs').writeFileSync({str(marker)!r}, 'x')\n")
+        agent = await connect(state_dir, operator=False)
+        try:
+            with contextlib.suppress(Exception):  # asked and denied: nobody approves
+                await agent.request("exec", {"command": command, "workdir": str(work)})
+        finally:
+            await agent.close()
+    assert not marker.exists(), "a rewritten preload ran under an approval given for other bytes"
+
+
+def test_class8_a_preload_found_by_search_is_never_saved(state_dir: Path, tmp_path: Path) -> None:
+    """`node -r hookmod app.js` loads whatever node_modules/hookmod holds up the tree: nothing to bind, so
+    allow-always is not offered (as for a program read from stdin)."""
+    write_config(state_dir, ALLOWLIST)
+    (tmp_path / "app.js").write_text("console.log('app')\n")
+    done = cli(state_dir, "policy", "check", "--json", "--cwd", str(tmp_path), "--", "node -r hookmod app.js")
+    decision = json.loads(done.stdout)
+    assert decision["decision"] == "ask"
+    assert "allow-always" not in decision["allowedDecisions"]
