@@ -164,6 +164,9 @@ class ContentBinding:
     # so no approval can be bound to it and allow-always is not offered (issue 27 §5).
     unbound: bool = False
     notes: tuple[str, ...] = ()  # what the run also loads, unbound (imports from agent-writable files)
+    # An interpreter option no grammar covers (or a preload node searches for): what it loads is not a
+    # file the text names, so allow-always is not offered either; `notes` says why.
+    opaque: bool = False
 
     def to_json(self) -> list[dict[str, Any]]:
         return [item.to_json() for item in self.items]
@@ -504,7 +507,7 @@ def bind(
                 file_item("script", os.path.abspath(named), real, here, operand, reader=reader, word=word)
 
     walk(analysis.segments, result.segments, ())
-    unbound = searched = False
+    unbound = searched = opaque = False
     notes: list[str] = []
     whole = not analysis.ok  # unparsed: every file the text names is bound whole
     for segment in _plain_segments(analysis.segments):
@@ -519,11 +522,20 @@ def bind(
                 file_item("loaded", named, os.path.realpath(named), (), -1)
             elif value.startswith(("/", "./", "../")):
                 add(ContentItem("loaded", named, os.path.realpath(named), None, 0, True, (), -1))
-            elif family(segment.argv[0]) in ("node", "nodejs"):
+            elif family(segment.argv[0]) in ("node", "nodejs") and not searched:
                 searched = True
+                notes.append(
+                    f"Warning: node preloads {value!r}, found by a search of node_modules up the tree: it "
+                    "cannot be bound, so allow-always is not offered."
+                )
         if source.kind in (STDIN, MODULE, UNKNOWN):
             whole = True  # `cat x.sh | sh`, `sh < x.sh`: the program is whatever those files hold
             unbound = unbound or source.kind != UNKNOWN
+        if source.kind == UNKNOWN:
+            # An option no grammar covers may load anything from anywhere (`node --env-file=.env` sets
+            # NODE_OPTIONS, `python3 -X pycache_prefix=./pc` takes the standard library's bytecode from
+            # ./pc): the files the text names are bound for this run, but nothing can be saved.
+            opaque = True
         elif source.kind == FILE and family(segment.argv[0]) in ("python", "pypy"):
             note = _imports_note(segment.argv[source.index], cwd)
             if note:
@@ -539,7 +551,14 @@ def bind(
         unbound = unbound and not words
         if not words and not analysis.ok and _names_interpreter(command or ""):
             unbound = True
-    return ContentBinding(tuple(items), analysis, result, tuple(problems), unbound or searched, tuple(notes))
+    if opaque:
+        notes.append(
+            "Warning: an interpreter is given an option exechost does not model: what that option loads "
+            "cannot be bound, so allow-always is not offered."
+        )
+    return ContentBinding(
+        tuple(items), analysis, result, tuple(problems), unbound, tuple(notes), searched or opaque
+    )
 
 
 def _plain_segments(segments: Sequence[Segment]) -> list[Segment]:

@@ -246,7 +246,7 @@ def evaluate(
 
     def done(decision: str, reason: str, step: PolicyStep | None, ask_needed: bool = False) -> Decision:
         offered = allowed_decisions(policy.ask) if decision == "ask" else ()
-        if content is not None and content.unbound:
+        if content is not None and (content.unbound or content.opaque):
             # A program from stdin or a search path: nothing an allow-always could hold it to.
             offered = tuple(d for d in offered if d != "allow-always")
         always = "allow-always" in offered

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,13 +141,35 @@ async def test_class6_a_makefile_swapped_after_the_view_is_built_runs(
     assert not marker.exists(), "a Makefile other than the approved one ran"
 
 
+async def _approve_once_after(
+    state: Path, command: str, workdir: Path, meanwhile: Callable[[], None]
+) -> None:
+    """The agent asks; while the ask waits, `meanwhile` runs (the agent's next move); then the operator
+    allows once what the ask showed."""
+    operator = await connect(state, "console")
+    await operator.request("approvals.attach", {})
+    agent = await connect(state, operator=False)
+    try:
+        run = asyncio.ensure_future(
+            agent.request("exec", {"command": command, "workdir": str(workdir), "timeout": 60})
+        )
+        rows = await wait_until(operator.pending_approvals)
+        meanwhile()
+        await operator.request("approve", {"id": rows[0]["id"], "decision": "allow-once"})
+        with contextlib.suppress(Exception):  # refused as stale: the defence held
+            await run
+    finally:
+        await agent.close()
+        await operator.close()
+
+
 async def test_class4_an_option_naming_a_file_is_bound_with_the_command(
     state_dir: Path, tmp_path: Path
 ) -> None:
     """`node --env-file=.env app.js`: node's option is one no grammar covers, so every file the command
-    names is bound whole, but a file named inside an option word (`--env-file=.env`) was not. Allow-always
-    saved the command bound to app.js alone; the agent then put `NODE_OPTIONS=--require ./evil.js` in
-    .env, and the next run loaded evil.js unasked."""
+    names is bound whole, but a file named inside an option word (`--env-file=.env`) was not: the agent
+    put `NODE_OPTIONS=--require ./evil.js` in .env while the ask waited, and the approval ran evil.js.
+    Allow-always was offered too (bound to app.js alone): an option nobody modelled can load anything."""
     write_config(state_dir, ALLOWLIST)
     work = tmp_path / "w"
     work.mkdir()
@@ -155,17 +178,34 @@ async def test_class4_an_option_naming_a_file_is_bound_with_the_command(
     (work / ".env").write_text("PORT=3000\n")
     (work / "evil.js").write_text(f"require('fs').writeFileSync({str(marker)!r}, 'x')\n")
     command = "node --env-file=.env app.js"
-    async with gateway(state_dir):
-        await _approve_always(state_dir, command, work)
-        assert not marker.exists()
+    done = cli(state_dir, "policy", "check", "--json", "--cwd", str(work), "--", command)
+    assert "allow-always" not in json.loads(done.stdout)["allowedDecisions"]
+
+    def rewrite() -> None:
         (work / ".env").write_text("NODE_OPTIONS=--require ./evil.js\n")
-        agent = await connect(state_dir, operator=False)
-        try:
-            with contextlib.suppress(Exception):  # asked and denied: nobody approves
-                await agent.request("exec", {"command": command, "workdir": str(work)})
-        finally:
-            await agent.close()
+
+    async with gateway(state_dir):
+        await _approve_once_after(state_dir, command, work, rewrite)
     assert not marker.exists(), "a rewritten --env-file ran code under an approval given for other bytes"
+
+
+def test_class4_python_bytecode_from_an_option_named_dir_is_never_saved(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """`python3 -X pycache_prefix=./pc x.py` takes the standard library's bytecode from ./pc: allow-always
+    bound to x.py let the agent plant `./pc/usr/lib/python3.*/json/__init__.*.pyc` (header copied from
+    the real source's mtime and size) and every later run imported it. No file holds what that option
+    loads, so it must not be saved; inert -X options still are."""
+    write_config(state_dir, ALLOWLIST)
+    (tmp_path / "x.py").write_text("import json\n")
+
+    def offered(command: str) -> list[str]:
+        done = cli(state_dir, "policy", "check", "--json", "--cwd", str(tmp_path), "--", command)
+        return list(json.loads(done.stdout)["allowedDecisions"])
+
+    assert "allow-always" not in offered("python3 -X pycache_prefix=./pc x.py")
+    assert "allow-always" not in offered("python3 -Xpresite=evil x.py")
+    assert "allow-always" in offered("python3 -X utf8 x.py")
 
 
 @pytest.mark.parametrize("preload", ["-r ./hook.js", "--require=./hook.js", "--import ./hook.js"])
