@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -243,3 +244,31 @@ def test_class8_a_preload_found_by_search_is_never_saved(state_dir: Path, tmp_pa
     decision = json.loads(done.stdout)
     assert decision["decision"] == "ask"
     assert "allow-always" not in decision["allowedDecisions"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode.TREE_PROGRAMS lists the programs known to run code from their tree (make, npm, "
+    "cargo, …); any other allowlisted program that does (mypy plugins, pytest's conftest.py, pylint's "
+    "init-hook, eslint.config.js, sphinx's conf.py) runs it unasked. The construction is the inverse list: "
+    "programs known not to take code from their tree run unasked there, every other one asks",
+)
+async def test_class4_an_allowlisted_linter_runs_a_plugin_its_config_names(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """mypy reads mypy.ini from the cwd and imports the plugins it names: the tree vetting knows make, npm,
+    cargo, … but not mypy, so an allowlisted `mypy x.py` ran the agent's plugin without an ask."""
+    mypy = str(Path(sys.executable).parent / "mypy")
+    write_config(state_dir, ALLOWLIST)
+    allow(state_dir, mypy)
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = tmp_path / "pwned"
+    (work / "mypy.ini").write_text("[mypy]\nplugins = ./plug.py\n")
+    (work / "plug.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "def plugin(version):\n    from mypy.plugin import Plugin\n    return Plugin\n"
+    )
+    (work / "x.py").write_text("x = 1\n")
+    result = await agent_exec(state_dir, f"{mypy} x.py", work)
+    assert not marker.exists(), result
