@@ -272,3 +272,26 @@ async def test_class4_an_allowlisted_linter_runs_a_plugin_its_config_names(
     (work / "x.py").write_text("x = 1\n")
     result = await agent_exec(state_dir, f"{mypy} x.py", work)
     assert not marker.exists(), result
+
+
+@pytest.mark.parametrize("key", ["LANGUAGE", "LC_MESSAGES"])
+async def test_class4_an_inert_locale_key_naming_a_path_loads_the_agents_catalogue(
+    state_dir: Path, tmp_path: Path, key: str
+) -> None:
+    """`LANGUAGE` is on the inert list, but glibc takes a value with slashes as a path: an allowlisted `ls`
+    printed the agent's .mo strings, which programs use as printf formats (`%n`, `%s` read and write the
+    program's memory). An inert key is inert only with a value of its own shape."""
+    write_config(state_dir, ALLOWLIST)
+    allow(state_dir, "/usr/bin/ls")
+    catalogue = tmp_path / "cat" / "LC_MESSAGES"
+    catalogue.mkdir(parents=True)
+    po = tmp_path / "x.po"
+    po.write_text(
+        'msgid ""\nmsgstr "Content-Type: text/plain; charset=UTF-8\\n"\n\n'
+        'msgid "Try \'%s --help\' for more information.\\n"\nmsgstr "HIJACKED %s\\n"\n'
+    )
+    subprocess.run(["msgfmt", "-o", str(catalogue / "coreutils.mo"), str(po)], check=True)
+    up = "../" * 8 + str(tmp_path / "cat").lstrip("/")
+    env = {"LANG": "C.UTF-8", key: up if key == "LANGUAGE" else str(tmp_path / "cat")}
+    result = await agent_exec(state_dir, "ls --bogus", tmp_path, env=env)
+    assert "HIJACKED" not in json.dumps(result), result
