@@ -295,3 +295,37 @@ async def test_class4_an_inert_locale_key_naming_a_path_loads_the_agents_catalog
     env = {"LANG": "C.UTF-8", key: up if key == "LANGUAGE" else str(tmp_path / "cat")}
     result = await agent_exec(state_dir, "ls --bogus", tmp_path, env=env)
     assert "HIJACKED" not in json.dumps(result), result
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the cwd's inode check and the tree's re-vet read paths, and the child (and bwrap) change "
+    "into the cwd by path; closing it needs one directory fd, opened and checked at the spawn, that the "
+    "re-vet reads through and the child changes into (a check after a chdir by path loses to an "
+    "away-and-back rename during the re-vet)",
+)
+async def test_class6_the_cwd_exchanged_after_its_check_runs_another_trees_makefile(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """An allowlisted `make test` in a directory with no makefile: nothing to ask about. The cwd's inode is
+    checked and the tree re-vetted just before the spawn, but the child then changes into the cwd *by
+    path*: a racer exchanging the directory with one holding a Makefile made make run that Makefile."""
+    write_config(state_dir, ALLOWLIST)
+    allow(state_dir, "/usr/bin/make", "^test$")
+    work, other = tmp_path / "w", tmp_path / "y"
+    work.mkdir()
+    other.mkdir()
+    marker = tmp_path / "pwned"
+    (other / "Makefile").write_text(f"test:\n\t@touch {marker}\n")
+    async with gateway(state_dir):
+        agent = await connect(state_dir, operator=False)
+        try:
+            with exchange_loop(str(work), str(other)):
+                for _ in range(300):
+                    with contextlib.suppress(Exception):  # refused or asked: the defence held
+                        await agent.request("exec", {"command": "make test", "workdir": str(work)})
+                    if marker.exists():
+                        break
+        finally:
+            await agent.close()
+    assert not marker.exists(), "make ran a Makefile from a directory that was never vetted"
