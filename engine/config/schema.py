@@ -92,6 +92,9 @@ EXEC_KEYS: dict[str, Spec | Table] = {
     "safeBinProfiles": Spec("safe_bin_profiles", "profiles"),
     "logCapBytes": Spec("log_cap_bytes", "int", minimum=64 * 1024),
     "inertEnv": Spec("inert_env", "envkeys"),
+    # Per agent (engine.sessions.quota): sessions one agent keeps, output its sessions keep on disk.
+    "maxSessionsPerAgent": Spec("max_sessions_per_agent", "int", minimum=1),
+    "maxOutputBytesPerAgent": Spec("max_output_bytes_per_agent", "int", minimum=1024 * 1024),
 }
 ELEVATED_KEYS: dict[str, Spec | Table] = {"enabled": Spec("enabled", "bool")}
 DOCKER_KEYS: dict[str, Spec | Table] = {
@@ -188,11 +191,16 @@ AGENT_KEYS: dict[str, Spec | Table] = {
     "user": Spec("user", "str"),
     "tools": Table("tools", TOOLS_KEYS),
     "sandbox": Table("sandbox", SANDBOX_KEYS),
+    # The `[nodes.<name>]` this agent may use (runs, sessions, sandboxes; default: every node).
+    "nodes": Spec("nodes", "strlist"),
 }
 # `[gateway]`: the agents' socket, which admits the members of one group (each mapped by uid to an agent).
 GATEWAY_KEYS: dict[str, Spec | Table] = {
     "agentGroup": Spec("agent_group", "str"),
     "agentSocket": Spec("agent_socket", "str"),
+    # Who a connection that proves only the gateway token is: agent `main` (default), or nobody (refused),
+    # so a credentialed agent that leaves its credential out gains nothing (docs/SECURITY.md).
+    "anonymous": Spec("anonymous", "enum", ("main", "none")),
 }
 # Keys of one safeBinProfiles entry (what engine.commands.safebins.SafeBinProfile.from_config accepts).
 PROFILE_KEYS: dict[str, str] = {
