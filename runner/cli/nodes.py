@@ -207,9 +207,36 @@ def cmd_add(args: argparse.Namespace) -> int:
         emit(f"{said}\n{_status_table([row])}", row, args.json)
         return 1
     said = escape_controls(f"Added node {args.name} to {path}.")
-    nxt = f"Next: exechost exec --node {args.name} -- uname -a"
+    nxt = escape_controls(_next_step(config, args.name, str(path)))
     emit(f"{said}\n{_status_table([row])}\n{nxt}", row, args.json)
     return 0
+
+
+def _next_step(config: Config, name: str, path: str) -> str:
+    """What runs a command on the new node, with the settings it still needs (the main agent's policy in
+    config.toml): a call naming a node is refused, never run here, when the host or security disallows it."""
+    from dataclasses import replace
+
+    from engine.policy.precedence import PolicyError, resolve_policy
+
+    run = f"exechost exec --node {name} -- uname -a"
+    sandboxed = config.sandbox_for("main").mode == "all"
+    fixes = []
+    try:
+        policy = resolve_policy(config, "main", {"node": name}, sandbox_available=sandboxed)
+    except PolicyError as exc:
+        wanted = "node" if sandboxed else "auto"  # auto keeps a sandboxed agent in its sandbox
+        fixes.append(f'{exc.step.key} = "{wanted}" (it is "{exc.step.value}")')
+        config = replace(config, exec=replace(config.exec, host=wanted))
+        try:
+            policy = resolve_policy(config, "main", {"node": name}, sandbox_available=sandboxed)
+        except PolicyError:
+            return f"Next: set {fixes[0]} in {path}, then: {run}"
+    if policy.security == "deny":
+        fixes.append(
+            'tools.exec.security = "allowlist" (host=node is denied; the node\'s own policy decides)'
+        )
+    return f"Next: set {' and '.join(fixes)} in {path}, then: {run}" if fixes else f"Next: {run}"
 
 
 def cmd_remove(args: argparse.Namespace) -> int:

@@ -148,6 +148,7 @@ class Services:
         self.nodes = NodeHub(self)  # links are opened on first use (and follow config edits)
         self.browsers = BrowserHub(self)  # containers started on first use; the door opens with them
         self.exec_tool.node_runner = self.nodes.run
+        self.exec_tool.node_known = self.nodes.select
 
     # -- lifecycle
 
