@@ -19,7 +19,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from console.commands import DirectiveCommands, is_directive
-from console.gateway import GatewayLink
+from console.gateway import GatewayLink, lost_text
 from console.inbox import Inbox, InboxItem
 from console.messages import GatewayConnected, GatewayEvent, GatewayLost, SocketApprovalRequested
 from console.screens.help import HelpScreen
@@ -296,7 +296,7 @@ class ConsoleApp(App[None]):
             self.policy.show_check(Text("config.toml is valid again.", style="green"))
 
     def on_gateway_lost(self, message: GatewayLost) -> None:
-        self.sub_title = f"gateway unreachable: {message.reason[:80]} (retrying)"
+        self.sub_title = visible(lost_text(message.reason))  # whole: a cut cause reads as `…/con`
 
     def _gateway_event(self, message: GatewayEvent) -> None:
         event, data = message.event, message.data

@@ -262,8 +262,29 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_problem() -> str | None:
+    """Why a gateway started now could not start: the config it would load does not (None: it loads)."""
+    from engine.config.loader import config_path, load_config
+
+    try:
+        load_config(config_path())  # as the daemon loads it: a missing file means the defaults
+    except Exception as exc:  # whatever stops `gateway run` from starting stops the restart first
+        return str(exc)
+    return None
+
+
 def cmd_restart(args: argparse.Namespace) -> int:
-    """Stop keeping every session and ask, start a new daemon, and say what it took over."""
+    """Stop keeping every session and ask, start a new daemon, and say what it took over. A config the new
+    daemon could not load refuses the restart first: stopping the running one would leave no gateway."""
+    problem = _config_problem()
+    if problem is not None:
+        try:
+            pid = _status()["pid"]
+            running = f"the running gateway (pid {pid}) keeps running on its last good config"
+        except (GatewayUnavailable, ConnectionError, RemoteError):
+            running = "no gateway is running, and none can start until it is fixed"
+        fix = "fix the file, then run `exechost gateway restart` again"
+        raise CliFailure(f"gateway restart refused: {problem}\n{running}; {fix}")
     stopped = _stop(kill_sessions=False)
     info = call("status", autostart=True, operator=True)
     adopted = list(info.get("adoptedSessions") or [])
