@@ -63,6 +63,18 @@ def sync_client(
     return None
 
 
+def running_client(*, operator: bool = False) -> SyncClient | None:
+    """A connection to the gateway when one is running, None when none is: read-only verbs then read the
+    state files themselves and never start a daemon (on a node's state dir least of all)."""
+    with cli_failures():
+        try:
+            return SyncClient.connect(client="cli", name="cli", operator=operator)
+        except GatewayNotAnswering:
+            raise  # one holds the socket: its files may be mid-write, and it will answer again
+        except GatewayUnavailable:
+            return None
+
+
 def call(
     method: str,
     params: dict[str, Any] | None = None,
