@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Static
 from console.dialogs import GrantDialog, TextDialog
 from console.inbox import InboxItem, clock_ms
 from console.text import plain
-from engine.display import MARKED_LINES, visible, warnings
+from engine.display import MARKED_LINES, node_label, visible, warnings
 
 
 def fmt_left(seconds: float | None) -> str:
@@ -77,8 +77,16 @@ def render_command(raw: str) -> RenderableType:
     return Group(*parts)
 
 
+def _host(view: dict[str, Any]) -> str:
+    """The inbox's host column: a node's ask by the node's name (its id is in the detail)."""
+    if view.get("nodeId"):
+        return f"node {node_label(view.get('nodeName'), view.get('nodeId'), detail=False)}"
+    return str(view.get("host") or "gateway")
+
+
 def _requester(r: dict[str, Any]) -> str:
-    where = f"node {r['nodeId']}" if r.get("nodeId") else str(r.get("host") or "gateway")
+    node = node_label(r.get("nodeName"), r.get("nodeId"), detail=False)
+    where = f"node {node}" if r.get("nodeId") else str(r.get("host") or "gateway")
     return f"{r.get('sessionKey') or '(no session)'} ({where})"
 
 
@@ -118,7 +126,7 @@ def render_detail(
     resolved = insight.get("resolvedPath") or view.get("resolvedPath")
     for label, value in (
         ("Host", view.get("host") or "gateway"),
-        ("Node", view.get("nodeId")),
+        ("Node", node_label(view.get("nodeName"), view.get("nodeId")) if view.get("nodeId") else None),
         ("CWD", view.get("cwd") or "(default)"),
         ("Agent", view.get("agentId") or "main"),
         ("Agent says", view.get("agentReason")),
@@ -290,7 +298,7 @@ class ApprovalsPane(Horizontal):
                 fmt_left(item.seconds_left(now)),
                 str(item.count),
                 plain(view.get("agentId") or "main"),
-                plain(view.get("host") or "gateway"),
+                plain(_host(view)),
                 Text(flag, style="bold red") + plain(command[:200]),
                 key=item.key,
             )

@@ -16,7 +16,7 @@ from engine.display import visible, warnings
 from engine.errors import InvalidInput
 from engine.protocol.syncclient import SyncClient
 from runner.cli import UsageError
-from runner.cli.common import Subparsers, add_json_arg, emit
+from runner.cli.common import Subparsers, add_json_arg, emit, table
 from runner.cli.gateway import call, cli_failures, run_verb, running_client
 
 
@@ -75,19 +75,29 @@ def cmd_grants(args: argparse.Namespace) -> int:
         _offline("grants", store.path)
         result = {"grants": [{**g.to_json(), "left": g.left()} for g in store.active(args.agent)]}
     rows = result.get("grants") or []
-    lines = [
-        f"{g['id']}  {g.get('agentId')}  {g.get('left')}  {visible(', '.join(g.get('patterns') or []))[:60]}"
-        f"  {visible(str(g.get('command', '')))[:60]}"
+    for problem in result.get("errors") or []:  # a node's grants that could not be read: say so
+        print(f"Warning: {visible(str(problem.get('error')))}", file=sys.stderr)
+    cells = [
+        [
+            g["id"],
+            g.get("node") or "gateway",
+            g.get("agentId"),
+            g.get("left"),
+            visible(", ".join(g.get("patterns") or []))[:60],
+            visible(str(g.get("command", "")))[:60],
+        ]
         for g in rows
     ]
-    emit("\n".join(lines) or "No grants.", {"grants": rows}, args.json)
+    text = table(["ID", "NODE", "AGENT", "LEFT", "PATTERNS", "COMMAND"], cells) if rows else "No grants."
+    emit(text, {"grants": rows}, args.json)
     return 0
 
 
 def cmd_grants_revoke(args: argparse.Namespace) -> int:
     result = call("approvals.grants.revoke", {"id": args.grant_id}, operator=True)
     revoked = result.get("revoked") or {}
-    emit(f"Revoked grant {revoked.get('id')}.", result, args.json)
+    where = f" on node {revoked['node']}" if revoked.get("node") else ""
+    emit(f"Revoked grant {visible(str(revoked.get('id')))}{where}.", result, args.json)
     return 0
 
 

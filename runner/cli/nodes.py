@@ -14,7 +14,15 @@ from engine.config.model import Config, ConfigError, NodeConfig
 from engine.config.write import set_config_value
 from engine.nodes.link import NodeError, NodeLink
 from runner.cli import UsageError
-from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit, escape_controls, node_arg
+from runner.cli.common import (
+    Subparsers,
+    add_config_arg,
+    add_json_arg,
+    emit,
+    escape_controls,
+    node_arg,
+    table,
+)
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -92,14 +100,6 @@ def _row(cfg: NodeConfig) -> dict[str, Any]:
         "stateDir": cfg.state_dir,
         "env": dict(cfg.env),
     }
-
-
-def table(headers: list[str], rows: list[list[Any]]) -> str:
-    """Aligned columns for people (--json has the same rows): every cell on one line, no control bytes."""
-    cells = [[escape_controls(str("" if c is None else c)) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in [headers, *cells]) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [headers, *cells]]
-    return "\n".join(line.rstrip() for line in lines)
 
 
 def _address(r: dict[str, Any]) -> str:

@@ -452,21 +452,21 @@ class NodeHub:
         if not key or key == "node":
             key = f"node-{node_id}"
         if ev.event == "exec.started":
-            text = f"Exec started (node={node_id} id={run_id}): {command}"
+            text = f"Exec started (node={link.name} id={run_id}): {command}"
         elif ev.event == "exec.finished":
             timed_out = bool(p.get("timedOut"))
             output = _compact(str(p.get("output") or ""), EVENT_OUTPUT_CHARS)
             if not (timed_out or p.get("exitCode") != 0 or output):
                 return
             code = "timeout" if timed_out else f"code {p.get('exitCode')}"
-            text = f"Exec finished (node={node_id} id={run_id}, {code})"
+            text = f"Exec finished (node={link.name} id={run_id}, {code})"
             if output:
                 text += f"\n{output}"
         elif ev.event == "system.event":
             text = f"[node {link.name}] {sanitize(str(p.get('text') or ''))}"
         elif ev.event == "exec.denied":
             reason = _compact(str(p.get("reason") or "denied"), 200)
-            text = f"Exec denied (node={node_id} id={run_id}, {reason}): {command}"
+            text = f"Exec denied (node={link.name} id={run_id}, {reason}): {command}"
         else:
             return
         self.services.events.enqueue(key, text)
@@ -514,6 +514,7 @@ class NodeHub:
             allowed_decisions=allowed,
             resolved_path=view.get("resolvedPath") if isinstance(view.get("resolvedPath"), str) else None,
             node_id=node_id,
+            node_name=link.name,
             env_hash=env_hash(dict(env)),
             node_approval_id=approval_id,
             env=env,
