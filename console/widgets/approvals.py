@@ -47,6 +47,45 @@ def _code(text: str) -> Syntax:
     return Syntax(shown, "bash", word_wrap=True, theme="ansi_dark", background_color="default")
 
 
+def refusal_reason(reason: str, raw: str) -> str:
+    """The analysis's reason, naming the redirection(s) when that is what it refused (`redirection: >
+    /tmp/out`), so the operator sees which one without reading the whole command for it."""
+    if reason != "redirection":
+        return reason
+    from engine.commands.analysis import redirections
+
+    found = redirections(raw)
+    return f"{reason}: {', '.join(found)}" if found else reason
+
+
+def command_warnings(raw: str) -> list[str]:
+    """`warnings(raw)`, with a heredoc's body counted as what it is: stdin data, shown apart and never run,
+    so `EVERY LINE RUNS` is said only of the command lines (and not at all when there is one)."""
+    found = warnings(raw)
+    if "\n" not in raw:
+        return found
+    from engine.commands.shelltext import read_shell_text
+
+    reading = read_shell_text(raw)
+    if reading.reason or not reading.heredocs:
+        return found
+    outside, at = [], 0
+    for doc in reading.heredocs:
+        outside.append(raw[at : doc.span[0]])
+        at = doc.span[1]
+    outside.append(raw[at:])
+    lines = sum(1 for line in "".join(outside).split("\n") if line.strip())
+    data = sum(doc.data.count("\n") for doc in reading.heredocs)
+    spans = [w for w in found if w.startswith("spans ")]
+    kept = [w for w in found if not w.startswith("spans ")]
+    if spans and lines > 1:
+        kept.append(
+            f"spans {lines} command lines (⏎ marks each break): every command line runs; the {data} "
+            "heredoc line(s) below are stdin data, not run"
+        )
+    return kept
+
+
 def render_command(raw: str) -> RenderableType:
     """The command, highlighted as code, with each heredoc body shown apart as a read-only data block
     (stdin for the command, never run, so never highlighted as commands)."""
@@ -105,7 +144,7 @@ def render_detail(
     )
     raw = str(view.get("command", ""))
     command = render_command(raw)
-    alarms = [Text(f"⚠ THIS COMMAND {w.upper()}", style="bold white on red") for w in warnings(raw)]
+    alarms = [Text(f"⚠ THIS COMMAND {w.upper()}", style="bold white on red") for w in command_warnings(raw)]
     if view.get("requesterGone"):
         alarms.append(
             Text(
@@ -160,9 +199,8 @@ def render_detail(
     parts: list[RenderableType] = [title, Text(keys, style="dim"), *alarms, command, facts]
     segments = insight.get("segments") or []
     if insight.get("analysisOk") is False:
-        parts.append(
-            Text(f"✗ not provably plain: {insight.get('analysisReason') or 'unparseable'}", style="bold red")
-        )
+        refused = refusal_reason(str(insight.get("analysisReason") or "unparseable"), raw)
+        parts.append(Text(f"✗ not provably plain: {visible(refused)}", style="bold red"))
     if segments:
         seg_table = Table.grid(padding=(0, 1))
         for seg in segments:

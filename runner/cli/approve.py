@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from engine import statefs
-from engine.approvals.decisions import USAGE, parse_approve_args, valid_decisions_text
+from engine.approvals.decisions import parse_approve_args, valid_decisions_text
 from engine.approvals.durable import PENDING_NAME, PendingFile
 from engine.approvals.grants import GRANTS_NAME, GrantLimits, GrantStore, parse_duration
 from engine.approvals.history import HISTORY_DIR, DecisionLog
@@ -18,6 +18,9 @@ from engine.protocol.syncclient import SyncClient
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, emit, table
 from runner.cli.gateway import call, cli_failures, run_verb, running_client
+
+# The CLI's own syntax (engine's USAGE is the chat command's, `/approve <id> <decision>`).
+CLI_USAGE = "usage: exechost approve ID DECISION [--reason TEXT] [--for DURATION] [--uses N] [--session]"
 
 
 def register(subparsers: Subparsers) -> None:
@@ -154,7 +157,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_approve(args: argparse.Namespace) -> int:
     parsed = parse_approve_args(args.id, args.decision)  # either order, as /approve accepts
     if parsed is None:
-        raise UsageError(f"{USAGE}\n{args.decision!r} is not a decision; {valid_decisions_text()}")
+        raise UsageError(f"{CLI_USAGE}\n{args.decision!r} is not a decision; {valid_decisions_text()}")
     approval_id, decision = parsed
     params: dict[str, Any] = {"id": approval_id, "decision": decision}
     if args.reason:

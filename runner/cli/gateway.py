@@ -136,8 +136,9 @@ def run_verb(func: Any) -> Any:
         try:
             return int(func(args) or 0)
         except CliFailure as exc:
-            print(f"exechost: {exc}", file=sys.stderr)
-            return exc.code
+            from runner.cli import report_failure
+
+            return report_failure(str(exc), bool(getattr(args, "json", False)), exc.code)
 
     return wrapper
 
