@@ -27,6 +27,7 @@ from console.screens.help import HelpScreen
 from console.widgets.approvals import ApprovalsPane
 from console.widgets.browsers import BrowsersPane
 from console.widgets.history import HistoryPane
+from console.widgets.listpane import ListPane
 from console.widgets.panes import LinePane
 from console.widgets.policy import SESSION_OVERRIDE_KEYS, PolicyPane
 from console.widgets.sandboxes import SandboxesPane
@@ -204,6 +205,7 @@ class ConsoleApp(App[None]):
         self.gateway_pid = message.pid
         self.config_error = None
         self.show_header()
+        self._connection_changed(None)
         self.load_status()
         self.inbox.replace_gateway(message.pending)
         self.sessions.replace_all(message.sessions)
@@ -245,6 +247,18 @@ class ConsoleApp(App[None]):
 
     def on_gateway_lost(self, message: GatewayLost) -> None:
         self.sub_title = visible(lost_text(message.reason))  # whole: a cut cause reads as `…/con`
+        with contextlib.suppress(NoMatches):
+            self._connection_changed(visible(lost_text(message.reason)))
+
+    def _connection_changed(self, lost: str | None) -> None:
+        """Every pane follows the link by itself: the inbox stops saying an agent left (nobody knows while
+        the gateway is away), the list panes reload when it is back or say it is gone, history reloads."""
+        self.approvals.set_offline(lost)
+        for pane in self.query(ListPane):
+            pane.connection_changed(lost)
+        if lost is None:
+            with contextlib.suppress(NoMatches):
+                self.query_one(HistoryPane).reload()
 
     def _gateway_event(self, message: GatewayEvent) -> None:
         event, data = message.event, message.data

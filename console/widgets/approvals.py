@@ -130,10 +130,13 @@ def _requester(r: dict[str, Any]) -> str:
 
 
 def render_detail(
-    item: InboxItem | None, insight: dict[str, Any], now_ms: int | None = None
+    item: InboxItem | None, insight: dict[str, Any], now_ms: int | None = None, *, offline: str | None = None
 ) -> RenderableType:
-    """Everything the operator needs to decide, in the order they read it."""
+    """Everything the operator needs to decide, in the order they read it. `offline`: no gateway answers
+    now (why): what the inbox holds is as it was, and the agent's state is not known."""
     if item is None:
+        if offline:
+            return Text(f"{offline}\nNew requests appear here once it is back.", style="bold yellow")
         return Text("No pending approvals. New requests appear here at once.", style="dim")
     view = item.view
     title = Text.assemble(
@@ -145,7 +148,17 @@ def render_detail(
     raw = str(view.get("command", ""))
     command = render_command(raw)
     alarms = [Text(f"⚠ THIS COMMAND {w.upper()}", style="bold white on red") for w in command_warnings(raw)]
-    if view.get("requesterGone"):
+    if offline and item.source == "gateway":
+        # Not "the agent stopped waiting": a caller whose gateway went away reconnects and keeps waiting,
+        # and the ask is kept on disk for the next gateway.
+        alarms.append(
+            Text(
+                f"{offline}. This ask is kept on disk and asked again by the next gateway; a waiting agent "
+                "reconnects to it. Deciding needs the gateway back.",
+                style="bold yellow",
+            )
+        )
+    elif view.get("requesterGone"):
         alarms.append(
             Text(
                 "The agent stopped waiting (its call was cancelled). Approving runs the command detached; "
@@ -295,6 +308,7 @@ class ApprovalsPane(Horizontal):
         self.rows: list[InboxItem] = []
         self._drawn: dict[str, tuple[int, bool]] = {}
         self.insights: dict[str, dict[str, Any]] = {}
+        self.offline: str | None = None  # why no gateway answers now (the app sets it), else None
 
     def compose(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="approval-list", cursor_type="row", zebra_stripes=True)
@@ -320,7 +334,7 @@ class ApprovalsPane(Horizontal):
         old_keys = [item.key for item in self.rows]
         same_prefix = [item.key for item in rows[: len(old_keys)]] == old_keys
         # Items are updated in place (a coalesced count, a requester gone): compare with what was drawn.
-        drawn = {item.key: (item.count, bool(item.view.get("requesterGone"))) for item in rows}
+        drawn = {item.key: (item.count, self._gone(item)) for item in rows}
         unchanged = all(self._drawn.get(key) == drawn.get(key) for key in old_keys)
         start = len(old_keys) if same_prefix and unchanged else 0
         if start == 0:
@@ -331,7 +345,7 @@ class ApprovalsPane(Horizontal):
         for item in rows[start:]:
             view = item.view
             command = str(view.get("command", ""))
-            flag = ("⚠ " if warnings(command) else "") + ("⌀ gone " if view.get("requesterGone") else "")
+            flag = ("⚠ " if warnings(command) else "") + ("⌀ gone " if self._gone(item) else "")
             table.add_row(  # Text, never str: DataTable parses str cells as markup
                 fmt_left(item.seconds_left(now)),
                 str(item.count),
@@ -346,6 +360,17 @@ class ApprovalsPane(Horizontal):
                     table.move_cursor(row=index)
                     break
         self.call_after_refresh(self.refresh_detail)
+
+    def _gone(self, item: InboxItem) -> bool:
+        """Whether to say the agent left: never while the gateway is away (nobody knows then)."""
+        return bool(item.view.get("requesterGone")) and not (self.offline and item.source == "gateway")
+
+    def set_offline(self, why: str | None) -> None:
+        """The connection's state, followed by the list (the `gone` marks) and the detail."""
+        if why == self.offline:
+            return
+        self.offline = why
+        self.show(self.rows)
 
     def tick(self) -> None:
         """Once a second: the countdowns."""
@@ -362,7 +387,7 @@ class ApprovalsPane(Horizontal):
     def refresh_detail(self) -> None:
         item = self.selected
         insight = self.insights.get(item.key, {}) if item else {}
-        self.query_one("#approval-detail", Static).update(render_detail(item, insight))
+        self.query_one("#approval-detail", Static).update(render_detail(item, insight, offline=self.offline))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()

@@ -414,6 +414,14 @@ class ApprovalManager:
             record.requester_gone = True
             self._notify("updated", record)
 
+    def requester_back(self, approval_id: str) -> None:
+        """The caller is waiting again (it reconnected after its gateway went away and follows the ask):
+        approvers stop being told it left."""
+        record = self._records.get(approval_id)
+        if record is not None and not record.resolved and record.requester_gone:
+            record.requester_gone = False
+            self._notify("updated", record)
+
     async def wait(self, record: ApprovalRecord) -> str | None:
         """The decision, or None when the request expired; returned once it is recorded on disk."""
         decision = await asyncio.shield(record.future)

@@ -114,8 +114,8 @@ def with_client(
         client = await ControlClient.connect(
             client="cli", name="cli", autostart=autostart, operator=operator, agent=agent
         )
-        if client.started_gateway:
-            # Even a read-only verb leaves a daemon behind: say so, and how to stop it.
+        if client.started_gateway and _may_print_over(sys.stderr):
+            # A verb leaves a daemon behind: say so, and how to stop it.
             print(
                 f"exechost: started a gateway (pid {client.server_pid}); `exechost gateway stop` stops it",
                 file=sys.stderr,
@@ -127,6 +127,17 @@ def with_client(
 
     with cli_failures():
         return asyncio.run(go())
+
+
+def _may_print_over(stream: Any) -> bool:
+    """A notice may go to this stream unless it is a terminal that another job holds in the foreground:
+    a CLI run in the background of the console's terminal would print over the TUI (the gateway log and
+    `gateway status` still say it started)."""
+    try:
+        fd = stream.fileno()
+        return not os.isatty(fd) or os.tcgetpgrp(fd) == os.getpgrp()
+    except (OSError, ValueError):
+        return True
 
 
 def run_verb(func: Any) -> Any:
