@@ -20,7 +20,7 @@ from console.app import ConsoleApp
 from console.widgets.approvals import render_detail
 from console.widgets.nodes import NodesPane
 from tests.helpers.daemon import Daemon
-from tests.helpers.gateway import ALLOWLIST, REPO, wait_until, write_config
+from tests.helpers.gateway import ALLOWLIST, REPO, cli, wait_until, write_config
 
 # A node that is never reachable: its row shows (state down) once the pane has asked the gateway.
 CONFIG = ALLOWLIST + '\n[nodes.n1]\nhost = "127.0.0.9"\nport = 9\n'
@@ -97,3 +97,4 @@ async def test_panes_follow_the_gateway_link(state_dir: Path) -> None:
             agent.kill()
         if daemon.proc is not None and daemon.proc.poll() is None:
             daemon.kill()
+        cli(state_dir, "gateway", "stop")  # the waiting CLI may have started the next gateway itself
