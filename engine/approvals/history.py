@@ -75,8 +75,8 @@ def decision_line(view: dict[str, Any]) -> dict[str, Any]:
     keep = (
         "id", "slug", "status", "createdAtMs", "expiresAtMs", "resolvedBy", "resolvedAtMs", "reason",
         "count", "command", "cwd", "host", "agentId", "sessionKey", "security", "ask", "askFallback",
-        "allowedDecisions", "resolvedPath", "nodeId", "envKeys", "agentReason", "requesterGone", "run",
-        "requesters", "contentDigests",
+        "allowedDecisions", "resolvedPath", "nodeId", "nodeName", "envKeys", "agentReason", "requesterGone",
+        "run", "requesters", "contentDigests",
     )  # fmt: skip
     return {"kind": "decision", "v": VERSION, **{k: view.get(k) for k in keep if k in view}}
 

@@ -111,9 +111,46 @@ def load_config_text(
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
+        unclosed = _unclosed_header(text)
+        if unclosed is not None:  # tomllib may blame what follows (`Cannot declare … twice`)
+            number, line = unclosed
+            closing = "]]" if line.lstrip().startswith("[[") else "]"
+            why = f"invalid TOML: the table header {line.strip()!r} has no closing {closing!r} ({exc})"
+            raise ConfigError(target, "", number, why) from exc
         match = re.search(r"\(at line (\d+), column \d+\)", str(exc))
         raise ConfigError(target, "", int(match.group(1)) if match else None, f"invalid TOML: {exc}") from exc
     return _build(target, data, key_lines(text), exists=True, env=env)
+
+
+_HEADER_START = re.compile(r"^\s*\[")
+
+
+def _unclosed_header(text: str) -> tuple[int, str] | None:
+    """The first `[table` / `[[array` line with no closing bracket (before any comment), by line number.
+    Only consulted once the text failed to parse: a value line never starts with `[`, but an array value
+    continued over lines can, so a line is a header only outside an open multi-line array or string."""
+    depth = 0
+    in_string: str | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if in_string is None and depth == 0 and _HEADER_START.match(line):
+            head = line.split("#", 1)[0]
+            if ("]]" if head.lstrip().startswith("[[") else "]") not in head:
+                return number, line
+            continue
+        for i, ch in enumerate(line):
+            if in_string is not None:
+                if line.startswith(in_string, i):
+                    in_string = None
+                continue
+            if line.startswith(('"""', "'''"), i):
+                in_string = line[i : i + 3]
+            elif ch == "#":
+                break
+            elif ch == "[":
+                depth += 1
+            elif ch == "]":
+                depth = max(0, depth - 1)
+    return None
 
 
 # --------------------------------------------------------------------------- validation

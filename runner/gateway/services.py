@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.approvals.durable import PENDING_NAME, PendingFile, StoredAsk
-from engine.approvals.grants import GrantStore
+from engine.approvals.grants import GRANTS_NAME, GrantStore
 from engine.approvals.groupwrite import GroupWriter
 from engine.approvals.history import (
     HISTORY_DIR,
@@ -112,7 +112,7 @@ class Services:
         self.approvals.decided_barrier = self._decided_barrier
         self.events = SystemEvents(spool=EventSpool(state_dir / SPOOL_NAME))
         # Allow-always with limits, apart from exec-approvals.json (which OpenClaw also reads).
-        self.grants = GrantStore(state_dir / "exec-grants.json")
+        self.grants = GrantStore(state_dir / GRANTS_NAME)
         self.overrides: dict[str, SessionOverrides] = {}
         self.started_at = time.time()
         exec_cfg = self.config().exec
@@ -152,6 +152,7 @@ class Services:
         self.nodes = NodeHub(self)  # links are opened on first use (and follow config edits)
         self.browsers = BrowserHub(self)  # containers started on first use; the door opens with them
         self.exec_tool.node_runner = self.nodes.run
+        self.exec_tool.node_known = self.nodes.select
 
     # -- lifecycle
 

@@ -272,6 +272,14 @@ class NodeServer:
                     )
                 except views.ViewRequestError as exc:
                     raise RunError("INVALID_REQUEST", str(exc)) from None
+            elif req.method.startswith("grants."):
+                from runner.node import grants
+
+                try:
+                    payload = await grants.handle(self.grants, req.method, req.params)
+                except grants.GrantRequestError as exc:
+                    raise RunError("INVALID_REQUEST", str(exc)) from None
+                res = Response(req.id, True, payload=payload)
             elif req.method.startswith("sandbox."):
                 from runner.node import sandboxes
 
