@@ -66,6 +66,17 @@ class _DirWatch:
         self.link_dirs: dict[str, int] = {}  # directory -> descriptor, forgotten on every drop
         self.link_epoch = 0  # bumped on every listing dropped: a listing read across a bump is not stored
         self.link_uses: dict[str, int] = {}  # lookups per directory since its listing was last dropped
+        # Which events can change a cached answer (issue 31). A resolution depends only on the entries it
+        # looked up: an event in a watched directory about another name (a build writing files in the
+        # project, anyone's temp file in /tmp) changes none of them, so it drops nothing. Per main
+        # descriptor: the paths it was watched under, and the names looked up there (None: any name
+        # counts). Forgotten on every drop, like `watched`: a descriptor no answer registered since the
+        # last drop carries nothing cached. File watches (watch_file) and unknown descriptors drop all.
+        self.path_wd: dict[str, int] = {}
+        self.wd_dirs: dict[int, set[str]] = {}
+        self.wd_names: dict[int, set[str] | None] = {}
+        self.main_listed: dict[int, set[str]] = {}  # main descriptor -> listings (LINKS) read there
+        self.file_wds: set[int] = set()
 
     def _drop_all(self) -> None:
         with self.lock:
@@ -73,6 +84,7 @@ class _DirWatch:
             # A watch follows its inode: a watched directory renamed away (and another made in its place)
             # leaves the path unwatched. Every path is watched again as it is next used.
             self.watched = set()
+            self.path_wd, self.wd_dirs, self.wd_names, self.main_listed = {}, {}, {}, {}
             RESOLVED.clear()
             REAL.clear()
             NAMED.clear()
@@ -106,7 +118,7 @@ class _DirWatch:
         # compared where there is no fork hook (a fork that runs no Python hooks runs no Python either).
         if self.pid == -1 or (not _AT_FORK and self.pid != os.getpid()):
             self.pid, self.fd, self.watched = os.getpid(), -1, set()
-            self.main_wds, self.link_wds = set(), {}
+            self.main_wds, self.link_wds, self.file_wds = set(), {}, set()
             self.lock = threading.Lock()  # another thread may have held the parent's at the fork
             self._drop_all()
             try:
@@ -128,19 +140,28 @@ class _DirWatch:
             if len(self.watched) >= _WATCH_MAX:
                 self._reset()
                 return False
-            if self.libc.inotify_add_watch(self.fd, os.fsencode(path), _IN_FILE_MASK | _IN_DONT_FOLLOW) < 0:
+            wd = self.libc.inotify_add_watch(self.fd, os.fsencode(path), _IN_FILE_MASK | _IN_DONT_FOLLOW)
+            if wd < 0:
                 return False
-            self.watched.add(key)
+            with self.lock:
+                self.file_wds.add(wd)
+                self.watched.add(key)
         try:  # after the watch: a link (its target unwatched) planted later is an event in the directory
             return stat.S_ISREG(os.lstat(path).st_mode)
         except OSError:
             return False
 
-    def watch(self, directories: Collection[str]) -> bool:
+    def watch(self, directories: Collection[str] | Mapping[str, Collection[str]]) -> bool:
+        """Watch each directory. A mapping names the entries looked up in each: only an event about one of
+        those (or about the directory itself, or a watched directory in it) drops cached answers; a plain
+        collection means any event there does. Registered before the caller's second look, so an event
+        read before registration is about a change that look sees."""
         if not self._ready():
             return False
+        named = isinstance(directories, Mapping)
         for directory in directories:
-            if directory not in self.watched:
+            wd = self.path_wd.get(directory, -1) if directory in self.watched else -1
+            if wd < 0:
                 if len(self.watched) + len(self.link_wds) >= _WATCH_MAX:
                     # inotify watches are a per-user budget: share it. Start over rather than stop caching
                     # for good once a long-lived gateway has seen this many directories.
@@ -149,13 +170,25 @@ class _DirWatch:
                 wd = self.libc.inotify_add_watch(self.fd, os.fsencode(directory), _IN_MASK)
                 if wd < 0:
                     return False
-                with self.lock:
-                    self.watched.add(directory)
-                    self.main_wds.add(wd)
-                    # The same inode may have been watched for a listing: now its events drop everything.
-                    listed = self.link_wds.pop(wd, None)
-                    if listed is not None:
-                        self.link_dirs.pop(listed, None)
+            with self.lock:
+                self.watched.add(directory)
+                self.path_wd[directory] = wd
+                self.main_wds.add(wd)
+                self.wd_dirs.setdefault(wd, set()).add(directory)
+                if not named:
+                    self.wd_names[wd] = None
+                elif wd not in self.wd_names:
+                    self.wd_names[wd] = set(directories[directory])  # type: ignore[index]
+                else:
+                    known = self.wd_names[wd]
+                    if known is not None:
+                        known.update(directories[directory])  # type: ignore[index]
+                # The same inode may have been watched for a listing: now a main watch, whose events
+                # still drop that listing.
+                listed = self.link_wds.pop(wd, None)
+                if listed is not None:
+                    self.link_dirs.pop(listed, None)
+                    self.main_listed.setdefault(wd, set()).add(listed)
         return True
 
     def watch_links(self, directory: str) -> int:
@@ -163,8 +196,14 @@ class _DirWatch:
         -1 cannot be watched."""
         if not self._ready():
             return -1
-        if directory in self.watched or directory in self.link_dirs:
+        if directory in self.link_dirs:
             return 1
+        if directory in self.watched:
+            with self.lock:
+                wd = self.path_wd.get(directory)
+                if wd is not None:  # every event there now drops this listing (see _drop_some)
+                    self.main_listed.setdefault(wd, set()).add(directory)
+                    return 1
         if len(self.watched) + len(self.link_wds) >= _WATCH_MAX:
             self._reset()
             return -1
@@ -173,7 +212,9 @@ class _DirWatch:
             return 0 if ctypes.get_errno() in (errno.ENOENT, errno.ENOTDIR) else -1
         with self.lock:
             if wd in self.main_wds:
-                return 1  # already watched for cached answers: any event there drops everything
+                # Already watched for cached answers: its events drop this listing (see _drop_some).
+                self.main_listed.setdefault(wd, set()).add(directory)
+                return 1
             old = self.link_wds.get(wd)
             if old is not None and old != directory:
                 return -1  # the same inode under two names: keep it simple, lstat instead
@@ -201,28 +242,53 @@ class _DirWatch:
             if not chunk:
                 break
             events += chunk
-        if not seen and events and self._only_listings(events):
-            return False  # only listings were dropped: every other cached answer still holds
+        if not seen and events and self._drop_some(events):
+            return False  # no cached answer rested on what changed (listings dropped as needed)
         if seen or events:
             self._drop_all()
             return True
         return False
 
-    def _only_listings(self, events: bytes) -> bool:
-        """When every event is on a directory watched only for its listing: drop those listings, True."""
+    def _drop_some(self, events: bytes) -> bool:
+        """Drop the listings these events touch; True when no other cached answer rests on them (else the
+        caller drops everything). An event counts for the answers when it is an overflow, on a file watch
+        or an unknown descriptor, about the directory itself (no name: chmod, moved, deleted), about a
+        name looked up there, or about a watched or listed directory's own name."""
         seen: list[tuple[int, int]] = []
+        relevant = False
         at = 0
         while at + _EVENT.size <= len(events):
             wd, mask, _cookie, length = _EVENT.unpack_from(events, at)
+            name = events[at + _EVENT.size : at + _EVENT.size + length].rstrip(b"\0")
             at += _EVENT.size + length
-            if wd not in self.link_wds or mask & _IN_Q_OVERFLOW:
+            if mask & _IN_Q_OVERFLOW:
                 return False
             seen.append((wd, mask))
+            if wd in self.link_wds or relevant:
+                continue
+            if wd not in self.main_wds or wd in self.file_wds or not name or mask & (_IN_GONE | _IN_UNMOUNT):
+                relevant = True
+                continue
+            if wd not in self.wd_dirs:
+                continue  # registered by no answer since the last drop: nothing cached rests on it
+            names = self.wd_names.get(wd)
+            text = os.fsdecode(name)
+            if names is None or text in names:
+                relevant = True
+                continue
+            for directory in self.wd_dirs[wd]:
+                child = directory + text if directory.endswith("/") else directory + "/" + text
+                if child in self.watched or child in self.link_dirs or child in LINKS:
+                    relevant = True
+                    break
         if at != len(events):
             return False
         with self.lock:
             self.link_epoch += 1
             for wd, mask in seen:
+                for listed in self.main_listed.pop(wd, ()):
+                    LINKS.pop(listed, None)
+                    self.link_uses.pop(listed, None)
                 directory = self.link_wds.get(wd)
                 if directory is None:
                     continue
@@ -232,7 +298,7 @@ class _DirWatch:
                     del self.link_dirs[directory]  # moved or deleted: the path is watched anew next time
                 if mask & _IN_IGNORED:
                     del self.link_wds[wd]  # the watch is gone
-        return True
+        return not relevant
 
     def _reset(self) -> None:
         with contextlib.suppress(OSError):
@@ -242,7 +308,7 @@ class _DirWatch:
 
 
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then len bytes of name)
-_IN_Q_OVERFLOW, _IN_IGNORED = 0x4000, 0x8000
+_IN_Q_OVERFLOW, _IN_IGNORED, _IN_UNMOUNT = 0x4000, 0x8000, 0x2000
 _IN_GONE = 0x400 | 0x800 | _IN_IGNORED  # IN_DELETE_SELF, IN_MOVE_SELF
 
 # (name, cwd, PATH) -> (answer, stamps of what it depends on, whether inotify covers it).
@@ -378,16 +444,16 @@ def named_path(path: str, *, poll: bool = True) -> str:
     return answer
 
 
-def _traced_realpath(path: str) -> tuple[str, frozenset[str]]:
+def _traced_realpath(path: str) -> tuple[str, dict[str, set[str]]]:
     """posixpath.realpath (non-strict) for an absolute path, plus every existing directory an entry was
-    looked up in. Lookups below a missing entry are left out: creating that entry is an event in its
-    (watched) parent."""
-    dirs: set[str] = set()
+    looked up in, with the names looked up there. Lookups below a missing entry are left out: creating
+    that entry is an event in its (watched) parent."""
+    dirs: dict[str, set[str]] = {}
     missing: list[str] = []
 
     def lookup(parent: str, newpath: str) -> bool:
         if not any(parent == gone or parent.startswith(gone + "/") for gone in missing):
-            dirs.add(parent)
+            dirs.setdefault(parent, set()).add(newpath[newpath.rfind("/") + 1 :])
         try:
             st = os.lstat(newpath)
         except OSError:
@@ -428,7 +494,7 @@ def _traced_realpath(path: str) -> tuple[str, frozenset[str]]:
         return base, True
 
     resolved, _ = join("", path, {})
-    return os.path.abspath(resolved), frozenset(dirs)
+    return os.path.abspath(resolved), dirs
 
 
 def poll_changes() -> None:
