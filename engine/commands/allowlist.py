@@ -52,6 +52,7 @@ from engine.commands.which import (
     real_path,
     resolve,
     resolve_executable,
+    resolve_key,
 )
 from engine.commands.wrappers import BLOCKED_WRAPPERS, TRANSPARENT_WRAPPERS
 from engine.errors import InvalidInput
@@ -281,7 +282,7 @@ def evaluate_allowlist(
     home_env = os.environ.get("OPENCLAW_HOME", "").strip()  # home_dir(): this made absolute, else passwd's
     home_fixed = home_env.startswith("/") if home_env else passwd_watched
     kept = watched and home_fixed and not WATCH.changed()
-    if kept and WATCH.store(generation, _CONTEXTS, key, (generation, context), 64):
+    if kept and WATCH.store(generation, _CONTEXTS, key, (generation, context), _CONTEXTS_MAX):
         _LAST[0] = (key, generation, context)
     return _evaluate(analysis, context)
 
@@ -305,6 +306,7 @@ def _state_env() -> tuple[object, ...]:
 # compiled for this home, the resolved trusted dirs and state dir, the home (from the passwd file). Each
 # value is (WATCH generation it was built in, context); any inotify event bumps the generation.
 _CONTEXTS: dict[tuple[object, ...], tuple[int, _Context]] = {}
+_CONTEXTS_MAX = 256  # one per cwd, mostly: an agent moves between a project's directories
 # The context found last: (key, its generation, context), replaced as a whole (one atomic store).
 _LAST: list[tuple[tuple[object, ...], int, _Context] | None] = [None]
 
@@ -419,7 +421,7 @@ def _watched(name: str, found: tuple[str, str] | None, context: _Context) -> boo
     """Every answer the facts rest on is held by a watched cache, as of the context's generation."""
     if context.generation != WATCH.generation:
         return False
-    cached = RESOLVED.get((name, context.cwd, context.path_var))
+    cached = RESOLVED.get(resolve_key(name, context.cwd, context.path_var))
     if cached is None or not cached[2] or cached[0] != found:
         return False
     if found is not None and found[0] not in NAMED:

@@ -47,8 +47,10 @@ def _resolved(path: str, poll: bool) -> str:
     cut = path.rfind("/") + 1  # os.path.split and os.path.join, inlined: this runs for every operand
     head, tail = path[:cut], path[cut:]
     head = head.rstrip("/") or head
-    if not tail or tail in (".", "..") or not head.startswith("/") or "\x00" in path:
+    if not head.startswith("/") or "\x00" in path:
         return os.path.realpath(path)
+    if not tail or tail in (".", ".."):
+        return real_path(path, poll=poll)  # a directory operand (`src/mod3/`, `.`): watched like the cwd
     real_head = None if poll else REAL.get(head)  # a hit without the call
     if real_head is None:
         real_head = real_path(head, poll=poll)

@@ -11,6 +11,7 @@ import stat
 import struct
 import threading
 from collections.abc import Collection, Mapping
+from functools import lru_cache
 from typing import Any
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -276,8 +277,8 @@ class _DirWatch:
             if names is None or text in names:
                 relevant = True
                 continue
-            for directory in self.wd_dirs[wd]:
-                child = directory + text if directory.endswith("/") else directory + "/" + text
+            for parent in self.wd_dirs[wd]:
+                child = parent + text if parent.endswith("/") else parent + "/" + text
                 if child in self.watched or child in self.link_dirs or child in LINKS:
                     relevant = True
                     break
@@ -335,7 +336,7 @@ def resolve(name: str, cwd: str, path_var: str, *, poll: bool = True) -> tuple[s
     """(absolute path as the shell would find it, its realpath), or None when nothing runs."""
     if not name or "\x00" in name:
         return None
-    key = (name, cwd, path_var)
+    key = resolve_key(name, cwd, path_var)
     if poll:  # evaluate_allowlist polls once per decision instead
         WATCH.changed()
     cached = RESOLVED.get(key)
@@ -354,6 +355,19 @@ def resolve(name: str, cwd: str, path_var: str, *, poll: bool = True) -> tuple[s
         # Dropped meanwhile: keep it stat-validated only, never as inotify-covered.
         WATCH.store(WATCH.generation, RESOLVED, key, (answer, stamps, False), RESOLVED_MAX)
     return answer
+
+
+def resolve_key(name: str, cwd: str, path_var: str) -> tuple[str, str, str]:
+    """RESOLVED's key: a bare name looked up in a PATH of absolute entries finds the same file from any
+    cwd, so the cwd is left out there (an agent moving between directories keeps its lookups)."""
+    if "/" not in name and _absolute_path_var(path_var):
+        return (name, "", path_var)
+    return (name, cwd, path_var)
+
+
+@lru_cache(maxsize=64)
+def _absolute_path_var(path_var: str) -> bool:
+    return all(entry.startswith("/") for entry in path_var.split(":"))
 
 
 def _link_dirs(path: str) -> set[str]:
