@@ -96,6 +96,30 @@ def spawn_floor(runs: int) -> list[float]:
     return out
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(own CPU, CPU of reaped children) of `pid`, from /proc: utime+stime and cutime+cstime."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK, (int(fields[13]) + int(fields[14])) / _TICK
+
+
+def daemons_of(state: Path, gateway: int) -> list[int]:
+    """The session host(s) serving `state`: processes other than the gateway whose environment names it
+    (a session host is started detached, so it is not the gateway's child)."""
+    marker = f"OPENCLAW_STATE_DIR={state}\0".encode()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) not in (gateway, os.getpid()):
+            try:
+                if marker in (entry / "environ").read_bytes():
+                    out.append(int(entry.name))
+            except OSError:
+                continue
+    return out
+
+
 def start_daemon(state: Path, config: str) -> subprocess.Popen[bytes]:
     (state / "config.toml").write_text(config)
     env = {**os.environ, "OPENCLAW_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
@@ -128,11 +152,16 @@ async def bench_exec(state: Path, runs: int) -> None:
         for _ in range(20):
             await client.request("exec", {"command": "true"})
         gateway: list[float] = []
+        hosts = daemons_of(state, proc.pid)  # the session host(s), started by the warm-up
+        before = {pid: cpu_seconds(pid) for pid in (proc.pid, *hosts)}
+        client_cpu = time.process_time()
         for _ in range(runs):
             t0 = time.perf_counter()
             result = await client.request("exec", {"command": "true"})
             gateway.append(time.perf_counter() - t0)
             assert result["details"]["status"] == "completed", result
+        client_cpu = time.process_time() - client_cpu
+        after = {pid: cpu_seconds(pid) for pid in before}
         status: list[float] = []
         for _ in range(runs):
             t0 = time.perf_counter()
@@ -153,6 +182,20 @@ async def bench_exec(state: Path, runs: int) -> None:
         shell.append(time.perf_counter() - t0)
     echo, _ = await raw_hops(state, runs, 256)
     spawn = spawn_floor(runs)
+    own = {pid: (after[pid][0] - before[pid][0]) * 1000 / runs for pid in before}
+    kids = sum(after[pid][1] - before[pid][1] for pid in before) * 1000 / runs  # reaped: sh + true
+    t0, c0 = time.process_time(), os.times()
+    for _ in range(runs):
+        subprocess.run(["true"], check=True)
+    c1 = os.times()
+    run_cpu = (time.process_time() - t0) * 1000 / runs
+    child_cpu = (c1.children_user + c1.children_system - c0.children_user - c0.children_system) * 1000 / runs
+    hosts_cpu = sum(v for pid, v in own.items() if pid != proc.pid)
+    print(
+        f"CPU per exec ({_TICK} Hz ticks): client {client_cpu * 1000 / runs:.2f} ms, gateway "
+        f"{own[proc.pid]:.2f} ms, session host {hosts_cpu:.2f} ms, the command (sh + true) {kids:.2f} ms | "
+        f"subprocess.run: parent {run_cpu:.2f} ms, `true` {child_cpu:.2f} ms"
+    )
     print(line("baseline subprocess.run(['true'])", argv))
     print(line("baseline subprocess.run(['/bin/sh', '-c', 'true'])", shell))
     print(line("control round trip only (`status`)", status))
@@ -175,6 +218,12 @@ async def bench_exec(state: Path, runs: int) -> None:
         f"{pct(gateway, 0.5):.2f} ms",
         f"{floor:.2f} ms",
         ratio(pct(gateway, 0.5), floor),
+    )
+    record(
+        "  CPU per exec: client + gateway + session host + command (vs subprocess.run parent + child)",
+        f"{client_cpu * 1000 / runs:.2f} + {own[proc.pid]:.2f} + {hosts_cpu:.2f} + {kids:.2f} ms",
+        f"{run_cpu:.2f} + {child_cpu:.2f} ms",
+        ratio(client_cpu * 1000 / runs + own[proc.pid] + hosts_cpu + kids, run_cpu + child_cpu),
     )
     record(
         "  hop client → gateway → client: `status` p50 (vs a raw asyncio Unix-socket echo)",
