@@ -23,11 +23,11 @@ from engine.commands.hostenv import sanitize_host_env
 from engine.commands.pinned import PinnedView, view_for
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, VerifiedRun, verify
 from engine.config.model import Config
-from engine.policy.decision import Decision, evaluate
-from engine.policy.precedence import SessionOverrides, overrides_for
+from engine.policy.decision import Decision
+from engine.policy.precedence import SessionOverrides
 from engine.results import ToolError, ToolResult
+from engine.tools.decide import Decided, decide
 from engine.tools.exec_asks import (
-    approved_command,
     ask_request,
     denied_result,
     finished_text,
@@ -37,16 +37,13 @@ from engine.tools.exec_asks import (
 )
 from engine.tools.exec_request import (
     COMMAND_MAX_BYTES,
-    ENV_MAX_BYTES,
     NODE_UNAVAILABLE,
-    WORKDIR_MAX_BYTES,
     Events,
     ExecContext,
     NodeRunner,
     Prepared,
     Sessions,
     Store,
-    check_enums,
     clamp_yield,
     clamped,
     note_run,
@@ -99,27 +96,22 @@ class ExecTool:
     async def run(self, params: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
         prepared = await self._prepare(params, ctx)
         decision = prepared.decision
-        if decision.decision == "deny":
+        if decision.verdict == "deny":
             raise ToolError(decision.reason)
         if prepared.host == "node" and self.node_runner is not None:
             # The gateway's policy only tightens (it rides along); the node decides and asks itself.
             return await self.node_runner(prepared.command, params, ctx, decision)
-        if decision.decision == "allow" and decision.grant_ids and not await self._use_grants(decision):
+        if decision.verdict == "allow" and decision.grant_ids and not await self._use_grants(decision):
             # A grant ran out (or expired, or was revoked) since the decision: decide again without it.
             prepared = await self._prepare(params, ctx, use_grants=False)
             decision = prepared.decision
-            if decision.decision == "deny":
+            if decision.verdict == "deny":
                 raise ToolError(decision.reason)
-        if decision.decision == "allow":
+        if decision.verdict == "allow":
             self._record_use(prepared, ctx)
-            # What runs is what was approved: the pinned re-rendering on the host. Inside a sandbox the
-            # host's resolved paths mean nothing, so the container runs the command as given.
-            pinned = None if prepared.host == "sandbox" else decision.enforced_command
-            if pinned is None and decision.durable and prepared.host != "sandbox":
-                pinned = decision.pinned_command  # an exact-command approval runs what was shown
             self._still_as_decided(prepared)
             try:
-                return await self._run(prepared, params, ctx, pinned or prepared.command)
+                return await self._run(prepared, params, ctx, prepared.command_to_run())
             except StaleContent as exc:
                 raise ToolError(f"exec denied: {exc}; ask again") from None
         return await self._ask(prepared, params, ctx)
@@ -145,57 +137,36 @@ class ExecTool:
         if "\x00" in command:
             raise ToolError("exec denied: the command contains a NUL byte")
         within("the command", command, COMMAND_MAX_BYTES, "write longer scripts to a file and run that")
-        env_param = params.get("env")
-        if env_param is not None and (
-            not isinstance(env_param, dict)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in env_param.items())
-        ):
-            raise ToolError("env must be an object of string values")
-        if env_param:
-            within("env", "".join(k + v for k, v in env_param.items()), ENV_MAX_BYTES, "pass data in files")
-        workdir = params.get("workdir")
-        if isinstance(workdir, str):
-            within("workdir", workdir, WORKDIR_MAX_BYTES, "no path is that long")
         config = self._config()
-        sandbox = sandbox_available(config, ctx.agent_id, ctx.session_key)
-        host_warnings: list[str] = []
         problem = self._config_problem()
         notices = [f"Warning: {problem}"] if problem else []
         # defaultWorkdir: the calling CLI/MCP process's cwd, used on the host when no workdir is given.
-        cwd = self._workdir(params.get("workdir") or params.get("defaultWorkdir"), host_warnings)
-        call_params = {k: params[k] for k in ("host", "security", "ask", "node", "elevated") if k in params}
-        check_enums(call_params)
-        grant_store = self.grants if use_grants else None
-        decide = functools.partial(
-            evaluate,
+        decide_now = functools.partial(
+            decide,
             command,
+            params,
             config=config,
             agent_id=ctx.agent_id,
-            params=call_params,
-            overrides=overrides_for(self.overrides, ctx.agent_id, ctx.session_key),
+            session_key=ctx.session_key,
+            overrides=self.overrides,
             store=self.store,
-            cwd=cwd,
-            sandbox_available=sandbox,
-            session_key=ctx.session_key or None,
-            env_overrides=env_param,
+            grants=self.grants if use_grants else None,
+            workdir=params.get("workdir") or params.get("defaultWorkdir"),
         )
-
-        def decide_with_grants() -> Decision:
-            # The grants file is read in the same worker-thread hop as the decision: one hop per exec.
-            grants = [] if grant_store is None else grant_store.entries(ctx.agent_id, ctx.session_key or None)
-            return decide(grants=grants)
-
         try:
-            decision = await self._evaluator.run(decide_with_grants)
+            # The grants file is read in the same worker-thread hop as the decision: one hop per exec.
+            decided: Decided = await self._evaluator.run(decide_now)
         except ApprovalsFileError as exc:
             # Fail closed: a broken approvals file can neither allow nor be silently ignored.
             raise ToolError(f"exec denied: {exc}") from None
+        decision, cwd, env_param, call_params = decided.decision, decided.cwd, decided.env, decided.call
+        host_warnings = decided.cwd_warnings
         sandboxed = decision.policy is not None and decision.policy.sandboxed
         warnings = [] if sandboxed else host_warnings  # the container maps its own workdir
         warnings += [w for w in decision.warnings if w not in warnings]
         warnings += clamped(call_params, decision) + notices
         prepared = Prepared(command=command, decision=decision, cwd=cwd, env=None, warnings=warnings)
-        if decision.decision == "deny":
+        if decision.verdict == "deny":
             return prepared
         policy = decision.policy
         assert policy is not None
@@ -235,21 +206,6 @@ class ExecTool:
         prepared.warnings += list(getattr(sx, "warnings", []) or [])
         prepared.env = env
         prepared.host = "sandbox"
-
-    def _workdir(self, raw: Any, warnings: list[str]) -> str:
-        """Explicit workdir if it is a directory, else $HOME (with the reference warning)."""
-        fallback = os.path.expanduser("~")
-        if not os.path.isdir(fallback):
-            fallback = "/"
-        if raw is None or raw == "":
-            return fallback
-        if not isinstance(raw, str) or "\x00" in raw:
-            raise ToolError("workdir must be a string path")
-        path = os.path.expanduser(raw)
-        if os.path.isdir(path):
-            return os.path.abspath(path)
-        warnings.append(f'Warning: workdir "{raw}" is unavailable; using "{fallback}".')
-        return fallback
 
     def _record_use(self, prepared: Prepared, ctx: ExecContext) -> None:
         """Stamp lastUsedAt on the allowlist entries that let this command through."""
@@ -436,11 +392,17 @@ class ExecTool:
     def _still_as_decided(self, prepared: Prepared) -> None:
         """Refuse when an executable or the cwd is no longer the file that was decided on (a re-pointed
         link, a replaced binary): what runs must be what was shown (reference §5.4 approval hardening)."""
-        if prepared.host == "sandbox":
-            return
-        problem = identity_problem(prepared.decision.identity) or prepared.decision.tree_problem()
+        problem = self._changed(prepared)
         if problem is not None:
             raise ToolError(f"exec denied: {problem}; ask again")
+
+    @staticmethod
+    def _changed(prepared: Prepared) -> str | None:
+        """What changed since the decision: an executable, the cwd or a file run from the tree (None off
+        the host: the container's files are not the host's)."""
+        if prepared.host == "sandbox":
+            return None
+        return identity_problem(prepared.decision.identity) or prepared.decision.tree_problem()
 
     def _verdict(
         self, record: ApprovalRecord, decision: str | None, prepared: Prepared, ctx: ExecContext
@@ -449,11 +411,11 @@ class ExecTool:
         d = prepared.decision
         if decision == "deny":
             return False, "user-denied", prepared.command
-        if decision in ("allow-once", "allow-always", None) and prepared.host != "sandbox":
-            problem = identity_problem(d.identity) or d.tree_problem()
+        if decision in ("allow-once", "allow-always", None):
+            problem = self._changed(prepared)
             if problem is not None:
                 return False, f"approval-stale: {problem}", prepared.command
-        approved = approved_command(prepared)
+        approved = prepared.command_to_run(approved=True)
         if decision == "allow-once":
             if not self.approvals.consume_allow_once(record, ctx.session_key, None):
                 return None
@@ -491,7 +453,7 @@ class ExecTool:
             return True, "", approved
         if fallback == "allowlist":
             if d.analysis_ok and d.allowlist_satisfied and d.enforced_command:
-                return True, "", d.enforced_command
+                return True, "", prepared.command_to_run()
             return False, "approval-timeout (allowlist-miss)", prepared.command
         return False, "approval-timeout", prepared.command
 

@@ -145,6 +145,10 @@ class Prepared:
     launcher: Any = None
     host: str = "gateway"
 
+    def command_to_run(self, *, approved: bool = False) -> str:
+        """The command that will run where this is prepared (Decision.command_to_run)."""
+        return self.decision.command_to_run(sandboxed=self.host == "sandbox", approved=approved)
+
 
 def sandbox_available(config: Config, agent_id: str, session_key: str) -> bool:
     """A sandbox runtime applies: mode=all, or mode=non-main outside the agent's main session."""
