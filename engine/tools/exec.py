@@ -332,7 +332,7 @@ class ExecTool:
                 await self.approvals.durable()
                 # The session says whose run to follow when the ask is shared (ApprovalRecord.slot).
                 ctx.on_waiting(waiting_data(record) | {"sessionKey": ctx.session_key})
-            outcome = asyncio.ensure_future(self._decide_and_run(record, prepared, params, ctx, created))
+            outcome = asyncio.ensure_future(self._approved_run(record, prepared, params, ctx))
             try:
                 result = await asyncio.shield(outcome)
             except asyncio.CancelledError:
@@ -347,27 +347,32 @@ class ExecTool:
                 return result
             # Coalesced allow-once already used by the other caller: ask again for this run.
 
-    async def _decide_and_run(
+    async def _approved_run(
         self,
         record: ApprovalRecord,
         prepared: Prepared,
         params: Mapping[str, Any],
         ctx: ExecContext,
-        created: bool,
+        *,
+        detached: bool = False,
     ) -> ToolResult | None:
-        decision = await self.approvals.wait(record)
-        verdict = self._verdict(record, decision, prepared, ctx)
+        """The one approved-run path: wait for the operator, re-check, run what was approved, link the run
+        to its ask. Returns the run's (or the denial's) result; None when an allow-once was already used.
+        Reporting is the caller's: the foreground call returns it, a detached one reports it as an event."""
+        answer = await self.approvals.wait(record)
+        verdict = self._verdict(record, answer, prepared, ctx)
         if verdict is None:
             return None
         allowed, reason, command = verdict
         slot = record.slot(ctx.session_key)
         if not allowed:
             denied = denied_result(record, prepared, reason)
+            # What it led to: a caller that reconnects reads it.
             note_run(self.approvals, record, denied, slot=slot)
             return denied
         session_id = await self._starting(record, prepared, slot)
         try:
-            result = await self._run(prepared, params, ctx, command, session_id=session_id)
+            result = await self._run(prepared, params, ctx, command, detached=detached, session_id=session_id)
         except StaleContent as exc:
             denied = denied_result(record, prepared, f"approval-stale: {exc}")
             note_run(self.approvals, record, denied, slot=slot)
@@ -469,40 +474,31 @@ class ExecTool:
     ) -> None:
         """Wait for the decision, run detached, and report with a follow-up system event."""
         try:
-            decision = await self.approvals.wait(record)
-            verdict = self._verdict(record, decision, prepared, ctx)
-            if verdict is None:
-                return
-            allowed, reason, command = verdict
-            slot = record.slot(ctx.session_key)
-            if not allowed:
-                denied = denied_result(record, prepared, reason)
-                # What it led to: a caller that reconnects reads it.
-                note_run(self.approvals, record, denied, slot=slot)
-                self._emit(ctx, denied.text)
-                return
             try:
-                session_id = await self._starting(record, prepared, slot)
-                result = await self._run(prepared, params, ctx, command, detached=True, session_id=session_id)
-            except StaleContent as exc:
-                denied = denied_result(record, prepared, f"approval-stale: {exc}")
-                note_run(self.approvals, record, denied, slot=slot)
-                self._emit(ctx, denied.text)
-                return
+                result = await self._approved_run(record, prepared, params, ctx, detached=True)
             except (ToolError, OSError) as exc:
                 log.warning("approved command failed to start: %s", exc)
                 self._emit(ctx, f"Exec denied (gateway id={record.id}, spawn-failed): {prepared.command}")
                 return
-            sid = str(result.details.get("sessionId", ""))
-            note_run(self.approvals, record, result, slot=slot)
+            if result is None:
+                return
             if result.details.get("status") == "running" and self._wait_session is not None:
+                sid = str(result.details.get("sessionId", ""))
                 result = await self._wait_session(sid, ctx.scope_key)
-                note_run(self.approvals, record, result, session_id=sid, slot=slot)
-            self._emit(ctx, finished_text(record, sid, result))
+                note_run(self.approvals, record, result, session_id=sid, slot=record.slot(ctx.session_key))
+                result.details.setdefault("sessionId", sid)
+            self._report(ctx, record, result)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("detached exec for approval %s failed", record.id)
+
+    def _report(self, ctx: ExecContext, record: ApprovalRecord, result: ToolResult) -> None:
+        """Tell the agent what its approved call led to, as a system event (the denial, or the run)."""
+        if result.details.get("status") == "denied":
+            self._emit(ctx, result.text)
+        else:
+            self._emit(ctx, finished_text(record, str(result.details.get("sessionId", "")), result))
 
     def _emit(self, ctx: ExecContext, text: str) -> None:
         self.events.enqueue(ctx.session_key or ctx.scope_key, text)
@@ -518,14 +514,8 @@ class ExecTool:
         if task.cancelled() or task.exception() is not None:
             return
         result = task.result()
-        if result is None:
-            return
-        status = result.details.get("status")
-        if status == "denied":
-            self._emit(ctx, result.text)
-        else:
-            sid = str(result.details.get("sessionId", ""))
-            self._emit(ctx, finished_text(record, sid, result))
+        if result is not None:
+            self._report(ctx, record, result)
 
     async def close(self) -> None:
         await self._uses.close()
