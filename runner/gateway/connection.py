@@ -71,13 +71,15 @@ class Connection:
         if isinstance(transport, asyncio.ReadTransport) and transport.is_reading():
             transport.pause_reading()
 
-    def sees_scope(self, scope_key: str) -> bool:
-        """May this connection see what happens in this session scope: the operator sees every one, an
-        agent only its own (engine.principals.owns_key)."""
-        return self.operator or owns_key(self.agent, scope_key)
+    def sees_scope(self, scope_key: str | None) -> bool:
+        """The one visibility rule: may this connection see what happens in this session scope. The
+        operator sees every one, an agent only its own (engine.principals.owns_key); what has no scope
+        (approvals, sandboxes, a node's sessions, gateway-wide events) is the operator's."""
+        return self.operator or (scope_key is not None and owns_key(self.agent, scope_key))
 
-    def wants_output(self, session_id: str, scope_key: str | None = None) -> bool:
-        if scope_key is not None and not self.sees_scope(scope_key):
+    def wants_output(self, session_id: str, scope_key: str | None) -> bool:
+        """`session.output` of this session: visible to it, and asked for (the topic, and followed)."""
+        if not self.sees_scope(scope_key):
             return False
         return "sessions" in self.topics and (self.follow is None or session_id in self.follow)
 

@@ -123,7 +123,7 @@ class OutputFanout:
         session = self.sessions.get(session_id)
         if session is not None:
             return conn.sees_scope(session.scope_key)
-        return conn.operator and self.remote is not None and self.remote.knows(session_id)
+        return self.remote is not None and self.remote.knows(session_id) and conn.sees_scope(None)
 
     def follow(self, conn: Connection, session_id: str, *, only: bool = False) -> list[str]:
         """`sessions.follow`: push this session's output to `conn` (and, with `only`, no other's)."""

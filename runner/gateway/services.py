@@ -294,7 +294,7 @@ class Services:
     def broadcast(self, topic: str, event: str, data: dict[str, Any]) -> None:
         frame = Event(event=event, data=data)
         for conn in self.connections():
-            if topic in conn.topics and _visible(conn, topic, data):
+            if topic in conn.topics and conn.sees_scope(_scope_of(topic, data)):
                 conn.send(frame)
 
     def has_approver(self) -> bool:
@@ -451,15 +451,13 @@ def _host_status(hosts: SessionHosts | None) -> dict[str, Any] | None:
     return {"pid": pid, "problem": hosts.problem, "hosts": hosts.status()}
 
 
-def _visible(conn: Connection, topic: str, data: dict[str, Any]) -> bool:
-    """An agent's connection hears only of its own scopes: its sessions' starts and exits, its session
-    keys' system events. Approvals (every agent's commands), sandboxes and gateway-wide events are the
-    operator's."""
-    if conn.operator:
-        return True
+def _scope_of(topic: str, data: dict[str, Any]) -> str | None:
+    """The session scope a broadcast belongs to (Connection.sees_scope decides who hears it): a session's
+    starts and exits its scope, a system event its session key; approvals, sandboxes and gateway-wide
+    events none (the operator's)."""
     if topic == "sessions":
-        return conn.sees_scope(str(data.get("scopeKey") or "\x00"))
+        return str(data.get("scopeKey") or "") or None
     if topic == "events":
         key = data.get("sessionKey")
-        return isinstance(key, str) and conn.sees_scope(key)
-    return False
+        return key if isinstance(key, str) else None
+    return None
