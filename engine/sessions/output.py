@@ -74,6 +74,14 @@ class TextDecoder:
         """True while the start of a character split across chunks waits for its end."""
         return bool(self._decoder.getstate()[0])
 
+    def span(self, data: bytes, offset: int) -> tuple[str, int, int]:
+        """Decode `data`, which starts at raw byte `offset`: the text and the raw byte range [start, end)
+        it stands for, so offsets always describe the text they travel with (a character split across
+        chunks belongs to the chunk that completes it; replacement characters keep their bytes' range)."""
+        start = offset - len(self._decoder.getstate()[0])
+        text = self.feed(data)
+        return text, start, offset + len(data) - len(self._decoder.getstate()[0])
+
 
 class _Chunks:
     """A deque of strings capped at `cap` chars that drops its oldest chars and counts them."""

@@ -8,13 +8,13 @@ output to ≤ ~30 frames/s or 64 KiB and announces gaps.
 from __future__ import annotations
 
 import asyncio
-import codecs
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import InvalidInput
 from engine.protocol.frames import Event
 from engine.sessions import OutputChunk, OutputSubscription, SessionManager
+from engine.sessions.output import TextDecoder
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -22,6 +22,16 @@ if TYPE_CHECKING:
 OUTPUT_FLUSH_SEC = 0.033
 OUTPUT_BATCH_BYTES = 64 * 1024
 ACTIVITY_INTERVAL_SEC = 0.25  # session.activity: at most 4 frames/s per following connection
+
+
+def output_frame(
+    session_id: str, stream: str, decoder: TextDecoder, piece: bytes, offset: int
+) -> dict[str, Any]:
+    """A `session.output` frame: the text and the raw byte range it stands for (`offset`, `nextOffset`),
+    so a client lines it up with what `sessions.output` showed by bytes, never by re-encoding the text
+    (a replacement character stands for 1 to 3 bytes)."""
+    text, start, end = decoder.span(piece, offset)
+    return {"sessionId": session_id, "stream": stream, "data": text, "offset": start, "nextOffset": end}
 
 
 def _merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
@@ -227,7 +237,7 @@ class OutputFanout:
     async def _push_output(self, session_id: str, viewer: OutputSubscription, offset: int) -> None:
         """Push `session.output`, coalesced to ≤ ~30 frames/s or 64 KiB per session; gaps are announced.
         Stops once no connection wants this session's output (a later follow starts a new one)."""
-        decoders: dict[str, Any] = {}
+        decoders: dict[str, TextDecoder] = {}
         try:
             while (chunk := await viewer.get()) is not None:
                 batch = [chunk]
@@ -251,18 +261,12 @@ class OutputFanout:
                             session_id, {"sessionId": session_id, "dropped": True, "offset": offset}
                         )
                         continue
-                    decoder = decoders.setdefault(stream, codecs.getincrementaldecoder("utf-8")("replace"))
+                    decoder = decoders.setdefault(stream, TextDecoder())
                     # ≤ 64 KiB per frame: even fully escaped JSON stays under the 1 MiB frame cap.
                     for at in range(0, len(data), OUTPUT_BATCH_BYTES):
                         piece = data[at : at + OUTPUT_BATCH_BYTES]
                         self._send_output(
-                            session_id,
-                            {
-                                "sessionId": session_id,
-                                "stream": stream,
-                                "data": decoder.decode(piece),
-                                "offset": offset,
-                            },
+                            session_id, output_frame(session_id, stream, decoder, piece, offset)
                         )
                         offset += len(piece)
         finally:
