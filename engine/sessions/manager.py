@@ -20,7 +20,15 @@ from engine.results import ToolError, ToolResult
 from engine.sessions import procs
 from engine.sessions.actions import run_action
 from engine.sessions.events import SystemEvents
-from engine.sessions.launcher import Launcher, LocalLauncher, LocalProcess, ProcessHandle, RunSpec
+from engine.sessions.launcher import (
+    Launcher,
+    LocalLauncher,
+    LocalProcess,
+    ProcessHandle,
+    RunSpec,
+    clamp_yield_ms,
+    run_timeout,
+)
 from engine.sessions.output import DEFAULT_LOG_CAP, OutputBuffer, OutputSubscription, TextDecoder
 from engine.sessions.procs import KILL_GRACE_SEC
 from engine.sessions.pty import TerminalWatcher
@@ -31,7 +39,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_SEC = 1800.0
 DEFAULT_BACKGROUND_MS = 10_000
-YIELD_MIN_MS, YIELD_MAX_MS = 10, 120_000
 # After the main process exits: how long output may stay silent, and how long it may keep coming,
 # before whoever still holds the pipes is treated as a stray.
 EOF_IDLE_SEC = 0.25
@@ -50,11 +57,6 @@ def _compact(text: str, limit: int = NOTIFY_SNIPPET_CHARS) -> str:
 
 def _warning_prefix(warnings: list[str]) -> str:
     return "\n".join(warnings) + "\n\n" if warnings else ""
-
-
-def clamp_yield_ms(value: int | float | None, default: int = DEFAULT_BACKGROUND_MS) -> int:
-    raw = default if value is None else value
-    return int(min(YIELD_MAX_MS, max(YIELD_MIN_MS, raw)))
 
 
 class SessionManager:
@@ -122,12 +124,12 @@ class SessionManager:
         return fallback
 
     def _effective_timeout(self, spec: RunSpec) -> float | None:
-        if spec.timeout_sec is not None and spec.timeout_sec > 0:
-            return spec.timeout_sec
-        # Reference §1.10: backgrounded without an explicit timeout means no timeout at all.
-        if spec.allow_background and (spec.background or spec.yield_ms is not None):
-            return None
-        return self.default_timeout_sec if self.default_timeout_sec > 0 else None
+        return run_timeout(
+            spec.timeout_sec,
+            background=spec.allow_background and spec.background,
+            yields=spec.allow_background and spec.yield_ms is not None,
+            default=self.default_timeout_sec,
+        )
 
     async def run(self, spec: RunSpec) -> ToolResult:
         """Start `spec` and return completed | failed (finished within the yield window) | running."""

@@ -44,7 +44,6 @@ from engine.tools.exec_request import (
     Prepared,
     Sessions,
     Store,
-    clamp_yield,
     clamped,
     note_run,
     sandbox_available,
@@ -231,25 +230,20 @@ class ExecTool:
         *,
         detached: bool = False,
     ) -> Any:
-        from engine.sessions import RunSpec
+        from engine.sessions.launcher import RunSpec, clamp_yield_ms, run_timeout
 
         exec_cfg = self._config().exec_for(ctx.agent_id)
-        timeout = params.get("timeout")
-        explicit = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
         background = bool(params.get("background")) or detached
-        yield_requested = "yieldMs" in params and params.get("yieldMs") is not None
-        if explicit:
-            timeout_sec: float | None = float(timeout)  # type: ignore[arg-type]
-        elif background or yield_requested:
-            timeout_sec = None  # backgroundTimeoutBypass (reference §1.10)
-        else:
-            timeout_sec = float(exec_cfg.timeout_sec)
+        yield_requested = params.get("yieldMs") is not None
+        timeout_sec = run_timeout(
+            params.get("timeout"), background=background, yields=yield_requested, default=exec_cfg.timeout_sec
+        )
         return RunSpec(
             command=command,
             cwd=prepared.cwd,
             env=prepared.env,
             pty=bool(params.get("pty")),
-            yield_ms=0 if background else clamp_yield(params.get("yieldMs"), exec_cfg.background_ms),
+            yield_ms=0 if background else clamp_yield_ms(params.get("yieldMs"), exec_cfg.background_ms),
             background=background,
             timeout_sec=timeout_sec,
             scope_key=ctx.scope_key,
