@@ -26,7 +26,7 @@ from engine import statefs
 from engine.sessions import host_io as wire
 from engine.sessions import procs
 from engine.sessions.hostlink import STREAM_OF, ChannelFactory, HostLink, open_host
-from engine.sessions.launcher import DEFAULT_TERM, Launcher, RunSpec
+from engine.sessions.launcher import DEFAULT_TERM, Launcher, ProcessHandle, RunSpec
 
 log = logging.getLogger("exechost.sessions")
 
@@ -450,8 +450,8 @@ class HostLauncher:
         assert isinstance(handle, HostProcess)
         return handle
 
-    async def spawn(self, spec: RunSpec) -> Any:
-        session_id = spec.marker.rsplit("-", 1)[0]
+    async def spawn(self, spec: RunSpec) -> ProcessHandle:
+        session_id = spec.session_id or ""
         link = await self.connect() if wire.valid_id(session_id) else None
         if link is None or len(spec.pass_fds) > wire.MAX_FDS:  # (more fds than one message carries)
             if not wire.valid_id(session_id):
@@ -487,9 +487,11 @@ class HostLauncher:
         try:
             factory = _factory(link, paths, spec.pty, spec.marker)
             cost = 1 if spec.pty else 2
-            return await link.open_session(wire.SPAWN, msg, factory, tuple(spec.pass_fds), cost=cost)
+            held = await link.open_session(wire.SPAWN, msg, factory, tuple(spec.pass_fds), cost=cost)
         except ConnectionError as exc:
             raise OSError(f"the session host is gone: {exc}") from None
+        assert isinstance(held, HostProcess)  # what _factory makes
+        return held
 
 
 def _factory(link: HostLink, paths: HeldPaths, pty: bool, marker: str) -> ChannelFactory:

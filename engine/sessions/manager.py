@@ -154,6 +154,7 @@ class SessionManager:
             cwd=cwd,
             timeout_sec=self._effective_timeout(spec),
             marker=f"{session_id}-{secrets.token_hex(6)}",
+            session_id=session_id,  # what launchers read the id from (never parsed back out of the marker)
             warnings=warnings,
             output_cap=output_cap,
         )
