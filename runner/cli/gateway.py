@@ -206,6 +206,9 @@ def _status() -> dict[str, Any]:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    from engine.protocol.stopped import clear_stop
+
+    clear_stop(statefs.state_dir())  # the operator's stop is lifted by the operator's start
     try:
         _status()
         already = True
@@ -217,11 +220,18 @@ def cmd_start(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stop(kill_sessions: bool) -> dict[str, Any] | None:
-    """Stop the running gateway and wait for it to go; None when none was running."""
+def _stop(kill_sessions: bool, *, sticks: bool = False) -> dict[str, Any] | None:
+    """Stop the running gateway and wait for it to go; None when none was running. `sticks`: the
+    operator's stop, recorded first, so no client starts a gateway behind it (engine.protocol.stopped)."""
     try:
         info = _status()
     except (GatewayUnavailable, ConnectionError):
+        info = None
+    if sticks:
+        from engine.protocol.stopped import record_stop
+
+        record_stop(statefs.state_dir(), int(info["pid"]) if info else None)
+    if info is None:
         return None
     from engine.sessions import procs
 
@@ -250,21 +260,26 @@ def _sessions_line(stopped: dict[str, Any]) -> str:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    stopped = _stop(args.kill_sessions)
+    stopped = _stop(args.kill_sessions, sticks=True)
+    stays = "; clients wait and start none until `exechost gateway start`"
     if stopped is None:
-        emit("gateway is not running", {"status": "stopped", "wasRunning": False}, args.json)
+        emit("gateway is not running" + stays, {"status": "stopped", "wasRunning": False}, args.json)
         return 0
     pending = int(stopped.get("pendingApprovals") or 0)
     text = f"gateway stopped (pid {stopped['pid']}); {_sessions_line(stopped)}"
     if pending:
         text += f"; {pending} pending approval(s) are kept for the next gateway"
+    text += stays
     emit(text, {"status": "stopped", "wasRunning": True, **stopped}, args.json)
     return 0
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
     """Stop keeping every session and ask, start a new daemon, and say what it took over."""
+    from engine.protocol.stopped import clear_stop
+
     stopped = _stop(kill_sessions=False)
+    clear_stop(statefs.state_dir())  # a restart is a start: an earlier operator's stop is lifted
     info = call("status", autostart=True, operator=True)
     adopted = list(info.get("adoptedSessions") or [])
     old = f"pid {stopped['pid']} → " if stopped else ""

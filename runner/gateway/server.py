@@ -35,6 +35,7 @@ from engine.protocol.frames import (
     read_frame_line,
     socket_path,
 )
+from engine.protocol.stopped import clear_stop
 from engine.redact import scrub
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
@@ -135,6 +136,7 @@ class GatewayServer:
                 os.umask(old)
             os.chmod(self.socket_path, 0o600)
             self._socket_ino = os.lstat(self.socket_path).st_ino
+            clear_stop(self.state_dir)  # a gateway runs again: clients may start the next one themselves
             await self._start_agents_socket()
         except BaseException:
             if self._server is not None:
