@@ -86,6 +86,9 @@ class SessionManager:
         self._listeners: list[SessionListener] = []
         self._supervisors: set[asyncio.Task[None]] = set()
         self._closing = False
+        # Kept sessions being adopted in the background (engine.sessions.adopt.Adoption), else None.
+        self.adoption: Any = None
+        self.registry.reserved = self.adopting
 
     # -- listeners --------------------------------------------------------------------------------
     def add_listener(self, listener: SessionListener) -> Callable[[], None]:
@@ -139,7 +142,10 @@ class SessionManager:
         # and checked there, so testing it against this machine's filesystem would be wrong.
         cwd = spec.cwd if spec.launcher is not None and spec.cwd else self._resolve_cwd(spec.cwd, warnings)
         wanted = spec.session_id
-        session_id = wanted if wanted and self.registry.get(wanted) is None else self.registry.new_id()
+        if wanted and self.registry.get(wanted) is None and not self.adopting(wanted):
+            session_id = wanted
+        else:
+            session_id = self.registry.new_id()
         spec = dataclasses.replace(
             spec,
             cwd=cwd,
@@ -445,6 +451,22 @@ class SessionManager:
         ]
         rows.sort(key=lambda s: s.started_at, reverse=True)
         return rows
+
+    def adopting(self, session_id: str) -> bool:
+        """A kept session of this id is still to be adopted: the id is taken."""
+        adoption = self.adoption
+        return adoption is not None and adoption.waiting(session_id)
+
+    async def ready(self, session_id: str | None = None) -> None:
+        """Before a request reads sessions while kept ones are still being adopted: this one adopted
+        now (or its batch waited for); None: every one of them."""
+        adoption = self.adoption
+        if adoption is None or adoption.done.is_set():
+            return
+        if session_id is None:
+            await adoption.done.wait()
+        elif adoption.waiting(session_id):
+            await adoption.wait_for(session_id)
 
     def new_id(self) -> str:
         """A free session id, for a caller that must name the session before it starts."""

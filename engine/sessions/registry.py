@@ -230,6 +230,7 @@ class Registry:
         self._sessions: dict[str, Session] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self.on_drop: Callable[[Session], None] | None = None
+        self.reserved: Callable[[str], bool] = lambda _id: False  # ids of kept sessions not adopted yet
         self._running = 0  # sessions not exited
         self._shown = 0  # sessions the operator's list shows: listed, or not exited (foreground runs)
         # Ids dropped lately are not handed out again at once: the session host forgets a finished session
@@ -248,7 +249,7 @@ class Registry:
         return self._shown, self._running
 
     def new_id(self) -> str:
-        return make_slug(lambda s: s in self._sessions or s in self._dropped)
+        return make_slug(lambda s: s in self._sessions or s in self._dropped or self.reserved(s))
 
     def add(self, session: Session) -> None:
         replaced = self._sessions.get(session.id)

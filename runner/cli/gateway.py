@@ -281,14 +281,43 @@ def cmd_restart(args: argparse.Namespace) -> int:
     stopped = _stop(kill_sessions=False)
     clear_stop(statefs.state_dir())  # a restart is a start: an earlier operator's stop is lifted
     info = call("status", autostart=True, operator=True)
-    adopted = list(info.get("adoptedSessions") or [])
     old = f"pid {stopped['pid']} → " if stopped else ""
     text = (
-        f"gateway restarted ({old}pid {info['pid']}): {len(adopted)} session(s) adopted, "
+        f"gateway restarted ({old}pid {info['pid']}): {_adoption_text(info)}, "
         f"{info.get('pendingApprovals', 0)} pending approval(s)"
     )
     emit(text, {"status": "running", "previous": stopped, **info}, args.json)
     return 0
+
+
+def _adoption_text(info: dict[str, Any]) -> str:
+    """How far the kept sessions' adoption is: it runs after the gateway answers."""
+    adoption = info.get("adoption") or {}
+    total = int(adoption.get("total") or 0)
+    if adoption and not adoption.get("done"):
+        return f"adopting {adoption.get('adopted', 0)} of {total} kept session(s)"
+    return f"{int(info.get('adoptedSessions') or 0)} session(s) adopted"
+
+
+def _pid_holding_lock() -> int | None:
+    """The pid of a daemon that holds gateway.pid (starting, or not answering), else None."""
+    import fcntl
+
+    path = statefs.state_dir() / "gateway.pid"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else 0
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -298,6 +327,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         emit(f"gateway not answering: {exc}", {"status": "not-answering"}, args.json)
         return 1
     except (GatewayUnavailable, ConnectionError) as exc:
+        holder = _pid_holding_lock()
+        if holder is not None:  # a daemon holds gateway.pid: starting up, never "not running"
+            text = f"gateway starting (pid {holder or '?'} holds gateway.pid; not answering yet: {exc})"
+            emit(text, {"status": "starting", "pid": holder or None}, args.json)
+            return 1
         emit(f"gateway is not running ({exc})", {"status": "stopped"}, args.json)
         return 1
     except RemoteError as exc:
@@ -308,6 +342,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"sessions {info['sessions']} (running {info['runningSessions']}), "
         f"pending approvals {info['pendingApprovals']}"
     )
+    adoption = info.get("adoption") or {}
+    if adoption and not adoption.get("done"):
+        text += f"\n{_adoption_text(info)}"
+    elif adoption.get("total"):
+        text += f"\nadopted {adoption['total']} kept session(s) in {adoption.get('elapsedMs', 0):.0f} ms"
     if info.get("configError"):
         text += f"\nconfig: {info['configError']}"
     emit(text, {"status": "running", **info}, args.json)

@@ -147,6 +147,7 @@ class GatewayServer:
             self._release_lock()
             raise
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_socket())
+        self.services.adopt_in_background()  # listening first: the kept sessions follow (issue 37)
         self.started_at = time.time()
         log.info("gateway listening on %s (pid %d)", self.socket_path, os.getpid())
 
@@ -419,6 +420,7 @@ class GatewayServer:
             if not conn.operator and req.params.get("agentId") not in (None, ""):
                 # Every verb alike: an agent's request naming another agent is refused, never honoured.
                 agent_id(req.params, conn)
+            await self.services.sessions_ready(req.method, req.params)
             result: dict[str, Any] = await handler(self.services, conn, req.params)
         except ExecHostError as exc:  # deliberate: its code tells the client what kind of failure it is
             # Every error leaves scrubbed of the secrets this process holds (tokens, door URLs).
