@@ -242,6 +242,7 @@ async def _adopt_one(
     )
     done = paths.read_done()
     if done is not None:  # reported by the last gateway: listed again, not announced again
+        handle.recorded = True
         session.notified = True
         session.killed = bool(done.get("killed"))
         session.timed_out = bool(done.get("timedOut"))

@@ -21,7 +21,13 @@ from engine.sessions import procs
 from engine.sessions.actions import run_action
 from engine.sessions.events import SystemEvents
 from engine.sessions.launcher import Launcher, LocalLauncher, LocalProcess, ProcessHandle, RunSpec
-from engine.sessions.output import DEFAULT_LOG_CAP, OutputBuffer, OutputSubscription, TextDecoder
+from engine.sessions.output import (
+    DEFAULT_LOG_CAP,
+    RAW_SETTLED_BYTES,
+    OutputBuffer,
+    OutputSubscription,
+    TextDecoder,
+)
 from engine.sessions.procs import KILL_GRACE_SEC
 from engine.sessions.pty import TerminalWatcher
 from engine.sessions.registry import Registry, Session, now_ms
@@ -35,6 +41,9 @@ YIELD_MIN_MS, YIELD_MAX_MS = 10, 120_000
 # before whoever still holds the pipes is treated as a stray.
 EOF_IDLE_SEC = 0.25
 EOF_MAX_SEC = 2.0
+# A finished session's output goes to disk this long after its end: every waiter had its result by then
+# (settled output reads the same from disk anyway; this only spares a fast reader the disk).
+SETTLE_AFTER_SEC = 1.0
 NOTIFY_TAIL_CHARS = 400
 NOTIFY_SNIPPET_CHARS = 180
 RUNNING_HINT = "Use process (list/poll/log/write/kill/clear/remove) for follow-up."
@@ -352,6 +361,17 @@ class SessionManager:
         session.done.set()
         session.activity.set()
         self._emit("session.exited", session)
+        if session.listed:  # kept for list/poll/log: on disk once its waiters had their result
+            asyncio.get_running_loop().call_later(SETTLE_AFTER_SEC, self._settle, session)
+
+    def _settle(self, session: Session) -> None:
+        """A finished session kept for `cleanupMs`: its output lives on disk from now on (its log; read
+        back by poll and log), and memory keeps a summary: retention costs disk, not memory (issue 37)."""
+        if self.registry.get(session.id) is not session or self._closing:
+            return
+        if session.output.settle():
+            session.raw.trim(RAW_SETTLED_BYTES)
+            session.decoders.clear()
 
     def _notify_exit(self, session: Session) -> None:
         spec = session.spec

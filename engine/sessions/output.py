@@ -18,6 +18,7 @@ RING_CHARS = 200_000
 PENDING_CHARS = 30_000
 TAIL_CHARS = 2_000
 RAW_REPLAY_BYTES = 256 * 1024
+RAW_SETTLED_BYTES = 16 * 1024  # what a finished session's pane can still replay from memory
 VIEWER_QUEUE_BYTES = 1024 * 1024
 DEFAULT_LOG_CAP = 64 * 1024 * 1024
 
@@ -166,16 +167,49 @@ class OutputBuffer:
         self.log_capped = False
         self.spilled = False
         self._log_fd: int | None = None
+        # Settled (`settle`): the session ended and its text is on disk; memory keeps only its tail.
+        self.settled = False
+        self._settled_dropped = 0
+        self._tail = ""
         # The most chars any view keeps: the text of a longer ASCII chunk is decoded from its tail only.
         self._keep = max(ring_chars, pending_chars, split_chars)
 
     @property
     def dropped(self) -> int:
-        return self.ring.dropped
+        return self._settled_dropped if self.settled else self.ring.dropped
 
     @property
     def truncated(self) -> bool:
-        return self.ring.dropped > 0
+        return self.dropped > 0
+
+    def settle(self) -> bool:
+        """The session ended and its result went out: its text moves to the disk log (written now when
+        the ring held it all), and memory keeps a tail for lists. Every view reads the log from then on,
+        so `process log` and `poll` still return every byte. False: kept in memory (no log, or the log
+        reached its cap and the ring holds its end)."""
+        if self.settled:
+            return True
+        if not self.spilled and self.log_path is not None and self.ring.length:
+            self._open_log()
+        if self.log_capped or (self.ring.length and not self.spilled):
+            return False
+        self.close()
+        self._settled_dropped = self.ring.dropped
+        self._tail = self.ring.last(TAIL_CHARS)
+        self.ring.clear()
+        self.split = None
+        self.settled = True
+        return True
+
+    def _settled_text(self) -> str:
+        """A settled buffer's whole text, from its log ("" when it printed nothing)."""
+        if not self.spilled or self.log_path is None:
+            return ""
+        try:
+            with open(self.log_path, "rb") as fh:
+                return fh.read(self.log_bytes).decode("utf-8", "replace")
+        except OSError:
+            return self._tail
 
     def append(self, stream: str, text: str) -> None:
         if not text:
@@ -266,11 +300,13 @@ class OutputBuffer:
         return sanitize(text, terminal=self.terminal)
 
     def text(self) -> str:
+        if self.settled:
+            return self._clean(self._settled_text()[-self.ring.cap :])
         return self._clean(self.ring.text())
 
     def aggregated(self) -> str:
         body = self.text()
-        return truncation_marker(self.ring.dropped, self.session_id) + body if self.ring.dropped else body
+        return truncation_marker(self.dropped, self.session_id) + body if self.dropped else body
 
     def streams(self) -> tuple[str, str, bool] | None:
         """(stdout, stderr, truncated) kept apart, when this buffer was asked to (`split_chars`)."""
@@ -280,10 +316,14 @@ class OutputBuffer:
         return self._clean(out.text()), self._clean(err.text()), bool(out.dropped or err.dropped)
 
     def tail(self, n: int = TAIL_CHARS) -> str:
+        if self.settled:
+            return self._clean(self._tail[-n:] if n <= len(self._tail) else self._settled_text()[-n:])
         return self._clean(self.ring.last(n))
 
     def full_text_sync(self) -> str:
         """Everything still known: the disk log plus the ring, with a gap line where neither kept text."""
+        if self.settled:
+            return self._clean(self._settled_text())
         if not self.spilled or self.log_path is None:
             return self.aggregated()
         ring = self.ring.text()
@@ -301,7 +341,7 @@ class OutputBuffer:
         return self._clean(disk) + gap + self._clean(ring)
 
     async def full_text(self) -> str:
-        if not self.spilled:
+        if not self.spilled and not self.settled:
             return self.aggregated()
         return await asyncio.to_thread(self.full_text_sync)
 
@@ -411,6 +451,12 @@ class RawFanout:
 
     def replay(self) -> list[OutputChunk]:
         return list(self._replay)
+
+    def trim(self, keep_bytes: int) -> None:
+        """Hold at most the last `keep_bytes` for late viewers (a settled session's pane)."""
+        self._replay_cap = keep_bytes
+        while self._replay_bytes > keep_bytes and self._replay:
+            self._replay_bytes -= len(self._replay.popleft().data)
 
     def read(self, offset: int | None = None, limit: int | None = None) -> tuple[int, bytes, int]:
         """Raw bytes still held from `offset` (None: the last `limit` bytes): (start, data, bytes dropped).
