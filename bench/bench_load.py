@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.bench_gateway import pct  # noqa: E402
 from bench.bench_scale import rss_kib  # noqa: E402
-from bench.table import record  # noqa: E402
+from bench.table import ratio, record  # noqa: E402
 from engine.protocol.client import ControlClient  # noqa: E402
 
 CONFIG = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
@@ -330,6 +330,9 @@ async def mix(state: Path, duration: float, agents: int) -> None:
 async def kept(state: Path, count: int, live: int) -> None:
     daemon = Daemon(state)
     daemon.start()
+    # The raw baseline: the same daemon with nothing kept (interpreter start and imports, the floor).
+    base, first = await answered(state, daemon.spawned)
+    await first.close()
     clients = [await dial(state, f"k{i}", operator=False) for i in range(8)]
 
     async def start(i: int) -> None:
@@ -368,6 +371,8 @@ async def kept(state: Path, count: int, live: int) -> None:
     record(
         f"kept {count} ({live} running): socket answers after spawn",
         f"{outage * 1000:.0f} ms",
+        baseline=f"{base * 1000:.0f} ms (nothing kept)",
+        ratio=ratio(outage, base),
         goal="≤ 500 ms",
     )
     record(
