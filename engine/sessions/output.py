@@ -159,7 +159,7 @@ class OutputBuffer:
         # them apart (a node's system.run); off by default: the ring keeps them merged, in order.
         self.split = {"stdout": _Chunks(split_chars), "stderr": _Chunks(split_chars)} if split_chars else None
         self.pending = {"stdout": _Chunks(pending_chars), "stderr": _Chunks(pending_chars)}
-        self.total_chars = 0
+        self._total_chars = 0
         self.log_path = log_path
         self.log_cap = log_cap
         self.log_bytes = 0
@@ -171,11 +171,42 @@ class OutputBuffer:
         self.settled = False
         self._settled_dropped = 0
         self._tail = ""
+        # Settled from a session host's spool (`settle_spool`): the text is decoded from it when first
+        # needed, and only its length and tail are kept.
+        self._spool: Path | None = None
+        self._unread_spool = False
         # The most chars any view keeps: the text of a longer ASCII chunk is decoded from its tail only.
         self._keep = max(ring_chars, pending_chars, split_chars)
 
     @property
+    def total_chars(self) -> int:
+        if self._unread_spool:
+            self._read_spool_summary()
+        return self._total_chars
+
+    @total_chars.setter
+    def total_chars(self, value: int) -> None:
+        self._total_chars = value
+
+    def settle_spool(self, spool: Path) -> None:
+        """A session that ended and was reported before this gateway started (adopted): settled as it
+        comes, its text in the session host's spool; nothing is read until a view needs it."""
+        self._spool = spool
+        self._unread_spool = True
+        self.settled = True
+        self.split = None
+
+    def _read_spool_summary(self) -> None:
+        self._unread_spool = False
+        text = self._settled_text()
+        self._total_chars = len(text)
+        self._settled_dropped = max(0, len(text) - self.ring.cap)
+        self._tail = text[-TAIL_CHARS:]
+
+    @property
     def dropped(self) -> int:
+        if self._unread_spool:
+            self._read_spool_summary()
         return self._settled_dropped if self.settled else self.ring.dropped
 
     @property
@@ -202,7 +233,9 @@ class OutputBuffer:
         return True
 
     def _settled_text(self) -> str:
-        """A settled buffer's whole text, from its log ("" when it printed nothing)."""
+        """A settled buffer's whole text, from its log or spool ("" when it printed nothing)."""
+        if self._spool is not None:
+            return spool_text(self._spool)
         if not self.spilled or self.log_path is None:
             return ""
         try:
@@ -214,7 +247,7 @@ class OutputBuffer:
     def append(self, stream: str, text: str) -> None:
         if not text:
             return
-        self.total_chars += len(text)
+        self._total_chars += len(text)
         if self._log_fd is None and self.ring.length + len(text) > self.ring.cap and self.log_path:
             self._open_log()
         if self._log_fd is not None and not self.log_capped:
@@ -237,7 +270,7 @@ class OutputBuffer:
         if not data.isascii() or decoder.holds_partial():
             self.append(stream, decoder.feed(data))
             return
-        self.total_chars += size
+        self._total_chars += size
         if self._log_fd is None and self.ring.length + size > self.ring.cap and self.log_path:
             self._open_log()
         if self._log_fd is not None and not self.log_capped:
@@ -316,6 +349,8 @@ class OutputBuffer:
         return self._clean(out.text()), self._clean(err.text()), bool(out.dropped or err.dropped)
 
     def tail(self, n: int = TAIL_CHARS) -> str:
+        if self._unread_spool:
+            self._read_spool_summary()
         if self.settled:
             return self._clean(self._tail[-n:] if n <= len(self._tail) else self._settled_text()[-n:])
         return self._clean(self.ring.last(n))
@@ -334,7 +369,7 @@ class OutputBuffer:
             return self.aggregated()
         if not self.log_capped:
             return self._clean(disk)
-        ring_start = self.total_chars - self.ring.length
+        ring_start = self._total_chars - self.ring.length
         if ring_start <= self.log_chars:
             return self._clean(disk + ring[self.log_chars - ring_start :])
         gap = f"\n[... {ring_start - self.log_chars} chars not kept (log cap reached) ...]\n"
@@ -353,6 +388,36 @@ class OutputBuffer:
         if delete and self.log_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.log_path)
+
+
+SPOOL_HEADER = 5  # a spool frame: 1 byte stream, 4 bytes length (engine.sessions.host_io)
+SPOOL_READ_CAP = 256 * 1024 * 1024
+
+
+def spool_text(path: Path) -> str:
+    """A session host's spool as text, the streams in the order written, each decoded as UTF-8 apart (as
+    the live path does: a character split across two frames of one stream is joined)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(SPOOL_READ_CAP)
+    except OSError:
+        return ""
+    decoders: dict[int, TextDecoder] = {}
+    parts: list[str] = []
+    pos = 0
+    while pos + SPOOL_HEADER <= len(data):
+        stream, size = data[pos], int.from_bytes(data[pos + 1 : pos + SPOOL_HEADER], "big")
+        end = pos + SPOOL_HEADER + size
+        if end > len(data):
+            break
+        key = 1 if stream == 1 else 0  # stderr (1) apart; stdout (0) and a terminal's (2) are one stream
+        decoder = decoders.get(key)
+        if decoder is None:
+            decoder = decoders[key] = TextDecoder()
+        parts.append(decoder.feed(data[pos + SPOOL_HEADER : end]))
+        pos = end
+    parts.extend(decoder.feed(b"", final=True) for decoder in decoders.values())
+    return "".join(parts)
 
 
 @dataclass(frozen=True)

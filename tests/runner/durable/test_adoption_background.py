@@ -85,3 +85,42 @@ async def test_status_and_requests_during_adoption(
             await agent.request("process", {"action": "kill", "sessionId": sid})
         await agent.close()
         await operator.close()
+
+
+async def test_a_finished_session_is_adopted_from_disk(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One that ended and was reported before the restart is listed without reading its output; `log`
+    and `poll` then read every byte from the session host's spool."""
+    monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")
+    write_config(state_dir, FULL)
+    script = "for i in $(seq 1 300); do echo out-$i; done; echo oops >&2; exit 4"
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        sid = (await agent.request("exec", {"command": script, "background": True}))["details"]["sessionId"]
+
+        async def ended() -> dict:
+            out = await agent.request("process", {"action": "poll", "sessionId": sid, "timeout": 2000})
+            return out if out["details"]["status"] != "running" else {}
+
+        await wait_until(ended, timeout=30)
+        before = (await agent.request("process", {"action": "list"}))["details"]["sessions"]
+        await agent.close()
+    async with gateway(state_dir) as server:
+        agent = await connect(state_dir, "agent", operator=False)
+        rows = (await agent.request("process", {"action": "list"}))["details"]["sessions"]
+        session = server.services.sessions.get(sid)
+        assert session is not None and session.output.settled and session.handle is not None
+        assert not session.output.ring.chunks and session.output.pending["stdout"].length == 0
+        row = next(r for r in rows if r["sessionId"] == sid)
+        old = next(r for r in before if r["sessionId"] == sid)
+        for field in ("status", "exitCode", "endedAt", "totalChars", "tail", "command", "startedAt"):
+            assert row[field] == old[field], field
+        log = await agent.request("process", {"action": "log", "sessionId": sid, "offset": 0, "limit": 400})
+        assert log["text"].split("\n") == [f"out-{i}" for i in range(1, 301)] + ["oops"]
+        poll = await agent.request("process", {"action": "poll", "sessionId": sid})
+        assert poll["details"]["exitCode"] == 4 and "Process exited with code 4." in poll["text"]
+        removed = await agent.request("process", {"action": "remove", "sessionId": sid})
+        assert removed["details"]["status"] == "completed"
+        assert not list((state_dir / "holders").glob(f"{sid}.*"))  # its files went with its row
+        await agent.close()
