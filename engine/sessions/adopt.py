@@ -30,7 +30,7 @@ from engine.sessions.host import (
 )
 from engine.sessions.hosts import SessionHosts
 from engine.sessions.launcher import RunSpec
-from engine.sessions.manager import SessionManager
+from engine.sessions.manager import SessionManager, compact
 from engine.sessions.output import OutputBuffer
 from engine.sessions.pty import TerminalWatcher
 from engine.sessions.registry import Session, now_ms
@@ -286,8 +286,8 @@ def _adopt_ended(
         timed_out=bool(done.get("timedOut")),
         notified=True,
     )
-    session.done.set()
     session.raw.end()
+    compact(session)
     manager.registry.add(session)
     return session
 

@@ -257,6 +257,18 @@ class HostProcess:
             return
         self.paths.remove()
 
+    def forgetter(self) -> Callable[[], None]:
+        """`forget`, holding only the link and the paths: what a settled session keeps of its handle
+        (the handle itself, its queue and future, ~3 KB, goes)."""
+        link, paths = self._link, self.paths
+
+        def forget() -> None:
+            if link is not None and link.forget(paths.session_id):
+                return
+            paths.remove()
+
+        return forget
+
     def close(self) -> None:
         """The manager recorded the end: the host stops reading and forgets it (its files stay while the
         session is listed, so a restarted gateway lists it too)."""

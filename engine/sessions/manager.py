@@ -12,7 +12,7 @@ import re
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from engine import statefs
 from engine.errors import NotFound
@@ -20,10 +20,10 @@ from engine.results import ToolError, ToolResult
 from engine.sessions import procs
 from engine.sessions.actions import run_action
 from engine.sessions.events import SystemEvents
+from engine.sessions.host import HostProcess
 from engine.sessions.launcher import Launcher, LocalLauncher, LocalProcess, ProcessHandle, RunSpec
 from engine.sessions.output import (
     DEFAULT_LOG_CAP,
-    RAW_SETTLED_BYTES,
     OutputBuffer,
     OutputSubscription,
     TextDecoder,
@@ -370,8 +370,7 @@ class SessionManager:
         if self.registry.get(session.id) is not session or self._closing:
             return
         if session.output.settle():
-            session.raw.trim(RAW_SETTLED_BYTES)
-            session.decoders.clear()
+            compact(session)
 
     def _notify_exit(self, session: Session) -> None:
         spec = session.spec
@@ -569,3 +568,41 @@ class SessionManager:
             await asyncio.wait(kills, timeout=self.kill_grace_sec + 1)
         for session in self.registry:
             self.registry.drop(session.id)
+
+
+class EndedHandle:
+    """What a settled session keeps of its process handle: how to forget its files (a held session's)."""
+
+    __slots__ = ("forget", "pty")
+    pid = None
+    live = False
+    stdin_open = False
+
+    def __init__(self, forget: Callable[[], None] | None, pty: bool) -> None:
+        self.forget = forget
+        self.pty = pty
+
+    def close(self) -> None:
+        pass
+
+
+# Every settled session's `done` and `activity`: set for good (one Event instead of two per session).
+ENDED = asyncio.Event()
+ENDED.set()
+
+
+def compact(session: Session) -> None:
+    """A settled session's summary: what lists, poll and log need (its output is on disk), ~15 → ~5 KB.
+    Its env, decoders, terminal model, events and process handle go."""
+    output = session.output
+    session.raw.settle(output.full_text_sync)
+    session.decoders.clear()
+    session.terminal = None
+    session.done = session.activity = ENDED
+    handle = session.handle
+    if type(handle) is LocalProcess:
+        session.handle = cast(ProcessHandle, EndedHandle(None, handle.pty))
+    elif isinstance(handle, HostProcess) and type(handle).forget is HostProcess.forget:
+        session.handle = cast(ProcessHandle, EndedHandle(handle.forgetter(), handle.pty))
+    if session.spec.env is not None or session.spec.launcher is not None:
+        session.spec = dataclasses.replace(session.spec, env=None, launcher=None, pass_fds=())

@@ -8,7 +8,7 @@ import contextlib
 import os
 import re
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +18,6 @@ RING_CHARS = 200_000
 PENDING_CHARS = 30_000
 TAIL_CHARS = 2_000
 RAW_REPLAY_BYTES = 256 * 1024
-RAW_SETTLED_BYTES = 16 * 1024  # what a finished session's pane can still replay from memory
 VIEWER_QUEUE_BYTES = 1024 * 1024
 DEFAULT_LOG_CAP = 64 * 1024 * 1024
 
@@ -134,6 +133,12 @@ class _Chunks:
         self.dropped = 0
 
 
+# A settled buffer's (empty) poll buffers: one pair for all of them (nothing is appended after the end).
+_NO_PENDING = {"stdout": _Chunks(0), "stderr": _Chunks(0)}
+_NO_RING = _Chunks(0)
+_NO_REPLAY: deque[OutputChunk] = deque()  # a settled session's replay buffer: none (read from disk)
+
+
 class OutputBuffer:
     """Text views of a session: a 200k-char ring, per-stream poll buffers, and a disk log for the rest.
 
@@ -155,6 +160,7 @@ class OutputBuffer:
         self.session_id = session_id
         self.terminal = terminal
         self.ring = _Chunks(ring_chars)
+        self._ring_cap = ring_chars
         # Whole stdout and stderr apart (the last `split_chars` of each), for callers whose answer keeps
         # them apart (a node's system.run); off by default: the ring keeps them merged, in order.
         self.split = {"stdout": _Chunks(split_chars), "stderr": _Chunks(split_chars)} if split_chars else None
@@ -193,14 +199,13 @@ class OutputBuffer:
         comes, its text in the session host's spool; nothing is read until a view needs it."""
         self._spool = spool
         self._unread_spool = True
-        self.settled = True
-        self.split = None
+        self._let_go()
 
     def _read_spool_summary(self) -> None:
         self._unread_spool = False
         text = self._settled_text()
         self._total_chars = len(text)
-        self._settled_dropped = max(0, len(text) - self.ring.cap)
+        self._settled_dropped = max(0, len(text) - self._ring_cap)
         self._tail = text[-TAIL_CHARS:]
 
     @property
@@ -227,10 +232,16 @@ class OutputBuffer:
         self.close()
         self._settled_dropped = self.ring.dropped
         self._tail = self.ring.last(TAIL_CHARS)
-        self.ring.clear()
-        self.split = None
-        self.settled = True
+        self._let_go()
         return True
+
+    def _let_go(self) -> None:
+        """Settled: the views' buffers go (the unread poll buffers stay, if anything is unread)."""
+        self.ring = _NO_RING
+        self.split = None
+        if not self.has_pending():
+            self.pending = _NO_PENDING
+        self.settled = True
 
     def _settled_text(self) -> str:
         """A settled buffer's whole text, from its log or spool ("" when it printed nothing)."""
@@ -334,7 +345,7 @@ class OutputBuffer:
 
     def text(self) -> str:
         if self.settled:
-            return self._clean(self._settled_text()[-self.ring.cap :])
+            return self._clean(self._settled_text()[-self._ring_cap :])
         return self._clean(self.ring.text())
 
     def aggregated(self) -> str:
@@ -503,6 +514,7 @@ class RawFanout:
         self._replay_cap = replay_bytes
         self.viewers: list[OutputSubscription] = []
         self.offset = 0  # raw bytes seen so far
+        self._settled: Callable[[], str] | None = None
 
     def push(self, stream: str, data: bytes) -> None:
         chunk = OutputChunk(stream, data)
@@ -517,11 +529,14 @@ class RawFanout:
     def replay(self) -> list[OutputChunk]:
         return list(self._replay)
 
-    def trim(self, keep_bytes: int) -> None:
-        """Hold at most the last `keep_bytes` for late viewers (a settled session's pane)."""
-        self._replay_cap = keep_bytes
-        while self._replay_bytes > keep_bytes and self._replay:
-            self._replay_bytes -= len(self._replay.popleft().data)
+    def settle(self, text: Callable[[], str]) -> None:
+        """The session ended and its output is on disk: late viewers and panes read `text()` (the settled
+        text view) instead of a replay buffer, which goes."""
+        self._replay = _NO_REPLAY
+        self._replay_bytes = 0
+        self._replay_cap = 0
+        self.viewers = []
+        self._settled = text
 
     def read(self, offset: int | None = None, limit: int | None = None) -> tuple[int, bytes, int]:
         """Raw bytes still held from `offset` (None: the last `limit` bytes): (start, data, bytes dropped).
@@ -529,6 +544,13 @@ class RawFanout:
         Offsets count every raw byte the session printed, so a pane can resume where it left off;
         `dropped` says how much of what it asked for is no longer held.
         """
+        if self._settled is not None:  # settled: the text on disk, offsets counting its bytes
+            text = self._settled().encode()
+            if offset is None:
+                keep = len(text) if limit is None else min(len(text), max(0, limit))
+                return len(text) - keep, text[len(text) - keep :], 0
+            body = text[max(0, offset) :]
+            return max(0, offset), body if limit is None else body[: max(0, limit)], 0
         held_start = self.offset - self._replay_bytes
         data = b"".join(chunk.data for chunk in self._replay)
         if offset is None:
@@ -542,9 +564,14 @@ class RawFanout:
 
     def subscribe(self, *, replay: bool = True, max_bytes: int = VIEWER_QUEUE_BYTES) -> OutputSubscription:
         viewer = OutputSubscription(max_bytes)
+        if replay and self._settled is not None:
+            viewer.push(OutputChunk("stdout", self._settled().encode()))
         if replay:
             for chunk in self._replay:
                 viewer.push(chunk)
+        if self._settled is not None:
+            viewer.end()
+            return viewer  # nothing more will come: not kept among the viewers
         self.viewers = [v for v in self.viewers if not v.closed]
         self.viewers.append(viewer)
         return viewer
