@@ -463,13 +463,9 @@ class SessionManager:
 
     def listed_sessions(self, scope_key: str | None = None) -> list[Session]:
         """What list_sessions shows, as sessions (a page builds only its own rows' views)."""
-        rows = [
-            s
-            for s in self.registry
-            if (scope_key is None and (s.listed or not s.exited)) or (s.scope_key == scope_key and s.listed)
-        ]
-        rows.sort(key=lambda s: s.started_at, reverse=True)
-        return rows
+        if scope_key is None:
+            return [s for s in self.registry.ordered() if s.listed or not s.exited]
+        return [s for s in self.registry.ordered(scope_key) if s.listed]
 
     def adopting(self, session_id: str) -> bool:
         """A kept session of this id is still to be adopted: the id is taken."""
