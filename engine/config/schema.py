@@ -58,7 +58,7 @@ class Spec:
     """One config key: the attribute it fills, its kind, default and limits."""
 
     attr: str
-    # str | bool | int | number | size | swap | strlist | safebins | strmap | enum | profiles
+    # str | bool | int | number | size | swap | strlist | envkeys | safebins | strmap | enum | profiles
     # | ulimits | iplist | hostlist | cpath (container path) | prefix (container name prefix)
     kind: str
     choices: tuple[str, ...] = ()
@@ -91,6 +91,7 @@ EXEC_KEYS: dict[str, Spec | Table] = {
     "safeBins": Spec("safe_bins", "safebins"),
     "safeBinProfiles": Spec("safe_bin_profiles", "profiles"),
     "logCapBytes": Spec("log_cap_bytes", "int", minimum=64 * 1024),
+    "inertEnv": Spec("inert_env", "envkeys"),
 }
 ELEVATED_KEYS: dict[str, Spec | Table] = {"enabled": Spec("enabled", "bool")}
 DOCKER_KEYS: dict[str, Spec | Table] = {
@@ -118,13 +119,9 @@ DOCKER_KEYS: dict[str, Spec | Table] = {
     # Ready containers kept per config (engine.sandbox.pool); 0 turns the pool off. Not in the config hash.
     "pool": Spec("pool", "int", minimum=0, maximum=16),
     # Opt-outs of validate.py's refusals; explicit booleans only, never on by default.
-    "dangerouslyAllowReservedContainerTargets": Spec(
-        "dangerously_allow_reserved_container_targets", "bool"
-    ),
+    "dangerouslyAllowReservedContainerTargets": Spec("dangerously_allow_reserved_container_targets", "bool"),
     "dangerouslyAllowExternalBindSources": Spec("dangerously_allow_external_bind_sources", "bool"),
-    "dangerouslyAllowContainerNamespaceJoin": Spec(
-        "dangerously_allow_container_namespace_join", "bool"
-    ),
+    "dangerouslyAllowContainerNamespaceJoin": Spec("dangerously_allow_container_namespace_join", "bool"),
 }
 PRUNE_KEYS: dict[str, Spec | Table] = {
     "idleHours": Spec("idle_hours", "number", minimum=0),
