@@ -227,7 +227,8 @@ async def background(client: ControlClient, key: str, token: str, tally: Tally) 
         tally.bg_ok += 1
     else:
         tally.bg_bad += 1
-        tally.notes.append(f"bg {token}: {log['text'][:120]!r}")
+        end = {k: out["details"].get(k) for k in ("status", "exitCode", "exitSignal")}
+        tally.notes.append(f"bg {token} ({sid}, {end}, {out['text'][-160:]!r}): {log['text'][-120:]!r}")
 
 
 async def sample_rss(daemon: Daemon, until: float, started: float, out: list[tuple[float, int]]) -> None:
@@ -338,14 +339,17 @@ async def kept(state: Path, count: int, live: int) -> None:
     async def start(i: int) -> None:
         cmd = "sleep 600" if i < live else f"echo kept-{i}"
         await clients[i % len(clients)].request(
-            "exec", {"command": cmd, "background": True, "sessionKey": f"kept-{i % 16}"}
+            "exec", {"command": cmd, "background": True, "sessionKey": "kept"}
         )
 
     t0 = time.monotonic()
+    early: list[float] = []
+    probe = await dial(state, "probe", operator=True)
     for i in range(0, count, 64):
         await asyncio.gather(*(start(j) for j in range(i, min(count, i + 64))))
+        if not early and i + 64 >= min(count, 1000):  # `process list` with 1,000 retained, for comparison
+            early = await list_times(probe)
     made = time.monotonic() - t0
-    probe = await dial(state, "probe", operator=True)
     while (await probe.request("status"))["runningSessions"] > live:
         await asyncio.sleep(0.1)
     await probe.close()
@@ -357,9 +361,10 @@ async def kept(state: Path, count: int, live: int) -> None:
     adopt_s, adoption = await adopted(client, daemon.spawned)
     rss = rss_kib(daemon.pid)
     t1 = time.perf_counter()
-    await client.request("process", {"action": "list"})
+    await client.request("process", {"action": "list", "sessionKey": "kept"})
     list_ms = (time.perf_counter() - t1) * 1000
-    await client.request("process", {"action": "list"})
+    late = await list_times(client)
+    running = (await client.request("status"))["runningSessions"]
     await client.close()
     daemon.kill()
     print(
@@ -375,11 +380,31 @@ async def kept(state: Path, count: int, live: int) -> None:
         ratio=ratio(outage, base),
         goal="≤ 500 ms",
     )
+    print(
+        f"  still running after adoption: {running} of {live}; process list (operator, 200-row page) p50 "
+        f"{pct(early, 0.5):.2f} ms at 1,000 retained, {pct(late, 0.5):.2f} ms at {count:,}"
+    )
+    record(
+        f"process list p50, 200-row page: {count:,} retained vs 1,000",
+        f"{pct(late, 0.5):.2f} ms",
+        baseline=f"{pct(early, 0.5):.2f} ms",
+        ratio=ratio(pct(late, 0.5), pct(early, 0.5)),
+        goal="flat",
+    )
     record(
         f"kept {count} ({live} running): adoption done after spawn",
         f"{adopt_s * 1000:.0f} ms",
         goal="≤ 2,000 ms",
     )
+
+
+async def list_times(client: ControlClient, runs: int = 100) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        await client.request("process", {"action": "list", "sessionKey": "kept"})
+        out.append(time.perf_counter() - t0)
+    return out
 
 
 def stop_hosts(state: Path) -> None:
