@@ -381,7 +381,7 @@ async def kept(state: Path, count: int, live: int) -> None:
         goal="≤ 500 ms",
     )
     print(
-        f"  still running after adoption: {running} of {live}; process list (operator, 200-row page) p50 "
+        f"  still running after adoption: {running} of {live}; process list (one scope, 200-row page) p50 "
         f"{pct(early, 0.5):.2f} ms at 1,000 retained, {pct(late, 0.5):.2f} ms at {count:,}"
     )
     record(

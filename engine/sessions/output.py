@@ -363,7 +363,8 @@ class OutputBuffer:
         if self._unread_spool:
             self._read_spool_summary()
         if self.settled:
-            return self._clean(self._tail[-n:] if n <= len(self._tail) else self._settled_text()[-n:])
+            held = n <= len(self._tail) or len(self._tail) >= self._total_chars  # (or it is all there is)
+            return self._clean(self._tail[-n:] if held else self._settled_text()[-n:])
         return self._clean(self.ring.last(n))
 
     def full_text_sync(self) -> str:

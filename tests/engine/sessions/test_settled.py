@@ -87,3 +87,19 @@ async def test_a_session_that_printed_nothing_settles(mgr: SessionManager) -> No
     assert out.text == "(no output recorded)"
     removed = await mgr.process("remove", {"sessionId": sid}, "s1")
     assert removed.details["status"] == "completed" and mgr.get(sid) is None
+
+
+async def test_a_settled_list_row_is_served_from_memory(mgr: SessionManager) -> None:
+    """Lists build a row per session: its tail comes from the summary, not from a disk read per row."""
+    sid = await _finished(mgr, "echo short")
+    session = mgr.get(sid)
+    assert session is not None
+    mgr._settle(session)
+    (mgr.log_dir / f"{sid}.log").unlink()  # the disk copy gone: the row still has its tail
+    assert mgr.list_sessions("s1")[0]["tail"] == "short\n"
+    long_sid = await _finished(mgr, f"head -c {TAIL_CHARS * 2} /dev/zero | tr '\\0' y; echo")
+    long = mgr.get(long_sid)
+    assert long is not None
+    mgr._settle(long)
+    assert long.output.tail() == "y" * (TAIL_CHARS - 1) + "\n"  # the summary's tail
+    assert long.output.tail(TAIL_CHARS + 10) == "y" * (TAIL_CHARS + 9) + "\n"  # more than it holds: the disk
