@@ -1,0 +1,472 @@
+"""The host-side egress proxy: an HTTP forward proxy (absolute-form requests and CONNECT) per sandbox.
+
+Each sandbox has its own Unix socket (so who asks is known by where it asks, never by what it says); the
+in-sandbox forwarder hands over each loopback connection as a file descriptor with a NUL byte, and the
+proxy talks to that TCP socket directly. A request's name is decided (deny, allow, approved, ask — the
+gateway's `decide`), then resolved and checked here (`addresses`: no loopback or private address unless
+the operator's `resolve` map says so), and the connection goes to that very address. Bytes are relayed by
+splice(2) in worker threads, off the event loop. Every connection ends as one `Connection` record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+import stat
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from engine.sandbox.egress.addresses import Refused, Target, resolve
+from engine.sandbox.egress.names import BadName, normalize
+
+log = logging.getLogger(__name__)
+
+MAX_HEAD = 64 * 1024
+HEAD_TIMEOUT_SEC = 30.0
+CONNECT_TIMEOUT_SEC = 30.0
+MAX_PER_SANDBOX = 512  # connections at once from one sandbox; more wait in its listen backlog
+CHUNK = 1 << 20
+F_SETPIPE_SZ = 1031
+_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+    "host",
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    """What is decided: who asks (agent, sandbox) and for which name and port."""
+
+    agent_id: str
+    sandbox: str
+    name: str
+    port: int
+    method: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    rule: str  # what decided, in words: "allow entry 'pypi.org'", "approved by operator (allow-once)"
+    by: str = "policy"  # policy | operator (or the approver's name) | expired | ask-failed
+    resolve: dict[str, str] = field(default_factory=dict)  # the agent's `resolve` map (normalised)
+
+
+@dataclass
+class Connection:
+    """One connection as the history and `sandbox egress` show it."""
+
+    agentId: str
+    sandbox: str
+    name: str
+    port: int
+    method: str
+    decision: str  # allowed | refused
+    rule: str
+    decidedBy: str
+    address: str | None = None
+    bytesUp: int = 0
+    bytesDown: int = 0
+    startedAtMs: int = 0
+    durationMs: int = 0
+    status: int | None = None  # what the proxy itself answered (200 for a tunnel, 403, 400, 502)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+Decide = Callable[[Request], Awaitable[Decision]]
+Record = Callable[[Connection], None]
+
+
+class BadRequest(Exception):
+    pass
+
+
+@dataclass
+class _Listener:
+    sandbox: str
+    agent_id: str
+    path: str
+    sock: socket.socket
+    task: asyncio.Task[None]
+    active: int = 0
+
+
+class EgressProxy:
+    """Every sandbox's listener of one process (the gateway's)."""
+
+    def __init__(self, decide: Decide, record: Record) -> None:
+        self.decide = decide
+        self.record = record
+        self._listeners: dict[str, _Listener] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pool = ThreadPoolExecutor(max_workers=4 * MAX_PER_SANDBOX, thread_name_prefix="egress")
+
+    def listening(self, sandbox: str) -> bool:
+        known = self._listeners.get(sandbox)
+        return known is not None and not known.task.done() and os.path.exists(known.path)
+
+    async def listen(self, sandbox: str, agent_id: str, directory: Path, uid: int | None = None) -> None:
+        """Serve `sandbox` on `<directory>/proxy.sock` (replacing a stale socket; `uid` may connect)."""
+        known = self._listeners.get(sandbox)
+        if known is not None and known.agent_id == agent_id and self.listening(sandbox):
+            return
+        if known is not None:
+            self.stop(sandbox)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink("proxy.sock", dir_fd=dir_fd)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            # Bound through the dir fd: the path's length is then never the state dir's.
+            sock.bind(f"/proc/self/fd/{dir_fd}/proxy.sock")
+            os.chmod("proxy.sock", 0o600, dir_fd=dir_fd, follow_symlinks=False)
+            if uid is not None and uid != os.geteuid():
+                os.chown("proxy.sock", uid, -1, dir_fd=dir_fd, follow_symlinks=False)
+        finally:
+            os.close(dir_fd)
+        sock.listen(1024)
+        sock.setblocking(False)
+        path = str(directory / "proxy.sock")
+        task = asyncio.get_running_loop().create_task(self._accept(sandbox, sock))
+        self._listeners[sandbox] = _Listener(sandbox, agent_id, path, sock, task)
+
+    def stop(self, sandbox: str) -> None:
+        known = self._listeners.pop(sandbox, None)
+        if known is not None:
+            known.task.cancel()
+            known.sock.close()
+
+    async def close(self) -> None:
+        for name in list(self._listeners):
+            self.stop(name)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _accept(self, sandbox: str, lsock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(lsock)
+            except OSError as exc:
+                log.warning("egress listener of %s: %s", sandbox, exc)
+                await asyncio.sleep(0.05)
+                continue
+            task = loop.create_task(self._handoff(sandbox, conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _handoff(self, sandbox: str, conn: socket.socket) -> None:
+        """The forwarder's message: one NUL byte and one descriptor, a TCP socket of the sandbox."""
+        client = None
+        try:
+            client = await _receive_socket(conn)
+        finally:
+            conn.close()
+        if client is None:
+            return
+        listener = self._listeners.get(sandbox)
+        if listener is None or listener.active >= MAX_PER_SANDBOX:
+            client.close()
+            return
+        listener.active += 1
+        try:
+            await self.serve(client, listener.agent_id, sandbox)
+        finally:
+            listener.active -= 1
+
+    # -- one connection ---------------------------------------------------------------------------
+
+    async def serve(self, client: socket.socket, agent_id: str, sandbox: str) -> None:
+        """Read the request head, decide, connect, relay; always one record (unless the client sent
+        nothing at all)."""
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        rec = Connection(agent_id, sandbox, "", 0, "", "refused", "", "proxy", startedAtMs=_now_ms())
+        upstream: socket.socket | None = None
+        try:
+            client.setblocking(False)
+            try:
+                head, rest = await asyncio.wait_for(_read_head(loop, client), HEAD_TIMEOUT_SEC)
+            except (TimeoutError, ConnectionError, OSError):
+                return
+            if not head:
+                return
+            try:
+                method, name, port, forward = _parse(head)
+            except BadRequest as exc:
+                rec.rule = str(exc)
+                rec.status = 400
+                await _answer(loop, client, 400, "Bad Request", f"exechost egress: {exc}")
+                return
+            rec.name, rec.port, rec.method = name, port, method
+            decision = await self.decide(Request(agent_id, sandbox, name, port, method))
+            rec.rule, rec.decidedBy = decision.rule, decision.by
+            if not decision.allowed:
+                rec.status = 403
+                await _answer(loop, client, 403, "Forbidden", _refusal(name, port, decision.rule))
+                return
+            try:
+                target = await resolve(name, port, decision.resolve)
+            except Refused as exc:
+                rec.rule = f"{decision.rule}; refused: {exc}"
+                rec.status = 403
+                await _answer(loop, client, 403, "Forbidden", _refusal(name, port, str(exc)))
+                return
+            rec.address = target.address
+            try:
+                upstream = await _connect(loop, target)
+            except OSError as exc:
+                rec.error = f"connect {target.address}:{port}: {exc.strerror or exc}"
+                rec.status = 502
+                await _answer(loop, client, 502, "Bad Gateway", f"exechost egress: {rec.error}")
+                return
+            rec.decision = "allowed"
+            if method == "CONNECT":
+                rec.status = 200
+                await loop.sock_sendall(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
+                first = rest
+            else:
+                first = forward + rest
+            if first:
+                await loop.sock_sendall(upstream, first)
+            up, down = await self._relay(client, upstream)
+            rec.bytesUp, rec.bytesDown = up + len(first), down
+        except (ConnectionError, OSError) as exc:
+            rec.error = rec.error or str(exc)
+        finally:
+            client.close()
+            if upstream is not None:
+                upstream.close()
+            if rec.name or rec.status:
+                rec.durationMs = int((time.monotonic() - started) * 1000)
+                try:
+                    self.record(rec)
+                except Exception:
+                    log.exception("egress record failed")
+
+    async def _relay(self, client: socket.socket, upstream: socket.socket) -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        client.setblocking(True)
+        upstream.setblocking(True)
+        up = loop.run_in_executor(self._pool, _pump, client, upstream)
+        down = loop.run_in_executor(self._pool, _pump, upstream, client)
+        sent_up, sent_down = await asyncio.gather(up, down)
+        return sent_up, sent_down
+
+
+def _refusal(name: str, port: int, why: str) -> str:
+    return f"exechost egress refused {name}:{port}: {why}"
+
+
+async def _receive_socket(conn: socket.socket) -> socket.socket | None:
+    """The TCP socket the forwarder sent, or None (anything else sent, or no descriptor, is dropped)."""
+    loop = asyncio.get_running_loop()
+    conn.setblocking(False)
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(conn.fileno(), readable)
+    try:
+        async with asyncio.timeout(HEAD_TIMEOUT_SEC):
+            await ready
+    except TimeoutError:
+        return None
+    finally:
+        loop.remove_reader(conn.fileno())
+    try:
+        data, fds, _flags, _addr = socket.recv_fds(conn, 1, 1)
+    except OSError:
+        return None
+    if data != b"\0" or len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        return None
+    fd = fds[0]
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise OSError("not a socket")
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        os.close(fd)
+        return None
+    if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        sock.close()
+        return None
+    return sock
+
+
+async def _read_head(loop: asyncio.AbstractEventLoop, client: socket.socket) -> tuple[bytes, bytes]:
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        if len(buf) > MAX_HEAD:
+            raise ConnectionError("request head too large")
+        chunk = await loop.sock_recv(client, 16384)
+        if not chunk:
+            return b"", b""
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def _split_authority(authority: str, default_port: int | None) -> tuple[str, int]:
+    if not authority or "@" in authority or any(c in authority for c in " \t\\%"):
+        raise BadRequest(f"invalid authority {authority!r}")
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0:
+            raise BadRequest(f"invalid authority {authority!r}")
+        host, rest = authority[: end + 1], authority[end + 1 :]
+        port_text = rest[1:] if rest.startswith(":") else ("" if not rest else None)
+    else:
+        host, sep, port_text = authority.rpartition(":") if ":" in authority else (authority, "", "")
+        if sep and ":" in host:
+            raise BadRequest(f"invalid authority {authority!r} (an IPv6 address goes in brackets)")
+    if port_text is None:
+        raise BadRequest(f"invalid authority {authority!r}")
+    if port_text:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise BadRequest(f"invalid port in {authority!r}")
+        port = int(port_text)
+    elif default_port is None:
+        raise BadRequest(f"CONNECT needs host:port, got {authority!r}")
+    else:
+        port = default_port
+    try:
+        name = normalize(host)
+    except BadName as exc:
+        raise BadRequest(str(exc)) from None
+    return name, port
+
+
+def _parse(head: bytes) -> tuple[str, str, int, bytes]:
+    """(method, name, port, the head to send upstream: b"" for CONNECT)."""
+    try:
+        text = head.decode("latin-1")
+    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes everything
+        raise BadRequest("undecodable request") from None
+    lines = text.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise BadRequest("malformed request line")
+    method, target, version = parts
+    if not method.isalpha() or not method.isupper():
+        raise BadRequest(f"invalid method {method!r}")
+    headers: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip() or any(c in name for c in " \t"):
+            raise BadRequest("malformed header line")
+        headers.append((name, value.strip()))
+    if method == "CONNECT":
+        host, port = _split_authority(target, None)
+        return method, host, port, b""
+    if not target.lower().startswith("http://"):
+        if target.lower().startswith("https://"):
+            raise BadRequest("https:// goes through CONNECT (set https_proxy)")
+        raise BadRequest("this is a proxy: absolute http:// URLs or CONNECT only")
+    rest = target[len("http://") :]
+    cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    authority, path = rest[:cut], rest[cut:]
+    host, port = _split_authority(authority, 80)
+    path = path.split("#", 1)[0]
+    if not path.startswith("/"):
+        path = "/" + path
+    for key, value in headers:
+        if key.lower() == "host":
+            try:
+                given, given_port = _split_authority(value, 80)
+            except BadRequest:
+                raise BadRequest(f"Host header {value!r} is not a host") from None
+            if (given, given_port) != (host, port):
+                raise BadRequest(f"Host header {value!r} names another host than the URL")
+    shown = host if ":" not in host else f"[{host}]"
+    out = [f"{method} {path} {version}", f"Host: {shown}" + (f":{port}" if port != 80 else "")]
+    out += [f"{k}: {v}" for k, v in headers if k.lower() not in _HOP]
+    out.append("Connection: close")
+    return method, host, port, ("\r\n".join(out) + "\r\n\r\n").encode("latin-1")
+
+
+async def _connect(loop: asyncio.AbstractEventLoop, target: Target) -> socket.socket:
+    sock = socket.socket(target.family, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_SEC):
+            await loop.sock_connect(sock, (target.address, target.port))
+    except TimeoutError:
+        sock.close()
+        raise OSError(110, "timed out") from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def _answer(
+    loop: asyncio.AbstractEventLoop, client: socket.socket, code: int, reason: str, body: str
+) -> None:
+    data = (body + "\n").encode()
+    head = (
+        f"HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(data)}\r\nX-Proxy-Error: {reason}\r\nConnection: close\r\n\r\n"
+    )
+    with contextlib.suppress(OSError):
+        await loop.sock_sendall(client, head.encode() + data)
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> int:
+    """Move bytes src → dst with splice(2) until EOF (then half-close dst) or an error (then shut both,
+    so the other direction's thread ends too). The count of bytes moved."""
+    total = 0
+    r, w = os.pipe2(os.O_CLOEXEC)
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(w, F_SETPIPE_SZ, CHUNK)  # a bigger pipe: fewer splices per MiB
+    clean = False
+    try:
+        sfd, dfd = src.fileno(), dst.fileno()
+        while True:
+            n = os.splice(sfd, w, CHUNK, flags=os.SPLICE_F_MOVE | os.SPLICE_F_MORE)
+            if n == 0:
+                clean = True
+                break
+            while n:
+                m = os.splice(r, dfd, n, flags=os.SPLICE_F_MOVE | os.SPLICE_F_MORE)
+                n -= m
+                total += m
+    except OSError:
+        pass
+    finally:
+        os.close(r)
+        os.close(w)
+        with contextlib.suppress(OSError):
+            if clean:
+                dst.shutdown(socket.SHUT_WR)
+            else:
+                src.shutdown(socket.SHUT_RDWR)
+                dst.shutdown(socket.SHUT_RDWR)
+    return total
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
