@@ -36,6 +36,7 @@ from typing import Any
 from engine import statefs
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import ContainerState, SandboxUnavailable
+from engine.sandbox.egress import forwarder
 from engine.sandbox.settings import AGENT_MOUNT, Layout, SandboxSettings, state_id
 from engine.sessions.launcher import LocalLauncher, RunSpec
 
@@ -323,7 +324,7 @@ def plan(
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
-        "--unshare-net",  # egress (a bind-mounted proxy socket) is the next layer: none until then
+        "--unshare-net",  # a loopback of its own; egress only through the bind-mounted proxy socket
         "--unshare-cgroup-try",
         "--hostname",
         HOSTNAME,
@@ -355,6 +356,10 @@ def plan(
     if control:
         argv += ["--bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
     argv += ["--ro-bind", str(sv.bin_dir()), sv.BIN_MOUNT]
+    egress = settings.egress.mode != "none"
+    if egress:
+        argv += ["--ro-bind", str(forwarder.socket_dir(lay.name)), forwarder.MOUNT]
+        command = forwarder.wrap(command)
     argv += _binds(d.binds)
     # The environment is bwrap's own (the keeper's, set by the caller), never argv: argv is readable by
     # every local user (ps), and docker.env may carry a key the operator meant for the sandbox only.
@@ -369,7 +374,10 @@ def plan(
     memory = _bytes(d.memory)
     if memory:
         rlimits[resource.RLIMIT_AS] = (memory, memory)
-    return Plan(argv, sandbox_env(settings, env), rlimits, d.pids_limit)
+    sandbox_vars = sandbox_env(settings, env)
+    if egress:
+        sandbox_vars.update(forwarder.PROXY_ENV)
+    return Plan(argv, sandbox_vars, rlimits, d.pids_limit)
 
 
 PRLIMIT_NAMES = {
@@ -433,7 +441,7 @@ def _bytes(value: str | int | None) -> int | None:
     return int(float(text.rstrip("bkmg")) * scale)
 
 
-SHOWN_ENV = {"PATH", "HOME", "LANG", "OPENCLAW_CLI"}
+SHOWN_ENV = {"PATH", "HOME", "LANG", "OPENCLAW_CLI", *forwarder.PROXY_ENV}
 
 
 def redacted_env(env: Mapping[str, str]) -> dict[str, str]:

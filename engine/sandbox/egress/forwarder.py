@@ -15,14 +15,39 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from engine import statefs
+from engine.errors import ExecHostError
 from engine.sandbox import supervisor as sv
-from engine.sandbox.docker_ops import SandboxUnavailable
 
 SOURCE = Path(__file__).with_name("forward.c")
 NAME = "egress-forward"
 PORT = 3128  # inside the sandbox: 127.0.0.1:3128, as Claude Code's sandbox uses
 MOUNT = "/.exechost-egress"  # the sandbox's view of its egress dir (holds the proxy's socket)
 SOCKET_NAME = "proxy.sock"
+DIR_NAME = "egress"
+
+
+class ForwarderUnavailable(ExecHostError):
+    """The forwarder cannot be built here (no compiler): egress cannot be offered."""
+
+    code = "tool_error"
+
+
+def socket_dir(sandbox: str) -> Path:
+    """The host dir holding a sandbox's proxy socket, bind-mounted read-only at MOUNT: short (a hash of the
+    name) because the socket's path must fit sun_path."""
+    return statefs.state_dir() / DIR_NAME / hashlib.sha256(sandbox.encode()).hexdigest()[:16]
+
+
+def prepare_dir(sandbox: str) -> Path:
+    """Make the sandbox's socket dir (0711: the socket's own mode says who may use it)."""
+    base = statefs.state_dir() / DIR_NAME
+    statefs.ensure_private_dir(base)
+    target = socket_dir(sandbox)
+    statefs.refuse_symlink(target)
+    target.mkdir(mode=0o711, exist_ok=True)
+    os.chmod(target, 0o711)  # noqa: S103 - traversal only; the socket is 0600 for the sandbox's uid
+    return target
 
 
 @functools.cache
@@ -47,7 +72,7 @@ def ensure_binary() -> Path:
         return target
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        raise SandboxUnavailable(
+        raise ForwarderUnavailable(
             "Sandbox egress needs a C compiler once, to build its static forwarder (apt-get install gcc "
             'libc6-dev), or set [agents.defaults.sandbox.egress] mode = "none".'
         )
@@ -61,7 +86,7 @@ def ensure_binary() -> Path:
             check=False,
         )
         if done.returncode != 0:
-            raise SandboxUnavailable(f"could not build the egress forwarder: {done.stderr.strip()[-800:]}")
+            raise ForwarderUnavailable(f"could not build the egress forwarder: {done.stderr.strip()[-800:]}")
         temp = target.with_name(f".{NAME}.{os.getpid()}")
         shutil.copyfile(out, temp)
         os.chmod(temp, 0o755)  # noqa: S103 - executed by the sandbox's user, as the bin dir's busybox

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from engine.config.egress import BadName, normalize
 from engine.sandbox.egress.addresses import Refused, Target, resolve
-from engine.sandbox.egress.names import BadName, normalize
 
 log = logging.getLogger(__name__)
 

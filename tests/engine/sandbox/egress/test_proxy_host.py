@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
-from engine.sandbox.egress.names import EgressPolicy, decide
+from engine.config.egress import EgressPolicy, decide
 from engine.sandbox.egress.proxy import Connection, Decision, EgressProxy, Request
 from tests.helpers.egress import curl, host_forwarder, origin
 

@@ -1,4 +1,5 @@
-"""Which names a sandbox may reach: normalisation (IDNA, case, trailing dot), patterns, the static verdict.
+"""Which names a sandbox may reach: `[sandbox.egress]` normalised (IDNA, case, trailing dot), its patterns,
+the verdict of its lists (the proxy that applies it is engine.sandbox.egress).
 
 A pattern is a name (`pypi.org`) or `*.` and a name (`*.pythonhosted.org`: every subdomain, not the name
 itself), optionally with `:port` (`:*` for any port); without a port it admits 80 and 443 only. `deny` wins
