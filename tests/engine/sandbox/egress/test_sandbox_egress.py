@@ -63,7 +63,9 @@ async def rig() -> AsyncIterator[Rig]:
 
 
 def _config(port: int, backend: str) -> Any:
-    image = f'[agents.defaults.sandbox.docker]\nimage = "{build_test_image()}"\n' if backend == "docker" else ""
+    image = ""
+    if backend == "docker":
+        image = f'[agents.defaults.sandbox.docker]\nimage = "{build_test_image()}"\n'
     return load_config_text(
         f'[agents.defaults.sandbox]\nmode = "all"\nbackend = "{backend}"\n{image}{_egress_toml(port)}'
     )
