@@ -72,6 +72,8 @@ class ApprovalRequest:
     warnings: tuple[str, ...] = field(default=(), compare=False, hash=False)
     # The agent's own words on why it runs this (the `reason` param): shown, never trusted.
     agent_reason: str | None = field(default=None, compare=False, hash=False)
+    # A sandbox's connection waiting for a name ("name:port", engine.sandbox.egress), not a command.
+    egress: str | None = None
 
     def question(self) -> ApprovalRequest:
         """What makes two asks one question for the operator: everything but who asked (the session,
@@ -112,6 +114,7 @@ class ApprovalRequest:
             "contentDigests": list(d.get("contentDigests") or []),
             "warnings": list(self.warnings),
             "agentReason": self.agent_reason,
+            "egress": self.egress,
             "decision": d or None,
         }
 
