@@ -22,8 +22,12 @@ async def test_allowed_name_plain_and_connect_other_name_refused(tmp_path: Path)
     records: list[Connection] = []
     with origin() as o:
         policy = EgressPolicy.from_config(
-            {"mode": "allowlist", "allow": [f"allowed.test:{o.port}"], "ask": False,
-             "resolve": {"allowed.test": "127.0.0.1", "other.test": "127.0.0.1"}}
+            {
+                "mode": "allowlist",
+                "allow": [f"allowed.test:{o.port}"],
+                "ask": False,
+                "resolve": {"allowed.test": "127.0.0.1", "other.test": "127.0.0.1"},
+            }
         )
         proxy = _proxy(policy, records)
         d = tmp_path / "eg"

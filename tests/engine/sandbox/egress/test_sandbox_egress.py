@@ -124,6 +124,18 @@ async def test_bwrap_sandbox_reaches_only_the_allowed_name(rig: Rig) -> None:
 async def test_docker_sandbox_reaches_only_the_allowed_name(rig: Rig) -> None:
     sx = await prepare_exec(_config(rig.port, "docker"), "main", "s", None, manager=rig.manager)
     _, out, _ = await run(sx, "cat /proc/net/route; ls /sys/class/net")
-    assert out.split() == ["Iface", "Destination", "Gateway", "Flags", "RefCnt", "Use", "Metric", "Mask",
-                           "MTU", "Window", "IRTT", "lo"]  # network none: no route, loopback only
+    assert out.split() == [
+        "Iface",
+        "Destination",
+        "Gateway",
+        "Flags",
+        "RefCnt",
+        "Use",
+        "Metric",
+        "Mask",
+        "MTU",
+        "Window",
+        "IRTT",
+        "lo",
+    ]  # network none: no route, loopback only
     await _check(rig, sx, "docker")
