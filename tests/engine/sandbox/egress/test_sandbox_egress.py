@@ -111,6 +111,9 @@ async def _check(rig: Rig, sx: SandboxExec, backend: str) -> None:
     local = next(r for r in rig.records if r.name == "localhost")
     assert local.decision == "refused" and "not public" in local.rule
     assert all(r.sandbox == sx.container and r.agentId == "main" for r in rig.records)
+    # The socket's dir is read-only inside: the proxy's socket cannot be replaced or removed.
+    status, _, _ = await run(sx, f"rm -f {forwarder.MOUNT}/proxy.sock || exit 3; touch {forwarder.MOUNT}/x")
+    assert status[0] != 0
     tunnel = next(r for r in rig.records if r.method == "CONNECT")
     assert tunnel.bytesUp > 0 and tunnel.bytesDown > 0
 
