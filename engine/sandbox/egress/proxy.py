@@ -396,10 +396,10 @@ def _parse(head: bytes) -> tuple[str, str, int, bytes]:
     for key, value in headers:
         if key.lower() == "host":
             try:
-                given, given_port = _split_authority(value, 80)
+                given, _ = _split_authority(value, 80)
             except BadRequest:
                 raise BadRequest(f"Host header {value!r} is not a host") from None
-            if (given, given_port) != (host, port):
+            if given != host:  # (its port is the URL's anyway: the Host sent upstream is rewritten)
                 raise BadRequest(f"Host header {value!r} names another host than the URL")
     shown = host if ":" not in host else f"[{host}]"
     out = [f"{method} {path} {version}", f"Host: {shown}" + (f":{port}" if port != 80 else "")]
@@ -446,12 +446,14 @@ def _pump(src: socket.socket, dst: socket.socket) -> int:
     try:
         sfd, dfd = src.fileno(), dst.fileno()
         while True:
-            n = os.splice(sfd, w, CHUNK, flags=os.SPLICE_F_MOVE | os.SPLICE_F_MORE)
+            n = os.splice(sfd, w, CHUNK, flags=os.SPLICE_F_MOVE)
             if n == 0:
                 clean = True
                 break
             while n:
-                m = os.splice(r, dfd, n, flags=os.SPLICE_F_MOVE | os.SPLICE_F_MORE)
+                # Never SPLICE_F_MORE here: it corks the socket, and a short request (a tunnel's GET)
+                # would wait for the cork's 200 ms timeout.
+                m = os.splice(r, dfd, n, flags=os.SPLICE_F_MOVE)
                 n -= m
                 total += m
     except OSError:
