@@ -153,3 +153,23 @@ async def _run(state: Path, client: ControlClient, backend: str, port: int) -> N
 async def _pending_count(client: ControlClient, target: str, count: int) -> dict[str, Any] | None:
     row = await _pending(client, target)
     return row if row is not None and row.get("count", 1) >= count else None
+
+
+@needs_bwrap
+async def test_a_new_gateway_serves_the_sandboxes_it_finds(state_dir: Path, cleanup: None) -> None:
+    """Sandboxes outlive a gateway: the next one listens on their sockets at start, before any exec, so a
+    background job inside keeps its way out across the restart."""
+    with origin() as o:
+        write_config(state_dir, _config(o.port, "bwrap"))
+        async with gateway(state_dir):
+            client = await connect(state_dir)
+            out = await _exec(client, _fetch("bwrap", f"http://origin.test:{o.port}/before"))
+            await client.close()
+        assert "at /before" in out
+        (sandbox,) = [row["name"] for row in bwrap.list_sandboxes() if row["running"]]
+        async with gateway(state_dir) as server:
+            assert server.services.egress.proxy.listening(sandbox)
+            client = await connect(state_dir)
+            out = await _exec(client, _fetch("bwrap", f"http://origin.test:{o.port}/after"))
+            await client.close()
+        assert "at /after" in out
