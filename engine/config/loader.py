@@ -53,7 +53,6 @@ from engine.config.schema import (
     size_bytes,
 )
 from engine.config.schema import known_keys as known_keys
-from engine.config.write import set_config_value as set_config_value
 from engine.principals import valid_name
 
 # --------------------------------------------------------------------------- paths

@@ -147,8 +147,7 @@ async def prepare_exec(
     has_busybox = known.has_busybox if known else (sv.bin_dir() / "busybox").exists()
     terminal = None
     if settings.backend == "bwrap":
-        env = mgr.container_env(settings)[0]
-        terminal = functools.partial(bwrap.terminal, settings, lay, env, has_busybox, mgr.session_host)
+        terminal = functools.partial(bwrap.terminal, settings, lay, has_busybox, mgr.session_host)
     launcher = SandboxLauncher(
         container=lay.name,
         channel=sv.Channel(lay.name),
@@ -187,6 +186,8 @@ def with_sandbox_refusal(decision: Decision, config: Any, agent_id: str) -> Deci
     lay = layout(settings, agent_id, main_session_key(agent_id))
     try:
         validate_docker(settings.docker, [lay.workspace_dir, lay.agent_workspace])
+        if settings.backend == "bwrap" and settings.docker.network not in ("", "none"):
+            raise ValueError(bwrap.network_refusal(lay.name, settings.docker.network))
     except ValueError as exc:
         return replace(decision, decision="deny", reason=str(exc), requires_approval=False)
     return decision

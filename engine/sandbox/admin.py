@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
-from engine.sandbox import bwrap, docker_ops
+from engine.sandbox import bwrap, docker_ops, seccomp
 from engine.sandbox.browser import BrowserManager, browser_layout, effective_docker
 from engine.sandbox.images import (
     BROWSER_FLAVOUR,
@@ -189,8 +189,8 @@ def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]
         "argv": argv,
         "env": shown_env,
         "rlimits": limits,
-        "pidsCgroup": "where writable (cgroup v1 pids controller)",
-        "refusedSyscalls": list(bwrap.REFUSED_SYSCALLS),
+        "pidsCap": bwrap.pids_cap(),
+        "refusedSyscalls": list(seccomp.REFUSED_SYSCALLS),
         "ignoredDockerKeys": [
             "image",
             "user",

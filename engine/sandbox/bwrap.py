@@ -18,7 +18,6 @@ and, where this process may write one, a pids cgroup.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import json
 import logging
@@ -37,7 +36,9 @@ from engine import statefs
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import ContainerState, SandboxUnavailable
 from engine.sandbox.egress import forwarder
+from engine.sandbox.seccomp import seccomp_fd
 from engine.sandbox.settings import AGENT_MOUNT, Layout, SandboxSettings, state_id
+from engine.sandbox.validate import sanitize_container_env
 from engine.sessions.launcher import LocalLauncher, RunSpec
 
 log = logging.getLogger(__name__)
@@ -53,126 +54,43 @@ HOSTNAME = "sandbox"
 # The host's system dirs a sandbox sees read-only (a symlink stays a symlink, as in a merged-/usr Debian).
 HOST_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # What of the host's /etc a program needs to run (names, libraries, certificates, the shell's profile):
-# allowed by name, so shadow, sudoers, ssh keys and whatever else lives there never appear.
+# allowed by name, so shadow, sudoers, ssh keys and whatever else lives there never appear. Each entry is
+# a bind mount at every sandbox start (~1 ms apiece on a busy machine): the list stays short.
 HOST_ETC = (
     "passwd",
     "group",
     "hosts",
-    "host.conf",
     "nsswitch.conf",
     "resolv.conf",
+    "services",
+    "protocols",
     "ld.so.cache",
     "ld.so.conf",
     "ld.so.conf.d",
     "localtime",
-    "timezone",
+    "environment",
     "profile",
     "profile.d",
     "bash.bashrc",
-    "inputrc",
-    "environment",
     "shells",
     "alternatives",
     "ssl",
     "ca-certificates",
-    "mime.types",
-    "debian_version",
     "os-release",
-    "protocols",
-    "services",
-    "magic",
-    "gitconfig",
-    "vim",
-    "terminfo",
-    "python3",
-    "python3.11",
-    "perl",
 )
 # A rootfs tree's top-level dirs that never enter: the sandbox gets its own (or none).
 ROOTFS_SKIP = {"proc", "dev", "sys", "tmp", "run", "home", "root", "mnt", "media", "boot", "lost+found"}
 
-# Docker's default seccomp profile refuses these (moby profiles/seccomp default.json, the calls it leaves
-# out of its allowlist or allows only with CAP_SYS_ADMIN and friends, which a sandbox never has), plus
-# ptrace and process_vm_*: a sandbox has nothing to trace but itself.
-REFUSED_SYSCALLS = (
-    "acct",
-    "add_key",
-    "bpf",
-    "clock_adjtime",
-    "clock_settime",
-    "create_module",
-    "delete_module",
-    "finit_module",
-    "fsconfig",
-    "fsmount",
-    "fsopen",
-    "fspick",
-    "get_kernel_syms",
-    "get_mempolicy",
-    "init_module",
-    "io_uring_enter",
-    "io_uring_register",
-    "io_uring_setup",
-    "ioperm",
-    "iopl",
-    "kcmp",
-    "kexec_file_load",
-    "kexec_load",
-    "keyctl",
-    "lookup_dcookie",
-    "mbind",
-    "mount",
-    "mount_setattr",
-    "move_mount",
-    "move_pages",
-    "name_to_handle_at",
-    "nfsservctl",
-    "open_by_handle_at",
-    "open_tree",
-    "perf_event_open",
-    "pivot_root",
-    "process_vm_readv",
-    "process_vm_writev",
-    "ptrace",
-    "query_module",
-    "quotactl",
-    "quotactl_fd",
-    "reboot",
-    "request_key",
-    "set_mempolicy",
-    "setns",
-    "settimeofday",
-    "swapoff",
-    "swapon",
-    "syslog",
-    "sysfs",
-    "_sysctl",
-    "umount",
-    "umount2",
-    "unshare",
-    "uselib",
-    "userfaultfd",
-    "ustat",
-    "vhangup",
-    "vm86",
-    "vm86old",
-)
-# clone() with any of these makes a namespace: refused, as Docker refuses it without CAP_SYS_ADMIN.
-NAMESPACE_FLAGS = (
-    0x00020000,  # CLONE_NEWNS
-    0x02000000,  # CLONE_NEWCGROUP
-    0x04000000,  # CLONE_NEWUTS
-    0x08000000,  # CLONE_NEWIPC
-    0x10000000,  # CLONE_NEWUSER
-    0x20000000,  # CLONE_NEWPID
-    0x40000000,  # CLONE_NEWNET
-    0x00000080,  # CLONE_NEWTIME
-)
-TIOCSTI = 0x5412
-
 # The keeper: waits until the gateway has set its limits (a line on stdin), then runs bwrap as its child
 # and waits for it. Its group is the sandbox: bwrap is in it, and --die-with-parent ends the rest.
 KEEPER_SH = 'read -r go || exit 0\nexec 0</dev/null\n"$@" &\nwait $!\n'
+
+
+def network_refusal(name: str, network: str) -> str:
+    return (
+        f'Sandbox {name}: the bwrap backend has no network (docker.network = "{network}" is for the Docker '
+        'backend); set network = "none".'
+    )
 
 
 def find_bwrap() -> str:
@@ -181,68 +99,6 @@ def find_bwrap() -> str:
     if found is None:
         raise SandboxUnavailable(INSTALL_HINT)
     return found
-
-
-# --- seccomp -----------------------------------------------------------------------------------------
-
-
-def _seccomp_module() -> Any:
-    """libseccomp's Python bindings: the `pyseccomp` wheel, else Debian's python3-seccomp."""
-    try:
-        import pyseccomp
-
-        return pyseccomp
-    except ImportError:
-        pass
-    try:
-        import seccomp
-
-        return seccomp
-    except ImportError:
-        raise SandboxUnavailable(
-            "The bwrap sandbox backend needs libseccomp's Python bindings: `pip install pyseccomp` "
-            "(or `apt-get install python3-seccomp`)."
-        ) from None
-
-
-@functools.cache
-def seccomp_program() -> bytes:
-    """The filter as BPF, exported by libseccomp: everything allowed except REFUSED_SYSCALLS (EPERM),
-    clone() making a namespace (EPERM), clone3 (ENOSYS: its flags are out of a filter's reach, and libc
-    falls back to clone), TIOCSTI; another architecture's calls kill the process (libseccomp's default)."""
-    sc = _seccomp_module()
-    filt = sc.SyscallFilter(defaction=sc.ALLOW)
-    eperm = sc.ERRNO(errno.EPERM)
-    for name in REFUSED_SYSCALLS:
-        try:
-            filt.add_rule(eperm, name)
-        except (ValueError, RuntimeError, OSError):  # a call this architecture does not have
-            continue
-    for flag in NAMESPACE_FLAGS:
-        filt.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
-    filt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
-    filt.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, TIOCSTI))
-    read_fd, write_fd = os.pipe()
-    try:
-        with os.fdopen(write_fd, "wb") as out:
-            filt.export_bpf(out)
-        with os.fdopen(read_fd, "rb") as src:
-            read_fd = -1
-            return src.read()
-    finally:
-        if read_fd >= 0:
-            os.close(read_fd)
-
-
-def seccomp_fd() -> int:
-    """A memfd holding the filter at offset 0, for `bwrap --seccomp FD` (close it after the spawn)."""
-    fd = os.memfd_create("exechost-seccomp", os.MFD_CLOEXEC)
-    data = seccomp_program()
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
 
 
 # --- the argv ----------------------------------------------------------------------------------------
@@ -314,9 +170,12 @@ def plan(
     seccomp: int,
     command: list[str],
     control: bool = True,
+    sockets: Mapping[str, str] | None = None,
 ) -> Plan:
     """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
-    sandbox); without, a one-shot run (a terminal) in the same view."""
+    sandbox); without, a one-shot run (a terminal) in the same view. `sockets` ({host path: sandbox path}):
+    Unix sockets bound in read-only (a connect needs no write to the mount). Egress binds its socket's dir
+    instead (engine.sandbox.egress): a socket re-made by the next gateway is then seen inside too."""
     d = settings.docker
     argv = [
         bwrap,
@@ -361,6 +220,8 @@ def plan(
         argv += ["--ro-bind", str(forwarder.socket_dir(lay.name)), forwarder.MOUNT]
         command = forwarder.wrap(command)
     argv += _binds(d.binds)
+    for host_path, inside in (sockets or {}).items():
+        argv += ["--ro-bind", host_path, inside]
     # The environment is bwrap's own (the keeper's, set by the caller), never argv: argv is readable by
     # every local user (ps), and docker.env may carry a key the operator meant for the sandbox only.
     argv += ["--remount-ro", "/", "--chdir", d.workdir]
@@ -391,7 +252,6 @@ PRLIMIT_NAMES = {
 async def terminal(
     settings: SandboxSettings,
     lay: Layout,
-    env: Mapping[str, str],
     has_busybox: bool,
     session_host: Any,
     spec: RunSpec,
@@ -402,6 +262,7 @@ async def terminal(
     /tmp and PID namespace), run like a gateway-host terminal (the session host's child, so it outlives a
     gateway restart and ends with its sandbox's parent). The container's `docker exec -t`, for bwrap."""
     exe = find_bwrap()
+    env = sanitize_container_env(settings.docker.env, explicit=settings.docker.env.keys()).env
     fd = seccomp_fd()
     try:
         shell = [sv.BUSYBOX, "sh", "-c", script] if has_busybox else ["/bin/sh", "-c", script]
@@ -473,6 +334,8 @@ def _start_time(pid: int) -> int | None:
     except OSError:
         return None
     fields = raw[raw.rfind(b")") + 2 :].split()
+    if fields[:1] in ([b"Z"], [b"X"]):
+        return None  # ended, not yet reaped: gone as far as its sandbox is concerned
     try:
         return int(fields[19])
     except (IndexError, ValueError):
@@ -672,6 +535,15 @@ def _pids_cgroup(name: str, limit: int | None) -> Path | None:
             with contextlib.suppress(OSError):
                 group.rmdir()
     return None
+
+
+def pids_cap() -> str:
+    """How a sandbox's pids limit is enforced here, for `sandbox explain`."""
+    if any(os.access(base, os.W_OK) for base in _cgroup_bases()):
+        return "pids cgroup (v1) and RLIMIT_NPROC"
+    if os.geteuid() == 0:
+        return "none: no writable pids cgroup, and RLIMIT_NPROC does not bind root"
+    return "RLIMIT_NPROC (per user namespace)"
 
 
 @functools.cache

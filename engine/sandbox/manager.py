@@ -222,10 +222,7 @@ class SandboxManager:
         except ValueError as exc:
             raise SandboxError(str(exc)) from None
         if settings.docker.network not in ("", "none"):
-            raise SandboxError(
-                f"Sandbox {lay.name}: the bwrap backend has no network (docker.network = "
-                f'"{settings.docker.network}" is for the Docker backend); set network = "none".'
-            )
+            raise SandboxError(bwrap.network_refusal(lay.name, settings.docker.network))
         await asyncio.to_thread(_check_workspaces, settings, lay)
         channel.prepare()
         _, has_bb = await asyncio.to_thread(sv.ensure_bin_dir)
@@ -264,6 +261,7 @@ class SandboxManager:
             await channel.wait_ready(timeout=10.0, step=0.001)
         except sv.SupervisorUnavailable:
             said = await asyncio.to_thread(bwrap.failure, lay.name)
+            await self.settle()  # its registry row first, so the removal takes it too
             await asyncio.to_thread(self.remove_runtime, lay.name)
             raise SandboxError(
                 f"bwrap sandbox {lay.name} did not start" + (f": {said}" if said else ".")
@@ -437,6 +435,7 @@ class SandboxManager:
         self._progress(lay.name, "running setupCommand")
         failure = await self._run_setup(lay.name, settings)
         if failure is not None:
+            await self.settle()
             await asyncio.to_thread(self.remove_runtime, lay.name)
             raise SandboxError(f"Sandbox setupCommand failed in {lay.name} {failure}")
 
@@ -501,8 +500,12 @@ class SandboxManager:
         return await asyncio.to_thread(self._prune, settings.idle_hours, settings.max_age_days)
 
     def prune_pool(self, config: Any, *, everything: bool = False) -> list[str]:
-        """Unclaimed pool containers whose key the config no longer asks for (all: `everything`); blocking."""
-        return self.pool.prune(config, everything=everything)
+        """Unclaimed pool containers whose key the config no longer asks for (all: `everything`); blocking.
+        No Docker engine, no spares (a bwrap-only host prunes and recreates without one)."""
+        try:
+            return self.pool.prune(config, everything=everything)
+        except docker_ops.SandboxUnavailable:
+            return []
 
     def _prune(self, idle_hours: float, max_age_days: float) -> list[str]:
         if idle_hours <= 0 and max_age_days <= 0:

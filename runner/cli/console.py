@@ -36,7 +36,7 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_console(args: argparse.Namespace) -> int:
-    from console.app import run_console
+    from console.launch import run_console
 
     state = Path(args.state_dir).expanduser().resolve() if args.state_dir else None
     if state is not None:  # every engine module finds its files through this variable

@@ -401,6 +401,7 @@ def _bwrap_lines(b: dict[str, Any]) -> list[str]:
         f"  system view: {_clean(b['rootfs']) if b['rootfs'] else 'host /usr, /bin, /lib*, allowlisted /etc'}"
     )
     out.append(f"  rlimits: {', '.join(f'{k}={v}' for k, v in b['rlimits'].items()) or '-'}")
+    out.append(f"  pids cap: {b.get('pidsCap') or '-'}")
     env = b.get("env") or {}
     out.append(f"  env (bwrap's, inherited): {' '.join(f'{k}={_clean(v)}' for k, v in env.items()) or '-'}")
     out.append("  argv:")

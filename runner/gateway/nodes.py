@@ -25,7 +25,7 @@ from runner.gateway.node_output import NodeOutputFeed
 from runner.gateway.node_runs import NodeRun, denied_result, follow_up, pending_result, waiting_data
 
 if TYPE_CHECKING:
-    from runner.gateway.services import Services
+    from runner.gateway.hubs import HubServices
 
 log = logging.getLogger("exechost.gateway.nodes")
 
@@ -45,7 +45,7 @@ def _compact(text: str, limit: int) -> str:
 class NodeHub:
     """Links follow the config (added, changed or removed nodes take effect on the next call)."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: HubServices) -> None:
         self.services = services
         self.links: dict[str, NodeLink] = {}
         self._runs: dict[tuple[str, str], NodeRun] = {}  # (node name, runId) -> the call waiting on it

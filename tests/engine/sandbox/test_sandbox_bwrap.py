@@ -16,7 +16,7 @@ import pytest
 from engine import statefs
 from engine.config.loader import ConfigError, load_config_text
 from engine.results import ToolError
-from engine.sandbox import SandboxManager, bwrap, prepare_exec
+from engine.sandbox import SandboxManager, admin, bwrap, prepare_exec, seccomp
 from engine.sandbox.registry import Registry, now_ms
 from engine.sandbox.settings import config_hash, layout, resolve_settings
 from engine.sessions import RunSpec, SessionManager
@@ -444,7 +444,95 @@ async def test_works_with_no_docker_engine(
         assert (await run(sx, "echo fine"))[1] == "fine\n"
         rows = bwrap_mgr.list_runtimes(config())
         assert [r["containerName"] for r in rows] == [sx.container]
-        assert bwrap_mgr.remove_runtime(sx.container)
+        await bwrap_mgr.settle()
+        assert await asyncio.to_thread(admin.prune, config(), "main", bwrap_mgr) == []
+        done = await asyncio.to_thread(admin.recreate, config(), all=True, manager=bwrap_mgr)
+        assert done == {"removed": [sx.container], "failed": []}
+        assert not bwrap.inspect(sx.container).exists
     finally:
         docker_ops.reset_client()
     statefs.state_dir()  # (the state dir is still the test's)
+
+
+def test_a_bound_unix_socket_is_the_only_way_out(tmp_path: Path) -> None:
+    """The seam egress (issue 29) plugs into: no route in the network namespace, a host socket bound in."""
+    import subprocess
+
+    from engine.sandbox import supervisor as sv
+
+    settings = resolve_settings(config(), "main")
+    lay = layout(settings, "main", "s")
+    os.makedirs(lay.workspace_dir, exist_ok=True)
+    sv.ensure_bin_dir()
+    path = str(tmp_path / "proxy.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+    fd = seccomp.seccomp_fd()
+    try:
+        probe = "import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/egress.sock'); "
+        probe += "s.sendall(b'hi')"
+        how = bwrap.plan(
+            settings,
+            lay,
+            bwrap=bwrap.find_bwrap(),
+            env={},
+            seccomp=fd,
+            command=["python3", "-c", probe],
+            control=False,
+            sockets={path: "/run/egress.sock"},
+        )
+        assert ["--ro-bind", path, "/run/egress.sock"] == how.argv[
+            how.argv.index(path) - 1 : how.argv.index(path) + 2
+        ]
+        done = subprocess.run(how.argv, pass_fds=(fd,), env=how.env, capture_output=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        conn, _ = server.accept()
+        assert conn.recv(2) == b"hi"
+        conn.close()
+    finally:
+        os.close(fd)
+        server.close()
+
+
+@pytest.mark.docker
+async def test_list_shows_both_backends(bwrap_mgr: SandboxManager) -> None:
+    from engine.sandbox import docker_ops
+    from tests.helpers.sandbox import IMAGE, build_test_image
+
+    build_test_image()
+    both = load_config_text(
+        f'[agents.defaults.sandbox]\nmode = "all"\n[agents.defaults.sandbox.docker]\nimage = "{IMAGE}"\n'
+        "pool = 0\n"
+        '[[agents.list]]\nid = "b"\n[agents.list.sandbox]\nbackend = "bwrap"\n'
+    )
+    d = await prepare_exec(both, "main", "s", None, manager=bwrap_mgr)
+    try:
+        b = await prepare_exec(both, "b", "s", None, manager=bwrap_mgr)
+        await bwrap_mgr.settle()
+        rows = {r["containerName"]: r for r in bwrap_mgr.list_runtimes(both)}
+        assert rows[d.container]["backend"] == "docker" and rows[b.container]["backend"] == "bwrap"
+        assert all(rows[n]["running"] and rows[n]["configMatch"] for n in (d.container, b.container))
+        assert bwrap_mgr.remove_runtime(d.container) and bwrap_mgr.remove_runtime(b.container)
+        assert not docker_ops.inspect(d.container).exists and not bwrap.inspect(b.container).exists
+    finally:
+        docker_ops.remove(d.container)
+
+
+async def test_a_network_is_refused_by_exec_and_policy_check_alike(
+    bwrap_mgr: SandboxManager, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = config(docker='network = "bridge"')
+    with pytest.raises(ToolError) as err:
+        await prepare_exec(cfg, "main", "s", None, manager=bwrap_mgr)
+    assert "the bwrap backend has no network" in str(err.value)
+    assert not bwrap.list_sandboxes()
+    from runner.cli import main
+
+    Path(statefs.state_dir(), "config.toml").write_text(
+        '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n[agents.defaults.sandbox]\n'
+        'mode = "all"\nbackend = "bwrap"\n[agents.defaults.sandbox.docker]\nnetwork = "bridge"\n'
+    )
+    main(["policy", "check", "--json", "--", "true"])
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["decision"] == "deny" and "the bwrap backend has no network" in checked["reason"], checked
