@@ -15,7 +15,8 @@ import contextlib
 import logging
 import os
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.approvals.decisions import DECISIONS
 from engine.approvals.grants import EGRESS_PREFIX
@@ -31,7 +32,16 @@ from engine.sandbox.egress.proxy import Connection, Decision, EgressProxy, Reque
 from engine.sandbox.settings import resolve_settings
 
 if TYPE_CHECKING:
-    from runner.gateway.services import Services
+    from engine.approvals.grants import GrantStore
+    from engine.approvals.store import ApprovalsStore
+    from runner.gateway.hubs import HubServices
+
+    class EgressServices(HubServices, Protocol):
+        """What the egress hub needs beyond any hub's: the approvals file, the grants, the state dir."""
+
+        store: ApprovalsStore
+        grants: GrantStore
+        state_dir: Path
 
 log = logging.getLogger("exechost.egress")
 
@@ -39,7 +49,7 @@ RECENT = 1000  # connections kept in memory for `sandbox egress` (the history fi
 
 
 class EgressHub:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: EgressServices) -> None:
         self.services = services
         self.proxy = EgressProxy(self.decide, self.record)
         self.log = EgressLog(services.state_dir / HISTORY_DIR)
