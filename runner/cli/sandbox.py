@@ -368,6 +368,7 @@ def format_explain(info: dict[str, Any]) -> str:
         f"  allow: {', '.join(info['toolPolicy']['allow']) or '(all)'}",
         f"  deny: {', '.join(info['toolPolicy']['deny']) or '-'}",
         "",
+        *_egress_lines(info.get("egress")),
         "Browser sandbox (sandbox.browser):",
         *_browser_lines(info["browser"]),
         "",
@@ -615,6 +616,21 @@ def cmd_browser(args: argparse.Namespace) -> int:
         print(f"CDP:   {result.get('cdpUrl')}")
         print(f"noVNC: {result.get('noVncUrl') or '- (headless or enableNoVnc = false)'}")
     return 0
+
+
+def _egress_lines(e: dict[str, Any] | None) -> list[str]:
+    if not e:  # (a node that predates egress)
+        return []
+    lines = ["Egress (sandbox.egress; names decided by the gateway's proxy):", f"  mode: {e['mode']}"]
+    if e["mode"] != "none":
+        lines += [
+            f"  allow: {', '.join(e['allow']) or '-'}",
+            f"  deny: {', '.join(e['deny']) or '-'}",
+            f"  ask: {str(e['ask']).lower()}  resolve: "
+            + (", ".join(f"{k}={v}" for k, v in e["resolve"].items()) or "-"),
+            f"  proxy: {e['proxy']} inside, {e['socket']} on the host",
+        ]
+    return [*lines, ""]
 
 
 def cmd_egress(args: argparse.Namespace) -> int:

@@ -105,3 +105,14 @@ def test_deny_wins_and_open_mode() -> None:
     assert decide(policy, "a.evil.org", 443).action == "deny"
     policy = EgressPolicy.from_config({"mode": "allowlist", "allow": ["ok.org"], "deny": ["ok.org"]})
     assert decide(policy, "ok.org", 443).action == "deny"
+
+
+def test_explain_shows_the_way_out() -> None:
+    from engine.sandbox import admin
+
+    shown = admin.explain(load_config_text(PIP_NPM + 'resolve = { "mirror.lan" = "10.0.0.5" }\n'))
+    egress = shown["egress"]
+    assert egress["mode"] == "allowlist" and egress["allow"][0] == "pypi.org" and not egress["ask"]
+    assert egress["resolve"] == {"mirror.lan": "10.0.0.5"} and egress["proxy"] == "http://127.0.0.1:3128"
+    assert egress["socket"].endswith("/proxy.sock")
+    assert admin.explain(load_config_text(""))["egress"]["socket"] is None
