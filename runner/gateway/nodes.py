@@ -520,6 +520,7 @@ class NodeHub:
             decision_json=decision_json or {},
             warnings=tuple(str(w) for w in view.get("warnings") or ()),
             agent_reason=view.get("agentReason") if isinstance(view.get("agentReason"), str) else None,
+            egress=view.get("egress") if isinstance(view.get("egress"), str) else None,  # a node sandbox
         )
         while True:
             try:

@@ -43,8 +43,8 @@ from engine.sessions.hosts import SessionHosts
 from engine.sessions.spool import SPOOL_NAME, EventSpool
 from engine.tools.exec import ExecTool
 from engine.tools.resume import restore_asks
+from runner.egress import EgressHub
 from runner.gateway.browsers import BrowserHub
-from runner.gateway.egress import EgressHub
 from runner.gateway.nodes import NodeHub
 from runner.gateway.output import OutputFanout
 

@@ -165,6 +165,11 @@ class NodeServer:
         from runner.node.output import NodeOutput
 
         self.output = NodeOutput(self.sessions, lambda ev: self.emit(ev, queue=False))
+        # This node's sandboxes' egress proxy (its policy, asks relayed to the gateway): from the first link.
+        from runner.node.egress import node_egress
+
+        self.egress = node_egress(self.approvals, self.store, self.grants, state_dir, self.sandbox_config)
+        self._egress_started = False
 
     def _exec_tool(self, config: Callable[[], Config]) -> ExecTool:
         return ExecTool(
@@ -306,6 +311,7 @@ class NodeServer:
         """Let both exec tools finish their bookkeeping (allowlist use stamps) before the process goes."""
         await self.tool.close()
         await self.sandbox_tool.close()
+        await self.egress.close()
 
     async def system_run(self, p: dict[str, Any]) -> dict[str, Any]:
         text = command_text(p.get("command"), p.get("rawCommand"))
@@ -527,6 +533,9 @@ class NodeServer:
         """One link, until its reader ends (the gateway left, or a newer link took over)."""
         try:
             await self._attach(link)
+            if not self._egress_started:
+                self._egress_started = True
+                await self.egress.start()
             while True:
                 try:
                     line = await reader.readline()

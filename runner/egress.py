@@ -1,4 +1,4 @@
-"""Egress on the gateway: what the sandboxes' proxy asks of the operator's side (DESIGN §9).
+"""Egress on the gateway and on a node: what the sandboxes' proxy asks of the operator's side (DESIGN §9).
 
 The proxy (engine.sandbox.egress) decides nothing alone. For each connection this hub reads the agent's
 `[sandbox.egress]` (reloaded with the config), the names an allow-always saved in the approvals file, and the
@@ -6,6 +6,9 @@ live grants; a name none of them settles becomes an ask in the same inbox as com
 the consoles, `exechost approve`), and the connection waits for it, up to the ask's timeout. Asks for one
 agent, name and port coalesce into one row. Every connection becomes an `egress.connection` event on the
 sandboxes topic and a line of `<state>/history/egress.jsonl` (`exechost sandbox egress`).
+
+A node runs the same hub for its own sandboxes, with its own config and approvals file; its asks go through
+the node's approval manager, which relays them to the gateway's inbox like command asks (runner/node).
 """
 
 from __future__ import annotations
@@ -16,14 +19,16 @@ import logging
 import os
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from engine.approvals.decisions import DECISIONS
-from engine.approvals.grants import EGRESS_PREFIX
+from engine.approvals.grants import EGRESS_PREFIX, GrantStore
 from engine.approvals.groupwrite import GroupWriter
 from engine.approvals.history import HISTORY_DIR, HistoryError
-from engine.approvals.pending import ApprovalError, ApprovalRecord, ApprovalRequest
+from engine.approvals.pending import ApprovalError, ApprovalManager, ApprovalRecord, ApprovalRequest
+from engine.approvals.store import ApprovalsStore
 from engine.config.egress import Pattern, approval_entry, decide, parse_pattern
+from engine.config.model import Config
 from engine.protocol.methods import EventName, Topic
 from engine.sandbox import default_manager
 from engine.sandbox.egress import forwarder
@@ -31,17 +36,19 @@ from engine.sandbox.egress.log import EgressLog, encode
 from engine.sandbox.egress.proxy import Connection, Decision, EgressProxy, Request
 from engine.sandbox.settings import resolve_settings
 
-if TYPE_CHECKING:
-    from engine.approvals.grants import GrantStore
-    from engine.approvals.store import ApprovalsStore
-    from runner.gateway.hubs import HubServices
 
-    class EgressServices(HubServices, Protocol):
-        """What the egress hub needs beyond any hub's: the approvals file, the grants, the state dir."""
+class EgressServices(Protocol):
+    """What the hub needs of its owner (the gateway's services, or a node's server)."""
 
-        store: ApprovalsStore
-        grants: GrantStore
-        state_dir: Path
+    approvals: ApprovalManager
+    store: ApprovalsStore
+    grants: GrantStore
+    state_dir: Path
+
+    def config(self) -> Config: ...
+
+    def broadcast(self, topic: str, event: str, data: dict[str, Any]) -> None: ...
+
 
 log = logging.getLogger("exechost.egress")
 
