@@ -138,7 +138,6 @@ class EgressHub:
             session_key=req.sandbox,
             allowed_decisions=DECISIONS,
             egress=target,
-            agent_reason=f"{why}; the sandbox {req.sandbox} waits to connect",
         )
         try:
             record, _ = approvals.register(request)
