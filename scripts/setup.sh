@@ -11,6 +11,8 @@ command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v tmux >/dev/null || need+=(tmux)
 [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)
 command -v git >/dev/null || need+=(git)
+# Host tools (git, make, a script re-reading "$0") run in a private mount namespace over the vetted bytes.
+command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 # The daemonless sandbox backend (engine.sandbox.bwrap): bubblewrap, and libseccomp for its filter.
 command -v bwrap >/dev/null || need+=(bubblewrap)

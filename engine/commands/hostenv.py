@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,8 +76,25 @@ ALLOWED_INHERITED_OVERRIDE_ONLY_KEYS = names(
 # Keys a common tool reads as code to run or a path to write (issue 9): refused as overrides, stripped when
 # inherited. Families by prefix/suffix, since tools keep adding members (GIT_TRACE_*, *_PAGER, *_EDITOR).
 CODE_KEY_PREFIXES = (
-    "GIT_", "LESS", "PYTHON", "PERL", "RUBY", "NODE_", "BASH_", "LUA_", "TCL", "GUILE_", "RSYNC_",
-    "SYSTEMD_", "MALLOC_", "ZSH", "KSH_", "JULIA_", "IRB", "GEM_", "BUNDLE_",
+    "GIT_",
+    "LESS",
+    "PYTHON",
+    "PERL",
+    "RUBY",
+    "NODE_",
+    "BASH_",
+    "LUA_",
+    "TCL",
+    "GUILE_",
+    "RSYNC_",
+    "SYSTEMD_",
+    "MALLOC_",
+    "ZSH",
+    "KSH_",
+    "JULIA_",
+    "IRB",
+    "GEM_",
+    "BUNDLE_",
 )
 CODE_KEY_SUFFIXES = ("PAGER", "EDITOR", "HISTFILE", "_HISTORY", "RSH", "_OPTIONS", "_OPTS")
 CODE_KEYS = names(
@@ -144,6 +161,36 @@ def is_code_key(key: str) -> bool:
     if upper in CODE_KEY_ALLOWED:
         return False
     return upper in CODE_KEYS or upper.startswith(CODE_KEY_PREFIXES) or upper.endswith(CODE_KEY_SUFFIXES)
+
+
+# Issue 27 §3: the only env keys an agent may set on a command that runs without an ask (allowlist, safe
+# bin, allow-always, grant). They name a locale, a time zone, a terminal's size or colour wishes, or data a
+# commit records: no program reads them as code or as a place to find code. Any other key makes the
+# command ask, however harmless it looks, since tools keep adding hooks (GNUMAKEFLAGS=--eval,
+# PYENV_HOOK_PATH, RUSTUP_TOOLCHAIN=<dir>); the operator adds keys with `tools.exec.inertEnv`.
+INERT_ENV_KEYS = names(
+    "LANG LANGUAGE LC_ALL LC_CTYPE LC_COLLATE LC_MESSAGES LC_MONETARY LC_NUMERIC LC_TIME LC_PAPER LC_NAME "
+    "LC_ADDRESS LC_TELEPHONE LC_MEASUREMENT LC_IDENTIFICATION TZ TERM COLUMNS LINES NO_COLOR FORCE_COLOR "
+    "CLICOLOR CLICOLOR_FORCE GIT_AUTHOR_NAME GIT_AUTHOR_EMAIL GIT_AUTHOR_DATE GIT_COMMITTER_NAME "
+    "GIT_COMMITTER_EMAIL GIT_COMMITTER_DATE"
+)
+
+
+def foreign_env_keys(overrides: Mapping[str, str] | None, extra: Sequence[str] = ()) -> list[str]:
+    """The keys of `overrides` that are not inert (INERT_ENV_KEYS plus the operator's `extra`): each one
+    makes a command that would run unasked ask instead."""
+    allowed = INERT_ENV_KEYS | {k.upper() for k in extra}
+    return sorted(k for k in (overrides or {}) if str(k).upper() not in allowed)
+
+
+def inert_env_problem(key: str) -> str | None:
+    """Why an operator's `inertEnv` entry cannot be inert: not a variable name, PATH, or a key refused
+    on every host exec anyway (it would never reach the command)."""
+    if not _PORTABLE_KEY.fullmatch(key):
+        return f"{key!r} is not an environment variable name"
+    if key.upper() == "PATH" or is_blocked_override(key):
+        return f"{key} is refused on every host exec (it loads code, credentials or a search path)"
+    return None
 
 
 _PORTABLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

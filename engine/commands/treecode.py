@@ -19,6 +19,7 @@ from engine.statefs import state_dir
 __all__ = [
     "TREE_PROGRAMS",
     "Finding",
+    "TreeChanged",
     "TreeVet",
     "agent_writable",
     "binding",
@@ -220,7 +221,11 @@ def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) 
 
 
 def findings_for(
-    argv: Sequence[str], paths: Sequence[str | None], cwd: str, sandbox_roots: Sequence[str]
+    argv: Sequence[str],
+    paths: Sequence[str | None],
+    cwd: str,
+    sandbox_roots: Sequence[str],
+    record: gitvet.Record | None = None,
 ) -> list[Finding]:
     """What this one command would run from a tree the agent can write. `paths` are the executable as
     resolved (real path first): a program is known by its name as typed or by any path it resolves to
@@ -230,7 +235,7 @@ def findings_for(
     real = next((p for p in paths if p), None)
     candidates = [name_of(argv[0]), *(name_of(p) for p in paths if p)]
     if "git" in candidates:
-        return gitvet.vet(real, argv, cwd) if real is not None else []
+        return gitvet.vet(real, argv, cwd, record) if real is not None else []
     program = next((c for c in candidates if c in TREE_PROGRAMS), None)
     if program is None:
         return []
@@ -239,22 +244,31 @@ def findings_for(
     return [Finding(program, path, spec.what) for path in files if agent_writable(path, sandbox_roots)]
 
 
-def binding(found: Sequence[Finding]) -> str:
+def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> str:
     """The content an approval of these findings holds for: sha256 of every file named. A Makefile or a
-    repository config changed after "allow always" asks again."""
+    repository config changed after "allow always" asks again. With `data`, each file is read once into
+    it (or taken from it: the bytes git parsed), so the bytes bound are the bytes a pinned run sees."""
     if not found:
         return ""
     lines = []
     for path in sorted({f.path for f in found if os.path.isabs(f.path)}):
-        h = hashlib.sha256()
-        try:
-            with open(path, "rb") as f:
-                h.update(f.read(gitvet.CONFIG_READ_CAP))
-            lines.append(f"tree:{path}={h.hexdigest()}")
-        except OSError:
-            lines.append(f"tree:{path}=unreadable")
+        held = data.get(path) if data is not None else None
+        if held is None:
+            try:
+                with open(path, "rb") as f:
+                    held = f.read(gitvet.CONFIG_READ_CAP)
+            except OSError:
+                lines.append(f"tree:{path}=unreadable")
+                continue
+            if data is not None and os.path.isfile(path):
+                data[path] = held
+        lines.append(f"tree:{path}={hashlib.sha256(held).hexdigest()}")
     lines += sorted({f"tree-arg:{f.what}" for f in found if not os.path.isabs(f.path)})
     return "\n".join(lines)
+
+
+class TreeChanged(Exception):
+    """What a host tool would read is no longer what was decided on."""
 
 
 @dataclass(frozen=True)
@@ -267,22 +281,33 @@ class TreeVet:
     roots: tuple[str, ...]
     binding: str  # binding() of the findings shown
     shown: tuple[str, ...] = ()  # their warnings, to name what is new
+    found: tuple[Finding, ...] = ()  # what the decision was made on (the same read as `binding`)
 
-    def findings(self) -> list[Finding]:
+    def findings(self, record: gitvet.Record | None = None) -> list[Finding]:
         """Every command's findings (`sh -c` payloads included), as of now."""
         now: list[Finding] = []
         for argv, paths in self.commands:
-            now += findings_for(argv, paths, self.cwd, self.roots)
+            now += findings_for(argv, paths, self.cwd, self.roots, record)
         return list(dict.fromkeys(now))
+
+    def pin(self) -> gitvet.Record:
+        """Vet again, keeping every byte read: the record the run is pinned to (engine.commands.pinned).
+        Raises TreeChanged when those bytes are not what was decided on."""
+        record = gitvet.Record()
+        now = self.findings(record)
+        if binding(now, record.data) != self.binding:
+            new = [f for f in now if f.warning() not in self.shown]
+            what = f"{new[0].path} now defines {new[0].what}" if new else "a file it would run changed"
+            raise TreeChanged(f"the tree changed since the decision ({what})")
+        return record
 
     def problem(self) -> str | None:
         """None when the tree still holds exactly what was decided on; else what changed."""
-        now = self.findings()
-        if binding(now) == self.binding:
-            return None
-        new = [f for f in now if f.warning() not in self.shown]
-        what = f"{new[0].path} now defines {new[0].what}" if new else "a file it would run changed"
-        return f"the tree changed since the decision ({what})"
+        try:
+            self.pin()
+        except TreeChanged as exc:
+            return str(exc)
+        return None
 
 
 def tree_vet(analysis: CommandAnalysis, result: AllowlistResult, cwd: str, roots: Sequence[str]) -> TreeVet:
@@ -300,5 +325,9 @@ def tree_vet(analysis: CommandAnalysis, result: AllowlistResult, cwd: str, roots
     if analysis.ok:
         walk(analysis, result)
     vet = TreeVet(tuple(commands), cwd, tuple(roots), "")
-    found = vet.findings()
-    return TreeVet(vet.commands, cwd, vet.roots, binding(found), tuple(f.warning() for f in found))
+    # One read: the findings decided on and the bytes bound are the same bytes (two reads let a racer
+    # show an inert config to the decision and bind the approval to the one with a filter).
+    record = gitvet.Record()
+    found = vet.findings(record)
+    shown = tuple(f.warning() for f in found)
+    return TreeVet(vet.commands, cwd, vet.roots, binding(found, record.data), shown, tuple(found))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.commands.hostenv import inert_env_problem
 from engine.commands.interpreters import is_interpreter
 from engine.commands.safebins import SafeBinProfile
 from engine.config.egress import BadName, normalize, parse_pattern
@@ -191,6 +192,12 @@ class _Checker:
             return self.value(value, replace(spec, kind="size"), parts)
         if kind == "strlist":
             return self.strlist(value, parts)
+        if kind == "envkeys":
+            for item in self.strlist(value, parts):
+                problem = inert_env_problem(item)
+                if problem is not None:
+                    raise self.error(parts, f"{problem} and can never be inert")
+            return list(value)
         if kind == "safebins":
             for item in self.strlist(value, parts):
                 if is_interpreter(item.strip()):

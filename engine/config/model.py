@@ -55,6 +55,7 @@ class ExecConfig:
     safe_bins: list[str] | None = None  # None = engine.commands.safebins.DEFAULT_SAFE_BINS
     safe_bin_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     log_cap_bytes: int = 64 * MIB
+    inert_env: list[str] = field(default_factory=list)  # env keys beyond hostenv.INERT_ENV_KEYS
 
 
 @dataclass
@@ -189,6 +190,7 @@ class Config:
         merged = replace(self.exec, **{k: v for k, v in own.items() if k != "safe_bin_profiles"})
         # A copy throughout: callers may adjust their view without touching the loaded config.
         merged.path_prepend = list(merged.path_prepend)
+        merged.inert_env = list(merged.inert_env)
         merged.safe_bins = list(merged.safe_bins) if merged.safe_bins is not None else None
         merged.safe_bin_profiles = {**self.exec.safe_bin_profiles, **own.get("safe_bin_profiles", {})}
         return merged

@@ -69,7 +69,7 @@ class Spec:
     """One config key: the attribute it fills, its kind, default and limits."""
 
     attr: str
-    # str | bool | int | number | size | swap | strlist | safebins | strmap | enum | profiles
+    # str | bool | int | number | size | swap | strlist | envkeys | safebins | strmap | enum | profiles
     # | ulimits | iplist | hostlist | cpath (container path) | prefix (container name prefix)
     # | egresslist (egress name patterns) | resolvemap (name -> IP address)
     kind: str
@@ -103,6 +103,7 @@ EXEC_KEYS: dict[str, Spec | Table] = {
     "safeBins": Spec("safe_bins", "safebins"),
     "safeBinProfiles": Spec("safe_bin_profiles", "profiles"),
     "logCapBytes": Spec("log_cap_bytes", "int", minimum=64 * 1024),
+    "inertEnv": Spec("inert_env", "envkeys"),
 }
 ELEVATED_KEYS: dict[str, Spec | Table] = {"enabled": Spec("enabled", "bool")}
 DOCKER_KEYS: dict[str, Spec | Table] = {

@@ -299,7 +299,7 @@ class NodeLink:
             return (
                 f"node {self.name}: `{self.cfg.exechost}` was not found on the node: "
                 f"nodes.{self.name}.exechost is one path (quoted, never split); set the node's environment "
-                f"with nodes.{self.name}.env = {{NAME = \"value\"}} or its state dir with "
+                f'with nodes.{self.name}.env = {{NAME = "value"}} or its state dir with '
                 f"nodes.{self.name}.stateDir"
             )
         if status == 127:

@@ -20,7 +20,8 @@ from engine.approvals.pending import (
 from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
-from engine.commands.verified import StaleContent, VerifiedRun, verify
+from engine.commands.pinned import PinnedView, view_for
+from engine.commands.verified import DEFAULT_SHELL, StaleContent, VerifiedRun, verify
 from engine.config.model import Config
 from engine.policy.decision import Decision, evaluate
 from engine.policy.precedence import SessionOverrides, overrides_for
@@ -316,17 +317,31 @@ class ExecTool:
     ) -> ToolResult:
         """Start `command` over verified content (raises StaleContent when a bound file changed)."""
         run = await self._verified(prepared, command)
+        view = PinnedView()
         try:
+            view = await self._pinned(prepared, run)
             spec = self._spec(prepared, params, ctx, run.command, detached=detached)
-            spec.pass_fds = run.fds
+            spec.argv = view.argv(DEFAULT_SHELL, run.command)
+            if view.env:
+                spec.env = {**(spec.env or {}), **view.env}
+            spec.pass_fds = (*run.fds, *view.fds)
             spec.session_id = session_id
             result = await self.sessions.run(spec)
         finally:
             run.close()  # the child holds its own copies of the fds once spawned
+            view.close()
         # Where it ran, in the words every result uses (node runs say `node <name>` in the gateway's hub).
         container = getattr(prepared.launcher, "container", None) if prepared.host == "sandbox" else None
         result.details.setdefault("ranOn", f"sandbox {container}" if container else prepared.host)
         return result
+
+    async def _pinned(self, prepared: Prepared, run: VerifiedRun) -> PinnedView:
+        """The private view the run starts in: git pointed at the repository vetted, every file a host
+        tool or a script takes code from a read-only copy of the bytes checked (issue 27 §4, §5)."""
+        d = prepared.decision
+        if prepared.host != "gateway" or (d.tree is None and not run.rereads):
+            return PinnedView()
+        return await asyncio.to_thread(view_for, d.tree, run.rereads)
 
     async def _verified(self, prepared: Prepared, command: str) -> VerifiedRun:
         d = prepared.decision

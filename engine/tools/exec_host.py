@@ -16,6 +16,7 @@ from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, 
 from engine.approvals.store import ApprovalsStore
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
+from engine.commands.pinned import view_for
 from engine.commands.verified import StaleContent, verify
 from engine.config.loader import load_config
 from engine.policy.decision import evaluate
@@ -54,6 +55,7 @@ class LocalExecHost:
             store=store,
             cwd=cwd,
             env=env,
+            env_overrides=request.env or None,  # only inert keys ride along unasked (issue 27 §3)
         )
         security = verdict.security
         if security is None:  # the policy itself refused (e.g. host=gateway not allowed here)
@@ -106,10 +108,18 @@ class LocalExecHost:
         except StaleContent as exc:
             return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}", "approval-stale")
         try:
-            argv = shlex.split(run.command)  # every word single-quoted: exactly the pinned argv
-            payload = await run_argv(argv, cwd=cwd, env=env, timeout=timeout, pass_fds=run.fds)
+            # Host tools read the vetted bytes: the same pinned view as a gateway exec (issue 27 §4).
+            view = await asyncio.to_thread(view_for, verdict.tree, run.rereads)
+        except StaleContent as exc:
+            run.close()
+            return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}", "approval-stale")
+        try:
+            argv = view.wrap(shlex.split(run.command))  # every word single-quoted: exactly the pinned argv
+            env = {**env, **view.env}
+            payload = await run_argv(argv, cwd=cwd, env=env, timeout=timeout, pass_fds=(*run.fds, *view.fds))
         finally:
             run.close()
+            view.close()
         return ExecOutcome(ok=True, payload=payload)
 
 
