@@ -231,3 +231,36 @@ async def test_an_oversized_head_is_cut_off(rig: Rig) -> None:
         if not data:
             raise ConnectionResetError
     writer.close()
+
+
+async def test_a_flood_of_silent_connections_cannot_exhaust_the_gateway(rig: Rig) -> None:
+    """Connections past the per-sandbox cap are closed unread: a sandbox cannot make the proxy's process
+    hold descriptors (or relay threads) without bound; once the flood ends, requests are served again."""
+    from engine.sandbox.egress import proxy as proxy_mod
+
+    path = str(rig.directory / "proxy.sock")
+    before = len(os.listdir("/proc/self/fd"))
+    flood = []
+    for _ in range(proxy_mod.MAX_PER_SANDBOX + 50):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+        flood.append(s)
+    closed = 0
+    for s in flood[-40:]:  # the last ones came after the cap: closed at once, unread
+        s.settimeout(20)
+        try:
+            closed += await asyncio.to_thread(s.recv, 1) == b""
+        except ConnectionResetError:
+            closed += 1
+    assert closed == 40
+    held = len(os.listdir("/proc/self/fd")) - before - len(flood)
+    assert held <= proxy_mod.MAX_PER_SANDBOX + 8  # one per accepted connection, at most
+    for s in flood:
+        s.close()
+
+    async def served() -> bool:
+        return _status(await _raw(rig, _get(f"http://allowed.test:{rig.origin}/after"))) == 200
+
+    from tests.helpers.gateway import wait_until
+
+    await wait_until(served, timeout=30, interval=0.1)

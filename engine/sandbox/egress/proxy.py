@@ -31,7 +31,11 @@ log = logging.getLogger(__name__)
 MAX_HEAD = 64 * 1024
 HEAD_TIMEOUT_SEC = 30.0
 CONNECT_TIMEOUT_SEC = 30.0
-MAX_PER_SANDBOX = 512  # connections at once from one sandbox; more wait in its listen backlog
+HANDOFF_TIMEOUT_SEC = 5.0  # the forwarder sends its descriptor at once; a silent peer is not it
+# Connections at once (from accept to close; each holds at most two descriptors and two relay threads):
+# past these a new one is closed unread, so no sandbox can run the gateway out of descriptors or threads.
+MAX_PER_SANDBOX = 256
+MAX_TOTAL = 1024
 CHUNK = 1 << 20
 F_SETPIPE_SZ = 1031
 _HOP = {
@@ -116,7 +120,8 @@ class EgressProxy:
         self.record = record
         self._listeners: dict[str, _Listener] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._pool = ThreadPoolExecutor(max_workers=4 * MAX_PER_SANDBOX, thread_name_prefix="egress")
+        self._pool = ThreadPoolExecutor(max_workers=2 * MAX_TOTAL, thread_name_prefix="egress")
+        self.active = 0  # connections of every sandbox
 
     def listening(self, sandbox: str) -> bool:
         known = self._listeners.get(sandbox)
@@ -170,28 +175,28 @@ class EgressProxy:
                 log.warning("egress listener of %s: %s", sandbox, exc)
                 await asyncio.sleep(0.05)
                 continue
-            task = loop.create_task(self._handoff(sandbox, conn))
+            listener = self._listeners.get(sandbox)
+            if listener is None or listener.active >= MAX_PER_SANDBOX or self.active >= MAX_TOTAL:
+                conn.close()  # (the descriptor in flight, unread, is closed with it)
+                continue
+            listener.active += 1
+            self.active += 1
+            task = loop.create_task(self._handoff(listener, conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _handoff(self, sandbox: str, conn: socket.socket) -> None:
+    async def _handoff(self, listener: _Listener, conn: socket.socket) -> None:
         """The forwarder's message: one NUL byte and one descriptor, a TCP socket of the sandbox."""
-        client = None
         try:
-            client = await _receive_socket(conn)
-        finally:
-            conn.close()
-        if client is None:
-            return
-        listener = self._listeners.get(sandbox)
-        if listener is None or listener.active >= MAX_PER_SANDBOX:
-            client.close()
-            return
-        listener.active += 1
-        try:
-            await self.serve(client, listener.agent_id, sandbox)
+            try:
+                client = await _receive_socket(conn)
+            finally:
+                conn.close()
+            if client is not None:
+                await self.serve(client, listener.agent_id, listener.sandbox)
         finally:
             listener.active -= 1
+            self.active -= 1
 
     # -- one connection ---------------------------------------------------------------------------
 
@@ -289,7 +294,7 @@ async def _receive_socket(conn: socket.socket) -> socket.socket | None:
 
     loop.add_reader(conn.fileno(), readable)
     try:
-        async with asyncio.timeout(HEAD_TIMEOUT_SEC):
+        async with asyncio.timeout(HANDOFF_TIMEOUT_SEC):
             await ready
     except TimeoutError:
         return None
