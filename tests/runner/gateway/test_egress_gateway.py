@@ -173,3 +173,20 @@ async def test_a_new_gateway_serves_the_sandboxes_it_finds(state_dir: Path, clea
             out = await _exec(client, _fetch("bwrap", f"http://origin.test:{o.port}/after"))
             await client.close()
         assert "at /after" in out
+
+
+@needs_bwrap
+async def test_an_unanswered_ask_ends_in_a_clear_403(
+    state_dir: Path, cleanup: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXECHOST_APPROVAL_TIMEOUT_MS", "1500")  # the ask's timeout, shortened
+    with origin() as o:
+        write_config(state_dir, _config(o.port, "bwrap"))
+        async with gateway(state_dir):
+            client = await connect(state_dir)
+            try:
+                out = await _exec(client, _fetch("bwrap", f"http://asked.test:{o.port}/late"))
+            finally:
+                await client.close()
+    assert " 403 " in out and "got no decision (expired)" in out, out
+    assert "asked.test:" in out and "not in the allowlist" in out
