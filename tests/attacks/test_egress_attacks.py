@@ -264,3 +264,31 @@ async def test_a_flood_of_silent_connections_cannot_exhaust_the_gateway(rig: Rig
     from tests.helpers.gateway import wait_until
 
     await wait_until(served, timeout=30, interval=0.1)
+
+
+async def test_socks5_is_decided_like_http(rig: Rig) -> None:
+    """SOCKS5 on the same port: names are decided and resolved by the proxy like HTTP ones; IP literals,
+    unknown names, other commands and authentication-only clients are refused with SOCKS reply codes."""
+    from tests.helpers.egress import curl
+
+    via = f"socks5h://127.0.0.1:{rig.port}"
+    code, out, err = await curl("-x", via, f"http://allowed.test:{rig.origin}/socks")
+    assert code == 0 and "at /socks" in out, err
+    code, _, err = await curl("-x", via, f"http://evil.test:{rig.origin}/")
+    assert code == 97 and "(2)" in err, err  # reply 2: connection not allowed by ruleset
+    code, _, _ = await curl("-x", f"socks5://127.0.0.1:{rig.port}", f"http://localhost:{rig.origin}/")
+    assert code != 0  # curl resolved it to 127.0.0.1 itself: an IP literal, refused
+
+    def connect_request(cmd: int, host: bytes, port: int) -> bytes:
+        return b"\x05\x01\x00" + bytes([5, cmd, 0, 3, len(host)]) + host + port.to_bytes(2, "big")
+
+    answer = await _raw(rig, connect_request(2, b"allowed.test", rig.origin))  # BIND
+    assert answer[:2] == b"\x05\x00" and answer[2:4] == b"\x05\x07", answer
+    answer = await _raw(rig, b"\x05\x01\x02")  # username/password only
+    assert answer == b"\x05\xff", answer
+    answer = await _raw(rig, connect_request(1, b"allowed.test", 22))  # a port the entry does not name
+    assert answer[2:4] == b"\x05\x02", answer
+    answer = await _raw(rig, b"\x05\x01\x00\x05\x01\x00\x01\x7f\x00\x00\x01" + rig.origin.to_bytes(2, "big"))
+    assert answer[2:4] == b"\x05\x02", answer  # 127.0.0.1 as an IPv4 address
+    methods = {(r.name, r.method, r.decision) for r in rig.records}
+    assert ("allowed.test", "SOCKS5", "allowed") in methods and ("evil.test", "SOCKS5", "refused") in methods

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.config.egress import BadName, normalize
+from engine.sandbox.egress import socks
 from engine.sandbox.egress.addresses import Refused, Target, resolve
 
 log = logging.getLogger(__name__)
@@ -201,56 +202,52 @@ class EgressProxy:
     # -- one connection ---------------------------------------------------------------------------
 
     async def serve(self, client: socket.socket, agent_id: str, sandbox: str) -> None:
-        """Read the request head, decide, connect, relay; always one record (unless the client sent
-        nothing at all)."""
+        """Read the request (HTTP, or SOCKS5 when its first byte says so), decide, connect, relay; always
+        one record (unless the client sent nothing at all)."""
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         rec = Connection(agent_id, sandbox, "", 0, "", "refused", "", "proxy", startedAtMs=_now_ms())
         upstream: socket.socket | None = None
+        talk: _Http | _Socks = _Http(loop, client)
         try:
             client.setblocking(False)
             try:
-                head, rest = await asyncio.wait_for(_read_head(loop, client), HEAD_TIMEOUT_SEC)
+                async with asyncio.timeout(HEAD_TIMEOUT_SEC):
+                    first = await loop.sock_recv(client, 16384)
+                    if first[:1] == bytes([socks.VERSION]):
+                        talk = _Socks(loop, client)
+                    parsed = await talk.read(first)
+            except BadRequest as exc:
+                rec.rule, rec.method = str(exc), talk.method
+                rec.status = await talk.refuse("bad", f"exechost egress: {exc}")
+                return
             except (TimeoutError, ConnectionError, OSError):
                 return
-            if not head:
+            if parsed is None:
                 return
-            try:
-                method, name, port, forward = _parse(head)
-            except BadRequest as exc:
-                rec.rule = str(exc)
-                rec.status = 400
-                await _answer(loop, client, 400, "Bad Request", f"exechost egress: {exc}")
-                return
+            method, name, port, forward, rest = parsed
             rec.name, rec.port, rec.method = name, port, method
             decision = await self.decide(Request(agent_id, sandbox, name, port, method))
             rec.rule, rec.decidedBy = decision.rule, decision.by
             if not decision.allowed:
-                rec.status = 403
-                await _answer(loop, client, 403, "Forbidden", _refusal(name, port, decision.rule))
+                rec.status = await talk.refuse("forbidden", _refusal(name, port, decision.rule))
                 return
             try:
                 target = await resolve(name, port, decision.resolve)
             except Refused as exc:
                 rec.rule = f"{decision.rule}; refused: {exc}"
-                rec.status = 403
-                await _answer(loop, client, 403, "Forbidden", _refusal(name, port, str(exc)))
+                rec.status = await talk.refuse("forbidden", _refusal(name, port, str(exc)))
                 return
             rec.address = target.address
             try:
                 upstream = await _connect(loop, target)
             except OSError as exc:
                 rec.error = f"connect {target.address}:{port}: {exc.strerror or exc}"
-                rec.status = 502
-                await _answer(loop, client, 502, "Bad Gateway", f"exechost egress: {rec.error}")
+                rec.status = await talk.refuse("unreachable", f"exechost egress: {rec.error}")
                 return
             rec.decision = "allowed"
-            if method == "CONNECT":
-                rec.status = 200
-                await loop.sock_sendall(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
-                first = rest
-            else:
-                first = forward + rest
+            rec.status = await talk.established()
+            first = forward + rest
             if first:
                 await loop.sock_sendall(upstream, first)
             up, down = await self._relay(client, upstream)
@@ -276,6 +273,80 @@ class EgressProxy:
         down = loop.run_in_executor(self._pool, _pump, upstream, client)
         sent_up, sent_down = await asyncio.gather(up, down)
         return sent_up, sent_down
+
+
+_HTTP_REFUSALS = {
+    "bad": (400, "Bad Request"),
+    "forbidden": (403, "Forbidden"),
+    "unreachable": (502, "Bad Gateway"),
+}
+_SOCKS_REFUSALS = {
+    "bad": socks.GENERAL_FAILURE,
+    "forbidden": socks.NOT_ALLOWED,
+    "unreachable": socks.HOST_UNREACHABLE,
+}
+Parsed = tuple[str, str, int, bytes, bytes]  # method, name, port, head to send upstream, bytes after it
+
+
+class _Http:
+    """HTTP forward proxying: an absolute-form request, or CONNECT; refusals are HTTP answers."""
+
+    method = "HTTP"
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, client: socket.socket) -> None:
+        self.loop, self.client = loop, client
+        self.connect = False
+
+    async def read(self, first: bytes) -> Parsed | None:
+        head, rest = await _read_head(self.loop, self.client, first)
+        if not head:
+            return None
+        method, name, port, forward = _parse(head)
+        self.method, self.connect = method, method == "CONNECT"
+        return method, name, port, forward, rest
+
+    async def refuse(self, kind: str, text: str) -> int:
+        code, reason = _HTTP_REFUSALS[kind]
+        await _answer(self.loop, self.client, code, reason, text)
+        return code
+
+    async def established(self) -> int | None:
+        if self.connect:
+            await self.loop.sock_sendall(self.client, b"HTTP/1.1 200 Connection established\r\n\r\n")
+            return 200
+        return None
+
+
+class _Socks:
+    """SOCKS5 CONNECT (engine.sandbox.egress.socks); refusals are SOCKS reply codes."""
+
+    method = "SOCKS5"
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, client: socket.socket) -> None:
+        self.loop, self.client = loop, client
+        self.answered = False
+
+    async def read(self, first: bytes) -> Parsed | None:
+        try:
+            name, port, rest = await socks.handshake(self.loop, self.client, first)
+        except socks.SocksError as exc:
+            self.answered = True  # the greeting's refusal was sent, or this reply is
+            if exc.code is not None:
+                with contextlib.suppress(OSError):
+                    await self.loop.sock_sendall(self.client, socks.reply(exc.code))
+            raise BadRequest(str(exc)) from None
+        return self.method, name, port, b"", rest
+
+    async def refuse(self, kind: str, text: str) -> int:
+        code = _SOCKS_REFUSALS[kind]
+        if not self.answered:
+            with contextlib.suppress(OSError):
+                await self.loop.sock_sendall(self.client, socks.reply(code))
+        return code
+
+    async def established(self) -> int:
+        await self.loop.sock_sendall(self.client, socks.reply(socks.SUCCEEDED))
+        return socks.SUCCEEDED
 
 
 def _refusal(name: str, port: int, why: str) -> str:
@@ -322,8 +393,11 @@ async def _receive_socket(conn: socket.socket) -> socket.socket | None:
     return sock
 
 
-async def _read_head(loop: asyncio.AbstractEventLoop, client: socket.socket) -> tuple[bytes, bytes]:
-    buf = b""
+async def _read_head(
+    loop: asyncio.AbstractEventLoop, client: socket.socket, buf: bytes = b""
+) -> tuple[bytes, bytes]:
+    if not buf:
+        return b"", b""
     while b"\r\n\r\n" not in buf:
         if len(buf) > MAX_HEAD:
             raise ConnectionError("request head too large")

@@ -103,6 +103,10 @@ async def _check(rig: Rig, sx: SandboxExec, backend: str) -> None:
     # An allowed name that DNS resolves to loopback, with no `resolve` entry: refused after resolution.
     _, out, _ = await run(sx, _get(f"http://localhost:{port}/x", backend, no_env=True))
     assert " 403 " in out, out
+    if backend == "bwrap":  # SOCKS5 on the same port, names resolved by the proxy (curl speaks it)
+        socks = f"curl -sS --max-time 10 -x socks5h://127.0.0.1:{forwarder.PORT} http://origin.test:{port}/s5"
+        status, out, err = await run(sx, socks)
+        assert status == (0, None) and "at /s5" in out, err
     seen = {(r.name, r.method, r.decision) for r in rig.records}
     assert ("origin.test", "GET", "allowed") in seen
     assert ("origin.test", "CONNECT", "allowed") in seen
