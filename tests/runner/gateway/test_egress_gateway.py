@@ -85,8 +85,16 @@ async def test_egress_through_the_gateway(state_dir: Path, backend: str, cleanup
 
 
 async def _run(state: Path, client: ControlClient, backend: str, port: int) -> None:
+    watcher = await connect(state, "watcher")
+    await watcher.subscribe(["sandboxes"])
     out = await _exec(client, _fetch(backend, f"http://origin.test:{port}/plain"))
     assert f"origin says hello to origin.test:{port} at /plain" in out, out
+    async for event in watcher.events():  # every connection is an event on the sandboxes topic
+        if event.event == "egress.connection":
+            assert event.data["name"] == "origin.test" and event.data["decision"] == "allowed"
+            assert event.data["decidedBy"] == "policy" and event.data["bytesDown"] > 0
+            break
+    await watcher.close()
 
     # An unknown name: one inbox row for two waiting connections, answered by `exechost approve`.
     first = asyncio.ensure_future(_exec(client, _fetch(backend, f"http://asked.test:{port}/one")))
