@@ -23,13 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from engine.config.egress import BadName, normalize
-from engine.sandbox.egress import socks
+from engine.sandbox.egress import httphead, socks
 from engine.sandbox.egress.addresses import Refused, Target, resolve
 
 log = logging.getLogger(__name__)
 
-MAX_HEAD = 64 * 1024
 HEAD_TIMEOUT_SEC = 30.0
 CONNECT_TIMEOUT_SEC = 30.0
 HANDOFF_TIMEOUT_SEC = 5.0  # the forwarder sends its descriptor at once; a silent peer is not it
@@ -39,17 +37,6 @@ MAX_PER_SANDBOX = 256
 MAX_TOTAL = 1024
 CHUNK = 1 << 20
 F_SETPIPE_SZ = 1031
-_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "upgrade",
-    "host",
-}
 
 
 @dataclass(frozen=True)
@@ -97,10 +84,6 @@ class Connection:
 
 Decide = Callable[[Request], Awaitable[Decision]]
 Record = Callable[[Connection], None]
-
-
-class BadRequest(Exception):
-    pass
 
 
 @dataclass
@@ -217,7 +200,7 @@ class EgressProxy:
                     if first[:1] == bytes([socks.VERSION]):
                         talk = _Socks(loop, client)
                     parsed = await talk.read(first)
-            except BadRequest as exc:
+            except httphead.BadRequest as exc:
                 rec.rule, rec.method = str(exc), talk.method
                 rec.status = await talk.refuse("bad", f"exechost egress: {exc}")
                 return
@@ -298,16 +281,16 @@ class _Http:
         self.connect = False
 
     async def read(self, first: bytes) -> Parsed | None:
-        head, rest = await _read_head(self.loop, self.client, first)
+        head, rest = await httphead.read_head(self.loop, self.client, first)
         if not head:
             return None
-        method, name, port, forward = _parse(head)
+        method, name, port, forward = httphead.parse(head)
         self.method, self.connect = method, method == "CONNECT"
         return method, name, port, forward, rest
 
     async def refuse(self, kind: str, text: str) -> int:
         code, reason = _HTTP_REFUSALS[kind]
-        await _answer(self.loop, self.client, code, reason, text)
+        await httphead.answer(self.loop, self.client, code, reason, text)
         return code
 
     async def established(self) -> int | None:
@@ -334,7 +317,7 @@ class _Socks:
             if exc.code is not None:
                 with contextlib.suppress(OSError):
                     await self.loop.sock_sendall(self.client, socks.reply(exc.code))
-            raise BadRequest(str(exc)) from None
+            raise httphead.BadRequest(str(exc)) from None
         return self.method, name, port, b"", rest
 
     async def refuse(self, kind: str, text: str) -> int:
@@ -393,100 +376,6 @@ async def _receive_socket(conn: socket.socket) -> socket.socket | None:
     return sock
 
 
-async def _read_head(
-    loop: asyncio.AbstractEventLoop, client: socket.socket, buf: bytes = b""
-) -> tuple[bytes, bytes]:
-    if not buf:
-        return b"", b""
-    while b"\r\n\r\n" not in buf:
-        if len(buf) > MAX_HEAD:
-            raise ConnectionError("request head too large")
-        chunk = await loop.sock_recv(client, 16384)
-        if not chunk:
-            return b"", b""
-        buf += chunk
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    return head, rest
-
-
-def _split_authority(authority: str, default_port: int | None) -> tuple[str, int]:
-    if not authority or "@" in authority or any(c in authority for c in " \t\\%"):
-        raise BadRequest(f"invalid authority {authority!r}")
-    if authority.startswith("["):
-        end = authority.find("]")
-        if end < 0:
-            raise BadRequest(f"invalid authority {authority!r}")
-        host, rest = authority[: end + 1], authority[end + 1 :]
-        port_text = rest[1:] if rest.startswith(":") else ("" if not rest else None)
-    else:
-        host, sep, port_text = authority.rpartition(":") if ":" in authority else (authority, "", "")
-        if sep and ":" in host:
-            raise BadRequest(f"invalid authority {authority!r} (an IPv6 address goes in brackets)")
-    if port_text is None:
-        raise BadRequest(f"invalid authority {authority!r}")
-    if port_text:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise BadRequest(f"invalid port in {authority!r}")
-        port = int(port_text)
-    elif default_port is None:
-        raise BadRequest(f"CONNECT needs host:port, got {authority!r}")
-    else:
-        port = default_port
-    try:
-        name = normalize(host)
-    except BadName as exc:
-        raise BadRequest(str(exc)) from None
-    return name, port
-
-
-def _parse(head: bytes) -> tuple[str, str, int, bytes]:
-    """(method, name, port, the head to send upstream: b"" for CONNECT)."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes everything
-        raise BadRequest("undecodable request") from None
-    lines = text.split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise BadRequest("malformed request line")
-    method, target, version = parts
-    if not method.isalpha() or not method.isupper():
-        raise BadRequest(f"invalid method {method!r}")
-    headers: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip() or any(c in name for c in " \t"):
-            raise BadRequest("malformed header line")
-        headers.append((name, value.strip()))
-    if method == "CONNECT":
-        host, port = _split_authority(target, None)
-        return method, host, port, b""
-    if not target.lower().startswith("http://"):
-        if target.lower().startswith("https://"):
-            raise BadRequest("https:// goes through CONNECT (set https_proxy)")
-        raise BadRequest("this is a proxy: absolute http:// URLs or CONNECT only")
-    rest = target[len("http://") :]
-    cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
-    authority, path = rest[:cut], rest[cut:]
-    host, port = _split_authority(authority, 80)
-    path = path.split("#", 1)[0]
-    if not path.startswith("/"):
-        path = "/" + path
-    for key, value in headers:
-        if key.lower() == "host":
-            try:
-                given, _ = _split_authority(value, 80)
-            except BadRequest:
-                raise BadRequest(f"Host header {value!r} is not a host") from None
-            if given != host:  # (its port is the URL's anyway: the Host sent upstream is rewritten)
-                raise BadRequest(f"Host header {value!r} names another host than the URL")
-    shown = host if ":" not in host else f"[{host}]"
-    out = [f"{method} {path} {version}", f"Host: {shown}" + (f":{port}" if port != 80 else "")]
-    out += [f"{k}: {v}" for k, v in headers if k.lower() not in _HOP]
-    out.append("Connection: close")
-    return method, host, port, ("\r\n".join(out) + "\r\n\r\n").encode("latin-1")
-
-
 async def _connect(loop: asyncio.AbstractEventLoop, target: Target) -> socket.socket:
     sock = socket.socket(target.family, socket.SOCK_STREAM)
     sock.setblocking(False)
@@ -500,18 +389,6 @@ async def _connect(loop: asyncio.AbstractEventLoop, target: Target) -> socket.so
         sock.close()
         raise
     return sock
-
-
-async def _answer(
-    loop: asyncio.AbstractEventLoop, client: socket.socket, code: int, reason: str, body: str
-) -> None:
-    data = (body + "\n").encode()
-    head = (
-        f"HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(data)}\r\nX-Proxy-Error: {reason}\r\nConnection: close\r\n\r\n"
-    )
-    with contextlib.suppress(OSError):
-        await loop.sock_sendall(client, head.encode() + data)
 
 
 def _pump(src: socket.socket, dst: socket.socket) -> int:
