@@ -142,6 +142,8 @@ async def _run(state: Path, client: ControlClient, backend: str, port: int) -> N
     approvals = json.loads((state / "exec-approvals.json").read_text())
     assert approvals["agents"]["main"]["egress"]["allow"] == [f"kept.test:{port}"]
     assert "at /k2" in await _exec(client, _fetch(backend, f"http://kept.test:{port}/k2"))
+    shown = await asyncio.to_thread(cli, state, "approvals", "get")
+    assert "egress.allow" in shown.stdout and f"kept.test:{port}" in shown.stdout, shown.stdout
 
     listed = await asyncio.to_thread(cli, state, "sandbox", "egress", "--json", "--limit", "100")
     assert listed.returncode == 0, listed.stderr
