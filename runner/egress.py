@@ -62,6 +62,7 @@ class EgressHub:
         self.log = EgressLog(services.state_dir / HISTORY_DIR)
         self.writer = GroupWriter("egress history", self._write)
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle
 
@@ -69,6 +70,8 @@ class EgressHub:
         """Serve every egress sandbox this state dir holds (they outlive a gateway), and new ones as made."""
         manager = default_manager()
         manager.egress = self.listen
+        manager.egress_gone = self._gone
+        self._loop = asyncio.get_running_loop()
         try:
             entries = await asyncio.to_thread(manager.registry.read)
         except Exception as exc:  # a damaged registry: the next exec into each sandbox listens again
@@ -91,8 +94,19 @@ class EgressHub:
         manager = default_manager()
         if manager.egress == self.listen:
             manager.egress = None
+            manager.egress_gone = None
         await self.proxy.close()
         await self.writer.barrier()
+
+    def _gone(self, sandbox: str) -> None:
+        """A sandbox was removed (from any thread: removals run in workers): its listener stops."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop_if_gone, sandbox)
+
+    def _stop_if_gone(self, sandbox: str) -> None:
+        # A sandbox made again under the name meanwhile has a listener of its own again: that one stays.
+        if not self.proxy.listening(sandbox):
+            self.proxy.stop(sandbox)
 
     async def listen(self, sandbox: str, agent_id: str, uid: int | None) -> None:
         await self.proxy.listen(sandbox, agent_id, forwarder.socket_dir(sandbox), uid)

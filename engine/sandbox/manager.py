@@ -85,6 +85,7 @@ class SandboxManager:
         # The gateway's egress proxy: (sandbox, agent, uid that may use the socket) → listening. Without
         # it (the engine alone) an egress sandbox has its forwarder but nothing answers: 502 inside.
         self.egress: Callable[[str, str, int | None], Awaitable[None]] | None = None
+        self.egress_gone: Callable[[str], None] | None = None  # its listener stops with the sandbox
         self._egress_dirs: set[str] = set()
         self._writes: set[asyncio.Future[None]] = set()  # registry writes off the request path
 
@@ -178,7 +179,8 @@ class SandboxManager:
 
     async def _egress_ready(self, settings: SandboxSettings, lay: Layout, agent_id: str) -> None:
         """The sandbox's proxy socket dir and the forwarder binary exist, and the proxy listens there."""
-        if lay.name not in self._egress_dirs:
+        # (a stat: another process — `sandbox recreate` from the CLI — may have removed the dir)
+        if lay.name not in self._egress_dirs or not forwarder.socket_dir(lay.name).is_dir():
             try:
                 await asyncio.to_thread(forwarder.prepare_dir, lay.name)
                 await asyncio.to_thread(forwarder.ensure_binary)
@@ -486,7 +488,12 @@ class SandboxManager:
         return count
 
     def forget(self, name: str) -> None:
+        """The sandbox is gone: nothing of it stays known, and its egress socket and dir go too."""
         self._known.pop(name, None)
+        self._egress_dirs.discard(name)
+        if self.egress_gone is not None:
+            self.egress_gone(name)
+        forwarder.remove_dir(name)
 
     # -- prune ------------------------------------------------------------------------------------
     async def maybe_prune(self, settings: SandboxSettings, *, force: bool = False) -> list[str]:

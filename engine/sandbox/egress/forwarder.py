@@ -7,6 +7,7 @@ built here from the source shipped beside this module, kept in the bin dir under
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -37,6 +38,15 @@ def socket_dir(sandbox: str) -> Path:
     """The host dir holding a sandbox's proxy socket, bind-mounted read-only at MOUNT: short (a hash of the
     name) because the socket's path must fit sun_path."""
     return statefs.state_dir() / DIR_NAME / hashlib.sha256(sandbox.encode()).hexdigest()[:16]
+
+
+def remove_dir(sandbox: str) -> None:
+    """The sandbox is gone: its socket and dir go (a dir never made is fine)."""
+    target = socket_dir(sandbox)
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        os.unlink(target / SOCKET_NAME)
+    with contextlib.suppress(OSError):
+        os.rmdir(target)
 
 
 def prepare_dir(sandbox: str) -> Path:

@@ -200,3 +200,26 @@ async def test_an_unanswered_ask_ends_in_a_clear_403(
                 await client.close()
     assert " 403 " in out and "got no decision (expired)" in out, out
     assert "asked.test:" in out and "not in the allowlist" in out
+
+
+@needs_bwrap
+async def test_a_removed_sandbox_takes_its_egress_socket_along(state_dir: Path, cleanup: None) -> None:
+    from engine.sandbox.egress import forwarder
+
+    with origin() as o:
+        write_config(state_dir, _config(o.port, "bwrap"))
+        async with gateway(state_dir) as server:
+            client = await connect(state_dir)
+            try:
+                assert "at /one" in await _exec(client, _fetch("bwrap", f"http://origin.test:{o.port}/one"))
+                (name,) = [row["name"] for row in bwrap.list_sandboxes() if row["running"]]
+                assert (forwarder.socket_dir(name) / "proxy.sock").exists()
+                done = await asyncio.to_thread(cli, state_dir, "sandbox", "recreate", "--all", "--force")
+                assert done.returncode == 0, done.stderr
+                await wait_until(lambda: not server.services.egress.proxy.listening(name))
+                assert not forwarder.socket_dir(name).exists()
+                # Made again under the same name: a new socket, a new listener, the way out again.
+                assert "at /two" in await _exec(client, _fetch("bwrap", f"http://origin.test:{o.port}/two"))
+                assert server.services.egress.proxy.listening(name)
+            finally:
+                await client.close()
