@@ -32,6 +32,7 @@ from console.widgets.policy import SESSION_OVERRIDE_KEYS, PolicyPane
 from console.widgets.sandboxes import SandboxesPane
 from console.widgets.sessions import SessionsPane
 from engine.approvals.socket.server import (
+    ApprovalSocketBusy,
     ApprovalSocketError,
     ApprovalSocketServer,
     PromptRequest,
@@ -69,6 +70,7 @@ class ConsoleApp(App[None]):
         self.state = state
         self.config_path = config_path
         self.host_approval_socket = host_approval_socket
+        self.quiet_socket_busy = False  # a web tab: another tab or console hosting the socket is no news
         self.bell_on_new = bell
         self.show_clock = clock
         self.connect_gateway = connect
@@ -160,7 +162,8 @@ class ConsoleApp(App[None]):
             )
             await server.start()
         except (ApprovalSocketError, ApprovalsFileError, OSError) as exc:
-            self.notify_plain(f"approval socket not hosted: {exc}", severity="warning", timeout=8)
+            if not (self.quiet_socket_busy and isinstance(exc, ApprovalSocketBusy)):
+                self.notify_plain(f"approval socket not hosted: {exc}", severity="warning", timeout=8)
             return
         self.socket_server = server
 
@@ -514,4 +517,3 @@ class ConsoleApp(App[None]):
             self.query_one(SandboxesPane).action_refresh_list()
         if event.pane.id:
             self.focus_tab(event.pane.id)
-

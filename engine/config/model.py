@@ -56,6 +56,8 @@ class ExecConfig:
     safe_bin_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     log_cap_bytes: int = 64 * MIB
     inert_env: list[str] = field(default_factory=list)  # env keys beyond hostenv.INERT_ENV_KEYS
+    max_sessions_per_agent: int = 64
+    max_output_bytes_per_agent: int = 2048 * MIB
 
 
 @dataclass

@@ -297,6 +297,7 @@ class ExecTool:
             background=background,
             timeout_sec=timeout_sec,
             scope_key=ctx.scope_key,
+            operator=ctx.operator,
             session_key=ctx.session_key or None,
             notify_on_exit=False if detached else exec_cfg.notify_on_exit,
             notify_on_exit_empty_success=exec_cfg.notify_on_exit_empty_success,

@@ -536,3 +536,23 @@ async def test_a_network_is_refused_by_exec_and_policy_check_alike(
     main(["policy", "check", "--json", "--", "true"])
     checked = json.loads(capsys.readouterr().out)
     assert checked["decision"] == "deny" and "the bwrap backend has no network" in checked["reason"], checked
+
+
+async def test_skills_seeding_and_stage_reach_the_bwrap_workspace(
+    bwrap_mgr: SandboxManager, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runner.cli import main
+
+    skills = Path(statefs.state_dir(), "workspace", "skills")
+    skills.mkdir(parents=True)
+    (skills / "howto.md").write_text("seeded\n")
+    sx = await prepare_exec(config(), "main", "s", None, manager=bwrap_mgr)
+    inbound = Path(sx.workspace_dir).parent / "report.txt"
+    inbound.write_text("staged\n")
+    Path(statefs.state_dir(), "config.toml").write_text(
+        '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
+    )
+    assert main(["sandbox", "stage", str(inbound)]) == 0
+    assert "/workspace/media/inbound/report.txt" in capsys.readouterr().out
+    _, out, _ = await run(sx, "cat /workspace/skills/howto.md /workspace/media/inbound/report.txt")
+    assert out == "seeded\nstaged\n"
