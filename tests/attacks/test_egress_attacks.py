@@ -6,6 +6,7 @@ operator did not allow. Each goes through the real forwarder and the real proxy 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -292,3 +293,94 @@ async def test_socks5_is_decided_like_http(rig: Rig) -> None:
     assert answer[2:4] == b"\x05\x02", answer  # 127.0.0.1 as an IPv4 address
     methods = {(r.name, r.method, r.decision) for r in rig.records}
     assert ("allowed.test", "SOCKS5", "allowed") in methods and ("evil.test", "SOCKS5", "refused") in methods
+
+
+async def test_a_pipelined_second_request_never_goes_upstream(tmp_path: Path) -> None:
+    """Plain HTTP: a request's body is its Content-Length; a second request pipelined behind it (naming
+    another Host, to be fronted through the allowed address) is never sent upstream; chunked bodies, whose
+    end only parsing finds, are refused (400)."""
+    import threading
+
+    received: list[bytes] = []
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    origin_port = server.getsockname()[1]
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                size = int(next((v for k, v in _headers(head) if k == "content-length"), "0"))
+                while len(body) < size:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    body += chunk
+                conn.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    body += conn.recv(65536)  # whatever else arrived with it
+                received.append(head + b"\r\n\r\n" + body)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    policy = EgressPolicy.from_config(
+        {
+            "mode": "allowlist",
+            "allow": [f"allowed.test:{origin_port}"],
+            "resolve": {"allowed.test": "127.0.0.1"},
+        }
+    )
+
+    async def decide_it(req: Request) -> Decision:
+        verdict = decide(policy, req.name, req.port)
+        return Decision(verdict.action == "allow", verdict.rule, "policy", dict(policy.resolve))
+
+    proxy = EgressProxy(decide_it, lambda _c: None)
+    directory = tmp_path / "eg"
+    directory.mkdir(mode=0o700)
+    await proxy.listen("sbx", "main", directory)
+    try:
+        with host_forwarder(directory) as port:
+            rig = Rig(port, origin_port, [], directory)
+            smuggled = b"GET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n"
+            first = f"POST http://allowed.test:{origin_port}/up HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+            answer = await _raw(rig, first.encode() + smuggled)
+            assert _status(answer) == 200, answer
+            first = f"GET http://allowed.test:{origin_port}/get HTTP/1.1\r\n\r\n"
+            assert _status(await _raw(rig, first.encode() + smuggled)) == 200
+            chunked = (
+                f"POST http://allowed.test:{origin_port}/c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                "5\r\nhello\r\n0\r\n\r\n"
+            )
+            assert _status(await _raw(rig, chunked.encode())) == 400
+            twice = (
+                f"POST http://allowed.test:{origin_port}/c HTTP/1.1\r\n"
+                "Content-Length: 1\r\nContent-Length: 9\r\n\r\nx"
+            )
+            assert _status(await _raw(rig, twice.encode())) == 400
+    finally:
+        await proxy.close()
+        server.close()
+    assert len(received) == 2
+    assert received[0].endswith(b"\r\n\r\nhello") and b"evil" not in received[0]
+    assert received[1].startswith(b"GET /get HTTP/1.1") and b"evil" not in received[1]
+
+
+def _headers(head: bytes) -> list[tuple[str, str]]:
+    out = []
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        key, _, value = line.partition(":")
+        out.append((key.strip().lower(), value.strip()))
+    return out

@@ -81,8 +81,10 @@ def split_authority(authority: str, default_port: int | None) -> tuple[str, int]
     return name, port
 
 
-def parse(head: bytes) -> tuple[str, str, int, bytes]:
-    """(method, name, port, the head to send upstream: b"" for CONNECT)."""
+def parse(head: bytes) -> tuple[str, str, int, bytes, int | None]:
+    """(method, name, port, the head to send upstream: b"" for CONNECT, how many body bytes follow it:
+    None for CONNECT, whose tunnel carries anything). A plain request's body is its Content-Length and
+    nothing more: bytes after it (a second, pipelined request naming another Host) never go upstream."""
     try:
         text = head.decode("latin-1")
     except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes everything
@@ -102,7 +104,7 @@ def parse(head: bytes) -> tuple[str, str, int, bytes]:
         headers.append((name, value.strip()))
     if method == "CONNECT":
         host, port = split_authority(target, None)
-        return method, host, port, b""
+        return method, host, port, b"", None
     if not target.lower().startswith("http://"):
         if target.lower().startswith("https://"):
             raise BadRequest("https:// goes through CONNECT (set https_proxy)")
@@ -122,11 +124,25 @@ def parse(head: bytes) -> tuple[str, str, int, bytes]:
                 raise BadRequest(f"Host header {value!r} is not a host") from None
             if given != host:  # (its port is the URL's anyway: the Host sent upstream is rewritten)
                 raise BadRequest(f"Host header {value!r} names another host than the URL")
+    body = _body_length(headers)
     shown = host if ":" not in host else f"[{host}]"
     out = [f"{method} {path} {version}", f"Host: {shown}" + (f":{port}" if port != 80 else "")]
     out += [f"{k}: {v}" for k, v in headers if k.lower() not in HOP]
     out.append("Connection: close")
-    return method, host, port, ("\r\n".join(out) + "\r\n\r\n").encode("latin-1")
+    return method, host, port, ("\r\n".join(out) + "\r\n\r\n").encode("latin-1"), body
+
+
+def _body_length(headers: list[tuple[str, str]]) -> int:
+    """A plain request's body size: its Content-Length (all equal), else 0. A chunked body's end is known
+    only by parsing it: such a request goes through CONNECT (https) instead."""
+    if any(k.lower() == "transfer-encoding" for k, _ in headers):
+        raise BadRequest("a chunked request body is not proxied over plain http (use https)")
+    lengths = {v for k, v in headers if k.lower() == "content-length"}
+    if not lengths:
+        return 0
+    if len(lengths) != 1 or not next(iter(lengths)).isdigit():
+        raise BadRequest("conflicting or invalid Content-Length")
+    return int(next(iter(lengths)))
 
 
 async def answer(

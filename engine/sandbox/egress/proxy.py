@@ -210,7 +210,7 @@ class EgressProxy:
                 return
             if parsed is None:
                 return
-            method, name, port, forward, rest = parsed
+            method, name, port, forward, rest, body = parsed
             rec.name, rec.port, rec.method = name, port, method
             decision = await self.decide(Request(agent_id, sandbox, name, port, method))
             rec.rule, rec.decidedBy = decision.rule, decision.by
@@ -232,10 +232,14 @@ class EgressProxy:
                 return
             rec.decision = "allowed"
             rec.status = await talk.established()
+            more: int | None = None  # body bytes still to come from the client (None: no end)
+            if body is not None:
+                rest = rest[:body]
+                more = body - len(rest)
             first = forward + rest
             if first:
                 await loop.sock_sendall(upstream, first)
-            up, down = await self._relay(client, upstream)
+            up, down = await self._relay(client, upstream, more)
             rec.bytesUp, rec.bytesDown = up + len(first), down
         except (ConnectionError, OSError) as exc:
             rec.error = rec.error or str(exc)
@@ -250,11 +254,13 @@ class EgressProxy:
                 except Exception:
                     log.exception("egress record failed")
 
-    async def _relay(self, client: socket.socket, upstream: socket.socket) -> tuple[int, int]:
+    async def _relay(
+        self, client: socket.socket, upstream: socket.socket, up_limit: int | None
+    ) -> tuple[int, int]:
         loop = asyncio.get_running_loop()
         client.setblocking(True)
         upstream.setblocking(True)
-        up = loop.run_in_executor(self._pool, _pump, client, upstream)
+        up = loop.run_in_executor(self._pool, _pump, client, upstream, up_limit)
         down = loop.run_in_executor(self._pool, _pump, upstream, client)
         sent_up, sent_down = await asyncio.gather(up, down)
         return sent_up, sent_down
@@ -270,7 +276,8 @@ _SOCKS_REFUSALS = {
     "forbidden": socks.NOT_ALLOWED,
     "unreachable": socks.HOST_UNREACHABLE,
 }
-Parsed = tuple[str, str, int, bytes, bytes]  # method, name, port, head to send upstream, bytes after it
+# method, name, port, head to send upstream, bytes read after it, body length (None: a tunnel's, no end)
+Parsed = tuple[str, str, int, bytes, bytes, int | None]
 
 
 class _Http:
@@ -286,9 +293,9 @@ class _Http:
         head, rest = await httphead.read_head(self.loop, self.client, first)
         if not head:
             return None
-        method, name, port, forward = httphead.parse(head)
+        method, name, port, forward, body = httphead.parse(head)
         self.method, self.connect = method, method == "CONNECT"
-        return method, name, port, forward, rest
+        return method, name, port, forward, rest, body
 
     async def refuse(self, kind: str, text: str) -> int:
         code, reason = _HTTP_REFUSALS[kind]
@@ -320,7 +327,7 @@ class _Socks:
                 with contextlib.suppress(OSError):
                     await self.loop.sock_sendall(self.client, socks.reply(exc.code))
             raise httphead.BadRequest(str(exc)) from None
-        return self.method, name, port, b"", rest
+        return self.method, name, port, b"", rest, None
 
     async def refuse(self, kind: str, text: str) -> int:
         code = _SOCKS_REFUSALS[kind]
@@ -393,18 +400,25 @@ async def _connect(loop: asyncio.AbstractEventLoop, target: Target) -> socket.so
     return sock
 
 
-def _pump(src: socket.socket, dst: socket.socket) -> int:
-    """Move bytes src → dst with splice(2) until EOF (then half-close dst) or an error (then shut both,
-    so the other direction's thread ends too). The count of bytes moved."""
+def _pump(src: socket.socket, dst: socket.socket, limit: int | None = None) -> int:
+    """Move bytes src → dst with splice(2) until EOF (then half-close dst), `limit` bytes (then stop
+    reading src, and leave dst as it is), or an error (then shut both, so the other direction's thread
+    ends too). The count of bytes moved."""
     total = 0
+    if limit is not None and limit <= 0:
+        return 0
     r, w = os.pipe2(os.O_CLOEXEC)
     with contextlib.suppress(OSError):
         fcntl.fcntl(w, F_SETPIPE_SZ, CHUNK)  # a bigger pipe: fewer splices per MiB
-    clean = False
+    clean = stopped = False
     try:
         sfd, dfd = src.fileno(), dst.fileno()
         while True:
-            n = os.splice(sfd, w, CHUNK, flags=os.SPLICE_F_MOVE)
+            if limit is not None and total >= limit:
+                stopped = True
+                break
+            want = CHUNK if limit is None else min(CHUNK, limit - total)
+            n = os.splice(sfd, w, want, flags=os.SPLICE_F_MOVE)
             if n == 0:
                 clean = True
                 break
@@ -422,7 +436,7 @@ def _pump(src: socket.socket, dst: socket.socket) -> int:
         with contextlib.suppress(OSError):
             if clean:
                 dst.shutdown(socket.SHUT_WR)
-            else:
+            elif not stopped:
                 src.shutdown(socket.SHUT_RDWR)
                 dst.shutdown(socket.SHUT_RDWR)
     return total
