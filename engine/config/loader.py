@@ -386,6 +386,7 @@ def _build(
             sandbox_tools=dict(agent_tools.get("sandbox", {}).get("tools", {})),
             sandbox=dict(parsed.get("sandbox", {})),
             uid=_agent_uid(check, parsed, here, cfg),
+            nodes=list(parsed["nodes"]) if "nodes" in parsed else None,
         )
 
     _check_docker(check, cfg.sandbox.docker)
@@ -419,6 +420,13 @@ def _build(
             raise check.error(here, f"invalid node name {name!r} (letters, digits, _ . -)")
         _check_node_env(check, parsed, here)
         cfg.nodes[name] = NodeConfig(name=name, **parsed)
+    for agent in cfg.agents.values():
+        for node in agent.nodes or ():
+            if node not in cfg.nodes:
+                known = ", ".join(sorted(cfg.nodes)) or "none configured"
+                raise check.error(
+                    ["agents", "list", agent.index, "nodes"], f"unknown node {node!r} (known: {known})"
+                )
     cfg.gateway = _gateway_config(check, data.get("gateway", {}))
     return cfg
 

@@ -154,6 +154,7 @@ class GatewayConfig:
 
     agent_group: str | None = None
     agent_socket: str | None = None
+    anonymous: str = "main"  # "none": a connection with only the gateway token is refused
 
 
 @dataclass
@@ -167,6 +168,7 @@ class AgentConfig:
     elevated_enabled: bool | None = None
     sandbox_tools: dict[str, list[str]] = field(default_factory=dict)  # tools.sandbox.tools: allow/deny
     sandbox: dict[str, Any] = field(default_factory=dict)  # docker/prune as nested dicts
+    nodes: list[str] | None = None  # the nodes this agent may use; None: every node
 
 
 @dataclass
@@ -196,6 +198,11 @@ class Config:
         merged.safe_bins = list(merged.safe_bins) if merged.safe_bins is not None else None
         merged.safe_bin_profiles = {**self.exec.safe_bin_profiles, **own.get("safe_bin_profiles", {})}
         return merged
+
+    def may_use_node(self, agent_id: str, node: str) -> bool:
+        """`[[agents.list]] nodes`: the operator's choice of nodes per agent (default: all of them)."""
+        agent = self.agents.get(agent_id)
+        return agent is None or agent.nodes is None or node in agent.nodes
 
     def sandbox_tools_for(self, agent_id: str) -> tuple[list[str], list[str]]:
         """(allow, deny) for a sandboxed session of the agent: the agent's lists replace the global ones."""

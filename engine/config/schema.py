@@ -218,11 +218,16 @@ AGENT_KEYS: dict[str, Spec | Table] = {
     "user": Spec("user", "str"),
     "tools": Table("tools", TOOLS_KEYS),
     "sandbox": Table("sandbox", SANDBOX_KEYS),
+    # The `[nodes.<name>]` this agent may use (runs, sessions, sandboxes; default: every node).
+    "nodes": Spec("nodes", "strlist"),
 }
 # `[gateway]`: the agents' socket, which admits the members of one group (each mapped by uid to an agent).
 GATEWAY_KEYS: dict[str, Spec | Table] = {
     "agentGroup": Spec("agent_group", "str"),
     "agentSocket": Spec("agent_socket", "str"),
+    # Who a connection that proves only the gateway token is: agent `main` (default), or nobody (refused),
+    # so a credentialed agent that leaves its credential out gains nothing (docs/SECURITY.md).
+    "anonymous": Spec("anonymous", "enum", ("main", "none")),
 }
 # Keys of one safeBinProfiles entry (what engine.commands.safebins.SafeBinProfile.from_config accepts).
 PROFILE_KEYS: dict[str, str] = {

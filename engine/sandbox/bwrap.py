@@ -1,4 +1,5 @@
-"""Bubblewrap sandboxes: a scope's namespaces in milliseconds, with no daemon (docs/SECURITY.md "bwrap").
+"""Bubblewrap sandboxes: a scope's namespaces in milliseconds, with no daemon (docs/SECURITY.md, "Sandbox
+backends").
 
 A scope's sandbox is one long-lived `bwrap` running the same busybox supervisor as a Docker container
 (engine.sandbox.supervisor), with the same control dir at /.exechost and scripts at /.exechost-bin, so
@@ -10,14 +11,15 @@ What the sandbox sees is built here, once, for the keeper and for `sandbox expla
 read-only, the system dirs bound read-only (the host's /usr, /bin, /lib* and an allowlisted part of /etc, or
 every top-level dir of a `rootfs` tree), /proc and /dev of its own, size-capped tmpfs for /tmp, /var/tmp and
 /run, the workspace as the only writable host dir, new user/PID/IPC/UTS/net/cgroup namespaces, no
-capabilities, no_new_privs, and a seccomp filter built by libseccomp (never hand-written BPF) refusing what
-Docker's default profile refuses. Limits: rlimits on the keeper (inherited by everything in the sandbox)
+capabilities, no_new_privs, and the seccomp filter of engine.sandbox.seccomp (libseccomp's, refusing what
+Docker's default profile refuses). Limits: rlimits on the keeper (inherited by everything in the sandbox)
 and, where this process may write one, a pids cgroup.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import logging
@@ -397,6 +399,7 @@ def start(
     """Start the scope's sandbox (blocking, a few ms): keeper, limits, bwrap. Returns the argv it ran."""
     bwrap = find_bwrap()
     statefs.ensure_private_dir(runtime_dir())
+    sweep_cgroups()
     fd = seccomp_fd()
     try:
         command = sv.supervisor_command(has_busybox)
@@ -476,8 +479,15 @@ def remove(name: str) -> bool:
     forget it. True when nothing of it runs any more."""
     record = _read_record(name)
     if record is not None and _alive(record):
+        keeper_pid = int(record["pid"])
+        # The sandbox's init first: the kernel ends and reaps everything in its PID namespace, bwrap reaps
+        # it, the keeper reaps bwrap, so no zombie stays in the pids cgroup for an init to collect. The
+        # keeper's group after, for whatever did not go that way.
+        for inner in _children(keeper_pid, grandchildren=True):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(inner, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(record["pid"]), signal.SIGKILL)
+            os.killpg(keeper_pid, signal.SIGKILL)
     keeper = _keepers.pop(name, None)
     if keeper is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -486,16 +496,56 @@ def remove(name: str) -> bool:
         deadline = time.monotonic() + 5
         while _alive(record) and time.monotonic() < deadline:
             time.sleep(0.005)  # an orphaned keeper is reaped by init: wait for it to go
-        cgroup = record.get("cgroup")
-        if isinstance(cgroup, str) and cgroup.startswith("/sys/fs/cgroup/"):
-            with contextlib.suppress(OSError):
-                os.rmdir(cgroup)
         if _alive(record):
             return False
+        cgroup = record.get("cgroup")
+        if isinstance(cgroup, str) and cgroup.startswith("/sys/fs/cgroup/"):
+            _remove_cgroup(cgroup, deadline)
     for path in (_record_path(name), _log_path(name)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
     return True
+
+
+def _children(pid: int, *, grandchildren: bool = False) -> list[int]:
+    """pid's children (or their children) by /proc/<pid>/task/*/children."""
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                found.extend(int(x) for x in fh.read().split())
+    except (OSError, ValueError):
+        return []
+    if grandchildren:
+        return [g for child in found for g in _children(child)]
+    return found
+
+
+def sweep_cgroups() -> None:
+    """Empty pids cgroups of this install's sandboxes that are gone (one whose last task a slow init had
+    not reaped yet when the sandbox was removed)."""
+    live = {str(r.get("cgroup")) for r in list_sandboxes()}
+    for base in _cgroup_bases():
+        for group in base.glob(f"exechost-{state_id()}-*"):
+            if str(group) not in live:
+                with contextlib.suppress(OSError):
+                    group.rmdir()
+
+
+def _remove_cgroup(path: str, deadline: float) -> None:
+    """rmdir the sandbox's pids cgroup once its last task is gone (the keeper goes first; what bwrap ran
+    dies by --die-with-parent a moment later, and until then the kernel says EBUSY)."""
+    while True:
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                log.warning("bwrap sandbox cgroup %s not removed: %s", path, exc.strerror)
+                return
+        time.sleep(0.002)
 
 
 def list_sandboxes() -> list[dict[str, Any]]:
@@ -521,8 +571,9 @@ def remove_all() -> list[str]:
 
 
 def _pids_cgroup(name: str, limit: int | None) -> Path | None:
-    """A pids cgroup (v1 controller or this process's v2 subtree) capping the sandbox's tasks, where this
-    process may make one; None elsewhere (RLIMIT_NPROC is then the only cap, and it does not bind root)."""
+    """A pids cgroup (the v1 controller; a delegated v2 subtree is not used yet) capping the sandbox's
+    tasks, where this process may make one; None elsewhere (RLIMIT_NPROC is then the only cap, and it
+    does not bind root)."""
     if not limit:
         return None
     for base in _cgroup_bases():

@@ -178,6 +178,9 @@ async def test_limits_pids_nofile_core_and_tmp_size(bwrap_mgr: SandboxManager) -
     record = json.loads((bwrap.runtime_dir() / f"{sx.container}.json").read_text())
     if record["cgroup"]:  # where this process may make a pids cgroup, it caps the sandbox too
         assert Path(record["cgroup"], "pids.max").read_text().strip() == "64"
+        await bwrap_mgr.settle()
+        assert bwrap_mgr.remove_runtime(sx.container)
+        assert not Path(record["cgroup"]).exists()  # and goes with it
 
 
 async def test_no_network_and_no_host_port(bwrap_mgr: SandboxManager) -> None:
