@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -56,8 +57,12 @@ RECENT = 1000  # connections kept in memory for `sandbox egress` (the history fi
 
 
 class EgressHub:
-    def __init__(self, services: EgressServices) -> None:
+    def __init__(
+        self, services: EgressServices, *, bind_ask: Callable[[Request], Callable[[], None]] | None = None
+    ) -> None:
         self.services = services
+        # A node's: ties an ask to a call in flight for its agent while it is registered (returns the undo).
+        self.bind_ask = bind_ask
         self.proxy = EgressProxy(self.decide, self.record)
         self.log = EgressLog(services.state_dir / HISTORY_DIR)
         self.writer = GroupWriter("egress history", self._write)
@@ -153,10 +158,14 @@ class EgressHub:
             allowed_decisions=DECISIONS,
             egress=target,
         )
+        undo = self.bind_ask(req) if self.bind_ask is not None else None
         try:
             record, _ = approvals.register(request)
         except ApprovalError as exc:
             return Decision(False, f"ask refused: {exc}", "policy", resolve)
+        finally:
+            if undo is not None:
+                undo()
         decision = await approvals.wait(record)
         by = record.resolved_by or "operator"
         if decision in ("allow-once", "allow-always"):

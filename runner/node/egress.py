@@ -13,7 +13,9 @@ from engine.approvals.grants import GrantStore
 from engine.approvals.pending import ApprovalManager
 from engine.approvals.store import ApprovalsStore
 from engine.config.model import Config
+from engine.sandbox.egress.proxy import Request
 from runner.egress import EgressHub
+from runner.node.approvals import CURRENT_RUN
 
 
 class NodeEgressServices:
@@ -46,5 +48,16 @@ def node_egress(
     grants: GrantStore,
     state_dir: Path,
     config: Callable[[], Config],
+    runs: dict[str, list[str]],
 ) -> EgressHub:
-    return EgressHub(NodeEgressServices(approvals, store, grants, state_dir, config))
+    """`runs`: the gateway's run ids in flight here, per agent. The gateway takes a node's ask only for a
+    run of its own in flight on that link (it names the agent and session, never the node): an egress ask
+    goes as part of the agent's latest call in flight; with none (a background job after its call
+    returned), the ask finds no run there and the connection is refused."""
+
+    def bind(req: Request) -> Callable[[], None]:
+        mine = runs.get(req.agent_id) or [""]
+        token = CURRENT_RUN.set(mine[-1])
+        return lambda: CURRENT_RUN.reset(token)
+
+    return EgressHub(NodeEgressServices(approvals, store, grants, state_dir, config), bind_ask=bind)

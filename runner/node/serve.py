@@ -168,7 +168,10 @@ class NodeServer:
         # This node's sandboxes' egress proxy (its policy, asks relayed to the gateway): from the first link.
         from runner.node.egress import node_egress
 
-        self.egress = node_egress(self.approvals, self.store, self.grants, state_dir, self.sandbox_config)
+        self.runs_in_flight: dict[str, list[str]] = {}  # agent -> the gateway's run ids running here
+        self.egress = node_egress(
+            self.approvals, self.store, self.grants, state_dir, self.sandbox_config, self.runs_in_flight
+        )
         self._egress_started = False
 
     def _exec_tool(self, config: Callable[[], Config]) -> ExecTool:
@@ -343,6 +346,8 @@ class NodeServer:
         ctx = ExecContext(agent_id=agent_id, session_key=p.get("sessionKey") or "")
         suppress = bool(p.get("suppressNotifyOnExit"))
         token = CURRENT_RUN.set(run_id)
+        in_flight = self.runs_in_flight.setdefault(agent_id, [])
+        in_flight.append(run_id)  # (its sandbox's egress asks go as part of it: runner.node.egress)
         try:
             result = await (self.sandbox_tool if sandboxed else self.tool).run(params, ctx)
         except ToolError as exc:
@@ -350,6 +355,9 @@ class NodeServer:
             raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}") from None
         finally:
             CURRENT_RUN.reset(token)
+            in_flight.remove(run_id)
+            if not in_flight:
+                self.runs_in_flight.pop(agent_id, None)
         details = result.details
         if details.get("status") == "denied":
             reason = str(details.get("reason") or "denied")

@@ -61,6 +61,7 @@ async def test_a_node_sandbox_uses_the_node_proxy_and_relays_its_asks(
         async with gateway(state_dir):
             agent = await connect(state_dir, "agent")
             operator = await connect(state_dir, "op")
+            await operator.request("approvals.attach", {})  # an approver: the agent's call waits for it
             try:
                 got = await agent.request(
                     "exec", {"command": f"curl -sS --max-time 60 http://origin.test:{o.port}/n1"}
