@@ -216,7 +216,8 @@ def evaluate(
     if foreign_env:
         warnings.append(
             f"Warning: the agent sets env {', '.join(foreign_env)}: not on the inert list "
-            "(tools.exec.inertEnv), so the command cannot run unasked."
+            "(tools.exec.inertEnv) or with a value not shaped like its kind (a locale, zone or terminal "
+            "name), so the command cannot run unasked."
         )
     satisfied = analysis.ok and result.satisfied and not found and not foreign_env
     binding = approval_binding(analysis, cwd or os.getcwd(), env_overrides)
@@ -246,7 +247,7 @@ def evaluate(
 
     def done(decision: str, reason: str, step: PolicyStep | None, ask_needed: bool = False) -> Decision:
         offered = allowed_decisions(policy.ask) if decision == "ask" else ()
-        if content is not None and content.unbound:
+        if content is not None and (content.unbound or content.opaque):
             # A program from stdin or a search path: nothing an allow-always could hold it to.
             offered = tuple(d for d in offered if d != "allow-always")
         always = "allow-always" in offered

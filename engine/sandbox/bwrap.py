@@ -85,7 +85,12 @@ ROOTFS_SKIP = {"proc", "dev", "sys", "tmp", "run", "home", "root", "mnt", "media
 
 # The keeper: waits until the gateway has set its limits (a line on stdin), then runs bwrap as its child
 # and waits for it. Its group is the sandbox: bwrap is in it, and --die-with-parent ends the rest.
-KEEPER_SH = 'read -r go || exit 0\nexec 0</dev/null\n"$@" &\nwait $!\n'
+# $1: where the keeper itself goes once bwrap runs (the gateway's pids cgroup, or ""): bwrap stays in the
+# sandbox's, the keeper leaves it, so a keeper nobody reaps promptly (its gateway gone) never holds it.
+KEEPER_SH = (
+    'read -r go || exit 0\nexec 0</dev/null\nc=$1\nshift\n"$@" &\np=$!\n'
+    '[ -n "$c" ] && echo $$ > "$c/cgroup.procs"\nwait $p\n'
+)
 
 
 def network_refusal(name: str, network: str) -> str:
@@ -406,8 +411,9 @@ def start(
         how = plan(settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command)
         log_fd = os.open(_log_path(lay.name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
+            home = str(_own_cgroup()) if how.pids_limit else ""
             keeper = subprocess.Popen(
-                ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", *how.argv],
+                ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", home, *how.argv],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=log_fd,
@@ -500,7 +506,7 @@ def remove(name: str) -> bool:
             return False
         cgroup = record.get("cgroup")
         if isinstance(cgroup, str) and cgroup.startswith("/sys/fs/cgroup/"):
-            _remove_cgroup(cgroup, deadline)
+            _remove_cgroup(cgroup, time.monotonic() + 1.0)
     for path in (_record_path(name), _log_path(name)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -595,6 +601,20 @@ def pids_cap() -> str:
     if os.geteuid() == 0:
         return "none: no writable pids cgroup, and RLIMIT_NPROC does not bind root"
     return "RLIMIT_NPROC (per user namespace)"
+
+
+def _own_cgroup() -> Path | str:
+    """This process's pids cgroup (v1), where a keeper goes back to; "" when unknown."""
+    try:
+        with open("/proc/self/cgroup") as fh:
+            for line in fh:
+                parts = line.rstrip("\n").split(":", 2)
+                if len(parts) == 3 and "pids" in parts[1].split(","):
+                    for base in _cgroup_bases():
+                        return base / parts[2].lstrip("/")
+    except OSError:
+        pass
+    return ""
 
 
 @functools.cache

@@ -12,6 +12,7 @@ import pytest
 
 from engine.protocol.client import ControlClient
 from engine.sandbox import bwrap
+from engine.sandbox.settings import state_id
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import connect, wait_until, write_config
@@ -31,6 +32,8 @@ def sandboxed(state_dir: Path) -> Iterator[Path]:
         yield state_dir
     finally:
         bwrap.remove_all()
+    # Removed after their gateway died (keepers nobody reaps at once): no pids cgroup stays behind.
+    assert not list(Path("/sys/fs/cgroup/pids").glob(f"exechost-{state_id()}-*"))
 
 
 async def _log(client: ControlClient, sid: str) -> str:
