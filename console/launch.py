@@ -8,7 +8,9 @@ from pathlib import Path
 from console.app import ConsoleApp
 
 
-def run_console(state: Path | None = None, *, config_path: str | None = None, demo: bool = False) -> int:
+def run_console(
+    state: Path | None = None, *, config_path: str | None = None, demo: bool = False, web_tab: bool = False
+) -> int:
     """Entry point used by `exechost console`."""
     if demo:
         from console.demo import DemoConsoleApp, finish_demo, prepare_demo
@@ -21,5 +23,6 @@ def run_console(state: Path | None = None, *, config_path: str | None = None, de
             finish_demo(state)
         return 0
     app = ConsoleApp(state, config_path=config_path)
+    app.quiet_socket_busy = web_tab
     app.run()
     return 0

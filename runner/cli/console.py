@@ -32,6 +32,9 @@ def register(subparsers: Subparsers) -> None:
         "--web", action="store_true", help="serve the console to a browser (loopback, token in the URL)"
     )
     p.add_argument("--port", type=int, metavar="N", help="--web: the port (default: a free one)")
+    # What --web runs for each browser tab: another tab (or a terminal console) may host the approval
+    # socket already, which is then no news worth a toast in every tab.
+    p.add_argument("--web-tab", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_console)
 
 
@@ -45,4 +48,4 @@ def cmd_console(args: argparse.Namespace) -> int:
         from console.web import serve
 
         return serve(state, args.config, args.port)
-    return run_console(state, config_path=args.config, demo=args.demo)
+    return run_console(state, config_path=args.config, demo=args.demo, web_tab=args.web_tab)
