@@ -11,6 +11,7 @@ from typing import Any
 
 from engine.principals import owns_key
 from engine.protocol.frames import Event, Frame, Hello, ProtocolError, Response, encode_frame
+from engine.protocol.methods import EventName
 from runner.gateway.limits import MAX_BACKLOG_BYTES, READ_PAUSE_BYTES
 
 log = logging.getLogger("exechost.gateway")
@@ -89,19 +90,19 @@ class Connection:
             return
         if isinstance(frame, Event):
             sid = frame.data.get("sessionId") if frame.event.startswith("session.") else None
-            bulky = frame.event == "session.output" and self._queued_bytes >= EVENT_DROP_BYTES
+            bulky = frame.event == EventName.SESSION_OUTPUT and self._queued_bytes >= EVENT_DROP_BYTES
             # Approval events are never shed: they are small and rare, and an approver that missed one
             # would have to poll. A client that lets its queue fill is cut off and resyncs on reconnect.
             sheddable = not frame.event.startswith("approval.")
             if sheddable and (bulky or self._queue.qsize() >= EVENT_DROP_AT):
                 self.dropped_events += 1
-                if frame.event == "session.output" and sid is not None:
+                if frame.event == EventName.SESSION_OUTPUT and sid is not None:
                     # Remember where the gap starts; the console re-reads it with sessions.output.
                     self.shed_output.setdefault(sid, frame.data.get("offset"))
                 return
             if sid is not None and sid in self.shed_output:
                 gap = {"sessionId": sid, "dropped": True, "offset": self.shed_output.pop(sid)}
-                self.send(Event(event="session.output", data=gap))
+                self.send(Event(event=EventName.SESSION_OUTPUT, data=gap))
         try:
             data = encode_frame(frame)
         except ProtocolError as exc:

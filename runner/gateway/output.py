@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import InvalidInput
 from engine.protocol.frames import Event
+from engine.protocol.methods import EventName
 from engine.sessions import OutputChunk, OutputSubscription, SessionManager
 from engine.sessions.output import TextDecoder
 
@@ -80,11 +81,11 @@ class OutputFanout:
         output the forwarder still holds; a start begins forwarding when someone wants it."""
         sid = str(data.get("sessionId"))
         forwarder = self._forwarders.get(sid)
-        if event == "session.exited" and forwarder is not None:
+        if event == EventName.SESSION_EXITED and forwarder is not None:
             forwarder.add_done_callback(lambda _t: broadcast())
             return
         broadcast()
-        if event == "session.started" and self._output_wanted(sid):
+        if event == EventName.SESSION_STARTED and self._output_wanted(sid):
             self._forward(sid)
 
     def _output_wanted(self, session_id: str) -> bool:
@@ -210,13 +211,13 @@ class OutputFanout:
         if not changed:
             return
         shed = conn.dropped_events
-        conn.send(Event(event="session.activity", data={"sessions": changed}))
+        conn.send(Event(event=EventName.SESSION_ACTIVITY, data={"sessions": changed}))
         if conn.dropped_events != shed:  # shed under backlog: resend these counts next tick
             for row in changed:
                 conn.activity_sent.pop(row["sessionId"], None)
 
     def _send_output(self, session_id: str, data: dict[str, Any]) -> None:
-        frame = Event(event="session.output", data=data)
+        frame = Event(event=EventName.SESSION_OUTPUT, data=data)
         scope = self._scope(session_id)
         for conn in self.connections():
             if conn.wants_output(session_id, scope):

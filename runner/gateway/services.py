@@ -33,7 +33,7 @@ from engine.config.loader import load_config
 from engine.config.model import Config
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import Event
-from engine.protocol.methods import Method
+from engine.protocol.methods import EventName, Method, Topic
 from engine.results import ToolResult
 from engine.sandbox import default_manager as default_sandbox_manager
 from engine.sandbox import held
@@ -197,7 +197,9 @@ class Services:
         if error == self.config_error:
             return
         self.config_error = error
-        self.broadcast("events", "gateway.config", {"error": error, "ts": int(time.time() * 1000)})
+        self.broadcast(
+            Topic.EVENTS, EventName.GATEWAY_CONFIG, {"error": error, "ts": int(time.time() * 1000)}
+        )
 
     def hold_sessions(self) -> None:
         """Run gateway-host sessions in the state dir's session host, so they outlive this gateway (the
@@ -275,8 +277,8 @@ class Services:
 
     def sandbox_progress(self, container_name: str, message: str) -> None:
         self.broadcast(
-            "sandboxes",
-            "sandbox.progress",
+            Topic.SANDBOXES,
+            EventName.SANDBOX_PROGRESS,
             {"containerName": container_name, "message": message, "ts": int(time.time() * 1000)},
         )
 
@@ -433,33 +435,35 @@ class Services:
         if kind == "ran":
             return
         if kind == "requested":
-            self.broadcast("approvals", "approval.requested", record.view())
+            self.broadcast(Topic.APPROVALS, EventName.APPROVAL_REQUESTED, record.view())
         elif kind == "updated":
             # An identical ask was coalesced into this one: consoles update the row's count at once.
             self.broadcast(
-                "approvals",
-                "approval.updated",
+                Topic.APPROVALS,
+                EventName.APPROVAL_UPDATED,
                 {"id": record.id, "count": record.count, "requesterGone": record.requester_gone},
             )
         else:
             self.broadcast(
-                "approvals",
-                "approval.resolved",
+                Topic.APPROVALS,
+                EventName.APPROVAL_RESOLVED,
                 {"id": record.id, "decision": record.decision, "resolvedBy": record.resolved_by},
             )
 
     def _on_system_event(self, session_key: str, text: str) -> None:
         self.broadcast(
-            "events", "system.event", {"sessionKey": session_key, "text": text, "ts": int(time.time() * 1000)}
+            Topic.EVENTS,
+            EventName.SYSTEM_EVENT,
+            {"sessionKey": session_key, "text": text, "ts": int(time.time() * 1000)},
         )
 
     def _on_session_event(self, event: str, data: dict[str, Any]) -> None:
-        if event == "session.exited" and str(data.get("sessionId")) in self._linked_sessions():
+        if event == EventName.SESSION_EXITED and str(data.get("sessionId")) in self._linked_sessions():
             try:  # history then shows how the run an approval led to really ended
                 self.history.record_session_end(data)
             except HistoryError as exc:
                 log.error("%s", exc)
-        self.output.session_event(event, data, lambda: self.broadcast("sessions", event, data))
+        self.output.session_event(event, data, lambda: self.broadcast(Topic.SESSIONS, event, data))
 
     def status(self) -> dict[str, Any]:
         shown, running = self.sessions.registry.counts()  # counters: O(1) however many sessions
