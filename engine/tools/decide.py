@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.approvals.grants import GrantStore
+from engine.commands.hostenv import sanitize_host_env
 from engine.config.model import Config
 from engine.policy.decision import ApprovalsSource, Decision, evaluate
 from engine.policy.precedence import SessionOverrides, overrides_for
@@ -108,4 +109,8 @@ def decide(
         grants=live,
     )
     decision = with_sandbox_refusal(decision, config, agent_id)
+    policy = decision.policy
+    if decision.verdict != "deny" and policy is not None and not policy.sandboxed and policy.host != "node":
+        # An env override a host run refuses (LD_PRELOAD, PATH, ...) is refused here, with exec's text.
+        sanitize_host_env(os.environ, env, block_path_overrides=True)
     return Decided(decision=decision, cwd=cwd, env=env, call=call, cwd_warnings=cwd_warnings)

@@ -13,6 +13,8 @@ import pytest
 
 from engine.approvals.grants import GrantLimits
 from engine.approvals.store import ApprovalsStore
+from engine.protocol.frames import RemoteError
+from engine.results import ToolError
 from engine.tools.exec_request import ExecContext
 from tests.helpers.gateway import ALLOWLIST, connect, gateway, write_config
 
@@ -78,6 +80,20 @@ async def test_policy_check_and_exec_decide_every_call_alike(
             assert checked == executed, params
             verdicts.add(executed["decision"])
         assert verdicts == {"allow", "ask", "deny"}  # the corpus reaches every verdict
+        await client.close()
+
+
+async def test_a_refused_env_override_is_refused_by_the_check_as_by_exec(state_dir: Path) -> None:
+    """LD_PRELOAD on a host run: exec refused it after deciding, while the check said ask."""
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir) as server:
+        client = await connect(state_dir)
+        params = {"command": "ls", "env": {"LD_PRELOAD": "/tmp/x.so"}}
+        with pytest.raises(RemoteError) as checked:
+            await client.request("policy.check", {**params, "sessionKey": "agent:main:s1"})
+        with pytest.raises(ToolError) as executed:
+            await server.services.exec_tool._prepare(params, ExecContext(session_key="agent:main:s1"))
+        assert "LD_PRELOAD" in str(executed.value) and str(executed.value) in str(checked.value)
         await client.close()
 
 
