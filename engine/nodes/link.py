@@ -299,7 +299,7 @@ class NodeLink:
             return (
                 f"node {self.name}: `{self.cfg.exechost}` was not found on the node: "
                 f"nodes.{self.name}.exechost is one path (quoted, never split); set the node's environment "
-                f"with nodes.{self.name}.env = {{NAME = \"value\"}} or its state dir with "
+                f'with nodes.{self.name}.env = {{NAME = "value"}} or its state dir with '
                 f"nodes.{self.name}.stateDir"
             )
         if status == 127:
@@ -397,8 +397,13 @@ class NodeLink:
         except Exception as exc:
             log.exception("node %s: request %s failed", self.name, req.method)
             res = Response(req.id, False, error={"code": "INTERNAL", "message": str(exc)})
+        try:
+            data = encode(res)
+        except WireError as exc:  # an answer JSON cannot carry: said once, and the node still gets one
+            log.error("node %s: the answer to %s could not be encoded: %s", self.name, req.method, exc)
+            data = encode(Response(req.id, False, error={"code": "INTERNAL", "message": str(exc)}))
         with contextlib.suppress(NodeError):
-            await self._send(encode(res))
+            await self._send(data)
 
     def _drop(self, reason: str) -> None:
         text = f"node {self.name}: link lost ({reason})"

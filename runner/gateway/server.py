@@ -281,6 +281,13 @@ class GatewayServer:
                     await self._reject(writer, "auth", f"peer uid {uid} {why}")
                     return
             who = None if hello is None else await self._principal(writer, hello, mapped)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # A bug, not the client's fault: it is told (never just dropped) and the log says so once.
+            log.exception("handshake failed for peer pid %d uid %d", pid, uid)
+            await self._reject(writer, "auth", scrub(f"handshake failed: {type(exc).__name__}"))
+            return
         finally:
             self._unauthenticated -= 1
         if hello is None or who is None:
@@ -384,7 +391,8 @@ class GatewayServer:
                     raise ProtocolError(f"expected a req frame, got {frame.type!r}")
             except ProtocolError as exc:
                 bad += 1
-                conn.send(Response(id=None, ok=False, error={"code": "bad_frame", "message": str(exc)}))
+                error = {"code": "bad_frame", "message": str(exc)}
+                conn.send(Response(id=exc.request_id, ok=False, error=error))
                 if bad >= MAX_BAD_FRAMES:
                     conn.send(ErrorFrame(code="frame", message="too many malformed frames"))
                     return
@@ -403,15 +411,12 @@ class GatewayServer:
         return done
 
     async def _dispatch(self, conn: Connection, req: Request) -> None:
+        """Every request is answered exactly once: its result, its deliberate error, or `internal` (logged
+        once with its traceback) for anything else a handler raises."""
         handler = HANDLERS.get(req.method)
         if handler is None:
-            conn.send(
-                Response(
-                    id=req.id,
-                    ok=False,
-                    error={"code": "unknown_method", "message": f"unknown method {req.method!r}"},
-                )
-            )
+            error = {"code": "unknown_method", "message": f"unknown method {req.method!r}"}
+            conn.send(Response(id=req.id, ok=False, error=error))
             return
         try:
             if not conn.operator and req.params.get("agentId") not in (None, ""):
@@ -420,15 +425,16 @@ class GatewayServer:
             result: dict[str, Any] = await handler(self.services, conn, req.params)
         except ExecHostError as exc:  # deliberate: its code tells the client what kind of failure it is
             # Every error leaves scrubbed of the secrets this process holds (tokens, door URLs).
-            conn.send(Response(id=req.id, ok=False, error={"code": exc.code, "message": scrub(str(exc))}))
+            response = Response(id=req.id, ok=False, error={"code": exc.code, "message": scrub(str(exc))})
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("handler %s failed", req.method)
             text = scrub(f"{type(exc).__name__}: {exc}")
-            conn.send(Response(id=req.id, ok=False, error={"code": "internal", "message": text}))
+            response = Response(id=req.id, ok=False, error={"code": "internal", "message": text})
         else:
-            conn.send(Response(id=req.id, ok=True, result=result))
+            response = Response(id=req.id, ok=True, result=result)
+        conn.send(response)
 
 
 async def run_gateway(
