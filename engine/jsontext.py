@@ -66,6 +66,17 @@ def loads_wire(data: str | bytes, *, max_bytes: int | None = None) -> Any:
     return value
 
 
+def peek(data: str | bytes) -> dict[str, Any] | None:
+    """The top-level object of a line loads_wire refused, read leniently, only so that the refusal can be
+    addressed to its sender (its id, its frame type); None when it is not an object at all. Nothing read
+    here may reach a handler, and callers check the fields they take (see clean_text)."""
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def dumps_wire(value: Any) -> bytes:
     """One compact UTF-8 JSON line for a wire. Lone surrogates from elsewhere (a file name read with
     surrogateescape) become U+FFFD rather than failing the frame; NaN and Infinity raise ValueError."""

@@ -148,11 +148,8 @@ def _sound_id(rid: Any) -> bool:
 
 def _salvage_id(line: bytes | str) -> str | None:
     """A refused request's id, when the line parses leniently and the id itself is sound."""
-    try:
-        d = jsontext.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    rid = d.get("id") if isinstance(d, dict) and d.get("type") == "req" else None
+    d = jsontext.peek(line)
+    rid = d.get("id") if d is not None and d.get("type") == "req" else None
     return rid if _sound_id(rid) else None
 
 

@@ -179,13 +179,8 @@ def decode_frame(line: bytes | str) -> Frame:
 def _salvage_id(line: bytes | str) -> RequestId | None:
     """The id of a request frame the strict reader refused, when the frame parses leniently and the id
     itself is admissible: the client's request is answered by name instead of waiting forever."""
-    if len(line) > MAX_FRAME_BYTES:
-        return None
-    try:
-        obj = jsontext.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    rid = obj.get("id") if isinstance(obj, dict) and obj.get("type") == "req" else None
+    obj = jsontext.peek(line) if len(line) <= MAX_FRAME_BYTES else None
+    rid = obj.get("id") if obj is not None and obj.get("type") == "req" else None
     if not _is_id(rid) or (isinstance(rid, int) and abs(rid) > jsontext.INT_MAX):
         return None
     if isinstance(rid, str) and jsontext.clean_text(rid) != rid:

@@ -47,6 +47,7 @@ MAX_IN_FLIGHT = 512  # concurrent requests per connection; reading pauses beyond
 MAX_CONNECTIONS = 256
 MAX_BAD_FRAMES = 8
 SOCKET_CHECK_SEC = 2.0  # how often the daemon checks that its socket file is still its own
+DRAIN_S = 1.0  # how long a client that is being cut off may keep sending before the close
 
 
 class GatewayBusy(Exception):
@@ -382,6 +383,7 @@ class GatewayServer:
                 line = await read_frame_line(reader)
             except ProtocolError as exc:
                 conn.send(ErrorFrame(code="frame", message=str(exc)))
+                await _drain_input(reader)
                 return
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
                 return
@@ -395,6 +397,7 @@ class GatewayServer:
                 conn.send(Response(id=exc.request_id, ok=False, error=error))
                 if bad >= MAX_BAD_FRAMES:
                     conn.send(ErrorFrame(code="frame", message="too many malformed frames"))
+                    await _drain_input(reader)
                     return
                 continue
             await slots.acquire()
@@ -435,6 +438,15 @@ class GatewayServer:
         else:
             response = Response(id=req.id, ok=True, result=result)
         conn.send(response)
+
+
+async def _drain_input(reader: asyncio.StreamReader) -> None:
+    """Before closing on a client: swallow what it still sends (briefly). Closing a Unix socket with unread
+    input resets the connection, and the client's next write then fails before it reads our error frame."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_S):
+            while await reader.read(1 << 16):
+                pass
 
 
 async def run_gateway(

@@ -192,6 +192,8 @@ def test_node_serve_answers_bad_requests_and_survives_bad_lines(state_dir: Path)
         b'{"type":"req","id":"2","method":"ping","params":{"n":Infinity}}',
         b'{"type":"req","id":"3","method":"ping"}',
         deep,
+        b"\xff not even JSON",
+        b'{"type":"req","id":"4","method":"ping"}',
     ]
     proc = subprocess.run(
         [sys.executable, "-m", "runner", "node", "serve", "--stdio"],
@@ -207,7 +209,7 @@ def test_node_serve_answers_bad_requests_and_survives_bad_lines(state_dir: Path)
     assert answers["1"].error["code"] == "INVALID_REQUEST"  # type: ignore[union-attr]
     assert answers["2"].error["code"] == "INVALID_REQUEST"  # type: ignore[union-attr]
     assert answers["3"].ok  # type: ignore[union-attr]
-    assert "9" not in answers and b"nested" in proc.stderr
+    assert "9" not in answers and "4" not in answers and b"nested" in proc.stderr  # closed at the deep line
 
 
 # ---- exec-approvals.sock ------------------------------------------------------------------------------

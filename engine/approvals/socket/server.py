@@ -69,12 +69,9 @@ def _invalid_reply(line: bytes, why: str) -> dict[str, Any]:
     """The answer to a line the strict reader refused, in the shape its sender waits for when the line
     parses leniently: `exec-res` for an exec frame, a deny `decision` for a request frame (both naming
     INVALID_REQUEST), else a bare error frame."""
-    try:
-        loose = jsontext.loads(line)
-    except (ValueError, RecursionError):
-        loose = None
-    kind = loose.get("type") if isinstance(loose, dict) else None
-    if not isinstance(loose, dict) or kind not in ("exec", "request"):
+    loose = jsontext.peek(line)
+    kind = loose.get("type") if loose is not None else None
+    if loose is None or kind not in ("exec", "request"):
         return _error_frame(why)
     rid = _frame_id(loose)
     if jsontext.clean_text(rid) != rid:
