@@ -211,7 +211,8 @@ def mutate(rng: random.Random, line: bytes) -> bytes:
                 (*HARD_SCALARS, "[]", "{}", "null", "true", '"' + "y" * 300 + '"')
             ).encode()
     elif r < 0.9:
-        data[at:at] = b"[" * 70 + b"1" + b"]" * 70
+        deep = rng.choice((70, 5000))  # past our limit; past the C parser's recursion guard
+        data[at:at] = b"[" * deep + b"1" + b"]" * deep
     else:
         data = bytearray(rng.randbytes(rng.randint(1, 64)))
     return bytes(data).replace(b"\n", b" ")
