@@ -166,8 +166,10 @@ class _DirWatch:
                         # caching for good once a long-lived gateway has seen this many directories.
                         self._reset()
                         return False
+                    if self.fd < 0:  # closed by a read error meanwhile
+                        return False
                     wd = self.libc.inotify_add_watch(self.fd, os.fsencode(directory), _IN_MASK)
-                    if self.fd < 0 or wd < 0:
+                    if wd < 0:
                         return False
                     self.watched.add(directory)
                     self.main_wds.add(wd)

@@ -259,6 +259,8 @@ async def test_the_approvals_socket_answers_what_it_cannot_admit(
         # A valid HMAC over a requestJson whose timeoutMs no JSON peer can hold.
         json.dumps(signed('{"command":["true"],"timeoutMs":Infinity}')),
         json.dumps(signed('{"command":["true"],"cwd":"' + sur + '"}')),
+        # Found by scripts/fuzz.sh: an agentId that is no id was "exec failed … runtime-error".
+        json.dumps(signed(json.dumps({"command": ["true"], "agentId": "\x1b[2J"}))),
     ]
     async with ApprovalSocketServer(
         path, TOKEN, decider=operator, exec_handler=LocalExecHost(), rate_limit=None

@@ -27,7 +27,15 @@ from engine.approvals.socket.wire import MAX_FRAME_BYTES as APPROVALS_MAX
 from engine.approvals.socket.wire import sign
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.client import ControlClient
-from engine.protocol.frames import MAX_FRAME_BYTES, OPERATOR_TOKEN_NAME, read_token, socket_path
+from engine.protocol.frames import (
+    MAX_FRAME_BYTES,
+    OPERATOR_TOKEN_NAME,
+    ProtocolError,
+    Request,
+    decode_frame,
+    read_token,
+    socket_path,
+)
 from engine.protocol.methods import Method
 from tests.fuzz.values import REPO, Values, dumps, keys_from, mutate
 from tests.helpers.daemon import Daemon
@@ -77,7 +85,7 @@ class Stats:
     seconds: float = 0.0
 
     def find(self, what: str, frame: bytes | None = None) -> None:
-        text = what if frame is None else f"{what}: {frame[:300]!r}"
+        text = what if frame is None else f"{what}: {frame[:3000]!r}"
         if len(self.findings) < 200:
             self.findings.append(text)
         print(f"[{self.wire}] FINDING {text}", file=sys.stderr, flush=True)
@@ -135,8 +143,8 @@ class ControlFuzz:
             return dumps(frame), True
         return line, False
 
-    def request(self, rid: int) -> tuple[bytes, str, bool]:
-        """(line, method, well-formed): a request of a random verb, sometimes mutated."""
+    def request(self, rid: int) -> bytes:
+        """A request of a random verb, sometimes mutated."""
         method = self.rng.choice(METHODS) if self.rng.random() < 0.97 else self.values.text()
         params = self.values.params()
         if method == Method.APPROVALS_RELAY.value:
@@ -145,9 +153,7 @@ class ControlFuzz:
         frame["method"] = method
         frame["params"] = params
         line = dumps(frame)
-        if self.rng.random() < 0.3:
-            return mutate(self.rng, line), method, False
-        return line, method, True
+        return mutate(self.rng, line) if self.rng.random() < 0.3 else line
 
     async def connection(self) -> None:
         stats = self.stats
@@ -198,10 +204,13 @@ class ControlFuzz:
         for _ in range(self.rng.randint(1, 24)):
             rid = self.rng.randrange(1, 10**9)
             self.values.hostile = self.rng.random() < 0.25
-            line, method, sound = self.request(rid)
-            if sound:
-                key = rid if line.startswith(b'{"type":"req","id":' + str(rid).encode()) else f"r{rid}"
-                sent[key] = (method, line)
+            line = self.request(rid)
+            with contextlib.suppress(ProtocolError):
+                # What the gateway will take as a request, mutated or not, is a request it must answer
+                # by id (or one that waits for a human, when its verb does).
+                req = decode_frame(line)
+                if isinstance(req, Request):
+                    sent[req.id] = (req.method, line)
             lines.append(line)
         stats.frames += len(lines)
         try:
@@ -261,7 +270,7 @@ class ControlFuzz:
         stats.left_waiting += len(waiting)
         if missing > 0:
             others = [(m, ln) for m, ln in sent.values() if m not in WAITS_FOR_A_HUMAN]
-            example = others[0][1] if others else lines[-1]
+            example = others[0][1] if others else b" / ".join(lines)
             stats.find(
                 f"{missing} of {len(lines)} requests unanswered ({[m for m, _ in others][:5]})", example
             )

@@ -38,7 +38,7 @@ from engine.approvals.socket.wire import request_decision as request_decision
 from engine.approvals.socket.wire import request_exec as request_exec
 from engine.approvals.socket.wire import sign as sign
 from engine.commands.rawcommand import raw_command_matches
-from engine.errors import ExecHostError
+from engine.errors import ExecHostError, InvalidInput
 from engine.unixsock import PeerInfo as PeerInfo
 from engine.unixsock import peer_info, socket_path_problem
 from engine.unixsock import socket_is_live as socket_is_live
@@ -436,6 +436,8 @@ class ApprovalSocketServer:
         request = self._vetted(rid, request)
         try:
             outcome = await self._exec_handler(request, decide, peer)
+        except InvalidInput as exc:  # the request's own fault (an agentId that is no id): said as such
+            outcome = ExecOutcome.fail("INVALID_REQUEST", str(exc), "json")
         except Exception as exc:
             outcome = ExecOutcome.fail("UNAVAILABLE", f"exec failed: {exc}", "runtime-error")
         await reply(outcome)
