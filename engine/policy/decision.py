@@ -29,6 +29,7 @@ from engine.commands.content import ContentBinding, bind
 from engine.commands.hostenv import own_environ
 from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet
 from engine.config.model import Config
+from engine.errors import InvalidInput
 from engine.policy.precedence import (
     EffectivePolicy,
     PolicyError,
@@ -87,6 +88,7 @@ class Decision:
     def tree_problem(self) -> str | None:
         """Whether a file the command would run from the tree changed since this decision."""
         return self.tree.problem() if self.tree is not None else None
+
     grant_ids: tuple[str, ...] = ()  # the grants an allow leans on: one use is taken from each per run
 
     def to_json(self) -> dict[str, Any]:
@@ -143,6 +145,8 @@ def evaluate(
     """
     if not command.strip():
         raise ToolError("Provide a command to start.")
+    if cwd is not None and "\x00" in cwd:  # the OS would refuse it mid-decision ("embedded null byte")
+        raise InvalidInput("cwd contains a NUL byte")
     approvals = store.snapshot() if store is not None else None
     file_policy = approvals.agent(agent_id) if approvals is not None else None
     file_defaults = approvals.defaults if approvals is not None else None

@@ -296,6 +296,10 @@ async def test_a_nul_byte_in_the_relayed_cwd_is_an_input_error_naming_the_field(
             with pytest.raises(RemoteError) as err:
                 await operator.request("approvals.relay", {"id": "s1", "command": "ls\x00", "cwd": "/tmp"})
             assert err.value.code == "bad_params" and "command" in err.value.message
+            # Found by scripts/fuzz.sh: the same NUL in policy.check's cwd was `internal` with a traceback.
+            with pytest.raises(RemoteError) as err:
+                await operator.request("policy.check", {"command": "ls", "cwd": "/tmp\x00x"})
+            assert err.value.code == "bad_params" and "cwd" in err.value.message
         finally:
             await operator.close()
 

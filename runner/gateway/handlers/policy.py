@@ -11,7 +11,13 @@ from engine.policy.precedence import SessionOverrides, apply_directive, override
 from engine.policy.report import agent_policies
 from engine.sandbox import with_sandbox_refusal
 from engine.tools.exec import sandbox_available
-from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator, session_key
+from runner.gateway.handlers.common import (
+    agent_id,
+    opt_path,
+    req_str,
+    require_operator,
+    session_key,
+)
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -32,7 +38,7 @@ async def check(services: Services, conn: Connection, params: dict[str, Any]) ->
         params=call,
         overrides=overrides_for(services.overrides, agent, key),
         store=services.store,
-        cwd=opt_str(params, "cwd"),
+        cwd=opt_path(params, "cwd"),
         sandbox_available=sandbox_available(config, agent, key),
         session_key=key or None,
     )
