@@ -12,12 +12,13 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Header, TabbedContent, TabPane
+from textual.widgets import Footer, Header, TabbedContent
 
+from console import socket_asks, tabs
 from console.commands import DirectiveCommands, is_directive
 from console.gateway import GatewayLink
 from console.inbox import Inbox, InboxItem
@@ -26,39 +27,25 @@ from console.screens.help import HelpScreen
 from console.widgets.approvals import ApprovalsPane
 from console.widgets.browsers import BrowsersPane
 from console.widgets.history import HistoryPane
-from console.widgets.nodes import NodesPane
 from console.widgets.panes import LinePane
 from console.widgets.policy import SESSION_OVERRIDE_KEYS, PolicyPane
 from console.widgets.sandboxes import SandboxesPane
 from console.widgets.sessions import SessionsPane
 from engine.approvals.socket.server import (
+    ApprovalSocketBusy,
     ApprovalSocketError,
     ApprovalSocketServer,
-    LocalExecHost,
     PromptRequest,
 )
 from engine.approvals.store import ApprovalsFileError, ApprovalsStore
 from engine.display import REPORT, visible
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import RemoteError
+from engine.tools.exec_host import LocalExecHost
 
 FLUSH_HZ = 30
-SOCKET_PROMPT_MS = 300_000  # the socket server's own prompt timeout
 LIST_RENDER_SEC = 0.1
 LIST_REFRESH_SEC = 0.5
-FOCUS_TARGETS = {
-    "approvals": "#approval-list",
-    "sessions": "#session-list",
-    "events": "#events-pane",
-    "policy": "#agent-list",
-    "sandboxes": "#sandbox-list",
-    "history": "#history-list",
-    "nodes": "#node-list",
-    # Without a focus target the approvals list keeps focus from a hidden tab and Textual switches
-    # back to it (`8` did nothing from Approvals); focused, the pane's keys show in the footer.
-    "browsers": "#browser-list",
-}
-
 
 class ConsoleApp(App[None]):
     """Everything durable lives in the gateway: quitting or crashing here loses no session or approval."""
@@ -66,18 +53,7 @@ class ConsoleApp(App[None]):
     CSS_PATH = "styles/app.tcss"
     TITLE = "exechost"
     COMMANDS = App.COMMANDS | {DirectiveCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("1", "tab('approvals')", "Approvals"),
-        Binding("2", "tab('sessions')", "Sessions"),
-        Binding("3", "tab('events')", "Events"),
-        Binding("4", "tab('policy')", "Policy"),
-        Binding("5", "tab('sandboxes')", "Sandboxes"),
-        Binding("6", "tab('history')", "History"),
-        Binding("7", "tab('nodes')", "Nodes"),
-        Binding("8", "tab('browsers')", "Browsers"),
-        Binding("question_mark", "help", "Help"),
-        Binding("q", "quit", "Quit"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = tabs.BINDINGS
 
     def __init__(
         self,
@@ -94,6 +70,7 @@ class ConsoleApp(App[None]):
         self.state = state
         self.config_path = config_path
         self.host_approval_socket = host_approval_socket
+        self.quiet_socket_busy = False  # a web tab: another tab or console hosting the socket is no news
         self.bell_on_new = bell
         self.show_clock = clock
         self.connect_gateway = connect
@@ -111,25 +88,13 @@ class ConsoleApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.show_clock)
-        with TabbedContent(initial="approvals", id="tabs"):
-            with TabPane("Approvals (0)", id="approvals"):
-                yield ApprovalsPane(
-                    config_path=self.config_path, recent_commands=self._recent_commands, id="approvals-pane"
-                )
-            with TabPane("Sessions", id="sessions"):
-                yield SessionsPane(self.link, state=self.state, live=self.connect_gateway, id="sessions-pane")
-            with TabPane("Events", id="events"):
-                yield LinePane(max_lines=2000, id="events-pane")
-            with TabPane("Policy", id="policy"):
-                yield PolicyPane(id="policy-pane")
-            with TabPane("Sandboxes", id="sandboxes"):
-                yield SandboxesPane(id="sandboxes-pane")
-            with TabPane("History", id="history"):
-                yield HistoryPane(id="history-pane")
-            with TabPane("Nodes", id="nodes"):
-                yield NodesPane(id="nodes-pane")
-            with TabPane("Browsers", id="browsers"):
-                yield BrowsersPane(id="browsers-pane")
+        yield from tabs.compose_tabs(
+            self.link,
+            state=self.state,
+            config_path=self.config_path,
+            live=self.connect_gateway,
+            recent_commands=self._recent_commands,
+        )
         yield Footer()
 
     @property
@@ -197,7 +162,8 @@ class ConsoleApp(App[None]):
             )
             await server.start()
         except (ApprovalSocketError, ApprovalsFileError, OSError) as exc:
-            self.notify_plain(f"approval socket not hosted: {exc}", severity="warning", timeout=8)
+            if not (self.quiet_socket_busy and isinstance(exc, ApprovalSocketBusy)):
+                self.notify_plain(f"approval socket not hosted: {exc}", severity="warning", timeout=8)
             return
         self.socket_server = server
 
@@ -206,22 +172,7 @@ class ConsoleApp(App[None]):
         one more pending approval, listed by `exechost approvals pending`, answerable from anywhere, shown
         here as a gateway row. Without it the inbox resolves a Future (toad's Future-in-a-Message)."""
         if self.link.connected.is_set():
-            params = {
-                "id": request.id,
-                "command": request.command,
-                "cwd": request.cwd or "",
-                "agentId": request.agent_id or "main",
-                "sessionKey": request.session_key or "",
-                "security": request.security,
-                "ask": request.ask,
-                "resolvedPath": request.resolved_path,
-                "allowedDecisions": [
-                    d
-                    for d in request.allowed_decisions
-                    if not (request.ask == "always" and d == "allow-always")
-                ],
-                "timeoutMs": SOCKET_PROMPT_MS,
-            }
+            params = socket_asks.relay_params(request)
             try:
                 answer = await self.link.request("approvals.relay", params)
             except asyncio.CancelledError:
@@ -358,24 +309,7 @@ class ConsoleApp(App[None]):
 
     def on_socket_approval_requested(self, message: SocketApprovalRequested) -> None:
         req = message.request
-        view: dict[str, Any] = {
-            "id": req.id,
-            "slug": req.id[:8],
-            "command": req.command,
-            "cwd": req.cwd,
-            "host": req.host,
-            "security": req.security,
-            "ask": req.ask,
-            "agentId": req.agent_id,
-            "resolvedPath": req.resolved_path,
-            "sessionKey": req.session_key,
-            "warnings": list(req.warnings),
-            "createdAtMs": int(time.time() * 1000),
-            # Only what the asker accepts is offered (issue 9 item 9); ask=always never offers "always".
-            "allowedDecisions": [
-                d for d in req.allowed_decisions if not (req.ask == "always" and d == "allow-always")
-            ],
-        }
+        view = socket_asks.inbox_view(req)
         future = message.future
 
         def gone(fut: asyncio.Future[str]) -> None:
@@ -487,8 +421,8 @@ class ConsoleApp(App[None]):
 
     def directive_target(self) -> str:
         """`/exec` applies to the selected session's scope on the Sessions tab, else the selected agent."""
-        tabs = self.query_one(TabbedContent)
-        if tabs.active == "sessions" and self.sessions.current:
+        tabbed = self.query_one(TabbedContent)
+        if tabbed.active == "sessions" and self.sessions.current:
             key = self.sessions.sessions.get(self.sessions.current, {}).get("scopeKey")
             if isinstance(key, str):
                 return key
@@ -566,11 +500,7 @@ class ConsoleApp(App[None]):
         self.focus_tab(tab)
 
     def focus_tab(self, tab: str) -> None:
-        """Each pane's keys work as soon as its tab shows: focus its main list."""
-        target = FOCUS_TARGETS.get(tab)
-        if target is not None:
-            with contextlib.suppress(Exception):
-                self.query_one(target).focus()
+        tabs.focus_tab(self, tab)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -587,20 +517,3 @@ class ConsoleApp(App[None]):
             self.query_one(SandboxesPane).action_refresh_list()
         if event.pane.id:
             self.focus_tab(event.pane.id)
-
-
-def run_console(state: Path | None = None, *, config_path: str | None = None, demo: bool = False) -> int:
-    """Entry point used by `exechost console`."""
-    if demo:
-        from console.demo import DemoConsoleApp, finish_demo, prepare_demo
-
-        state, config_path = prepare_demo(state)
-        app: ConsoleApp = DemoConsoleApp(state, config_path=config_path)
-        try:
-            app.run()
-        finally:
-            finish_demo(state)
-        return 0
-    app = ConsoleApp(state, config_path=config_path)
-    app.run()
-    return 0

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-if TYPE_CHECKING:
-    from console.app import ConsoleApp
+from console.apphost import DirectiveHost
 
 EXAMPLES = [
     ("/exec host=gateway security=allowlist ask=on-miss", "session overrides for the selected agent/session"),
@@ -28,8 +27,8 @@ class DirectiveCommands(Provider):
     """Anything starting with a directive word is offered verbatim as the top hit."""
 
     @property
-    def console_app(self) -> ConsoleApp:
-        return cast("ConsoleApp", self.app)
+    def console_app(self) -> DirectiveHost:
+        return cast(DirectiveHost, self.app)
 
     async def discover(self) -> Hits:
         for text, help_text in EXAMPLES:

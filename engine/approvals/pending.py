@@ -213,7 +213,6 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-
 class ApprovalManager:
     """All pending approvals of one gateway, bound to the running event loop."""
 

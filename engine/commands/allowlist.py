@@ -10,7 +10,6 @@ import stat
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import NamedTuple
 
 from engine import statefs
 from engine.commands.analysis import ANALYSED_SHELLS, OTHER_SHELLS, CommandAnalysis, Segment
@@ -23,6 +22,7 @@ from engine.commands.durable import (
     has_durable_approval,
 )
 from engine.commands.interpreters import is_interpreter, name_of
+from engine.commands.matches import AllowlistEntry, AllowlistResult, SegmentMatch
 from engine.commands.protected import protected_root_watched, protected_word
 from engine.commands.rendering import (
     Identity,
@@ -86,35 +86,6 @@ __all__ = [
 ]
 
 SHELLS = ANALYSED_SHELLS | OTHER_SHELLS
-
-
-@dataclass(frozen=True)
-class AllowlistEntry:
-    pattern: str
-    arg_pattern: str | None = None
-    id: str | None = None
-    source: str | None = None  # "allow-always" when an approval decision wrote it (reference §3.3)
-
-
-# SegmentMatch and AllowlistResult are named tuples: immutable, and built in a fraction of a frozen
-# dataclass's time (one of each per segment and decision; issue 19).
-class SegmentMatch(NamedTuple):
-    argv: tuple[str, ...]
-    resolved_path: str | None
-    satisfied_by: str | None  # "allowlist" | "safeBins" | None (miss)
-    matched_pattern: str | None
-    entry_id: str | None
-    reason: str | None  # reason for a miss
-    wrapper_paths: tuple[str, ...] = ()  # real paths of the transparent wrappers, in order
-    inner: AllowlistResult | None = None  # `sh -c` payload's own result
-    # The path as named, before the last symlink hop (directories resolved): `/usr/bin/xzcat`, whose real
-    # path is `/usr/bin/xz`. Patterns match this, and it is what a multi-call binary must see as argv[0].
-    named_path: str | None = None
-
-
-class AllowlistResult(NamedTuple):
-    satisfied: bool
-    segments: tuple[SegmentMatch, ...]
 
 
 # --------------------------------------------------------------------------- patterns

@@ -12,6 +12,7 @@ import tree_sitter_bash
 
 from engine.commands.fastlex import split_plain
 from engine.commands.inlineeval import inline_eval
+from engine.commands.interpoptions import INLINE, UNKNOWN, program_source
 from engine.commands.interpreters import is_interpreter
 from engine.commands.lexscan import (
     BARE_REASONS,
@@ -388,7 +389,13 @@ def _shell_payload(argv: list[str], depth: int) -> CommandAnalysis | None:
             continue
         break
     if script_at is None:
-        if any(word.startswith(("-", "+")) for word in argv[1:2]):
+        # Options read as the shell reads them (issue 27 §5): `bash -e x.sh`, `sh -- x.sh`, `sh -s` are
+        # plain runs of a file or of stdin, whose content binding follows; what no grammar covers asks.
+        source = program_source(argv) if name in ANALYSED_SHELLS else None
+        if source is not None and source.kind == INLINE:
+            raise _Unsafe(f"unsupported shell option: {argv[1]}")
+        unparsed = source is None or source.kind == UNKNOWN
+        if unparsed and any(word.startswith(("-", "+")) for word in argv[1:2]):
             raise _Unsafe(f"unsupported shell option: {argv[1]}")
         return None  # `bash script.sh` / `sh` reading stdin: the shell itself must be allowlisted
     if name in OTHER_SHELLS:

@@ -13,6 +13,15 @@ from typing import Any
 
 from engine.commands.allowlist import AllowlistResult, SegmentMatch, pin_path, render_bound
 from engine.commands.analysis import CommandAnalysis, Segment
+from engine.commands.interpoptions import (
+    FILE,
+    MODULE,
+    STDIN,
+    UNKNOWN,
+    family,
+    loaded_values,
+    program_source,
+)
 from engine.commands.interpreters import name_of
 from engine.commands.which import DEFAULT_PATH
 
@@ -26,8 +35,21 @@ UNREADABLE = ""  # the digest of a file that could not be read: never matches, s
 # operand) and options that take a value (the next word is not the operand).
 _SHELLS = frozenset(
     {
-        "sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "pdksh", "yash", "fish", "csh", "tcsh",
-        "posh", "rc", "es",
+        "sh",
+        "bash",
+        "dash",
+        "ash",
+        "zsh",
+        "ksh",
+        "mksh",
+        "pdksh",
+        "yash",
+        "fish",
+        "csh",
+        "tcsh",
+        "posh",
+        "rc",
+        "es",
     }
 )
 _FAMILIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -54,10 +76,48 @@ _POSIX_SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "y
 # The shell runs these itself whatever PATH holds: a missing one is nothing to bind.
 SHELL_BUILTINS = frozenset(
     {
-        ".", ":", "[", "alias", "bg", "break", "cd", "command", "continue", "echo", "eval", "exec",
-        "exit", "export", "false", "fg", "getopts", "hash", "jobs", "kill", "local", "printf", "pwd",
-        "read", "readonly", "return", "set", "shift", "test", "times", "trap", "true", "type", "ulimit",
-        "umask", "unalias", "unset", "wait", "source", "declare", "typeset", "let",
+        ".",
+        ":",
+        "[",
+        "alias",
+        "bg",
+        "break",
+        "cd",
+        "command",
+        "continue",
+        "echo",
+        "eval",
+        "exec",
+        "exit",
+        "export",
+        "false",
+        "fg",
+        "getopts",
+        "hash",
+        "jobs",
+        "kill",
+        "local",
+        "printf",
+        "pwd",
+        "read",
+        "readonly",
+        "return",
+        "set",
+        "shift",
+        "test",
+        "times",
+        "trap",
+        "true",
+        "type",
+        "ulimit",
+        "umask",
+        "unalias",
+        "unset",
+        "wait",
+        "source",
+        "declare",
+        "typeset",
+        "let",
     }
 )
 _FILE_FLAG = {"awk": "-f", "gawk": "-f", "mawk": "-f", "nawk": "-f", "sed": "-f", "gsed": "-f"}
@@ -67,7 +127,7 @@ _FILE_FLAG = {"awk": "-f", "gawk": "-f", "mawk": "-f", "nawk": "-f", "sed": "-f"
 class ContentItem:
     """One file the command runs or reads as code, as it was when the command was decided."""
 
-    role: str  # executable | interpreter | script | wrapper
+    role: str  # executable | interpreter | script | wrapper | loaded (a preload) | file (named, unparsed)
     path: str  # as shown: the pinned path or the operand, made absolute
     real: str  # the file itself (symlinks resolved): what is opened and hashed
     sha256: str | None  # None: the file did not exist (it must not appear before the run)
@@ -100,6 +160,13 @@ class ContentBinding:
     analysis: CommandAnalysis
     result: AllowlistResult
     problems: tuple[str, ...] = ()  # what could not be bound (shown to the approver)
+    # A program read from stdin or found on a search path (`bash -s`, `python3 -m x`): no file holds it,
+    # so no approval can be bound to it and allow-always is not offered (issue 27 §5).
+    unbound: bool = False
+    notes: tuple[str, ...] = ()  # what the run also loads, unbound (imports from agent-writable files)
+    # An interpreter option no grammar covers (or a preload node searches for): what it loads is not a
+    # file the text names, so allow-always is not offered either; `notes` says why.
+    opaque: bool = False
 
     def to_json(self) -> list[dict[str, Any]]:
         return [item.to_json() for item in self.items]
@@ -314,6 +381,9 @@ def script_operand(argv: Sequence[str], program: str) -> int | None:
             if arg == flag:
                 return i + 1
         return None
+    source = program_source(argv, program)
+    if source is not None:
+        return source.index if source.kind == FILE and source.index < len(argv) else None
     family = _FAMILY_OF.get(name)
     if family is None:
         return None
@@ -345,6 +415,7 @@ def bind(
     env: Mapping[str, str],
     *,
     resolve_program: Callable[[str, str, str], str | None] | None = None,
+    command: str | None = None,
 ) -> ContentBinding:
     """Digest every executable (pinned binaries, wrappers, `#!` interpreters) and every script operand."""
     items: list[ContentItem] = []
@@ -436,7 +507,160 @@ def bind(
                 file_item("script", os.path.abspath(named), real, here, operand, reader=reader, word=word)
 
     walk(analysis.segments, result.segments, ())
-    return ContentBinding(tuple(items), analysis, result, tuple(problems))
+    unbound = searched = opaque = False
+    notes: list[str] = []
+    whole = not analysis.ok  # unparsed: every file the text names is bound whole
+    for segment in _plain_segments(analysis.segments):
+        source = program_source(segment.argv)
+        if source is None:
+            continue
+        for value in loaded_values(segment.argv):
+            # `node -r ./hook.js app.js`: the preload runs before the program, so it is bound like it. A
+            # bare name (`-r dotenv/config`) is searched for (node_modules up the tree): nothing to bind.
+            named = os.path.abspath(os.path.join(cwd, value))
+            if os.path.isfile(named):
+                file_item("loaded", named, os.path.realpath(named), (), -1)
+            elif value.startswith(("/", "./", "../")):
+                add(ContentItem("loaded", named, os.path.realpath(named), None, 0, True, (), -1))
+            elif family(segment.argv[0]) in ("node", "nodejs") and not searched:
+                searched = True
+                notes.append(
+                    f"Warning: node preloads {value!r}, found by a search of node_modules up the tree: it "
+                    "cannot be bound, so allow-always is not offered."
+                )
+        if source.kind in (STDIN, MODULE, UNKNOWN):
+            whole = True  # `cat x.sh | sh`, `sh < x.sh`: the program is whatever those files hold
+            unbound = unbound or source.kind != UNKNOWN
+        if source.kind == UNKNOWN:
+            # An option no grammar covers may load anything from anywhere (`node --env-file=.env` sets
+            # NODE_OPTIONS, `python3 -X pycache_prefix=./pc` takes the standard library's bytecode from
+            # ./pc): the files the text names are bound for this run, but nothing can be saved.
+            opaque = True
+        elif source.kind == FILE and family(segment.argv[0]) in ("python", "pypy"):
+            note = _imports_note(segment.argv[source.index], cwd)
+            if note:
+                notes.append(note)
+    if whole:
+        words, absent = _file_words(command if command is not None else "", analysis, cwd)
+        for word in words:
+            real = os.path.realpath(os.path.join(cwd, word))
+            file_item("file", os.path.abspath(os.path.join(cwd, word)), real, (), -1)
+        for word in absent:
+            named = os.path.abspath(os.path.join(cwd, word))
+            add(ContentItem("file", named, os.path.realpath(named), None, 0, True, (), -1))
+        unbound = unbound and not words
+        if not words and not analysis.ok and _names_interpreter(command or ""):
+            unbound = True
+    if opaque:
+        notes.append(
+            "Warning: an interpreter is given an option exechost does not model: what that option loads "
+            "cannot be bound, so allow-always is not offered."
+        )
+    return ContentBinding(
+        tuple(items), analysis, result, tuple(problems), unbound, tuple(notes), searched or opaque
+    )
+
+
+def _plain_segments(segments: Sequence[Segment]) -> list[Segment]:
+    out: list[Segment] = []
+    for segment in segments:
+        if segment.inner is not None:
+            out += _plain_segments(segment.inner.segments)
+        elif segment.argv:
+            out.append(segment)
+    return out
+
+
+def _words(command: str) -> list[str]:
+    """The text's words as a shell would split them, redirection operators apart (`<x.sh` → x.sh)."""
+    import shlex
+
+    lexer = shlex.shlex(command, posix=True, punctuation_chars="<>|&;()")
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:
+        return command.split()
+
+
+def _file_words(command: str, analysis: CommandAnalysis, cwd: str) -> tuple[list[str], list[str]]:
+    """Every file the command's words name (or its segments'), in every spelling a program may read one:
+    a word itself, the value of an option word (`--env-file=.env`) and an attached short value
+    (`-r./x.js`). An option nobody modelled may read any of them as code or as settings for code. Also
+    the option values that name a path (`=./x`, `=.env`) but do not exist yet: they must stay absent."""
+    if command:
+        words = _words(command)
+    else:
+        words = [w for seg in _plain_segments(analysis.segments) for w in seg.argv]
+    out: list[str] = []
+    absent: list[str] = []
+    for word in dict.fromkeys(words):
+        if not word.startswith("-"):
+            names = [word]
+        else:
+            _name, eq, value = word.partition("=")
+            names = [value] if eq else []
+            if not word.startswith("--") and len(word) > 2:
+                names.append(word[2:])
+        for name in names:
+            path = os.path.join(cwd, name)
+            if name and os.path.isfile(path):
+                out.append(name)
+            elif (
+                word.startswith("-")
+                and name
+                and ("/" in name or name.startswith("."))
+                and (not os.path.lexists(path))
+            ):
+                absent.append(name)
+    return list(dict.fromkeys(out))[:64], list(dict.fromkeys(absent))[:64]
+
+
+def _names_interpreter(command: str) -> bool:
+    return any(program_source([w]) is not None for w in _words(command))
+
+
+IMPORT_SCAN_MAX = 2000  # directory entries looked at, at most: a huge tree is reported as "N+"
+_CODE_SUFFIXES = (".py", ".pyc", ".pth", ".so")
+_SKIP_DIRS = frozenset({"node_modules", "__pycache__"})
+
+
+def _package_dir(entry: os.DirEntry[str], depth: int) -> bool:
+    name = entry.name
+    return depth < 4 and name[:1] != "." and name not in _SKIP_DIRS and entry.is_dir(follow_symlinks=False)
+
+
+def _imports_note(script: str, cwd: str) -> str | None:
+    """Python imports modules from the script's directory first: count the agent-writable code there and
+    in its package directories (not bound; an approval holds for the script only, docs/SECURITY.md)."""
+    base = os.path.dirname(os.path.abspath(os.path.join(cwd, script)))
+    count, seen, capped = 0, 0, False
+    queue = [(base, 0)]
+    while queue and not capped:
+        here, depth = queue.pop()
+        try:
+            entries = os.scandir(here)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                seen += 1
+                if seen > IMPORT_SCAN_MAX:
+                    capped = True
+                    break
+                if entry.name.endswith(_CODE_SUFFIXES):
+                    count += 1
+                elif _package_dir(entry, depth):
+                    queue.append((entry.path, depth + 1))
+    count -= 1  # the script itself, which is bound
+    if count <= 0 or system_owned(os.path.realpath(os.path.join(cwd, script))):
+        return None
+    shown = os.path.relpath(base, cwd) if base != os.path.abspath(cwd) else "."
+    more = "+" if capped else ""
+    return (
+        f"Warning: {script} can import code from {count}{more} agent-writable Python files under {shown}/ "
+        "that are not bound: changes to them after the approval run."
+    )
 
 
 def _interpreter_words(

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from engine.commands.interpreters import is_interpreter, runs_others
 
 if TYPE_CHECKING:
-    from engine.commands.allowlist import AllowlistEntry, AllowlistResult, SegmentMatch
     from engine.commands.analysis import CommandAnalysis, Segment
+    from engine.commands.matches import AllowlistEntry, AllowlistResult, SegmentMatch
 
 __all__ = [
     "ALLOW_ALWAYS_SOURCE",

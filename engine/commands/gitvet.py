@@ -9,7 +9,9 @@ import re
 import stat
 import subprocess
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from engine.commands.gitindex import UnreadableIndex, gitlinks
 
 # Keys whose values git only ever uses as data (names, refs, flags, numbers), never as a program, a
 # driver, a path to something that runs, an include, an alias or a URL rewrite. Everything else in a
@@ -201,9 +203,29 @@ def _read_gitfile(path: str) -> str | None:
     return os.path.realpath(os.path.join(os.path.dirname(path), target))
 
 
+_OID = re.compile(rb"[0-9a-f]{40}([0-9a-f]{24})?")
+
+
+def _valid_head(path: str) -> bool:
+    """git's validate_headref: a symlink into refs/, `ref: refs/…`, or an object id. Anything else (a
+    garbage HEAD) and git does not take the directory for a repository and keeps looking upward."""
+    try:
+        if os.path.islink(path):
+            return os.readlink(path).startswith("refs/")
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    if head.startswith(b"ref:"):
+        return head[4:].lstrip(b" \t").startswith(b"refs/")
+    return _OID.match(head) is not None
+
+
 def _is_git_dir(path: str) -> bool:
-    """git's is_git_directory: a HEAD, objects/ and refs/ (objects/ and refs/ may be in the common dir)."""
-    if not os.path.isfile(os.path.join(path, "HEAD")):
+    """git's is_git_directory: a valid HEAD, objects/ and refs/ (objects/ and refs/ may be in the common
+    dir). Only a guide: the run itself is pointed at what was vetted (engine.commands.pinned), so where
+    this differs from git, git fails instead of reading another repository."""
+    if not _valid_head(os.path.join(path, "HEAD")):
         return False
     common = _common_dir(path)
     return os.path.isdir(os.path.join(common, "objects")) and os.path.isdir(os.path.join(common, "refs"))
@@ -337,7 +359,17 @@ _PARSED: dict[tuple[tuple[int, ...], bytes], Pairs | str] = {}
 _PARSED_MAX = 256
 
 
-def read_config(git: str, path: str) -> Pairs | str:
+@dataclass
+class Record:
+    """What one vetting read, for the run to be pinned to: every config file's bytes (as parsed), and the
+    repository each git command was vetted against (None: none was found)."""
+
+    data: dict[str, bytes] = field(default_factory=dict)
+    repos: list[tuple[Sequence[str], Repo | None]] = field(default_factory=list)
+    nested: list[Repo] = field(default_factory=list)  # submodules with their own .git, vetted too
+
+
+def read_config(git: str, path: str, record: Record | None = None) -> Pairs | str:
     """Every key and value in one config file, parsed by git itself without following includes or
     running anything; a problem text when git cannot parse it (git would then refuse to run as well).
 
@@ -346,6 +378,8 @@ def read_config(git: str, path: str) -> Pairs | str:
     data = _read_bytes(path)
     if isinstance(data, str):
         return data
+    if record is not None:
+        record.data[path] = data
     try:
         info = os.stat(git)
     except OSError as exc:
@@ -427,19 +461,27 @@ def _config_files(repo: Repo) -> Iterator[str]:
             yield os.path.join(root, "config")
 
 
-def _submodule_repos(git: str, work_tree: str) -> Iterator[Repo | str]:
+def _submodule_repos(
+    git: str, work_tree: str, record: Record | None, repo: Repo, hash_size: int
+) -> Iterator[Repo | str]:
     """Submodules with their own `.git` in the work tree (absorbed ones live under modules/, vetted with
-    their superproject): git recurses into them too."""
+    their superproject): git recurses into them too. Git enters every gitlink of the index, named in
+    .gitmodules or not (status, diff), so those are read from the index itself; .gitmodules paths too."""
+    paths: list[str] = []
+    index = os.path.join(repo.git_dir, "index")
+    try:
+        paths += gitlinks(index, hash_size)
+    except UnreadableIndex as exc:
+        yield f"{index} {exc}: exechost cannot tell which submodules git would enter"
+        return
     gitmodules = os.path.join(work_tree, ".gitmodules")
-    if not os.path.isfile(gitmodules):
-        return
-    pairs = read_config(git, gitmodules)
-    if isinstance(pairs, str):
-        yield f"{gitmodules} {pairs}"
-        return
-    for key, value in pairs:
-        if not key.endswith(".path") or not value:
-            continue
+    if os.path.isfile(gitmodules):
+        pairs = read_config(git, gitmodules, record)
+        if isinstance(pairs, str):
+            yield f"{gitmodules} {pairs}"
+            return
+        paths += [value for key, value in pairs if key.endswith(".path") and value]
+    for value in dict.fromkeys(paths):
         sub = os.path.realpath(os.path.join(work_tree, value))
         dot = os.path.join(sub, ".git")
         if os.path.isdir(dot) and _is_git_dir(dot):
@@ -453,9 +495,10 @@ def _submodule_repos(git: str, work_tree: str) -> Iterator[Repo | str]:
             )
 
 
-def vet(git: str, argv: Sequence[str], cwd: str) -> list[Finding]:
+def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -> list[Finding]:
     """Everything git, run as `argv` in `cwd`, would take from a repository's config or its own
-    arguments that could run a program; empty when every key it would read is inert."""
+    arguments that could run a program; empty when every key it would read is inert. `record` keeps the
+    bytes read and the repository found, for the run to be pinned to exactly those."""
     found: list[Finding] = []
     args = parse_argv(argv, cwd)
     found += [Finding("git", "the command line", p) for p in args.problems]
@@ -472,12 +515,14 @@ def vet(git: str, argv: Sequence[str], cwd: str) -> list[Finding]:
     else:
         located = discover(args.cwd)
     queue: list[tuple[Repo | str, str | None]] = [] if located is None else [(located, args.work_tree)]
+    top = located if isinstance(located, Repo) else None
     seen: set[str] = set()
     while queue and len(seen) < MAX_CONFIG_FILES:
         repo, tree = queue.pop(0)
         if isinstance(repo, str):
             found.append(Finding("git", cwd, repo))
             continue
+        hash_size = 20
         for path in _config_files(repo):
             real = os.path.realpath(path)
             if real in seen or not os.path.lexists(path):
@@ -486,21 +531,30 @@ def vet(git: str, argv: Sequence[str], cwd: str) -> list[Finding]:
                 queue.append((repo, tree))  # reported below: more than exechost vets
                 break
             seen.add(real)
-            pairs = read_config(git, path)
+            pairs = read_config(git, path, record)
             if isinstance(pairs, str):
                 found.append(Finding("git", path, f"config that {pairs}"))
                 continue
             for key, value in pairs:
                 problem = key_problem(key, value)
+                if key.lower() == "extensions.objectformat" and _owns(repo, path):
+                    hash_size = 32 if (value or "").lower() == "sha256" else 20
                 if problem:
                     found.append(Finding("git", path, f"{key} ({problem})"))
                 elif key.lower() == "core.worktree" and value and tree is None and _owns(repo, path):
                     tree = os.path.realpath(os.path.join(repo.git_dir, value))
         tree = tree or repo.work_tree
+        if record is not None:
+            if repo is top:
+                top = Repo(repo.git_dir, repo.common_dir, tree)
+            else:
+                record.nested.append(repo)
         if tree is not None:  # submodules: status, diff and checkout recurse into them
-            queue.extend((sub, None) for sub in _submodule_repos(git, tree))
+            queue.extend((sub, None) for sub in _submodule_repos(git, tree, record, repo, hash_size))
     if queue:
         found.append(Finding("git", cwd, "more nested repositories than exechost vets"))
+    if record is not None:
+        record.repos.append((tuple(argv), top))
     return found
 
 

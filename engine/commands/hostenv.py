@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,8 +76,25 @@ ALLOWED_INHERITED_OVERRIDE_ONLY_KEYS = names(
 # Keys a common tool reads as code to run or a path to write (issue 9): refused as overrides, stripped when
 # inherited. Families by prefix/suffix, since tools keep adding members (GIT_TRACE_*, *_PAGER, *_EDITOR).
 CODE_KEY_PREFIXES = (
-    "GIT_", "LESS", "PYTHON", "PERL", "RUBY", "NODE_", "BASH_", "LUA_", "TCL", "GUILE_", "RSYNC_",
-    "SYSTEMD_", "MALLOC_", "ZSH", "KSH_", "JULIA_", "IRB", "GEM_", "BUNDLE_",
+    "GIT_",
+    "LESS",
+    "PYTHON",
+    "PERL",
+    "RUBY",
+    "NODE_",
+    "BASH_",
+    "LUA_",
+    "TCL",
+    "GUILE_",
+    "RSYNC_",
+    "SYSTEMD_",
+    "MALLOC_",
+    "ZSH",
+    "KSH_",
+    "JULIA_",
+    "IRB",
+    "GEM_",
+    "BUNDLE_",
 )
 CODE_KEY_SUFFIXES = ("PAGER", "EDITOR", "HISTFILE", "_HISTORY", "RSH", "_OPTIONS", "_OPTS")
 CODE_KEYS = names(
@@ -144,6 +161,70 @@ def is_code_key(key: str) -> bool:
     if upper in CODE_KEY_ALLOWED:
         return False
     return upper in CODE_KEYS or upper.startswith(CODE_KEY_PREFIXES) or upper.endswith(CODE_KEY_SUFFIXES)
+
+
+# Issue 27 §3: the only env keys an agent may set on a command that runs without an ask (allowlist, safe
+# bin, allow-always, grant). They name a locale, a time zone, a terminal's size or colour wishes, or data a
+# commit records: no program reads them as code or as a place to find code. Any other key makes the
+# command ask, however harmless it looks, since tools keep adding hooks (GNUMAKEFLAGS=--eval,
+# PYENV_HOOK_PATH, RUSTUP_TOOLCHAIN=<dir>); the operator adds keys with `tools.exec.inertEnv`.
+INERT_ENV_KEYS = names(
+    "LANG LANGUAGE LC_ALL LC_CTYPE LC_COLLATE LC_MESSAGES LC_MONETARY LC_NUMERIC LC_TIME LC_PAPER LC_NAME "
+    "LC_ADDRESS LC_TELEPHONE LC_MEASUREMENT LC_IDENTIFICATION TZ TERM COLUMNS LINES NO_COLOR FORCE_COLOR "
+    "CLICOLOR CLICOLOR_FORCE GIT_AUTHOR_NAME GIT_AUTHOR_EMAIL GIT_AUTHOR_DATE GIT_COMMITTER_NAME "
+    "GIT_COMMITTER_EMAIL GIT_COMMITTER_DATE"
+)
+
+
+# An inert key is inert only with a value of its own grammar: a locale name, a zone name, a terminal name,
+# a number. glibc reads a locale or message catalogue from a path a value names (`LANGUAGE=../../tmp/x`
+# made `ls` print the agent's .mo strings as its printf formats), a zone file from `TZ=/path`, ncurses a
+# terminfo entry from a TERM with a slash. Values are allowed by shape, never refused by pattern.
+_LOCALE = r"(?:C|POSIX|[A-Za-z]{2,3}(?:_[A-Za-z]{2,3})?)(?:\.[A-Za-z0-9_-]+)?(?:@[A-Za-z0-9_-]+)?"
+_ZONE_PART = r"[A-Za-z0-9_+-]+"
+_INERT_VALUE = {
+    "LANG": re.compile(f"(?:{_LOCALE})?"),
+    "LANGUAGE": re.compile(f"(?:{_LOCALE})?(?::{_LOCALE})*"),
+    # A zone name under the system's zoneinfo (`Europe/Paris`, `:UTC`) or a POSIX rule (`EST5EDT,M3.2.0`,
+    # `<+03>-3`): no leading slash, no `..`, so no file outside the system's zone directory.
+    "TZ": re.compile(rf":?(?:{_ZONE_PART}(?:/{_ZONE_PART})*|[A-Za-z0-9<>+,.:-]*)"),
+    "TERM": re.compile(r"[A-Za-z0-9_.+-]*"),
+    "COLUMNS": re.compile(r"[0-9]{0,6}"),
+    "LINES": re.compile(r"[0-9]{0,6}"),
+}
+
+
+def inert_value(key: str, value: str) -> bool:
+    """Whether `value` has the shape an inert key's value has (keys without a grammar take any value)."""
+    upper = key.upper()
+    grammar = _INERT_VALUE.get("LANG" if upper.startswith("LC_") else upper)
+    if grammar is None:
+        return True
+    if upper == "TZ" and ".." in value:
+        return False
+    return grammar.fullmatch(value) is not None
+
+
+def foreign_env_keys(overrides: Mapping[str, str] | None, extra: Sequence[str] = ()) -> list[str]:
+    """The keys of `overrides` that are not inert (INERT_ENV_KEYS with a value of its grammar, plus the
+    operator's `extra`): each one makes a command that would run unasked ask instead."""
+    operator = {k.upper() for k in extra}
+    return sorted(
+        k
+        for k, v in (overrides or {}).items()
+        if str(k).upper() not in operator
+        and (str(k).upper() not in INERT_ENV_KEYS or not inert_value(str(k), str(v)))
+    )
+
+
+def inert_env_problem(key: str) -> str | None:
+    """Why an operator's `inertEnv` entry cannot be inert: not a variable name, PATH, or a key refused
+    on every host exec anyway (it would never reach the command)."""
+    if not _PORTABLE_KEY.fullmatch(key):
+        return f"{key!r} is not an environment variable name"
+    if key.upper() == "PATH" or is_blocked_override(key):
+        return f"{key} is refused on every host exec (it loads code, credentials or a search path)"
+    return None
 
 
 _PORTABLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -36,6 +36,7 @@ def is_interpreter(path_or_name: str) -> bool:
     base = os.path.basename(path_or_name).lower()
     return base in INTERPRETERS or name_of(base) in INTERPRETERS
 
+
 # Programs that can start other programs or run code given in arguments, config or keystrokes (pagers and
 # editors have shell escapes; git runs aliases, hooks and filters; tar, find, sort, zip run helpers).
 # "Allow always" never saves such a program's path: it saves the exact command instead (issue 9).

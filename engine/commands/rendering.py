@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.commands.allowlist import AllowlistResult, SegmentMatch
     from engine.commands.analysis import CommandAnalysis, Segment
+    from engine.commands.matches import AllowlistResult, SegmentMatch
 
 __all__ = [
     "Identity",

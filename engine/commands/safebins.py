@@ -94,9 +94,7 @@ DEFAULT_SAFE_BIN_PROFILES: dict[str, SafeBinProfile] = {
         numeric_short=True,
     ),
     "tail": SafeBinProfile(
-        value_flags=_f(
-            "-n", "-c", "--lines", "--bytes"
-        ),
+        value_flags=_f("-n", "-c", "--lines", "--bytes"),
         bool_flags=_f(
             "-q",
             "-v",

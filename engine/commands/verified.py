@@ -59,6 +59,9 @@ class VerifiedRun:
     command: str
     fds: tuple[int, ...] = ()
     checked: int = 0
+    # Agent-writable files run from copies, by real path and verified bytes: the run's view shows those
+    # bytes at the path too, so a script re-reading "$0" or __file__ gets what was approved.
+    rereads: tuple[tuple[str, bytes], ...] = ()
     _closed: bool = field(default=False, repr=False)
 
     def close(self) -> None:
@@ -117,6 +120,8 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
                 fd = sealed_copy(data, os.path.basename(item.real))
                 fds.append(fd)
                 copies[item.real] = f"/proc/self/fd/{fd}"
+                if item.role == "script" and item.reader:  # run under its own name: "$0", __file__
+                    run.rereads += ((item.real, data),)
         run.fds = tuple(fds)
         if substitute:
             words = _words(binding, copies)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.commands.hostenv import inert_env_problem
 from engine.commands.interpreters import is_interpreter
 from engine.commands.safebins import SafeBinProfile
 from engine.config.lines import PathParts
@@ -52,7 +53,6 @@ from engine.config.schema import (
     size_bytes,
 )
 from engine.config.schema import known_keys as known_keys
-from engine.config.write import set_config_value as set_config_value
 from engine.principals import valid_name
 
 # --------------------------------------------------------------------------- paths
@@ -191,6 +191,12 @@ class _Checker:
             return self.value(value, replace(spec, kind="size"), parts)
         if kind == "strlist":
             return self.strlist(value, parts)
+        if kind == "envkeys":
+            for item in self.strlist(value, parts):
+                problem = inert_env_problem(item)
+                if problem is not None:
+                    raise self.error(parts, f"{problem} and can never be inert")
+            return list(value)
         if kind == "safebins":
             for item in self.strlist(value, parts):
                 if is_interpreter(item.strip()):
@@ -360,10 +366,15 @@ def _build(
             sandbox_tools=dict(agent_tools.get("sandbox", {}).get("tools", {})),
             sandbox=dict(parsed.get("sandbox", {})),
             uid=_agent_uid(check, parsed, here, cfg),
+            nodes=list(parsed["nodes"]) if "nodes" in parsed else None,
         )
 
     _check_docker(check, cfg.sandbox.docker)
     _check_browser(check, sandbox_set.get("browser", {}), ["agents", "defaults", "sandbox", "browser"])
+    _check_rootfs(check, sandbox_set.get("bwrap", {}), ["agents", "defaults", "sandbox", "bwrap"])
+    for agent in cfg.agents.values():
+        agent_parts: PathParts = ["agents", "list", agent.index, "sandbox", "bwrap"]
+        _check_rootfs(check, agent.sandbox.get("bwrap", {}), agent_parts)
     for agent in cfg.agents.values():
         browser_parts: PathParts = ["agents", "list", agent.index, "sandbox", "browser"]
         _check_browser(check, agent.sandbox.get("browser", {}), browser_parts)
@@ -385,6 +396,13 @@ def _build(
             raise check.error(here, f"invalid node name {name!r} (letters, digits, _ . -)")
         _check_node_env(check, parsed, here)
         cfg.nodes[name] = NodeConfig(name=name, **parsed)
+    for agent in cfg.agents.values():
+        for node in agent.nodes or ():
+            if node not in cfg.nodes:
+                known = ", ".join(sorted(cfg.nodes)) or "none configured"
+                raise check.error(
+                    ["agents", "list", agent.index, "nodes"], f"unknown node {node!r} (known: {known})"
+                )
     cfg.gateway = _gateway_config(check, data.get("gateway", {}))
     return cfg
 
@@ -495,6 +513,13 @@ def _check_browser(check: _Checker, values: Mapping[str, Any], parts: PathParts)
             [*parts, "allowHostControl"],
             "exechost never drives a browser on the host; only the sandboxed browser exists (set false)",
         )
+
+
+def _check_rootfs(check: _Checker, bwrap: Mapping[str, Any], parts: PathParts) -> None:
+    """A bubblewrap rootfs is a directory given by absolute path (`~` allowed): mounted read-only as /."""
+    rootfs = bwrap.get("rootfs")
+    if rootfs is not None and not os.path.isabs(os.path.expanduser(rootfs)):
+        raise check.error([*parts, "rootfs"], f"must be an absolute path, got {rootfs!r}")
 
 
 def _exec_config(values: Mapping[str, Any]) -> ExecConfig:

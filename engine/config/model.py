@@ -55,6 +55,9 @@ class ExecConfig:
     safe_bins: list[str] | None = None  # None = engine.commands.safebins.DEFAULT_SAFE_BINS
     safe_bin_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     log_cap_bytes: int = 64 * MIB
+    inert_env: list[str] = field(default_factory=list)  # env keys beyond hostenv.INERT_ENV_KEYS
+    max_sessions_per_agent: int = 64
+    max_output_bytes_per_agent: int = 2048 * MIB
 
 
 @dataclass
@@ -115,12 +118,14 @@ class PruneConfig:
 
 @dataclass
 class SandboxConfig:
+    backend: str = "docker"  # docker | bwrap (engine.sandbox.bwrap)
     mode: str = "off"
     scope: str = "agent"
     workspace_access: str = "none"
     workspace_root: str = ""  # filled with <state dir>/sandboxes when unset
     node: str | None = None  # sandboxes on this node (its Docker, its runner), not on the gateway's
     docker: DockerConfig = field(default_factory=DockerConfig)
+    bwrap: dict[str, Any] = field(default_factory=dict)  # `rootfs`; an agent's table replaces the global one
     browser: BrowserConfig = field(default_factory=BrowserConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)
 
@@ -147,6 +152,7 @@ class GatewayConfig:
 
     agent_group: str | None = None
     agent_socket: str | None = None
+    anonymous: str = "main"  # "none": a connection with only the gateway token is refused
 
 
 @dataclass
@@ -160,6 +166,7 @@ class AgentConfig:
     elevated_enabled: bool | None = None
     sandbox_tools: dict[str, list[str]] = field(default_factory=dict)  # tools.sandbox.tools: allow/deny
     sandbox: dict[str, Any] = field(default_factory=dict)  # docker/prune as nested dicts
+    nodes: list[str] | None = None  # the nodes this agent may use; None: every node
 
 
 @dataclass
@@ -185,9 +192,15 @@ class Config:
         merged = replace(self.exec, **{k: v for k, v in own.items() if k != "safe_bin_profiles"})
         # A copy throughout: callers may adjust their view without touching the loaded config.
         merged.path_prepend = list(merged.path_prepend)
+        merged.inert_env = list(merged.inert_env)
         merged.safe_bins = list(merged.safe_bins) if merged.safe_bins is not None else None
         merged.safe_bin_profiles = {**self.exec.safe_bin_profiles, **own.get("safe_bin_profiles", {})}
         return merged
+
+    def may_use_node(self, agent_id: str, node: str) -> bool:
+        """`[[agents.list]] nodes`: the operator's choice of nodes per agent (default: all of them)."""
+        agent = self.agents.get(agent_id)
+        return agent is None or agent.nodes is None or node in agent.nodes
 
     def sandbox_tools_for(self, agent_id: str) -> tuple[list[str], list[str]]:
         """(allow, deny) for a sandboxed session of the agent: the agent's lists replace the global ones."""

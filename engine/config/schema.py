@@ -15,6 +15,8 @@ MIB = 1024 * 1024
 SANDBOX_MODES = ("off", "non-main", "all")
 SANDBOX_SCOPES = ("session", "agent", "shared")
 WORKSPACE_ACCESS = ("none", "ro", "rw")
+# What confines a sandbox: a Docker container, or bubblewrap namespaces with no daemon (engine.sandbox.bwrap).
+SANDBOX_BACKENDS = ("docker", "bwrap")
 # The seed's default image: Debian bookworm with the agent's tools, built by `exechost sandbox setup`
 # (mmdebstrap + docker import, no registry). The busybox one (engine/sandbox/Dockerfile) is the fast path.
 DEFAULT_SANDBOX_IMAGE = "openclaw-sandbox:bookworm-slim"
@@ -58,7 +60,7 @@ class Spec:
     """One config key: the attribute it fills, its kind, default and limits."""
 
     attr: str
-    # str | bool | int | number | size | swap | strlist | safebins | strmap | enum | profiles
+    # str | bool | int | number | size | swap | strlist | envkeys | safebins | strmap | enum | profiles
     # | ulimits | iplist | hostlist | cpath (container path) | prefix (container name prefix)
     kind: str
     choices: tuple[str, ...] = ()
@@ -91,6 +93,10 @@ EXEC_KEYS: dict[str, Spec | Table] = {
     "safeBins": Spec("safe_bins", "safebins"),
     "safeBinProfiles": Spec("safe_bin_profiles", "profiles"),
     "logCapBytes": Spec("log_cap_bytes", "int", minimum=64 * 1024),
+    "inertEnv": Spec("inert_env", "envkeys"),
+    # Per agent (engine.sessions.quota): sessions one agent keeps, output its sessions keep on disk.
+    "maxSessionsPerAgent": Spec("max_sessions_per_agent", "int", minimum=1),
+    "maxOutputBytesPerAgent": Spec("max_output_bytes_per_agent", "int", minimum=1024 * 1024),
 }
 ELEVATED_KEYS: dict[str, Spec | Table] = {"enabled": Spec("enabled", "bool")}
 DOCKER_KEYS: dict[str, Spec | Table] = {
@@ -118,13 +124,9 @@ DOCKER_KEYS: dict[str, Spec | Table] = {
     # Ready containers kept per config (engine.sandbox.pool); 0 turns the pool off. Not in the config hash.
     "pool": Spec("pool", "int", minimum=0, maximum=16),
     # Opt-outs of validate.py's refusals; explicit booleans only, never on by default.
-    "dangerouslyAllowReservedContainerTargets": Spec(
-        "dangerously_allow_reserved_container_targets", "bool"
-    ),
+    "dangerouslyAllowReservedContainerTargets": Spec("dangerously_allow_reserved_container_targets", "bool"),
     "dangerouslyAllowExternalBindSources": Spec("dangerously_allow_external_bind_sources", "bool"),
-    "dangerouslyAllowContainerNamespaceJoin": Spec(
-        "dangerously_allow_container_namespace_join", "bool"
-    ),
+    "dangerouslyAllowContainerNamespaceJoin": Spec("dangerously_allow_container_namespace_join", "bool"),
 }
 PRUNE_KEYS: dict[str, Spec | Table] = {
     "idleHours": Spec("idle_hours", "number", minimum=0),
@@ -146,7 +148,11 @@ BROWSER_KEYS: dict[str, Spec | Table] = {
     "autoStartTimeoutMs": Spec("auto_start_timeout_ms", "int", minimum=1000, maximum=600_000),
     "binds": Spec("binds", "strlist"),
 }
+# `[agents.defaults.sandbox.bwrap]`: the system view a bubblewrap sandbox shows read-only (unset: the host's
+# /usr, /bin, /lib* and a chosen part of /etc; set: every top-level dir of this tree, such as a Debian one).
+BWRAP_KEYS: dict[str, Spec | Table] = {"rootfs": Spec("rootfs", "str")}
 SANDBOX_KEYS: dict[str, Spec | Table] = {
+    "backend": Spec("backend", "enum", SANDBOX_BACKENDS),
     "mode": Spec("mode", "enum", SANDBOX_MODES),
     "scope": Spec("scope", "enum", SANDBOX_SCOPES),
     "workspaceAccess": Spec("workspace_access", "enum", WORKSPACE_ACCESS),
@@ -154,6 +160,7 @@ SANDBOX_KEYS: dict[str, Spec | Table] = {
     # A `[nodes.<name>]` whose Docker engine runs this agent's sandboxes (its node runner creates them).
     "node": Spec("node", "str"),
     "docker": Table("docker", DOCKER_KEYS),
+    "bwrap": Table("bwrap", BWRAP_KEYS),
     "browser": Table("browser", BROWSER_KEYS),
     "prune": Table("prune", PRUNE_KEYS),
 }
@@ -191,11 +198,16 @@ AGENT_KEYS: dict[str, Spec | Table] = {
     "user": Spec("user", "str"),
     "tools": Table("tools", TOOLS_KEYS),
     "sandbox": Table("sandbox", SANDBOX_KEYS),
+    # The `[nodes.<name>]` this agent may use (runs, sessions, sandboxes; default: every node).
+    "nodes": Spec("nodes", "strlist"),
 }
 # `[gateway]`: the agents' socket, which admits the members of one group (each mapped by uid to an agent).
 GATEWAY_KEYS: dict[str, Spec | Table] = {
     "agentGroup": Spec("agent_group", "str"),
     "agentSocket": Spec("agent_socket", "str"),
+    # Who a connection that proves only the gateway token is: agent `main` (default), or nobody (refused),
+    # so a credentialed agent that leaves its credential out gains nothing (docs/SECURITY.md).
+    "anonymous": Spec("anonymous", "enum", ("main", "none")),
 }
 # Keys of one safeBinProfiles entry (what engine.commands.safebins.SafeBinProfile.from_config accepts).
 PROFILE_KEYS: dict[str, str] = {

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine import statefs
 from engine.config.lines import split_key
-
-if TYPE_CHECKING:
-    from engine.config.model import Config
+from engine.config.loader import load_config_text
+from engine.config.model import Config, ConfigError
 
 
 def set_config_value(path: str | Path, dotted_key: str, value: Any) -> Config:
@@ -22,9 +21,6 @@ def set_config_value(path: str | Path, dotted_key: str, value: Any) -> Config:
     # tomlkit costs ~20 ms to import and only writes need it (every CLI verb loads the config to read it).
     import tomlkit
     import tomlkit.exceptions
-
-    from engine.config.loader import load_config_text  # the loader imports this module: import late
-    from engine.config.model import ConfigError
 
     target = Path(path)
     with statefs.file_lock(target):
@@ -60,8 +56,6 @@ def set_config_value(path: str | Path, dotted_key: str, value: Any) -> Config:
 
 
 def _parse_dotted(file: Path, dotted_key: str) -> list[str | tuple[str, str]]:
-    from engine.config.model import ConfigError
-
     m = re.fullmatch(r"agents\.list\[([^\]]+)\]\.(.+)", dotted_key.strip())
     head: list[str | tuple[str, str]] = []
     rest = dotted_key.strip()

@@ -26,7 +26,7 @@ from engine.commands.allowlist import (
 )
 from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command
 from engine.commands.content import ContentBinding, bind
-from engine.commands.hostenv import own_environ
+from engine.commands.hostenv import foreign_env_keys, own_environ
 from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet
 from engine.config.model import Config
 from engine.errors import InvalidInput
@@ -209,9 +209,20 @@ def evaluate(
     roots = sandbox_roots(config.sandbox_value(agent_id, "workspace_root"))
     on_host = not policy.sandboxed and policy.host != "node"
     vetted = tree_vet(analysis, result, cwd or os.getcwd(), roots) if on_host else None
-    found = vetted.findings() if vetted is not None else []
+    found = list(vetted.found) if vetted is not None else []
     warnings.extend(dict.fromkeys(f.warning() for f in found))
-    satisfied = analysis.ok and result.satisfied and not found
+    # Issue 27 §3: env the agent sets is influence the operator never granted an allowlist entry; only
+    # inert keys ride along unasked. Any other key makes the command ask (the ask shows the env), and an
+    # allow-always saves only the exact command bound to that env (approval_binding hashes it).
+    gated = on_host and policy.security == "allowlist" and not policy.bypass_approvals
+    foreign_env = foreign_env_keys(env_overrides, exec_cfg.inert_env) if gated else []
+    if foreign_env:
+        warnings.append(
+            f"Warning: the agent sets env {', '.join(foreign_env)}: not on the inert list "
+            "(tools.exec.inertEnv) or with a value not shaped like its kind (a locale, zone or terminal "
+            "name), so the command cannot run unasked."
+        )
+    satisfied = analysis.ok and result.satisfied and not found and not foreign_env
     binding = approval_binding(analysis, cwd or os.getcwd(), env_overrides)
     if vetted is not None and vetted.binding:
         binding += "\n" + vetted.binding
@@ -220,12 +231,12 @@ def evaluate(
     # allow any bytes anyway (nothing was shown to bind them to).
     unbound = policy.bypass_approvals or (policy.security == "full" and policy.ask != "always")
     if not policy.sandboxed and policy.host != "node" and not unbound:
-        content = bind(analysis, result, cwd or os.getcwd(), run_env)
+        content = bind(analysis, result, cwd or os.getcwd(), run_env, command=command)
         warnings += content_warnings(content, result)
         if content.durable_text():
             binding += "\n" + content.durable_text()  # an exact-command approval binds those bytes too
     durable = has_durable_approval(command, entries, binding) or (
-        not found and _durable_by_entries(analysis, result, entries)
+        not found and not foreign_env and _durable_by_entries(analysis, result, entries)
     )
     segments = [
         _segment_json(m.argv, m.resolved_path, m.satisfied_by, m.matched_pattern, m.entry_id, m.reason)
@@ -239,9 +250,12 @@ def evaluate(
 
     def done(decision: str, reason: str, step: PolicyStep | None, ask_needed: bool = False) -> Decision:
         offered = allowed_decisions(policy.ask) if decision == "ask" else ()
+        if content is not None and (content.unbound or content.opaque):
+            # A program from stdin or a search path: nothing an allow-always could hold it to.
+            offered = tuple(d for d in offered if d != "allow-always")
         always = "allow-always" in offered
         patterns = allow_always_patterns(command, analysis, result, binding) if always else []
-        if content is not None and any(p in content.writable_paths for p in patterns):
+        if foreign_env or (content is not None and any(p in content.writable_paths for p in patterns)):
             # A path the agent can write would allow any bytes it puts there: save the content-bound command.
             patterns = [command_hash_pattern(command, binding)]
         return Decision(
@@ -299,6 +313,8 @@ def evaluate(
     if needs:
         by_tree = found and analysis.ok and result.satisfied
         miss = found_reason(found) if by_tree else _miss_reason(analysis, result)
+        if foreign_env and analysis.ok and result.satisfied and not found:
+            miss = f"the agent sets env keys that are not inert ({', '.join(foreign_env)})"
         return done("ask", f"{where}{miss}; ask=on-miss asks", ask_step, True)
     if durable and not satisfied:
         return done(
@@ -317,6 +333,8 @@ def evaluate(
         return done("allow", f"{where}every segment is satisfied: {_hits(result)}", _allowlist_step(result))
     if found and analysis.ok and result.satisfied:
         return done("deny", f"exec denied: {found_reason(found)}", ask_step)
+    if foreign_env and analysis.ok and result.satisfied:
+        return done("deny", f"exec denied: env keys that are not inert ({', '.join(foreign_env)})", ask_step)
     return done("deny", "exec denied: allowlist miss", ask_step)
 
 
@@ -324,6 +342,12 @@ def content_warnings(content: ContentBinding, result: AllowlistResult) -> list[s
     """What the operator should know about the bound files: allowlist entries naming a file the agent can
     write, and files that could not be bound."""
     out = [f"Warning: not bound to content: {p}" for p in content.problems]
+    if content.unbound:
+        out.append(
+            "Warning: the program comes from stdin or a search path, not a file: it cannot be bound, so "
+            "allow-always is not offered."
+        )
+    out += content.notes
     writable = content.writable_paths
     for match in result.segments:
         if match.satisfied_by == "allowlist" and match.matched_pattern and match.resolved_path in writable:

@@ -48,6 +48,9 @@ class Method(StrEnum):
     # The operator changed the agent credentials on disk (`exechost agents add|revoke`): live connections
     # whose credential no longer matches are dropped at once (new connections read the files anyway).
     AGENTS_REFRESH = "agents.refresh"
+    # `exechost agents revoke NAME` with a gateway running: it stops reading the agent's connections, then
+    # removes the credential, then flushes them (nothing the agent sends after the revoke is acted upon).
+    AGENTS_REVOKE = "agents.revoke"
 
 
 class EventName(StrEnum):

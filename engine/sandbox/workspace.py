@@ -198,9 +198,14 @@ def _sync_file(
             return budget
         budget -= st.st_size
         have = beneath.lstat(dest, name)
-        if have is not None and stat.S_ISREG(have.st_mode) and (have.st_size, have.st_mtime_ns) == (
-            st.st_size,
-            st.st_mtime_ns,
+        if (
+            have is not None
+            and stat.S_ISREG(have.st_mode)
+            and (have.st_size, have.st_mtime_ns)
+            == (
+                st.st_size,
+                st.st_mtime_ns,
+            )
         ):
             return budget  # refreshed on every use: unchanged files are not copied again
         data = fh.read(st.st_size + 1)

@@ -24,6 +24,7 @@ class SessionManager(Protocol):
     def request_kill(self, session: Session) -> bool: ...
     def stray_note(self, session: Session) -> str: ...
 
+
 MAX_POLL_WAIT_MS = 120_000
 LOG_TAIL_LINES = 200
 RETRY_STEPS_MS = (5_000, 10_000, 30_000, 60_000)

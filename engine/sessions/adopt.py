@@ -95,6 +95,7 @@ def _spec(meta: dict[str, Any]) -> RunSpec:
         notify_on_exit_empty_success=bool(meta.get("notifyOnExitEmptySuccess")),
         marker=str(meta.get("marker") or ""),
         background=True,
+        operator=meta.get("operator") is True,
     )
 
 
@@ -163,6 +164,8 @@ async def _adopt_one(
         session.killed = bool(done.get("killed"))
         session.timed_out = bool(done.get("timedOut"))
     manager.registry.add(session)
+    if manager.quota is not None:  # counted against its agent again (engine.sessions.quota)
+        manager.quota.admit(session)
     session.handle = handle
     session.pty = handle.pty
     session.output.terminal = handle.pty

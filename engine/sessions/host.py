@@ -67,6 +67,11 @@ class HeldPaths:
         return self._p("exit")
 
     @property
+    def ran(self) -> Path:
+        """Written before a command runs as the gateway's own child (no host): it may have run."""
+        return self._p("ran")
+
+    @property
     def done(self) -> Path:
         """Written once a gateway recorded the end: the next one lists it without reporting it again."""
         return self._p("done")
@@ -78,7 +83,7 @@ class HeldPaths:
         return _read_json(self.exit)
 
     def remove(self) -> None:
-        for path in (self.meta, self.spool, self.exit, self.done):
+        for path in (self.meta, self.spool, self.exit, self.done, self.ran):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
@@ -109,6 +114,7 @@ def session_meta(session_id: str, spec: RunSpec, started_at: int) -> dict[str, A
         "timeoutSec": spec.timeout_sec,
         "notifyOnExit": spec.notify_on_exit,
         "notifyOnExitEmptySuccess": spec.notify_on_exit_empty_success,
+        "operator": spec.operator,
     }
 
 
@@ -307,7 +313,21 @@ class HostLauncher:
         """No command ever ran as this session: the host writes a session's file once it has spawned it,
         and the host held nothing under this id when last asked (a spawn whose file it had not written
         yet). Anything else is "maybe"."""
-        return not self.paths(session_id).meta.exists() and session_id not in self._live_seen
+        paths = self.paths(session_id)
+        return not paths.meta.exists() and not paths.ran.exists() and session_id not in self._live_seen
+
+    def _claim_fallback(self, session_id: str) -> None:
+        """`<id>.ran` before a command runs without the host, or it does not run: as the host's own session
+        file, so that a next gateway finding none knows the command never ran (never_started)."""
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(self.directory, 0o700)
+            fd = os.open(
+                self.paths(session_id).ran, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+            )
+            os.close(fd)
+        except OSError as exc:
+            raise OSError(exc.errno, f"session file not written, so not started ({exc.strerror})") from exc
 
     def open_file_limit_text(self, running: int) -> str:
         """Why a spawn failed with EMFILE: the host's limit (2 fds per pipe session, 1 per PTY)."""
@@ -434,7 +454,17 @@ class HostLauncher:
         session_id = spec.marker.rsplit("-", 1)[0]
         link = await self.connect() if wire.valid_id(session_id) else None
         if link is None or len(spec.pass_fds) > wire.MAX_FDS:  # (more fds than one message carries)
-            return await self.fallback.spawn(spec)
+            if not wire.valid_id(session_id):
+                return await self.fallback.spawn(spec)
+            await asyncio.to_thread(self._claim_fallback, session_id)
+            try:
+                handle = await self.fallback.spawn(spec)
+            except BaseException:
+                self.paths(session_id).remove()  # nothing ran
+                raise
+            # The claim goes with the session's row (the manager calls a handle's `forget` on drop).
+            setattr(handle, "forget", self.paths(session_id).remove)  # noqa: B010
+            return handle
         paths = self.paths(session_id)
         env = dict(os.environ if spec.env is None else spec.env)
         env[procs.MARKER_ENV] = spec.marker
@@ -449,7 +479,7 @@ class HostLauncher:
             "cols": spec.cols,
             "rows": spec.rows,
             "stdin": spec.wants_stdin(),
-            "spoolCap": self.spool_cap,
+            "spoolCap": min(spec.output_cap or self.spool_cap, self.spool_cap),
             "fds": list(spec.pass_fds),
             "nfds": len(spec.pass_fds),
             "meta": session_meta(session_id, spec, int(time.time() * 1000)),

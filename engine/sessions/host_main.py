@@ -366,7 +366,14 @@ class Host(hio.SessionIO):
         sid = msg["id"]
         if not hio.valid_id(sid) or sid in self.by_id:
             raise ValueError(f"bad or duplicate session id {sid!r}")
-        started = host_spawn.start(msg, fds)
+        claimed = self._claim(sid, msg.get("meta"))
+        try:
+            started = host_spawn.start(msg, fds)
+        except BaseException:
+            if claimed:  # nothing ran: the file must not say otherwise
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{sid}.json")
+            raise
         s = hio.Session(sid, self.next_chan, int(msg.get("spoolCap") or 64 * 1024 * 1024))
         self.next_chan += 1
         s.popen, s.pid, s.pty = started.popen, started.popen.pid, started.pty
@@ -410,12 +417,26 @@ class Host(hio.SessionIO):
         return s
 
     @staticmethod
+    def _claim(sid: str, meta: object) -> bool:
+        """`<id>.json` before the spawn, or no spawn: a next gateway that finds no file for a run it was
+        starting may then start it (it never ran), while one that finds it never runs it twice. A full
+        disk or no inode left (an agent can do that) is an error here, not a command that ran unrecorded."""
+        if not isinstance(meta, dict):
+            return False
+        try:
+            hio.write_file(f"{sid}.json", json.dumps(meta).encode(), atomic=False)
+        except OSError as exc:
+            raise OSError(exc.errno, f"session file not written, so not started ({exc.strerror})") from exc
+        return True
+
+    @staticmethod
     def _write_meta(s: hio.Session, meta: object) -> None:
-        """`<id>.json`: what the session is, for the next gateway (never its env)."""
+        """`<id>.json` again, with the pid: what the session is, for the next gateway (never its env).
+        Replaced whole (a failure keeps the claim written before the spawn)."""
         if isinstance(meta, dict):
             try:
                 row = {**meta, "pid": s.pid} if s.pid else meta  # a held command's pid is its owner's
-                hio.write_file(f"{s.sid}.json", json.dumps(row).encode(), atomic=False)
+                hio.write_file(f"{s.sid}.json", json.dumps(row).encode(), atomic=s.popen is not None)
             except OSError as exc:
                 hio.log(f"session file of {s.sid} not written: {exc}")
 

@@ -47,6 +47,8 @@ class RunSpec:
     allow_background: bool = True
     warnings: list[str] = field(default_factory=list)  # caller's warnings, shown before the output
     marker: str = ""  # filled by the manager: the value of EXECHOST_SESSION for this command
+    output_cap: int | None = None  # filled by the manager: its share of its agent's output budget
+    operator: bool = False  # started by the operator: counted against no agent's quota
     # The id to use when it is free: an approval's run writes it to disk before the spawn (engine.tools.exec).
     session_id: str | None = None
     # Sealed copies of verified files (engine.commands.verified), inherited at the same numbers.

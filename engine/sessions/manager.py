@@ -24,6 +24,7 @@ from engine.sessions.launcher import Launcher, LocalLauncher, LocalProcess, Proc
 from engine.sessions.output import DEFAULT_LOG_CAP, OutputBuffer, OutputSubscription, TextDecoder
 from engine.sessions.procs import KILL_GRACE_SEC
 from engine.sessions.pty import TerminalWatcher
+from engine.sessions.quota import Quota
 from engine.sessions.registry import Registry, Session, now_ms
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class SessionManager:
         kill_grace_sec: float = KILL_GRACE_SEC,
         launcher: Launcher | None = None,
         split_stream_chars: int = 0,
+        quota: Quota | None = None,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else statefs.state_dir()
         self.split_stream_chars = split_stream_chars  # OutputBuffer.split_chars for every session
@@ -81,6 +83,8 @@ class SessionManager:
         self.default_background_ms = background_ms
         self.kill_grace_sec = kill_grace_sec
         self.launcher: Launcher = launcher if launcher is not None else LocalLauncher()
+        # Per agent: sessions kept, output bytes on disk (engine.sessions.quota); None: one principal here.
+        self.quota = quota
         self.registry = Registry(cleanup_ms)
         self.registry.on_drop = self._on_drop
         self._listeners: list[SessionListener] = []
@@ -138,6 +142,9 @@ class SessionManager:
         # A custom launcher (a sandbox) owns its cwd: it is a path inside the container, already mapped
         # and checked there, so testing it against this machine's filesystem would be wrong.
         cwd = spec.cwd if spec.launcher is not None and spec.cwd else self._resolve_cwd(spec.cwd, warnings)
+        output_cap = self.log_cap_bytes
+        if self.quota is not None and not spec.operator:
+            output_cap = self.quota.grant(spec.scope_key, self.registry, self.log_cap_bytes)
         wanted = spec.session_id
         session_id = wanted if wanted and self.registry.get(wanted) is None else self.registry.new_id()
         spec = dataclasses.replace(
@@ -146,6 +153,7 @@ class SessionManager:
             timeout_sec=self._effective_timeout(spec),
             marker=f"{session_id}-{secrets.token_hex(6)}",
             warnings=warnings,
+            output_cap=output_cap,
         )
         session = Session(
             id=session_id,
@@ -153,12 +161,14 @@ class SessionManager:
             cwd=cwd,
             output=OutputBuffer(
                 self.log_dir / f"{session_id}.log",
-                log_cap=self.log_cap_bytes,
+                log_cap=output_cap,
                 session_id=session_id,
                 split_chars=self.split_stream_chars,
             ),
         )
         self.registry.add(session)  # before any await: the id stays reserved while a launcher spawns
+        if self.quota is not None:
+            self.quota.admit(session)
         try:
             handle = await self._spawn(session, warnings)
         except BaseException:

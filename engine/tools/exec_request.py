@@ -121,6 +121,7 @@ class ExecContext:
 
     agent_id: str = "main"
     session_key: str = ""
+    operator: bool = False  # the operator's own call: no agent's quota applies (engine.sessions.quota)
     # False once the caller has gone away (its connection closed): results then go out as system events.
     caller_alive: Callable[[], bool] = field(default=lambda: True, repr=False)
     # Told once the call starts waiting for a human ({approvalId, approvalSlug, expiresAtMs, command}), so

@@ -87,14 +87,33 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _revoke_live(agent: str) -> dict[str, object] | None:
+    """A running gateway revokes: it stops the agent's connections before the credential goes, so nothing
+    the agent sends after the revoke is acted upon. None when no gateway answers."""
+
+    async def go() -> dict[str, object]:
+        client = await ControlClient.connect(client="cli", name="cli agents", autostart=False, operator=True)
+        try:
+            return await client.request("agents.revoke", {"agent": agent})
+        finally:
+            await client.close()
+
+    with contextlib.suppress(GatewayUnavailable, ConnectionError, OSError):
+        return asyncio.run(go())
+    return None
+
+
 def cmd_revoke(args: argparse.Namespace) -> int:
-    removed = principals.revoke(statefs.state_dir(), args.name)
-    dropped = _refresh() if removed else []
+    live = _revoke_live(args.name)
+    if live is None:
+        removed, dropped = principals.revoke(statefs.state_dir(), args.name), 0
+    else:
+        removed, dropped = bool(live.get("revoked")), int(live.get("dropped") or 0)  # type: ignore[call-overload]
     if not removed:
         emit(f"agent {args.name!r} has no credential", {"agent": args.name, "revoked": False}, args.json)
         return 1
     text = f"revoked agent {args.name}'s credential" + (
-        f"; dropped {len(dropped)} live connection(s)" if dropped else ""
+        f"; dropped {dropped} live connection(s)" if dropped else ""
     )
-    emit(text, {"agent": args.name, "revoked": True, "dropped": len(dropped)}, args.json)
+    emit(text, {"agent": args.name, "revoked": True, "dropped": dropped}, args.json)
     return 0

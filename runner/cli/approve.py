@@ -161,6 +161,9 @@ def cmd_pending(args: argparse.Namespace) -> int:
                 f"{a['slug']}  {a.get('host')}  {a.get('agentId')}  expires in {_left(a['expiresAtMs'])}  "
                 f"[{'|'.join(a.get('allowedDecisions', []))}]  {command}{who}"
             )
+            env = a.get("env") or {}
+            for key in sorted(env):  # what the command runs with beyond the sanitised base (issue 27 §3)
+                lines.append(f"    env {visible(str(key))}={visible(str(env[key]))}")
             for d in a.get("contentDigests") or []:  # the bytes the approval runs (content binding)
                 sha = d.get("sha256")
                 mark = "  agent-writable: runs a sealed copy" if d.get("agentWritable") and sha else ""

@@ -32,11 +32,14 @@ def register(subparsers: Subparsers) -> None:
         "--web", action="store_true", help="serve the console to a browser (loopback, token in the URL)"
     )
     p.add_argument("--port", type=int, metavar="N", help="--web: the port (default: a free one)")
+    # What --web runs for each browser tab: another tab (or a terminal console) may host the approval
+    # socket already, which is then no news worth a toast in every tab.
+    p.add_argument("--web-tab", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_console)
 
 
 def cmd_console(args: argparse.Namespace) -> int:
-    from console.app import run_console
+    from console.launch import run_console
 
     state = Path(args.state_dir).expanduser().resolve() if args.state_dir else None
     if state is not None:  # every engine module finds its files through this variable
@@ -45,4 +48,4 @@ def cmd_console(args: argparse.Namespace) -> int:
         from console.web import serve
 
         return serve(state, args.config, args.port)
-    return run_console(state, config_path=args.config, demo=args.demo)
+    return run_console(state, config_path=args.config, demo=args.demo, web_tab=args.web_tab)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -258,6 +259,15 @@ def _connected_node_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return rows, errors
 
 
+def _without_docker(listing: Callable[[], list[Any]]) -> list[Any]:
+    """Browser sandboxes and pool spares are Docker's: none where no engine answers (a bwrap-only host,
+    whose sandboxes list_runtimes found without it)."""
+    try:
+        return listing()
+    except SandboxUnavailable:
+        return []
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     node_errors: list[dict[str, Any]] = []
     spares: list[str] = []
@@ -274,8 +284,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                 if not config.nodes:
                     raise
                 rows, node_errors = [], [{"node": None, "error": str(exc)}]
-            browsers = admin.list_browsers() if not node_errors else []
-            spares = admin.list_spares() if not node_errors else []
+            browsers = _without_docker(admin.list_browsers) if not node_errors else []
+            spares = _without_docker(admin.list_spares) if not node_errors else []
             if config.nodes and not args.browser:
                 more, failed = _connected_node_rows()
                 rows += more
@@ -317,11 +327,19 @@ def format_explain(info: dict[str, Any]) -> str:
     ]
     if info["agentMount"]:
         lines.append(f"  agentWorkspace: {info['agentMount']} -> /agent (ro)")
+    backend = info.get("backend", "docker")
     lines += [
         f"  container: {info['containerName']}",
+        f"  backend: {backend}",
         f"  configHash: {info['configHash'][:16]}",
         "",
-        "Docker:",
+    ]
+    if backend == "bwrap" and info.get("bwrap"):
+        lines += [*_bwrap_lines(info["bwrap"]), ""]
+    lines += [
+        "Docker:"
+        if backend == "docker"
+        else "Docker keys (workdir, env, tmpfs, limits, binds apply to bwrap):",
         f"  image: {d['image']}",
         f"  readOnlyRoot: {str(d['readOnlyRoot']).lower()}  network: {d['network']}  "
         f"capDrop: {','.join(d['capDrop']) or '-'}  pidsLimit: {d['pidsLimit'] or '-'}",
@@ -362,6 +380,29 @@ def format_explain(info: dict[str, Any]) -> str:
         "Docs: README.md#sandbox",
     ]
     return "\n".join(lines)
+
+
+def _bwrap_lines(b: dict[str, Any]) -> list[str]:
+    """The exact argv, one option per line, as an operator would paste it (env values redacted)."""
+    out = ["Bubblewrap (no daemon; the sandbox's parent is a keeper shell, --die-with-parent):"]
+    out.append(
+        f"  system view: {_clean(b['rootfs']) if b['rootfs'] else 'host /usr, /bin, /lib*, allowlisted /etc'}"
+    )
+    out.append(f"  rlimits: {', '.join(f'{k}={v}' for k, v in b['rlimits'].items()) or '-'}")
+    out.append(f"  pids cap: {b.get('pidsCap') or '-'}")
+    env = b.get("env") or {}
+    out.append(f"  env (bwrap's, inherited): {' '.join(f'{k}={_clean(v)}' for k, v in env.items()) or '-'}")
+    out.append("  argv:")
+    argv = [_clean(a) for a in b["argv"]]
+    line: list[str] = []
+    for arg in argv:
+        if arg.startswith("--") and line:
+            out.append("    " + shlex.join(line) + " \\")
+            line = []
+        line.append(arg)
+    if line:
+        out.append("    " + shlex.join(line))
+    return out
 
 
 def _browser_lines(b: dict[str, Any]) -> list[str]:

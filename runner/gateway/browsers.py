@@ -26,7 +26,7 @@ from engine.tools.browser import BrowserTool, CdpUnavailable
 from runner.gateway.browser_proxy import BrowserProxy
 
 if TYPE_CHECKING:
-    from runner.gateway.services import Services
+    from runner.gateway.hubs import HubServices
 
 DISABLED = (
     "The browser sandbox is disabled for agent {agent}: set agents.defaults.sandbox.browser.enabled = true "
@@ -39,7 +39,7 @@ NOT_STARTED = (
 
 
 class BrowserHub:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: HubServices) -> None:
         self._services = services
         self.manager = BrowserManager()
         self.proxy = BrowserProxy()

@@ -11,12 +11,14 @@ from typing import Any
 
 from engine.principals import owns_key
 from engine.protocol.frames import Event, Frame, Hello, ProtocolError, Response, encode_frame
+from runner.gateway.limits import MAX_BACKLOG_BYTES, READ_PAUSE_BYTES
 
 log = logging.getLogger("exechost.gateway")
 
 SEND_QUEUE_FRAMES = 2048  # per connection; a client that lets this fill is cut off, never waited for
 EVENT_DROP_AT = SEND_QUEUE_FRAMES * 3 // 4  # events are shed first, responses keep their room
 TRANSPORT_BUFFER_BYTES = 256 * 1024  # written ahead to a client's socket before the sender waits for it
+FLUSH_TIMEOUT_S = 2.0  # how long a closing connection's last frames may take to leave
 EVENT_DROP_BYTES = 4 << 20  # output frames are shed once this much waits for a client that is not reading
 
 
@@ -53,11 +55,21 @@ class Connection:
         self.dropped_events = 0
         self.shed_output: dict[str, Any] = {}
         self._queued_bytes = 0
+        self._room = asyncio.Event()  # set while what waits for this client is under READ_PAUSE_BYTES
+        self._room.set()
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_FRAMES)
         self._finishing = False
         self._sender = asyncio.get_running_loop().create_task(self._send_loop())
         self.closed = False
+        self.revoked = False  # its credential was revoked: nothing more it sends is read or acted upon
         self.tasks: set[asyncio.Task[None]] = set()
+
+    def stop_reading(self) -> None:
+        """Revoked: read nothing more from this client (what is buffered is dropped unread), at once."""
+        self.revoked = True
+        transport = self.writer.transport
+        if isinstance(transport, asyncio.ReadTransport) and transport.is_reading():
+            transport.pause_reading()
 
     def sees_scope(self, scope_key: str) -> bool:
         """May this connection see what happens in this session scope: the operator sees every one, an
@@ -104,12 +116,24 @@ class Connection:
             # rather than waking the sender task for it, a loop iteration per frame on every request.
             self.writer.write(data)
             return
-        try:
-            self._queue.put_nowait(data)
-            self._queued_bytes += len(data)
-        except asyncio.QueueFull:
-            log.warning("client %s (pid %s) is not reading; closing its connection", self.name, self.peer_pid)
-            self.abort()
+        # Counted in bytes, responses too: the transport holds at most TRANSPORT_BUFFER_BYTES and one
+        # frame (the sender waits past that), so the queue is where a client that does not read piles up.
+        backlog = self.backlog() + len(data)
+        if backlog > MAX_BACKLOG_BYTES or self._queue.full():
+            log.warning(
+                "client %s (pid %s) is not reading (%d bytes wait for it); closing its connection",
+                self.name,
+                self.peer_pid,
+                backlog,
+            )
+            self.abort(hard=True)
+            return
+        self._queue.put_nowait(data)
+        self._queued_bytes += len(data)
+        if backlog > READ_PAUSE_BYTES:
+            # The server reads and starts no request of this client's until it drains (what it sends
+            # meanwhile waits in the stream's bounded buffer, then in the kernel).
+            self._room.clear()
 
     async def _send_loop(self) -> None:
         try:
@@ -121,21 +145,37 @@ class Connection:
                 self.writer.write(data)
                 if not self._transport_room():
                     await self.writer.drain()
+                if not self._room.is_set() and self.backlog() <= READ_PAUSE_BYTES:
+                    self._room.set()
             await self.writer.drain()
         except (ConnectionError, OSError):
             pass
         finally:
             self.abort()
 
+    def backlog(self) -> int:
+        """Bytes waiting for this client: queued here and in the socket's transport buffer."""
+        return self._queued_bytes + self.writer.transport.get_write_buffer_size()
+
     def _transport_room(self) -> bool:
         """The socket's own buffer is not backed up (past this the sender waits for the client)."""
         return self.writer.transport.get_write_buffer_size() <= TRANSPORT_BUFFER_BYTES
 
-    def abort(self) -> None:
+    @property
+    def reading_paused(self) -> bool:
+        """Too much waits for this client: its requests are not read until it drains some."""
+        return not self._room.is_set()
+
+    async def wait_room(self) -> None:
+        await self._room.wait()
+
+    def abort(self, *, hard: bool = False) -> None:
+        """Close now; `hard` drops what waits for the client (one that does not read never takes it)."""
         if self.closed:
             return
         self.closed = True
-        self.writer.transport.abort() if self._queue.full() else self.writer.close()
+        self._room.set()  # a reader waiting for room sees the connection closed
+        self.writer.transport.abort() if hard or self._queue.full() else self.writer.close()
         self._on_close(self)
 
     async def finish(self) -> None:
@@ -145,6 +185,8 @@ class Connection:
             with contextlib.suppress(asyncio.QueueFull):
                 self._queue.put_nowait(None)
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(asyncio.shield(self._sender), 2.0)
+                await asyncio.wait_for(asyncio.shield(self._sender), FLUSH_TIMEOUT_S)
+            if self.writer.transport.get_write_buffer_size():  # it did not read in time: no more waiting
+                self.writer.transport.abort()
         self.abort()
         self._sender.cancel()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from engine.nodes.link import NodeError, NodeLink
 
 if TYPE_CHECKING:
-    from runner.gateway.services import Services
+    from runner.gateway.hubs import HubServices
 
 log = logging.getLogger("exechost.gateway.nodes")
 
@@ -23,7 +23,7 @@ MAX_NODE_SESSIONS = 1000  # byte totals kept per node (a hostile node cannot gro
 class NodeOutputFeed:
     """The fan-out's `RemoteOutput` for node sessions (`node:<name>:<id>`)."""
 
-    def __init__(self, services: Services, links: Callable[[], dict[str, NodeLink]]) -> None:
+    def __init__(self, services: HubServices, links: Callable[[], dict[str, NodeLink]]) -> None:
         self.services = services
         self._links = links
         # Node sessions' raw byte totals (gateway ids), from each node's session.offsets: unread counts.

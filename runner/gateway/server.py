@@ -12,6 +12,7 @@ import os
 import signal
 import stat
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from engine.protocol.frames import (
     socket_path,
 )
 from engine.redact import scrub
+from runner.gateway import limits
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
 from runner.gateway.handlers.common import agent_id
@@ -44,7 +46,6 @@ from runner.gateway.services import Services
 log = logging.getLogger("exechost.gateway")
 
 MAX_IN_FLIGHT = 512  # concurrent requests per connection; reading pauses beyond this
-MAX_CONNECTIONS = 256
 MAX_BAD_FRAMES = 8
 SOCKET_CHECK_SEC = 2.0  # how often the daemon checks that its socket file is still its own
 DRAIN_S = 1.0  # how long a client that is being cut off may keep sending before the close
@@ -76,7 +77,9 @@ class GatewayServer:
         self._stopped = asyncio.Event()
         self._token = ""
         self._operator = ""
-        self._unauthenticated = 0
+        self._handshaking: Counter[int] = Counter()  # by peer uid: connections not yet authenticated
+        self._revocations = 0  # revokes done: a handshake that overlapped one looks its credential up again
+        self._revoking: set[str] = set()  # agents being revoked now: a handshake as one of them is refused
         self.started_at = time.time()
         self.connections: set[Connection] = set()
         self._socket_ino: int | None = None
@@ -266,10 +269,11 @@ class GatewayServer:
             log.warning("refused peer pid %d uid %d (gateway uid %d)", pid, uid, os.geteuid())
             await self._reject(writer, "auth", f"peer uid {uid} is not the gateway's uid {os.geteuid()}")
             return
-        if self._unauthenticated + len(self.connections) >= MAX_CONNECTIONS:
-            await self._reject(writer, "overload", "too many connections")
+        if self._handshaking[uid] >= limits.MAX_HANDSHAKING_PER_UID:
+            await self._reject(writer, "overload", f"too many connections from uid {uid} still saying hello")
             return
-        self._unauthenticated += 1
+        self._handshaking[uid] += 1
+        revocations = self._revocations
         try:
             hello = await self._handshake(reader, writer)
             if hello is not None and other_account:
@@ -282,6 +286,9 @@ class GatewayServer:
                     await self._reject(writer, "auth", f"peer uid {uid} {why}")
                     return
             who = None if hello is None else await self._principal(writer, hello, mapped)
+            if hello and who and await self._revoked_meanwhile(hello, who, revocations):
+                await self._reject(writer, "auth", "invalid or revoked agent credential")
+                who = None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -290,8 +297,17 @@ class GatewayServer:
             await self._reject(writer, "auth", scrub(f"handshake failed: {type(exc).__name__}"))
             return
         finally:
-            self._unauthenticated -= 1
+            self._handshaking[uid] -= 1
+            if not self._handshaking[uid]:
+                del self._handshaking[uid]
         if hello is None or who is None:
+            return
+        # Admitted by who it proved to be, with no await between the count and the add.
+        admitted = [(c.operator, c.agent) for c in self.connections]
+        full = limits.refusal(bool(hello.operator), who[0], admitted)
+        if full is not None:
+            log.warning("refused peer pid %d uid %d: %s", pid, uid, full)
+            await self._reject(writer, "overload", full)
             return
         conn = Connection(writer, hello, pid, on_close=self.services.connection_closed)
         conn.agent, conn.credential = who
@@ -364,21 +380,58 @@ class GatewayServer:
             return agent, agent
         return principals.MAIN_AGENT, ""  # the gateway token alone: the zero-configuration agent
 
+    async def _revoked_meanwhile(self, hello: Hello, who: tuple[str, str], revocations: int) -> bool:
+        """A revoke of this credential runs, or one ran while it was being looked up and took it."""
+        if not who[1]:
+            return False
+        if who[1] in self._revoking:
+            return True
+        if self._revocations == revocations:
+            return False
+        return await asyncio.to_thread(principals.lookup, self.state_dir, hello.credential) is None
+
     async def drop_revoked(self) -> list[str]:
         """Close live connections whose agent credential no longer matches the file on disk (revoked or
         re-minted); returns their agents."""
-        dropped: list[str] = []
-        for conn in list(self.connections):
-            if conn.credential and principals.read_token(self.state_dir, conn.credential) != conn.presented:
-                dropped.append(conn.credential)
-                conn.send(ErrorFrame(code="auth", message="agent credential revoked"))
-                await conn.finish()
-        return dropped
+        stale = [
+            conn
+            for conn in list(self.connections)
+            if conn.credential and principals.read_token(self.state_dir, conn.credential) != conn.presented
+        ]
+        await self._drop(stale)
+        return [conn.credential for conn in stale]
+
+    async def revoke_agent(self, agent: str) -> tuple[bool, int]:
+        """Revoke `agent`'s credential: first stop reading every connection it holds (in one loop turn, so
+        nothing it sends from now on is acted upon), then remove the credential, then flush and close
+        those connections together (a client that never reads costs one flush timeout, not one each)."""
+        conns = [conn for conn in list(self.connections) if conn.credential == agent]
+        for conn in conns:
+            conn.stop_reading()
+            self.connections.discard(conn)  # no event of anyone's reaches it from now on
+        self._revoking.add(agent)  # a handshake finishing meanwhile is refused; after, it looks again
+        try:
+            removed = await asyncio.to_thread(principals.revoke, self.state_dir, agent)
+        finally:
+            self._revoking.discard(agent)
+            self._revocations += 1
+        await self._drop(conns)
+        return removed, len(conns)
+
+    async def _drop(self, conns: list[Connection]) -> None:
+        for conn in conns:
+            conn.stop_reading()
+            self.connections.discard(conn)
+            conn.send(ErrorFrame(code="auth", message="agent credential revoked"))
+        await asyncio.gather(*(conn.finish() for conn in conns))
 
     async def _serve(self, conn: Connection, reader: asyncio.StreamReader) -> None:
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         bad = 0
         while not conn.closed:
+            if conn.reading_paused:  # it does not drain what waits for it: read its next request later
+                await conn.wait_room()
+                continue
             try:
                 line = await read_frame_line(reader)
             except ProtocolError as exc:
@@ -387,6 +440,12 @@ class GatewayServer:
                 return
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
                 return
+            if conn.revoked:  # read before the revoke paused the transport: never acted upon
+                return
+            if conn.reading_paused:  # arrived as it stopped draining: acted upon once it drains
+                await conn.wait_room()
+                if conn.closed or conn.revoked:
+                    return
             try:
                 frame = decode_frame(line)
                 if not isinstance(frame, Request):
@@ -415,7 +474,10 @@ class GatewayServer:
 
     async def _dispatch(self, conn: Connection, req: Request) -> None:
         """Every request is answered exactly once: its result, its deliberate error, or `internal` (logged
-        once with its traceback) for anything else a handler raises."""
+        once with its traceback) for anything else a handler raises. A revoked connection, being closed,
+        starts nothing more."""
+        if conn.revoked:
+            return
         handler = HANDLERS.get(req.method)
         if handler is None:
             error = {"code": "unknown_method", "message": f"unknown method {req.method!r}"}

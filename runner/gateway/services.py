@@ -40,6 +40,7 @@ from engine.sessions import SessionManager, SystemEvents
 from engine.sessions.adopt import adopt_held
 from engine.sessions.host import HOLDERS_DIR
 from engine.sessions.hosts import SessionHosts
+from engine.sessions.quota import Quota
 from engine.sessions.spool import SPOOL_NAME, EventSpool
 from engine.tools.exec import ExecTool
 from engine.tools.resume import restore_asks
@@ -61,6 +62,8 @@ class Host(Protocol):
     def request_stop(self) -> None: ...
 
     async def drop_revoked(self) -> list[str]: ...
+
+    async def revoke_agent(self, agent: str) -> tuple[bool, int]: ...
 
 
 log = logging.getLogger("exechost.gateway")
@@ -120,6 +123,7 @@ class Services:
             events=self.events,
             timeout_sec=float(exec_cfg.timeout_sec),
             background_ms=exec_cfg.background_ms,
+            quota=Quota(per_agent=self._agent_quota),  # many principals share these sessions and this disk
         )
         self.exec_tool = ExecTool(
             config=self.config,
@@ -150,6 +154,10 @@ class Services:
         self.exec_tool.node_runner = self.nodes.run
 
     # -- lifecycle
+
+    def _agent_quota(self, agent: str) -> tuple[int, int]:
+        cfg = self.config().exec_for(agent)
+        return cfg.max_sessions_per_agent, cfg.max_output_bytes_per_agent
 
     def config(self) -> Config:
         """The config, reloaded when the file changes (stat per call: cheap, and edits apply at once).

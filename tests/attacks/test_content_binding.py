@@ -289,12 +289,12 @@ async def test_socket_exec_raw_command_must_be_its_argv(state_dir: Path, tmp_pat
     carried another argv: the argv ran on the strength of that approval. Now the frame is refused."""
     from engine.approvals.socket.server import (
         ApprovalSocketServer,
-        LocalExecHost,
         PromptRequest,
         exec_frame,
         request_decision,
         request_exec,
     )
+    from engine.tools.exec_host import LocalExecHost
 
     token = "exec-token-" + "r" * 24
     marker = tmp_path / "pwned"

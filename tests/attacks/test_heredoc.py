@@ -135,7 +135,7 @@ ASKS = {
     "heredoc-in-command-substitution": ("tool $(cat <<EOF\nx\nEOF\n)", "command substitution"),
     "heredoc-in-dq-substitution": ('tool "$(cat <<EOF\nx\nEOF\n)"', "command substitution"),
     "bash-reads-body": ("bash <<'EOF'\nid\nEOF", "heredoc to an interpreter: the body is code for bash"),
-    "sh-s": ("sh -s <<'EOF'\nid\nEOF", "unsupported shell option: -s"),
+    "sh-s": ("sh -s <<'EOF'\nid\nEOF", "heredoc to an interpreter: the body is code for sh"),
     "sh-reads-stdin": ("sh <<'EOF'\nid\nEOF", "heredoc to an interpreter: the body is code for sh"),
     "python-dash": (
         "python3 - <<'EOF'\nimport os\nEOF",

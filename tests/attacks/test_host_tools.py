@@ -472,11 +472,11 @@ async def test_an_exec_frame_on_the_approval_socket_is_vetted_too(state_dir: Pat
     asks the human, who is shown the key, instead of running the repository's filter."""
     from engine.approvals.socket.server import (
         ApprovalSocketServer,
-        LocalExecHost,
         PromptRequest,
         request_exec,
     )
     from engine.approvals.store import ApprovalsStore
+    from engine.tools.exec_host import LocalExecHost
     from tests.helpers.gateway import write_config
 
     marker = tmp_path / "pwned"

@@ -6,12 +6,12 @@ from pathlib import Path
 
 from engine.approvals.socket.server import (
     ApprovalSocketServer,
-    LocalExecHost,
     PromptRequest,
     request_decision,
     request_exec,
 )
 from engine.approvals.store import ApprovalsStore
+from engine.tools.exec_host import LocalExecHost
 from tests.helpers.gateway import ALLOWLIST, write_config
 
 TOKEN = "attack-token-" + "k" * 24

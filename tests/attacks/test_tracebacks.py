@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from engine import jsontext
-from engine.approvals.socket.server import ApprovalSocketServer, LocalExecHost, request_decision
+from engine.approvals.socket.server import ApprovalSocketServer, request_decision
+from engine.tools.exec_host import LocalExecHost
 from tests.helpers.gateway import ALLOWLIST, REPO, gateway, write_config
 from tests.helpers.peers import hello, raw, still_works
 

@@ -1,15 +1,14 @@
-"""Issue 21: `exechost console --web` in a real Chromium (Playwright): open the printed URL, approve a
-pending ask with a key press, see the approved session in the page; without the token (or from another
-Host), 403. What the page shows is read from the websocket frames the browser receives (xterm.js draws on
-a canvas)."""
+"""Issues 21 and 30 (item 9): `exechost console --web` in a real Chromium (Playwright): open the printed URL,
+approve a pending ask with a key press, see the approved session in the page; without the token (or from
+another Host), 403. It prints one URL, the one that works; its access log never shows the token; a second
+tab says nothing about the approval socket the first one hosts. What the page shows is read from the
+websocket frames the browser receives (xterm.js draws on a canvas)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
-import sys
+import functools
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,37 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.gateway import ALLOWLIST, REPO, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
+from tests.helpers.webconsole import CHROMIUM, serve_web
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install -y chromium)")
-
-
-async def _serve(state: Path) -> tuple[asyncio.subprocess.Process, str]:
-    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "runner",
-        "console",
-        "--web",
-        env=env,
-        cwd=str(REPO),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
-    assert line.startswith("exechost console on the web: http://127.0.0.1:"), line
-    url = line.split(": ", 1)[1].strip()
-    port = int(url.split("?", 1)[0].rstrip("/").rsplit(":", 1)[1])
-
-    def listening() -> bool:
-        with socket.socket() as sock:
-            return sock.connect_ex(("127.0.0.1", port)) == 0
-
-    await wait_until(listening, timeout=30)
-    return proc, url
 
 
 def _status(url: str, headers: dict[str, str] | None = None) -> int:
@@ -63,36 +35,43 @@ async def test_web_console_approves_and_shows_output_and_refuses_without_token(s
 
     write_config(state_dir, ALLOWLIST)
     async with gateway(state_dir) as server:
-        proc, url = await _serve(state_dir)
+        web = await serve_web(state_dir)
+        url, port = web.url, web.port
+        secret = url.rstrip("/").rsplit("/", 1)[-1]
+        base = f"http://127.0.0.1:{port}/"
         try:
-            base = url.split("?", 1)[0]
+            assert await asyncio.to_thread(_status, url) == 200
             assert await asyncio.to_thread(_status, base) == 403  # no token
-            assert await asyncio.to_thread(_status, base + "?token=wrong") == 403
-            port = base.rsplit(":", 1)[1].rstrip("/")
-            evil = {"Host": f"evil.example:{port}"}
-            assert await asyncio.to_thread(_status, url, evil) == 403  # DNS rebinding
+            assert await asyncio.to_thread(_status, base + "wrong-token-wrong-token-wrong/") == 403
+            assert await asyncio.to_thread(_status, f"{base}?token={secret}") == 403  # only in the path
+            assert await asyncio.to_thread(_status, url, {"Host": f"evil.example:{port}"}) == 403
             assert await asyncio.to_thread(_status, base + "ws") == 403  # the websocket too
+            assert await asyncio.to_thread(_status, base + "static/js/textual.js") == 403
 
-            frames: list[str] = []
+            frames: list[list[str]] = [[], []]
 
-            def seen(text: str) -> bool:
-                return any(text in f for f in frames)
+            def seen(text: str, tab: int = 0) -> bool:
+                return any(text in f for f in frames[tab])
 
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-                page = await browser.new_page(viewport={"width": 1400, "height": 900})
+                pages = []
+                for tab in (0, 1):
+                    page = await browser.new_page(viewport={"width": 1400, "height": 900})
 
-                def on_ws(ws: Any) -> None:
-                    ws.on(
-                        "framereceived",
-                        lambda data: frames.append(
-                            data if isinstance(data, str) else data.decode(errors="replace")
-                        ),
-                    )
+                    def on_ws(ws: Any, tab: int = tab) -> None:
+                        ws.on(
+                            "framereceived",
+                            lambda data: frames[tab].append(
+                                data if isinstance(data, str) else data.decode(errors="replace")
+                            ),
+                        )
 
-                page.on("websocket", on_ws)
-                await page.goto(url)
-                await wait_until(lambda: seen("Approvals"), timeout=30)
+                    page.on("websocket", on_ws)
+                    await page.goto(url)
+                    await wait_until(functools.partial(seen, "Approvals", tab), timeout=30)
+                    pages.append(page)
+                page = pages[0]
                 await wait_until(server.services.has_approver, timeout=30)  # the web console attached
 
                 agent = await connect(state_dir, "agent", operator=False)
@@ -105,7 +84,9 @@ async def test_web_console_approves_and_shows_output_and_refuses_without_token(s
                 await wait_until(lambda: server.services.approvals.pending(), timeout=30)
                 slug = server.services.approvals.pending()[0].id[:8]
                 # The detail names the selected ask once the console has settled: keys go to it from then.
-                await wait_until(lambda: seen(slug) and seen("Allow always saves"), timeout=30)
+                for tab in (0, 1):
+                    await wait_until(functools.partial(seen, slug, tab), timeout=30)
+                    await wait_until(functools.partial(seen, "Allow always saves", tab), timeout=30)
                 await page.focus(".xterm-helper-textarea")  # where xterm.js takes the keyboard
                 await page.keyboard.press("a")
                 result = await asyncio.wait_for(task, 30)
@@ -115,5 +96,10 @@ async def test_web_console_approves_and_shows_output_and_refuses_without_token(s
                 await agent.close()
                 await browser.close()
         finally:
-            proc.terminate()
-            await proc.wait()
+            printed = await web.stop()
+    # Issue 30 item 9: no toast about the approval socket in either tab (the first one hosts it).
+    assert not any("not hosted" in f for tab in frames for f in tab)
+    # One URL printed, the one that works; the token once (in it), never in the access log.
+    assert re.findall(r"https?://\S+", printed) == [url], printed
+    assert printed.count(secret) == 1, printed
+    assert "GET /…/ws" in printed  # the access log is there, without the token

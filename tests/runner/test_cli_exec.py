@@ -221,7 +221,7 @@ def test_pty_stdin_and_follow_from_the_cli(state_dir: Path) -> None:
             assert follow.stdout is not None
             ready, _, _ = select.select([follow.stdout], [], [], 20)
             line = follow.stdout.readline() if ready else ""
-            assert line.startswith("[f1] Exec completed") and "typed" in line
+            assert line.startswith("[agent:main:f1] Exec completed") and "typed" in line
             # Other scopes cannot see or touch the session.
             other = cli(state_dir, "process", "poll", sid, "--session-key", "f2")
             assert f"No session found for {sid}" in other.stdout

@@ -20,9 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from engine import jsontext, redact, statefs
-from engine.approvals.socket.exec_host import OUTPUT_CAP as OUTPUT_CAP
-from engine.approvals.socket.exec_host import LocalExecHost as LocalExecHost
-from engine.approvals.socket.exec_host import run_argv as run_argv
 from engine.approvals.socket.wire import EXEC_TIMEOUT_S as EXEC_TIMEOUT_S
 from engine.approvals.socket.wire import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 from engine.approvals.socket.wire import REQUEST_TIMEOUT_S as REQUEST_TIMEOUT_S

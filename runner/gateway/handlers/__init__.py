@@ -70,4 +70,5 @@ HANDLERS: dict[str, Handler] = {  # keyed by Method: every member has exactly on
     Method.STATUS: status.handle,
     Method.SHUTDOWN: shutdown.handle,
     Method.AGENTS_REFRESH: agents.refresh,
+    Method.AGENTS_REVOKE: agents.revoke,
 }

@@ -1,10 +1,13 @@
-"""`agents.refresh`: drop live connections whose agent credential was revoked or re-minted on disk."""
+"""`agents.refresh`: drop live connections whose agent credential was revoked or re-minted on disk;
+`agents.revoke`: revoke one agent's credential with its connections stopped first."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runner.gateway.handlers.common import require_operator
+from engine import principals
+from engine.errors import ExecHostError
+from runner.gateway.handlers.common import req_str, require_operator
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -16,3 +19,13 @@ async def refresh(services: Services, conn: Connection, params: dict[str, Any]) 
     server = services.server
     dropped = await server.drop_revoked() if server is not None else []
     return {"dropped": dropped}
+
+
+async def revoke(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    require_operator(conn, "agents.revoke")
+    agent = principals.check_agent(req_str(params, "agent"), "agent")
+    server = services.server
+    if server is None:
+        raise ExecHostError("this gateway serves no connections to revoke")
+    revoked, dropped = await server.revoke_agent(agent)
+    return {"agent": agent, "revoked": revoked, "dropped": dropped}

@@ -32,6 +32,7 @@ async def handle(services: Services, conn: Connection, params: dict[str, Any]) -
     ctx = ExecContext(
         agent_id=agent_id(params, conn),
         session_key=session_key(params, conn),
+        operator=conn.operator,
         caller_alive=lambda: not conn.closed,
         on_waiting=waiting,
     )

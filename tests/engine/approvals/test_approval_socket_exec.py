@@ -7,13 +7,13 @@ from pathlib import Path
 
 from engine.approvals.socket.server import (
     ApprovalSocketServer,
-    LocalExecHost,
     PromptRequest,
     exec_frame,
     request_decision,
     request_exec,
 )
 from engine.approvals.store import ApprovalsStore
+from engine.tools.exec_host import LocalExecHost
 from tests.helpers.gateway import ALLOWLIST, write_config
 
 TOKEN = "exec-token-" + "k" * 24

@@ -6,7 +6,7 @@ import shlex
 import subprocess
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine.commands.analysis import HEREDOC_WARNING, analyze_command, inline_eval
@@ -302,8 +302,13 @@ def test_inline_eval_detection() -> None:
 
 
 def _unquoted_danger(text: str) -> bool:
-    """Reference scanner: an unquoted/double-quoted `$(` or backtick, or an unquoted `>` / `<`."""
+    """Reference scanner: an unquoted/double-quoted `$(` or backtick, or an unquoted `>` / `<`.
+
+    Outside a comment: bash ignores everything from a `#` that starts a word (after a blank, a newline,
+    a metacharacter or the start) to the end of the line: in "l #`" the backtick is a comment.
+    """
     quote: str | None = None
+    word_start = True  # the next unquoted character would start a word
     index = 0
     while index < len(text):
         char = text[index]
@@ -312,15 +317,26 @@ def _unquoted_danger(text: str) -> bool:
                 quote = None
         elif char == "\\":
             index += 1
+            if text[index : index + 1] != "\n":  # a line continuation vanishes; an escape is a word character
+                word_start = False
         elif quote == '"':
             if char == '"':
                 quote = None
             elif char == "`" or text.startswith("$(", index):
                 return True
+        elif char == "#" and word_start:
+            newline = text.find("\n", index)
+            if newline < 0:
+                return False
+            index = newline
+            continue
         elif char in "'\"":
             quote = char
+            word_start = False
         elif char in "`<>" or text.startswith("$(", index):
             return True
+        else:
+            word_start = char in " \t\n|&;()"
         index += 1
     return False
 
@@ -331,8 +347,17 @@ SHELLISH = st.lists(
 ).map("".join)
 
 
+def test_reference_scanner_knows_comments() -> None:
+    # Found by hypothesis: bash ignores the backtick after a word-starting `#`, and so does the analysis.
+    assert not _unquoted_danger("l #`") and analyze_command("l #`").ok
+    assert not _unquoted_danger("l \\\n#`")  # a line continuation: still a word start
+    for live in ("l a#`", "l \\#`", "l '#'`", "l $#`", "l #x\nls `", "l $(#"):
+        assert _unquoted_danger(live) and not analyze_command(live).ok, live
+
+
 @settings(max_examples=400, deadline=None)
 @given(SHELLISH)
+@example("l #`")
 def test_property_never_crashes_and_never_ok_with_dangerous_tokens(command: str) -> None:
     result = analyze_command(command)
     assert isinstance(result.ok, bool)

@@ -16,9 +16,9 @@ from engine.config.loader import (
     known_keys,
     load_config,
     load_config_text,
-    set_config_value,
 )
 from engine.config.model import Config, ConfigError
+from engine.config.write import set_config_value
 
 
 def write(tmp: Path, text: str) -> Path:

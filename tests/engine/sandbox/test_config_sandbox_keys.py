@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.config.loader import load_config, load_config_text, set_config_value
+from engine.config.loader import load_config, load_config_text
 from engine.config.model import ConfigError
 from engine.config.schema import (
     BUSYBOX_SANDBOX_IMAGE,
@@ -17,6 +17,7 @@ from engine.config.schema import (
     DEFAULT_SANDBOX_IMAGE,
     RESERVED_WORKDIRS,
 )
+from engine.config.write import set_config_value
 from engine.sandbox import admin, map_workdir
 from engine.sandbox import supervisor as sv
 from engine.sandbox.settings import (

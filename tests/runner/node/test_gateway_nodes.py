@@ -149,7 +149,7 @@ async def test_no_approver_means_pending_in_the_inbox(sshd_nodes: list[SshdNode]
         assert record.id == res["details"]["approvalId"] and record.request.host == "node"
         operator = await connect(state_dir, "operator")
         await operator.request("approve", {"id": record.id, "decision": "allow-once"})
-        events = await wait_until(lambda: server.services.events.peek("s9"), timeout=30)
+        events = await wait_until(lambda: server.services.events.peek("agent:main:s9"), timeout=30)
         assert events == [f"Exec finished (node=alpha gateway id={record.id}, code 0)\nhi"]
         await agent.close()
         await operator.close()
@@ -189,7 +189,7 @@ async def test_lifecycle_events_use_the_reference_texts(sshd_nodes: list[SshdNod
         assert res["details"]["exitCode"] == 3
         node_id = server.services.nodes.links["alpha"].hello.node_id
         run_id = res["details"]["runId"]
-        events = await wait_until(lambda: server.services.events.peek("s1"))
+        events = await wait_until(lambda: server.services.events.peek("agent:main:s1"))
         assert f"Exec finished (node={node_id} id={run_id}, code 3)\nout" in events
         await agent.close()
 

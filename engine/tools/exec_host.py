@@ -16,7 +16,9 @@ from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, 
 from engine.approvals.store import ApprovalsStore
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
-from engine.commands.verified import StaleContent, verify
+from engine.commands.pinned import in_checked_cwd, open_checked_dir, view_for
+from engine.commands.treecode import ANCHOR
+from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify
 from engine.config.loader import load_config
 from engine.policy.decision import evaluate
 from engine.results import ToolError
@@ -54,6 +56,7 @@ class LocalExecHost:
             store=store,
             cwd=cwd,
             env=env,
+            env_overrides=request.env or None,  # only inert keys ride along unasked (issue 27 §3)
         )
         security = verdict.security
         if security is None:  # the policy itself refused (e.g. host=gateway not allowed here)
@@ -105,11 +108,33 @@ class LocalExecHost:
             run = await asyncio.to_thread(verify, verdict.content, pinned, pinned)
         except StaleContent as exc:
             return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}", "approval-stale")
+        cwd_fd = None
         try:
-            argv = shlex.split(run.command)  # every word single-quoted: exactly the pinned argv
-            payload = await run_argv(argv, cwd=cwd, env=env, timeout=timeout, pass_fds=run.fds)
+            # The run is held to the decided cwd by an fd (checked by inode), the tree re-read through
+            # it, and host tools read the vetted bytes: as a gateway exec does (issue 27 §4).
+            if verdict.tree is not None and verdict.identity:
+                cwd_fd = await asyncio.to_thread(open_checked_dir, cwd, verdict.identity)
+            anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
+            view = await asyncio.to_thread(view_for, verdict.tree, run.rereads, anchor)
+        except (StaleContent, OSError) as exc:
+            run.close()
+            if cwd_fd is not None:
+                os.close(cwd_fd)
+            return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}", "approval-stale")
+        try:
+            # every word single-quoted: exactly the pinned argv (in a shell only to check the cwd first)
+            words = shlex.split(run.command)
+            if cwd_fd is not None:
+                words = [DEFAULT_SHELL, "-c", in_checked_cwd(cwd_fd, run.command)]
+            argv = view.wrap(words)
+            env = {**env, **view.env}
+            fds = (*run.fds, *view.fds, *(() if cwd_fd is None else (cwd_fd,)))
+            payload = await run_argv(argv, cwd=cwd, env=env, timeout=timeout, pass_fds=fds)
         finally:
             run.close()
+            view.close()
+            if cwd_fd is not None:
+                os.close(cwd_fd)
         return ExecOutcome(ok=True, payload=payload)
 
 

@@ -1,0 +1,51 @@
+"""An ask from exec-approvals.sock as the console passes it on: relayed to the gateway (`approvals.relay`)
+while the link is up, else a row of this console's own inbox. The two shapes, built once here."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from engine.approvals.socket.server import PromptRequest
+
+SOCKET_PROMPT_MS = 300_000  # the socket server's own prompt timeout
+
+
+def offered(request: PromptRequest) -> list[str]:
+    """Only what the asker accepts is offered (issue 9 item 9); ask=always never offers "always"."""
+    return [d for d in request.allowed_decisions if not (request.ask == "always" and d == "allow-always")]
+
+
+def relay_params(request: PromptRequest) -> dict[str, Any]:
+    """The `approvals.relay` request: one more pending approval on the gateway, answerable from anywhere."""
+    return {
+        "id": request.id,
+        "command": request.command,
+        "cwd": request.cwd or "",
+        "agentId": request.agent_id or "main",
+        "sessionKey": request.session_key or "",
+        "security": request.security,
+        "ask": request.ask,
+        "resolvedPath": request.resolved_path,
+        "allowedDecisions": offered(request),
+        "timeoutMs": SOCKET_PROMPT_MS,
+    }
+
+
+def inbox_view(request: PromptRequest) -> dict[str, Any]:
+    """The inbox row of an ask this console answers itself (no gateway)."""
+    return {
+        "id": request.id,
+        "slug": request.id[:8],
+        "command": request.command,
+        "cwd": request.cwd,
+        "host": request.host,
+        "security": request.security,
+        "ask": request.ask,
+        "agentId": request.agent_id,
+        "resolvedPath": request.resolved_path,
+        "sessionKey": request.session_key,
+        "warnings": list(request.warnings),
+        "createdAtMs": int(time.time() * 1000),
+        "allowedDecisions": offered(request),
+    }

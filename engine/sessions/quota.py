@@ -1,0 +1,69 @@
+"""Per-agent caps on sessions and on the output bytes they keep on disk: one agent never fills the session
+table or the disk that the operator and the other agents share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from engine.principals import key_owner
+from engine.results import ToolError
+
+if TYPE_CHECKING:
+    from engine.sessions.registry import Session
+
+MAX_SESSIONS_PER_AGENT = 64  # running and finished-but-kept together
+# Every session's output log on disk (its host spool mirrors it while it runs): at the default 64 MiB log
+# cap, 32 running sessions of one agent, or more that have finished with less.
+MAX_OUTPUT_BYTES_PER_AGENT = 2 << 30
+MIN_SESSION_BYTES = 1 << 20  # less room than this left for a new session: refused, not started half-blind
+
+
+class Held(Protocol):
+    def get(self, session_id: str) -> Session | None: ...
+
+
+@dataclass
+class Quota:
+    sessions: int = MAX_SESSIONS_PER_AGENT
+    output_bytes: int = MAX_OUTPUT_BYTES_PER_AGENT
+    # (sessions, output bytes) for one agent, read at each grant (the gateway's config, with the agent's
+    # overrides, so an edit applies to the next start); None: the two fields above for every agent.
+    per_agent: Callable[[str], tuple[int, int]] | None = field(default=None, repr=False)
+    # Each agent's sessions, by id, as admitted; a session the registry no longer holds is dropped at
+    # that agent's next grant. A start costs what that agent holds, not what the whole gateway holds.
+    _held: dict[str, dict[str, Session]] = field(default_factory=dict, repr=False)
+
+    def grant(self, scope_key: str, registry: Held, default_cap: int) -> int:
+        """The output cap a new session in `scope_key` gets (its share of its agent's budget), or a
+        ToolError saying which cap is reached. A running session holds its whole cap, a finished one what
+        it wrote: the caps granted never add up to more than the budget, whatever the sessions write."""
+        owner = key_owner(scope_key)
+        if owner is None:  # an ownerless key is the operator's (principals.key_owner): no agent's budget
+            return default_cap
+        most, budget = (self.sessions, self.output_bytes) if self.per_agent is None else self.per_agent(owner)
+        held = self._held.setdefault(owner, {})
+        for sid, session in list(held.items()):
+            if registry.get(sid) is not session:
+                del held[sid]
+        if len(held) >= most:
+            raise ToolError(
+                f"agent {owner} has {len(held)} sessions, the most one agent may keep; remove finished ones "
+                "(process remove) or kill some before starting another."
+            )
+        used = sum(s.output.log_bytes if s.exited else s.output.log_cap for s in held.values())
+        room = budget - used
+        if room < min(default_cap, MIN_SESSION_BYTES):
+            raise ToolError(
+                f"agent {owner}'s sessions hold {used >> 20} MiB of output on disk, its whole budget "
+                f"({budget >> 20} MiB); remove finished sessions (process remove) or kill running "
+                "ones before starting another."
+            )
+        return min(default_cap, room)
+
+    def admit(self, session: Session) -> None:
+        """Count a session that was granted its cap (and is now in the registry) against its agent."""
+        owner = key_owner(session.spec.scope_key)
+        if not session.spec.operator and owner is not None:
+            self._held.setdefault(owner, {})[session.id] = session

@@ -1,0 +1,149 @@
+"""Issue 27 §5: what was approved is what runs, in every spelling of an interpreter run and every read.
+
+Options made analysis fail and nothing was digested: the script rewritten after the ask ran on allow-once,
+and allow-always saved an `=command:` with no content. A script that re-read itself ("$0", __file__) got
+the live file. Now each interpreter's options are read the way it reads them, what cannot be parsed is
+bound whole (or allow-always is not offered), and the script's own path shows the approved bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.attacks.harness import ALLOWLIST
+from tests.attacks.test_content_binding import _outcome, _rewrite_in_place, approve_after
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+
+@pytest.fixture(autouse=True)
+def where() -> None:
+    """test_content_binding's fixture runs each attack twice; once (the daemon's way) is enough here."""
+
+
+CASES = [
+    ("bash -e x.sh", "x.sh", "echo approved-bytes\n", "touch {m}\n"),
+    ("sh -x x.sh", "x.sh", "echo approved-bytes\n", "touch {m}\n"),
+    ("sh -- x.sh", "x.sh", "echo approved-bytes\n", "touch {m}\n"),
+    ("bash --norc x.sh", "x.sh", "echo approved-bytes\n", "touch {m}\n"),
+    ("bash -o pipefail x.sh", "x.sh", "echo approved-bytes\n", "touch {m}\n"),
+    ("sh < x.sh", "x.sh", "echo approved-bytes\n", "touch {m}\n"),
+    ("cat x.sh | sh", "x.sh", "echo approved-bytes\n", "touch {m}\n"),
+    ("python3 - < x.py", "x.py", "print('approved-bytes')\n", "open({m!r}, 'w')\n"),
+    ("python3 -W ignore x.py", "x.py", "print('approved-bytes')\n", "open({m!r}, 'w')\n"),
+    ("python3 -Wignore -u x.py", "x.py", "print('approved-bytes')\n", "open({m!r}, 'w')\n"),
+    ("perl -w x.pl", "x.pl", "print qq(approved-bytes\\n);\n", "open(F, '>', {m!r});\n"),
+    ("perl -l -w x.pl", "x.pl", "print qq(approved-bytes);\n", "open(F, '>', {m!r});\n"),
+]
+
+
+@pytest.mark.parametrize(("command", "name", "good", "bad"), CASES)
+async def test_a_rewrite_after_the_ask_never_runs(
+    state_dir: Path, tmp_path: Path, command: str, name: str, good: str, bad: str
+) -> None:
+    marker = tmp_path / "pwned"
+    (tmp_path / name).write_text(good)
+    payload = bad.format(m=str(marker))
+    text = await approve_after(
+        state_dir, command, tmp_path, lambda: _rewrite_in_place(tmp_path / name, payload)
+    )
+    assert not marker.exists(), text
+    assert "approval-stale" in text and name in text, text
+
+
+@pytest.mark.parametrize("command", ["bash -e x.sh", "sh -x x.sh", "sh < x.sh", "python3 - < x.py"])
+async def test_allow_always_binds_the_script_content(state_dir: Path, tmp_path: Path, command: str) -> None:
+    """Allow-always once, rewrite the script, run again: it must ask, not run the new bytes."""
+    marker = tmp_path / "pwned"
+    py = command.startswith("python")
+    name = "x.py" if py else "x.sh"
+    (tmp_path / name).write_text("print('approved-bytes')\n" if py else "echo approved-bytes\n")
+    text = await approve_after(state_dir, command, tmp_path, lambda: None, decision="allow-always")
+    assert "approved-bytes" in text, text
+    _rewrite_in_place(tmp_path / name, f"open({str(marker)!r}, 'w')\n" if py else f"touch {marker}\n")
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        try:
+            res = await agent.request("exec", {"command": command, "workdir": str(tmp_path)})
+        finally:
+            await agent.close()
+    assert res["details"]["status"] == "approval-pending", res
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("command", ["bash -s", "sh", "python3 -", "python3 -m helper"])
+async def test_a_program_from_stdin_or_a_search_is_never_saved(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    (tmp_path / "helper.py").write_text("print('x')\n")
+
+    def shown(view: dict[str, Any]) -> None:
+        assert "allow-always" not in view["allowedDecisions"], view
+        assert not any(p.startswith("=command:") for p in view["allowAlwaysPatterns"]), view
+
+    await approve_after(state_dir, command, tmp_path, lambda: None, decision="deny", shown=shown)
+
+
+SH_SELF = """touch ready
+while [ ! -e go ]; do sleep 0.01; done
+sed -n '/^#PAYLOAD$/,$p' "$0" | tail -n +2 > payload.sh
+sh payload.sh
+exit 0
+#PAYLOAD
+echo approved-payload
+"""
+PY_SELF = """import os, time
+open('ready', 'w').close()
+while not os.path.exists('go'):
+    time.sleep(0.01)
+exec(open(__file__).read().split('#PAYLOAD' + chr(10))[1])
+#PAYLOAD
+print('approved-payload')
+"""
+
+
+@pytest.mark.parametrize(("command", "name", "body", "evil"), [
+    ("sh s.sh", "s.sh", SH_SELF, "touch {m}\n"),
+    ("sh -e s.sh", "s.sh", SH_SELF, "touch {m}\n"),
+    ("python3 x.py", "x.py", PY_SELF, "open({m!r}, 'w')\n"),
+])  # fmt: skip
+async def test_a_script_re_reading_itself_gets_the_approved_bytes(
+    state_dir: Path, tmp_path: Path, command: str, name: str, body: str, evil: str
+) -> None:
+    """The script waits (for a file, not a time), the agent rewrites it, the script re-reads its own path."""
+    marker = tmp_path / "pwned"
+    script = tmp_path / name
+    script.write_text(body)
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent")
+        operator = await connect(state_dir, "operator")
+        try:
+            res = await agent.request(
+                "exec", {"command": command, "workdir": str(tmp_path), "sessionKey": "k"}
+            )
+            assert res["details"]["status"] == "approval-pending", res
+            await operator.request("approve", {"id": res["details"]["approvalId"], "decision": "allow-once"})
+            await wait_until(lambda: (tmp_path / "ready").exists(), timeout=20)
+            _rewrite_in_place(script, body.replace("#PAYLOAD\n", "#PAYLOAD\n" + evil.format(m=str(marker))))
+            (tmp_path / "go").touch()
+            text = await _outcome(agent, "k")
+        finally:
+            await agent.close()
+            await operator.close()
+    assert not marker.exists(), text
+    assert "approved-payload" in text, text
+
+
+async def test_the_ask_names_workspace_code_a_python_run_can_import(state_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "x.py").write_text("import helper\n")
+    (tmp_path / "helper.py").write_text("print('x')\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+
+    def shown(view: dict[str, Any]) -> None:
+        assert any("2 agent-writable Python files under ./" in w for w in view["warnings"]), view["warnings"]
+
+    await approve_after(state_dir, "python3 x.py", tmp_path, lambda: None, decision="deny", shown=shown)

@@ -1,0 +1,154 @@
+"""Issue 27 §2: every limit is per principal and counts bytes.
+
+- One agent held all 256 connections: the operator's CLI and console and every other agent got `too many
+  connections`. Connections are capped per agent (credential or Unix account), and the last slots are the
+  operator's alone.
+- 300 requests on a connection that never reads, each answered with a 786 KB `sessions.output` frame, raised
+  the gateway's RSS by 234 MB (the send queue counted frames, not bytes). The bytes waiting for one client,
+  responses included, are capped; past a lower mark the gateway stops reading from it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from engine import principals
+from runner.gateway import limits
+from runner.gateway.connection import Connection
+from runner.gateway.server import GatewayServer
+from tests.attacks.rawclient import RawClient
+from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
+
+# 128 KiB of \x01: one sessions.output answer is ~786 KB of escaped JSON.
+BULKY = "head -c 131072 /dev/zero | tr '\\0' '\\1'"
+
+
+async def _bulky_session(server: GatewayServer, state: Path, credential: str) -> str:
+    agent = await connect(state, "setup", operator=False, credential=credential)
+    try:
+        started = await agent.request("exec", {"command": BULKY, "background": True})
+    finally:
+        await agent.close()
+    sid = str(started["details"]["sessionId"])
+    await wait_until(lambda: getattr(server.services.sessions.get(sid), "exited", False), timeout=30)
+    return sid
+
+
+def _of(server: GatewayServer, agent: str) -> list[Connection]:
+    return [c for c in server.connections if c.agent == agent and not c.operator]
+
+
+async def test_one_agent_cannot_take_every_connection(state_dir: Path) -> None:
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        hog = principals.mint(state_dir, "hog")
+        principals.mint(state_dir, "other")
+        held: list[RawClient] = []
+        refused: dict[str, object] = {}
+        try:
+            for _ in range(300):  # more than the gateway's whole table
+                client, first = await RawClient.open(state_dir, credential=hog)
+                held.append(client)
+                if first["type"] != "welcome":
+                    refused = first
+                    break
+            assert refused.get("code") == "overload", refused
+            assert "agent hog" in str(refused.get("message")), refused
+            # Everyone else still gets in: the operator (CLI, console) and another agent.
+            operator = await connect(state_dir, "cli")
+            assert (await operator.request("status", {}))["pid"]
+            other = await connect(state_dir, "other", operator=False, agent="other")
+            assert other.agent == "other"
+            await other.close()
+            await operator.close()
+        finally:
+            for client in held:
+                client.close()
+
+
+async def test_the_operator_keeps_slots_no_agent_can_take(state_dir: Path) -> None:
+    """Many agents together cannot take the operator's last slots either."""
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        held: list[RawClient] = []
+        try:
+            for n in range(limits.MAX_CONNECTIONS // limits.MAX_PER_AGENT + 2):
+                cred = principals.mint(state_dir, f"a{n}")
+                for _ in range(limits.MAX_PER_AGENT):
+                    client, first = await RawClient.open(state_dir, credential=cred)
+                    held.append(client)
+                    if first["type"] != "welcome":
+                        break
+            assert len(held) > limits.MAX_CONNECTIONS - limits.OPERATOR_SLOTS  # the agents tried them all
+            operators = [await connect(state_dir, f"op{i}") for i in range(limits.OPERATOR_SLOTS)]
+            for op in operators:
+                await op.close()
+        finally:
+            for client in held:
+                client.close()
+
+
+async def test_bytes_waiting_for_a_client_that_never_reads_are_capped(state_dir: Path) -> None:
+    write_config(state_dir, FULL)
+    async with gateway(state_dir) as server:
+        cred = principals.mint(state_dir, "hoarder")
+        sid = await _bulky_session(server, state_dir, cred)
+        client, first = await RawClient.open(state_dir, credential=cred)
+        assert first["type"] == "welcome"
+        try:
+            for _ in range(300):
+                await client.request("sessions.output", {"sessionId": sid, "offset": 0, "limit": 131072})
+            # Cut off once what waits for it passes the byte cap (it never reads): the frames were too few
+            # for the old frame-count cap (2,048), so it used to be kept, with 234 MB queued for it.
+            await wait_until(lambda: not _of(server, "hoarder"), timeout=60)
+        finally:
+            client.close()
+
+
+async def test_the_gateway_stops_reading_a_client_that_does_not_drain(state_dir: Path) -> None:
+    write_config(state_dir, FULL)
+    async with gateway(state_dir) as server:
+        cred = principals.mint(state_dir, "slow")
+        sid = await _bulky_session(server, state_dir, cred)
+        client, first = await RawClient.open(state_dir, credential=cred)
+        assert first["type"] == "welcome"
+        try:
+            for _ in range(limits.READ_PAUSE_BYTES // 700_000 + 3):  # past the pause mark, under the cap
+                await client.request("sessions.output", {"sessionId": sid, "offset": 0, "limit": 131072})
+            await wait_until(lambda: any(c.reading_paused for c in _of(server, "slow")), timeout=30)
+            await client.request("exec", {"command": "echo read-later", "ask": "always"})
+            operator = await connect(state_dir, "cli")
+            await operator.request("status", {})  # a turn of the gateway's loop, for what it would read
+            assert not [r for r in server.services.approvals.pending() if "read-later" in r.request.command]
+            # It reads what waits for it: the gateway reads it again, and its request is acted upon.
+            client.reading(True)
+
+            async def drain() -> None:
+                while await client.reader.read(1 << 20):
+                    pass
+
+            drained = asyncio.ensure_future(drain())
+            await wait_until(
+                lambda: [r for r in server.services.approvals.pending() if "read-later" in r.request.command],
+                timeout=30,
+            )
+            drained.cancel()
+            await operator.close()
+        finally:
+            client.close()
+
+
+async def test_connections_that_never_say_hello_are_capped_per_account(state_dir: Path) -> None:
+    """Before the hello nothing is known but the peer's uid: one account's silent connections are capped
+    (and each one ends at the handshake timeout)."""
+    write_config(state_dir, FULL)
+    async with gateway(state_dir, handshake_timeout=30):
+        silent = [
+            await asyncio.open_unix_connection(str(state_dir / "gateway.sock"))
+            for _ in range(limits.MAX_HANDSHAKING_PER_UID)
+        ]
+        reader, writer = await asyncio.open_unix_connection(str(state_dir / "gateway.sock"))
+        first = await asyncio.wait_for(reader.readline(), 30)
+        assert b"still saying hello" in first and b"overload" in first, first
+        for _, w in [*silent, (reader, writer)]:
+            w.close()
