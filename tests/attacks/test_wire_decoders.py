@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from engine.approvals.socket.server import ApprovalSocketServer, LocalExecHost, sign
+from engine.approvals.socket.server import ApprovalSocketServer, sign
 from engine.nodes.wire import Hello, Request, WireError, decode
 from engine.protocol.frames import read_token
+from engine.tools.exec_host import LocalExecHost
 from tests.helpers.gateway import ALLOWLIST, REPO, connect, gateway, write_config
 from tests.helpers.peers import hello, raw, still_works
 

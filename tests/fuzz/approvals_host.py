@@ -9,10 +9,11 @@ import logging
 import signal
 import sys
 
-from engine.approvals.socket.server import ApprovalSocketServer, LocalExecHost, PromptRequest, RateLimit
+from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest, RateLimit
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
+from engine.tools.exec_host import LocalExecHost
 
 RELAY_MS = 300  # the ask expires at once: askFallback (deny) answers it
 

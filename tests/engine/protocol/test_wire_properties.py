@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from engine import jsontext
-from engine.approvals.socket.server import ApprovalSocketServer, ExecHostRequest, LocalExecHost, RateLimit
+from engine.approvals.socket.server import ApprovalSocketServer, ExecHostRequest, RateLimit
 from engine.errors import InvalidInput
 from engine.nodes import wire as node_wire
 from engine.protocol.frames import ProtocolError, decode_frame, encode_frame
 from engine.protocol.methods import Method
+from engine.tools.exec_host import LocalExecHost
 
 LONE = st.sampled_from(["\ud800", "\udbff", "\udc00", "\udfff"])
 CHARS = st.characters(codec=None, exclude_categories=())  # surrogates included
