@@ -10,7 +10,7 @@ import pytest
 
 from engine import principals
 from engine.protocol import client as client_mod
-from tests.helpers.gateway import FULL, connect, gateway, write_config
+from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
 
 
 async def test_ambient_authority_agent_token_in_child_env(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,3 +49,34 @@ def test_ambient_authority_autostart_passes_no_credential(state_dir: Path, monke
     env = seen["env"]
     assert "EXECHOST_AGENT_TOKEN" not in env
     assert "EXECHOST_AGENT_TOKEN_FILE" not in env
+
+
+async def test_limits_per_principal_event_queues(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The event store's queue cap was one number for the whole gateway, evicting the queue written to
+    longest ago: agent evil, running background commands under fresh session keys, pushed agent ops's
+    undelivered `Exec completed … SECRET` notice out before ops read it. (The cap is scaled down so the
+    test runs few commands; the rule is what is attacked, not the number.)"""
+    from engine.sessions import events as events_mod
+
+    monkeypatch.setattr(events_mod, "MAX_KEYS", 12)
+    monkeypatch.setattr(events_mod, "MAX_KEYS_PER_OWNER", 8, raising=False)
+    write_config(state_dir, FULL)
+    tok_ops = principals.mint(state_dir, "ops")
+    tok_evil = principals.mint(state_dir, "evil")
+    async with gateway(state_dir) as server:
+        ops = await connect(state_dir, "ops", operator=False, credential=tok_ops)
+        evil = await connect(state_dir, "evil", operator=False, credential=tok_evil)
+        told: list[str] = []
+        server.services.events.subscribe(lambda key, _text: told.append(key))
+        try:
+            await ops.request("exec", {"command": "echo OPS-SECRET", "background": True, "sessionKey": "s1"})
+            await wait_until(lambda: len(told) == 1)
+            for i in range(16):
+                await evil.request("exec", {"command": "echo x", "background": True, "sessionKey": f"k{i}"})
+                await wait_until(lambda: len(told) == i + 2)  # noqa: B023 - awaited within the iteration
+            got = await ops.request("events", {})
+        finally:
+            await ops.close()
+            await evil.close()
+    assert any("OPS-SECRET" in e["text"] for e in got["events"]), got
+
