@@ -41,7 +41,6 @@ from engine.protocol.handshake import (
 )
 from engine.protocol.methods import TOPICS
 
-
 # Who this client is stays with this client: the daemon serves every principal, so it starts with none.
 _CLIENT_IDENTITY_ENV = (principals.CREDENTIAL_ENV, "EXECHOST_AGENT_TOKEN_FILE", principals.SOCKET_ENV)
 

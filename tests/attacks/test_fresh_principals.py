@@ -1,7 +1,8 @@
-"""Fresh attacks on principals, ambient authority, per-principal limits and crashes (issue 27/34 re-attack)."""
+"""Fresh attacks on principals, ambient authority, per-principal limits and crashes (issues 27, 34)."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,9 @@ from engine.protocol import client as client_mod
 from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
 
 
-async def test_ambient_authority_agent_token_in_child_env(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_ambient_authority_agent_token_in_child_env(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Agent a's MCP server (EXECHOST_AGENT_TOKEN in its env) autostarts the gateway: the daemon inherits
     that env, and every host command of agent b inherited a's credential — b became a."""
     write_config(state_dir, FULL)
@@ -34,7 +37,9 @@ async def test_ambient_authority_agent_token_in_child_env(state_dir: Path, monke
     assert "EXECHOST_AGENT_TOKEN" not in text
 
 
-def test_ambient_authority_autostart_passes_no_credential(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ambient_authority_autostart_passes_no_credential(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The client that starts the gateway daemon hands it no agent credential of its own."""
     monkeypatch.setenv("EXECHOST_AGENT_TOKEN", "exa_secret-of-agent-a")
     monkeypatch.setenv("EXECHOST_AGENT_TOKEN_FILE", "/somewhere/a.json")
@@ -80,3 +85,38 @@ async def test_limits_per_principal_event_queues(state_dir: Path, monkeypatch: p
             await evil.close()
     assert any("OPS-SECRET" in e["text"] for e in got["events"]), got
 
+
+async def test_limits_per_principal_request_bytes_in_flight(state_dir: Path) -> None:
+    """Bytes were capped on the way out, not on the way in: a connection could hold 512 requests of up to
+    1 MiB each in flight (a `process poll` waits up to 120 s, and keeps its params, junk included), so one
+    agent with 64 connections pinned ~32 GiB of gateway memory. Requests in flight are counted in bytes
+    per connection, and past the budget the next one is not read until some finish (nothing is lost)."""
+    from runner.gateway import limits
+
+    write_config(state_dir, FULL)
+    tok = principals.mint(state_dir, "evil")
+    junk = "j" * (900 * 1024)
+    async with gateway(state_dir) as server:
+        evil = await connect(state_dir, "evil", operator=False, credential=tok)
+        op = await connect(state_dir, "op")
+        try:
+            started = await evil.request("exec", {"command": "sleep 60", "background": True})
+            sid = started["details"]["sessionId"]
+            mine = next(c for c in server.connections if c.agent == "evil" and not c.operator)
+            polls = [
+                asyncio.ensure_future(
+                    evil.request(
+                        "process", {"action": "poll", "sessionId": sid, "timeout": 60000, "junk": junk}
+                    )
+                )
+                for _ in range(60)
+            ]
+            await wait_until(lambda: len(mine.tasks) >= 60 or getattr(mine, "intake_full", False), timeout=60)
+            held = len(mine.tasks)
+            await op.request("process", {"action": "kill", "sessionId": sid, "agentId": "evil"})
+            answers = await asyncio.wait_for(asyncio.gather(*polls), 120)
+        finally:
+            await evil.close()
+            await op.close()
+    assert held * len(junk) <= getattr(limits, "MAX_REQUEST_BYTES_IN_FLIGHT", 0) + (1 << 20), held
+    assert len(answers) == 60  # every request was read and answered once there was room
