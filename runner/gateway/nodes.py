@@ -86,8 +86,9 @@ class NodeHub:
                     name=link.name,
                     host=link.cfg.host,
                     node_id=h.node_id if h else None,
-                    display_name=link.cfg.display_name or (h.display_name if h else None),
+                    display_name=link.cfg.display_name,
                     connected=link.state == "connected",
+                    reported_name=h.display_name if h else None,
                 )
             )
         return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ import pytest
 from engine import principals
 from engine.protocol import client as client_mod
 from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
+from tests.helpers.hostile_node import Hostile
+from tests.helpers.sshd import SshdNode
 
 
 async def test_ambient_authority_agent_token_in_child_env(
@@ -120,3 +123,40 @@ async def test_limits_per_principal_request_bytes_in_flight(state_dir: Path) -> 
             await op.close()
     assert held * len(junk) <= getattr(limits, "MAX_REQUEST_BYTES_IN_FLIGHT", 0) + (1 << 20), held
     assert len(answers) == 60  # every request was read and answered once there was room
+
+
+async def test_compromised_node_takes_another_nodes_name(state_dir: Path, sshd_nodes: list[SshdNode]) -> None:
+    """A node's hello says its own display name, and selection matched display names as well as it matched
+    the configured names (a tie going to whichever was connected). Compromised node beta said it was
+    "alpha": once beta had been used, agent ops's `node=alpha` run (command, env, cwd) went to beta."""
+    alpha, beta = sshd_nodes
+    hostile = Hostile(beta, state_dir, node_id="beta-node-id")
+    hello = json.loads((beta.root / "hello.json").read_text())
+    (beta.root / "hello.json").write_text(json.dumps({**hello, "displayName": "alpha"}))
+    config = (state_dir / "config.toml").read_text()
+    write_config(state_dir, config + '\n[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n')
+    tok = principals.mint(state_dir, "ops")
+    async with gateway(state_dir):
+        ops = await connect(state_dir, "ops", operator=False, credential=tok)
+        try:
+            first = asyncio.ensure_future(ops.request("exec", {"command": "echo via-beta", "node": "beta"}))
+            await hostile.answer(await hostile.next_run())
+            await asyncio.wait_for(first, 60)
+            second = asyncio.ensure_future(
+                ops.request(
+                    "exec", {"command": "echo ALPHA-ONLY", "node": "alpha", "env": {"TOKEN": "ops-secret"}}
+                )
+            )
+            done = await wait_until(
+                lambda: (
+                    second.done() or len([f for f in hostile.seen() if f.get("method") == "system.run"]) > 1
+                ),
+                timeout=60,
+            )
+            assert done
+            runs = [f for f in hostile.seen() if f.get("method") == "system.run"]
+            assert len(runs) == 1, runs[1:]
+            result = second.result()
+        finally:
+            await ops.close()
+    assert "ALPHA-ONLY" in str(result)
