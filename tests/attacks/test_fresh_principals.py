@@ -129,7 +129,7 @@ async def test_compromised_node_takes_another_nodes_name(state_dir: Path, sshd_n
     """A node's hello says its own display name, and selection matched display names as well as it matched
     the configured names (a tie going to whichever was connected). Compromised node beta said it was
     "alpha": once beta had been used, agent ops's `node=alpha` run (command, env, cwd) went to beta."""
-    alpha, beta = sshd_nodes
+    _alpha, beta = sshd_nodes
     hostile = Hostile(beta, state_dir, node_id="beta-node-id")
     hello = json.loads((beta.root / "hello.json").read_text())
     (beta.root / "hello.json").write_text(json.dumps({**hello, "displayName": "alpha"}))
