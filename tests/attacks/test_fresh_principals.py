@@ -13,7 +13,7 @@ import pytest
 from engine import principals
 from engine.protocol import client as client_mod
 from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
-from tests.helpers.hostile_node import Hostile
+from tests.helpers.hostile_node import Hostile, event
 from tests.helpers.sshd import SshdNode
 
 
@@ -160,3 +160,36 @@ async def test_compromised_node_takes_another_nodes_name(state_dir: Path, sshd_n
         finally:
             await ops.close()
     assert "ALPHA-ONLY" in str(result)
+
+
+async def test_compromised_node_grows_the_watch_list(state_dir: Path, sshd_nodes: list[SshdNode]) -> None:
+    """Every `session.started` a node sends, while a console takes every session's output, put its id in
+    the gateway's watch list (and asked the node to push it); nothing but the node's own `session.exited`
+    removed it, so a node sending fresh ids grew the gateway's memory without bound. The list keeps at
+    most as many of one node's sessions as its byte totals do."""
+    from runner.gateway.node_output import MAX_NODE_SESSIONS
+
+    _alpha, beta = sshd_nodes
+    hostile = Hostile(beta, state_dir, node_id="beta-node-id")
+    config = (state_dir / "config.toml").read_text()
+    write_config(state_dir, config + '\n[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n')
+    flood = MAX_NODE_SESSIONS + 300
+    async with gateway(state_dir) as server:
+        op = await connect(state_dir, "op")
+        seen: list[str] = []
+        op.add_listener(lambda ev: seen.append(ev.event) if ev.event == "session.started" else None)
+        try:
+            await op.subscribe(["sessions"])
+            first = asyncio.ensure_future(op.request("exec", {"command": "echo hi", "node": "beta"}))
+            await hostile.answer(await hostile.next_run())
+            await asyncio.wait_for(first, 60)
+            rows = [
+                event("session.started", session={"sessionId": f"s{i}", "command": "x", "status": "running"})
+                for i in range(flood)
+            ]
+            await hostile.inject(*rows)
+            await wait_until(lambda: len(seen) >= flood, timeout=60)
+            watching = [s for s in server.services.nodes.feed._watching if s.startswith("node:beta:")]
+        finally:
+            await op.close()
+    assert len(watching) <= MAX_NODE_SESSIONS
