@@ -193,3 +193,38 @@ async def test_compromised_node_grows_the_watch_list(state_dir: Path, sshd_nodes
         finally:
             await op.close()
     assert len(watching) <= MAX_NODE_SESSIONS
+
+
+async def test_crash_loses_another_agents_undelivered_event(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The event spool (what survives a crash) kept the queues written to last and trimmed bytes from the
+    first-longest queue, whoever owned it: agent evil writing events under fresh keys after ops's left
+    ops's undelivered notice off the disk, and the gateway's restart lost it. (Caps scaled down.)"""
+    from engine.sessions import spool as spool_mod
+
+    monkeypatch.setattr(spool_mod, "MAX_KEYS", 6)
+    write_config(state_dir, FULL)
+    tok_ops = principals.mint(state_dir, "ops")
+    tok_evil = principals.mint(state_dir, "evil")
+    async with gateway(state_dir) as server:
+        ops = await connect(state_dir, "ops", operator=False, credential=tok_ops)
+        evil = await connect(state_dir, "evil", operator=False, credential=tok_evil)
+        told: list[str] = []
+        server.services.events.subscribe(lambda key, _text: told.append(key))
+        try:
+            await ops.request("exec", {"command": "echo OPS-SECRET", "background": True, "sessionKey": "s1"})
+            await wait_until(lambda: len(told) == 1)
+            for i in range(8):
+                await evil.request("exec", {"command": "echo x", "background": True, "sessionKey": f"k{i}"})
+                await wait_until(lambda: len(told) == i + 2)  # noqa: B023 - awaited within the iteration
+        finally:
+            await ops.close()
+            await evil.close()
+    async with gateway(state_dir):  # the next gateway: what the spool kept
+        ops = await connect(state_dir, "ops", operator=False, credential=tok_ops)
+        try:
+            got = await ops.request("events", {})
+        finally:
+            await ops.close()
+    assert any("OPS-SECRET" in e["text"] for e in got["events"]), got
