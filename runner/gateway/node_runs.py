@@ -48,7 +48,7 @@ class NodeRun:
 
 def waiting_data(record: ApprovalRecord) -> dict[str, Any]:
     """What `exec.waiting` says, as for the gateway, and which node asks."""
-    return exec_asks.waiting_data(record) | {"node": record.request.node_id}
+    return exec_asks.waiting_data(record) | {"node": record.request.node_name or record.request.node_id}
 
 
 def pending_result(record: ApprovalRecord, node: str, sandboxed: bool) -> ToolResult:

@@ -514,7 +514,6 @@ class NodeHub:
                 sid = row["sessionId"]
                 self.feed.session_event(ev.event, sid)
             return
-        node_id = link.hello.node_id if link.hello else link.name
         raw_run = p.get("runId")
         run = self._runs.get((link.name, raw_run)) if isinstance(raw_run, str) else None
         if run is None and isinstance(raw_run, str) and ev.event in ("exec.finished", "exec.denied"):
@@ -552,7 +551,7 @@ class NodeHub:
         key, run_id = run.session_key, run.run_id
         command = _compact(run.command, limits.EVENT_COMMAND_CHARS)  # what the agent asked, as recorded here
         if ev.event == "exec.started":
-            text = f"Exec started (node={node_id} id={run_id}): {command}"
+            text = f"Exec started (node={link.name} id={run_id}): {command}"
         elif ev.event == "exec.finished":
             timed_out = p.get("timedOut") is True
             output = _compact(limits.field_text(p, "output", 64 * 1024), EVENT_OUTPUT_CHARS)
@@ -560,12 +559,13 @@ class NodeHub:
             code = code if isinstance(code, int) and not isinstance(code, bool) else None
             if not (timed_out or code != 0 or output):
                 return
-            text = f"Exec finished (node={node_id} id={run_id}, {'timeout' if timed_out else f'code {code}'})"
+            ended = "timeout" if timed_out else f"code {code}"
+            text = f"Exec finished (node={link.name} id={run_id}, {ended})"
             if output:
                 text += f"\n{output}"
         else:
             reason = _compact(limits.field_text(p, "reason", 4096) or "denied", limits.EVENT_REASON_CHARS)
-            text = f"Exec denied (node={node_id} id={run_id}, {reason}): {command}"
+            text = f"Exec denied (node={link.name} id={run_id}, {reason}): {command}"
         self.services.events.enqueue(key, text)
 
     def _drop_frame(self, link: NodeLink, what: str, why: str) -> None:
@@ -640,12 +640,14 @@ class NodeHub:
             allowed_decisions=limits.allowed_decisions(view.get("allowedDecisions")),
             resolved_path=limits.optional(view.get("resolvedPath"), limits.PATH_CHARS),
             node_id=node_id,
+            node_name=link.name,
             env_hash=env_hash(dict(env)),
             node_approval_id=approval_id,
             env=env,
             decision_json=limits.decision_json(view.get("decision")),
             warnings=tuple(warnings),
             agent_reason=limits.optional(view.get("agentReason"), limits.REASON_CHARS),
+            egress=limits.optional(view.get("egress"), 300),  # a node sandbox's "name:port"
         )
         while True:
             try:
