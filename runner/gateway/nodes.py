@@ -542,6 +542,11 @@ class NodeHub:
             # A run this gateway never started on this node, or one whose end was already reported.
             self._drop_frame(link, ev.event, f"run {str(raw_run)[:80]!r} is not in flight on this node")
             return
+        if ev.event == "exec.started":
+            if run.start_seen:  # taken once, like its end: a repeated start would push out the agent's events
+                self._drop_frame(link, ev.event, f"run {run.run_id[:80]!r} already started")
+                return
+            run.start_seen = True
         if ev.event in ("exec.finished", "exec.denied"):
             run.ended = True
         if run.detached and ev.event in ("exec.finished", "exec.denied"):

@@ -228,3 +228,32 @@ async def test_crash_loses_another_agents_undelivered_event(
         finally:
             await ops.close()
     assert any("OPS-SECRET" in e["text"] for e in got["events"]), got
+
+
+async def test_compromised_node_floods_a_runs_agent_with_starts(
+    state_dir: Path, sshd_nodes: list[SshdNode]
+) -> None:
+    """A run's end is taken once, its start was taken every time: 150 `exec.started` frames for one run of
+    agent ops filled ops's queue (100 kept, oldest dropped), pushing out ops's undelivered notices."""
+    _alpha, beta = sshd_nodes
+    hostile = Hostile(beta, state_dir, node_id="beta-node-id")
+    config = (state_dir / "config.toml").read_text()
+    write_config(state_dir, config + '\n[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n')
+    tok = principals.mint(state_dir, "ops")
+    async with gateway(state_dir) as server:
+        ops = await connect(state_dir, "ops", operator=False, credential=tok)
+        told: list[str] = []
+        server.services.events.subscribe(lambda key, _text: told.append(key))
+        try:
+            call = asyncio.ensure_future(ops.request("exec", {"command": "echo hi", "node": "beta"}))
+            run = await hostile.next_run()
+            run_id = run["params"]["runId"]
+            await hostile.inject(*[event("exec.started", runId=run_id) for _ in range(150)])
+            await hostile.answer(run)
+            await asyncio.wait_for(call, 60)
+            await wait_until(lambda: server.services.nodes.dropped >= 149 or len(told) >= 150, timeout=30)
+            got = await ops.request("events", {})
+        finally:
+            await ops.close()
+    starts = [e for e in got["events"] if e["text"].startswith("Exec started")]
+    assert len(starts) <= 1, len(starts)
