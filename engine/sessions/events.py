@@ -46,7 +46,9 @@ class SystemEvents:
         if self._spool is not None:
             self._spool.save({key: list(queue) for key, queue in self._queues.items()})
 
-    def enqueue(self, session_key: str, text: str) -> None:
+    def enqueue(self, session_key: str, text: str, *, share: tuple[str, int] | None = None) -> None:
+        """Queue `text`. `share` = (prefix, n): texts starting with that prefix (one sender's) keep at most
+        n places in the queue, their oldest going first, so that sender never pushes out anyone else's."""
         key = session_key.strip()[:256]
         if not key:
             return
@@ -58,6 +60,11 @@ class SystemEvents:
             queue = deque(maxlen=self._max)
             self._make_room(key_owner(key))
         self._queues[key] = queue
+        if share is not None:
+            prefix, most = share
+            theirs = [i for i, held in enumerate(queue) if held.startswith(prefix)]
+            for i in reversed(theirs[: max(0, len(theirs) - most + 1)]):
+                del queue[i]
         queue.append(text)
         self._persist()  # before anyone is told: an event announced is an event kept
         for listener in list(self._listeners):

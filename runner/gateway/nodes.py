@@ -530,10 +530,12 @@ class NodeHub:
             if owner is not None and not self.services.config().may_use_node(owner, link.name):
                 self._drop_frame(link, ev.event, f"agent {owner} may no longer use this node")
                 return
+            mark = f"[node {link.name}] "
             text = limits.cut(
                 sanitize(limits.field_text(p, "text", limits.EVENT_TEXT_CHARS)), limits.EVENT_TEXT_CHARS
             )
-            self.services.events.enqueue(key, f"[node {link.name}] {text}")
+            # The node's notices keep a few of the queue's places (its newest): never the agent's own.
+            self.services.events.enqueue(key, mark + text, share=(mark, limits.MAX_NODE_EVENTS_PER_KEY))
             return
         if ev.event not in ("exec.started", "exec.finished", "exec.denied"):
             self._drop_frame(link, ev.event, "not an event nodes send")

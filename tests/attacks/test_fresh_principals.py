@@ -257,3 +257,35 @@ async def test_compromised_node_floods_a_runs_agent_with_starts(
             await ops.close()
     starts = [e for e in got["events"] if e["text"].startswith("Exec started")]
     assert len(starts) <= 1, len(starts)
+
+
+async def test_compromised_node_floods_a_key_with_notices(
+    state_dir: Path, sshd_nodes: list[SshdNode]
+) -> None:
+    """A node may tell its runs' agents about their background sessions (`system.event` under a key the
+    gateway gave it), but as often as it liked: 150 notices filled agent ops's queue (100 places) and
+    pushed out ops's own undelivered events. A node's notices now take at most a few of a queue's places."""
+    from runner.gateway import node_limits
+
+    most = getattr(node_limits, "MAX_NODE_EVENTS_PER_KEY", 16)
+    _alpha, beta = sshd_nodes
+    hostile = Hostile(beta, state_dir, node_id="beta-node-id")
+    config = (state_dir / "config.toml").read_text()
+    write_config(state_dir, config + '\n[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n')
+    tok = principals.mint(state_dir, "ops")
+    async with gateway(state_dir) as server:
+        ops = await connect(state_dir, "ops", operator=False, credential=tok)
+        try:
+            call = asyncio.ensure_future(ops.request("exec", {"command": "echo hi", "node": "beta"}))
+            run = await hostile.next_run()
+            notices = [event("system.event", sessionKey="agent:ops", text=f"n{i}") for i in range(150)]
+            await hostile.inject(*notices)
+            await hostile.answer(run)
+            await asyncio.wait_for(call, 60)
+            last = "[node beta] n149"
+            await wait_until(lambda: last in server.services.events.peek("agent:ops"), timeout=30)
+            got = await ops.request("events", {})
+        finally:
+            await ops.close()
+    from_node = [e for e in got["events"] if e["text"].startswith("[node beta]")]
+    assert len(from_node) <= most, len(from_node)
