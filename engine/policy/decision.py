@@ -24,7 +24,7 @@ from engine.commands.allowlist import (
     identity,
     pinned_command,
 )
-from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command
+from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command, redirections
 from engine.commands.content import ContentBinding, bind
 from engine.commands.hostenv import foreign_env_keys, own_environ
 from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet
@@ -448,7 +448,11 @@ def explain(decision: Decision) -> str:
         )
     lines.append(f"Command: {d.command}")
     if not d.analysis_ok:
-        lines.append(f"Analysis: failed closed ({d.analysis_reason or 'unparseable'})")
+        reason = d.analysis_reason or "unparseable"
+        found = redirections(d.command) if reason == "redirection" else []
+        if found:  # which one: the operator should not have to find it in the command
+            reason += ": " + ", ".join(found)
+        lines.append(f"Analysis: failed closed ({reason})")
     if d.segments:
         lines.append("Segments:")
         for i, seg in enumerate(d.segments, 1):

@@ -94,6 +94,9 @@ class ExecTool:
         self._evaluator = Offload()
         self._uses = UseStamps(self.store.record_uses)
         self.node_runner: NodeRunner | None = None  # set by the gateway when nodes are configured
+        # Set with it: raises ToolError for a node query naming no configured node (`unknown node: x
+        # (known: …)`), checked before any policy so a typo is never reported as a host setting.
+        self.node_known: Callable[[str], object] | None = None
 
     # -- entry point
 
@@ -166,6 +169,9 @@ class ExecTool:
         cwd = self._workdir(params.get("workdir") or params.get("defaultWorkdir"), host_warnings)
         call_params = {k: params[k] for k in ("host", "security", "ask", "node", "elevated") if k in params}
         check_enums(call_params)
+        node_query = call_params.get("node")
+        if isinstance(node_query, str) and node_query.strip() and self.node_known is not None:
+            self.node_known(node_query)
         grant_store = self.grants if use_grants else None
         decide = functools.partial(
             evaluate,

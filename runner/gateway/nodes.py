@@ -86,8 +86,9 @@ class NodeHub:
                     name=link.name,
                     host=link.cfg.host,
                     node_id=h.node_id if h else None,
-                    display_name=link.cfg.display_name or (h.display_name if h else None),
+                    display_name=link.cfg.display_name,
                     connected=link.state == "connected",
+                    reported_name=h.display_name if h else None,
                 )
             )
         return out
@@ -513,7 +514,6 @@ class NodeHub:
                 sid = row["sessionId"]
                 self.feed.session_event(ev.event, sid)
             return
-        node_id = link.hello.node_id if link.hello else link.name
         raw_run = p.get("runId")
         run = self._runs.get((link.name, raw_run)) if isinstance(raw_run, str) else None
         if run is None and isinstance(raw_run, str) and ev.event in ("exec.finished", "exec.denied"):
@@ -530,10 +530,12 @@ class NodeHub:
             if owner is not None and not self.services.config().may_use_node(owner, link.name):
                 self._drop_frame(link, ev.event, f"agent {owner} may no longer use this node")
                 return
+            mark = f"[node {link.name}] "
             text = limits.cut(
                 sanitize(limits.field_text(p, "text", limits.EVENT_TEXT_CHARS)), limits.EVENT_TEXT_CHARS
             )
-            self.services.events.enqueue(key, f"[node {link.name}] {text}")
+            # The node's notices keep a few of the queue's places (its newest): never the agent's own.
+            self.services.events.enqueue(key, mark + text, share=(mark, limits.MAX_NODE_EVENTS_PER_KEY))
             return
         if ev.event not in ("exec.started", "exec.finished", "exec.denied"):
             self._drop_frame(link, ev.event, "not an event nodes send")
@@ -542,6 +544,11 @@ class NodeHub:
             # A run this gateway never started on this node, or one whose end was already reported.
             self._drop_frame(link, ev.event, f"run {str(raw_run)[:80]!r} is not in flight on this node")
             return
+        if ev.event == "exec.started":
+            if run.start_seen:  # taken once, like its end: a repeated start would push out the agent's events
+                self._drop_frame(link, ev.event, f"run {run.run_id[:80]!r} already started")
+                return
+            run.start_seen = True
         if ev.event in ("exec.finished", "exec.denied"):
             run.ended = True
         if run.detached and ev.event in ("exec.finished", "exec.denied"):
@@ -551,7 +558,7 @@ class NodeHub:
         key, run_id = run.session_key, run.run_id
         command = _compact(run.command, limits.EVENT_COMMAND_CHARS)  # what the agent asked, as recorded here
         if ev.event == "exec.started":
-            text = f"Exec started (node={node_id} id={run_id}): {command}"
+            text = f"Exec started (node={link.name} id={run_id}): {command}"
         elif ev.event == "exec.finished":
             timed_out = p.get("timedOut") is True
             output = _compact(limits.field_text(p, "output", 64 * 1024), EVENT_OUTPUT_CHARS)
@@ -559,12 +566,13 @@ class NodeHub:
             code = code if isinstance(code, int) and not isinstance(code, bool) else None
             if not (timed_out or code != 0 or output):
                 return
-            text = f"Exec finished (node={node_id} id={run_id}, {'timeout' if timed_out else f'code {code}'})"
+            ended = "timeout" if timed_out else f"code {code}"
+            text = f"Exec finished (node={link.name} id={run_id}, {ended})"
             if output:
                 text += f"\n{output}"
         else:
             reason = _compact(limits.field_text(p, "reason", 4096) or "denied", limits.EVENT_REASON_CHARS)
-            text = f"Exec denied (node={node_id} id={run_id}, {reason}): {command}"
+            text = f"Exec denied (node={link.name} id={run_id}, {reason}): {command}"
         self.services.events.enqueue(key, text)
 
     def _drop_frame(self, link: NodeLink, what: str, why: str) -> None:
@@ -639,12 +647,14 @@ class NodeHub:
             allowed_decisions=limits.allowed_decisions(view.get("allowedDecisions")),
             resolved_path=limits.optional(view.get("resolvedPath"), limits.PATH_CHARS),
             node_id=node_id,
+            node_name=link.name,
             env_hash=env_hash(dict(env)),
             node_approval_id=approval_id,
             env=env,
             decision_json=limits.decision_json(view.get("decision")),
             warnings=tuple(warnings),
             agent_reason=limits.optional(view.get("agentReason"), limits.REASON_CHARS),
+            egress=limits.optional(view.get("egress"), 300),  # a node sandbox's "name:port"
         )
         while True:
             try:

@@ -36,6 +36,7 @@ from engine.protocol.frames import (
     read_frame_line,
     socket_path,
 )
+from engine.protocol.stopped import clear_stop
 from engine.redact import scrub
 from runner.gateway import limits
 from runner.gateway.connection import Connection
@@ -78,6 +79,7 @@ class GatewayServer:
         self._token = ""
         self._operator = ""
         self._handshaking: Counter[int] = Counter()  # by peer uid: connections not yet authenticated
+        self._intake = limits.Intake()  # bytes of requests being handled, per connection and per agent
         self._revocations = 0  # revokes done: a handshake that overlapped one looks its credential up again
         self._revoking: set[str] = set()  # agents being revoked now: a handshake as one of them is refused
         self.started_at = time.time()
@@ -139,6 +141,7 @@ class GatewayServer:
                 os.umask(old)
             os.chmod(self.socket_path, 0o600)
             self._socket_ino = os.lstat(self.socket_path).st_ino
+            clear_stop(self.state_dir)  # a gateway runs again: clients may start the next one themselves
             await self._start_agents_socket()
         except BaseException:
             if self._server is not None:
@@ -149,6 +152,7 @@ class GatewayServer:
             self._release_lock()
             raise
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_socket())
+        self.services.adopt_in_background()  # listening first: the kept sessions follow (issue 37)
         self.started_at = time.time()
         log.info("gateway listening on %s (pid %d)", self.socket_path, os.getpid())
 
@@ -309,7 +313,7 @@ class GatewayServer:
             log.warning("refused peer pid %d uid %d: %s", pid, uid, full)
             await self._reject(writer, "overload", full)
             return
-        conn = Connection(writer, hello, pid, on_close=self.services.connection_closed)
+        conn = Connection(writer, hello, pid, on_close=self._closed)
         conn.agent, conn.credential = who
         conn.presented = hello.credential
         conn.peer_uid = uid
@@ -321,6 +325,10 @@ class GatewayServer:
             self.connections.discard(conn)
             # Requests already running are kept: an exec's detached work belongs to the gateway.
             await conn.finish()
+
+    def _closed(self, conn: Connection) -> None:
+        self.services.connection_closed(conn)
+        self._intake.wake()  # its reader may be waiting for room
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Hello | None:
         try:
@@ -460,15 +468,25 @@ class GatewayServer:
                     return
                 continue
             await slots.acquire()
+            size = len(line)
+            if not await self._intake.take(conn, size):  # the request keeps its params while it runs
+                slots.release()
+                return
+            if conn.revoked:
+                self._intake.give_back(conn, size)
+                slots.release()
+                return
             task = asyncio.get_running_loop().create_task(self._dispatch(conn, frame))
             conn.tasks.add(task)
-            task.add_done_callback(self._request_done(conn, slots))
+            task.add_done_callback(self._request_done(conn, slots, size))
 
-    @staticmethod
-    def _request_done(conn: Connection, slots: asyncio.Semaphore) -> Callable[[asyncio.Task[None]], None]:
+    def _request_done(
+        self, conn: Connection, slots: asyncio.Semaphore, size: int
+    ) -> Callable[[asyncio.Task[None]], None]:
         def done(task: asyncio.Task[None]) -> None:
             conn.tasks.discard(task)
             slots.release()
+            self._intake.give_back(conn, size)
 
         return done
 
@@ -487,6 +505,7 @@ class GatewayServer:
             if not conn.operator and req.params.get("agentId") not in (None, ""):
                 # Every verb alike: an agent's request naming another agent is refused, never honoured.
                 agent_id(req.params, conn)
+            await self.services.sessions_ready(req.method, req.params)
             result: dict[str, Any] = await handler(self.services, conn, req.params)
         except ExecHostError as exc:  # deliberate: its code tells the client what kind of failure it is
             # Every error leaves scrubbed of the secrets this process holds (tokens, door URLs).

@@ -143,7 +143,7 @@ def test_pending_approve_and_events_from_the_cli(state_dir: Path) -> None:
         digest = hashlib.sha256(Path(echo).read_bytes()).hexdigest()
         assert f"executable {echo}  sha256 {digest[:12]}" in text, text
         bad = cli(state_dir, "approve", details["approvalSlug"], "perhaps")
-        assert bad.returncode == 2 and "Usage: /approve" in bad.stderr
+        assert bad.returncode == 2 and "usage: exechost approve ID DECISION" in bad.stderr
         ok = cli(state_dir, "approve", "allow-once", details["approvalSlug"])  # either order works
         assert ok.returncode == 0 and ok.stdout.startswith("Approval allow-once submitted for")
         missing = cli(state_dir, "approve", "0000000", "deny")

@@ -107,6 +107,10 @@ async def status(services: Services, conn: Connection, params: dict[str, Any]) -
     # What it reports is on disk first: a run line still queued (engine.approvals.groupwrite) is written.
     await services.history_writer.barrier()
     record = services.approvals.lookup(wanted)
+    if record is not None and not conn.operator and record.request.agent_id == caller:
+        # The agent follows its ask (engine.protocol.resume): it is still waiting, whatever the restore
+        # assumed, and the inbox must not tell the operator it stopped.
+        services.approvals.requester_back(record.id)
     view: dict[str, Any] | None = record.view() if record is not None else None
     # The session as the caller's requests file it (an agent's key is inside its own namespace).
     key = session_key(params, conn) if isinstance(params.get("sessionKey"), str) else None

@@ -187,10 +187,11 @@ async def test_lifecycle_events_use_the_reference_texts(sshd_nodes: list[SshdNod
             "exec", {"command": "echo out; exit 3", "node": "alpha", "sessionKey": "s1"}
         )
         assert res["details"]["exitCode"] == 3
-        node_id = server.services.nodes.links["alpha"].hello.node_id
         run_id = res["details"]["runId"]
         events = await wait_until(lambda: server.services.events.peek("agent:main:s1"))
-        assert f"Exec finished (node={node_id} id={run_id}, code 3)\nout" in events
+        # The reference's shape with the node's name where it puts the id (issue 30: names everywhere; the
+        # parenthesised part stays free of `)`, so OpenClaw's follow-up regexes still parse it).
+        assert f"Exec finished (node=alpha id={run_id}, code 3)\nout" in events
         await agent.close()
 
 
