@@ -1,0 +1,129 @@
+"""Fresh attacks on the bubblewrap sandbox backend (a hostile agent whose commands run inside it).
+
+Each test is one attack that worked against the backend as first shipped; docs/SECURITY.md, "Sandbox
+backends", says what holds and why.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+from pathlib import Path
+
+import pytest
+
+from engine.sandbox import SandboxExec, SandboxManager, prepare_exec
+from engine.sessions import RunSpec
+from tests.helpers.bwrap import bwrap_config, bwrap_mgr, needs_bwrap, run
+
+__all__ = ["bwrap_mgr"]  # the fixture, used by name
+
+pytestmark = [needs_bwrap]
+
+PYTHON = "/usr/bin/python3"  # the host's, seen read-only through the system view
+needs_python = pytest.mark.skipif(not os.access(PYTHON, os.X_OK), reason="no /usr/bin/python3")
+
+
+async def _sandbox(mgr: SandboxManager, docker: str = "") -> SandboxExec:
+    return await prepare_exec(bwrap_config(docker=docker), "main", "agent:main:main", None, manager=mgr)
+
+
+@needs_python
+async def test_no_socket_family_that_a_network_namespace_does_not_confine(bwrap_mgr: SandboxManager) -> None:
+    """AF_VSOCK is not confined by --unshare-net: a sandbox without network could talk to the hypervisor's
+    vsock services (the host outside this VM). Docker's default profile refuses it; only families a
+    network namespace confines are allowed (UNIX, INET, INET6, NETLINK)."""
+    sx = await _sandbox(bwrap_mgr)
+    probe = (
+        "import socket\n"
+        "for fam in (40, 38, 30, 21, 42, 43, 26, 31):\n"  # vsock, alg, tipc, rds, qipcrtr, smc, llc, bt
+        "    try:\n"
+        "        socket.socket(fam, socket.SOCK_STREAM if fam == 40 else socket.SOCK_DGRAM).close()\n"
+        "        print('open', fam)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', fam, exc.errno)\n"
+        "for fam in (1, 2, 10):\n"
+        "    socket.socket(fam, socket.SOCK_STREAM).close()\n"
+        "    print('allowed', fam)\n"
+    )
+    status, out, err = await run(sx, f"{PYTHON} -c {_quote(probe)}")
+    assert status == (0, None), err
+    assert "open" not in out, out
+    assert out.count("allowed") == 3, out
+
+
+async def test_pty_command_stays_under_the_pids_limit(bwrap_mgr: SandboxManager) -> None:
+    """A PTY command ran in a one-shot bwrap outside the scope's pids cgroup, and RLIMIT_NPROC does not bind
+    uid 0: under a root gateway its fork bomb had no bound at all."""
+    sx = await _sandbox(bwrap_mgr, "pidsLimit = 16")
+    command = "for i in $(seq 1 40); do sleep 30 & done 2>/dev/null; echo n=$(ls /proc | grep -c '^[0-9]')"
+    status, out, _ = await run(sx, command, pty=True)
+    counts = [int(line.split("=", 1)[1]) for line in out.split() if line.startswith("n=")]
+    assert not counts or counts[0] <= 16, out
+
+
+async def test_pty_command_env_is_not_in_world_readable_argv(bwrap_mgr: SandboxManager) -> None:
+    """A PTY command's spec (its `export KEY=value` lines) was bwrap's argv, and argv is readable by every
+    local user (/proc/<pid>/cmdline). The Docker backend keeps it in a 0600 file; so does bwrap now."""
+    sx = await _sandbox(bwrap_mgr)
+    value = f"tok{secrets.token_hex(12)}"
+    spec = RunSpec(command="echo started; sleep 30", cwd=sx.cwd, env={"GREETING": value}, pty=True)
+    handle = await sx.launcher.spawn(spec)
+    try:
+        seen = b""
+        while b"started" not in seen:
+            chunk = await handle.read()
+            assert chunk is not None, seen
+            seen += chunk[1]
+        leaked = []
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    raw = Path(entry.path, "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if value.encode() in raw:
+                    leaked.append(raw.replace(b"\0", b" ")[:200])
+        assert leaked == []
+    finally:
+        handle.kill()
+        await handle.wait()
+        handle.close()
+
+
+@needs_python
+async def test_no_writable_tmpfs_without_a_size_cap(bwrap_mgr: SandboxManager) -> None:
+    """/tmp, /var/tmp and /run are capped (256 MiB each) so a full tmpfs stops there; bwrap's /dev was a
+    tmpfs of half the host's RAM, writable by the sandbox (/dev/shm): a RAM fill the OOM killer cannot
+    undo by killing any process."""
+    sx = await _sandbox(bwrap_mgr)
+    probe = (
+        "import os\n"
+        "for line in open('/proc/self/mountinfo'):\n"
+        "    left, _, right = line.partition(' - ')\n"
+        "    fields, rest = left.split(), right.split()\n"
+        "    if rest[0] != 'tmpfs' or 'rw' not in fields[5].split(','):\n"
+        "        continue\n"
+        "    st = os.statvfs(fields[4])\n"
+        "    print(fields[4], st.f_blocks * st.f_frsize)\n"
+    )
+    status, out, err = await run(sx, f"{PYTHON} -c {_quote(probe)}")
+    assert status == (0, None), err
+    sizes = {line.split()[0]: int(line.split()[1]) for line in out.splitlines() if line.strip()}
+    assert "/tmp" in sizes, out
+    assert all(size <= 256 * 1024 * 1024 for size in sizes.values()), sizes
+
+
+async def test_tls_private_keys_never_enter_the_system_view(bwrap_mgr: SandboxManager) -> None:
+    """/etc/ssl was allowlisted whole, private/ included; the sandbox's uid is the gateway's (root under a
+    root gateway), so a host's TLS keys there (0600, or 0710 root:ssl-cert) were readable inside."""
+    sx = await _sandbox(bwrap_mgr)
+    status, out, _ = await run(sx, "ls -d /etc/ssl/private 2>/dev/null && echo VISIBLE; ls /etc/ssl/certs | head -1")
+    assert "VISIBLE" not in out
+    if os.path.isdir("/etc/ssl/certs") and os.listdir("/etc/ssl/certs"):
+        assert out.strip(), "the CA certificates must stay visible"
+
+
+def _quote(text: str) -> str:
+    return shlex.quote(text)
