@@ -58,7 +58,7 @@ async def test_pty_command_stays_under_the_pids_limit(bwrap_mgr: SandboxManager)
     uid 0: under a root gateway its fork bomb had no bound at all."""
     sx = await _sandbox(bwrap_mgr, "pidsLimit = 16")
     command = "for i in $(seq 1 40); do sleep 30 & done 2>/dev/null; echo n=$(ls /proc | grep -c '^[0-9]')"
-    status, out, _ = await run(sx, command, pty=True)
+    _, out, _ = await run(sx, command, pty=True)
     counts = [int(line.split("=", 1)[1]) for line in out.split() if line.startswith("n=")]
     assert not counts or counts[0] <= 16, out
 
@@ -119,7 +119,8 @@ async def test_tls_private_keys_never_enter_the_system_view(bwrap_mgr: SandboxMa
     """/etc/ssl was allowlisted whole, private/ included; the sandbox's uid is the gateway's (root under a
     root gateway), so a host's TLS keys there (0600, or 0710 root:ssl-cert) were readable inside."""
     sx = await _sandbox(bwrap_mgr)
-    status, out, _ = await run(sx, "ls -d /etc/ssl/private 2>/dev/null && echo VISIBLE; ls /etc/ssl/certs | head -1")
+    command = "ls -d /etc/ssl/private 2>/dev/null && echo VISIBLE; ls /etc/ssl/certs | head -1"
+    _, out, _ = await run(sx, command)
     assert "VISIBLE" not in out
     if os.path.isdir("/etc/ssl/certs") and os.listdir("/etc/ssl/certs"):
         assert out.strip(), "the CA certificates must stay visible"
