@@ -51,6 +51,12 @@ INSTALL_HINT = (
 RUNTIME_DIR = "sandbox-bwrap"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TMPFS_BYTES = 256 * 1024 * 1024  # each of /tmp, /var/tmp, /run: a full /tmp stops there, not at the host disk
+# /dev/shm (POSIX shared memory): Docker's size. bwrap's own /dev is a tmpfs of half the RAM, so it is made
+# read-only once populated, and only this capped tmpfs in it takes writes.
+SHM_BYTES = 64 * 1024 * 1024
+# Where a one-shot sandbox (a terminal) finds its command's spec: a read-only file bwrap copies from a
+# memfd, never argv (readable by every local user).
+TERMINAL_SPEC = "/.exechost-spec"
 HOSTNAME = "sandbox"
 # The host's system dirs a sandbox sees read-only (a symlink stays a symlink, as in a merged-/usr Debian).
 HOST_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -75,7 +81,8 @@ HOST_ETC = (
     "bash.bashrc",
     "shells",
     "alternatives",
-    "ssl",
+    "ssl/certs",  # never ssl/ whole: ssl/private holds the host's TLS keys, and the sandbox's uid may be 0
+    "ssl/openssl.cnf",
     "ca-certificates",
     "os-release",
 )
@@ -90,6 +97,10 @@ KEEPER_SH = (
     'read -r go || exit 0\nexec 0</dev/null\nc=$1\nshift\n"$@" &\np=$!\n'
     '[ -n "$c" ] && echo $$ > "$c/cgroup.procs"\nwait $p\n'
 )
+
+
+# A terminal's first step: join the sandbox's pids cgroup ($1), or run nothing.
+JOIN_SH = 'echo $$ > "$1/cgroup.procs" || exit 126\nshift\nexec "$@"\n'
 
 
 def network_refusal(name: str, network: str) -> str:
@@ -177,11 +188,13 @@ def plan(
     command: list[str],
     control: bool = True,
     sockets: Mapping[str, str] | None = None,
+    files: Mapping[int, str] | None = None,
 ) -> Plan:
     """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
     sandbox); without, a one-shot run (a terminal) in the same view. `sockets` ({host path: sandbox path}):
     Unix sockets bound in read-only (a connect needs no write to the mount) — the way out egress will use:
-    the network namespace stays empty, and a host-side proxy listens on a socket bound here."""
+    the network namespace stays empty, and a host-side proxy listens on a socket bound here. `files`
+    ({fd: sandbox path}): read-only files bwrap copies from those fds (a terminal's spec)."""
     d = settings.docker
     argv = [
         bwrap,
@@ -211,6 +224,14 @@ def plan(
         "/proc/sysrq-trigger",
         "--dev",
         "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(SHM_BYTES),
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",  # not recursive: /dev/shm and /dev/pts stay writable, device nodes work on a read-only mount
     ]
     for entry in d.tmpfs or ("/tmp",):
         path, size = _tmpfs(entry)
@@ -224,6 +245,8 @@ def plan(
     argv += _binds(d.binds)
     for host_path, inside in (sockets or {}).items():
         argv += ["--ro-bind", host_path, inside]
+    for fd, inside in (files or {}).items():
+        argv += ["--perms", "0400", "--ro-bind-data", str(fd), inside]
     # The environment is bwrap's own (the keeper's, set by the caller), never argv: argv is readable by
     # every local user (ps), and docker.env may carry a key the operator meant for the sandbox only.
     argv += ["--remount-ro", "/", "--chdir", d.workdir]
@@ -263,17 +286,43 @@ async def terminal(
     exe = find_bwrap()
     env = sanitize_container_env(settings.docker.env, explicit=settings.docker.env.keys()).env
     fd = seccomp_fd()
+    spec_fd = _memfd("exechost-spec", script.encode())
     try:
-        shell = [sv.BUSYBOX, "sh", "-c", script] if has_busybox else ["/bin/sh", "-c", script]
-        how = plan(settings, lay, bwrap=exe, env=env, seccomp=fd, command=shell, control=False)
+        shell = [sv.BUSYBOX, "sh", TERMINAL_SPEC] if has_busybox else ["/bin/sh", TERMINAL_SPEC]
+        how = plan(
+            settings,
+            lay,
+            bwrap=exe,
+            env=env,
+            seccomp=fd,
+            command=shell,
+            control=False,
+            files={spec_fd: TERMINAL_SPEC},
+        )
         limits = [f"--{PRLIMIT_NAMES[k]}={s}:{h}" for k, (s, h) in how.rlimits.items()]
         prlimit = shutil.which("prlimit")
         argv = [prlimit, *limits, "--", *how.argv] if prlimit else how.argv
-        one = replace(spec, argv=argv, env=how.env, cwd="/", pass_fds=(fd,))
+        # Into the scope's pids cgroup before bwrap runs (RLIMIT_NPROC does not bind uid 0): a terminal
+        # counts against the sandbox's pidsLimit like any of its commands, and ends with the sandbox.
+        record = _read_record(lay.name) if how.pids_limit else None
+        group = record.get("cgroup") if record is not None else None
+        if isinstance(group, str) and group.startswith("/sys/fs/cgroup/"):
+            argv = ["/bin/sh", "-c", JOIN_SH, "exechost-terminal", group, *argv]
+        one = replace(spec, argv=argv, env=how.env, cwd="/", pass_fds=(fd, spec_fd))
         launcher = session_host if session_host is not None else LocalLauncher()
         return await launcher.spawn(one)
     finally:
         os.close(fd)
+        os.close(spec_fd)
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _tmpfs(entry: str) -> tuple[str, int]:
@@ -498,6 +547,7 @@ def remove(name: str) -> bool:
             return False
         cgroup = record.get("cgroup")
         if isinstance(cgroup, str) and cgroup.startswith("/sys/fs/cgroup/"):
+            _kill_cgroup(cgroup)  # the scope's terminals: one-shot sandboxes of its own, in its cgroup
             _remove_cgroup(cgroup, time.monotonic() + 1.0)
     for path in (_record_path(name), _log_path(name)):
         with contextlib.suppress(FileNotFoundError):
@@ -528,6 +578,31 @@ def sweep_cgroups() -> None:
             if str(group) not in live:
                 with contextlib.suppress(OSError):
                     group.rmdir()
+
+
+def _kill_cgroup(path: str) -> None:
+    """SIGKILL every task of the sandbox's pids cgroup, each through a pidfd taken while it was still a
+    member (a pid read from cgroup.procs may be another process's by the time a kill by number arrives)."""
+    name = path.removeprefix("/sys/fs/cgroup/pids")
+    try:
+        with open(f"{path}/cgroup.procs") as fh:
+            pids = [int(x) for x in fh.read().split()]
+    except (OSError, ValueError):
+        return
+    for pid in pids:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            with open(f"/proc/{pid}/cgroup") as fh:
+                member = any(line.split(":", 2)[1:] == ["pids", name] for line in fh.read().splitlines())
+            if member:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(pidfd)
 
 
 def _remove_cgroup(path: str, deadline: float) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+import signal
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,7 @@ async def test_pty_command_env_is_not_in_world_readable_argv(bwrap_mgr: SandboxM
                     leaked.append(raw.replace(b"\0", b" ")[:200])
         assert leaked == []
     finally:
-        handle.kill()
+        handle.signal_group(signal.SIGKILL)
         await handle.wait()
         handle.close()
 
