@@ -129,3 +129,45 @@ async def test_tls_private_keys_never_enter_the_system_view(bwrap_mgr: SandboxMa
 
 def _quote(text: str) -> str:
     return shlex.quote(text)
+
+
+def _pids_ancestors(pid: int) -> list[tuple[str, int]]:
+    """(v1 pids cgroup path, pids.max) of `pid`'s group and each ancestor below the root, innermost first."""
+    base = Path("/sys/fs/cgroup/pids")
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    rel = next(line.split(":", 2)[2] for line in lines if line.split(":", 2)[1] == "pids")
+    found = []
+    group = base / rel.lstrip("/")
+    while group != base:
+        raw = (group / "pids.max").read_text().strip()
+        found.append((str(group), 10**9 if raw == "max" else int(raw)))
+        group = group.parent
+    return found
+
+
+@pytest.mark.skipif(
+    not os.access("/sys/fs/cgroup/pids", os.W_OK), reason="no writable v1 pids cgroup: no pids cap to share"
+)
+async def test_one_agent_cannot_take_every_pid_of_the_host(bwrap_mgr: SandboxManager) -> None:
+    """pidsLimit caps one sandbox; an agent with scope "session" names as many scopes as it likes (any
+    session key in its namespace), so 64 sandboxes at the default 512 took all 32768 pids of this host:
+    nothing else could fork. An agent's sandboxes share a pids budget below the host's pid_max, in a cgroup
+    of their own (another agent's budget is another cgroup)."""
+    from engine.sandbox import bwrap
+
+    config = bwrap_config(extra_sandbox='scope = "session"')
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    groups = {}
+    for agent, key in (("a", "agent:a:one"), ("a", "agent:a:two"), ("b", "agent:b:one")):
+        sx = await prepare_exec(config, agent, key, None, manager=bwrap_mgr)
+        record = bwrap._read_record(sx.container)
+        assert record is not None
+        (inner,) = bwrap._children(int(record["pid"]))  # bwrap (its keeper went back to the gateway's group)
+        groups[key] = _pids_ancestors(inner)
+    for key, chain in groups.items():
+        shared = [(path, cap) for path, cap in chain[1:] if cap <= pid_max // 2]
+        assert shared, f"{key}: no cap above its own sandbox's: {chain}"
+    a_one = {path for path, _ in groups["agent:a:one"][1:]}
+    a_two = {path for path, _ in groups["agent:a:two"][1:]}
+    b_one = {path for path, _ in groups["agent:b:one"][1:]}
+    assert (a_one & a_two) - b_one, (a_one, b_one)  # agent a's budget, which b's sandboxes are not in
