@@ -38,7 +38,7 @@ from engine import statefs
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import ContainerState, SandboxUnavailable
 from engine.sandbox.seccomp import seccomp_fd
-from engine.sandbox.settings import AGENT_MOUNT, Layout, SandboxSettings, state_id
+from engine.sandbox.settings import AGENT_MOUNT, Layout, SandboxSettings, slugify, state_id
 from engine.sandbox.validate import sanitize_container_env
 from engine.sessions.launcher import LocalLauncher, RunSpec
 
@@ -441,8 +441,10 @@ def start(
     config_hash: str,
     created_at_ms: int,
     has_busybox: bool,
+    agent_id: str = "main",
 ) -> list[str]:
-    """Start the scope's sandbox (blocking, a few ms): keeper, limits, bwrap. Returns the argv it ran."""
+    """Start the scope's sandbox (blocking, a few ms): keeper, limits, bwrap. Returns the argv it ran.
+    `agent_id`: whose pids budget the sandbox counts against (the shared scope's is its own)."""
     bwrap = find_bwrap()
     statefs.ensure_private_dir(runtime_dir())
     sweep_cgroups()
@@ -472,7 +474,8 @@ def start(
     try:
         for limit, (soft, hard) in how.rlimits.items():
             resource.prlimit(keeper.pid, limit, (soft, hard))
-        group = _pids_cgroup(lay.name, how.pids_limit)
+        owner = "shared" if settings.scope == "shared" else f"agent-{slugify(agent_id)}"
+        group = _pids_cgroup(lay.name, how.pids_limit, owner)
         if group is not None:
             (group / "cgroup.procs").write_text(str(keeper.pid))
         record = {
@@ -549,6 +552,10 @@ def remove(name: str) -> bool:
         if isinstance(cgroup, str) and cgroup.startswith("/sys/fs/cgroup/"):
             _kill_cgroup(cgroup)  # the scope's terminals: one-shot sandboxes of its own, in its cgroup
             _remove_cgroup(cgroup, time.monotonic() + 1.0)
+            for parent in Path(cgroup).parents[:2]:  # its owner's and the install's, once empty
+                if parent.name.startswith(("exechost-", "agent-", "shared")):
+                    with contextlib.suppress(OSError):
+                        parent.rmdir()
     for path in (_record_path(name), _log_path(name)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -574,8 +581,10 @@ def sweep_cgroups() -> None:
     not reaped yet when the sandbox was removed)."""
     live = {str(r.get("cgroup")) for r in list_sandboxes()}
     for base in _cgroup_bases():
-        for group in base.glob(f"exechost-{state_id()}-*"):
-            if str(group) not in live:
+        install = base / f"exechost-{state_id()}"
+        # Owners' groups (and those an earlier layout made directly under the base), emptied ones last.
+        for group in [*install.glob("*/*"), *install.glob("*"), *base.glob(f"exechost-{state_id()}-*")]:
+            if group.is_dir() and str(group) not in live:
                 with contextlib.suppress(OSError):
                     group.rmdir()
 
@@ -636,29 +645,55 @@ def list_sandboxes() -> list[dict[str, Any]]:
 
 
 def remove_all() -> list[str]:
-    """Every bwrap sandbox of this state dir (tests, `recreate --all`)."""
-    return [row["name"] for row in list_sandboxes() if remove(row["name"])]
+    """Every bwrap sandbox of this state dir (tests, `recreate --all`), and its emptied pids groups."""
+    removed = [row["name"] for row in list_sandboxes() if remove(row["name"])]
+    sweep_cgroups()
+    return removed
 
 
 # --- limits ------------------------------------------------------------------------------------------
 
 
-def _pids_cgroup(name: str, limit: int | None) -> Path | None:
+def _pids_cgroup(name: str, limit: int | None, owner: str) -> Path | None:
     """A pids cgroup (the v1 controller; a delegated v2 subtree is not used yet) capping the sandbox's
     tasks, where this process may make one; None elsewhere (RLIMIT_NPROC is then the only cap, and it
-    does not bind root)."""
+    does not bind root). It sits in its owner's group, and that in the install's: pidsLimit caps one
+    sandbox, but an agent names as many session scopes as it likes, so its sandboxes together get at most
+    a quarter of the host's pid_max, and all of this install's at most half (the rest is the host's)."""
     if not limit:
         return None
+    host = _pid_max()
     for base in _cgroup_bases():
-        group = base / f"exechost-{state_id()}-{name}"
-        try:
-            group.mkdir(exist_ok=True)
-            (group / "pids.max").write_text(str(limit))
-            return group
-        except OSError:
-            with contextlib.suppress(OSError):
-                group.rmdir()
+        install = base / f"exechost-{state_id()}"
+        group = install / owner / name
+        caps = ((install, host // INSTALL_PIDS_SHARE), (install / owner, host // AGENT_PIDS_SHARE))
+        for _ in range(3):  # a sweep by another start may remove an owner's group emptied a moment ago
+            try:
+                for parent, cap in caps:
+                    parent.mkdir(exist_ok=True)
+                    (parent / "pids.max").write_text(str(cap))
+                group.mkdir(exist_ok=True)
+                (group / "pids.max").write_text(str(limit))
+                return group
+            except FileNotFoundError:
+                continue
+            except OSError:
+                with contextlib.suppress(OSError):
+                    group.rmdir()
+                break
     return None
+
+
+INSTALL_PIDS_SHARE = 2  # all sandboxes of an install: half the host's pids
+AGENT_PIDS_SHARE = 4  # one agent's (or the shared scope's) sandboxes: a quarter
+
+
+def _pid_max() -> int:
+    try:
+        with open("/proc/sys/kernel/pid_max") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return 32768  # the kernel's default
 
 
 def pids_cap() -> str:
