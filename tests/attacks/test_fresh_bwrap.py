@@ -171,3 +171,39 @@ async def test_one_agent_cannot_take_every_pid_of_the_host(bwrap_mgr: SandboxMan
     a_two = {path for path, _ in groups["agent:a:two"][1:]}
     b_one = {path for path, _ in groups["agent:b:one"][1:]}
     assert (a_one & a_two) - b_one, (a_one, b_one)  # agent a's budget, which b's sandboxes are not in
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "no memory cgroup yet: each bwrap sandbox pins up to 832 MiB of tmpfs (/tmp, /var/tmp, /run at 256 "
+        "MiB, /dev/shm at 64) that no OOM kill frees, and an agent names as many session scopes as it likes, "
+        "so ~30 sandboxes fill this host's RAM. The fix is a memory cgroup per agent (as the pids budget), "
+        "nested under the gateway's own memory cgroup so a supervisor's limit still binds; here that cgroup "
+        "belongs to the machine's harness, which this round must not touch."
+    ),
+)
+async def test_one_agent_cannot_pin_the_hosts_memory_in_tmpfs(bwrap_mgr: SandboxManager) -> None:
+    """An agent's sandboxes share a memory budget below the host's RAM (tmpfs pages are charged to it)."""
+    from engine.sandbox import bwrap
+
+    sx = await _sandbox(bwrap_mgr)
+    record = bwrap._read_record(sx.container)
+    assert record is not None
+    (inner,) = bwrap._children(int(record["pid"]))
+    total = next(
+        int(line.split()[1]) * 1024
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal:")
+    )
+    lines = Path(f"/proc/{inner}/cgroup").read_text().splitlines()
+    rel = next(line.split(":", 2)[2] for line in lines if "memory" in line.split(":", 2)[1].split(","))
+    own = Path("/proc/self/cgroup").read_text().splitlines()
+    mine = next(line.split(":", 2)[2] for line in own if "memory" in line.split(":", 2)[1].split(","))
+    assert rel != mine and rel.startswith(mine.rstrip("/") + "/"), (rel, mine)
+    group = Path("/sys/fs/cgroup/memory") / rel.lstrip("/")
+    limits = []
+    while group != Path("/sys/fs/cgroup/memory") / mine.lstrip("/"):
+        limits.append(int((group / "memory.limit_in_bytes").read_text()))
+        group = group.parent
+    assert min(limits) <= total // 2, limits
