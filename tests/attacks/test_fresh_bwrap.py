@@ -6,6 +6,7 @@ backends", says what holds and why.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import shlex
@@ -207,3 +208,25 @@ async def test_one_agent_cannot_pin_the_hosts_memory_in_tmpfs(bwrap_mgr: Sandbox
         limits.append(int((group / "memory.limit_in_bytes").read_text()))
         group = group.parent
     assert min(limits) <= total // 2, limits
+
+
+@pytest.mark.skipif(not os.access("/sys/fs/cgroup/pids", os.W_OK), reason="no writable v1 pids cgroup")
+async def test_a_terminal_ends_with_its_sandbox(bwrap_mgr: SandboxManager) -> None:
+    """A PTY command's one-shot bwrap was nobody's child but the gateway's: `sandbox recreate` and prune
+    removed the scope's sandbox and the terminal ran on, with the old config and no pids cap."""
+    from engine.sandbox import bwrap
+
+    sx = await _sandbox(bwrap_mgr, "pidsLimit = 64")
+    handle = await sx.launcher.spawn(RunSpec(command="echo started; sleep 60", cwd=sx.cwd, pty=True))
+    try:
+        seen = b""
+        while b"started" not in seen:
+            chunk = await handle.read()
+            assert chunk is not None, seen
+            seen += chunk[1]
+        assert bwrap.remove(sx.container)
+        async with asyncio.timeout(20):  # a kill ends it at once; the sleep would take 60 s
+            await handle.wait()
+    finally:
+        handle.signal_group(signal.SIGKILL)
+        handle.close()
