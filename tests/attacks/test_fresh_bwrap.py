@@ -230,3 +230,36 @@ async def test_a_terminal_ends_with_its_sandbox(bwrap_mgr: SandboxManager) -> No
     finally:
         handle.signal_group(signal.SIGKILL)
         handle.close()
+
+
+@needs_python
+async def test_no_setuid_file_lands_in_the_host_workspace(bwrap_mgr: SandboxManager) -> None:
+    """The sandbox's uid is the gateway's (root under a root gateway) and the owner of a file may set its
+    setuid bit without any capability: `chmod 4755` on a copy of a shell left a root setuid binary in the
+    host's workspace (`nosuid` binds protect the sandbox, not the host), a root shell for any local user who
+    can reach that path (a `workspaceAccess = "rw"` project dir, say). No call sets S_ISUID or S_ISGID."""
+    sx = await _sandbox(bwrap_mgr)
+    probe = (
+        "import os, shutil\n"
+        "shutil.copy('/usr/bin/id', 'a')\n"
+        "for how in (lambda: os.chmod('a', 0o4755), lambda: os.chmod('a', 0o2755),\n"
+        "            lambda: os.close(os.open('b', os.O_CREAT | os.O_WRONLY, 0o4755)),\n"
+        "            lambda: os.mknod('c', 0o104755)):\n"
+        "    try:\n"
+        "        how()\n"
+        "    except OSError as exc:\n"
+        "        print('refused', exc.errno)\n"
+        "fd = os.open('a', os.O_RDONLY)\n"
+        "try:\n"
+        "    os.fchmod(fd, 0o6755)\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc.errno)\n"
+    )
+    status, out, err = await run(sx, f"{PYTHON} -c {_quote(probe)}")
+    assert status == (0, None), err
+    marked = []
+    for entry in os.scandir(sx.workspace_dir):
+        mode = entry.stat(follow_symlinks=False).st_mode
+        if mode & 0o6000:
+            marked.append((entry.name, oct(mode)))
+    assert marked == [], out
