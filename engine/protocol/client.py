@@ -40,6 +40,7 @@ from engine.protocol.handshake import (
     welcome_or_raise,
 )
 from engine.protocol.methods import TOPICS
+from engine.protocol.stopped import read_stop, stopped_error
 
 
 def spawn_gateway(state: Path) -> subprocess.Popen[bytes]:
@@ -200,6 +201,9 @@ class ControlClient:
             # Whoever held the lock before us may have started it already.
             with contextlib.suppress(GatewayUnavailable):
                 return await cls._try_connect(state, client, name, token, role, cred)
+            stop = read_stop(state)
+            if stop is not None:  # the operator's decision: wait for a gateway, never start one behind it
+                raise stopped_error(state, stop)
             proc = spawn_gateway(state)
             last = "gateway did not start"
             while time.monotonic() < deadline:

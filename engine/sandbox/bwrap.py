@@ -37,6 +37,7 @@ from typing import Any
 from engine import statefs
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import ContainerState, SandboxUnavailable
+from engine.sandbox.egress import forwarder
 from engine.sandbox.seccomp import seccomp_fd
 from engine.sandbox.settings import AGENT_MOUNT, Layout, SandboxSettings, slugify, state_id
 from engine.sandbox.validate import sanitize_container_env
@@ -192,8 +193,8 @@ def plan(
 ) -> Plan:
     """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
     sandbox); without, a one-shot run (a terminal) in the same view. `sockets` ({host path: sandbox path}):
-    Unix sockets bound in read-only (a connect needs no write to the mount) — the way out egress will use:
-    the network namespace stays empty, and a host-side proxy listens on a socket bound here. `files`
+    Unix sockets bound in read-only (a connect needs no write to the mount). Egress binds its socket's dir
+    instead (engine.sandbox.egress): a socket re-made by the next gateway is then seen inside too. `files`
     ({fd: sandbox path}): read-only files bwrap copies from those fds (a terminal's spec)."""
     d = settings.docker
     argv = [
@@ -202,7 +203,7 @@ def plan(
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
-        "--unshare-net",  # egress (a bind-mounted proxy socket) is the next layer: none until then
+        "--unshare-net",  # a loopback of its own; egress only through the bind-mounted proxy socket
         "--unshare-cgroup-try",
         "--hostname",
         HOSTNAME,
@@ -242,6 +243,10 @@ def plan(
     if control:
         argv += ["--bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
     argv += ["--ro-bind", str(sv.bin_dir()), sv.BIN_MOUNT]
+    egress = settings.egress.mode != "none"
+    if egress:
+        argv += ["--ro-bind", str(forwarder.socket_dir(lay.name)), forwarder.MOUNT]
+        command = forwarder.wrap(command)
     argv += _binds(d.binds)
     for host_path, inside in (sockets or {}).items():
         argv += ["--ro-bind", host_path, inside]
@@ -260,7 +265,10 @@ def plan(
     memory = _bytes(d.memory)
     if memory:
         rlimits[resource.RLIMIT_AS] = (memory, memory)
-    return Plan(argv, sandbox_env(settings, env), rlimits, d.pids_limit)
+    sandbox_vars = sandbox_env(settings, env)
+    if egress:
+        sandbox_vars.update(forwarder.PROXY_ENV)
+    return Plan(argv, sandbox_vars, rlimits, d.pids_limit)
 
 
 PRLIMIT_NAMES = {
@@ -350,7 +358,7 @@ def _bytes(value: str | int | None) -> int | None:
     return int(float(text.rstrip("bkmg")) * scale)
 
 
-SHOWN_ENV = {"PATH", "HOME", "LANG", "OPENCLAW_CLI"}
+SHOWN_ENV = {"PATH", "HOME", "LANG", "OPENCLAW_CLI", *forwarder.PROXY_ENV}
 
 
 def redacted_env(env: Mapping[str, str]) -> dict[str, str]:

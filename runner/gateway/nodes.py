@@ -646,6 +646,7 @@ class NodeHub:
             decision_json=limits.decision_json(view.get("decision")),
             warnings=tuple(warnings),
             agent_reason=limits.optional(view.get("agentReason"), limits.REASON_CHARS),
+            egress=limits.optional(view.get("egress"), 300),  # a node sandbox's "name:port"
         )
         while True:
             try:

@@ -36,6 +36,7 @@ from engine.protocol.frames import (
     read_frame_line,
     socket_path,
 )
+from engine.protocol.stopped import clear_stop
 from engine.redact import scrub
 from runner.gateway import limits
 from runner.gateway.connection import Connection
@@ -138,6 +139,7 @@ class GatewayServer:
                 os.umask(old)
             os.chmod(self.socket_path, 0o600)
             self._socket_ino = os.lstat(self.socket_path).st_ino
+            clear_stop(self.state_dir)  # a gateway runs again: clients may start the next one themselves
             await self._start_agents_socket()
         except BaseException:
             if self._server is not None:
@@ -148,6 +150,7 @@ class GatewayServer:
             self._release_lock()
             raise
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_socket())
+        self.services.adopt_in_background()  # listening first: the kept sessions follow (issue 37)
         self.started_at = time.time()
         log.info("gateway listening on %s (pid %d)", self.socket_path, os.getpid())
 
@@ -487,6 +490,7 @@ class GatewayServer:
             if not conn.operator and req.params.get("agentId") not in (None, ""):
                 # Every verb alike: an agent's request naming another agent is refused, never honoured.
                 agent_id(req.params, conn)
+            await self.services.sessions_ready(req.method, req.params)
             result: dict[str, Any] = await handler(self.services, conn, req.params)
         except ExecHostError as exc:  # deliberate: its code tells the client what kind of failure it is
             # Every error leaves scrubbed of the secrets this process holds (tokens, door URLs).

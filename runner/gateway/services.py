@@ -33,17 +33,19 @@ from engine.config.loader import load_config
 from engine.config.model import Config
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import Event
+from engine.protocol.methods import Method
 from engine.results import ToolResult
 from engine.sandbox import default_manager as default_sandbox_manager
 from engine.sandbox import held
 from engine.sessions import SessionManager, SystemEvents
-from engine.sessions.adopt import adopt_held
+from engine.sessions.adopt import Adoption
 from engine.sessions.host import HOLDERS_DIR
 from engine.sessions.hosts import SessionHosts
 from engine.sessions.quota import Quota
 from engine.sessions.spool import SPOOL_NAME, EventSpool
 from engine.tools.exec import ExecTool
 from engine.tools.resume import restore_asks
+from runner.egress import EgressHub
 from runner.gateway.browsers import BrowserHub
 from runner.gateway.nodes import NodeHub
 from runner.gateway.output import OutputFanout
@@ -69,6 +71,8 @@ class Host(Protocol):
 log = logging.getLogger("exechost.gateway")
 
 APPROVED = ("allow-once", "allow-always")
+# Requests that read every session (or a run's, by approval): answered once the kept ones are adopted.
+WHOLE_VIEW = frozenset({Method.SESSIONS_LIST, Method.APPROVALS_STATUS})
 
 
 class Services:
@@ -148,9 +152,11 @@ class Services:
         # Set by hold_sessions() (the daemon): gateway-host sessions run in the session host, outliving us.
         self.holders: SessionHosts | None = None
         self.keep_sessions = True  # on a stop: leave held sessions running (`gateway stop --kill-sessions`)
-        self.adopted: list[str] = []
+        self.adoption: Adoption | None = None  # the kept sessions, adopted after the socket opens
+        self._adopting: asyncio.Task[None] | None = None
         self.nodes = NodeHub(self)  # links are opened on first use (and follow config edits)
         self.browsers = BrowserHub(self)  # containers started on first use; the door opens with them
+        self.egress = EgressHub(self)  # sandboxes' egress proxy: listens from start()
         self.exec_tool.node_runner = self.nodes.run
         self.exec_tool.node_known = self.nodes.select
 
@@ -206,21 +212,51 @@ class Services:
         default_sandbox_manager().session_host = self.holders
 
     async def start(self) -> None:
+        """What must be known before the socket opens (the kept sessions' ids, the kept asks); the
+        sessions themselves are adopted afterwards (`adopt_in_background`), while requests are answered."""
         if self.holders is not None:
             await self.holders.connect()  # started or re-attached; on failure a log line, plain children
-            adopted = await adopt_held(self.sessions, self.holders)
-            self.adopted = [s.id for s in adopted]
-            if adopted:
-                log.info("adopted %d session(s) from %s", len(adopted), self.holders.directory)
+            self.adoption = Adoption(self.sessions, self.holders)
+            self.adoption.scan()
         restored = restore_asks(self.exec_tool, self.restorable_asks())
         if restored:
             log.info("restored %d pending approval(s) from %s", len(restored), self.pending_file.path)
         self.pending_file.save(self.approvals.records())
         self._pending_ids = {r.id for r in self.approvals.unsettled_records()}
         self.output.start()
+        await self.egress.start()
         self._hook_sandbox_progress()
         # Ready sandbox containers (adopted from the last gateway, or made now), off the start path.
         self._pool_start = asyncio.get_running_loop().create_task(self._start_sandbox_pool())
+
+    def adopt_in_background(self) -> None:
+        """Once the socket listens: adopt the kept sessions (`status` says how far; a request naming one
+        adopts it first, a list waits for all: SessionManager.ready)."""
+        if self.adoption is not None:
+            self._adopting = asyncio.get_running_loop().create_task(self._adopt(self.adoption))
+
+    async def _adopt(self, adoption: Adoption) -> None:
+        await adoption.run()
+        if adoption.total:
+            log.info(
+                "adopted %d session(s) from %s in %.0f ms",
+                len(adoption.sessions),
+                self.state_dir / HOLDERS_DIR,
+                (adoption.elapsed or 0) * 1000,
+            )
+
+    async def sessions_ready(self, method: str, params: dict[str, Any]) -> None:
+        """Before a request: while kept sessions are still being adopted, one that names a session waits
+        for it (adopting it at once), one that lists sessions waits for all; the rest go ahead."""
+        adoption = self.adoption
+        if adoption is None or adoption.done.is_set():
+            return
+        if method in WHOLE_VIEW or (method == Method.PROCESS and params.get("action") == "list"):
+            await self.sessions.ready()
+            return
+        sid = params.get("sessionId")
+        if isinstance(sid, str) and sid:
+            await self.sessions.ready(sid)
 
     async def _start_sandbox_pool(self) -> None:
         try:
@@ -245,6 +281,9 @@ class Services:
         )
 
     async def close(self) -> None:
+        if self._adopting is not None:
+            self._adopting.cancel()
+            await asyncio.gather(self._adopting, return_exceptions=True)
         if self._pool_start is not None:
             self._pool_start.cancel()
             await asyncio.gather(self._pool_start, return_exceptions=True)
@@ -261,6 +300,7 @@ class Services:
         self.approvals.suspend()
         await self.nodes.close()
         await self.browsers.close()
+        await self.egress.close()
         await self.exec_tool.close()
         await self.sessions.close(keep_held=self.holders is not None and self.keep_sessions)
         if self.holders is not None:
@@ -436,7 +476,8 @@ class Services:
             "historyError": self.history.problem,
             "holdsSessions": self.holders is not None,
             "sessionHost": _host_status(self.holders),
-            "adoptedSessions": list(self.adopted),
+            "adoptedSessions": len(self.adoption.sessions) if self.adoption is not None else 0,
+            "adoption": self.adoption.status() if self.adoption is not None else None,
             "version": 1,
         }
 
