@@ -63,6 +63,8 @@ class Connection:
         self.closed = False
         self.revoked = False  # its credential was revoked: nothing more it sends is read or acted upon
         self.tasks: set[asyncio.Task[None]] = set()
+        self.intake_bytes = 0  # bytes of this client's requests being handled (limits.Intake)
+        self.intake_full = False  # its next request waits for some of them to finish
 
     def stop_reading(self) -> None:
         """Revoked: read nothing more from this client (what is buffered is dropped unread), at once."""

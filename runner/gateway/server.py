@@ -78,6 +78,7 @@ class GatewayServer:
         self._token = ""
         self._operator = ""
         self._handshaking: Counter[int] = Counter()  # by peer uid: connections not yet authenticated
+        self._intake = limits.Intake()  # bytes of requests being handled, per connection and per agent
         self._revocations = 0  # revokes done: a handshake that overlapped one looks its credential up again
         self._revoking: set[str] = set()  # agents being revoked now: a handshake as one of them is refused
         self.started_at = time.time()
@@ -304,7 +305,7 @@ class GatewayServer:
             log.warning("refused peer pid %d uid %d: %s", pid, uid, full)
             await self._reject(writer, "overload", full)
             return
-        conn = Connection(writer, hello, pid, on_close=self.services.connection_closed)
+        conn = Connection(writer, hello, pid, on_close=self._closed)
         conn.agent, conn.credential = who
         conn.presented = hello.credential
         conn.peer_uid = uid
@@ -316,6 +317,10 @@ class GatewayServer:
             self.connections.discard(conn)
             # Requests already running are kept: an exec's detached work belongs to the gateway.
             await conn.finish()
+
+    def _closed(self, conn: Connection) -> None:
+        self.services.connection_closed(conn)
+        self._intake.wake()  # its reader may be waiting for room
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Hello | None:
         try:
@@ -461,15 +466,25 @@ class GatewayServer:
                     return
                 continue
             await slots.acquire()
+            size = len(line)
+            if not await self._intake.take(conn, size):  # the request keeps its params while it runs
+                slots.release()
+                return
+            if conn.revoked:
+                self._intake.give_back(conn, size)
+                slots.release()
+                return
             task = asyncio.get_running_loop().create_task(self._dispatch(conn, frame))
             conn.tasks.add(task)
-            task.add_done_callback(self._request_done(conn, slots))
+            task.add_done_callback(self._request_done(conn, slots, size))
 
-    @staticmethod
-    def _request_done(conn: Connection, slots: asyncio.Semaphore) -> Callable[[asyncio.Task[None]], None]:
+    def _request_done(
+        self, conn: Connection, slots: asyncio.Semaphore, size: int
+    ) -> Callable[[asyncio.Task[None]], None]:
         def done(task: asyncio.Task[None]) -> None:
             conn.tasks.discard(task)
             slots.release()
+            self._intake.give_back(conn, size)
 
         return done
 
