@@ -242,6 +242,7 @@ class SandboxManager:
                 config_hash=expected,
                 created_at_ms=created_at,
                 has_busybox=has_bb,
+                agent_id=agent_id,
             )
         except docker_ops.SandboxUnavailable as exc:
             raise SandboxError(str(exc)) from None
