@@ -29,6 +29,7 @@ from engine.commands.content import ContentBinding, bind
 from engine.commands.hostenv import foreign_env_keys, own_environ
 from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet
 from engine.config.model import Config
+from engine.errors import InvalidInput
 from engine.policy.precedence import (
     EffectivePolicy,
     PolicyError,
@@ -159,6 +160,8 @@ def evaluate(
     """
     if not command.strip():
         raise ToolError("Provide a command to start.")
+    if cwd is not None and "\x00" in cwd:  # the OS would refuse it mid-decision ("embedded null byte")
+        raise InvalidInput("cwd contains a NUL byte")
     approvals = store.snapshot() if store is not None else None
     file_policy = approvals.agent(agent_id) if approvals is not None else None
     file_defaults = approvals.defaults if approvals is not None else None

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from engine import statefs
+from engine import principals, statefs
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
     MAX_FRAME_BYTES,
@@ -42,6 +42,13 @@ from engine.protocol.handshake import (
 from engine.protocol.methods import TOPICS
 from engine.protocol.stopped import read_stop, stopped_error
 
+# Who this client is stays with this client: the daemon serves every principal, so it starts with none.
+_CLIENT_IDENTITY_ENV = (principals.CREDENTIAL_ENV, "EXECHOST_AGENT_TOKEN_FILE", principals.SOCKET_ENV)
+
+
+def _daemon_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in _CLIENT_IDENTITY_ENV}
+
 
 def spawn_gateway(state: Path) -> subprocess.Popen[bytes]:
     """Start `exechost gateway run` detached (own session, output to gateway.log), by module name so
@@ -59,7 +66,7 @@ def spawn_gateway(state: Path) -> subprocess.Popen[bytes]:
             start_new_session=True,
             close_fds=True,
             cwd="/",
-            env={**os.environ, "OPENCLAW_STATE_DIR": str(state)},
+            env={**_daemon_env(), "OPENCLAW_STATE_DIR": str(state)},
         )
     finally:
         os.close(fd)

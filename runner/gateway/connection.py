@@ -64,6 +64,8 @@ class Connection:
         self.closed = False
         self.revoked = False  # its credential was revoked: nothing more it sends is read or acted upon
         self.tasks: set[asyncio.Task[None]] = set()
+        self.intake_bytes = 0  # bytes of this client's requests being handled (limits.Intake)
+        self.intake_full = False  # its next request waits for some of them to finish
 
     def stop_reading(self) -> None:
         """Revoked: read nothing more from this client (what is buffered is dropped unread), at once."""
@@ -108,10 +110,12 @@ class Connection:
         except ProtocolError as exc:
             if not isinstance(frame, Response):
                 self.dropped_events += 1
+                log.error("event %s to %s could not be sent: %s", frame.type, self.name, exc)
                 return
-            data = encode_frame(
-                Response(id=frame.id, ok=False, error={"code": "too_large", "message": str(exc)})
-            )
+            code = "too_large" if "exceeds" in str(exc) else "internal"
+            if code == "internal":
+                log.error("response %r to %s could not be encoded: %s", frame.id, self.name, exc)
+            data = encode_frame(Response(id=frame.id, ok=False, error={"code": code, "message": str(exc)}))
         if self._queue.empty() and not self._finishing and self._transport_room():
             # Nothing waits ahead of this frame: hand it to the transport now (it sends at once or buffers)
             # rather than waking the sender task for it, a loop iteration per frame on every request.

@@ -10,7 +10,13 @@ from engine.policy.precedence import SessionOverrides, apply_directive
 from engine.policy.report import agent_policies
 from engine.tools.decide import decide
 from engine.tools.exec import sandbox_available
-from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator, session_key
+from runner.gateway.handlers.common import (
+    agent_id,
+    opt_path,
+    req_str,
+    require_operator,
+    session_key,
+)
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -32,7 +38,7 @@ async def check(services: Services, conn: Connection, params: dict[str, Any]) ->
         overrides=services.overrides,
         store=services.store,
         grants=services.grants,
-        workdir=opt_str(params, "cwd"),
+        workdir=opt_path(params, "cwd"),
     )
     return decided.decision.to_json()
 
