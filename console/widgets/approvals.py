@@ -176,6 +176,9 @@ def render_detail(
     if view.get("askFallback"):
         policy += f"  askFallback={view['askFallback']}"
     resolved = insight.get("resolvedPath") or view.get("resolvedPath")
+    egress = view.get("egress")
+    if egress:  # a sandbox's connection waits for this name: there is no executable to resolve
+        resolved = f"egress to {egress} (a sandbox connection waits for this answer)"
     for label, value in (
         ("Host", view.get("host") or "gateway"),
         ("Node", node_label(view.get("nodeName"), view.get("nodeId")) if view.get("nodeId") else None),
@@ -184,7 +187,7 @@ def render_detail(
         ("Agent says", view.get("agentReason")),
         ("Session", view.get("sessionKey")),
         ("Policy", policy),
-        ("Executable", resolved or "(not resolved)"),
+        ("Egress" if egress else "Executable", resolved or "(not resolved)"),
         ("Time left", fmt_left(item.seconds_left(now_ms))),
     ):
         if value:
@@ -447,6 +450,18 @@ class ApprovalsPane(Horizontal):
             if reason is None:
                 return
             self.post_message(self.Resolve(item, "deny", reason or None))
+            return
+        if decision == "allow-always" and item.view.get("egress"):
+            body = Text()
+            body.append("Allow always will add ")
+            body.append(visible(str(item.view.get("egress"))), style="bold cyan")
+            body.append(" to the egress allowlist of agent ")
+            body.append(visible(item.view.get("agentId") or "main"), style="bold")
+            body.append(" (a limit makes it a grant instead).\n")
+            limits = await self.app.push_screen_wait(GrantDialog("Allow always?", body, limits=True))
+            if limits is None:
+                return
+            self.post_message(self.Resolve(item, decision, grant=limits or None))
             return
         if decision == "allow-always":
             insight = self.insights.get(item.key, {})

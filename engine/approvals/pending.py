@@ -75,6 +75,8 @@ class ApprovalRequest:
     # A node's ask: the node's name in this gateway's config, what the operator knows it by (node_id,
     # the id it proved on the link, is the identity; the name is display, set from the link too).
     node_name: str | None = field(default=None, compare=False, hash=False)
+    # A sandbox's connection waiting for a name ("name:port", engine.sandbox.egress), not a command.
+    egress: str | None = None
 
     def question(self) -> ApprovalRequest:
         """What makes two asks one question for the operator: everything but who asked (the session,
@@ -117,6 +119,7 @@ class ApprovalRequest:
             "contentDigests": list(d.get("contentDigests") or []),
             "warnings": list(self.warnings),
             "agentReason": self.agent_reason,
+            "egress": self.egress,
             "decision": d or None,
         }
 

@@ -18,6 +18,7 @@ from engine import statefs
 from engine.commands.hostenv import inert_env_problem
 from engine.commands.interpreters import is_interpreter
 from engine.commands.safebins import SafeBinProfile
+from engine.config.egress import BadName, normalize, parse_pattern
 from engine.config.lines import PathParts
 from engine.config.lines import key_lines as key_lines  # re-exported: part of this module's API
 from engine.config.lines import render_key as render_key
@@ -255,6 +256,25 @@ class _Checker:
                 if not is_host_entry(item):
                     raise self.error(parts, f'invalid host entry {item!r} (expected "name:ip")')
             return list(value)
+        if kind == "egresslist":
+            for item in self.strlist(value, parts):
+                try:
+                    parse_pattern(item)
+                except ValueError as exc:
+                    raise self.error(parts, str(exc)) from None
+            return list(value)
+        if kind == "resolvemap":
+            if not isinstance(value, dict):
+                raise self.error(parts, f"expected a table of name = \"address\", got {_type_name(value)}")
+            for k, v in value.items():
+                try:
+                    if normalize(k) != k.lower().rstrip(".") or is_ip(k):
+                        raise BadName(f"{k!r} is not a plain host name")
+                except BadName as exc:
+                    raise self.error([*parts, k], str(exc)) from None
+                if not isinstance(v, str) or not is_ip(v):
+                    raise self.error([*parts, k], f"expected an IP address, got {v!r}")
+            return dict(value)
         if kind == "cpath":
             if not isinstance(value, str):
                 raise self.error(parts, f"expected a string, got {_type_name(value)}")
@@ -407,6 +427,10 @@ def _build(
         )
 
     _check_docker(check, cfg.sandbox.docker)
+    _check_egress(check, cfg.sandbox, ["agents", "defaults", "sandbox"])
+    for agent in cfg.agents.values():
+        if "egress" in agent.sandbox or "docker" in agent.sandbox:
+            _check_egress(check, cfg.sandbox_for(agent.id), ["agents", "list", agent.index, "sandbox"])
     _check_browser(check, sandbox_set.get("browser", {}), ["agents", "defaults", "sandbox", "browser"])
     _check_rootfs(check, sandbox_set.get("bwrap", {}), ["agents", "defaults", "sandbox", "bwrap"])
     for agent in cfg.agents.values():
@@ -542,6 +566,17 @@ def _check_docker(
                 f'bind mount "{bind}" targets the sandbox workdir "{docker.workdir}"; set '
                 "dangerouslyAllowReservedContainerTargets = true only when you fully trust this runtime",
             )
+
+
+def _check_egress(check: _Checker, sandbox: SandboxConfig, parts: PathParts) -> None:
+    """Egress is the sandbox's only route out: a Docker network beside it would be another."""
+    mode = sandbox.egress.get("mode", "none")
+    if mode != "none" and sandbox.docker.network not in ("", "none"):
+        raise check.error(
+            [*parts, "egress", "mode"],
+            f'egress mode {mode!r} needs docker.network = "none" (got {sandbox.docker.network!r}): the '
+            "egress proxy must be the only way out",
+        )
 
 
 def _check_browser(check: _Checker, values: Mapping[str, Any], parts: PathParts) -> None:

@@ -126,6 +126,8 @@ class SandboxConfig:
     node: str | None = None  # sandboxes on this node (its Docker, its runner), not on the gateway's
     docker: DockerConfig = field(default_factory=DockerConfig)
     bwrap: dict[str, Any] = field(default_factory=dict)  # `rootfs`; an agent's table replaces the global one
+    # mode, allow, deny, ask, resolve (engine.config.egress); an agent's keys override the global ones
+    egress: dict[str, Any] = field(default_factory=dict)
     browser: BrowserConfig = field(default_factory=BrowserConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)
 
@@ -220,7 +222,8 @@ class Config:
         """One top-level `sandbox` setting of the agent (its own, else the global one), without building
         the whole merged view: the exec path reads `mode`, `node` and `workspace_root` on every call."""
         agent = self.agents.get(agent_id)
-        if agent is not None and name in agent.sandbox and name not in ("docker", "browser", "prune"):
+        nested = ("docker", "browser", "prune", "egress")
+        if agent is not None and name in agent.sandbox and name not in nested:
             return agent.sandbox[name]
         return getattr(self.sandbox, name)
 
@@ -232,8 +235,11 @@ class Config:
         if agent is None or not agent.sandbox:
             docker, browser = _copy_docker(base.docker), replace(base.browser)
             return replace(base, docker=docker, browser=browser, prune=replace(base.prune))
-        top = {k: v for k, v in agent.sandbox.items() if k not in ("docker", "browser", "prune")}
+        top = {k: v for k, v in agent.sandbox.items() if k not in ("docker", "browser", "prune", "egress")}
         merged = replace(base, **top)
+        # One shared sandbox cannot follow two agents' egress rules: it follows the global ones.
+        if merged.scope != "shared":
+            merged.egress = {**base.egress, **agent.sandbox.get("egress", {})}
         docker, browser, prune = _copy_docker(base.docker), replace(base.browser), replace(base.prune)
         if merged.scope != "shared":
             over = dict(agent.sandbox.get("docker", {}))

@@ -52,7 +52,16 @@ ULIMIT_NAMES = (
 MAX_CONTAINER_PREFIX = 63 - 41
 # `workdir` is where the workspace is mounted: never over the root, the kernel's filesystems, the agent
 # workspace mount or exechost's own supervisor mounts (engine.sandbox.settings/supervisor name them).
-RESERVED_WORKDIRS = ("/", "/proc", "/sys", "/dev", "/agent", "/.exechost", "/.exechost-bin")
+RESERVED_WORKDIRS = (
+    "/",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/agent",
+    "/.exechost",
+    "/.exechost-bin",
+    "/.exechost-egress",
+)
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,7 @@ class Spec:
     attr: str
     # str | bool | int | number | size | swap | strlist | envkeys | safebins | strmap | enum | profiles
     # | ulimits | iplist | hostlist | cpath (container path) | prefix (container name prefix)
+    # | egresslist (egress name patterns) | resolvemap (name -> IP address)
     kind: str
     choices: tuple[str, ...] = ()
     clamp: tuple[int, int] | None = None
@@ -151,6 +161,15 @@ BROWSER_KEYS: dict[str, Spec | Table] = {
 # `[agents.defaults.sandbox.bwrap]`: the system view a bubblewrap sandbox shows read-only (unset: the host's
 # /usr, /bin, /lib* and a chosen part of /etc; set: every top-level dir of this tree, such as a Debian one).
 BWRAP_KEYS: dict[str, Spec | Table] = {"rootfs": Spec("rootfs", "str")}
+# `[agents.defaults.sandbox.egress]`: a sandbox's only route out, the host's proxy (engine.sandbox.egress).
+EGRESS_MODES = ("none", "allowlist", "open")
+EGRESS_KEYS: dict[str, Spec | Table] = {
+    "mode": Spec("mode", "enum", EGRESS_MODES),
+    "allow": Spec("allow", "egresslist"),
+    "deny": Spec("deny", "egresslist"),
+    "ask": Spec("ask", "bool"),
+    "resolve": Spec("resolve", "resolvemap"),
+}
 SANDBOX_KEYS: dict[str, Spec | Table] = {
     "backend": Spec("backend", "enum", SANDBOX_BACKENDS),
     "mode": Spec("mode", "enum", SANDBOX_MODES),
@@ -161,6 +180,7 @@ SANDBOX_KEYS: dict[str, Spec | Table] = {
     "node": Spec("node", "str"),
     "docker": Table("docker", DOCKER_KEYS),
     "bwrap": Table("bwrap", BWRAP_KEYS),
+    "egress": Table("egress", EGRESS_KEYS),
     "browser": Table("browser", BROWSER_KEYS),
     "prune": Table("prune", PRUNE_KEYS),
 }

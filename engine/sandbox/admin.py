@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
 from engine.sandbox import bwrap, docker_ops, seccomp
 from engine.sandbox.browser import BrowserManager, browser_layout, effective_docker
+from engine.sandbox.egress import forwarder
 from engine.sandbox.images import (
     BROWSER_FLAVOUR,
     BROWSER_PACKAGES,
@@ -69,6 +70,21 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
+def _egress_explained(settings: SandboxSettings, lay: Layout) -> dict[str, Any]:
+    """The sandbox's way out: its egress rules, and where its proxy socket is (engine.sandbox.egress)."""
+    e = settings.egress
+    on = e.mode != "none"
+    return {
+        "mode": e.mode,
+        "allow": [p.text for p in e.allow],
+        "deny": [p.text for p in e.deny],
+        "ask": e.ask,
+        "resolve": dict(e.resolve),
+        "socket": str(forwarder.socket_dir(lay.name) / forwarder.SOCKET_NAME) if on else None,
+        "proxy": forwarder.PROXY_URL if on else None,
+    }
+
+
 def explain(config: Any, agent_id: str = "main", session_key: str | None = None) -> dict[str, Any]:
     """What `sandbox explain` shows: the effective config for an agent/session, sandboxed or direct."""
     settings = resolve_settings(config, agent_id)
@@ -111,6 +127,7 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
         "backend": settings.backend,
         "configHash": config_hash(settings, lay),
         "toolPolicy": {"allow": allow, "deny": deny},
+        "egress": _egress_explained(settings, lay),
         "docker": {
             "image": d.image,
             "containerPrefix": d.container_prefix,

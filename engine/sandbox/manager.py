@@ -7,15 +7,17 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine import statefs
 from engine.errors import ExecHostError
+from engine.principals import MAIN_AGENT, key_owner
 from engine.sandbox import bwrap, docker_ops
 from engine.sandbox import supervisor as sv
 from engine.sandbox.backend import BACKENDS, BWRAP, backend_named, image_of
+from engine.sandbox.egress import forwarder
 from engine.sandbox.pool import ClaimMissed, Pool, PoolEntry, is_pool_name
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
@@ -81,6 +83,11 @@ class SandboxManager:
         self.session_host: Any = None
         # Ready containers per config (engine.sandbox.pool); off until start_pool (the gateway's).
         self.pool = Pool(self.extra_labels, self._run_setup)
+        # The gateway's egress proxy: (sandbox, agent, uid that may use the socket) → listening. Without
+        # it (the engine alone) an egress sandbox has its forwarder but nothing answers: 502 inside.
+        self.egress: Callable[[str, str, int | None], Awaitable[None]] | None = None
+        self.egress_gone: Callable[[str], None] | None = None  # its listener stops with the sandbox
+        self._egress_dirs: set[str] = set()
         self._writes: set[asyncio.Future[None]] = set()  # registry writes off the request path
 
     @property
@@ -156,6 +163,8 @@ class SandboxManager:
 
     # -- ensure -----------------------------------------------------------------------------------
     async def ensure(self, settings: SandboxSettings, lay: Layout, agent_id: str) -> Ensured:
+        if settings.egress.mode != "none":
+            await self._egress_ready(settings, lay, agent_id)
         expected = config_hash(settings, lay)
         known = self._known.get(lay.name)
         channel = sv.Channel(lay.name)
@@ -168,6 +177,21 @@ class SandboxManager:
             result = await self._ensure_slow(settings, lay, agent_id, expected, channel)
         self.pool.want(settings, agent_id)  # refilled off the request path
         return result
+
+    async def _egress_ready(self, settings: SandboxSettings, lay: Layout, agent_id: str) -> None:
+        """The sandbox's proxy socket dir and the forwarder binary exist, and the proxy listens there."""
+        # (a stat: another process — `sandbox recreate` from the CLI — may have removed the dir)
+        if lay.name not in self._egress_dirs or not forwarder.socket_dir(lay.name).is_dir():
+            try:
+                await asyncio.to_thread(forwarder.prepare_dir, lay.name)
+                await asyncio.to_thread(forwarder.ensure_binary)
+            except forwarder.ForwarderUnavailable as exc:
+                raise SandboxError(str(exc)) from None
+            self._egress_dirs.add(lay.name)
+        if self.egress is not None:
+            user = settings.docker.user or workspace_user(lay.workspace_dir)
+            uid = os.geteuid() if settings.backend == BWRAP or user is None else _numeric_uid(user)
+            await self.egress(lay.name, agent_id, uid)
 
     async def _ensure_bwrap(
         self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str, channel: sv.Channel
@@ -218,6 +242,7 @@ class SandboxManager:
                 config_hash=expected,
                 created_at_ms=created_at,
                 has_busybox=has_bb,
+                agent_id=agent_id,
             )
         except docker_ops.SandboxUnavailable as exc:
             raise SandboxError(str(exc)) from None
@@ -465,7 +490,12 @@ class SandboxManager:
         return count
 
     def forget(self, name: str) -> None:
+        """The sandbox is gone: nothing of it stays known, and its egress socket and dir go too."""
         self._known.pop(name, None)
+        self._egress_dirs.discard(name)
+        if self.egress_gone is not None:
+            self.egress_gone(name)
+        forwarder.remove_dir(name)
 
     # -- prune ------------------------------------------------------------------------------------
     async def maybe_prune(self, settings: SandboxSettings, *, force: bool = False) -> list[str]:
@@ -533,9 +563,9 @@ class SandboxManager:
             if pool_born and is_pool_name(name) and entry is None:
                 continue  # a ready spare: no agent's yet (docs/SANDBOX-POOL.md)
             scope = entry.sessionKey if entry else labels.get("openclaw.sessionKey", "")
-            agent_id = (
-                (entry.agentId if entry else None) or labels.get("exechost.agentId") or _agent_of(scope)
-            )
+            owner = (entry.agentId if entry else None) or labels.get("exechost.agentId") or key_owner(scope)
+            agent_id = owner or MAIN_AGENT  # whose settings it is compared with; an ownerless one is shown
+            # with main's, but belongs to the operator alone (principals: an ownerless key is the operator's)
             settings = resolve_settings(config, agent_id)
             session = scope if settings.scope == "session" else f"agent:{agent_id}:main"
             expected_lay = layout(settings, agent_id, session)
@@ -552,7 +582,7 @@ class SandboxManager:
                     "containerName": name,
                     "sessionKey": scope,
                     # A claimed container the registry lost is nobody's but the operator's.
-                    "agentId": None if pool_born and entry is None else agent_id,
+                    "agentId": None if (pool_born and entry is None) or owner is None else agent_id,
                     "running": bool(c and c.get("State") == "running"),
                     "exists": c is not None,
                     "image": image,
@@ -602,6 +632,9 @@ def _trusted_root(path: str, workspace_root: str) -> str:
     return os.path.dirname(path)
 
 
-def _agent_of(scope_key: str) -> str:
-    parts = scope_key.split(":")
-    return parts[1] if len(parts) >= 2 and parts[0] == "agent" and parts[1] else "main"
+def _numeric_uid(user: str) -> int | None:
+    """The uid of a container user spec ("uid[:gid]"); None for a named user (root then owns the socket)."""
+    uid = user.partition(":")[0]
+    return int(uid) if uid.isdigit() else None
+
+

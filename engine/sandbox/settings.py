@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.config.egress import EgressPolicy
 from engine.config.model import BrowserConfig
 from engine.config.schema import (
     DEFAULT_CONTAINER_PREFIX,
@@ -79,6 +80,7 @@ class SandboxSettings:
     backend: str = "docker"  # docker | bwrap: what confines the scope (engine.sandbox.backend)
     bwrap_rootfs: str | None = None  # bwrap: the system view's tree (None: the host's, engine.sandbox.bwrap)
     browser: BrowserConfig = field(default_factory=BrowserConfig)  # its keys as config.toml sets them
+    egress: EgressPolicy = field(default_factory=EgressPolicy)  # the only route out (engine.sandbox.egress)
     idle_hours: float = 24
     max_age_days: float = 7
 
@@ -167,6 +169,7 @@ def resolve_settings(config: Any, agent_id: str) -> SandboxSettings:
         backend=str(top.get("backend", "docker")),
         bwrap_rootfs=_rootfs(_layer(top.get("bwrap")).get("rootfs")),
         browser=_browser(_layer(top.get("browser"))),
+        egress=EgressPolicy.from_config(getattr(merged, "egress", None)),
         idle_hours=float(prune.get("idle_hours", 24)),
         max_age_days=float(prune.get("max_age_days", 7)),
     )
@@ -329,6 +332,8 @@ def _config_hash(settings: SandboxSettings, lay: Layout) -> str:
         "mountFormatVersion": MOUNT_FORMAT_VERSION,
         "supervisor": SUPERVISOR_DIGEST,
     }
+    if settings.egress.mode != "none":  # the proxy's socket and forwarder (its lists apply live, unhashed)
+        payload["egress"] = settings.egress.mode
     if settings.backend != "docker":  # (absent for Docker: existing containers keep their hash)
         payload["backend"] = settings.backend
         payload["bwrapRootfs"] = settings.bwrap_rootfs

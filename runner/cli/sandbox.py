@@ -114,6 +114,18 @@ def register(subparsers: Subparsers) -> None:
         q.set_defaults(func=run_verb(cmd_browser))
 
     p = actions.add_parser(
+        "egress",
+        help="recent connections through the sandboxes' egress proxy (allowed, refused, asked)",
+        description="Every connection a sandbox made through its egress proxy, newest first: agent, "
+        "sandbox, name and port, decision and who made it, bytes each way "
+        "([agents.defaults.sandbox.egress]).",
+    )
+    p.add_argument("--agent", type=agent_arg, default=None, metavar="ID", help="only this agent's")
+    p.add_argument("--limit", type=int, default=50, metavar="N", help="at most N rows (default 50)")
+    add_json_arg(p)
+    p.set_defaults(func=run_verb(cmd_egress))
+
+    p = actions.add_parser(
         "setup",
         help=f"build the sandbox image ({DEFAULT_IMAGE}) with no registry; --busybox, --browser",
         description="Build the configured image (agents.defaults.sandbox.docker.image, default "
@@ -356,6 +368,7 @@ def format_explain(info: dict[str, Any]) -> str:
         f"  allow: {', '.join(info['toolPolicy']['allow']) or '(all)'}",
         f"  deny: {', '.join(info['toolPolicy']['deny']) or '-'}",
         "",
+        *_egress_lines(info.get("egress")),
         "Browser sandbox (sandbox.browser):",
         *_browser_lines(info["browser"]),
         "",
@@ -603,6 +616,60 @@ def cmd_browser(args: argparse.Namespace) -> int:
         print(f"CDP:   {result.get('cdpUrl')}")
         print(f"noVNC: {result.get('noVncUrl') or '- (headless or enableNoVnc = false)'}")
     return 0
+
+
+def _egress_lines(e: dict[str, Any] | None) -> list[str]:
+    if not e:  # (a node that predates egress)
+        return []
+    lines = ["Egress (sandbox.egress; names decided by the gateway's proxy):", f"  mode: {e['mode']}"]
+    if e["mode"] != "none":
+        lines += [
+            f"  allow: {', '.join(e['allow']) or '-'}",
+            f"  deny: {', '.join(e['deny']) or '-'}",
+            f"  ask: {str(e['ask']).lower()}  resolve: "
+            + (", ".join(f"{k}={v}" for k, v in e["resolve"].items()) or "-"),
+            f"  proxy: {e['proxy']} inside, {e['socket']} on the host",
+        ]
+    return [*lines, ""]
+
+
+def cmd_egress(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"limit": args.limit}
+    if args.agent:
+        params["agentId"] = args.agent
+    result = call("sandbox.egress", params)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+        return 0
+    print(format_egress(result.get("connections") or []))
+    return 0
+
+
+def format_egress(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "No egress connections recorded."
+    lines = []
+    for r in rows:
+        mark = "✅" if r.get("decision") == "allowed" else "⛔"
+        target = f"{r.get('name')}:{r.get('port')}" if r.get("name") else "(bad request)"
+        size = f"↑{_bytes(r.get('bytesUp'))} ↓{_bytes(r.get('bytesDown'))}"
+        lines.append(
+            f"{mark} {_clean(r.get('method') or '-'):7} {_clean(target)}  {r.get('decision')} by "
+            f"{_clean(r.get('decidedBy') or '-')}  {size}  agent {_clean(r.get('agentId'))} "
+            f"sandbox {_clean(r.get('sandbox'))}"
+        )
+        error = f" — {_clean(r['error'])}" if r.get("error") else ""
+        lines.append(f"     {_clean(r.get('rule') or '')}{error}")
+    return "\n".join(lines)
+
+
+def _bytes(value: Any) -> str:
+    n = float(value or 0)
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f}{unit}"
+        n /= 1024
+    return f"{n:.1f}GiB"
 
 
 def format_browsers(rows: list[dict[str, Any]]) -> str:

@@ -34,6 +34,7 @@ log = logging.getLogger("exechost.node")
 OUTPUT_CAP = 1_000_000  # characters of the merged output in one system.run result (the tail is kept)
 SPLIT_CAP = 200_000  # characters of stdout and of stderr kept apart per run (reference OUTPUT_CAP)
 MAX_QUEUED_EVENTS = 1000  # events kept for the next link while none is up (`node run`), oldest dropped
+MAX_BAD_FRAMES = 64  # answered INVALID_REQUEST per link; past this a peer sending only garbage is cut off
 EVENT_OUTPUT_CAP = 20_000  # reference §5.5: exec.finished carries the last 20k
 SHELL_WRAPPERS = {("/bin/sh", "-lc"), ("sh", "-lc"), ("/bin/sh", "-c"), ("sh", "-c"), ("/bin/bash", "-lc")}
 _ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
@@ -165,6 +166,14 @@ class NodeServer:
         from runner.node.output import NodeOutput
 
         self.output = NodeOutput(self.sessions, lambda ev: self.emit(ev, queue=False))
+        # This node's sandboxes' egress proxy (its policy, asks relayed to the gateway): from the first link.
+        from runner.node.egress import node_egress
+
+        self.runs_in_flight: dict[str, list[str]] = {}  # agent -> the gateway's run ids running here
+        self.egress = node_egress(
+            self.approvals, self.store, self.grants, state_dir, self.sandbox_config, self.runs_in_flight
+        )
+        self._egress_started = False
 
     def _exec_tool(self, config: Callable[[], Config]) -> ExecTool:
         return ExecTool(
@@ -228,6 +237,8 @@ class NodeServer:
         """An event for the gateway: sent now, or queued (bounded, oldest dropped) until the next link."""
         try:
             await self.send(event)
+        except WireError as exc:  # a bug: an event JSON cannot carry (NaN); said once, never a dead task
+            log.error("event %s could not be sent: %s", event.event, exc)
         except (ConnectionError, OSError):
             if not queue:
                 return
@@ -298,7 +309,14 @@ class NodeServer:
             log.exception("request %s failed", req.method)
             res = Response(req.id, False, error={"code": "INTERNAL", "message": f"node error: {exc}"})
         with contextlib.suppress(ConnectionError, OSError):
-            await self.send(res, link)
+            try:
+                await self.send(res, link)
+            except (
+                WireError
+            ) as exc:  # the answer held what JSON cannot carry: say so, never leave it unanswered
+                log.error("the answer to %s could not be encoded: %s", req.method, exc)
+                error = {"code": "INTERNAL", "message": f"node error: {exc}"}
+                await self.send(Response(req.id, False, error=error), link)
 
     def system_which(self, params: dict[str, Any]) -> dict[str, Any]:
         bins = params.get("bins") or []
@@ -314,6 +332,7 @@ class NodeServer:
         """Let both exec tools finish their bookkeeping (allowlist use stamps) before the process goes."""
         await self.tool.close()
         await self.sandbox_tool.close()
+        await self.egress.close()
 
     async def system_run(self, p: dict[str, Any]) -> dict[str, Any]:
         text = command_text(p.get("command"), p.get("rawCommand"))
@@ -345,6 +364,8 @@ class NodeServer:
         ctx = ExecContext(agent_id=agent_id, session_key=p.get("sessionKey") or "")
         suppress = bool(p.get("suppressNotifyOnExit"))
         token = CURRENT_RUN.set(run_id)
+        in_flight = self.runs_in_flight.setdefault(agent_id, [])
+        in_flight.append(run_id)  # (its sandbox's egress asks go as part of it: runner.node.egress)
         try:
             result = await (self.sandbox_tool if sandboxed else self.tool).run(params, ctx)
         except ToolError as exc:
@@ -352,6 +373,9 @@ class NodeServer:
             raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}") from None
         finally:
             CURRENT_RUN.reset(token)
+            in_flight.remove(run_id)
+            if not in_flight:
+                self.runs_in_flight.pop(agent_id, None)
         details = result.details
         if details.get("status") == "denied":
             reason = str(details.get("reason") or "denied")
@@ -533,8 +557,12 @@ class NodeServer:
 
     async def serve(self, reader: asyncio.StreamReader, link: Output) -> None:
         """One link, until its reader ends (the gateway left, or a newer link took over)."""
+        bad = 0
         try:
             await self._attach(link)
+            if not self._egress_started:
+                self._egress_started = True
+                await self.egress.start()
             while True:
                 try:
                     line = await reader.readline()
@@ -546,8 +574,14 @@ class NodeServer:
                 try:
                     frame = decode(line)
                 except WireError as exc:
-                    log.error("bad frame from the gateway: %s; closing", exc)
-                    break
+                    if exc.request_id is None or bad >= MAX_BAD_FRAMES:
+                        log.error("bad frame from the gateway: %s; closing", exc)
+                        break
+                    bad += 1  # a request whose id was sound: answered, and the link goes on
+                    error = {"code": "INVALID_REQUEST", "message": f"INVALID_REQUEST: {exc}"}
+                    with contextlib.suppress(ConnectionError, OSError):
+                        await self.send(Response(exc.request_id, False, error=error), link)
+                    continue
                 if isinstance(frame, Request):
                     task = asyncio.ensure_future(self.handle(frame, link))
                     self._tasks.add(task)

@@ -151,3 +151,14 @@ async def prune(services: Services, conn: Connection, params: dict[str, Any]) ->
     except SandboxUnavailable as exc:
         raise ToolError(str(exc)) from None
     return {"removed": removed + browsers}
+
+
+async def egress(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    """Recent connections through the egress proxy, newest first; an agent sees only its own."""
+    agent = opt_str(params, "agentId")
+    if agent is not None or not conn.operator:
+        agent = agent_id(params, conn)
+    limit = params.get("limit", 50)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= 1000:
+        raise InvalidInput("limit must be an integer from 1 to 1000")
+    return {"connections": await services.egress.connections(agent, limit)}
