@@ -224,13 +224,14 @@ def finish_demo(demo: Demo) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Running, not a zombie: the gateway the console started is its child, a zombie until reaped."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 Say = Callable[[str], None]
@@ -244,6 +245,7 @@ class DemoAgent:
         self.demo = demo
         self.say = say or (lambda _text: None)
         self.clients: dict[str, ControlClient] = {}
+        self.git_ran = asyncio.Event()
 
     async def client(self, agent: str) -> ControlClient:
         if agent not in self.clients:
@@ -278,27 +280,35 @@ class DemoAgent:
                 await client.close()
 
     async def _sessions(self) -> None:
-        """What runs at once: an allowlisted command, git in a repository whose config is inert, a build
-        whose output scrolls, and a PTY dashboard to take over."""
-        self.say("runs `uname -a` (allowlisted: no ask)")
-        await self.exec("uname -a", "what machine is this?")
-        self.say("runs `git status --short` (the repository's config is inert: no ask)")
-        await self.exec("git status --short", "what did I change?")
+        """What runs at once: a build whose output scrolls, a PTY dashboard to take over, an allowlisted
+        command, and git in a repository whose config is inert."""
         self.say("starts a background build")
         await self.exec(f"{self.demo.bin / 'build-job'} 400", "build the project", background=True)
         self.say("starts a PTY dashboard (Sessions: t takes it over)")
         await self.exec(str(self.demo.bin / "dashboard"), "watch the machine", pty=True, background=True)
+        self.say("runs `uname -a` (allowlisted: no ask)")
+        await self.exec("uname -a", "what machine is this?")
+        self.say("runs `git status --short` (the repository's config is inert: no ask)")
+        try:
+            await self.exec("git status --short", "what did I change?")
+        finally:
+            self.git_ran.set()
 
     async def _asks(self) -> None:
         """Asks whose why is worth reading, each submitted while the others wait."""
         await asyncio.sleep(0.5)
         asks = [
-            ("ps -eo pid,comm | head -n 5", "which processes run? (head is a safe bin; ps is not listed)"),
-            (HEREDOC, "which Python is this? (a heredoc fed to an interpreter is code)"),
+            asyncio.ensure_future(self.exec(command, reason))
+            for command, reason in (
+                ("ps -eo pid,comm | head -n 5", "which processes run? (head is a safe bin; ps is not)"),
+                (HEREDOC, "which Python is this? (a heredoc fed to an interpreter is code)"),
+            )
         ]
+        await self.git_ran.wait()  # `git status` ran while the config was inert; now the agent edits it
         await self._git_pager()
-        asks.append(("git diff --stat", "what changed? (my repository now sets core.pager)"))
-        await asyncio.gather(*(self.exec(command, reason) for command, reason in asks))
+        pager = self.exec("git diff --stat", "what changed? (core.pager is set now)")
+        asks.append(asyncio.ensure_future(pager))
+        await asyncio.gather(*asks)
 
     async def _git_pager(self) -> None:
         """The agent writes a program into its repository's config: git would run it on the host."""
