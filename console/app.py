@@ -20,13 +20,14 @@ from textual.widgets import Footer, Header, TabbedContent
 
 from console import socket_asks, tabs
 from console.commands import DirectiveCommands, is_directive
-from console.gateway import GatewayLink
+from console.gateway import GatewayLink, lost_text
 from console.inbox import Inbox, InboxItem
 from console.messages import GatewayConnected, GatewayEvent, GatewayLost, SocketApprovalRequested
 from console.screens.help import HelpScreen
 from console.widgets.approvals import ApprovalsPane
 from console.widgets.browsers import BrowsersPane
 from console.widgets.history import HistoryPane
+from console.widgets.listpane import ListPane
 from console.widgets.panes import LinePane
 from console.widgets.policy import SESSION_OVERRIDE_KEYS, PolicyPane
 from console.widgets.sandboxes import SandboxesPane
@@ -207,6 +208,7 @@ class ConsoleApp(App[None]):
         self.gateway_pid = message.pid
         self.config_error = None
         self.show_header()
+        self._connection_changed(None)
         self.load_status()
         self.inbox.replace_gateway(message.pending)
         self.sessions.replace_all(message.sessions)
@@ -247,7 +249,19 @@ class ConsoleApp(App[None]):
             self.policy.show_check(Text("config.toml is valid again.", style="green"))
 
     def on_gateway_lost(self, message: GatewayLost) -> None:
-        self.sub_title = f"gateway unreachable: {message.reason[:80]} (retrying)"
+        self.sub_title = visible(lost_text(message.reason))  # whole: a cut cause reads as `…/con`
+        with contextlib.suppress(NoMatches):
+            self._connection_changed(visible(lost_text(message.reason)))
+
+    def _connection_changed(self, lost: str | None) -> None:
+        """Every pane follows the link by itself: the inbox stops saying an agent left (nobody knows while
+        the gateway is away), the list panes reload when it is back or say it is gone, history reloads."""
+        self.approvals.set_offline(lost)
+        for pane in self.query(ListPane):
+            pane.connection_changed(lost)
+        if lost is None:
+            with contextlib.suppress(NoMatches):
+                self.query_one(HistoryPane).reload()
 
     def _gateway_event(self, message: GatewayEvent) -> None:
         event, data = message.event, message.data

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,17 @@ class OutputRouter:
         self.pending_chars = 0
         self.overflowed = False
         return "".join(parts), overflowed
+
+
+_WRAPPERS = re.compile(r"^(?:gateway exited with code -?\d+: )?(?:exechost: )?(?:gateway failed to start: )?")
+
+
+def lost_text(reason: str) -> str:
+    """The header while no gateway answers: the whole cause, its wrappers folded into one plain phrase (a
+    daemon that could not start says why: a broken config.toml, an unusable state dir)."""
+    cause = _WRAPPERS.sub("", reason.strip(), count=1)
+    started = cause != reason.strip() and reason.startswith("gateway exited")
+    return f"gateway {'cannot start' if started else 'unreachable'} (retrying): {cause or 'no reason given'}"
 
 
 class GatewayLink:

@@ -70,3 +70,13 @@ def warnings(command: str) -> list[str]:
     if breaks:
         found.append(f"spans {breaks + 1} lines (⏎ marks each break): every line runs")
     return found
+
+
+def node_label(name: object, node_id: object, *, detail: bool = True) -> str:
+    """A node as the operator knows it: its configured name, with the id it proved on its link in the
+    detail (`build (7b721d06-…)`); the id alone only when no name is known (an ask from before names)."""
+    shown = visible(name) if name else ""
+    ident = visible(node_id) if node_id else ""
+    if not shown:
+        return ident or "?"
+    return f"{shown} ({ident})" if detail and ident else shown

@@ -56,17 +56,24 @@ def check_node_query(raw: object) -> str:
 
 
 def owns_key(agent: str, key: str) -> bool:
-    """True when `key` is in `agent`'s namespace; plain keys (no `agent:` prefix) belong to `main`, the
-    zero-configuration agent, so single-agent setups keep the keys they always used."""
-    if key == f"agent:{agent}" or key.startswith(f"agent:{agent}:"):
-        return True
-    return agent == MAIN_AGENT and not key.lower().startswith("agent:")
+    """True when `key` is in `agent`'s namespace (`agent:<id>` or `agent:<id>:…`). Every key names its
+    owner: a key without an `agent:` prefix (a node's, an unknown session's, an operator's plain key)
+    belongs to no agent, only to the operator, who sees every scope anyway (issue 27 §1)."""
+    return key == f"agent:{agent}" or key.startswith(f"agent:{agent}:")
+
+
+def key_owner(key: str) -> str | None:
+    """The agent a key names (`agent:<id>[:…]`), or None for an ownerless (operator-only) key."""
+    if not key.startswith("agent:"):
+        return None
+    name = key[len("agent:") :].split(":", 1)[0]
+    return name if valid_name(name) else None
 
 
 def own_key(agent: str, key: str) -> str:
     """The scope a non-operator caller's `sessionKey` names: its own key unchanged, anything else moved
-    into its own namespace. A guessed `agent:victim:…` thus names an empty scope of the caller's and
-    reads as "not found", never as the victim's data."""
+    into its own namespace (agent main's plain `s1` is `agent:main:s1`). A guessed `agent:victim:…` thus
+    names an empty scope of the caller's and reads as "not found", never as the victim's data."""
     key = key.strip()
     if not key or owns_key(agent, key):
         return key

@@ -109,6 +109,11 @@ PROCESS_SCHEMA: dict[str, Any] = {
     "properties": {
         "action": {"type": "string", "enum": [*ACTIONS, "approval"], "description": "Process action"},
         "sessionId": {"type": "string", "description": "Session id for actions other than list"},
+        "node": {
+            "type": "string",
+            "minLength": 1,
+            "description": "For list: only this node's sessions (by name); their ids are node:<name>:<id>",
+        },
         "approvalId": {"type": "string", "description": "For approval: the id (or its 8-char slug)"},
         "data": {"type": "string", "description": "Data to write for write"},
         "keys": {

@@ -14,6 +14,9 @@ command -v git >/dev/null || need+=(git)
 # Host tools (git, make, a script re-reading "$0") run in a private mount namespace over the vetted bytes.
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+# The daemonless sandbox backend (engine.sandbox.bwrap): bubblewrap, and libseccomp for its filter.
+command -v bwrap >/dev/null || need+=(bubblewrap)
+[ -e /usr/lib/x86_64-linux-gnu/libseccomp.so.2 ] || ldconfig -p 2>/dev/null | grep -q libseccomp.so.2 || need+=(libseccomp2)
 # The tests' real parts: a browser for the web console, a C compiler for the in-sandbox race, xz for pagers.
 command -v chromium >/dev/null || need+=(chromium)
 command -v gcc >/dev/null || need+=(gcc libc6-dev)

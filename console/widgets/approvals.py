@@ -24,7 +24,7 @@ from textual.widgets import DataTable, Static
 from console.dialogs import GrantDialog, TextDialog
 from console.inbox import InboxItem, clock_ms
 from console.text import plain
-from engine.display import MARKED_LINES, visible, warnings
+from engine.display import MARKED_LINES, node_label, visible, warnings
 
 
 def fmt_left(seconds: float | None) -> str:
@@ -46,6 +46,45 @@ def _code(text: str) -> Syntax:
     # Highlighting runs on the escaped text: nothing the agent typed reaches the terminal as is.
     shown = visible(text, newline=MARKED_LINES)
     return Syntax(shown, "bash", word_wrap=True, theme="ansi_dark", background_color="default")
+
+
+def refusal_reason(reason: str, raw: str) -> str:
+    """The analysis's reason, naming the redirection(s) when that is what it refused (`redirection: >
+    /tmp/out`), so the operator sees which one without reading the whole command for it."""
+    if reason != "redirection":
+        return reason
+    from engine.commands.analysis import redirections
+
+    found = redirections(raw)
+    return f"{reason}: {', '.join(found)}" if found else reason
+
+
+def command_warnings(raw: str) -> list[str]:
+    """`warnings(raw)`, with a heredoc's body counted as what it is: stdin data, shown apart and never run,
+    so `EVERY LINE RUNS` is said only of the command lines (and not at all when there is one)."""
+    found = warnings(raw)
+    if "\n" not in raw:
+        return found
+    from engine.commands.shelltext import read_shell_text
+
+    reading = read_shell_text(raw)
+    if reading.reason or not reading.heredocs:
+        return found
+    outside, at = [], 0
+    for doc in reading.heredocs:
+        outside.append(raw[at : doc.span[0]])
+        at = doc.span[1]
+    outside.append(raw[at:])
+    lines = sum(1 for line in "".join(outside).split("\n") if line.strip())
+    data = sum(doc.data.count("\n") for doc in reading.heredocs)
+    spans = [w for w in found if w.startswith("spans ")]
+    kept = [w for w in found if not w.startswith("spans ")]
+    if spans and lines > 1:
+        kept.append(
+            f"spans {lines} command lines (⏎ marks each break): every command line runs; the {data} "
+            "heredoc line(s) below are stdin data, not run"
+        )
+    return kept
 
 
 def render_command(raw: str) -> RenderableType:
@@ -78,8 +117,16 @@ def render_command(raw: str) -> RenderableType:
     return Group(*parts)
 
 
+def _host(view: dict[str, Any]) -> str:
+    """The inbox's host column: a node's ask by the node's name (its id is in the detail)."""
+    if view.get("nodeId"):
+        return f"node {node_label(view.get('nodeName'), view.get('nodeId'), detail=False)}"
+    return str(view.get("host") or "gateway")
+
+
 def _requester(r: dict[str, Any]) -> str:
-    where = f"node {r['nodeId']}" if r.get("nodeId") else str(r.get("host") or "gateway")
+    node = node_label(r.get("nodeName"), r.get("nodeId"), detail=False)
+    where = f"node {node}" if r.get("nodeId") else str(r.get("host") or "gateway")
     return f"{r.get('sessionKey') or '(no session)'} ({where})"
 
 
@@ -105,10 +152,15 @@ def render_detail(
     item: InboxItem | None,
     insight: dict[str, Any],
     now_ms: int | None = None,
+    *,
+    offline: str | None = None,
     now_digests: dict[str, str | None] | None = None,
 ) -> RenderableType:
-    """Everything the operator needs to decide, in the order they read it."""
+    """Everything the operator needs to decide, in the order they read it. `offline`: no gateway answers
+    now (why): what the inbox holds is as it was, and the agent's state is not known."""
     if item is None:
+        if offline:
+            return Text(f"{offline}\nNew requests appear here once it is back.", style="bold yellow")
         return Text("No pending approvals. New requests appear here at once.", style="dim")
     view = item.view
     title = Text.assemble(
@@ -119,8 +171,18 @@ def render_detail(
     )
     raw = str(view.get("command", ""))
     command = render_command(raw)
-    alarms = [Text(f"⚠ THIS COMMAND {w.upper()}", style="bold white on red") for w in warnings(raw)]
-    if view.get("requesterGone"):
+    alarms = [Text(f"⚠ THIS COMMAND {w.upper()}", style="bold white on red") for w in command_warnings(raw)]
+    if offline and item.source == "gateway":
+        # Not "the agent stopped waiting": a caller whose gateway went away reconnects and keeps waiting,
+        # and the ask is kept on disk for the next gateway.
+        alarms.append(
+            Text(
+                f"{offline}. This ask is kept on disk and asked again by the next gateway; a waiting agent "
+                "reconnects to it. Deciding needs the gateway back.",
+                style="bold yellow",
+            )
+        )
+    elif view.get("requesterGone"):
         alarms.append(
             Text(
                 "The agent stopped waiting (its call was cancelled). Approving runs the command detached; "
@@ -138,15 +200,18 @@ def render_detail(
     if view.get("askFallback"):
         policy += f"  askFallback={view['askFallback']}"
     resolved = insight.get("resolvedPath") or view.get("resolvedPath")
+    egress = view.get("egress")
+    if egress:  # a sandbox's connection waits for this name: there is no executable to resolve
+        resolved = f"egress to {egress} (a sandbox connection waits for this answer)"
     for label, value in (
         ("Host", view.get("host") or "gateway"),
-        ("Node", view.get("nodeId")),
+        ("Node", node_label(view.get("nodeName"), view.get("nodeId")) if view.get("nodeId") else None),
         ("CWD", view.get("cwd") or "(default)"),
         ("Agent", view.get("agentId") or "main"),
         ("Agent says", view.get("agentReason")),
         ("Session", view.get("sessionKey")),
         ("Policy", policy),
-        ("Executable", resolved or "(not resolved)"),
+        ("Egress" if egress else "Executable", resolved or "(not resolved)"),
         ("Time left", fmt_left(item.seconds_left(now_ms))),
     ):
         if value:
@@ -174,9 +239,8 @@ def render_detail(
     parts: list[RenderableType] = [title, Text(keys, style="dim"), *alarms, command, facts]
     segments = insight.get("segments") or []
     if insight.get("analysisOk") is False:
-        parts.append(
-            Text(f"✗ not provably plain: {insight.get('analysisReason') or 'unparseable'}", style="bold red")
-        )
+        refused = refusal_reason(str(insight.get("analysisReason") or "unparseable"), raw)
+        parts.append(Text(f"✗ not provably plain: {visible(refused)}", style="bold red"))
     if segments:
         seg_table = Table.grid(padding=(0, 1))
         for seg in segments:
@@ -284,6 +348,7 @@ class ApprovalsPane(Horizontal):
         self._drawn: dict[str, tuple[int, bool]] = {}
         self.insights: dict[str, dict[str, Any]] = {}
         self.now_digests: dict[str, dict[str, str | None]] = {}  # ask key -> path -> sha256 now
+        self.offline: str | None = None  # why no gateway answers now (the app sets it), else None
 
     def compose(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="approval-list", cursor_type="row", zebra_stripes=True)
@@ -309,7 +374,7 @@ class ApprovalsPane(Horizontal):
         old_keys = [item.key for item in self.rows]
         same_prefix = [item.key for item in rows[: len(old_keys)]] == old_keys
         # Items are updated in place (a coalesced count, a requester gone): compare with what was drawn.
-        drawn = {item.key: (item.count, bool(item.view.get("requesterGone"))) for item in rows}
+        drawn = {item.key: (item.count, self._gone(item)) for item in rows}
         unchanged = all(self._drawn.get(key) == drawn.get(key) for key in old_keys)
         start = len(old_keys) if same_prefix and unchanged else 0
         if start == 0:
@@ -320,12 +385,12 @@ class ApprovalsPane(Horizontal):
         for item in rows[start:]:
             view = item.view
             command = str(view.get("command", ""))
-            flag = ("⚠ " if warnings(command) else "") + ("⌀ gone " if view.get("requesterGone") else "")
+            flag = ("⚠ " if warnings(command) else "") + ("⌀ gone " if self._gone(item) else "")
             table.add_row(  # Text, never str: DataTable parses str cells as markup
                 fmt_left(item.seconds_left(now)),
                 str(item.count),
                 plain(view.get("agentId") or "main"),
-                plain(view.get("host") or "gateway"),
+                plain(_host(view)),
                 Text(flag, style="bold red") + plain(command[:200]),
                 key=item.key,
             )
@@ -335,6 +400,17 @@ class ApprovalsPane(Horizontal):
                     table.move_cursor(row=index)
                     break
         self.call_after_refresh(self.refresh_detail)
+
+    def _gone(self, item: InboxItem) -> bool:
+        """Whether to say the agent left: never while the gateway is away (nobody knows then)."""
+        return bool(item.view.get("requesterGone")) and not (self.offline and item.source == "gateway")
+
+    def set_offline(self, why: str | None) -> None:
+        """The connection's state, followed by the list (the `gone` marks) and the detail."""
+        if why == self.offline:
+            return
+        self.offline = why
+        self.show(self.rows)
 
     def tick(self) -> None:
         """Once a second: the countdowns."""
@@ -354,7 +430,8 @@ class ApprovalsPane(Horizontal):
         item = self.selected
         insight = self.insights.get(item.key, {}) if item else {}
         now = self.now_digests.get(item.key) if item else None
-        self.query_one("#approval-detail", Static).update(render_detail(item, insight, now_digests=now))
+        detail = render_detail(item, insight, offline=self.offline, now_digests=now)
+        self.query_one("#approval-detail", Static).update(detail)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
@@ -426,6 +503,18 @@ class ApprovalsPane(Horizontal):
             if reason is None:
                 return
             self.post_message(self.Resolve(item, "deny", reason or None))
+            return
+        if decision == "allow-always" and item.view.get("egress"):
+            body = Text()
+            body.append("Allow always will add ")
+            body.append(visible(str(item.view.get("egress"))), style="bold cyan")
+            body.append(" to the egress allowlist of agent ")
+            body.append(visible(item.view.get("agentId") or "main"), style="bold")
+            body.append(" (a limit makes it a grant instead).\n")
+            limits = await self.app.push_screen_wait(GrantDialog("Allow always?", body, limits=True))
+            if limits is None:
+                return
+            self.post_message(self.Resolve(item, decision, grant=limits or None))
             return
         if decision == "allow-always":
             insight = self.insights.get(item.key, {})

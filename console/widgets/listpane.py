@@ -3,6 +3,7 @@ while on screen, a detail line, and requests through the app's one gateway link.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -28,16 +29,37 @@ class ListPane(Vertical):
         # the rows say otherwise, so no stale message sits under a live table.
         self._transient = False
         self._shown: object = None
+        self._lost_since: str | None = None
 
     def on_mount(self) -> None:
         self.set_interval(REFRESH_SEC, self._tick)
-        self.action_refresh_list()
+        if self._connected():
+            self.action_refresh_list()
+        else:  # the app tells every list pane when the link comes up (connection_changed)
+            self._detail(Text("waiting for the gateway…", style="dim"), transient=True)
 
     def action_refresh_list(self) -> object:  # a @work method in each subclass: it returns its Worker
         raise NotImplementedError
 
+    def _connected(self) -> bool:
+        """Whether the app's link is up (a bare client, as a test may give, is taken as up)."""
+        link = getattr(self.app, "link", None)
+        state = getattr(link, "connected", None)
+        return link is not None and (state is None or state.is_set())
+
+    def connection_changed(self, lost: str | None) -> None:
+        """Follow the gateway link by itself: reload when it is back (what it shows may have changed
+        meanwhile); say so when it is gone, keeping the rows as they were, dated."""
+        if lost is None:
+            self._lost_since = None
+            self.action_refresh_list()
+            return
+        self._lost_since = self._lost_since or time.strftime("%H:%M:%S")  # the outage's start, not a retry's
+        self._detail(Text(f"{lost} — the rows above are as of {self._lost_since}", style="bold yellow"))
+
     def _tick(self) -> None:
-        if self.display and self.is_on_screen:
+        # Not while the link is down: each try would only replace the outage line with "not connected".
+        if self.display and self.is_on_screen and self._connected():
             self.action_refresh_list()
 
     async def _request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -22,9 +22,19 @@ from engine import statefs
 from engine.commands.allowlist import ALLOW_ALWAYS_SOURCE, AllowlistEntry
 from engine.errors import InvalidInput
 
-__all__ = ["GRANT_PREFIX", "Grant", "GrantLimits", "GrantStore", "parse_duration"]
+__all__ = [
+    "EGRESS_PREFIX",
+    "GRANTS_NAME",
+    "GRANT_PREFIX",
+    "Grant",
+    "GrantLimits",
+    "GrantStore",
+    "parse_duration",
+]
 
 GRANT_PREFIX = "grant:"  # the entry ids a grant's patterns carry in a decision
+GRANTS_NAME = "exec-grants.json"  # in the state dir, apart from exec-approvals.json (which OpenClaw reads)
+EGRESS_PREFIX = "egress:"  # a grant's pattern for a sandbox's egress name (never a command's executable)
 MAX_GRANT_MS = 30 * 24 * 3600 * 1000
 MAX_USES = 1_000_000
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
@@ -202,6 +212,7 @@ class GrantStore:
             out += [
                 AllowlistEntry(pattern=p, id=GRANT_PREFIX + grant.id, source=ALLOW_ALWAYS_SOURCE)
                 for p in grant.patterns
+                if not p.startswith(EGRESS_PREFIX)
             ]
         return out
 

@@ -75,8 +75,8 @@ def decision_line(view: dict[str, Any]) -> dict[str, Any]:
     keep = (
         "id", "slug", "status", "createdAtMs", "expiresAtMs", "resolvedBy", "resolvedAtMs", "reason",
         "count", "command", "cwd", "host", "agentId", "sessionKey", "security", "ask", "askFallback",
-        "allowedDecisions", "resolvedPath", "nodeId", "envKeys", "agentReason", "requesterGone", "run",
-        "requesters", "contentDigests",
+        "allowedDecisions", "resolvedPath", "nodeId", "nodeName", "envKeys", "agentReason", "requesterGone",
+        "run", "requesters", "contentDigests",
     )  # fmt: skip
     return {"kind": "decision", "v": VERSION, **{k: view.get(k) for k in keep if k in view}}
 
@@ -98,10 +98,16 @@ class DecisionLog:
     from its loop and from worker threads); reads merge every file, oldest first."""
 
     def __init__(
-        self, directory: Path, *, rotate_bytes: int = ROTATE_BYTES, keep_files: int = KEEP_FILES
+        self,
+        directory: Path,
+        *,
+        rotate_bytes: int = ROTATE_BYTES,
+        keep_files: int = KEEP_FILES,
+        name: str = LOG_NAME,
     ) -> None:
         self.directory = directory
-        self.path = directory / LOG_NAME
+        self.name = name  # another log of the same kind beside it (the egress connections' one)
+        self.path = directory / name
         self.rotate_bytes = max(4096, rotate_bytes)
         self.keep_files = max(1, keep_files)
         self._lock = threading.Lock()
@@ -208,7 +214,7 @@ class DecisionLog:
         self._needs_newline = False
 
     def _rotated(self, n: int) -> Path:
-        return self.directory / f"{LOG_NAME}.{n}"
+        return self.directory / f"{self.name}.{n}"
 
     # -- reading
 

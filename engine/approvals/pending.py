@@ -72,6 +72,11 @@ class ApprovalRequest:
     warnings: tuple[str, ...] = field(default=(), compare=False, hash=False)
     # The agent's own words on why it runs this (the `reason` param): shown, never trusted.
     agent_reason: str | None = field(default=None, compare=False, hash=False)
+    # A node's ask: the node's name in this gateway's config, what the operator knows it by (node_id,
+    # the id it proved on the link, is the identity; the name is display, set from the link too).
+    node_name: str | None = field(default=None, compare=False, hash=False)
+    # A sandbox's connection waiting for a name ("name:port", engine.sandbox.egress), not a command.
+    egress: str | None = None
 
     def question(self) -> ApprovalRequest:
         """What makes two asks one question for the operator: everything but who asked (the session,
@@ -83,6 +88,7 @@ class ApprovalRequest:
             "sessionKey": self.session_key,
             "host": self.host,
             "nodeId": self.node_id,
+            "nodeName": self.node_name,
             "nodeApprovalId": self.node_approval_id,
             "atMs": _now_ms(),
         }
@@ -102,6 +108,7 @@ class ApprovalRequest:
             "allowedDecisions": list(self.allowed_decisions),
             "resolvedPath": self.resolved_path,
             "nodeId": self.node_id,
+            "nodeName": self.node_name,
             "nodeApprovalId": self.node_approval_id,
             "envKeys": [k for k, _ in self.env],
             "env": dict(self.env),
@@ -112,6 +119,7 @@ class ApprovalRequest:
             "contentDigests": list(d.get("contentDigests") or []),
             "warnings": list(self.warnings),
             "agentReason": self.agent_reason,
+            "egress": self.egress,
             "decision": d or None,
         }
 
@@ -407,6 +415,14 @@ class ApprovalManager:
         record = self._records.get(approval_id)
         if record is not None and not record.resolved and not record.requester_gone:
             record.requester_gone = True
+            self._notify("updated", record)
+
+    def requester_back(self, approval_id: str) -> None:
+        """The caller is waiting again (it reconnected after its gateway went away and follows the ask):
+        approvers stop being told it left."""
+        record = self._records.get(approval_id)
+        if record is not None and not record.resolved and record.requester_gone:
+            record.requester_gone = False
             self._notify("updated", record)
 
     async def wait(self, record: ApprovalRecord) -> str | None:

@@ -271,6 +271,34 @@ class ApprovalsStore:
         return records
 
 
+    # -- egress (a sandbox's names; `agents.<id>.egress.allow`, beside OpenClaw's keys, kept by its reader)
+
+    def egress_allow(self, agent_id: str) -> list[str]:
+        """The names an allow-always admitted for the agent's sandboxes (its own and `agents.*`)."""
+        data = self.snapshot()
+        out: list[str] = []
+        for name in (WILDCARD_AGENT, normalize_agent_id(agent_id)):
+            block = data.agents.get(name)
+            raw = block.extra.get("egress") if block is not None else None
+            allow = raw.get("allow") if isinstance(raw, dict) else None
+            if isinstance(allow, list):
+                out += [item for item in allow if isinstance(item, str)]
+        return out
+
+    def persist_egress_allow(self, agent_id: str, entry: str) -> None:
+        """An allow-always for a name: added to `agents.<id>.egress.allow` once."""
+        name = normalize_agent_id(agent_id)
+        with self._edit() as current:
+            block = current.agents.setdefault(name, PolicyBlock())
+            # New objects, never edits in place: the edit compares the file before and after.
+            egress = block.extra.get("egress")
+            egress = dict(egress) if isinstance(egress, dict) else {}
+            allow = egress.get("allow")
+            allow = list(allow) if isinstance(allow, list) else []
+            if entry not in allow:
+                block.extra["egress"] = {**egress, "allow": [*allow, entry]}
+
+
 def _add(
     current: ApprovalsFile, name: str, new: AllowlistRecord, source: str | None, now_ms: int | None
 ) -> AllowlistRecord:

@@ -37,6 +37,7 @@ __all__ = [
     "analyze_command",
     "inline_eval",
     "names",
+    "redirections",
 ]
 
 MAX_COMMAND_CHARS = 16_384
@@ -518,3 +519,21 @@ def _attach_heredocs(
             segment = segment._replace(heredocs=tuple(docs))
         out.append(segment)
     return tuple(out)
+
+
+_REDIRECTS = frozenset({"file_redirect", "herestring_redirect"})
+
+
+def redirections(command: str) -> list[str]:
+    """The redirections in `command` as written (`> /tmp/out`, `2>&1`), for a refusal that names them; the
+    analysis itself only says `redirection`."""
+    data = command.encode("utf-8", "surrogatepass")
+    found: list[str] = []
+    todo = [_parser().parse(data).root_node]
+    while todo and len(found) < 8:
+        node = todo.pop()
+        if node.type in _REDIRECTS:
+            found.append(data[node.start_byte : node.end_byte].decode("utf-8", "replace"))
+            continue
+        todo.extend(reversed(node.children))
+    return found

@@ -13,7 +13,15 @@ from typing import Any
 
 from engine.commands.allowlist import AllowlistResult, SegmentMatch, pin_path, render_bound
 from engine.commands.analysis import CommandAnalysis, Segment
-from engine.commands.interpoptions import FILE, MODULE, STDIN, UNKNOWN, family, program_source
+from engine.commands.interpoptions import (
+    FILE,
+    MODULE,
+    STDIN,
+    UNKNOWN,
+    family,
+    loaded_values,
+    program_source,
+)
 from engine.commands.interpreters import name_of
 from engine.commands.which import DEFAULT_PATH
 
@@ -119,7 +127,7 @@ _FILE_FLAG = {"awk": "-f", "gawk": "-f", "mawk": "-f", "nawk": "-f", "sed": "-f"
 class ContentItem:
     """One file the command runs or reads as code, as it was when the command was decided."""
 
-    role: str  # executable | interpreter | script | wrapper
+    role: str  # executable | interpreter | script | wrapper | loaded (a preload) | file (named, unparsed)
     path: str  # as shown: the pinned path or the operand, made absolute
     real: str  # the file itself (symlinks resolved): what is opened and hashed
     sha256: str | None  # None: the file did not exist (it must not appear before the run)
@@ -156,6 +164,9 @@ class ContentBinding:
     # so no approval can be bound to it and allow-always is not offered (issue 27 §5).
     unbound: bool = False
     notes: tuple[str, ...] = ()  # what the run also loads, unbound (imports from agent-writable files)
+    # An interpreter option no grammar covers (or a preload node searches for): what it loads is not a
+    # file the text names, so allow-always is not offered either; `notes` says why.
+    opaque: bool = False
 
     def to_json(self) -> list[dict[str, Any]]:
         return [item.to_json() for item in self.items]
@@ -496,29 +507,58 @@ def bind(
                 file_item("script", os.path.abspath(named), real, here, operand, reader=reader, word=word)
 
     walk(analysis.segments, result.segments, ())
-    unbound = False
+    unbound = searched = opaque = False
     notes: list[str] = []
     whole = not analysis.ok  # unparsed: every file the text names is bound whole
     for segment in _plain_segments(analysis.segments):
         source = program_source(segment.argv)
         if source is None:
             continue
+        for value in loaded_values(segment.argv):
+            # `node -r ./hook.js app.js`: the preload runs before the program, so it is bound like it. A
+            # bare name (`-r dotenv/config`) is searched for (node_modules up the tree): nothing to bind.
+            named = os.path.abspath(os.path.join(cwd, value))
+            if os.path.isfile(named):
+                file_item("loaded", named, os.path.realpath(named), (), -1)
+            elif value.startswith(("/", "./", "../")):
+                add(ContentItem("loaded", named, os.path.realpath(named), None, 0, True, (), -1))
+            elif family(segment.argv[0]) in ("node", "nodejs") and not searched:
+                searched = True
+                notes.append(
+                    f"Warning: node preloads {value!r}, found by a search of node_modules up the tree: it "
+                    "cannot be bound, so allow-always is not offered."
+                )
         if source.kind in (STDIN, MODULE, UNKNOWN):
             whole = True  # `cat x.sh | sh`, `sh < x.sh`: the program is whatever those files hold
             unbound = unbound or source.kind != UNKNOWN
+        if source.kind == UNKNOWN:
+            # An option no grammar covers may load anything from anywhere (`node --env-file=.env` sets
+            # NODE_OPTIONS, `python3 -X pycache_prefix=./pc` takes the standard library's bytecode from
+            # ./pc): the files the text names are bound for this run, but nothing can be saved.
+            opaque = True
         elif source.kind == FILE and family(segment.argv[0]) in ("python", "pypy"):
             note = _imports_note(segment.argv[source.index], cwd)
             if note:
                 notes.append(note)
     if whole:
-        words = _file_words(command if command is not None else "", analysis, cwd)
+        words, absent = _file_words(command if command is not None else "", analysis, cwd)
         for word in words:
             real = os.path.realpath(os.path.join(cwd, word))
             file_item("file", os.path.abspath(os.path.join(cwd, word)), real, (), -1)
+        for word in absent:
+            named = os.path.abspath(os.path.join(cwd, word))
+            add(ContentItem("file", named, os.path.realpath(named), None, 0, True, (), -1))
         unbound = unbound and not words
         if not words and not analysis.ok and _names_interpreter(command or ""):
             unbound = True
-    return ContentBinding(tuple(items), analysis, result, tuple(problems), unbound, tuple(notes))
+    if opaque:
+        notes.append(
+            "Warning: an interpreter is given an option exechost does not model: what that option loads "
+            "cannot be bound, so allow-always is not offered."
+        )
+    return ContentBinding(
+        tuple(items), analysis, result, tuple(problems), unbound, tuple(notes), searched or opaque
+    )
 
 
 def _plain_segments(segments: Sequence[Segment]) -> list[Segment]:
@@ -543,17 +583,37 @@ def _words(command: str) -> list[str]:
         return command.split()
 
 
-def _file_words(command: str, analysis: CommandAnalysis, cwd: str) -> list[str]:
-    """Every word of the command (or of its segments) naming an existing regular file."""
+def _file_words(command: str, analysis: CommandAnalysis, cwd: str) -> tuple[list[str], list[str]]:
+    """Every file the command's words name (or its segments'), in every spelling a program may read one:
+    a word itself, the value of an option word (`--env-file=.env`) and an attached short value
+    (`-r./x.js`). An option nobody modelled may read any of them as code or as settings for code. Also
+    the option values that name a path (`=./x`, `=.env`) but do not exist yet: they must stay absent."""
     if command:
         words = _words(command)
     else:
         words = [w for seg in _plain_segments(analysis.segments) for w in seg.argv]
     out: list[str] = []
+    absent: list[str] = []
     for word in dict.fromkeys(words):
-        if word and not word.startswith("-") and os.path.isfile(os.path.join(cwd, word)):
-            out.append(word)
-    return out[:64]
+        if not word.startswith("-"):
+            names = [word]
+        else:
+            _name, eq, value = word.partition("=")
+            names = [value] if eq else []
+            if not word.startswith("--") and len(word) > 2:
+                names.append(word[2:])
+        for name in names:
+            path = os.path.join(cwd, name)
+            if name and os.path.isfile(path):
+                out.append(name)
+            elif (
+                word.startswith("-")
+                and name
+                and ("/" in name or name.startswith("."))
+                and (not os.path.lexists(path))
+            ):
+                absent.append(name)
+    return list(dict.fromkeys(out))[:64], list(dict.fromkeys(absent))[:64]
 
 
 def _names_interpreter(command: str) -> bool:

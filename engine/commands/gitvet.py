@@ -11,6 +11,8 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from engine.commands.gitindex import UnreadableIndex, gitlinks
+
 # Keys whose values git only ever uses as data (names, refs, flags, numbers), never as a program, a
 # driver, a path to something that runs, an include, an alias or a URL rewrite. Everything else in a
 # repository's config — every key nobody has listed yet included — makes the command ask.
@@ -459,19 +461,27 @@ def _config_files(repo: Repo) -> Iterator[str]:
             yield os.path.join(root, "config")
 
 
-def _submodule_repos(git: str, work_tree: str, record: Record | None) -> Iterator[Repo | str]:
+def _submodule_repos(
+    git: str, work_tree: str, record: Record | None, repo: Repo, hash_size: int
+) -> Iterator[Repo | str]:
     """Submodules with their own `.git` in the work tree (absorbed ones live under modules/, vetted with
-    their superproject): git recurses into them too."""
+    their superproject): git recurses into them too. Git enters every gitlink of the index, named in
+    .gitmodules or not (status, diff), so those are read from the index itself; .gitmodules paths too."""
+    paths: list[str] = []
+    index = os.path.join(repo.git_dir, "index")
+    try:
+        paths += gitlinks(index, hash_size)
+    except UnreadableIndex as exc:
+        yield f"{index} {exc}: exechost cannot tell which submodules git would enter"
+        return
     gitmodules = os.path.join(work_tree, ".gitmodules")
-    if not os.path.isfile(gitmodules):
-        return
-    pairs = read_config(git, gitmodules, record)
-    if isinstance(pairs, str):
-        yield f"{gitmodules} {pairs}"
-        return
-    for key, value in pairs:
-        if not key.endswith(".path") or not value:
-            continue
+    if os.path.isfile(gitmodules):
+        pairs = read_config(git, gitmodules, record)
+        if isinstance(pairs, str):
+            yield f"{gitmodules} {pairs}"
+            return
+        paths += [value for key, value in pairs if key.endswith(".path") and value]
+    for value in dict.fromkeys(paths):
         sub = os.path.realpath(os.path.join(work_tree, value))
         dot = os.path.join(sub, ".git")
         if os.path.isdir(dot) and _is_git_dir(dot):
@@ -512,6 +522,7 @@ def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -
         if isinstance(repo, str):
             found.append(Finding("git", cwd, repo))
             continue
+        hash_size = 20
         for path in _config_files(repo):
             real = os.path.realpath(path)
             if real in seen or not os.path.lexists(path):
@@ -526,6 +537,8 @@ def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -
                 continue
             for key, value in pairs:
                 problem = key_problem(key, value)
+                if key.lower() == "extensions.objectformat" and _owns(repo, path):
+                    hash_size = 32 if (value or "").lower() == "sha256" else 20
                 if problem:
                     found.append(Finding("git", path, f"{key} ({problem})"))
                 elif key.lower() == "core.worktree" and value and tree is None and _owns(repo, path):
@@ -537,7 +550,7 @@ def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -
             else:
                 record.nested.append(repo)
         if tree is not None:  # submodules: status, diff and checkout recurse into them
-            queue.extend((sub, None) for sub in _submodule_repos(git, tree, record))
+            queue.extend((sub, None) for sub in _submodule_repos(git, tree, record, repo, hash_size))
     if queue:
         found.append(Finding("git", cwd, "more nested repositories than exechost vets"))
     if record is not None:

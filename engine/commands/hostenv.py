@@ -176,11 +176,45 @@ INERT_ENV_KEYS = names(
 )
 
 
+# An inert key is inert only with a value of its own grammar: a locale name, a zone name, a terminal name,
+# a number. glibc reads a locale or message catalogue from a path a value names (`LANGUAGE=../../tmp/x`
+# made `ls` print the agent's .mo strings as its printf formats), a zone file from `TZ=/path`, ncurses a
+# terminfo entry from a TERM with a slash. Values are allowed by shape, never refused by pattern.
+_LOCALE = r"(?:C|POSIX|[A-Za-z]{2,3}(?:_[A-Za-z]{2,3})?)(?:\.[A-Za-z0-9_-]+)?(?:@[A-Za-z0-9_-]+)?"
+_ZONE_PART = r"[A-Za-z0-9_+-]+"
+_INERT_VALUE = {
+    "LANG": re.compile(f"(?:{_LOCALE})?"),
+    "LANGUAGE": re.compile(f"(?:{_LOCALE})?(?::{_LOCALE})*"),
+    # A zone name under the system's zoneinfo (`Europe/Paris`, `:UTC`) or a POSIX rule (`EST5EDT,M3.2.0`,
+    # `<+03>-3`): no leading slash, no `..`, so no file outside the system's zone directory.
+    "TZ": re.compile(rf":?(?:{_ZONE_PART}(?:/{_ZONE_PART})*|[A-Za-z0-9<>+,.:-]*)"),
+    "TERM": re.compile(r"[A-Za-z0-9_.+-]*"),
+    "COLUMNS": re.compile(r"[0-9]{0,6}"),
+    "LINES": re.compile(r"[0-9]{0,6}"),
+}
+
+
+def inert_value(key: str, value: str) -> bool:
+    """Whether `value` has the shape an inert key's value has (keys without a grammar take any value)."""
+    upper = key.upper()
+    grammar = _INERT_VALUE.get("LANG" if upper.startswith("LC_") else upper)
+    if grammar is None:
+        return True
+    if upper == "TZ" and ".." in value:
+        return False
+    return grammar.fullmatch(value) is not None
+
+
 def foreign_env_keys(overrides: Mapping[str, str] | None, extra: Sequence[str] = ()) -> list[str]:
-    """The keys of `overrides` that are not inert (INERT_ENV_KEYS plus the operator's `extra`): each one
-    makes a command that would run unasked ask instead."""
-    allowed = INERT_ENV_KEYS | {k.upper() for k in extra}
-    return sorted(k for k in (overrides or {}) if str(k).upper() not in allowed)
+    """The keys of `overrides` that are not inert (INERT_ENV_KEYS with a value of its grammar, plus the
+    operator's `extra`): each one makes a command that would run unasked ask instead."""
+    operator = {k.upper() for k in extra}
+    return sorted(
+        k
+        for k, v in (overrides or {}).items()
+        if str(k).upper() not in operator
+        and (str(k).upper() not in INERT_ENV_KEYS or not inert_value(str(k), str(v)))
+    )
 
 
 def inert_env_problem(key: str) -> str | None:

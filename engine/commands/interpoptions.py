@@ -48,6 +48,12 @@ _PYTHON = Grammar(
     long_flags=frozenset({"--version", "--help", "--help-env", "--help-xoptions", "--help-all"}),
     long_valued=frozenset({"--check-hash-based-pycs"}),
 )  # fmt: skip
+# `-X` options that change only diagnostics, encodings or limits. Others load code from a place an option
+# names (`pycache_prefix=DIR`: the standard library's bytecode; `presite=MOD`) or are new: unknown.
+PYTHON_INERT_X = frozenset(
+    {"faulthandler", "showrefcount", "tracemalloc", "importtime", "dev", "utf8", "warn_default_encoding",
+     "no_debug_ranges", "int_max_str_digits", "frozen_modules", "perf", "perf_jit", "cpu_count", "gil"}
+)  # fmt: skip
 _PERL = Grammar(
     flags="acfnpsStTuUvwWX", valued="IMm", attached="idDCxV", inline="eE", digits="l0",
     long_flags=frozenset({"--version", "--help"}), long_valued=frozenset(),
@@ -143,6 +149,10 @@ def _cluster(g: Grammar, word: str, i: int, argv: Sequence[str]) -> int | Source
             # `sh -s args`: the program is stdin, the words after are its arguments
             return Source(STDIN)
         if letter in g.valued:
+            if g is _PYTHON and letter == "X":
+                value = rest or (argv[i + 1] if i + 1 < len(argv) else "")
+                if value.partition("=")[0] not in PYTHON_INERT_X:
+                    return Source(UNKNOWN)
             return i + 1 if rest else i + 2
         if letter in g.attached:
             return i + 1  # its value, if any, is the rest of this word

@@ -80,11 +80,14 @@ class PinnedView:
         return [*self.prefix, *argv]
 
 
-def view_for(tree: TreeVet | None, rereads: Iterable[tuple[str, bytes]] = ()) -> PinnedView:
+def view_for(
+    tree: TreeVet | None, rereads: Iterable[tuple[str, bytes]] = (), anchor: str | None = None
+) -> PinnedView:
     """The view a decided run starts in: `tree` vetted again keeping its bytes (refused as StaleContent
-    when they are not what was decided on), plus the verified scripts that re-read themselves."""
+    when they are not what was decided on), plus the verified scripts that re-read themselves. `anchor`:
+    the cwd's files are re-read through the spawn's fd of the cwd (TreeVet.pin)."""
     try:
-        record = tree.pin() if tree is not None and tree.commands else None
+        record = tree.pin(anchor) if tree is not None and tree.commands else None
         return pinned_view(record, rereads)
     except (TreeChanged, PinError) as exc:
         raise StaleContent(str(exc)) from None
@@ -189,3 +192,27 @@ def pinned_view(record: Record | None, files: Iterable[tuple[str, bytes]] = ()) 
 
 def is_git(argv: Sequence[str]) -> bool:
     return bool(argv) and name_of(argv[0]) == "git"
+
+
+def open_checked_dir(cwd: str, identity: Sequence[tuple[str, str, int, int]]) -> int:
+    """An fd of `cwd`, refused (StaleContent) unless it is the directory the decision recorded for it
+    (the identity's entry for the cwd: device and inode). The fd, not the path, is what the run is then
+    held to."""
+    fd = os.open(cwd, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    # identity() records the cwd last; by the same string when the decision was given this one
+    wanted = [(dev, ino) for path, _real, dev, ino in identity if path == cwd] or [identity[-1][2:]]
+    if wanted[-1] != (st.st_dev, st.st_ino):
+        os.close(fd)
+        raise StaleContent(f"{cwd} changed since it was approved")
+    return fd
+
+
+def in_checked_cwd(fd: int, command: str) -> str:
+    """`command`, run only when the shell's working directory is the directory `fd` holds (the child and
+    bubblewrap change into the cwd by its path; `-ef` compares device and inode, and once the shell is in
+    a directory, no rename changes which one)."""
+    return (
+        f"[ /proc/self/fd/{fd} -ef . ] || {{ echo 'exechost: approval-stale: the working directory "
+        f"changed since it was approved' >&2; exit 126; }}; {command}"
+    )

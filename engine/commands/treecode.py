@@ -108,6 +108,10 @@ TREE_PROGRAMS: dict[str, TreeProgram] = {
         "services, mounts and privileges docker compose starts",
     ),
 }
+# The spawn's directory fd of the cwd, as a path: what is looked up under it is found in the directory that
+# fd holds (the kernel follows the fd, not a name), so a directory exchanged at the cwd's path after the
+# fd was opened and checked is not what the re-vet reads.
+ANCHOR = "/proc/self/fd/"
 # Options naming the directory a program works in, instead of the cwd.
 _DIR_OPTIONS: dict[str, tuple[str, ...]] = {
     "make": ("-C", "--directory"),
@@ -185,13 +189,16 @@ def _home() -> str:
 
 def _dirs(start: str, walk_up: bool) -> Iterator[str]:
     """`start`, then (for programs that search upward) its ancestors; the operator's home and what lies
-    above it hold the operator's own config (~/.npmrc, ~/.cargo), trusted like the global git config."""
+    above it hold the operator's own config (~/.npmrc, ~/.cargo), trusted like the global git config.
+    A start under ANCHOR (the spawn's fd of the cwd) is looked in through that fd, never by its path."""
     here = os.path.realpath(start)
     home = _home()
+    anchored = start.startswith(ANCHOR)
     while True:
         if here == home and here != os.path.realpath(start):
             return
-        yield here
+        yield start if anchored else here
+        anchored = False
         parent = os.path.dirname(here)
         if not walk_up or parent == here:
             return
@@ -199,6 +206,7 @@ def _dirs(start: str, walk_up: bool) -> Iterator[str]:
 
 
 def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) -> list[str]:
+    cwd = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
     starts = [os.path.join(cwd, d) for d in _option_values(argv, _DIR_OPTIONS.get(program, ()))] or [cwd]
     out = [os.path.join(cwd, f) for f in _option_values(argv, _FILE_OPTIONS.get(program, ()))]
     if program == "docker" and "compose" not in argv[1:]:
@@ -217,7 +225,32 @@ def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) 
             out += present
             if spec.stop_at and any(os.path.basename(p) in spec.stop_at for p in present):
                 break
+    if program in ("make", "gmake"):
+        makefiles = out or [os.path.join(s, f) for s in starts for f in spec.files]
+        out += [p for m in makefiles for p in makefile_sources(m)]
     return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
+
+
+def makefile_sources(makefile: str) -> list[str]:
+    """What make could remake `makefile` from before reading it. make treats every makefile it is about to
+    read as a goal, present or not, and its built-in rules make `Makefile` from `Makefile.sh` (`%: %.sh`),
+    `Makefile.c`, `s.Makefile`, `RCS/Makefile,v`, … and then reads what they made. Every built-in
+    prerequisite of a file (and of those, down the chain) is named by the file's own name with something
+    after it, or with `s.` before it, in its directory or in `RCS/`/`SCCS/` below it: all of those are
+    what make may read as this makefile, so they are vetted with it."""
+    directory, name = os.path.split(makefile)
+    out = []
+    for where in (directory, os.path.join(directory, "RCS"), os.path.join(directory, "SCCS")):
+        try:
+            entries = sorted(os.listdir(where))
+        except OSError:
+            continue
+        out += [
+            os.path.join(where, e)
+            for e in entries
+            if e != name and (e.startswith(name) or e.startswith("s." + name) or where != directory)
+        ]
+    return out
 
 
 def findings_for(
@@ -282,20 +315,33 @@ class TreeVet:
     binding: str  # binding() of the findings shown
     shown: tuple[str, ...] = ()  # their warnings, to name what is new
     found: tuple[Finding, ...] = ()  # what the decision was made on (the same read as `binding`)
+    real_cwd: str = ""  # the cwd's real path when decided: what an anchored re-vet names its files by
 
-    def findings(self, record: gitvet.Record | None = None) -> list[Finding]:
+    def findings(self, record: gitvet.Record | None = None, cwd: str | None = None) -> list[Finding]:
         """Every command's findings (`sh -c` payloads included), as of now."""
         now: list[Finding] = []
         for argv, paths in self.commands:
-            now += findings_for(argv, paths, self.cwd, self.roots, record)
+            now += findings_for(argv, paths, cwd or self.cwd, self.roots, record)
         return list(dict.fromkeys(now))
 
-    def pin(self) -> gitvet.Record:
+    def pin(self, anchor: str | None = None) -> gitvet.Record:
         """Vet again, keeping every byte read: the record the run is pinned to (engine.commands.pinned).
-        Raises TreeChanged when those bytes are not what was decided on."""
+        Raises TreeChanged when those bytes are not what was decided on. With `anchor` (ANCHOR + the fd
+        of the directory the run starts in, checked to be the decided cwd), the cwd's files are read
+        through that fd and named, in the record and the binding, by the decided cwd's path."""
         record = gitvet.Record()
-        now = self.findings(record)
-        if binding(now, record.data) != self.binding:
+        now = self.findings(record, anchor)
+        text = binding(now, record.data)
+        if anchor is not None and self.real_cwd:
+            here, real = anchor.rstrip("/") + "/", self.real_cwd.rstrip("/") + "/"
+
+            def move(path: str) -> str:
+                return real + path[len(here) :] if path.startswith(here) else path
+
+            now = [Finding(f.program, move(f.path), f.what) for f in now]
+            record.data = {move(k): v for k, v in record.data.items()}
+            text = binding(now, dict(record.data))
+        if text != self.binding:
             new = [f for f in now if f.warning() not in self.shown]
             what = f"{new[0].path} now defines {new[0].what}" if new else "a file it would run changed"
             raise TreeChanged(f"the tree changed since the decision ({what})")
@@ -330,4 +376,5 @@ def tree_vet(analysis: CommandAnalysis, result: AllowlistResult, cwd: str, roots
     record = gitvet.Record()
     found = vet.findings(record)
     shown = tuple(f.warning() for f in found)
-    return TreeVet(vet.commands, cwd, vet.roots, binding(found, record.data), shown, tuple(found))
+    text = binding(found, record.data)
+    return TreeVet(vet.commands, cwd, vet.roots, text, shown, tuple(found), os.path.realpath(cwd))

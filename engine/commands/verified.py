@@ -39,13 +39,15 @@ PY_LOADER = (
 
 def read_words(reader: str, copy: str, name: str) -> list[str]:
     """The words that make an interpreter read `copy` while the script keeps `name` as its own: a POSIX
-    shell sources it from `sh -c '. COPY' NAME` ($0 is NAME), Python runs PY_LOADER. Other readers get the
-    copy's path itself."""
+    shell sources it from `sh -c '. COPY' NAME` ($0 is NAME), Python runs PY_LOADER. Other readers (node,
+    perl, ruby, …) get `name` itself: the run's pinned view shows the verified bytes at that path (see
+    VerifiedRun.rereads), and a `/proc/self/fd/N` name breaks them (node's realpath of a memfd fails;
+    relative requires would resolve from /proc/self/fd)."""
     if reader == "sh":
         return ["-c", f". {copy}", name]
     if reader == "python":
         return ["-c", PY_LOADER.format(copy=copy), name]
-    return [copy]
+    return [name]
 
 
 class StaleContent(Exception):
@@ -120,7 +122,9 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
                 fd = sealed_copy(data, os.path.basename(item.real))
                 fds.append(fd)
                 copies[item.real] = f"/proc/self/fd/{fd}"
-                if item.role == "script" and item.reader:  # run under its own name: "$0", __file__
+                if _runs_under_its_name(binding, item):
+                    # "$0", __file__, or a reader given the path itself: the view binds these very bytes
+                    # there, read-only.
                     run.rereads += ((item.real, data),)
         run.fds = tuple(fds)
         if substitute:
@@ -133,6 +137,18 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
         run.close()
         raise
     return run
+
+
+def _runs_under_its_name(binding: ContentBinding, item: ContentItem) -> bool:
+    """Whether the run reads `item` by its own path: every script an interpreter is given (sh and Python
+    are handed the copy but keep the name as $0 / __file__), and a `#!` script whose interpreter is
+    neither (node, perl, …: read_words gives them the path)."""
+    if item.role == "script":
+        return True
+    if item.kind != "shebang":
+        return False
+    interp = next((i for i in binding.items if i.role == "interpreter" and i.parent == item.real), None)
+    return interp is not None and reader_of(interp.real) == ""
 
 
 def _check(item: ContentItem) -> bytes | None:

@@ -18,6 +18,7 @@ from engine import statefs
 from engine.commands.hostenv import inert_env_problem
 from engine.commands.interpreters import is_interpreter
 from engine.commands.safebins import SafeBinProfile
+from engine.config.egress import BadName, normalize, parse_pattern
 from engine.config.lines import PathParts
 from engine.config.lines import key_lines as key_lines  # re-exported: part of this module's API
 from engine.config.lines import render_key as render_key
@@ -111,9 +112,46 @@ def load_config_text(
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
+        unclosed = _unclosed_header(text)
+        if unclosed is not None:  # tomllib may blame what follows (`Cannot declare … twice`)
+            number, line = unclosed
+            closing = "]]" if line.lstrip().startswith("[[") else "]"
+            why = f"invalid TOML: the table header {line.strip()!r} has no closing {closing!r} ({exc})"
+            raise ConfigError(target, "", number, why) from exc
         match = re.search(r"\(at line (\d+), column \d+\)", str(exc))
         raise ConfigError(target, "", int(match.group(1)) if match else None, f"invalid TOML: {exc}") from exc
     return _build(target, data, key_lines(text), exists=True, env=env)
+
+
+_HEADER_START = re.compile(r"^\s*\[")
+
+
+def _unclosed_header(text: str) -> tuple[int, str] | None:
+    """The first `[table` / `[[array` line with no closing bracket (before any comment), by line number.
+    Only consulted once the text failed to parse: a value line never starts with `[`, but an array value
+    continued over lines can, so a line is a header only outside an open multi-line array or string."""
+    depth = 0
+    in_string: str | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if in_string is None and depth == 0 and _HEADER_START.match(line):
+            head = line.split("#", 1)[0]
+            if ("]]" if head.lstrip().startswith("[[") else "]") not in head:
+                return number, line
+            continue
+        for i, ch in enumerate(line):
+            if in_string is not None:
+                if line.startswith(in_string, i):
+                    in_string = None
+                continue
+            if line.startswith(('"""', "'''"), i):
+                in_string = line[i : i + 3]
+            elif ch == "#":
+                break
+            elif ch == "[":
+                depth += 1
+            elif ch == "]":
+                depth = max(0, depth - 1)
+    return None
 
 
 # --------------------------------------------------------------------------- validation
@@ -218,6 +256,25 @@ class _Checker:
                 if not is_host_entry(item):
                     raise self.error(parts, f'invalid host entry {item!r} (expected "name:ip")')
             return list(value)
+        if kind == "egresslist":
+            for item in self.strlist(value, parts):
+                try:
+                    parse_pattern(item)
+                except ValueError as exc:
+                    raise self.error(parts, str(exc)) from None
+            return list(value)
+        if kind == "resolvemap":
+            if not isinstance(value, dict):
+                raise self.error(parts, f"expected a table of name = \"address\", got {_type_name(value)}")
+            for k, v in value.items():
+                try:
+                    if normalize(k) != k.lower().rstrip(".") or is_ip(k):
+                        raise BadName(f"{k!r} is not a plain host name")
+                except BadName as exc:
+                    raise self.error([*parts, k], str(exc)) from None
+                if not isinstance(v, str) or not is_ip(v):
+                    raise self.error([*parts, k], f"expected an IP address, got {v!r}")
+            return dict(value)
         if kind == "cpath":
             if not isinstance(value, str):
                 raise self.error(parts, f"expected a string, got {_type_name(value)}")
@@ -366,10 +423,19 @@ def _build(
             sandbox_tools=dict(agent_tools.get("sandbox", {}).get("tools", {})),
             sandbox=dict(parsed.get("sandbox", {})),
             uid=_agent_uid(check, parsed, here, cfg),
+            nodes=list(parsed["nodes"]) if "nodes" in parsed else None,
         )
 
     _check_docker(check, cfg.sandbox.docker)
+    _check_egress(check, cfg.sandbox, ["agents", "defaults", "sandbox"])
+    for agent in cfg.agents.values():
+        if "egress" in agent.sandbox or "docker" in agent.sandbox:
+            _check_egress(check, cfg.sandbox_for(agent.id), ["agents", "list", agent.index, "sandbox"])
     _check_browser(check, sandbox_set.get("browser", {}), ["agents", "defaults", "sandbox", "browser"])
+    _check_rootfs(check, sandbox_set.get("bwrap", {}), ["agents", "defaults", "sandbox", "bwrap"])
+    for agent in cfg.agents.values():
+        agent_parts: PathParts = ["agents", "list", agent.index, "sandbox", "bwrap"]
+        _check_rootfs(check, agent.sandbox.get("bwrap", {}), agent_parts)
     for agent in cfg.agents.values():
         browser_parts: PathParts = ["agents", "list", agent.index, "sandbox", "browser"]
         _check_browser(check, agent.sandbox.get("browser", {}), browser_parts)
@@ -391,6 +457,13 @@ def _build(
             raise check.error(here, f"invalid node name {name!r} (letters, digits, _ . -)")
         _check_node_env(check, parsed, here)
         cfg.nodes[name] = NodeConfig(name=name, **parsed)
+    for agent in cfg.agents.values():
+        for node in agent.nodes or ():
+            if node not in cfg.nodes:
+                known = ", ".join(sorted(cfg.nodes)) or "none configured"
+                raise check.error(
+                    ["agents", "list", agent.index, "nodes"], f"unknown node {node!r} (known: {known})"
+                )
     cfg.gateway = _gateway_config(check, data.get("gateway", {}))
     return cfg
 
@@ -495,12 +568,30 @@ def _check_docker(
             )
 
 
+def _check_egress(check: _Checker, sandbox: SandboxConfig, parts: PathParts) -> None:
+    """Egress is the sandbox's only route out: a Docker network beside it would be another."""
+    mode = sandbox.egress.get("mode", "none")
+    if mode != "none" and sandbox.docker.network not in ("", "none"):
+        raise check.error(
+            [*parts, "egress", "mode"],
+            f'egress mode {mode!r} needs docker.network = "none" (got {sandbox.docker.network!r}): the '
+            "egress proxy must be the only way out",
+        )
+
+
 def _check_browser(check: _Checker, values: Mapping[str, Any], parts: PathParts) -> None:
     if values.get("allow_host_control"):
         raise check.error(
             [*parts, "allowHostControl"],
             "exechost never drives a browser on the host; only the sandboxed browser exists (set false)",
         )
+
+
+def _check_rootfs(check: _Checker, bwrap: Mapping[str, Any], parts: PathParts) -> None:
+    """A bubblewrap rootfs is a directory given by absolute path (`~` allowed): mounted read-only as /."""
+    rootfs = bwrap.get("rootfs")
+    if rootfs is not None and not os.path.isabs(os.path.expanduser(rootfs)):
+        raise check.error([*parts, "rootfs"], f"must be an absolute path, got {rootfs!r}")
 
 
 def _exec_config(values: Mapping[str, Any]) -> ExecConfig:

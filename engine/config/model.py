@@ -118,12 +118,16 @@ class PruneConfig:
 
 @dataclass
 class SandboxConfig:
+    backend: str = "docker"  # docker | bwrap (engine.sandbox.bwrap)
     mode: str = "off"
     scope: str = "agent"
     workspace_access: str = "none"
     workspace_root: str = ""  # filled with <state dir>/sandboxes when unset
     node: str | None = None  # sandboxes on this node (its Docker, its runner), not on the gateway's
     docker: DockerConfig = field(default_factory=DockerConfig)
+    bwrap: dict[str, Any] = field(default_factory=dict)  # `rootfs`; an agent's table replaces the global one
+    # mode, allow, deny, ask, resolve (engine.config.egress); an agent's keys override the global ones
+    egress: dict[str, Any] = field(default_factory=dict)
     browser: BrowserConfig = field(default_factory=BrowserConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)
 
@@ -150,6 +154,7 @@ class GatewayConfig:
 
     agent_group: str | None = None
     agent_socket: str | None = None
+    anonymous: str = "main"  # "none": a connection with only the gateway token is refused
 
 
 @dataclass
@@ -163,6 +168,7 @@ class AgentConfig:
     elevated_enabled: bool | None = None
     sandbox_tools: dict[str, list[str]] = field(default_factory=dict)  # tools.sandbox.tools: allow/deny
     sandbox: dict[str, Any] = field(default_factory=dict)  # docker/prune as nested dicts
+    nodes: list[str] | None = None  # the nodes this agent may use; None: every node
 
 
 @dataclass
@@ -193,6 +199,11 @@ class Config:
         merged.safe_bin_profiles = {**self.exec.safe_bin_profiles, **own.get("safe_bin_profiles", {})}
         return merged
 
+    def may_use_node(self, agent_id: str, node: str) -> bool:
+        """`[[agents.list]] nodes`: the operator's choice of nodes per agent (default: all of them)."""
+        agent = self.agents.get(agent_id)
+        return agent is None or agent.nodes is None or node in agent.nodes
+
     def sandbox_tools_for(self, agent_id: str) -> tuple[list[str], list[str]]:
         """(allow, deny) for a sandboxed session of the agent: the agent's lists replace the global ones."""
         agent = self.agents.get(agent_id)
@@ -211,7 +222,8 @@ class Config:
         """One top-level `sandbox` setting of the agent (its own, else the global one), without building
         the whole merged view: the exec path reads `mode`, `node` and `workspace_root` on every call."""
         agent = self.agents.get(agent_id)
-        if agent is not None and name in agent.sandbox and name not in ("docker", "browser", "prune"):
+        nested = ("docker", "browser", "prune", "egress")
+        if agent is not None and name in agent.sandbox and name not in nested:
             return agent.sandbox[name]
         return getattr(self.sandbox, name)
 
@@ -223,8 +235,11 @@ class Config:
         if agent is None or not agent.sandbox:
             docker, browser = _copy_docker(base.docker), replace(base.browser)
             return replace(base, docker=docker, browser=browser, prune=replace(base.prune))
-        top = {k: v for k, v in agent.sandbox.items() if k not in ("docker", "browser", "prune")}
+        top = {k: v for k, v in agent.sandbox.items() if k not in ("docker", "browser", "prune", "egress")}
         merged = replace(base, **top)
+        # One shared sandbox cannot follow two agents' egress rules: it follows the global ones.
+        if merged.scope != "shared":
+            merged.egress = {**base.egress, **agent.sandbox.get("egress", {})}
         docker, browser, prune = _copy_docker(base.docker), replace(base.browser), replace(base.prune)
         if merged.scope != "shared":
             over = dict(agent.sandbox.get("docker", {}))

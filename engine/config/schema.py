@@ -15,6 +15,8 @@ MIB = 1024 * 1024
 SANDBOX_MODES = ("off", "non-main", "all")
 SANDBOX_SCOPES = ("session", "agent", "shared")
 WORKSPACE_ACCESS = ("none", "ro", "rw")
+# What confines a sandbox: a Docker container, or bubblewrap namespaces with no daemon (engine.sandbox.bwrap).
+SANDBOX_BACKENDS = ("docker", "bwrap")
 # The seed's default image: Debian bookworm with the agent's tools, built by `exechost sandbox setup`
 # (mmdebstrap + docker import, no registry). The busybox one (engine/sandbox/Dockerfile) is the fast path.
 DEFAULT_SANDBOX_IMAGE = "openclaw-sandbox:bookworm-slim"
@@ -50,7 +52,16 @@ ULIMIT_NAMES = (
 MAX_CONTAINER_PREFIX = 63 - 41
 # `workdir` is where the workspace is mounted: never over the root, the kernel's filesystems, the agent
 # workspace mount or exechost's own supervisor mounts (engine.sandbox.settings/supervisor name them).
-RESERVED_WORKDIRS = ("/", "/proc", "/sys", "/dev", "/agent", "/.exechost", "/.exechost-bin")
+RESERVED_WORKDIRS = (
+    "/",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/agent",
+    "/.exechost",
+    "/.exechost-bin",
+    "/.exechost-egress",
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,7 @@ class Spec:
     attr: str
     # str | bool | int | number | size | swap | strlist | envkeys | safebins | strmap | enum | profiles
     # | ulimits | iplist | hostlist | cpath (container path) | prefix (container name prefix)
+    # | egresslist (egress name patterns) | resolvemap (name -> IP address)
     kind: str
     choices: tuple[str, ...] = ()
     clamp: tuple[int, int] | None = None
@@ -146,7 +158,20 @@ BROWSER_KEYS: dict[str, Spec | Table] = {
     "autoStartTimeoutMs": Spec("auto_start_timeout_ms", "int", minimum=1000, maximum=600_000),
     "binds": Spec("binds", "strlist"),
 }
+# `[agents.defaults.sandbox.bwrap]`: the system view a bubblewrap sandbox shows read-only (unset: the host's
+# /usr, /bin, /lib* and a chosen part of /etc; set: every top-level dir of this tree, such as a Debian one).
+BWRAP_KEYS: dict[str, Spec | Table] = {"rootfs": Spec("rootfs", "str")}
+# `[agents.defaults.sandbox.egress]`: a sandbox's only route out, the host's proxy (engine.sandbox.egress).
+EGRESS_MODES = ("none", "allowlist", "open")
+EGRESS_KEYS: dict[str, Spec | Table] = {
+    "mode": Spec("mode", "enum", EGRESS_MODES),
+    "allow": Spec("allow", "egresslist"),
+    "deny": Spec("deny", "egresslist"),
+    "ask": Spec("ask", "bool"),
+    "resolve": Spec("resolve", "resolvemap"),
+}
 SANDBOX_KEYS: dict[str, Spec | Table] = {
+    "backend": Spec("backend", "enum", SANDBOX_BACKENDS),
     "mode": Spec("mode", "enum", SANDBOX_MODES),
     "scope": Spec("scope", "enum", SANDBOX_SCOPES),
     "workspaceAccess": Spec("workspace_access", "enum", WORKSPACE_ACCESS),
@@ -154,6 +179,8 @@ SANDBOX_KEYS: dict[str, Spec | Table] = {
     # A `[nodes.<name>]` whose Docker engine runs this agent's sandboxes (its node runner creates them).
     "node": Spec("node", "str"),
     "docker": Table("docker", DOCKER_KEYS),
+    "bwrap": Table("bwrap", BWRAP_KEYS),
+    "egress": Table("egress", EGRESS_KEYS),
     "browser": Table("browser", BROWSER_KEYS),
     "prune": Table("prune", PRUNE_KEYS),
 }
@@ -191,11 +218,16 @@ AGENT_KEYS: dict[str, Spec | Table] = {
     "user": Spec("user", "str"),
     "tools": Table("tools", TOOLS_KEYS),
     "sandbox": Table("sandbox", SANDBOX_KEYS),
+    # The `[nodes.<name>]` this agent may use (runs, sessions, sandboxes; default: every node).
+    "nodes": Spec("nodes", "strlist"),
 }
 # `[gateway]`: the agents' socket, which admits the members of one group (each mapped by uid to an agent).
 GATEWAY_KEYS: dict[str, Spec | Table] = {
     "agentGroup": Spec("agent_group", "str"),
     "agentSocket": Spec("agent_socket", "str"),
+    # Who a connection that proves only the gateway token is: agent `main` (default), or nobody (refused),
+    # so a credentialed agent that leaves its credential out gains nothing (docs/SECURITY.md).
+    "anonymous": Spec("anonymous", "enum", ("main", "none")),
 }
 # Keys of one safeBinProfiles entry (what engine.commands.safebins.SafeBinProfile.from_config accepts).
 PROFILE_KEYS: dict[str, str] = {

@@ -38,6 +38,7 @@ BACKOFF_MAX_SEC = 30.0
 EventHandler = Callable[["NodeLink", NodeEvent], None]
 # A node's own request (an approval relay): its payload, or raise NodeError for an error response.
 RequestHandler = Callable[["NodeLink", Request], Awaitable[dict[str, Any]]]
+HelloCheck = Callable[["NodeLink", Hello], None]  # raises NodeError to refuse the node
 
 
 class NodeError(ExecHostError):
@@ -138,12 +139,14 @@ class NodeLink:
         *,
         on_event: EventHandler | None = None,
         on_request: RequestHandler | None = None,
+        on_hello: HelloCheck | None = None,
         connect_timeout: float = CONNECT_TIMEOUT_SEC,
         reconnect: bool = True,
     ) -> None:
         self.cfg = cfg
         self.on_event = on_event
         self.on_request = on_request
+        self.on_hello = on_hello  # may refuse a node by its hello (raises NodeError) before it is connected
         self.connect_timeout = connect_timeout
         self.reconnect = reconnect
         self.state = "down"
@@ -258,6 +261,8 @@ class NodeLink:
                 f"node {self.name}: exechost {frame.version} there speaks node protocol {frame.protocol}, "
                 f"this gateway speaks {PROTOCOL}: install the same exechost version on the node"
             )
+        if self.on_hello is not None:
+            self.on_hello(self, frame)
         self.hello = frame
         self.rtt_ms = (time.monotonic() - started) * 1000
         self.state = "connected"

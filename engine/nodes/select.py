@@ -59,6 +59,10 @@ def select_node(candidates: Sequence[Candidate], query: str | None, bound: str |
     if bound and query and query.strip() != bound.strip():
         raise NodeSelectError(f"exec node not allowed (bound to {bound})")
     q = (query or bound or "").strip()
+    if not candidates and q:
+        raise NodeSelectError(
+            f"unknown node: {q} (no nodes are configured; add one with: exechost nodes add NAME --host HOST)"
+        )
     if not candidates:
         raise NodeSelectError(
             "exec host=node requires a paired node (none available). "

@@ -24,7 +24,7 @@ from engine.commands.allowlist import (
     identity,
     pinned_command,
 )
-from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command
+from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command, redirections
 from engine.commands.content import ContentBinding, bind
 from engine.commands.hostenv import foreign_env_keys, own_environ
 from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet
@@ -216,7 +216,8 @@ def evaluate(
     if foreign_env:
         warnings.append(
             f"Warning: the agent sets env {', '.join(foreign_env)}: not on the inert list "
-            "(tools.exec.inertEnv), so the command cannot run unasked."
+            "(tools.exec.inertEnv) or with a value not shaped like its kind (a locale, zone or terminal "
+            "name), so the command cannot run unasked."
         )
     satisfied = analysis.ok and result.satisfied and not found and not foreign_env
     binding = approval_binding(analysis, cwd or os.getcwd(), env_overrides)
@@ -246,7 +247,7 @@ def evaluate(
 
     def done(decision: str, reason: str, step: PolicyStep | None, ask_needed: bool = False) -> Decision:
         offered = allowed_decisions(policy.ask) if decision == "ask" else ()
-        if content is not None and content.unbound:
+        if content is not None and (content.unbound or content.opaque):
             # A program from stdin or a search path: nothing an allow-always could hold it to.
             offered = tuple(d for d in offered if d != "allow-always")
         always = "allow-always" in offered
@@ -444,7 +445,11 @@ def explain(decision: Decision) -> str:
         )
     lines.append(f"Command: {d.command}")
     if not d.analysis_ok:
-        lines.append(f"Analysis: failed closed ({d.analysis_reason or 'unparseable'})")
+        reason = d.analysis_reason or "unparseable"
+        found = redirections(d.command) if reason == "redirection" else []
+        if found:  # which one: the operator should not have to find it in the command
+            reason += ": " + ", ".join(found)
+        lines.append(f"Analysis: failed closed ({reason})")
     if d.segments:
         lines.append("Segments:")
         for i, seg in enumerate(d.segments, 1):

@@ -134,6 +134,30 @@ def host_not_allowed_text(configured: str, requested: str, sandbox_available: bo
     return text
 
 
+def _named_node(params: Mapping[str, Any]) -> str | None:
+    value = params.get("node")
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _sandboxes(configured: str, sandbox_available: bool) -> bool:
+    """The configured host keeps this session in a sandbox (where a call's node= places that sandbox)."""
+    return sandbox_available and configured in ("sandbox", "auto")
+
+
+def node_not_allowed_text(node: str, host_step: PolicyStep, sandbox_available: bool) -> str:
+    """A call named a node the configured host never runs on: say which setting, and its values that would."""
+    hosts = [h for h in ("auto", "node") if target_allowed(h, "node", sandbox_available)]
+    if host_step.layer == LAYER_SESSION:
+        fix = " or ".join(f"/exec host={h}" for h in hosts)
+    else:
+        fix = f"{host_step.key} = " + " or ".join(f'"{h}"' for h in hosts)
+    where = "built-in default" if host_step.layer == LAYER_BUILTIN else host_step.layer
+    return (
+        f'exec host not allowed for node={node}: {host_step.key} is "{host_step.value}" ({where}), which '
+        f"runs nothing on a node; set {fix} to run a call that names a node there. Nothing ran."
+    )
+
+
 SANDBOX_REQUIRED_TEXT = (
     "exec host=sandbox requires a sandbox runtime for this session.\n"
     'Enable sandbox mode (`agents.defaults.sandbox.mode="non-main"` or `"all"`) '
@@ -263,13 +287,29 @@ def resolve_policy(
         host_step = PolicyStep(LAYER_BUILTIN, "tools.exec.host", "sandbox")
     configured = host_step.value
     requested = normalize_host(params.get("host"))
-    if requested is not None:
+    named = _named_node(params)
+    if named is not None and requested == "auto":
+        requested = None  # auto picks the named node, when the configured host lets a call pick
+    if named is not None and requested is None and not _sandboxes(configured, sandbox_available):
+        # A call that names a node runs on that node or not at all: an operator approving "node build"
+        # must never have it run here. (A sandboxed session's node= puts its sandbox on that node.)
+        if not target_allowed(configured, "node", sandbox_available):
+            raise PolicyError(node_not_allowed_text(named, host_step, sandbox_available), host_step)
+        requested = "node"
+        host_step = PolicyStep(LAYER_PARAM, f"node={named} host", "node")
+    elif requested is not None:
         if not target_allowed(configured, requested, sandbox_available):
             raise PolicyError(
                 host_not_allowed_text(configured, requested, sandbox_available),
                 PolicyStep(LAYER_PARAM, "host", requested),
             )
         host_step = PolicyStep(LAYER_PARAM, "host", requested)
+    if named is not None and requested not in (None, "node", "sandbox"):
+        raise PolicyError(
+            f"exec host={requested} cannot run on node={named}: ask for host=node, or name no node to run "
+            "here. Nothing ran.",
+            PolicyStep(LAYER_PARAM, "host", requested),
+        )
     trail.append(host_step)
     selected = requested or configured
     if mode != "off":
@@ -339,12 +379,12 @@ def resolve_policy(
         ask_fallback = security
         trail.append(PolicyStep(LAYER_CAP, "askFallback", ask_fallback))
 
-    # Node binding: per-call, session, agent, global.
-    node_param = params.get("node")
-    node: str | None = node_param.strip() if isinstance(node_param, str) and node_param.strip() else None
+    # Node binding: per-call, session, agent, global. Only a node run (or a sandbox on a node) has one: a
+    # bound tools.exec.node must not label a gateway run "Node: build".
+    node = named
     if node is not None:
         trail.append(PolicyStep(LAYER_PARAM, "node", node))
-    else:
+    elif host == "node":
         node_step = layered("node", "node", ov.node.strip() if ov.node and ov.node.strip() else None)
         if node_step is not None:
             node = node_step.value

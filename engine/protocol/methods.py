@@ -35,6 +35,7 @@ class Method(StrEnum):
     SANDBOX_EXPLAIN = "sandbox.explain"
     SANDBOX_RECREATE = "sandbox.recreate"
     SANDBOX_PRUNE = "sandbox.prune"
+    SANDBOX_EGRESS = "sandbox.egress"  # recent egress connections (engine.sandbox.egress)
     BROWSER = "browser"
     BROWSER_START = "browser.start"
     BROWSER_STOP = "browser.stop"
@@ -65,6 +66,7 @@ class EventName(StrEnum):
     APPROVAL_RESOLVED = "approval.resolved"
     SYSTEM_EVENT = "system.event"
     SANDBOX_PROGRESS = "sandbox.progress"
+    EGRESS_CONNECTION = "egress.connection"  # sandboxes topic: one connection through the egress proxy
     BROWSER_UPDATED = "browser.updated"  # sandboxes topic: a browser started, stopped or changed page
     # Sent only to the connection whose `exec` now waits for a human (no subscription needed); `callId`
     # echoes the exec params' optional `callId`.

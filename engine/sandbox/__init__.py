@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import posixpath
 from dataclasses import dataclass, field, replace
@@ -10,7 +11,7 @@ from typing import Any
 
 from engine.policy.decision import Decision
 from engine.results import ToolError
-from engine.sandbox import docker_ops
+from engine.sandbox import bwrap, docker_ops
 from engine.sandbox import supervisor as sv
 from engine.sandbox.launcher import SandboxLauncher
 from engine.sandbox.manager import Ensured, SandboxError, SandboxManager
@@ -143,6 +144,10 @@ async def prepare_exec(
         path_prepend = list(config.exec_for(agent_id).path_prepend or [])
     base_env = {"HOME": settings.docker.workdir}
     known = mgr._known.get(lay.name)
+    has_busybox = known.has_busybox if known else (sv.bin_dir() / "busybox").exists()
+    terminal = None
+    if settings.backend == "bwrap":
+        terminal = functools.partial(bwrap.terminal, settings, lay, has_busybox, mgr.session_host)
     launcher = SandboxLauncher(
         container=lay.name,
         channel=sv.Channel(lay.name),
@@ -150,12 +155,13 @@ async def prepare_exec(
         explicit_env=frozenset(settings.docker.env),
         base_env=base_env,
         path_prepend=":".join(path_prepend) if path_prepend else None,
-        has_busybox=known.has_busybox if known else (sv.bin_dir() / "busybox").exists(),
+        has_busybox=has_busybox,
         cwd=cwd,
         roots=(settings.docker.workdir,) + ((AGENT_MOUNT,) if lay.agent_mount else ()),
         activity=mgr.activity(lay.name),
         session_host=mgr.session_host,
         use_slots=not ensured.stale,  # a stale container may still run a supervisor older than slots
+        terminal=terminal,
     )
     return SandboxExec(
         launcher=launcher,
@@ -180,6 +186,8 @@ def with_sandbox_refusal(decision: Decision, config: Any, agent_id: str) -> Deci
     lay = layout(settings, agent_id, main_session_key(agent_id))
     try:
         validate_docker(settings.docker, [lay.workspace_dir, lay.agent_workspace])
+        if settings.backend == "bwrap" and settings.docker.network not in ("", "none"):
+            raise ValueError(bwrap.network_refusal(lay.name, settings.docker.network))
     except ValueError as exc:
         return replace(decision, decision="deny", reason=str(exc), requires_approval=False)
     return decision

@@ -8,8 +8,9 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
-from engine.sandbox import docker_ops
+from engine.sandbox import bwrap, docker_ops, seccomp
 from engine.sandbox.browser import BrowserManager, browser_layout, effective_docker
+from engine.sandbox.egress import forwarder
 from engine.sandbox.images import (
     BROWSER_FLAVOUR,
     BROWSER_PACKAGES,
@@ -19,14 +20,17 @@ from engine.sandbox.images import (
 )
 from engine.sandbox.manager import SandboxManager
 from engine.sandbox.settings import (
+    Layout,
+    SandboxSettings,
     config_hash,
     is_sandboxed,
     layout,
     main_session_key,
     resolve_settings,
 )
+from engine.sandbox.supervisor import bin_dir, supervisor_command
 from engine.sandbox.toolpolicy import tool_refusal
-from engine.sandbox.validate import SandboxSecurityError, validate_docker
+from engine.sandbox.validate import SandboxSecurityError, sanitize_container_env, validate_docker
 
 T = TypeVar("T")
 
@@ -66,6 +70,21 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
+def _egress_explained(settings: SandboxSettings, lay: Layout) -> dict[str, Any]:
+    """The sandbox's way out: its egress rules, and where its proxy socket is (engine.sandbox.egress)."""
+    e = settings.egress
+    on = e.mode != "none"
+    return {
+        "mode": e.mode,
+        "allow": [p.text for p in e.allow],
+        "deny": [p.text for p in e.deny],
+        "ask": e.ask,
+        "resolve": dict(e.resolve),
+        "socket": str(forwarder.socket_dir(lay.name) / forwarder.SOCKET_NAME) if on else None,
+        "proxy": forwarder.PROXY_URL if on else None,
+    }
+
+
 def explain(config: Any, agent_id: str = "main", session_key: str | None = None) -> dict[str, Any]:
     """What `sandbox explain` shows: the effective config for an agent/session, sandboxed or direct."""
     settings = resolve_settings(config, agent_id)
@@ -86,6 +105,7 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
     except SandboxSecurityError as exc:
         if b.enabled:
             problems.append(f"browser: {exc}")
+    bw = _bwrap_explained(settings, lay, problems) if settings.backend == "bwrap" else None
     allow, deny = config.sandbox_tools_for(agent_id) if config is not None else ([], [])
     elevated = (
         bool(config.elevated_enabled_for(agent_id)) if hasattr(config, "elevated_enabled_for") else False
@@ -104,8 +124,10 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
         "agentWorkspaceDir": lay.agent_workspace,
         "agentMount": lay.agent_mount,
         "containerName": lay.name,
+        "backend": settings.backend,
         "configHash": config_hash(settings, lay),
         "toolPolicy": {"allow": allow, "deny": deny},
+        "egress": _egress_explained(settings, lay),
         "docker": {
             "image": d.image,
             "containerPrefix": d.container_prefix,
@@ -149,9 +171,54 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
             "toolAllowed": tool_refusal("browser", allow, deny) is None,
             "access": "CDP and noVNC on Unix sockets in a 0700 dir; the gateway's token door relays them",
         },
+        "bwrap": bw,
         "prune": {"idleHours": settings.idle_hours, "maxAgeDays": settings.max_age_days},
         "elevated": {"enabled": elevated},
         "problems": problems,
+    }
+
+
+SECCOMP_SHOWN = "<fd: libseccomp filter>"
+
+
+def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]) -> dict[str, Any]:
+    """The bwrap argv the scope's sandbox starts with (env values redacted), and what bounds it."""
+    try:
+        exe = bwrap.find_bwrap()
+    except docker_ops.SandboxUnavailable as exc:
+        problems.append(str(exc))
+        exe = "bwrap"
+    d = settings.docker
+    env = sanitize_container_env(d.env, explicit=d.env.keys()).env
+    has_bb = (bin_dir() / "busybox").exists()
+    try:
+        how = bwrap.plan(settings, lay, bwrap=exe, env=env, seccomp=-1, command=supervisor_command(has_bb))
+        argv = [SECCOMP_SHOWN if a == "-1" else a for a in how.argv]
+        shown_env = bwrap.redacted_env(how.env)
+        limits = {bwrap.PRLIMIT_NAMES[k]: f"{s}:{h}" for k, (s, h) in how.rlimits.items()}
+    except docker_ops.SandboxUnavailable as exc:
+        problems.append(str(exc))
+        argv, limits, shown_env = [], {}, {}
+    if d.network not in ("", "none"):
+        problems.append(f'bwrap: docker.network = "{d.network}" is not available here (no network)')
+    return {
+        "rootfs": settings.bwrap_rootfs,
+        "argv": argv,
+        "env": shown_env,
+        "rlimits": limits,
+        "pidsCap": bwrap.pids_cap(),
+        "refusedSyscalls": list(seccomp.REFUSED_SYSCALLS),
+        "ignoredDockerKeys": [
+            "image",
+            "user",
+            "cpus",
+            "seccompProfile",
+            "apparmorProfile",
+            "dns",
+            "extraHosts",
+            "pool",
+            "memorySwap",
+        ],
     }
 
 

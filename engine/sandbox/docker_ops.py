@@ -12,6 +12,7 @@ from typing import Any
 
 from engine.errors import ExecHostError
 from engine.sandbox import supervisor as sv
+from engine.sandbox.egress import forwarder
 from engine.sandbox.settings import (
     AGENT_MOUNT,
     MOUNT_FORMAT_VERSION,
@@ -170,13 +171,19 @@ def create_kwargs(
         volumes.append(f"{lay.agent_mount}:{AGENT_MOUNT}:ro")
     volumes.append(f"{sv.ctl_dir(lay.name)}:{sv.CTL_MOUNT}:rw")
     volumes.append(f"{sv.bin_dir()}:{sv.BIN_MOUNT}:ro")
+    command = sv.supervisor_command(has_busybox)
+    environment = {**env, "OPENCLAW_CLI": "1"}
+    if settings.egress.mode != "none":  # network none, and the proxy's socket the only way out
+        volumes.append(f"{forwarder.socket_dir(lay.name)}:{forwarder.MOUNT}:ro")
+        command = forwarder.wrap(command)
+        environment.update(forwarder.PROXY_ENV)
     volumes.extend(b.strip() for b in d.binds if b.strip())  # after ours: reserved targets are refused
     kwargs: dict[str, Any] = {
         "image": d.image,
-        "command": sv.supervisor_command(has_busybox),
+        "command": command,
         "name": lay.name,
         "labels": labels,
-        "environment": {**env, "OPENCLAW_CLI": "1"},
+        "environment": environment,
         "working_dir": d.workdir,
         "volumes": volumes,
         "network_mode": d.network or "none",

@@ -9,7 +9,7 @@ import secrets
 import shlex
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from engine.sandbox import slots
@@ -285,8 +285,12 @@ class SandboxLauncher:
         activity: Callable[[int], None] | None = None,
         session_host: Any = None,
         use_slots: bool = False,
+        terminal: Callable[[RunSpec, str, str], Awaitable[Any]] | None = None,
     ) -> None:
         self.container = container
+        # How a PTY command runs when the backend is not Docker (engine.sandbox.backend): (spec, spec script,
+        # marker) -> a handle. None: `docker exec -t` into the container.
+        self._terminal = terminal
         # Ready slots need a supervisor that knows them: false for a container still running an older one.
         self._slots = use_slots
         self._session_host = session_host
@@ -330,6 +334,8 @@ class SandboxLauncher:
         session_id = spec.marker.rsplit("-", 1)[0] if spec.marker else ""
         host = self._session_host
         held = host is not None and bool(session_id) and await host.connect() is not None
+        if spec.pty and self._terminal is not None:
+            return self._track(await self._terminal(spec, self._script(spec, marker, True), marker))
         if spec.pty:
             api = await asyncio.to_thread(self._api_factory)  # the first call connects to the engine
             pty = DockerPtyProcess(api, self._channel, self.container, marker)

@@ -7,14 +7,16 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine import statefs
 from engine.errors import ExecHostError
-from engine.sandbox import docker_ops
+from engine.sandbox import bwrap, docker_ops
 from engine.sandbox import supervisor as sv
+from engine.sandbox.backend import BACKENDS, BWRAP, backend_named, image_of
+from engine.sandbox.egress import forwarder
 from engine.sandbox.pool import ClaimMissed, Pool, PoolEntry, is_pool_name
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
@@ -80,6 +82,12 @@ class SandboxManager:
         self.session_host: Any = None
         # Ready containers per config (engine.sandbox.pool); off until start_pool (the gateway's).
         self.pool = Pool(self.extra_labels, self._run_setup)
+        # The gateway's egress proxy: (sandbox, agent, uid that may use the socket) → listening. Without
+        # it (the engine alone) an egress sandbox has its forwarder but nothing answers: 502 inside.
+        self.egress: Callable[[str, str, int | None], Awaitable[None]] | None = None
+        self.egress_gone: Callable[[str], None] | None = None  # its listener stops with the sandbox
+        self._egress_dirs: set[str] = set()
+        self._writes: set[asyncio.Future[None]] = set()  # registry writes off the request path
 
     @property
     def registry(self) -> Registry:
@@ -154,6 +162,8 @@ class SandboxManager:
 
     # -- ensure -----------------------------------------------------------------------------------
     async def ensure(self, settings: SandboxSettings, lay: Layout, agent_id: str) -> Ensured:
+        if settings.egress.mode != "none":
+            await self._egress_ready(settings, lay, agent_id)
         expected = config_hash(settings, lay)
         known = self._known.get(lay.name)
         channel = sv.Channel(lay.name)
@@ -161,9 +171,107 @@ class SandboxManager:
             await self._touch(lay.name, known)
             return Ensured(lay.name, config_hash=expected)
         async with self._lock(lay.name):
+            if settings.backend == BWRAP:
+                return await self._ensure_bwrap(settings, lay, agent_id, expected, channel)
             result = await self._ensure_slow(settings, lay, agent_id, expected, channel)
         self.pool.want(settings, agent_id)  # refilled off the request path
         return result
+
+    async def _egress_ready(self, settings: SandboxSettings, lay: Layout, agent_id: str) -> None:
+        """The sandbox's proxy socket dir and the forwarder binary exist, and the proxy listens there."""
+        # (a stat: another process — `sandbox recreate` from the CLI — may have removed the dir)
+        if lay.name not in self._egress_dirs or not forwarder.socket_dir(lay.name).is_dir():
+            try:
+                await asyncio.to_thread(forwarder.prepare_dir, lay.name)
+                await asyncio.to_thread(forwarder.ensure_binary)
+            except forwarder.ForwarderUnavailable as exc:
+                raise SandboxError(str(exc)) from None
+            self._egress_dirs.add(lay.name)
+        if self.egress is not None:
+            user = settings.docker.user or workspace_user(lay.workspace_dir)
+            uid = os.geteuid() if settings.backend == BWRAP or user is None else _numeric_uid(user)
+            await self.egress(lay.name, agent_id, uid)
+
+    async def _ensure_bwrap(
+        self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str, channel: sv.Channel
+    ) -> Ensured:
+        """The scope's bubblewrap sandbox: kept while it runs with this config (or is hot), else started.
+        A sandbox that stopped is gone (a namespace cannot be restarted): a new one gets the workspace."""
+        state = await asyncio.to_thread(bwrap.inspect, lay.name)
+        warnings: list[str] = []
+        if state.exists and state.running and state.config_hash != expected:
+            entry = await asyncio.to_thread(self.registry.get, lay.name)
+            last_used = entry.lastUsedAtMs if entry else None
+            busy = self.active.get(lay.name, 0) > 0
+            if busy or not last_used or now_ms() - last_used < HOT_WINDOW_MS:
+                hint = recreate_hint(settings, lay, agent_id)
+                warnings.append(
+                    f"Sandbox config changed for {lay.name} (recently used). Recreate to apply: {hint}"
+                )
+                if not channel.alive():
+                    await channel.wait_ready()
+                await self._touch(lay.name, None)
+                return Ensured(lay.name, warnings=warnings, config_hash=state.config_hash or "", stale=True)
+        if state.exists and state.running and channel.alive() and state.config_hash == expected:
+            self._known[lay.name] = _Known(expected, (sv.bin_dir() / "busybox").exists())
+            await self._touch(lay.name, self._known[lay.name], force=True)
+            return Ensured(lay.name, config_hash=expected)
+        if state.exists:
+            self._progress(lay.name, "removing sandbox with outdated config or no supervisor")
+            await asyncio.to_thread(bwrap.remove, lay.name)
+        try:
+            validate_docker(settings.docker, [lay.workspace_dir, lay.agent_workspace])
+        except ValueError as exc:
+            raise SandboxError(str(exc)) from None
+        if settings.docker.network not in ("", "none"):
+            raise SandboxError(bwrap.network_refusal(lay.name, settings.docker.network))
+        await asyncio.to_thread(_check_workspaces, settings, lay)
+        channel.prepare()
+        _, has_bb = await asyncio.to_thread(sv.ensure_bin_dir)
+        env, env_warnings = self.container_env(settings)
+        warnings.extend(env_warnings)
+        created_at = now_ms()
+        self._progress(lay.name, "starting bwrap sandbox")
+        try:
+            await asyncio.to_thread(
+                bwrap.start,
+                settings,
+                lay,
+                env=env,
+                config_hash=expected,
+                created_at_ms=created_at,
+                has_busybox=has_bb,
+            )
+        except docker_ops.SandboxUnavailable as exc:
+            raise SandboxError(str(exc)) from None
+        except OSError as exc:
+            raise SandboxError(f"Failed to start bwrap sandbox {lay.name}: {exc}") from None
+        entry = RegistryEntry(
+            containerName=lay.name,
+            sessionKey=lay.scope_key,
+            createdAtMs=created_at,
+            lastUsedAtMs=created_at,
+            image=settings.bwrap_rootfs or "host",
+            configHash=expected,
+            backendId=BWRAP,
+            agentId=agent_id,
+        )
+        # The registry write (a lock and an fsync: tens of ms on a busy disk) is off the first command's
+        # path: until it lands, the sandbox is found by its runtime record (list, prune, recreate).
+        self._record_later(entry)
+        try:
+            await channel.wait_ready(timeout=10.0, step=0.001)
+        except sv.SupervisorUnavailable:
+            said = await asyncio.to_thread(bwrap.failure, lay.name)
+            await self.settle()  # its registry row first, so the removal takes it too
+            await asyncio.to_thread(self.remove_runtime, lay.name)
+            raise SandboxError(
+                f"bwrap sandbox {lay.name} did not start" + (f": {said}" if said else ".")
+            ) from None
+        if settings.docker.setup_command:
+            await self._setup(settings, lay)
+        self._known[lay.name] = _Known(expected, has_bb, created_at)
+        return Ensured(lay.name, created=True, warnings=warnings, config_hash=expected)
 
     async def _ensure_slow(
         self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str, channel: sv.Channel
@@ -309,13 +417,28 @@ class SandboxManager:
         )
         self._progress(lay.name, "container started")
 
+    def _record_later(self, entry: RegistryEntry) -> None:
+        task = asyncio.ensure_future(asyncio.to_thread(self.registry.replace, entry))
+        self._writes.add(task)
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Future[None]) -> None:
+        self._writes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("sandbox registry not updated: %s", task.exception())
+
+    async def settle(self) -> None:
+        """Registry writes still on their way (tests, shutdown)."""
+        while self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
+
     async def _setup(self, settings: SandboxSettings, lay: Layout) -> None:
         """setupCommand once after the first start; on failure the container goes, so the next use retries."""
         self._progress(lay.name, "running setupCommand")
         failure = await self._run_setup(lay.name, settings)
         if failure is not None:
-            await asyncio.to_thread(docker_ops.remove, lay.name)
-            await asyncio.to_thread(self.registry.remove, lay.name)
+            await self.settle()
+            await asyncio.to_thread(self.remove_runtime, lay.name)
             raise SandboxError(f"Sandbox setupCommand failed in {lay.name} {failure}")
 
     async def _run_setup(self, name: str, settings: SandboxSettings) -> str | None:
@@ -365,7 +488,12 @@ class SandboxManager:
         return count
 
     def forget(self, name: str) -> None:
+        """The sandbox is gone: nothing of it stays known, and its egress socket and dir go too."""
         self._known.pop(name, None)
+        self._egress_dirs.discard(name)
+        if self.egress_gone is not None:
+            self.egress_gone(name)
+        forwarder.remove_dir(name)
 
     # -- prune ------------------------------------------------------------------------------------
     async def maybe_prune(self, settings: SandboxSettings, *, force: bool = False) -> list[str]:
@@ -379,8 +507,12 @@ class SandboxManager:
         return await asyncio.to_thread(self._prune, settings.idle_hours, settings.max_age_days)
 
     def prune_pool(self, config: Any, *, everything: bool = False) -> list[str]:
-        """Unclaimed pool containers whose key the config no longer asks for (all: `everything`); blocking."""
-        return self.pool.prune(config, everything=everything)
+        """Unclaimed pool containers whose key the config no longer asks for (all: `everything`); blocking.
+        No Docker engine, no spares (a bwrap-only host prunes and recreates without one)."""
+        try:
+            return self.pool.prune(config, everything=everything)
+        except docker_ops.SandboxUnavailable:
+            return []
 
     def _prune(self, idle_hours: float, max_age_days: float) -> list[str]:
         if idle_hours <= 0 and max_age_days <= 0:
@@ -395,7 +527,7 @@ class SandboxManager:
             if (idle_hours > 0 and idle > idle_hours * 3_600_000) or (
                 max_age_days > 0 and age > max_age_days * 86_400_000
             ):
-                docker_ops.remove(entry.containerName)
+                backend_named(entry.backendId, entry.containerName).remove(entry.containerName)
                 with contextlib.suppress(*_REGISTRY_ERRORS):
                     self.registry.remove(entry.containerName)
                 self.forget(entry.containerName)
@@ -406,7 +538,19 @@ class SandboxManager:
     def list_runtimes(self, config: Any) -> list[dict[str, Any]]:
         """Registry entries joined with live Docker state and the config they should have now."""
         entries = {e.containerName: e for e in self.registry.read()}
-        live = {str(c["Names"][0]).lstrip("/"): c for c in docker_ops.list_sandboxes()}
+        live: dict[str, dict[str, Any]] = {}
+        for backend in BACKENDS.values():
+            try:
+                found = backend.runtimes()
+            except docker_ops.SandboxUnavailable:
+                # No Docker engine answers (a bwrap-only machine): its sandboxes are listed from the registry.
+                if not any(e.backendId == backend.id for e in entries.values()):
+                    continue
+                raise
+            for rt in found:
+                state = "running" if rt.running else "exited"
+                live[rt.name] = {"State": state, "Labels": rt.labels, "Image": rt.image}
+                live[rt.name]["backend"] = rt.backend
         stamp = now_ms()
         rows: list[dict[str, Any]] = []
         for name in sorted(set(entries) | set(live)):
@@ -440,8 +584,8 @@ class SandboxManager:
                     "running": bool(c and c.get("State") == "running"),
                     "exists": c is not None,
                     "image": image,
-                    "configuredImage": settings.docker.image,
-                    "imageMatch": image == settings.docker.image,
+                    "configuredImage": image_of(settings),
+                    "imageMatch": image == image_of(settings),
                     "configHash": current_hash,
                     "expectedConfigHash": expected_hash,
                     "configMatch": current_hash == expected_hash and expected_lay.name == name,
@@ -449,17 +593,20 @@ class SandboxManager:
                     "lastUsedAtMs": last_used,
                     "ageMs": max(0, stamp - created) if created else None,
                     "idleMs": max(0, stamp - last_used) if last_used else None,
-                    "backend": "docker",
+                    "backend": str((c or {}).get("backend") or (entry.backendId if entry else "docker")),
                 }
             )
         return rows
 
     def remove_runtime(self, name: str) -> bool:
-        ok = docker_ops.remove(name)
-        with contextlib.suppress(*_REGISTRY_ERRORS):  # the container is gone; a stale row is pruned later
+        entry = None
+        with contextlib.suppress(*_REGISTRY_ERRORS):
+            entry = self.registry.get(name)
+        ok = backend_named(entry.backendId if entry else None, name).remove(name)
+        with contextlib.suppress(*_REGISTRY_ERRORS):  # the sandbox is gone; a stale row is pruned later
             self.registry.remove(name)
         self.forget(name)
-        return ok or docker_ops.inspect(name).exists is False
+        return ok
 
 
 def _check_workspaces(settings: SandboxSettings, lay: Layout) -> None:
@@ -481,6 +628,12 @@ def _trusted_root(path: str, workspace_root: str) -> str:
         if path == root or path.startswith(root.rstrip("/") + "/"):
             return root
     return os.path.dirname(path)
+
+
+def _numeric_uid(user: str) -> int | None:
+    """The uid of a container user spec ("uid[:gid]"); None for a named user (root then owns the socket)."""
+    uid = user.partition(":")[0]
+    return int(uid) if uid.isdigit() else None
 
 
 def _agent_of(scope_key: str) -> str:

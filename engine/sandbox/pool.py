@@ -79,8 +79,10 @@ class PoolEntry:
 
 def pool_key(settings: SandboxSettings, extra_labels: Mapping[str, str]) -> str | None:
     """What a pool container is interchangeable by; None when this config is not pooled."""
-    if settings.workspace_access != "none" or settings.docker.pool <= 0:
-        return None
+    if settings.backend != "docker" or settings.workspace_access != "none" or settings.docker.pool <= 0:
+        return None  # (a bubblewrap sandbox starts in milliseconds: nothing to keep ready)
+    if settings.egress.mode != "none":
+        return None  # its proxy socket is bound to its name, which a claim would change
     docker = camel_fields(settings.docker)
     docker.pop("pool")
     payload = {

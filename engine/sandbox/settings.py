@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.config.egress import EgressPolicy
 from engine.config.model import BrowserConfig
 from engine.config.schema import (
     DEFAULT_CONTAINER_PREFIX,
@@ -76,7 +77,10 @@ class SandboxSettings:
     workspace_access: str = "none"
     workspace_root: str = ""
     docker: DockerSettings = field(default_factory=DockerSettings)
+    backend: str = "docker"  # docker | bwrap: what confines the scope (engine.sandbox.backend)
+    bwrap_rootfs: str | None = None  # bwrap: the system view's tree (None: the host's, engine.sandbox.bwrap)
     browser: BrowserConfig = field(default_factory=BrowserConfig)  # its keys as config.toml sets them
+    egress: EgressPolicy = field(default_factory=EgressPolicy)  # the only route out (engine.sandbox.egress)
     idle_hours: float = 24
     max_age_days: float = 7
 
@@ -162,10 +166,17 @@ def resolve_settings(config: Any, agent_id: str) -> SandboxSettings:
         workspace_access=str(top.get("workspace_access", "none")),
         workspace_root=os.path.abspath(os.path.expanduser(str(root))),
         docker=merge_docker(top.get("docker"), None),
+        backend=str(top.get("backend", "docker")),
+        bwrap_rootfs=_rootfs(_layer(top.get("bwrap")).get("rootfs")),
         browser=_browser(_layer(top.get("browser"))),
+        egress=EgressPolicy.from_config(getattr(merged, "egress", None)),
         idle_hours=float(prune.get("idle_hours", 24)),
         max_age_days=float(prune.get("max_age_days", 7)),
     )
+
+
+def _rootfs(value: Any) -> str | None:
+    return os.path.abspath(os.path.expanduser(str(value))) if value else None
 
 
 def _browser(layer: dict[str, Any]) -> BrowserConfig:
@@ -231,7 +242,10 @@ STATE_LABEL = "exechost.stateId"
 def container_name(settings: SandboxSettings, scope_key_value: str) -> str:
     """prefix + install id + scope slug, at most 63 chars; the slug's readable part is what gets cut,
     never its hash suffix, so distinct scopes never share a name."""
-    head = f"{settings.docker.container_prefix}{state_id()}-"
+    # A bubblewrap sandbox has a name of its own: switching an agent's backend never finds the other
+    # backend's sandbox (and its control dir) under the same name.
+    kind = "bw-" if settings.backend == "bwrap" else ""
+    head = f"{settings.docker.container_prefix}{kind}{state_id()}-"
     suffix = "shared" if settings.scope == "shared" else slugify(scope_key_value)
     room = 63 - len(head)
     if len(suffix) > room:
@@ -318,6 +332,11 @@ def _config_hash(settings: SandboxSettings, lay: Layout) -> str:
         "mountFormatVersion": MOUNT_FORMAT_VERSION,
         "supervisor": SUPERVISOR_DIGEST,
     }
+    if settings.egress.mode != "none":  # the proxy's socket and forwarder (its lists apply live, unhashed)
+        payload["egress"] = settings.egress.mode
+    if settings.backend != "docker":  # (absent for Docker: existing containers keep their hash)
+        payload["backend"] = settings.backend
+        payload["bwrapRootfs"] = settings.bwrap_rootfs
     return digest(payload)
 
 

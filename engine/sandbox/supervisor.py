@@ -274,14 +274,16 @@ class Channel:
         finally:
             os.close(dfd)
 
-    async def wait_ready(self, timeout: float = 10.0) -> None:
+    async def wait_ready(self, timeout: float = 10.0, *, step: float | None = None) -> None:
+        """Until the supervisor reads its FIFO. `step`: a fixed polling interval (a bubblewrap sandbox is
+        up in milliseconds: backing off would cost more than the start), else 2 ms doubling to 50 ms."""
         deadline = time.monotonic() + timeout
-        delay = 0.002
+        delay = step or 0.002
         while not self.alive():
             if time.monotonic() > deadline:
                 raise SupervisorUnavailable(f"sandbox supervisor of {self.name} did not start")
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
+            delay = delay if step else min(delay * 2, 0.05)
 
     def kill(self, pid: int, sig: int) -> None:
         self.send(f"kill {signal_mod.Signals(sig).name.removeprefix('SIG')} {int(pid)}")

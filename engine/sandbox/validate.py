@@ -17,7 +17,7 @@ BLOCKED_HOST_PATHS = (
 )  # fmt: skip
 BLOCKED_HOME_SUBPATHS = (".aws", ".cargo", ".config", ".docker", ".gnupg", ".netrc", ".npm", ".ssh")
 # Our own supervisor mounts are reserved too: shadowing them would hijack command dispatch.
-RESERVED_TARGETS = ("/workspace", AGENT_MOUNT, "/.exechost", "/.exechost-bin")
+RESERVED_TARGETS = ("/workspace", AGENT_MOUNT, "/.exechost", "/.exechost-bin", "/.exechost-egress")
 
 
 class SandboxSecurityError(ExecHostError, ValueError):

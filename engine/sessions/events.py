@@ -14,6 +14,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_EVENTS_PER_KEY = 100
+# A node (or any sender) decides how long a text is and how many keys exist: both are capped here, where
+# every event enters, so no queue can hold more than MAX_EVENTS_PER_KEY * MAX_EVENT_CHARS.
+MAX_EVENT_CHARS = 4000
+MAX_KEYS = 4096  # past this the queue written to longest ago is dropped (logged)
+PAGE_BYTES = 256 * 1024  # one `events` answer: far below the control socket's 1 MiB frame cap
 
 EventListener = Callable[[str, str], None]
 
@@ -36,10 +41,22 @@ class SystemEvents:
             self._spool.save({key: list(queue) for key, queue in self._queues.items()})
 
     def enqueue(self, session_key: str, text: str) -> None:
-        key = session_key.strip()
+        key = session_key.strip()[:256]
         if not key:
             return
-        queue = self._queues.setdefault(key, deque(maxlen=self._max))
+        if len(text) > MAX_EVENT_CHARS:
+            cut = len(text) - MAX_EVENT_CHARS + 40
+            text = text[: MAX_EVENT_CHARS - 40] + f"… [{cut} characters cut]"
+        queue = self._queues.pop(key, None)  # re-inserted last: dict order is least recently written first
+        if queue is None:
+            queue = deque(maxlen=self._max)
+            while len(self._queues) >= MAX_KEYS:
+                oldest = next(iter(self._queues))
+                log.warning(
+                    "system events: %d queues; dropping %s's (written to longest ago)", MAX_KEYS, oldest
+                )
+                del self._queues[oldest]
+        self._queues[key] = queue
         queue.append(text)
         self._persist()  # before anyone is told: an event announced is an event kept
         for listener in list(self._listeners):
@@ -53,6 +70,33 @@ class SystemEvents:
         if queue:
             self._persist()
         return list(queue) if queue else []
+
+    def page(
+        self, keys: list[str], start: int = 0, *, drain: bool = False, max_bytes: int = PAGE_BYTES
+    ) -> tuple[list[tuple[str, str]], int | None]:
+        """Events of `keys` in order from position `start` (of their concatenation), at most `max_bytes`
+        of text (at least one event); (events, next start or None at the end). Draining removes exactly
+        what is returned, and a drained read always starts at 0."""
+        flat = [(k, t) for k in keys for t in self._queues.get(k, ())]
+        start = 0 if drain else max(0, start)
+        out: list[tuple[str, str]] = []
+        size = 0
+        for key, text in flat[start:]:
+            size += len(text.encode("utf-8", "replace")) + len(key) + 32
+            if out and size > max_bytes:
+                break
+            out.append((key, text))
+        end = start + len(out)
+        if drain and out:
+            for key, _text in out:
+                queue = self._queues.get(key)
+                if queue:
+                    queue.popleft()
+                    if not queue:
+                        del self._queues[key]
+            self._persist()
+        more = (len(flat) > len(out)) if drain else end < len(flat)
+        return out, (0 if drain else end) if more else None
 
     def peek(self, session_key: str) -> list[str]:
         return list(self._queues.get(session_key.strip(), ()))

@@ -487,6 +487,10 @@ def _take_lock() -> int | None:
             time.sleep(0.05)
 
 
+def _dropped(signum: int, frame: object) -> None:
+    """The host outlives its gateway's terminal (SIGHUP) and a ^C there (SIGINT)."""
+
+
 def main() -> int:
     if len(sys.argv) != 2:
         return 2
@@ -495,9 +499,12 @@ def main() -> int:
     if os.fork() > 0:
         os._exit(0)
     os.setsid()
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # SIGHUP and SIGINT are caught and dropped, not ignored: an ignored signal stays ignored across exec, so
+    # every command started here would ignore them too (^C typed into a PTY session did nothing); a caught
+    # one is reset to the default by exec. (SIGPIPE: Popen restores it in the child.)
+    signal.signal(signal.SIGHUP, _dropped)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, _dropped)
     host_spawn.raise_open_file_limit()
     try:
         lock = _take_lock()

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from engine.principals import MAIN_AGENT
+from engine.principals import key_owner
 from engine.results import ToolError
 
 if TYPE_CHECKING:
@@ -18,14 +18,6 @@ MAX_SESSIONS_PER_AGENT = 64  # running and finished-but-kept together
 # cap, 32 running sessions of one agent, or more that have finished with less.
 MAX_OUTPUT_BYTES_PER_AGENT = 2 << 30
 MIN_SESSION_BYTES = 1 << 20  # less room than this left for a new session: refused, not started half-blind
-
-
-def key_owner(scope_key: str) -> str:
-    """The agent whose namespace a session scope is in (`agent:<id>` / `agent:<id>:…`); a key without
-    one is counted as `main`'s, the zero-configuration agent's."""
-    if scope_key.lower().startswith("agent:"):
-        return scope_key.split(":", 2)[1] or MAIN_AGENT
-    return MAIN_AGENT
 
 
 class Held(Protocol):
@@ -48,6 +40,8 @@ class Quota:
         ToolError saying which cap is reached. A running session holds its whole cap, a finished one what
         it wrote: the caps granted never add up to more than the budget, whatever the sessions write."""
         owner = key_owner(scope_key)
+        if owner is None:  # an ownerless key is the operator's (principals.key_owner): no agent's budget
+            return default_cap
         most, budget = (self.sessions, self.output_bytes) if self.per_agent is None else self.per_agent(owner)
         held = self._held.setdefault(owner, {})
         for sid, session in list(held.items()):
@@ -70,5 +64,6 @@ class Quota:
 
     def admit(self, session: Session) -> None:
         """Count a session that was granted its cap (and is now in the registry) against its agent."""
-        if not session.spec.operator:
-            self._held.setdefault(key_owner(session.spec.scope_key), {})[session.id] = session
+        owner = key_owner(session.spec.scope_key)
+        if not session.spec.operator and owner is not None:
+            self._held.setdefault(owner, {})[session.id] = session

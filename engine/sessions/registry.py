@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -212,12 +213,22 @@ def truncate_middle(text: str, limit: int) -> str:
     return text[:head] + "…" + text[len(text) - (keep - head) :]
 
 
+# A command that opens with shell syntax is named by its first words: `for i` says nothing of a loop.
+_SHELL_WORDS = frozenset({"for", "while", "until", "if", "case", "select", "{", "!", "function", "time"})
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
 def derive_session_name(command: str) -> str:
-    """The verb and its first non-flag argument, e.g. `npm run` for `npm --silent run build`."""
+    """The verb and its first non-flag argument, e.g. `npm run` for `npm --silent run build`; leading
+    `VAR=value` words skipped; a loop, test or group by its first words (`for f in *.log; do gzip …`)."""
     words = command.strip().split()
+    while len(words) > 1 and _ASSIGNMENT.match(words[0]):
+        words = words[1:]
     if not words:
         return ""
     verb = words[0]
+    if verb in _SHELL_WORDS or verb.startswith("("):
+        return truncate_middle(" ".join(words), 48)
     arg = next((w for w in words[1:] if not w.startswith("-")), None)
     return truncate_middle(f"{verb} {arg}" if arg else verb, 48)
 

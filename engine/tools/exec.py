@@ -20,7 +20,8 @@ from engine.approvals.pending import (
 from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
-from engine.commands.pinned import PinnedView, view_for
+from engine.commands.pinned import PinnedView, in_checked_cwd, open_checked_dir, view_for
+from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, VerifiedRun, verify
 from engine.config.model import Config
 from engine.policy.decision import Decision, evaluate
@@ -93,6 +94,9 @@ class ExecTool:
         self._evaluator = Offload()
         self._uses = UseStamps(self.store.record_uses)
         self.node_runner: NodeRunner | None = None  # set by the gateway when nodes are configured
+        # Set with it: raises ToolError for a node query naming no configured node (`unknown node: x
+        # (known: …)`), checked before any policy so a typo is never reported as a host setting.
+        self.node_known: Callable[[str], object] | None = None
 
     # -- entry point
 
@@ -165,6 +169,9 @@ class ExecTool:
         cwd = self._workdir(params.get("workdir") or params.get("defaultWorkdir"), host_warnings)
         call_params = {k: params[k] for k in ("host", "security", "ask", "node", "elevated") if k in params}
         check_enums(call_params)
+        node_query = call_params.get("node")
+        if isinstance(node_query, str) and node_query.strip() and self.node_known is not None:
+            self.node_known(node_query)
         grant_store = self.grants if use_grants else None
         decide = functools.partial(
             evaluate,
@@ -323,30 +330,48 @@ class ExecTool:
         """Start `command` over verified content (raises StaleContent when a bound file changed)."""
         run = await self._verified(prepared, command)
         view = PinnedView()
+        cwd_fd = None
         try:
-            view = await self._pinned(prepared, run)
+            cwd_fd = self._cwd_fd(prepared)
+            anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
+            view = await self._pinned(prepared, run, anchor)
             spec = self._spec(prepared, params, ctx, run.command, detached=detached)
-            spec.argv = view.argv(DEFAULT_SHELL, run.command)
+            started = run.command if cwd_fd is None else in_checked_cwd(cwd_fd, run.command)
+            spec.argv = view.argv(DEFAULT_SHELL, started) or (
+                [DEFAULT_SHELL, "-c", started] if cwd_fd is not None else None
+            )
             if view.env:
                 spec.env = {**(spec.env or {}), **view.env}
-            spec.pass_fds = (*run.fds, *view.fds)
+            spec.pass_fds = (*run.fds, *view.fds, *(() if cwd_fd is None else (cwd_fd,)))
             spec.session_id = session_id
             result = await self.sessions.run(spec)
         finally:
             run.close()  # the child holds its own copies of the fds once spawned
             view.close()
+            if cwd_fd is not None:
+                os.close(cwd_fd)
         # Where it ran, in the words every result uses (node runs say `node <name>` in the gateway's hub).
         container = getattr(prepared.launcher, "container", None) if prepared.host == "sandbox" else None
         result.details.setdefault("ranOn", f"sandbox {container}" if container else prepared.host)
         return result
 
-    async def _pinned(self, prepared: Prepared, run: VerifiedRun) -> PinnedView:
+    async def _pinned(self, prepared: Prepared, run: VerifiedRun, anchor: str | None = None) -> PinnedView:
         """The private view the run starts in: git pointed at the repository vetted, every file a host
         tool or a script takes code from a read-only copy of the bytes checked (issue 27 §4, §5)."""
         d = prepared.decision
         if prepared.host != "gateway" or (d.tree is None and not run.rereads):
             return PinnedView()
-        return await asyncio.to_thread(view_for, d.tree, run.rereads)
+        return await asyncio.to_thread(view_for, d.tree, run.rereads, anchor)
+
+    @staticmethod
+    def _cwd_fd(prepared: Prepared) -> int | None:
+        """The cwd the decision was made in, opened once and checked by inode: the tree is re-vetted
+        through this fd and the child runs only in the directory it holds (in_checked_cwd), so a
+        directory exchanged at the cwd's path after the check is never where the command runs."""
+        d = prepared.decision
+        if prepared.host != "gateway" or d.tree is None or not d.identity:
+            return None
+        return open_checked_dir(prepared.cwd, d.identity)
 
     async def _verified(self, prepared: Prepared, command: str) -> VerifiedRun:
         d = prepared.decision

@@ -16,8 +16,9 @@ from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, 
 from engine.approvals.store import ApprovalsStore
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
-from engine.commands.pinned import view_for
-from engine.commands.verified import StaleContent, verify
+from engine.commands.pinned import in_checked_cwd, open_checked_dir, view_for
+from engine.commands.treecode import ANCHOR
+from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify
 from engine.config.loader import load_config
 from engine.policy.decision import evaluate
 from engine.results import ToolError
@@ -107,19 +108,33 @@ class LocalExecHost:
             run = await asyncio.to_thread(verify, verdict.content, pinned, pinned)
         except StaleContent as exc:
             return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}", "approval-stale")
+        cwd_fd = None
         try:
-            # Host tools read the vetted bytes: the same pinned view as a gateway exec (issue 27 §4).
-            view = await asyncio.to_thread(view_for, verdict.tree, run.rereads)
-        except StaleContent as exc:
+            # The run is held to the decided cwd by an fd (checked by inode), the tree re-read through
+            # it, and host tools read the vetted bytes: as a gateway exec does (issue 27 §4).
+            if verdict.tree is not None and verdict.identity:
+                cwd_fd = await asyncio.to_thread(open_checked_dir, cwd, verdict.identity)
+            anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
+            view = await asyncio.to_thread(view_for, verdict.tree, run.rereads, anchor)
+        except (StaleContent, OSError) as exc:
             run.close()
+            if cwd_fd is not None:
+                os.close(cwd_fd)
             return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}", "approval-stale")
         try:
-            argv = view.wrap(shlex.split(run.command))  # every word single-quoted: exactly the pinned argv
+            # every word single-quoted: exactly the pinned argv (in a shell only to check the cwd first)
+            words = shlex.split(run.command)
+            if cwd_fd is not None:
+                words = [DEFAULT_SHELL, "-c", in_checked_cwd(cwd_fd, run.command)]
+            argv = view.wrap(words)
             env = {**env, **view.env}
-            payload = await run_argv(argv, cwd=cwd, env=env, timeout=timeout, pass_fds=(*run.fds, *view.fds))
+            fds = (*run.fds, *view.fds, *(() if cwd_fd is None else (cwd_fd,)))
+            payload = await run_argv(argv, cwd=cwd, env=env, timeout=timeout, pass_fds=fds)
         finally:
             run.close()
             view.close()
+            if cwd_fd is not None:
+                os.close(cwd_fd)
         return ExecOutcome(ok=True, payload=payload)
 
 

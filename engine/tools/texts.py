@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from engine.approvals.pending import ApprovalRecord
+from engine.display import node_label
 
 FOLLOWUP_OUTPUT_CHARS = 400
 
@@ -26,7 +27,7 @@ def approval_pending_text(record: ApprovalRecord, warnings: list[str]) -> str:
     lines.append(f"Approval required (id {record.slug}, full {record.id}).")
     lines.append(f"Host: {req.host}")
     if req.node_id:
-        lines.append(f"Node: {req.node_id}")
+        lines.append(f"Node: {node_label(req.node_name, req.node_id)}")
     lines.append(f"CWD: {req.cwd or '(node default)'}")
     lines += ["Command:", f"{bar}sh", req.command, bar]
     lines.append(

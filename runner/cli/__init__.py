@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 # Each module exposes `register(subparsers)`; the parser it adds sets `func(args) -> int`.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -28,7 +28,40 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 class UsageError(Exception):
-    """Bad arguments or config: printed on stderr, exit code 2."""
+    """Bad arguments or config: printed on stderr, exit code 2 (and as JSON on stdout under --json)."""
+
+
+class _ParseError(Exception):
+    """argparse's complaint, raised instead of exiting so `--json` callers get it as JSON too."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _ParseError(self, message)
+
+
+def _wants_json(argv: Sequence[str]) -> bool:
+    """`--json` among the options (not inside the command after `--`)."""
+    head = argv[: list(argv).index("--")] if "--" in argv else argv
+    return "--json" in head
+
+
+def report_failure(message: str, as_json: bool, code: int = 2) -> int:
+    """A usage error or a failed verb as the caller asked for it: an agent that asked for JSON gets one
+    object on stdout (`details.status = "error"`), as `exec --json` gives for every outcome; the text
+    goes to stderr either way."""
+    if as_json:
+        import json
+
+        shown = {"text": message, "details": {"status": "error", "error": message}}
+        sys.stdout.write(json.dumps(shown) + "\n")
+        sys.stdout.flush()
+    print(f"exechost: {message}", file=sys.stderr)
+    return code
 
 
 def _version() -> str:
@@ -55,9 +88,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser, or, when `argv` names a verb, only that verb's module: every verb module pulls in
     its own engine side (asyncssh for nodes, docker for sandbox, Textual for the console), and a verb that
     runs on every agent command (`exec`, `process`) should not pay ~100 ms importing the others."""
-    parser = argparse.ArgumentParser(
-        prog="exechost", description="An exec host for AI agents, with an operator console."
-    )
+    parser = _Parser(prog="exechost", description="An exec host for AI agents, with an operator console.")
     parser.add_argument("--version", action=_VersionAction, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _modules_for(argv):
@@ -98,6 +129,18 @@ def _main(argv: list[str]) -> int:
         print(f"exechost {_version()}")
         return 0
     parser = build_parser(argv)
+    as_json = _wants_json(argv)
+    try:
+        return _run(parser, argv, as_json)
+    except _ParseError as exc:
+        if as_json:
+            return report_failure(str(exc), True)
+        exc.parser.print_usage(sys.stderr)  # argparse's own form: usage line, then the complaint
+        print(f"{exc.parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(parser: argparse.ArgumentParser, argv: list[str], as_json: bool) -> int:
     args, extras = parser.parse_known_args(argv)
     if extras and getattr(args, "command", None) == "process" and not args.session_id:
         # `process write --agent X node:… --data …`: argparse binds the optional SESSION_ID too early
@@ -115,8 +158,7 @@ def _main(argv: list[str]) -> int:
     try:
         return int(func(args) or 0)
     except UsageError as exc:
-        print(f"exechost: {exc}", file=sys.stderr)
-        return 2
+        return report_failure(str(exc), as_json)
     except KeyboardInterrupt:
         return 130
 

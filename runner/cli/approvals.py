@@ -122,6 +122,8 @@ def cmd_get(args: argparse.Namespace) -> int:
         "sources": view.sources,
         "effective": _effective(args.config, agent_id, current, view),
         "allowlist": rows,
+        # Names an allow-always admitted for the agent's sandboxes (agents.<id>.egress.allow, and agents.*).
+        "egressAllow": store.egress_allow(agent_id),
         "warnings": current.problems(),
     }
     emit(_render_get(details), details, args.json)
@@ -195,6 +197,9 @@ def _render_get(d: dict[str, Any]) -> str:
         for row in table:
             cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:4])]
             lines.append("  " + "  ".join([*cells, row[4]]).rstrip())
+    if d.get("egressAllow"):
+        lines += ["", "Sandbox egress names allowed always (egress.allow):"]
+        lines += [f"  {_safe(name)}" for name in d["egressAllow"]]
     if d["warnings"]:
         lines += ["", "Warnings:"] + [f"  {_safe(w)}" for w in d["warnings"]]
     return "\n".join(lines)

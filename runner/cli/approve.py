@@ -7,14 +7,20 @@ import sys
 import time
 from typing import Any
 
-from engine.approvals.decisions import USAGE, parse_approve_args, valid_decisions_text
-from engine.approvals.grants import GrantLimits, parse_duration
+from engine import statefs
+from engine.approvals.decisions import parse_approve_args, valid_decisions_text
+from engine.approvals.durable import PENDING_NAME, PendingFile
+from engine.approvals.grants import GRANTS_NAME, GrantLimits, GrantStore, parse_duration
+from engine.approvals.history import HISTORY_DIR, DecisionLog
 from engine.display import visible, warnings
 from engine.errors import InvalidInput
-from engine.protocol.client import ControlClient
+from engine.protocol.syncclient import SyncClient
 from runner.cli import UsageError
-from runner.cli.common import Subparsers, add_json_arg, emit
-from runner.cli.gateway import call, run_verb, with_client
+from runner.cli.common import Subparsers, add_json_arg, emit, table
+from runner.cli.gateway import call, cli_failures, run_verb, running_client
+
+# The CLI's own syntax (engine's USAGE is the chat command's, `/approve <id> <decision>`).
+CLI_USAGE = "usage: exechost approve ID DECISION [--reason TEXT] [--for DURATION] [--uses N] [--session]"
 
 
 def register(subparsers: Subparsers) -> None:
@@ -56,42 +62,75 @@ def register_pending(actions: Subparsers) -> None:
     r.set_defaults(func=run_verb(cmd_grants_revoke))
 
 
+def _offline(what: str, path: object) -> None:
+    """Say where a read-only verb read from when no gateway answered (stdout stays the verb's own)."""
+    print(f"exechost: no gateway is running; {what} read from {path}", file=sys.stderr)
+
+
 def cmd_grants(args: argparse.Namespace) -> int:
     params = {"agentId": args.agent} if args.agent else {}
-    result = call("approvals.grants", params, operator=True)
+    client = running_client(operator=True)
+    if client is not None:
+        with client, cli_failures():
+            result = client.request("approvals.grants", params)
+    else:
+        store = GrantStore(statefs.state_dir() / GRANTS_NAME)
+        _offline("grants", store.path)
+        result = {"grants": [{**g.to_json(), "left": g.left()} for g in store.active(args.agent)]}
     rows = result.get("grants") or []
-    lines = [
-        f"{g['id']}  {g.get('agentId')}  {g.get('left')}  {visible(', '.join(g.get('patterns') or []))[:60]}"
-        f"  {visible(str(g.get('command', '')))[:60]}"
+    for problem in result.get("errors") or []:  # a node's grants that could not be read: say so
+        print(f"Warning: {visible(str(problem.get('error')))}", file=sys.stderr)
+    cells = [
+        [
+            g["id"],
+            g.get("node") or "gateway",
+            g.get("agentId"),
+            g.get("left"),
+            visible(", ".join(g.get("patterns") or []))[:60],
+            visible(str(g.get("command", "")))[:60],
+        ]
         for g in rows
     ]
-    emit("\n".join(lines) or "No grants.", {"grants": rows}, args.json)
+    text = table(["ID", "NODE", "AGENT", "LEFT", "PATTERNS", "COMMAND"], cells) if rows else "No grants."
+    emit(text, {"grants": rows}, args.json)
     return 0
 
 
 def cmd_grants_revoke(args: argparse.Namespace) -> int:
     result = call("approvals.grants.revoke", {"id": args.grant_id}, operator=True)
     revoked = result.get("revoked") or {}
-    emit(f"Revoked grant {revoked.get('id')}.", result, args.json)
+    where = f" on node {revoked['node']}" if revoked.get("node") else ""
+    emit(f"Revoked grant {visible(str(revoked.get('id')))}{where}.", result, args.json)
     return 0
 
 
-def cmd_history(args: argparse.Namespace) -> int:
+def _pages(
+    client: SyncClient, method: str, params: dict[str, Any], key: str
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every row of a paged list (the gateway keeps frames under the cap), and each page's `error`."""
+    rows: list[dict[str, Any]] = []
     problems: list[str] = []
+    while True:
+        page = client.request(method, params)
+        rows += page.get(key) or []
+        if page.get("error") and str(page["error"]) not in problems:
+            problems.append(str(page["error"]))
+        if not page.get("next"):
+            return rows, problems
+        params = {**params, "cursor": page["next"]}
 
-    async def every_page(client: ControlClient) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        params: dict[str, Any] = {"agentId": args.agent} if args.agent else {}
-        while True:
-            page = await client.request("approvals.history", params)
-            rows += page.get("approvals") or []
-            if page.get("error") and page["error"] not in problems:
-                problems.append(str(page["error"]))
-            if not page.get("next"):
-                return rows
-            params["cursor"] = page["next"]
 
-    rows = with_client(every_page, operator=True)
+def cmd_history(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"agentId": args.agent} if args.agent else {}
+    client = running_client(operator=True)
+    problems: list[str] = []
+    if client is not None:
+        with client, cli_failures():
+            rows, problems = _pages(client, "approvals.history", params, "approvals")
+    else:
+        log = DecisionLog(statefs.state_dir() / HISTORY_DIR)
+        _offline("decisions (runs as last recorded)", log.directory)
+        rows = [entry.view() for entry in log.entries(args.agent)]
     for problem in problems:  # the log could not be written (a full disk): say so, loudly
         print(f"Warning: {problem}", file=sys.stderr)
     lines = []
@@ -118,7 +157,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_approve(args: argparse.Namespace) -> int:
     parsed = parse_approve_args(args.id, args.decision)  # either order, as /approve accepts
     if parsed is None:
-        raise UsageError(f"{USAGE}\n{args.decision!r} is not a decision; {valid_decisions_text()}")
+        raise UsageError(f"{CLI_USAGE}\n{args.decision!r} is not a decision; {valid_decisions_text()}")
     approval_id, decision = parsed
     params: dict[str, Any] = {"id": approval_id, "decision": decision}
     if args.reason:
@@ -143,8 +182,36 @@ def _left(expires_ms: int) -> str:
     return f"{secs // 60}m{secs % 60:02d}s"
 
 
+def _stored_pending() -> list[dict[str, Any]]:
+    """The asks the last gateway left waiting on disk, as `approvals pending` shows them (the next
+    gateway asks them again, same id and expiry; deciding one needs that gateway)."""
+    stored = PendingFile(statefs.state_dir() / PENDING_NAME)
+    _offline("asks waiting for the next gateway", stored.path)
+    views = []
+    for ask in stored.load():
+        if ask.decision is None and ask.resolved_at_ms is None:
+            views.append(
+                {
+                    "id": ask.id,
+                    "slug": ask.id[:8],
+                    "createdAtMs": ask.created_at_ms,
+                    "expiresAtMs": ask.expires_at_ms,
+                    "status": "pending",
+                    "count": ask.count,
+                    "requesters": list(ask.requesters),
+                    **ask.request.to_json(),
+                }
+            )
+    return views
+
+
 def cmd_pending(args: argparse.Namespace) -> int:
-    approvals = with_client(lambda client: client.pending_approvals(), operator=True)
+    client = running_client(operator=True)
+    if client is not None:
+        with client, cli_failures():
+            approvals, _ = _pages(client, "approvals.pending", {}, "approvals")
+    else:
+        approvals = _stored_pending()
     if not approvals:
         text = "No pending approvals."
     else:

@@ -65,3 +65,11 @@ def node_query_arg(raw: str) -> str:
         return principals.check_node_query(raw)
     except InvalidInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    """Aligned columns for people (--json has the same rows): every cell on one line, no control bytes."""
+    cells = [[escape_controls(str("" if c is None else c)) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in [headers, *cells]) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [headers, *cells]]
+    return "\n".join(line.rstrip() for line in lines)

@@ -36,7 +36,13 @@ def cmd_events(args: argparse.Namespace) -> int:
         params["sessionKey"] = args.session
     if args.follow:
         return _follow(args)
-    events = call("events", params, agent=args.agent).get("events", [])
+    events: list[dict[str, Any]] = []
+    while True:  # the gateway answers a page at a time: a large backlog is read in several
+        page = call("events", params, agent=args.agent)
+        events += page.get("events", [])
+        if page.get("next") is None:
+            break
+        params["cursor"] = page["next"]
     lines = [f"[{e['sessionKey']}] {e['text']}" for e in events]
     text = "\n".join(lines) if lines else "No events."
     emit(text, {"events": events}, args.json)
@@ -57,11 +63,16 @@ def _follow(args: argparse.Namespace) -> int:
             await client.subscribe(["events"])  # first, so nothing falls between backlog and stream
             # An agent's key as the gateway files it: inside its own namespace (engine.principals).
             wanted = principals.own_key(client.agent, args.session) if client.agent else args.session
-            backlog = await client.request("events", {"sessionKey": args.session} if args.session else {})
+            params: dict[str, Any] = {"sessionKey": args.session} if args.session else {}
             seen = set()
-            for item in backlog.get("events", []):
-                seen.add((item.get("sessionKey"), item.get("text")))
-                show(item)
+            while True:
+                backlog = await client.request("events", params)
+                for item in backlog.get("events", []):
+                    seen.add((item.get("sessionKey"), item.get("text")))
+                    show(item)
+                if backlog.get("next") is None:
+                    break
+                params["cursor"] = backlog["next"]
             async for ev in client.events():
                 if (ev.data.get("sessionKey"), ev.data.get("text")) in seen:
                     seen.discard((ev.data.get("sessionKey"), ev.data.get("text")))

@@ -63,6 +63,18 @@ def sync_client(
     return None
 
 
+def running_client(*, operator: bool = False) -> SyncClient | None:
+    """A connection to the gateway when one is running, None when none is: read-only verbs then read the
+    state files themselves and never start a daemon (on a node's state dir least of all)."""
+    with cli_failures():
+        try:
+            return SyncClient.connect(client="cli", name="cli", operator=operator)
+        except GatewayNotAnswering:
+            raise  # one holds the socket: its files may be mid-write, and it will answer again
+        except GatewayUnavailable:
+            return None
+
+
 def call(
     method: str,
     params: dict[str, Any] | None = None,
@@ -102,8 +114,8 @@ def with_client(
         client = await ControlClient.connect(
             client="cli", name="cli", autostart=autostart, operator=operator, agent=agent
         )
-        if client.started_gateway:
-            # Even a read-only verb leaves a daemon behind: say so, and how to stop it.
+        if client.started_gateway and _may_print_over(sys.stderr):
+            # A verb leaves a daemon behind: say so, and how to stop it.
             print(
                 f"exechost: started a gateway (pid {client.server_pid}); `exechost gateway stop` stops it",
                 file=sys.stderr,
@@ -117,6 +129,17 @@ def with_client(
         return asyncio.run(go())
 
 
+def _may_print_over(stream: Any) -> bool:
+    """A notice may go to this stream unless it is a terminal that another job holds in the foreground:
+    a CLI run in the background of the console's terminal would print over the TUI (the gateway log and
+    `gateway status` still say it started)."""
+    try:
+        fd = stream.fileno()
+        return not os.isatty(fd) or os.tcgetpgrp(fd) == os.getpgrp()
+    except (OSError, ValueError):
+        return True
+
+
 def run_verb(func: Any) -> Any:
     """Wrap a verb so CliFailure prints `exechost: <message>` and exits with its code."""
 
@@ -124,8 +147,9 @@ def run_verb(func: Any) -> Any:
         try:
             return int(func(args) or 0)
         except CliFailure as exc:
-            print(f"exechost: {exc}", file=sys.stderr)
-            return exc.code
+            from runner.cli import report_failure
+
+            return report_failure(str(exc), bool(getattr(args, "json", False)), exc.code)
 
     return wrapper
 
@@ -262,8 +286,29 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_problem() -> str | None:
+    """Why a gateway started now could not start: the config it would load does not (None: it loads)."""
+    from engine.config.loader import config_path, load_config
+
+    try:
+        load_config(config_path())  # as the daemon loads it: a missing file means the defaults
+    except Exception as exc:  # whatever stops `gateway run` from starting stops the restart first
+        return str(exc)
+    return None
+
+
 def cmd_restart(args: argparse.Namespace) -> int:
-    """Stop keeping every session and ask, start a new daemon, and say what it took over."""
+    """Stop keeping every session and ask, start a new daemon, and say what it took over. A config the new
+    daemon could not load refuses the restart first: stopping the running one would leave no gateway."""
+    problem = _config_problem()
+    if problem is not None:
+        try:
+            pid = _status()["pid"]
+            running = f"the running gateway (pid {pid}) keeps running on its last good config"
+        except (GatewayUnavailable, ConnectionError, RemoteError):
+            running = "no gateway is running, and none can start until it is fixed"
+        fix = "fix the file, then run `exechost gateway restart` again"
+        raise CliFailure(f"gateway restart refused: {problem}\n{running}; {fix}")
     stopped = _stop(kill_sessions=False)
     info = call("status", autostart=True, operator=True)
     adopted = list(info.get("adoptedSessions") or [])

@@ -14,7 +14,15 @@ from engine.config.model import Config, ConfigError, NodeConfig
 from engine.config.write import set_config_value
 from engine.nodes.link import NodeError, NodeLink
 from runner.cli import UsageError
-from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit, escape_controls, node_arg
+from runner.cli.common import (
+    Subparsers,
+    add_config_arg,
+    add_json_arg,
+    emit,
+    escape_controls,
+    node_arg,
+    table,
+)
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -92,14 +100,6 @@ def _row(cfg: NodeConfig) -> dict[str, Any]:
         "stateDir": cfg.state_dir,
         "env": dict(cfg.env),
     }
-
-
-def table(headers: list[str], rows: list[list[Any]]) -> str:
-    """Aligned columns for people (--json has the same rows): every cell on one line, no control bytes."""
-    cells = [[escape_controls(str("" if c is None else c)) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in [headers, *cells]) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [headers, *cells]]
-    return "\n".join(line.rstrip() for line in lines)
 
 
 def _address(r: dict[str, Any]) -> str:
@@ -207,9 +207,36 @@ def cmd_add(args: argparse.Namespace) -> int:
         emit(f"{said}\n{_status_table([row])}", row, args.json)
         return 1
     said = escape_controls(f"Added node {args.name} to {path}.")
-    nxt = f"Next: exechost exec --node {args.name} -- uname -a"
+    nxt = escape_controls(_next_step(config, args.name, str(path)))
     emit(f"{said}\n{_status_table([row])}\n{nxt}", row, args.json)
     return 0
+
+
+def _next_step(config: Config, name: str, path: str) -> str:
+    """What runs a command on the new node, with the settings it still needs (the main agent's policy in
+    config.toml): a call naming a node is refused, never run here, when the host or security disallows it."""
+    from dataclasses import replace
+
+    from engine.policy.precedence import PolicyError, resolve_policy
+
+    run = f"exechost exec --node {name} -- uname -a"
+    sandboxed = config.sandbox_for("main").mode == "all"
+    fixes = []
+    try:
+        policy = resolve_policy(config, "main", {"node": name}, sandbox_available=sandboxed)
+    except PolicyError as exc:
+        wanted = "node" if sandboxed else "auto"  # auto keeps a sandboxed agent in its sandbox
+        fixes.append(f'{exc.step.key} = "{wanted}" (it is "{exc.step.value}")')
+        config = replace(config, exec=replace(config.exec, host=wanted))
+        try:
+            policy = resolve_policy(config, "main", {"node": name}, sandbox_available=sandboxed)
+        except PolicyError:
+            return f"Next: set {fixes[0]} in {path}, then: {run}"
+    if policy.security == "deny":
+        fixes.append(
+            'tools.exec.security = "allowlist" (host=node is denied; the node\'s own policy decides)'
+        )
+    return f"Next: set {' and '.join(fixes)} in {path}, then: {run}" if fixes else f"Next: {run}"
 
 
 def cmd_remove(args: argparse.Namespace) -> int:

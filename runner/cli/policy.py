@@ -11,12 +11,12 @@ import sys
 
 from engine.approvals.store import ApprovalsFileError, ApprovalsStore
 from engine.config.loader import load_config
-from engine.config.model import ConfigError
+from engine.config.model import Config, ConfigError
 from engine.modes import ASKS, HOSTS, SECURITIES, normalize_ask, normalize_host, normalize_security
 from engine.results import ToolError
 from engine.sandbox import with_sandbox_refusal
 from runner.cli import UsageError
-from runner.cli.common import Subparsers, add_config_arg, escape_controls
+from runner.cli.common import Subparsers, add_config_arg, escape_controls, node_query_arg
 
 # Commands come from agents: never let them drive the operator's terminal.
 _AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -42,10 +42,25 @@ def register(subparsers: Subparsers) -> None:
         "--security", metavar="S", help=f"per-call security ({'|'.join(SECURITIES)}); only tightens"
     )
     check.add_argument("--ask", metavar="A", help=f"per-call ask ({'|'.join(ASKS)}); only asks more")
+    check.add_argument("--node", type=node_query_arg, metavar="N", help="per-call node (id/name), as exec's")
     check.add_argument("--cwd", metavar="DIR", help="working directory for executable resolution")
     check.add_argument("--json", action="store_true", help="print the decision as one JSON object")
     check.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
     check.set_defaults(func=cmd_check)
+
+
+def _known_node(config: Config, query: str) -> None:
+    """As the gateway checks it first: a node query naming no configured node is the error, not the host.
+    (Ids and display names are learnt from a link; the configured names and hosts are what is known here.)"""
+    from engine.nodes.select import Candidate, NodeSelectError, select_node
+
+    candidates = [
+        Candidate(name, cfg.host, display_name=cfg.display_name) for name, cfg in config.nodes.items()
+    ]
+    try:
+        select_node(candidates, query)
+    except NodeSelectError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -78,6 +93,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, required=bool(args.config or os.environ.get("EXECHOST_CONFIG")))
         sandbox = config.sandbox_for(args.agent)
+        if args.node:
+            _known_node(config, args.node)
+            params["node"] = args.node
         decision = evaluate(
             command,
             config=config,

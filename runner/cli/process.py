@@ -11,9 +11,9 @@ from engine.display import visible
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event, RemoteError
 from engine.protocol.methods import EventName
-from engine.sessions.actions import ACTIONS
+from engine.sessions.actions import ACTIONS, format_duration
 from runner.cli import UsageError
-from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit
+from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit, node_query_arg, table
 from runner.cli.gateway import CliFailure, call, run_verb, with_client
 
 
@@ -48,6 +48,12 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--limit", type=int, metavar="N", help="log: number of lines")
     p.add_argument("--timeout", type=int, metavar="MS", help="poll: wait up to MS for exit")
     p.add_argument(
+        "--node",
+        type=node_query_arg,
+        metavar="NAME",
+        help="list: only this node's sessions (node=NAME); other actions: a node's session by its own id",
+    )
+    p.add_argument(
         "--all",
         action="store_true",
         help="list: every session of every agent, on the gateway and every connected node (operator)",
@@ -75,6 +81,8 @@ def process_params(args: argparse.Namespace) -> dict[str, Any]:
     ):
         if value is not None:
             params[key] = value
+    if args.node:
+        params["node"] = args.node
     if args.eof:
         params["eof"] = True
     if args.no_bracketed:
@@ -88,10 +96,26 @@ def _agent_of(scope: Any) -> str:
     return parts[1] if len(parts) >= 2 and parts[0] == "agent" and parts[1] else "-"
 
 
+def format_list(rows: list[dict[str, Any]]) -> str:
+    """`process list` for people: where each session runs (NODE: `gateway` here, else the node's name)
+    beside the tool's columns; an empty list keeps the tool's own text."""
+    if not rows:
+        return ""
+    cells = [
+        [
+            r.get("sessionId"),
+            r.get("node") or "gateway",
+            r.get("status"),
+            format_duration(int(r.get("runtimeMs") or 0)),
+            visible(str(r.get("command") or r.get("name") or ""))[:60],
+        ]
+        for r in rows
+    ]
+    return table(["SESSION", "NODE", "STATUS", "RUNTIME", "COMMAND"], cells)
+
+
 def format_all(rows: list[dict[str, Any]]) -> str:
     """The operator's table: where each session runs and whose it is."""
-    from runner.cli.nodes import table
-
     if not rows:
         return "No sessions on the gateway or any connected node."
     cells = [
@@ -148,6 +172,7 @@ def cmd_process(args: argparse.Namespace) -> int:
     result = call("process", process_params(args), agent=args.agent)
     if args.action == "list":
         result = _all_pages(result, process_params(args), args.agent)
+        result["text"] = format_list(result["details"]["sessions"]) or result.get("text", "")
     details = result.get("details") or {}
     emit(str(result.get("text", "")), details, args.json)
     if details.get("error") == "not-found":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -111,6 +112,18 @@ def register(subparsers: Subparsers) -> None:
             q.add_argument("--session", default="", metavar="KEY", help="session key (default: main)")
         add_json_arg(q)
         q.set_defaults(func=run_verb(cmd_browser))
+
+    p = actions.add_parser(
+        "egress",
+        help="recent connections through the sandboxes' egress proxy (allowed, refused, asked)",
+        description="Every connection a sandbox made through its egress proxy, newest first: agent, "
+        "sandbox, name and port, decision and who made it, bytes each way "
+        "([agents.defaults.sandbox.egress]).",
+    )
+    p.add_argument("--agent", type=agent_arg, default=None, metavar="ID", help="only this agent's")
+    p.add_argument("--limit", type=int, default=50, metavar="N", help="at most N rows (default 50)")
+    add_json_arg(p)
+    p.set_defaults(func=run_verb(cmd_egress))
 
     p = actions.add_parser(
         "setup",
@@ -258,6 +271,15 @@ def _connected_node_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return rows, errors
 
 
+def _without_docker(listing: Callable[[], list[Any]]) -> list[Any]:
+    """Browser sandboxes and pool spares are Docker's: none where no engine answers (a bwrap-only host,
+    whose sandboxes list_runtimes found without it)."""
+    try:
+        return listing()
+    except SandboxUnavailable:
+        return []
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     node_errors: list[dict[str, Any]] = []
     spares: list[str] = []
@@ -274,8 +296,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                 if not config.nodes:
                     raise
                 rows, node_errors = [], [{"node": None, "error": str(exc)}]
-            browsers = admin.list_browsers() if not node_errors else []
-            spares = admin.list_spares() if not node_errors else []
+            browsers = _without_docker(admin.list_browsers) if not node_errors else []
+            spares = _without_docker(admin.list_spares) if not node_errors else []
             if config.nodes and not args.browser:
                 more, failed = _connected_node_rows()
                 rows += more
@@ -317,11 +339,19 @@ def format_explain(info: dict[str, Any]) -> str:
     ]
     if info["agentMount"]:
         lines.append(f"  agentWorkspace: {info['agentMount']} -> /agent (ro)")
+    backend = info.get("backend", "docker")
     lines += [
         f"  container: {info['containerName']}",
+        f"  backend: {backend}",
         f"  configHash: {info['configHash'][:16]}",
         "",
-        "Docker:",
+    ]
+    if backend == "bwrap" and info.get("bwrap"):
+        lines += [*_bwrap_lines(info["bwrap"]), ""]
+    lines += [
+        "Docker:"
+        if backend == "docker"
+        else "Docker keys (workdir, env, tmpfs, limits, binds apply to bwrap):",
         f"  image: {d['image']}",
         f"  readOnlyRoot: {str(d['readOnlyRoot']).lower()}  network: {d['network']}  "
         f"capDrop: {','.join(d['capDrop']) or '-'}  pidsLimit: {d['pidsLimit'] or '-'}",
@@ -338,6 +368,7 @@ def format_explain(info: dict[str, Any]) -> str:
         f"  allow: {', '.join(info['toolPolicy']['allow']) or '(all)'}",
         f"  deny: {', '.join(info['toolPolicy']['deny']) or '-'}",
         "",
+        *_egress_lines(info.get("egress")),
         "Browser sandbox (sandbox.browser):",
         *_browser_lines(info["browser"]),
         "",
@@ -362,6 +393,29 @@ def format_explain(info: dict[str, Any]) -> str:
         "Docs: README.md#sandbox",
     ]
     return "\n".join(lines)
+
+
+def _bwrap_lines(b: dict[str, Any]) -> list[str]:
+    """The exact argv, one option per line, as an operator would paste it (env values redacted)."""
+    out = ["Bubblewrap (no daemon; the sandbox's parent is a keeper shell, --die-with-parent):"]
+    out.append(
+        f"  system view: {_clean(b['rootfs']) if b['rootfs'] else 'host /usr, /bin, /lib*, allowlisted /etc'}"
+    )
+    out.append(f"  rlimits: {', '.join(f'{k}={v}' for k, v in b['rlimits'].items()) or '-'}")
+    out.append(f"  pids cap: {b.get('pidsCap') or '-'}")
+    env = b.get("env") or {}
+    out.append(f"  env (bwrap's, inherited): {' '.join(f'{k}={_clean(v)}' for k, v in env.items()) or '-'}")
+    out.append("  argv:")
+    argv = [_clean(a) for a in b["argv"]]
+    line: list[str] = []
+    for arg in argv:
+        if arg.startswith("--") and line:
+            out.append("    " + shlex.join(line) + " \\")
+            line = []
+        line.append(arg)
+    if line:
+        out.append("    " + shlex.join(line))
+    return out
 
 
 def _browser_lines(b: dict[str, Any]) -> list[str]:
@@ -562,6 +616,60 @@ def cmd_browser(args: argparse.Namespace) -> int:
         print(f"CDP:   {result.get('cdpUrl')}")
         print(f"noVNC: {result.get('noVncUrl') or '- (headless or enableNoVnc = false)'}")
     return 0
+
+
+def _egress_lines(e: dict[str, Any] | None) -> list[str]:
+    if not e:  # (a node that predates egress)
+        return []
+    lines = ["Egress (sandbox.egress; names decided by the gateway's proxy):", f"  mode: {e['mode']}"]
+    if e["mode"] != "none":
+        lines += [
+            f"  allow: {', '.join(e['allow']) or '-'}",
+            f"  deny: {', '.join(e['deny']) or '-'}",
+            f"  ask: {str(e['ask']).lower()}  resolve: "
+            + (", ".join(f"{k}={v}" for k, v in e["resolve"].items()) or "-"),
+            f"  proxy: {e['proxy']} inside, {e['socket']} on the host",
+        ]
+    return [*lines, ""]
+
+
+def cmd_egress(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"limit": args.limit}
+    if args.agent:
+        params["agentId"] = args.agent
+    result = call("sandbox.egress", params)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+        return 0
+    print(format_egress(result.get("connections") or []))
+    return 0
+
+
+def format_egress(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "No egress connections recorded."
+    lines = []
+    for r in rows:
+        mark = "✅" if r.get("decision") == "allowed" else "⛔"
+        target = f"{r.get('name')}:{r.get('port')}" if r.get("name") else "(bad request)"
+        size = f"↑{_bytes(r.get('bytesUp'))} ↓{_bytes(r.get('bytesDown'))}"
+        lines.append(
+            f"{mark} {_clean(r.get('method') or '-'):7} {_clean(target)}  {r.get('decision')} by "
+            f"{_clean(r.get('decidedBy') or '-')}  {size}  agent {_clean(r.get('agentId'))} "
+            f"sandbox {_clean(r.get('sandbox'))}"
+        )
+        error = f" — {_clean(r['error'])}" if r.get("error") else ""
+        lines.append(f"     {_clean(r.get('rule') or '')}{error}")
+    return "\n".join(lines)
+
+
+def _bytes(value: Any) -> str:
+    n = float(value or 0)
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f}{unit}"
+        n /= 1024
+    return f"{n:.1f}GiB"
 
 
 def format_browsers(rows: list[dict[str, Any]]) -> str:

@@ -3,6 +3,7 @@ the services build the hubs and the hubs never import the services."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -19,6 +20,7 @@ class HubServices(Protocol):
     approvals: ApprovalManager
     events: SystemEvents
     output: OutputFanout
+    state_dir: Path  # the nodes' record of the session keys each node was given (node_keys.py)
 
     def config(self) -> Config: ...
 

@@ -31,6 +31,12 @@ class NodeRun:
     command: str
     sandboxed: bool
     started: float
+    # Whose run this is, from the call that started it: everything the node sends for the run is filed
+    # under these (never under what a frame names).
+    agent_id: str = "main"
+    session_key: str = ""
+    asks: int = 0  # asks the node relayed for it (capped: node_limits.MAX_ASKS_PER_RUN)
+    ended: bool = False  # its exec.finished or exec.denied came: a second one is a lie
     records: list[ApprovalRecord] = field(default_factory=list)
     asked: asyncio.Event = field(default_factory=asyncio.Event)
     detached: bool = False
@@ -42,7 +48,7 @@ class NodeRun:
 
 def waiting_data(record: ApprovalRecord) -> dict[str, Any]:
     """What `exec.waiting` says, as for the gateway, and which node asks."""
-    return exec_asks.waiting_data(record) | {"node": record.request.node_id}
+    return exec_asks.waiting_data(record) | {"node": record.request.node_name or record.request.node_id}
 
 
 def pending_result(record: ApprovalRecord, node: str, sandboxed: bool) -> ToolResult:

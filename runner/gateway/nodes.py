@@ -11,16 +11,18 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from engine.approvals.decisions import DECISIONS
 from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
 from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.select import Candidate, NodeSelectError, select_node
-from engine.nodes.wire import NodeEvent, Request, Response
+from engine.nodes.wire import Hello, NodeEvent, Request, Response
 from engine.policy.decision import Decision
+from engine.principals import key_owner
 from engine.protocol.frames import Event
 from engine.results import ToolError, ToolResult
 from engine.sessions.output import sanitize
 from engine.tools.exec import ExecContext
+from runner.gateway import node_limits as limits
+from runner.gateway.node_keys import NodeKeys
 from runner.gateway.node_output import NodeOutputFeed
 from runner.gateway.node_runs import NodeRun, denied_result, follow_up, pending_result, waiting_data
 
@@ -32,6 +34,7 @@ log = logging.getLogger("exechost.gateway.nodes")
 EVENT_OUTPUT_CHARS = 180  # reference §5.5: the finished text's output, compacted
 SANDBOX_ADMIN_TIMEOUT_SEC = 120.0  # a prune or recreate removes containers one by one
 MAX_PENDING_PER_NODE = 64
+MAX_ORPHANED_RUNS = 1024
 _APPROVAL_ID = re.compile(
     r"[A-Za-z0-9_.:-]{1,128}"
 )  # a node flooding the inbox gets refused (askFallback), not shown
@@ -50,6 +53,11 @@ class NodeHub:
         self.links: dict[str, NodeLink] = {}
         self._runs: dict[tuple[str, str], NodeRun] = {}  # (node name, runId) -> the call waiting on it
         self._retired: set[asyncio.Task[None]] = set()
+        self.keys = NodeKeys(services.state_dir)
+        # Runs whose link dropped before they answered: their end may still come, once, on a later link.
+        self._orphans: dict[tuple[str, str], NodeRun] = {}
+        self._last_drop_log: dict[str, float] = {}
+        self.dropped = 0  # frames dropped for naming no run of their node (also logged, for the operator)
         self.feed = NodeOutputFeed(services, lambda: self.links)
         services.output.remote = self.feed  # node output goes through the same fan-out as local output
 
@@ -64,7 +72,9 @@ class NodeHub:
                 task.add_done_callback(self._retired.discard)
         for name, cfg in nodes.items():
             if name not in self.links:
-                self.links[name] = NodeLink(cfg, on_event=self._on_event, on_request=self._on_request)
+                self.links[name] = NodeLink(
+                    cfg, on_event=self._on_event, on_request=self._on_request, on_hello=self._on_hello
+                )
         return self.links
 
     def candidates(self) -> list[Candidate]:
@@ -82,12 +92,53 @@ class NodeHub:
             )
         return out
 
-    def select(self, query: str | None, bound: str | None = None) -> NodeLink:
+    def select(self, query: str | None, bound: str | None = None, agent: str | None = None) -> NodeLink:
+        """The node a query names; for an agent (not the operator), only one its config lets it use."""
         try:
             picked = select_node(self.candidates(), query, bound)
         except NodeSelectError as exc:
             raise ToolError(str(exc)) from None
+        if agent is not None:
+            self.check_allowed(agent, picked.name)
         return self.links[picked.name]
+
+    def check_allowed(self, agent: str, node: str) -> None:
+        config = self.services.config()
+        if not config.may_use_node(agent, node):
+            entry = config.agents.get(agent)
+            given = ", ".join(entry.nodes or []) if entry is not None else ""
+            raise ToolError(
+                f"agent {agent} may not use node {node} (its [[agents.list]] nodes: {given or 'none'}; the "
+                "operator chooses them in config.toml)"
+            )
+
+    def _on_hello(self, link: NodeLink, hello: Hello) -> None:
+        """A link whose hello presents a node id that another configured node presented first (pinned in
+        node-keys.json), or that another connected link holds, is refused before it is connected: nothing
+        it sends is read (a node cannot pass itself off as another, whether that one is up or not)."""
+        self.keys.forget_ids(set(self.services.config().nodes))
+        pinned = self.keys.holder(hello.node_id)
+        if pinned is not None and pinned != link.name:
+            log.warning(
+                "node %s claims node id %s, pinned to node %s; refused", link.name, hello.node_id, pinned
+            )
+            raise NodeError(
+                f"node {link.name} claims node id {hello.node_id}, which node {pinned} holds; refused (check "
+                f"{link.name}'s node.json)",
+                "INVALID_REQUEST",
+            )
+        for other in self.links.values():
+            held = other.hello.node_id if other.hello is not None and other.state == "connected" else None
+            if other is not link and held == hello.node_id:
+                log.warning(
+                    "node %s claims node id %s, which node %s holds; refused", link.name, held, other.name
+                )
+                raise NodeError(
+                    f"node {link.name} claims node id {held}, which node {other.name} holds; "
+                    f"refused (check {link.name}'s node.json)",
+                    "INVALID_REQUEST",
+                )
+        self.keys.pin(link.name, hello.node_id)
 
     def _trusted_id(self, link: NodeLink) -> str:
         """The node id a link's hello claimed, refused when another configured node already holds it: a
@@ -119,9 +170,9 @@ class NodeHub:
             # The agent's sandbox.node binds where its sandboxes live (a per-call node= must agree with it);
             # tools.exec.node binds host=node runs, not these.
             home = config.sandbox_value(ctx.agent_id, "node")
-            link = self.select(query or home, home)
+            link = self.select(query or home, home, ctx.agent_id)
         else:
-            link = self.select(query or decision.node, exec_cfg.node)
+            link = self.select(query or decision.node, exec_cfg.node, ctx.agent_id)
         run_id = str(uuid.uuid4())
         timeout = params.get("timeout")
         explicit = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
@@ -158,7 +209,10 @@ class NodeHub:
                 )
         except NodeError as exc:
             raise ToolError(str(exc)) from None
-        run = NodeRun(link, run_id, command, sandboxed, started)
+        # The key this run's events are filed under, as the gateway files its own (never the frame's).
+        events_key = ctx.session_key or ctx.scope_key
+        run = NodeRun(link, run_id, command, sandboxed, started, ctx.agent_id, events_key)
+        self.keys.give(link.name, events_key)  # its background sessions may report under it later
         self._runs[(link.name, run_id)] = run
         call = asyncio.ensure_future(link.call("system.run", request, timeout=wait))
         try:
@@ -185,19 +239,17 @@ class NodeHub:
                 call.cancel()
                 self._runs.pop((link.name, run_id), None)
             raise
-        self._runs.pop((link.name, run_id), None)
-        self._settle(run)
+        self._end(run, call)
         return self._result(run, call)
 
     def _detach(self, run: NodeRun, call: asyncio.Future[Response], ctx: ExecContext) -> None:
         """The agent was answered `approval-pending` (or left): the node's own exec.* events for this run are
         held back and one follow-up in the gateway's words goes to the agent's session instead."""
         run.detached = True
-        key = ctx.session_key or ctx.scope_key
+        key = run.session_key
 
         def done(fut: asyncio.Future[Response]) -> None:
-            self._runs.pop((run.link.name, run.run_id), None)
-            self._settle(run)
+            self._end(run, fut)
             if fut.cancelled():
                 return
             try:
@@ -208,6 +260,18 @@ class NodeHub:
             self.services.events.enqueue(key, follow_up(run, result))
 
         call.add_done_callback(done)
+
+    def _end(self, run: NodeRun, call: asyncio.Future[Response]) -> None:
+        """The call is over. A run whose link dropped before its answer is kept (bounded) until the node
+        reports its end on a later link, once: that report is the only word of its outcome."""
+        key = (run.link.name, run.run_id)
+        self._runs.pop(key, None)
+        self._settle(run)
+        lost = not call.cancelled() and isinstance(call.exception(), NodeError)
+        if lost and getattr(call.exception(), "error_code", "") == "NODE_LINK_LOST" and not run.ended:
+            self._orphans[key] = run
+            while len(self._orphans) > MAX_ORPHANED_RUNS:
+                del self._orphans[next(iter(self._orphans))]
 
     def _settle(self, run: NodeRun) -> None:
         """The node answered: a relayed ask of this run still in the inbox (the node's own expiry came
@@ -276,12 +340,15 @@ class NodeHub:
             if found is None:
                 raise ToolError(f"No session found for {sid}")
             link, raw = found, parts[2]
+            owner = key_owner(scope)
+            if owner is not None:
+                self.check_allowed(owner, link.name)
             node_params = {**params, "sessionId": raw}
         else:
             node = params.get("node")
             if not isinstance(node, str) or not node:
                 raise ToolError("process on a node needs a node session id (node:<name>:<id>) or node=<name>")
-            link = self.select(node)
+            link = self.select(node, agent=key_owner(scope))
             node_params = {k: v for k, v in params.items() if k != "node"}
         try:
             res = await link.call(
@@ -309,7 +376,12 @@ class NodeHub:
     async def merged_list(self, local: ToolResult, params: dict[str, Any], scope: str) -> ToolResult:
         """`process list` without node=: this gateway's sessions and every connected node's in the same
         scope, newest first, each row with its node (None here). Nodes that are down are not dialled."""
-        links = [link for link in self.sync().values() if link.state == "connected"]
+        config, owner = self.services.config(), key_owner(scope)
+        links = [
+            link
+            for link in self.sync().values()
+            if link.state == "connected" and (owner is None or config.may_use_node(owner, link.name))
+        ]
         if not links:
             return local
 
@@ -337,11 +409,11 @@ class NodeHub:
         """A node's session row in the gateway's terms: its id prefixed, its node named (by the link, never
         by the row)."""
         raw = row.get("sessionId")
-        if not isinstance(raw, str) or not raw:
+        if not isinstance(raw, str) or not 0 < len(raw) <= 128 or ":" in raw:
             return None
         where = "sandbox" if row.get("host") == "sandbox" else "node"
         return {
-            **row,
+            **limits.session_row(row),
             "sessionId": f"node:{link.name}:{raw}",
             "node": link.name,
             "host": f"{where}:{link.name}",
@@ -386,10 +458,11 @@ class NodeHub:
     # -- sandboxes on nodes
 
     async def sandbox_call(
-        self, node: str, method: str, params: dict[str, Any]
+        self, node: str, method: str, params: dict[str, Any], agent: str | None = None
     ) -> tuple[str, dict[str, Any]]:
-        """One sandbox admin verb on one node: (the node's name, its payload)."""
-        link = self.select(node)
+        """One sandbox admin verb on one node: (the node's name, its payload); for an agent, on a node it
+        may use only."""
+        link = self.select(node, agent=agent)
         try:
             res = await link.call(method, params, timeout=SANDBOX_ADMIN_TIMEOUT_SEC)
         except NodeError as exc:
@@ -440,36 +513,75 @@ class NodeHub:
                 sid = row["sessionId"]
                 self.feed.session_event(ev.event, sid)
             return
-        node_id = link.hello.node_id if link.hello else link.name
-        run = self._runs.get((link.name, str(p.get("runId") or "")))
-        if run is not None and run.detached and ev.event in ("exec.finished", "exec.denied"):
-            return  # the follow-up in the gateway's words says it (once)
-        if p.get("suppressNotifyOnExit") or not self.services.config().exec.notify_on_exit:
-            return
-        run_id = str(p.get("runId") or "")
-        command = _compact(str(p.get("command") or ""), 400)
-        key = str(p.get("sessionKey") or "")
-        if not key or key == "node":
-            key = f"node-{node_id}"
-        if ev.event == "exec.started":
-            text = f"Exec started (node={node_id} id={run_id}): {command}"
-        elif ev.event == "exec.finished":
-            timed_out = bool(p.get("timedOut"))
-            output = _compact(str(p.get("output") or ""), EVENT_OUTPUT_CHARS)
-            if not (timed_out or p.get("exitCode") != 0 or output):
+        raw_run = p.get("runId")
+        run = self._runs.get((link.name, raw_run)) if isinstance(raw_run, str) else None
+        if run is None and isinstance(raw_run, str) and ev.event in ("exec.finished", "exec.denied"):
+            run = self._orphans.pop((link.name, raw_run), None)  # its end, after a link was lost
+        if ev.event == "system.event":
+            # A session's own notice (a background exit): for the run it names on this link, else for a
+            # key the gateway gave this node; filed under the gateway's key, never a frame's other one.
+            raw_key = p.get("sessionKey")
+            key = run.session_key if run is not None else raw_key if isinstance(raw_key, str) else ""
+            if run is None and not self.keys.given(link.name, key):
+                self._drop_frame(link, ev.event, f"session key {key[:80]!r} was never given to it")
                 return
-            code = "timeout" if timed_out else f"code {p.get('exitCode')}"
-            text = f"Exec finished (node={node_id} id={run_id}, {code})"
+            owner = key_owner(key)
+            if owner is not None and not self.services.config().may_use_node(owner, link.name):
+                self._drop_frame(link, ev.event, f"agent {owner} may no longer use this node")
+                return
+            text = limits.cut(
+                sanitize(limits.field_text(p, "text", limits.EVENT_TEXT_CHARS)), limits.EVENT_TEXT_CHARS
+            )
+            self.services.events.enqueue(key, f"[node {link.name}] {text}")
+            return
+        if ev.event not in ("exec.started", "exec.finished", "exec.denied"):
+            self._drop_frame(link, ev.event, "not an event nodes send")
+            return
+        if run is None or run.ended:
+            # A run this gateway never started on this node, or one whose end was already reported.
+            self._drop_frame(link, ev.event, f"run {str(raw_run)[:80]!r} is not in flight on this node")
+            return
+        if ev.event in ("exec.finished", "exec.denied"):
+            run.ended = True
+        if run.detached and ev.event in ("exec.finished", "exec.denied"):
+            return  # the follow-up in the gateway's words says it (once)
+        if p.get("suppressNotifyOnExit") is True or not self.services.config().exec.notify_on_exit:
+            return
+        key, run_id = run.session_key, run.run_id
+        command = _compact(run.command, limits.EVENT_COMMAND_CHARS)  # what the agent asked, as recorded here
+        if ev.event == "exec.started":
+            text = f"Exec started (node={link.name} id={run_id}): {command}"
+        elif ev.event == "exec.finished":
+            timed_out = p.get("timedOut") is True
+            output = _compact(limits.field_text(p, "output", 64 * 1024), EVENT_OUTPUT_CHARS)
+            code = p.get("exitCode")
+            code = code if isinstance(code, int) and not isinstance(code, bool) else None
+            if not (timed_out or code != 0 or output):
+                return
+            ended = "timeout" if timed_out else f"code {code}"
+            text = f"Exec finished (node={link.name} id={run_id}, {ended})"
             if output:
                 text += f"\n{output}"
-        elif ev.event == "system.event":
-            text = f"[node {link.name}] {sanitize(str(p.get('text') or ''))}"
-        elif ev.event == "exec.denied":
-            reason = _compact(str(p.get("reason") or "denied"), 200)
-            text = f"Exec denied (node={node_id} id={run_id}, {reason}): {command}"
         else:
-            return
+            reason = _compact(limits.field_text(p, "reason", 4096) or "denied", limits.EVENT_REASON_CHARS)
+            text = f"Exec denied (node={link.name} id={run_id}, {reason}): {command}"
         self.services.events.enqueue(key, text)
+
+    def _drop_frame(self, link: NodeLink, what: str, why: str) -> None:
+        """A node frame that names nothing of its own: never acted on, counted, and logged for the operator
+        (at most one line a second per node, so a flood cannot fill the log either)."""
+        self.dropped += 1
+        now = time.monotonic()
+        last = self._last_drop_log.get(link.name, 0.0)
+        if now - last >= 1.0:
+            self._last_drop_log[link.name] = now
+            log.warning(
+                "node %s: dropped %s: %s (%d frames dropped from nodes so far)",
+                link.name,
+                what,
+                why,
+                self.dropped,
+            )
 
     async def _on_request(self, link: NodeLink, req: Request) -> dict[str, Any]:
         if req.method != "approval.request":
@@ -477,8 +589,10 @@ class NodeHub:
         return await self._relay_approval(link, req.params)
 
     async def _relay_approval(self, link: NodeLink, params: dict[str, Any]) -> dict[str, Any]:
-        """A node's ask, into this gateway's inbox. The node id comes from the link that asked, never from
-        the frame, so one node's approval cannot be presented as (or satisfy) another's."""
+        """A node's ask, into this gateway's inbox, for a run the gateway started on this very link: the
+        agent, session key and node id come from the gateway's record of that run and of the link, never
+        from the frame, so a node cannot file an ask as another agent, for another node's run, or for a run
+        that ended. It counts against the node's cap and the run's agent's."""
         view = params.get("request")
         if not isinstance(view, dict) or link.hello is None:
             raise NodeError("bad approval request", "INVALID_REQUEST")
@@ -489,46 +603,58 @@ class NodeHub:
         approval_id = params.get("approvalId")
         if not isinstance(approval_id, str) or not _APPROVAL_ID.fullmatch(approval_id):
             raise NodeError("bad approval request: approvalId", "INVALID_REQUEST")
-        # The run this ask decides, on THIS link only (a node cannot attach its ask to another's call).
-        raw_run = params.get("request", {}).get("runId") if isinstance(params.get("request"), dict) else None
+        raw_run = view.get("runId")
         run = self._runs.get((link.name, raw_run)) if isinstance(raw_run, str) else None
+        if run is None:
+            self._drop_frame(
+                link, "approval.request", f"run {str(raw_run)[:80]!r} is not in flight on this node"
+            )
+            return {"decision": None, "resolvedBy": "no-such-run"}
+        if run.asks >= limits.MAX_ASKS_PER_RUN:
+            self._drop_frame(link, "approval.request", f"run {run.run_id} already asked {run.asks} times")
+            return {"decision": None, "resolvedBy": "too-many-pending"}
+        run.asks += 1
         # Without an approver the ask still waits in the inbox (exechost approve, or a console attaching
         # later), as the gateway's own asks do; nobody deciding in time is the node's askFallback.
         manager = self.services.approvals
         if sum(1 for r in manager.pending() if r.request.node_id == node_id) >= MAX_PENDING_PER_NODE:
             return {"decision": None, "resolvedBy": "too-many-pending"}
-        offered = view.get("allowedDecisions") or ()
-        allowed = tuple(d for d in offered if d in DECISIONS) or ("allow-once", "deny")
-        raw_env = view.get("env")
-        env = tuple(sorted((str(k), str(v)) for k, v in raw_env.items())) if isinstance(raw_env, dict) else ()
-        decision_json = view.get("decision") if isinstance(view.get("decision"), dict) else {}
+        env = limits.env_pairs(view.get("env"))
+        command = limits.cut(view.get("command"), limits.COMMAND_CHARS)
+        warnings = limits.warnings(view.get("warnings"))
+        if " ".join(command.split()) != " ".join(run.command.split()):
+            # The operator sees what the agent asked for beside what the node says it will run.
+            warnings.append(
+                limits.cut(f"the agent's command on this run was: {run.command}", limits.WARNING_CHARS)
+            )
         request = ApprovalRequest(
-            command=str(view.get("command") or ""),
-            cwd=str(view.get("cwd") or ""),
+            command=command,
+            cwd=limits.cut(view.get("cwd"), limits.PATH_CHARS),
             host="node",
-            agent_id=str(view.get("agentId") or "main"),
-            session_key=str(view.get("sessionKey") or ""),
-            security=str(view.get("security") or "allowlist"),
-            ask=str(view.get("ask") or "on-miss"),
-            ask_fallback=str(view.get("askFallback") or "deny"),
-            allowed_decisions=allowed,
-            resolved_path=view.get("resolvedPath") if isinstance(view.get("resolvedPath"), str) else None,
+            agent_id=run.agent_id,
+            session_key=run.session_key,
+            security=limits.cut(view.get("security"), limits.WORD_CHARS) or "allowlist",
+            ask=limits.cut(view.get("ask"), limits.WORD_CHARS) or "on-miss",
+            ask_fallback=limits.cut(view.get("askFallback"), limits.WORD_CHARS) or "deny",
+            allowed_decisions=limits.allowed_decisions(view.get("allowedDecisions")),
+            resolved_path=limits.optional(view.get("resolvedPath"), limits.PATH_CHARS),
             node_id=node_id,
+            node_name=link.name,
             env_hash=env_hash(dict(env)),
             node_approval_id=approval_id,
             env=env,
-            decision_json=decision_json or {},
-            warnings=tuple(str(w) for w in view.get("warnings") or ()),
-            agent_reason=view.get("agentReason") if isinstance(view.get("agentReason"), str) else None,
+            decision_json=limits.decision_json(view.get("decision")),
+            warnings=tuple(warnings),
+            agent_reason=limits.optional(view.get("agentReason"), limits.REASON_CHARS),
+            egress=limits.optional(view.get("egress"), 300),  # a node sandbox's "name:port"
         )
         while True:
             try:
                 record, _ = manager.register(request)
             except ApprovalError:  # the queue caps (per agent, in all) hold for nodes too: askFallback
                 return {"decision": None, "resolvedBy": "too-many-pending"}
-            if run is not None:
-                run.records.append(record)
-                run.asked.set()
+            run.records.append(record)
+            run.asked.set()
             decision = await manager.wait(record)
             if decision == "allow-once" and not manager.consume_allow_once(
                 record, request.session_key, request.node_approval_id

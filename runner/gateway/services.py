@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.approvals.durable import PENDING_NAME, PendingFile, StoredAsk
-from engine.approvals.grants import GrantStore
+from engine.approvals.grants import GRANTS_NAME, GrantStore
 from engine.approvals.groupwrite import GroupWriter
 from engine.approvals.history import (
     HISTORY_DIR,
@@ -44,6 +44,7 @@ from engine.sessions.quota import Quota
 from engine.sessions.spool import SPOOL_NAME, EventSpool
 from engine.tools.exec import ExecTool
 from engine.tools.resume import restore_asks
+from runner.egress import EgressHub
 from runner.gateway.browsers import BrowserHub
 from runner.gateway.nodes import NodeHub
 from runner.gateway.output import OutputFanout
@@ -112,7 +113,7 @@ class Services:
         self.approvals.decided_barrier = self._decided_barrier
         self.events = SystemEvents(spool=EventSpool(state_dir / SPOOL_NAME))
         # Allow-always with limits, apart from exec-approvals.json (which OpenClaw also reads).
-        self.grants = GrantStore(state_dir / "exec-grants.json")
+        self.grants = GrantStore(state_dir / GRANTS_NAME)
         self.overrides: dict[str, SessionOverrides] = {}
         self.started_at = time.time()
         exec_cfg = self.config().exec
@@ -151,7 +152,9 @@ class Services:
         self.adopted: list[str] = []
         self.nodes = NodeHub(self)  # links are opened on first use (and follow config edits)
         self.browsers = BrowserHub(self)  # containers started on first use; the door opens with them
+        self.egress = EgressHub(self)  # sandboxes' egress proxy: listens from start()
         self.exec_tool.node_runner = self.nodes.run
+        self.exec_tool.node_known = self.nodes.select
 
     # -- lifecycle
 
@@ -217,6 +220,7 @@ class Services:
         self.pending_file.save(self.approvals.records())
         self._pending_ids = {r.id for r in self.approvals.unsettled_records()}
         self.output.start()
+        await self.egress.start()
         self._hook_sandbox_progress()
         # Ready sandbox containers (adopted from the last gateway, or made now), off the start path.
         self._pool_start = asyncio.get_running_loop().create_task(self._start_sandbox_pool())
@@ -260,6 +264,7 @@ class Services:
         self.approvals.suspend()
         await self.nodes.close()
         await self.browsers.close()
+        await self.egress.close()
         await self.exec_tool.close()
         await self.sessions.close(keep_held=self.holders is not None and self.keep_sessions)
         if self.holders is not None:

@@ -165,6 +165,14 @@ class NodeServer:
         from runner.node.output import NodeOutput
 
         self.output = NodeOutput(self.sessions, lambda ev: self.emit(ev, queue=False))
+        # This node's sandboxes' egress proxy (its policy, asks relayed to the gateway): from the first link.
+        from runner.node.egress import node_egress
+
+        self.runs_in_flight: dict[str, list[str]] = {}  # agent -> the gateway's run ids running here
+        self.egress = node_egress(
+            self.approvals, self.store, self.grants, state_dir, self.sandbox_config, self.runs_in_flight
+        )
+        self._egress_started = False
 
     def _exec_tool(self, config: Callable[[], Config]) -> ExecTool:
         return ExecTool(
@@ -272,6 +280,14 @@ class NodeServer:
                     )
                 except views.ViewRequestError as exc:
                     raise RunError("INVALID_REQUEST", str(exc)) from None
+            elif req.method.startswith("grants."):
+                from runner.node import grants
+
+                try:
+                    payload = await grants.handle(self.grants, req.method, req.params)
+                except grants.GrantRequestError as exc:
+                    raise RunError("INVALID_REQUEST", str(exc)) from None
+                res = Response(req.id, True, payload=payload)
             elif req.method.startswith("sandbox."):
                 from runner.node import sandboxes
 
@@ -306,6 +322,7 @@ class NodeServer:
         """Let both exec tools finish their bookkeeping (allowlist use stamps) before the process goes."""
         await self.tool.close()
         await self.sandbox_tool.close()
+        await self.egress.close()
 
     async def system_run(self, p: dict[str, Any]) -> dict[str, Any]:
         text = command_text(p.get("command"), p.get("rawCommand"))
@@ -337,6 +354,8 @@ class NodeServer:
         ctx = ExecContext(agent_id=agent_id, session_key=p.get("sessionKey") or "")
         suppress = bool(p.get("suppressNotifyOnExit"))
         token = CURRENT_RUN.set(run_id)
+        in_flight = self.runs_in_flight.setdefault(agent_id, [])
+        in_flight.append(run_id)  # (its sandbox's egress asks go as part of it: runner.node.egress)
         try:
             result = await (self.sandbox_tool if sandboxed else self.tool).run(params, ctx)
         except ToolError as exc:
@@ -344,6 +363,9 @@ class NodeServer:
             raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}") from None
         finally:
             CURRENT_RUN.reset(token)
+            in_flight.remove(run_id)
+            if not in_flight:
+                self.runs_in_flight.pop(agent_id, None)
         details = result.details
         if details.get("status") == "denied":
             reason = str(details.get("reason") or "denied")
@@ -527,6 +549,9 @@ class NodeServer:
         """One link, until its reader ends (the gateway left, or a newer link took over)."""
         try:
             await self._attach(link)
+            if not self._egress_started:
+                self._egress_started = True
+                await self.egress.start()
             while True:
                 try:
                     line = await reader.readline()

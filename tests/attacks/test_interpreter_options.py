@@ -8,6 +8,7 @@ bound whole (or allow-always is not offered), and the script's own path shows th
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +148,32 @@ async def test_the_ask_names_workspace_code_a_python_run_can_import(state_dir: P
         assert any("2 agent-writable Python files under ./" in w for w in view["warnings"]), view["warnings"]
 
     await approve_after(state_dir, "python3 x.py", tmp_path, lambda: None, decision="deny", shown=shown)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node on this machine")
+@pytest.mark.parametrize("command", ["node app.js", "perl app.pl"])
+async def test_an_approved_script_of_another_interpreter_runs_under_its_own_name(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    """Found by the fresh attack round: node ran the sealed copy as `/proc/self/fd/N`, which its
+    realpath resolves to `/memfd:app.js (deleted)`, so every approved `node app.js` failed. In the
+    pinned view the approved bytes sit at the script's own path: it runs under its own name, requires
+    its siblings, and a rewrite after the ask still never runs."""
+    marker = tmp_path / "pwned"
+    if command.startswith("node"):
+        (tmp_path / "lib.js").write_text("module.exports = 'sibling-ok';\n")
+        (tmp_path / "app.js").write_text("console.log('approved-' + require('./lib.js'), __filename);\n")
+        evil = f"require('fs').writeFileSync({str(marker)!r}, 'x');\n"
+        name = "app.js"
+    else:
+        (tmp_path / "app.pl").write_text("print qq(approved-sibling-ok $0\\n);\n")
+        evil = f"open(F, '>', {str(marker)!r});\n"
+        name = "app.pl"
+    text = await approve_after(state_dir, command, tmp_path, lambda: None)
+    assert "approved-sibling-ok" in text, text
+    assert str(tmp_path / name) in text or f" {name}" in text, text  # its own name, not /proc/self/fd/N
+    text = await approve_after(
+        state_dir, command, tmp_path, lambda: _rewrite_in_place(tmp_path / name, evil)
+    )
+    assert not marker.exists(), text
+    assert "approval-stale" in text, text

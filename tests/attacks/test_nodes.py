@@ -253,11 +253,9 @@ async def test_endless_line_from_a_node_is_cut_off(sshd_nodes: list[SshdNode], s
 
 
 async def test_a_node_flooding_the_inbox_is_capped(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
-    """A compromised node sends 100 asks at once: the inbox holds at most 64 per node (and 32 per agent)."""
-    from engine.approvals.pending import MAX_PENDING_PER_AGENT
-    from runner.gateway.nodes import MAX_PENDING_PER_NODE
-
-    cap = min(MAX_PENDING_PER_NODE, MAX_PENDING_PER_AGENT)  # every ask here is agent main's
+    """A compromised node sends 100 asks at once, for no run of the gateway's: none reaches the inbox
+    (asks for runs in flight count against the node's cap and the run's agent's: test_hostile_node.py)."""
+    cap = 0
 
     alpha = sshd_nodes[0]
     hello = {
@@ -453,8 +451,8 @@ async def test_a_hostile_nodes_output_frames_stay_its_own(
 async def test_a_node_cannot_attach_its_ask_to_another_nodes_run(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
-    """beta relays an ask naming alpha's waiting run: it lands in the inbox as beta's own ask, and alpha's
-    caller is neither told of it nor answered by its decision."""
+    """beta relays an ask naming alpha's waiting run: refused (no run of beta's), never in the inbox, and
+    alpha's caller is not told of it."""
     from engine.nodes.wire import Request
 
     for node in sshd_nodes:
@@ -472,15 +470,10 @@ async def test_a_node_cannot_attach_its_ask_to_another_nodes_run(
         beta = hub.sync()["beta"]
         await beta.ensure()
         forged = {"approvalId": "forged-1", "request": {"command": "id", "cwd": "/", "runId": key[1]}}
-        asked = asyncio.ensure_future(hub._on_request(beta, Request("x", "approval.request", forged)))
-        await wait_until(lambda: len(server.services.approvals.pending()) == 2)
-        assert len(run.records) == 1  # alpha's own ask only
-        forged_record = next(r for r in server.services.approvals.pending() if r.request.command == "id")
-        assert forged_record.request.node_id == beta.hello.node_id
-        await operator.request("approve", {"id": forged_record.id, "decision": "allow-once"})
-        assert (await asyncio.wait_for(asked, 10))["decision"] == "allow-once"
-        await asyncio.sleep(0.2)
-        assert not call.done()  # beta's approval did not answer alpha's run
+        asked = await hub._on_request(beta, Request("x", "approval.request", forged))
+        assert asked["decision"] is None and asked["resolvedBy"] == "no-such-run"  # not beta's run: refused
+        assert len(server.services.approvals.pending()) == 1 and len(run.records) == 1  # alpha's own ask only
+        assert not call.done()
         assert [w["approvalId"] for w in waiting] == [run.records[0].id]
         await operator.request("approve", {"id": run.records[0].id, "decision": "deny"})
         assert (await asyncio.wait_for(call, 20))["details"]["status"] == "denied"

@@ -548,7 +548,7 @@ async def test_a_request_whose_caller_went_away_is_marked(state_dir: Path) -> No
         assert "stopped waiting" in _screen_text(app.query_one("#approval-detail"))
         await pilot.press("a")
         for _ in range(100):
-            events = await agent.request("events", {"sessionKey": "q"})
+            events = await agent.request("events", {"sessionKey": "agent:main:q"})  # main's key, owned
             if events["events"]:
                 break
             await asyncio.sleep(0.05)

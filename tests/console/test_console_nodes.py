@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from pathlib import Path
 
+from rich.console import Console
+from textual.widgets import DataTable
+
+from console.widgets.approvals import ApprovalsPane, render_detail
 from tests.console.test_console import running_console, submit, until
 from tests.helpers.sshd import SshdNode
 
@@ -22,6 +27,13 @@ async def test_node_miss_shows_in_the_inbox_and_runs_after_approval(
         await until(pilot, lambda: len(app.inbox) == 1)
         view = app.inbox.rows()[0].view
         assert view["host"] == "node" and view["nodeId"]
+        # Issue 30 item 6: the node by its name in the inbox row, its id in the detail.
+        assert view["nodeName"] == "alpha"
+        table = app.query_one(ApprovalsPane).query_one(DataTable)
+        assert str(table.get_row_at(0)[3]) == "node alpha"
+        shown = Console(width=200, record=True, file=io.StringIO())
+        shown.print(render_detail(app.inbox.rows()[0], {}))
+        assert f"alpha ({view['nodeId']})" in shown.export_text()
         # The node's own analysis travels with the ask: its resolved executable, its allowlist miss.
         assert [s["reason"] for s in view["segments"]] == ["allowlist miss"]
         await pilot.press("a")

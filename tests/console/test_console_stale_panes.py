@@ -50,7 +50,7 @@ async def test_a_one_off_message_does_not_linger() -> None:
     app = _Host()
     async with app.run_test(size=(140, 30)) as pilot:
         pane = app.query_one(NodesPane)
-        await wait_until(lambda: "unavailable" in _text(app, "#node-detail"))  # the pane's first read
+        await wait_until(lambda: "waiting for the gateway" in _text(app, "#node-detail"))  # no link yet
         pane.TRANSIENT_SEC = 0.3  # 10 s in the console
         pane._detail_for_now(Text("openclaw-sbx-main: container started"))
         await pilot.pause()

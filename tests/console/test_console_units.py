@@ -206,3 +206,23 @@ def test_approval_detail_shows_what_the_tree_would_run() -> None:
     out = console.export_text()
     assert "defines filter.x\\x1b[2J.process" in out and "git would run it" in out
     assert "\x1b[2J" not in out
+
+
+def test_an_egress_ask_says_which_name_a_sandbox_waits_for() -> None:
+    """Issue 29: an egress ask is a name and port a sandbox connection waits on, not an executable."""
+    from rich.console import Console
+
+    from console.inbox import InboxItem
+    from console.widgets.approvals import render_detail
+
+    view = {
+        "command": "connect pypi.org:443",
+        "host": "sandbox",
+        "sessionKey": "openclaw-sbx-1234-agent-main",
+        "egress": "pypi.org:443",
+    }
+    console = Console(width=200, record=True, color_system=None)
+    console.print(render_detail(InboxItem("k", "gateway", view), {}))
+    out = console.export_text()
+    assert "egress to pypi.org:443 (a sandbox connection waits" in out
+    assert "Executable" not in out and "(not resolved)" not in out

@@ -24,7 +24,9 @@ from tests.helpers.gateway import cli
         ("ops", "agent:victim:main", False, "agent:ops:agent:victim:main"),
         ("ops", "main", False, "agent:ops:main"),  # still ops's main session (main_session_keys)
         ("ops", "Agent:ops:x", False, "agent:ops:Agent:ops:x"),
-        ("main", "chat", True, "chat"),  # plain keys stay main's: zero-configuration setups keep theirs
+        ("main", "chat", False, "agent:main:chat"),  # an ownerless key is the operator's (issue 27 §1)
+        ("main", "node-abc", False, "agent:main:node-abc"),
+        ("main", "\x00unknown", False, "agent:main:\x00unknown"),
         ("main", "AGENT:victim:main", False, "agent:main:AGENT:victim:main"),
         ("main", "agent:main:x", True, "agent:main:x"),
     ],

@@ -143,7 +143,7 @@ def test_pending_approve_and_events_from_the_cli(state_dir: Path) -> None:
         digest = hashlib.sha256(Path(echo).read_bytes()).hexdigest()
         assert f"executable {echo}  sha256 {digest[:12]}" in text, text
         bad = cli(state_dir, "approve", details["approvalSlug"], "perhaps")
-        assert bad.returncode == 2 and "Usage: /approve" in bad.stderr
+        assert bad.returncode == 2 and "usage: exechost approve ID DECISION" in bad.stderr
         ok = cli(state_dir, "approve", "allow-once", details["approvalSlug"])  # either order works
         assert ok.returncode == 0 and ok.stdout.startswith("Approval allow-once submitted for")
         missing = cli(state_dir, "approve", "0000000", "deny")
@@ -221,7 +221,7 @@ def test_pty_stdin_and_follow_from_the_cli(state_dir: Path) -> None:
             assert follow.stdout is not None
             ready, _, _ = select.select([follow.stdout], [], [], 20)
             line = follow.stdout.readline() if ready else ""
-            assert line.startswith("[f1] Exec completed") and "typed" in line
+            assert line.startswith("[agent:main:f1] Exec completed") and "typed" in line
             # Other scopes cannot see or touch the session.
             other = cli(state_dir, "process", "poll", sid, "--session-key", "f2")
             assert f"No session found for {sid}" in other.stdout

@@ -59,6 +59,7 @@ HANDLERS: dict[str, Handler] = {  # keyed by Method: every member has exactly on
     Method.SANDBOX_EXPLAIN: sandbox.explain,
     Method.SANDBOX_RECREATE: sandbox.recreate,
     Method.SANDBOX_PRUNE: sandbox.prune,
+    Method.SANDBOX_EGRESS: sandbox.egress,
     Method.BROWSER: browser.handle,
     Method.BROWSER_START: browser.start,
     Method.BROWSER_STOP: browser.stop,

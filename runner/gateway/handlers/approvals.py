@@ -11,7 +11,7 @@ from engine.approvals.store import ApprovalsFileError
 from engine.commands.allowlist import COMMAND_HASH_PREFIX, bare_name_path
 from engine.commands.content import writable_pattern_warning
 from engine.errors import InvalidInput
-from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator
+from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator, session_key
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -107,9 +107,14 @@ async def status(services: Services, conn: Connection, params: dict[str, Any]) -
     # What it reports is on disk first: a run line still queued (engine.approvals.groupwrite) is written.
     await services.history_writer.barrier()
     record = services.approvals.lookup(wanted)
+    if record is not None and not conn.operator and record.request.agent_id == caller:
+        # The agent follows its ask (engine.protocol.resume): it is still waiting, whatever the restore
+        # assumed, and the inbox must not tell the operator it stopped.
+        services.approvals.requester_back(record.id)
     view: dict[str, Any] | None = record.view() if record is not None else None
-    key = params.get("sessionKey")
-    slot = record.slot(key) if record is not None and isinstance(key, str) else None
+    # The session as the caller's requests file it (an agent's key is inside its own namespace).
+    key = session_key(params, conn) if isinstance(params.get("sessionKey"), str) else None
+    slot = record.slot(key) if record is not None and key is not None else None
     if view is not None and slot is not None:  # a session that joined a shared ask: its own run
         view = {**view, "run": slot.get("run")}
     if view is None:  # decided before this gateway started: the decision log still knows it

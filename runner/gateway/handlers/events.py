@@ -1,4 +1,5 @@
-"""`events`: the system-event backlog of one session key (or of all), optionally drained."""
+"""`events`: the system-event backlog of one session key (or of all), optionally drained, a page at a time
+(however large the queues, an answer stays far below the frame cap: `next` says where the rest starts)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ async def handle(services: Services, conn: Connection, params: dict[str, Any]) -
     # No key: every queue the caller may see (an agent: its own keys only, never another agent's).
     queues = services.events.keys()
     keys = [key] if key else [k for k in queues if conn.sees_scope(k)]
-    out: list[dict[str, Any]] = []
-    for k in keys:
-        texts = services.events.drain(k) if drain else services.events.peek(k)
-        out += [{"sessionKey": k, "text": text} for text in texts]
-    return {"events": out}
+    cursor = params.get("cursor")
+    start = cursor if isinstance(cursor, int) and not isinstance(cursor, bool) and cursor > 0 else 0
+    got, after = services.events.page(keys, start, drain=drain)
+    return {"events": [{"sessionKey": k, "text": text} for k, text in got], "next": after}

@@ -24,6 +24,11 @@ def _node(params: dict[str, Any]) -> str | None:
     return check_node(raw) if raw else None
 
 
+def _agent(conn: Connection) -> str | None:
+    """Whose node choice applies ([[agents.list]] nodes): an agent's own; the operator may use every node."""
+    return None if conn.operator else conn.agent
+
+
 def _owned(conn: Connection, row: dict[str, Any]) -> bool:
     """An agent's own container: made for it, and not the one every agent shares (scope = shared)."""
     return conn.operator or (row.get("agentId") == conn.agent and row.get("sessionKey") != "shared")
@@ -32,7 +37,7 @@ def _owned(conn: Connection, row: dict[str, Any]) -> bool:
 async def list_(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
     node = _node(params)
     if node is not None:
-        name, payload = await services.nodes.sandbox_call(node, "sandbox.list", {})
+        name, payload = await services.nodes.sandbox_call(node, "sandbox.list", {}, _agent(conn))
         rows = [{**r, "node": name} for r in payload.get("containers") or [] if _owned(conn, r)]
         return {"containers": rows}
     errors: list[dict[str, Any]] = []
@@ -55,7 +60,7 @@ async def explain(services: Services, conn: Connection, params: dict[str, Any]) 
     node = _node(params)
     if node is not None:
         forwarded = {"agentId": agent_id(params, conn), **({"sessionKey": key} if key else {})}
-        name, payload = await services.nodes.sandbox_call(node, "sandbox.explain", forwarded)
+        name, payload = await services.nodes.sandbox_call(node, "sandbox.explain", forwarded, _agent(conn))
         return {**payload, "node": name}
     return await asyncio.to_thread(admin.explain, services.config(), agent_id(params, conn), key)
 
@@ -80,7 +85,9 @@ async def recreate(services: Services, conn: Connection, params: dict[str, Any])
     if node is not None:
         chosen = {"all": everything, "sessionKey": key, "agentId": agent, "containerName": name}
         forwarded = {k: v for k, v in chosen.items() if v not in (None, False)}
-        node_name, payload = await services.nodes.sandbox_call(node, "sandbox.recreate", forwarded)
+        node_name, payload = await services.nodes.sandbox_call(
+            node, "sandbox.recreate", forwarded, _agent(conn)
+        )
         return {**payload, "node": node_name}
     if not conn.operator:
         return await asyncio.to_thread(_recreate_own, services, conn, key, agent, name)
@@ -144,3 +151,14 @@ async def prune(services: Services, conn: Connection, params: dict[str, Any]) ->
     except SandboxUnavailable as exc:
         raise ToolError(str(exc)) from None
     return {"removed": removed + browsers}
+
+
+async def egress(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    """Recent connections through the egress proxy, newest first; an agent sees only its own."""
+    agent = opt_str(params, "agentId")
+    if agent is not None or not conn.operator:
+        agent = agent_id(params, conn)
+    limit = params.get("limit", 50)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= 1000:
+        raise InvalidInput("limit must be an integer from 1 to 1000")
+    return {"connections": await services.egress.connections(agent, limit)}

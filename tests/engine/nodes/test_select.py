@@ -38,6 +38,8 @@ def test_connected_breaks_a_tie_and_errors() -> None:
     twin = Candidate("alpha2", "h2", "3f2a9c1e-cccc", "Mac Studio")
     assert select_node([A, twin], "mac-studio") is A  # only A is connected
     with pytest.raises(NodeSelectError, match=r"requires a paired node \(none available\)"):
+        select_node([], None)
+    with pytest.raises(NodeSelectError, match=r"^unknown node: x \(no nodes are configured; add one with: "):
         select_node([], "x")
     with pytest.raises(NodeSelectError, match=r"requires a node id when multiple nodes are available"):
         select_node([A, B], None)

@@ -520,6 +520,10 @@ async def test_a_dropped_id_is_not_handed_out_again_at_once(
 def test_session_name() -> None:
     assert derive_session_name("npm --silent run build") == "npm run"
     assert derive_session_name("ls") == "ls"
+    # Issue 30: a loop was listed as `for i`; a leading assignment hid the command.
+    assert derive_session_name("for i in 1 2 3; do echo $i; done") == "for i in 1 2 3; do echo $i; done"
+    assert derive_session_name("while sleep 5; do date; done") == "while sleep 5; do date; done"
+    assert derive_session_name("FOO=1 make -j4 build") == "make build"
     assert len(derive_session_name("x " + "y" * 100)) == 48
 
 

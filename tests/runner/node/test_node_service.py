@@ -86,7 +86,7 @@ async def test_sessions_on_a_node_service_survive_the_link(
             )
             assert quick["details"]["sessionId"].split(":")[-1] in events[0]
             finished = await wait_until(
-                lambda: [e for e in server.services.events.peek("s1") if "fg-done" in e]
+                lambda: [e for e in server.services.events.peek("agent:main:s1") if "fg-done" in e]
             )
             assert finished[0].startswith("Exec finished (node=")
             log = await agent.request("process", {"action": "log", "sessionId": sid})

@@ -1,0 +1,199 @@
+"""The bubblewrap backend (issue 28): a new scope's first command against a bare `bwrap … true` with the same
+argv, a warm `true` in an existing sandbox, and 100 session-scope sandboxes at once (all start? memory each).
+
+Run: .venv/bin/python bench/bench_bwrap.py [--cold N] [--warm N] [--baseline N] [--many N]
+Uses a throwaway state dir and ends every sandbox it made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.table import ratio, record
+
+
+def pct(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def report(name: str, samples: list[float]) -> None:
+    ms = [s * 1000 for s in samples]
+    print(
+        f"{name:<48} n={len(ms):<4} p50={pct(ms, 50):8.2f} ms  p90={pct(ms, 90):8.2f} ms  "
+        f"mean={statistics.fmean(ms):8.2f} ms"
+    )
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _tree(root: int, parents: dict[int, int]) -> list[int]:
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(child for child, parent in parents.items() if parent == pid)
+    return out
+
+
+def _parents() -> dict[int, int]:
+    found = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    raw = fh.read()
+                found[int(name)] = int(raw[raw.rfind(b")") + 2 :].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cold", type=int, default=30)
+    ap.add_argument("--warm", type=int, default=300)
+    ap.add_argument("--baseline", type=int, default=30)
+    ap.add_argument("--many", type=int, default=100)
+    args, _ = ap.parse_known_args()
+    state = Path(tempfile.mkdtemp(prefix="eh-bwb-", dir="/tmp")) / "s"
+    state.mkdir(mode=0o700)
+    os.environ["OPENCLAW_STATE_DIR"] = str(state)
+
+    from engine.config.loader import load_config_text
+    from engine.sandbox import SandboxManager, bwrap, prepare_exec, seccomp
+    from engine.sandbox import supervisor as sv
+    from engine.sandbox.settings import layout, resolve_settings
+    from engine.sessions import RunSpec
+
+    config = load_config_text(
+        '[agents.defaults.sandbox]\nmode = "all"\nscope = "session"\nbackend = "bwrap"\n'
+    )
+    mgr = SandboxManager()
+
+    async def run_true(sx: object) -> None:
+        handle = await sx.launcher.spawn(RunSpec(command="true", cwd=sx.cwd, env={}))  # type: ignore[attr-defined]
+        while await handle.read() is not None:
+            pass
+        await handle.wait()
+        handle.close()
+
+    async def measure(config: object, label: str) -> tuple[list[float], list[float], list[float]]:
+        """(bare bwrap, cold, warm) for one system view, each against the same argv."""
+        settings = resolve_settings(config, "main")
+        lay = layout(settings, "main", f"bench-baseline-{label}")
+        os.makedirs(lay.workspace_dir, exist_ok=True)
+        sv.ensure_bin_dir()
+        sv.Channel(lay.name).prepare()
+        true = ["/bin/true"] if settings.bwrap_rootfs is None else [sv.BUSYBOX, "true"]
+        bare: list[float] = []
+        for _ in range(args.baseline):
+            fd = seccomp.seccomp_fd()
+            how = bwrap.plan(settings, lay, bwrap=bwrap.find_bwrap(), env={}, seccomp=fd, command=true)
+            t0 = time.perf_counter()
+            subprocess.run(how.argv, pass_fds=(fd,), env=how.env, check=True)
+            bare.append(time.perf_counter() - t0)
+            os.close(fd)
+        await prepare_exec(config, "main", f"warm-up-{label}", None, manager=mgr)  # imports, seccomp, bin dir
+        cold: list[float] = []
+        for _ in range(args.cold):
+            key = f"cold-{secrets.token_hex(4)}"
+            t0 = time.perf_counter()
+            sx = await prepare_exec(config, "main", key, None, manager=mgr)
+            await run_true(sx)
+            cold.append(time.perf_counter() - t0)
+        sx = await prepare_exec(config, "main", f"warm-{label}", None, manager=mgr)
+        for _ in range(20):
+            await run_true(sx)
+        warm: list[float] = []
+        for _ in range(args.warm):
+            t0 = time.perf_counter()
+            sx = await prepare_exec(config, "main", f"warm-{label}", None, manager=mgr)
+            await run_true(sx)
+            warm.append(time.perf_counter() - t0)
+        bwrap.remove_all()
+        report(f"[{label}] bare `bwrap … true` (same argv)", bare)
+        report(f"[{label}] exechost cold: new scope's first `true`", cold)
+        report(f"[{label}] exechost warm `true` (prepare_exec + run)", warm)
+        return bare, cold, warm
+
+    # A tree with no /bin/sh and no /etc/profile: commands run under the mounted static busybox, as in
+    # Docker's busybox test image (bench_sandbox.py), so the two backends' warm rows compare like for like.
+    tiny = state.parent / "rootfs"
+    (tiny / "etc").mkdir(parents=True)
+    small = load_config_text(
+        '[agents.defaults.sandbox]\nmode = "all"\nscope = "session"\nbackend = "bwrap"\n'
+        f'[agents.defaults.sandbox.bwrap]\nrootfs = "{tiny}"\n'
+    )
+    try:
+        bare, cold, warm = await measure(config, "host /usr")
+        bare_bb, cold_bb, warm_bb = await measure(small, "busybox rootfs")
+
+        async def one(i: int) -> None:
+            sx = await prepare_exec(config, "main", f"many-{i}", None, manager=mgr)
+            await run_true(sx)
+
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(one(i) for i in range(args.many)), return_exceptions=True)
+        many_s = time.perf_counter() - t0
+        failed = [r for r in results if isinstance(r, BaseException)]
+        await asyncio.sleep(1.0)  # each sandbox's ready slots settle (two idle shells each)
+        parents = _parents()
+        rows = bwrap.list_sandboxes()
+        running = sum(1 for r in rows if r["running"])
+        total_kib = sum(_pss_kib(pid) for r in rows for pid in _tree(int(r["pid"]), parents))
+        per = total_kib / max(1, len(rows))
+        procs = sum(len(_tree(int(r["pid"]), parents)) for r in rows) / max(1, len(rows))
+    finally:
+        bwrap.remove_all()
+
+    print(
+        f"{args.many} session sandboxes at once: {running} running, {len(failed)} failed, {many_s:.2f} s, "
+        f"{per / 1024:.2f} MiB PSS each ({procs:.1f} processes: keeper, bwrap x2, supervisor, slots)"
+    )
+    if failed:
+        print("first failure:", failed[0])
+
+    def ms(samples: list[float]) -> float:
+        return pct(samples, 50) * 1000
+
+    for view, b, c, w in (("host /usr", bare, cold, warm), ("busybox rootfs", bare_bb, cold_bb, warm_bb)):
+        record(
+            f"bwrap cold first command of a new scope p50, {view} (vs bare `bwrap … true`)",
+            f"{ms(c):.2f} ms",
+            f"{ms(b):.2f} ms",
+            ratio(ms(c), ms(b)),
+            "≤ 10 ms and ≤ 2×",
+        )
+        record(f"bwrap warm exec `true` p50, {view}", f"{ms(w):.2f} ms", "—", "—", "≤ 1.5 ms")
+    record(
+        f"bwrap {args.many} concurrent session sandboxes",
+        f"{running}/{args.many} running, {per / 1024:.2f} MiB PSS each",
+        "—",
+        "—",
+        "all start",
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,625 @@
+"""Bubblewrap sandboxes: a scope's namespaces in milliseconds, with no daemon (docs/SECURITY.md, "Sandbox
+backends").
+
+A scope's sandbox is one long-lived `bwrap` running the same busybox supervisor as a Docker container
+(engine.sandbox.supervisor), with the same control dir at /.exechost and scripts at /.exechost-bin, so
+pipes, ready slots, held sessions and kills work exactly as there. Its parent is a small keeper shell in a
+session of its own (not the gateway: the sandbox outlives a gateway restart, as a container does), and
+`--die-with-parent` ties the sandbox to that keeper: removing the sandbox is killing the keeper's group.
+
+What the sandbox sees is built here, once, for the keeper and for `sandbox explain`: a tmpfs root made
+read-only, the system dirs bound read-only (the host's /usr, /bin, /lib* and an allowlisted part of /etc, or
+every top-level dir of a `rootfs` tree), /proc and /dev of its own, size-capped tmpfs for /tmp, /var/tmp and
+/run, the workspace as the only writable host dir, new user/PID/IPC/UTS/net/cgroup namespaces, no
+capabilities, no_new_privs, and the seccomp filter of engine.sandbox.seccomp (libseccomp's, refusing what
+Docker's default profile refuses). Limits: rlimits on the keeper (inherited by everything in the sandbox)
+and, where this process may write one, a pids cgroup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import json
+import logging
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from engine import statefs
+from engine.sandbox import supervisor as sv
+from engine.sandbox.docker_ops import ContainerState, SandboxUnavailable
+from engine.sandbox.egress import forwarder
+from engine.sandbox.seccomp import seccomp_fd
+from engine.sandbox.settings import AGENT_MOUNT, Layout, SandboxSettings, state_id
+from engine.sandbox.validate import sanitize_container_env
+from engine.sessions.launcher import LocalLauncher, RunSpec
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    "The bwrap sandbox backend needs bubblewrap, which is not installed: run `sudo apt-get install "
+    'bubblewrap` (or set [agents.defaults.sandbox] backend = "docker").'
+)
+RUNTIME_DIR = "sandbox-bwrap"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TMPFS_BYTES = 256 * 1024 * 1024  # each of /tmp, /var/tmp, /run: a full /tmp stops there, not at the host disk
+HOSTNAME = "sandbox"
+# The host's system dirs a sandbox sees read-only (a symlink stays a symlink, as in a merged-/usr Debian).
+HOST_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# What of the host's /etc a program needs to run (names, libraries, certificates, the shell's profile):
+# allowed by name, so shadow, sudoers, ssh keys and whatever else lives there never appear. Each entry is
+# a bind mount at every sandbox start (~1 ms apiece on a busy machine): the list stays short.
+HOST_ETC = (
+    "passwd",
+    "group",
+    "hosts",
+    "nsswitch.conf",
+    "resolv.conf",
+    "services",
+    "protocols",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "environment",
+    "profile",
+    "profile.d",
+    "bash.bashrc",
+    "shells",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "os-release",
+)
+# A rootfs tree's top-level dirs that never enter: the sandbox gets its own (or none).
+ROOTFS_SKIP = {"proc", "dev", "sys", "tmp", "run", "home", "root", "mnt", "media", "boot", "lost+found"}
+
+# The keeper: waits until the gateway has set its limits (a line on stdin), then runs bwrap as its child
+# and waits for it. Its group is the sandbox: bwrap is in it, and --die-with-parent ends the rest.
+# $1: where the keeper itself goes once bwrap runs (the gateway's pids cgroup, or ""): bwrap stays in the
+# sandbox's, the keeper leaves it, so a keeper nobody reaps promptly (its gateway gone) never holds it.
+KEEPER_SH = (
+    'read -r go || exit 0\nexec 0</dev/null\nc=$1\nshift\n"$@" &\np=$!\n'
+    '[ -n "$c" ] && echo $$ > "$c/cgroup.procs"\nwait $p\n'
+)
+
+
+def network_refusal(name: str, network: str) -> str:
+    return (
+        f'Sandbox {name}: the bwrap backend has no network (docker.network = "{network}" is for the Docker '
+        'backend); set network = "none".'
+    )
+
+
+def find_bwrap() -> str:
+    """The bwrap binary; SandboxUnavailable with how to install it when there is none."""
+    found = shutil.which("bwrap") or ("/usr/bin/bwrap" if os.access("/usr/bin/bwrap", os.X_OK) else None)
+    if found is None:
+        raise SandboxUnavailable(INSTALL_HINT)
+    return found
+
+
+# --- the argv ----------------------------------------------------------------------------------------
+
+
+def system_view(rootfs: str | None) -> list[str]:
+    """The read-only system dirs: the host's (and an allowlisted /etc), or every top-level dir of `rootfs`."""
+    args: list[str] = []
+    if rootfs is not None:
+        try:
+            names = sorted(os.listdir(rootfs))
+        except OSError as exc:
+            raise SandboxUnavailable(f"bwrap rootfs {rootfs} cannot be read: {exc.strerror}") from None
+        for name in names:
+            if name in ROOTFS_SKIP:
+                continue
+            path = os.path.join(rootfs, name)
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), f"/{name}"]
+            elif os.path.isdir(path):
+                args += ["--ro-bind", path, f"/{name}"]
+        return args
+    for name in HOST_SYSTEM:
+        path = f"/{name}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    args += ["--dir", "/etc"]
+    for name in HOST_ETC:
+        if os.path.lexists(f"/etc/{name}"):
+            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def _binds(binds: Iterable[str]) -> list[str]:
+    """docker.binds ("src:dst[:ro|rw]", checked by validate.validate_binds) as bwrap binds."""
+    args: list[str] = []
+    for raw in binds:
+        parts = raw.strip().split(":")
+        if len(parts) < 2:
+            continue
+        src, dst = parts[0], parts[1]
+        mode = parts[2] if len(parts) > 2 else "rw"
+        args += ["--ro-bind" if "ro" in mode.split(",") else "--bind", src, dst]
+    return args
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one sandbox is started: bwrap's argv (the seccomp fd named by number) and the keeper's limits."""
+
+    argv: list[str]
+    env: dict[str, str]  # bwrap's environment, which the sandbox inherits (nothing else of ours)
+    rlimits: dict[int, tuple[int, int]]
+    pids_limit: int | None
+
+
+def sandbox_env(settings: SandboxSettings, env: Mapping[str, str]) -> dict[str, str]:
+    return {"PATH": DEFAULT_PATH, "HOME": settings.docker.workdir, **env, "OPENCLAW_CLI": "1"}
+
+
+def plan(
+    settings: SandboxSettings,
+    lay: Layout,
+    *,
+    bwrap: str,
+    env: Mapping[str, str],
+    seccomp: int,
+    command: list[str],
+    control: bool = True,
+    sockets: Mapping[str, str] | None = None,
+) -> Plan:
+    """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
+    sandbox); without, a one-shot run (a terminal) in the same view. `sockets` ({host path: sandbox path}):
+    Unix sockets bound in read-only (a connect needs no write to the mount). Egress binds its socket's dir
+    instead (engine.sandbox.egress): a socket re-made by the next gateway is then seen inside too."""
+    d = settings.docker
+    argv = [
+        bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-net",  # a loopback of its own; egress only through the bind-mounted proxy socket
+        "--unshare-cgroup-try",
+        "--hostname",
+        HOSTNAME,
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        *system_view(settings.bwrap_rootfs),
+        "--proc",
+        "/proc",
+        # The sandbox's uid is the caller's: under a root gateway that is root on the host (without
+        # capabilities), and sysctl files check only the uid, so /proc/sys must be read-only, or a command
+        # could write kernel.core_pattern and run a program as root on the host (tests/attacks).
+        "--ro-bind",
+        "/proc/sys",
+        "/proc/sys",
+        "--ro-bind-try",
+        "/proc/sysrq-trigger",
+        "/proc/sysrq-trigger",
+        "--dev",
+        "/dev",
+    ]
+    for entry in d.tmpfs or ("/tmp",):
+        path, size = _tmpfs(entry)
+        argv += ["--perms", "1777", "--size", str(size), "--tmpfs", path]
+    argv += ["--bind", lay.workspace_dir, d.workdir]
+    if lay.agent_mount is not None:
+        argv += ["--ro-bind", lay.agent_mount, AGENT_MOUNT]
+    if control:
+        argv += ["--bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
+    argv += ["--ro-bind", str(sv.bin_dir()), sv.BIN_MOUNT]
+    egress = settings.egress.mode != "none"
+    if egress:
+        argv += ["--ro-bind", str(forwarder.socket_dir(lay.name)), forwarder.MOUNT]
+        command = forwarder.wrap(command)
+    argv += _binds(d.binds)
+    for host_path, inside in (sockets or {}).items():
+        argv += ["--ro-bind", host_path, inside]
+    # The environment is bwrap's own (the keeper's, set by the caller), never argv: argv is readable by
+    # every local user (ps), and docker.env may carry a key the operator meant for the sandbox only.
+    argv += ["--remount-ro", "/", "--chdir", d.workdir]
+    argv += ["--seccomp", str(seccomp), "--", *command]
+    rlimits = {
+        resource.RLIMIT_NOFILE: d.ulimits.get("nofile", (4096, 8192)),
+        resource.RLIMIT_CORE: d.ulimits.get("core", (0, 0)),
+    }
+    if d.pids_limit:
+        rlimits[resource.RLIMIT_NPROC] = (d.pids_limit, d.pids_limit)
+    memory = _bytes(d.memory)
+    if memory:
+        rlimits[resource.RLIMIT_AS] = (memory, memory)
+    sandbox_vars = sandbox_env(settings, env)
+    if egress:
+        sandbox_vars.update(forwarder.PROXY_ENV)
+    return Plan(argv, sandbox_vars, rlimits, d.pids_limit)
+
+
+PRLIMIT_NAMES = {
+    resource.RLIMIT_NOFILE: "nofile",
+    resource.RLIMIT_CORE: "core",
+    resource.RLIMIT_NPROC: "nproc",
+    resource.RLIMIT_AS: "as",
+}
+
+
+async def terminal(
+    settings: SandboxSettings,
+    lay: Layout,
+    has_busybox: bool,
+    session_host: Any,
+    spec: RunSpec,
+    script: str,
+    marker: str,
+) -> Any:
+    """A PTY command: a one-shot bwrap of the scope's view (workspace, system, limits, seccomp; its own
+    /tmp and PID namespace), run like a gateway-host terminal (the session host's child, so it outlives a
+    gateway restart and ends with its sandbox's parent). The container's `docker exec -t`, for bwrap."""
+    exe = find_bwrap()
+    env = sanitize_container_env(settings.docker.env, explicit=settings.docker.env.keys()).env
+    fd = seccomp_fd()
+    try:
+        shell = [sv.BUSYBOX, "sh", "-c", script] if has_busybox else ["/bin/sh", "-c", script]
+        how = plan(settings, lay, bwrap=exe, env=env, seccomp=fd, command=shell, control=False)
+        limits = [f"--{PRLIMIT_NAMES[k]}={s}:{h}" for k, (s, h) in how.rlimits.items()]
+        prlimit = shutil.which("prlimit")
+        argv = [prlimit, *limits, "--", *how.argv] if prlimit else how.argv
+        one = replace(spec, argv=argv, env=how.env, cwd="/", pass_fds=(fd,))
+        launcher = session_host if session_host is not None else LocalLauncher()
+        return await launcher.spawn(one)
+    finally:
+        os.close(fd)
+
+
+def _tmpfs(entry: str) -> tuple[str, int]:
+    """A docker.tmpfs entry ("/tmp" or "/tmp:size=64m,mode=1777") as (path, size): its size option, else
+    TMPFS_BYTES (Docker's default, half the RAM, is no bound at all for a sandbox)."""
+    path, _, options = entry.partition(":")
+    for option in options.split(","):
+        key, _, value = option.partition("=")
+        if key.strip() == "size" and value.strip():
+            try:
+                return path, _bytes(value) or TMPFS_BYTES
+            except ValueError:
+                break
+    return path, TMPFS_BYTES
+
+
+def _bytes(value: str | int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    text = value.strip().lower()
+    units = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+    scale = units.get(text[-1:], 1)
+    return int(float(text.rstrip("bkmg")) * scale)
+
+
+SHOWN_ENV = {"PATH", "HOME", "LANG", "OPENCLAW_CLI", *forwarder.PROXY_ENV}
+
+
+def redacted_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The sandbox's environment for an operator's eyes: values other than PATH, HOME, LANG hidden."""
+    return {k: v if k in SHOWN_ENV else "<redacted>" for k, v in env.items()}
+
+
+# --- runtime records ---------------------------------------------------------------------------------
+
+
+def runtime_dir() -> Path:
+    return statefs.state_dir() / RUNTIME_DIR
+
+
+def _record_path(name: str) -> Path:
+    return runtime_dir() / f"{name}.json"
+
+
+def _log_path(name: str) -> Path:
+    return runtime_dir() / f"{name}.log"
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks (/proc/<pid>/stat field 22): a pid plus this names one
+    process, never a later one that got the number again."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    if fields[:1] in ([b"Z"], [b"X"]):
+        return None  # ended, not yet reaped: gone as far as its sandbox is concerned
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _write_record(name: str, record: dict[str, Any]) -> None:
+    """Temp file and rename, without fsync: a record outlives nothing its processes do not (a reboot ends
+    both), and the cold path is milliseconds."""
+    path = _record_path(name)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(record))
+    os.replace(tmp, path)
+
+
+def _read_record(name: str) -> dict[str, Any] | None:
+    try:
+        text = statefs.read_text(_record_path(name))
+        data = json.loads(text) if text else None
+    except (OSError, ValueError, statefs.StateFileError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _alive(record: dict[str, Any]) -> bool:
+    pid, start = record.get("pid"), record.get("start")
+    return isinstance(pid, int) and pid > 0 and start is not None and _start_time(pid) == start
+
+
+_keepers: dict[str, subprocess.Popen[bytes]] = {}  # this process's keepers, reaped when they end
+
+
+def inspect(name: str) -> ContainerState:
+    record = _read_record(name)
+    if record is None:
+        return ContainerState(name, False)
+    created = record.get("createdAtMs")
+    return ContainerState(
+        name=name,
+        exists=True,
+        running=_alive(record),
+        image=str(record.get("rootfs") or "host"),
+        labels={"openclaw.configHash": str(record.get("configHash") or "")},
+        created_at_ms=created if isinstance(created, int) else None,
+    )
+
+
+def start(
+    settings: SandboxSettings,
+    lay: Layout,
+    *,
+    env: Mapping[str, str],
+    config_hash: str,
+    created_at_ms: int,
+    has_busybox: bool,
+) -> list[str]:
+    """Start the scope's sandbox (blocking, a few ms): keeper, limits, bwrap. Returns the argv it ran."""
+    bwrap = find_bwrap()
+    statefs.ensure_private_dir(runtime_dir())
+    sweep_cgroups()
+    fd = seccomp_fd()
+    try:
+        command = sv.supervisor_command(has_busybox)
+        how = plan(settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command)
+        log_fd = os.open(_log_path(lay.name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            home = str(_own_cgroup()) if how.pids_limit else ""
+            keeper = subprocess.Popen(
+                ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", home, *how.argv],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=log_fd,
+                pass_fds=(fd,),
+                start_new_session=True,
+                # The sandbox's environment (bwrap's init, its pid 1, keeps it too): nothing of the gateway's.
+                env=how.env,
+                cwd="/",
+            )
+        finally:
+            os.close(log_fd)
+    finally:
+        os.close(fd)
+    assert keeper.stdin is not None
+    try:
+        for limit, (soft, hard) in how.rlimits.items():
+            resource.prlimit(keeper.pid, limit, (soft, hard))
+        group = _pids_cgroup(lay.name, how.pids_limit)
+        if group is not None:
+            (group / "cgroup.procs").write_text(str(keeper.pid))
+        record = {
+            "name": lay.name,
+            "pid": keeper.pid,
+            "start": _start_time(keeper.pid),
+            "configHash": config_hash,
+            "createdAtMs": created_at_ms,
+            "scopeKey": lay.scope_key,
+            "rootfs": settings.bwrap_rootfs,
+            "cgroup": str(group) if group is not None else None,
+        }
+        _write_record(lay.name, record)
+        keeper.stdin.write(b"go\n")
+        keeper.stdin.close()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(keeper.pid, signal.SIGKILL)
+        keeper.wait()
+        raise
+    _keepers[lay.name] = keeper
+    return how.argv
+
+
+def live_argv(name: str) -> list[str]:
+    """The running sandbox's keeper argv (`sh -c KEEPER exechost-sandbox bwrap …`) as /proc shows it to
+    anyone; [] when it does not run."""
+    record = _read_record(name)
+    if record is None or not _alive(record):
+        return []
+    try:
+        with open(f"/proc/{int(record['pid'])}/cmdline", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return []
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0")[:-1]]
+
+
+def failure(name: str) -> str:
+    """What bwrap said when the sandbox did not come up (its stderr, kept in the runtime dir)."""
+    try:
+        with open(_log_path(name), "rb") as fh:
+            text = fh.read()[-800:].decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+    return text
+
+
+def remove(name: str) -> bool:
+    """End the sandbox (SIGKILL to its keeper's group: bwrap, and by --die-with-parent all inside) and
+    forget it. True when nothing of it runs any more."""
+    record = _read_record(name)
+    if record is not None and _alive(record):
+        keeper_pid = int(record["pid"])
+        # The sandbox's init first: the kernel ends and reaps everything in its PID namespace, bwrap reaps
+        # it, the keeper reaps bwrap, so no zombie stays in the pids cgroup for an init to collect. The
+        # keeper's group after, for whatever did not go that way.
+        for inner in _children(keeper_pid, grandchildren=True):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(inner, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(keeper_pid, signal.SIGKILL)
+    keeper = _keepers.pop(name, None)
+    if keeper is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            keeper.wait(timeout=5)
+    if record is not None:
+        deadline = time.monotonic() + 5
+        while _alive(record) and time.monotonic() < deadline:
+            time.sleep(0.005)  # an orphaned keeper is reaped by init: wait for it to go
+        if _alive(record):
+            return False
+        cgroup = record.get("cgroup")
+        if isinstance(cgroup, str) and cgroup.startswith("/sys/fs/cgroup/"):
+            _remove_cgroup(cgroup, time.monotonic() + 1.0)
+    for path in (_record_path(name), _log_path(name)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return True
+
+
+def _children(pid: int, *, grandchildren: bool = False) -> list[int]:
+    """pid's children (or their children) by /proc/<pid>/task/*/children."""
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                found.extend(int(x) for x in fh.read().split())
+    except (OSError, ValueError):
+        return []
+    if grandchildren:
+        return [g for child in found for g in _children(child)]
+    return found
+
+
+def sweep_cgroups() -> None:
+    """Empty pids cgroups of this install's sandboxes that are gone (one whose last task a slow init had
+    not reaped yet when the sandbox was removed)."""
+    live = {str(r.get("cgroup")) for r in list_sandboxes()}
+    for base in _cgroup_bases():
+        for group in base.glob(f"exechost-{state_id()}-*"):
+            if str(group) not in live:
+                with contextlib.suppress(OSError):
+                    group.rmdir()
+
+
+def _remove_cgroup(path: str, deadline: float) -> None:
+    """rmdir the sandbox's pids cgroup once its last task is gone (the keeper goes first; what bwrap ran
+    dies by --die-with-parent a moment later, and until then the kernel says EBUSY)."""
+    while True:
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                log.warning("bwrap sandbox cgroup %s not removed: %s", path, exc.strerror)
+                return
+        time.sleep(0.002)
+
+
+def list_sandboxes() -> list[dict[str, Any]]:
+    """This install's bwrap sandboxes (their records), each with `running`."""
+    try:
+        names = sorted(p.name[:-5] for p in runtime_dir().glob("*.json"))
+    except OSError:
+        return []
+    rows = []
+    for name in names:
+        record = _read_record(name)
+        if record is not None:
+            rows.append({**record, "name": name, "running": _alive(record)})
+    return rows
+
+
+def remove_all() -> list[str]:
+    """Every bwrap sandbox of this state dir (tests, `recreate --all`)."""
+    return [row["name"] for row in list_sandboxes() if remove(row["name"])]
+
+
+# --- limits ------------------------------------------------------------------------------------------
+
+
+def _pids_cgroup(name: str, limit: int | None) -> Path | None:
+    """A pids cgroup (the v1 controller; a delegated v2 subtree is not used yet) capping the sandbox's
+    tasks, where this process may make one; None elsewhere (RLIMIT_NPROC is then the only cap, and it
+    does not bind root)."""
+    if not limit:
+        return None
+    for base in _cgroup_bases():
+        group = base / f"exechost-{state_id()}-{name}"
+        try:
+            group.mkdir(exist_ok=True)
+            (group / "pids.max").write_text(str(limit))
+            return group
+        except OSError:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+    return None
+
+
+def pids_cap() -> str:
+    """How a sandbox's pids limit is enforced here, for `sandbox explain`."""
+    if any(os.access(base, os.W_OK) for base in _cgroup_bases()):
+        return "pids cgroup (v1) and RLIMIT_NPROC"
+    if os.geteuid() == 0:
+        return "none: no writable pids cgroup, and RLIMIT_NPROC does not bind root"
+    return "RLIMIT_NPROC (per user namespace)"
+
+
+def _own_cgroup() -> Path | str:
+    """This process's pids cgroup (v1), where a keeper goes back to; "" when unknown."""
+    try:
+        with open("/proc/self/cgroup") as fh:
+            for line in fh:
+                parts = line.rstrip("\n").split(":", 2)
+                if len(parts) == 3 and "pids" in parts[1].split(","):
+                    for base in _cgroup_bases():
+                        return base / parts[2].lstrip("/")
+    except OSError:
+        pass
+    return ""
+
+
+@functools.cache
+def _cgroup_bases() -> tuple[Path, ...]:
+    v1 = Path("/sys/fs/cgroup/pids")
+    if (v1 / "cgroup.procs").exists():
+        return (v1,)
+    return ()

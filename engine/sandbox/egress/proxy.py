@@ -1,0 +1,446 @@
+"""The host-side egress proxy: an HTTP forward proxy (absolute-form requests and CONNECT) per sandbox.
+
+Each sandbox has its own Unix socket (so who asks is known by where it asks, never by what it says); the
+in-sandbox forwarder hands over each loopback connection as a file descriptor with a NUL byte, and the
+proxy talks to that TCP socket directly. A request's name is decided (deny, allow, approved, ask — the
+gateway's `decide`), then resolved and checked here (`addresses`: no loopback or private address unless
+the operator's `resolve` map says so), and the connection goes to that very address. Bytes are relayed by
+splice(2) in worker threads, off the event loop. Every connection ends as one `Connection` record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+import stat
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from engine.sandbox.egress import httphead, socks
+from engine.sandbox.egress.addresses import Refused, Target, resolve
+
+log = logging.getLogger(__name__)
+
+HEAD_TIMEOUT_SEC = 30.0
+CONNECT_TIMEOUT_SEC = 30.0
+HANDOFF_TIMEOUT_SEC = 5.0  # the forwarder sends its descriptor at once; a silent peer is not it
+# Connections at once (from accept to close; each holds at most two descriptors and two relay threads):
+# past these a new one is closed unread, so no sandbox can run the gateway out of descriptors or threads.
+MAX_PER_SANDBOX = 256
+MAX_TOTAL = 1024
+CHUNK = 1 << 20
+F_SETPIPE_SZ = 1031
+
+
+@dataclass(frozen=True)
+class Request:
+    """What is decided: who asks (agent, sandbox) and for which name and port."""
+
+    agent_id: str
+    sandbox: str
+    name: str
+    port: int
+    method: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    rule: str  # what decided, in words: "allow entry 'pypi.org'", "approved by operator (allow-once)"
+    by: str = "policy"  # policy | operator (or the approver's name) | expired | ask-failed
+    resolve: dict[str, str] = field(default_factory=dict)  # the agent's `resolve` map (normalised)
+
+
+@dataclass
+class Connection:
+    """One connection as the history and `sandbox egress` show it."""
+
+    agentId: str
+    sandbox: str
+    name: str
+    port: int
+    method: str
+    decision: str  # allowed | refused
+    rule: str
+    decidedBy: str
+    address: str | None = None
+    bytesUp: int = 0
+    bytesDown: int = 0
+    startedAtMs: int = 0
+    durationMs: int = 0
+    status: int | None = None  # what the proxy itself answered (200 for a tunnel, 403, 400, 502)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+Decide = Callable[[Request], Awaitable[Decision]]
+Record = Callable[[Connection], None]
+
+
+@dataclass
+class _Listener:
+    sandbox: str
+    agent_id: str
+    path: str
+    sock: socket.socket
+    task: asyncio.Task[None]
+    active: int = 0
+
+
+class EgressProxy:
+    """Every sandbox's listener of one process (the gateway's)."""
+
+    def __init__(self, decide: Decide, record: Record) -> None:
+        self.decide = decide
+        self.record = record
+        self._listeners: dict[str, _Listener] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pool = ThreadPoolExecutor(max_workers=2 * MAX_TOTAL, thread_name_prefix="egress")
+        self.active = 0  # connections of every sandbox
+
+    def listening(self, sandbox: str) -> bool:
+        known = self._listeners.get(sandbox)
+        return known is not None and not known.task.done() and os.path.exists(known.path)
+
+    async def listen(self, sandbox: str, agent_id: str, directory: Path, uid: int | None = None) -> None:
+        """Serve `sandbox` on `<directory>/proxy.sock` (replacing a stale socket; `uid` may connect)."""
+        known = self._listeners.get(sandbox)
+        if known is not None and self.listening(sandbox):
+            # Kept as it is: a sandbox's name is its agent's (only the one `shared` sandbox serves several,
+            # and it answers for the agent that started it), and re-binding would refuse connects meanwhile.
+            return
+        if known is not None:
+            self.stop(sandbox)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink("proxy.sock", dir_fd=dir_fd)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            # Bound through the dir fd: the path's length is then never the state dir's.
+            sock.bind(f"/proc/self/fd/{dir_fd}/proxy.sock")
+            os.chmod("proxy.sock", 0o600, dir_fd=dir_fd, follow_symlinks=False)
+            if uid is not None and uid != os.geteuid():
+                os.chown("proxy.sock", uid, -1, dir_fd=dir_fd, follow_symlinks=False)
+        finally:
+            os.close(dir_fd)
+        sock.listen(1024)
+        sock.setblocking(False)
+        path = str(directory / "proxy.sock")
+        task = asyncio.get_running_loop().create_task(self._accept(sandbox, sock))
+        self._listeners[sandbox] = _Listener(sandbox, agent_id, path, sock, task)
+
+    def stop(self, sandbox: str) -> None:
+        known = self._listeners.pop(sandbox, None)
+        if known is not None:
+            known.task.cancel()
+            known.sock.close()
+
+    async def close(self) -> None:
+        for name in list(self._listeners):
+            self.stop(name)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _accept(self, sandbox: str, lsock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(lsock)
+            except OSError as exc:
+                log.warning("egress listener of %s: %s", sandbox, exc)
+                await asyncio.sleep(0.05)
+                continue
+            listener = self._listeners.get(sandbox)
+            if listener is None or listener.active >= MAX_PER_SANDBOX or self.active >= MAX_TOTAL:
+                conn.close()  # (the descriptor in flight, unread, is closed with it)
+                continue
+            listener.active += 1
+            self.active += 1
+            task = loop.create_task(self._handoff(listener, conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _handoff(self, listener: _Listener, conn: socket.socket) -> None:
+        """The forwarder's message: one NUL byte and one descriptor, a TCP socket of the sandbox."""
+        try:
+            try:
+                client = await _receive_socket(conn)
+            finally:
+                conn.close()
+            if client is not None:
+                await self.serve(client, listener.agent_id, listener.sandbox)
+        finally:
+            listener.active -= 1
+            self.active -= 1
+
+    # -- one connection ---------------------------------------------------------------------------
+
+    async def serve(self, client: socket.socket, agent_id: str, sandbox: str) -> None:
+        """Read the request (HTTP, or SOCKS5 when its first byte says so), decide, connect, relay; always
+        one record (unless the client sent nothing at all)."""
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        rec = Connection(agent_id, sandbox, "", 0, "", "refused", "", "proxy", startedAtMs=_now_ms())
+        upstream: socket.socket | None = None
+        talk: _Http | _Socks = _Http(loop, client)
+        try:
+            client.setblocking(False)
+            try:
+                async with asyncio.timeout(HEAD_TIMEOUT_SEC):
+                    first = await loop.sock_recv(client, 16384)
+                    if first[:1] == bytes([socks.VERSION]):
+                        talk = _Socks(loop, client)
+                    parsed = await talk.read(first)
+            except httphead.BadRequest as exc:
+                rec.rule, rec.method = str(exc), talk.method
+                rec.status = await talk.refuse("bad", f"exechost egress: {exc}")
+                return
+            except (TimeoutError, ConnectionError, OSError):
+                return
+            if parsed is None:
+                return
+            method, name, port, forward, rest, body = parsed
+            rec.name, rec.port, rec.method = name, port, method
+            decision = await self.decide(Request(agent_id, sandbox, name, port, method))
+            rec.rule, rec.decidedBy = decision.rule, decision.by
+            if not decision.allowed:
+                rec.status = await talk.refuse("forbidden", _refusal(name, port, decision.rule))
+                return
+            try:
+                target = await resolve(name, port, decision.resolve)
+            except Refused as exc:
+                rec.rule = f"{decision.rule}; refused: {exc}"
+                rec.status = await talk.refuse("forbidden", _refusal(name, port, str(exc)))
+                return
+            rec.address = target.address
+            try:
+                upstream = await _connect(loop, target)
+            except OSError as exc:
+                rec.error = f"connect {target.address}:{port}: {exc.strerror or exc}"
+                rec.status = await talk.refuse("unreachable", f"exechost egress: {rec.error}")
+                return
+            rec.decision = "allowed"
+            rec.status = await talk.established()
+            more: int | None = None  # body bytes still to come from the client (None: no end)
+            if body is not None:
+                rest = rest[:body]
+                more = body - len(rest)
+            first = forward + rest
+            if first:
+                await loop.sock_sendall(upstream, first)
+            up, down = await self._relay(client, upstream, more)
+            rec.bytesUp, rec.bytesDown = up + len(first), down
+        except (ConnectionError, OSError) as exc:
+            rec.error = rec.error or str(exc)
+        finally:
+            client.close()
+            if upstream is not None:
+                upstream.close()
+            if rec.name or rec.status:
+                rec.durationMs = int((time.monotonic() - started) * 1000)
+                try:
+                    self.record(rec)
+                except Exception:
+                    log.exception("egress record failed")
+
+    async def _relay(
+        self, client: socket.socket, upstream: socket.socket, up_limit: int | None
+    ) -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        client.setblocking(True)
+        upstream.setblocking(True)
+        up = loop.run_in_executor(self._pool, _pump, client, upstream, up_limit)
+        down = loop.run_in_executor(self._pool, _pump, upstream, client)
+        sent_up, sent_down = await asyncio.gather(up, down)
+        return sent_up, sent_down
+
+
+_HTTP_REFUSALS = {
+    "bad": (400, "Bad Request"),
+    "forbidden": (403, "Forbidden"),
+    "unreachable": (502, "Bad Gateway"),
+}
+_SOCKS_REFUSALS = {
+    "bad": socks.GENERAL_FAILURE,
+    "forbidden": socks.NOT_ALLOWED,
+    "unreachable": socks.HOST_UNREACHABLE,
+}
+# method, name, port, head to send upstream, bytes read after it, body length (None: a tunnel's, no end)
+Parsed = tuple[str, str, int, bytes, bytes, int | None]
+
+
+class _Http:
+    """HTTP forward proxying: an absolute-form request, or CONNECT; refusals are HTTP answers."""
+
+    method = "HTTP"
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, client: socket.socket) -> None:
+        self.loop, self.client = loop, client
+        self.connect = False
+
+    async def read(self, first: bytes) -> Parsed | None:
+        head, rest = await httphead.read_head(self.loop, self.client, first)
+        if not head:
+            return None
+        method, name, port, forward, body = httphead.parse(head)
+        self.method, self.connect = method, method == "CONNECT"
+        return method, name, port, forward, rest, body
+
+    async def refuse(self, kind: str, text: str) -> int:
+        code, reason = _HTTP_REFUSALS[kind]
+        await httphead.answer(self.loop, self.client, code, reason, text)
+        return code
+
+    async def established(self) -> int | None:
+        if self.connect:
+            await self.loop.sock_sendall(self.client, b"HTTP/1.1 200 Connection established\r\n\r\n")
+            return 200
+        return None
+
+
+class _Socks:
+    """SOCKS5 CONNECT (engine.sandbox.egress.socks); refusals are SOCKS reply codes."""
+
+    method = "SOCKS5"
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, client: socket.socket) -> None:
+        self.loop, self.client = loop, client
+        self.answered = False
+
+    async def read(self, first: bytes) -> Parsed | None:
+        try:
+            name, port, rest = await socks.handshake(self.loop, self.client, first)
+        except socks.SocksError as exc:
+            self.answered = True  # the greeting's refusal was sent, or this reply is
+            if exc.code is not None:
+                with contextlib.suppress(OSError):
+                    await self.loop.sock_sendall(self.client, socks.reply(exc.code))
+            raise httphead.BadRequest(str(exc)) from None
+        return self.method, name, port, b"", rest, None
+
+    async def refuse(self, kind: str, text: str) -> int:
+        code = _SOCKS_REFUSALS[kind]
+        if not self.answered:
+            with contextlib.suppress(OSError):
+                await self.loop.sock_sendall(self.client, socks.reply(code))
+        return code
+
+    async def established(self) -> int:
+        await self.loop.sock_sendall(self.client, socks.reply(socks.SUCCEEDED))
+        return socks.SUCCEEDED
+
+
+def _refusal(name: str, port: int, why: str) -> str:
+    return f"exechost egress refused {name}:{port}: {why}"
+
+
+async def _receive_socket(conn: socket.socket) -> socket.socket | None:
+    """The TCP socket the forwarder sent, or None (anything else sent, or no descriptor, is dropped)."""
+    loop = asyncio.get_running_loop()
+    conn.setblocking(False)
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(conn.fileno(), readable)
+    try:
+        async with asyncio.timeout(HANDOFF_TIMEOUT_SEC):
+            await ready
+    except TimeoutError:
+        return None
+    finally:
+        loop.remove_reader(conn.fileno())
+    try:
+        data, fds, _flags, _addr = socket.recv_fds(conn, 1, 1)
+    except OSError:
+        return None
+    if data != b"\0" or len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        return None
+    fd = fds[0]
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise OSError("not a socket")
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        os.close(fd)
+        return None
+    if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        sock.close()
+        return None
+    return sock
+
+
+async def _connect(loop: asyncio.AbstractEventLoop, target: Target) -> socket.socket:
+    sock = socket.socket(target.family, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_SEC):
+            await loop.sock_connect(sock, (target.address, target.port))
+    except TimeoutError:
+        sock.close()
+        raise OSError(110, "timed out") from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _pump(src: socket.socket, dst: socket.socket, limit: int | None = None) -> int:
+    """Move bytes src → dst with splice(2) until EOF (then half-close dst), `limit` bytes (then stop
+    reading src, and leave dst as it is), or an error (then shut both, so the other direction's thread
+    ends too). The count of bytes moved."""
+    total = 0
+    if limit is not None and limit <= 0:
+        return 0
+    r, w = os.pipe2(os.O_CLOEXEC)
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(w, F_SETPIPE_SZ, CHUNK)  # a bigger pipe: fewer splices per MiB
+    clean = stopped = False
+    try:
+        sfd, dfd = src.fileno(), dst.fileno()
+        while True:
+            if limit is not None and total >= limit:
+                stopped = True
+                break
+            want = CHUNK if limit is None else min(CHUNK, limit - total)
+            n = os.splice(sfd, w, want, flags=os.SPLICE_F_MOVE)
+            if n == 0:
+                clean = True
+                break
+            while n:
+                # Never SPLICE_F_MORE here: it corks the socket, and a short request (a tunnel's GET)
+                # would wait for the cork's 200 ms timeout.
+                m = os.splice(r, dfd, n, flags=os.SPLICE_F_MOVE)
+                n -= m
+                total += m
+    except OSError:
+        pass
+    finally:
+        os.close(r)
+        os.close(w)
+        with contextlib.suppress(OSError):
+            if clean:
+                dst.shutdown(socket.SHUT_WR)
+            elif not stopped:
+                src.shutdown(socket.SHUT_RDWR)
+                dst.shutdown(socket.SHUT_RDWR)
+    return total
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,232 @@
+"""Egress on the gateway and on a node: what the sandboxes' proxy asks of the operator's side (DESIGN §9).
+
+The proxy (engine.sandbox.egress) decides nothing alone. For each connection this hub reads the agent's
+`[sandbox.egress]` (reloaded with the config), the names an allow-always saved in the approvals file, and the
+live grants; a name none of them settles becomes an ask in the same inbox as commands (`approvals pending`,
+the consoles, `exechost approve`), and the connection waits for it, up to the ask's timeout. Asks for one
+agent, name and port coalesce into one row. Every connection becomes an `egress.connection` event on the
+sandboxes topic and a line of `<state>/history/egress.jsonl` (`exechost sandbox egress`).
+
+A node runs the same hub for its own sandboxes, with its own config and approvals file; its asks go through
+the node's approval manager, which relays them to the gateway's inbox like command asks (runner/node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from engine.approvals.decisions import DECISIONS
+from engine.approvals.grants import EGRESS_PREFIX, GrantStore
+from engine.approvals.groupwrite import GroupWriter
+from engine.approvals.history import HISTORY_DIR, HistoryError
+from engine.approvals.pending import ApprovalError, ApprovalManager, ApprovalRecord, ApprovalRequest
+from engine.approvals.store import ApprovalsStore
+from engine.config.egress import Pattern, approval_entry, decide, parse_pattern
+from engine.config.model import Config
+from engine.protocol.methods import EventName, Topic
+from engine.sandbox import default_manager
+from engine.sandbox.egress import forwarder
+from engine.sandbox.egress.log import EgressLog, encode
+from engine.sandbox.egress.proxy import Connection, Decision, EgressProxy, Request
+from engine.sandbox.settings import resolve_settings
+
+
+class EgressServices(Protocol):
+    """What the hub needs of its owner (the gateway's services, or a node's server)."""
+
+    approvals: ApprovalManager
+    store: ApprovalsStore
+    grants: GrantStore
+    state_dir: Path
+
+    def config(self) -> Config: ...
+
+    def broadcast(self, topic: str, event: str, data: dict[str, Any]) -> None: ...
+
+
+log = logging.getLogger("exechost.egress")
+
+RECENT = 1000  # connections kept in memory for `sandbox egress` (the history file keeps more)
+
+
+class EgressHub:
+    def __init__(
+        self, services: EgressServices, *, bind_ask: Callable[[Request], Callable[[], None]] | None = None
+    ) -> None:
+        self.services = services
+        # A node's: ties an ask to a call in flight for its agent while it is registered (returns the undo).
+        self.bind_ask = bind_ask
+        self.proxy = EgressProxy(self.decide, self.record)
+        self.log = EgressLog(services.state_dir / HISTORY_DIR)
+        self.writer = GroupWriter("egress history", self._write)
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle
+
+    async def start(self) -> None:
+        """Serve every egress sandbox this state dir holds (they outlive a gateway), and new ones as made."""
+        manager = default_manager()
+        manager.egress = self.listen
+        manager.egress_gone = self._gone
+        self._loop = asyncio.get_running_loop()
+        try:
+            entries = await asyncio.to_thread(manager.registry.read)
+        except Exception as exc:  # a damaged registry: the next exec into each sandbox listens again
+            log.warning("egress: sandboxes not re-served: %s", exc)
+            return
+        for entry in entries:
+            directory = forwarder.socket_dir(entry.containerName)
+            if not directory.is_dir():
+                continue
+            try:
+                uid = os.stat(directory / forwarder.SOCKET_NAME).st_uid
+            except OSError:
+                uid = None
+            try:
+                await self.proxy.listen(entry.containerName, entry.agentId or "main", directory, uid)
+            except OSError as exc:
+                log.warning("egress: %s not served: %s", entry.containerName, exc)
+
+    async def close(self) -> None:
+        manager = default_manager()
+        if manager.egress == self.listen:
+            manager.egress = None
+            manager.egress_gone = None
+        await self.proxy.close()
+        await self.writer.barrier()
+
+    def _gone(self, sandbox: str) -> None:
+        """A sandbox was removed (from any thread: removals run in workers): its listener stops."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop_if_gone, sandbox)
+
+    def _stop_if_gone(self, sandbox: str) -> None:
+        # A sandbox made again under the name meanwhile has a listener of its own again: that one stays.
+        if not self.proxy.listening(sandbox):
+            self.proxy.stop(sandbox)
+
+    async def listen(self, sandbox: str, agent_id: str, uid: int | None) -> None:
+        await self.proxy.listen(sandbox, agent_id, forwarder.socket_dir(sandbox), uid)
+
+    # -- decisions
+
+    async def decide(self, req: Request) -> Decision:
+        services = self.services
+        settings = resolve_settings(services.config(), req.agent_id)
+        policy = settings.egress
+        resolve = dict(policy.resolve)
+        approved = _patterns(await asyncio.to_thread(services.store.egress_allow, req.agent_id))
+        verdict = decide(policy, req.name, req.port, approved)
+        if verdict.action != "ask":
+            return Decision(verdict.action == "allow", verdict.rule, "policy", resolve)
+        granted = await asyncio.to_thread(self._use_grant, req)
+        if granted is not None:
+            return Decision(True, granted[0], granted[1], resolve)
+        return await self._ask(req, verdict.rule, resolve)
+
+    def _use_grant(self, req: Request) -> tuple[str, str] | None:
+        """A live grant for this name takes one use: (rule, who granted it); None when none applies."""
+        grants = self.services.grants
+        for grant in grants.active(req.agent_id):
+            if grant.session_key is not None and grant.session_key != req.sandbox:
+                continue
+            for text in grant.patterns:
+                if not text.startswith(EGRESS_PREFIX):
+                    continue
+                pattern = _pattern(text[len(EGRESS_PREFIX) :])
+                if pattern is not None and pattern.matches(req.name, req.port) and grants.consume([grant.id]):
+                    return f"grant {grant.id} ({grant.left()})", grant.granted_by
+        return None
+
+    async def _ask(self, req: Request, why: str, resolve: dict[str, str]) -> Decision:
+        approvals = self.services.approvals
+        target = f"{req.name}:{req.port}"
+        request = ApprovalRequest(
+            command=f"connect {target}",
+            cwd="",
+            host="sandbox",
+            agent_id=req.agent_id,
+            session_key=req.sandbox,
+            allowed_decisions=DECISIONS,
+            egress=target,
+        )
+        undo = self.bind_ask(req) if self.bind_ask is not None else None
+        try:
+            record, _ = approvals.register(request)
+        except ApprovalError as exc:
+            return Decision(False, f"ask refused: {exc}", "policy", resolve)
+        finally:
+            if undo is not None:
+                undo()
+        decision = await approvals.wait(record)
+        by = record.resolved_by or "operator"
+        if decision in ("allow-once", "allow-always"):
+            if decision == "allow-always":
+                await asyncio.to_thread(self._remember, record, req)
+            limits = f", {record.grant.describe()}" if record.grant else ""
+            return Decision(True, f"approved {record.slug} ({decision}{limits})", by, resolve)
+        if decision == "deny":
+            reason = f": {record.reason}" if record.reason else ""
+            return Decision(False, f"denied by {by} (ask {record.slug}){reason}", by, resolve)
+        return Decision(False, f"{why}, and the ask {record.slug} got no decision ({by})", by, resolve)
+
+    def _remember(self, record: ApprovalRecord, req: Request) -> None:
+        """allow-always: the name into the agent's egress allowlist, or (with limits) a grant, once per
+        record however many connections waited on it."""
+        entry = approval_entry(req.name, req.port)
+        try:
+            if record.grant is not None:
+                if record.grant_id is None:
+                    record.grant_id = self.services.grants.add(
+                        req.agent_id,
+                        [EGRESS_PREFIX + entry],
+                        record.request.command,
+                        record.grant,
+                        session_key=req.sandbox,
+                        granted_by=record.resolved_by or "operator",
+                    ).id
+            else:
+                self.services.store.persist_egress_allow(req.agent_id, entry)
+        except Exception as exc:  # the connection still goes; the next one asks again
+            log.warning("egress: could not save allow-always for %s: %s", entry, exc)
+
+    # -- records
+
+    def record(self, conn: Connection) -> None:
+        row = conn.to_json()
+        self.recent.append(row)
+        self.writer.put(encode(row))
+        self.services.broadcast(Topic.SANDBOXES, EventName.EGRESS_CONNECTION, row)
+
+    def _write(self, lines: list[bytes]) -> None:
+        try:
+            self.log.write_lines(lines)
+        except HistoryError as exc:
+            log.error("%s", exc)
+
+    async def connections(self, agent_id: str | None, limit: int) -> list[dict[str, Any]]:
+        """Newest first: from the history file (every gateway's), else what this one saw."""
+        await self.writer.barrier()
+        try:
+            return await asyncio.to_thread(self.log.recent, agent_id, limit)
+        except OSError:
+            rows = [r for r in reversed(self.recent) if agent_id is None or r.get("agentId") == agent_id]
+            return rows[:limit]
+
+
+def _pattern(text: str) -> Pattern | None:
+    with contextlib.suppress(ValueError):
+        return parse_pattern(text)
+    return None
+
+
+def _patterns(texts: list[str]) -> list[Pattern]:
+    return [p for p in (_pattern(t) for t in texts) if p is not None]

@@ -1,0 +1,88 @@
+"""What the gateway knows of each node beyond its config: the session keys it gave the node (a node's
+`system.event`, a background session's exit reported after its run answered, is filed only under a key the
+gateway itself sent that node) and the node id each configured node first presented (pinned, so no other
+node can take it, connected or not). Kept on disk: node sessions outlive a gateway restart."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from engine import jsontext, statefs
+
+log = logging.getLogger("exechost.gateway.nodes")
+
+FILE_NAME = "node-keys.json"
+MAX_KEYS_PER_NODE = 1024  # past this the key given longest ago is forgotten
+MAX_IDS = 4096
+
+
+class NodeKeys:
+    """{node name: {session key: when it was last given (ms)}}, written when a key is new to a node."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / FILE_NAME
+        self._keys: dict[str, dict[str, int]] = {}
+        self._ids: dict[str, str] = {}  # node id -> the [nodes.<name>] that first presented it
+        try:
+            text = statefs.read_text(self.path)
+            data = jsontext.loads(text) if text else {}
+        except (OSError, ValueError, statefs.StateFileError) as exc:
+            log.warning(
+                "%s unreadable (%s): node session events before this start are dropped", self.path, exc
+            )
+            data = {}
+        nodes = data.get("nodes") if isinstance(data, dict) else None
+        for name, keys in (nodes or {}).items():
+            if isinstance(name, str) and isinstance(keys, dict):
+                self._keys[name] = {
+                    k: v for k, v in keys.items() if isinstance(k, str) and isinstance(v, int)
+                }
+        ids = data.get("ids") if isinstance(data, dict) else None
+        if isinstance(ids, dict):
+            self._ids = {k: v for k, v in ids.items() if isinstance(k, str) and isinstance(v, str)}
+
+    def give(self, node: str, key: str) -> None:
+        """`node` runs work under `key` from now on (a run was sent there with it)."""
+        keys = self._keys.setdefault(node, {})
+        new = key not in keys
+        keys.pop(key, None)
+        keys[key] = int(time.time() * 1000)
+        while len(keys) > MAX_KEYS_PER_NODE:
+            del keys[next(iter(keys))]
+        if new:
+            self._save()
+
+    def given(self, node: str, key: str) -> bool:
+        return key in self._keys.get(node, {})
+
+    def holder(self, node_id: str) -> str | None:
+        """The node name this id is pinned to, if any."""
+        return self._ids.get(node_id)
+
+    def pin(self, node: str, node_id: str) -> None:
+        """`node` presented `node_id`: pinned to it. The first name to present an id keeps it while that
+        name is configured (removing the node, or editing node-keys.json, frees it)."""
+        if self._ids.get(node_id) == node:
+            return
+        self._ids[node_id] = node
+        while len(self._ids) > MAX_IDS:
+            del self._ids[next(iter(self._ids))]
+        self._save()
+
+    def forget_ids(self, keep: set[str]) -> None:
+        """Ids pinned to names no longer configured are free again."""
+        gone = [i for i, name in self._ids.items() if name not in keep]
+        for node_id in gone:
+            del self._ids[node_id]
+        if gone:
+            self._save()
+
+    def _save(self) -> None:
+        try:
+            data = {"version": 1, "nodes": self._keys, "ids": self._ids}
+            statefs.atomic_write(self.path, json.dumps(data) + "\n")
+        except OSError as exc:  # the run goes ahead; its later session events may be dropped
+            log.warning("%s not written: %s", self.path, exc)

@@ -1,0 +1,96 @@
+"""What a node may send, sized: every field of a relayed ask or a node event is cut to a cap here, before
+the gateway keeps or shows it, so a compromised node cannot grow the gateway's memory or an inbox row."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from engine.approvals.decisions import DECISIONS
+
+COMMAND_CHARS = 8192
+PATH_CHARS = 4096
+ENV_KEYS = 64
+ENV_CHARS = 4096  # one key and its value
+WARNINGS = 16
+WARNING_CHARS = 500
+DECISION_BYTES = 16 * 1024  # the node's decision record (shown in the ask's detail), as JSON
+REASON_CHARS = 1000
+WORD_CHARS = 64  # security, ask, askFallback: one word each
+EVENT_COMMAND_CHARS = 400
+EVENT_REASON_CHARS = 200
+EVENT_TEXT_CHARS = 2000  # a node's system.event text (the store caps every event again)
+MAX_ASKS_PER_RUN = 8  # a run asks once, again after a stale or one-use miss; never dozens of times
+
+
+def cut(value: Any, limit: int) -> str:
+    """A string field as text of at most `limit` characters (anything else: empty)."""
+    if not isinstance(value, str):
+        return ""
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def optional(value: Any, limit: int) -> str | None:
+    return cut(value, limit) if isinstance(value, str) else None
+
+
+def env_pairs(raw: Any) -> tuple[tuple[str, str], ...]:
+    """The ask's env as sorted pairs: string keys and values only, at most ENV_KEYS of them."""
+    if not isinstance(raw, dict):
+        return ()
+    pairs = [(k, v) for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)]
+    kept = [(k, v) for k, v in pairs if len(k) + len(v) <= ENV_CHARS]
+    return tuple(sorted(kept)[:ENV_KEYS])
+
+
+def warnings(raw: Any) -> list[str]:
+    items = raw if isinstance(raw, list) else []
+    return [cut(w, WARNING_CHARS) for w in items[:WARNINGS] if isinstance(w, str)]
+
+
+def decision_json(raw: Any) -> dict[str, Any]:
+    """The node's decision record when it is small (it is only shown); else a note that it was dropped."""
+    if not isinstance(raw, dict):
+        return {}
+    try:
+        text = json.dumps(raw)
+    except (TypeError, ValueError, RecursionError):
+        return {}
+    if len(text) > DECISION_BYTES:
+        return {"dropped": f"the node's decision record was {len(text)} bytes (cap {DECISION_BYTES})"}
+    return raw
+
+
+def allowed_decisions(raw: Any) -> tuple[str, ...]:
+    """What the node offers, each once and in the usual order; deny is always among them."""
+    offered = raw if isinstance(raw, list) else []
+    picked = tuple(d for d in DECISIONS if d in offered or d == "deny")
+    return picked if len(picked) > 1 else ("allow-once", "deny")
+
+
+def field_text(payload: dict[str, Any], key: str, limit: int) -> str:
+    return cut(payload.get(key), limit)
+
+
+ROW_KEYS = 40
+ROW_TEXT_CHARS = 4000  # a session row's command, cwd, tail…
+ROW_LIST_ITEMS = 32
+
+
+def session_row(raw: dict[str, Any]) -> dict[str, Any]:
+    """A node's session row as the consoles get it: scalar fields (and short lists of them), each string
+    cut to ROW_TEXT_CHARS, at most ROW_KEYS fields; anything nested deeper is dropped."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if len(out) >= ROW_KEYS:
+            break
+        if not isinstance(key, str) or len(key) > WORD_CHARS:
+            continue
+        if isinstance(value, str):
+            out[key] = cut(value, ROW_TEXT_CHARS)
+        elif value is None or isinstance(value, (bool, int, float)):
+            out[key] = value
+        elif isinstance(value, list):
+            items = [v for v in value[:ROW_LIST_ITEMS] if v is None or isinstance(v, (bool, int, float, str))]
+            out[key] = [cut(v, WARNING_CHARS) if isinstance(v, str) else v for v in items]
+    return out

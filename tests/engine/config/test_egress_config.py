@@ -1,0 +1,118 @@
+"""`[agents.defaults.sandbox.egress]`: the keys, their checks, per-agent layering, and the name rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config.egress import BadName, EgressPolicy, approval_entry, decide, normalize, parse_pattern
+from engine.config.loader import ConfigError, load_config_text
+from engine.sandbox.settings import config_hash, layout, resolve_settings
+
+PIP_NPM = (
+    '[agents.defaults.sandbox]\nmode = "all"\n'
+    '[agents.defaults.sandbox.egress]\nmode = "allowlist"\n'
+    'allow = ["pypi.org", "files.pythonhosted.org", "registry.npmjs.org"]\nask = false\n'
+)
+
+
+def test_pip_and_npm_only() -> None:
+    policy = resolve_settings(load_config_text(PIP_NPM), "main").egress
+    assert decide(policy, "pypi.org", 443).action == "allow"
+    assert decide(policy, "files.pythonhosted.org", 443).action == "allow"
+    assert decide(policy, "registry.npmjs.org", 80).action == "allow"
+    assert decide(policy, "pypi.org", 22).action == "deny"  # a name admits 80 and 443 only
+    assert decide(policy, "github.com", 443).action == "deny"
+
+
+def test_defaults_none_and_per_agent_layers() -> None:
+    assert resolve_settings(load_config_text(""), "main").egress.mode == "none"
+    assert decide(EgressPolicy(), "pypi.org", 443).action == "deny"
+    cfg = load_config_text(
+        PIP_NPM
+        + '[[agents.list]]\nid = "web"\nsandbox.egress.allow = ["example.org"]\nsandbox.egress.ask = true\n'
+        '[[agents.list]]\nid = "shy"\nsandbox.egress.mode = "none"\n'
+    )
+    web = resolve_settings(cfg, "web").egress
+    assert web.mode == "allowlist" and web.ask and [p.text for p in web.allow] == ["example.org"]
+    assert decide(web, "pypi.org", 443).action == "ask"
+    assert resolve_settings(cfg, "shy").egress.mode == "none"
+
+
+def test_mode_is_in_the_config_hash_and_the_lists_are_not() -> None:
+    def digest(text: str) -> str:
+        settings = resolve_settings(load_config_text(text), "main")
+        return config_hash(settings, layout(settings, "main", "main"))
+
+    base = '[agents.defaults.sandbox]\nmode = "all"\n'
+    assert digest(base) != digest(base + '[agents.defaults.sandbox.egress]\nmode = "open"\n')
+    assert digest(PIP_NPM) == digest(PIP_NPM.replace('"pypi.org", ', ""))  # lists apply live
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('mode = "on"', "expected none|allowlist|open"),
+        ('allow = ["*"]', "only as a leading"),
+        ('allow = ["*.com"]', "two labels"),
+        ('allow = ["127.1"]', "another spelling"),
+        ('allow = ["pypi.org:99999"]', "bad port"),
+        ('deny = ["user@host.org"]', "invalid"),
+        ("ask = 1", "expected true or false"),
+        ('resolve = { "mirror.local" = "not-an-ip" }', "expected an IP address"),
+        ('resolve = { "10.0.0.1" = "10.0.0.1" }', "not a plain host name"),
+        ('resolve = ["x"]', "expected a table"),
+        ("allowed = []", "unknown key"),
+    ],
+)
+def test_bad_values_name_the_key(toml: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config_text(f"[agents.defaults.sandbox.egress]\n{toml}\n")
+    assert "agents.defaults.sandbox.egress." in str(info.value)
+
+
+def test_egress_with_a_docker_network_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r'needs docker\.network = "none"'):
+        load_config_text(
+            '[agents.defaults.sandbox.docker]\nnetwork = "bridge"\n'
+            '[agents.defaults.sandbox.egress]\nmode = "open"\n'
+        )
+
+
+def test_name_normalisation() -> None:
+    assert normalize("PyPI.org.") == "pypi.org"
+    assert normalize("bücher.example") == "xn--bcher-kva.example"
+    assert normalize("[::1]") == "::1"
+    for bad in ("", "a..b", "-a.org", "a.org..", "127.1", "2130706433", "0x7f.1", "a b.org", "x" * 300):
+        with pytest.raises(BadName):
+            normalize(bad)
+
+
+def test_patterns() -> None:
+    wild = parse_pattern("*.PythonHosted.org")
+    assert wild.matches("files.pythonhosted.org", 443) and not wild.matches("pythonhosted.org", 443)
+    assert not wild.matches("evilpythonhosted.org", 443)
+    assert parse_pattern("mirror.local:8080").matches("mirror.local", 8080)
+    assert not parse_pattern("mirror.local:8080").matches("mirror.local", 443)
+    assert parse_pattern("any.port:*").matches("any.port", 5432)
+    assert parse_pattern("[2001:db8::1]:443").matches("2001:db8::1", 443)
+    assert approval_entry("pypi.org", 443) == "pypi.org"
+    assert approval_entry("mirror.local", 8080) == "mirror.local:8080"
+
+
+def test_deny_wins_and_open_mode() -> None:
+    policy = EgressPolicy.from_config({"mode": "open", "deny": ["*.evil.org", "evil.org"]})
+    assert decide(policy, "anything.org", 443).action == "allow"
+    assert decide(policy, "a.evil.org", 443).action == "deny"
+    policy = EgressPolicy.from_config({"mode": "allowlist", "allow": ["ok.org"], "deny": ["ok.org"]})
+    assert decide(policy, "ok.org", 443).action == "deny"
+
+
+def test_explain_shows_the_way_out() -> None:
+    from engine.sandbox import admin
+
+    shown = admin.explain(load_config_text(PIP_NPM + 'resolve = { "mirror.lan" = "10.0.0.5" }\n'))
+    egress = shown["egress"]
+    assert egress["mode"] == "allowlist" and egress["allow"][0] == "pypi.org" and not egress["ask"]
+    assert egress["resolve"] == {"mirror.lan": "10.0.0.5"} and egress["proxy"] == "http://127.0.0.1:3128"
+    assert egress["socket"].endswith("/proxy.sock")
+    assert admin.explain(load_config_text(""))["egress"]["socket"] is None
