@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.widgets import Footer, Static, TabbedContent
 
 from console.app import ConsoleApp
-from console.demo_tour import GRANT_COMMAND, STALE_SCRIPT, Demo, DemoAgent
+from console.demo_tour import GRANT_COMMAND, OTHER_MIRROR, STALE_SCRIPT, Demo, DemoAgent
 from console.screens.help import HelpScreen
 
 # (a marker in the selected ask's command, the hint) — the ask the user is looking at decides the hint.
@@ -34,6 +34,11 @@ ASK_HINTS: tuple[tuple[str, str], ...] = (
         "git diff",
         "git in the workspace: the agent set core.pager in .git/config, a program git would run.\n"
         "`git status` ran without an ask while the config was inert. a allows once, d denies.",
+    ),
+    (
+        f"{OTHER_MIRROR}:",
+        "An egress ask: pip in the sandbox wants a name its allowlist lacks (its connection waits).\n"
+        "a lets this connection through, A adds the name to the agent's egress allowlist, d sends a 403.",
     ),
     (
         STALE_SCRIPT,

@@ -8,6 +8,7 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import tempfile
@@ -42,7 +43,6 @@ backgroundMs = 2000
 BWRAP_CONFIG = """
 [agents.defaults.sandbox]
 backend = "bwrap"
-workspaceAccess = "rw"
 
 [[agents.list]]
 id = "sandboxed"
@@ -51,6 +51,17 @@ tools.exec.host = "sandbox"
 tools.exec.security = "full"
 tools.exec.ask = "off"
 """
+
+# The egress step: the sandboxed agent's only way out is the gateway's proxy; the demo's own package mirror
+# (on loopback, so no network is needed) is an allowed name, any other name is asked in the inbox.
+MIRROR = "pypi.demo.lan"
+OTHER_MIRROR = "mirror.example.lan"
+EGRESS_CONFIG = """sandbox.egress.mode = "allowlist"
+sandbox.egress.allow = ["{mirror}:{port}"]
+sandbox.egress.ask = true
+sandbox.egress.resolve = {{ "{mirror}" = "127.0.0.1", "{other}" = "127.0.0.1" }}
+"""
+PIP = "python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check --timeout 600 -d /tmp/dl"
 
 BUILD_JOB = """\
 #!/usr/bin/env python3
@@ -109,9 +120,11 @@ HEREDOC = "python3 - <<'EOF'\nimport platform\nprint('python', platform.python_v
 
 @dataclass(frozen=True)
 class Demo:
-    """One demo run: everything it writes is under `root` (a fresh /tmp dir: short Unix socket paths)."""
+    """One demo run: everything it writes is under `root` (a fresh /tmp dir: short Unix socket paths).
+    `mirror_port`: the loopback port of the demo's package mirror (0: no egress step)."""
 
     root: Path
+    mirror_port: int = 0
 
     @property
     def state(self) -> Path:
@@ -137,6 +150,17 @@ def sandbox_backend() -> str | None:
     if importlib.util.find_spec("engine.sandbox.bwrap") is not None and shutil.which("bwrap"):
         return "bwrap"
     return None
+
+
+def egress_available() -> bool:
+    """The egress proxy (runner/egress.py) exists and the sandbox step runs: pip goes through it."""
+    return sandbox_backend() is not None and importlib.util.find_spec("runner.egress") is not None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def new_root() -> Path:
@@ -170,10 +194,14 @@ def _workspace(demo: Demo) -> None:
 
 def prepare_demo(root: Path | None = None) -> Demo:
     """Create the demo root, config, workspace and allowlist; point this process at its state dir."""
-    demo = Demo(root or new_root())
+    demo = Demo(root or new_root(), free_port() if egress_available() else 0)
     statefs.ensure_private_dir(demo.root)
     statefs.ensure_private_dir(demo.state)
-    config = DEMO_CONFIG + (BWRAP_CONFIG if sandbox_backend() == "bwrap" else "")
+    config = DEMO_CONFIG
+    if sandbox_backend() == "bwrap":
+        config += BWRAP_CONFIG
+        if demo.mirror_port:
+            config += EGRESS_CONFIG.format(mirror=MIRROR, other=OTHER_MIRROR, port=demo.mirror_port)
     statefs.atomic_write(demo.config, config)
     prepare_env(demo)
     statefs.ensure_private_dir(demo.bin)
@@ -261,10 +289,11 @@ class DemoAgent:
             "command": command,
             "agentId": agent,
             "sessionKey": f"agent:{agent}",
-            "workdir": str(self.demo.work),
             "reason": reason,
             **extra,
         }
+        if agent == "main":  # a sandboxed agent works in its sandbox's own workspace
+            params["workdir"] = str(self.demo.work)
         try:
             result: dict[str, Any] = await (await self.client(agent)).request("exec", params)
         except RemoteError as exc:
@@ -341,8 +370,8 @@ class DemoAgent:
         await task
 
     async def _sandboxed(self) -> None:
-        """A command confined by the sandbox backend. The egress step (a `pip download` from an allowed
-        name, an ask for another) joins here once the egress proxy (issue 29) is on main."""
+        """A command confined by the sandbox backend, then (with the egress proxy) `pip download` from the
+        demo's allowed mirror name, and from another name: that connection waits for an ask."""
         if sandbox_backend() is None:
             return
         await asyncio.sleep(1.5)
@@ -352,3 +381,77 @@ class DemoAgent:
             "look around inside my sandbox",
             agent="sandboxed",
         )
+        if not self.demo.mirror_port:
+            return
+        async with PackageMirror(self.demo.mirror_port):
+            base = f"http://{MIRROR}:{self.demo.mirror_port}/simple"
+            self.say(f"runs pip download from {MIRROR} (an allowed name)")
+            pip = f"{PIP} --trusted-host {MIRROR} --index-url {base} demo-hello"
+            await self.exec(pip, "fetch a package", agent="sandboxed", background=True)
+            other = f"http://{OTHER_MIRROR}:{self.demo.mirror_port}/simple"
+            self.say(f"runs pip download from {OTHER_MIRROR} (not allowed: its connection asks)")
+            pip = f"{PIP} --trusted-host {OTHER_MIRROR} --index-url {other} demo-hello"
+            await self.exec(pip, "fetch it from another mirror", agent="sandboxed", background=True)
+            await asyncio.Event().wait()  # the mirror serves until the demo quits
+
+
+def demo_wheel() -> tuple[str, bytes]:
+    """A tiny wheel (name, bytes) for the demo mirror to serve."""
+    import base64
+    import hashlib
+    import io
+    import zipfile
+
+    name = "demo_hello-1.0-py3-none-any.whl"
+    files = {
+        "demo_hello/__init__.py": b"print('hello from the demo mirror')\n",
+        "demo_hello-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: demo-hello\nVersion: 1.0\n",
+        "demo_hello-1.0.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: exechost-demo\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = ""
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record += f"{path},sha256={digest},{len(data)}\n"
+    record += "demo_hello-1.0.dist-info/RECORD,,\n"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for path, data in {**files, "demo_hello-1.0.dist-info/RECORD": record.encode()}.items():
+            zf.writestr(path, data)
+    return name, buf.getvalue()
+
+
+class PackageMirror:
+    """A PEP 503 index with one package on 127.0.0.1, reached from the sandbox only through the proxy
+    (the `resolve` map sends the mirror names here): the egress step needs no network."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.runner: Any = None
+
+    async def __aenter__(self) -> PackageMirror:
+        import hashlib
+
+        from aiohttp import web
+
+        name, wheel = demo_wheel()
+        sha = hashlib.sha256(wheel).hexdigest()
+
+        async def index(_request: web.Request) -> web.Response:
+            body = f'<html><body><a href="/files/{name}#sha256={sha}">{name}</a></body></html>'
+            return web.Response(text=body, content_type="text/html")
+
+        async def file(_request: web.Request) -> web.Response:
+            return web.Response(body=wheel, content_type="application/octet-stream")
+
+        app = web.Application()
+        app.add_routes([web.get("/simple/demo-hello/", index), web.get(f"/files/{name}", file)])
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()

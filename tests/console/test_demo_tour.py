@@ -13,7 +13,14 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from console.demo import DemoConsoleApp, DemoHelpScreen, hint_for
-from console.demo_tour import GRANT_COMMAND, STALE_SCRIPT, prepare_demo, sandbox_backend
+from console.demo_tour import (
+    GRANT_COMMAND,
+    OTHER_MIRROR,
+    STALE_SCRIPT,
+    egress_available,
+    prepare_demo,
+    sandbox_backend,
+)
 from console.dialogs import GrantDialog, TextDialog
 from tests.helpers.gateway import connect, gateway, wait_until
 
@@ -112,9 +119,16 @@ async def test_the_demo_tour(state_dir: Path) -> None:
             await pilot.press("2")
             build = await until(pilot, lambda: _session(app, "build-job"))
             app.sessions.select(build)
+            app.sessions.query_one("#session-list").focus()
             await shows(pilot, app, "build-job 400", "[build] step")
+            await pilot.press("f")  # follow live (a select on a loaded machine can land paged to the top)
             steps = _last_step(screen_text(app))
-            await until(pilot, lambda: _last_step(screen_text(app)) > steps)
+            try:  # the output scrolls: later steps come into view
+                await until(pilot, lambda: _last_step(screen_text(app)) > steps, timeout=60)
+            except AssertionError:
+                raise AssertionError(
+                    f"the build did not scroll from step {steps}:\n{screen_text(app)}"
+                ) from None
             dashboard = await until(pilot, lambda: _session(app, "dashboard"))
             app.sessions.select(dashboard)
             app.sessions.query_one("#session-list").focus()
@@ -126,9 +140,33 @@ async def test_the_demo_tour(state_dir: Path) -> None:
             await shows(pilot, app, "interrupted (Ctrl-C)")
 
             if sandbox_backend() == "bwrap":
+                # A sandboxed command, then pip through the egress proxy: the allowed mirror name downloads,
+                # another name waits for an ask; allowed once, it downloads too.
                 await pilot.press("3")
-                await shows(pilot, app, "sandboxed-ok", timeout=30)
-            else:  # no backend on main yet: the tour leaves the step out rather than failing
+                await shows(pilot, app, "bubblewrap sandbox", timeout=30)
+                if egress_available():
+                    await pilot.press("1")
+                    await select_ask(pilot, app, f"{OTHER_MIRROR}:")
+                    await shows(pilot, app, OTHER_MIRROR, "An egress ask")
+                    await pilot.press("a")
+                    await pilot.press("2")
+                    pips = await until(
+                        pilot,
+                        lambda: (
+                            _sessions(app, "pip download")
+                            if len(_sessions(app, "pip download")) == 2
+                            else None
+                        ),
+                    )
+                    for sid in pips:
+                        await until(
+                            pilot,
+                            lambda sid=sid: app.sessions.sessions[sid].get("status") != "running",
+                            timeout=60,
+                        )
+                        app.sessions.select(sid)
+                        await shows(pilot, app, "Successfully downloaded demo-hello", timeout=30)
+            else:  # no backend: the tour leaves the step out rather than failing
                 assert "bwrap" not in demo.config.read_text()
 
             operator = await connect(demo.state)
@@ -138,6 +176,10 @@ async def test_the_demo_tour(state_dir: Path) -> None:
 
 def _session(app: DemoConsoleApp, name: str) -> str | None:
     return next((sid for sid, row in app.sessions.sessions.items() if name in str(row.get("name"))), None)
+
+
+def _sessions(app: DemoConsoleApp, text: str) -> list[str]:
+    return [sid for sid, row in app.sessions.sessions.items() if text in str(row.get("command"))]
 
 
 def _last_step(text: str) -> int:
