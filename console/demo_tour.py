@@ -238,6 +238,8 @@ def finish_demo(demo: Demo) -> None:
             return
         with contextlib.suppress(RemoteError, ConnectionError, TimeoutError):
             pid = (await client.request("status")).get("pid")
+            with contextlib.suppress(RemoteError):  # sandboxes outlive a gateway: the demo's go first
+                await client.request("sandbox.recreate", {"all": True})
             await client.request("shutdown", {"killSessions": True})
             await asyncio.wait_for(client.wait_closed(), 5)
             for _ in range(100):  # its sandboxes and sessions are gone once the daemon has exited

@@ -50,7 +50,7 @@ def select_dashboard(session: str) -> None:
         text = wait_for_screen(session, "▣ dashboard")
         ids = re.findall(r"running\s+(\S+)\s+(▣ dashboard|build-job)", text)
         dashboard = next((sid for sid, name in ids if name.startswith("▣")), None)
-        shown = re.search(r"▎ (\S+) running  pid=", text)
+        shown = re.search(r"▎ (\S+) (?:running|completed|failed)[^▎\n]*pid=", text)
         if dashboard and shown and shown.group(1) == dashboard:
             return
         order = [sid for sid, _ in ids]
@@ -157,9 +157,17 @@ def test_demo_sh_end_to_end_leaves_nothing_behind(clean_clone: Path, tmp_path: P
         # Live sessions: find the dashboard, take it over, Ctrl-C it.
         tmux("send-keys", "-t", session, "2")
         wait_for_screen(session, "take it over")
-        select_dashboard(session)
-        tmux("send-keys", "-t", session, "t")
-        wait_for_screen(session, "ctrl+] detaches")
+        for _attempt in range(4):  # rows arriving (the sandboxed agent's) can move the cursor: try again
+            select_dashboard(session)
+            tmux("send-keys", "-t", session, "t")
+            deadline = time.monotonic() + 8
+            while "exechost demo dashboard" not in screen(session).splitlines()[0]:  # the terminal is its
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            else:
+                break
+        assert "exechost demo dashboard" in screen(session).splitlines()[0], screen(session)
         first = re.search(r"tick (\d+)", wait_for_screen(session, "tick"))
         assert first is not None
         wait_for_screen(session, f"tick {int(first.group(1)) + 2}")  # live: the user watches it move
