@@ -30,7 +30,8 @@ class OutputRouter:
 
     def __init__(self) -> None:
         self.visible: str | None = None
-        self.pending: list[tuple[int | None, str]] = []
+        # (raw byte offset, raw byte offset after, text): the range the text stands for, by the gateway
+        self.pending: list[tuple[int | None, int | None, str]] = []
         self.pending_chars = 0
         self.overflowed = False
         self.since: dict[str, int] = {}  # raw byte offset a replay has shown up to, per session
@@ -38,12 +39,12 @@ class OutputRouter:
         self.pushed = False  # has the gateway ever pushed output? if not, the app polls the log
         self.polled: set[str] = set()  # node sessions the gateway cannot push: read by offset
 
-    def feed(self, session_id: str, data: str, offset: int | None = None) -> None:
+    def feed(self, session_id: str, data: str, offset: int | None = None, end: int | None = None) -> None:
         self.pushed = True
         if session_id != self.visible:
             self.unread[session_id] += len(data)
             return
-        self.pending.append((offset, data))
+        self.pending.append((offset, end, data))
         self.pending_chars += len(data)
         if self.pending_chars > PENDING_CAP:
             # Faster than anyone can read: drop what is queued; the pane re-reads the log tail instead.
@@ -78,15 +79,22 @@ class OutputRouter:
     def drain(self) -> tuple[str, bool]:
         since = self.since.get(self.visible or "")
         parts: list[str] = []
-        for offset, data in self.pending:
+        overflowed = self.overflowed
+        for offset, end, data in self.pending:
             if since is not None and offset is not None:
+                # The bytes the text stands for, by the gateway's count (an older gateway: by the text).
                 raw = data.encode("utf-8", "surrogatepass")
-                if offset + len(raw) <= since:
+                end = offset + len(raw) if end is None else end
+                if end <= since:
                     continue  # the replay already showed it
                 if offset < since:
+                    if offset + len(raw) != end:
+                        # Replacement characters: the text cannot be cut at a byte offset. Re-read the
+                        # log from where the replay ended instead of guessing.
+                        overflowed = True
+                        break
                     data = raw[since - offset :].decode("utf-8", "replace")
             parts.append(data)
-        overflowed = self.overflowed
         self.pending = []
         self.pending_chars = 0
         self.overflowed = False
@@ -175,7 +183,9 @@ class GatewayLink:
             if ev.data.get("dropped"):
                 self.output.gap(sid)
             elif isinstance(data, str):
-                self.output.feed(sid, data, offset if isinstance(offset, int) else None)
+                end = ev.data.get("nextOffset")
+                start = offset if isinstance(offset, int) else None
+                self.output.feed(sid, data, start, end if isinstance(end, int) else None)
             return
         if self._held is not None:
             self._held.append(ev)

@@ -121,7 +121,26 @@ def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     if leftover:
         warnings.warn(f"stopping gateway daemon(s) {leftover} this test left running", stacklevel=1)
         _stop(leftover)
+    # Sandbox keepers (bwrap's parent shell, in its own session so it outlives a gateway as a container
+    # does) and anything else still running over this test's dirs: gone with them, never left behind.
+    _stop(_processes_naming(prefix))
     shutil.rmtree(root, ignore_errors=True)
+
+
+def _processes_naming(prefix: bytes) -> list[int]:
+    """Processes (not this one) whose command line names a path under `prefix`."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if prefix in cmdline:
+            pids.append(int(entry.name))
+    return pids
 
 
 @pytest.fixture

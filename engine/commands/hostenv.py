@@ -29,6 +29,9 @@ BLOCKED_EVERYWHERE_KEYS = names(
     "R_ENVIRON_USER R_PROFILE_USER HOSTALIASES"
 )
 BLOCKED_PREFIXES = ("DYLD_", "LD_", "BASH_FUNC_")
+# The gateway's own variables never reach a command: a daemon started by an agent's client (its MCP server
+# autostarts it) inherited that client's EXECHOST_AGENT_TOKEN, and every other agent's command then read it.
+GATEWAY_OWN_PREFIXES = ("EXECHOST_",)
 
 # Rejected when requested through `env`; stripped when inherited unless listed as allowed below.
 BLOCKED_OVERRIDE_ONLY_KEYS = names(
@@ -252,6 +255,8 @@ def is_blocked_everywhere(key: str) -> bool:
 @functools.lru_cache(maxsize=4096)  # asked of every inherited key on every host exec; answers never change
 def is_blocked_inherited(key: str) -> bool:
     upper = key.upper()
+    if upper.startswith(GATEWAY_OWN_PREFIXES):
+        return True
     if is_blocked_everywhere(upper) or (is_code_key(upper) and upper not in FORCED_ENV):
         return True
     return upper in BLOCKED_OVERRIDE_ONLY_KEYS and upper not in ALLOWED_INHERITED_OVERRIDE_ONLY_KEYS

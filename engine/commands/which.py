@@ -55,7 +55,12 @@ class _DirWatch:
         # Bumped whenever cached answers are dropped: an answer computed across a bump is not stored, so a
         # change seen (and drained) by another thread, or a reset, never leaves a stale answer behind.
         self.generation = 0
-        self.lock = threading.Lock()
+        # Decisions run on several threads at once (asyncio.to_thread, the offload thread). The lock covers
+        # the caches' generation and every use of the inotify fd and its poll object: `select.poll` refuses
+        # a concurrent poll() ("concurrent poll() invocation"), a drain seen by one thread must empty the
+        # caches before another thread finds nothing pending and trusts them, and the fd must not be closed
+        # (and its number reused) under a read. Reentrant: a drain drops the caches under it.
+        self.lock = threading.RLock()
         # Directories watched only for their symlink listing (LINKS): an event there drops that listing and
         # nothing else, so a busy directory an operand named (`/tmp`) does not empty the PATH caches.
         # Kernel watches outlive a drop, so both descriptor sets are kept until the inotify fd is replaced:
@@ -99,25 +104,37 @@ class _DirWatch:
 
     def _forked(self) -> None:
         self.pid = -1  # os.register_at_fork: the next use starts over in the child
+        self.lock = threading.RLock()  # another thread may have held the parent's at the fork
 
-    def _ready(self) -> bool:
+    def _stale(self) -> bool:
         # A forked child must not share (and steal) the parent's events. os.register_at_fork marks the
         # child (pid -1); comparing os.getpid() as well costs a syscall on every decision, so it is only
         # compared where there is no fork hook (a fork that runs no Python hooks runs no Python either).
-        if self.pid == -1 or (not _AT_FORK and self.pid != os.getpid()):
-            self.pid, self.fd, self.watched = os.getpid(), -1, set()
-            self.main_wds, self.link_wds = set(), {}
-            self.lock = threading.Lock()  # another thread may have held the parent's at the fork
-            self._drop_all()
-            try:
-                self.libc = ctypes.CDLL(None, use_errno=True)
-                self.fd = self.libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-            except (OSError, AttributeError):
-                self.fd = -1
-            self.poller = select.poll()
-            if self.fd >= 0:
-                self.poller.register(self.fd, select.POLLIN)
+        return self.pid == -1 or (not _AT_FORK and self.pid != os.getpid())
+
+    def _ready(self) -> bool:
+        if self._stale():
+            if not _AT_FORK:
+                self.lock = threading.RLock()
+            with self.lock:
+                if self._stale():  # another thread may have opened it meanwhile: one fd, never two
+                    self._open()
         return self.fd >= 0
+
+    def _open(self) -> None:
+        self.fd, self.watched = -1, set()
+        self.main_wds, self.link_wds = set(), {}
+        self._drop_all()
+        try:
+            self.libc = ctypes.CDLL(None, use_errno=True)
+            fd = self.libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        except (OSError, AttributeError):
+            fd = -1
+        self.poller = select.poll()
+        if fd >= 0:
+            self.poller.register(fd, select.POLLIN)
+        self.fd = fd
+        self.pid = os.getpid()  # last: a thread that sees the pid set sees the fd and poller too
 
     def watch_file(self, path: str) -> bool:
         """Watch one regular file (not a symlink) for any write, and its directory for a rename over it."""
@@ -125,12 +142,14 @@ class _DirWatch:
             return False
         key = "\0file:" + path  # NUL never occurs in a path: no clash with a directory's entry
         if key not in self.watched:
-            if len(self.watched) >= _WATCH_MAX:
-                self._reset()
-                return False
-            if self.libc.inotify_add_watch(self.fd, os.fsencode(path), _IN_FILE_MASK | _IN_DONT_FOLLOW) < 0:
-                return False
-            self.watched.add(key)
+            with self.lock:
+                if len(self.watched) >= _WATCH_MAX:
+                    self._reset()
+                    return False
+                mask = _IN_FILE_MASK | _IN_DONT_FOLLOW
+                if self.fd < 0 or self.libc.inotify_add_watch(self.fd, os.fsencode(path), mask) < 0:
+                    return False
+                self.watched.add(key)
         try:  # after the watch: a link (its target unwatched) planted later is an event in the directory
             return stat.S_ISREG(os.lstat(path).st_mode)
         except OSError:
@@ -141,15 +160,17 @@ class _DirWatch:
             return False
         for directory in directories:
             if directory not in self.watched:
-                if len(self.watched) + len(self.link_wds) >= _WATCH_MAX:
-                    # inotify watches are a per-user budget: share it. Start over rather than stop caching
-                    # for good once a long-lived gateway has seen this many directories.
-                    self._reset()
-                    return False
-                wd = self.libc.inotify_add_watch(self.fd, os.fsencode(directory), _IN_MASK)
-                if wd < 0:
-                    return False
                 with self.lock:
+                    if len(self.watched) + len(self.link_wds) >= _WATCH_MAX:
+                        # inotify watches are a per-user budget: share it. Start over rather than stop
+                        # caching for good once a long-lived gateway has seen this many directories.
+                        self._reset()
+                        return False
+                    if self.fd < 0:  # closed by a read error meanwhile
+                        return False
+                    wd = self.libc.inotify_add_watch(self.fd, os.fsencode(directory), _IN_MASK)
+                    if wd < 0:
+                        return False
                     self.watched.add(directory)
                     self.main_wds.add(wd)
                     # The same inode may have been watched for a listing: now its events drop everything.
@@ -165,13 +186,15 @@ class _DirWatch:
             return -1
         if directory in self.watched or directory in self.link_dirs:
             return 1
-        if len(self.watched) + len(self.link_wds) >= _WATCH_MAX:
-            self._reset()
-            return -1
-        wd = self.libc.inotify_add_watch(self.fd, os.fsencode(directory), _IN_MASK)
-        if wd < 0:
-            return 0 if ctypes.get_errno() in (errno.ENOENT, errno.ENOTDIR) else -1
         with self.lock:
+            if len(self.watched) + len(self.link_wds) >= _WATCH_MAX:
+                self._reset()
+                return -1
+            if self.fd < 0:
+                return -1
+            wd = self.libc.inotify_add_watch(self.fd, os.fsencode(directory), _IN_MASK)
+            if wd < 0:
+                return 0 if ctypes.get_errno() in (errno.ENOENT, errno.ENOTDIR) else -1
             if wd in self.main_wds:
                 return 1  # already watched for cached answers: any event there drops everything
             old = self.link_wds.get(wd)
@@ -185,28 +208,29 @@ class _DirWatch:
         """Drain pending events; True (and the cache emptied) when anything happened."""
         if (self.pid == -1 or not _AT_FORK) and not self._ready():
             return False
-        if self.fd < 0 or not self.poller.poll(0):
-            return False  # nothing pending (a poll costs a third of an empty non-blocking read)
-        seen = False
-        events = b""
-        while True:
-            try:
-                chunk = os.read(self.fd, 65536)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                self.fd = -1
-                seen = True
-                break
-            if not chunk:
-                break
-            events += chunk
-        if not seen and events and self._only_listings(events):
-            return False  # only listings were dropped: every other cached answer still holds
-        if seen or events:
-            self._drop_all()
-            return True
-        return False
+        with self.lock:  # see __init__: one poller, one drain at a time, the drop before anyone trusts
+            if self.fd < 0 or not self.poller.poll(0):
+                return False  # nothing pending (a poll costs a third of an empty non-blocking read)
+            seen = False
+            events = b""
+            while True:
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    self.fd = -1
+                    seen = True
+                    break
+                if not chunk:
+                    break
+                events += chunk
+            if not seen and events and self._only_listings(events):
+                return False  # only listings were dropped: every other cached answer still holds
+            if seen or events:
+                self._drop_all()
+                return True
+            return False
 
     def _only_listings(self, events: bytes) -> bool:
         """When every event is on a directory watched only for its listing: drop those listings, True."""
@@ -235,10 +259,12 @@ class _DirWatch:
         return True
 
     def _reset(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
-        self.pid = -1  # the next _ready() opens a fresh inotify fd and drops every cached answer
-        self._ready()
+        with self.lock:
+            with contextlib.suppress(OSError):
+                if self.fd >= 0:
+                    os.close(self.fd)
+            self.fd = -1
+            self._open()  # a fresh inotify fd; every cached answer dropped
 
 
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then len bytes of name)

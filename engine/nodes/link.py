@@ -402,8 +402,13 @@ class NodeLink:
         except Exception as exc:
             log.exception("node %s: request %s failed", self.name, req.method)
             res = Response(req.id, False, error={"code": "INTERNAL", "message": str(exc)})
+        try:
+            data = encode(res)
+        except WireError as exc:  # an answer JSON cannot carry: said once, and the node still gets one
+            log.error("node %s: the answer to %s could not be encoded: %s", self.name, req.method, exc)
+            data = encode(Response(req.id, False, error={"code": "INTERNAL", "message": str(exc)}))
         with contextlib.suppress(NodeError):
-            await self._send(encode(res))
+            await self._send(data)
 
     def _drop(self, reason: str) -> None:
         text = f"node {self.name}: link lost ({reason})"

@@ -21,12 +21,13 @@ class Candidate:
     name: str  # the [nodes.<name>] key
     host: str
     node_id: str | None = None
-    display_name: str | None = None
+    display_name: str | None = None  # the operator's (`[nodes.<name>] displayName`)
     connected: bool = False
+    reported_name: str | None = None  # what the node's hello calls itself: a node may say anything
 
     @property
     def label(self) -> str:
-        return self.display_name or self.name
+        return self.display_name or self.reported_name or self.name
 
     @property
     def remote_ip(self) -> str | None:
@@ -41,14 +42,20 @@ def normalize_node_key(value: str) -> str:
 
 
 def _score(c: Candidate, query: str) -> int:
+    """What the operator configured outranks what a node says of itself: a compromised node whose hello
+    calls itself by another node's name must never be picked for a query naming that node."""
     q = query.strip()
+    key = normalize_node_key(q)
+    if q == c.name:
+        return 5000
     if c.node_id and c.node_id == q:
-        return 4000
+        return 4000  # pinned to this configured node at its first hello (node-keys.json)
     if c.remote_ip and c.remote_ip == q:
         return 3000
-    key = normalize_node_key(q)
     if key and key in {normalize_node_key(c.name), normalize_node_key(c.display_name or "")}:
         return 2000
+    if key and c.reported_name and key == normalize_node_key(c.reported_name):
+        return 1500
     if c.node_id and len(q) >= 6 and c.node_id.startswith(q):
         return 1000
     return 0

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from engine import jsontext
 
 PROTOCOL = 1
 MAX_LINE = 16 * 1024 * 1024  # one frame; a longer line is a broken or hostile peer
@@ -12,7 +13,12 @@ CAPS = ("system.run", "system.which", "sandbox", "sessions.watch")
 
 
 class WireError(ValueError):
-    """A frame that is not what the protocol says; the link is dropped."""
+    """A frame that is not what the protocol says. A request whose id was sound (`request_id`) is answered
+    INVALID_REQUEST; any other bad line drops the link."""
+
+    def __init__(self, message: str, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
 
 
 @dataclass
@@ -52,7 +58,7 @@ class Hello:
                 platform=_str(d, "platform"),
                 caps=[str(c) for c in d.get("caps") or []],
                 path_env=str(d.get("pathEnv") or ""),
-                protocol=int(d["protocol"]),
+                protocol=_int(d, "protocol"),
                 mode="service" if d.get("mode") == "service" else "stdio",
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -104,18 +110,50 @@ def _str(d: dict[str, Any], key: str) -> str:
     return value
 
 
+def _int(d: dict[str, Any], key: str) -> int:
+    value = d[key]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{key} must be an integer")
+    return value
+
+
 def encode(frame: Frame) -> bytes:
-    return json.dumps(frame.to_json(), separators=(",", ":")).encode() + b"\n"
+    """One line; WireError when the frame holds what JSON cannot carry (NaN, Infinity, an object)."""
+    try:
+        return jsontext.dumps_wire(frame.to_json())
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise WireError(f"frame cannot be encoded: {exc}") from None
 
 
 def decode(line: bytes | str) -> Frame:
-    """One frame from one line; anything malformed is a WireError (never a half-parsed frame)."""
+    """One frame from one line; anything malformed is a WireError (never a half-parsed frame): the strict
+    reader the control socket uses (engine.jsontext.loads_wire), then the frame's shape."""
     if len(line) > MAX_LINE:
         raise WireError("frame too long")
     try:
-        d = json.loads(line)
+        d = jsontext.loads_wire(line)
     except ValueError as exc:
-        raise WireError(f"not JSON: {exc}") from None
+        raise WireError(str(exc), _salvage_id(line)) from None
+    try:
+        return _frame(d)
+    except WireError as exc:
+        rid = d.get("id") if isinstance(d, dict) and d.get("type") == "req" else None
+        exc.request_id = rid if _sound_id(rid) else None
+        raise
+
+
+def _sound_id(rid: Any) -> bool:
+    return isinstance(rid, str) and 0 < len(rid) <= 128 and jsontext.clean_text(rid) == rid
+
+
+def _salvage_id(line: bytes | str) -> str | None:
+    """A refused request's id, when the line parses leniently and the id itself is sound."""
+    d = jsontext.peek(line)
+    rid = d.get("id") if d is not None and d.get("type") == "req" else None
+    return rid if _sound_id(rid) else None
+
+
+def _frame(d: Any) -> Frame:
     if not isinstance(d, dict):
         raise WireError("frame must be an object")
     kind = d.get("type")

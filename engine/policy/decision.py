@@ -29,6 +29,7 @@ from engine.commands.content import ContentBinding, bind
 from engine.commands.hostenv import foreign_env_keys, own_environ
 from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet
 from engine.config.model import Config
+from engine.errors import InvalidInput
 from engine.policy.precedence import (
     EffectivePolicy,
     PolicyError,
@@ -66,7 +67,9 @@ class Decision:
     allowlist_satisfied: bool
     durable: bool
     requires_approval: bool
-    decision: str  # allow | ask | deny
+    # The policy's verdict: allow | ask | deny. (The operator's answer to an ask is ApprovalRecord.decision:
+    # allow-once | allow-always | deny.) On the wire it stays "decision".
+    verdict: str
     reason: str
     decided_by: PolicyStep
     segments: list[dict[str, Any]] = field(default_factory=list)
@@ -90,6 +93,19 @@ class Decision:
 
     grant_ids: tuple[str, ...] = ()  # the grants an allow leans on: one use is taken from each per run
 
+    def command_to_run(self, *, sandboxed: bool, approved: bool = False) -> str:
+        """The command that will run. Inside a sandbox the host's resolved paths mean nothing: the text as
+        given. On a host: what a human `approved` is the pinned rendering they saw (the raw text when the
+        command is not a plain chain: it was shown, and approved, as text); an allow runs the enforced
+        rendering, or for a durable exact-command approval the pinned one that was approved."""
+        if sandboxed:
+            return self.command
+        if approved:
+            return self.pinned_command or self.command
+        if self.enforced_command is not None:
+            return self.enforced_command
+        return (self.pinned_command if self.durable else None) or self.command
+
     def to_json(self) -> dict[str, Any]:
         policy = self.policy
         return {
@@ -107,7 +123,7 @@ class Decision:
             "allowlistSatisfied": self.allowlist_satisfied,
             "durable": self.durable,
             "requiresApproval": self.requires_approval,
-            "decision": self.decision,
+            "decision": self.verdict,
             "reason": self.reason,
             "decidedBy": self.decided_by.to_json(),
             "segments": self.segments,
@@ -144,6 +160,8 @@ def evaluate(
     """
     if not command.strip():
         raise ToolError("Provide a command to start.")
+    if cwd is not None and "\x00" in cwd:  # the OS would refuse it mid-decision ("embedded null byte")
+        raise InvalidInput("cwd contains a NUL byte")
     approvals = store.snapshot() if store is not None else None
     file_policy = approvals.agent(agent_id) if approvals is not None else None
     file_defaults = approvals.defaults if approvals is not None else None
@@ -176,7 +194,7 @@ def evaluate(
             allowlist_satisfied=False,
             durable=False,
             requires_approval=False,
-            decision="deny",
+            verdict="deny",
             reason=str(exc),
             decided_by=exc.step,
             segments=[_segment_json(s.argv, None, None, None, None, None) for s in analysis.segments],
@@ -268,7 +286,7 @@ def evaluate(
             allowlist_satisfied=satisfied,
             durable=durable,
             requires_approval=ask_needed,
-            decision=decision,
+            verdict=decision,
             reason=reason,
             decided_by=step or PolicyStep("policy", "", decision),
             segments=segments,
@@ -431,7 +449,7 @@ def explain(decision: Decision) -> str:
     """A readable account: the decision, the layer and key that decided it, each segment, the trail."""
     d = decision
     lines = [
-        f"Decision: {d.decision.upper()} — {d.reason}",
+        f"Decision: {d.verdict.upper()} — {d.reason}",
         f"Decided by: {d.decided_by}",
     ]
     if d.policy is not None:

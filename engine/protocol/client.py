@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from engine import statefs
+from engine import principals, statefs
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
     MAX_FRAME_BYTES,
@@ -40,6 +40,14 @@ from engine.protocol.handshake import (
     welcome_or_raise,
 )
 from engine.protocol.methods import TOPICS
+from engine.protocol.stopped import read_stop, stopped_error
+
+# Who this client is stays with this client: the daemon serves every principal, so it starts with none.
+_CLIENT_IDENTITY_ENV = (principals.CREDENTIAL_ENV, "EXECHOST_AGENT_TOKEN_FILE", principals.SOCKET_ENV)
+
+
+def _daemon_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in _CLIENT_IDENTITY_ENV}
 
 
 def spawn_gateway(state: Path) -> subprocess.Popen[bytes]:
@@ -58,7 +66,7 @@ def spawn_gateway(state: Path) -> subprocess.Popen[bytes]:
             start_new_session=True,
             close_fds=True,
             cwd="/",
-            env={**os.environ, "OPENCLAW_STATE_DIR": str(state)},
+            env={**_daemon_env(), "OPENCLAW_STATE_DIR": str(state)},
         )
     finally:
         os.close(fd)
@@ -200,6 +208,9 @@ class ControlClient:
             # Whoever held the lock before us may have started it already.
             with contextlib.suppress(GatewayUnavailable):
                 return await cls._try_connect(state, client, name, token, role, cred)
+            stop = read_stop(state)
+            if stop is not None:  # the operator's decision: wait for a gateway, never start one behind it
+                raise stopped_error(state, stop)
             proc = spawn_gateway(state)
             last = "gateway did not start"
             while time.monotonic() < deadline:

@@ -27,9 +27,14 @@ RequestId = int | str
 
 
 class ProtocolError(ExecHostError):
-    """A frame that is not valid protocol v1 (bad JSON, wrong shape, too large)."""
+    """A frame that is not valid protocol v1 (bad JSON, wrong shape, too large). `request_id` is the
+    request's id when the frame was a request whose id itself was sound, so its answer can name it."""
 
     code = "frame"
+
+    def __init__(self, message: str, request_id: RequestId | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
 
 
 class GatewayUnavailable(ExecHostError):
@@ -123,12 +128,16 @@ Frame = Hello | Welcome | ErrorFrame | Request | Response | Event
 
 
 def encode_frame(frame: Frame) -> bytes:
-    """One `\\n`-terminated UTF-8 JSON line; refuses to produce a frame the peer would reject."""
+    """One `\\n`-terminated UTF-8 JSON line; refuses to produce a frame the peer would reject (too large,
+    or holding NaN/Infinity: ProtocolError). A lone surrogate from elsewhere is sent as U+FFFD."""
     if isinstance(frame, Response):
         payload = frame.to_wire()
     else:
         payload = {f.name: getattr(frame, f.name) for f in fields(frame)}
-    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    try:
+        data = jsontext.dumps_wire(payload)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ProtocolError(f"frame cannot be encoded: {exc}") from None
     if len(data) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(data)} bytes exceeds the {MAX_FRAME_BYTES}-byte cap")
     return data
@@ -155,13 +164,31 @@ def _need(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], default:
 
 def decode_frame(line: bytes | str) -> Frame:
     """Parse one line into a frame; every shape error is a ProtocolError with a short reason."""
-    raw = line.encode("utf-8") if isinstance(line, str) else line
-    if len(raw) > MAX_FRAME_BYTES:
-        raise ProtocolError(f"frame exceeds the {MAX_FRAME_BYTES}-byte cap")
     try:
-        obj = jsontext.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"invalid JSON: {exc}") from None
+        obj = jsontext.loads_wire(line, max_bytes=MAX_FRAME_BYTES)
+    except ValueError as exc:
+        raise ProtocolError(str(exc), _salvage_id(line)) from None
+    try:
+        return _frame(obj)
+    except ProtocolError as exc:
+        rid = obj.get("id") if isinstance(obj, dict) and obj.get("type") == "req" else None
+        exc.request_id = rid if _is_id(rid) else None
+        raise
+
+
+def _salvage_id(line: bytes | str) -> RequestId | None:
+    """The id of a request frame the strict reader refused, when the frame parses leniently and the id
+    itself is admissible: the client's request is answered by name instead of waiting forever."""
+    obj = jsontext.peek(line) if len(line) <= MAX_FRAME_BYTES else None
+    rid = obj.get("id") if obj is not None and obj.get("type") == "req" else None
+    if not _is_id(rid) or (isinstance(rid, int) and abs(rid) > jsontext.INT_MAX):
+        return None
+    if isinstance(rid, str) and jsontext.clean_text(rid) != rid:
+        return None
+    return rid
+
+
+def _frame(obj: Any) -> Frame:
     if not isinstance(obj, dict):
         raise ProtocolError("frame must be a JSON object")
     kind = obj.get("type")

@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable, RemoteError
+from engine.protocol.stopped import GatewayStopped
 
 POLL_S = 0.5
 # How long after an ask's expiry a caller keeps trying to reach a gateway (one that restarts must
@@ -59,10 +60,12 @@ async def follow_approval(
     *,
     poll_s: float = POLL_S,
     owns_client: bool = True,
+    on_stopped: Callable[[GatewayStopped], None] | None = None,
 ) -> dict[str, Any]:
     """Poll `approvals.status` for the ask in `waiting` (the `exec.waiting` event's data), reconnecting as
     often as needed, until it is settled. Raises GatewayUnavailable when no gateway came back in time.
-    `owns_client=False`: `open_client` hands out a shared connection, left open."""
+    `owns_client=False`: `open_client` hands out a shared connection, left open. The operator's stop
+    (engine.protocol.stopped) is waited out like any absence; `on_stopped` hears of it once."""
     approval_id = str(waiting.get("approvalId") or "")
     give_up_ms = int(waiting.get("expiresAtMs") or 0) + GIVE_UP_AFTER_EXPIRY_MS
     client: ControlClient | None = None
@@ -78,6 +81,9 @@ async def follow_approval(
                 out = await client.request("approvals.status", ask)
             except (GatewayUnavailable, ConnectionError, OSError) as exc:
                 client = None
+                if isinstance(exc, GatewayStopped) and on_stopped is not None:
+                    on_stopped(exc)
+                    on_stopped = None
                 if time.time() * 1000 > give_up_ms:
                     raise GatewayUnavailable(
                         f"no gateway came back for approval {approval_id[:8]}: {exc}"

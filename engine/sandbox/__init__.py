@@ -180,7 +180,7 @@ def with_sandbox_refusal(decision: Decision, config: Any, agent_id: str) -> Deci
     """`policy check` says what `exec` would do: a sandboxed command whose container config would be
     refused at create (network=host, a bind of /etc, …) is denied here with the same text."""
     policy = decision.policy
-    if policy is None or not policy.sandboxed or decision.decision == "deny":
+    if policy is None or not policy.sandboxed or decision.verdict == "deny":
         return decision
     settings = resolve_settings(config, agent_id)
     lay = layout(settings, agent_id, main_session_key(agent_id))
@@ -189,5 +189,5 @@ def with_sandbox_refusal(decision: Decision, config: Any, agent_id: str) -> Deci
         if settings.backend == "bwrap" and settings.docker.network not in ("", "none"):
             raise ValueError(bwrap.network_refusal(lay.name, settings.docker.network))
     except ValueError as exc:
-        return replace(decision, decision="deny", reason=str(exc), requires_approval=False)
+        return replace(decision, verdict="deny", reason=str(exc), requires_approval=False)
     return decision

@@ -39,7 +39,7 @@ from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import ContainerState, SandboxUnavailable
 from engine.sandbox.egress import forwarder
 from engine.sandbox.seccomp import seccomp_fd
-from engine.sandbox.settings import AGENT_MOUNT, Layout, SandboxSettings, state_id
+from engine.sandbox.settings import AGENT_MOUNT, Layout, SandboxSettings, slugify, state_id
 from engine.sandbox.validate import sanitize_container_env
 from engine.sessions.launcher import LocalLauncher, RunSpec
 
@@ -52,6 +52,12 @@ INSTALL_HINT = (
 RUNTIME_DIR = "sandbox-bwrap"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TMPFS_BYTES = 256 * 1024 * 1024  # each of /tmp, /var/tmp, /run: a full /tmp stops there, not at the host disk
+# /dev/shm (POSIX shared memory): Docker's size. bwrap's own /dev is a tmpfs of half the RAM, so it is made
+# read-only once populated, and only this capped tmpfs in it takes writes.
+SHM_BYTES = 64 * 1024 * 1024
+# Where a one-shot sandbox (a terminal) finds its command's spec: a read-only file bwrap copies from a
+# memfd, never argv (readable by every local user).
+TERMINAL_SPEC = "/.exechost-spec"
 HOSTNAME = "sandbox"
 # The host's system dirs a sandbox sees read-only (a symlink stays a symlink, as in a merged-/usr Debian).
 HOST_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -76,7 +82,8 @@ HOST_ETC = (
     "bash.bashrc",
     "shells",
     "alternatives",
-    "ssl",
+    "ssl/certs",  # never ssl/ whole: ssl/private holds the host's TLS keys, and the sandbox's uid may be 0
+    "ssl/openssl.cnf",
     "ca-certificates",
     "os-release",
 )
@@ -91,6 +98,10 @@ KEEPER_SH = (
     'read -r go || exit 0\nexec 0</dev/null\nc=$1\nshift\n"$@" &\np=$!\n'
     '[ -n "$c" ] && echo $$ > "$c/cgroup.procs"\nwait $p\n'
 )
+
+
+# A terminal's first step: join the sandbox's pids cgroup ($1), or run nothing.
+JOIN_SH = 'echo $$ > "$1/cgroup.procs" || exit 126\nshift\nexec "$@"\n'
 
 
 def network_refusal(name: str, network: str) -> str:
@@ -178,11 +189,13 @@ def plan(
     command: list[str],
     control: bool = True,
     sockets: Mapping[str, str] | None = None,
+    files: Mapping[int, str] | None = None,
 ) -> Plan:
     """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
     sandbox); without, a one-shot run (a terminal) in the same view. `sockets` ({host path: sandbox path}):
     Unix sockets bound in read-only (a connect needs no write to the mount). Egress binds its socket's dir
-    instead (engine.sandbox.egress): a socket re-made by the next gateway is then seen inside too."""
+    instead (engine.sandbox.egress): a socket re-made by the next gateway is then seen inside too. `files`
+    ({fd: sandbox path}): read-only files bwrap copies from those fds (a terminal's spec)."""
     d = settings.docker
     argv = [
         bwrap,
@@ -212,6 +225,14 @@ def plan(
         "/proc/sysrq-trigger",
         "--dev",
         "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(SHM_BYTES),
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",  # not recursive: /dev/shm and /dev/pts stay writable, device nodes work on a read-only mount
     ]
     for entry in d.tmpfs or ("/tmp",):
         path, size = _tmpfs(entry)
@@ -229,6 +250,8 @@ def plan(
     argv += _binds(d.binds)
     for host_path, inside in (sockets or {}).items():
         argv += ["--ro-bind", host_path, inside]
+    for fd, inside in (files or {}).items():
+        argv += ["--perms", "0400", "--ro-bind-data", str(fd), inside]
     # The environment is bwrap's own (the keeper's, set by the caller), never argv: argv is readable by
     # every local user (ps), and docker.env may carry a key the operator meant for the sandbox only.
     argv += ["--remount-ro", "/", "--chdir", d.workdir]
@@ -271,17 +294,43 @@ async def terminal(
     exe = find_bwrap()
     env = sanitize_container_env(settings.docker.env, explicit=settings.docker.env.keys()).env
     fd = seccomp_fd()
+    spec_fd = _memfd("exechost-spec", script.encode())
     try:
-        shell = [sv.BUSYBOX, "sh", "-c", script] if has_busybox else ["/bin/sh", "-c", script]
-        how = plan(settings, lay, bwrap=exe, env=env, seccomp=fd, command=shell, control=False)
+        shell = [sv.BUSYBOX, "sh", TERMINAL_SPEC] if has_busybox else ["/bin/sh", TERMINAL_SPEC]
+        how = plan(
+            settings,
+            lay,
+            bwrap=exe,
+            env=env,
+            seccomp=fd,
+            command=shell,
+            control=False,
+            files={spec_fd: TERMINAL_SPEC},
+        )
         limits = [f"--{PRLIMIT_NAMES[k]}={s}:{h}" for k, (s, h) in how.rlimits.items()]
         prlimit = shutil.which("prlimit")
         argv = [prlimit, *limits, "--", *how.argv] if prlimit else how.argv
-        one = replace(spec, argv=argv, env=how.env, cwd="/", pass_fds=(fd,))
+        # Into the scope's pids cgroup before bwrap runs (RLIMIT_NPROC does not bind uid 0): a terminal
+        # counts against the sandbox's pidsLimit like any of its commands, and ends with the sandbox.
+        record = _read_record(lay.name) if how.pids_limit else None
+        group = record.get("cgroup") if record is not None else None
+        if isinstance(group, str) and group.startswith("/sys/fs/cgroup/"):
+            argv = ["/bin/sh", "-c", JOIN_SH, "exechost-terminal", group, *argv]
+        one = replace(spec, argv=argv, env=how.env, cwd="/", pass_fds=(fd, spec_fd))
         launcher = session_host if session_host is not None else LocalLauncher()
         return await launcher.spawn(one)
     finally:
         os.close(fd)
+        os.close(spec_fd)
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _tmpfs(entry: str) -> tuple[str, int]:
@@ -400,8 +449,10 @@ def start(
     config_hash: str,
     created_at_ms: int,
     has_busybox: bool,
+    agent_id: str = "main",
 ) -> list[str]:
-    """Start the scope's sandbox (blocking, a few ms): keeper, limits, bwrap. Returns the argv it ran."""
+    """Start the scope's sandbox (blocking, a few ms): keeper, limits, bwrap. Returns the argv it ran.
+    `agent_id`: whose pids budget the sandbox counts against (the shared scope's is its own)."""
     bwrap = find_bwrap()
     statefs.ensure_private_dir(runtime_dir())
     sweep_cgroups()
@@ -431,7 +482,8 @@ def start(
     try:
         for limit, (soft, hard) in how.rlimits.items():
             resource.prlimit(keeper.pid, limit, (soft, hard))
-        group = _pids_cgroup(lay.name, how.pids_limit)
+        owner = "shared" if settings.scope == "shared" else f"agent-{slugify(agent_id)}"
+        group = _pids_cgroup(lay.name, how.pids_limit, owner)
         if group is not None:
             (group / "cgroup.procs").write_text(str(keeper.pid))
         record = {
@@ -506,7 +558,12 @@ def remove(name: str) -> bool:
             return False
         cgroup = record.get("cgroup")
         if isinstance(cgroup, str) and cgroup.startswith("/sys/fs/cgroup/"):
+            _kill_cgroup(cgroup)  # the scope's terminals: one-shot sandboxes of its own, in its cgroup
             _remove_cgroup(cgroup, time.monotonic() + 1.0)
+            for parent in Path(cgroup).parents[:2]:  # its owner's and the install's, once empty
+                if parent.name.startswith(("exechost-", "agent-", "shared")):
+                    with contextlib.suppress(OSError):
+                        parent.rmdir()
     for path in (_record_path(name), _log_path(name)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -532,10 +589,37 @@ def sweep_cgroups() -> None:
     not reaped yet when the sandbox was removed)."""
     live = {str(r.get("cgroup")) for r in list_sandboxes()}
     for base in _cgroup_bases():
-        for group in base.glob(f"exechost-{state_id()}-*"):
-            if str(group) not in live:
+        install = base / f"exechost-{state_id()}"
+        # Owners' groups (and those an earlier layout made directly under the base), emptied ones last.
+        for group in [*install.glob("*/*"), *install.glob("*"), *base.glob(f"exechost-{state_id()}-*")]:
+            if group.is_dir() and str(group) not in live:
                 with contextlib.suppress(OSError):
                     group.rmdir()
+
+
+def _kill_cgroup(path: str) -> None:
+    """SIGKILL every task of the sandbox's pids cgroup, each through a pidfd taken while it was still a
+    member (a pid read from cgroup.procs may be another process's by the time a kill by number arrives)."""
+    name = path.removeprefix("/sys/fs/cgroup/pids")
+    try:
+        with open(f"{path}/cgroup.procs") as fh:
+            pids = [int(x) for x in fh.read().split()]
+    except (OSError, ValueError):
+        return
+    for pid in pids:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            with open(f"/proc/{pid}/cgroup") as fh:
+                member = any(line.split(":", 2)[1:] == ["pids", name] for line in fh.read().splitlines())
+            if member:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(pidfd)
 
 
 def _remove_cgroup(path: str, deadline: float) -> None:
@@ -569,29 +653,55 @@ def list_sandboxes() -> list[dict[str, Any]]:
 
 
 def remove_all() -> list[str]:
-    """Every bwrap sandbox of this state dir (tests, `recreate --all`)."""
-    return [row["name"] for row in list_sandboxes() if remove(row["name"])]
+    """Every bwrap sandbox of this state dir (tests, `recreate --all`), and its emptied pids groups."""
+    removed = [row["name"] for row in list_sandboxes() if remove(row["name"])]
+    sweep_cgroups()
+    return removed
 
 
 # --- limits ------------------------------------------------------------------------------------------
 
 
-def _pids_cgroup(name: str, limit: int | None) -> Path | None:
+def _pids_cgroup(name: str, limit: int | None, owner: str) -> Path | None:
     """A pids cgroup (the v1 controller; a delegated v2 subtree is not used yet) capping the sandbox's
     tasks, where this process may make one; None elsewhere (RLIMIT_NPROC is then the only cap, and it
-    does not bind root)."""
+    does not bind root). It sits in its owner's group, and that in the install's: pidsLimit caps one
+    sandbox, but an agent names as many session scopes as it likes, so its sandboxes together get at most
+    a quarter of the host's pid_max, and all of this install's at most half (the rest is the host's)."""
     if not limit:
         return None
+    host = _pid_max()
     for base in _cgroup_bases():
-        group = base / f"exechost-{state_id()}-{name}"
-        try:
-            group.mkdir(exist_ok=True)
-            (group / "pids.max").write_text(str(limit))
-            return group
-        except OSError:
-            with contextlib.suppress(OSError):
-                group.rmdir()
+        install = base / f"exechost-{state_id()}"
+        group = install / owner / name
+        caps = ((install, host // INSTALL_PIDS_SHARE), (install / owner, host // AGENT_PIDS_SHARE))
+        for _ in range(3):  # a sweep by another start may remove an owner's group emptied a moment ago
+            try:
+                for parent, cap in caps:
+                    parent.mkdir(exist_ok=True)
+                    (parent / "pids.max").write_text(str(cap))
+                group.mkdir(exist_ok=True)
+                (group / "pids.max").write_text(str(limit))
+                return group
+            except FileNotFoundError:
+                continue
+            except OSError:
+                with contextlib.suppress(OSError):
+                    group.rmdir()
+                break
     return None
+
+
+INSTALL_PIDS_SHARE = 2  # all sandboxes of an install: half the host's pids
+AGENT_PIDS_SHARE = 4  # one agent's (or the shared scope's) sandboxes: a quarter
+
+
+def _pid_max() -> int:
+    try:
+        with open("/proc/sys/kernel/pid_max") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return 32768  # the kernel's default
 
 
 def pids_cap() -> str:

@@ -19,7 +19,7 @@ from engine.sandbox.ptyexec import DockerPtyProcess
 from engine.sandbox.validate import filter_exec_env
 from engine.sessions import procs
 from engine.sessions.fdreader import FdReader, write_all
-from engine.sessions.launcher import RunSpec
+from engine.sessions.launcher import ProcessHandle, RunSpec
 
 SPAWN_TIMEOUT = 10.0
 DEFAULT_TERM = "xterm-256color"
@@ -327,11 +327,11 @@ class SandboxLauncher:
             )
         return script
 
-    async def spawn(self, spec: RunSpec) -> Any:
+    async def spawn(self, spec: RunSpec) -> ProcessHandle:
         marker = spec.marker or secrets.token_hex(8)
         if not all(c in "0123456789abcdef" for c in marker):
             marker = secrets.token_hex(8)
-        session_id = spec.marker.rsplit("-", 1)[0] if spec.marker else ""
+        session_id = spec.session_id or ""
         host = self._session_host
         held = host is not None and bool(session_id) and await host.connect() is not None
         if spec.pty and self._terminal is not None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from engine import statefs
 from engine.errors import ExecHostError
+from engine.principals import MAIN_AGENT, key_owner
 from engine.sandbox import bwrap, docker_ops
 from engine.sandbox import supervisor as sv
 from engine.sandbox.backend import BACKENDS, BWRAP, backend_named, image_of
@@ -241,6 +242,7 @@ class SandboxManager:
                 config_hash=expected,
                 created_at_ms=created_at,
                 has_busybox=has_bb,
+                agent_id=agent_id,
             )
         except docker_ops.SandboxUnavailable as exc:
             raise SandboxError(str(exc)) from None
@@ -561,9 +563,9 @@ class SandboxManager:
             if pool_born and is_pool_name(name) and entry is None:
                 continue  # a ready spare: no agent's yet (docs/SANDBOX-POOL.md)
             scope = entry.sessionKey if entry else labels.get("openclaw.sessionKey", "")
-            agent_id = (
-                (entry.agentId if entry else None) or labels.get("exechost.agentId") or _agent_of(scope)
-            )
+            owner = (entry.agentId if entry else None) or labels.get("exechost.agentId") or key_owner(scope)
+            agent_id = owner or MAIN_AGENT  # whose settings it is compared with; an ownerless one is shown
+            # with main's, but belongs to the operator alone (principals: an ownerless key is the operator's)
             settings = resolve_settings(config, agent_id)
             session = scope if settings.scope == "session" else f"agent:{agent_id}:main"
             expected_lay = layout(settings, agent_id, session)
@@ -580,7 +582,7 @@ class SandboxManager:
                     "containerName": name,
                     "sessionKey": scope,
                     # A claimed container the registry lost is nobody's but the operator's.
-                    "agentId": None if pool_born and entry is None else agent_id,
+                    "agentId": None if (pool_born and entry is None) or owner is None else agent_id,
                     "running": bool(c and c.get("State") == "running"),
                     "exists": c is not None,
                     "image": image,
@@ -636,6 +638,3 @@ def _numeric_uid(user: str) -> int | None:
     return int(uid) if uid.isdigit() else None
 
 
-def _agent_of(scope_key: str) -> str:
-    parts = scope_key.split(":")
-    return parts[1] if len(parts) >= 2 and parts[0] == "agent" and parts[1] else "main"

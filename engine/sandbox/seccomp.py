@@ -3,6 +3,7 @@ handed to `bwrap --seccomp FD` as a memfd. It refuses what Docker's default prof
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
@@ -88,6 +89,24 @@ NAMESPACE_FLAGS = (
     0x00000080,  # CLONE_NEWTIME
 )
 TIOCSTI = 0x5412
+# The calls that give a file its mode, and which argument holds it. The sandbox's uid may be the host's
+# root (a root gateway's), and a file's owner may set S_ISUID/S_ISGID without any capability: a setuid
+# root binary in the workspace is a root shell on the host for whoever reaches that dir (binds are nosuid
+# inside; the host's mounts are not). Those bits are refused wherever a mode is given; openat2, whose mode
+# sits in a struct no filter reads, gets ENOSYS (libc and runtimes fall back to openat).
+MODE_ARG = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "open": 2, "openat": 3, "creat": 1}
+MODE_ARG |= {"mknod": 1, "mknodat": 2}
+SET_ID_BITS = (0o4000, 0o2000)  # S_ISUID, S_ISGID
+# The socket families a sandbox may open: those a network namespace confines (plus AF_UNIX, whose reach is
+# the mount view). Every other family is refused, as Flatpak does: AF_VSOCK in particular ignores the
+# network namespace and reaches the hypervisor's services from a sandbox that has no network at all, and
+# the rarer families (ALG, TIPC, RDS, …) are kernel attack surface no command needs.
+SOCKET_FAMILIES = (
+    1,  # AF_UNIX
+    2,  # AF_INET
+    10,  # AF_INET6
+    16,  # AF_NETLINK (getaddrinfo, ip): per network namespace
+)
 
 
 def _seccomp_module() -> Any:
@@ -113,7 +132,9 @@ def _seccomp_module() -> Any:
 def seccomp_program() -> bytes:
     """The filter as BPF, exported by libseccomp: everything allowed except REFUSED_SYSCALLS (EPERM),
     clone() making a namespace (EPERM), clone3 (ENOSYS: its flags are out of a filter's reach, and libc
-    falls back to clone), TIOCSTI; another architecture's calls kill the process (libseccomp's default)."""
+    falls back to clone), TIOCSTI, a set-id bit in any mode (EPERM; openat2 ENOSYS), socket() of a family
+    outside SOCKET_FAMILIES (EAFNOSUPPORT); another architecture's calls kill the process (libseccomp's
+    default)."""
     sc = _seccomp_module()
     filt = sc.SyscallFilter(defaction=sc.ALLOW)
     eperm = sc.ERRNO(errno.EPERM)
@@ -126,6 +147,22 @@ def seccomp_program() -> bytes:
         filt.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     filt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
     filt.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, TIOCSTI))
+    for name, arg in MODE_ARG.items():
+        for bit in SET_ID_BITS:
+            try:
+                filt.add_rule(eperm, name, sc.Arg(arg, sc.MASKED_EQ, bit, bit))
+            except (ValueError, RuntimeError, OSError):  # a call this libseccomp or architecture lacks
+                break
+    with contextlib.suppress(ValueError, RuntimeError, OSError):
+        filt.add_rule(sc.ERRNO(errno.ENOSYS), "openat2")
+    # An allowlist written as its complement (a filter's default here is allow): every family number below
+    # the largest allowed one that is not allowed, and everything above it, fails as unsupported.
+    refused_family = sc.ERRNO(errno.EAFNOSUPPORT)
+    top = max(SOCKET_FAMILIES)
+    for family in range(top):
+        if family not in SOCKET_FAMILIES:
+            filt.add_rule(refused_family, "socket", sc.Arg(0, sc.EQ, family))
+    filt.add_rule(refused_family, "socket", sc.Arg(0, sc.GT, top))
     read_fd, write_fd = os.pipe()
     try:
         with os.fdopen(write_fd, "wb") as out:

@@ -143,46 +143,51 @@ LIST_PAGE_BYTES = 384 * 1024
 LIST_PAGE_ROWS = 200  # and a page's cost stays flat in the session count (a view costs ~10-30 µs)
 
 
-def _list_cursor(session: Session) -> str:
-    return f"{session.started_at}:{session.id}"
+def _list_cursor(session: Session, shown: int) -> str:
+    return f"{session.started_at}:{session.id}:{shown}"
 
 
-def _after(rows: list[Session], cursor: str) -> list[Session]:
-    """The rows that follow `cursor` in list order (newest first, then by id)."""
-    started, _, sid = cursor.partition(":")
+def _parse_cursor(cursor: object) -> tuple[tuple[int, str] | None, int]:
+    """(the list key the page starts after, rows shown before it); a bad cursor starts at the top."""
+    if not isinstance(cursor, str) or not cursor:
+        return None, 0
+    started, _, rest = cursor.partition(":")
+    sid, _, shown = rest.partition(":")
     try:
-        at = int(started)
+        return (-int(started), sid), int(shown) if shown else 0
     except ValueError:
-        return rows
-    return [s for s in rows if (-s.started_at, s.id) > (-at, sid)]
+        return None, 0
 
 
 def _list(manager: SessionManager, scope: str | None, params: dict[str, Any] | None = None) -> ToolResult:
-    rows = manager.listed_sessions(scope)
-    rows.sort(key=lambda s: (-s.started_at, s.id))
-    total = len(rows)
-    cursor = (params or {}).get("cursor")
-    if isinstance(cursor, str) and cursor:
-        rows = _after(rows, cursor)
+    """One page, newest first, walked from the registry's ordered index: its cost is its own rows',
+    whatever the number of finished sessions retained."""
+    after, before = _parse_cursor((params or {}).get("cursor"))
+    total = manager.registry.listed_count(scope)
     sessions: list[dict[str, Any]] = []
     lines: list[str] = []
     size = 0
-    for session in rows:
+    last: Session | None = None
+    more = False
+    for session in manager.registry.ordered(scope, after):
+        if not (session.listed if scope is not None else session.listed or not session.exited):
+            continue
         s = session.to_dict()
         label = truncate_middle(s["name"], 80) if s["name"] else truncate_middle(s["command"], 120)
         line = f"{s['sessionId']} {s['status']:<9} {format_duration(s['runtimeMs'])} :: {label}"
         size += len(json.dumps(s, ensure_ascii=False)) + 2 * len(line.encode())  # the line, and escaped
         if sessions and (size > LIST_PAGE_BYTES or len(sessions) >= LIST_PAGE_ROWS):
+            more = True
             break
         sessions.append(s)
         lines.append(line)
+        last = session
     details: dict[str, Any] = {"status": "completed", "sessions": sessions}
-    if len(sessions) < len(rows):
-        details["next"] = _list_cursor(rows[len(sessions) - 1])
+    if more and last is not None:
+        shown = before + len(sessions)
+        details["next"] = _list_cursor(last, shown)
         details["total"] = total
-        lines.append(
-            f"({len(rows) - len(sessions)} more sessions: process list with cursor={details['next']})"
-        )
+        lines.append(f"({max(1, total - shown)} more sessions: process list with cursor={details['next']})")
     return ToolResult("\n".join(lines) or "No running or recent sessions.", details)
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from engine.principals import key_owner
 
 if TYPE_CHECKING:
     from engine.sessions.spool import EventSpool
@@ -17,7 +19,11 @@ MAX_EVENTS_PER_KEY = 100
 # A node (or any sender) decides how long a text is and how many keys exist: both are capped here, where
 # every event enters, so no queue can hold more than MAX_EVENTS_PER_KEY * MAX_EVENT_CHARS.
 MAX_EVENT_CHARS = 4000
-MAX_KEYS = 4096  # past this the queue written to longest ago is dropped (logged)
+MAX_KEYS = 4096  # past this a queue of the owner holding the most is dropped (logged)
+# Queues are counted per owner (the agent a key names; ownerless keys are the operator's): an agent that
+# opens keys past its share drops its own oldest, and at the gateway-wide cap the owner holding the most
+# loses its oldest. One agent's fresh keys never push out another agent's undelivered events.
+MAX_KEYS_PER_OWNER = 1024
 PAGE_BYTES = 256 * 1024  # one `events` answer: far below the control socket's 1 MiB frame cap
 
 EventListener = Callable[[str, str], None]
@@ -40,7 +46,9 @@ class SystemEvents:
         if self._spool is not None:
             self._spool.save({key: list(queue) for key, queue in self._queues.items()})
 
-    def enqueue(self, session_key: str, text: str) -> None:
+    def enqueue(self, session_key: str, text: str, *, share: tuple[str, int] | None = None) -> None:
+        """Queue `text`. `share` = (prefix, n): texts starting with that prefix (one sender's) keep at most
+        n places in the queue, their oldest going first, so that sender never pushes out anyone else's."""
         key = session_key.strip()[:256]
         if not key:
             return
@@ -50,13 +58,13 @@ class SystemEvents:
         queue = self._queues.pop(key, None)  # re-inserted last: dict order is least recently written first
         if queue is None:
             queue = deque(maxlen=self._max)
-            while len(self._queues) >= MAX_KEYS:
-                oldest = next(iter(self._queues))
-                log.warning(
-                    "system events: %d queues; dropping %s's (written to longest ago)", MAX_KEYS, oldest
-                )
-                del self._queues[oldest]
+            self._make_room(key_owner(key))
         self._queues[key] = queue
+        if share is not None:
+            prefix, most = share
+            theirs = [i for i, held in enumerate(queue) if held.startswith(prefix)]
+            for i in reversed(theirs[: max(0, len(theirs) - most + 1)]):
+                del queue[i]
         queue.append(text)
         self._persist()  # before anyone is told: an event announced is an event kept
         for listener in list(self._listeners):
@@ -64,6 +72,27 @@ class SystemEvents:
                 listener(key, text)
             except Exception:  # a broken listener must not stop delivery to the queue or to the others
                 log.exception("system-event listener failed")
+
+    def _make_room(self, owner: str | None) -> None:
+        """Drop queues until `owner` may open one more: its own oldest past its share, else at the
+        gateway-wide cap the oldest of whoever holds the most (so never the one of an owner holding less)."""
+        while True:
+            held = Counter(key_owner(k) for k in self._queues)
+            if held[owner] >= MAX_KEYS_PER_OWNER:
+                victim = owner
+            elif len(self._queues) >= MAX_KEYS:
+                victim = max(held, key=lambda who: held[who])
+            else:
+                return
+            oldest = next(k for k in self._queues if key_owner(k) == victim)
+            log.warning(
+                "system events: %d queues (%d of %s); dropping %s's (its written to longest ago)",
+                len(self._queues),
+                held[victim],
+                victim or "the operator",
+                oldest,
+            )
+            del self._queues[oldest]
 
     def drain(self, session_key: str) -> list[str]:
         queue = self._queues.pop(session_key.strip(), None)

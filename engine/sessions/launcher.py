@@ -11,7 +11,7 @@ import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from engine.sessions import procs
 from engine.sessions.fdreader import FdReader, write_all
@@ -20,6 +20,25 @@ from engine.sessions.pty import become_controlling_tty, open_pty, set_winsize
 DEFAULT_SHELL = "/bin/sh"
 DEFAULT_TERM = "xterm-256color"
 PIPE_SIZE = 1024 * 1024
+
+
+YIELD_MIN_MS, YIELD_MAX_MS = 10, 120_000
+
+
+def clamp_yield_ms(value: Any, default: int) -> int:
+    """The yield window, the one rule: the ms given (a number, not a bool) or `default`, in [10 ms, 120 s]."""
+    ms = value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+    return int(min(max(ms, YIELD_MIN_MS), YIELD_MAX_MS))
+
+
+def run_timeout(given: Any, *, background: bool, yields: bool, default: float) -> float | None:
+    """The timeout rule (reference §1.10), the one place it is written: a positive timeout given wins;
+    backgrounded or yielding without one means none (backgroundTimeoutBypass); else `default` (0: none)."""
+    if isinstance(given, (int, float)) and not isinstance(given, bool) and given > 0:
+        return float(given)
+    if background or yields:
+        return None
+    return float(default) if default > 0 else None
 
 
 @dataclass

@@ -12,7 +12,7 @@ import re
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from engine import statefs
 from engine.errors import NotFound
@@ -20,7 +20,16 @@ from engine.results import ToolError, ToolResult
 from engine.sessions import procs
 from engine.sessions.actions import run_action
 from engine.sessions.events import SystemEvents
-from engine.sessions.launcher import Launcher, LocalLauncher, LocalProcess, ProcessHandle, RunSpec
+from engine.sessions.host import HostProcess
+from engine.sessions.launcher import (
+    Launcher,
+    LocalLauncher,
+    LocalProcess,
+    ProcessHandle,
+    RunSpec,
+    clamp_yield_ms,
+    run_timeout,
+)
 from engine.sessions.output import DEFAULT_LOG_CAP, OutputBuffer, OutputSubscription, TextDecoder
 from engine.sessions.procs import KILL_GRACE_SEC
 from engine.sessions.pty import TerminalWatcher
@@ -31,11 +40,13 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_SEC = 1800.0
 DEFAULT_BACKGROUND_MS = 10_000
-YIELD_MIN_MS, YIELD_MAX_MS = 10, 120_000
 # After the main process exits: how long output may stay silent, and how long it may keep coming,
 # before whoever still holds the pipes is treated as a stray.
 EOF_IDLE_SEC = 0.25
 EOF_MAX_SEC = 2.0
+# A finished session's output goes to disk this long after its end: every waiter had its result by then
+# (settled output reads the same from disk anyway; this only spares a fast reader the disk).
+SETTLE_AFTER_SEC = 1.0
 NOTIFY_TAIL_CHARS = 400
 NOTIFY_SNIPPET_CHARS = 180
 RUNNING_HINT = "Use process (list/poll/log/write/kill/clear/remove) for follow-up."
@@ -50,11 +61,6 @@ def _compact(text: str, limit: int = NOTIFY_SNIPPET_CHARS) -> str:
 
 def _warning_prefix(warnings: list[str]) -> str:
     return "\n".join(warnings) + "\n\n" if warnings else ""
-
-
-def clamp_yield_ms(value: int | float | None, default: int = DEFAULT_BACKGROUND_MS) -> int:
-    raw = default if value is None else value
-    return int(min(YIELD_MAX_MS, max(YIELD_MIN_MS, raw)))
 
 
 class SessionManager:
@@ -90,6 +96,9 @@ class SessionManager:
         self._listeners: list[SessionListener] = []
         self._supervisors: set[asyncio.Task[None]] = set()
         self._closing = False
+        # Kept sessions being adopted in the background (engine.sessions.adopt.Adoption), else None.
+        self.adoption: Any = None
+        self.registry.reserved = self.adopting
 
     # -- listeners --------------------------------------------------------------------------------
     def add_listener(self, listener: SessionListener) -> Callable[[], None]:
@@ -122,12 +131,12 @@ class SessionManager:
         return fallback
 
     def _effective_timeout(self, spec: RunSpec) -> float | None:
-        if spec.timeout_sec is not None and spec.timeout_sec > 0:
-            return spec.timeout_sec
-        # Reference §1.10: backgrounded without an explicit timeout means no timeout at all.
-        if spec.allow_background and (spec.background or spec.yield_ms is not None):
-            return None
-        return self.default_timeout_sec if self.default_timeout_sec > 0 else None
+        return run_timeout(
+            spec.timeout_sec,
+            background=spec.allow_background and spec.background,
+            yields=spec.allow_background and spec.yield_ms is not None,
+            default=self.default_timeout_sec,
+        )
 
     async def run(self, spec: RunSpec) -> ToolResult:
         """Start `spec` and return completed | failed (finished within the yield window) | running."""
@@ -146,12 +155,16 @@ class SessionManager:
         if self.quota is not None and not spec.operator:
             output_cap = self.quota.grant(spec.scope_key, self.registry, self.log_cap_bytes)
         wanted = spec.session_id
-        session_id = wanted if wanted and self.registry.get(wanted) is None else self.registry.new_id()
+        if wanted and self.registry.get(wanted) is None and not self.adopting(wanted):
+            session_id = wanted
+        else:
+            session_id = self.registry.new_id()
         spec = dataclasses.replace(
             spec,
             cwd=cwd,
             timeout_sec=self._effective_timeout(spec),
             marker=f"{session_id}-{secrets.token_hex(6)}",
+            session_id=session_id,  # what launchers read the id from (never parsed back out of the marker)
             warnings=warnings,
             output_cap=output_cap,
         )
@@ -356,6 +369,16 @@ class SessionManager:
         session.done.set()
         session.activity.set()
         self._emit("session.exited", session)
+        if session.listed:  # kept for list/poll/log: on disk once its waiters had their result
+            asyncio.get_running_loop().call_later(SETTLE_AFTER_SEC, self._settle, session)
+
+    def _settle(self, session: Session) -> None:
+        """A finished session kept for `cleanupMs`: its output lives on disk from now on (its log; read
+        back by poll and log), and memory keeps a summary: retention costs disk, not memory (issue 37)."""
+        if self.registry.get(session.id) is not session or self._closing:
+            return
+        if session.output.settle():
+            compact(session)
 
     def _notify_exit(self, session: Session) -> None:
         spec = session.spec
@@ -448,13 +471,25 @@ class SessionManager:
 
     def listed_sessions(self, scope_key: str | None = None) -> list[Session]:
         """What list_sessions shows, as sessions (a page builds only its own rows' views)."""
-        rows = [
-            s
-            for s in self.registry
-            if (scope_key is None and (s.listed or not s.exited)) or (s.scope_key == scope_key and s.listed)
-        ]
-        rows.sort(key=lambda s: s.started_at, reverse=True)
-        return rows
+        if scope_key is None:
+            return [s for s in self.registry.ordered() if s.listed or not s.exited]
+        return [s for s in self.registry.ordered(scope_key) if s.listed]
+
+    def adopting(self, session_id: str) -> bool:
+        """A kept session of this id is still to be adopted: the id is taken."""
+        adoption = self.adoption
+        return adoption is not None and adoption.waiting(session_id)
+
+    async def ready(self, session_id: str | None = None) -> None:
+        """Before a request reads sessions while kept ones are still being adopted: this one adopted
+        now (or its batch waited for); None: every one of them."""
+        adoption = self.adoption
+        if adoption is None or adoption.done.is_set():
+            return
+        if session_id is None:
+            await adoption.done.wait()
+        elif adoption.waiting(session_id):
+            await adoption.wait_for(session_id)
 
     def new_id(self) -> str:
         """A free session id, for a caller that must name the session before it starts."""
@@ -537,3 +572,41 @@ class SessionManager:
             await asyncio.wait(kills, timeout=self.kill_grace_sec + 1)
         for session in self.registry:
             self.registry.drop(session.id)
+
+
+class EndedHandle:
+    """What a settled session keeps of its process handle: how to forget its files (a held session's)."""
+
+    __slots__ = ("forget", "pty")
+    pid = None
+    live = False
+    stdin_open = False
+
+    def __init__(self, forget: Callable[[], None] | None, pty: bool) -> None:
+        self.forget = forget
+        self.pty = pty
+
+    def close(self) -> None:
+        pass
+
+
+# Every settled session's `done` and `activity`: set for good (one Event instead of two per session).
+ENDED = asyncio.Event()
+ENDED.set()
+
+
+def compact(session: Session) -> None:
+    """A settled session's summary: what lists, poll and log need (its output is on disk), ~15 → ~5 KB.
+    Its env, decoders, terminal model, events and process handle go."""
+    output = session.output
+    session.raw.settle(output.full_text_sync)
+    session.decoders.clear()
+    session.terminal = None
+    session.done = session.activity = ENDED
+    handle = session.handle
+    if type(handle) is LocalProcess:
+        session.handle = cast(ProcessHandle, EndedHandle(None, handle.pty))
+    elif isinstance(handle, HostProcess) and type(handle).forget is HostProcess.forget:
+        session.handle = cast(ProcessHandle, EndedHandle(handle.forgetter(), handle.pty))
+    if session.spec.env is not None or session.spec.launcher is not None:
+        session.spec = dataclasses.replace(session.spec, env=None, launcher=None, pass_fds=())

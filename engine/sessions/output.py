@@ -8,7 +8,7 @@ import contextlib
 import os
 import re
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +74,14 @@ class TextDecoder:
         """True while the start of a character split across chunks waits for its end."""
         return bool(self._decoder.getstate()[0])
 
+    def span(self, data: bytes, offset: int) -> tuple[str, int, int]:
+        """Decode `data`, which starts at raw byte `offset`: the text and the raw byte range [start, end)
+        it stands for, so offsets always describe the text they travel with (a character split across
+        chunks belongs to the chunk that completes it; replacement characters keep their bytes' range)."""
+        start = offset - len(self._decoder.getstate()[0])
+        text = self.feed(data)
+        return text, start, offset + len(data) - len(self._decoder.getstate()[0])
+
 
 class _Chunks:
     """A deque of strings capped at `cap` chars that drops its oldest chars and counts them."""
@@ -133,6 +141,12 @@ class _Chunks:
         self.dropped = 0
 
 
+# A settled buffer's (empty) poll buffers: one pair for all of them (nothing is appended after the end).
+_NO_PENDING = {"stdout": _Chunks(0), "stderr": _Chunks(0)}
+_NO_RING = _Chunks(0)
+_NO_REPLAY: deque[OutputChunk] = deque()  # a settled session's replay buffer: none (read from disk)
+
+
 class OutputBuffer:
     """Text views of a session: a 200k-char ring, per-stream poll buffers, and a disk log for the rest.
 
@@ -154,11 +168,12 @@ class OutputBuffer:
         self.session_id = session_id
         self.terminal = terminal
         self.ring = _Chunks(ring_chars)
+        self._ring_cap = ring_chars
         # Whole stdout and stderr apart (the last `split_chars` of each), for callers whose answer keeps
         # them apart (a node's system.run); off by default: the ring keeps them merged, in order.
         self.split = {"stdout": _Chunks(split_chars), "stderr": _Chunks(split_chars)} if split_chars else None
         self.pending = {"stdout": _Chunks(pending_chars), "stderr": _Chunks(pending_chars)}
-        self.total_chars = 0
+        self._total_chars = 0
         self.log_path = log_path
         self.log_cap = log_cap
         self.log_bytes = 0
@@ -166,21 +181,92 @@ class OutputBuffer:
         self.log_capped = False
         self.spilled = False
         self._log_fd: int | None = None
+        # Settled (`settle`): the session ended and its text is on disk; memory keeps only its tail.
+        self.settled = False
+        self._settled_dropped = 0
+        self._tail = ""
+        # Settled from a session host's spool (`settle_spool`): the text is decoded from it when first
+        # needed, and only its length and tail are kept.
+        self._spool: Path | None = None
+        self._unread_spool = False
         # The most chars any view keeps: the text of a longer ASCII chunk is decoded from its tail only.
         self._keep = max(ring_chars, pending_chars, split_chars)
 
     @property
+    def total_chars(self) -> int:
+        if self._unread_spool:
+            self._read_spool_summary()
+        return self._total_chars
+
+    @total_chars.setter
+    def total_chars(self, value: int) -> None:
+        self._total_chars = value
+
+    def settle_spool(self, spool: Path) -> None:
+        """A session that ended and was reported before this gateway started (adopted): settled as it
+        comes, its text in the session host's spool; nothing is read until a view needs it."""
+        self._spool = spool
+        self._unread_spool = True
+        self._let_go()
+
+    def _read_spool_summary(self) -> None:
+        self._unread_spool = False
+        text = self._settled_text()
+        self._total_chars = len(text)
+        self._settled_dropped = max(0, len(text) - self._ring_cap)
+        self._tail = text[-TAIL_CHARS:]
+
+    @property
     def dropped(self) -> int:
-        return self.ring.dropped
+        if self._unread_spool:
+            self._read_spool_summary()
+        return self._settled_dropped if self.settled else self.ring.dropped
 
     @property
     def truncated(self) -> bool:
-        return self.ring.dropped > 0
+        return self.dropped > 0
+
+    def settle(self) -> bool:
+        """The session ended and its result went out: its text moves to the disk log (written now when
+        the ring held it all), and memory keeps a tail for lists. Every view reads the log from then on,
+        so `process log` and `poll` still return every byte. False: kept in memory (no log, or the log
+        reached its cap and the ring holds its end)."""
+        if self.settled:
+            return True
+        if not self.spilled and self.log_path is not None and self.ring.length:
+            self._open_log()
+        if self.log_capped or (self.ring.length and not self.spilled):
+            return False
+        self.close()
+        self._settled_dropped = self.ring.dropped
+        self._tail = self.ring.last(TAIL_CHARS)
+        self._let_go()
+        return True
+
+    def _let_go(self) -> None:
+        """Settled: the views' buffers go (the unread poll buffers stay, if anything is unread)."""
+        self.ring = _NO_RING
+        self.split = None
+        if not self.has_pending():
+            self.pending = _NO_PENDING
+        self.settled = True
+
+    def _settled_text(self) -> str:
+        """A settled buffer's whole text, from its log or spool ("" when it printed nothing)."""
+        if self._spool is not None:
+            return spool_text(self._spool)
+        if not self.spilled or self.log_path is None:
+            return ""
+        try:
+            with open(self.log_path, "rb") as fh:
+                return fh.read(self.log_bytes).decode("utf-8", "replace")
+        except OSError:
+            return self._tail
 
     def append(self, stream: str, text: str) -> None:
         if not text:
             return
-        self.total_chars += len(text)
+        self._total_chars += len(text)
         if self._log_fd is None and self.ring.length + len(text) > self.ring.cap and self.log_path:
             self._open_log()
         if self._log_fd is not None and not self.log_capped:
@@ -203,7 +289,7 @@ class OutputBuffer:
         if not data.isascii() or decoder.holds_partial():
             self.append(stream, decoder.feed(data))
             return
-        self.total_chars += size
+        self._total_chars += size
         if self._log_fd is None and self.ring.length + size > self.ring.cap and self.log_path:
             self._open_log()
         if self._log_fd is not None and not self.log_capped:
@@ -266,11 +352,13 @@ class OutputBuffer:
         return sanitize(text, terminal=self.terminal)
 
     def text(self) -> str:
+        if self.settled:
+            return self._clean(self._settled_text()[-self._ring_cap :])
         return self._clean(self.ring.text())
 
     def aggregated(self) -> str:
         body = self.text()
-        return truncation_marker(self.ring.dropped, self.session_id) + body if self.ring.dropped else body
+        return truncation_marker(self.dropped, self.session_id) + body if self.dropped else body
 
     def streams(self) -> tuple[str, str, bool] | None:
         """(stdout, stderr, truncated) kept apart, when this buffer was asked to (`split_chars`)."""
@@ -280,10 +368,17 @@ class OutputBuffer:
         return self._clean(out.text()), self._clean(err.text()), bool(out.dropped or err.dropped)
 
     def tail(self, n: int = TAIL_CHARS) -> str:
+        if self._unread_spool:
+            self._read_spool_summary()
+        if self.settled:
+            held = n <= len(self._tail) or len(self._tail) >= self._total_chars  # (or it is all there is)
+            return self._clean(self._tail[-n:] if held else self._settled_text()[-n:])
         return self._clean(self.ring.last(n))
 
     def full_text_sync(self) -> str:
         """Everything still known: the disk log plus the ring, with a gap line where neither kept text."""
+        if self.settled:
+            return self._clean(self._settled_text())
         if not self.spilled or self.log_path is None:
             return self.aggregated()
         ring = self.ring.text()
@@ -294,14 +389,14 @@ class OutputBuffer:
             return self.aggregated()
         if not self.log_capped:
             return self._clean(disk)
-        ring_start = self.total_chars - self.ring.length
+        ring_start = self._total_chars - self.ring.length
         if ring_start <= self.log_chars:
             return self._clean(disk + ring[self.log_chars - ring_start :])
         gap = f"\n[... {ring_start - self.log_chars} chars not kept (log cap reached) ...]\n"
         return self._clean(disk) + gap + self._clean(ring)
 
     async def full_text(self) -> str:
-        if not self.spilled:
+        if not self.spilled and not self.settled:
             return self.aggregated()
         return await asyncio.to_thread(self.full_text_sync)
 
@@ -313,6 +408,36 @@ class OutputBuffer:
         if delete and self.log_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.log_path)
+
+
+SPOOL_HEADER = 5  # a spool frame: 1 byte stream, 4 bytes length (engine.sessions.host_io)
+SPOOL_READ_CAP = 256 * 1024 * 1024
+
+
+def spool_text(path: Path) -> str:
+    """A session host's spool as text, the streams in the order written, each decoded as UTF-8 apart (as
+    the live path does: a character split across two frames of one stream is joined)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(SPOOL_READ_CAP)
+    except OSError:
+        return ""
+    decoders: dict[int, TextDecoder] = {}
+    parts: list[str] = []
+    pos = 0
+    while pos + SPOOL_HEADER <= len(data):
+        stream, size = data[pos], int.from_bytes(data[pos + 1 : pos + SPOOL_HEADER], "big")
+        end = pos + SPOOL_HEADER + size
+        if end > len(data):
+            break
+        key = 1 if stream == 1 else 0  # stderr (1) apart; stdout (0) and a terminal's (2) are one stream
+        decoder = decoders.get(key)
+        if decoder is None:
+            decoder = decoders[key] = TextDecoder()
+        parts.append(decoder.feed(data[pos + SPOOL_HEADER : end]))
+        pos = end
+    parts.extend(decoder.feed(b"", final=True) for decoder in decoders.values())
+    return "".join(parts)
 
 
 @dataclass(frozen=True)
@@ -398,6 +523,7 @@ class RawFanout:
         self._replay_cap = replay_bytes
         self.viewers: list[OutputSubscription] = []
         self.offset = 0  # raw bytes seen so far
+        self._settled: Callable[[], str] | None = None
 
     def push(self, stream: str, data: bytes) -> None:
         chunk = OutputChunk(stream, data)
@@ -412,12 +538,28 @@ class RawFanout:
     def replay(self) -> list[OutputChunk]:
         return list(self._replay)
 
+    def settle(self, text: Callable[[], str]) -> None:
+        """The session ended and its output is on disk: late viewers and panes read `text()` (the settled
+        text view) instead of a replay buffer, which goes."""
+        self._replay = _NO_REPLAY
+        self._replay_bytes = 0
+        self._replay_cap = 0
+        self.viewers = []
+        self._settled = text
+
     def read(self, offset: int | None = None, limit: int | None = None) -> tuple[int, bytes, int]:
         """Raw bytes still held from `offset` (None: the last `limit` bytes): (start, data, bytes dropped).
 
         Offsets count every raw byte the session printed, so a pane can resume where it left off;
         `dropped` says how much of what it asked for is no longer held.
         """
+        if self._settled is not None:  # settled: the text on disk, offsets counting its bytes
+            text = self._settled().encode()
+            if offset is None:
+                keep = len(text) if limit is None else min(len(text), max(0, limit))
+                return len(text) - keep, text[len(text) - keep :], 0
+            body = text[max(0, offset) :]
+            return max(0, offset), body if limit is None else body[: max(0, limit)], 0
         held_start = self.offset - self._replay_bytes
         data = b"".join(chunk.data for chunk in self._replay)
         if offset is None:
@@ -431,9 +573,14 @@ class RawFanout:
 
     def subscribe(self, *, replay: bool = True, max_bytes: int = VIEWER_QUEUE_BYTES) -> OutputSubscription:
         viewer = OutputSubscription(max_bytes)
+        if replay and self._settled is not None:
+            viewer.push(OutputChunk("stdout", self._settled().encode()))
         if replay:
             for chunk in self._replay:
                 viewer.push(chunk)
+        if self._settled is not None:
+            viewer.end()
+            return viewer  # nothing more will come: not kept among the viewers
         self.viewers = [v for v in self.viewers if not v.closed]
         self.viewers.append(viewer)
         return viewer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import re
 import secrets
@@ -241,6 +242,12 @@ class Registry:
         self._sessions: dict[str, Session] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self.on_drop: Callable[[Session], None] | None = None
+        self.reserved: Callable[[str], bool] = lambda _id: False  # ids of kept sessions not adopted yet
+        # List order (newest first, then by id), kept as sessions come and go so that a page of `process
+        # list` costs its own rows, not a sort of every session retained (issue 37).
+        self._order: list[tuple[int, str]] = []
+        self._scoped: dict[str, list[tuple[int, str]]] = {}
+        self._scope_listed: dict[str, int] = {}  # listed sessions per scope (a scope's `total`)
         self._running = 0  # sessions not exited
         self._shown = 0  # sessions the operator's list shows: listed, or not exited (foreground runs)
         # Ids dropped lately are not handed out again at once: the session host forgets a finished session
@@ -253,20 +260,54 @@ class Registry:
             self._running += sign
         if session.listed or not session.exited:
             self._shown += sign
+        if session.listed:
+            key = session.scope_key
+            self._scope_listed[key] = self._scope_listed.get(key, 0) + sign
+
+    def listed_count(self, scope_key: str | None) -> int:
+        """How many rows `process list` has for a scope (None: the operator's view): O(1)."""
+        return self._shown if scope_key is None else self._scope_listed.get(scope_key, 0)
+
+    def ordered(
+        self, scope_key: str | None = None, after: tuple[int, str] | None = None
+    ) -> Iterator[Session]:
+        """Sessions in list order (of one scope, or all), from just after the key `after`."""
+        keys = self._order if scope_key is None else self._scoped.get(scope_key, [])
+        i = bisect.bisect_right(keys, after) if after is not None else 0
+        while i < len(keys):
+            session = self._sessions.get(keys[i][1])
+            i += 1
+            if session is not None:
+                yield session
+
+    def _index(self, session: Session, add: bool) -> None:
+        key = (-session.started_at, session.id)
+        for keys in (self._order, self._scoped.setdefault(session.scope_key, [])):
+            if add:
+                bisect.insort(keys, key)
+                continue
+            i = bisect.bisect_left(keys, key)
+            if i < len(keys) and keys[i] == key:
+                del keys[i]
+        if not add and not self._scoped.get(session.scope_key):
+            self._scoped.pop(session.scope_key, None)
 
     def counts(self) -> tuple[int, int]:
         """(sessions the operator's list shows, running sessions), kept up to date: O(1)."""
         return self._shown, self._running
 
     def new_id(self) -> str:
-        return make_slug(lambda s: s in self._sessions or s in self._dropped)
+        return make_slug(lambda s: s in self._sessions or s in self._dropped or self.reserved(s))
 
     def add(self, session: Session) -> None:
         replaced = self._sessions.get(session.id)
         if replaced is not None and replaced.counted_in is self:
             self._count(replaced, -1)
             replaced.counted_in = None
+        if replaced is not None:
+            self._index(replaced, False)
         self._sessions[session.id] = session
+        self._index(session, True)
         session.counted_in = self
         self._count(session, 1)
         if self._sweeper is None or self._sweeper.done():
@@ -282,6 +323,7 @@ class Registry:
     def drop(self, session_id: str) -> Session | None:
         session = self._sessions.pop(session_id, None)
         if session is not None:
+            self._index(session, False)
             self._dropped[session_id] = None
             if len(self._dropped) > RECENTLY_DROPPED:
                 del self._dropped[next(iter(self._dropped))]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from pathlib import Path
 
 from engine import jsontext
+from engine.principals import key_owner
 from engine.statefs import StateFileError, atomic_write, read_text
 
 log = logging.getLogger(__name__)
@@ -15,6 +17,9 @@ SPOOL_NAME = "events.json"
 MAX_TEXT_CHARS = 4096  # an event is a notice (a header and ≤400 chars of output), never a log
 MAX_KEYS = 512
 MAX_BYTES = 512 * 1024  # the whole spool; beyond it the oldest events of the longest queues go
+# Both caps are shared fairly: past one, what goes is the oldest of the owner (the agent a key names; an
+# ownerless key is the operator's) that holds the most, so one agent writing many events never pushes
+# another's undelivered events off the disk, where a crash would lose them.
 VERSION = 1
 
 
@@ -56,10 +61,22 @@ class EventSpool:
 
     def save(self, queues: dict[str, list[str]]) -> None:
         """Write every queue (bounded); a failure is logged and kept in `problem`: delivery goes on."""
-        kept = {k: [t[:MAX_TEXT_CHARS] for t in v] for k, v in list(queues.items())[-MAX_KEYS:] if v}
+        kept = {k: [t[:MAX_TEXT_CHARS] for t in v] for k, v in queues.items() if v}
+        if len(kept) > MAX_KEYS:  # the owner with the most keys loses its written-to-longest-ago ones
+            by_owner: dict[str | None, list[str]] = {}
+            for key in kept:
+                by_owner.setdefault(key_owner(key), []).append(key)
+            excess = len(kept) - MAX_KEYS
+            for _ in range(excess):
+                mine = max(by_owner.values(), key=len)
+                del kept[mine.pop(0)]
         data = _encode(kept)
         while len(data) > MAX_BYTES:
-            longest = max(kept, key=lambda k: len(kept[k]))
+            held: Counter[str | None] = Counter()
+            for key, texts in kept.items():
+                held[key_owner(key)] += sum(len(t) for t in texts)
+            owner = max(held, key=lambda who: held[who])
+            longest = max((k for k in kept if key_owner(k) == owner), key=lambda k: len(kept[k]))
             del kept[longest][: max(1, len(kept[longest]) // 4)]
             if not kept[longest]:
                 del kept[longest]

@@ -24,11 +24,11 @@ from engine.commands.pinned import PinnedView, in_checked_cwd, open_checked_dir,
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, VerifiedRun, verify
 from engine.config.model import Config
-from engine.policy.decision import Decision, evaluate
-from engine.policy.precedence import SessionOverrides, overrides_for
+from engine.policy.decision import Decision
+from engine.policy.precedence import SessionOverrides
 from engine.results import ToolError, ToolResult
+from engine.tools.decide import Decided, decide
 from engine.tools.exec_asks import (
-    approved_command,
     ask_request,
     denied_result,
     finished_text,
@@ -38,17 +38,13 @@ from engine.tools.exec_asks import (
 )
 from engine.tools.exec_request import (
     COMMAND_MAX_BYTES,
-    ENV_MAX_BYTES,
     NODE_UNAVAILABLE,
-    WORKDIR_MAX_BYTES,
     Events,
     ExecContext,
     NodeRunner,
     Prepared,
     Sessions,
     Store,
-    check_enums,
-    clamp_yield,
     clamped,
     note_run,
     sandbox_available,
@@ -103,27 +99,22 @@ class ExecTool:
     async def run(self, params: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
         prepared = await self._prepare(params, ctx)
         decision = prepared.decision
-        if decision.decision == "deny":
+        if decision.verdict == "deny":
             raise ToolError(decision.reason)
         if prepared.host == "node" and self.node_runner is not None:
             # The gateway's policy only tightens (it rides along); the node decides and asks itself.
             return await self.node_runner(prepared.command, params, ctx, decision)
-        if decision.decision == "allow" and decision.grant_ids and not await self._use_grants(decision):
+        if decision.verdict == "allow" and decision.grant_ids and not await self._use_grants(decision):
             # A grant ran out (or expired, or was revoked) since the decision: decide again without it.
             prepared = await self._prepare(params, ctx, use_grants=False)
             decision = prepared.decision
-            if decision.decision == "deny":
+            if decision.verdict == "deny":
                 raise ToolError(decision.reason)
-        if decision.decision == "allow":
+        if decision.verdict == "allow":
             self._record_use(prepared, ctx)
-            # What runs is what was approved: the pinned re-rendering on the host. Inside a sandbox the
-            # host's resolved paths mean nothing, so the container runs the command as given.
-            pinned = None if prepared.host == "sandbox" else decision.enforced_command
-            if pinned is None and decision.durable and prepared.host != "sandbox":
-                pinned = decision.pinned_command  # an exact-command approval runs what was shown
             self._still_as_decided(prepared)
             try:
-                return await self._run(prepared, params, ctx, pinned or prepared.command)
+                return await self._run(prepared, params, ctx, prepared.command_to_run())
             except StaleContent as exc:
                 raise ToolError(f"exec denied: {exc}; ask again") from None
         return await self._ask(prepared, params, ctx)
@@ -149,60 +140,39 @@ class ExecTool:
         if "\x00" in command:
             raise ToolError("exec denied: the command contains a NUL byte")
         within("the command", command, COMMAND_MAX_BYTES, "write longer scripts to a file and run that")
-        env_param = params.get("env")
-        if env_param is not None and (
-            not isinstance(env_param, dict)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in env_param.items())
-        ):
-            raise ToolError("env must be an object of string values")
-        if env_param:
-            within("env", "".join(k + v for k, v in env_param.items()), ENV_MAX_BYTES, "pass data in files")
-        workdir = params.get("workdir")
-        if isinstance(workdir, str):
-            within("workdir", workdir, WORKDIR_MAX_BYTES, "no path is that long")
         config = self._config()
-        sandbox = sandbox_available(config, ctx.agent_id, ctx.session_key)
-        host_warnings: list[str] = []
         problem = self._config_problem()
         notices = [f"Warning: {problem}"] if problem else []
         # defaultWorkdir: the calling CLI/MCP process's cwd, used on the host when no workdir is given.
-        cwd = self._workdir(params.get("workdir") or params.get("defaultWorkdir"), host_warnings)
-        call_params = {k: params[k] for k in ("host", "security", "ask", "node", "elevated") if k in params}
-        check_enums(call_params)
-        node_query = call_params.get("node")
+        node_query = params.get("node")
         if isinstance(node_query, str) and node_query.strip() and self.node_known is not None:
             self.node_known(node_query)
-        grant_store = self.grants if use_grants else None
-        decide = functools.partial(
-            evaluate,
+        decide_now = functools.partial(
+            decide,
             command,
+            params,
             config=config,
             agent_id=ctx.agent_id,
-            params=call_params,
-            overrides=overrides_for(self.overrides, ctx.agent_id, ctx.session_key),
+            session_key=ctx.session_key,
+            overrides=self.overrides,
             store=self.store,
-            cwd=cwd,
-            sandbox_available=sandbox,
-            session_key=ctx.session_key or None,
-            env_overrides=env_param,
+            grants=self.grants if use_grants else None,
+            workdir=params.get("workdir") or params.get("defaultWorkdir"),
         )
-
-        def decide_with_grants() -> Decision:
-            # The grants file is read in the same worker-thread hop as the decision: one hop per exec.
-            grants = [] if grant_store is None else grant_store.entries(ctx.agent_id, ctx.session_key or None)
-            return decide(grants=grants)
-
         try:
-            decision = await self._evaluator.run(decide_with_grants)
+            # The grants file is read in the same worker-thread hop as the decision: one hop per exec.
+            decided: Decided = await self._evaluator.run(decide_now)
         except ApprovalsFileError as exc:
             # Fail closed: a broken approvals file can neither allow nor be silently ignored.
             raise ToolError(f"exec denied: {exc}") from None
+        decision, cwd, env_param, call_params = decided.decision, decided.cwd, decided.env, decided.call
+        host_warnings = decided.cwd_warnings
         sandboxed = decision.policy is not None and decision.policy.sandboxed
         warnings = [] if sandboxed else host_warnings  # the container maps its own workdir
         warnings += [w for w in decision.warnings if w not in warnings]
         warnings += clamped(call_params, decision) + notices
         prepared = Prepared(command=command, decision=decision, cwd=cwd, env=None, warnings=warnings)
-        if decision.decision == "deny":
+        if decision.verdict == "deny":
             return prepared
         policy = decision.policy
         assert policy is not None
@@ -243,21 +213,6 @@ class ExecTool:
         prepared.env = env
         prepared.host = "sandbox"
 
-    def _workdir(self, raw: Any, warnings: list[str]) -> str:
-        """Explicit workdir if it is a directory, else $HOME (with the reference warning)."""
-        fallback = os.path.expanduser("~")
-        if not os.path.isdir(fallback):
-            fallback = "/"
-        if raw is None or raw == "":
-            return fallback
-        if not isinstance(raw, str) or "\x00" in raw:
-            raise ToolError("workdir must be a string path")
-        path = os.path.expanduser(raw)
-        if os.path.isdir(path):
-            return os.path.abspath(path)
-        warnings.append(f'Warning: workdir "{raw}" is unavailable; using "{fallback}".')
-        return fallback
-
     def _record_use(self, prepared: Prepared, ctx: ExecContext) -> None:
         """Stamp lastUsedAt on the allowlist entries that let this command through."""
         if prepared.decision.policy is None or prepared.decision.policy.sandboxed:
@@ -282,26 +237,21 @@ class ExecTool:
         *,
         detached: bool = False,
     ) -> Any:
-        from engine.sessions import RunSpec
+        from engine.sessions.launcher import RunSpec, clamp_yield_ms, run_timeout
         from engine.sessions.registry import derive_session_name
 
         exec_cfg = self._config().exec_for(ctx.agent_id)
-        timeout = params.get("timeout")
-        explicit = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
         background = bool(params.get("background")) or detached
-        yield_requested = "yieldMs" in params and params.get("yieldMs") is not None
-        if explicit:
-            timeout_sec: float | None = float(timeout)  # type: ignore[arg-type]
-        elif background or yield_requested:
-            timeout_sec = None  # backgroundTimeoutBypass (reference §1.10)
-        else:
-            timeout_sec = float(exec_cfg.timeout_sec)
+        yield_requested = params.get("yieldMs") is not None
+        timeout_sec = run_timeout(
+            params.get("timeout"), background=background, yields=yield_requested, default=exec_cfg.timeout_sec
+        )
         return RunSpec(
             command=command,
             cwd=prepared.cwd,
             env=prepared.env,
             pty=bool(params.get("pty")),
-            yield_ms=0 if background else clamp_yield(params.get("yieldMs"), exec_cfg.background_ms),
+            yield_ms=0 if background else clamp_yield_ms(params.get("yieldMs"), exec_cfg.background_ms),
             background=background,
             timeout_sec=timeout_sec,
             scope_key=ctx.scope_key,
@@ -405,7 +355,7 @@ class ExecTool:
                 await self.approvals.durable()
                 # The session says whose run to follow when the ask is shared (ApprovalRecord.slot).
                 ctx.on_waiting(waiting_data(record) | {"sessionKey": ctx.session_key})
-            outcome = asyncio.ensure_future(self._decide_and_run(record, prepared, params, ctx, created))
+            outcome = asyncio.ensure_future(self._approved_run(record, prepared, params, ctx))
             try:
                 result = await asyncio.shield(outcome)
             except asyncio.CancelledError:
@@ -420,27 +370,32 @@ class ExecTool:
                 return result
             # Coalesced allow-once already used by the other caller: ask again for this run.
 
-    async def _decide_and_run(
+    async def _approved_run(
         self,
         record: ApprovalRecord,
         prepared: Prepared,
         params: Mapping[str, Any],
         ctx: ExecContext,
-        created: bool,
+        *,
+        detached: bool = False,
     ) -> ToolResult | None:
-        decision = await self.approvals.wait(record)
-        verdict = self._verdict(record, decision, prepared, ctx)
+        """The one approved-run path: wait for the operator, re-check, run what was approved, link the run
+        to its ask. Returns the run's (or the denial's) result; None when an allow-once was already used.
+        Reporting is the caller's: the foreground call returns it, a detached one reports it as an event."""
+        answer = await self.approvals.wait(record)
+        verdict = self._verdict(record, answer, prepared, ctx)
         if verdict is None:
             return None
         allowed, reason, command = verdict
         slot = record.slot(ctx.session_key)
         if not allowed:
             denied = denied_result(record, prepared, reason)
+            # What it led to: a caller that reconnects reads it.
             note_run(self.approvals, record, denied, slot=slot)
             return denied
         session_id = await self._starting(record, prepared, slot)
         try:
-            result = await self._run(prepared, params, ctx, command, session_id=session_id)
+            result = await self._run(prepared, params, ctx, command, detached=detached, session_id=session_id)
         except StaleContent as exc:
             denied = denied_result(record, prepared, f"approval-stale: {exc}")
             note_run(self.approvals, record, denied, slot=slot)
@@ -465,11 +420,17 @@ class ExecTool:
     def _still_as_decided(self, prepared: Prepared) -> None:
         """Refuse when an executable or the cwd is no longer the file that was decided on (a re-pointed
         link, a replaced binary): what runs must be what was shown (reference §5.4 approval hardening)."""
-        if prepared.host == "sandbox":
-            return
-        problem = identity_problem(prepared.decision.identity) or prepared.decision.tree_problem()
+        problem = self._changed(prepared)
         if problem is not None:
             raise ToolError(f"exec denied: {problem}; ask again")
+
+    @staticmethod
+    def _changed(prepared: Prepared) -> str | None:
+        """What changed since the decision: an executable, the cwd or a file run from the tree (None off
+        the host: the container's files are not the host's)."""
+        if prepared.host == "sandbox":
+            return None
+        return identity_problem(prepared.decision.identity) or prepared.decision.tree_problem()
 
     def _verdict(
         self, record: ApprovalRecord, decision: str | None, prepared: Prepared, ctx: ExecContext
@@ -478,11 +439,11 @@ class ExecTool:
         d = prepared.decision
         if decision == "deny":
             return False, "user-denied", prepared.command
-        if decision in ("allow-once", "allow-always", None) and prepared.host != "sandbox":
-            problem = identity_problem(d.identity) or d.tree_problem()
+        if decision in ("allow-once", "allow-always", None):
+            problem = self._changed(prepared)
             if problem is not None:
                 return False, f"approval-stale: {problem}", prepared.command
-        approved = approved_command(prepared)
+        approved = prepared.command_to_run(approved=True)
         if decision == "allow-once":
             if not self.approvals.consume_allow_once(record, ctx.session_key, None):
                 return None
@@ -520,7 +481,7 @@ class ExecTool:
             return True, "", approved
         if fallback == "allowlist":
             if d.analysis_ok and d.allowlist_satisfied and d.enforced_command:
-                return True, "", d.enforced_command
+                return True, "", prepared.command_to_run()
             return False, "approval-timeout (allowlist-miss)", prepared.command
         return False, "approval-timeout", prepared.command
 
@@ -536,40 +497,31 @@ class ExecTool:
     ) -> None:
         """Wait for the decision, run detached, and report with a follow-up system event."""
         try:
-            decision = await self.approvals.wait(record)
-            verdict = self._verdict(record, decision, prepared, ctx)
-            if verdict is None:
-                return
-            allowed, reason, command = verdict
-            slot = record.slot(ctx.session_key)
-            if not allowed:
-                denied = denied_result(record, prepared, reason)
-                # What it led to: a caller that reconnects reads it.
-                note_run(self.approvals, record, denied, slot=slot)
-                self._emit(ctx, denied.text)
-                return
             try:
-                session_id = await self._starting(record, prepared, slot)
-                result = await self._run(prepared, params, ctx, command, detached=True, session_id=session_id)
-            except StaleContent as exc:
-                denied = denied_result(record, prepared, f"approval-stale: {exc}")
-                note_run(self.approvals, record, denied, slot=slot)
-                self._emit(ctx, denied.text)
-                return
+                result = await self._approved_run(record, prepared, params, ctx, detached=True)
             except (ToolError, OSError) as exc:
                 log.warning("approved command failed to start: %s", exc)
                 self._emit(ctx, f"Exec denied (gateway id={record.id}, spawn-failed): {prepared.command}")
                 return
-            sid = str(result.details.get("sessionId", ""))
-            note_run(self.approvals, record, result, slot=slot)
+            if result is None:
+                return
             if result.details.get("status") == "running" and self._wait_session is not None:
+                sid = str(result.details.get("sessionId", ""))
                 result = await self._wait_session(sid, ctx.scope_key)
-                note_run(self.approvals, record, result, session_id=sid, slot=slot)
-            self._emit(ctx, finished_text(record, sid, result))
+                note_run(self.approvals, record, result, session_id=sid, slot=record.slot(ctx.session_key))
+                result.details.setdefault("sessionId", sid)
+            self._report(ctx, record, result)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("detached exec for approval %s failed", record.id)
+
+    def _report(self, ctx: ExecContext, record: ApprovalRecord, result: ToolResult) -> None:
+        """Tell the agent what its approved call led to, as a system event (the denial, or the run)."""
+        if result.details.get("status") == "denied":
+            self._emit(ctx, result.text)
+        else:
+            self._emit(ctx, finished_text(record, str(result.details.get("sessionId", "")), result))
 
     def _emit(self, ctx: ExecContext, text: str) -> None:
         self.events.enqueue(ctx.session_key or ctx.scope_key, text)
@@ -585,14 +537,8 @@ class ExecTool:
         if task.cancelled() or task.exception() is not None:
             return
         result = task.result()
-        if result is None:
-            return
-        status = result.details.get("status")
-        if status == "denied":
-            self._emit(ctx, result.text)
-        else:
-            sid = str(result.details.get("sessionId", ""))
-            self._emit(ctx, finished_text(record, sid, result))
+        if result is not None:
+            self._report(ctx, record, result)
 
     async def close(self) -> None:
         await self._uses.close()

@@ -45,17 +45,9 @@ def resume_data(prepared: Prepared, params: Mapping[str, Any], ctx: ExecContext)
         "sessionKey": ctx.session_key,
         "host": prepared.host,
         "cwd": prepared.cwd,
-        "approved": approved_command(prepared),
+        "approved": prepared.command_to_run(approved=True),
         "identity": [list(item) for item in prepared.decision.identity],
     }
-
-
-def approved_command(prepared: Prepared) -> str:
-    """What a human approved runs: the pinned rendering they saw, or the raw text when the command is
-    not a plain chain (it was shown, and approved, as text)."""
-    if prepared.host == "sandbox":
-        return prepared.command
-    return prepared.decision.pinned_command or prepared.command
 
 
 def waiting_data(record: ApprovalRecord) -> dict[str, Any]:

@@ -47,7 +47,7 @@ class LocalExecHost:
             return ExecOutcome.fail("INVALID_REQUEST", str(exc), "env")
         config = await asyncio.to_thread(load_config, self.config_path)
         store = ApprovalsStore(self.approvals_path)
-        verdict = await asyncio.to_thread(
+        decided = await asyncio.to_thread(
             evaluate,
             command,
             config=config,
@@ -58,19 +58,19 @@ class LocalExecHost:
             env=env,
             env_overrides=request.env or None,  # only inert keys ride along unasked (issue 27 §3)
         )
-        security = verdict.security
+        security = decided.security
         if security is None:  # the policy itself refused (e.g. host=gateway not allowed here)
-            return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {verdict.reason}", "policy")
+            return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {decided.reason}", "policy")
         if security == "deny":
             return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DISABLED: security=deny", "security=deny")
-        if verdict.decision == "deny":
+        if decided.verdict == "deny":
             # A decision sent by the client answers an ask; it never overrides a deny (unlike OpenClaw).
             return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: allowlist miss", "allowlist-miss")
         # The client's approvalDecision was vetted by the server: it stands only for a decision a human
         # made for this very request (never a frame approving itself).
-        decision = request.approval_decision if verdict.decision == "ask" else None
-        if verdict.decision == "ask" and decision is None:
-            resolved = next((s.get("resolvedPath") for s in verdict.segments if s.get("resolvedPath")), None)
+        decision = request.approval_decision if decided.verdict == "ask" else None
+        if decided.verdict == "ask" and decision is None:
+            resolved = next((s.get("resolvedPath") for s in decided.segments if s.get("resolvedPath")), None)
             decision = await decide(
                 PromptRequest(
                     id=str(uuid.uuid4()),
@@ -78,44 +78,44 @@ class LocalExecHost:
                     cwd=cwd,
                     host="gateway",
                     security=security,
-                    ask=verdict.ask,
+                    ask=decided.ask,
                     agent_id=agent_id,
                     resolved_path=resolved,
                     session_key=request.session_key,
                     source="socket-exec",
                     peer_pid=peer.pid,
-                    allowed_decisions=tuple(verdict.allowed_decisions),
-                    warnings=tuple(verdict.warnings),
+                    allowed_decisions=tuple(decided.allowed_decisions),
+                    warnings=tuple(decided.warnings),
                 )
             )
             if decision == "deny":
                 return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: user denied", "user-denied")
-        if decision is not None and decision not in verdict.allowed_decisions:
+        if decision is not None and decision not in decided.allowed_decisions:
             decision = "allow-once"  # e.g. allow-always under ask=always
         # One resolution, used for both the decision and the run: the pinned argv (pathPrepend included),
         # re-checked down to dev/ino just before it starts.
-        if verdict.pinned_command is None:
+        if decided.pinned_command is None:
             return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: executable not found", "not-found")
-        problem = identity_problem(verdict.identity) or verdict.tree_problem()
+        problem = identity_problem(decided.identity) or decided.tree_problem()
         if problem is not None:
             return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {problem}", "approval-stale")
-        if decision == "allow-always" and verdict.allow_always_patterns:
-            await asyncio.to_thread(store.persist_allow_always, agent_id, verdict.allow_always_patterns)
+        if decision == "allow-always" and decided.allow_always_patterns:
+            await asyncio.to_thread(store.persist_allow_always, agent_id, decided.allow_always_patterns)
         timeout = (request.timeout_ms or 1_800_000) / 1000
         try:
             # The bytes decided on, or nothing: agent-writable files run from sealed copies.
-            pinned = verdict.pinned_command
-            run = await asyncio.to_thread(verify, verdict.content, pinned, pinned)
+            pinned = decided.pinned_command
+            run = await asyncio.to_thread(verify, decided.content, pinned, pinned)
         except StaleContent as exc:
             return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}", "approval-stale")
         cwd_fd = None
         try:
             # The run is held to the decided cwd by an fd (checked by inode), the tree re-read through
             # it, and host tools read the vetted bytes: as a gateway exec does (issue 27 §4).
-            if verdict.tree is not None and verdict.identity:
-                cwd_fd = await asyncio.to_thread(open_checked_dir, cwd, verdict.identity)
+            if decided.tree is not None and decided.identity:
+                cwd_fd = await asyncio.to_thread(open_checked_dir, cwd, decided.identity)
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
-            view = await asyncio.to_thread(view_for, verdict.tree, run.rereads, anchor)
+            view = await asyncio.to_thread(view_for, decided.tree, run.rereads, anchor)
         except (StaleContent, OSError) as exc:
             run.close()
             if cwd_fd is not None:

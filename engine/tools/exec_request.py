@@ -16,7 +16,6 @@ from engine.results import ToolError, ToolResult
 from engine.sandbox.settings import is_sandboxed
 from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, compact
 
-YIELD_MIN_MS, YIELD_MAX_MS = 10, 120_000
 # Inputs are capped at submission so no agent can blow up the operator's views (issue 9 item 14). Linux
 # takes no single argument over 128 KiB (MAX_ARG_STRLEN) anyway; longer scripts belong in a file.
 COMMAND_MAX_BYTES = 64 * 1024
@@ -145,12 +144,11 @@ class Prepared:
     launcher: Any = None
     host: str = "gateway"
 
+    def command_to_run(self, *, approved: bool = False) -> str:
+        """The command that will run where this is prepared (Decision.command_to_run)."""
+        return self.decision.command_to_run(sandboxed=self.host == "sandbox", approved=approved)
+
 
 def sandbox_available(config: Config, agent_id: str, session_key: str) -> bool:
     """A sandbox runtime applies: mode=all, or mode=non-main outside the agent's main session."""
     return is_sandboxed(config.sandbox_value(agent_id, "mode"), agent_id, session_key)
-
-
-def clamp_yield(value: Any, default: int) -> int:
-    ms = value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-    return int(min(max(ms, YIELD_MIN_MS), YIELD_MAX_MS))

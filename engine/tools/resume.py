@@ -17,7 +17,6 @@ from engine.approvals.pending import ApprovalRecord, env_hash
 from engine.commands.allowlist import identity_problem
 from engine.results import ToolError
 from engine.tools.exec import ExecContext, ExecTool
-from engine.tools.exec_asks import approved_command
 
 log = logging.getLogger("exechost.exec")
 
@@ -68,13 +67,13 @@ def stale_reason(
     env = (resume.get("params") or {}).get("env")
     if prepared.command != request.command or env_hash(env) != request.env_hash:
         return "the stored call does not match what was approved"
-    if prepared.decision.decision == "deny":
+    if prepared.decision.verdict == "deny":
         return f"the policy now denies it ({prepared.decision.reason})"
     if prepared.host != resume.get("host"):
         return f"it would now run on {prepared.host}, not {resume.get('host')}"
     if prepared.cwd != resume.get("cwd"):
         return f"the working directory is now {prepared.cwd}"
-    if approved_command(prepared) != resume.get("approved"):
+    if prepared.command_to_run(approved=True) != resume.get("approved"):
         return "the command would now run as something other than what was approved"
     approved_identity = tuple(tuple(item) for item in resume.get("identity") or [])
     if prepared.host != "sandbox":

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from engine import statefs
 from engine.display import visible
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
@@ -133,6 +134,7 @@ class _Waiting:
     def __init__(self) -> None:
         self.tty = sys.stderr.isatty()
         self.data: dict[str, Any] | None = None
+        self.said_stopped = False
 
     def on_event(self, event: Event) -> None:
         if event.event != EventName.EXEC_WAITING:
@@ -151,16 +153,33 @@ class _Waiting:
             sys.stderr.write("\n")
 
     def lost(self) -> None:
+        from engine.protocol.stopped import read_stop
+
         assert self.data is not None
+        if read_stop(statefs.state_dir()) is not None:
+            self.stopped()
+            return
         sys.stderr.write(
             f"\nexechost: lost the gateway; waiting for approval {visible(self.data['approvalSlug'])} "
             "on the next one\n"
         )
 
+    def stopped(self, _exc: object = None) -> None:
+        """The operator stopped the gateway: no gateway is started; the ask waits on disk for the next."""
+        if self.said_stopped:
+            return
+        self.said_stopped = True
+        slug = visible(self.data["approvalSlug"]) if self.data else "?"
+        sys.stderr.write(
+            f"\nexechost: the gateway was stopped by the operator; waiting (approval {slug} is kept for "
+            "the next gateway: `exechost gateway start`)\n"
+        )
+        sys.stderr.flush()
+
 
 async def _follow(waiting: _Waiting, params: dict[str, Any]) -> dict[str, Any]:
     """The gateway went away while a human was being asked: the ask is kept on disk, so reconnect (starting
-    a gateway if none comes back) and keep waiting for it."""
+    a gateway if none comes back, unless the operator stopped it) and keep waiting for it."""
     from engine.protocol.client import ControlClient
     from engine.protocol.resume import follow_approval
 
@@ -170,6 +189,7 @@ async def _follow(waiting: _Waiting, params: dict[str, Any]) -> dict[str, Any]:
         lambda: ControlClient.connect(client="cli", name="cli", agent=params.get("agentId") or None),
         waiting.data,
         str(params.get("agentId") or ""),
+        on_stopped=waiting.stopped,
     )
 
 

@@ -230,6 +230,9 @@ def _status() -> dict[str, Any]:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    from engine.protocol.stopped import clear_stop
+
+    clear_stop(statefs.state_dir())  # the operator's stop is lifted by the operator's start
     try:
         _status()
         already = True
@@ -241,11 +244,18 @@ def cmd_start(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stop(kill_sessions: bool) -> dict[str, Any] | None:
-    """Stop the running gateway and wait for it to go; None when none was running."""
+def _stop(kill_sessions: bool, *, sticks: bool = False) -> dict[str, Any] | None:
+    """Stop the running gateway and wait for it to go; None when none was running. `sticks`: the
+    operator's stop, recorded first, so no client starts a gateway behind it (engine.protocol.stopped)."""
     try:
         info = _status()
     except (GatewayUnavailable, ConnectionError):
+        info = None
+    if sticks:
+        from engine.protocol.stopped import record_stop
+
+        record_stop(statefs.state_dir(), int(info["pid"]) if info else None)
+    if info is None:
         return None
     from engine.sessions import procs
 
@@ -274,14 +284,16 @@ def _sessions_line(stopped: dict[str, Any]) -> str:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    stopped = _stop(args.kill_sessions)
+    stopped = _stop(args.kill_sessions, sticks=True)
+    stays = "; clients wait and start none until `exechost gateway start`"
     if stopped is None:
-        emit("gateway is not running", {"status": "stopped", "wasRunning": False}, args.json)
+        emit("gateway is not running" + stays, {"status": "stopped", "wasRunning": False}, args.json)
         return 0
     pending = int(stopped.get("pendingApprovals") or 0)
     text = f"gateway stopped (pid {stopped['pid']}); {_sessions_line(stopped)}"
     if pending:
         text += f"; {pending} pending approval(s) are kept for the next gateway"
+    text += stays
     emit(text, {"status": "stopped", "wasRunning": True, **stopped}, args.json)
     return 0
 
@@ -309,16 +321,48 @@ def cmd_restart(args: argparse.Namespace) -> int:
             running = "no gateway is running, and none can start until it is fixed"
         fix = "fix the file, then run `exechost gateway restart` again"
         raise CliFailure(f"gateway restart refused: {problem}\n{running}; {fix}")
+    from engine.protocol.stopped import clear_stop
+
     stopped = _stop(kill_sessions=False)
+    clear_stop(statefs.state_dir())  # a restart is a start: an earlier operator's stop is lifted
     info = call("status", autostart=True, operator=True)
-    adopted = list(info.get("adoptedSessions") or [])
     old = f"pid {stopped['pid']} → " if stopped else ""
     text = (
-        f"gateway restarted ({old}pid {info['pid']}): {len(adopted)} session(s) adopted, "
+        f"gateway restarted ({old}pid {info['pid']}): {_adoption_text(info)}, "
         f"{info.get('pendingApprovals', 0)} pending approval(s)"
     )
     emit(text, {"status": "running", "previous": stopped, **info}, args.json)
     return 0
+
+
+def _adoption_text(info: dict[str, Any]) -> str:
+    """How far the kept sessions' adoption is: it runs after the gateway answers."""
+    adoption = info.get("adoption") or {}
+    total = int(adoption.get("total") or 0)
+    if adoption and not adoption.get("done"):
+        return f"adopting {adoption.get('adopted', 0)} of {total} kept session(s)"
+    return f"{int(info.get('adoptedSessions') or 0)} session(s) adopted"
+
+
+def _pid_holding_lock() -> int | None:
+    """The pid of a daemon that holds gateway.pid (starting, or not answering), else None."""
+    import fcntl
+
+    path = statefs.state_dir() / "gateway.pid"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else 0
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -328,6 +372,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         emit(f"gateway not answering: {exc}", {"status": "not-answering"}, args.json)
         return 1
     except (GatewayUnavailable, ConnectionError) as exc:
+        holder = _pid_holding_lock()
+        if holder is not None:  # a daemon holds gateway.pid: starting up, never "not running"
+            text = f"gateway starting (pid {holder or '?'} holds gateway.pid; not answering yet: {exc})"
+            emit(text, {"status": "starting", "pid": holder or None}, args.json)
+            return 1
         emit(f"gateway is not running ({exc})", {"status": "stopped"}, args.json)
         return 1
     except RemoteError as exc:
@@ -338,6 +387,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"sessions {info['sessions']} (running {info['runningSessions']}), "
         f"pending approvals {info['pendingApprovals']}"
     )
+    adoption = info.get("adoption") or {}
+    if adoption and not adoption.get("done"):
+        text += f"\n{_adoption_text(info)}"
+    elif adoption.get("total"):
+        text += f"\nadopted {adoption['total']} kept session(s) in {adoption.get('elapsedMs', 0):.0f} ms"
     if info.get("configError"):
         text += f"\nconfig: {info['configError']}"
     emit(text, {"status": "running", **info}, args.json)

@@ -10,6 +10,7 @@ import base64
 import time
 from typing import TYPE_CHECKING, Any
 
+from engine.protocol.methods import EventName, Topic
 from engine.results import ToolError, ToolResult
 from engine.sandbox import docker_ops
 from engine.sandbox.browser import (
@@ -182,8 +183,8 @@ class BrowserHub:
 
     def _changed(self, name: str, what: str) -> None:
         self._services.broadcast(
-            "sandboxes",
-            "browser.updated",
+            Topic.SANDBOXES,
+            EventName.BROWSER_UPDATED,
             {"containerName": name, "what": what, "ts": int(time.time() * 1000)},
         )
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from engine.principals import owns_key
 from engine.protocol.frames import Event, Frame, Hello, ProtocolError, Response, encode_frame
+from engine.protocol.methods import EventName
 from runner.gateway.limits import MAX_BACKLOG_BYTES, READ_PAUSE_BYTES
 
 log = logging.getLogger("exechost.gateway")
@@ -63,6 +64,8 @@ class Connection:
         self.closed = False
         self.revoked = False  # its credential was revoked: nothing more it sends is read or acted upon
         self.tasks: set[asyncio.Task[None]] = set()
+        self.intake_bytes = 0  # bytes of this client's requests being handled (limits.Intake)
+        self.intake_full = False  # its next request waits for some of them to finish
 
     def stop_reading(self) -> None:
         """Revoked: read nothing more from this client (what is buffered is dropped unread), at once."""
@@ -71,13 +74,15 @@ class Connection:
         if isinstance(transport, asyncio.ReadTransport) and transport.is_reading():
             transport.pause_reading()
 
-    def sees_scope(self, scope_key: str) -> bool:
-        """May this connection see what happens in this session scope: the operator sees every one, an
-        agent only its own (engine.principals.owns_key)."""
-        return self.operator or owns_key(self.agent, scope_key)
+    def sees_scope(self, scope_key: str | None) -> bool:
+        """The one visibility rule: may this connection see what happens in this session scope. The
+        operator sees every one, an agent only its own (engine.principals.owns_key); what has no scope
+        (approvals, sandboxes, a node's sessions, gateway-wide events) is the operator's."""
+        return self.operator or (scope_key is not None and owns_key(self.agent, scope_key))
 
-    def wants_output(self, session_id: str, scope_key: str | None = None) -> bool:
-        if scope_key is not None and not self.sees_scope(scope_key):
+    def wants_output(self, session_id: str, scope_key: str | None) -> bool:
+        """`session.output` of this session: visible to it, and asked for (the topic, and followed)."""
+        if not self.sees_scope(scope_key):
             return False
         return "sessions" in self.topics and (self.follow is None or session_id in self.follow)
 
@@ -87,28 +92,30 @@ class Connection:
             return
         if isinstance(frame, Event):
             sid = frame.data.get("sessionId") if frame.event.startswith("session.") else None
-            bulky = frame.event == "session.output" and self._queued_bytes >= EVENT_DROP_BYTES
+            bulky = frame.event == EventName.SESSION_OUTPUT and self._queued_bytes >= EVENT_DROP_BYTES
             # Approval events are never shed: they are small and rare, and an approver that missed one
             # would have to poll. A client that lets its queue fill is cut off and resyncs on reconnect.
             sheddable = not frame.event.startswith("approval.")
             if sheddable and (bulky or self._queue.qsize() >= EVENT_DROP_AT):
                 self.dropped_events += 1
-                if frame.event == "session.output" and sid is not None:
+                if frame.event == EventName.SESSION_OUTPUT and sid is not None:
                     # Remember where the gap starts; the console re-reads it with sessions.output.
                     self.shed_output.setdefault(sid, frame.data.get("offset"))
                 return
             if sid is not None and sid in self.shed_output:
                 gap = {"sessionId": sid, "dropped": True, "offset": self.shed_output.pop(sid)}
-                self.send(Event(event="session.output", data=gap))
+                self.send(Event(event=EventName.SESSION_OUTPUT, data=gap))
         try:
             data = encode_frame(frame)
         except ProtocolError as exc:
             if not isinstance(frame, Response):
                 self.dropped_events += 1
+                log.error("event %s to %s could not be sent: %s", frame.type, self.name, exc)
                 return
-            data = encode_frame(
-                Response(id=frame.id, ok=False, error={"code": "too_large", "message": str(exc)})
-            )
+            code = "too_large" if "exceeds" in str(exc) else "internal"
+            if code == "internal":
+                log.error("response %r to %s could not be encoded: %s", frame.id, self.name, exc)
+            data = encode_frame(Response(id=frame.id, ok=False, error={"code": code, "message": str(exc)}))
         if self._queue.empty() and not self._finishing and self._transport_room():
             # Nothing waits ahead of this frame: hand it to the transport now (it sends at once or buffers)
             # rather than waking the sender task for it, a loop iteration per frame on every request.

@@ -3,12 +3,22 @@ agent (or many together) never takes what the operator or the other agents need.
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
+from typing import Protocol
+
 MAX_CONNECTIONS = 256  # authenticated, all principals together
 OPERATOR_SLOTS = 16  # of those, the last ones: only the operator's connections may take them
 MAX_PER_AGENT = 64  # one agent (a credential, a Unix account, or the bare gateway token's "main")
 MAX_HANDSHAKING_PER_UID = 16  # connections of one peer account that have not said who they are yet
 READ_PAUSE_BYTES = 4 << 20  # past this much waiting for a client, its next request is not read
 MAX_BACKLOG_BYTES = 16 << 20  # past this, the client is cut off: responses count, not only events
+# Requests count on the way in too: a request keeps its frame's params for as long as it runs (a poll
+# waits up to 120 s, an exec for its approval), so 512 in flight of 1 MiB each pinned 512 MiB per
+# connection. Past these budgets the next request is not read until one finishes (one is always admitted
+# when the connection, or the agent, has none running: a single frame is never refused for its size).
+MAX_REQUEST_BYTES_IN_FLIGHT = 4 << 20  # one connection's requests being handled
+MAX_REQUEST_BYTES_PER_AGENT = 16 << 20  # one agent's, over all its connections (the operator: none)
 
 
 def refusal(operator: bool, agent: str, admitted: list[tuple[bool, str]]) -> str | None:
@@ -27,3 +37,57 @@ def refusal(operator: bool, agent: str, admitted: list[tuple[bool, str]]) -> str
             "the operator)"
         )
     return None
+
+
+class Peer(Protocol):
+    operator: bool
+    agent: str
+    closed: bool
+    intake_bytes: int
+    intake_full: bool
+
+
+class Intake:
+    """Bytes of requests being handled, per connection and per agent; a reader waits here for room."""
+
+    def __init__(self) -> None:
+        self.by_agent: Counter[str] = Counter()
+        self._freed = asyncio.Event()
+
+    def _fits(self, conn: Peer, size: int) -> bool:
+        mine = conn.intake_bytes
+        if mine and mine + size > MAX_REQUEST_BYTES_IN_FLIGHT:
+            return False
+        if conn.operator:
+            return True
+        theirs = self.by_agent[conn.agent]
+        return not theirs or theirs + size <= MAX_REQUEST_BYTES_PER_AGENT
+
+    async def take(self, conn: Peer, size: int) -> bool:
+        """Wait until `size` more bytes of `conn`'s requests fit, then count them; False if it closed."""
+        while not self._fits(conn, size):
+            if conn.closed:
+                return False
+            conn.intake_full = True
+            freed = self._freed
+            await freed.wait()
+        conn.intake_full = False
+        if conn.closed:
+            return False
+        conn.intake_bytes += size
+        if not conn.operator:
+            self.by_agent[conn.agent] += size
+        return True
+
+    def give_back(self, conn: Peer, size: int) -> None:
+        conn.intake_bytes -= size
+        if not conn.operator:
+            self.by_agent[conn.agent] -= size
+            if self.by_agent[conn.agent] <= 0:
+                del self.by_agent[conn.agent]
+        self.wake()
+
+    def wake(self) -> None:
+        """Something finished or closed: every waiting reader looks again."""
+        self._freed.set()
+        self._freed = asyncio.Event()

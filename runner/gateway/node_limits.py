@@ -20,6 +20,9 @@ WORD_CHARS = 64  # security, ask, askFallback: one word each
 EVENT_COMMAND_CHARS = 400
 EVENT_REASON_CHARS = 200
 EVENT_TEXT_CHARS = 2000  # a node's system.event text (the store caps every event again)
+# A node's undelivered notices in one queue (of its 100 places): past this its oldest there goes, so a node
+# telling a run's agent about its sessions can never push that agent's own events out of the queue.
+MAX_NODE_EVENTS_PER_KEY = 16
 MAX_ASKS_PER_RUN = 8  # a run asks once, again after a stale or one-use miss; never dozens of times
 
 

@@ -30,6 +30,8 @@ class NodeOutputFeed:
         self._offsets: dict[str, int] = {}
         # Node sessions a node was asked to push, with the link's connect time then (a new link re-asks).
         self._watching: dict[str, int | None] = {}
+        # The same ids by node, oldest watched first: each node's share is bounded (MAX_NODE_SESSIONS).
+        self._by_node: dict[str, dict[str, None]] = {}
         self._calls: set[asyncio.Task[Any]] = set()
 
     def session_event(self, event: str, session_id: str) -> None:
@@ -37,7 +39,7 @@ class NodeOutputFeed:
         if event == "session.started" and self.services.output.output_wanted(session_id):
             self.watch(session_id)
         elif event == "session.exited":
-            self._watching.pop(session_id, None)
+            self._forget(session_id)
 
     def _split(self, session_id: str) -> tuple[NodeLink, str] | None:
         parts = session_id.split(":", 2)
@@ -62,12 +64,28 @@ class NodeOutputFeed:
         if found is None:
             return
         link, raw = found
+        self._forget(session_id)  # re-added last: each node's ids are kept oldest watched first
+        mine = self._by_node.setdefault(link.name, {})
+        # Bounded per node like its byte totals: a node announcing fresh ids makes the gateway forget
+        # its own oldest watched session (never another node's), not grow.
+        while len(mine) >= MAX_NODE_SESSIONS:
+            self._forget(next(iter(mine)))
+        mine[session_id] = None
         self._watching[session_id] = link.connected_at_ms
         self._call(link, "sessions.watch", {"sessionId": raw})
 
+    def _forget(self, session_id: str) -> None:
+        self._watching.pop(session_id, None)
+        node = session_id.split(":", 2)[1] if session_id.count(":") >= 2 else ""
+        mine = self._by_node.get(node)
+        if mine is not None:
+            mine.pop(session_id, None)
+            if not mine:
+                del self._by_node[node]
+
     def _unwatch(self, session_id: str) -> None:
         found = self._split(session_id)
-        self._watching.pop(session_id, None)
+        self._forget(session_id)
         if found is not None:
             self._call(found[0], "sessions.unwatch", {"sessionId": found[1]})
 
@@ -120,4 +138,4 @@ class NodeOutputFeed:
                 if sid in self._offsets and self.services.output.output_wanted(sid):
                     self.watch(sid)
                 else:
-                    self._watching.pop(sid, None)
+                    self._forget(sid)

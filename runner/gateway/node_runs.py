@@ -36,6 +36,7 @@ class NodeRun:
     agent_id: str = "main"
     session_key: str = ""
     asks: int = 0  # asks the node relayed for it (capped: node_limits.MAX_ASKS_PER_RUN)
+    start_seen: bool = False  # its exec.started came: a second one is a lie (it floods the queue)
     ended: bool = False  # its exec.finished or exec.denied came: a second one is a lie
     records: list[ApprovalRecord] = field(default_factory=list)
     asked: asyncio.Event = field(default_factory=asyncio.Event)

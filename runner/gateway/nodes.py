@@ -86,8 +86,9 @@ class NodeHub:
                     name=link.name,
                     host=link.cfg.host,
                     node_id=h.node_id if h else None,
-                    display_name=link.cfg.display_name or (h.display_name if h else None),
+                    display_name=link.cfg.display_name,
                     connected=link.state == "connected",
+                    reported_name=h.display_name if h else None,
                 )
             )
         return out
@@ -529,10 +530,12 @@ class NodeHub:
             if owner is not None and not self.services.config().may_use_node(owner, link.name):
                 self._drop_frame(link, ev.event, f"agent {owner} may no longer use this node")
                 return
+            mark = f"[node {link.name}] "
             text = limits.cut(
                 sanitize(limits.field_text(p, "text", limits.EVENT_TEXT_CHARS)), limits.EVENT_TEXT_CHARS
             )
-            self.services.events.enqueue(key, f"[node {link.name}] {text}")
+            # The node's notices keep a few of the queue's places (its newest): never the agent's own.
+            self.services.events.enqueue(key, mark + text, share=(mark, limits.MAX_NODE_EVENTS_PER_KEY))
             return
         if ev.event not in ("exec.started", "exec.finished", "exec.denied"):
             self._drop_frame(link, ev.event, "not an event nodes send")
@@ -541,6 +544,11 @@ class NodeHub:
             # A run this gateway never started on this node, or one whose end was already reported.
             self._drop_frame(link, ev.event, f"run {str(raw_run)[:80]!r} is not in flight on this node")
             return
+        if ev.event == "exec.started":
+            if run.start_seen:  # taken once, like its end: a repeated start would push out the agent's events
+                self._drop_frame(link, ev.event, f"run {run.run_id[:80]!r} already started")
+                return
+            run.start_seen = True
         if ev.event in ("exec.finished", "exec.denied"):
             run.ended = True
         if run.detached and ev.event in ("exec.finished", "exec.denied"):

@@ -8,13 +8,14 @@ output to ≤ ~30 frames/s or 64 KiB and announces gaps.
 from __future__ import annotations
 
 import asyncio
-import codecs
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import InvalidInput
 from engine.protocol.frames import Event
+from engine.protocol.methods import EventName
 from engine.sessions import OutputChunk, OutputSubscription, SessionManager
+from engine.sessions.output import TextDecoder
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -22,6 +23,16 @@ if TYPE_CHECKING:
 OUTPUT_FLUSH_SEC = 0.033
 OUTPUT_BATCH_BYTES = 64 * 1024
 ACTIVITY_INTERVAL_SEC = 0.25  # session.activity: at most 4 frames/s per following connection
+
+
+def output_frame(
+    session_id: str, stream: str, decoder: TextDecoder, piece: bytes, offset: int
+) -> dict[str, Any]:
+    """A `session.output` frame: the text and the raw byte range it stands for (`offset`, `nextOffset`),
+    so a client lines it up with what `sessions.output` showed by bytes, never by re-encoding the text
+    (a replacement character stands for 1 to 3 bytes)."""
+    text, start, end = decoder.span(piece, offset)
+    return {"sessionId": session_id, "stream": stream, "data": text, "offset": start, "nextOffset": end}
 
 
 def _merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
@@ -70,11 +81,11 @@ class OutputFanout:
         output the forwarder still holds; a start begins forwarding when someone wants it."""
         sid = str(data.get("sessionId"))
         forwarder = self._forwarders.get(sid)
-        if event == "session.exited" and forwarder is not None:
+        if event == EventName.SESSION_EXITED and forwarder is not None:
             forwarder.add_done_callback(lambda _t: broadcast())
             return
         broadcast()
-        if event == "session.started" and self._output_wanted(sid):
+        if event == EventName.SESSION_STARTED and self._output_wanted(sid):
             self._forward(sid)
 
     def _output_wanted(self, session_id: str) -> bool:
@@ -123,7 +134,7 @@ class OutputFanout:
         session = self.sessions.get(session_id)
         if session is not None:
             return conn.sees_scope(session.scope_key)
-        return conn.operator and self.remote is not None and self.remote.knows(session_id)
+        return self.remote is not None and self.remote.knows(session_id) and conn.sees_scope(None)
 
     def follow(self, conn: Connection, session_id: str, *, only: bool = False) -> list[str]:
         """`sessions.follow`: push this session's output to `conn` (and, with `only`, no other's)."""
@@ -200,13 +211,13 @@ class OutputFanout:
         if not changed:
             return
         shed = conn.dropped_events
-        conn.send(Event(event="session.activity", data={"sessions": changed}))
+        conn.send(Event(event=EventName.SESSION_ACTIVITY, data={"sessions": changed}))
         if conn.dropped_events != shed:  # shed under backlog: resend these counts next tick
             for row in changed:
                 conn.activity_sent.pop(row["sessionId"], None)
 
     def _send_output(self, session_id: str, data: dict[str, Any]) -> None:
-        frame = Event(event="session.output", data=data)
+        frame = Event(event=EventName.SESSION_OUTPUT, data=data)
         scope = self._scope(session_id)
         for conn in self.connections():
             if conn.wants_output(session_id, scope):
@@ -227,7 +238,7 @@ class OutputFanout:
     async def _push_output(self, session_id: str, viewer: OutputSubscription, offset: int) -> None:
         """Push `session.output`, coalesced to ≤ ~30 frames/s or 64 KiB per session; gaps are announced.
         Stops once no connection wants this session's output (a later follow starts a new one)."""
-        decoders: dict[str, Any] = {}
+        decoders: dict[str, TextDecoder] = {}
         try:
             while (chunk := await viewer.get()) is not None:
                 batch = [chunk]
@@ -251,18 +262,12 @@ class OutputFanout:
                             session_id, {"sessionId": session_id, "dropped": True, "offset": offset}
                         )
                         continue
-                    decoder = decoders.setdefault(stream, codecs.getincrementaldecoder("utf-8")("replace"))
+                    decoder = decoders.setdefault(stream, TextDecoder())
                     # ≤ 64 KiB per frame: even fully escaped JSON stays under the 1 MiB frame cap.
                     for at in range(0, len(data), OUTPUT_BATCH_BYTES):
                         piece = data[at : at + OUTPUT_BATCH_BYTES]
                         self._send_output(
-                            session_id,
-                            {
-                                "sessionId": session_id,
-                                "stream": stream,
-                                "data": decoder.decode(piece),
-                                "offset": offset,
-                            },
+                            session_id, output_frame(session_id, stream, decoder, piece, offset)
                         )
                         offset += len(piece)
         finally:

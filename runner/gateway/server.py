@@ -36,6 +36,7 @@ from engine.protocol.frames import (
     read_frame_line,
     socket_path,
 )
+from engine.protocol.stopped import clear_stop
 from engine.redact import scrub
 from runner.gateway import limits
 from runner.gateway.connection import Connection
@@ -48,6 +49,7 @@ log = logging.getLogger("exechost.gateway")
 MAX_IN_FLIGHT = 512  # concurrent requests per connection; reading pauses beyond this
 MAX_BAD_FRAMES = 8
 SOCKET_CHECK_SEC = 2.0  # how often the daemon checks that its socket file is still its own
+DRAIN_S = 1.0  # how long a client that is being cut off may keep sending before the close
 
 
 class GatewayBusy(Exception):
@@ -77,6 +79,7 @@ class GatewayServer:
         self._token = ""
         self._operator = ""
         self._handshaking: Counter[int] = Counter()  # by peer uid: connections not yet authenticated
+        self._intake = limits.Intake()  # bytes of requests being handled, per connection and per agent
         self._revocations = 0  # revokes done: a handshake that overlapped one looks its credential up again
         self._revoking: set[str] = set()  # agents being revoked now: a handshake as one of them is refused
         self.started_at = time.time()
@@ -138,6 +141,7 @@ class GatewayServer:
                 os.umask(old)
             os.chmod(self.socket_path, 0o600)
             self._socket_ino = os.lstat(self.socket_path).st_ino
+            clear_stop(self.state_dir)  # a gateway runs again: clients may start the next one themselves
             await self._start_agents_socket()
         except BaseException:
             if self._server is not None:
@@ -148,6 +152,7 @@ class GatewayServer:
             self._release_lock()
             raise
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_socket())
+        self.services.adopt_in_background()  # listening first: the kept sessions follow (issue 37)
         self.started_at = time.time()
         log.info("gateway listening on %s (pid %d)", self.socket_path, os.getpid())
 
@@ -288,6 +293,13 @@ class GatewayServer:
             if hello and who and await self._revoked_meanwhile(hello, who, revocations):
                 await self._reject(writer, "auth", "invalid or revoked agent credential")
                 who = None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # A bug, not the client's fault: it is told (never just dropped) and the log says so once.
+            log.exception("handshake failed for peer pid %d uid %d", pid, uid)
+            await self._reject(writer, "auth", scrub(f"handshake failed: {type(exc).__name__}"))
+            return
         finally:
             self._handshaking[uid] -= 1
             if not self._handshaking[uid]:
@@ -301,7 +313,7 @@ class GatewayServer:
             log.warning("refused peer pid %d uid %d: %s", pid, uid, full)
             await self._reject(writer, "overload", full)
             return
-        conn = Connection(writer, hello, pid, on_close=self.services.connection_closed)
+        conn = Connection(writer, hello, pid, on_close=self._closed)
         conn.agent, conn.credential = who
         conn.presented = hello.credential
         conn.peer_uid = uid
@@ -313,6 +325,10 @@ class GatewayServer:
             self.connections.discard(conn)
             # Requests already running are kept: an exec's detached work belongs to the gateway.
             await conn.finish()
+
+    def _closed(self, conn: Connection) -> None:
+        self.services.connection_closed(conn)
+        self._intake.wake()  # its reader may be waiting for room
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Hello | None:
         try:
@@ -370,15 +386,6 @@ class GatewayServer:
                 await self._reject(writer, "auth", "invalid or revoked agent credential")
                 return None
             return agent, agent
-        if self.services.config().gateway.anonymous == "none":
-            # The operator's switch: no credential, no principal (a credentialed agent that leaves its
-            # credential out becomes nobody, not agent main).
-            await self._reject(
-                writer,
-                "auth",
-                "this gateway admits no one on the gateway token alone: present an agent credential",
-            )
-            return None
         return principals.MAIN_AGENT, ""  # the gateway token alone: the zero-configuration agent
 
     async def _revoked_meanwhile(self, hello: Hello, who: tuple[str, str], revocations: int) -> bool:
@@ -437,6 +444,7 @@ class GatewayServer:
                 line = await read_frame_line(reader)
             except ProtocolError as exc:
                 conn.send(ErrorFrame(code="frame", message=str(exc)))
+                await _drain_input(reader)
                 return
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
                 return
@@ -452,53 +460,74 @@ class GatewayServer:
                     raise ProtocolError(f"expected a req frame, got {frame.type!r}")
             except ProtocolError as exc:
                 bad += 1
-                conn.send(Response(id=None, ok=False, error={"code": "bad_frame", "message": str(exc)}))
+                error = {"code": "bad_frame", "message": str(exc)}
+                conn.send(Response(id=exc.request_id, ok=False, error=error))
                 if bad >= MAX_BAD_FRAMES:
                     conn.send(ErrorFrame(code="frame", message="too many malformed frames"))
+                    await _drain_input(reader)
                     return
                 continue
             await slots.acquire()
+            size = len(line)
+            if not await self._intake.take(conn, size):  # the request keeps its params while it runs
+                slots.release()
+                return
+            if conn.revoked:
+                self._intake.give_back(conn, size)
+                slots.release()
+                return
             task = asyncio.get_running_loop().create_task(self._dispatch(conn, frame))
             conn.tasks.add(task)
-            task.add_done_callback(self._request_done(conn, slots))
+            task.add_done_callback(self._request_done(conn, slots, size))
 
-    @staticmethod
-    def _request_done(conn: Connection, slots: asyncio.Semaphore) -> Callable[[asyncio.Task[None]], None]:
+    def _request_done(
+        self, conn: Connection, slots: asyncio.Semaphore, size: int
+    ) -> Callable[[asyncio.Task[None]], None]:
         def done(task: asyncio.Task[None]) -> None:
             conn.tasks.discard(task)
             slots.release()
+            self._intake.give_back(conn, size)
 
         return done
 
     async def _dispatch(self, conn: Connection, req: Request) -> None:
+        """Every request is answered exactly once: its result, its deliberate error, or `internal` (logged
+        once with its traceback) for anything else a handler raises. A revoked connection, being closed,
+        starts nothing more."""
         if conn.revoked:
             return
         handler = HANDLERS.get(req.method)
         if handler is None:
-            conn.send(
-                Response(
-                    id=req.id,
-                    ok=False,
-                    error={"code": "unknown_method", "message": f"unknown method {req.method!r}"},
-                )
-            )
+            error = {"code": "unknown_method", "message": f"unknown method {req.method!r}"}
+            conn.send(Response(id=req.id, ok=False, error=error))
             return
         try:
             if not conn.operator and req.params.get("agentId") not in (None, ""):
                 # Every verb alike: an agent's request naming another agent is refused, never honoured.
                 agent_id(req.params, conn)
+            await self.services.sessions_ready(req.method, req.params)
             result: dict[str, Any] = await handler(self.services, conn, req.params)
         except ExecHostError as exc:  # deliberate: its code tells the client what kind of failure it is
             # Every error leaves scrubbed of the secrets this process holds (tokens, door URLs).
-            conn.send(Response(id=req.id, ok=False, error={"code": exc.code, "message": scrub(str(exc))}))
+            response = Response(id=req.id, ok=False, error={"code": exc.code, "message": scrub(str(exc))})
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("handler %s failed", req.method)
             text = scrub(f"{type(exc).__name__}: {exc}")
-            conn.send(Response(id=req.id, ok=False, error={"code": "internal", "message": text}))
+            response = Response(id=req.id, ok=False, error={"code": "internal", "message": text})
         else:
-            conn.send(Response(id=req.id, ok=True, result=result))
+            response = Response(id=req.id, ok=True, result=result)
+        conn.send(response)
+
+
+async def _drain_input(reader: asyncio.StreamReader) -> None:
+    """Before closing on a client: swallow what it still sends (briefly). Closing a Unix socket with unread
+    input resets the connection, and the client's next write then fails before it reads our error frame."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_S):
+            while await reader.read(1 << 16):
+                pass
 
 
 async def run_gateway(

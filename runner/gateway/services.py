@@ -33,11 +33,12 @@ from engine.config.loader import load_config
 from engine.config.model import Config
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import Event
+from engine.protocol.methods import EventName, Method, Topic
 from engine.results import ToolResult
 from engine.sandbox import default_manager as default_sandbox_manager
 from engine.sandbox import held
 from engine.sessions import SessionManager, SystemEvents
-from engine.sessions.adopt import adopt_held
+from engine.sessions.adopt import Adoption
 from engine.sessions.host import HOLDERS_DIR
 from engine.sessions.hosts import SessionHosts
 from engine.sessions.quota import Quota
@@ -70,6 +71,8 @@ class Host(Protocol):
 log = logging.getLogger("exechost.gateway")
 
 APPROVED = ("allow-once", "allow-always")
+# Requests that read every session (or a run's, by approval): answered once the kept ones are adopted.
+WHOLE_VIEW = frozenset({Method.SESSIONS_LIST, Method.APPROVALS_STATUS})
 
 
 class Services:
@@ -149,7 +152,8 @@ class Services:
         # Set by hold_sessions() (the daemon): gateway-host sessions run in the session host, outliving us.
         self.holders: SessionHosts | None = None
         self.keep_sessions = True  # on a stop: leave held sessions running (`gateway stop --kill-sessions`)
-        self.adopted: list[str] = []
+        self.adoption: Adoption | None = None  # the kept sessions, adopted after the socket opens
+        self._adopting: asyncio.Task[None] | None = None
         self.nodes = NodeHub(self)  # links are opened on first use (and follow config edits)
         self.browsers = BrowserHub(self)  # containers started on first use; the door opens with them
         self.egress = EgressHub(self)  # sandboxes' egress proxy: listens from start()
@@ -193,7 +197,9 @@ class Services:
         if error == self.config_error:
             return
         self.config_error = error
-        self.broadcast("events", "gateway.config", {"error": error, "ts": int(time.time() * 1000)})
+        self.broadcast(
+            Topic.EVENTS, EventName.GATEWAY_CONFIG, {"error": error, "ts": int(time.time() * 1000)}
+        )
 
     def hold_sessions(self) -> None:
         """Run gateway-host sessions in the state dir's session host, so they outlive this gateway (the
@@ -208,12 +214,12 @@ class Services:
         default_sandbox_manager().session_host = self.holders
 
     async def start(self) -> None:
+        """What must be known before the socket opens (the kept sessions' ids, the kept asks); the
+        sessions themselves are adopted afterwards (`adopt_in_background`), while requests are answered."""
         if self.holders is not None:
             await self.holders.connect()  # started or re-attached; on failure a log line, plain children
-            adopted = await adopt_held(self.sessions, self.holders)
-            self.adopted = [s.id for s in adopted]
-            if adopted:
-                log.info("adopted %d session(s) from %s", len(adopted), self.holders.directory)
+            self.adoption = Adoption(self.sessions, self.holders)
+            self.adoption.scan()
         restored = restore_asks(self.exec_tool, self.restorable_asks())
         if restored:
             log.info("restored %d pending approval(s) from %s", len(restored), self.pending_file.path)
@@ -224,6 +230,35 @@ class Services:
         self._hook_sandbox_progress()
         # Ready sandbox containers (adopted from the last gateway, or made now), off the start path.
         self._pool_start = asyncio.get_running_loop().create_task(self._start_sandbox_pool())
+
+    def adopt_in_background(self) -> None:
+        """Once the socket listens: adopt the kept sessions (`status` says how far; a request naming one
+        adopts it first, a list waits for all: SessionManager.ready)."""
+        if self.adoption is not None:
+            self._adopting = asyncio.get_running_loop().create_task(self._adopt(self.adoption))
+
+    async def _adopt(self, adoption: Adoption) -> None:
+        await adoption.run()
+        if adoption.total:
+            log.info(
+                "adopted %d session(s) from %s in %.0f ms",
+                len(adoption.sessions),
+                self.state_dir / HOLDERS_DIR,
+                (adoption.elapsed or 0) * 1000,
+            )
+
+    async def sessions_ready(self, method: str, params: dict[str, Any]) -> None:
+        """Before a request: while kept sessions are still being adopted, one that names a session waits
+        for it (adopting it at once), one that lists sessions waits for all; the rest go ahead."""
+        adoption = self.adoption
+        if adoption is None or adoption.done.is_set():
+            return
+        if method in WHOLE_VIEW or (method == Method.PROCESS and params.get("action") == "list"):
+            await self.sessions.ready()
+            return
+        sid = params.get("sessionId")
+        if isinstance(sid, str) and sid:
+            await self.sessions.ready(sid)
 
     async def _start_sandbox_pool(self) -> None:
         try:
@@ -242,12 +277,15 @@ class Services:
 
     def sandbox_progress(self, container_name: str, message: str) -> None:
         self.broadcast(
-            "sandboxes",
-            "sandbox.progress",
+            Topic.SANDBOXES,
+            EventName.SANDBOX_PROGRESS,
             {"containerName": container_name, "message": message, "ts": int(time.time() * 1000)},
         )
 
     async def close(self) -> None:
+        if self._adopting is not None:
+            self._adopting.cancel()
+            await asyncio.gather(self._adopting, return_exceptions=True)
         if self._pool_start is not None:
             self._pool_start.cancel()
             await asyncio.gather(self._pool_start, return_exceptions=True)
@@ -299,7 +337,7 @@ class Services:
     def broadcast(self, topic: str, event: str, data: dict[str, Any]) -> None:
         frame = Event(event=event, data=data)
         for conn in self.connections():
-            if topic in conn.topics and _visible(conn, topic, data):
+            if topic in conn.topics and conn.sees_scope(_scope_of(topic, data)):
                 conn.send(frame)
 
     def has_approver(self) -> bool:
@@ -397,33 +435,35 @@ class Services:
         if kind == "ran":
             return
         if kind == "requested":
-            self.broadcast("approvals", "approval.requested", record.view())
+            self.broadcast(Topic.APPROVALS, EventName.APPROVAL_REQUESTED, record.view())
         elif kind == "updated":
             # An identical ask was coalesced into this one: consoles update the row's count at once.
             self.broadcast(
-                "approvals",
-                "approval.updated",
+                Topic.APPROVALS,
+                EventName.APPROVAL_UPDATED,
                 {"id": record.id, "count": record.count, "requesterGone": record.requester_gone},
             )
         else:
             self.broadcast(
-                "approvals",
-                "approval.resolved",
+                Topic.APPROVALS,
+                EventName.APPROVAL_RESOLVED,
                 {"id": record.id, "decision": record.decision, "resolvedBy": record.resolved_by},
             )
 
     def _on_system_event(self, session_key: str, text: str) -> None:
         self.broadcast(
-            "events", "system.event", {"sessionKey": session_key, "text": text, "ts": int(time.time() * 1000)}
+            Topic.EVENTS,
+            EventName.SYSTEM_EVENT,
+            {"sessionKey": session_key, "text": text, "ts": int(time.time() * 1000)},
         )
 
     def _on_session_event(self, event: str, data: dict[str, Any]) -> None:
-        if event == "session.exited" and str(data.get("sessionId")) in self._linked_sessions():
+        if event == EventName.SESSION_EXITED and str(data.get("sessionId")) in self._linked_sessions():
             try:  # history then shows how the run an approval led to really ended
                 self.history.record_session_end(data)
             except HistoryError as exc:
                 log.error("%s", exc)
-        self.output.session_event(event, data, lambda: self.broadcast("sessions", event, data))
+        self.output.session_event(event, data, lambda: self.broadcast(Topic.SESSIONS, event, data))
 
     def status(self) -> dict[str, Any]:
         shown, running = self.sessions.registry.counts()  # counters: O(1) however many sessions
@@ -440,7 +480,8 @@ class Services:
             "historyError": self.history.problem,
             "holdsSessions": self.holders is not None,
             "sessionHost": _host_status(self.holders),
-            "adoptedSessions": list(self.adopted),
+            "adoptedSessions": len(self.adoption.sessions) if self.adoption is not None else 0,
+            "adoption": self.adoption.status() if self.adoption is not None else None,
             "version": 1,
         }
 
@@ -456,15 +497,13 @@ def _host_status(hosts: SessionHosts | None) -> dict[str, Any] | None:
     return {"pid": pid, "problem": hosts.problem, "hosts": hosts.status()}
 
 
-def _visible(conn: Connection, topic: str, data: dict[str, Any]) -> bool:
-    """An agent's connection hears only of its own scopes: its sessions' starts and exits, its session
-    keys' system events. Approvals (every agent's commands), sandboxes and gateway-wide events are the
-    operator's."""
-    if conn.operator:
-        return True
+def _scope_of(topic: str, data: dict[str, Any]) -> str | None:
+    """The session scope a broadcast belongs to (Connection.sees_scope decides who hears it): a session's
+    starts and exits its scope, a system event its session key; approvals, sandboxes and gateway-wide
+    events none (the operator's)."""
     if topic == "sessions":
-        return conn.sees_scope(str(data.get("scopeKey") or "\x00"))
+        return str(data.get("scopeKey") or "") or None
     if topic == "events":
         key = data.get("sessionKey")
-        return isinstance(key, str) and conn.sees_scope(key)
-    return False
+        return key if isinstance(key, str) else None
+    return None

@@ -34,6 +34,7 @@ log = logging.getLogger("exechost.node")
 OUTPUT_CAP = 1_000_000  # characters of the merged output in one system.run result (the tail is kept)
 SPLIT_CAP = 200_000  # characters of stdout and of stderr kept apart per run (reference OUTPUT_CAP)
 MAX_QUEUED_EVENTS = 1000  # events kept for the next link while none is up (`node run`), oldest dropped
+MAX_BAD_FRAMES = 64  # answered INVALID_REQUEST per link; past this a peer sending only garbage is cut off
 EVENT_OUTPUT_CAP = 20_000  # reference §5.5: exec.finished carries the last 20k
 SHELL_WRAPPERS = {("/bin/sh", "-lc"), ("sh", "-lc"), ("/bin/sh", "-c"), ("sh", "-c"), ("/bin/bash", "-lc")}
 _ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
@@ -236,6 +237,8 @@ class NodeServer:
         """An event for the gateway: sent now, or queued (bounded, oldest dropped) until the next link."""
         try:
             await self.send(event)
+        except WireError as exc:  # a bug: an event JSON cannot carry (NaN); said once, never a dead task
+            log.error("event %s could not be sent: %s", event.event, exc)
         except (ConnectionError, OSError):
             if not queue:
                 return
@@ -306,7 +309,14 @@ class NodeServer:
             log.exception("request %s failed", req.method)
             res = Response(req.id, False, error={"code": "INTERNAL", "message": f"node error: {exc}"})
         with contextlib.suppress(ConnectionError, OSError):
-            await self.send(res, link)
+            try:
+                await self.send(res, link)
+            except (
+                WireError
+            ) as exc:  # the answer held what JSON cannot carry: say so, never leave it unanswered
+                log.error("the answer to %s could not be encoded: %s", req.method, exc)
+                error = {"code": "INTERNAL", "message": f"node error: {exc}"}
+                await self.send(Response(req.id, False, error=error), link)
 
     def system_which(self, params: dict[str, Any]) -> dict[str, Any]:
         bins = params.get("bins") or []
@@ -547,6 +557,7 @@ class NodeServer:
 
     async def serve(self, reader: asyncio.StreamReader, link: Output) -> None:
         """One link, until its reader ends (the gateway left, or a newer link took over)."""
+        bad = 0
         try:
             await self._attach(link)
             if not self._egress_started:
@@ -563,8 +574,14 @@ class NodeServer:
                 try:
                     frame = decode(line)
                 except WireError as exc:
-                    log.error("bad frame from the gateway: %s; closing", exc)
-                    break
+                    if exc.request_id is None or bad >= MAX_BAD_FRAMES:
+                        log.error("bad frame from the gateway: %s; closing", exc)
+                        break
+                    bad += 1  # a request whose id was sound: answered, and the link goes on
+                    error = {"code": "INVALID_REQUEST", "message": f"INVALID_REQUEST: {exc}"}
+                    with contextlib.suppress(ConnectionError, OSError):
+                        await self.send(Response(exc.request_id, False, error=error), link)
+                    continue
                 if isinstance(frame, Request):
                     task = asyncio.ensure_future(self.handle(frame, link))
                     self._tasks.add(task)

@@ -98,7 +98,7 @@ async def test_allowlisted_link_repointed_after_decision_is_refused(state_dir: P
     store = ApprovalsStore(state_dir / "exec-approvals.json")
     store.add_allowlist("main", str(link))
     d = evaluate(str(link), config=load_config_text(ALLOWLIST), store=store, cwd=str(tmp_path))
-    assert d.decision == "allow" and identity_problem(d.identity) is None
+    assert d.verdict == "allow" and identity_problem(d.identity) is None
     link.unlink()
     link.symlink_to(tool(tmp_path / "other"))
     assert "changed since it was approved" in (identity_problem(d.identity) or "")

@@ -351,7 +351,7 @@ def test_an_allowlisted_writable_tool_is_flagged_and_runs_only_the_decided_bytes
     assert added.returncode == 0 and "a file the agent can write" in added.stderr, added
     store = ApprovalsStore(state_dir / "exec-approvals.json")
     d = evaluate("./tool", config=load_config_text(ALLOWLIST), store=store, cwd=str(tmp_path))
-    assert d.decision == "allow" and any("a file the agent can write" in w for w in d.warnings), d.warnings
+    assert d.verdict == "allow" and any("a file the agent can write" in w for w in d.warnings), d.warnings
     run = verify(d.content, d.enforced_command or "", d.enforced_command)
     try:
         assert run.fds and "/proc/self/fd/" in run.command, run.command

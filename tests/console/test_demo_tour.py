@@ -170,6 +170,7 @@ async def test_the_demo_tour(state_dir: Path) -> None:
                 assert "bwrap" not in demo.config.read_text()
 
             operator = await connect(demo.state)
+            await operator.request("sandbox.recreate", {"all": True})  # as quitting the demo does
             await operator.request("shutdown", {"killSessions": True})
             await operator.close()
 

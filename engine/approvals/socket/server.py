@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
+import logging
 import os
 import select
 import shlex
@@ -34,10 +35,12 @@ from engine.approvals.socket.wire import request_decision as request_decision
 from engine.approvals.socket.wire import request_exec as request_exec
 from engine.approvals.socket.wire import sign as sign
 from engine.commands.rawcommand import raw_command_matches
-from engine.errors import ExecHostError
+from engine.errors import ExecHostError, InvalidInput
 from engine.unixsock import PeerInfo as PeerInfo
 from engine.unixsock import peer_info, socket_path_problem
 from engine.unixsock import socket_is_live as socket_is_live
+
+log = logging.getLogger("exechost.approvals")
 
 GRANT_TTL_S = 300.0  # a human decision on a `request` stays usable by the matching `exec` this long
 GRANTS_MAX = 1024
@@ -53,6 +56,26 @@ class ApprovalSocketBusy(ApprovalSocketError):
 
 def _deny_frame(rid: str) -> dict[str, Any]:
     return {"type": "decision", "id": rid, "decision": "deny"}
+
+
+def _error_frame(message: str, code: str = "INVALID_REQUEST") -> dict[str, Any]:
+    return {"type": "error", "code": code, "message": message}
+
+
+def _invalid_reply(line: bytes, why: str) -> dict[str, Any]:
+    """The answer to a line the strict reader refused, in the shape its sender waits for when the line
+    parses leniently: `exec-res` for an exec frame, a deny `decision` for a request frame (both naming
+    INVALID_REQUEST), else a bare error frame."""
+    loose = jsontext.peek(line)
+    kind = loose.get("type") if loose is not None else None
+    if loose is None or kind not in ("exec", "request"):
+        return _error_frame(why)
+    rid = _frame_id(loose)
+    if jsontext.clean_text(rid) != rid:
+        rid = str(uuid.uuid4())
+    if kind == "exec":
+        return ExecOutcome.fail("INVALID_REQUEST", why, "json").to_frame(rid)
+    return {**_deny_frame(rid), "error": {"code": "INVALID_REQUEST", "message": why}}
 
 
 def _frame_id(frame: dict[str, Any]) -> str:
@@ -219,6 +242,11 @@ class ApprovalSocketServer:
                 await self._handle(reader, writer)
         except (ConnectionError, asyncio.CancelledError):
             pass
+        except Exception as exc:
+            # A bug, not the peer's fault: logged once, and the peer is told rather than just dropped.
+            log.exception("exec-approvals.sock: a frame failed")
+            with contextlib.suppress(Exception):
+                await self._send(writer, _error_frame(f"internal error: {type(exc).__name__}", "INTERNAL"))
         finally:
             if task is not None:
                 self._tasks.discard(task)
@@ -254,19 +282,19 @@ class ApprovalSocketServer:
             )
             return
         try:
-            frame = jsontext.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            frame = None
-        if not isinstance(frame, dict):
+            frame = jsontext.loads_wire(line, max_bytes=MAX_FRAME_BYTES)
+        except ValueError as exc:
             self.stats["rejected"] += 1
+            await self._send(writer, _invalid_reply(line, str(exc) if line.strip() else "no frame"))
             return
-        kind = frame.get("type")
+        kind = frame.get("type") if isinstance(frame, dict) else None
         if kind == "request":
             await self._on_request(frame, peer, writer)
         elif kind == "exec":
             await self._on_exec(frame, peer, writer)
         else:
             self.stats["rejected"] += 1
+            await self._send(writer, _error_frame("frame must be an object of type request or exec"))
 
     async def _read_line(self, reader: asyncio.StreamReader) -> bytes | None:
         """One line up to the cap; None when the peer sends more than the cap without a newline."""
@@ -405,6 +433,8 @@ class ApprovalSocketServer:
         request = self._vetted(rid, request)
         try:
             outcome = await self._exec_handler(request, decide, peer)
+        except InvalidInput as exc:  # the request's own fault (an agentId that is no id): said as such
+            outcome = ExecOutcome.fail("INVALID_REQUEST", str(exc), "json")
         except Exception as exc:
             outcome = ExecOutcome.fail("UNAVAILABLE", f"exec failed: {exc}", "runtime-error")
         await reply(outcome)

@@ -93,7 +93,7 @@ class ExecHostRequest:
     @classmethod
     def from_json(cls, text: str) -> ExecHostRequest:
         try:
-            data = jsontext.loads(text)
+            data = jsontext.loads_wire(text)
         except ValueError as exc:
             raise InvalidInput(f"requestJson is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
@@ -106,6 +106,10 @@ class ExecHostRequest:
             isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
         ):
             raise InvalidInput("env must map strings to strings")
+        cwd = data.get("cwd")
+        texts = [*argv, cwd if isinstance(cwd, str) else "", *(env or {}), *(env or {}).values()]
+        if any("\x00" in text for text in texts):
+            raise InvalidInput("command, cwd and env must not contain a NUL byte")
         timeout = data.get("timeoutMs")
         decision = data.get("approvalDecision")
         return cls(
@@ -156,8 +160,8 @@ def sign(token: str, nonce: str, ts: int, request_json: str) -> str:
 
 
 def encode_frame(frame: Mapping[str, Any]) -> bytes:
-    """One compact JSON line, as both ends of the socket write it."""
-    return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
+    """One compact JSON line, as both ends of the socket write it (engine.jsontext: what loads_wire reads)."""
+    return jsontext.dumps_wire(dict(frame))
 
 
 def exec_frame(
@@ -202,7 +206,7 @@ async def _roundtrip(
                     if not line:
                         return None
                     try:
-                        msg = jsontext.loads(line)
+                        msg = jsontext.loads_wire(line)
                     except ValueError:
                         continue
                     if isinstance(msg, dict) and accept(msg):

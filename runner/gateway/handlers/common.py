@@ -24,6 +24,15 @@ def opt_str(params: dict[str, Any], key: str, default: str | None = None) -> str
     return value
 
 
+def opt_path(params: dict[str, Any], key: str) -> str | None:
+    """A string that reaches the OS (a cwd, a command line): a NUL byte there is the caller's error, named
+    by its field (the OS would refuse it later with "embedded null byte", an internal error)."""
+    value = opt_str(params, key)
+    if value is not None and "\x00" in value:
+        raise InvalidInput(f"{key} contains a NUL byte")
+    return value
+
+
 def req_str(params: dict[str, Any], key: str) -> str:
     value = opt_str(params, key)
     if value is None or not value.strip():

@@ -6,12 +6,17 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidInput
-from engine.policy.decision import evaluate
-from engine.policy.precedence import SessionOverrides, apply_directive, overrides_for
+from engine.policy.precedence import SessionOverrides, apply_directive
 from engine.policy.report import agent_policies
-from engine.sandbox import with_sandbox_refusal
+from engine.tools.decide import decide
 from engine.tools.exec import sandbox_available
-from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator, session_key
+from runner.gateway.handlers.common import (
+    agent_id,
+    opt_path,
+    req_str,
+    require_operator,
+    session_key,
+)
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -19,24 +24,23 @@ if TYPE_CHECKING:
 
 
 async def check(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    """What `exec` with these params would decide: the same decide() (grants, env, cwd fallback, sandbox
+    refusal), so the check and the run never disagree."""
     command = req_str(params, "command")
     agent, key = agent_id(params, conn), session_key(params, conn)
-    config = services.config()
-    keys = ("host", "security", "ask", "node", "elevated")
-    call: dict[str, Any] = {k: params[k] for k in keys if k in params}
-    decision = await asyncio.to_thread(
-        evaluate,
+    decided = await asyncio.to_thread(
+        decide,
         command,
-        config=config,
+        params,
+        config=services.config(),
         agent_id=agent,
-        params=call,
-        overrides=overrides_for(services.overrides, agent, key),
+        session_key=key,
+        overrides=services.overrides,
         store=services.store,
-        cwd=opt_str(params, "cwd"),
-        sandbox_available=sandbox_available(config, agent, key),
-        session_key=key or None,
+        grants=services.grants,
+        workdir=opt_path(params, "cwd"),
     )
-    return with_sandbox_refusal(decision, config, agent).to_json()
+    return decided.decision.to_json()
 
 
 def _view(ov: SessionOverrides) -> dict[str, Any]:

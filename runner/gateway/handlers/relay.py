@@ -17,7 +17,7 @@ from engine.approvals.pending import ApprovalError, ApprovalRequest
 from engine.errors import InvalidInput
 from engine.policy.decision import evaluate
 from engine.results import ToolError
-from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator
+from runner.gateway.handlers.common import agent_id, opt_path, opt_str, req_str, require_operator
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -33,8 +33,9 @@ async def relay(services: Services, conn: Connection, params: dict[str, Any]) ->
     if params.get("withdraw") is True:  # the socket client gave up: its row goes
         return {"withdrawn": services.approvals.withdraw(f"socket:{socket_id}")}
     command = req_str(params, "command")
+    opt_path(params, "command")
     agent = agent_id(params, conn)
-    cwd = opt_str(params, "cwd") or ""
+    cwd = opt_path(params, "cwd") or ""
     offered = params.get("allowedDecisions")
     allowed = tuple(d for d in DECISIONS if not isinstance(offered, list) or d in offered)
     if not allowed:
@@ -59,7 +60,7 @@ async def relay(services: Services, conn: Connection, params: dict[str, Any]) ->
         security=opt_str(params, "security") or decision.security or "allowlist",
         ask=opt_str(params, "ask") or decision.ask or "on-miss",
         allowed_decisions=allowed,
-        resolved_path=opt_str(params, "resolvedPath"),
+        resolved_path=opt_path(params, "resolvedPath"),
         node_approval_id=f"socket:{socket_id}",  # who asked; each socket ask gets its own answer
         decision_json=decision.to_json(),
         warnings=("asked on exec-approvals.sock (an OpenClaw client runs the command itself)",),

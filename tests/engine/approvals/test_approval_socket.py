@@ -263,11 +263,13 @@ async def test_oversize_line_is_refused(sock_path: Path) -> None:
     assert [a.command for a in inbox.asked] == ["ok"]
 
 
-async def test_junk_frames_are_ignored(sock_path: Path) -> None:
+async def test_junk_frames_are_answered_and_ask_nothing(sock_path: Path) -> None:
+    """Issue 35: junk is answered INVALID_REQUEST (it used to be a silent close) and reaches no one."""
     inbox = Inbox()
     async with ApprovalSocketServer(sock_path, TOKEN, decider=inbox):
         for junk in (b"not json\n", b"[]\n", b'{"type":"nope"}\n', b"\n", b"\xff\xfe\n"):
-            assert await raw_exchange(sock_path, junk) == []
+            [reply] = await raw_exchange(sock_path, junk)
+            assert reply["type"] == "error" and reply["code"] == "INVALID_REQUEST", junk
     assert inbox.asked == []
 
 

@@ -189,17 +189,17 @@ def test_the_kept_answer_for_our_own_env_follows_every_change(monkeypatch: pytes
     """The gateway's own environment is vetted once and kept (issue 19): any change to it — a new
     variable, a changed value, a removed one, a new one that must be stripped — gives the new answer."""
     first = sanitize_host_env(os.environ, None).env
-    monkeypatch.setenv("EXECHOST_TEST_KEPT", "one")
-    assert sanitize_host_env(os.environ, None).env["EXECHOST_TEST_KEPT"] == "one"
-    monkeypatch.setenv("EXECHOST_TEST_KEPT", "two")
-    assert sanitize_host_env(os.environ, None).env["EXECHOST_TEST_KEPT"] == "two"
+    monkeypatch.setenv("XH_TEST_KEPT", "one")
+    assert sanitize_host_env(os.environ, None).env["XH_TEST_KEPT"] == "one"
+    monkeypatch.setenv("XH_TEST_KEPT", "two")
+    assert sanitize_host_env(os.environ, None).env["XH_TEST_KEPT"] == "two"
     monkeypatch.setenv("LD_PRELOAD", "/tmp/evil.so")
     result = sanitize_host_env(os.environ, None)
     assert "LD_PRELOAD" not in result.env and "LD_PRELOAD" in result.stripped
-    monkeypatch.delenv("EXECHOST_TEST_KEPT")
+    monkeypatch.delenv("XH_TEST_KEPT")
     monkeypatch.delenv("LD_PRELOAD")
     again = sanitize_host_env(os.environ, None)
-    assert "EXECHOST_TEST_KEPT" not in again.env and again.env == first
+    assert "XH_TEST_KEPT" not in again.env and again.env == first
     # What a caller does to its copy never reaches the kept answer.
     again.env["MUTATED"] = "x"
     assert "MUTATED" not in sanitize_host_env(os.environ, None).env
@@ -210,11 +210,11 @@ def test_the_kept_copy_of_our_environ_follows_every_change(monkeypatch: pytest.M
     removed variable gives the new answer, and a caller's changes to its copy never reach the kept one."""
     first = own_environ()
     assert first == dict(os.environ)
-    monkeypatch.setenv("EXECHOST_TEST_KEPT", "one")
-    assert own_environ()["EXECHOST_TEST_KEPT"] == "one"
-    monkeypatch.setenv("EXECHOST_TEST_KEPT", "two")
-    assert own_environ()["EXECHOST_TEST_KEPT"] == "two"
-    monkeypatch.delenv("EXECHOST_TEST_KEPT")
+    monkeypatch.setenv("XH_TEST_KEPT", "one")
+    assert own_environ()["XH_TEST_KEPT"] == "one"
+    monkeypatch.setenv("XH_TEST_KEPT", "two")
+    assert own_environ()["XH_TEST_KEPT"] == "two"
+    monkeypatch.delenv("XH_TEST_KEPT")
     copy = own_environ()
     assert copy == first
     copy["MUTATED"] = "x"

@@ -44,7 +44,7 @@ def test_allowlisted_chain_is_allowed_and_pinned() -> None:
     store = ApprovalsStore()
     store.add_allowlist("main", LS)
     d = decide("ls -la /tmp | wc -l", store=store)
-    assert d.decision == "allow" and d.allowlist_satisfied and not d.requires_approval
+    assert d.verdict == "allow" and d.allowlist_satisfied and not d.requires_approval
     assert d.decided_by.layer == "allowlist"
     assert LS in d.decided_by.value
     assert [s["satisfiedBy"] for s in d.segments] == ["allowlist", "safeBins"]
@@ -55,7 +55,7 @@ def test_allowlisted_chain_is_allowed_and_pinned() -> None:
 
 def test_miss_asks_on_miss_with_allow_always_patterns() -> None:
     d = decide("ls /tmp")
-    assert d.decision == "ask" and d.requires_approval and not d.allowlist_satisfied
+    assert d.verdict == "ask" and d.requires_approval and not d.allowlist_satisfied
     assert d.decided_by.layer == "built-in" and d.decided_by.key == "tools.exec.ask"
     assert "allowlist miss" in d.reason and LS in d.reason
     assert d.allowed_decisions == ("allow-once", "allow-always", "deny")
@@ -65,7 +65,7 @@ def test_miss_asks_on_miss_with_allow_always_patterns() -> None:
 
 def test_miss_with_ask_off_is_denied() -> None:
     d = decide("ls /tmp", GATEWAY_ALLOWLIST + 'ask = "off"\n')
-    assert d.decision == "deny" and d.reason == "exec denied: allowlist miss"
+    assert d.verdict == "deny" and d.reason == "exec denied: allowlist miss"
     assert d.decided_by.key == "tools.exec.ask" and d.decided_by.layer == "config tools.exec"
 
 
@@ -73,14 +73,14 @@ def test_ask_always_asks_even_when_satisfied_and_offers_no_allow_always() -> Non
     store = ApprovalsStore()
     store.add_allowlist("main", LS)
     d = decide("ls", GATEWAY_ALLOWLIST + 'ask = "always"\n', store=store)
-    assert d.decision == "ask" and d.allowlist_satisfied
+    assert d.verdict == "ask" and d.allowlist_satisfied
     assert d.allowed_decisions == ("allow-once", "deny") and d.allow_always_patterns == []
     assert "ask=always" in d.reason
 
 
 def test_gateway_default_is_deny() -> None:
     d = decide("ls", '[tools.exec]\nhost = "gateway"\n')
-    assert d.decision == "deny" and d.reason == "exec denied: host=gateway security=deny"
+    assert d.verdict == "deny" and d.reason == "exec denied: host=gateway security=deny"
     assert (d.decided_by.layer, d.decided_by.key, d.decided_by.value) == (
         "built-in",
         "tools.exec.security",
@@ -91,9 +91,9 @@ def test_gateway_default_is_deny() -> None:
 def test_full_allows_everything_but_ask_always() -> None:
     full = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
     d = decide("curl http://127.0.0.1 | sh", full)
-    assert d.decision == "allow" and d.decided_by.key == "tools.exec.security"
+    assert d.verdict == "allow" and d.decided_by.key == "tools.exec.security"
     d = decide("ls", '[tools.exec]\nhost = "gateway"\nsecurity = "full"\n', params={"ask": "always"})
-    assert d.decision == "ask" and d.decided_by.layer == "tool param"
+    assert d.verdict == "ask" and d.decided_by.layer == "tool param"
 
 
 def test_fail_closed_analysis_never_allows() -> None:
@@ -102,22 +102,22 @@ def test_fail_closed_analysis_never_allows() -> None:
     store.add_allowlist("main", "**")
     for command in ("ls $(whoami)", "ls > /tmp/x", "ls `id`", "ls & ls", "(ls)"):
         d = decide(command, store=store)
-        assert d.decision == "ask" and not d.analysis_ok, command
+        assert d.verdict == "ask" and not d.analysis_ok, command
         assert "analysis failed closed" in d.reason
         d = decide(command, GATEWAY_ALLOWLIST + 'ask = "off"\n', store=store)
-        assert d.decision == "deny", command
+        assert d.verdict == "deny", command
 
 
 def test_heredoc_warning() -> None:
     # A heredoc we cannot prove to be data (an expansion in an unquoted body) asks with the warning;
     # a plain one is stdin data and needs only its command allowlisted (issue 21).
     d = decide("cat <<EOF\n$(id)\nEOF")
-    assert d.decision == "ask"
+    assert d.verdict == "ask"
     assert "Warning: heredoc execution requires explicit approval in allowlist mode." in d.warnings
     store = ApprovalsStore()
     store.add_allowlist("main", "/usr/bin/cat")
     d = decide("cat <<'EOF'\n$(id)\nEOF", store=store)
-    assert d.decision == "allow" and not d.warnings, d.reason
+    assert d.verdict == "allow" and not d.warnings, d.reason
     assert d.enforced_command == "'/usr/bin/cat' <<'EXECHOST_EOF_0'\n$(id)\nEXECHOST_EOF_0\n"
 
 
@@ -126,14 +126,14 @@ def test_durable_command_hash_approval() -> None:
     command = "ls /tmp /var"
     store.persist_allow_always("main", [bound_hash(command)])
     d = decide(command, store=store)
-    assert d.durable and d.decision == "allow" and not d.requires_approval
+    assert d.durable and d.verdict == "allow" and not d.requires_approval
     # Bound to where and how it was approved: another cwd, another env, and it asks again.
     assert not evaluate(command, config=cfg(GATEWAY_ALLOWLIST), store=store, cwd="/tmp", env=ENV).durable
     assert not decide(command, store=store, env_overrides={"FOO": "x"}).durable
     assert d.decided_by.layer == "approvals file"
     # Durable trust never suppresses ask=always.
     d = decide(command, GATEWAY_ALLOWLIST + 'ask = "always"\n', store=store)
-    assert d.decision == "ask"
+    assert d.verdict == "ask"
 
 
 def test_hand_added_command_hash_is_not_durable() -> None:
@@ -144,9 +144,9 @@ def test_hand_added_command_hash_is_not_durable() -> None:
     store.add_allowlist("main", bound_hash(command))
     d = decide(command, store=store)
     assert not d.durable
-    assert d.decision == "ask" and d.requires_approval
+    assert d.verdict == "ask" and d.requires_approval
     d = decide(command, GATEWAY_ALLOWLIST + 'ask = "off"\n', store=store)
-    assert d.decision == "deny" and d.reason == "exec denied: allowlist miss"
+    assert d.verdict == "deny" and d.reason == "exec denied: allowlist miss"
     # The same pattern persisted by allow-always is durable.
     store.persist_allow_always("main", [bound_hash(command)])
     assert decide(command, store=store).durable
@@ -158,7 +158,7 @@ def test_approvals_file_clamps_real_store(state_dir: Path) -> None:
     )
     os.chmod(state_dir / "exec-approvals.json", 0o600)
     d = decide("ls", '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
-    assert d.decision == "deny" and d.decided_by.layer == "approvals file clamp"
+    assert d.verdict == "deny" and d.decided_by.layer == "approvals file clamp"
     assert d.reason == "exec denied: host=gateway security=deny"
 
 
@@ -168,31 +168,31 @@ def test_approvals_file_defaults_fill_unset_config(state_dir: Path) -> None:
     )
     os.chmod(state_dir / "exec-approvals.json", 0o600)
     d = decide("ls", '[tools.exec]\nhost = "gateway"\n')
-    assert d.decision == "allow" and d.decided_by.layer == "approvals file"
+    assert d.verdict == "allow" and d.decided_by.layer == "approvals file"
 
 
 def test_sandboxed_and_direct() -> None:
     d = decide("rm -rf /tmp/x", "", sandbox_available=True)
-    assert d.decision == "allow" and d.policy is not None and d.policy.sandboxed
+    assert d.verdict == "allow" and d.policy is not None and d.policy.sandboxed
     assert "sandbox" in d.reason
     d = decide("ls", '[tools.exec]\nsecurity = "deny"\n', sandbox_available=True)
-    assert d.decision == "deny"
+    assert d.verdict == "deny"
     d = decide("ls", "")
-    assert d.decision == "ask" and d.reason.startswith("runs direct on the gateway (sandbox mode off); ")
+    assert d.verdict == "ask" and d.reason.startswith("runs direct on the gateway (sandbox mode off); ")
 
 
 def test_elevated_full_bypasses() -> None:
     text = '[tools.exec]\nhost = "gateway"\n[tools.elevated]\nenabled = true\n'
     d = decide("ls $(id)", text, overrides=SessionOverrides(elevated="full"))
-    assert d.decision == "allow" and d.decided_by.layer == "elevated"
+    assert d.verdict == "allow" and d.decided_by.layer == "elevated"
 
 
 def test_policy_errors_become_denials_with_reference_text() -> None:
     d = decide("ls", "", params={"host": "gateway"})
-    assert d.decision == "deny" and d.reason.startswith("exec host not allowed (requested gateway;")
+    assert d.verdict == "deny" and d.reason.startswith("exec host not allowed (requested gateway;")
     assert d.decided_by.key == "host" and d.policy is None
     d = decide("ls", GATEWAY_ALLOWLIST, params={"elevated": True})
-    assert d.decision == "deny" and d.reason.startswith("elevated is not available right now")
+    assert d.verdict == "deny" and d.reason.startswith("elevated is not available right now")
     assert d.decided_by.key == "tools.elevated.enabled"
 
 
@@ -211,32 +211,32 @@ def test_path_prepend_and_safe_bins_from_config(tmp_path: Path) -> None:
     store.add_allowlist("main", str(bindir) + "/*")
     text = GATEWAY_ALLOWLIST + f'pathPrepend = ["{bindir}"]\n'
     d = decide("mytool a", text, store=store)
-    assert d.decision == "allow" and d.segments[0]["resolvedPath"] == str(tool)
-    assert decide("mytool a", GATEWAY_ALLOWLIST, store=store).decision == "ask"
+    assert d.verdict == "allow" and d.segments[0]["resolvedPath"] == str(tool)
+    assert decide("mytool a", GATEWAY_ALLOWLIST, store=store).verdict == "ask"
     # safeBins = [] turns the stdin-only fast path off.
     store.add_allowlist("main", LS)
-    assert decide("ls | wc -l", store=store).decision == "allow"
+    assert decide("ls | wc -l", store=store).verdict == "allow"
     d = decide("ls | wc -l", GATEWAY_ALLOWLIST + "safeBins = []\n", store=store)
-    assert d.decision == "ask" and d.segments[1]["satisfiedBy"] is None
+    assert d.verdict == "ask" and d.segments[1]["satisfiedBy"] is None
 
 
 def test_safe_bin_profiles_from_config() -> None:
     store = ApprovalsStore()
     store.add_allowlist("main", LS)
     text = GATEWAY_ALLOWLIST + 'safeBins = ["wc"]\nsafeBinProfiles = { wc = { booleanFlags = ["-c"] } }\n'
-    assert decide("ls | wc -c", text, store=store).decision == "allow"
-    assert decide("ls | wc -l", text, store=store).decision == "ask"
+    assert decide("ls | wc -c", text, store=store).verdict == "allow"
+    assert decide("ls | wc -l", text, store=store).verdict == "ask"
 
 
 def test_agent_allowlist_and_layers() -> None:
     store = ApprovalsStore()
     store.add_allowlist("ops", LS)
     text = GATEWAY_ALLOWLIST + '[[agents.list]]\nid = "ops"\ntools.exec.ask = "off"\n'
-    assert decide("ls", text, store=store, agent_id="ops").decision == "allow"
+    assert decide("ls", text, store=store, agent_id="ops").verdict == "allow"
     d = decide("ls", text, store=store, agent_id="main")
-    assert d.decision == "ask"
+    assert d.verdict == "ask"
     d = decide("id", text, store=store, agent_id="ops")
-    assert d.decision == "deny" and d.decided_by.layer == "config agents.list[ops]"
+    assert d.verdict == "deny" and d.decided_by.layer == "config agents.list[ops]"
 
 
 def test_segments_name_the_exact_entry_that_matched() -> None:
@@ -246,7 +246,7 @@ def test_segments_name_the_exact_entry_that_matched() -> None:
     plain = store.add_allowlist("main", LS)
     narrow = store.add_allowlist("main", LS, arg_pattern="-l")
     d = decide("ls -l | wc -l", store=store)
-    assert d.decision == "allow"
+    assert d.verdict == "allow"
     assert [s["entryId"] for s in d.segments] == [narrow.id, None]  # wc is a safe bin: no entry
     assert d.to_json()["segments"][0]["entryId"] == narrow.id
     d = decide("ls /tmp", store=store)
@@ -258,10 +258,10 @@ def test_allow_always_path_entries_are_durable_hand_added_are_not() -> None:
     store = ApprovalsStore()
     store.add_allowlist("main", LS)
     d = decide("ls /tmp", store=store)
-    assert d.decision == "allow" and not d.durable  # allowed by the allowlist, but not durable trust
+    assert d.verdict == "allow" and not d.durable  # allowed by the allowlist, but not durable trust
     store.persist_allow_always("main", [LS])
     d = decide("ls /tmp", store=store)
-    assert d.decision == "allow" and d.durable  # reference §3.3 (b): every segment hit allow-always
+    assert d.verdict == "allow" and d.durable  # reference §3.3 (b): every segment hit allow-always
 
 
 class CountingStore(ApprovalsStore):
@@ -281,7 +281,7 @@ def test_evaluate_reads_the_approvals_file_once() -> None:
     store.add_allowlist("main", LS)
     store.reads = 0
     d = decide("ls /tmp | wc -l", store=store)
-    assert d.decision == "allow"
+    assert d.verdict == "allow"
     assert store.reads == 1
 
 
@@ -335,10 +335,10 @@ def test_file_precedence_agent_wildcard_defaults(state_dir: Path) -> None:
         },
     )
     main = decide("ls", text)
-    assert (main.security, main.ask, main.decision) == ("full", "always", "ask")
-    assert decide("ls", text, agent_id="ops").decision == "deny"
+    assert (main.security, main.ask, main.verdict) == ("full", "always", "ask")
+    assert decide("ls", text, agent_id="ops").verdict == "deny"
     qa = decide("ls", text, agent_id="qa")
-    assert (qa.security, qa.ask, qa.decision) == ("allowlist", "always", "ask")
+    assert (qa.security, qa.ask, qa.verdict) == ("allowlist", "always", "ask")
     assert qa.policy is not None
     step = qa.policy.step("security")
     assert step is not None and step.layer == "approvals file clamp"

@@ -77,7 +77,7 @@ def test_wire_shape_matches_architecture() -> None:
         (b'{"type":"req","id":1,"method":"x","params":[]}\n', "'params'"),
         (b'{"type":"hello","version":"1","token":"x"}\n', "'version'"),
         (b'{"type":"hello","version":1}\n', "missing field 'token'"),
-        (b"\xff\xfe\n", "invalid JSON"),
+        (b"\xff\xfe\n", "not UTF-8"),
     ],
 )
 def test_hostile_lines_are_refused(line: bytes, reason: str) -> None:

@@ -540,3 +540,26 @@ async def test_non_root_container_user(mgr: SandboxManager, agent: str) -> None:
         data += chunk[1]
     assert data.strip() == b"1000" and await handle.wait() == (0, None)
     handle.close()
+
+
+def test_a_container_that_names_no_agent_is_the_operators(mgr: SandboxManager, sandbox_image: str) -> None:
+    """Found by the fresh attack round (whose is it?): a container with no registry entry and no
+    `exechost.agentId` label (left by an older version, or its registry entry lost) was listed as agent
+    main's, so main could see, recreate or remove it. An ownerless scope is the operator's alone."""
+    name = "openclaw-sbx-legacy-" + secrets.token_hex(3)
+    docker_ops.client().containers.create(
+        sandbox_image,
+        command=["sleep", "60"],
+        name=name,
+        labels={
+            docker_ops.LABEL: "1",
+            docker_ops.STATE_LABEL: state_id(),
+            "openclaw.sessionKey": "legacy-plain-key",
+            "exechost.test": RUN_ID,
+        },
+        network_mode="none",
+    )
+    rows = {r["containerName"]: r for r in mgr.list_runtimes(config())}
+    assert rows[name]["agentId"] is None, rows[name]
+    owned = docker_ops.client().containers.get(name)
+    owned.remove(force=True)

@@ -48,7 +48,8 @@ async def _start_many(state: Path, commands: list[str], work: Path) -> list[str]
 async def test_sessions_past_a_full_host_go_to_a_second_one_and_survive_a_crash(
     state_dir: Path, tmp_path: Path
 ) -> None:
-    write_config(state_dir, FULL)
+    # One agent holds all 120 sessions here: lift its per-agent caps (issue 27 §2) past what the test needs.
+    write_config(state_dir, FULL + f"maxSessionsPerAgent = {SESSIONS}\nmaxOutputBytesPerAgent = {1 << 40}\n")
     work = tmp_path / "w"
     work.mkdir()
     with Daemon(state_dir) as daemon:

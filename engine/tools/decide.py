@@ -1,0 +1,116 @@
+"""The one decision path: `policy check` and `exec` both decide here, so the check says what exec does.
+
+Everything the decision depends on is read here: the call's host/security/ask/node/elevated, the workdir
+(with exec's $HOME fallback), the env the agent sets, the live grants, the session's overrides, one
+approvals-file snapshot, and the sandbox refusal a container create would give.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.approvals.grants import GrantStore
+from engine.commands.hostenv import sanitize_host_env
+from engine.config.model import Config
+from engine.policy.decision import ApprovalsSource, Decision, evaluate
+from engine.policy.precedence import SessionOverrides, overrides_for
+from engine.results import ToolError
+from engine.sandbox import with_sandbox_refusal
+from engine.tools.exec_request import (
+    ENV_MAX_BYTES,
+    WORKDIR_MAX_BYTES,
+    check_enums,
+    sandbox_available,
+    within,
+)
+
+# The call's params that choose the policy (each may only tighten what the config allows).
+POLICY_PARAMS = ("host", "security", "ask", "node", "elevated")
+
+
+@dataclass
+class Decided:
+    """A decision and what it was decided against: the host cwd and the warnings about it."""
+
+    decision: Decision
+    cwd: str
+    env: dict[str, str] | None  # the env the agent sets (validated)
+    call: dict[str, Any]  # the per-call policy params
+    cwd_warnings: list[str] = field(default_factory=list)  # the workdir fallback (host runs only)
+
+
+def call_env(params: Mapping[str, Any]) -> dict[str, str] | None:
+    """The env the agent sets, checked: an object of strings within ENV_MAX_BYTES."""
+    env = params.get("env")
+    if env is None:
+        return None
+    strings = isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+    if not strings:
+        raise ToolError("env must be an object of string values")
+    if env:
+        within("env", "".join(k + v for k, v in env.items()), ENV_MAX_BYTES, "pass data in files")
+    return dict(env)
+
+
+def host_workdir(raw: Any, warnings: list[str]) -> str:
+    """Explicit workdir if it is a directory, else $HOME (with the reference warning)."""
+    fallback = os.path.expanduser("~")
+    if not os.path.isdir(fallback):
+        fallback = "/"
+    if raw is None or raw == "":
+        return fallback
+    if not isinstance(raw, str) or "\x00" in raw:
+        raise ToolError("workdir must be a string path")
+    within("workdir", raw, WORKDIR_MAX_BYTES, "no path is that long")
+    path = os.path.expanduser(raw)
+    if os.path.isdir(path):
+        return os.path.abspath(path)
+    warnings.append(f'Warning: workdir "{raw}" is unavailable; using "{fallback}".')
+    return fallback
+
+
+def decide(
+    command: str,
+    params: Mapping[str, Any],
+    *,
+    config: Config,
+    agent_id: str,
+    session_key: str,
+    overrides: Mapping[str, SessionOverrides],
+    store: ApprovalsSource,
+    grants: GrantStore | None,
+    workdir: Any = None,
+) -> Decided:
+    """Decide `command` as exec will run it (blocking: reads files; call it off the event loop).
+
+    `params` carries the per-call policy and `env`; `workdir` is the raw workdir (exec's `workdir` or
+    `defaultWorkdir`, `policy check`'s `cwd`). `grants=None` decides without live grants.
+    """
+    env = call_env(params)
+    call = {k: params[k] for k in POLICY_PARAMS if k in params}
+    check_enums(call)
+    cwd_warnings: list[str] = []
+    cwd = host_workdir(workdir, cwd_warnings)
+    live = [] if grants is None else grants.entries(agent_id, session_key or None)
+    decision = evaluate(
+        command,
+        config=config,
+        agent_id=agent_id,
+        params=call,
+        overrides=overrides_for(overrides, agent_id, session_key),
+        store=store,
+        cwd=cwd,
+        sandbox_available=sandbox_available(config, agent_id, session_key),
+        session_key=session_key or None,
+        env_overrides=env,
+        grants=live,
+    )
+    decision = with_sandbox_refusal(decision, config, agent_id)
+    policy = decision.policy
+    if decision.verdict != "deny" and policy is not None and not policy.sandboxed and policy.host != "node":
+        # An env override a host run refuses (LD_PRELOAD, PATH, ...) is refused here, with exec's text.
+        sanitize_host_env(os.environ, env, block_path_overrides=True)
+    return Decided(decision=decision, cwd=cwd, env=env, call=call, cwd_warnings=cwd_warnings)
