@@ -55,6 +55,8 @@ async def _attach(state: Path | None, session_id: str, row: dict[str, Any]) -> N
     saved = termios.tcgetattr(stdin)
     loop = asyncio.get_running_loop()
     try:
+        # Raw first: a ^C typed while the tail is fetched goes to the program, never as SIGINT to the console.
+        tty.setraw(stdin)
         await client.request("subscribe", {"topics": ["sessions"], "follow": [session_id]})
         cols, rows = os.get_terminal_size(sys.stdout.fileno())
         with contextlib.suppress(RemoteError):
@@ -65,7 +67,6 @@ async def _attach(state: Path | None, session_id: str, row: dict[str, Any]) -> N
         with contextlib.suppress(RemoteError):
             tail = await client.request("sessions.output", {"sessionId": session_id, "limit": 16384})
             os.write(sys.stdout.fileno(), str(tail.get("data") or "").encode("utf-8", "replace"))
-        tty.setraw(stdin)
         loop.add_reader(stdin, lambda: queue.put_nowait(os.read(stdin, 4096)))
         while (data := await queue.get()) is not None:
             detach = DETACH in data

@@ -160,10 +160,11 @@ def console_command(state: Path | None, config_path: str | None) -> str:
     return shlex.join(argv)
 
 
-def serve(state: Path | None, config_path: str | None, port: int | None) -> int:
+def serve(state: Path | None, config_path: str | None, port: int | None, command: str | None = None) -> int:
+    """`command`: what each tab runs, when not the console on `state` (the demo's tabs)."""
     port = port or free_port()
     token = secrets.token_urlsafe(24)
-    server = GuardedServer(console_command(state, config_path), port, token)
+    server = GuardedServer(command or console_command(state, config_path), port, token)
     print(f"exechost console on the web: http://{HOST}:{port}/{token}/", flush=True)
     print("Loopback only; the URL is the key (operator role): keep it to yourself. Ctrl-C stops.", flush=True)
     server.serve()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -129,8 +130,31 @@ def _requester(r: dict[str, Any]) -> str:
     return f"{r.get('sessionKey') or '(no session)'} ({where})"
 
 
+def current_digests(view: dict[str, Any]) -> dict[str, str | None]:
+    """sha256 now of each agent-writable file the ask binds (on this machine): a file the agent rewrote
+    after asking shows as changed before anyone approves it. None: gone or unreadable."""
+    if view.get("nodeId"):
+        return {}
+    out: dict[str, str | None] = {}
+    for row in view.get("contentDigests") or []:
+        path = row.get("path") if isinstance(row, dict) else None
+        if not (isinstance(path, str) and row.get("agentWritable") and row.get("sha256")):
+            continue
+        try:
+            with open(path, "rb") as f:
+                out[path] = hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError:
+            out[path] = None
+    return out
+
+
 def render_detail(
-    item: InboxItem | None, insight: dict[str, Any], now_ms: int | None = None, *, offline: str | None = None
+    item: InboxItem | None,
+    insight: dict[str, Any],
+    now_ms: int | None = None,
+    *,
+    offline: str | None = None,
+    now_digests: dict[str, str | None] | None = None,
 ) -> RenderableType:
     """Everything the operator needs to decide, in the order they read it. `offline`: no gateway answers
     now (why): what the inbox holds is as it was, and the agent's state is not known."""
@@ -236,17 +260,29 @@ def render_detail(
     if digests:
         # The bytes this approval runs: any change before the run refuses it (approval-stale).
         content = Table.grid(padding=(0, 1))
+        changed: list[Text] = []
         for row in digests:
             sha = row.get("sha256")
-            sealed = "agent-writable: runs a sealed copy" if row.get("agentWritable") and sha else ""
+            note = "agent-writable: runs a sealed copy" if row.get("agentWritable") and sha else ""
+            style = "yellow"
+            path = str(row.get("path") or "")
+            if now_digests and path in now_digests and now_digests[path] != sha:
+                now = now_digests[path]
+                note, style = f"CHANGED since the ask: {_digest_text(now) if now else 'gone'} now", "bold red"
+                changed.append(
+                    Text(
+                        f"⚠ {visible(path)} changed after the ask: approving it is refused as approval-stale",
+                        style="bold white on red",
+                    )
+                )
             content.add_row(
                 plain(str(row.get("role") or ""), "dim"),
-                plain(str(row.get("path") or "")),
+                plain(path),
                 Text(_digest_text(sha), style="cyan"),
                 plain(f"{row.get('size', 0)} B", "dim"),
-                Text(sealed, style="yellow"),
+                Text(note, style=style),
             )
-        parts.extend([Text("Content (checked again just before the run)", style="bold"), content])
+        parts.extend([Text("Content (checked again just before the run)", style="bold"), content, *changed])
     if "allow-always" in allowed:
         patterns = insight.get("allowAlwaysPatterns") or []
         parts.append(
@@ -311,6 +347,7 @@ class ApprovalsPane(Horizontal):
         self.rows: list[InboxItem] = []
         self._drawn: dict[str, tuple[int, bool]] = {}
         self.insights: dict[str, dict[str, Any]] = {}
+        self.now_digests: dict[str, dict[str, str | None]] = {}  # ask key -> path -> sha256 now
         self.offline: str | None = None  # why no gateway answers now (the app sets it), else None
 
     def compose(self) -> ComposeResult:
@@ -386,11 +423,15 @@ class ApprovalsPane(Horizontal):
                 continue
         if self.rows:  # with none pending the detail never changes; an update would relayout each second
             self.refresh_detail()
+            if self.selected is not None:
+                self.check_content(self.selected)
 
     def refresh_detail(self) -> None:
         item = self.selected
         insight = self.insights.get(item.key, {}) if item else {}
-        self.query_one("#approval-detail", Static).update(render_detail(item, insight, offline=self.offline))
+        now = self.now_digests.get(item.key) if item else None
+        detail = render_detail(item, insight, offline=self.offline, now_digests=now)
+        self.query_one("#approval-detail", Static).update(detail)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
@@ -416,6 +457,18 @@ class ApprovalsPane(Horizontal):
             self.decide_flow(item, "deny", ask_reason=True)
 
     # -- analysis and decision flows
+
+    @work(thread=True, group="content", exclusive=True, exit_on_error=False)
+    def check_content(self, item: InboxItem) -> None:
+        """Hash the ask's agent-writable files again (once a second, the selected ask only)."""
+        now = current_digests(item.view)
+        if now != self.now_digests.get(item.key):
+            self.app.call_from_thread(self._set_digests, item.key, now)
+
+    def _set_digests(self, key: str, now: dict[str, str | None]) -> None:
+        with contextlib.suppress(NoMatches):
+            self.now_digests[key] = now
+            self.refresh_detail()
 
     def explain(self, item: InboxItem) -> None:
         """Segments/misses/patterns for the detail view: the gateway's own analysis when the view carries

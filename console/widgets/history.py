@@ -53,6 +53,7 @@ def render_entry(row: dict[str, Any] | None) -> RenderableType:
         ("Agent said", row.get("agentReason")),
         ("Session", run.get("sessionId")),
         ("Outcome", outcome(row)),
+        ("Why", run.get("reason")),  # a refused run says why: approval-stale names the file and digests
     ):
         if value:
             parts.append(Text.assemble((f"{label:<11}", "bold"), plain(value)))

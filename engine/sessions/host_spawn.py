@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -108,6 +109,10 @@ def _child_setup(pty: bool, moves: list[tuple[int, int]]) -> Any:
     def setup() -> None:  # pragma: no cover - runs in the forked child
         if pty:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            # The host ignores SIGINT/SIGQUIT and an ignored signal survives exec: without this, ^C
+            # typed into the terminal would do nothing (as engine.sessions.pty does for plain children).
+            for sig in (signal.SIGINT, signal.SIGQUIT):
+                signal.signal(sig, signal.SIG_DFL)
         top = max([2, *(s for s, _ in moves), *(d for _, d in moves)]) + 1
         staged = [(fcntl.fcntl(src, fcntl.F_DUPFD_CLOEXEC, top), dst) for src, dst in moves]
         for tmp, dst in staged:

@@ -238,6 +238,7 @@ class ExecTool:
         detached: bool = False,
     ) -> Any:
         from engine.sessions.launcher import RunSpec, clamp_yield_ms, run_timeout
+        from engine.sessions.registry import derive_session_name
 
         exec_cfg = self._config().exec_for(ctx.agent_id)
         background = bool(params.get("background")) or detached
@@ -259,6 +260,9 @@ class ExecTool:
             notify_on_exit=False if detached else exec_cfg.notify_on_exit,
             notify_on_exit_empty_success=exec_cfg.notify_on_exit_empty_success,
             host=prepared.host,
+            # Named from what the agent asked, not from the pinned rendering that runs (sealed copies of a
+            # script read as `bash /…/python3 -c 'import sys,os;…'`).
+            name=derive_session_name(prepared.command),
             launcher=prepared.launcher,
             warnings=list(prepared.warnings),
         )

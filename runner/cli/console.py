@@ -23,7 +23,8 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument(
         "--demo",
         action="store_true",
-        help="use a throw-away demo state dir, config and a scripted agent that shows every pane",
+        help="a guided tour: a throw-away state dir and workspace (under /tmp, removed on quit) and a "
+        "scripted agent that keeps working while you watch (with --web: in a browser)",
     )
     p.add_argument(
         "--state-dir", metavar="DIR", help="state dir (default: $OPENCLAW_STATE_DIR or ~/.openclaw)"
@@ -35,17 +36,29 @@ def register(subparsers: Subparsers) -> None:
     # What --web runs for each browser tab: another tab (or a terminal console) may host the approval
     # socket already, which is then no news worth a toast in every tab.
     p.add_argument("--web-tab", action="store_true", help=argparse.SUPPRESS)
+    # A browser tab of `--demo --web`: the demo its server prepared (the server runs the agent).
+    p.add_argument("--demo-root", metavar="DIR", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_console)
 
 
 def cmd_console(args: argparse.Namespace) -> int:
     from console.launch import run_console
 
+    if args.demo and (args.state_dir or args.config):
+        # The demo never touches a real state dir: it makes its own and removes it on quit.
+        raise SystemExit("exechost console --demo: --state-dir and --config are not used by the demo")
     state = Path(args.state_dir).expanduser().resolve() if args.state_dir else None
     if state is not None:  # every engine module finds its files through this variable
         os.environ["OPENCLAW_STATE_DIR"] = str(state)
     if args.web:
         from console.web import serve
 
+        if args.demo:
+            from console.demo_web import serve_demo
+
+            return serve_demo(args.port)
         return serve(state, args.config, args.port)
-    return run_console(state, config_path=args.config, demo=args.demo, web_tab=args.web_tab)
+    demo_root = Path(args.demo_root) if args.demo_root else None
+    return run_console(
+        state, config_path=args.config, demo=args.demo, web_tab=args.web_tab, demo_root=demo_root
+    )

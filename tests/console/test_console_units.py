@@ -6,8 +6,6 @@ import asyncio
 import os
 from pathlib import Path
 
-import pytest
-
 from console.ansi import LineAssembler, plain, pyte_color, sanitize, to_text
 from console.gateway import PENDING_CAP, OutputRouter
 from console.inbox import Inbox
@@ -126,25 +124,27 @@ def test_allow_always_preview_lists_recent_commands_it_would_also_allow() -> Non
     assert commands_also_allowed(["/usr/bin/ls"], recent, "main", "/") == ["ls -la /etc"]
 
 
-def test_the_demo_is_throw_away(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
-    """Issue 10: a fresh state dir per run (OPENCLAW_STATE_DIR honoured), its gateway stopped on quit."""
+def test_the_demo_is_throw_away(state_dir: Path) -> None:
+    """Issues 10 and 36: a fresh root per run, never the state dir in use (OPENCLAW_STATE_DIR is not
+    reused: the demo would write its config over a real one), the workspace apart from the state dir;
+    its gateway and every file stopped and removed on quit."""
     import subprocess
     import sys
 
-    from console.demo import demo_state_dir, finish_demo
+    from console.demo_tour import finish_demo, prepare_demo
     from engine.protocol.frames import socket_path
     from tests.helpers.gateway import REPO
 
-    assert demo_state_dir() == state_dir  # honoured when set
-    monkeypatch.delenv("OPENCLAW_STATE_DIR")
-    first, second = demo_state_dir(), demo_state_dir()
-    assert first != second and first.name.startswith("ehdemo-")
-    env = {**os.environ, "OPENCLAW_STATE_DIR": str(first), "PYTHONPATH": str(REPO)}
+    first, second = prepare_demo(), prepare_demo()
+    assert first.root != second.root and first.root.name.startswith("ehdemo-")
+    assert state_dir not in (first.state, second.state) and not first.work.is_relative_to(first.state)
+    assert (first.work / ".git").is_dir() and os.environ["OPENCLAW_STATE_DIR"] == str(second.state)
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(first.state), "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-m", "runner", "gateway", "start"], env=env, cwd=REPO, check=True)
-    assert socket_path(first).exists()
+    assert socket_path(first.state).exists()
     finish_demo(first)
     finish_demo(second)
-    assert not first.exists() and not second.exists()
+    assert not first.root.exists() and not second.root.exists()
 
 
 def test_heredoc_bodies_show_as_data_blocks_not_code() -> None:

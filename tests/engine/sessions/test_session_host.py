@@ -358,3 +358,31 @@ async def test_a_session_of_an_older_per_session_holder_is_listed_not_killed(sta
         sleeper.wait()
         await manager.close()
         await launcher.close()
+
+
+async def test_ctrl_c_reaches_a_terminal_program_in_the_host(
+    held: tuple[SessionManager, HostLauncher],
+) -> None:
+    """Issue 36 (found by the demo): the host ignores SIGINT, and an ignored signal survives exec, so a
+    terminal program it started never saw ^C (Python's KeyboardInterrupt never armed). Its PTY children
+    get the default disposition back."""
+    manager, _launcher = held
+    prog = (
+        "import signal,time;"
+        "print('armed',signal.getsignal(signal.SIGINT) is signal.SIG_IGN,flush=True);time.sleep(60)"
+    )
+    res = await manager.run(
+        RunSpec(command=f'exec python3 -c "{prog}"', background=True, pty=True, scope_key="s")
+    )
+    sid = str(res.details["sessionId"])
+
+    async def armed() -> str:
+        text = (await manager.process("log", {"sessionId": sid}, "s")).text
+        return text if "armed" in text else ""
+
+    assert "armed False" in await wait_until(armed)
+    await manager.process("send-keys", {"sessionId": sid, "keys": ["C-c"]}, "s")
+    session = manager.get(sid)
+    assert session is not None
+    await asyncio.wait_for(session.done.wait(), 10)
+    assert session.exit_code != 0 or session.exit_signal == "SIGINT"

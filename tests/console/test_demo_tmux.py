@@ -1,0 +1,199 @@
+"""Issue 36, end to end: `bash scripts/demo.sh` from a clean copy of the repository, in tmux, the way a new
+user runs it; the user takes over the demo's PTY dashboard and stops it with Ctrl-C, then quits; nothing the
+demo started or wrote is left (no process, no container, no file outside its temp dir)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.gateway import REPO
+
+pytestmark = [pytest.mark.tmux, pytest.mark.slow]
+NUL = b"\0"
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
+
+
+def screen(session: str) -> str:
+    return tmux("capture-pane", "-p", "-t", session)
+
+
+def wait_for_screen(session: str, needle: str, timeout: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = screen(session)
+        if needle in text:
+            return text
+        time.sleep(0.1)
+    raise AssertionError(f"{needle!r} never appeared; last screen:\n{text}")
+
+
+def select_dashboard(session: str) -> None:
+    """Move the Sessions list's cursor onto the PTY dashboard, as a user would with ↑/↓."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        text = wait_for_screen(session, "▣ dashboard")
+        ids = re.findall(r"running\s+(\S+)\s+(▣ dashboard|build-job)", text)
+        dashboard = next((sid for sid, name in ids if name.startswith("▣")), None)
+        shown = re.search(r"▎ (\S+) (?:running|completed|failed)[^▎\n]*pid=", text)
+        if dashboard and shown and shown.group(1) == dashboard:
+            return
+        order = [sid for sid, _ in ids]
+        at = order.index(shown.group(1)) if shown and shown.group(1) in order else -1
+        tmux("send-keys", "-t", session, "Down" if at < order.index(str(dashboard)) else "Up")
+        time.sleep(0.3)  # a key, then look again (the screen is what is asserted on, not this pause)
+    raise AssertionError(f"could not select the dashboard; last screen:\n{screen(session)}")
+
+
+def session_gone(session: str) -> bool:
+    return subprocess.run(["tmux", "has-session", "-t", session], capture_output=True).returncode != 0
+
+
+@pytest.fixture
+def clean_clone() -> Iterator[Path]:
+    """The repository's files as a fresh clone has them (tracked and new, nothing ignored: no .venv, no
+    caches), with a .venv that reuses this test run's installed dependencies (no network here), so
+    scripts/setup.sh finds everything present and scripts/demo.sh runs as on a set-up machine."""
+    clone = Path(tempfile.mkdtemp(prefix="ehclone-", dir="/tmp"))
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, check=True, capture_output=True
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        src = REPO / rel
+        if src.is_file():
+            (clone / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, clone / rel)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(clone / ".venv")], check=True)
+    venv_site = next((clone / ".venv" / "lib").glob("python3*/site-packages"))
+    # The clone's own sources first; this run's dependencies after them.
+    (venv_site / "_exechost_clone.pth").write_text(
+        f"{clone}\nimport site; site.addsitedir({site.getsitepackages()[0]!r})\n"
+    )
+    python = clone / ".venv" / "bin" / "python"
+    script = clone / ".venv" / "bin" / "exechost"
+    script.write_text(f"#!{python}\nimport sys\nfrom runner.cli import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+    (clone / ".venv" / ".exechost-installed").touch()
+    yield clone
+    shutil.rmtree(clone, ignore_errors=True)
+
+
+def demo_roots() -> set[Path]:
+    return set(Path("/tmp").glob("ehdemo-*"))
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """This user's processes whose command line or environment names `text`."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if entry.stat().st_uid != os.getuid():
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if text.encode() in cmdline or text.encode() in environ:
+            found.append(f"{entry.name}: {cmdline.replace(NUL, b' ')[:200]!r}")
+    return found
+
+
+def demo_containers() -> list[str]:
+    """Sandbox containers of any demo, where a Docker engine answers (none needed for the demo)."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=5)
+        client.ping()
+    except Exception:
+        return []
+    try:
+        return [
+            c.name
+            for c in client.containers.list(all=True, filters={"label": "openclaw.sandbox"})
+            if "ehdemo-" in str(c.labels)
+        ]
+    finally:
+        client.close()
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+def test_demo_sh_end_to_end_leaves_nothing_behind(clean_clone: Path, tmp_path: Path) -> None:
+    before = demo_roots()
+    session = f"ehd-{uuid.uuid4().hex[:8]}"
+    home = tmp_path / "home"
+    home.mkdir()
+    env = [f"HOME={home}", "TERM=xterm-256color", f"PATH={os.environ['PATH']}"]
+    tmux(
+        "new-session", "-d", "-s", session, "-x", "160", "-y", "45",
+        *(arg for pair in (("-e", e) for e in env) for arg in pair),
+        f"bash {clean_clone}/scripts/demo.sh",
+    )  # fmt: skip
+    root: Path | None = None
+    try:
+        wait_for_screen(session, "press A, then 5")  # the hint for the first ask
+        wait_for_screen(session, "Approvals (5)")
+        [root] = demo_roots() - before
+        assert not (home / ".openclaw").exists()
+        # Live sessions: find the dashboard, take it over, Ctrl-C it.
+        tmux("send-keys", "-t", session, "2")
+        wait_for_screen(session, "take it over")
+        for _attempt in range(4):  # rows arriving (the sandboxed agent's) can move the cursor: try again
+            select_dashboard(session)
+            tmux("send-keys", "-t", session, "t")
+            deadline = time.monotonic() + 8
+            while "exechost demo dashboard" not in screen(session).splitlines()[0]:  # the terminal is its
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            else:
+                break
+        assert "exechost demo dashboard" in screen(session).splitlines()[0], screen(session)
+        first = re.search(r"tick (\d+)", wait_for_screen(session, "tick"))
+        assert first is not None
+        wait_for_screen(session, f"tick {int(first.group(1)) + 2}")  # live: the user watches it move
+        tmux("send-keys", "-t", session, "C-c")
+        # The program got ^C and ended: the console is back, the row says how it ended.
+        deadline = time.monotonic() + 30
+        while not re.search(r"(failed|completed)\s+\S+\s+▣ dashboard", screen(session)):
+            assert time.monotonic() < deadline, screen(session)
+            time.sleep(0.1)
+        assert "SIGINT" in screen(session) or "interrupted (Ctrl-C)" in screen(session)
+        # Quit: the console, its gateway, the sessions and the demo's files all go.
+        tmux("send-keys", "-t", session, "q")
+        deadline = time.monotonic() + 30
+        while not session_gone(session) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert session_gone(session), screen(session)
+        assert not root.exists()
+        assert processes_mentioning(str(root)) == []
+        assert demo_containers() == []
+    finally:
+        if not session_gone(session):
+            subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        if root is not None and root.exists():  # a failure: stop what the demo left, by its own dir
+            subprocess.run(
+                [sys.executable, "-m", "runner", "gateway", "stop"],
+                env={**os.environ, "OPENCLAW_STATE_DIR": str(root / "state")},
+                capture_output=True,
+            )
+            shutil.rmtree(root, ignore_errors=True)
