@@ -11,12 +11,11 @@ import os
 import shlex
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-import asyncssh
+from typing import TYPE_CHECKING, Any
 
 from engine.config.model import NodeConfig
 from engine.errors import ExecHostError
+from engine.lazymod import lazy
 from engine.nodes.wire import (
     MAX_LINE,
     PROTOCOL,
@@ -28,6 +27,11 @@ from engine.nodes.wire import (
     decode,
     encode,
 )
+
+if TYPE_CHECKING:
+    import asyncssh
+else:  # ~0.1 s of the gateway's start, for a library only a configured node needs
+    asyncssh = lazy("asyncssh")
 
 log = logging.getLogger("exechost.nodes")
 
