@@ -488,7 +488,7 @@ def _take_lock() -> int | None:
 
 
 def _dropped(signum: int, frame: object) -> None:
-    """The host outlives its gateway's terminal (SIGHUP) and a ^C there (SIGINT)."""
+    """The host outlives its gateway's terminal (SIGHUP) and a ^C or ^\\ there (SIGINT, SIGQUIT)."""
 
 
 def main() -> int:
@@ -501,10 +501,12 @@ def main() -> int:
     os.setsid()
     # SIGHUP and SIGINT are caught and dropped, not ignored: an ignored signal stays ignored across exec, so
     # every command started here would ignore them too (^C typed into a PTY session did nothing); a caught
-    # one is reset to the default by exec. (SIGPIPE: Popen restores it in the child.)
+    # one is reset to the default by exec. SIGQUIT too: a gateway started by `&` in a script (job control
+    # off) inherits SIGINT and SIGQUIT ignored, and would hand that on. (SIGPIPE: Popen restores it.)
     signal.signal(signal.SIGHUP, _dropped)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.signal(signal.SIGINT, _dropped)
+    signal.signal(signal.SIGQUIT, _dropped)
     host_spawn.raise_open_file_limit()
     try:
         lock = _take_lock()
