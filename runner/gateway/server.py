@@ -386,6 +386,15 @@ class GatewayServer:
                 await self._reject(writer, "auth", "invalid or revoked agent credential")
                 return None
             return agent, agent
+        if self.services.config().gateway.anonymous == "none":
+            # The operator's switch: no credential, no principal (a credentialed agent that leaves its
+            # credential out becomes nobody, not agent main).
+            await self._reject(
+                writer,
+                "auth",
+                "this gateway admits no one on the gateway token alone: present an agent credential",
+            )
+            return None
         return principals.MAIN_AGENT, ""  # the gateway token alone: the zero-configuration agent
 
     async def _revoked_meanwhile(self, hello: Hello, who: tuple[str, str], revocations: int) -> bool:

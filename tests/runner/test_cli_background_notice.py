@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from engine.protocol.stopped import clear_stop
 from tests.helpers.gateway import FULL, REPO, cli, write_config
 
 # Runs with the pty as its controlling terminal (a new session, then TIOCSCTTY), so its own process group is
@@ -63,6 +64,9 @@ def test_started_gateway_notice_not_printed_by_a_background_job(state_dir: Path)
         assert "No running or recent sessions" in text and "started a gateway" not in text
         assert cli(state_dir, "gateway", "status").returncode == 0  # it did start one
         cli(state_dir, "gateway", "stop")
+        # An operator's stop sticks (issue 37): no client starts a gateway behind it. Lifted here so that
+        # the foreground CLI starts one again, the case whose notice this test reads.
+        clear_stop(state_dir)
         text = on_a_terminal(state_dir, "foreground", "process", "list")
         assert "exechost: started a gateway (pid " in text
     finally:

@@ -97,4 +97,4 @@ def test_process_list_names_each_sessions_node(
         if "from-alpha" in shown:
             break
         time.sleep(0.1)
-    assert "[ev] [node alpha] Exec completed (" in shown and node_id not in shown, shown
+    assert "[agent:main:ev] [node alpha] Exec completed (" in shown and node_id not in shown, shown
