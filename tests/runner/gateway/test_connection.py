@@ -268,8 +268,11 @@ def test_daemon_stops_when_its_socket_is_removed(state_dir: Path) -> None:
             time.sleep(0.05)
         assert socket_path(state_dir).exists(), proc.stderr.read() if proc.stderr else ""
         socket_path(state_dir).unlink()  # what deleting a test's temp state dir amounts to
-        assert proc.wait(timeout=20) == 0
-        assert proc.stderr is not None and "was removed or replaced; stopping" in proc.stderr.read()
+        code = proc.wait(timeout=20)
+        err = proc.stderr.read() if proc.stderr is not None else ""
+        # Once (1 of 1 held-sessions run at the end of a stop) this exited 1: its stderr says why next time.
+        assert code == 0, err
+        assert "was removed or replaced; stopping" in err
     finally:
         if proc.poll() is None:
             proc.kill()
