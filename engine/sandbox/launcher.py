@@ -8,7 +8,6 @@ import os
 import secrets
 import shlex
 import signal
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -367,7 +366,7 @@ class SandboxLauncher:
 
         pid = pty.pid
         fd, docker_exec, exec_dir = pty.release()
-        meta = session_meta(session_id, spec, int(time.time() * 1000)) | {
+        meta = session_meta(session_id, spec) | {
             "held": KIND,
             "marker": marker,
             "sandbox": {
@@ -401,7 +400,7 @@ class SandboxLauncher:
             self._script(spec, marker, False), spec.wants_stdin(), handoff=True, pool=self._pool()
         )
         fds, names, status = proc.release()
-        meta = session_meta(session_id, spec, int(time.time() * 1000)) | {
+        meta = session_meta(session_id, spec) | {
             "held": KIND,
             "marker": marker,  # the container's processes carry this one (kill_marked)
             "sandbox": {"container": self.container, "pid": proc.pid, "execId": proc.exec_id},

@@ -97,7 +97,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def session_meta(session_id: str, spec: RunSpec, started_at: int) -> dict[str, Any]:
+def session_meta(session_id: str, spec: RunSpec) -> dict[str, Any]:
     """What a new gateway needs to list the session again (never the env: it may carry secrets)."""
     return {
         "version": META_VERSION,
@@ -110,7 +110,7 @@ def session_meta(session_id: str, spec: RunSpec, started_at: int) -> dict[str, A
         "name": spec.name,
         "pty": spec.pty,
         "marker": spec.marker,
-        "startedAt": started_at,
+        "startedAt": spec.started_at or time.time_ns() // 1_000_000,
         "timeoutSec": spec.timeout_sec,
         "notifyOnExit": spec.notify_on_exit,
         "notifyOnExitEmptySuccess": spec.notify_on_exit_empty_success,
@@ -508,7 +508,7 @@ class HostLauncher:
             "spoolCap": min(spec.output_cap or self.spool_cap, self.spool_cap),
             "fds": list(spec.pass_fds),
             "nfds": len(spec.pass_fds),
-            "meta": session_meta(session_id, spec, int(time.time() * 1000)),
+            "meta": session_meta(session_id, spec),
         }
         try:
             factory = _factory(link, paths, spec.pty, spec.marker)

@@ -70,6 +70,7 @@ class RunSpec:
     operator: bool = False  # started by the operator: counted against no agent's quota
     # The id to use when it is free: an approval's run writes it to disk before the spawn (engine.tools.exec).
     session_id: str | None = None
+    started_at: int = 0  # filled by the manager: the Session's own start, so a re-read meta lists the same
     # Sealed copies of verified files (engine.commands.verified), inherited at the same numbers.
     pass_fds: tuple[int, ...] = ()
 

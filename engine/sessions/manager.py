@@ -165,6 +165,7 @@ class SessionManager:
             timeout_sec=self._effective_timeout(spec),
             marker=f"{session_id}-{secrets.token_hex(6)}",
             session_id=session_id,  # what launchers read the id from (never parsed back out of the marker)
+            started_at=now_ms(),
             warnings=warnings,
             output_cap=output_cap,
         )
@@ -172,6 +173,7 @@ class SessionManager:
             id=session_id,
             spec=spec,
             cwd=cwd,
+            started_at=spec.started_at,
             output=OutputBuffer(
                 self.log_dir / f"{session_id}.log",
                 log_cap=output_cap,
