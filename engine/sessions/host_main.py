@@ -88,6 +88,7 @@ class Host(hio.SessionIO):
         self.out = bytearray()
         self.fd_queue: list[int] = []
         self.exits: list[tuple[str, dict[str, Any]]] = []
+        self.metas: list[tuple[hio.Session, object]] = []  # `<id>.json` with the pid, written after the reply
         self.linger: tuple[float, hio.Session] | None = None  # hold our writes until then, or its end
         self.idle_since = time.monotonic()
         self.checked_at = time.monotonic()
@@ -135,6 +136,9 @@ class Host(hio.SessionIO):
                     self.linger = None
             if self.linger is None:
                 self._flush()
+                metas, self.metas = self.metas, []
+                for held, meta in metas:
+                    self._write_meta(held, meta)
                 if self.exits:
                     self._write_exits()
             if now - self.checked_at >= CHECK_SEC:
@@ -284,7 +288,9 @@ class Host(hio.SessionIO):
                 # A quick command's reply, output, EOF and exit go in one write: one wake-up of the
                 # gateway instead of two. A command still running when the linger ends is answered then.
                 self.linger = (time.monotonic() + LINGER_SEC, s)
-                self._write_meta(s, msg.get("meta"))
+                # The pid goes to `<id>.json` after the reply is sent (the claim before the spawn is what
+                # a next gateway relies on): one file write less between the command and its result.
+                self.metas.append((s, msg.get("meta")))
             except Exception as exc:  # the command could not start: say why
                 err = getattr(exc, "errno", None)
                 limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -322,6 +328,7 @@ class Host(hio.SessionIO):
             self._reply(msg.get("req"), {"chan": s.chan, "pid": s.pid, "pty": s.pty})
             self.behind[s] = None  # the spool from byte 0, then live
         elif kind == hio.FORGET and hio.valid_id(msg.get("id")):
+            self.metas = [(s, meta) for s, meta in self.metas if s.sid != msg["id"]]  # never written back
             for suffix in ("json", "spool", "exit", "done"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"{msg['id']}.{suffix}")
