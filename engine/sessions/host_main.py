@@ -138,7 +138,8 @@ class Host(hio.SessionIO):
                 self._flush()
                 metas, self.metas = self.metas, []
                 for held, meta in metas:
-                    self._write_meta(held, meta)
+                    if held.exit is None:  # an ended command's pid names nothing (adoption reads it live)
+                        self._write_meta(held, meta)
                 if self.exits:
                     self._write_exits()
             if now - self.checked_at >= CHECK_SEC:
