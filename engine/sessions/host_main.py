@@ -11,7 +11,9 @@ pipes or a PTY) it is the parent, so it alone reaps it and learns its exit code;
 - appends every output chunk, framed, to `<id>.spool` (0600; capped) before or instead of sending it: the
   spool is the buffer, so a slow or absent gateway never stalls a command, and a gateway that attaches
   later is sent the spool from byte 0, then live frames;
-- writes `<id>.json` (what the session is) at spawn and `<id>.exit` (code, signal, time) at the end;
+- writes `<id>.json` (what the session is) before the spawn, again with the pid once the reply is sent
+  (not for a command that already ended: its pid names nothing), and `<id>.exit` (code, signal, time)
+  at the end;
 - keeps a finished session until a gateway has collected its end (`CLOSE`).
 
 Per idle session it holds two fds for pipes (a socketpair end for stdin+stdout, a pipe for stderr; two
