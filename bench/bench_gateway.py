@@ -265,6 +265,15 @@ async def bench_exec(state: Path, runs: int) -> None:
     )
 
 
+def fsync_once(fd: int) -> float:
+    """One durable append where the gateway keeps its journals (a line written, fsync): a deny is on disk
+    twice before the agent hears it (the ask in the pending journal, the decision in the history)."""
+    t0 = time.perf_counter()
+    os.write(fd, b'{"probe": "an ask or a decision, about this long"}\n')
+    os.fsync(fd)
+    return time.perf_counter() - t0
+
+
 async def bench_approvals(state: Path, count: int) -> None:
     proc = start_daemon(state, ASK_ALWAYS)
     try:
@@ -300,11 +309,17 @@ async def bench_approvals(state: Path, count: int) -> None:
             await agent.request("exec", {"command": f"true warm-{i}"})
         # Round trip: agent exec → gateway policy → approval.requested → approver → approve → agent result.
         denied: list[float] = []
-        for i in range(count):
-            t0 = time.perf_counter()
-            result = await agent.request("exec", {"command": f"true rt-{i}"})
-            denied.append(time.perf_counter() - t0)
-            assert result["details"]["status"] == "denied", result
+        synced: list[float] = []  # interleaved: the disk's fsync at the same moments (it varies a lot)
+        probe = os.open(state / "fsync-probe.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            for i in range(count):
+                t0 = time.perf_counter()
+                result = await agent.request("exec", {"command": f"true rt-{i}"})
+                denied.append(time.perf_counter() - t0)
+                assert result["details"]["status"] == "denied", result
+                synced.append(fsync_once(probe))
+        finally:
+            os.close(probe)
         decision["value"] = "allow-once"
         allowed: list[float] = []
         for i in range(count // 4):
@@ -338,6 +353,15 @@ async def bench_approvals(state: Path, count: int) -> None:
     print(line("floor: `status` round trip on the same connection", status_rt))
     print(f"{f'floor: `status` throughput, {burst} concurrent':<58} {status_rate:7.0f} requests/s")
     two = 2 * pct(status_rt, 0.5)
+    print(line("floor: one journal append + fsync, same filesystem", synced))
+    floor = two + 2 * pct(synced, 0.5)
+    print(f"{'floor of an ask (2 `status` round trips + 2 fsyncs)':<58} {floor:7.2f} ms")
+    record(
+        "approval round trip p50 (auto-deny; vs its floor: two `status` round trips + two fsyncs)",
+        f"{pct(denied, 0.5):.2f} ms",
+        f"{floor:.2f} ms",
+        ratio(pct(denied, 0.5), floor),
+    )
     record(
         "approval round trip p50 (auto-deny; vs two `status` round trips)",
         f"{pct(denied, 0.5):.2f} ms",
