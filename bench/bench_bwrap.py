@@ -193,8 +193,16 @@ async def main() -> None:
             subprocess.run(["true"], check=True)
             plain.append(time.perf_counter() - t0)
 
+        # Small tmpfs mounts and four agents: each running sandbox reserves its tmpfs sizes against a
+        # quarter of the host's RAM per agent (bwrap._check_memory_budget), which the defaults (832 MiB
+        # each) would fill at a handful. What this row measures is starting many at once and their memory.
+        many = load_config_text(
+            '[agents.defaults.sandbox]\nmode = "all"\nscope = "session"\nbackend = "bwrap"\n'
+            '[agents.defaults.sandbox.docker]\ntmpfs = ["/tmp:size=8m", "/var/tmp:size=8m", "/run:size=8m"]\n'
+        )
+
         async def one(i: int) -> None:
-            sx = await prepare_exec(config, "main", f"many-{i}", None, manager=mgr)
+            sx = await prepare_exec(many, f"many{i % 4}", f"many-{i}", None, manager=mgr)
             await run_true(sx)
 
         t0 = time.perf_counter()
