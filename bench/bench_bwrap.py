@@ -1,5 +1,7 @@
 """The bubblewrap backend (issue 28): a new scope's first command against a bare `bwrap … true` with the same
-argv, a warm `true` in an existing sandbox, and 100 session-scope sandboxes at once (all start? memory each).
+argv, a warm `true` in an existing sandbox (back to back, and with its slots refilled between commands as
+between an agent's turns, against the login shell it runs under alone), and 100 session-scope sandboxes at
+once (all start? memory each). The same exec through a real gateway: bench_bwrap_gateway.py.
 
 Run: .venv/bin/python bench/bench_bwrap.py [--cold N] [--warm N] [--baseline N] [--many N]
 Uses a throwaway state dir and ends every sandbox it made.
