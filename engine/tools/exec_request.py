@@ -12,6 +12,7 @@ from engine.approvals.store import Use
 from engine.config.model import Config
 from engine.modes import ASKS, HOSTS, SECURITIES
 from engine.policy.decision import Decision
+from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.sandbox.settings import is_sandboxed
 from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, compact
@@ -110,8 +111,8 @@ class Events(Protocol):
     def enqueue(self, session_key: str, text: str) -> None: ...
 
 
-# host=node: (command, params, ctx, the gateway's decision) -> result; the node's own policy decides there.
-NodeRunner = Callable[[str, Mapping[str, Any], "ExecContext", Decision], Any]
+# host=node: (command, call, ctx, the gateway's decision) -> result; the node's own policy decides there.
+NodeRunner = Callable[[str, ExecRequest, "ExecContext", Decision], Any]
 
 
 @dataclass

@@ -8,7 +8,6 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
@@ -18,6 +17,7 @@ from engine.nodes.wire import Hello, NodeEvent, Request, Response
 from engine.policy.decision import Decision
 from engine.principals import key_owner
 from engine.protocol.frames import Event
+from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.sessions.output import sanitize
 from engine.tools.exec import ExecContext
@@ -160,12 +160,10 @@ class NodeHub:
 
     # -- host=node
 
-    async def run(
-        self, command: str, params: Mapping[str, Any], ctx: ExecContext, decision: Decision
-    ) -> ToolResult:
+    async def run(self, command: str, given: ExecRequest, ctx: ExecContext, decision: Decision) -> ToolResult:
         config = self.services.config()
         exec_cfg = config.exec_for(ctx.agent_id)
-        query = params.get("node") if isinstance(params.get("node"), str) else None
+        query = given.node
         sandboxed = decision.policy is not None and decision.policy.sandboxed
         if sandboxed:
             # The agent's sandbox.node binds where its sandboxes live (a per-call node= must agree with it);
@@ -175,25 +173,25 @@ class NodeHub:
         else:
             link = self.select(query or decision.node, exec_cfg.node, ctx.agent_id)
         run_id = str(uuid.uuid4())
-        timeout = params.get("timeout")
-        explicit = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
-        timeout_sec = float(timeout) if explicit else float(exec_cfg.timeout_sec)  # type: ignore[arg-type]
-        workdir = params.get("workdir")
+        timeout = given.timeout
+        explicit = timeout is not None and timeout > 0
+        timeout_sec = float(timeout) if timeout is not None and explicit else float(exec_cfg.timeout_sec)
+        workdir = given.workdir
         request: dict[str, Any] = {
             "command": ["/bin/sh", "-lc", command],
             "rawCommand": command,
-            "cwd": workdir if isinstance(workdir, str) and workdir else None,
-            "env": params.get("env"),
+            "cwd": workdir or None,
+            "env": given.env,
             # Background runs bypass the default timeout, as local ones do (reference §1.10).
-            "timeoutMs": int(timeout_sec * 1000) if explicit or not params.get("background") else None,
+            "timeoutMs": int(timeout_sec * 1000) if explicit or not given.background else None,
             "agentId": ctx.agent_id,
             "sessionKey": ctx.session_key or None,
             "runId": run_id,
             # The gateway's effective policy: per-call values the node may only tighten with.
             "security": decision.security,
             "ask": decision.ask,
-            "background": bool(params.get("background")),
-            "pty": bool(params.get("pty")),
+            "background": bool(given.background),
+            "pty": bool(given.pty),
             "sandbox": sandboxed,
         }
         # Room for the node's ask to be answered here, then for the command itself.

@@ -34,6 +34,7 @@ from engine.config.model import Config
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName, Method, Topic
+from engine.protocol.requests import Message, ProcessRequest
 from engine.results import ToolResult
 from engine.sandbox import default_manager as default_sandbox_manager
 from engine.sandbox import held
@@ -247,16 +248,16 @@ class Services:
                 (adoption.elapsed or 0) * 1000,
             )
 
-    async def sessions_ready(self, method: str, params: dict[str, Any]) -> None:
+    async def sessions_ready(self, msg: Message) -> None:
         """Before a request: while kept sessions are still being adopted, one that names a session waits
         for it (adopting it at once), one that lists sessions waits for all; the rest go ahead."""
         adoption = self.adoption
         if adoption is None or adoption.done.is_set():
             return
-        if method in WHOLE_VIEW or (method == Method.PROCESS and params.get("action") == "list"):
+        if msg.METHOD in WHOLE_VIEW or (isinstance(msg, ProcessRequest) and msg.action == "list"):
             await self.sessions.ready()
             return
-        sid = params.get("sessionId")
+        sid = getattr(msg, "session_id", None)
         if isinstance(sid, str) and sid:
             await self.sessions.ready(sid)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine.protocol.requests import Status
+
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
     from runner.gateway.services import Services
@@ -14,7 +16,7 @@ if TYPE_CHECKING:
 AGENT_FIELDS = ("pid", "uptimeSec", "version", "configError")
 
 
-async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def handle(services: Services, conn: Connection, req: Status) -> dict[str, Any]:
     info = services.status()
     if conn.operator:
         return info

@@ -13,6 +13,7 @@ import pytest
 
 from engine.approvals import groupwrite
 from engine.approvals.groupwrite import GroupWriter
+from engine.protocol.requests import ExecRequest
 from engine.tools.exec import ExecContext
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 from tests.helpers.pending import stored_asks
@@ -43,9 +44,9 @@ async def test_asks_of_one_turn_share_one_fsync_and_none_waits_before_it(
         # Three asks registered in one loop turn (what three exec frames read at once amount to).
         tool = services.exec_tool
         told: list[str] = []
-        prepared = [await tool._prepare({"command": f"echo grouped-{i}"}, _ctx()) for i in range(3)]
+        prepared = [await tool._prepare(ExecRequest(command=f"echo grouped-{i}"), _ctx()) for i in range(3)]
         ctx = _ctx(lambda d: told.append(d["approvalId"]))
-        calls = [asyncio.ensure_future(tool._ask(p, {"command": p.command}, ctx)) for p in prepared]
+        calls = [asyncio.ensure_future(tool._ask(p, ExecRequest(command=p.command), ctx)) for p in prepared]
         await asyncio.to_thread(held.wait, 10)
         await asyncio.sleep(0.2)
         assert told == []  # nobody is told "waiting" while the append is unfinished
