@@ -45,7 +45,7 @@ def full_params(cls: type[Message]) -> dict[str, Any]:
 
 def test_every_method_has_one_message_and_one_handler() -> None:
     assert set(REQUESTS) == set(HANDLERS) == {m.value for m in Method}
-    assert all(cls.METHOD == method for method, cls in REQUESTS.items())
+    assert all(method == cls.METHOD for method, cls in REQUESTS.items())
     assert set(KINDS) == set(GOOD) == set(BAD)
 
 
@@ -108,7 +108,11 @@ async def test_the_gateway_answers_a_bad_field_with_one_error_naming_it(state_di
         try:
             for method, params, message in (
                 ("exec", {"command": "ls", "pty": "yes"}, "exec: pty must be a boolean"),
-                ("sessions.output", {"sessionId": "x", "offset": "0"}, "sessions.output: offset must be an integer"),
+                (
+                    "sessions.output",
+                    {"sessionId": "x", "offset": "0"},
+                    "sessions.output: offset must be an integer",
+                ),
                 ("events", {"agentId": 3}, "events: agentId must be a string"),
             ):
                 with pytest.raises(RemoteError) as err:
