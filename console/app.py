@@ -42,6 +42,7 @@ from engine.approvals.store import ApprovalsFileError, ApprovalsStore
 from engine.display import REPORT, visible
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import RemoteError
+from engine.protocol.requests import ApprovalsRelay, Approve, PolicyOverride, Status
 from engine.tools.exec_host import LocalExecHost
 
 FLUSH_HZ = 30
@@ -173,13 +174,13 @@ class ConsoleApp(App[None]):
         one more pending approval, listed by `exechost approvals pending`, answerable from anywhere, shown
         here as a gateway row. Without it the inbox resolves a Future (toad's Future-in-a-Message)."""
         if self.link.connected.is_set():
-            params = socket_asks.relay_params(request)
+            relay = socket_asks.relay_params(request)
             try:
-                answer = await self.link.request("approvals.relay", params)
+                answer = await self.link.request(relay)
             except asyncio.CancelledError:
                 # The socket client gave up: take its row away everywhere (a fire-and-forget request).
                 self.run_worker(
-                    self.link.request("approvals.relay", {"id": request.id, "withdraw": True}),
+                    self.link.request(ApprovalsRelay(id=request.id, withdraw=True)),
                     group="relay-withdraw",
                     exit_on_error=False,
                 )
@@ -232,7 +233,7 @@ class ConsoleApp(App[None]):
     @work(group="status", exclusive=True, exit_on_error=False)
     async def load_status(self) -> None:
         try:
-            status = await self.link.request("status")
+            status = await self.link.request(Status())
         except (RemoteError, ConnectionError):
             return
         self.set_config_error(status.get("configError"))
@@ -379,13 +380,9 @@ class ConsoleApp(App[None]):
         self, ids: list[str], decision: str, reason: str | None, grant: dict[str, Any] | None = None
     ) -> None:
         for approval_id in ids:
-            params: dict[str, Any] = {"id": approval_id, "decision": decision}
-            if reason:
-                params["reason"] = reason
-            if grant:
-                params["grant"] = grant
+            msg = Approve(id=approval_id, decision=decision, reason=reason or None, grant=grant or None)
             try:
-                await self.link.request("approve", params)
+                await self.link.request(msg)
             except (RemoteError, ConnectionError) as exc:
                 self.notify_plain(f"approve {approval_id[:8]} failed: {exc}", severity="error")
                 return
@@ -456,12 +453,10 @@ class ConsoleApp(App[None]):
             await self._approve_directive(text)
             return
         key = self.directive_target()
-        params = {"sessionKey": key, "directive": text}
-        if key.startswith("agent:"):
-            params["agentId"] = key.split(":", 1)[1]
+        agent = key.split(":", 1)[1] if key.startswith("agent:") else None
         try:
             # The gateway parses and applies it (and refuses what this connection may not set).
-            res = await self.link.request("policy.override", params)
+            res = await self.link.request(PolicyOverride(session_key=key, directive=text, agent_id=agent))
         except (RemoteError, ConnectionError) as exc:
             self.notify_plain(str(exc), severity="error")
             return
@@ -497,7 +492,7 @@ class ConsoleApp(App[None]):
             self.notify_plain(f"✅ Approval {decision} submitted for {approval_id}.")
             return
         try:
-            await self.link.request("approve", {"id": approval_id, "decision": decision})
+            await self.link.request(Approve(id=approval_id, decision=decision))
         except (RemoteError, ConnectionError) as exc:
             self.notify_plain(f"❌ Failed to submit approval: {exc}", severity="error")
             return

@@ -480,3 +480,11 @@ class AgentsRefresh(Message):
 class AgentsRevoke(Message):
     METHOD = Method.AGENTS_REVOKE
     agent: str = wire("str", required=True)
+
+
+def method_and_params(method: str | Message, params: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """What a client sends for `request(msg)` (the typed way) or `request(method, params)` (raw frames:
+    tests, and requests relayed as they came)."""
+    if isinstance(method, Message):
+        return method.METHOD, method.params()
+    return method, params or {}

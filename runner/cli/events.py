@@ -6,12 +6,15 @@ import argparse
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 from engine import principals
 from engine.display import REPORT, visible
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable
+from engine.protocol.methods import Topic
+from engine.protocol.requests import Events
 from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit
 from runner.cli.gateway import EXIT_UNAVAILABLE, CliFailure, call, run_verb
 
@@ -31,18 +34,16 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"drain": args.drain}
-    if args.session:
-        params["sessionKey"] = args.session
+    query = Events(drain=args.drain, session_key=args.session or None)
     if args.follow:
         return _follow(args)
     events: list[dict[str, Any]] = []
     while True:  # the gateway answers a page at a time: a large backlog is read in several
-        page = call("events", params, agent=args.agent)
+        page = call(query, agent=args.agent)
         events += page.get("events", [])
         if page.get("next") is None:
             break
-        params["cursor"] = page["next"]
+        query = replace(query, cursor=page["next"])
     lines = [f"[{e['sessionKey']}] {e['text']}" for e in events]
     text = "\n".join(lines) if lines else "No events."
     emit(text, {"events": events}, args.json)
@@ -60,19 +61,19 @@ def _follow(args: argparse.Namespace) -> int:
     async def go() -> None:
         client = await ControlClient.connect(client="cli", name="cli events", agent=args.agent)
         try:
-            await client.subscribe(["events"])  # first, so nothing falls between backlog and stream
+            await client.subscribe([Topic.EVENTS])  # first, so nothing falls between backlog and stream
             # An agent's key as the gateway files it: inside its own namespace (engine.principals).
             wanted = principals.own_key(client.agent, args.session) if client.agent else args.session
-            params: dict[str, Any] = {"sessionKey": args.session} if args.session else {}
+            query = Events(session_key=args.session or None)
             seen = set()
             while True:
-                backlog = await client.request("events", params)
+                backlog = await client.request(query)
                 for item in backlog.get("events", []):
                     seen.add((item.get("sessionKey"), item.get("text")))
                     show(item)
                 if backlog.get("next") is None:
                     break
-                params["cursor"] = backlog["next"]
+                query = replace(query, cursor=backlog["next"])
             async for ev in client.events():
                 if (ev.data.get("sessionKey"), ev.data.get("text")) in seen:
                     seen.discard((ev.data.get("sessionKey"), ev.data.get("text")))
