@@ -113,7 +113,7 @@ async def status(services: Services, conn: Connection, req: ApprovalsStatus) -> 
     wanted = req.approval_id
     caller = agent_id(conn, req.agent_id)  # an agent's own; a request naming another agent is refused
     # What it reports is on disk first: a run line still queued (engine.approvals.groupwrite) is written.
-    await services.history_writer.barrier()
+    await services.journal.history_writer.barrier()
     record = services.approvals.lookup(wanted)
     if record is not None and not conn.operator and record.request.agent_id == caller:
         # The agent follows its ask (engine.protocol.resume): it is still waiting, whatever the restore
@@ -126,7 +126,7 @@ async def status(services: Services, conn: Connection, req: ApprovalsStatus) -> 
     if view is not None and slot is not None:  # a session that joined a shared ask: its own run
         view = {**view, "run": slot.get("run")}
     if view is None:  # decided before this gateway started: the decision log still knows it
-        entry = await asyncio.to_thread(services.history.find, wanted)
+        entry = await asyncio.to_thread(services.journal.history.find, wanted)
         view = entry.view() if entry is not None else None
     if view is None or (not conn.operator and view.get("agentId") != caller):
         raise InvalidInput(f"unknown or expired approval id {wanted!r}")
@@ -150,16 +150,16 @@ async def history(services: Services, conn: Connection, req: ApprovalsHistory) -
     """Decided approvals, newest first, one page at a time (`cursor` = how many to skip), read from the
     on-disk decision log; a run's session status is looked up now, not as it was when it started."""
     require_operator(conn, "approvals.history")
-    await services.history_writer.barrier()  # lines still queued (what a run led to) are read too
-    entries = await asyncio.to_thread(services.history.entries, req.agent_id)
+    await services.journal.history_writer.barrier()  # lines still queued (what a run led to) are read too
+    entries = await asyncio.to_thread(services.journal.history.entries, req.agent_id)
     rows = [current_run(services, entry.view()) for entry in entries]
     skip = req.cursor
     start = int(skip) if skip is not None and skip.isdigit() else 0
     page = _fit_views(rows[start:])
     page["next"] = str(start + len(page["approvals"])) if page["next"] else None
     page["total"] = len(rows)
-    if services.history.problem:
-        page["error"] = services.history.problem
+    if services.journal.history.problem:
+        page["error"] = services.journal.history.problem
     return page
 
 

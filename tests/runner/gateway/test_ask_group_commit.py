@@ -27,7 +27,7 @@ async def test_asks_of_one_turn_share_one_fsync_and_none_waits_before_it(
     write_config(state_dir, ASK_ALWAYS)
     async with gateway(state_dir) as server:
         services = server.services
-        pending = services.pending_file
+        pending = services.journal.pending_file
         appends: list[list[bytes]] = []
         gate, held = threading.Event(), threading.Event()
         append = pending.append
@@ -146,7 +146,7 @@ async def test_approvals_status_reports_a_run_only_once_its_line_is_on_disk(stat
         approval_id = result["details"]["approvalId"]
         status = await operator.request("approvals.status", {"approvalId": approval_id})
         assert status["details"]["run"]["status"] == "denied"
-        on_disk = {e.id: e for e in services.history.entries()}
+        on_disk = {e.id: e for e in services.journal.history.entries()}
         assert on_disk[approval_id].view()["run"]["status"] == "denied"  # what it reported was saved
         await agent.close()
         await operator.close()
