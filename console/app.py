@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from rich.text import Text
 from textual import on, work
@@ -22,7 +23,21 @@ from console import socket_asks, tabs
 from console.commands import DirectiveCommands, is_directive
 from console.gateway import GatewayLink, lost_text
 from console.inbox import Inbox, InboxItem
-from console.messages import GatewayConnected, GatewayEvent, GatewayLost, SocketApprovalRequested
+from console.messages import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ApprovalUpdated,
+    BrowserUpdated,
+    GatewayConfig,
+    GatewayConnected,
+    GatewayEvent,
+    GatewayLost,
+    SandboxProgress,
+    SessionExited,
+    SessionStarted,
+    SocketApprovalRequested,
+    SystemEvent,
+)
 from console.screens.help import HelpScreen
 from console.widgets.approvals import ApprovalsPane
 from console.widgets.browsers import BrowsersPane
@@ -48,6 +63,21 @@ from engine.tools.exec_host import LocalExecHost
 FLUSH_HZ = 30
 LIST_RENDER_SEC = 0.1
 LIST_REFRESH_SEC = 0.5
+
+_M = TypeVar("_M", bound=GatewayEvent)
+
+
+def _unless_unmounted(handler: Callable[[ConsoleApp, _M], None]) -> Callable[[ConsoleApp, _M], None]:
+    """Gateway traffic keeps arriving while the app shuts down, after the panes are gone: it is dropped
+    then, like the timers' (ConsoleApp._while_mounted)."""
+
+    @functools.wraps(handler)
+    def run(app: ConsoleApp, message: _M) -> None:
+        with contextlib.suppress(NoMatches):
+            handler(app, message)
+
+    return run
+
 
 class ConsoleApp(App[None]):
     """Everything durable lives in the gateway: quitting or crashing here loses no session or approval."""
@@ -201,10 +231,6 @@ class ConsoleApp(App[None]):
         with contextlib.suppress(NoMatches):
             self._gateway_connected(message)
 
-    def on_gateway_event(self, message: GatewayEvent) -> None:
-        with contextlib.suppress(NoMatches):
-            self._gateway_event(message)
-
     def _gateway_connected(self, message: GatewayConnected) -> None:
         self.gateway_pid = message.pid
         self.config_error = None
@@ -264,43 +290,71 @@ class ConsoleApp(App[None]):
             with contextlib.suppress(NoMatches):
                 self.query_one(HistoryPane).reload()
 
-    def _gateway_event(self, message: GatewayEvent) -> None:
-        event, data = message.event, message.data
-        if event == "approval.requested":
-            self.add_approval("gateway", str(data.get("id")), data)
-        elif event == "approval.updated":
-            item = self.inbox.find(str(data.get("id")))
-            if item is not None and isinstance(data.get("count"), int):
-                item.view["count"] = data["count"]
-                item.view["requesterGone"] = bool(data.get("requesterGone"))
-                self.refresh_inbox()
-        elif event == "sandbox.progress":
-            name, text = str(data.get("containerName") or ""), str(data.get("message") or "")
-            self.query_one(SandboxesPane).progress(name, text)
-            self.notify_plain(f"sandbox {name}: {text}", title="sandbox", timeout=3)
-        elif event == "browser.updated":
-            pane = self.query_one(BrowsersPane)
-            if pane.is_on_screen:
-                pane.action_refresh_list()
-        elif event == "approval.resolved":
-            if self.inbox.discard(str(data.get("id"))) is not None:
-                self.refresh_inbox()
-            if self.query_one(TabbedContent).active == "history":
-                self.query_one(HistoryPane).reload()
-        elif event in ("session.started", "session.exited"):
-            row = data.get("session")
-            self.sessions.upsert(row if isinstance(row, dict) else data)
-            self.render_sessions_soon()
-            if event == "session.exited":
-                self.refresh_sessions_soon()
-                if data.get("sessionId") == self.sessions.current and self.sessions.current:
-                    self.sessions.replay(self.sessions.current)  # the log has everything up to EOF
-        elif event == "gateway.config":
-            self.set_config_error(data.get("error"))
-        elif event == "system.event":
-            stamp = time.strftime("%H:%M:%S", time.localtime((data.get("ts") or time.time() * 1000) / 1000))
-            key, text = visible(data.get("sessionKey", "")), visible(data.get("text", ""), newline=REPORT)
-            self.events_pane.feed(f"{stamp}  [{key}]  {text}\n")
+    # Each pushed event as its typed message (console.messages; the link builds them), one handler each.
+
+    @on(ApprovalRequested)
+    @_unless_unmounted
+    def on_approval_requested(self, message: ApprovalRequested) -> None:
+        self.add_approval("gateway", str(message.data.get("id")), message.data)
+
+    @on(ApprovalUpdated)
+    @_unless_unmounted
+    def on_approval_updated(self, message: ApprovalUpdated) -> None:
+        data = message.data
+        item = self.inbox.find(str(data.get("id")))
+        if item is not None and isinstance(data.get("count"), int):
+            item.view["count"] = data["count"]
+            item.view["requesterGone"] = bool(data.get("requesterGone"))
+            self.refresh_inbox()
+
+    @on(ApprovalResolved)
+    @_unless_unmounted
+    def on_approval_resolved(self, message: ApprovalResolved) -> None:
+        if self.inbox.discard(str(message.data.get("id"))) is not None:
+            self.refresh_inbox()
+        if self.query_one(TabbedContent).active == "history":
+            self.query_one(HistoryPane).reload()
+
+    @on(SandboxProgress)
+    @_unless_unmounted
+    def on_sandbox_progress(self, message: SandboxProgress) -> None:
+        data = message.data
+        name, text = str(data.get("containerName") or ""), str(data.get("message") or "")
+        self.query_one(SandboxesPane).progress(name, text)
+        self.notify_plain(f"sandbox {name}: {text}", title="sandbox", timeout=3)
+
+    @on(BrowserUpdated)
+    @_unless_unmounted
+    def on_browser_updated(self, message: BrowserUpdated) -> None:
+        pane = self.query_one(BrowsersPane)
+        if pane.is_on_screen:
+            pane.action_refresh_list()
+
+    @on(SessionStarted)
+    @on(SessionExited)
+    @_unless_unmounted
+    def on_session_row(self, message: SessionStarted | SessionExited) -> None:
+        data = message.data
+        row = data.get("session")
+        self.sessions.upsert(row if isinstance(row, dict) else data)
+        self.render_sessions_soon()
+        if isinstance(message, SessionExited):
+            self.refresh_sessions_soon()
+            if data.get("sessionId") == self.sessions.current and self.sessions.current:
+                self.sessions.replay(self.sessions.current)  # the log has everything up to EOF
+
+    @on(GatewayConfig)
+    @_unless_unmounted
+    def on_gateway_config(self, message: GatewayConfig) -> None:
+        self.set_config_error(message.data.get("error"))
+
+    @on(SystemEvent)
+    @_unless_unmounted
+    def on_system_event(self, message: SystemEvent) -> None:
+        data = message.data
+        stamp = time.strftime("%H:%M:%S", time.localtime((data.get("ts") or time.time() * 1000) / 1000))
+        key, text = visible(data.get("sessionKey", "")), visible(data.get("text", ""), newline=REPORT)
+        self.events_pane.feed(f"{stamp}  [{key}]  {text}\n")
 
     def render_sessions_soon(self) -> None:
         """Session events come in bursts (100 sessions ending together): one list render per 100 ms."""

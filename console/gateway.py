@@ -14,7 +14,7 @@ from textual.app import App
 from console.messages import GatewayConnected, GatewayEvent, GatewayLost
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event, GatewayUnavailable, RemoteError
-from engine.protocol.methods import TOPICS
+from engine.protocol.methods import TOPICS, EventName
 from engine.protocol.requests import ApprovalsAttach, Message, SessionsFollow, SessionsUnfollow, Subscribe
 
 PENDING_CAP = 1 << 20  # chars buffered for the visible pane between two flushes
@@ -172,10 +172,10 @@ class GatewayLink:
             await asyncio.sleep(delay)
 
     def _on_event(self, ev: Event) -> None:
-        if ev.event == "session.activity":
+        if ev.event == EventName.SESSION_ACTIVITY:
             self.output.activity(ev.data.get("sessions"))
             return
-        if ev.event == "session.output":
+        if ev.event == EventName.SESSION_OUTPUT:
             data, sid, offset = ev.data.get("data"), ev.data.get("sessionId"), ev.data.get("offset")
             if not isinstance(sid, str):
                 return
@@ -189,12 +189,17 @@ class GatewayLink:
         if self._held is not None:
             self._held.append(ev)
             return
-        self.app.post_message(GatewayEvent(ev.event, ev.data))
+        self._post(ev)
 
     def _release_held(self) -> None:
         held, self._held = self._held or [], None
         for ev in held:  # replaying what the snapshot already holds is harmless: rows are keyed by id
-            self.app.post_message(GatewayEvent(ev.event, ev.data))
+            self._post(ev)
+
+    def _post(self, ev: Event) -> None:
+        message = GatewayEvent.of(ev.event, ev.data)
+        if message is not None:
+            self.app.post_message(message)
 
     async def follow(self, session_id: str | None) -> None:
         """Have the gateway push this session's output only (None: none); before a replay, so the replay
