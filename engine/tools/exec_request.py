@@ -56,8 +56,9 @@ def clamped(call: Mapping[str, Any], decision: Decision) -> list[str]:
     return notes
 
 
-def agent_reason(value: Any) -> str | None:
-    if not isinstance(value, str) or not value.strip():
+def agent_reason(value: str | None) -> str | None:
+    """The agent's stated reason as the operator sees it: trimmed, at most 500 characters."""
+    if value is None or not value.strip():
         return None
     return value.strip()[:500]
 
