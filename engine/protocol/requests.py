@@ -136,11 +136,6 @@ class Message:
         return out
 
 
-def decode_request(method: str, params: dict[str, Any]) -> Message:
-    """The typed request for a known method (KeyError for an unknown one: the caller answers that)."""
-    return REQUESTS[method].decode(params)
-
-
 # ---- exec and process: the agent's tools -------------------------------------------------------------
 
 
