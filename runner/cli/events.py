@@ -13,7 +13,7 @@ from engine import principals
 from engine.display import REPORT, visible
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable
-from engine.protocol.methods import Topic
+from engine.protocol.methods import EventName, Topic
 from engine.protocol.requests import Events
 from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit
 from runner.cli.gateway import EXIT_UNAVAILABLE, CliFailure, call, run_verb
@@ -78,7 +78,8 @@ def _follow(args: argparse.Namespace) -> int:
                 if (ev.data.get("sessionKey"), ev.data.get("text")) in seen:
                     seen.discard((ev.data.get("sessionKey"), ev.data.get("text")))
                     continue
-                if ev.event != "system.event" or (args.session and ev.data.get("sessionKey") != wanted):
+                other_key = args.session and ev.data.get("sessionKey") != wanted
+                if ev.event != EventName.SYSTEM_EVENT or other_key:
                     continue
                 show(ev.data)
         finally:

@@ -17,6 +17,7 @@ from engine.nodes.wire import Hello, NodeEvent, Request, Response
 from engine.policy.decision import Decision
 from engine.principals import key_owner
 from engine.protocol.frames import Event
+from engine.protocol.methods import EventName
 from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.sessions.output import sanitize
@@ -496,13 +497,14 @@ class NodeHub:
     def _on_event(self, link: NodeLink, ev: NodeEvent) -> None:
         """Reference §5.5: exec.started|finished|denied as the agent's system events."""
         p = ev.payload
-        if ev.event == "session.output":
+        if ev.event == EventName.SESSION_OUTPUT:
             self.feed.on_output(link, p)
             return
         if ev.event == "session.offsets":
             self.feed.on_offsets(link, p)
             return
-        if ev.event in ("session.started", "session.exited"):  # for the consoles' session lists
+        # For the consoles' session lists:
+        if ev.event in (EventName.SESSION_STARTED, EventName.SESSION_EXITED):
             row = self._session_row(link, p["session"]) if isinstance(p.get("session"), dict) else None
             if row is not None:  # every scope on the node: the operators' consoles only
                 frame = Event(event=ev.event, data=row)
@@ -516,7 +518,7 @@ class NodeHub:
         run = self._runs.get((link.name, raw_run)) if isinstance(raw_run, str) else None
         if run is None and isinstance(raw_run, str) and ev.event in ("exec.finished", "exec.denied"):
             run = self._orphans.pop((link.name, raw_run), None)  # its end, after a link was lost
-        if ev.event == "system.event":
+        if ev.event == EventName.SYSTEM_EVENT:
             # A session's own notice (a background exit): for the run it names on this link, else for a
             # key the gateway gave this node; filed under the gateway's key, never a frame's other one.
             raw_key = p.get("sessionKey")
