@@ -174,3 +174,22 @@ async def test_a_latin1_digit_is_answered_400_and_recorded(head: str) -> None:
         await proxy.close()
     assert answer.startswith(b"HTTP/1.1 400"), answer
     assert records and records[-1].status == 400
+
+
+async def test_a_denied_address_is_not_reached_through_a_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`deny = ["1.1.1.1"]` in open mode: a name whose DNS answer is that address (any wildcard-DNS service
+    spells every address as a name) must not be connected to. Nothing is sent: DNS is stubbed and only the
+    decision and the resolved target are checked."""
+    from engine.config.egress import EgressPolicy, decide
+    from engine.sandbox.egress import addresses
+
+    async def fake_getaddrinfo(self: object, host: str, port: int, **kw: object) -> list[tuple[object, ...]]:
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("1.1.1.1", port))]
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "getaddrinfo", fake_getaddrinfo)
+    policy = EgressPolicy.from_config({"mode": "open", "deny": ["1.1.1.1"]})
+    assert decide(policy, "1.1.1.1", 443).action == "deny"
+    name = "1-1-1-1.sslip.example"
+    if decide(policy, name, 443).action == "allow":
+        with pytest.raises(addresses.Refused):
+            await addresses.resolve(name, 443, {})
