@@ -192,4 +192,4 @@ async def test_a_denied_address_is_not_reached_through_a_name(monkeypatch: pytes
     name = "1-1-1-1.sslip.example"
     if decide(policy, name, 443).action == "allow":
         with pytest.raises(addresses.Refused):
-            await addresses.resolve(name, 443, {})
+            await addresses.resolve(name, 443, {}, policy.deny)

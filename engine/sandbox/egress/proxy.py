@@ -4,8 +4,13 @@ Each sandbox has its own Unix socket (so who asks is known by where it asks, nev
 in-sandbox forwarder hands over each loopback connection as a file descriptor with a NUL byte, and the
 proxy talks to that TCP socket directly. A request's name is decided (deny, allow, approved, ask — the
 gateway's `decide`), then resolved and checked here (`addresses`: no loopback or private address unless
-the operator's `resolve` map says so), and the connection goes to that very address. Bytes are relayed by
-splice(2) in worker threads, off the event loop. Every connection ends as one `Connection` record.
+the operator's `resolve` map says so, nor to one a `deny` entry names), and the connection goes to that very
+address. Bytes are relayed by splice(2) in worker threads, off the event loop. Every connection ends as one
+`Connection` record, and every refusal is answered (an HTTP status or a SOCKS reply) as well as recorded.
+
+The sandbox's socket shares its open file description with whatever copy the sandbox kept, so its flags are
+the sandbox's to change at any time: every read and write of it goes through `sockio`, which never depends
+on O_NONBLOCK (a sandbox that clears it cannot make the gateway's event loop block).
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from engine.sandbox.egress import httphead, socks
+from engine.config.egress import MAX_CONNECTIONS, Pattern
+from engine.sandbox.egress import httphead, sockio, socks
 from engine.sandbox.egress.addresses import Refused, Target, resolve
 
 log = logging.getLogger(__name__)
@@ -37,6 +43,7 @@ MAX_PER_SANDBOX = 256
 MAX_TOTAL = 1024
 CHUNK = 1 << 20
 F_SETPIPE_SZ = 1031
+SHARED = "shared"  # the principal of the shared-scope sandbox's connections (see `listen`)
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,11 @@ class Request:
     port: int
     method: str
 
+    @property
+    def tunnel(self) -> bool:
+        """CONNECT or SOCKS5: bytes the proxy relays unread (a port-less entry admits 443 for these)."""
+        return self.method in ("CONNECT", socks.METHOD)
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -56,13 +68,14 @@ class Decision:
     rule: str  # what decided, in words: "allow entry 'pypi.org'", "approved by operator (allow-once)"
     by: str = "policy"  # policy | operator (or the approver's name) | expired | ask-failed
     resolve: dict[str, str] = field(default_factory=dict)  # the agent's `resolve` map (normalised)
+    deny: tuple[Pattern, ...] = ()  # the agent's `deny` entries, checked again on every resolved address
 
 
 @dataclass
 class Connection:
     """One connection as the history and `sandbox egress` show it."""
 
-    agentId: str
+    agentId: str  # whose egress settings, approvals and grants decided it
     sandbox: str
     name: str
     port: int
@@ -75,8 +88,11 @@ class Connection:
     bytesDown: int = 0
     startedAtMs: int = 0
     durationMs: int = 0
-    status: int | None = None  # what the proxy itself answered (200 for a tunnel, 403, 400, 502)
+    status: int | None = None  # what the proxy itself answered (200 for a tunnel, 403, 400, 429, 502)
     error: str | None = None
+    # Who made it: the agent, or "shared" for the shared-scope sandbox, where every agent's commands run
+    # as one uid behind one loopback and a TCP connection carries nothing that says whose command opened it.
+    principal: str = ""
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -84,12 +100,14 @@ class Connection:
 
 Decide = Callable[[Request], Awaitable[Decision]]
 Record = Callable[[Connection], None]
+Cap = Callable[[str], int]  # agent -> its `maxConnections`
 
 
 @dataclass
 class _Listener:
     sandbox: str
     agent_id: str
+    principal: str
     path: str
     sock: socket.socket
     task: asyncio.Task[None]
@@ -99,24 +117,30 @@ class _Listener:
 class EgressProxy:
     """Every sandbox's listener of one process (the gateway's)."""
 
-    def __init__(self, decide: Decide, record: Record) -> None:
+    def __init__(self, decide: Decide, record: Record, cap: Cap | None = None) -> None:
         self.decide = decide
         self.record = record
+        self.cap = cap or (lambda _agent: MAX_CONNECTIONS)
         self._listeners: dict[str, _Listener] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._pool = ThreadPoolExecutor(max_workers=2 * MAX_TOTAL, thread_name_prefix="egress")
         self.active = 0  # connections of every sandbox
+        self.held: dict[str, int] = {}  # per principal: connections past their head (deciding or relaying)
 
     def listening(self, sandbox: str) -> bool:
         known = self._listeners.get(sandbox)
         return known is not None and not known.task.done() and os.path.exists(known.path)
 
-    async def listen(self, sandbox: str, agent_id: str, directory: Path, uid: int | None = None) -> None:
-        """Serve `sandbox` on `<directory>/proxy.sock` (replacing a stale socket; `uid` may connect)."""
+    async def listen(
+        self, sandbox: str, agent_id: str, directory: Path, uid: int | None = None, shared: bool = False
+    ) -> None:
+        """Serve `sandbox` on `<directory>/proxy.sock` (replacing a stale socket; `uid` may connect).
+        `shared`: the shared-scope sandbox, whose connections are recorded as the principal "shared" (and
+        counted against one cap together), decided under `agent_id`'s settings, the global ones."""
         known = self._listeners.get(sandbox)
         if known is not None and self.listening(sandbox):
-            # Kept as it is: a sandbox's name is its agent's (only the one `shared` sandbox serves several,
-            # and it answers for the agent that started it), and re-binding would refuse connects meanwhile.
+            # Kept as it is: a sandbox's name is its agent's (only the one `shared` sandbox serves several),
+            # and re-binding would refuse connects meanwhile.
             return
         if known is not None:
             self.stop(sandbox)
@@ -136,7 +160,8 @@ class EgressProxy:
         sock.setblocking(False)
         path = str(directory / "proxy.sock")
         task = asyncio.get_running_loop().create_task(self._accept(sandbox, sock))
-        self._listeners[sandbox] = _Listener(sandbox, agent_id, path, sock, task)
+        principal = SHARED if shared else agent_id
+        self._listeners[sandbox] = _Listener(sandbox, agent_id, principal, path, sock, task)
 
     def stop(self, sandbox: str) -> None:
         known = self._listeners.pop(sandbox, None)
@@ -179,56 +204,85 @@ class EgressProxy:
             finally:
                 conn.close()
             if client is not None:
-                await self.serve(client, listener.agent_id, listener.sandbox)
+                await self.serve(client, listener.agent_id, listener.sandbox, listener.principal)
         finally:
             listener.active -= 1
             self.active -= 1
 
     # -- one connection ---------------------------------------------------------------------------
 
-    async def serve(self, client: socket.socket, agent_id: str, sandbox: str) -> None:
+    async def serve(
+        self, client: socket.socket, agent_id: str, sandbox: str, principal: str | None = None
+    ) -> None:
         """Read the request (HTTP, or SOCKS5 when its first byte says so), decide, connect, relay; always
-        one record (unless the client sent nothing at all)."""
+        one record (unless the client sent nothing at all), and every refusal answered."""
         loop = asyncio.get_running_loop()
         started = time.monotonic()
+        who = principal or agent_id
         rec = Connection(agent_id, sandbox, "", 0, "", "refused", "", "proxy", startedAtMs=_now_ms())
+        rec.principal = who
         upstream: socket.socket | None = None
-        talk: _Http | _Socks = _Http(loop, client)
+        talk: _Http | _Socks = _Http(client)
+        counted = False
         try:
-            client.setblocking(False)
+            client.setblocking(False)  # (for the loop's sake only: sockio never depends on it)
             try:
                 async with asyncio.timeout(HEAD_TIMEOUT_SEC):
-                    first = await loop.sock_recv(client, 16384)
+                    first = await sockio.recv(client, 16384)
                     if first[:1] == bytes([socks.VERSION]):
-                        talk = _Socks(loop, client)
+                        talk = _Socks(client)
                     parsed = await talk.read(first)
             except httphead.BadRequest as exc:
                 rec.rule, rec.method = str(exc), talk.method
                 rec.status = await talk.refuse("bad", f"exechost egress: {exc}")
                 return
-            except (TimeoutError, ConnectionError, OSError):
+            except TimeoutError:
+                rec.rule, rec.method = f"no complete request within {HEAD_TIMEOUT_SEC:g} s", talk.method
+                rec.status = await talk.refuse("timeout", f"exechost egress: {rec.rule}")
+                return
+            except OSError as exc:  # (ConnectionError too) nothing is left to answer to
+                rec.rule, rec.method = "the client went away before its request ended", talk.method
+                rec.error = str(exc)
+                return
+            except Exception as exc:  # a parser's slip is still answered and recorded, never a silent drop
+                log.exception("egress: a request head not understood")
+                rec.rule, rec.method = f"request not understood ({exc.__class__.__name__})", talk.method
+                rec.status = await talk.refuse("bad", f"exechost egress: {rec.rule}")
                 return
             if parsed is None:
+                if first:
+                    rec.rule, rec.method = "the client went away before its request ended", talk.method
                 return
             method, name, port, forward, rest, body = parsed
             rec.name, rec.port, rec.method = name, port, method
-            decision = await self.decide(Request(agent_id, sandbox, name, port, method))
+            cap = self.cap(agent_id)
+            if self.held.get(who, 0) >= cap:
+                # Before the decision: a capped sandbox makes no asks either.
+                rec.rule = f"{who} holds {cap} proxy connections already (sandbox.egress.maxConnections)"
+                rec.status = await talk.refuse("busy", _refusal(name, port, rec.rule))
+                return
+            self.held[who] = self.held.get(who, 0) + 1
+            counted = True
+            request = Request(agent_id, sandbox, name, port, method)
+            decision = await self.decide(request)
             rec.rule, rec.decidedBy = decision.rule, decision.by
             if not decision.allowed:
                 rec.status = await talk.refuse("forbidden", _refusal(name, port, decision.rule))
                 return
             try:
-                target = await resolve(name, port, decision.resolve)
+                target = await resolve(name, port, decision.resolve, decision.deny, tunnel=request.tunnel)
             except Refused as exc:
-                rec.rule = f"{decision.rule}; refused: {exc}"
+                rec.rule = f"{decision.rule}; refused: {exc.detail}"
                 rec.status = await talk.refuse("forbidden", _refusal(name, port, str(exc)))
                 return
             rec.address = target.address
             try:
                 upstream = await _connect(loop, target)
             except OSError as exc:
-                rec.error = f"connect {target.address}:{port}: {exc.strerror or exc}"
-                rec.status = await talk.refuse("unreachable", f"exechost egress: {rec.error}")
+                why = exc.strerror or str(exc)
+                rec.error = f"connect {target.address}:{port}: {why}"
+                # (the address stays in the record: a `resolve` entry may map the name somewhere private)
+                rec.status = await talk.refuse("unreachable", f"exechost egress: {name}:{port}: {why}")
                 return
             rec.decision = "allowed"
             rec.status = await talk.established()
@@ -238,16 +292,20 @@ class EgressProxy:
                 more = body - len(rest)
             first = forward + rest
             if first:
-                await loop.sock_sendall(upstream, first)
+                await loop.sock_sendall(upstream, first)  # (our own socket: its flags are ours)
             up, down = await self._relay(client, upstream, more)
             rec.bytesUp, rec.bytesDown = up + len(first), down
-        except (ConnectionError, OSError) as exc:
+        except OSError as exc:
             rec.error = rec.error or str(exc)
         finally:
+            if counted:
+                self.held[who] -= 1
+                if not self.held[who]:
+                    del self.held[who]
             client.close()
             if upstream is not None:
                 upstream.close()
-            if rec.name or rec.status:
+            if rec.name or rec.status or rec.rule:
                 rec.durationMs = int((time.monotonic() - started) * 1000)
                 try:
                     self.record(rec)
@@ -268,14 +326,19 @@ class EgressProxy:
 
 _HTTP_REFUSALS = {
     "bad": (400, "Bad Request"),
+    "timeout": (408, "Request Timeout"),
     "forbidden": (403, "Forbidden"),
+    "busy": (429, "Too Many Requests"),
     "unreachable": (502, "Bad Gateway"),
 }
 _SOCKS_REFUSALS = {
     "bad": socks.GENERAL_FAILURE,
+    "timeout": socks.GENERAL_FAILURE,
     "forbidden": socks.NOT_ALLOWED,
+    "busy": socks.NOT_ALLOWED,
     "unreachable": socks.HOST_UNREACHABLE,
 }
+ANSWER_TIMEOUT_SEC = 5.0  # a refusal fits any socket buffer; a client that will not take it is left
 # method, name, port, head to send upstream, bytes read after it, body length (None: a tunnel's, no end)
 Parsed = tuple[str, str, int, bytes, bytes, int | None]
 
@@ -285,12 +348,12 @@ class _Http:
 
     method = "HTTP"
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, client: socket.socket) -> None:
-        self.loop, self.client = loop, client
+    def __init__(self, client: socket.socket) -> None:
+        self.client = client
         self.connect = False
 
     async def read(self, first: bytes) -> Parsed | None:
-        head, rest = await httphead.read_head(self.loop, self.client, first)
+        head, rest = await httphead.read_head(self.client, first)
         if not head:
             return None
         method, name, port, forward, body = httphead.parse(head)
@@ -299,12 +362,14 @@ class _Http:
 
     async def refuse(self, kind: str, text: str) -> int:
         code, reason = _HTTP_REFUSALS[kind]
-        await httphead.answer(self.loop, self.client, code, reason, text)
+        with contextlib.suppress(OSError, TimeoutError):
+            async with asyncio.timeout(ANSWER_TIMEOUT_SEC):
+                await httphead.answer(self.client, code, reason, text)
         return code
 
     async def established(self) -> int | None:
         if self.connect:
-            await self.loop.sock_sendall(self.client, b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await sockio.sendall(self.client, b"HTTP/1.1 200 Connection established\r\n\r\n")
             return 200
         return None
 
@@ -312,32 +377,32 @@ class _Http:
 class _Socks:
     """SOCKS5 CONNECT (engine.sandbox.egress.socks); refusals are SOCKS reply codes."""
 
-    method = "SOCKS5"
+    method = socks.METHOD
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, client: socket.socket) -> None:
-        self.loop, self.client = loop, client
+    def __init__(self, client: socket.socket) -> None:
+        self.client = client
         self.answered = False
+        self.code: int | None = None  # the handshake's own reply to a request it refused
 
     async def read(self, first: bytes) -> Parsed | None:
         try:
-            name, port, rest = await socks.handshake(self.loop, self.client, first)
+            name, port, rest = await socks.handshake(self.client, first)
         except socks.SocksError as exc:
-            self.answered = True  # the greeting's refusal was sent, or this reply is
-            if exc.code is not None:
-                with contextlib.suppress(OSError):
-                    await self.loop.sock_sendall(self.client, socks.reply(exc.code))
+            self.answered, self.code = exc.code is None, exc.code  # (the greeting's refusal went already)
             raise httphead.BadRequest(str(exc)) from None
         return self.method, name, port, b"", rest, None
 
     async def refuse(self, kind: str, text: str) -> int:
-        code = _SOCKS_REFUSALS[kind]
+        code = self.code if kind == "bad" and self.code is not None else _SOCKS_REFUSALS[kind]
         if not self.answered:
-            with contextlib.suppress(OSError):
-                await self.loop.sock_sendall(self.client, socks.reply(code))
+            self.answered = True
+            with contextlib.suppress(OSError, TimeoutError):
+                async with asyncio.timeout(ANSWER_TIMEOUT_SEC):
+                    await sockio.sendall(self.client, socks.reply(code))
         return code
 
     async def established(self) -> int:
-        await self.loop.sock_sendall(self.client, socks.reply(socks.SUCCEEDED))
+        await sockio.sendall(self.client, socks.reply(socks.SUCCEEDED))
         return socks.SUCCEEDED
 
 
@@ -418,14 +483,14 @@ def _pump(src: socket.socket, dst: socket.socket, limit: int | None = None) -> i
                 stopped = True
                 break
             want = CHUNK if limit is None else min(CHUNK, limit - total)
-            n = os.splice(sfd, w, want, flags=os.SPLICE_F_MOVE)
+            n = _splice(sfd, w, want, sfd, write=False)
             if n == 0:
                 clean = True
                 break
             while n:
                 # Never SPLICE_F_MORE here: it corks the socket, and a short request (a tunnel's GET)
                 # would wait for the cork's 200 ms timeout.
-                m = os.splice(r, dfd, n, flags=os.SPLICE_F_MOVE)
+                m = _splice(r, dfd, n, dfd, write=True)
                 n -= m
                 total += m
     except OSError:
@@ -440,6 +505,16 @@ def _pump(src: socket.socket, dst: socket.socket, limit: int | None = None) -> i
                 src.shutdown(socket.SHUT_RDWR)
                 dst.shutdown(socket.SHUT_RDWR)
     return total
+
+
+def _splice(src: int, dst: int, size: int, sock: int, write: bool) -> int:
+    """One splice(2); when the socket end `sock` turns out non-blocking (its sandbox may set the flag on
+    the description it shares), wait for it in poll(2) and try again rather than take EAGAIN for an end."""
+    while True:
+        try:
+            return os.splice(src, dst, size, flags=os.SPLICE_F_MOVE)
+        except (BlockingIOError, InterruptedError):
+            sockio.wait(sock, write)
 
 
 def _now_ms() -> int:

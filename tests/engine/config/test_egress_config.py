@@ -19,7 +19,7 @@ def test_pip_and_npm_only() -> None:
     policy = resolve_settings(load_config_text(PIP_NPM), "main").egress
     assert decide(policy, "pypi.org", 443).action == "allow"
     assert decide(policy, "files.pythonhosted.org", 443).action == "allow"
-    assert decide(policy, "registry.npmjs.org", 80).action == "allow"
+    assert decide(policy, "registry.npmjs.org", 80, tunnel=False).action == "allow"
     assert decide(policy, "pypi.org", 22).action == "deny"  # a name admits 80 and 443 only
     assert decide(policy, "github.com", 443).action == "deny"
 
@@ -89,14 +89,52 @@ def test_name_normalisation() -> None:
 
 def test_patterns() -> None:
     wild = parse_pattern("*.PythonHosted.org")
-    assert wild.matches("files.pythonhosted.org", 443) and not wild.matches("pythonhosted.org", 443)
-    assert not wild.matches("evilpythonhosted.org", 443)
-    assert parse_pattern("mirror.local:8080").matches("mirror.local", 8080)
-    assert not parse_pattern("mirror.local:8080").matches("mirror.local", 443)
-    assert parse_pattern("any.port:*").matches("any.port", 5432)
-    assert parse_pattern("[2001:db8::1]:443").matches("2001:db8::1", 443)
-    assert approval_entry("pypi.org", 443) == "pypi.org"
+    assert wild.matches("files.pythonhosted.org", 443, True) and not wild.matches("pythonhosted.org", 443, True)
+    assert not wild.matches("evilpythonhosted.org", 443, True)
+    assert parse_pattern("mirror.local:8080").matches("mirror.local", 8080, False)
+    assert parse_pattern("mirror.local:8080").matches("mirror.local", 8080, True)
+    assert not parse_pattern("mirror.local:8080").matches("mirror.local", 443, True)
+    assert parse_pattern("any.port:*").matches("any.port", 5432, True)
+    assert parse_pattern("[2001:db8::1]:443").matches("2001:db8::1", 443, True)
+    # allow-always saves exactly what was asked for: `name:80` never opens 443 (or 443 a plain :80).
+    assert approval_entry("pypi.org", 443) == "pypi.org:443"
+    assert approval_entry("example.org", 80) == "example.org:80"
     assert approval_entry("mirror.local", 8080) == "mirror.local:8080"
+    assert approval_entry("2001:db8::1", 80) == "[2001:db8::1]:80"
+    saved = parse_pattern(approval_entry("example.org", 80))
+    assert saved.matches("example.org", 80, False) and not saved.matches("example.org", 443, True)
+
+
+def test_a_port_less_allow_entry_means_what_a_url_without_a_port_means() -> None:
+    """`name` admits plain http:// to 80 and tunnels (CONNECT, SOCKS5) to 443; nothing else: `CONNECT
+    name:80` is an uninspected tunnel to a plain-HTTP port (any Host inside), so it needs `name:80`."""
+    bare = parse_pattern("example.org")
+    assert bare.matches("example.org", 80, False) and bare.matches("example.org", 443, True)
+    assert not bare.matches("example.org", 80, True) and not bare.matches("example.org", 443, False)
+    policy = EgressPolicy.from_config({"mode": "allowlist", "allow": ["example.org"], "ask": False})
+    assert decide(policy, "example.org", 80, tunnel=True).action == "deny"
+    assert decide(policy, "example.org", 443, tunnel=False).action == "deny"
+    assert decide(policy, "example.org", 8443, tunnel=True).action == "deny"
+    policy = EgressPolicy.from_config({"mode": "allowlist", "allow": ["example.org:80"], "ask": False})
+    assert decide(policy, "example.org", 80, tunnel=True).action == "allow"
+
+
+def test_a_port_less_deny_entry_refuses_every_port() -> None:
+    policy = EgressPolicy.from_config({"mode": "open", "deny": ["evil.org", "*.evil.org"]})
+    for port, tunnel in ((80, False), (443, True), (8443, True), (80, True), (22, True)):
+        assert decide(policy, "evil.org", port, tunnel=tunnel).action == "deny", port
+        assert decide(policy, "a.evil.org", port, tunnel=tunnel).action == "deny", port
+    policy = EgressPolicy.from_config({"mode": "open", "deny": ["evil.org:25"]})
+    assert decide(policy, "evil.org", 443).action == "allow"
+    assert decide(policy, "evil.org", 25).action == "deny"
+
+
+def test_ports_are_ascii_digits_only() -> None:
+    for bad in ("ok.org:\u00b9", "ok.org:\u0663", "ok.org:+80", "ok.org: 80", "ok.org:080080"):
+        with pytest.raises(ValueError, match="bad port"):
+            parse_pattern(bad)
+    with pytest.raises(ConfigError):
+        load_config_text('[agents.defaults.sandbox.egress]\nmode = "open"\nallow = ["ok.org:\u00b2"]\n')
 
 
 def test_deny_wins_and_open_mode() -> None:
