@@ -46,7 +46,8 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
 
         async def decide_it(req: Request) -> Decision:
             verdict = decide(policy, req.name, req.port, tunnel=req.tunnel)
-            return Decision(verdict.action == "allow", verdict.rule, "policy", dict(policy.resolve), policy.deny)
+            allowed = verdict.action == "allow"
+            return Decision(allowed, verdict.rule, "policy", dict(policy.resolve), policy.deny)
 
         proxy = EgressProxy(decide_it, records.append)
         directory = tmp_path / "eg"
