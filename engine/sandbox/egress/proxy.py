@@ -279,7 +279,8 @@ class EgressProxy:
             try:
                 upstream = await _connect(loop, target)
             except OSError as exc:
-                why = exc.strerror or str(exc)
+                # (asyncio's own message names the address: "Connect call failed ('10.0.0.5', 80)")
+                why = os.strerror(exc.errno) if exc.errno else exc.__class__.__name__
                 rec.error = f"connect {target.address}:{port}: {why}"
                 # (the address stays in the record: a `resolve` entry may map the name somewhere private)
                 rec.status = await talk.refuse("unreachable", f"exechost egress: {name}:{port}: {why}")
