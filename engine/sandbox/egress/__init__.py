@@ -2,6 +2,6 @@
 
 `engine.config.egress` decides a name by the allow/deny lists, `addresses` resolves it and refuses what is
 not public, `proxy` is the HTTP forward proxy (plain requests and CONNECT) on one Unix socket per sandbox,
-`forwarder` builds the static in-sandbox helper that hands each loopback connection to that socket, `log`
+`sockio` reads and writes the sandbox's socket whatever its flags say, `forwarder` builds the static in-sandbox helper that hands each loopback connection to that socket, `log`
 keeps the connection history. The gateway (runner/gateway/egress.py) supplies the asks, grants and events.
 """
