@@ -1,8 +1,8 @@
 """Egress proxy holes found by reading it after attackD's tests (tests/attacks/test_fresh_egress.py), each
 closed by construction and kept here as an attack that must keep failing:
 
-- the sandbox owns the O_NONBLOCK flag of the socket it hands over: flipping it must neither freeze the
-  gateway's loop (any protocol, any read) nor cut a relay short;
+- the sandbox owns the O_NONBLOCK flag (and SO_LINGER) of the socket it hands over: flipping it must
+  neither freeze the gateway's loop (any protocol, any read, the close) nor cut a relay short;
 - a request head is accepted by what it may hold (CRLF lines, tokens, printable ASCII targets, ASCII
   digits), and every refusal — bad, late, too many — is answered and recorded;
 - `deny` holds for addresses as well as names, whatever spelling DNS answers in;
@@ -22,6 +22,7 @@ import fcntl
 import ipaddress
 import os
 import socket
+import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -165,6 +166,53 @@ async def test_setting_o_nonblock_during_a_relay_does_not_cut_it_short() -> None
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.") and len(body) == size, (head, len(body))
     assert records[-1].decision == "allowed" and records[-1].bytesDown >= size
+
+
+async def test_a_lingering_close_never_blocks_the_loop() -> None:
+    """SO_LINGER is the sandbox's to set on the socket it shares, too: with a long linger, its own copy
+    closed and the proxy's last bytes unread, a close(2) waits for their acknowledgement. The proxy closes
+    the sandbox's socket off the loop."""
+    loop = asyncio.get_running_loop()
+    records: list[Connection] = []
+    proxy = _rig(records)
+    outcome: dict[str, bool] = {}
+    with origin(big=64 << 10) as o:
+        lst = socket.socket()
+        lst.bind(("127.0.0.1", 0))
+        lst.listen(1)
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window it never drains
+        client.connect(lst.getsockname())
+        accepted, _ = lst.accept()
+        lst.close()
+        mine = accepted.dup()
+        serving = loop.create_task(proxy.serve(accepted, "agentA", "sb"))
+
+        def sandbox() -> None:
+            client.sendall(f"CONNECT {ALLOWED}:{o.port} HTTP/1.1\r\n\r\n".encode())
+            assert _read_head(client).startswith(b"HTTP/1.1 200")
+            mine.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 60))
+            mine.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)  # the answer fits, unsent
+            mine.close()
+            client.sendall(f"GET /big HTTP/1.1\r\nHost: {ALLOWED}\r\n\r\n".encode())
+            client.shutdown(socket.SHUT_WR)  # the relay ends: the download sits in the proxy's buffer
+            while not records:  # the proxy is done with the connection (then it closes the socket)
+                threading.Event().wait(0.01)
+            probe = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop)
+            try:
+                probe.result(timeout=10)  # a liveness bound, not a timing assertion
+                outcome["alive"] = True
+            except TimeoutError:
+                outcome["alive"] = False
+            client.close()  # (a reset: the lingering close, wherever it waits, ends)
+
+        try:
+            await asyncio.to_thread(sandbox)
+            await asyncio.wait_for(serving, 30)
+        finally:
+            client.close()
+            await proxy.close()
+    assert outcome == {"alive": True}, "a lingering close froze the gateway's event loop"
 
 
 # -- heads: what they may hold; every refusal answered and recorded -------------------------------------

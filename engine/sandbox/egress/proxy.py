@@ -10,7 +10,8 @@ address. Bytes are relayed by splice(2) in worker threads, off the event loop. E
 
 The sandbox's socket shares its open file description with whatever copy the sandbox kept, so its flags are
 the sandbox's to change at any time: every read and write of it goes through `sockio`, which never depends
-on O_NONBLOCK (a sandbox that clears it cannot make the gateway's event loop block).
+on O_NONBLOCK (a sandbox that clears it cannot make the gateway's event loop block), and it is closed with
+linger off in a worker thread (SO_LINGER is the sandbox's to set too).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 import os
 import socket
 import stat
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -303,7 +305,6 @@ class EgressProxy:
                 self.held[who] -= 1
                 if not self.held[who]:
                     del self.held[who]
-            client.close()
             if upstream is not None:
                 upstream.close()
             if rec.name or rec.status or rec.rule:
@@ -312,6 +313,15 @@ class EgressProxy:
                     self.record(rec)
                 except Exception:
                     log.exception("egress record failed")
+            await self._dispose(client)
+
+    async def _dispose(self, client: socket.socket) -> None:
+        """Close the sandbox's socket in a worker thread: SO_LINGER on it is the sandbox's to set, and a
+        lingering close(2) of the last reference waits until the unread bytes are acknowledged."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._pool, _close_unlingered, client)
+        except RuntimeError:  # the pool is shut down (the proxy is closing): the descriptor must still go
+            _close_unlingered(client)
 
     async def _relay(
         self, client: socket.socket, upstream: socket.socket, up_limit: int | None
@@ -516,6 +526,14 @@ def _splice(src: int, dst: int, size: int, sock: int, write: bool) -> int:
             return os.splice(src, dst, size, flags=os.SPLICE_F_MOVE)
         except (BlockingIOError, InterruptedError):
             sockio.wait(sock, write)
+
+
+def _close_unlingered(sock: socket.socket) -> None:
+    """Linger off, then close: a sandbox that set SO_LINGER and closed its own copy (so that this close is
+    the last) gets an ordinary close, whose unsent bytes the kernel still delivers in the background."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 0, 0))
+    sock.close()
 
 
 def _now_ms() -> int:
