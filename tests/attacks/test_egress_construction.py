@@ -37,6 +37,7 @@ from engine.sandbox.egress.proxy import SHARED, Connection, Decision, EgressProx
 from tests.helpers.egress import origin
 
 ALLOWED = "allowed.test"
+SIOCOUTQ = 0x5411  # bytes a Unix socket's peer has not read yet
 
 
 def _rig(
@@ -213,6 +214,85 @@ async def test_a_lingering_close_never_blocks_the_loop() -> None:
             client.close()
             await proxy.close()
     assert outcome == {"alive": True}, "a lingering close froze the gateway's event loop"
+
+
+def _lingering_socket() -> tuple[socket.socket, socket.socket]:
+    """(a TCP socket whose close(2) would wait up to 60 s: SO_LINGER on, bytes unsent to a peer that reads
+    nothing; that peer)."""
+    with socket.socket() as lst:
+        lst.bind(("127.0.0.1", 0))
+        lst.listen(1)
+        peer = socket.socket()
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        peer.connect(lst.getsockname())
+        sender, _ = lst.accept()
+    sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    sender.setblocking(False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            sender.send(b"x" * 65536)
+    sender.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 60))
+    return sender, peer
+
+
+@pytest.mark.parametrize("how", ["second descriptor", "wrong byte", "second message", "over the cap"])
+async def test_a_lingering_descriptor_in_flight_never_blocks_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Descriptors the proxy never takes up are closed by the kernel in whichever thread releases them (a
+    second one in the message, truncated; all of a message left unread on a socket the proxy closes): a
+    lingering one would wait there. The proxy releases sandbox descriptors only in worker threads."""
+    loop = asyncio.get_running_loop()
+    records: list[Connection] = []
+    proxy = _rig(records)
+    if how == "over the cap":
+        monkeypatch.setattr(proxy_mod, "MAX_PER_SANDBOX", 0)
+    directory = tmp_path / "eg"
+    directory.mkdir(mode=0o700)
+    await proxy.listen("sb", "agentA", directory)
+    lingering, peer = _lingering_socket()
+    client, accepted = _tcp_pair()
+    outcome: dict[str, bool] = {}
+
+    def sandbox() -> None:
+        unix = socket.socket(socket.AF_UNIX)
+        unix.connect(str(directory / "proxy.sock"))
+        if how == "second descriptor":
+            socket.send_fds(unix, [b"\0"], [accepted.fileno(), lingering.fileno()])
+        elif how == "second message":
+            socket.send_fds(unix, [b"\0"], [accepted.fileno()])
+            socket.send_fds(unix, [b"\0"], [lingering.fileno()])  # (a message the proxy never reads)
+        elif how == "wrong byte":
+            socket.send_fds(unix, [b"\1"], [lingering.fileno()])
+        else:
+            socket.send_fds(unix, [b"\0"], [lingering.fileno()])
+        lingering.close()  # the proxy's copy is the last
+        accepted.close()
+        if how == "second descriptor":  # released as the proxy receives: once nothing is left unread
+            for _ in range(20000):
+                if not struct.unpack("i", fcntl.ioctl(unix, SIOCOUTQ, b"\0" * 4))[0]:
+                    break
+                threading.Event().wait(0.001)
+        else:  # released as the proxy closes the Unix socket
+            unix.settimeout(20)
+            with contextlib.suppress(OSError):
+                while unix.recv(1):
+                    pass
+        probe = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop)
+        try:
+            probe.result(timeout=10)  # a liveness bound, not a timing assertion
+            outcome["alive"] = True
+        except TimeoutError:
+            outcome["alive"] = False
+        unix.close()
+        peer.close()  # (a reset ends the lingering close, wherever it waits)
+        client.close()
+
+    try:
+        await asyncio.to_thread(sandbox)
+    finally:
+        await proxy.close()
+    assert outcome == {"alive": True}, f"a lingering descriptor ({how}) froze the gateway's event loop"
 
 
 # -- heads: what they may hold; every refusal answered and recorded -------------------------------------
@@ -477,6 +557,50 @@ async def test_an_agent_past_its_connection_cap_gets_a_clear_429() -> None:
     assert again.startswith(b"HTTP/1.1 200"), again
 
 
+async def test_an_agents_sandboxes_together_cannot_hold_the_gateways_connections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before their head is read, an agent's connections (all its sandboxes together) are capped too, at
+    its `maxConnections` + UNREAD_HEADROOM: the rest are closed unread, so one agent with many sandboxes
+    cannot take the gateway's 1,024; another agent is still served."""
+    from tests.helpers.gateway import wait_until
+
+    monkeypatch.setattr(proxy_mod, "HANDOFF_TIMEOUT_SEC", 120.0)  # silent ones stay until the cap acts
+    records: list[Connection] = []
+    proxy = _rig(records, cap=lambda agent: 1)
+    limit = 1 + proxy_mod.UNREAD_HEADROOM
+    paths = {}
+    for name, agent in (("sb1", "agentA"), ("sb2", "agentA"), ("sb3", "agentB")):
+        directory = tmp_path / name
+        directory.mkdir(mode=0o700)
+        await proxy.listen(name, agent, directory)
+        paths[name] = str(directory / "proxy.sock")
+    held: list[socket.socket] = []
+
+    def connect(name: str) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(paths[name])
+        held.append(s)
+        return s
+
+    try:
+        for _ in range(limit - 10):
+            connect("sb1")
+        await wait_until(lambda: proxy.open.get("agentA") == limit - 10)
+        late = [connect("sb2") for _ in range(25)]  # 10 fit; the other 15 are closed unread
+        for s in late[10:]:
+            s.settimeout(20)
+            with contextlib.suppress(ConnectionResetError):
+                assert await asyncio.to_thread(s.recv, 1) == b""
+        assert proxy.open["agentA"] == limit
+        connect("sb3")
+        await wait_until(lambda: proxy.open.get("agentB") == 1)
+    finally:
+        for s in held:
+            s.close()
+        await proxy.close()
+
+
 def test_max_connections_is_a_config_key() -> None:
     cfg = load_config_text('[agents.defaults.sandbox.egress]\nmode = "open"\nmaxConnections = 8\n')
     assert EgressPolicy.from_config(cfg.sandbox.egress).max_connections == 8
@@ -520,7 +644,7 @@ async def test_the_shared_sandbox_records_its_connections_as_shared(tmp_path: Pa
         await proxy.close()
     assert reply.startswith(b"HTTP/1.1 403")
     (rec,) = records
-    assert rec.principal == SHARED and rec.agentId == "agentA" and seen == ["agentA"]
+    assert rec.principal == SHARED and rec.agentId == "agentA" and set(seen) == {"agentA"}
     from runner.cli.sandbox import format_egress
 
     assert "shared (settings of agentA)" in format_egress([rec.to_json()])

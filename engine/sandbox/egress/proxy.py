@@ -43,6 +43,12 @@ HANDOFF_TIMEOUT_SEC = 5.0  # the forwarder sends its descriptor at once; a silen
 # past these a new one is closed unread, so no sandbox can run the gateway out of descriptors or threads.
 MAX_PER_SANDBOX = 256
 MAX_TOTAL = 1024
+# Per principal, connections still reading their head beyond its `maxConnections` (those past their head
+# are answered 429 at the cap); past this too, a new one is closed unread like past the caps above.
+UNREAD_HEADROOM = 64
+# Closes of one listener's refused connections in flight (each may release a lingering descriptor the
+# sandbox sent, and waits in a worker thread for it): past it, that listener accepts nothing until they end.
+CLOSING_MAX = 8
 CHUNK = 1 << 20
 F_SETPIPE_SZ = 1031
 SHARED = "shared"  # the principal of the shared-scope sandbox's connections (see `listen`)
@@ -114,6 +120,8 @@ class _Listener:
     sock: socket.socket
     task: asyncio.Task[None]
     active: int = 0
+    closing: int = 0
+    drained: asyncio.Event = field(default_factory=asyncio.Event)  # set while closing < CLOSING_MAX
 
 
 class EgressProxy:
@@ -126,7 +134,9 @@ class EgressProxy:
         self._listeners: dict[str, _Listener] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._pool = ThreadPoolExecutor(max_workers=2 * MAX_TOTAL, thread_name_prefix="egress")
+        self._closer = ThreadPoolExecutor(max_workers=MAX_TOTAL, thread_name_prefix="egress-close")
         self.active = 0  # connections of every sandbox
+        self.open: dict[str, int] = {}  # per principal: connections from accept to close
         self.held: dict[str, int] = {}  # per principal: connections past their head (deciding or relaying)
 
     def listening(self, sandbox: str) -> bool:
@@ -164,6 +174,7 @@ class EgressProxy:
         task = asyncio.get_running_loop().create_task(self._accept(sandbox, sock))
         principal = SHARED if shared else agent_id
         self._listeners[sandbox] = _Listener(sandbox, agent_id, principal, path, sock, task)
+        self._listeners[sandbox].drained.set()
 
     def stop(self, sandbox: str) -> None:
         known = self._listeners.pop(sandbox, None)
@@ -178,10 +189,14 @@ class EgressProxy:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._closer.shutdown(wait=False)
 
     async def _accept(self, sandbox: str, lsock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            known = self._listeners.get(sandbox)
+            if known is not None:
+                await known.drained.wait()
             try:
                 conn, _ = await loop.sock_accept(lsock)
             except OSError as exc:
@@ -189,27 +204,61 @@ class EgressProxy:
                 await asyncio.sleep(0.05)
                 continue
             listener = self._listeners.get(sandbox)
-            if listener is None or listener.active >= MAX_PER_SANDBOX or self.active >= MAX_TOTAL:
-                conn.close()  # (the descriptor in flight, unread, is closed with it)
+            if (
+                listener is None
+                or listener.active >= MAX_PER_SANDBOX
+                or self.active >= MAX_TOTAL
+                or self.open.get(listener.principal, 0) >= self.cap(listener.agent_id) + UNREAD_HEADROOM
+            ):
+                self._release(listener, conn)  # (the descriptor in flight, unread, goes with it)
                 continue
             listener.active += 1
             self.active += 1
+            self.open[listener.principal] = self.open.get(listener.principal, 0) + 1
             task = loop.create_task(self._handoff(listener, conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    def _release(self, listener: _Listener | None, conn: socket.socket) -> None:
+        """Close a Unix connection unread, in a closer thread: the descriptors in flight on it are released
+        by that close(2), and a lingering TCP socket's release waits for its peer's acknowledgement."""
+        try:
+            done = asyncio.get_running_loop().run_in_executor(self._closer, conn.close)
+        except RuntimeError:  # the proxy is closing
+            conn.close()
+            return
+        if listener is None:
+            return
+        listener.closing += 1
+        if listener.closing >= CLOSING_MAX:
+            listener.drained.clear()
+
+        def closed(_: object) -> None:
+            listener.closing -= 1
+            if listener.closing < CLOSING_MAX:
+                listener.drained.set()
+
+        done.add_done_callback(closed)
+
     async def _handoff(self, listener: _Listener, conn: socket.socket) -> None:
         """The forwarder's message: one NUL byte and one descriptor, a TCP socket of the sandbox."""
+        loop = asyncio.get_running_loop()
+        handed = False
         try:
-            try:
-                client = await _receive_socket(conn)
-            finally:
-                conn.close()
-            if client is not None:
-                await self.serve(client, listener.agent_id, listener.sandbox, listener.principal)
+            if await _readable(conn):
+                taken = loop.run_in_executor(self._pool, _take_socket, conn)  # (closes conn)
+                handed = True
+                client = await taken
+                if client is not None:
+                    await self.serve(client, listener.agent_id, listener.sandbox, listener.principal)
         finally:
+            if not handed:
+                self._release(listener, conn)
             listener.active -= 1
             self.active -= 1
+            self.open[listener.principal] -= 1
+            if not self.open[listener.principal]:
+                del self.open[listener.principal]
 
     # -- one connection ---------------------------------------------------------------------------
 
@@ -421,8 +470,8 @@ def _refusal(name: str, port: int, why: str) -> str:
     return f"exechost egress refused {name}:{port}: {why}"
 
 
-async def _receive_socket(conn: socket.socket) -> socket.socket | None:
-    """The TCP socket the forwarder sent, or None (anything else sent, or no descriptor, is dropped)."""
+async def _readable(conn: socket.socket) -> bool:
+    """Whether the forwarder's message arrived within HANDOFF_TIMEOUT_SEC (nothing is read here)."""
     loop = asyncio.get_running_loop()
     conn.setblocking(False)
     ready: asyncio.Future[None] = loop.create_future()
@@ -436,29 +485,40 @@ async def _receive_socket(conn: socket.socket) -> socket.socket | None:
         async with asyncio.timeout(HANDOFF_TIMEOUT_SEC):
             await ready
     except TimeoutError:
-        return None
+        return False
     finally:
         loop.remove_reader(conn.fileno())
+    return True
+
+
+def _take_socket(conn: socket.socket) -> socket.socket | None:
+    """In a worker thread: the TCP socket the forwarder sent, or None (anything else sent, or no
+    descriptor, is dropped); `conn` is closed. Here because a descriptor the proxy does not keep (one of
+    several, truncated by the kernel; one in a message left unread) is released by whichever thread
+    receives or closes, and a lingering TCP socket's release waits for its peer."""
     try:
-        data, fds, _flags, _addr = socket.recv_fds(conn, 1, 1)
-    except OSError:
-        return None
-    if data != b"\0" or len(fds) != 1:
-        for fd in fds:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(conn, 1, 1, socket.MSG_DONTWAIT)
+        except OSError:
+            return None
+        if data != b"\0" or len(fds) != 1:
+            for fd in fds:
+                _close_fd_unlingered(fd)
+            return None
+        fd = fds[0]
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                raise OSError("not a socket")
+            sock = socket.socket(fileno=fd)
+        except OSError:
             os.close(fd)
-        return None
-    fd = fds[0]
-    try:
-        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-            raise OSError("not a socket")
-        sock = socket.socket(fileno=fd)
-    except OSError:
-        os.close(fd)
-        return None
-    if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        sock.close()
-        return None
-    return sock
+            return None
+        if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+            _close_unlingered(sock)
+            return None
+        return sock
+    finally:
+        conn.close()
 
 
 async def _connect(loop: asyncio.AbstractEventLoop, target: Target) -> socket.socket:
@@ -526,6 +586,15 @@ def _splice(src: int, dst: int, size: int, sock: int, write: bool) -> int:
             return os.splice(src, dst, size, flags=os.SPLICE_F_MOVE)
         except (BlockingIOError, InterruptedError):
             sockio.wait(sock, write)
+
+
+def _close_fd_unlingered(fd: int) -> None:
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:  # not a socket: nothing lingers
+        os.close(fd)
+        return
+    _close_unlingered(sock)
 
 
 def _close_unlingered(sock: socket.socket) -> None:
