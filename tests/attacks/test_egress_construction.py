@@ -254,20 +254,22 @@ async def test_a_lingering_descriptor_in_flight_never_blocks_the_loop(
     client, accepted = _tcp_pair()
     outcome: dict[str, bool] = {}
 
+    # Sent from the loop's own thread, so that the proxy handles none of it before all of it is sent.
+    unix = socket.socket(socket.AF_UNIX)
+    unix.connect(str(directory / "proxy.sock"))
+    if how == "second descriptor":
+        socket.send_fds(unix, [b"\0"], [accepted.fileno(), lingering.fileno()])
+    elif how == "second message":
+        socket.send_fds(unix, [b"\0"], [accepted.fileno()])
+        socket.send_fds(unix, [b"\0"], [lingering.fileno()])  # (a message the proxy never reads)
+    elif how == "wrong byte":
+        socket.send_fds(unix, [b"\1"], [lingering.fileno()])
+    else:
+        socket.send_fds(unix, [b"\0"], [lingering.fileno()])
+    lingering.close()  # the proxy's copy is the last
+    accepted.close()
+
     def sandbox() -> None:
-        unix = socket.socket(socket.AF_UNIX)
-        unix.connect(str(directory / "proxy.sock"))
-        if how == "second descriptor":
-            socket.send_fds(unix, [b"\0"], [accepted.fileno(), lingering.fileno()])
-        elif how == "second message":
-            socket.send_fds(unix, [b"\0"], [accepted.fileno()])
-            socket.send_fds(unix, [b"\0"], [lingering.fileno()])  # (a message the proxy never reads)
-        elif how == "wrong byte":
-            socket.send_fds(unix, [b"\1"], [lingering.fileno()])
-        else:
-            socket.send_fds(unix, [b"\0"], [lingering.fileno()])
-        lingering.close()  # the proxy's copy is the last
-        accepted.close()
         if how == "second descriptor":  # released as the proxy receives: once nothing is left unread
             for _ in range(20000):
                 if not struct.unpack("i", fcntl.ioctl(unix, SIOCOUTQ, b"\0" * 4))[0]:
