@@ -628,6 +628,7 @@ def _egress_lines(e: dict[str, Any] | None) -> list[str]:
             f"  deny: {', '.join(e['deny']) or '-'}",
             f"  ask: {str(e['ask']).lower()}  resolve: "
             + (", ".join(f"{k}={v}" for k, v in e["resolve"].items()) or "-"),
+            f"  maxConnections: {e.get('maxConnections', '-')}",
             f"  proxy: {e['proxy']} inside, {e['socket']} on the host",
         ]
     return [*lines, ""]

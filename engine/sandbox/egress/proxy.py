@@ -22,8 +22,6 @@ import fcntl
 import logging
 import os
 import socket
-import stat
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.config.egress import MAX_CONNECTIONS, Pattern
-from engine.sandbox.egress import httphead, sockio, socks
+from engine.sandbox.egress import handoff, httphead, sockio, socks
 from engine.sandbox.egress.addresses import Refused, Target, resolve
 
 log = logging.getLogger(__name__)
@@ -208,7 +206,7 @@ class EgressProxy:
                 listener is None
                 or listener.active >= MAX_PER_SANDBOX
                 or self.active >= MAX_TOTAL
-                or self.open.get(listener.principal, 0) >= self.cap(listener.agent_id) + UNREAD_HEADROOM
+                or self.open.get(listener.principal, 0) >= self._cap(listener.agent_id) + UNREAD_HEADROOM
             ):
                 self._release(listener, conn)  # (the descriptor in flight, unread, goes with it)
                 continue
@@ -218,6 +216,13 @@ class EgressProxy:
             task = loop.create_task(self._handoff(listener, conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _cap(self, agent_id: str) -> int:
+        try:
+            return self.cap(agent_id)
+        except Exception:  # (a config the reload could not read: the listener must keep accepting)
+            log.exception("egress: maxConnections of %s", agent_id)
+            return MAX_CONNECTIONS
 
     def _release(self, listener: _Listener | None, conn: socket.socket) -> None:
         """Close a Unix connection unread, in a closer thread: the descriptors in flight on it are released
@@ -245,8 +250,8 @@ class EgressProxy:
         loop = asyncio.get_running_loop()
         handed = False
         try:
-            if await _readable(conn):
-                taken = loop.run_in_executor(self._pool, _take_socket, conn)  # (closes conn)
+            if await handoff.readable(conn, HANDOFF_TIMEOUT_SEC):
+                taken = loop.run_in_executor(self._pool, handoff.take_socket, conn)  # (closes conn)
                 handed = True
                 client = await taken
                 if client is not None:
@@ -306,7 +311,7 @@ class EgressProxy:
                 return
             method, name, port, forward, rest, body = parsed
             rec.name, rec.port, rec.method = name, port, method
-            cap = self.cap(agent_id)
+            cap = self._cap(agent_id)
             if self.held.get(who, 0) >= cap:
                 # Before the decision: a capped sandbox makes no asks either.
                 rec.rule = f"{who} holds {cap} proxy connections already (sandbox.egress.maxConnections)"
@@ -368,9 +373,9 @@ class EgressProxy:
         """Close the sandbox's socket in a worker thread: SO_LINGER on it is the sandbox's to set, and a
         lingering close(2) of the last reference waits until the unread bytes are acknowledged."""
         try:
-            await asyncio.get_running_loop().run_in_executor(self._pool, _close_unlingered, client)
+            await asyncio.get_running_loop().run_in_executor(self._pool, handoff.close_unlingered, client)
         except RuntimeError:  # the pool is shut down (the proxy is closing): the descriptor must still go
-            _close_unlingered(client)
+            handoff.close_unlingered(client)
 
     async def _relay(
         self, client: socket.socket, upstream: socket.socket, up_limit: int | None
@@ -470,57 +475,6 @@ def _refusal(name: str, port: int, why: str) -> str:
     return f"exechost egress refused {name}:{port}: {why}"
 
 
-async def _readable(conn: socket.socket) -> bool:
-    """Whether the forwarder's message arrived within HANDOFF_TIMEOUT_SEC (nothing is read here)."""
-    loop = asyncio.get_running_loop()
-    conn.setblocking(False)
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def readable() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(conn.fileno(), readable)
-    try:
-        async with asyncio.timeout(HANDOFF_TIMEOUT_SEC):
-            await ready
-    except TimeoutError:
-        return False
-    finally:
-        loop.remove_reader(conn.fileno())
-    return True
-
-
-def _take_socket(conn: socket.socket) -> socket.socket | None:
-    """In a worker thread: the TCP socket the forwarder sent, or None (anything else sent, or no
-    descriptor, is dropped); `conn` is closed. Here because a descriptor the proxy does not keep (one of
-    several, truncated by the kernel; one in a message left unread) is released by whichever thread
-    receives or closes, and a lingering TCP socket's release waits for its peer."""
-    try:
-        try:
-            data, fds, _flags, _addr = socket.recv_fds(conn, 1, 1, socket.MSG_DONTWAIT)
-        except OSError:
-            return None
-        if data != b"\0" or len(fds) != 1:
-            for fd in fds:
-                _close_fd_unlingered(fd)
-            return None
-        fd = fds[0]
-        try:
-            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-                raise OSError("not a socket")
-            sock = socket.socket(fileno=fd)
-        except OSError:
-            os.close(fd)
-            return None
-        if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
-            _close_unlingered(sock)
-            return None
-        return sock
-    finally:
-        conn.close()
-
-
 async def _connect(loop: asyncio.AbstractEventLoop, target: Target) -> socket.socket:
     sock = socket.socket(target.family, socket.SOCK_STREAM)
     sock.setblocking(False)
@@ -586,23 +540,6 @@ def _splice(src: int, dst: int, size: int, sock: int, write: bool) -> int:
             return os.splice(src, dst, size, flags=os.SPLICE_F_MOVE)
         except (BlockingIOError, InterruptedError):
             sockio.wait(sock, write)
-
-
-def _close_fd_unlingered(fd: int) -> None:
-    try:
-        sock = socket.socket(fileno=fd)
-    except OSError:  # not a socket: nothing lingers
-        os.close(fd)
-        return
-    _close_unlingered(sock)
-
-
-def _close_unlingered(sock: socket.socket) -> None:
-    """Linger off, then close: a sandbox that set SO_LINGER and closed its own copy (so that this close is
-    the last) gets an ordinary close, whose unsent bytes the kernel still delivers in the background."""
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 0, 0))
-    sock.close()
 
 
 def _now_ms() -> int:

@@ -155,3 +155,4 @@ def test_explain_shows_the_way_out() -> None:
     assert egress["resolve"] == {"mirror.lan": "10.0.0.5"} and egress["proxy"] == "http://127.0.0.1:3128"
     assert egress["socket"].endswith("/proxy.sock")
     assert admin.explain(load_config_text(""))["egress"]["socket"] is None
+    assert admin.explain(load_config_text(""))["egress"]["maxConnections"] == 256
