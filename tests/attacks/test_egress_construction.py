@@ -603,6 +603,29 @@ async def test_an_agents_sandboxes_together_cannot_hold_the_gateways_connections
         await proxy.close()
 
 
+async def test_the_gateway_reads_max_connections_per_agent_as_the_config_changes(tmp_path: Path) -> None:
+    """The hub's cap follows the agent's own key over the global one, and a reloaded config at once."""
+    from types import SimpleNamespace
+
+    from runner.egress import EgressHub
+
+    text = (
+        '[agents.defaults.sandbox.egress]\nmode = "open"\nmaxConnections = 7\n'
+        '[[agents.list]]\nid = "b"\nsandbox.egress.maxConnections = 3\n'
+    )
+    current = {"config": load_config_text(text)}
+    services = SimpleNamespace(state_dir=tmp_path, config=lambda: current["config"])
+    hub = EgressHub(services)  # type: ignore[arg-type]
+    try:
+        assert (hub.cap("main"), hub.cap("b")) == (7, 3)
+        current["config"] = load_config_text(text.replace("= 7", "= 9"))
+        assert (hub.cap("main"), hub.cap("b")) == (9, 3)
+        current["config"] = load_config_text("")
+        assert hub.cap("main") == proxy_mod.MAX_CONNECTIONS
+    finally:
+        await hub.proxy.close()
+
+
 def test_max_connections_is_a_config_key() -> None:
     cfg = load_config_text('[agents.defaults.sandbox.egress]\nmode = "open"\nmaxConnections = 8\n')
     assert EgressPolicy.from_config(cfg.sandbox.egress).max_connections == 8
