@@ -204,9 +204,14 @@ def decide(
     hit = first_match(approved, name, port, tunnel)
     if hit is not None:
         return Verdict("allow", f"approved entry {hit.text!r}")
+    why = f"{name}:{port} is not in the allowlist"
+    bare = next((p for p in policy.allow if p.default and p.matches(name, port, not tunnel)), None)
+    if bare is not None:  # the name is there without a port: say what that admits
+        what = "tunnels (CONNECT, SOCKS5) to 443 and plain http:// to 80"
+        why += f" (entry {bare.text!r} admits {what} only; {approval_entry(name, port)!r} admits this)"
     if policy.ask:
-        return Verdict("ask", f"{name}:{port} is not in the allowlist")
-    return Verdict("deny", f"{name}:{port} is not in the allowlist (ask = false)")
+        return Verdict("ask", why)
+    return Verdict("deny", f"{why} (ask = false)")
 
 
 def approval_entry(name: str, port: int) -> str:

@@ -687,5 +687,6 @@ async def test_a_port_less_entry_does_not_admit_connect_to_port_80() -> None:
     finally:
         await proxy.close()
     assert reply.startswith(b"HTTP/1.1 403") and b"not in the allowlist" in reply, reply
+    assert b"admits tunnels (CONNECT, SOCKS5) to 443" in reply  # (says why, and what would admit it)
     assert socks[2:4] == b"\x05\x02", socks  # SOCKS5 is a tunnel too: "not allowed by ruleset"
     assert [r.decision for r in records] == ["refused", "refused"]
