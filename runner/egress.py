@@ -193,7 +193,7 @@ class EgressHub:
     def _remember(self, record: ApprovalRecord, req: Request) -> None:
         """allow-always: the name into the agent's egress allowlist, or (with limits) a grant, once per
         record however many connections waited on it."""
-        entry = approval_entry(req.name, req.port)
+        entry = approval_entry(req.name, req.port, req.tunnel)
         try:
             if record.grant is not None:
                 if record.grant_id is None:

@@ -4,8 +4,10 @@ the verdict of its lists (the proxy that applies it is engine.sandbox.egress).
 A pattern is a name (`pypi.org`) or `*.` and a name (`*.pythonhosted.org`: every subdomain, not the name
 itself), optionally with `:port` (`:*` for any port). Without a port, an `allow` entry admits what a URL
 without a port means: plain `http://` requests to port 80, and tunnels (CONNECT, SOCKS5: TLS the proxy does
-not read) to port 443 only, so `CONNECT name:80` needs `name:80`. Without a port, a `deny` entry refuses
-every port. `deny` wins over everything, and is checked again against every address a name resolves to
+not read) to port 443 only, so `CONNECT name:80` needs `name:80`. An `http://` prefix admits plain requests
+only (`http://name:8080`): what an allow-always of a plain request saves, so that approving a plain request
+never admits an unread tunnel to its port. Without a port, a `deny` entry refuses every port. `deny` wins
+over everything, and is checked again against every address a name resolves to
 (engine.sandbox.egress.addresses); IP literals match only an entry that spells the same address.
 """
 
@@ -74,9 +76,12 @@ class Pattern:
     wildcard: bool
     ports: frozenset[int] | None
     default: bool = False
+    plain: bool = False  # `http://…`: plain requests only, never a tunnel
 
     def matches(self, name: str, port: int, tunnel: bool) -> bool:
         """`tunnel`: a CONNECT or SOCKS5 connection (bytes the proxy does not read), not a plain request."""
+        if self.plain and tunnel:
+            return False
         if self.default:
             if port != (TUNNEL_PORT if tunnel else HTTP_PORT):
                 return False
@@ -88,11 +93,13 @@ class Pattern:
 
 
 def parse_pattern(text: str) -> Pattern:
-    """`name`, `*.name`, either with `:port` or `:*`; ValueError with the reason."""
+    """`name`, `*.name`, either with `:port` or `:*`, optionally after `http://`; ValueError with the
+    reason."""
     raw = text.strip()
     ports: frozenset[int] | None = None
     default = True
-    host = raw
+    plain = raw[:7].lower() == "http://"
+    host = raw = raw[7:] if plain else raw
     if raw.startswith("["):
         end = raw.find("]")
         if end < 0:
@@ -117,7 +124,7 @@ def parse_pattern(text: str) -> Pattern:
     if wildcard and ("." not in name or _is_ip(name)):
         # `*.com` would admit a whole top-level domain; `*.1.2.3.4` is no name at all.
         raise ValueError(f"invalid egress entry {text!r}: a wildcard needs a domain of two labels or more")
-    return Pattern(raw, name, wildcard, ports, default)
+    return Pattern(text.strip(), name, wildcard, ports, default, plain)
 
 
 def _ports(text: str, entry: str) -> frozenset[int] | None:
@@ -156,9 +163,10 @@ class EgressPolicy:
         return cls(
             mode=str(raw.get("mode", "none")),
             allow=tuple(parse_pattern(str(p)) for p in _list(raw.get("allow"))),
-            # A port-less deny entry refuses every port (one that admitted 8443 would be no deny at all).
+            # A port-less deny entry refuses every port (one that admitted 8443 would be no deny at all),
+            # and an `http://` one tunnels too.
             deny=tuple(
-                replace(p, default=False) for p in map(parse_pattern, map(str, _list(raw.get("deny"))))
+                replace(p, default=False, plain=False) for p in map(parse_pattern, map(str, _list(raw.get("deny"))))
             ),
             ask=bool(raw.get("ask", True)),
             resolve=resolve,
@@ -214,8 +222,9 @@ def decide(
     return Verdict("deny", f"{why} (ask = false)")
 
 
-def approval_entry(name: str, port: int) -> str:
+def approval_entry(name: str, port: int, tunnel: bool = True) -> str:
     """What an allow-always saves: exactly the name and port that were asked for (`name:80` never opens
-    443 too, nor a tunnel to 80 a plain request, since `name:port` admits that port by either way)."""
+    443 too), and for a plain request `http://name:port`, which admits no tunnel (a CONNECT to port 80 is
+    plain HTTP the proxy does not read)."""
     host = f"[{name}]" if ":" in name else name
-    return f"{host}:{port}"
+    return f"{host}:{port}" if tunnel else f"http://{host}:{port}"

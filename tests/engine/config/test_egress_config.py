@@ -97,13 +97,29 @@ def test_patterns() -> None:
     assert not parse_pattern("mirror.local:8080").matches("mirror.local", 443, True)
     assert parse_pattern("any.port:*").matches("any.port", 5432, True)
     assert parse_pattern("[2001:db8::1]:443").matches("2001:db8::1", 443, True)
-    # allow-always saves exactly what was asked for: `name:80` never opens 443 (or 443 a plain :80).
+    # allow-always saves exactly what was asked for: `name:80` never opens 443, and a plain request's
+    # approval (`http://name:port`) never a tunnel to its port.
     assert approval_entry("pypi.org", 443) == "pypi.org:443"
-    assert approval_entry("example.org", 80) == "example.org:80"
+    assert approval_entry("example.org", 80, tunnel=False) == "http://example.org:80"
     assert approval_entry("mirror.local", 8080) == "mirror.local:8080"
-    assert approval_entry("2001:db8::1", 80) == "[2001:db8::1]:80"
-    saved = parse_pattern(approval_entry("example.org", 80))
-    assert saved.matches("example.org", 80, False) and not saved.matches("example.org", 443, True)
+    assert approval_entry("2001:db8::1", 80, tunnel=False) == "http://[2001:db8::1]:80"
+    saved = parse_pattern(approval_entry("example.org", 80, tunnel=False))
+    assert saved.matches("example.org", 80, False)
+    assert not saved.matches("example.org", 80, True) and not saved.matches("example.org", 443, True)
+    tunnel = parse_pattern(approval_entry("example.org", 443))
+    assert tunnel.matches("example.org", 443, True) and not tunnel.matches("example.org", 80, True)
+
+
+def test_an_http_entry_admits_plain_requests_only() -> None:
+    for text in ("http://example.org", "HTTP://example.org:80", "http://*.org.example"):
+        entry = parse_pattern(text)
+        name = "a.org.example" if entry.wildcard else "example.org"
+        assert entry.matches(name, 80, False) and not entry.matches(name, 80, True), text
+    assert parse_pattern("http://example.org:8080").matches("example.org", 8080, False)
+    policy = EgressPolicy.from_config({"mode": "open", "deny": ["http://evil.org"]})
+    assert decide(policy, "evil.org", 443, tunnel=True).action == "deny"  # (a deny entry denies tunnels too)
+    with pytest.raises(ConfigError):
+        load_config_text('[agents.defaults.sandbox.egress]\nmode = "open"\nallow = ["https://x.org"]\n')
 
 
 def test_a_port_less_allow_entry_means_what_a_url_without_a_port_means() -> None:
