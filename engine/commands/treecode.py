@@ -253,6 +253,17 @@ def makefile_sources(makefile: str) -> list[str]:
     return out
 
 
+def tree_program(argv: Sequence[str], paths: Sequence[str | None]) -> str | None:
+    """The program findings_for vets this command as (`git` or a TREE_PROGRAMS name), or None: a command
+    that runs nothing from a tree (known by its name as typed or by any path it resolves to)."""
+    if not argv:
+        return None
+    candidates = [name_of(argv[0]), *(name_of(p) for p in paths if p)]
+    if "git" in candidates:
+        return "git"
+    return next((c for c in candidates if c in TREE_PROGRAMS), None)
+
+
 def findings_for(
     argv: Sequence[str],
     paths: Sequence[str | None],
@@ -263,15 +274,12 @@ def findings_for(
     """What this one command would run from a tree the agent can write. `paths` are the executable as
     resolved (real path first): a program is known by its name as typed or by any path it resolves to
     (`/usr/bin/npm` → `npm-cli.js`, `~/.cargo/bin/cargo` → `rustup`)."""
-    if not argv:
-        return []
-    real = next((p for p in paths if p), None)
-    candidates = [name_of(argv[0]), *(name_of(p) for p in paths if p)]
-    if "git" in candidates:
-        return gitvet.vet(real, argv, cwd, record) if real is not None else []
-    program = next((c for c in candidates if c in TREE_PROGRAMS), None)
+    program = tree_program(argv, paths)
     if program is None:
         return []
+    if program == "git":
+        real = next((p for p in paths if p), None)
+        return gitvet.vet(real, argv, cwd, record) if real is not None else []
     spec = TREE_PROGRAMS[program]
     files = _tree_files(program, spec, argv, cwd)
     return [Finding(program, path, spec.what) for path in files if agent_writable(path, sandbox_roots)]
@@ -323,6 +331,11 @@ class TreeVet:
         for argv, paths in self.commands:
             now += findings_for(argv, paths, cwd or self.cwd, self.roots, record)
         return list(dict.fromkeys(now))
+
+    @property
+    def vets_nothing(self) -> bool:
+        """No command here is one findings_for looks at: pin() finds nothing, whatever the tree holds now."""
+        return all(tree_program(argv, paths) is None for argv, paths in self.commands)
 
     def pin(self, anchor: str | None = None) -> gitvet.Record:
         """Vet again, keeping every byte read: the record the run is pinned to (engine.commands.pinned).

@@ -17,6 +17,7 @@ from engine.protocol.frames import (
     ErrorFrame,
     Event,
     GatewayNotAnswering,
+    GatewayNotRunning,
     GatewayUnavailable,
     ProtocolError,
     RemoteError,
@@ -59,7 +60,7 @@ class SyncClient:
             try:
                 sock.connect(str(path))
             except (FileNotFoundError, ConnectionRefusedError) as exc:
-                raise GatewayUnavailable(f"no gateway is listening on {path} ({exc.strerror})") from None
+                raise GatewayNotRunning(f"no gateway is listening on {path} ({exc.strerror})") from None
             except OSError as exc:
                 raise GatewayUnavailable(f"cannot connect to {path}: {exc.strerror or exc}") from None
             secret = gateway_secret(state, None)

@@ -11,7 +11,9 @@ pipes or a PTY) it is the parent, so it alone reaps it and learns its exit code;
 - appends every output chunk, framed, to `<id>.spool` (0600; capped) before or instead of sending it: the
   spool is the buffer, so a slow or absent gateway never stalls a command, and a gateway that attaches
   later is sent the spool from byte 0, then live frames;
-- writes `<id>.json` (what the session is) at spawn and `<id>.exit` (code, signal, time) at the end;
+- writes `<id>.json` (what the session is) before the spawn, again with the pid once the reply is sent
+  (not for a command that already ended: its pid names nothing), and `<id>.exit` (code, signal, time)
+  at the end;
 - keeps a finished session until a gateway has collected its end (`CLOSE`).
 
 Per idle session it holds two fds for pipes (a socketpair end for stdin+stdout, a pipe for stderr; two
@@ -88,6 +90,7 @@ class Host(hio.SessionIO):
         self.out = bytearray()
         self.fd_queue: list[int] = []
         self.exits: list[tuple[str, dict[str, Any]]] = []
+        self.metas: list[tuple[hio.Session, object]] = []  # `<id>.json` with the pid, written after the reply
         self.linger: tuple[float, hio.Session] | None = None  # hold our writes until then, or its end
         self.idle_since = time.monotonic()
         self.checked_at = time.monotonic()
@@ -135,6 +138,10 @@ class Host(hio.SessionIO):
                     self.linger = None
             if self.linger is None:
                 self._flush()
+                metas, self.metas = self.metas, []
+                for held, meta in metas:
+                    if held.exit is None:  # an ended command's pid names nothing (adoption reads it live)
+                        self._write_meta(held, meta)
                 if self.exits:
                     self._write_exits()
             if now - self.checked_at >= CHECK_SEC:
@@ -284,7 +291,9 @@ class Host(hio.SessionIO):
                 # A quick command's reply, output, EOF and exit go in one write: one wake-up of the
                 # gateway instead of two. A command still running when the linger ends is answered then.
                 self.linger = (time.monotonic() + LINGER_SEC, s)
-                self._write_meta(s, msg.get("meta"))
+                # The pid goes to `<id>.json` after the reply is sent (the claim before the spawn is what
+                # a next gateway relies on): one file write less between the command and its result.
+                self.metas.append((s, msg.get("meta")))
             except Exception as exc:  # the command could not start: say why
                 err = getattr(exc, "errno", None)
                 limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -322,6 +331,7 @@ class Host(hio.SessionIO):
             self._reply(msg.get("req"), {"chan": s.chan, "pid": s.pid, "pty": s.pty})
             self.behind[s] = None  # the spool from byte 0, then live
         elif kind == hio.FORGET and hio.valid_id(msg.get("id")):
+            self.metas = [(s, meta) for s, meta in self.metas if s.sid != msg["id"]]  # never written back
             for suffix in ("json", "spool", "exit", "done"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"{msg['id']}.{suffix}")

@@ -309,8 +309,8 @@ class ExecTool:
         """The private view the run starts in: git pointed at the repository vetted, every file a host
         tool or a script takes code from a read-only copy of the bytes checked (issue 27 §4, §5)."""
         d = prepared.decision
-        if prepared.host != "gateway" or (d.tree is None and not run.rereads):
-            return PinnedView()
+        if prepared.host != "gateway" or ((d.tree is None or d.tree.vets_nothing) and not run.rereads):
+            return PinnedView()  # nothing to pin (view_for's answer too): no thread hop for it
         return await asyncio.to_thread(view_for, d.tree, run.rereads, anchor)
 
     @staticmethod

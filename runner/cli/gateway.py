@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine import statefs
-from engine.protocol.frames import GatewayNotAnswering, GatewayUnavailable, RemoteError, socket_path
+from engine.protocol.frames import (
+    GatewayNotAnswering,
+    GatewayNotRunning,
+    GatewayUnavailable,
+    RemoteError,
+    socket_path,
+)
 from engine.protocol.syncclient import SyncClient
 from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit
 
@@ -63,16 +69,33 @@ def sync_client(
     return None
 
 
-def running_client(*, operator: bool = False) -> SyncClient | None:
+def running_client(*, operator: bool = False, agent: str | None = None) -> SyncClient | None:
     """A connection to the gateway when one is running, None when none is: read-only verbs then read the
     state files themselves and never start a daemon (on a node's state dir least of all)."""
     with cli_failures():
         try:
-            return SyncClient.connect(client="cli", name="cli", operator=operator)
+            return SyncClient.connect(client="cli", name="cli", operator=operator, agent=agent)
         except GatewayNotAnswering:
             raise  # one holds the socket: its files may be mid-write, and it will answer again
         except GatewayUnavailable:
             return None
+
+
+def running_or_fail(what: str, *, operator: bool = False, agent: str | None = None) -> SyncClient:
+    """A connection to the running gateway, for a verb that reads what only its memory holds (sessions):
+    with none running it says so and fails (EXIT_UNAVAILABLE), never starting a daemon just to be asked."""
+    with cli_failures():
+        try:
+            return SyncClient.connect(client="cli", name="cli", operator=operator, agent=agent)
+        except GatewayNotRunning:
+            pass
+    from engine.protocol.stopped import read_stop, stopped_error
+
+    state = statefs.state_dir()
+    record = read_stop(state)
+    if record is not None:  # the operator's stop, said as every client says it
+        raise CliFailure(f"gateway unavailable: {stopped_error(state, record)}", EXIT_UNAVAILABLE)
+    raise CliFailure(f"no gateway is running; {what} (`exechost gateway start` starts one)", EXIT_UNAVAILABLE)
 
 
 def call(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from engine.display import visible
@@ -14,7 +15,10 @@ from engine.protocol.methods import EventName
 from engine.sessions.actions import ACTIONS, format_duration
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit, node_query_arg, table
-from runner.cli.gateway import CliFailure, call, run_verb, with_client
+from runner.cli.gateway import CliFailure, call, cli_failures, run_verb, running_or_fail, with_client
+
+# What only reads sessions: with no gateway running these say so and fail, never start one (issue 30).
+READ_ONLY = ("list", "poll", "log", "follow")
 
 
 def register(subparsers: Subparsers) -> None:
@@ -133,11 +137,16 @@ def format_all(rows: list[dict[str, Any]]) -> str:
     return table(["SESSION", "NODE", "AGENT", "SCOPE", "STATUS", "PID", "COMMAND"], cells)
 
 
+def _not_started(action: str, *, operator: bool = False, agent: str | None = None) -> None:
+    """Fail (EXIT_UNAVAILABLE) unless a gateway is running: a read-only action never starts one."""
+    running_or_fail(f"`process {action}` reads the sessions it keeps", operator=operator, agent=agent).close()
+
+
 def cmd_list_all(args: argparse.Namespace) -> int:
     """`process list --all`: the operator's view (sessions.list), gateway and nodes, every scope."""
-    rows = [
-        r for r in with_client(lambda client: client.list_sessions({}), operator=True) if isinstance(r, dict)
-    ]
+    _not_started("list", operator=True)
+    listed = with_client(lambda client: client.list_sessions({}), operator=True, autostart=False)
+    rows = [r for r in listed if isinstance(r, dict)]
     for r in rows:
         r.setdefault("node", None)
         r["agent"] = _agent_of(r.get("scopeKey"))
@@ -146,13 +155,15 @@ def cmd_list_all(args: argparse.Namespace) -> int:
     return 0
 
 
-def _all_pages(first: dict[str, Any], params: dict[str, Any], agent: str | None) -> dict[str, Any]:
+def _all_pages(
+    first: dict[str, Any], params: dict[str, Any], request: Callable[[dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
     """`list` answers a page at a time (a frame holds ~2,000 rows); the CLI shows them all."""
     details = dict(first.get("details") or {})
     texts = [str(first.get("text", ""))]
     rows = list(details.get("sessions") or [])
     while details.get("next"):
-        page = call("process", {**params, "cursor": details["next"]}, agent=agent)
+        page = request({**params, "cursor": details["next"]})
         details = dict(page.get("details") or {})
         rows += details.get("sessions") or []
         texts[-1] = texts[-1].rsplit("\n(", 1)[0]  # drop the "… more sessions" line of the page before
@@ -169,10 +180,16 @@ def cmd_process(args: argparse.Namespace) -> int:
         if args.action != "list":
             raise UsageError("--all goes with list only")
         return cmd_list_all(args)
-    result = call("process", process_params(args), agent=args.agent)
-    if args.action == "list":
-        result = _all_pages(result, process_params(args), args.agent)
-        result["text"] = format_list(result["details"]["sessions"]) or result.get("text", "")
+    params = process_params(args)
+    if args.action in READ_ONLY:
+        what = f"`process {args.action}` reads the sessions it keeps"
+        with running_or_fail(what, agent=args.agent) as client, cli_failures():
+            result = client.request("process", params)
+            if args.action == "list":
+                result = _all_pages(result, params, lambda page: client.request("process", page))
+                result["text"] = format_list(result["details"]["sessions"]) or result.get("text", "")
+    else:
+        result = call("process", params, agent=args.agent)
     details = result.get("details") or {}
     emit(str(result.get("text", "")), details, args.json)
     if details.get("error") == "not-found":
@@ -223,4 +240,5 @@ def cmd_follow(args: argparse.Namespace) -> int:
         code = session.get("exitCode")
         return code if isinstance(code, int) and 0 <= code <= 255 else 1
 
-    return with_client(go, agent=args.agent)
+    _not_started("follow", agent=args.agent)
+    return with_client(go, agent=args.agent, autostart=False)

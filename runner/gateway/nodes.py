@@ -313,15 +313,26 @@ class NodeHub:
         stdout, stderr, error = str(p.get("stdout") or ""), str(p.get("stderr") or ""), p.get("error")
         # An exechost node also sends both streams merged as read (`output`): the agent sees stderr too.
         merged = p.get("output") if isinstance(p.get("output"), str) else None
-        text = merged or stdout or stderr or str(error or "") or "(no output)"
+        aggregated = (
+            merged if merged is not None else "\n".join(x for x in (stdout, stderr, str(error or "")) if x)
+        )
+        code = p.get("exitCode")
+        code = code if isinstance(code, int) and not isinstance(code, bool) else None
+        # As a local run reads (engine.sessions.manager): a command that ran to its end is `completed`
+        # with its own code, said after its output; `failed` is a run that did not (timeout, error).
+        ran = code is not None and not p.get("timedOut") and (bool(p.get("success")) or not error)
+        text = merged or stdout or stderr or str(error or "")
+        if ran and code != 0:
+            note = f"(Command exited with code {code})"
+            aggregated = f"{aggregated.rstrip(chr(10))}\n\n{note}" if aggregated else note
+            text = f"{text.rstrip(chr(10))}\n\n{note}" if text else note
+        text = text or "(no output)"
         details = {
-            "status": "completed" if p.get("success") else "failed",
+            "status": "completed" if ran else "failed",
             "exitCode": p.get("exitCode"),
             "timedOut": bool(p.get("timedOut")),
             "durationMs": p.get("durationMs") or int((time.monotonic() - run.started) * 1000),
-            "aggregated": merged
-            if merged is not None
-            else "\n".join(x for x in (stdout, stderr, str(error or "")) if x),
+            "aggregated": aggregated,
             "cwd": p.get("cwd"),
             "host": "sandbox" if sandboxed else "node",
             "node": link.name,

@@ -8,11 +8,14 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidInput
+from engine.lazymod import lazy
 from engine.principals import check_node
 from engine.results import ToolError
-from engine.sandbox import admin, default_manager
+from engine.sandbox import default_manager
 from engine.sandbox.docker_ops import SandboxUnavailable
 from runner.gateway.handlers.common import agent_id, opt_str, require_operator, session_key
+
+admin = lazy("engine.sandbox.admin")  # the operator's sandbox verbs: loaded on first use, not at start
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
