@@ -166,7 +166,8 @@ class EgressPolicy:
             # A port-less deny entry refuses every port (one that admitted 8443 would be no deny at all),
             # and an `http://` one tunnels too.
             deny=tuple(
-                replace(p, default=False, plain=False) for p in map(parse_pattern, map(str, _list(raw.get("deny"))))
+                replace(p, default=False, plain=False)
+                for p in map(parse_pattern, map(str, _list(raw.get("deny"))))
             ),
             ask=bool(raw.get("ask", True)),
             resolve=resolve,
