@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import errno
 import logging
-import os
 import re
 import secrets
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from engine.sessions.launcher import (
     ProcessHandle,
     RunSpec,
     clamp_yield_ms,
+    host_workdir,
     run_timeout,
 )
 from engine.sessions.output import DEFAULT_LOG_CAP, OutputBuffer, OutputSubscription, TextDecoder
@@ -117,19 +117,6 @@ class SessionManager:
                 log.exception("session listener failed on %s", event)
 
     # -- exec -------------------------------------------------------------------------------------
-    def _resolve_cwd(self, requested: str | None, warnings: list[str]) -> str:
-        if requested and os.path.isdir(requested):
-            return requested
-        try:
-            fallback = os.getcwd()
-        except OSError:
-            fallback = os.path.expanduser("~")
-        if requested:
-            if not os.path.isdir(fallback):
-                fallback = os.path.expanduser("~")
-            warnings.append(f'Warning: workdir "{requested}" is unavailable; using "{fallback}".')
-        return fallback
-
     def _effective_timeout(self, spec: RunSpec) -> float | None:
         return run_timeout(
             spec.timeout_sec,
@@ -150,7 +137,7 @@ class SessionManager:
             warnings.append("Warning: background execution is disabled; running synchronously.")
         # A custom launcher (a sandbox) owns its cwd: it is a path inside the container, already mapped
         # and checked there, so testing it against this machine's filesystem would be wrong.
-        cwd = spec.cwd if spec.launcher is not None and spec.cwd else self._resolve_cwd(spec.cwd, warnings)
+        cwd = spec.cwd if spec.launcher is not None and spec.cwd else host_workdir(spec.cwd, warnings)
         output_cap = self.log_cap_bytes
         if self.quota is not None and not spec.operator:
             output_cap = self.quota.grant(spec.scope_key, self.registry, self.log_cap_bytes)

@@ -15,8 +15,10 @@ from engine.sessions import RunSpec, SessionManager, SystemEvents
 from engine.sessions import registry as registry_module
 from engine.sessions.actions import KILL_WAIT_SEC
 from engine.sessions.keys import encode_keys, encode_paste, needs_cursor_mode
+from engine.sessions.launcher import home_workdir
 from engine.sessions.output import OutputBuffer, OutputChunk, OutputSubscription, TextDecoder, sanitize
 from engine.sessions.registry import Registry, clamp_cleanup_ms, derive_session_name, make_slug
+from engine.tools.decide import checked_workdir
 from tests.helpers.gateway import wait_until
 
 RUNNING_SUFFIX = "Use process (list/poll/log/write/kill/clear/remove) for follow-up."
@@ -52,7 +54,7 @@ async def test_completed_result(mgr: SessionManager) -> None:
     assert result.details["status"] == "completed"
     assert result.details["exitCode"] == 0
     assert result.details["aggregated"] == "out\nerr"
-    assert result.details["cwd"] == os.getcwd()
+    assert result.details["cwd"] == home_workdir()  # where an exec with no workdir runs
     assert isinstance(result.details["durationMs"], int)
     # A foreground session that finished vanishes (reference §2.2).
     assert mgr.list_sessions("s1") == []
@@ -96,9 +98,12 @@ async def test_empty_command_is_refused(mgr: SessionManager) -> None:
 
 
 async def test_workdir_fallback_warning(mgr: SessionManager, tmp_path: Path) -> None:
+    """The manager's fallback is exec's (issue 33 §3: it was the gateway's own cwd here, $HOME there)."""
     missing = tmp_path / "nope"
     result = await mgr.run(RunSpec(command="pwd", cwd=str(missing), scope_key="s1"))
-    cwd = os.getcwd()
+    cwd = home_workdir()
+    decided: list[str] = []
+    assert checked_workdir(str(missing), decided) == cwd and decided == [result.text.split("\n")[0]]
     assert result.text == f'Warning: workdir "{missing}" is unavailable; using "{cwd}".\n\n{cwd}'
     ok = await mgr.run(RunSpec(command="pwd", cwd=str(tmp_path), scope_key="s1"))
     assert ok.text == str(tmp_path)
