@@ -1,4 +1,5 @@
-"""Session output: UTF-8 text views (ring, poll buffers, tail), disk spill, raw replay and viewer queues."""
+"""Session output, one owner (`SessionOutput`): the raw bytes and their offsets, the one UTF-8 decoder, the
+text views made from them (ring, poll buffers, tail, disk spill), raw replay and viewer queues."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engine import statefs
 
@@ -74,13 +76,51 @@ class TextDecoder:
         """True while the start of a character split across chunks waits for its end."""
         return bool(self._decoder.getstate()[0])
 
+    def held(self) -> int:
+        """How many bytes of a character split across chunks wait for its end (0 to 3)."""
+        return len(self._decoder.getstate()[0])
+
     def span(self, data: bytes, offset: int) -> tuple[str, int, int]:
         """Decode `data`, which starts at raw byte `offset`: the text and the raw byte range [start, end)
         it stands for, so offsets always describe the text they travel with (a character split across
         chunks belongs to the chunk that completes it; replacement characters keep their bytes' range)."""
-        start = offset - len(self._decoder.getstate()[0])
+        start = offset - self.held()
         text = self.feed(data)
-        return text, start, offset + len(data) - len(self._decoder.getstate()[0])
+        return text, start, offset + len(data) - self.held()
+
+
+def output_frame(
+    session_id: str, stream: str, decoder: TextDecoder, piece: bytes, offset: int
+) -> dict[str, Any]:
+    """A `session.output` frame (the gateway's and a node's alike): the text and the raw byte range it
+    stands for (`offset`, `nextOffset`), so a client lines it up with what `sessions.output` showed by
+    bytes, never by re-encoding the text (a replacement character stands for 1 to 3 bytes)."""
+    text, start, end = decoder.span(piece, offset)
+    return {"sessionId": session_id, "stream": stream, "data": text, "offset": start, "nextOffset": end}
+
+
+@dataclass(frozen=True)
+class OutputSlice:
+    """Raw bytes `[offset, next_offset)` as text (`sessions.output`): `text` is exactly their decode."""
+
+    offset: int
+    next_offset: int
+    text: str
+    dropped: int  # bytes asked for that are no longer held
+
+
+def exact_slice(start: int, data: bytes, dropped: int, *, tail: bool, complete: bool) -> OutputSlice:
+    """`data`, raw bytes from `start`, as text whose byte range is exact. A tail read (no offset asked)
+    starts at a character: the continuation bytes of one the window cut are left out. A character not
+    complete at the end is left for the next read, unless nothing more will come (`complete`): read on
+    from `next_offset`, the pieces decode to what the whole decodes to."""
+    lead = 0
+    if tail and start > 0:
+        while lead < min(3, len(data)) and 0x80 <= data[lead] < 0xC0:
+            lead += 1
+    decoder = TextDecoder()
+    text = decoder.feed(data[lead:], final=complete)
+    return OutputSlice(start + lead, start + len(data) - decoder.held(), text, dropped)
 
 
 class _Chunks:
@@ -589,3 +629,62 @@ class RawFanout:
         for viewer in self.viewers:
             viewer.end()
         self.viewers = []
+
+
+class SessionOutput(OutputBuffer):
+    """A session's output, its one owner: the raw bytes as printed with their offsets (`raw`: replay,
+    viewers, `read`), the one decoder per stream that makes text of them, and the text views
+    (OutputBuffer: ring, poll buffers, tail, disk log). Offsets count raw bytes everywhere."""
+
+    def __init__(self, log_path: Path | None, **kwargs: Any) -> None:
+        super().__init__(log_path, **kwargs)
+        self.raw = RawFanout()
+        self.decoders: dict[str, TextDecoder] = {}
+        self.ended = False  # no byte will follow (the session ended, or was adopted ended)
+
+    @property
+    def offset(self) -> int:
+        """Raw bytes printed so far."""
+        return self.raw.offset
+
+    def feed(self, stream: str, data: bytes, text: bytes | None = None) -> None:
+        """Raw bytes as printed, to viewers and the replay, and through the stream's decoder to the text
+        views; `text`: what the views take of them when not all (a terminal's queries cut out)."""
+        self.raw.push(stream, data)
+        text_stream = "stderr" if stream == "stderr" else "stdout"
+        decoder = self.decoders.get(text_stream)
+        if decoder is None:
+            decoder = self.decoders[text_stream] = TextDecoder()
+        self.append_bytes(text_stream, data if text is None else text, decoder)
+
+    def finish(self) -> None:
+        """EOF: a character left incomplete by the last chunk becomes a replacement character."""
+        for stream, decoder in self.decoders.items():
+            self.append(stream, decoder.feed(b"", final=True))
+
+    def end(self) -> None:
+        """No byte will follow: viewers get what is queued, then the end."""
+        self.ended = True
+        self.raw.end()
+
+    def subscribe(self, *, replay: bool = True) -> OutputSubscription:
+        viewer = self.raw.subscribe(replay=replay)
+        if self.ended:
+            viewer.end()
+        return viewer
+
+    def read(self, offset: int | None = None, limit: int | None = None) -> OutputSlice:
+        """`sessions.output`: raw bytes by offset (None: the last `limit`), as exact text (`exact_slice`)."""
+        start, data, dropped = self.raw.read(offset, limit)
+        at_end = start + len(data) >= self.raw.offset
+        got = exact_slice(start, data, dropped, tail=offset is None, complete=self.ended and at_end)
+        if got.next_offset <= got.offset and not at_end and data:
+            # A limit under one character's bytes: shown as replacement, or a pane would never move on.
+            got = exact_slice(start, data, dropped, tail=offset is None, complete=True)
+        return got
+
+    def compact(self) -> None:
+        """Settled (on disk): the replay buffer and decoders go; late viewers read the settled text."""
+        self.ended = True
+        self.raw.settle(self.full_text_sync)
+        self.decoders.clear()
