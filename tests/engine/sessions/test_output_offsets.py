@@ -6,6 +6,7 @@ adopts the session from the session host's spool."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 
 from engine.sessions import LocalLauncher, RunSpec, SessionManager
@@ -31,7 +32,7 @@ def fed(*, end: bool) -> SessionOutput:
 
 
 def octal(piece: bytes) -> str:
-    return "".join("\\%03o" % b for b in piece)
+    return "".join(f"\\{b:03o}" for b in piece)
 
 
 def exact(got: OutputSlice) -> None:
@@ -95,7 +96,7 @@ def test_frames_from_any_start_offset_name_the_bytes_of_their_text() -> None:
             begin, end = frame["offset"], frame["nextOffset"]
             assert frame["data"] == RAW[begin:end].decode("utf-8", "replace"), frame
         ranges = [(f["offset"], f["nextOffset"]) for f in frames]
-        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # contiguous
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))  # contiguous
 
 
 def test_the_text_views_decode_what_the_offsets_count() -> None:
