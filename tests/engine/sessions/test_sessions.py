@@ -319,7 +319,7 @@ async def test_kill_of_a_process_that_ignores_sigterm_says_running(state_dir: Pa
     manager = SessionManager(state_dir, kill_grace_sec=KILL_WAIT_SEC + 1)  # SIGKILL after kill answers
     try:
         sid = await bg(manager, "trap '' TERM; echo armed; sleep 60")
-        await wait_until(lambda: "armed" in manager.get(sid, "s1").raw.read(0, 100)[1].decode())
+        await wait_until(lambda: "armed" in manager.get(sid, "s1").output.read(0, 100).text)
         killed = await manager.process("kill", {"sessionId": sid}, "s1")
         assert killed.details["status"] == "running" and killed.details["terminationRequested"]
         still = "It is still running; poll to see it exit."
