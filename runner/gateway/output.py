@@ -181,7 +181,7 @@ class OutputFanout:
             remote = self.remote.offsets() if self.remote is not None else {}
             for conn in conns:  # an agent hears only of its own sessions, not even their ids
                 offsets = {s.id: s.output.offset for s in sessions if conn.sees_scope(s.scope_key)}
-                if conn.operator:  # node sessions are the operator's view
+                if conn.sees_scope(None):  # node sessions have no scope here: the operator's view
                     offsets.update(remote)
                 self._send_activity(conn, offsets)
 
