@@ -105,6 +105,32 @@ def test_the_text_views_decode_what_the_offsets_count() -> None:
     assert out.read(0).text == WHOLE
 
 
+def test_a_settled_session_reads_the_same_bytes_at_the_same_offsets(tmp_path: Path) -> None:
+    """Settling (the bytes on disk, memory let go) changes no read: before, a settled session was read
+    from its sanitized text, so a terminal's escapes vanished and every offset after them moved."""
+    out = SessionOutput(tmp_path / "s.log")
+    for piece in CHUNKS:
+        out.feed("stdout", piece)
+    out.feed("stderr", b"\x1b[31mred\x1b[0m\r\n")
+    out.finish()
+    out.end()
+    raw = RAW + b"\x1b[31mred\x1b[0m\r\n"
+
+    def every_read() -> list[OutputSlice]:
+        return [out.read(o) for o in range(len(raw) + 1)] + [out.read(None, n) for n in range(len(raw) + 1)]
+
+    reads = every_read()
+    views = (out.aggregated(), out.tail(), out.full_text_sync(), out.total_chars)
+    assert out.settle()
+    out.compact()
+    assert out.settled and not out.raw.replay()  # memory let go: read from disk
+    assert every_read() == reads
+    assert out.read(0).text == raw.decode("utf-8", "replace")
+    assert (out.aggregated(), out.tail(), out.full_text_sync(), out.total_chars) == views
+    viewer = out.subscribe()
+    assert viewer.get_nowait() is not None and viewer.closed
+
+
 async def test_offsets_and_text_are_the_same_after_the_session_is_adopted(state_dir: Path) -> None:
     """A gateway restart: the next one adopts the running session from the host's spool (byte 0 onwards).
     Its reads at every offset, and frames replayed to a new viewer, are what the first gateway gave."""

@@ -10,7 +10,7 @@ import pytest
 
 from engine.sessions import RunSpec, SessionManager
 from engine.sessions.manager import ENDED, EndedHandle
-from engine.sessions.output import RING_CHARS, TAIL_CHARS
+from engine.sessions.output import RING_CHARS, TAIL_CHARS, spool_text
 
 
 @pytest.fixture
@@ -41,7 +41,8 @@ async def test_a_settled_session_serves_every_line_from_disk(mgr: SessionManager
     assert session.output.settled and session.output.ring.length == 0 and not session.output.ring.chunks
     assert not session.output.decoders and session.done is ENDED and isinstance(session.handle, EndedHandle)
     log_file = mgr.log_dir / f"{sid}.log"
-    assert log_file.exists() and log_file.read_text().split() == [f"line-{i}" for i in range(1, 501)]
+    # The log is the raw bytes, in the session host's spool frames.
+    assert log_file.exists() and spool_text(log_file).split() == [f"line-{i}" for i in range(1, 501)]
 
     assert mgr.list_sessions("s1") == [
         {**row, "runtimeMs": mgr.list_sessions("s1")[0]["runtimeMs"]} for row in before_list
