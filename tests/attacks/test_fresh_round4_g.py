@@ -1,0 +1,112 @@
+"""Fresh attacker G, issue 27 round 4, class 3/4 "what runs without asking takes no influence the operator
+did not grant": env keys, config and code found from the working directory, option spellings that change
+which file a program reads, and what a sandboxed command inherits.
+
+Every attack here is the agent's: it writes files in a directory it can write (its workspace), sends one
+exec, and waits for the operator's answer; the operator answers the way the ask invites them to. A test
+marked xfail(strict) still works today; the others are regression tests of attempts that failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.approvals.store import ApprovalsStore
+from tests.attacks.harness import ALLOWLIST, attempt, refused
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+
+async def _always_then_rewrite(
+    state: Path, cwd: Path, command: str, target: Path, benign: str, evil: str
+) -> dict[str, Any]:
+    """The agent asks for `command` while `target` holds `benign`; the operator reads it and answers
+    allow-always; the approved run happens (it leaves `cwd/ran1`). Then the agent rewrites `target` to
+    `evil` and sends the same command again: the exec's details (status, output)."""
+    write_config(state, ALLOWLIST)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(benign)
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            first = await client.request("exec", {"command": command, "workdir": str(cwd)})
+            assert first["details"]["status"] == "approval-pending", first["text"]
+            await client.request("approve", {"id": first["details"]["approvalId"], "decision": "allow-always"})
+            await wait_until(lambda: (cwd / "ran1").exists())
+            store = ApprovalsStore(state / "exec-approvals.json")
+            assert any(e.source == "allow-always" for e in store.snapshot().entries("main"))
+            target.write_text(evil)
+            second = await client.request("exec", {"command": command, "workdir": str(cwd)})
+        finally:
+            await client.close()
+    details: dict[str, Any] = second["details"]
+    details["_text"] = second["text"]
+    return details
+
+
+def _ran_evil(details: dict[str, Any], cwd: Path) -> bool:
+    return details["status"] == "completed" and (cwd / "pwned").exists()
+
+
+# ---------------------------------------------------------------------------------------------- working
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: sed/awk take their program with an attached -fFILE or --file=FILE; content.script_operand "
+    "knows only a separate `-f FILE` and durable._scripts binds the first non-option word (the data file), so "
+    "allow-always saves `sed -n -fx.sed in.txt` without x.sed's digest and a rewritten x.sed runs unasked",
+)
+@pytest.mark.parametrize(
+    "command",
+    ["sed -n -fx.sed in.txt", "sed -n --file=x.sed in.txt", "awk -fx.sed in.txt"],
+    ids=["sed-attached", "sed-long", "awk-attached"],
+)
+async def test_class5_sed_program_in_an_attached_option_is_not_bound(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    (tmp_path / "in.txt").write_text("hello\n")
+    if command.startswith("awk"):
+        benign = 'BEGIN { printf "" > "ran1" } { print }\n'
+        evil = 'BEGIN { system("touch pwned") } { print }\n'
+    else:
+        benign = "w ran1\np\n"
+        evil = "1e touch pwned\np\n"
+    details = await _always_then_rewrite(state_dir, tmp_path, command, tmp_path / "x.sed", benign, evil)
+    assert not _ran_evil(details, tmp_path), details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode reads make's -C/-f by a fixed spelling, not by make's getopt: `--dir=` (a "
+    "unique prefix of --directory), `-C a -C b` (cumulative) and `-sfFILE` (a cluster) name a makefile "
+    "exechost never vets or binds, so an allow-always given while it was inert runs it once rewritten",
+)
+@pytest.mark.parametrize(
+    ("command", "makefile"),
+    [("make --dir=sub", "sub/Makefile"), ("make -C a -C b", "a/b/Makefile"), ("make -sfx/e.mk", "x/e.mk")],
+    ids=["abbreviated-directory", "cumulative-C", "clustered-f"],
+)
+async def test_class5_make_options_spelled_as_make_reads_them_escape_the_tree_vet(
+    state_dir: Path, tmp_path: Path, command: str, makefile: str
+) -> None:
+    benign = f"all:\n\t@touch {tmp_path}/ran1\n"
+    evil = f"all:\n\t@touch {tmp_path}/pwned\n"
+    details = await _always_then_rewrite(state_dir, tmp_path, command, tmp_path / makefile, benign, evil)
+    assert not _ran_evil(details, tmp_path), details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `cmake -P x.cmake` runs a cmake script from the tree, but cmake's script mode (-P, and "
+    "-C's initial-cache script) is not a tree file in treecode (only CMakeLists/Cache/Presets) and cmake is "
+    "no interpreter to durable._scripts: allow-always saves the command unbound, the rewrite runs unasked",
+)
+async def test_class4_cmake_script_mode_file_is_not_bound(state_dir: Path, tmp_path: Path) -> None:
+    benign = f'file(WRITE {tmp_path}/ran1 "")\n'
+    evil = f'file(WRITE {tmp_path}/pwned "")\n'
+    details = await _always_then_rewrite(
+        state_dir, tmp_path, "cmake -P x.cmake", tmp_path / "x.cmake", benign, evil
+    )
+    assert not _ran_evil(details, tmp_path), details["_text"]
