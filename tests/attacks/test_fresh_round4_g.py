@@ -8,6 +8,7 @@ marked xfail(strict) still works today; the others are regression tests of attem
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -108,5 +109,44 @@ async def test_class4_cmake_script_mode_file_is_not_bound(state_dir: Path, tmp_p
     evil = f'file(WRITE {tmp_path}/pwned "")\n'
     details = await _always_then_rewrite(
         state_dir, tmp_path, "cmake -P x.cmake", tmp_path / "x.cmake", benign, evil
+    )
+    assert not _ran_evil(details, tmp_path), details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `gcc @b.rsp` reads more options from b.rsp (libiberty response files: ld, as, objdump, "
+    "cc alike) and `-wrapper` there runs any program; the file is neither a tree file nor a script operand, "
+    "so allow-always binds only the text and a rewritten b.rsp runs code unasked",
+)
+async def test_class4_a_response_file_is_options_read_at_run_time(state_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "m.c").write_text("int main(void) { return 0; }\n")
+    benign = "-o ran1\n"
+    evil = '-o ran1 -wrapper /bin/sh,-c,touch${IFS}pwned;exec${IFS}"$0"${IFS}"$@"\n'
+    details = await _always_then_rewrite(
+        state_dir, tmp_path, "gcc @b.rsp -c m.c", tmp_path / "b.rsp", benign, evil
+    )
+    assert not _ran_evil(details, tmp_path), details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("npx") is None, reason="npm's npx is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `npx hello` runs ./node_modules/.bin/hello (npx searches the local project's bin dir, "
+    "package.json or not); treecode vets only package.json/.npmrc/… for npx and content binds npx itself, "
+    "so allow-always holds while the agent swaps the program npx finds",
+)
+async def test_class4_npx_runs_a_program_it_finds_in_the_tree(state_dir: Path, tmp_path: Path) -> None:
+    hello = tmp_path / "node_modules" / ".bin" / "hello"
+    hello.parent.mkdir(parents=True)
+    hello.write_text("#!/bin/sh\n")
+    hello.chmod(0o755)
+    details = await _always_then_rewrite(
+        state_dir,
+        tmp_path,
+        "npx --offline hello",
+        hello,
+        f"#!/bin/sh\ntouch {tmp_path}/ran1\n",
+        f"#!/bin/sh\ntouch {tmp_path}/pwned\n",
     )
     assert not _ran_evil(details, tmp_path), details["_text"]
