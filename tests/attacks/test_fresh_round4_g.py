@@ -20,11 +20,11 @@ from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 
 async def _always_then_rewrite(
-    state: Path, cwd: Path, command: str, target: Path, benign: str, evil: str
+    state: Path, cwd: Path, command: str, target: Path, benign: str, evil: str, then: str | None = None
 ) -> dict[str, Any]:
     """The agent asks for `command` while `target` holds `benign`; the operator reads it and answers
     allow-always; the approved run happens (it leaves `cwd/ran1`). Then the agent rewrites `target` to
-    `evil` and sends the same command again: the exec's details (status, output)."""
+    `evil` and sends the same command (or `then`) again: the exec's details (status, output)."""
     write_config(state, ALLOWLIST)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(benign)
@@ -33,12 +33,14 @@ async def _always_then_rewrite(
         try:
             first = await client.request("exec", {"command": command, "workdir": str(cwd)})
             assert first["details"]["status"] == "approval-pending", first["text"]
-            await client.request("approve", {"id": first["details"]["approvalId"], "decision": "allow-always"})
+            await client.request(
+                "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            )
             await wait_until(lambda: (cwd / "ran1").exists())
             store = ApprovalsStore(state / "exec-approvals.json")
             assert any(e.source == "allow-always" for e in store.snapshot().entries("main"))
             target.write_text(evil)
-            second = await client.request("exec", {"command": command, "workdir": str(cwd)})
+            second = await client.request("exec", {"command": then or command, "workdir": str(cwd)})
         finally:
             await client.close()
     details: dict[str, Any] = second["details"]
@@ -56,7 +58,7 @@ def _ran_evil(details: dict[str, Any], cwd: Path) -> bool:
 @pytest.mark.xfail(
     strict=True,
     reason="open: sed/awk take their program with an attached -fFILE or --file=FILE; content.script_operand "
-    "knows only a separate `-f FILE` and durable._scripts binds the first non-option word (the data file), so "
+    "knows only a separate `-f FILE` and durable._scripts binds the first non-option word (the data), so "
     "allow-always saves `sed -n -fx.sed in.txt` without x.sed's digest and a rewritten x.sed runs unasked",
 )
 @pytest.mark.parametrize(
@@ -149,4 +151,64 @@ async def test_class4_npx_runs_a_program_it_finds_in_the_tree(state_dir: Path, t
         f"#!/bin/sh\ntouch {tmp_path}/ran1\n",
         f"#!/bin/sh\ntouch {tmp_path}/pwned\n",
     )
+    assert not _ran_evil(details, tmp_path), details["_text"]
+
+
+SAFE_ED = (
+    ALLOWLIST
+    + 'safeBins = ["ed", "sqlite3"]\n[tools.exec.safeBinProfiles.ed]\nbooleanFlags = ["-s"]\n'
+    + ('[tools.exec.safeBinProfiles.sqlite3]\nbooleanFlags = ["-batch"]\n')
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: safeBins refuses only names on a list (shells, interpreters, awk, sed, jq): ed, sqlite3, "
+    "dc, gdb, psql… read commands from stdin and run shell commands (`!cmd`, `.shell`), so a profile the "
+    "operator writes for them turns a heredoc (stdin data, unasked) into code",
+)
+@pytest.mark.parametrize(
+    "command",
+    ["ed -s <<'EOF'\n!touch pwned\nq\nEOF", "sqlite3 <<'EOF'\n.shell touch pwned\nEOF"],
+    ids=["ed", "sqlite3"],
+)
+async def test_class4_a_stdin_only_safe_bin_that_runs_commands(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    if shutil.which(command.split()[0]) is None:
+        pytest.skip(f"{command.split()[0]} is not installed")
+    details = await attempt(state_dir, command, config=SAFE_ED, workdir=str(tmp_path))
+    assert refused(details) or not (tmp_path / "pwned").exists(), details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: pydoc imports the module it is asked about with the cwd first on sys.path, ctest runs the "
+    "add_test commands of ./CTestTestfile.cmake, prove runs ./t/*.t: none is in TREE_PROGRAMS, RUNNERS or "
+    "INTERPRETERS, so one allow-always saves the bare path and every later run in any tree is unasked",
+)
+@pytest.mark.parametrize(
+    ("first", "file", "then"),
+    [
+        ("pydoc3 json", "json.py", "pydoc3 evilmod"),
+        ("ctest", "CTestTestfile.cmake", "ctest"),
+        ("prove", "t/a.t", "prove"),
+    ],
+    ids=["pydoc3", "ctest", "prove"],
+)
+async def test_class4_programs_that_load_code_from_the_cwd_get_a_bare_path_entry(
+    state_dir: Path, tmp_path: Path, first: str, file: str, then: str
+) -> None:
+    if shutil.which(first.split()[0]) is None:
+        pytest.skip(f"{first.split()[0]} is not installed")
+    ran1, pwned = tmp_path / "ran1", tmp_path / "pwned"
+    code = {
+        "json.py": f'open("{ran1}", "w")\n',
+        "CTestTestfile.cmake": f"add_test(t1 touch {ran1})\n",
+        "t/a.t": f'system("touch {ran1}"); print "1..1\\nok 1\\n";\n',
+    }[file]
+    evil = code.replace(str(ran1), str(pwned))
+    if file == "json.py":  # the second run names another module: the entry holds for any
+        (tmp_path / "evilmod.py").write_text(evil)
+    details = await _always_then_rewrite(state_dir, tmp_path, first, tmp_path / file, code, evil, then)
     assert not _ran_evil(details, tmp_path), details["_text"]
