@@ -8,6 +8,7 @@ marked xfail(strict) still works today; the others are regression tests of attem
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,10 @@ from typing import Any
 import pytest
 
 from engine.approvals.store import ApprovalsStore
+from engine.protocol.frames import RemoteError
 from tests.attacks.harness import ALLOWLIST, attempt, refused
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.helpers.race import exchange_loop
 
 
 async def _always_then_rewrite(
@@ -212,3 +215,37 @@ async def test_class4_programs_that_load_code_from_the_cwd_get_a_bare_path_entry
         (tmp_path / "evilmod.py").write_text(evil)
     details = await _always_then_rewrite(state_dir, tmp_path, first, tmp_path / file, code, evil, then)
     assert not _ran_evil(details, tmp_path), details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: protected.protected_operand checks an operand's path (symlinks resolved) at the decision, "
+    "and cat opens it by path at the run: a link to operator.json exchanged in between (RENAME_EXCHANGE "
+    "loop) hands an allowlisted `cat x` the operator token, which approves anything",
+)
+async def test_class6_an_operand_swapped_for_a_link_into_the_state_dir_after_its_check(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    write_config(state_dir, ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"'))
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/cat")
+    leaked = None
+    async with gateway(state_dir):
+        token = (state_dir / "operator.json").read_text()
+        (work / "x").write_text("notes\n")
+        os.symlink(state_dir / "operator.json", work / "y")
+        client = await connect(state_dir)
+        try:
+            with exchange_loop(str(work / "x"), str(work / "y")):
+                for _ in range(2000):  # one win is enough; it wins several times in 200 tries here
+                    try:
+                        result = await client.request("exec", {"command": "cat x", "workdir": str(work)})
+                    except RemoteError:
+                        continue  # decided while x was the link: refused
+                    if result["details"]["status"] == "completed" and "token" in result["text"]:
+                        leaked = result["text"]
+                        break
+        finally:
+            await client.close()
+    assert leaked is None or leaked.strip() not in token, leaked
