@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -249,3 +250,27 @@ async def test_class6_an_operand_swapped_for_a_link_into_the_state_dir_after_its
         finally:
             await client.close()
     assert leaked is None or leaked.strip() not in token, leaked
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: gitvet vets the repository's config and the argv, and trusts the operator's global config; "
+    "`git config --global alias.st '!cmd'` is a plain allowlisted git that writes that trusted file, and the "
+    "next `git st` runs the alias unasked (the pinned view leaves ~/.gitconfig writable)",
+)
+async def test_class4_allowlisted_git_writes_the_trusted_global_config(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "r"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", shutil.which("git") or "git")
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            for command in (f"git config --global alias.st '!touch {tmp_path}/pwned'", "git st"):
+                await client.request("exec", {"command": command, "workdir": str(repo)})
+        finally:
+            await client.close()
+    assert not (tmp_path / "pwned").exists()
