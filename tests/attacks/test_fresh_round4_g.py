@@ -8,9 +8,11 @@ marked xfail(strict) still works today; the others are regression tests of attem
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -274,3 +276,41 @@ async def test_class4_allowlisted_git_writes_the_trusted_global_config(
         finally:
             await client.close()
     assert not (tmp_path / "pwned").exists()
+
+
+def _sdist(path: Path, marker: Path) -> None:
+    """An sdist whose setup.py touches `marker` when pip prepares its metadata."""
+    setup = f'import os\nos.system("touch {marker}")\nfrom setuptools import setup\nsetup(name="sub")\n'
+    data = setup.encode()
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo("sub-1/setup.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.skipif(shutil.which("pip3") is None, reason="pip is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode vets pyproject.toml/setup.py in the cwd and in each path operand as a directory; "
+    "an sdist archive operand (`pip install sub-1.tar.gz`) holds a setup.py pip runs, so allow-always binds "
+    "no file and the rewritten archive's setup.py runs unasked",
+)
+async def test_class5_pip_builds_an_sdist_archive_operand(state_dir: Path, tmp_path: Path) -> None:
+    archive = tmp_path / "sub-1.tar.gz"
+    command = "pip3 install --no-index --no-build-isolation --no-cache-dir --dry-run sub-1.tar.gz"
+    write_config(state_dir, ALLOWLIST)
+    _sdist(archive, tmp_path / "ran1")
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            first = await client.request("exec", {"command": command, "workdir": str(tmp_path)})
+            assert first["details"]["status"] == "approval-pending", first["text"]
+            await client.request(
+                "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            )
+            await wait_until(lambda: (tmp_path / "ran1").exists(), timeout=120)
+            _sdist(archive, tmp_path / "pwned")
+            second = await client.request("exec", {"command": command, "workdir": str(tmp_path)})
+        finally:
+            await client.close()
+    assert not _ran_evil({**second["details"], "status": "completed"}, tmp_path), second["text"]
