@@ -314,3 +314,23 @@ async def test_class5_pip_builds_an_sdist_archive_operand(state_dir: Path, tmp_p
         finally:
             await client.close()
     assert not _ran_evil({**second["details"], "status": "completed"}, tmp_path), second["text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the inherited PATH keeps an empty (or relative) entry, which execvp reads as the cwd: with "
+    "the common trailing colon, allowlisted `tar -tf x.tar` on an lzip-magic archive runs ./lzip from the "
+    "agent's tree (tar execs its decompressor by name); host commands should get only absolute PATH entries",
+)
+async def test_class4_an_empty_path_entry_makes_the_cwd_a_program_dir(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("lzip", path=os.environ["PATH"]) is not None:
+        pytest.skip("lzip is installed: tar finds it before the cwd")
+    monkeypatch.setenv("PATH", os.environ["PATH"].rstrip(":") + ":")  # `PATH=$PATH:$EMPTY` in a profile
+    (tmp_path / "x.tar").write_bytes(b"LZIP\x01\x0c" + bytes(100))
+    lzip = tmp_path / "lzip"
+    lzip.write_text(f"#!/bin/sh\ntouch {tmp_path}/pwned\n")
+    lzip.chmod(0o755)
+    details = await attempt(state_dir, "tar -tf x.tar", allow=[("/usr/bin/tar", None)], workdir=str(tmp_path))
+    assert refused(details) or not (tmp_path / "pwned").exists(), details["_text"]
