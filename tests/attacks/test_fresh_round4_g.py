@@ -334,3 +334,17 @@ async def test_class4_an_empty_path_entry_makes_the_cwd_a_program_dir(
     lzip.chmod(0o755)
     details = await attempt(state_dir, "tar -tf x.tar", allow=[("/usr/bin/tar", None)], workdir=str(tmp_path))
     assert refused(details) or not (tmp_path / "pwned").exists(), details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("sqlite3") is None, reason="sqlite3 is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a heredoc is code only to a program on the INTERPRETERS list; sqlite3 (psql, mysql, ed, "
+    "gdb…) reads commands from stdin and `.shell` runs one, so an entry allowing `sqlite3 app.db` runs the "
+    "agent's heredoc as shell commands unasked",
+)
+async def test_class4_a_heredoc_to_a_command_reader_is_code(state_dir: Path, tmp_path: Path) -> None:
+    command = "sqlite3 app.db <<'EOF'\n.shell touch pwned\nEOF"
+    allow = [(shutil.which("sqlite3") or "sqlite3", "app\\.db")]
+    details = await attempt(state_dir, command, allow=allow, workdir=str(tmp_path))
+    assert refused(details) or not (tmp_path / "pwned").exists(), details["_text"]
