@@ -347,7 +347,7 @@ async def test_class4_an_empty_path_entry_makes_the_cwd_a_program_dir(
 )
 async def test_class4_a_heredoc_to_a_command_reader_is_code(state_dir: Path, tmp_path: Path) -> None:
     command = "sqlite3 app.db <<'EOF'\n.shell touch pwned\nEOF"
-    allow = [(shutil.which("sqlite3") or "sqlite3", "app\\.db")]
+    allow: list[tuple[str, str | None]] = [(shutil.which("sqlite3") or "sqlite3", "app\\.db")]
     details = await attempt(state_dir, command, allow=allow, workdir=str(tmp_path))
     assert refused(details) or not (tmp_path / "pwned").exists(), details["_text"]
 
