@@ -9,10 +9,13 @@ marked xfail(strict) still works today; the others are regression tests of attem
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ from engine.protocol.frames import RemoteError
 from engine.sandbox import bwrap
 from tests.attacks.harness import ALLOWLIST, attempt, refused
 from tests.helpers.bwrap import needs_bwrap
-from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.helpers.gateway import REPO, connect, gateway, wait_until, write_config
 from tests.helpers.race import exchange_loop
 
 
@@ -422,3 +425,65 @@ async def test_a_bwrap_sandbox_inherits_nothing_of_the_gateways_env(
     assert details["status"] == "completed", text
     for leaked in ("sekrit-gateway-env", "ssh-gateway", "agent-token-of", str(state_dir.parent)):
         assert leaked not in text
+
+
+NOBODY = 65534
+
+
+def _as_nobody(state: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`exechost ARGS` as uid 65534 (a gateway that is not root), with the system Python and this venv's
+    packages (the venv's own interpreter lives under /root, which that uid cannot reach)."""
+    site = (
+        Path(sys.prefix)
+        / "lib"
+        / f"python{sys.version_info.major}.{sys.version_info.minor}"
+        / "site-packages"
+    )
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "OPENCLAW_STATE_DIR": str(state),
+        "PYTHONPATH": f"{REPO}:{site}",
+    }
+    argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3"]
+    return subprocess.run([*argv, "-m", "runner", *args], capture_output=True, text=True, env=env, cwd="/")
+
+
+def _system_python_fits() -> bool:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or not os.path.exists("/usr/bin/python3"):
+        return False
+    probe = subprocess.run(
+        ["/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True
+    )
+    return probe.stdout.strip() == str(tuple(sys.version_info[:2]))
+
+
+@pytest.mark.skipif(not _system_python_fits(), reason="needs root, setpriv and a system Python like this one")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode.agent_writable asks os.access(W_OK) of the file and its dir; a Makefile the "
+    "gateway's own (non-root) user owns, made 0444 in a 0555 dir (tar/unzip keep such modes), is "
+    "then trusted, though its owner can chmod it back at will: allowlisted `make` runs it unasked",
+)
+def test_class4_a_read_only_makefile_of_the_gateways_own_user_is_trusted() -> None:
+    root = Path(tempfile.mkdtemp(prefix="ehg-", dir="/tmp"))
+    try:
+        state, home, tree = root / "s", root / "h", root / "t"
+        for d in (state, home, tree):
+            d.mkdir()
+        os.chmod(state, 0o700)
+        write_config(state, ALLOWLIST)
+        (tree / "Makefile").write_text("all:\n\t@touch pwned\n")
+        for path in (root, state, home, tree, state / "config.toml", tree / "Makefile"):
+            os.chown(path, NOBODY, NOBODY)
+        os.chmod(tree / "Makefile", 0o444)
+        os.chmod(tree, 0o555)
+        added = _as_nobody(state, home, "approvals", "allowlist", "add", "/usr/bin/make")
+        assert added.returncode == 0, added.stderr
+        check = _as_nobody(state, home, "policy", "check", "--json", "--cwd", str(tree), "--", "make")
+        assert check.returncode == 0, check.stderr
+        decision = json.loads(check.stdout)
+        assert decision["decision"] != "allow", decision["text"]
+    finally:
+        os.chmod(root / "t", 0o755)
+        shutil.rmtree(root, ignore_errors=True)
