@@ -487,3 +487,35 @@ def test_class4_a_read_only_makefile_of_the_gateways_own_user_is_trusted() -> No
     finally:
         os.chmod(root / "t", 0o755)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `git log --output=FILE` (diff, show, format-patch alike) writes where the agent names, "
+    "text its --format chooses; under an entry for read-only `git log …` it wrote ~/.gitconfig (trusted, "
+    "never vetted) defining diff.x.textconv, and `git log -p` in a repo with .gitattributes diff=x ran it",
+)
+async def test_class4_git_log_output_writes_the_trusted_global_config(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    home = Path(os.environ["HOME"])
+    repo = tmp_path / "r"
+    repo.mkdir()
+    (repo / ".gitattributes").write_text("* diff=x\n")
+    (repo / "a.txt").write_text("hi\n")
+    ident = ["-c", "user.name=a", "-c", "user.email=a@b"]
+    for argv in (["init", "-q"], ["add", "-A"], [*ident, "commit", "-qm", "init"]):
+        subprocess.run(["git", "-C", str(repo), *argv], check=True)
+    write_config(state_dir, ALLOWLIST)
+    git = shutil.which("git") or "git"
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", git, arg_pattern="log( .*)?")
+    fmt = f'[diff "x"]%n textconv = "touch {tmp_path}/pwned; cat"'
+    commands = (f"git log -1 '--format={fmt}' --output={home}/.gitconfig", "git log -p -1")
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            for command in commands:
+                await client.request("exec", {"command": command, "workdir": str(repo)})
+        finally:
+            await client.close()
+    assert not (tmp_path / "pwned").exists()
