@@ -519,3 +519,28 @@ async def test_class4_git_log_output_writes_the_trusted_global_config(
         finally:
             await client.close()
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.skipif(shutil.which("rustup") is None, reason="rustup is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: rustup's proxies take `+<path>` as a toolchain and run <path>/bin/cargo; treecode vets "
+    "rust-toolchain files but not that argv path, and content binds only the proxy, so allow-always of "
+    "`cargo +./tc --version` holds while the agent swaps ./tc/bin/cargo",
+)
+async def test_class4_a_rustup_toolchain_path_in_the_argv_is_not_bound(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    cargo = tmp_path / "tc" / "bin" / "cargo"
+    cargo.parent.mkdir(parents=True)
+    cargo.write_text("#!/bin/sh\n")
+    cargo.chmod(0o755)
+    details = await _always_then_rewrite(
+        state_dir,
+        tmp_path,
+        f"cargo +{tmp_path}/tc --version",
+        cargo,
+        f"#!/bin/sh\ntouch {tmp_path}/ran1\n",
+        f"#!/bin/sh\ntouch {tmp_path}/pwned\n",
+    )
+    assert not _ran_evil(details, tmp_path), details["_text"]
