@@ -8,9 +8,11 @@ marked xfail(strict) still works today; the others are regression tests of attem
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -544,3 +546,43 @@ async def test_class4_a_rustup_toolchain_path_in_the_argv_is_not_bound(
         f"#!/bin/sh\ntouch {tmp_path}/pwned\n",
     )
     assert not _ran_evil(details, tmp_path), details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("more") is None, reason="util-linux more is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: pagers get LESSSECURE=1 and PAGER=cat, but an allowlisted `more FILE` run with pty=true "
+    "takes keystrokes from `process write`: `!cmd` runs a shell (util-linux more has no secure mode), so a "
+    "reader's allowlist entry is a shell; keystrokes into a PTY program are input no entry describes",
+)
+async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "big.txt").write_text("".join(f"line {i}\n" for i in range(500)))
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", shutil.which("more") or "more")
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            call = {"command": "more big.txt", "workdir": str(tmp_path), "pty": True, "background": True}
+            started = await client.request("exec", {**call, "env": {"TERM": "xterm"}})
+            assert started["details"]["status"] == "running", started["text"]
+            sid = started["details"]["sessionId"]
+
+            async def log() -> str:
+                return str((await client.request("process", {"action": "log", "sessionId": sid}))["text"])
+
+            async def shows(pattern: str) -> bool:
+                return re.search(pattern, await log()) is not None
+
+            await wait_until(lambda: shows(r"--More--\(\d+%\)"))
+            await client.request("process", {"action": "write", "sessionId": sid, "data": "!"})
+            await wait_until(lambda: shows(r"--More--\(\d+%\)\r!"))  # more prompts for the command
+            command = f"touch {tmp_path}/pwned\r"
+            await client.request("process", {"action": "write", "sessionId": sid, "data": command})
+            with contextlib.suppress(AssertionError):
+                await wait_until(lambda: (tmp_path / "pwned").exists(), timeout=5)
+            await client.request("process", {"action": "kill", "sessionId": sid})
+        finally:
+            await client.close()
+    assert not (tmp_path / "pwned").exists()
