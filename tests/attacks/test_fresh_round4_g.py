@@ -586,3 +586,31 @@ async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
         finally:
             await client.close()
     assert not (tmp_path / "pwned").exists()
+
+
+async def test_keystrokes_into_an_allowlisted_less_find_its_shell_escape_off(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "big.txt").write_text("".join(f"line {i}\n" for i in range(500)))
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", shutil.which("less") or "less")
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            call = {"command": "less big.txt", "workdir": str(tmp_path), "pty": True, "background": True}
+            started = await client.request("exec", {**call, "env": {"TERM": "xterm"}})
+            sid = started["details"]["sessionId"]
+
+            async def shows(text: str) -> bool:
+                return text in str(
+                    (await client.request("process", {"action": "log", "sessionId": sid}))["text"]
+                )
+
+            await wait_until(lambda: shows("line 5\n"))
+            await client.request("process", {"action": "write", "sessionId": sid, "data": "!"})
+            await wait_until(
+                lambda: shows("Command not available")
+            )  # LESSSECURE=1, forced on every host exec
+            await client.request("process", {"action": "kill", "sessionId": sid})
+        finally:
+            await client.close()
