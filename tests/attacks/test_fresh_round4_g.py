@@ -614,3 +614,39 @@ async def test_keystrokes_into_an_allowlisted_less_find_its_shell_escape_off(
             await client.request("process", {"action": "kill", "sessionId": sid})
         finally:
             await client.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: interpoptions reads python's -i as a plain flag (source: the file), but -i runs the REPL "
+    "on stdin after the script: allow-always of `python3 -i x.py` binds x.py and offers no hint, then any code "
+    "written to the session's stdin (`process write`) runs unasked",
+)
+async def test_class5_python_dash_i_reads_code_from_stdin_after_the_bound_script(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "x.py").write_text(f"open({str(tmp_path / 'ran1')!r}, 'w')\n")
+    write_config(state_dir, ALLOWLIST)
+    call = {"command": "python3 -i x.py", "workdir": str(tmp_path)}
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            first = await client.request("exec", call)
+            assert "allow-always" in first["details"]["allowedDecisions"]
+            await client.request(
+                "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            )
+            await wait_until(lambda: (tmp_path / "ran1").exists())
+            again = await client.request("exec", {**call, "background": True})
+            if again["details"]["status"] == "running":
+                code = f"import os; os.system('touch {tmp_path}/pwned')\n"
+                sid = again["details"]["sessionId"]
+                await client.request(
+                    "process", {"action": "write", "sessionId": sid, "data": code, "eof": True}
+                )
+                await wait_until(lambda: client.request("process", {"action": "poll", "sessionId": sid}))
+                with contextlib.suppress(AssertionError):
+                    await wait_until(lambda: (tmp_path / "pwned").exists(), timeout=5)
+        finally:
+            await client.close()
+    assert not (tmp_path / "pwned").exists()
