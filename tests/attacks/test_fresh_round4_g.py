@@ -619,7 +619,7 @@ async def test_keystrokes_into_an_allowlisted_less_find_its_shell_escape_off(
 @pytest.mark.xfail(
     strict=True,
     reason="open: interpoptions reads python's -i as a plain flag (source: the file), but -i runs the REPL "
-    "on stdin after the script: allow-always of `python3 -i x.py` binds x.py and offers no hint, then any code "
+    "on stdin after the script: allow-always of `python3 -i x.py` binds x.py, and then any code "
     "written to the session's stdin (`process write`) runs unasked",
 )
 async def test_class5_python_dash_i_reads_code_from_stdin_after_the_bound_script(
