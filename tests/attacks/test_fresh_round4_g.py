@@ -61,6 +61,11 @@ async def _always_then_rewrite(
     return details
 
 
+def _saved_allow_always(state: Path) -> bool:
+    entries = ApprovalsStore(state / "exec-approvals.json").snapshot().entries("main")
+    return any(e.source == "allow-always" for e in entries)
+
+
 def _ran_evil(details: dict[str, Any], cwd: Path) -> bool:
     return details["status"] == "completed" and (cwd / "pwned").exists()
 
@@ -618,33 +623,43 @@ async def test_keystrokes_into_an_allowlisted_less_find_its_shell_escape_off(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: interpoptions reads python's -i as a plain flag (source: the file), but -i runs the REPL "
-    "on stdin after the script: allow-always of `python3 -i x.py` binds x.py, and then any code "
-    "written to the session's stdin (`process write`) runs unasked",
+    reason="open: interpoptions reads python's -i and perl's -d as plain flags (source: the file), but both "
+    "then read code from stdin (python's REPL after the script, perl's debugger): allow-always binds the "
+    "script, and any code written to the session's stdin (`process write`) runs unasked",
 )
-async def test_class5_python_dash_i_reads_code_from_stdin_after_the_bound_script(
-    state_dir: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    ("command", "script", "code"),
+    [
+        ("python3 -i x.py", "open({ran1!r}, 'w')\n", "import os; os.system('touch {pwned}')\n"),
+        ("perl -d x.py", 'open(my $f, ">", "{ran1}");\n', 'system("touch {pwned}")\n'),
+    ],
+    ids=["python-i", "perl-d"],
+)
+async def test_class5_an_interpreter_flag_that_reads_code_from_stdin_after_the_bound_script(
+    state_dir: Path, tmp_path: Path, command: str, script: str, code: str
 ) -> None:
-    (tmp_path / "x.py").write_text(f"open({str(tmp_path / 'ran1')!r}, 'w')\n")
+    ran1, pwned = str(tmp_path / "ran1"), str(tmp_path / "pwned")
+    (tmp_path / "x.py").write_text(script.format(ran1=ran1))
     write_config(state_dir, ALLOWLIST)
-    call = {"command": "python3 -i x.py", "workdir": str(tmp_path)}
+    call = {"command": command, "workdir": str(tmp_path)}
     async with gateway(state_dir):
         client = await connect(state_dir)
         try:
             first = await client.request("exec", call)
             assert "allow-always" in first["details"]["allowedDecisions"]
-            await client.request(
-                "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            answer = {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            await client.request("approve", answer)
+            store = ApprovalsStore(state_dir / "exec-approvals.json")
+            await wait_until(
+                lambda: any(e.source == "allow-always" for e in store.snapshot().entries("main"))
             )
-            await wait_until(lambda: (tmp_path / "ran1").exists())
             again = await client.request("exec", {**call, "background": True})
             if again["details"]["status"] == "running":
-                code = f"import os; os.system('touch {tmp_path}/pwned')\n"
                 sid = again["details"]["sessionId"]
+                data = code.format(pwned=pwned)
                 await client.request(
-                    "process", {"action": "write", "sessionId": sid, "data": code, "eof": True}
+                    "process", {"action": "write", "sessionId": sid, "data": data, "eof": True}
                 )
-                await wait_until(lambda: client.request("process", {"action": "poll", "sessionId": sid}))
                 with contextlib.suppress(AssertionError):
                     await wait_until(lambda: (tmp_path / "pwned").exists(), timeout=5)
         finally:
