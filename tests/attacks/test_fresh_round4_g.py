@@ -14,10 +14,12 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -665,3 +667,41 @@ async def test_class5_an_interpreter_flag_that_reads_code_from_stdin_after_the_b
         finally:
             await client.close()
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.skipif(shutil.which("unzip") is None, reason="unzip is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the state dir is protected by checking a command's operands and cwd, not where the program "
+    "writes: an allowlisted `unzip -o a.zip` plants a link s -> <state dir> (an archive member), `unzip -o "
+    "b.zip` writes s/exec-approvals.json through it, and the forged allowlist runs anything unasked",
+)
+async def test_class4_an_allowlisted_extractor_writes_the_approvals_file_through_its_own_link(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    write_config(state_dir, ALLOWLIST)
+    approvals = state_dir / "exec-approvals.json"
+    ApprovalsStore(approvals).add_allowlist(
+        "main", shutil.which("unzip") or "unzip", arg_pattern=r"-o \S+\.zip"
+    )
+    forged = tmp_path / "forged.json"
+    forged.write_bytes(approvals.read_bytes())
+    ApprovalsStore(forged).add_allowlist("main", "/usr/bin/touch")
+    with zipfile.ZipFile(work / "a.zip", "w") as archive:
+        link = zipfile.ZipInfo("s")
+        link.create_system = 3  # unix: external_attr holds the mode
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        archive.writestr(link, str(state_dir))
+    with zipfile.ZipFile(work / "b.zip", "w") as archive:
+        archive.writestr("s/exec-approvals.json", forged.read_bytes())  # mode 0600, as the store wants
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            for command in ("unzip -o a.zip", "unzip -o b.zip", f"touch {work}/pwned"):
+                with contextlib.suppress(RemoteError):
+                    await client.request("exec", {"command": command, "workdir": str(work)})
+        finally:
+            await client.close()
+    assert not (work / "pwned").exists()
