@@ -705,3 +705,22 @@ async def test_class4_an_allowlisted_extractor_writes_the_approvals_file_through
         finally:
             await client.close()
     assert not (work / "pwned").exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: content.loaded_values binds argv preloads for node (-r/--require/--import) and ruby (-r) "
+    "only; perl's -M/-m load a module the same way (`perl -I. -Mevil x.pl` runs ./evil.pm first), so "
+    "allow-always binds x.pl and a rewritten evil.pm runs unasked",
+)
+async def test_class5_a_perl_preload_named_in_the_argv_is_not_bound(state_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "x.pl").write_text('print "x\\n";\n')
+    details = await _always_then_rewrite(
+        state_dir,
+        tmp_path,
+        "perl -I. -Mevil x.pl",
+        tmp_path / "evil.pm",
+        f'package evil; open(my $f, ">", "{tmp_path}/ran1"); 1;\n',
+        f'package evil; system("touch {tmp_path}/pwned"); 1;\n',
+    )
+    assert not _ran_evil(details, tmp_path), details["_text"]
