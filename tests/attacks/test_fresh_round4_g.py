@@ -724,3 +724,23 @@ async def test_class5_a_perl_preload_named_in_the_argv_is_not_bound(state_dir: P
         f'package evil; system("touch {tmp_path}/pwned"); 1;\n',
     )
     assert not _ran_evil(details, tmp_path), details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: tree_vet runs only when the analysis proves a plain chain; `make test 2>&1` (redirection) "
+    "or `cd sub && make` (a builtin) fail it, so the ask names no Makefile and allow-always binds none: the "
+    "agent rewrites the Makefile it was approved with and the saved command runs it unasked",
+)
+@pytest.mark.parametrize(
+    ("command", "makefile"),
+    [("make test 2>&1", "Makefile"), ("cd sub && make test", "sub/Makefile")],
+    ids=["fd-redirection", "cd-builtin"],
+)
+async def test_class5_a_command_the_analysis_cannot_prove_plain_skips_the_tree_vet(
+    state_dir: Path, tmp_path: Path, command: str, makefile: str
+) -> None:
+    benign = f"test:\n\t@touch {tmp_path}/ran1\n"
+    evil = f"test:\n\t@touch {tmp_path}/pwned\n"
+    details = await _always_then_rewrite(state_dir, tmp_path, command, tmp_path / makefile, benign, evil)
+    assert not _ran_evil(details, tmp_path), details["_text"]
