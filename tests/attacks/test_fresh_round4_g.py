@@ -744,3 +744,37 @@ async def test_class5_a_command_the_analysis_cannot_prove_plain_skips_the_tree_v
     evil = f"test:\n\t@touch {tmp_path}/pwned\n"
     details = await _always_then_rewrite(state_dir, tmp_path, command, tmp_path / makefile, benign, evil)
     assert not _ran_evil(details, tmp_path), details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: gitvet (and the pinned view that points git at the vetted repository) runs only for a "
+    "plain chain: `git status 2>&1` fails the analysis, allow-always binds no config, and a filter "
+    "the agent then adds to .git/config runs on the next `git status 2>&1` unasked",
+)
+async def test_class5_git_vetting_is_skipped_for_a_redirected_git(state_dir: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "r"
+    repo.mkdir()
+    (repo / "a.txt").write_text("hi\n")
+    ident = ["-c", "user.name=a", "-c", "user.email=a@b"]
+    for argv in (["init", "-q"], ["add", "a.txt"], [*ident, "commit", "-qm", "init"]):
+        subprocess.run(["git", "-C", str(repo), *argv], check=True)
+    write_config(state_dir, ALLOWLIST)
+    call = {"command": "git status 2>&1", "workdir": str(repo)}
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            first = await client.request("exec", call)
+            assert first["details"]["status"] == "approval-pending", first["text"]
+            answer = {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            await client.request("approve", answer)
+            await wait_until(lambda: _saved_allow_always(state_dir))
+            with open(repo / ".git" / "config", "a") as config:
+                config.write(f'[filter "x"]\n\tclean = "touch {tmp_path}/pwned; cat"\n')
+            (repo / ".gitattributes").write_text("*.txt filter=x\n")
+            (repo / "a.txt").write_text("ho\n")  # same size: git must read it through the filter
+            with contextlib.suppress(RemoteError):
+                await client.request("exec", call)
+        finally:
+            await client.close()
+    assert not (tmp_path / "pwned").exists()
