@@ -25,9 +25,12 @@ from typing import Any
 
 import pytest
 
+from engine.approvals.socket.wire import ExecHostRequest, PromptRequest
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.frames import RemoteError
 from engine.sandbox import bwrap
+from engine.tools.exec_host import LocalExecHost
+from engine.unixsock import PeerInfo
 from tests.attacks.harness import ALLOWLIST, attempt, refused
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.gateway import REPO, connect, gateway, wait_until, write_config
@@ -778,3 +781,33 @@ async def test_class5_git_vetting_is_skipped_for_a_redirected_git(state_dir: Pat
         finally:
             await client.close()
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: LocalExecHost's PromptRequest has no env (its warning names the key only) and "
+    "console.socket_asks.relay_params drops even the warnings, so an approval-socket exec with "
+    "GNUMAKEFLAGS=--eval=… is approved as a bare `make` and the injected code runs",
+)
+async def test_class3_an_approval_socket_exec_asks_without_showing_the_env(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """OpenClaw's `system.run` arrives as an approval-socket `exec` frame and runs in LocalExecHost; its ask
+    (PromptRequest, relayed to the gateway by the console as approvals.relay) carries the command and the
+    decision's warnings, never the env. The operator sees `make` and a key name, approves, and
+    GNUMAKEFLAGS=--eval=… runs: issue 27 §3's own attack, on the socket path."""
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/make")
+    value = f"--eval=all:;@touch$$$${{IFS}}{tmp_path}/pwned"  # make's flag words split at blanks
+    request = ExecHostRequest(command=("make",), cwd=str(tmp_path), env={"GNUMAKEFLAGS": value})
+    shown: list[PromptRequest] = []
+
+    async def operator(prompt: PromptRequest) -> str:
+        shown.append(prompt)
+        return "allow-once"  # what the operator answers to the `make` they were shown
+
+    host = LocalExecHost(state_dir / "config.toml", state_dir / "exec-approvals.json")
+    await host(request, operator, PeerInfo(os.getpid(), os.getuid(), os.getgid()))
+    assert shown, "the env should have made it ask"
+    visible = " ".join([shown[0].command, *shown[0].warnings])
+    assert value in visible or not (tmp_path / "pwned").exists(), visible
