@@ -811,3 +811,30 @@ async def test_class3_an_approval_socket_exec_asks_without_showing_the_env(
     assert shown, "the env should have made it ask"
     visible = " ".join([shown[0].command, *shown[0].warnings])
     assert value in visible or not (tmp_path / "pwned").exists(), visible
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: content.bind skips a script operand that is not a regular file, but `python3 app` runs "
+    "app/__main__.py and `node app` runs app/index.js (or package.json's main): nothing is bound, so "
+    "allow-always holds while the agent rewrites the program the directory holds",
+)
+@pytest.mark.parametrize(
+    ("command", "entry", "code"),
+    [
+        ("python3 app", "__main__.py", "open({path!r}, 'w')\n"),
+        ("node app", "index.js", "require('fs').writeFileSync({path!r}, '')\n"),
+    ],
+    ids=["python-main", "node-index"],
+)
+async def test_class5_a_directory_operand_is_a_program_the_interpreter_finds(
+    state_dir: Path, tmp_path: Path, command: str, entry: str, code: str
+) -> None:
+    if shutil.which(command.split()[0]) is None:
+        pytest.skip(f"{command.split()[0]} is not installed")
+    program = tmp_path / "app" / entry
+    program.parent.mkdir()
+    benign = code.format(path=str(tmp_path / "ran1"))
+    evil = code.format(path=str(tmp_path / "pwned"))
+    details = await _always_then_rewrite(state_dir, tmp_path, command, program, benign, evil)
+    assert not _ran_evil(details, tmp_path), details["_text"]
