@@ -8,6 +8,7 @@ marked xfail(strict) still works today; the others are regression tests of attem
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -838,3 +839,42 @@ async def test_class5_a_directory_operand_is_a_program_the_interpreter_finds(
     evil = code.format(path=str(tmp_path / "pwned"))
     details = await _always_then_rewrite(state_dir, tmp_path, command, program, benign, evil)
     assert not _ran_evil(details, tmp_path), details["_text"]
+
+
+def _feed(fifo: Path, code: str) -> None:
+    """Open the FIFO for writing (this waits for its reader) and write `code`."""
+    with open(fifo, "w") as pipe:
+        pipe.write(code)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a script operand that is a FIFO is neither bound nor refused (content.bind and "
+    "durable._scripts look only at regular files), so allow-always of `python3 prog` holds for whatever "
+    "program the agent writes into the pipe at each run",
+)
+async def test_class5_a_fifo_script_operand_is_left_unbound(state_dir: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "prog"
+    os.mkfifo(fifo)
+    write_config(state_dir, ALLOWLIST)
+    call = {"command": "python3 prog", "workdir": str(tmp_path), "background": True}
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            first = await client.request("exec", call)
+            assert "allow-always" in first["details"]["allowedDecisions"], first["text"]
+            await client.request(
+                "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            )
+            await asyncio.wait_for(
+                asyncio.to_thread(_feed, fifo, f"open({str(tmp_path / 'ran1')!r}, 'w')\n"), 60
+            )
+            await wait_until(lambda: (tmp_path / "ran1").exists())
+            again = await client.request("exec", call)
+            if again["details"]["status"] == "running":
+                evil = f"open({str(tmp_path / 'pwned')!r}, 'w')\n"
+                await asyncio.wait_for(asyncio.to_thread(_feed, fifo, evil), 60)
+                await wait_until(lambda: (tmp_path / "pwned").exists())
+        finally:
+            await client.close()
+    assert not (tmp_path / "pwned").exists()
