@@ -51,7 +51,8 @@ async def _always_then_rewrite(
         client = await connect(state)
         try:
             first = await client.request("exec", {"command": command, "workdir": str(cwd)})
-            assert first["details"]["status"] == "approval-pending", first["text"]
+            if "allow-always" not in first["details"].get("allowedDecisions", ()):
+                return {**first["details"], "_text": first["text"]}  # not saveable: not this attack
             await client.request(
                 "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
             )
@@ -322,7 +323,8 @@ async def test_class5_pip_builds_an_sdist_archive_operand(state_dir: Path, tmp_p
         client = await connect(state_dir)
         try:
             first = await client.request("exec", {"command": command, "workdir": str(tmp_path)})
-            assert first["details"]["status"] == "approval-pending", first["text"]
+            if "allow-always" not in first["details"].get("allowedDecisions", ()):
+                return  # refused, or nothing an allow-always could save: not this attack
             await client.request(
                 "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
             )
@@ -652,7 +654,8 @@ async def test_class5_an_interpreter_flag_that_reads_code_from_stdin_after_the_b
         client = await connect(state_dir)
         try:
             first = await client.request("exec", call)
-            assert "allow-always" in first["details"]["allowedDecisions"]
+            if "allow-always" not in first["details"].get("allowedDecisions", ()):
+                return  # refused, or nothing an allow-always could save: not this attack
             answer = {"id": first["details"]["approvalId"], "decision": "allow-always"}
             await client.request("approve", answer)
             store = ApprovalsStore(state_dir / "exec-approvals.json")
@@ -769,7 +772,8 @@ async def test_class5_git_vetting_is_skipped_for_a_redirected_git(state_dir: Pat
         client = await connect(state_dir)
         try:
             first = await client.request("exec", call)
-            assert first["details"]["status"] == "approval-pending", first["text"]
+            if "allow-always" not in first["details"].get("allowedDecisions", ()):
+                return  # refused, or nothing an allow-always could save: not this attack
             answer = {"id": first["details"]["approvalId"], "decision": "allow-always"}
             await client.request("approve", answer)
             await wait_until(lambda: _saved_allow_always(state_dir))
@@ -862,7 +866,8 @@ async def test_class5_a_fifo_script_operand_is_left_unbound(state_dir: Path, tmp
         client = await connect(state_dir)
         try:
             first = await client.request("exec", call)
-            assert "allow-always" in first["details"]["allowedDecisions"], first["text"]
+            if "allow-always" not in first["details"].get("allowedDecisions", ()):
+                return  # refused, or nothing an allow-always could save: not this attack
             await client.request(
                 "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
             )
