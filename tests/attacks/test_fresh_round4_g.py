@@ -883,3 +883,24 @@ async def test_class5_a_fifo_script_operand_is_left_unbound(state_dir: Path, tmp
         finally:
             await client.close()
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: protected.protected_operand resolves `/proc/self/…` in the gateway, where self is the "
+    "gateway (its cwd, its fds), while the command resolves it in itself: `cat /proc/self/cwd/../s/"
+    "operator.json` from a sibling of the state dir passes the check and prints the operator token",
+)
+async def test_class5_proc_self_names_another_process_at_the_check(state_dir: Path, tmp_path: Path) -> None:
+    work = state_dir.parent / "w"  # the state dir's sibling: `..` from the command's cwd is its parent
+    work.mkdir()
+    config = ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"')
+    command = f"cat /proc/self/cwd/../{state_dir.name}/operator.json"
+    try:
+        details = await attempt(
+            state_dir, command, allow=[("/usr/bin/cat", None)], config=config, workdir=str(work)
+        )
+    except RemoteError:
+        return  # refused: the operand named the state dir
+    token = (state_dir / "operator.json").read_text()
+    assert token.strip() not in details["_text"], details["_text"]
