@@ -904,3 +904,23 @@ async def test_class5_proc_self_names_another_process_at_the_check(state_dir: Pa
         return  # refused: the operand named the state dir
     token = (state_dir / "operator.json").read_text()
     assert token.strip() not in details["_text"], details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: content.bind resolves a script operand `/proc/self/cwd/x.py` in the gateway (whose cwd is "
+    "elsewhere: nothing there, or another file), the command reads its own cwd's x.py: allow-always binds "
+    "the wrong file and the agent's rewritten x.py runs unasked",
+)
+async def test_class5_a_proc_self_script_operand_is_bound_in_the_wrong_process(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    details = await _always_then_rewrite(
+        state_dir,
+        tmp_path,
+        "python3 /proc/self/cwd/x.py",
+        tmp_path / "x.py",
+        f"open({str(tmp_path / 'ran1')!r}, 'w')\n",
+        f"open({str(tmp_path / 'pwned')!r}, 'w')\n",
+    )
+    assert not _ran_evil(details, tmp_path), details["_text"]
