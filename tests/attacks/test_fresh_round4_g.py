@@ -930,3 +930,29 @@ async def test_class5_a_proc_self_script_operand_is_bound_in_the_wrong_process(
         f"open({str(tmp_path / 'pwned')!r}, 'w')\n",
     )
     assert not _ran_evil(details, tmp_path), details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: protected.protected_word skips every word starting with `-`, so a short option's attached "
+    "value is never checked: allowlisted `curl -so<state>/exec-approvals.json file://forged.json` (asked "
+    "when spelled `-o <path>`) overwrites the approvals file, and the forged entry runs `touch` unasked",
+)
+async def test_class5_an_attached_short_option_value_into_the_state_dir(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    approvals = state_dir / "exec-approvals.json"
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(approvals).add_allowlist("main", shutil.which("curl") or "curl")
+    forged = tmp_path / "forged.json"
+    forged.write_bytes(approvals.read_bytes())
+    ApprovalsStore(forged).add_allowlist("main", "/usr/bin/touch")
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            for command in (f"curl -so{approvals} file://{forged}", f"touch {tmp_path}/pwned"):
+                with contextlib.suppress(RemoteError):
+                    await client.request("exec", {"command": command, "workdir": str(tmp_path)})
+        finally:
+            await client.close()
+    assert not (tmp_path / "pwned").exists()
