@@ -956,3 +956,27 @@ async def test_class5_an_attached_short_option_value_into_the_state_dir(
         finally:
             await client.close()
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("program", ["strings", "nm", "size"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: protected_word reads `@<path>` as a relative name (cwd/@…), but binutils (and gcc, ld, "
+    "as, ar) read `@FILE` as a response file of more arguments: allowlisted `strings @<state>/operator.json` "
+    "(refused without the @) echoes every word of the file back, the operator token included",
+)
+async def test_class5_a_response_file_reads_the_state_dir(
+    state_dir: Path, tmp_path: Path, program: str
+) -> None:
+    path = shutil.which(program)
+    if path is None:
+        pytest.skip(f"{program} is not installed")
+    config = ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"')
+    command = f"{program} @{state_dir}/operator.json"
+    allow: list[tuple[str, str | None]] = [(path, None)]
+    try:
+        details = await attempt(state_dir, command, allow=allow, config=config, workdir=str(tmp_path))
+    except RemoteError:
+        return  # refused: the @file was seen to name the state dir
+    token = json.loads((state_dir / "operator.json").read_text())["token"]
+    assert token not in details["_text"], details["_text"]
