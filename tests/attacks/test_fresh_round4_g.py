@@ -980,3 +980,22 @@ async def test_class5_a_response_file_reads_the_state_dir(
         return  # refused: the @file was seen to name the state dir
     token = json.loads((state_dir / "operator.json").read_text())["token"]
     assert token not in details["_text"], details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: protected_word treats a URL as a relative name; `curl -s file://<state>/operator.json` "
+    "(file://localhost/… alike) is an allowlisted curl reading the operator token: the check can list "
+    "syntaxes forever, the construction is that unasked commands cannot reach the state dir at all",
+)
+async def test_class5_a_file_url_reads_the_state_dir(state_dir: Path, tmp_path: Path) -> None:
+    config = ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"')
+    allow: list[tuple[str, str | None]] = [(shutil.which("curl") or "curl", None)]
+    command = f"curl -s file://{state_dir}/operator.json"
+    try:
+        details = await attempt(state_dir, command, allow=allow, config=config, workdir=str(tmp_path))
+    except RemoteError:
+        return
+    token = json.loads((state_dir / "operator.json").read_text())["token"]
+    assert token not in details["_text"], details["_text"]
