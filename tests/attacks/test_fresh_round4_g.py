@@ -999,3 +999,22 @@ async def test_class5_a_file_url_reads_the_state_dir(state_dir: Path, tmp_path: 
         return
     token = json.loads((state_dir / "operator.json").read_text())["token"]
     assert token not in details["_text"], details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the state-dir rule asks whether an operand or the cwd lies inside the state dir, never "
+    "whether the state dir lies inside what a recursive program walks: allowlisted `grep -r token .` from "
+    "its parent (the home dir: exec's default workdir) prints operator.json's and gateway.json's tokens",
+)
+async def test_class4_a_recursive_reader_walks_into_the_state_dir(state_dir: Path) -> None:
+    config = ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"')
+    allow: list[tuple[str, str | None]] = [(shutil.which("grep") or "grep", None)]
+    try:
+        details = await attempt(
+            state_dir, "grep -r token .", allow=allow, config=config, workdir=str(state_dir.parent)
+        )
+    except RemoteError:
+        return
+    token = json.loads((state_dir / "operator.json").read_text())["token"]
+    assert token not in details["_text"], details["_text"]
