@@ -376,78 +376,6 @@ async def test_class4_a_heredoc_to_a_command_reader_is_code(state_dir: Path, tmp
     assert refused(details) or not (tmp_path / "pwned").exists(), details["_text"]
 
 
-# ------------------------------------------------------------------------ attempts that failed (regressions)
-
-
-@pytest.mark.parametrize(
-    "command",
-    ["timeout 5 make", "nice -n 5 make", "stdbuf -o0 make", "env make", "env -- make"],
-)
-async def test_a_transparent_wrapper_does_not_hide_the_makefile(
-    state_dir: Path, tmp_path: Path, command: str
-) -> None:
-    (tmp_path / "Makefile").write_text(f"all:\n\t@touch {tmp_path}/pwned\n")
-    details = await attempt(state_dir, command, allow=[("/usr/bin/make", None)], workdir=str(tmp_path))
-    assert refused(details), details["_text"]
-    assert "Makefile" in details["_text"]
-    assert not (tmp_path / "pwned").exists()
-
-
-@pytest.mark.parametrize(
-    "env",
-    [{"language": "../../x"}, {"Lc_All": "../x"}, {"TERM": "../x"}, {"TZ": "/x"}, {"GNUMAKEFLAGS": "-s"}],
-    ids=["lowercase-language-path", "mixed-case-lc-all-path", "term-path", "tz-path", "gnumakeflags"],
-)
-async def test_an_inert_key_in_another_case_or_shape_still_asks(
-    state_dir: Path, tmp_path: Path, env: dict[str, str]
-) -> None:
-    details = await attempt(state_dir, "head -n 1", workdir=str(tmp_path), env=env)
-    assert refused(details), details["_text"]
-
-
-async def test_inert_locale_keys_ride_along_unasked(state_dir: Path, tmp_path: Path) -> None:
-    env = {"LC_ALL": "C.UTF-8", "TZ": "Europe/Paris", "TERM": "xterm-256color", "COLUMNS": "80"}
-    details = await attempt(state_dir, "head -n 1 <<'EOF'\nhello\nEOF", workdir=str(tmp_path), env=env)
-    assert details["status"] == "completed", details["_text"]
-    assert "hello" in details["_text"]
-
-
-async def test_an_assignment_prefix_never_rides_an_allowlist_entry(state_dir: Path, tmp_path: Path) -> None:
-    command = f"GNUMAKEFLAGS='--eval=$(shell touch {tmp_path}/pwned)' make -v"
-    details = await attempt(state_dir, command, allow=[("/usr/bin/make", None)], workdir=str(tmp_path))
-    assert refused(details), details["_text"]
-    assert not (tmp_path / "pwned").exists()
-
-
-async def test_a_link_into_the_state_dir_is_refused_when_it_is_there_at_the_decision(
-    state_dir: Path, tmp_path: Path
-) -> None:
-    os.symlink(state_dir / "operator.json", tmp_path / "notes")
-    config = ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"')
-    with pytest.raises(RemoteError):
-        await attempt(
-            state_dir, "cat notes", allow=[("/usr/bin/cat", None)], config=config, workdir=str(tmp_path)
-        )
-
-
-@needs_bwrap
-async def test_a_bwrap_sandbox_inherits_nothing_of_the_gateways_env(
-    state_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "sekrit-gateway-env")
-    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/ssh-gateway/agent.1")
-    monkeypatch.setenv("EXECHOST_AGENT_TOKEN", "agent-token-of-the-autostarter")
-    config = '[tools.exec]\nhost = "sandbox"\n[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
-    try:
-        details = await attempt(state_dir, "env; ls -a /", config=config)
-    finally:
-        bwrap.remove_all()
-    text = details["_text"]
-    assert details["status"] == "completed", text
-    for leaked in ("sekrit-gateway-env", "ssh-gateway", "agent-token-of", str(state_dir.parent)):
-        assert leaked not in text
-
-
 NOBODY = 65534
 
 
@@ -605,34 +533,6 @@ async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
         finally:
             await client.close()
     assert not (tmp_path / "pwned").exists()
-
-
-async def test_keystrokes_into_an_allowlisted_less_find_its_shell_escape_off(
-    state_dir: Path, tmp_path: Path
-) -> None:
-    (tmp_path / "big.txt").write_text("".join(f"line {i}\n" for i in range(500)))
-    write_config(state_dir, ALLOWLIST)
-    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", shutil.which("less") or "less")
-    async with gateway(state_dir):
-        client = await connect(state_dir)
-        try:
-            call = {"command": "less big.txt", "workdir": str(tmp_path), "pty": True, "background": True}
-            started = await client.request("exec", {**call, "env": {"TERM": "xterm"}})
-            sid = started["details"]["sessionId"]
-
-            async def shows(text: str) -> bool:
-                return text in str(
-                    (await client.request("process", {"action": "log", "sessionId": sid}))["text"]
-                )
-
-            await wait_until(lambda: shows("line 5\n"))
-            await client.request("process", {"action": "write", "sessionId": sid, "data": "!"})
-            await wait_until(
-                lambda: shows("Command not available")
-            )  # LESSSECURE=1, forced on every host exec
-            await client.request("process", {"action": "kill", "sessionId": sid})
-        finally:
-            await client.close()
 
 
 @pytest.mark.xfail(
@@ -1018,3 +918,103 @@ async def test_class4_a_recursive_reader_walks_into_the_state_dir(state_dir: Pat
         return
     token = json.loads((state_dir / "operator.json").read_text())["token"]
     assert token not in details["_text"], details["_text"]
+
+
+# ------------------------------------------------------------------------ attempts that failed (regressions)
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["timeout 5 make", "nice -n 5 make", "stdbuf -o0 make", "env make", "env -- make"],
+)
+async def test_a_transparent_wrapper_does_not_hide_the_makefile(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    (tmp_path / "Makefile").write_text(f"all:\n\t@touch {tmp_path}/pwned\n")
+    details = await attempt(state_dir, command, allow=[("/usr/bin/make", None)], workdir=str(tmp_path))
+    assert refused(details), details["_text"]
+    assert "Makefile" in details["_text"]
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"language": "../../x"}, {"Lc_All": "../x"}, {"TERM": "../x"}, {"TZ": "/x"}, {"GNUMAKEFLAGS": "-s"}],
+    ids=["lowercase-language-path", "mixed-case-lc-all-path", "term-path", "tz-path", "gnumakeflags"],
+)
+async def test_an_inert_key_in_another_case_or_shape_still_asks(
+    state_dir: Path, tmp_path: Path, env: dict[str, str]
+) -> None:
+    details = await attempt(state_dir, "head -n 1", workdir=str(tmp_path), env=env)
+    assert refused(details), details["_text"]
+
+
+async def test_inert_locale_keys_ride_along_unasked(state_dir: Path, tmp_path: Path) -> None:
+    env = {"LC_ALL": "C.UTF-8", "TZ": "Europe/Paris", "TERM": "xterm-256color", "COLUMNS": "80"}
+    details = await attempt(state_dir, "head -n 1 <<'EOF'\nhello\nEOF", workdir=str(tmp_path), env=env)
+    assert details["status"] == "completed", details["_text"]
+    assert "hello" in details["_text"]
+
+
+async def test_an_assignment_prefix_never_rides_an_allowlist_entry(state_dir: Path, tmp_path: Path) -> None:
+    command = f"GNUMAKEFLAGS='--eval=$(shell touch {tmp_path}/pwned)' make -v"
+    details = await attempt(state_dir, command, allow=[("/usr/bin/make", None)], workdir=str(tmp_path))
+    assert refused(details), details["_text"]
+    assert not (tmp_path / "pwned").exists()
+
+
+async def test_a_link_into_the_state_dir_is_refused_when_it_is_there_at_the_decision(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    os.symlink(state_dir / "operator.json", tmp_path / "notes")
+    config = ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"')
+    with pytest.raises(RemoteError):
+        await attempt(
+            state_dir, "cat notes", allow=[("/usr/bin/cat", None)], config=config, workdir=str(tmp_path)
+        )
+
+
+@needs_bwrap
+async def test_a_bwrap_sandbox_inherits_nothing_of_the_gateways_env(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "sekrit-gateway-env")
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/ssh-gateway/agent.1")
+    monkeypatch.setenv("EXECHOST_AGENT_TOKEN", "agent-token-of-the-autostarter")
+    config = '[tools.exec]\nhost = "sandbox"\n[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
+    try:
+        details = await attempt(state_dir, "env; ls -a /", config=config)
+    finally:
+        bwrap.remove_all()
+    text = details["_text"]
+    assert details["status"] == "completed", text
+    for leaked in ("sekrit-gateway-env", "ssh-gateway", "agent-token-of", str(state_dir.parent)):
+        assert leaked not in text
+
+
+async def test_keystrokes_into_an_allowlisted_less_find_its_shell_escape_off(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "big.txt").write_text("".join(f"line {i}\n" for i in range(500)))
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", shutil.which("less") or "less")
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            call = {"command": "less big.txt", "workdir": str(tmp_path), "pty": True, "background": True}
+            started = await client.request("exec", {**call, "env": {"TERM": "xterm"}})
+            sid = started["details"]["sessionId"]
+
+            async def shows(text: str) -> bool:
+                return text in str(
+                    (await client.request("process", {"action": "log", "sessionId": sid}))["text"]
+                )
+
+            await wait_until(lambda: shows("line 5\n"))
+            await client.request("process", {"action": "write", "sessionId": sid, "data": "!"})
+            await wait_until(
+                lambda: shows("Command not available")
+            )  # LESSSECURE=1, forced on every host exec
+            await client.request("process", {"action": "kill", "sessionId": sid})
+        finally:
+            await client.close()
