@@ -920,6 +920,38 @@ async def test_class4_a_recursive_reader_walks_into_the_state_dir(state_dir: Pat
     assert token not in details["_text"], details["_text"]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an allowlisted venv interpreter in the tree (`v/bin/python x.py`, x.py bound) runs code "
+    "before x.py from files no one binds or names: a .pth in the venv's site-packages, or pyvenv.cfg's "
+    "`home` pointing Python at a standard library (encodings/) the agent wrote; the import warning counts "
+    "only .py files under the cwd",
+)
+@pytest.mark.parametrize("how", ["pth", "pyvenv-home"])
+async def test_class4_a_tree_venv_runs_startup_code_before_the_bound_script(
+    state_dir: Path, tmp_path: Path, how: str
+) -> None:
+    venv = tmp_path / "v"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    touch = f"import os; os.system('touch {tmp_path}/pwned')\n"
+    if how == "pth":
+        (venv / "lib" / version / "site-packages" / "evil.pth").write_text(touch)
+    else:
+        stdlib = tmp_path / "evil" / "lib" / version
+        (stdlib / "encodings").mkdir(parents=True)
+        (stdlib / "encodings" / "__init__.py").write_text(touch)
+        (stdlib / "os.py").write_text("")  # the landmark getpath looks for
+        (tmp_path / "evil" / "bin").mkdir()
+        (venv / "pyvenv.cfg").write_text(
+            f"home = {tmp_path}/evil/bin\ninclude-system-site-packages = false\n"
+        )
+    (tmp_path / "x.py").write_text("print('x')\n")
+    allow: list[tuple[str, str | None]] = [(str(venv / "bin" / "python"), r"x\.py")]
+    details = await attempt(state_dir, "v/bin/python x.py", allow=allow, workdir=str(tmp_path))
+    assert refused(details) or not (tmp_path / "pwned").exists(), details["_text"]
+
+
 # ------------------------------------------------------------------------ attempts that failed (regressions)
 
 
