@@ -952,6 +952,25 @@ async def test_class4_a_tree_venv_runs_startup_code_before_the_bound_script(
     assert refused(details) or not (tmp_path / "pwned").exists(), details["_text"]
 
 
+@pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the state-dir check reads the command's words; a file the agent hands a program can name "
+    "more files to read: allowlisted `man ./x.1` whose page says `.so <state>/operator.json` (man-db's "
+    "soelim includes it) prints the operator token",
+)
+async def test_class4_a_file_the_program_reads_names_the_state_dir(state_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "x.1").write_text(f".TH X 1\n.SH NAME\nx\n.so {state_dir}/operator.json\n")
+    config = ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"')
+    allow: list[tuple[str, str | None]] = [(shutil.which("man") or "man", None)]
+    try:
+        details = await attempt(state_dir, "man ./x.1", allow=allow, config=config, workdir=str(tmp_path))
+    except RemoteError:
+        return
+    token = json.loads((state_dir / "operator.json").read_text())["token"]
+    assert token not in details["_text"], details["_text"]
+
+
 # ------------------------------------------------------------------------ attempts that failed (regressions)
 
 
