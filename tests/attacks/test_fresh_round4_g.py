@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -28,7 +29,7 @@ import pytest
 
 from engine.approvals.socket.wire import ExecHostRequest, PromptRequest
 from engine.approvals.store import ApprovalsStore
-from engine.protocol.frames import RemoteError
+from engine.protocol.frames import OPERATOR_TOKEN_NAME, RemoteError, ensure_token
 from engine.sandbox import bwrap
 from engine.tools.exec_host import LocalExecHost
 from engine.unixsock import PeerInfo
@@ -599,8 +600,7 @@ async def test_class4_an_allowlisted_extractor_writes_the_approvals_file_through
     ApprovalsStore(approvals).add_allowlist(
         "main", shutil.which("unzip") or "unzip", arg_pattern=r"-o \S+\.zip"
     )
-    forged = tmp_path / "forged.json"
-    forged.write_bytes(approvals.read_bytes())
+    forged = tmp_path / "forged.json"  # the agent's own file: it never read the real one
     ApprovalsStore(forged).add_allowlist("main", "/usr/bin/touch")
     with zipfile.ZipFile(work / "a.zip", "w") as archive:
         link = zipfile.ZipInfo("s")
@@ -844,8 +844,7 @@ async def test_class5_an_attached_short_option_value_into_the_state_dir(
     approvals = state_dir / "exec-approvals.json"
     write_config(state_dir, ALLOWLIST)
     ApprovalsStore(approvals).add_allowlist("main", shutil.which("curl") or "curl")
-    forged = tmp_path / "forged.json"
-    forged.write_bytes(approvals.read_bytes())
+    forged = tmp_path / "forged.json"  # the agent's own file: it never read the real one
     ApprovalsStore(forged).add_allowlist("main", "/usr/bin/touch")
     async with gateway(state_dir):
         client = await connect(state_dir)
@@ -871,6 +870,9 @@ async def test_class5_a_response_file_reads_the_state_dir(
     path = shutil.which(program)
     if path is None:
         pytest.skip(f"{program} is not installed")
+    # A token starting with `-` (1 in 64) is read as an option and echoed only in part: keep the test exact.
+    while ensure_token(state_dir, OPERATOR_TOKEN_NAME).startswith("-"):
+        (state_dir / OPERATOR_TOKEN_NAME).unlink()
     config = ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"')
     command = f"{program} @{state_dir}/operator.json"
     allow: list[tuple[str, str | None]] = [(path, None)]
@@ -969,6 +971,38 @@ async def test_class4_a_file_the_program_reads_names_the_state_dir(state_dir: Pa
         return
     token = json.loads((state_dir / "operator.json").read_text())["token"]
     assert token not in details["_text"], details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: two roots combine under one read-only entry (git, argPattern `log( .*)?`): `git log -1 "
+    "--format=tformat:<json> --output=/proc/self/cwd/../<state>/exec-approvals.json` writes a forged "
+    "allowlist (git writes where --output says; /proc/self is resolved in the gateway), then anything runs",
+)
+async def test_class4_git_log_output_forges_the_allowlist(state_dir: Path) -> None:
+    work = state_dir.parent / "w"
+    work.mkdir()
+    (work / "a").write_text("a\n")
+    ident = ["-c", "user.name=a", "-c", "user.email=a@b"]
+    for argv in (["init", "-q"], ["add", "a"], [*ident, "commit", "-qm", "init"]):
+        subprocess.run(["git", "-C", str(work), *argv], check=True)
+    write_config(state_dir, ALLOWLIST)
+    git = shutil.which("git") or "git"
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", git, arg_pattern="log( .*)?")
+    forged = state_dir.parent / "forged.json"
+    ApprovalsStore(forged).add_allowlist("main", "/usr/bin/touch")
+    text = json.dumps(json.loads(forged.read_text())).replace("%", "%%")
+    target = f"/proc/self/cwd/../{state_dir.name}/exec-approvals.json"
+    write = f"git log -1 {shlex.quote('--format=tformat:' + text)} --output={target}"
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            for command in (write, f"touch {work}/pwned"):
+                with contextlib.suppress(RemoteError):
+                    await client.request("exec", {"command": command, "workdir": str(work)})
+        finally:
+            await client.close()
+    assert not (work / "pwned").exists()
 
 
 # ------------------------------------------------------------------------ attempts that failed (regressions)
