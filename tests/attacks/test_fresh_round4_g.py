@@ -1005,6 +1005,44 @@ async def test_class4_git_log_output_forges_the_allowlist(state_dir: Path) -> No
     assert not (work / "pwned").exists()
 
 
+@pytest.mark.skipif(
+    shutil.which("ssh-keygen") is None or shutil.which("gcc") is None, reason="needs ssh-keygen and gcc"
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: ssh-keygen is on no list (RUNNERS, INTERPRETERS), so allow-always of `ssh-keygen -l -f "
+    "k.pub` saves the bare path; `ssh-keygen -D ./e.so` then dlopens the agent's PKCS#11 'provider' unasked "
+    "(RUNNERS is a list of refused names; programs that load code from an option are not all on it)",
+)
+async def test_class4_a_bare_path_entry_for_a_program_that_loads_a_library(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    source = tmp_path / "e.c"
+    source.write_text(
+        "#include <stdlib.h>\n"
+        f'__attribute__((constructor)) static void f(void) {{ system("touch {tmp_path}/pwned"); }}\n'
+        "int C_GetFunctionList(void *p) { return 1; }\n"
+    )
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "e.so"), str(source)], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True)
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            call = {"command": "ssh-keygen -l -f k.pub", "workdir": str(tmp_path)}
+            first = await client.request("exec", call)
+            if "allow-always" not in first["details"].get("allowedDecisions", ()):
+                return
+            answer = {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            await client.request("approve", answer)
+            await wait_until(lambda: _saved_allow_always(state_dir))
+            with contextlib.suppress(RemoteError):
+                await client.request("exec", {**call, "command": "ssh-keygen -D ./e.so"})
+        finally:
+            await client.close()
+    assert not (tmp_path / "pwned").exists()
+
+
 # ------------------------------------------------------------------------ attempts that failed (regressions)
 
 
