@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
 from pathlib import Path
 
 import pytest
 
+from engine.protocol.frames import RemoteError
 from tests.attacks.harness import ALLOWLIST
 from tests.helpers.gateway import connect, gateway, write_config
+from tests.helpers.sshd import SshdNode
 
 
 @pytest.fixture
-def state() -> Path:
-    # Short paths: Unix-socket paths stay under 107 bytes.
-    with tempfile.TemporaryDirectory(prefix="e4-", dir="/tmp") as tmp:
-        path = Path(tmp) / "s"
-        path.mkdir(mode=0o700)
-        yield path
+def state(state_dir: Path) -> Path:
+    return state_dir
 
 
 @pytest.mark.xfail(
@@ -58,3 +55,33 @@ async def test_one_agent_joins_one_ask_until_the_operator_cannot_list_pending(st
             await other.close()
             for client in agents:
                 await client.close()
+
+
+NODE_FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
+NODE_EXEC = '[tools.exec]\nhost = "node"\nnode = "alpha"\nsecurity = "full"\nask = "off"\n'
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: maxSessionsPerAgent (and the output budget) is enforced only by the gateway's own "
+    "SessionManager; host=node sessions are kept on the node with no per-agent cap",
+)
+async def test_node_sessions_count_against_the_agent(state: Path, sshd_nodes: list[SshdNode]) -> None:
+    """Class 3. The per-agent session and output caps live in the gateway's SessionManager (Quota); the
+    node's SessionManager has none, and the gateway counts nothing for host=node runs. An agent allowed
+    on a node keeps as many background sessions there as it likes (each with its own 64 MiB log), so it
+    exhausts the node's processes and disk that the other agents and the operator share."""
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    write_config(state, alpha.config_toml() + NODE_EXEC + "maxSessionsPerAgent = 2\n")
+    async with gateway(state):
+        agent = await connect(state, "agent", operator=False)
+        try:
+            for i in range(2):
+                first = await agent.request("exec", {"command": f"sleep 300 # {i}", "background": True})
+                assert first["details"]["status"] == "running"
+            # The agent's third session: over its cap of 2, wherever it would run.
+            with pytest.raises(RemoteError, match="sessions, the most one agent may keep"):
+                await agent.request("exec", {"command": "sleep 300 # 3", "background": True})
+        finally:
+            await agent.close()
