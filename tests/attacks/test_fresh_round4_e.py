@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,104 @@ async def test_node_sessions_count_against_the_agent(state: Path, sshd_nodes: li
                 await agent.request("exec", {"command": "sleep 300 # 3", "background": True})
         finally:
             await agent.close()
+
+
+# A peer on another Unix account (the strong setup): system python, raw frames, driven line by line.
+UID_PEER = r"""
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rwb")
+def send(obj):
+    f.write(json.dumps(obj).encode() + b"\n"); f.flush()
+send({"type": "hello", "version": 1, "client": "peer", "token": ""})
+print(f.readline().decode().strip(), flush=True)
+n = 0
+for line in sys.stdin:
+    n += 1
+    try:
+        send({"type": "req", "id": n, "method": "exec", "params": {"command": line.strip()}})
+        while True:
+            got = f.readline()
+            if not got:
+                print(json.dumps({"closed": True}), flush=True)
+                break
+            frame = json.loads(got)
+            if frame.get("type") == "res" or frame.get("type") == "error":
+                print(json.dumps(frame), flush=True)
+                break
+    except OSError:
+        print(json.dumps({"closed": True}), flush=True)
+"""
+PEER_UID = 4242
+
+
+def uid_config(sock: Path, mapped: bool) -> str:
+    agents = f'[[agents.list]]\nid = "ops"\nuid = {PEER_UID}\n' if mapped else ""
+    return (
+        f'[gateway]\nagentGroup = "nogroup"\nagentSocket = "{sock}"\n'
+        + '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+        + agents
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a uid-mapped agent's live connections survive its removal from the config and "
+    "`agents revoke`/`agents.refresh` (both match only minted credentials), so it keeps running commands",
+)
+async def test_unmapped_account_keeps_acting_after_revoke(state: Path) -> None:
+    """Class 1 (a credential that no longer holds still acts). In the strong setup an agent's Unix account
+    is its credential; the operator cuts it off by removing its `[[agents.list]]` entry. The mapping is
+    read only at the handshake, and `agents.revoke` / `agents.refresh` drop only connections that proved
+    a minted credential (Connection.credential), never a uid-mapped one: the account's open connection
+    keeps running commands as `ops` until the gateway restarts."""
+    import grp
+
+    sock_dir = Path(tempfile.mkdtemp(prefix="e4a-", dir="/tmp"))
+    sock = sock_dir / "ag" / "agents.sock"
+    script = sock_dir / "peer.py"
+    script.write_text(UID_PEER)
+    script.chmod(0o644)
+    sock_dir.chmod(0o755)
+    write_config(state, uid_config(sock, mapped=True))
+    gid = grp.getgrnam("nogroup").gr_gid
+    async with gateway(state):
+        peer = await asyncio.create_subprocess_exec(
+            "/usr/bin/python3",
+            str(script),
+            str(sock),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            user=PEER_UID,
+            group=gid,
+            extra_groups=[gid],
+            cwd="/",
+        )
+        assert peer.stdin is not None and peer.stdout is not None
+
+        async def run(command: str) -> dict:
+            assert peer.stdin is not None and peer.stdout is not None
+            peer.stdin.write(command.encode() + b"\n")
+            await peer.stdin.drain()
+            return json.loads(await asyncio.wait_for(peer.stdout.readline(), 60))
+
+        op = await connect(state, "op")
+        try:
+            welcome = json.loads(await asyncio.wait_for(peer.stdout.readline(), 30))
+            assert welcome.get("agent") == "ops", welcome
+            first = await run("echo before")
+            assert first.get("ok") and first["result"]["details"]["status"] == "completed", first
+            # The operator cuts the account off: its entry goes, then revoke and refresh.
+            write_config(state, uid_config(sock, mapped=False))
+            await op.request("agents.revoke", {"agent": "ops"})
+            await op.request("agents.refresh", {})
+            after = await run("echo after")
+            ran = after.get("ok") and after["result"]["details"].get("status") == "completed"
+            assert not ran, f"the unmapped account still ran a command: {after}"
+        finally:
+            await op.close()
+            if peer.returncode is None:
+                peer.kill()
+            await peer.wait()
+            shutil.rmtree(sock_dir, ignore_errors=True)
