@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.errors import ExecHostError
 from engine.protocol.frames import RemoteError
 from tests.attacks.harness import ALLOWLIST
 from tests.helpers.gateway import connect, gateway, write_config
@@ -59,6 +60,7 @@ async def test_one_agent_joins_one_ask_until_the_operator_cannot_list_pending(st
                 await client.close()
 
 
+FULL_GATEWAY = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
 NODE_FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
 NODE_EXEC = '[tools.exec]\nhost = "node"\nnode = "alpha"\nsecurity = "full"\nask = "off"\n'
 
@@ -188,3 +190,32 @@ async def test_unmapped_account_keeps_acting_after_revoke(state: Path) -> None:
                 peer.kill()
             await peer.wait()
             shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `agents add --rotate` replaces the credential file first and asks the gateway to drop "
+    "the old connections afterwards (agents.refresh, from a new client): in between they still act",
+)
+async def test_rotated_credential_still_acts_until_the_refresh(state: Path) -> None:
+    """Class 1 (a revoked credential still acts). `agents revoke` stops reading the agent's connections
+    before the file goes; `agents add --rotate` does it the other way round (runner/cli/agents.py
+    cmd_add: `principals.mint` — the old token no longer on disk — then `_refresh()`, a second client
+    that must start, connect and handshake, and whose failure is swallowed). Here the rotate's first step
+    is done as the CLI does it; the old connection's next request is then acted upon."""
+    from engine import principals
+
+    write_config(state, FULL_GATEWAY)
+    principals.mint(state, "ops")
+    async with gateway(state):
+        old = await connect(state, "ops", operator=False, agent="ops")
+        try:
+            assert (await old.request("exec", {"command": "echo before"}))["details"]["status"] == "completed"
+            principals.mint(state, "ops")  # `agents add ops --rotate`, before it tells the gateway
+            try:
+                result = await old.request("exec", {"command": "echo after"})
+            except (ExecHostError, ConnectionError, OSError):
+                result = None  # refused or cut off: not acted upon
+            assert result is None or result["details"]["status"] != "completed", result
+        finally:
+            await old.close()
