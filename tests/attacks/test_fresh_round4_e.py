@@ -4,6 +4,7 @@ limits — against the gateway socket, agent credentials, approvals and node lin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import tempfile
@@ -13,8 +14,11 @@ import pytest
 
 from engine.errors import ExecHostError
 from engine.protocol.frames import RemoteError
+from runner.gateway import limits
+from runner.gateway.server import MAX_IN_FLIGHT
 from tests.attacks.harness import ALLOWLIST
-from tests.helpers.gateway import connect, gateway, write_config
+from tests.attacks.rawclient import RawClient
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
 from tests.helpers.sshd import SshdNode
 
 
@@ -219,3 +223,49 @@ async def test_rotated_credential_still_acts_until_the_refresh(state: Path) -> N
             assert result is None or result["details"]["status"] != "completed", result
         finally:
             await old.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the intake counts request frames only (16 MiB per agent) but each in-flight request "
+    "pins ~5.7 KB of task state: one agent holds 32,256 polls of 110 bytes (RSS +184 MB measured)",
+)
+async def test_one_agent_pins_tens_of_thousands_of_requests(state: Path) -> None:
+    """Class 3 (counts bytes). `limits.Intake` charges a request its frame's length while it runs; a
+    `process poll` of ~110 bytes waits up to 120 s, and the only other bound is 512 per connection
+    (server.MAX_IN_FLIGHT) × 64 connections per agent. The frames total 3.5 MB, far under the 16 MiB
+    budget, but 32,256 waiting tasks raised the gateway's RSS from 32 to 216 MB; eight agents together
+    pin ~1.5 GB. A request must be charged what it holds while it waits (or in-flight requests capped
+    per agent)."""
+    write_config(state, FULL_GATEWAY)
+    async with gateway(state) as server:
+        agent = await connect(state, "agent", operator=False)
+        conns: list[RawClient] = []
+        try:
+            started = await agent.request("exec", {"command": "sleep 600", "background": True})
+            sid = started["details"]["sessionId"]
+            for _ in range(limits.MAX_PER_AGENT - 1):
+                raw, first = await RawClient.open(state)
+                assert first["type"] == "welcome", first
+                conns.append(raw)
+            total = len(conns) * MAX_IN_FLIGHT
+            for raw in conns:
+                for _ in range(MAX_IN_FLIGHT):
+                    await raw.request("process", {"action": "poll", "sessionId": sid, "timeout": 120_000})
+
+            def in_flight() -> int:
+                return sum(len(c.tasks) for c in server.connections if not c.operator)
+
+            def settled() -> bool:
+                held = [c for c in server.connections if not c.operator]
+                return in_flight() >= total or any(c.intake_full for c in held)
+
+            with contextlib.suppress(AssertionError):  # a reader held back another way: count what runs
+                await wait_until(settled, timeout=60)
+            # 4,096 waiting requests is already ~23 MB of task state for one agent.
+            assert in_flight() <= 4096, f"one agent holds {in_flight()} requests in flight"
+            await agent.request("process", {"action": "kill", "sessionId": sid})
+        finally:
+            for raw in conns:
+                raw.close()
+            await agent.close()
