@@ -6,8 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import resource
 import shutil
+import socket
+import sys
 import tempfile
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,7 +24,7 @@ from runner.gateway import limits
 from runner.gateway.server import MAX_IN_FLIGHT
 from tests.attacks.harness import ALLOWLIST
 from tests.attacks.rawclient import RawClient
-from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.helpers.gateway import REPO, connect, gateway, wait_until, write_config
 from tests.helpers.sshd import SshdNode
 
 
@@ -269,3 +275,70 @@ async def test_one_agent_pins_tens_of_thousands_of_requests(state: Path) -> None
             for raw in conns:
                 raw.close()
             await agent.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the web console admits unlimited unauthenticated TCP connections; at EMFILE asyncio's "
+    "accept error is logged through rich, whose lazy import fails with EMFILE too, and the console exits",
+)
+async def test_tokenless_peer_kills_the_web_console(state: Path) -> None:
+    """Class 3 (an unauthenticated peer exhausts what the operator needs). Any local account can reach
+    127.0.0.1: it needs no token to open TCP connections to the web console, and aiohttp accepts every
+    one (the token is checked per request, after a connection is already held). With the usual 1024
+    soft limit on descriptors, ~1,100 idle connections make accept() fail with EMFILE; asyncio logs it,
+    the console's rich log handler imports its traceback module to format it, that open() fails with
+    EMFILE as well, and the console process exits 1. The operator's URL then refuses connections, even
+    after the peer has closed every socket."""
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
+
+    def usual_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "runner",
+        "console",
+        "--web",
+        env=env,
+        cwd=str(REPO),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        preexec_fn=usual_limit,
+    )
+    peers: list[socket.socket] = []
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        url = line.split(": ", 1)[1].strip()
+        port = int(urllib.parse.urlsplit(url).port or 0)
+
+        def page_loads() -> bool:
+            try:
+                with urllib.request.urlopen(url, timeout=10) as res:
+                    return bool(res.status == 200)
+            except OSError:
+                return False
+
+        await wait_until(lambda: asyncio.to_thread(page_loads), timeout=30)
+        for _ in range(1100):  # no token: a request line that never ends
+            try:
+                peer = socket.create_connection(("127.0.0.1", port), timeout=2)
+                peer.sendall(b"GET / HTTP/1.1\r\n")
+            except OSError:
+                break
+            peers.append(peer)
+        for peer in peers:
+            peer.close()
+        peers.clear()
+        with contextlib.suppress(AssertionError):
+            await wait_until(lambda: proc.returncode is not None or asyncio.to_thread(page_loads), timeout=30)
+        assert proc.returncode is None, "the web console exited"
+        assert await asyncio.to_thread(page_loads), "the operator's console URL no longer loads"
+    finally:
+        for peer in peers:
+            peer.close()
+        if proc.returncode is None:
+            proc.terminate()
+        await proc.wait()
