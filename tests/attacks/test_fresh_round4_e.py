@@ -342,3 +342,55 @@ async def test_tokenless_peer_kills_the_web_console(state: Path) -> None:
         if proc.returncode is None:
             proc.terminate()
         await proc.wait()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: node-keys.json keeps 1,024 session keys per node for all agents together; one agent's "
+    "runs evict another's key and that agent's background exit notice from the node is dropped",
+)
+async def test_one_agent_evicts_anothers_node_keys(state: Path, sshd_nodes: list[SshdNode]) -> None:
+    """Class 3 (limits per principal). A node's later notices (a background session's exit) are accepted
+    only under a session key the gateway gave that node (runner/gateway/node_keys.py), and the node keeps
+    MAX_KEYS_PER_NODE = 1,024 keys, the oldest forgotten first — one pool for every agent. Agent main runs
+    1,030 trivial commands on the node with distinct session keys: agent ops's key, given when its
+    background run started, is forgotten, and when that run ends its `Exec finished … victim-done`
+    notice is dropped as "never given". The share must be per agent (as the event queues are)."""
+    from engine import principals
+
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    write_config(state, alpha.config_toml() + NODE_EXEC)
+    principals.mint(state, "ops")
+    gate = alpha.root / "go"
+    async with gateway(state) as server:
+        hub = server.services.nodes
+        victim = await connect(state, "ops", operator=False, agent="ops")
+        attackers = [await connect(state, f"m{i}", operator=False) for i in range(8)]
+        try:
+            cmd = f"while [ ! -e {gate} ]; do sleep 0.05; done; echo victim-done"
+            started = await victim.request("exec", {"command": cmd, "background": True, "sessionKey": "v"})
+            assert started["details"]["status"] == "running", started
+            assert hub.keys.given("alpha", "agent:ops:v")
+
+            async def flood(i: int) -> None:
+                client = attackers[i % len(attackers)]
+                await client.request("exec", {"command": "true", "sessionKey": f"k{i}"})
+
+            await asyncio.gather(*(flood(i) for i in range(1030)))
+            dropped = hub.dropped
+            gate.touch()
+            await wait_until(
+                lambda: (
+                    hub.dropped > dropped
+                    or any("victim-done" in t for t in server.services.events.peek("agent:ops:v"))
+                ),
+                timeout=60,
+            )
+            notices = server.services.events.peek("agent:ops:v")
+            assert any("victim-done" in text for text in notices), f"ops's notice was dropped: {notices}"
+        finally:
+            gate.touch()
+            await victim.close()
+            for c in attackers:
+                await c.close()
