@@ -394,3 +394,37 @@ async def test_one_agent_evicts_anothers_node_keys(state: Path, sshd_nodes: list
             await victim.close()
             for c in attackers:
                 await c.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: session overrides are unbounded per agent (services.overrides); one agent's 6,000 "
+    "tightening overrides push the operator's policy.overrides (the console's Policy pane) past 1 MiB",
+)
+async def test_one_agent_fills_the_override_table(state: Path) -> None:
+    """Class 3. An agent may set, without the operator role, any override that only tightens
+    (`/exec security=deny`) on any session key of its own, and each one is kept in the gateway's
+    `overrides` dict for good: no count per agent, no bytes. 6,000 of them (240-character keys, ~150
+    bytes a request) make `policy.overrides` exceed the 1 MiB frame, so the console's Policy pane says
+    "policy unavailable" for every agent, and the gateway's memory grows with every request."""
+    write_config(state, ALLOWLIST)
+    async with gateway(state) as server:
+        agents = [await connect(state, f"a{i}", operator=False) for i in range(8)]
+        op = await connect(state, "op")
+        try:
+            pad = "o" * 240
+
+            async def tighten(i: int) -> None:
+                client = agents[i % len(agents)]
+                await client.request(
+                    "policy.override", {"sessionKey": f"{pad}{i}", "directive": "/exec security=deny"}
+                )
+
+            await asyncio.gather(*(tighten(i) for i in range(6000)))
+            held = sum(1 for key in server.services.overrides if key.startswith("agent:main:"))
+            assert held <= 1024, f"agent main keeps {held} session overrides"
+            await op.request("policy.overrides")  # RemoteError today: over the frame cap
+        finally:
+            await op.close()
+            for client in agents:
+                await client.close()
