@@ -42,8 +42,9 @@ async def test_one_agent_joins_one_ask_until_the_operator_cannot_list_pending(st
     """Class 3 (limits per principal). An agent asks the same question from thousands of session keys:
     every distinct key joins the one pending record (the per-agent cap of 32 counts records, not who
     joined them), and the record's `requesters` list goes whole into every `approvals.pending` answer.
-    Past ~1 MiB the operator's list is refused (`frame … exceeds the 1048576-byte cap`), so no console
-    sees any agent's asks; memory and the pending file grow with it."""
+    Past ~1 MiB one row no longer fits a frame: `approvals.attach` (a console becoming the approver) and
+    `approvals.pending` both fail with `frame … exceeds the 1048576-byte cap`, so no console can attach
+    or see any agent's asks; memory and the pending file (the whole list rewritten per join) grow too."""
     write_config(state, ALLOWLIST)
     async with gateway(state):
         agents = [await connect(state, f"a{i}", operator=False) for i in range(8)]
@@ -60,6 +61,7 @@ async def test_one_agent_joins_one_ask_until_the_operator_cannot_list_pending(st
             await asyncio.gather(*(ask(i) for i in range(4000)))
             # Someone else's ask, which the operator must still be able to see and answer.
             await other.request("exec", {"command": "echo other", "sessionKey": "x"})
+            await op.request("approvals.attach")  # RemoteError today: the first page is one giant row
             pending = await op.pending_approvals()  # RemoteError today: the answer is over the frame cap
             assert any(row["command"] == "echo other" for row in pending)
             assert len(json.dumps(pending)) < 1 << 20
