@@ -506,3 +506,68 @@ async def test_docker_sandboxes_of_one_agent_share_a_pids_cap(state: Path) -> No
     finally:
         for container in docker_ops.list_sandboxes():
             docker_ops.remove(container["Id"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the 16 MiB backlog cap is per connection, and an agent holds 64: 16 connections that "
+    "never read each keep ~15 MB of its own sessions.output answers queued (~240 MB; 64 would be ~1 GB)",
+)
+async def test_backlog_cap_is_per_connection_not_per_agent(state: Path) -> None:
+    """Class 3 (per principal, in bytes). Issue 27 §2's fix counts the bytes waiting for a client,
+    responses included, and cuts the client off past MAX_BACKLOG_BYTES (16 MiB); reading pauses at 4 MiB,
+    but requests already read still answer. A client that sends 19 `sessions.output` requests (111 bytes
+    each, a 128 KiB window of its own `tr` session: ~786 KB escaped) in one write and never reads is
+    left with ~15 MB queued, under the cut-off. The cap is per connection; an agent may hold 64
+    connections, so one agent parks ~1 GB of the gateway's memory (16 here, ~240 MB)."""
+    write_config(state, FULL_GATEWAY)
+    async with gateway(state) as server:
+        agent = await connect(state, "agent", operator=False)
+        raws: list[RawClient] = []
+        try:
+            made = await agent.request(
+                "exec", {"command": "head -c 200000 /dev/zero | tr '\\0' '\\1'", "background": True}
+            )
+            sid = made["details"]["sessionId"]
+
+            async def written() -> bool:
+                got = await agent.request("sessions.output", {"sessionId": sid, "offset": 0, "limit": 131072})
+                return len(got["data"]) >= 131072
+
+            await wait_until(written, timeout=60)
+            for _ in range(16):
+                raw, first = await RawClient.open(state)
+                assert first["type"] == "welcome", first
+                raws.append(raw)
+            lines = b"".join(
+                json.dumps(
+                    {
+                        "type": "req",
+                        "id": i,
+                        "method": "sessions.output",
+                        "params": {"sessionId": sid, "offset": 0, "limit": 131072},
+                    }
+                ).encode()
+                + b"\n"
+                for i in range(19)
+            )
+            for raw in raws:
+                raw.writer.write(lines)
+                await raw.writer.drain()
+            held = [c for c in server.connections if not c.operator and c.client == "raw"]
+
+            def total() -> int:
+                return sum(c.backlog() for c in held if not c.closed)
+
+            def settled() -> bool:
+                paused = all(c.closed or c.reading_paused for c in held)
+                return paused or total() > 4 * limits.MAX_BACKLOG_BYTES
+
+            with contextlib.suppress(AssertionError):  # held back some other way: measure what waits
+                await wait_until(settled, timeout=60)
+            queued = total()
+            assert queued <= 4 * limits.MAX_BACKLOG_BYTES, f"one agent's connections hold {queued >> 20} MiB"
+        finally:
+            for raw in raws:
+                raw.close()
+            await agent.close()
