@@ -571,3 +571,36 @@ async def test_backlog_cap_is_per_connection_not_per_agent(state: Path) -> None:
             for raw in raws:
                 raw.close()
             await agent.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='open: `[gateway] anonymous = "none"` is read only at a handshake; a bare-token connection '
+    "made before the switch stays agent main and keeps running commands (agents.refresh does not look)",
+)
+async def test_anonymous_none_leaves_live_bare_token_connections(state: Path) -> None:
+    """Class 1 (an identity that no longer holds still acts). docs/SECURITY.md gives the operator
+    `[gateway] anonymous = "none"` so that "an agent without its credential is nobody". An agent that
+    read gateway.json and connected as `main` before the operator flipped it keeps that connection:
+    the switch, like the uid mapping, is consulted only when a connection says hello, and neither
+    `agents.refresh` nor anything else re-decides live connections."""
+    write_config(state, FULL_GATEWAY)
+    async with gateway(state):
+        bare = await connect(state, "bare", operator=False)
+        op = await connect(state, "op")
+        try:
+            assert (await bare.request("exec", {"command": "echo before"}))["details"][
+                "status"
+            ] == "completed"
+            write_config(state, '[gateway]\nanonymous = "none"\n' + FULL_GATEWAY)
+            with pytest.raises(ExecHostError, match="present an agent credential"):
+                await connect(state, "late", operator=False)  # a new one is refused: the switch is on
+            await op.request("agents.refresh", {})
+            try:
+                result = await bare.request("exec", {"command": "echo after"})
+            except (ExecHostError, ConnectionError, OSError):
+                result = None
+            assert result is None or result["details"]["status"] != "completed", result
+        finally:
+            await op.close()
+            await bare.close()
