@@ -604,3 +604,38 @@ async def test_anonymous_none_leaves_live_bare_token_connections(state: Path) ->
         finally:
             await op.close()
             await bare.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `agents revoke` leaves the agent's pending asks in the inbox; one approved afterwards "
+    "runs (detached) as the revoked agent",
+)
+async def test_revoked_agents_asks_still_run_when_approved(state: Path) -> None:
+    """Class 1 (a revoked credential still acts). What a revoked agent sent before the revoke and that
+    waits for a human is kept: its asks stay pending under its name, and with no approver attached the
+    exec answered `approval-pending` and left a detached run behind. The operator who revoked `ops` later
+    works through the inbox and allows the row: the command runs as ops, after ops's revoke."""
+    from engine import principals
+
+    write_config(state, ALLOWLIST)
+    principals.mint(state, "ops")
+    marker = state.parent / "ran-after-revoke"
+    async with gateway(state) as server:
+        ops = await connect(state, "ops", operator=False, agent="ops")
+        op = await connect(state, "op")
+        try:
+            asked = await ops.request("exec", {"command": f"touch {marker}"})
+            assert asked["details"]["status"] == "approval-pending", asked
+            revoked = await op.request("agents.revoke", {"agent": "ops"})
+            assert revoked["revoked"] is True
+            pending = [row for row in await op.pending_approvals() if row.get("agentId") == "ops"]
+            for row in pending:  # the operator works through the inbox
+                await op.request("approve", {"id": row["id"], "decision": "allow-once"})
+            with contextlib.suppress(AssertionError):
+                await wait_until(lambda: marker.exists(), timeout=10)
+            assert not pending and not marker.exists(), "a revoked agent's ask was still approvable and ran"
+            assert server.services.approvals.pending() == []
+        finally:
+            await op.close()
+            await ops.close()
