@@ -21,6 +21,7 @@ import pytest
 from engine.errors import ExecHostError
 from engine.protocol.frames import RemoteError
 from engine.sandbox import docker_ops
+from engine.sandbox.egress.proxy import MAX_PER_SANDBOX, MAX_TOTAL
 from runner.gateway import limits
 from runner.gateway.server import MAX_IN_FLIGHT
 from tests.attacks.harness import ALLOWLIST
@@ -639,3 +640,61 @@ async def test_revoked_agents_asks_still_run_when_approved(state: Path) -> None:
         finally:
             await op.close()
             await ops.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the egress proxy caps connections per sandbox (256) and in all (1,024), not per agent: "
+    "one agent's four session sandboxes hold every slot and another agent's sandbox is refused",
+)
+async def test_one_agent_holds_every_egress_slot(state: Path) -> None:
+    """Class 3 (proxy connections). An agent names as many session scopes as it likes, so it has as many
+    sandboxes, and each gets 256 proxy connections; the proxy's 1,024 are shared by every agent. Four of
+    one agent's sandboxes open 256 connections each and send nothing (a request head
+    may take 30 s; they reconnect when dropped): agent ops's sandbox is then closed unread, so its
+    request is closed unanswered instead of getting the proxy's own refusal. The sandboxes' listeners are
+    made as the sandbox manager makes them (EgressProxy.listen); each connection is handed over as the
+    forwarder in a sandbox hands it (one NUL byte and the TCP socket's descriptor)."""
+    write_config(state, FULL_GATEWAY + '[agents.defaults.sandbox.egress]\nmode = "allowlist"\nask = false\n')
+    async with gateway(state) as server:
+        proxy = server.services.egress.proxy
+        dirs = []
+        for i, agent in enumerate(["main"] * 4 + ["ops"]):
+            directory = state.parent / f"sbx{i}"
+            directory.mkdir(mode=0o700)
+            await proxy.listen(f"sbx{i}", agent, directory)
+            dirs.append(directory)
+        held: list[socket.socket] = []
+        tcp = socket.create_server(("127.0.0.1", 0))
+
+        def handoff(directory: Path) -> socket.socket:
+            """What the forwarder in a sandbox does for one connection: the TCP socket, as an fd."""
+            client = socket.create_connection(tcp.getsockname())
+            server_end, _ = tcp.accept()
+            with socket.socket(socket.AF_UNIX) as unix:
+                unix.connect(str(directory / "proxy.sock"))
+                socket.send_fds(unix, [b"\0"], [server_end.fileno()])
+            server_end.close()
+            return client
+
+        try:
+            for directory in dirs[:4]:  # agent main: 256 silent connections from each of four sandboxes
+                for _ in range(MAX_PER_SANDBOX):
+                    held.append(handoff(directory))
+            await wait_until(lambda: proxy.active >= MAX_TOTAL, timeout=60)
+
+            def ask_as_ops() -> bytes:
+                with handoff(dirs[4]) as sock:
+                    sock.settimeout(20)
+                    sock.sendall(b"GET http://blocked.example/ HTTP/1.1\r\nHost: blocked.example\r\n\r\n")
+                    try:
+                        return sock.recv(4096)
+                    except (TimeoutError, ConnectionResetError):  # closed unread
+                        return b""
+
+            answer = await asyncio.to_thread(ask_as_ops)
+            assert answer.startswith(b"HTTP/1."), f"ops's sandbox got no answer: {answer!r}"
+        finally:
+            for sock in held:
+                sock.close()
+            tcp.close()
