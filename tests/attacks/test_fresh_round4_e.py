@@ -698,3 +698,115 @@ async def test_one_agent_holds_every_egress_slot(state: Path) -> None:
             for sock in held:
                 sock.close()
             tcp.close()
+
+
+# ---- attempts that did not work: kept as regression tests ------------------------------------------------
+
+
+async def test_look_alike_names_and_keys_reach_nothing_of_another_agent(state: Path) -> None:
+    """Held. Agents `ops` and `ops.b` (a legal name that extends `ops`), and keys spelled so that a
+    prefix check, a case fold or a strip would take them for ops's: none of them shows ops's session,
+    drains its events, or counts against its quota."""
+    from engine import principals
+
+    write_config(state, FULL_GATEWAY)
+    principals.mint(state, "ops")
+    principals.mint(state, "ops.b")
+    async with gateway(state) as server:
+        ops = await connect(state, "ops", operator=False, agent="ops")
+        other = await connect(state, "ops.b", operator=False, agent="ops.b")
+        bare = await connect(state, "bare", operator=False)
+        try:
+            started = await ops.request(
+                "exec", {"command": "sleep 30", "background": True, "sessionKey": "v"}
+            )
+            sid = started["details"]["sessionId"]
+            server.services.events.enqueue("agent:ops:v", "ops's own secret event")
+            spellings = [
+                "agent:ops:v",
+                " agent:ops:v ",
+                "AGENT:ops:v",
+                "agent:ops",
+                "agent:ops:",
+                "agent:ops\n:v",
+            ]
+            for client in (other, bare):
+                for key in spellings:
+                    listed = await client.request("sessions.list", {"sessionKey": key})
+                    assert all(row["sessionId"] != sid for row in listed["sessions"]), (client, key)
+                    drained = await client.request("events", {"sessionKey": key, "drain": True})
+                    assert not any("secret" in e["text"] for e in drained["events"]), (client, key)
+                with pytest.raises(RemoteError, match="No session found"):
+                    await client.request("sessions.output", {"sessionId": sid})
+                for action in ("kill", "poll", "log", "write"):
+                    tried = await client.request("process", {"action": action, "sessionId": sid, "data": "x"})
+                    assert tried["details"]["status"] == "failed", (client, action, tried)
+            assert server.services.events.peek("agent:ops:v") == ["ops's own secret event"]
+            still = await ops.request("process", {"action": "poll", "sessionId": sid, "sessionKey": "v"})
+            assert still["details"]["status"] == "running"
+            await ops.request("process", {"action": "kill", "sessionId": sid, "sessionKey": "v"})
+        finally:
+            for client in (ops, other, bare):
+                await client.close()
+
+
+async def test_strong_setup_account_cannot_borrow_tokens_or_skip_the_group(state: Path) -> None:
+    """Held. On the agents' socket the peer's account is its identity: a mapped account that presents
+    the operator token (or any credential) is refused, and an account outside the agents' group cannot
+    open the socket at all."""
+    import grp
+
+    sock_dir = Path(tempfile.mkdtemp(prefix="e4b-", dir="/tmp"))
+    sock = sock_dir / "ag" / "agents.sock"
+    sock_dir.chmod(0o755)
+    write_config(state, uid_config(sock, mapped=True))
+    gid = grp.getgrnam("nogroup").gr_gid
+    probe = (
+        "import json, socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "try:\n    s.connect(sys.argv[1])\n"
+        "except OSError as e:\n    print(json.dumps({'connect': e.errno})); sys.exit()\n"
+        "s.sendall(json.dumps({'type': 'hello', 'version': 1, 'client': 'p', 'token': '',"
+        " 'operator': sys.argv[2]}).encode() + b'\\n')\n"
+        "print(s.makefile().readline().strip())\n"
+    )
+    try:
+        async with gateway(state):
+            operator_token = (state / "operator.json").read_text()
+            borrowed = await asyncio.create_subprocess_exec(
+                "/usr/bin/python3", "-c", probe, str(sock), "any-operator-token",
+                stdout=asyncio.subprocess.PIPE, user=PEER_UID, group=gid, extra_groups=[gid], cwd="/",
+            )  # fmt: skip
+            out, _ = await borrowed.communicate()
+            refused = json.loads(out)
+            assert refused["type"] == "error" and "present no tokens" in refused["message"], refused
+            assert "any-operator-token" not in operator_token
+            outsider = await asyncio.create_subprocess_exec(
+                "/usr/bin/python3", "-c", probe, str(sock), "",
+                stdout=asyncio.subprocess.PIPE, user=PEER_UID + 1, group=PEER_UID + 1, extra_groups=[],
+                cwd="/",
+            )  # fmt: skip
+            out, _ = await outsider.communicate()
+            assert json.loads(out) == {"connect": 13}  # EACCES: the socket's directory admits the group only
+    finally:
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+async def test_session_cap_holds_across_session_keys_on_the_gateway(state: Path) -> None:
+    """Held (the contrast to host=node above). On the gateway an agent's sessions are counted by owner,
+    not by session key: spreading them over fresh keys does not get past maxSessionsPerAgent."""
+    write_config(state, FULL_GATEWAY + "maxSessionsPerAgent = 2\n")
+    async with gateway(state):
+        agent = await connect(state, "agent", operator=False)
+        try:
+            for key in ("k1", "k2"):
+                ran = await agent.request(
+                    "exec", {"command": "sleep 30", "background": True, "sessionKey": key}
+                )
+                assert ran["details"]["status"] == "running"
+            with pytest.raises(RemoteError, match="sessions, the most one agent may keep"):
+                await agent.request("exec", {"command": "sleep 30", "background": True, "sessionKey": "k3"})
+            for row in await agent.list_sessions():
+                await agent.request("process", {"action": "kill", "sessionId": row["sessionId"]})
+        finally:
+            await agent.close()
