@@ -740,6 +740,38 @@ async def test_joined_ask_breaks_the_decision_history_for_good(state: Path) -> N
                 await client.close()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the resolved line carries every joined requester; past MAX_LINE_BYTES (200 KiB, ~700 "
+    "joins) the reader skips it, so the operator's decision on that ask is not in the history at all",
+)
+async def test_agent_chooses_to_erase_the_decision_on_its_ask(state: Path) -> None:
+    """Class 3, and "nothing is lost". `encode_entry` cuts only the command when a line is too long;
+    the requesters it cannot cut are the agent's to grow. 700 session keys joined to one ask make its
+    resolved line ~250 KiB, which the decision log writes and its reader then skips (`len(raw) >
+    MAX_LINE_BYTES`): the operator denies the ask, and `approvals.history` has no row for it."""
+    write_config(state, ALLOWLIST)
+    async with gateway(state):
+        agent = await connect(state, "agent", operator=False)
+        op = await connect(state, "op")
+        try:
+            pad = "k" * 240
+            ids = {
+                (await agent.request("exec", {"command": "echo hi", "sessionKey": f"{pad}{i}"}))["details"][
+                    "approvalId"
+                ]
+                for i in range(700)
+            }
+            assert len(ids) == 1
+            approval = ids.pop()
+            await op.request("approve", {"id": approval, "decision": "deny", "reason": "no"})
+            history = await op.request("approvals.history", {})
+            assert any(row["id"] == approval for row in history["approvals"]), history
+        finally:
+            await op.close()
+            await agent.close()
+
+
 def _written() -> int:
     """Bytes this process (the in-process gateway) has passed to write() so far."""
     for line in Path("/proc/self/io").read_text().splitlines():
