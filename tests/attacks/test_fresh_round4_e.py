@@ -752,16 +752,17 @@ async def test_agent_chooses_to_erase_the_decision_on_its_ask(state: Path) -> No
     MAX_LINE_BYTES`): the operator denies the ask, and `approvals.history` has no row for it."""
     write_config(state, ALLOWLIST)
     async with gateway(state):
-        agent = await connect(state, "agent", operator=False)
+        agents = [await connect(state, f"a{i}", operator=False) for i in range(8)]
         op = await connect(state, "op")
         try:
             pad = "k" * 240
-            ids = {
-                (await agent.request("exec", {"command": "echo hi", "sessionKey": f"{pad}{i}"}))["details"][
-                    "approvalId"
-                ]
-                for i in range(700)
-            }
+            ids: set[str] = set()
+
+            async def ask(i: int) -> None:
+                got = await agents[i % 8].request("exec", {"command": "echo hi", "sessionKey": f"{pad}{i}"})
+                ids.add(got["details"]["approvalId"])
+
+            await asyncio.gather(*(ask(i) for i in range(700)))
             assert len(ids) == 1
             approval = ids.pop()
             await op.request("approve", {"id": approval, "decision": "deny", "reason": "no"})
@@ -769,7 +770,8 @@ async def test_agent_chooses_to_erase_the_decision_on_its_ask(state: Path) -> No
             assert any(row["id"] == approval for row in history["approvals"]), history
         finally:
             await op.close()
-            await agent.close()
+            for client in agents:
+                await client.close()
 
 
 def _written() -> int:
