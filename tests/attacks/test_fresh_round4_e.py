@@ -705,7 +705,7 @@ async def test_one_agent_holds_every_egress_slot(state: Path) -> None:
     reason="open: deciding an ask joined by 2,000 session keys writes ~300 MiB (the whole record, every "
     "requester, once per joined run: O(n^2)); at 4,000, ~645 MiB and the decision left approvals.history",
 )
-async def test_joined_ask_breaks_the_decision_history_for_good(state: Path) -> None:
+async def test_deciding_a_joined_ask_rewrites_it_once_per_requester(state: Path) -> None:
     """Class 3 (counts bytes). The same join as above, then the operator denies the ask by its id (it
     need not list the inbox). Each joined requester's run is noted on the record and each note makes the
     pending store write the record's whole state, every requester included: O(n²) bytes, ~300 MiB for
