@@ -815,6 +815,47 @@ async def test_event_spool_share_counts_characters_not_bytes(state: Path) -> Non
             await agent.close()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: every principal's decisions, checks and credential lookups share asyncio's default thread "
+    "pool (FIFO): 40 of one agent's policy.check on a 60 MiB script queue another agent's exec behind them",
+)
+async def test_one_agent_queues_everyone_behind_its_checks(state: Path) -> None:
+    """Class 3 (a shared resource with no per-principal share). `policy.check` (and `exec`) decide in
+    `asyncio.to_thread`, and deciding `sh big.sh` digests the agent-writable script (up to 64 MiB, ~0.14 s
+    here). Those jobs, every other agent's decisions and an agent credential's lookup at the handshake
+    all wait in the one default executor, first come first served. One agent's 40 checks put another
+    agent's trivial exec behind ~34 of them (6 s measured); the agent may keep 32,256 requests in flight,
+    so the others wait tens of minutes, and a credentialed client's hello times out meanwhile."""
+    workspace = state.parent / "ws"
+    workspace.mkdir()
+    (workspace / "big.sh").write_bytes(b"echo hi\n" + b"#" * (60 << 20) + b"\n")
+    write_config(state, ALLOWLIST)
+    async with gateway(state) as server:
+        greedy = await connect(state, "greedy", operator=False)
+        other = await connect(state, "other", operator=False)
+        answered: list[str] = []
+        try:
+
+            async def check() -> None:
+                await greedy.request("policy.check", {"command": "sh big.sh", "cwd": str(workspace)})
+                answered.append("greedy")
+
+            checks = [asyncio.ensure_future(check()) for _ in range(40)]
+            await wait_until(
+                lambda: sum(len(c.tasks) for c in server.connections if c.name == "greedy") >= 40
+            )
+            await other.request("exec", {"command": "echo hi", "cwd": str(workspace)})
+            answered.append("other")
+            await asyncio.gather(*checks)
+            ahead = answered.index("other")
+            assert ahead < 20, f"another agent's exec waited behind {ahead} of one agent's checks"
+        finally:
+            await greedy.close()
+            await other.close()
+            (workspace / "big.sh").unlink()
+
+
 def _written() -> int:
     """Bytes this process (the in-process gateway) has passed to write() so far."""
     for line in Path("/proc/self/io").read_text().splitlines():
