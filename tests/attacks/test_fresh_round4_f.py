@@ -1,0 +1,414 @@
+"""Fresh attacks, round 4 (attacker f): issue 27 classes 4 and 5 — a host tool reads exactly the bytes that
+were checked, found the way the tool finds them; what was approved is what runs, in every spelling.
+
+Every attack that works is a strict xfail naming why; the passing tests are attacks that failed and stay
+as regressions. Each test runs a real gateway, real git, real bubblewrap and real interpreters."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import threading
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.approvals.store import ApprovalsStore
+from engine.protocol.client import ControlClient
+from tests.attacks.harness import ALLOWLIST, attempt, refused
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+GIT: list[tuple[str, str | None]] = [("/usr/bin/git", None)]
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def _git(*args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=x", "-c", "user.email=x@y", *args], check=True, capture_output=True
+    )
+
+
+def _repo(root: Path, files: dict[str, str]) -> Path:
+    _git("init", "-q", str(root))
+    for name, text in files.items():
+        (root / name).write_text(text)
+    _git("-C", str(root), "add", ".")
+    _git("-C", str(root), "commit", "-qm", "init")
+    return root
+
+
+def _filter(marker: Path) -> str:
+    """A clean filter that leaves `marker` behind when git runs it."""
+    return f'[filter "x"]\n\tclean = "touch {marker}; cat"\n'
+
+
+def _stat_dirty(path: Path) -> None:
+    """Same bytes, another mtime: git must hash the file again, through its clean filter."""
+    os.utime(path, (1, 1))
+
+
+async def _finished(client: ControlClient, approval_id: str) -> str:
+    """The text of the event that ends the approved run."""
+
+    async def ended() -> str | None:
+        events = (await client.request("events", {}))["events"]
+        texts = [e["text"] for e in events if approval_id in e["text"]]
+        return texts[-1] if texts else None
+
+    text: str = await wait_until(ended, timeout=30)
+    return text
+
+
+async def _ask_then(
+    client: ControlClient, ws: Path, command: str, between: Callable[[], object], decision: str
+) -> tuple[dict[str, Any], str]:
+    """The agent asks for `command`; `between` runs while the ask waits; the operator answers `decision`."""
+    result = await client.request("exec", {"command": command, "workdir": str(ws)})
+    details = result["details"]
+    assert details["status"] == "approval-pending", result["text"]
+    between()
+    await client.request("approve", {"id": details["approvalId"], "decision": decision})
+    return details, await _finished(client, details["approvalId"])
+
+
+# --- class 4: git reads a per-worktree config nobody vetted ---------------------------------------------
+
+
+def _git_processes_in(cwd: Path) -> bool:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+            if comm == "git" and os.readlink(f"/proc/{pid}/cwd") == str(cwd):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+class HeadFifo:
+    """`.git/HEAD` as a FIFO the attacker answers: every reader (exechost's vetting, then git) blocks until
+    it is served `ref: refs/heads/master`. The attacker thereby knows when git itself has started."""
+
+    def __init__(self, repo: Path, on_git: Callable[[], None] | None = None) -> None:
+        self.head = repo / ".git" / "HEAD"
+        self.cwd = repo
+        self.on_git = on_git
+        self.stop = threading.Event()
+        os.unlink(self.head)
+        os.mkfifo(self.head)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while True:
+            fd = os.open(self.head, os.O_WRONLY)  # returns once a reader has opened HEAD
+            try:
+                if self.stop.is_set():
+                    return
+                if self.on_git is not None and _git_processes_in(self.cwd):
+                    self.on_git()
+                os.write(fd, b"ref: refs/heads/master\n")
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> HeadFifo:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        reader = os.open(self.head, os.O_RDONLY | os.O_NONBLOCK)  # unblocks the server's open
+        self.thread.join(10)
+        os.close(reader)
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: $GIT_DIR/config.worktree absent at the re-vet is neither vetted nor pinned; planted once "
+    "git starts (extensions.worktreeConfig is an inert key), git reads it by path and runs its filter",
+)
+async def test_class4_a_worktree_config_planted_after_the_revet_runs_a_filter(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    ws = _repo(tmp_path / "w", {"a.txt": "a\n"})
+    _git("-C", str(ws), "config", "core.repositoryformatversion", "1")
+    _git("-C", str(ws), "config", "extensions.worktreeConfig", "true")
+    (ws / ".gitattributes").write_text("*.txt filter=x\n")
+    _stat_dirty(ws / "a.txt")
+    marker = tmp_path / "PWNED"
+    worktree_config = ws / ".git" / "config.worktree"
+
+    def plant() -> None:
+        if not worktree_config.exists():
+            worktree_config.write_text(_filter(marker))
+
+    with HeadFifo(ws, plant):
+        details = await attempt(state_dir, "git status --short", allow=GIT, workdir=str(ws))
+    assert worktree_config.exists(), "git never started: the attack did not get its chance"
+    assert details["status"] == "completed", details["_text"]  # allowlisted, inert config: ran unasked
+    assert not marker.exists(), "git ran a filter from a config exechost never vetted"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: gitvet._valid_head opens .git/HEAD blocking; a FIFO there stalls the one decision thread "
+    "(Offload: every agent's exec waits) and then the event loop itself (exec.run re-vets the tree "
+    "synchronously in _still_as_decided): the whole gateway freezes until the attacker writes",
+)
+async def test_a_fifo_head_stalls_the_gateway(state_dir: Path, tmp_path: Path) -> None:
+    ws = _repo(tmp_path / "w", {"a.txt": "a\n"})
+    head = ws / ".git" / "HEAD"
+    os.unlink(head)
+    os.mkfifo(head)
+    other = tmp_path / "o"
+    other.mkdir()
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/git", arg_pattern=None)
+    loop = asyncio.get_running_loop()
+    stalled: list[str] = []
+    done = threading.Event()
+
+    def responsive() -> bool:
+        """Whether the gateway's loop runs a callback within a generous bound (a detector, not a timing
+        assertion: a healthy loop answers at once)."""
+        ping = threading.Event()
+        loop.call_soon_threadsafe(ping.set)
+        return ping.wait(5)
+
+    def serve(victim: ControlClient) -> None:
+        readers = 0
+        while not done.is_set():
+            fd = os.open(head, os.O_WRONLY)  # returns once a reader is inside open(HEAD)
+            readers += 1
+            try:
+                if done.is_set():
+                    return
+                if any("loop" in what for what in stalled):
+                    pass  # shown once: serve the rest at once
+                elif not responsive():
+                    stalled.append(f"reader {readers}: the event loop is blocked in open(.git/HEAD)")
+                elif readers == 1:
+                    other_exec = asyncio.run_coroutine_threadsafe(
+                        victim.request("exec", {"command": "pwd", "workdir": str(other)}), loop
+                    )
+                    try:
+                        other_exec.result(10)
+                    except TimeoutError:
+                        stalled.append("another client's exec waited behind the attacker's FIFO")
+                os.write(fd, b"ref: refs/heads/master\n")
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    async with gateway(state_dir):
+        attacker, victim = await connect(state_dir, operator=False), await connect(state_dir, "victim")
+        server = threading.Thread(target=serve, args=(victim,), daemon=True)
+        server.start()
+        try:
+            await attacker.request("exec", {"command": "git status", "workdir": str(ws)})
+        finally:
+            done.set()
+            reader = os.open(head, os.O_RDONLY | os.O_NONBLOCK)
+            await asyncio.to_thread(server.join, 30)
+            os.close(reader)
+            await attacker.close()
+            await victim.close()
+    assert not stalled, stalled
+
+
+# --- class 5: a submodule found by git, not by the emulation ---------------------------------------------
+
+
+def _super_with_submodule(tmp_path: Path, marker: Path) -> tuple[Path, Path]:
+    """A superproject whose index holds a gitlink `sub`, a checked-out repository with a filter in its
+    config (which the vetting must see) and a file git must re-hash through it."""
+    sub = _repo(tmp_path / "w" / "sub", {"a.txt": "a\n", ".gitattributes": "*.txt filter=x\n"})
+    ws = tmp_path / "w"
+    _git("init", "-q", str(ws))
+    (ws / "t").write_text("t\n")
+    _git("-C", str(ws), "add", "t", "sub")
+    _git("-C", str(ws), "commit", "-qm", "top")
+    with open(sub / ".git" / "config", "a") as f:
+        f.write(_filter(marker))
+    _stat_dirty(sub / "a.txt")
+    return ws, sub
+
+
+async def test_regression_a_plain_submodule_filter_asks(state_dir: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "PWNED"
+    ws, _ = _super_with_submodule(tmp_path, marker)
+    details = await attempt(state_dir, "git status --short", allow=GIT, workdir=str(ws))
+    assert refused(details), details["_text"]
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        pytest.param("head-newline", id="HEAD is 'ref:\\nrefs/heads/master' (git skips any isspace)"),
+        pytest.param("refs-file", id="refs is an executable file (git checks access(X_OK), not a dir)"),
+        pytest.param(
+            "commondir-space", id="commondir 'c ' (git strips only \\r\\n, the emulation all space)"
+        ),
+    ],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: submodule repositories are still found by gitvet's emulation (_valid_head, _is_git_dir, "
+    "_common_dir); where it differs from git the submodule's config is not vetted and git runs its filter",
+)
+async def test_class5_a_submodule_git_accepts_and_the_emulation_does_not(
+    state_dir: Path, tmp_path: Path, spelling: str
+) -> None:
+    marker = tmp_path / "PWNED"
+    ws, sub = _super_with_submodule(tmp_path, marker)
+    dot = sub / ".git"
+    if spelling == "head-newline":
+        (dot / "HEAD").write_text("ref:\nrefs/heads/master\n")
+    elif spelling == "refs-file":
+        os.rename(dot / "refs", dot / "refs.moved")
+        (dot / "refs").write_text("")
+        os.chmod(dot / "refs", 0o755)
+    else:
+        inert = dot / "c"
+        evil = dot / "c "
+        for common in (inert, evil):
+            common.mkdir()
+            for name in ("objects", "refs"):
+                os.symlink(dot / name, common / name)
+        shutil.copy(dot / "config", inert / "config")
+        (inert / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+        shutil.copy(dot / "config", evil / "config")
+        (dot / "commondir").write_text("c \n")
+    details = await attempt(state_dir, "git status --short", allow=GIT, workdir=str(ws))
+    assert refused(details) or not marker.exists(), details["_text"]
+    assert not marker.exists(), "git ran a submodule filter that exechost never vetted"
+
+
+# --- class 5: what was approved is what runs --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["nohup sh x.sh", "setsid sh x.sh", "env -S 'sh x.sh'"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a wrapper exechost does not unwrap (blocked: nohup, setsid, …; env -S) hides the script "
+    "from content binding; allow-always saves =command: without its digest and every rewrite runs unasked",
+)
+async def test_class5_allow_always_through_an_opaque_wrapper_binds_no_script(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    ws = tmp_path / "w"
+    ws.mkdir()
+    (ws / "x.sh").write_text("echo GOOD\n")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            _, text = await _ask_then(client, ws, command, lambda: None, "allow-always")
+            assert "GOOD" in text
+            (ws / "x.sh").write_text("echo EVIL\n")
+            again = await client.request("exec", {"command": command, "workdir": str(ws)})
+        finally:
+            await client.close()
+    assert "EVIL" not in again["text"], "the rewritten script ran on the old allow-always"
+
+
+@pytest.mark.parametrize("command", ["sh x.s?", "sh x.s[h]", "sh x.*", "sh ${PWD}/x.sh"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a script operand spelled by a glob or a parameter names no file to the analysis, so "
+    "nothing is bound: a rewrite after the human approved runs (the promise: bound whole, or refused)",
+)
+async def test_class5_a_script_spelled_by_expansion_runs_rewritten_on_allow_once(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    ws = tmp_path / "w"
+    ws.mkdir()
+    (ws / "x.sh").write_text("echo GOOD\n")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            _, text = await _ask_then(
+                client, ws, command, lambda: (ws / "x.sh").write_text("echo EVIL\n"), "allow-once"
+            )
+        finally:
+            await client.close()
+    assert "EVIL" not in text, "the script rewritten after the approval ran"
+
+
+@pytest.mark.parametrize("command", ["python3 app", "python3 ./app/"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: python3 runs a directory operand's __main__.py; the binding records nothing for a "
+    "directory, allow-always saves =command: with no content, and a rewritten __main__.py runs unasked",
+)
+async def test_class5_python_running_a_directory_binds_nothing(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    ws = tmp_path / "w"
+    (ws / "app").mkdir(parents=True)
+    (ws / "app" / "__main__.py").write_text("print('GOOD')\n")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            _, text = await _ask_then(client, ws, command, lambda: None, "allow-always")
+            assert "GOOD" in text
+            (ws / "app" / "__main__.py").write_text("print('EVIL')\n")
+            again = await client.request("exec", {"command": command, "workdir": str(ws)})
+        finally:
+            await client.close()
+    assert "EVIL" not in again["text"], "the rewritten __main__.py ran on the old allow-always"
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["env -- sh x.sh", "exec -a foo sh x.sh", "command sh x.sh", "sh -o errexit x.sh", "cat x.sh | sh"],
+)
+async def test_regression_spellings_that_stay_bound(state_dir: Path, tmp_path: Path, command: str) -> None:
+    ws = tmp_path / "w"
+    ws.mkdir()
+    (ws / "x.sh").write_text("echo GOOD\n")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            _, text = await _ask_then(
+                client, ws, command, lambda: (ws / "x.sh").write_text("echo EVIL\n"), "allow-once"
+            )
+        finally:
+            await client.close()
+    assert "approval-stale" in text and "EVIL" not in text, text
+
+
+async def test_regression_a_python_zipapp_is_bound_by_its_bytes(state_dir: Path, tmp_path: Path) -> None:
+    ws = tmp_path / "w"
+    ws.mkdir()
+
+    def zipapp(text: str) -> None:
+        with zipfile.ZipFile(ws / "app.zip", "w") as z:
+            z.writestr("__main__.py", text)
+
+    zipapp("print('GOOD')\n")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            _, text = await _ask_then(
+                client, ws, "python3 app.zip", lambda: zipapp("print('EVIL')\n"), "allow-once"
+            )
+        finally:
+            await client.close()
+    assert "approval-stale" in text and "EVIL" not in text, text
