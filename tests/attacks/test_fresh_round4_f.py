@@ -348,29 +348,40 @@ async def test_class5_a_script_spelled_by_expansion_runs_rewritten_on_allow_once
     assert "EVIL" not in text, "the script rewritten after the approval ran"
 
 
-@pytest.mark.parametrize("command", ["python3 app", "python3 ./app/"])
+@pytest.mark.parametrize(
+    ("command", "runs", "py"),
+    [
+        ("python3 app", "app/__main__.py", True),
+        ("python3 ./app/", "app/__main__.py", True),
+        ("node app", "app/index.js", False),
+        ("node x", "x.js", False),
+    ],
+)
 @pytest.mark.xfail(
     strict=True,
-    reason="open: python3 runs a directory operand's __main__.py; the binding records nothing for a "
-    "directory, allow-always saves =command: with no content, and a rewritten __main__.py runs unasked",
+    reason="open: the interpreter resolves the operand to another file (python3 DIR runs DIR/__main__.py, "
+    "node DIR runs DIR/index.js, node x runs x.js); the binding records the operand only (a directory, "
+    "or absent), allow-always saves =command: with no content, and the rewritten file runs unasked",
 )
-async def test_class5_python_running_a_directory_binds_nothing(
-    state_dir: Path, tmp_path: Path, command: str
+async def test_class5_an_operand_the_interpreter_resolves_to_another_file_binds_nothing(
+    state_dir: Path, tmp_path: Path, command: str, runs: str, py: bool
 ) -> None:
     ws = tmp_path / "w"
-    (ws / "app").mkdir(parents=True)
-    (ws / "app" / "__main__.py").write_text("print('GOOD')\n")
+    target = ws / runs
+    target.parent.mkdir(parents=True, exist_ok=True)
+    code = "print('{}')\n" if py else "console.log('{}')\n"
+    target.write_text(code.format("GOOD"))
     write_config(state_dir, ALLOWLIST)
     async with gateway(state_dir):
         client = await connect(state_dir)
         try:
             _, text = await _ask_then(client, ws, command, lambda: None, "allow-always")
             assert "GOOD" in text
-            (ws / "app" / "__main__.py").write_text("print('EVIL')\n")
+            target.write_text(code.format("EVIL"))
             again = await client.request("exec", {"command": command, "workdir": str(ws)})
         finally:
             await client.close()
-    assert "EVIL" not in again["text"], "the rewritten __main__.py ran on the old allow-always"
+    assert "EVIL" not in again["text"], f"the rewritten {runs} ran on the old allow-always"
 
 
 @pytest.mark.parametrize(
