@@ -423,3 +423,40 @@ async def test_regression_a_python_zipapp_is_bound_by_its_bytes(state_dir: Path,
         finally:
             await client.close()
     assert "approval-stale" in text and "EVIL" not in text, text
+
+
+# --- class 4: the tree npm reads is not the tree the emulation walks -----------------------------------
+
+
+@pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode stops npm's walk at the nearest package.json, but npm (>=7) keeps walking to a "
+    "workspace root that lists the cwd and reads that root's .npmrc (script-shell, node-options): never "
+    "shown, never bound, so a root .npmrc written after allow-always runs its program unasked",
+)
+async def test_class4_npm_reads_the_workspace_roots_npmrc_above_the_vetted_package(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "w"
+    pkg = root / "pkg"
+    pkg.mkdir(parents=True)
+    (root / "package.json").write_text('{"name": "root", "workspaces": ["pkg"]}\n')
+    (pkg / "package.json").write_text(
+        '{"name": "pkg", "version": "1.0.0", "scripts": {"test": "echo GOOD"}}\n'
+    )
+    shell = tmp_path / "shell.sh"
+    shell.write_text('#!/bin/sh\necho EVIL-SHELL "$@"\n')
+    shell.chmod(0o755)
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/npm", arg_pattern=None)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            _, text = await _ask_then(client, pkg, "npm test", lambda: None, "allow-always")
+            assert "GOOD" in text and "EVIL" not in text, text
+            (root / ".npmrc").write_text(f"script-shell={shell}\n")
+            again = await client.request("exec", {"command": "npm test", "workdir": str(pkg)})
+        finally:
+            await client.close()
+    assert "EVIL-SHELL" not in again["text"], "a workspace root's .npmrc chose the shell of an approved npm"
