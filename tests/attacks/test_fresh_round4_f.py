@@ -460,3 +460,25 @@ async def test_class4_npm_reads_the_workspace_roots_npmrc_above_the_vetted_packa
         finally:
             await client.close()
     assert "EVIL-SHELL" not in again["text"], "a workspace root's .npmrc chose the shell of an approved npm"
+
+
+# --- class 4: the config exechost trusts is written by the program it allowlists -------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an allowlisted git writes the operator's global config (git config --global), which the "
+    "vetting trusts; the next allowlisted git status runs the filter it defines, unasked",
+)
+async def test_class4_allowlisted_git_writes_the_trusted_global_config(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    ws = _repo(tmp_path / "w", {"a.txt": "a\n", ".gitattributes": "*.txt filter=x\n"})
+    _stat_dirty(ws / "a.txt")
+    marker = tmp_path / "PWNED"
+    first = await attempt(
+        state_dir, f"git config --global filter.x.clean 'touch {marker}; cat'", allow=GIT, workdir=str(ws)
+    )
+    second = await attempt(state_dir, "git status --short", allow=GIT, workdir=str(ws))
+    assert refused(first) or refused(second) or not marker.exists(), (first["_text"], second["_text"])
+    assert not marker.exists(), "git ran a filter an allowlisted git wrote into the global config"
