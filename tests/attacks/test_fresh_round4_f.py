@@ -482,3 +482,78 @@ async def test_class4_allowlisted_git_writes_the_trusted_global_config(
     second = await attempt(state_dir, "git status --short", allow=GIT, workdir=str(ws))
     assert refused(first) or refused(second) or not marker.exists(), (first["_text"], second["_text"])
     assert not marker.exists(), "git ran a filter an allowlisted git wrote into the global config"
+
+
+# --- class 5: a path exechost resolves in its own process, not the program's ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "py"),
+    [
+        ("sh /proc/self/cwd/x.sh", False),
+        ("/proc/self/cwd/x.sh", False),
+        ("sh /proc/thread-self/cwd/x.sh", False),
+        ("sh /dev/fd/../../self/cwd/x.sh", False),
+        ("python3 /proc/self/cwd/x.py", True),
+    ],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: /proc/self (and /proc/thread-self, /dev/fd/..) is resolved in the gateway's process, "
+    "whose cwd is not the run's: the script is found absent (or another file), the run opens the "
+    "workspace's, allow-always saves =command: bound to nothing, and a rewrite runs unasked",
+)
+async def test_class5_a_proc_self_path_names_the_gateways_cwd_not_the_runs(
+    state_dir: Path, tmp_path: Path, command: str, py: bool
+) -> None:
+    ws = tmp_path / "w"
+    ws.mkdir()
+    script = ws / ("x.py" if py else "x.sh")
+    code = "print('{}')\n" if py else "#!/bin/sh\necho {}\n"
+    script.write_text(code.format("GOOD"))
+    script.chmod(0o755)
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            _, text = await _ask_then(client, ws, command, lambda: None, "allow-always")
+            assert "GOOD" in text, text
+            script.write_text(code.format("EVIL"))
+            again = await client.request("exec", {"command": command, "workdir": str(ws)})
+        finally:
+            await client.close()
+    assert "EVIL" not in again["text"], "the rewritten script ran on the old allow-always"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `eval 'sh x.sh'` is offered allow-always and saved as =command: without x.sh's digest "
+    "(eval's argument is code no one binds): a rewritten x.sh runs unasked",
+)
+async def test_class5_allow_always_on_eval_binds_no_script(state_dir: Path, tmp_path: Path) -> None:
+    ws = tmp_path / "w"
+    ws.mkdir()
+    (ws / "x.sh").write_text("echo GOOD\n")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            _, text = await _ask_then(client, ws, "eval 'sh x.sh'", lambda: None, "allow-always")
+            assert "GOOD" in text
+            (ws / "x.sh").write_text("echo EVIL\n")
+            again = await client.request("exec", {"command": "eval 'sh x.sh'", "workdir": str(ws)})
+        finally:
+            await client.close()
+    assert "EVIL" not in again["text"], "the rewritten script ran on the old allow-always"
+
+
+@pytest.mark.parametrize("command", ["a=x.sh; sh $a", "sh `echo x.sh`", "X=x.sh sh -c 'sh $X'"])
+async def test_regression_an_unresolvable_script_is_never_offered_allow_always(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    ws = tmp_path / "w"
+    ws.mkdir()
+    (ws / "x.sh").write_text("echo GOOD\n")
+    details = await attempt(state_dir, command, workdir=str(ws))
+    assert details["status"] == "approval-pending", details["_text"]
+    assert "allow-always" not in details["allowedDecisions"], details
