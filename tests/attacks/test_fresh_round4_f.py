@@ -557,3 +557,31 @@ async def test_regression_an_unresolvable_script_is_never_offered_allow_always(
     details = await attempt(state_dir, command, workdir=str(ws))
     assert details["status"] == "approval-pending", details["_text"]
     assert "allow-always" not in details["allowedDecisions"], details
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: bash (not in posix mode) searches PATH for a script operand missing from the cwd; the "
+    "binding records ./x.sh absent and saves allow-always, so an x.sh written later to a PATH dir the "
+    "operator's account can write (~/bin, ~/.local/bin) runs unasked",
+)
+async def test_class5_bash_finds_its_script_operand_on_path(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = tmp_path / "w"
+    ws.mkdir()
+    bindir = tmp_path / "bin"  # the operator's ~/bin, on the gateway's PATH
+    bindir.mkdir()
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    (bindir / "x.sh").write_text("echo GOOD\n")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            _, text = await _ask_then(client, ws, "bash x.sh", lambda: None, "allow-always")
+            assert "GOOD" in text, text
+            (bindir / "x.sh").write_text("echo EVIL\n")
+            again = await client.request("exec", {"command": "bash x.sh", "workdir": str(ws)})
+        finally:
+            await client.close()
+    assert "EVIL" not in again["text"], "a script bash found on PATH ran on the old allow-always"
