@@ -299,11 +299,23 @@ async def test_class5_a_submodule_git_accepts_and_the_emulation_does_not(
 # --- class 5: what was approved is what runs --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["nohup sh x.sh", "setsid sh x.sh", "env -S 'sh x.sh'"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "nohup sh x.sh",
+        "setsid sh x.sh",
+        "env -S 'sh x.sh'",
+        "env -i sh x.sh",
+        "env -C . sh x.sh",
+        "xargs -a /dev/null sh x.sh",
+        "find . -maxdepth 0 -exec sh x.sh ';'",
+    ],
+)
 @pytest.mark.xfail(
     strict=True,
-    reason="open: a wrapper exechost does not unwrap (blocked: nohup, setsid, …; env -S) hides the script "
-    "from content binding; allow-always saves =command: without its digest and every rewrite runs unasked",
+    reason="open: a wrapper exechost does not unwrap (blocked: nohup, setsid; env -S/-i/-C, xargs -a, "
+    "find -exec) hides the script from content binding; allow-always saves =command: without its digest "
+    "and every rewrite runs unasked",
 )
 async def test_class5_allow_always_through_an_opaque_wrapper_binds_no_script(
     state_dir: Path, tmp_path: Path, command: str
