@@ -597,3 +597,28 @@ async def test_class5_bash_finds_its_script_operand_on_path(
         finally:
             await client.close()
     assert "EVIL" not in again["text"], "a script bash found on PATH ran on the old allow-always"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "env git status --short",
+        "timeout 5 git status --short",
+        "bash -lc 'git status --short'",
+        "/usr/bin/../bin/git status --short",
+        "g''it status --short",
+        "exec -a foo git status --short",
+    ],
+)
+async def test_regression_every_spelling_of_an_allowlisted_git_vets_its_repository(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    ws = _repo(tmp_path / "w", {"a.txt": "a\n", ".gitattributes": "*.txt filter=x\n"})
+    marker = tmp_path / "PWNED"
+    with open(ws / ".git" / "config", "a") as f:
+        f.write(_filter(marker))
+    _stat_dirty(ws / "a.txt")
+    allow: list[tuple[str, str | None]] = [*GIT, ("/usr/bin/env", None), ("/usr/bin/timeout", None)]
+    details = await attempt(state_dir, command, allow=allow, workdir=str(ws))
+    assert refused(details), details["_text"]
+    assert not marker.exists()
