@@ -622,3 +622,38 @@ async def test_regression_every_spelling_of_an_allowlisted_git_vets_its_reposito
     details = await attempt(state_dir, command, allow=allow, workdir=str(ws))
     assert refused(details), details["_text"]
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("shebang", "payload", "code"),
+    [
+        ("#!/bin/sh ./payload.sh", "payload.sh", "echo {}\n"),
+        ("#!/usr/bin/env -S sh ./payload.sh", "payload.sh", "echo {}\n"),
+        ("#!/usr/bin/env -S python3 ./payload.py", "payload.py", "print('{}')\n"),
+    ],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the #! line's argument names the script that really runs (the kernel runs INTERP ARG "
+    "./run); it is not bound, and allow-always is offered and saved (even where the ask itself says "
+    "'not bound to content ... cannot be bound'), so a rewritten payload runs unasked",
+)
+async def test_class5_a_shebang_argument_names_an_unbound_script(
+    state_dir: Path, tmp_path: Path, shebang: str, payload: str, code: str
+) -> None:
+    ws = tmp_path / "w"
+    ws.mkdir()
+    (ws / "run").write_text(shebang + "\n")
+    (ws / "run").chmod(0o755)
+    (ws / payload).write_text(code.format("GOOD"))
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            _, text = await _ask_then(client, ws, "./run", lambda: None, "allow-always")
+            assert "GOOD" in text, text
+            (ws / payload).write_text(code.format("EVIL"))
+            again = await client.request("exec", {"command": "./run", "workdir": str(ws)})
+        finally:
+            await client.close()
+    assert "EVIL" not in again["text"], "the rewritten #! payload ran on the old allow-always"
