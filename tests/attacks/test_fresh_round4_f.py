@@ -630,13 +630,16 @@ async def test_regression_every_spelling_of_an_allowlisted_git_vets_its_reposito
         ("#!/bin/sh ./payload.sh", "payload.sh", "echo {}\n"),
         ("#!/usr/bin/env -S sh ./payload.sh", "payload.sh", "echo {}\n"),
         ("#!/usr/bin/env -S python3 ./payload.py", "payload.py", "print('{}')\n"),
+        ("#!./interp", "interp", "#!/bin/sh\necho {}\n"),
+        ("#!interp", "interp", "#!/bin/sh\necho {}\n"),
     ],
 )
 @pytest.mark.xfail(
     strict=True,
-    reason="open: the #! line's argument names the script that really runs (the kernel runs INTERP ARG "
-    "./run); it is not bound, and allow-always is offered and saved (even where the ask itself says "
-    "'not bound to content ... cannot be bound'), so a rewritten payload runs unasked",
+    reason="open: what a #! line names besides a fixed interpreter (its argument: the kernel runs INTERP "
+    "ARG ./run; a relative interpreter, found from the cwd at run time) is not bound, yet allow-always is "
+    "offered and saved (even where the ask says 'not bound to content ... cannot be bound'), so a "
+    "rewritten payload or interpreter runs unasked",
 )
 async def test_class5_a_shebang_argument_names_an_unbound_script(
     state_dir: Path, tmp_path: Path, shebang: str, payload: str, code: str
@@ -646,6 +649,7 @@ async def test_class5_a_shebang_argument_names_an_unbound_script(
     (ws / "run").write_text(shebang + "\n")
     (ws / "run").chmod(0o755)
     (ws / payload).write_text(code.format("GOOD"))
+    (ws / payload).chmod(0o755)
     write_config(state_dir, ALLOWLIST)
     async with gateway(state_dir):
         client = await connect(state_dir)
