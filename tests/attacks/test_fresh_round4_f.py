@@ -661,3 +661,38 @@ async def test_class5_a_shebang_argument_names_an_unbound_script(
         finally:
             await client.close()
     assert "EVIL" not in again["text"], "the rewritten #! payload ran on the old allow-always"
+
+
+@pytest.mark.skipif(shutil.which("perl") is None, reason="perl is not installed")
+@pytest.mark.parametrize(
+    "command", ["perl -I. -Mevil x.pl", "perl -I . -mevil x.pl", "perl -Ilib -Mevil x.pl"]
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: perl's -M/-m preload a module found through -I dirs the agent writes; unlike node -r "
+    "(bound, or no allow-always for a search), it is neither bound nor refused allow-always, so a "
+    "rewritten evil.pm runs unasked",
+)
+async def test_class5_a_perl_module_preload_is_not_bound(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    ws = tmp_path / "w"
+    (ws / "lib").mkdir(parents=True)
+    (ws / "x.pl").write_text('print "main\\n";\n')
+
+    def modules(word: str) -> None:
+        for where in (ws, ws / "lib"):
+            (where / "evil.pm").write_text(f'package evil; print "{word}\\n"; 1;\n')
+
+    modules("GOOD")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            _, text = await _ask_then(client, ws, command, lambda: None, "allow-always")
+            assert "GOOD" in text, text
+            modules("EVIL")
+            again = await client.request("exec", {"command": command, "workdir": str(ws)})
+        finally:
+            await client.close()
+    assert "EVIL" not in again["text"], "the rewritten preloaded module ran on the old allow-always"
