@@ -696,3 +696,48 @@ async def test_class5_a_perl_module_preload_is_not_bound(
         finally:
             await client.close()
     assert "EVIL" not in again["text"], "the rewritten preloaded module ran on the old allow-always"
+
+
+# --- class 5: make's option grammar is emulated, and differs from make's ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "make --fil=evil.mk",  # getopt_long takes any unique prefix of --file/--makefile/--directory
+        "make --makef=evil.mk",
+        "make --direc=sub",
+        "make -rf evil.mk",  # -f inside a cluster of short options
+        "make -sfevil.mk",
+        "make -kC sub",
+        "make --eval='all:;@echo EVIL'",  # the recipe is in the argv itself
+    ],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode._option_values reads make's -f/-C/--file/--directory only spelled exactly; make "
+    "also takes abbreviated long options and clustered short ones (and --eval in argv), so with no "
+    "Makefile in the cwd an allowlisted make runs an agent-written makefile unasked",
+)
+async def test_class5_make_reads_a_makefile_through_an_option_spelling_treecode_does_not_parse(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    ws = tmp_path / "w"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "evil.mk").write_text("all:\n\t@echo EVIL\n")
+    (ws / "sub" / "Makefile").write_text("all:\n\t@echo EVIL\n")
+    details = await attempt(state_dir, command, allow=[("/usr/bin/make", None)], workdir=str(ws))
+    assert refused(details) and "EVIL" not in details["_text"], details["_text"]
+
+
+@pytest.mark.parametrize("command", ["make -f evil.mk", "make --file evil.mk", "make -Csub", "make"])
+async def test_regression_make_spelled_plainly_asks_for_an_agent_makefile(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    ws = tmp_path / "w"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "evil.mk").write_text("all:\n\t@echo EVIL\n")
+    (ws / "sub" / "Makefile").write_text("all:\n\t@echo EVIL\n")
+    (ws / "Makefile").write_text("all:\n\t@echo EVIL\n")
+    details = await attempt(state_dir, command, allow=[("/usr/bin/make", None)], workdir=str(ws))
+    assert refused(details), details["_text"]
