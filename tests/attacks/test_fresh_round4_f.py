@@ -10,6 +10,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import zipfile
 from collections.abc import Callable
@@ -741,3 +742,38 @@ async def test_regression_make_spelled_plainly_asks_for_an_agent_makefile(
     (ws / "Makefile").write_text("all:\n\t@echo EVIL\n")
     details = await attempt(state_dir, command, allow=[("/usr/bin/make", None)], workdir=str(ws))
     assert refused(details), details["_text"]
+
+
+PIP = os.path.join(os.path.dirname(sys.executable), "pip")
+
+
+@pytest.mark.skipif(not os.access(PIP, os.X_OK), reason="no pip beside this interpreter")
+@pytest.mark.parametrize(
+    "option",
+    [
+        pytest.param(
+            "-qr r.txt",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open: treecode reads pip's -r only spelled alone or as --requirement; optparse's "
+                "cluster -qr hides the requirements file, and the local project it names builds (its "
+                "setup.py runs) unasked",
+            ),
+        ),
+        "-r r.txt",
+    ],
+)
+async def test_class5_pip_reads_a_requirements_file_in_a_short_option_cluster(
+    state_dir: Path, tmp_path: Path, option: str
+) -> None:
+    ws = tmp_path / "w"
+    (ws / "pkg").mkdir(parents=True)
+    marker = tmp_path / "PWNED"
+    (ws / "pkg" / "setup.py").write_text(
+        f"open({str(marker)!r}, 'w').write('x')\nfrom setuptools import setup\nsetup(name='p', version='1')\n"
+    )
+    (ws / "r.txt").write_text("./pkg\n")
+    command = f"{PIP} wheel --no-deps --no-build-isolation --no-index {option} -w out"
+    details = await attempt(state_dir, command, allow=[(PIP, None)], workdir=str(ws))
+    assert refused(details), details["_text"]
+    assert not marker.exists()
