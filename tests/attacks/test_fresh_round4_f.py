@@ -777,3 +777,38 @@ async def test_class5_pip_reads_a_requirements_file_in_a_short_option_cluster(
     details = await attempt(state_dir, command, allow=[(PIP, None)], workdir=str(ws))
     assert refused(details), details["_text"]
     assert not marker.exists()
+
+
+@pytest.mark.skipif(shutil.which("awk") is None, reason="awk is not installed")
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(
+            "awk -fp.awk",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open: awk's program file attached to -f (-fp.awk, which mawk and gawk both read) "
+                "is not bound; allow-always saves =command: without it and a rewritten p.awk runs unasked",
+            ),
+        ),
+        "awk -f p.awk",
+        "awk -v x=1 -f p.awk",
+    ],
+)
+async def test_class5_an_awk_program_file_attached_to_f(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    ws = tmp_path / "w"
+    ws.mkdir()
+    (ws / "p.awk").write_text('BEGIN { print "GOOD" }\n')
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            _, text = await _ask_then(client, ws, command, lambda: None, "allow-always")
+            assert "GOOD" in text, text
+            (ws / "p.awk").write_text('BEGIN { print "EVIL" }\n')
+            again = await client.request("exec", {"command": command, "workdir": str(ws)})
+        finally:
+            await client.close()
+    assert "EVIL" not in again["text"], "the rewritten awk program ran on the old allow-always"
