@@ -812,3 +812,40 @@ async def test_class5_an_awk_program_file_attached_to_f(
         finally:
             await client.close()
     assert "EVIL" not in again["text"], "the rewritten awk program ran on the old allow-always"
+
+
+_SED_OPEN = pytest.mark.xfail(
+    strict=True,
+    reason="open: sed's script file spelled -fFILE, --file=FILE or --fi=FILE (GNU sed's `e` runs shell "
+    "commands) is not bound; allow-always saves =command: without it and a rewritten script runs unasked",
+)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param("sed -fs.sed in.txt", marks=_SED_OPEN),
+        pytest.param("sed --file=s.sed in.txt", marks=_SED_OPEN),
+        pytest.param("sed --fi=s.sed in.txt", marks=_SED_OPEN),
+        "sed -n -f s.sed in.txt",
+        "sed -nf s.sed in.txt",
+    ],
+)
+async def test_class5_a_sed_script_file_in_other_spellings(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    ws = tmp_path / "w"
+    ws.mkdir()
+    (ws / "in.txt").write_text("a\n")
+    (ws / "s.sed").write_text("1e echo GOOD\n")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            _, text = await _ask_then(client, ws, command, lambda: None, "allow-always")
+            assert "GOOD" in text, text
+            (ws / "s.sed").write_text("1e echo EVIL\n")
+            again = await client.request("exec", {"command": command, "workdir": str(ws)})
+        finally:
+            await client.close()
+    assert "EVIL" not in again["text"], "the rewritten sed script ran on the old allow-always"
