@@ -14,7 +14,8 @@ from textual.app import App
 from console.messages import GatewayConnected, GatewayEvent, GatewayLost
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event, GatewayUnavailable, RemoteError
-from engine.protocol.methods import TOPICS
+from engine.protocol.methods import TOPICS, EventName
+from engine.protocol.requests import ApprovalsAttach, Message, SessionsFollow, SessionsUnfollow, Subscribe
 
 PENDING_CAP = 1 << 20  # chars buffered for the visible pane between two flushes
 
@@ -24,8 +25,10 @@ class OutputRouter:
 
     Only the visible session keeps its text (drained by the app's ~30 Hz flush). The gateway pushes only
     the followed (visible) session's output and reports the others as `session.activity` unread counts;
-    a hidden session that still sends output just counts unread chars. Chunks carry
-    the gateway's raw byte offset, so what a log replay already showed is never shown twice.
+    a hidden session that still sends output just counts unread chars. Chunks carry the raw byte range
+    of their text, so what a log replay already showed is never shown twice. The router owns its cursor
+    (how far the visible pane has shown, in raw bytes): the pane tells it (`replayed`, `advance`); it
+    never reads or writes it directly.
     """
 
     def __init__(self) -> None:
@@ -34,7 +37,7 @@ class OutputRouter:
         self.pending: list[tuple[int | None, int | None, str]] = []
         self.pending_chars = 0
         self.overflowed = False
-        self.since: dict[str, int] = {}  # raw byte offset a replay has shown up to, per session
+        self._since: dict[str, int] = {}  # raw byte offset the pane has shown up to, per session
         self.unread: defaultdict[str, int] = defaultdict(int)
         self.pushed = False  # has the gateway ever pushed output? if not, the app polls the log
         self.polled: set[str] = set()  # node sessions the gateway cannot push: read by offset
@@ -74,31 +77,61 @@ class OutputRouter:
         self.overflowed = False
         if session_id is not None:
             self.unread.pop(session_id, None)
-            self.since.pop(session_id, None)
+            self._since.pop(session_id, None)
+
+    def cursor(self, session_id: str) -> int | None:
+        """The raw byte offset the pane has shown `session_id` up to (None: not known by offset)."""
+        return self._since.get(session_id)
+
+    def replayed(self, session_id: str, next_offset: int | None) -> None:
+        """A replay filled the pane up to raw byte `next_offset`; None: it had no offsets, start clean."""
+        if next_offset is None:
+            self.show(session_id)
+        else:
+            self._since[session_id] = next_offset
+
+    def advance(self, session_id: str, since: int, next_offset: int) -> bool:
+        """A read from `since` showed up to `next_offset`; False (nothing moved) when the cursor is not at
+        `since` any more (a replay moved it meanwhile): that read is stale."""
+        if self._since.get(session_id) != since:
+            return False
+        self._since[session_id] = next_offset
+        return True
 
     def drain(self) -> tuple[str, bool]:
-        since = self.since.get(self.visible or "")
+        """The visible session's text since the cursor, and whether the pane must re-read instead."""
+        since = self._since.get(self.visible or "")
         parts: list[str] = []
         overflowed = self.overflowed
         for offset, end, data in self.pending:
             if since is not None and offset is not None:
-                # The bytes the text stands for, by the gateway's count (an older gateway: by the text).
-                raw = data.encode("utf-8", "surrogatepass")
-                end = offset + len(raw) if end is None else end
-                if end <= since:
+                if end is not None and end <= since:
                     continue  # the replay already showed it
                 if offset < since:
-                    if offset + len(raw) != end:
-                        # Replacement characters: the text cannot be cut at a byte offset. Re-read the
-                        # log from where the replay ended instead of guessing.
+                    cut = None if end is None else _cut(data, since - offset, end - offset)
+                    if cut is None:
+                        # The text cannot be cut at that byte (replacement characters, or a peer that
+                        # sent no range): re-read from where the replay ended instead of guessing.
                         overflowed = True
                         break
-                    data = raw[since - offset :].decode("utf-8", "replace")
+                    data = cut
             parts.append(data)
         self.pending = []
         self.pending_chars = 0
         self.overflowed = False
         return "".join(parts), overflowed
+
+
+def _cut(text: str, skip: int, size: int) -> str | None:
+    """`text`, which stands for `size` raw bytes, without its first `skip` bytes; None when its characters
+    do not stand for their own UTF-8 (a replacement character for 1 or 2 bytes) or `skip` falls inside one."""
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) != size:
+        return None
+    try:
+        return raw[skip:].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 _WRAPPERS = re.compile(r"^(?:gateway exited with code -?\d+: )?(?:exechost: )?(?:gateway failed to start: )?")
@@ -147,13 +180,11 @@ class GatewayLink:
             client.add_listener(self._on_event)
             try:
                 visible = self.output.visible
-                params: dict[str, Any] = {"topics": list(TOPICS)}
-                if self.use_follow:
-                    params["follow"] = [visible] if visible else []
-                subscribed = await client.request("subscribe", params)
+                follow = ([visible] if visible else []) if self.use_follow else None
+                subscribed = await client.request(Subscribe(topics=list(TOPICS), follow=follow))
                 self.follows = "follow" in subscribed
                 self.output.pushed = self.output.pushed or self.follows
-                await client.request("approvals.attach")
+                await client.request(ApprovalsAttach())
                 pending = await client.pending_approvals()
                 sessions = await client.list_sessions()
                 self.connected.set()
@@ -173,10 +204,10 @@ class GatewayLink:
             await asyncio.sleep(delay)
 
     def _on_event(self, ev: Event) -> None:
-        if ev.event == "session.activity":
+        if ev.event == EventName.SESSION_ACTIVITY:
             self.output.activity(ev.data.get("sessions"))
             return
-        if ev.event == "session.output":
+        if ev.event == EventName.SESSION_OUTPUT:
             data, sid, offset = ev.data.get("data"), ev.data.get("sessionId"), ev.data.get("offset")
             if not isinstance(sid, str):
                 return
@@ -190,12 +221,17 @@ class GatewayLink:
         if self._held is not None:
             self._held.append(ev)
             return
-        self.app.post_message(GatewayEvent(ev.event, ev.data))
+        self._post(ev)
 
     def _release_held(self) -> None:
         held, self._held = self._held or [], None
         for ev in held:  # replaying what the snapshot already holds is harmless: rows are keyed by id
-            self.app.post_message(GatewayEvent(ev.event, ev.data))
+            self._post(ev)
+
+    def _post(self, ev: Event) -> None:
+        message = GatewayEvent.of(ev.event, ev.data)
+        if message is not None:
+            self.app.post_message(message)
 
     async def follow(self, session_id: str | None) -> None:
         """Have the gateway push this session's output only (None: none); before a replay, so the replay
@@ -205,16 +241,16 @@ class GatewayLink:
         self.output.polled.discard(session_id or "")
         with contextlib.suppress(RemoteError, ConnectionError):  # gone meanwhile: nothing to follow
             if session_id is None:
-                await self.request("sessions.unfollow")
+                await self.request(SessionsUnfollow())
                 return
             try:
-                await self.request("sessions.follow", {"sessionId": session_id, "only": True})
+                await self.request(SessionsFollow(session_id=session_id, only=True))
             except RemoteError:
                 if not session_id.startswith("node:"):
                     raise
                 # A node that cannot push (an older exechost there): its pane reads by offset instead.
                 self.output.polled.add(session_id)
-                await self.request("sessions.unfollow")
+                await self.request(SessionsUnfollow())
 
     async def list_sessions(self) -> list[dict[str, Any]]:
         """Every session row, page by page (see ControlClient.list_sessions)."""
@@ -223,9 +259,10 @@ class GatewayLink:
             raise ConnectionError("not connected to the gateway")
         return await client.list_sessions()
 
-    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """One request; raises ConnectionError when the gateway is down (the caller shows it)."""
+    async def request(self, msg: Message | str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One request (a typed message; or a method and its params, as ControlClient.request takes them);
+        raises ConnectionError when the gateway is down (the caller shows it)."""
         client = self.client
         if client is None or client.closed:
             raise ConnectionError("not connected to the gateway")
-        return await client.request(method, params or {})
+        return await client.request(msg, params)

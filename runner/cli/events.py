@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 from engine import principals, statefs
@@ -13,6 +14,8 @@ from engine.display import REPORT, visible
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable, RemoteError
 from engine.protocol.handshake import credential_for
+from engine.protocol.methods import EventName, Topic
+from engine.protocol.requests import Events
 from engine.protocol.syncclient import SyncClient
 from engine.sessions.spool import SPOOL_NAME, EventSpool
 from engine.statefs import StateFileError
@@ -42,9 +45,7 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"drain": args.drain}
-    if args.session:
-        params["sessionKey"] = args.session
+    query = Events(drain=args.drain, session_key=args.session or None)
     client: SyncClient | None
     if args.follow or args.drain:
         # Both need the gateway (its live events; delivery is its to record): none running is said, and
@@ -62,11 +63,11 @@ def cmd_events(args: argparse.Namespace) -> int:
         events = []
         with client, cli_failures():
             while True:  # the gateway answers a page at a time: a large backlog is read in several
-                page = client.request("events", params)
+                page = client.request(query)
                 events += page.get("events", [])
                 if page.get("next") is None:
                     break
-                params["cursor"] = page["next"]
+                query = replace(query, cursor=page["next"])
     lines = [f"[{e['sessionKey']}] {e['text']}" for e in events]
     text = "\n".join(lines) if lines else "No events."
     emit(text, {"events": events}, args.json)
@@ -111,24 +112,25 @@ def _follow(args: argparse.Namespace) -> int:
             client="cli", name="cli events", agent=args.agent, autostart=False
         )
         try:
-            await client.subscribe(["events"])  # first, so nothing falls between backlog and stream
+            await client.subscribe([Topic.EVENTS])  # first, so nothing falls between backlog and stream
             # An agent's key as the gateway files it: inside its own namespace (engine.principals).
             wanted = principals.own_key(client.agent, args.session) if client.agent else args.session
-            params: dict[str, Any] = {"sessionKey": args.session} if args.session else {}
+            query = Events(session_key=args.session or None)
             seen = set()
             while True:
-                backlog = await client.request("events", params)
+                backlog = await client.request(query)
                 for item in backlog.get("events", []):
                     seen.add((item.get("sessionKey"), item.get("text")))
                     show(item)
                 if backlog.get("next") is None:
                     break
-                params["cursor"] = backlog["next"]
+                query = replace(query, cursor=backlog["next"])
             async for ev in client.events():
                 if (ev.data.get("sessionKey"), ev.data.get("text")) in seen:
                     seen.discard((ev.data.get("sessionKey"), ev.data.get("text")))
                     continue
-                if ev.event != "system.event" or (args.session and ev.data.get("sessionKey") != wanted):
+                other_key = args.session and ev.data.get("sessionKey") != wanted
+                if ev.event != EventName.SYSTEM_EVENT or other_key:
                     continue
                 show(ev.data)
         finally:

@@ -20,6 +20,7 @@ from engine.protocol.frames import (
     RemoteError,
     socket_path,
 )
+from engine.protocol.requests import Message, Shutdown, Status
 from engine.protocol.syncclient import SyncClient
 from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit
 
@@ -99,8 +100,7 @@ def running_or_fail(what: str, *, operator: bool = False, agent: str | None = No
 
 
 def call(
-    method: str,
-    params: dict[str, Any] | None = None,
+    msg: Message,
     *,
     autostart: bool = True,
     operator: bool = False,
@@ -112,9 +112,9 @@ def call(
     client = sync_client(autostart=autostart, operator=operator, agent=agent)
     if client is not None:
         with client, cli_failures():
-            return client.request(method, params or {})
+            return client.request(msg)
     return with_client(
-        lambda client: client.request(method, params or {}),
+        lambda client: client.request(msg),
         autostart=autostart,
         operator=operator,
         agent=agent,
@@ -249,7 +249,7 @@ def _status() -> dict[str, Any]:
     """The running gateway's status; GatewayUnavailable when none answers (none is started)."""
     # The gateway verbs are the operator's: only the operator sees gateway-wide counts.
     with SyncClient.connect(client="cli", name="cli", operator=True) as client:
-        return client.request("status")
+        return client.request(Status())
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -261,7 +261,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         already = True
     except (GatewayUnavailable, ConnectionError):
         already = False
-    info = call("status", autostart=True, operator=True)
+    info = call(Status(), autostart=True, operator=True)
     text = f"gateway {'already running' if already else 'started'} (pid {info['pid']}) on {socket_path()}"
     emit(text, {"status": "running", "started": not already, **info}, args.json)
     return 0
@@ -282,8 +282,7 @@ def _stop(kill_sessions: bool, *, sticks: bool = False) -> dict[str, Any] | None
         return None
     from engine.sessions import procs
 
-    params = {"killSessions": True} if kill_sessions else {}
-    stopping = call("shutdown", params, autostart=False, operator=True)
+    stopping = call(Shutdown(kill_sessions=kill_sessions or None), autostart=False, operator=True)
     pid = int(info["pid"])
     # Killing sessions takes their grace; a stop that keeps them is quick.
     deadline = time.monotonic() + 15
@@ -348,7 +347,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
     stopped = _stop(kill_sessions=False)
     clear_stop(statefs.state_dir())  # a restart is a start: an earlier operator's stop is lifted
-    info = call("status", autostart=True, operator=True)
+    info = call(Status(), autostart=True, operator=True)
     old = f"pid {stopped['pid']} → " if stopped else ""
     text = (
         f"gateway restarted ({old}pid {info['pid']}): {_adoption_text(info)}, "

@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from engine.display import visible
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event, RemoteError
-from engine.protocol.methods import EventName
+from engine.protocol.methods import EventName, RunStatus, Topic
+from engine.protocol.requests import ProcessRequest, SessionsOutput, Subscribe
 from engine.sessions.actions import ACTIONS, format_duration
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit, node_query_arg, table
@@ -66,13 +68,8 @@ def register(subparsers: Subparsers) -> None:
     p.set_defaults(func=run_verb(cmd_process))
 
 
-def process_params(args: argparse.Namespace) -> dict[str, Any]:
-    params: dict[str, Any] = {"action": args.action, "sessionKey": args.session_key}
-    if args.agent:
-        params["agentId"] = args.agent
-    sid = args.session or args.session_id
-    if sid:
-        params["sessionId"] = sid
+def process_params(args: argparse.Namespace) -> ProcessRequest:
+    params: dict[str, Any] = {}
     for key, value in (
         ("data", args.data),
         ("keys", args.keys),
@@ -85,13 +82,18 @@ def process_params(args: argparse.Namespace) -> dict[str, Any]:
     ):
         if value is not None:
             params[key] = value
-    if args.node:
-        params["node"] = args.node
     if args.eof:
         params["eof"] = True
     if args.no_bracketed:
         params["bracketed"] = False
-    return params
+    return ProcessRequest(
+        action=args.action,
+        session_key=args.session_key,
+        agent_id=args.agent or None,
+        session_id=args.session or args.session_id or None,
+        node=args.node or None,
+        args=params,
+    )
 
 
 def _agent_of(scope: Any) -> str:
@@ -145,7 +147,7 @@ def _not_started(action: str, *, operator: bool = False, agent: str | None = Non
 def cmd_list_all(args: argparse.Namespace) -> int:
     """`process list --all`: the operator's view (sessions.list), gateway and nodes, every scope."""
     _not_started("list", operator=True)
-    listed = with_client(lambda client: client.list_sessions({}), operator=True, autostart=False)
+    listed = with_client(lambda client: client.list_sessions(), operator=True, autostart=False)
     rows = [r for r in listed if isinstance(r, dict)]
     for r in rows:
         r.setdefault("node", None)
@@ -156,14 +158,14 @@ def cmd_list_all(args: argparse.Namespace) -> int:
 
 
 def _all_pages(
-    first: dict[str, Any], params: dict[str, Any], request: Callable[[dict[str, Any]], dict[str, Any]]
+    first: dict[str, Any], params: ProcessRequest, request: Callable[[ProcessRequest], dict[str, Any]]
 ) -> dict[str, Any]:
     """`list` answers a page at a time (a frame holds ~2,000 rows); the CLI shows them all."""
     details = dict(first.get("details") or {})
     texts = [str(first.get("text", ""))]
     rows = list(details.get("sessions") or [])
     while details.get("next"):
-        page = request({**params, "cursor": details["next"]})
+        page = request(replace(params, args={**params.args, "cursor": details["next"]}))
         details = dict(page.get("details") or {})
         rows += details.get("sessions") or []
         texts[-1] = texts[-1].rsplit("\n(", 1)[0]  # drop the "… more sessions" line of the page before
@@ -184,12 +186,12 @@ def cmd_process(args: argparse.Namespace) -> int:
     if args.action in READ_ONLY:
         what = f"`process {args.action}` reads the sessions it keeps"
         with running_or_fail(what, agent=args.agent) as client, cli_failures():
-            result = client.request("process", params)
+            result = client.request(params)
             if args.action == "list":
-                result = _all_pages(result, params, lambda page: client.request("process", page))
+                result = _all_pages(result, params, lambda page: client.request(page))
                 result["text"] = format_list(result["details"]["sessions"]) or result.get("text", "")
     else:
-        result = call("process", params, agent=args.agent)
+        result = call(params, agent=args.agent)
     details = result.get("details") or {}
     emit(str(result.get("text", "")), details, args.json)
     if details.get("error") == "not-found":
@@ -223,16 +225,16 @@ def cmd_follow(args: argparse.Namespace) -> int:
                 ended.set_result(data)
 
         client.add_listener(on_event)
-        await client.request("subscribe", {"topics": ["sessions"], "follow": [sid]})
+        await client.request(Subscribe(topics=[Topic.SESSIONS], follow=[sid]))
         try:
-            backlog = await client.request("sessions.output", {"sessionId": sid, "limit": 256 * 1024})
+            backlog = await client.request(SessionsOutput(session_id=sid, limit=256 * 1024))
         except RemoteError as exc:
             raise CliFailure(str(exc), 1) from None
         show(str(backlog.get("data") or ""))
         offset[0] = int(backlog.get("nextOffset") or 0)
         rows = await client.list_sessions()
         row: dict[str, Any] = next((r for r in rows if r.get("sessionId") == sid), {})
-        if row.get("status") not in (None, "running") and not ended.done():
+        if row.get("status") not in (None, RunStatus.RUNNING) and not ended.done():
             ended.set_result(row)
         result = await ended
         inner = result.get("session")

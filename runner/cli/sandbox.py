@@ -15,6 +15,15 @@ from engine.config.model import ConfigError
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
 from engine.errors import ExecHostError
 from engine.principals import valid_name
+from engine.protocol.requests import (
+    BrowserStart,
+    BrowserStatus,
+    BrowserStop,
+    BrowserUrl,
+    Message,
+    SandboxEgress,
+    SandboxList,
+)
 from engine.sandbox import admin
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.images import DEBIAN_SUITE
@@ -257,7 +266,7 @@ def _connected_node_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from runner.cli.gateway import CliFailure
 
     try:
-        got = call("sandbox.list", {}, autostart=False)
+        got = call(SandboxList(), autostart=False)
     except CliFailure:
         return [], []
     blank = {"image": "?", "imageMatch": False, "configMatch": False, "backend": "?", "sessionKey": "?"}
@@ -596,10 +605,12 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 def cmd_browser(args: argparse.Namespace) -> int:
     verb = args.browser_action
-    params: dict[str, Any] = {}
+    msg: Message = BrowserStatus()
     if verb != "status":
-        params = {"agentId": args.agent, "sessionKey": args.session}
-    result = call(f"browser.{verb}", params, operator=verb != "status")
+        kinds: dict[str, type[BrowserStart | BrowserStop | BrowserUrl]]
+        kinds = {"start": BrowserStart, "stop": BrowserStop, "url": BrowserUrl}
+        msg = kinds[verb](agent_id=args.agent, session_key=args.session)
+    result = call(msg, operator=verb != "status")
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
         return 0
@@ -628,16 +639,14 @@ def _egress_lines(e: dict[str, Any] | None) -> list[str]:
             f"  deny: {', '.join(e['deny']) or '-'}",
             f"  ask: {str(e['ask']).lower()}  resolve: "
             + (", ".join(f"{k}={v}" for k, v in e["resolve"].items()) or "-"),
+            f"  maxConnections: {e.get('maxConnections', '-')}",
             f"  proxy: {e['proxy']} inside, {e['socket']} on the host",
         ]
     return [*lines, ""]
 
 
 def cmd_egress(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"limit": args.limit}
-    if args.agent:
-        params["agentId"] = args.agent
-    result = call("sandbox.egress", params)
+    result = call(SandboxEgress(limit=args.limit, agent_id=args.agent or None))
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
         return 0
@@ -653,10 +662,12 @@ def format_egress(rows: list[dict[str, Any]]) -> str:
         mark = "✅" if r.get("decision") == "allowed" else "⛔"
         target = f"{r.get('name')}:{r.get('port')}" if r.get("name") else "(bad request)"
         size = f"↑{_bytes(r.get('bytesUp'))} ↓{_bytes(r.get('bytesDown'))}"
+        who = f"agent {_clean(r.get('agentId'))}"
+        if r.get("principal") == "shared":  # any agent's command in the shared sandbox; decided as agentId
+            who = f"shared (settings of {_clean(r.get('agentId'))})"
         lines.append(
             f"{mark} {_clean(r.get('method') or '-'):7} {_clean(target)}  {r.get('decision')} by "
-            f"{_clean(r.get('decidedBy') or '-')}  {size}  agent {_clean(r.get('agentId'))} "
-            f"sandbox {_clean(r.get('sandbox'))}"
+            f"{_clean(r.get('decidedBy') or '-')}  {size}  {who} sandbox {_clean(r.get('sandbox'))}"
         )
         error = f" — {_clean(r['error'])}" if r.get("error") else ""
         lines.append(f"     {_clean(r.get('rule') or '')}{error}")

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.nodes.link import NodeError, NodeLink
+from engine.protocol.methods import EventName
 
 if TYPE_CHECKING:
     from runner.gateway.hubs import HubServices
@@ -36,9 +37,9 @@ class NodeOutputFeed:
 
     def session_event(self, event: str, session_id: str) -> None:
         """A node session started (a connection taking every session's output wants it pushed) or ended."""
-        if event == "session.started" and self.services.output.output_wanted(session_id):
+        if event == EventName.SESSION_STARTED and self.services.output.output_wanted(session_id):
             self.watch(session_id)
-        elif event == "session.exited":
+        elif event == EventName.SESSION_EXITED:
             self._forget(session_id)
 
     def _split(self, session_id: str) -> tuple[NodeLink, str] | None:
@@ -118,6 +119,9 @@ class NodeOutputFeed:
             data["dropped"] = True  # a gap (or a frame too big to pass on): the pane re-reads the log
         else:
             data.update(stream=stream if stream in ("stdout", "stderr", "pty") else "stdout", data=text)
+            end = p.get("nextOffset")  # the raw byte range of the text (a node older than it sends none)
+            if type(end) is int and offset <= end <= offset + 4 * len(text):  # ≤ 4 bytes a character
+                data["nextOffset"] = end
         if not self.services.output.remote_output(sid, data) and sid in self._watching:
             self._unwatch(sid)
 

@@ -22,8 +22,10 @@ from engine.approvals.store import ApprovalsStore
 from engine.commands.rawcommand import format_exec_command
 from engine.config.loader import config_path, load_config
 from engine.config.model import Config
+from engine.errors import InvalidInput
 from engine.nodes.identity import load_or_create
 from engine.nodes.wire import CAPS, MAX_LINE, Hello, NodeEvent, Request, Response, WireError, decode, encode
+from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.sessions import SessionManager, SystemEvents
 from engine.tools.exec import ExecContext, ExecTool
@@ -36,6 +38,7 @@ OUTPUT_CAP = 1_000_000  # characters of the merged output in one system.run resu
 SPLIT_CAP = 200_000  # characters of stdout and of stderr kept apart per run (reference OUTPUT_CAP)
 MAX_QUEUED_EVENTS = 1000  # events kept for the next link while none is up (`node run`), oldest dropped
 MAX_BAD_FRAMES = 64  # answered INVALID_REQUEST per link; past this a peer sending only garbage is cut off
+ANSWER_ON_CLOSE_SEC = 10.0  # what a link admitted before an unreadable line may take to be answered
 EVENT_OUTPUT_CAP = 20_000  # reference §5.5: exec.finished carries the last 20k
 SHELL_WRAPPERS = {("/bin/sh", "-lc"), ("sh", "-lc"), ("/bin/sh", "-c"), ("sh", "-c"), ("/bin/bash", "-lc")}
 _ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
@@ -351,13 +354,17 @@ class NodeServer:
         if isinstance(timeout_ms, (int, float)) and not isinstance(timeout_ms, bool) and timeout_ms > 0:
             params["timeout"] = max(1, int(timeout_ms // 1000))
         # The scope is the gateway's (its sessionKey, else the agent's): `process` there finds these sessions.
+        try:
+            call = ExecRequest.decode(params)
+        except InvalidInput as exc:
+            raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: {exc}") from None
         ctx = ExecContext(agent_id=agent_id, session_key=p.get("sessionKey") or "")
         suppress = bool(p.get("suppressNotifyOnExit"))
         token = CURRENT_RUN.set(run_id)
         in_flight = self.runs_in_flight.setdefault(agent_id, [])
         in_flight.append(run_id)  # (its sandbox's egress asks go as part of it: runner.node.egress)
         try:
-            result = await (self.sandbox_tool if sandboxed else self.tool).run(params, ctx)
+            result = await (self.sandbox_tool if sandboxed else self.tool).run(call, ctx)
         except ToolError as exc:
             await self._event_denied(session_key, run_id, text, str(exc), suppress)
             raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}") from None
@@ -545,6 +552,13 @@ class NodeServer:
             if owner is link and not future.done():
                 future.set_result(Response(rid, False, error={"code": "LINK_LOST", "message": "link lost"}))
 
+    async def _answer_admitted(self) -> None:
+        """Before a link closes on a line it cannot read, the requests admitted before that line are answered
+        (bounded: a long run goes on in its session, and its caller asks again on the next link)."""
+        running = [task for task in self._tasks if not task.done()]
+        if running:
+            await asyncio.wait(running, timeout=ANSWER_ON_CLOSE_SEC)
+
     async def serve(self, reader: asyncio.StreamReader, link: Output) -> None:
         """One link, until its reader ends (the gateway left, or a newer link took over)."""
         bad = 0
@@ -558,6 +572,7 @@ class NodeServer:
                     line = await reader.readline()
                 except ValueError:
                     log.error("frame longer than %d bytes; closing", MAX_LINE)
+                    await self._answer_admitted()
                     break
                 if not line:
                     break
@@ -566,6 +581,7 @@ class NodeServer:
                 except WireError as exc:
                     if exc.request_id is None or bad >= MAX_BAD_FRAMES:
                         log.error("bad frame from the gateway: %s; closing", exc)
+                        await self._answer_admitted()
                         break
                     bad += 1  # a request whose id was sound: answered, and the link goes on
                     error = {"code": "INVALID_REQUEST", "message": f"INVALID_REQUEST: {exc}"}
