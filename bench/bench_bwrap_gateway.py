@@ -54,6 +54,13 @@ async def timed_execs(state: Path, config: str, runs: int, gap: float) -> list[f
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        # Sandboxes outlive their gateway (held sessions must): this state's go before its dir does.
+        subprocess.run(
+            [sys.executable, "-c", "from engine.sandbox import bwrap; bwrap.remove_all()"],
+            env={**os.environ, "OPENCLAW_STATE_DIR": str(state), "PYTHONPATH": str(REPO)},
+            cwd=str(REPO),
+            check=False,
+        )
 
 
 def main() -> None:
