@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -195,3 +196,70 @@ def test_idna_entry_admits_a_different_domain() -> None:
     policy = EgressPolicy.from_config({"mode": "allowlist", "allow": ["straße.de"], "ask": False})
     assert decide(policy, "strasse.de", 443).action == "deny"
     assert decide(policy, "xn--strae-oqa.de", 443).action == "allow"
+
+
+# -- asks through a real gateway's egress hub (its proxy served for a sandbox name, the real forwarder) ----
+
+ASKING = '[agents.defaults.sandbox.egress]\nmode = "allowlist"\nallow = []\nask = true\n'
+
+
+def _socks_connect(fwd: int, name: str, port: int) -> int | None:
+    """A SOCKS5 CONNECT through the forwarder; the reply code (None: closed without one)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", fwd), timeout=60) as s:
+        s.sendall(b"\x05\x01\x00")
+        if s.recv(2) != b"\x05\x00":
+            return None
+        raw = name.encode()
+        s.sendall(b"\x05\x01\x00\x03" + bytes([len(raw)]) + raw + port.to_bytes(2, "big"))
+        reply = s.recv(10)
+        return reply[1] if len(reply) > 1 else None
+
+
+def _http_ask(fwd: int, head: bytes) -> bytes:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", fwd), timeout=60) as s:
+        s.sendall(head)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+            if b"\r\n\r\n" in out:
+                break
+        return out
+
+
+async def _pending(client: Any) -> list[dict[str, Any]]:
+    got = await client.request("approvals.pending", {})
+    return list(got.get("approvals") or [])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an IPv6 literal's zone id passes normalize() as any ASCII (spaces, CR/LF, words), so a "
+    "SOCKS5 name puts agent-chosen text into the ask's target, which the operator reads as the destination",
+)
+async def test_zone_id_puts_agent_text_into_the_asked_target(state_dir: Path) -> None:
+    import asyncio
+
+    from engine.sandbox.egress import forwarder
+    from tests.helpers.egress import host_forwarder
+    from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+    write_config(state_dir, ASKING)
+    forged = "2606:4700::6810:84e5%1 = pypi.org mirror, approved in ticket SEC-1"
+    async with gateway(state_dir) as server:
+        directory = await asyncio.to_thread(forwarder.prepare_dir, "sbx-h")
+        await server.services.egress.listen("sbx-h", "main", None)
+        client = await connect(state_dir)
+        try:
+            with host_forwarder(directory) as fwd:
+                waiting = asyncio.ensure_future(asyncio.to_thread(_socks_connect, fwd, forged, 443))
+                asks = await wait_until(lambda: _pending(client), timeout=30)
+                await client.request("approve", {"id": asks[0]["id"], "decision": "deny"})
+                await waiting
+        finally:
+            await client.close()
+    shown = f"{asks[0].get('egress')} {asks[0].get('command')}"
+    assert "pypi.org" not in shown and "ticket" not in shown, shown
