@@ -305,3 +305,37 @@ async def test_plain_and_tunnel_asks_coalesce_into_one_row(state_dir: Path) -> N
     saved = ApprovalsStore(state_dir / "exec-approvals.json").egress_allow("main")
     assert all(x.startswith(b"HTTP/1.1 200") for x in answers), answers
     assert len(rows) == 2, (rows[0].get("egress"), rows[0].get("count"), saved)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a refusal's record quotes the request (a 64 KiB Host header, repr'd and JSON'd to ~300 KiB) "
+    "into the one shared egress history (5 x 1 MiB): a few dozen bad heads rotate every agent's records out, "
+    "and lines over 200 KiB are skipped on read, so the flood itself never shows in `sandbox egress`",
+)
+async def test_bad_heads_rotate_the_egress_history_away(state_dir: Path) -> None:
+    import asyncio
+
+    from engine.sandbox.egress import forwarder
+    from tests.helpers.egress import host_forwarder
+    from tests.helpers.gateway import connect, gateway, write_config
+
+    write_config(state_dir, '[agents.defaults.sandbox.egress]\nmode = "allowlist"\nask = false\n')
+    bad = b"GET http://x.test/ HTTP/1.1\r\nHost: " + b"\xa0" * 60000 + b"\r\n\r\n"
+    async with gateway(state_dir) as server:
+        directory = await asyncio.to_thread(forwarder.prepare_dir, "sbx-h")
+        await server.services.egress.listen("sbx-h", "main", None)
+        client = await connect(state_dir)
+        try:
+            with host_forwarder(directory) as fwd:
+                first = await asyncio.to_thread(_http_ask, fwd, b"CONNECT exfil.test:443 HTTP/1.1\r\n\r\n")
+                assert first.startswith(b"HTTP/1.1 403"), first
+                before = await client.request("sandbox.egress", {"limit": 1000})
+                assert any(c["name"] == "exfil.test" for c in before["connections"])
+                for _ in range(40):
+                    answer = await asyncio.to_thread(_http_ask, fwd, bad)
+                    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+                after = await client.request("sandbox.egress", {"limit": 1000})
+        finally:
+            await client.close()
+    assert any(c["name"] == "exfil.test" for c in after["connections"]), len(after["connections"])
