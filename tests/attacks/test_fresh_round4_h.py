@@ -339,3 +339,115 @@ async def test_bad_heads_rotate_the_egress_history_away(state_dir: Path) -> None
         finally:
             await client.close()
     assert any(c["name"] == "exfil.test" for c in after["connections"]), len(after["connections"])
+
+
+# Runs inside `unshare -n -m`: /etc/resolv.conf (in this mount namespace only) names a DNS server on the
+# namespace's loopback that holds every query until told; a real gateway in open mode; the sandbox's
+# CONNECTs name hosts whose lookups hang; then the operator asks for `sandbox egress` (a worker-thread read).
+_DNS_SCENE = textwrap.dedent(
+    """
+    import asyncio, json, os, socket, subprocess, sys, tempfile, threading
+    from pathlib import Path
+
+    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    conf = Path(tempfile.mkdtemp()) / "resolv.conf"
+    conf.write_text("nameserver 127.0.0.1\\noptions timeout:30 attempts:1\\n")
+    subprocess.run(["mount", "--bind", str(conf), "/etc/resolv.conf"], check=True)
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+    held, names, release = [], set(), threading.Event()
+    dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dns.bind(("127.0.0.1", 53))
+
+    def serve_dns():
+        while True:
+            data, peer = dns.recvfrom(4096)
+            held.append((data, peer))
+            names.add(data[12:60])
+            if release.is_set():
+                answer_all()
+
+    def answer_all():
+        while held:
+            data, peer = held.pop()
+            # NXDOMAIN: id, flags 0x8183, qd=1, the question echoed
+            end = data.index(0, 12) + 5
+            dns.sendto(data[:2] + b"\\x81\\x83\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00" + data[12:end], peer)
+
+    threading.Thread(target=serve_dns, daemon=True).start()
+
+    from engine.sandbox.egress import forwarder
+    from tests.helpers.egress import host_forwarder
+    from tests.helpers.gateway import connect, gateway, write_config
+
+    state = Path(os.environ["OPENCLAW_STATE_DIR"])
+    write_config(state, '[agents.defaults.sandbox.egress]\\nmode = "open"\\n')
+
+    def hang(fwd, i):
+        with socket.create_connection(("127.0.0.1", fwd), timeout=120) as s:
+            s.sendall(f"CONNECT slow{i}.example.com:443 HTTP/1.1\\r\\n\\r\\n".encode())
+            return s.recv(100)
+
+    async def main():
+        out = {}
+        async with gateway(state) as server:
+            directory = await asyncio.to_thread(forwarder.prepare_dir, "sbx-h")
+            await server.services.egress.listen("sbx-h", "main", None)
+            client = await connect(state)
+            with host_forwarder(directory) as fwd:
+                threads = [threading.Thread(target=hang, args=(fwd, i), daemon=True) for i in range(int(sys.argv[1]))]
+                for t in threads:
+                    t.start()
+                # the lookups that fill the loop's default executor have reached the DNS server
+                while threads and len(names) < min(32, (os.cpu_count() or 1) + 4):
+                    await asyncio.sleep(0.02)
+                try:
+                    got = await asyncio.wait_for(client.request("sandbox.egress", {"limit": 5}), 10)
+                    out["operator"] = "answered" if "connections" in got else repr(got)
+                except TimeoutError:
+                    out["operator"] = "no answer within 10 s while the sandbox's lookups hang"
+                release.set()
+                answer_all()
+                for t in threads:
+                    t.join()
+            await client.close()
+        print(json.dumps(out))
+
+    asyncio.run(main())
+    """
+)
+
+
+@needs_netns
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the proxy resolves names with loop.getaddrinfo, i.e. in the event loop's default executor "
+    "(min(32, cpus+4) threads) that every asyncio.to_thread of the gateway shares; RESOLVE_TIMEOUT only "
+    "abandons the wait, so a sandbox naming hosts whose DNS hangs stalls all of the gateway's thread work",
+)
+def test_hanging_lookups_stall_the_gateways_worker_threads(state_dir: Path) -> None:
+    assert _dns_scene(state_dir, 40)["operator"] == "answered"
+
+
+@needs_netns
+def test_operator_answered_in_the_dns_scene_without_hanging_lookups(state_dir: Path) -> None:
+    """The scene's control: with no lookups hanging the same request is answered."""
+    assert _dns_scene(state_dir, 0)["operator"] == "answered"
+
+
+def _dns_scene(state_dir: Path, hanging: int) -> dict[str, Any]:
+    script = state_dir / "dns_scene.py"
+    script.write_text(_DNS_SCENE)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        ["unshare", "-n", "-m", sys.executable, str(script), str(hanging)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=str(REPO),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
