@@ -311,7 +311,8 @@ async def test_plain_and_tunnel_asks_coalesce_into_one_row(state_dir: Path) -> N
     strict=True,
     reason="open: a refusal's record quotes the request (a 64 KiB Host header, repr'd and JSON'd to "
     "~300 KiB) into the one shared egress history (5 x 1 MiB): a few dozen bad heads rotate every "
-    "agent's records out, and lines over 200 KiB are skipped on read, so the flood itself never shows in `sandbox egress`",
+    "agent's records out, and lines over 200 KiB are skipped on read, so the flood itself never shows "
+    "in `sandbox egress`",
 )
 async def test_bad_heads_rotate_the_egress_history_away(state_dir: Path) -> None:
     import asyncio
