@@ -641,3 +641,32 @@ async def test_address_spellings_and_handed_descriptors(state_dir: Path) -> None
         o.close()
     assert all(c not in (0, None) for c in codes), codes
     assert after.startswith(b"HTTP/1.1 200"), after
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a refusal's record keeps the resolved addresses ('<name> resolves to 127.0.0.1, ...') for "
+    "the operator, but `sandbox egress` shows an agent its own records, rule text included, so the agent "
+    "learns the addresses the 403 withheld (internal DNS, /etc/hosts) by naming hosts and reading back",
+)
+async def test_agent_reads_the_withheld_addresses_back(state_dir: Path) -> None:
+    import asyncio
+
+    from engine.sandbox.egress import forwarder
+    from tests.helpers.egress import host_forwarder
+    from tests.helpers.gateway import connect, gateway, write_config
+
+    write_config(state_dir, '[agents.defaults.sandbox.egress]\nmode = "open"\n')
+    async with gateway(state_dir) as server:
+        directory = await asyncio.to_thread(forwarder.prepare_dir, "sbx-h")
+        await server.services.egress.listen("sbx-h", "main", None)
+        agent = await connect(state_dir, operator=False)
+        try:
+            with host_forwarder(directory) as fwd:
+                told = await asyncio.to_thread(_http_ask, fwd, b"CONNECT localhost:443 HTTP/1.1\r\n\r\n")
+            assert told.startswith(b"HTTP/1.1 403") and b"127.0.0.1" not in told, told
+            rows = (await agent.request("sandbox.egress", {"limit": 10}))["connections"]
+        finally:
+            await agent.close()
+    seen = json.dumps(rows)
+    assert rows and "127.0.0.1" not in seen, seen
