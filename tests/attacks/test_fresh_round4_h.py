@@ -670,3 +670,36 @@ async def test_agent_reads_the_withheld_addresses_back(state_dir: Path) -> None:
             await agent.close()
     seen = json.dumps(rows)
     assert rows and "127.0.0.1" not in seen, seen
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `approvals pending` cuts every ask to 100 characters from the left, so an egress ask for "
+    "registry.npmjs.org.<padding>.example.net shows as `connect registry.npmjs.org.…`: the labels that say "
+    "who owns the name (its right end) and the port are what is cut",
+)
+async def test_pending_list_cuts_the_owner_of_an_asked_name(state_dir: Path) -> None:
+    import asyncio
+
+    from engine.sandbox.egress import forwarder
+    from tests.helpers.egress import host_forwarder
+    from tests.helpers.gateway import cli, connect, gateway, wait_until, write_config
+
+    write_config(state_dir, ASKING)
+    pad = "cdn-mirror-secure-download-node-packages-official-endpoint-v2"
+    name = f"registry.npmjs.org.{pad}.cache.example.net"
+    async with gateway(state_dir) as server:
+        directory = await asyncio.to_thread(forwarder.prepare_dir, "sbx-h")
+        await server.services.egress.listen("sbx-h", "main", None)
+        client = await connect(state_dir)
+        try:
+            with host_forwarder(directory) as fwd:
+                waiting = asyncio.ensure_future(asyncio.to_thread(_socks_connect, fwd, name, 443))
+                asks = await wait_until(lambda: _pending(client), timeout=30)
+                shown = await asyncio.to_thread(cli, state_dir, "approvals", "pending")
+                await client.request("approve", {"id": asks[0]["id"], "decision": "deny"})
+                await waiting
+        finally:
+            await client.close()
+    line = next(x for x in shown.stdout.splitlines() if asks[0]["slug"] in x)
+    assert "example.net" in line and ":443" in line, line
