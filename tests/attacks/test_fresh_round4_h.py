@@ -137,19 +137,18 @@ def test_own_ipv6_address_is_refused_in_open_mode(state_dir: Path) -> None:
     """Regression: in `open` mode the host's own global IPv6 address, and a loopback in a scoped
     spelling, are refused (the own-address check reads the namespace's interfaces)."""
     out = _scene(state_dir, {"mode": "open"}, [HOST_V6, "::1%1", "::ffff:127.0.0.1%lo"])
+    assert out[HOST_V6]["socks"] == 2, out  # NOT_ALLOWED (a zone id is refused earlier, as no name)
     for name in (HOST_V6, "::1%1", "::ffff:127.0.0.1%lo"):
-        assert out[name]["socks"] == 2, out  # NOT_ALLOWED
+        assert out[name]["socks"] not in (0, None), out
         assert "host-only" not in str(out[name]["body"])
 
 
 @needs_netns
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a SOCKS5 name with an IPv6 zone id (`<host's own v6>%1`) is not equal to the host's own "
-    "address in public()'s set lookup (IPv6Address equality includes the scope), so open mode connects to "
-    "the gateway host itself; Linux ignores the scope for a global address",
-)
-def test_scoped_spelling_of_own_ipv6_address_reaches_the_host(state_dir: Path) -> None:
+def test_scoped_spelling_of_own_ipv6_address_is_refused(state_dir: Path) -> None:
+    """Was open: a SOCKS5 name with an IPv6 zone id (`<host's own v6>%1`) was not equal to the host's own
+    address in public()'s set lookup (IPv6Address equality includes the scope), so open mode connected to
+    the gateway host itself (Linux ignores the scope for a global address). Fixed: normalize() refuses a
+    zone id, and canonical() drops one."""
     out = _scene(state_dir, {"mode": "open"}, [f"{HOST_V6}%1"])
     got = out[f"{HOST_V6}%1"]
     assert got["socks"] != 0 and "host-only service reached" not in str(got["body"]), out
@@ -159,12 +158,10 @@ ANYIP = "2a01:4f8:1::/64"  # every address in it is delivered to this host (`ip 
 
 
 @needs_netns
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the `deny` re-check spells a resolved IPv6 address with its zone id (`2a01:4f8:1::99%1`), "
-    "which no deny entry spells, so a SOCKS5 name with `%1` connects to a denied address",
-)
-def test_scoped_spelling_of_a_denied_ipv6_address_connects(state_dir: Path) -> None:
+def test_scoped_spelling_of_a_denied_ipv6_address_is_refused(state_dir: Path) -> None:
+    """Was open: the `deny` re-check spelled a resolved IPv6 address with its zone id (`2a01:4f8:1::99%1`),
+    which no deny entry spells, so a SOCKS5 name with `%1` connected to a denied address. Fixed with the
+    zone id refused (above)."""
     policy = {"mode": "open", "deny": ["2a01:4f8:1::99"]}
     out = _scene(state_dir, policy, ["2a01:4f8:1::99", "2a01:4f8:1::99%1"], anyip=ANYIP)
     assert out["2a01:4f8:1::99"]["socks"] == 2, out  # the plain spelling: refused by the deny entry
@@ -235,12 +232,10 @@ async def _pending(client: Any) -> list[dict[str, Any]]:
     return list(got.get("approvals") or [])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an IPv6 literal's zone id passes normalize() as any ASCII (spaces, CR/LF, words), so a "
-    "SOCKS5 name puts agent-chosen text into the ask's target, which the operator reads as the destination",
-)
-async def test_zone_id_puts_agent_text_into_the_asked_target(state_dir: Path) -> None:
+async def test_zone_id_puts_no_agent_text_into_an_ask(state_dir: Path) -> None:
+    """Was open: an IPv6 literal's zone id passed normalize() as any ASCII (spaces, CR/LF, words), so a
+    SOCKS5 name put agent-chosen text into the ask's target, which the operator reads as the destination.
+    Fixed: such a name is refused (SOCKS general failure) before any decision or ask."""
     import asyncio
 
     from engine.sandbox.egress import forwarder
@@ -256,13 +251,21 @@ async def test_zone_id_puts_agent_text_into_the_asked_target(state_dir: Path) ->
         try:
             with host_forwarder(directory) as fwd:
                 waiting = asyncio.ensure_future(asyncio.to_thread(_socks_connect, fwd, forged, 443))
-                asks = await wait_until(lambda: _pending(client), timeout=30)
-                await client.request("approve", {"id": asks[0]["id"], "decision": "deny"})
-                await waiting
+                asks: list[dict[str, Any]] = []
+
+                async def settled() -> bool:
+                    asks[:] = await _pending(client)
+                    return bool(asks) or waiting.done()
+
+                await wait_until(settled, timeout=30)
+                for ask in asks:
+                    await client.request("approve", {"id": ask["id"], "decision": "deny"})
+                code = await waiting
         finally:
             await client.close()
-    shown = f"{asks[0].get('egress')} {asks[0].get('command')}"
+    shown = " ".join(f"{a.get('egress')} {a.get('command')}" for a in asks)
     assert "pypi.org" not in shown and "ticket" not in shown, shown
+    assert code not in (0, None), code
 
 
 @pytest.mark.xfail(

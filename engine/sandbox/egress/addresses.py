@@ -97,9 +97,10 @@ def carried_ipv4(ip: IPv6Address) -> ipaddress.IPv4Address | None:
 
 
 def canonical(ip: IPAddress) -> IPAddress:
-    """The address judged: the IPv4 an IPv6 spelling carries, else the address itself."""
+    """The address judged: the IPv4 an IPv6 spelling carries, else the address itself without a zone id
+    (which `ipaddress` compares as part of the address, and the kernel ignores for a global one)."""
     if isinstance(ip, ipaddress.IPv6Address):
-        return carried_ipv4(ip) or ip
+        return carried_ipv4(ip) or ipaddress.IPv6Address(int(ip))
     return ip
 
 
