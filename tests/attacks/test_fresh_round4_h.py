@@ -45,8 +45,9 @@ _SCENE = textwrap.dedent(
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     subprocess.run(["ip", "-6", "addr", "add", HOST + "/128", "dev", "lo", "nodad"], check=True)
     ANYIP = os.environ.get("SCENE_ANYIP")  # a prefix this host answers for by a `local` route (AnyIP)
-    if ANYIP:
-        subprocess.run(["ip", "-6", "route", "add", "local", ANYIP, "dev", "lo"], check=True)
+    for prefix in filter(None, (ANYIP or "").split(",")):
+        family = "-6" if ":" in prefix else "-4"
+        subprocess.run(["ip", family, "route", "add", "local", prefix, "dev", "lo"], check=True)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -176,9 +177,10 @@ def test_scoped_spelling_of_a_denied_ipv6_address_is_refused(state_dir: Path) ->
     "answer for a whole prefix that is in no interface list, so open mode connects to the host itself",
 )
 def test_anyip_local_route_address_reaches_the_host(state_dir: Path) -> None:
-    out = _scene(state_dir, {"mode": "open"}, ["2a01:4f8:1::7"], anyip=ANYIP)
-    got = out["2a01:4f8:1::7"]
-    assert got["socks"] != 0 and "host-only service reached" not in str(got["body"]), out
+    out = _scene(state_dir, {"mode": "open"}, ["2a01:4f8:1::7", "45.67.0.9"], anyip=ANYIP + ",45.67.0.0/24")
+    for name in ("2a01:4f8:1::7", "45.67.0.9"):  # (fib_trie's `/24 host LOCAL` is skipped as not `/32`)
+        got = out[name]
+        assert got["socks"] != 0 and "host-only service reached" not in str(got["body"]), out
 
 
 @pytest.mark.xfail(
