@@ -171,12 +171,10 @@ def test_scoped_spelling_of_a_denied_ipv6_address_is_refused(state_dir: Path) ->
 
 
 @needs_netns
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: own_addresses() reads interface addresses only; a `local` (AnyIP) route makes the host "
-    "answer for a whole prefix that is in no interface list, so open mode connects to the host itself",
-)
-def test_anyip_local_route_address_reaches_the_host(state_dir: Path) -> None:
+def test_anyip_local_route_address_is_refused(state_dir: Path) -> None:
+    """Was open: own_addresses() read interface addresses only; a `local` (AnyIP) route makes the host
+    answer for a whole prefix that is in no interface list, so open mode connected to the host itself.
+    Fixed: the proxy judges against own_networks(), the kernel's local routes of both families."""
     out = _scene(state_dir, {"mode": "open"}, ["2a01:4f8:1::7", "45.67.0.9"], anyip=ANYIP + ",45.67.0.0/24")
     for name in ("2a01:4f8:1::7", "45.67.0.9"):  # (fib_trie's `/24 host LOCAL` is skipped as not `/32`)
         got = out[name]
