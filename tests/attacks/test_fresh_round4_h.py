@@ -424,12 +424,6 @@ _DNS_SCENE = textwrap.dedent(
 
 
 @needs_netns
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the proxy resolves names with loop.getaddrinfo, i.e. in the event loop's default executor "
-    "(min(32, cpus+4) threads) that every asyncio.to_thread of the gateway shares; RESOLVE_TIMEOUT only "
-    "abandons the wait, so a sandbox naming hosts whose DNS hangs stalls all of the gateway's thread work",
-)
 def test_hanging_lookups_stall_the_gateways_worker_threads(state_dir: Path) -> None:
     assert _dns_scene(state_dir, 40)["operator"] == "answered"
 
