@@ -226,6 +226,11 @@ async def resolve(
     return _target(addresses[0], port, "dns")
 
 
+def system_lookup(name: str, port: int) -> list[tuple]:
+    """The system resolver's answer for a TCP connect (blocking: run in the resolver pool)."""
+    return socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+
+
 async def _lookup(loop: asyncio.AbstractEventLoop, name: str, port: int) -> list[tuple]:
     """getaddrinfo in the resolver's own pool (see RESOLVER_THREADS)."""
     global _resolver, _in_flight
@@ -233,11 +238,8 @@ async def _lookup(loop: asyncio.AbstractEventLoop, name: str, port: int) -> list
         raise OSError(f"{_in_flight} lookups are still waiting for DNS")
     if _resolver is None:
         _resolver = concurrent.futures.ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="egress-dns")
-    call = functools.partial(
-        socket.getaddrinfo, name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-    )
     _in_flight += 1
-    future = loop.run_in_executor(_resolver, call)
+    future = loop.run_in_executor(_resolver, functools.partial(system_lookup, name, port))
 
     def finished(_: asyncio.Future[list[tuple]]) -> None:
         global _in_flight
