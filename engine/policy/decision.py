@@ -223,7 +223,7 @@ def evaluate(
     # it asks, naming the file, and an allow-always holds only for that file's content.
     roots = sandbox_roots(config.sandbox_value(agent_id, "workspace_root"))
     on_host = not policy.sandboxed and policy.host != "node"
-    vetted = tree_vet(analysis, result, cwd or os.getcwd(), roots) if on_host else None
+    vetted = tree_vet(analysis, result, cwd or os.getcwd(), roots, exec_cfg.tree_safe) if on_host else None
     found = list(vetted.found) if vetted is not None else []
     warnings.extend(dict.fromkeys(f.warning() for f in found))
     # Issue 27 §3: env the agent sets is influence the operator never granted an allowlist entry; only
@@ -270,8 +270,10 @@ def evaluate(
             offered = tuple(d for d in offered if d != "allow-always")
         always = "allow-always" in offered
         patterns = allow_always_patterns(command, analysis, result, binding) if always else []
-        if foreign_env or (content is not None and any(p in content.writable_paths for p in patterns)):
-            # A path the agent can write would allow any bytes it puts there: save the content-bound command.
+        writable = content is not None and any(p in content.writable_paths for p in patterns)
+        if always and (found or foreign_env or writable):
+            # A path the agent can write would allow any bytes it puts there, and a program's path would
+            # allow it in any tree: save the command bound to this cwd, env and the tree's named files.
             patterns = [command_hash_pattern(command, binding)]
         return Decision(
             command=command,

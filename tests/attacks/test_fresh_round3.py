@@ -246,13 +246,6 @@ def test_class8_a_preload_found_by_search_is_never_saved(state_dir: Path, tmp_pa
     assert "allow-always" not in decision["allowedDecisions"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode.TREE_PROGRAMS lists the programs known to run code from their tree (make, npm, "
-    "cargo, …); any other allowlisted program that does (mypy plugins, pytest's conftest.py, pylint's "
-    "init-hook, eslint.config.js, sphinx's conf.py) runs it unasked. The construction is the inverse list: "
-    "programs known not to take code from their tree run unasked there, every other one asks",
-)
 async def test_class4_an_allowlisted_linter_runs_a_plugin_its_config_names(
     state_dir: Path, tmp_path: Path
 ) -> None:
