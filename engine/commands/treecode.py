@@ -6,13 +6,14 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.commands import gitvet
 from engine.commands.allowlist import AllowlistResult
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.gitvet import Finding
 from engine.commands.interpreters import name_of
+from engine.commands.makefiles import DEFAULTS, parse_make
 from engine.commands.treesafe import is_tree_safe
 from engine.commands.which import real_path
 from engine.statefs import state_dir
@@ -121,9 +122,8 @@ _OPERANDS_LOOKED_AT = 64  # path operands whose trees an unmodelled program may 
 # fd was opened and checked is not what the re-vet reads.
 ANCHOR = "/proc/self/fd/"
 # Options naming the directory a program works in, instead of the cwd.
+# (make's are read by make's own grammar: engine.commands.makefiles.)
 _DIR_OPTIONS: dict[str, tuple[str, ...]] = {
-    "make": ("-C", "--directory"),
-    "gmake": ("-C", "--directory"),
     "ninja": ("-C",),
     "npm": ("--prefix", "-C"),
     "pnpm": ("-C", "--dir"),
@@ -136,8 +136,6 @@ _DIR_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 # Options naming the file a program reads instead of its default (that file runs, whatever its name).
 _FILE_OPTIONS: dict[str, tuple[str, ...]] = {
-    "make": ("-f", "--file", "--makefile"),
-    "gmake": ("-f", "--file", "--makefile"),
     "ninja": ("-f",),
     "cargo": ("--manifest-path",),
     "just": ("-f", "--justfile"),
@@ -213,8 +211,25 @@ def _dirs(start: str, walk_up: bool) -> Iterator[str]:
         here = parent
 
 
+def _make_files(argv: Sequence[str], cwd: str) -> list[str]:
+    """What make reads: every `-f` file (relative to the last of the cumulative `-C`s), else every
+    default makefile present (make reads the first; all are named), and whatever make could remake
+    each of those from (makefile_sources), present or not."""
+    args = parse_make(argv)
+    where = cwd
+    for d in args.dirs:
+        where = os.path.join(where, d)
+    named = [os.path.join(where, v) for _i, _p, v in args.files if v != "-"]
+    makefiles = named if args.files else [os.path.join(where, n) for n in DEFAULTS]
+    out = [m for m in makefiles if os.path.isfile(m)]
+    out += [p for m in makefiles for p in makefile_sources(m)]
+    return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
+
+
 def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) -> list[str]:
     cwd = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+    if program in ("make", "gmake"):
+        return _make_files(argv, cwd)
     starts = [os.path.join(cwd, d) for d in _option_values(argv, _DIR_OPTIONS.get(program, ()))] or [cwd]
     out = [os.path.join(cwd, f) for f in _option_values(argv, _FILE_OPTIONS.get(program, ()))]
     if program == "docker" and "compose" not in argv[1:]:
@@ -233,9 +248,6 @@ def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) 
             out += present
             if spec.stop_at and any(os.path.basename(p) in spec.stop_at for p in present):
                 break
-    if program in ("make", "gmake"):
-        makefiles = out or [os.path.join(s, f) for s in starts for f in spec.files]
-        out += [p for m in makefiles for p in makefile_sources(m)]
     return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
 
 
@@ -316,7 +328,11 @@ def findings_for(
         return _unmodelled(argv, cwd, sandbox_roots)
     spec = TREE_PROGRAMS[program]
     files = _tree_files(program, spec, argv, cwd)
-    return [Finding(program, path, spec.what) for path in files if agent_writable(path, sandbox_roots)]
+    found = [Finding(program, path, spec.what) for path in files if agent_writable(path, sandbox_roots)]
+    problem = parse_make(argv).problem if program in ("make", "gmake") else None
+    if problem is not None:  # make would read what exechost cannot name: a human decides
+        found.append(Finding(program, "the command line", problem))
+    return found
 
 
 def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> str:
@@ -362,6 +378,11 @@ class TreeVet:
     found: tuple[Finding, ...] = ()  # what the decision was made on (the same read as `binding`)
     real_cwd: str = ""  # the cwd's real path when decided: what an anchored re-vet names its files by
     tree_safe: tuple[str, ...] = ()  # the operator's additions to treesafe.TREE_SAFE
+    # Where each command sits in the rendering (engine.commands.rendering's segment path), and what was
+    # rendered: the spawn renders a make again with sealed copies of its makefiles (commands.pinned).
+    wheres: tuple[tuple[int, ...], ...] = ()
+    analysis: CommandAnalysis | None = field(default=None, compare=False, repr=False)
+    result: AllowlistResult | None = field(default=None, compare=False, repr=False)
 
     def findings(self, record: gitvet.Record | None = None, cwd: str | None = None) -> list[Finding]:
         """Every command's findings (`sh -c` payloads included), as of now."""
@@ -413,17 +434,19 @@ def tree_vet(
 ) -> TreeVet:
     """Findings for the decision, plus what re-vets them just before the spawn."""
     commands: list[tuple[tuple[str, ...], tuple[str | None, ...]]] = []
+    wheres: list[tuple[int, ...]] = []
 
-    def walk(an: CommandAnalysis, res: AllowlistResult) -> None:
-        for segment, match in zip(an.segments, res.segments, strict=False):
+    def walk(an: CommandAnalysis, res: AllowlistResult, where: tuple[int, ...]) -> None:
+        for index, (segment, match) in enumerate(zip(an.segments, res.segments, strict=False)):
             if segment.inner is not None:
                 if match.inner is not None:
-                    walk(segment.inner, match.inner)
+                    walk(segment.inner, match.inner, (*where, index))
                 continue
             commands.append((tuple(segment.argv), (match.resolved_path, match.named_path)))
+            wheres.append((*where, index))
 
     if analysis.ok:
-        walk(analysis, result)
+        walk(analysis, result, ())
     vet = TreeVet(tuple(commands), cwd, tuple(roots), "", tree_safe=tuple(tree_safe))
     # One read: the findings decided on and the bytes bound are the same bytes (two reads let a racer
     # show an inert config to the decision and bind the approval to the one with a filter).
@@ -432,5 +455,15 @@ def tree_vet(
     shown = tuple(f.warning() for f in found)
     text = binding(found, record.data)
     return TreeVet(
-        vet.commands, cwd, vet.roots, text, shown, tuple(found), os.path.realpath(cwd), vet.tree_safe
+        vet.commands,
+        cwd,
+        vet.roots,
+        text,
+        shown,
+        tuple(found),
+        os.path.realpath(cwd),
+        vet.tree_safe,
+        tuple(wheres),
+        analysis,
+        result,
     )

@@ -311,7 +311,7 @@ class ExecTool:
         d = prepared.decision
         if prepared.host != "gateway" or (d.tree is None and not run.rereads):
             return PinnedView()
-        return await asyncio.to_thread(view_for, d.tree, run.rereads, anchor)
+        return await asyncio.to_thread(view_for, d.tree, run, anchor)
 
     @staticmethod
     def _cwd_fd(prepared: Prepared) -> int | None:

@@ -106,12 +106,6 @@ async def _approve_always(state: Path, command: str, workdir: Path) -> None:
         await operator.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a file bound at its own path loses its bind when another file is renamed or exchanged "
-    "over that path on the host, and make's first read of its makefile comes after the spawn; closing it "
-    "needs make to read the copy by a path the agent cannot rename (docs/SECURITY.md, Limits)",
-)
 async def test_class6_a_makefile_swapped_after_the_view_is_built_runs(
     state_dir: Path, tmp_path: Path
 ) -> None:
