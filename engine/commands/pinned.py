@@ -9,9 +9,10 @@ Git's repository config is not bound over its path: Linux detaches a bind mount 
 renamed over in another namespace, so an agent renaming a new `.git/config` into place would reach git
 again. Instead GIT_COMMON_DIR names a directory that exists only inside the namespace (a tmpfs) holding
 the vetted config and links to the repository's objects, refs and logs; no path the agent can rename
-leads to a config there. Files bound at their own path (a Makefile, a script re-reading "$0", a
-submodule's config) keep that one limit: a rename over them after the spawn reaches a later re-read
-(their first read, and every run of them, is the copy: engine.commands.verified).
+leads to a config there. make is handed its makefiles the same way, by a name no rename reaches
+(`-f /proc/self/fd/N`). Files bound at their own path (a script re-reading "$0", a submodule's config,
+a Makefile a sub-make reads again) keep that one limit: a rename over them after the spawn reaches a
+later re-read (their first read, and every run of them, is the copy: engine.commands.verified).
 """
 
 from __future__ import annotations
