@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import functools
 import json
 import logging
@@ -28,8 +29,9 @@ import resource
 import shutil
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -173,6 +175,7 @@ class Plan:
     env: dict[str, str]  # bwrap's environment, which the sandbox inherits (nothing else of ours)
     rlimits: dict[int, tuple[int, int]]
     pids_limit: int | None
+    tmpfs_bytes: int = 0  # what its size-capped tmpfs mounts may pin in RAM: no OOM kill frees it
 
 
 def sandbox_env(settings: SandboxSettings, env: Mapping[str, str]) -> dict[str, str]:
@@ -234,8 +237,10 @@ def plan(
         "--remount-ro",
         "/dev",  # not recursive: /dev/shm and /dev/pts stay writable, device nodes work on a read-only mount
     ]
+    pinned = SHM_BYTES
     for entry in d.tmpfs or ("/tmp",):
         path, size = _tmpfs(entry)
+        pinned += size
         argv += ["--perms", "1777", "--size", str(size), "--tmpfs", path]
     argv += ["--bind", lay.workspace_dir, d.workdir]
     if lay.agent_mount is not None:
@@ -268,7 +273,7 @@ def plan(
     sandbox_vars = sandbox_env(settings, env)
     if egress:
         sandbox_vars.update(forwarder.PROXY_ENV)
-    return Plan(argv, sandbox_vars, rlimits, d.pids_limit)
+    return Plan(argv, sandbox_vars, rlimits, d.pids_limit, pinned)
 
 
 PRLIMIT_NAMES = {
@@ -456,33 +461,53 @@ def start(
     bwrap = find_bwrap()
     statefs.ensure_private_dir(runtime_dir())
     sweep_cgroups()
-    fd = seccomp_fd()
-    try:
-        command = sv.supervisor_command(has_busybox)
-        how = plan(settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command)
-        log_fd = os.open(_log_path(lay.name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    owner = "shared" if settings.scope == "shared" else f"agent-{slugify(agent_id)}"
+    with _budget_lock():
+        fd = seccomp_fd()
         try:
-            home = str(_own_cgroup()) if how.pids_limit else ""
-            keeper = subprocess.Popen(
-                ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", home, *how.argv],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=log_fd,
-                pass_fds=(fd,),
-                start_new_session=True,
-                # The sandbox's environment (bwrap's init, its pid 1, keeps it too): nothing of the gateway's.
-                env=how.env,
-                cwd="/",
-            )
+            command = sv.supervisor_command(has_busybox)
+            how = plan(settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command)
+            _check_memory_budget(lay.name, owner, how.tmpfs_bytes)
+            keeper = _spawn_keeper(lay, how, fd)
         finally:
-            os.close(log_fd)
+            os.close(fd)
+        return _adopt_keeper(settings, lay, how, keeper, owner, config_hash, created_at_ms)
+
+
+def _spawn_keeper(lay: Layout, how: Plan, fd: int) -> subprocess.Popen[bytes]:
+    """The keeper shell, waiting for `go` on stdin while its limits and cgroup are set."""
+    log_fd = os.open(_log_path(lay.name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        home = str(_own_cgroup()) if how.pids_limit else ""
+        return subprocess.Popen(
+            ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", home, *how.argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=log_fd,
+            pass_fds=(fd,),
+            start_new_session=True,
+            # The sandbox's environment (bwrap's init, its pid 1, keeps it too): nothing of the gateway's.
+            env=how.env,
+            cwd="/",
+        )
     finally:
-        os.close(fd)
+        os.close(log_fd)
+
+
+def _adopt_keeper(
+    settings: SandboxSettings,
+    lay: Layout,
+    how: Plan,
+    keeper: subprocess.Popen[bytes],
+    owner: str,
+    config_hash: str,
+    created_at_ms: int,
+) -> list[str]:
+    """Limits, cgroup and record for the waiting keeper, then `go`; the keeper is killed if any fails."""
     assert keeper.stdin is not None
     try:
         for limit, (soft, hard) in how.rlimits.items():
             resource.prlimit(keeper.pid, limit, (soft, hard))
-        owner = "shared" if settings.scope == "shared" else f"agent-{slugify(agent_id)}"
         group = _pids_cgroup(lay.name, how.pids_limit, owner)
         if group is not None:
             (group / "cgroup.procs").write_text(str(keeper.pid))
@@ -495,6 +520,8 @@ def start(
             "scopeKey": lay.scope_key,
             "rootfs": settings.bwrap_rootfs,
             "cgroup": str(group) if group is not None else None,
+            "owner": owner,
+            "tmpfsBytes": how.tmpfs_bytes,
         }
         _write_record(lay.name, record)
         keeper.stdin.write(b"go\n")
@@ -694,6 +721,68 @@ def _pids_cgroup(name: str, limit: int | None, owner: str) -> Path | None:
 
 INSTALL_PIDS_SHARE = 2  # all sandboxes of an install: half the host's pids
 AGENT_PIDS_SHARE = 4  # one agent's (or the shared scope's) sandboxes: a quarter
+# The same shares of the host's RAM bound what sandboxes' tmpfs mounts may pin (a memory cgroup would
+# charge the pages too, but this process's memory group is its supervisor's to divide, not ours).
+INSTALL_MEMORY_SHARE = 2
+AGENT_MEMORY_SHARE = 4
+
+
+@contextlib.contextmanager
+def _budget_lock() -> Iterator[None]:
+    """One start at a time per state dir reads the live reservations and adds its own (threads and other
+    processes alike: a gateway and a CLI's `sandbox recreate`)."""
+    fd = os.open(runtime_dir() / "budget.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with _budget_mutex:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+    finally:
+        os.close(fd)  # drops the flock
+
+
+_budget_mutex = threading.Lock()  # flock is per open file: threads of one process need their own lock
+
+
+def _check_memory_budget(name: str, owner: str, tmpfs_bytes: int) -> None:
+    """Refuse a sandbox whose tmpfs would take its owner's (or the install's) reservations of RAM past
+    their share: an agent names as many session scopes as it likes, and a full tmpfs is freed by no OOM kill.
+    Sandboxes that no longer run hold nothing (their mounts went with their last process)."""
+    ram = _mem_total()
+    own = everyone = 0
+    for row in list_sandboxes():
+        if row["name"] == name or not row["running"]:
+            continue
+        held = row.get("tmpfsBytes")
+        held = held if isinstance(held, int) and held > 0 else TMPFS_BYTES * 3 + SHM_BYTES  # an older record
+        everyone += held
+        if row.get("owner") == owner:
+            own += held
+    for total, share, whose in (
+        (own, AGENT_MEMORY_SHARE, "this agent's" if owner != "shared" else "the shared scope's"),
+        (everyone, INSTALL_MEMORY_SHARE, "this install's"),
+    ):
+        if total + tmpfs_bytes > ram // share:
+            raise SandboxUnavailable(
+                f"sandbox not started: {whose} running sandboxes already reserve {_mib(total)} of tmpfs "
+                f"and this one needs {_mib(tmpfs_bytes)}, past the 1/{share} of this host's RAM "
+                f"({_mib(ram // share)}) they may pin. Remove some (exechost sandbox recreate --session KEY, "
+                'or sandbox prune), or set smaller docker.tmpfs sizes (e.g. "/tmp:size=64m").'
+            )
+
+
+def _mib(n: int) -> str:
+    return f"{n // (1024 * 1024)} MiB"
+
+
+def _mem_total() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 4 * 1024**3  # unknown: assume a small machine
 
 
 def _pid_max() -> int:

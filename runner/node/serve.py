@@ -19,6 +19,7 @@ from typing import Any
 from engine import statefs
 from engine.approvals.grants import GrantStore
 from engine.approvals.store import ApprovalsStore
+from engine.commands.rawcommand import format_exec_command
 from engine.config.loader import config_path, load_config
 from engine.config.model import Config
 from engine.nodes.identity import load_or_create
@@ -48,17 +49,6 @@ def version() -> str:
         return pkg_version("exechost")
     except PackageNotFoundError:
         return "0"
-
-
-def format_exec_command(argv: list[str]) -> str:
-    """Reference `formatExecCommand`: arguments with whitespace or `"` are double-quoted."""
-    out = []
-    for arg in argv:
-        if arg == "" or any(c.isspace() or c == '"' for c in arg):
-            out.append('"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"')
-        else:
-            out.append(arg)
-    return " ".join(out)
 
 
 def _streams(details: dict[str, Any], merged: str) -> dict[str, str]:

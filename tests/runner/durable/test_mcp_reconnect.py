@@ -26,7 +26,14 @@ async def test_a_waiting_mcp_call_survives_a_gateway_crash(state_dir: Path) -> N
         params = server_params(state_dir)
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
-            call = asyncio.ensure_future(session.call_tool("exec", {"command": "echo mcp-after-crash"}))
+            told = asyncio.Event()
+
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                told.set()  # the MCP server has the gateway's exec.waiting: it will follow, not ask again
+
+            call = asyncio.ensure_future(
+                session.call_tool("exec", {"command": "echo mcp-after-crash"}, progress_callback=progress)
+            )
 
             async def asked() -> list:
                 return (await approver.request("approvals.pending"))["approvals"]
@@ -34,6 +41,9 @@ async def test_a_waiting_mcp_call_survives_a_gateway_crash(state_dir: Path) -> N
             ask = (await wait_until(asked, timeout=30))[0]
             # A waiting call's ask outlives the gateway once it is on disk (the caller is told no sooner).
             await wait_until(lambda: any(a["id"] == ask["id"] for a in stored_asks(state_dir)), timeout=30)
+            # Killed between its disk write and its exec.waiting, the gateway leaves a caller that never knew
+            # it waited: that one asks again (and, with no approver on the next gateway, is told pending).
+            await asyncio.wait_for(told.wait(), 30)
             daemon.kill()  # SIGKILL while the MCP call waits
             await approver.close()
             await wait_until(lambda: socket_is_live(socket_path(state_dir)), timeout=60)  # MCP restarted one
