@@ -98,7 +98,7 @@ def view_for(tree: TreeVet | None, run: VerifiedRun, anchor: str | None = None) 
     if tree is None or record is None:
         return view
     try:
-        _make_reads_copies(tree, record, run, view)
+        _argv_swaps(tree, record, run, view)
     except BaseException as exc:
         view.close()
         if isinstance(exc, PinError):
@@ -112,7 +112,43 @@ def view_for(tree: TreeVet | None, run: VerifiedRun, anchor: str | None = None) 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9._+/-]+")
 
 
-def _make_reads_copies(tree: TreeVet, record: Record, run: VerifiedRun, view: PinnedView) -> None:
+# git subcommands that look inside submodules' work trees unless told not to on their command line: a
+# submodule's own `ignore = none` in `.gitmodules` (the work tree's, read after the spawn) overrides the
+# forced `diff.ignoreSubmodules=dirty` (hostenv.GIT_FORCED_CONFIG); the command-line option overrides both.
+_SUBMODULE_LOOKERS = frozenset({"status", "diff"})
+IGNORE_SUBMODULES = "--ignore-submodules=dirty"
+
+
+def _argv_swaps(tree: TreeVet, record: Record, run: VerifiedRun, view: PinnedView) -> None:
+    """Words the spawn puts into the command: a make's sealed makefiles (below), and a git status or diff
+    told on its command line never to run git inside a submodule (a gitlink added after the re-vet names
+    a repository nobody vetted). The command is rendered again with them. When the raw text runs instead
+    of a rendering (security=full, or approved text that could not be rendered: shown or allowed whole),
+    it runs as it is, reading by path in the view."""
+    words: dict[tuple[tuple[int, ...], int], list[str]] = {}
+    for (argv, paths), where in zip(tree.commands, tree.wheres, strict=False):
+        if {name_of(argv[0]), *(name_of(p) for p in paths if p)} & {"git"}:
+            sub = parse_argv(argv, "/")
+            if sub.subcommand in _SUBMODULE_LOOKERS:
+                index = len(argv) - len(sub.rest) - 1
+                words[(where, index)] = [argv[index], IGNORE_SUBMODULES]
+    _make_reads_copies(tree, record, run, view, words)
+    if not words:
+        return
+    analysis, result = tree.analysis, tree.result
+    if analysis is not None and result is not None and render_bound(analysis, result, {}) == run.source:
+        rendered = render_bound(analysis, result, {**run.words, **words})
+        if rendered is not None:
+            run.command = rendered
+
+
+def _make_reads_copies(
+    tree: TreeVet,
+    record: Record,
+    run: VerifiedRun,
+    view: PinnedView,
+    words: dict[tuple[tuple[int, ...], int], list[str]],
+) -> None:
     """Every make of the command reads its makefiles from sealed copies of the vetted bytes, by a name
     no rename reaches: `-f /proc/self/fd/N` (the fd is the child's own), and a makefile that was absent
     stays absent (`-f /dev/null` for the default lookup). A bind at the makefile's path is not enough:
@@ -120,7 +156,6 @@ def _make_reads_copies(tree: TreeVet, record: Record, run: VerifiedRun, view: Pi
     comes after the spawn. The copy starts with one line that gives MAKEFILE_LIST back the makefile's own
     name, so `$(lastword $(MAKEFILE_LIST))` still finds the project (error messages name the fd, one line
     on)."""
-    words: dict[tuple[tuple[int, ...], int], list[str]] = {}
     fds: list[int] = []
     try:
         for (argv, paths), where in zip(tree.commands, tree.wheres, strict=False):
@@ -145,15 +180,6 @@ def _make_reads_copies(tree: TreeVet, record: Record, run: VerifiedRun, view: Pi
             os.close(fd)
         raise
     view.fds = (*view.fds, *fds)
-    if not words:
-        return
-    analysis, result = tree.analysis, tree.result
-    rendered = None
-    if analysis is not None and result is not None and render_bound(analysis, result, {}) == run.source:
-        rendered = render_bound(analysis, result, {**run.words, **words})
-    if rendered is None:
-        raise PinError("make's makefiles cannot be handed to it as vetted copies in this command")
-    run.command = rendered
 
 
 def _makefile_list(name: str) -> Callable[[int], bytes]:

@@ -1,4 +1,5 @@
-"""make's argv read by make's grammar, and a make handed its vetted makefiles as sealed copies."""
+"""make's argv read by make's grammar, a make handed its vetted makefiles as sealed copies, and a git
+status or diff told at the spawn never to enter a submodule."""
 
 from __future__ import annotations
 
@@ -71,11 +72,7 @@ def test_reads_follow_the_last_directory_and_the_default_order(tmp_path: Path) -
 
 def _decide(command: str, cwd: str) -> tuple[VerifiedRun, object]:
     analysis = analyze_command(command)
-    entries = [
-        AllowlistEntry("/usr/bin/make"),
-        AllowlistEntry("/usr/bin/timeout"),
-        AllowlistEntry("/usr/bin/echo"),
-    ]
+    entries = [AllowlistEntry(f"/usr/bin/{name}") for name in ("make", "timeout", "echo", "git")]
     result = evaluate_allowlist(analysis, entries, cwd=cwd, env={"PATH": "/usr/bin:/bin"})
     vet = tree_vet(analysis, result, cwd, [])
     run = VerifiedRun(pinned_command(analysis, result) or command)
@@ -118,3 +115,36 @@ def test_tree_safe_refuses_the_options_that_run_programs() -> None:
     assert is_tree_safe(["base64", "x"], "/usr/bin/base64")
     assert not is_tree_safe(["python3", "x.py"], "/usr/bin/python3.11")
     assert is_tree_safe(["mytool"], "/opt/bin/mytool", extra=("mytool",))
+
+
+@pytest.mark.parametrize("command", ["git status --short", "git -C . diff --stat", "echo x && git status"])
+def test_git_status_and_diff_are_told_not_to_enter_submodules(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    """A submodule's `ignore = none` in .gitmodules (read after the spawn) beats the forced config default;
+    the command-line option beats both (hostenv.GIT_FORCED_CONFIG, pinned.IGNORE_SUBMODULES)."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    run, vet = _decide(command, str(tmp_path))
+    view = view_for(vet, run)  # type: ignore[arg-type]
+    view.close()
+    assert "'--ignore-submodules=dirty'" in run.command, run.command
+
+
+@pytest.mark.parametrize(
+    ("argv", "asks"),
+    [
+        (["git", "status", "--ignore-submodules=none"], True),
+        (["git", "fetch", "--recurse-submodules"], True),
+        (["git", "fetch", "--recurse-submodules=on-demand"], True),
+        (["git", "diff", "--submodule=diff"], True),
+        (["git", "fetch", "--recurse-submodules=no"], False),
+        (["git", "status", "--ignore-submodules=all"], False),
+        (["git", "diff", "--submodule=short"], False),
+    ],
+)
+def test_an_argv_that_enters_submodules_asks(tmp_path: Path, argv: list[str], asks: bool) -> None:
+    from engine.commands import gitvet
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    found = gitvet.vet("/usr/bin/git", argv, str(tmp_path))
+    assert bool(found) == asks, found
