@@ -148,3 +148,14 @@ def test_an_argv_that_enters_submodules_asks(tmp_path: Path, argv: list[str], as
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     found = gitvet.vet("/usr/bin/git", argv, str(tmp_path))
     assert bool(found) == asks, found
+
+
+def test_raw_text_that_runs_as_it_is_is_left_alone(state_dir: Path, tmp_path: Path) -> None:
+    """Under security=full the raw text runs, not the rendering: nothing to put words into, and no refusal
+    (a racer is moot where every command is allowed)."""
+    (tmp_path / "Makefile").write_text("test:\n")
+    _, vet = _decide("make test", str(tmp_path))
+    run = VerifiedRun("make test")
+    view = view_for(vet, run)  # type: ignore[arg-type]
+    view.close()
+    assert run.command == "make test"
