@@ -105,6 +105,18 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / _TICK, (int(fields[13]) + int(fields[14])) / _TICK
 
 
+def run_queue_wait(pid: int) -> float:
+    """Seconds `pid`'s threads have spent runnable but waiting for a CPU (/proc/PID/task/*/schedstat, field
+    2): the wait a loaded machine adds to each wake-up, which the CPU figures do not show."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9
+
+
 def daemons_of(state: Path, gateway: int) -> list[int]:
     """The session host(s) serving `state`: processes other than the gateway whose environment names it
     (a session host is started detached, so it is not the gateway's child)."""
@@ -154,6 +166,7 @@ async def bench_exec(state: Path, runs: int) -> None:
         gateway: list[float] = []
         hosts = daemons_of(state, proc.pid)  # the session host(s), started by the warm-up
         before = {pid: cpu_seconds(pid) for pid in (proc.pid, *hosts)}
+        waited = {pid: run_queue_wait(pid) for pid in (os.getpid(), proc.pid, *hosts)}
         client_cpu = time.process_time()
         for _ in range(runs):
             t0 = time.perf_counter()
@@ -162,6 +175,7 @@ async def bench_exec(state: Path, runs: int) -> None:
             assert result["details"]["status"] == "completed", result
         client_cpu = time.process_time() - client_cpu
         after = {pid: cpu_seconds(pid) for pid in before}
+        waited = {pid: (run_queue_wait(pid) - w) * 1000 / runs for pid, w in waited.items()}
         status: list[float] = []
         for _ in range(runs):
             t0 = time.perf_counter()
@@ -184,10 +198,11 @@ async def bench_exec(state: Path, runs: int) -> None:
     spawn = spawn_floor(runs)
     own = {pid: (after[pid][0] - before[pid][0]) * 1000 / runs for pid in before}
     kids = sum(after[pid][1] - before[pid][1] for pid in before) * 1000 / runs  # reaped: sh + true
-    t0, c0 = time.process_time(), os.times()
+    t0, c0, w0 = time.process_time(), os.times(), run_queue_wait(os.getpid())
     for _ in range(runs):
         subprocess.run(["true"], check=True)
     c1 = os.times()
+    run_wait = (run_queue_wait(os.getpid()) - w0) * 1000 / runs
     run_cpu = (time.process_time() - t0) * 1000 / runs
     child_cpu = (c1.children_user + c1.children_system - c0.children_user - c0.children_system) * 1000 / runs
     hosts_cpu = sum(v for pid, v in own.items() if pid != proc.pid)
@@ -195,6 +210,12 @@ async def bench_exec(state: Path, runs: int) -> None:
         f"CPU per exec ({_TICK} Hz ticks): client {client_cpu * 1000 / runs:.2f} ms, gateway "
         f"{own[proc.pid]:.2f} ms, session host {hosts_cpu:.2f} ms, the command (sh + true) {kids:.2f} ms | "
         f"subprocess.run: parent {run_cpu:.2f} ms, `true` {child_cpu:.2f} ms"
+    )
+    hosts_wait = sum(v for pid, v in waited.items() if pid not in (os.getpid(), proc.pid))
+    print(
+        f"run-queue wait per exec (schedstat): client {waited[os.getpid()]:.2f} ms, gateway "
+        f"{waited[proc.pid]:.2f} ms, session host {hosts_wait:.2f} ms (the command's own: not counted) | "
+        f"subprocess.run's parent {run_wait:.2f} ms"
     )
     print(line("baseline subprocess.run(['true'])", argv))
     print(line("baseline subprocess.run(['/bin/sh', '-c', 'true'])", shell))
@@ -226,6 +247,11 @@ async def bench_exec(state: Path, runs: int) -> None:
         ratio(client_cpu * 1000 / runs + own[proc.pid] + hosts_cpu + kids, run_cpu + child_cpu),
     )
     record(
+        "  run-queue wait per exec: client + gateway + session host (schedstat, mean; vs subprocess.run)",
+        f"{waited[os.getpid()]:.2f} + {waited[proc.pid]:.2f} + {hosts_wait:.2f} ms",
+        f"{run_wait:.2f} ms (subprocess.run's parent)",
+    )
+    record(
         "  hop client → gateway → client: `status` p50 (vs a raw asyncio Unix-socket echo)",
         f"{pct(status, 0.5):.2f} ms ({len(status) / sum(status):,.0f}/s)",
         f"{pct(echo, 0.5):.2f} ms",
@@ -237,6 +263,15 @@ async def bench_exec(state: Path, runs: int) -> None:
         f"{pct(spawn, 0.5):.2f} ms",
         ratio(pct(argv, 0.5), pct(spawn, 0.5)),
     )
+
+
+def fsync_once(fd: int) -> float:
+    """One durable append where the gateway keeps its journals (a line written, fsync): a deny is on disk
+    twice before the agent hears it (the ask in the pending journal, the decision in the history)."""
+    t0 = time.perf_counter()
+    os.write(fd, b'{"probe": "an ask or a decision, about this long"}\n')
+    os.fsync(fd)
+    return time.perf_counter() - t0
 
 
 async def bench_approvals(state: Path, count: int) -> None:
@@ -274,11 +309,17 @@ async def bench_approvals(state: Path, count: int) -> None:
             await agent.request("exec", {"command": f"true warm-{i}"})
         # Round trip: agent exec → gateway policy → approval.requested → approver → approve → agent result.
         denied: list[float] = []
-        for i in range(count):
-            t0 = time.perf_counter()
-            result = await agent.request("exec", {"command": f"true rt-{i}"})
-            denied.append(time.perf_counter() - t0)
-            assert result["details"]["status"] == "denied", result
+        synced: list[float] = []  # interleaved: the disk's fsync at the same moments (it varies a lot)
+        probe = os.open(state / "fsync-probe.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            for i in range(count):
+                t0 = time.perf_counter()
+                result = await agent.request("exec", {"command": f"true rt-{i}"})
+                denied.append(time.perf_counter() - t0)
+                assert result["details"]["status"] == "denied", result
+                synced.append(fsync_once(probe))
+        finally:
+            os.close(probe)
         decision["value"] = "allow-once"
         allowed: list[float] = []
         for i in range(count // 4):
@@ -312,6 +353,15 @@ async def bench_approvals(state: Path, count: int) -> None:
     print(line("floor: `status` round trip on the same connection", status_rt))
     print(f"{f'floor: `status` throughput, {burst} concurrent':<58} {status_rate:7.0f} requests/s")
     two = 2 * pct(status_rt, 0.5)
+    print(line("floor: one journal append + fsync, same filesystem", synced))
+    floor = two + 2 * pct(synced, 0.5)
+    print(f"{'floor of an ask (2 `status` round trips + 2 fsyncs)':<58} {floor:7.2f} ms")
+    record(
+        "approval round trip p50 (auto-deny; vs its floor: two `status` round trips + two fsyncs)",
+        f"{pct(denied, 0.5):.2f} ms",
+        f"{floor:.2f} ms",
+        ratio(pct(denied, 0.5), floor),
+    )
     record(
         "approval round trip p50 (auto-deny; vs two `status` round trips)",
         f"{pct(denied, 0.5):.2f} ms",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from rich.text import Text
 from textual import on, work
@@ -22,7 +23,21 @@ from console import socket_asks, tabs
 from console.commands import DirectiveCommands, is_directive
 from console.gateway import GatewayLink, lost_text
 from console.inbox import Inbox, InboxItem
-from console.messages import GatewayConnected, GatewayEvent, GatewayLost, SocketApprovalRequested
+from console.messages import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ApprovalUpdated,
+    BrowserUpdated,
+    GatewayConfig,
+    GatewayConnected,
+    GatewayEvent,
+    GatewayLost,
+    SandboxProgress,
+    SessionExited,
+    SessionStarted,
+    SocketApprovalRequested,
+    SystemEvent,
+)
 from console.screens.help import HelpScreen
 from console.widgets.approvals import ApprovalsPane
 from console.widgets.browsers import BrowsersPane
@@ -42,11 +57,27 @@ from engine.approvals.store import ApprovalsFileError, ApprovalsStore
 from engine.display import REPORT, visible
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.frames import RemoteError
+from engine.protocol.requests import ApprovalsRelay, Approve, PolicyOverride, Status
 from engine.tools.exec_host import LocalExecHost
 
 FLUSH_HZ = 30
 LIST_RENDER_SEC = 0.1
 LIST_REFRESH_SEC = 0.5
+
+_M = TypeVar("_M", bound=GatewayEvent)
+
+
+def _unless_unmounted(handler: Callable[[ConsoleApp, _M], None]) -> Callable[[ConsoleApp, _M], None]:
+    """Gateway traffic keeps arriving while the app shuts down, after the panes are gone: it is dropped
+    then, like the timers' (ConsoleApp._while_mounted)."""
+
+    @functools.wraps(handler)
+    def run(app: ConsoleApp, message: _M) -> None:
+        with contextlib.suppress(NoMatches):
+            handler(app, message)
+
+    return run
+
 
 class ConsoleApp(App[None]):
     """Everything durable lives in the gateway: quitting or crashing here loses no session or approval."""
@@ -173,13 +204,13 @@ class ConsoleApp(App[None]):
         one more pending approval, listed by `exechost approvals pending`, answerable from anywhere, shown
         here as a gateway row. Without it the inbox resolves a Future (toad's Future-in-a-Message)."""
         if self.link.connected.is_set():
-            params = socket_asks.relay_params(request)
+            relay = socket_asks.relay_params(request)
             try:
-                answer = await self.link.request("approvals.relay", params)
+                answer = await self.link.request(relay)
             except asyncio.CancelledError:
                 # The socket client gave up: take its row away everywhere (a fire-and-forget request).
                 self.run_worker(
-                    self.link.request("approvals.relay", {"id": request.id, "withdraw": True}),
+                    self.link.request(ApprovalsRelay(id=request.id, withdraw=True)),
                     group="relay-withdraw",
                     exit_on_error=False,
                 )
@@ -199,10 +230,6 @@ class ConsoleApp(App[None]):
     def on_gateway_connected(self, message: GatewayConnected) -> None:
         with contextlib.suppress(NoMatches):
             self._gateway_connected(message)
-
-    def on_gateway_event(self, message: GatewayEvent) -> None:
-        with contextlib.suppress(NoMatches):
-            self._gateway_event(message)
 
     def _gateway_connected(self, message: GatewayConnected) -> None:
         self.gateway_pid = message.pid
@@ -232,7 +259,7 @@ class ConsoleApp(App[None]):
     @work(group="status", exclusive=True, exit_on_error=False)
     async def load_status(self) -> None:
         try:
-            status = await self.link.request("status")
+            status = await self.link.request(Status())
         except (RemoteError, ConnectionError):
             return
         self.set_config_error(status.get("configError"))
@@ -263,43 +290,71 @@ class ConsoleApp(App[None]):
             with contextlib.suppress(NoMatches):
                 self.query_one(HistoryPane).reload()
 
-    def _gateway_event(self, message: GatewayEvent) -> None:
-        event, data = message.event, message.data
-        if event == "approval.requested":
-            self.add_approval("gateway", str(data.get("id")), data)
-        elif event == "approval.updated":
-            item = self.inbox.find(str(data.get("id")))
-            if item is not None and isinstance(data.get("count"), int):
-                item.view["count"] = data["count"]
-                item.view["requesterGone"] = bool(data.get("requesterGone"))
-                self.refresh_inbox()
-        elif event == "sandbox.progress":
-            name, text = str(data.get("containerName") or ""), str(data.get("message") or "")
-            self.query_one(SandboxesPane).progress(name, text)
-            self.notify_plain(f"sandbox {name}: {text}", title="sandbox", timeout=3)
-        elif event == "browser.updated":
-            pane = self.query_one(BrowsersPane)
-            if pane.is_on_screen:
-                pane.action_refresh_list()
-        elif event == "approval.resolved":
-            if self.inbox.discard(str(data.get("id"))) is not None:
-                self.refresh_inbox()
-            if self.query_one(TabbedContent).active == "history":
-                self.query_one(HistoryPane).reload()
-        elif event in ("session.started", "session.exited"):
-            row = data.get("session")
-            self.sessions.upsert(row if isinstance(row, dict) else data)
-            self.render_sessions_soon()
-            if event == "session.exited":
-                self.refresh_sessions_soon()
-                if data.get("sessionId") == self.sessions.current and self.sessions.current:
-                    self.sessions.replay(self.sessions.current)  # the log has everything up to EOF
-        elif event == "gateway.config":
-            self.set_config_error(data.get("error"))
-        elif event == "system.event":
-            stamp = time.strftime("%H:%M:%S", time.localtime((data.get("ts") or time.time() * 1000) / 1000))
-            key, text = visible(data.get("sessionKey", "")), visible(data.get("text", ""), newline=REPORT)
-            self.events_pane.feed(f"{stamp}  [{key}]  {text}\n")
+    # Each pushed event as its typed message (console.messages; the link builds them), one handler each.
+
+    @on(ApprovalRequested)
+    @_unless_unmounted
+    def on_approval_requested(self, message: ApprovalRequested) -> None:
+        self.add_approval("gateway", str(message.data.get("id")), message.data)
+
+    @on(ApprovalUpdated)
+    @_unless_unmounted
+    def on_approval_updated(self, message: ApprovalUpdated) -> None:
+        data = message.data
+        item = self.inbox.find(str(data.get("id")))
+        if item is not None and isinstance(data.get("count"), int):
+            item.view["count"] = data["count"]
+            item.view["requesterGone"] = bool(data.get("requesterGone"))
+            self.refresh_inbox()
+
+    @on(ApprovalResolved)
+    @_unless_unmounted
+    def on_approval_resolved(self, message: ApprovalResolved) -> None:
+        if self.inbox.discard(str(message.data.get("id"))) is not None:
+            self.refresh_inbox()
+        if self.query_one(TabbedContent).active == "history":
+            self.query_one(HistoryPane).reload()
+
+    @on(SandboxProgress)
+    @_unless_unmounted
+    def on_sandbox_progress(self, message: SandboxProgress) -> None:
+        data = message.data
+        name, text = str(data.get("containerName") or ""), str(data.get("message") or "")
+        self.query_one(SandboxesPane).progress(name, text)
+        self.notify_plain(f"sandbox {name}: {text}", title="sandbox", timeout=3)
+
+    @on(BrowserUpdated)
+    @_unless_unmounted
+    def on_browser_updated(self, message: BrowserUpdated) -> None:
+        pane = self.query_one(BrowsersPane)
+        if pane.is_on_screen:
+            pane.action_refresh_list()
+
+    @on(SessionStarted)
+    @on(SessionExited)
+    @_unless_unmounted
+    def on_session_row(self, message: SessionStarted | SessionExited) -> None:
+        data = message.data
+        row = data.get("session")
+        self.sessions.upsert(row if isinstance(row, dict) else data)
+        self.render_sessions_soon()
+        if isinstance(message, SessionExited):
+            self.refresh_sessions_soon()
+            if data.get("sessionId") == self.sessions.current and self.sessions.current:
+                self.sessions.replay(self.sessions.current)  # the log has everything up to EOF
+
+    @on(GatewayConfig)
+    @_unless_unmounted
+    def on_gateway_config(self, message: GatewayConfig) -> None:
+        self.set_config_error(message.data.get("error"))
+
+    @on(SystemEvent)
+    @_unless_unmounted
+    def on_system_event(self, message: SystemEvent) -> None:
+        data = message.data
+        stamp = time.strftime("%H:%M:%S", time.localtime((data.get("ts") or time.time() * 1000) / 1000))
+        key, text = visible(data.get("sessionKey", "")), visible(data.get("text", ""), newline=REPORT)
+        self.events_pane.feed(f"{stamp}  [{key}]  {text}\n")
 
     def render_sessions_soon(self) -> None:
         """Session events come in bursts (100 sessions ending together): one list render per 100 ms."""
@@ -379,13 +434,9 @@ class ConsoleApp(App[None]):
         self, ids: list[str], decision: str, reason: str | None, grant: dict[str, Any] | None = None
     ) -> None:
         for approval_id in ids:
-            params: dict[str, Any] = {"id": approval_id, "decision": decision}
-            if reason:
-                params["reason"] = reason
-            if grant:
-                params["grant"] = grant
+            msg = Approve(id=approval_id, decision=decision, reason=reason or None, grant=grant or None)
             try:
-                await self.link.request("approve", params)
+                await self.link.request(msg)
             except (RemoteError, ConnectionError) as exc:
                 self.notify_plain(f"approve {approval_id[:8]} failed: {exc}", severity="error")
                 return
@@ -456,12 +507,10 @@ class ConsoleApp(App[None]):
             await self._approve_directive(text)
             return
         key = self.directive_target()
-        params = {"sessionKey": key, "directive": text}
-        if key.startswith("agent:"):
-            params["agentId"] = key.split(":", 1)[1]
+        agent = key.split(":", 1)[1] if key.startswith("agent:") else None
         try:
             # The gateway parses and applies it (and refuses what this connection may not set).
-            res = await self.link.request("policy.override", params)
+            res = await self.link.request(PolicyOverride(session_key=key, directive=text, agent_id=agent))
         except (RemoteError, ConnectionError) as exc:
             self.notify_plain(str(exc), severity="error")
             return
@@ -497,7 +546,7 @@ class ConsoleApp(App[None]):
             self.notify_plain(f"✅ Approval {decision} submitted for {approval_id}.")
             return
         try:
-            await self.link.request("approve", {"id": approval_id, "decision": decision})
+            await self.link.request(Approve(id=approval_id, decision=decision))
         except (RemoteError, ConnectionError) as exc:
             self.notify_plain(f"❌ Failed to submit approval: {exc}", severity="error")
             return

@@ -14,6 +14,8 @@ from typing import Any
 
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event, RemoteError
+from engine.protocol.methods import EventName, Topic
+from engine.protocol.requests import ProcessRequest, SessionsOutput, SessionsResize, Subscribe
 
 DETACH = b"\x1d"  # ctrl+]
 
@@ -45,9 +47,9 @@ async def _attach(state: Path | None, session_id: str, row: dict[str, Any]) -> N
     def on_event(ev: Event) -> None:
         if ev.data.get("sessionId") != session_id:
             return
-        if ev.event == "session.output" and isinstance(ev.data.get("data"), str):
+        if ev.event == EventName.SESSION_OUTPUT and isinstance(ev.data.get("data"), str):
             os.write(sys.stdout.fileno(), ev.data["data"].encode("utf-8", "replace"))
-        elif ev.event == "session.exited":
+        elif ev.event == EventName.SESSION_EXITED:
             queue.put_nowait(None)
 
     client.add_listener(on_event)
@@ -57,29 +59,25 @@ async def _attach(state: Path | None, session_id: str, row: dict[str, Any]) -> N
     try:
         # Raw first: a ^C typed while the tail is fetched goes to the program, never as SIGINT to the console.
         tty.setraw(stdin)
-        await client.request("subscribe", {"topics": ["sessions"], "follow": [session_id]})
+        await client.request(Subscribe(topics=[Topic.SESSIONS], follow=[session_id]))
         cols, rows = os.get_terminal_size(sys.stdout.fileno())
         with contextlib.suppress(RemoteError):
-            await client.request("sessions.resize", {"sessionId": session_id, "cols": cols, "rows": rows})
+            await client.request(SessionsResize(session_id=session_id, cols=cols, rows=rows))
         os.write(
             sys.stdout.fileno(), f"\x1b[2J\x1b[H[attached to {session_id}; ctrl+] detaches]\r\n".encode()
         )
         with contextlib.suppress(RemoteError):
-            tail = await client.request("sessions.output", {"sessionId": session_id, "limit": 16384})
+            tail = await client.request(SessionsOutput(session_id=session_id, limit=16384))
             os.write(sys.stdout.fileno(), str(tail.get("data") or "").encode("utf-8", "replace"))
         loop.add_reader(stdin, lambda: queue.put_nowait(os.read(stdin, 4096)))
         while (data := await queue.get()) is not None:
             detach = DETACH in data
             data = data.split(DETACH)[0]
             if data:
-                params: dict[str, Any] = {
-                    "action": "write",
-                    "sessionId": session_id,
-                    "data": data.decode("utf-8", "replace"),
-                }
-                if isinstance(scope, str):
-                    params["sessionKey"] = scope
-                await client.request("process", params)
+                key = scope if isinstance(scope, str) else None
+                text = {"data": data.decode("utf-8", "replace")}
+                write = ProcessRequest(action="write", session_id=session_id, session_key=key, args=text)
+                await client.request(write)
             if detach:
                 break
     finally:

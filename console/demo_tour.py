@@ -21,6 +21,7 @@ from engine import principals, statefs
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable, RemoteError
+from engine.protocol.requests import ExecRequest, SandboxRecreate, Shutdown, Status
 
 ROOT_PREFIX = "ehdemo-"
 GRANT_COMMAND = "df -h /"
@@ -237,10 +238,10 @@ def finish_demo(demo: Demo) -> None:
         except (GatewayUnavailable, RemoteError, OSError):
             return
         with contextlib.suppress(RemoteError, ConnectionError, TimeoutError):
-            pid = (await client.request("status")).get("pid")
+            pid = (await client.request(Status())).get("pid")
             with contextlib.suppress(RemoteError):  # sandboxes outlive a gateway: the demo's go first
-                await client.request("sandbox.recreate", {"all": True})
-            await client.request("shutdown", {"killSessions": True})
+                await client.request(SandboxRecreate(all_=True))
+            await client.request(Shutdown(kill_sessions=True))
             await asyncio.wait_for(client.wait_closed(), 5)
             for _ in range(100):  # its sandboxes and sessions are gone once the daemon has exited
                 if not isinstance(pid, int) or not _alive(pid):
@@ -287,17 +288,18 @@ class DemoAgent:
         return self.clients[agent]
 
     async def exec(self, command: str, reason: str, agent: str = "main", **extra: Any) -> dict[str, Any]:
-        params = {
-            "command": command,
-            "agentId": agent,
-            "sessionKey": f"agent:{agent}",
-            "reason": reason,
+        # A sandboxed agent works in its sandbox's own workspace.
+        workdir = str(self.demo.work) if agent == "main" else None
+        call = ExecRequest(
+            command=command,
+            agent_id=agent,
+            session_key=f"agent:{agent}",
+            reason=reason,
+            workdir=workdir,
             **extra,
-        }
-        if agent == "main":  # a sandboxed agent works in its sandbox's own workspace
-            params["workdir"] = str(self.demo.work)
+        )
         try:
-            result: dict[str, Any] = await (await self.client(agent)).request("exec", params)
+            result: dict[str, Any] = await (await self.client(agent)).request(call)
         except RemoteError as exc:
             return {"text": str(exc)}
         return result

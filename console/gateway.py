@@ -14,7 +14,8 @@ from textual.app import App
 from console.messages import GatewayConnected, GatewayEvent, GatewayLost
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event, GatewayUnavailable, RemoteError
-from engine.protocol.methods import TOPICS
+from engine.protocol.methods import TOPICS, EventName
+from engine.protocol.requests import ApprovalsAttach, Message, SessionsFollow, SessionsUnfollow, Subscribe
 
 PENDING_CAP = 1 << 20  # chars buffered for the visible pane between two flushes
 
@@ -147,13 +148,11 @@ class GatewayLink:
             client.add_listener(self._on_event)
             try:
                 visible = self.output.visible
-                params: dict[str, Any] = {"topics": list(TOPICS)}
-                if self.use_follow:
-                    params["follow"] = [visible] if visible else []
-                subscribed = await client.request("subscribe", params)
+                follow = ([visible] if visible else []) if self.use_follow else None
+                subscribed = await client.request(Subscribe(topics=list(TOPICS), follow=follow))
                 self.follows = "follow" in subscribed
                 self.output.pushed = self.output.pushed or self.follows
-                await client.request("approvals.attach")
+                await client.request(ApprovalsAttach())
                 pending = await client.pending_approvals()
                 sessions = await client.list_sessions()
                 self.connected.set()
@@ -173,10 +172,10 @@ class GatewayLink:
             await asyncio.sleep(delay)
 
     def _on_event(self, ev: Event) -> None:
-        if ev.event == "session.activity":
+        if ev.event == EventName.SESSION_ACTIVITY:
             self.output.activity(ev.data.get("sessions"))
             return
-        if ev.event == "session.output":
+        if ev.event == EventName.SESSION_OUTPUT:
             data, sid, offset = ev.data.get("data"), ev.data.get("sessionId"), ev.data.get("offset")
             if not isinstance(sid, str):
                 return
@@ -190,12 +189,17 @@ class GatewayLink:
         if self._held is not None:
             self._held.append(ev)
             return
-        self.app.post_message(GatewayEvent(ev.event, ev.data))
+        self._post(ev)
 
     def _release_held(self) -> None:
         held, self._held = self._held or [], None
         for ev in held:  # replaying what the snapshot already holds is harmless: rows are keyed by id
-            self.app.post_message(GatewayEvent(ev.event, ev.data))
+            self._post(ev)
+
+    def _post(self, ev: Event) -> None:
+        message = GatewayEvent.of(ev.event, ev.data)
+        if message is not None:
+            self.app.post_message(message)
 
     async def follow(self, session_id: str | None) -> None:
         """Have the gateway push this session's output only (None: none); before a replay, so the replay
@@ -205,16 +209,16 @@ class GatewayLink:
         self.output.polled.discard(session_id or "")
         with contextlib.suppress(RemoteError, ConnectionError):  # gone meanwhile: nothing to follow
             if session_id is None:
-                await self.request("sessions.unfollow")
+                await self.request(SessionsUnfollow())
                 return
             try:
-                await self.request("sessions.follow", {"sessionId": session_id, "only": True})
+                await self.request(SessionsFollow(session_id=session_id, only=True))
             except RemoteError:
                 if not session_id.startswith("node:"):
                     raise
                 # A node that cannot push (an older exechost there): its pane reads by offset instead.
                 self.output.polled.add(session_id)
-                await self.request("sessions.unfollow")
+                await self.request(SessionsUnfollow())
 
     async def list_sessions(self) -> list[dict[str, Any]]:
         """Every session row, page by page (see ControlClient.list_sessions)."""
@@ -223,9 +227,10 @@ class GatewayLink:
             raise ConnectionError("not connected to the gateway")
         return await client.list_sessions()
 
-    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """One request; raises ConnectionError when the gateway is down (the caller shows it)."""
+    async def request(self, msg: Message | str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One request (a typed message; or a method and its params, as ControlClient.request takes them);
+        raises ConnectionError when the gateway is down (the caller shows it)."""
         client = self.client
         if client is None or client.closed:
             raise ConnectionError("not connected to the gateway")
-        return await client.request(method, params or {})
+        return await client.request(msg, params)

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from engine.approvals.socket.server import PromptRequest
+from engine.protocol.requests import ApprovalsRelay
 
 SOCKET_PROMPT_MS = 300_000  # the socket server's own prompt timeout
 
@@ -16,20 +17,20 @@ def offered(request: PromptRequest) -> list[str]:
     return [d for d in request.allowed_decisions if not (request.ask == "always" and d == "allow-always")]
 
 
-def relay_params(request: PromptRequest) -> dict[str, Any]:
+def relay_params(request: PromptRequest) -> ApprovalsRelay:
     """The `approvals.relay` request: one more pending approval on the gateway, answerable from anywhere."""
-    return {
-        "id": request.id,
-        "command": request.command,
-        "cwd": request.cwd or "",
-        "agentId": request.agent_id or "main",
-        "sessionKey": request.session_key or "",
-        "security": request.security,
-        "ask": request.ask,
-        "resolvedPath": request.resolved_path,
-        "allowedDecisions": offered(request),
-        "timeoutMs": SOCKET_PROMPT_MS,
-    }
+    return ApprovalsRelay(
+        id=request.id,
+        command=request.command,
+        cwd=request.cwd or "",
+        agent_id=request.agent_id or "main",
+        session_key=request.session_key or "",
+        security=request.security,
+        ask=request.ask,
+        resolved_path=request.resolved_path,
+        allowed_decisions=list(offered(request)),
+        timeout_ms=SOCKET_PROMPT_MS,
+    )
 
 
 def inbox_view(request: PromptRequest) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from mcp.server.stdio import stdio_server
 
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event, GatewayUnavailable, RemoteError
-from engine.protocol.methods import EventName
+from engine.protocol.methods import EventName, Method, RunStatus
+from engine.protocol.requests import REQUESTS, BadParams, Message
 from engine.protocol.resume import follow_approval
 from runner.mcp_schema import SCHEMAS, TOOLS, invalid_arguments, to_gateway
 
@@ -56,17 +57,15 @@ class GatewayLink:
             if callback is not None:
                 callback(event.data)
 
-    async def request(
-        self, method: str, params: dict[str, Any], retry: Callable[[], bool] = lambda: True
-    ) -> dict[str, Any]:
+    async def request(self, msg: Message, retry: Callable[[], bool] = lambda: True) -> dict[str, Any]:
         client = await self.client()
         try:
-            return await client.request(method, params)
+            return await client.request(msg)
         except ConnectionError:
             if not retry():
                 raise
             client = await self.client()  # one retry on a fresh connection
-            return await client.request(method, params)
+            return await client.request(msg)
 
     async def close(self) -> None:
         if self._client is not None:
@@ -87,7 +86,7 @@ def _result(text: str, details: dict[str, Any], error: bool = False) -> types.Ca
 
 log = logging.getLogger("exechost.mcp")
 
-FAILED = ("failed", "denied", "approval-unavailable")
+FAILED = (RunStatus.FAILED, RunStatus.DENIED, RunStatus.APPROVAL_UNAVAILABLE)
 PROGRESS_EVERY_SEC = 15.0
 
 
@@ -123,15 +122,20 @@ def build_server(link: GatewayLink, *, session_key: str = "") -> Server[Any]:
         args = to_gateway(params.name, args)
         args.pop("agentId", None)  # the connection is the agent; a tool argument never names another
         args["sessionKey"] = session_key
-        method = params.name
-        if params.name == "process" and args.get("action") == "approval":
-            method = "approvals.status"
+        method = Method(params.name)
+        if method == Method.PROCESS and args.get("action") == "approval":
+            method = Method.APPROVALS_STATUS
         progress: asyncio.Task[None] | None = None
         seen: list[dict[str, Any]] = []  # exec.waiting: the call waits for a human on this ask
         call_id = uuid.uuid4().hex
-        if params.name == "exec":
+        if method == Method.EXEC:
             args["defaultWorkdir"] = os.getcwd()
             args["callId"] = call_id
+        try:
+            msg = REQUESTS[method].decode(args)  # the request the gateway will decode, checked here first
+        except BadParams as exc:
+            return _result(str(exc), {"status": "failed", "error": "invalid_arguments"}, True)
+        if method == Method.EXEC:
 
             def waiting(data: dict[str, Any]) -> None:
                 nonlocal progress
@@ -142,7 +146,7 @@ def build_server(link: GatewayLink, *, session_key: str = "") -> Server[Any]:
             link.waiting[call_id] = waiting
         try:
             try:
-                result = await link.request(method, args, retry=lambda: not seen)
+                result = await link.request(msg, retry=lambda: not seen)
             except ConnectionError:
                 if not seen:
                     raise

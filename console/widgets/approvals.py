@@ -170,7 +170,26 @@ def render_detail(
         ("  via exec-approvals.sock" if item.source == "socket" else "", "italic"),
     )
     raw = str(view.get("command", ""))
-    command = render_command(raw)
+    # The keys come first: at 80×24 a toast (bottom right) would cover them at the end of the detail.
+    keys = Text(_keys(item.allowed), style="dim")
+    parts: list[RenderableType] = [
+        title,
+        keys,
+        *_alarms(item, raw, offline),
+        render_command(raw),
+        _facts(item, insight, now_ms),
+    ]
+    parts += _analysis(insight, raw)
+    parts += _content(view.get("contentDigests") or insight.get("contentDigests") or [], now_digests)
+    parts.append(_allow_always(item.allowed, insight))
+    if insight.get("insightError"):
+        parts.append(Text(f"(local analysis unavailable: {insight['insightError']})", style="dim"))
+    return Group(*parts)
+
+
+def _alarms(item: InboxItem, raw: str, offline: str | None) -> list[Text]:
+    """What must stop the operator's hand: a dangerous command, a gone gateway or agent, what it runs."""
+    view = item.view
     alarms = [Text(f"⚠ THIS COMMAND {w.upper()}", style="bold white on red") for w in command_warnings(raw)]
     if offline and item.source == "gateway":
         # Not "the agent stopped waiting": a caller whose gateway went away reconnects and keeps waiting,
@@ -193,6 +212,12 @@ def render_detail(
     # What the gateway found the command would run besides itself (a repository's filter driver, a
     # Makefile): one line each, escaped, since file and key names come from the agent's tree.
     alarms += [Text(visible(str(w)), style="bold yellow") for w in view.get("warnings") or []]
+    return alarms
+
+
+def _facts(item: InboxItem, insight: dict[str, Any], now_ms: int | None) -> Table:
+    """Where and as whom it runs, under which policy, and who asks."""
+    view = item.view
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
@@ -224,9 +249,11 @@ def render_detail(
         )
     for key, value in sorted((view.get("env") or {}).items()):
         facts.add_row("Env", plain(f"{key}={value}", "yellow"))
-    # The keys come first: at 80×24 a toast (bottom right) would cover them at the end of the detail.
-    allowed = item.allowed
-    keys = "  ".join(
+    return facts
+
+
+def _keys(allowed: Any) -> str:
+    return "  ".join(
         k
         for k, d in (
             ("[a] allow once", "allow-once"),
@@ -236,7 +263,11 @@ def render_detail(
         )
         if d in allowed
     )
-    parts: list[RenderableType] = [title, Text(keys, style="dim"), *alarms, command, facts]
+
+
+def _analysis(insight: dict[str, Any], raw: str) -> list[RenderableType]:
+    """Whether the command parsed as plain, and each segment's allowlist hit or miss."""
+    parts: list[RenderableType] = []
     segments = insight.get("segments") or []
     if insight.get("analysisOk") is False:
         refused = refusal_reason(str(insight.get("analysisReason") or "unparseable"), raw)
@@ -256,51 +287,49 @@ def render_detail(
                 )
             seg_table.add_row(mark, plain(argv), why)
         parts.extend([Text("Segments", style="bold"), seg_table])
-    digests = view.get("contentDigests") or insight.get("contentDigests") or []
-    if digests:
-        # The bytes this approval runs: any change before the run refuses it (approval-stale).
-        content = Table.grid(padding=(0, 1))
-        changed: list[Text] = []
-        for row in digests:
-            sha = row.get("sha256")
-            note = "agent-writable: runs a sealed copy" if row.get("agentWritable") and sha else ""
-            style = "yellow"
-            path = str(row.get("path") or "")
-            if now_digests and path in now_digests and now_digests[path] != sha:
-                now = now_digests[path]
-                note, style = f"CHANGED since the ask: {_digest_text(now) if now else 'gone'} now", "bold red"
-                changed.append(
-                    Text(
-                        f"⚠ {visible(path)} changed after the ask: approving it is refused as approval-stale",
-                        style="bold white on red",
-                    )
+    return parts
+
+
+def _content(digests: list[Any], now_digests: dict[str, str | None] | None) -> list[RenderableType]:
+    """The bytes this approval runs: any change before the run refuses it (approval-stale)."""
+    if not digests:
+        return []
+    content = Table.grid(padding=(0, 1))
+    changed: list[Text] = []
+    for row in digests:
+        sha = row.get("sha256")
+        note = "agent-writable: runs a sealed copy" if row.get("agentWritable") and sha else ""
+        style = "yellow"
+        path = str(row.get("path") or "")
+        if now_digests and path in now_digests and now_digests[path] != sha:
+            now = now_digests[path]
+            note, style = f"CHANGED since the ask: {_digest_text(now) if now else 'gone'} now", "bold red"
+            changed.append(
+                Text(
+                    f"⚠ {visible(path)} changed after the ask: approving it is refused as approval-stale",
+                    style="bold white on red",
                 )
-            content.add_row(
-                plain(str(row.get("role") or ""), "dim"),
-                plain(path),
-                Text(_digest_text(sha), style="cyan"),
-                plain(f"{row.get('size', 0)} B", "dim"),
-                Text(note, style=style),
             )
-        parts.extend([Text("Content (checked again just before the run)", style="bold"), content, *changed])
+        content.add_row(
+            plain(str(row.get("role") or ""), "dim"),
+            plain(path),
+            Text(_digest_text(sha), style="cyan"),
+            plain(f"{row.get('size', 0)} B", "dim"),
+            Text(note, style=style),
+        )
+    return [Text("Content (checked again just before the run)", style="bold"), content, *changed]
+
+
+def _allow_always(allowed: Any, insight: dict[str, Any]) -> Text:
+    """What an allow-always would save, or why it is not offered."""
     if "allow-always" in allowed:
         patterns = insight.get("allowAlwaysPatterns") or []
-        parts.append(
-            Text.assemble(
-                ("Allow always saves: ", "bold"),
-                (visible(", ".join(patterns)) if patterns else "(computing…)", "cyan"),
-            )
+        return Text.assemble(
+            ("Allow always saves: ", "bold"),
+            (visible(", ".join(patterns)) if patterns else "(computing…)", "cyan"),
         )
-    else:
-        parts.append(
-            Text(
-                "ask=always: Allow Always is unavailable (approval required every time).",
-                style="italic yellow",
-            )
-        )
-    if insight.get("insightError"):
-        parts.append(Text(f"(local analysis unavailable: {insight['insightError']})", style="dim"))
-    return Group(*parts)
+    unavailable = "ask=always: Allow Always is unavailable (approval required every time)."
+    return Text(unavailable, style="italic yellow")
 
 
 class ApprovalsPane(Horizontal):

@@ -16,6 +16,7 @@ from console.dialogs import ConfirmDialog
 from console.pixels import render
 from console.text import plain
 from console.widgets.listpane import ListPane
+from engine.protocol.requests import BrowserScreenshot, BrowserStatus, BrowserStop, BrowserUrl
 
 EMPTY = Text(
     "No browser sandboxes. They are off unless config.toml turns them on:\n"
@@ -70,7 +71,7 @@ class BrowsersPane(ListPane):
     @work(group="browser-list", exclusive=True, exit_on_error=False)
     async def action_refresh_list(self) -> None:
         try:
-            rows = (await self._request("browser.status")).get("browsers", [])
+            rows = (await self._request(BrowserStatus())).get("browsers", [])
         except Exception as exc:
             self._detail(Text(f"browsers unavailable: {exc}", style="red"))
             return
@@ -82,7 +83,7 @@ class BrowsersPane(ListPane):
     async def _show_screenshot(self, row: dict[str, Any]) -> None:
         name = str(row["containerName"])
         try:
-            shot = (await self._request("browser.screenshot", {"containerName": name})).get("screenshot")
+            shot = (await self._request(BrowserScreenshot(container_name=name))).get("screenshot")
         except Exception as exc:
             self._detail(Text(f"screenshot failed: {exc}", style="red"))
             return
@@ -102,7 +103,7 @@ class BrowsersPane(ListPane):
             self._detail(Text("select a running browser", style="yellow"))
             return
         try:
-            await self._request("browser.screenshot", {"containerName": row["containerName"], "fresh": True})
+            await self._request(BrowserScreenshot(container_name=row["containerName"], fresh=True))
         except Exception as exc:
             self._detail(Text(f"screenshot failed: {exc}", style="red"))
             return
@@ -114,9 +115,9 @@ class BrowsersPane(ListPane):
         if row is None:
             self._detail(Text(self.NOTHING_SELECTED, style="yellow"))
             return
-        params = {"agentId": row.get("agentId") or "main", "sessionKey": row.get("sessionKey") or ""}
+        query = BrowserUrl(agent_id=row.get("agentId") or "main", session_key=row.get("sessionKey") or "")
         try:
-            urls = await self._request("browser.url", params)
+            urls = await self._request(query)
         except Exception as exc:
             self._detail(Text(f"links unavailable: {exc}", style="red"))
             return
@@ -145,7 +146,7 @@ class BrowsersPane(ListPane):
         if not ok:
             return
         try:
-            await self._request("browser.stop", {"containerName": name})
+            await self._request(BrowserStop(container_name=name))
         except Exception as exc:
             self._detail(Text(f"stop failed: {exc}", style="red"))
             return

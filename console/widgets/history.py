@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Static
 from console.text import plain
 from engine.display import MARKED_LINES, visible
 from engine.protocol.frames import RemoteError
+from engine.protocol.requests import ApprovalsHistory
 
 DECISION_STYLE = {"allow-once": "green", "allow-always": "bold green", "deny": "red", "expired": "yellow"}
 
@@ -87,7 +88,7 @@ class HistoryPane(Horizontal):
         if not link.connected.is_set():
             return
         try:
-            page = await link.request("approvals.history", {})
+            page = await link.request(ApprovalsHistory())
         except (RemoteError, ConnectionError) as exc:
             self.query_one("#history-detail", Static).update(Text(f"history unavailable: {exc}", style="red"))
             return

@@ -11,6 +11,8 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
+from engine.protocol.requests import Message
+
 REFRESH_SEC = 5.0
 
 
@@ -62,11 +64,11 @@ class ListPane(Vertical):
         if self.display and self.is_on_screen and self._connected():
             self.action_refresh_list()
 
-    async def _request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def _request(self, msg: Message) -> dict[str, Any]:
         link = getattr(self.app, "link", None)
         if link is None:
             raise RuntimeError("no gateway link")
-        result: dict[str, Any] = await link.request(method, params or {})
+        result: dict[str, Any] = await link.request(msg)
         return result
 
     def _detail(self, text: Text | str, *, transient: bool = False) -> None:

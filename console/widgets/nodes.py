@@ -12,6 +12,7 @@ from textual.widgets import DataTable, Static
 
 from console.text import plain
 from console.widgets.listpane import ListPane
+from engine.protocol.requests import NodesStatus, SandboxList
 
 STATE_STYLE = {"connected": ("● connected", "green"), "connecting": ("◌ connecting", "yellow")}
 
@@ -112,7 +113,7 @@ class NodesPane(ListPane):
         try:
             if link is None:
                 raise RuntimeError("no gateway link")
-            result = await link.request("nodes.status", {"ping": True} if ping else {})
+            result = await link.request(NodesStatus(ping=ping or None))
         except Exception as exc:
             self._detail(Text(f"nodes unavailable: {exc}", style="red"))
             return
@@ -140,7 +141,7 @@ class NodesPane(ListPane):
         except Exception:  # counts are a courtesy: the states above still show
             return {}
         try:
-            boxes = (await link.request("sandbox.list", {})).get("containers") or []
+            boxes = (await link.request(SandboxList())).get("containers") or []
             for b in boxes:
                 add(b.get("node"), "sandboxes", bool(b.get("running")))
         except Exception:

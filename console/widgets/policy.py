@@ -20,7 +20,17 @@ from console.dialogs import ConfirmDialog, TextDialog
 from console.text import plain
 from engine.display import visible
 from engine.policy.precedence import SessionOverrides
+from engine.protocol import requests
 from engine.protocol.frames import RemoteError
+from engine.protocol.requests import (
+    AllowlistAdd,
+    AllowlistRemove,
+    GrantsList,
+    GrantsRevoke,
+    PolicyAgents,
+    PolicyCheck,
+    PolicyOverrides,
+)
 
 # The fields of a session override (`/exec …`, `/elevated …`) as the gateway reports them.
 SESSION_OVERRIDE_KEYS = ("host", "security", "ask", "node", "elevated")
@@ -202,9 +212,9 @@ class PolicyPane(Horizontal):
         if not link.connected.is_set():
             return
         try:
-            live = (await link.request("policy.overrides")).get("overrides", {})
-            rows = (await link.request("policy.agents")).get("agents", [])
-            grants = (await link.request("approvals.grants")).get("grants", [])
+            live = (await link.request(PolicyOverrides())).get("overrides", {})
+            rows = (await link.request(PolicyAgents())).get("agents", [])
+            grants = (await link.request(GrantsList())).get("grants", [])
         except (RemoteError, ConnectionError) as exc:
             self.show_check(Text(f"policy unavailable: {exc}", style="red"))
             return
@@ -217,9 +227,9 @@ class PolicyPane(Horizontal):
         self.show([AgentPolicy.from_json(row) for row in rows if isinstance(row, dict)])
         self.show_grants([g for g in grants if isinstance(g, dict)])
 
-    async def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    async def _request(self, msg: requests.Message) -> dict[str, Any] | None:
         try:
-            result: dict[str, Any] = await self.app.link.request(method, params)  # type: ignore[attr-defined]
+            result: dict[str, Any] = await self.app.link.request(msg)  # type: ignore[attr-defined]
             return result
         except (RemoteError, ConnectionError) as exc:
             self.notify(str(exc), severity="error", markup=False)
@@ -248,7 +258,7 @@ class PolicyPane(Horizontal):
         body = f"{visible(grant.get('id'))}: {visible(patterns)} ({visible(grant.get('left'))})"
         if not await self.app.push_screen_wait(ConfirmDialog("Revoke grant?", body, yes="Revoke")):
             return
-        if await self._request("approvals.grants.revoke", {"id": grant.get("id")}) is not None:
+        if await self._request(GrantsRevoke(id=str(grant.get("id")))) is not None:
             self.notify(f"Revoked grant {grant.get('id')}", markup=False)
         self.reload()
 
@@ -265,8 +275,7 @@ class PolicyPane(Horizontal):
             if not text:
                 return
             pattern, _, arg = (p.strip() for p in text.partition("::"))
-            params = {"agentId": name, "pattern": pattern, **({"argPattern": arg} if arg else {})}
-            added = await self._request("approvals.allowlist.add", params)
+            added = await self._request(AllowlistAdd(agent_id=name, pattern=pattern, arg_pattern=arg or None))
             if added and added.get("pattern") != pattern:
                 self.notify(f"{pattern} resolved to {added.get('pattern')}", markup=False)
             for warning in (added or {}).get("warnings") or []:  # e.g. a file the agent can write
@@ -278,7 +287,7 @@ class PolicyPane(Horizontal):
             confirm = ConfirmDialog("Remove allowlist entry?", body, yes="Remove")
             if not await self.app.push_screen_wait(confirm):
                 return
-            await self._request("approvals.allowlist.remove", {"agentId": name, "pattern": entry["pattern"]})
+            await self._request(AllowlistRemove(agent_id=name, pattern=entry["pattern"]))
         elif verb == "check":
             command = await self.app.push_screen_wait(
                 TextDialog(f"Check a command as {visible(name)}", placeholder="ls -la | wc -l")
@@ -290,9 +299,9 @@ class PolicyPane(Horizontal):
 
     @work(group="policy-check", exclusive=True, exit_on_error=False)
     async def check_command(self, agent: str, command: str) -> None:
-        params = {"command": command, "agentId": agent, "sessionKey": f"agent:{agent}"}
+        query = PolicyCheck(command=command, agent_id=agent, session_key=f"agent:{agent}")
         try:
-            res = await self.app.link.request("policy.check", params)  # type: ignore[attr-defined]
+            res = await self.app.link.request(query)  # type: ignore[attr-defined]
         except (RemoteError, ConnectionError) as exc:
             self.show_check(Text(str(exc), style="red"))
             return

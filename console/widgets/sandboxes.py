@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Static
 from console.dialogs import ConfirmDialog
 from console.text import plain
 from console.widgets.listpane import ListPane
+from engine.protocol.requests import SandboxExplain, SandboxList, SandboxPrune, SandboxRecreate
 
 
 def compact(ms: int | None) -> str:
@@ -100,7 +101,7 @@ class SandboxesPane(ListPane):
     @work(group="sandbox-list", exclusive=True, exit_on_error=False)
     async def action_refresh_list(self) -> None:
         try:
-            res = await self._request("sandbox.list")
+            res = await self._request(SandboxList())
         except Exception as exc:
             self._detail(Text(f"sandboxes unavailable: {exc}", style="red"))
             return
@@ -116,13 +117,12 @@ class SandboxesPane(ListPane):
     @work(group="sandbox-action", exclusive=True, exit_on_error=False)
     async def action_explain(self) -> None:
         row = self.selected
-        params: dict[str, Any] = {}
+        query = SandboxExplain()
         if row is not None:
-            params = {"agentId": row.get("agentId") or "main", "sessionKey": row.get("sessionKey")}
-            if row.get("node"):
-                params["node"] = row["node"]
+            agent, key = row.get("agentId") or "main", row.get("sessionKey")
+            query = SandboxExplain(agent_id=agent, session_key=key, node=row.get("node") or None)
         try:
-            info = await self._request("sandbox.explain", params)
+            info = await self._request(query)
         except Exception as exc:
             self._detail(Text(f"explain failed: {exc}", style="red"))
             return
@@ -154,8 +154,7 @@ class SandboxesPane(ListPane):
         if not ok:
             return
         try:
-            params = {"containerName": name, **({"node": row["node"]} if row.get("node") else {})}
-            res = await self._request("sandbox.recreate", params)
+            res = await self._request(SandboxRecreate(container_name=name, node=row.get("node") or None))
         except Exception as exc:
             self._detail(Text(f"recreate failed: {exc}", style="red"))
             return
@@ -169,7 +168,7 @@ class SandboxesPane(ListPane):
         row = self.selected
         node = row.get("node") if row is not None else None
         try:
-            res = await self._request("sandbox.prune", {"node": node} if node else {})
+            res = await self._request(SandboxPrune(node=node or None))
         except Exception as exc:
             self._detail(Text(f"prune failed: {exc}", style="red"))
             return

@@ -301,6 +301,17 @@ def makefile_sources(makefile: str) -> list[str]:
     return out
 
 
+def tree_program(argv: Sequence[str], paths: Sequence[str | None]) -> str | None:
+    """The program findings_for vets this command as (`git` or a TREE_PROGRAMS name), or None: a command
+    that runs nothing from a tree (known by its name as typed or by any path it resolves to)."""
+    if not argv:
+        return None
+    candidates = [name_of(argv[0]), *(name_of(p) for p in paths if p)]
+    if "git" in candidates:
+        return "git"
+    return next((c for c in candidates if c in TREE_PROGRAMS), None)
+
+
 def findings_for(
     argv: Sequence[str],
     paths: Sequence[str | None],
@@ -315,17 +326,14 @@ def findings_for(
     (their files are named and bound); a program known to take no code from its tree (treesafe, plus the
     operator's `tree_safe`) has nothing to find; any other one, in a tree the agent can write, is a
     finding by itself: nobody knows what it reads there (mypy's plugins, pytest's conftest.py, …)."""
-    if not argv:
-        return []
+    program = tree_program(argv, paths)
     real = next((p for p in paths if p), None)
-    candidates = [name_of(argv[0]), *(name_of(p) for p in paths if p)]
-    if "git" in candidates:
-        return gitvet.vet(real, argv, cwd, record) if real is not None else []
-    program = next((c for c in candidates if c in TREE_PROGRAMS), None)
     if program is None:
-        if real is None or is_tree_safe(argv, real, tree_safe):
+        if not argv or real is None or is_tree_safe(argv, real, tree_safe):
             return []  # nothing runs (not found), or nothing it does depends on its tree
         return _unmodelled(argv, cwd, sandbox_roots)
+    if program == "git":
+        return gitvet.vet(real, argv, cwd, record) if real is not None else []
     spec = TREE_PROGRAMS[program]
     files = _tree_files(program, spec, argv, cwd)
     found = [Finding(program, path, spec.what) for path in files if agent_writable(path, sandbox_roots)]
@@ -390,6 +398,12 @@ class TreeVet:
         for argv, paths in self.commands:
             now += findings_for(argv, paths, cwd or self.cwd, self.roots, record, self.tree_safe)
         return list(dict.fromkeys(now))
+
+    @property
+    def vets_nothing(self) -> bool:
+        """No command here is one findings_for reads files for: pin() reads and binds nothing, whatever the
+        tree holds now (an unmodelled program's finding is its tree, which binds no bytes)."""
+        return all(tree_program(argv, paths) is None for argv, paths in self.commands)
 
     def pin(self, anchor: str | None = None) -> gitvet.Record:
         """Vet again, keeping every byte read: the record the run is pinned to (engine.commands.pinned).

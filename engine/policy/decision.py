@@ -155,8 +155,11 @@ def evaluate(
 ) -> Decision:
     """Decide one command. `store` is read once (one consistent snapshot of the approvals file).
 
-    Policy errors (host not allowed, sandbox required, elevated unavailable) come back as a deny
-    whose reason is the reference text; an unreadable approvals file raises ApprovalsFileError.
+    Three steps, each deciding one thing: the policy that applies (resolve_policy), what the command is
+    found to be under it (`_examine`: allowlist, tree, env, content, durable approvals), and the verdict
+    those findings lead to (`_verdict`). Policy errors (host not allowed, sandbox required, elevated
+    unavailable) come back as a deny whose reason is the reference text; an unreadable approvals file
+    raises ApprovalsFileError.
     """
     if not command.strip():
         raise ToolError("Provide a command to start.")
@@ -181,25 +184,67 @@ def evaluate(
             session_key=session_key,
         )
     except PolicyError as exc:
-        return Decision(
-            command=command,
-            agent_id=agent_id,
-            host=None,
-            security=None,
-            ask=None,
-            ask_fallback=None,
-            node=None,
-            analysis_ok=analysis.ok,
-            analysis_reason=analysis.reason,
-            allowlist_satisfied=False,
-            durable=False,
-            requires_approval=False,
-            verdict="deny",
-            reason=str(exc),
-            decided_by=exc.step,
-            segments=[_segment_json(s.argv, None, None, None, None, None) for s in analysis.segments],
-        )
+        return _refused_by_policy(command, agent_id, analysis, exc)
+    found = _examine(
+        command, analysis, policy, config, agent_id, entries, grants, cwd or os.getcwd(), env, env_overrides
+    )
+    verdict, reason, step = _verdict(policy, found)
+    return _decision(command, agent_id, policy, found, verdict, reason, step)
 
+
+def _refused_by_policy(command: str, agent_id: str, analysis: CommandAnalysis, exc: PolicyError) -> Decision:
+    return Decision(
+        command=command,
+        agent_id=agent_id,
+        host=None,
+        security=None,
+        ask=None,
+        ask_fallback=None,
+        node=None,
+        analysis_ok=analysis.ok,
+        analysis_reason=analysis.reason,
+        allowlist_satisfied=False,
+        durable=False,
+        requires_approval=False,
+        verdict="deny",
+        reason=str(exc),
+        decided_by=exc.step,
+        segments=[_segment_json(s.argv, None, None, None, None, None) for s in analysis.segments],
+    )
+
+
+@dataclass
+class _Findings:
+    """What the command was found to be under its policy, before any verdict."""
+
+    analysis: CommandAnalysis
+    result: AllowlistResult
+    vetted: TreeVet | None  # host runs: code the command would run from a tree the agent can write
+    found: list[Any]  # (vetted.found)
+    foreign_env: list[str]  # env keys the agent sets that are not inert
+    satisfied: bool  # the allowlist holds every segment, and nothing above asks
+    binding: str  # what an allow-always is bound to (cwd, env, tree, content)
+    content: ContentBinding | None
+    durable: bool  # a durable allow-always approval covers it
+    enforced: str | None
+    pinned: str | None
+    identity: Identity
+    grants_used: tuple[str, ...]
+    warnings: list[str]
+
+
+def _examine(
+    command: str,
+    analysis: CommandAnalysis,
+    policy: EffectivePolicy,
+    config: Config,
+    agent_id: str,
+    entries: list[AllowlistEntry],
+    grants: Sequence[AllowlistEntry],
+    cwd: str,
+    env: Mapping[str, str] | None,
+    env_overrides: Mapping[str, str] | None,
+) -> _Findings:
     exec_cfg = config.exec_for(agent_id)
     run_env = own_environ() if env is None else dict(env)
     warnings: list[str] = []
@@ -213,7 +258,7 @@ def evaluate(
     result = evaluate_allowlist(
         analysis,
         entries,
-        cwd=cwd or os.getcwd(),
+        cwd=cwd,
         env=run_env,
         safe_bins=safe_bins,
         safe_bin_profiles=_profiles(exec_cfg.safe_bin_profiles),
@@ -223,7 +268,7 @@ def evaluate(
     # it asks, naming the file, and an allow-always holds only for that file's content.
     roots = sandbox_roots(config.sandbox_value(agent_id, "workspace_root"))
     on_host = not policy.sandboxed and policy.host != "node"
-    vetted = tree_vet(analysis, result, cwd or os.getcwd(), roots, exec_cfg.tree_safe) if on_host else None
+    vetted = tree_vet(analysis, result, cwd, roots, exec_cfg.tree_safe) if on_host else None
     found = list(vetted.found) if vetted is not None else []
     warnings.extend(dict.fromkeys(f.warning() for f in found))
     # Issue 27 §3: env the agent sets is influence the operator never granted an allowlist entry; only
@@ -238,7 +283,7 @@ def evaluate(
             "name), so the command cannot run unasked."
         )
     satisfied = analysis.ok and result.satisfied and not found and not foreign_env
-    binding = approval_binding(analysis, cwd or os.getcwd(), env_overrides)
+    binding = approval_binding(analysis, cwd, env_overrides)
     if vetted is not None and vetted.binding:
         binding += "\n" + vetted.binding
     content = None
@@ -246,113 +291,130 @@ def evaluate(
     # allow any bytes anyway (nothing was shown to bind them to).
     unbound = policy.bypass_approvals or (policy.security == "full" and policy.ask != "always")
     if not policy.sandboxed and policy.host != "node" and not unbound:
-        content = bind(analysis, result, cwd or os.getcwd(), run_env, command=command)
+        content = bind(analysis, result, cwd, run_env, command=command)
         warnings += content_warnings(content, result)
         if content.durable_text():
             binding += "\n" + content.durable_text()  # an exact-command approval binds those bytes too
     durable = has_durable_approval(command, entries, binding) or (
         not found and not foreign_env and _durable_by_entries(analysis, result, entries)
     )
-    segments = [
-        _segment_json(m.argv, m.resolved_path, m.satisfied_by, m.matched_pattern, m.entry_id, m.reason)
-        for m in result.segments
-    ]
-    enforced = enforced_command(analysis, result) if satisfied else None
-    pinned = pinned_command(analysis, result)
-    ident = identity(result, cwd or os.getcwd())
-    needs = requires_approval(policy, analysis.ok, satisfied, durable)
-    used_grants = _grants_used(command, binding, result, grants) if grants else ()
+    return _Findings(
+        analysis=analysis,
+        result=result,
+        vetted=vetted,
+        found=found,
+        foreign_env=foreign_env,
+        satisfied=satisfied,
+        binding=binding,
+        content=content,
+        durable=durable,
+        enforced=enforced_command(analysis, result) if satisfied else None,
+        pinned=pinned_command(analysis, result),
+        identity=identity(result, cwd),
+        grants_used=_grants_used(command, binding, result, grants) if grants else (),
+        warnings=warnings,
+    )
 
-    def done(decision: str, reason: str, step: PolicyStep | None, ask_needed: bool = False) -> Decision:
-        offered = allowed_decisions(policy.ask) if decision == "ask" else ()
-        if content is not None and (content.unbound or content.opaque):
-            # A program from stdin or a search path: nothing an allow-always could hold it to.
-            offered = tuple(d for d in offered if d != "allow-always")
-        always = "allow-always" in offered
-        patterns = allow_always_patterns(command, analysis, result, binding) if always else []
-        writable = content is not None and any(p in content.writable_paths for p in patterns)
-        if always and (found or foreign_env or writable):
-            # A path the agent can write would allow any bytes it puts there, and a program's path would
-            # allow it in any tree: save the command bound to this cwd, env and the tree's named files.
-            patterns = [command_hash_pattern(command, binding)]
-        return Decision(
-            command=command,
-            agent_id=agent_id,
-            host=policy.host,
-            security=policy.security,
-            ask=policy.ask,
-            ask_fallback=policy.ask_fallback,
-            node=policy.node,
-            analysis_ok=analysis.ok,
-            analysis_reason=analysis.reason,
-            allowlist_satisfied=satisfied,
-            durable=durable,
-            requires_approval=ask_needed,
-            verdict=decision,
-            reason=reason,
-            decided_by=step or PolicyStep("policy", "", decision),
-            segments=segments,
-            enforced_command=enforced,
-            pinned_command=pinned,
-            identity=ident,
-            content=content,
-            allowed_decisions=offered,
-            allow_always_patterns=patterns,
-            policy=policy,
-            warnings=warnings,
-            tree=vetted,
-            grant_ids=used_grants if decision == "allow" else (),
-        )
 
+def _verdict(policy: EffectivePolicy, f: _Findings) -> tuple[str, str, PolicyStep | None]:
+    """allow | ask | deny, why, and the policy step that decided it."""
+    analysis, result, found, foreign_env = f.analysis, f.result, f.found, f.foreign_env
+    needs = requires_approval(policy, analysis.ok, f.satisfied, f.durable)
     sec_step, ask_step = policy.step("security"), policy.step("ask")
     if policy.sandboxed:
         if policy.security == "deny":
-            return done("deny", deny_text(policy), sec_step)
-        return done(
-            "allow",
-            "runs inside the sandbox container; exec approvals do not apply there",
-            policy.step("host"),
-        )
+            return "deny", deny_text(policy), sec_step
+        inside = "runs inside the sandbox container; exec approvals do not apply there"
+        return "allow", inside, policy.step("host")
     if policy.bypass_approvals:
-        return done(
-            "allow",
-            "elevated full: runs on the host with approvals bypassed",
-            next((s for s in policy.trail if s.layer == "elevated"), None),
-        )
+        elevated = next((s for s in policy.trail if s.layer == "elevated"), None)
+        return "allow", "elevated full: runs on the host with approvals bypassed", elevated
     if policy.security == "deny":
-        return done("deny", deny_text(policy), sec_step)
+        return "deny", deny_text(policy), sec_step
     where = "runs direct on the gateway (sandbox mode off); " if policy.direct else ""
     if needs and policy.ask == "always":
-        return done("ask", f"{where}ask=always: every command needs approval", ask_step, True)
+        return "ask", f"{where}ask=always: every command needs approval", ask_step
     if policy.security == "full":
-        return done("allow", f"{where}security=full: every command is allowed", sec_step)
+        return "allow", f"{where}security=full: every command is allowed", sec_step
     # security = allowlist
     if needs:
         by_tree = found and analysis.ok and result.satisfied
         miss = found_reason(found) if by_tree else _miss_reason(analysis, result)
         if foreign_env and analysis.ok and result.satisfied and not found:
             miss = f"the agent sets env keys that are not inert ({', '.join(foreign_env)})"
-        return done("ask", f"{where}{miss}; ask=on-miss asks", ask_step, True)
-    if durable and not satisfied:
-        return done(
-            "allow",
-            f"{where}durable allow-always approval for this command",
-            PolicyStep("approvals file", "allow-always", "durable"),
-        )
-    if satisfied and enforced is None:
-        warnings.append(
+        return "ask", f"{where}{miss}; ask=on-miss asks", ask_step
+    if f.durable and not f.satisfied:
+        step = PolicyStep("approvals file", "allow-always", "durable")
+        return "allow", f"{where}durable allow-always approval for this command", step
+    if f.satisfied and f.enforced is None:
+        f.warnings.append(
             "Warning: allowlist auto-execution is unavailable on linux; explicit approval is required."
         )
         if policy.ask != "off":
-            return done("ask", f"{where}the enforced command could not be built", ask_step, True)
-        return done("deny", "exec denied: allowlist miss", ask_step)
-    if satisfied:
-        return done("allow", f"{where}every segment is satisfied: {_hits(result)}", _allowlist_step(result))
+            return "ask", f"{where}the enforced command could not be built", ask_step
+        return "deny", "exec denied: allowlist miss", ask_step
+    if f.satisfied:
+        return "allow", f"{where}every segment is satisfied: {_hits(result)}", _allowlist_step(result)
     if found and analysis.ok and result.satisfied:
-        return done("deny", f"exec denied: {found_reason(found)}", ask_step)
+        return "deny", f"exec denied: {found_reason(found)}", ask_step
     if foreign_env and analysis.ok and result.satisfied:
-        return done("deny", f"exec denied: env keys that are not inert ({', '.join(foreign_env)})", ask_step)
-    return done("deny", "exec denied: allowlist miss", ask_step)
+        return "deny", f"exec denied: env keys that are not inert ({', '.join(foreign_env)})", ask_step
+    return "deny", "exec denied: allowlist miss", ask_step
+
+
+def _decision(
+    command: str,
+    agent_id: str,
+    policy: EffectivePolicy,
+    f: _Findings,
+    verdict: str,
+    reason: str,
+    step: PolicyStep | None,
+) -> Decision:
+    """The decision, with what an ask offers (allow-always and the patterns it would save)."""
+    content = f.content
+    offered = allowed_decisions(policy.ask) if verdict == "ask" else ()
+    if content is not None and (content.unbound or content.opaque):
+        # A program from stdin or a search path: nothing an allow-always could hold it to.
+        offered = tuple(d for d in offered if d != "allow-always")
+    always = "allow-always" in offered
+    patterns = allow_always_patterns(command, f.analysis, f.result, f.binding) if always else []
+    writable = content is not None and any(p in content.writable_paths for p in patterns)
+    if always and (f.found or f.foreign_env or writable):
+        # A path the agent can write would allow any bytes it puts there, and a program's path would
+        # allow it in any tree: save the command bound to this cwd, env and the tree's named files.
+        patterns = [command_hash_pattern(command, f.binding)]
+    return Decision(
+        command=command,
+        agent_id=agent_id,
+        host=policy.host,
+        security=policy.security,
+        ask=policy.ask,
+        ask_fallback=policy.ask_fallback,
+        node=policy.node,
+        analysis_ok=f.analysis.ok,
+        analysis_reason=f.analysis.reason,
+        allowlist_satisfied=f.satisfied,
+        durable=f.durable,
+        requires_approval=verdict == "ask",
+        verdict=verdict,
+        reason=reason,
+        decided_by=step or PolicyStep("policy", "", verdict),
+        segments=[
+            _segment_json(m.argv, m.resolved_path, m.satisfied_by, m.matched_pattern, m.entry_id, m.reason)
+            for m in f.result.segments
+        ],
+        enforced_command=f.enforced,
+        pinned_command=f.pinned,
+        identity=f.identity,
+        content=content,
+        allowed_decisions=offered,
+        allow_always_patterns=patterns,
+        policy=policy,
+        warnings=f.warnings,
+        tree=f.vetted,
+        grant_ids=f.grants_used if verdict == "allow" else (),
+    )
 
 
 def content_warnings(content: ContentBinding, result: AllowlistResult) -> list[str]:

@@ -236,36 +236,83 @@ def resolve_policy(
     clamps again and never broadens; askFallback is capped at the effective security.
     Raises PolicyError (a ToolError) with the reference texts for a disallowed host, a missing sandbox runtime
     or an elevated request while elevated is not enabled.
+
+    Each step decides one thing, in this order: elevated, host, security and ask, the file's clamp, node.
     """
     params = params or {}
     ov = overrides or SessionOverrides()
-    agent = config.agents.get(agent_id)
-    fallback_file = file_defaults if file_defaults is not None else file_policy
+    layers = _Layers(
+        config, config.agents.get(agent_id), file_defaults if file_defaults is not None else file_policy
+    )
     trail: list[PolicyStep] = []
+    mode, session_level = _elevated_mode(config, agent_id, ov, params, sandbox_available, session_key)
+    host, route = _host(layers, ov, params, mode, session_level, sandbox_available, trail)
+    sandboxed = host == "sandbox" and sandbox_available
+    security, ask, ask_fallback = _security_and_ask(
+        layers, ov, params, host, sandboxed, mode, session_level, trail
+    )
+    bypass = mode == "full"
+    if not sandboxed and not bypass and file_policy is not None:
+        security, ask, ask_fallback = _file_clamp(file_policy, security, ask, ask_fallback, trail)
+    if min_security(ask_fallback, security) != ask_fallback:
+        ask_fallback = security
+        trail.append(PolicyStep(LAYER_CAP, "askFallback", ask_fallback))
+    return EffectivePolicy(
+        host=host,
+        security=security,
+        ask=ask,
+        ask_fallback=ask_fallback,
+        node=_node_binding(layers, ov, route.named, host, trail),
+        elevated=mode,
+        bypass_approvals=bypass,
+        trail=trail,
+        configured_host=route.configured,
+        requested_host=route.requested,
+        sandboxed=sandboxed,
+    )
 
-    def layered(attr: str, camel: str, session_value: str | None) -> PolicyStep | None:
+
+class _Layers:
+    """Where a setting comes from below the call: the session's /exec, the agent's and the global config,
+    then the approvals file's defaults."""
+
+    def __init__(self, config: Config, agent: Any, file_policy: Any) -> None:
+        self.config, self.agent, self.file_policy = config, agent, file_policy
+
+    def layered(self, attr: str, camel: str, session_value: str | None) -> PolicyStep | None:
         if session_value is not None:
             return PolicyStep(LAYER_SESSION, f"/exec {camel}", session_value)
+        agent = self.agent
         if agent is not None and agent.exec.get(attr) is not None:
             return PolicyStep(
                 f"config agents.list[{agent.id}]",
                 f"agents.list[{agent.index}].tools.exec.{camel}",
                 str(agent.exec[attr]),
             )
-        value = getattr(config.exec, attr)
+        value = getattr(self.config.exec, attr)
         if value is not None:
             return PolicyStep(LAYER_GLOBAL, f"tools.exec.{camel}", str(value))
         return None
 
-    def from_file(attr: str, camel: str) -> PolicyStep | None:
+    def from_file(self, attr: str, camel: str, sandboxed: bool) -> PolicyStep | None:
         # The approvals file governs host exec; a real sandbox container is outside its reach.
-        if fallback_file is None or sandboxed:
+        if self.file_policy is None or sandboxed:
             return None
-        raw = getattr(fallback_file, attr, None)
+        raw = getattr(self.file_policy, attr, None)
         value = normalize_ask(raw) if attr == "ask" else normalize_security(raw)
         return PolicyStep(LAYER_FILE, f"exec-approvals.json {camel}", value) if value else None
 
-    # Elevated (reference §1.5 step 2): the per-call flag, else the session's /elevated level.
+
+def _elevated_mode(
+    config: Config,
+    agent_id: str,
+    ov: SessionOverrides,
+    params: Mapping[str, Any],
+    sandbox_available: bool,
+    session_key: str | None,
+) -> tuple[str, str | None]:
+    """Elevated (reference §1.5 step 2): the per-call flag, else the session's /elevated level; with the
+    session's level, for the trail."""
     enabled = config.elevated_enabled_for(agent_id)
     session_level = normalize_elevated(ov.elevated)
     param_elevated = params.get("elevated")
@@ -280,9 +327,27 @@ def resolve_policy(
         mode = {"on": "ask", "ask": "ask", "full": "full"}.get(session_level or "off", "off")
         if not enabled:
             mode = "off"
+    return mode, session_level
 
-    # Host (reference §1.4).
-    host_step = layered("host", "host", normalize_host(ov.host))
+
+@dataclass
+class _Route:
+    configured: str  # the host the layers set
+    requested: str | None  # the host the call asked for (a named node asks for node)
+    named: str | None  # the node the call named
+
+
+def _host(
+    layers: _Layers,
+    ov: SessionOverrides,
+    params: Mapping[str, Any],
+    mode: str,
+    session_level: str | None,
+    sandbox_available: bool,
+    trail: list[PolicyStep],
+) -> tuple[str, _Route]:
+    """Where the command runs (reference §1.4), and how the call chose it."""
+    host_step = layers.layered("host", "host", normalize_host(ov.host))
     if host_step is None:
         host_step = PolicyStep(LAYER_BUILTIN, "tools.exec.host", "sandbox")
     configured = host_step.value
@@ -320,13 +385,24 @@ def resolve_policy(
         host = "sandbox" if sandbox_available else "gateway"
         why = "sandbox runtime available" if sandbox_available else "no sandbox runtime"
         trail.append(PolicyStep(f"host=auto ({why})", "host", host))
-    sandboxed = host == "sandbox" and sandbox_available
     if host == "sandbox" and not sandbox_available and host_step.layer != LAYER_BUILTIN:
         raise PolicyError(SANDBOX_REQUIRED_TEXT, host_step)
+    return host, _Route(configured, requested, named)
 
-    # Security.
-    sec_step = layered("security", "security", normalize_security(ov.security)) or from_file(
-        "security", "security"
+
+def _security_and_ask(
+    layers: _Layers,
+    ov: SessionOverrides,
+    params: Mapping[str, Any],
+    host: str,
+    sandboxed: bool,
+    mode: str,
+    session_level: str | None,
+    trail: list[PolicyStep],
+) -> tuple[str, str, str]:
+    """security, ask and askFallback from the layers; a call may only tighten; elevated raises security."""
+    sec_step = layers.layered("security", "security", normalize_security(ov.security)) or layers.from_file(
+        "security", "security", sandboxed
     )
     if sec_step is None:
         # Seeds: gateway and node default to deny. A real sandbox is its own boundary; the seed's
@@ -338,71 +414,65 @@ def resolve_policy(
         trail, "security", sec_step.value, normalize_security(params.get("security")), min_security, "tighten"
     )
 
-    # Ask.
-    ask_step = layered("ask", "ask", normalize_ask(ov.ask)) or from_file("ask", "ask")
+    ask_step = layers.layered("ask", "ask", normalize_ask(ov.ask)) or layers.from_file(
+        "ask", "ask", sandboxed
+    )
     if ask_step is None:
         ask_step = PolicyStep(LAYER_BUILTIN, "tools.exec.ask", "on-miss")
     trail.append(ask_step)
     ask = _param_may_only(trail, "ask", ask_step.value, normalize_ask(params.get("ask")), max_ask, "ask more")
 
     # Elevated modes: host exec with full security; full also skips approvals entirely.
-    bypass = mode == "full"
     if mode != "off":
         security = "full"
         trail.append(PolicyStep(LAYER_ELEVATED, f"/elevated {session_level or 'on'} security", "full"))
-        if bypass:
+        if mode == "full":
             ask = "off"
             trail.append(PolicyStep(LAYER_ELEVATED, "/elevated full ask", "off"))
 
-    # askFallback.
-    fb_step = layered("ask_fallback", "askFallback", None) or from_file("ask_fallback", "askFallback")
+    fb_step = layers.layered("ask_fallback", "askFallback", None) or layers.from_file(
+        "ask_fallback", "askFallback", sandboxed
+    )
     if fb_step is None:
         fb_step = PolicyStep(LAYER_BUILTIN, "tools.exec.askFallback", "deny")
     trail.append(fb_step)
-    ask_fallback = fb_step.value
+    return security, ask, fb_step.value
 
-    # Host approvals-file clamp (reference §1.5 step 3): may tighten, never broaden.
-    if not sandboxed and not bypass and file_policy is not None:
-        file_security = normalize_security(getattr(file_policy, "security", None))
-        if file_security is not None and min_security(security, file_security) != security:
-            security = file_security
-            trail.append(PolicyStep(LAYER_CLAMP, "exec-approvals.json security", security))
-        file_ask = normalize_ask(getattr(file_policy, "ask", None))
-        if file_ask is not None and max_ask(ask, file_ask) != ask:
-            ask = file_ask
-            trail.append(PolicyStep(LAYER_CLAMP, "exec-approvals.json ask", ask))
-        file_fb = normalize_security(getattr(file_policy, "ask_fallback", None))
-        if file_fb is not None and min_security(ask_fallback, file_fb) != ask_fallback:
-            ask_fallback = file_fb
-            trail.append(PolicyStep(LAYER_CLAMP, "exec-approvals.json askFallback", ask_fallback))
-    if min_security(ask_fallback, security) != ask_fallback:
-        ask_fallback = security
-        trail.append(PolicyStep(LAYER_CAP, "askFallback", ask_fallback))
 
-    # Node binding: per-call, session, agent, global. Only a node run (or a sandbox on a node) has one: a
-    # bound tools.exec.node must not label a gateway run "Node: build".
-    node = named
-    if node is not None:
-        trail.append(PolicyStep(LAYER_PARAM, "node", node))
-    elif host == "node":
-        node_step = layered("node", "node", ov.node.strip() if ov.node and ov.node.strip() else None)
-        if node_step is not None:
-            node = node_step.value
-            trail.append(node_step)
+def _file_clamp(
+    file_policy: Any, security: str, ask: str, ask_fallback: str, trail: list[PolicyStep]
+) -> tuple[str, str, str]:
+    """The host approvals file's clamp (reference §1.5 step 3): it may tighten, never broaden."""
+    file_security = normalize_security(getattr(file_policy, "security", None))
+    if file_security is not None and min_security(security, file_security) != security:
+        security = file_security
+        trail.append(PolicyStep(LAYER_CLAMP, "exec-approvals.json security", security))
+    file_ask = normalize_ask(getattr(file_policy, "ask", None))
+    if file_ask is not None and max_ask(ask, file_ask) != ask:
+        ask = file_ask
+        trail.append(PolicyStep(LAYER_CLAMP, "exec-approvals.json ask", ask))
+    file_fb = normalize_security(getattr(file_policy, "ask_fallback", None))
+    if file_fb is not None and min_security(ask_fallback, file_fb) != ask_fallback:
+        ask_fallback = file_fb
+        trail.append(PolicyStep(LAYER_CLAMP, "exec-approvals.json askFallback", ask_fallback))
+    return security, ask, ask_fallback
 
-    return EffectivePolicy(
-        host=host,
-        security=security,
-        ask=ask,
-        ask_fallback=ask_fallback,
-        node=node,
-        elevated=mode,
-        bypass_approvals=bypass,
-        trail=trail,
-        configured_host=configured,
-        requested_host=requested,
-        sandboxed=sandboxed,
-    )
+
+def _node_binding(
+    layers: _Layers, ov: SessionOverrides, named: str | None, host: str, trail: list[PolicyStep]
+) -> str | None:
+    """Per-call, session, agent, global. Only a node run (or a sandbox on a node) has one: a bound
+    tools.exec.node must not label a gateway run "Node: build"."""
+    if named is not None:
+        trail.append(PolicyStep(LAYER_PARAM, "node", named))
+        return named
+    if host != "node":
+        return None
+    node_step = layers.layered("node", "node", ov.node.strip() if ov.node and ov.node.strip() else None)
+    if node_step is None:
+        return None
+    trail.append(node_step)
+    return node_step.value
 
 
 def requires_approval(

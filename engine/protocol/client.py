@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import os
 import subprocess
@@ -40,6 +41,7 @@ from engine.protocol.handshake import (
     welcome_or_raise,
 )
 from engine.protocol.methods import TOPICS
+from engine.protocol.requests import ApprovalsPending, Message, SessionsList, Subscribe, method_and_params
 from engine.protocol.stopped import read_stop, stopped_error
 
 # Who this client is stays with this client: the daemon serves every principal, so it starts with none.
@@ -266,8 +268,10 @@ class ControlClient:
             self._pending.clear()
             self._events.put_nowait(None)
 
-    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Send one request and await its response; raises RemoteError for `ok: false`."""
+    async def request(self, method: str | Message, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send one request (a typed message, engine.protocol.requests) and await its response; raises
+        RemoteError for `ok: false`."""
+        method, params = method_and_params(method, params)
         if self._closed:
             raise ConnectionError(self.close_reason or "connection closed")
         self._next_id += 1
@@ -285,31 +289,31 @@ class ControlClient:
     async def pending_approvals(self) -> list[dict[str, Any]]:
         """Every pending approval, oldest first: the gateway pages the list to keep frames under the cap."""
         rows: list[dict[str, Any]] = []
-        params: dict[str, Any] = {}
+        cursor: str | None = None
         while True:
-            page = await self.request("approvals.pending", params)
+            page = await self.request(ApprovalsPending(cursor=cursor))
             rows += page.get("approvals") or []
             if not page.get("next"):
                 return rows
-            params = {"cursor": page["next"]}
+            cursor = page["next"]
 
-    async def list_sessions(self, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    async def list_sessions(self, query: SessionsList | None = None) -> list[dict[str, Any]]:
         """Every row of `sessions.list` (newest first), fetched page by page under the frame cap."""
         rows: list[dict[str, Any]] = []
-        query = dict(params or {})
+        page_query = query or SessionsList()
         while True:
-            page = await self.request("sessions.list", query)
+            page = await self.request(page_query)
             rows += page.get("sessions") or []
             if not page.get("next"):
                 return rows
-            query["cursor"] = page["next"]
+            page_query = dataclasses.replace(page_query, cursor=page["next"])
 
     def add_listener(self, listener: Callable[[Event], None]) -> None:
         """Call `listener` for every pushed event, in arrival order (in addition to `events()`)."""
         self._listeners.append(listener)
 
     async def subscribe(self, topics: list[str] | tuple[str, ...] = TOPICS) -> dict[str, Any]:
-        return await self.request("subscribe", {"topics": list(topics)})
+        return await self.request(Subscribe(topics=list(topics)))
 
     async def events(self) -> AsyncIterator[Event]:
         """Pushed events until the connection closes."""

@@ -43,6 +43,10 @@ class GatewayUnavailable(ExecHostError):
     code = "unavailable"
 
 
+class GatewayNotRunning(GatewayUnavailable):
+    """Nothing listens on the control socket (no file, or refused): no gateway runs for this state dir."""
+
+
 class GatewayNotAnswering(GatewayUnavailable):
     """A gateway holds the socket but did not answer the handshake in time (stopped with SIGSTOP, or
     overloaded): starting another would only fail on its lock, so the caller is told and may retry."""

@@ -84,3 +84,14 @@ class Topic(StrEnum):
 
 
 TOPICS = tuple(t.value for t in Topic)
+
+
+class RunStatus(StrEnum):
+    """A tool result's `details.status` (exec, process, approvals.status's run) as clients read it."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    DENIED = "denied"
+    APPROVAL_PENDING = "approval-pending"  # the call waits for the operator (exec returned at once)
+    APPROVAL_UNAVAILABLE = "approval-unavailable"  # an ask was needed and nobody could answer it

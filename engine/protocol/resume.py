@@ -14,13 +14,15 @@ from typing import Any
 
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable, RemoteError
+from engine.protocol.methods import RunStatus
+from engine.protocol.requests import ApprovalsStatus
 from engine.protocol.stopped import GatewayStopped
 
 POLL_S = 0.5
 # How long after an ask's expiry a caller keeps trying to reach a gateway (one that restarts must
 # still apply askFallback and report it).
 GIVE_UP_AFTER_EXPIRY_MS = 120_000
-ENDED = ("completed", "failed", "denied")
+ENDED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.DENIED)
 
 
 def settled(out: dict[str, Any]) -> dict[str, Any] | None:
@@ -29,11 +31,11 @@ def settled(out: dict[str, Any]) -> dict[str, Any] | None:
     approval = details.get("approval") or {}
     run = details.get("run") or {}
     state = str(details.get("status") or "")
-    if state == "approval-pending":
+    if state == RunStatus.APPROVAL_PENDING:
         return None
     approval_id = str(approval.get("id") or "")
     command = str(approval.get("command") or "")
-    if run.get("status") == "denied" or (state == "approval-deny" and not run):
+    if run.get("status") == RunStatus.DENIED or (state == "approval-deny" and not run):
         reason = str(run.get("reason") or "user-denied")
         text = f"Exec denied (gateway id={approval_id}, {reason}): {command}"
         return {"text": text, "details": {"status": "denied", "reason": reason, "approvalId": approval_id}}
@@ -75,10 +77,10 @@ async def follow_approval(
                 if client is None or client.closed:
                     client = await open_client()
                 # The connection is the agent (issue 18): an agentId is only ever the caller's own.
-                ask = {"approvalId": approval_id, **({"agentId": agent_id} if agent_id else {})}
-                if waiting.get("sessionKey"):  # this caller's own run, when others share the ask
-                    ask["sessionKey"] = str(waiting["sessionKey"])
-                out = await client.request("approvals.status", ask)
+                # The session: this caller's own run, when others share the ask.
+                key = str(waiting["sessionKey"]) if waiting.get("sessionKey") else None
+                ask = ApprovalsStatus(approval_id=approval_id, agent_id=agent_id or None, session_key=key)
+                out = await client.request(ask)
             except (GatewayUnavailable, ConnectionError, OSError) as exc:
                 client = None
                 if isinstance(exc, GatewayStopped) and on_stopped is not None:

@@ -17,6 +17,7 @@ from engine.protocol.frames import (
     ErrorFrame,
     Event,
     GatewayNotAnswering,
+    GatewayNotRunning,
     GatewayUnavailable,
     ProtocolError,
     RemoteError,
@@ -26,6 +27,7 @@ from engine.protocol.frames import (
     encode_frame,
 )
 from engine.protocol.handshake import dial_path, gateway_secret, hello, identity, welcome_or_raise
+from engine.protocol.requests import Message, method_and_params
 
 
 class SyncClient:
@@ -59,7 +61,7 @@ class SyncClient:
             try:
                 sock.connect(str(path))
             except (FileNotFoundError, ConnectionRefusedError) as exc:
-                raise GatewayUnavailable(f"no gateway is listening on {path} ({exc.strerror})") from None
+                raise GatewayNotRunning(f"no gateway is listening on {path} ({exc.strerror})") from None
             except OSError as exc:
                 raise GatewayUnavailable(f"cannot connect to {path}: {exc.strerror or exc}") from None
             secret = gateway_secret(state, None)
@@ -106,7 +108,7 @@ class SyncClient:
 
     def request(
         self,
-        method: str,
+        method: str | Message,
         params: dict[str, Any] | None = None,
         *,
         on_event: Callable[[Event], None] | None = None,
@@ -115,6 +117,7 @@ class SyncClient:
         """Send one request and wait for its response (RemoteError for `ok: false`, ConnectionError when the
         gateway goes away). Events that arrive meanwhile go to `on_event`; `tick` runs about once a second
         while nothing arrives (a countdown on a terminal)."""
+        method, params = method_and_params(method, params)
         self._next_id += 1
         rid = self._next_id
         self._sock.settimeout(None)

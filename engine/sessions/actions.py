@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from engine.results import ToolResult
@@ -81,46 +82,51 @@ async def run_action(
     name = str(action or "").strip().lower()
     if name == "list":
         return _list(manager, scope, params)
-    if name not in ACTIONS:
+    handler = HANDLERS.get(name)
+    if handler is None:
         return _fail(f"Unknown action {action}")
     session_id = str(params.get("sessionId") or "").strip()
     if not session_id:
         return _fail("sessionId is required for this action.")
-    session = manager.get(session_id, scope)
-    if name == "poll":
-        return await _poll(manager, session, session_id, params)
-    if name == "log":
-        return await _log(session, session_id, params)
-    if name in ("write", "send-keys", "submit", "paste"):
-        return await _input(name, session, session_id, params)
-    if name == "kill":
-        if session is None or session.exited:
-            return _fail(f"No active session found for {session_id}")
-        if not session.backgrounded:
-            return _fail(f"Session {session_id} is not backgrounded.")
-        if not manager.request_kill(session):
-            return _fail(f"Unable to terminate session {session_id}: no active supervisor run or process id.")
-        # The status says what is true when we answer: a process that ignores SIGTERM for a while is
-        # still running (the kill escalates); `completed` only once it has gone.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(session.done.wait()), KILL_WAIT_SEC)
-        gone = session.done.is_set()
-        return ToolResult(
-            f"Termination requested for session {session_id}."
-            + ("" if gone else " It is still running; poll to see it exit."),
-            {
-                "status": "completed" if gone else "running",
-                "sessionId": session_id,
-                "name": session.name,
-                "terminationRequested": True,
-            },
-        )
-    if name == "clear":
-        if session is None or not session.exited or not session.listed:
-            return _fail(f"No finished session found for {session_id}")
-        manager.registry.drop(session_id)
-        return ToolResult(f"Cleared session {session_id}.", {"status": "completed"})
-    # remove
+    return await handler(manager, name, manager.get(session_id, scope), session_id, params)
+
+
+async def _kill(manager: SessionManager, name: str, session: Any, session_id: str, params: Any) -> ToolResult:
+    if session is None or session.exited:
+        return _fail(f"No active session found for {session_id}")
+    if not session.backgrounded:
+        return _fail(f"Session {session_id} is not backgrounded.")
+    if not manager.request_kill(session):
+        return _fail(f"Unable to terminate session {session_id}: no active supervisor run or process id.")
+    # The status says what is true when we answer: a process that ignores SIGTERM for a while is
+    # still running (the kill escalates); `completed` only once it has gone.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(session.done.wait()), KILL_WAIT_SEC)
+    gone = session.done.is_set()
+    return ToolResult(
+        f"Termination requested for session {session_id}."
+        + ("" if gone else " It is still running; poll to see it exit."),
+        {
+            "status": "completed" if gone else "running",
+            "sessionId": session_id,
+            "name": session.name,
+            "terminationRequested": True,
+        },
+    )
+
+
+async def _clear(
+    manager: SessionManager, name: str, session: Any, session_id: str, params: Any
+) -> ToolResult:
+    if session is None or not session.exited or not session.listed:
+        return _fail(f"No finished session found for {session_id}")
+    manager.registry.drop(session_id)
+    return ToolResult(f"Cleared session {session_id}.", {"status": "completed"})
+
+
+async def _remove(
+    manager: SessionManager, name: str, session: Any, session_id: str, params: Any
+) -> ToolResult:
     if session is None or (session.exited and not session.listed):
         return _fail(f"No session found for {session_id}", error="not-found")
     if not session.exited:
@@ -363,3 +369,18 @@ async def _send_keys(
 
 
 __all__ = ["ACTIONS", "format_duration", "now_ms", "run_action"]
+
+
+# Every action but `list` (which needs no session): (manager, action, session or None, its id, params).
+ActionHandler = Callable[[SessionManager, str, Any, str, dict[str, Any]], Awaitable[ToolResult]]
+HANDLERS: dict[str, ActionHandler] = {
+    "poll": lambda manager, _name, session, sid, params: _poll(manager, session, sid, params),
+    "log": lambda _manager, _name, session, sid, params: _log(session, sid, params),
+    "write": lambda _manager, name, session, sid, params: _input(name, session, sid, params),
+    "send-keys": lambda _manager, name, session, sid, params: _input(name, session, sid, params),
+    "submit": lambda _manager, name, session, sid, params: _input(name, session, sid, params),
+    "paste": lambda _manager, name, session, sid, params: _input(name, session, sid, params),
+    "kill": _kill,
+    "clear": _clear,
+    "remove": _remove,
+}

@@ -23,6 +23,7 @@ LOG_NAME = "host.log"
 HEADER = struct.Struct(">IBI")
 SPOOL_HEADER = struct.Struct(">BI")
 READ_CHUNK = 65536
+DRAIN_READS = 16  # at an exit, up to 1 MiB per stream read before the exit is told (a pipe holds 64 KiB)
 HIGH_WATER = 4 * 1024 * 1024  # bytes queued to the gateway beyond which output is only spooled
 STALLED_SEC = 5.0  # a gateway that took no byte for this long is not waited for (see _gateway_behind)
 CATCH_UP_CHUNK = 256 * 1024
@@ -145,7 +146,8 @@ class SessionIO:
             and time.monotonic() - self.took_at < STALLED_SEC
         )
 
-    def _read_output(self, s: Session, fd: int) -> None:
+    def _read_output(self, s: Session, fd: int) -> bool:
+        """Read once from a readable stream; True when bytes came (there may be more)."""
         if s.capped and s.streams.get(fd) != STATUS and self._gateway_behind(s):
             # Nowhere to put it: the spool is full and the gateway is busy. Stop reading this command until
             # it catches up (the command blocks on its pipe, as under any slow reader); nothing is dropped.
@@ -153,22 +155,22 @@ class SessionIO:
             self.paused[s] = None
             for out_fd in list(s.streams):
                 self._update(s, out_fd)
-            return
+            return False
         try:
             data = os.read(fd, READ_CHUNK)
         except BlockingIOError:
-            return
+            return False
         except OSError as exc:  # EIO: the pty's other side is gone; ECONNRESET: a socket peer reset
             if exc.errno not in (errno.EIO, errno.ECONNRESET):
                 raise
             data = b""
         if not data:
             self._close_stream(s, fd)
-            return
+            return False
         stream = s.streams[fd]
         if stream == STATUS:
             self._status(s, data)
-            return
+            return True
         size = SPOOL_HEADER.size + len(data)
         live = (
             self.client is not None and s.attached and s.sent == s.spool_size and len(self.out) < HIGH_WATER
@@ -184,6 +186,17 @@ class SessionIO:
                 self.behind[s] = None  # the spool is the buffer: sent from there once the gateway drains
         if live:
             self._send(OUT_KINDS[stream], s.chan, data)
+        return True
+
+    def _drain(self, s: Session) -> None:
+        """What a command wrote before it ended is in its pipes when its exit is known: read it first, so
+        the exit reaches the gateway after every byte before it (a gateway that sees the exit reads to EOF
+        only while output keeps coming: a busy one judged the late bytes a stray's and lost them). Bounded:
+        a stray that inherited the pipe may write forever."""
+        for fd in [fd for fd, stream in s.streams.items() if stream != STATUS]:
+            for _ in range(DRAIN_READS):
+                if fd not in s.streams or not self._read_output(s, fd):
+                    break
 
     def _spool_fd(self, s: Session) -> int:
         fd = self.spool_fds.get(s)
@@ -216,6 +229,7 @@ class SessionIO:
         if s.exit is not None:
             return
         s.exit = {"code": code, "signal": sig, "endedAt": int(time.time() * 1000)}
+        self._drain(s)
         self.exits.append((s.sid, s.exit))  # written once the gateway has been told (off its wait)
         self._notify(s)
         if s.collected:

@@ -11,7 +11,9 @@ pipes or a PTY) it is the parent, so it alone reaps it and learns its exit code;
 - appends every output chunk, framed, to `<id>.spool` (0600; capped) before or instead of sending it: the
   spool is the buffer, so a slow or absent gateway never stalls a command, and a gateway that attaches
   later is sent the spool from byte 0, then live frames;
-- writes `<id>.json` (what the session is) at spawn and `<id>.exit` (code, signal, time) at the end;
+- writes `<id>.json` (what the session is) before the spawn, again with the pid once the reply is sent
+  (not for a command that already ended: its pid names nothing), and `<id>.exit` (code, signal, time)
+  at the end;
 - keeps a finished session until a gateway has collected its end (`CLOSE`).
 
 Per idle session it holds two fds for pipes (a socketpair end for stdin+stdout, a pipe for stderr; two
@@ -38,6 +40,7 @@ import sys
 import termios
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 if __package__:  # imported (tests, type checks)
@@ -88,6 +91,7 @@ class Host(hio.SessionIO):
         self.out = bytearray()
         self.fd_queue: list[int] = []
         self.exits: list[tuple[str, dict[str, Any]]] = []
+        self.metas: list[tuple[hio.Session, object]] = []  # `<id>.json` with the pid, written after the reply
         self.linger: tuple[float, hio.Session] | None = None  # hold our writes until then, or its end
         self.idle_since = time.monotonic()
         self.checked_at = time.monotonic()
@@ -135,6 +139,10 @@ class Host(hio.SessionIO):
                     self.linger = None
             if self.linger is None:
                 self._flush()
+                metas, self.metas = self.metas, []
+                for held, meta in metas:
+                    if held.exit is None:  # an ended command's pid names nothing (adoption reads it live)
+                        self._write_meta(held, meta)
                 if self.exits:
                     self._write_exits()
             if now - self.checked_at >= CHECK_SEC:
@@ -259,107 +267,134 @@ class Host(hio.SessionIO):
 
     def _command(self, kind: int, chan: int, payload: bytes) -> None:
         if not self.hello:
-            msg = json.loads(payload) if kind == hio.HELLO else {}
-            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]  # how many sessions the gateway may send
-            hello = {"version": hio.VERSION, "pid": os.getpid(), "fdLimit": limit}
-            self._send(hio.HELLO, 0, json.dumps(hello).encode())
-            if msg.get("version") != hio.VERSION:
-                self._flush()
-                self._drop_client()  # another format: the gateway says why and runs without us
-                return
-            self.hello = True
+            self._hello(kind, payload)
             return
-        if kind in (hio.WRITE, hio.EOF, hio.RESIZE, hio.SIGNAL, hio.CLOSE):
+        on_session = SESSION_COMMANDS.get(kind)
+        if on_session is not None:
             s = self.sessions.get(chan)
             if s is not None:
-                self._session_command(kind, s, payload)
+                on_session(self, s, payload)
             return
-        msg = json.loads(payload) if payload else {}
-        if kind == hio.SPAWN:
-            count = msg.get("nfds", 0) if isinstance(msg.get("nfds", 0), int) else 0
-            fds, self.fd_queue = self.fd_queue[:count], self.fd_queue[count:]
-            try:
-                s = self._spawn(msg, fds)
-                self._reply(msg.get("req"), {"chan": s.chan, "pid": s.pid, "pty": s.pty})
-                # A quick command's reply, output, EOF and exit go in one write: one wake-up of the
-                # gateway instead of two. A command still running when the linger ends is answered then.
-                self.linger = (time.monotonic() + LINGER_SEC, s)
-                self._write_meta(s, msg.get("meta"))
-            except Exception as exc:  # the command could not start: say why
-                err = getattr(exc, "errno", None)
-                limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-                reply = {"error": f"{type(exc).__name__}: {exc}", "errno": err, "fdLimit": limit}
-                self._reply(msg.get("req"), reply)
-            finally:
-                for fd in fds:
-                    os.close(fd)
-        elif kind == hio.HOLD:
-            count = msg.get("nfds", 0) if isinstance(msg.get("nfds", 0), int) else 0
-            fds, self.fd_queue = self.fd_queue[:count], self.fd_queue[count:]
-            try:
-                s = self._hold(msg, fds)
-            except Exception as exc:
-                for fd in fds:
-                    os.close(fd)
-                self._reply(msg.get("req"), {"error": f"{type(exc).__name__}: {exc}"})
-                return
-            self._reply(msg.get("req"), {"chan": s.chan, "pid": 0, "pty": False})
-            self._write_meta(s, msg.get("meta"))
-            if s.status_buf:  # after the reply: the gateway knows the channel before its exit
-                self._status(s, b"")
-        elif kind == hio.LIST:
-            rows = [
-                {"id": s.sid, "chan": s.chan, "pid": s.pid, "exited": s.exit is not None}
-                for s in self.sessions.values()
-            ]
-            self._reply(msg.get("req"), {"sessions": rows})
-        elif kind == hio.ATTACH:
-            s = self.by_id.get(msg.get("id"))  # type: ignore[arg-type]
-            if s is None or s.collected:
-                self._reply(msg.get("req"), {"error": "unknown session"})
-                return
-            s.attached, s.sent, s.eof_sent, s.exit_sent = True, 0, False, False
-            self._reply(msg.get("req"), {"chan": s.chan, "pid": s.pid, "pty": s.pty})
-            self.behind[s] = None  # the spool from byte 0, then live
-        elif kind == hio.FORGET and hio.valid_id(msg.get("id")):
-            for suffix in ("json", "spool", "exit", "done"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f"{msg['id']}.{suffix}")
-        elif kind == hio.BYE:  # a gateway that stops on purpose: with nothing left to hold, we go too
-            self.bye = True  # (it closes the connection next)
+        handler = COMMANDS.get(kind)
+        if handler is not None:
+            handler(self, json.loads(payload) if payload else {})
 
-    def _session_command(self, kind: int, s: hio.Session, payload: bytes) -> None:
-        if kind == hio.WRITE:
-            if s.stdin_fd is not None and len(s.inbuf) + len(payload) <= MAX_INPUT_BACKLOG:
-                s.inbuf += payload
+    def _hello(self, kind: int, payload: bytes) -> None:
+        msg = json.loads(payload) if kind == hio.HELLO else {}
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]  # how many sessions the gateway may send
+        hello = {"version": hio.VERSION, "pid": os.getpid(), "fdLimit": limit}
+        self._send(hio.HELLO, 0, json.dumps(hello).encode())
+        if msg.get("version") != hio.VERSION:
+            self._flush()
+            self._drop_client()  # another format: the gateway says why and runs without us
+            return
+        self.hello = True
+
+    def _take_fds(self, msg: dict[str, Any]) -> list[int]:
+        count = msg.get("nfds", 0) if isinstance(msg.get("nfds", 0), int) else 0
+        fds, self.fd_queue = self.fd_queue[:count], self.fd_queue[count:]
+        return fds
+
+    def _cmd_spawn(self, msg: dict[str, Any]) -> None:
+        fds = self._take_fds(msg)
+        try:
+            s = self._spawn(msg, fds)
+            self._reply(msg.get("req"), {"chan": s.chan, "pid": s.pid, "pty": s.pty})
+            # A quick command's reply, output, EOF and exit go in one write: one wake-up of the
+            # gateway instead of two. A command still running when the linger ends is answered then.
+            self.linger = (time.monotonic() + LINGER_SEC, s)
+            # The pid goes to `<id>.json` after the reply is sent (the claim before the spawn is what
+            # a next gateway relies on): one file write less between the command and its result.
+            self.metas.append((s, msg.get("meta")))
+        except Exception as exc:  # the command could not start: say why
+            err = getattr(exc, "errno", None)
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            reply = {"error": f"{type(exc).__name__}: {exc}", "errno": err, "fdLimit": limit}
+            self._reply(msg.get("req"), reply)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _cmd_hold(self, msg: dict[str, Any]) -> None:
+        fds = self._take_fds(msg)
+        try:
+            s = self._hold(msg, fds)
+        except Exception as exc:
+            for fd in fds:
+                os.close(fd)
+            self._reply(msg.get("req"), {"error": f"{type(exc).__name__}: {exc}"})
+            return
+        self._reply(msg.get("req"), {"chan": s.chan, "pid": 0, "pty": False})
+        self._write_meta(s, msg.get("meta"))
+        if s.status_buf:  # after the reply: the gateway knows the channel before its exit
+            self._status(s, b"")
+
+    def _cmd_list(self, msg: dict[str, Any]) -> None:
+        rows = [
+            {"id": s.sid, "chan": s.chan, "pid": s.pid, "exited": s.exit is not None}
+            for s in self.sessions.values()
+        ]
+        self._reply(msg.get("req"), {"sessions": rows})
+
+    def _cmd_attach(self, msg: dict[str, Any]) -> None:
+        s = self.by_id.get(msg.get("id"))  # type: ignore[arg-type]
+        if s is None or s.collected:
+            self._reply(msg.get("req"), {"error": "unknown session"})
+            return
+        s.attached, s.sent, s.eof_sent, s.exit_sent = True, 0, False, False
+        self._reply(msg.get("req"), {"chan": s.chan, "pid": s.pid, "pty": s.pty})
+        self.behind[s] = None  # the spool from byte 0, then live
+
+    def _cmd_forget(self, msg: dict[str, Any]) -> None:
+        if not hio.valid_id(msg.get("id")):
+            return
+        self.metas = [(s, meta) for s, meta in self.metas if s.sid != msg["id"]]  # never written back
+        for suffix in ("json", "spool", "exit", "done"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{msg['id']}.{suffix}")
+
+    def _cmd_bye(self, msg: dict[str, Any]) -> None:
+        """A gateway that stops on purpose: with nothing left to hold, we go too (it closes next)."""
+        self.bye = True
+
+    # -- one session's commands
+
+    def _session_write(self, s: hio.Session, payload: bytes) -> None:
+        if s.stdin_fd is not None and len(s.inbuf) + len(payload) <= MAX_INPUT_BACKLOG:
+            s.inbuf += payload
+            self._flush_input(s)
+
+    def _session_eof(self, s: hio.Session, payload: bytes) -> None:
+        if s.pty:
+            if s.stdin_fd is not None:
+                s.inbuf += b"\x04"  # a terminal has no half-close: EOT is what a user's ^D sends
                 self._flush_input(s)
-        elif kind == hio.EOF:
-            if s.pty:
-                if s.stdin_fd is not None:
-                    s.inbuf += b"\x04"  # a terminal has no half-close: EOT is what a user's ^D sends
-                    self._flush_input(s)
-            elif s.sock is not None or s.stdin_fd is not None:
-                s.shut_pending = True
-                self._flush_input(s)
-        elif kind == hio.RESIZE:
-            if s.pty and s.stdin_fd is not None and s.pid:  # a held terminal is resized by its owner
-                msg = json.loads(payload)
-                size = struct.pack("HHHH", int(msg["rows"]), int(msg["cols"]), 0, 0)
-                fcntl.ioctl(s.stdin_fd, termios.TIOCSWINSZ, size)
-        elif kind == hio.SIGNAL:
-            if s.exit is None and s.pid:  # not reaped: the group cannot be a recycled one
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(s.pid, int(json.loads(payload)["sig"]))
-        elif kind == hio.CLOSE:  # the gateway recorded the end (or gave up on strays): stop reading
-            s.collected = True
-            s.attached = False
-            self._close_held_stdin(s)
-            for fd in list(s.streams):
-                self._close_stream(s, fd)
-            self._close_spool(s)
-            self.behind.pop(s, None)
-            if s.exit is not None:
-                self._remove(s)
+        elif s.sock is not None or s.stdin_fd is not None:
+            s.shut_pending = True
+            self._flush_input(s)
+
+    def _session_resize(self, s: hio.Session, payload: bytes) -> None:
+        if s.pty and s.stdin_fd is not None and s.pid:  # a held terminal is resized by its owner
+            msg = json.loads(payload)
+            size = struct.pack("HHHH", int(msg["rows"]), int(msg["cols"]), 0, 0)
+            fcntl.ioctl(s.stdin_fd, termios.TIOCSWINSZ, size)
+
+    def _session_signal(self, s: hio.Session, payload: bytes) -> None:
+        if s.exit is None and s.pid:  # not reaped: the group cannot be a recycled one
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(s.pid, int(json.loads(payload)["sig"]))
+
+    def _session_close(self, s: hio.Session, payload: bytes) -> None:
+        """The gateway recorded the end (or gave up on strays): stop reading."""
+        s.collected = True
+        s.attached = False
+        self._close_held_stdin(s)
+        for fd in list(s.streams):
+            self._close_stream(s, fd)
+        self._close_spool(s)
+        self.behind.pop(s, None)
+        if s.exit is not None:
+            self._remove(s)
 
     # -- spawning
     def _spawn(self, msg: dict[str, Any], fds: list[int]) -> hio.Session:
@@ -471,6 +506,24 @@ class Host(hio.SessionIO):
                 os.unlink(hio.SOCKET_NAME)
         self.listener.close()
         self._drop_client()
+
+
+# The gateway's commands, by frame kind: those on one session's channel, and the host's own.
+SESSION_COMMANDS: dict[int, Callable[[Host, hio.Session, bytes], None]] = {
+    hio.WRITE: Host._session_write,
+    hio.EOF: Host._session_eof,
+    hio.RESIZE: Host._session_resize,
+    hio.SIGNAL: Host._session_signal,
+    hio.CLOSE: Host._session_close,
+}
+COMMANDS: dict[int, Callable[[Host, dict[str, Any]], None]] = {
+    hio.SPAWN: Host._cmd_spawn,
+    hio.HOLD: Host._cmd_hold,
+    hio.LIST: Host._cmd_list,
+    hio.ATTACH: Host._cmd_attach,
+    hio.FORGET: Host._cmd_forget,
+    hio.BYE: Host._cmd_bye,
+}
 
 
 def _take_lock() -> int | None:

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from engine import statefs
 from engine.errors import NotFound
+from engine.protocol.methods import EventName
 from engine.results import ToolError, ToolResult
 from engine.sessions import procs
 from engine.sessions.actions import run_action
@@ -253,7 +254,7 @@ class SessionManager:
         task = asyncio.get_running_loop().create_task(self._supervise(session, handle))
         self._supervisors.add(task)
         task.add_done_callback(self._supervisors.discard)
-        self._emit("session.started", session)
+        self._emit(EventName.SESSION_STARTED, session)
 
     async def _supervise(self, session: Session, handle: ProcessHandle) -> None:
         loop = asyncio.get_running_loop()
@@ -370,7 +371,7 @@ class SessionManager:
             self.registry.drop(session.id)
         session.done.set()
         session.activity.set()
-        self._emit("session.exited", session)
+        self._emit(EventName.SESSION_EXITED, session)
         if session.listed:  # kept for list/poll/log: on disk once its waiters had their result
             asyncio.get_running_loop().call_later(SETTLE_AFTER_SEC, self._settle, session)
 

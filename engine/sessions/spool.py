@@ -43,21 +43,22 @@ class EventSpool:
         if raw is None:
             return {}
         try:
-            data = jsontext.loads(raw)
-            queues = data["queues"] if isinstance(data, dict) and data.get("version") == VERSION else None
-            if not isinstance(queues, dict):
-                raise ValueError("not an events spool")
+            return _parse(raw)
         except (ValueError, KeyError) as exc:
             aside = self.path.with_name(f"{self.path.name}.bad")
             self.path.replace(aside)
             self.problem = f"undelivered events in {self.path} unreadable ({exc}); kept as {aside}"
             log.error("%s", self.problem)
             return {}
-        out: dict[str, list[str]] = {}
-        for key, texts in list(queues.items())[:MAX_KEYS]:
-            if isinstance(key, str) and key.strip() and isinstance(texts, list):
-                out[key] = [t[:MAX_TEXT_CHARS] for t in texts if isinstance(t, str)]
-        return out
+
+    def peek(self) -> dict[str, list[str]]:
+        """The queues as on disk, changing nothing (what `exechost events` shows with no gateway running);
+        StateFileError when the file cannot be read or is not a spool."""
+        try:
+            raw = read_text(self.path)
+            return {} if raw is None else _parse(raw)
+        except (OSError, UnicodeDecodeError, ValueError, KeyError) as exc:
+            raise StateFileError(f"undelivered events in {self.path} unreadable ({exc})") from None
 
     def save(self, queues: dict[str, list[str]]) -> None:
         """Write every queue (bounded); a failure is logged and kept in `problem`: delivery goes on."""
@@ -87,6 +88,18 @@ class EventSpool:
         except (OSError, StateFileError) as exc:
             self.problem = f"undelivered events not saved to {self.path}: {exc}"
             log.error("%s", self.problem)
+
+
+def _parse(raw: str) -> dict[str, list[str]]:
+    data = jsontext.loads(raw)
+    queues = data["queues"] if isinstance(data, dict) and data.get("version") == VERSION else None
+    if not isinstance(queues, dict):
+        raise ValueError("not an events spool")
+    out: dict[str, list[str]] = {}
+    for key, texts in list(queues.items())[:MAX_KEYS]:
+        if isinstance(key, str) and key.strip() and isinstance(texts, list):
+            out[key] = [t[:MAX_TEXT_CHARS] for t in texts if isinstance(t, str)]
+    return out
 
 
 def _encode(queues: dict[str, list[str]]) -> bytes:

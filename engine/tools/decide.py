@@ -17,7 +17,6 @@ from engine.commands.hostenv import sanitize_host_env
 from engine.config.model import Config
 from engine.policy.decision import ApprovalsSource, Decision, evaluate
 from engine.policy.precedence import SessionOverrides, overrides_for
-from engine.results import ToolError
 from engine.sandbox import with_sandbox_refusal
 from engine.tools.exec_request import (
     ENV_MAX_BYTES,
@@ -26,9 +25,6 @@ from engine.tools.exec_request import (
     sandbox_available,
     within,
 )
-
-# The call's params that choose the policy (each may only tighten what the config allows).
-POLICY_PARAMS = ("host", "security", "ask", "node", "elevated")
 
 
 @dataclass
@@ -42,28 +38,22 @@ class Decided:
     cwd_warnings: list[str] = field(default_factory=list)  # the workdir fallback (host runs only)
 
 
-def call_env(params: Mapping[str, Any]) -> dict[str, str] | None:
-    """The env the agent sets, checked: an object of strings within ENV_MAX_BYTES."""
-    env = params.get("env")
+def call_env(env: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The env the agent sets (typed by the request), within ENV_MAX_BYTES."""
     if env is None:
         return None
-    strings = isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
-    if not strings:
-        raise ToolError("env must be an object of string values")
     if env:
         within("env", "".join(k + v for k, v in env.items()), ENV_MAX_BYTES, "pass data in files")
     return dict(env)
 
 
-def host_workdir(raw: Any, warnings: list[str]) -> str:
+def host_workdir(raw: str | None, warnings: list[str]) -> str:
     """Explicit workdir if it is a directory, else $HOME (with the reference warning)."""
     fallback = os.path.expanduser("~")
     if not os.path.isdir(fallback):
         fallback = "/"
     if raw is None or raw == "":
         return fallback
-    if not isinstance(raw, str) or "\x00" in raw:
-        raise ToolError("workdir must be a string path")
     within("workdir", raw, WORKDIR_MAX_BYTES, "no path is that long")
     path = os.path.expanduser(raw)
     if os.path.isdir(path):
@@ -74,7 +64,8 @@ def host_workdir(raw: Any, warnings: list[str]) -> str:
 
 def decide(
     command: str,
-    params: Mapping[str, Any],
+    call: Mapping[str, Any],
+    env: Mapping[str, str] | None,
     *,
     config: Config,
     agent_id: str,
@@ -82,15 +73,16 @@ def decide(
     overrides: Mapping[str, SessionOverrides],
     store: ApprovalsSource,
     grants: GrantStore | None,
-    workdir: Any = None,
+    workdir: str | None = None,
 ) -> Decided:
     """Decide `command` as exec will run it (blocking: reads files; call it off the event loop).
 
-    `params` carries the per-call policy and `env`; `workdir` is the raw workdir (exec's `workdir` or
-    `defaultWorkdir`, `policy check`'s `cwd`). `grants=None` decides without live grants.
+    `call` is the per-call policy (a request's `policy_params()`), `env` the env the agent sets; `workdir`
+    is the workdir (exec's `workdir` or `defaultWorkdir`, `policy check`'s `cwd`). `grants=None` decides
+    without live grants.
     """
-    env = call_env(params)
-    call = {k: params[k] for k in POLICY_PARAMS if k in params}
+    env = call_env(env)
+    call = dict(call)
     check_enums(call)
     cwd_warnings: list[str] = []
     cwd = host_workdir(workdir, cwd_warnings)

@@ -26,6 +26,7 @@ from engine.commands.verified import DEFAULT_SHELL, StaleContent, VerifiedRun, v
 from engine.config.model import Config
 from engine.policy.decision import Decision
 from engine.policy.precedence import SessionOverrides
+from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.tools.decide import Decided, decide
 from engine.tools.exec_asks import (
@@ -59,7 +60,7 @@ __all__ = ["COMMAND_MAX_BYTES", "ExecContext", "ExecTool", "sandbox_available"]
 
 
 class ExecTool:
-    """One per gateway; `await tool.run(params, ctx)` returns the tool result or raises ToolError."""
+    """One per gateway; `await tool.run(call, ctx)` returns the tool result or raises ToolError."""
 
     def __init__(
         self,
@@ -96,17 +97,17 @@ class ExecTool:
 
     # -- entry point
 
-    async def run(self, params: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
-        prepared = await self._prepare(params, ctx)
+    async def run(self, call: ExecRequest, ctx: ExecContext) -> ToolResult:
+        prepared = await self._prepare(call, ctx)
         decision = prepared.decision
         if decision.verdict == "deny":
             raise ToolError(decision.reason)
         if prepared.host == "node" and self.node_runner is not None:
             # The gateway's policy only tightens (it rides along); the node decides and asks itself.
-            return await self.node_runner(prepared.command, params, ctx, decision)
+            return await self.node_runner(prepared.command, call, ctx, decision)
         if decision.verdict == "allow" and decision.grant_ids and not await self._use_grants(decision):
             # A grant ran out (or expired, or was revoked) since the decision: decide again without it.
-            prepared = await self._prepare(params, ctx, use_grants=False)
+            prepared = await self._prepare(call, ctx, use_grants=False)
             decision = prepared.decision
             if decision.verdict == "deny":
                 raise ToolError(decision.reason)
@@ -114,10 +115,10 @@ class ExecTool:
             self._record_use(prepared, ctx)
             self._still_as_decided(prepared)
             try:
-                return await self._run(prepared, params, ctx, prepared.command_to_run())
+                return await self._run(prepared, call, ctx, prepared.command_to_run())
             except StaleContent as exc:
                 raise ToolError(f"exec denied: {exc}; ask again") from None
-        return await self._ask(prepared, params, ctx)
+        return await self._ask(prepared, call, ctx)
 
     async def _use_grants(self, decision: Decision) -> bool:
         """Take one use of every grant the allow leans on, atomically (two runs never exceed the limit)."""
@@ -131,11 +132,9 @@ class ExecTool:
 
     # -- preparation
 
-    async def _prepare(
-        self, params: Mapping[str, Any], ctx: ExecContext, *, use_grants: bool = True
-    ) -> Prepared:
-        command = params.get("command")
-        if not isinstance(command, str) or not command.strip():
+    async def _prepare(self, call: ExecRequest, ctx: ExecContext, *, use_grants: bool = True) -> Prepared:
+        command = call.command
+        if command is None or not command.strip():
             raise ToolError("Provide a command to start.")
         if "\x00" in command:
             raise ToolError("exec denied: the command contains a NUL byte")
@@ -144,20 +143,20 @@ class ExecTool:
         problem = self._config_problem()
         notices = [f"Warning: {problem}"] if problem else []
         # defaultWorkdir: the calling CLI/MCP process's cwd, used on the host when no workdir is given.
-        node_query = params.get("node")
-        if isinstance(node_query, str) and node_query.strip() and self.node_known is not None:
-            self.node_known(node_query)
+        if call.node and call.node.strip() and self.node_known is not None:
+            self.node_known(call.node)
         decide_now = functools.partial(
             decide,
             command,
-            params,
+            call.policy_params(),
+            call.env,
             config=config,
             agent_id=ctx.agent_id,
             session_key=ctx.session_key,
             overrides=self.overrides,
             store=self.store,
             grants=self.grants if use_grants else None,
-            workdir=params.get("workdir") or params.get("defaultWorkdir"),
+            workdir=call.workdir or call.default_workdir,
         )
         try:
             # The grants file is read in the same worker-thread hop as the decision: one hop per exec.
@@ -177,14 +176,14 @@ class ExecTool:
         policy = decision.policy
         assert policy is not None
         # A sandbox on a node (per-call node=, or the agent's sandbox.node): that node's runner creates it.
-        on_node = policy.sandboxed and (params.get("node") or config.sandbox_value(ctx.agent_id, "node"))
+        on_node = policy.sandboxed and (call.node or config.sandbox_value(ctx.agent_id, "node"))
         if policy.host == "node" or on_node:
             if self.node_runner is None:
                 raise ToolError(NODE_UNAVAILABLE)
             prepared.host = "node"
             return prepared
         if policy.sandboxed:
-            await self._prepare_sandbox(prepared, config, ctx, dict(env_param or {}), params.get("workdir"))
+            await self._prepare_sandbox(prepared, config, ctx, dict(env_param or {}), call.workdir)
             return prepared
         prepared.host = "gateway"
         sanitized = sanitize_host_env(os.environ, env_param, block_path_overrides=True)
@@ -231,7 +230,7 @@ class ExecTool:
     def _spec(
         self,
         prepared: Prepared,
-        params: Mapping[str, Any],
+        call: ExecRequest,
         ctx: ExecContext,
         command: str,
         *,
@@ -241,17 +240,17 @@ class ExecTool:
         from engine.sessions.registry import derive_session_name
 
         exec_cfg = self._config().exec_for(ctx.agent_id)
-        background = bool(params.get("background")) or detached
-        yield_requested = params.get("yieldMs") is not None
+        background = bool(call.background) or detached
+        yield_requested = call.yield_ms is not None
         timeout_sec = run_timeout(
-            params.get("timeout"), background=background, yields=yield_requested, default=exec_cfg.timeout_sec
+            call.timeout, background=background, yields=yield_requested, default=exec_cfg.timeout_sec
         )
         return RunSpec(
             command=command,
             cwd=prepared.cwd,
             env=prepared.env,
-            pty=bool(params.get("pty")),
-            yield_ms=0 if background else clamp_yield_ms(params.get("yieldMs"), exec_cfg.background_ms),
+            pty=bool(call.pty),
+            yield_ms=0 if background else clamp_yield_ms(call.yield_ms, exec_cfg.background_ms),
             background=background,
             timeout_sec=timeout_sec,
             scope_key=ctx.scope_key,
@@ -270,7 +269,7 @@ class ExecTool:
     async def _run(
         self,
         prepared: Prepared,
-        params: Mapping[str, Any],
+        call: ExecRequest,
         ctx: ExecContext,
         command: str,
         *,
@@ -285,7 +284,7 @@ class ExecTool:
             cwd_fd = self._cwd_fd(prepared)
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
             view = await self._pinned(prepared, run, anchor)
-            spec = self._spec(prepared, params, ctx, run.command, detached=detached)
+            spec = self._spec(prepared, call, ctx, run.command, detached=detached)
             started = run.command if cwd_fd is None else in_checked_cwd(cwd_fd, run.command)
             spec.argv = view.argv(DEFAULT_SHELL, started) or (
                 [DEFAULT_SHELL, "-c", started] if cwd_fd is not None else None
@@ -309,8 +308,8 @@ class ExecTool:
         """The private view the run starts in: git pointed at the repository vetted, every file a host
         tool or a script takes code from a read-only copy of the bytes checked (issue 27 §4, §5)."""
         d = prepared.decision
-        if prepared.host != "gateway" or (d.tree is None and not run.rereads):
-            return PinnedView()
+        if prepared.host != "gateway" or ((d.tree is None or d.tree.vets_nothing) and not run.rereads):
+            return PinnedView()  # nothing to pin (view_for's answer too): no thread hop for it
         return await asyncio.to_thread(view_for, d.tree, run, anchor)
 
     @staticmethod
@@ -335,9 +334,9 @@ class ExecTool:
 
     # -- approvals
 
-    async def _ask(self, prepared: Prepared, params: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
-        request = ask_request(prepared, ctx, params)
-        resume = resume_data(prepared, params, ctx)
+    async def _ask(self, prepared: Prepared, call: ExecRequest, ctx: ExecContext) -> ToolResult:
+        request = ask_request(prepared, ctx, call)
+        resume = resume_data(prepared, call, ctx)
         while True:
             try:
                 record, created = self.approvals.register(request, resume=resume)
@@ -346,7 +345,7 @@ class ExecTool:
             if not self.has_approver():
                 # Two-phase: answer now, decide later; the run or denial reaches the agent as a system event.
                 if created:
-                    self._spawn(self._detached(record, prepared, params, ctx))
+                    self._spawn(self._detached(record, prepared, call, ctx))
                 await self.approvals.durable()  # "pending" is a promise: the ask is on disk first
                 return pending_result(record, prepared)
             if ctx.on_waiting is not None:
@@ -355,7 +354,7 @@ class ExecTool:
                 await self.approvals.durable()
                 # The session says whose run to follow when the ask is shared (ApprovalRecord.slot).
                 ctx.on_waiting(waiting_data(record) | {"sessionKey": ctx.session_key})
-            outcome = asyncio.ensure_future(self._approved_run(record, prepared, params, ctx))
+            outcome = asyncio.ensure_future(self._approved_run(record, prepared, call, ctx))
             try:
                 result = await asyncio.shield(outcome)
             except asyncio.CancelledError:
@@ -374,7 +373,7 @@ class ExecTool:
         self,
         record: ApprovalRecord,
         prepared: Prepared,
-        params: Mapping[str, Any],
+        call: ExecRequest,
         ctx: ExecContext,
         *,
         detached: bool = False,
@@ -395,7 +394,7 @@ class ExecTool:
             return denied
         session_id = await self._starting(record, prepared, slot)
         try:
-            result = await self._run(prepared, params, ctx, command, detached=detached, session_id=session_id)
+            result = await self._run(prepared, call, ctx, command, detached=detached, session_id=session_id)
         except StaleContent as exc:
             denied = denied_result(record, prepared, f"approval-stale: {exc}")
             note_run(self.approvals, record, denied, slot=slot)
@@ -493,12 +492,12 @@ class ExecTool:
         task.add_done_callback(self._background.discard)
 
     async def _detached(
-        self, record: ApprovalRecord, prepared: Prepared, params: Mapping[str, Any], ctx: ExecContext
+        self, record: ApprovalRecord, prepared: Prepared, call: ExecRequest, ctx: ExecContext
     ) -> None:
         """Wait for the decision, run detached, and report with a follow-up system event."""
         try:
             try:
-                result = await self._approved_run(record, prepared, params, ctx, detached=True)
+                result = await self._approved_run(record, prepared, call, ctx, detached=True)
             except (ToolError, OSError) as exc:
                 log.warning("approved command failed to start: %s", exc)
                 self._emit(ctx, f"Exec denied (gateway id={record.id}, spawn-failed): {prepared.command}")

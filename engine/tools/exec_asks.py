@@ -3,18 +3,18 @@ resumes it from, and the pending, denied and finished texts (pure: no state of t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from engine.approvals.pending import ApprovalRecord, ApprovalRequest, env_hash
+from engine.protocol.requests import ExecRequest
 from engine.results import ToolResult
 from engine.tools.exec_request import RESUME_PARAMS, ExecContext, Prepared, agent_reason
 from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, approval_pending_text, compact
 
 
-def ask_request(prepared: Prepared, ctx: ExecContext, params: Mapping[str, Any]) -> ApprovalRequest:
+def ask_request(prepared: Prepared, ctx: ExecContext, call: ExecRequest) -> ApprovalRequest:
     d = prepared.decision
-    env_param = params.get("env") or {}
+    env_param = call.env or {}
     first = d.segments[0].get("resolvedPath") if d.segments else None
     return ApprovalRequest(
         command=prepared.command,
@@ -33,14 +33,14 @@ def ask_request(prepared: Prepared, ctx: ExecContext, params: Mapping[str, Any])
         content_key=d.content.key() if d.content is not None else "",
         decision_json=d.to_json(),
         warnings=tuple(prepared.warnings),
-        agent_reason=agent_reason(params.get("reason")),
+        agent_reason=agent_reason(call.reason),
     )
 
 
-def resume_data(prepared: Prepared, params: Mapping[str, Any], ctx: ExecContext) -> dict[str, Any]:
+def resume_data(prepared: Prepared, call: ExecRequest, ctx: ExecContext) -> dict[str, Any]:
     """What the next gateway needs to run this ask as approved after a crash (engine.tools.resume)."""
     return {
-        "params": {k: params[k] for k in RESUME_PARAMS if k in params},
+        "params": {k: v for k, v in call.params().items() if k in RESUME_PARAMS},
         "agentId": ctx.agent_id,
         "sessionKey": ctx.session_key,
         "host": prepared.host,

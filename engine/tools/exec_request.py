@@ -12,6 +12,7 @@ from engine.approvals.store import Use
 from engine.config.model import Config
 from engine.modes import ASKS, HOSTS, SECURITIES
 from engine.policy.decision import Decision
+from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.sandbox.settings import is_sandboxed
 from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, compact
@@ -55,8 +56,9 @@ def clamped(call: Mapping[str, Any], decision: Decision) -> list[str]:
     return notes
 
 
-def agent_reason(value: Any) -> str | None:
-    if not isinstance(value, str) or not value.strip():
+def agent_reason(value: str | None) -> str | None:
+    """The agent's stated reason as the operator sees it: trimmed, at most 500 characters."""
+    if value is None or not value.strip():
         return None
     return value.strip()[:500]
 
@@ -110,8 +112,8 @@ class Events(Protocol):
     def enqueue(self, session_key: str, text: str) -> None: ...
 
 
-# host=node: (command, params, ctx, the gateway's decision) -> result; the node's own policy decides there.
-NodeRunner = Callable[[str, Mapping[str, Any], "ExecContext", Decision], Any]
+# host=node: (command, call, ctx, the gateway's decision) -> result; the node's own policy decides there.
+NodeRunner = Callable[[str, ExecRequest, "ExecContext", Decision], Any]
 
 
 @dataclass

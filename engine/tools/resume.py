@@ -15,6 +15,8 @@ from engine.approvals.durable import StoredAsk
 from engine.approvals.grants import GrantLimits
 from engine.approvals.pending import ApprovalRecord, env_hash
 from engine.commands.allowlist import identity_problem
+from engine.errors import InvalidInput
+from engine.protocol.requests import ExecRequest
 from engine.results import ToolError
 from engine.tools.exec import ExecContext, ExecTool
 
@@ -88,14 +90,14 @@ def stale_reason(
 async def resume_ask(tool: ExecTool, record: ApprovalRecord, slot: dict[str, Any] | None = None) -> None:
     """One requester's run of a restored ask: the first requester's, or a joined one's (`slot`)."""
     resume = (record.resume if slot is None else slot.get("resume")) or {}
-    params = dict(resume.get("params") or {})
+    stored = dict(resume.get("params") or {})
     ctx = ExecContext(
         agent_id=str(resume.get("agentId") or "main"),
         session_key=str(resume.get("sessionKey") or ""),
         caller_alive=lambda: False,
     )
     decision = await tool.approvals.wait(record)
-    command = str(params.get("command") or record.request.command)
+    command = str(stored.get("command") or record.request.command)
     run = record.run if slot is None else slot.get("run")
     if run is not None and run.get("status") != "starting":
         return  # this requester's run is over (the ask stays on disk for another requester's)
@@ -113,8 +115,9 @@ async def resume_ask(tool: ExecTool, record: ApprovalRecord, slot: dict[str, Any
         return
     problem: str | None
     try:
-        prepared = await tool._prepare(params, ctx)
-    except ToolError as exc:
+        call = ExecRequest.decode(stored)  # written by resume_data from a decoded call
+        prepared = await tool._prepare(call, ctx)
+    except (ToolError, InvalidInput) as exc:
         prepared, problem = None, str(exc)
     else:
         problem = stale_reason(tool, record, prepared, resume)
@@ -122,7 +125,7 @@ async def resume_ask(tool: ExecTool, record: ApprovalRecord, slot: dict[str, Any
         tool._emit(ctx, f"Exec denied (gateway id={record.id}, approval-stale: {problem}): {command}")
         tool.approvals.note_run(record, _denied(f"approval-stale: {problem}"), slot)
         return
-    await tool._detached(record, prepared, params, ctx)
+    await tool._detached(record, prepared, call, ctx)
 
 
 def _never_started(

@@ -10,6 +10,7 @@ import time
 from engine import principals, statefs
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable, RemoteError
+from engine.protocol.requests import AgentsRefresh, AgentsRevoke
 from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit
 
 
@@ -41,7 +42,7 @@ def _refresh() -> list[str]:
     async def go() -> list[str]:
         client = await ControlClient.connect(client="cli", name="cli agents", autostart=False, operator=True)
         try:
-            return list((await client.request("agents.refresh")).get("dropped") or [])
+            return list((await client.request(AgentsRefresh())).get("dropped") or [])
         finally:
             await client.close()
 
@@ -94,7 +95,7 @@ def _revoke_live(agent: str) -> dict[str, object] | None:
     async def go() -> dict[str, object]:
         client = await ControlClient.connect(client="cli", name="cli agents", autostart=False, operator=True)
         try:
-            return await client.request("agents.revoke", {"agent": agent})
+            return await client.request(AgentsRevoke(agent=agent))
         finally:
             await client.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from engine import statefs
@@ -14,6 +15,7 @@ from engine.approvals.grants import GRANTS_NAME, GrantLimits, GrantStore, parse_
 from engine.approvals.history import HISTORY_DIR, DecisionLog
 from engine.display import visible, warnings
 from engine.errors import InvalidInput
+from engine.protocol.requests import ApprovalsHistory, ApprovalsPending, Approve, GrantsList, GrantsRevoke
 from engine.protocol.syncclient import SyncClient
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, emit, table
@@ -68,11 +70,10 @@ def _offline(what: str, path: object) -> None:
 
 
 def cmd_grants(args: argparse.Namespace) -> int:
-    params = {"agentId": args.agent} if args.agent else {}
     client = running_client(operator=True)
     if client is not None:
         with client, cli_failures():
-            result = client.request("approvals.grants", params)
+            result = client.request(GrantsList(agent_id=args.agent or None))
     else:
         store = GrantStore(statefs.state_dir() / GRANTS_NAME)
         _offline("grants", store.path)
@@ -97,7 +98,7 @@ def cmd_grants(args: argparse.Namespace) -> int:
 
 
 def cmd_grants_revoke(args: argparse.Namespace) -> int:
-    result = call("approvals.grants.revoke", {"id": args.grant_id}, operator=True)
+    result = call(GrantsRevoke(id=args.grant_id), operator=True)
     revoked = result.get("revoked") or {}
     where = f" on node {revoked['node']}" if revoked.get("node") else ""
     emit(f"Revoked grant {visible(str(revoked.get('id')))}{where}.", result, args.json)
@@ -105,28 +106,27 @@ def cmd_grants_revoke(args: argparse.Namespace) -> int:
 
 
 def _pages(
-    client: SyncClient, method: str, params: dict[str, Any], key: str
+    client: SyncClient, query: ApprovalsHistory | ApprovalsPending, key: str
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Every row of a paged list (the gateway keeps frames under the cap), and each page's `error`."""
     rows: list[dict[str, Any]] = []
     problems: list[str] = []
     while True:
-        page = client.request(method, params)
+        page = client.request(query)
         rows += page.get(key) or []
         if page.get("error") and str(page["error"]) not in problems:
             problems.append(str(page["error"]))
         if not page.get("next"):
             return rows, problems
-        params = {**params, "cursor": page["next"]}
+        query = replace(query, cursor=page["next"])
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"agentId": args.agent} if args.agent else {}
     client = running_client(operator=True)
     problems: list[str] = []
     if client is not None:
         with client, cli_failures():
-            rows, problems = _pages(client, "approvals.history", params, "approvals")
+            rows, problems = _pages(client, ApprovalsHistory(agent_id=args.agent or None), "approvals")
     else:
         log = DecisionLog(statefs.state_dir() / HISTORY_DIR)
         _offline("decisions (runs as last recorded)", log.directory)
@@ -159,9 +159,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     if parsed is None:
         raise UsageError(f"{CLI_USAGE}\n{args.decision!r} is not a decision; {valid_decisions_text()}")
     approval_id, decision = parsed
-    params: dict[str, Any] = {"id": approval_id, "decision": decision}
-    if args.reason:
-        params["reason"] = args.reason
+    grant: dict[str, Any] | None = None
     if args.for_ is not None or args.uses is not None or args.session:
         if decision != "allow-always":
             raise UsageError("--for, --uses and --session limit allow-always (a grant)")
@@ -171,8 +169,9 @@ def cmd_approve(args: argparse.Namespace) -> int:
             )
         except InvalidInput as exc:
             raise UsageError(str(exc)) from None
-        params["grant"] = limits.to_json()
-    result = call("approve", params, operator=True)
+        grant = limits.to_json()
+    msg = Approve(id=approval_id, decision=decision, reason=args.reason or None, grant=grant)
+    result = call(msg, operator=True)
     emit(str(result.get("text", "")), result.get("details") or {}, args.json)
     return 0
 
@@ -209,7 +208,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
     client = running_client(operator=True)
     if client is not None:
         with client, cli_failures():
-            approvals, _ = _pages(client, "approvals.pending", {}, "approvals")
+            approvals, _ = _pages(client, ApprovalsPending(), "approvals")
     else:
         approvals = _stored_pending()
     if not approvals:

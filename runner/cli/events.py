@@ -6,14 +6,28 @@ import argparse
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
-from engine import principals
+from engine import principals, statefs
 from engine.display import REPORT, visible
 from engine.protocol.client import ControlClient
-from engine.protocol.frames import GatewayUnavailable
+from engine.protocol.frames import GatewayUnavailable, RemoteError
+from engine.protocol.handshake import credential_for
+from engine.protocol.methods import EventName, Topic
+from engine.protocol.requests import Events
+from engine.protocol.syncclient import SyncClient
+from engine.sessions.spool import SPOOL_NAME, EventSpool
+from engine.statefs import StateFileError
 from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit
-from runner.cli.gateway import EXIT_UNAVAILABLE, CliFailure, call, run_verb
+from runner.cli.gateway import (
+    EXIT_UNAVAILABLE,
+    CliFailure,
+    cli_failures,
+    run_verb,
+    running_client,
+    running_or_fail,
+)
 
 
 def register(subparsers: Subparsers) -> None:
@@ -31,22 +45,58 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"drain": args.drain}
-    if args.session:
-        params["sessionKey"] = args.session
-    if args.follow:
-        return _follow(args)
-    events: list[dict[str, Any]] = []
-    while True:  # the gateway answers a page at a time: a large backlog is read in several
-        page = call("events", params, agent=args.agent)
-        events += page.get("events", [])
-        if page.get("next") is None:
-            break
-        params["cursor"] = page["next"]
+    query = Events(drain=args.drain, session_key=args.session or None)
+    client: SyncClient | None
+    if args.follow or args.drain:
+        # Both need the gateway (its live events; delivery is its to record): none running is said, and
+        # none is started just for this (issue 30).
+        what = "`events --follow` follows its live events" if args.follow else "`events --drain` asks it"
+        client = running_or_fail(what, agent=args.agent)
+        if args.follow:
+            client.close()
+            return _follow(args)
+    else:
+        client = running_client(agent=args.agent)
+    if client is None:
+        events = _from_disk(args)
+    else:
+        events = []
+        with client, cli_failures():
+            while True:  # the gateway answers a page at a time: a large backlog is read in several
+                page = client.request(query)
+                events += page.get("events", [])
+                if page.get("next") is None:
+                    break
+                query = replace(query, cursor=page["next"])
     lines = [f"[{e['sessionKey']}] {e['text']}" for e in events]
     text = "\n".join(lines) if lines else "No events."
     emit(text, {"events": events}, args.json)
     return 0
+
+
+def _from_disk(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """No gateway running: the undelivered events it left on disk, as it would show them to this caller
+    (an agent: only keys in its own namespace), changing nothing."""
+    state = statefs.state_dir()
+    agent = principals.MAIN_AGENT
+    try:
+        credential = credential_for(state, args.agent, None)
+    except (GatewayUnavailable, RemoteError) as exc:
+        raise CliFailure(str(exc), EXIT_UNAVAILABLE) from None
+    if credential:
+        found = principals.lookup(state, credential)
+        if found is None:
+            raise CliFailure("the agent credential is not one this state dir minted", EXIT_UNAVAILABLE)
+        agent = found
+    spool = EventSpool(state / SPOOL_NAME)
+    try:
+        queues = spool.peek()
+    except StateFileError as exc:
+        raise CliFailure(str(exc), 1) from None
+    print(f"exechost: no gateway is running; events read from {spool.path}", file=sys.stderr)
+    wanted = principals.own_key(agent, args.session) if args.session else ""
+    keys = [wanted] if wanted else [k for k in queues if principals.owns_key(agent, k)]
+    return [{"sessionKey": k, "text": text} for k in keys for text in queues.get(k, [])]
 
 
 def _follow(args: argparse.Namespace) -> int:
@@ -58,26 +108,29 @@ def _follow(args: argparse.Namespace) -> int:
             print(f"[{visible(key)}] {visible(text, newline=REPORT, tabs=True)}", flush=True)
 
     async def go() -> None:
-        client = await ControlClient.connect(client="cli", name="cli events", agent=args.agent)
+        client = await ControlClient.connect(
+            client="cli", name="cli events", agent=args.agent, autostart=False
+        )
         try:
-            await client.subscribe(["events"])  # first, so nothing falls between backlog and stream
+            await client.subscribe([Topic.EVENTS])  # first, so nothing falls between backlog and stream
             # An agent's key as the gateway files it: inside its own namespace (engine.principals).
             wanted = principals.own_key(client.agent, args.session) if client.agent else args.session
-            params: dict[str, Any] = {"sessionKey": args.session} if args.session else {}
+            query = Events(session_key=args.session or None)
             seen = set()
             while True:
-                backlog = await client.request("events", params)
+                backlog = await client.request(query)
                 for item in backlog.get("events", []):
                     seen.add((item.get("sessionKey"), item.get("text")))
                     show(item)
                 if backlog.get("next") is None:
                     break
-                params["cursor"] = backlog["next"]
+                query = replace(query, cursor=backlog["next"])
             async for ev in client.events():
                 if (ev.data.get("sessionKey"), ev.data.get("text")) in seen:
                     seen.discard((ev.data.get("sessionKey"), ev.data.get("text")))
                     continue
-                if ev.event != "system.event" or (args.session and ev.data.get("sessionKey") != wanted):
+                other_key = args.session and ev.data.get("sessionKey") != wanted
+                if ev.event != EventName.SYSTEM_EVENT or other_key:
                     continue
                 show(ev.data)
         finally:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from engine import statefs
 from engine.display import visible
 from engine.protocol.frames import Event
-from engine.protocol.methods import EventName
+from engine.protocol.methods import EventName, RunStatus
+from engine.protocol.requests import ExecRequest
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit, node_query_arg
 from runner.cli.gateway import CliFailure, cli_failures, run_verb, sync_client, with_client
@@ -59,7 +60,7 @@ def register(subparsers: Subparsers) -> None:
     p.set_defaults(func=run_verb(cmd_exec))
 
 
-def exec_params(args: argparse.Namespace) -> dict[str, Any]:
+def exec_params(args: argparse.Namespace) -> ExecRequest:
     words = list(args.command)
     if words and words[0] == "--":
         words = words[1:]
@@ -71,51 +72,41 @@ def exec_params(args: argparse.Namespace) -> dict[str, Any]:
         if not sep or not key:
             raise UsageError(f"--env expects KEY=VALUE, got {item!r}")
         env[key] = value
-    params: dict[str, Any] = {
-        "command": words[0] if len(words) == 1 else " ".join(words),
-        **({"agentId": args.agent} if args.agent else {}),
-        "sessionKey": args.session,
-        "defaultWorkdir": os.getcwd(),
-    }
-    if args.workdir:
-        params["workdir"] = args.workdir
-    if args.reason:
-        params["reason"] = args.reason
-    for key, value in (
-        ("host", args.host),
-        ("security", args.security),
-        ("ask", args.ask),
-        ("node", args.node),
-        ("yieldMs", args.yield_ms),
-        ("timeout", args.timeout),
-    ):
-        if value is not None:
-            params[key] = value
-    if args.background:
-        params["background"] = True
-    if args.pty:
-        params["pty"] = True
-    if args.elevated:
-        params["elevated"] = True
-    if env:
-        params["env"] = env
-    return params
+    return ExecRequest(
+        command=words[0] if len(words) == 1 else " ".join(words),
+        agent_id=args.agent or None,
+        session_key=args.session,
+        default_workdir=os.getcwd(),
+        workdir=args.workdir or None,
+        reason=args.reason or None,
+        host=args.host,
+        security=args.security,
+        ask=args.ask,
+        node=args.node,
+        yield_ms=args.yield_ms,
+        timeout=args.timeout,
+        background=args.background or None,
+        pty=args.pty or None,
+        elevated=args.elevated or None,
+        env=env or None,
+    )
 
 
 def exit_code(details: dict[str, Any]) -> int:
     """0 success or still running; the command's own code when it exited non-zero; 1 failed; 10 pending;
     11 denied; 12 approval unavailable."""
     status = details.get("status")
-    if status == "completed":
+    if status == RunStatus.COMPLETED:
         code = details.get("exitCode")
         return code if isinstance(code, int) and 0 <= code <= 255 else 1
-    return {
-        "running": 0,
-        "failed": 1,
-        "approval-pending": EXIT_PENDING,
-        "denied": EXIT_DENIED,
-        "approval-unavailable": EXIT_UNAVAILABLE_APPROVAL,
-    }.get(str(status), 1)
+    codes: dict[str, int] = {
+        RunStatus.RUNNING: 0,
+        RunStatus.FAILED: 1,
+        RunStatus.APPROVAL_PENDING: EXIT_PENDING,
+        RunStatus.DENIED: EXIT_DENIED,
+        RunStatus.APPROVAL_UNAVAILABLE: EXIT_UNAVAILABLE_APPROVAL,
+    }
+    return codes.get(str(status), 1)
 
 
 def waiting_line(data: dict[str, Any], now: float | None = None) -> str:
@@ -177,7 +168,7 @@ class _Waiting:
         sys.stderr.flush()
 
 
-async def _follow(waiting: _Waiting, params: dict[str, Any]) -> dict[str, Any]:
+async def _follow(waiting: _Waiting, call: ExecRequest) -> dict[str, Any]:
     """The gateway went away while a human was being asked: the ask is kept on disk, so reconnect (starting
     a gateway if none comes back, unless the operator stopped it) and keep waiting for it."""
     from engine.protocol.client import ControlClient
@@ -186,14 +177,14 @@ async def _follow(waiting: _Waiting, params: dict[str, Any]) -> dict[str, Any]:
     waiting.lost()
     assert waiting.data is not None
     return await follow_approval(
-        lambda: ControlClient.connect(client="cli", name="cli", agent=params.get("agentId") or None),
+        lambda: ControlClient.connect(client="cli", name="cli", agent=call.agent_id),
         waiting.data,
-        str(params.get("agentId") or ""),
+        call.agent_id or "",
         on_stopped=waiting.stopped,
     )
 
 
-async def _exec_async(client: ControlClient, params: dict[str, Any], waiting: _Waiting) -> dict[str, Any]:
+async def _exec_async(client: ControlClient, call: ExecRequest, waiting: _Waiting) -> dict[str, Any]:
     """The exec request over the asyncio client (a gateway had to be started), with the same countdown."""
     import asyncio
 
@@ -205,33 +196,33 @@ async def _exec_async(client: ControlClient, params: dict[str, Any], waiting: _W
     client.add_listener(waiting.on_event)
     ticking = asyncio.ensure_future(ticker())
     try:
-        return await client.request("exec", params)
+        return await client.request(call)
     except ConnectionError:
         if waiting.data is None:
             raise
-        return await _follow(waiting, params)
+        return await _follow(waiting, call)
     finally:
         ticking.cancel()
 
 
-def _exec(params: dict[str, Any], agent: str | None) -> dict[str, Any]:
+def _exec(call: ExecRequest, agent: str | None) -> dict[str, Any]:
     """The exec request over a blocking connection; through the asyncio client only when a gateway must be
     started first."""
     waiting = _Waiting()
     client = sync_client(agent=agent)
     try:
         if client is None:
-            return with_client(lambda started: _exec_async(started, params, waiting), agent=agent)
+            return with_client(lambda started: _exec_async(started, call, waiting), agent=agent)
         with client, cli_failures():
             try:
-                return client.request("exec", params, on_event=waiting.on_event, tick=waiting.tick)
+                return client.request(call, on_event=waiting.on_event, tick=waiting.tick)
             except ConnectionError:
                 if waiting.data is None:
                     raise
         import asyncio
 
         with cli_failures():
-            return asyncio.run(_follow(waiting, params))
+            return asyncio.run(_follow(waiting, call))
     finally:
         waiting.done()
 

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine import statefs
-from engine.protocol.frames import GatewayNotAnswering, GatewayUnavailable, RemoteError, socket_path
+from engine.protocol.frames import (
+    GatewayNotAnswering,
+    GatewayNotRunning,
+    GatewayUnavailable,
+    RemoteError,
+    socket_path,
+)
+from engine.protocol.requests import Message, Shutdown, Status
 from engine.protocol.syncclient import SyncClient
 from runner.cli.common import Subparsers, add_config_arg, add_json_arg, emit
 
@@ -63,21 +70,37 @@ def sync_client(
     return None
 
 
-def running_client(*, operator: bool = False) -> SyncClient | None:
+def running_client(*, operator: bool = False, agent: str | None = None) -> SyncClient | None:
     """A connection to the gateway when one is running, None when none is: read-only verbs then read the
     state files themselves and never start a daemon (on a node's state dir least of all)."""
     with cli_failures():
         try:
-            return SyncClient.connect(client="cli", name="cli", operator=operator)
+            return SyncClient.connect(client="cli", name="cli", operator=operator, agent=agent)
         except GatewayNotAnswering:
             raise  # one holds the socket: its files may be mid-write, and it will answer again
         except GatewayUnavailable:
             return None
 
 
+def running_or_fail(what: str, *, operator: bool = False, agent: str | None = None) -> SyncClient:
+    """A connection to the running gateway, for a verb that reads what only its memory holds (sessions):
+    with none running it says so and fails (EXIT_UNAVAILABLE), never starting a daemon just to be asked."""
+    with cli_failures():
+        try:
+            return SyncClient.connect(client="cli", name="cli", operator=operator, agent=agent)
+        except GatewayNotRunning:
+            pass
+    from engine.protocol.stopped import read_stop, stopped_error
+
+    state = statefs.state_dir()
+    record = read_stop(state)
+    if record is not None:  # the operator's stop, said as every client says it
+        raise CliFailure(f"gateway unavailable: {stopped_error(state, record)}", EXIT_UNAVAILABLE)
+    raise CliFailure(f"no gateway is running; {what} (`exechost gateway start` starts one)", EXIT_UNAVAILABLE)
+
+
 def call(
-    method: str,
-    params: dict[str, Any] | None = None,
+    msg: Message,
     *,
     autostart: bool = True,
     operator: bool = False,
@@ -89,9 +112,9 @@ def call(
     client = sync_client(autostart=autostart, operator=operator, agent=agent)
     if client is not None:
         with client, cli_failures():
-            return client.request(method, params or {})
+            return client.request(msg)
     return with_client(
-        lambda client: client.request(method, params or {}),
+        lambda client: client.request(msg),
         autostart=autostart,
         operator=operator,
         agent=agent,
@@ -226,7 +249,7 @@ def _status() -> dict[str, Any]:
     """The running gateway's status; GatewayUnavailable when none answers (none is started)."""
     # The gateway verbs are the operator's: only the operator sees gateway-wide counts.
     with SyncClient.connect(client="cli", name="cli", operator=True) as client:
-        return client.request("status")
+        return client.request(Status())
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -238,7 +261,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         already = True
     except (GatewayUnavailable, ConnectionError):
         already = False
-    info = call("status", autostart=True, operator=True)
+    info = call(Status(), autostart=True, operator=True)
     text = f"gateway {'already running' if already else 'started'} (pid {info['pid']}) on {socket_path()}"
     emit(text, {"status": "running", "started": not already, **info}, args.json)
     return 0
@@ -259,8 +282,7 @@ def _stop(kill_sessions: bool, *, sticks: bool = False) -> dict[str, Any] | None
         return None
     from engine.sessions import procs
 
-    params = {"killSessions": True} if kill_sessions else {}
-    stopping = call("shutdown", params, autostart=False, operator=True)
+    stopping = call(Shutdown(kill_sessions=kill_sessions or None), autostart=False, operator=True)
     pid = int(info["pid"])
     # Killing sessions takes their grace; a stop that keeps them is quick.
     deadline = time.monotonic() + 15
@@ -325,7 +347,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
     stopped = _stop(kill_sessions=False)
     clear_stop(statefs.state_dir())  # a restart is a start: an earlier operator's stop is lifted
-    info = call("status", autostart=True, operator=True)
+    info = call(Status(), autostart=True, operator=True)
     old = f"pid {stopped['pid']} → " if stopped else ""
     text = (
         f"gateway restarted ({old}pid {info['pid']}): {_adoption_text(info)}, "

@@ -5,16 +5,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from engine.display import visible
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import Event, RemoteError
-from engine.protocol.methods import EventName
+from engine.protocol.methods import EventName, RunStatus, Topic
+from engine.protocol.requests import ProcessRequest, SessionsOutput, Subscribe
 from engine.sessions.actions import ACTIONS, format_duration
 from runner.cli import UsageError
 from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit, node_query_arg, table
-from runner.cli.gateway import CliFailure, call, run_verb, with_client
+from runner.cli.gateway import CliFailure, call, cli_failures, run_verb, running_or_fail, with_client
+
+# What only reads sessions: with no gateway running these say so and fail, never start one (issue 30).
+READ_ONLY = ("list", "poll", "log", "follow")
 
 
 def register(subparsers: Subparsers) -> None:
@@ -62,13 +68,8 @@ def register(subparsers: Subparsers) -> None:
     p.set_defaults(func=run_verb(cmd_process))
 
 
-def process_params(args: argparse.Namespace) -> dict[str, Any]:
-    params: dict[str, Any] = {"action": args.action, "sessionKey": args.session_key}
-    if args.agent:
-        params["agentId"] = args.agent
-    sid = args.session or args.session_id
-    if sid:
-        params["sessionId"] = sid
+def process_params(args: argparse.Namespace) -> ProcessRequest:
+    params: dict[str, Any] = {}
     for key, value in (
         ("data", args.data),
         ("keys", args.keys),
@@ -81,13 +82,18 @@ def process_params(args: argparse.Namespace) -> dict[str, Any]:
     ):
         if value is not None:
             params[key] = value
-    if args.node:
-        params["node"] = args.node
     if args.eof:
         params["eof"] = True
     if args.no_bracketed:
         params["bracketed"] = False
-    return params
+    return ProcessRequest(
+        action=args.action,
+        session_key=args.session_key,
+        agent_id=args.agent or None,
+        session_id=args.session or args.session_id or None,
+        node=args.node or None,
+        args=params,
+    )
 
 
 def _agent_of(scope: Any) -> str:
@@ -133,11 +139,16 @@ def format_all(rows: list[dict[str, Any]]) -> str:
     return table(["SESSION", "NODE", "AGENT", "SCOPE", "STATUS", "PID", "COMMAND"], cells)
 
 
+def _not_started(action: str, *, operator: bool = False, agent: str | None = None) -> None:
+    """Fail (EXIT_UNAVAILABLE) unless a gateway is running: a read-only action never starts one."""
+    running_or_fail(f"`process {action}` reads the sessions it keeps", operator=operator, agent=agent).close()
+
+
 def cmd_list_all(args: argparse.Namespace) -> int:
     """`process list --all`: the operator's view (sessions.list), gateway and nodes, every scope."""
-    rows = [
-        r for r in with_client(lambda client: client.list_sessions({}), operator=True) if isinstance(r, dict)
-    ]
+    _not_started("list", operator=True)
+    listed = with_client(lambda client: client.list_sessions(), operator=True, autostart=False)
+    rows = [r for r in listed if isinstance(r, dict)]
     for r in rows:
         r.setdefault("node", None)
         r["agent"] = _agent_of(r.get("scopeKey"))
@@ -146,13 +157,15 @@ def cmd_list_all(args: argparse.Namespace) -> int:
     return 0
 
 
-def _all_pages(first: dict[str, Any], params: dict[str, Any], agent: str | None) -> dict[str, Any]:
+def _all_pages(
+    first: dict[str, Any], params: ProcessRequest, request: Callable[[ProcessRequest], dict[str, Any]]
+) -> dict[str, Any]:
     """`list` answers a page at a time (a frame holds ~2,000 rows); the CLI shows them all."""
     details = dict(first.get("details") or {})
     texts = [str(first.get("text", ""))]
     rows = list(details.get("sessions") or [])
     while details.get("next"):
-        page = call("process", {**params, "cursor": details["next"]}, agent=agent)
+        page = request(replace(params, args={**params.args, "cursor": details["next"]}))
         details = dict(page.get("details") or {})
         rows += details.get("sessions") or []
         texts[-1] = texts[-1].rsplit("\n(", 1)[0]  # drop the "… more sessions" line of the page before
@@ -169,10 +182,16 @@ def cmd_process(args: argparse.Namespace) -> int:
         if args.action != "list":
             raise UsageError("--all goes with list only")
         return cmd_list_all(args)
-    result = call("process", process_params(args), agent=args.agent)
-    if args.action == "list":
-        result = _all_pages(result, process_params(args), args.agent)
-        result["text"] = format_list(result["details"]["sessions"]) or result.get("text", "")
+    params = process_params(args)
+    if args.action in READ_ONLY:
+        what = f"`process {args.action}` reads the sessions it keeps"
+        with running_or_fail(what, agent=args.agent) as client, cli_failures():
+            result = client.request(params)
+            if args.action == "list":
+                result = _all_pages(result, params, lambda page: client.request(page))
+                result["text"] = format_list(result["details"]["sessions"]) or result.get("text", "")
+    else:
+        result = call(params, agent=args.agent)
     details = result.get("details") or {}
     emit(str(result.get("text", "")), details, args.json)
     if details.get("error") == "not-found":
@@ -206,16 +225,16 @@ def cmd_follow(args: argparse.Namespace) -> int:
                 ended.set_result(data)
 
         client.add_listener(on_event)
-        await client.request("subscribe", {"topics": ["sessions"], "follow": [sid]})
+        await client.request(Subscribe(topics=[Topic.SESSIONS], follow=[sid]))
         try:
-            backlog = await client.request("sessions.output", {"sessionId": sid, "limit": 256 * 1024})
+            backlog = await client.request(SessionsOutput(session_id=sid, limit=256 * 1024))
         except RemoteError as exc:
             raise CliFailure(str(exc), 1) from None
         show(str(backlog.get("data") or ""))
         offset[0] = int(backlog.get("nextOffset") or 0)
         rows = await client.list_sessions()
         row: dict[str, Any] = next((r for r in rows if r.get("sessionId") == sid), {})
-        if row.get("status") not in (None, "running") and not ended.done():
+        if row.get("status") not in (None, RunStatus.RUNNING) and not ended.done():
             ended.set_result(row)
         result = await ended
         inner = result.get("session")
@@ -223,4 +242,5 @@ def cmd_follow(args: argparse.Namespace) -> int:
         code = session.get("exitCode")
         return code if isinstance(code, int) and 0 <= code <= 255 else 1
 
-    return with_client(go, agent=args.agent)
+    _not_started("follow", agent=args.agent)
+    return with_client(go, agent=args.agent, autostart=False)

@@ -15,6 +15,15 @@ from engine.config.model import ConfigError
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
 from engine.errors import ExecHostError
 from engine.principals import valid_name
+from engine.protocol.requests import (
+    BrowserStart,
+    BrowserStatus,
+    BrowserStop,
+    BrowserUrl,
+    Message,
+    SandboxEgress,
+    SandboxList,
+)
 from engine.sandbox import admin
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.images import DEBIAN_SUITE
@@ -257,7 +266,7 @@ def _connected_node_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from runner.cli.gateway import CliFailure
 
     try:
-        got = call("sandbox.list", {}, autostart=False)
+        got = call(SandboxList(), autostart=False)
     except CliFailure:
         return [], []
     blank = {"image": "?", "imageMatch": False, "configMatch": False, "backend": "?", "sessionKey": "?"}
@@ -596,10 +605,12 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 def cmd_browser(args: argparse.Namespace) -> int:
     verb = args.browser_action
-    params: dict[str, Any] = {}
+    msg: Message = BrowserStatus()
     if verb != "status":
-        params = {"agentId": args.agent, "sessionKey": args.session}
-    result = call(f"browser.{verb}", params, operator=verb != "status")
+        kinds: dict[str, type[BrowserStart | BrowserStop | BrowserUrl]]
+        kinds = {"start": BrowserStart, "stop": BrowserStop, "url": BrowserUrl}
+        msg = kinds[verb](agent_id=args.agent, session_key=args.session)
+    result = call(msg, operator=verb != "status")
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
         return 0
@@ -634,10 +645,7 @@ def _egress_lines(e: dict[str, Any] | None) -> list[str]:
 
 
 def cmd_egress(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"limit": args.limit}
-    if args.agent:
-        params["agentId"] = args.agent
-    result = call("sandbox.egress", params)
+    result = call(SandboxEgress(limit=args.limit, agent_id=args.agent or None))
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
         return 0

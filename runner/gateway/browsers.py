@@ -7,27 +7,27 @@ when `autoStart` allows, opens its door, and tells subscribers what changed.
 from __future__ import annotations
 
 import base64
+import functools
 import time
 from typing import TYPE_CHECKING, Any
 
+from engine.lazymod import lazy
 from engine.protocol.methods import EventName, Topic
 from engine.results import ToolError, ToolResult
 from engine.sandbox import docker_ops
-from engine.sandbox.browser import (
-    BrowserInfo,
-    BrowserLayout,
-    BrowserManager,
-    browser_hash,
-    browser_layout,
-    browser_sockets,
-)
 from engine.sandbox.manager import SandboxError
 from engine.sandbox.settings import SandboxSettings, main_session_key, resolve_settings
-from engine.tools.browser import BrowserTool, CdpUnavailable
-from runner.gateway.browser_proxy import BrowserProxy
 
 if TYPE_CHECKING:
+    from engine.sandbox.browser import BrowserInfo, BrowserLayout, BrowserManager
+    from engine.tools.browser import BrowserTool
+    from runner.gateway.browser_proxy import BrowserProxy
     from runner.gateway.hubs import HubServices
+
+# Loaded with the first browser call, not at gateway start (issue 37: most gateways never run a browser).
+browsers = lazy("engine.sandbox.browser")
+tools = lazy("engine.tools.browser")
+doors = lazy("runner.gateway.browser_proxy")
 
 DISABLED = (
     "The browser sandbox is disabled for agent {agent}: set agents.defaults.sandbox.browser.enabled = true "
@@ -42,20 +42,36 @@ NOT_STARTED = (
 class BrowserHub:
     def __init__(self, services: HubServices) -> None:
         self._services = services
-        self.manager = BrowserManager()
-        self.proxy = BrowserProxy()
-        self.tool = BrowserTool()
         self._ready: dict[str, str] = {}  # browser → config hash it was last brought up with here
+
+    # Made on first use: a gateway that never runs a browser never loads their modules.
+    @functools.cached_property
+    def manager(self) -> BrowserManager:
+        manager: BrowserManager = browsers.BrowserManager()
+        return manager
+
+    @functools.cached_property
+    def proxy(self) -> BrowserProxy:
+        proxy: BrowserProxy = doors.BrowserProxy()
+        return proxy
+
+    @functools.cached_property
+    def tool(self) -> BrowserTool:
+        tool: BrowserTool = tools.BrowserTool()
+        return tool
 
     def resolve(self, agent_id: str, session_key: str) -> tuple[SandboxSettings, BrowserLayout]:
         settings = resolve_settings(self._services.config(), agent_id)
-        return settings, browser_layout(settings, agent_id, session_key or main_session_key(agent_id))
+        key = session_key or main_session_key(agent_id)
+        layout: BrowserLayout = browsers.browser_layout(settings, agent_id, key)
+        return settings, layout
 
     async def _endpoint(self, name: str) -> str:
         """The door's URL for browser `name` (opened on first use; kept while its container is the same)."""
         await self.proxy.start()
         container_id = self.manager.ids.get(name) or await self.manager.container_id(name)
-        self.proxy.open(name, *browser_sockets(name), container_id)
+        cdp, vnc = browsers.browser_sockets(name)
+        self.proxy.open(name, cdp, vnc, container_id)
         url = self.proxy.base_url(name)
         assert url is not None
         return url
@@ -145,7 +161,7 @@ class BrowserHub:
         settings, blay = self.resolve(agent_id, session_key)
         if not settings.browser.enabled:
             raise ToolError(DISABLED.format(agent=agent_id))
-        expected = browser_hash(settings, blay)
+        expected = browsers.browser_hash(settings, blay)
         if self._ready.get(blay.name) != expected:  # warm calls skip Docker entirely
             await self._bring_up(settings, blay, agent_id, session_key)
             self._ready[blay.name] = expected
@@ -155,7 +171,7 @@ class BrowserHub:
         try:
             try:
                 result = await self.tool.run(endpoint, params)
-            except CdpUnavailable:
+            except tools.CdpUnavailable:
                 # Removed or restarted behind our back: bring it up again (autoStart permitting), once.
                 self._ready.pop(blay.name, None)
                 await self.tool.forget(endpoint)
@@ -163,7 +179,7 @@ class BrowserHub:
                 self._ready[blay.name] = expected
                 result = await self.tool.run(await self._endpoint(blay.name), params)
         except ToolError as exc:
-            hinted = BrowserTool.offline_hint(str(exc), settings.browser.network)
+            hinted = tools.BrowserTool.offline_hint(str(exc), settings.browser.network)
             if hinted == str(exc):
                 raise
             raise ToolError(hinted) from None
@@ -189,5 +205,7 @@ class BrowserHub:
         )
 
     async def close(self) -> None:
-        await self.tool.close()
-        await self.proxy.close()
+        if "tool" in self.__dict__:  # (made on first use)
+            await self.tool.close()
+        if "proxy" in self.__dict__:
+            await self.proxy.close()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.nodes.link import NodeError, NodeLink
+from engine.protocol.methods import EventName
 
 if TYPE_CHECKING:
     from runner.gateway.hubs import HubServices
@@ -36,9 +37,9 @@ class NodeOutputFeed:
 
     def session_event(self, event: str, session_id: str) -> None:
         """A node session started (a connection taking every session's output wants it pushed) or ended."""
-        if event == "session.started" and self.services.output.output_wanted(session_id):
+        if event == EventName.SESSION_STARTED and self.services.output.output_wanted(session_id):
             self.watch(session_id)
-        elif event == "session.exited":
+        elif event == EventName.SESSION_EXITED:
             self._forget(session_id)
 
     def _split(self, session_id: str) -> tuple[NodeLink, str] | None:

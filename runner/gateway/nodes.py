@@ -8,7 +8,6 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
@@ -18,6 +17,8 @@ from engine.nodes.wire import Hello, NodeEvent, Request, Response
 from engine.policy.decision import Decision
 from engine.principals import key_owner
 from engine.protocol.frames import Event
+from engine.protocol.methods import EventName
+from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.sessions.output import sanitize
 from engine.tools.exec import ExecContext
@@ -160,12 +161,10 @@ class NodeHub:
 
     # -- host=node
 
-    async def run(
-        self, command: str, params: Mapping[str, Any], ctx: ExecContext, decision: Decision
-    ) -> ToolResult:
+    async def run(self, command: str, given: ExecRequest, ctx: ExecContext, decision: Decision) -> ToolResult:
         config = self.services.config()
         exec_cfg = config.exec_for(ctx.agent_id)
-        query = params.get("node") if isinstance(params.get("node"), str) else None
+        query = given.node
         sandboxed = decision.policy is not None and decision.policy.sandboxed
         if sandboxed:
             # The agent's sandbox.node binds where its sandboxes live (a per-call node= must agree with it);
@@ -175,25 +174,25 @@ class NodeHub:
         else:
             link = self.select(query or decision.node, exec_cfg.node, ctx.agent_id)
         run_id = str(uuid.uuid4())
-        timeout = params.get("timeout")
-        explicit = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
-        timeout_sec = float(timeout) if explicit else float(exec_cfg.timeout_sec)  # type: ignore[arg-type]
-        workdir = params.get("workdir")
+        timeout = given.timeout
+        explicit = timeout is not None and timeout > 0
+        timeout_sec = float(timeout) if timeout is not None and explicit else float(exec_cfg.timeout_sec)
+        workdir = given.workdir
         request: dict[str, Any] = {
             "command": ["/bin/sh", "-lc", command],
             "rawCommand": command,
-            "cwd": workdir if isinstance(workdir, str) and workdir else None,
-            "env": params.get("env"),
+            "cwd": workdir or None,
+            "env": given.env,
             # Background runs bypass the default timeout, as local ones do (reference §1.10).
-            "timeoutMs": int(timeout_sec * 1000) if explicit or not params.get("background") else None,
+            "timeoutMs": int(timeout_sec * 1000) if explicit or not given.background else None,
             "agentId": ctx.agent_id,
             "sessionKey": ctx.session_key or None,
             "runId": run_id,
             # The gateway's effective policy: per-call values the node may only tighten with.
             "security": decision.security,
             "ask": decision.ask,
-            "background": bool(params.get("background")),
-            "pty": bool(params.get("pty")),
+            "background": bool(given.background),
+            "pty": bool(given.pty),
             "sandbox": sandboxed,
         }
         # Room for the node's ask to be answered here, then for the command itself.
@@ -313,15 +312,26 @@ class NodeHub:
         stdout, stderr, error = str(p.get("stdout") or ""), str(p.get("stderr") or ""), p.get("error")
         # An exechost node also sends both streams merged as read (`output`): the agent sees stderr too.
         merged = p.get("output") if isinstance(p.get("output"), str) else None
-        text = merged or stdout or stderr or str(error or "") or "(no output)"
+        aggregated = (
+            merged if merged is not None else "\n".join(x for x in (stdout, stderr, str(error or "")) if x)
+        )
+        code = p.get("exitCode")
+        code = code if isinstance(code, int) and not isinstance(code, bool) else None
+        # As a local run reads (engine.sessions.manager): a command that ran to its end is `completed`
+        # with its own code, said after its output; `failed` is a run that did not (timeout, error).
+        ran = code is not None and not p.get("timedOut") and (bool(p.get("success")) or not error)
+        text = merged or stdout or stderr or str(error or "")
+        if ran and code != 0:
+            note = f"(Command exited with code {code})"
+            aggregated = f"{aggregated.rstrip(chr(10))}\n\n{note}" if aggregated else note
+            text = f"{text.rstrip(chr(10))}\n\n{note}" if text else note
+        text = text or "(no output)"
         details = {
-            "status": "completed" if p.get("success") else "failed",
+            "status": "completed" if ran else "failed",
             "exitCode": p.get("exitCode"),
             "timedOut": bool(p.get("timedOut")),
             "durationMs": p.get("durationMs") or int((time.monotonic() - run.started) * 1000),
-            "aggregated": merged
-            if merged is not None
-            else "\n".join(x for x in (stdout, stderr, str(error or "")) if x),
+            "aggregated": aggregated,
             "cwd": p.get("cwd"),
             "host": "sandbox" if sandboxed else "node",
             "node": link.name,
@@ -498,13 +508,14 @@ class NodeHub:
     def _on_event(self, link: NodeLink, ev: NodeEvent) -> None:
         """Reference §5.5: exec.started|finished|denied as the agent's system events."""
         p = ev.payload
-        if ev.event == "session.output":
+        if ev.event == EventName.SESSION_OUTPUT:
             self.feed.on_output(link, p)
             return
         if ev.event == "session.offsets":
             self.feed.on_offsets(link, p)
             return
-        if ev.event in ("session.started", "session.exited"):  # for the consoles' session lists
+        # For the consoles' session lists:
+        if ev.event in (EventName.SESSION_STARTED, EventName.SESSION_EXITED):
             row = self._session_row(link, p["session"]) if isinstance(p.get("session"), dict) else None
             if row is not None:  # every scope on the node: the operators' consoles only
                 frame = Event(event=ev.event, data=row)
@@ -518,7 +529,7 @@ class NodeHub:
         run = self._runs.get((link.name, raw_run)) if isinstance(raw_run, str) else None
         if run is None and isinstance(raw_run, str) and ev.event in ("exec.finished", "exec.denied"):
             run = self._orphans.pop((link.name, raw_run), None)  # its end, after a link was lost
-        if ev.event == "system.event":
+        if ev.event == EventName.SYSTEM_EVENT:
             # A session's own notice (a background exit): for the run it names on this link, else for a
             # key the gateway gave this node; filed under the gateway's key, never a frame's other one.
             raw_key = p.get("sessionKey")

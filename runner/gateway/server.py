@@ -36,6 +36,7 @@ from engine.protocol.frames import (
     read_frame_line,
     socket_path,
 )
+from engine.protocol.requests import REQUESTS
 from engine.protocol.stopped import clear_stop
 from engine.redact import scrub
 from runner.gateway import limits
@@ -501,21 +502,23 @@ class GatewayServer:
 
     async def _dispatch(self, conn: Connection, req: Request) -> None:
         """Every request is answered exactly once: its result, its deliberate error, or `internal` (logged
-        once with its traceback) for anything else a handler raises. A revoked connection, being closed,
-        starts nothing more."""
+        once with its traceback) for anything else a handler raises. The params are decoded here, once,
+        into the method's typed request (a bad field: `bad_params` naming the method and the field). A
+        revoked connection, being closed, starts nothing more."""
         if conn.revoked:
             return
-        handler = HANDLERS.get(req.method)
-        if handler is None:
+        handler, message = HANDLERS.get(req.method), REQUESTS.get(req.method)
+        if handler is None or message is None:
             error = {"code": "unknown_method", "message": f"unknown method {req.method!r}"}
             conn.send(Response(id=req.id, ok=False, error=error))
             return
         try:
-            if not conn.operator and req.params.get("agentId") not in (None, ""):
+            msg = message.decode(req.params)
+            if not conn.operator and msg.agent_id:
                 # Every verb alike: an agent's request naming another agent is refused, never honoured.
-                agent_id(req.params, conn)
-            await self.services.sessions_ready(req.method, req.params)
-            result: dict[str, Any] = await handler(self.services, conn, req.params)
+                agent_id(conn, msg.agent_id)
+            await self.services.sessions_ready(msg)
+            result: dict[str, Any] = await handler(self.services, conn, msg)
         except ExecHostError as exc:  # deliberate: its code tells the client what kind of failure it is
             # Every error leaves scrubbed of the secrets this process holds (tokens, door URLs).
             response = Response(id=req.id, ok=False, error={"code": exc.code, "message": scrub(str(exc))})

@@ -22,8 +22,10 @@ from engine.approvals.store import ApprovalsStore
 from engine.commands.rawcommand import format_exec_command
 from engine.config.loader import config_path, load_config
 from engine.config.model import Config
+from engine.errors import InvalidInput
 from engine.nodes.identity import load_or_create
 from engine.nodes.wire import CAPS, MAX_LINE, Hello, NodeEvent, Request, Response, WireError, decode, encode
+from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.sessions import SessionManager, SystemEvents
 from engine.tools.exec import ExecContext, ExecTool
@@ -351,13 +353,17 @@ class NodeServer:
         if isinstance(timeout_ms, (int, float)) and not isinstance(timeout_ms, bool) and timeout_ms > 0:
             params["timeout"] = max(1, int(timeout_ms // 1000))
         # The scope is the gateway's (its sessionKey, else the agent's): `process` there finds these sessions.
+        try:
+            call = ExecRequest.decode(params)
+        except InvalidInput as exc:
+            raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: {exc}") from None
         ctx = ExecContext(agent_id=agent_id, session_key=p.get("sessionKey") or "")
         suppress = bool(p.get("suppressNotifyOnExit"))
         token = CURRENT_RUN.set(run_id)
         in_flight = self.runs_in_flight.setdefault(agent_id, [])
         in_flight.append(run_id)  # (its sandbox's egress asks go as part of it: runner.node.egress)
         try:
-            result = await (self.sandbox_tool if sandboxed else self.tool).run(params, ctx)
+            result = await (self.sandbox_tool if sandboxed else self.tool).run(call, ctx)
         except ToolError as exc:
             await self._event_denied(session_key, run_id, text, str(exc), suppress)
             raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}") from None

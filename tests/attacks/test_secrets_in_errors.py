@@ -18,6 +18,7 @@ import pytest
 from engine import redact
 from engine.errors import ExecHostError
 from engine.protocol.frames import RemoteError, read_token
+from engine.protocol.requests import REQUESTS, BrowserCall
 from engine.results import ToolError
 from engine.tools.browser import BrowserTool
 from runner.gateway.browser_proxy import BrowserProxy
@@ -85,14 +86,15 @@ async def test_the_gateway_scrubs_every_error_it_hands_an_agent(
     door token) never leave in an error frame."""
     seen: dict[str, str] = {}
 
-    async def leaky(services: Any, conn: Any, params: dict[str, Any]) -> dict[str, Any]:
-        kind = params.get("kind")
-        secret = seen[str(params.get("which"))]
+    async def leaky(services: Any, conn: Any, msg: Any) -> dict[str, Any]:
+        kind = msg.args.get("kind")
+        secret = seen[str(msg.args.get("which"))]
         if kind == "tool":
             raise ExecHostError(f"could not reach http://127.0.0.1:9/{secret}/json")
         raise RuntimeError(f"boom near {secret}")
 
     monkeypatch.setitem(HANDLERS, "test.leak", leaky)
+    monkeypatch.setitem(REQUESTS, "test.leak", BrowserCall)  # a message that passes its fields through
     async with gateway(state_dir):
         gw, op = read_token(state_dir), read_token(state_dir, "operator.json")
         assert gw and op

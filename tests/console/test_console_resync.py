@@ -68,7 +68,7 @@ async def test_gateway_traffic_after_the_panes_are_gone_is_dropped(state_dir: Pa
             await app.query_one(TabbedContent).remove()  # what shutdown does to the main screen
             await pilot.pause()
             row = {"sessionId": "late-one", "status": "exited", "command": "true", "scopeKey": "agent:main"}
-            app.post_message(GatewayEvent("session.exited", {"session": row}))
-            app.post_message(GatewayEvent("approval.resolved", {"id": "x", "decision": "deny"}))
+            app.post_message(GatewayEvent.of("session.exited", {"session": row}))
+            app.post_message(GatewayEvent.of("approval.resolved", {"id": "x", "decision": "deny"}))
             await pilot.pause(0.2)
             assert app.is_running and app._exception is None

@@ -75,7 +75,9 @@ def test_sigterm_is_graceful_and_keeps_sessions(state_dir: Path) -> None:
         assert proc.wait(30) == 0
         assert not socket_path(state_dir).exists()
         os.kill(pid, 0)  # still running: the session host keeps it
-        listed = js(cli(state_dir, "process", "--json", "list"))  # autostarts a gateway, which adopts it
+        assert cli(state_dir, "process", "list").returncode == 69  # a read never starts a gateway (issue 30)
+        assert cli(state_dir, "gateway", "start").returncode == 0  # a new one adopts the session
+        listed = js(cli(state_dir, "process", "--json", "list"))
         assert sid in [r["sessionId"] for r in listed["details"]["sessions"]]
         stopped = cli(state_dir, "gateway", "stop", "--kill-sessions")
         assert stopped.returncode == 0 and "1 running session(s) were ended" in stopped.stdout
@@ -305,8 +307,9 @@ def test_process_follow_history_allowlist_list_and_autostart_notice(state_dir: P
     =command: entry stands for), add warnings, and a verb that starts the gateway says so."""
     write_config(state_dir, FULL)
     try:
-        listed = cli(state_dir, "process", "list")
-        assert "started a gateway (pid" in listed.stderr  # a read-only verb left a daemon behind
+        assert cli(state_dir, "process", "list").returncode == 69  # a read starts none (issue 30)
+        killed = cli(state_dir, "process", "kill", "no-such-session")
+        assert "started a gateway (pid" in killed.stderr  # a verb that acts left a daemon behind
         started = js(
             cli(
                 state_dir,

@@ -1,4 +1,6 @@
-"""One handler per control-protocol verb (pueue's message_handler layout); HANDLERS maps method → handler."""
+"""One handler per control-protocol verb (pueue's message_handler layout); HANDLERS maps method → handler.
+
+Each handler takes its method's typed request (engine/protocol/requests.py), decoded once by the server."""
 
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
     from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
-Handler = Callable[["Services", "Connection", dict[str, Any]], Awaitable[dict[str, Any]]]
+# Each takes its method's message (engine.protocol.requests.REQUESTS[method]); the table cannot say which.
+Handler = Callable[["Services", "Connection", Any], Awaitable[dict[str, Any]]]
 
 HANDLERS: dict[str, Handler] = {  # keyed by Method: every member has exactly one handler
     Method.EXEC: exec.handle,

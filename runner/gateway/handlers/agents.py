@@ -7,23 +7,24 @@ from typing import TYPE_CHECKING, Any
 
 from engine import principals
 from engine.errors import ExecHostError
-from runner.gateway.handlers.common import req_str, require_operator
+from engine.protocol.requests import AgentsRefresh, AgentsRevoke
+from runner.gateway.handlers.common import require_operator
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 
-async def refresh(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def refresh(services: Services, conn: Connection, req: AgentsRefresh) -> dict[str, Any]:
     require_operator(conn, "agents.refresh")
     server = services.server
     dropped = await server.drop_revoked() if server is not None else []
     return {"dropped": dropped}
 
 
-async def revoke(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def revoke(services: Services, conn: Connection, req: AgentsRevoke) -> dict[str, Any]:
     require_operator(conn, "agents.revoke")
-    agent = principals.check_agent(req_str(params, "agent"), "agent")
+    agent = principals.check_agent(req.agent, "agent")
     server = services.server
     if server is None:
         raise ExecHostError("this gateway serves no connections to revoke")

@@ -11,7 +11,16 @@ from engine.approvals.store import ApprovalsFileError
 from engine.commands.allowlist import COMMAND_HASH_PREFIX, bare_name_path
 from engine.commands.content import writable_pattern_warning
 from engine.errors import InvalidInput
-from runner.gateway.handlers.common import agent_id, opt_str, req_str, require_operator, session_key
+from engine.protocol.requests import (
+    AllowlistAdd,
+    AllowlistRemove,
+    ApprovalsAttach,
+    ApprovalsDetach,
+    ApprovalsHistory,
+    ApprovalsPending,
+    ApprovalsStatus,
+)
+from runner.gateway.handlers.common import agent_id, require_operator, session_key
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -23,10 +32,9 @@ if TYPE_CHECKING:
 PAGE_BYTES = 512 * 1024
 
 
-def _page(services: Services, params: dict[str, Any]) -> dict[str, Any]:
+def _page(services: Services, cursor: str | None) -> dict[str, Any]:
     """Pending approvals, oldest first, from `cursor` on, as many as fit in PAGE_BYTES (at least one);
     `next` is the cursor of the following page, null on the last one."""
-    cursor = opt_str(params, "cursor")
     page = _fit(services.approvals.pending(after=cursor))
     page["total"] = len(services.approvals.pending())
     return page
@@ -45,35 +53,35 @@ def _fit(rows: list[ApprovalRecord]) -> dict[str, Any]:
     return {"approvals": views, "next": rows[len(views) - 1].cursor if more else None}
 
 
-async def pending(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def pending(services: Services, conn: Connection, req: ApprovalsPending) -> dict[str, Any]:
     # Every agent's commands, cwds and env are in there: an agent asks `approvals.status` about its own.
     require_operator(conn, "approvals.pending")
-    return _page(services, params)
+    return _page(services, req.cursor)
 
 
-async def attach(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def attach(services: Services, conn: Connection, req: ApprovalsAttach) -> dict[str, Any]:
     require_operator(conn, "approvals.attach")  # an approver is asked, and may answer, for every agent
     conn.approver = True
     conn.topics.add("approvals")
-    return {"attached": True, **_page(services, {})}
+    return {"attached": True, **_page(services, None)}
 
 
-async def detach(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def detach(services: Services, conn: Connection, req: ApprovalsDetach) -> dict[str, Any]:
     conn.approver = False
     return {"attached": False}
 
 
-async def allowlist_add(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def allowlist_add(services: Services, conn: Connection, req: AllowlistAdd) -> dict[str, Any]:
     """Add an entry to the approvals file (the operator's edit, e.g. from the console's Policy pane)."""
     require_operator(conn, "approvals.allowlist.add")
-    agent = agent_id(params, conn)
-    pattern = req_str(params, "pattern").strip()
+    agent = agent_id(conn, req.agent_id)
+    pattern = req.pattern.strip()
     if pattern.startswith(COMMAND_HASH_PREFIX):
         raise InvalidInput(f"{COMMAND_HASH_PREFIX} entries are written only by an allow-always approval")
     resolved = await asyncio.to_thread(bare_name_path, pattern)
     try:
         record = await asyncio.to_thread(
-            services.store.add_allowlist, agent, resolved or pattern, opt_str(params, "argPattern"), "console"
+            services.store.add_allowlist, agent, resolved or pattern, req.arg_pattern, "console"
         )
     except (ApprovalsFileError, ValueError) as exc:
         raise InvalidInput(str(exc)) from None
@@ -87,10 +95,10 @@ async def allowlist_add(services: Services, conn: Connection, params: dict[str, 
     }
 
 
-async def allowlist_remove(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def allowlist_remove(services: Services, conn: Connection, req: AllowlistRemove) -> dict[str, Any]:
     require_operator(conn, "approvals.allowlist.remove")
-    agent = agent_id(params, conn)
-    pattern = req_str(params, "pattern")
+    agent = agent_id(conn, req.agent_id)
+    pattern = req.pattern
     try:
         removed = await asyncio.to_thread(services.store.remove_allowlist, agent, pattern)
     except (ApprovalsFileError, ValueError) as exc:
@@ -98,14 +106,14 @@ async def allowlist_remove(services: Services, conn: Connection, params: dict[st
     return {"agentId": agent, "removed": removed}
 
 
-async def status(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def status(services: Services, conn: Connection, req: ApprovalsStatus) -> dict[str, Any]:
     """What became of one approval: pending, decided (who, the reason) or expired, and the run it started
     (`sessionKey`: that session's run, when several sessions share the ask). An agent sees only its own
     agent's approvals; the operator sees any."""
-    wanted = req_str(params, "approvalId")
-    caller = agent_id(params, conn)  # an agent's own; a request naming another agent is refused
+    wanted = req.approval_id
+    caller = agent_id(conn, req.agent_id)  # an agent's own; a request naming another agent is refused
     # What it reports is on disk first: a run line still queued (engine.approvals.groupwrite) is written.
-    await services.history_writer.barrier()
+    await services.journal.history_writer.barrier()
     record = services.approvals.lookup(wanted)
     if record is not None and not conn.operator and record.request.agent_id == caller:
         # The agent follows its ask (engine.protocol.resume): it is still waiting, whatever the restore
@@ -113,12 +121,12 @@ async def status(services: Services, conn: Connection, params: dict[str, Any]) -
         services.approvals.requester_back(record.id)
     view: dict[str, Any] | None = record.view() if record is not None else None
     # The session as the caller's requests file it (an agent's key is inside its own namespace).
-    key = session_key(params, conn) if isinstance(params.get("sessionKey"), str) else None
+    key = session_key(conn, req.session_key) if req.session_key is not None else None
     slot = record.slot(key) if record is not None and key is not None else None
     if view is not None and slot is not None:  # a session that joined a shared ask: its own run
         view = {**view, "run": slot.get("run")}
     if view is None:  # decided before this gateway started: the decision log still knows it
-        entry = await asyncio.to_thread(services.history.find, wanted)
+        entry = await asyncio.to_thread(services.journal.history.find, wanted)
         view = entry.view() if entry is not None else None
     if view is None or (not conn.operator and view.get("agentId") != caller):
         raise InvalidInput(f"unknown or expired approval id {wanted!r}")
@@ -138,20 +146,20 @@ async def status(services: Services, conn: Connection, params: dict[str, Any]) -
     return {"text": text, "details": details}
 
 
-async def history(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def history(services: Services, conn: Connection, req: ApprovalsHistory) -> dict[str, Any]:
     """Decided approvals, newest first, one page at a time (`cursor` = how many to skip), read from the
     on-disk decision log; a run's session status is looked up now, not as it was when it started."""
     require_operator(conn, "approvals.history")
-    await services.history_writer.barrier()  # lines still queued (what a run led to) are read too
-    entries = await asyncio.to_thread(services.history.entries, opt_str(params, "agentId"))
+    await services.journal.history_writer.barrier()  # lines still queued (what a run led to) are read too
+    entries = await asyncio.to_thread(services.journal.history.entries, req.agent_id)
     rows = [current_run(services, entry.view()) for entry in entries]
-    skip = params.get("cursor")
-    start = int(skip) if isinstance(skip, str) and skip.isdigit() else 0
+    skip = req.cursor
+    start = int(skip) if skip is not None and skip.isdigit() else 0
     page = _fit_views(rows[start:])
     page["next"] = str(start + len(page["approvals"])) if page["next"] else None
     page["total"] = len(rows)
-    if services.history.problem:
-        page["error"] = services.history.problem
+    if services.journal.history.problem:
+        page["error"] = services.journal.history.problem
     return page
 
 

@@ -7,23 +7,21 @@ from typing import TYPE_CHECKING, Any
 from engine.approvals.grants import GrantLimits
 from engine.approvals.pending import ApprovalError
 from engine.errors import InvalidInput
+from engine.protocol.requests import Approve
 from engine.results import ToolError
-from runner.gateway.handlers.common import opt_str, req_str, require_operator
+from runner.gateway.handlers.common import require_operator
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 
-async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def handle(services: Services, conn: Connection, req: Approve) -> dict[str, Any]:
     require_operator(conn, "approve")  # an agent must never answer its own ask
-    approval_id = req_str(params, "id")
-    decision = req_str(params, "decision")
-    reason = opt_str(params, "reason")
     try:
-        grant = GrantLimits.from_json(params.get("grant"))  # allow-always with limits
+        grant = GrantLimits.from_json(req.grant)  # allow-always with limits
         record, applied = services.approvals.resolve(
-            approval_id, decision, resolved_by=conn.name, reason=reason, grant=grant
+            req.id, req.decision, resolved_by=conn.name, reason=req.reason, grant=grant
         )
     except (ApprovalError, InvalidInput) as exc:
         raise ToolError(str(exc)) from None

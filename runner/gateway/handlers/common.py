@@ -1,5 +1,6 @@
-"""Parameter helpers shared by the handlers: typed reads that fail with a clear message, and the caller's
-agent and session scope, which come from the connection (engine/principals.py), never from a request."""
+"""What the handlers share: the caller's agent and session scope, which come from the connection
+(engine/principals.py), never from a request, and the operator-role and sandbox-tool checks. The params
+arrive typed (engine/protocol/requests.py): nothing here reads a raw field."""
 
 from __future__ import annotations
 
@@ -15,35 +16,10 @@ if TYPE_CHECKING:
     from runner.gateway.services import Services
 
 
-def opt_str(params: dict[str, Any], key: str, default: str | None = None) -> str | None:
-    value = params.get(key, default)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidInput(f"{key} must be a string")
-    return value
-
-
-def opt_path(params: dict[str, Any], key: str) -> str | None:
-    """A string that reaches the OS (a cwd, a command line): a NUL byte there is the caller's error, named
-    by its field (the OS would refuse it later with "embedded null byte", an internal error)."""
-    value = opt_str(params, key)
-    if value is not None and "\x00" in value:
-        raise InvalidInput(f"{key} contains a NUL byte")
-    return value
-
-
-def req_str(params: dict[str, Any], key: str) -> str:
-    value = opt_str(params, key)
-    if value is None or not value.strip():
-        raise InvalidInput(f"{key} is required")
-    return value
-
-
-def session_key(params: dict[str, Any], conn: Any) -> str:
+def session_key(conn: Any, raw: str | None) -> str:
     """The request's session key; for an agent's connection always inside its own namespace (a foreign
     or plain key is moved into it: principals.own_key), so another agent's scope cannot be named."""
-    key = (opt_str(params, "sessionKey") or "").strip()[:256]
+    key = (raw or "").strip()[:256]
     if getattr(conn, "operator", False):
         return key
     return principals.own_key(conn.agent, key)
@@ -64,11 +40,10 @@ def require_operator(conn: Any, what: str) -> None:
 AGENT_ID = principals.NAME_RE
 
 
-def agent_id(params: dict[str, Any], conn: Any) -> str:
+def agent_id(conn: Any, raw: str | None) -> str:
     """The agent a request acts for. An agent's connection acts for the agent the handshake proved, and a
     request naming another one is refused (never silently switched: the caller learns its mistake). The
     operator acts for whichever agent it names (default main). `*` and `../x` are never ids."""
-    raw = opt_str(params, "agentId")
     named = principals.check_agent(raw) if raw else None
     if getattr(conn, "operator", False):
         return named or principals.MAIN_AGENT
@@ -88,11 +63,10 @@ def owned_session(services: Services, conn: Any, session_id: str) -> Any:
     return session
 
 
-def check_sandbox_tool(services: Services, tool: str, params: dict[str, Any], conn: Any) -> None:
+def check_sandbox_tool(services: Services, tool: str, agent: str, key: str) -> None:
     """Seed 004 §4.2: in a sandboxed session only the tools `tools.sandbox.tools` allows may be called."""
     config = services.config()
-    agent = agent_id(params, conn)
-    if not sandbox_available(config, agent, session_key(params, conn)):
+    if not sandbox_available(config, agent, key):
         return
     allow, deny = config.sandbox_tools_for(agent)
     refusal = tool_refusal(tool, allow, deny)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from engine.principals import check_node_query
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
+from engine.protocol.requests import ExecRequest
 from engine.tools.exec import ExecContext
 from runner.gateway.handlers.common import agent_id, check_sandbox_tool, session_key
 
@@ -15,29 +16,30 @@ if TYPE_CHECKING:
     from runner.gateway.services import Services
 
 
-async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    check_sandbox_tool(services, "exec", params, conn)
-    if params.get("node") not in (None, ""):
-        check_node_query(params.get("node"))  # `../n1` would normalise to `n1` and pick that node
-    call_id = params.get("callId")
+async def handle(services: Services, conn: Connection, req: ExecRequest) -> dict[str, Any]:
+    agent, key = agent_id(conn, req.agent_id), session_key(conn, req.session_key)
+    check_sandbox_tool(services, "exec", agent, key)
+    if req.node:
+        check_node_query(req.node)  # `../n1` would normalise to `n1` and pick that node
+    call_id = req.call_id
 
     waited: list[str] = []
 
     def waiting(data: dict[str, Any]) -> None:
-        extra = {"callId": call_id} if isinstance(call_id, str | int) else {}
+        extra = {"callId": call_id} if call_id is not None else {}
         conn.send(Event(event=EventName.EXEC_WAITING, data={**data, **extra}))
         waited.append(str(data["approvalId"]))
         conn.waiting_approvals.add(waited[-1])
 
     ctx = ExecContext(
-        agent_id=agent_id(params, conn),
-        session_key=session_key(params, conn),
+        agent_id=agent,
+        session_key=key,
         operator=conn.operator,
         caller_alive=lambda: not conn.closed,
         on_waiting=waiting,
     )
     try:
-        result = await services.exec_tool.run(params, ctx)
+        result = await services.exec_tool.run(req, ctx)
     finally:
         conn.waiting_approvals.difference_update(waited)
     return result.to_dict()

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidInput
 from engine.nodes.link import NodeError, NodeLink
-from runner.gateway.handlers.common import opt_str, req_str, require_operator
+from engine.protocol.requests import GrantsList, GrantsRevoke
+from runner.gateway.handlers.common import require_operator
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -21,9 +22,9 @@ NODE_GRANTS_TIMEOUT_SEC = 15.0
 NODE_PREFIX = "node:"  # a node's grant is listed as node:<name>:<id>, as its sessions are
 
 
-async def list_(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def list_(services: Services, conn: Connection, req: GrantsList) -> dict[str, Any]:
     require_operator(conn, "approvals.grants")
-    agent = opt_str(params, "agentId")
+    agent = req.agent_id
     grants = await asyncio.to_thread(services.grants.active, agent)
     rows: list[dict[str, Any]] = [{**g.to_json(), "left": g.left(), "node": None} for g in grants]
     # Connected nodes are asked; one not linked now is not dialled (it may be down), only named.
@@ -56,9 +57,9 @@ async def _node_grants(link: NodeLink, agent: str | None) -> list[Any] | str:
     return got if isinstance(got, list) else []
 
 
-async def revoke(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def revoke(services: Services, conn: Connection, req: GrantsRevoke) -> dict[str, Any]:
     require_operator(conn, "approvals.grants.revoke")
-    grant_id = req_str(params, "id")
+    grant_id = req.id
     if grant_id.startswith(NODE_PREFIX):
         return await _revoke_on_node(services, grant_id)
     removed = await asyncio.to_thread(services.grants.revoke, grant_id)

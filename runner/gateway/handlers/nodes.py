@@ -11,6 +11,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from engine.nodes.link import NodeError
+from engine.protocol.requests import NodesStatus
 from runner.gateway.handlers.common import require_operator
 
 if TYPE_CHECKING:
@@ -18,13 +19,13 @@ if TYPE_CHECKING:
     from runner.gateway.services import Services
 
 
-async def status(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def status(services: Services, conn: Connection, req: NodesStatus) -> dict[str, Any]:
     hub = services.nodes
     if not getattr(conn, "operator", False):
-        if params.get("ping") is True:
+        if req.ping:
             require_operator(conn, "nodes.status ping")
         return {"nodes": [{"name": row.get("name"), "state": row.get("state")} for row in hub.status()]}
-    if params.get("ping") is True:  # connect where needed and measure RTT; failures show as lastError
+    if req.ping:  # connect where needed and measure RTT; failures show as lastError
         links = list(hub.sync().values())
 
         async def probe(link: Any) -> None:

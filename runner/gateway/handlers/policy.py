@@ -8,37 +8,32 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import InvalidInput
 from engine.policy.precedence import SessionOverrides, apply_directive
 from engine.policy.report import agent_policies
+from engine.protocol.requests import PolicyAgents, PolicyCheck, PolicyOverride, PolicyOverrides
 from engine.tools.decide import decide
 from engine.tools.exec import sandbox_available
-from runner.gateway.handlers.common import (
-    agent_id,
-    opt_path,
-    req_str,
-    require_operator,
-    session_key,
-)
+from runner.gateway.handlers.common import agent_id, require_operator, session_key
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 
-async def check(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def check(services: Services, conn: Connection, req: PolicyCheck) -> dict[str, Any]:
     """What `exec` with these params would decide: the same decide() (grants, env, cwd fallback, sandbox
     refusal), so the check and the run never disagree."""
-    command = req_str(params, "command")
-    agent, key = agent_id(params, conn), session_key(params, conn)
+    agent, key = agent_id(conn, req.agent_id), session_key(conn, req.session_key)
     decided = await asyncio.to_thread(
         decide,
-        command,
-        params,
+        req.command,
+        req.policy_params(),
+        req.env,
         config=services.config(),
         agent_id=agent,
         session_key=key,
         overrides=services.overrides,
         store=services.store,
         grants=services.grants,
-        workdir=opt_path(params, "cwd"),
+        workdir=req.cwd,
     )
     return decided.decision.to_json()
 
@@ -47,12 +42,12 @@ def _view(ov: SessionOverrides) -> dict[str, Any]:
     return {"host": ov.host, "security": ov.security, "ask": ov.ask, "node": ov.node, "elevated": ov.elevated}
 
 
-async def override(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    key = session_key(params, conn)
+async def override(services: Services, conn: Connection, req: PolicyOverride) -> dict[str, Any]:
+    key = session_key(conn, req.session_key)
     if not key:
         raise InvalidInput("sessionKey is required")
-    directive = req_str(params, "directive")
-    agent = agent_id(params, conn)
+    directive = req.directive
+    agent = agent_id(conn, req.agent_id)
     config = services.config()
     current = services.overrides.get(key, SessionOverrides())
     updated, reply = apply_directive(
@@ -81,13 +76,13 @@ def _only_tightens(before: SessionOverrides, after: SessionOverrides) -> bool:
     return all(new[k] == old[k] or new[k] == _STRICTEST.get(k, object()) for k in new)
 
 
-async def overrides(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def overrides(services: Services, conn: Connection, req: PolicyOverrides) -> dict[str, Any]:
     # An agent sees its own session keys' overrides only; the operator sees every one.
     rows = {key: _view(ov) for key, ov in services.overrides.items() if conn.sees_scope(key)}
     return {"overrides": rows}
 
 
-async def agents(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def agents(services: Services, conn: Connection, req: PolicyAgents) -> dict[str, Any]:
     """Every agent's effective policy as this gateway enforces it (the console's Policy pane)."""
     require_operator(conn, "policy.agents")  # the allowlist is a map of what runs unasked
     config = services.config()

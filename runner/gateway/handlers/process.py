@@ -5,22 +5,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.principals import check_node_query
-from runner.gateway.handlers.common import agent_id, check_sandbox_tool, req_str, session_key
+from engine.protocol.requests import ProcessRequest
+from runner.gateway.handlers.common import agent_id, check_sandbox_tool, session_key
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 
-async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    check_sandbox_tool(services, "process", params, conn)
-    action = req_str(params, "action").strip().lower()
-    scope = session_key(params, conn) or f"agent:{agent_id(params, conn)}"
-    tool_params = {k: v for k, v in params.items() if k not in ("action", "sessionKey", "agentId")}
-    if tool_params.get("node") not in (None, ""):
-        check_node_query(tool_params.get("node"))
-    sid = tool_params.get("sessionId")
-    if (isinstance(sid, str) and sid.startswith("node:")) or tool_params.get("node"):
+async def handle(services: Services, conn: Connection, req: ProcessRequest) -> dict[str, Any]:
+    agent, key = agent_id(conn, req.agent_id), session_key(conn, req.session_key)
+    check_sandbox_tool(services, "process", agent, key)
+    action = req.action.strip().lower()
+    scope = key or f"agent:{agent}"
+    tool_params = req.tool_params()
+    if req.node:
+        check_node_query(req.node)
+    if (req.session_id or "").startswith("node:") or req.node:
         # A node's session: the node runs the action in the same scope (runner/gateway/nodes.py).
         return (await services.nodes.process(action, tool_params, scope)).to_dict()
     result = await services.sessions.process(action, tool_params, scope)

@@ -16,8 +16,9 @@ from engine.approvals.decisions import DECISIONS
 from engine.approvals.pending import ApprovalError, ApprovalRequest
 from engine.errors import InvalidInput
 from engine.policy.decision import evaluate
+from engine.protocol.requests import ApprovalsRelay
 from engine.results import ToolError
-from runner.gateway.handlers.common import agent_id, opt_path, opt_str, req_str, require_operator
+from runner.gateway.handlers.common import agent_id, require_operator
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -27,21 +28,22 @@ log = logging.getLogger("exechost.gateway")
 MAX_RELAY_MS = 30 * 60 * 1000
 
 
-async def relay(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> dict[str, Any]:
     require_operator(conn, "approvals.relay")  # only the console that hosts the socket relays its asks
-    socket_id = req_str(params, "id")
-    if params.get("withdraw") is True:  # the socket client gave up: its row goes
+    socket_id = req.id
+    if req.withdraw:  # the socket client gave up: its row goes
         return {"withdrawn": services.approvals.withdraw(f"socket:{socket_id}")}
-    command = req_str(params, "command")
-    opt_path(params, "command")
-    agent = agent_id(params, conn)
-    cwd = opt_path(params, "cwd") or ""
-    offered = params.get("allowedDecisions")
-    allowed = tuple(d for d in DECISIONS if not isinstance(offered, list) or d in offered)
+    command = req.command
+    if command is None or not command.strip():
+        raise InvalidInput("approvals.relay: command is required")
+    agent = agent_id(conn, req.agent_id)
+    cwd = req.cwd or ""
+    offered = req.allowed_decisions
+    allowed = tuple(d for d in DECISIONS if offered is None or d in offered)
     if not allowed:
         raise InvalidInput("allowedDecisions offers nothing")
-    timeout = params.get("timeoutMs")
-    ttl = min(int(timeout), MAX_RELAY_MS) if isinstance(timeout, int) and timeout > 0 else None
+    timeout = req.timeout_ms
+    ttl = min(timeout, MAX_RELAY_MS) if timeout is not None and timeout > 0 else None
     decision = await asyncio.to_thread(
         evaluate,
         command,
@@ -56,11 +58,11 @@ async def relay(services: Services, conn: Connection, params: dict[str, Any]) ->
         cwd=cwd,
         host="gateway",
         agent_id=agent,
-        session_key=opt_str(params, "sessionKey") or "",
-        security=opt_str(params, "security") or decision.security or "allowlist",
-        ask=opt_str(params, "ask") or decision.ask or "on-miss",
+        session_key=req.session_key or "",
+        security=req.security or decision.security or "allowlist",
+        ask=req.ask or decision.ask or "on-miss",
         allowed_decisions=allowed,
-        resolved_path=opt_path(params, "resolvedPath"),
+        resolved_path=req.resolved_path,
         node_approval_id=f"socket:{socket_id}",  # who asked; each socket ask gets its own answer
         decision_json=decision.to_json(),
         warnings=("asked on exec-approvals.sock (an OpenClaw client runs the command itself)",),

@@ -8,19 +8,23 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidInput
+from engine.lazymod import lazy
 from engine.principals import check_node
+from engine.protocol.requests import SandboxEgress, SandboxExplain, SandboxList, SandboxPrune, SandboxRecreate
 from engine.results import ToolError
-from engine.sandbox import admin, default_manager
+from engine.sandbox import default_manager
 from engine.sandbox.docker_ops import SandboxUnavailable
-from runner.gateway.handlers.common import agent_id, opt_str, require_operator, session_key
+from runner.gateway.handlers.common import agent_id, require_operator, session_key
+
+admin = lazy("engine.sandbox.admin")  # the operator's sandbox verbs: loaded on first use, not at start
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
     from runner.gateway.services import Services
 
 
-def _node(params: dict[str, Any]) -> str | None:
-    raw = (opt_str(params, "node") or "").strip()
+def _node(given: str | None) -> str | None:
+    raw = (given or "").strip()
     return check_node(raw) if raw else None
 
 
@@ -34,8 +38,8 @@ def _owned(conn: Connection, row: dict[str, Any]) -> bool:
     return conn.operator or (row.get("agentId") == conn.agent and row.get("sessionKey") != "shared")
 
 
-async def list_(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    node = _node(params)
+async def list_(services: Services, conn: Connection, req: SandboxList) -> dict[str, Any]:
+    node = _node(req.node)
     if node is not None:
         name, payload = await services.nodes.sandbox_call(node, "sandbox.list", {}, _agent(conn))
         rows = [{**r, "node": name} for r in payload.get("containers") or [] if _owned(conn, r)]
@@ -55,31 +59,32 @@ async def list_(services: Services, conn: Connection, params: dict[str, Any]) ->
     return out
 
 
-async def explain(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    key = session_key(params, conn) or None
-    node = _node(params)
+async def explain(services: Services, conn: Connection, req: SandboxExplain) -> dict[str, Any]:
+    key = session_key(conn, req.session_key) or None
+    agent = agent_id(conn, req.agent_id)
+    node = _node(req.node)
     if node is not None:
-        forwarded = {"agentId": agent_id(params, conn), **({"sessionKey": key} if key else {})}
+        forwarded = {"agentId": agent, **({"sessionKey": key} if key else {})}
         name, payload = await services.nodes.sandbox_call(node, "sandbox.explain", forwarded, _agent(conn))
         return {**payload, "node": name}
-    return await asyncio.to_thread(admin.explain, services.config(), agent_id(params, conn), key)
+    return await asyncio.to_thread(admin.explain, services.config(), agent, key)
 
 
-async def recreate(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def recreate(services: Services, conn: Connection, req: SandboxRecreate) -> dict[str, Any]:
     """Remove the selected containers; they are recreated with the current config on next use."""
-    everything = params.get("all") is True
-    key = opt_str(params, "sessionKey")
-    agent = opt_str(params, "agentId")
-    name = opt_str(params, "containerName")
+    everything = req.all_ is True
+    key = req.session_key
+    agent = req.agent_id
+    name = req.container_name
     if sum([everything, key is not None, agent is not None, name is not None]) != 1:
         raise InvalidInput("Please specify exactly one of: all, sessionKey, agentId, containerName")
     if agent is not None:
-        agent = agent_id(params, conn)  # an agent names only itself
+        agent = agent_id(conn, agent)  # an agent names only itself
     if key is not None:
-        key = session_key(params, conn)
+        key = session_key(conn, key)
     if everything:
         require_operator(conn, "sandbox.recreate all")  # every agent's containers
-    node = _node(params)
+    node = _node(req.node)
     if node is not None and name is not None:
         require_operator(conn, "sandbox.recreate of a node container by name")
     if node is not None:
@@ -129,19 +134,18 @@ def _recreate_own(
     return {"removed": removed, "failed": failed}
 
 
-async def prune(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def prune(services: Services, conn: Connection, req: SandboxPrune) -> dict[str, Any]:
     from engine.sandbox.settings import resolve_settings
 
     # A prune sweeps every agent's idle containers and browsers: the operator's call. An agent removes
     # its own with sandbox.recreate.
     require_operator(conn, "sandbox.prune")
-    node = _node(params)
+    agent = agent_id(conn, req.agent_id)
+    node = _node(req.node)
     if node is not None:
-        name, payload = await services.nodes.sandbox_call(
-            node, "sandbox.prune", {"agentId": agent_id(params, conn)}
-        )
+        name, payload = await services.nodes.sandbox_call(node, "sandbox.prune", {"agentId": agent})
         return {**payload, "node": name}
-    settings = resolve_settings(services.config(), agent_id(params, conn))
+    settings = resolve_settings(services.config(), agent)
     try:
         removed = await default_manager().maybe_prune(settings, force=True)
         removed += await asyncio.to_thread(default_manager().prune_pool, services.config())
@@ -153,12 +157,12 @@ async def prune(services: Services, conn: Connection, params: dict[str, Any]) ->
     return {"removed": removed + browsers}
 
 
-async def egress(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def egress(services: Services, conn: Connection, req: SandboxEgress) -> dict[str, Any]:
     """Recent connections through the egress proxy, newest first; an agent sees only its own."""
-    agent = opt_str(params, "agentId")
+    agent = req.agent_id
     if agent is not None or not conn.operator:
-        agent = agent_id(params, conn)
-    limit = params.get("limit", 50)
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= 1000:
+        agent = agent_id(conn, agent)
+    limit = 50 if req.limit is None else req.limit
+    if not 0 < limit <= 1000:
         raise InvalidInput("limit must be an integer from 1 to 1000")
     return {"connections": await services.egress.connections(agent, limit)}

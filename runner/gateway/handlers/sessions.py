@@ -7,7 +7,14 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidInput
-from runner.gateway.handlers.common import opt_str, owned_session, req_str, require_operator, session_key
+from engine.protocol.requests import (
+    SessionsFollow,
+    SessionsList,
+    SessionsOutput,
+    SessionsResize,
+    SessionsUnfollow,
+)
+from runner.gateway.handlers.common import owned_session, require_operator, session_key
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -19,11 +26,11 @@ if TYPE_CHECKING:
 PAGE_BYTES = 256 * 1024
 
 
-async def list_(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def list_(services: Services, conn: Connection, req: SessionsList) -> dict[str, Any]:
     """Sessions, newest first, one page at a time: `cursor` is how many rows to skip (`next` of the page
     before), `next` is null on the last page, `total` counts every row of the view."""
-    key = session_key(params, conn)
-    skip = _cursor(params)
+    key = session_key(conn, req.session_key)
+    skip = _cursor(req.cursor)
     rows: list[Any]
     if not conn.operator:  # an agent: the sessions of its own scopes, never another agent's
         rows = [s for s in services.sessions.listed_sessions(key or None) if conn.sees_scope(s.scope_key)]
@@ -43,20 +50,16 @@ async def list_(services: Services, conn: Connection, params: dict[str, Any]) ->
     return {"sessions": page, "next": str(end) if end < len(rows) else None, "total": len(rows)}
 
 
-def _cursor(params: dict[str, Any]) -> int:
-    raw = params.get("cursor")
+def _cursor(raw: str | None) -> int:
     if raw is None:
         return 0
-    if not isinstance(raw, str) or not raw.isdigit() or len(raw) > 12:
+    if not raw.isdigit() or len(raw) > 12:
         raise InvalidInput("cursor must be the `next` of the previous page")
     return int(raw)
 
 
-def _int(params: dict[str, Any], key: str) -> int | None:
-    value = params.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+def _int(value: int | None, key: str) -> int | None:
+    if value is not None and value < 0:
         raise InvalidInput(f"{key} must be a non-negative integer")
     return value
 
@@ -65,11 +68,11 @@ MAX_OUTPUT_BYTES = 128 * 1024  # escaped JSON of this many raw bytes still fits 
 DEFAULT_OUTPUT_BYTES = 64 * 1024
 
 
-async def output(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def output(services: Services, conn: Connection, req: SessionsOutput) -> dict[str, Any]:
     """Raw output (escapes intact) by raw byte offset; no offset = the last `limit` bytes (a pane opening)."""
-    sid = req_str(params, "sessionId")
-    offset = _int(params, "offset")
-    limit = min(_int(params, "limit") or DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES)
+    sid = req.session_id
+    offset = _int(req.offset, "offset")
+    limit = min(_int(req.limit, "limit") or DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES)
     if sid.startswith("node:"):
         require_operator(conn, "sessions.output on a node session")  # every scope there: operators only
         got = await services.nodes.session_call(
@@ -96,9 +99,9 @@ async def output(services: Services, conn: Connection, params: dict[str, Any]) -
     }
 
 
-async def resize(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-    sid = req_str(params, "sessionId")
-    cols, rows = _int(params, "cols"), _int(params, "rows")
+async def resize(services: Services, conn: Connection, req: SessionsResize) -> dict[str, Any]:
+    sid = req.session_id
+    cols, rows = _int(req.cols, "cols"), _int(req.rows, "rows")
     if not cols or not rows:
         raise InvalidInput("cols and rows are required")
     if sid.startswith("node:"):
@@ -111,15 +114,11 @@ async def resize(services: Services, conn: Connection, params: dict[str, Any]) -
     return {"sessionId": sid, "cols": cols, "rows": rows}
 
 
-async def follow(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def follow(services: Services, conn: Connection, req: SessionsFollow) -> dict[str, Any]:
     """Push this session's output to the connection; `only: true` stops every other one's."""
-    sid = req_str(params, "sessionId")
-    only = params.get("only", False)
-    if not isinstance(only, bool):
-        raise InvalidInput("only must be a boolean")
-    return {"follow": services.output.follow(conn, sid, only=only)}
+    return {"follow": services.output.follow(conn, req.session_id, only=bool(req.only))}
 
 
-async def unfollow(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def unfollow(services: Services, conn: Connection, req: SessionsUnfollow) -> dict[str, Any]:
     """Stop pushing this session's output (no sessionId: every session's); activity counts continue."""
-    return {"follow": services.output.unfollow(conn, opt_str(params, "sessionId"))}
+    return {"follow": services.output.unfollow(conn, req.session_id)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from engine.protocol.requests import Shutdown
 from runner.gateway.handlers.common import require_operator
 
 if TYPE_CHECKING:
@@ -12,9 +13,9 @@ if TYPE_CHECKING:
     from runner.gateway.services import Services
 
 
-async def handle(services: Services, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+async def handle(services: Services, conn: Connection, req: Shutdown) -> dict[str, Any]:
     require_operator(conn, "shutdown")  # stopping the gateway may kill every session: not an agent's call
-    kill = params.get("killSessions") is True
+    kill = req.kill_sessions is True
     running = sum(1 for s in services.sessions.list_sessions(None) if s.get("status") == "running")
     held = services.holders is not None
     # Held sessions keep running for the next gateway unless asked otherwise; others die with us.

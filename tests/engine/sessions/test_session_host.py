@@ -20,7 +20,7 @@ import pytest
 from engine.commands.verified import sealed_copy
 from engine.sessions import LocalLauncher, RunSpec, SessionManager
 from engine.sessions import host_io as wire
-from engine.sessions.host import HOLDERS_DIR, HOST_DIED, HOST_LOST, HostLauncher
+from engine.sessions.host import HOLDERS_DIR, HOST_DIED, HOST_LOST, HostLauncher, HostProcess
 from tests.helpers.gateway import wait_until
 
 
@@ -386,3 +386,30 @@ async def test_ctrl_c_reaches_a_terminal_program_in_the_host(
     assert session is not None
     await asyncio.wait_for(session.done.wait(), 10)
     assert session.exit_code != 0 or session.exit_signal == "SIGINT"
+
+
+async def test_every_output_byte_reaches_the_gateway_before_the_exit(
+    held: tuple[SessionManager, HostLauncher],
+) -> None:
+    """The host told the exit when it reaped the child and read what was still in its pipes afterwards; a
+    busy gateway, reading to EOF only while bytes keep coming after an exit, judged those late bytes a
+    stray's and closed: 1 of 200 concurrent `echo`s came back `(no output)` (CI, held sessions). Now the
+    exit follows every byte: when `wait()` returns, the whole output and its EOF are already queued."""
+    _, launcher = held
+    # More than one read takes (64 KiB), written up to the command's last instant: at the exit, the stdout
+    # socket and the stderr pipe still hold bytes.
+    size = 1_000_000
+    for i in range(5):
+        command = f"echo tail >&2; exec head -c {size} /dev/zero"
+        handle = await launcher.spawn(RunSpec(command=command, scope_key="s", session_id=f"drain-{i}"))
+        assert isinstance(handle, HostProcess)
+        assert await handle.wait() == (0, None)
+        out, err = 0, b""
+        queue = handle._queue  # what the link delivered so far, read without giving the loop a turn
+        while (item := queue.get_nowait()) is not None:
+            if item[0] == "stderr":
+                err += item[1]
+            else:
+                out += len(item[1])
+        assert (out, err) == (size, b"tail\n")
+        handle.close()

@@ -136,13 +136,13 @@ async def test_a_decision_is_on_disk_before_its_command_runs(state_dir: Path, tm
     marker = tmp_path / "ran"
     async with gateway(state_dir) as server:
         gate = threading.Event()
-        real = server.services.history.write_lines
+        real = server.services.journal.history.write_lines
 
         def slow(lines: list[bytes]) -> None:
             gate.wait(20)
             real(lines)
 
-        server.services.history.write_lines = slow  # type: ignore[method-assign]
+        server.services.journal.history.write_lines = slow  # type: ignore[method-assign]
         operator = await connect(state_dir, "op")
         await operator.request("approvals.attach")
         agent = await connect(state_dir, "agent", operator=False)

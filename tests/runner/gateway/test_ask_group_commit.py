@@ -13,6 +13,7 @@ import pytest
 
 from engine.approvals import groupwrite
 from engine.approvals.groupwrite import GroupWriter
+from engine.protocol.requests import ExecRequest
 from engine.tools.exec import ExecContext
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 from tests.helpers.pending import stored_asks
@@ -26,7 +27,7 @@ async def test_asks_of_one_turn_share_one_fsync_and_none_waits_before_it(
     write_config(state_dir, ASK_ALWAYS)
     async with gateway(state_dir) as server:
         services = server.services
-        pending = services.pending_file
+        pending = services.journal.pending_file
         appends: list[list[bytes]] = []
         gate, held = threading.Event(), threading.Event()
         append = pending.append
@@ -43,9 +44,9 @@ async def test_asks_of_one_turn_share_one_fsync_and_none_waits_before_it(
         # Three asks registered in one loop turn (what three exec frames read at once amount to).
         tool = services.exec_tool
         told: list[str] = []
-        prepared = [await tool._prepare({"command": f"echo grouped-{i}"}, _ctx()) for i in range(3)]
+        prepared = [await tool._prepare(ExecRequest(command=f"echo grouped-{i}"), _ctx()) for i in range(3)]
         ctx = _ctx(lambda d: told.append(d["approvalId"]))
-        calls = [asyncio.ensure_future(tool._ask(p, {"command": p.command}, ctx)) for p in prepared]
+        calls = [asyncio.ensure_future(tool._ask(p, ExecRequest(command=p.command), ctx)) for p in prepared]
         await asyncio.to_thread(held.wait, 10)
         await asyncio.sleep(0.2)
         assert told == []  # nobody is told "waiting" while the append is unfinished
@@ -145,7 +146,7 @@ async def test_approvals_status_reports_a_run_only_once_its_line_is_on_disk(stat
         approval_id = result["details"]["approvalId"]
         status = await operator.request("approvals.status", {"approvalId": approval_id})
         assert status["details"]["run"]["status"] == "denied"
-        on_disk = {e.id: e for e in services.history.entries()}
+        on_disk = {e.id: e for e in services.journal.history.entries()}
         assert on_disk[approval_id].view()["run"]["status"] == "denied"  # what it reported was saved
         await agent.close()
         await operator.close()

@@ -49,7 +49,7 @@ async def _ask(state_dir: Path) -> tuple[Any, Any, asyncio.Future[Any], str]:
 async def test_a_deny_waits_for_its_history_line(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_config(state_dir, ALLOWLIST)
     async with gateway(state_dir) as server:
-        history = server.services.history
+        history = server.services.journal.history
         gate, held = _hold(
             history, "write_lines", monkeypatch, lambda lines: any(b'"decision"' in x for x in lines)
         )
@@ -70,7 +70,7 @@ async def test_a_deny_told_before_the_journal_settled_the_ask_does_not_come_back
 ) -> None:
     write_config(state_dir, ALLOWLIST)
     async with gateway(state_dir) as server:
-        pending = server.services.pending_file
+        pending = server.services.journal.pending_file
         gate, held = _hold(
             pending, "append", monkeypatch, lambda lines: any(b'"settled"' in x for x in lines)
         )
@@ -81,7 +81,7 @@ async def test_a_deny_told_before_the_journal_settled_the_ask_does_not_come_back
         await asyncio.to_thread(held.wait, 10)  # the journal's settling line is stuck in its write
         assert [a["id"] for a in stored_asks(state_dir)] == [approval_id]  # the journal: still waiting
         # A crash now: what the next gateway would take up from these files is nothing.
-        assert Services(state_dir).restorable_asks() == []
+        assert Services(state_dir).journal.restorable_asks() == []
         gate.set()
         await wait_until(lambda: stored_asks(state_dir) == [])
         await agent.close()
@@ -93,17 +93,18 @@ async def test_an_approval_waits_for_the_journal(state_dir: Path, monkeypatch: p
     the journal holds it (an ask the history approved but the journal does not is asked again)."""
     write_config(state_dir, ALLOWLIST)
     async with gateway(state_dir) as server:
-        pending = server.services.pending_file
+        pending = server.services.journal.pending_file
         gate, held = _hold(
             pending, "append", monkeypatch, lambda lines: any(b'"decision": "allow-once"' in x for x in lines)
         )
         operator, agent, call, approval_id = await _ask(state_dir)
         await operator.request("approve", {"id": approval_id, "decision": "allow-once"})
         await asyncio.to_thread(held.wait, 10)
-        await wait_until(lambda: server.services.history.decisions_of({approval_id}))  # the history has it
+        history = server.services.journal.history
+        await wait_until(lambda: history.decisions_of({approval_id}))  # the history has it
         await asyncio.sleep(0.3)
         assert not call.done()
-        assert [a.id for a in Services(state_dir).restorable_asks()] == [approval_id]  # asked again
+        assert [a.id for a in Services(state_dir).journal.restorable_asks()] == [approval_id]  # asked again
         gate.set()
         res = await asyncio.wait_for(call, 30)
         assert res["details"]["status"] == "completed"

@@ -14,6 +14,7 @@ import pytest
 from engine.approvals.grants import GrantLimits
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.frames import RemoteError
+from engine.protocol.requests import ExecRequest
 from engine.results import ToolError
 from engine.tools.exec_request import ExecContext
 from tests.helpers.gateway import ALLOWLIST, connect, gateway, write_config
@@ -52,7 +53,7 @@ async def _both(server: Any, client: Any, params: dict[str, Any], key: str) -> t
         check["cwd"] = params["workdir"]
     checked = await client.request("policy.check", {**check, "sessionKey": key})
     ctx = ExecContext(agent_id="main", session_key=key, operator=True)
-    prepared = await server.services.exec_tool._prepare(params, ctx)
+    prepared = await server.services.exec_tool._prepare(ExecRequest.decode(params), ctx)
     return checked, json.loads(json.dumps(prepared.decision.to_json()))
 
 
@@ -92,7 +93,9 @@ async def test_a_refused_env_override_is_refused_by_the_check_as_by_exec(state_d
         with pytest.raises(RemoteError) as checked:
             await client.request("policy.check", {**params, "sessionKey": "agent:main:s1"})
         with pytest.raises(ToolError) as executed:
-            await server.services.exec_tool._prepare(params, ExecContext(session_key="agent:main:s1"))
+            await server.services.exec_tool._prepare(
+                ExecRequest.decode(params), ExecContext(session_key="agent:main:s1")
+            )
         assert "LD_PRELOAD" in str(executed.value) and str(executed.value) in str(checked.value)
         await client.close()
 

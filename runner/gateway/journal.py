@@ -1,0 +1,148 @@
+"""The approvals on disk, written in groups off the loop: the decision history (who decided what, what it led
+to) and the pending-asks journal (what the next gateway asks again). A decision is acted upon once it is
+on disk (`decided_barrier`); a restart takes up what the files hold (`restorable_asks`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from engine.approvals.durable import PENDING_NAME, PendingFile, StoredAsk
+from engine.approvals.groupwrite import GroupWriter
+from engine.approvals.history import (
+    HISTORY_DIR,
+    DecisionLog,
+    HistoryError,
+    decision_line,
+    encode_entry,
+    run_line,
+)
+from engine.approvals.pending import ApprovalManager, ApprovalRecord, unsettled
+
+log = logging.getLogger("exechost.gateway")
+
+APPROVED = ("allow-once", "allow-always")
+
+
+class ApprovalJournal:
+    """Two group writers, so a decision's line never waits behind a pending write's fsyncs."""
+
+    def __init__(self, state_dir: Path, approvals: ApprovalManager) -> None:
+        self.approvals = approvals
+        # Every decision on disk (who, what, what it led to): `approvals history` across restarts.
+        self.history = DecisionLog(state_dir / HISTORY_DIR)
+        self._history_sessions: set[str] | None = None  # session ids an approval led to (loaded lazily)
+        # Asks not yet settled, on disk: the next gateway asks them again (same id, same expiry).
+        self.pending_file = PendingFile(state_dir / PENDING_NAME)
+        self.history_writer = GroupWriter("decision history", self._write_history_lines)
+        # The asks that changed since the last batch; journaled (one line each) when the batch is taken.
+        self._pending_dirty: dict[str, ApprovalRecord] = {}
+        self._pending_ids: set[str] = set()  # asks the files hold as unsettled
+        self._pending_out: tuple[list[bytes], bytes | None] = ([], None)  # (journal lines, new snapshot)
+        self.pending_writer = GroupWriter("pending approvals", self._write_pending, latest_only=True)
+        approvals.barrier = self.pending_writer.barrier
+        approvals.decided_barrier = self.decided_barrier
+
+    def start(self) -> None:
+        """After the kept asks were restored: the files hold exactly the asks now known."""
+        self.pending_file.save(self.approvals.records())
+        self._pending_ids = {r.id for r in self.approvals.unsettled_records()}
+
+    async def flush(self) -> None:
+        """Nothing queued for disk is left behind."""
+        await asyncio.gather(self.history_writer.barrier(), self.pending_writer.barrier())
+
+    def record(self, kind: str, record: ApprovalRecord) -> None:
+        """An approval changed (`requested|updated|resolved|ran`): queue its lines."""
+        self._write_history(kind, record)
+        self._pending_dirty[record.id] = record
+        self.pending_writer.put(self._pending_batch)
+
+    def session_ended(self, data: dict[str, Any]) -> None:
+        """A session exited: when an approval led to it, history shows how that run really ended."""
+        if str(data.get("sessionId")) not in self._linked_sessions():
+            return
+        try:
+            self.history.record_session_end(data)
+        except HistoryError as exc:
+            log.error("%s", exc)
+
+    def _write_history(self, kind: str, record: ApprovalRecord) -> None:
+        """Queue the decision log's line (the group writer appends it)."""
+        if kind == "resolved":
+            self.history_writer.put(encode_entry(decision_line(record.view())))
+        elif kind == "ran" and record.run:
+            # What a run ended as: nobody waits for the line (the caller has its result, and the session's
+            # end is written apart), so it rides with the next batch. A run "starting" goes out at once:
+            # the next gateway links the session it adopts to its approval through that line.
+            final = record.run.get("status") != "starting"
+            self.history_writer.put(encode_entry(run_line(record.id, record.run)), lazy=final)
+            if record.run.get("sessionId"):
+                self._linked_sessions().add(str(record.run["sessionId"]))
+
+    async def decided_barrier(self, record: ApprovalRecord) -> None:
+        """A decision is acted upon once it is on disk. A deny (or an expiry) needs only its history line:
+        a restart settles an ask the journal still holds as waiting when the history decided it so
+        (`restorable_asks`), so it never comes back. The journal's own line follows without being
+        waited for; it was queued with the history's, and often waits behind the ask's own append.
+        An approval needs the journal too: what the next gateway runs comes from there."""
+        await self.history_writer.barrier()
+        if record.decision in APPROVED:
+            await self.pending_writer.barrier()
+
+    def restorable_asks(self) -> list[StoredAsk]:
+        """The asks on disk the next gateway takes up: those the journal holds, less the ones whose
+        deny or expiry only the decision history recorded (a crash before the journal's line)."""
+        asks = self.pending_file.load()
+        waiting = {ask.id for ask in asks if ask.decision is None}
+        try:
+            decided = self.history.decisions_of(waiting)
+        except OSError as exc:  # unreadable history: every ask comes back (asked again, never run)
+            log.error("decision history not read for the pending asks: %s", exc)
+            decided = {}
+        settled = {i for i, status in decided.items() if status in ("deny", "expired")}
+        if settled:
+            log.info("%d pending ask(s) were decided before the crash (history); not restored", len(settled))
+        return [ask for ask in asks if ask.id not in settled]
+
+    def _write_history_lines(self, lines: list[bytes]) -> None:
+        """A write that fails (full disk) is logged and shown in `status` and `approvals history`, and
+        the gateway keeps serving: the decision itself stands."""
+        try:
+            self.history.write_lines(lines)
+        except HistoryError as exc:
+            log.error("%s", exc)
+
+    def _pending_batch(self) -> bytes:
+        """On the loop, as a batch is taken: the journal lines of the asks that changed (their state
+        now), or the whole snapshot when the journal has outgrown it. b"": nothing to write, no hop."""
+        lines = []
+        for record in self._pending_dirty.values():
+            if unsettled(record):
+                lines.append(self.pending_file.entry(record))
+                self._pending_ids.add(record.id)
+            elif record.id in self._pending_ids:  # settled: the files stop holding it
+                lines.append(self.pending_file.entry(record))
+                self._pending_ids.discard(record.id)
+        self._pending_dirty.clear()
+        snapshot = None
+        if lines and self.pending_file.wants_compaction():
+            unsettled_now = self.approvals.unsettled_records()
+            snapshot = self.pending_file.encode(unsettled_now)
+            self._pending_ids = {r.id for r in unsettled_now}
+        self._pending_out = (lines, snapshot)
+        return snapshot or b"\n".join(lines)
+
+    def _write_pending(self, batch: list[bytes]) -> None:
+        lines, snapshot = self._pending_out
+        if snapshot is not None:
+            self.pending_file.write(snapshot, before=lines)
+        elif lines:
+            self.pending_file.append(lines)
+
+    def _linked_sessions(self) -> set[str]:
+        if self._history_sessions is None:
+            self._history_sessions = self.history.linked_sessions()
+        return self._history_sessions
