@@ -85,17 +85,17 @@ class PinnedView:
         return [*self.prefix, *argv]
 
 
-def view_for(tree: TreeVet | None, run: VerifiedRun, anchor: str | None = None) -> PinnedView:
+def view_for(tree: TreeVet | None, run: VerifiedRun | None = None, anchor: str | None = None) -> PinnedView:
     """The view a decided run starts in: `tree` vetted again keeping its bytes (refused as StaleContent
     when they are not what was decided on), plus the verified scripts that re-read themselves. `anchor`:
-    the cwd's files are re-read through the spawn's fd of the cwd (TreeVet.pin). A make in the command
-    is handed its vetted makefiles as sealed copies (`run.command` is rendered again with them)."""
+    the cwd's files are re-read through the spawn's fd of the cwd (TreeVet.pin). A make in `run` is
+    handed its vetted makefiles as sealed copies (`run.command` is rendered again with them)."""
     try:
         record = tree.pin(anchor) if tree is not None and tree.commands else None
-        view = pinned_view(record, run.rereads)
+        view = pinned_view(record, run.rereads if run is not None else ())
     except (TreeChanged, PinError) as exc:
         raise StaleContent(str(exc)) from None
-    if tree is None or record is None:
+    if tree is None or record is None or run is None:
         return view
     try:
         _argv_swaps(tree, record, run, view)
