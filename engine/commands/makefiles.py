@@ -9,7 +9,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["DEFAULTS", "MakeArgs", "MakeRead", "parse_make", "reads"]
+__all__ = ["DEFAULTS", "MakeArgs", "MakeRead", "not_regular", "parse_make", "reads"]
 
 DEFAULTS = ("GNUmakefile", "makefile", "Makefile")  # the first one present is the one make reads
 # Short options (make 4.3's table): those taking a value, those whose value is optional (attached only;
@@ -91,6 +91,8 @@ def _take(letter: str, index: int, prefix: str, value: str, out: MakeArgs) -> No
         out.dirs.append(value)
     elif letter == "f":
         out.files.append((index, prefix, value))
+        if value == "-":
+            out.problem = "`-f -`: a makefile read from stdin (the agent can write a session's stdin)"
 
 
 def _short(word: str, argv: Sequence[str], i: int, out: MakeArgs) -> int:
@@ -154,3 +156,10 @@ def reads(args: MakeArgs, cwd: str) -> list[MakeRead]:
         if os.path.isfile(path):
             return [MakeRead(None, name, path, True)]
     return [MakeRead(None, DEFAULTS[-1], os.path.join(where, DEFAULTS[-1]), False)]
+
+
+def not_regular(args: MakeArgs, cwd: str) -> list[str]:
+    """Every `-f` that names something other than a regular file (stdin, a device, a fifo, a directory):
+    what make reads there is not in any file, so nothing can be vetted or bound."""
+    named = [r for r in reads(args, cwd) if r.slot is not None]
+    return [r.path for r in named if os.path.lexists(r.path) and not r.present]

@@ -164,7 +164,8 @@ def _make_reads_copies(
             args = parse_make(argv)
             if args.problem is not None:
                 continue  # asked, naming the option: what a human approved runs as shown
-            for swap in _make_targets(reads(args, tree.real_cwd), record, tree.roots):
+            asked = {f.path for f in tree.found}
+            for swap in _make_targets(reads(args, tree.real_cwd), record, tree.roots, asked):
                 target = swap.target
                 if swap.data is not None:
                     fd = sealed_copy(swap.data, swap.name, _makefile_list(swap.name))
@@ -191,7 +192,9 @@ def _makefile_list(name: str) -> Callable[[int], bytes]:
     return head
 
 
-def _make_targets(found: list[MakeRead], record: Record, roots: Sequence[str]) -> list[_Swap]:
+def _make_targets(
+    found: list[MakeRead], record: Record, roots: Sequence[str], asked: set[str]
+) -> list[_Swap]:
     """What make is given instead of each makefile a racer could swap: the vetted bytes (a makefile read
     at the re-vet), or a name that stays absent (a makefile that was absent, in a directory the agent can
     write). A makefile only root or the operator can change is read where it is."""
@@ -211,7 +214,8 @@ def _make_targets(found: list[MakeRead], record: Record, roots: Sequence[str]) -
         if data is not None:
             out.append(_Swap(read.slot, read.name, "", data))
         elif agent_writable(where, roots):
-            if _regular(read.path):
+            if os.path.lexists(read.path) and (_regular(read.path) or read.path not in asked):
+                # absent when vetted (a regular one would be held; another kind was asked about)
                 raise PinError(f"{read.path} appeared since the tree was vetted")
             if not os.path.lexists(read.path):
                 out.append(_Swap(read.slot, read.name, "/dev/null/" + os.path.basename(read.path), None))

@@ -13,7 +13,7 @@ from engine.commands.allowlist import AllowlistResult
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.gitvet import Finding
 from engine.commands.interpreters import name_of
-from engine.commands.makefiles import DEFAULTS, parse_make
+from engine.commands.makefiles import DEFAULTS, not_regular, parse_make
 from engine.commands.treesafe import is_tree_safe
 from engine.commands.which import real_path
 from engine.statefs import state_dir
@@ -116,6 +116,7 @@ UNMODELLED = (
     "code it may load from there (config naming plugins, conftest.py, hooks, …: it is not a program "
     "known to take none, tools.exec.treeSafe)"
 )
+NOT_A_FILE = "a makefile that is not a regular file (stdin, a device, a fifo): nothing there can be vetted"
 _OPERANDS_LOOKED_AT = 64  # path operands whose trees an unmodelled program may read (pytest ../other)
 # The spawn's directory fd of the cwd, as a path: what is looked up under it is found in the directory that
 # fd holds (the kernel follows the fd, not a name), so a directory exchanged at the cwd's path after the
@@ -337,9 +338,12 @@ def findings_for(
     spec = TREE_PROGRAMS[program]
     files = _tree_files(program, spec, argv, cwd)
     found = [Finding(program, path, spec.what) for path in files if agent_writable(path, sandbox_roots)]
-    problem = parse_make(argv).problem if program in ("make", "gmake") else None
-    if problem is not None:  # make would read what exechost cannot name: a human decides
-        found.append(Finding(program, "the command line", problem))
+    if program in ("make", "gmake"):
+        args = parse_make(argv)
+        if args.problem is not None:  # make would read what exechost cannot name: a human decides
+            found.append(Finding(program, "the command line", args.problem))
+        here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+        found += [Finding(program, path, NOT_A_FILE) for path in not_regular(args, here)]
     return found
 
 

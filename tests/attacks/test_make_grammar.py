@@ -139,3 +139,38 @@ async def test_a_makefile_renamed_in_after_the_re_vet_is_never_read(state_dir: P
         racer.kill()
         racer.wait()
     assert not marker.exists(), "make read a makefile that appeared after the tree was vetted"
+
+
+@pytest.mark.parametrize("spelling", ["-f -", "-f /dev/stdin", "--file=/proc/self/fd/0"])
+async def test_an_allowlisted_make_reads_no_makefile_from_the_agents_stdin(
+    state_dir: Path, tmp_path: Path, spelling: str
+) -> None:
+    """`make -f -` reads its makefile from stdin, and a background session's stdin is the agent's to
+    write (`process write`): an allowlisted make ran recipes that no file held and nobody was asked
+    about. A makefile that is not a regular file in a tree (stdin, a device, a fifo) cannot be vetted."""
+    write_config(state_dir, ALLOWLIST)
+    allow(state_dir, "/usr/bin/make")
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = tmp_path / "pwned"
+    async with gateway(state_dir):
+        agent = await connect(state_dir, operator=False)
+        try:
+            with contextlib.suppress(Exception):  # asked and refused: the defence held
+                started = await agent.request(
+                    "exec", {"command": f"make {spelling} test", "workdir": str(work), "background": True}
+                )
+                sid = started["details"]["sessionId"]
+                recipe = f"test:\n\t@touch {marker}\n"
+                await agent.request(
+                    "process", {"action": "write", "sessionId": sid, "data": recipe, "eof": True}
+                )
+                for _ in range(100):
+                    polled = await agent.request(
+                        "process", {"action": "poll", "sessionId": sid, "timeout": 1000}
+                    )
+                    if polled["details"].get("status") != "running":
+                        break
+        finally:
+            await agent.close()
+    assert not marker.exists(), "make ran a makefile the agent wrote to its stdin"
