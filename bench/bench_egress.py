@@ -144,7 +144,7 @@ def main() -> int:
         records += 1
 
     async def decide_it(req: Request) -> Decision:
-        verdict = decide(policy, req.name, req.port)
+        verdict = decide(policy, req.name, req.port, tunnel=req.tunnel)
         return Decision(verdict.action == "allow", verdict.rule, "policy", dict(policy.resolve))
 
     directory = Path(tempfile.mkdtemp(prefix="eg-"))

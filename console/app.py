@@ -445,19 +445,8 @@ class ConsoleApp(App[None]):
     # ------------------------------------------------------------------ sessions
 
     def flush_output(self) -> None:
-        """~30 Hz: move what arrived for the visible session into its pane; nothing else is touched."""
-        router = self.link.output
-        if (
-            router.visible is None
-            or router.visible == self.sessions.replaying
-            or not (router.pending or router.overflowed)
-        ):
-            return
-        data, overflowed = router.drain()
-        if overflowed:
-            self.sessions.replay(router.visible)
-            return
-        self.sessions.feed(data)
+        """~30 Hz: the sessions pane takes what arrived for its visible session (it owns flush and replay)."""
+        self.sessions.flush_output()
 
     def tick(self) -> None:
         """1 Hz: countdowns and the list's runtime/unread cells. Approvals need no polling: the gateway

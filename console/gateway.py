@@ -25,8 +25,10 @@ class OutputRouter:
 
     Only the visible session keeps its text (drained by the app's ~30 Hz flush). The gateway pushes only
     the followed (visible) session's output and reports the others as `session.activity` unread counts;
-    a hidden session that still sends output just counts unread chars. Chunks carry
-    the gateway's raw byte offset, so what a log replay already showed is never shown twice.
+    a hidden session that still sends output just counts unread chars. Chunks carry the raw byte range
+    of their text, so what a log replay already showed is never shown twice. The router owns its cursor
+    (how far the visible pane has shown, in raw bytes): the pane tells it (`replayed`, `advance`); it
+    never reads or writes it directly.
     """
 
     def __init__(self) -> None:
@@ -35,7 +37,7 @@ class OutputRouter:
         self.pending: list[tuple[int | None, int | None, str]] = []
         self.pending_chars = 0
         self.overflowed = False
-        self.since: dict[str, int] = {}  # raw byte offset a replay has shown up to, per session
+        self._since: dict[str, int] = {}  # raw byte offset the pane has shown up to, per session
         self.unread: defaultdict[str, int] = defaultdict(int)
         self.pushed = False  # has the gateway ever pushed output? if not, the app polls the log
         self.polled: set[str] = set()  # node sessions the gateway cannot push: read by offset
@@ -75,31 +77,61 @@ class OutputRouter:
         self.overflowed = False
         if session_id is not None:
             self.unread.pop(session_id, None)
-            self.since.pop(session_id, None)
+            self._since.pop(session_id, None)
+
+    def cursor(self, session_id: str) -> int | None:
+        """The raw byte offset the pane has shown `session_id` up to (None: not known by offset)."""
+        return self._since.get(session_id)
+
+    def replayed(self, session_id: str, next_offset: int | None) -> None:
+        """A replay filled the pane up to raw byte `next_offset`; None: it had no offsets, start clean."""
+        if next_offset is None:
+            self.show(session_id)
+        else:
+            self._since[session_id] = next_offset
+
+    def advance(self, session_id: str, since: int, next_offset: int) -> bool:
+        """A read from `since` showed up to `next_offset`; False (nothing moved) when the cursor is not at
+        `since` any more (a replay moved it meanwhile): that read is stale."""
+        if self._since.get(session_id) != since:
+            return False
+        self._since[session_id] = next_offset
+        return True
 
     def drain(self) -> tuple[str, bool]:
-        since = self.since.get(self.visible or "")
+        """The visible session's text since the cursor, and whether the pane must re-read instead."""
+        since = self._since.get(self.visible or "")
         parts: list[str] = []
         overflowed = self.overflowed
         for offset, end, data in self.pending:
             if since is not None and offset is not None:
-                # The bytes the text stands for, by the gateway's count (an older gateway: by the text).
-                raw = data.encode("utf-8", "surrogatepass")
-                end = offset + len(raw) if end is None else end
-                if end <= since:
+                if end is not None and end <= since:
                     continue  # the replay already showed it
                 if offset < since:
-                    if offset + len(raw) != end:
-                        # Replacement characters: the text cannot be cut at a byte offset. Re-read the
-                        # log from where the replay ended instead of guessing.
+                    cut = None if end is None else _cut(data, since - offset, end - offset)
+                    if cut is None:
+                        # The text cannot be cut at that byte (replacement characters, or a peer that
+                        # sent no range): re-read from where the replay ended instead of guessing.
                         overflowed = True
                         break
-                    data = raw[since - offset :].decode("utf-8", "replace")
+                    data = cut
             parts.append(data)
         self.pending = []
         self.pending_chars = 0
         self.overflowed = False
         return "".join(parts), overflowed
+
+
+def _cut(text: str, skip: int, size: int) -> str | None:
+    """`text`, which stands for `size` raw bytes, without its first `skip` bytes; None when its characters
+    do not stand for their own UTF-8 (a replacement character for 1 or 2 bytes) or `skip` falls inside one."""
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) != size:
+        return None
+    try:
+        return raw[skip:].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 _WRAPPERS = re.compile(r"^(?:gateway exited with code -?\d+: )?(?:exechost: )?(?:gateway failed to start: )?")

@@ -28,14 +28,14 @@ from engine.approvals.groupwrite import GroupWriter
 from engine.approvals.history import HISTORY_DIR, HistoryError
 from engine.approvals.pending import ApprovalError, ApprovalManager, ApprovalRecord, ApprovalRequest
 from engine.approvals.store import ApprovalsStore
-from engine.config.egress import Pattern, approval_entry, decide, parse_pattern
+from engine.config.egress import MAX_CONNECTIONS, EgressPolicy, Pattern, approval_entry, decide, parse_pattern
 from engine.config.model import Config
 from engine.protocol.methods import EventName, Topic
 from engine.sandbox import default_manager
 from engine.sandbox.egress import forwarder
 from engine.sandbox.egress.log import EgressLog, encode
 from engine.sandbox.egress.proxy import Connection, Decision, EgressProxy, Request
-from engine.sandbox.settings import resolve_settings
+from engine.sandbox.settings import is_shared
 
 
 class EgressServices(Protocol):
@@ -53,6 +53,7 @@ class EgressServices(Protocol):
 
 log = logging.getLogger("exechost.egress")
 
+_Found = tuple[dict[str, str], tuple[Pattern, ...]]  # a Decision's `resolve` map and `deny` entries
 RECENT = 1000  # connections kept in memory for `sandbox egress` (the history file keeps more)
 
 
@@ -63,7 +64,7 @@ class EgressHub:
         self.services = services
         # A node's: ties an ask to a call in flight for its agent while it is registered (returns the undo).
         self.bind_ask = bind_ask
-        self.proxy = EgressProxy(self.decide, self.record)
+        self.proxy = EgressProxy(self.decide, self.record, self.cap)
         self.log = EgressLog(services.state_dir / HISTORY_DIR)
         self.writer = GroupWriter("egress history", self._write)
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
@@ -91,7 +92,8 @@ class EgressHub:
             except OSError:
                 uid = None
             try:
-                await self.proxy.listen(entry.containerName, entry.agentId or "main", directory, uid)
+                name = entry.containerName
+                await self.proxy.listen(name, entry.agentId or "main", directory, uid, is_shared(name))
             except OSError as exc:
                 log.warning("egress: %s not served: %s", entry.containerName, exc)
 
@@ -114,23 +116,32 @@ class EgressHub:
             self.proxy.stop(sandbox)
 
     async def listen(self, sandbox: str, agent_id: str, uid: int | None) -> None:
-        await self.proxy.listen(sandbox, agent_id, forwarder.socket_dir(sandbox), uid)
+        await self.proxy.listen(sandbox, agent_id, forwarder.socket_dir(sandbox), uid, is_shared(sandbox))
 
     # -- decisions
 
+    def _egress(self, agent_id: str) -> dict[str, Any]:
+        """The agent's `[sandbox.egress]` keys, merged over the global ones (reloaded with the config). Read
+        here, not through resolve_settings, which builds every sandbox setting (~0.4 ms on the loop)."""
+        config = self.services.config()
+        return dict(config.sandbox_for(agent_id).egress) if config is not None else {}
+
+    def cap(self, agent_id: str) -> int:
+        """The agent's `maxConnections` (looked up at each accept and each request head)."""
+        return int(self._egress(agent_id).get("max_connections", MAX_CONNECTIONS))
+
     async def decide(self, req: Request) -> Decision:
         services = self.services
-        settings = resolve_settings(services.config(), req.agent_id)
-        policy = settings.egress
-        resolve = dict(policy.resolve)
+        policy = EgressPolicy.from_config(self._egress(req.agent_id))
+        found = dict(policy.resolve), policy.deny  # (every resolved address is checked against `deny`)
         approved = _patterns(await asyncio.to_thread(services.store.egress_allow, req.agent_id))
-        verdict = decide(policy, req.name, req.port, approved)
+        verdict = decide(policy, req.name, req.port, approved, tunnel=req.tunnel)
         if verdict.action != "ask":
-            return Decision(verdict.action == "allow", verdict.rule, "policy", resolve)
+            return Decision(verdict.action == "allow", verdict.rule, "policy", *found)
         granted = await asyncio.to_thread(self._use_grant, req)
         if granted is not None:
-            return Decision(True, granted[0], granted[1], resolve)
-        return await self._ask(req, verdict.rule, resolve)
+            return Decision(True, granted[0], granted[1], *found)
+        return await self._ask(req, verdict.rule, found)
 
     def _use_grant(self, req: Request) -> tuple[str, str] | None:
         """A live grant for this name takes one use: (rule, who granted it); None when none applies."""
@@ -142,11 +153,12 @@ class EgressHub:
                 if not text.startswith(EGRESS_PREFIX):
                     continue
                 pattern = _pattern(text[len(EGRESS_PREFIX) :])
-                if pattern is not None and pattern.matches(req.name, req.port) and grants.consume([grant.id]):
+                hit = pattern is not None and pattern.matches(req.name, req.port, req.tunnel)
+                if hit and grants.consume([grant.id]):
                     return f"grant {grant.id} ({grant.left()})", grant.granted_by
         return None
 
-    async def _ask(self, req: Request, why: str, resolve: dict[str, str]) -> Decision:
+    async def _ask(self, req: Request, why: str, found: _Found) -> Decision:
         approvals = self.services.approvals
         target = f"{req.name}:{req.port}"
         request = ApprovalRequest(
@@ -162,7 +174,7 @@ class EgressHub:
         try:
             record, _ = approvals.register(request)
         except ApprovalError as exc:
-            return Decision(False, f"ask refused: {exc}", "policy", resolve)
+            return Decision(False, f"ask refused: {exc}", "policy", *found)
         finally:
             if undo is not None:
                 undo()
@@ -172,16 +184,16 @@ class EgressHub:
             if decision == "allow-always":
                 await asyncio.to_thread(self._remember, record, req)
             limits = f", {record.grant.describe()}" if record.grant else ""
-            return Decision(True, f"approved {record.slug} ({decision}{limits})", by, resolve)
+            return Decision(True, f"approved {record.slug} ({decision}{limits})", by, *found)
         if decision == "deny":
             reason = f": {record.reason}" if record.reason else ""
-            return Decision(False, f"denied by {by} (ask {record.slug}){reason}", by, resolve)
-        return Decision(False, f"{why}, and the ask {record.slug} got no decision ({by})", by, resolve)
+            return Decision(False, f"denied by {by} (ask {record.slug}){reason}", by, *found)
+        return Decision(False, f"{why}, and the ask {record.slug} got no decision ({by})", by, *found)
 
     def _remember(self, record: ApprovalRecord, req: Request) -> None:
         """allow-always: the name into the agent's egress allowlist, or (with limits) a grant, once per
         record however many connections waited on it."""
-        entry = approval_entry(req.name, req.port)
+        entry = approval_entry(req.name, req.port, req.tunnel)
         try:
             if record.grant is not None:
                 if record.grant_id is None:

@@ -460,7 +460,11 @@ class ApprovalsPane(Horizontal):
         insight = self.insights.get(item.key, {}) if item else {}
         now = self.now_digests.get(item.key) if item else None
         detail = render_detail(item, insight, offline=self.offline, now_digests=now)
-        self.query_one("#approval-detail", Static).update(detail)
+        try:
+            target = self.query_one("#approval-detail", Static)
+        except NoMatches:
+            return  # removed (the console shuts down) while a refresh was on its way
+        target.update(detail)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()

@@ -289,6 +289,19 @@ class SessionsPane(Horizontal):
         else:
             self.line_pane.feed(data)
 
+    def flush_output(self) -> None:
+        """~30 Hz: move what arrived for the visible session into its pane, or re-read when the router
+        cannot line it up with what the pane shows; nothing else is touched."""
+        router = self.link.output
+        sid = router.visible
+        if sid is None or sid == self.replaying or not (router.pending or router.overflowed):
+            return
+        data, overflowed = router.drain()
+        if overflowed:
+            self.replay(sid)
+            return
+        self.feed(data)
+
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
         # Rebuilding the table queues highlight events for rows that are no longer under the cursor;
@@ -372,18 +385,18 @@ class SessionsPane(Horizontal):
     async def poll_node_output(self, session_id: str) -> None:
         """What a node session printed since the offset the pane has shown (`sessions.output`)."""
         router = self.link.output
-        since = router.since.get(session_id)
+        since = router.cursor(session_id)
         if since is None or self.replaying == session_id:
             return  # the replay sets the offset first
         try:
             res = await self.link.request("sessions.output", {"sessionId": session_id, "offset": since})
         except (RemoteError, ConnectionError):
             return
-        if self.current != session_id or router.since.get(session_id) != since:
-            return  # switched away, or a replay moved the offset meanwhile
         nxt = res.get("nextOffset")
-        if isinstance(nxt, int):
-            router.since[session_id] = nxt
+        if self.current != session_id or not isinstance(nxt, int):
+            return  # switched away
+        if not router.advance(session_id, since, nxt):
+            return  # a replay moved the offset meanwhile
         if res.get("data"):
             self.feed(str(res["data"]))
 
@@ -404,11 +417,7 @@ class SessionsPane(Horizontal):
                 pane.term_pane.reset(int(row.get("cols") or 120), int(row.get("rows") or 40))
             else:
                 pane.line_pane.clear(refill=True)  # fed right below
-            router = self.link.output
-            if next_offset is None:
-                router.show(session_id)  # no offsets to line up with: start clean
-            else:
-                router.since[session_id] = next_offset
+            self.link.output.replayed(session_id, next_offset)
             pane.feed(data)
         finally:
             self.replaying = None

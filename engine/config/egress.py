@@ -2,8 +2,13 @@
 the verdict of its lists (the proxy that applies it is engine.sandbox.egress).
 
 A pattern is a name (`pypi.org`) or `*.` and a name (`*.pythonhosted.org`: every subdomain, not the name
-itself), optionally with `:port` (`:*` for any port); without a port it admits 80 and 443 only. `deny` wins
-over everything; IP literals match only an entry that spells the same address.
+itself), optionally with `:port` (`:*` for any port). Without a port, an `allow` entry admits what a URL
+without a port means: plain `http://` requests to port 80, and tunnels (CONNECT, SOCKS5: TLS the proxy does
+not read) to port 443 only, so `CONNECT name:80` needs `name:80`. An `http://` prefix admits plain requests
+only (`http://name:8080`): what an allow-always of a plain request saves, so that approving a plain request
+never admits an unread tunnel to its port. Without a port, a `deny` entry refuses every port. `deny` wins
+over everything, and is checked again against every address a name resolves to
+(engine.sandbox.egress.addresses); IP literals match only an entry that spells the same address.
 """
 
 from __future__ import annotations
@@ -11,15 +16,26 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 MODES = ("none", "allowlist", "open")
-DEFAULT_PORTS = frozenset({80, 443})
+HTTP_PORT, TUNNEL_PORT = 80, 443  # what a port-less allow entry admits, for plain requests and tunnels
+# `maxConnections`: proxy connections an agent's sandboxes hold at once. Enough for a package manager's
+# parallel downloads and the bench's 200 at once; well under the proxy's 1,024 for every sandbox together.
+MAX_CONNECTIONS = 256
 _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 
 
 class BadName(ValueError):
     """Not a name a connection may be decided for (the proxy answers 400)."""
+
+
+def ascii_number(text: str, digits: int) -> int | None:
+    """`text` as a number when it is 1..`digits` ASCII digits, else None (`str.isdigit` also takes `¹`,
+    `٣` and the like, which int() then refuses or reads as another number)."""
+    if not 0 < len(text) <= digits or not all("0" <= c <= "9" for c in text):
+        return None
+    return int(text)
 
 
 def normalize(name: str) -> str:
@@ -52,15 +68,24 @@ def normalize(name: str) -> str:
 
 @dataclass(frozen=True)
 class Pattern:
-    """One allow/deny entry: a normalised name or `*.` suffix, and its ports (None: any)."""
+    """One allow/deny entry: a normalised name or `*.` suffix, and its ports (None: any; `default`: none
+    given, so 80 for a plain request and 443 for a tunnel)."""
 
     text: str
     name: str
     wildcard: bool
     ports: frozenset[int] | None
+    default: bool = False
+    plain: bool = False  # `http://…`: plain requests only, never a tunnel
 
-    def matches(self, name: str, port: int) -> bool:
-        if self.ports is not None and port not in self.ports:
+    def matches(self, name: str, port: int, tunnel: bool) -> bool:
+        """`tunnel`: a CONNECT or SOCKS5 connection (bytes the proxy does not read), not a plain request."""
+        if self.plain and tunnel:
+            return False
+        if self.default:
+            if port != (TUNNEL_PORT if tunnel else HTTP_PORT):
+                return False
+        elif self.ports is not None and port not in self.ports:
             return False
         if self.wildcard:
             return name.endswith("." + self.name)
@@ -68,10 +93,13 @@ class Pattern:
 
 
 def parse_pattern(text: str) -> Pattern:
-    """`name`, `*.name`, either with `:port` or `:*`; ValueError with the reason."""
+    """`name`, `*.name`, either with `:port` or `:*`, optionally after `http://`; ValueError with the
+    reason."""
     raw = text.strip()
-    ports: frozenset[int] | None = DEFAULT_PORTS
-    host = raw
+    ports: frozenset[int] | None = None
+    default = True
+    plain = raw[:7].lower() == "http://"
+    host = raw = raw[7:] if plain else raw
     if raw.startswith("["):
         end = raw.find("]")
         if end < 0:
@@ -80,10 +108,10 @@ def parse_pattern(text: str) -> Pattern:
         if rest:
             if not rest.startswith(":"):
                 raise ValueError(f"invalid egress entry {text!r}")
-            ports = _ports(rest[1:], text)
+            ports, default = _ports(rest[1:], text), False
     elif raw.count(":") == 1:
         host, _, port_text = raw.partition(":")
-        ports = _ports(port_text, text)
+        ports, default = _ports(port_text, text), False
     wildcard = host.startswith("*.")
     if wildcard:
         host = host[2:]
@@ -96,15 +124,16 @@ def parse_pattern(text: str) -> Pattern:
     if wildcard and ("." not in name or _is_ip(name)):
         # `*.com` would admit a whole top-level domain; `*.1.2.3.4` is no name at all.
         raise ValueError(f"invalid egress entry {text!r}: a wildcard needs a domain of two labels or more")
-    return Pattern(raw, name, wildcard, ports)
+    return Pattern(text.strip(), name, wildcard, ports, default, plain)
 
 
 def _ports(text: str, entry: str) -> frozenset[int] | None:
     if text == "*":
         return None
-    if not text.isdigit() or not 0 < int(text) < 65536:
+    port = ascii_number(text, 5)
+    if port is None or not 0 < port < 65536:
         raise ValueError(f"invalid egress entry {entry!r}: bad port {text!r}")
-    return frozenset({int(text)})
+    return frozenset({port})
 
 
 def _is_ip(text: str) -> bool:
@@ -124,6 +153,7 @@ class EgressPolicy:
     deny: tuple[Pattern, ...] = ()
     ask: bool = True
     resolve: Mapping[str, str] = field(default_factory=dict)  # normalised name -> address text
+    max_connections: int = MAX_CONNECTIONS
 
     @classmethod
     def from_config(cls, raw: Mapping[str, object] | None) -> EgressPolicy:
@@ -133,9 +163,15 @@ class EgressPolicy:
         return cls(
             mode=str(raw.get("mode", "none")),
             allow=tuple(parse_pattern(str(p)) for p in _list(raw.get("allow"))),
-            deny=tuple(parse_pattern(str(p)) for p in _list(raw.get("deny"))),
+            # A port-less deny entry refuses every port (one that admitted 8443 would be no deny at all),
+            # and an `http://` one tunnels too.
+            deny=tuple(
+                replace(p, default=False, plain=False)
+                for p in map(parse_pattern, map(str, _list(raw.get("deny"))))
+            ),
             ask=bool(raw.get("ask", True)),
             resolve=resolve,
+            max_connections=int(str(raw.get("max_connections", MAX_CONNECTIONS))),
         )
 
 
@@ -155,32 +191,41 @@ class Verdict:
     rule: str
 
 
-def first_match(patterns: Iterable[Pattern], name: str, port: int) -> Pattern | None:
-    return next((p for p in patterns if p.matches(name, port)), None)
+def first_match(patterns: Iterable[Pattern], name: str, port: int, tunnel: bool) -> Pattern | None:
+    return next((p for p in patterns if p.matches(name, port, tunnel)), None)
 
 
-def decide(policy: EgressPolicy, name: str, port: int, approved: Iterable[Pattern] = ()) -> Verdict:
+def decide(
+    policy: EgressPolicy, name: str, port: int, approved: Iterable[Pattern] = (), *, tunnel: bool = True
+) -> Verdict:
     """The verdict of the lists alone: deny, then allow (config, then what the operator approved for
-    good), then ask or refuse. `name` is normalised."""
+    good), then ask or refuse. `name` is normalised; `tunnel`: CONNECT or SOCKS5, not a plain request."""
     if policy.mode == "none":
         return Verdict("deny", "egress mode is none")
-    hit = first_match(policy.deny, name, port)
+    hit = first_match(policy.deny, name, port, tunnel)
     if hit is not None:
         return Verdict("deny", f"deny entry {hit.text!r}")
     if policy.mode == "open":
         return Verdict("allow", "egress mode is open")
-    hit = first_match(policy.allow, name, port)
+    hit = first_match(policy.allow, name, port, tunnel)
     if hit is not None:
         return Verdict("allow", f"allow entry {hit.text!r}")
-    hit = first_match(approved, name, port)
+    hit = first_match(approved, name, port, tunnel)
     if hit is not None:
         return Verdict("allow", f"approved entry {hit.text!r}")
+    why = f"{name}:{port} is not in the allowlist"
+    bare = next((p for p in policy.allow if p.default and p.matches(name, port, not tunnel)), None)
+    if bare is not None:  # the name is there without a port: say what that admits
+        what = "tunnels (CONNECT, SOCKS5) to 443 and plain http:// to 80"
+        why += f" (entry {bare.text!r} admits {what} only; {approval_entry(name, port)!r} admits this)"
     if policy.ask:
-        return Verdict("ask", f"{name}:{port} is not in the allowlist")
-    return Verdict("deny", f"{name}:{port} is not in the allowlist (ask = false)")
+        return Verdict("ask", why)
+    return Verdict("deny", f"{why} (ask = false)")
 
 
-def approval_entry(name: str, port: int) -> str:
-    """What an allow-always saves: the name (its default ports), or `name:port` for another port."""
+def approval_entry(name: str, port: int, tunnel: bool = True) -> str:
+    """What an allow-always saves: exactly the name and port that were asked for (`name:80` never opens
+    443 too), and for a plain request `http://name:port`, which admits no tunnel (a CONNECT to port 80 is
+    plain HTTP the proxy does not read)."""
     host = f"[{name}]" if ":" in name else name
-    return host if port in DEFAULT_PORTS else f"{host}:{port}"
+    return f"{host}:{port}" if tunnel else f"http://{host}:{port}"

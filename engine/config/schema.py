@@ -171,6 +171,8 @@ EGRESS_KEYS: dict[str, Spec | Table] = {
     "deny": Spec("deny", "egresslist"),
     "ask": Spec("ask", "bool"),
     "resolve": Spec("resolve", "resolvemap"),
+    # Proxy connections one agent's sandboxes hold at once (engine.sandbox.egress.proxy caps the rest).
+    "maxConnections": Spec("max_connections", "int", minimum=1, maximum=1024),
 }
 SANDBOX_KEYS: dict[str, Spec | Table] = {
     "backend": Spec("backend", "enum", SANDBOX_BACKENDS),

@@ -25,6 +25,7 @@ from engine.sandbox.settings import (
 )
 from engine.sandbox.validate import validate_docker
 from engine.sandbox.workspace import WorkspaceError, has_skills, sync_skills
+from engine.sessions.launcher import workdir_warning
 
 __all__ = [
     "SandboxError",
@@ -79,7 +80,7 @@ def map_workdir(raw: str | None, settings: SandboxSettings, lay: Layout) -> tupl
     root = settings.docker.workdir
     if raw is None or raw == "" or raw == root:
         return root, []
-    fallback = [f'Warning: workdir "{raw}" is unavailable; using "{root}".']
+    fallback = [workdir_warning(raw, root)]
     if not isinstance(raw, str) or "\x00" in raw:
         return root, fallback
     mounts = [(root, lay.workspace_dir)]

@@ -80,6 +80,7 @@ def _egress_explained(settings: SandboxSettings, lay: Layout) -> dict[str, Any]:
         "deny": [p.text for p in e.deny],
         "ask": e.ask,
         "resolve": dict(e.resolve),
+        "maxConnections": e.max_connections,
         "socket": str(forwarder.socket_dir(lay.name) / forwarder.SOCKET_NAME) if on else None,
         "proxy": forwarder.PROXY_URL if on else None,
     }

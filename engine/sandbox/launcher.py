@@ -71,26 +71,18 @@ class SupervisedProcess(InContainer):
         self._dir = (exec_id, xfd, efd)
         try:
             sv.write_file("spec", script, efd)
-            names = ["out", "err", "rc"] + (["in"] if want_stdin else [])
-            for name in names:
-                os.mkfifo(name, 0o600, dir_fd=efd)
-            self._channel.give(["spec", *names], efd)
-            # Read ends first (a write-open blocks without a reader), then placeholder writers so that
-            # nothing reads as EOF before the container has opened its own ends.
-            fds = {}
-            for name in ("out", "err", "rc"):
-                fds[name] = sv._fifo_fd(name, os.O_RDONLY | os.O_NONBLOCK, efd)
-                self._placeholders.append(sv._fifo_fd(name, os.O_WRONLY | os.O_NONBLOCK, efd))
-            if want_stdin:
-                self._stdin_fd = sv._fifo_fd("in", os.O_RDWR | os.O_NONBLOCK, efd)
-                self._stdin_closed = False
-            self._rc_fd = fds["rc"]
+            self._channel.give(["spec"], efd)
+            ends = sv.make_fifos(self._channel, efd, stdin=want_stdin)
+            self._placeholders = ends.placeholders
+            if ends.stdin is not None:
+                self._stdin_fd, self._stdin_closed = ends.stdin, False
+            self._rc_fd = ends.rc
             self._loop.add_reader(self._rc_fd, self._rc_readable)
             if handoff:
-                self._held = [fds["out"], fds["err"]]
+                self._held = [ends.out, ends.err]
             else:
-                self._streams.add(fds["out"], "stdout")
-                self._streams.add(fds["err"], "stderr")
+                self._streams.add(ends.out, "stdout")
+                self._streams.add(ends.err, "stderr")
             self._channel.send(f"run {exec_id}")
             await self._wait_started()
         except BaseException:
@@ -361,63 +353,60 @@ class SandboxLauncher:
         self, host: Any, spec: RunSpec, session_id: str, marker: str, pty: DockerPtyProcess
     ) -> Any:
         """A `docker exec -t` terminal handed to the session host: its socket outlives us."""
-        from engine.sandbox.held import KIND, make_held
-        from engine.sessions.host import session_meta
-
         pid = pty.pid
         fd, docker_exec, exec_dir = pty.release()
-        meta = session_meta(session_id, spec) | {
-            "held": KIND,
-            "marker": marker,
-            "sandbox": {
-                "container": self.container,
-                "pid": pid,
-                "execId": exec_dir,
-                "dockerExec": docker_exec,
-            },
-        }
-        try:
-            handle = await host.hold(session_id, (fd,), ["pty"], meta, make_held)
-        except BaseException:
-            await terminate_in_container(self._channel, pid, marker, 0.0, lambda: False, lambda _s: None)
-            raise
-        finally:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        if handle is None:
-            await terminate_in_container(self._channel, pid, marker, 0.0, lambda: False, lambda _s: None)
-            raise sv.SupervisorUnavailable("the session host went away while taking the sandbox terminal")
-        handle.pid = pid
-        return handle
+        sandbox = {"execId": exec_dir, "dockerExec": docker_exec}
+        return await self._hold(host, spec, session_id, marker, pid, (fd,), ["pty"], sandbox, b"", "terminal")
 
     async def _spawn_held(self, host: Any, spec: RunSpec, session_id: str, marker: str) -> Any:
         """Started by the supervisor as always, then handed to the session host: it outlives us."""
-        from engine.sandbox.held import KIND, make_held
-        from engine.sessions.host import session_meta
-
         proc = SupervisedProcess(self._channel, marker)
         await proc.start(
             self._script(spec, marker, False), spec.wants_stdin(), handoff=True, pool=self._pool()
         )
         fds, names, status = proc.release()
+        sandbox = {"execId": proc.exec_id}
+        return await self._hold(
+            host, spec, session_id, marker, proc.pid, fds, names, sandbox, status, "command"
+        )
+
+    async def _hold(
+        self,
+        host: Any,
+        spec: RunSpec,
+        session_id: str,
+        marker: str,
+        pid: int | None,
+        fds: tuple[int, ...],
+        names: list[str],
+        sandbox: dict[str, Any],
+        status: bytes,
+        what: str,
+    ) -> Any:
+        """Hand a started command's fds to the session host (a terminal or its FIFOs), with the session file
+        that lets the next gateway signal it through the container. Our fds are closed either way; a host
+        that fails or went away ends the command in the container (nobody would read it)."""
+        from engine.sandbox.held import KIND, make_held
+        from engine.sessions.host import session_meta
+
         meta = session_meta(session_id, spec) | {
             "held": KIND,
             "marker": marker,  # the container's processes carry this one (kill_marked)
-            "sandbox": {"container": self.container, "pid": proc.pid, "execId": proc.exec_id},
+            "sandbox": {"container": self.container, "pid": pid, **sandbox},
         }
         try:
             handle = await host.hold(session_id, fds, names, meta, make_held, status)
         except BaseException:
-            await terminate_in_container(self._channel, proc.pid, marker, 0.0, lambda: False, lambda _s: None)
+            await terminate_in_container(self._channel, pid, marker, 0.0, lambda: False, lambda _s: None)
             raise
         finally:
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         if handle is None:  # the host went away between connect and hold: nobody reads it, end it
-            await terminate_in_container(self._channel, proc.pid, marker, 0.0, lambda: False, lambda _s: None)
-            raise sv.SupervisorUnavailable("the session host went away while taking the sandbox command")
-        handle.pid = proc.pid
+            await terminate_in_container(self._channel, pid, marker, 0.0, lambda: False, lambda _s: None)
+            raise sv.SupervisorUnavailable(f"the session host went away while taking the sandbox {what}")
+        handle.pid = pid
         return handle
 
     def _track(self, handle: Any) -> Any:

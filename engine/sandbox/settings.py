@@ -253,6 +253,12 @@ def container_name(settings: SandboxSettings, scope_key_value: str) -> str:
     return head + suffix
 
 
+def is_shared(name: str) -> bool:
+    """Whether a sandbox name is the shared scope's (a scope slug ends in `-<8 hex>`, a pool name in
+    `pool.<12 hex>`: neither ends in `-shared`)."""
+    return name.endswith("-shared")
+
+
 def agent_workspace_dir(agent_id: str) -> str:
     """The agent's own workspace on the host (OpenClaw layout: workspace, workspace-<id>)."""
     base = statefs.state_dir()

@@ -36,7 +36,6 @@ IDLE_SEC = 600.0
 # Across all containers of this process: idle slots hold seven fds here each, and a gateway serving many
 # containers must not run into its fd limit for them (beyond this, commands take fresh slots).
 MAX_IDLE = 48
-FIFOS = ("out", "err", "rc", "in")
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -60,19 +59,11 @@ class Slot:
         self.dead = False
         try:
             owner = channel.owner()
-            for name in FIFOS:
-                os.mkfifo(name, 0o600, dir_fd=self.efd)
-                if owner is not None:
-                    os.chown(name, *owner, dir_fd=self.efd, follow_symlinks=False)
-            # Read ends first (a write-open blocks without a reader), then placeholder writers, so nothing
-            # reads as EOF before the slot's process holds its own ends. in read-write: the container's open
-            # of it never blocks, and what the host writes (the go line first) waits in it.
-            self.out = sv._fifo_fd("out", os.O_RDONLY | os.O_NONBLOCK, self.efd)
-            self.err = sv._fifo_fd("err", os.O_RDONLY | os.O_NONBLOCK, self.efd)
-            self.rc = sv._fifo_fd("rc", os.O_RDONLY | os.O_NONBLOCK, self.efd)
-            for name in ("out", "err", "rc"):
-                self.placeholders.append(sv._fifo_fd(name, os.O_WRONLY | os.O_NONBLOCK, self.efd))
-            self.stdin = sv._fifo_fd("in", os.O_RDWR | os.O_NONBLOCK, self.efd)
+            # stdin always: the go line goes into it, ahead of anything the command reads from it.
+            ends = sv.make_fifos(channel, self.efd, stdin=True)
+            assert ends.stdin is not None
+            self.out, self.err, self.rc, self.stdin = ends.out, ends.err, ends.rc, ends.stdin
+            self.placeholders = ends.placeholders
             self.spec = os.open("spec", _CREATE, 0o600, dir_fd=self.efd)  # filled at go, through this fd
             if owner is not None:
                 os.fchown(self.spec, *owner)

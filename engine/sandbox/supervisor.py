@@ -226,6 +226,43 @@ def _fifo_fd(name: str, flags: int, dir_fd: int) -> int:
     return fd
 
 
+@dataclass
+class FifoEnds:
+    """The host's ends of an exec dir's FIFOs: the read ends of out, err and rc, a placeholder writer on
+    each (so none reads as EOF before the command holds its own ends), and stdin read-write (the
+    container's open of it never blocks; what the host writes waits in it)."""
+
+    out: int
+    err: int
+    rc: int
+    stdin: int | None
+    placeholders: list[int]
+
+
+def make_fifos(channel: Channel, efd: int, *, stdin: bool) -> FifoEnds:
+    """The FIFOs of one exec dir (`efd`), shared by a command run now (launcher) and a ready slot: made
+    0600, handed to the container user, and opened read ends first (a write-open blocks without a
+    reader). On a failure every end opened so far is closed."""
+    names = ["out", "err", "rc"] + (["in"] if stdin else [])
+    for name in names:
+        os.mkfifo(name, 0o600, dir_fd=efd)
+    channel.give(names, efd)
+    opened: list[int] = []
+    try:
+        reads = []
+        for name in ("out", "err", "rc"):
+            reads.append(_fifo_fd(name, os.O_RDONLY | os.O_NONBLOCK, efd))
+            opened.append(reads[-1])
+            opened.append(_fifo_fd(name, os.O_WRONLY | os.O_NONBLOCK, efd))
+        stdin_fd = _fifo_fd("in", os.O_RDWR | os.O_NONBLOCK, efd) if stdin else None
+    except BaseException:
+        for fd in opened:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        raise
+    return FifoEnds(reads[0], reads[1], reads[2], stdin_fd, [fd for fd in opened if fd not in reads])
+
+
 def _open_dir(name: str, dir_fd: int | None = None) -> int:
     fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     return fd

@@ -31,7 +31,7 @@ from engine.sessions.host import (
 from engine.sessions.hosts import SessionHosts
 from engine.sessions.launcher import RunSpec
 from engine.sessions.manager import SessionManager, compact
-from engine.sessions.output import OutputBuffer
+from engine.sessions.output import SessionOutput
 from engine.sessions.pty import TerminalWatcher
 from engine.sessions.registry import Session, now_ms
 from engine.unixsock import socket_is_live
@@ -267,7 +267,7 @@ def _adopt_ended(
     spec = _spec(meta)
     handle = HostProcess(paths, None, 0, pid=None, pty=bool(meta.get("pty")), marker=spec.marker)
     handle.recorded = True  # for forget(): its files go with its row
-    output = OutputBuffer(manager.log_dir / f"{sid}.log", session_id=sid, terminal=handle.pty)
+    output = SessionOutput(manager.log_dir / f"{sid}.log", session_id=sid, terminal=handle.pty)
     output.settle_spool(paths.spool)
     code, sig, ended = end.get("code"), end.get("signal"), end.get("endedAt")
     session = Session(
@@ -287,7 +287,7 @@ def _adopt_ended(
         timed_out=bool(done.get("timedOut")),
         notified=True,
     )
-    session.raw.end()
+    session.output.end()
     compact(session)
     manager.registry.add(session)
     return session
@@ -313,7 +313,7 @@ async def _adopt_one(
         id=sid,
         spec=spec,
         cwd=str(spec.cwd or ""),
-        output=OutputBuffer(
+        output=SessionOutput(
             manager.log_dir / f"{sid}.log",
             log_cap=manager.log_cap_bytes,
             session_id=sid,

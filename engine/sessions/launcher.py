@@ -41,6 +41,31 @@ def run_timeout(given: Any, *, background: bool, yields: bool, default: float) -
     return float(default) if default > 0 else None
 
 
+def workdir_warning(raw: str, fallback: str) -> str:
+    """The reference's words when a workdir cannot be used (§1.6): the host and the sandbox say the same."""
+    return f'Warning: workdir "{raw}" is unavailable; using "{fallback}".'
+
+
+def home_workdir() -> str:
+    """Where a host command runs when no usable workdir was given: $HOME, or / when there is none."""
+    home = os.path.expanduser("~")
+    return home if os.path.isdir(home) else "/"
+
+
+def host_workdir(raw: str | None, warnings: list[str]) -> str:
+    """The workdir fallback on this machine, the one rule: the directory asked for (`~` expanded, made
+    absolute), else $HOME with the reference warning; none asked: $HOME. A sandbox maps its own
+    (engine.sandbox.map_workdir) and says the same warning."""
+    fallback = home_workdir()
+    if not raw:
+        return fallback
+    path = os.path.expanduser(raw)
+    if os.path.isdir(path):
+        return os.path.abspath(path)
+    warnings.append(workdir_warning(raw, fallback))
+    return fallback
+
+
 @dataclass
 class RunSpec:
     """One command to run. `timeout_sec=None` means "not given": the manager applies the reference rules."""

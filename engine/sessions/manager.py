@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import errno
 import logging
-import os
 import re
 import secrets
 from collections.abc import Callable
@@ -29,9 +28,10 @@ from engine.sessions.launcher import (
     ProcessHandle,
     RunSpec,
     clamp_yield_ms,
+    host_workdir,
     run_timeout,
 )
-from engine.sessions.output import DEFAULT_LOG_CAP, OutputBuffer, OutputSubscription, TextDecoder
+from engine.sessions.output import DEFAULT_LOG_CAP, OutputSubscription, SessionOutput
 from engine.sessions.procs import KILL_GRACE_SEC
 from engine.sessions.pty import TerminalWatcher
 from engine.sessions.quota import Quota
@@ -118,19 +118,6 @@ class SessionManager:
                 log.exception("session listener failed on %s", event)
 
     # -- exec -------------------------------------------------------------------------------------
-    def _resolve_cwd(self, requested: str | None, warnings: list[str]) -> str:
-        if requested and os.path.isdir(requested):
-            return requested
-        try:
-            fallback = os.getcwd()
-        except OSError:
-            fallback = os.path.expanduser("~")
-        if requested:
-            if not os.path.isdir(fallback):
-                fallback = os.path.expanduser("~")
-            warnings.append(f'Warning: workdir "{requested}" is unavailable; using "{fallback}".')
-        return fallback
-
     def _effective_timeout(self, spec: RunSpec) -> float | None:
         return run_timeout(
             spec.timeout_sec,
@@ -151,7 +138,7 @@ class SessionManager:
             warnings.append("Warning: background execution is disabled; running synchronously.")
         # A custom launcher (a sandbox) owns its cwd: it is a path inside the container, already mapped
         # and checked there, so testing it against this machine's filesystem would be wrong.
-        cwd = spec.cwd if spec.launcher is not None and spec.cwd else self._resolve_cwd(spec.cwd, warnings)
+        cwd = spec.cwd if spec.launcher is not None and spec.cwd else host_workdir(spec.cwd, warnings)
         output_cap = self.log_cap_bytes
         if self.quota is not None and not spec.operator:
             output_cap = self.quota.grant(spec.scope_key, self.registry, self.log_cap_bytes)
@@ -175,7 +162,7 @@ class SessionManager:
             spec=spec,
             cwd=cwd,
             started_at=spec.started_at,
-            output=OutputBuffer(
+            output=SessionOutput(
                 self.log_dir / f"{session_id}.log",
                 log_cap=output_cap,
                 session_id=session_id,
@@ -280,21 +267,16 @@ class SessionManager:
         else:
             while (item := await handle.read()) is not None:
                 self._on_output(session, handle, item[0], item[1])
-        for stream, decoder in session.decoders.items():
-            session.output.append(stream, decoder.feed(b"", final=True))
+        session.output.finish()
 
     def _on_output(self, session: Session, handle: ProcessHandle, stream: str, data: bytes) -> None:
-        session.raw.push(stream, data)
+        text = None
         if session.terminal is not None:
-            data, queries = session.terminal.feed(data)
+            text, queries = session.terminal.feed(data)
             if queries and handle.stdin_open:
                 reply = TerminalWatcher.cursor_position_response() * queries
                 asyncio.get_running_loop().create_task(self._quiet_write(handle, reply))
-        text_stream = "stderr" if stream == "stderr" else "stdout"
-        decoder = session.decoders.get(text_stream)
-        if decoder is None:
-            decoder = session.decoders[text_stream] = TextDecoder()
-        session.output.append_bytes(text_stream, data, decoder)
+        session.output.feed(stream, data, text)
         session.activity.set()
 
     @staticmethod
@@ -315,16 +297,16 @@ class SessionManager:
                     timeout=self.kill_grace_sec + 1,
                 )
         deadline = loop.time() + EOF_MAX_SEC
-        seen = session.raw.offset
+        seen = session.output.offset
         while True:
             if pump.done():
                 return
             await asyncio.wait({pump}, timeout=EOF_IDLE_SEC)
             if pump.done():
                 return
-            if session.raw.offset == seen or loop.time() >= deadline:
+            if session.output.offset == seen or loop.time() >= deadline:
                 break
-            seen = session.raw.offset
+            seen = session.output.offset
         holders = await asyncio.to_thread(handle.stdio_holders)
         session.stray = [h.to_dict() for h in holders]
         handle.close()
@@ -362,7 +344,7 @@ class SessionManager:
             collected({"killed": session.killed, "timedOut": session.timed_out})
         handle.close()
         session.output.close()
-        session.raw.end()
+        session.output.end()
         if session.backgrounded:
             self._notify_exit(session)
         elif session.output.truncated:
@@ -403,7 +385,7 @@ class SessionManager:
         if forget is not None and not self._closing:  # a held session's files go with its row
             forget()
         session.output.close(delete=True)
-        session.raw.end()
+        session.output.end()
 
     # -- results ----------------------------------------------------------------------------------
     def stray_note(self, session: Session) -> str:
@@ -512,25 +494,25 @@ class SessionManager:
         session = self.registry.get(session_id)
         if session is None:
             raise NotFound(f"No session found for {session_id}")
-        viewer = session.raw.subscribe(replay=replay)
-        if session.exited:
+        viewer = session.output.subscribe(replay=replay)
+        if session.exited:  # (a held one this gateway let go ended for it too)
             viewer.end()
         return viewer
 
     async def read_output(
         self, session_id: str, *, offset: int | None = None, limit: int | None = None
     ) -> dict[str, Any]:
-        """Raw recent output for a pane (`sessions.output`): bytes decoded as UTF-8 with replacement."""
+        """Raw output by byte offset for a pane (`sessions.output`): the text of `[offset, nextOffset)`."""
         session = self.registry.get(session_id)
         if session is None:
             raise NotFound(f"No session found for {session_id}")
-        start, data, dropped = session.raw.read(offset, limit)
+        got = session.output.read(offset, limit)
         return {
             "sessionId": session_id,
-            "offset": start,
-            "nextOffset": start + len(data),
-            "data": data.decode("utf-8", "replace"),
-            "dropped": dropped,
+            "offset": got.offset,
+            "nextOffset": got.next_offset,
+            "data": got.text,
+            "dropped": got.dropped,
             "pty": session.pty,
             "status": session.status,
         }
@@ -601,9 +583,7 @@ ENDED.set()
 def compact(session: Session) -> None:
     """A settled session's summary: what lists, poll and log need (its output is on disk), ~15 → ~5 KB.
     Its env, decoders, terminal model, events and process handle go."""
-    output = session.output
-    session.raw.settle(output.full_text_sync)
-    session.decoders.clear()
+    session.output.compact()
     session.terminal = None
     session.done = session.activity = ENDED
     handle = session.handle

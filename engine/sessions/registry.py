@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.sessions.launcher import ProcessHandle, RunSpec
-from engine.sessions.output import OutputBuffer, RawFanout, TextDecoder
+from engine.sessions.output import SessionOutput
 from engine.sessions.pty import TerminalWatcher
 
 CLEANUP_MS_DEFAULT = 30 * 60 * 1000
@@ -80,8 +80,7 @@ class Session:
     id: str
     spec: RunSpec
     cwd: str
-    output: OutputBuffer
-    raw: RawFanout = field(default_factory=RawFanout)
+    output: SessionOutput  # bytes, offsets, the decoder and the text views: the one owner
     handle: ProcessHandle | None = None
     pid: int | None = None
     pty: bool = False
@@ -99,7 +98,6 @@ class Session:
     stray: list[dict[str, Any]] = field(default_factory=list)
     empty_polls: int = 0
     terminal: TerminalWatcher | None = None
-    decoders: dict[str, TextDecoder] = field(default_factory=dict)
     activity: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     kill_task: asyncio.Task[Any] | None = None

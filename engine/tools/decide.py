@@ -17,7 +17,9 @@ from engine.commands.hostenv import sanitize_host_env
 from engine.config.model import Config
 from engine.policy.decision import ApprovalsSource, Decision, evaluate
 from engine.policy.precedence import SessionOverrides, overrides_for
+from engine.results import ToolError
 from engine.sandbox import with_sandbox_refusal
+from engine.sessions.launcher import host_workdir
 from engine.tools.exec_request import (
     ENV_MAX_BYTES,
     WORKDIR_MAX_BYTES,
@@ -47,19 +49,14 @@ def call_env(env: Mapping[str, str] | None) -> dict[str, str] | None:
     return dict(env)
 
 
-def host_workdir(raw: str | None, warnings: list[str]) -> str:
-    """Explicit workdir if it is a directory, else $HOME (with the reference warning)."""
-    fallback = os.path.expanduser("~")
-    if not os.path.isdir(fallback):
-        fallback = "/"
-    if raw is None or raw == "":
-        return fallback
-    within("workdir", raw, WORKDIR_MAX_BYTES, "no path is that long")
-    path = os.path.expanduser(raw)
-    if os.path.isdir(path):
-        return os.path.abspath(path)
-    warnings.append(f'Warning: workdir "{raw}" is unavailable; using "{fallback}".')
-    return fallback
+def checked_workdir(raw: Any, warnings: list[str]) -> str:
+    """The call's workdir checked (a string path within WORKDIR_MAX_BYTES), then the one host fallback
+    rule (engine.sessions.launcher.host_workdir: $HOME with the reference warning)."""
+    if raw is not None and raw != "":
+        if not isinstance(raw, str) or "\x00" in raw:
+            raise ToolError("workdir must be a string path")
+        within("workdir", raw, WORKDIR_MAX_BYTES, "no path is that long")
+    return host_workdir(raw or None, warnings)
 
 
 def decide(
@@ -85,7 +82,7 @@ def decide(
     call = dict(call)
     check_enums(call)
     cwd_warnings: list[str] = []
-    cwd = host_workdir(workdir, cwd_warnings)
+    cwd = checked_workdir(workdir, cwd_warnings)
     live = [] if grants is None else grants.entries(agent_id, session_key or None)
     decision = evaluate(
         command,

@@ -639,6 +639,7 @@ def _egress_lines(e: dict[str, Any] | None) -> list[str]:
             f"  deny: {', '.join(e['deny']) or '-'}",
             f"  ask: {str(e['ask']).lower()}  resolve: "
             + (", ".join(f"{k}={v}" for k, v in e["resolve"].items()) or "-"),
+            f"  maxConnections: {e.get('maxConnections', '-')}",
             f"  proxy: {e['proxy']} inside, {e['socket']} on the host",
         ]
     return [*lines, ""]
@@ -661,10 +662,12 @@ def format_egress(rows: list[dict[str, Any]]) -> str:
         mark = "✅" if r.get("decision") == "allowed" else "⛔"
         target = f"{r.get('name')}:{r.get('port')}" if r.get("name") else "(bad request)"
         size = f"↑{_bytes(r.get('bytesUp'))} ↓{_bytes(r.get('bytesDown'))}"
+        who = f"agent {_clean(r.get('agentId'))}"
+        if r.get("principal") == "shared":  # any agent's command in the shared sandbox; decided as agentId
+            who = f"shared (settings of {_clean(r.get('agentId'))})"
         lines.append(
             f"{mark} {_clean(r.get('method') or '-'):7} {_clean(target)}  {r.get('decision')} by "
-            f"{_clean(r.get('decidedBy') or '-')}  {size}  agent {_clean(r.get('agentId'))} "
-            f"sandbox {_clean(r.get('sandbox'))}"
+            f"{_clean(r.get('decidedBy') or '-')}  {size}  {who} sandbox {_clean(r.get('sandbox'))}"
         )
         error = f" — {_clean(r['error'])}" if r.get("error") else ""
         lines.append(f"     {_clean(r.get('rule') or '')}{error}")

@@ -119,6 +119,9 @@ class NodeOutputFeed:
             data["dropped"] = True  # a gap (or a frame too big to pass on): the pane re-reads the log
         else:
             data.update(stream=stream if stream in ("stdout", "stderr", "pty") else "stdout", data=text)
+            end = p.get("nextOffset")  # the raw byte range of the text (a node older than it sends none)
+            if type(end) is int and offset <= end <= offset + 4 * len(text):  # ≤ 4 bytes a character
+                data["nextOffset"] = end
         if not self.services.output.remote_output(sid, data) and sid in self._watching:
             self._unwatch(sid)
 

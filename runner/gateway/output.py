@@ -15,7 +15,7 @@ from engine.errors import InvalidInput
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
 from engine.sessions import OutputChunk, OutputSubscription, SessionManager
-from engine.sessions.output import TextDecoder
+from engine.sessions.output import TextDecoder, output_frame
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -23,16 +23,6 @@ if TYPE_CHECKING:
 OUTPUT_FLUSH_SEC = 0.033
 OUTPUT_BATCH_BYTES = 64 * 1024
 ACTIVITY_INTERVAL_SEC = 0.25  # session.activity: at most 4 frames/s per following connection
-
-
-def output_frame(
-    session_id: str, stream: str, decoder: TextDecoder, piece: bytes, offset: int
-) -> dict[str, Any]:
-    """A `session.output` frame: the text and the raw byte range it stands for (`offset`, `nextOffset`),
-    so a client lines it up with what `sessions.output` showed by bytes, never by re-encoding the text
-    (a replacement character stands for 1 to 3 bytes)."""
-    text, start, end = decoder.span(piece, offset)
-    return {"sessionId": session_id, "stream": stream, "data": text, "offset": start, "nextOffset": end}
 
 
 def _merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
@@ -106,14 +96,14 @@ class OutputFanout:
         session = self.sessions.get(session_id)
         if session is None and self.remote is not None:
             return self.remote.offsets().get(session_id, 0)
-        return session.raw.offset if session is not None else 0
+        return session.output.offset if session is not None else 0
 
     def _known(self, session_id: str) -> bool:
         local = self.sessions.get(session_id) is not None
         return local or (self.remote is not None and self.remote.knows(session_id))
 
     def _offsets(self) -> dict[str, int]:
-        offsets = {s.id: s.raw.offset for s in self.sessions.registry}
+        offsets = {s.id: s.output.offset for s in self.sessions.registry}
         if self.remote is not None:
             offsets.update(self.remote.offsets())
         return offsets
@@ -190,8 +180,8 @@ class OutputFanout:
             sessions = list(self.sessions.registry)
             remote = self.remote.offsets() if self.remote is not None else {}
             for conn in conns:  # an agent hears only of its own sessions, not even their ids
-                offsets = {s.id: s.raw.offset for s in sessions if conn.sees_scope(s.scope_key)}
-                if conn.operator:  # node sessions are the operator's view
+                offsets = {s.id: s.output.offset for s in sessions if conn.sees_scope(s.scope_key)}
+                if conn.sees_scope(None):  # node sessions have no scope here: the operator's view
                     offsets.update(remote)
                 self._send_activity(conn, offsets)
 

@@ -5,12 +5,12 @@ counts) when it changes. Nothing is queued while no gateway is linked: the next 
 from __future__ import annotations
 
 import asyncio
-import codecs
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from engine.nodes.wire import NodeEvent
 from engine.sessions import OutputChunk, OutputSubscription, SessionManager
+from engine.sessions.output import TextDecoder, output_frame
 
 FLUSH_SEC = 0.033  # as the gateway's own fan-out: ≤ ~30 frames/s per session
 BATCH_BYTES = 64 * 1024  # escaped JSON of this stays far below the wire's line cap
@@ -56,10 +56,10 @@ class NodeOutput:
             if len(self._forwarders) >= MAX_WATCHED:
                 raise WatchError(f"at most {MAX_WATCHED} sessions are watched at once")
             viewer = self.sessions.subscribe(session_id, replay=False)
-            task = asyncio.ensure_future(self._push(session_id, viewer, session.raw.offset))
+            task = asyncio.ensure_future(self._push(session_id, viewer, session.output.offset))
             self._forwarders[session_id] = task
             task.add_done_callback(lambda _t: self._forwarders.pop(session_id, None))
-        return {"sessionId": session_id, "offset": session.raw.offset, "watching": True}
+        return {"sessionId": session_id, "offset": session.output.offset, "watching": True}
 
     def unwatch(self, session_id: str | None) -> dict[str, Any]:
         for sid in [session_id] if session_id else list(self._forwarders):
@@ -84,7 +84,7 @@ class NodeOutput:
     async def _offsets_loop(self) -> None:
         while True:
             await asyncio.sleep(OFFSETS_SEC)
-            totals = {s.id: s.raw.offset for s in self.sessions.registry}
+            totals = {s.id: s.output.offset for s in self.sessions.registry}
             changed = {sid: n for sid, n in totals.items() if self._sent.get(sid) != n}
             gone = [sid for sid in self._sent if sid not in totals]
             for sid in gone:
@@ -94,7 +94,7 @@ class NodeOutput:
                 await self._emit(NodeEvent("session.offsets", {"sessions": totals}))
 
     async def _push(self, session_id: str, viewer: OutputSubscription, offset: int) -> None:
-        decoders: dict[str, Any] = {}
+        decoders: dict[str, TextDecoder] = {}
         loop = asyncio.get_running_loop()
         try:
             while (chunk := await viewer.get()) is not None:
@@ -116,11 +116,11 @@ class NodeOutput:
                         gap = {"sessionId": session_id, "dropped": True, "offset": offset}
                         await self._emit(NodeEvent("session.output", gap))
                         continue
-                    decoder = decoders.setdefault(stream, codecs.getincrementaldecoder("utf-8")("replace"))
+                    decoder = decoders.setdefault(stream, TextDecoder())
                     for at in range(0, len(raw), BATCH_BYTES):
                         piece = raw[at : at + BATCH_BYTES]
-                        data = {"sessionId": session_id, "stream": stream, "data": decoder.decode(piece)}
-                        await self._emit(NodeEvent("session.output", {**data, "offset": offset}))
+                        frame = output_frame(session_id, stream, decoder, piece, offset)
+                        await self._emit(NodeEvent("session.output", frame))
                         offset += len(piece)
         finally:
             viewer.close()

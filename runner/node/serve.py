@@ -38,6 +38,7 @@ OUTPUT_CAP = 1_000_000  # characters of the merged output in one system.run resu
 SPLIT_CAP = 200_000  # characters of stdout and of stderr kept apart per run (reference OUTPUT_CAP)
 MAX_QUEUED_EVENTS = 1000  # events kept for the next link while none is up (`node run`), oldest dropped
 MAX_BAD_FRAMES = 64  # answered INVALID_REQUEST per link; past this a peer sending only garbage is cut off
+ANSWER_ON_CLOSE_SEC = 10.0  # what a link admitted before an unreadable line may take to be answered
 EVENT_OUTPUT_CAP = 20_000  # reference §5.5: exec.finished carries the last 20k
 SHELL_WRAPPERS = {("/bin/sh", "-lc"), ("sh", "-lc"), ("/bin/sh", "-c"), ("sh", "-c"), ("/bin/bash", "-lc")}
 _ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
@@ -551,6 +552,13 @@ class NodeServer:
             if owner is link and not future.done():
                 future.set_result(Response(rid, False, error={"code": "LINK_LOST", "message": "link lost"}))
 
+    async def _answer_admitted(self) -> None:
+        """Before a link closes on a line it cannot read, the requests admitted before that line are answered
+        (bounded: a long run goes on in its session, and its caller asks again on the next link)."""
+        running = [task for task in self._tasks if not task.done()]
+        if running:
+            await asyncio.wait(running, timeout=ANSWER_ON_CLOSE_SEC)
+
     async def serve(self, reader: asyncio.StreamReader, link: Output) -> None:
         """One link, until its reader ends (the gateway left, or a newer link took over)."""
         bad = 0
@@ -564,6 +572,7 @@ class NodeServer:
                     line = await reader.readline()
                 except ValueError:
                     log.error("frame longer than %d bytes; closing", MAX_LINE)
+                    await self._answer_admitted()
                     break
                 if not line:
                     break
@@ -572,6 +581,7 @@ class NodeServer:
                 except WireError as exc:
                     if exc.request_id is None or bad >= MAX_BAD_FRAMES:
                         log.error("bad frame from the gateway: %s; closing", exc)
+                        await self._answer_admitted()
                         break
                     bad += 1  # a request whose id was sound: answered, and the link goes on
                     error = {"code": "INVALID_REQUEST", "message": f"INVALID_REQUEST: {exc}"}

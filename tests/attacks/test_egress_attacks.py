@@ -45,8 +45,9 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         policy = EgressPolicy.from_config(config.sandbox.egress)
 
         async def decide_it(req: Request) -> Decision:
-            verdict = decide(policy, req.name, req.port)
-            return Decision(verdict.action == "allow", verdict.rule, "policy", dict(policy.resolve))
+            verdict = decide(policy, req.name, req.port, tunnel=req.tunnel)
+            allowed = verdict.action == "allow"
+            return Decision(allowed, verdict.rule, "policy", dict(policy.resolve), policy.deny)
 
         proxy = EgressProxy(decide_it, records.append)
         directory = tmp_path / "eg"
@@ -155,7 +156,9 @@ async def test_wildcards_deny_and_lookalike_names(rig: Rig) -> None:
 
 async def test_a_name_dns_resolves_to_loopback_is_refused_even_when_allowed(rig: Rig) -> None:
     answer = await _raw(rig, _get(f"http://localhost:{rig.origin}/"))
-    assert _status(answer) == 403 and b"not public" in answer
+    assert _status(answer) == 403 and b"non-public address" in answer
+    # The sandbox is told no address it did not name itself (the operator's record has it).
+    assert b"127.0.0.1" not in answer and b"::1" not in answer
     (record,) = [r for r in rig.records if r.name == "localhost"]
     assert record.address is None and "127.0.0.1" in record.rule
 
@@ -173,8 +176,9 @@ async def test_rebinding_a_name_with_any_private_answer_is_refused(monkeypatch: 
         ]
 
     monkeypatch.setattr(asyncio.BaseEventLoop, "getaddrinfo", fake)
-    with pytest.raises(addresses.Refused, match="not public"):
+    with pytest.raises(addresses.Refused, match="non-public") as refused:
         await addresses.resolve("rebind.test", 80, {})
+    assert "127.0.0.1" not in str(refused.value) and "127.0.0.1" in refused.value.detail
     assert calls == ["rebind.test"]
 
     async def public_only(self: object, host: str, port: int, **kw: object) -> list[tuple[object, ...]]:
@@ -344,8 +348,8 @@ async def test_a_pipelined_second_request_never_goes_upstream(tmp_path: Path) ->
     )
 
     async def decide_it(req: Request) -> Decision:
-        verdict = decide(policy, req.name, req.port)
-        return Decision(verdict.action == "allow", verdict.rule, "policy", dict(policy.resolve))
+        verdict = decide(policy, req.name, req.port, tunnel=req.tunnel)
+        return Decision(verdict.action == "allow", verdict.rule, "policy", dict(policy.resolve), policy.deny)
 
     proxy = EgressProxy(decide_it, lambda _c: None)
     directory = tmp_path / "eg"

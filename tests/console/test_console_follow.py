@@ -38,7 +38,7 @@ async def test_console_follows_the_visible_session_only(state_dir: Path) -> None
         await until(pilot, lambda: a in app.sessions.sessions and b in app.sessions.sessions)
         app.sessions.select(a)
         assert app.link.follows
-        await until(pilot, lambda: app.link.output.since.get(a) == 0)  # followed, and the replay is done
+        await until(pilot, lambda: app.link.output.cursor(a) == 0)  # followed, and the replay is done
         (state_dir / "go").touch()
         await until(pilot, lambda: "A-120" in app.sessions.line_pane.text_lines(), timeout=20)
         lines = app.sessions.line_pane.text_lines()

@@ -100,12 +100,18 @@ def test_router_counts_hidden_and_caps_visible() -> None:
 def test_router_skips_what_a_replay_already_showed() -> None:
     router = OutputRouter()
     router.show("v")
-    router.feed("v", "old\n", offset=0)  # 0..4, inside the replay
-    router.feed("v", "ab\ncd\n", offset=4)  # 4..10, straddles the replay's end at 7
-    router.feed("v", "new\n", offset=10)
-    router.since["v"] = 7
+    router.feed("v", "old\n", 0, 4)  # inside the replay
+    router.feed("v", "ab\ncd\n", 4, 10)  # straddles the replay's end at 7
+    router.feed("v", "new\n", 10, 14)
+    router.replayed("v", 7)
     data, overflowed = router.drain()
     assert (data, overflowed) == ("cd\nnew\n", False)
+    # A frame with no byte range (a peer older than nextOffset) cannot be cut: the pane re-reads.
+    router.feed("v", "ab\ncd\n", 4)
+    assert router.drain() == ("", True)
+    # The pane's read from an offset the cursor has left (a replay moved it) changes nothing.
+    assert not router.advance("v", 3, 20) and router.cursor("v") == 7
+    assert router.advance("v", 7, 20) and router.cursor("v") == 20
 
 
 def test_router_gap_forces_a_reread_of_the_visible_session_only() -> None:

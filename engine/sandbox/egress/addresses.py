@@ -1,22 +1,81 @@
 """Where a decided name may be connected to: resolved here (never in the sandbox), `resolve` first, and only
-public addresses unless the operator mapped the name explicitly. The proxy connects to exactly the address
-checked here (pinned), so a second lookup can never rebind the name to another host.
+public addresses unless the operator mapped the name explicitly. Every address a name resolves to is checked
+(public, and named by no `deny` entry) and the proxy connects to exactly the address checked here (pinned),
+so a second lookup can never rebind the name to another host.
+
+"Public" is an allowlist: an address is public only when, with any IPv4 it carries in an IPv6 spelling
+(mapped, compatible, translated, NAT64) taken for itself, it is globally routable unicast, lies in no
+special-purpose block (IANA's registries, whatever this Python's `ipaddress` knows), and is none of this
+host's own addresses. Anything new or odd is therefore refused until it is known to be public.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from engine.config.egress import Pattern, first_match
 
 RESOLVE_TIMEOUT_SEC = 5.0
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPv6Address = ipaddress.IPv6Address
+_V4 = ipaddress.IPv4Network
+_V6 = ipaddress.IPv6Network
+
+# IANA IPv4 special-purpose registry, every entry (also those it calls globally reachable: anycast
+# infrastructure such as 192.0.0.9 or AS112 is nothing a sandbox needs), and the multicast/reserved rest.
+SPECIAL_V4 = tuple(
+    _V4(n)
+    for n in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.0.0.0/24",
+        "192.0.2.0/24",
+        "192.31.196.0/24",
+        "192.52.193.0/24",
+        "192.88.99.0/24",
+        "192.168.0.0/16",
+        "192.175.48.0/24",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+    )
+)
+GLOBAL_UNICAST_V6 = _V6("2000::/3")
+# Inside 2000::/3, IANA's IPv6 special-purpose blocks (6to4 and Teredo tunnel to addresses judged nowhere).
+SPECIAL_V6 = tuple(
+    _V6(n)
+    for n in (
+        "2001::/23",
+        "2001:db8::/32",
+        "2002::/16",
+        "2620:4f:8000::/48",
+        "3fff::/20",
+    )
+)
+_MAPPED = _V6("::ffff:0:0/96")
+_COMPATIBLE = _V6("::/96")
+_TRANSLATED = _V6("::ffff:0:0:0/96")
+_NAT64 = _V6("64:ff9b::/96")
 
 
 class Refused(Exception):
-    """No address this name may be connected to; str() names why (the 403 body)."""
+    """No address this name may be connected to. str() is what the sandbox is told, which never names an
+    address it did not give itself; `detail` is what the history records (the addresses, for the operator)."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail or message
 
 
 @dataclass(frozen=True)
@@ -29,37 +88,81 @@ class Target:
     via: str  # "resolve" (the config's map), "dns", "literal"
 
 
-def public(ip: IPAddress) -> bool:
-    """A globally routable unicast address: not loopback, private, link-local, CGNAT, documentation,
-    reserved, multicast or unspecified; an IPv4-mapped/6to4/Teredo IPv6 address is judged by its IPv4."""
+def carried_ipv4(ip: IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 spelling stands for: ::ffff:a.b.c.d (mapped), ::ffff:0:a.b.c.d
+    (translated), ::a.b.c.d (compatible, ::1 and :: included) and 64:ff9b::a.b.c.d (NAT64)."""
+    if any(ip in net for net in (_MAPPED, _TRANSLATED, _COMPATIBLE, _NAT64)):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def canonical(ip: IPAddress) -> IPAddress:
+    """The address judged: the IPv4 an IPv6 spelling carries, else the address itself."""
     if isinstance(ip, ipaddress.IPv6Address):
-        inner = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
-        if inner is not None:
-            return public(inner)
-        if ip in ipaddress.IPv6Network("64:ff9b::/96"):  # NAT64 carries an IPv4 address
-            return public(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
-    if ip.is_multicast or ip.is_unspecified or ip.is_loopback or ip.is_link_local or ip.is_private:
+        return carried_ipv4(ip) or ip
+    return ip
+
+
+def public(ip: IPAddress, own: Iterable[IPAddress] = ()) -> bool:
+    """Globally routable unicast, in no special-purpose block, and not one of `own` (this host's)."""
+    ip = canonical(ip)
+    if ip in set(own):
         return False
-    return bool(ip.is_global)
+    if isinstance(ip, ipaddress.IPv4Address):
+        if any(ip in net for net in SPECIAL_V4) or ip == ipaddress.IPv4Address("255.255.255.255"):
+            return False
+    elif ip not in GLOBAL_UNICAST_V6 or any(ip in net for net in SPECIAL_V6) or ip.is_site_local:
+        return False
+    odd = ip.is_multicast, ip.is_unspecified, ip.is_loopback, ip.is_link_local, ip.is_private, ip.is_reserved
+    return bool(ip.is_global) and not any(odd)
 
 
-async def resolve(name: str, port: int, mapping: Mapping[str, str]) -> Target:
+def own_addresses() -> set[IPAddress]:
+    """This host's interface addresses (in the gateway's network namespace), read afresh each time: an
+    address a DHCP lease or a VPN adds is refused from that moment. (The kernel builds /proc/net/fib_trie on
+    each read, ~0.2 ms: `resolve` reads it in a worker thread, alongside the DNS lookup.)"""
+    out: set[IPAddress] = set()
+    with contextlib.suppress(OSError), open("/proc/net/if_inet6", encoding="ascii") as f:
+        for line in f:
+            text = line.split(" ", 1)[0]
+            if len(text) == 32:
+                out.add(ipaddress.IPv6Address(int(text, 16)))
+    with contextlib.suppress(OSError), open("/proc/net/fib_trie", encoding="ascii") as f:
+        last = ""
+        for line in f:
+            item = line.strip()
+            if item.startswith("|-- "):
+                last = item[4:]
+            elif item == "/32 host LOCAL" and last:
+                with contextlib.suppress(ValueError):
+                    out.add(ipaddress.IPv4Address(last))
+    return out
+
+
+async def resolve(
+    name: str, port: int, mapping: Mapping[str, str], deny: Iterable[Pattern] = (), *, tunnel: bool = True
+) -> Target:
     """The one address to connect to for `name` (normalised): the `resolve` map's (any address: the
     operator chose it), an IP literal's own (public only), else DNS's (every answer public, else refused:
-    a name with one private answer is a rebinding attempt or a mistake)."""
+    a name with one private answer is a rebinding attempt or a mistake). Whichever way, an address a
+    `deny` entry names refuses the name (`deny = ["1.1.1.1"]` is not undone by a name that resolves there)."""
+    deny = tuple(deny)
     mapped = mapping.get(name)
     if mapped is not None:
         ip = ipaddress.ip_address(mapped)
-        return Target(_family(ip), str(ip), port, "resolve")
+        _check_deny(name, [ip], port, deny, tunnel)
+        return _target(ip, port, "resolve")
     try:
         literal: IPAddress | None = ipaddress.ip_address(name)
     except ValueError:
         literal = None
-    if literal is not None:
-        if not public(literal):
-            raise Refused(f"{name} is not a public address (map a name to it in `resolve` to allow it)")
-        return Target(_family(literal), str(literal), port, "literal")
     loop = asyncio.get_running_loop()
+    if literal is not None:
+        _check_deny(name, [literal], port, deny, tunnel)
+        if not public(literal, await loop.run_in_executor(None, own_addresses)):
+            raise Refused(f"{name} is not a public address (map a name to it in `resolve` to allow it)")
+        return _target(literal, port, "literal")
+    own = loop.run_in_executor(None, own_addresses)  # (never fails: unreadable files give no addresses)
     try:
         async with asyncio.timeout(RESOLVE_TIMEOUT_SEC):
             infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
@@ -71,15 +174,32 @@ async def resolve(name: str, port: int, mapping: Mapping[str, str]) -> Target:
             addresses.append(ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0]))
     if not addresses:
         raise Refused(f"{name} has no address")
-    bad = [str(a) for a in addresses if not public(a)]
+    _check_deny(name, addresses, port, deny, tunnel)
+    mine = await own
+    bad = sorted({str(a) for a in addresses if not public(a, mine)})
     if bad:
         raise Refused(
-            f"{name} resolves to {', '.join(sorted(set(bad)))}, which is not public (a `resolve` entry "
-            "maps a name to a private address on purpose)"
+            f"{name} resolves to a non-public address (a `resolve` entry maps a name to one on purpose)",
+            f"{name} resolves to {', '.join(bad)}, which is not public",
         )
-    first = addresses[0]
-    return Target(_family(first), str(first), port, "dns")
+    return _target(addresses[0], port, "dns")
 
 
-def _family(ip: IPAddress) -> int:
-    return socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+def _check_deny(
+    name: str, found: list[IPAddress], port: int, deny: tuple[Pattern, ...], tunnel: bool
+) -> None:
+    for ip in found:
+        for spelling in {str(ip), str(canonical(ip))}:
+            hit = first_match(deny, spelling, port, tunnel)
+            if hit is not None:
+                raise Refused(
+                    f"an address of {name} is denied",
+                    f"{name} resolves to {ip}, which deny entry {hit.text!r} names",
+                )
+
+
+def _target(ip: IPAddress, port: int, via: str) -> Target:
+    """Connect to what was checked: a mapped ::ffff:a.b.c.d goes out as the IPv4 it is."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return Target(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, str(ip), port, via)

@@ -1,18 +1,21 @@
 """The HTTP side of the egress proxy: a forward proxy's request head read, checked and rewritten.
 
-Only an absolute `http://` URL or `CONNECT host:port` is a proxy request. The authority is parsed strictly
-(no userinfo, no `\\` or `%`, brackets for IPv6, a numeric port), a `Host` header must name the same host,
-and the head sent upstream is rebuilt: origin-form path, the Host from the URL, no hop-by-hop or proxy
-headers, `Connection: close` (one request per proxied connection).
+Only an absolute `http://` URL or `CONNECT host:port` is a proxy request. The head is parsed by what it may
+hold, not by what it may not: every line ends in CRLF (a bare LF or CR, which a lenient origin reads as a
+line end and the proxy would not, is refused), the method and header names are tokens, the request target is
+printable ASCII, header values hold no control characters, and numbers (ports, Content-Length) are ASCII
+digits. The authority is parsed strictly (no userinfo, no `\\` or `%`, brackets for IPv6), a `Host` header
+must name the same host, and the head sent upstream is rebuilt: origin-form path, the Host from the URL, no
+hop-by-hop or proxy headers, `Connection: close` (one request per proxied connection).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import socket
+import string
 
-from engine.config.egress import BadName, normalize
+from engine.config.egress import BadName, ascii_number, normalize
+from engine.sandbox.egress import sockio
 
 MAX_HEAD = 64 * 1024
 
@@ -34,21 +37,32 @@ class BadRequest(Exception):
     """Not a proxy request this proxy serves (answered 400, recorded)."""
 
 
-async def read_head(
-    loop: asyncio.AbstractEventLoop, client: socket.socket, buf: bytes = b""
-) -> tuple[bytes, bytes]:
-    """(head, the bytes after it) from `buf` (what was read already) and the socket; b"" when closed."""
+_TOKEN = frozenset(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~")
+_TARGET = frozenset(chr(c) for c in range(0x21, 0x7F))  # printable ASCII, no space
+
+
+async def read_head(client: socket.socket, buf: bytes = b"") -> tuple[bytes, bytes]:
+    """(head, the bytes after it) from `buf` (what was read already) and the socket; b"" when closed. A
+    bare LF or CR is refused as soon as it arrives (it cannot end a head this proxy reads)."""
     if not buf:
         return b"", b""
     while b"\r\n\r\n" not in buf:
+        check_line_ends(buf[:-1] if buf.endswith(b"\r") else buf)
         if len(buf) > MAX_HEAD:
-            raise ConnectionError("request head too large")
-        chunk = await loop.sock_recv(client, 16384)
+            raise BadRequest(f"request head larger than {MAX_HEAD // 1024} KiB")
+        chunk = await sockio.recv(client, 16384)
         if not chunk:
             return b"", b""
         buf += chunk
     head, _, rest = buf.partition(b"\r\n\r\n")
     return head, rest
+
+
+def check_line_ends(data: bytes) -> None:
+    """Every LF is preceded by a CR and every CR followed by an LF."""
+    pairs = data.count(b"\r\n")
+    if data.count(b"\n") != pairs or data.count(b"\r") != pairs:
+        raise BadRequest("a bare LF or CR in the request head (lines end with CRLF)")
 
 
 def split_authority(authority: str, default_port: int | None) -> tuple[str, int]:
@@ -67,9 +81,9 @@ def split_authority(authority: str, default_port: int | None) -> tuple[str, int]
     if port_text is None:
         raise BadRequest(f"invalid authority {authority!r}")
     if port_text:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        port = ascii_number(port_text, 5)
+        if port is None or not 0 < port < 65536:
             raise BadRequest(f"invalid port in {authority!r}")
-        port = int(port_text)
     elif default_port is None:
         raise BadRequest(f"CONNECT needs host:port, got {authority!r}")
     else:
@@ -85,23 +99,26 @@ def parse(head: bytes) -> tuple[str, str, int, bytes, int | None]:
     """(method, name, port, the head to send upstream: b"" for CONNECT, how many body bytes follow it:
     None for CONNECT, whose tunnel carries anything). A plain request's body is its Content-Length and
     nothing more: bytes after it (a second, pipelined request naming another Host) never go upstream."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes everything
-        raise BadRequest("undecodable request") from None
+    check_line_ends(head)
+    text = head.decode("latin-1")  # (decodes every byte; what may stand where is checked below)
     lines = text.split("\r\n")
     parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+    if len(parts) != 3 or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
         raise BadRequest("malformed request line")
     method, target, version = parts
-    if not method.isalpha() or not method.isupper():
+    if not method or not all("A" <= c <= "Z" for c in method):
         raise BadRequest(f"invalid method {method!r}")
+    if not target or not set(target) <= _TARGET:
+        raise BadRequest("the request target is not printable ASCII")
     headers: list[tuple[str, str]] = []
     for line in lines[1:]:
         name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip() or any(c in name for c in " \t"):
+        if not sep or not name or not set(name) <= _TOKEN:
             raise BadRequest("malformed header line")
-        headers.append((name, value.strip()))
+        value = value.strip(" \t")
+        if any((c < " " and c != "\t") or "\x7f" <= c <= "\x9f" for c in value):  # C0, DEL, C1
+            raise BadRequest(f"a control character in the {name} header")
+        headers.append((name, value))
     if method == "CONNECT":
         host, port = split_authority(target, None)
         return method, host, port, b"", None
@@ -140,18 +157,16 @@ def _body_length(headers: list[tuple[str, str]]) -> int:
     lengths = {v for k, v in headers if k.lower() == "content-length"}
     if not lengths:
         return 0
-    if len(lengths) != 1 or not next(iter(lengths)).isdigit():
+    length = ascii_number(next(iter(lengths)), 18) if len(lengths) == 1 else None
+    if length is None:
         raise BadRequest("conflicting or invalid Content-Length")
-    return int(next(iter(lengths)))
+    return length
 
 
-async def answer(
-    loop: asyncio.AbstractEventLoop, client: socket.socket, code: int, reason: str, body: str
-) -> None:
+async def answer(client: socket.socket, code: int, reason: str, body: str) -> None:
     data = (body + "\n").encode()
     head = (
         f"HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(data)}\r\nX-Proxy-Error: {reason}\r\nConnection: close\r\n\r\n"
     )
-    with contextlib.suppress(OSError):
-        await loop.sock_sendall(client, head.encode() + data)
+    await sockio.sendall(client, head.encode() + data)

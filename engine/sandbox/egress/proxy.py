@@ -4,8 +4,14 @@ Each sandbox has its own Unix socket (so who asks is known by where it asks, nev
 in-sandbox forwarder hands over each loopback connection as a file descriptor with a NUL byte, and the
 proxy talks to that TCP socket directly. A request's name is decided (deny, allow, approved, ask — the
 gateway's `decide`), then resolved and checked here (`addresses`: no loopback or private address unless
-the operator's `resolve` map says so), and the connection goes to that very address. Bytes are relayed by
-splice(2) in worker threads, off the event loop. Every connection ends as one `Connection` record.
+the operator's `resolve` map says so, nor to one a `deny` entry names), and the connection goes to that very
+address. Bytes are relayed by splice(2) in worker threads, off the event loop. Every connection ends as one
+`Connection` record, and every refusal is answered (an HTTP status or a SOCKS reply) as well as recorded.
+
+The sandbox's socket shares its open file description with whatever copy the sandbox kept, so its flags are
+the sandbox's to change at any time: every read and write of it goes through `sockio`, which never depends
+on O_NONBLOCK (a sandbox that clears it cannot make the gateway's event loop block), and it is closed with
+linger off in a worker thread (SO_LINGER is the sandbox's to set too).
 """
 
 from __future__ import annotations
@@ -16,14 +22,14 @@ import fcntl
 import logging
 import os
 import socket
-import stat
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from engine.sandbox.egress import httphead, socks
+from engine.config.egress import MAX_CONNECTIONS, Pattern
+from engine.sandbox.egress import handoff, httphead, sockio, socks
 from engine.sandbox.egress.addresses import Refused, Target, resolve
 
 log = logging.getLogger(__name__)
@@ -35,8 +41,15 @@ HANDOFF_TIMEOUT_SEC = 5.0  # the forwarder sends its descriptor at once; a silen
 # past these a new one is closed unread, so no sandbox can run the gateway out of descriptors or threads.
 MAX_PER_SANDBOX = 256
 MAX_TOTAL = 1024
+# Per principal, connections still reading their head beyond its `maxConnections` (those past their head
+# are answered 429 at the cap); past this too, a new one is closed unread like past the caps above.
+UNREAD_HEADROOM = 64
+# Closes of one listener's refused connections in flight (each may release a lingering descriptor the
+# sandbox sent, and waits in a worker thread for it): past it, that listener accepts nothing until they end.
+CLOSING_MAX = 8
 CHUNK = 1 << 20
 F_SETPIPE_SZ = 1031
+SHARED = "shared"  # the principal of the shared-scope sandbox's connections (see `listen`)
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,11 @@ class Request:
     port: int
     method: str
 
+    @property
+    def tunnel(self) -> bool:
+        """CONNECT or SOCKS5: bytes the proxy relays unread (a port-less entry admits 443 for these)."""
+        return self.method in ("CONNECT", socks.METHOD)
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -56,13 +74,14 @@ class Decision:
     rule: str  # what decided, in words: "allow entry 'pypi.org'", "approved by operator (allow-once)"
     by: str = "policy"  # policy | operator (or the approver's name) | expired | ask-failed
     resolve: dict[str, str] = field(default_factory=dict)  # the agent's `resolve` map (normalised)
+    deny: tuple[Pattern, ...] = ()  # the agent's `deny` entries, checked again on every resolved address
 
 
 @dataclass
 class Connection:
     """One connection as the history and `sandbox egress` show it."""
 
-    agentId: str
+    agentId: str  # whose egress settings, approvals and grants decided it
     sandbox: str
     name: str
     port: int
@@ -75,8 +94,11 @@ class Connection:
     bytesDown: int = 0
     startedAtMs: int = 0
     durationMs: int = 0
-    status: int | None = None  # what the proxy itself answered (200 for a tunnel, 403, 400, 502)
+    status: int | None = None  # what the proxy itself answered (200 for a tunnel, 403, 400, 429, 502)
     error: str | None = None
+    # Who made it: the agent, or "shared" for the shared-scope sandbox, where every agent's commands run
+    # as one uid behind one loopback and a TCP connection carries nothing that says whose command opened it.
+    principal: str = ""
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -84,39 +106,51 @@ class Connection:
 
 Decide = Callable[[Request], Awaitable[Decision]]
 Record = Callable[[Connection], None]
+Cap = Callable[[str], int]  # agent -> its `maxConnections`
 
 
 @dataclass
 class _Listener:
     sandbox: str
     agent_id: str
+    principal: str
     path: str
     sock: socket.socket
     task: asyncio.Task[None]
     active: int = 0
+    closing: int = 0
+    drained: asyncio.Event = field(default_factory=asyncio.Event)  # set while closing < CLOSING_MAX
 
 
 class EgressProxy:
     """Every sandbox's listener of one process (the gateway's)."""
 
-    def __init__(self, decide: Decide, record: Record) -> None:
+    def __init__(self, decide: Decide, record: Record, cap: Cap | None = None) -> None:
         self.decide = decide
         self.record = record
+        self.cap = cap or (lambda _agent: MAX_CONNECTIONS)
         self._listeners: dict[str, _Listener] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._pool = ThreadPoolExecutor(max_workers=2 * MAX_TOTAL, thread_name_prefix="egress")
+        self._closer = ThreadPoolExecutor(max_workers=MAX_TOTAL, thread_name_prefix="egress-close")
         self.active = 0  # connections of every sandbox
+        self.open: dict[str, int] = {}  # per principal: connections from accept to close
+        self.held: dict[str, int] = {}  # per principal: connections past their head (deciding or relaying)
 
     def listening(self, sandbox: str) -> bool:
         known = self._listeners.get(sandbox)
         return known is not None and not known.task.done() and os.path.exists(known.path)
 
-    async def listen(self, sandbox: str, agent_id: str, directory: Path, uid: int | None = None) -> None:
-        """Serve `sandbox` on `<directory>/proxy.sock` (replacing a stale socket; `uid` may connect)."""
+    async def listen(
+        self, sandbox: str, agent_id: str, directory: Path, uid: int | None = None, shared: bool = False
+    ) -> None:
+        """Serve `sandbox` on `<directory>/proxy.sock` (replacing a stale socket; `uid` may connect).
+        `shared`: the shared-scope sandbox, whose connections are recorded as the principal "shared" (and
+        counted against one cap together), decided under `agent_id`'s settings, the global ones."""
         known = self._listeners.get(sandbox)
         if known is not None and self.listening(sandbox):
-            # Kept as it is: a sandbox's name is its agent's (only the one `shared` sandbox serves several,
-            # and it answers for the agent that started it), and re-binding would refuse connects meanwhile.
+            # Kept as it is: a sandbox's name is its agent's (only the one `shared` sandbox serves several),
+            # and re-binding would refuse connects meanwhile.
             return
         if known is not None:
             self.stop(sandbox)
@@ -136,7 +170,9 @@ class EgressProxy:
         sock.setblocking(False)
         path = str(directory / "proxy.sock")
         task = asyncio.get_running_loop().create_task(self._accept(sandbox, sock))
-        self._listeners[sandbox] = _Listener(sandbox, agent_id, path, sock, task)
+        principal = SHARED if shared else agent_id
+        self._listeners[sandbox] = _Listener(sandbox, agent_id, principal, path, sock, task)
+        self._listeners[sandbox].drained.set()
 
     def stop(self, sandbox: str) -> None:
         known = self._listeners.pop(sandbox, None)
@@ -151,10 +187,14 @@ class EgressProxy:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._closer.shutdown(wait=False)
 
     async def _accept(self, sandbox: str, lsock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            known = self._listeners.get(sandbox)
+            if known is not None:
+                await known.drained.wait()
             try:
                 conn, _ = await loop.sock_accept(lsock)
             except OSError as exc:
@@ -162,73 +202,144 @@ class EgressProxy:
                 await asyncio.sleep(0.05)
                 continue
             listener = self._listeners.get(sandbox)
-            if listener is None or listener.active >= MAX_PER_SANDBOX or self.active >= MAX_TOTAL:
-                conn.close()  # (the descriptor in flight, unread, is closed with it)
+            if (
+                listener is None
+                or listener.active >= MAX_PER_SANDBOX
+                or self.active >= MAX_TOTAL
+                or self.open.get(listener.principal, 0) >= self._cap(listener.agent_id) + UNREAD_HEADROOM
+            ):
+                self._release(listener, conn)  # (the descriptor in flight, unread, goes with it)
                 continue
             listener.active += 1
             self.active += 1
+            self.open[listener.principal] = self.open.get(listener.principal, 0) + 1
             task = loop.create_task(self._handoff(listener, conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    def _cap(self, agent_id: str) -> int:
+        try:
+            return self.cap(agent_id)
+        except Exception:  # (a config the reload could not read: the listener must keep accepting)
+            log.exception("egress: maxConnections of %s", agent_id)
+            return MAX_CONNECTIONS
+
+    def _release(self, listener: _Listener | None, conn: socket.socket) -> None:
+        """Close a Unix connection unread, in a closer thread: the descriptors in flight on it are released
+        by that close(2), and a lingering TCP socket's release waits for its peer's acknowledgement."""
+        try:
+            done = asyncio.get_running_loop().run_in_executor(self._closer, conn.close)
+        except RuntimeError:  # the proxy is closing
+            conn.close()
+            return
+        if listener is None:
+            return
+        listener.closing += 1
+        if listener.closing >= CLOSING_MAX:
+            listener.drained.clear()
+
+        def closed(_: object) -> None:
+            listener.closing -= 1
+            if listener.closing < CLOSING_MAX:
+                listener.drained.set()
+
+        done.add_done_callback(closed)
+
     async def _handoff(self, listener: _Listener, conn: socket.socket) -> None:
         """The forwarder's message: one NUL byte and one descriptor, a TCP socket of the sandbox."""
+        loop = asyncio.get_running_loop()
+        handed = False
         try:
-            try:
-                client = await _receive_socket(conn)
-            finally:
-                conn.close()
-            if client is not None:
-                await self.serve(client, listener.agent_id, listener.sandbox)
+            if await handoff.readable(conn, HANDOFF_TIMEOUT_SEC):
+                taken = loop.run_in_executor(self._pool, handoff.take_socket, conn)  # (closes conn)
+                handed = True
+                client = await taken
+                if client is not None:
+                    await self.serve(client, listener.agent_id, listener.sandbox, listener.principal)
         finally:
+            if not handed:
+                self._release(listener, conn)
             listener.active -= 1
             self.active -= 1
+            self.open[listener.principal] -= 1
+            if not self.open[listener.principal]:
+                del self.open[listener.principal]
 
     # -- one connection ---------------------------------------------------------------------------
 
-    async def serve(self, client: socket.socket, agent_id: str, sandbox: str) -> None:
+    async def serve(
+        self, client: socket.socket, agent_id: str, sandbox: str, principal: str | None = None
+    ) -> None:
         """Read the request (HTTP, or SOCKS5 when its first byte says so), decide, connect, relay; always
-        one record (unless the client sent nothing at all)."""
+        one record (unless the client sent nothing at all), and every refusal answered."""
         loop = asyncio.get_running_loop()
         started = time.monotonic()
+        who = principal or agent_id
         rec = Connection(agent_id, sandbox, "", 0, "", "refused", "", "proxy", startedAtMs=_now_ms())
+        rec.principal = who
         upstream: socket.socket | None = None
-        talk: _Http | _Socks = _Http(loop, client)
+        talk: _Http | _Socks = _Http(client)
+        counted = False
         try:
-            client.setblocking(False)
+            client.setblocking(False)  # (for the loop's sake only: sockio never depends on it)
             try:
                 async with asyncio.timeout(HEAD_TIMEOUT_SEC):
-                    first = await loop.sock_recv(client, 16384)
+                    first = await sockio.recv(client, 16384)
                     if first[:1] == bytes([socks.VERSION]):
-                        talk = _Socks(loop, client)
+                        talk = _Socks(client)
                     parsed = await talk.read(first)
             except httphead.BadRequest as exc:
                 rec.rule, rec.method = str(exc), talk.method
                 rec.status = await talk.refuse("bad", f"exechost egress: {exc}")
                 return
-            except (TimeoutError, ConnectionError, OSError):
+            except TimeoutError:
+                rec.rule, rec.method = f"no complete request within {HEAD_TIMEOUT_SEC:g} s", talk.method
+                rec.status = await talk.refuse("timeout", f"exechost egress: {rec.rule}")
+                return
+            except OSError as exc:  # (ConnectionError too) nothing is left to answer to
+                rec.rule, rec.method = "the client went away before its request ended", talk.method
+                rec.error = str(exc)
+                return
+            except Exception as exc:  # a parser's slip is still answered and recorded, never a silent drop
+                log.exception("egress: a request head not understood")
+                rec.rule, rec.method = f"request not understood ({exc.__class__.__name__})", talk.method
+                rec.status = await talk.refuse("bad", f"exechost egress: {rec.rule}")
                 return
             if parsed is None:
+                if first:
+                    rec.rule, rec.method = "the client went away before its request ended", talk.method
                 return
             method, name, port, forward, rest, body = parsed
             rec.name, rec.port, rec.method = name, port, method
-            decision = await self.decide(Request(agent_id, sandbox, name, port, method))
+            cap = self._cap(agent_id)
+            if self.held.get(who, 0) >= cap:
+                # Before the decision: a capped sandbox makes no asks either.
+                rec.rule = f"{who} holds {cap} proxy connections already (sandbox.egress.maxConnections)"
+                rec.status = await talk.refuse("busy", _refusal(name, port, rec.rule))
+                return
+            self.held[who] = self.held.get(who, 0) + 1
+            counted = True
+            request = Request(agent_id, sandbox, name, port, method)
+            decision = await self.decide(request)
             rec.rule, rec.decidedBy = decision.rule, decision.by
             if not decision.allowed:
                 rec.status = await talk.refuse("forbidden", _refusal(name, port, decision.rule))
                 return
             try:
-                target = await resolve(name, port, decision.resolve)
+                target = await resolve(name, port, decision.resolve, decision.deny, tunnel=request.tunnel)
             except Refused as exc:
-                rec.rule = f"{decision.rule}; refused: {exc}"
+                rec.rule = f"{decision.rule}; refused: {exc.detail}"
                 rec.status = await talk.refuse("forbidden", _refusal(name, port, str(exc)))
                 return
             rec.address = target.address
             try:
                 upstream = await _connect(loop, target)
             except OSError as exc:
-                rec.error = f"connect {target.address}:{port}: {exc.strerror or exc}"
-                rec.status = await talk.refuse("unreachable", f"exechost egress: {rec.error}")
+                # (asyncio's own message names the address: "Connect call failed ('10.0.0.5', 80)")
+                why = os.strerror(exc.errno) if exc.errno else exc.__class__.__name__
+                rec.error = f"connect {target.address}:{port}: {why}"
+                # (the address stays in the record: a `resolve` entry may map the name somewhere private)
+                rec.status = await talk.refuse("unreachable", f"exechost egress: {name}:{port}: {why}")
                 return
             rec.decision = "allowed"
             rec.status = await talk.established()
@@ -238,21 +349,33 @@ class EgressProxy:
                 more = body - len(rest)
             first = forward + rest
             if first:
-                await loop.sock_sendall(upstream, first)
+                await loop.sock_sendall(upstream, first)  # (our own socket: its flags are ours)
             up, down = await self._relay(client, upstream, more)
             rec.bytesUp, rec.bytesDown = up + len(first), down
-        except (ConnectionError, OSError) as exc:
+        except OSError as exc:
             rec.error = rec.error or str(exc)
         finally:
-            client.close()
+            if counted:
+                self.held[who] -= 1
+                if not self.held[who]:
+                    del self.held[who]
             if upstream is not None:
                 upstream.close()
-            if rec.name or rec.status:
+            if rec.name or rec.status or rec.rule:
                 rec.durationMs = int((time.monotonic() - started) * 1000)
                 try:
                     self.record(rec)
                 except Exception:
                     log.exception("egress record failed")
+            await self._dispose(client)
+
+    async def _dispose(self, client: socket.socket) -> None:
+        """Close the sandbox's socket in a worker thread: SO_LINGER on it is the sandbox's to set, and a
+        lingering close(2) of the last reference waits until the unread bytes are acknowledged."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._pool, handoff.close_unlingered, client)
+        except RuntimeError:  # the pool is shut down (the proxy is closing): the descriptor must still go
+            handoff.close_unlingered(client)
 
     async def _relay(
         self, client: socket.socket, upstream: socket.socket, up_limit: int | None
@@ -268,14 +391,19 @@ class EgressProxy:
 
 _HTTP_REFUSALS = {
     "bad": (400, "Bad Request"),
+    "timeout": (408, "Request Timeout"),
     "forbidden": (403, "Forbidden"),
+    "busy": (429, "Too Many Requests"),
     "unreachable": (502, "Bad Gateway"),
 }
 _SOCKS_REFUSALS = {
     "bad": socks.GENERAL_FAILURE,
+    "timeout": socks.GENERAL_FAILURE,
     "forbidden": socks.NOT_ALLOWED,
+    "busy": socks.NOT_ALLOWED,
     "unreachable": socks.HOST_UNREACHABLE,
 }
+ANSWER_TIMEOUT_SEC = 5.0  # a refusal fits any socket buffer; a client that will not take it is left
 # method, name, port, head to send upstream, bytes read after it, body length (None: a tunnel's, no end)
 Parsed = tuple[str, str, int, bytes, bytes, int | None]
 
@@ -285,12 +413,12 @@ class _Http:
 
     method = "HTTP"
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, client: socket.socket) -> None:
-        self.loop, self.client = loop, client
+    def __init__(self, client: socket.socket) -> None:
+        self.client = client
         self.connect = False
 
     async def read(self, first: bytes) -> Parsed | None:
-        head, rest = await httphead.read_head(self.loop, self.client, first)
+        head, rest = await httphead.read_head(self.client, first)
         if not head:
             return None
         method, name, port, forward, body = httphead.parse(head)
@@ -299,12 +427,14 @@ class _Http:
 
     async def refuse(self, kind: str, text: str) -> int:
         code, reason = _HTTP_REFUSALS[kind]
-        await httphead.answer(self.loop, self.client, code, reason, text)
+        with contextlib.suppress(OSError, TimeoutError):
+            async with asyncio.timeout(ANSWER_TIMEOUT_SEC):
+                await httphead.answer(self.client, code, reason, text)
         return code
 
     async def established(self) -> int | None:
         if self.connect:
-            await self.loop.sock_sendall(self.client, b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await sockio.sendall(self.client, b"HTTP/1.1 200 Connection established\r\n\r\n")
             return 200
         return None
 
@@ -312,77 +442,37 @@ class _Http:
 class _Socks:
     """SOCKS5 CONNECT (engine.sandbox.egress.socks); refusals are SOCKS reply codes."""
 
-    method = "SOCKS5"
+    method = socks.METHOD
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, client: socket.socket) -> None:
-        self.loop, self.client = loop, client
+    def __init__(self, client: socket.socket) -> None:
+        self.client = client
         self.answered = False
+        self.code: int | None = None  # the handshake's own reply to a request it refused
 
     async def read(self, first: bytes) -> Parsed | None:
         try:
-            name, port, rest = await socks.handshake(self.loop, self.client, first)
+            name, port, rest = await socks.handshake(self.client, first)
         except socks.SocksError as exc:
-            self.answered = True  # the greeting's refusal was sent, or this reply is
-            if exc.code is not None:
-                with contextlib.suppress(OSError):
-                    await self.loop.sock_sendall(self.client, socks.reply(exc.code))
+            self.answered, self.code = exc.code is None, exc.code  # (the greeting's refusal went already)
             raise httphead.BadRequest(str(exc)) from None
         return self.method, name, port, b"", rest, None
 
     async def refuse(self, kind: str, text: str) -> int:
-        code = _SOCKS_REFUSALS[kind]
+        code = self.code if kind == "bad" and self.code is not None else _SOCKS_REFUSALS[kind]
         if not self.answered:
-            with contextlib.suppress(OSError):
-                await self.loop.sock_sendall(self.client, socks.reply(code))
+            self.answered = True
+            with contextlib.suppress(OSError, TimeoutError):
+                async with asyncio.timeout(ANSWER_TIMEOUT_SEC):
+                    await sockio.sendall(self.client, socks.reply(code))
         return code
 
     async def established(self) -> int:
-        await self.loop.sock_sendall(self.client, socks.reply(socks.SUCCEEDED))
+        await sockio.sendall(self.client, socks.reply(socks.SUCCEEDED))
         return socks.SUCCEEDED
 
 
 def _refusal(name: str, port: int, why: str) -> str:
     return f"exechost egress refused {name}:{port}: {why}"
-
-
-async def _receive_socket(conn: socket.socket) -> socket.socket | None:
-    """The TCP socket the forwarder sent, or None (anything else sent, or no descriptor, is dropped)."""
-    loop = asyncio.get_running_loop()
-    conn.setblocking(False)
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def readable() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(conn.fileno(), readable)
-    try:
-        async with asyncio.timeout(HANDOFF_TIMEOUT_SEC):
-            await ready
-    except TimeoutError:
-        return None
-    finally:
-        loop.remove_reader(conn.fileno())
-    try:
-        data, fds, _flags, _addr = socket.recv_fds(conn, 1, 1)
-    except OSError:
-        return None
-    if data != b"\0" or len(fds) != 1:
-        for fd in fds:
-            os.close(fd)
-        return None
-    fd = fds[0]
-    try:
-        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-            raise OSError("not a socket")
-        sock = socket.socket(fileno=fd)
-    except OSError:
-        os.close(fd)
-        return None
-    if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        sock.close()
-        return None
-    return sock
 
 
 async def _connect(loop: asyncio.AbstractEventLoop, target: Target) -> socket.socket:
@@ -418,14 +508,14 @@ def _pump(src: socket.socket, dst: socket.socket, limit: int | None = None) -> i
                 stopped = True
                 break
             want = CHUNK if limit is None else min(CHUNK, limit - total)
-            n = os.splice(sfd, w, want, flags=os.SPLICE_F_MOVE)
+            n = _splice(sfd, w, want, sfd, write=False)
             if n == 0:
                 clean = True
                 break
             while n:
                 # Never SPLICE_F_MORE here: it corks the socket, and a short request (a tunnel's GET)
                 # would wait for the cork's 200 ms timeout.
-                m = os.splice(r, dfd, n, flags=os.SPLICE_F_MOVE)
+                m = _splice(r, dfd, n, dfd, write=True)
                 n -= m
                 total += m
     except OSError:
@@ -440,6 +530,16 @@ def _pump(src: socket.socket, dst: socket.socket, limit: int | None = None) -> i
                 src.shutdown(socket.SHUT_RDWR)
                 dst.shutdown(socket.SHUT_RDWR)
     return total
+
+
+def _splice(src: int, dst: int, size: int, sock: int, write: bool) -> int:
+    """One splice(2); when the socket end `sock` turns out non-blocking (its sandbox may set the flag on
+    the description it shares), wait for it in poll(2) and try again rather than take EAGAIN for an end."""
+    while True:
+        try:
+            return os.splice(src, dst, size, flags=os.SPLICE_F_MOVE)
+        except (BlockingIOError, InterruptedError):
+            sockio.wait(sock, write)
 
 
 def _now_ms() -> int:

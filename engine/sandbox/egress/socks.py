@@ -4,13 +4,14 @@ for HTTP. A SOCKS client's first byte is 5; no HTTP request starts so, so one po
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import socket
 
 from engine.config.egress import BadName, normalize
+from engine.sandbox.egress import sockio
 
 VERSION = 5
+METHOD = "SOCKS5"  # how its connections are recorded
 NO_AUTH = 0
 NO_ACCEPTABLE = 0xFF
 CONNECT = 1
@@ -33,12 +34,12 @@ class SocksError(Exception):
 
 
 class _Reader:
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, initial: bytes) -> None:
-        self.loop, self.sock, self.buf = loop, sock, initial
+    def __init__(self, sock: socket.socket, initial: bytes) -> None:
+        self.sock, self.buf = sock, initial
 
     async def exactly(self, n: int) -> bytes:
         while len(self.buf) < n:
-            chunk = await self.loop.sock_recv(self.sock, 4096)
+            chunk = await sockio.recv(self.sock, 4096)
             if not chunk:
                 raise ConnectionError("the client went away mid-handshake")
             self.buf += chunk
@@ -51,17 +52,15 @@ def reply(code: int) -> bytes:
     return bytes([VERSION, code, 0, 1, 0, 0, 0, 0, 0, 0])
 
 
-async def handshake(
-    loop: asyncio.AbstractEventLoop, client: socket.socket, initial: bytes
-) -> tuple[str, int, bytes]:
+async def handshake(client: socket.socket, initial: bytes) -> tuple[str, int, bytes]:
     """Greeting and request: (normalised name, port, bytes the client sent past the request)."""
-    r = _Reader(loop, client, initial)
+    r = _Reader(client, initial)
     version, count = await r.exactly(2)
     methods = await r.exactly(count)
     if version != VERSION or NO_AUTH not in methods:
-        await loop.sock_sendall(client, bytes([VERSION, NO_ACCEPTABLE]))
+        await sockio.sendall(client, bytes([VERSION, NO_ACCEPTABLE]))
         raise SocksError(None, "SOCKS5 without the no-authentication method")
-    await loop.sock_sendall(client, bytes([VERSION, NO_AUTH]))
+    await sockio.sendall(client, bytes([VERSION, NO_AUTH]))
     version, command, _reserved, kind = await r.exactly(4)
     if version != VERSION:
         raise SocksError(GENERAL_FAILURE, f"SOCKS version {version} in the request")

@@ -58,7 +58,7 @@ def agent_id(conn: Any, raw: str | None) -> str:
 def owned_session(services: Services, conn: Any, session_id: str) -> Any:
     """The session, when the caller may touch it; otherwise the exact error a nonexistent id gets."""
     session = services.sessions.get(session_id)
-    if session is None or not (conn.operator or principals.owns_key(conn.agent, session.scope_key)):
+    if session is None or not conn.sees_scope(session.scope_key):  # the one visibility rule
         raise InvalidInput(f"No session found for {session_id}")
     return session
 

@@ -88,13 +88,13 @@ async def output(services: Services, conn: Connection, req: SessionsOutput) -> d
             "status": got.get("status"),
         }
     session = owned_session(services, conn, sid)  # another agent's reads exactly as a nonexistent one
-    start, data, dropped = session.raw.read(offset, limit)
+    got = session.output.read(offset, limit)  # the exact text of raw bytes [offset, nextOffset)
     return {
         "sessionId": sid,
-        "offset": start,
-        "nextOffset": start + len(data),
-        "data": data.decode("utf-8", errors="replace"),
-        "truncatedBefore": dropped > 0 if offset is not None else start > 0,
+        "offset": got.offset,
+        "nextOffset": got.next_offset,
+        "data": got.text,
+        "truncatedBefore": got.dropped > 0 if offset is not None else got.offset > 0,
         "status": session.status,
     }
 

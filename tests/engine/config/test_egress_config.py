@@ -19,7 +19,7 @@ def test_pip_and_npm_only() -> None:
     policy = resolve_settings(load_config_text(PIP_NPM), "main").egress
     assert decide(policy, "pypi.org", 443).action == "allow"
     assert decide(policy, "files.pythonhosted.org", 443).action == "allow"
-    assert decide(policy, "registry.npmjs.org", 80).action == "allow"
+    assert decide(policy, "registry.npmjs.org", 80, tunnel=False).action == "allow"
     assert decide(policy, "pypi.org", 22).action == "deny"  # a name admits 80 and 443 only
     assert decide(policy, "github.com", 443).action == "deny"
 
@@ -89,14 +89,69 @@ def test_name_normalisation() -> None:
 
 def test_patterns() -> None:
     wild = parse_pattern("*.PythonHosted.org")
-    assert wild.matches("files.pythonhosted.org", 443) and not wild.matches("pythonhosted.org", 443)
-    assert not wild.matches("evilpythonhosted.org", 443)
-    assert parse_pattern("mirror.local:8080").matches("mirror.local", 8080)
-    assert not parse_pattern("mirror.local:8080").matches("mirror.local", 443)
-    assert parse_pattern("any.port:*").matches("any.port", 5432)
-    assert parse_pattern("[2001:db8::1]:443").matches("2001:db8::1", 443)
-    assert approval_entry("pypi.org", 443) == "pypi.org"
+    assert wild.matches("files.pythonhosted.org", 443, True)
+    assert not wild.matches("pythonhosted.org", 443, True)
+    assert not wild.matches("evilpythonhosted.org", 443, True)
+    assert parse_pattern("mirror.local:8080").matches("mirror.local", 8080, False)
+    assert parse_pattern("mirror.local:8080").matches("mirror.local", 8080, True)
+    assert not parse_pattern("mirror.local:8080").matches("mirror.local", 443, True)
+    assert parse_pattern("any.port:*").matches("any.port", 5432, True)
+    assert parse_pattern("[2001:db8::1]:443").matches("2001:db8::1", 443, True)
+    # allow-always saves exactly what was asked for: `name:80` never opens 443, and a plain request's
+    # approval (`http://name:port`) never a tunnel to its port.
+    assert approval_entry("pypi.org", 443) == "pypi.org:443"
+    assert approval_entry("example.org", 80, tunnel=False) == "http://example.org:80"
     assert approval_entry("mirror.local", 8080) == "mirror.local:8080"
+    assert approval_entry("2001:db8::1", 80, tunnel=False) == "http://[2001:db8::1]:80"
+    saved = parse_pattern(approval_entry("example.org", 80, tunnel=False))
+    assert saved.matches("example.org", 80, False)
+    assert not saved.matches("example.org", 80, True) and not saved.matches("example.org", 443, True)
+    tunnel = parse_pattern(approval_entry("example.org", 443))
+    assert tunnel.matches("example.org", 443, True) and not tunnel.matches("example.org", 80, True)
+
+
+def test_an_http_entry_admits_plain_requests_only() -> None:
+    for text in ("http://example.org", "HTTP://example.org:80", "http://*.org.example"):
+        entry = parse_pattern(text)
+        name = "a.org.example" if entry.wildcard else "example.org"
+        assert entry.matches(name, 80, False) and not entry.matches(name, 80, True), text
+    assert parse_pattern("http://example.org:8080").matches("example.org", 8080, False)
+    policy = EgressPolicy.from_config({"mode": "open", "deny": ["http://evil.org"]})
+    assert decide(policy, "evil.org", 443, tunnel=True).action == "deny"  # (a deny entry denies tunnels too)
+    with pytest.raises(ConfigError):
+        load_config_text('[agents.defaults.sandbox.egress]\nmode = "open"\nallow = ["https://x.org"]\n')
+
+
+def test_a_port_less_allow_entry_means_what_a_url_without_a_port_means() -> None:
+    """`name` admits plain http:// to 80 and tunnels (CONNECT, SOCKS5) to 443; nothing else: `CONNECT
+    name:80` is an uninspected tunnel to a plain-HTTP port (any Host inside), so it needs `name:80`."""
+    bare = parse_pattern("example.org")
+    assert bare.matches("example.org", 80, False) and bare.matches("example.org", 443, True)
+    assert not bare.matches("example.org", 80, True) and not bare.matches("example.org", 443, False)
+    policy = EgressPolicy.from_config({"mode": "allowlist", "allow": ["example.org"], "ask": False})
+    assert decide(policy, "example.org", 80, tunnel=True).action == "deny"
+    assert decide(policy, "example.org", 443, tunnel=False).action == "deny"
+    assert decide(policy, "example.org", 8443, tunnel=True).action == "deny"
+    policy = EgressPolicy.from_config({"mode": "allowlist", "allow": ["example.org:80"], "ask": False})
+    assert decide(policy, "example.org", 80, tunnel=True).action == "allow"
+
+
+def test_a_port_less_deny_entry_refuses_every_port() -> None:
+    policy = EgressPolicy.from_config({"mode": "open", "deny": ["evil.org", "*.evil.org"]})
+    for port, tunnel in ((80, False), (443, True), (8443, True), (80, True), (22, True)):
+        assert decide(policy, "evil.org", port, tunnel=tunnel).action == "deny", port
+        assert decide(policy, "a.evil.org", port, tunnel=tunnel).action == "deny", port
+    policy = EgressPolicy.from_config({"mode": "open", "deny": ["evil.org:25"]})
+    assert decide(policy, "evil.org", 443).action == "allow"
+    assert decide(policy, "evil.org", 25).action == "deny"
+
+
+def test_ports_are_ascii_digits_only() -> None:
+    for bad in ("ok.org:\u00b9", "ok.org:\u0663", "ok.org:+80", "ok.org: 80", "ok.org:080080"):
+        with pytest.raises(ValueError, match="bad port"):
+            parse_pattern(bad)
+    with pytest.raises(ConfigError):
+        load_config_text('[agents.defaults.sandbox.egress]\nmode = "open"\nallow = ["ok.org:\u00b2"]\n')
 
 
 def test_deny_wins_and_open_mode() -> None:
@@ -116,3 +171,4 @@ def test_explain_shows_the_way_out() -> None:
     assert egress["resolve"] == {"mirror.lan": "10.0.0.5"} and egress["proxy"] == "http://127.0.0.1:3128"
     assert egress["socket"].endswith("/proxy.sock")
     assert admin.explain(load_config_text(""))["egress"]["socket"] is None
+    assert admin.explain(load_config_text(""))["egress"]["maxConnections"] == 256

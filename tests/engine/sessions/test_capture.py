@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from engine.sessions import fdreader
 from engine.sessions.fdreader import FdReader, pause_fits
-from engine.sessions.output import OutputBuffer, TextDecoder
+from engine.sessions.output import OutputBuffer, SessionOutput, TextDecoder
 
 # Pieces a flood is made of: plain ASCII, text split mid-character, bytes that are not UTF-8, escapes.
 PIECES = st.sampled_from(
@@ -22,18 +22,20 @@ PIECES = st.sampled_from(
 )
 
 
-def _feed(buffer: OutputBuffer, chunks: list[tuple[str, bytes]], *, fast: bool) -> None:
-    decoders = {"stdout": TextDecoder(), "stderr": TextDecoder()}
+class Decoded(SessionOutput):
+    """Every chunk through the decoder: what the ASCII path must be indistinguishable from."""
+
+    def append_bytes(self, stream: str, data: bytes, decoder: TextDecoder) -> None:
+        self.append(stream, decoder.feed(data))
+
+
+def _feed(buffer: SessionOutput, chunks: list[tuple[str, bytes]]) -> None:
     for stream, data in chunks:
-        if fast:
-            buffer.append_bytes(stream, data, decoders[stream])
-        else:
-            buffer.append(stream, decoders[stream].feed(data))
-    for stream, decoder in decoders.items():
-        buffer.append(stream, decoder.feed(b"", final=True))
+        buffer.feed(stream, data)
+    buffer.finish()
 
 
-def _views(buffer: OutputBuffer) -> tuple[object, ...]:
+def _views(buffer: SessionOutput) -> tuple[object, ...]:
     log = buffer.log_path.read_bytes() if buffer.log_path is not None and buffer.log_path.exists() else None
     return (
         buffer.total_chars,
@@ -70,25 +72,26 @@ def test_append_bytes_keeps_every_view_of_decoding_each_chunk(
     views = []
     for fast in (False, True):
         directory = tmp_path_factory.mktemp("log")
-        buffer = OutputBuffer(
-            directory / "s.log", log_cap=log_cap, ring_chars=30, pending_chars=11, split_chars=17
-        )
-        _feed(buffer, chunks, fast=fast)
+        kind = SessionOutput if fast else Decoded
+        buffer = kind(directory / "s.log", log_cap=log_cap, ring_chars=30, pending_chars=11, split_chars=17)
+        _feed(buffer, chunks)
         views.append(_views(buffer))
         buffer.close()
     assert views[0] == views[1]
 
 
 def test_a_long_ascii_chunk_counts_what_the_views_never_decoded(tmp_path: Path) -> None:
-    buffer = OutputBuffer(tmp_path / "s.log", ring_chars=10, pending_chars=4)
-    buffer.append_bytes("stdout", b"a" * 95 + b"0123456789", TextDecoder())
+    buffer = SessionOutput(tmp_path / "s.log", ring_chars=10, pending_chars=4)
+    buffer.feed("stdout", b"a" * 95 + b"0123456789")
     assert (buffer.total_chars, buffer.dropped, buffer.text()) == (105, 95, "0123456789")
     assert buffer.drain() == ("6789", "", 101)
-    assert (tmp_path / "s.log").read_bytes() == b"a" * 95 + b"0123456789"
+    # The log holds the raw bytes, framed as the session host's spool: stream 0, length 105.
+    framed = b"\x00" + (105).to_bytes(4, "big") + b"a" * 95 + b"0123456789"
+    assert (tmp_path / "s.log").read_bytes() == framed
 
 
-def test_a_split_character_takes_the_decoder_path_even_when_the_rest_is_ascii(tmp_path: Path) -> None:
-    buffer = OutputBuffer(tmp_path / "s.log")
+def test_a_split_character_takes_the_decoder_path_even_when_the_rest_is_ascii() -> None:
+    buffer = OutputBuffer()
     decoder = TextDecoder()
     buffer.append_bytes("stdout", "é".encode()[:1], decoder)
     assert decoder.holds_partial()

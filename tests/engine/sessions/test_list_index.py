@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.sessions.launcher import RunSpec
-from engine.sessions.output import OutputBuffer
+from engine.sessions.output import SessionOutput
 from engine.sessions.registry import Registry, Session
 
 
@@ -15,7 +15,7 @@ def _session(sid: str, scope: str, started: int, *, listed: bool = True, exited:
         id=sid,
         spec=RunSpec(command=f"echo {sid}", scope_key=scope),
         cwd="/",
-        output=OutputBuffer(None),
+        output=SessionOutput(None),
         started_at=started,
         backgrounded=listed,
     )

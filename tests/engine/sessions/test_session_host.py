@@ -378,7 +378,8 @@ async def test_ctrl_c_reaches_a_terminal_program_in_the_host(
 
     async def armed() -> str:
         text = (await manager.process("log", {"sessionId": sid}, "s")).text
-        return text if "armed" in text else ""
+        # The whole line: with PYTHONUNBUFFERED each of print's words is its own write.
+        return text if "armed True" in text or "armed False" in text else ""
 
     assert "armed False" in await wait_until(armed)
     await manager.process("send-keys", {"sessionId": sid, "keys": ["C-c"]}, "s")

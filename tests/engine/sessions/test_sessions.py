@@ -15,8 +15,17 @@ from engine.sessions import RunSpec, SessionManager, SystemEvents
 from engine.sessions import registry as registry_module
 from engine.sessions.actions import KILL_WAIT_SEC
 from engine.sessions.keys import encode_keys, encode_paste, needs_cursor_mode
-from engine.sessions.output import OutputBuffer, OutputChunk, OutputSubscription, TextDecoder, sanitize
+from engine.sessions.launcher import home_workdir
+from engine.sessions.output import (
+    OutputBuffer,
+    OutputChunk,
+    OutputSubscription,
+    SessionOutput,
+    TextDecoder,
+    sanitize,
+)
 from engine.sessions.registry import Registry, clamp_cleanup_ms, derive_session_name, make_slug
+from engine.tools.decide import checked_workdir
 from tests.helpers.gateway import wait_until
 
 RUNNING_SUFFIX = "Use process (list/poll/log/write/kill/clear/remove) for follow-up."
@@ -52,7 +61,7 @@ async def test_completed_result(mgr: SessionManager) -> None:
     assert result.details["status"] == "completed"
     assert result.details["exitCode"] == 0
     assert result.details["aggregated"] == "out\nerr"
-    assert result.details["cwd"] == os.getcwd()
+    assert result.details["cwd"] == home_workdir()  # where an exec with no workdir runs
     assert isinstance(result.details["durationMs"], int)
     # A foreground session that finished vanishes (reference §2.2).
     assert mgr.list_sessions("s1") == []
@@ -96,9 +105,12 @@ async def test_empty_command_is_refused(mgr: SessionManager) -> None:
 
 
 async def test_workdir_fallback_warning(mgr: SessionManager, tmp_path: Path) -> None:
+    """The manager's fallback is exec's (issue 33 §3: it was the gateway's own cwd here, $HOME there)."""
     missing = tmp_path / "nope"
     result = await mgr.run(RunSpec(command="pwd", cwd=str(missing), scope_key="s1"))
-    cwd = os.getcwd()
+    cwd = home_workdir()
+    decided: list[str] = []
+    assert checked_workdir(str(missing), decided) == cwd and decided == [result.text.split("\n")[0]]
     assert result.text == f'Warning: workdir "{missing}" is unavailable; using "{cwd}".\n\n{cwd}'
     ok = await mgr.run(RunSpec(command="pwd", cwd=str(tmp_path), scope_key="s1"))
     assert ok.text == str(tmp_path)
@@ -314,7 +326,7 @@ async def test_kill_of_a_process_that_ignores_sigterm_says_running(state_dir: Pa
     manager = SessionManager(state_dir, kill_grace_sec=KILL_WAIT_SEC + 1)  # SIGKILL after kill answers
     try:
         sid = await bg(manager, "trap '' TERM; echo armed; sleep 60")
-        await wait_until(lambda: "armed" in manager.get(sid, "s1").raw.read(0, 100)[1].decode())
+        await wait_until(lambda: "armed" in manager.get(sid, "s1").output.read(0, 100).text)
         killed = await manager.process("kill", {"sessionId": sid}, "s1")
         assert killed.details["status"] == "running" and killed.details["terminationRequested"]
         still = "It is still running; poll to see it exit."
@@ -393,9 +405,10 @@ async def test_output_beyond_ring_is_paged_from_disk(state_dir: Path) -> None:
 
 # -- output buffers --------------------------------------------------------------------------------
 def test_ring_marker_pending_cap_and_tail(tmp_path: Path) -> None:
-    out = OutputBuffer(tmp_path / "x.log", ring_chars=1000, pending_chars=300, log_cap=1500)
+    # The log holds raw bytes in frames of 5 header bytes: 1575 bytes are lines 0-14.
+    out = SessionOutput(tmp_path / "x.log", ring_chars=1000, pending_chars=300, log_cap=1575)
     for i in range(30):
-        out.append("stdout", f"{i:04d}" + "." * 95 + "\n")  # 100 chars a line
+        out.feed("stdout", (f"{i:04d}" + "." * 95 + "\n").encode())  # 100 chars a line
     assert out.ring.length == 1000
     assert out.dropped == 2000
     assert out.aggregated().startswith("[truncated: 2000 earlier chars dropped from memory;")
@@ -403,7 +416,7 @@ def test_ring_marker_pending_cap_and_tail(tmp_path: Path) -> None:
     stdout, stderr, dropped = out.drain()
     assert len(stdout) == 300 and stderr == "" and dropped == 2700
     assert out.drain() == ("", "", 0)
-    # Disk log capped at 1500 bytes (lines 0-14), ring holds lines 20-29: an honest gap line between.
+    # Disk log capped at lines 0-14, ring holds lines 20-29: an honest gap line between.
     full = out.full_text_sync()
     assert full.startswith("0000")
     assert "\n[... 500 chars not kept (log cap reached) ...]\n0020" in full
@@ -421,7 +434,7 @@ def test_decoder_keeps_split_utf8_and_views_strip_controls() -> None:
     assert sanitize("a\x00b\x07c\td\r\ne\x1b[31m") == "abc\td\r\ne"
     assert sanitize("x\u200by\ufeffz\u202e") == "xyz"
     assert sanitize("\x1b[1;31mred\x1b[0m \x1b]0;title\x07ok\x1b[?2004h", terminal=True) == "red ok"
-    out = OutputBuffer(None)
+    out = OutputBuffer()
     out.append("stdout", "ok\x1b[2J\x00\n")
     out.append("stderr", "\u200bwarn\n")
     assert out.aggregated() == "ok\nwarn\n"

@@ -10,7 +10,7 @@ import pytest
 
 from engine.sessions import RunSpec, SessionManager
 from engine.sessions.manager import ENDED, EndedHandle
-from engine.sessions.output import RING_CHARS, TAIL_CHARS
+from engine.sessions.output import RING_CHARS, TAIL_CHARS, spool_text
 
 
 @pytest.fixture
@@ -39,9 +39,10 @@ async def test_a_settled_session_serves_every_line_from_disk(mgr: SessionManager
 
     mgr._settle(session)  # what the manager does SETTLE_AFTER_SEC after the end
     assert session.output.settled and session.output.ring.length == 0 and not session.output.ring.chunks
-    assert not session.decoders and session.done is ENDED and isinstance(session.handle, EndedHandle)
+    assert not session.output.decoders and session.done is ENDED and isinstance(session.handle, EndedHandle)
     log_file = mgr.log_dir / f"{sid}.log"
-    assert log_file.exists() and log_file.read_text().split() == [f"line-{i}" for i in range(1, 501)]
+    # The log is the raw bytes, in the session host's spool frames.
+    assert log_file.exists() and spool_text(log_file).split() == [f"line-{i}" for i in range(1, 501)]
 
     assert mgr.list_sessions("s1") == [
         {**row, "runtimeMs": mgr.list_sessions("s1")[0]["runtimeMs"]} for row in before_list
@@ -65,7 +66,7 @@ async def test_unread_output_and_a_truncated_ring_survive_settling(mgr: SessionM
     assert session is not None and session.output.truncated
     mgr._settle(session)
     assert session.output.settled and session.output.truncated
-    assert not session.raw.replay()  # the pane reads the disk too
+    assert not session.output.raw.replay()  # the pane reads the disk too
     pane = await mgr.read_output(sid, limit=4)
     assert pane["data"] == "END\n"
     assert len(session.output.tail()) == TAIL_CHARS and session.output.tail().endswith("END\n")

@@ -140,7 +140,8 @@ async def _run(state: Path, client: ControlClient, backend: str, port: int) -> N
     await _approve(state, row, "allow-always")
     assert "at /k1" in await task
     approvals = json.loads((state / "exec-approvals.json").read_text())
-    assert approvals["agents"]["main"]["egress"]["allow"] == [f"kept.test:{port}"]
+    # Exactly what was asked: a plain request's name and port, and no tunnel (CONNECT kept.test:port).
+    assert approvals["agents"]["main"]["egress"]["allow"] == [f"http://kept.test:{port}"]
     assert "at /k2" in await _exec(client, _fetch(backend, f"http://kept.test:{port}/k2"))
     shown = await asyncio.to_thread(cli, state, "approvals", "get")
     assert "egress.allow" in shown.stdout and f"kept.test:{port}" in shown.stdout, shown.stdout

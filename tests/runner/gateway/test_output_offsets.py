@@ -5,8 +5,7 @@ a frame. The gateway's real frame builder and the console's real router."""
 from __future__ import annotations
 
 from console.gateway import OutputRouter
-from engine.sessions.output import TextDecoder
-from runner.gateway.output import output_frame
+from engine.sessions.output import TextDecoder, output_frame
 
 # "a€" split inside the euro sign, then two invalid bytes, then "é" split across the last two chunks.
 CHUNKS = [b"a\xe2\x82", b"\xac\xff\xffb", b"c\xc3", b"\xa9d"]
@@ -37,7 +36,7 @@ def test_a_replay_that_ended_inside_a_frame_shows_each_byte_once() -> None:
     for since in range(len(RAW) + 1):
         router = OutputRouter()
         router.show("s1")
-        router.since["s1"] = since
+        router.replayed("s1", since)
         for frame in frames():
             start, end = frame["offset"], frame["nextOffset"]
             assert isinstance(start, int) and isinstance(end, int)
@@ -48,20 +47,35 @@ def test_a_replay_that_ended_inside_a_frame_shows_each_byte_once() -> None:
         assert text == RAW[since:].decode("utf-8", "replace"), since
 
 
+def old_client_rule(pieces: list[tuple[int, str]], since: int) -> str:
+    """What frames and the console did before: a frame carried its piece's start offset only, and the
+    client found the end by re-encoding the text, cutting the overlap with a replay by those bytes."""
+    parts = []
+    for offset, text in pieces:
+        raw = text.encode("utf-8", "surrogatepass")
+        if offset + len(raw) <= since:
+            continue
+        parts.append(raw[max(0, since - offset) :].decode("utf-8", "replace"))
+    return "".join(parts)
+
+
 def test_the_old_frames_stopped_matching_after_a_replace_decode() -> None:
-    """What the frames carried before: the piece's start offset only, the client re-encoding the text to
-    find its end. Through the same router that shows bytes twice, or garbage, wherever the replay ended
-    after the first split character (this is why frames carry the range of their text)."""
+    """The old rule shows bytes twice, or garbage, wherever the replay ended after the first split
+    character (this is why frames carry the range of their text). The router today, handed such frames
+    (a peer older than nextOffset), re-reads instead of guessing: never wrong."""
     wrong = []
     for since in range(len(RAW) + 1):
+        decoder, offset, pieces = TextDecoder(), 0, []
+        for piece in CHUNKS:
+            pieces.append((offset, decoder.feed(piece)))
+            offset += len(piece)
+        if old_client_rule(pieces, since) != RAW[since:].decode("utf-8", "replace"):
+            wrong.append(since)
         router = OutputRouter()
         router.show("s1")
-        router.since["s1"] = since
-        decoder, offset = TextDecoder(), 0
-        for piece in CHUNKS:
-            router.feed("s1", decoder.feed(piece), offset)
-            offset += len(piece)
-        text, reread = router.drain()
-        if not reread and text != RAW[since:].decode("utf-8", "replace"):
-            wrong.append(since)
+        router.replayed("s1", since)
+        for start, text in pieces:
+            router.feed("s1", text, start)
+        shown, reread = router.drain()
+        assert reread or shown == RAW[since:].decode("utf-8", "replace"), since
     assert wrong == list(range(2, len(RAW) + 1))

@@ -88,7 +88,8 @@ async def test_a_node_sandbox_uses_the_node_proxy_and_relays_its_asks(
                 await operator.close()
         alpha = egress_nodes[0]
         saved = json.loads((alpha.state_dir / "exec-approvals.json").read_text())
-        assert saved["agents"]["main"]["egress"]["allow"] == [target]  # the node's own file
+        # The node's own file, and exactly what was asked: a plain request's name and port, no tunnel.
+        assert saved["agents"]["main"]["egress"]["allow"] == [f"http://{target}"]
         lines = (alpha.state_dir / "history" / "egress.jsonl").read_text().splitlines()
         names = [(json.loads(x)["name"], json.loads(x)["decision"]) for x in lines]
         assert ("origin.test", "allowed") in names and ("asked.test", "allowed") in names

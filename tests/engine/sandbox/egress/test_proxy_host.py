@@ -12,7 +12,7 @@ from tests.helpers.egress import curl, host_forwarder, origin
 
 def _proxy(policy: EgressPolicy, records: list[Connection]) -> EgressProxy:
     async def decide_it(req: Request) -> Decision:
-        verdict = decide(policy, req.name, req.port)
+        verdict = decide(policy, req.name, req.port, tunnel=req.tunnel)
         return Decision(verdict.action == "allow", verdict.rule, "policy", dict(policy.resolve))
 
     return EgressProxy(decide_it, records.append)

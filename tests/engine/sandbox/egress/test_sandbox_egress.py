@@ -44,7 +44,7 @@ async def rig() -> AsyncIterator[Rig]:
         policy = EgressPolicy.from_config(load_config_text(_egress_toml(o.port)).sandbox.egress)
 
         async def decide_it(req: Request) -> Decision:
-            verdict = decide(policy, req.name, req.port)
+            verdict = decide(policy, req.name, req.port, tunnel=req.tunnel)
             return Decision(verdict.action == "allow", verdict.rule, "policy", dict(policy.resolve))
 
         proxy = EgressProxy(decide_it, records.append)
