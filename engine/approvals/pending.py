@@ -20,6 +20,7 @@ DEFAULT_TIMEOUT_MS = 1_800_000  # DEFAULT_EXEC_APPROVAL_TIMEOUT_MS
 RESOLVED_GRACE_MS = 15_000  # RESOLVED_ENTRY_GRACE_MS: late waiters still find a resolved record
 NOT_FOUND = "unknown or expired approval id"
 AMBIGUOUS = "ambiguous approval id prefix; use the full id"
+REVOKED = "agent revoked"
 ALWAYS_UNAVAILABLE = "allow-always is unavailable because the effective policy requires approval every time"
 
 
@@ -158,6 +159,8 @@ class ApprovalRecord:
     # allow-always with limits (--for/--uses/this session): a grant instead of a permanent entry.
     grant: GrantLimits | None = None
     future: asyncio.Future[str | None] = field(repr=False, kw_only=True)
+    # Its agent was revoked after the approval: a run not started yet never starts (revoke_agent).
+    revoked: bool = field(default=False, kw_only=True)
     # request.question(), computed once: the coalescing key is looked up at register and at the decision.
     question: ApprovalRequest | None = field(default=None, repr=False, compare=False, kw_only=True)
 
@@ -427,6 +430,30 @@ class ApprovalManager:
                 f"exec denied: {self._open_requesters} approvals are waiting for the operator (at most "
                 f"{self.max_total} in all); wait for a decision before asking again",
             )
+
+    def revoke_agent(self, agent_id: str) -> int:
+        """The agent was revoked: what it asked before is not run after. Its pending asks are denied
+        (reason "agent revoked"), and a run approved but not started yet is noted as denied, so neither
+        this gateway nor the next (the note is on disk) starts it. The number of asks it touched."""
+        touched = 0
+        for record in list(self._open.values()):
+            if record.request.agent_id == agent_id:
+                record.reason = REVOKED
+                self._finish(record, "deny", "revoke")
+                touched += 1
+        for record in list(self._maybe_unsettled.values()):
+            if record.request.agent_id != agent_id or record.decision not in ("allow-once", "allow-always"):
+                continue
+            record.revoked = True
+            denied = {"status": "denied", "reason": REVOKED}
+            if record.run is None:
+                self.note_run(record, dict(denied))
+                touched += 1
+            for entry in record.joined:
+                if entry.get("run") is None:
+                    self.note_run(record, dict(denied), entry)
+                    touched += 1
+        return touched
 
     def requester_gone(self, approval_id: str) -> None:
         """The caller that waited for this ask went away; approvers are told (an "updated" event)."""

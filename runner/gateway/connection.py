@@ -20,7 +20,9 @@ log = logging.getLogger("exechost.gateway")
 # requests wait): a count of frames let a flood of small events cut off a client far under the byte caps.
 TRANSPORT_BUFFER_BYTES = 256 * 1024  # written ahead to a client's socket before the sender waits for it
 FLUSH_TIMEOUT_S = 2.0  # how long a closing connection's last frames may take to leave
-EVENT_DROP_BYTES = 4 << 20  # events (approvals' aside) are shed once this much waits for a client not reading
+EVENT_DROP_BYTES = 4 << 20  # output frames are shed once this much waits for a client that is not reading
+# Other events (approvals' aside) are shed past this, so responses keep their room under MAX_BACKLOG_BYTES.
+EVENT_SHED_BYTES = MAX_BACKLOG_BYTES * 3 // 4
 
 
 class Connection:
@@ -44,6 +46,8 @@ class Connection:
         self.credential = ""  # the agent whose minted credential authenticated this connection, if any
         self.presented = ""  # that credential, to drop the connection once it is revoked or re-minted
         self.peer_uid = -1
+        self.config_generation = 0  # the LiveConfig.generation its principal was last decided under
+        self.other_account = False  # came from another Unix account (agents' socket): its uid is who it is
         self.peer_pid = peer_pid
         self.topics: set[str] = set()
         # None: every session's output (protocol v1 default); a set: only these (sessions.follow), the
@@ -99,7 +103,9 @@ class Connection:
             # of one ask are merged instead, below. A client whose backlog passes MAX_BACKLOG_BYTES is cut
             # off and resyncs on reconnect.
             sheddable = not frame.event.startswith("approval.")
-            if sheddable and self._queued_bytes >= EVENT_DROP_BYTES:
+            output = frame.event == EventName.SESSION_OUTPUT
+            shed_at = EVENT_DROP_BYTES if output else EVENT_SHED_BYTES
+            if sheddable and self._queued_bytes >= shed_at:
                 self.dropped_events += 1
                 if frame.event == EventName.SESSION_OUTPUT and sid is not None:
                     # Remember where the gap starts; the console re-reads it with sessions.output.

@@ -26,7 +26,7 @@ from runner.gateway import limits
 from runner.gateway.server import MAX_IN_FLIGHT
 from tests.attacks.harness import ALLOWLIST
 from tests.attacks.rawclient import RawClient
-from tests.helpers.gateway import REPO, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import REPO, cli, connect, gateway, wait_until, write_config
 from tests.helpers.sandbox import build_test_image
 from tests.helpers.sshd import SshdNode
 
@@ -159,11 +159,6 @@ def uid_config(sock: Path, mapped: bool) -> str:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a uid-mapped agent's live connections survive its removal from the config and "
-    "`agents revoke`/`agents.refresh` (both match only minted credentials), so it keeps running commands",
-)
 async def test_unmapped_account_keeps_acting_after_revoke(state: Path) -> None:
     """Class 1 (a credential that no longer holds still acts). In the strong setup an agent's Unix account
     is its credential; the operator cuts it off by removing its `[[agents.list]]` entry. The mapping is
@@ -221,17 +216,13 @@ async def test_unmapped_account_keeps_acting_after_revoke(state: Path) -> None:
             shutil.rmtree(sock_dir, ignore_errors=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `agents add --rotate` replaces the credential file first and asks the gateway to drop "
-    "the old connections afterwards (agents.refresh, from a new client): in between they still act",
-)
 async def test_rotated_credential_still_acts_until_the_refresh(state: Path) -> None:
     """Class 1 (a revoked credential still acts). `agents revoke` stops reading the agent's connections
     before the file goes; `agents add --rotate` does it the other way round (runner/cli/agents.py
     cmd_add: `principals.mint` — the old token no longer on disk — then `_refresh()`, a second client
     that must start, connect and handshake, and whose failure is swallowed). Here the rotate's first step
-    is done as the CLI does it; the old connection's next request is then acted upon."""
+    is done as the CLI does it; the old connection's next request is then acted upon.
+    Closed: with a gateway running, `--rotate` is the gateway's verb `agents.rotate`, in revoke's order."""
     from engine import principals
 
     write_config(state, FULL_GATEWAY)
@@ -240,7 +231,11 @@ async def test_rotated_credential_still_acts_until_the_refresh(state: Path) -> N
         old = await connect(state, "ops", operator=False, agent="ops")
         try:
             assert (await old.request("exec", {"command": "echo before"}))["details"]["status"] == "completed"
-            principals.mint(state, "ops")  # `agents add ops --rotate`, before it tells the gateway
+            # `agents add ops --rotate`: with a gateway running it is the gateway's verb (stop, mint, drop),
+            # so there is no moment where the new credential exists and the old connection is still read.
+            rotated = await asyncio.to_thread(cli, state, "agents", "add", "ops", "--rotate", "--json")
+            assert rotated.returncode == 0, rotated.stderr
+            assert json.loads(rotated.stdout)["details"]["dropped"] == 1
             try:
                 result = await old.request("exec", {"command": "echo after"})
             except (ExecHostError, ConnectionError, OSError):
@@ -415,17 +410,14 @@ async def test_one_agent_evicts_anothers_node_keys(state: Path, sshd_nodes: list
                 await c.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: session overrides are unbounded per agent (services.overrides); one agent's 6,000 "
-    "tightening overrides push the operator's policy.overrides (the console's Policy pane) past 1 MiB",
-)
 async def test_one_agent_fills_the_override_table(state: Path) -> None:
     """Class 3. An agent may set, without the operator role, any override that only tightens
     (`/exec security=deny`) on any session key of its own, and each one is kept in the gateway's
     `overrides` dict for good: no count per agent, no bytes. 6,000 of them (240-character keys, ~150
     bytes a request) make `policy.overrides` exceed the 1 MiB frame, so the console's Policy pane says
-    "policy unavailable" for every agent, and the gateway's memory grows with every request."""
+    "policy unavailable" for every agent, and the gateway's memory grows with every request.
+    Closed: an agent keeps at most MAX_OVERRIDES_PER_AGENT overrides (more are refused), and
+    `policy.overrides` answers in pages of at most OVERRIDES_PAGE_BYTES."""
     write_config(state, ALLOWLIST)
     async with gateway(state) as server:
         agents = [await connect(state, f"a{i}", operator=False) for i in range(8)]
@@ -433,16 +425,33 @@ async def test_one_agent_fills_the_override_table(state: Path) -> None:
         try:
             pad = "o" * 240
 
+            refused = 0
+
             async def tighten(i: int) -> None:
+                nonlocal refused
                 client = agents[i % len(agents)]
-                await client.request(
-                    "policy.override", {"sessionKey": f"{pad}{i}", "directive": "/exec security=deny"}
-                )
+                try:
+                    await client.request(
+                        "policy.override", {"sessionKey": f"{pad}{i}", "directive": "/exec security=deny"}
+                    )
+                except RemoteError as exc:
+                    assert "the most one agent may keep" in str(exc), exc
+                    refused += 1
 
             await asyncio.gather(*(tighten(i) for i in range(6000)))
             held = sum(1 for key in server.services.overrides if key.startswith("agent:main:"))
             assert held <= 1024, f"agent main keeps {held} session overrides"
-            await op.request("policy.overrides")  # RemoteError today: over the frame cap
+            assert refused == 6000 - held
+            seen: dict[str, object] = {}
+            after = None
+            while True:  # the operator pages through every override
+                page = await op.request("policy.overrides", {} if after is None else {"after": after})
+                assert len(json.dumps(page)) <= limits.OVERRIDES_PAGE_BYTES + 4096
+                seen.update(page["overrides"])
+                after = page["next"]
+                if after is None:
+                    break
+            assert len(seen) == len(server.services.overrides)
         finally:
             await op.close()
             for client in agents:
@@ -588,11 +597,6 @@ async def test_backlog_cap_is_per_connection_not_per_agent(state: Path) -> None:
             await agent.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='open: `[gateway] anonymous = "none"` is read only at a handshake; a bare-token connection '
-    "made before the switch stays agent main and keeps running commands (agents.refresh does not look)",
-)
 async def test_anonymous_none_leaves_live_bare_token_connections(state: Path) -> None:
     """Class 1 (an identity that no longer holds still acts). docs/SECURITY.md gives the operator
     `[gateway] anonymous = "none"` so that "an agent without its credential is nobody". An agent that
@@ -621,11 +625,33 @@ async def test_anonymous_none_leaves_live_bare_token_connections(state: Path) ->
             await bare.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `agents revoke` leaves the agent's pending asks in the inbox; one approved afterwards "
-    "runs (detached) as the revoked agent",
-)
+async def test_config_edit_alone_re_decides_live_connections(state: Path) -> None:
+    """Class 1, the same as above with no `agents.refresh`: the edit itself is enough. The request that
+    makes the gateway reload its config is checked under the new config before it is acted upon, and the
+    reload re-decides every other live connection (the second one never sends anything)."""
+    write_config(state, FULL_GATEWAY)
+    async with gateway(state) as server:
+        bare = await connect(state, "bare", operator=False)
+        idle = await connect(state, "idle", operator=False)
+        op = await connect(state, "op")
+        try:
+            assert (await bare.request("exec", {"command": "echo before"}))["details"][
+                "status"
+            ] == "completed"
+            write_config(state, '[gateway]\nanonymous = "none"\n' + FULL_GATEWAY)
+            try:
+                result = await bare.request("exec", {"command": "echo after"})
+            except (ExecHostError, ConnectionError, OSError):
+                result = None
+            assert result is None or result["details"]["status"] != "completed", result
+            await wait_until(lambda: [c.client for c in server.connections] == ["op"], timeout=10)
+            assert (await op.request("status"))["pid"] == os.getpid()  # the operator is still itself
+        finally:
+            await op.close()
+            await idle.close()
+            await bare.close()
+
+
 async def test_revoked_agents_asks_still_run_when_approved(state: Path) -> None:
     """Class 1 (a revoked credential still acts). What a revoked agent sent before the revoke and that
     waits for a human is kept: its asks stay pending under its name, and with no approver attached the
