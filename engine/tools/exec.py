@@ -393,6 +393,10 @@ class ExecTool:
             note_run(self.approvals, record, denied, slot=slot)
             return denied
         session_id = await self._starting(record, prepared, slot)
+        if record.revoked:  # revoked while its start was written down: it never starts
+            denied = denied_result(record, prepared, "agent revoked")
+            note_run(self.approvals, record, denied, slot=slot)
+            return denied
         try:
             result = await self._run(prepared, call, ctx, command, detached=detached, session_id=session_id)
         except StaleContent as exc:
@@ -438,6 +442,8 @@ class ExecTool:
         d = prepared.decision
         if decision == "deny":
             return False, "user-denied", prepared.command
+        if record.revoked:  # approved, then its agent was revoked before the run started
+            return False, "agent revoked", prepared.command
         if decision in ("allow-once", "allow-always", None):
             problem = self._changed(prepared)
             if problem is not None:
