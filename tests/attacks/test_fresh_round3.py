@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.gateway import ALLOWLIST, cli, connect, gateway, wait_until, write_config
-from tests.helpers.race import exchange_loop
+from tests.helpers.race import exchange_loop, tries
 
 GIT_ID = ["-c", "user.email=a@b", "-c", "user.name=a"]
 
@@ -126,7 +126,7 @@ async def test_class6_a_makefile_swapped_after_the_view_is_built_runs(
         agent = await connect(state_dir, operator=False)
         try:
             with exchange_loop(str(work / "Makefile"), str(evil)):
-                for _ in range(300):
+                for _ in tries(300):
                     with contextlib.suppress(Exception):  # a stale refusal is a win for the defence
                         await agent.request("exec", {"command": "make test", "workdir": str(work)})
                     if marker.exists():
@@ -303,7 +303,7 @@ async def test_class6_the_cwd_exchanged_after_its_check_runs_another_trees_makef
             plain = await agent.request("exec", {"command": "make test", "workdir": str(work)})
             assert "No rule to make target" in plain["text"], plain  # it runs, in the vetted directory
             with exchange_loop(str(work), str(other)):
-                for _ in range(100):  # the old code lost within a few tries; 300 outran the timeout held
+                for _ in tries(100):  # the old code lost within a few tries; 300 outran the timeout held
                     with contextlib.suppress(Exception):  # refused or asked: the defence held
                         # Bounded: once, under held sessions, a request here never returned (the whole test
                         # hit pytest's 300 s timeout); noted in the stop's closing note, not yet found.
@@ -355,7 +355,7 @@ async def test_class6_a_gitlink_added_after_the_re_vet_is_entered(
                 exchange_loop(str(top / ".git" / "index"), str(with_gitlink)),
                 modules or contextlib.nullcontext(),
             ):
-                for _ in range(100):  # on the old code the racer won within the first few
+                for _ in tries(100):  # on the old code the racer won within the first few
                     with contextlib.suppress(Exception):  # refused as stale, or asked: the defence held
                         await asyncio.wait_for(
                             agent.request("exec", {"command": "git status --short", "workdir": str(top)}), 30

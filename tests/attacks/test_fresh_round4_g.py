@@ -36,7 +36,7 @@ from engine.unixsock import PeerInfo
 from tests.attacks.harness import ALLOWLIST, attempt, refused
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.gateway import REPO, connect, gateway, wait_until, write_config
-from tests.helpers.race import exchange_loop
+from tests.helpers.race import exchange_loop, tries
 
 # Attacks that fail here only because their cwd is one the agent can write, where a program on no
 # TREE_SAFE list asks (engine/commands/treesafe.py): the class they name is not closed by that.
@@ -278,7 +278,7 @@ async def test_class6_an_operand_swapped_for_a_link_into_the_state_dir_after_its
         client = await connect(state_dir)
         try:
             with exchange_loop(str(work / "x"), str(work / "y")):
-                for _ in range(2000):  # one win is enough; it wins several times in 200 tries here
+                for _ in tries(2000):  # one win is enough; it wins several times in 200 tries here
                     try:
                         result = await client.request("exec", {"command": "cat x", "workdir": str(work)})
                     except RemoteError:
