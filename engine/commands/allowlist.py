@@ -23,7 +23,7 @@ from engine.commands.durable import (
 )
 from engine.commands.interpreters import is_interpreter, name_of
 from engine.commands.matches import AllowlistEntry, AllowlistResult, SegmentMatch
-from engine.commands.protected import protected_root_watched, protected_word
+from engine.commands.protected import process_word, protected_root_watched, protected_word
 from engine.commands.rendering import (
     Identity,
     Words,
@@ -445,6 +445,11 @@ def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
         return _miss(
             segment, real, f"{touched} is inside exechost's state dir (tokens, approvals)", (), named
         )
+    if segment.inner is None:
+        through = process_word(argv, context.cwd)
+        if through is not None:
+            why = "names a file through /proc or /dev/fd, which the run resolves in its own process"
+            return _miss(segment, real, f"{through} {why}", (), named)
     if segment.blocked_wrapper:
         return _miss(segment, real, f"blocked wrapper: {segment.blocked_wrapper}", (), named)
     if segment.assignments:

@@ -13,6 +13,7 @@ from engine.commands.allowlist import AllowlistResult
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.gitvet import Finding
 from engine.commands.interpreters import name_of
+from engine.commands.regular import Unreadable, read_regular
 from engine.commands.which import real_path
 from engine.statefs import state_dir
 
@@ -296,12 +297,11 @@ def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> s
         held = data.get(path) if data is not None else None
         if held is None:
             try:
-                with open(path, "rb") as f:
-                    held = f.read(gitvet.CONFIG_READ_CAP)
-            except OSError:
-                lines.append(f"tree:{path}=unreadable")
+                held = read_regular(path, gitvet.CONFIG_READ_CAP, prefix=True)
+            except Unreadable:
+                lines.append(f"tree:{path}=unreadable")  # a FIFO is not read: it never hangs a vet
                 continue
-            if data is not None and os.path.isfile(path):
+            if data is not None:
                 data[path] = held
         lines.append(f"tree:{path}={hashlib.sha256(held).hexdigest()}")
     lines += sorted({f"tree-arg:{f.what}" for f in found if not os.path.isabs(f.path)})
