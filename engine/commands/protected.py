@@ -162,9 +162,16 @@ def process_word(words: Iterable[str], cwd: str) -> str | None:
             continue  # no step of any path it names can be /proc or /dev/…
         if not word.startswith("/") and _through_process(cwd + "/" + word):
             return word
+        # A path starts at the word's first `/` (`-f/proc/…`, `--x=/proc/…`) or after a separator
+        # (`a:/proc/…`, `x,/proc/…`); a later `/` inside a path (`/tmp/proc`) starts none.
         cut = word.find("/")
         while cut >= 0:
             if _through_process(word[cut:]):
                 return word
             cut = word.find("/", cut + 1)
+            while cut > 0 and word[cut - 1] not in _STARTS_A_PATH:
+                cut = word.find("/", cut + 1)
     return None
+
+
+_STARTS_A_PATH = frozenset("=:,@~'\" \t")
