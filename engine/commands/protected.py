@@ -130,7 +130,7 @@ def protected_word(argv: Sequence[str], base: str, root: str) -> str | None:
 _PER_PROCESS = frozenset({"/proc", "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr"})
 
 
-def _through_process(path: str) -> bool:
+def through_process(path: str) -> bool:
     """Whether the absolute `path`, walked as written (`.` and `..` taken lexically, step by step), passes
     through /proc or /dev/fd at any step: `/dev/fd/../../self/cwd` goes through /dev/fd (a link to
     /proc/self/fd) although its lexical normal form does not, `//proc` and `/dev/../proc` reach /proc."""
@@ -147,26 +147,27 @@ def _through_process(path: str) -> bool:
     return False
 
 
-def process_word(words: Iterable[str], cwd: str) -> str | None:
+def process_word(words: Iterable[str], cwd: str, *, cwd_checked: bool = False) -> str | None:
     """The first of `words` (or the cwd) that names a file through /proc or /dev/fd, else None.
 
     The gateway resolving such a path sees its own process (its cwd, its fds), never the run's: a check
     or a digest made there is about another file than the one the command opens. So no such word is
     checked or bound at all: the command asks, and nothing is saved for it. Every absolute path inside a
-    word counts (`--file=/proc/…`, `-f/proc/…`, `@/proc/…`), and a relative one from the cwd."""
-    if _through_process(cwd):
+    word counts (`--file=/proc/…`, `-f/proc/…`, `@/proc/…`), and a relative one from the cwd.
+    `cwd_checked`: the caller found the cwd itself not through /proc already (once per context)."""
+    if not cwd_checked and through_process(cwd):
         return cwd
     near = "proc" in cwd or "dev" in cwd  # `fd/0` from /dev
     for word in words:
         if not near and "proc" not in word and "dev" not in word:
             continue  # no step of any path it names can be /proc or /dev/…
-        if not word.startswith("/") and _through_process(cwd + "/" + word):
+        if not word.startswith("/") and through_process(cwd + "/" + word):
             return word
         # A path starts at the word's first `/` (`-f/proc/…`, `--x=/proc/…`) or after a separator
         # (`a:/proc/…`, `x,/proc/…`); a later `/` inside a path (`/tmp/proc`) starts none.
         cut = word.find("/")
         while cut >= 0:
-            if _through_process(word[cut:]):
+            if through_process(word[cut:]):
                 return word
             cut = word.find("/", cut + 1)
             while cut > 0 and word[cut - 1] not in _STARTS_A_PATH:
