@@ -26,7 +26,7 @@ from engine.commands.interpreters import name_of
 from engine.commands.protected import process_word
 from engine.commands.regular import Unreadable, read_fd
 from engine.commands.regular import open_regular as _open_regular
-from engine.commands.which import DEFAULT_PATH
+from engine.commands.which import DEFAULT_PATH, resolves_through_proc
 
 # Agent-writable files are copied into memory to run: past this size the run is refused instead.
 WRITABLE_MAX_BYTES = 64 * 1024 * 1024
@@ -406,6 +406,7 @@ def bind(
     problems: list[str] = []
     path_var = env.get("PATH", DEFAULT_PATH)
     seen: set[tuple[str, tuple[int, ...], int]] = set()
+    linked: str | None = None  # a script operand resolved through a link into /proc
 
     def add(item: ContentItem) -> None:
         key = (item.real, item.where, item.argv_index)
@@ -455,6 +456,7 @@ def bind(
             problems.append(f"{shown}: its #! interpreter is chosen at run time and cannot be bound")
 
     def walk(segments: Sequence[Segment], matches: Sequence[SegmentMatch], where: tuple[int, ...]) -> None:
+        nonlocal linked
         for index, (segment, match) in enumerate(zip(segments, matches, strict=False)):
             here = (*where, index)
             for wrapper in match.wrapper_paths:
@@ -482,6 +484,8 @@ def bind(
             word = segment.argv[operand]
             named = os.path.join(cwd, word)
             real = os.path.realpath(named)
+            if linked is None and resolves_through_proc(os.path.abspath(named)):
+                linked = word  # a link into /proc: resolved here, it names the gateway's file
             # After `--` no option may follow, so the copy is then named by its /proc path instead.
             after_dashdash = segment.argv[operand - 1] == "--"
             reader = "" if after_dashdash else (reader_of(segment.argv[0]) or reader_of(program))
@@ -549,7 +553,7 @@ def bind(
     words = (text.split() if analysis.ok else _words(text)) + [
         w for s in _plain_segments(analysis.segments) for w in s.argv
     ]
-    through = process_word(words, cwd)
+    through = process_word(words, cwd) or linked
     if through is not None:
         notes.append(
             f"Warning: {through} names a file through /proc or /dev/fd, which each process resolves for "

@@ -114,3 +114,13 @@ def test_a_fifo_script_operand_asks_without_allow_always(tmp_path: Path) -> None
     d = _decide("python3 prog", tmp_path)
     assert d.verdict == "ask" and "allow-always" not in d.allowed_decisions
     assert any("not a regular file" in w for w in d.warnings), d.warnings
+
+
+def test_a_script_operand_through_a_link_into_proc_is_not_saved(tmp_path: Path) -> None:
+    """`p -> /proc/self/cwd`: the gateway resolves p/x.sh in its own process, the run in its own."""
+    (tmp_path / "x.sh").write_text("echo hi\n")
+    (tmp_path / "p").symlink_to("/proc/self/cwd")
+    d = _decide("sh p/x.sh", tmp_path)
+    assert d.verdict == "ask" and "allow-always" not in d.allowed_decisions
+    assert any("/proc or /dev/fd" in w for w in d.warnings), d.warnings
+    assert "allow-always" in _decide("sh x.sh", tmp_path).allowed_decisions
