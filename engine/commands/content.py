@@ -23,7 +23,10 @@ from engine.commands.interpoptions import (
     program_source,
 )
 from engine.commands.interpreters import name_of
-from engine.commands.which import DEFAULT_PATH
+from engine.commands.protected import process_word
+from engine.commands.regular import Unreadable, read_fd
+from engine.commands.regular import open_regular as _open_regular
+from engine.commands.which import DEFAULT_PATH, resolves_through_proc
 
 # Agent-writable files are copied into memory to run: past this size the run is refused instead.
 WRITABLE_MAX_BYTES = 64 * 1024 * 1024
@@ -266,37 +269,18 @@ def _key(st: os.stat_result) -> tuple[int, int, int, int, int]:
 CACHE = DigestCache()
 
 
-class ContentError(Exception):
-    """A file cannot be opened or bound as it must be."""
+# A file cannot be opened or bound as it must be (engine.commands.regular: the one way files are read).
+ContentError = Unreadable
 
 
 def open_regular(real: str) -> tuple[int, os.stat_result]:
     """An fd on the regular file at `real` (resolved already, so its last component must not be a link;
     O_NONBLOCK so a FIFO planted there cannot hang the gateway)."""
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ContentError(f"{real}: {exc.strerror or exc}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise ContentError(f"{real} is not a regular file")
-    return fd, st
+    return _open_regular(real, follow=False)
 
 
-def read_all(fd: int, size: int, limit: int) -> bytes:
-    if size > limit:
-        raise ContentError(f"{size} bytes, over the {limit}-byte limit for a file the agent can write")
-    chunks: list[bytes] = []
-    total = 0
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"".join(chunks)
-        total += len(chunk)
-        if total > limit:
-            raise ContentError(f"grew past the {limit}-byte limit while being read")
-        chunks.append(chunk)
+def read_all(fd: int, size: int, limit: int, path: str = "") -> bytes:
+    return read_fd(fd, size, limit, path)
 
 
 def digest_path(real: str, cache: DigestCache = CACHE) -> tuple[str, int, bool, bytes]:
@@ -309,7 +293,7 @@ def digest_path(real: str, cache: DigestCache = CACHE) -> tuple[str, int, bool, 
     fd, fst = open_regular(real)
     try:
         if st is None:
-            data = read_all(fd, fst.st_size, WRITABLE_MAX_BYTES)
+            data = read_all(fd, fst.st_size, WRITABLE_MAX_BYTES, real)
             return hashlib.sha256(data).hexdigest(), len(data), True, data[:SHEBANG_MAX]
         digest = hash_fd(fd, fst, cache)
         return digest, fst.st_size, False, os.pread(fd, SHEBANG_MAX, 0)
@@ -422,6 +406,7 @@ def bind(
     problems: list[str] = []
     path_var = env.get("PATH", DEFAULT_PATH)
     seen: set[tuple[str, tuple[int, ...], int]] = set()
+    linked: str | None = None  # a script operand resolved through a link into /proc
 
     def add(item: ContentItem) -> None:
         key = (item.real, item.where, item.argv_index)
@@ -471,6 +456,7 @@ def bind(
             problems.append(f"{shown}: its #! interpreter is chosen at run time and cannot be bound")
 
     def walk(segments: Sequence[Segment], matches: Sequence[SegmentMatch], where: tuple[int, ...]) -> None:
+        nonlocal linked
         for index, (segment, match) in enumerate(zip(segments, matches, strict=False)):
             here = (*where, index)
             for wrapper in match.wrapper_paths:
@@ -498,16 +484,18 @@ def bind(
             word = segment.argv[operand]
             named = os.path.join(cwd, word)
             real = os.path.realpath(named)
+            if linked is None and resolves_through_proc(os.path.abspath(named)):
+                linked = word  # a link into /proc: resolved here, it names the gateway's file
             # After `--` no option may follow, so the copy is then named by its /proc path instead.
             after_dashdash = segment.argv[operand - 1] == "--"
             reader = "" if after_dashdash else (reader_of(segment.argv[0]) or reader_of(program))
             if not os.path.lexists(named):
                 add(ContentItem("script", os.path.abspath(named), real, None, 0, True, here, operand))
-            elif os.path.isfile(real):
+            else:  # a FIFO, a device or a directory is not bound: refused below, never left unbound
                 file_item("script", os.path.abspath(named), real, here, operand, reader=reader, word=word)
 
     walk(analysis.segments, result.segments, ())
-    unbound = searched = opaque = False
+    unbound = searched = opaque = refused = False
     notes: list[str] = []
     whole = not analysis.ok  # unparsed: every file the text names is bound whole
     for segment in _plain_segments(analysis.segments):
@@ -551,13 +539,35 @@ def bind(
         unbound = unbound and not words
         if not words and not analysis.ok and _names_interpreter(command or ""):
             unbound = True
+    if any(item.sha256 == UNREADABLE for item in items):
+        # Not a regular file (a FIFO hands each run whatever is written into it) or unreadable: no digest
+        # holds it, so nothing can be saved; the run itself is refused at the spawn (verified._check).
+        notes.append(
+            "Warning: a file the command runs or reads as code is not a regular file (or cannot be read): "
+            "it cannot be bound, so allow-always is not offered and the run is refused."
+        )
+        refused = True
+    # Every word as a shell would split it; the text split at blanks when the analysis has the words
+    # already (assignments and redirections are in the text only).
+    text = command or ""
+    words = (text.split() if analysis.ok else _words(text)) + [
+        w for s in _plain_segments(analysis.segments) for w in s.argv
+    ]
+    through = process_word(words, cwd) or linked
+    if through is not None:
+        notes.append(
+            f"Warning: {through} names a file through /proc or /dev/fd, which each process resolves for "
+            "itself (its own cwd, fds, root): exechost cannot bind what the run will read there, so "
+            "allow-always is not offered."
+        )
+        refused = True
     if opaque:
         notes.append(
             "Warning: an interpreter is given an option exechost does not model: what that option loads "
             "cannot be bound, so allow-always is not offered."
         )
     return ContentBinding(
-        tuple(items), analysis, result, tuple(problems), unbound, tuple(notes), searched or opaque
+        tuple(items), analysis, result, tuple(problems), unbound, tuple(notes), searched or opaque or refused
     )
 
 

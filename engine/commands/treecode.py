@@ -14,6 +14,7 @@ from engine.commands.analysis import CommandAnalysis
 from engine.commands.gitvet import Finding
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, not_regular, parse_make
+from engine.commands.regular import Unreadable, read_regular
 from engine.commands.treesafe import is_tree_safe
 from engine.commands.which import real_path
 from engine.statefs import state_dir
@@ -361,12 +362,11 @@ def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> s
             continue
         if held is None:
             try:
-                with open(path, "rb") as f:
-                    held = f.read(gitvet.CONFIG_READ_CAP)
-            except OSError:
-                lines.append(f"tree:{path}=unreadable")
+                held = read_regular(path, gitvet.CONFIG_READ_CAP, prefix=True)
+            except Unreadable:
+                lines.append(f"tree:{path}=unreadable")  # a FIFO is not read: it never hangs a vet
                 continue
-            if data is not None and os.path.isfile(path):
+            if data is not None:
                 data[path] = held
         lines.append(f"tree:{path}={hashlib.sha256(held).hexdigest()}")
     lines += sorted({f"tree-arg:{f.what}" for f in found if not os.path.isabs(f.path)})

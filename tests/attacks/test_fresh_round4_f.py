@@ -160,12 +160,6 @@ async def test_class4_a_worktree_config_planted_after_the_revet_runs_a_filter(
     assert not marker.exists(), "git ran a filter from a config exechost never vetted"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: gitvet._valid_head opens .git/HEAD blocking; a FIFO there stalls the one decision thread "
-    "(Offload: every agent's exec waits) and then the event loop itself (exec.run re-vets the tree "
-    "synchronously in _still_as_decided): the whole gateway freezes until the attacker writes",
-)
 async def test_a_fifo_head_stalls_the_gateway(state_dir: Path, tmp_path: Path) -> None:
     ws = _repo(tmp_path / "w", {"a.txt": "a\n"})
     head = ws / ".git" / "HEAD"
@@ -505,12 +499,6 @@ async def test_class4_allowlisted_git_writes_the_trusted_global_config(
         ("python3 /proc/self/cwd/x.py", True),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: /proc/self (and /proc/thread-self, /dev/fd/..) is resolved in the gateway's process, "
-    "whose cwd is not the run's: the script is found absent (or another file), the run opens the "
-    "workspace's, allow-always saves =command: bound to nothing, and a rewrite runs unasked",
-)
 async def test_class5_a_proc_self_path_names_the_gateways_cwd_not_the_runs(
     state_dir: Path, tmp_path: Path, command: str, py: bool
 ) -> None:
@@ -524,7 +512,12 @@ async def test_class5_a_proc_self_path_names_the_gateways_cwd_not_the_runs(
     async with gateway(state_dir):
         client = await connect(state_dir)
         try:
-            _, text = await _ask_then(client, ws, command, lambda: None, "allow-always")
+            first = await client.request("exec", {"command": command, "workdir": str(ws)})
+            if "allow-always" not in first["details"].get("allowedDecisions", ()):
+                return  # nothing an allow-always could save: not this attack
+            decision = {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            await client.request("approve", decision)
+            text = await _finished(client, first["details"]["approvalId"])
             assert "GOOD" in text, text
             script.write_text(code.format("EVIL"))
             again = await client.request("exec", {"command": command, "workdir": str(ws)})

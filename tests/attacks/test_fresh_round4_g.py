@@ -113,21 +113,15 @@ async def test_class5_sed_program_in_an_attached_option_is_not_bound(
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
+# `-C /proc/self/…` (resolved in the gateway) is closed too: a word through /proc asks, never allow-always.
 @pytest.mark.parametrize(
     ("command", "makefile"),
     [
         ("make --dir=sub", "sub/Makefile"),
         ("make -C a -C b", "a/b/Makefile"),
         ("make -sfx/e.mk", "x/e.mk"),
-        pytest.param(
-            "make -C /proc/self/cwd/sub",
-            "sub/Makefile",
-            marks=pytest.mark.xfail(
-                strict=True, reason="open: -C /proc/self/… is resolved in the gateway, not in make"
-            ),
-        ),
+        ("make -C /proc/self/cwd/sub", "sub/Makefile"),
     ],
-    ids=["abbreviated-directory", "cumulative-C", "clustered-f", "proc-self-directory"],
 )
 async def test_class5_make_options_spelled_as_make_reads_them_escape_the_tree_vet(
     state_dir: Path, tmp_path: Path, command: str, makefile: str
@@ -731,12 +725,6 @@ async def test_class3_an_approval_socket_exec_asks_without_showing_the_env(
     assert value in visible or not (tmp_path / "pwned").exists(), visible
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: content.bind skips a script operand that is not a regular file, but `python3 app` runs "
-    "app/__main__.py and `node app` runs app/index.js (or package.json's main): nothing is bound, so "
-    "allow-always holds while the agent rewrites the program the directory holds",
-)
 @pytest.mark.parametrize(
     ("command", "entry", "code"),
     [
@@ -764,12 +752,6 @@ def _feed(fifo: Path, code: str) -> None:
         pipe.write(code)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a script operand that is a FIFO is neither bound nor refused (content.bind and "
-    "durable._scripts look only at regular files), so allow-always of `python3 prog` holds for whatever "
-    "program the agent writes into the pipe at each run",
-)
 async def test_class5_a_fifo_script_operand_is_left_unbound(state_dir: Path, tmp_path: Path) -> None:
     fifo = tmp_path / "prog"
     os.mkfifo(fifo)
@@ -798,12 +780,6 @@ async def test_class5_a_fifo_script_operand_is_left_unbound(state_dir: Path, tmp
     assert not (tmp_path / "pwned").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: protected.protected_operand resolves `/proc/self/…` in the gateway, where self is the "
-    "gateway (its cwd, its fds), while the command resolves it in itself: `cat /proc/self/cwd/../s/"
-    "operator.json` from a sibling of the state dir passes the check and prints the operator token",
-)
 async def test_class5_proc_self_names_another_process_at_the_check(state_dir: Path, tmp_path: Path) -> None:
     work = state_dir.parent / "w"  # the state dir's sibling: `..` from the command's cwd is its parent
     work.mkdir()
@@ -819,12 +795,6 @@ async def test_class5_proc_self_names_another_process_at_the_check(state_dir: Pa
     assert token.strip() not in details["_text"], details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: content.bind resolves a script operand `/proc/self/cwd/x.py` in the gateway (whose cwd is "
-    "elsewhere: nothing there, or another file), the command reads its own cwd's x.py: allow-always binds "
-    "the wrong file and the agent's rewritten x.py runs unasked",
-)
 async def test_class5_a_proc_self_script_operand_is_bound_in_the_wrong_process(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -977,12 +947,6 @@ async def test_class4_a_file_the_program_reads_names_the_state_dir(state_dir: Pa
     assert token not in details["_text"], details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: two roots combine under one read-only entry (git, argPattern `log( .*)?`): `git log -1 "
-    "--format=tformat:<json> --output=/proc/self/cwd/../<state>/exec-approvals.json` writes a forged "
-    "allowlist (git writes where --output says; /proc/self is resolved in the gateway), then anything runs",
-)
 async def test_class4_git_log_output_forges_the_allowlist(state_dir: Path) -> None:
     work = state_dir.parent / "w"
     work.mkdir()
