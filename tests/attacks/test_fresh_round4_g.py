@@ -81,12 +81,6 @@ def _ran_evil(details: dict[str, Any], cwd: Path) -> bool:
 # ---------------------------------------------------------------------------------------------- working
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: sed/awk take their program with an attached -fFILE or --file=FILE; content.script_operand "
-    "knows only a separate `-f FILE` and durable._scripts binds the first non-option word (the data), so "
-    "allow-always saves `sed -n -fx.sed in.txt` without x.sed's digest and a rewritten x.sed runs unasked",
-)
 @pytest.mark.parametrize(
     "command",
     ["sed -n -fx.sed in.txt", "sed -n --file=x.sed in.txt", "awk -fx.sed in.txt"],
@@ -530,12 +524,6 @@ async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
     assert not (tmp_path / "pwned").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: interpoptions reads python's -i and perl's -d as plain flags (source: the file), but both "
-    "then read code from stdin (python's REPL after the script, perl's debugger): allow-always binds the "
-    "script, and any code written to the session's stdin (`process write`) runs unasked",
-)
 @pytest.mark.parametrize(
     ("command", "script", "code"),
     [
@@ -614,12 +602,6 @@ async def test_class4_an_allowlisted_extractor_writes_the_approvals_file_through
     assert not (work / "pwned").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: content.loaded_values binds argv preloads for node (-r/--require/--import) and ruby (-r) "
-    "only; perl's -M/-m load a module the same way (`perl -I. -Mevil x.pl` runs ./evil.pm first), so "
-    "allow-always binds x.pl and a rewritten evil.pm runs unasked",
-)
 async def test_class5_a_perl_preload_named_in_the_argv_is_not_bound(state_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "x.pl").write_text('print "x\\n";\n')
     details = await _always_then_rewrite(
@@ -718,12 +700,6 @@ async def test_class3_an_approval_socket_exec_asks_without_showing_the_env(
     assert value in visible or not (tmp_path / "pwned").exists(), visible
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: content.bind skips a script operand that is not a regular file, but `python3 app` runs "
-    "app/__main__.py and `node app` runs app/index.js (or package.json's main): nothing is bound, so "
-    "allow-always holds while the agent rewrites the program the directory holds",
-)
 @pytest.mark.parametrize(
     ("command", "entry", "code"),
     [
