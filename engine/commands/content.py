@@ -606,6 +606,10 @@ def unproven_sources(
     for segment in _plain_segments(analysis.segments):
         why += _segment_unproven(segment.argv, cwd)
     for item in items:
+        if item.sha256 is None:
+            # Absent now: what appears there (or on PATH) later is code nobody saw.
+            why.append(f"{item.path} does not exist when decided")
+            continue
         if item.role in ("executable", "interpreter") and len(item.shebang) > 1:
             arg = item.shebang[1]
             if not arg.startswith("-"):

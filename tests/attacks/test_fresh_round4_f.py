@@ -502,12 +502,6 @@ async def test_class4_allowlisted_git_writes_the_trusted_global_config(
         ("python3 /proc/self/cwd/x.py", True),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: /proc/self (and /proc/thread-self, /dev/fd/..) is resolved in the gateway's process, "
-    "whose cwd is not the run's: the script is found absent (or another file), the run opens the "
-    "workspace's, allow-always saves =command: bound to nothing, and a rewrite runs unasked",
-)
 async def test_class5_a_proc_self_path_names_the_gateways_cwd_not_the_runs(
     state_dir: Path, tmp_path: Path, command: str, py: bool
 ) -> None:

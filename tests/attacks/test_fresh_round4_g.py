@@ -615,12 +615,6 @@ async def test_class5_a_perl_preload_named_in_the_argv_is_not_bound(state_dir: P
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: tree_vet runs only when the analysis proves a plain chain; `make test 2>&1` (redirection) "
-    "or `cd sub && make` (a builtin) fail it, so the ask names no Makefile and allow-always binds none: the "
-    "agent rewrites the Makefile it was approved with and the saved command runs it unasked",
-)
 @pytest.mark.parametrize(
     ("command", "makefile"),
     [("make test 2>&1", "Makefile"), ("cd sub && make test", "sub/Makefile")],
@@ -635,12 +629,6 @@ async def test_class5_a_command_the_analysis_cannot_prove_plain_skips_the_tree_v
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: gitvet (and the pinned view that points git at the vetted repository) runs only for a "
-    "plain chain: `git status 2>&1` fails the analysis, allow-always binds no config, and a filter "
-    "the agent then adds to .git/config runs on the next `git status 2>&1` unasked",
-)
 async def test_class5_git_vetting_is_skipped_for_a_redirected_git(state_dir: Path, tmp_path: Path) -> None:
     repo = tmp_path / "r"
     repo.mkdir()
@@ -727,12 +715,6 @@ def _feed(fifo: Path, code: str) -> None:
         pipe.write(code)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a script operand that is a FIFO is neither bound nor refused (content.bind and "
-    "durable._scripts look only at regular files), so allow-always of `python3 prog` holds for whatever "
-    "program the agent writes into the pipe at each run",
-)
 async def test_class5_a_fifo_script_operand_is_left_unbound(state_dir: Path, tmp_path: Path) -> None:
     fifo = tmp_path / "prog"
     os.mkfifo(fifo)
@@ -782,12 +764,6 @@ async def test_class5_proc_self_names_another_process_at_the_check(state_dir: Pa
     assert token.strip() not in details["_text"], details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: content.bind resolves a script operand `/proc/self/cwd/x.py` in the gateway (whose cwd is "
-    "elsewhere: nothing there, or another file), the command reads its own cwd's x.py: allow-always binds "
-    "the wrong file and the agent's rewritten x.py runs unasked",
-)
 async def test_class5_a_proc_self_script_operand_is_bound_in_the_wrong_process(
     state_dir: Path, tmp_path: Path
 ) -> None:
