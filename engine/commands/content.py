@@ -692,7 +692,9 @@ def _text_tool_unproven(name: str, argv: Sequence[str], cwd: str) -> list[str]:
 
 
 def _agent_executable(word: str, cwd: str) -> bool:
-    if not word or word.startswith("-"):
+    """A word naming an executable file the agent can write (a wrapper runs a bare name from PATH, whose
+    entries are absolute and the operator's: only a word with a `/` names a file in the agent's tree)."""
+    if "/" not in word or word.startswith("-"):
         return False
     path = os.path.join(cwd, word)
     return os.path.isfile(path) and os.access(path, os.X_OK) and not system_owned(os.path.realpath(path))
