@@ -575,10 +575,30 @@ def vet_config_file(git: str, path: str) -> list[Finding]:
     return out
 
 
+# Options that make git run git inside submodules (the forced config turns every such default off,
+# hostenv.GIT_FORCED_CONFIG): a submodule's own config was vetted only as of the re-vet, and a gitlink
+# added after it names a repository nobody vetted.
+_ENTERS_SUBMODULES = frozenset(
+    ("--recurse-submodules", "--ignore-submodules=none", "--ignore-submodules=untracked", "--submodule",
+     "--submodule=diff", "--submodule=log")
+)  # fmt: skip
+
+
+def _enters_submodules(word: str) -> bool:
+    if word.startswith("--recurse-submodules="):
+        return word.split("=", 1)[1] not in ("no", "false", "off")
+    return word in _ENTERS_SUBMODULES
+
+
 def _argv_programs(args: _Argv) -> list[Finding]:
     sub = args.subcommand
     if sub is None:
         return []
+    for word in args.rest:
+        if word == "--":
+            break
+        if _enters_submodules(word):
+            return [Finding("git", "the command line", f"`{word}`, which runs git inside submodules")]
     if sub in _PROGRAM_SUBCOMMANDS:
         first = next((w for w in args.rest if not w.startswith("-")), None)
         if first is None or first not in _SAFE_SUBCOMMAND_WORDS.get(sub, frozenset()):

@@ -268,7 +268,7 @@ def _examine(
     # it asks, naming the file, and an allow-always holds only for that file's content.
     roots = sandbox_roots(config.sandbox_value(agent_id, "workspace_root"))
     on_host = not policy.sandboxed and policy.host != "node"
-    vetted = tree_vet(analysis, result, cwd, roots) if on_host else None
+    vetted = tree_vet(analysis, result, cwd, roots, exec_cfg.tree_safe) if on_host else None
     found = list(vetted.found) if vetted is not None else []
     warnings.extend(dict.fromkeys(f.warning() for f in found))
     # Issue 27 §3: env the agent sets is influence the operator never granted an allowlist entry; only
@@ -379,8 +379,10 @@ def _decision(
         offered = tuple(d for d in offered if d != "allow-always")
     always = "allow-always" in offered
     patterns = allow_always_patterns(command, f.analysis, f.result, f.binding) if always else []
-    if f.foreign_env or (content is not None and any(p in content.writable_paths for p in patterns)):
-        # A path the agent can write would allow any bytes it puts there: save the content-bound command.
+    writable = content is not None and any(p in content.writable_paths for p in patterns)
+    if always and (f.found or f.foreign_env or writable):
+        # A path the agent can write would allow any bytes it puts there, and a program's path would
+        # allow it in any tree: save the command bound to this cwd, env and the tree's named files.
         patterns = [command_hash_pattern(command, f.binding)]
     return Decision(
         command=command,

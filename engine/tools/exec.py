@@ -310,7 +310,7 @@ class ExecTool:
         d = prepared.decision
         if prepared.host != "gateway" or ((d.tree is None or d.tree.vets_nothing) and not run.rereads):
             return PinnedView()  # nothing to pin (view_for's answer too): no thread hop for it
-        return await asyncio.to_thread(view_for, d.tree, run.rereads, anchor)
+        return await asyncio.to_thread(view_for, d.tree, run, anchor)
 
     @staticmethod
     def _cwd_fd(prepared: Prepared) -> int | None:

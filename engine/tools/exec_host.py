@@ -115,7 +115,7 @@ class LocalExecHost:
             if decided.tree is not None and decided.identity:
                 cwd_fd = await asyncio.to_thread(open_checked_dir, cwd, decided.identity)
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
-            view = await asyncio.to_thread(view_for, decided.tree, run.rereads, anchor)
+            view = await asyncio.to_thread(view_for, decided.tree, run, anchor)
         except (StaleContent, OSError) as exc:
             run.close()
             if cwd_fd is not None:

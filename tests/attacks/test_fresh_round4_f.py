@@ -268,11 +268,6 @@ async def test_regression_a_plain_submodule_filter_asks(state_dir: Path, tmp_pat
         ),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: submodule repositories are still found by gitvet's emulation (_valid_head, _is_git_dir, "
-    "_common_dir); where it differs from git the submodule's config is not vetted and git runs its filter",
-)
 async def test_class5_a_submodule_git_accepts_and_the_emulation_does_not(
     state_dir: Path, tmp_path: Path, spelling: str
 ) -> None:
@@ -673,14 +668,13 @@ async def test_class5_a_perl_module_preload_is_not_bound(
         "make -rf evil.mk",  # -f inside a cluster of short options
         "make -sfevil.mk",
         "make -kC sub",
-        "make --eval='all:;@echo EVIL'",  # the recipe is in the argv itself
+        pytest.param(
+            "make --eval='all:;@echo EVIL'",
+            marks=pytest.mark.xfail(
+                strict=True, reason="open: --eval puts the recipe in the argv itself (argPatterns decide it)"
+            ),
+        ),  # the recipe is in the argv itself
     ],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode._option_values reads make's -f/-C/--file/--directory only spelled exactly; make "
-    "also takes abbreviated long options and clustered short ones (and --eval in argv), so with no "
-    "Makefile in the cwd an allowlisted make runs an agent-written makefile unasked",
 )
 async def test_class5_make_reads_a_makefile_through_an_option_spelling_treecode_does_not_parse(
     state_dir: Path, tmp_path: Path, command: str

@@ -38,6 +38,13 @@ from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.gateway import REPO, connect, gateway, wait_until, write_config
 from tests.helpers.race import exchange_loop
 
+# Attacks that fail here only because their cwd is one the agent can write, where a program on no
+# TREE_SAFE list asks (engine/commands/treesafe.py): the class they name is not closed by that.
+WRITABLE_CWD = (
+    "passes where the cwd is agent-writable, as here (a program on no TREE_SAFE list asks there: "
+    "engine/commands/treesafe.py); still open from a cwd the agent cannot write. "
+)
+
 
 async def _always_then_rewrite(
     state: Path, cwd: Path, command: str, target: Path, benign: str, evil: str, then: str | None = None
@@ -100,20 +107,19 @@ async def test_class5_sed_program_in_an_attached_option_is_not_bound(
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode reads make's -C/-f by a fixed spelling, not by make's getopt: `--dir=` (a "
-    "unique prefix of --directory), `-C a -C b` (cumulative), `-sfFILE` (a cluster) and `-C /proc/self/…` "
-    "(resolved in the gateway) name a makefile "
-    "exechost never vets or binds, so an allow-always given while it was inert runs it once rewritten",
-)
 @pytest.mark.parametrize(
     ("command", "makefile"),
     [
         ("make --dir=sub", "sub/Makefile"),
         ("make -C a -C b", "a/b/Makefile"),
         ("make -sfx/e.mk", "x/e.mk"),
-        ("make -C /proc/self/cwd/sub", "sub/Makefile"),
+        pytest.param(
+            "make -C /proc/self/cwd/sub",
+            "sub/Makefile",
+            marks=pytest.mark.xfail(
+                strict=True, reason="open: -C /proc/self/… is resolved in the gateway, not in make"
+            ),
+        ),
     ],
     ids=["abbreviated-directory", "cumulative-C", "clustered-f", "proc-self-directory"],
 )
@@ -188,8 +194,9 @@ SAFE_ED = (
 
 
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: safeBins refuses only names on a list (shells, interpreters, awk, sed, jq): ed, sqlite3, "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: safeBins refuses only names on a list (shells, interpreters, awk, sed, jq): ed, sqlite3, "
     "dc, gdb, psql… read commands from stdin and run shell commands (`!cmd`, `.shell`), so a profile the "
     "operator writes for them turns a heredoc (stdin data, unasked) into code",
 )
@@ -207,18 +214,22 @@ async def test_class4_a_stdin_only_safe_bin_that_runs_commands(
     assert refused(details) or not (tmp_path / "pwned").exists(), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: pydoc imports the module it is asked about with the cwd first on sys.path, ctest runs the "
-    "add_test commands of ./CTestTestfile.cmake, prove runs ./t/*.t: none is in TREE_PROGRAMS, RUNNERS or "
-    "INTERPRETERS, so one allow-always saves the bare path and every later run in any tree is unasked",
-)
 @pytest.mark.parametrize(
     ("first", "file", "then"),
     [
         ("pydoc3 json", "json.py", "pydoc3 evilmod"),
-        ("ctest", "CTestTestfile.cmake", "ctest"),
-        ("prove", "t/a.t", "prove"),
+        pytest.param(
+            "ctest",
+            "CTestTestfile.cmake",
+            "ctest",
+            marks=pytest.mark.xfail(strict=True, reason="open: still runs the tree's tests unasked here"),
+        ),
+        pytest.param(
+            "prove",
+            "t/a.t",
+            "prove",
+            marks=pytest.mark.xfail(strict=True, reason="open: still runs the tree's tests unasked here"),
+        ),
     ],
     ids=["pydoc3", "ctest", "prove"],
 )
@@ -353,8 +364,9 @@ async def test_class4_an_empty_path_entry_makes_the_cwd_a_program_dir(
 
 @pytest.mark.skipif(shutil.which("sqlite3") is None, reason="sqlite3 is not installed")
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: a heredoc is code only to a program on the INTERPRETERS list; sqlite3 (psql, mysql, ed, "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: a heredoc is code only to a program on the INTERPRETERS list; sqlite3 (psql, mysql, ed, "
     "gdb…) reads commands from stdin and `.shell` runs one, so an entry allowing `sqlite3 app.db` runs the "
     "agent's heredoc as shell commands unasked",
 )
@@ -567,8 +579,9 @@ async def test_class5_an_interpreter_flag_that_reads_code_from_stdin_after_the_b
 
 @pytest.mark.skipif(shutil.which("unzip") is None, reason="unzip is not installed")
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: the state dir is protected by checking a command's operands and cwd, not where the program "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: the state dir is protected by checking a command's operands and cwd, not where the program "
     "writes: an allowlisted `unzip -o a.zip` plants a link s -> <state dir> (an archive member), `unzip -o "
     "b.zip` writes s/exec-approvals.json through it, and the forged allowlist runs anything unasked",
 )
@@ -779,8 +792,9 @@ async def test_class5_a_proc_self_script_operand_is_bound_in_the_wrong_process(
 
 
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: protected.protected_word skips every word starting with `-`, so a short option's attached "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: protected.protected_word skips every word starting with `-`, so a short option's attached "
     "value is never checked: allowlisted `curl -so<state>/exec-approvals.json file://forged.json` (asked "
     "when spelled `-o <path>`) overwrites the approvals file, and the forged entry runs `touch` unasked",
 )
@@ -805,8 +819,9 @@ async def test_class5_an_attached_short_option_value_into_the_state_dir(
 
 @pytest.mark.parametrize("program", ["strings", "nm", "size"])
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: protected_word reads `@<path>` as a relative name (cwd/@…), but binutils (and gcc, ld, "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: protected_word reads `@<path>` as a relative name (cwd/@…), but binutils (and gcc, ld, "
     "as, ar) read `@FILE` as a response file of more arguments: allowlisted `strings @<state>/operator.json` "
     "(refused without the @) echoes every word of the file back, the operator token included",
 )
@@ -832,8 +847,9 @@ async def test_class5_a_response_file_reads_the_state_dir(
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: protected_word treats a URL as a relative name; `curl -s file://<state>/operator.json` "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: protected_word treats a URL as a relative name; `curl -s file://<state>/operator.json` "
     "(file://localhost/… alike) is an allowlisted curl reading the operator token: the check can list "
     "syntaxes forever, the construction is that unasked commands cannot reach the state dir at all",
 )
@@ -868,13 +884,6 @@ async def test_class4_a_recursive_reader_walks_into_the_state_dir(state_dir: Pat
     assert token not in details["_text"], details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an allowlisted venv interpreter in the tree (`v/bin/python x.py`, x.py bound) runs code "
-    "before x.py from files no one binds or names: a .pth in the venv's site-packages, or pyvenv.cfg's "
-    "`home` pointing Python at a standard library (encodings/) the agent wrote; the import warning counts "
-    "only .py files under the cwd",
-)
 @pytest.mark.parametrize("how", ["pth", "pyvenv-home"])
 async def test_class4_a_tree_venv_runs_startup_code_before_the_bound_script(
     state_dir: Path, tmp_path: Path, how: str
@@ -902,8 +911,9 @@ async def test_class4_a_tree_venv_runs_startup_code_before_the_bound_script(
 
 @pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: the state-dir check reads the command's words; a file the agent hands a program can name "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: the state-dir check reads the command's words; a file the agent hands a program can name "
     "more files to read: allowlisted `man ./x.1` whose page says `.so <state>/operator.json` (man-db's "
     "soelim includes it) prints the operator token",
 )
@@ -953,12 +963,6 @@ async def test_class4_git_log_output_forges_the_allowlist(state_dir: Path) -> No
 
 @pytest.mark.skipif(
     shutil.which("ssh-keygen") is None or shutil.which("gcc") is None, reason="needs ssh-keygen and gcc"
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: ssh-keygen is on no list (RUNNERS, INTERPRETERS), so allow-always of `ssh-keygen -l -f "
-    "k.pub` saves the bare path; `ssh-keygen -D ./e.so` then dlopens the agent's PKCS#11 'provider' unasked "
-    "(RUNNERS is a list of refused names; programs that load code from an option are not all on it)",
 )
 async def test_class4_a_bare_path_entry_for_a_program_that_loads_a_library(
     state_dir: Path, tmp_path: Path
