@@ -585,8 +585,20 @@ def bind(
 _RUNS_CODE = frozenset({*_SHELLS, *_FAMILY_OF, *_FILE_FLAG, "eval", "exec", "source", ".", "env", "xargs"})
 # Options of sed/awk proven not to read code: letters that stand alone, letters taking a value.
 _TEXT_TOOL_FLAGS = {"sed": ("nErsuz", "el"), "awk": ("", "Fv")}
-_TEXT_TOOL_LONG = frozenset({"--posix", "--quiet", "--silent", "--regexp-extended", "--separate",
-                             "--unbuffered", "--null-data", "--expression", "--debug", "--sandbox"})  # fmt: skip
+_TEXT_TOOL_LONG = frozenset(
+    {
+        "--posix",
+        "--quiet",
+        "--silent",
+        "--regexp-extended",
+        "--separate",
+        "--unbuffered",
+        "--null-data",
+        "--expression",
+        "--debug",
+        "--sandbox",
+    }
+)
 
 
 def unproven_sources(

@@ -104,7 +104,8 @@ def program_source(argv: Sequence[str], program: str | None = None) -> Source | 
     key = family(program or argv[0]) if argv else None
     if key is None:
         return None
-    source = _source(_GRAMMARS[key], argv, more := [])
+    more: list[str] = []
+    source = _source(_GRAMMARS[key], argv, more)
     return Source(source.kind, source.index, tuple(more)) if more else source
 
 

@@ -187,8 +187,6 @@ async def test_an_approved_script_of_another_interpreter_runs_under_its_own_name
     text = await approve_after(state_dir, command, tmp_path, lambda: None)
     assert "approved-sibling-ok" in text, text
     assert str(tmp_path / name) in text or f" {name}" in text, text  # its own name, not /proc/self/fd/N
-    text = await approve_after(
-        state_dir, command, tmp_path, lambda: _rewrite_in_place(tmp_path / name, evil)
-    )
+    text = await approve_after(state_dir, command, tmp_path, lambda: _rewrite_in_place(tmp_path / name, evil))
     assert not marker.exists(), text
     assert "approval-stale" in text, text
