@@ -374,8 +374,8 @@ def _decision(
     """The decision, with what an ask offers (allow-always and the patterns it would save)."""
     content = f.content
     offered = allowed_decisions(policy.ask) if verdict == "ask" else ()
-    if content is not None and (content.unbound or content.opaque):
-        # A program from stdin or a search path: nothing an allow-always could hold it to.
+    if content is not None and not content.proven:
+        # Issue 27 §5: allow-always only when the binder proved every code source bound (content.py).
         offered = tuple(d for d in offered if d != "allow-always")
     always = "allow-always" in offered
     patterns = allow_always_patterns(command, f.analysis, f.result, f.binding) if always else []
@@ -427,6 +427,11 @@ def content_warnings(content: ContentBinding, result: AllowlistResult) -> list[s
             "allow-always is not offered."
         )
     out += content.notes
+    if not content.proven:
+        out.append(
+            "Warning: allow-always is not offered, allow-once only: exechost cannot prove it bound every "
+            f"code source ({'; '.join(content.unproven[:3]) or 'no proof'})."
+        )
     writable = content.writable_paths
     for match in result.segments:
         if match.satisfied_by == "allowlist" and match.matched_pattern and match.resolved_path in writable:

@@ -72,6 +72,10 @@ async def _ask_then(
     result = await client.request("exec", {"command": command, "workdir": str(ws)})
     details = result["details"]
     assert details["status"] == "approval-pending", result["text"]
+    if decision == "allow-always" and decision not in details["allowedDecisions"]:
+        # Not proven bound (issue 27 §5): the ask says why, and the operator can only approve this run.
+        assert "allow-always is not offered" in result["text"], result["text"]
+        decision = "allow-once"
     between()
     await client.request("approve", {"id": details["approvalId"], "decision": decision})
     return details, await _finished(client, details["approvalId"])
@@ -301,12 +305,6 @@ async def test_class5_a_submodule_git_accepts_and_the_emulation_does_not(
         "find . -maxdepth 0 -exec sh x.sh ';'",
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a wrapper exechost does not unwrap (blocked: nohup, setsid; env -S/-i/-C, xargs -a, "
-    "find -exec) hides the script from content binding; allow-always saves =command: without its digest "
-    "and every rewrite runs unasked",
-)
 async def test_class5_allow_always_through_an_opaque_wrapper_binds_no_script(
     state_dir: Path, tmp_path: Path, command: str
 ) -> None:
@@ -358,12 +356,6 @@ async def test_class5_a_script_spelled_by_expansion_runs_rewritten_on_allow_once
         ("node app", "app/index.js", False),
         ("node x", "x.js", False),
     ],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the interpreter resolves the operand to another file (python3 DIR runs DIR/__main__.py, "
-    "node DIR runs DIR/index.js, node x runs x.js); the binding records the operand only (a directory, "
-    "or absent), allow-always saves =command: with no content, and the rewritten file runs unasked",
 )
 async def test_class5_an_operand_the_interpreter_resolves_to_another_file_binds_nothing(
     state_dir: Path, tmp_path: Path, command: str, runs: str, py: bool
@@ -526,11 +518,6 @@ async def test_class5_a_proc_self_path_names_the_gateways_cwd_not_the_runs(
     assert "EVIL" not in again["text"], "the rewritten script ran on the old allow-always"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `eval 'sh x.sh'` is offered allow-always and saved as =command: without x.sh's digest "
-    "(eval's argument is code no one binds): a rewritten x.sh runs unasked",
-)
 async def test_class5_allow_always_on_eval_binds_no_script(state_dir: Path, tmp_path: Path) -> None:
     ws = tmp_path / "w"
     ws.mkdir()
@@ -560,12 +547,6 @@ async def test_regression_an_unresolvable_script_is_never_offered_allow_always(
     assert "allow-always" not in details["allowedDecisions"], details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: bash (not in posix mode) searches PATH for a script operand missing from the cwd; the "
-    "binding records ./x.sh absent and saves allow-always, so an x.sh written later to a PATH dir the "
-    "operator's account can write (~/bin, ~/.local/bin) runs unasked",
-)
 async def test_class5_bash_finds_its_script_operand_on_path(
     state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -623,13 +604,6 @@ async def test_regression_every_spelling_of_an_allowlisted_git_vets_its_reposito
         ("#!interp", "interp", "#!/bin/sh\necho {}\n"),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: what a #! line names besides a fixed interpreter (its argument: the kernel runs INTERP "
-    "ARG ./run; a relative interpreter, found from the cwd at run time) is not bound, yet allow-always is "
-    "offered and saved (even where the ask says 'not bound to content ... cannot be bound'), so a "
-    "rewritten payload or interpreter runs unasked",
-)
 async def test_class5_a_shebang_argument_names_an_unbound_script(
     state_dir: Path, tmp_path: Path, shebang: str, payload: str, code: str
 ) -> None:
@@ -655,12 +629,6 @@ async def test_class5_a_shebang_argument_names_an_unbound_script(
 @pytest.mark.skipif(shutil.which("perl") is None, reason="perl is not installed")
 @pytest.mark.parametrize(
     "command", ["perl -I. -Mevil x.pl", "perl -I . -mevil x.pl", "perl -Ilib -Mevil x.pl"]
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: perl's -M/-m preload a module found through -I dirs the agent writes; unlike node -r "
-    "(bound, or no allow-always for a search), it is neither bound nor refused allow-always, so a "
-    "rewritten evil.pm runs unasked",
 )
 async def test_class5_a_perl_module_preload_is_not_bound(
     state_dir: Path, tmp_path: Path, command: str
@@ -770,14 +738,7 @@ async def test_class5_pip_reads_a_requirements_file_in_a_short_option_cluster(
 @pytest.mark.parametrize(
     "command",
     [
-        pytest.param(
-            "awk -fp.awk",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: awk's program file attached to -f (-fp.awk, which mawk and gawk both read) "
-                "is not bound; allow-always saves =command: without it and a rewritten p.awk runs unasked",
-            ),
-        ),
+        "awk -fp.awk",
         "awk -f p.awk",
         "awk -v x=1 -f p.awk",
     ],
@@ -801,19 +762,12 @@ async def test_class5_an_awk_program_file_attached_to_f(
     assert "EVIL" not in again["text"], "the rewritten awk program ran on the old allow-always"
 
 
-_SED_OPEN = pytest.mark.xfail(
-    strict=True,
-    reason="open: sed's script file spelled -fFILE, --file=FILE or --fi=FILE (GNU sed's `e` runs shell "
-    "commands) is not bound; allow-always saves =command: without it and a rewritten script runs unasked",
-)
-
-
 @pytest.mark.parametrize(
     "command",
     [
-        pytest.param("sed -fs.sed in.txt", marks=_SED_OPEN),
-        pytest.param("sed --file=s.sed in.txt", marks=_SED_OPEN),
-        pytest.param("sed --fi=s.sed in.txt", marks=_SED_OPEN),
+        "sed -fs.sed in.txt",
+        "sed --file=s.sed in.txt",
+        "sed --fi=s.sed in.txt",
         "sed -n -f s.sed in.txt",
         "sed -nf s.sed in.txt",
     ],

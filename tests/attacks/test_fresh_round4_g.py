@@ -88,12 +88,6 @@ def _ran_evil(details: dict[str, Any], cwd: Path) -> bool:
 # ---------------------------------------------------------------------------------------------- working
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: sed/awk take their program with an attached -fFILE or --file=FILE; content.script_operand "
-    "knows only a separate `-f FILE` and durable._scripts binds the first non-option word (the data), so "
-    "allow-always saves `sed -n -fx.sed in.txt` without x.sed's digest and a rewritten x.sed runs unasked",
-)
 @pytest.mark.parametrize(
     "command",
     ["sed -n -fx.sed in.txt", "sed -n --file=x.sed in.txt", "awk -fx.sed in.txt"],
@@ -536,12 +530,6 @@ async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
     assert not (tmp_path / "pwned").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: interpoptions reads python's -i and perl's -d as plain flags (source: the file), but both "
-    "then read code from stdin (python's REPL after the script, perl's debugger): allow-always binds the "
-    "script, and any code written to the session's stdin (`process write`) runs unasked",
-)
 @pytest.mark.parametrize(
     ("command", "script", "code"),
     [
@@ -621,12 +609,6 @@ async def test_class4_an_allowlisted_extractor_writes_the_approvals_file_through
     assert not (work / "pwned").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: content.loaded_values binds argv preloads for node (-r/--require/--import) and ruby (-r) "
-    "only; perl's -M/-m load a module the same way (`perl -I. -Mevil x.pl` runs ./evil.pm first), so "
-    "allow-always binds x.pl and a rewritten evil.pm runs unasked",
-)
 async def test_class5_a_perl_preload_named_in_the_argv_is_not_bound(state_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "x.pl").write_text('print "x\\n";\n')
     details = await _always_then_rewrite(
@@ -640,12 +622,6 @@ async def test_class5_a_perl_preload_named_in_the_argv_is_not_bound(state_dir: P
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: tree_vet runs only when the analysis proves a plain chain; `make test 2>&1` (redirection) "
-    "or `cd sub && make` (a builtin) fail it, so the ask names no Makefile and allow-always binds none: the "
-    "agent rewrites the Makefile it was approved with and the saved command runs it unasked",
-)
 @pytest.mark.parametrize(
     ("command", "makefile"),
     [("make test 2>&1", "Makefile"), ("cd sub && make test", "sub/Makefile")],
@@ -660,12 +636,6 @@ async def test_class5_a_command_the_analysis_cannot_prove_plain_skips_the_tree_v
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: gitvet (and the pinned view that points git at the vetted repository) runs only for a "
-    "plain chain: `git status 2>&1` fails the analysis, allow-always binds no config, and a filter "
-    "the agent then adds to .git/config runs on the next `git status 2>&1` unasked",
-)
 async def test_class5_git_vetting_is_skipped_for_a_redirected_git(state_dir: Path, tmp_path: Path) -> None:
     repo = tmp_path / "r"
     repo.mkdir()
