@@ -496,7 +496,9 @@ def bind(
             reader = "" if after_dashdash else (reader_of(segment.argv[0]) or reader_of(program))
             if not os.path.lexists(named):
                 add(ContentItem("script", os.path.abspath(named), real, None, 0, True, here, operand))
-            else:  # a FIFO, a device or a directory is not bound: refused below, never left unbound
+            elif os.path.isdir(named):
+                continue  # the interpreter runs a file it finds inside (`python3 app`): unproven, allow-once
+            else:  # a FIFO or a device is not bound: refused below, never left unbound
                 file_item("script", os.path.abspath(named), real, here, operand, reader=reader, word=word)
 
     walk(analysis.segments, result.segments, ())
