@@ -9,13 +9,14 @@ import errno
 import json
 import os
 import selectors
-import signal
 import socket
 import struct
 import subprocess
 import time
 from collections import OrderedDict
 from typing import Any
+
+from engine.commands import hostview
 
 VERSION = 1
 SOCKET_NAME = "host.sock"
@@ -336,16 +337,14 @@ class SessionIO:
             if s is None:
                 continue
             raw = os.waitstatus_to_exitcode(status)
+            args = None
             if s.popen is not None:
+                args = s.popen.args
                 s.popen.returncode = raw  # reaped here: Popen must never wait on a recycled pid
                 s.popen = None
-            sig = None
-            if raw < 0:
-                try:
-                    sig = signal.Signals(-raw).name
-                except ValueError:
-                    sig = f"SIG{-raw}"
-            self._ended(s, raw if raw >= 0 else None, sig)
+            # A run in the host view: its command's signal, which bwrap reports as 128+n.
+            code, sig = hostview.exit_status(args, raw)
+            self._ended(s, code, sig)
 
     def _remove(self, s: Session) -> None:
         self._close_held_stdin(s)
