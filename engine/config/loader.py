@@ -265,7 +265,7 @@ class _Checker:
             return list(value)
         if kind == "resolvemap":
             if not isinstance(value, dict):
-                raise self.error(parts, f"expected a table of name = \"address\", got {_type_name(value)}")
+                raise self.error(parts, f'expected a table of name = "address", got {_type_name(value)}')
             for k, v in value.items():
                 try:
                     if normalize(k) != k.lower().rstrip(".") or is_ip(k):

@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import selectors
+import signal
 import socket
 import struct
 import subprocess
@@ -16,9 +17,26 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from engine.commands import hostview
-
 VERSION = 1
+# The words a run in the gateway's host view starts with (engine.commands.hostview's head; stdlib only
+# here, so the same two words, kept equal by a test): bwrap reports a command killed by SIGINT/SIGQUIT as
+# exit 128+n, read back as the signal.
+VIEW_HEAD = ("/usr/bin/env", "--ignore-signal=INT,QUIT,TSTP")
+_VIEW_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+
+
+def exit_of(args: Any, raw: int) -> tuple[int | None, str | None]:
+    """os.waitstatus_to_exitcode's `raw` as (exit code, signal name), a host-view run's 128+n as n."""
+    if raw < 0:
+        try:
+            return None, signal.Signals(-raw).name
+        except ValueError:
+            return None, f"SIG{-raw}"
+    if isinstance(args, (list, tuple)) and tuple(args[:2]) == VIEW_HEAD and raw - 128 in _VIEW_SIGNALS:
+        return None, signal.Signals(raw - 128).name
+    return raw, None
+
+
 SOCKET_NAME = "host.sock"
 LOG_NAME = "host.log"
 HEADER = struct.Struct(">IBI")
@@ -342,8 +360,7 @@ class SessionIO:
                 args = s.popen.args
                 s.popen.returncode = raw  # reaped here: Popen must never wait on a recycled pid
                 s.popen = None
-            # A run in the host view: its command's signal, which bwrap reports as 128+n.
-            code, sig = hostview.exit_status(args, raw)
+            code, sig = exit_of(args, raw)
             self._ended(s, code, sig)
 
     def _remove(self, s: Session) -> None:

@@ -93,3 +93,12 @@ def test_without_bwrap_the_run_is_refused_naming_the_install_and_the_opt_out(
         pinned_view(None, host=True)
     assert "apt-get install bubblewrap" in str(err.value) and 'hostView = "none"' in str(err.value)
     assert pinned_view(None, host=False).prefix == ()  # opted out: the run starts as before
+
+
+def test_the_session_host_reads_a_wrapped_exit_as_the_view_does() -> None:
+    from engine.sessions import host_io
+
+    assert tuple(hostview.head("/usr/bin/bwrap")[:2]) == host_io.VIEW_HEAD
+    argv = [*hostview.head("/usr/bin/bwrap"), "--", "/bin/sh"]
+    for code in (0, 3, 130, 131, 143, -9):
+        assert host_io.exit_of(argv, code) == hostview.exit_status(argv, code)
