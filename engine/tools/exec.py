@@ -120,6 +120,8 @@ class ExecTool:
                 return await self._run(prepared, call, ctx, prepared.command_to_run())
             except StaleContent as exc:
                 raise ToolError(f"exec denied: {exc}; ask again") from None
+            except HostViewError as exc:
+                raise ToolError(f"exec denied: {exc}") from None
         return await self._ask(prepared, call, ctx)
 
     async def _use_grants(self, decision: Decision) -> bool:
@@ -296,8 +298,6 @@ class ExecTool:
             spec.pass_fds = (*run.fds, *view.fds, *(() if cwd_fd is None else (cwd_fd,)))
             spec.session_id = session_id
             result = await self.sessions.run(spec)
-        except HostViewError as exc:
-            raise ToolError(f"exec denied: {exc}") from None
         finally:
             run.close()  # the child holds its own copies of the fds once spawned
             view.close()
@@ -413,6 +413,10 @@ class ExecTool:
             result = await self._run(prepared, call, ctx, command, detached=detached, session_id=session_id)
         except StaleContent as exc:
             denied = denied_result(record, prepared, f"approval-stale: {exc}")
+            note_run(self.approvals, record, denied, slot=slot)
+            return denied
+        except HostViewError as exc:  # the approved run cannot be given its view: it never started
+            denied = denied_result(record, prepared, str(exc))
             note_run(self.approvals, record, denied, slot=slot)
             return denied
         note_run(self.approvals, record, result, slot=slot)
