@@ -345,6 +345,8 @@ def sanitize_host_env(
     env.update(FORCED_ENV)
     env.update(_GIT_CONFIG_ENV)
     env["OPENCLAW_CLI"] = "1"
+    if "PATH" in env:
+        env["PATH"] = host_path(env["PATH"])
     return SanitizedEnv(env, [], stripped)
 
 
@@ -371,6 +373,17 @@ def _raise_for(blocked: list[str], invalid: list[str]) -> None:
     raise ToolError(f"Security Violation: {suffix}.")
 
 
+def host_path(value: str, prepend: Sequence[str] = ()) -> str:
+    """The PATH a host command runs (and is decided) with: `prepend` then `value`, absolute entries only.
+    An empty or relative entry is a directory execvp finds relative to the cwd — the agent's tree — so a
+    program run by name (tar's decompressor, make's shell, git's helpers) could come from there."""
+    entries: list[str] = []
+    for entry in [*prepend, *value.split(":")]:
+        if entry.startswith("/") and entry not in entries:
+            entries.append(entry)
+    return ":".join(entries)
+
+
 def apply_path_prepend(env: dict[str, str], path_prepend: list[str], *, host: str) -> list[str]:
     """Prepend `tools.exec.pathPrepend` on the gateway; host=node ignores it with the reference warning."""
     entries = [p for p in path_prepend if p and ":" not in p]
@@ -378,6 +391,5 @@ def apply_path_prepend(env: dict[str, str], path_prepend: list[str], *, host: st
         return []
     if host == "node":
         return [PATH_PREPEND_NODE_WARNING]
-    current = env.get("PATH", "")
-    env["PATH"] = ":".join([*entries, *([current] if current else [])])
+    env["PATH"] = host_path(env.get("PATH", ""), entries)
     return []

@@ -26,7 +26,7 @@ from engine.commands.allowlist import (
 )
 from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command, redirections
 from engine.commands.content import ContentBinding, bind
-from engine.commands.hostenv import foreign_env_keys, own_environ
+from engine.commands.hostenv import foreign_env_keys, host_path, own_environ
 from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet
 from engine.config.model import Config
 from engine.errors import InvalidInput
@@ -252,8 +252,8 @@ def _examine(
         warnings.append(HEREDOC_WARNING)
     if policy.host == "node":
         warnings.append("Executables resolved on this machine; the node resolves them against its own PATH.")
-    elif exec_cfg.path_prepend and not policy.sandboxed:
-        run_env["PATH"] = os.pathsep.join([*exec_cfg.path_prepend, run_env.get("PATH", "")])
+    elif not policy.sandboxed and ("PATH" in run_env or exec_cfg.path_prepend):
+        run_env["PATH"] = host_path(run_env.get("PATH", ""), exec_cfg.path_prepend)
     safe_bins = frozenset(exec_cfg.safe_bins) if exec_cfg.safe_bins is not None else DEFAULT_SAFE_BINS
     result = evaluate_allowlist(
         analysis,

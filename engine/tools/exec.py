@@ -19,7 +19,7 @@ from engine.approvals.pending import (
 )
 from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
-from engine.commands.hostenv import sanitize_host_env
+from engine.commands.hostenv import host_path, sanitize_host_env
 from engine.commands.hostview import HostViewError, refuse_hidden_cwd
 from engine.commands.pinned import PinnedView, in_checked_cwd, open_checked_dir, pinned_view, view_for
 from engine.commands.treecode import ANCHOR
@@ -197,7 +197,7 @@ class ExecTool:
         env["OPENCLAW_SHELL"] = "exec"
         prepend = config.exec_for(ctx.agent_id).path_prepend
         if prepend:
-            env["PATH"] = os.pathsep.join([*prepend, env.get("PATH", "")])
+            env["PATH"] = host_path(env.get("PATH", ""), prepend)
         prepared.env = env
         return prepared
 

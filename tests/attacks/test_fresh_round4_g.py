@@ -338,12 +338,6 @@ async def test_class5_pip_builds_an_sdist_archive_operand(state_dir: Path, tmp_p
     assert not _ran_evil({**second["details"], "status": "completed"}, tmp_path), second["text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the inherited PATH keeps an empty (or relative) entry, which execvp reads as the cwd: with "
-    "the common trailing colon, allowlisted `tar -tf x.tar` on an lzip-magic archive runs ./lzip from the "
-    "agent's tree (tar execs its decompressor by name); host commands should get only absolute PATH entries",
-)
 async def test_class4_an_empty_path_entry_makes_the_cwd_a_program_dir(
     state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

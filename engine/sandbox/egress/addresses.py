@@ -23,6 +23,7 @@ from engine.config.egress import Pattern, first_match
 RESOLVE_TIMEOUT_SEC = 5.0
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPv6Address = ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _V4 = ipaddress.IPv4Network
 _V6 = ipaddress.IPv6Network
 
@@ -97,17 +98,20 @@ def carried_ipv4(ip: IPv6Address) -> ipaddress.IPv4Address | None:
 
 
 def canonical(ip: IPAddress) -> IPAddress:
-    """The address judged: the IPv4 an IPv6 spelling carries, else the address itself."""
+    """The address judged: the IPv4 an IPv6 spelling carries, else the address itself without a zone id
+    (which `ipaddress` compares as part of the address, and the kernel ignores for a global one)."""
     if isinstance(ip, ipaddress.IPv6Address):
-        return carried_ipv4(ip) or ip
+        return carried_ipv4(ip) or ipaddress.IPv6Address(int(ip))
     return ip
 
 
-def public(ip: IPAddress, own: Iterable[IPAddress] = ()) -> bool:
-    """Globally routable unicast, in no special-purpose block, and not one of `own` (this host's)."""
+def public(ip: IPAddress, own: Iterable[IPAddress | IPNetwork] = ()) -> bool:
+    """Globally routable unicast, in no special-purpose block, and not one of `own` (this host's: its
+    addresses, or the prefixes it delivers locally, `own_networks`)."""
     ip = canonical(ip)
-    if ip in set(own):
-        return False
+    for mine in own:
+        if ip == mine if not isinstance(mine, _V4 | _V6) else ip in mine:
+            return False
     if isinstance(ip, ipaddress.IPv4Address):
         if any(ip in net for net in SPECIAL_V4) or ip == ipaddress.IPv4Address("255.255.255.255"):
             return False
@@ -139,6 +143,33 @@ def own_addresses() -> set[IPAddress]:
     return out
 
 
+RTF_LOCAL = 0x80000000  # /proc/net/ipv6_route: a route of the local table (delivered to this host)
+
+
+def own_networks() -> list[IPAddress | IPNetwork]:
+    """Every destination this host delivers to itself: its interface addresses, and each prefix of a
+    `local` route (`ip route add local 2001:db8::/64 dev lo`, AnyIP: the host answers every address in it
+    though no interface lists them) — the kernel's local routing table for IPv4 (fib_trie, any length) and
+    IPv6 (ipv6_route's RTF_LOCAL entries), read afresh each time."""
+    out: list[IPAddress | IPNetwork] = list(own_addresses())
+    with contextlib.suppress(OSError), open("/proc/net/ipv6_route", encoding="ascii") as f:
+        for line in f:
+            fields = line.split()
+            with contextlib.suppress(ValueError, IndexError):
+                if int(fields[8], 16) & RTF_LOCAL:
+                    out.append(_V6((int(fields[0], 16), int(fields[1], 16))))
+    with contextlib.suppress(OSError), open("/proc/net/fib_trie", encoding="ascii") as f:
+        last = ""
+        for line in f:
+            item = line.strip()
+            if item.startswith("|-- "):
+                last = item[4:]
+            elif item.startswith("/") and item.endswith(" host LOCAL") and last:
+                with contextlib.suppress(ValueError):
+                    out.append(_V4(f"{last}/{item[1:].split(' ', 1)[0]}", strict=False))
+    return out
+
+
 async def resolve(
     name: str, port: int, mapping: Mapping[str, str], deny: Iterable[Pattern] = (), *, tunnel: bool = True
 ) -> Target:
@@ -159,10 +190,10 @@ async def resolve(
     loop = asyncio.get_running_loop()
     if literal is not None:
         _check_deny(name, [literal], port, deny, tunnel)
-        if not public(literal, await loop.run_in_executor(None, own_addresses)):
+        if not public(literal, await loop.run_in_executor(None, own_networks)):
             raise Refused(f"{name} is not a public address (map a name to it in `resolve` to allow it)")
         return _target(literal, port, "literal")
-    own = loop.run_in_executor(None, own_addresses)  # (never fails: unreadable files give no addresses)
+    own = loop.run_in_executor(None, own_networks)  # (never fails: unreadable files give no addresses)
     try:
         async with asyncio.timeout(RESOLVE_TIMEOUT_SEC):
             infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
