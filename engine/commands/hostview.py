@@ -78,6 +78,18 @@ def _creatable(path: str) -> bool:
     return bool(parent) and os.access(parent, os.W_OK)
 
 
+def _empty_file(state: str) -> str:
+    """An empty regular file to bind over a missing config (not /dev/null: a device node on a nodev
+    filesystem cannot be opened, and git then refuses to run). In the state dir, made once; bwrap reads
+    bind sources from outside the view, where the state dir is not covered."""
+    path = os.path.join(state, "hostview-empty")
+    if not os.path.isfile(path) or os.path.getsize(path):
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o444)
+        os.close(fd)
+        os.replace(path + ".tmp", path)
+    return path
+
+
 def view_args(state: str, environ: dict[str, str] | None = None) -> list[str]:
     """The bwrap operations of the host view: the state dir covered, the trusted configs read-only."""
     args = ["--dev-bind", "/", "/", "--tmpfs", state]
@@ -85,7 +97,8 @@ def view_args(state: str, environ: dict[str, str] | None = None) -> list[str]:
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
         elif always and not os.path.lexists(path) and _creatable(path):
-            args += ["--ro-bind", "/dev/null", path]  # an empty read-only file: never written, never made
+            # an empty read-only file: reads as no config, never written, never made by the command
+            args += ["--ro-bind", _empty_file(state), path]
     return args
 
 
