@@ -98,7 +98,10 @@ class LocalExecHost:
         # re-checked down to dev/ino just before it starts.
         if decided.pinned_command is None:
             return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: executable not found", "not-found")
-        problem = identity_problem(decided.identity) or decided.tree_problem()
+        # The tree's re-vet reads files the agent can replace (a FIFO): off the loop, as the decision was.
+        problem = identity_problem(decided.identity)
+        if problem is None and decided.tree is not None:
+            problem = await asyncio.to_thread(decided.tree_problem)
         if problem is not None:
             return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {problem}", "approval-stale")
         if decision == "allow-always" and decided.allow_always_patterns:
@@ -121,7 +124,7 @@ class LocalExecHost:
             host = config.exec_for(agent_id).host_view != "none"
             if host:
                 refuse_hidden_cwd(cwd, str(state_dir()))
-            view = await asyncio.to_thread(view_for, decided.tree, run.rereads, anchor, host=host)
+            view = await asyncio.to_thread(view_for, decided.tree, run, anchor, host=host)
         except HostViewError as exc:
             run.close()
             if cwd_fd is not None:

@@ -13,6 +13,8 @@ MAX_PER_AGENT = 64  # one agent (a credential, a Unix account, or the bare gatew
 MAX_HANDSHAKING_PER_UID = 16  # connections of one peer account that have not said who they are yet
 READ_PAUSE_BYTES = 4 << 20  # past this much waiting for a client, its next request is not read
 MAX_BACKLOG_BYTES = 16 << 20  # past this, the client is cut off: responses count, not only events
+MAX_OVERRIDES_PER_AGENT = 256  # session overrides one agent keeps (it may set tightening ones alone)
+OVERRIDES_PAGE_BYTES = 256 * 1024  # one `policy.overrides` answer; `next` pages on
 # Requests count on the way in too: a request keeps its frame's params for as long as it runs (a poll
 # waits up to 120 s, an exec for its approval), so 512 in flight of 1 MiB each pinned 512 MiB per
 # connection. Past these budgets the next request is not read until one finishes (one is always admitted

@@ -310,13 +310,6 @@ async def test_plain_and_tunnel_asks_coalesce_into_one_row(state_dir: Path) -> N
     assert len(rows) == 2, (rows[0].get("egress"), rows[0].get("count"), saved)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a refusal's record quotes the request (a 64 KiB Host header, repr'd and JSON'd to "
-    "~300 KiB) into the one shared egress history (5 x 1 MiB): a few dozen bad heads rotate every "
-    "agent's records out, and lines over 200 KiB are skipped on read, so the flood itself never shows "
-    "in `sandbox egress`",
-)
 async def test_bad_heads_rotate_the_egress_history_away(state_dir: Path) -> None:
     import asyncio
 
@@ -424,12 +417,6 @@ _DNS_SCENE = textwrap.dedent(
 
 
 @needs_netns
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the proxy resolves names with loop.getaddrinfo, i.e. in the event loop's default executor "
-    "(min(32, cpus+4) threads) that every asyncio.to_thread of the gateway shares; RESOLVE_TIMEOUT only "
-    "abandons the wait, so a sandbox naming hosts whose DNS hangs stalls all of the gateway's thread work",
-)
 def test_hanging_lookups_stall_the_gateways_worker_threads(state_dir: Path) -> None:
     assert _dns_scene(state_dir, 40)["operator"] == "answered"
 
@@ -649,12 +636,6 @@ async def test_address_spellings_and_handed_descriptors(state_dir: Path) -> None
     assert after.startswith(b"HTTP/1.1 200"), after
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a refusal's record keeps the resolved addresses ('<name> resolves to 127.0.0.1, ...') for "
-    "the operator, but `sandbox egress` shows an agent its own records, rule text included, so the agent "
-    "learns the addresses the 403 withheld (internal DNS, /etc/hosts) by naming hosts and reading back",
-)
 async def test_agent_reads_the_withheld_addresses_back(state_dir: Path) -> None:
     import asyncio
 

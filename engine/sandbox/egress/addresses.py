@@ -12,7 +12,9 @@ host's own addresses. Anything new or odd is therefore refused until it is known
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import ipaddress
 import socket
 from collections.abc import Iterable, Mapping
@@ -21,6 +23,14 @@ from dataclasses import dataclass
 from engine.config.egress import Pattern, first_match
 
 RESOLVE_TIMEOUT_SEC = 5.0
+# Lookups run in a pool of their own, never the loop's default executor that the rest of the gateway's
+# blocking work shares: a DNS server that never answers keeps a thread until the libc resolver gives up,
+# and the timeout above only stops waiting for it. Threads still stuck count against the cap, so hanging
+# names are refused at once past it instead of queueing behind each other.
+RESOLVER_THREADS = 8
+MAX_LOOKUPS_IN_FLIGHT = 64
+_resolver: concurrent.futures.ThreadPoolExecutor | None = None
+_in_flight = 0
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPv6Address = ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -196,7 +206,7 @@ async def resolve(
     own = loop.run_in_executor(None, own_networks)  # (never fails: unreadable files give no addresses)
     try:
         async with asyncio.timeout(RESOLVE_TIMEOUT_SEC):
-            infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+            infos = await _lookup(loop, name, port)
     except (OSError, TimeoutError) as exc:
         raise Refused(f"{name} does not resolve ({exc.__class__.__name__}: {exc})") from None
     addresses: list[IPAddress] = []
@@ -214,6 +224,29 @@ async def resolve(
             f"{name} resolves to {', '.join(bad)}, which is not public",
         )
     return _target(addresses[0], port, "dns")
+
+
+def system_lookup(name: str, port: int) -> list[tuple]:
+    """The system resolver's answer for a TCP connect (blocking: run in the resolver pool)."""
+    return socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+
+
+async def _lookup(loop: asyncio.AbstractEventLoop, name: str, port: int) -> list[tuple]:
+    """getaddrinfo in the resolver's own pool (see RESOLVER_THREADS)."""
+    global _resolver, _in_flight
+    if _in_flight >= MAX_LOOKUPS_IN_FLIGHT:
+        raise OSError(f"{_in_flight} lookups are still waiting for DNS")
+    if _resolver is None:
+        _resolver = concurrent.futures.ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="egress-dns")
+    _in_flight += 1
+    future = loop.run_in_executor(_resolver, functools.partial(system_lookup, name, port))
+
+    def finished(_: asyncio.Future[list[tuple]]) -> None:
+        global _in_flight
+        _in_flight -= 1
+
+    future.add_done_callback(finished)
+    return await asyncio.shield(future)
 
 
 def _check_deny(
