@@ -1,7 +1,7 @@
 """Gateway benchmarks: exec `true` over a kept control connection vs subprocess.run; approval round trips.
 
 Runs a real `exechost gateway run` daemon in a throwaway state dir. Baselines share the run.
-Usage: .venv/bin/python bench/bench_gateway.py [--runs N] [--approvals N]
+Usage: .venv/bin/python bench/bench_gateway.py [--runs N] [--approvals N] [--host-view bwrap|none]
 """
 
 from __future__ import annotations
@@ -157,8 +157,10 @@ async def connect(state: Path, name: str) -> ControlClient:
             await asyncio.sleep(0.05)
 
 
-async def bench_exec(state: Path, runs: int) -> None:
-    proc = start_daemon(state, FULL)
+async def bench_exec(state: Path, runs: int, host_view: str = "bwrap") -> None:
+    # hostView: the state-dir-hiding bwrap every gateway-host run starts in (engine.commands.hostview),
+    # or "none" for the run without it: the same run measures both when called twice.
+    proc = start_daemon(state, FULL + f'hostView = "{host_view}"\n')
     try:
         client = await connect(state, "exec")
         for _ in range(20):
@@ -382,14 +384,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--approvals", type=int, default=1000)
+    parser.add_argument("--host-view", choices=("bwrap", "none"), default="bwrap")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="ehb-", dir="/tmp"))
     try:
         for name in ("a", "b"):
             (root / name).mkdir(mode=0o700)
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}")
-        asyncio.run(bench_exec(root / "a", args.runs))
-        asyncio.run(bench_approvals(root / "b", args.approvals))
+        print(f"hostView = {args.host_view}")
+        asyncio.run(bench_exec(root / "a", args.runs, args.host_view))
+        if args.approvals > 0:
+            asyncio.run(bench_approvals(root / "b", args.approvals))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

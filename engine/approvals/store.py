@@ -270,7 +270,6 @@ class ApprovalsStore:
             records = [_add(current, name, record, ALLOW_ALWAYS, now_ms=now) for record in wanted]
         return records
 
-
     # -- egress (a sandbox's names; `agents.<id>.egress.allow`, beside OpenClaw's keys, kept by its reader)
 
     def egress_allow(self, agent_id: str) -> list[str]:

@@ -20,11 +20,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from engine.commands import hostview
 from engine.commands.gitvet import Record, Repo, parse_argv
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, MakeRead, parse_make, reads
@@ -33,7 +33,6 @@ from engine.commands.treecode import TreeChanged, TreeVet, agent_writable
 from engine.commands.verified import StaleContent, VerifiedRun, sealed_copy
 from engine.statefs import state_dir
 
-BWRAP_CANDIDATES = ("/usr/bin/bwrap", "/bin/bwrap")
 # Entries of a repository's common dir (git's path.c common_list): linked from the view, so reads and
 # writes of objects, refs, packed-refs and logs go to the repository; only `config` is the vetted copy.
 # Linked even when absent, so a file git creates (packed-refs, shallow) lands in the repository too.
@@ -50,9 +49,7 @@ class PinError(Exception):
     """The run cannot be pinned to what was vetted: it is refused."""
 
 
-def bwrap_path() -> str | None:
-    found = next((p for p in BWRAP_CANDIDATES if os.access(p, os.X_OK)), None)
-    return found or shutil.which("bwrap")
+bwrap_path = hostview.bwrap_path
 
 
 def view_root() -> str:
@@ -85,14 +82,21 @@ class PinnedView:
         return [*self.prefix, *argv]
 
 
-def view_for(tree: TreeVet | None, run: VerifiedRun | None = None, anchor: str | None = None) -> PinnedView:
+def view_for(
+    tree: TreeVet | None,
+    run: VerifiedRun | None = None,
+    anchor: str | None = None,
+    *,
+    host: bool = False,
+) -> PinnedView:
     """The view a decided run starts in: `tree` vetted again keeping its bytes (refused as StaleContent
     when they are not what was decided on), plus the verified scripts that re-read themselves. `anchor`:
     the cwd's files are re-read through the spawn's fd of the cwd (TreeVet.pin). A make in `run` is
-    handed its vetted makefiles as sealed copies (`run.command` is rendered again with them)."""
+    handed its vetted makefiles as sealed copies (`run.command` is rendered again with them). `host`: the
+    host view too (engine.commands.hostview), in the same bwrap."""
     try:
         record = tree.pin(anchor) if tree is not None and tree.commands else None
-        view = pinned_view(record, run.rereads if run is not None else ())
+        view = pinned_view(record, run.rereads if run is not None else (), host=host)
     except (TreeChanged, PinError) as exc:
         raise StaleContent(str(exc)) from None
     if tree is None or record is None or run is None:
@@ -268,15 +272,22 @@ class _Builder:
         self.bound.add(dest)
         self.args += ["--ro-bind-data", str(fd), dest]
 
-    def build(self) -> PinnedView:
-        if not self.args and not self.env:
+    def build(self, host: bool = False) -> PinnedView:
+        pins = bool(self.args or self.env)
+        if not pins and not host:
             return PinnedView()
         bwrap = bwrap_path()
         if bwrap is None:
             for fd in self.fds:
                 os.close(fd)
+            if host:
+                raise hostview.HostViewError(hostview.INSTALL_HINT)
             raise PinError("bubblewrap (bwrap) is needed to run host tools over the vetted files; install it")
-        prefix = (bwrap, "--dev-bind", "/", "/", "--tmpfs", self.root, *self.args, "--")
+        # One bwrap: the host view's operations first (the state dir a tmpfs), then the pinned view's
+        # tmpfs (inside the state dir's, made by bwrap in it) and its copies.
+        ops = hostview.view_args(str(state_dir())) if host else ["--dev-bind", "/", "/"]
+        pinned = ["--tmpfs", self.root, *self.args] if pins else []
+        prefix = (*hostview.head(bwrap), *ops, *pinned, "--", *hostview.tail())
         return PinnedView(prefix, dict(self.env), tuple(self.fds))
 
 
@@ -324,10 +335,13 @@ def _repo_view(b: _Builder, repo: Repo, record: Record) -> None:
             b.data(data, path)
 
 
-def pinned_view(record: Record | None, files: Iterable[tuple[str, bytes]] = ()) -> PinnedView:
+def pinned_view(
+    record: Record | None, files: Iterable[tuple[str, bytes]] = (), *, host: bool = False
+) -> PinnedView:
     """The view a run needs: git pointed at its vetted repository (from `record`), and every other
     vetted file (`files`: a Makefile, a script that re-reads itself) a read-only copy at its path.
-    An empty view (no prefix) when nothing needs pinning: the run starts as before, at no cost."""
+    `host`: the host view as well. An empty view (no prefix) when nothing needs pinning and no host
+    view is asked for: the run starts as before, at no cost."""
     b = _Builder(view_root())
     try:
         if record is not None:
@@ -338,7 +352,7 @@ def pinned_view(record: Record | None, files: Iterable[tuple[str, bytes]] = ()) 
                     b.data(data, path)
         for path, data in files:
             b.data(data, path)
-        return b.build()
+        return b.build(host)
     except BaseException:
         for fd in b.fds:
             with contextlib.suppress(OSError):

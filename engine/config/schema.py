@@ -109,6 +109,7 @@ EXEC_KEYS: dict[str, Spec | Table] = {
     # Per agent (engine.sessions.quota): sessions one agent keeps, output its sessions keep on disk.
     "maxSessionsPerAgent": Spec("max_sessions_per_agent", "int", minimum=1),
     "maxOutputBytesPerAgent": Spec("max_output_bytes_per_agent", "int", minimum=1024 * 1024),
+    "hostView": Spec("host_view", "enum", ("bwrap", "none")),
 }
 ELEVATED_KEYS: dict[str, Spec | Table] = {"enabled": Spec("enabled", "bool")}
 DOCKER_KEYS: dict[str, Spec | Table] = {

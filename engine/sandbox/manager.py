@@ -636,5 +636,3 @@ def _numeric_uid(user: str) -> int | None:
     """The uid of a container user spec ("uid[:gid]"); None for a named user (root then owns the socket)."""
     uid = user.partition(":")[0]
     return int(uid) if uid.isdigit() else None
-
-

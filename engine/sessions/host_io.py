@@ -18,6 +18,25 @@ from collections import OrderedDict
 from typing import Any
 
 VERSION = 1
+# The words a run in the gateway's host view starts with (engine.commands.hostview's head; stdlib only
+# here, so the same two words, kept equal by a test): bwrap reports a command killed by SIGINT/SIGQUIT as
+# exit 128+n, read back as the signal.
+VIEW_HEAD = ("/usr/bin/env", "--ignore-signal=INT,QUIT,TSTP")
+_VIEW_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+
+
+def exit_of(args: Any, raw: int) -> tuple[int | None, str | None]:
+    """os.waitstatus_to_exitcode's `raw` as (exit code, signal name), a host-view run's 128+n as n."""
+    if raw < 0:
+        try:
+            return None, signal.Signals(-raw).name
+        except ValueError:
+            return None, f"SIG{-raw}"
+    if isinstance(args, (list, tuple)) and tuple(args[:2]) == VIEW_HEAD and raw - 128 in _VIEW_SIGNALS:
+        return None, signal.Signals(raw - 128).name
+    return raw, None
+
+
 SOCKET_NAME = "host.sock"
 LOG_NAME = "host.log"
 HEADER = struct.Struct(">IBI")
@@ -336,16 +355,13 @@ class SessionIO:
             if s is None:
                 continue
             raw = os.waitstatus_to_exitcode(status)
+            args = None
             if s.popen is not None:
+                args = s.popen.args
                 s.popen.returncode = raw  # reaped here: Popen must never wait on a recycled pid
                 s.popen = None
-            sig = None
-            if raw < 0:
-                try:
-                    sig = signal.Signals(-raw).name
-                except ValueError:
-                    sig = f"SIG{-raw}"
-            self._ended(s, raw if raw >= 0 else None, sig)
+            code, sig = exit_of(args, raw)
+            self._ended(s, code, sig)
 
     def _remove(self, s: Session) -> None:
         self._close_held_stdin(s)

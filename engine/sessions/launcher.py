@@ -7,12 +7,12 @@ import contextlib
 import fcntl
 import os
 import secrets
-import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from engine.commands import hostview
 from engine.sessions import procs
 from engine.sessions.fdreader import FdReader, write_all
 from engine.sessions.pty import become_controlling_tty, open_pty, set_winsize
@@ -149,14 +149,9 @@ class Launcher(Protocol):
     async def spawn(self, spec: RunSpec) -> ProcessHandle: ...
 
 
-def _exit_status(status: int) -> tuple[int | None, str | None]:
-    code = os.waitstatus_to_exitcode(status)
-    if code >= 0:
-        return code, None
-    try:
-        return None, signal.Signals(-code).name
-    except ValueError:
-        return None, f"SIG{-code}"
+def _exit_status(status: int, args: Any = None) -> tuple[int | None, str | None]:
+    # A run in the host view reports its command's signal as bwrap could not (engine.commands.hostview).
+    return hostview.exit_status(args, os.waitstatus_to_exitcode(status))
 
 
 class LocalProcess:
@@ -215,7 +210,7 @@ class LocalProcess:
         self._set_exit(status)
 
     def _set_exit(self, status: int) -> None:
-        code, sig = _exit_status(status)
+        code, sig = _exit_status(status, self._popen.args)
         # Tell Popen the child is reaped so it never waits on (or warns about) a recycled pid.
         self._popen.returncode = code if code is not None else os.waitstatus_to_exitcode(status)
         if not self._exit.done():

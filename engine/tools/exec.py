@@ -20,7 +20,8 @@ from engine.approvals.pending import (
 from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import host_path, sanitize_host_env
-from engine.commands.pinned import PinnedView, in_checked_cwd, open_checked_dir, view_for
+from engine.commands.hostview import HostViewError, refuse_hidden_cwd
+from engine.commands.pinned import PinnedView, in_checked_cwd, open_checked_dir, pinned_view, view_for
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, VerifiedRun, verify
 from engine.config.model import Config
@@ -28,6 +29,7 @@ from engine.policy.decision import Decision
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
+from engine.statefs import state_dir
 from engine.tools.decide import Decided, decide
 from engine.tools.exec_asks import (
     ask_request,
@@ -118,6 +120,8 @@ class ExecTool:
                 return await self._run(prepared, call, ctx, prepared.command_to_run())
             except StaleContent as exc:
                 raise ToolError(f"exec denied: {exc}; ask again") from None
+            except HostViewError as exc:
+                raise ToolError(f"exec denied: {exc}") from None
         return await self._ask(prepared, call, ctx)
 
     async def _use_grants(self, decision: Decision) -> bool:
@@ -283,7 +287,7 @@ class ExecTool:
         try:
             cwd_fd = self._cwd_fd(prepared)
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
-            view = await self._pinned(prepared, run, anchor)
+            view = await self._pinned(prepared, run, anchor, host=self._host_view(prepared, ctx))
             spec = self._spec(prepared, call, ctx, run.command, detached=detached)
             started = run.command if cwd_fd is None else in_checked_cwd(cwd_fd, run.command)
             spec.argv = view.argv(DEFAULT_SHELL, started) or (
@@ -304,13 +308,25 @@ class ExecTool:
         result.details.setdefault("ranOn", f"sandbox {container}" if container else prepared.host)
         return result
 
-    async def _pinned(self, prepared: Prepared, run: VerifiedRun, anchor: str | None = None) -> PinnedView:
-        """The private view the run starts in: git pointed at the repository vetted, every file a host
-        tool or a script takes code from a read-only copy of the bytes checked (issue 27 §4, §5)."""
+    def _host_view(self, prepared: Prepared, ctx: ExecContext) -> bool:
+        """Whether the run gets the host view (engine.commands.hostview): every gateway-host run, at
+        every security level, unless the operator set hostView = "none"."""
+        if prepared.host != "gateway" or self._config().exec_for(ctx.agent_id).host_view == "none":
+            return False
+        refuse_hidden_cwd(prepared.cwd, str(state_dir()))
+        return True
+
+    async def _pinned(
+        self, prepared: Prepared, run: VerifiedRun, anchor: str | None = None, *, host: bool = False
+    ) -> PinnedView:
+        """The private view the run starts in: the state dir hidden and the trusted configs read-only
+        (`host`), git pointed at the repository vetted, every file a host tool or a script takes code
+        from a read-only copy of the bytes checked (issue 27 §4, §5)."""
         d = prepared.decision
         if prepared.host != "gateway" or ((d.tree is None or d.tree.vets_nothing) and not run.rereads):
-            return PinnedView()  # nothing to pin (view_for's answer too): no thread hop for it
-        return await asyncio.to_thread(view_for, d.tree, run, anchor)
+            # nothing to pin (view_for's answer too): no thread hop for it; the host view is a few stats
+            return pinned_view(None, host=True) if host else PinnedView()
+        return await asyncio.to_thread(view_for, d.tree, run, anchor, host=host)
 
     @staticmethod
     def _cwd_fd(prepared: Prepared) -> int | None:
@@ -402,6 +418,10 @@ class ExecTool:
             result = await self._run(prepared, call, ctx, command, detached=detached, session_id=session_id)
         except StaleContent as exc:
             denied = denied_result(record, prepared, f"approval-stale: {exc}")
+            note_run(self.approvals, record, denied, slot=slot)
+            return denied
+        except HostViewError as exc:  # the approved run cannot be given its view: it never started
+            denied = denied_result(record, prepared, str(exc))
             note_run(self.approvals, record, denied, slot=slot)
             return denied
         note_run(self.approvals, record, result, slot=slot)

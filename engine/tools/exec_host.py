@@ -16,12 +16,14 @@ from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, 
 from engine.approvals.store import ApprovalsStore
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
+from engine.commands.hostview import HostViewError, refuse_hidden_cwd
 from engine.commands.pinned import in_checked_cwd, open_checked_dir, view_for
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify
 from engine.config.loader import load_config
 from engine.policy.decision import evaluate
 from engine.results import ToolError
+from engine.statefs import state_dir
 from engine.unixsock import PeerInfo
 
 OUTPUT_CAP = 200_000  # chars of stdout/stderr returned per exec
@@ -118,7 +120,16 @@ class LocalExecHost:
             if decided.tree is not None and decided.identity:
                 cwd_fd = await asyncio.to_thread(open_checked_dir, cwd, decided.identity)
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
-            view = await asyncio.to_thread(view_for, decided.tree, run, anchor)
+            # The host view (engine.commands.hostview), as every gateway-host run has it.
+            host = config.exec_for(agent_id).host_view != "none"
+            if host:
+                refuse_hidden_cwd(cwd, str(state_dir()))
+            view = await asyncio.to_thread(view_for, decided.tree, run, anchor, host=host)
+        except HostViewError as exc:
+            run.close()
+            if cwd_fd is not None:
+                os.close(cwd_fd)
+            return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}", "host-view")
         except (StaleContent, OSError) as exc:
             run.close()
             if cwd_fd is not None:

@@ -384,6 +384,14 @@ def format_explain(info: dict[str, Any]) -> str:
         "Elevated:",
         f"  enabled: {str(info['elevated']['enabled']).lower()}",
     ]
+    if info.get("hostView"):
+        hv = info["hostView"]
+        lines += [
+            "",
+            "Host view (tools.exec.hostView):",
+            f"  mode: {hv['mode']}  bwrap: {hv['bwrap'] or '-'}",
+            f"  gateway-host commands see {hv['gatewayHostCommandsSee']}",
+        ]
     if info["problems"]:
         lines += ["", "Problems:", *[f"  ✗ {p}" for p in info["problems"]]]
     if info["mode"] == "non-main" and info["runtime"] == "sandboxed":

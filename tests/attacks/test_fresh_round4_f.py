@@ -459,11 +459,6 @@ async def test_class4_npm_reads_the_workspace_roots_npmrc_above_the_vetted_packa
 # --- class 4: the config exechost trusts is written by the program it allowlists -------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an allowlisted git writes the operator's global config (git config --global), which the "
-    "vetting trusts; the next allowlisted git status runs the filter it defines, unasked",
-)
 async def test_class4_allowlisted_git_writes_the_trusted_global_config(
     state_dir: Path, tmp_path: Path
 ) -> None:

@@ -4,7 +4,8 @@ which file a program reads, and what a sandboxed command inherits.
 
 Every attack here is the agent's: it writes files in a directory it can write (its workspace), sends one
 exec, and waits for the operator's answer; the operator answers the way the ask invites them to. A test
-marked xfail(strict) still works today; the others are regression tests of attempts that failed."""
+marked xfail(strict) still works today; the others are regression tests (attempts that failed, and attacks
+closed since: the host view hides the state dir and makes the trusted configs read-only)."""
 
 from __future__ import annotations
 
@@ -246,10 +247,10 @@ async def test_class4_programs_that_load_code_from_the_cwd_get_a_bare_path_entry
 
 
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: protected.protected_operand checks an operand's path (symlinks resolved) at the decision, "
-    "and cat opens it by path at the run: a link to operator.json exchanged in between (RENAME_EXCHANGE "
-    "loop) hands an allowlisted `cat x` the operator token, which approves anything",
+    strict=False,  # the leak is closed (host view); what is left fails only when the racer wins a window
+    reason="leak closed by the host view (the link resolves to the view's empty state dir); still open: "
+    "protected._resolved calls os.path.realpath, which raises EINVAL when the racer turns the link back "
+    "into a file between its lstat and readlink, and that OSError escapes the decision instead of a refusal",
 )
 async def test_class6_an_operand_swapped_for_a_link_into_the_state_dir_after_its_check(
     state_dir: Path, tmp_path: Path
@@ -279,12 +280,6 @@ async def test_class6_an_operand_swapped_for_a_link_into_the_state_dir_after_its
     assert leaked is None or leaked.strip() not in token, leaked
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: gitvet vets the repository's config and the argv, and trusts the operator's global config; "
-    "`git config --global alias.st '!cmd'` is a plain allowlisted git that writes that trusted file, and the "
-    "next `git st` runs the alias unasked (the pinned view leaves ~/.gitconfig writable)",
-)
 async def test_class4_allowlisted_git_writes_the_trusted_global_config(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -433,12 +428,6 @@ def test_class4_a_read_only_makefile_of_the_gateways_own_user_is_trusted() -> No
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `git log --output=FILE` (diff, show, format-patch alike) writes where the agent names, "
-    "text its --format chooses; under an entry for read-only `git log …` it wrote ~/.gitconfig (trusted, "
-    "never vetted) defining diff.x.textconv, and `git log -p` in a repo with .gitattributes diff=x ran it",
-)
 async def test_class4_git_log_output_writes_the_trusted_global_config(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -572,13 +561,6 @@ async def test_class5_an_interpreter_flag_that_reads_code_from_stdin_after_the_b
 
 
 @pytest.mark.skipif(shutil.which("unzip") is None, reason="unzip is not installed")
-@pytest.mark.xfail(
-    strict=False,
-    reason=WRITABLE_CWD
-    + "open: the state dir is protected by checking a command's operands and cwd, not where the program "
-    "writes: an allowlisted `unzip -o a.zip` plants a link s -> <state dir> (an archive member), `unzip -o "
-    "b.zip` writes s/exec-approvals.json through it, and the forged allowlist runs anything unasked",
-)
 async def test_class4_an_allowlisted_extractor_writes_the_approvals_file_through_its_own_link(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -779,13 +761,6 @@ async def test_class5_a_proc_self_script_operand_is_bound_in_the_wrong_process(
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=WRITABLE_CWD
-    + "open: protected.protected_word skips every word starting with `-`, so a short option's attached "
-    "value is never checked: allowlisted `curl -so<state>/exec-approvals.json file://forged.json` (asked "
-    "when spelled `-o <path>`) overwrites the approvals file, and the forged entry runs `touch` unasked",
-)
 async def test_class5_an_attached_short_option_value_into_the_state_dir(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -806,13 +781,6 @@ async def test_class5_an_attached_short_option_value_into_the_state_dir(
 
 
 @pytest.mark.parametrize("program", ["strings", "nm", "size"])
-@pytest.mark.xfail(
-    strict=False,
-    reason=WRITABLE_CWD
-    + "open: protected_word reads `@<path>` as a relative name (cwd/@…), but binutils (and gcc, ld, "
-    "as, ar) read `@FILE` as a response file of more arguments: allowlisted `strings @<state>/operator.json` "
-    "(refused without the @) echoes every word of the file back, the operator token included",
-)
 async def test_class5_a_response_file_reads_the_state_dir(
     state_dir: Path, tmp_path: Path, program: str
 ) -> None:
@@ -834,13 +802,6 @@ async def test_class5_a_response_file_reads_the_state_dir(
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
-@pytest.mark.xfail(
-    strict=False,
-    reason=WRITABLE_CWD
-    + "open: protected_word treats a URL as a relative name; `curl -s file://<state>/operator.json` "
-    "(file://localhost/… alike) is an allowlisted curl reading the operator token: the check can list "
-    "syntaxes forever, the construction is that unasked commands cannot reach the state dir at all",
-)
 async def test_class5_a_file_url_reads_the_state_dir(state_dir: Path, tmp_path: Path) -> None:
     config = ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"')
     allow: list[tuple[str, str | None]] = [(shutil.which("curl") or "curl", None)]
@@ -853,12 +814,6 @@ async def test_class5_a_file_url_reads_the_state_dir(state_dir: Path, tmp_path: 
     assert token not in details["_text"], details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the state-dir rule asks whether an operand or the cwd lies inside the state dir, never "
-    "whether the state dir lies inside what a recursive program walks: allowlisted `grep -r token .` from "
-    "its parent (the home dir: exec's default workdir) prints operator.json's and gateway.json's tokens",
-)
 async def test_class4_a_recursive_reader_walks_into_the_state_dir(state_dir: Path) -> None:
     config = ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"')
     allow: list[tuple[str, str | None]] = [(shutil.which("grep") or "grep", None)]
@@ -898,13 +853,6 @@ async def test_class4_a_tree_venv_runs_startup_code_before_the_bound_script(
 
 
 @pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
-@pytest.mark.xfail(
-    strict=False,
-    reason=WRITABLE_CWD
-    + "open: the state-dir check reads the command's words; a file the agent hands a program can name "
-    "more files to read: allowlisted `man ./x.1` whose page says `.so <state>/operator.json` (man-db's "
-    "soelim includes it) prints the operator token",
-)
 async def test_class4_a_file_the_program_reads_names_the_state_dir(state_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "x.1").write_text(f".TH X 1\n.SH NAME\nx\n.so {state_dir}/operator.json\n")
     config = ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"')

@@ -32,6 +32,11 @@ async def _req(state: Path, method: str, params: dict, *, operator: bool = False
         await client.close()
 
 
+async def _logged(state: Path, sid: str, want: str) -> bool:
+    params = {"action": "log", "agentId": "ops", "sessionId": sid, "limit": 10_000}
+    return want in (await _req(state, "process", params))["text"]
+
+
 def _state_files_parse(state: Path) -> None:
     for name in ("exec-approvals.json", PENDING_NAME, "events.json"):
         path = state / name
@@ -98,6 +103,11 @@ async def test_chaos_nothing_is_lost(state_dir: Path, tmp_path: Path) -> None:
                     sessions[sid]["stopped"] = True
             elif op == "kill" and running:
                 sid = rng.choice(running)
+                if "writes" not in sessions[sid]:
+                    # What it printed before the kill is what must not be lost: wait until it printed
+                    # (a gateway-host run starts in bwrap first, so a kill can otherwise come before it).
+                    started = f"start-{sessions[sid]['i']}"
+                    await wait_until(lambda s=sid, w=started: _logged(state_dir, s, w), timeout=30)
                 await _req(state_dir, "process", {"action": "kill", "agentId": "ops", "sessionId": sid})
                 sessions[sid]["killed"] = True
         daemon.restart()  # one more crash right at the end

@@ -1,0 +1,138 @@
+"""Every command run on the gateway host starts in a private mount namespace where the state dir is an
+empty tmpfs and the operator's trusted config files are read-only (issue 27, fresh round 4 group A/B).
+
+A check of the words a command names can always be walked around (a link, /proc/self/cwd, a response
+file, a URL, a recursive walk, a file the program reads naming another); a path that is not in the
+command's namespace cannot be named, walked, followed or raced into. The pinned view (engine.commands.
+pinned) adds its own bwrap arguments after these: one bubblewrap per run.
+
+bwrap stays the parent of the command (it always forks and waits), in the command's process group: it is
+started with ^C, ^\\ and ^Z ignored, so the terminal's and the session host's SIGINT/SIGQUIT/SIGTSTP reach
+the command and leave bwrap waiting, and the command gets them back at their default (`env
+--default-signal`). bwrap reports a command killed by signal n as exit 128+n; exit_status() turns 130/131
+of a wrapped run back into SIGINT/SIGQUIT, as they were reported before the view.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+
+BWRAP_CANDIDATES = ("/usr/bin/bwrap", "/bin/bwrap")
+ENV = "/usr/bin/env"
+# Signals a terminal (or an operator's ^C) sends: the command's, never bwrap's to die of.
+_TERMINAL = "INT,QUIT,TSTP"
+IGNORE = f"--ignore-signal={_TERMINAL}"
+RESTORE = f"--default-signal={_TERMINAL}"
+# A wrapped run whose command died of one of these is reported as that signal (bwrap says 128+n).
+_REPORTED = (signal.SIGINT, signal.SIGQUIT)
+INSTALL_HINT = (
+    "gateway-host commands run with the state dir hidden, which needs bubblewrap: install it "
+    '(apt-get install bubblewrap), or set [tools.exec] hostView = "none" to run them without it'
+)
+
+
+class HostViewError(Exception):
+    """A gateway-host run cannot be given its view: it is refused."""
+
+
+def bwrap_path() -> str | None:
+    found = next((p for p in BWRAP_CANDIDATES if os.access(p, os.X_OK)), None)
+    return found or shutil.which("bwrap")
+
+
+def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bool]]:
+    """(path, bind even when missing): files the gateway trusts (gitvet reads the global and system git
+    config, treecode the operator's npm and cargo config) or the operator runs (shell rc files). A missing
+    one is created empty as its mountpoint when it may be (an empty file reads as no file) — except the rc
+    files, where an empty ~/.bash_profile would hide ~/.profile from the operator's login shell."""
+    env = os.environ if environ is None else environ
+    home = env.get("HOME") or os.path.expanduser("~")
+    xdg = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    always = [
+        os.path.join(home, ".gitconfig"),
+        os.path.join(xdg, "git", "config"),
+        "/etc/gitconfig",
+        os.path.join(home, ".npmrc"),
+    ]
+    cargo = [os.path.join(home, ".cargo", name) for name in ("config.toml", "config")]
+    present = [p for p in cargo if os.path.lexists(p)]
+    if not present and os.path.isdir(os.path.dirname(cargo[0])):
+        present = [cargo[0]]  # none yet: the one cargo would read first, made read-only
+    rc = [
+        os.path.join(home, name)
+        for name in (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zshenv", ".zprofile")
+    ]
+    return [(p, True) for p in always + present] + [(p, False) for p in rc]
+
+
+def _creatable(path: str) -> bool:
+    """Whether bwrap (as this user) could make `path` as a mountpoint: the nearest existing directory
+    above it is writable. What this user cannot create, its commands cannot either."""
+    parent = os.path.dirname(path)
+    while parent and not os.path.isdir(parent):
+        if os.path.lexists(parent):
+            return False  # a file or a dangling link on the way: nothing to create
+        parent = os.path.dirname(parent)
+    return bool(parent) and os.access(parent, os.W_OK)
+
+
+def _empty_file(state: str) -> str:
+    """An empty regular file to bind over a missing config (not /dev/null: a device node on a nodev
+    filesystem cannot be opened, and git then refuses to run). In the state dir, made once; bwrap reads
+    bind sources from outside the view, where the state dir is not covered."""
+    path = os.path.join(state, "hostview-empty")
+    if not os.path.isfile(path) or os.path.getsize(path):
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o444)
+        os.close(fd)
+        os.replace(path + ".tmp", path)
+    return path
+
+
+def view_args(state: str, environ: dict[str, str] | None = None) -> list[str]:
+    """The bwrap operations of the host view: the state dir covered, the trusted configs read-only."""
+    args = ["--dev-bind", "/", "/", "--tmpfs", state]
+    for path, always in trusted_configs(environ):
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+        elif always and not os.path.lexists(path) and _creatable(path):
+            # an empty read-only file: reads as no config, never written, never made by the command
+            args += ["--ro-bind", _empty_file(state), path]
+    return args
+
+
+def head(bwrap: str) -> list[str]:
+    """The words before bwrap's operations: bwrap itself ignores the terminal's signals."""
+    return [ENV, IGNORE, bwrap]
+
+
+def tail() -> list[str]:
+    """The words after `--`: the command gets the terminal's signals back at their defaults."""
+    return [ENV, RESTORE]
+
+
+def is_wrapped(args: object) -> bool:
+    return isinstance(args, (list, tuple)) and len(args) > 2 and args[0] == ENV and args[1] == IGNORE
+
+
+def exit_status(args: object, code: int) -> tuple[int | None, str | None]:
+    """`code` (os.waitstatus_to_exitcode) as (exit code, signal name), with a wrapped run's 128+n for
+    SIGINT/SIGQUIT read as the signal bwrap could not report."""
+    if code < 0:
+        try:
+            return None, signal.Signals(-code).name
+        except ValueError:
+            return None, f"SIG{-code}"
+    if is_wrapped(args) and code - 128 in _REPORTED:
+        return None, signal.Signals(code - 128).name
+    return code, None
+
+
+def refuse_hidden_cwd(cwd: str | None, state: str) -> None:
+    """A cwd inside the state dir would not exist in the view: refused rather than run elsewhere."""
+    if not cwd:
+        return
+    real, root = os.path.realpath(cwd), os.path.realpath(state)
+    if real == root or real.startswith(root + os.sep):
+        raise HostViewError(f"{cwd} is inside the state dir, which gateway-host commands cannot see")
