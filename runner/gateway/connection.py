@@ -45,6 +45,8 @@ class Connection:
         self.presented = ""  # that credential, to drop the connection once it is revoked or re-minted
         self.peer_uid = -1
         self.peer_pid = peer_pid
+        # Its own turn among its agent's clients in the decision pool (engine.fairpool).
+        self.fair_key = f"conn-{id(self):x}"
         self.topics: set[str] = set()
         # None: every session's output (protocol v1 default); a set: only these (sessions.follow), the
         # others reported as `session.activity` counts against read_marks (raw offset seen up to).

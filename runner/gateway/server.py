@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import grp
 import hmac
 import logging
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import principals, statefs, unixsock
+from engine import fairpool, principals, statefs, unixsock
 from engine.errors import ExecHostError
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
@@ -382,7 +383,9 @@ class GatewayServer:
                 return None
             return principals.MAIN_AGENT, ""
         if hello.credential:
-            agent = await asyncio.to_thread(principals.lookup, self.state_dir, hello.credential)
+            agent = await fairpool.credentials.run(
+                hello.credential, functools.partial(principals.lookup, self.state_dir, hello.credential)
+            )
             if agent is None:
                 await self._reject(writer, "auth", "invalid or revoked agent credential")
                 return None

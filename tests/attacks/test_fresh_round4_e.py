@@ -813,11 +813,6 @@ async def test_event_spool_share_counts_characters_not_bytes(state: Path) -> Non
             await agent.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: every principal's decisions, checks and credential lookups share asyncio's default thread "
-    "pool (FIFO): 40 of one agent's policy.check on a 60 MiB script queue another agent's exec behind them",
-)
 async def test_one_agent_queues_everyone_behind_its_checks(state: Path) -> None:
     """Class 3 (a shared resource with no per-principal share). `policy.check` (and `exec`) decide in
     `asyncio.to_thread`, and deciding `sh big.sh` digests the agent-writable script (up to 64 MiB, ~0.14 s
