@@ -12,7 +12,7 @@ from typing import Any
 from engine.principals import owns_key
 from engine.protocol.frames import Event, Frame, Hello, ProtocolError, Response, encode_frame
 from engine.protocol.methods import EventName
-from runner.gateway.limits import MAX_BACKLOG_BYTES, READ_PAUSE_BYTES
+from runner.gateway.limits import MAX_BACKLOG_BYTES, MAX_BACKLOG_BYTES_PER_AGENT, READ_PAUSE_BYTES
 
 log = logging.getLogger("exechost.gateway")
 
@@ -47,6 +47,9 @@ class Connection:
         self.peer_pid = peer_pid
         # Its own turn among its agent's clients in the decision pool (engine.fairpool).
         self.fair_key = f"conn-{id(self):x}"
+        # Its agent's live connections (this one included), set by the server for an agent's connection:
+        # what waits for all of them together is capped too (MAX_BACKLOG_BYTES_PER_AGENT).
+        self.peers: set[Connection] | None = None
         self.topics: set[str] = set()
         # None: every session's output (protocol v1 default); a set: only these (sessions.follow), the
         # others reported as `session.activity` counts against read_marks (raw offset seen up to).
@@ -126,7 +129,7 @@ class Connection:
         # Counted in bytes, responses too: the transport holds at most TRANSPORT_BUFFER_BYTES and one
         # frame (the sender waits past that), so the queue is where a client that does not read piles up.
         backlog = self.backlog() + len(data)
-        if backlog > MAX_BACKLOG_BYTES or self._queue.full():
+        if backlog > MAX_BACKLOG_BYTES or self._queue.full() or self._agent_over(len(data)):
             log.warning(
                 "client %s (pid %s) is not reading (%d bytes wait for it); closing its connection",
                 self.name,
@@ -159,6 +162,13 @@ class Connection:
             pass
         finally:
             self.abort()
+
+    def _agent_over(self, more: int) -> bool:
+        """`more` bytes queued here would take what waits for this agent's connections past its cap."""
+        if self.peers is None:
+            return False
+        held = sum(c.backlog() for c in self.peers if not c.closed)
+        return held + more > MAX_BACKLOG_BYTES_PER_AGENT
 
     def backlog(self) -> int:
         """Bytes waiting for this client: queued here and in the socket's transport buffer."""

@@ -81,6 +81,7 @@ class GatewayServer:
         self._token = ""
         self._operator = ""
         self._handshaking: Counter[int] = Counter()  # by peer uid: connections not yet authenticated
+        self._agent_conns: dict[str, set[Connection]] = {}  # each agent's live connections (backlog cap)
         self._intake = limits.Intake()  # bytes of requests being handled, per connection and per agent
         self._revocations = 0  # revokes done: a handshake that overlapped one looks its credential up again
         self._revoking: set[str] = set()  # agents being revoked now: a handshake as one of them is refused
@@ -319,12 +320,19 @@ class GatewayServer:
         conn.agent, conn.credential = who
         conn.presented = hello.credential
         conn.peer_uid = uid
+        if not conn.operator:
+            conn.peers = self._agent_conns.setdefault(conn.agent, set())
+            conn.peers.add(conn)
         self.connections.add(conn)
         conn.send(Welcome(pid=os.getpid(), agent="" if conn.operator else conn.agent))
         try:
             await self._serve(conn, reader)
         finally:
             self.connections.discard(conn)
+            if conn.peers is not None:
+                conn.peers.discard(conn)
+                if not conn.peers:
+                    self._agent_conns.pop(conn.agent, None)
             # Requests already running are kept: an exec's detached work belongs to the gateway.
             await conn.finish()
 
@@ -479,6 +487,10 @@ class GatewayServer:
                     conn.send(ErrorFrame(code="frame", message="too many malformed frames"))
                     await _drain_input(reader)
                     return
+                continue
+            busy = self._intake.refusal(conn, len(conn.tasks))
+            if busy is not None:
+                conn.send(Response(id=frame.id, ok=False, error={"code": "busy", "message": busy}))
                 continue
             await slots.acquire()
             size = len(line)

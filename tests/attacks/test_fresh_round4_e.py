@@ -236,11 +236,6 @@ async def test_rotated_credential_still_acts_until_the_refresh(state: Path) -> N
             await old.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the intake counts request frames only (16 MiB per agent) but each in-flight request "
-    "pins ~5.7 KB of task state: one agent holds 32,256 polls of 110 bytes (RSS +184 MB measured)",
-)
 async def test_one_agent_pins_tens_of_thousands_of_requests(state: Path) -> None:
     """Class 3 (counts bytes). `limits.Intake` charges a request its frame's length while it runs; a
     `process poll` of ~110 bytes waits up to 120 s, and the only other bound is 512 per connection
@@ -507,11 +502,6 @@ async def test_docker_sandboxes_of_one_agent_share_a_pids_cap(state: Path) -> No
             docker_ops.remove(container["Id"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the 16 MiB backlog cap is per connection, and an agent holds 64: 16 connections that "
-    "never read each keep ~15 MB of its own sessions.output answers queued (~240 MB; 64 would be ~1 GB)",
-)
 async def test_backlog_cap_is_per_connection_not_per_agent(state: Path) -> None:
     """Class 3 (per principal, in bytes). Issue 27 §2's fix counts the bytes waiting for a client,
     responses included, and cuts the client off past MAX_BACKLOG_BYTES (16 MiB); reading pauses at 4 MiB,
