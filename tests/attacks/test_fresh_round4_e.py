@@ -839,11 +839,6 @@ async def test_one_agent_queues_everyone_behind_its_checks(state: Path) -> None:
             (workspace / "big.sh").unlink()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a frame still arriving is buffered whole (up to 1 MiB) with no deadline and counted "
-    "nowhere: 63 of one agent's connections each park 1 MiB less a little, 63 MiB for as long as they like",
-)
 async def test_half_sent_frames_park_megabytes_uncounted(state: Path) -> None:
     """Class 3 (counts bytes). The intake counts a request once its line is complete; until then the
     stream keeps what arrived (readuntil with a 1 MiB + 1 limit), and after the hello nothing times a
