@@ -1,6 +1,8 @@
 """Cost of issue 27's checks: a host `git status` run in the pinned view (engine/commands/pinned.py: the
 spawn's re-vet keeping the bytes, a bwrap mount namespace, git over the sealed config) against the same
-git run plainly; the inert-env check; reading interpreter options (engine/commands/interpoptions.py)."""
+git run plainly; the inert-env check; reading interpreter options (engine/commands/interpoptions.py); the
+tree vet of an unmodelled program (engine/commands/treesafe.py's inverse list) against a listed one; and a
+make handed its vetted Makefile as a sealed copy (re-vet, memfd, rendering again) before the spawn."""
 
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ from engine.commands.allowlist import AllowlistEntry, evaluate_allowlist
 from engine.commands.analysis import analyze_command
 from engine.commands.hostenv import foreign_env_keys
 from engine.commands.interpoptions import program_source
-from engine.commands.pinned import pinned_view
+from engine.commands.pinned import pinned_view, view_for
+from engine.commands.rendering import pinned_command
 from engine.commands.treecode import tree_vet
+from engine.commands.verified import VerifiedRun
 
 GIT_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1"}
 ENTRIES = [AllowlistEntry("/usr/bin/git")]
@@ -80,6 +84,9 @@ def main() -> None:
             base += timings(plain, 1)
             ours += timings(pinned, 1)
         pin_only = timings(lambda: pinned_view(vet.pin()).close(), args.runs)
+        tree_us = {c: _vet_us(c, work) for c in ("ls x.py", "mypy x.py")}
+        (Path(work) / "Makefile").write_text("test:\n\t@true\n")
+        make_ms = timings(lambda: _make_swap(work), args.runs)
     env = {"GNUMAKEFLAGS": "x", "LANG": "C", "TZ": "UTC"}
     # ms for 1,000 calls is µs per call
     env_us = statistics.median(timings(lambda: [foreign_env_keys(env) for _ in range(1000)], 20))
@@ -92,10 +99,41 @@ def main() -> None:
         q = statistics.quantiles(values, n=10)
         print(f"{label:40s} p50 {statistics.median(values):8.3f} ms  p90 {q[-1]:8.3f} ms")
     print(f"inert-env check (3 keys) {env_us:.2f} µs; interpreter options (5 words) {opt_us:.2f} µs")
+    print(f"tree vet: ls x.py {tree_us['ls x.py']:.1f} µs, mypy x.py {tree_us['mypy x.py']:.1f} µs")
+    m = statistics.median(make_ms)
+    print(f"make test: re-vet + sealed Makefile + rendering again (no spawn) p50 {m:.3f} ms")
     record("host git status in the pinned view, p50", f"{o:.2f} ms", f"{b:.2f} ms", ratio(o, b))
     record("pinned view: re-vet + build (no spawn), p50", f"{p:.3f} ms")
     record("inert-env check, 3 keys", f"{env_us:.2f} µs")
     record("interpreter options, `bash -e -o pipefail --norc x.sh`", f"{opt_us:.2f} µs")
+    record("tree vet, `mypy x.py` (unmodelled) in a writable tree", f"{tree_us['mypy x.py']:.1f} µs")
+    record("tree vet, `ls x.py` (on TREE_SAFE)", f"{tree_us['ls x.py']:.1f} µs")
+    record("make: re-vet + sealed Makefile + rendering (no spawn), p50", f"{m:.3f} ms")
+
+
+def _vet_us(command: str, work: str) -> float:
+    """µs per tree vet of `command` in `work` (writable): the decision's share of the inverse list."""
+    (Path(work) / "x.py").write_text("x = 1\n")
+    analysis = analyze_command(command)
+    entries = [AllowlistEntry("/usr/bin/ls"), AllowlistEntry("**/mypy")]
+    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    result = evaluate_allowlist(analysis, entries, cwd=work, env={"PATH": path})
+    assert result.segments[0].resolved_path, command
+    vet = tree_vet(analysis, result, work, [])
+    assert bool(vet.found) == (command.startswith("mypy")), vet.found
+    # ms for 1,000 calls is µs per call
+    return statistics.median(timings(lambda: [tree_vet(analysis, result, work, []) for _ in range(1000)], 10))
+
+
+def _make_swap(work: str) -> None:
+    analysis = analyze_command("make test")
+    entries = [AllowlistEntry("/usr/bin/make")]
+    result = evaluate_allowlist(analysis, entries, cwd=work, env={"PATH": "/usr/bin"})
+    vet = tree_vet(analysis, result, work, [])
+    run = VerifiedRun(pinned_command(analysis, result) or "")
+    view = view_for(vet, run)
+    assert "/proc/self/fd/" in run.command, run.command
+    view.close()
 
 
 if __name__ == "__main__":

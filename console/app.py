@@ -400,7 +400,8 @@ class ConsoleApp(App[None]):
         self.shown_at.setdefault(approval_id, time.time())
         if not new:
             return
-        self.approvals.explain(item)
+        with contextlib.suppress(NoMatches):  # (after a refresh: the panes may be gone by then)
+            self.approvals.explain(item)
         if self.bell_on_new:
             self.bell()
         self.notify_plain(

@@ -456,15 +456,15 @@ class ApprovalsPane(Horizontal):
                 self.check_content(self.selected)
 
     def refresh_detail(self) -> None:
+        with contextlib.suppress(NoMatches):  # (scheduled after a refresh: the pane may be gone by then)
+            self._refresh_detail()
+
+    def _refresh_detail(self) -> None:
         item = self.selected
         insight = self.insights.get(item.key, {}) if item else {}
         now = self.now_digests.get(item.key) if item else None
         detail = render_detail(item, insight, offline=self.offline, now_digests=now)
-        try:
-            target = self.query_one("#approval-detail", Static)
-        except NoMatches:
-            return  # removed (the console shuts down) while a refresh was on its way
-        target.update(detail)
+        self.query_one("#approval-detail", Static).update(detail)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()

@@ -212,7 +212,14 @@ class PolicyPane(Horizontal):
         if not link.connected.is_set():
             return
         try:
-            live = (await link.request(PolicyOverrides())).get("overrides", {})
+            live: dict[str, Any] = {}
+            after: str | None = None
+            while True:  # paged: the gateway answers at most OVERRIDES_PAGE_BYTES at a time
+                page = await link.request(PolicyOverrides(after=after))
+                live.update(page.get("overrides") or {})
+                after = page.get("next")
+                if not isinstance(after, str):
+                    break
             rows = (await link.request(PolicyAgents())).get("agents", [])
             grants = (await link.request(GrantsList())).get("grants", [])
         except (RemoteError, ConnectionError) as exc:

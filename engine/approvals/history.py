@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.approvals.pending import SHOWN_REQUESTERS
 from engine.errors import ExecHostError
 from engine.statefs import FILE_MODE, StateFileError, ensure_private_dir
 
@@ -76,16 +77,35 @@ def decision_line(view: dict[str, Any]) -> dict[str, Any]:
         "id", "slug", "status", "createdAtMs", "expiresAtMs", "resolvedBy", "resolvedAtMs", "reason",
         "count", "command", "cwd", "host", "agentId", "sessionKey", "security", "ask", "askFallback",
         "allowedDecisions", "resolvedPath", "nodeId", "nodeName", "envKeys", "agentReason", "requesterGone",
-        "run", "requesters", "contentDigests",
+        "run", "requesterCount", "contentDigests",
     )  # fmt: skip
-    return {"kind": "decision", "v": VERSION, **{k: view.get(k) for k in keep if k in view}}
+    line = {"kind": "decision", "v": VERSION, **{k: view.get(k) for k in keep if k in view}}
+    # Who asked: a count and the first few, never the whole list (an agent decides how many join).
+    line["requesters"] = list(view.get("requesters") or [])[:SHOWN_REQUESTERS]
+    return line
+
+
+# What a decision line keeps when even a cut command leaves it too long: it is never dropped, so the
+# history always has the decision (a line the reader would skip would erase it).
+_ESSENTIAL = (
+    "kind", "v", "id", "slug", "status", "createdAtMs", "expiresAtMs", "resolvedBy", "resolvedAtMs", "count",
+    "requesterCount", "host", "agentId", "sessionKey", "nodeId", "run",
+)  # fmt: skip
 
 
 def encode_entry(entry: dict[str, Any]) -> bytes:
-    """One line of the log (a command too long for a line is cut, marked, never dropped)."""
+    """One line of the log, always shorter than MAX_LINE_BYTES (so always read back): a command too long
+    is cut and marked, then anything but the essentials goes; never dropped."""
     line = _encode(entry)
     if len(line) >= MAX_LINE_BYTES:
-        line = _encode({**entry, "command": str(entry.get("command", ""))[:2000] + "… (truncated)"})
+        entry = {**entry, "command": str(entry.get("command", ""))[:2000] + "… (truncated)"}
+        line = _encode(entry)
+    if len(line) >= MAX_LINE_BYTES:
+        kept = {k: entry[k] for k in _ESSENTIAL if k in entry}
+        kept["command"], kept["truncated"] = entry.get("command"), True
+        line = _encode(kept)
+    if len(line) >= MAX_LINE_BYTES:  # the essentials themselves too long (a huge session key)
+        line = _encode({k: kept[k] for k in ("kind", "v", "id", "slug", "status", "truncated") if k in kept})
     return line
 
 

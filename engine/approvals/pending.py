@@ -20,13 +20,19 @@ DEFAULT_TIMEOUT_MS = 1_800_000  # DEFAULT_EXEC_APPROVAL_TIMEOUT_MS
 RESOLVED_GRACE_MS = 15_000  # RESOLVED_ENTRY_GRACE_MS: late waiters still find a resolved record
 NOT_FOUND = "unknown or expired approval id"
 AMBIGUOUS = "ambiguous approval id prefix; use the full id"
+REVOKED = "agent revoked"
 ALWAYS_UNAVAILABLE = "allow-always is unavailable because the effective policy requires approval every time"
 
 
 # One agent must not lock the operator out (issue 9 item 14): asks waiting at once, per agent and in all.
-# Coalesced identical asks count once. With the exec tool's 64 KiB command cap the queue stays in tens of MB.
+# The caps count requesters, not records: a session (or node approval) joining an ask already pending is
+# one more waiting ask, so no record can hold more requesters than its agent may have asks (issue 27: one
+# agent joined one ask from thousands of session keys until its row no longer fit a frame).
+# With the exec tool's 64 KiB command cap the queue stays in tens of MB.
 MAX_PENDING_PER_AGENT = 32
 MAX_PENDING = 256
+# How many requesters a view, an event or a decision line names; `count`/`requesterCount` say how many.
+SHOWN_REQUESTERS = 8
 HISTORY_SIZE = 500  # decided approvals remembered for `approvals.status|history` (commands ≤ 64 KiB each)
 
 
@@ -153,6 +159,8 @@ class ApprovalRecord:
     # allow-always with limits (--for/--uses/this session): a grant instead of a permanent entry.
     grant: GrantLimits | None = None
     future: asyncio.Future[str | None] = field(repr=False, kw_only=True)
+    # Its agent was revoked after the approval: a run not started yet never starts (revoke_agent).
+    revoked: bool = field(default=False, kw_only=True)
     # request.question(), computed once: the coalescing key is looked up at register and at the decision.
     question: ApprovalRequest | None = field(default=None, repr=False, compare=False, kw_only=True)
 
@@ -191,7 +199,8 @@ class ApprovalRecord:
             "run": self.run,
             "requesterGone": self.requester_gone,
             "count": self.count,
-            "requesters": list(self.requesters),
+            "requesterCount": len(self.requesters),
+            "requesters": self.requesters[:SHOWN_REQUESTERS],
             "grant": self.grant.to_json() if self.grant else None,
             **self.request.to_json(),
         }
@@ -239,7 +248,9 @@ class ApprovalManager:
         # Indexes over _records, so nothing per ask scans every record still in its grace window (a burst
         # of a thousand asks made each one walk a thousand decided records, twice).
         self._open: dict[str, ApprovalRecord] = {}  # not yet decided
-        self._open_per_agent: dict[str, int] = {}  # of them, per agent (the queue cap, without a scan)
+        # Requesters waiting on them, per agent and in all (the queue caps, without a scan).
+        self._open_per_agent: dict[str, int] = {}
+        self._open_requesters = 0
         self._maybe_unsettled: dict[str, ApprovalRecord] = {}  # may still need to be on disk
         self._by_request: dict[ApprovalRequest, str] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -275,7 +286,9 @@ class ApprovalManager:
                 who = (request.session_key, request.node_approval_id)
                 new = all((r["sessionKey"], r["nodeApprovalId"]) != who for r in existing.requesters)
                 if new:
+                    self._check_room(request.agent_id)  # a join is one more ask waiting
                     existing.requesters.append(request.requester())
+                    self._joined_one(existing)
                     if resume is not None and existing.resume is not None:
                         existing.joined.append(
                             {
@@ -381,21 +394,29 @@ class ApprovalManager:
 
     def _opened(self, record: ApprovalRecord) -> None:
         self._open[record.id] = record
+        waiting = max(1, len(record.requesters))
+        agent = record.request.agent_id
+        self._open_per_agent[agent] = self._open_per_agent.get(agent, 0) + waiting
+        self._open_requesters += waiting
+
+    def _joined_one(self, record: ApprovalRecord) -> None:
         agent = record.request.agent_id
         self._open_per_agent[agent] = self._open_per_agent.get(agent, 0) + 1
+        self._open_requesters += 1
 
     def _closed(self, record: ApprovalRecord) -> None:
         if self._open.pop(record.id, None) is None:
             return
+        waiting = max(1, len(record.requesters))
+        self._open_requesters -= waiting
         agent = record.request.agent_id
-        left = self._open_per_agent.get(agent, 0) - 1
+        left = self._open_per_agent.get(agent, 0) - waiting
         if left > 0:
             self._open_per_agent[agent] = left
         else:
             self._open_per_agent.pop(agent, None)
 
     def _check_room(self, agent_id: str) -> None:
-        pending = self._open
         mine = self._open_per_agent.get(agent_id, 0)
         if mine >= self.max_per_agent:
             raise ApprovalError(
@@ -403,12 +424,36 @@ class ApprovalManager:
                 f"exec denied: agent {agent_id} already has {mine} approvals waiting for the operator "
                 f"(at most {self.max_per_agent}); wait for a decision before asking again",
             )
-        if len(pending) >= self.max_total:
+        if self._open_requesters >= self.max_total:
             raise ApprovalError(
                 "APPROVAL_QUEUE_FULL",
-                f"exec denied: {len(pending)} approvals are waiting for the operator (at most "
+                f"exec denied: {self._open_requesters} approvals are waiting for the operator (at most "
                 f"{self.max_total} in all); wait for a decision before asking again",
             )
+
+    def revoke_agent(self, agent_id: str) -> int:
+        """The agent was revoked: what it asked before is not run after. Its pending asks are denied
+        (reason "agent revoked"), and a run approved but not started yet is noted as denied, so neither
+        this gateway nor the next (the note is on disk) starts it. The number of asks it touched."""
+        touched = 0
+        for record in list(self._open.values()):
+            if record.request.agent_id == agent_id:
+                record.reason = REVOKED
+                self._finish(record, "deny", "revoke")
+                touched += 1
+        for record in list(self._maybe_unsettled.values()):
+            if record.request.agent_id != agent_id or record.decision not in ("allow-once", "allow-always"):
+                continue
+            record.revoked = True
+            denied = {"status": "denied", "reason": REVOKED}
+            if record.run is None:
+                self.note_run(record, dict(denied))
+                touched += 1
+            for entry in record.joined:
+                if entry.get("run") is None:
+                    self.note_run(record, dict(denied), entry)
+                    touched += 1
+        return touched
 
     def requester_gone(self, approval_id: str) -> None:
         """The caller that waited for this ask went away; approvers are told (an "updated" event)."""

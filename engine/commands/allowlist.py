@@ -23,7 +23,7 @@ from engine.commands.durable import (
 )
 from engine.commands.interpreters import is_interpreter, name_of
 from engine.commands.matches import AllowlistEntry, AllowlistResult, SegmentMatch
-from engine.commands.protected import protected_root_watched, protected_word
+from engine.commands.protected import process_word, protected_root_watched, protected_word, through_process
 from engine.commands.rendering import (
     Identity,
     Words,
@@ -232,6 +232,7 @@ class _Context:
     protected: str  # the resolved state dir: no operand may point into it
     cwd_real: str = ""  # the cwd resolved, as protected_operand resolves it
     cwd_protected: bool = False  # the cwd itself is inside the state dir
+    cwd_process: bool = False  # the cwd itself is a path through /proc or /dev/fd (protected.process_word)
     generation: int = -1  # WATCH generation the context was built in
     # (argv[0], is a `sh -c`) -> what matching knows from the executable alone (_facts), for answers the
     # watched path caches gave: valid as long as the context is (the same WATCH generation).
@@ -343,6 +344,7 @@ def _new_context(
         protected=protected,
         cwd_real=cwd_real,
         cwd_protected=cwd_real == protected or cwd_real.startswith(protected.rstrip("/") + "/"),
+        cwd_process=through_process(cwd),
         generation=generation,
     )
     cwd_watched = REAL.get(cwd) == cwd_real
@@ -445,6 +447,11 @@ def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
         return _miss(
             segment, real, f"{touched} is inside exechost's state dir (tokens, approvals)", (), named
         )
+    if segment.inner is None:
+        through = context.cwd if context.cwd_process else process_word(argv, context.cwd, cwd_checked=True)
+        if through is not None:
+            why = "names a file through /proc or /dev/fd, which the run resolves in its own process"
+            return _miss(segment, real, f"{through} {why}", (), named)
     if segment.blocked_wrapper:
         return _miss(segment, real, f"blocked wrapper: {segment.blocked_wrapper}", (), named)
     if segment.assignments:

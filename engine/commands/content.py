@@ -23,7 +23,10 @@ from engine.commands.interpoptions import (
     program_source,
 )
 from engine.commands.interpreters import name_of
-from engine.commands.which import DEFAULT_PATH
+from engine.commands.protected import process_word
+from engine.commands.regular import Unreadable, read_fd
+from engine.commands.regular import open_regular as _open_regular
+from engine.commands.which import DEFAULT_PATH, resolves_through_proc
 
 # Agent-writable files are copied into memory to run: past this size the run is refused instead.
 WRITABLE_MAX_BYTES = 64 * 1024 * 1024
@@ -167,6 +170,11 @@ class ContentBinding:
     # An interpreter option no grammar covers (or a preload node searches for): what it loads is not a
     # file the text names, so allow-always is not offered either; `notes` says why.
     opaque: bool = False
+    # Issue 27 §5, the one rule for allow-always: it is offered only when the binder PROVES that every code
+    # source of the command is a file it bound (`proofs`, below). The default is "not proven": a binding
+    # built without that proof offers allow-once only. `unproven` says why, in the ask.
+    proven: bool = False
+    unproven: tuple[str, ...] = ()
 
     def to_json(self) -> list[dict[str, Any]]:
         return [item.to_json() for item in self.items]
@@ -266,37 +274,18 @@ def _key(st: os.stat_result) -> tuple[int, int, int, int, int]:
 CACHE = DigestCache()
 
 
-class ContentError(Exception):
-    """A file cannot be opened or bound as it must be."""
+# A file cannot be opened or bound as it must be (engine.commands.regular: the one way files are read).
+ContentError = Unreadable
 
 
 def open_regular(real: str) -> tuple[int, os.stat_result]:
     """An fd on the regular file at `real` (resolved already, so its last component must not be a link;
     O_NONBLOCK so a FIFO planted there cannot hang the gateway)."""
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ContentError(f"{real}: {exc.strerror or exc}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise ContentError(f"{real} is not a regular file")
-    return fd, st
+    return _open_regular(real, follow=False)
 
 
-def read_all(fd: int, size: int, limit: int) -> bytes:
-    if size > limit:
-        raise ContentError(f"{size} bytes, over the {limit}-byte limit for a file the agent can write")
-    chunks: list[bytes] = []
-    total = 0
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"".join(chunks)
-        total += len(chunk)
-        if total > limit:
-            raise ContentError(f"grew past the {limit}-byte limit while being read")
-        chunks.append(chunk)
+def read_all(fd: int, size: int, limit: int, path: str = "") -> bytes:
+    return read_fd(fd, size, limit, path)
 
 
 def digest_path(real: str, cache: DigestCache = CACHE) -> tuple[str, int, bool, bytes]:
@@ -309,7 +298,7 @@ def digest_path(real: str, cache: DigestCache = CACHE) -> tuple[str, int, bool, 
     fd, fst = open_regular(real)
     try:
         if st is None:
-            data = read_all(fd, fst.st_size, WRITABLE_MAX_BYTES)
+            data = read_all(fd, fst.st_size, WRITABLE_MAX_BYTES, real)
             return hashlib.sha256(data).hexdigest(), len(data), True, data[:SHEBANG_MAX]
         digest = hash_fd(fd, fst, cache)
         return digest, fst.st_size, False, os.pread(fd, SHEBANG_MAX, 0)
@@ -422,6 +411,7 @@ def bind(
     problems: list[str] = []
     path_var = env.get("PATH", DEFAULT_PATH)
     seen: set[tuple[str, tuple[int, ...], int]] = set()
+    linked: str | None = None  # a script operand resolved through a link into /proc
 
     def add(item: ContentItem) -> None:
         key = (item.real, item.where, item.argv_index)
@@ -471,6 +461,7 @@ def bind(
             problems.append(f"{shown}: its #! interpreter is chosen at run time and cannot be bound")
 
     def walk(segments: Sequence[Segment], matches: Sequence[SegmentMatch], where: tuple[int, ...]) -> None:
+        nonlocal linked
         for index, (segment, match) in enumerate(zip(segments, matches, strict=False)):
             here = (*where, index)
             for wrapper in match.wrapper_paths:
@@ -498,16 +489,20 @@ def bind(
             word = segment.argv[operand]
             named = os.path.join(cwd, word)
             real = os.path.realpath(named)
+            if linked is None and resolves_through_proc(os.path.abspath(named)):
+                linked = word  # a link into /proc: resolved here, it names the gateway's file
             # After `--` no option may follow, so the copy is then named by its /proc path instead.
             after_dashdash = segment.argv[operand - 1] == "--"
             reader = "" if after_dashdash else (reader_of(segment.argv[0]) or reader_of(program))
             if not os.path.lexists(named):
                 add(ContentItem("script", os.path.abspath(named), real, None, 0, True, here, operand))
-            elif os.path.isfile(real):
+            elif os.path.isdir(named):
+                continue  # the interpreter runs a file it finds inside (`python3 app`): unproven, allow-once
+            else:  # a FIFO or a device is not bound: refused below, never left unbound
                 file_item("script", os.path.abspath(named), real, here, operand, reader=reader, word=word)
 
     walk(analysis.segments, result.segments, ())
-    unbound = searched = opaque = False
+    unbound = searched = opaque = refused = False
     notes: list[str] = []
     whole = not analysis.ok  # unparsed: every file the text names is bound whole
     for segment in _plain_segments(analysis.segments):
@@ -551,14 +546,184 @@ def bind(
         unbound = unbound and not words
         if not words and not analysis.ok and _names_interpreter(command or ""):
             unbound = True
+    if any(item.sha256 == UNREADABLE for item in items):
+        # Not a regular file (a FIFO hands each run whatever is written into it) or unreadable: no digest
+        # holds it, so nothing can be saved; the run itself is refused at the spawn (verified._check).
+        notes.append(
+            "Warning: a file the command runs or reads as code is not a regular file (or cannot be read): "
+            "it cannot be bound, so allow-always is not offered and the run is refused."
+        )
+        refused = True
+    # Every word as a shell would split it; the text split at blanks when the analysis has the words
+    # already (assignments and redirections are in the text only).
+    text = command or ""
+    words = (text.split() if analysis.ok else _words(text)) + [
+        w for s in _plain_segments(analysis.segments) for w in s.argv
+    ]
+    through = process_word(words, cwd) or linked
+    if through is not None:
+        notes.append(
+            f"Warning: {through} names a file through /proc or /dev/fd, which each process resolves for "
+            "itself (its own cwd, fds, root): exechost cannot bind what the run will read there, so "
+            "allow-always is not offered."
+        )
+        refused = True
     if opaque:
         notes.append(
             "Warning: an interpreter is given an option exechost does not model: what that option loads "
             "cannot be bound, so allow-always is not offered."
         )
+    why = unproven_sources(analysis, tuple(items), cwd, command or "")
+    why += [f"{p}" for p in problems]
+    if unbound or searched or opaque:
+        why.append("a program comes from stdin, a search path or an option exechost does not model")
+    if refused:
+        why.append("a file it runs is not a regular file, or is reached through /proc")
     return ContentBinding(
-        tuple(items), analysis, result, tuple(problems), unbound, tuple(notes), searched or opaque
+        tuple(items),
+        analysis,
+        result,
+        tuple(problems),
+        unbound,
+        tuple(notes),
+        searched or opaque or refused,
+        proven=not why,
+        unproven=tuple(dict.fromkeys(why)),
     )
+
+
+# --------------------------------------------------------------------------- the proof of completeness
+
+# Programs that run a word of their argv as code or as a command line (a wrapper exechost does not unwrap
+# hands them one): their presence after argv[0] means a code source the binder did not follow.
+_RUNS_CODE = frozenset({*_SHELLS, *_FAMILY_OF, *_FILE_FLAG, "eval", "exec", "source", ".", "env", "xargs"})
+# Options of sed/awk proven not to read code: letters that stand alone, letters taking a value.
+_TEXT_TOOL_FLAGS = {"sed": ("nErsuz", "el"), "awk": ("", "Fv")}
+_TEXT_TOOL_LONG = frozenset(
+    {
+        "--posix",
+        "--quiet",
+        "--silent",
+        "--regexp-extended",
+        "--separate",
+        "--unbuffered",
+        "--null-data",
+        "--expression",
+        "--debug",
+        "--sandbox",
+    }
+)
+
+
+def unproven_sources(
+    analysis: CommandAnalysis, items: Sequence[ContentItem], cwd: str, command: str
+) -> list[str]:
+    """Why the binder cannot prove it bound every code source of the command; [] when it can.
+
+    Inverted default: a segment is proven only when its program is known to read no code besides the files
+    bound here. An unparsed text, `eval`/`source`, a word naming an interpreter or an agent-writable
+    executable after a program exechost does not unwrap (`nohup sh x.sh`, `find -exec`), an interpreter
+    option outside the grammar's inert ones, a script operand that is not a regular file here (a directory
+    the interpreter resolves, a name bash finds on PATH, `x` node runs as x.js), a second or attached
+    program file (`awk -fp.awk`, `sed --file=s.sed`), a `#!` argument: each is a reason."""
+    if not analysis.ok:
+        return ["the command could not be parsed, so what it runs is not proven bound"]
+    why: list[str] = []
+    for segment in _plain_segments(analysis.segments):
+        why += _segment_unproven(segment.argv, cwd)
+    for item in items:
+        if item.sha256 is None:
+            # Absent now: what appears there (or on PATH) later is code nobody saw.
+            why.append(f"{item.path} does not exist when decided")
+            continue
+        if item.role in ("executable", "interpreter") and len(item.shebang) > 1:
+            arg = item.shebang[1]
+            if not arg.startswith("-"):
+                why.append(f"{item.path}: its #! line passes {arg!r}, a word the interpreter may run")
+            else:
+                why += _segment_unproven((item.shebang[0], arg, item.real), cwd, shebang=item.path)
+    return why
+
+
+def _segment_unproven(argv: Sequence[str], cwd: str, shebang: str = "") -> list[str]:
+    name = name_of(argv[0])
+    where = f"{shebang}: its #! line" if shebang else name
+    if name in ("eval", "source", "."):
+        return [f"{name} runs text or a file the binder does not follow"]
+    if name in _FILE_FLAG:
+        return _text_tool_unproven(name, argv, cwd)
+    source = program_source(argv)
+    if source is not None:
+        if source.more:
+            return [f"{where}: {', '.join(source.more)} reads code besides the bound program"]
+        if source.kind == FILE:
+            return _operand_unproven(name, argv, source.index, cwd)
+        return []  # inline: the code is the text; stdin/module/unknown: reported by bind
+    if name in _FAMILY_OF:
+        operand = script_operand(argv, argv[0])
+        if operand is None or any(w.startswith(("-", "+")) for w in argv[1:operand]):
+            return [f"{where}: options exechost does not model for {name}"]
+        return _operand_unproven(name, argv, operand, cwd)
+    for word in argv[1:]:
+        if any(name_of(w) in _RUNS_CODE for w in word.split()) or _agent_executable(word, cwd):
+            return [f"{name} runs {word!r}, which exechost does not unwrap or bind"]
+    return []
+
+
+def _operand_unproven(name: str, argv: Sequence[str], index: int, cwd: str) -> list[str]:
+    if index >= len(argv):
+        return []
+    word = argv[index]
+    path = os.path.join(cwd, word)
+    if os.path.isfile(path):
+        return []
+    if os.path.isdir(path):
+        return [f"{name} {word}: a directory, the interpreter runs a file it finds there"]
+    return [f"{name} {word}: no such file here; the interpreter may find another one (PATH, {word}.js)"]
+
+
+def _text_tool_unproven(name: str, argv: Sequence[str], cwd: str) -> list[str]:
+    flags, valued = _TEXT_TOOL_FLAGS["sed" if "sed" in name else "awk"]
+    files = 0
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        if word == "--" or not word.startswith("-") or word == "-":
+            break
+        if word == "-f" and i + 1 < len(argv):
+            files += 1
+            if not os.path.isfile(os.path.join(cwd, argv[i + 1])):
+                return [f"{name} -f {argv[i + 1]}: not a regular file here"]
+            i += 2
+            continue
+        if word.startswith("--"):
+            long = word.partition("=")[0]
+            if long not in _TEXT_TOOL_LONG:
+                return [f"{name} {word}: an option the binder does not prove inert"]
+            i += 1
+            continue
+        letters = word[1:]
+        if letters[0] in valued:
+            i += 1 if len(letters) > 1 else 2
+            continue
+        if name_of(argv[0]).endswith("sed") and letters[0] == "i":
+            i += 1  # -i[SUFFIX]: edit in place
+            continue
+        if not all(c in flags for c in letters):
+            return [f"{name} {word}: an option the binder does not prove inert"]
+        i += 1
+    if files > 1:
+        return [f"{name}: more than one program file"]
+    return []
+
+
+def _agent_executable(word: str, cwd: str) -> bool:
+    """A word naming an executable file the agent can write (a wrapper runs a bare name from PATH, whose
+    entries are absolute and the operator's: only a word with a `/` names a file in the agent's tree)."""
+    if "/" not in word or word.startswith("-"):
+        return False
+    path = os.path.join(cwd, word)
+    return os.path.isfile(path) and os.access(path, os.X_OK) and not system_owned(os.path.realpath(path))
 
 
 def _plain_segments(segments: Sequence[Segment]) -> list[Segment]:

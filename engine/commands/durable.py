@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from engine.commands.interpreters import is_interpreter, runs_others
+from engine.commands.regular import Unreadable, read_regular
 
 if TYPE_CHECKING:
     from engine.commands.analysis import CommandAnalysis, Segment
@@ -38,12 +39,12 @@ SCRIPT_HASH_CAP = 16 * 1024 * 1024
 
 
 def _script_digest(path: str) -> str:
+    """sha256 of the script's first SCRIPT_HASH_CAP + 1 bytes; "unreadable" for anything but a regular file
+    (never read: a FIFO would hang the decision, and hand each run other bytes anyway)."""
     try:
-        with open(path, "rb") as f:
-            digest = hashlib.sha256(f.read(SCRIPT_HASH_CAP + 1))
-    except OSError:
+        return hashlib.sha256(read_regular(path, SCRIPT_HASH_CAP + 1, prefix=True)).hexdigest()
+    except Unreadable:
         return "unreadable"
-    return digest.hexdigest()
 
 
 def _scripts(analysis: CommandAnalysis, cwd: str, out: list[str]) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 import struct
+
+from engine.commands.regular import Unreadable, read_regular
 
 __all__ = ["UnreadableIndex", "gitlinks"]
 
@@ -38,23 +39,11 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
 
 def _read(path: str) -> bytes | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise UnreadableIndex(f"could not be read: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UnreadableIndex("is not a regular file")
-        if info.st_size > _READ_CAP:
-            raise UnreadableIndex(f"is larger than {_READ_CAP} bytes")
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        return read_regular(path, _READ_CAP)
+    except Unreadable as exc:
+        if exc.absent:
+            return None
+        raise UnreadableIndex(f"could not be read: {exc.reason}" if exc.errno else exc.reason) from None
 
 
 def gitlinks(index_path: str, hash_size: int = 20) -> list[str]:

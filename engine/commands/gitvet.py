@@ -6,12 +6,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import stat
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from engine.commands.gitindex import UnreadableIndex, gitlinks
+from engine.commands.regular import Unreadable, read_regular
 
 # Keys whose values git only ever uses as data (names, refs, flags, numbers), never as a program, a
 # driver, a path to something that runs, an include, an alias or a URL rewrite. Everything else in a
@@ -193,10 +193,11 @@ class Repo:
 def _read_gitfile(path: str) -> str | None:
     """`gitdir: <path>` in a `.git` file (relative to the file's directory), as git reads it."""
     try:
-        with open(path, "rb") as f:
-            text = f.read(4096).decode("utf-8", "replace")
-    except OSError:
-        return None
+        text = read_regular(path, 4096, prefix=True).decode("utf-8", "replace")
+    except Unreadable as exc:
+        if exc.errno:
+            return None
+        raise
     if not text.startswith("gitdir: "):
         return None
     target = text[len("gitdir: ") :].rstrip("\r\n")
@@ -212,10 +213,13 @@ def _valid_head(path: str) -> bool:
     try:
         if os.path.islink(path):
             return os.readlink(path).startswith("refs/")
-        with open(path, "rb") as f:
-            head = f.read(256)
+        head = read_regular(path, 256, prefix=True)
     except OSError:
         return False
+    except Unreadable as exc:
+        if exc.errno:
+            return False
+        raise  # there, but not a file: a FIFO here would hang whoever reads it (git included)
     if head.startswith(b"ref:"):
         return head[4:].lstrip(b" \t").startswith(b"refs/")
     return _OID.match(head) is not None
@@ -233,16 +237,30 @@ def _is_git_dir(path: str) -> bool:
 
 def _common_dir(git_dir: str) -> str:
     try:
-        with open(os.path.join(git_dir, "commondir"), "rb") as f:
-            rel = f.read(4096).decode("utf-8", "replace").strip()
-    except OSError:
-        return git_dir
+        rel = read_regular(os.path.join(git_dir, "commondir"), 4096, prefix=True).decode("utf-8", "replace")
+    except Unreadable as exc:
+        if exc.errno:
+            return git_dir
+        raise
+    rel = rel.strip()
     return os.path.realpath(os.path.join(git_dir, rel)) if rel else git_dir
 
 
 def discover(start: str) -> Repo | str | None:
     """The repository git finds walking up from `start` (`.git` dir or file, else a bare repo), a
-    problem text when git would fail (an unreadable `.git` file), or None outside any repository."""
+    problem text when git would fail (an unreadable `.git` file) or when a file it reads on the way is
+    not a regular file (a FIFO `HEAD`), or None outside any repository."""
+    try:
+        return _discover(start)
+    except Unreadable as exc:
+        return _not_a_file(exc)
+
+
+def _not_a_file(exc: Unreadable) -> str:
+    return f"{exc}: exechost cannot tell which repository git would use"
+
+
+def _discover(start: str) -> Repo | str | None:
     here = os.path.realpath(start)  # git chdirs, then walks up from the physical cwd
     while True:
         dot = os.path.join(here, ".git")
@@ -405,25 +423,9 @@ def _read_bytes(path: str) -> bytes | str:
     """The whole file, as git would read it (following links); a problem text for anything but a regular
     file of at most CONFIG_READ_CAP bytes (a FIFO or a device planted as a config must not hang vetting)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        return f"could not be read: {exc.strerror}"
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "is not a regular file"
-        chunks: list[bytes] = []
-        size = 0
-        while size <= CONFIG_READ_CAP:
-            chunk = os.read(fd, CONFIG_READ_CAP + 1 - size)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-            size += len(chunk)
-        return f"is larger than {CONFIG_READ_CAP} bytes"
-    except OSError as exc:
-        return f"could not be read: {exc.strerror}"
-    finally:
-        os.close(fd)
+        return read_regular(path, CONFIG_READ_CAP)
+    except Unreadable as exc:
+        return f"could not be read: {exc.reason}" if exc.errno else exc.reason
 
 
 def _parse(git: str, data: bytes) -> tuple[Pairs | str, bool]:
@@ -484,15 +486,18 @@ def _submodule_repos(
     for value in dict.fromkeys(paths):
         sub = os.path.realpath(os.path.join(work_tree, value))
         dot = os.path.join(sub, ".git")
-        if os.path.isdir(dot) and _is_git_dir(dot):
-            yield Repo(dot, _common_dir(dot), sub)
-        elif os.path.isfile(dot):
-            target = _read_gitfile(dot)
-            yield (
-                f"{dot} is not a gitdir file git can follow"
-                if target is None
-                else Repo(target, _common_dir(target), sub)
-            )
+        try:
+            if os.path.isdir(dot) and _is_git_dir(dot):
+                yield Repo(dot, _common_dir(dot), sub)
+            elif os.path.isfile(dot):
+                target = _read_gitfile(dot)
+                yield (
+                    f"{dot} is not a gitdir file git can follow"
+                    if target is None
+                    else Repo(target, _common_dir(target), sub)
+                )
+        except Unreadable as exc:
+            yield _not_a_file(exc)
 
 
 def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -> list[Finding]:
@@ -508,10 +513,14 @@ def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -
         if problem:
             found.append(Finding("git", "the command line", f"-c {given} ({problem})"))
     found += _argv_programs(args)
+    located: Repo | str | None
     if args.git_dir is not None:
-        if not _is_git_dir(args.git_dir):
-            return [*found, Finding("git", args.git_dir, "a --git-dir exechost cannot vet")]
-        located: Repo | str | None = Repo(args.git_dir, _common_dir(args.git_dir), args.work_tree or args.cwd)
+        try:
+            if not _is_git_dir(args.git_dir):
+                return [*found, Finding("git", args.git_dir, "a --git-dir exechost cannot vet")]
+            located = Repo(args.git_dir, _common_dir(args.git_dir), args.work_tree or args.cwd)
+        except Unreadable as exc:
+            located = _not_a_file(exc)
     else:
         located = discover(args.cwd)
     queue: list[tuple[Repo | str, str | None]] = [] if located is None else [(located, args.work_tree)]
@@ -575,10 +584,30 @@ def vet_config_file(git: str, path: str) -> list[Finding]:
     return out
 
 
+# Options that make git run git inside submodules (the forced config turns every such default off,
+# hostenv.GIT_FORCED_CONFIG): a submodule's own config was vetted only as of the re-vet, and a gitlink
+# added after it names a repository nobody vetted.
+_ENTERS_SUBMODULES = frozenset(
+    ("--recurse-submodules", "--ignore-submodules=none", "--ignore-submodules=untracked", "--submodule",
+     "--submodule=diff", "--submodule=log")
+)  # fmt: skip
+
+
+def _enters_submodules(word: str) -> bool:
+    if word.startswith("--recurse-submodules="):
+        return word.split("=", 1)[1] not in ("no", "false", "off")
+    return word in _ENTERS_SUBMODULES
+
+
 def _argv_programs(args: _Argv) -> list[Finding]:
     sub = args.subcommand
     if sub is None:
         return []
+    for word in args.rest:
+        if word == "--":
+            break
+        if _enters_submodules(word):
+            return [Finding("git", "the command line", f"`{word}`, which runs git inside submodules")]
     if sub in _PROGRAM_SUBCOMMANDS:
         first = next((w for w in args.rest if not w.startswith("-")), None)
         if first is None or first not in _SAFE_SUBCOMMAND_WORDS.get(sub, frozenset()):

@@ -139,6 +139,17 @@ GIT_FORCED_CONFIG = (
     ("protocol.ext.allow", "never"),
     ("diff.external", ""),
     ("core.alternateRefsCommand", ""),
+    # Never run git inside a submodule unasked: git reads the index again after the spawn's re-vet, so a
+    # gitlink added in between named a repository nobody vetted, and status ran its filter there. With
+    # these, status and diff compare only the commit a gitlink records (no `git status` in the
+    # submodule's work tree), no summary or inline diff runs there, and fetch, pull, checkout, … do not
+    # recurse unless the argv asks (and such an argv asks: gitvet). Child gits keep this config.
+    ("diff.ignoreSubmodules", "dirty"),
+    ("status.submoduleSummary", "false"),
+    ("diff.submodule", "short"),
+    ("submodule.recurse", "false"),
+    ("fetch.recurseSubmodules", "false"),
+    ("push.recurseSubmodules", "no"),
 )
 
 

@@ -16,6 +16,9 @@ FILE, INLINE, STDIN, MODULE, UNKNOWN = "file", "inline", "stdin", "module", "unk
 class Source:
     kind: str  # file | inline | stdin | module | unknown
     index: int = -1  # file: the operand's argv index; inline: the code's index
+    # Options that make the interpreter read code besides its program (python -i: a REPL on stdin after the
+    # script; perl -d: the debugger's commands, -M/-m: a module found on @INC): nothing binds that code.
+    more: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,8 @@ class Grammar:
     long_inline: frozenset[str] = frozenset()
     plus: bool = False  # `+x` turns an option off (shells)
     digits: str = ""  # letters taking optional attached digits, after which the cluster goes on (perl -l0)
+    more: str = ""  # letters (of flags, valued or attached) that read code besides the program
+    long_more: frozenset[str] = frozenset()
 
 
 _SH = Grammar(
@@ -44,7 +49,7 @@ _SH = Grammar(
     long_valued=frozenset(),
 )  # fmt: skip
 _PYTHON = Grammar(
-    flags="bBdEhiIOPqsSuvVx?R3", valued="WX", attached="", inline="c", module="m",
+    flags="bBdEhiIOPqsSuvVx?R3", valued="WX", attached="", inline="c", module="m", more="i",
     long_flags=frozenset({"--version", "--help", "--help-env", "--help-xoptions", "--help-all"}),
     long_valued=frozenset({"--check-hash-based-pycs"}),
 )  # fmt: skip
@@ -56,7 +61,7 @@ PYTHON_INERT_X = frozenset(
 )  # fmt: skip
 _PERL = Grammar(
     flags="acfnpsStTuUvwWX", valued="IMm", attached="idDCxV", inline="eE", digits="l0",
-    long_flags=frozenset({"--version", "--help"}), long_valued=frozenset(),
+    long_flags=frozenset({"--version", "--help"}), long_valued=frozenset(), more="dDMm",
 )  # fmt: skip
 _RUBY = Grammar(
     flags="acdlnpsvwyhU", valued="IrCE", attached="xWKT", inline="e", digits="0",
@@ -72,7 +77,7 @@ _NODE = Grammar(
                           "--experimental-vm-modules", "--expose-gc", "--jitless", "--frozen-intrinsics"}),
     long_valued=frozenset({"--require", "--import", "--loader", "--experimental-loader", "--conditions",
                            "--input-type", "--title", "--stack-size", "--max-old-space-size"}),
-    long_inline=frozenset({"--eval", "--print"}),
+    long_inline=frozenset({"--eval", "--print"}), more="i", long_more=frozenset({"--interactive"}),
 )  # fmt: skip
 _GRAMMARS = {
     **{n: _SH for n in ("sh", "bash", "dash", "ash")},
@@ -99,7 +104,12 @@ def program_source(argv: Sequence[str], program: str | None = None) -> Source | 
     key = family(program or argv[0]) if argv else None
     if key is None:
         return None
-    g = _GRAMMARS[key]
+    more: list[str] = []
+    source = _source(_GRAMMARS[key], argv, more)
+    return Source(source.kind, source.index, tuple(more)) if more else source
+
+
+def _source(g: Grammar, argv: Sequence[str], more: list[str]) -> Source:
     i = 1
     while i < len(argv):
         word = argv[i]
@@ -109,6 +119,8 @@ def program_source(argv: Sequence[str], program: str | None = None) -> Source | 
             return Source(FILE, i + 1) if i + 1 < len(argv) else Source(STDIN)
         if word.startswith("--"):
             name, eq, _value = word.partition("=")
+            if name in g.long_more:
+                more.append(name)
             if name in g.long_inline:
                 return Source(INLINE, i if eq else i + 1)
             if name in g.long_valued:
@@ -120,20 +132,22 @@ def program_source(argv: Sequence[str], program: str | None = None) -> Source | 
             return Source(UNKNOWN)
         if not (word.startswith("-") or (g.plus and word.startswith("+"))) or len(word) == 1:
             return Source(FILE, i)
-        step = _cluster(g, word, i, argv)
+        step = _cluster(g, word, i, argv, more)
         if isinstance(step, Source):
             return step
         i = step
     return Source(STDIN)
 
 
-def _cluster(g: Grammar, word: str, i: int, argv: Sequence[str]) -> int | Source:
+def _cluster(g: Grammar, word: str, i: int, argv: Sequence[str], more: list[str]) -> int | Source:
     """The next argv index after one option word, or where the program comes from if it says."""
     plus = word.startswith("+")
     j = 0
     while j + 1 < len(word):
         j += 1
         letter, rest = word[j], word[j + 1 :]
+        if letter in g.more and not plus:
+            more.append(f"-{letter}")
         if letter in g.digits:
             allowed = "0123456789"
             if letter == "0" and word[j + 1 : j + 2] in ("x", "X"):

@@ -9,23 +9,28 @@ Git's repository config is not bound over its path: Linux detaches a bind mount 
 renamed over in another namespace, so an agent renaming a new `.git/config` into place would reach git
 again. Instead GIT_COMMON_DIR names a directory that exists only inside the namespace (a tmpfs) holding
 the vetted config and links to the repository's objects, refs and logs; no path the agent can rename
-leads to a config there. Files bound at their own path (a Makefile, a script re-reading "$0", a
-submodule's config) keep that one limit: a rename over them after the spawn reaches a later re-read
-(their first read, and every run of them, is the copy: engine.commands.verified).
+leads to a config there. make is handed its makefiles the same way, by a name no rename reaches
+(`-f /proc/self/fd/N`). Files bound at their own path (a script re-reading "$0", a submodule's config,
+a Makefile a sub-make reads again) keep that one limit: a rename over them after the spawn reaches a
+later re-read (their first read, and every run of them, is the copy: engine.commands.verified).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
-from collections.abc import Iterable, Sequence
+import stat
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from engine.commands.gitvet import Record, Repo, parse_argv
 from engine.commands.interpreters import name_of
-from engine.commands.treecode import TreeChanged, TreeVet
-from engine.commands.verified import StaleContent, sealed_copy
+from engine.commands.makefiles import DEFAULTS, MakeRead, parse_make, reads
+from engine.commands.rendering import render_bound
+from engine.commands.treecode import TreeChanged, TreeVet, agent_writable
+from engine.commands.verified import StaleContent, VerifiedRun, sealed_copy
 from engine.statefs import state_dir
 
 BWRAP_CANDIDATES = ("/usr/bin/bwrap", "/bin/bwrap")
@@ -80,17 +85,168 @@ class PinnedView:
         return [*self.prefix, *argv]
 
 
-def view_for(
-    tree: TreeVet | None, rereads: Iterable[tuple[str, bytes]] = (), anchor: str | None = None
-) -> PinnedView:
+def view_for(tree: TreeVet | None, run: VerifiedRun | None = None, anchor: str | None = None) -> PinnedView:
     """The view a decided run starts in: `tree` vetted again keeping its bytes (refused as StaleContent
     when they are not what was decided on), plus the verified scripts that re-read themselves. `anchor`:
-    the cwd's files are re-read through the spawn's fd of the cwd (TreeVet.pin)."""
+    the cwd's files are re-read through the spawn's fd of the cwd (TreeVet.pin). A make in `run` is
+    handed its vetted makefiles as sealed copies (`run.command` is rendered again with them)."""
     try:
         record = tree.pin(anchor) if tree is not None and tree.commands else None
-        return pinned_view(record, rereads)
+        view = pinned_view(record, run.rereads if run is not None else ())
     except (TreeChanged, PinError) as exc:
         raise StaleContent(str(exc)) from None
+    if tree is None or record is None or run is None:
+        return view
+    try:
+        _argv_swaps(tree, record, run, view)
+    except BaseException as exc:
+        view.close()
+        if isinstance(exc, PinError):
+            raise StaleContent(str(exc)) from None
+        raise
+    return view
+
+
+# A name MAKEFILE_LIST can be given back without quoting (patsubst's commas, parentheses, `$`, spaces
+# and `%` would need escaping; such a name keeps the copy's /proc/self/fd/N in MAKEFILE_LIST).
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._+/-]+")
+
+
+# git subcommands that look inside submodules' work trees unless told not to on their command line: a
+# submodule's own `ignore = none` in `.gitmodules` (the work tree's, read after the spawn) overrides the
+# forced `diff.ignoreSubmodules=dirty` (hostenv.GIT_FORCED_CONFIG); the command-line option overrides both.
+_SUBMODULE_LOOKERS = frozenset({"status", "diff"})
+IGNORE_SUBMODULES = "--ignore-submodules=dirty"
+
+
+def _argv_swaps(tree: TreeVet, record: Record, run: VerifiedRun, view: PinnedView) -> None:
+    """Words the spawn puts into the command: a make's sealed makefiles (below), and a git status or diff
+    told on its command line never to run git inside a submodule (a gitlink added after the re-vet names
+    a repository nobody vetted). The command is rendered again with them. When the raw text runs instead
+    of a rendering (security=full, or approved text that could not be rendered: shown or allowed whole),
+    it runs as it is, reading by path in the view."""
+    words: dict[tuple[tuple[int, ...], int], list[str]] = {}
+    for (argv, paths), where in zip(tree.commands, tree.wheres, strict=False):
+        if {name_of(argv[0]), *(name_of(p) for p in paths if p)} & {"git"}:
+            sub = parse_argv(argv, "/")
+            if sub.subcommand in _SUBMODULE_LOOKERS:
+                index = len(argv) - len(sub.rest) - 1
+                words[(where, index)] = [argv[index], IGNORE_SUBMODULES]
+    _make_reads_copies(tree, record, run, view, words)
+    if not words:
+        return
+    analysis, result = tree.analysis, tree.result
+    if analysis is not None and result is not None and render_bound(analysis, result, {}) == run.source:
+        rendered = render_bound(analysis, result, {**run.words, **words})
+        if rendered is not None:
+            run.command = rendered
+
+
+def _make_reads_copies(
+    tree: TreeVet,
+    record: Record,
+    run: VerifiedRun,
+    view: PinnedView,
+    words: dict[tuple[tuple[int, ...], int], list[str]],
+) -> None:
+    """Every make of the command reads its makefiles from sealed copies of the vetted bytes, by a name
+    no rename reaches: `-f /proc/self/fd/N` (the fd is the child's own), and a makefile that was absent
+    stays absent (`-f /dev/null` for the default lookup). A bind at the makefile's path is not enough:
+    Linux detaches it when a file is renamed over that path outside the namespace, and make's first read
+    comes after the spawn. The copy starts with one line that gives MAKEFILE_LIST back the makefile's own
+    name, so `$(lastword $(MAKEFILE_LIST))` still finds the project (error messages name the fd, one line
+    on)."""
+    fds: list[int] = []
+    try:
+        for (argv, paths), where in zip(tree.commands, tree.wheres, strict=False):
+            if not {name_of(argv[0]), *(name_of(p) for p in paths if p)} & {"make", "gmake"}:
+                continue
+            args = parse_make(argv)
+            if args.problem is not None:
+                continue  # asked, naming the option: what a human approved runs as shown
+            asked = {f.path for f in tree.found}
+            for swap in _make_targets(reads(args, tree.real_cwd), record, tree.roots, asked):
+                target = swap.target
+                if swap.data is not None:
+                    fd = sealed_copy(swap.data, swap.name, _makefile_list(swap.name))
+                    fds.append(fd)
+                    target = f"/proc/self/fd/{fd}"
+                if swap.slot is None:
+                    words[(where, 0)] = [*_exe_words(run, where, paths), "-f", target]
+                else:
+                    index, prefix = swap.slot
+                    words[(where, index)] = [prefix + target]
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    view.fds = (*view.fds, *fds)
+
+
+def _makefile_list(name: str) -> Callable[[int], bytes]:
+    def head(fd: int) -> bytes:
+        if not _PLAIN_NAME.fullmatch(name):
+            return b""
+        return f"MAKEFILE_LIST := $(patsubst /proc/self/fd/{fd},{name},$(MAKEFILE_LIST))\n".encode()
+
+    return head
+
+
+def _make_targets(
+    found: list[MakeRead], record: Record, roots: Sequence[str], asked: set[str]
+) -> list[_Swap]:
+    """What make is given instead of each makefile a racer could swap: the vetted bytes (a makefile read
+    at the re-vet), or a name that stays absent (a makefile that was absent, in a directory the agent can
+    write). A makefile only root or the operator can change is read where it is."""
+    out: list[_Swap] = []
+    for read in found:
+        where = os.path.dirname(read.path)
+        if read.slot is None:  # the default lookup: the first of DEFAULTS that was there when vetted
+            held = [os.path.join(where, n) for n in DEFAULTS if os.path.join(where, n) in record.data]
+            if held:
+                out.append(_Swap(None, os.path.basename(held[0]), "", record.data[held[0]]))
+            elif agent_writable(where, roots):
+                if any(_regular(os.path.join(where, n)) for n in DEFAULTS):
+                    raise PinError(f"a makefile appeared in {where} since the tree was vetted")
+                out.append(_Swap(None, read.name, "/dev/null", None))
+            continue
+        data = record.data.get(read.path)
+        if data is not None:
+            out.append(_Swap(read.slot, read.name, "", data))
+        elif agent_writable(where, roots):
+            if os.path.lexists(read.path) and (_regular(read.path) or read.path not in asked):
+                # absent when vetted (a regular one would be held; another kind was asked about)
+                raise PinError(f"{read.path} appeared since the tree was vetted")
+            if not os.path.lexists(read.path):
+                out.append(_Swap(read.slot, read.name, "/dev/null/" + os.path.basename(read.path), None))
+    return out
+
+
+@dataclass(frozen=True)
+class _Swap:
+    slot: tuple[int, str] | None  # MakeRead.slot
+    name: str  # the makefile's name as make knows it (MAKEFILE_LIST)
+    target: str  # what make reads instead ("" for a sealed copy of `data`)
+    data: bytes | None
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode) or os.path.isfile(path)
+    except OSError:
+        return False
+
+
+def _exe_words(run: VerifiedRun, where: tuple[int, ...], paths: Sequence[str | None]) -> list[str]:
+    """The words that run a segment's executable, as the rendering has them: a sealed copy's words
+    when content binding replaced it, else its pinned path (rendering.pin_path)."""
+    held = run.words.get((where, 0))
+    if held is not None:
+        return list(held)
+    real, named = [*paths, None, None][:2]
+    if named is not None and real is not None and os.path.basename(named) != os.path.basename(real):
+        return [named]
+    return [real or named or "make"]
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 from engine import statefs
@@ -123,3 +123,56 @@ def protected_word(argv: Sequence[str], base: str, root: str) -> str | None:
             if path == root or path.startswith(prefix):
                 return candidate
     return None
+
+
+# Paths each process resolves for itself: its own cwd, root, fds and exe under /proc/self (and /proc/<pid>,
+# which is another process than the one checked), and /dev/fd, /dev/std* (links into /proc/self/fd).
+_PER_PROCESS = frozenset({"/proc", "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr"})
+
+
+def through_process(path: str) -> bool:
+    """Whether the absolute `path`, walked as written (`.` and `..` taken lexically, step by step), passes
+    through /proc or /dev/fd at any step: `/dev/fd/../../self/cwd` goes through /dev/fd (a link to
+    /proc/self/fd) although its lexical normal form does not, `//proc` and `/dev/../proc` reach /proc."""
+    here = ""
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            here = here.rpartition("/")[0]
+            continue
+        here = f"{here}/{part}"
+        if here in _PER_PROCESS or here.startswith("/proc/"):
+            return True
+    return False
+
+
+def process_word(words: Iterable[str], cwd: str, *, cwd_checked: bool = False) -> str | None:
+    """The first of `words` (or the cwd) that names a file through /proc or /dev/fd, else None.
+
+    The gateway resolving such a path sees its own process (its cwd, its fds), never the run's: a check
+    or a digest made there is about another file than the one the command opens. So no such word is
+    checked or bound at all: the command asks, and nothing is saved for it. Every absolute path inside a
+    word counts (`--file=/proc/…`, `-f/proc/…`, `@/proc/…`), and a relative one from the cwd.
+    `cwd_checked`: the caller found the cwd itself not through /proc already (once per context)."""
+    if not cwd_checked and through_process(cwd):
+        return cwd
+    near = "proc" in cwd or "dev" in cwd  # `fd/0` from /dev
+    for word in words:
+        if not near and "proc" not in word and "dev" not in word:
+            continue  # no step of any path it names can be /proc or /dev/…
+        if not word.startswith("/") and through_process(cwd + "/" + word):
+            return word
+        # A path starts at the word's first `/` (`-f/proc/…`, `--x=/proc/…`) or after a separator
+        # (`a:/proc/…`, `x,/proc/…`); a later `/` inside a path (`/tmp/proc`) starts none.
+        cut = word.find("/")
+        while cut >= 0:
+            if through_process(word[cut:]):
+                return word
+            cut = word.find("/", cut + 1)
+            while cut > 0 and word[cut - 1] not in _STARTS_A_PATH:
+                cut = word.find("/", cut + 1)
+    return None
+
+
+_STARTS_A_PATH = frozenset("=:,@~'\" \t")

@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass, field
 
 from engine.commands import gitvet
 from engine.commands.allowlist import AllowlistResult
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.gitvet import Finding
 from engine.commands.interpreters import name_of
+from engine.commands.makefiles import DEFAULTS, not_regular, parse_make
+from engine.commands.regular import Unreadable, read_regular
+from engine.commands.treesafe import is_tree_safe
 from engine.commands.which import real_path
 from engine.statefs import state_dir
 
 __all__ = [
     "TREE_PROGRAMS",
+    "UNMODELLED",
     "Finding",
     "TreeChanged",
     "TreeVet",
@@ -108,14 +112,20 @@ TREE_PROGRAMS: dict[str, TreeProgram] = {
         "services, mounts and privileges docker compose starts",
     ),
 }
+# What an unmodelled program (on neither list) is said to take from a writable tree: exechost cannot know.
+UNMODELLED = (
+    "code it may load from there (config naming plugins, conftest.py, hooks, …: it is not a program "
+    "known to take none, tools.exec.treeSafe)"
+)
+NOT_A_FILE = "a makefile that is not a regular file (stdin, a device, a fifo): nothing there can be vetted"
+_OPERANDS_LOOKED_AT = 64  # path operands whose trees an unmodelled program may read (pytest ../other)
 # The spawn's directory fd of the cwd, as a path: what is looked up under it is found in the directory that
 # fd holds (the kernel follows the fd, not a name), so a directory exchanged at the cwd's path after the
 # fd was opened and checked is not what the re-vet reads.
 ANCHOR = "/proc/self/fd/"
 # Options naming the directory a program works in, instead of the cwd.
+# (make's are read by make's own grammar: engine.commands.makefiles.)
 _DIR_OPTIONS: dict[str, tuple[str, ...]] = {
-    "make": ("-C", "--directory"),
-    "gmake": ("-C", "--directory"),
     "ninja": ("-C",),
     "npm": ("--prefix", "-C"),
     "pnpm": ("-C", "--dir"),
@@ -128,8 +138,6 @@ _DIR_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 # Options naming the file a program reads instead of its default (that file runs, whatever its name).
 _FILE_OPTIONS: dict[str, tuple[str, ...]] = {
-    "make": ("-f", "--file", "--makefile"),
-    "gmake": ("-f", "--file", "--makefile"),
     "ninja": ("-f",),
     "cargo": ("--manifest-path",),
     "just": ("-f", "--justfile"),
@@ -205,8 +213,25 @@ def _dirs(start: str, walk_up: bool) -> Iterator[str]:
         here = parent
 
 
+def _make_files(argv: Sequence[str], cwd: str) -> list[str]:
+    """What make reads: every `-f` file (relative to the last of the cumulative `-C`s), else every
+    default makefile present (make reads the first; all are named), and whatever make could remake
+    each of those from (makefile_sources), present or not."""
+    args = parse_make(argv)
+    where = cwd
+    for d in args.dirs:
+        where = os.path.join(where, d)
+    named = [os.path.join(where, v) for _i, _p, v in args.files if v != "-"]
+    makefiles = named if args.files else [os.path.join(where, n) for n in DEFAULTS]
+    out = [m for m in makefiles if os.path.isfile(m)]
+    out += [p for m in makefiles for p in makefile_sources(m)]
+    return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
+
+
 def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) -> list[str]:
     cwd = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+    if program in ("make", "gmake"):
+        return _make_files(argv, cwd)
     starts = [os.path.join(cwd, d) for d in _option_values(argv, _DIR_OPTIONS.get(program, ()))] or [cwd]
     out = [os.path.join(cwd, f) for f in _option_values(argv, _FILE_OPTIONS.get(program, ()))]
     if program == "docker" and "compose" not in argv[1:]:
@@ -225,10 +250,35 @@ def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) 
             out += present
             if spec.stop_at and any(os.path.basename(p) in spec.stop_at for p in present):
                 break
-    if program in ("make", "gmake"):
-        makefiles = out or [os.path.join(s, f) for s in starts for f in spec.files]
-        out += [p for m in makefiles for p in makefile_sources(m)]
     return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
+
+
+def _trees(argv: Sequence[str], cwd: str) -> Iterator[str]:
+    """Every tree an unmodelled program may take code from: the cwd and its ancestors (mypy, pytest and
+    eslint look upward for their config), and each path operand's directory and its ancestors (pytest
+    reads the conftest.py beside the tests it is given, wherever they are)."""
+    yield from _dirs(cwd, walk_up=True)
+    for word in argv[1 : _OPERANDS_LOOKED_AT + 1]:
+        value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
+        if not value or value.startswith("-"):
+            continue
+        path = os.path.join(cwd, value)
+        if os.path.isdir(path):
+            yield from _dirs(path, walk_up=True)
+        elif os.path.lexists(path):
+            yield from _dirs(os.path.dirname(path), walk_up=True)
+
+
+def _unmodelled(argv: Sequence[str], cwd: str, sandbox_roots: Sequence[str]) -> list[Finding]:
+    """The first tree the agent can write that an unmodelled program runs in or is pointed at."""
+    seen: set[str] = set()
+    for tree in _trees(argv, cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)):
+        if tree in seen:
+            continue
+        seen.add(tree)
+        if agent_writable(tree, sandbox_roots):
+            return [Finding(os.path.basename(argv[0]), tree, UNMODELLED)]
+    return []
 
 
 def makefile_sources(makefile: str) -> list[str]:
@@ -270,19 +320,32 @@ def findings_for(
     cwd: str,
     sandbox_roots: Sequence[str],
     record: gitvet.Record | None = None,
+    tree_safe: Collection[str] = (),
 ) -> list[Finding]:
     """What this one command would run from a tree the agent can write. `paths` are the executable as
     resolved (real path first): a program is known by its name as typed or by any path it resolves to
-    (`/usr/bin/npm` → `npm-cli.js`, `~/.cargo/bin/cargo` → `rustup`)."""
+    (`/usr/bin/npm` → `npm-cli.js`, `~/.cargo/bin/cargo` → `rustup`). git and TREE_PROGRAMS are modelled
+    (their files are named and bound); a program known to take no code from its tree (treesafe, plus the
+    operator's `tree_safe`) has nothing to find; any other one, in a tree the agent can write, is a
+    finding by itself: nobody knows what it reads there (mypy's plugins, pytest's conftest.py, …)."""
     program = tree_program(argv, paths)
+    real = next((p for p in paths if p), None)
     if program is None:
-        return []
+        if not argv or real is None or is_tree_safe(argv, real, tree_safe):
+            return []  # nothing runs (not found), or nothing it does depends on its tree
+        return _unmodelled(argv, cwd, sandbox_roots)
     if program == "git":
-        real = next((p for p in paths if p), None)
         return gitvet.vet(real, argv, cwd, record) if real is not None else []
     spec = TREE_PROGRAMS[program]
     files = _tree_files(program, spec, argv, cwd)
-    return [Finding(program, path, spec.what) for path in files if agent_writable(path, sandbox_roots)]
+    found = [Finding(program, path, spec.what) for path in files if agent_writable(path, sandbox_roots)]
+    if program in ("make", "gmake"):
+        args = parse_make(argv)
+        if args.problem is not None:  # make would read what exechost cannot name: a human decides
+            found.append(Finding(program, "the command line", args.problem))
+        here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+        found += [Finding(program, path, NOT_A_FILE) for path in not_regular(args, here)]
+    return found
 
 
 def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> str:
@@ -294,14 +357,16 @@ def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> s
     lines = []
     for path in sorted({f.path for f in found if os.path.isabs(f.path)}):
         held = data.get(path) if data is not None else None
+        if held is None and os.path.isdir(path):
+            lines.append(f"tree:{path}=a tree")  # an unmodelled program's tree: nothing in it is bound
+            continue
         if held is None:
             try:
-                with open(path, "rb") as f:
-                    held = f.read(gitvet.CONFIG_READ_CAP)
-            except OSError:
-                lines.append(f"tree:{path}=unreadable")
+                held = read_regular(path, gitvet.CONFIG_READ_CAP, prefix=True)
+            except Unreadable:
+                lines.append(f"tree:{path}=unreadable")  # a FIFO is not read: it never hangs a vet
                 continue
-            if data is not None and os.path.isfile(path):
+            if data is not None:
                 data[path] = held
         lines.append(f"tree:{path}={hashlib.sha256(held).hexdigest()}")
     lines += sorted({f"tree-arg:{f.what}" for f in found if not os.path.isabs(f.path)})
@@ -324,17 +389,24 @@ class TreeVet:
     shown: tuple[str, ...] = ()  # their warnings, to name what is new
     found: tuple[Finding, ...] = ()  # what the decision was made on (the same read as `binding`)
     real_cwd: str = ""  # the cwd's real path when decided: what an anchored re-vet names its files by
+    tree_safe: tuple[str, ...] = ()  # the operator's additions to treesafe.TREE_SAFE
+    # Where each command sits in the rendering (engine.commands.rendering's segment path), and what was
+    # rendered: the spawn renders a make again with sealed copies of its makefiles (commands.pinned).
+    wheres: tuple[tuple[int, ...], ...] = ()
+    analysis: CommandAnalysis | None = field(default=None, compare=False, repr=False)
+    result: AllowlistResult | None = field(default=None, compare=False, repr=False)
 
     def findings(self, record: gitvet.Record | None = None, cwd: str | None = None) -> list[Finding]:
         """Every command's findings (`sh -c` payloads included), as of now."""
         now: list[Finding] = []
         for argv, paths in self.commands:
-            now += findings_for(argv, paths, cwd or self.cwd, self.roots, record)
+            now += findings_for(argv, paths, cwd or self.cwd, self.roots, record, self.tree_safe)
         return list(dict.fromkeys(now))
 
     @property
     def vets_nothing(self) -> bool:
-        """No command here is one findings_for looks at: pin() finds nothing, whatever the tree holds now."""
+        """No command here is one findings_for reads files for: pin() reads and binds nothing, whatever the
+        tree holds now (an unmodelled program's finding is its tree, which binds no bytes)."""
         return all(tree_program(argv, paths) is None for argv, paths in self.commands)
 
     def pin(self, anchor: str | None = None) -> gitvet.Record:
@@ -349,6 +421,8 @@ class TreeVet:
             here, real = anchor.rstrip("/") + "/", self.real_cwd.rstrip("/") + "/"
 
             def move(path: str) -> str:
+                if path == here.rstrip("/"):
+                    return real.rstrip("/") or "/"
                 return real + path[len(here) :] if path.startswith(here) else path
 
             now = [Finding(f.program, move(f.path), f.what) for f in now]
@@ -369,25 +443,45 @@ class TreeVet:
         return None
 
 
-def tree_vet(analysis: CommandAnalysis, result: AllowlistResult, cwd: str, roots: Sequence[str]) -> TreeVet:
+def tree_vet(
+    analysis: CommandAnalysis,
+    result: AllowlistResult,
+    cwd: str,
+    roots: Sequence[str],
+    tree_safe: Sequence[str] = (),
+) -> TreeVet:
     """Findings for the decision, plus what re-vets them just before the spawn."""
     commands: list[tuple[tuple[str, ...], tuple[str | None, ...]]] = []
+    wheres: list[tuple[int, ...]] = []
 
-    def walk(an: CommandAnalysis, res: AllowlistResult) -> None:
-        for segment, match in zip(an.segments, res.segments, strict=False):
+    def walk(an: CommandAnalysis, res: AllowlistResult, where: tuple[int, ...]) -> None:
+        for index, (segment, match) in enumerate(zip(an.segments, res.segments, strict=False)):
             if segment.inner is not None:
                 if match.inner is not None:
-                    walk(segment.inner, match.inner)
+                    walk(segment.inner, match.inner, (*where, index))
                 continue
             commands.append((tuple(segment.argv), (match.resolved_path, match.named_path)))
+            wheres.append((*where, index))
 
     if analysis.ok:
-        walk(analysis, result)
-    vet = TreeVet(tuple(commands), cwd, tuple(roots), "")
+        walk(analysis, result, ())
+    vet = TreeVet(tuple(commands), cwd, tuple(roots), "", tree_safe=tuple(tree_safe))
     # One read: the findings decided on and the bytes bound are the same bytes (two reads let a racer
     # show an inert config to the decision and bind the approval to the one with a filter).
     record = gitvet.Record()
     found = vet.findings(record)
     shown = tuple(f.warning() for f in found)
     text = binding(found, record.data)
-    return TreeVet(vet.commands, cwd, vet.roots, text, shown, tuple(found), os.path.realpath(cwd))
+    return TreeVet(
+        vet.commands,
+        cwd,
+        vet.roots,
+        text,
+        shown,
+        tuple(found),
+        os.path.realpath(cwd),
+        vet.tree_safe,
+        tuple(wheres),
+        analysis,
+        result,
+    )

@@ -8,6 +8,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine.commands.content import (
@@ -64,7 +65,14 @@ class VerifiedRun:
     # Agent-writable files run from copies, by real path and verified bytes: the run's view shows those
     # bytes at the path too, so a script re-reading "$0" or __file__ gets what was approved.
     rereads: tuple[tuple[str, bytes], ...] = ()
+    # What `command` was before any word was replaced, and the replacements (segment path, argv index →
+    # words): the pinned view adds its own (a make's sealed makefiles) and renders once more.
+    source: str = ""
+    words: dict[tuple[tuple[int, ...], int], Sequence[str]] = field(default_factory=dict)
     _closed: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.source = self.source or self.command
 
     def close(self) -> None:
         if self._closed:
@@ -75,9 +83,10 @@ class VerifiedRun:
                 os.close(fd)
 
 
-def sealed_copy(data: bytes, name: str) -> int:
+def sealed_copy(data: bytes, name: str, head: Callable[[int], bytes] | None = None) -> int:
     """A memfd holding `data`, sealed against any write, growth or shrink: no one, the agent included,
-    can change what the kernel or an interpreter reads from it."""
+    can change what the kernel or an interpreter reads from it. `head(fd)` goes before the data (text
+    that names the copy's own fd number)."""
     flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING
     try:
         fd = os.memfd_create(name[:200], flags | MFD_EXEC)
@@ -86,7 +95,7 @@ def sealed_copy(data: bytes, name: str) -> int:
             raise
         fd = os.memfd_create(name[:200], flags)  # kernels before 6.3 know no MFD_EXEC
     try:
-        view = memoryview(data)
+        view = memoryview(head(fd) + data if head is not None else data)
         while view:
             view = view[os.write(fd, view) :]
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
@@ -132,6 +141,7 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
             rendered = binding.render(words) if words else None
             if rendered is not None:
                 run.command = rendered
+                run.words = dict(words)
     except BaseException:
         run.fds = tuple(fds)
         run.close()

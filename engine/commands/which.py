@@ -482,6 +482,12 @@ def named_path(path: str, *, poll: bool = True) -> str:
     return answer
 
 
+def resolves_through_proc(path: str) -> bool:
+    """Whether resolving the absolute `path` looks anything up in /proc (a symlink the agent made into
+    /proc/self/cwd): the answer is then the gateway's process's, not the run's."""
+    return any(d == "/proc" or d.startswith("/proc/") for d in _traced_realpath(path)[1])
+
+
 def _traced_realpath(path: str) -> tuple[str, dict[str, set[str]]]:
     """posixpath.realpath (non-strict) for an absolute path, plus every existing directory an entry was
     looked up in, with the names looked up there. Lookups below a missing entry are left out: creating

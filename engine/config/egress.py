@@ -41,10 +41,14 @@ def ascii_number(text: str, digits: int) -> int | None:
 def normalize(name: str) -> str:
     """The comparable form of a host name: IDNA (UTS 46) A-labels, lowercase, no trailing dot; an IP
     literal in its canonical text. Raises BadName for anything else (a numeric last label, which a URL
-    parser reads as an IPv4 address in another spelling; userinfo; empty labels; over-long names)."""
+    parser reads as an IPv4 address in another spelling; userinfo; empty labels; over-long names; an IPv6
+    zone id, which `ipaddress` keeps as any text and compares as part of the address, while the kernel
+    ignores it for a global address: `<own address>%1` would pass as another address than this host's)."""
     text = name.strip()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
+    if "%" in text:
+        raise BadName(f"invalid host name {name!r} (an IPv6 zone id names no host)")
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:

@@ -16,7 +16,7 @@ from typing import Any
 
 from engine import statefs
 from engine.commands.hostenv import inert_env_problem
-from engine.commands.interpreters import is_interpreter
+from engine.commands.interpreters import is_interpreter, runs_others
 from engine.commands.safebins import SafeBinProfile
 from engine.config.egress import BadName, normalize, parse_pattern
 from engine.config.lines import PathParts
@@ -235,6 +235,15 @@ class _Checker:
                 if problem is not None:
                     raise self.error(parts, f"{problem} and can never be inert")
             return list(value)
+        if kind == "treesafe":
+            for item in self.strlist(value, parts):
+                if "/" in item or not item.strip() or is_interpreter(item) or runs_others(item):
+                    raise self.error(
+                        parts,
+                        f"{item!r} is not a program name, or runs other programs or code (a shell, an "
+                        "interpreter, a build tool): it can never be safe in a tree the agent can write",
+                    )
+            return list(value)
         if kind == "safebins":
             for item in self.strlist(value, parts):
                 if is_interpreter(item.strip()):
@@ -265,7 +274,7 @@ class _Checker:
             return list(value)
         if kind == "resolvemap":
             if not isinstance(value, dict):
-                raise self.error(parts, f"expected a table of name = \"address\", got {_type_name(value)}")
+                raise self.error(parts, f'expected a table of name = "address", got {_type_name(value)}')
             for k, v in value.items():
                 try:
                     if normalize(k) != k.lower().rstrip(".") or is_ip(k):

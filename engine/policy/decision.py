@@ -268,7 +268,7 @@ def _examine(
     # it asks, naming the file, and an allow-always holds only for that file's content.
     roots = sandbox_roots(config.sandbox_value(agent_id, "workspace_root"))
     on_host = not policy.sandboxed and policy.host != "node"
-    vetted = tree_vet(analysis, result, cwd, roots) if on_host else None
+    vetted = tree_vet(analysis, result, cwd, roots, exec_cfg.tree_safe) if on_host else None
     found = list(vetted.found) if vetted is not None else []
     warnings.extend(dict.fromkeys(f.warning() for f in found))
     # Issue 27 §3: env the agent sets is influence the operator never granted an allowlist entry; only
@@ -374,13 +374,15 @@ def _decision(
     """The decision, with what an ask offers (allow-always and the patterns it would save)."""
     content = f.content
     offered = allowed_decisions(policy.ask) if verdict == "ask" else ()
-    if content is not None and (content.unbound or content.opaque):
-        # A program from stdin or a search path: nothing an allow-always could hold it to.
+    if content is not None and not content.proven:
+        # Issue 27 §5: allow-always only when the binder proved every code source bound (content.py).
         offered = tuple(d for d in offered if d != "allow-always")
     always = "allow-always" in offered
     patterns = allow_always_patterns(command, f.analysis, f.result, f.binding) if always else []
-    if f.foreign_env or (content is not None and any(p in content.writable_paths for p in patterns)):
-        # A path the agent can write would allow any bytes it puts there: save the content-bound command.
+    writable = content is not None and any(p in content.writable_paths for p in patterns)
+    if always and (f.found or f.foreign_env or writable):
+        # A path the agent can write would allow any bytes it puts there, and a program's path would
+        # allow it in any tree: save the command bound to this cwd, env and the tree's named files.
         patterns = [command_hash_pattern(command, f.binding)]
     return Decision(
         command=command,
@@ -425,6 +427,11 @@ def content_warnings(content: ContentBinding, result: AllowlistResult) -> list[s
             "allow-always is not offered."
         )
     out += content.notes
+    if not content.proven:
+        out.append(
+            "Warning: allow-always is not offered, allow-once only: exechost cannot prove it bound every "
+            f"code source ({'; '.join(content.unproven[:3]) or 'no proof'})."
+        )
     writable = content.writable_paths
     for match in result.segments:
         if match.satisfied_by == "allowlist" and match.matched_pattern and match.resolved_path in writable:

@@ -52,6 +52,9 @@ class Method(StrEnum):
     # `exechost agents revoke NAME` with a gateway running: it stops reading the agent's connections, then
     # removes the credential, then flushes them (nothing the agent sends after the revoke is acted upon).
     AGENTS_REVOKE = "agents.revoke"
+    # `exechost agents add NAME --rotate` with a gateway running: revoke's order (stop the agent's
+    # connections, mint the new credential, drop them), so the old credential never acts after the mint.
+    AGENTS_ROTATE = "agents.rotate"
 
 
 class EventName(StrEnum):

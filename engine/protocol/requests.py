@@ -313,6 +313,7 @@ class PolicyOverride(Message):
 @dataclass(frozen=True, kw_only=True)
 class PolicyOverrides(Message):
     METHOD = Method.POLICY_OVERRIDES
+    after: str | None = wire("str")  # the previous page's `next`
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -474,6 +475,12 @@ class AgentsRefresh(Message):
 @dataclass(frozen=True, kw_only=True)
 class AgentsRevoke(Message):
     METHOD = Method.AGENTS_REVOKE
+    agent: str = wire("str", required=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentsRotate(Message):
+    METHOD = Method.AGENTS_ROTATE
     agent: str = wire("str", required=True)
 
 

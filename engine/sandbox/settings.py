@@ -100,12 +100,12 @@ def _layer(obj: Any) -> dict[str, Any]:
         raw = {k: getattr(obj, k) for k in obj.__dataclass_fields__}
     else:
         raw = dict(vars(obj))
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        snake = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
-        if value is not None:
-            out[snake] = value
-    return out
+    return {_snake(key): value for key, value in raw.items() if value is not None}
+
+
+@functools.lru_cache(maxsize=512)
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
 
 
 def _ulimit(value: Any) -> tuple[int, int]:
@@ -157,6 +157,22 @@ def resolve_settings(config: Any, agent_id: str) -> SandboxSettings:
     the config does not carry gets its hardened default.
     """
     merged = config.sandbox_for(agent_id) if config is not None else None
+    # Every sandboxed exec asks: memoised by what it is made of — the merged table's repr (every key and
+    # value), and the state dir, HOME and cwd that make its paths absolute. Equal inputs, the same (frozen)
+    # object, so layout() below can key on it too.
+    key = (repr(merged), str(statefs.state_dir()), os.environ.get("HOME", ""), os.getcwd())
+    known = _settings.get(key)
+    if known is None:
+        if len(_settings) >= 64:
+            _settings.clear()
+        known = _settings[key] = _resolve(merged)
+    return known
+
+
+_settings: dict[tuple[str, str, str, str], SandboxSettings] = {}
+
+
+def _resolve(merged: Any) -> SandboxSettings:
     top = _layer(merged)
     prune = _layer(top.get("prune"))
     root = top.get("workspace_root") or default_workspace_root()
@@ -279,6 +295,25 @@ class Layout:
 
 def layout(
     settings: SandboxSettings, agent_id: str, session_key: str, agent_workspace: str | None = None
+) -> Layout:
+    # Memoised per settings object (resolve_settings hands out one per distinct config; the entry keeps it
+    # alive, so its id is never reused while cached), the state dir and cwd its paths derive from.
+    key = (id(settings), agent_id, session_key, agent_workspace, str(statefs.state_dir()), os.getcwd())
+    known = _layouts.get(key)
+    if known is not None and known[0] is settings:
+        return known[1]
+    if len(_layouts) >= 256:
+        _layouts.clear()
+    lay = _layout(settings, agent_id, session_key, agent_workspace)
+    _layouts[key] = (settings, lay)
+    return lay
+
+
+_layouts: dict[tuple[int, str, str, str | None, str, str], tuple[SandboxSettings, Layout]] = {}
+
+
+def _layout(
+    settings: SandboxSettings, agent_id: str, session_key: str, agent_workspace: str | None
 ) -> Layout:
     key = scope_key(settings.scope, agent_id, session_key)
     root = Path(settings.workspace_root)

@@ -112,7 +112,7 @@ class ExecTool:
                 raise ToolError(decision.reason)
         if decision.verdict == "allow":
             self._record_use(prepared, ctx)
-            self._still_as_decided(prepared)
+            await self._still_as_decided(prepared)
             try:
                 return await self._run(prepared, call, ctx, prepared.command_to_run())
             except StaleContent as exc:
@@ -310,7 +310,7 @@ class ExecTool:
         d = prepared.decision
         if prepared.host != "gateway" or ((d.tree is None or d.tree.vets_nothing) and not run.rereads):
             return PinnedView()  # nothing to pin (view_for's answer too): no thread hop for it
-        return await asyncio.to_thread(view_for, d.tree, run.rereads, anchor)
+        return await asyncio.to_thread(view_for, d.tree, run, anchor)
 
     @staticmethod
     def _cwd_fd(prepared: Prepared) -> int | None:
@@ -382,7 +382,8 @@ class ExecTool:
         to its ask. Returns the run's (or the denial's) result; None when an allow-once was already used.
         Reporting is the caller's: the foreground call returns it, a detached one reports it as an event."""
         answer = await self.approvals.wait(record)
-        verdict = self._verdict(record, answer, prepared, ctx)
+        changed = await self._changed(prepared) if answer in ("allow-once", "allow-always", None) else None
+        verdict = self._verdict(record, answer, prepared, ctx, changed)
         if verdict is None:
             return None
         allowed, reason, command = verdict
@@ -393,6 +394,10 @@ class ExecTool:
             note_run(self.approvals, record, denied, slot=slot)
             return denied
         session_id = await self._starting(record, prepared, slot)
+        if record.revoked:  # revoked while its start was written down: it never starts
+            denied = denied_result(record, prepared, "agent revoked")
+            note_run(self.approvals, record, denied, slot=slot)
+            return denied
         try:
             result = await self._run(prepared, call, ctx, command, detached=detached, session_id=session_id)
         except StaleContent as exc:
@@ -416,32 +421,43 @@ class ExecTool:
         await self.approvals.durable()
         return session_id
 
-    def _still_as_decided(self, prepared: Prepared) -> None:
+    async def _still_as_decided(self, prepared: Prepared) -> None:
         """Refuse when an executable or the cwd is no longer the file that was decided on (a re-pointed
         link, a replaced binary): what runs must be what was shown (reference §5.4 approval hardening)."""
-        problem = self._changed(prepared)
+        problem = await self._changed(prepared)
         if problem is not None:
             raise ToolError(f"exec denied: {problem}; ask again")
 
     @staticmethod
-    def _changed(prepared: Prepared) -> str | None:
+    async def _changed(prepared: Prepared) -> str | None:
         """What changed since the decision: an executable, the cwd or a file run from the tree (None off
-        the host: the container's files are not the host's)."""
+        the host: the container's files are not the host's). The tree's re-vet reads files the agent can
+        replace (a FIFO for `.git/HEAD`): in a worker thread, as the decision was, never on the loop."""
         if prepared.host == "sandbox":
             return None
-        return identity_problem(prepared.decision.identity) or prepared.decision.tree_problem()
+        d = prepared.decision
+        problem = identity_problem(d.identity)  # stats only: no read that can wait on a writer
+        if problem is not None or d.tree is None or d.tree.vets_nothing:
+            return problem
+        return await asyncio.to_thread(d.tree_problem)
 
     def _verdict(
-        self, record: ApprovalRecord, decision: str | None, prepared: Prepared, ctx: ExecContext
+        self,
+        record: ApprovalRecord,
+        decision: str | None,
+        prepared: Prepared,
+        ctx: ExecContext,
+        changed: str | None = None,
     ) -> tuple[bool, str, str] | None:
-        """(allowed, denial reason, command to run); None when an allow-once was already consumed."""
+        """(allowed, denial reason, command to run); None when an allow-once was already consumed.
+        `changed`: what _changed found since the decision (checked by the caller, off the loop)."""
         d = prepared.decision
         if decision == "deny":
             return False, "user-denied", prepared.command
-        if decision in ("allow-once", "allow-always", None):
-            problem = self._changed(prepared)
-            if problem is not None:
-                return False, f"approval-stale: {problem}", prepared.command
+        if record.revoked:  # approved, then its agent was revoked before the run started
+            return False, "agent revoked", prepared.command
+        if decision in ("allow-once", "allow-always", None) and changed is not None:
+            return False, f"approval-stale: {changed}", prepared.command
         approved = prepared.command_to_run(approved=True)
         if decision == "allow-once":
             if not self.approvals.consume_allow_once(record, ctx.session_key, None):

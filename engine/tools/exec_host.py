@@ -96,7 +96,10 @@ class LocalExecHost:
         # re-checked down to dev/ino just before it starts.
         if decided.pinned_command is None:
             return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: executable not found", "not-found")
-        problem = identity_problem(decided.identity) or decided.tree_problem()
+        # The tree's re-vet reads files the agent can replace (a FIFO): off the loop, as the decision was.
+        problem = identity_problem(decided.identity)
+        if problem is None and decided.tree is not None:
+            problem = await asyncio.to_thread(decided.tree_problem)
         if problem is not None:
             return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {problem}", "approval-stale")
         if decision == "allow-always" and decided.allow_always_patterns:
@@ -115,7 +118,7 @@ class LocalExecHost:
             if decided.tree is not None and decided.identity:
                 cwd_fd = await asyncio.to_thread(open_checked_dir, cwd, decided.identity)
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
-            view = await asyncio.to_thread(view_for, decided.tree, run.rereads, anchor)
+            view = await asyncio.to_thread(view_for, decided.tree, run, anchor)
         except (StaleContent, OSError) as exc:
             run.close()
             if cwd_fd is not None:

@@ -9,8 +9,8 @@ import time
 
 from engine import principals, statefs
 from engine.protocol.client import ControlClient
-from engine.protocol.frames import GatewayUnavailable, RemoteError
-from engine.protocol.requests import AgentsRefresh, AgentsRevoke
+from engine.protocol.frames import GatewayUnavailable
+from engine.protocol.requests import AgentsRevoke, AgentsRotate
 from runner.cli.common import Subparsers, add_json_arg, agent_arg, emit
 
 
@@ -36,19 +36,20 @@ def register(subparsers: Subparsers) -> None:
     revoke.set_defaults(func=cmd_revoke)
 
 
-def _refresh() -> list[str]:
-    """Tell a running gateway to drop connections whose credential changed (none running: nothing to do)."""
+def _rotate_live(agent: str) -> dict[str, object] | None:
+    """A running gateway rotates (`agents.rotate`): it stops the agent's connections, mints, then drops
+    them, so the old credential never acts after the new one exists. None when no gateway answers."""
 
-    async def go() -> list[str]:
+    async def go() -> dict[str, object]:
         client = await ControlClient.connect(client="cli", name="cli agents", autostart=False, operator=True)
         try:
-            return list((await client.request(AgentsRefresh())).get("dropped") or [])
+            return await client.request(AgentsRotate(agent=agent))
         finally:
             await client.close()
 
-    with contextlib.suppress(GatewayUnavailable, RemoteError, ConnectionError, OSError):
+    with contextlib.suppress(GatewayUnavailable, ConnectionError, OSError):
         return asyncio.run(go())
-    return []
+    return None
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -61,15 +62,18 @@ def cmd_add(args: argparse.Namespace) -> int:
             args.json,
         )
         return 1
-    token = principals.mint(state, args.name)
-    dropped = _refresh() if exists else []
+    live = _rotate_live(args.name) if exists else None
+    if live is not None:
+        token, dropped = str(live["token"]), int(live.get("dropped") or 0)  # type: ignore[call-overload]
+    else:
+        token, dropped = principals.mint(state, args.name), 0
     path = principals.agents_dir(state) / f"{args.name}.json"
     text = (
         f"{token}\n\nAgent {args.name}'s credential (also in {path}, 0600). Give it to that agent only: "
         f"EXECHOST_AGENT_TOKEN=<token> for `exechost exec|process|mcp`, or `exechost mcp "
         f"--agent-token-file FILE`."
     )
-    emit(text, {"agent": args.name, "token": token, "path": str(path), "dropped": len(dropped)}, args.json)
+    emit(text, {"agent": args.name, "token": token, "path": str(path), "dropped": dropped}, args.json)
     return 0
 
 

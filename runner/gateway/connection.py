@@ -16,11 +16,13 @@ from runner.gateway.limits import MAX_BACKLOG_BYTES, MAX_BACKLOG_BYTES_PER_AGENT
 
 log = logging.getLogger("exechost.gateway")
 
-SEND_QUEUE_FRAMES = 2048  # per connection; a client that lets this fill is cut off, never waited for
-EVENT_DROP_AT = SEND_QUEUE_FRAMES * 3 // 4  # events are shed first, responses keep their room
+# The outgoing queue is capped in bytes only (MAX_BACKLOG_BYTES, then cut off; READ_PAUSE_BYTES, then its
+# requests wait): a count of frames let a flood of small events cut off a client far under the byte caps.
 TRANSPORT_BUFFER_BYTES = 256 * 1024  # written ahead to a client's socket before the sender waits for it
 FLUSH_TIMEOUT_S = 2.0  # how long a closing connection's last frames may take to leave
 EVENT_DROP_BYTES = 4 << 20  # output frames are shed once this much waits for a client that is not reading
+# Other events (approvals' aside) are shed past this, so responses keep their room under MAX_BACKLOG_BYTES.
+EVENT_SHED_BYTES = MAX_BACKLOG_BYTES * 3 // 4
 
 
 class Connection:
@@ -44,6 +46,8 @@ class Connection:
         self.credential = ""  # the agent whose minted credential authenticated this connection, if any
         self.presented = ""  # that credential, to drop the connection once it is revoked or re-minted
         self.peer_uid = -1
+        self.config_generation = 0  # the LiveConfig.generation its principal was last decided under
+        self.other_account = False  # came from another Unix account (agents' socket): its uid is who it is
         self.peer_pid = peer_pid
         # Its own turn among its agent's clients in the decision pool (engine.fairpool).
         self.fair_key = f"conn-{id(self):x}"
@@ -63,7 +67,10 @@ class Connection:
         self._queued_bytes = 0
         self._room = asyncio.Event()  # set while what waits for this client is under READ_PAUSE_BYTES
         self._room.set()
-        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_FRAMES)
+        # A queued item is the frame's bytes, or a one-slot list for an `approval.updated` a later one for
+        # the same ask replaces while it still waits (`_updates`): the latest state, once.
+        self._queue: asyncio.Queue[bytes | list[bytes] | None] = asyncio.Queue()
+        self._updates: dict[str, list[bytes]] = {}
         self._finishing = False
         self._sender = asyncio.get_running_loop().create_task(self._send_loop())
         self.closed = False
@@ -97,11 +104,13 @@ class Connection:
             return
         if isinstance(frame, Event):
             sid = frame.data.get("sessionId") if frame.event.startswith("session.") else None
-            bulky = frame.event == EventName.SESSION_OUTPUT and self._queued_bytes >= EVENT_DROP_BYTES
-            # Approval events are never shed: they are small and rare, and an approver that missed one
-            # would have to poll. A client that lets its queue fill is cut off and resyncs on reconnect.
+            # Approval events are never shed (an approver that missed one would have to poll); the updates
+            # of one ask are merged instead, below. A client whose backlog passes MAX_BACKLOG_BYTES is cut
+            # off and resyncs on reconnect.
             sheddable = not frame.event.startswith("approval.")
-            if sheddable and (bulky or self._queue.qsize() >= EVENT_DROP_AT):
+            output = frame.event == EventName.SESSION_OUTPUT
+            shed_at = EVENT_DROP_BYTES if output else EVENT_SHED_BYTES
+            if sheddable and self._queued_bytes >= shed_at:
                 self.dropped_events += 1
                 if frame.event == EventName.SESSION_OUTPUT and sid is not None:
                     # Remember where the gap starts; the console re-reads it with sessions.output.
@@ -128,8 +137,14 @@ class Connection:
             return
         # Counted in bytes, responses too: the transport holds at most TRANSPORT_BUFFER_BYTES and one
         # frame (the sender waits past that), so the queue is where a client that does not read piles up.
+        merge = isinstance(frame, Event) and frame.event == EventName.APPROVAL_UPDATED
+        slot = self._updates.get(str(frame.data.get("id"))) if merge and isinstance(frame, Event) else None
+        if slot is not None:  # an update of this ask still waits: the latest state replaces it
+            self._queued_bytes += len(data) - len(slot[0])
+            slot[0] = data
+            return
         backlog = self.backlog() + len(data)
-        if backlog > MAX_BACKLOG_BYTES or self._queue.full() or self._agent_over(len(data)):
+        if backlog > MAX_BACKLOG_BYTES or self._agent_over(len(data)):
             log.warning(
                 "client %s (pid %s) is not reading (%d bytes wait for it); closing its connection",
                 self.name,
@@ -138,7 +153,11 @@ class Connection:
             )
             self.abort(hard=True)
             return
-        self._queue.put_nowait(data)
+        if merge and isinstance(frame, Event):
+            slot = self._updates[str(frame.data.get("id"))] = [data]
+            self._queue.put_nowait(slot)
+        else:
+            self._queue.put_nowait(data)
         self._queued_bytes += len(data)
         if backlog > READ_PAUSE_BYTES:
             # The server reads and starts no request of this client's until it drains (what it sends
@@ -148,9 +167,17 @@ class Connection:
     async def _send_loop(self) -> None:
         try:
             while True:
-                data = await self._queue.get()
-                if data is None:
+                item = await self._queue.get()
+                if item is None:
                     break
+                if isinstance(item, list):  # a merged approval.updated: sent as it is now, then no more
+                    data = item[0]
+                    for key, slot in list(self._updates.items()):
+                        if slot is item:
+                            del self._updates[key]
+                            break
+                else:
+                    data = item
                 self._queued_bytes -= len(data)
                 self.writer.write(data)
                 if not self._transport_room():
@@ -192,15 +219,14 @@ class Connection:
             return
         self.closed = True
         self._room.set()  # a reader waiting for room sees the connection closed
-        self.writer.transport.abort() if hard or self._queue.full() else self.writer.close()
+        self.writer.transport.abort() if hard else self.writer.close()
         self._on_close(self)
 
     async def finish(self) -> None:
         """Flush what is queued, then close."""
         self._finishing = True
         if not self.closed:
-            with contextlib.suppress(asyncio.QueueFull):
-                self._queue.put_nowait(None)
+            self._queue.put_nowait(None)
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(asyncio.shield(self._sender), FLUSH_TIMEOUT_S)
             if self.writer.transport.get_write_buffer_size():  # it did not read in time: no more waiting

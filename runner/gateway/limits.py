@@ -19,6 +19,8 @@ MAX_BACKLOG_BYTES = 16 << 20  # past this, the client is cut off: responses coun
 # The same over all of one agent's connections (it may hold MAX_PER_AGENT of them): the connection whose
 # next frame would take the agent past it is cut off.
 MAX_BACKLOG_BYTES_PER_AGENT = 2 * MAX_BACKLOG_BYTES
+MAX_OVERRIDES_PER_AGENT = 256  # session overrides one agent keeps (it may set tightening ones alone)
+OVERRIDES_PAGE_BYTES = 256 * 1024  # one `policy.overrides` answer; `next` pages on
 # Requests count on the way in too: a request keeps its frame's params for as long as it runs (a poll
 # waits up to 120 s, an exec for its approval), so 512 in flight of 1 MiB each pinned 512 MiB per
 # connection. Past these budgets the next request is not read until one finishes (one is always admitted

@@ -22,6 +22,9 @@ class LiveConfig:
         self._on_error = on_error
         self._config: Config | None = None
         self._stamp: tuple[int, ...] | None = None
+        # Hears each reload after the first (the server re-decides its live connections' principals).
+        self.on_change: Callable[[], None] | None = None
+        self.generation = 0  # reloads so far: a connection re-decided under an older one looks again
 
     def get(self) -> Config:
         try:
@@ -31,8 +34,13 @@ class LiveConfig:
             stamp = None
         if self._config is None or stamp != self._stamp:
             try:
+                first = self._config is None
                 self._config = load_config(self.path)
                 self._set_error(None)
+                if not first:
+                    self.generation += 1
+                    if self.on_change is not None:
+                        self.on_change()
             except Exception as exc:
                 if self._config is None:
                     raise

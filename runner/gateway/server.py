@@ -42,6 +42,7 @@ from runner.gateway import limits
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
 from runner.gateway.handlers.common import agent_id
+from runner.gateway.liveprincipal import principal_now, stale
 from runner.gateway.services import Services
 
 log = logging.getLogger("exechost.gateway")
@@ -83,6 +84,8 @@ class GatewayServer:
         self._intake = limits.Intake()  # bytes of requests being handled, per connection and per agent
         self._revocations = 0  # revokes done: a handshake that overlapped one looks its credential up again
         self._revoking: set[str] = set()  # agents being revoked now: a handshake as one of them is refused
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._rechecks: set[asyncio.Task[list[str]]] = set()  # re-decisions a config change started
         self.started_at = time.time()
         self.connections: set[Connection] = set()
         self._socket_ino: int | None = None
@@ -133,6 +136,8 @@ class GatewayServer:
             self._token = ensure_token(self.state_dir)
             self._operator = ensure_token(self.state_dir, OPERATOR_TOKEN_NAME)
             await self.services.start()
+            self._loop = asyncio.get_running_loop()
+            self.services.live_config.on_change = self.config_changed
             old = os.umask(0o177)  # the socket is born 0600: no window where others could connect
             try:
                 self._server = await asyncio.start_unix_server(
@@ -319,6 +324,8 @@ class GatewayServer:
         conn.agent, conn.credential = who
         conn.presented = hello.credential
         conn.peer_uid = uid
+        conn.other_account = other_account
+        conn.config_generation = self.services.live_config.generation
         if not conn.operator:
             conn.peers = self._agent_conns.setdefault(conn.agent, set())
             conn.peers.add(conn)
@@ -419,16 +426,40 @@ class GatewayServer:
             return False
         return await asyncio.to_thread(principals.lookup, self.state_dir, hello.credential) is None
 
-    async def drop_revoked(self) -> list[str]:
-        """Close live connections whose agent credential no longer matches the file on disk (revoked or
-        re-minted); returns their agents."""
-        stale = [
-            conn
-            for conn in list(self.connections)
-            if conn.credential and principals.read_token(self.state_dir, conn.credential) != conn.presented
-        ]
-        await self._drop(stale)
-        return [conn.credential for conn in stale]
+    async def recheck(self) -> list[str]:
+        """Decide every live connection's principal again from the current config and credentials
+        (liveprincipal.principal_now) and close those that are no longer who they were (a revoked or
+        re-minted credential, an unmapped account, `anonymous = "none"`); returns their agents."""
+        config = self.services.config()
+        conns = list(self.connections)
+        gone = await asyncio.to_thread(stale, conns, config, self.state_dir)
+        await self._drop(gone)
+        return [conn.agent for conn in gone]
+
+    def _still_configured(self, conn: Connection) -> bool:
+        """Before a request is acted upon: when the config changed since this connection's principal was
+        decided, decide its config part again (the uid mapping, `anonymous`) on the loop, so the request
+        that made the gateway reload its config is not acted upon under the old one either."""
+        live = self.services.live_config
+        config = live.get()
+        if conn.config_generation == live.generation:
+            return True
+        if principal_now(conn, config, self.state_dir, credentials=False) != conn.agent:
+            return False
+        conn.config_generation = live.generation
+        return True
+
+    def config_changed(self) -> None:
+        """The config on disk changed (LiveConfig reloaded it, maybe off the loop): re-decide every
+        live connection, as `agents.refresh` does."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._spawn_recheck)
+
+    def _spawn_recheck(self) -> None:
+        task = asyncio.get_running_loop().create_task(self.recheck())
+        self._rechecks.add(task)
+        task.add_done_callback(self._rechecks.discard)
 
     async def revoke_agent(self, agent: str) -> tuple[bool, int]:
         """Revoke `agent`'s credential: first stop reading every connection it holds (in one loop turn, so
@@ -444,14 +475,35 @@ class GatewayServer:
         finally:
             self._revoking.discard(agent)
             self._revocations += 1
+        # What it asked before the revoke is not run after it: its pending asks are denied, and a run
+        # approved but not started yet never starts.
+        self.services.approvals.revoke_agent(agent)
         await self._drop(conns)
+        await self.recheck()
         return removed, len(conns)
+
+    async def rotate_agent(self, agent: str) -> tuple[str, int]:
+        """`agents add NAME --rotate` as one verb, in revoke's order: stop reading the agent's credentialed
+        connections, mint the new credential (the old one stops), then close them; (token, dropped)."""
+        conns = [conn for conn in list(self.connections) if conn.credential == agent]
+        for conn in conns:
+            conn.stop_reading()
+            self.connections.discard(conn)
+        self._revoking.add(agent)
+        try:
+            token = await asyncio.to_thread(principals.mint, self.state_dir, agent)
+        finally:
+            self._revoking.discard(agent)
+            self._revocations += 1
+        await self._drop(conns)
+        await self.recheck()
+        return token, len(conns)
 
     async def _drop(self, conns: list[Connection]) -> None:
         for conn in conns:
             conn.stop_reading()
             self.connections.discard(conn)
-            conn.send(ErrorFrame(code="auth", message="agent credential revoked"))
+            conn.send(ErrorFrame(code="auth", message="agent credential revoked or no longer this agent's"))
         await asyncio.gather(*(conn.finish() for conn in conns))
 
     async def _serve(self, conn: Connection, frames: limits.FrameReader) -> None:
@@ -508,9 +560,11 @@ class GatewayServer:
             if not await self._intake.take(conn, size):  # the request keeps its params while it runs
                 slots.release()
                 return
-            if conn.revoked:
+            if conn.revoked or not self._still_configured(conn):
                 self._intake.give_back(conn, size)
                 slots.release()
+                if not conn.revoked:
+                    await self._drop([conn])
                 return
             task = asyncio.get_running_loop().create_task(self._dispatch(conn, frame))
             conn.tasks.add(task)

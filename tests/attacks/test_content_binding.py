@@ -350,7 +350,10 @@ def test_an_allowlisted_writable_tool_is_flagged_and_runs_only_the_decided_bytes
     added = cli(state_dir, "approvals", "allowlist", "add", str(target))
     assert added.returncode == 0 and "a file the agent can write" in added.stderr, added
     store = ApprovalsStore(state_dir / "exec-approvals.json")
-    d = evaluate("./tool", config=load_config_text(ALLOWLIST), store=store, cwd=str(tmp_path))
+    # `tool` is no program known to take no code from its tree: the operator vouches for it (treeSafe),
+    # else this writable tree would make it ask (engine.commands.treesafe).
+    config = load_config_text(ALLOWLIST + 'treeSafe = ["tool"]\n')
+    d = evaluate("./tool", config=config, store=store, cwd=str(tmp_path))
     assert d.verdict == "allow" and any("a file the agent can write" in w for w in d.warnings), d.warnings
     run = verify(d.content, d.enforced_command or "", d.enforced_command)
     try:

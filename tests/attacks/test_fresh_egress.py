@@ -183,10 +183,10 @@ async def test_a_denied_address_is_not_reached_through_a_name(monkeypatch: pytes
     from engine.config.egress import EgressPolicy, decide
     from engine.sandbox.egress import addresses
 
-    async def fake_getaddrinfo(self: object, host: str, port: int, **kw: object) -> list[tuple[object, ...]]:
+    def fake_getaddrinfo(host: str, port: int) -> list[tuple[object, ...]]:
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("1.1.1.1", port))]
 
-    monkeypatch.setattr(asyncio.BaseEventLoop, "getaddrinfo", fake_getaddrinfo)
+    monkeypatch.setattr(addresses, "system_lookup", fake_getaddrinfo)
     policy = EgressPolicy.from_config({"mode": "open", "deny": ["1.1.1.1"]})
     assert decide(policy, "1.1.1.1", 443).action == "deny"
     name = "1-1-1-1.sslip.example"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.gateway import ALLOWLIST, cli, connect, gateway, wait_until, write_config
-from tests.helpers.race import exchange_loop
+from tests.helpers.race import exchange_loop, tries
 
 GIT_ID = ["-c", "user.email=a@b", "-c", "user.name=a"]
 
@@ -106,12 +106,6 @@ async def _approve_always(state: Path, command: str, workdir: Path) -> None:
         await operator.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a file bound at its own path loses its bind when another file is renamed or exchanged "
-    "over that path on the host, and make's first read of its makefile comes after the spawn; closing it "
-    "needs make to read the copy by a path the agent cannot rename (docs/SECURITY.md, Limits)",
-)
 async def test_class6_a_makefile_swapped_after_the_view_is_built_runs(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -132,7 +126,7 @@ async def test_class6_a_makefile_swapped_after_the_view_is_built_runs(
         agent = await connect(state_dir, operator=False)
         try:
             with exchange_loop(str(work / "Makefile"), str(evil)):
-                for _ in range(300):
+                for _ in tries(300):
                     with contextlib.suppress(Exception):  # a stale refusal is a win for the defence
                         await agent.request("exec", {"command": "make test", "workdir": str(work)})
                     if marker.exists():
@@ -246,13 +240,6 @@ def test_class8_a_preload_found_by_search_is_never_saved(state_dir: Path, tmp_pa
     assert "allow-always" not in decision["allowedDecisions"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode.TREE_PROGRAMS lists the programs known to run code from their tree (make, npm, "
-    "cargo, …); any other allowlisted program that does (mypy plugins, pytest's conftest.py, pylint's "
-    "init-hook, eslint.config.js, sphinx's conf.py) runs it unasked. The construction is the inverse list: "
-    "programs known not to take code from their tree run unasked there, every other one asks",
-)
 async def test_class4_an_allowlisted_linter_runs_a_plugin_its_config_names(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -316,7 +303,7 @@ async def test_class6_the_cwd_exchanged_after_its_check_runs_another_trees_makef
             plain = await agent.request("exec", {"command": "make test", "workdir": str(work)})
             assert "No rule to make target" in plain["text"], plain  # it runs, in the vetted directory
             with exchange_loop(str(work), str(other)):
-                for _ in range(100):  # the old code lost within a few tries; 300 outran the timeout held
+                for _ in tries(100):  # the old code lost within a few tries; 300 outran the timeout held
                     with contextlib.suppress(Exception):  # refused or asked: the defence held
                         # Bounded: once, under held sessions, a request here never returned (the whole test
                         # hit pytest's 300 s timeout); noted in the stop's closing note, not yet found.
@@ -328,3 +315,53 @@ async def test_class6_the_cwd_exchanged_after_its_check_runs_another_trees_makef
         finally:
             await agent.close()
     assert not marker.exists(), "make ran a Makefile from a directory that was never vetted"
+
+
+@pytest.mark.parametrize("ignore_none", [False, True])
+async def test_class6_a_gitlink_added_after_the_re_vet_is_entered(
+    state_dir: Path, tmp_path: Path, ignore_none: bool
+) -> None:
+    """The spawn's re-vet reads the index for gitlinks, and git reads it again after the spawn, by path: a
+    racer exchanging the index with one that holds a gitlink (to a repository whose filter leaves a
+    marker) made an allowlisted `git status` enter a submodule nobody vetted. Variant: a second racer
+    swaps in a `.gitmodules` giving that path `ignore = none`, which overrides a config default."""
+    write_config(state_dir, ALLOWLIST)
+    allow(state_dir, "/usr/bin/git", "^status( --short)?$")
+    top = tmp_path / "top"
+    marker = tmp_path / "pwned"
+    subprocess.run(["git", "init", "-q", str(top)], check=True)
+    git(top, "commit", "-q", "--allow-empty", "-m", "init")
+    sub = top / "sub"
+    subprocess.run(["git", "init", "-q", str(sub)], check=True)
+    (sub / "f").write_text("a\n")
+    git(sub, "add", "f")
+    git(sub, "commit", "-q", "-m", "s")
+    git(top, "add", "sub")
+    with_gitlink = tmp_path / "index-with-gitlink"
+    with_gitlink.write_bytes((top / ".git" / "index").read_bytes())
+    git(top, "update-index", "--force-remove", "sub")
+    (sub / ".gitattributes").write_text("* filter=x\n")
+    git(sub, "config", "filter.x.clean", f"sh -c 'touch {marker}; cat'")
+    (sub / "f").write_text("b\n")
+    os.utime(sub / "f", (1_500_000_000, 1_500_000_000))
+    (top / ".gitmodules").write_text("")
+    evil_modules = tmp_path / "gitmodules"
+    evil_modules.write_text('[submodule "sub"]\n\tpath = sub\n\turl = ./sub\n\tignore = none\n')
+    modules = exchange_loop(str(top / ".gitmodules"), str(evil_modules)) if ignore_none else None
+    async with gateway(state_dir):
+        agent = await connect(state_dir, operator=False)
+        try:
+            with (
+                exchange_loop(str(top / ".git" / "index"), str(with_gitlink)),
+                modules or contextlib.nullcontext(),
+            ):
+                for _ in tries(100):  # on the old code the racer won within the first few
+                    with contextlib.suppress(Exception):  # refused as stale, or asked: the defence held
+                        await asyncio.wait_for(
+                            agent.request("exec", {"command": "git status --short", "workdir": str(top)}), 30
+                        )
+                    if marker.exists():
+                        break
+        finally:
+            await agent.close()
+    assert not marker.exists(), "git entered a submodule whose gitlink appeared after the re-vet"

@@ -26,7 +26,7 @@ from runner.gateway import limits
 from runner.gateway.server import MAX_IN_FLIGHT
 from tests.attacks.harness import ALLOWLIST
 from tests.attacks.rawclient import RawClient
-from tests.helpers.gateway import REPO, connect, gateway, wait_until, write_config
+from tests.helpers.gateway import REPO, cli, connect, gateway, wait_until, write_config
 from tests.helpers.sandbox import build_test_image
 from tests.helpers.sshd import SshdNode
 
@@ -36,38 +36,52 @@ def state(state_dir: Path) -> Path:
     return state_dir
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an ask's requesters are unbounded (the per-agent cap counts records): one agent joins one "
-    "ask from 4,000 session keys and approvals.pending exceeds the 1 MiB frame for the operator",
-)
 async def test_one_agent_joins_one_ask_until_the_operator_cannot_list_pending(state: Path) -> None:
     """Class 3 (limits per principal). An agent asks the same question from thousands of session keys:
     every distinct key joins the one pending record (the per-agent cap of 32 counts records, not who
     joined them), and the record's `requesters` list goes whole into every `approvals.pending` answer.
     Past ~1 MiB one row no longer fits a frame: `approvals.attach` (a console becoming the approver) and
     `approvals.pending` both fail with `frame … exceeds the 1048576-byte cap`, so no console can attach
-    or see any agent's asks; memory and the pending file (the whole list rewritten per join) grow too."""
+    or see any agent's asks; memory and the pending file (the whole list rewritten per join) grow too.
+    Closed: a join is one more ask waiting, counted against the agent's cap (which counts requesters), so
+    past it the join is refused; views carry a requester count and the first few requesters only."""
+    from engine import principals
+    from engine.approvals.pending import MAX_PENDING_PER_AGENT, SHOWN_REQUESTERS
+
     write_config(state, ALLOWLIST)
-    async with gateway(state):
+    principals.mint(state, "ops")
+    async with gateway(state) as server:
         agents = [await connect(state, f"a{i}", operator=False) for i in range(8)]
-        other = await connect(state, "other", operator=False)
+        other = await connect(state, "other", operator=False, agent="ops")
         op = await connect(state, "op")
         try:
             pad = "k" * 240
+            refused = 0
 
             async def ask(i: int) -> None:
+                nonlocal refused
                 client = agents[i % len(agents)]
-                result = await client.request("exec", {"command": "echo hi", "sessionKey": f"{pad}{i}"})
+                try:
+                    result = await client.request("exec", {"command": "echo hi", "sessionKey": f"{pad}{i}"})
+                except RemoteError as exc:
+                    assert "approvals waiting" in str(exc), exc
+                    refused += 1
+                    return
                 assert result["details"]["status"] == "approval-pending"
 
             await asyncio.gather(*(ask(i) for i in range(4000)))
+            assert refused == 4000 - MAX_PENDING_PER_AGENT
+            (row,) = server.services.approvals.pending()
+            assert len(row.requesters) == MAX_PENDING_PER_AGENT
             # Someone else's ask, which the operator must still be able to see and answer.
             await other.request("exec", {"command": "echo other", "sessionKey": "x"})
-            await op.request("approvals.attach")  # RemoteError today: the first page is one giant row
-            pending = await op.pending_approvals()  # RemoteError today: the answer is over the frame cap
+            await op.request("approvals.attach")
+            pending = await op.pending_approvals()
             assert any(row["command"] == "echo other" for row in pending)
             assert len(json.dumps(pending)) < 1 << 20
+            mine = next(row for row in pending if row["command"] == "echo hi")
+            assert mine["requesterCount"] == MAX_PENDING_PER_AGENT
+            assert len(mine["requesters"]) == SHOWN_REQUESTERS
         finally:
             await op.close()
             await other.close()
@@ -145,11 +159,6 @@ def uid_config(sock: Path, mapped: bool) -> str:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a uid-mapped agent's live connections survive its removal from the config and "
-    "`agents revoke`/`agents.refresh` (both match only minted credentials), so it keeps running commands",
-)
 async def test_unmapped_account_keeps_acting_after_revoke(state: Path) -> None:
     """Class 1 (a credential that no longer holds still acts). In the strong setup an agent's Unix account
     is its credential; the operator cuts it off by removing its `[[agents.list]]` entry. The mapping is
@@ -207,17 +216,13 @@ async def test_unmapped_account_keeps_acting_after_revoke(state: Path) -> None:
             shutil.rmtree(sock_dir, ignore_errors=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `agents add --rotate` replaces the credential file first and asks the gateway to drop "
-    "the old connections afterwards (agents.refresh, from a new client): in between they still act",
-)
 async def test_rotated_credential_still_acts_until_the_refresh(state: Path) -> None:
     """Class 1 (a revoked credential still acts). `agents revoke` stops reading the agent's connections
     before the file goes; `agents add --rotate` does it the other way round (runner/cli/agents.py
     cmd_add: `principals.mint` — the old token no longer on disk — then `_refresh()`, a second client
     that must start, connect and handshake, and whose failure is swallowed). Here the rotate's first step
-    is done as the CLI does it; the old connection's next request is then acted upon."""
+    is done as the CLI does it; the old connection's next request is then acted upon.
+    Closed: with a gateway running, `--rotate` is the gateway's verb `agents.rotate`, in revoke's order."""
     from engine import principals
 
     write_config(state, FULL_GATEWAY)
@@ -226,7 +231,11 @@ async def test_rotated_credential_still_acts_until_the_refresh(state: Path) -> N
         old = await connect(state, "ops", operator=False, agent="ops")
         try:
             assert (await old.request("exec", {"command": "echo before"}))["details"]["status"] == "completed"
-            principals.mint(state, "ops")  # `agents add ops --rotate`, before it tells the gateway
+            # `agents add ops --rotate`: with a gateway running it is the gateway's verb (stop, mint, drop),
+            # so there is no moment where the new credential exists and the old connection is still read.
+            rotated = await asyncio.to_thread(cli, state, "agents", "add", "ops", "--rotate", "--json")
+            assert rotated.returncode == 0, rotated.stderr
+            assert json.loads(rotated.stdout)["details"]["dropped"] == 1
             try:
                 result = await old.request("exec", {"command": "echo after"})
             except (ExecHostError, ConnectionError, OSError):
@@ -396,17 +405,14 @@ async def test_one_agent_evicts_anothers_node_keys(state: Path, sshd_nodes: list
                 await c.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: session overrides are unbounded per agent (services.overrides); one agent's 6,000 "
-    "tightening overrides push the operator's policy.overrides (the console's Policy pane) past 1 MiB",
-)
 async def test_one_agent_fills_the_override_table(state: Path) -> None:
     """Class 3. An agent may set, without the operator role, any override that only tightens
     (`/exec security=deny`) on any session key of its own, and each one is kept in the gateway's
     `overrides` dict for good: no count per agent, no bytes. 6,000 of them (240-character keys, ~150
     bytes a request) make `policy.overrides` exceed the 1 MiB frame, so the console's Policy pane says
-    "policy unavailable" for every agent, and the gateway's memory grows with every request."""
+    "policy unavailable" for every agent, and the gateway's memory grows with every request.
+    Closed: an agent keeps at most MAX_OVERRIDES_PER_AGENT overrides (more are refused), and
+    `policy.overrides` answers in pages of at most OVERRIDES_PAGE_BYTES."""
     write_config(state, ALLOWLIST)
     async with gateway(state) as server:
         agents = [await connect(state, f"a{i}", operator=False) for i in range(8)]
@@ -414,16 +420,33 @@ async def test_one_agent_fills_the_override_table(state: Path) -> None:
         try:
             pad = "o" * 240
 
+            refused = 0
+
             async def tighten(i: int) -> None:
+                nonlocal refused
                 client = agents[i % len(agents)]
-                await client.request(
-                    "policy.override", {"sessionKey": f"{pad}{i}", "directive": "/exec security=deny"}
-                )
+                try:
+                    await client.request(
+                        "policy.override", {"sessionKey": f"{pad}{i}", "directive": "/exec security=deny"}
+                    )
+                except RemoteError as exc:
+                    assert "the most one agent may keep" in str(exc), exc
+                    refused += 1
 
             await asyncio.gather(*(tighten(i) for i in range(6000)))
             held = sum(1 for key in server.services.overrides if key.startswith("agent:main:"))
             assert held <= 1024, f"agent main keeps {held} session overrides"
-            await op.request("policy.overrides")  # RemoteError today: over the frame cap
+            assert refused == 6000 - held
+            seen: dict[str, object] = {}
+            after = None
+            while True:  # the operator pages through every override
+                page = await op.request("policy.overrides", {} if after is None else {"after": after})
+                assert len(json.dumps(page)) <= limits.OVERRIDES_PAGE_BYTES + 4096
+                seen.update(page["overrides"])
+                after = page["next"]
+                if after is None:
+                    break
+            assert len(seen) == len(server.services.overrides)
         finally:
             await op.close()
             for client in agents:
@@ -562,11 +585,6 @@ async def test_backlog_cap_is_per_connection_not_per_agent(state: Path) -> None:
             await agent.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='open: `[gateway] anonymous = "none"` is read only at a handshake; a bare-token connection '
-    "made before the switch stays agent main and keeps running commands (agents.refresh does not look)",
-)
 async def test_anonymous_none_leaves_live_bare_token_connections(state: Path) -> None:
     """Class 1 (an identity that no longer holds still acts). docs/SECURITY.md gives the operator
     `[gateway] anonymous = "none"` so that "an agent without its credential is nobody". An agent that
@@ -595,11 +613,33 @@ async def test_anonymous_none_leaves_live_bare_token_connections(state: Path) ->
             await bare.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `agents revoke` leaves the agent's pending asks in the inbox; one approved afterwards "
-    "runs (detached) as the revoked agent",
-)
+async def test_config_edit_alone_re_decides_live_connections(state: Path) -> None:
+    """Class 1, the same as above with no `agents.refresh`: the edit itself is enough. The request that
+    makes the gateway reload its config is checked under the new config before it is acted upon, and the
+    reload re-decides every other live connection (the second one never sends anything)."""
+    write_config(state, FULL_GATEWAY)
+    async with gateway(state) as server:
+        bare = await connect(state, "bare", operator=False)
+        idle = await connect(state, "idle", operator=False)
+        op = await connect(state, "op")
+        try:
+            assert (await bare.request("exec", {"command": "echo before"}))["details"][
+                "status"
+            ] == "completed"
+            write_config(state, '[gateway]\nanonymous = "none"\n' + FULL_GATEWAY)
+            try:
+                result = await bare.request("exec", {"command": "echo after"})
+            except (ExecHostError, ConnectionError, OSError):
+                result = None
+            assert result is None or result["details"]["status"] != "completed", result
+            await wait_until(lambda: [c.client for c in server.connections] == ["op"], timeout=10)
+            assert (await op.request("status"))["pid"] == os.getpid()  # the operator is still itself
+        finally:
+            await op.close()
+            await idle.close()
+            await bare.close()
+
+
 async def test_revoked_agents_asks_still_run_when_approved(state: Path) -> None:
     """Class 1 (a revoked credential still acts). What a revoked agent sent before the revoke and that
     waits for a human is kept: its asks stay pending under its name, and with no approver attached the
@@ -688,18 +728,15 @@ async def test_one_agent_holds_every_egress_slot(state: Path) -> None:
             tcp.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: deciding an ask joined by 2,000 session keys writes ~300 MiB (the whole record, every "
-    "requester, once per joined run: O(n^2)); at 4,000, ~645 MiB and the decision left approvals.history",
-)
 async def test_deciding_a_joined_ask_rewrites_it_once_per_requester(state: Path) -> None:
     """Class 3 (counts bytes). The same join as above, then the operator denies the ask by its id (it
     need not list the inbox). Each joined requester's run is noted on the record and each note makes the
     pending store write the record's whole state, every requester included: O(n²) bytes, ~300 MiB for
     this one decision at 2,000 (the process's own write count), ~645 MiB and ~40 s at 4,000, during which
     every principal's asks wait on the same durable writer. At 4,000 the resolved line (1.4 MB) was also
-    rotated out behind the 4,000 run lines, and `approvals.history` answered with no row for it at all."""
+    rotated out behind the 4,000 run lines, and `approvals.history` answered with no row for it at all.
+    Closed: joins past the agent's cap (which counts requesters) are refused, so a record's size and the
+    number of its runs are bounded; the decision line carries a count and the first few requesters."""
     write_config(state, ALLOWLIST)
     async with gateway(state):
         agents = [await connect(state, f"a{i}", operator=False) for i in range(8)]
@@ -709,10 +746,11 @@ async def test_deciding_a_joined_ask_rewrites_it_once_per_requester(state: Path)
             ids: set[str] = set()
 
             async def ask(i: int) -> None:
-                result = await agents[i % len(agents)].request(
-                    "exec", {"command": "echo hi", "sessionKey": f"{pad}{i}"}
-                )
-                ids.add(result["details"]["approvalId"])
+                with contextlib.suppress(RemoteError):  # past the agent's cap: refused
+                    result = await agents[i % len(agents)].request(
+                        "exec", {"command": "echo hi", "sessionKey": f"{pad}{i}"}
+                    )
+                    ids.add(result["details"]["approvalId"])
 
             await asyncio.gather(*(ask(i) for i in range(2000)))
             assert len(ids) == 1
@@ -728,16 +766,13 @@ async def test_deciding_a_joined_ask_rewrites_it_once_per_requester(state: Path)
                 await client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the resolved line carries every joined requester; past MAX_LINE_BYTES (200 KiB, ~700 "
-    "joins) the reader skips it, so the operator's decision on that ask is not in the history at all",
-)
 async def test_agent_chooses_to_erase_the_decision_on_its_ask(state: Path) -> None:
     """Class 3, and "nothing is lost". `encode_entry` cuts only the command when a line is too long;
     the requesters it cannot cut are the agent's to grow. 700 session keys joined to one ask make its
     resolved line ~250 KiB, which the decision log writes and its reader then skips (`len(raw) >
-    MAX_LINE_BYTES`): the operator denies the ask, and `approvals.history` has no row for it."""
+    MAX_LINE_BYTES`): the operator denies the ask, and `approvals.history` has no row for it.
+    Closed: joins are capped per agent, the decision line carries at most a few requesters, and
+    `encode_entry` always makes a line the reader keeps (test_history_line_is_never_dropped)."""
     write_config(state, ALLOWLIST)
     async with gateway(state):
         agents = [await connect(state, f"a{i}", operator=False) for i in range(8)]
@@ -747,8 +782,11 @@ async def test_agent_chooses_to_erase_the_decision_on_its_ask(state: Path) -> No
             ids: set[str] = set()
 
             async def ask(i: int) -> None:
-                got = await agents[i % 8].request("exec", {"command": "echo hi", "sessionKey": f"{pad}{i}"})
-                ids.add(got["details"]["approvalId"])
+                with contextlib.suppress(RemoteError):  # past the agent's cap: refused
+                    got = await agents[i % 8].request(
+                        "exec", {"command": "echo hi", "sessionKey": f"{pad}{i}"}
+                    )
+                    ids.add(got["details"]["approvalId"])
 
             await asyncio.gather(*(ask(i) for i in range(700)))
             assert len(ids) == 1
@@ -906,18 +944,16 @@ async def test_tokenless_peers_hold_the_browser_door_open(state: Path) -> None:
         assert held <= 256, f"the door holds {held} tokenless connections"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the send queue is still capped in frames (2,048) and approval events are never shed: "
-    "6,500 joins' approval.updated cut off an approver that paused, with ~530 KB waiting, not 16 MiB",
-)
 async def test_join_flood_cuts_off_a_pausing_approver_by_frame_count(state: Path) -> None:
     """Class 3 (counts bytes). Every join of a coalesced ask broadcasts `approval.updated` (~110 bytes)
     to each approver, and approval events are never shed ("small and rare"). An agent makes them
     frequent: 6,500 asks of one question from fresh session keys while the console is busy for a moment
     (not reading). Past the 256 KiB written ahead the frames queue, and at SEND_QUEUE_FRAMES the console is
     cut off ("is not reading (532685 bytes wait for it)") — far under the 4 MiB pause and 16 MiB cut-off
-    the byte caps promise — and its asks go two-phase until it reconnects."""
+    the byte caps promise — and its asks go two-phase until it reconnects.
+    Closed: joins count against the agent's cap, one ask's queued `approval.updated` events are merged
+    (the latest replaces one still waiting), and the send queue is capped in bytes, not frames."""
+    from engine.approvals.pending import MAX_PENDING_PER_AGENT
     from engine.protocol.frames import OPERATOR_TOKEN_NAME, ensure_token
 
     write_config(state, ALLOWLIST)
@@ -928,9 +964,13 @@ async def test_join_flood_cuts_off_a_pausing_approver_by_frame_count(state: Path
         await wait_until(lambda: any(c.approver for c in server.connections))
         agents = [await connect(state, f"a{i}", operator=False) for i in range(16)]
 
+        answered = 0
+
         async def ask(i: int) -> None:
+            nonlocal answered
             with contextlib.suppress(ExecHostError, ConnectionError):
                 await agents[i % 16].request("exec", {"command": "echo hi", "sessionKey": f"k{i}"})
+            answered += 1
 
         asks = [asyncio.ensure_future(ask(i)) for i in range(6500)]
         try:
@@ -938,7 +978,9 @@ async def test_join_flood_cuts_off_a_pausing_approver_by_frame_count(state: Path
             def settled() -> bool:
                 if not any(c.approver for c in server.connections):
                     return True  # cut off
-                return sum(r.count for r in server.services.approvals.pending()) >= 6500
+                # every ask is refused (past the agent's cap) or waits on the one record
+                waiting = sum(len(r.requesters) for r in server.services.approvals.pending())
+                return waiting == MAX_PENDING_PER_AGENT and answered >= 6500 - MAX_PENDING_PER_AGENT
 
             await wait_until(settled, timeout=60)
             assert any(c.approver for c in server.connections), "the pausing approver was cut off"

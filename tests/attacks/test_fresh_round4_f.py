@@ -72,6 +72,10 @@ async def _ask_then(
     result = await client.request("exec", {"command": command, "workdir": str(ws)})
     details = result["details"]
     assert details["status"] == "approval-pending", result["text"]
+    if decision == "allow-always" and decision not in details["allowedDecisions"]:
+        # Not proven bound (issue 27 §5): the ask says why, and the operator can only approve this run.
+        assert "allow-always is not offered" in result["text"], result["text"]
+        decision = "allow-once"
     between()
     await client.request("approve", {"id": details["approvalId"], "decision": decision})
     return details, await _finished(client, details["approvalId"])
@@ -160,12 +164,6 @@ async def test_class4_a_worktree_config_planted_after_the_revet_runs_a_filter(
     assert not marker.exists(), "git ran a filter from a config exechost never vetted"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: gitvet._valid_head opens .git/HEAD blocking; a FIFO there stalls the one decision thread "
-    "(Offload: every agent's exec waits) and then the event loop itself (exec.run re-vets the tree "
-    "synchronously in _still_as_decided): the whole gateway freezes until the attacker writes",
-)
 async def test_a_fifo_head_stalls_the_gateway(state_dir: Path, tmp_path: Path) -> None:
     ws = _repo(tmp_path / "w", {"a.txt": "a\n"})
     head = ws / ".git" / "HEAD"
@@ -264,11 +262,6 @@ async def test_regression_a_plain_submodule_filter_asks(state_dir: Path, tmp_pat
         ),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: submodule repositories are still found by gitvet's emulation (_valid_head, _is_git_dir, "
-    "_common_dir); where it differs from git the submodule's config is not vetted and git runs its filter",
-)
 async def test_class5_a_submodule_git_accepts_and_the_emulation_does_not(
     state_dir: Path, tmp_path: Path, spelling: str
 ) -> None:
@@ -311,12 +304,6 @@ async def test_class5_a_submodule_git_accepts_and_the_emulation_does_not(
         "xargs -a /dev/null sh x.sh",
         "find . -maxdepth 0 -exec sh x.sh ';'",
     ],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a wrapper exechost does not unwrap (blocked: nohup, setsid; env -S/-i/-C, xargs -a, "
-    "find -exec) hides the script from content binding; allow-always saves =command: without its digest "
-    "and every rewrite runs unasked",
 )
 async def test_class5_allow_always_through_an_opaque_wrapper_binds_no_script(
     state_dir: Path, tmp_path: Path, command: str
@@ -369,12 +356,6 @@ async def test_class5_a_script_spelled_by_expansion_runs_rewritten_on_allow_once
         ("node app", "app/index.js", False),
         ("node x", "x.js", False),
     ],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the interpreter resolves the operand to another file (python3 DIR runs DIR/__main__.py, "
-    "node DIR runs DIR/index.js, node x runs x.js); the binding records the operand only (a directory, "
-    "or absent), allow-always saves =command: with no content, and the rewritten file runs unasked",
 )
 async def test_class5_an_operand_the_interpreter_resolves_to_another_file_binds_nothing(
     state_dir: Path, tmp_path: Path, command: str, runs: str, py: bool
@@ -510,12 +491,6 @@ async def test_class4_allowlisted_git_writes_the_trusted_global_config(
         ("python3 /proc/self/cwd/x.py", True),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: /proc/self (and /proc/thread-self, /dev/fd/..) is resolved in the gateway's process, "
-    "whose cwd is not the run's: the script is found absent (or another file), the run opens the "
-    "workspace's, allow-always saves =command: bound to nothing, and a rewrite runs unasked",
-)
 async def test_class5_a_proc_self_path_names_the_gateways_cwd_not_the_runs(
     state_dir: Path, tmp_path: Path, command: str, py: bool
 ) -> None:
@@ -529,7 +504,12 @@ async def test_class5_a_proc_self_path_names_the_gateways_cwd_not_the_runs(
     async with gateway(state_dir):
         client = await connect(state_dir)
         try:
-            _, text = await _ask_then(client, ws, command, lambda: None, "allow-always")
+            first = await client.request("exec", {"command": command, "workdir": str(ws)})
+            if "allow-always" not in first["details"].get("allowedDecisions", ()):
+                return  # nothing an allow-always could save: not this attack
+            decision = {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            await client.request("approve", decision)
+            text = await _finished(client, first["details"]["approvalId"])
             assert "GOOD" in text, text
             script.write_text(code.format("EVIL"))
             again = await client.request("exec", {"command": command, "workdir": str(ws)})
@@ -538,11 +518,6 @@ async def test_class5_a_proc_self_path_names_the_gateways_cwd_not_the_runs(
     assert "EVIL" not in again["text"], "the rewritten script ran on the old allow-always"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `eval 'sh x.sh'` is offered allow-always and saved as =command: without x.sh's digest "
-    "(eval's argument is code no one binds): a rewritten x.sh runs unasked",
-)
 async def test_class5_allow_always_on_eval_binds_no_script(state_dir: Path, tmp_path: Path) -> None:
     ws = tmp_path / "w"
     ws.mkdir()
@@ -572,12 +547,6 @@ async def test_regression_an_unresolvable_script_is_never_offered_allow_always(
     assert "allow-always" not in details["allowedDecisions"], details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: bash (not in posix mode) searches PATH for a script operand missing from the cwd; the "
-    "binding records ./x.sh absent and saves allow-always, so an x.sh written later to a PATH dir the "
-    "operator's account can write (~/bin, ~/.local/bin) runs unasked",
-)
 async def test_class5_bash_finds_its_script_operand_on_path(
     state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -635,13 +604,6 @@ async def test_regression_every_spelling_of_an_allowlisted_git_vets_its_reposito
         ("#!interp", "interp", "#!/bin/sh\necho {}\n"),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: what a #! line names besides a fixed interpreter (its argument: the kernel runs INTERP "
-    "ARG ./run; a relative interpreter, found from the cwd at run time) is not bound, yet allow-always is "
-    "offered and saved (even where the ask says 'not bound to content ... cannot be bound'), so a "
-    "rewritten payload or interpreter runs unasked",
-)
 async def test_class5_a_shebang_argument_names_an_unbound_script(
     state_dir: Path, tmp_path: Path, shebang: str, payload: str, code: str
 ) -> None:
@@ -667,12 +629,6 @@ async def test_class5_a_shebang_argument_names_an_unbound_script(
 @pytest.mark.skipif(shutil.which("perl") is None, reason="perl is not installed")
 @pytest.mark.parametrize(
     "command", ["perl -I. -Mevil x.pl", "perl -I . -mevil x.pl", "perl -Ilib -Mevil x.pl"]
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: perl's -M/-m preload a module found through -I dirs the agent writes; unlike node -r "
-    "(bound, or no allow-always for a search), it is neither bound nor refused allow-always, so a "
-    "rewritten evil.pm runs unasked",
 )
 async def test_class5_a_perl_module_preload_is_not_bound(
     state_dir: Path, tmp_path: Path, command: str
@@ -711,14 +667,13 @@ async def test_class5_a_perl_module_preload_is_not_bound(
         "make -rf evil.mk",  # -f inside a cluster of short options
         "make -sfevil.mk",
         "make -kC sub",
-        "make --eval='all:;@echo EVIL'",  # the recipe is in the argv itself
+        pytest.param(
+            "make --eval='all:;@echo EVIL'",
+            marks=pytest.mark.xfail(
+                strict=True, reason="open: --eval puts the recipe in the argv itself (argPatterns decide it)"
+            ),
+        ),  # the recipe is in the argv itself
     ],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode._option_values reads make's -f/-C/--file/--directory only spelled exactly; make "
-    "also takes abbreviated long options and clustered short ones (and --eval in argv), so with no "
-    "Makefile in the cwd an allowlisted make runs an agent-written makefile unasked",
 )
 async def test_class5_make_reads_a_makefile_through_an_option_spelling_treecode_does_not_parse(
     state_dir: Path, tmp_path: Path, command: str
@@ -783,14 +738,7 @@ async def test_class5_pip_reads_a_requirements_file_in_a_short_option_cluster(
 @pytest.mark.parametrize(
     "command",
     [
-        pytest.param(
-            "awk -fp.awk",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: awk's program file attached to -f (-fp.awk, which mawk and gawk both read) "
-                "is not bound; allow-always saves =command: without it and a rewritten p.awk runs unasked",
-            ),
-        ),
+        "awk -fp.awk",
         "awk -f p.awk",
         "awk -v x=1 -f p.awk",
     ],
@@ -814,19 +762,12 @@ async def test_class5_an_awk_program_file_attached_to_f(
     assert "EVIL" not in again["text"], "the rewritten awk program ran on the old allow-always"
 
 
-_SED_OPEN = pytest.mark.xfail(
-    strict=True,
-    reason="open: sed's script file spelled -fFILE, --file=FILE or --fi=FILE (GNU sed's `e` runs shell "
-    "commands) is not bound; allow-always saves =command: without it and a rewritten script runs unasked",
-)
-
-
 @pytest.mark.parametrize(
     "command",
     [
-        pytest.param("sed -fs.sed in.txt", marks=_SED_OPEN),
-        pytest.param("sed --file=s.sed in.txt", marks=_SED_OPEN),
-        pytest.param("sed --fi=s.sed in.txt", marks=_SED_OPEN),
+        "sed -fs.sed in.txt",
+        "sed --file=s.sed in.txt",
+        "sed --fi=s.sed in.txt",
         "sed -n -f s.sed in.txt",
         "sed -nf s.sed in.txt",
     ],

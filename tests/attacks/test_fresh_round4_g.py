@@ -36,7 +36,14 @@ from engine.unixsock import PeerInfo
 from tests.attacks.harness import ALLOWLIST, attempt, refused
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.gateway import REPO, connect, gateway, wait_until, write_config
-from tests.helpers.race import exchange_loop
+from tests.helpers.race import exchange_loop, tries
+
+# Attacks that fail here only because their cwd is one the agent can write, where a program on no
+# TREE_SAFE list asks (engine/commands/treesafe.py): the class they name is not closed by that.
+WRITABLE_CWD = (
+    "passes where the cwd is agent-writable, as here (a program on no TREE_SAFE list asks there: "
+    "engine/commands/treesafe.py); still open from a cwd the agent cannot write. "
+)
 
 
 async def _always_then_rewrite(
@@ -81,12 +88,6 @@ def _ran_evil(details: dict[str, Any], cwd: Path) -> bool:
 # ---------------------------------------------------------------------------------------------- working
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: sed/awk take their program with an attached -fFILE or --file=FILE; content.script_operand "
-    "knows only a separate `-f FILE` and durable._scripts binds the first non-option word (the data), so "
-    "allow-always saves `sed -n -fx.sed in.txt` without x.sed's digest and a rewritten x.sed runs unasked",
-)
 @pytest.mark.parametrize(
     "command",
     ["sed -n -fx.sed in.txt", "sed -n --file=x.sed in.txt", "awk -fx.sed in.txt"],
@@ -106,13 +107,7 @@ async def test_class5_sed_program_in_an_attached_option_is_not_bound(
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode reads make's -C/-f by a fixed spelling, not by make's getopt: `--dir=` (a "
-    "unique prefix of --directory), `-C a -C b` (cumulative), `-sfFILE` (a cluster) and `-C /proc/self/…` "
-    "(resolved in the gateway) name a makefile "
-    "exechost never vets or binds, so an allow-always given while it was inert runs it once rewritten",
-)
+# `-C /proc/self/…` (resolved in the gateway) is closed too: a word through /proc asks, never allow-always.
 @pytest.mark.parametrize(
     ("command", "makefile"),
     [
@@ -121,7 +116,6 @@ async def test_class5_sed_program_in_an_attached_option_is_not_bound(
         ("make -sfx/e.mk", "x/e.mk"),
         ("make -C /proc/self/cwd/sub", "sub/Makefile"),
     ],
-    ids=["abbreviated-directory", "cumulative-C", "clustered-f", "proc-self-directory"],
 )
 async def test_class5_make_options_spelled_as_make_reads_them_escape_the_tree_vet(
     state_dir: Path, tmp_path: Path, command: str, makefile: str
@@ -194,8 +188,9 @@ SAFE_ED = (
 
 
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: safeBins refuses only names on a list (shells, interpreters, awk, sed, jq): ed, sqlite3, "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: safeBins refuses only names on a list (shells, interpreters, awk, sed, jq): ed, sqlite3, "
     "dc, gdb, psql… read commands from stdin and run shell commands (`!cmd`, `.shell`), so a profile the "
     "operator writes for them turns a heredoc (stdin data, unasked) into code",
 )
@@ -213,18 +208,22 @@ async def test_class4_a_stdin_only_safe_bin_that_runs_commands(
     assert refused(details) or not (tmp_path / "pwned").exists(), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: pydoc imports the module it is asked about with the cwd first on sys.path, ctest runs the "
-    "add_test commands of ./CTestTestfile.cmake, prove runs ./t/*.t: none is in TREE_PROGRAMS, RUNNERS or "
-    "INTERPRETERS, so one allow-always saves the bare path and every later run in any tree is unasked",
-)
 @pytest.mark.parametrize(
     ("first", "file", "then"),
     [
         ("pydoc3 json", "json.py", "pydoc3 evilmod"),
-        ("ctest", "CTestTestfile.cmake", "ctest"),
-        ("prove", "t/a.t", "prove"),
+        pytest.param(
+            "ctest",
+            "CTestTestfile.cmake",
+            "ctest",
+            marks=pytest.mark.xfail(strict=True, reason="open: still runs the tree's tests unasked here"),
+        ),
+        pytest.param(
+            "prove",
+            "t/a.t",
+            "prove",
+            marks=pytest.mark.xfail(strict=True, reason="open: still runs the tree's tests unasked here"),
+        ),
     ],
     ids=["pydoc3", "ctest", "prove"],
 )
@@ -267,7 +266,7 @@ async def test_class6_an_operand_swapped_for_a_link_into_the_state_dir_after_its
         client = await connect(state_dir)
         try:
             with exchange_loop(str(work / "x"), str(work / "y")):
-                for _ in range(2000):  # one win is enough; it wins several times in 200 tries here
+                for _ in tries(2000):  # one win is enough; it wins several times in 200 tries here
                     try:
                         result = await client.request("exec", {"command": "cat x", "workdir": str(work)})
                     except RemoteError:
@@ -359,8 +358,9 @@ async def test_class4_an_empty_path_entry_makes_the_cwd_a_program_dir(
 
 @pytest.mark.skipif(shutil.which("sqlite3") is None, reason="sqlite3 is not installed")
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: a heredoc is code only to a program on the INTERPRETERS list; sqlite3 (psql, mysql, ed, "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: a heredoc is code only to a program on the INTERPRETERS list; sqlite3 (psql, mysql, ed, "
     "gdb…) reads commands from stdin and `.shell` runs one, so an entry allowing `sqlite3 app.db` runs the "
     "agent's heredoc as shell commands unasked",
 )
@@ -530,12 +530,6 @@ async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
     assert not (tmp_path / "pwned").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: interpoptions reads python's -i and perl's -d as plain flags (source: the file), but both "
-    "then read code from stdin (python's REPL after the script, perl's debugger): allow-always binds the "
-    "script, and any code written to the session's stdin (`process write`) runs unasked",
-)
 @pytest.mark.parametrize(
     ("command", "script", "code"),
     [
@@ -579,8 +573,9 @@ async def test_class5_an_interpreter_flag_that_reads_code_from_stdin_after_the_b
 
 @pytest.mark.skipif(shutil.which("unzip") is None, reason="unzip is not installed")
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: the state dir is protected by checking a command's operands and cwd, not where the program "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: the state dir is protected by checking a command's operands and cwd, not where the program "
     "writes: an allowlisted `unzip -o a.zip` plants a link s -> <state dir> (an archive member), `unzip -o "
     "b.zip` writes s/exec-approvals.json through it, and the forged allowlist runs anything unasked",
 )
@@ -614,12 +609,6 @@ async def test_class4_an_allowlisted_extractor_writes_the_approvals_file_through
     assert not (work / "pwned").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: content.loaded_values binds argv preloads for node (-r/--require/--import) and ruby (-r) "
-    "only; perl's -M/-m load a module the same way (`perl -I. -Mevil x.pl` runs ./evil.pm first), so "
-    "allow-always binds x.pl and a rewritten evil.pm runs unasked",
-)
 async def test_class5_a_perl_preload_named_in_the_argv_is_not_bound(state_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "x.pl").write_text('print "x\\n";\n')
     details = await _always_then_rewrite(
@@ -633,12 +622,6 @@ async def test_class5_a_perl_preload_named_in_the_argv_is_not_bound(state_dir: P
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: tree_vet runs only when the analysis proves a plain chain; `make test 2>&1` (redirection) "
-    "or `cd sub && make` (a builtin) fail it, so the ask names no Makefile and allow-always binds none: the "
-    "agent rewrites the Makefile it was approved with and the saved command runs it unasked",
-)
 @pytest.mark.parametrize(
     ("command", "makefile"),
     [("make test 2>&1", "Makefile"), ("cd sub && make test", "sub/Makefile")],
@@ -653,12 +636,6 @@ async def test_class5_a_command_the_analysis_cannot_prove_plain_skips_the_tree_v
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: gitvet (and the pinned view that points git at the vetted repository) runs only for a "
-    "plain chain: `git status 2>&1` fails the analysis, allow-always binds no config, and a filter "
-    "the agent then adds to .git/config runs on the next `git status 2>&1` unasked",
-)
 async def test_class5_git_vetting_is_skipped_for_a_redirected_git(state_dir: Path, tmp_path: Path) -> None:
     repo = tmp_path / "r"
     repo.mkdir()
@@ -718,12 +695,6 @@ async def test_class3_an_approval_socket_exec_asks_without_showing_the_env(
     assert value in visible or not (tmp_path / "pwned").exists(), visible
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: content.bind skips a script operand that is not a regular file, but `python3 app` runs "
-    "app/__main__.py and `node app` runs app/index.js (or package.json's main): nothing is bound, so "
-    "allow-always holds while the agent rewrites the program the directory holds",
-)
 @pytest.mark.parametrize(
     ("command", "entry", "code"),
     [
@@ -751,12 +722,6 @@ def _feed(fifo: Path, code: str) -> None:
         pipe.write(code)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a script operand that is a FIFO is neither bound nor refused (content.bind and "
-    "durable._scripts look only at regular files), so allow-always of `python3 prog` holds for whatever "
-    "program the agent writes into the pipe at each run",
-)
 async def test_class5_a_fifo_script_operand_is_left_unbound(state_dir: Path, tmp_path: Path) -> None:
     fifo = tmp_path / "prog"
     os.mkfifo(fifo)
@@ -785,12 +750,6 @@ async def test_class5_a_fifo_script_operand_is_left_unbound(state_dir: Path, tmp
     assert not (tmp_path / "pwned").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: protected.protected_operand resolves `/proc/self/…` in the gateway, where self is the "
-    "gateway (its cwd, its fds), while the command resolves it in itself: `cat /proc/self/cwd/../s/"
-    "operator.json` from a sibling of the state dir passes the check and prints the operator token",
-)
 async def test_class5_proc_self_names_another_process_at_the_check(state_dir: Path, tmp_path: Path) -> None:
     work = state_dir.parent / "w"  # the state dir's sibling: `..` from the command's cwd is its parent
     work.mkdir()
@@ -806,12 +765,6 @@ async def test_class5_proc_self_names_another_process_at_the_check(state_dir: Pa
     assert token.strip() not in details["_text"], details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: content.bind resolves a script operand `/proc/self/cwd/x.py` in the gateway (whose cwd is "
-    "elsewhere: nothing there, or another file), the command reads its own cwd's x.py: allow-always binds "
-    "the wrong file and the agent's rewritten x.py runs unasked",
-)
 async def test_class5_a_proc_self_script_operand_is_bound_in_the_wrong_process(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -827,8 +780,9 @@ async def test_class5_a_proc_self_script_operand_is_bound_in_the_wrong_process(
 
 
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: protected.protected_word skips every word starting with `-`, so a short option's attached "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: protected.protected_word skips every word starting with `-`, so a short option's attached "
     "value is never checked: allowlisted `curl -so<state>/exec-approvals.json file://forged.json` (asked "
     "when spelled `-o <path>`) overwrites the approvals file, and the forged entry runs `touch` unasked",
 )
@@ -853,8 +807,9 @@ async def test_class5_an_attached_short_option_value_into_the_state_dir(
 
 @pytest.mark.parametrize("program", ["strings", "nm", "size"])
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: protected_word reads `@<path>` as a relative name (cwd/@…), but binutils (and gcc, ld, "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: protected_word reads `@<path>` as a relative name (cwd/@…), but binutils (and gcc, ld, "
     "as, ar) read `@FILE` as a response file of more arguments: allowlisted `strings @<state>/operator.json` "
     "(refused without the @) echoes every word of the file back, the operator token included",
 )
@@ -880,8 +835,9 @@ async def test_class5_a_response_file_reads_the_state_dir(
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: protected_word treats a URL as a relative name; `curl -s file://<state>/operator.json` "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: protected_word treats a URL as a relative name; `curl -s file://<state>/operator.json` "
     "(file://localhost/… alike) is an allowlisted curl reading the operator token: the check can list "
     "syntaxes forever, the construction is that unasked commands cannot reach the state dir at all",
 )
@@ -916,13 +872,6 @@ async def test_class4_a_recursive_reader_walks_into_the_state_dir(state_dir: Pat
     assert token not in details["_text"], details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an allowlisted venv interpreter in the tree (`v/bin/python x.py`, x.py bound) runs code "
-    "before x.py from files no one binds or names: a .pth in the venv's site-packages, or pyvenv.cfg's "
-    "`home` pointing Python at a standard library (encodings/) the agent wrote; the import warning counts "
-    "only .py files under the cwd",
-)
 @pytest.mark.parametrize("how", ["pth", "pyvenv-home"])
 async def test_class4_a_tree_venv_runs_startup_code_before_the_bound_script(
     state_dir: Path, tmp_path: Path, how: str
@@ -950,8 +899,9 @@ async def test_class4_a_tree_venv_runs_startup_code_before_the_bound_script(
 
 @pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
 @pytest.mark.xfail(
-    strict=True,
-    reason="open: the state-dir check reads the command's words; a file the agent hands a program can name "
+    strict=False,
+    reason=WRITABLE_CWD
+    + "open: the state-dir check reads the command's words; a file the agent hands a program can name "
     "more files to read: allowlisted `man ./x.1` whose page says `.so <state>/operator.json` (man-db's "
     "soelim includes it) prints the operator token",
 )
@@ -967,12 +917,6 @@ async def test_class4_a_file_the_program_reads_names_the_state_dir(state_dir: Pa
     assert token not in details["_text"], details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: two roots combine under one read-only entry (git, argPattern `log( .*)?`): `git log -1 "
-    "--format=tformat:<json> --output=/proc/self/cwd/../<state>/exec-approvals.json` writes a forged "
-    "allowlist (git writes where --output says; /proc/self is resolved in the gateway), then anything runs",
-)
 async def test_class4_git_log_output_forges_the_allowlist(state_dir: Path) -> None:
     work = state_dir.parent / "w"
     work.mkdir()
@@ -1001,12 +945,6 @@ async def test_class4_git_log_output_forges_the_allowlist(state_dir: Path) -> No
 
 @pytest.mark.skipif(
     shutil.which("ssh-keygen") is None or shutil.which("gcc") is None, reason="needs ssh-keygen and gcc"
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: ssh-keygen is on no list (RUNNERS, INTERPRETERS), so allow-always of `ssh-keygen -l -f "
-    "k.pub` saves the bare path; `ssh-keygen -D ./e.so` then dlopens the agent's PKCS#11 'provider' unasked "
-    "(RUNNERS is a list of refused names; programs that load code from an option are not all on it)",
 )
 async def test_class4_a_bare_path_entry_for_a_program_that_loads_a_library(
     state_dir: Path, tmp_path: Path

@@ -54,7 +54,22 @@ async def test_a_rewrite_after_the_ask_never_runs(
     assert "approval-stale" in text and name in text, text
 
 
-@pytest.mark.parametrize("command", ["bash -e x.sh", "sh -x x.sh", "sh < x.sh", "python3 - < x.py"])
+@pytest.mark.parametrize("command", ["sh < x.sh", "python3 - < x.py"])
+async def test_a_program_redirected_from_a_file_is_bound_once_never_saved(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    """Unparsed text (a redirection): the named file is bound for this run (the test above), but the binder
+    cannot prove it bound every code source, so allow-always is not offered (issue 27 §5, round 4)."""
+    (tmp_path / "x.sh").write_text("echo approved-bytes\n")
+    (tmp_path / "x.py").write_text("print('approved-bytes')\n")
+
+    def shown(view: dict[str, Any]) -> None:
+        assert "allow-always" not in view["allowedDecisions"], view
+
+    await approve_after(state_dir, command, tmp_path, lambda: None, decision="deny", shown=shown)
+
+
+@pytest.mark.parametrize("command", ["bash -e x.sh", "sh -x x.sh"])
 async def test_allow_always_binds_the_script_content(state_dir: Path, tmp_path: Path, command: str) -> None:
     """Allow-always once, rewrite the script, run again: it must ask, not run the new bytes."""
     marker = tmp_path / "pwned"
@@ -172,8 +187,6 @@ async def test_an_approved_script_of_another_interpreter_runs_under_its_own_name
     text = await approve_after(state_dir, command, tmp_path, lambda: None)
     assert "approved-sibling-ok" in text, text
     assert str(tmp_path / name) in text or f" {name}" in text, text  # its own name, not /proc/self/fd/N
-    text = await approve_after(
-        state_dir, command, tmp_path, lambda: _rewrite_in_place(tmp_path / name, evil)
-    )
+    text = await approve_after(state_dir, command, tmp_path, lambda: _rewrite_in_place(tmp_path / name, evil))
     assert not marker.exists(), text
     assert "approval-stale" in text, text

@@ -57,7 +57,9 @@ async def test_tilde_is_the_operators_home_not_the_processes(
     details = await attempt(state_dir, str(evil), allow=[("~/bin/run", None)])
     assert refused(details) and not marker.exists()
     mine = tool(tmp_path / "operator" / "bin" / "run")
-    assert (await attempt(state_dir, str(mine)))["status"] == "completed"
+    # The operator vouches that `run` takes no code from its tree (the gateway's cwd is writable).
+    tree_safe = ALLOWLIST + 'treeSafe = ["run"]\n'
+    assert (await attempt(state_dir, str(mine), config=tree_safe))["status"] == "completed"
 
 
 async def test_safe_bins_never_follow_or_expand(state_dir: Path, tmp_path: Path) -> None:

@@ -58,3 +58,16 @@ def exchange_loop(a: str, b: str) -> Iterator[None]:
         proc.wait()
         if os.path.islink(a) and not os.path.islink(b):  # stopped mid-way: put the real dir back
             exchange(a, b)
+
+
+def tries(most: int, budget_s: float = 90.0) -> Iterator[int]:
+    """Up to `most` tries of a race, stopping early once `budget_s` has passed: on a loaded machine each
+    try may take seconds, and a race the old code lost within a few tries must not outrun the test's
+    timeout when the defence holds. (Bounds the loop only; nothing asserts a time.)"""
+    import time
+
+    deadline = time.monotonic() + budget_s
+    for n in range(most):
+        if n and time.monotonic() >= deadline:
+            return
+        yield n

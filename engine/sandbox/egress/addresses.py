@@ -12,7 +12,9 @@ host's own addresses. Anything new or odd is therefore refused until it is known
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import ipaddress
 import socket
 from collections.abc import Iterable, Mapping
@@ -21,8 +23,17 @@ from dataclasses import dataclass
 from engine.config.egress import Pattern, first_match
 
 RESOLVE_TIMEOUT_SEC = 5.0
+# Lookups run in a pool of their own, never the loop's default executor that the rest of the gateway's
+# blocking work shares: a DNS server that never answers keeps a thread until the libc resolver gives up,
+# and the timeout above only stops waiting for it. Threads still stuck count against the cap, so hanging
+# names are refused at once past it instead of queueing behind each other.
+RESOLVER_THREADS = 8
+MAX_LOOKUPS_IN_FLIGHT = 64
+_resolver: concurrent.futures.ThreadPoolExecutor | None = None
+_in_flight = 0
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPv6Address = ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _V4 = ipaddress.IPv4Network
 _V6 = ipaddress.IPv6Network
 
@@ -97,17 +108,20 @@ def carried_ipv4(ip: IPv6Address) -> ipaddress.IPv4Address | None:
 
 
 def canonical(ip: IPAddress) -> IPAddress:
-    """The address judged: the IPv4 an IPv6 spelling carries, else the address itself."""
+    """The address judged: the IPv4 an IPv6 spelling carries, else the address itself without a zone id
+    (which `ipaddress` compares as part of the address, and the kernel ignores for a global one)."""
     if isinstance(ip, ipaddress.IPv6Address):
-        return carried_ipv4(ip) or ip
+        return carried_ipv4(ip) or ipaddress.IPv6Address(int(ip))
     return ip
 
 
-def public(ip: IPAddress, own: Iterable[IPAddress] = ()) -> bool:
-    """Globally routable unicast, in no special-purpose block, and not one of `own` (this host's)."""
+def public(ip: IPAddress, own: Iterable[IPAddress | IPNetwork] = ()) -> bool:
+    """Globally routable unicast, in no special-purpose block, and not one of `own` (this host's: its
+    addresses, or the prefixes it delivers locally, `own_networks`)."""
     ip = canonical(ip)
-    if ip in set(own):
-        return False
+    for mine in own:
+        if ip == mine if not isinstance(mine, _V4 | _V6) else ip in mine:
+            return False
     if isinstance(ip, ipaddress.IPv4Address):
         if any(ip in net for net in SPECIAL_V4) or ip == ipaddress.IPv4Address("255.255.255.255"):
             return False
@@ -139,6 +153,33 @@ def own_addresses() -> set[IPAddress]:
     return out
 
 
+RTF_LOCAL = 0x80000000  # /proc/net/ipv6_route: a route of the local table (delivered to this host)
+
+
+def own_networks() -> list[IPAddress | IPNetwork]:
+    """Every destination this host delivers to itself: its interface addresses, and each prefix of a
+    `local` route (`ip route add local 2001:db8::/64 dev lo`, AnyIP: the host answers every address in it
+    though no interface lists them) — the kernel's local routing table for IPv4 (fib_trie, any length) and
+    IPv6 (ipv6_route's RTF_LOCAL entries), read afresh each time."""
+    out: list[IPAddress | IPNetwork] = list(own_addresses())
+    with contextlib.suppress(OSError), open("/proc/net/ipv6_route", encoding="ascii") as f:
+        for line in f:
+            fields = line.split()
+            with contextlib.suppress(ValueError, IndexError):
+                if int(fields[8], 16) & RTF_LOCAL:
+                    out.append(_V6((int(fields[0], 16), int(fields[1], 16))))
+    with contextlib.suppress(OSError), open("/proc/net/fib_trie", encoding="ascii") as f:
+        last = ""
+        for line in f:
+            item = line.strip()
+            if item.startswith("|-- "):
+                last = item[4:]
+            elif item.startswith("/") and item.endswith(" host LOCAL") and last:
+                with contextlib.suppress(ValueError):
+                    out.append(_V4(f"{last}/{item[1:].split(' ', 1)[0]}", strict=False))
+    return out
+
+
 async def resolve(
     name: str, port: int, mapping: Mapping[str, str], deny: Iterable[Pattern] = (), *, tunnel: bool = True
 ) -> Target:
@@ -159,13 +200,13 @@ async def resolve(
     loop = asyncio.get_running_loop()
     if literal is not None:
         _check_deny(name, [literal], port, deny, tunnel)
-        if not public(literal, await loop.run_in_executor(None, own_addresses)):
+        if not public(literal, await loop.run_in_executor(None, own_networks)):
             raise Refused(f"{name} is not a public address (map a name to it in `resolve` to allow it)")
         return _target(literal, port, "literal")
-    own = loop.run_in_executor(None, own_addresses)  # (never fails: unreadable files give no addresses)
+    own = loop.run_in_executor(None, own_networks)  # (never fails: unreadable files give no addresses)
     try:
         async with asyncio.timeout(RESOLVE_TIMEOUT_SEC):
-            infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+            infos = await _lookup(loop, name, port)
     except (OSError, TimeoutError) as exc:
         raise Refused(f"{name} does not resolve ({exc.__class__.__name__}: {exc})") from None
     addresses: list[IPAddress] = []
@@ -183,6 +224,29 @@ async def resolve(
             f"{name} resolves to {', '.join(bad)}, which is not public",
         )
     return _target(addresses[0], port, "dns")
+
+
+def system_lookup(name: str, port: int) -> list[tuple]:
+    """The system resolver's answer for a TCP connect (blocking: run in the resolver pool)."""
+    return socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+
+
+async def _lookup(loop: asyncio.AbstractEventLoop, name: str, port: int) -> list[tuple]:
+    """getaddrinfo in the resolver's own pool (see RESOLVER_THREADS)."""
+    global _resolver, _in_flight
+    if _in_flight >= MAX_LOOKUPS_IN_FLIGHT:
+        raise OSError(f"{_in_flight} lookups are still waiting for DNS")
+    if _resolver is None:
+        _resolver = concurrent.futures.ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="egress-dns")
+    _in_flight += 1
+    future = loop.run_in_executor(_resolver, functools.partial(system_lookup, name, port))
+
+    def finished(_: asyncio.Future[list[tuple]]) -> None:
+        global _in_flight
+        _in_flight -= 1
+
+    future.add_done_callback(finished)
+    return await asyncio.shield(future)
 
 
 def _check_deny(

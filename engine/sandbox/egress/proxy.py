@@ -99,9 +99,26 @@ class Connection:
     # Who made it: the agent, or "shared" for the shared-scope sandbox, where every agent's commands run
     # as one uid behind one loopback and a TCP connection carries nothing that says whose command opened it.
     principal: str = ""
+    # What only the operator sees (OPERATOR_ONLY): the addresses a refusal withheld from the sandbox.
+    detail: str | None = None
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
+
+    def capped(self) -> Connection:
+        """Text fields cut to RECORD_TEXT_MAX: a refusal may quote what the sandbox sent (a 60 KiB header),
+        and one shared history must not be rotated away by a few long lines."""
+        for key in ("rule", "error", "detail", "method", "name"):
+            value = getattr(self, key)
+            if isinstance(value, str) and len(value) > RECORD_TEXT_MAX:
+                setattr(self, key, value[:RECORD_TEXT_MAX] + "…")
+        return self
+
+
+RECORD_TEXT_MAX = 300
+# Fields of a record an agent's `sandbox egress` never shows: where its names resolve to is what its
+# refusals withheld (internal DNS, /etc/hosts, a `resolve` entry's private address).
+OPERATOR_ONLY = ("address", "error", "detail")
 
 
 Decide = Callable[[Request], Awaitable[Decision]]
@@ -328,7 +345,8 @@ class EgressProxy:
             try:
                 target = await resolve(name, port, decision.resolve, decision.deny, tunnel=request.tunnel)
             except Refused as exc:
-                rec.rule = f"{decision.rule}; refused: {exc.detail}"
+                rec.rule = f"{decision.rule}; refused: {exc}"
+                rec.detail = exc.detail
                 rec.status = await talk.refuse("forbidden", _refusal(name, port, str(exc)))
                 return
             rec.address = target.address
@@ -364,7 +382,7 @@ class EgressProxy:
             if rec.name or rec.status or rec.rule:
                 rec.durationMs = int((time.monotonic() - started) * 1000)
                 try:
-                    self.record(rec)
+                    self.record(rec.capped())
                 except Exception:
                     log.exception("egress record failed")
             await self._dispose(client)

@@ -75,4 +75,5 @@ HANDLERS: dict[str, Handler] = {  # keyed by Method: every member has exactly on
     Method.SHUTDOWN: shutdown.handle,
     Method.AGENTS_REFRESH: agents.refresh,
     Method.AGENTS_REVOKE: agents.revoke,
+    Method.AGENTS_ROTATE: agents.rotate,
 }

@@ -1,5 +1,6 @@
 """`agents.refresh`: drop live connections whose agent credential was revoked or re-minted on disk;
-`agents.revoke`: revoke one agent's credential with its connections stopped first."""
+`agents.revoke`: revoke one agent's credential with its connections stopped first; `agents.rotate`: replace
+it in the same order (stop, mint, drop)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine import principals
 from engine.errors import ExecHostError
-from engine.protocol.requests import AgentsRefresh, AgentsRevoke
+from engine.protocol.requests import AgentsRefresh, AgentsRevoke, AgentsRotate
 from runner.gateway.handlers.common import require_operator
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 async def refresh(services: Services, conn: Connection, req: AgentsRefresh) -> dict[str, Any]:
     require_operator(conn, "agents.refresh")
     server = services.server
-    dropped = await server.drop_revoked() if server is not None else []
+    dropped = await server.recheck() if server is not None else []
     return {"dropped": dropped}
 
 
@@ -30,3 +31,13 @@ async def revoke(services: Services, conn: Connection, req: AgentsRevoke) -> dic
         raise ExecHostError("this gateway serves no connections to revoke")
     revoked, dropped = await server.revoke_agent(agent)
     return {"agent": agent, "revoked": revoked, "dropped": dropped}
+
+
+async def rotate(services: Services, conn: Connection, req: AgentsRotate) -> dict[str, Any]:
+    require_operator(conn, "agents.rotate")
+    agent = principals.check_agent(req.agent, "agent")
+    server = services.server
+    if server is None:
+        raise ExecHostError("this gateway serves no connections to rotate")
+    token, dropped = await server.rotate_agent(agent)
+    return {"agent": agent, "token": token, "dropped": dropped}

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from typing import TYPE_CHECKING, Any
 
 from engine import fairpool
-from engine.errors import InvalidInput
+from engine.errors import ExecHostError, InvalidInput
 from engine.policy.precedence import SessionOverrides, apply_directive
 from engine.policy.report import agent_policies
+from engine.principals import key_owner, owns_key
 from engine.protocol.requests import PolicyAgents, PolicyCheck, PolicyOverride, PolicyOverrides
 from engine.tools.decide import decide
 from engine.tools.exec import sandbox_available
 from runner.gateway.handlers.common import agent_id, require_operator, session_key
+from runner.gateway.limits import MAX_OVERRIDES_PER_AGENT, OVERRIDES_PAGE_BYTES
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -66,6 +69,8 @@ async def override(services: Services, conn: Connection, req: PolicyOverride) ->
     if not conn.operator and not _only_tightens(current, updated):
         require_operator(conn, f"{directive.strip()!r} (it broadens the session's policy)")
     if any(v is not None for v in _view(updated).values()):
+        if key not in services.overrides and not conn.operator:
+            _check_room(services.overrides, key)
         services.overrides[key] = updated
     else:
         services.overrides.pop(key, None)
@@ -82,10 +87,36 @@ def _only_tightens(before: SessionOverrides, after: SessionOverrides) -> bool:
     return all(new[k] == old[k] or new[k] == _STRICTEST.get(k, object()) for k in new)
 
 
+def _check_room(table: dict[str, SessionOverrides], key: str) -> None:
+    """An agent keeps at most MAX_OVERRIDES_PER_AGENT session overrides (each one it may set alone only
+    tightens, but each is kept for good: issue 27, one agent's 6,000 pushed the operator's view past a
+    frame). Counted over the key's owner, so the agent's connections and keys share one count."""
+    owner = key_owner(key)
+    if owner is None:
+        return
+    held = sum(1 for k in table if owns_key(owner, k))
+    if held >= MAX_OVERRIDES_PER_AGENT:
+        raise ExecHostError(
+            f"agent {owner} has {held} session overrides, the most one agent may keep; clear one of "
+            f"them before setting another"
+        )
+
+
 async def overrides(services: Services, conn: Connection, req: PolicyOverrides) -> dict[str, Any]:
-    # An agent sees its own session keys' overrides only; the operator sees every one.
-    rows = {key: _view(ov) for key, ov in services.overrides.items() if conn.sees_scope(key)}
-    return {"overrides": rows}
+    """A page of the overrides this connection may see, in key order, at most OVERRIDES_PAGE_BYTES;
+    `next`: the `after` of the next page (None: that was the last). An agent sees its own session keys'
+    overrides only; the operator sees every one."""
+    rows: dict[str, Any] = {}
+    size = 0
+    for key in sorted(services.overrides):
+        if (req.after is not None and key <= req.after) or not conn.sees_scope(key):
+            continue
+        view = _view(services.overrides[key])
+        size += len(key.encode()) + len(json.dumps(view))
+        if rows and size > OVERRIDES_PAGE_BYTES:
+            return {"overrides": rows, "next": max(rows)}
+        rows[key] = view
+    return {"overrides": rows, "next": None}
 
 
 async def agents(services: Services, conn: Connection, req: PolicyAgents) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from engine.protocol.requests import SandboxEgress, SandboxExplain, SandboxList,
 from engine.results import ToolError
 from engine.sandbox import default_manager
 from engine.sandbox.docker_ops import SandboxUnavailable
+from engine.sandbox.egress.proxy import OPERATOR_ONLY
 from runner.gateway.handlers.common import agent_id, require_operator, session_key
 
 admin = lazy("engine.sandbox.admin")  # the operator's sandbox verbs: loaded on first use, not at start
@@ -165,4 +166,7 @@ async def egress(services: Services, conn: Connection, req: SandboxEgress) -> di
     limit = 50 if req.limit is None else req.limit
     if not 0 < limit <= 1000:
         raise InvalidInput("limit must be an integer from 1 to 1000")
-    return {"connections": await services.egress.connections(agent, limit)}
+    rows = await services.egress.connections(agent, limit)
+    if not conn.operator:  # what its refusals withheld from the sandbox stays withheld here
+        rows = [{k: v for k, v in row.items() if k not in OPERATOR_ONLY} for row in rows]
+    return {"connections": rows}

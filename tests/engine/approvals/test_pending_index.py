@@ -68,3 +68,50 @@ def test_queue_room_counts_open_asks_only() -> None:
         mgr.close()
 
     asyncio.run(go())
+
+
+def test_a_join_counts_against_the_agents_cap() -> None:
+    """Issue 27: the caps count requesters, not records. A session joining a pending ask is one more
+    ask waiting; past the cap the join is refused, and the room comes back when the ask is decided."""
+
+    async def go() -> None:
+        mgr = ApprovalManager(max_per_agent=3, max_total=4)
+        first, _ = mgr.register(req("a"))
+        for key in ("s1", "s2"):
+            record, new = mgr.register(ApprovalRequest(command="a", cwd="/tmp", session_key=key))
+            assert record is first and new
+        with pytest.raises(ApprovalError, match="3 approvals waiting"):
+            mgr.register(ApprovalRequest(command="a", cwd="/tmp", session_key="s3"))
+        repeat, new = mgr.register(ApprovalRequest(command="a", cwd="/tmp", session_key="s2"))
+        assert repeat is first and not new  # a repeat of a requester already waiting is no new ask
+        assert len(first.requesters) == 3 and first.view()["requesterCount"] == 3
+        mgr.register(req("x", agent="other"))
+        with pytest.raises(ApprovalError, match="in all"):
+            mgr.register(req("y", agent="third"))  # four requesters wait in all
+        mgr.resolve(first.id, "deny")
+        mgr.register(req("y", agent="third"))
+        mgr.register(req("b"))
+        agrees(mgr)
+        mgr.close()
+
+    asyncio.run(go())
+
+
+def test_revoking_an_agent_denies_its_asks_and_voids_unstarted_runs() -> None:
+    async def go() -> None:
+        mgr = ApprovalManager()
+        waiting, _ = mgr.register(req("a", agent="ops"), resume={"params": {}})
+        approved, _ = mgr.register(req("b", agent="ops"), resume={"params": {}})
+        mgr.register(ApprovalRequest(command="b", cwd="/tmp", agent_id="ops", session_key="k"), resume={})
+        other, _ = mgr.register(req("c", agent="main"), resume={"params": {}})
+        mgr.resolve(approved.id, "allow-once")
+        assert mgr.revoke_agent("ops") == 3  # one ask denied, two runs (first and joined) voided
+        assert waiting.decision == "deny" and waiting.reason == "agent revoked"
+        assert approved.revoked and approved.run == {"status": "denied", "reason": "agent revoked"}
+        assert all(entry["run"]["status"] == "denied" for entry in approved.joined)
+        assert not unsettled(approved)  # nothing of ops's is kept for the next gateway to run
+        assert [r.id for r in mgr.pending()] == [other.id]
+        agrees(mgr)
+        mgr.close()
+
+    asyncio.run(go())

@@ -209,7 +209,9 @@ def test_path_prepend_and_safe_bins_from_config(tmp_path: Path) -> None:
     tool.chmod(0o755)
     store = ApprovalsStore()
     store.add_allowlist("main", str(bindir) + "/*")
-    text = GATEWAY_ALLOWLIST + f'pathPrepend = ["{bindir}"]\n'
+    # mytool is a program nobody listed as taking no code from its tree, and "/" is writable when the
+    # tests run as root: the operator says it is (treeSafe), or it would ask (engine.commands.treesafe).
+    text = GATEWAY_ALLOWLIST + f'pathPrepend = ["{bindir}"]\ntreeSafe = ["mytool"]\n'
     d = decide("mytool a", text, store=store)
     assert d.verdict == "allow" and d.segments[0]["resolvedPath"] == str(tool)
     assert decide("mytool a", GATEWAY_ALLOWLIST, store=store).verdict == "ask"

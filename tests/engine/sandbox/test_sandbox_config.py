@@ -394,3 +394,41 @@ def test_cli_explain_text_and_recreate_usage(state_dir: Path, capsys: pytest.Cap
         "2h",
         "3d",
     ]
+
+
+def test_resolved_settings_and_layout_follow_what_they_are_made_of(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both are memoised (every sandboxed exec asks): a config changed in place, another state dir or HOME,
+    another cwd or session key each give a fresh answer; the same inputs give the same object."""
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(tmp_path / "a"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    config = cfg('[agents.defaults.sandbox]\nmode = "all"\nscope = "session"\nworkspaceRoot = "ws"\n')
+    first = resolve_settings(config, "main")
+    assert resolve_settings(config, "main") is first
+    assert first.workspace_root == str(tmp_path / "ws")
+    lay = layout(first, "main", "s1")
+    assert layout(first, "main", "s1") is lay
+    assert layout(first, "main", "s2").scope_key == "s2"
+
+    config.sandbox.docker.env["FOO"] = "bar"  # a config changed in place
+    changed = resolve_settings(config, "main")
+    assert changed.docker.env["FOO"] == "bar" and "FOO" not in first.docker.env
+    config.sandbox.scope = "agent"
+    assert resolve_settings(config, "main").scope == "agent"
+    config.sandbox.scope = "session"
+
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")  # a relative workspace_root follows the cwd
+    assert resolve_settings(config, "main").workspace_root == str(tmp_path / "sub" / "ws")
+    monkeypatch.chdir(tmp_path)
+
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(tmp_path / "b"))  # another install: defaults move
+    defaults = resolve_settings(None, "main")
+    assert defaults.workspace_root == str(tmp_path / "b" / "sandboxes")
+    assert layout(changed, "main", "s1").agent_workspace == str(tmp_path / "b" / "workspace")
+    assert lay.agent_workspace == str(tmp_path / "a" / "workspace")
+    monkeypatch.setenv("HOME", str(tmp_path / "other"))
+    config.sandbox.workspace_root = "~/boxes"
+    assert resolve_settings(config, "main").workspace_root == str(tmp_path / "other" / "boxes")

@@ -377,8 +377,15 @@ async def test_hostile_control_dir_is_refused(mgr: SandboxManager, agent: str, t
     target.mkdir()
     # The container swaps its exec dir for a symlink into a host path; the host must not follow it.
     await run(sx, f"rm -rf /.exechost/x && ln -s {target} /.exechost/x")
-    with pytest.raises(RuntimeError):
-        await sx.launcher.spawn(RunSpec(command="true", cwd=sx.cwd, env={}))
+    # Refused (RuntimeError) when the host sets the exec dir up itself; a command that found another way
+    # to start (a slot readied before the swap, `docker exec`) is fine too: the host wrote nothing there.
+    try:
+        handle = await sx.launcher.spawn(RunSpec(command="true", cwd=sx.cwd, env={}))
+    except RuntimeError:
+        pass
+    else:
+        await handle.wait()
+        handle.close()
     assert list(target.iterdir()) == []
 
 

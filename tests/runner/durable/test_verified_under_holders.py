@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from engine.approvals.store import ApprovalsStore
+from engine.config.loader import load_config_text
+from engine.policy.decision import evaluate
 from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import ALLOWLIST, connect, wait_until, write_config
 
@@ -15,9 +17,13 @@ from tests.helpers.gateway import ALLOWLIST, connect, wait_until, write_config
 async def test_verified_copies_reach_commands_under_holders(state_dir: Path, tmp_path: Path) -> None:
     write_config(state_dir, ALLOWLIST)
     store = ApprovalsStore(state_dir / "exec-approvals.json")
-    store.persist_allow_always("main", ["/usr/bin/sh", "/bin/sh", sys.executable])
     (tmp_path / "s.sh").write_text("echo from-$((6*7))\n")
     (tmp_path / "p.py").write_text("import sys\nprint('py', __file__.rsplit('/', 1)[-1], sys.argv[1:])\n")
+    # An interpreter may take more code from its (writable) tree than the script: a path entry for sh
+    # no longer runs it unasked there; allow-always for the exact command in this cwd does.
+    for command in ("sh s.sh", f"{sys.executable} p.py a b"):
+        decided = evaluate(command, config=load_config_text(ALLOWLIST), cwd=str(tmp_path))
+        store.persist_allow_always("main", decided.allow_always_patterns)
     with Daemon(state_dir):
         agent = await connect(state_dir, "agent", operator=False)
         base = {"agentId": "main", "sessionKey": "k", "workdir": str(tmp_path)}

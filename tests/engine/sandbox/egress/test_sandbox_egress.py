@@ -113,7 +113,7 @@ async def _check(rig: Rig, sx: SandboxExec, backend: str) -> None:
     assert ("other.test", "GET", "refused") in seen
     assert ("127.0.0.1", "GET", "refused") in seen
     local = next(r for r in rig.records if r.name == "localhost")
-    assert local.decision == "refused" and "not public" in local.rule
+    assert local.decision == "refused" and "non-public" in local.rule and "not public" in str(local.detail)
     assert all(r.sandbox == sx.container and r.agentId == "main" for r in rig.records)
     # The socket's dir is read-only inside: the proxy's socket cannot be replaced or removed.
     status, _, _ = await run(sx, f"rm -f {forwarder.MOUNT}/proxy.sock || exit 3; touch {forwarder.MOUNT}/x")

@@ -1,0 +1,83 @@
+"""Every file a vet or a binding reads is read one way: regular files only, never blocking, never past a cap.
+
+A FIFO (or a device, a socket) planted where a vet expects a file — `.git/HEAD`, `commondir`, a Makefile, a
+script operand — must neither hang the thread that decides (nor the event loop that re-vets) nor be taken
+for content: it is opened O_NONBLOCK, seen by fstat not to be a regular file, never read, and reported, so
+the decision asks and says why (issue 27, round 4)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+__all__ = ["Unreadable", "open_regular", "read_fd", "read_regular"]
+
+_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class Unreadable(Exception):
+    """A file that cannot be read as content: absent, not a regular file, or over its cap."""
+
+    def __init__(self, path: str, reason: str, code: int = 0) -> None:
+        super().__init__(f"{path}: {reason}" if code else f"{path} {reason}")
+        self.path = path
+        self.reason = reason
+        self.errno = code  # the open's errno; 0 when the file is there but not content
+
+    @property
+    def absent(self) -> bool:
+        """Nothing is there (as opposed to something that is not a file the caller may read)."""
+        return self.errno in (errno.ENOENT, errno.ENOTDIR)
+
+
+def open_regular(path: str, *, follow: bool = True) -> tuple[int, os.stat_result]:
+    """An fd on the regular file at `path`, with its fstat. `follow=False` when the caller resolved the
+    path already (its last component must then not be a link). Raises Unreadable otherwise."""
+    try:
+        fd = os.open(path, _FLAGS if follow else _FLAGS | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise Unreadable(path, exc.strerror or str(exc), exc.errno or errno.EIO) from None
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise Unreadable(path, exc.strerror or str(exc), exc.errno or errno.EIO) from None
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise Unreadable(path, "is not a regular file")
+    return fd, st
+
+
+def read_fd(fd: int, size: int, limit: int, path: str = "") -> bytes:
+    """All of an open regular file (`size`: its fstat size), refused past `limit` bytes."""
+    if size > limit:
+        raise Unreadable(path, f"has {size} bytes, over the {limit}-byte limit")
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except OSError as exc:
+            raise Unreadable(path, exc.strerror or str(exc), exc.errno or errno.EIO) from None
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > limit:
+            raise Unreadable(path, f"grew past the {limit}-byte limit while being read")
+        chunks.append(chunk)
+
+
+def read_regular(path: str, limit: int, *, follow: bool = True, prefix: bool = False) -> bytes:
+    """The bytes of the regular file at `path`: all of them (Unreadable past `limit`), or with `prefix`
+    its first `limit` bytes (as git reads HEAD: whatever follows is not looked at)."""
+    fd, st = open_regular(path, follow=follow)
+    try:
+        if not prefix:
+            return read_fd(fd, st.st_size, limit, path)
+        try:
+            return os.pread(fd, limit, 0)
+        except OSError as exc:
+            raise Unreadable(path, exc.strerror or str(exc), exc.errno or errno.EIO) from None
+    finally:
+        os.close(fd)
