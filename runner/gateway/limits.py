@@ -27,11 +27,6 @@ OVERRIDES_PAGE_BYTES = 256 * 1024  # one `policy.overrides` answer; `next` pages
 # when the connection, or the agent, has none running: a single frame is never refused for its size).
 MAX_REQUEST_BYTES_IN_FLIGHT = 4 << 20  # one connection's requests being handled
 MAX_REQUEST_BYTES_PER_AGENT = 16 << 20  # one agent's, over all its connections (the operator: none)
-# A request also holds what its frame does not show (its task, coroutine frames: ~5.7 KB measured for a
-# waiting poll): 32,256 polls of 110 bytes fitted the byte budget and pinned 184 MB. So one agent's
-# requests in flight are counted too, over all its connections; past the cap a request is answered at
-# once with `busy` (the reader keeps reading: a refusal costs a short answer, not a waiting task).
-MAX_REQUESTS_PER_AGENT = 2048
 # A frame still arriving is held too: it is assembled by FrameReader, its bytes charged to the same budgets
 # as they arrive (the stream below holds at most 2 x READ_CHUNK more before the kernel holds the rest),
 # and once begun it must end within FRAME_DEADLINE_S.
@@ -72,16 +67,6 @@ class Intake:
         self.by_agent: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()  # requests being handled, per agent
         self._freed = asyncio.Event()
-
-    def refusal(self, conn: Peer, running: int) -> str | None:
-        """Why one more request of `conn`'s may not start now (its agent has the most in flight), or None.
-        A connection with none `running` is always admitted one (as the byte budgets do)."""
-        if conn.operator or not running or self.requests[conn.agent] < MAX_REQUESTS_PER_AGENT:
-            return None
-        return (
-            f"agent {conn.agent} has {MAX_REQUESTS_PER_AGENT} requests in flight, the most one agent may; "
-            "wait for some of them to finish"
-        )
 
     def _fits(self, conn: Peer, size: int) -> bool:
         mine = conn.intake_bytes

@@ -551,10 +551,6 @@ class GatewayServer:
                     await _drain_input(reader)
                     return
                 continue
-            busy = self._intake.refusal(conn, len(conn.tasks))
-            if busy is not None:
-                conn.send(Response(id=frame.id, ok=False, error={"code": "busy", "message": busy}))
-                continue
             await slots.acquire()
             size = len(line)
             if not await self._intake.take(conn, size):  # the request keeps its params while it runs
