@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ExecHostError
+from engine.sandbox import dockercg
 from engine.sandbox import supervisor as sv
 from engine.sandbox.egress import forwarder
 from engine.sandbox.settings import (
@@ -164,8 +166,10 @@ def create_kwargs(
     }
     if pool_workspace is None:
         labels.update({"openclaw.sessionKey": lay.scope_key, "exechost.agentId": agent_id})
+        owner = dockercg.owner_of(settings.scope, agent_id)
     else:
         labels.update({POOL_LABEL: config_hash, POOL_WS_LABEL: pool_workspace})
+        owner = dockercg.POOL_OWNER
     volumes = [f"{lay.workspace_dir}:{d.workdir}:rw"]
     if lay.agent_mount is not None:
         volumes.append(f"{lay.agent_mount}:{AGENT_MOUNT}:ro")
@@ -189,6 +193,9 @@ def create_kwargs(
         "network_mode": d.network or "none",
         **hardening_kwargs(d, user),
     }
+    parent = dockercg.parent_for(owner)  # pidsLimit caps one container; the owner's group caps them all
+    if parent is not None:
+        kwargs["cgroup_parent"] = parent
     return kwargs
 
 
@@ -240,7 +247,8 @@ def _seccomp_value(profile: str) -> str:
 def create_and_start(kwargs: dict[str, Any]) -> None:
     container = client().containers.create(**kwargs)
     try:
-        container.start()
+        with dockercg.holding(kwargs.get("cgroup_parent")):
+            container.start()
     except Exception:
         remove(kwargs["name"])
         raise
@@ -252,11 +260,21 @@ def rename(old: str, new: str) -> None:
 
 
 def start(name: str) -> None:
-    client().api.start(name)
+    with dockercg.holding(_cgroup_parent(name)):
+        client().api.start(name)
 
 
 def restart(name: str) -> None:
-    client().api.restart(name, timeout=1)
+    with dockercg.holding(_cgroup_parent(name)):
+        client().api.restart(name, timeout=1)
+
+
+def _cgroup_parent(name: str) -> str | None:
+    """The parent cgroup a container was created under: runc makes it again, uncapped, if it was swept."""
+    try:
+        return client().api.inspect_container(name).get("HostConfig", {}).get("CgroupParent") or None
+    except not_found_type():
+        return None
 
 
 def remove(name: str) -> bool:
@@ -266,6 +284,9 @@ def remove(name: str) -> bool:
         return True
     except Exception:
         return False
+    finally:
+        with contextlib.suppress(OSError):
+            dockercg.sweep()  # its owner's group, once that held the owner's last container
 
 
 def list_sandboxes(label: str | None = None, *, every_install: bool = False) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from engine import fairpool
 from engine.approvals.grants import GrantStore
 from engine.approvals.pending import (
     ApprovalError,
@@ -53,7 +54,6 @@ from engine.tools.exec_request import (
     sandbox_available,
     within,
 )
-from engine.tools.offload import Offload
 from engine.tools.uses import UseStamps
 
 log = logging.getLogger("exechost.exec")
@@ -90,7 +90,6 @@ class ExecTool:
         # wait_session(session_id, scope_key) -> awaitable ToolResult of the finished session.
         self._wait_session = wait_session
         self._background: set[asyncio.Task[Any]] = set()
-        self._evaluator = Offload()
         self._uses = UseStamps(self.store.record_uses)
         self.node_runner: NodeRunner | None = None  # set by the gateway when nodes are configured
         # Set with it: raises ToolError for a node query naming no configured node (`unknown node: x
@@ -163,8 +162,9 @@ class ExecTool:
             workdir=call.workdir or call.default_workdir,
         )
         try:
-            # The grants file is read in the same worker-thread hop as the decision: one hop per exec.
-            decided: Decided = await self._evaluator.run(decide_now)
+            # The grants file is read in the same worker-thread hop as the decision: one hop per exec. The
+            # pool serves principals in turn, so one agent's burst does not queue the others (fairpool).
+            decided: Decided = await fairpool.decisions.run(ctx.agent_id, decide_now, ctx.caller)
         except ApprovalsFileError as exc:
             # Fail closed: a broken approvals file can neither allow nor be silently ignored.
             raise ToolError(f"exec denied: {exc}") from None

@@ -123,6 +123,8 @@ class ExecContext:
     agent_id: str = "main"
     session_key: str = ""
     operator: bool = False  # the operator's own call: no agent's quota applies (engine.sessions.quota)
+    # Which of the agent's clients calls (a connection): its decisions take turns with the agent's others'.
+    caller: str = ""
     # False once the caller has gone away (its connection closed): results then go out as system events.
     caller_alive: Callable[[], bool] = field(default=lambda: True, repr=False)
     # Told once the call starts waiting for a human ({approvalId, approvalSlug, expiresAtMs, command}), so

@@ -12,7 +12,7 @@ from typing import Any
 from engine.principals import owns_key
 from engine.protocol.frames import Event, Frame, Hello, ProtocolError, Response, encode_frame
 from engine.protocol.methods import EventName
-from runner.gateway.limits import MAX_BACKLOG_BYTES, READ_PAUSE_BYTES
+from runner.gateway.limits import MAX_BACKLOG_BYTES, MAX_BACKLOG_BYTES_PER_AGENT, READ_PAUSE_BYTES
 
 log = logging.getLogger("exechost.gateway")
 
@@ -49,6 +49,11 @@ class Connection:
         self.config_generation = 0  # the LiveConfig.generation its principal was last decided under
         self.other_account = False  # came from another Unix account (agents' socket): its uid is who it is
         self.peer_pid = peer_pid
+        # Its own turn among its agent's clients in the decision pool (engine.fairpool).
+        self.fair_key = f"conn-{id(self):x}"
+        # Its agent's live connections (this one included), set by the server for an agent's connection:
+        # what waits for all of them together is capped too (MAX_BACKLOG_BYTES_PER_AGENT).
+        self.peers: set[Connection] | None = None
         self.topics: set[str] = set()
         # None: every session's output (protocol v1 default); a set: only these (sessions.follow), the
         # others reported as `session.activity` counts against read_marks (raw offset seen up to).
@@ -139,7 +144,7 @@ class Connection:
             slot[0] = data
             return
         backlog = self.backlog() + len(data)
-        if backlog > MAX_BACKLOG_BYTES:
+        if backlog > MAX_BACKLOG_BYTES or self._agent_over(len(data)):
             log.warning(
                 "client %s (pid %s) is not reading (%d bytes wait for it); closing its connection",
                 self.name,
@@ -184,6 +189,13 @@ class Connection:
             pass
         finally:
             self.abort()
+
+    def _agent_over(self, more: int) -> bool:
+        """`more` bytes queued here would take what waits for this agent's connections past its cap."""
+        if self.peers is None:
+            return False
+        held = sum(c.backlog() for c in self.peers if not c.closed)
+        return held + more > MAX_BACKLOG_BYTES_PER_AGENT
 
     def backlog(self) -> int:
         """Bytes waiting for this client: queued here and in the socket's transport buffer."""

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Protocol
+
+from engine.protocol.frames import MAX_FRAME_BYTES, ProtocolError
 
 MAX_CONNECTIONS = 256  # authenticated, all principals together
 OPERATOR_SLOTS = 16  # of those, the last ones: only the operator's connections may take them
@@ -13,6 +16,9 @@ MAX_PER_AGENT = 64  # one agent (a credential, a Unix account, or the bare gatew
 MAX_HANDSHAKING_PER_UID = 16  # connections of one peer account that have not said who they are yet
 READ_PAUSE_BYTES = 4 << 20  # past this much waiting for a client, its next request is not read
 MAX_BACKLOG_BYTES = 16 << 20  # past this, the client is cut off: responses count, not only events
+# The same over all of one agent's connections (it may hold MAX_PER_AGENT of them): the connection whose
+# next frame would take the agent past it is cut off.
+MAX_BACKLOG_BYTES_PER_AGENT = 2 * MAX_BACKLOG_BYTES
 MAX_OVERRIDES_PER_AGENT = 256  # session overrides one agent keeps (it may set tightening ones alone)
 OVERRIDES_PAGE_BYTES = 256 * 1024  # one `policy.overrides` answer; `next` pages on
 # Requests count on the way in too: a request keeps its frame's params for as long as it runs (a poll
@@ -21,6 +27,11 @@ OVERRIDES_PAGE_BYTES = 256 * 1024  # one `policy.overrides` answer; `next` pages
 # when the connection, or the agent, has none running: a single frame is never refused for its size).
 MAX_REQUEST_BYTES_IN_FLIGHT = 4 << 20  # one connection's requests being handled
 MAX_REQUEST_BYTES_PER_AGENT = 16 << 20  # one agent's, over all its connections (the operator: none)
+# A frame still arriving is held too: it is assembled by FrameReader, its bytes charged to the same budgets
+# as they arrive (the stream below holds at most 2 x READ_CHUNK more before the kernel holds the rest),
+# and once begun it must end within FRAME_DEADLINE_S.
+READ_CHUNK = 64 << 10
+FRAME_DEADLINE_S = 30.0
 
 
 def refusal(operator: bool, agent: str, admitted: list[tuple[bool, str]]) -> str | None:
@@ -54,6 +65,7 @@ class Intake:
 
     def __init__(self) -> None:
         self.by_agent: Counter[str] = Counter()
+        self.requests: Counter[str] = Counter()  # requests being handled, per agent
         self._freed = asyncio.Event()
 
     def _fits(self, conn: Peer, size: int) -> bool:
@@ -65,7 +77,7 @@ class Intake:
         theirs = self.by_agent[conn.agent]
         return not theirs or theirs + size <= MAX_REQUEST_BYTES_PER_AGENT
 
-    async def take(self, conn: Peer, size: int) -> bool:
+    async def take(self, conn: Peer, size: int, *, request: bool = True) -> bool:
         """Wait until `size` more bytes of `conn`'s requests fit, then count them; False if it closed."""
         while not self._fits(conn, size):
             if conn.closed:
@@ -79,17 +91,65 @@ class Intake:
         conn.intake_bytes += size
         if not conn.operator:
             self.by_agent[conn.agent] += size
+            self.requests[conn.agent] += request
         return True
 
-    def give_back(self, conn: Peer, size: int) -> None:
+    def give_back(self, conn: Peer, size: int, *, request: bool = True) -> None:
         conn.intake_bytes -= size
         if not conn.operator:
             self.by_agent[conn.agent] -= size
             if self.by_agent[conn.agent] <= 0:
                 del self.by_agent[conn.agent]
+            self.requests[conn.agent] -= request
+            if self.requests[conn.agent] <= 0:
+                del self.requests[conn.agent]
         self.wake()
 
     def wake(self) -> None:
         """Something finished or closed: every waiting reader looks again."""
         self._freed.set()
         self._freed = asyncio.Event()
+
+
+class FrameReader:
+    """One client's JSON lines (at most MAX_FRAME_BYTES each), assembled here from chunks so that a frame
+    still arriving is held where it is counted: `charge` (the intake) is told each chunk's bytes before the
+    next is read, and waits while the agent has no room. A frame once begun must end within
+    FRAME_DEADLINE_S: 63 connections each parking 1 MiB less a little, unfinished, held 63 MiB uncounted."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self.reader = reader
+        self.partial = bytearray()  # bytes read and not yet returned as a line
+        self.held = 0  # bytes charged and not yet given back (the server gives back each line's)
+
+    async def line(self, charge: Callable[[int], Awaitable[bool]] | None = None) -> bytes:
+        """The next line; ProtocolError (too long, too slow), asyncio.IncompleteReadError at EOF,
+        ConnectionError when `charge` says the connection closed while it waited."""
+        deadline: float | None = None
+        while True:
+            end = self.partial.find(b"\n")
+            if end >= 0:
+                line = bytes(self.partial[: end + 1])
+                del self.partial[: end + 1]
+                if len(line) > MAX_FRAME_BYTES:
+                    raise ProtocolError(f"frame exceeds the {MAX_FRAME_BYTES}-byte cap")
+                return line
+            if len(self.partial) >= MAX_FRAME_BYTES:
+                raise ProtocolError(f"frame exceeds the {MAX_FRAME_BYTES}-byte cap")
+            if not self.partial:
+                chunk = await self.reader.read(READ_CHUNK)
+            else:
+                if deadline is None:
+                    deadline = asyncio.get_running_loop().time() + FRAME_DEADLINE_S
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await self.reader.read(READ_CHUNK)
+                except TimeoutError:
+                    raise ProtocolError(f"a frame was not finished within {FRAME_DEADLINE_S:g} s") from None
+            if not chunk:
+                raise asyncio.IncompleteReadError(bytes(self.partial), None)
+            self.partial += chunk
+            if charge is not None:
+                if not await charge(len(chunk)):
+                    raise ConnectionError("closed while its frame waited for room")
+                self.held += len(chunk)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import grp
 import hmac
 import logging
@@ -17,11 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import principals, statefs, unixsock
+from engine import fairpool, principals, statefs, unixsock
 from engine.errors import ExecHostError
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
-    MAX_FRAME_BYTES,
     OPERATOR_TOKEN_NAME,
     PROTOCOL_VERSION,
     ErrorFrame,
@@ -33,7 +33,6 @@ from engine.protocol.frames import (
     decode_frame,
     encode_frame,
     ensure_token,
-    read_frame_line,
     socket_path,
 )
 from engine.protocol.requests import REQUESTS
@@ -81,6 +80,7 @@ class GatewayServer:
         self._token = ""
         self._operator = ""
         self._handshaking: Counter[int] = Counter()  # by peer uid: connections not yet authenticated
+        self._agent_conns: dict[str, set[Connection]] = {}  # each agent's live connections (backlog cap)
         self._intake = limits.Intake()  # bytes of requests being handled, per connection and per agent
         self._revocations = 0  # revokes done: a handshake that overlapped one looks its credential up again
         self._revoking: set[str] = set()  # agents being revoked now: a handshake as one of them is refused
@@ -141,7 +141,7 @@ class GatewayServer:
             old = os.umask(0o177)  # the socket is born 0600: no window where others could connect
             try:
                 self._server = await asyncio.start_unix_server(
-                    self._on_connect, path=str(self.socket_path), limit=MAX_FRAME_BYTES + 1
+                    self._on_connect, path=str(self.socket_path), limit=limits.READ_CHUNK
                 )
             finally:
                 os.umask(old)
@@ -194,7 +194,7 @@ class GatewayServer:
             self._agents_server = await asyncio.start_unix_server(
                 lambda r, w: self._on_connect(r, w, agents_socket=True),
                 path=str(path),
-                limit=MAX_FRAME_BYTES + 1,
+                limit=limits.READ_CHUNK,
             )
         finally:
             os.umask(old)
@@ -285,7 +285,8 @@ class GatewayServer:
         self._handshaking[uid] += 1
         revocations = self._revocations
         try:
-            hello = await self._handshake(reader, writer)
+            frames = limits.FrameReader(reader)
+            hello = await self._handshake(frames, writer)
             if hello is not None and other_account:
                 # Decided after its hello is read, so the refusal reaches the client instead of racing
                 # its write. The mapping is read from the current config: an edit applies to new connections.
@@ -325,12 +326,20 @@ class GatewayServer:
         conn.peer_uid = uid
         conn.other_account = other_account
         conn.config_generation = self.services.live_config.generation
+        if not conn.operator:
+            conn.peers = self._agent_conns.setdefault(conn.agent, set())
+            conn.peers.add(conn)
         self.connections.add(conn)
         conn.send(Welcome(pid=os.getpid(), agent="" if conn.operator else conn.agent))
         try:
-            await self._serve(conn, reader)
+            await self._serve(conn, frames)
         finally:
+            self._intake.give_back(conn, frames.held, request=False)  # a frame it never finished
             self.connections.discard(conn)
+            if conn.peers is not None:
+                conn.peers.discard(conn)
+                if not conn.peers:
+                    self._agent_conns.pop(conn.agent, None)
             # Requests already running are kept: an exec's detached work belongs to the gateway.
             await conn.finish()
 
@@ -338,9 +347,9 @@ class GatewayServer:
         self.services.connection_closed(conn)
         self._intake.wake()  # its reader may be waiting for room
 
-    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Hello | None:
+    async def _handshake(self, frames: limits.FrameReader, writer: asyncio.StreamWriter) -> Hello | None:
         try:
-            line = await asyncio.wait_for(read_frame_line(reader), self.handshake_timeout)
+            line = await asyncio.wait_for(frames.line(), self.handshake_timeout)
             frame = decode_frame(line)
         except TimeoutError:
             await self._reject(writer, "handshake", f"no hello within {self.handshake_timeout:g} s")
@@ -389,7 +398,9 @@ class GatewayServer:
                 return None
             return principals.MAIN_AGENT, ""
         if hello.credential:
-            agent = await asyncio.to_thread(principals.lookup, self.state_dir, hello.credential)
+            agent = await fairpool.credentials.run(
+                hello.credential, functools.partial(principals.lookup, self.state_dir, hello.credential)
+            )
             if agent is None:
                 await self._reject(writer, "auth", "invalid or revoked agent credential")
                 return None
@@ -495,21 +506,32 @@ class GatewayServer:
             conn.send(ErrorFrame(code="auth", message="agent credential revoked or no longer this agent's"))
         await asyncio.gather(*(conn.finish() for conn in conns))
 
-    async def _serve(self, conn: Connection, reader: asyncio.StreamReader) -> None:
+    async def _serve(self, conn: Connection, frames: limits.FrameReader) -> None:
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         bad = 0
+        reader = frames.reader
+
+        async def charge(size: int) -> bool:  # a frame's bytes as they arrive (limits.FrameReader)
+            return await self._intake.take(conn, size, request=False)
+
+        if frames.partial:  # what arrived with the hello
+            if not await charge(len(frames.partial)):
+                return
+            frames.held = len(frames.partial)
         while not conn.closed:
             if conn.reading_paused:  # it does not drain what waits for it: read its next request later
                 await conn.wait_room()
                 continue
             try:
-                line = await read_frame_line(reader)
+                line = await frames.line(charge)
             except ProtocolError as exc:
                 conn.send(ErrorFrame(code="frame", message=str(exc)))
                 await _drain_input(reader)
                 return
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
                 return
+            frames.held -= len(line)  # counted from here as the request it is (or not at all)
+            self._intake.give_back(conn, len(line), request=False)
             if conn.revoked:  # read before the revoke paused the transport: never acted upon
                 return
             if conn.reading_paused:  # arrived as it stopped draining: acted upon once it drains

@@ -248,7 +248,9 @@ async def test_rotated_credential_still_acts_until_the_refresh(state: Path) -> N
 @pytest.mark.xfail(
     strict=True,
     reason="open: the intake counts request frames only (16 MiB per agent) but each in-flight request "
-    "pins ~5.7 KB of task state: one agent holds 32,256 polls of 110 bytes (RSS +184 MB measured)",
+    "pins ~5.7 KB of task state: one agent holds 32,256 polls of 110 bytes (RSS +184 MB measured). A "
+    "count cap answering `busy` closed it but refused the 4,000-6,000 concurrent requests of the join and "
+    "override tests; backpressure instead stalls this test's writer",
 )
 async def test_one_agent_pins_tens_of_thousands_of_requests(state: Path) -> None:
     """Class 3 (counts bytes). `limits.Intake` charges a request its frame's length while it runs; a
@@ -487,11 +489,6 @@ def _pids_caps(cgroup: Path, root: Path) -> dict[Path, int]:
     return caps
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: Docker sandboxes have a pids limit each (512) and nothing per agent: an agent names as "
-    "many session scopes as it likes, 64 containers x 512 = pid_max here (bwrap nests them per owner)",
-)
 async def test_docker_sandboxes_of_one_agent_share_a_pids_cap(state: Path) -> None:
     """Class 3 (sandbox pids). With `scope = "session"` every session key is a container of its own, and
     an agent picks its keys: no count of containers per agent, and each has its own `pidsLimit` (512)
@@ -527,16 +524,14 @@ async def test_docker_sandboxes_of_one_agent_share_a_pids_cap(state: Path) -> No
             root = root.parent  # the hierarchy's root: the top directory holding cgroup.procs
         shared = set(_pids_caps(groups[0], root).items()) & set(_pids_caps(groups[1], root).items())
         assert any(cap <= pid_max // 4 for _, cap in shared), f"no shared pids cap below {root}: {shared}"
+        for container in mine:
+            docker_ops.remove(container["Id"])
+        assert not any(g.parent.exists() for g in groups), "an emptied owner group was left behind"
     finally:
         for container in docker_ops.list_sandboxes():
             docker_ops.remove(container["Id"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the 16 MiB backlog cap is per connection, and an agent holds 64: 16 connections that "
-    "never read each keep ~15 MB of its own sessions.output answers queued (~240 MB; 64 would be ~1 GB)",
-)
 async def test_backlog_cap_is_per_connection_not_per_agent(state: Path) -> None:
     """Class 3 (per principal, in bytes). Issue 27 §2's fix counts the bytes waiting for a client,
     responses included, and cuts the client off past MAX_BACKLOG_BYTES (16 MiB); reading pauses at 4 MiB,
@@ -853,11 +848,6 @@ async def test_event_spool_share_counts_characters_not_bytes(state: Path) -> Non
             await agent.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: every principal's decisions, checks and credential lookups share asyncio's default thread "
-    "pool (FIFO): 40 of one agent's policy.check on a 60 MiB script queue another agent's exec behind them",
-)
 async def test_one_agent_queues_everyone_behind_its_checks(state: Path) -> None:
     """Class 3 (a shared resource with no per-principal share). `policy.check` (and `exec`) decide in
     `asyncio.to_thread`, and deciding `sh big.sh` digests the agent-writable script (up to 64 MiB, ~0.14 s
@@ -894,11 +884,6 @@ async def test_one_agent_queues_everyone_behind_its_checks(state: Path) -> None:
             (workspace / "big.sh").unlink()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a frame still arriving is buffered whole (up to 1 MiB) with no deadline and counted "
-    "nowhere: 63 of one agent's connections each park 1 MiB less a little, 63 MiB for as long as they like",
-)
 async def test_half_sent_frames_park_megabytes_uncounted(state: Path) -> None:
     """Class 3 (counts bytes). The intake counts a request once its line is complete; until then the
     stream keeps what arrived (readuntil with a 1 MiB + 1 limit), and after the hello nothing times a

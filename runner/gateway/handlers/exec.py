@@ -35,6 +35,7 @@ async def handle(services: Services, conn: Connection, req: ExecRequest) -> dict
         agent_id=agent,
         session_key=key,
         operator=conn.operator,
+        caller=conn.fair_key,
         caller_alive=lambda: not conn.closed,
         on_waiting=waiting,
     )

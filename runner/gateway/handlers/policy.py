@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from typing import TYPE_CHECKING, Any
 
+from engine import fairpool
 from engine.errors import ExecHostError, InvalidInput
 from engine.policy.precedence import SessionOverrides, apply_directive
 from engine.policy.report import agent_policies
@@ -25,18 +27,22 @@ async def check(services: Services, conn: Connection, req: PolicyCheck) -> dict[
     """What `exec` with these params would decide: the same decide() (grants, env, cwd fallback, sandbox
     refusal), so the check and the run never disagree."""
     agent, key = agent_id(conn, req.agent_id), session_key(conn, req.session_key)
-    decided = await asyncio.to_thread(
-        decide,
-        req.command,
-        req.policy_params(),
-        req.env,
-        config=services.config(),
-        agent_id=agent,
-        session_key=key,
-        overrides=services.overrides,
-        store=services.store,
-        grants=services.grants,
-        workdir=req.cwd,
+    decided = await fairpool.decisions.run(
+        agent,
+        functools.partial(
+            decide,
+            req.command,
+            req.policy_params(),
+            req.env,
+            config=services.config(),
+            agent_id=agent,
+            session_key=key,
+            overrides=services.overrides,
+            store=services.store,
+            grants=services.grants,
+            workdir=req.cwd,
+        ),
+        conn.fair_key,
     )
     return decided.decision.to_json()
 

@@ -9,9 +9,11 @@ command (or a grant, with limits).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
+from engine import fairpool
 from engine.approvals.decisions import DECISIONS
 from engine.approvals.pending import ApprovalError, ApprovalRequest
 from engine.errors import InvalidInput
@@ -44,14 +46,18 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
         raise InvalidInput("allowedDecisions offers nothing")
     timeout = req.timeout_ms
     ttl = min(timeout, MAX_RELAY_MS) if timeout is not None and timeout > 0 else None
-    decision = await asyncio.to_thread(
-        evaluate,
-        command,
-        config=services.config(),
-        agent_id=agent,
-        params={"host": "gateway"},
-        store=services.store,
-        cwd=cwd or None,
+    decision = await fairpool.decisions.run(
+        agent,
+        functools.partial(
+            evaluate,
+            command,
+            config=services.config(),
+            agent_id=agent,
+            params={"host": "gateway"},
+            store=services.store,
+            cwd=cwd or None,
+        ),
+        conn.fair_key,
     )
     request = ApprovalRequest(
         command=command,

@@ -366,10 +366,10 @@ async def test_broken_approvals_file_fails_closed(state_dir: Path) -> None:
     assert approvals.read_text() == "{ not json"
 
 
-async def test_offload_batches_keep_each_callers_result_and_error() -> None:
-    from engine.tools.offload import Offload
+async def test_fair_pool_keeps_each_callers_result_and_error() -> None:
+    from engine.fairpool import FairPool
 
-    offload = Offload()
+    pool = FairPool("test-pool", workers=2)
     order: list[int] = []
 
     def call(i: int) -> int:
@@ -379,15 +379,50 @@ async def test_offload_batches_keep_each_callers_result_and_error() -> None:
         return i * 10
 
     results = await asyncio.gather(
-        *(offload.run(lambda i=i: call(i)) for i in range(1, 10)), return_exceptions=True
+        *(pool.run("one", lambda i=i: call(i)) for i in range(1, 10)), return_exceptions=True
     )
-    assert order == list(range(1, 10))
+    assert order == list(range(1, 10))  # one principal's calls: one at a time, in arrival order
     for i, result in zip(range(1, 10), results, strict=True):
         if i % 3 == 0:
             assert isinstance(result, ValueError) and str(result) == f"bad {i}"
         else:
             assert result == i * 10
     # A cancelled caller does not disturb the next one.
-    waiter = asyncio.ensure_future(offload.run(lambda: 1))
+    waiter = asyncio.ensure_future(pool.run("one", lambda: 1))
     waiter.cancel()
-    assert await offload.run(lambda: 2) == 2
+    assert await pool.run("one", lambda: 2) == 2
+
+
+async def test_fair_pool_serves_principals_in_turn_and_a_stuck_one_holds_one_worker() -> None:
+    """A principal with many calls queued delays another's by at most one of its calls per worker, and a
+    call that blocks stalls only its own principal: the other worker serves everyone else."""
+    import threading
+
+    from engine.fairpool import FairPool
+
+    pool = FairPool("test-fair", workers=2)
+    release, opened = threading.Event(), threading.Event()
+    started = [threading.Event(), threading.Event()]
+    ran: list[str] = []
+
+    def hold(i: int, until: threading.Event) -> None:
+        started[i].set()
+        until.wait()
+
+    blocked = asyncio.ensure_future(pool.run("stuck", lambda: hold(0, release)))
+    gate = asyncio.ensure_future(pool.run("gate", lambda: hold(1, opened)))  # the other worker, for now
+    for event in started:
+        await asyncio.to_thread(event.wait)
+    more_stuck = asyncio.ensure_future(pool.run("stuck", lambda: ran.append("stuck-2")))
+    greedy = [asyncio.ensure_future(pool.run("greedy", lambda: ran.append("greedy"))) for _ in range(50)]
+    other = asyncio.ensure_future(pool.run("other", lambda: ran.append("other") or "ok"))
+    await asyncio.sleep(0)  # every call above is queued (a loop turn, not a wait for time)
+    assert pool.waiting("greedy") == 50 and pool.waiting("other") == 1
+    opened.set()
+    assert await other == "ok"
+    assert ran.index("other") == 1, ran  # behind one greedy call, not fifty
+    await asyncio.gather(gate, *greedy)
+    assert "stuck-2" not in ran and pool.waiting("stuck") == 1  # still behind its own blocked call
+    release.set()
+    await asyncio.gather(blocked, more_stuck)
+    assert ran[-1] == "stuck-2"

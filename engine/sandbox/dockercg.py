@@ -1,0 +1,94 @@
+"""Per-owner pids caps for Docker sandboxes: each agent's containers share one capped parent cgroup.
+
+Docker gives a container its own pids.max (pidsLimit) under `/docker`, whose pids.max is `max`; an agent
+names as many session scopes as it likes, so its containers together could hold the host's pid_max. Here
+every sandbox container is created with `cgroup_parent` = `/exechost-docker-<install>/<owner>` (cgroupfs
+driver, v1 pids hierarchy), made first with pids.max = pid_max/2 for the install and pid_max/4 for the
+owner, as engine/sandbox/bwrap.py nests its sandboxes. runc would create a missing parent with no cap, so
+making (and capping) the parents and starting the container happen under a shared flock, and removing an
+emptied owner group only under the exclusive one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from engine import statefs
+from engine.sandbox.settings import slugify, state_id
+
+PIDS_BASE = Path("/sys/fs/cgroup/pids")
+INSTALL_PIDS_SHARE = 2  # all of an install's containers: half the host's pids (as bwrap's)
+AGENT_PIDS_SHARE = 4  # one owner's containers: a quarter
+POOL_OWNER = "pool"  # unclaimed pool containers have no agent yet; a claim cannot move a container's cgroup
+
+
+def owner_of(scope: str, agent_id: str) -> str:
+    """The owner group a sandbox counts against: the same names bwrap uses."""
+    return "shared" if scope == "shared" else f"agent-{slugify(agent_id)}"
+
+
+def _install() -> Path:
+    return PIDS_BASE / f"exechost-docker-{state_id()}"
+
+
+def usable() -> bool:
+    """A writable v1 pids hierarchy (Docker's cgroupfs driver places cgroup_parent in it)."""
+    return (PIDS_BASE / "cgroup.procs").exists() and os.access(PIDS_BASE, os.W_OK)
+
+
+def parent_for(owner: str) -> str | None:
+    """The `cgroup_parent` value for an owner's containers; None where no pids hierarchy is writable."""
+    if not usable():
+        return None
+    return f"/{_install().name}/{owner}"
+
+
+def _pid_max() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        return 32768
+
+
+@contextlib.contextmanager
+def _locked(kind: int) -> Iterator[None]:
+    path = statefs.state_dir() / "docker-cgroups.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, kind)  # per open file description: threads of one process exclude each other too
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def holding(parent: str | None) -> Iterator[None]:
+    """Make `parent` (a cgroup_parent from parent_for) with its caps, and keep it from being swept while
+    the caller creates or starts a container in it (runc makes the container's group at start)."""
+    if not parent or not parent.startswith(f"/{_install().name}/"):
+        yield
+        return
+    with _locked(fcntl.LOCK_SH):
+        host = _pid_max()
+        install = _install()
+        owner = PIDS_BASE / parent.lstrip("/")
+        for group, cap in ((install, host // INSTALL_PIDS_SHARE), (owner, host // AGENT_PIDS_SHARE)):
+            group.mkdir(exist_ok=True)
+            (group / "pids.max").write_text(str(cap))
+        yield
+
+
+def sweep() -> None:
+    """Remove owner groups (and the install's) whose containers are all gone; a group still holding a
+    container's group refuses rmdir (EBUSY), and is kept."""
+    install = _install()
+    if not install.is_dir():
+        return
+    with _locked(fcntl.LOCK_EX):
+        for group in [*(p for p in install.iterdir() if p.is_dir()), install]:
+            with contextlib.suppress(OSError):
+                group.rmdir()
