@@ -68,7 +68,12 @@ def _resolved(path: str, poll: bool) -> str:
         link = stat.S_ISLNK(os.lstat(joined).st_mode)
     except OSError:
         link = False  # missing (or a loop above it): realpath keeps the name as written
-    return os.path.realpath(path) if link else joined
+    if not link:
+        return joined
+    try:
+        return os.path.realpath(path)
+    except OSError:  # swapped back to a file mid-resolve (EINVAL): the name as written, as for a missing one
+        return joined
 
 
 def protected_operand(

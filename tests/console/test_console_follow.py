@@ -14,7 +14,8 @@ from tests.helpers.gateway import FULL
 SLOW = "while [ ! -e {gate} ]; do sleep 0.02; done; for i in $(seq 1 {n}); do echo {tag}-$i; sleep 0.01; done"
 
 
-async def test_console_follows_the_visible_session_only(state_dir: Path) -> None:
+async def test_console_follows_the_visible_session_only(state_dir: Path, tmp_path: Path) -> None:
+    # The gate lives outside the state dir: a host command's view covers that with an empty tmpfs.
     async with running_console(state_dir, FULL) as (app, pilot, agent):
         pushed: list[str] = []
         assert app.link.client is not None
@@ -26,7 +27,7 @@ async def test_console_follows_the_visible_session_only(state_dir: Path) -> None
             res = await agent.request(
                 "exec",
                 {
-                    "command": SLOW.format(tag=tag, n=n, gate=state_dir / "go"),
+                    "command": SLOW.format(tag=tag, n=n, gate=tmp_path / "go"),
                     "background": True,
                     "agentId": "main",
                     "sessionKey": "agent:main",
@@ -39,7 +40,7 @@ async def test_console_follows_the_visible_session_only(state_dir: Path) -> None
         app.sessions.select(a)
         assert app.link.follows
         await until(pilot, lambda: app.link.output.cursor(a) == 0)  # followed, and the replay is done
-        (state_dir / "go").touch()
+        (tmp_path / "go").touch()
         await until(pilot, lambda: "A-120" in app.sessions.line_pane.text_lines(), timeout=20)
         lines = app.sessions.line_pane.text_lines()
         assert [ln for ln in lines if ln.startswith("A-")] == [f"A-{i}" for i in range(1, 121)]
