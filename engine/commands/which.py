@@ -53,6 +53,7 @@ class _DirWatch:
         self.watched: set[str] = set()
         self.libc: Any = None
         self.poller: Any = None
+        self.identity = (-1, -1)  # (st_dev, st_ino) of the inotify file, to tell it from a reused number
         # Bumped whenever cached answers are dropped: an answer computed across a bump is not stored, so a
         # change seen (and drained) by another thread, or a reset, never leaves a stale answer behind.
         self.generation = 0
@@ -144,8 +145,11 @@ class _DirWatch:
         except (OSError, AttributeError):
             fd = -1
         self.poller = select.poll()
+        self.identity = (-1, -1)
         if fd >= 0:
             self.poller.register(fd, select.POLLIN)
+            st = os.fstat(fd)
+            self.identity = (st.st_dev, st.st_ino)
         self.fd = fd
         self.pid = os.getpid()  # last: a thread that sees the pid set sees the fd and poller too
 
@@ -251,8 +255,15 @@ class _DirWatch:
         with self.lock:  # see __init__: one poller, one drain at a time, the drop before anyone trusts
             if self.fd < 0 or not self.poller.poll(0):
                 return False  # nothing pending (a poll costs a third of an empty non-blocking read)
+            if not self._ours():
+                # The number no longer names our inotify file (closed, perhaps reused, by code that
+                # closed a number it did not own): nothing it reports can be trusted, so start over,
+                # without closing the number (it is someone else's now).
+                self._open()
+                return True
             seen = False
             events = b""
+            # Read only what poll says is there: a read can then never block, whatever the fd has become.
             while True:
                 try:
                     chunk = os.read(self.fd, 65536)
@@ -265,6 +276,8 @@ class _DirWatch:
                 if not chunk:
                     break
                 events += chunk
+                if not self.poller.poll(0):
+                    break
             if not seen and events and self._drop_some(events):
                 return False  # no cached answer rested on what changed (listings dropped as needed)
             if seen or events:
@@ -322,6 +335,14 @@ class _DirWatch:
                 if mask & _IN_IGNORED:
                     del self.link_wds[wd]  # the watch is gone
         return not relevant
+
+    def _ours(self) -> bool:
+        """Whether self.fd still names the inotify file _open made (checked only when events are pending)."""
+        try:
+            st = os.fstat(self.fd)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.identity
 
     def _reset(self) -> None:
         with self.lock:

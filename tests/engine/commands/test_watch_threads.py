@@ -98,3 +98,34 @@ def test_decisions_from_many_threads_agree_with_the_file_system(tmp_path: Path) 
     assert after == [True] * THREADS
     os.unlink(tool)
     assert not decide()
+
+
+def test_a_reused_watch_number_never_blocks_and_never_trusts_the_cache(tmp_path: Path) -> None:
+    """Code elsewhere in the process that closes a number it does not own can hand the watcher's fd
+    number to a blocking pipe (this hung a decision thread for 300 s in CI). The watcher must notice the
+    number is no longer its inotify file: no blocking read, and every cached answer dropped."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tool = bindir / "tool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    assert which.resolve("tool", str(tmp_path), str(bindir)) is not None
+    generation = which.WATCH.generation
+    number = which.WATCH.fd
+    os.close(number)  # the stray close
+    r, w = os.pipe()  # a blocking pipe, moved onto the watcher's number
+    try:
+        if r != number:
+            os.dup2(r, number)
+        os.write(w, b"x")  # readable once: a loop of reads until EAGAIN would block on the second
+        tool.unlink()  # an event the stolen number will never report
+        assert which.WATCH.changed() is True
+        assert which.WATCH.generation != generation
+        assert which.WATCH.fd != number
+        assert which.resolve("tool", str(tmp_path), str(bindir)) is None
+        assert os.read(number, 1) == b"x"  # the pipe's byte is still the pipe owner's
+    finally:
+        os.close(w)
+        if r != number:
+            os.close(r)
+        os.close(number)

@@ -46,6 +46,9 @@ async def test_node_output_is_pushed_and_counted(sshd_nodes: list[SshdNode], sta
         await console.subscribe(["sessions"])
         await console.request("sessions.follow", {"sessionId": sid, "only": True})
         await wait_until(lambda: set(server.services.nodes.feed._watching) == {sid}, timeout=15)
+        # The node pushes only after it has taken `sessions.watch`: output before that is counted, and a
+        # console reads it from the log. Wait for the node's answer, not for a time.
+        await wait_until(lambda: not server.services.nodes.feed._calls, timeout=60)
         go.touch()
 
         def pushed(session: str) -> list[dict[str, Any]]:
@@ -109,6 +112,7 @@ async def test_a_followed_node_session_is_pushed_again_after_a_new_link(
             alpha.start()
             await wait_until(lambda: link.state == "connected" and link.connected_at_ms != first, timeout=30)
             await wait_until(lambda: hub.feed._watching.get(sid) == link.connected_at_ms, timeout=15)
+            await wait_until(lambda: not hub.feed._calls, timeout=60)  # the node took the watch
             go.touch()
             await wait_until(
                 lambda: any(
