@@ -18,6 +18,7 @@ and, where this process may write one, a pids cgroup.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import fcntl
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.sandbox import landlock
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import ContainerState, SandboxUnavailable
 from engine.sandbox.egress import forwarder
@@ -176,6 +178,7 @@ class Plan:
     rlimits: dict[int, tuple[int, int]]
     pids_limit: int | None
     tmpfs_bytes: int = 0  # what its size-capped tmpfs mounts may pin in RAM: no OOM kill frees it
+    ruleset: landlock.Ruleset | None = None  # the landlock layer its command runs under, when it has one
 
 
 def sandbox_env(settings: SandboxSettings, env: Mapping[str, str]) -> dict[str, str]:
@@ -193,13 +196,21 @@ def plan(
     control: bool = True,
     sockets: Mapping[str, str] | None = None,
     files: Mapping[int, str] | None = None,
+    layer: landlock.Status | None = None,
 ) -> Plan:
     """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
     sandbox); without, a one-shot run (a terminal) in the same view. `sockets` ({host path: sandbox path}):
     Unix sockets bound in read-only (a connect needs no write to the mount). Egress binds its socket's dir
     instead (engine.sandbox.egress): a socket re-made by the next gateway is then seen inside too. `files`
-    ({fd: sandbox path}): read-only files bwrap copies from those fds (a terminal's spec)."""
+    ({fd: sandbox path}): read-only files bwrap copies from those fds (a terminal's spec). `layer`: when
+    active, the command runs under the landlock helper with the ruleset this view implies."""
     d = settings.docker
+    view = system_view(settings.bwrap_rootfs)
+    # Landlock's grants, beside the mounts they follow: read anywhere in the view, execute only in the
+    # system dirs, the bin mount and what Docker leaves executable, write only where a mount is writable.
+    grants: list[tuple[str, str]] = [(landlock.READ, "/")]
+    grants += [(landlock.EXEC, path) for path in _system_dirs(view)]
+    grants += [(landlock.DEVICE, "/dev"), (landlock.WRITE, "/dev/shm"), (landlock.WRITE_EXISTING, "/proc")]
     argv = [
         bwrap,
         "--unshare-user",
@@ -214,7 +225,7 @@ def plan(
         "--new-session",
         "--cap-drop",
         "ALL",
-        *system_view(settings.bwrap_rootfs),
+        *view,
         "--proc",
         "/proc",
         # The sandbox's uid is the caller's: under a root gateway that is root on the host (without
@@ -242,17 +253,38 @@ def plan(
         path, size = _tmpfs(entry)
         pinned += size
         argv += ["--perms", "1777", "--size", str(size), "--tmpfs", path]
+        # Docker mounts a tmpfs noexec unless its options say `exec`: the same here.
+        grants.append((landlock.WRITE + (landlock.EXEC if _tmpfs_exec(entry) else ""), path))
     argv += ["--bind", lay.workspace_dir, d.workdir]
+    grants.append((landlock.WRITE + landlock.EXEC, d.workdir))  # where an agent builds and runs its code
     if lay.agent_mount is not None:
         argv += ["--ro-bind", lay.agent_mount, AGENT_MOUNT]
+        grants.append((landlock.EXEC, AGENT_MOUNT))
     if control:
         argv += ["--bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
+        grants.append((landlock.WRITE, sv.CTL_MOUNT))
     argv += ["--ro-bind", str(sv.bin_dir()), sv.BIN_MOUNT]
+    grants.append((landlock.EXEC, sv.BIN_MOUNT))
     egress = settings.egress.mode != "none"
     if egress:
         argv += ["--ro-bind", str(forwarder.socket_dir(lay.name)), forwarder.MOUNT]
         command = forwarder.wrap(command)
-    argv += _binds(d.binds)
+    binds = _binds(d.binds)
+    argv += binds
+    for i in range(0, len(binds), 3):
+        grants.append(((landlock.WRITE if binds[i] == "--bind" else "") + landlock.EXEC, binds[i + 2]))
+    ruleset = None
+    if layer is not None and layer.active:
+        # Outermost, so the forwarder runs under it too: it binds the proxy port, commands connect to it.
+        ports = settings.bwrap_tcp_ports
+        proxy = (forwarder.PORT,) if egress else ()
+        ruleset = landlock.Ruleset(
+            tuple(grants),
+            tcp=layer.abi >= landlock.NET_ABI,
+            bind=tuple(sorted({*ports, *proxy})),
+            connect=tuple(sorted({*ports, *proxy})),
+        )
+        command = ruleset.wrap(command)
     for host_path, inside in (sockets or {}).items():
         argv += ["--ro-bind", host_path, inside]
     for fd, inside in (files or {}).items():
@@ -273,7 +305,22 @@ def plan(
     sandbox_vars = sandbox_env(settings, env)
     if egress:
         sandbox_vars.update(forwarder.PROXY_ENV)
-    return Plan(argv, sandbox_vars, rlimits, d.pids_limit, pinned)
+    return Plan(argv, sandbox_vars, rlimits, d.pids_limit, pinned, ruleset)
+
+
+def _system_dirs(view: list[str]) -> list[str]:
+    """Where the system view mounts (or links) a top-level dir other than /etc: the programs' dirs."""
+    found = []
+    for i, arg in enumerate(view):
+        if arg in ("--ro-bind", "--symlink") and i + 2 < len(view):
+            target = view[i + 2]
+            if target.count("/") == 1 and target != "/etc":
+                found.append(target)
+    return found
+
+
+def _tmpfs_exec(entry: str) -> bool:
+    return "exec" in (o.strip() for o in entry.partition(":")[2].split(","))
 
 
 PRLIMIT_NAMES = {
@@ -298,6 +345,7 @@ async def terminal(
     gateway restart and ends with its sandbox's parent). The container's `docker exec -t`, for bwrap."""
     exe = find_bwrap()
     env = sanitize_container_env(settings.docker.env, explicit=settings.docker.env.keys()).env
+    layer = await asyncio.to_thread(landlock.status, settings.bwrap_landlock, build=True)
     fd = seccomp_fd()
     spec_fd = _memfd("exechost-spec", script.encode())
     try:
@@ -311,6 +359,7 @@ async def terminal(
             command=shell,
             control=False,
             files={spec_fd: TERMINAL_SPEC},
+            layer=layer,
         )
         limits = [f"--{PRLIMIT_NAMES[k]}={s}:{h}" for k, (s, h) in how.rlimits.items()]
         prlimit = shutil.which("prlimit")
@@ -462,16 +511,19 @@ def start(
     statefs.ensure_private_dir(runtime_dir())
     sweep_cgroups()
     owner = "shared" if settings.scope == "shared" else f"agent-{slugify(agent_id)}"
+    layer = landlock.status(settings.bwrap_landlock, build=True)
+    if not layer.active and layer.abi and settings.bwrap_landlock:
+        log.warning("bwrap sandbox %s starts without landlock: %s", lay.name, layer.reason)
     with _budget_lock():
         fd = seccomp_fd()
         try:
             command = sv.supervisor_command(has_busybox)
-            how = plan(settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command)
+            how = plan(settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command, layer=layer)
             _check_memory_budget(lay.name, owner, how.tmpfs_bytes)
             keeper = _spawn_keeper(lay, how, fd)
         finally:
             os.close(fd)
-        return _adopt_keeper(settings, lay, how, keeper, owner, config_hash, created_at_ms)
+        return _adopt_keeper(settings, lay, how, keeper, owner, config_hash, created_at_ms, layer)
 
 
 def _spawn_keeper(lay: Layout, how: Plan, fd: int) -> subprocess.Popen[bytes]:
@@ -502,6 +554,7 @@ def _adopt_keeper(
     owner: str,
     config_hash: str,
     created_at_ms: int,
+    layer: landlock.Status,
 ) -> list[str]:
     """Limits, cgroup and record for the waiting keeper, then `go`; the keeper is killed if any fails."""
     assert keeper.stdin is not None
@@ -522,6 +575,7 @@ def _adopt_keeper(
             "cgroup": str(group) if group is not None else None,
             "owner": owner,
             "tmpfsBytes": how.tmpfs_bytes,
+            "landlock": layer.to_dict(),
         }
         _write_record(lay.name, record)
         keeper.stdin.write(b"go\n")
