@@ -155,6 +155,19 @@ int main(int argc, char **argv) {
             return fail("add_rule", colon + 1);
         close(fd);
     }
+    /* A terminal handed in (a PTY session's) lives on the host's devpts, outside every rule: this one
+     * file may be reopened (/dev/stdout, /dev/stderr), as it could be without the layer. */
+    for (int fd = 0; fd <= 2; fd++) {
+        if (!isatty(fd)) continue;
+        char link[32];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        int tty = open(link, O_PATH | O_CLOEXEC);
+        if (tty < 0) continue;
+        struct path_beneath_attr rule = {
+            (FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV) & attr.handled_access_fs, tty};
+        if (syscall(SYS_landlock_add_rule, ruleset, RULE_PATH_BENEATH, &rule, 0) < 0) return fail("add_rule", link);
+        close(tty);
+    }
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) return fail("no_new_privs", NULL);
     if (syscall(SYS_landlock_restrict_self, ruleset, 0) < 0) return fail("restrict_self", NULL);
     close(ruleset);
