@@ -1,9 +1,10 @@
 """The bubblewrap backend (issue 28): a new scope's first command against a bare `bwrap … true` with the same
 argv, a warm `true` in an existing sandbox (back to back, and with its slots refilled between commands as
 between an agent's turns, against the login shell it runs under alone), and 100 session-scope sandboxes at
-once (all start? memory each). The same exec through a real gateway: bench_bwrap_gateway.py.
+once (all start? memory each), and what the landlock layer adds (the same bare, cold and warm runs with
+`landlock = false`, interleaved with it on). The same exec through a real gateway: bench_bwrap_gateway.py.
 
-Run: .venv/bin/python bench/bench_bwrap.py [--cold N] [--warm N] [--baseline N] [--many N]
+Run: .venv/bin/python bench/bench_bwrap.py [--cold N] [--warm N] [--baseline N] [--many N] [--landlock-only]
 Uses a throwaway state dir and ends every sandbox it made.
 """
 
@@ -77,13 +78,14 @@ async def main() -> None:
     ap.add_argument("--warm", type=int, default=300)
     ap.add_argument("--baseline", type=int, default=30)
     ap.add_argument("--many", type=int, default=100)
+    ap.add_argument("--landlock-only", action="store_true", help="only the landlock on/off comparison")
     args, _ = ap.parse_known_args()
     state = Path(tempfile.mkdtemp(prefix="eh-bwb-", dir="/tmp")) / "s"
     state.mkdir(mode=0o700)
     os.environ["OPENCLAW_STATE_DIR"] = str(state)
 
     from engine.config.loader import load_config_text
-    from engine.sandbox import SandboxManager, bwrap, prepare_exec, seccomp, slots
+    from engine.sandbox import SandboxManager, bwrap, landlock, prepare_exec, seccomp, slots
     from engine.sandbox import supervisor as sv
     from engine.sandbox.settings import layout, resolve_settings
     from engine.sessions import RunSpec
@@ -177,6 +179,91 @@ async def main() -> None:
         report(f"[{label}] the login shell alone: {' '.join(login)}", floor)
         return bare, cold, warm, spaced, floor
 
+    async def landlock_cost() -> None:
+        """Host view, landlock on against off in the same run, alternating run by run (a loaded machine
+        drifts): a bare `bwrap … true` with and without the helper in front, a new scope's first command,
+        and a warm `true` with slots refilled between."""
+        off = load_config_text(
+            '[agents.defaults.sandbox]\nmode = "all"\nscope = "session"\nbackend = "bwrap"\n'
+            "[agents.defaults.sandbox.bwrap]\nlandlock = false\n"
+        )
+        layer = landlock.status(True, build=True)
+        if not layer.active:
+            print(f"landlock: not measured ({layer.reason})")
+            return
+        both = {"on": config, "off": off}
+        settings = resolve_settings(config, "main")
+        lay = layout(settings, "main", "bench-landlock")
+        os.makedirs(lay.workspace_dir, exist_ok=True)
+        sv.ensure_bin_dir()
+        bare: dict[str, list[float]] = {"on": [], "off": []}
+        for i in range(args.baseline * 2):
+            which = ("on", "off")[i % 2]
+            fd = seccomp.seccomp_fd()
+            how = bwrap.plan(
+                settings,
+                lay,
+                bwrap=bwrap.find_bwrap(),
+                env={},
+                seccomp=fd,
+                command=["/bin/true"],
+                control=False,
+                layer=layer if which == "on" else None,
+            )
+            t0 = time.perf_counter()
+            subprocess.run(how.argv, pass_fds=(fd,), env=how.env, check=True)
+            bare[which].append(time.perf_counter() - t0)
+            os.close(fd)
+        for cfg in both.values():
+            await prepare_exec(cfg, "main", f"ll-warm-up-{secrets.token_hex(2)}", None, manager=mgr)
+        cold: dict[str, list[float]] = {"on": [], "off": []}
+        for i in range(args.cold * 2):
+            which = ("on", "off")[i % 2]
+            t0 = time.perf_counter()
+            sx = await prepare_exec(both[which], "main", f"ll-cold-{secrets.token_hex(4)}", None, manager=mgr)
+            await run_true(sx)
+            cold[which].append(time.perf_counter() - t0)
+            await mgr.settle()
+            await asyncio.to_thread(mgr.remove_runtime, sx.container)
+        pools = {}
+        for which, cfg in both.items():
+            sx = await prepare_exec(cfg, "main", f"ll-warm-{which}", None, manager=mgr)
+            for _ in range(20):
+                await run_true(sx)
+            pools[which] = slots.pool_for(sv.Channel(sx.container))
+        warm: dict[str, list[float]] = {"on": [], "off": []}
+        for i in range(args.warm * 2):
+            which = ("on", "off")[i % 2]
+            while pools[which].counts != (slots.TARGET, 0):
+                await asyncio.sleep(0.001)
+            t0 = time.perf_counter()
+            sx = await prepare_exec(both[which], "main", f"ll-warm-{which}", None, manager=mgr)
+            await run_true(sx)
+            warm[which].append(time.perf_counter() - t0)
+        bwrap.remove_all()
+        for name, samples in (
+            ("bare `bwrap … true`", bare),
+            ("cold first command", cold),
+            ("warm `true`", warm),
+        ):
+            report(f"[landlock on] {name}", samples["on"])
+            report(f"[landlock off] {name}", samples["off"])
+            on, no = pct(samples["on"], 50) * 1000, pct(samples["off"], 50) * 1000
+            record(
+                f"bwrap landlock on, {name} p50, host /usr (vs landlock off)",
+                f"{on:.2f} ms",
+                f"{no:.2f} ms",
+                ratio(on, no),
+                "small against the run",
+            )
+
+    if args.landlock_only:
+        try:
+            await landlock_cost()
+        finally:
+            bwrap.remove_all()
+        return
+
     # A tree with no /bin/sh and no /etc/profile: commands run under the mounted static busybox, as in
     # Docker's busybox test image (bench_sandbox.py), so the two backends' warm rows compare like for like.
     tiny = state.parent / "rootfs"
@@ -188,6 +275,7 @@ async def main() -> None:
     try:
         bare, cold, warm, spaced, floor = await measure(config, "host /usr")
         bare_bb, cold_bb, warm_bb, spaced_bb, floor_bb = await measure(small, "busybox rootfs")
+        await landlock_cost()
         # The warm rows' same-run baseline: the command alone, no sandbox (subprocess.run(['true'])).
         plain: list[float] = []
         for _ in range(len(warm)):
