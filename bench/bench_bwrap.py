@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.table import ratio, record
 
+LOOP = 200  # login shells per timed run in the landlock per-command row
+
 
 def pct(samples: list[float], p: float) -> float:
     ordered = sorted(samples)
@@ -214,6 +216,27 @@ async def main() -> None:
             subprocess.run(how.argv, pass_fds=(fd,), env=how.env, check=True)
             bare[which].append(time.perf_counter() - t0)
             os.close(fd)
+        # What the domain costs each command: LOOP login shells (`sh -lc true`: an exec, ld.so, profile's
+        # opens, each checked against the ruleset) in one sandbox, with the helper in front and without.
+        loop = ["/bin/sh", "-c", f"i=0; while [ $i -lt {LOOP} ]; do /bin/sh -lc true; i=$((i+1)); done"]
+        looped: dict[str, list[float]] = {"on": [], "off": []}
+        for i in range(max(4, args.baseline // 3) * 2):
+            which = ("on", "off")[i % 2]
+            fd = seccomp.seccomp_fd()
+            how = bwrap.plan(
+                settings,
+                lay,
+                bwrap=bwrap.find_bwrap(),
+                env={},
+                seccomp=fd,
+                command=loop,
+                control=False,
+                layer=layer if which == "on" else None,
+            )
+            t0 = time.perf_counter()
+            subprocess.run(how.argv, pass_fds=(fd,), env=how.env, check=True)
+            looped[which].append(time.perf_counter() - t0)
+            os.close(fd)
         for cfg in both.values():
             await prepare_exec(cfg, "main", f"ll-warm-up-{secrets.token_hex(2)}", None, manager=mgr)
         cold: dict[str, list[float]] = {"on": [], "off": []}
@@ -256,6 +279,18 @@ async def main() -> None:
                 ratio(on, no),
                 "small against the run",
             )
+
+        report(f"[landlock on] {LOOP} × `sh -lc true` in one sandbox", looped["on"])
+        report(f"[landlock off] {LOOP} × `sh -lc true` in one sandbox", looped["off"])
+        on, no = (pct(looped[w], 50) / LOOP * 1e6 for w in ("on", "off"))
+        record(
+            f"bwrap landlock on, per command in a sandbox ({LOOP} × `sh -lc true`, p50 / {LOOP}), host /usr "
+            "(vs landlock off)",
+            f"{on:.0f} µs",
+            f"{no:.0f} µs",
+            ratio(on, no),
+            "small against the run",
+        )
 
     if args.landlock_only:
         try:

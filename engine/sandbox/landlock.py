@@ -146,9 +146,9 @@ NO_COMPILER = (
 def ensure_binary() -> Path:
     """The helper in the bin dir, built from landlock.c when missing or from other source (blocking)."""
     target = binary_path()
-    sv.ensure_bin_dir()
     if _current():
         return target
+    sv.ensure_bin_dir()
     compiler = _compiler()
     if compiler is None:
         raise LandlockUnavailable(NO_COMPILER)
