@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import os
 import secrets
+import shlex
 import statistics
 import subprocess
 import sys
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.table import ratio, record
 
 LOOP = 200  # login shells per timed run in the landlock per-command row
+ORDER = ("on", "off", "off", "on")  # landlock rows alternate ABBA: neither goes first after a removal
 
 
 def pct(samples: list[float], p: float) -> float:
@@ -200,7 +202,7 @@ async def main() -> None:
         sv.ensure_bin_dir()
         bare: dict[str, list[float]] = {"on": [], "off": []}
         for i in range(args.baseline * 2):
-            which = ("on", "off")[i % 2]
+            which = ORDER[i % 4]
             fd = seccomp.seccomp_fd()
             how = bwrap.plan(
                 settings,
@@ -221,7 +223,7 @@ async def main() -> None:
         loop = ["/bin/sh", "-c", f"i=0; while [ $i -lt {LOOP} ]; do /bin/sh -lc true; i=$((i+1)); done"]
         looped: dict[str, list[float]] = {"on": [], "off": []}
         for i in range(max(4, args.baseline // 3) * 2):
-            which = ("on", "off")[i % 2]
+            which = ORDER[i % 4]
             fd = seccomp.seccomp_fd()
             how = bwrap.plan(
                 settings,
@@ -241,7 +243,7 @@ async def main() -> None:
             await prepare_exec(cfg, "main", f"ll-warm-up-{secrets.token_hex(2)}", None, manager=mgr)
         cold: dict[str, list[float]] = {"on": [], "off": []}
         for i in range(args.cold * 2):
-            which = ("on", "off")[i % 2]
+            which = ORDER[i % 4]
             t0 = time.perf_counter()
             sx = await prepare_exec(both[which], "main", f"ll-cold-{secrets.token_hex(4)}", None, manager=mgr)
             await run_true(sx)
@@ -256,7 +258,7 @@ async def main() -> None:
             pools[which] = slots.pool_for(sv.Channel(sx.container))
         warm: dict[str, list[float]] = {"on": [], "off": []}
         for i in range(args.warm * 2):
-            which = ("on", "off")[i % 2]
+            which = ORDER[i % 4]
             while pools[which].counts != (slots.TARGET, 0):
                 await asyncio.sleep(0.001)
             t0 = time.perf_counter()
@@ -280,6 +282,29 @@ async def main() -> None:
                 "small against the run",
             )
 
+        # The helper alone, outside any sandbox (its rules' paths that do not exist here are skipped):
+        # LOOP × `exechost-landlock RULES -- /bin/true` against LOOP × `/bin/true`, each in one shell loop.
+        rules = " ".join(shlex.quote(a) for a in how.ruleset.argv()[1:]) if how.ruleset else ""
+        helper = f"{landlock.binary_path()} {rules} --"
+        alone: dict[str, list[float]] = {"on": [], "off": []}
+        for i in range(args.baseline * 2):
+            which = ORDER[i % 4]
+            front = helper if which == "on" else ""
+            script = f"i=0; while [ $i -lt {LOOP} ]; do {front} /bin/true; i=$((i+1)); done"
+            t0 = time.perf_counter()
+            subprocess.run(["/bin/sh", "-c", script], check=True)
+            alone[which].append(time.perf_counter() - t0)
+        report(f"[landlock on] {LOOP} × helper + /bin/true, no sandbox", alone["on"])
+        report(f"[landlock off] {LOOP} × /bin/true, no sandbox", alone["off"])
+        on, no = (pct(alone[w], 50) / LOOP * 1e6 for w in ("on", "off"))
+        record(
+            "landlock helper's own cost: exec + ruleset before a command (p50 / "
+            f"{LOOP} of `helper RULES -- /bin/true`, vs /bin/true alone)",
+            f"{on:.0f} µs",
+            f"{no:.0f} µs",
+            ratio(on, no),
+            "small against a cold start",
+        )
         report(f"[landlock on] {LOOP} × `sh -lc true` in one sandbox", looped["on"])
         report(f"[landlock off] {LOOP} × `sh -lc true` in one sandbox", looped["off"])
         on, no = (pct(looped[w], 50) / LOOP * 1e6 for w in ("on", "off"))
