@@ -220,7 +220,8 @@ async def main() -> None:
             os.close(fd)
         # What the domain costs each command: LOOP login shells (`sh -lc true`: an exec, ld.so, profile's
         # opens, each checked against the ruleset) in one sandbox, with the helper in front and without.
-        loop = ["/bin/sh", "-c", f"i=0; while [ $i -lt {LOOP} ]; do /bin/sh -lc true; i=$((i+1)); done"]
+        body = "/bin/sh -lc true || exit 1; i=$((i+1))"
+        loop = ["/bin/sh", "-c", f"i=0; while [ $i -lt {LOOP} ]; do {body}; done"]
         looped: dict[str, list[float]] = {"on": [], "off": []}
         for i in range(max(4, args.baseline // 3) * 2):
             which = ORDER[i % 4]
@@ -290,7 +291,7 @@ async def main() -> None:
         for i in range(args.baseline * 2):
             which = ORDER[i % 4]
             front = helper if which == "on" else ""
-            script = f"i=0; while [ $i -lt {LOOP} ]; do {front} /bin/true; i=$((i+1)); done"
+            script = f"i=0; while [ $i -lt {LOOP} ]; do {front} /bin/true || exit 1; i=$((i+1)); done"
             t0 = time.perf_counter()
             subprocess.run(["/bin/sh", "-c", script], check=True)
             alone[which].append(time.perf_counter() - t0)
