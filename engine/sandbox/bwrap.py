@@ -96,16 +96,21 @@ ROOTFS_SKIP = {"proc", "dev", "sys", "tmp", "run", "home", "root", "mnt", "media
 
 # The keeper: waits until the gateway has set its limits (a line on stdin), then runs bwrap as its child
 # and waits for it. Its group is the sandbox: bwrap is in it, and --die-with-parent ends the rest.
-# $1: where the keeper itself goes once bwrap runs (the gateway's pids cgroup, or ""): bwrap stays in the
+# $1: the sandbox's pids cgroup (or ""), which the keeper enters before bwrap runs (or runs nothing);
+# $2: where the keeper itself goes once bwrap runs (the gateway's pids cgroup, or ""): bwrap stays in the
 # sandbox's, the keeper leaves it, so a keeper nobody reaps promptly (its gateway gone) never holds it.
+# Each move is the shell's own thread writing 0 to `tasks`: the kernel then skips the global threadgroup
+# lock that a pid written to cgroup.procs takes, whose write side waits out an RCU grace period (15 ms p50
+# here, with starts apart, against 0.07 ms: docs/BENCHMARKS.md).
 KEEPER_SH = (
-    'read -r go || exit 0\nexec 0</dev/null\nc=$1\nshift\n"$@" &\np=$!\n'
-    '[ -n "$c" ] && echo $$ > "$c/cgroup.procs"\nwait $p\n'
+    "read -r go || exit 0\nexec 0</dev/null\ng=$1\nc=$2\nshift 2\n"
+    'if [ -n "$g" ]; then echo 0 > "$g/tasks" || exit 126; fi\n"$@" &\np=$!\n'
+    '[ -n "$c" ] && echo 0 > "$c/tasks"\nwait $p\n'
 )
 
 
-# A terminal's first step: join the sandbox's pids cgroup ($1), or run nothing.
-JOIN_SH = 'echo $$ > "$1/cgroup.procs" || exit 126\nshift\nexec "$@"\n'
+# A terminal's first step: join the sandbox's pids cgroup ($1) as the keeper does, or run nothing.
+JOIN_SH = 'echo 0 > "$1/tasks" || exit 126\nshift\nexec "$@"\n'
 
 
 def network_refusal(name: str, network: str) -> str:
@@ -520,19 +525,28 @@ def start(
             command = sv.supervisor_command(has_busybox)
             how = plan(settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command, layer=layer)
             _check_memory_budget(lay.name, owner, how.tmpfs_bytes)
-            keeper = _spawn_keeper(lay, how, fd)
+            group = _pids_cgroup(lay.name, how.pids_limit, owner)
+            try:
+                keeper = _spawn_keeper(lay, how, fd, group)
+            except BaseException:
+                if group is not None:
+                    with contextlib.suppress(OSError):
+                        group.rmdir()
+                raise
         finally:
             os.close(fd)
-        return _adopt_keeper(settings, lay, how, keeper, owner, config_hash, created_at_ms, layer)
+        return _adopt_keeper(settings, lay, how, keeper, group, owner, config_hash, created_at_ms, layer)
 
 
-def _spawn_keeper(lay: Layout, how: Plan, fd: int) -> subprocess.Popen[bytes]:
-    """The keeper shell, waiting for `go` on stdin while its limits and cgroup are set."""
+def _spawn_keeper(lay: Layout, how: Plan, fd: int, group: Path | None) -> subprocess.Popen[bytes]:
+    """The keeper shell, waiting for `go` on stdin while its limits and record are set; at `go` it enters
+    `group` itself."""
     log_fd = os.open(_log_path(lay.name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        home = str(_own_cgroup()) if how.pids_limit else ""
+        home = str(_own_cgroup()) if group is not None else ""
+        inside = str(group) if group is not None else ""
         return subprocess.Popen(
-            ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", home, *how.argv],
+            ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", inside, home, *how.argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=log_fd,
@@ -551,19 +565,17 @@ def _adopt_keeper(
     lay: Layout,
     how: Plan,
     keeper: subprocess.Popen[bytes],
+    group: Path | None,
     owner: str,
     config_hash: str,
     created_at_ms: int,
     layer: landlock.Status,
 ) -> list[str]:
-    """Limits, cgroup and record for the waiting keeper, then `go`; the keeper is killed if any fails."""
+    """Limits and record for the waiting keeper, then `go`; the keeper is killed if any fails."""
     assert keeper.stdin is not None
     try:
         for limit, (soft, hard) in how.rlimits.items():
             resource.prlimit(keeper.pid, limit, (soft, hard))
-        group = _pids_cgroup(lay.name, how.pids_limit, owner)
-        if group is not None:
-            (group / "cgroup.procs").write_text(str(keeper.pid))
         record = {
             "name": lay.name,
             "pid": keeper.pid,

@@ -178,6 +178,10 @@ async def test_limits_pids_nofile_core_and_tmp_size(bwrap_mgr: SandboxManager) -
     record = json.loads((bwrap.runtime_dir() / f"{sx.container}.json").read_text())
     if record["cgroup"]:  # where this process may make a pids cgroup, it caps the sandbox too
         assert Path(record["cgroup"], "pids.max").read_text().strip() == "64"
+        # The keeper entered it itself and left once bwrap ran: bwrap and all inside are its members.
+        members = {int(pid) for pid in Path(record["cgroup"], "cgroup.procs").read_text().split()}
+        inner = bwrap._children(record["pid"])
+        assert inner and set(inner) <= members and record["pid"] not in members
         await bwrap_mgr.settle()
         assert bwrap_mgr.remove_runtime(sx.container)
         assert not Path(record["cgroup"]).exists()  # and goes with it
