@@ -102,9 +102,14 @@ ROOTFS_SKIP = {"proc", "dev", "sys", "tmp", "run", "home", "root", "mnt", "media
 # Each move is the shell's own thread writing 0 to `tasks`: the kernel then skips the global threadgroup
 # lock that a pid written to cgroup.procs takes, whose write side waits out an RCU grace period (15 ms p50
 # here, with starts apart, against 0.07 ms: docs/BENCHMARKS.md).
+# bwrap's stderr is a pipe, not the log: every process inside inherits it (bwrap's init, pid 1, keeps it),
+# and one of the same uid may reopen /proc/<pid>/fd/2 — a host file would take appends without the tmpfs
+# cap on its size. Its first 4 KiB (what bwrap says when it fails) go to the log, the rest nowhere; the
+# keeper waits for the drain, which ends when the last process inside has gone.
 KEEPER_SH = (
     "read -r go || exit 0\nexec 0</dev/null\ng=$1\nc=$2\nshift 2\n"
-    'if [ -n "$g" ]; then echo 0 > "$g/tasks" || exit 126; fi\n"$@" &\np=$!\n'
+    'if [ -n "$g" ]; then echo 0 > "$g/tasks" || exit 126; fi\n'
+    '"$@" 2>&1 | { head -c 4096 >&2; exec cat >/dev/null; } &\np=$!\n'
     '[ -n "$c" ] && echo 0 > "$c/tasks"\nwait $p\n'
 )
 
@@ -475,6 +480,17 @@ def _read_record(name: str) -> dict[str, Any] | None:
     except (OSError, ValueError, statefs.StateFileError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def running(name: str) -> bool:
+    """Whether the sandbox's keeper still runs (it ends with bwrap, which ends with everything inside):
+    a waitpid for one this process started (polled every millisecond while a sandbox starts), else by its
+    record."""
+    keeper = _keepers.get(name)
+    if keeper is not None:
+        return keeper.poll() is None
+    record = _read_record(name)
+    return record is not None and _alive(record)
 
 
 def _alive(record: dict[str, Any]) -> bool:

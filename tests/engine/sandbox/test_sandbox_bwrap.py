@@ -178,7 +178,8 @@ async def test_limits_pids_nofile_core_and_tmp_size(bwrap_mgr: SandboxManager) -
     record = json.loads((bwrap.runtime_dir() / f"{sx.container}.json").read_text())
     if record["cgroup"]:  # where this process may make a pids cgroup, it caps the sandbox too
         assert Path(record["cgroup"], "pids.max").read_text().strip() == "64"
-        # The keeper entered it itself and left once bwrap ran: bwrap and all inside are its members.
+        # The keeper entered it itself and left once bwrap ran: bwrap (and the drain of its stderr) and all
+        # inside are its members.
         members = {int(pid) for pid in Path(record["cgroup"], "cgroup.procs").read_text().split()}
         inner = bwrap._children(record["pid"])
         assert inner and set(inner) <= members and record["pid"] not in members
@@ -563,3 +564,15 @@ async def test_skills_seeding_and_stage_reach_the_bwrap_workspace(
     assert "/workspace/media/inbound/report.txt" in capsys.readouterr().out
     _, out, _ = await run(sx, "cat /workspace/skills/howto.md /workspace/media/inbound/report.txt")
     assert out == "seeded\nstaged\n"
+
+
+async def test_a_bwrap_that_fails_says_why_at_once(
+    bwrap_mgr: SandboxManager, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """bwrap's own error (its stderr, drained by the keeper into the log) is the start's error, reported
+    once the keeper has ended (the wait for the supervisor watches it) rather than at the 10 s deadline."""
+    missing = tmp_path / "no-such-tree"
+    monkeypatch.setattr(bwrap, "system_view", lambda rootfs: ["--ro-bind", str(missing), "/usr"])
+    with pytest.raises(ToolError, match="did not start: bwrap: Can't find source path") as raised:
+        await prepare_exec(config(), "main", "s", None, manager=bwrap_mgr)
+    assert str(missing) in str(raised.value)
