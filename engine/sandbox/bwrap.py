@@ -104,12 +104,12 @@ ROOTFS_SKIP = {"proc", "dev", "sys", "tmp", "run", "home", "root", "mnt", "media
 # here, with starts apart, against 0.07 ms: docs/BENCHMARKS.md).
 # bwrap's stderr is a pipe, not the log: every process inside inherits it (bwrap's init, pid 1, keeps it),
 # and one of the same uid may reopen /proc/<pid>/fd/2 — a host file would take appends without the tmpfs
-# cap on its size. Its first 4 KiB (what bwrap says when it fails) go to the log, the rest nowhere; the
-# keeper waits for the drain, which ends when the last process inside has gone.
+# cap on its size. `tail` drains it and writes its last 4 KiB to the log when the last process inside has
+# gone (what bwrap said, when it failed to start; one exec beside bwrap's start); the keeper waits for it.
 KEEPER_SH = (
     "read -r go || exit 0\nexec 0</dev/null\ng=$1\nc=$2\nshift 2\n"
     'if [ -n "$g" ]; then echo 0 > "$g/tasks" || exit 126; fi\n'
-    '"$@" 2>&1 | { head -c 4096 >&2; exec cat >/dev/null; } &\np=$!\n'
+    '"$@" 2>&1 | tail -c 4096 >&2 &\np=$!\n'
     '[ -n "$c" ] && echo 0 > "$c/tasks"\nwait $p\n'
 )
 

@@ -3,7 +3,8 @@
 bwrap's init (pid 1) and the supervisor held the sandbox's failure log (the keeper's stderr, a file in the
 state dir) as fd 2, and a sandbox command may open /proc/<pid>/fd/2 of a process of its own uid: it
 appended to a host file with no tmpfs cap on its size (the host's disk). bwrap's stderr is now a pipe whose
-first 4 KiB reach the log, on any kernel (landlock refused that reopen too, but not every kernel has it).
+last 4 KiB reach the log when the sandbox ends, on any kernel (landlock refused that reopen too, but not
+every kernel has it).
 """
 
 from __future__ import annotations
