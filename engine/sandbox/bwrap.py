@@ -105,11 +105,12 @@ ROOTFS_SKIP = {"proc", "dev", "sys", "tmp", "run", "home", "root", "mnt", "media
 # bwrap's stderr is a pipe, not the log: every process inside inherits it (bwrap's init, pid 1, keeps it),
 # and one of the same uid may reopen /proc/<pid>/fd/2 — a host file would take appends without the tmpfs
 # cap on its size. `tail` drains it and writes its last 4 KiB to the log when the last process inside has
-# gone (what bwrap said, when it failed to start; one exec beside bwrap's start); the keeper waits for it.
+# gone (what bwrap said, when it failed to start; one exec beside bwrap's start, of the bin dir's static
+# busybox ($3) where there is one: no dynamic loading); the keeper waits for it.
 KEEPER_SH = (
-    "read -r go || exit 0\nexec 0</dev/null\ng=$1\nc=$2\nshift 2\n"
+    "read -r go || exit 0\nexec 0</dev/null\ng=$1\nc=$2\nd=$3\nshift 3\n"
     'if [ -n "$g" ]; then echo 0 > "$g/tasks" || exit 126; fi\n'
-    '"$@" 2>&1 | tail -c 4096 >&2 &\np=$!\n'
+    '"$@" 2>&1 | "${d:-tail}" ${d:+tail} -c 4096 >&2 &\np=$!\n'
     '[ -n "$c" ] && echo 0 > "$c/tasks"\nwait $p\n'
 )
 
@@ -543,7 +544,7 @@ def start(
             _check_memory_budget(lay.name, owner, how.tmpfs_bytes)
             group = _pids_cgroup(lay.name, how.pids_limit, owner)
             try:
-                keeper = _spawn_keeper(lay, how, fd, group)
+                keeper = _spawn_keeper(lay, how, fd, group, has_busybox)
             except BaseException:
                 if group is not None:
                     with contextlib.suppress(OSError):
@@ -554,15 +555,18 @@ def start(
         return _adopt_keeper(settings, lay, how, keeper, group, owner, config_hash, created_at_ms, layer)
 
 
-def _spawn_keeper(lay: Layout, how: Plan, fd: int, group: Path | None) -> subprocess.Popen[bytes]:
+def _spawn_keeper(
+    lay: Layout, how: Plan, fd: int, group: Path | None, has_busybox: bool
+) -> subprocess.Popen[bytes]:
     """The keeper shell, waiting for `go` on stdin while its limits and record are set; at `go` it enters
     `group` itself."""
     log_fd = os.open(_log_path(lay.name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         home = str(_own_cgroup()) if group is not None else ""
         inside = str(group) if group is not None else ""
+        drain = str(sv.bin_dir() / "busybox") if has_busybox else ""
         return subprocess.Popen(
-            ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", inside, home, *how.argv],
+            ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", inside, home, drain, *how.argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=log_fd,
