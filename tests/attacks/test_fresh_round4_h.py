@@ -181,13 +181,11 @@ def test_anyip_local_route_address_is_refused(state_dir: Path) -> None:
         assert got["socks"] != 0 and "host-only service reached" not in str(got["body"]), out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: normalize() uses Python's `idna` codec (IDNA 2003 nameprep, transitional), not UTS 46 "
-    "as it says: an allow entry `straße.de` admits strasse.de, another registrable domain, and refuses "
-    "xn--strae-oqa.de, the name curl/browsers send for it",
-)
 def test_idna_entry_admits_a_different_domain() -> None:
+    """Was open: normalize() used Python's `idna` codec (IDNA 2003 nameprep, transitional), so an allow
+    entry `straße.de` admitted strasse.de, another registrable domain, and refused xn--strae-oqa.de, the
+    name curl and browsers send for it. Fixed: UTS 46 non-transitional processing to IDNA 2008 A-labels
+    (the `idna` package)."""
     from engine.config.egress import EgressPolicy, decide
 
     policy = EgressPolicy.from_config({"mode": "allowlist", "allow": ["straße.de"], "ask": False})
