@@ -266,13 +266,11 @@ async def test_zone_id_puts_no_agent_text_into_an_ask(state_dir: Path) -> None:
     assert code not in (0, None), code
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an egress ask names only name:port, so a plain request and a CONNECT tunnel to the same "
-    "port coalesce into one row the operator cannot tell apart, and one allow-always then saves the tunnel "
-    "entry `name:port` too (the plain-vs-tunnel split that allow-always keeps is invisible at the ask)",
-)
 async def test_plain_and_tunnel_asks_coalesce_into_one_row(state_dir: Path) -> None:
+    """Was open: an egress ask named only name:port, so a plain request and a CONNECT tunnel to the same
+    port coalesced into one row the operator could not tell apart, and one allow-always saved the tunnel
+    entry `name:port` for both. Fixed: the ask is for what its allow-always saves (`http://name:port` or
+    `name:port`), and its text names the kind; two kinds are two rows, each saving its own entry."""
     import asyncio
 
     from engine.approvals.store import ApprovalsStore
@@ -306,6 +304,10 @@ async def test_plain_and_tunnel_asks_coalesce_into_one_row(state_dir: Path) -> N
     saved = ApprovalsStore(state_dir / "exec-approvals.json").egress_allow("main")
     assert all(x.startswith(b"HTTP/1.1 200") for x in answers), answers
     assert len(rows) == 2, (rows[0].get("egress"), rows[0].get("count"), saved)
+    entries = {f"evil.test:{o.port}", f"http://evil.test:{o.port}"}
+    assert {r["egress"] for r in rows} == entries and set(saved) == entries, (rows, saved)
+    kinds = sorted(str(r["command"]).rsplit("[", 1)[-1] for r in rows)
+    assert kinds == ["plain http]", "tunnel: CONNECT/SOCKS5]"], rows
 
 
 async def test_bad_heads_rotate_the_egress_history_away(state_dir: Path) -> None:
@@ -657,13 +659,11 @@ async def test_agent_reads_the_withheld_addresses_back(state_dir: Path) -> None:
     assert rows and "127.0.0.1" not in seen, seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `approvals pending` cuts every ask to 100 characters from the left, so an egress ask for "
-    "registry.npmjs.org.<padding>.example.net shows as `connect registry.npmjs.org.…`: the labels that say "
-    "who owns the name (its right end) and the port are what is cut",
-)
 async def test_pending_list_cuts_the_owner_of_an_asked_name(state_dir: Path) -> None:
+    """Was open: `approvals pending` cut every ask to 100 characters from the left, so an egress ask for
+    registry.npmjs.org.<padding>.example.net showed as `connect registry.npmjs.org.…`: the labels that say
+    who owns the name (its right end) and the port were what was cut. Fixed: an egress ask is shown whole
+    (any name fits), and cut in the middle past that."""
     import asyncio
 
     from engine.sandbox.egress import forwarder

@@ -78,8 +78,10 @@ async def test_a_node_sandbox_uses_the_node_proxy_and_relays_its_asks(
                     )
                 )
                 target = f"asked.test:{o.port}"
-                row = await wait_until(lambda: _pending(operator, target), timeout=60)
-                assert row["host"] == "node" and row["nodeId"] and row["command"] == f"connect {target}"
+                # (a plain request's ask names what its allow-always saves, and says its kind)
+                row = await wait_until(lambda: _pending(operator, f"http://{target}"), timeout=60)
+                assert row["host"] == "node" and row["nodeId"]
+                assert row["command"] == f"connect http://{target} [plain http]"
                 await operator.request("approve", {"id": row["id"], "decision": "allow-always"})
                 got = await call
                 assert "at /n2" in got["text"], got
