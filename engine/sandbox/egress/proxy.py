@@ -44,6 +44,10 @@ MAX_TOTAL = 1024
 # Per principal, connections still reading their head beyond its `maxConnections` (those past their head
 # are answered 429 at the cap); past this too, a new one is closed unread like past the caps above.
 UNREAD_HEADROOM = 64
+# Whatever an agent's `maxConnections` says (up to 1,024), its sandboxes together never hold more than this
+# share of MAX_TOTAL: the rest stays for every other agent (a session scope per sandbox gives an agent as
+# many sandboxes as it likes, so the per-sandbox cap alone bounds nothing per agent).
+MAX_PER_PRINCIPAL = MAX_TOTAL * 3 // 4
 # Closes of one listener's refused connections in flight (each may release a lingering descriptor the
 # sandbox sent, and waits in a worker thread for it): past it, that listener accepts nothing until they end.
 CLOSING_MAX = 8
@@ -223,7 +227,7 @@ class EgressProxy:
                 listener is None
                 or listener.active >= MAX_PER_SANDBOX
                 or self.active >= MAX_TOTAL
-                or self.open.get(listener.principal, 0) >= self._cap(listener.agent_id) + UNREAD_HEADROOM
+                or self.open.get(listener.principal, 0) >= self.open_limit(listener.agent_id)
             ):
                 self._release(listener, conn)  # (the descriptor in flight, unread, goes with it)
                 continue
@@ -233,6 +237,11 @@ class EgressProxy:
             task = loop.create_task(self._handoff(listener, conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def open_limit(self, agent_id: str) -> int:
+        """Connections one principal may hold from accept to close: its cap past the head, the headroom
+        for heads still coming, and never more than its share of all."""
+        return min(self._cap(agent_id) + UNREAD_HEADROOM, MAX_PER_PRINCIPAL)
 
     def _cap(self, agent_id: str) -> int:
         try:
