@@ -5,8 +5,8 @@ The proxy (engine.sandbox.egress) decides nothing alone. For each connection thi
 live grants; a name none of them settles becomes an ask in the same inbox as commands (`approvals pending`,
 the consoles, `exechost approve`), and the connection waits for it, up to the ask's timeout. Asks for one
 agent, kind (a plain request or a tunnel), name and port coalesce into one row. Every connection becomes
-an `egress.connection` event on the sandboxes topic and a line of `<state>/history/egress.jsonl`
-(`exechost sandbox egress`).
+an `egress.connection` event on the sandboxes topic and a line of its principal's log,
+`<state>/history/egress/<principal>.jsonl` (`exechost sandbox egress`).
 
 A node runs the same hub for its own sandboxes, with its own config and approvals file; its asks go through
 the node's approval manager, which relays them to the gateway's inbox like command asks (runner/node).

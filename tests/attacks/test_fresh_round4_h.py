@@ -338,6 +338,53 @@ async def test_bad_heads_rotate_the_egress_history_away(state_dir: Path) -> None
     assert any(c["name"] == "exfil.test" for c in after["connections"]), len(after["connections"])
 
 
+async def test_short_refusals_rotate_another_agents_history_away(state_dir: Path) -> None:
+    """Was open: every connection's line went to one shared `history/egress.jsonl` (1 MiB, five files), so
+    one agent's sandboxes, refused ~15,000 times with short lines (a loop of CONNECTs to names nobody
+    allowed: each costs the agent nothing), rotated every other agent's connections out of the history and
+    of `sandbox egress`: the exfiltration attempt another sandbox made is then gone. Fixed: each principal
+    has a log and a bounded share of its own (history/egress/<principal>.jsonl, three files of 1 MiB); a
+    flood rotates the flooder's own lines only. The flood goes through the hub's own record path (what the
+    proxy calls once per connection), as many times as the refused connections would."""
+    import asyncio
+
+    from engine.sandbox.egress import forwarder
+    from engine.sandbox.egress.log import KEEP_FILES, ROTATE_BYTES
+    from engine.sandbox.egress.proxy import Connection
+    from tests.helpers.egress import host_forwarder
+    from tests.helpers.gateway import connect, gateway, write_config
+
+    write_config(state_dir, '[agents.defaults.sandbox.egress]\nmode = "allowlist"\nask = false\n')
+    async with gateway(state_dir) as server:
+        hub = server.services.egress
+        directory = await asyncio.to_thread(forwarder.prepare_dir, "sbx-h")
+        await hub.listen("sbx-h", "main", None)
+        client = await connect(state_dir)
+        try:
+            with host_forwarder(directory) as fwd:
+                first = await asyncio.to_thread(_http_ask, fwd, b"CONNECT exfil.test:443 HTTP/1.1\r\n\r\n")
+                assert first.startswith(b"HTTP/1.1 403"), first
+            flood = 0
+            while flood * 200 < 6 * ROTATE_BYTES * KEEP_FILES:  # twice what the old shared log held
+                for _ in range(500):
+                    rule = "f.test:443 is not in the allowlist (ask = false)"
+                    row = Connection("ops", "sbx-o", "f.test", 443, "CONNECT", "refused", rule, "policy")
+                    hub.record(row)
+                    flood += 1
+                await hub.writer.barrier()
+            mains = await client.request("sandbox.egress", {"agentId": "main", "limit": 1000})
+            opss = await client.request("sandbox.egress", {"agentId": "ops", "limit": 1000})
+        finally:
+            await client.close()
+    names = [(c["agentId"], c["name"]) for c in mains["connections"]]
+    assert ("main", "exfil.test") in names, names
+    assert len(opss["connections"]) == 1000  # (the flooder's own lines are there, the newest of them)
+    own = sorted((state_dir / "history" / "egress").glob("ops.jsonl*"))
+    assert 0 < sum(p.stat().st_size for p in own) <= ROTATE_BYTES * KEEP_FILES, own
+    lines = sum(len(p.read_bytes().splitlines()) for p in own)
+    assert lines < flood  # the flooder's own oldest lines did rotate away
+
+
 # Runs inside `unshare -n -m`: /etc/resolv.conf (in this mount namespace only) names a DNS server on the
 # namespace's loopback that holds every query until told; a real gateway in open mode; the sandbox's
 # CONNECTs name hosts whose lookups hang; then the operator asks for `sandbox egress` (a worker-thread read).
