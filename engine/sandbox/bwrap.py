@@ -699,15 +699,20 @@ def _children(pid: int, *, grandchildren: bool = False) -> list[int]:
 
 def sweep_cgroups() -> None:
     """Empty pids cgroups of this install's sandboxes that are gone (one whose last task a slow init had
-    not reaped yet when the sandbox was removed)."""
-    live = {str(r.get("cgroup")) for r in list_sandboxes()}
-    for base in _cgroup_bases():
-        install = base / f"exechost-{state_id()}"
-        # Owners' groups (and those an earlier layout made directly under the base), emptied ones last.
-        for group in [*install.glob("*/*"), *install.glob("*"), *base.glob(f"exechost-{state_id()}-*")]:
-            if group.is_dir() and str(group) not in live:
-                with contextlib.suppress(OSError):
-                    group.rmdir()
+    not reaped yet when the sandbox was removed). Under the start lock: a starting sandbox's group is made,
+    and its record written, before its keeper enters it, so it is empty but never unrecorded here."""
+    if not _cgroup_bases():
+        return
+    statefs.ensure_private_dir(runtime_dir())
+    with _budget_lock():
+        live = {str(r.get("cgroup")) for r in list_sandboxes()}
+        for base in _cgroup_bases():
+            install = base / f"exechost-{state_id()}"
+            # Owners' groups (and those an earlier layout made directly under the base), emptied ones last.
+            for group in [*install.glob("*/*"), *install.glob("*"), *base.glob(f"exechost-{state_id()}-*")]:
+                if group.is_dir() and str(group) not in live:
+                    with contextlib.suppress(OSError):
+                        group.rmdir()
 
 
 def _kill_cgroup(path: str) -> None:

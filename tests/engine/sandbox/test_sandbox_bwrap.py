@@ -576,3 +576,21 @@ async def test_a_bwrap_that_fails_says_why_at_once(
     with pytest.raises(ToolError, match="did not start: bwrap: Can't find source path") as raised:
         await prepare_exec(config(), "main", "s", None, manager=bwrap_mgr)
     assert str(missing) in str(raised.value)
+
+
+async def test_sandboxes_started_at_once_all_enter_their_pids_groups(bwrap_mgr: SandboxManager) -> None:
+    """A start makes its pids group, records it, and only then lets its keeper enter: a sweep by another
+    start in between (taking every empty unrecorded group for a leftover) removed it, and that keeper could
+    not enter (4 of 10 concurrent starts failed). Sweeps now run under the start lock."""
+    many = bwrap_config(
+        'scope = "session"', docker='tmpfs = ["/tmp:size=8m", "/var/tmp:size=8m", "/run:size=8m"]'
+    )
+    started = await asyncio.gather(
+        *(prepare_exec(many, "main", f"agent:main:at-once-{i}", None, manager=bwrap_mgr) for i in range(12))
+    )
+    for sx in started:
+        assert (await run(sx, "echo up"))[1] == "up\n"
+        record = bwrap._read_record(sx.container)
+        assert record is not None
+        if record["cgroup"]:
+            assert Path(record["cgroup"], "cgroup.procs").read_text().split()
