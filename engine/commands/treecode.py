@@ -41,14 +41,17 @@ class TreeProgram:
     files: tuple[str, ...]  # relative to each directory looked at
     what: str
     walk_up: bool = False  # the program searches the cwd's ancestors (npm, cargo, direnv, go)
-    stop_at: tuple[str, ...] = ()  # walking up ends at the first directory holding one of these
 
 
+# No stop at the nearest package.json: npm (>=7) walks on to any ancestor whose package.json lists the
+# cwd's package among its workspaces and then reads that root's .npmrc (not the package's); yarn berry
+# merges every .yarnrc.yml up to /; pnpm looks upward for pnpm-workspace.yaml. Every ancestor up to the
+# operator's home is one the package manager may read, so every one is named and bound: a root .npmrc
+# added after an approval changes the binding, and the command asks again.
 _NPM = TreeProgram(
     ("package.json", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", "pnpm-workspace.yaml"),
     "scripts, lifecycle hooks or a package-manager setting that runs code",
     walk_up=True,
-    stop_at=("package.json",),
 )
 _PY_BUILD = TreeProgram(
     ("pyproject.toml", "setup.py", "setup.cfg"), "a build backend or setup script that runs on install"
@@ -244,10 +247,7 @@ def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) 
         starts += pip_starts
     for start in starts:
         for here in _dirs(start, spec.walk_up):
-            present = [os.path.join(here, f) for f in spec.files if os.path.isfile(os.path.join(here, f))]
-            out += present
-            if spec.stop_at and any(os.path.basename(p) in spec.stop_at for p in present):
-                break
+            out += [os.path.join(here, f) for f in spec.files if os.path.isfile(os.path.join(here, f))]
     return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
 
 

@@ -423,12 +423,6 @@ async def test_regression_a_python_zipapp_is_bound_by_its_bytes(state_dir: Path,
 
 
 @pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode stops npm's walk at the nearest package.json, but npm (>=7) keeps walking to a "
-    "workspace root that lists the cwd and reads that root's .npmrc (script-shell, node-options): never "
-    "shown, never bound, so a root .npmrc written after allow-always runs its program unasked",
-)
 async def test_class4_npm_reads_the_workspace_roots_npmrc_above_the_vetted_package(
     state_dir: Path, tmp_path: Path
 ) -> None:
