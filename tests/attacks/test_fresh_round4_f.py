@@ -318,28 +318,56 @@ async def test_class5_allow_always_through_an_opaque_wrapper_binds_no_script(
     assert "EVIL" not in again["text"], "the rewritten script ran on the old allow-always"
 
 
-@pytest.mark.parametrize("command", ["sh x.s?", "sh x.s[h]", "sh x.*", "sh ${PWD}/x.sh"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a script operand spelled by a glob or a parameter names no file to the analysis, so "
-    "nothing is bound: a rewrite after the human approved runs (the promise: bound whole, or refused)",
+@pytest.mark.parametrize(
+    "command", ["sh x.s?", "sh x.s[h]", "sh x.*", "sh ${PWD}/x.sh", "sh $PWD/x.s?", "./x.s?", "bash *.sh"]
 )
 async def test_class5_a_script_spelled_by_expansion_runs_rewritten_on_allow_once(
     state_dir: Path, tmp_path: Path, command: str
 ) -> None:
     ws = tmp_path / "w"
     ws.mkdir()
-    (ws / "x.sh").write_text("echo GOOD\n")
+    (ws / "x.sh").write_text("#!/bin/sh\necho GOOD\n")
+    (ws / "x.sh").chmod(0o755)
     write_config(state_dir, ALLOWLIST)
     async with gateway(state_dir):
         client = await connect(state_dir)
         try:
             _, text = await _ask_then(
-                client, ws, command, lambda: (ws / "x.sh").write_text("echo EVIL\n"), "allow-once"
+                client, ws, command, lambda: (ws / "x.sh").write_text("#!/bin/sh\necho EVIL\n"), "allow-once"
             )
         finally:
             await client.close()
     assert "EVIL" not in text, "the script rewritten after the approval ran"
+    assert "approval-stale" in text, text
+
+
+@pytest.mark.parametrize("command", ["sh x.s?", "sh ${PWD}/x.sh", "cat *.txt"])
+async def test_regression_an_expanded_command_runs_what_was_shown(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    """The legitimate case: the ask names what the shell expands the words to now, offers no allow-always
+    (the files were decided on, not granted), and once approved the expansion runs — a file added after
+    the ask that the pattern would also match does not."""
+    ws = tmp_path / "w"
+    ws.mkdir()
+    (ws / "x.sh").write_text("echo GOOD\n")
+    (ws / "a.txt").write_text("GOOD\n")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            result = await client.request("exec", {"command": command, "workdir": str(ws)})
+            details = result["details"]
+            assert details["status"] == "approval-pending", result["text"]
+            assert "the shell expands" in result["text"], result["text"]
+            assert "allow-always" not in details["allowedDecisions"], details
+            (ws / "x.sa").write_text("echo LATE\n")
+            (ws / "b.txt").write_text("LATE\n")
+            await client.request("approve", {"id": details["approvalId"], "decision": "allow-once"})
+            text = await _finished(client, details["approvalId"])
+        finally:
+            await client.close()
+    assert "GOOD" in text and "LATE" not in text, text
 
 
 @pytest.mark.parametrize(
