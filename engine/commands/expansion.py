@@ -13,6 +13,9 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 
+from engine.commands import hostview
+from engine.statefs import state_dir
+
 __all__ = ["HOST_SHELL", "Expansion", "expand"]
 
 HOST_SHELL = "/bin/sh"  # what host commands run under (engine.sessions.launcher.DEFAULT_SHELL)
@@ -24,6 +27,7 @@ _PLAIN = re.compile(r"[A-Za-z0-9._/+,:@%*?\[\]-]*")
 _PWD = re.compile(r"\$\{PWD\}|\$PWD(?![A-Za-z0-9_])")
 _EXPANDS = re.compile(r"[*?\[]|\$")
 _WORDS = re.compile(r"[ \t]+")
+_MAX_OUTPUT = 64 * 1024  # more names than an ask can show: the command stays unanalysed
 _TIMEOUT = 5.0  # a glob over a huge tree: the command stays unanalysed rather than hang the decision
 
 
@@ -68,9 +72,15 @@ def _shell_expand(word: str, cwd: str, shell: str) -> tuple[str, ...] | None:
     """The fields `shell` makes of `word` unquoted (field splitting of `$PWD`, then pathname expansion;
     no match leaves the pattern), as a `for` list sees it: the same expansions a command's words get."""
     script = f'for w in {word}; do printf "%s\\0" "$w"; done'
+    bwrap = hostview.bwrap_path()
+    # In the host view's namespace (the state dir an empty tmpfs), as the run will be: the ask shows what
+    # matched, and it must not list what the run itself could not see.
+    hidden = (
+        [bwrap, "--dev-bind", "/", "/", "--tmpfs", str(state_dir()), "--chdir", cwd, "--"] if bwrap else []
+    )
     try:
         done = subprocess.run(
-            [shell, "-c", script],
+            [*hidden, shell, "-c", script],
             cwd=cwd,
             env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
             capture_output=True,
@@ -79,7 +89,7 @@ def _shell_expand(word: str, cwd: str, shell: str) -> tuple[str, ...] | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if done.returncode != 0:
+    if done.returncode != 0 or len(done.stdout) > _MAX_OUTPUT:
         return None
     try:
         fields = done.stdout.decode("utf-8").split("\0")[:-1]

@@ -44,3 +44,11 @@ def test_a_pwd_with_a_blank_splits_as_the_shell_splits_it(tmp_path: Path) -> Non
 )
 def test_anything_else_is_left_alone(tmp_path: Path, command: str) -> None:
     assert expand(command, str(tmp_path)) is None
+
+
+def test_the_state_dir_is_hidden_from_the_expansion_as_from_the_run(state_dir: Path, tmp_path: Path) -> None:
+    """The ask shows what matched; a glob into the state dir (which host runs see as an empty tmpfs) must
+    not list it to the agent."""
+    (state_dir / "secret-name").write_text("")
+    out = expand(f"ls {state_dir}/*", str(tmp_path))
+    assert out is not None and out.expanded[0][1] == (f"{state_dir}/*",), out
