@@ -42,7 +42,8 @@ class Expansion:
         shown = "; ".join(f"`{w}` → {' '.join(shlex.quote(x) for x in out)}" for w, out in self.expanded)
         return (
             f"Note: the shell expands {shown} in this directory now; that is what runs (bound like any "
-            "file named outright), not the pattern again."
+            "file named outright), not the pattern again. allow-always is not offered, allow-once only: "
+            "the files were matched now, not granted."
         )
 
 
