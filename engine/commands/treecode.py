@@ -264,12 +264,11 @@ def _pip_reads(argv: Sequence[str], cwd: str) -> tuple[bool, list[str], list[str
     return True, starts, files
 
 
-def _pip_findings(argv: Sequence[str], cwd: str, sandbox_roots: Sequence[str]) -> list[Finding]:
+def _pip_findings(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Sequence[str]) -> list[Finding]:
     """What pip's argv itself brings: an option or command exechost does not model (asks, naming it),
     and every local place pip takes packages from (find-links, a file: index, a cache, a checkout
     dir) that the agent can write: an sdist there builds, its setup script runs."""
     args = parse_pip(argv)
-    program = os.path.basename(argv[0])
     found = [] if args.problem is None else [Finding(program, "the command line", args.problem)]
     for value in args.sources:
         path = local_path(value, cwd)
@@ -371,7 +370,8 @@ def findings_for(
         here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
         found += [Finding(program, path, NOT_A_FILE) for path in not_regular(args, here)]
     if program in ("pip", "pip3"):
-        found += _pip_findings(argv, cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd), sandbox_roots)
+        here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+        found += _pip_findings(program, argv, here, sandbox_roots)
     return found
 
 
