@@ -163,8 +163,9 @@ BROWSER_KEYS: dict[str, Spec | Table] = {
 }
 # `[agents.defaults.sandbox.bwrap]`: the system view a bubblewrap sandbox shows read-only (unset: the host's
 # /usr, /bin, /lib* and a chosen part of /etc; set: every top-level dir of this tree, such as a Debian one).
-# `landlock`: the extra layer where the kernel offers it; `tcpPorts`: under it, the loopback TCP ports the
-# sandbox's own programs may bind and connect to (every other port is refused; egress's proxy port is added).
+# `landlock`: the extra layer where the kernel offers it; `tcpPorts`: set, under it, the only loopback TCP
+# ports the sandbox's own programs may bind and connect to (egress's proxy port is added); unset, TCP is
+# left to the sandbox's own network namespace, which holds nothing but its loopback.
 BWRAP_KEYS: dict[str, Spec | Table] = {
     "rootfs": Spec("rootfs", "str"),
     "landlock": Spec("landlock", "bool"),

@@ -287,11 +287,14 @@ def plan(
     ruleset = None
     if layer is not None and layer.active:
         # Outermost, so the forwarder runs under it too: it binds the proxy port, commands connect to it.
+        # TCP is restricted only when the operator lists ports: the sandbox's network namespace holds
+        # nothing but its own loopback, so a default refusal would only break dev servers and tests that
+        # bind port 0, and add no confinement.
         ports = settings.bwrap_tcp_ports
         proxy = (forwarder.PORT,) if egress else ()
         ruleset = landlock.Ruleset(
             tuple(grants),
-            tcp=layer.abi >= landlock.NET_ABI,
+            tcp=layer.abi >= landlock.NET_ABI and bool(ports),
             bind=tuple(sorted({*ports, *proxy})),
             connect=tuple(sorted({*ports, *proxy})),
         )

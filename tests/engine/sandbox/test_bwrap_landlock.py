@@ -125,10 +125,11 @@ async def test_tcp_ports_are_the_configured_ones(bwrap_mgr: SandboxManager) -> N
         "        print(port, exc.errno)\n'"
     )
     sx = await prepare_exec(bwrap_config('scope = "session"'), "main", "s", None, manager=bwrap_mgr)
-    assert (await run(sx, probe))[1] == "8000 13\n8001 13\n"  # EACCES: no port is the sandbox's by default
+    # Unset: the sandbox's own loopback is open (its network namespace holds nothing else).
+    assert (await run(sx, probe))[1] == "8000 ok\n8001 ok\n"
     ported = bwrap_config('scope = "session"\n[agents.defaults.sandbox.bwrap]\ntcpPorts = [8000]')
     sx = await prepare_exec(ported, "main", "t", None, manager=bwrap_mgr)
-    assert (await run(sx, probe))[1] == "8000 ok\n8001 13\n"
+    assert (await run(sx, probe))[1] == "8000 ok\n8001 13\n"  # EACCES: listed, only those ports
 
 
 async def test_explain_says_whether_it_is_active_and_off_turns_it_off(bwrap_mgr: SandboxManager) -> None:
