@@ -127,12 +127,6 @@ async def test_class5_make_options_spelled_as_make_reads_them_escape_the_tree_ve
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `cmake -P x.cmake` runs a cmake script from the tree, but cmake's script mode (-P, and "
-    "-C's initial-cache script) is not a tree file in treecode (only CMakeLists/Cache/Presets) and cmake is "
-    "no interpreter to durable._scripts: allow-always saves the command unbound, the rewrite runs unasked",
-)
 async def test_class4_cmake_script_mode_file_is_not_bound(state_dir: Path, tmp_path: Path) -> None:
     benign = f'file(WRITE {tmp_path}/ran1 "")\n'
     evil = f'file(WRITE {tmp_path}/pwned "")\n'
@@ -142,12 +136,6 @@ async def test_class4_cmake_script_mode_file_is_not_bound(state_dir: Path, tmp_p
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `gcc @b.rsp` reads more options from b.rsp (libiberty response files: ld, as, objdump, "
-    "cc alike) and `-wrapper` there runs any program; the file is neither a tree file nor a script operand, "
-    "so allow-always binds only the text and a rewritten b.rsp runs code unasked",
-)
 async def test_class4_a_response_file_is_options_read_at_run_time(state_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "m.c").write_text("int main(void) { return 0; }\n")
     benign = "-o ran1\n"
@@ -159,12 +147,6 @@ async def test_class4_a_response_file_is_options_read_at_run_time(state_dir: Pat
 
 
 @pytest.mark.skipif(shutil.which("npx") is None, reason="npm's npx is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `npx hello` runs ./node_modules/.bin/hello (npx searches the local project's bin dir, "
-    "package.json or not); treecode vets only package.json/.npmrc/… for npx and content binds npx itself, "
-    "so allow-always holds while the agent swaps the program npx finds",
-)
 async def test_class4_npx_runs_a_program_it_finds_in_the_tree(state_dir: Path, tmp_path: Path) -> None:
     hello = tmp_path / "node_modules" / ".bin" / "hello"
     hello.parent.mkdir(parents=True)
@@ -213,18 +195,8 @@ async def test_class4_a_stdin_only_safe_bin_that_runs_commands(
     ("first", "file", "then"),
     [
         ("pydoc3 json", "json.py", "pydoc3 evilmod"),
-        pytest.param(
-            "ctest",
-            "CTestTestfile.cmake",
-            "ctest",
-            marks=pytest.mark.xfail(strict=True, reason="open: still runs the tree's tests unasked here"),
-        ),
-        pytest.param(
-            "prove",
-            "t/a.t",
-            "prove",
-            marks=pytest.mark.xfail(strict=True, reason="open: still runs the tree's tests unasked here"),
-        ),
+        ("ctest", "CTestTestfile.cmake", "ctest"),
+        ("prove", "t/a.t", "prove"),
     ],
     ids=["pydoc3", "ctest", "prove"],
 )
@@ -309,12 +281,6 @@ def _sdist(path: Path, marker: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("pip3") is None, reason="pip is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode vets pyproject.toml/setup.py in the cwd and in each path operand as a directory; "
-    "an sdist archive operand (`pip install sub-1.tar.gz`) holds a setup.py pip runs, so allow-always binds "
-    "no file and the rewritten archive's setup.py runs unasked",
-)
 async def test_class5_pip_builds_an_sdist_archive_operand(state_dir: Path, tmp_path: Path) -> None:
     archive = tmp_path / "sub-1.tar.gz"
     command = "pip3 install --no-index --no-build-isolation --no-cache-dir --dry-run sub-1.tar.gz"
@@ -398,12 +364,6 @@ def _system_python_fits() -> bool:
 
 
 @pytest.mark.skipif(not _system_python_fits(), reason="needs root, setpriv and a system Python like this one")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode.agent_writable asks os.access(W_OK) of the file and its dir; a Makefile the "
-    "gateway's own (non-root) user owns, made 0444 in a 0555 dir (tar/unzip keep such modes), is "
-    "then trusted, though its owner can chmod it back at will: allowlisted `make` runs it unasked",
-)
 def test_class4_a_read_only_makefile_of_the_gateways_own_user_is_trusted() -> None:
     root = Path(tempfile.mkdtemp(prefix="ehg-", dir="/tmp"))
     try:
@@ -425,6 +385,31 @@ def test_class4_a_read_only_makefile_of_the_gateways_own_user_is_trusted() -> No
         assert decision["decision"] != "allow", decision["text"]
     finally:
         os.chmod(root / "t", 0o755)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.skipif(not _system_python_fits(), reason="needs root, setpriv and a system Python like this one")
+def test_a_makefile_only_root_can_change_is_trusted_by_a_gateway_that_is_not_root() -> None:
+    """The legitimate side of ownership: a root-owned Makefile in a root-owned 0755 dir is one the
+    gateway's (non-root) user cannot change, so allowlisted `make` runs there unasked."""
+    root = Path(tempfile.mkdtemp(prefix="ehg-", dir="/tmp"))
+    try:
+        state, home, tree = root / "s", root / "h", root / "t"
+        for d in (state, home, tree):
+            d.mkdir()
+        os.chmod(state, 0o700)
+        os.chmod(tree, 0o755)
+        write_config(state, ALLOWLIST)
+        (tree / "Makefile").write_text("all:\n\t@true\n")
+        for path in (root, state, home, state / "config.toml"):
+            os.chown(path, NOBODY, NOBODY)
+        added = _as_nobody(state, home, "approvals", "allowlist", "add", "/usr/bin/make")
+        assert added.returncode == 0, added.stderr
+        check = _as_nobody(state, home, "policy", "check", "--json", "--cwd", str(tree), "--", "make")
+        assert check.returncode == 0, check.stderr
+        decision = json.loads(check.stdout)
+        assert decision["decision"] == "allow", decision["text"]
+    finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -455,12 +440,6 @@ async def test_class4_git_log_output_writes_the_trusted_global_config(
 
 
 @pytest.mark.skipif(shutil.which("rustup") is None, reason="rustup is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: rustup's proxies take `+<path>` as a toolchain and run <path>/bin/cargo; treecode vets "
-    "rust-toolchain files but not that argv path, and content binds only the proxy, so allow-always of "
-    "`cargo +./tc --version` holds while the agent swaps ./tc/bin/cargo",
-)
 async def test_class4_a_rustup_toolchain_path_in_the_argv_is_not_bound(
     state_dir: Path, tmp_path: Path
 ) -> None:
