@@ -626,12 +626,6 @@ async def test_class5_git_vetting_is_skipped_for_a_redirected_git(state_dir: Pat
     assert not (tmp_path / "pwned").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: LocalExecHost's PromptRequest has no env (its warning names the key only) and "
-    "console.socket_asks.relay_params drops even the warnings, so an approval-socket exec with "
-    "GNUMAKEFLAGS=--eval=… is approved as a bare `make` and the injected code runs",
-)
 async def test_class3_an_approval_socket_exec_asks_without_showing_the_env(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -654,6 +648,35 @@ async def test_class3_an_approval_socket_exec_asks_without_showing_the_env(
     assert shown, "the env should have made it ask"
     visible = " ".join([shown[0].command, *shown[0].warnings])
     assert value in visible or not (tmp_path / "pwned").exists(), visible
+
+
+async def test_an_approval_socket_exec_relays_its_env_and_warnings_and_inert_env_runs_unasked(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The legitimate side: the ask the console relays to the gateway carries the env and the warnings
+    (the gateway decides on that env and shows it), and an inert key still rides along unasked."""
+    from console.socket_asks import relay_params
+    from engine.protocol.requests import ApprovalsRelay
+
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/make")
+    host = LocalExecHost(state_dir / "config.toml", state_dir / "exec-approvals.json")
+    shown: list[PromptRequest] = []
+
+    async def operator(prompt: PromptRequest) -> str:
+        shown.append(prompt)
+        return "deny"
+
+    peer = PeerInfo(os.getpid(), os.getuid(), os.getgid())
+    injected = ExecHostRequest(command=("make", "-v"), cwd="/", env={"GNUMAKEFLAGS": "-s"})
+    await host(injected, operator, peer)
+    relayed = ApprovalsRelay.decode(relay_params(shown[0]).params())
+    assert relayed.env == {"GNUMAKEFLAGS": "-s"}
+    assert any("Env: GNUMAKEFLAGS=-s" in w for w in relayed.warnings or []), relayed.warnings
+    inert = ExecHostRequest(command=("make", "-v"), cwd="/", env={"LC_ALL": "C.UTF-8"})
+    outcome = await host(inert, operator, peer)
+    assert len(shown) == 1, shown  # no second ask: an inert key is no influence
+    assert outcome.ok, outcome
 
 
 @pytest.mark.parametrize(
