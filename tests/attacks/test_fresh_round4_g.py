@@ -39,13 +39,6 @@ from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.gateway import REPO, connect, gateway, wait_until, write_config
 from tests.helpers.race import exchange_loop, tries
 
-# Attacks that fail here only because their cwd is one the agent can write, where a program on no
-# TREE_SAFE list asks (engine/commands/treesafe.py): the class they name is not closed by that.
-WRITABLE_CWD = (
-    "passes where the cwd is agent-writable, as here (a program on no TREE_SAFE list asks there: "
-    "engine/commands/treesafe.py); still open from a cwd the agent cannot write. "
-)
-
 
 async def _always_then_rewrite(
     state: Path, cwd: Path, command: str, target: Path, benign: str, evil: str, then: str | None = None
@@ -170,13 +163,6 @@ SAFE_ED = (
 )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=WRITABLE_CWD
-    + "open: safeBins refuses only names on a list (shells, interpreters, awk, sed, jq): ed, sqlite3, "
-    "dc, gdb, psql… read commands from stdin and run shell commands (`!cmd`, `.shell`), so a profile the "
-    "operator writes for them turns a heredoc (stdin data, unasked) into code",
-)
 @pytest.mark.parametrize(
     "command",
     ["ed -s <<'EOF'\n!touch pwned\nq\nEOF", "sqlite3 <<'EOF'\n.shell touch pwned\nEOF"],
@@ -318,13 +304,6 @@ async def test_class4_an_empty_path_entry_makes_the_cwd_a_program_dir(
 
 
 @pytest.mark.skipif(shutil.which("sqlite3") is None, reason="sqlite3 is not installed")
-@pytest.mark.xfail(
-    strict=False,
-    reason=WRITABLE_CWD
-    + "open: a heredoc is code only to a program on the INTERPRETERS list; sqlite3 (psql, mysql, ed, "
-    "gdb…) reads commands from stdin and `.shell` runs one, so an entry allowing `sqlite3 app.db` runs the "
-    "agent's heredoc as shell commands unasked",
-)
 async def test_class4_a_heredoc_to_a_command_reader_is_code(state_dir: Path, tmp_path: Path) -> None:
     command = "sqlite3 app.db <<'EOF'\n.shell touch pwned\nEOF"
     allow: list[tuple[str, str | None]] = [(shutil.which("sqlite3") or "sqlite3", "app\\.db")]
@@ -459,12 +438,6 @@ async def test_class4_a_rustup_toolchain_path_in_the_argv_is_not_bound(
 
 
 @pytest.mark.skipif(shutil.which("more") is None, reason="util-linux more is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: pagers get LESSSECURE=1 and PAGER=cat, but an allowlisted `more FILE` run with pty=true "
-    "takes keystrokes from `process write`: `!cmd` runs a shell (util-linux more has no secure mode), so a "
-    "reader's allowlist entry is a shell; keystrokes into a PTY program are input no entry describes",
-)
 async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -476,7 +449,8 @@ async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
         try:
             call = {"command": "more big.txt", "workdir": str(tmp_path), "pty": True, "background": True}
             started = await client.request("exec", {**call, "env": {"TERM": "xterm"}})
-            assert started["details"]["status"] == "running", started["text"]
+            if refused(started["details"]):
+                return  # it asks (its tree is one the agent can write): nothing started unasked
             sid = started["details"]["sessionId"]
 
             async def log() -> str:
@@ -486,7 +460,11 @@ async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
                 return re.search(pattern, await log()) is not None
 
             await wait_until(lambda: shows(r"--More--\(\d+%\)"))
-            await client.request("process", {"action": "write", "sessionId": sid, "data": "!"})
+            wrote = await client.request("process", {"action": "write", "sessionId": sid, "data": "!"})
+            if wrote["details"]["status"] == "failed":  # refused: no keys reach an unasked pager
+                assert "takes no input from the agent" in wrote["text"], wrote["text"]
+                await client.request("process", {"action": "kill", "sessionId": sid})
+                return
             await wait_until(lambda: shows(r"--More--\(\d+%\)\r!"))  # more prompts for the command
             command = f"touch {tmp_path}/pwned\r"
             await client.request("process", {"action": "write", "sessionId": sid, "data": command})
