@@ -354,12 +354,11 @@ def _new_context(
 
 def _evaluate(analysis: CommandAnalysis, context: _Context) -> AllowlistResult:
     ops = analysis.operators
-    matches = tuple(
-        [
-            _match_segment(segment, context, i > 0 and ops[i - 1] in ("|", "|&"))
-            for i, segment in enumerate(analysis.segments)
-        ]
-    )
+    if "|" in ops or "|&" in ops:  # a segment after a pipe reads the one before it as its input
+        piped = [False, *(op in ("|", "|&") for op in ops)]
+        matches = tuple([_match_segment(s, context, piped[i]) for i, s in enumerate(analysis.segments)])
+    else:
+        matches = tuple([_match_segment(segment, context) for segment in analysis.segments])
     satisfied = analysis.ok and bool(matches)
     for match in matches:
         if not match.satisfied_by:
@@ -386,6 +385,7 @@ class _Facts:
     named: str | None
     real_miss: str | None  # the executable's own reason to miss (a blocked wrapper, a shell renamed)
     interpreter: bool  # real or named path is an interpreter (a heredoc to it is code)
+    data_reader: bool  # known to read its input as data (engine.commands.stdindata)
     entries: tuple[_Compiled, ...]  # entries whose path part matches `named`, in order
     safe_miss: str | None  # why this is not a safe bin, whatever its arguments
     profile: SafeBinProfile | None  # else: the profile its arguments must fit
@@ -416,6 +416,7 @@ def _facts(name: str, shell_c: bool, context: _Context) -> _Facts:
         named,
         real_miss,
         any(is_interpreter(p) for p in (real, named) if p),
+        reads_input_as_data((name,), real),
         tuple(c for c in context.entries if _match_path(c, named)),
         *_safe_bin_facts(name, found, context),
     )
@@ -482,7 +483,7 @@ def _match_segment(segment: Segment, context: _Context, piped: bool = False) -> 
     if segment.heredocs and facts.interpreter:
         # `./tool <<EOF` where tool is python under another name: the body would be code.
         return _miss(segment, real, "heredoc to an interpreter: the body is code", wrappers, named)
-    if (segment.heredocs or piped) and segment.inner is None and not reads_input_as_data(argv, real):
+    if (segment.heredocs or piped) and segment.inner is None and not facts.data_reader:
         # `sqlite3 app.db <<EOF`, `… | ed -s`: input to a program not known to read it as data may be
         # commands to it (engine.commands.stdindata): no entry describes that input, a human decides.
         how = "a heredoc" if segment.heredocs else "a pipe"
