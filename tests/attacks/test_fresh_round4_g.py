@@ -476,6 +476,46 @@ async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.mark.skipif(shutil.which("bc") is None, reason="bc is not installed")
+async def test_keystrokes_into_an_unasked_command_reader_are_refused_and_into_a_data_reader_taken(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The gate itself, where the tree rule does not ask first: the operator lists `bc` as tree-safe (it
+    takes no code from its tree) and allowlists it, so `bc` with pty=true starts unasked; the agent's
+    keys into it are input no entry described (bc reads them as programs): refused. `cat` reads its input
+    as data: its keys are taken, as before."""
+    write_config(state_dir, ALLOWLIST + 'treeSafe = ["bc"]\n')
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    for name in ("bc", "cat"):
+        store.add_allowlist("main", shutil.which(name) or name)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            sids = {}
+            for command in ("bc -q", "cat"):
+                call = {"command": command, "workdir": str(tmp_path), "pty": True, "background": True}
+                started = await client.request("exec", call)
+                assert started["details"]["status"] == "running", started["text"]
+                sids[command] = started["details"]["sessionId"]
+            keys = {"action": "write", "sessionId": sids["bc -q"], "data": "2+3\r"}
+            wrote = await client.request("process", keys)
+            assert wrote["details"]["status"] == "failed", wrote["text"]
+            assert "takes no input from the agent" in wrote["text"] and "bc" in wrote["text"]
+            keys = {"action": "write", "sessionId": sids["cat"], "data": "hello-data\r"}
+            wrote = await client.request("process", keys)
+            assert wrote["details"]["status"] == "running", wrote["text"]
+
+            async def shows() -> bool:
+                log = await client.request("process", {"action": "log", "sessionId": sids["cat"]})
+                return "hello-data" in str(log["text"])
+
+            await wait_until(shows)
+            for sid in sids.values():
+                await client.request("process", {"action": "kill", "sessionId": sid})
+        finally:
+            await client.close()
+
+
 @pytest.mark.parametrize(
     ("command", "script", "code"),
     [
