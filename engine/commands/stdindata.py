@@ -7,7 +7,9 @@ A program is here only when its input, whatever it holds, is read as text to fil
 or copy, never as a command: the coreutils readers and writers of engine.commands.treesafe, grep, diff,
 jq, and awk and sed (their program comes from the argv, which the allowlist decided; their input is data).
 `less` pages its input and takes keys from its terminal with LESSSECURE=1 (hostenv), which turns off
-every key that runs or opens something. Nothing else is, however harmless it looks: `xargs` reads commands'
+every key that runs or opens something. `git` reads from stdin only messages, patches, object and path
+lists (`commit -F -`, `apply`, `hash-object --stdin`); what it runs comes from its config, vetted apart
+(engine.commands.gitvet), never from its input. Nothing else is, however harmless it looks: `xargs` reads commands'
 arguments, a pager without a secure mode (`more`) runs `!cmd`, a shell or an interpreter reads code.
 """
 
@@ -23,7 +25,7 @@ from engine.commands.treesafe import TREE_SAFE
 __all__ = ["INPUT_AS_DATA", "command_readers", "input_refusal", "reads_input_as_data"]
 
 INPUT_AS_DATA: frozenset[str] = frozenset(
-    {*TREE_SAFE, *DEFAULT_SAFE_BINS, "jq", "awk", "gawk", "mawk", "nawk", "sed", "gsed", "sort"}
+    {*TREE_SAFE, *DEFAULT_SAFE_BINS, "jq", "awk", "gawk", "mawk", "nawk", "sed", "gsed", "sort", "git"}
 )
 
 

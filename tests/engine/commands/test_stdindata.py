@@ -46,10 +46,16 @@ def test_input_to_a_command_reader_misses_its_entry(tmp_path: Path, command: str
 
 
 @pytest.mark.parametrize(
-    "command", ["head -n 1 <<'EOF'\nhello\nEOF", "echo hi | head -n 1", "echo hi | grep h | wc -l"]
+    "command",
+    [
+        "head -n 1 <<'EOF'\nhello\nEOF",
+        "echo hi | head -n 1",
+        "echo hi | grep h | wc -l",
+        "git commit -q --allow-empty -F - <<'EOF'\nmsg\nEOF",
+    ],
 )
 def test_input_to_a_data_reader_runs_unasked(tmp_path: Path, command: str) -> None:
-    d = _decide(command, ["echo", "head", "grep", "wc"], tmp_path)
+    d = _decide(command, ["echo", "head", "grep", "wc", "git"], tmp_path)
     assert d.verdict == "allow", (d.reason, d.segments)
 
 
