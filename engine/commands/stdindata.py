@@ -9,8 +9,9 @@ jq, and awk and sed (their program comes from the argv, which the allowlist deci
 `less` pages its input and takes keys from its terminal with LESSSECURE=1 (hostenv), which turns off
 every key that runs or opens something. `git` reads from stdin only messages, patches, object and path
 lists (`commit -F -`, `apply`, `hash-object --stdin`); what it runs comes from its config, vetted apart
-(engine.commands.gitvet), never from its input. Nothing else is, however harmless it looks: `xargs` reads commands'
-arguments, a pager without a secure mode (`more`) runs `!cmd`, a shell or an interpreter reads code.
+(engine.commands.gitvet), never from its input. Nothing else is, however harmless it looks: `xargs`
+reads commands' arguments, a pager without a secure mode (`more`) runs `!cmd`, a shell or an interpreter
+reads code.
 """
 
 from __future__ import annotations
