@@ -1,0 +1,104 @@
+"""Fresh attacker round 5, session 3, letter i: the host view, make pinning, special files, command joins,
+per-agent quotas and content binding, attacked from the docs and the code (issue 27)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.attacks.harness import attempt, refused, tool
+
+# The payload every planted program runs: it records who ran it and whether the state dir (the operator's
+# token) was in its view.
+_PAYLOAD = """#!/bin/sh
+{{ id -u; cat '{state}/operator.json' 2>&1; }} > '{marker}'
+"""
+
+
+def _repo(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    return path
+
+
+# ---------------------------------------------------------------- class 4/5: what the decision runs
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: gitvet parses a repository config by running the command's own git "
+    "(read_config(git=<resolved argv[0]>)); `./git status` makes the gateway run the agent's ./git at "
+    "decision time, before any ask, outside the host view: it reads operator.json",
+)
+async def test_class4_the_decision_runs_the_agents_own_git_to_parse_a_config(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """Nothing is allowlisted, nothing is approved: the command only asks. But deciding it vets the
+    repository's config with `git config --file - …`, and the git it runs is the command's own argv[0]
+    as resolved — here `./git`, a script the agent wrote into its workspace. It runs in the gateway's own
+    process context (no host view), so it reads the operator's token: from then on the agent approves
+    its own asks."""
+    work = _repo(tmp_path / "w")
+    marker = work / "ran"
+    tool(work / "git", _PAYLOAD.format(state=state_dir, marker=marker))
+    details = await attempt(state_dir, "./git status", workdir=str(work))
+    assert refused(details)  # the command itself was never allowed ...
+    assert not marker.exists(), f"... but the decision ran the agent's git: {marker.read_text()!r}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the same, with the agent's git named by an absolute path under the workspace and a "
+    "symlink named git: gitvet runs whatever the command's git resolves to",
+)
+async def test_class4_a_link_named_git_in_the_workspace_runs_at_decision_time(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    work = _repo(tmp_path / "w")
+    marker = work / "ran"
+    payload = tool(tmp_path / "bin" / "payload", _PAYLOAD.format(state=state_dir, marker=marker))
+    os.symlink(payload, tmp_path / "bin" / "git")
+    details = await attempt(state_dir, f"{tmp_path}/bin/git log -1", workdir=str(work))
+    assert refused(details)
+    assert not marker.exists(), f"the decision ran the agent's program: {marker.read_text()!r}"
+
+
+# --------------------------------------------------------------------------- make: command-line variables
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: make's argv is vetted only for options and MAKEFILES=; a command-line SHELL= (or CC=, "
+    ".SHELLFLAGS=, MAKE=) is code: with no makefile in the tree nothing asks, and make's built-in rule "
+    "for foo.c runs the agent's ./evil.sh as the shell",
+)
+async def test_class4_make_runs_a_command_line_shell_with_no_makefile(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "foo.c").write_text("int main(void) { return 0; }\n")
+    marker = work / "ran"
+    tool(work / "evil.sh", f"#!/bin/sh\necho shell > '{marker}'\n")
+    details = await attempt(
+        state_dir, "make SHELL=./evil.sh foo", allow=[("/usr/bin/make", None)], workdir=str(work)
+    )
+    assert refused(details) or not marker.exists(), "an allowlisted make ran the agent's SHELL unasked"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: make's command-line CC= names the program its built-in %.c rule runs; the allowlisted "
+    "make in a tree with no makefile runs the agent's ./cc unasked",
+)
+async def test_class4_make_runs_a_command_line_compiler(state_dir: Path, tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "foo.c").write_text("int main(void) { return 0; }\n")
+    marker = work / "ran"
+    tool(work / "cc", f"#!/bin/sh\necho cc > '{marker}'\n")
+    details = await attempt(state_dir, "make CC=./cc foo", allow=[("/usr/bin/make", None)], workdir=str(work))
+    assert refused(details) or not marker.exists(), "an allowlisted make ran the agent's CC unasked"
