@@ -102,3 +102,60 @@ async def test_class4_make_runs_a_command_line_compiler(state_dir: Path, tmp_pat
     tool(work / "cc", f"#!/bin/sh\necho cc > '{marker}'\n")
     details = await attempt(state_dir, "make CC=./cc foo", allow=[("/usr/bin/make", None)], workdir=str(work))
     assert refused(details) or not marker.exists(), "an allowlisted make ran the agent's CC unasked"
+
+
+# --------------------------------------------------------------------------- the host view: ~/.ssh/config
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the host view binds only git/npm/cargo configs and rc files read-only; ~/.ssh/config, "
+    "which the gateway's asyncssh reads on every node connect (Match exec, ProxyCommand), is writable by "
+    "an allowlisted cp: the next node connect runs it in the gateway, outside the view (operator.json)",
+)
+async def test_class1_a_host_command_plants_ssh_config_the_gateway_runs(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    from engine.approvals.store import ApprovalsStore
+    from tests.helpers.gateway import connect, gateway, write_config
+
+    home = Path(os.environ["HOME"])
+    (home / ".ssh").mkdir(mode=0o700)  # the operator's: it holds the node's key and known_hosts
+    known = home / ".ssh" / "known_hosts"
+    known.write_text("")
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = work / "ran"
+    planted = work / "sshconf"
+    planted.write_text(
+        f"Match exec \"sh -c 'id -u > {marker}; cat {state_dir}/operator.json >> {marker}'\"\n  User nobody\n"
+    )
+    write_config(
+        state_dir,
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'[nodes.n1]\nhost = "127.0.0.1"\nport = {_free_port()}\nknownHosts = "{known}"\n',
+    )
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/cp", arg_pattern=None)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        operator = await connect(state_dir, "operator")
+        try:
+            copied = await agent.request(
+                "exec", {"command": f"cp sshconf {home}/.ssh/config", "workdir": str(work)}
+            )
+            assert copied["details"]["status"] == "completed", copied["text"]
+            # The operator's next look at the nodes (or any node use) connects: the link fails, but asyncssh
+            # has read ~/.ssh/config by then.
+            await operator.request("nodes.status", {"ping": True})
+        finally:
+            await agent.close()
+            await operator.close()
+    assert not marker.exists(), f"the gateway ran the planted ssh config: {marker.read_text()!r}"
