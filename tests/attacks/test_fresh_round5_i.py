@@ -3,8 +3,11 @@ per-agent quotas and content binding, attacked from the docs and the code (issue
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -159,3 +162,90 @@ async def test_class1_a_host_command_plants_ssh_config_the_gateway_runs(
             await agent.close()
             await operator.close()
     assert not marker.exists(), f"the gateway ran the planted ssh config: {marker.read_text()!r}"
+
+
+# ------------------------------------------------------------------ special files: a FIFO as a tree file
+
+
+def _feed_fifo(path: Path, data: bytes, stop: threading.Event) -> threading.Thread:
+    """Write `data` into the FIFO at `path` each time a reader opens it (as an agent's process would), one
+    whole copy per open: after each, wait for that reader to close before serving the next."""
+
+    def reader_gone() -> bool:
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                return True
+            raise
+        return False
+
+    def feed() -> None:
+        while not stop.is_set():
+            fd = os.open(path, os.O_WRONLY)  # blocks until a program opens it for reading
+            try:
+                if stop.is_set():
+                    return
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            while not reader_gone() and not stop.is_set():
+                stop.wait(0.005)
+
+    thread = threading.Thread(target=feed, daemon=True)
+    thread.start()
+    return thread
+
+
+def _stop_feeding(path: Path, stop: threading.Event, feeder: threading.Thread) -> None:
+    stop.set()
+    if feeder.is_alive():  # blocked in its open: a reader that closes at once lets it see `stop`
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    feeder.join(10)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode finds npm's package.json with os.path.isfile, so a FIFO there is no file: an "
+    "allowlisted `npm run x` runs unasked, and npm reads the scripts the agent writes into the FIFO",
+)
+async def test_class6_a_fifo_package_json_is_no_file_to_vet_and_npm_runs_what_it_reads(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    from engine.approvals.store import ApprovalsStore
+    from tests.helpers.gateway import ALLOWLIST, connect, gateway, write_config
+
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = work / "ran"
+    os.mkfifo(work / "package.json")
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/npm", arg_pattern=None)
+    script = f"id -u > {marker}"
+    stop = threading.Event()
+    fifo = work / "package.json"
+    feeder = _feed_fifo(fifo, json.dumps({"name": "w", "scripts": {"x": script}}).encode(), stop)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            result = await agent.request("exec", {"command": "npm run x", "workdir": str(work)})
+            status = result["details"]["status"]
+        finally:
+            await agent.close()
+            _stop_feeding(fifo, stop, feeder)
+    assert status == "approval-pending" or not marker.exists(), "npm ran a package.json nobody vetted"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `make -f mk` with mk a FIFO asks (nothing can be vetted) but still offers allow-always, "
+    "bound to `tree:mk=unreadable`, which a FIFO keeps forever: every later run reads whatever the agent "
+    "writes into it, unasked (the binder refuses allow-always for a FIFO script; tree files do not)",
+)
+async def test_class6_a_fifo_makefile_is_offered_allow_always(state_dir: Path, tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    os.mkfifo(work / "mk")
+    details = await attempt(state_dir, "make -f mk", allow=[("/usr/bin/make", None)], workdir=str(work))
+    assert details["status"] == "approval-pending"
+    assert "allow-always" not in details["allowedDecisions"], "an unvettable makefile can be allowed for good"
