@@ -3,12 +3,14 @@ per-agent quotas and content binding, attacked from the docs and the code (issue
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import os
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -249,3 +251,64 @@ async def test_class6_a_fifo_makefile_is_offered_allow_always(state_dir: Path, t
     details = await attempt(state_dir, "make -f mk", allow=[("/usr/bin/make", None)], workdir=str(work))
     assert details["status"] == "approval-pending"
     assert "allow-always" not in details["allowedDecisions"], "an unvettable makefile can be allowed for good"
+
+
+# ---------------------------------------------------------------------- content binding: approve, then swap
+
+
+async def _approve_first_ask(state_dir: Path, command: str, work: Path, decision: str) -> dict[str, Any]:
+    """The agent asks for `command`; the operator (attached) answers `decision`; the exec's result."""
+    from tests.helpers.gateway import connect, wait_until
+
+    operator = await connect(state_dir, "operator")
+    agent = await connect(state_dir, "agent", operator=False)
+    try:
+        await operator.request("approvals.attach", {})
+        call = asyncio.ensure_future(agent.request("exec", {"command": command, "workdir": str(work)}))
+
+        async def asked() -> list[dict[str, Any]] | bool:
+            return True if call.done() else await operator.pending_approvals()
+
+        pending = await wait_until(asked, timeout=60)
+        assert pending is not True, f"it did not ask: {(await call)['text']}"
+        await operator.request("approve", {"id": pending[0]["id"], "decision": decision})
+        result: dict[str, Any] = await asyncio.wait_for(call, 120)
+        return result
+    finally:
+        await agent.close()
+        await operator.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: allow-always on `make SHELL=./s.sh all` binds the Makefile's digest (and make's), not "
+    "./s.sh, which the command names as the program make runs every recipe with: the agent rewrites "
+    "s.sh and the next run takes the new code unasked",
+)
+async def test_class6_allow_always_on_make_with_a_shell_assignment_leaves_the_shell_unbound(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    from engine.approvals.store import ApprovalsStore
+    from tests.helpers.gateway import ALLOWLIST, connect, gateway, write_config
+
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = work / "ran"
+    (work / "Makefile").write_text("all:\n\t@true\n")
+    tool(work / "s.sh", "#!/bin/sh\necho approved >> ran\n")
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/make", arg_pattern=None)
+    command = "make SHELL=./s.sh all"
+    async with gateway(state_dir):
+        first = await _approve_first_ask(state_dir, command, work, "allow-always")
+        assert first["details"]["status"] == "completed", first["text"]
+        assert marker.read_text() == "approved\n"
+        tool(work / "s.sh", "#!/bin/sh\necho swapped >> ran\n")  # the approved command is unchanged
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            again = await agent.request("exec", {"command": command, "workdir": str(work)})
+        finally:
+            await agent.close()
+    assert again["details"]["status"] == "approval-pending" or "swapped" not in marker.read_text(), (
+        "the rewritten shell ran under the earlier allow-always"
+    )
