@@ -4,7 +4,7 @@ per-agent quotas and content binding, attacked from the docs and the code (issue
 from __future__ import annotations
 
 import asyncio
-import errno
+import ctypes
 import json
 import os
 import subprocess
@@ -171,28 +171,24 @@ async def test_class1_a_host_command_plants_ssh_config_the_gateway_runs(
 
 def _feed_fifo(path: Path, data: bytes, stop: threading.Event) -> threading.Thread:
     """Write `data` into the FIFO at `path` each time a reader opens it (as an agent's process would), one
-    whole copy per open: after each, wait for that reader to close before serving the next."""
-
-    def reader_gone() -> bool:
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:
-                return True
-            raise
-        return False
+    whole copy per open: after each, wait (inotify IN_CLOSE_NOWRITE) for that reader to close it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    watch = libc.inotify_init1(os.O_CLOEXEC)
+    assert watch >= 0 and libc.inotify_add_watch(watch, os.fsencode(path), 0x10) >= 0  # IN_CLOSE_NOWRITE
 
     def feed() -> None:
-        while not stop.is_set():
-            fd = os.open(path, os.O_WRONLY)  # blocks until a program opens it for reading
-            try:
-                if stop.is_set():
-                    return
-                os.write(fd, data)
-            finally:
-                os.close(fd)
-            while not reader_gone() and not stop.is_set():
-                stop.wait(0.005)
+        try:
+            while not stop.is_set():
+                fd = os.open(path, os.O_WRONLY)  # blocks until a program opens it for reading
+                try:
+                    if stop.is_set():
+                        return
+                    os.write(fd, data)
+                finally:
+                    os.close(fd)
+                os.read(watch, 4096)  # that reader closed it: the next open is a new reader
+        finally:
+            os.close(watch)
 
     thread = threading.Thread(target=feed, daemon=True)
     thread.start()
@@ -230,7 +226,10 @@ async def test_class6_a_fifo_package_json_is_no_file_to_vet_and_npm_runs_what_it
     async with gateway(state_dir):
         agent = await connect(state_dir, "agent", operator=False)
         try:
-            result = await agent.request("exec", {"command": "npm run x", "workdir": str(work)})
+            # npm takes seconds to start: wait for it (up to the 120 s yield window), not the default window
+            result = await agent.request(
+                "exec", {"command": "npm run x", "workdir": str(work), "yieldMs": 120_000, "timeout": 110}
+            )
             status = result["details"]["status"]
         finally:
             await agent.close()
