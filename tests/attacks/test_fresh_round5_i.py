@@ -311,3 +311,32 @@ async def test_class6_allow_always_on_make_with_a_shell_assignment_leaves_the_sh
     assert again["details"]["status"] == "approval-pending" or "swapped" not in marker.read_text(), (
         "the rewritten shell ran under the earlier allow-always"
     )
+
+
+# --------------------------------------------------------------------------- the host view: ambient sockets
+
+_DOCKER_SOCKETS = [p for p in ("/var/run/docker.sock", "/run/docker.sock") if os.path.exists(p)]
+
+
+@pytest.mark.skipif(not _DOCKER_SOCKETS or not os.path.exists("/usr/bin/curl"), reason="dockerd, curl")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the host view hides the state dir but leaves the Docker API socket in view, and host "
+    "commands keep the gateway's groups (docker): a host command reaches a root-equivalent API (a "
+    "container binding the state dir reads every token), a way round the view that is not /proc",
+)
+async def test_class1_a_host_command_reaches_the_docker_api_from_the_host_view(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """Under allowlist the same is one allowlisted curl in a tree the agent cannot write (a non-root
+    gateway); here (root, every tree writable) security=full stands in for it: the view is the same."""
+    work = tmp_path / "w"
+    work.mkdir()
+    details = await attempt(
+        state_dir,
+        f"curl -s --unix-socket {_DOCKER_SOCKETS[0]} http://docker/_ping",
+        config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n',
+        workdir=str(work),
+    )
+    assert details["status"] == "completed", details["_text"]
+    assert details["aggregated"].strip() != "OK", "a host command spoke to the Docker engine"
