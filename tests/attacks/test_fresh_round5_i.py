@@ -340,3 +340,32 @@ async def test_class1_a_host_command_reaches_the_docker_api_from_the_host_view(
     )
     assert details["status"] == "completed", details["_text"]
     assert details["aggregated"].strip() != "OK", "a host command spoke to the Docker engine"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the host view makes read-only only git/npm/cargo configs and rc files; the gateway's own "
+    "code (the session host's host_main.py, started by path outside the view; the venv's site-packages, "
+    "where a .pth runs in every `python -m runner`) stays writable to every host command",
+)
+async def test_class1_the_gateways_own_code_is_writable_from_the_host_view(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """`test -w` only asks (nothing is written); security=full stands in for an allowlisted writer such as
+    `cp` or `tee`, which is all it takes: the next session host or CLI the gateway starts runs the file."""
+    import sysconfig
+
+    from engine.sessions.hostlink import HOST_MAIN
+
+    work = tmp_path / "w"
+    work.mkdir()
+    targets = [HOST_MAIN, sysconfig.get_paths()["purelib"]]
+    checks = " ; ".join(f"if test -w {t}; then echo writable; fi" for t in targets)
+    details = await attempt(
+        state_dir,
+        checks,
+        config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n',
+        workdir=str(work),
+    )
+    assert details["status"] == "completed", details["_text"]
+    assert "writable" not in details["aggregated"], "a host command can rewrite code the gateway runs"
