@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -387,3 +388,82 @@ def test_class4_rg_hostname_bin_is_a_program_running_option() -> None:
 
     argv = ["rg", "--hostname-bin=./x", "--hyperlink-format=default", "foo"]
     assert not is_tree_safe(argv, "/usr/bin/rg"), "rg with --hostname-bin counted as taking no code"
+
+
+# ------------------------------------------------------------------------ the host view: another agent's PTY
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: every agent's host commands share the gateway's uid and the host's /dev/pts, and "
+    "/dev/pts is no /proc or /dev/fd word: an allowlisted `echo … | tee /dev/pts/N` of agent main writes "
+    "into agent ops's PTY session, forging its output (and a reader there takes its keystrokes)",
+)
+async def test_class2_an_allowlisted_tee_writes_into_another_agents_pty_session(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    from engine import principals
+    from engine.approvals.store import ApprovalsStore
+    from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
+
+    work = tmp_path / "w"
+    work.mkdir()
+    write_config(state_dir, ALLOWLIST)
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    for agent, program in (("ops", "/usr/bin/cat"), ("main", "/usr/bin/echo"), ("main", "/usr/bin/tee")):
+        store.add_allowlist(agent, program, arg_pattern=None)
+    ops_token = principals.mint(state_dir, "ops")
+    async with gateway(state_dir):
+        ops = await connect(state_dir, "ops", operator=False, credential=ops_token)
+        main = await connect(state_dir, "main", operator=False)
+        try:
+            started = await ops.request(
+                "exec", {"command": "cat", "workdir": str(work), "pty": True, "background": True}
+            )
+            session = started["details"]["sessionId"]
+            pid = started["details"]["pid"]
+            tty = await wait_until(lambda: _tty_of(pid), timeout=30)  # what `ls -l /dev/pts` shows main
+            forged = await main.request(
+                "exec", {"command": f"echo FORGED-BY-MAIN | tee {tty}", "workdir": str(work)}
+            )
+            assert forged["details"]["status"] == "completed", forged["text"]
+
+            async def ops_sees() -> str:
+                log = await ops.request("process", {"action": "log", "sessionId": session})
+                return str(log.get("text", ""))
+
+            # ops types a line after main's write: the PTY keeps order, so once ops sees its own line
+            # echoed, whatever main wrote before it has been read too.
+            await ops.request("process", {"action": "write", "sessionId": session, "data": "SENTINEL\n"})
+            await wait_until(lambda: _contains(ops_sees, "SENTINEL"), timeout=30)
+            seen = await ops_sees()
+            await ops.request("process", {"action": "kill", "sessionId": session})
+        finally:
+            await ops.close()
+            await main.close()
+    assert "FORGED-BY-MAIN" not in seen, "agent main wrote into agent ops's session"
+
+
+def _tty_of(pid: int) -> str | None:
+    """The terminal a process (or, under the host view's bwrap, its child) has as stdin."""
+    for candidate in [pid, *_children(pid)]:
+        try:
+            target = os.readlink(f"/proc/{candidate}/fd/0")
+        except OSError:
+            continue
+        if target.startswith("/dev/pts/"):
+            return target
+    return None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+    return kids + [g for k in kids for g in _children(k)]
+
+
+async def _contains(read: Callable[[], Awaitable[str]], text: str) -> bool:
+    return text in await read()
