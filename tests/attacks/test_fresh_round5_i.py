@@ -467,3 +467,32 @@ def _children(pid: int) -> list[int]:
 
 async def _contains(read: Callable[[], Awaitable[str]], text: str) -> bool:
     return text in await read()
+
+
+# ----------------------------------------------------------------------- the host view: the nodes' SSH key
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the host view hides the state dir but not the SSH key the gateway logs in to its nodes "
+    "with ([nodes.*] identityFile, ~/.ssh): an allowlisted, tree-safe `cat` hands it to the agent, and "
+    "whoever speaks as the gateway to a node answers that node's asks (it runs whatever it approves)",
+)
+async def test_class1_an_allowlisted_cat_reads_the_gateways_node_key(state_dir: Path, tmp_path: Path) -> None:
+    home = Path(os.environ["HOME"])
+    (home / ".ssh").mkdir(mode=0o700)
+    key = home / ".ssh" / "id_node"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    work = tmp_path / "w"
+    work.mkdir()
+    config = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'[nodes.n1]\nhost = "127.0.0.1"\nport = 2222\nidentityFile = "{key}"\n'
+    )
+    details = await attempt(
+        state_dir, f"cat {key}", allow=[("/usr/bin/cat", None)], config=config, workdir=str(work)
+    )
+    assert details["status"] == "completed", details["_text"]
+    assert "PRIVATE KEY" not in details["aggregated"], (
+        "a host command read the key the gateway uses for nodes"
+    )
