@@ -496,3 +496,22 @@ async def test_class1_an_allowlisted_cat_reads_the_gateways_node_key(state_dir: 
     assert "PRIVATE KEY" not in details["aggregated"], (
         "a host command read the key the gateway uses for nodes"
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the MAKEFILES= check compares the assignment's name as written; make expands a "
+    "command-line variable's name first, so `MAKEF$()ILES=evil.mk` sets MAKEFILES and make reads evil.mk "
+    "(its $(shell …) included) before anything else: unvetted, unbound, unasked",
+)
+async def test_class5_make_expands_the_name_of_a_makefiles_assignment(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = work / "ran"
+    (work / "evil.mk").write_text(f"$(shell id -u > {marker})\n")
+    details = await attempt(
+        state_dir, "make 'MAKEF$()ILES=evil.mk' all", allow=[("/usr/bin/make", None)], workdir=str(work)
+    )
+    assert refused(details) or not marker.exists(), "make read a makefile the MAKEFILES check never saw"
