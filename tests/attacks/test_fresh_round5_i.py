@@ -515,3 +515,44 @@ async def test_class5_make_expands_the_name_of_a_makefiles_assignment(
         state_dir, "make 'MAKEF$()ILES=evil.mk' all", allow=[("/usr/bin/make", None)], workdir=str(work)
     )
     assert refused(details) or not marker.exists(), "make read a makefile the MAKEFILES check never saw"
+
+
+# ------------------------------------------------------------------------ limits: the approval socket's exec
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: exec_host.run_argv reads the whole of a command's stdout into the gateway's memory "
+    "(proc.communicate) and only then keeps the last 200,000 chars: one exec frame of an allowlisted "
+    "`head -c 128M /dev/zero` (or `yes`, until its 30-minute timeout) grows the gateway by its output",
+)
+async def test_class3_the_approval_socket_exec_buffers_all_output_in_the_gateway(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    import resource
+
+    from engine.approvals.socket.wire import ExecHostRequest
+    from engine.approvals.store import ApprovalsStore
+    from engine.tools.exec_host import OUTPUT_CAP, LocalExecHost
+    from engine.unixsock import PeerInfo
+    from tests.helpers.gateway import ALLOWLIST, write_config
+
+    work = tmp_path / "w"
+    work.mkdir()
+    write_config(state_dir, ALLOWLIST)
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    store.add_allowlist("main", "/usr/bin/head", arg_pattern=None)
+    host = LocalExecHost(
+        config_path=state_dir / "config.toml", approvals_path=state_dir / "exec-approvals.json"
+    )
+    size = 128 << 20
+
+    async def never_asked(_request: object) -> str:
+        raise AssertionError("an allowlisted head does not ask")
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+    request = ExecHostRequest(command=("head", "-c", str(size), "/dev/zero"), cwd=str(work), agent_id="main")
+    outcome = await host(request, never_asked, PeerInfo(os.getpid(), os.getuid(), os.getgid()))
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10) - before
+    assert outcome.ok and len(outcome.payload["stdout"]) == OUTPUT_CAP, outcome
+    assert grown < size // 4, f"the gateway grew by {grown >> 20} MiB to return {OUTPUT_CAP} chars"
