@@ -256,7 +256,9 @@ async def test_class6_a_fifo_makefile_is_offered_allow_always(state_dir: Path, t
 # ---------------------------------------------------------------------- content binding: approve, then swap
 
 
-async def _approve_first_ask(state_dir: Path, command: str, work: Path, decision: str) -> dict[str, Any]:
+async def _approve_first_ask(
+    state_dir: Path, command: str, work: Path, decision: str, *, background: bool = False
+) -> dict[str, Any]:
     """The agent asks for `command`; the operator (attached) answers `decision`; the exec's result."""
     from tests.helpers.gateway import connect, wait_until
 
@@ -264,7 +266,8 @@ async def _approve_first_ask(state_dir: Path, command: str, work: Path, decision
     agent = await connect(state_dir, "agent", operator=False)
     try:
         await operator.request("approvals.attach", {})
-        call = asyncio.ensure_future(agent.request("exec", {"command": command, "workdir": str(work)}))
+        params = {"command": command, "workdir": str(work), "background": background}
+        call = asyncio.ensure_future(agent.request("exec", params))
 
         async def asked() -> list[dict[str, Any]] | bool:
             return True if call.done() else await operator.pending_approvals()
@@ -556,3 +559,40 @@ async def test_class3_the_approval_socket_exec_buffers_all_output_in_the_gateway
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10) - before
     assert outcome.ok and len(outcome.payload["stdout"]) == OUTPUT_CAP, outcome
     assert grown < size // 4, f"the gateway grew by {grown >> 20} MiB to return {OUTPUT_CAP} chars"
+
+
+# ---------------------------------------------------------------------- self-reference: "$0" through a link
+
+_REREADS_ITSELF = """while [ ! -e go ]; do sleep 0.05; done
+sed -n '/^#PAYLOAD/,$p' "$0" | tail -n +2 | sh
+exit 0
+#PAYLOAD
+echo approved >> ran
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the view binds an approved script's bytes at its real path, but the script re-opens the "
+    'name it was run by ("$0" = link.sh): re-pointing that link after the spawn (no rename over the '
+    "script or its bind) hands the re-read the agent's payload",
+)
+async def test_class8_a_script_run_through_a_link_rereads_the_relinked_name(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    from tests.helpers.gateway import ALLOWLIST, gateway, wait_until, write_config
+
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "real.sh").write_text(_REREADS_ITSELF)
+    (work / "evil.sh").write_text("#PAYLOAD\necho swapped >> ran\n")
+    os.symlink("real.sh", work / "link.sh")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        result = await _approve_first_ask(state_dir, "sh link.sh", work, "allow-once", background=True)
+        assert result["details"]["status"] == "running", result["text"]
+        os.symlink("evil.sh", work / "link.new")
+        os.replace(work / "link.new", work / "link.sh")  # the link now names the payload
+        (work / "go").touch()
+        await wait_until(lambda: (work / "ran").exists(), timeout=60)
+    assert (work / "ran").read_text() == "approved\n", "the approved script re-read the agent's payload"
