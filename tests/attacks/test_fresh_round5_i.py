@@ -596,3 +596,32 @@ async def test_class8_a_script_run_through_a_link_rereads_the_relinked_name(
         (work / "go").touch()
         await wait_until(lambda: (work / "ran").exists(), timeout=60)
     assert (work / "ran").read_text() == "approved\n", "the approved script re-read the agent's payload"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: statefs.state_dir() keeps a relative OPENCLAW_STATE_DIR relative, and the host view "
+    "passes it to bwrap as `--tmpfs s`, which bwrap resolves from / (it hides /s, creating it): the "
+    "real state dir, relative to the gateway's cwd, is in plain view of every host command",
+)
+async def test_class1_a_relative_state_dir_is_not_the_one_the_host_view_hides(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    home = Path(os.environ["HOME"])
+    for config in (home / ".gitconfig", home / ".config" / "git" / "config", home / ".npmrc"):
+        config.parent.mkdir(parents=True, exist_ok=True)  # the operator's own: none is bound as missing
+        config.write_text("")
+    monkeypatch.chdir(state_dir.parent)
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", state_dir.name)  # `OPENCLAW_STATE_DIR=s exechost gateway run`
+    details = await attempt(
+        state_dir,
+        f"cat {state_dir}/operator.json",
+        config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n',
+        workdir=str(work),
+    )
+    hidden_at = Path("/") / state_dir.name
+    if hidden_at.is_dir() and not any(hidden_at.iterdir()):
+        hidden_at.rmdir()  # bwrap made it as its mountpoint on the host's /
+    assert "token" not in details.get("aggregated", ""), "the state dir was in view of a host command"
