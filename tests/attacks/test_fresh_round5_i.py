@@ -557,7 +557,8 @@ async def test_class3_the_approval_socket_exec_buffers_all_output_in_the_gateway
     request = ExecHostRequest(command=("head", "-c", str(size), "/dev/zero"), cwd=str(work), agent_id="main")
     outcome = await host(request, never_asked, PeerInfo(os.getpid(), os.getuid(), os.getgid()))
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10) - before
-    assert outcome.ok and len(outcome.payload["stdout"]) == OUTPUT_CAP, outcome
+    assert outcome.ok and outcome.payload is not None, outcome
+    assert len(outcome.payload["stdout"]) == OUTPUT_CAP
     assert grown < size // 4, f"the gateway grew by {grown >> 20} MiB to return {OUTPUT_CAP} chars"
 
 
@@ -625,3 +626,79 @@ async def test_class1_a_relative_state_dir_is_not_the_one_the_host_view_hides(
     if hidden_at.is_dir() and not any(hidden_at.iterdir()):
         hidden_at.rmdir()  # bwrap made it as its mountpoint on the host's /
     assert "token" not in details.get("aggregated", ""), "the state dir was in view of a host command"
+
+
+# ------------------------------------------------------------------------- what held (passing regressions)
+
+
+async def test_held_a_host_command_inherits_no_descriptor_of_the_gateway(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """Beyond stdio, a host command holds only the fd of its checked cwd: no socket, spool or state-dir
+    directory of the gateway's (an fd would reach the state dir through /proc/self/fd whatever the view)."""
+    work = tmp_path / "w"
+    work.mkdir()
+    details = await attempt(
+        state_dir,
+        "ls -l /proc/self/fd/",
+        config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n',
+        workdir=str(work),
+    )
+    assert details["status"] == "completed", details["_text"]
+    targets = {
+        int(line.split(" -> ")[0].split()[-1]): line.split(" -> ")[1]
+        for line in details["aggregated"].splitlines()
+        if " -> " in line
+    }
+    for fd, target in targets.items():
+        if fd > 2:  # ls's own listing of /proc/<pid>/fd, and the cwd held for the `-ef` check
+            assert target == str(work) or target.startswith("/proc/"), (fd, target)
+
+
+async def test_held_a_makefile_written_earlier_in_the_chain_is_not_read(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """`cp evil.mk Makefile && make all`: the Makefile was absent when decided, so make is handed
+    `-f /dev/null` and never reads what the first command wrote."""
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = work / "ran"
+    (work / "evil.mk").write_text(f"$(shell id -u > {marker})\nall:\n\t@true\n")
+    details = await attempt(
+        state_dir,
+        "cp evil.mk Makefile && make all",
+        allow=[("/usr/bin/make", None), ("/usr/bin/cp", None)],
+        workdir=str(work),
+    )
+    assert (work / "Makefile").exists()
+    assert not marker.exists(), details["_text"]
+
+
+async def test_held_a_fifo_named_makefile_is_never_read(state_dir: Path, tmp_path: Path) -> None:
+    """No regular makefile when decided: the default lookup becomes `-f /dev/null`, so a FIFO named
+    Makefile (whatever the agent would feed it) is never opened."""
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = work / "ran"
+    fifo = work / "Makefile"
+    os.mkfifo(fifo)
+    stop = threading.Event()
+    feeder = _feed_fifo(fifo, f"$(shell id -u > {marker})\nall:\n\t@true\n".encode(), stop)
+    try:
+        await attempt(state_dir, "make all", allow=[("/usr/bin/make", None)], workdir=str(work))
+    finally:
+        _stop_feeding(fifo, stop, feeder)
+    assert not marker.exists()
+
+
+async def test_held_make_tilde_expands_a_makefile_name_but_reads_nothing(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """make expands `~` in `-f~/x.mk` (the shell does not, mid-word); exechost reads it as `./~/x.mk`,
+    absent, and hands make `/dev/null/x.mk` instead: the planted ~/x.mk is never read."""
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = work / "ran"
+    (Path(os.environ["HOME"]) / "x.mk").write_text(f"$(shell id -u > {marker})\nall:\n\t@true\n")
+    await attempt(state_dir, "make -f~/x.mk all", allow=[("/usr/bin/make", None)], workdir=str(work))
+    assert not marker.exists()
