@@ -702,3 +702,40 @@ async def test_held_make_tilde_expands_a_makefile_name_but_reads_nothing(
     (Path(os.environ["HOME"]) / "x.mk").write_text(f"$(shell id -u > {marker})\nall:\n\t@true\n")
     await attempt(state_dir, "make -f~/x.mk all", allow=[("/usr/bin/make", None)], workdir=str(work))
     assert not marker.exists()
+
+
+# ------------------------------------------------------------------------ the host view: the agents' socket
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the agents' socket ([gateway] agentSocket) lives outside the state dir in a directory "
+    "the gateway's account owns and writes, and host commands run as that account: one agent's "
+    "allowlisted `rm` (or a `mv` and a listener of its own) takes the path every other agent dials",
+)
+async def test_class3_an_allowlisted_rm_takes_the_agents_socket_from_every_agent(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    sock = tmp_path / "a" / "agents.sock"
+    config = (
+        '[gateway]\nagentGroup = "root"\n'
+        f'agentSocket = "{sock}"\n'
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+    )
+    from engine.approvals.store import ApprovalsStore
+    from tests.helpers.gateway import connect, gateway, write_config
+
+    write_config(state_dir, config)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/rm", arg_pattern=None)
+    async with gateway(state_dir):
+        assert sock.exists()  # the gateway made it
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            done = await agent.request("exec", {"command": f"rm -f {sock}", "workdir": str(work)})
+        finally:
+            await agent.close()
+        assert done["details"]["status"] == "completed", done["text"]
+        still_there = sock.exists()  # while the gateway runs: it removes its own at stop
+    assert still_there, "one agent's host command removed the socket every agent connects to"
