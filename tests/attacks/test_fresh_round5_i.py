@@ -4,6 +4,7 @@ per-agent quotas and content binding, attacked from the docs and the code (issue
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import json
 import os
@@ -739,3 +740,40 @@ async def test_class3_an_allowlisted_rm_takes_the_agents_socket_from_every_agent
         assert done["details"]["status"] == "completed", done["text"]
         still_there = sock.exists()  # while the gateway runs: it removes its own at stop
     assert still_there, "one agent's host command removed the socket every agent connects to"
+
+
+# ---------------------------------------------------------------------- limits: one ask, the operator's page
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an ask's warnings are unbounded (one per git config key not known inert, one per "
+    "makefile source such as each entry of RCS/): a 780 KB .git/config makes one ask whose view is "
+    "13 MB, and `approvals.pending` (which always sends at least one view) fails for the operator",
+)
+async def test_class3_one_ask_with_endless_warnings_breaks_the_operators_pending_list(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    from engine.approvals.store import ApprovalsStore
+    from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
+
+    work = _repo(tmp_path / "w")
+    keys = "\n".join(f"\tk{i:06d} = v" for i in range(60_000))
+    with open(work / ".git" / "config", "a") as config:
+        config.write(f"[zz]\n{keys}\n")  # 780 KB: under the vet's 1 MiB read cap
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/git", arg_pattern=None)
+    async with gateway(state_dir) as server:
+        agent = await connect(state_dir, "agent", operator=False)
+        operator = await connect(state_dir, "operator")
+        try:
+            with contextlib.suppress(
+                Exception
+            ):  # the agent's own answer is too big for a frame: its business
+                await agent.request("exec", {"command": "git status", "workdir": str(work)})
+            await wait_until(lambda: server.services.approvals.pending(), timeout=30)
+            page = await operator.request("approvals.pending", {})
+        finally:
+            await agent.close()
+            await operator.close()
+    assert page["total"] == 1
