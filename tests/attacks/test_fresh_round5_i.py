@@ -777,3 +777,39 @@ async def test_class3_one_ask_with_endless_warnings_breaks_the_operators_pending
             await agent.close()
             await operator.close()
     assert page["total"] == 1
+
+
+# ------------------------------------------------------------------- content binding: a link to a system file
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `./myls` (a link the agent made to /usr/bin/ls) is judged by its target: root-owned, "
+    "agentWritable false, so allow-always saves the link's own path as an allowlist entry; the agent "
+    "re-points the link at its own script named `cat` (tree-safe by name) and the entry runs it unasked",
+)
+async def test_class6_allow_always_on_a_link_to_a_system_binary_saves_the_agents_link(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    from tests.helpers.gateway import ALLOWLIST, connect, gateway, write_config
+
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = work / "ran"
+    os.symlink("/usr/bin/ls", work / "myls")
+    # Named `cat`: tree-safety goes by the name of the file that runs, and the agent's script has that name.
+    tool(work / "bin" / "cat", f"#!/bin/sh\nid -u > {marker}\n")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        first = await _approve_first_ask(state_dir, "./myls", work, "allow-always")
+        assert first["details"]["status"] == "completed", first["text"]
+        os.symlink("bin/cat", work / "myls.new")
+        os.replace(work / "myls.new", work / "myls")  # the approved name now leads to the agent's program
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            again = await agent.request("exec", {"command": "./myls", "workdir": str(work)})
+        finally:
+            await agent.close()
+    assert again["details"]["status"] == "approval-pending" or not marker.exists(), (
+        "the allow-always given to ls through a link ran the agent's program"
+    )
