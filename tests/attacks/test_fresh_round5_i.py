@@ -813,3 +813,25 @@ async def test_class6_allow_always_on_a_link_to_a_system_binary_saves_the_agents
     assert again["details"]["status"] == "approval-pending" or not marker.exists(), (
         "the allow-always given to ls through a link ran the agent's program"
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the host view binds a missing ~/.cargo/config.toml as an empty read-only file only when "
+    "~/.cargo exists; without it, an allowlisted `mkdir` and `cp` create the operator's cargo config, "
+    "which treecode trusts as the operator's own (a rustc-wrapper there runs in every later cargo build)",
+)
+async def test_class1_a_host_command_creates_the_operators_cargo_config(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    home = Path(os.environ["HOME"])
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "c.toml").write_text('[build]\nrustc-wrapper = "/tmp/evil"\n')
+    await attempt(
+        state_dir,
+        f"mkdir -p {home}/.cargo && cp c.toml {home}/.cargo/config.toml",
+        allow=[("/usr/bin/mkdir", None), ("/usr/bin/cp", None)],
+        workdir=str(work),
+    )
+    assert not (home / ".cargo" / "config.toml").exists(), "a host command wrote the operator's cargo config"
