@@ -47,7 +47,8 @@ async def test_class4_the_decision_runs_the_agents_own_git_to_parse_a_config(
     repository's config with `git config --file - …`, and the git it runs is the command's own argv[0]
     as resolved — here `./git`, a script the agent wrote into its workspace. It runs in the gateway's own
     process context (no host view), so it reads the operator's token: from then on the agent approves
-    its own asks."""
+    its own asks. An agent's `policy.check` of the same text does it too, and so does an exec under
+    security=deny (the tree is vetted before the policy refuses)."""
     work = _repo(tmp_path / "w")
     marker = work / "ran"
     tool(work / "git", _PAYLOAD.format(state=state_dir, marker=marker))
