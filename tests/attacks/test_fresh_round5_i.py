@@ -836,3 +836,51 @@ async def test_class1_a_host_command_creates_the_operators_cargo_config(
         workdir=str(work),
     )
     assert not (home / ".cargo" / "config.toml").exists(), "a host command wrote the operator's cargo config"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `./tool` (the agent's link to /usr/bin/true) is rendered by its named path, since the "
+    "names differ, and only its target's dev/ino is checked before the spawn: a racer exchanging the "
+    "link runs the agent's program on the operator's allow-once (6 of 40 tries when measured)",
+)
+async def test_class6_an_approved_link_to_a_system_binary_is_run_through_the_link(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
+    from tests.helpers.race import exchange, exchange_loop, tries
+
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = work / "ran"
+    tool(work / "evil", f"#!/bin/sh\necho won >> {marker}\n")
+    os.symlink("/usr/bin/true", work / "tool")  # what the operator is shown (its digest) and approves
+    os.symlink("evil", work / "alt")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        operator = await connect(state_dir, "operator")
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            await operator.request("approvals.attach", {})
+            for _ in tries(100):
+                call = asyncio.ensure_future(
+                    agent.request("exec", {"command": "./tool", "workdir": str(work)})
+                )
+
+                async def asked(call: asyncio.Future[dict[str, Any]] = call) -> list[dict[str, Any]] | bool:
+                    return True if call.done() else await operator.pending_approvals()
+
+                pending = await wait_until(asked, timeout=60)
+                assert pending is not True, (await call)["text"]
+                # The decision is made (on /usr/bin/true, the link untouched): the racer starts now.
+                with exchange_loop(str(work / "tool"), str(work / "alt")):
+                    await operator.request("approve", {"id": pending[0]["id"], "decision": "allow-once"})
+                    await asyncio.wait_for(call, 60)
+                if os.readlink(work / "tool") != "/usr/bin/true":
+                    exchange(str(work / "tool"), str(work / "alt"))  # the next decision sees true again
+                if marker.exists():
+                    break
+        finally:
+            await agent.close()
+            await operator.close()
+    assert not marker.exists(), "an allow-once of /usr/bin/true ran the agent's program through its link"
