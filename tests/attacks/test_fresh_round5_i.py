@@ -884,3 +884,39 @@ async def test_class6_an_approved_link_to_a_system_binary_is_run_through_the_lin
             await agent.close()
             await operator.close()
     assert not marker.exists(), "an allow-once of /usr/bin/true ran the agent's program through its link"
+
+
+# ------------------------------------------------------------------- special files: a terminal as a tree file
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: regular.py's one read opens without O_NOCTTY: a daemonized gateway (a session leader "
+    "with no terminal, as spawn_gateway starts it) vetting `.git/HEAD -> /dev/pts/N` takes that free "
+    "terminal as its controlling tty; whoever holds the master then sends it ^C (SIGINT) or SIGHUP",
+)
+def test_class6_vetting_a_link_to_a_free_terminal_makes_it_the_gateways_terminal(tmp_path: Path) -> None:
+    from engine.commands.regular import Unreadable, read_regular
+
+    master, slave = os.openpty()  # the agent's: a terminal nobody has as its controlling tty
+    link = tmp_path / "HEAD"
+    os.symlink(os.ttyname(slave), link)
+    os.close(slave)
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the gateway daemon: its own session, no terminal
+        try:
+            os.setsid()
+            with contextlib.suppress(Unreadable):
+                read_regular(str(link), 4096)  # what gitvet does with .git/HEAD
+            with open("/proc/self/stat") as stat:
+                field = stat.read().rsplit(")", 1)[1].split()[4]
+            os.write(done_w, field.encode())
+        finally:
+            os._exit(0)
+    os.close(done_w)
+    tty_nr = int(os.read(done_r, 64) or b"0")
+    os.waitpid(pid, 0)
+    os.close(done_r)
+    os.close(master)
+    assert tty_nr == 0, "reading the agent's terminal made it the daemon's controlling terminal"
