@@ -920,3 +920,31 @@ def test_class6_vetting_a_link_to_a_free_terminal_makes_it_the_gateways_terminal
     os.close(done_r)
     os.close(master)
     assert tty_nr == 0, "reading the agent's terminal made it the daemon's controlling terminal"
+
+
+# -------------------------------------------------------------------------- the host view: a dotfiles link
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a trusted config that is a link (~/.gitconfig -> ~/dotfiles/gitconfig) is bound "
+    "read-only at its target, which bwrap resolves: the link itself stays writable, and an allowlisted "
+    "`ln -sfn` re-points the operator's global git config (trusted, never vetted) at the agent's file",
+)
+async def test_class1_a_dotfiles_link_to_the_global_git_config_is_repointed(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    home = Path(os.environ["HOME"])
+    (home / "dotfiles").mkdir()
+    (home / "dotfiles" / "gitconfig").write_text("[user]\n\tname = operator\n")
+    os.symlink("dotfiles/gitconfig", home / ".gitconfig")  # stow, yadm, a dotfiles repo: common
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "g").write_text("[alias]\n\tst = !id\n")
+    details = await attempt(
+        state_dir, f"ln -sfn {work}/g {home}/.gitconfig", allow=[("/usr/bin/ln", None)], workdir=str(work)
+    )
+    assert details["status"] == "completed", details["_text"]
+    assert os.readlink(home / ".gitconfig") == "dotfiles/gitconfig", (
+        "the global git config now is the agent's"
+    )
