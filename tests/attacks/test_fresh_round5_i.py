@@ -601,15 +601,11 @@ async def test_class8_a_script_run_through_a_link_rereads_the_relinked_name(
     assert (work / "ran").read_text() == "approved\n", "the approved script re-read the agent's payload"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: statefs.state_dir() keeps a relative OPENCLAW_STATE_DIR relative, and the host view "
-    "passes it to bwrap as `--tmpfs s`, which bwrap resolves from / (it hides /s, creating it): the "
-    "real state dir, relative to the gateway's cwd, is in plain view of every host command",
-)
-async def test_class1_a_relative_state_dir_is_not_the_one_the_host_view_hides(
+async def test_class1_a_relative_state_dir_is_hidden_all_the_same(
     state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Was open: a relative OPENCLAW_STATE_DIR reached bwrap as `--tmpfs s`, which it resolves from / (it
+    hid /s and left the real one, relative to the gateway's cwd, in view). statefs.state_dir() is absolute."""
     work = tmp_path / "w"
     work.mkdir()
     home = Path(os.environ["HOME"])
@@ -889,13 +885,12 @@ async def test_class6_an_approved_link_to_a_system_binary_is_run_through_the_lin
 # ------------------------------------------------------------------- special files: a terminal as a tree file
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: regular.py's one read opens without O_NOCTTY: a daemonized gateway (a session leader "
-    "with no terminal, as spawn_gateway starts it) vetting `.git/HEAD -> /dev/pts/N` takes that free "
-    "terminal as its controlling tty; whoever holds the master then sends it ^C (SIGINT) or SIGHUP",
-)
-def test_class6_vetting_a_link_to_a_free_terminal_makes_it_the_gateways_terminal(tmp_path: Path) -> None:
+def test_class6_vetting_a_link_to_a_free_terminal_never_makes_it_the_gateways_terminal(
+    tmp_path: Path,
+) -> None:
+    """Was open: the one read opened without O_NOCTTY, so a daemonized gateway (a session leader with no
+    terminal) vetting `.git/HEAD -> /dev/pts/N` took that free terminal as its controlling tty, and whoever
+    held the master could send it ^C (SIGINT) or hang it up (SIGHUP)."""
     from engine.commands.regular import Unreadable, read_regular
 
     master, slave = os.openpty()  # the agent's: a terminal nobody has as its controlling tty
