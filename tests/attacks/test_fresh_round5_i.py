@@ -77,12 +77,7 @@ async def test_class4_a_link_named_git_in_the_workspace_runs_at_decision_time(
 # --------------------------------------------------------------------------- make: command-line variables
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: make's argv is vetted only for options and MAKEFILES=; a command-line SHELL= (or CC=, "
-    ".SHELLFLAGS=, MAKE=) is code: with no makefile in the tree nothing asks, and make's built-in rule "
-    "for foo.c runs the agent's ./evil.sh as the shell",
-)
+# Closed by tree27a/tree27b (round 4 fixes): kept as a regression.
 async def test_class4_make_runs_a_command_line_shell_with_no_makefile(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -240,12 +235,7 @@ async def test_class6_a_fifo_package_json_is_no_file_to_vet_and_npm_runs_what_it
     assert status == "approval-pending" or not marker.exists(), "npm ran a package.json nobody vetted"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `make -f mk` with mk a FIFO asks (nothing can be vetted) but still offers allow-always, "
-    "bound to `tree:mk=unreadable`, which a FIFO keeps forever: every later run reads whatever the agent "
-    "writes into it, unasked (the binder refuses allow-always for a FIFO script; tree files do not)",
-)
+# Closed by tree27a/tree27b (round 4 fixes): kept as a regression.
 async def test_class6_a_fifo_makefile_is_offered_allow_always(state_dir: Path, tmp_path: Path) -> None:
     work = tmp_path / "w"
     work.mkdir()
@@ -503,12 +493,7 @@ async def test_class1_an_allowlisted_cat_reads_the_gateways_node_key(state_dir: 
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the MAKEFILES= check compares the assignment's name as written; make expands a "
-    "command-line variable's name first, so `MAKEF$()ILES=evil.mk` sets MAKEFILES and make reads evil.mk "
-    "(its $(shell …) included) before anything else: unvetted, unbound, unasked",
-)
+# Closed by tree27a/tree27b (round 4 fixes): kept as a regression.
 async def test_class5_make_expands_the_name_of_a_makefiles_assignment(
     state_dir: Path, tmp_path: Path
 ) -> None:
