@@ -400,6 +400,10 @@ def read_config(git: str, path: str, record: Record | None = None) -> Pairs | st
         return data
     if record is not None:
         record.data[path] = data
+    parser = parser_git(git)
+    if parser is None:
+        return NO_PARSER
+    git = parser
     try:
         info = os.stat(git)
     except OSError as exc:
@@ -419,6 +423,37 @@ def read_config(git: str, path: str, record: Record | None = None) -> Pairs | st
     if isinstance(answer, str):
         return answer.replace("standard input", f"file {path}")  # git's own words name where it read
     return list(answer)
+
+
+NO_PARSER = "could not be read: no git only root can change is installed to parse it (/usr/bin/git)"
+_SYSTEM_GITS = ("/usr/bin/git", "/bin/git", "/usr/local/bin/git")
+
+
+def parser_git(git: str) -> str | None:
+    """The git that parses a config at decision time: the command's own (so the parse is the one that
+    will run) only when nobody but root can change it or any directory above it; else the system's.
+    Vetting runs it before any ask, so it must never be a program the agent could have written
+    (`./git status` would otherwise run the agent's `./git` in the gateway while deciding)."""
+    if root_only(git):
+        return git
+    return next((g for g in _SYSTEM_GITS if root_only(g)), None)
+
+
+def root_only(path: str) -> bool:
+    """Whether only root can change `path` (resolved) and every directory above it: each owned by root and
+    writable by neither its group nor others. Judged on ownership and mode, not os.access, so a root
+    gateway (which may write anything) still tells a system file from an agent's."""
+    try:
+        real = os.path.realpath(path)
+        while True:
+            st = os.stat(real)
+            if st.st_uid != 0 or st.st_mode & 0o022:
+                return False
+            if real == "/":
+                return True
+            real = os.path.dirname(real)
+    except OSError:
+        return False
 
 
 def _read_bytes(path: str) -> bytes | str:

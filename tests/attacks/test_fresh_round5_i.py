@@ -34,12 +34,7 @@ def _repo(path: Path) -> Path:
 # ---------------------------------------------------------------- class 4/5: what the decision runs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: gitvet parses a repository config by running the command's own git "
-    "(read_config(git=<resolved argv[0]>)); `./git status` makes the gateway run the agent's ./git at "
-    "decision time, before any ask, outside the host view: it reads operator.json",
-)
+# Closed: a config is parsed only by a git only root can change (gitvet.parser_git).
 async def test_class4_the_decision_runs_the_agents_own_git_to_parse_a_config(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -57,11 +52,7 @@ async def test_class4_the_decision_runs_the_agents_own_git_to_parse_a_config(
     assert not marker.exists(), f"... but the decision ran the agent's git: {marker.read_text()!r}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the same, with the agent's git named by an absolute path under the workspace and a "
-    "symlink named git: gitvet runs whatever the command's git resolves to",
-)
+# Closed: a config is parsed only by a git only root can change (gitvet.parser_git).
 async def test_class4_a_link_named_git_in_the_workspace_runs_at_decision_time(
     state_dir: Path, tmp_path: Path
 ) -> None:

@@ -324,3 +324,19 @@ def test_git_that_did_not_run_is_not_remembered(tmp_path: Path, monkeypatch: pyt
     assert gitvet.vet(GIT, ["git", "status"], str(work))  # asks
     monkeypatch.setattr(gitvet.subprocess, "run", real_run)
     assert gitvet.vet(GIT, ["git", "status"], str(work)) == []
+
+
+def test_a_config_is_parsed_only_by_a_git_only_root_can_change(tmp_path: Path) -> None:
+    """Vetting runs git before any ask: the agent's own `./git` (or a link to it) must never be what runs."""
+    from engine.commands.gitvet import parser_git, root_only
+
+    assert root_only("/usr/bin/git")
+    fake = tmp_path / "git"
+    fake.write_text("#!/bin/sh\ntouch ran\n")
+    fake.chmod(0o755)
+    assert not root_only(str(fake))  # /tmp is writable by others
+    assert parser_git(str(fake)) == "/usr/bin/git"
+    assert parser_git("/usr/bin/git") == "/usr/bin/git"
+    link = tmp_path / "link"
+    link.symlink_to("/usr/bin/git")
+    assert parser_git(str(link)) == str(link)  # resolved: the system's git, run by its name
