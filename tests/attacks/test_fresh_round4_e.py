@@ -289,11 +289,6 @@ async def test_one_agent_pins_tens_of_thousands_of_requests(state: Path) -> None
             await agent.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the web console admits unlimited unauthenticated TCP connections; at EMFILE asyncio's "
-    "accept error is logged through rich, whose lazy import fails with EMFILE too, and the console exits",
-)
 async def test_tokenless_peer_kills_the_web_console(state: Path) -> None:
     """Class 3 (an unauthenticated peer exhausts what the operator needs). Any local account can reach
     127.0.0.1: it needs no token to open TCP connections to the web console, and aiohttp accepts every
@@ -917,11 +912,6 @@ async def test_half_sent_frames_park_megabytes_uncounted(state: Path) -> None:
                 raw.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the browser door (loopback TCP, inside the gateway) holds every tokenless connection for "
-    "its 10 s head timeout with no count: any local account parks thousands of the gateway's descriptors",
-)
 async def test_tokenless_peers_hold_the_browser_door_open(state: Path) -> None:
     """Class 3 (an unauthenticated peer exhausts what everyone needs). Once any browser is used the
     gateway listens on 127.0.0.1 for CDP/noVNC (runner/gateway/browser_proxy.py); the token is checked
@@ -945,6 +935,34 @@ async def test_tokenless_peers_hold_the_browser_door_open(state: Path) -> None:
             for peer in peers:
                 peer.transport.abort()
         assert held <= 256, f"the door holds {held} tokenless connections"
+
+
+async def test_a_door_token_gets_through_while_tokenless_peers_wait(state: Path) -> None:
+    """The other side of the slots above (engine.preauth): 2,000 tokenless peers held open do not keep a
+    client that shows a door's token out. Its connection sheds the oldest tokenless one, its head is read
+    and its token found: the door answers 502 (the browser behind this real door and token was never
+    started), not a close or a 403."""
+    from runner.gateway.browser_proxy import BrowserProxy
+
+    door = BrowserProxy()
+    await door.start()
+    peers: list[asyncio.StreamWriter] = []
+    try:
+        token = door.open("gone", str(state / "cdp.sock"), None, "0" * 64).token
+        for _ in range(2000):
+            _reader, writer = await asyncio.open_connection("127.0.0.1", door.port)
+            peers.append(writer)
+        reader, writer = await asyncio.open_connection("127.0.0.1", door.port)
+        writer.write(f"GET /{token}/json/version HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        answer = await asyncio.wait_for(reader.readline(), 30)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 502"), answer
+        assert len(door.preauth) <= door.preauth.slots
+        assert door.preauth.shed_count >= 2000 - door.preauth.slots
+    finally:
+        for peer in peers:
+            peer.transport.abort()
+        await door.close()
 
 
 async def test_join_flood_cuts_off_a_pausing_approver_by_frame_count(state: Path) -> None:
