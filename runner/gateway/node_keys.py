@@ -8,14 +8,21 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from pathlib import Path
 
 from engine import jsontext, statefs
+from engine.principals import key_owner
 
 log = logging.getLogger("exechost.gateway.nodes")
 
 FILE_NAME = "node-keys.json"
-MAX_KEYS_PER_NODE = 1024  # past this the key given longest ago is forgotten
+# Each owner (an agent, or the operator for keys that name none) has its own share of a node's keys: past
+# it, that owner's key given longest ago is forgotten. One pool for all let agent main's 1,030 trivial runs
+# evict ops's key, and ops's background exit notice was then dropped as "never given".
+MAX_KEYS_PER_OWNER = 1024
+# All owners together, per node (what the file holds): past it, the owner holding the most loses its oldest.
+MAX_KEYS_PER_NODE = 4096
 MAX_IDS = 4096
 
 
@@ -45,15 +52,26 @@ class NodeKeys:
             self._ids = {k: v for k, v in ids.items() if isinstance(k, str) and isinstance(v, str)}
 
     def give(self, node: str, key: str) -> None:
-        """`node` runs work under `key` from now on (a run was sent there with it)."""
+        """`node` runs work under `key` from now on (a run was sent there with it). Forgets the oldest key
+        of the same owner past its share, then, past the node's cap, the oldest of whoever holds the most
+        (the giver when it ties): what one owner gives never forgets another's key while that one holds
+        no more than the giver."""
         keys = self._keys.setdefault(node, {})
         new = key not in keys
         keys.pop(key, None)
         keys[key] = int(time.time() * 1000)
-        while len(keys) > MAX_KEYS_PER_NODE:
-            del keys[next(iter(keys))]
-        if new:
-            self._save()
+        if not new:
+            return
+        owner = _owner(key)
+        mine = [k for k in keys if _owner(k) == owner]
+        if len(mine) > MAX_KEYS_PER_OWNER:
+            del keys[mine[0]]
+        if len(keys) > MAX_KEYS_PER_NODE:
+            held = Counter(_owner(k) for k in keys)
+            most = max(held.values())
+            biggest = owner if held[owner] == most else next(o for o, n in held.items() if n == most)
+            del keys[next(k for k in keys if _owner(k) == biggest)]
+        self._save()
 
     def given(self, node: str, key: str) -> bool:
         return key in self._keys.get(node, {})
@@ -80,9 +98,18 @@ class NodeKeys:
         if gone:
             self._save()
 
+    def held(self, node: str, owner: str) -> int:
+        """How many of `node`'s keys `owner` holds ("" for keys that name no agent)."""
+        return sum(1 for k in self._keys.get(node, {}) if _owner(k) == owner)
+
     def _save(self) -> None:
         try:
             data = {"version": 1, "nodes": self._keys, "ids": self._ids}
             statefs.atomic_write(self.path, json.dumps(data) + "\n")
         except OSError as exc:  # the run goes ahead; its later session events may be dropped
             log.warning("%s not written: %s", self.path, exc)
+
+
+def _owner(key: str) -> str:
+    """Whose share a key counts in: the agent it names, or "" (the operator) when it names none."""
+    return key_owner(key) or ""

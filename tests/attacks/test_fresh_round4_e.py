@@ -351,11 +351,6 @@ async def test_tokenless_peer_kills_the_web_console(state: Path) -> None:
         await proc.wait()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: node-keys.json keeps 1,024 session keys per node for all agents together; one agent's "
-    "runs evict another's key and that agent's background exit notice from the node is dropped",
-)
 async def test_one_agent_evicts_anothers_node_keys(state: Path, sshd_nodes: list[SshdNode]) -> None:
     """Class 3 (limits per principal). A node's later notices (a background session's exit) are accepted
     only under a session key the gateway gave that node (runner/gateway/node_keys.py), and the node keeps
