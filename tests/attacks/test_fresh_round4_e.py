@@ -793,11 +793,6 @@ async def test_agent_chooses_to_erase_the_decision_on_its_ask(state: Path) -> No
                 await client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the event spool's fair share is measured in characters but its cap is in bytes: an "
-    "agent's 4-byte characters hold 4x the disk per 'character', and ops's ASCII events are trimmed",
-)
 async def test_event_spool_share_counts_characters_not_bytes(state: Path) -> None:
     """Class 3 (counts bytes). `EventSpool.save` keeps events.json under 512 KiB by trimming the owner
     that holds the most, but counts what each holds with `len(text)` (characters) while the cap is on the
