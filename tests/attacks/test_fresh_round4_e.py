@@ -94,11 +94,6 @@ NODE_FULL = '[tools.exec]\nsecurity = "full"\nask = "off"\n'
 NODE_EXEC = '[tools.exec]\nhost = "node"\nnode = "alpha"\nsecurity = "full"\nask = "off"\n'
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: maxSessionsPerAgent (and the output budget) is enforced only by the gateway's own "
-    "SessionManager; host=node sessions are kept on the node with no per-agent cap",
-)
 async def test_node_sessions_count_against_the_agent(state: Path, sshd_nodes: list[SshdNode]) -> None:
     """Class 3. The per-agent session and output caps live in the gateway's SessionManager (Quota); the
     node's SessionManager has none, and the gateway counts nothing for host=node runs. An agent allowed
@@ -116,6 +111,44 @@ async def test_node_sessions_count_against_the_agent(state: Path, sshd_nodes: li
             # The agent's third session: over its cap of 2, wherever it would run.
             with pytest.raises(RemoteError, match="sessions, the most one agent may keep"):
                 await agent.request("exec", {"command": "sleep 300 # 3", "background": True})
+        finally:
+            await agent.close()
+
+
+async def test_node_sessions_free_their_places(state: Path, sshd_nodes: list[SshdNode]) -> None:
+    """The other side of the count above (runner/gateway/node_sessions.py): a foreground node run holds a
+    place only while it runs, a removed node session frees its place, and a session the node no longer
+    lists (its sweep dropped it) is found out when the agent reaches its cap, and frees its place too."""
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    write_config(state, alpha.config_toml() + NODE_EXEC + "maxSessionsPerAgent = 2\n")
+    async with gateway(state) as server:
+        hub = server.services.nodes
+        agent = await connect(state, "agent", operator=False)
+        try:
+            first = await agent.request("exec", {"command": "sleep 300 # a", "background": True})
+            for i in range(4):  # one place left: each foreground run takes it and gives it back
+                ran = await agent.request("exec", {"command": f"echo fg{i}"})
+                assert ran["details"]["status"] == "completed", ran
+            second = await agent.request("exec", {"command": "sleep 300 # b", "background": True})
+            assert hub.held.count("main") == 2
+            with pytest.raises(RemoteError, match="sessions, the most one agent may keep"):
+                await agent.request("exec", {"command": "echo over"})
+            await agent.request("process", {"action": "remove", "sessionId": first["details"]["sessionId"]})
+            assert hub.held.count("main") == 1
+            third = await agent.request("exec", {"command": "sleep 300 # c", "background": True})
+            assert third["details"]["status"] == "running", third
+            # As if the node's sweep had dropped one: the place names a session the node does not list.
+            places = hub.held._held["main"]
+            places["node:alpha:swept-long-ago"] = places.pop(second["details"]["sessionId"])
+            fourth = await agent.request("exec", {"command": "sleep 300 # d", "background": True})
+            assert fourth["details"]["status"] == "running", fourth
+            assert "node:alpha:swept-long-ago" not in hub.held._held["main"]
+            for made in (third, fourth, second):
+                await agent.request(
+                    "process", {"action": "remove", "sessionId": made["details"]["sessionId"]}
+                )
+            assert hub.held.count("main") == 0
         finally:
             await agent.close()
 
