@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import Counter
 from pathlib import Path
 
 from engine import jsontext, statefs
@@ -32,6 +31,8 @@ class NodeKeys:
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / FILE_NAME
         self._keys: dict[str, dict[str, int]] = {}
+        # The same keys by owner, oldest first ({node: {owner: {key: None}}}): shares kept without a scan.
+        self._owned: dict[str, dict[str, dict[str, None]]] = {}
         self._ids: dict[str, str] = {}  # node id -> the [nodes.<name>] that first presented it
         try:
             text = statefs.read_text(self.path)
@@ -47,6 +48,9 @@ class NodeKeys:
                 self._keys[name] = {
                     k: v for k, v in keys.items() if isinstance(k, str) and isinstance(v, int)
                 }
+                owned = self._owned[name] = {}
+                for k in self._keys[name]:
+                    owned.setdefault(_owner(k), {})[k] = None
         ids = data.get("ids") if isinstance(data, dict) else None
         if isinstance(ids, dict):
             self._ids = {k: v for k, v in ids.items() if isinstance(k, str) and isinstance(v, str)}
@@ -57,21 +61,33 @@ class NodeKeys:
         (the giver when it ties): what one owner gives never forgets another's key while that one holds
         no more than the giver."""
         keys = self._keys.setdefault(node, {})
+        owned = self._owned.setdefault(node, {})
+        owner = _owner(key)
+        mine = owned.setdefault(owner, {})
         new = key not in keys
         keys.pop(key, None)
         keys[key] = int(time.time() * 1000)
+        mine.pop(key, None)
+        mine[key] = None
         if not new:
             return
-        owner = _owner(key)
-        mine = [k for k in keys if _owner(k) == owner]
         if len(mine) > MAX_KEYS_PER_OWNER:
-            del keys[mine[0]]
+            self._forget(node, owner)
         if len(keys) > MAX_KEYS_PER_NODE:
-            held = Counter(_owner(k) for k in keys)
-            most = max(held.values())
-            biggest = owner if held[owner] == most else next(o for o, n in held.items() if n == most)
-            del keys[next(k for k in keys if _owner(k) == biggest)]
+            most = max(len(held) for held in owned.values())
+            biggest = (
+                owner if len(mine) == most else next(o for o, held in owned.items() if len(held) == most)
+            )
+            self._forget(node, biggest)
         self._save()
+
+    def _forget(self, node: str, owner: str) -> None:
+        """Forget `owner`'s key on `node` given longest ago."""
+        held = self._owned[node][owner]
+        oldest = next(iter(held))
+        del held[oldest], self._keys[node][oldest]
+        if not held:
+            del self._owned[node][owner]
 
     def given(self, node: str, key: str) -> bool:
         return key in self._keys.get(node, {})
@@ -100,7 +116,7 @@ class NodeKeys:
 
     def held(self, node: str, owner: str) -> int:
         """How many of `node`'s keys `owner` holds ("" for keys that name no agent)."""
-        return sum(1 for k in self._keys.get(node, {}) if _owner(k) == owner)
+        return len(self._owned.get(node, {}).get(owner, {}))
 
     def _save(self) -> None:
         try:
