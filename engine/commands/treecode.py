@@ -14,6 +14,7 @@ from engine.commands.analysis import CommandAnalysis
 from engine.commands.gitvet import Finding
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, not_regular, parse_make
+from engine.commands.pipargs import BUILDS, local_path, parse_pip
 from engine.commands.regular import Unreadable, read_regular
 from engine.commands.treesafe import is_tree_safe
 from engine.commands.which import real_path
@@ -40,14 +41,17 @@ class TreeProgram:
     files: tuple[str, ...]  # relative to each directory looked at
     what: str
     walk_up: bool = False  # the program searches the cwd's ancestors (npm, cargo, direnv, go)
-    stop_at: tuple[str, ...] = ()  # walking up ends at the first directory holding one of these
 
 
+# No stop at the nearest package.json: npm (>=7) walks on to any ancestor whose package.json lists the
+# cwd's package among its workspaces and then reads that root's .npmrc (not the package's); yarn berry
+# merges every .yarnrc.yml up to /; pnpm looks upward for pnpm-workspace.yaml. Every ancestor up to the
+# operator's home is one the package manager may read, so every one is named and bound: a root .npmrc
+# added after an approval changes the binding, and the command asks again.
 _NPM = TreeProgram(
     ("package.json", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", "pnpm-workspace.yaml"),
     "scripts, lifecycle hooks or a package-manager setting that runs code",
     walk_up=True,
-    stop_at=("package.json",),
 )
 _PY_BUILD = TreeProgram(
     ("pyproject.toml", "setup.py", "setup.cfg"), "a build backend or setup script that runs on install"
@@ -117,6 +121,7 @@ UNMODELLED = (
     "code it may load from there (config naming plugins, conftest.py, hooks, …: it is not a program "
     "known to take none, tools.exec.treeSafe)"
 )
+PIP_SOURCE = "packages pip may build (an sdist's setup script runs)"
 NOT_A_FILE = "a makefile that is not a regular file (stdin, a device, a fifo): nothing there can be vetted"
 _OPERANDS_LOOKED_AT = 64  # path operands whose trees an unmodelled program may read (pytest ../other)
 # The spawn's directory fd of the cwd, as a path: what is looked up under it is found in the directory that
@@ -144,9 +149,7 @@ _FILE_OPTIONS: dict[str, tuple[str, ...]] = {
     "task": ("-t", "--taskfile"),
     "docker": ("-f", "--file"),
     "docker-compose": ("-f", "--file"),
-    "pip": ("-r", "--requirement", "-c", "--constraint"),
-    "pip3": ("-r", "--requirement", "-c", "--constraint"),
-}
+}  # pip's are read by pip's own grammar: engine.commands.pipargs
 
 
 def _option_values(argv: Sequence[str], options: tuple[str, ...]) -> Iterator[str]:
@@ -237,20 +240,41 @@ def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) 
     if program == "docker" and "compose" not in argv[1:]:
         return []  # only `docker compose` reads a compose file; `docker build` runs its Dockerfile contained
     if program in ("pip", "pip3"):
-        # pip builds (runs a backend) only to install, wheel or download; then every local path operand
-        # is a tree whose backend runs. `pip list`/`pip show` read no tree.
-        if not {"install", "wheel", "download"} & set(argv[1:]):
-            return out
-        starts += [
-            os.path.join(cwd, w) for w in argv[1:] if w == "." or (not w.startswith("-") and os.sep in w)
-        ]
+        builds, pip_starts, pip_files = _pip_reads(argv, cwd)
+        out += pip_files
+        if not builds:
+            return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
+        starts += pip_starts
     for start in starts:
         for here in _dirs(start, spec.walk_up):
-            present = [os.path.join(here, f) for f in spec.files if os.path.isfile(os.path.join(here, f))]
-            out += present
-            if spec.stop_at and any(os.path.basename(p) in spec.stop_at for p in present):
-                break
+            out += [os.path.join(here, f) for f in spec.files if os.path.isfile(os.path.join(here, f))]
     return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
+
+
+def _pip_reads(argv: Sequence[str], cwd: str) -> tuple[bool, list[str], list[str]]:
+    """Whether pip builds (runs a backend: install, wheel, download, lock), the project trees it would
+    build (local path operands, editables), and the files it reads requirements from, as pip's own
+    option grammar finds them (engine.commands.pipargs). `pip list`/`pip show` read no tree."""
+    args = parse_pip(argv)
+    files = [os.path.join(cwd, f) for f in args.files]
+    if args.command not in BUILDS:
+        return False, [], files
+    starts = [os.path.join(cwd, w) for w in args.operands if w == "." or os.sep in w]
+    starts += [os.path.join(cwd, e.split("[", 1)[0]) for e in args.editables]
+    return True, starts, files
+
+
+def _pip_findings(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Sequence[str]) -> list[Finding]:
+    """What pip's argv itself brings: an option or command exechost does not model (asks, naming it),
+    and every local place pip takes packages from (find-links, a file: index, a cache, a checkout
+    dir) that the agent can write: an sdist there builds, its setup script runs."""
+    args = parse_pip(argv)
+    found = [] if args.problem is None else [Finding(program, "the command line", args.problem)]
+    for value in args.sources:
+        path = local_path(value, cwd)
+        if path is not None and os.path.lexists(path) and agent_writable(path, sandbox_roots):
+            found.append(Finding(program, os.path.realpath(path), PIP_SOURCE))
+    return found
 
 
 def _trees(argv: Sequence[str], cwd: str) -> Iterator[str]:
@@ -345,6 +369,9 @@ def findings_for(
             found.append(Finding(program, "the command line", args.problem))
         here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
         found += [Finding(program, path, NOT_A_FILE) for path in not_regular(args, here)]
+    if program in ("pip", "pip3"):
+        here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+        found += _pip_findings(program, argv, here, sandbox_roots)
     return found
 
 
