@@ -47,7 +47,7 @@ def _left_running(node: str, call: asyncio.Future[Response]) -> str | None:
     if call.cancelled() or call.exception() is not None:
         return None
     res = call.result()
-    payload = res.payload or {} if res.ok else {}
+    payload = (res.payload or {}) if res.ok else {}
     sid = payload.get("sessionId")
     return f"node:{node}:{sid}" if payload.get("status") == "running" and isinstance(sid, str) else None
 
