@@ -28,7 +28,7 @@ from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_c
 from engine.commands.content import ContentBinding, bind
 from engine.commands.expansion import Expansion, expand
 from engine.commands.hostenv import foreign_env_keys, host_path, own_environ
-from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet
+from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet, unbound_findings
 from engine.config.model import Config
 from engine.errors import InvalidInput
 from engine.policy.precedence import (
@@ -324,6 +324,13 @@ def _examine(
     binding = approval_binding(analysis, cwd, env_overrides)
     if vetted is not None and vetted.binding:
         binding += "\n" + vetted.binding
+    loose = unbound_findings(vetted.binding) if vetted is not None else []
+    if loose:
+        warnings.append(
+            f"Warning: {loose[0]}{f' (and {len(loose) - 1} more)' if len(loose) > 1 else ''} holds code "
+            "exechost cannot bind to its bytes (a tree the program reads as it likes, a directory, a file "
+            "that is not regular or is too large): allow-always is not offered."
+        )
     content = None
     # Bound wherever a human or an allowlist decides; `security=full` without ask=always and elevated full
     # allow any bytes anyway (nothing was shown to bind them to).
@@ -333,7 +340,7 @@ def _examine(
         warnings += content_warnings(content, result)
         if content.durable_text():
             binding += "\n" + content.durable_text()  # an exact-command approval binds those bytes too
-    durable = has_durable_approval(command, entries, binding) or (
+    durable = (not loose and has_durable_approval(command, entries, binding)) or (
         not found and not foreign_env and _durable_by_entries(analysis, result, entries)
     )
     return _Findings(
@@ -416,8 +423,9 @@ def _decision(
     offered = allowed_decisions(policy.ask) if verdict == "ask" else ()
     if expanded:  # decided on this directory's files now: approved once, never saved
         offered = tuple(d for d in offered if d != "allow-always")
-    if content is not None and not content.proven:
-        # Issue 27 §5: allow-always only when the binder proved every code source bound (content.py).
+    if (content is not None and not content.proven) or (f.vetted and unbound_findings(f.vetted.binding)):
+        # Issue 27 §5: allow-always only when the binder proved every code source bound (content.py), and
+        # every file a host tool takes code from in the agent's tree is bound by its bytes (treecode).
         offered = tuple(d for d in offered if d != "allow-always")
     always = "allow-always" in offered
     patterns = allow_always_patterns(command, f.analysis, f.result, f.binding) if always else []
