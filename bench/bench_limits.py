@@ -1,7 +1,8 @@
 """What the per-principal limits of issue 27 cost: the checks each request now passes (revoked? reading
 paused?), the admission of a connection by who it proved to be, and the per-agent quota check at each
 session start, against a raw baseline in the same run (posix_spawn of /bin/true: what starting any
-session costs at least).
+session costs at least). Round-4 e: a loopback connection's pre-auth slot (taken and given back), and a
+node key given to a full node (each owner's share found by a scan, then the file written as before).
 
 Usage: .venv/bin/python bench/bench_limits.py [--repeats R]
 """
@@ -64,6 +65,45 @@ async def _request_checks() -> float:
         conn.abort(hard=True)
 
 
+async def _preauth() -> float:
+    """engine.preauth: a connection takes a slot (a timer armed) and shows its token (the timer cancelled)."""
+    from engine.preauth import PreAuth
+
+    gate = PreAuth()
+    keys = [object() for _ in range(1000)]
+
+    def one() -> None:
+        for key in keys:
+            gate.arrived(key, lambda: None)
+            gate.admitted(key)
+
+    return _per_call(one, 20) / len(keys)
+
+
+def _node_key(held: int) -> tuple[float, float]:
+    """(seconds per new key given to a node holding `held` keys of 8 owners, the same with the share scan
+    skipped: the file write alone)."""
+    import tempfile
+
+    from runner.gateway import node_keys
+
+    with tempfile.TemporaryDirectory() as tmp:
+        keys = node_keys.NodeKeys(Path(tmp))
+        for i in range(held):
+            keys.give("n", f"agent:a{i % 8}:{'k' * 40}{i}")
+        n = iter(range(10**9))
+
+        def give() -> None:
+            keys.give("n", f"agent:a1:{'k' * 40}new{next(n)}")
+
+        whole = _per_call(give, 20)
+        keys._save()
+        t0 = time.perf_counter()
+        for _ in range(20):
+            keys._save()
+        return whole, (time.perf_counter() - t0) / 20
+
+
 def _pair() -> tuple[Any, Any]:
     import socket
 
@@ -108,6 +148,21 @@ def main() -> None:
             f"{spawn * 1e6:.0f} µs spawn",
             ratio(admit, spawn),
         )
+        slot = asyncio.run(_preauth())
+        record(
+            f"pre-auth slot of a loopback connection (taken, then admitted), run {r + 1}",
+            f"{slot * 1e6:.2f} µs",
+            f"{spawn * 1e6:.0f} µs spawn",
+            ratio(slot, spawn),
+        )
+        for held in (1_023, 4_095):
+            give, write = _node_key(held)
+            record(
+                f"node key given, node holding {held} keys (of which the file write), run {r + 1}",
+                f"{give * 1e3:.2f} ms ({write * 1e3:.2f} ms)",
+                f"{spawn * 1e6:.0f} µs spawn",
+                ratio(give, spawn),
+            )
         for others in (0, 1_000, 10_000):
             quota = Quota()
             registry: dict[str, Any] = {}

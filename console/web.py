@@ -12,15 +12,27 @@ dev server) would receive it. A path is sent only where the page itself points, 
 at its own origin (a CSP says so, no third-party font), with `Referrer-Policy: no-referrer` so a link
 followed out of the console does not carry it either. The access log prints routes, never paths as sent,
 and the only URL printed is the one that works.
+
+Any local account can connect, token or not: a connection that has not shown the token takes one of a
+few slots (engine.preauth: the oldest shed first, 5 s each), so tokenless peers never hold the process's
+descriptors; and an error the loop reports (accept() at EMFILE) is logged plainly and never ends the
+server (textual-serve's rich handler imported its traceback module right then, which failed with EMFILE
+too, and the console exited).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import errno
+import functools
 import hmac
 import logging
+import os
 import re
 import secrets
 import shlex
+import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -31,7 +43,10 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.web_protocol import RequestHandler
 from textual_serve.server import Server
+
+from engine.preauth import PreAuth
 
 HOST = "127.0.0.1"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -79,6 +94,7 @@ class GuardedServer(Server):
         super().__init__(command, host=HOST, port=port, title="exechost console")
         self.token = token
         self.allowed_hosts = {f"{HOST}:{port}", f"localhost:{port}"}
+        self.preauth = PreAuth()  # connections that have not shown the token yet
 
     async def _make_app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard])
@@ -109,6 +125,7 @@ class GuardedServer(Server):
             raise web.HTTPForbidden(
                 text="exechost console: open the URL printed at start (it holds the token)"
             )
+        self.preauth.admitted(request.protocol)  # the operator's: no longer counted or timed
         return await handler(request)
 
     @staticmethod
@@ -136,18 +153,97 @@ class GuardedServer(Server):
             raise web.HTTPNotFound()
         return web.FileResponse(path)
 
+    def initialize_logging(self) -> None:
+        """Plain lines on stderr. textual-serve's rich handler imports modules while it formats a traceback,
+        and the loop reports accept() failing with EMFILE exactly when no file can be opened: that import
+        failed inside the loop's exception handler and ended the process."""
+        logging.basicConfig(
+            level="DEBUG" if self.debug else "INFO", format="%(message)s", handlers=[logging.StreamHandler()]
+        )
+
     def serve(self, debug: bool = False) -> None:
-        """textual-serve's `serve`, with the route-only access log."""
+        """Serve until SIGINT or SIGTERM, with the route-only access log."""
         self.debug = debug
         self.initialize_logging()
         logging.getLogger("aiohttp.access").setLevel(logging.INFO)
-        web.run_app(
-            self._make_app(),
-            host=self.host,
-            port=self.port,
-            access_log_class=RouteAccessLog,
-            print=None,
-        )
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(LoopErrors())
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        runner = web.AppRunner(await self._make_app(), access_log_class=RouteAccessLog)
+        await runner.setup()
+        server = runner.server
+        assert server is not None
+
+        def accepted() -> asyncio.Protocol:
+            """aiohttp's handler for a new connection, in a pre-auth slot until a request shows the token."""
+            handler = server()
+            self.preauth.arrived(handler, functools.partial(_abort, handler))
+            return handler
+
+        listener = await loop.create_server(accepted, self.host, self.port, reuse_address=True)
+        try:
+            await stop.wait()
+        finally:
+            listener.close()
+            await runner.cleanup()
+
+
+def _abort(handler: RequestHandler) -> None:
+    """Close a connection shed from its slot. One accepted in the same batch may have no transport yet:
+    its connection_made is queued already, so the close is queued behind it (a shed that found no
+    transport used to leave the connection open, uncounted)."""
+    if handler.transport is not None:
+        handler.transport.abort()
+    else:
+        asyncio.get_running_loop().call_soon(_abort_made, handler)
+
+
+def _abort_made(handler: RequestHandler) -> None:
+    if handler.transport is not None:  # None again: it was lost meanwhile
+        handler.transport.abort()
+
+
+class LoopErrors:
+    """The loop's exception handler: it never raises into the loop, and asyncio's report of accept()
+    failing for want of descriptors (which it retries a second later, reporting each failed accept of a
+    batch: ~100 tracebacks a second) is one plain line per ACCEPT_REPORT_S. Anything else goes to
+    asyncio's own handler (a plain log line with its traceback)."""
+
+    ACCEPT_REPORT_S = 10.0
+
+    def __init__(self) -> None:
+        self._quiet_until = 0.0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        try:
+            if isinstance(exc, OSError) and exc.errno in (
+                errno.EMFILE,
+                errno.ENFILE,
+                errno.ENOBUFS,
+                errno.ENOMEM,
+            ):
+                if loop.time() < self._quiet_until:
+                    return
+                self._quiet_until = loop.time() + self.ACCEPT_REPORT_S
+                _line(
+                    f"accept() failed ({exc.strerror}); retrying (said once per {self.ACCEPT_REPORT_S:g} s)"
+                )
+                return
+            loop.default_exception_handler(context)
+        except Exception:
+            _line(f"{context.get('message')}: {exc!r}")
+
+
+def _line(text: str) -> None:
+    """One line on stderr, written directly: no handler, formatter or import between it and the fd."""
+    with contextlib.suppress(Exception):
+        os.write(2, f"exechost console: {text}\n".encode(errors="replace"))
 
 
 def console_command(state: Path | None, config_path: str | None) -> str:

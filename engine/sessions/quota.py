@@ -34,6 +34,21 @@ class Quota:
     # Each agent's sessions, by id, as admitted; a session the registry no longer holds is dropped at
     # that agent's next grant. A start costs what that agent holds, not what the whole gateway holds.
     _held: dict[str, dict[str, Session]] = field(default_factory=dict, repr=False)
+    # Sessions an agent keeps outside this manager, counted against the same cap: the gateway's count of
+    # those it started on nodes (runner/gateway/node_sessions.py), whose own tables have no agents' caps.
+    elsewhere: Callable[[str], int] | None = field(default=None, repr=False)
+
+    def caps(self, owner: str) -> tuple[int, int]:
+        """(sessions, output bytes) `owner` may keep."""
+        return (self.sessions, self.output_bytes) if self.per_agent is None else self.per_agent(owner)
+
+    def held_here(self, owner: str, registry: Held) -> int:
+        """How many of this manager's sessions `owner` keeps (those the registry no longer holds dropped)."""
+        held = self._held.setdefault(owner, {})
+        for sid, session in list(held.items()):
+            if registry.get(sid) is not session:
+                del held[sid]
+        return len(held)
 
     def grant(self, scope_key: str, registry: Held, default_cap: int) -> int:
         """The output cap a new session in `scope_key` gets (its share of its agent's budget), or a
@@ -42,16 +57,11 @@ class Quota:
         owner = key_owner(scope_key)
         if owner is None:  # an ownerless key is the operator's (principals.key_owner): no agent's budget
             return default_cap
-        most, budget = (self.sessions, self.output_bytes) if self.per_agent is None else self.per_agent(owner)
-        held = self._held.setdefault(owner, {})
-        for sid, session in list(held.items()):
-            if registry.get(sid) is not session:
-                del held[sid]
-        if len(held) >= most:
-            raise ToolError(
-                f"agent {owner} has {len(held)} sessions, the most one agent may keep; remove finished ones "
-                "(process remove) or kill some before starting another."
-            )
+        most, budget = self.caps(owner)
+        count = self.held_here(owner, registry) + (self.elsewhere(owner) if self.elsewhere is not None else 0)
+        if count >= most:
+            raise too_many_sessions(owner, count)
+        held = self._held[owner]
         used = sum(s.output.log_bytes if s.exited else s.output.log_cap for s in held.values())
         room = budget - used
         if room < min(default_cap, MIN_SESSION_BYTES):
@@ -67,3 +77,10 @@ class Quota:
         owner = key_owner(session.spec.scope_key)
         if not session.spec.operator and owner is not None:
             self._held.setdefault(owner, {})[session.id] = session
+
+
+def too_many_sessions(owner: str, count: int) -> ToolError:
+    return ToolError(
+        f"agent {owner} has {count} sessions, the most one agent may keep; remove finished ones "
+        "(process remove) or kill some before starting another."
+    )

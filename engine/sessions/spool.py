@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 SPOOL_NAME = "events.json"
 MAX_TEXT_CHARS = 4096  # an event is a notice (a header and ≤400 chars of output), never a log
 MAX_KEYS = 512
-MAX_BYTES = 512 * 1024  # the whole spool; beyond it the oldest events of the longest queues go
+MAX_BYTES = 512 * 1024  # the whole spool as written; beyond it the oldest events of the largest queues go
 # Both caps are shared fairly: past one, what goes is the oldest of the owner (the agent a key names; an
 # ownerless key is the operator's) that holds the most, so one agent writing many events never pushes
 # another's undelivered events off the disk, where a crash would lose them.
@@ -72,16 +72,8 @@ class EventSpool:
                 mine = max(by_owner.values(), key=len)
                 del kept[mine.pop(0)]
         data = _encode(kept)
-        while len(data) > MAX_BYTES:
-            held: Counter[str | None] = Counter()
-            for key, texts in kept.items():
-                held[key_owner(key)] += sum(len(t) for t in texts)
-            owner = max(held, key=lambda who: held[who])
-            longest = max((k for k in kept if key_owner(k) == owner), key=lambda k: len(kept[k]))
-            del kept[longest][: max(1, len(kept[longest]) // 4)]
-            if not kept[longest]:
-                del kept[longest]
-            data = _encode(kept)
+        if len(data) > MAX_BYTES:
+            data = _trim(kept)
         try:
             atomic_write(self.path, data)
             self.problem = None
@@ -100,6 +92,32 @@ def _parse(raw: str) -> dict[str, list[str]]:
         if isinstance(key, str) and key.strip() and isinstance(texts, list):
             out[key] = [t[:MAX_TEXT_CHARS] for t in texts if isinstance(t, str)]
     return out
+
+
+def _trim(kept: dict[str, list[str]]) -> bytes:
+    """Drop oldest events from `kept` until it encodes within MAX_BYTES, each time from the largest queue
+    of the owner holding the most; the encoding. Shares are measured in the cap's unit, each event's bytes
+    as written (UTF-8, escapes and all): counted in characters, an agent's 4-byte ones held 4x the disk
+    per "character" and another agent's ASCII events were trimmed in their place."""
+    sizes = {key: [_size(t) for t in texts] for key, texts in kept.items()}
+    data = _encode(kept)
+    while len(data) > MAX_BYTES:
+        held: Counter[str | None] = Counter()
+        for key, each in sizes.items():
+            held[key_owner(key)] += sum(each)
+        owner = max(held, key=lambda who: held[who])
+        largest = max((k for k in kept if key_owner(k) == owner), key=lambda k: sum(sizes[k]))
+        cut = max(1, len(kept[largest]) // 4)
+        del kept[largest][:cut], sizes[largest][:cut]
+        if not kept[largest]:
+            del kept[largest], sizes[largest]
+        data = _encode(kept)
+    return data
+
+
+def _size(text: str) -> int:
+    """An event's bytes in the spool: its JSON string as written (UTF-8, escapes included)."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
 
 def _encode(queues: dict[str, list[str]]) -> bytes:

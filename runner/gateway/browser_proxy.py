@@ -19,13 +19,14 @@ import secrets
 from dataclasses import dataclass
 
 from engine import redact
+from engine.preauth import PreAuth
 from engine.sandbox.browser import open_browser_socket
 
 log = logging.getLogger(__name__)
 
 HEAD_LIMIT = 16 * 1024  # an HTTP request head longer than this is not a CDP or noVNC client
 JSON_LIMIT = 1024 * 1024  # a /json answer (targets list) larger than this is refused
-HEAD_TIMEOUT = 10.0
+HEAD_TIMEOUT = 10.0  # a head must be whole by then; one without a door's token has engine.preauth's 5 s
 FORBIDDEN = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 BAD_GATEWAY = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _REQUEST_LINE = re.compile(rb"^([A-Z]{3,10}) (/[^ ]*) (HTTP/1\.[01])$")
@@ -49,6 +50,9 @@ class BrowserProxy:
         self._server: asyncio.Server | None = None
         self._doors: dict[str, Door] = {}  # browser (container) name → door
         self._tasks: set[asyncio.Task[None]] = set()
+        # Connections that have not shown a door's token: a few slots, oldest shed first, 5 s each (2,000
+        # tokenless peers held 2,000 of the gateway's descriptors for 10 s each).
+        self.preauth = PreAuth()
         self.port = 0
 
     async def start(self) -> None:
@@ -101,6 +105,7 @@ class BrowserProxy:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        self.preauth.arrived(writer, writer.transport.abort)
         try:
             await self._relay(reader, writer)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, TimeoutError):
@@ -108,6 +113,7 @@ class BrowserProxy:
         except asyncio.CancelledError:
             pass  # the door closed under it (gateway stopping): a top-level task nothing awaits
         finally:
+            self.preauth.gone(writer)
             if task is not None:
                 self._tasks.discard(task)
             writer.close()
@@ -129,6 +135,7 @@ class BrowserProxy:
             writer.write(FORBIDDEN)
             await writer.drain()
             return
+        self.preauth.admitted(writer)
         target, inner = door.cdp_socket, b"/" + rest
         if rest == b"novnc" or rest.startswith((b"novnc/", b"novnc?")):
             if door.novnc_socket is None:

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from engine.approvals.pending import ApprovalManager
     from engine.config.model import Config
     from engine.sessions import SystemEvents
+    from engine.sessions.manager import SessionManager
     from runner.gateway.connection import Connection
     from runner.gateway.output import OutputFanout
 
@@ -20,6 +21,7 @@ class HubServices(Protocol):
     approvals: ApprovalManager
     events: SystemEvents
     output: OutputFanout
+    sessions: SessionManager  # an agent's node sessions count against the same cap (node_sessions.py)
     state_dir: Path  # the nodes' record of the session keys each node was given (node_keys.py)
 
     def config(self) -> Config: ...

@@ -11,11 +11,17 @@ import time
 from pathlib import Path
 
 from engine import jsontext, statefs
+from engine.principals import key_owner
 
 log = logging.getLogger("exechost.gateway.nodes")
 
 FILE_NAME = "node-keys.json"
-MAX_KEYS_PER_NODE = 1024  # past this the key given longest ago is forgotten
+# Each owner (an agent, or the operator for keys that name none) has its own share of a node's keys: past
+# it, that owner's key given longest ago is forgotten. One pool for all let agent main's 1,030 trivial runs
+# evict ops's key, and ops's background exit notice was then dropped as "never given".
+MAX_KEYS_PER_OWNER = 1024
+# All owners together, per node (what the file holds): past it, the owner holding the most loses its oldest.
+MAX_KEYS_PER_NODE = 4096
 MAX_IDS = 4096
 
 
@@ -25,6 +31,8 @@ class NodeKeys:
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / FILE_NAME
         self._keys: dict[str, dict[str, int]] = {}
+        # The same keys by owner, oldest first ({node: {owner: {key: None}}}): shares kept without a scan.
+        self._owned: dict[str, dict[str, dict[str, None]]] = {}
         self._ids: dict[str, str] = {}  # node id -> the [nodes.<name>] that first presented it
         try:
             text = statefs.read_text(self.path)
@@ -40,20 +48,46 @@ class NodeKeys:
                 self._keys[name] = {
                     k: v for k, v in keys.items() if isinstance(k, str) and isinstance(v, int)
                 }
+                owned = self._owned[name] = {}
+                for k in self._keys[name]:
+                    owned.setdefault(_owner(k), {})[k] = None
         ids = data.get("ids") if isinstance(data, dict) else None
         if isinstance(ids, dict):
             self._ids = {k: v for k, v in ids.items() if isinstance(k, str) and isinstance(v, str)}
 
     def give(self, node: str, key: str) -> None:
-        """`node` runs work under `key` from now on (a run was sent there with it)."""
+        """`node` runs work under `key` from now on (a run was sent there with it). Forgets the oldest key
+        of the same owner past its share, then, past the node's cap, the oldest of whoever holds the most
+        (the giver when it ties): what one owner gives never forgets another's key while that one holds
+        no more than the giver."""
         keys = self._keys.setdefault(node, {})
+        owned = self._owned.setdefault(node, {})
+        owner = _owner(key)
+        mine = owned.setdefault(owner, {})
         new = key not in keys
         keys.pop(key, None)
         keys[key] = int(time.time() * 1000)
-        while len(keys) > MAX_KEYS_PER_NODE:
-            del keys[next(iter(keys))]
-        if new:
-            self._save()
+        mine.pop(key, None)
+        mine[key] = None
+        if not new:
+            return
+        if len(mine) > MAX_KEYS_PER_OWNER:
+            self._forget(node, owner)
+        if len(keys) > MAX_KEYS_PER_NODE:
+            most = max(len(held) for held in owned.values())
+            biggest = (
+                owner if len(mine) == most else next(o for o, held in owned.items() if len(held) == most)
+            )
+            self._forget(node, biggest)
+        self._save()
+
+    def _forget(self, node: str, owner: str) -> None:
+        """Forget `owner`'s key on `node` given longest ago."""
+        held = self._owned[node][owner]
+        oldest = next(iter(held))
+        del held[oldest], self._keys[node][oldest]
+        if not held:
+            del self._owned[node][owner]
 
     def given(self, node: str, key: str) -> bool:
         return key in self._keys.get(node, {})
@@ -80,9 +114,18 @@ class NodeKeys:
         if gone:
             self._save()
 
+    def held(self, node: str, owner: str) -> int:
+        """How many of `node`'s keys `owner` holds ("" for keys that name no agent)."""
+        return len(self._owned.get(node, {}).get(owner, {}))
+
     def _save(self) -> None:
         try:
             data = {"version": 1, "nodes": self._keys, "ids": self._ids}
             statefs.atomic_write(self.path, json.dumps(data) + "\n")
         except OSError as exc:  # the run goes ahead; its later session events may be dropped
             log.warning("%s not written: %s", self.path, exc)
+
+
+def _owner(key: str) -> str:
+    """Whose share a key counts in: the agent it names, or "" (the operator) when it names none."""
+    return key_owner(key) or ""

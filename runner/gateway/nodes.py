@@ -26,6 +26,7 @@ from runner.gateway import node_limits as limits
 from runner.gateway.node_keys import NodeKeys
 from runner.gateway.node_output import NodeOutputFeed
 from runner.gateway.node_runs import NodeRun, denied_result, follow_up, pending_result, waiting_data
+from runner.gateway.node_sessions import NodeSessions
 
 if TYPE_CHECKING:
     from runner.gateway.hubs import HubServices
@@ -39,6 +40,16 @@ MAX_ORPHANED_RUNS = 1024
 _APPROVAL_ID = re.compile(
     r"[A-Za-z0-9_.:-]{1,128}"
 )  # a node flooding the inbox gets refused (askFallback), not shown
+
+
+def _left_running(node: str, call: asyncio.Future[Response]) -> str | None:
+    """The node session a run's answer left running (`node:<node>:<id>`), or None."""
+    if call.cancelled() or call.exception() is not None:
+        return None
+    res = call.result()
+    payload = (res.payload or {}) if res.ok else {}
+    sid = payload.get("sessionId")
+    return f"node:{node}:{sid}" if payload.get("status") == "running" and isinstance(sid, str) else None
 
 
 def _compact(text: str, limit: int) -> str:
@@ -55,6 +66,7 @@ class NodeHub:
         self._runs: dict[tuple[str, str], NodeRun] = {}  # (node name, runId) -> the call waiting on it
         self._retired: set[asyncio.Task[None]] = set()
         self.keys = NodeKeys(services.state_dir)
+        self.held = NodeSessions()  # each agent's node sessions, counted with its sessions here
         # Runs whose link dropped before they answered: their end may still come, once, on a later link.
         self._orphans: dict[tuple[str, str], NodeRun] = {}
         self._last_drop_log: dict[str, float] = {}
@@ -211,6 +223,13 @@ class NodeHub:
             raise ToolError(str(exc)) from None
         # The key this run's events are filed under, as the gateway files its own (never the frame's).
         events_key = ctx.session_key or ctx.scope_key
+        owner = None if ctx.operator else key_owner(ctx.scope_key)
+        quota = self.services.sessions.quota
+        if owner is not None and quota is not None:  # a place among the agent's sessions, or refused
+            registry = self.services.sessions.registry
+            await self.held.admit(
+                owner, run_id, link.name, ctx.scope_key, quota, registry, lambda: self.links
+            )
         run = NodeRun(link, run_id, command, sandboxed, started, ctx.agent_id, events_key)
         self.keys.give(link.name, events_key)  # its background sessions may report under it later
         self._runs[(link.name, run_id)] = run
@@ -238,6 +257,7 @@ class NodeHub:
             else:
                 call.cancel()
                 self._runs.pop((link.name, run_id), None)
+                self.held.answered(run_id, None)
             raise
         self._end(run, call)
         return self._result(run, call)
@@ -267,6 +287,7 @@ class NodeHub:
         key = (run.link.name, run.run_id)
         self._runs.pop(key, None)
         self._settle(run)
+        self.held.answered(run.run_id, _left_running(run.link.name, call))
         lost = not call.cancelled() and isinstance(call.exception(), NodeError)
         if lost and getattr(call.exception(), "error_code", "") == "NODE_LINK_LOST" and not run.ended:
             self._orphans[key] = run
@@ -372,6 +393,8 @@ class NodeHub:
             raise ToolError(f"node {link.name}: {err.get('message') or 'failed'}")
         payload = res.payload or {}
         text, details = str(payload.get("text") or ""), dict(payload.get("details") or {})
+        if action == "remove" and isinstance(sid, str) and details.get("status") == "completed":
+            self.held.removed(sid)  # no longer one of its agent's sessions
         prefix = f"node:{link.name}:"
         if isinstance(details.get("sessionId"), str):
             text = text.replace(details["sessionId"], prefix + details["sessionId"])

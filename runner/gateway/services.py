@@ -136,6 +136,8 @@ class Services:
         self.adoption: Adoption | None = None  # the kept sessions, adopted after the socket opens
         self._adopting: asyncio.Task[None] | None = None
         self.nodes = NodeHub(self)  # links are opened on first use (and follow config edits)
+        if self.sessions.quota is not None:  # an agent's sessions on nodes count against its cap here
+            self.sessions.quota.elsewhere = self.nodes.held.count
         self.browsers = BrowserHub(self)  # containers started on first use; the door opens with them
         self.egress = EgressHub(self)  # sandboxes' egress proxy: listens from start()
         self.exec_tool.node_runner = self.nodes.run

@@ -152,3 +152,28 @@ async def test_connections_that_never_say_hello_are_capped_per_account(state_dir
         assert b"still saying hello" in first and b"overload" in first, first
         for _, w in [*silent, (reader, writer)]:
             w.close()
+
+
+async def test_hundreds_of_waiting_polls_are_all_read_and_leave_room(state_dir: Path) -> None:
+    """Each request in flight is charged its task's cost too (limits.REQUEST_OVERHEAD_BYTES), which bounds
+    an agent's waiting requests by memory; a legitimate burst is not held back by it: one agent's 1,000
+    polls waiting at once on four connections are all read and run, its next request (the kill that ends
+    them) is read at once, and every poll is answered."""
+    write_config(state_dir, FULL)
+    async with gateway(state_dir) as server:
+        agent = await connect(state_dir, "agent", operator=False)
+        pollers = [await connect(state_dir, f"poller{i}", operator=False) for i in range(4)]
+        try:
+            started = await agent.request("exec", {"command": "sleep 600", "background": True})
+            sid = started["details"]["sessionId"]
+            poll = {"action": "poll", "sessionId": sid, "timeout": 120_000}
+            polls = [asyncio.ensure_future(c.request("process", poll)) for c in pollers for _ in range(250)]
+            await wait_until(lambda: sum(len(c.tasks) for c in _of(server, "main")) >= 1000, timeout=60)
+            assert not any(c.intake_full for c in _of(server, "main"))
+            await agent.request("process", {"action": "kill", "sessionId": sid})
+            answers = await asyncio.gather(*polls)
+            assert all(a["details"]["status"] != "running" for a in answers), answers[0]
+            await wait_until(lambda: not server._intake.by_agent)  # every request's charge is given back
+        finally:
+            for client in [agent, *pollers]:
+                await client.close()

@@ -45,3 +45,20 @@ def test_an_unreadable_spool_is_kept_aside_not_replaced(tmp_path: Path) -> None:
     assert (tmp_path / "events.json.bad").read_text() == '{"version": 1, "queues": '
     events.enqueue("k", "t")
     assert json.loads(spool.read_text())["queues"] == {"k": ["t"]}
+
+
+def test_the_spools_shares_are_counted_in_bytes_as_written(tmp_path: Path) -> None:
+    """Over the cap, the owner holding the most bytes on disk gives way, whatever its character count:
+    main's 4-byte characters and its control characters (written as 6-byte escapes) hold more bytes than
+    ops's longer ASCII events, so main's oldest go, ops keeps every event, and main keeps its newest."""
+    spool = tmp_path / "events.json"
+    events = SystemEvents(max_per_key=10_000, spool=EventSpool(spool))
+    for n in range(300):
+        events.enqueue(f"agent:ops:k{n % 3}", f"{n} " + "o" * 400)  # ~122,000 characters and bytes
+    for n in range(200):  # 100,000 characters, ~480 KB as written
+        events.enqueue(f"agent:main:e{n % 2}", f"{n} " + "\U0001f600" * 300 + "\x01" * 200)
+    spooled = json.loads(spool.read_text())["queues"]
+    assert spool.stat().st_size <= MAX_BYTES
+    assert sum(len(v) for k, v in spooled.items() if k.startswith("agent:ops:")) == 300
+    mine = [t for k, v in spooled.items() if k.startswith("agent:main:") for t in v]
+    assert 0 < len(mine) < 200 and any(t.startswith("199 ") for t in mine)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import shutil
 import socket
 import sys
@@ -39,8 +40,16 @@ class WebConsole:
         return "".join(self.output) + rest.decode(errors="replace")
 
 
-async def serve_web(state: Path) -> WebConsole:
+async def serve_web(state: Path, nofile: int | None = None) -> WebConsole:
+    """`nofile`: its soft limit on descriptors (RLIMIT_NOFILE), when not inherited."""
     env = {**os.environ, "OPENCLAW_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(
+                resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+            )
+
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -51,6 +60,7 @@ async def serve_web(state: Path) -> WebConsole:
         cwd=str(REPO),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
+        preexec_fn=limit,
     )
     assert proc.stdout is not None
     line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()

@@ -27,13 +27,49 @@ def test_keys_given_to_a_node_are_its_own_and_survive_a_restart(tmp_path: Path) 
 
 
 def test_a_node_keeps_at_most_the_newest_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(node_keys, "MAX_KEYS_PER_NODE", 3)
+    monkeypatch.setattr(node_keys, "MAX_KEYS_PER_OWNER", 3)
     keys = NodeKeys(tmp_path)
     for k in ("a", "b", "c"):
         keys.give("n", k)
     keys.give("n", "a")  # used again: the newest
     keys.give("n", "d")
     assert [k for k in "abcd" if keys.given("n", k)] == ["a", "c", "d"]
+
+
+def test_each_agent_has_its_own_share_of_a_nodes_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent giving keys past its share forgets only its own oldest; another agent's keys and the
+    operator's (keys that name no agent) stay. Its newest keys are all kept: its own work is not cut."""
+    monkeypatch.setattr(node_keys, "MAX_KEYS_PER_OWNER", 4)
+    keys = NodeKeys(tmp_path)
+    keys.give("n", "agent:ops:v")
+    keys.give("n", "node-abc")  # the operator's
+    for i in range(10):
+        keys.give("n", f"agent:main:k{i}")
+    assert keys.given("n", "agent:ops:v") and keys.given("n", "node-abc")
+    assert [i for i in range(10) if keys.given("n", f"agent:main:k{i}")] == [6, 7, 8, 9]
+    assert keys.held("n", "main") == 4 and keys.held("n", "ops") == 1 and keys.held("n", "") == 1
+    again = NodeKeys(tmp_path)  # the shares hold across a restart (owners are read from the keys)
+    assert again.given("n", "agent:ops:v") and again.held("n", "main") == 4
+
+
+def test_past_the_nodes_cap_the_owner_holding_the_most_gives_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(node_keys, "MAX_KEYS_PER_OWNER", 4)
+    monkeypatch.setattr(node_keys, "MAX_KEYS_PER_NODE", 6)
+    keys = NodeKeys(tmp_path)
+    for i in range(2):
+        keys.give("n", f"agent:ops:v{i}")
+    for i in range(4):
+        keys.give("n", f"agent:main:k{i}")
+    keys.give("n", "agent:b:x")  # the node is full: main, holding the most, forgets its oldest
+    assert keys.held("n", "main") == 3 and keys.held("n", "ops") == 2 and keys.given("n", "agent:b:x")
+    keys.give("n", "agent:ops:v2")  # ops now ties main (3 each): the giver forgets its own oldest
+    assert keys.held("n", "ops") == 2 and not keys.given("n", "agent:ops:v0") and keys.held("n", "main") == 3
+    keys.give("n", "agent:c:y")  # full again: main holds the most
+    assert keys.held("n", "main") == 2 and keys.held("n", "ops") == 2 and keys.given("n", "agent:ops:v2")
 
 
 def test_an_unreadable_file_is_kept_and_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

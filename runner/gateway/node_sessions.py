@@ -1,0 +1,112 @@
+"""The sessions each agent started on nodes, counted by the gateway against the same maxSessionsPerAgent as
+its sessions here: a node's own session table has no agents' caps, and an agent allowed on a node kept as
+many background sessions there as it liked, each with its own output log, on a node everyone shares.
+
+The gateway knows which agent started each node run. A run holds a place from before it is sent until it
+answers (so concurrent runs cannot all pass the check); one that answers with a running session keeps its
+place as that session, until the agent removes it (`process remove`) or the node no longer lists it (asked
+only when the agent is at its cap: a session the node's sweep dropped frees its place then)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from engine.nodes.link import NodeError, NodeLink
+from engine.sessions.quota import Held, Quota, too_many_sessions
+
+log = logging.getLogger("exechost.gateway.nodes")
+
+MAX_LIST_PAGES = 64  # a node's answer to `process list` for one scope; past it, its sessions are all kept
+
+
+class NodeSessions:
+    """{agent: {place: (node, scope)}}: a place is a run in flight (`run:<runId>`) or the session it left
+    running (`node:<node>:<sessionId>`, as the agent names it)."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, dict[str, tuple[str, str]]] = {}
+        self._runs: dict[str, str] = {}  # runId -> its agent
+
+    def count(self, agent: str) -> int:
+        return len(self._held.get(agent, {}))
+
+    async def admit(
+        self,
+        agent: str,
+        run_id: str,
+        node: str,
+        scope: str,
+        quota: Quota,
+        registry: Held,
+        links: Callable[[], dict[str, NodeLink]],
+    ) -> None:
+        """Give run `run_id` a place among `agent`'s sessions, or ToolError when it keeps its most (its
+        sessions here counted too). At the cap, first ask the nodes which of its sessions they still hold."""
+        most = quota.caps(agent)[0]
+        if quota.held_here(agent, registry) + self.count(agent) >= most:
+            await self._recount(agent, links)
+        count = quota.held_here(agent, registry) + self.count(agent)
+        if count >= most:  # no await since the count: concurrent runs cannot all pass
+            raise too_many_sessions(agent, count)
+        self._held.setdefault(agent, {})[f"run:{run_id}"] = (node, scope)
+        self._runs[run_id] = agent
+
+    def answered(self, run_id: str, session_id: str | None) -> None:
+        """Run `run_id` answered: its place becomes the session it left running, or is free."""
+        agent = self._runs.pop(run_id, None)
+        if agent is None:
+            return
+        held = self._held.get(agent, {})
+        place = held.pop(f"run:{run_id}", None)
+        if session_id is not None and place is not None:
+            held[session_id] = place
+        if not held:
+            self._held.pop(agent, None)
+
+    def removed(self, session_id: str) -> None:
+        """The agent removed this node session: its place is free."""
+        for agent, held in list(self._held.items()):
+            if held.pop(session_id, None) is not None and not held:
+                del self._held[agent]
+
+    async def _recount(self, agent: str, links: Callable[[], dict[str, NodeLink]]) -> None:
+        """Free the places of `agent`'s sessions its nodes no longer list (swept, or removed there). A
+        node that cannot say keeps all of them counted."""
+        held = self._held.get(agent, {})
+        wanted = {place for sid, place in held.items() if sid.startswith("node:")}
+        for node, scope in wanted:
+            link = links().get(node)
+            if link is None or link.state != "connected":
+                continue
+            listed = await _listed(link.call, scope)
+            if listed is None:
+                continue
+            prefix = f"node:{node}:"
+            for sid, place in list(held.items()):
+                if place == (node, scope) and sid.startswith(prefix) and sid[len(prefix) :] not in listed:
+                    del held[sid]
+
+
+async def _listed(call: Callable[..., Awaitable[Any]], scope: str) -> set[str] | None:
+    """The session ids a node lists in `scope`, every page; None when it cannot say."""
+    ids: set[str] = set()
+    cursor: str | None = None
+    for _ in range(MAX_LIST_PAGES):
+        params = {} if cursor is None else {"cursor": cursor}
+        try:
+            res = await call("process", {"action": "list", "params": params, "scope": scope}, timeout=60)
+        except NodeError as exc:
+            log.warning("could not count node sessions in %s: %s", scope, exc)
+            return None
+        if not res.ok:
+            return None
+        details = (res.payload or {}).get("details") or {}
+        for row in details.get("sessions") or []:
+            if isinstance(row, dict) and isinstance(row.get("sessionId"), str):
+                ids.add(row["sessionId"])
+        cursor = details.get("next")
+        if not isinstance(cursor, str) or not cursor:
+            return ids
+    return None
