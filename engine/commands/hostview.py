@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 
 BWRAP_CANDIDATES = ("/usr/bin/bwrap", "/bin/bwrap")
 ENV = "/usr/bin/env"
@@ -90,9 +91,32 @@ def _empty_file(state: str) -> str:
     return path
 
 
+def trusted_dirs(environ: dict[str, str] | None = None) -> list[str]:
+    """Directories the gateway itself reads to act, made read-only whole (what is created in them later is
+    read too, so no file list could cover them): ~/.ssh (asyncssh reads its config, `Match exec` and
+    `ProxyCommand` run programs, at every node connect; the keys and known_hosts that prove the nodes),
+    and the gateway's own install (its code and venv run in every later gateway and session host)."""
+    env = os.environ if environ is None else environ
+    home = env.get("HOME") or os.path.expanduser("~")
+    found: list[str] = []
+    for d in (os.path.join(home, ".ssh"), _install_root(), os.path.realpath(sys.prefix)):
+        if os.path.isdir(d) and d not in found:
+            found.append(d)
+    return found
+
+
+def _install_root() -> str:
+    """Where the `engine` package lives: a checkout's root, or the site-packages dir it was installed to."""
+    return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
 def view_args(state: str, environ: dict[str, str] | None = None) -> list[str]:
-    """The bwrap operations of the host view: the state dir covered, the trusted configs read-only."""
-    args = ["--dev-bind", "/", "/", "--tmpfs", state]
+    """The bwrap operations of the host view: the gateway's own inputs read-only, the state dir covered
+    (after them: a state dir inside the install is still covered), the trusted configs read-only."""
+    args = ["--dev-bind", "/", "/"]
+    for d in trusted_dirs(environ):
+        args += ["--ro-bind", d, d]
+    args += ["--tmpfs", state]
     for path, always in trusted_configs(environ):
         if os.path.exists(path):
             args += ["--ro-bind", path, path]

@@ -109,12 +109,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the host view binds only git/npm/cargo configs and rc files read-only; ~/.ssh/config, "
-    "which the gateway's asyncssh reads on every node connect (Match exec, ProxyCommand), is writable by "
-    "an allowlisted cp: the next node connect runs it in the gateway, outside the view (operator.json)",
-)
+# Closed: the host view makes ~/.ssh and the gateway's install read-only (hostview.trusted_dirs).
 async def test_class1_a_host_command_plants_ssh_config_the_gateway_runs(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -329,12 +324,7 @@ async def test_class1_a_host_command_reaches_the_docker_api_from_the_host_view(
     assert details["aggregated"].strip() != "OK", "a host command spoke to the Docker engine"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the host view makes read-only only git/npm/cargo configs and rc files; the gateway's own "
-    "code (the session host's host_main.py, started by path outside the view; the venv's site-packages, "
-    "where a .pth runs in every `python -m runner`) stays writable to every host command",
-)
+# Closed: the host view makes ~/.ssh and the gateway's install read-only (hostview.trusted_dirs).
 async def test_class1_the_gateways_own_code_is_writable_from_the_host_view(
     state_dir: Path, tmp_path: Path
 ) -> None:
