@@ -283,9 +283,14 @@ class _Builder:
             if host:
                 raise hostview.HostViewError(hostview.INSTALL_HINT)
             raise PinError("bubblewrap (bwrap) is needed to run host tools over the vetted files; install it")
-        # One bwrap: the host view's operations first (the state dir a tmpfs), then the pinned view's
-        # tmpfs (inside the state dir's, made by bwrap in it) and its copies.
-        ops = hostview.view_args(str(state_dir())) if host else ["--dev-bind", "/", "/"]
+        if not pins:  # the host view alone: entered, kept (engine.commands.hostkeeper), when it can be
+            kept = hostview.kept_prefix(str(state_dir()), bwrap)
+            if kept is not None:
+                return PinnedView(tuple(kept))
+        # One bwrap: the host view's operations first (the state dir a tmpfs, a PID namespace and /proc
+        # of its own), then the pinned view's tmpfs (inside the state dir's, made by bwrap in it) and its
+        # copies.
+        ops = [*hostview.view_args(str(state_dir())), *hostview.PID_OPS] if host else ["--dev-bind", "/", "/"]
         pinned = ["--tmpfs", self.root, *self.args] if pins else []
         prefix = (*hostview.head(bwrap), *ops, *pinned, "--", *hostview.tail())
         return PinnedView(prefix, dict(self.env), tuple(self.fds))
@@ -358,6 +363,14 @@ def pinned_view(
             with contextlib.suppress(OSError):
                 os.close(fd)
         raise
+
+
+def kept_host_view() -> PinnedView | None:
+    """The host view alone, when its keeper is ready (no blocking: the event loop may call this); None
+    when it must be made first (pinned_view(None, host=True), in a thread) or bwrap is missing."""
+    bwrap = bwrap_path()
+    kept = hostview.kept_prefix(str(state_dir()), bwrap, make=False) if bwrap is not None else None
+    return PinnedView(tuple(kept)) if kept is not None else None
 
 
 def is_git(argv: Sequence[str]) -> bool:

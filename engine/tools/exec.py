@@ -22,7 +22,14 @@ from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import host_path, sanitize_host_env
 from engine.commands.hostview import HostViewError, refuse_hidden_cwd
-from engine.commands.pinned import PinnedView, in_checked_cwd, open_checked_dir, pinned_view, view_for
+from engine.commands.pinned import (
+    PinnedView,
+    in_checked_cwd,
+    kept_host_view,
+    open_checked_dir,
+    pinned_view,
+    view_for,
+)
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, VerifiedRun, verify
 from engine.config.model import Config
@@ -324,8 +331,12 @@ class ExecTool:
         from a read-only copy of the bytes checked (issue 27 §4, §5)."""
         d = prepared.decision
         if prepared.host != "gateway" or ((d.tree is None or d.tree.vets_nothing) and not run.rereads):
-            # nothing to pin (view_for's answer too): no thread hop for it; the host view is a few stats
-            return pinned_view(None, host=True) if host else PinnedView()
+            # nothing to pin (view_for's answer too): the kept host view, a few stats and no thread hop
+            # once its keeper is up (made in a thread: bwrap runs then)
+            if not host:
+                return PinnedView()
+            kept = kept_host_view()
+            return kept if kept is not None else await asyncio.to_thread(pinned_view, None, host=True)
         return await asyncio.to_thread(view_for, d.tree, run, anchor, host=host)
 
     @staticmethod

@@ -1,0 +1,184 @@
+"""The kept host view (engine.commands.hostkeeper): a run entering it sees exactly what a run in a bwrap
+of its own sees, the keeper is made once and re-made when what it hides changes or when it dies, and one
+state dir's keeper never serves another."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from engine.commands import hostkeeper
+from engine.commands.pinned import pinned_view
+from tests.helpers.bwrap import needs_bwrap
+
+pytestmark = [
+    needs_bwrap,
+    pytest.mark.skipif(hostkeeper.helper_path() is None, reason="exechost-hostenter is not built (setup.sh)"),
+]
+
+
+def _run(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    view = pinned_view(None, host=True)
+    try:
+        argv = view.wrap(["/bin/sh", "-c", script])
+        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    finally:
+        view.close()
+
+
+def _keeper(state: Path) -> hostkeeper.Keeper:
+    return hostkeeper._keepers[str(state)]
+
+
+def _probe(state: Path) -> str:
+    """What a host command can see and do: the state dir, every trusted config (readable, writable), its
+    privileges, its namespaces relative to the host's, its PID namespace and /proc, every mount (point,
+    type, ro/rw) with the ids and sources that differ between any two namespaces left out."""
+    home = Path.home()
+    configs = [
+        home / ".gitconfig",
+        home / ".config/git/config",
+        home / ".npmrc",
+        home / ".bashrc",
+        "/etc/gitconfig",
+    ]
+    host_ns = {
+        kind: os.readlink(f"/proc/self/ns/{kind}") for kind in ("user", "mnt", "pid", "net", "ipc", "uts")
+    }
+    checks = [
+        f"echo state: $(ls -A {state}); echo x > {state}/new && echo state-writable; ls -A {state}",
+        *(
+            f"echo {c}: $(cat {c} 2>&1 | head -c 80); (echo y >> {c}) 2>/dev/null && echo {c} writable"
+            for c in configs
+        ),
+        "grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status",
+        *(
+            f'[ "$(readlink /proc/self/ns/{kind})" = "{ns}" ] && echo {kind}: the hosts || echo {kind}: own'
+            for kind, ns in host_ns.items()
+        ),
+        f"echo pid $$; echo parent $PPID; ls -d /proc/1 /proc/2 /proc/{os.getpid()} 2>&1",
+        # (other engineers' containers come and go under /run/docker: not this view's to compare)
+        "cut -d' ' -f5,6,9 /proc/self/mountinfo | grep -v '^/run/docker/' | sort",
+        "pwd -P; id; ulimit -a | md5sum",
+    ]
+    return "; ".join(checks)
+
+
+def test_the_kept_view_is_exactly_as_confining_as_a_bwrap_of_its_own(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (state_dir / "operator.json").write_text('{"token": "tok-5e3c7"}')
+    home = Path.home()
+    (home / ".gitconfig").write_text("[user]\n\tname = op\n")
+    (home / ".bashrc").write_text("# rc\n")
+    kept = _run(_probe(state_dir), tmp_path)
+    assert _keeper(state_dir).alive()
+    with monkeypatch.context() as m:
+        m.setattr(hostkeeper, "helper_path", lambda: None)  # every run its own bwrap, as before issue 31
+        view = pinned_view(None, host=True)
+        assert "--unshare-pid" in view.prefix
+        own = _run(_probe(state_dir), tmp_path)
+    assert kept.stdout.splitlines() == own.stdout.splitlines()
+    assert "tok-5e3c7" not in kept.stdout and "state:\n" in kept.stdout and "writable" in kept.stdout
+    assert ".gitconfig writable" not in kept.stdout and "name = op" in kept.stdout
+    assert "pid 2\n" in kept.stdout and "pid: own" in kept.stdout and "mnt: own" in kept.stdout
+    assert not (state_dir / "new").exists()
+
+
+def test_the_keeper_is_made_once_and_remade_when_what_it_hides_changes(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    home = Path.home()
+    gitconfig = home / ".gitconfig"
+    read_and_write = f"cat {gitconfig}; echo forged >> {gitconfig} || echo refused"
+    first = _run(read_and_write, tmp_path)
+    assert "refused" in first.stdout
+    # bwrap made the missing configs' mountpoints, empty, on the host: the next view binds those (one
+    # re-make), and from then on the view is the same.
+    _run("true", tmp_path)
+    keeper = _keeper(state_dir)
+    assert _run("true", tmp_path).returncode == 0 and _keeper(state_dir) is keeper  # kept: not re-made
+
+    # Written in place: the bind is of that file, the same keeper shows the new bytes, read-only.
+    gitconfig.write_text("[user]\n\tname = one\n")
+    done = _run(read_and_write, tmp_path)
+    assert "name = one" in done.stdout and "refused" in done.stdout
+    assert _keeper(state_dir) is keeper
+
+    # Renamed over on the host (an editor's save): the old bind is detached in every other namespace, so a
+    # kept view would show the new file writable. Re-made: the new bytes, read-only.
+    (home / "new").write_text("[user]\n\tname = two\n")
+    os.replace(home / "new", gitconfig)
+    done = _run(read_and_write, tmp_path)
+    assert "name = two" in done.stdout and "refused" in done.stdout, done.stdout
+    assert gitconfig.read_text() == "[user]\n\tname = two\n"
+    assert _keeper(state_dir) is not keeper and not keeper.alive()
+
+    # Gone: the keeper is re-made again, with an empty read-only file there.
+    gitconfig.unlink()
+    done = _run(f"wc -c < {gitconfig}; echo forged >> {gitconfig} || echo refused", tmp_path)
+    assert done.stdout.split() == ["0", "refused"] and not gitconfig.read_text()
+
+
+def test_a_keeper_that_died_is_remade_and_a_pid_reused_is_never_entered(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    assert _run("echo one", tmp_path).stdout == "one\n"
+    keeper = _keeper(state_dir)
+    os.kill(keeper.pid, signal.SIGKILL)
+    keeper.popen.wait()
+    # The words of the dead keeper name a pid that is gone (or another process's): refused, nothing run.
+    stale = subprocess.run(
+        [*keeper.prefix(str(hostkeeper.helper_path())), "/bin/sh", "-c", "echo ran"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert stale.returncode == 126 and "ran" not in stale.stdout and "kept namespace is gone" in stale.stderr
+    foreign = [*keeper.prefix(str(hostkeeper.helper_path()))]
+    foreign[2] = str(os.getpid())  # a live pid whose namespace is not the keeper's
+    other = subprocess.run(
+        [*foreign, "/bin/sh", "-c", "echo ran"], capture_output=True, text=True, check=False
+    )
+    assert other.returncode == 126 and "ran" not in other.stdout
+    assert _run(f"ls -A {state_dir}; echo two", tmp_path).stdout == "two\n"  # a new keeper, the same view
+    assert _keeper(state_dir) is not keeper
+
+
+def test_one_state_dirs_keeper_never_serves_another(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "other-state"
+    other.mkdir(mode=0o700)
+    (state_dir / "a-secret").write_text("A")
+    (other / "b-secret").write_text("B")
+    in_a = _run(f"ls -A {state_dir} {other}", tmp_path)
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(other))
+    in_b = _run(f"ls -A {state_dir} {other}", tmp_path)
+    assert "a-secret" not in in_a.stdout and "b-secret" in in_a.stdout  # A's view hides A only
+    assert "b-secret" not in in_b.stdout and "a-secret" in in_b.stdout  # B's hides B
+    assert _keeper(state_dir) is not _keeper(other) and _keeper(state_dir).alive()
+    hostkeeper.stop(str(other))
+    assert str(other) not in hostkeeper._keepers
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs on the host")
+def test_a_mount_made_or_removed_on_the_host_remakes_the_keeper(state_dir: Path, tmp_path: Path) -> None:
+    point = tmp_path / "mnt"
+    point.mkdir()
+    assert _run(f"ls -A {point}", tmp_path).stdout == ""
+    keeper = _keeper(state_dir)
+    subprocess.run(["mount", "-t", "tmpfs", "eh-test", str(point)], check=True)
+    try:
+        (point / "mounted").write_text("")
+        assert _run(f"ls -A {point}", tmp_path).stdout == "mounted\n"  # as a bwrap made now would see it
+        assert _keeper(state_dir) is not keeper
+        keeper = _keeper(state_dir)
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+    assert _run(f"ls -A {point}", tmp_path).stdout == ""
+    assert _keeper(state_dir) is not keeper
