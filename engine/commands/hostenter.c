@@ -3,14 +3,16 @@
    keep                       the keeper's program, run by bwrap inside the prepared view: prints its pid,
                               then holds the namespaces until its stdin closes (the gateway that made it is
                               gone, or made a new one).
-   enter PID MNT USER -- ARGV run ARGV in the mount namespace of keeper PID (entered only when its inode is
-                              MNT; its user namespace first when USER is not "-"), in a PID namespace of its
-                              own with its own /proc: the gateway's and the session hosts' /proc/<pid>/root,
-                              cwd and fd are not there to follow.
+   enter MNT USER -- ARGV     run ARGV in the kept mount namespace, open at fd MNT (the kept user namespace
+                              at fd USER first, unless "-"), in a PID namespace of its own with its own
+                              /proc: the gateway's and the session hosts' /proc/<pid>/root, cwd and fd are
+                              not there to follow. By fd, not by the keeper's pid: a pid can be reused, and
+                              a run prepared just before a keeper is replaced still enters the view it got.
 
    Three processes, as bwrap has them: this one (in the caller's PID namespace, the one its spawner waits
-   for and signals), pid 1 of the new namespace (reaps; when it exits the kernel ends everything left in
-   the namespace), and the command as pid 2 (a pid 1 would ignore ^C). This process and pid 1 ignore the
+   for and signals), pid 1 of the new namespace (reaps; it stays, holding no output open, while anything
+   the command left behind runs, so `nohup server &` outlives the command as it did without the view),
+   and the command as pid 2 (a pid 1 would ignore ^C). This process and pid 1 ignore the
    terminal's INT/QUIT/TSTP so they reach the command and leave its parents waiting; the command gets them
    back at their defaults, no_new_privs set. The command's exit is told as it was: its code as the code,
    its signal by dying of that signal (never 128+n, which a command can exit with itself). */
@@ -43,17 +45,14 @@ static void terminal_signals(void (*how)(int)) {
     signal(SIGTSTP, how);
 }
 
-static int open_ns(const char *pid, const char *kind, const char *ino) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%s/ns/%s", pid, kind);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) die("the kept namespace is gone");
-    if ((unsigned long long)st.st_ino != strtoull(ino, NULL, 10)) {
-        errno = ESRCH; /* another process has that pid now */
-        die("the kept namespace is gone");
+static int ns_fd(const char *number) {
+    char *end;
+    long fd = strtol(number, &end, 10);
+    if (*number == '\0' || *end != '\0' || fd < 0 || fd > INT_MAX) {
+        errno = EBADF;
+        die("not a namespace fd");
     }
-    return fd;
+    return (int)fd;
 }
 
 static int keep(void) {
@@ -79,12 +78,13 @@ static void report(int status) {
 }
 
 static int enter(char **argv) {
-    const char *pid = argv[0], *mnt = argv[1], *user = argv[2];
-    char **command = argv + 4;
+    const char *mnt = argv[0], *user = argv[1];
+    char **command = argv + 3;
     char cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof cwd)) die("getcwd");
-    int userfd = strcmp(user, "-") ? open_ns(pid, "user", user) : -1;
-    int mntfd = open_ns(pid, "mnt", mnt);
+    int userfd = strcmp(user, "-") ? ns_fd(user) : -1;
+    int mntfd = ns_fd(mnt);
+    /* setns refuses an fd that is not a namespace of that type */
     if (userfd >= 0 && setns(userfd, CLONE_NEWUSER) < 0) die("setns(user)");
     if (setns(mntfd, CLONE_NEWNS) < 0) die("setns(mnt)");
     close(mntfd);
@@ -98,11 +98,12 @@ static int enter(char **argv) {
     if (init > 0) {
         close(told[1]);
         int status, child;
-        while (waitpid(init, &status, 0) < 0)
-            if (errno != EINTR) die("waitpid");
         ssize_t n;
         while ((n = read(told[0], &child, sizeof child)) < 0 && errno == EINTR) {}
-        report(n == (ssize_t)sizeof child ? child : status);
+        if (n == (ssize_t)sizeof child) report(child); /* pid 1 may stay on for what the command left */
+        while (waitpid(init, &status, 0) < 0)
+            if (errno != EINTR) die("waitpid");
+        report(status);
     }
     /* pid 1: a view of its own (mounts made here stay here), /proc of this namespace. */
     close(told[0]);
@@ -131,22 +132,28 @@ static int enter(char **argv) {
         fprintf(stderr, "exechost: %s: %s\n", command[0], strerror(errno));
         _exit(errno == ENOENT ? 127 : 126);
     }
+    /* The command's output is the command's: pid 1 holds none of it open, so an exit is seen when the
+       command and what it left holding the output are done, as without the view. */
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) _exit(FAIL);
     for (;;) {
         int status;
         pid_t done = waitpid(-1, &status, 0);
         if (done < 0 && errno == EINTR) continue;
-        if (done < 0) die("waitpid");
+        if (done < 0) _exit(0); /* nothing left in the namespace */
         if (done == cmd) {
+            /* Told now; pid 1 stays while anything the command started (a server, `nohup … &`) runs,
+               reaping it, as init would have without the view: the namespace ends with the last. */
             ssize_t w = write(told[1], &status, sizeof status);
             (void)w;
-            _exit(0);
+            close(told[1]);
         }
     }
 }
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "keep")) return keep();
-    if (argc >= 7 && !strcmp(argv[1], "enter") && !strcmp(argv[5], "--")) return enter(argv + 2);
-    fprintf(stderr, "usage: exechost-hostenter keep | enter PID MNT USER|- -- COMMAND...\n");
+    if (argc >= 6 && !strcmp(argv[1], "enter") && !strcmp(argv[4], "--")) return enter(argv + 2);
+    fprintf(stderr, "usage: exechost-hostenter keep | enter MNT-FD USER-FD|- -- COMMAND...\n");
     return 2;
 }

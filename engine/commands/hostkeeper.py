@@ -2,11 +2,11 @@
 4 ms of CPU and 16-26 ms under load on every gateway-host exec.
 
 A keeper is `bwrap <the host view's operations> -- exechost-hostenter keep`: bwrap builds the view exactly
-as it does per run (engine.commands.hostview.view_args), and the keeper holds its namespaces. A run that
-needs no pinned copies starts as `exechost-hostenter enter <keeper pid> <mnt inode> <user inode> -- …`
-(engine/commands/hostenter.c): it joins the kept namespaces (checked by inode, so a pid reused by another
-process is never entered), takes a mount and PID namespace of its own with its own /proc, and runs the
-command there. Runs with pinned copies keep their own bwrap (engine.commands.pinned).
+as it does per run (engine.commands.hostview.view_args), and the keeper holds its namespaces; this process
+holds an fd of each as well. A run that needs no pinned copies starts as `exechost-hostenter enter <mnt fd>
+<user fd> -- …` (engine/commands/hostenter.c) with its own copies of those fds: it joins the kept
+namespaces, takes a mount and PID namespace of its own with its own /proc, and runs the command there.
+Runs with pinned copies keep their own bwrap (engine.commands.pinned).
 
 The keeper is re-made whenever what shapes the view changes: the operations themselves (a trusted config
 appearing or going), the identity (device, inode) of every file bound and of the state dir (a config
@@ -41,15 +41,29 @@ class Keeper:
     key: tuple[object, ...]
     popen: subprocess.Popen[bytes]
     pid: int
-    mnt: int
-    user: int | None  # the keeper's user namespace when it is not ours (bwrap as non-root)
+    mnt: int  # an fd of the kept mount namespace: it lives while this is open, whatever the keeper does
+    user: int | None  # an fd of the keeper's user namespace when it is not ours (bwrap as non-root)
 
     def alive(self) -> bool:
-        return self.popen.poll() is None
+        return self.mnt >= 0 and self.popen.poll() is None
 
-    def prefix(self, helper: str) -> list[str]:
-        user = "-" if self.user is None else str(self.user)
-        return [helper, "enter", str(self.pid), str(self.mnt), user, "--"]
+    def enter(self, helper: str) -> tuple[list[str], tuple[int, ...]] | None:
+        """The words that enter the view, and the fds they name (this run's own copies, to pass to it
+        and close once it is spawned); None once stopped."""
+        fds: list[int] = []
+        with _fds_lock:  # never a copy of a number closed by stop() and reused for another file
+            if self.mnt < 0:
+                return None
+            try:
+                for fd in (self.mnt, self.user):
+                    if fd is not None:
+                        fds.append(os.dup(fd))
+            except OSError:
+                for fd in fds:
+                    os.close(fd)
+                raise
+        user = "-" if len(fds) == 1 else str(fds[1])
+        return [helper, "enter", str(fds[0]), user, "--"], tuple(fds)
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):
@@ -60,10 +74,17 @@ class Keeper:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait()
+        with _fds_lock:
+            for fd in (self.mnt, self.user):
+                if fd is not None and fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self.mnt, self.user = -1, None
 
 
 _keepers: OrderedDict[str, Keeper] = OrderedDict()
-_lock = threading.Lock()
+_lock = threading.Lock()  # making and replacing keepers
+_fds_lock = threading.Lock()  # a keeper's fds: copied or closed, never both at once
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -126,19 +147,26 @@ def _start(key: tuple[object, ...], bwrap: str, helper: str, ops: list[str]) -> 
         cwd="/",
     )
     assert popen.stdout is not None
+    fds: list[int] = []
     try:
-        line = popen.stdout.readline()
-        pid = int(line)
-        mnt = os.stat(f"/proc/{pid}/ns/mnt").st_ino
-        user = os.stat(f"/proc/{pid}/ns/user").st_ino
+        pid = int(popen.stdout.readline())
+        for kind in ("mnt", "user"):
+            fds.append(os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
+        # Opened by pid: still the keeper's only if the keeper is still there (a pid can be reused).
+        if popen.poll() is not None or os.fstat(fds[0]).st_ino == os.stat("/proc/self/ns/mnt").st_ino:
+            raise OSError("the keeper ended before its namespaces were taken")
     except (ValueError, OSError):
-        keeper = Keeper(key, popen, 0, 0, None)
-        keeper.stop()
+        for fd in fds:
+            os.close(fd)
+        Keeper(key, popen, 0, -1, None).stop()
         return None
     finally:
         popen.stdout.close()
-    ours = os.stat("/proc/self/ns/user").st_ino
-    return Keeper(key, popen, pid, mnt, None if user == ours else user)
+    mnt, user = fds
+    if os.fstat(user).st_ino == os.stat("/proc/self/ns/user").st_ino:
+        os.close(user)
+        return Keeper(key, popen, pid, mnt, None)
+    return Keeper(key, popen, pid, mnt, user)
 
 
 def stop(state: str | None = None) -> None:

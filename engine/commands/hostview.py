@@ -112,9 +112,10 @@ def view_args(state: str, environ: dict[str, str] | None = None) -> list[str]:
     return args
 
 
-def kept_prefix(state: str, bwrap: str, *, make: bool = True) -> list[str] | None:
-    """The words that run a command in this state dir's kept view (made or re-made here when `make`,
-    blocking a few ms); None when there is no helper, or no keeper ready and `make` is false."""
+def kept_prefix(state: str, bwrap: str, *, make: bool = True) -> tuple[list[str], tuple[int, ...]] | None:
+    """The words that run a command in this state dir's kept view and the fds they name (the caller's to
+    pass and close), the keeper made or re-made here when `make` (blocking a few ms); None when there is
+    no helper, or no keeper ready and `make` is false."""
     helper = hostkeeper.helper_path()
     if helper is None:
         return None
@@ -123,7 +124,7 @@ def kept_prefix(state: str, bwrap: str, *, make: bool = True) -> list[str] | Non
     keeper = hostkeeper.current(key, state)
     if keeper is None and make:
         keeper = hostkeeper.ensure(key, state, bwrap, helper, ops)
-    return keeper.prefix(helper) if keeper is not None else None
+    return keeper.enter(helper) if keeper is not None else None  # None: stopped meanwhile
 
 
 def head(bwrap: str) -> list[str]:

@@ -286,7 +286,7 @@ class _Builder:
         if not pins:  # the host view alone: entered, kept (engine.commands.hostkeeper), when it can be
             kept = hostview.kept_prefix(str(state_dir()), bwrap)
             if kept is not None:
-                return PinnedView(tuple(kept))
+                return PinnedView(tuple(kept[0]), fds=kept[1])
         # One bwrap: the host view's operations first (the state dir a tmpfs, a PID namespace and /proc
         # of its own), then the pinned view's tmpfs (inside the state dir's, made by bwrap in it) and its
         # copies.
@@ -370,7 +370,7 @@ def kept_host_view() -> PinnedView | None:
     when it must be made first (pinned_view(None, host=True), in a thread) or bwrap is missing."""
     bwrap = bwrap_path()
     kept = hostview.kept_prefix(str(state_dir()), bwrap, make=False) if bwrap is not None else None
-    return PinnedView(tuple(kept)) if kept is not None else None
+    return PinnedView(tuple(kept[0]), fds=kept[1]) if kept is not None else None
 
 
 def is_git(argv: Sequence[str]) -> bool:

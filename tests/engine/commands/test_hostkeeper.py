@@ -25,7 +25,7 @@ def _run(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     view = pinned_view(None, host=True)
     try:
         argv = view.wrap(["/bin/sh", "-c", script])
-        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, pass_fds=view.fds)
     finally:
         view.close()
 
@@ -124,29 +124,34 @@ def test_the_keeper_is_made_once_and_remade_when_what_it_hides_changes(
     assert done.stdout.split() == ["0", "refused"] and not gitconfig.read_text()
 
 
-def test_a_keeper_that_died_is_remade_and_a_pid_reused_is_never_entered(
+def test_a_keeper_that_died_is_remade_and_a_run_prepared_before_still_enters_its_view(
     state_dir: Path, tmp_path: Path
 ) -> None:
-    assert _run("echo one", tmp_path).stdout == "one\n"
+    (state_dir / "operator.json").write_text("tok-5e3c7")
+    prepared = pinned_view(None, host=True)  # its words name fds of the view, not the keeper's pid
     keeper = _keeper(state_dir)
-    os.kill(keeper.pid, signal.SIGKILL)
-    keeper.popen.wait()
-    # The words of the dead keeper name a pid that is gone (or another process's): refused, nothing run.
-    stale = subprocess.run(
-        [*keeper.prefix(str(hostkeeper.helper_path())), "/bin/sh", "-c", "echo ran"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert stale.returncode == 126 and "ran" not in stale.stdout and "kept namespace is gone" in stale.stderr
-    foreign = [*keeper.prefix(str(hostkeeper.helper_path()))]
-    foreign[2] = str(os.getpid())  # a live pid whose namespace is not the keeper's
-    other = subprocess.run(
-        [*foreign, "/bin/sh", "-c", "echo ran"], capture_output=True, text=True, check=False
-    )
-    assert other.returncode == 126 and "ran" not in other.stdout
+    try:
+        os.kill(keeper.pid, signal.SIGKILL)
+        keeper.popen.wait()
+        argv = prepared.wrap(["/bin/sh", "-c", f"cat {state_dir}/operator.json; ls -A {state_dir}; echo ran"])
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=prepared.fds)
+    finally:
+        prepared.close()
+    assert done.stdout == "ran\n" and "tok-5e3c7" not in done.stdout
     assert _run(f"ls -A {state_dir}; echo two", tmp_path).stdout == "two\n"  # a new keeper, the same view
-    assert _keeper(state_dir) is not keeper
+    assert _keeper(state_dir) is not keeper and _keeper(state_dir).alive()
+
+
+def test_the_helper_enters_only_a_namespace(tmp_path: Path) -> None:
+    helper = str(hostkeeper.helper_path())
+    with open(tmp_path / "f", "w") as f:
+        argv = [helper, "enter", str(f.fileno()), "-", "--", "/bin/sh", "-c", "echo ran"]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=(f.fileno(),))
+    assert done.returncode == 126 and "ran" not in done.stdout and "setns" in done.stderr
+    done = subprocess.run(
+        [helper, "enter", "x", "-", "--", "true"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 126 and "not a namespace fd" in done.stderr
 
 
 def test_one_state_dirs_keeper_never_serves_another(

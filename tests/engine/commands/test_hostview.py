@@ -20,7 +20,7 @@ def _run(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     view = pinned_view(None, host=True)
     try:
         argv = view.wrap(["/bin/sh", "-c", script])
-        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, pass_fds=view.fds)
     finally:
         view.close()
 
@@ -64,11 +64,11 @@ def test_a_run_in_the_kept_view_reports_its_exit_and_its_signal_exactly(
     try:
         for script, code in (("exit 3", 3), ("exit 130", 130), ("exit 131", 131), ("kill -INT $$", -2)):
             argv = view.wrap(["/bin/sh", "-c", script])
-            raw = subprocess.run(argv, check=False).returncode
+            raw = subprocess.run(argv, check=False, pass_fds=view.fds).returncode
             assert raw == code
             expected = (code, None) if code >= 0 else (None, "SIGINT")
             assert hostview.exit_status(argv, raw) == expected  # a command's own 130 is not a SIGINT
-        _group_interrupt(view.wrap)
+        _group_interrupt(view.wrap, view.fds)
     finally:
         view.close()
 
