@@ -88,7 +88,8 @@ static int enter(char **argv) {
     if (userfd >= 0 && setns(userfd, CLONE_NEWUSER) < 0) die("setns(user)");
     if (setns(mntfd, CLONE_NEWNS) < 0) die("setns(mnt)");
     close(mntfd);
-    if (userfd >= 0) close(userfd);
+    int entered_user = userfd >= 0;
+    if (entered_user) close(userfd);
     if (unshare(CLONE_NEWNS | CLONE_NEWPID) < 0) die("unshare");
     terminal_signals(SIG_IGN);
     int told[2];
@@ -127,6 +128,13 @@ static int enter(char **argv) {
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
+        /* In the kept user namespace (a non-root gateway) this process holds every capability there;
+           the exec of a non-root uid drops them, and the bounding set goes as bwrap drops it. */
+        for (int cap = 0; entered_user; cap++) {
+            if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0) continue;
+            if (errno == EINVAL) break; /* past the last capability */
+            die("capability bounding set");
+        }
         if (chdir(cwd) < 0) die(cwd);
         execvp(command[0], command);
         fprintf(stderr, "exechost: %s: %s\n", command[0], strerror(errno));

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 from engine.commands.pinned import pinned_view
@@ -29,7 +30,7 @@ def _walk(state: Path) -> str:
 
 @needs_bwrap
 async def test_proc_of_the_gateway_and_session_hosts_leads_nowhere(state_dir: Path, tmp_path: Path) -> None:
-    # A background session first, so a session host holds spool files of the state dir open.
+    # The session host running it holds this very command's spool file, in the state dir, open.
     details = await attempt(state_dir, _walk(state_dir), config=FULL, workdir=str(tmp_path))
     text = details["_text"]
     token = str(json.loads((state_dir / "operator.json").read_text())["token"])
@@ -41,8 +42,6 @@ async def test_proc_of_the_gateway_and_session_hosts_leads_nowhere(state_dir: Pa
 @needs_bwrap
 def test_a_pinned_run_has_its_own_proc_too(state_dir: Path, tmp_path: Path) -> None:
     """A run with pinned copies takes its own bwrap: the same /proc of its own there."""
-    import subprocess
-
     (state_dir / "operator.json").write_text('{"token": "pinned-secret"}')
     holder = os.open(state_dir / "operator.json", os.O_RDONLY)  # this process: the gateway's place
     script = tmp_path / "s.sh"

@@ -5,8 +5,10 @@ state dir's keeper never serves another."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -187,3 +189,67 @@ def test_a_mount_made_or_removed_on_the_host_remakes_the_keeper(state_dir: Path,
         subprocess.run(["umount", str(point)], check=True)
     assert _run(f"ls -A {point}", tmp_path).stdout == ""
     assert _keeper(state_dir) is not keeper
+
+
+_AS_NOBODY = r"""
+import os, subprocess, sys
+helper, state, config = sys.argv[1:4]
+view = ["--dev-bind", "/", "/", "--tmpfs", state, "--ro-bind", config, config]
+keeper = subprocess.Popen(["bwrap", *view, "--", helper, "keep"], stdin=-1, stdout=-1)
+pid = int(keeper.stdout.readline())
+fds = [os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY) for kind in ("mnt", "user")]
+probe = sys.stdin.read()
+kept = subprocess.run([helper, "enter", *map(str, fds), "--", "/bin/sh", "-c", probe], capture_output=True,
+                      text=True, pass_fds=fds)
+own = subprocess.run(["bwrap", *view, "--unshare-pid", "--proc", "/proc", "--", "/bin/sh", "-c", probe],
+                     capture_output=True, text=True)
+keeper.stdin.close()
+keeper.wait()
+print(kept.returncode, own.returncode, os.fstat(fds[1]).st_ino != os.stat("/proc/self/ns/user").st_ino)
+print(kept.stdout + "\0" + own.stdout, end="")
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"), reason="runs the view as nobody (needs root)"
+)
+def test_as_a_non_root_user_the_kept_view_is_a_bwrap_of_its_own() -> None:
+    """A non-root gateway's view is in a user namespace: entered through it, the command holds no
+    capability there and none in its bounding set, as in bwrap. (The helper and bwrap only: the test's
+    own Python may not be reachable by `nobody`.)"""
+    root = Path(tempfile.mkdtemp(prefix="eh-nobody-", dir="/tmp"))  # pytest's tmp dirs are root's alone
+    try:
+        _compare_as_nobody(root)
+    finally:
+        shutil.rmtree(root)
+
+
+def _compare_as_nobody(root: Path) -> None:
+    (root / "s").mkdir(mode=0o700)
+    (root / "s" / "operator.json").write_text("tok-5e3c7")
+    (root / "gitconfig").write_text("[user]\n\tname = nobody\n")
+    helper = root / "hostenter"
+    helper.write_bytes(Path(str(hostkeeper.helper_path())).read_bytes())
+    helper.chmod(0o755)
+    root.chmod(0o755)
+    for path in (root / "s", root / "s" / "operator.json", root / "gitconfig"):
+        os.chown(path, 65534, 65534)
+    state, config = root / "s", root / "gitconfig"
+    probe = (
+        f"id -u; cat {state}/operator.json; ls -A {state}; cat {config}; echo x >> {config} || echo refused; "
+        "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status; echo pid $$; "
+        f"umount {state} || echo kept; "
+        "cut -d' ' -f5,6 /proc/self/mountinfo | grep -v '^/run/docker/' | sort; "
+        "exit 131"
+    )
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", _AS_NOBODY,
+         str(helper), str(state), str(config)],
+        input=probe, capture_output=True, text=True, check=False, cwd="/",
+    )  # fmt: skip
+    codes, _, outputs = done.stdout.partition("\n")
+    kept, _, own = outputs.partition("\0")
+    assert codes == "131 131 True", done.stderr
+    assert kept == own
+    assert "tok-5e3c7" not in kept and "refused" in kept and "kept" in kept
+    assert "CapBnd:\t0000000000000000" in kept
