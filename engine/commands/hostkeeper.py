@@ -30,10 +30,14 @@ HELPER_NAME = "exechost-hostenter"
 KEEP_AT_MOST = 8  # keepers one process holds (a gateway serves one state dir; tests make many)
 
 
+# Where the helper is, when not in the venv; set empty: none (every run takes a bwrap of its own).
+HELPER_ENV = "EXECHOST_HOSTENTER"
+
+
 def helper_path() -> str | None:
     """The compiled helper (scripts/setup.sh builds it into the venv): None runs every view per run."""
-    path = os.path.join(sys.prefix, "libexec", HELPER_NAME)
-    return path if os.access(path, os.X_OK) else None
+    path = os.environ.get(HELPER_ENV, os.path.join(sys.prefix, "libexec", HELPER_NAME))
+    return path if path and os.access(path, os.X_OK) else None
 
 
 @dataclass
