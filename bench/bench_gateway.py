@@ -121,13 +121,15 @@ def run_queue_wait(pid: int) -> float:
 
 def daemons_of(state: Path, gateway: int) -> list[int]:
     """The session host(s) serving `state`: processes other than the gateway whose environment names it
-    (a session host is started detached, so it is not the gateway's child)."""
+    (a session host is started detached, so it is not the gateway's child). Not the host view's keeper
+    (it idles, and is re-made whenever the host's mount table changes)."""
     marker = f"OPENCLAW_STATE_DIR={state}\0".encode()
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) not in (gateway, os.getpid()):
             try:
-                if marker in (entry / "environ").read_bytes():
+                keeper = b"exechost-hostenter\0keep" in (entry / "cmdline").read_bytes()
+                if marker in (entry / "environ").read_bytes() and not keeper:
                     out.append(int(entry.name))
             except OSError:
                 continue

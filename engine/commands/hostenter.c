@@ -98,13 +98,13 @@ static int enter(char **argv) {
     if (init < 0) die("fork");
     if (init > 0) {
         close(told[1]);
-        int status, child;
+        int status, exit[2]; /* the command's wait status; whether pid 1 stays for what it left running */
         ssize_t n;
-        while ((n = read(told[0], &child, sizeof child)) < 0 && errno == EINTR) {}
-        if (n == (ssize_t)sizeof child) report(child); /* pid 1 may stay on for what the command left */
+        while ((n = read(told[0], exit, sizeof exit)) < 0 && errno == EINTR) {}
+        if (n == (ssize_t)sizeof exit && exit[1]) report(exit[0]); /* pid 1 outlives us: init reaps it */
         while (waitpid(init, &status, 0) < 0)
             if (errno != EINTR) die("waitpid");
-        report(status);
+        report(n == (ssize_t)sizeof exit ? exit[0] : status);
     }
     /* pid 1: a view of its own (mounts made here stay here), /proc of this namespace. */
     close(told[0]);
@@ -151,9 +151,13 @@ static int enter(char **argv) {
         if (done < 0) _exit(0); /* nothing left in the namespace */
         if (done == cmd) {
             /* Told now; pid 1 stays while anything the command started (a server, `nohup … &`) runs,
-               reaping it, as init would have without the view: the namespace ends with the last. */
-            ssize_t w = write(told[1], &status, sizeof status);
+               reaping it, as init would have without the view: the namespace ends with the last. When
+               nothing is left it ends at once, and its parent (which waits then) reaps it. */
+            while ((done = waitpid(-1, NULL, WNOHANG)) > 0) {}
+            int exit[2] = {status, !(done < 0 && errno == ECHILD)};
+            ssize_t w = write(told[1], exit, sizeof exit);
             (void)w;
+            if (!exit[1]) _exit(0);
             close(told[1]);
         }
     }
