@@ -22,6 +22,11 @@ NOT_FOUND = "unknown or expired approval id"
 AMBIGUOUS = "ambiguous approval id prefix; use the full id"
 REVOKED = "agent revoked"
 ALWAYS_UNAVAILABLE = "allow-always is unavailable because the effective policy requires approval every time"
+# Issue 27 §5: the policy would offer allow-always, but the binder could not prove every code source bound.
+ALWAYS_UNBOUND = (
+    "allow-always is unavailable because not every file this command runs could be bound by content; "
+    "allow-once runs it this time"
+)
 
 
 # One agent must not lock the operator out (issue 9 item 14): asks waiting at once, per agent and in all.
@@ -518,7 +523,12 @@ class ApprovalManager:
         if record.resolved:
             return record, False
         if normalized not in record.request.allowed_decisions:
-            raise ApprovalError("APPROVAL_ALLOW_ALWAYS_UNAVAILABLE", ALWAYS_UNAVAILABLE)
+            # The reference text names the policy; when the policy offers allow-always (ask is not
+            # `always`), what withheld it was the content binder, and the text must say so.
+            unbound = normalized == "allow-always" and record.request.ask != "always"
+            raise ApprovalError(
+                "APPROVAL_ALLOW_ALWAYS_UNAVAILABLE", ALWAYS_UNBOUND if unbound else ALWAYS_UNAVAILABLE
+            )
         if grant is not None and normalized != "allow-always":
             raise ApprovalError("APPROVAL_BAD_DECISION", "limits (--for/--uses/--session) need allow-always")
         if reason:

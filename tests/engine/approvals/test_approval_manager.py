@@ -8,6 +8,7 @@ import pytest
 
 from engine.approvals.pending import (
     ALWAYS_UNAVAILABLE,
+    ALWAYS_UNBOUND,
     AMBIGUOUS,
     NOT_FOUND,
     USAGE,
@@ -85,6 +86,11 @@ async def test_errors_have_reference_texts() -> None:
         mgr.resolve(only_once.id, "always")
     assert exc.value.code == "APPROVAL_ALLOW_ALWAYS_UNAVAILABLE"
     assert not only_once.resolved
+    # The policy offers allow-always (ask on-miss) but the binder withheld it: the text names the binder.
+    unbound = mgr.register(req("y", ask="on-miss", allowed_decisions=("allow-once", "deny")))[0]
+    with pytest.raises(ApprovalError) as exc:
+        mgr.resolve(unbound.id, "always")
+    assert str(exc.value) == ALWAYS_UNBOUND and exc.value.code == "APPROVAL_ALLOW_ALWAYS_UNAVAILABLE"
 
 
 async def test_double_resolve_is_ignored() -> None:
