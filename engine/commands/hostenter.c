@@ -3,11 +3,17 @@
    keep                       the keeper's program, run by bwrap inside the prepared view: prints its pid,
                               then holds the namespaces until its stdin closes (the gateway that made it is
                               gone, or made a new one).
-   enter MNT USER -- ARGV     run ARGV in the kept mount namespace, open at fd MNT (the kept user namespace
+   enter MNT USER CWD -- ARGV run ARGV in the kept mount namespace, open at fd MNT (the kept user namespace
                               at fd USER first, unless "-"), in a PID namespace of its own with its own
                               /proc: the gateway's and the session hosts' /proc/<pid>/root, cwd and fd are
                               not there to follow. By fd, not by the keeper's pid: a pid can be reused, and
                               a run prepared just before a keeper is replaced still enters the view it got.
+   check-cwd CWD -- ARGV      (after bwrap's `--`) restore the terminal's signals, check the cwd, run ARGV.
+
+   CWD ("-": none) is an fd of the directory the decision was made in, opened in the gateway, in the host's
+   mount namespace: the command runs only if its working directory in the view is that directory (device
+   and inode), and the fd is closed first. Left open, /proc/self/fd/CWD/.. would walk the host's mounts,
+   where the state dir is not covered.
 
    Three processes, as bwrap has them: this one (in the caller's PID namespace, the one its spawner waits
    for and signals), pid 1 of the new namespace (reaps; it stays, holding no output open, while anything
@@ -55,6 +61,29 @@ static int ns_fd(const char *number) {
     return (int)fd;
 }
 
+static int optional_fd(const char *number) { return strcmp(number, "-") ? ns_fd(number) : -1; }
+
+/* The command's last step: its cwd is the decided directory (then the fd of it is closed), the terminal's
+   signals are its own again; then ARGV. */
+static void run_checked(int cwdfd, char **command) {
+    if (cwdfd >= 0) {
+        struct stat want, here;
+        if (fstat(cwdfd, &want) < 0) die("the decided directory's fd");
+        close(cwdfd);
+        if (stat(".", &here) < 0 || here.st_dev != want.st_dev || here.st_ino != want.st_ino) {
+            fprintf(stderr, "exechost: approval-stale: the working directory changed since it was approved\n");
+            _exit(FAIL);
+        }
+    }
+    terminal_signals(SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execvp(command[0], command);
+    fprintf(stderr, "exechost: %s: %s\n", command[0], strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+}
+
 static int keep(void) {
     char buf[256];
     printf("%d\n", (int)getpid());
@@ -79,7 +108,8 @@ static void report(int status) {
 
 static int enter(char **argv) {
     const char *mnt = argv[0], *user = argv[1];
-    char **command = argv + 3;
+    int cwdfd = optional_fd(argv[2]);
+    char **command = argv + 4;
     char cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof cwd)) die("getcwd");
     int userfd = strcmp(user, "-") ? ns_fd(user) : -1;
@@ -98,13 +128,14 @@ static int enter(char **argv) {
     if (init < 0) die("fork");
     if (init > 0) {
         close(told[1]);
-        int status, exit[2]; /* the command's wait status; whether pid 1 stays for what it left running */
+        if (cwdfd >= 0) close(cwdfd);
+        int status, outcome[2]; /* the command's wait status; whether pid 1 stays for what it left running */
         ssize_t n;
-        while ((n = read(told[0], exit, sizeof exit)) < 0 && errno == EINTR) {}
-        if (n == (ssize_t)sizeof exit && exit[1]) report(exit[0]); /* pid 1 outlives us: init reaps it */
+        while ((n = read(told[0], outcome, sizeof outcome)) < 0 && errno == EINTR) {}
+        if (n == (ssize_t)sizeof outcome && outcome[1]) report(outcome[0]); /* pid 1 outlives us: init reaps it */
         while (waitpid(init, &status, 0) < 0)
             if (errno != EINTR) die("waitpid");
-        report(n == (ssize_t)sizeof exit ? exit[0] : status);
+        report(n == (ssize_t)sizeof outcome ? outcome[0] : status);
     }
     /* pid 1: a view of its own (mounts made here stay here), /proc of this namespace. */
     close(told[0]);
@@ -123,10 +154,6 @@ static int enter(char **argv) {
     if (cmd < 0) die("fork");
     if (cmd == 0) {
         close(told[1]);
-        terminal_signals(SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
         /* In the kept user namespace (a non-root gateway) this process holds every capability there;
            the exec of a non-root uid drops them, and the bounding set goes as bwrap drops it. */
@@ -136,10 +163,9 @@ static int enter(char **argv) {
             die("capability bounding set");
         }
         if (chdir(cwd) < 0) die(cwd);
-        execvp(command[0], command);
-        fprintf(stderr, "exechost: %s: %s\n", command[0], strerror(errno));
-        _exit(errno == ENOENT ? 127 : 126);
+        run_checked(cwdfd, command);
     }
+    if (cwdfd >= 0) close(cwdfd); /* pid 1 holds nothing of the host's namespace either */
     /* The command's output is the command's: pid 1 holds none of it open, so an exit is seen when the
        command and what it left holding the output are done, as without the view. */
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -154,10 +180,10 @@ static int enter(char **argv) {
                reaping it, as init would have without the view: the namespace ends with the last. When
                nothing is left it ends at once, and its parent (which waits then) reaps it. */
             while ((done = waitpid(-1, NULL, WNOHANG)) > 0) {}
-            int exit[2] = {status, !(done < 0 && errno == ECHILD)};
-            ssize_t w = write(told[1], exit, sizeof exit);
+            int outcome[2] = {status, !(done < 0 && errno == ECHILD)};
+            ssize_t w = write(told[1], outcome, sizeof outcome);
             (void)w;
-            if (!exit[1]) _exit(0);
+            if (!outcome[1]) _exit(0);
             close(told[1]);
         }
     }
@@ -165,7 +191,11 @@ static int enter(char **argv) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "keep")) return keep();
-    if (argc >= 6 && !strcmp(argv[1], "enter") && !strcmp(argv[4], "--")) return enter(argv + 2);
-    fprintf(stderr, "usage: exechost-hostenter keep | enter MNT-FD USER-FD|- -- COMMAND...\n");
+    if (argc >= 7 && !strcmp(argv[1], "enter") && !strcmp(argv[5], "--")) return enter(argv + 2);
+    if (argc >= 5 && !strcmp(argv[1], "check-cwd") && !strcmp(argv[3], "--")) {
+        run_checked(optional_fd(argv[2]), argv + 4);
+    }
+    fprintf(stderr, "usage: exechost-hostenter keep | enter MNT-FD USER-FD|- CWD-FD|- -- COMMAND... | "
+                    "check-cwd CWD-FD|- -- COMMAND...\n");
     return 2;
 }

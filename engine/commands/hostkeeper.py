@@ -67,7 +67,7 @@ class Keeper:
                     os.close(fd)
                 raise
         user = "-" if len(fds) == 1 else str(fds[1])
-        return [helper, "enter", str(fds[0]), user, "--"], tuple(fds)
+        return [helper, "enter", str(fds[0]), user, NO_CWD, "--"], tuple(fds)
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):
@@ -84,6 +84,10 @@ class Keeper:
                     with contextlib.suppress(OSError):
                         os.close(fd)
             self.mnt, self.user = -1, None
+
+
+# The helper's word for "no cwd to check" (engine.commands.pinned.PinnedView.check_cwd fills in an fd).
+NO_CWD = "-"
 
 
 _keepers: OrderedDict[str, Keeper] = OrderedDict()

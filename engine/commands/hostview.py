@@ -133,8 +133,10 @@ def head(bwrap: str) -> list[str]:
 
 
 def tail() -> list[str]:
-    """The words after `--`: the command gets the terminal's signals back at their defaults."""
-    return [ENV, RESTORE]
+    """The words after `--`: the command gets the terminal's signals back at their defaults (and, with
+    the helper, its cwd is checked there: engine.commands.pinned.PinnedView.check_cwd)."""
+    helper = hostkeeper.helper_path()
+    return [helper, "check-cwd", hostkeeper.NO_CWD, "--"] if helper is not None else [ENV, RESTORE]
 
 
 def is_wrapped(args: object) -> bool:

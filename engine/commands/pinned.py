@@ -24,7 +24,7 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import hostview
+from engine.commands import hostkeeper, hostview
 from engine.commands.gitvet import Record, Repo, parse_argv
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, MakeRead, parse_make, reads
@@ -73,6 +73,19 @@ class PinnedView:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds = ()
+
+    def check_cwd(self, fd: int) -> bool:
+        """Have the view check that the command's working directory is the one `fd` holds, and close `fd`
+        before the command runs (exechost-hostenter's CWD word); False when the view cannot (no helper,
+        or no view): the caller checks in the shell (in_checked_cwd). A directory fd of the host's mount
+        namespace left open in the view is a way out of it: /proc/self/fd/N/.. walks the host's mounts."""
+        for i, word in enumerate(self.prefix):
+            slot = {"enter": i + 3, "check-cwd": i + 1}.get(word)
+            helper = i > 0 and self.prefix[i - 1] == hostkeeper.helper_path()
+            if slot is not None and helper and self.prefix[slot] == hostkeeper.NO_CWD:
+                self.prefix = (*self.prefix[:slot], str(fd), *self.prefix[slot + 1 :])
+                return True
+        return False
 
     def argv(self, shell: str, command: str) -> list[str] | None:
         """The argv that runs `command` in the view; None when there is nothing to pin."""

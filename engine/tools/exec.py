@@ -296,9 +296,12 @@ class ExecTool:
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
             view = await self._pinned(prepared, run, anchor, host=self._host_view(prepared, ctx))
             spec = self._spec(prepared, call, ctx, run.command, detached=detached)
-            started = run.command if cwd_fd is None else in_checked_cwd(cwd_fd, run.command)
+            # The cwd checked against the decided directory in the view itself when it can (the fd then
+            # closed before the command), else in the shell.
+            in_view = cwd_fd is not None and view.check_cwd(cwd_fd)
+            started = run.command if cwd_fd is None or in_view else in_checked_cwd(cwd_fd, run.command)
             spec.argv = view.argv(DEFAULT_SHELL, started) or (
-                [DEFAULT_SHELL, "-c", started] if cwd_fd is not None else None
+                [DEFAULT_SHELL, "-c", started] if cwd_fd is not None and not in_view else None
             )
             if view.env:
                 spec.env = {**(spec.env or {}), **view.env}

@@ -149,11 +149,11 @@ def test_a_keeper_that_died_is_remade_and_a_run_prepared_before_still_enters_its
 def test_the_helper_enters_only_a_namespace(tmp_path: Path) -> None:
     helper = str(hostkeeper.helper_path())
     with open(tmp_path / "f", "w") as f:
-        argv = [helper, "enter", str(f.fileno()), "-", "--", "/bin/sh", "-c", "echo ran"]
+        argv = [helper, "enter", str(f.fileno()), "-", "-", "--", "/bin/sh", "-c", "echo ran"]
         done = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=(f.fileno(),))
     assert done.returncode == 126 and "ran" not in done.stdout and "setns" in done.stderr
     done = subprocess.run(
-        [helper, "enter", "x", "-", "--", "true"], capture_output=True, text=True, check=False
+        [helper, "enter", "x", "-", "-", "--", "true"], capture_output=True, text=True, check=False
     )
     assert done.returncode == 126 and "not a namespace fd" in done.stderr
 
@@ -201,8 +201,8 @@ keeper = subprocess.Popen(["bwrap", *view, "--", helper, "keep"], stdin=-1, stdo
 pid = int(keeper.stdout.readline())
 fds = [os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY) for kind in ("mnt", "user")]
 probe = sys.stdin.read()
-kept = subprocess.run([helper, "enter", *map(str, fds), "--", "/bin/sh", "-c", probe], capture_output=True,
-                      text=True, pass_fds=fds)
+enter = [helper, "enter", *map(str, fds), "-", "--"]
+kept = subprocess.run([*enter, "/bin/sh", "-c", probe], capture_output=True, text=True, pass_fds=fds)
 own = subprocess.run(["bwrap", *view, "--unshare-pid", "--proc", "/proc", "--", "/bin/sh", "-c", probe],
                      capture_output=True, text=True)
 keeper.stdin.close()
@@ -255,3 +255,32 @@ def _compare_as_nobody(root: Path) -> None:
     assert kept == own
     assert "tok-5e3c7" not in kept and "refused" in kept and "kept" in kept
     assert "CapBnd:\t0000000000000000" in kept
+
+
+def test_the_cwd_is_checked_in_the_view_and_its_fd_never_reaches_the_command(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The decided directory's fd (opened in the host's namespace) is compared with the command's cwd and
+    closed before it runs, in the kept view and after a bwrap of its own alike; no process of the run's
+    namespace holds it."""
+    (tmp_path / "other").mkdir()
+    pin = tmp_path / "pinned.txt"
+    # every process of the run's namespace: the command, and pid 1 (bwrap's, or the helper's)
+    listing = "for f in /proc/[0-9]*/fd/*; do [ -d $f ] && echo DIR $f; done; echo ran"
+    for pinned_copy in (False, True):
+        for cwd, expect in ((tmp_path, "ran"), (tmp_path / "other", "approval-stale")):
+            view = pinned_view(None, [(str(pin), b"x")] if pinned_copy else (), host=True)
+            fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                assert view.check_cwd(fd)
+                argv = view.wrap(["/bin/sh", "-c", listing])
+                done = subprocess.run(
+                    argv, cwd=cwd, capture_output=True, text=True, check=False, pass_fds=(*view.fds, fd)
+                )
+            finally:
+                view.close()
+                os.close(fd)
+            assert expect in done.stdout + done.stderr, (pinned_copy, cwd, done)
+            assert "DIR" not in done.stdout
+            if expect != "ran":
+                assert done.returncode == 126 and "ran" not in done.stdout
