@@ -1,9 +1,10 @@
 """The bubblewrap backend (issue 28): a new scope's first command against a bare `bwrap … true` with the same
 argv, a warm `true` in an existing sandbox (back to back, and with its slots refilled between commands as
 between an agent's turns, against the login shell it runs under alone), and 100 session-scope sandboxes at
-once (all start? memory each). The same exec through a real gateway: bench_bwrap_gateway.py.
+once (all start? memory each), and what the landlock layer adds (the same bare, cold and warm runs with
+`landlock = false`, interleaved with it on). The same exec through a real gateway: bench_bwrap_gateway.py.
 
-Run: .venv/bin/python bench/bench_bwrap.py [--cold N] [--warm N] [--baseline N] [--many N]
+Run: .venv/bin/python bench/bench_bwrap.py [--cold N] [--warm N] [--baseline N] [--many N] [--landlock-only]
 Uses a throwaway state dir and ends every sandbox it made.
 """
 
@@ -13,6 +14,7 @@ import argparse
 import asyncio
 import os
 import secrets
+import shlex
 import statistics
 import subprocess
 import sys
@@ -23,6 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.table import ratio, record
+
+LOOP = 200  # login shells per timed run in the landlock per-command row
+ORDER = ("on", "off", "off", "on")  # landlock rows alternate ABBA: neither goes first after a removal
 
 
 def pct(samples: list[float], p: float) -> float:
@@ -77,13 +82,14 @@ async def main() -> None:
     ap.add_argument("--warm", type=int, default=300)
     ap.add_argument("--baseline", type=int, default=30)
     ap.add_argument("--many", type=int, default=100)
+    ap.add_argument("--landlock-only", action="store_true", help="only the landlock on/off comparison")
     args, _ = ap.parse_known_args()
     state = Path(tempfile.mkdtemp(prefix="eh-bwb-", dir="/tmp")) / "s"
     state.mkdir(mode=0o700)
     os.environ["OPENCLAW_STATE_DIR"] = str(state)
 
     from engine.config.loader import load_config_text
-    from engine.sandbox import SandboxManager, bwrap, prepare_exec, seccomp, slots
+    from engine.sandbox import SandboxManager, bwrap, landlock, prepare_exec, seccomp, slots
     from engine.sandbox import supervisor as sv
     from engine.sandbox.settings import layout, resolve_settings
     from engine.sessions import RunSpec
@@ -177,6 +183,148 @@ async def main() -> None:
         report(f"[{label}] the login shell alone: {' '.join(login)}", floor)
         return bare, cold, warm, spaced, floor
 
+    async def landlock_cost() -> None:
+        """Host view, landlock on against off in the same run, alternating run by run (a loaded machine
+        drifts): a bare `bwrap … true` with and without the helper in front, a new scope's first command,
+        and a warm `true` with slots refilled between."""
+        off = load_config_text(
+            '[agents.defaults.sandbox]\nmode = "all"\nscope = "session"\nbackend = "bwrap"\n'
+            "[agents.defaults.sandbox.bwrap]\nlandlock = false\n"
+        )
+        layer = landlock.status(True, build=True)
+        if not layer.active:
+            print(f"landlock: not measured ({layer.reason})")
+            return
+        both = {"on": config, "off": off}
+        settings = resolve_settings(config, "main")
+        lay = layout(settings, "main", "bench-landlock")
+        os.makedirs(lay.workspace_dir, exist_ok=True)
+        sv.ensure_bin_dir()
+        bare: dict[str, list[float]] = {"on": [], "off": []}
+        for i in range(args.baseline * 2):
+            which = ORDER[i % 4]
+            fd = seccomp.seccomp_fd()
+            how = bwrap.plan(
+                settings,
+                lay,
+                bwrap=bwrap.find_bwrap(),
+                env={},
+                seccomp=fd,
+                command=["/bin/true"],
+                control=False,
+                layer=layer if which == "on" else None,
+            )
+            t0 = time.perf_counter()
+            subprocess.run(how.argv, pass_fds=(fd,), env=how.env, check=True)
+            bare[which].append(time.perf_counter() - t0)
+            os.close(fd)
+        # What the domain costs each command: LOOP login shells (`sh -lc true`: an exec, ld.so, profile's
+        # opens, each checked against the ruleset) in one sandbox, with the helper in front and without.
+        body = "/bin/sh -lc true || exit 1; i=$((i+1))"
+        loop = ["/bin/sh", "-c", f"i=0; while [ $i -lt {LOOP} ]; do {body}; done"]
+        looped: dict[str, list[float]] = {"on": [], "off": []}
+        for i in range(max(4, args.baseline // 3) * 2):
+            which = ORDER[i % 4]
+            fd = seccomp.seccomp_fd()
+            how = bwrap.plan(
+                settings,
+                lay,
+                bwrap=bwrap.find_bwrap(),
+                env={},
+                seccomp=fd,
+                command=loop,
+                control=False,
+                layer=layer if which == "on" else None,
+            )
+            t0 = time.perf_counter()
+            subprocess.run(how.argv, pass_fds=(fd,), env=how.env, check=True)
+            looped[which].append(time.perf_counter() - t0)
+            os.close(fd)
+        for cfg in both.values():
+            await prepare_exec(cfg, "main", f"ll-warm-up-{secrets.token_hex(2)}", None, manager=mgr)
+        cold: dict[str, list[float]] = {"on": [], "off": []}
+        for i in range(args.cold * 2):
+            which = ORDER[i % 4]
+            t0 = time.perf_counter()
+            sx = await prepare_exec(both[which], "main", f"ll-cold-{secrets.token_hex(4)}", None, manager=mgr)
+            await run_true(sx)
+            cold[which].append(time.perf_counter() - t0)
+            await mgr.settle()
+            await asyncio.to_thread(mgr.remove_runtime, sx.container)
+        pools = {}
+        for which, cfg in both.items():
+            sx = await prepare_exec(cfg, "main", f"ll-warm-{which}", None, manager=mgr)
+            for _ in range(20):
+                await run_true(sx)
+            pools[which] = slots.pool_for(sv.Channel(sx.container))
+        warm: dict[str, list[float]] = {"on": [], "off": []}
+        for i in range(args.warm * 2):
+            which = ORDER[i % 4]
+            while pools[which].counts != (slots.TARGET, 0):
+                await asyncio.sleep(0.001)
+            t0 = time.perf_counter()
+            sx = await prepare_exec(both[which], "main", f"ll-warm-{which}", None, manager=mgr)
+            await run_true(sx)
+            warm[which].append(time.perf_counter() - t0)
+        bwrap.remove_all()
+        for name, samples in (
+            ("bare `bwrap … true`", bare),
+            ("cold first command", cold),
+            ("warm `true`", warm),
+        ):
+            report(f"[landlock on] {name}", samples["on"])
+            report(f"[landlock off] {name}", samples["off"])
+            on, no = pct(samples["on"], 50) * 1000, pct(samples["off"], 50) * 1000
+            record(
+                f"bwrap landlock on, {name} p50, host /usr (vs landlock off)",
+                f"{on:.2f} ms",
+                f"{no:.2f} ms",
+                ratio(on, no),
+                "small against the run",
+            )
+
+        # The helper alone, outside any sandbox (its rules' paths that do not exist here are skipped):
+        # LOOP × `exechost-landlock RULES -- /bin/true` against LOOP × `/bin/true`, each in one shell loop.
+        rules = " ".join(shlex.quote(a) for a in how.ruleset.argv()[1:]) if how.ruleset else ""
+        helper = f"{landlock.binary_path()} {rules} --"
+        alone: dict[str, list[float]] = {"on": [], "off": []}
+        for i in range(args.baseline * 2):
+            which = ORDER[i % 4]
+            front = helper if which == "on" else ""
+            script = f"i=0; while [ $i -lt {LOOP} ]; do {front} /bin/true || exit 1; i=$((i+1)); done"
+            t0 = time.perf_counter()
+            subprocess.run(["/bin/sh", "-c", script], check=True)
+            alone[which].append(time.perf_counter() - t0)
+        report(f"[landlock on] {LOOP} × helper + /bin/true, no sandbox", alone["on"])
+        report(f"[landlock off] {LOOP} × /bin/true, no sandbox", alone["off"])
+        on, no = (pct(alone[w], 50) / LOOP * 1e6 for w in ("on", "off"))
+        record(
+            "landlock helper's own cost: exec + ruleset before a command (p50 / "
+            f"{LOOP} of `helper RULES -- /bin/true`, vs /bin/true alone)",
+            f"{on:.0f} µs",
+            f"{no:.0f} µs",
+            ratio(on, no),
+            "small against a cold start",
+        )
+        report(f"[landlock on] {LOOP} × `sh -lc true` in one sandbox", looped["on"])
+        report(f"[landlock off] {LOOP} × `sh -lc true` in one sandbox", looped["off"])
+        on, no = (pct(looped[w], 50) / LOOP * 1e6 for w in ("on", "off"))
+        record(
+            f"bwrap landlock on, per command in a sandbox ({LOOP} × `sh -lc true`, p50 / {LOOP}), host /usr "
+            "(vs landlock off)",
+            f"{on:.0f} µs",
+            f"{no:.0f} µs",
+            ratio(on, no),
+            "small against the run",
+        )
+
+    if args.landlock_only:
+        try:
+            await landlock_cost()
+        finally:
+            bwrap.remove_all()
+        return
+
     # A tree with no /bin/sh and no /etc/profile: commands run under the mounted static busybox, as in
     # Docker's busybox test image (bench_sandbox.py), so the two backends' warm rows compare like for like.
     tiny = state.parent / "rootfs"
@@ -188,6 +336,7 @@ async def main() -> None:
     try:
         bare, cold, warm, spaced, floor = await measure(config, "host /usr")
         bare_bb, cold_bb, warm_bb, spaced_bb, floor_bb = await measure(small, "busybox rootfs")
+        await landlock_cost()
         # The warm rows' same-run baseline: the command alone, no sandbox (subprocess.run(['true'])).
         plain: list[float] = []
         for _ in range(len(warm)):

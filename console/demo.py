@@ -38,7 +38,8 @@ ASK_HINTS: tuple[tuple[str, str], ...] = (
     (
         f"{OTHER_MIRROR}:",
         "An egress ask: pip in the sandbox wants a name its allowlist lacks (its connection waits).\n"
-        "a lets this connection through, A adds name:port to the agent's egress allowlist, d sends a 403.",
+        "a lets this connection through, A adds the asked entry (http://name:port: plain requests only)\n"
+        "to the agent's egress allowlist, d sends a 403.",
     ),
     (
         STALE_SCRIPT,

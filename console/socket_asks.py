@@ -30,6 +30,8 @@ def relay_params(request: PromptRequest) -> ApprovalsRelay:
         resolved_path=request.resolved_path,
         allowed_decisions=list(offered(request)),
         timeout_ms=SOCKET_PROMPT_MS,
+        env=dict(request.env) or None,
+        warnings=list(request.warnings) or None,
     )
 
 
@@ -47,6 +49,7 @@ def inbox_view(request: PromptRequest) -> dict[str, Any]:
         "resolvedPath": request.resolved_path,
         "sessionKey": request.session_key,
         "warnings": list(request.warnings),
+        "env": dict(request.env),
         "createdAtMs": int(time.time() * 1000),
         "allowedDecisions": offered(request),
     }

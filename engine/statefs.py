@@ -65,7 +65,8 @@ def state_dir(env: dict[str, str] | None = None) -> Path:
     source = os.environ if env is None else env
     raw = source.get("OPENCLAW_STATE_DIR", "").strip()
     if raw:
-        return Path(os.path.expanduser(raw))
+        # Absolute: the host view hides it by path in a process whose cwd is the command's, not ours.
+        return Path(os.path.abspath(os.path.expanduser(raw)))
     return Path(home_dir(source)) / ".openclaw"
 
 

@@ -4,8 +4,9 @@ The proxy (engine.sandbox.egress) decides nothing alone. For each connection thi
 `[sandbox.egress]` (reloaded with the config), the names an allow-always saved in the approvals file, and the
 live grants; a name none of them settles becomes an ask in the same inbox as commands (`approvals pending`,
 the consoles, `exechost approve`), and the connection waits for it, up to the ask's timeout. Asks for one
-agent, name and port coalesce into one row. Every connection becomes an `egress.connection` event on the
-sandboxes topic and a line of `<state>/history/egress.jsonl` (`exechost sandbox egress`).
+agent, kind (a plain request or a tunnel), name and port coalesce into one row. Every connection becomes
+an `egress.connection` event on the sandboxes topic and a line of its principal's log,
+`<state>/history/egress/<principal>.jsonl` (`exechost sandbox egress`).
 
 A node runs the same hub for its own sandboxes, with its own config and approvals file; its asks go through
 the node's approval manager, which relays them to the gateway's inbox like command asks (runner/node).
@@ -160,9 +161,12 @@ class EgressHub:
 
     async def _ask(self, req: Request, why: str, found: _Found) -> Decision:
         approvals = self.services.approvals
-        target = f"{req.name}:{req.port}"
+        # The ask is for what an allow-always saves: `http://name:port` (a plain request the proxy reads)
+        # or `name:port` (a tunnel, bytes it does not read). Two kinds never coalesce into one row.
+        target = approval_entry(req.name, req.port, req.tunnel)
+        kind = "tunnel: CONNECT/SOCKS5" if req.tunnel else "plain http"
         request = ApprovalRequest(
-            command=f"connect {target}",
+            command=f"connect {target} [{kind}]",
             cwd="",
             host="sandbox",
             agent_id=req.agent_id,

@@ -42,6 +42,7 @@ from engine.commands.safebins import (
     safe_bin_names,
     validate_safe_bin_argv,
 )
+from engine.commands.stdindata import reads_input_as_data
 from engine.commands.which import (
     DEFAULT_PATH,
     NAMED,
@@ -352,7 +353,12 @@ def _new_context(
 
 
 def _evaluate(analysis: CommandAnalysis, context: _Context) -> AllowlistResult:
-    matches = tuple([_match_segment(segment, context) for segment in analysis.segments])
+    ops = analysis.operators
+    if "|" in ops or "|&" in ops:  # a segment after a pipe reads the one before it as its input
+        piped = [False, *(op in ("|", "|&") for op in ops)]
+        matches = tuple([_match_segment(s, context, piped[i]) for i, s in enumerate(analysis.segments)])
+    else:
+        matches = tuple([_match_segment(segment, context) for segment in analysis.segments])
     satisfied = analysis.ok and bool(matches)
     for match in matches:
         if not match.satisfied_by:
@@ -379,6 +385,7 @@ class _Facts:
     named: str | None
     real_miss: str | None  # the executable's own reason to miss (a blocked wrapper, a shell renamed)
     interpreter: bool  # real or named path is an interpreter (a heredoc to it is code)
+    data_reader: bool  # known to read its input as data (engine.commands.stdindata)
     entries: tuple[_Compiled, ...]  # entries whose path part matches `named`, in order
     safe_miss: str | None  # why this is not a safe bin, whatever its arguments
     profile: SafeBinProfile | None  # else: the profile its arguments must fit
@@ -409,6 +416,7 @@ def _facts(name: str, shell_c: bool, context: _Context) -> _Facts:
         named,
         real_miss,
         any(is_interpreter(p) for p in (real, named) if p),
+        reads_input_as_data((name,), real),
         tuple(c for c in context.entries if _match_path(c, named)),
         *_safe_bin_facts(name, found, context),
     )
@@ -431,7 +439,7 @@ def _watched(name: str, found: tuple[str, str] | None, context: _Context) -> boo
     return all(c.kind != "literal" or c.literal in NAMED for c in context.entries)
 
 
-def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
+def _match_segment(segment: Segment, context: _Context, piped: bool = False) -> SegmentMatch:
     argv = segment.argv
     facts = _facts(argv[0], segment.inner is not None, context)
     found, named = facts.found, facts.named
@@ -475,6 +483,12 @@ def _match_segment(segment: Segment, context: _Context) -> SegmentMatch:
     if segment.heredocs and facts.interpreter:
         # `./tool <<EOF` where tool is python under another name: the body would be code.
         return _miss(segment, real, "heredoc to an interpreter: the body is code", wrappers, named)
+    if (segment.heredocs or piped) and segment.inner is None and not facts.data_reader:
+        # `sqlite3 app.db <<EOF`, `… | ed -s`: input to a program not known to read it as data may be
+        # commands to it (engine.commands.stdindata): no entry describes that input, a human decides.
+        how = "a heredoc" if segment.heredocs else "a pipe"
+        why = f"{how} feeds {_base(real or argv[0])}, which is not known to read its input as data"
+        return _miss(segment, real, why, wrappers, named)
     if segment.inner is not None:
         return _match_shell(segment, real, wrappers, named, context)
     text = None

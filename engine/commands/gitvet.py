@@ -385,6 +385,8 @@ class Record:
     data: dict[str, bytes] = field(default_factory=dict)
     repos: list[tuple[Sequence[str], Repo | None]] = field(default_factory=list)
     nested: list[Repo] = field(default_factory=list)  # submodules with their own .git, vetted too
+    # Common config paths whose bytes turn on extensions.worktreeConfig (git then reads config.worktree).
+    worktree_config: set[str] = field(default_factory=set)
 
 
 def read_config(git: str, path: str, record: Record | None = None) -> Pairs | str:
@@ -548,6 +550,11 @@ def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -
                 problem = key_problem(key, value)
                 if key.lower() == "extensions.objectformat" and _owns(repo, path):
                     hash_size = 32 if (value or "").lower() == "sha256" else 20
+                if key.lower() == "extensions.worktreeconfig" and record is not None:
+                    if path == os.path.join(repo.common_dir, "config") and git_bool(value):
+                        record.worktree_config.add(path)
+                    else:
+                        record.worktree_config.discard(path)  # the last value is the one git takes
                 if problem:
                     found.append(Finding("git", path, f"{key} ({problem})"))
                 elif key.lower() == "core.worktree" and value and tree is None and _owns(repo, path):
@@ -565,6 +572,19 @@ def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -
     if record is not None:
         record.repos.append((tuple(argv), top))
     return found
+
+
+def git_bool(value: str | None) -> bool:
+    """git's boolean: a key with no `=` is true; yes/on/true and a non-zero number are true."""
+    if value is None:
+        return True
+    text = value.strip().lower()
+    if text in ("true", "yes", "on"):
+        return True
+    try:
+        return int(text, 0) != 0
+    except ValueError:
+        return False
 
 
 def _owns(repo: Repo, path: str) -> bool:

@@ -6,6 +6,7 @@ the spawn hands make the vetted bytes by a name no rename reaches (`-f /proc/sel
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -34,8 +35,13 @@ _LONG: dict[str, tuple[str, str]] = {
     "what-if": ("W", "="), "new-file": ("W", "="), "assume-new": ("W", "="),
     "warn-undefined-variables": ("warn-undefined-variables", ""),
 }  # fmt: skip
-# Variables a command-line assignment could set to name makefiles make reads first.
-_READ_FIRST = frozenset({"MAKEFILES"})
+# A command-line assignment is make code (`x:=$(shell …)` and `x!=…` run at once, a `$` in any value runs
+# wherever the makefile expands it, GNUMAKEFLAGS=--eval=… is --eval): the only ones understood set a user
+# variable (a plain name make itself gives no meaning) to text with no `$`, by an operator that only
+# stores it. Anything else asks. Make's own variables: SHELL runs every recipe, MAKEFLAGS and
+# GNUMAKEFLAGS are options, MAKEFILES names makefiles read first, VPATH/GPATH/SUFFIXES steer lookups.
+_ASSIGNMENT = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=|:=|::=|:::=|\+=|\?=)(.*)", re.DOTALL)
+_MAKES_OWN = frozenset({"SHELL", "MFLAGS", "GNUMAKEFLAGS", "VPATH", "GPATH", "SUFFIXES", "CURDIR"})
 
 
 @dataclass
@@ -87,7 +93,9 @@ def _long(word: str, argv: Sequence[str], i: int, out: MakeArgs) -> int:
 
 
 def _take(letter: str, index: int, prefix: str, value: str, out: MakeArgs) -> None:
-    if letter == "C":
+    if letter == "E":
+        out.problem = f"`--eval {value}`: make code given on the command line (make runs it as a makefile)"
+    elif letter == "C":
         out.dirs.append(value)
     elif letter == "f":
         out.files.append((index, prefix, value))
@@ -115,9 +123,17 @@ def _short(word: str, argv: Sequence[str], i: int, out: MakeArgs) -> int:
     return i + 1
 
 
-def _assigns_read_first(word: str) -> bool:
-    name = word.split("=", 1)[0].rstrip(":+?!").split()
-    return bool(name) and name[-1] in _READ_FIRST
+def assignment_problem(word: str) -> str | None:
+    """None for an assignment make only stores as text in a user variable; else why it asks."""
+    match = _ASSIGNMENT.fullmatch(word)
+    if match is None:
+        return f"`{word}`: a make assignment exechost does not model (make may run it as code)"
+    name, _op, value = match.groups()
+    if name in _MAKES_OWN or name.startswith("MAKE"):
+        return f"`{word}`: sets {name}, a variable make itself acts on"
+    if "$" in value:
+        return f"`{word}`: a value make expands (a `$` can call $(shell …))"
+    return None
 
 
 def parse_make(argv: Sequence[str]) -> MakeArgs:
@@ -135,8 +151,8 @@ def parse_make(argv: Sequence[str]) -> MakeArgs:
         elif options and word.startswith("-") and word != "-":
             i = _short(word, argv, i, out)
         else:
-            if "=" in word and _assigns_read_first(word):
-                out.problem = f"`{word}`: names makefiles make reads first"
+            if "=" in word:  # make takes every word with `=` in it for an assignment, or fails on it
+                out.problem = assignment_problem(word)
             i += 1
     return out
 

@@ -333,10 +333,31 @@ def _git_view(b: _Builder, record: Record) -> None:
                 b.data(record.data[path], path)
 
 
+# Ends the view's config: git then reads no repository config but the view's own copy (below).
+_NO_WORKTREE_CONFIG = b"\n\n[extensions]\n\tworktreeConfig = false\n"
+
+
+def folded_config(common: bytes, per_worktree: bytes | None) -> bytes:
+    """The one config file git reads for the repository in the view: the vetted common config, then the
+    vetted config.worktree when the common config turns worktreeConfig on (git's order: later wins), then
+    worktreeConfig turned off. git reads config.worktree by its path under $GIT_DIR, the real directory
+    (per-worktree writes must land there), so a config.worktree absent at the vet could be planted
+    after it; with the extension off in the only config git reads for the repository format, git never
+    opens that path, whatever appears there. Blank lines end a `\\`-continued last value; a section
+    header of exechost's own keeps a config.worktree key written before any section out of the common
+    config's last section (git would fail on such a file; here the key is inert)."""
+    folded = common
+    if per_worktree is not None:
+        folded += b"\n\n[exechost-worktree-config]\n" + per_worktree
+    return folded + _NO_WORKTREE_CONFIG
+
+
 def _repo_view(b: _Builder, repo: Repo, record: Record) -> None:
     common = os.path.join(b.root, "git")
     config = os.path.join(repo.common_dir, "config")
-    b.data(record.data.get(config, b""), os.path.join(common, "config"))
+    per_worktree = os.path.join(repo.git_dir, "config.worktree")
+    worktree = record.data.get(per_worktree) if config in record.worktree_config else None
+    b.data(folded_config(record.data.get(config, b""), worktree), os.path.join(common, "config"))
     for name in COMMON_ENTRIES:
         b.args += ["--symlink", os.path.join(repo.common_dir, name), os.path.join(common, name)]
     b.env["GIT_DIR"] = repo.git_dir
@@ -344,9 +365,6 @@ def _repo_view(b: _Builder, repo: Repo, record: Record) -> None:
     if repo.work_tree is not None:
         b.env["GIT_WORK_TREE"] = repo.work_tree
         b.env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(repo.work_tree)
-    per_worktree = os.path.join(repo.git_dir, "config.worktree")
-    if per_worktree in record.data:
-        b.data(record.data[per_worktree], per_worktree)
     # Absorbed submodules' configs under modules/: read through the link by their own git.
     for path, data in record.data.items():
         if path.startswith(os.path.join(repo.common_dir, "modules") + os.sep):

@@ -13,7 +13,9 @@ import stat
 
 __all__ = ["Unreadable", "open_regular", "read_fd", "read_regular"]
 
-_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+# O_NOCTTY: a terminal planted where a file is expected must never become the gateway's controlling tty
+# (a daemon is a session leader without one; opening a free pty would hand it ^C and SIGHUP).
+_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
 
 class Unreadable(Exception):

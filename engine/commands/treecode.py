@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from engine.commands import gitvet
 from engine.commands.allowlist import AllowlistResult
 from engine.commands.analysis import CommandAnalysis
+from engine.commands.content import script_operand, system_owned
 from engine.commands.gitvet import Finding
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, not_regular, parse_make
+from engine.commands.pipargs import BUILDS, local_path, parse_pip
 from engine.commands.regular import Unreadable, read_regular
 from engine.commands.treesafe import is_tree_safe
 from engine.commands.which import real_path
@@ -30,6 +32,7 @@ __all__ = [
     "found_reason",
     "sandbox_roots",
     "tree_vet",
+    "unbound_findings",
 ]
 
 
@@ -40,14 +43,17 @@ class TreeProgram:
     files: tuple[str, ...]  # relative to each directory looked at
     what: str
     walk_up: bool = False  # the program searches the cwd's ancestors (npm, cargo, direnv, go)
-    stop_at: tuple[str, ...] = ()  # walking up ends at the first directory holding one of these
 
 
+# No stop at the nearest package.json: npm (>=7) walks on to any ancestor whose package.json lists the
+# cwd's package among its workspaces and then reads that root's .npmrc (not the package's); yarn berry
+# merges every .yarnrc.yml up to /; pnpm looks upward for pnpm-workspace.yaml. Every ancestor up to the
+# operator's home is one the package manager may read, so every one is named and bound: a root .npmrc
+# added after an approval changes the binding, and the command asks again.
 _NPM = TreeProgram(
     ("package.json", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", "pnpm-workspace.yaml"),
     "scripts, lifecycle hooks or a package-manager setting that runs code",
     walk_up=True,
-    stop_at=("package.json",),
 )
 _PY_BUILD = TreeProgram(
     ("pyproject.toml", "setup.py", "setup.cfg"), "a build backend or setup script that runs on install"
@@ -117,6 +123,12 @@ UNMODELLED = (
     "code it may load from there (config naming plugins, conftest.py, hooks, …: it is not a program "
     "known to take none, tools.exec.treeSafe)"
 )
+PIP_SOURCE = "packages pip may build (an sdist's setup script runs)"
+A_TREE, UNREADABLE = "a tree", "unreadable"  # binding() of a finding no bytes hold
+SCRIPTS_TREE = "a script's tree"  # binding() of an interpreter's tree: its script is bound by content
+ARGV_FILE = "code or options it reads from a file its argv names"
+# An interpreter's tree: its program file is bound by engine.commands.content, not here.
+SCRIPT_TREE = "code its script may load from there (the script itself is bound; what it imports is not)"
 NOT_A_FILE = "a makefile that is not a regular file (stdin, a device, a fifo): nothing there can be vetted"
 _OPERANDS_LOOKED_AT = 64  # path operands whose trees an unmodelled program may read (pytest ../other)
 # The spawn's directory fd of the cwd, as a path: what is looked up under it is found in the directory that
@@ -144,9 +156,7 @@ _FILE_OPTIONS: dict[str, tuple[str, ...]] = {
     "task": ("-t", "--taskfile"),
     "docker": ("-f", "--file"),
     "docker-compose": ("-f", "--file"),
-    "pip": ("-r", "--requirement", "-c", "--constraint"),
-    "pip3": ("-r", "--requirement", "-c", "--constraint"),
-}
+}  # pip's are read by pip's own grammar: engine.commands.pipargs
 
 
 def _option_values(argv: Sequence[str], options: tuple[str, ...]) -> Iterator[str]:
@@ -161,20 +171,27 @@ def _option_values(argv: Sequence[str], options: tuple[str, ...]) -> Iterator[st
 
 
 def agent_writable(path: str, sandbox_roots: Sequence[str]) -> bool:
-    """A file the agent can change: inside a sandbox workspace (a container may own it), or writable —
-    the file or its directory — by the gateway's own user, whom every host command runs as. A file another
-    local user owns counts too: other users are as hostile as the agent (`/tmp/.cargo/config.toml`)."""
+    """A file the agent can change: inside a sandbox workspace (a container may own it), or changeable —
+    the file or its directory — by the gateway's own user, whom every host command runs as (_changeable).
+    A file another local user owns counts too: other users are as hostile as the agent
+    (`/tmp/.cargo/config.toml`)."""
     real = os.path.realpath(path)
     for root in sandbox_roots:
         if root and (real == root or real.startswith(root.rstrip(os.sep) + os.sep)):
             return True
+    return _changeable(real) or _changeable(os.path.dirname(real))
+
+
+def _changeable(path: str) -> bool:
+    """Whether the gateway's user, or someone as hostile, can change `path`: judged by who owns it, not by
+    its mode bits now. Any owner but root can chmod it back (a 0444 Makefile in a 0555 dir that tar kept
+    is its owner's to rewrite); a root-owned one is changeable as its mode and ACLs say (os.access: a
+    root gateway may change anything)."""
     try:
-        owner = os.stat(real).st_uid
+        owner = os.stat(path).st_uid
     except OSError:
         return True  # vanished or unreadable: the program may still find something there
-    if owner not in (0, os.geteuid()):
-        return True
-    return os.access(real, os.W_OK) or os.access(os.path.dirname(real), os.W_OK)
+    return owner != 0 or os.access(path, os.W_OK)
 
 
 def sandbox_roots(workspace_root: str) -> list[str]:
@@ -237,48 +254,129 @@ def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) 
     if program == "docker" and "compose" not in argv[1:]:
         return []  # only `docker compose` reads a compose file; `docker build` runs its Dockerfile contained
     if program in ("pip", "pip3"):
-        # pip builds (runs a backend) only to install, wheel or download; then every local path operand
-        # is a tree whose backend runs. `pip list`/`pip show` read no tree.
-        if not {"install", "wheel", "download"} & set(argv[1:]):
-            return out
-        starts += [
-            os.path.join(cwd, w) for w in argv[1:] if w == "." or (not w.startswith("-") and os.sep in w)
-        ]
+        builds, pip_starts, pip_files = _pip_reads(argv, cwd)
+        out += pip_files
+        if not builds:
+            return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
+        starts += pip_starts
     for start in starts:
         for here in _dirs(start, spec.walk_up):
-            present = [os.path.join(here, f) for f in spec.files if os.path.isfile(os.path.join(here, f))]
-            out += present
-            if spec.stop_at and any(os.path.basename(p) in spec.stop_at for p in present):
-                break
+            out += [os.path.join(here, f) for f in spec.files if os.path.isfile(os.path.join(here, f))]
     return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
+
+
+def _pip_reads(argv: Sequence[str], cwd: str) -> tuple[bool, list[str], list[str]]:
+    """Whether pip builds (runs a backend: install, wheel, download, lock), the project trees it would
+    build (local path operands, editables), and the files it reads requirements from, as pip's own
+    option grammar finds them (engine.commands.pipargs). `pip list`/`pip show` read no tree."""
+    args = parse_pip(argv)
+    files = [os.path.join(cwd, f) for f in args.files]
+    if args.command not in BUILDS:
+        return False, [], files
+    starts = [os.path.join(cwd, w) for w in args.operands if w == "." or os.sep in w]
+    starts += [os.path.join(cwd, e.split("[", 1)[0]) for e in args.editables]
+    return True, starts, files
+
+
+def _pip_findings(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Sequence[str]) -> list[Finding]:
+    """What pip's argv itself brings: an option or command exechost does not model (asks, naming it),
+    and every local place pip takes packages from (find-links, a file: index, a cache, a checkout
+    dir) that the agent can write: an sdist there builds, its setup script runs."""
+    args = parse_pip(argv)
+    found = [] if args.problem is None else [Finding(program, "the command line", args.problem)]
+    for value in args.sources:
+        path = local_path(value, cwd)
+        if path is not None and os.path.lexists(path) and agent_writable(path, sandbox_roots):
+            found.append(Finding(program, os.path.realpath(path), PIP_SOURCE))
+    return found
+
+
+def _spellings(word: str) -> Iterator[str]:
+    """Every path a program may take from one argv word: the word, an option's `=value` (`--file=x`,
+    `-DX:FILEPATH=x`), an attached short value (`-fx.sed`), a response file (`@opts`: gcc, ld, as and
+    every libiberty or javac-style program read more argv from it) and a `+toolchain` path (rustup)."""
+    if word.startswith(("@", "+")):
+        yield word[1:]
+    elif not word.startswith("-"):
+        yield word
+    else:
+        if "=" in word:
+            yield word.split("=", 1)[1]
+        if not word.startswith("--") and len(word) > 2:
+            yield word[2:]
+
+
+def _argv_paths(argv: Sequence[str], cwd: str) -> Iterator[str]:
+    """The paths (relative to `cwd`) of what exists among the spellings of the first argv words."""
+    for word in argv[1 : _OPERANDS_LOOKED_AT + 1]:
+        for value in _spellings(word):
+            if value and not value.startswith("-") and os.path.lexists(os.path.join(cwd, value)):
+                yield os.path.join(cwd, value)
 
 
 def _trees(argv: Sequence[str], cwd: str) -> Iterator[str]:
     """Every tree an unmodelled program may take code from: the cwd and its ancestors (mypy, pytest and
     eslint look upward for their config), and each path operand's directory and its ancestors (pytest
-    reads the conftest.py beside the tests it is given, wherever they are)."""
+    reads the conftest.py beside the tests it is given, wherever they are; gcc the `@file` it is given)."""
     yield from _dirs(cwd, walk_up=True)
-    for word in argv[1 : _OPERANDS_LOOKED_AT + 1]:
-        value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
-        if not value or value.startswith("-"):
-            continue
-        path = os.path.join(cwd, value)
+    for path in _argv_paths(argv, cwd):
         if os.path.isdir(path):
             yield from _dirs(path, walk_up=True)
-        elif os.path.lexists(path):
+        else:
             yield from _dirs(os.path.dirname(path), walk_up=True)
 
 
-def _unmodelled(argv: Sequence[str], cwd: str, sandbox_roots: Sequence[str]) -> list[Finding]:
+def _argv_code(program: str, argv: Sequence[str], cwd: str) -> list[tuple[str, str]]:
+    """What a modelled program (not make or git: their grammars name their files) takes code from by
+    its argv, beyond its tree files. The argv of a program that runs code it reads is not modelled word by
+    word: every file it names, in any spelling (`cmake -P x.cmake`, `-C cache.cmake`,
+    `-DCMAKE_TOOLCHAIN_FILE=t.cmake`, `pip install sub-1.tar.gz`, `npm install ./x.tgz`, `@opts`), is bound
+    by its bytes. Directories it runs programs from are findings no bytes hold (the approval cannot be
+    saved): a rustup toolchain path (`cargo +./tc`, `rustup run ./tc`: its bin/ runs) and, for the
+    node package managers, every `node_modules/.bin` up the tree (npx runs the program it finds there,
+    and npm puts it on the PATH of every script it runs)."""
+    out = [(p, ARGV_FILE) for p in _argv_paths(argv, cwd) if os.path.isfile(p)]
+    if program in ("cargo", "rustup"):
+        words = list(argv[1:])
+        toolchain = words[0][1:] if words[:1] and words[0].startswith("+") else ""
+        if not toolchain and "run" in words:
+            toolchain = next((w for w in words[words.index("run") + 1 :] if not w.startswith("-")), "")
+        if "/" in toolchain:  # rustup reads a toolchain with a path separator as a path, else as a name
+            out.append((os.path.join(cwd, toolchain), "a toolchain whose programs it runs"))
+    if TREE_PROGRAMS.get(program) is _NPM:
+        out += [
+            (os.path.join(here, "node_modules", ".bin"), "programs it runs by name (npx, scripts)")
+            for here in _dirs(cwd, walk_up=True)
+            if os.path.isdir(os.path.join(here, "node_modules", ".bin"))
+        ]
+    return [(p, what) for p, what in out if os.path.lexists(p)]
+
+
+def _unmodelled(argv: Sequence[str], real: str, cwd: str, sandbox_roots: Sequence[str]) -> list[Finding]:
     """The first tree the agent can write that an unmodelled program runs in or is pointed at."""
     seen: set[str] = set()
-    for tree in _trees(argv, cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)):
+    here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+    for tree in _trees(argv, here):
         if tree in seen:
             continue
         seen.add(tree)
         if agent_writable(tree, sandbox_roots):
-            return [Finding(os.path.basename(argv[0]), tree, UNMODELLED)]
+            what = SCRIPT_TREE if _runs_a_script_file(argv, real, here) else UNMODELLED
+            return [Finding(os.path.basename(argv[0]), tree, what)]
     return []
+
+
+def _runs_a_script_file(argv: Sequence[str], real: str, cwd: str) -> bool:
+    """An interpreter given its program as a file operand (`python3 x.py`, `sh -e x.sh`, `awk -f p.awk`),
+    or a program the agent wrote itself, named by its path (`./tool`): the content binder
+    (engine.commands.content) binds that file, and what else such a run loads from its tree (imports
+    beside the script) is named in the ask; any other program's tree is unbound."""
+    if "/" in argv[0] and not system_owned(real):
+        return True  # `./tool`: the agent's own program, bound whole by its bytes as the executable
+    index = script_operand(argv, argv[0])
+    if index is None and real != argv[0]:
+        index = script_operand(argv, real)
+    return index is not None and index < len(argv) and os.path.isfile(os.path.join(cwd, argv[index]))
 
 
 def makefile_sources(makefile: str) -> list[str]:
@@ -333,18 +431,23 @@ def findings_for(
     if program is None:
         if not argv or real is None or is_tree_safe(argv, real, tree_safe):
             return []  # nothing runs (not found), or nothing it does depends on its tree
-        return _unmodelled(argv, cwd, sandbox_roots)
+        return _unmodelled(argv, real, cwd, sandbox_roots)
     if program == "git":
         return gitvet.vet(real, argv, cwd, record) if real is not None else []
     spec = TREE_PROGRAMS[program]
-    files = _tree_files(program, spec, argv, cwd)
-    found = [Finding(program, path, spec.what) for path in files if agent_writable(path, sandbox_roots)]
+    named = _argv_code(program, argv, cwd) if program not in ("make", "gmake") else []
+    files = [(p, spec.what) for p in _tree_files(program, spec, argv, cwd)]
+    files += [(p, what) for p, what in named if p not in {f for f, _ in files}]
+    found = [Finding(program, path, what) for path, what in files if agent_writable(path, sandbox_roots)]
     if program in ("make", "gmake"):
         args = parse_make(argv)
         if args.problem is not None:  # make would read what exechost cannot name: a human decides
             found.append(Finding(program, "the command line", args.problem))
         here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
         found += [Finding(program, path, NOT_A_FILE) for path in not_regular(args, here)]
+    if program in ("pip", "pip3"):
+        here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+        found += _pip_findings(program, argv, here, sandbox_roots)
     return found
 
 
@@ -358,19 +461,37 @@ def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> s
     for path in sorted({f.path for f in found if os.path.isabs(f.path)}):
         held = data.get(path) if data is not None else None
         if held is None and os.path.isdir(path):
-            lines.append(f"tree:{path}=a tree")  # an unmodelled program's tree: nothing in it is bound
+            # An unmodelled program's tree: nothing in it is bound. An interpreter's is named apart: its
+            # program is a file the content binder binds (unbound_findings leaves it out).
+            scripts = all(f.what == SCRIPT_TREE for f in found if f.path == path)
+            lines.append(f"tree:{path}={SCRIPTS_TREE if scripts else A_TREE}")
             continue
         if held is None:
             try:
-                held = read_regular(path, gitvet.CONFIG_READ_CAP, prefix=True)
+                held = read_regular(path, gitvet.CONFIG_READ_CAP)
             except Unreadable:
-                lines.append(f"tree:{path}=unreadable")  # a FIFO is not read: it never hangs a vet
+                # A FIFO is not read (it never hangs a vet); a file past the cap is not bound by a prefix
+                # (what follows it would be unbound): both leave the finding unbound (unbound_findings()).
+                lines.append(f"tree:{path}={UNREADABLE}")
                 continue
             if data is not None:
                 data[path] = held
         lines.append(f"tree:{path}={hashlib.sha256(held).hexdigest()}")
     lines += sorted({f"tree-arg:{f.what}" for f in found if not os.path.isabs(f.path)})
     return "\n".join(lines)
+
+
+def unbound_findings(text: str) -> list[str]:
+    """The findings of a binding() that no bytes hold (a tree an unmodelled program reads, a directory,
+    a file that cannot be read or is past the cap): an approval of them would hold whatever is there at
+    the next run, so it cannot be saved (allow-always is not offered, and no saved entry matches)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("tree:"):
+            path, _, held = line[len("tree:") :].rpartition("=")
+            if held in (A_TREE, UNREADABLE):
+                out.append(path)
+    return out
 
 
 class TreeChanged(Exception):

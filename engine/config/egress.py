@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+import idna
+
 MODES = ("none", "allowlist", "open")
 HTTP_PORT, TUNNEL_PORT = 80, 443  # what a port-less allow entry admits, for plain requests and tunnels
 # `maxConnections`: proxy connections an agent's sandboxes hold at once. Enough for a package manager's
@@ -57,10 +59,12 @@ def normalize(name: str) -> str:
     if not text or len(text) > 253:
         raise BadName(f"invalid host name {name!r}")
     try:
-        ascii_name = text.encode("idna").decode("ascii").lower() if not text.isascii() else text.lower()
+        ascii_name = _a_labels(text)
     except UnicodeError:
-        raise BadName(f"invalid host name {name!r} (not IDNA)") from None
+        raise BadName(f"invalid host name {name!r} (not IDNA 2008)") from None
     labels = ascii_name.split(".")
+    if len(ascii_name) > 253:
+        raise BadName(f"invalid host name {name!r}")
     if any(not _LABEL.fullmatch(label) for label in labels):
         raise BadName(f"invalid host name {name!r}")
     last = labels[-1]
@@ -68,6 +72,30 @@ def normalize(name: str) -> str:
         # 127.1, 2130706433, 0x7f.0.0.1: addresses in disguise, never names.
         raise BadName(f"invalid host name {name!r} (an address in another spelling)")
     return ascii_name
+
+
+def _a_labels(text: str) -> str:
+    """UTS 46 non-transitional processing, then IDNA 2008 A-labels: `straße.de` is xn--strae-oqa.de (what
+    curl and browsers send), never strasse.de (IDNA 2003's mapping, another registrable domain), and a
+    name IDNA 2008 refuses raises UnicodeError (idna.IDNAError). ASCII labels stay as they are, lowercased
+    (`_LABEL` judges them: `_acme` names exist, which IDNA's STD3 rules refuse); an `xn--` label must
+    decode, so no two spellings of one name and no invalid A-label pass."""
+    if text.isascii():
+        labels = text.lower().split(".")
+    else:
+        mapped = idna.uts46_remap(text, std3_rules=False, transitional=False)
+        # (a full stop in another script, `。`, maps to `.`: a trailing one is the root, as `.` is)
+        labels = (mapped[:-1] if mapped.endswith(".") and not mapped.endswith("..") else mapped).split(".")
+    out = []
+    for label in labels:
+        if label.isascii():
+            # (ulabel raises for an A-label IDNA 2008 would never produce)
+            if label.startswith("xn--") and idna.alabel(idna.ulabel(label)).decode("ascii") != label:
+                raise idna.IDNAError(f"{label!r} is not the A-label of its own U-label")
+            out.append(label)
+        else:
+            out.append(idna.alabel(label).decode("ascii"))
+    return ".".join(out)
 
 
 @dataclass(frozen=True)

@@ -229,6 +229,11 @@ class _Checker:
             return self.value(value, replace(spec, kind="size"), parts)
         if kind == "strlist":
             return self.strlist(value, parts)
+        if kind == "portlist":
+            ok = isinstance(value, list) and all(type(p) is int and 0 <= p <= 65535 for p in value)
+            if not ok:
+                raise self.error(parts, f"expected a list of TCP ports (0-65535), got {value!r}")
+            return list(value)
         if kind == "envkeys":
             for item in self.strlist(value, parts):
                 problem = inert_env_problem(item)

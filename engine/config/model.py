@@ -129,7 +129,7 @@ class SandboxConfig:
     workspace_root: str = ""  # filled with <state dir>/sandboxes when unset
     node: str | None = None  # sandboxes on this node (its Docker, its runner), not on the gateway's
     docker: DockerConfig = field(default_factory=DockerConfig)
-    bwrap: dict[str, Any] = field(default_factory=dict)  # `rootfs`; an agent's table replaces the global one
+    bwrap: dict[str, Any] = field(default_factory=dict)  # rootfs, landlock, tcpPorts; an agent's replaces it
     # mode, allow, deny, ask, resolve (engine.config.egress); an agent's keys override the global ones
     egress: dict[str, Any] = field(default_factory=dict)
     browser: BrowserConfig = field(default_factory=BrowserConfig)

@@ -71,7 +71,7 @@ class Spec:
     attr: str
     # str | bool | int | number | size | swap | strlist | envkeys | safebins | strmap | enum | profiles
     # | ulimits | iplist | hostlist | cpath (container path) | prefix (container name prefix)
-    # | egresslist (egress name patterns) | resolvemap (name -> IP address)
+    # | egresslist (egress name patterns) | resolvemap (name -> IP address) | portlist (TCP ports)
     kind: str
     choices: tuple[str, ...] = ()
     clamp: tuple[int, int] | None = None
@@ -163,7 +163,14 @@ BROWSER_KEYS: dict[str, Spec | Table] = {
 }
 # `[agents.defaults.sandbox.bwrap]`: the system view a bubblewrap sandbox shows read-only (unset: the host's
 # /usr, /bin, /lib* and a chosen part of /etc; set: every top-level dir of this tree, such as a Debian one).
-BWRAP_KEYS: dict[str, Spec | Table] = {"rootfs": Spec("rootfs", "str")}
+# `landlock`: the extra layer where the kernel offers it; `tcpPorts`: set, under it, the only loopback TCP
+# ports the sandbox's own programs may bind and connect to (egress's proxy port is added); unset, TCP is
+# left to the sandbox's own network namespace, which holds nothing but its loopback.
+BWRAP_KEYS: dict[str, Spec | Table] = {
+    "rootfs": Spec("rootfs", "str"),
+    "landlock": Spec("landlock", "bool"),
+    "tcpPorts": Spec("tcp_ports", "portlist"),
+}
 # `[agents.defaults.sandbox.egress]`: a sandbox's only route out, the host's proxy (engine.sandbox.egress).
 EGRESS_MODES = ("none", "allowlist", "open")
 EGRESS_KEYS: dict[str, Spec | Table] = {

@@ -26,8 +26,9 @@ from engine.commands.allowlist import (
 )
 from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command, redirections
 from engine.commands.content import ContentBinding, bind
+from engine.commands.expansion import Expansion, expand
 from engine.commands.hostenv import foreign_env_keys, host_path, own_environ
-from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet
+from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet, unbound_findings
 from engine.config.model import Config
 from engine.errors import InvalidInput
 from engine.policy.precedence import (
@@ -185,11 +186,48 @@ def evaluate(
         )
     except PolicyError as exc:
         return _refused_by_policy(command, agent_id, analysis, exc)
+    expansion = _expansion(command, analysis, policy, cwd or os.getcwd())
+    if expansion is not None:
+        analysis = analyze_command(expansion.text)
+    examined = expansion.text if expansion is not None else command  # bound as the words that run
     found = _examine(
-        command, analysis, policy, config, agent_id, entries, grants, cwd or os.getcwd(), env, env_overrides
+        examined, analysis, policy, config, agent_id, entries, grants, cwd or os.getcwd(), env, env_overrides
     )
+    if expansion is not None:
+        _decide_expanded(found, expansion)
     verdict, reason, step = _verdict(policy, found)
-    return _decision(command, agent_id, policy, found, verdict, reason, step)
+    if expansion is not None and verdict != "deny" and found.pinned is None and not policy.sandboxed:
+        verdict, reason, step = "deny", _UNRENDERED, policy.step("ask")
+    return _decision(command, agent_id, policy, found, verdict, reason, step, expanded=expansion is not None)
+
+
+# Issue 27 §5: what a human approves is bound whole, or refused; an expanded command that cannot be run
+# as its rendering would run the pattern again.
+_UNRENDERED = (
+    "exec denied: the shell expands its words from the directory, and the expansion cannot be run as decided"
+)
+
+
+def _expansion(
+    command: str, analysis: CommandAnalysis, policy: EffectivePolicy, cwd: str
+) -> Expansion | None:
+    """A host command left unanalysed only for a glob or `$PWD` (engine.commands.expansion): what the
+    shell expands it to now, when that is a command the analysis understands."""
+    if analysis.ok or policy.sandboxed or policy.host == "node":
+        return None  # a sandbox or a node expands against its own files
+    if analysis.reason not in ("glob", "variable expansion"):
+        return None
+    expansion = expand(command, cwd)
+    return expansion if expansion is not None and analyze_command(expansion.text).ok else None
+
+
+def _decide_expanded(f: _Findings, expansion: Expansion) -> None:
+    """An expanded command always asks (the pattern may match otherwise later, and nobody granted the
+    files it matches now), runs its rendering of the words shown, and is never saved to run unasked."""
+    f.satisfied = False
+    f.durable = False
+    f.enforced = None
+    f.warnings.insert(0, expansion.warning())
 
 
 def _refused_by_policy(command: str, agent_id: str, analysis: CommandAnalysis, exc: PolicyError) -> Decision:
@@ -286,6 +324,13 @@ def _examine(
     binding = approval_binding(analysis, cwd, env_overrides)
     if vetted is not None and vetted.binding:
         binding += "\n" + vetted.binding
+    loose = unbound_findings(vetted.binding) if vetted is not None else []
+    if loose:
+        warnings.append(
+            f"Warning: {loose[0]}{f' (and {len(loose) - 1} more)' if len(loose) > 1 else ''} holds code "
+            "exechost cannot bind to its bytes (a tree the program reads as it likes, a directory, a file "
+            "that is not regular or is too large): allow-always is not offered."
+        )
     content = None
     # Bound wherever a human or an allowlist decides; `security=full` without ask=always and elevated full
     # allow any bytes anyway (nothing was shown to bind them to).
@@ -295,7 +340,7 @@ def _examine(
         warnings += content_warnings(content, result)
         if content.durable_text():
             binding += "\n" + content.durable_text()  # an exact-command approval binds those bytes too
-    durable = has_durable_approval(command, entries, binding) or (
+    durable = (not loose and has_durable_approval(command, entries, binding)) or (
         not found and not foreign_env and _durable_by_entries(analysis, result, entries)
     )
     return _Findings(
@@ -370,12 +415,17 @@ def _decision(
     verdict: str,
     reason: str,
     step: PolicyStep | None,
+    *,
+    expanded: bool = False,
 ) -> Decision:
     """The decision, with what an ask offers (allow-always and the patterns it would save)."""
     content = f.content
     offered = allowed_decisions(policy.ask) if verdict == "ask" else ()
-    if content is not None and not content.proven:
-        # Issue 27 §5: allow-always only when the binder proved every code source bound (content.py).
+    if expanded:  # decided on this directory's files now: approved once, never saved
+        offered = tuple(d for d in offered if d != "allow-always")
+    if (content is not None and not content.proven) or (f.vetted and unbound_findings(f.vetted.binding)):
+        # Issue 27 §5: allow-always only when the binder proved every code source bound (content.py), and
+        # every file a host tool takes code from in the agent's tree is bound by its bytes (treecode).
         offered = tuple(d for d in offered if d != "allow-always")
     always = "allow-always" in offered
     patterns = allow_always_patterns(command, f.analysis, f.result, f.binding) if always else []

@@ -271,6 +271,8 @@ class ApprovalsRelay(Message):
     security: str | None = wire("str")
     ask: str | None = wire("str")
     resolved_path: str | None = wire("path")
+    env: dict[str, str] | None = wire("env")  # the exec frame's env overrides: shown and decided on
+    warnings: list[str] | None = wire("strs")  # the socket side's decision warnings, shown with the ask
 
 
 # ---- events and policy -----------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
-from engine.sandbox import bwrap, docker_ops, seccomp
+from engine.sandbox import bwrap, docker_ops, landlock, seccomp
 from engine.sandbox.browser import BrowserManager, browser_layout, effective_docker
 from engine.sandbox.egress import forwarder
 from engine.sandbox.images import (
@@ -212,11 +212,16 @@ def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]
     d = settings.docker
     env = sanitize_container_env(d.env, explicit=d.env.keys()).env
     has_bb = (bin_dir() / "busybox").exists()
+    layer = landlock.status(settings.bwrap_landlock, build=False)
+    shown_layer: dict[str, Any] = layer.to_dict()
     try:
-        how = bwrap.plan(settings, lay, bwrap=exe, env=env, seccomp=-1, command=supervisor_command(has_bb))
+        command = supervisor_command(has_bb)
+        how = bwrap.plan(settings, lay, bwrap=exe, env=env, seccomp=-1, command=command, layer=layer)
         argv = [SECCOMP_SHOWN if a == "-1" else a for a in how.argv]
         shown_env = bwrap.redacted_env(how.env)
         limits = {bwrap.PRLIMIT_NAMES[k]: f"{s}:{h}" for k, (s, h) in how.rlimits.items()}
+        if how.ruleset is not None:
+            shown_layer.update(how.ruleset.explained())
     except docker_ops.SandboxUnavailable as exc:
         problems.append(str(exc))
         argv, limits, shown_env = [], {}, {}
@@ -228,6 +233,7 @@ def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]
         "env": shown_env,
         "rlimits": limits,
         "pidsCap": bwrap.pids_cap(),
+        "landlock": shown_layer,
         "refusedSyscalls": list(seccomp.REFUSED_SYSCALLS),
         "ignoredDockerKeys": [
             "image",

@@ -18,6 +18,7 @@ and, where this process may write one, a pids cgroup.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import fcntl
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.sandbox import landlock
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import ContainerState, SandboxUnavailable
 from engine.sandbox.egress import forwarder
@@ -94,16 +96,27 @@ ROOTFS_SKIP = {"proc", "dev", "sys", "tmp", "run", "home", "root", "mnt", "media
 
 # The keeper: waits until the gateway has set its limits (a line on stdin), then runs bwrap as its child
 # and waits for it. Its group is the sandbox: bwrap is in it, and --die-with-parent ends the rest.
-# $1: where the keeper itself goes once bwrap runs (the gateway's pids cgroup, or ""): bwrap stays in the
+# $1: the sandbox's pids cgroup (or ""), which the keeper enters before bwrap runs (or runs nothing);
+# $2: where the keeper itself goes once bwrap runs (the gateway's pids cgroup, or ""): bwrap stays in the
 # sandbox's, the keeper leaves it, so a keeper nobody reaps promptly (its gateway gone) never holds it.
+# Each move is the shell's own thread writing 0 to `tasks`: the kernel then skips the global threadgroup
+# lock that a pid written to cgroup.procs takes, whose write side waits out an RCU grace period (15 ms p50
+# here, with starts apart, against 0.07 ms: docs/BENCHMARKS.md).
+# bwrap's stderr is a pipe, not the log: every process inside inherits it (bwrap's init, pid 1, keeps it),
+# and one of the same uid may reopen /proc/<pid>/fd/2 — a host file would take appends without the tmpfs
+# cap on its size. `tail` drains it and writes its last 4 KiB to the log when the last process inside has
+# gone (what bwrap said, when it failed to start; one exec beside bwrap's start, of the bin dir's static
+# busybox ($3) where there is one: no dynamic loading); the keeper waits for it.
 KEEPER_SH = (
-    'read -r go || exit 0\nexec 0</dev/null\nc=$1\nshift\n"$@" &\np=$!\n'
-    '[ -n "$c" ] && echo $$ > "$c/cgroup.procs"\nwait $p\n'
+    "read -r go || exit 0\nexec 0</dev/null\ng=$1\nc=$2\nd=$3\nshift 3\n"
+    'if [ -n "$g" ]; then echo 0 > "$g/tasks" || exit 126; fi\n'
+    '"$@" 2>&1 | "${d:-tail}" ${d:+tail} -c 4096 >&2 &\np=$!\n'
+    '[ -n "$c" ] && echo 0 > "$c/tasks"\nwait $p\n'
 )
 
 
-# A terminal's first step: join the sandbox's pids cgroup ($1), or run nothing.
-JOIN_SH = 'echo $$ > "$1/cgroup.procs" || exit 126\nshift\nexec "$@"\n'
+# A terminal's first step: join the sandbox's pids cgroup ($1) as the keeper does, or run nothing.
+JOIN_SH = 'echo 0 > "$1/tasks" || exit 126\nshift\nexec "$@"\n'
 
 
 def network_refusal(name: str, network: str) -> str:
@@ -176,6 +189,7 @@ class Plan:
     rlimits: dict[int, tuple[int, int]]
     pids_limit: int | None
     tmpfs_bytes: int = 0  # what its size-capped tmpfs mounts may pin in RAM: no OOM kill frees it
+    ruleset: landlock.Ruleset | None = None  # the landlock layer its command runs under, when it has one
 
 
 def sandbox_env(settings: SandboxSettings, env: Mapping[str, str]) -> dict[str, str]:
@@ -193,13 +207,21 @@ def plan(
     control: bool = True,
     sockets: Mapping[str, str] | None = None,
     files: Mapping[int, str] | None = None,
+    layer: landlock.Status | None = None,
 ) -> Plan:
     """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
     sandbox); without, a one-shot run (a terminal) in the same view. `sockets` ({host path: sandbox path}):
     Unix sockets bound in read-only (a connect needs no write to the mount). Egress binds its socket's dir
     instead (engine.sandbox.egress): a socket re-made by the next gateway is then seen inside too. `files`
-    ({fd: sandbox path}): read-only files bwrap copies from those fds (a terminal's spec)."""
+    ({fd: sandbox path}): read-only files bwrap copies from those fds (a terminal's spec). `layer`: when
+    active, the command runs under the landlock helper with the ruleset this view implies."""
     d = settings.docker
+    view = system_view(settings.bwrap_rootfs)
+    # Landlock's grants, beside the mounts they follow: read anywhere in the view, execute only in the
+    # system dirs, the bin mount and what Docker leaves executable, write only where a mount is writable.
+    grants: list[tuple[str, str]] = [(landlock.READ, "/")]
+    grants += [(landlock.EXEC, path) for path in _system_dirs(view)]
+    grants += [(landlock.DEVICE, "/dev"), (landlock.WRITE, "/dev/shm"), (landlock.WRITE_EXISTING, "/proc")]
     argv = [
         bwrap,
         "--unshare-user",
@@ -214,7 +236,7 @@ def plan(
         "--new-session",
         "--cap-drop",
         "ALL",
-        *system_view(settings.bwrap_rootfs),
+        *view,
         "--proc",
         "/proc",
         # The sandbox's uid is the caller's: under a root gateway that is root on the host (without
@@ -242,17 +264,41 @@ def plan(
         path, size = _tmpfs(entry)
         pinned += size
         argv += ["--perms", "1777", "--size", str(size), "--tmpfs", path]
+        # Docker mounts a tmpfs noexec unless its options say `exec`: the same here.
+        grants.append((landlock.WRITE + (landlock.EXEC if _tmpfs_exec(entry) else ""), path))
     argv += ["--bind", lay.workspace_dir, d.workdir]
+    grants.append((landlock.WRITE + landlock.EXEC, d.workdir))  # where an agent builds and runs its code
     if lay.agent_mount is not None:
         argv += ["--ro-bind", lay.agent_mount, AGENT_MOUNT]
+        grants.append((landlock.EXEC, AGENT_MOUNT))
     if control:
         argv += ["--bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
+        grants.append((landlock.WRITE, sv.CTL_MOUNT))
     argv += ["--ro-bind", str(sv.bin_dir()), sv.BIN_MOUNT]
+    grants.append((landlock.EXEC, sv.BIN_MOUNT))
     egress = settings.egress.mode != "none"
     if egress:
         argv += ["--ro-bind", str(forwarder.socket_dir(lay.name)), forwarder.MOUNT]
         command = forwarder.wrap(command)
-    argv += _binds(d.binds)
+    binds = _binds(d.binds)
+    argv += binds
+    for i in range(0, len(binds), 3):
+        grants.append(((landlock.WRITE if binds[i] == "--bind" else "") + landlock.EXEC, binds[i + 2]))
+    ruleset = None
+    if layer is not None and layer.active:
+        # Outermost, so the forwarder runs under it too: it binds the proxy port, commands connect to it.
+        # TCP is restricted only when the operator lists ports: the sandbox's network namespace holds
+        # nothing but its own loopback, so a default refusal would only break dev servers and tests that
+        # bind port 0, and add no confinement.
+        ports = settings.bwrap_tcp_ports
+        proxy = (forwarder.PORT,) if egress else ()
+        ruleset = landlock.Ruleset(
+            tuple(grants),
+            tcp=layer.abi >= landlock.NET_ABI and bool(ports),
+            bind=tuple(sorted({*ports, *proxy})),
+            connect=tuple(sorted({*ports, *proxy})),
+        )
+        command = ruleset.wrap(command)
     for host_path, inside in (sockets or {}).items():
         argv += ["--ro-bind", host_path, inside]
     for fd, inside in (files or {}).items():
@@ -273,7 +319,22 @@ def plan(
     sandbox_vars = sandbox_env(settings, env)
     if egress:
         sandbox_vars.update(forwarder.PROXY_ENV)
-    return Plan(argv, sandbox_vars, rlimits, d.pids_limit, pinned)
+    return Plan(argv, sandbox_vars, rlimits, d.pids_limit, pinned, ruleset)
+
+
+def _system_dirs(view: list[str]) -> list[str]:
+    """Where the system view mounts (or links) a top-level dir other than /etc: the programs' dirs."""
+    found = []
+    for i, arg in enumerate(view):
+        if arg in ("--ro-bind", "--symlink") and i + 2 < len(view):
+            target = view[i + 2]
+            if target.count("/") == 1 and target != "/etc":
+                found.append(target)
+    return found
+
+
+def _tmpfs_exec(entry: str) -> bool:
+    return "exec" in (o.strip() for o in entry.partition(":")[2].split(","))
 
 
 PRLIMIT_NAMES = {
@@ -298,6 +359,7 @@ async def terminal(
     gateway restart and ends with its sandbox's parent). The container's `docker exec -t`, for bwrap."""
     exe = find_bwrap()
     env = sanitize_container_env(settings.docker.env, explicit=settings.docker.env.keys()).env
+    layer = await asyncio.to_thread(landlock.status, settings.bwrap_landlock, build=True)
     fd = seccomp_fd()
     spec_fd = _memfd("exechost-spec", script.encode())
     try:
@@ -311,6 +373,7 @@ async def terminal(
             command=shell,
             control=False,
             files={spec_fd: TERMINAL_SPEC},
+            layer=layer,
         )
         limits = [f"--{PRLIMIT_NAMES[k]}={s}:{h}" for k, (s, h) in how.rlimits.items()]
         prlimit = shutil.which("prlimit")
@@ -423,6 +486,17 @@ def _read_record(name: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def running(name: str) -> bool:
+    """Whether the sandbox's keeper still runs (it ends with bwrap, which ends with everything inside):
+    a waitpid for one this process started (polled every millisecond while a sandbox starts), else by its
+    record."""
+    keeper = _keepers.get(name)
+    if keeper is not None:
+        return keeper.poll() is None
+    record = _read_record(name)
+    return record is not None and _alive(record)
+
+
 def _alive(record: dict[str, Any]) -> bool:
     pid, start = record.get("pid"), record.get("start")
     return isinstance(pid, int) and pid > 0 and start is not None and _start_time(pid) == start
@@ -462,25 +536,40 @@ def start(
     statefs.ensure_private_dir(runtime_dir())
     sweep_cgroups()
     owner = "shared" if settings.scope == "shared" else f"agent-{slugify(agent_id)}"
+    layer = landlock.status(settings.bwrap_landlock, build=True)
+    if not layer.active and layer.abi and settings.bwrap_landlock:
+        log.warning("bwrap sandbox %s starts without landlock: %s", lay.name, layer.reason)
     with _budget_lock():
         fd = seccomp_fd()
         try:
             command = sv.supervisor_command(has_busybox)
-            how = plan(settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command)
+            how = plan(settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command, layer=layer)
             _check_memory_budget(lay.name, owner, how.tmpfs_bytes)
-            keeper = _spawn_keeper(lay, how, fd)
+            group = _pids_cgroup(lay.name, how.pids_limit, owner)
+            try:
+                keeper = _spawn_keeper(lay, how, fd, group, has_busybox)
+            except BaseException:
+                if group is not None:
+                    with contextlib.suppress(OSError):
+                        group.rmdir()
+                raise
         finally:
             os.close(fd)
-        return _adopt_keeper(settings, lay, how, keeper, owner, config_hash, created_at_ms)
+        return _adopt_keeper(settings, lay, how, keeper, group, owner, config_hash, created_at_ms, layer)
 
 
-def _spawn_keeper(lay: Layout, how: Plan, fd: int) -> subprocess.Popen[bytes]:
-    """The keeper shell, waiting for `go` on stdin while its limits and cgroup are set."""
+def _spawn_keeper(
+    lay: Layout, how: Plan, fd: int, group: Path | None, has_busybox: bool
+) -> subprocess.Popen[bytes]:
+    """The keeper shell, waiting for `go` on stdin while its limits and record are set; at `go` it enters
+    `group` itself."""
     log_fd = os.open(_log_path(lay.name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        home = str(_own_cgroup()) if how.pids_limit else ""
+        home = str(_own_cgroup()) if group is not None else ""
+        inside = str(group) if group is not None else ""
+        drain = str(sv.bin_dir() / "busybox") if has_busybox else ""
         return subprocess.Popen(
-            ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", home, *how.argv],
+            ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", inside, home, drain, *how.argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=log_fd,
@@ -499,18 +588,17 @@ def _adopt_keeper(
     lay: Layout,
     how: Plan,
     keeper: subprocess.Popen[bytes],
+    group: Path | None,
     owner: str,
     config_hash: str,
     created_at_ms: int,
+    layer: landlock.Status,
 ) -> list[str]:
-    """Limits, cgroup and record for the waiting keeper, then `go`; the keeper is killed if any fails."""
+    """Limits and record for the waiting keeper, then `go`; the keeper is killed if any fails."""
     assert keeper.stdin is not None
     try:
         for limit, (soft, hard) in how.rlimits.items():
             resource.prlimit(keeper.pid, limit, (soft, hard))
-        group = _pids_cgroup(lay.name, how.pids_limit, owner)
-        if group is not None:
-            (group / "cgroup.procs").write_text(str(keeper.pid))
         record = {
             "name": lay.name,
             "pid": keeper.pid,
@@ -522,6 +610,7 @@ def _adopt_keeper(
             "cgroup": str(group) if group is not None else None,
             "owner": owner,
             "tmpfsBytes": how.tmpfs_bytes,
+            "landlock": layer.to_dict(),
         }
         _write_record(lay.name, record)
         keeper.stdin.write(b"go\n")
@@ -613,15 +702,20 @@ def _children(pid: int, *, grandchildren: bool = False) -> list[int]:
 
 def sweep_cgroups() -> None:
     """Empty pids cgroups of this install's sandboxes that are gone (one whose last task a slow init had
-    not reaped yet when the sandbox was removed)."""
-    live = {str(r.get("cgroup")) for r in list_sandboxes()}
-    for base in _cgroup_bases():
-        install = base / f"exechost-{state_id()}"
-        # Owners' groups (and those an earlier layout made directly under the base), emptied ones last.
-        for group in [*install.glob("*/*"), *install.glob("*"), *base.glob(f"exechost-{state_id()}-*")]:
-            if group.is_dir() and str(group) not in live:
-                with contextlib.suppress(OSError):
-                    group.rmdir()
+    not reaped yet when the sandbox was removed). Under the start lock: a starting sandbox's group is made,
+    and its record written, before its keeper enters it, so it is empty but never unrecorded here."""
+    if not _cgroup_bases():
+        return
+    statefs.ensure_private_dir(runtime_dir())
+    with _budget_lock():
+        live = {str(r.get("cgroup")) for r in list_sandboxes()}
+        for base in _cgroup_bases():
+            install = base / f"exechost-{state_id()}"
+            # Owners' groups (and those an earlier layout made directly under the base), emptied ones last.
+            for group in [*install.glob("*/*"), *install.glob("*"), *base.glob(f"exechost-{state_id()}-*")]:
+                if group.is_dir() and str(group) not in live:
+                    with contextlib.suppress(OSError):
+                        group.rmdir()
 
 
 def _kill_cgroup(path: str) -> None:

@@ -262,7 +262,7 @@ class SandboxManager:
         # path: until it lands, the sandbox is found by its runtime record (list, prune, recreate).
         self._record_later(entry)
         try:
-            await channel.wait_ready(timeout=10.0, step=0.001)
+            await channel.wait_ready(timeout=10.0, step=0.001, running=lambda: bwrap.running(lay.name))
         except sv.SupervisorUnavailable:
             said = await asyncio.to_thread(bwrap.failure, lay.name)
             await self.settle()  # its registry row first, so the removal takes it too

@@ -79,6 +79,8 @@ class SandboxSettings:
     docker: DockerSettings = field(default_factory=DockerSettings)
     backend: str = "docker"  # docker | bwrap: what confines the scope (engine.sandbox.backend)
     bwrap_rootfs: str | None = None  # bwrap: the system view's tree (None: the host's, engine.sandbox.bwrap)
+    bwrap_landlock: bool = True  # bwrap: the landlock layer where the kernel has it (engine.sandbox.landlock)
+    bwrap_tcp_ports: tuple[int, ...] = ()  # bwrap under landlock: loopback ports it may bind and connect to
     browser: BrowserConfig = field(default_factory=BrowserConfig)  # its keys as config.toml sets them
     egress: EgressPolicy = field(default_factory=EgressPolicy)  # the only route out (engine.sandbox.egress)
     idle_hours: float = 24
@@ -176,6 +178,7 @@ def _resolve(merged: Any) -> SandboxSettings:
     top = _layer(merged)
     prune = _layer(top.get("prune"))
     root = top.get("workspace_root") or default_workspace_root()
+    bw = _layer(top.get("bwrap"))
     return SandboxSettings(
         mode=str(top.get("mode", "off")),
         scope=str(top.get("scope", "agent")),
@@ -183,7 +186,9 @@ def _resolve(merged: Any) -> SandboxSettings:
         workspace_root=os.path.abspath(os.path.expanduser(str(root))),
         docker=merge_docker(top.get("docker"), None),
         backend=str(top.get("backend", "docker")),
-        bwrap_rootfs=_rootfs(_layer(top.get("bwrap")).get("rootfs")),
+        bwrap_rootfs=_rootfs(bw.get("rootfs")),
+        bwrap_landlock=bool(bw.get("landlock", True)),
+        bwrap_tcp_ports=tuple(sorted({int(p) for p in bw.get("tcp_ports", ())})),
         browser=_browser(_layer(top.get("browser"))),
         egress=EgressPolicy.from_config(getattr(merged, "egress", None)),
         idle_hours=float(prune.get("idle_hours", 24)),
@@ -378,6 +383,8 @@ def _config_hash(settings: SandboxSettings, lay: Layout) -> str:
     if settings.backend != "docker":  # (absent for Docker: existing containers keep their hash)
         payload["backend"] = settings.backend
         payload["bwrapRootfs"] = settings.bwrap_rootfs
+        payload["bwrapLandlock"] = settings.bwrap_landlock
+        payload["bwrapTcpPorts"] = list(settings.bwrap_tcp_ports)
     return digest(payload)
 
 

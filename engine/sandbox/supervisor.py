@@ -23,7 +23,7 @@ import signal as signal_mod
 import stat
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -311,13 +311,16 @@ class Channel:
         finally:
             os.close(dfd)
 
-    async def wait_ready(self, timeout: float = 10.0, *, step: float | None = None) -> None:
+    async def wait_ready(
+        self, timeout: float = 10.0, *, step: float | None = None, running: Callable[[], bool] | None = None
+    ) -> None:
         """Until the supervisor reads its FIFO. `step`: a fixed polling interval (a bubblewrap sandbox is
-        up in milliseconds: backing off would cost more than the start), else 2 ms doubling to 50 ms."""
+        up in milliseconds: backing off would cost more than the start), else 2 ms doubling to 50 ms.
+        `running`: whether what starts the supervisor still runs (a bwrap that failed ends at once)."""
         deadline = time.monotonic() + timeout
         delay = step or 0.002
         while not self.alive():
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or (running is not None and not running()):
                 raise SupervisorUnavailable(f"sandbox supervisor of {self.name} did not start")
             await asyncio.sleep(delay)
             delay = delay if step else min(delay * 2, 0.05)

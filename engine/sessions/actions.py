@@ -88,7 +88,14 @@ async def run_action(
     session_id = str(params.get("sessionId") or "").strip()
     if not session_id:
         return _fail("sessionId is required for this action.")
-    return await handler(manager, name, manager.get(session_id, scope), session_id, params)
+    session = manager.get(session_id, scope)
+    refused = session.spec.input_refused if session is not None else ""
+    if name in _INPUT_ACTIONS and scope is not None and refused:  # the operator (scope None) may type
+        return _fail(f"Session {session_id} takes no input from the agent: {refused}.")
+    return await handler(manager, name, session, session_id, params)
+
+
+_INPUT_ACTIONS = frozenset({"write", "send-keys", "submit", "paste"})
 
 
 async def _kill(manager: SessionManager, name: str, session: Any, session_id: str, params: Any) -> ToolResult:

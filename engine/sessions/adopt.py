@@ -221,6 +221,8 @@ def _spec(meta: dict[str, Any]) -> RunSpec:
         marker=str(meta.get("marker") or ""),
         background=True,
         operator=meta.get("operator") is True,
+        # A restart keeps the refusal; a row from before it knew none is refused too (closed by default).
+        input_refused=str(meta.get("inputRefused", "its decision is not known")),
     )
 
 

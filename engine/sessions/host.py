@@ -115,6 +115,7 @@ def session_meta(session_id: str, spec: RunSpec) -> dict[str, Any]:
         "notifyOnExit": spec.notify_on_exit,
         "notifyOnExitEmptySuccess": spec.notify_on_exit_empty_success,
         "operator": spec.operator,
+        "inputRefused": spec.input_refused,
     }
 
 

@@ -93,6 +93,9 @@ class RunSpec:
     marker: str = ""  # filled by the manager: the value of EXECHOST_SESSION for this command
     output_cap: int | None = None  # filled by the manager: its share of its agent's output budget
     operator: bool = False  # started by the operator: counted against no agent's quota
+    # Why the agent may not write to this session (`process write`/keys/paste), "" when it may: a run no
+    # human approved whose program may read its input as commands (engine.commands.stdindata).
+    input_refused: str = ""
     # The id to use when it is free: an approval's run writes it to disk before the spawn (engine.tools.exec).
     session_id: str | None = None
     started_at: int = 0  # filled by the manager: the Session's own start, so a re-read meta lists the same

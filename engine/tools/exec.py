@@ -30,6 +30,7 @@ from engine.commands.pinned import (
     pinned_view,
     view_for,
 )
+from engine.commands.stdindata import input_refusal
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, VerifiedRun, verify
 from engine.config.model import Config
@@ -123,7 +124,9 @@ class ExecTool:
             self._record_use(prepared, ctx)
             await self._still_as_decided(prepared)
             try:
-                return await self._run(prepared, call, ctx, prepared.command_to_run())
+                return await self._run(
+                    prepared, call, ctx, prepared.command_to_run(), input_refused=_input_refused(prepared)
+                )
             except StaleContent as exc:
                 raise ToolError(f"exec denied: {exc}; ask again") from None
             except HostViewError as exc:
@@ -286,6 +289,7 @@ class ExecTool:
         *,
         detached: bool = False,
         session_id: str | None = None,
+        input_refused: str = "",
     ) -> ToolResult:
         """Start `command` over verified content (raises StaleContent when a bound file changed)."""
         run = await self._verified(prepared, command)
@@ -307,6 +311,7 @@ class ExecTool:
                 spec.env = {**(spec.env or {}), **view.env}
             spec.pass_fds = (*run.fds, *view.fds, *(() if cwd_fd is None else (cwd_fd,)))
             spec.session_id = session_id
+            spec.input_refused = input_refused
             result = await self.sessions.run(spec)
         finally:
             run.close()  # the child holds its own copies of the fds once spawned
@@ -596,3 +601,15 @@ class ExecTool:
         for task in list(self._background):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+def _input_refused(prepared: Prepared) -> str:
+    """Why the agent may not type into this run, allowed without a human (engine.commands.stdindata): on
+    the host under an allowlist, the keys and stdin it writes later are input no entry described. A
+    sandboxed run, `security=full` and elevated runs allow any input, as they allow any command."""
+    policy = prepared.decision.policy
+    if prepared.host != "gateway" or policy is None or policy.security != "allowlist":
+        return ""
+    if policy.bypass_approvals:
+        return ""
+    return input_refusal(prepared.decision.segments)

@@ -29,6 +29,12 @@ from engine.unixsock import PeerInfo
 OUTPUT_CAP = 200_000  # chars of stdout/stderr returned per exec
 
 
+def env_lines(env: Mapping[str, str] | None) -> list[str]:
+    """The env an `exec` frame sets, one line per key with its value: what the approver allows the command
+    to run with (a key alone hides `GNUMAKEFLAGS=--eval=…`), first among the ask's warnings."""
+    return [f"Env: {key}={value}" for key, value in sorted((env or {}).items())]
+
+
 @dataclass
 class LocalExecHost:
     """Evaluates `exec` frames against this machine's config and approvals file, asks, then runs.
@@ -87,7 +93,8 @@ class LocalExecHost:
                     source="socket-exec",
                     peer_pid=peer.pid,
                     allowed_decisions=tuple(decided.allowed_decisions),
-                    warnings=tuple(decided.warnings),
+                    warnings=(*env_lines(request.env), *decided.warnings),
+                    env=tuple(sorted((request.env or {}).items())),
                 )
             )
             if decision == "deny":

@@ -204,6 +204,16 @@ def _stored_pending() -> list[dict[str, Any]]:
     return views
 
 
+EGRESS_WIDTH = 320  # an egress ask's text shown whole: `connect`, a name (<= 253), its port and kind
+
+
+def _cut_middle(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    keep = width - 1
+    return text[: keep // 2] + "…" + text[len(text) - (keep - keep // 2) :]
+
+
 def cmd_pending(args: argparse.Namespace) -> int:
     client = running_client(operator=True)
     if client is not None:
@@ -218,7 +228,11 @@ def cmd_pending(args: argparse.Namespace) -> int:
         for a in approvals:
             command = str(a.get("command", ""))
             command = ("⚠ " if warnings(command) else "") + visible(command)
-            if len(command) > 100:
+            if a.get("egress"):
+                # A name's right end says who owns it, and the port and kind follow it: an egress ask is cut
+                # (past any name's 253 characters) in the middle, never from the right.
+                command = _cut_middle(command, EGRESS_WIDTH)
+            elif len(command) > 100:
                 command = command[:99] + "…"
             asked = a.get("requesters") or []
             sessions = ", ".join(visible(str(r.get("sessionKey"))) for r in asked)

@@ -421,6 +421,7 @@ def _bwrap_lines(b: dict[str, Any]) -> list[str]:
     )
     out.append(f"  rlimits: {', '.join(f'{k}={v}' for k, v in b['rlimits'].items()) or '-'}")
     out.append(f"  pids cap: {b.get('pidsCap') or '-'}")
+    out.append(f"  landlock: {_landlock_line(b.get('landlock') or {})}")
     env = b.get("env") or {}
     out.append(f"  env (bwrap's, inherited): {' '.join(f'{k}={_clean(v)}' for k, v in env.items()) or '-'}")
     out.append("  argv:")
@@ -434,6 +435,25 @@ def _bwrap_lines(b: dict[str, Any]) -> list[str]:
     if line:
         out.append("    " + shlex.join(line))
     return out
+
+
+def _landlock_line(layer: dict[str, Any]) -> str:
+    """Whether the landlock layer is on and what it allows, or why it is off."""
+    if not layer.get("active"):
+        return f"off (kernel ABI {layer.get('abi', 0)}): {_clean(str(layer.get('reason') or '-'))}"
+    rules = layer.get("rules") or {}
+    writes = [p for p, r in rules.items() if "w" in r]
+    execs = [p for p, r in rules.items() if "x" in r]
+    tcp = layer.get("tcp") or {}
+    ports = (
+        tcp
+        if isinstance(tcp, str)
+        else f"bind {tcp.get('bind') or 'none'}, connect {tcp.get('connect') or 'none'}"
+    )
+    return (
+        f"on (kernel ABI {layer.get('abi')}): write {' '.join(map(_clean, writes))}; "
+        f"execute {' '.join(map(_clean, execs))}; TCP {ports}"
+    )
 
 
 def _browser_lines(b: dict[str, Any]) -> list[str]:

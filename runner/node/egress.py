@@ -39,7 +39,7 @@ class NodeEgressServices:
         return self._config()
 
     def broadcast(self, topic: str, event: str, data: dict[str, Any]) -> None:
-        """No console attaches to a node: its connections are in its own history (`history/egress.jsonl`)."""
+        """No console attaches to a node: its connections are in its own history (`history/egress/`)."""
 
 
 def node_egress(

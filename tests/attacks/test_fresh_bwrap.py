@@ -169,7 +169,10 @@ async def test_one_agent_cannot_take_every_pid_of_the_host(bwrap_mgr: SandboxMan
         sx = await prepare_exec(config, agent, key, None, manager=bwrap_mgr)
         record = bwrap._read_record(sx.container)
         assert record is not None
-        (inner,) = bwrap._children(int(record["pid"]))  # bwrap (its keeper went back to the gateway's group)
+        # bwrap (its keeper went back to the gateway's group; its other child drains bwrap's stderr)
+        (inner,) = [
+            p for p in bwrap._children(int(record["pid"])) if Path(f"/proc/{p}/comm").read_text() == "bwrap\n"
+        ]
         groups[key] = _pids_ancestors(inner)
     for key, chain in groups.items():
         shared = [(path, cap) for path, cap in chain[1:] if cap <= pid_max // 2]

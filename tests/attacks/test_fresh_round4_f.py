@@ -20,6 +20,13 @@ from typing import Any
 import pytest
 
 from engine.approvals.store import ApprovalsStore
+from engine.commands.allowlist import AllowlistEntry, evaluate_allowlist
+from engine.commands.analysis import analyze_command
+from engine.commands.hostenv import git_config_env
+from engine.commands.pinned import PinnedView, view_for
+from engine.commands.rendering import pinned_command
+from engine.commands.treecode import TreeVet, tree_vet
+from engine.commands.verified import VerifiedRun
 from engine.protocol.client import ControlClient
 from tests.attacks.harness import ALLOWLIST, attempt, refused
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
@@ -84,84 +91,71 @@ async def _ask_then(
 # --- class 4: git reads a per-worktree config nobody vetted ---------------------------------------------
 
 
-def _git_processes_in(cwd: Path) -> bool:
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                comm = f.read().strip()
-            if comm == "git" and os.readlink(f"/proc/{pid}/cwd") == str(cwd):
-                return True
-        except OSError:
-            continue
-    return False
+def _decided_git_status(ws: Path) -> tuple[VerifiedRun, TreeVet]:
+    """An allowlisted `git status --short` in `ws`, decided as the gateway decides it."""
+    analysis = analyze_command("git status --short")
+    result = evaluate_allowlist(
+        analysis, [AllowlistEntry("/usr/bin/git")], cwd=str(ws), env={"PATH": "/usr/bin:/bin"}
+    )
+    vet = tree_vet(analysis, result, str(ws), [])
+    assert not vet.found, vet.found  # inert config: runs unasked
+    return VerifiedRun(pinned_command(analysis, result) or "git status --short"), vet
 
 
-class HeadFifo:
-    """`.git/HEAD` as a FIFO the attacker answers: every reader (exechost's vetting, then git) blocks until
-    it is served `ref: refs/heads/master`. The attacker thereby knows when git itself has started."""
-
-    def __init__(self, repo: Path, on_git: Callable[[], None] | None = None) -> None:
-        self.head = repo / ".git" / "HEAD"
-        self.cwd = repo
-        self.on_git = on_git
-        self.stop = threading.Event()
-        os.unlink(self.head)
-        os.mkfifo(self.head)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-
-    def _serve(self) -> None:
-        while True:
-            fd = os.open(self.head, os.O_WRONLY)  # returns once a reader has opened HEAD
-            try:
-                if self.stop.is_set():
-                    return
-                if self.on_git is not None and _git_processes_in(self.cwd):
-                    self.on_git()
-                os.write(fd, b"ref: refs/heads/master\n")
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-
-    def __enter__(self) -> HeadFifo:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        reader = os.open(self.head, os.O_RDONLY | os.O_NONBLOCK)  # unblocks the server's open
-        self.thread.join(10)
-        os.close(reader)
+def _run_in_view(view: PinnedView, run: VerifiedRun, ws: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **view.env, **git_config_env()}
+    argv = view.wrap(["/bin/sh", "-c", run.command])
+    return subprocess.run(argv, cwd=ws, env=env, pass_fds=view.fds, capture_output=True, text=True)
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: $GIT_DIR/config.worktree absent at the re-vet is neither vetted nor pinned; planted once "
-    "git starts (extensions.worktreeConfig is an inert key), git reads it by path and runs its filter",
-)
-async def test_class4_a_worktree_config_planted_after_the_revet_runs_a_filter(
-    state_dir: Path, tmp_path: Path
+@pytest.mark.parametrize("present", [False, True])
+def test_class4_a_worktree_config_planted_after_the_revet_runs_a_filter(
+    state_dir: Path, tmp_path: Path, present: bool
 ) -> None:
+    """$GIT_DIR/config.worktree, absent (or inert) at the spawn's re-vet, is planted right after it, before
+    git starts (extensions.worktreeConfig is an inert key, so git would read it by path). The re-vet is
+    view_for's pin: exactly the window between the last check and git's read. (The gateway-level form of
+    this attack served .git/HEAD from a FIFO to learn when git started; vetting now refuses a FIFO HEAD.)"""
     ws = _repo(tmp_path / "w", {"a.txt": "a\n"})
     _git("-C", str(ws), "config", "core.repositoryformatversion", "1")
     _git("-C", str(ws), "config", "extensions.worktreeConfig", "true")
+    worktree_config = ws / ".git" / "config.worktree"
+    if present:
+        worktree_config.write_text("[user]\n\tname = vetted\n")
     (ws / ".gitattributes").write_text("*.txt filter=x\n")
     _stat_dirty(ws / "a.txt")
     marker = tmp_path / "PWNED"
-    worktree_config = ws / ".git" / "config.worktree"
-
-    def plant() -> None:
-        if not worktree_config.exists():
-            worktree_config.write_text(_filter(marker))
-
-    with HeadFifo(ws, plant):
-        details = await attempt(state_dir, "git status --short", allow=GIT, workdir=str(ws))
-    assert worktree_config.exists(), "git never started: the attack did not get its chance"
-    assert details["status"] == "completed", details["_text"]  # allowlisted, inert config: ran unasked
+    run, vet = _decided_git_status(ws)
+    view = view_for(vet, run)
+    try:
+        worktree_config.write_text(_filter(marker))  # after the re-vet, before git reads it
+        done = _run_in_view(view, run, ws)
+    finally:
+        view.close()
+    assert done.returncode == 0, done.stderr
     assert not marker.exists(), "git ran a filter from a config exechost never vetted"
+
+
+@needs_bwrap
+def test_regression_a_vetted_worktree_config_still_applies(state_dir: Path, tmp_path: Path) -> None:
+    """The legitimate case: config.worktree's vetted keys are what git sees, after the common config's."""
+    ws = _repo(tmp_path / "w", {"a.txt": "a\n"})
+    _git("-C", str(ws), "config", "extensions.worktreeConfig", "true")
+    _git("-C", str(ws), "config", "user.name", "common")
+    _git("-C", str(ws), "config", "--worktree", "user.name", "per-worktree")
+    analysis = analyze_command("git config user.name")
+    result = evaluate_allowlist(
+        analysis, [AllowlistEntry("/usr/bin/git")], cwd=str(ws), env={"PATH": "/usr/bin:/bin"}
+    )
+    vet = tree_vet(analysis, result, str(ws), [])
+    run = VerifiedRun(pinned_command(analysis, result) or "git config user.name")
+    view = view_for(vet, run)
+    try:
+        done = _run_in_view(view, run, ws)
+    finally:
+        view.close()
+    assert done.stdout.strip() == "per-worktree", (done.stdout, done.stderr)
 
 
 async def test_a_fifo_head_stalls_the_gateway(state_dir: Path, tmp_path: Path) -> None:
@@ -324,28 +318,56 @@ async def test_class5_allow_always_through_an_opaque_wrapper_binds_no_script(
     assert "EVIL" not in again["text"], "the rewritten script ran on the old allow-always"
 
 
-@pytest.mark.parametrize("command", ["sh x.s?", "sh x.s[h]", "sh x.*", "sh ${PWD}/x.sh"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a script operand spelled by a glob or a parameter names no file to the analysis, so "
-    "nothing is bound: a rewrite after the human approved runs (the promise: bound whole, or refused)",
+@pytest.mark.parametrize(
+    "command", ["sh x.s?", "sh x.s[h]", "sh x.*", "sh ${PWD}/x.sh", "sh $PWD/x.s?", "./x.s?", "bash *.sh"]
 )
 async def test_class5_a_script_spelled_by_expansion_runs_rewritten_on_allow_once(
     state_dir: Path, tmp_path: Path, command: str
 ) -> None:
     ws = tmp_path / "w"
     ws.mkdir()
-    (ws / "x.sh").write_text("echo GOOD\n")
+    (ws / "x.sh").write_text("#!/bin/sh\necho GOOD\n")
+    (ws / "x.sh").chmod(0o755)
     write_config(state_dir, ALLOWLIST)
     async with gateway(state_dir):
         client = await connect(state_dir)
         try:
             _, text = await _ask_then(
-                client, ws, command, lambda: (ws / "x.sh").write_text("echo EVIL\n"), "allow-once"
+                client, ws, command, lambda: (ws / "x.sh").write_text("#!/bin/sh\necho EVIL\n"), "allow-once"
             )
         finally:
             await client.close()
     assert "EVIL" not in text, "the script rewritten after the approval ran"
+    assert "approval-stale" in text, text
+
+
+@pytest.mark.parametrize("command", ["sh x.s?", "sh ${PWD}/x.sh", "cat *.txt"])
+async def test_regression_an_expanded_command_runs_what_was_shown(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    """The legitimate case: the ask names what the shell expands the words to now, offers no allow-always
+    (the files were decided on, not granted), and once approved the expansion runs — a file added after
+    the ask that the pattern would also match does not."""
+    ws = tmp_path / "w"
+    ws.mkdir()
+    (ws / "x.sh").write_text("echo GOOD\n")
+    (ws / "a.txt").write_text("GOOD\n")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            result = await client.request("exec", {"command": command, "workdir": str(ws)})
+            details = result["details"]
+            assert details["status"] == "approval-pending", result["text"]
+            assert "the shell expands" in result["text"], result["text"]
+            assert "allow-always" not in details["allowedDecisions"], details
+            (ws / "x.sa").write_text("echo LATE\n")
+            (ws / "b.txt").write_text("LATE\n")
+            await client.request("approve", {"id": details["approvalId"], "decision": "allow-once"})
+            text = await _finished(client, details["approvalId"])
+        finally:
+            await client.close()
+    assert "GOOD" in text and "LATE" not in text, text
 
 
 @pytest.mark.parametrize(
@@ -423,12 +445,6 @@ async def test_regression_a_python_zipapp_is_bound_by_its_bytes(state_dir: Path,
 
 
 @pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode stops npm's walk at the nearest package.json, but npm (>=7) keeps walking to a "
-    "workspace root that lists the cwd and reads that root's .npmrc (script-shell, node-options): never "
-    "shown, never bound, so a root .npmrc written after allow-always runs its program unasked",
-)
 async def test_class4_npm_reads_the_workspace_roots_npmrc_above_the_vetted_package(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -662,12 +678,14 @@ async def test_class5_a_perl_module_preload_is_not_bound(
         "make -rf evil.mk",  # -f inside a cluster of short options
         "make -sfevil.mk",
         "make -kC sub",
-        pytest.param(
-            "make --eval='all:;@echo EVIL'",
-            marks=pytest.mark.xfail(
-                strict=True, reason="open: --eval puts the recipe in the argv itself (argPatterns decide it)"
-            ),
-        ),  # the recipe is in the argv itself
+        # The recipe is in the argv itself (spelled `EV""IL` so that only running it prints EVIL).
+        """make --eval='all:;@echo EV""IL'""",
+        """make -sE'all:;@echo EV""IL'""",
+        """make --ev 'all:;@echo EV""IL'""",
+        """make 'x:=$(shell echo EV""IL >&2)'""",  # a command-line assignment is make code too
+        """make 'x!=echo EV""IL >&2'""",
+        """make 'GNUMAKEFLAGS=--eval=all:;@echo EV""IL'""",
+        "make SHELL=./evil.sh",
     ],
 )
 async def test_class5_make_reads_a_makefile_through_an_option_spelling_treecode_does_not_parse(
@@ -700,18 +718,7 @@ PIP = os.path.join(os.path.dirname(sys.executable), "pip")
 @pytest.mark.skipif(not os.access(PIP, os.X_OK), reason="no pip beside this interpreter")
 @pytest.mark.parametrize(
     "option",
-    [
-        pytest.param(
-            "-qr r.txt",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: treecode reads pip's -r only spelled alone or as --requirement; optparse's "
-                "cluster -qr hides the requirements file, and the local project it names builds (its "
-                "setup.py runs) unasked",
-            ),
-        ),
-        "-r r.txt",
-    ],
+    ["-qr r.txt", "-r r.txt", "-qrr.txt", "--edit=pkg", "-q -e pkg", "-f pkg", "--python=./py"],
 )
 async def test_class5_pip_reads_a_requirements_file_in_a_short_option_cluster(
     state_dir: Path, tmp_path: Path, option: str

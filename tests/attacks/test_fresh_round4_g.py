@@ -39,13 +39,6 @@ from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.gateway import REPO, connect, gateway, wait_until, write_config
 from tests.helpers.race import exchange_loop, tries
 
-# Attacks that fail here only because their cwd is one the agent can write, where a program on no
-# TREE_SAFE list asks (engine/commands/treesafe.py): the class they name is not closed by that.
-WRITABLE_CWD = (
-    "passes where the cwd is agent-writable, as here (a program on no TREE_SAFE list asks there: "
-    "engine/commands/treesafe.py); still open from a cwd the agent cannot write. "
-)
-
 
 async def _always_then_rewrite(
     state: Path, cwd: Path, command: str, target: Path, benign: str, evil: str, then: str | None = None
@@ -127,12 +120,6 @@ async def test_class5_make_options_spelled_as_make_reads_them_escape_the_tree_ve
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `cmake -P x.cmake` runs a cmake script from the tree, but cmake's script mode (-P, and "
-    "-C's initial-cache script) is not a tree file in treecode (only CMakeLists/Cache/Presets) and cmake is "
-    "no interpreter to durable._scripts: allow-always saves the command unbound, the rewrite runs unasked",
-)
 async def test_class4_cmake_script_mode_file_is_not_bound(state_dir: Path, tmp_path: Path) -> None:
     benign = f'file(WRITE {tmp_path}/ran1 "")\n'
     evil = f'file(WRITE {tmp_path}/pwned "")\n'
@@ -142,12 +129,6 @@ async def test_class4_cmake_script_mode_file_is_not_bound(state_dir: Path, tmp_p
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `gcc @b.rsp` reads more options from b.rsp (libiberty response files: ld, as, objdump, "
-    "cc alike) and `-wrapper` there runs any program; the file is neither a tree file nor a script operand, "
-    "so allow-always binds only the text and a rewritten b.rsp runs code unasked",
-)
 async def test_class4_a_response_file_is_options_read_at_run_time(state_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "m.c").write_text("int main(void) { return 0; }\n")
     benign = "-o ran1\n"
@@ -159,12 +140,6 @@ async def test_class4_a_response_file_is_options_read_at_run_time(state_dir: Pat
 
 
 @pytest.mark.skipif(shutil.which("npx") is None, reason="npm's npx is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `npx hello` runs ./node_modules/.bin/hello (npx searches the local project's bin dir, "
-    "package.json or not); treecode vets only package.json/.npmrc/… for npx and content binds npx itself, "
-    "so allow-always holds while the agent swaps the program npx finds",
-)
 async def test_class4_npx_runs_a_program_it_finds_in_the_tree(state_dir: Path, tmp_path: Path) -> None:
     hello = tmp_path / "node_modules" / ".bin" / "hello"
     hello.parent.mkdir(parents=True)
@@ -188,13 +163,6 @@ SAFE_ED = (
 )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=WRITABLE_CWD
-    + "open: safeBins refuses only names on a list (shells, interpreters, awk, sed, jq): ed, sqlite3, "
-    "dc, gdb, psql… read commands from stdin and run shell commands (`!cmd`, `.shell`), so a profile the "
-    "operator writes for them turns a heredoc (stdin data, unasked) into code",
-)
 @pytest.mark.parametrize(
     "command",
     ["ed -s <<'EOF'\n!touch pwned\nq\nEOF", "sqlite3 <<'EOF'\n.shell touch pwned\nEOF"],
@@ -213,18 +181,8 @@ async def test_class4_a_stdin_only_safe_bin_that_runs_commands(
     ("first", "file", "then"),
     [
         ("pydoc3 json", "json.py", "pydoc3 evilmod"),
-        pytest.param(
-            "ctest",
-            "CTestTestfile.cmake",
-            "ctest",
-            marks=pytest.mark.xfail(strict=True, reason="open: still runs the tree's tests unasked here"),
-        ),
-        pytest.param(
-            "prove",
-            "t/a.t",
-            "prove",
-            marks=pytest.mark.xfail(strict=True, reason="open: still runs the tree's tests unasked here"),
-        ),
+        ("ctest", "CTestTestfile.cmake", "ctest"),
+        ("prove", "t/a.t", "prove"),
     ],
     ids=["pydoc3", "ctest", "prove"],
 )
@@ -309,12 +267,6 @@ def _sdist(path: Path, marker: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("pip3") is None, reason="pip is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode vets pyproject.toml/setup.py in the cwd and in each path operand as a directory; "
-    "an sdist archive operand (`pip install sub-1.tar.gz`) holds a setup.py pip runs, so allow-always binds "
-    "no file and the rewritten archive's setup.py runs unasked",
-)
 async def test_class5_pip_builds_an_sdist_archive_operand(state_dir: Path, tmp_path: Path) -> None:
     archive = tmp_path / "sub-1.tar.gz"
     command = "pip3 install --no-index --no-build-isolation --no-cache-dir --dry-run sub-1.tar.gz"
@@ -352,13 +304,6 @@ async def test_class4_an_empty_path_entry_makes_the_cwd_a_program_dir(
 
 
 @pytest.mark.skipif(shutil.which("sqlite3") is None, reason="sqlite3 is not installed")
-@pytest.mark.xfail(
-    strict=False,
-    reason=WRITABLE_CWD
-    + "open: a heredoc is code only to a program on the INTERPRETERS list; sqlite3 (psql, mysql, ed, "
-    "gdb…) reads commands from stdin and `.shell` runs one, so an entry allowing `sqlite3 app.db` runs the "
-    "agent's heredoc as shell commands unasked",
-)
 async def test_class4_a_heredoc_to_a_command_reader_is_code(state_dir: Path, tmp_path: Path) -> None:
     command = "sqlite3 app.db <<'EOF'\n.shell touch pwned\nEOF"
     allow: list[tuple[str, str | None]] = [(shutil.which("sqlite3") or "sqlite3", "app\\.db")]
@@ -398,12 +343,6 @@ def _system_python_fits() -> bool:
 
 
 @pytest.mark.skipif(not _system_python_fits(), reason="needs root, setpriv and a system Python like this one")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode.agent_writable asks os.access(W_OK) of the file and its dir; a Makefile the "
-    "gateway's own (non-root) user owns, made 0444 in a 0555 dir (tar/unzip keep such modes), is "
-    "then trusted, though its owner can chmod it back at will: allowlisted `make` runs it unasked",
-)
 def test_class4_a_read_only_makefile_of_the_gateways_own_user_is_trusted() -> None:
     root = Path(tempfile.mkdtemp(prefix="ehg-", dir="/tmp"))
     try:
@@ -425,6 +364,31 @@ def test_class4_a_read_only_makefile_of_the_gateways_own_user_is_trusted() -> No
         assert decision["decision"] != "allow", decision["text"]
     finally:
         os.chmod(root / "t", 0o755)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.skipif(not _system_python_fits(), reason="needs root, setpriv and a system Python like this one")
+def test_a_makefile_only_root_can_change_is_trusted_by_a_gateway_that_is_not_root() -> None:
+    """The legitimate side of ownership: a root-owned Makefile in a root-owned 0755 dir is one the
+    gateway's (non-root) user cannot change, so allowlisted `make` runs there unasked."""
+    root = Path(tempfile.mkdtemp(prefix="ehg-", dir="/tmp"))
+    try:
+        state, home, tree = root / "s", root / "h", root / "t"
+        for d in (state, home, tree):
+            d.mkdir()
+        os.chmod(state, 0o700)
+        os.chmod(tree, 0o755)
+        write_config(state, ALLOWLIST)
+        (tree / "Makefile").write_text("all:\n\t@true\n")
+        for path in (root, state, home, state / "config.toml"):
+            os.chown(path, NOBODY, NOBODY)
+        added = _as_nobody(state, home, "approvals", "allowlist", "add", "/usr/bin/make")
+        assert added.returncode == 0, added.stderr
+        check = _as_nobody(state, home, "policy", "check", "--json", "--cwd", str(tree), "--", "make")
+        assert check.returncode == 0, check.stderr
+        decision = json.loads(check.stdout)
+        assert decision["decision"] == "allow", decision["text"]
+    finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -455,12 +419,6 @@ async def test_class4_git_log_output_writes_the_trusted_global_config(
 
 
 @pytest.mark.skipif(shutil.which("rustup") is None, reason="rustup is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: rustup's proxies take `+<path>` as a toolchain and run <path>/bin/cargo; treecode vets "
-    "rust-toolchain files but not that argv path, and content binds only the proxy, so allow-always of "
-    "`cargo +./tc --version` holds while the agent swaps ./tc/bin/cargo",
-)
 async def test_class4_a_rustup_toolchain_path_in_the_argv_is_not_bound(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -480,12 +438,6 @@ async def test_class4_a_rustup_toolchain_path_in_the_argv_is_not_bound(
 
 
 @pytest.mark.skipif(shutil.which("more") is None, reason="util-linux more is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: pagers get LESSSECURE=1 and PAGER=cat, but an allowlisted `more FILE` run with pty=true "
-    "takes keystrokes from `process write`: `!cmd` runs a shell (util-linux more has no secure mode), so a "
-    "reader's allowlist entry is a shell; keystrokes into a PTY program are input no entry describes",
-)
 async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -497,7 +449,8 @@ async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
         try:
             call = {"command": "more big.txt", "workdir": str(tmp_path), "pty": True, "background": True}
             started = await client.request("exec", {**call, "env": {"TERM": "xterm"}})
-            assert started["details"]["status"] == "running", started["text"]
+            if refused(started["details"]):
+                return  # it asks (its tree is one the agent can write): nothing started unasked
             sid = started["details"]["sessionId"]
 
             async def log() -> str:
@@ -507,7 +460,11 @@ async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
                 return re.search(pattern, await log()) is not None
 
             await wait_until(lambda: shows(r"--More--\(\d+%\)"))
-            await client.request("process", {"action": "write", "sessionId": sid, "data": "!"})
+            wrote = await client.request("process", {"action": "write", "sessionId": sid, "data": "!"})
+            if wrote["details"]["status"] == "failed":  # refused: no keys reach an unasked pager
+                assert "takes no input from the agent" in wrote["text"], wrote["text"]
+                await client.request("process", {"action": "kill", "sessionId": sid})
+                return
             await wait_until(lambda: shows(r"--More--\(\d+%\)\r!"))  # more prompts for the command
             command = f"touch {tmp_path}/pwned\r"
             await client.request("process", {"action": "write", "sessionId": sid, "data": command})
@@ -517,6 +474,46 @@ async def test_class4_keystrokes_into_an_allowlisted_pager_run_a_shell(
         finally:
             await client.close()
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.skipif(shutil.which("bc") is None, reason="bc is not installed")
+async def test_keystrokes_into_an_unasked_command_reader_are_refused_and_into_a_data_reader_taken(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The gate itself, where the tree rule does not ask first: the operator lists `bc` as tree-safe (it
+    takes no code from its tree) and allowlists it, so `bc` with pty=true starts unasked; the agent's
+    keys into it are input no entry described (bc reads them as programs): refused. `cat` reads its input
+    as data: its keys are taken, as before."""
+    write_config(state_dir, ALLOWLIST + 'treeSafe = ["bc"]\n')
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    for name in ("bc", "cat"):
+        store.add_allowlist("main", shutil.which(name) or name)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            sids = {}
+            for command in ("bc -q", "cat"):
+                call = {"command": command, "workdir": str(tmp_path), "pty": True, "background": True}
+                started = await client.request("exec", call)
+                assert started["details"]["status"] == "running", started["text"]
+                sids[command] = started["details"]["sessionId"]
+            keys = {"action": "write", "sessionId": sids["bc -q"], "data": "2+3\r"}
+            wrote = await client.request("process", keys)
+            assert wrote["details"]["status"] == "failed", wrote["text"]
+            assert "takes no input from the agent" in wrote["text"] and "bc" in wrote["text"]
+            keys = {"action": "write", "sessionId": sids["cat"], "data": "hello-data\r"}
+            wrote = await client.request("process", keys)
+            assert wrote["details"]["status"] == "running", wrote["text"]
+
+            async def shows() -> bool:
+                log = await client.request("process", {"action": "log", "sessionId": sids["cat"]})
+                return "hello-data" in str(log["text"])
+
+            await wait_until(shows)
+            for sid in sids.values():
+                await client.request("process", {"action": "kill", "sessionId": sid})
+        finally:
+            await client.close()
 
 
 @pytest.mark.parametrize(
@@ -647,12 +644,6 @@ async def test_class5_git_vetting_is_skipped_for_a_redirected_git(state_dir: Pat
     assert not (tmp_path / "pwned").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: LocalExecHost's PromptRequest has no env (its warning names the key only) and "
-    "console.socket_asks.relay_params drops even the warnings, so an approval-socket exec with "
-    "GNUMAKEFLAGS=--eval=… is approved as a bare `make` and the injected code runs",
-)
 async def test_class3_an_approval_socket_exec_asks_without_showing_the_env(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -675,6 +666,35 @@ async def test_class3_an_approval_socket_exec_asks_without_showing_the_env(
     assert shown, "the env should have made it ask"
     visible = " ".join([shown[0].command, *shown[0].warnings])
     assert value in visible or not (tmp_path / "pwned").exists(), visible
+
+
+async def test_an_approval_socket_exec_relays_its_env_and_warnings_and_inert_env_runs_unasked(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The legitimate side: the ask the console relays to the gateway carries the env and the warnings
+    (the gateway decides on that env and shows it), and an inert key still rides along unasked."""
+    from console.socket_asks import relay_params
+    from engine.protocol.requests import ApprovalsRelay
+
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/make")
+    host = LocalExecHost(state_dir / "config.toml", state_dir / "exec-approvals.json")
+    shown: list[PromptRequest] = []
+
+    async def operator(prompt: PromptRequest) -> str:
+        shown.append(prompt)
+        return "deny"
+
+    peer = PeerInfo(os.getpid(), os.getuid(), os.getgid())
+    injected = ExecHostRequest(command=("make", "-v"), cwd="/", env={"GNUMAKEFLAGS": "-s"})
+    await host(injected, operator, peer)
+    relayed = ApprovalsRelay.decode(relay_params(shown[0]).params())
+    assert relayed.env == {"GNUMAKEFLAGS": "-s"}
+    assert any("Env: GNUMAKEFLAGS=-s" in w for w in relayed.warnings or []), relayed.warnings
+    inert = ExecHostRequest(command=("make", "-v"), cwd="/", env={"LC_ALL": "C.UTF-8"})
+    outcome = await host(inert, operator, peer)
+    assert len(shown) == 1, shown  # no second ask: an inert key is no influence
+    assert outcome.ok, outcome
 
 
 @pytest.mark.parametrize(

@@ -181,13 +181,11 @@ def test_anyip_local_route_address_is_refused(state_dir: Path) -> None:
         assert got["socks"] != 0 and "host-only service reached" not in str(got["body"]), out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: normalize() uses Python's `idna` codec (IDNA 2003 nameprep, transitional), not UTS 46 "
-    "as it says: an allow entry `straße.de` admits strasse.de, another registrable domain, and refuses "
-    "xn--strae-oqa.de, the name curl/browsers send for it",
-)
 def test_idna_entry_admits_a_different_domain() -> None:
+    """Was open: normalize() used Python's `idna` codec (IDNA 2003 nameprep, transitional), so an allow
+    entry `straße.de` admitted strasse.de, another registrable domain, and refused xn--strae-oqa.de, the
+    name curl and browsers send for it. Fixed: UTS 46 non-transitional processing to IDNA 2008 A-labels
+    (the `idna` package)."""
     from engine.config.egress import EgressPolicy, decide
 
     policy = EgressPolicy.from_config({"mode": "allowlist", "allow": ["straße.de"], "ask": False})
@@ -268,13 +266,11 @@ async def test_zone_id_puts_no_agent_text_into_an_ask(state_dir: Path) -> None:
     assert code not in (0, None), code
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an egress ask names only name:port, so a plain request and a CONNECT tunnel to the same "
-    "port coalesce into one row the operator cannot tell apart, and one allow-always then saves the tunnel "
-    "entry `name:port` too (the plain-vs-tunnel split that allow-always keeps is invisible at the ask)",
-)
 async def test_plain_and_tunnel_asks_coalesce_into_one_row(state_dir: Path) -> None:
+    """Was open: an egress ask named only name:port, so a plain request and a CONNECT tunnel to the same
+    port coalesced into one row the operator could not tell apart, and one allow-always saved the tunnel
+    entry `name:port` for both. Fixed: the ask is for what its allow-always saves (`http://name:port` or
+    `name:port`), and its text names the kind; two kinds are two rows, each saving its own entry."""
     import asyncio
 
     from engine.approvals.store import ApprovalsStore
@@ -308,6 +304,10 @@ async def test_plain_and_tunnel_asks_coalesce_into_one_row(state_dir: Path) -> N
     saved = ApprovalsStore(state_dir / "exec-approvals.json").egress_allow("main")
     assert all(x.startswith(b"HTTP/1.1 200") for x in answers), answers
     assert len(rows) == 2, (rows[0].get("egress"), rows[0].get("count"), saved)
+    entries = {f"evil.test:{o.port}", f"http://evil.test:{o.port}"}
+    assert {r["egress"] for r in rows} == entries and set(saved) == entries, (rows, saved)
+    kinds = sorted(str(r["command"]).rsplit("[", 1)[-1] for r in rows)
+    assert kinds == ["plain http]", "tunnel: CONNECT/SOCKS5]"], rows
 
 
 async def test_bad_heads_rotate_the_egress_history_away(state_dir: Path) -> None:
@@ -336,6 +336,53 @@ async def test_bad_heads_rotate_the_egress_history_away(state_dir: Path) -> None
         finally:
             await client.close()
     assert any(c["name"] == "exfil.test" for c in after["connections"]), len(after["connections"])
+
+
+async def test_short_refusals_rotate_another_agents_history_away(state_dir: Path) -> None:
+    """Was open: every connection's line went to one shared `history/egress.jsonl` (1 MiB, five files), so
+    one agent's sandboxes, refused ~15,000 times with short lines (a loop of CONNECTs to names nobody
+    allowed: each costs the agent nothing), rotated every other agent's connections out of the history and
+    of `sandbox egress`: the exfiltration attempt another sandbox made is then gone. Fixed: each principal
+    has a log and a bounded share of its own (history/egress/<principal>.jsonl, three files of 1 MiB); a
+    flood rotates the flooder's own lines only. The flood goes through the hub's own record path (what the
+    proxy calls once per connection), as many times as the refused connections would."""
+    import asyncio
+
+    from engine.sandbox.egress import forwarder
+    from engine.sandbox.egress.log import KEEP_FILES, ROTATE_BYTES
+    from engine.sandbox.egress.proxy import Connection
+    from tests.helpers.egress import host_forwarder
+    from tests.helpers.gateway import connect, gateway, write_config
+
+    write_config(state_dir, '[agents.defaults.sandbox.egress]\nmode = "allowlist"\nask = false\n')
+    async with gateway(state_dir) as server:
+        hub = server.services.egress
+        directory = await asyncio.to_thread(forwarder.prepare_dir, "sbx-h")
+        await hub.listen("sbx-h", "main", None)
+        client = await connect(state_dir)
+        try:
+            with host_forwarder(directory) as fwd:
+                first = await asyncio.to_thread(_http_ask, fwd, b"CONNECT exfil.test:443 HTTP/1.1\r\n\r\n")
+                assert first.startswith(b"HTTP/1.1 403"), first
+            flood = 0
+            while flood * 200 < 6 * ROTATE_BYTES * KEEP_FILES:  # twice what the old shared log held
+                for _ in range(500):
+                    rule = "f.test:443 is not in the allowlist (ask = false)"
+                    row = Connection("ops", "sbx-o", "f.test", 443, "CONNECT", "refused", rule, "policy")
+                    hub.record(row)
+                    flood += 1
+                await hub.writer.barrier()
+            mains = await client.request("sandbox.egress", {"agentId": "main", "limit": 1000})
+            opss = await client.request("sandbox.egress", {"agentId": "ops", "limit": 1000})
+        finally:
+            await client.close()
+    names = [(c["agentId"], c["name"]) for c in mains["connections"]]
+    assert ("main", "exfil.test") in names, names
+    assert len(opss["connections"]) == 1000  # (the flooder's own lines are there, the newest of them)
+    own = sorted((state_dir / "history" / "egress").glob("ops.jsonl*"))
+    assert 0 < sum(p.stat().st_size for p in own) <= ROTATE_BYTES * KEEP_FILES, own
+    lines = sum(len(p.read_bytes().splitlines()) for p in own)
+    assert lines < flood  # the flooder's own oldest lines did rotate away
 
 
 # Runs inside `unshare -n -m`: /etc/resolv.conf (in this mount namespace only) names a DNS server on the
@@ -659,13 +706,11 @@ async def test_agent_reads_the_withheld_addresses_back(state_dir: Path) -> None:
     assert rows and "127.0.0.1" not in seen, seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `approvals pending` cuts every ask to 100 characters from the left, so an egress ask for "
-    "registry.npmjs.org.<padding>.example.net shows as `connect registry.npmjs.org.…`: the labels that say "
-    "who owns the name (its right end) and the port are what is cut",
-)
 async def test_pending_list_cuts_the_owner_of_an_asked_name(state_dir: Path) -> None:
+    """Was open: `approvals pending` cut every ask to 100 characters from the left, so an egress ask for
+    registry.npmjs.org.<padding>.example.net showed as `connect registry.npmjs.org.…`: the labels that say
+    who owns the name (its right end) and the port were what was cut. Fixed: an egress ask is shown whole
+    (any name fits), and cut in the middle past that."""
     import asyncio
 
     from engine.sandbox.egress import forwarder

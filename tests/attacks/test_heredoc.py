@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.commands import stdindata
 from engine.commands.allowlist import AllowlistEntry, enforced_command, evaluate_allowlist
 from engine.commands.analysis import analyze_command
 from tests.attacks.harness import ALLOWLIST, attempt, refused
@@ -32,7 +33,10 @@ Run = list[tuple[str, tuple[str, ...], str]]
 
 
 @pytest.fixture
-def markers(tmp_path: Path) -> Path:
+def markers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # The markers stand for programs that read their input as data (a heredoc into any other asks:
+    # engine.commands.stdindata); what is tested here is that bash and the analysis agree on that input.
+    monkeypatch.setattr(stdindata, "INPUT_AS_DATA", stdindata.INPUT_AS_DATA | set(MARKERS))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in MARKERS:

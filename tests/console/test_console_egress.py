@@ -29,8 +29,8 @@ async def test_an_egress_ask_in_the_inbox_is_answered_with_a_key(state_dir: Path
                 )
                 await until(pilot, lambda: len(app.inbox) == 1, timeout=60)
                 item = app.inbox.rows()[0]
-                assert item.view["egress"] == f"asked.test:{o.port}"
-                assert item.view["command"] == f"connect asked.test:{o.port}"
+                assert item.view["egress"] == f"http://asked.test:{o.port}"  # a plain request's ask
+                assert item.view["command"] == f"connect http://asked.test:{o.port} [plain http]"
                 await pilot.press("a")
                 result = await asyncio.wait_for(task, 60)
                 assert "at /console" in result["text"], result

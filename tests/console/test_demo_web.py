@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from console.demo import ASK_HINTS
 from tests.helpers.gateway import REPO, wait_until
 from tests.helpers.webconsole import BANNER, CHROMIUM
 
@@ -80,7 +81,10 @@ async def test_the_demo_in_a_browser(state_dir: Path) -> None:
             await page.goto(url)
             await wait_until(lambda: seen("Approvals ("), timeout=60)
             await wait_until(lambda: seen("ps -eo pid,comm"), timeout=60)  # the agent's asks, from the server
-            await wait_until(lambda: seen("press A, then 5") or seen("safe bin"), timeout=60)  # the hint
+            # The hint for the selected ask: which ask is selected first depends on which the demo agent
+            # sent first, so any ask's hint counts (each told apart by its opening words).
+            openings = [hint.split("\n")[0].split(":")[0][:20] for _, hint in ASK_HINTS]
+            await wait_until(lambda: any(seen(o) for o in openings), timeout=60)
             await page.focus(".xterm-helper-textarea")
             await page.keyboard.press("2")
             await wait_until(lambda: seen("build-job 400"), timeout=30)

@@ -188,3 +188,17 @@ def test_get_shows_config_clamped_by_the_file(state_dir: Path) -> None:
     assert "Effective (config.toml clamped by this file" in text
     broken = run("get", "--config", str(state_dir / "missing.toml"))
     assert broken.returncode == 0 and "unavailable: " in broken.stdout  # the file view still shows
+
+
+def test_an_egress_ask_is_shown_whole_or_cut_in_its_middle() -> None:
+    """`approvals pending`: any egress ask fits whole; past that, its middle goes, never the right end
+    (the labels that say who owns the name, the port and the kind)."""
+    from runner.cli.approve import EGRESS_WIDTH, _cut_middle
+
+    name = ".".join(["a" * 63] * 3) + ".example.net"  # 253 characters, the longest name there is
+    ask = f"connect {name}:443 [tunnel: CONNECT/SOCKS5]"
+    assert _cut_middle(ask, EGRESS_WIDTH) == ask
+    longer = f"connect {'b' * 400}.example.net:443 [tunnel: CONNECT/SOCKS5]"
+    cut = _cut_middle(longer, EGRESS_WIDTH)
+    assert len(cut) == EGRESS_WIDTH and "…" in cut
+    assert cut.startswith("connect bbb") and cut.endswith(".example.net:443 [tunnel: CONNECT/SOCKS5]")

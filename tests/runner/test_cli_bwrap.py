@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.sandbox import bwrap
+from engine.sandbox import bwrap, landlock
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.gateway import cli, write_config
 
@@ -38,6 +38,8 @@ def test_exec_in_a_bwrap_sandbox_with_no_docker_engine(
         assert row["backend"] == "bwrap" and row["running"]
         explained = cli(state_dir, "sandbox", "explain")
         assert explained.returncode == 0 and "backend: bwrap" in explained.stdout
+        if landlock.status(True, build=False).active:
+            assert "landlock: on (kernel ABI" in explained.stdout and "execute /usr" in explained.stdout
     finally:
         cli(state_dir, "gateway", "stop")
         bwrap.remove_all()

@@ -47,6 +47,9 @@ class PromptRequest:
     allowed_decisions: tuple[str, ...] = DECISIONS  # what the asker accepts; nothing else is offered
     # The local decision's warnings (an `exec` frame's: what the tree would run); never read from a frame.
     warnings: tuple[str, ...] = ()
+    # An `exec` frame's env overrides, keys and values: what the command runs with beyond the sanitised
+    # base, shown wherever the ask is (issue 27 §3); never read from a `request` frame.
+    env: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_wire(cls, rid: str, body: Mapping[str, Any], peer_pid: int | None) -> PromptRequest:

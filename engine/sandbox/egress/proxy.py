@@ -5,7 +5,7 @@ in-sandbox forwarder hands over each loopback connection as a file descriptor wi
 proxy talks to that TCP socket directly. A request's name is decided (deny, allow, approved, ask — the
 gateway's `decide`), then resolved and checked here (`addresses`: no loopback or private address unless
 the operator's `resolve` map says so, nor to one a `deny` entry names), and the connection goes to that very
-address. Bytes are relayed by splice(2) in worker threads, off the event loop. Every connection ends as one
+address. Bytes are relayed in worker threads, off the event loop. Every connection ends as one
 `Connection` record, and every refusal is answered (an HTTP status or a SOCKS reply) as well as recorded.
 
 The sandbox's socket shares its open file description with whatever copy the sandbox kept, so its flags are
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
+import mmap
 import os
 import socket
 import time
@@ -44,11 +44,14 @@ MAX_TOTAL = 1024
 # Per principal, connections still reading their head beyond its `maxConnections` (those past their head
 # are answered 429 at the cap); past this too, a new one is closed unread like past the caps above.
 UNREAD_HEADROOM = 64
+# Whatever an agent's `maxConnections` says (up to 1,024), its sandboxes together never hold more than this
+# share of MAX_TOTAL: the rest stays for every other agent (a session scope per sandbox gives an agent as
+# many sandboxes as it likes, so the per-sandbox cap alone bounds nothing per agent).
+MAX_PER_PRINCIPAL = MAX_TOTAL * 3 // 4
 # Closes of one listener's refused connections in flight (each may release a lingering descriptor the
 # sandbox sent, and waits in a worker thread for it): past it, that listener accepts nothing until they end.
 CLOSING_MAX = 8
-CHUNK = 1 << 20
-F_SETPIPE_SZ = 1031
+CHUNK = 1 << 20  # one relay buffer (per direction of a connection)
 SHARED = "shared"  # the principal of the shared-scope sandbox's connections (see `listen`)
 
 
@@ -223,7 +226,7 @@ class EgressProxy:
                 listener is None
                 or listener.active >= MAX_PER_SANDBOX
                 or self.active >= MAX_TOTAL
-                or self.open.get(listener.principal, 0) >= self._cap(listener.agent_id) + UNREAD_HEADROOM
+                or self.open.get(listener.principal, 0) >= self.open_limit(listener.agent_id)
             ):
                 self._release(listener, conn)  # (the descriptor in flight, unread, goes with it)
                 continue
@@ -233,6 +236,11 @@ class EgressProxy:
             task = loop.create_task(self._handoff(listener, conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def open_limit(self, agent_id: str) -> int:
+        """Connections one principal may hold from accept to close: its cap past the head, the headroom
+        for heads still coming, and never more than its share of all."""
+        return min(self._cap(agent_id) + UNREAD_HEADROOM, MAX_PER_PRINCIPAL)
 
     def _cap(self, agent_id: str) -> int:
         try:
@@ -509,38 +517,38 @@ async def _connect(loop: asyncio.AbstractEventLoop, target: Target) -> socket.so
 
 
 def _pump(src: socket.socket, dst: socket.socket, limit: int | None = None) -> int:
-    """Move bytes src → dst with splice(2) until EOF (then half-close dst), `limit` bytes (then stop
-    reading src, and leave dst as it is), or an error (then shut both, so the other direction's thread
-    ends too). The count of bytes moved."""
+    """Move bytes src → dst through one buffer (recv_into, send) until EOF (then half-close dst), `limit`
+    bytes (then stop reading src, and leave dst as it is), or an error (then shut both, so the other
+    direction's thread ends too). The count of bytes moved.
+
+    A copy, not splice(2): spliced pages reach the receiver as segments of many small fragments, which cost
+    the client (curl, pip: the sandbox's side) half again the CPU of its direct download, and on a busy box
+    that client is the bottleneck; one 1 MiB copy through user space costs the proxy less than that (see
+    docs/BENCHMARKS.md, "Egress"). The buffer is an anonymous mapping: only the pages a transfer touches
+    are ever memory."""
     total = 0
     if limit is not None and limit <= 0:
         return 0
-    r, w = os.pipe2(os.O_CLOEXEC)
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(w, F_SETPIPE_SZ, CHUNK)  # a bigger pipe: fewer splices per MiB
+    buf = mmap.mmap(-1, CHUNK)
+    view = memoryview(buf)
     clean = stopped = False
     try:
-        sfd, dfd = src.fileno(), dst.fileno()
         while True:
             if limit is not None and total >= limit:
                 stopped = True
                 break
             want = CHUNK if limit is None else min(CHUNK, limit - total)
-            n = _splice(sfd, w, want, sfd, write=False)
+            n = _recv(src, view, want)
             if n == 0:
                 clean = True
                 break
-            while n:
-                # Never SPLICE_F_MORE here: it corks the socket, and a short request (a tunnel's GET)
-                # would wait for the cork's 200 ms timeout.
-                m = _splice(r, dfd, n, dfd, write=True)
-                n -= m
-                total += m
+            _send(dst, view, n)
+            total += n
     except OSError:
         pass
     finally:
-        os.close(r)
-        os.close(w)
+        view.release()
+        buf.close()
         with contextlib.suppress(OSError):
             if clean:
                 dst.shutdown(socket.SHUT_WR)
@@ -550,14 +558,26 @@ def _pump(src: socket.socket, dst: socket.socket, limit: int | None = None) -> i
     return total
 
 
-def _splice(src: int, dst: int, size: int, sock: int, write: bool) -> int:
-    """One splice(2); when the socket end `sock` turns out non-blocking (its sandbox may set the flag on
-    the description it shares), wait for it in poll(2) and try again rather than take EAGAIN for an end."""
+# The sandbox's socket may turn non-blocking at any time (its sandbox may set the flag on the description it
+# shares): a call that finds it so waits in poll(2) and tries again, rather than take EAGAIN for an end.
+
+
+def _recv(sock: socket.socket, view: memoryview, size: int) -> int:
     while True:
         try:
-            return os.splice(src, dst, size, flags=os.SPLICE_F_MOVE)
+            return sock.recv_into(view, size)
         except (BlockingIOError, InterruptedError):
-            sockio.wait(sock, write)
+            sockio.wait(sock.fileno(), False)
+
+
+def _send(sock: socket.socket, view: memoryview, size: int) -> None:
+    sent = 0
+    while sent < size:
+        with view[sent:size] as rest:
+            try:
+                sent += sock.send(rest)
+            except (BlockingIOError, InterruptedError):
+                sockio.wait(sock.fileno(), True)
 
 
 def _now_ms() -> int:

@@ -56,6 +56,8 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
             params={"host": "gateway"},
             store=services.store,
             cwd=cwd or None,
+            # The env decides too: a key not inert asks, and allow-always is bound to it (issue 27 §3).
+            env_overrides=req.env or None,
         ),
         conn.fair_key,
     )
@@ -71,7 +73,11 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
         resolved_path=req.resolved_path,
         node_approval_id=f"socket:{socket_id}",  # who asked; each socket ask gets its own answer
         decision_json=decision.to_json(),
-        warnings=("asked on exec-approvals.sock (an OpenClaw client runs the command itself)",),
+        env=tuple(sorted((req.env or {}).items())),
+        warnings=(
+            "asked on exec-approvals.sock (an OpenClaw client runs the command itself)",
+            *(req.warnings or ()),
+        ),
     )
     try:
         record, _ = services.approvals.register(request, ttl)

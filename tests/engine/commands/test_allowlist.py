@@ -162,7 +162,13 @@ def test_arg_pattern_entry_wins_and_ids_are_reported(box: Path) -> None:
 
 def test_every_segment_must_be_satisfied(box: Path) -> None:
     entries = [AllowlistEntry(f"{box}/bin/show")]
-    assert check("show a && show b | show c ; show d || show e", entries, box).satisfied
+    assert check("show a && show b ; show c ; show d || show e", entries, box).satisfied
+    # A pipe is input to the next program: only one known to read it as data takes it unasked
+    # (engine.commands.stdindata); `show` is not known, so the pipe into it misses its entry.
+    piped = check("show b | show c", entries, box)
+    assert not piped.satisfied and "not known to read its input as data" in str(piped.segments[1].reason)
+    make_tool(box / "bin" / "cat")
+    assert check("show b | cat c", [*entries, AllowlistEntry(f"{box}/bin/cat")], box).satisfied
     result = check("show a && ls", entries, box)
     assert not result.satisfied
     assert [m.satisfied_by for m in result.segments] == ["allowlist", None]
@@ -285,14 +291,14 @@ def run_shell(command: str, cwd: Path) -> str:
 
 
 def test_enforced_command_pins_argv0_and_quotes_every_word(box: Path) -> None:
-    command = """show "it's" 'a b' '$HOME' '*' && show x | show y"""
+    command = """show "it's" 'a b' '$HOME' '*' && show x | cat y"""
+    make_tool(box / "bin" / "cat")  # a data reader by name: a pipe into it is data (stdindata)
     analysis = analyze_command(command)
-    result = evaluate_allowlist(
-        analysis, [AllowlistEntry(f"{box}/bin/show")], cwd=str(box / "work"), env=env_for(box)
-    )
+    entries = [AllowlistEntry(f"{box}/bin/show"), AllowlistEntry(f"{box}/bin/cat")]
+    result = evaluate_allowlist(analysis, entries, cwd=str(box / "work"), env=env_for(box))
     enforced = enforced_command(analysis, result)
     assert enforced == (
-        f"'{box}/bin/show' 'it'\"'\"'s' 'a b' '$HOME' '*' && '{box}/bin/show' 'x' | '{box}/bin/show' 'y'"
+        f"'{box}/bin/show' 'it'\"'\"'s' 'a b' '$HOME' '*' && '{box}/bin/show' 'x' | '{box}/bin/cat' 'y'"
     )
     # Run it for real with a hostile PATH: the pinned path still runs, and words arrive verbatim.
     make_tool(box / "work" / "evil" / "show", "#!/bin/sh\necho EVIL\n")

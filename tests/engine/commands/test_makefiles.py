@@ -35,7 +35,7 @@ from engine.commands.verified import VerifiedRun
         (["make", "-j4", "-sf", "a.mk"], [], [(3, "", "a.mk")]),
         (["make", "-j", "4", "t"], [], []),
         (["make", "--", "-f", "a.mk"], [], []),  # after `--`: targets
-        (["make", "-E", "x:=1", "-f", "a.mk"], [], [(4, "", "a.mk")]),
+        (["make", "V=1", "CFLAGS=-O2 -g", "x:=1", "y ?= 2", "-f", "a.mk"], [], [(6, "", "a.mk")]),
     ],
 )
 def test_make_options_as_make_reads_them(
@@ -54,6 +54,17 @@ def test_make_options_as_make_reads_them(
         ["make", "-Z"],
         ["make", "t", "MAKEFILES=x.mk"],
         ["make", "--help=x"],
+        ["make", "-E", "x:=1"],  # --eval: make code in the argv
+        ["make", "-sEall:;@echo x"],
+        ["make", "--ev=all:;@echo x"],
+        ["make", "x:=$(shell touch p)"],  # expanded as make reads it
+        ["make", "x!=touch p"],
+        ["make", "x=$(shell touch p)"],  # expanded wherever the makefile uses it
+        ["make", "SHELL=./evil"],
+        ["make", "GNUMAKEFLAGS=--eval=x"],
+        ["make", "MAKEFLAGS=-f evil.mk"],
+        ["make", "override x=1"],
+        ["make", "a/b=1"],
     ],
 )
 def test_what_make_reads_that_is_not_modelled_is_a_problem(argv: list[str]) -> None:

@@ -87,6 +87,23 @@ def test_name_normalisation() -> None:
             normalize(bad)
 
 
+def test_idna_2008_names_still_match_their_entries() -> None:
+    """The legitimate side of UTS 46 non-transitional: a Unicode entry admits the A-label clients send and
+    its other spellings (case, full-width letters, an ideographic full stop), ASCII names with `_` still
+    pass, and what IDNA 2008 refuses (a symbol, a bare joiner, an A-label that is no U-label's) is refused."""
+    allow = ["bücher.example", "faß.de"]
+    policy = EgressPolicy.from_config({"mode": "allowlist", "allow": allow, "ask": False})
+    for name in ("xn--bcher-kva.example", "BÜCHER.example", "ｂücher．example", "bücher.example。", "faß.de"):
+        assert decide(policy, normalize(name), 443).action == "allow", name
+    assert normalize("faß.de") == "xn--fa-hia.de"
+    assert decide(policy, normalize("fass.de"), 443).action == "deny"
+    assert normalize("XN--Strae-OQA.de") == "xn--strae-oqa.de"
+    assert normalize("_acme-challenge.example.org") == "_acme-challenge.example.org"
+    for bad in ("☃.net", "xn--n3h.net", "a\u200db.example", "xn--zz.de"):
+        with pytest.raises(BadName):
+            normalize(bad)
+
+
 def test_patterns() -> None:
     wild = parse_pattern("*.PythonHosted.org")
     assert wild.matches("files.pythonhosted.org", 443, True)

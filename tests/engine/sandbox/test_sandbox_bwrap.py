@@ -178,6 +178,11 @@ async def test_limits_pids_nofile_core_and_tmp_size(bwrap_mgr: SandboxManager) -
     record = json.loads((bwrap.runtime_dir() / f"{sx.container}.json").read_text())
     if record["cgroup"]:  # where this process may make a pids cgroup, it caps the sandbox too
         assert Path(record["cgroup"], "pids.max").read_text().strip() == "64"
+        # The keeper entered it itself and left once bwrap ran: bwrap (and the drain of its stderr) and all
+        # inside are its members.
+        members = {int(pid) for pid in Path(record["cgroup"], "cgroup.procs").read_text().split()}
+        inner = bwrap._children(record["pid"])
+        assert inner and set(inner) <= members and record["pid"] not in members
         await bwrap_mgr.settle()
         assert bwrap_mgr.remove_runtime(sx.container)
         assert not Path(record["cgroup"]).exists()  # and goes with it
@@ -559,3 +564,33 @@ async def test_skills_seeding_and_stage_reach_the_bwrap_workspace(
     assert "/workspace/media/inbound/report.txt" in capsys.readouterr().out
     _, out, _ = await run(sx, "cat /workspace/skills/howto.md /workspace/media/inbound/report.txt")
     assert out == "seeded\nstaged\n"
+
+
+async def test_a_bwrap_that_fails_says_why_at_once(
+    bwrap_mgr: SandboxManager, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """bwrap's own error (its stderr, drained by the keeper into the log) is the start's error, reported
+    once the keeper has ended (the wait for the supervisor watches it) rather than at the 10 s deadline."""
+    missing = tmp_path / "no-such-tree"
+    monkeypatch.setattr(bwrap, "system_view", lambda rootfs: ["--ro-bind", str(missing), "/usr"])
+    with pytest.raises(ToolError, match="did not start: bwrap: Can't find source path") as raised:
+        await prepare_exec(config(), "main", "s", None, manager=bwrap_mgr)
+    assert str(missing) in str(raised.value)
+
+
+async def test_sandboxes_started_at_once_all_enter_their_pids_groups(bwrap_mgr: SandboxManager) -> None:
+    """A start makes its pids group, records it, and only then lets its keeper enter: a sweep by another
+    start in between (taking every empty unrecorded group for a leftover) removed it, and that keeper could
+    not enter (4 of 10 concurrent starts failed). Sweeps now run under the start lock."""
+    many = bwrap_config(
+        'scope = "session"', docker='tmpfs = ["/tmp:size=8m", "/var/tmp:size=8m", "/run:size=8m"]'
+    )
+    started = await asyncio.gather(
+        *(prepare_exec(many, "main", f"agent:main:at-once-{i}", None, manager=bwrap_mgr) for i in range(12))
+    )
+    for sx in started:
+        assert (await run(sx, "echo up"))[1] == "up\n"
+        record = bwrap._read_record(sx.container)
+        assert record is not None
+        if record["cgroup"]:
+            assert Path(record["cgroup"], "cgroup.procs").read_text().split()

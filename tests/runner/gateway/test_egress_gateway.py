@@ -53,8 +53,9 @@ async def _exec(client: ControlClient, command: str) -> str:
 
 
 async def _pending(client: ControlClient, target: str) -> dict[str, Any] | None:
+    """The ask of a plain request (curl's `http://`) to `target`: it names what its allow-always saves."""
     rows = (await client.request("approvals.pending", {})).get("approvals") or []
-    return next((r for r in rows if r.get("egress") == target), None)
+    return next((r for r in rows if r.get("egress") == f"http://{target}"), None)
 
 
 async def _approve(state: Path, row: dict[str, Any], *args: str) -> None:
@@ -101,7 +102,7 @@ async def _run(state: Path, client: ControlClient, backend: str, port: int) -> N
     second = asyncio.ensure_future(_exec(client, _fetch(backend, f"http://asked.test:{port}/two")))
     target = f"asked.test:{port}"
     row = await wait_until(lambda: _pending_count(client, target, 2), timeout=60)
-    assert row["command"] == f"connect {target}" and row["host"] == "sandbox"
+    assert row["command"] == f"connect http://{target} [plain http]" and row["host"] == "sandbox"
     await _approve(state, row, "allow-once")
     got = await asyncio.gather(first, second)
     assert "at /one" in got[0] and "at /two" in got[1], got

@@ -78,8 +78,10 @@ async def test_a_node_sandbox_uses_the_node_proxy_and_relays_its_asks(
                     )
                 )
                 target = f"asked.test:{o.port}"
-                row = await wait_until(lambda: _pending(operator, target), timeout=60)
-                assert row["host"] == "node" and row["nodeId"] and row["command"] == f"connect {target}"
+                # (a plain request's ask names what its allow-always saves, and says its kind)
+                row = await wait_until(lambda: _pending(operator, f"http://{target}"), timeout=60)
+                assert row["host"] == "node" and row["nodeId"]
+                assert row["command"] == f"connect http://{target} [plain http]"
                 await operator.request("approve", {"id": row["id"], "decision": "allow-always"})
                 got = await call
                 assert "at /n2" in got["text"], got
@@ -90,6 +92,7 @@ async def test_a_node_sandbox_uses_the_node_proxy_and_relays_its_asks(
         saved = json.loads((alpha.state_dir / "exec-approvals.json").read_text())
         # The node's own file, and exactly what was asked: a plain request's name and port, no tunnel.
         assert saved["agents"]["main"]["egress"]["allow"] == [f"http://{target}"]
-        lines = (alpha.state_dir / "history" / "egress.jsonl").read_text().splitlines()
+        logs = sorted((alpha.state_dir / "history" / "egress").glob("*.jsonl"))  # (a log per principal)
+        lines = [x for path in logs for x in path.read_text().splitlines()]
         names = [(json.loads(x)["name"], json.loads(x)["decision"]) for x in lines]
         assert ("origin.test", "allowed") in names and ("asked.test", "allowed") in names

@@ -57,3 +57,18 @@ async def test_allowed_name_plain_and_connect_other_name_refused(tmp_path: Path)
     ok = next(r for r in records if r.method == "CONNECT")
     assert ok.bytesDown > 0 and ok.bytesUp > 0 and ok.address == "127.0.0.1"
     assert not os.path.exists("/nonexistent")
+
+
+async def test_an_agents_share_of_the_proxy_follows_its_cap_up_to_a_bound(tmp_path: Path) -> None:
+    """Per principal, connections from accept to close: its maxConnections and the headroom for heads
+    still coming (a bigger cap is a bigger share), but never the whole proxy, whatever the cap says."""
+    from engine.sandbox.egress.proxy import MAX_PER_PRINCIPAL, MAX_TOTAL, UNREAD_HEADROOM
+
+    caps = {"small": 8, "default": 256, "greedy": 1024}
+    proxy = EgressProxy(_proxy(EgressPolicy(), []).decide, [].append, caps.__getitem__)
+    try:
+        assert proxy.open_limit("small") == 8 + UNREAD_HEADROOM
+        assert proxy.open_limit("default") == 256 + UNREAD_HEADROOM
+        assert proxy.open_limit("greedy") == MAX_PER_PRINCIPAL < MAX_TOTAL
+    finally:
+        await proxy.close()
