@@ -1,7 +1,8 @@
 """Gateway benchmarks: exec `true` over a kept control connection vs subprocess.run; approval round trips.
 
 Runs a real `exechost gateway run` daemon in a throwaway state dir. Baselines share the run.
-Usage: .venv/bin/python bench/bench_gateway.py [--runs N] [--approvals N] [--host-view bwrap|none]
+Usage: .venv/bin/python bench/bench_gateway.py [--runs N] [--approvals N]
+       [--host-view bwrap|bwrap-per-run|none|all]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.table import ratio, record  # noqa: E402
+from bench.table import record as table_record  # noqa: E402
 from engine.approvals.pending import MAX_PENDING, MAX_PENDING_PER_AGENT  # noqa: E402
 from engine.protocol.client import ControlClient  # noqa: E402
 
@@ -119,22 +121,26 @@ def run_queue_wait(pid: int) -> float:
 
 def daemons_of(state: Path, gateway: int) -> list[int]:
     """The session host(s) serving `state`: processes other than the gateway whose environment names it
-    (a session host is started detached, so it is not the gateway's child)."""
+    (a session host is started detached, so it is not the gateway's child). Not the host view's keeper
+    (it idles, and is re-made whenever the host's mount table changes)."""
     marker = f"OPENCLAW_STATE_DIR={state}\0".encode()
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) not in (gateway, os.getpid()):
             try:
-                if marker in (entry / "environ").read_bytes():
+                keeper = b"exechost-hostenter\0keep" in (entry / "cmdline").read_bytes()
+                if marker in (entry / "environ").read_bytes() and not keeper:
                     out.append(int(entry.name))
             except OSError:
                 continue
     return out
 
 
-def start_daemon(state: Path, config: str) -> subprocess.Popen[bytes]:
+def start_daemon(
+    state: Path, config: str, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     (state / "config.toml").write_text(config)
-    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state), "PYTHONPATH": str(REPO), **(extra_env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "runner", "gateway", "run"],
         env=env,
@@ -157,10 +163,26 @@ async def connect(state: Path, name: str) -> ControlClient:
             await asyncio.sleep(0.05)
 
 
+# --host-view: "bwrap" the host view as it runs (kept, entered per run: engine.commands.hostkeeper),
+# "bwrap-per-run" a bwrap of its own for every run (as before issue 31: the helper hidden), "none" no view.
+HOST_VIEWS: dict[str, tuple[str, dict[str, str]]] = {
+    "bwrap": ("bwrap", {}),
+    "bwrap-per-run": ("bwrap", {"EXECHOST_HOSTENTER": ""}),
+    "none": ("none", {}),
+}
+
+
 async def bench_exec(state: Path, runs: int, host_view: str = "bwrap") -> None:
-    # hostView: the state-dir-hiding bwrap every gateway-host run starts in (engine.commands.hostview),
-    # or "none" for the run without it: the same run measures both when called twice.
-    proc = start_daemon(state, FULL + f'hostView = "{host_view}"\n')
+    # hostView: the state-dir-hiding view every gateway-host run starts in (engine.commands.hostview);
+    # `--host-view all` measures each in turn, each against its baselines taken right after it.
+    mode, extra_env = HOST_VIEWS[host_view]
+    tag = "" if host_view == "bwrap" else f" [hostView {host_view}]"
+
+    def record(metric: str, *rest: str) -> None:
+        table_record(metric + tag, *rest)
+
+    print(f"-- hostView = {host_view}")
+    proc = start_daemon(state, FULL + f'hostView = "{mode}"\n', extra_env)
     try:
         client = await connect(state, "exec")
         for _ in range(20):
@@ -384,7 +406,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--approvals", type=int, default=1000)
-    parser.add_argument("--host-view", choices=("bwrap", "none"), default="bwrap")
+    parser.add_argument("--host-view", choices=(*HOST_VIEWS, "all"), default="bwrap")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="ehb-", dir="/tmp"))
     try:
@@ -392,7 +414,10 @@ def main() -> None:
             (root / name).mkdir(mode=0o700)
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}")
         print(f"hostView = {args.host_view}")
-        asyncio.run(bench_exec(root / "a", args.runs, args.host_view))
+        for view in HOST_VIEWS if args.host_view == "all" else (args.host_view,):
+            state = root / f"a-{view}"
+            state.mkdir(mode=0o700)
+            asyncio.run(bench_exec(state, args.runs, view))
         if args.approvals > 0:
             asyncio.run(bench_approvals(root / "b", args.approvals))
     finally:

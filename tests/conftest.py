@@ -121,6 +121,9 @@ def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     if leftover:
         warnings.warn(f"stopping gateway daemon(s) {leftover} this test left running", stacklevel=1)
         _stop(leftover)
+    from engine.commands import hostkeeper  # this process's kept host views (their bwraps name the dir)
+
+    hostkeeper.stop()
     # Sandbox keepers (bwrap's parent shell, in its own session so it outlives a gateway as a container
     # does) and anything else still running over this test's dirs: gone with them, never left behind.
     _stop(_processes_naming(prefix))

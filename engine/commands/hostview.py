@@ -4,13 +4,19 @@ empty tmpfs and the operator's trusted config files are read-only (issue 27, fre
 A check of the words a command names can always be walked around (a link, /proc/self/cwd, a response
 file, a URL, a recursive walk, a file the program reads naming another); a path that is not in the
 command's namespace cannot be named, walked, followed or raced into. The pinned view (engine.commands.
-pinned) adds its own bwrap arguments after these: one bubblewrap per run.
+pinned) adds its own bwrap arguments after these: one bubblewrap per run. A run with nothing pinned
+enters a view prepared once instead (engine.commands.hostkeeper: the same operations, kept).
+
+Every run has a PID namespace of its own with its own /proc (issue 31): the gateway's and the session
+hosts' /proc/<pid>/root, cwd and fd lead into the host's mount namespace, where the state dir is not
+covered; in the run's /proc they do not exist.
 
 bwrap stays the parent of the command (it always forks and waits), in the command's process group: it is
 started with ^C, ^\\ and ^Z ignored, so the terminal's and the session host's SIGINT/SIGQUIT/SIGTSTP reach
 the command and leave bwrap waiting, and the command gets them back at their default (`env
 --default-signal`). bwrap reports a command killed by signal n as exit 128+n; exit_status() turns 130/131
-of a wrapped run back into SIGINT/SIGQUIT, as they were reported before the view.
+of a wrapped run back into SIGINT/SIGQUIT, as they were reported before the view. A run in the kept view
+is told exactly (exechost-hostenter dies of the command's signal): its 130 stays an exit code.
 """
 
 from __future__ import annotations
@@ -20,12 +26,16 @@ import shutil
 import signal
 import sys
 
+from engine.commands import hostkeeper
+
 BWRAP_CANDIDATES = ("/usr/bin/bwrap", "/bin/bwrap")
 ENV = "/usr/bin/env"
 # Signals a terminal (or an operator's ^C) sends: the command's, never bwrap's to die of.
 _TERMINAL = "INT,QUIT,TSTP"
 IGNORE = f"--ignore-signal={_TERMINAL}"
 RESTORE = f"--default-signal={_TERMINAL}"
+# Every run's own PID namespace and /proc (the kept view's runs get theirs from exechost-hostenter).
+PID_OPS = ("--unshare-pid", "--proc", "/proc")
 # A wrapped run whose command died of one of these is reported as that signal (bwrap says 128+n).
 _REPORTED = (signal.SIGINT, signal.SIGQUIT)
 INSTALL_HINT = (
@@ -126,14 +136,31 @@ def view_args(state: str, environ: dict[str, str] | None = None) -> list[str]:
     return args
 
 
+def kept_prefix(state: str, bwrap: str, *, make: bool = True) -> tuple[list[str], tuple[int, ...]] | None:
+    """The words that run a command in this state dir's kept view and the fds they name (the caller's to
+    pass and close), the keeper made or re-made here when `make` (blocking a few ms); None when there is
+    no helper, or no keeper ready and `make` is false."""
+    helper = hostkeeper.helper_path()
+    if helper is None:
+        return None
+    ops = view_args(state)
+    key = hostkeeper.view_key(bwrap, helper, state, ops)
+    keeper = hostkeeper.current(key, state)
+    if keeper is None and make:
+        keeper = hostkeeper.ensure(key, state, bwrap, helper, ops)
+    return keeper.enter(helper) if keeper is not None else None  # None: stopped meanwhile
+
+
 def head(bwrap: str) -> list[str]:
     """The words before bwrap's operations: bwrap itself ignores the terminal's signals."""
     return [ENV, IGNORE, bwrap]
 
 
 def tail() -> list[str]:
-    """The words after `--`: the command gets the terminal's signals back at their defaults."""
-    return [ENV, RESTORE]
+    """The words after `--`: the command gets the terminal's signals back at their defaults (and, with
+    the helper, its cwd is checked there: engine.commands.pinned.PinnedView.check_cwd)."""
+    helper = hostkeeper.helper_path()
+    return [helper, "check-cwd", hostkeeper.NO_CWD, "--"] if helper is not None else [ENV, RESTORE]
 
 
 def is_wrapped(args: object) -> bool:

@@ -24,7 +24,7 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import hostview
+from engine.commands import hostkeeper, hostview
 from engine.commands.gitvet import Record, Repo, parse_argv
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, MakeRead, parse_make, reads
@@ -73,6 +73,19 @@ class PinnedView:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds = ()
+
+    def check_cwd(self, fd: int) -> bool:
+        """Have the view check that the command's working directory is the one `fd` holds, and close `fd`
+        before the command runs (exechost-hostenter's CWD word); False when the view cannot (no helper,
+        or no view): the caller checks in the shell (in_checked_cwd). A directory fd of the host's mount
+        namespace left open in the view is a way out of it: /proc/self/fd/N/.. walks the host's mounts."""
+        for i, word in enumerate(self.prefix):
+            slot = {"enter": i + 3, "check-cwd": i + 1}.get(word)
+            helper = i > 0 and self.prefix[i - 1] == hostkeeper.helper_path()
+            if slot is not None and helper and self.prefix[slot] == hostkeeper.NO_CWD:
+                self.prefix = (*self.prefix[:slot], str(fd), *self.prefix[slot + 1 :])
+                return True
+        return False
 
     def argv(self, shell: str, command: str) -> list[str] | None:
         """The argv that runs `command` in the view; None when there is nothing to pin."""
@@ -283,9 +296,14 @@ class _Builder:
             if host:
                 raise hostview.HostViewError(hostview.INSTALL_HINT)
             raise PinError("bubblewrap (bwrap) is needed to run host tools over the vetted files; install it")
-        # One bwrap: the host view's operations first (the state dir a tmpfs), then the pinned view's
-        # tmpfs (inside the state dir's, made by bwrap in it) and its copies.
-        ops = hostview.view_args(str(state_dir())) if host else ["--dev-bind", "/", "/"]
+        if not pins:  # the host view alone: entered, kept (engine.commands.hostkeeper), when it can be
+            kept = hostview.kept_prefix(str(state_dir()), bwrap)
+            if kept is not None:
+                return PinnedView(tuple(kept[0]), fds=kept[1])
+        # One bwrap: the host view's operations first (the state dir a tmpfs, a PID namespace and /proc
+        # of its own), then the pinned view's tmpfs (inside the state dir's, made by bwrap in it) and its
+        # copies.
+        ops = [*hostview.view_args(str(state_dir())), *hostview.PID_OPS] if host else ["--dev-bind", "/", "/"]
         pinned = ["--tmpfs", self.root, *self.args] if pins else []
         prefix = (*hostview.head(bwrap), *ops, *pinned, "--", *hostview.tail())
         return PinnedView(prefix, dict(self.env), tuple(self.fds))
@@ -376,6 +394,14 @@ def pinned_view(
             with contextlib.suppress(OSError):
                 os.close(fd)
         raise
+
+
+def kept_host_view() -> PinnedView | None:
+    """The host view alone, when its keeper is ready (no blocking: the event loop may call this); None
+    when it must be made first (pinned_view(None, host=True), in a thread) or bwrap is missing."""
+    bwrap = bwrap_path()
+    kept = hostview.kept_prefix(str(state_dir()), bwrap, make=False) if bwrap is not None else None
+    return PinnedView(tuple(kept[0]), fds=kept[1]) if kept is not None else None
 
 
 def is_git(argv: Sequence[str]) -> bool:

@@ -182,17 +182,21 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
 
 def _host_view_explained(config: Any, agent_id: str, problems: list[str]) -> dict[str, Any]:
     """What a gateway-host command of this agent sees (engine.commands.hostview)."""
-    from engine.commands import hostview
+    from engine.commands import hostkeeper, hostview
 
     mode = config.exec_for(agent_id).host_view if hasattr(config, "exec_for") else "bwrap"
     found = hostview.bwrap_path()
     if mode == "none":
         sees = "the whole host: the state dir (tokens, approvals file) and writable trusted configs"
     else:
-        sees = "the host with the state dir an empty tmpfs and git/npm/cargo/shell configs read-only"
+        sees = (
+            "the host with the state dir an empty tmpfs and git/npm/cargo/shell configs read-only, "
+            "and only their own processes"
+        )
         if found is None:
             problems.append(f"hostView: {hostview.INSTALL_HINT}")
-    return {"mode": mode, "bwrap": found, "gatewayHostCommandsSee": sees}
+    # kept: entered per run (engine.commands.hostkeeper); without the helper, a bwrap per run
+    return {"mode": mode, "bwrap": found, "kept": hostkeeper.helper_path(), "gatewayHostCommandsSee": sees}
 
 
 SECCOMP_SHOWN = "<fd: libseccomp filter>"

@@ -22,7 +22,14 @@ from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import host_path, sanitize_host_env
 from engine.commands.hostview import HostViewError, refuse_hidden_cwd
-from engine.commands.pinned import PinnedView, in_checked_cwd, open_checked_dir, pinned_view, view_for
+from engine.commands.pinned import (
+    PinnedView,
+    in_checked_cwd,
+    kept_host_view,
+    open_checked_dir,
+    pinned_view,
+    view_for,
+)
 from engine.commands.stdindata import input_refusal
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, VerifiedRun, verify
@@ -293,9 +300,12 @@ class ExecTool:
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
             view = await self._pinned(prepared, run, anchor, host=self._host_view(prepared, ctx))
             spec = self._spec(prepared, call, ctx, run.command, detached=detached)
-            started = run.command if cwd_fd is None else in_checked_cwd(cwd_fd, run.command)
+            # The cwd checked against the decided directory in the view itself when it can (the fd then
+            # closed before the command), else in the shell.
+            in_view = cwd_fd is not None and view.check_cwd(cwd_fd)
+            started = run.command if cwd_fd is None or in_view else in_checked_cwd(cwd_fd, run.command)
             spec.argv = view.argv(DEFAULT_SHELL, started) or (
-                [DEFAULT_SHELL, "-c", started] if cwd_fd is not None else None
+                [DEFAULT_SHELL, "-c", started] if cwd_fd is not None and not in_view else None
             )
             if view.env:
                 spec.env = {**(spec.env or {}), **view.env}
@@ -329,8 +339,12 @@ class ExecTool:
         from a read-only copy of the bytes checked (issue 27 §4, §5)."""
         d = prepared.decision
         if prepared.host != "gateway" or ((d.tree is None or d.tree.vets_nothing) and not run.rereads):
-            # nothing to pin (view_for's answer too): no thread hop for it; the host view is a few stats
-            return pinned_view(None, host=True) if host else PinnedView()
+            # nothing to pin (view_for's answer too): the kept host view, a few stats and no thread hop
+            # once its keeper is up (made in a thread: bwrap runs then)
+            if not host:
+                return PinnedView()
+            kept = kept_host_view()
+            return kept if kept is not None else await asyncio.to_thread(pinned_view, None, host=True)
         return await asyncio.to_thread(view_for, d.tree, run, anchor, host=host)
 
     @staticmethod

@@ -145,7 +145,7 @@ class LocalExecHost:
         try:
             # every word single-quoted: exactly the pinned argv (in a shell only to check the cwd first)
             words = shlex.split(run.command)
-            if cwd_fd is not None:
+            if cwd_fd is not None and not view.check_cwd(cwd_fd):  # else checked in the view itself
                 words = [DEFAULT_SHELL, "-c", in_checked_cwd(cwd_fd, run.command)]
             argv = view.wrap(words)
             env = {**env, **view.env}

@@ -390,6 +390,7 @@ def format_explain(info: dict[str, Any]) -> str:
             "",
             "Host view (tools.exec.hostView):",
             f"  mode: {hv['mode']}  bwrap: {hv['bwrap'] or '-'}",
+            f"  kept (entered per run): {hv.get('kept') or '- (a bwrap per run)'}",
             f"  gateway-host commands see {hv['gatewayHostCommandsSee']}",
         ]
     if info["problems"]:

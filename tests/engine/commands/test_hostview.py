@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from engine.commands import hostview, pinned
+from engine.commands import hostkeeper, hostview, pinned
 from engine.commands.pinned import pinned_view
 from tests.helpers.bwrap import needs_bwrap
 
@@ -19,7 +20,7 @@ def _run(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     view = pinned_view(None, host=True)
     try:
         argv = view.wrap(["/bin/sh", "-c", script])
-        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, pass_fds=view.fds)
     finally:
         view.close()
 
@@ -55,27 +56,53 @@ def test_trusted_configs_are_read_only_present_or_not(state_dir: Path, tmp_path:
 
 
 @needs_bwrap
-def test_a_run_in_the_view_reports_its_exit_and_its_signal(state_dir: Path, tmp_path: Path) -> None:
+def test_a_run_in_the_kept_view_reports_its_exit_and_its_signal_exactly(
+    state_dir: Path, tmp_path: Path
+) -> None:
     view = pinned_view(None, host=True)
+    assert view.prefix[0] == hostkeeper.helper_path()  # entered, not a bwrap of its own
     try:
+        for script, code in (("exit 3", 3), ("exit 130", 130), ("exit 131", 131), ("kill -INT $$", -2)):
+            argv = view.wrap(["/bin/sh", "-c", script])
+            raw = subprocess.run(argv, check=False, pass_fds=view.fds).returncode
+            assert raw == code
+            expected = (code, None) if code >= 0 else (None, "SIGINT")
+            assert hostview.exit_status(argv, raw) == expected  # a command's own 130 is not a SIGINT
+        _group_interrupt(view.wrap, view.fds)
+    finally:
+        view.close()
+
+
+@needs_bwrap
+def test_a_run_in_a_bwrap_of_its_own_reports_its_exit_and_its_signal(state_dir: Path, tmp_path: Path) -> None:
+    """A run with pinned copies (or no helper) takes its own bwrap, which says 128+n for signal n."""
+    pin = tmp_path / "pinned.txt"
+    view = pinned_view(None, [(str(pin), b"copy\n")], host=True)
+    try:
+        assert view.prefix[:2] == tuple(hostview.head("")[:2])
         argv = view.wrap(["/bin/sh", "-c", "exit 3"])
-        assert hostview.exit_status(argv, subprocess.run(argv, check=False).returncode) == (3, None)
+        run = subprocess.run(argv, check=False, pass_fds=view.fds)
+        assert hostview.exit_status(argv, run.returncode) == (3, None)
         argv = view.wrap(["/bin/sh", "-c", "kill -INT $$"])
-        code = subprocess.run(argv, check=False).returncode
+        code = subprocess.run(argv, check=False, pass_fds=view.fds).returncode
         assert code == 128 + signal.SIGINT  # bwrap's report, read back as the signal
         assert hostview.exit_status(argv, code) == (None, "SIGINT")
         assert hostview.exit_status(["/bin/sh", "-c", "exit 130"], 130) == (130, None)  # not wrapped
-        # bwrap itself ignores ^C: a SIGINT to the whole group ends the command, not the wait for it.
-        script = "sleep 60 >/dev/null & trap 'kill $!; exit 7' INT; echo up; wait"
-        proc = subprocess.Popen(
-            view.wrap(["/bin/sh", "-c", script]), stdout=subprocess.PIPE, start_new_session=True
-        )
-        assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
-        os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait() == 7
-        proc.stdout.close()
+        _group_interrupt(lambda a: view.wrap(a), view.fds)
     finally:
         view.close()
+
+
+def _group_interrupt(wrap: Callable[[list[str]], list[str]], fds: Sequence[int] = ()) -> None:
+    """The view's own processes ignore ^C: a SIGINT to the whole group ends the command, not the wait."""
+    script = "sleep 60 >/dev/null & trap 'kill $!; exit 7' INT; echo up; wait"
+    proc = subprocess.Popen(
+        wrap(["/bin/sh", "-c", script]), stdout=subprocess.PIPE, start_new_session=True, pass_fds=fds
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait() == 7
+    proc.stdout.close()
 
 
 def test_a_cwd_inside_the_state_dir_is_refused(state_dir: Path) -> None:

@@ -1,0 +1,104 @@
+"""The host view's cost at the spawn, hop by hop (issue 31): `sh -c true` plainly, entered into the kept
+view (engine.commands.hostkeeper: exechost-hostenter, setns, its own PID namespace and /proc), and in a
+bwrap of its own per run (as every run was before, and as a run with pinned copies still is); plus what
+making the keeper costs, once per state dir. Wall p50 and the children's CPU per run, same run.
+
+Usage: .venv/bin/python bench/bench_hostview.py [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.table import ratio, record
+
+
+def spawn(argv: Sequence[str], fds: Sequence[int], runs: int) -> tuple[float, float]:
+    """(wall p50 ms, children's CPU ms per run) of `runs` spawns of argv."""
+    walls = []
+    before = os.times()
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(argv, check=True, pass_fds=fds)
+        walls.append(time.perf_counter() - t0)
+    after = os.times()
+    cpu = after.children_user + after.children_system - before.children_user - before.children_system
+    return sorted(walls)[len(walls) // 2] * 1000, cpu * 1000 / runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=300)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="ehv-", dir="/tmp"))
+    os.environ["OPENCLAW_STATE_DIR"] = str(root / "s")
+    os.environ["HOME"] = str(root / "h")
+    (root / "s").mkdir(mode=0o700)
+    (root / "h").mkdir(mode=0o700)
+    from engine.commands import hostkeeper
+    from engine.commands.pinned import pinned_view
+
+    try:
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}")
+        if hostkeeper.helper_path() is None:
+            print("exechost-hostenter is not built (bash scripts/setup.sh): nothing to compare")
+            return
+        made = []
+        for _ in range(5):
+            hostkeeper.stop()
+            t0 = time.perf_counter()
+            pinned_view(None, host=True).close()
+            made.append((time.perf_counter() - t0) * 1000)
+        kept = pinned_view(None, host=True)
+        helper = hostkeeper.helper_path
+        hostkeeper.helper_path = lambda: None  # type: ignore[assignment]  # a bwrap of its own per run
+        own = pinned_view(None, host=True)
+        hostkeeper.helper_path = helper  # type: ignore[assignment]
+        true = ["/bin/sh", "-c", "true"]
+        results = {}
+        for _ in range(3):  # interleaved, so a change in load falls on all three alike
+            for name, argv, fds in (
+                ("plain", true, ()),
+                ("kept", kept.wrap(true), kept.fds),
+                ("own bwrap", own.wrap(true), ()),
+            ):
+                wall, cpu = spawn(argv, fds, args.runs // 3)
+                old = results.get(name, ([], []))
+                results[name] = (old[0] + [wall], old[1] + [cpu])
+        kept.close()
+        own.close()
+        p = {name: sorted(w)[1] for name, (w, _) in results.items()}
+        c = {name: sum(cs) / len(cs) for name, (_, cs) in results.items()}
+        for name in results:
+            print(f"{name:<10} `sh -c true` wall p50 {p[name]:6.2f} ms, children CPU {c[name]:5.2f} ms/run")
+        print(f"making the keeper (bwrap + keep + ns fds): median {sorted(made)[2]:.2f} ms of 5")
+        record(
+            "host view, kept: `sh -c true` spawned, p50 (vs plain `sh -c true`)",
+            f"{p['kept']:.2f} ms",
+            f"{p['plain']:.2f} ms",
+            ratio(p["kept"], p["plain"]),
+        )
+        record(
+            "host view, a bwrap per run (pinned runs; every run before issue 31), p50 (vs plain)",
+            f"{p['own bwrap']:.2f} ms",
+            f"{p['plain']:.2f} ms",
+            ratio(p["own bwrap"], p["plain"]),
+        )
+        record("  host view: making the keeper, once per state dir and view", f"{sorted(made)[2]:.2f} ms")
+    finally:
+        hostkeeper.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+/* exechost-hostenter: a gateway-host command enters the kept host view (engine.commands.hostkeeper).
+
+   keep                       the keeper's program, run by bwrap inside the prepared view: prints its pid,
+                              then holds the namespaces until its stdin closes (the gateway that made it is
+                              gone, or made a new one).
+   enter MNT USER CWD -- ARGV run ARGV in the kept mount namespace, open at fd MNT (the kept user namespace
+                              at fd USER first, unless "-"), in a PID namespace of its own with its own
+                              /proc: the gateway's and the session hosts' /proc/<pid>/root, cwd and fd are
+                              not there to follow. By fd, not by the keeper's pid: a pid can be reused, and
+                              a run prepared just before a keeper is replaced still enters the view it got.
+   check-cwd CWD -- ARGV      (after bwrap's `--`) restore the terminal's signals, check the cwd, run ARGV.
+
+   CWD ("-": none) is an fd of the directory the decision was made in, opened in the gateway, in the host's
+   mount namespace: the command runs only if its working directory in the view is that directory (device
+   and inode), and the fd is closed first. Left open, /proc/self/fd/CWD/.. would walk the host's mounts,
+   where the state dir is not covered.
+
+   Three processes, as bwrap has them: this one (in the caller's PID namespace, the one its spawner waits
+   for and signals), pid 1 of the new namespace (reaps; it stays, holding no output open, while anything
+   the command left behind runs, so `nohup server &` outlives the command as it did without the view),
+   and the command as pid 2 (a pid 1 would ignore ^C). This process and pid 1 ignore the
+   terminal's INT/QUIT/TSTP so they reach the command and leave its parents waiting; the command gets them
+   back at their defaults, no_new_privs set. The command's exit is told as it was: its code as the code,
+   its signal by dying of that signal (never 128+n, which a command can exit with itself). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define FAIL 126 /* the host view could not be entered: nothing of the command ran */
+
+static void die(const char *what) {
+    fprintf(stderr, "exechost: host view: %s: %s\n", what, strerror(errno));
+    _exit(FAIL);
+}
+
+static void terminal_signals(void (*how)(int)) {
+    signal(SIGINT, how);
+    signal(SIGQUIT, how);
+    signal(SIGTSTP, how);
+}
+
+static int ns_fd(const char *number) {
+    char *end;
+    long fd = strtol(number, &end, 10);
+    if (*number == '\0' || *end != '\0' || fd < 0 || fd > INT_MAX) {
+        errno = EBADF;
+        die("not a namespace fd");
+    }
+    return (int)fd;
+}
+
+static int optional_fd(const char *number) { return strcmp(number, "-") ? ns_fd(number) : -1; }
+
+/* The command's last step: its cwd is the decided directory (then the fd of it is closed), the terminal's
+   signals are its own again; then ARGV. */
+static void run_checked(int cwdfd, char **command) {
+    if (cwdfd >= 0) {
+        struct stat want, here;
+        if (fstat(cwdfd, &want) < 0) die("the decided directory's fd");
+        close(cwdfd);
+        if (stat(".", &here) < 0 || here.st_dev != want.st_dev || here.st_ino != want.st_ino) {
+            fprintf(stderr, "exechost: approval-stale: the working directory changed since it was approved\n");
+            _exit(FAIL);
+        }
+    }
+    terminal_signals(SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execvp(command[0], command);
+    fprintf(stderr, "exechost: %s: %s\n", command[0], strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+}
+
+static int keep(void) {
+    char buf[256];
+    printf("%d\n", (int)getpid());
+    fflush(stdout);
+    while (read(0, buf, sizeof buf) > 0 || errno == EINTR) errno = 0;
+    return 0;
+}
+
+static void report(int status) {
+    if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL;
+    struct rlimit none = {0, 0};
+    setrlimit(RLIMIT_CORE, &none); /* the command's core (if any) was its own; ours is nobody's */
+    signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+    raise(sig);
+    _exit(128 + sig); /* a signal that does not end a process */
+}
+
+static int enter(char **argv) {
+    const char *mnt = argv[0], *user = argv[1];
+    int cwdfd = optional_fd(argv[2]);
+    char **command = argv + 4;
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) die("getcwd");
+    int userfd = strcmp(user, "-") ? ns_fd(user) : -1;
+    int mntfd = ns_fd(mnt);
+    /* setns refuses an fd that is not a namespace of that type */
+    if (userfd >= 0 && setns(userfd, CLONE_NEWUSER) < 0) die("setns(user)");
+    if (setns(mntfd, CLONE_NEWNS) < 0) die("setns(mnt)");
+    close(mntfd);
+    int entered_user = userfd >= 0;
+    if (entered_user) close(userfd);
+    if (unshare(CLONE_NEWNS | CLONE_NEWPID) < 0) die("unshare");
+    terminal_signals(SIG_IGN);
+    int told[2];
+    if (pipe2(told, O_CLOEXEC) < 0) die("pipe");
+    pid_t init = fork();
+    if (init < 0) die("fork");
+    if (init > 0) {
+        close(told[1]);
+        if (cwdfd >= 0) close(cwdfd);
+        int status, outcome[2]; /* the command's wait status; whether pid 1 stays for what it left running */
+        ssize_t n;
+        while ((n = read(told[0], outcome, sizeof outcome)) < 0 && errno == EINTR) {}
+        if (n == (ssize_t)sizeof outcome && outcome[1]) report(outcome[0]); /* pid 1 outlives us: init reaps it */
+        while (waitpid(init, &status, 0) < 0)
+            if (errno != EINTR) die("waitpid");
+        report(n == (ssize_t)sizeof outcome ? outcome[0] : status);
+    }
+    /* pid 1: a view of its own (mounts made here stay here), /proc of this namespace. */
+    close(told[0]);
+    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) die("mount --make-rslave /");
+    unsigned long proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+    if (mount("proc", "/proc", "proc", proc_flags, NULL) < 0) die("mount /proc");
+    /* As bwrap's --proc does: the old knobs of /proc that could act on the whole machine, read-only. */
+    static const char *const cover[] = {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"};
+    for (size_t i = 0; i < sizeof cover / sizeof *cover; i++) {
+        if (access(cover[i], W_OK) < 0 && (errno == EACCES || errno == ENOENT || errno == EROFS)) continue;
+        if (mount(cover[i], cover[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
+            mount(NULL, cover[i], NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | proc_flags, NULL) < 0)
+            die(cover[i]);
+    }
+    pid_t cmd = fork();
+    if (cmd < 0) die("fork");
+    if (cmd == 0) {
+        close(told[1]);
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
+        /* In the kept user namespace (a non-root gateway) this process holds every capability there;
+           the exec of a non-root uid drops them, and the bounding set goes as bwrap drops it. */
+        for (int cap = 0; entered_user; cap++) {
+            if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0) continue;
+            if (errno == EINVAL) break; /* past the last capability */
+            die("capability bounding set");
+        }
+        if (chdir(cwd) < 0) die(cwd);
+        run_checked(cwdfd, command);
+    }
+    if (cwdfd >= 0) close(cwdfd); /* pid 1 holds nothing of the host's namespace either */
+    /* The command's output is the command's: pid 1 holds none of it open, so an exit is seen when the
+       command and what it left holding the output are done, as without the view. */
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) _exit(FAIL);
+    for (;;) {
+        int status;
+        pid_t done = waitpid(-1, &status, 0);
+        if (done < 0 && errno == EINTR) continue;
+        if (done < 0) _exit(0); /* nothing left in the namespace */
+        if (done == cmd) {
+            /* Told now; pid 1 stays while anything the command started (a server, `nohup … &`) runs,
+               reaping it, as init would have without the view: the namespace ends with the last. When
+               nothing is left it ends at once, and its parent (which waits then) reaps it. */
+            while ((done = waitpid(-1, NULL, WNOHANG)) > 0) {}
+            int outcome[2] = {status, !(done < 0 && errno == ECHILD)};
+            ssize_t w = write(told[1], outcome, sizeof outcome);
+            (void)w;
+            if (!outcome[1]) _exit(0);
+            close(told[1]);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "keep")) return keep();
+    if (argc >= 7 && !strcmp(argv[1], "enter") && !strcmp(argv[5], "--")) return enter(argv + 2);
+    if (argc >= 5 && !strcmp(argv[1], "check-cwd") && !strcmp(argv[3], "--")) {
+        run_checked(optional_fd(argv[2]), argv + 4);
+    }
+    fprintf(stderr, "usage: exechost-hostenter keep | enter MNT-FD USER-FD|- CWD-FD|- -- COMMAND... | "
+                    "check-cwd CWD-FD|- -- COMMAND...\n");
+    return 2;
+}

@@ -1,0 +1,186 @@
+"""The host view, prepared once per state dir and entered per run (issue 31): a bubblewrap per run cost
+4 ms of CPU and 16-26 ms under load on every gateway-host exec.
+
+A keeper is `bwrap <the host view's operations> -- exechost-hostenter keep`: bwrap builds the view exactly
+as it does per run (engine.commands.hostview.view_args), and the keeper holds its namespaces; this process
+holds an fd of each as well. A run that needs no pinned copies starts as `exechost-hostenter enter <mnt fd>
+<user fd> -- …` (engine/commands/hostenter.c) with its own copies of those fds: it joins the kept
+namespaces, takes a mount and PID namespace of its own with its own /proc, and runs the command there.
+Runs with pinned copies keep their own bwrap (engine.commands.pinned).
+
+The keeper is re-made whenever what shapes the view changes: the operations themselves (a trusted config
+appearing or going), the identity (device, inode) of every file bound and of the state dir (a config
+renamed over on the host detaches its read-only bind in every other namespace, so a kept one would show
+the new file writable), and the host's mount table. One keeper per state dir, never shared with another;
+it ends when the process that made it does (its stdin closes) or when it is replaced or stopped.
+Namespaces outlive it while a run is in them, so a background session is never cut short by a replacement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+HELPER_NAME = "exechost-hostenter"
+KEEP_AT_MOST = 8  # keepers one process holds (a gateway serves one state dir; tests make many)
+
+
+# Where the helper is, when not in the venv; set empty: none (every run takes a bwrap of its own).
+HELPER_ENV = "EXECHOST_HOSTENTER"
+
+
+def helper_path() -> str | None:
+    """The compiled helper (scripts/setup.sh builds it into the venv): None runs every view per run."""
+    path = os.environ.get(HELPER_ENV, os.path.join(sys.prefix, "libexec", HELPER_NAME))
+    return path if path and os.access(path, os.X_OK) else None
+
+
+@dataclass
+class Keeper:
+    key: tuple[object, ...]
+    popen: subprocess.Popen[bytes]
+    pid: int
+    mnt: int  # an fd of the kept mount namespace: it lives while this is open, whatever the keeper does
+    user: int | None  # an fd of the keeper's user namespace when it is not ours (bwrap as non-root)
+
+    def alive(self) -> bool:
+        return self.mnt >= 0 and self.popen.poll() is None
+
+    def enter(self, helper: str) -> tuple[list[str], tuple[int, ...]] | None:
+        """The words that enter the view, and the fds they name (this run's own copies, to pass to it
+        and close once it is spawned); None once stopped."""
+        fds: list[int] = []
+        with _fds_lock:  # never a copy of a number closed by stop() and reused for another file
+            if self.mnt < 0:
+                return None
+            try:
+                for fd in (self.mnt, self.user):
+                    if fd is not None:
+                        fds.append(os.dup(fd))
+            except OSError:
+                for fd in fds:
+                    os.close(fd)
+                raise
+        user = "-" if len(fds) == 1 else str(fds[1])
+        return [helper, "enter", str(fds[0]), user, NO_CWD, "--"], tuple(fds)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.popen.stdin is not None:
+                self.popen.stdin.close()  # the keeper's cue: it exits, and bwrap with it
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+        with _fds_lock:
+            for fd in (self.mnt, self.user):
+                if fd is not None and fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self.mnt, self.user = -1, None
+
+
+# The helper's word for "no cwd to check" (engine.commands.pinned.PinnedView.check_cwd fills in an fd).
+NO_CWD = "-"
+
+
+_keepers: OrderedDict[str, Keeper] = OrderedDict()
+_lock = threading.Lock()  # making and replacing keepers
+_fds_lock = threading.Lock()  # a keeper's fds: copied or closed, never both at once
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _mounts() -> bytes:
+    """The host's mount table as this process sees it. A bwrap made per run copies it as it is then; a
+    kept view copied it once, and a host whose / is not a shared mount (a container) propagates nothing
+    to it: a mount made or removed since is a reason to re-make it. Namespace files bound somewhere
+    (nsfs: a container engine's network namespaces, made and gone with every container) hold nothing to
+    read and are left out, or every container started would re-make the view."""
+    with open("/proc/self/mountinfo", "rb") as f:
+        return b"".join(line for line in f if b" - nsfs " not in line)
+
+
+def view_key(bwrap: str, helper: str, state: str, ops: list[str]) -> tuple[object, ...]:
+    """Everything the kept view depends on: equal keys, the same view."""
+    bound = tuple(_identity(ops[i + 1]) for i, op in enumerate(ops) if op == "--ro-bind")
+    return (bwrap, helper, state, tuple(ops), _identity(state), bound, _mounts())
+
+
+def current(key: tuple[object, ...], state: str) -> Keeper | None:
+    """The live keeper of this state dir made for `key`, without blocking; None when one must be made."""
+    keeper = _keepers.get(state)
+    return keeper if keeper is not None and keeper.key == key and keeper.alive() else None
+
+
+def ensure(key: tuple[object, ...], state: str, bwrap: str, helper: str, ops: list[str]) -> Keeper | None:
+    """The keeper for `key` (made, or re-made, here: blocking, a few ms); None when it cannot be made
+    (the run then takes a bwrap of its own, which says why if it fails too)."""
+    with _lock:
+        keeper = current(key, state)
+        if keeper is not None:
+            _keepers.move_to_end(state)
+            return keeper
+        old = _keepers.pop(state, None)
+        if old is not None:
+            old.stop()
+        keeper = _start(key, bwrap, helper, ops)
+        if keeper is None:
+            return None
+        _keepers[state] = keeper
+        while len(_keepers) > KEEP_AT_MOST:
+            _keepers.popitem(last=False)[1].stop()
+        return keeper
+
+
+def _start(key: tuple[object, ...], bwrap: str, helper: str, ops: list[str]) -> Keeper | None:
+    popen = subprocess.Popen(
+        [bwrap, *ops, "--", helper, "keep"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # no terminal's signal and no group kill of ours reaches it
+        cwd="/",
+    )
+    assert popen.stdout is not None
+    fds: list[int] = []
+    try:
+        pid = int(popen.stdout.readline())
+        for kind in ("mnt", "user"):
+            fds.append(os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
+        # Opened by pid: still the keeper's only if the keeper is still there (a pid can be reused).
+        if popen.poll() is not None or os.fstat(fds[0]).st_ino == os.stat("/proc/self/ns/mnt").st_ino:
+            raise OSError("the keeper ended before its namespaces were taken")
+    except (ValueError, OSError):
+        for fd in fds:
+            os.close(fd)
+        Keeper(key, popen, 0, -1, None).stop()
+        return None
+    finally:
+        popen.stdout.close()
+    mnt, user = fds
+    if os.fstat(user).st_ino == os.stat("/proc/self/ns/user").st_ino:
+        os.close(user)
+        return Keeper(key, popen, pid, mnt, None)
+    return Keeper(key, popen, pid, mnt, user)
+
+
+def stop(state: str | None = None) -> None:
+    """End the keeper of `state` (every keeper of this process when None)."""
+    with _lock:
+        for name in [state] if state is not None else list(_keepers):
+            keeper = _keepers.pop(name, None) if name is not None else None
+            if keeper is not None:
+                keeper.stop()
