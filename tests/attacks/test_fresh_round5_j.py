@@ -157,3 +157,75 @@ async def test_process_pass_through_digit_is_internal_error(
         await op.close()
     tracebacks = [r for r in caplog.records if r.getMessage() == "handler process failed"]
     assert "internal" not in codes and not tracebacks, (codes, len(tracebacks))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's session row reaches the operator's console with its fields untyped (session_row "
+    "keeps any scalar); `startedAt: \"soon\"` makes the console's sessions list sort raise TypeError and "
+    "the console dies, again on every restart while the node reports that session",
+)
+async def test_hostile_node_session_row_crashes_console(state_dir: Path, sshd_nodes: list[SshdNode]) -> None:
+    from console.app import ConsoleApp
+    from tests.helpers.hostile_node import event
+
+    text = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "full"\nask = "off"\n' + text)
+    evil = Hostile(sshd_nodes[0], state_dir)
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        try:
+            await op.request("nodes.status", {"ping": True})  # the hostile node is linked
+            app = ConsoleApp(state_dir, host_approval_socket=False, autostart=False, bell=False, clock=False)
+            async with app.run_test() as pilot:
+                await wait_until(app.link.connected.is_set, timeout=30)
+                row = {"sessionId": "s1", "status": "running", "command": "sleep 1", "startedAt": "soon"}
+                await evil.inject(event("session.started", session=row))
+                sid = "node:alpha:s1"
+                await wait_until(lambda: sid in app.sessions.order or not app.is_running, timeout=30)
+                assert sid in app.sessions.order
+                await pilot.pause()
+        finally:
+            await op.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's CLI dials whatever $EXECHOST_GATEWAY_SOCKET names (meant for an agent's "
+    "account) and presents the operator token there in its hello: whoever listens on that path gets the "
+    "operator role; no gateway on an agents' socket ever accepts an operator token anyway",
+)
+def test_operator_token_goes_to_the_socket_an_env_var_names(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+    import threading
+
+    from engine.protocol.frames import OPERATOR_TOKEN_NAME, ensure_token
+    from tests.helpers.gateway import cli
+
+    operator = ensure_token(state_dir, OPERATOR_TOKEN_NAME)
+    ensure_token(state_dir)
+    path = state_dir.parent / "planted.sock"
+    heard: list[bytes] = []
+    with socket.socket(socket.AF_UNIX) as srv:
+        srv.bind(str(path))
+        srv.listen(1)
+        srv.settimeout(30)
+
+        def listen() -> None:
+            try:
+                peer, _ = srv.accept()
+            except OSError:
+                return
+            with peer:
+                peer.settimeout(30)
+                heard.append(peer.recv(65536))
+
+        thread = threading.Thread(target=listen, daemon=True)
+        thread.start()
+        monkeypatch.setenv("EXECHOST_GATEWAY_SOCKET", str(path))
+        cli(state_dir, "approvals", "pending")
+        srv.close()
+        thread.join(30)
+    assert not any(operator.encode() in said for said in heard), heard
