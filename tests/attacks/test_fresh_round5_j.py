@@ -229,3 +229,37 @@ def test_operator_token_goes_to_the_socket_an_env_var_names(
         srv.close()
         thread.join(30)
     assert not any(operator.encode() in said for said in heard), heard
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's ask carries its decision record verbatim (only its size is capped) and the "
+    "view's segments/patterns/digests come from it untyped; `segments: [\"x\"]` makes the console's "
+    "approval detail call .get on a str and the console dies while the ask waits",
+)
+async def test_hostile_node_ask_segments_crash_console(state_dir: Path, sshd_nodes: list[SshdNode]) -> None:
+    from console.app import ConsoleApp
+
+    text = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text(
+        '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\nnode = "alpha"\n' + text
+    )
+    evil = Hostile(sshd_nodes[0], state_dir)
+    frame = ask("x1", None)
+    frame["params"]["request"]["decision"] = {"segments": ["x"], "allowAlwaysPatterns": []}
+    async with gateway(state_dir):
+        agent = await connect(state_dir, operator=False)
+        call = asyncio.ensure_future(agent.request("exec", {"command": "true"}))
+        try:
+            run = await evil.next_run()
+            app = ConsoleApp(state_dir, host_approval_socket=False, autostart=False, bell=False, clock=False)
+            async with app.run_test() as pilot:
+                await wait_until(app.link.connected.is_set, timeout=30)
+                frame["params"]["request"]["runId"] = run["params"]["runId"]
+                await evil.inject(frame)
+                await wait_until(lambda: app.approvals.insights or not app.is_running, timeout=30)
+                await pilot.pause()
+                assert app.is_running
+        finally:
+            call.cancel()
+            await agent.close()
