@@ -263,3 +263,41 @@ async def test_hostile_node_ask_segments_crash_console(state_dir: Path, sshd_nod
         finally:
             call.cancel()
             await agent.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's `process list` rows are merged unchecked and sorted by their `startedAt`; a "
+    "node answering one as a string makes every agent's `process list` an internal error (TypeError)",
+)
+async def test_hostile_node_rows_break_every_agents_process_list(
+    state_dir: Path, sshd_nodes: list[SshdNode]
+) -> None:
+    text = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "full"\nask = "off"\n' + text)
+    evil = Hostile(sshd_nodes[0], state_dir)
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        agent = await connect(state_dir, operator=False)
+        try:
+            await op.request("nodes.status", {"ping": True})
+            listing = asyncio.ensure_future(agent.request("process", {"action": "list"}))
+
+            def asked() -> list[dict[str, Any]]:
+                return [f for f in evil.seen() if f.get("method") == "process"]
+
+            req = (await wait_until(asked, timeout=30))[0]
+            rows = [
+                {"sessionId": "a", "status": "running", "startedAt": 1},
+                {"sessionId": "b", "status": "running", "startedAt": "soon"},
+            ]
+            payload = {"text": "a\nb", "details": {"status": "completed", "sessions": rows}}
+            await evil.inject({"type": "res", "id": req["id"], "ok": True, "payload": payload})
+            try:
+                got = await listing
+            except RemoteError as exc:
+                pytest.fail(f"process list failed for the agent: {exc.code}: {exc}")
+            assert {r["sessionId"] for r in got["details"]["sessions"]} >= {"node:alpha:a"}
+        finally:
+            await agent.close()
+            await op.close()
