@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from engine.protocol.frames import RemoteError, read_token
 from tests.attacks.rawclient import RawClient
 from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
 from tests.helpers.hostile_node import Hostile, ask
-from tests.helpers.sshd import SshdNode, sshd_nodes  # noqa: F401 - the fixture
+from tests.helpers.sshd import SshdNode
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J"
 
@@ -162,7 +161,7 @@ async def test_process_pass_through_digit_is_internal_error(
 @pytest.mark.xfail(
     strict=True,
     reason="open: a node's session row reaches the operator's console with its fields untyped (session_row "
-    "keeps any scalar); `startedAt: \"soon\"` makes the console's sessions list sort raise TypeError and "
+    'keeps any scalar); `startedAt: "soon"` makes the console\'s sessions list sort raise TypeError and '
     "the console dies, again on every restart while the node reports that session",
 )
 async def test_hostile_node_session_row_crashes_console(state_dir: Path, sshd_nodes: list[SshdNode]) -> None:
@@ -300,4 +299,111 @@ async def test_hostile_node_rows_break_every_agents_process_list(
             assert {r["sessionId"] for r in got["details"]["sessions"]} >= {"node:alpha:a"}
         finally:
             await agent.close()
+            await op.close()
+
+
+# ---- attempts that did not work (regressions) ---------------------------------------------------------
+
+
+async def test_wire_values_no_encoder_could_send_back_are_refused_by_id(state_dir: Path) -> None:
+    """Lone surrogates, NaN, Infinity, 2^63, 1e400 and 65 levels of nesting are refused before any handler
+    (answered by the request's id); bool is not an int; the connection goes on and nothing ran."""
+    write_config(state_dir, FULL)
+    marker = state_dir.parent / "ran"
+    command = f"touch {marker}"
+    lines = [
+        b'{"type":"req","id":1,"method":"exec","params":{"command":"' + command.encode() + b' \\ud800"}}',
+        b'{"type":"req","id":2,"method":"exec","params":{"command":"'
+        + command.encode()
+        + b'","timeout":NaN}}',
+        b'{"type":"req","id":3,"method":"exec","params":{"command":"'
+        + command.encode()
+        + b'","timeout":-Infinity}}',
+        b'{"type":"req","id":4,"method":"exec","params":{"command":"'
+        + command.encode()
+        + b'","timeout":9223372036854775808}}',
+        b'{"type":"req","id":5,"method":"exec","params":{"command":"'
+        + command.encode()
+        + b'","timeout":1e400}}',
+        b'{"type":"req","id":6,"method":"exec","params":{"command":"'
+        + command.encode()
+        + b'","env":'
+        + b'{"a":' * 63
+        + b"1"
+        + b"}" * 63
+        + b"}}",
+        b'{"type":"req","id":7,"method":"sessions.output","params":{"sessionId":"x","offset":true}}',
+        b'{"type":"req","id":8,"method":"status","params":{}}',
+    ]
+    async with gateway(state_dir):
+        reader, writer = await asyncio.open_unix_connection(str(state_dir / "gateway.sock"), limit=1 << 21)
+        hello = {"type": "hello", "version": 1, "client": "raw", "token": read_token(state_dir)}
+        writer.write(json.dumps(hello).encode() + b"\n" + b"\n".join(lines) + b"\n")
+        await writer.drain()
+        assert json.loads(await reader.readline())["type"] == "welcome"
+        answers: dict[int, dict[str, Any]] = {}
+        while len(answers) < len(lines):
+            frame = json.loads(await asyncio.wait_for(reader.readline(), 30))
+            answers[frame["id"]] = frame
+        writer.close()
+    for rid in range(1, 7):
+        assert answers[rid]["ok"] is False and answers[rid]["error"]["code"] == "bad_frame", answers[rid]
+    assert answers[7]["error"]["code"] == "bad_params"
+    assert answers[8]["ok"] is True
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("named", ["ｍａｉｎ", "main\n", "victim:x", "../victim", "*", "main "])
+async def test_agent_ids_lookalikes_and_separators_are_never_ids(state_dir: Path, named: str) -> None:
+    """An agent's connection naming a lookalike, a padded or a path-like agent id is refused, never
+    normalised into some agent's scope."""
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, operator=False)
+        try:
+            with pytest.raises(ExecHostError):
+                await agent.request("events", {"agentId": named})
+        finally:
+            await agent.close()
+
+
+async def test_another_agents_session_reads_as_none(state_dir: Path) -> None:
+    """Agent b names agent a's session by id (process, sessions.output, follow) and by key
+    (`sessionKey: agent:a:…`): every answer is "not found", and its key is moved into b's own namespace."""
+    from engine import principals
+
+    write_config(state_dir, FULL + '\n[[agents.list]]\nid = "a"\n\n[[agents.list]]\nid = "b"\n')
+    token_a = principals.mint(state_dir, "a")
+    token_b = principals.mint(state_dir, "b")
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        a = await connect(state_dir, operator=False, credential=token_a)
+        b = await connect(state_dir, operator=False, credential=token_b)
+        try:
+            res = await a.request(
+                "exec", {"command": "echo secret; sleep 60", "background": True, "sessionKey": "work"}
+            )
+            if res["details"]["status"] == "approval-pending":
+                await op.request("approve", {"id": res["details"]["approvalId"], "decision": "allow-once"})
+
+            async def started() -> Any:
+                got = await a.request("process", {"action": "list", "sessionKey": "work"})
+                return got["details"].get("sessions")
+
+            sid = str((await wait_until(started, timeout=30))[0]["sessionId"])
+            poll = await b.request("process", {"action": "poll", "sessionId": sid})
+            assert poll["details"]["status"] == "failed" and "secret" not in poll["text"]
+            stolen = await b.request("process", {"action": "list", "sessionKey": "agent:a:work"})
+            assert not stolen["details"].get("sessions")
+            for method, params in (
+                ("sessions.output", {"sessionId": sid}),
+                ("sessions.follow", {"sessionId": sid}),
+            ):
+                with pytest.raises(RemoteError, match="No session found"):
+                    await b.request(method, params)
+            listed = await b.request("sessions.list", {"sessionKey": "agent:a:work"})
+            assert listed["sessions"] == []
+        finally:
+            await a.close()
+            await b.close()
             await op.close()
