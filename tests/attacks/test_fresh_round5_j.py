@@ -6,6 +6,7 @@ not work and should keep not working."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -297,6 +298,50 @@ async def test_hostile_node_rows_break_every_agents_process_list(
             except RemoteError as exc:
                 pytest.fail(f"process list failed for the agent: {exc.code}: {exc}")
             assert {r["sessionId"] for r in got["details"]["sessions"]} >= {"node:alpha:a"}
+        finally:
+            await agent.close()
+            await op.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: sessions.resize takes any int and the session host packs it into a ushort; the "
+    "struct.error escapes its read loop before the buffer is trimmed, so from then on it re-reads the "
+    "same frames and stops at the same one: every held session (every agent's, the operator's) gets no "
+    "more input, signals or closes, and no new host command starts",
+)
+async def test_resize_past_ushort_wedges_the_session_host(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")  # the daemon's way: sessions in the host
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        agent = await connect(state_dir, operator=False)
+        try:
+            victim = await op.request("exec", {"command": "cat", "background": True})
+            vsid = victim["details"]["sessionId"]
+            res = await agent.request("exec", {"command": "cat", "background": True, "pty": True})
+            if res["details"]["status"] == "approval-pending":
+                await op.request("approve", {"id": res["details"]["approvalId"], "decision": "allow-once"})
+
+            async def own() -> Any:
+                got = await agent.request("process", {"action": "list"})
+                return got["details"].get("sessions")
+
+            sid = (await wait_until(own, timeout=30))[0]["sessionId"]
+            with contextlib.suppress(RemoteError):  # refused is fine: the point is what happens after
+                await agent.request("sessions.resize", {"sessionId": sid, "cols": 70000, "rows": 24})
+            await op.request("process", {"action": "write", "sessionId": vsid, "data": "still-here\n"})
+
+            async def echoed() -> bool:
+                got = await op.request("process", {"action": "log", "sessionId": vsid})
+                return "still-here" in got["text"]
+
+            try:
+                await wait_until(echoed, timeout=30)
+            except AssertionError:
+                pytest.fail("the operator's own held session took no more input after an agent's resize")
         finally:
             await agent.close()
             await op.close()
