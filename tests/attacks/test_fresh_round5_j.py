@@ -309,19 +309,17 @@ async def test_hostile_node_rows_break_every_agents_process_list(
             await op.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: sessions.resize takes any int and the session host packs it into a ushort; the "
-    "struct.error escapes its read loop before the buffer is trimmed, so from then on it re-reads the "
-    "same frames and stops at the same one: every held session (every agent's, the operator's) gets no "
-    "more input, signals or closes, and no new host command starts",
-)
 async def test_resize_past_ushort_wedges_the_session_host(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Was open: sessions.resize took any int and the session host packed it into a ushort; the
+    struct.error escaped its read loop before the buffer was trimmed, so it re-read the same frames and
+    stopped at the same one: every held session (every agent's, the operator's) got no more input and no
+    new host command started. Now the verb refuses a size past a ushort and the host fails one command
+    alone."""
     monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")  # the daemon's way: sessions in the host
     write_config(state_dir, FULL)
-    async with gateway(state_dir):
+    async with gateway(state_dir) as server:
         op = await connect(state_dir)
         agent = await connect(state_dir, operator=False)
         try:
@@ -338,6 +336,8 @@ async def test_resize_past_ushort_wedges_the_session_host(
             sid = (await wait_until(own, timeout=30))[0]["sessionId"]
             with contextlib.suppress(RemoteError):  # refused is fine: the point is what happens after
                 await agent.request("sessions.resize", {"sessionId": sid, "cols": 70000, "rows": 24})
+            # and past the verb, straight down the session host's wire: the host takes it too
+            server.services.sessions.get(sid).handle.resize(70000, 24)
             await op.request("process", {"action": "write", "sessionId": vsid, "data": "still-here\n"})
 
             async def echoed() -> bool:
