@@ -195,15 +195,12 @@ async def test_hostile_node_session_row_crashes_console(state_dir: Path, sshd_no
             await op.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's CLI dials whatever $EXECHOST_GATEWAY_SOCKET names (meant for an agent's "
-    "account) and presents the operator token there in its hello: whoever listens on that path gets the "
-    "operator role; no gateway on an agents' socket ever accepts an operator token anyway",
-)
 def test_operator_token_goes_to_the_socket_an_env_var_names(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Was open: the operator's CLI dialled whatever $EXECHOST_GATEWAY_SOCKET named (meant for an agent's
+    account) and presented the operator token there in its hello. The operator role now dials only the
+    state dir's own socket (an agents' socket refuses every token anyway)."""
     import socket
     import threading
 
@@ -232,7 +229,8 @@ def test_operator_token_goes_to_the_socket_an_env_var_names(
         thread.start()
         monkeypatch.setenv("EXECHOST_GATEWAY_SOCKET", str(path))
         cli(state_dir, "approvals", "pending")
-        srv.close()
+        with socket.socket(socket.AF_UNIX) as poke:  # wakes the listener when nobody else came
+            poke.connect(str(path))
         thread.join(30)
     assert not any(operator.encode() in said for said in heard), heard
 
