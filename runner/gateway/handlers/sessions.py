@@ -53,7 +53,7 @@ async def list_(services: Services, conn: Connection, req: SessionsList) -> dict
 def _cursor(raw: str | None) -> int:
     if raw is None:
         return 0
-    if not raw.isdigit() or len(raw) > 12:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:  # '²' is a digit to isdigit(), not to int()
         raise InvalidInput("cursor must be the `next` of the previous page")
     return int(raw)
 
