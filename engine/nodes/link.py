@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.config.model import NodeConfig
+from engine.display import visible
 from engine.errors import ExecHostError
 from engine.lazymod import lazy
 from engine.nodes.wire import (
@@ -394,7 +395,7 @@ class NodeLink:
                     return
                 for text in chunk.decode(errors="replace").splitlines()[:20]:
                     if text.strip():
-                        log.warning("node %s: %s", self.name, text.strip()[:500])
+                        log.warning("node %s: %s", self.name, visible(text.strip()[:500]))
 
     async def _answer(self, req: Request) -> None:
         try:

@@ -11,6 +11,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
+from engine.display import visible
 from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.select import Candidate, NodeSelectError, select_node
 from engine.nodes.wire import Hello, NodeEvent, Request, Response
@@ -597,8 +598,8 @@ class NodeHub:
             log.warning(
                 "node %s: dropped %s: %s (%d frames dropped from nodes so far)",
                 link.name,
-                what,
-                why,
+                visible(what),  # the node's own event name: never raw into the log
+                visible(why),
                 self.dropped,
             )
 

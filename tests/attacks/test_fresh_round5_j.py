@@ -94,13 +94,10 @@ async def test_hostile_node_deep_decision_kills_operator_pending_list(
             await op.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the hello frame's `name` (the client's own choice, escapes and newlines included) is "
-    "written raw into the gateway log when the connection is cut off: forged log lines and terminal "
-    "escapes for whoever tails gateway.log or runs `exechost gateway run` in a terminal",
-)
 async def test_hello_name_reaches_gateway_log_raw(state_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Was open: the hello frame's `name` (the client's own choice, escapes and newlines included) was
+    written raw into the gateway log when the connection was cut off: forged log lines and terminal
+    escapes for whoever tails gateway.log or runs `exechost gateway run` in a terminal."""
     write_config(state_dir, FULL)
     async with gateway(state_dir):
         op = await connect(state_dir)
@@ -346,6 +343,29 @@ async def test_resize_past_ushort_wedges_the_session_host(
         finally:
             await agent.close()
             await op.close()
+
+
+async def test_hostile_node_event_name_reaches_gateway_log_escaped(
+    state_dir: Path, sshd_nodes: list[SshdNode], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node's frame naming nothing of its own is dropped and logged; its event name (the node's choice)
+    goes into that line escaped, as a client's hello name does."""
+    from tests.helpers.hostile_node import event
+
+    evil = Hostile(sshd_nodes[0], state_dir)
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        try:
+            await op.request("nodes.status", {"ping": True})
+            await evil.inject(event(f"x{ESCAPES}\n2026-11-27 INFO exechost.gateway: forged"))
+
+            def dropped() -> list[str]:
+                return [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+
+            lines = await wait_until(dropped, timeout=30)
+        finally:
+            await op.close()
+    assert not any("\x1b" in line or "\n" in line for line in lines), lines
 
 
 # ---- attempts that did not work (regressions) ---------------------------------------------------------
