@@ -15,6 +15,7 @@ ENV_CHARS = 4096  # one key and its value
 WARNINGS = 16
 WARNING_CHARS = 500
 DECISION_BYTES = 16 * 1024  # the node's decision record (shown in the ask's detail), as JSON
+DECISION_DEPTH = 8  # its nesting (our own record nests four deep: segments, each one's argv)
 REASON_CHARS = 1000
 WORD_CHARS = 64  # security, ask, askFallback: one word each
 EVENT_COMMAND_CHARS = 400
@@ -52,7 +53,10 @@ def warnings(raw: Any) -> list[str]:
 
 
 def decision_json(raw: Any) -> dict[str, Any]:
-    """The node's decision record when it is small (it is only shown); else a note that it was dropped."""
+    """The node's decision record when it is small and shallow (it is only shown); else a note that it was
+    dropped. Shallow: the gateway nests it deeper than the node's frame did (a pending page puts it five
+    levels down), so one as deep as the node wire admits made every frame listing it one its own
+    clients refuse (engine.jsontext.MAX_DEPTH)."""
     if not isinstance(raw, dict):
         return {}
     try:
@@ -61,7 +65,20 @@ def decision_json(raw: Any) -> dict[str, Any]:
         return {}
     if len(text) > DECISION_BYTES:
         return {"dropped": f"the node's decision record was {len(text)} bytes (cap {DECISION_BYTES})"}
+    if _depth(raw) > DECISION_DEPTH:
+        return {"dropped": f"the node's decision record nests deeper than {DECISION_DEPTH} levels"}
     return raw
+
+
+def _depth(value: Any) -> int:
+    """How deep `value` nests (a scalar is 0, `{}` is 1), without recursing on the node's choice."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def allowed_decisions(raw: Any) -> tuple[str, ...]:

@@ -51,15 +51,13 @@ def _nest(depth: int) -> dict[str, Any]:
 # ---- working attacks ---------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's ask carries a decision record as deep as the node wire admits (64); the gateway "
-    "wraps it one level deeper in approvals.pending/attach and its own client refuses that frame, so the "
-    "operator's connection dies and no pending ask can be listed while the node's ask waits",
-)
 async def test_hostile_node_deep_decision_kills_operator_pending_list(
     state_dir: Path, sshd_nodes: list[SshdNode]
 ) -> None:
+    """Was open: a node's ask carried a decision record as deep as the node wire admits (64); the gateway
+    wrapped it one level deeper in approvals.pending/attach and its own client refused that frame, so the
+    operator's connection died and no pending ask could be listed while the node's ask waited. A node's
+    decision record deeper than a few levels is now dropped (with a note) as an oversized one is."""
     text = (state_dir / "config.toml").read_text()
     (state_dir / "config.toml").write_text(
         '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\nnode = "alpha"\n' + text
