@@ -401,6 +401,39 @@ async def test_one_agents_escaped_ask_hides_every_pending_ask(state_dir: Path) -
             await op.close()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: node selection ranks a node's self-reported node id (4000) above the operator's own "
+    "facts about another node, its IP (3000) and display name (2000): a compromised node whose hello "
+    "claims another node's IP as its id is picked for `node=<that IP>`, and gets the command and env",
+)
+async def test_hostile_node_claims_another_nodes_ip_as_its_id(
+    state_dir: Path, sshd_nodes: list[SshdNode]
+) -> None:
+    alpha, beta = sshd_nodes
+    text = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text(
+        '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\n' + text
+    )
+    evil = Hostile(beta, state_dir, node_id=alpha.addr)  # beta says hello as "127.0.0.2", alpha's address
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        agent = await connect(state_dir, operator=False)
+        await op.request("nodes.status", {"ping": True})  # both linked: beta's claim is known
+        call = asyncio.ensure_future(
+            agent.request("exec", {"command": "echo secret", "node": alpha.addr, "env": {"LANG": "C"}})
+        )
+        try:
+            taken = asyncio.ensure_future(evil.next_run())
+            await asyncio.wait({call, taken}, return_when=asyncio.FIRST_COMPLETED)
+            assert not taken.done() or taken.exception() is not None, "beta got the run meant for alpha"
+            taken.cancel()
+        finally:
+            call.cancel()
+            await agent.close()
+            await op.close()
+
+
 # ---- attempts that did not work (regressions) ---------------------------------------------------------
 
 
