@@ -92,25 +92,39 @@ def field_text(payload: dict[str, Any], key: str, limit: int) -> str:
     return cut(payload.get(key), limit)
 
 
-ROW_KEYS = 40
 ROW_TEXT_CHARS = 4000  # a session row's command, cwd, tail…
-ROW_LIST_ITEMS = 32
+# A session row's fields as this gateway's own rows have them (engine.sessions.registry.Session.to_dict),
+# each with its type: consoles and `process list` sort and format them as such (a node's `startedAt:
+# "soon"` made the console's sort raise and the console die, and every agent's `process list` fail).
+ROW_FIELDS: dict[str, type] = {
+    "sessionId": str,
+    "status": str,
+    "cwd": str,
+    "command": str,
+    "name": str,
+    "tail": str,
+    "scopeKey": str,
+    "host": str,
+    "exitSignal": str,
+    "pid": int,
+    "startedAt": int,
+    "endedAt": int,
+    "runtimeMs": int,
+    "exitCode": int,
+    "totalChars": int,
+    "truncated": bool,
+    "pty": bool,
+    "backgrounded": bool,
+}
 
 
 def session_row(raw: dict[str, Any]) -> dict[str, Any]:
-    """A node's session row as the consoles get it: scalar fields (and short lists of them), each string
-    cut to ROW_TEXT_CHARS, at most ROW_KEYS fields; anything nested deeper is dropped."""
+    """A node's session row as the consoles and agents get it: the fields a row of ours has, each of the
+    type ours has (a bool is no int), strings cut to ROW_TEXT_CHARS; anything else is dropped."""
     out: dict[str, Any] = {}
-    for key, value in raw.items():
-        if len(out) >= ROW_KEYS:
-            break
-        if not isinstance(key, str) or len(key) > WORD_CHARS:
+    for key, kind in ROW_FIELDS.items():
+        value = raw.get(key)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             continue
-        if isinstance(value, str):
-            out[key] = cut(value, ROW_TEXT_CHARS)
-        elif value is None or isinstance(value, (bool, int, float)):
-            out[key] = value
-        elif isinstance(value, list):
-            items = [v for v in value[:ROW_LIST_ITEMS] if v is None or isinstance(v, (bool, int, float, str))]
-            out[key] = [cut(v, WARNING_CHARS) if isinstance(v, str) else v for v in items]
+        out[key] = cut(value, ROW_TEXT_CHARS) if isinstance(value, str) else value
     return out

@@ -377,11 +377,14 @@ class NodeHub:
         if isinstance(details.get("sessionId"), str):
             text = text.replace(details["sessionId"], prefix + details["sessionId"])
             details["sessionId"] = prefix + details["sessionId"]
+        if "sessions" in details:  # a list's rows, typed as ours are (merged_list sorts them)
+            listed = details["sessions"] if isinstance(details["sessions"], list) else []
+            rows = [limits.session_row(r) for r in listed if isinstance(r, dict)]
+            details["sessions"] = [r for r in rows if r.get("sessionId")]
         for row in details.get("sessions") or []:
-            if isinstance(row, dict) and isinstance(row.get("sessionId"), str):
-                text = text.replace(row["sessionId"], prefix + row["sessionId"])
-                row["sessionId"] = prefix + row["sessionId"]
-                row["node"] = link.name
+            text = text.replace(row["sessionId"], prefix + row["sessionId"])
+            row["sessionId"] = prefix + row["sessionId"]
+            row["node"] = link.name
         details["node"] = link.name
         return ToolResult(text, details)
 

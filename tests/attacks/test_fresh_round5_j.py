@@ -157,13 +157,10 @@ async def test_process_pass_through_digit_is_internal_error(
     assert "internal" not in codes and not tracebacks, (codes, len(tracebacks))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's session row reaches the operator's console with its fields untyped (session_row "
-    'keeps any scalar); `startedAt: "soon"` makes the console\'s sessions list sort raise TypeError and '
-    "the console dies, again on every restart while the node reports that session",
-)
 async def test_hostile_node_session_row_crashes_console(state_dir: Path, sshd_nodes: list[SshdNode]) -> None:
+    """Was open: a node's session row reached the operator's console with its fields untyped (session_row
+    kept any scalar); `startedAt: "soon"` made the console's sessions-list sort raise TypeError and the
+    console died. A node's row now keeps only our rows' fields, each of our type."""
     from console.app import ConsoleApp
     from tests.helpers.hostile_node import event
 
@@ -261,14 +258,12 @@ async def test_hostile_node_ask_segments_crash_console(state_dir: Path, sshd_nod
             await agent.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's `process list` rows are merged unchecked and sorted by their `startedAt`; a "
-    "node answering one as a string makes every agent's `process list` an internal error (TypeError)",
-)
 async def test_hostile_node_rows_break_every_agents_process_list(
     state_dir: Path, sshd_nodes: list[SshdNode]
 ) -> None:
+    """Was open: a node's `process list` rows were merged unchecked and sorted by their `startedAt`; a node
+    answering one as a string made every agent's `process list` an internal error (TypeError). Its rows
+    are now typed as ours (node_limits.session_row)."""
     text = (state_dir / "config.toml").read_text()
     (state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "full"\nask = "off"\n' + text)
     evil = Hostile(sshd_nodes[0], state_dir)
