@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
 from engine.display import visible
+from engine.jsontext import INT_MAX
 from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.select import Candidate, NodeSelectError, select_node
 from engine.nodes.wire import Hello, NodeEvent, Request, Response
@@ -184,8 +185,9 @@ class NodeHub:
             "rawCommand": command,
             "cwd": workdir or None,
             "env": given.env,
-            # Background runs bypass the default timeout, as local ones do (reference §1.10).
-            "timeoutMs": int(timeout_sec * 1000) if explicit or not given.background else None,
+            # Background runs bypass the default timeout, as local ones do (reference §1.10). At most an
+            # int64: the node's reader refuses more, and counts each refusal against the link everyone shares.
+            "timeoutMs": min(int(timeout_sec * 1000), INT_MAX) if explicit or not given.background else None,
             "agentId": ctx.agent_id,
             "sessionKey": ctx.session_key or None,
             "runId": run_id,

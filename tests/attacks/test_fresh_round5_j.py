@@ -429,6 +429,42 @@ async def test_hostile_node_claims_another_nodes_ip_as_its_id(
             await op.close()
 
 
+@pytest.mark.parametrize("attack", ["timeout", "nested"])
+async def test_agent_timeouts_past_int64_drop_the_shared_node_link(
+    state_dir: Path, sshd_nodes: list[SshdNode], attack: str
+) -> None:
+    """Was open: an agent's `timeout: 1e16` is a number the control socket admits; the gateway sent the
+    node `timeoutMs` = 1e19, past the int64 its node's reader admits, and the node answered each such
+    request INVALID_REQUEST and counted it against the link: the 65th closed the link, and a `serve
+    --stdio` node ended every session on it (the operator's, every agent's). The gateway now sends the
+    node only what the node wire admits. The same with `process` fields nested as deep as the control
+    socket admits: the gateway's node request nests them one level deeper (`nested`)."""
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(FULL)
+    text = (state_dir / "config.toml").read_text()
+    (state_dir / "config.toml").write_text(
+        '[tools.exec]\nhost = "node"\nsecurity = "full"\nask = "off"\nnode = "alpha"\n' + text
+    )
+    async with gateway(state_dir):
+        op = await connect(state_dir)
+        agent = await connect(state_dir, operator=False)
+        try:
+            victim = await op.request("exec", {"command": "sleep 300", "background": True})
+            sid = victim["details"]["sessionId"]
+            assert victim["details"]["status"] == "running", victim
+            for _ in range(66):  # past the node's 64 answered bad frames per link
+                with contextlib.suppress(RemoteError):
+                    if attack == "timeout":
+                        await agent.request("exec", {"command": "true", "timeout": 1e16})
+                    else:
+                        await agent.request("process", {"action": "list", "node": "alpha", "x": _nest(62)})
+            poll = await op.request("process", {"action": "poll", "sessionId": sid})
+            assert poll["details"]["status"] == "running", poll["text"]
+        finally:
+            await agent.close()
+            await op.close()
+
+
 # ---- attempts that did not work (regressions) ---------------------------------------------------------
 
 
