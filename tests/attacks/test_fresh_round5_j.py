@@ -398,15 +398,13 @@ async def test_one_agents_escaped_ask_hides_every_pending_ask(state_dir: Path) -
             await op.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: node selection ranks a node's self-reported node id (4000) above the operator's own "
-    "facts about another node, its IP (3000) and display name (2000): a compromised node whose hello "
-    "claims another node's IP as its id is picked for `node=<that IP>`, and gets the command and env",
-)
 async def test_hostile_node_claims_another_nodes_ip_as_its_id(
     state_dir: Path, sshd_nodes: list[SshdNode]
 ) -> None:
+    """Was open: node selection ranks a node's self-reported node id (4000) above the operator's own facts
+    about another node, its IP (3000) and display name (2000): a compromised node whose hello claimed
+    another node's IP as its id was picked for `node=<that IP>` and got the command and env. A hello whose
+    id names another configured node (its name, address or display name) is now refused."""
     alpha, beta = sshd_nodes
     text = (state_dir / "config.toml").read_text()
     (state_dir / "config.toml").write_text(
