@@ -465,6 +465,50 @@ async def test_agent_timeouts_past_int64_drop_the_shared_node_link(
             await op.close()
 
 
+async def test_socket_approval_for_one_agent_is_spent_as_another(state_dir: Path) -> None:
+    """Was open: on exec-approvals.sock a human's decision on a `request` frame is kept for the `exec`
+    frame with the same id and command; the agent was not part of that binding, so an allow-always the
+    operator gave agent a (as the prompt said) ran and was saved into agent b's allowlist by an `exec`
+    frame naming b, with no prompt about b. The decision now holds for the agent it was asked for only."""
+    from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest, exec_frame
+    from engine.approvals.socket.wire import encode_frame
+    from engine.tools.exec_host import LocalExecHost
+    from tests.helpers.gateway import ALLOWLIST
+
+    write_config(state_dir, ALLOWLIST + '\n[[agents.list]]\nid = "a"\n\n[[agents.list]]\nid = "b"\n')
+    prompts: list[PromptRequest] = []
+
+    async def human(request: PromptRequest) -> str:
+        prompts.append(request)
+        return "allow-always" if request.agent_id == "a" else "deny"
+
+    async def send(frame: dict[str, Any]) -> dict[str, Any]:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        writer.write(encode_frame(frame))
+        await writer.drain()
+        writer.write_eof()
+        line = await asyncio.wait_for(reader.readline(), 30)
+        writer.close()
+        return dict(json.loads(line))
+
+    path, token = state_dir / "ea.sock", "t" * 32
+    exec_host = LocalExecHost(str(state_dir / "config.toml"))
+    server = ApprovalSocketServer(path, token, decider=human, exec_handler=exec_host)
+    await server.start()
+    try:
+        asked = {"command": "/usr/bin/true", "agentId": "a"}
+        decided = await send({"type": "request", "token": token, "id": "r1", "request": asked})
+        assert decided["decision"] == "allow-always"
+        run = {"command": ["/usr/bin/true"], "agentId": "b", "approvalDecision": "allow-always"}
+        await send(exec_frame(token, run, request_id="r1"))
+    finally:
+        await server.close()
+    approvals = state_dir / "exec-approvals.json"
+    saved = json.loads(approvals.read_text()).get("agents") or {} if approvals.exists() else {}
+    assert not (saved.get("b") or {}).get("allowlist"), saved
+    assert [p.agent_id for p in prompts][1:] in ([], ["b"])  # b was asked about itself, or nothing ran
+
+
 # ---- attempts that did not work (regressions) ---------------------------------------------------------
 
 
