@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from engine import jsontext
 from engine.approvals.decisions import DECISIONS, USAGE, normalize_decision
 from engine.approvals.grants import GrantLimits
 from engine.errors import ExecHostError
@@ -38,6 +39,7 @@ MAX_PENDING_PER_AGENT = 32
 MAX_PENDING = 256
 # How many requesters a view, an event or a decision line names; `count`/`requesterCount` say how many.
 SHOWN_REQUESTERS = 8
+MAX_VIEW_BYTES = 768 * 1024  # one ask as shown (its view): a 1 MiB frame holds it and what wraps it
 HISTORY_SIZE = 500  # decided approvals remembered for `approvals.status|history` (commands ≤ 64 KiB each)
 
 
@@ -305,6 +307,7 @@ class ApprovalManager:
                         )
                 self._notify("updated", existing)
                 return existing, new
+        self._check_fits(request)
         self._check_room(request.agent_id)
         loop = asyncio.get_running_loop()
         ttl = self.timeout_ms if timeout_ms is None else timeout_ms
@@ -420,6 +423,21 @@ class ApprovalManager:
             self._open_per_agent[agent] = left
         else:
             self._open_per_agent.pop(agent, None)
+
+    @staticmethod
+    def _check_fits(request: ApprovalRequest) -> None:
+        """An ask the operator could not be shown is never made: its view goes out whole (the requested
+        event, a page of approvals.pending that holds at least one row), and one past a frame made every
+        page from it on fail, hiding every agent's asks. Inputs are capped raw; the view holds them several
+        times, JSON-escaped (a control byte is six)."""
+        shown = len(jsontext.dumps_wire(request.to_json()))
+        if shown > MAX_VIEW_BYTES:
+            raise ApprovalError(
+                "APPROVAL_TOO_LARGE",
+                f"exec denied: this ask is {shown} bytes as the operator would be shown it (at most "
+                f"{MAX_VIEW_BYTES}); a command, env or reason this large, or this full of control "
+                "characters, belongs in a file",
+            )
 
     def _check_room(self, agent_id: str) -> None:
         mine = self._open_per_agent.get(agent_id, 0)

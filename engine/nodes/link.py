@@ -13,7 +13,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from engine import jsontext
 from engine.config.model import NodeConfig
+from engine.display import visible
 from engine.errors import ExecHostError
 from engine.lazymod import lazy
 from engine.nodes.wire import (
@@ -328,12 +330,24 @@ class NodeLink:
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
-            await self._send(encode(Request(rid, method, params)))
+            await self._send(self._admitted(encode(Request(rid, method, params)), method))
             return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except WireError as exc:
+            raise NodeError(f"node {self.name}: {method} not sent: {exc}", "INVALID_REQUEST") from None
         except TimeoutError:
             raise NodeError(f"node {self.name}: no answer to {method} within {timeout:.0f}s") from None
         finally:
             self._pending.pop(rid, None)
+
+    def _admitted(self, data: bytes, method: str) -> bytes:
+        """The request, once the node's own reader would take it (depth, int64, …): one it refuses is
+        answered INVALID_REQUEST and counted against this link, which everyone's runs share, so a caller's
+        value past those limits (params nested one level deeper here than in its own frame) fails here."""
+        try:
+            jsontext.loads_wire(data, max_bytes=MAX_LINE)
+        except ValueError as exc:
+            raise WireError(f"the node would refuse it ({exc})") from None
+        return data
 
     async def ping(self) -> float:
         started = time.monotonic()
@@ -394,7 +408,7 @@ class NodeLink:
                     return
                 for text in chunk.decode(errors="replace").splitlines()[:20]:
                     if text.strip():
-                        log.warning("node %s: %s", self.name, text.strip()[:500])
+                        log.warning("node %s: %s", self.name, visible(text.strip()[:500]))
 
     async def _answer(self, req: Request) -> None:
         try:

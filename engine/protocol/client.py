@@ -128,7 +128,7 @@ class ControlClient:
         state = state_dir or statefs.state_dir()
         # The operator role is claimed only by the console and the operator's CLI verbs, never by agents.
         role, cred = identity(state, operator=operator, agent=agent, credential=credential)
-        if shared_socket():
+        if shared_socket(operator):
             autostart = False  # another account's gateway: never start one of our own
         try:
             return await cls._try_connect(state, client, name, token, role, cred)
@@ -143,7 +143,7 @@ class ControlClient:
     async def _try_connect(
         cls, state: Path, client: str, name: str, token: str | None, role: str = "", cred: str = ""
     ) -> ControlClient:
-        path = dial_path(state)
+        path = dial_path(state, operator=bool(role))
         try:
             reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_FRAME_BYTES + 1)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
@@ -151,7 +151,7 @@ class ControlClient:
         except OSError as exc:
             raise GatewayUnavailable(f"cannot connect to {path}: {exc.strerror or exc}") from None
         try:
-            secret = gateway_secret(state, token)
+            secret = gateway_secret(state, token, operator=bool(role))
         except GatewayUnavailable:
             writer.close()
             raise

@@ -50,9 +50,11 @@ def credential_for(state: Path, agent: str | None, explicit: str | None) -> str:
     return ""
 
 
-def shared_socket() -> str:
-    """$EXECHOST_GATEWAY_SOCKET: the agents' socket of another account's gateway ("" when unset)."""
-    return os.environ.get(principals.SOCKET_ENV, "").strip()
+def shared_socket(operator: bool = False) -> str:
+    """$EXECHOST_GATEWAY_SOCKET: the agents' socket of another account's gateway ("" when unset). Never
+    for the operator role: its token goes to the state dir's own socket only (an agents' socket refuses
+    every token anyway; the variable must not be able to send it elsewhere)."""
+    return "" if operator else os.environ.get(principals.SOCKET_ENV, "").strip()
 
 
 def identity(state: Path, *, operator: bool, agent: str | None, credential: str | None) -> tuple[str, str]:
@@ -66,19 +68,20 @@ def identity(state: Path, *, operator: bool, agent: str | None, credential: str 
     return "", credential_for(state, agent, credential)
 
 
-def dial_path(state: Path) -> Path:
-    """The socket to dial: the agents' shared socket when set, else the state dir's."""
-    shared = shared_socket()
+def dial_path(state: Path, *, operator: bool = False) -> Path:
+    """The socket to dial: the agents' shared socket when set (never for the operator), else the state
+    dir's."""
+    shared = shared_socket(operator)
     path = Path(shared) if shared else socket_path(state)
     if len(os.fsencode(path)) > SUN_PATH_MAX:
         raise GatewayUnavailable(f"socket path too long ({len(os.fsencode(path))} bytes): {path}")
     return path
 
 
-def gateway_secret(state: Path, token: str | None) -> str:
+def gateway_secret(state: Path, token: str | None, *, operator: bool = False) -> str:
     """The gateway token to present (checked once connected, so "nothing listening" is said first). On the
     agents' socket the peer's uid is the proof: there is no token this account could read."""
-    shared = shared_socket()
+    shared = shared_socket(operator)
     secret = token or ("" if shared else read_token(state))
     if not secret and not shared:
         raise GatewayUnavailable(f"no gateway token in {token_path(state)}")

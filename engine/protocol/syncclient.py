@@ -55,7 +55,7 @@ class SyncClient:
         when no gateway answers (the caller may start one)."""
         state = state_dir or statefs.state_dir()
         role, cred = identity(state, operator=operator, agent=agent, credential=credential)
-        path = dial_path(state)
+        path = dial_path(state, operator=operator)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             try:
@@ -64,7 +64,7 @@ class SyncClient:
                 raise GatewayNotRunning(f"no gateway is listening on {path} ({exc.strerror})") from None
             except OSError as exc:
                 raise GatewayUnavailable(f"cannot connect to {path}: {exc.strerror or exc}") from None
-            secret = gateway_secret(state, None)
+            secret = gateway_secret(state, None, operator=operator)
             self = cls(sock, 0, "")
             sock.settimeout(HANDSHAKE_TIMEOUT_S)
             try:

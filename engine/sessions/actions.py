@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -51,12 +52,16 @@ def format_duration(ms: int) -> str:
     return f"{hours}h{minutes}m" if minutes else f"{hours}h"
 
 
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
+
+
 def _int_param(value: Any) -> int | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int | float):
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+    # ASCII digits only: str.isdigit() also says yes to '²' and a second sign, which int() refuses
+    if isinstance(value, str) and _INT_TEXT.fullmatch(value.strip()):
         return int(value.strip())
     return None
 

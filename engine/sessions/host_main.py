@@ -63,6 +63,7 @@ else:  # run as a script, isolated (-I: no sys.path entry for our dir): the sibl
 
 LOCK_NAME = "host.lock"
 MAX_PAYLOAD = 16 * 1024 * 1024
+USHORT_MAX = 0xFFFF  # a terminal's rows and columns (struct winsize)
 MAX_INPUT_BACKLOG = 16 * 1024 * 1024
 IDLE_EXIT_SEC = 10.0  # no gateway and no session this long: the host ends
 CHECK_SEC = 2.0  # how often the host checks its socket is still there (state dir deleted?)
@@ -259,7 +260,8 @@ class Host(hio.SessionIO):
             pos = end
             try:
                 self._command(kind, chan, payload)
-            except (ValueError, TypeError, KeyError, OSError, AttributeError) as exc:
+            except Exception as exc:  # one bad command fails alone: escaping here kept these frames in
+                # `inbuf`, read again after every later read, and no command behind them ever ran
                 hio.log(f"command {kind} on {chan}: {type(exc).__name__}: {exc}")
             if self.client is None:
                 return
@@ -376,7 +378,8 @@ class Host(hio.SessionIO):
     def _session_resize(self, s: hio.Session, payload: bytes) -> None:
         if s.pty and s.stdin_fd is not None and s.pid:  # a held terminal is resized by its owner
             msg = json.loads(payload)
-            size = struct.pack("HHHH", int(msg["rows"]), int(msg["cols"]), 0, 0)
+            rows, cols = (min(max(1, int(msg[k])), USHORT_MAX) for k in ("rows", "cols"))
+            size = struct.pack("HHHH", rows, cols, 0, 0)
             fcntl.ioctl(s.stdin_fd, termios.TIOCSWINSZ, size)
 
     def _session_signal(self, s: hio.Session, payload: bytes) -> None:

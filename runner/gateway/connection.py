@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from engine.display import visible
 from engine.principals import owns_key
 from engine.protocol.frames import Event, Frame, Hello, ProtocolError, Response, encode_frame
 from engine.protocol.methods import EventName
@@ -38,7 +39,9 @@ class Connection:
         self.writer = writer
         self._on_close = on_close
         self.client = hello.client
-        self.name = hello.name or hello.client
+        # The client's own label, shown in logs and as who resolved an ask: escaped once here, so a name
+        # holding escapes or newlines can neither drive a terminal tailing gateway.log nor forge a line.
+        self.name = visible(hello.name or hello.client)
         self.operator = bool(hello.operator)  # verified in the handshake
         # The principal, set by the handshake from the peer's account or the tokens it proved (never from a
         # request): every verb a non-operator sends is scoped to this agent (handlers/common.py).

@@ -15,6 +15,7 @@ ENV_CHARS = 4096  # one key and its value
 WARNINGS = 16
 WARNING_CHARS = 500
 DECISION_BYTES = 16 * 1024  # the node's decision record (shown in the ask's detail), as JSON
+DECISION_DEPTH = 8  # its nesting (our own record nests four deep: segments, each one's argv)
 REASON_CHARS = 1000
 WORD_CHARS = 64  # security, ask, askFallback: one word each
 EVENT_COMMAND_CHARS = 400
@@ -52,7 +53,10 @@ def warnings(raw: Any) -> list[str]:
 
 
 def decision_json(raw: Any) -> dict[str, Any]:
-    """The node's decision record when it is small (it is only shown); else a note that it was dropped."""
+    """The node's decision record when it is small and shallow (it is only shown); else a note that it was
+    dropped. Shallow: the gateway nests it deeper than the node's frame did (a pending page puts it five
+    levels down), so one as deep as the node wire admits made every frame listing it one its own
+    clients refuse (engine.jsontext.MAX_DEPTH)."""
     if not isinstance(raw, dict):
         return {}
     try:
@@ -61,7 +65,20 @@ def decision_json(raw: Any) -> dict[str, Any]:
         return {}
     if len(text) > DECISION_BYTES:
         return {"dropped": f"the node's decision record was {len(text)} bytes (cap {DECISION_BYTES})"}
+    if _depth(raw) > DECISION_DEPTH:
+        return {"dropped": f"the node's decision record nests deeper than {DECISION_DEPTH} levels"}
     return raw
+
+
+def _depth(value: Any) -> int:
+    """How deep `value` nests (a scalar is 0, `{}` is 1), without recursing on the node's choice."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def allowed_decisions(raw: Any) -> tuple[str, ...]:
@@ -75,25 +92,39 @@ def field_text(payload: dict[str, Any], key: str, limit: int) -> str:
     return cut(payload.get(key), limit)
 
 
-ROW_KEYS = 40
 ROW_TEXT_CHARS = 4000  # a session row's command, cwd, tail…
-ROW_LIST_ITEMS = 32
+# A session row's fields as this gateway's own rows have them (engine.sessions.registry.Session.to_dict),
+# each with its type: consoles and `process list` sort and format them as such (a node's `startedAt:
+# "soon"` made the console's sort raise and the console die, and every agent's `process list` fail).
+ROW_FIELDS: dict[str, type] = {
+    "sessionId": str,
+    "status": str,
+    "cwd": str,
+    "command": str,
+    "name": str,
+    "tail": str,
+    "scopeKey": str,
+    "host": str,
+    "exitSignal": str,
+    "pid": int,
+    "startedAt": int,
+    "endedAt": int,
+    "runtimeMs": int,
+    "exitCode": int,
+    "totalChars": int,
+    "truncated": bool,
+    "pty": bool,
+    "backgrounded": bool,
+}
 
 
 def session_row(raw: dict[str, Any]) -> dict[str, Any]:
-    """A node's session row as the consoles get it: scalar fields (and short lists of them), each string
-    cut to ROW_TEXT_CHARS, at most ROW_KEYS fields; anything nested deeper is dropped."""
+    """A node's session row as the consoles and agents get it: the fields a row of ours has, each of the
+    type ours has (a bool is no int), strings cut to ROW_TEXT_CHARS; anything else is dropped."""
     out: dict[str, Any] = {}
-    for key, value in raw.items():
-        if len(out) >= ROW_KEYS:
-            break
-        if not isinstance(key, str) or len(key) > WORD_CHARS:
+    for key, kind in ROW_FIELDS.items():
+        value = raw.get(key)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             continue
-        if isinstance(value, str):
-            out[key] = cut(value, ROW_TEXT_CHARS)
-        elif value is None or isinstance(value, (bool, int, float)):
-            out[key] = value
-        elif isinstance(value, list):
-            items = [v for v in value[:ROW_LIST_ITEMS] if v is None or isinstance(v, (bool, int, float, str))]
-            out[key] = [cut(v, WARNING_CHARS) if isinstance(v, str) else v for v in items]
+        out[key] = cut(value, ROW_TEXT_CHARS) if isinstance(value, str) else value
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import re
 import time
@@ -11,8 +12,10 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
+from engine.display import visible
+from engine.jsontext import INT_MAX
 from engine.nodes.link import NodeError, NodeLink
-from engine.nodes.select import Candidate, NodeSelectError, select_node
+from engine.nodes.select import Candidate, NodeSelectError, normalize_node_key, select_node
 from engine.nodes.wire import Hello, NodeEvent, Request, Response
 from engine.policy.decision import Decision
 from engine.principals import key_owner
@@ -55,6 +58,20 @@ def _left_running(node: str, call: asyncio.Future[Response]) -> str | None:
 def _compact(text: str, limit: int) -> str:
     flat = " ".join(sanitize(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _names_node(node_id: str, name: str, host: str, display_name: str | None) -> bool:
+    """Whether a node id would be read as this node's name, address or display name (engine.nodes.select
+    normalises names; an address is compared as the IP it is)."""
+    wanted = node_id.strip()
+    key = normalize_node_key(wanted)
+    if wanted in (name, host) or (
+        key and key in {normalize_node_key(name), normalize_node_key(display_name or "")}
+    ):
+        return True
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.ip_address(host)) == wanted
+    return False
 
 
 class NodeHub:
@@ -130,7 +147,20 @@ class NodeHub:
         """A link whose hello presents a node id that another configured node presented first (pinned in
         node-keys.json), or that another connected link holds, is refused before it is connected: nothing
         it sends is read (a node cannot pass itself off as another, whether that one is up or not)."""
-        self.keys.forget_ids(set(self.services.config().nodes))
+        nodes = self.services.config().nodes
+        self.keys.forget_ids(set(nodes))
+        for name, cfg in nodes.items():
+            # A node id is the node's own word, and selection ranks an exact id above the operator's own
+            # facts about a node (its address, its display name): an id naming another node is refused.
+            if name != link.name and _names_node(hello.node_id, name, cfg.host, cfg.display_name):
+                log.warning(
+                    "node %s claims node id %r, which names node %s; refused", link.name, hello.node_id, name
+                )
+                raise NodeError(
+                    f"node {link.name} claims node id {hello.node_id!r}, which names node {name} (its name, "
+                    f"address or display name); refused (check {link.name}'s node.json)",
+                    "INVALID_REQUEST",
+                )
         pinned = self.keys.holder(hello.node_id)
         if pinned is not None and pinned != link.name:
             log.warning(
@@ -195,8 +225,9 @@ class NodeHub:
             "rawCommand": command,
             "cwd": workdir or None,
             "env": given.env,
-            # Background runs bypass the default timeout, as local ones do (reference §1.10).
-            "timeoutMs": int(timeout_sec * 1000) if explicit or not given.background else None,
+            # Background runs bypass the default timeout, as local ones do (reference §1.10). At most an
+            # int64: the node's reader refuses more, and counts each refusal against the link everyone shares.
+            "timeoutMs": min(int(timeout_sec * 1000), INT_MAX) if explicit or not given.background else None,
             "agentId": ctx.agent_id,
             "sessionKey": ctx.session_key or None,
             "runId": run_id,
@@ -399,11 +430,14 @@ class NodeHub:
         if isinstance(details.get("sessionId"), str):
             text = text.replace(details["sessionId"], prefix + details["sessionId"])
             details["sessionId"] = prefix + details["sessionId"]
+        if "sessions" in details:  # a list's rows, typed as ours are (merged_list sorts them)
+            listed = details["sessions"] if isinstance(details["sessions"], list) else []
+            rows = [limits.session_row(r) for r in listed if isinstance(r, dict)]
+            details["sessions"] = [r for r in rows if r.get("sessionId")]
         for row in details.get("sessions") or []:
-            if isinstance(row, dict) and isinstance(row.get("sessionId"), str):
-                text = text.replace(row["sessionId"], prefix + row["sessionId"])
-                row["sessionId"] = prefix + row["sessionId"]
-                row["node"] = link.name
+            text = text.replace(row["sessionId"], prefix + row["sessionId"])
+            row["sessionId"] = prefix + row["sessionId"]
+            row["node"] = link.name
         details["node"] = link.name
         return ToolResult(text, details)
 
@@ -620,8 +654,8 @@ class NodeHub:
             log.warning(
                 "node %s: dropped %s: %s (%d frames dropped from nodes so far)",
                 link.name,
-                what,
-                why,
+                visible(what),  # the node's own event name: never raw into the log
+                visible(why),
                 self.dropped,
             )
 

@@ -176,9 +176,10 @@ class ApprovalSocketServer:
         self._lock_fd: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.stats: dict[str, int] = {"accepted": 0, "rejected": 0}
-        # Decisions a human made on `request` frames: id -> (decision, command, cwd, expiry). An `exec`
-        # frame's approvalDecision counts only when it names one of these for the same command.
-        self._granted: dict[str, tuple[str, str, str | None, float]] = {}
+        # Decisions a human made on `request` frames: id -> (decision, command, cwd, agent, expiry). An
+        # `exec` frame's approvalDecision counts only when it names one of these for the same command and
+        # agent (the prompt named the agent: its yes is not another agent's).
+        self._granted: dict[str, tuple[str, str, str | None, str, float]] = {}
 
     async def start(self) -> None:
         """Claim the path (never from a live server), bind 0600 inside a 0700 dir, listen."""
@@ -322,16 +323,16 @@ class ApprovalSocketServer:
         prompt = PromptRequest.from_wire(rid, body, peer.pid)
         decision = await self._ask(prompt, writer)
         if decision != "deny":
-            self._grant(rid, decision, prompt.command, prompt.cwd)
+            self._grant(rid, decision, prompt.command, prompt.cwd, prompt.agent_id or "main")
         await self._send(writer, {"type": "decision", "id": rid, "decision": decision})
 
-    def _grant(self, rid: str, decision: str, command: str, cwd: str | None) -> None:
+    def _grant(self, rid: str, decision: str, command: str, cwd: str | None, agent: str) -> None:
         now = self._clock()
-        for key in [k for k, v in self._granted.items() if v[3] < now]:
+        for key in [k for k, v in self._granted.items() if v[4] < now]:
             del self._granted[key]
         if len(self._granted) >= GRANTS_MAX:
             self._granted.pop(next(iter(self._granted)))
-        self._granted[rid] = (decision, command, cwd, now + GRANT_TTL_S)
+        self._granted[rid] = (decision, command, cwd, agent, now + GRANT_TTL_S)
 
     def _vetted(self, rid: str, request: ExecHostRequest) -> ExecHostRequest:
         """The request with its approvalDecision kept only if a human made that decision for this id and
@@ -343,9 +344,10 @@ class ApprovalSocketServer:
         command = request.raw_command or shlex.join(request.command)
         if (
             grant is not None
-            and grant[3] >= self._clock()
+            and grant[4] >= self._clock()
             and grant[1] in (command, shlex.join(request.command))
             and (grant[2] is None or grant[2] == request.cwd)
+            and grant[3] == (request.agent_id or "main")
             and (grant[0] == claimed or (grant[0] == "allow-always" and claimed == "allow-once"))
         ):
             return request

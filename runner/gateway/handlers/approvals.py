@@ -154,7 +154,7 @@ async def history(services: Services, conn: Connection, req: ApprovalsHistory) -
     entries = await asyncio.to_thread(services.journal.history.entries, req.agent_id)
     rows = [current_run(services, entry.view()) for entry in entries]
     skip = req.cursor
-    start = int(skip) if skip is not None and skip.isdigit() else 0
+    start = int(skip) if skip is not None and skip.isascii() and skip.isdigit() else 0
     page = _fit_views(rows[start:])
     page["next"] = str(start + len(page["approvals"])) if page["next"] else None
     page["total"] = len(rows)

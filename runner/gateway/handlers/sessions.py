@@ -53,7 +53,7 @@ async def list_(services: Services, conn: Connection, req: SessionsList) -> dict
 def _cursor(raw: str | None) -> int:
     if raw is None:
         return 0
-    if not raw.isdigit() or len(raw) > 12:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:  # '²' is a digit to isdigit(), not to int()
         raise InvalidInput("cursor must be the `next` of the previous page")
     return int(raw)
 
@@ -64,6 +64,7 @@ def _int(value: int | None, key: str) -> int | None:
     return value
 
 
+MAX_WINDOW = 0xFFFF
 MAX_OUTPUT_BYTES = 128 * 1024  # escaped JSON of this many raw bytes still fits one 1 MiB frame
 DEFAULT_OUTPUT_BYTES = 64 * 1024
 
@@ -104,6 +105,8 @@ async def resize(services: Services, conn: Connection, req: SessionsResize) -> d
     cols, rows = _int(req.cols, "cols"), _int(req.rows, "rows")
     if not cols or not rows:
         raise InvalidInput("cols and rows are required")
+    if cols > MAX_WINDOW or rows > MAX_WINDOW:  # a terminal's size is a ushort (struct winsize)
+        raise InvalidInput(f"cols and rows must be at most {MAX_WINDOW}")
     if sid.startswith("node:"):
         require_operator(conn, "sessions.resize on a node session")
         await services.nodes.session_call(sid, "sessions.resize", {"cols": cols, "rows": rows})
