@@ -67,7 +67,73 @@ def decision_json(raw: Any) -> dict[str, Any]:
         return {"dropped": f"the node's decision record was {len(text)} bytes (cap {DECISION_BYTES})"}
     if _depth(raw) > DECISION_DEPTH:
         return {"dropped": f"the node's decision record nests deeper than {DECISION_DEPTH} levels"}
-    return raw
+    typed = _typed(raw, DECISION_SHAPE)
+    return typed if isinstance(typed, dict) else {}
+
+
+# The shape of a decision record (engine.policy.decision.Decision.to_json) as the gateway shows it: a node's
+# record keeps only these fields, each of this type (a list keeps only its items of the item's shape), so
+# a console reading `segments[i].get(...)` never meets a string a hostile node put there.
+_OPT_STR = (str, type(None))
+_STEP = {"layer": str, "key": str, "value": str}
+_SEGMENT = {
+    "argv": [str],
+    "resolvedPath": _OPT_STR,
+    "satisfiedBy": _OPT_STR,
+    "matchedPattern": _OPT_STR,
+    "entryId": _OPT_STR,
+    "reason": _OPT_STR,
+}
+_DIGEST = {"role": str, "path": str, "sha256": str, "size": int, "agentWritable": bool}
+DECISION_SHAPE: dict[str, Any] = {
+    "command": str,
+    "agentId": str,
+    "host": str,
+    "security": str,
+    "ask": str,
+    "askFallback": str,
+    "node": _OPT_STR,
+    "elevated": str,
+    "sandboxed": bool,
+    "analysisOk": bool,
+    "analysisReason": _OPT_STR,
+    "allowlistSatisfied": bool,
+    "durable": bool,
+    "requiresApproval": bool,
+    "decision": str,
+    "reason": str,
+    "decidedBy": _STEP,
+    "segments": [_SEGMENT],
+    "enforcedCommand": _OPT_STR,
+    "pinnedCommand": _OPT_STR,
+    "contentDigests": [_DIGEST],
+    "allowedDecisions": [str],
+    "allowAlwaysPatterns": [str],
+    "warnings": [str],
+    "grantIds": [str],
+    "trail": [_STEP],
+    "dropped": str,
+}
+_MISSING = object()
+
+
+def _typed(value: Any, shape: Any) -> Any:
+    """`value` kept to `shape` (a type or tuple of types, [item shape], {key: shape}); _MISSING when it
+    does not fit. bool is never an int here, as on every wire of ours."""
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return _MISSING
+        kept = {k: _typed(value[k], sub) for k, sub in shape.items() if k in value}
+        return {k: v for k, v in kept.items() if v is not _MISSING}
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return _MISSING
+        items = [_typed(v, shape[0]) for v in value]
+        return [v for v in items if v is not _MISSING]
+    types = shape if isinstance(shape, tuple) else (shape,)
+    if isinstance(value, bool) and bool not in types:
+        return _MISSING
+    return value if isinstance(value, types) else _MISSING
 
 
 def _depth(value: Any) -> int:

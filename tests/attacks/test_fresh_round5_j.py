@@ -224,12 +224,7 @@ def test_operator_token_goes_to_the_socket_an_env_var_names(
     assert not any(operator.encode() in said for said in heard), heard
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's ask carries its decision record verbatim (only its size is capped) and the "
-    "view's segments/patterns/digests come from it untyped; `segments: [\"x\"]` makes the console's "
-    "approval detail call .get on a str and the console dies while the ask waits",
-)
+# Closed: a node's decision record is kept to the gateway's own shape (node_limits.DECISION_SHAPE).
 async def test_hostile_node_ask_segments_crash_console(state_dir: Path, sshd_nodes: list[SshdNode]) -> None:
     from console.app import ConsoleApp
 
