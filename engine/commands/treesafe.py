@@ -27,14 +27,16 @@ __all__ = ["TREE_SAFE", "is_tree_safe"]
 #   a program that is itself decided.
 # - grep, egrep, fgrep (scripts that exec grep), diff, cmp: GNU grep/diffutils read no config file at all.
 # - rg: reads `.gitignore`/`.ignore`/`.rgignore` as data (which files to skip); its config file comes
-#   only from RIPGREP_CONFIG_PATH (env, never inert); `--pre` runs a program on every file.
+#   only from RIPGREP_CONFIG_PATH (env, never inert); `--pre` runs a program on every file and (ripgrep
+#   >= 14) `--hostname-bin` runs one to name the host in hyperlinks. `-z`/`--search-zip` runs the
+#   decompressors found on the operator's PATH (not the tree's), with the file as data.
 # - find: `-exec`, `-execdir`, `-ok`, `-okdir` run programs; nothing else in find does.
 # - sort: `--compress-program` runs a program; split: `--filter` runs a shell.
 # - less: every host run has LESSSECURE=1 (hostenv), which turns off what could take code or commands:
 #   `!`, `|`, `v`, `:e`, log files, lesskey files (`-k`) and tags files (`-t`, read from the cwd).
 _RUNS = {
     "find": ("-exec", "-execdir", "-ok", "-okdir"),
-    "rg": ("--pre",),
+    "rg": ("--pre", "--hostname-bin"),
     "sort": ("--compress-program",),
     "split": ("--filter",),
 }

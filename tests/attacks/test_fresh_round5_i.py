@@ -351,19 +351,17 @@ async def test_class1_the_gateways_own_code_is_writable_from_the_host_view(
 # ----------------------------------------------------------------------- TREE_SAFE: a program-running option
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: TREE_SAFE lists rg's program-running option as --pre only; ripgrep >= 14's "
-    "--hostname-bin=COMMAND runs COMMAND (to name the host in hyperlinks), so an allowlisted "
-    "`rg --hostname-bin=./x --hyperlink-format=default foo` runs the agent's ./x unasked",
-)
 def test_class4_rg_hostname_bin_is_a_program_running_option() -> None:
-    """Decided without running rg (this machine's Debian ripgrep 13 predates the option; 14.0 added it):
-    the one question is whether the tree-safe list would let the command run unasked."""
+    """Was open: TREE_SAFE listed rg's program-running option as --pre only; ripgrep >= 14's
+    --hostname-bin=COMMAND runs COMMAND (to name the host in hyperlinks). Decided without running rg (this
+    machine's Debian ripgrep 13 predates the option): the one question is whether the tree-safe list would
+    let the command run unasked."""
     from engine.commands.treesafe import is_tree_safe
 
     argv = ["rg", "--hostname-bin=./x", "--hyperlink-format=default", "foo"]
     assert not is_tree_safe(argv, "/usr/bin/rg"), "rg with --hostname-bin counted as taking no code"
+    assert not is_tree_safe(["rg", "--hostname-bin", "./x", "foo"], "/usr/bin/rg")
+    assert is_tree_safe(["rg", "--hyperlink-format=default", "foo"], "/usr/bin/rg")  # the plain search
 
 
 # ------------------------------------------------------------------------ the host view: another agent's PTY
