@@ -27,6 +27,8 @@ from engine.statefs import state_dir
 from engine.unixsock import PeerInfo
 
 OUTPUT_CAP = 200_000  # chars of stdout/stderr returned per exec
+KEEP_BYTES = OUTPUT_CAP * 4  # bytes enough for OUTPUT_CAP chars of any UTF-8
+BYTE_CAP = 32 << 20  # bytes one stream may write before the run is killed (`yes` would run to its timeout)
 
 
 def env_lines(env: Mapping[str, str] | None) -> list[str]:
@@ -159,10 +161,45 @@ class LocalExecHost:
         return ExecOutcome(ok=True, payload=payload)
 
 
+class _Tail:
+    """The last bytes of one stream, read as they come: the gateway holds at most about 2 * KEEP_BYTES of
+    it, however much the command writes (issue 27 §3: `head -c 128M /dev/zero` grew it by 128 MiB)."""
+
+    def __init__(self) -> None:
+        self.kept = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.kept += chunk
+        if len(self.kept) > 2 * KEEP_BYTES:
+            del self.kept[:-KEEP_BYTES]
+
+    def text(self) -> str:
+        return bytes(self.kept[-KEEP_BYTES:]).decode("utf-8", "replace")[-OUTPUT_CAP:]
+
+    def cut(self) -> bool:
+        return self.total > len(self.text().encode("utf-8", "replace")) or self.total > KEEP_BYTES
+
+
+async def _drain(stream: asyncio.StreamReader | None, tail: _Tail, over: asyncio.Event) -> None:
+    """Reads a stream to its end into `tail`; past BYTE_CAP sets `over` (the run is killed)."""
+    if stream is None:
+        return
+    while chunk := await stream.read(1 << 16):
+        if over.is_set():
+            continue  # being killed: read on to the end (the pipe's EOF lets the process be reaped)
+        tail.add(chunk)
+        if tail.total > BYTE_CAP:
+            over.set()
+
+
 async def run_argv(
     argv: list[str], *, cwd: str, env: Mapping[str, str], timeout: float, pass_fds: tuple[int, ...] = ()
 ) -> dict[str, Any]:
-    """Run argv (no shell) in its own process group; the exec-res payload shape."""
+    """Run argv (no shell) in its own process group; the exec-res payload shape. Output is read as it
+    comes and only its tail kept; a command writing past BYTE_CAP on a stream is killed (`outputCapped`),
+    and `stdoutTruncated`/`stderrTruncated` say a stream was cut to its tail."""
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,
@@ -183,19 +220,35 @@ async def run_argv(
             "stderr": "",
             "error": str(exc),
         }
-    timed_out = False
+    out, err, over = _Tail(), _Tail(), asyncio.Event()
+
+    async def to_the_end() -> None:
+        await asyncio.gather(_drain(proc.stdout, out, over), _drain(proc.stderr, err, over))
+        await proc.wait()
+
+    ran = asyncio.ensure_future(to_the_end())
+    capped = asyncio.ensure_future(over.wait())
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        timed_out = True
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)
-        out, err = await proc.communicate()
+        await asyncio.wait({ran, capped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        timed_out = not ran.done() and not over.is_set()
+        if not ran.done():  # past its time or its output cap: the whole group goes
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+            await ran
+    finally:
+        capped.cancel()
+        ran.cancel()
     code = proc.returncode
-    return {
+    payload: dict[str, Any] = {
         "exitCode": code,
         "timedOut": timed_out,
-        "success": code == 0 and not timed_out,
-        "stdout": out.decode("utf-8", "replace")[-OUTPUT_CAP:],
-        "stderr": err.decode("utf-8", "replace")[-OUTPUT_CAP:],
+        "success": code == 0 and not timed_out and not over.is_set(),
+        "stdout": out.text(),
+        "stderr": err.text(),
+        "stdoutTruncated": out.cut(),
+        "stderrTruncated": err.cut(),
     }
+    if over.is_set():
+        payload["outputCapped"] = True
+        payload["error"] = f"output past {BYTE_CAP} bytes: the command was killed (its tail is kept)"
+    return payload

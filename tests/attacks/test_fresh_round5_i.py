@@ -489,15 +489,12 @@ async def test_class5_make_expands_the_name_of_a_makefiles_assignment(
 # ------------------------------------------------------------------------ limits: the approval socket's exec
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: exec_host.run_argv reads the whole of a command's stdout into the gateway's memory "
-    "(proc.communicate) and only then keeps the last 200,000 chars: one exec frame of an allowlisted "
-    "`head -c 128M /dev/zero` (or `yes`, until its 30-minute timeout) grows the gateway by its output",
-)
 async def test_class3_the_approval_socket_exec_buffers_all_output_in_the_gateway(
     state_dir: Path, tmp_path: Path
 ) -> None:
+    """Was open: exec_host.run_argv read the whole of a command's stdout into the gateway's memory
+    (proc.communicate) and only then kept the last 200,000 chars: one exec frame of an allowlisted
+    `head -c 128M /dev/zero` (or `yes`, until its 30-minute timeout) grew the gateway by its output."""
     import resource
 
     from engine.approvals.socket.wire import ExecHostRequest
@@ -525,6 +522,7 @@ async def test_class3_the_approval_socket_exec_buffers_all_output_in_the_gateway
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10) - before
     assert outcome.ok and outcome.payload is not None, outcome
     assert len(outcome.payload["stdout"]) == OUTPUT_CAP
+    assert outcome.payload["stdoutTruncated"] and outcome.payload["outputCapped"], "the cut is said"
     assert grown < size // 4, f"the gateway grew by {grown >> 20} MiB to return {OUTPUT_CAP} chars"
 
 

@@ -146,3 +146,34 @@ async def test_policy_refusal_is_reported(state_dir: Path) -> None:
     res = await run(state_dir, Human("allow-once"), {"command": ["id"]})
     assert res["ok"] is False and res["error"]["reason"] == "policy"
     assert "SYSTEM_RUN_DENIED" in res["error"]["message"]
+
+
+async def test_output_is_whole_when_small_and_its_tail_when_cut(tmp_path: Path) -> None:
+    import os
+
+    from engine.tools.exec_host import OUTPUT_CAP, run_argv
+
+    env = dict(os.environ)
+    small = await run_argv(["sh", "-c", "echo out; echo err >&2"], cwd=str(tmp_path), env=env, timeout=60)
+    assert (small["stdout"], small["stderr"], small["success"]) == ("out\n", "err\n", True)
+    assert not small["stdoutTruncated"] and not small["stderrTruncated"] and "outputCapped" not in small
+    # Past OUTPUT_CAP and under BYTE_CAP: the command runs to its end, its last chars kept, the cut said.
+    cut = await run_argv(
+        ["sh", "-c", f"head -c {OUTPUT_CAP} /dev/zero | tr '\\0' a; echo END"],
+        cwd=str(tmp_path),
+        env=env,
+        timeout=60,
+    )
+    assert cut["success"] and cut["stdoutTruncated"] and "outputCapped" not in cut
+    assert len(cut["stdout"]) == OUTPUT_CAP and cut["stdout"].endswith("aEND\n")
+
+
+async def test_a_command_writing_without_end_is_killed_at_the_byte_cap(tmp_path: Path) -> None:
+    import os
+
+    from engine.tools.exec_host import OUTPUT_CAP, run_argv
+
+    endless = await run_argv(["yes"], cwd=str(tmp_path), env=dict(os.environ), timeout=1800)
+    assert endless["outputCapped"] and endless["stdoutTruncated"] and not endless["timedOut"]
+    assert not endless["success"] and endless["exitCode"] == -9
+    assert len(endless["stdout"]) == OUTPUT_CAP and "killed" in endless["error"]
