@@ -308,7 +308,9 @@ def _examine(
     on_host = not policy.sandboxed and policy.host != "node"
     vetted = tree_vet(analysis, result, cwd, roots, exec_cfg.tree_safe) if on_host else None
     found = list(vetted.found) if vetted is not None else []
-    warnings.extend(dict.fromkeys(f.warning() for f in found))
+    # One line per finding is unbounded (each key of a 780 KB .git/config): the first few, then a count,
+    # so the warnings after them (env, binding) still show.
+    warnings += capped_warnings(list(dict.fromkeys(f.warning() for f in found)), FOUND_WARNINGS)
     # Issue 27 §3: env the agent sets is influence the operator never granted an allowlist entry; only
     # inert keys ride along unasked. Any other key makes the command ask (the ask shows the env), and an
     # allow-always saves only the exact command bound to that env (approval_binding hashes it).
@@ -337,7 +339,7 @@ def _examine(
     unbound = policy.bypass_approvals or (policy.security == "full" and policy.ask != "always")
     if not policy.sandboxed and policy.host != "node" and not unbound:
         content = bind(analysis, result, cwd, run_env, command=command)
-        warnings += content_warnings(content, result)
+        warnings += capped_warnings(content_warnings(content, result), FOUND_WARNINGS)
         if content.durable_text():
             binding += "\n" + content.durable_text()  # an exact-command approval binds those bytes too
     durable = (not loose and has_durable_approval(command, entries, binding)) or (
@@ -461,10 +463,41 @@ def _decision(
         allowed_decisions=offered,
         allow_always_patterns=patterns,
         policy=policy,
-        warnings=f.warnings,
+        warnings=capped_warnings(f.warnings),
         tree=f.vetted,
         grant_ids=f.grants_used if verdict == "allow" else (),
     )
+
+
+# One ask must fit the operator's pending page (issue 27 §3: one warning per git config key not known inert
+# made a 780 KB .git/config a 13 MB ask). The first ones are kept whole enough to act on; the rest counted.
+# Each unbounded source (the tree's findings, the content binder's notes) keeps FOUND_WARNINGS lines; every
+# decision then keeps MAX_WARNINGS lines, WARNINGS_CHARS in all.
+FOUND_WARNINGS = 24
+MAX_WARNINGS = 64
+WARNING_CHARS = 2000
+WARNINGS_CHARS = 48_000
+
+
+def capped_warnings(
+    warnings: Sequence[str], limit: int = MAX_WARNINGS, chars: int = WARNINGS_CHARS
+) -> list[str]:
+    """At most `limit` lines of at most WARNING_CHARS (`chars` in all), the rest summed up in one last
+    line: what every decision carries, so every path that shows it (an ask, a pending page, a decision
+    record) stays small however much the tree holds."""
+    kept: list[str] = []
+    size = 0
+    for line in warnings:
+        if len(line) > WARNING_CHARS:
+            line = line[: WARNING_CHARS - 1] + "…"
+        if len(kept) == limit or size + len(line) > chars:
+            break
+        kept.append(line)
+        size += len(line)
+    more = len(warnings) - len(kept)
+    if more:
+        kept.append(f"… {more} more warning{'s' if more != 1 else ''} (not shown)")
+    return kept
 
 
 def content_warnings(content: ContentBinding, result: AllowlistResult) -> list[str]:

@@ -344,3 +344,40 @@ def test_file_precedence_agent_wildcard_defaults(state_dir: Path) -> None:
     assert qa.policy is not None
     step = qa.policy.step("security")
     assert step is not None and step.layer == "approvals file clamp"
+
+
+def test_warnings_are_capped_with_the_rest_counted() -> None:
+    from engine.policy.decision import MAX_WARNINGS, WARNING_CHARS, WARNINGS_CHARS, capped_warnings
+
+    few = ["Warning: a", "Warning: b"]
+    assert capped_warnings(few) == few  # the legitimate case: nothing cut, nothing added
+    many = [f"Warning: key k{i}" for i in range(1000)]
+    kept = capped_warnings(many)
+    assert kept[:MAX_WARNINGS] == many[:MAX_WARNINGS]
+    assert kept[-1] == f"… {1000 - MAX_WARNINGS} more warnings (not shown)"
+    long = capped_warnings(["x" * (WARNING_CHARS * 10)] * 100)
+    assert all(len(w) <= WARNING_CHARS for w in long)
+    assert sum(map(len, long[:-1])) <= WARNINGS_CHARS and long[-1].endswith("more warnings (not shown)")
+    assert capped_warnings(["y" * (WARNING_CHARS + 1)]) == ["y" * (WARNING_CHARS - 1) + "…"]
+
+
+def test_a_tree_with_many_findings_still_asks_with_its_warnings_capped(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    import subprocess
+
+    from engine.policy.decision import FOUND_WARNINGS
+
+    work = tmp_path / "w"
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    keys = "\n".join(f"\tk{i:04d} = v" for i in range(500))
+    with open(work / ".git" / "config", "a") as config:
+        config.write(f"[zz]\n{keys}\n")
+    git = os.path.realpath(shutil.which("git") or "/usr/bin/git")
+    store = ApprovalsStore()
+    store.add_allowlist("main", git)
+    d = evaluate("git status", config=cfg(GATEWAY_ALLOWLIST), store=store, cwd=str(work), env=ENV)
+    assert d.verdict == "ask", d.reason
+    cut = [w for w in d.warnings if w.endswith("more warnings (not shown)")]
+    assert cut and len(d.warnings) <= 2 * (FOUND_WARNINGS + 1) + 4, d.warnings
