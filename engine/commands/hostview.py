@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import sys
+from dataclasses import dataclass
 
 from engine.commands import hostkeeper
 
@@ -42,6 +43,20 @@ INSTALL_HINT = (
     "gateway-host commands run with the state dir hidden, which needs bubblewrap: install it "
     '(apt-get install bubblewrap), or set [tools.exec] hostView = "none" to run them without it'
 )
+
+
+@dataclass(frozen=True)
+class Outside:
+    """What the gateway holds outside the state dir, named by its config (the caller's: this layer reads
+    no config): files no host command may read (the nodes' SSH identity files: whoever holds one speaks
+    to that node as the gateway), and directories no host command may change (the agents' socket's: one
+    agent's `rm` would take it from every other)."""
+
+    hidden: tuple[str, ...] = ()
+    readonly: tuple[str, ...] = ()
+
+
+NOTHING_OUTSIDE = Outside()
 
 
 class HostViewError(Exception):
@@ -71,6 +86,7 @@ def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bo
     present = [p for p in cargo if os.path.lexists(p)]
     if not present and os.path.isdir(os.path.dirname(cargo[0])):
         present = [cargo[0]]  # none yet: the one cargo would read first, made read-only
+    # (no ~/.cargo at all: view_args puts a scratch one there, its configs read-only and empty)
     rc = [
         os.path.join(home, name)
         for name in (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zshenv", ".zprofile")
@@ -115,18 +131,43 @@ def trusted_dirs(environ: dict[str, str] | None = None) -> list[str]:
     return found
 
 
+def _under(path: str, root: str) -> bool:
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return real == top or real.startswith(top + os.sep)
+
+
 def _install_root() -> str:
     """Where the `engine` package lives: a checkout's root, or the site-packages dir it was installed to."""
     return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
-def view_args(state: str, environ: dict[str, str] | None = None) -> list[str]:
+def _cargo_home(environ: dict[str, str] | None) -> str:
+    env = os.environ if environ is None else environ
+    return os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cargo")
+
+
+def view_args(
+    state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
+) -> list[str]:
     """The bwrap operations of the host view: the gateway's own inputs read-only, the state dir covered
-    (after them: a state dir inside the install is still covered), the trusted configs read-only."""
+    (after them: a state dir inside the install is still covered), the trusted configs read-only, what
+    the gateway holds outside the state dir (`outside`) hidden or read-only."""
     args = ["--dev-bind", "/", "/"]
-    for d in trusted_dirs(environ):
-        args += ["--ro-bind", d, d]
+    for d in [*trusted_dirs(environ), *outside.readonly]:
+        if os.path.isdir(d) and not _under(d, state):
+            args += ["--ro-bind", d, d]
     args += ["--tmpfs", state]
+    for path in outside.hidden:
+        if os.path.exists(path) and not _under(path, state):
+            args += ["--ro-bind", _empty_file(state), path]
+    cargo = _cargo_home(environ)
+    if not os.path.lexists(cargo) and _creatable(cargo):
+        # No ~/.cargo: a command could make one, and its config would be the operator's to treecode
+        # and to every later cargo. A scratch one for the view's cargo caches (the host gets an empty
+        # directory, the mountpoint), where no config can be written.
+        args += ["--tmpfs", cargo]
+        for name in ("config.toml", "config"):
+            args += ["--ro-bind", _empty_file(state), os.path.join(cargo, name)]
     for path, always in trusted_configs(environ):
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
@@ -136,14 +177,16 @@ def view_args(state: str, environ: dict[str, str] | None = None) -> list[str]:
     return args
 
 
-def kept_prefix(state: str, bwrap: str, *, make: bool = True) -> tuple[list[str], tuple[int, ...]] | None:
+def kept_prefix(
+    state: str, bwrap: str, *, make: bool = True, outside: Outside = NOTHING_OUTSIDE
+) -> tuple[list[str], tuple[int, ...]] | None:
     """The words that run a command in this state dir's kept view and the fds they name (the caller's to
     pass and close), the keeper made or re-made here when `make` (blocking a few ms); None when there is
     no helper, or no keeper ready and `make` is false."""
     helper = hostkeeper.helper_path()
     if helper is None:
         return None
-    ops = view_args(state)
+    ops = view_args(state, outside=outside)
     key = hostkeeper.view_key(bwrap, helper, state, ops)
     keeper = hostkeeper.current(key, state)
     if keeper is None and make:
