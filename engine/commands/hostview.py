@@ -219,8 +219,8 @@ def _lock_names(parent: str) -> list[str]:
     ops = ["--ro-bind", parent, parent]
     with os.scandir(parent) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
-            if not entry.is_symlink():
-                ops += ["--dev-bind", entry.path, entry.path]
+            if not entry.is_symlink():  # -try: one removed on the host meanwhile is no failed run
+                ops += ["--dev-bind-try", entry.path, entry.path]
     return ops
 
 
