@@ -50,6 +50,59 @@ _PLAIN = (
 )
 TREE_SAFE: dict[str, tuple[str, ...]] = {**dict.fromkeys(_PLAIN.split(), ()), **_RUNS}
 
+# Programs whose options are read the other way round as well: every option word must be one understood
+# here (a new release's program-running option, as ripgrep 14's --hostname-bin was, asks until it is
+# looked at). rg's: searching, filtering, printing; left out are --pre, --hostname-bin and -z/--search-zip
+# (runs decompressors found on PATH). Long options are matched whole (no abbreviations), `--x=value` by its
+# name; a short cluster stops at its first option that takes a value (the rest is that value).
+_RG_LONG = (
+    "after-context auto-hybrid-regex before-context binary block-buffered byte-offset case-sensitive color "
+    "colors column context context-separator count count-matches crlf debug dfa-size-limit encoding engine "
+    "field-context-separator field-match-separator file files files-with-matches files-without-match "
+    "fixed-strings follow glob glob-case-insensitive heading help hidden hyperlink-format iglob ignore "
+    "ignore-case ignore-dot ignore-exclude ignore-file ignore-file-case-insensitive ignore-files "
+    "ignore-global ignore-messages ignore-parent ignore-vcs include-zero invert-match json line-buffered "
+    "line-number line-regexp max-columns max-columns-preview max-count max-depth max-filesize messages mmap "
+    "multiline multiline-dotall no-auto-hybrid-regex no-binary no-block-buffered no-byte-offset no-column "
+    "no-config no-context-separator no-crlf no-encoding no-filename no-fixed-strings no-follow "
+    "no-glob-case-insensitive no-heading no-hidden no-ignore no-ignore-dot no-ignore-exclude no-ignore-files "
+    "no-ignore-file-case-insensitive no-ignore-global no-ignore-messages no-ignore-parent no-ignore-vcs "
+    "no-include-zero no-invert-match no-json no-line-buffered no-line-number no-max-columns-preview "
+    "no-messages no-mmap no-multiline no-multiline-dotall no-one-file-system no-pcre2 no-pcre2-unicode "
+    "no-require-git no-sort-files no-stats no-text no-trim no-unicode null null-data one-file-system "
+    "only-matching passthru passthrough path-separator pcre2 pcre2-version pre-glob pretty quiet "
+    "regex-size-limit regexp replace smart-case sort sort-files sortr stats stop-on-nonmatch text threads "
+    "trim type type-add type-clear type-list type-not unicode unrestricted version vimgrep with-filename "
+    "word-regexp"
+)
+_UNDERSTOOD: dict[str, tuple[frozenset[str], str, str]] = {
+    # name → (long options, short flags, short options taking a value)
+    "rg": (frozenset("--" + o for o in _RG_LONG.split()), "abcFHhiILlNnoPpqSsUuVvwx0.", "ABCdEefgjMmrTt"),
+}
+
+
+def _understood(name: str, argv: Sequence[str]) -> bool:
+    """Whether every option word of a program with a list of understood options is on it."""
+    known = _UNDERSTOOD.get(name)
+    if known is None:
+        return True
+    longs, flags, valued = known
+    for word in argv[1:]:
+        if word == "--":
+            return True  # the rest are patterns and paths
+        if word == "-" or not word.startswith("-"):
+            continue  # a pattern, a path or an option's value: data
+        if word.startswith("--"):
+            if word.split("=", 1)[0] not in longs:
+                return False
+            continue
+        for letter in word[1:]:
+            if letter in valued:
+                break  # the rest of the word is this option's value
+            if letter not in flags:
+                return False
+    return True
+
 
 def _names(word: str, option: str) -> bool:
     """Whether `word` gives `option`: itself, with `=value`, or (a long option) any prefix getopt_long
@@ -63,13 +116,13 @@ def _names(word: str, option: str) -> bool:
 def is_tree_safe(argv: Sequence[str], real: str | None, extra: Collection[str] = ()) -> bool:
     """Whether this command takes no code from its tree: its executable (the file that runs, by its
     exact name: `base64`, never a `python3.11` read as `python`) is on TREE_SAFE or the operator's
-    `extra`, and no word is an option that makes it run a program."""
+    `extra`, no word is an option that makes it run a program, and (rg) every option is one understood."""
     if real is None or not argv:
         return False
     name = os.path.basename(real)
     if name in extra:
         return True
     runs = TREE_SAFE.get(name)
-    if runs is None:
+    if runs is None or not _understood(name, argv):
         return False
     return not any(_names(w, o) for w in argv[1:] for o in runs)

@@ -362,6 +362,10 @@ def test_class4_rg_hostname_bin_is_a_program_running_option() -> None:
     assert not is_tree_safe(argv, "/usr/bin/rg"), "rg with --hostname-bin counted as taking no code"
     assert not is_tree_safe(["rg", "--hostname-bin", "./x", "foo"], "/usr/bin/rg")
     assert is_tree_safe(["rg", "--hyperlink-format=default", "foo"], "/usr/bin/rg")  # the plain search
+    # rg's options are read as an allowlist: the next program-running option asks before anyone lists it.
+    assert not is_tree_safe(["rg", "--some-future-option=./x", "foo"], "/usr/bin/rg")
+    assert not is_tree_safe(["rg", "-z", "foo"], "/usr/bin/rg")  # runs the decompressors on PATH
+    assert is_tree_safe(["rg", "-n", "-i", "-g", "*.py", "-A3", "--", "-x", "."], "/usr/bin/rg")
 
 
 # ------------------------------------------------------------------------ the host view: another agent's PTY

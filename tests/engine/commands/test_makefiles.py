@@ -170,3 +170,26 @@ def test_raw_text_that_runs_as_it_is_is_left_alone(state_dir: Path, tmp_path: Pa
     view = view_for(vet, run)  # type: ignore[arg-type]
     view.close()
     assert run.command == "make test"
+
+
+def test_rg_options_are_read_as_an_allowlist() -> None:
+    from engine.commands.treesafe import is_tree_safe
+
+    rg = "/usr/bin/rg"
+    for ok in (
+        ["rg", "-n", "TODO"],
+        ["rg", "-inw", "-e", "-x", "src"],  # -e's value starts with a dash: a known flag either way
+        ["rg", "--type=py", "--max-count", "3", "-uu", "foo", "-"],
+        ["rg", "-A3", "-C", "2", "--glob", "!*.lock", "--json", "x"],
+        ["rg", "--", "--no-such-option"],  # after `--`: a pattern
+    ):
+        assert is_tree_safe(ok, rg), ok
+    for asks in (
+        ["rg", "--pre", "./x", "y"],
+        ["rg", "--hostname-bin", "./x", "y"],
+        ["rg", "--hostname", "y"],  # no abbreviations
+        ["rg", "-nz", "y"],
+        ["rg", "-e", "--pre", "./x", "y"],  # a value that looks like an option is checked as one
+        ["rg", "--search-zip", "y"],
+    ):
+        assert not is_tree_safe(asks, rg), asks
