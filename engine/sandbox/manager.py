@@ -63,6 +63,7 @@ class _Known:
     config_hash: str
     has_busybox: bool
     last_touch_ms: int = 0
+    scope_key: str = ""  # whose sandbox this is: the name alone is never taken as proof
 
 
 class SandboxManager:
@@ -168,7 +169,12 @@ class SandboxManager:
         expected = config_hash(settings, lay)
         known = self._known.get(lay.name)
         channel = sv.Channel(lay.name)
-        if known is not None and known.config_hash == expected and channel.alive():
+        if (
+            known is not None
+            and known.config_hash == expected
+            and known.scope_key == lay.scope_key
+            and channel.alive()
+        ):
             await self._touch(lay.name, known)
             return Ensured(lay.name, config_hash=expected)
         async with self._lock(lay.name):
@@ -199,6 +205,7 @@ class SandboxManager:
         """The scope's bubblewrap sandbox: kept while it runs with this config (or is hot), else started.
         A sandbox that stopped is gone (a namespace cannot be restarted): a new one gets the workspace."""
         state = await asyncio.to_thread(bwrap.inspect, lay.name)
+        _refuse_foreign(state, lay)
         warnings: list[str] = []
         if state.exists and state.running and state.config_hash != expected:
             entry = await asyncio.to_thread(self.registry.get, lay.name)
@@ -214,7 +221,9 @@ class SandboxManager:
                 await self._touch(lay.name, None)
                 return Ensured(lay.name, warnings=warnings, config_hash=state.config_hash or "", stale=True)
         if state.exists and state.running and channel.alive() and state.config_hash == expected:
-            self._known[lay.name] = _Known(expected, (sv.bin_dir() / "busybox").exists())
+            self._known[lay.name] = _Known(
+                expected, (sv.bin_dir() / "busybox").exists(), scope_key=lay.scope_key
+            )
             await self._touch(lay.name, self._known[lay.name], force=True)
             return Ensured(lay.name, config_hash=expected)
         if state.exists:
@@ -272,7 +281,7 @@ class SandboxManager:
             ) from None
         if settings.docker.setup_command:
             await self._setup(settings, lay)
-        self._known[lay.name] = _Known(expected, has_bb, created_at)
+        self._known[lay.name] = _Known(expected, has_bb, created_at, lay.scope_key)
         return Ensured(lay.name, created=True, warnings=warnings, config_hash=expected)
 
     async def _ensure_slow(
@@ -284,6 +293,7 @@ class SandboxManager:
                 f"Container {lay.name} exists but was not created by this exechost install (state dir "
                 f"{statefs.state_dir()}); refusing to use it. Remove it or use another containerPrefix."
             )
+        _refuse_foreign(state, lay)
         warnings: list[str] = []
         current = state.config_hash
         if state.exists and state.pool_key is not None:
@@ -346,7 +356,7 @@ class SandboxManager:
             await self._setup(settings, lay)
         has_bb = (sv.bin_dir() / "busybox").exists()
         # A container just created or claimed got its lastUsedAtMs with its registry record: no second write.
-        self._known[lay.name] = _Known(expected, has_bb, now_ms() if created else 0)
+        self._known[lay.name] = _Known(expected, has_bb, now_ms() if created else 0, lay.scope_key)
         await self._touch(lay.name, self._known[lay.name], force=not created)
         return Ensured(lay.name, created=created, warnings=warnings, config_hash=expected)
 
@@ -400,6 +410,7 @@ class SandboxManager:
             if "Conflict" in exc.__class__.__name__ or "409" in str(exc):
                 # Another process created it meanwhile: use theirs.
                 state = await asyncio.to_thread(docker_ops.inspect, lay.name)
+                _refuse_foreign(state, lay)
                 if state.exists:
                     if not state.running:
                         await asyncio.to_thread(docker_ops.start, lay.name)
@@ -609,6 +620,19 @@ class SandboxManager:
             self.registry.remove(name)
         self.forget(name)
         return ok
+
+
+def _refuse_foreign(state: docker_ops.ContainerState, lay: Layout) -> None:
+    """A sandbox is adopted only by the scope it records (Docker label, bwrap runtime record): a name is a
+    hash of the scope key, and a name shared by two keys must never hand one the other's sandbox."""
+    if not state.exists or state.pool_key is not None:  # (a pool container's claim is in the registry)
+        return
+    owner = (state.labels or {}).get("openclaw.sessionKey")
+    if owner != lay.scope_key:
+        raise SandboxError(
+            f"Sandbox {lay.name} was made for another scope ({owner!r}, not {lay.scope_key!r}); refusing to "
+            "use it (an operator removes it with `exechost sandbox recreate --session KEY`, its own key)."
+        )
 
 
 def _check_workspaces(settings: SandboxSettings, lay: Layout) -> None:
