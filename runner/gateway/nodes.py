@@ -7,6 +7,7 @@ import contextlib
 import ipaddress
 import logging
 import re
+import secrets
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -717,7 +718,9 @@ class NodeHub:
             node_id=node_id,
             node_name=link.name,
             env_hash=env_hash(dict(env)),
-            node_approval_id=approval_id,
+            # Who asked, in the node namespace and made here: a frame's id could name another source's
+            # (`socket:X`, whose withdraw would end this ask) or another node's ask.
+            node_approval_id=f"node:{secrets.token_hex(12)}",
             env=env,
             decision_json=limits.decision_json(view.get("decision")),
             warnings=tuple(warnings),
