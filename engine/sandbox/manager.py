@@ -205,7 +205,7 @@ class SandboxManager:
         """The scope's bubblewrap sandbox: kept while it runs with this config (or is hot), else started.
         A sandbox that stopped is gone (a namespace cannot be restarted): a new one gets the workspace."""
         state = await asyncio.to_thread(bwrap.inspect, lay.name)
-        _refuse_foreign(state, lay)
+        refuse_foreign(state, lay.name, lay.scope_key)
         warnings: list[str] = []
         if state.exists and state.running and state.config_hash != expected:
             entry = await asyncio.to_thread(self.registry.get, lay.name)
@@ -293,7 +293,7 @@ class SandboxManager:
                 f"Container {lay.name} exists but was not created by this exechost install (state dir "
                 f"{statefs.state_dir()}); refusing to use it. Remove it or use another containerPrefix."
             )
-        _refuse_foreign(state, lay)
+        refuse_foreign(state, lay.name, lay.scope_key)
         warnings: list[str] = []
         current = state.config_hash
         if state.exists and state.pool_key is not None:
@@ -410,7 +410,7 @@ class SandboxManager:
             if "Conflict" in exc.__class__.__name__ or "409" in str(exc):
                 # Another process created it meanwhile: use theirs.
                 state = await asyncio.to_thread(docker_ops.inspect, lay.name)
-                _refuse_foreign(state, lay)
+                refuse_foreign(state, lay.name, lay.scope_key)
                 if state.exists:
                     if not state.running:
                         await asyncio.to_thread(docker_ops.start, lay.name)
@@ -622,16 +622,16 @@ class SandboxManager:
         return ok
 
 
-def _refuse_foreign(state: docker_ops.ContainerState, lay: Layout) -> None:
+def refuse_foreign(state: docker_ops.ContainerState, name: str, scope_key: str) -> None:
     """A sandbox is adopted only by the scope it records (Docker label, bwrap runtime record): a name is a
     hash of the scope key, and a name shared by two keys must never hand one the other's sandbox."""
     if not state.exists or state.pool_key is not None:  # (a pool container's claim is in the registry)
         return
     owner = (state.labels or {}).get("openclaw.sessionKey")
-    if owner != lay.scope_key:
+    if owner != scope_key:
         raise SandboxError(
-            f"Sandbox {lay.name} was made for another scope ({owner!r}, not {lay.scope_key!r}); refusing to "
-            "use it (an operator removes it with `exechost sandbox recreate --session KEY`, its own key)."
+            f"Sandbox {name} was made for another scope ({owner!r}, not {scope_key!r}); refusing to use it "
+            "(an operator removes it with `exechost sandbox recreate --session KEY`, its own key)."
         )
 
 
