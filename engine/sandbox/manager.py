@@ -129,6 +129,11 @@ class SandboxManager:
         except ValueError:
             self.pool.put_back(entry)  # _create says why, to the agent
             return False
+        try:
+            await asyncio.to_thread(own_workspace, settings, lay)
+        except SandboxError:
+            self.pool.put_back(entry)
+            raise
         self._progress(lay.name, "claiming a ready container from the pool")
         claim = asyncio.ensure_future(asyncio.to_thread(self.pool.claim, entry, settings, lay))
         try:
@@ -637,6 +642,7 @@ def refuse_foreign(state: docker_ops.ContainerState, name: str, scope_key: str) 
 
 def _check_workspaces(settings: SandboxSettings, lay: Layout) -> None:
     """Create or re-check, without following links, every workspace a container is about to mount."""
+    own_workspace(settings, lay)
     try:
         ensure_dir(settings.workspace_root, lay.sandbox_workspace)
         for path in {lay.workspace_dir, lay.agent_mount or lay.workspace_dir}:
@@ -644,6 +650,26 @@ def _check_workspaces(settings: SandboxSettings, lay: Layout) -> None:
                 ensure_dir(_trusted_root(path, settings.workspace_root), path)
     except WorkspaceError as exc:
         raise SandboxError(str(exc)) from None
+
+
+def own_workspace(settings: SandboxSettings, lay: Layout) -> None:
+    """A scope's workspace dir is its own: the key it was first made for is recorded in the state dir (no
+    sandbox mounts it), and a key whose name is the same gets a refusal, never the dir and its files."""
+    if settings.scope == "shared":
+        return
+    path = statefs.state_dir() / "sandbox-owners" / os.path.basename(lay.sandbox_workspace)
+    try:
+        recorded = statefs.read_text(path)
+        if recorded is None:
+            statefs.atomic_write(path, lay.scope_key)
+            return
+    except (OSError, statefs.StateFileError, UnicodeDecodeError) as exc:
+        raise SandboxError(f"Sandbox workspace owner record {path}: {exc}") from None
+    if recorded != lay.scope_key:
+        raise SandboxError(
+            f"Sandbox workspace {lay.sandbox_workspace} was made for another scope ({recorded!r}, not "
+            f"{lay.scope_key!r}); refusing to use it."
+        )
 
 
 def _trusted_root(path: str, workspace_root: str) -> str:

@@ -3,12 +3,14 @@
 The name's hash was 32 bits after a readable part that is lowercased and cut at 32 characters: an agent
 whose key shares another's first 26 characters could search ~2^32 keys for one with the same name, and the
 manager took any container or bwrap keeper of that name. Now the hash is 128 bits of the exact key, and a
-sandbox is adopted only by the scope its Docker label or bwrap record names. The collision tests narrow the
+sandbox (and its workspace dir) is adopted only by the scope its Docker label, bwrap record or owner record
+names. The collision tests narrow the
 hash back (to 8 bits, so a colliding key is found in a few hundred tries) to show that second wall holds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Iterator
 from typing import Any
@@ -68,6 +70,10 @@ async def test_a_colliding_key_never_adopts_anothers_bwrap_sandbox(
             await prepare_exec(cfg, "main", attacker, None, manager=mgr)
     status, out, _ = await run(victim, "cat mine.txt")  # the victim's sandbox was left alone
     assert status == (0, None) and out.strip() == "secret"
+    # Its sandbox gone (pruned, recreated), the workspace dir of that name stays the victim's.
+    await asyncio.to_thread(SandboxManager().remove_runtime, victim.container)
+    with pytest.raises(ToolError, match="another scope"):
+        await prepare_exec(cfg, "main", attacker, None, manager=SandboxManager())
 
 
 @pytest.fixture
