@@ -22,6 +22,8 @@ from engine.sandbox.pool import ClaimMissed, Pool, PoolEntry, is_pool_name
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
     HOT_WINDOW_MS,
+    LEGACY_HASH_HEX,
+    SLUG_HASH_HEX,
     STATE_LABEL,
     Layout,
     SandboxSettings,
@@ -661,6 +663,7 @@ def own_workspace(settings: SandboxSettings, lay: Layout) -> None:
     try:
         recorded = statefs.read_text(path)
         if recorded is None:
+            _adopt_legacy_workspace(lay.sandbox_workspace)
             statefs.atomic_write(path, lay.scope_key)
             return
     except (OSError, statefs.StateFileError, UnicodeDecodeError) as exc:
@@ -670,6 +673,22 @@ def own_workspace(settings: SandboxSettings, lay: Layout) -> None:
             f"Sandbox workspace {lay.sandbox_workspace} was made for another scope ({recorded!r}, not "
             f"{lay.scope_key!r}); refusing to use it."
         )
+
+
+def _adopt_legacy_workspace(workspace: str) -> None:
+    """Nothing is lost in the move to 128-bit names: a scope's workspace made under the old name (the same
+    readable part and the first 8 hex digits of the same hash, so the old name is the new one cut) is
+    renamed to the new name the first time its scope is used, before any owner is recorded. Only where no
+    workspace has the new name yet; a rename is atomic, so two starts cannot both take it."""
+    base = os.path.basename(workspace)
+    legacy = os.path.join(os.path.dirname(workspace), base[: len(base) - (SLUG_HASH_HEX - LEGACY_HASH_HEX)])
+    if legacy == workspace or os.path.lexists(workspace) or os.path.islink(legacy):
+        return
+    if not os.path.isdir(legacy):
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.rename(legacy, workspace)
+        log.info("sandbox workspace %s renamed to %s (128-bit names)", legacy, workspace)
 
 
 def _trusted_root(path: str, workspace_root: str) -> str:

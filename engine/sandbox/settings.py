@@ -240,6 +240,7 @@ def scope_key(scope: str, agent_id: str, session_key: str) -> str:
 
 
 SLUG_HASH_HEX = 32  # 128 bits: no key can be searched for that maps onto another's sandbox name
+LEGACY_HASH_HEX = 8  # names before 128-bit hashes: the same name cut (engine.sandbox.manager migrates)
 
 
 def slugify(value: str) -> str:
