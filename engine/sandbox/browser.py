@@ -19,7 +19,7 @@ from typing import Any
 
 from engine import statefs
 from engine.sandbox import docker_ops
-from engine.sandbox.manager import SandboxError
+from engine.sandbox.manager import SandboxError, refuse_foreign
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
     HOT_WINDOW_MS,
@@ -301,6 +301,7 @@ class BrowserManager:
                 f"Container {blay.name} exists but was not created by this exechost install; refusing to "
                 "use it. Remove it or use another browser.containerPrefix."
             )
+        refuse_foreign(state, blay.name, blay.scope_key)
         warnings: list[str] = []
         if state.exists and state.config_hash != expected:
             entry = await asyncio.to_thread(self.registry.get, blay.name)

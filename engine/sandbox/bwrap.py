@@ -515,7 +515,10 @@ def inspect(name: str) -> ContainerState:
         exists=True,
         running=_alive(record),
         image=str(record.get("rootfs") or "host"),
-        labels={"openclaw.configHash": str(record.get("configHash") or "")},
+        labels={
+            "openclaw.configHash": str(record.get("configHash") or ""),
+            "openclaw.sessionKey": str(record.get("scopeKey") or ""),
+        },
         created_at_ms=created if isinstance(created, int) else None,
     )
 

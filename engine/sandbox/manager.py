@@ -22,6 +22,8 @@ from engine.sandbox.pool import ClaimMissed, Pool, PoolEntry, is_pool_name
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
     HOT_WINDOW_MS,
+    LEGACY_HASH_HEX,
+    SLUG_HASH_HEX,
     STATE_LABEL,
     Layout,
     SandboxSettings,
@@ -63,6 +65,7 @@ class _Known:
     config_hash: str
     has_busybox: bool
     last_touch_ms: int = 0
+    scope_key: str = ""  # whose sandbox this is: the name alone is never taken as proof
 
 
 class SandboxManager:
@@ -128,6 +131,11 @@ class SandboxManager:
         except ValueError:
             self.pool.put_back(entry)  # _create says why, to the agent
             return False
+        try:
+            await asyncio.to_thread(own_workspace, settings, lay)
+        except SandboxError:
+            self.pool.put_back(entry)
+            raise
         self._progress(lay.name, "claiming a ready container from the pool")
         claim = asyncio.ensure_future(asyncio.to_thread(self.pool.claim, entry, settings, lay))
         try:
@@ -168,7 +176,12 @@ class SandboxManager:
         expected = config_hash(settings, lay)
         known = self._known.get(lay.name)
         channel = sv.Channel(lay.name)
-        if known is not None and known.config_hash == expected and channel.alive():
+        if (
+            known is not None
+            and known.config_hash == expected
+            and known.scope_key == lay.scope_key
+            and channel.alive()
+        ):
             await self._touch(lay.name, known)
             return Ensured(lay.name, config_hash=expected)
         async with self._lock(lay.name):
@@ -199,6 +212,7 @@ class SandboxManager:
         """The scope's bubblewrap sandbox: kept while it runs with this config (or is hot), else started.
         A sandbox that stopped is gone (a namespace cannot be restarted): a new one gets the workspace."""
         state = await asyncio.to_thread(bwrap.inspect, lay.name)
+        refuse_foreign(state, lay.name, lay.scope_key)
         warnings: list[str] = []
         if state.exists and state.running and state.config_hash != expected:
             entry = await asyncio.to_thread(self.registry.get, lay.name)
@@ -214,7 +228,9 @@ class SandboxManager:
                 await self._touch(lay.name, None)
                 return Ensured(lay.name, warnings=warnings, config_hash=state.config_hash or "", stale=True)
         if state.exists and state.running and channel.alive() and state.config_hash == expected:
-            self._known[lay.name] = _Known(expected, (sv.bin_dir() / "busybox").exists())
+            self._known[lay.name] = _Known(
+                expected, (sv.bin_dir() / "busybox").exists(), scope_key=lay.scope_key
+            )
             await self._touch(lay.name, self._known[lay.name], force=True)
             return Ensured(lay.name, config_hash=expected)
         if state.exists:
@@ -272,7 +288,7 @@ class SandboxManager:
             ) from None
         if settings.docker.setup_command:
             await self._setup(settings, lay)
-        self._known[lay.name] = _Known(expected, has_bb, created_at)
+        self._known[lay.name] = _Known(expected, has_bb, created_at, lay.scope_key)
         return Ensured(lay.name, created=True, warnings=warnings, config_hash=expected)
 
     async def _ensure_slow(
@@ -284,6 +300,7 @@ class SandboxManager:
                 f"Container {lay.name} exists but was not created by this exechost install (state dir "
                 f"{statefs.state_dir()}); refusing to use it. Remove it or use another containerPrefix."
             )
+        refuse_foreign(state, lay.name, lay.scope_key)
         warnings: list[str] = []
         current = state.config_hash
         if state.exists and state.pool_key is not None:
@@ -346,7 +363,7 @@ class SandboxManager:
             await self._setup(settings, lay)
         has_bb = (sv.bin_dir() / "busybox").exists()
         # A container just created or claimed got its lastUsedAtMs with its registry record: no second write.
-        self._known[lay.name] = _Known(expected, has_bb, now_ms() if created else 0)
+        self._known[lay.name] = _Known(expected, has_bb, now_ms() if created else 0, lay.scope_key)
         await self._touch(lay.name, self._known[lay.name], force=not created)
         return Ensured(lay.name, created=created, warnings=warnings, config_hash=expected)
 
@@ -400,6 +417,7 @@ class SandboxManager:
             if "Conflict" in exc.__class__.__name__ or "409" in str(exc):
                 # Another process created it meanwhile: use theirs.
                 state = await asyncio.to_thread(docker_ops.inspect, lay.name)
+                refuse_foreign(state, lay.name, lay.scope_key)
                 if state.exists:
                     if not state.running:
                         await asyncio.to_thread(docker_ops.start, lay.name)
@@ -611,8 +629,22 @@ class SandboxManager:
         return ok
 
 
+def refuse_foreign(state: docker_ops.ContainerState, name: str, scope_key: str) -> None:
+    """A sandbox is adopted only by the scope it records (Docker label, bwrap runtime record): a name is a
+    hash of the scope key, and a name shared by two keys must never hand one the other's sandbox."""
+    if not state.exists or state.pool_key is not None:  # (a pool container's claim is in the registry)
+        return
+    owner = (state.labels or {}).get("openclaw.sessionKey")
+    if owner != scope_key:
+        raise SandboxError(
+            f"Sandbox {name} was made for another scope ({owner!r}, not {scope_key!r}); refusing to use it "
+            "(an operator removes it with `exechost sandbox recreate --session KEY`, its own key)."
+        )
+
+
 def _check_workspaces(settings: SandboxSettings, lay: Layout) -> None:
     """Create or re-check, without following links, every workspace a container is about to mount."""
+    own_workspace(settings, lay)
     try:
         ensure_dir(settings.workspace_root, lay.sandbox_workspace)
         for path in {lay.workspace_dir, lay.agent_mount or lay.workspace_dir}:
@@ -620,6 +652,43 @@ def _check_workspaces(settings: SandboxSettings, lay: Layout) -> None:
                 ensure_dir(_trusted_root(path, settings.workspace_root), path)
     except WorkspaceError as exc:
         raise SandboxError(str(exc)) from None
+
+
+def own_workspace(settings: SandboxSettings, lay: Layout) -> None:
+    """A scope's workspace dir is its own: the key it was first made for is recorded in the state dir (no
+    sandbox mounts it), and a key whose name is the same gets a refusal, never the dir and its files."""
+    if settings.scope == "shared":
+        return
+    path = statefs.state_dir() / "sandbox-owners" / os.path.basename(lay.sandbox_workspace)
+    try:
+        recorded = statefs.read_text(path)
+        if recorded is None:
+            _adopt_legacy_workspace(lay.sandbox_workspace)
+            statefs.atomic_write(path, lay.scope_key)
+            return
+    except (OSError, statefs.StateFileError, UnicodeDecodeError) as exc:
+        raise SandboxError(f"Sandbox workspace owner record {path}: {exc}") from None
+    if recorded != lay.scope_key:
+        raise SandboxError(
+            f"Sandbox workspace {lay.sandbox_workspace} was made for another scope ({recorded!r}, not "
+            f"{lay.scope_key!r}); refusing to use it."
+        )
+
+
+def _adopt_legacy_workspace(workspace: str) -> None:
+    """Nothing is lost in the move to 128-bit names: a scope's workspace made under the old name (the same
+    readable part and the first 8 hex digits of the same hash, so the old name is the new one cut) is
+    renamed to the new name the first time its scope is used, before any owner is recorded. Only where no
+    workspace has the new name yet; a rename is atomic, so two starts cannot both take it."""
+    base = os.path.basename(workspace)
+    legacy = os.path.join(os.path.dirname(workspace), base[: len(base) - (SLUG_HASH_HEX - LEGACY_HASH_HEX)])
+    if legacy == workspace or os.path.lexists(workspace) or os.path.islink(legacy):
+        return
+    if not os.path.isdir(legacy):
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.rename(legacy, workspace)
+        log.info("sandbox workspace %s renamed to %s (128-bit names)", legacy, workspace)
 
 
 def _trusted_root(path: str, workspace_root: str) -> str:

@@ -16,7 +16,7 @@ claim renames the container *by its pool name* (Docker refuses a second rename f
 workspace dir (a second rename finds nothing; RENAME_NOREPLACE never replaces a scope's existing dir), so one
 container serves one scope. A claimed container is
 never restarted: Docker would resolve the pool paths it was created with again; the manager removes and
-replaces it instead. Pool names end in `pool.<12 hex>`, which no scope slug (`…-<8 hex>`) or "shared" can.
+replaces it instead. Pool names end in `pool.<12 hex>`, which no scope slug (`…-<32 hex>`) or "shared" can.
 """
 
 from __future__ import annotations

@@ -239,10 +239,15 @@ def scope_key(scope: str, agent_id: str, session_key: str) -> str:
     return session_key
 
 
+SLUG_HASH_HEX = 32  # 128 bits: no key can be searched for that maps onto another's sandbox name
+LEGACY_HASH_HEX = 8  # names before 128-bit hashes: the same name cut (engine.sandbox.manager migrates)
+
+
 def slugify(value: str) -> str:
-    """OpenClaw's slugifySessionKey: readable part + hash suffix so distinct keys never collide."""
+    """A readable part + a hash of the exact, unnormalised key: the hash alone tells keys apart (the readable
+    part is lowercased and cut, so it never may), and at 128 bits no colliding key can be searched for."""
     text = re.sub(r"[^a-z0-9._-]+", "-", value.strip().lower()).strip("-")[:32] or "session"
-    return f"{text}-{hashlib.sha256(value.encode()).hexdigest()[:8]}"
+    return f"{text}-{hashlib.sha256(value.encode()).hexdigest()[:SLUG_HASH_HEX]}"
 
 
 def state_id() -> str:
@@ -270,12 +275,13 @@ def container_name(settings: SandboxSettings, scope_key_value: str) -> str:
     suffix = "shared" if settings.scope == "shared" else slugify(scope_key_value)
     room = 63 - len(head)
     if len(suffix) > room:
-        suffix = suffix[: room - 9].rstrip("-") + suffix[-9:]
+        keep = SLUG_HASH_HEX + 1  # "-<hash>": the readable part goes first, then nothing of the hash
+        suffix = (suffix[: max(room - keep, 0)].rstrip("-") + suffix[-keep:])[-room:]
     return head + suffix
 
 
 def is_shared(name: str) -> bool:
-    """Whether a sandbox name is the shared scope's (a scope slug ends in `-<8 hex>`, a pool name in
+    """Whether a sandbox name is the shared scope's (a scope slug ends in `-<32 hex>`, a pool name in
     `pool.<12 hex>`: neither ends in `-shared`)."""
     return name.endswith("-shared")
 
@@ -283,7 +289,17 @@ def is_shared(name: str) -> bool:
 def agent_workspace_dir(agent_id: str) -> str:
     """The agent's own workspace on the host (OpenClaw layout: workspace, workspace-<id>)."""
     base = statefs.state_dir()
-    return str(base / ("workspace" if agent_id == "main" else f"workspace-{slugify(agent_id)}"))
+    if agent_id == "main":
+        return str(base / "workspace")
+    path = base / f"workspace-{slugify(agent_id)}"
+    # Agent ids are the operator's config, never an agent's choice: a workspace made under the old name
+    # (a 32-bit hash) stays its agent's until the operator renames it.
+    legacy = base / f"workspace-{slugify(agent_id)[:-SLUG_HASH_HEX]}{_sha(agent_id)[:8]}"
+    return str(legacy if not path.exists() and legacy.is_dir() else path)
+
+
+def _sha(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

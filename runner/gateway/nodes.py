@@ -7,6 +7,7 @@ import contextlib
 import ipaddress
 import logging
 import re
+import secrets
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,7 @@ log = logging.getLogger("exechost.gateway.nodes")
 
 EVENT_OUTPUT_CHARS = 180  # reference §5.5: the finished text's output, compacted
 SANDBOX_ADMIN_TIMEOUT_SEC = 120.0  # a prune or recreate removes containers one by one
-MAX_PENDING_PER_NODE = 64
+MAX_PENDING_PER_NODE_AGENT = 16  # each agent's share of a node's asks: one agent's flood leaves others room
 MAX_ORPHANED_RUNS = 1024
 _APPROVAL_ID = re.compile(
     r"[A-Za-z0-9_.:-]{1,128}"
@@ -693,7 +694,10 @@ class NodeHub:
         # Without an approver the ask still waits in the inbox (exechost approve, or a console attaching
         # later), as the gateway's own asks do; nobody deciding in time is the node's askFallback.
         manager = self.services.approvals
-        if sum(1 for r in manager.pending() if r.request.node_id == node_id) >= MAX_PENDING_PER_NODE:
+        mine = (
+            r for r in manager.pending() if (r.request.node_id, r.request.agent_id) == (node_id, run.agent_id)
+        )
+        if sum(1 for _ in mine) >= MAX_PENDING_PER_NODE_AGENT:
             return {"decision": None, "resolvedBy": "too-many-pending"}
         env = limits.env_pairs(view.get("env"))
         command = limits.cut(view.get("command"), limits.COMMAND_CHARS)
@@ -717,7 +721,9 @@ class NodeHub:
             node_id=node_id,
             node_name=link.name,
             env_hash=env_hash(dict(env)),
-            node_approval_id=approval_id,
+            # Who asked, in the node namespace and made here: a frame's id could name another source's
+            # (`socket:X`, whose withdraw would end this ask) or another node's ask.
+            node_approval_id=f"node:{secrets.token_hex(12)}",
             env=env,
             decision_json=limits.decision_json(view.get("decision")),
             warnings=tuple(warnings),

@@ -139,7 +139,7 @@ def test_per_agent_overrides_and_shared_scope(tmp_path: Path) -> None:
 def test_prefix_and_workdir_shape_names_layout_and_workdir_mapping(tmp_path: Path) -> None:
     settings = resolve_settings(load_config(write(tmp_path, FULL)), "main")
     lay = layout(settings, "main", "s")
-    assert lay.name == f"corp-sbx-{state_id()}-agent-main-f331f052"
+    assert lay.name == f"corp-sbx-{state_id()}-agent-main-f331f052e4ed92dd414c5847bd1a9266"
     assert map_workdir(None, settings, lay) == ("/srv/work", [])
     os.makedirs(os.path.join(lay.workspace_dir, "sub"))
     assert map_workdir("/srv/work/sub", settings, lay) == ("/srv/work/sub", [])
@@ -148,7 +148,7 @@ def test_prefix_and_workdir_shape_names_layout_and_workdir_mapping(tmp_path: Pat
     longest = "p" * 22
     named = resolve_settings(load_config_text(DOCKER + f'containerPrefix = "{longest}"\n'), "main")
     name = container_name(named, "x" * 80)
-    assert len(name) <= 63 and name.endswith(hashlib.sha256(b"x" * 80).hexdigest()[:8])
+    assert len(name) <= 63 and name.endswith(hashlib.sha256(b"x" * 80).hexdigest()[:32])
 
 
 def test_new_keys_change_the_config_hash(tmp_path: Path) -> None:

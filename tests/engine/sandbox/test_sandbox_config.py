@@ -36,12 +36,15 @@ def cfg(text: str):  # type: ignore[no-untyped-def]
 
 
 def test_slug_and_container_name_match_openclaw() -> None:
-    assert slugify("agent:main") == "agent-main-f331f052"
+    assert slugify("agent:main") == "agent-main-f331f052e4ed92dd414c5847bd1a9266"
     settings = resolve_settings(None, "main")
     # OpenClaw's slug, after this install's id (two installs on one engine never share a name).
-    assert container_name(settings, "agent:main") == f"openclaw-sbx-{state_id()}-agent-main-f331f052"
+    assert (
+        container_name(settings, "agent:main")
+        == f"openclaw-sbx-{state_id()}-agent-ma-f331f052e4ed92dd414c5847bd1a9266"
+    )
     long = slugify("X" * 80 + "!!")
-    assert long.startswith("x" * 32 + "-") and len(long) == 41
+    assert long.startswith("x" * 32 + "-") and len(long) == 65
     assert slugify("---").startswith("session-")
     assert slugify("a/b") != slugify("a:b")  # the hash suffix keeps distinct keys apart
 
@@ -432,3 +435,20 @@ def test_resolved_settings_and_layout_follow_what_they_are_made_of(
     monkeypatch.setenv("HOME", str(tmp_path / "other"))
     config.sandbox.workspace_root = "~/boxes"
     assert resolve_settings(config, "main").workspace_root == str(tmp_path / "other" / "boxes")
+
+
+def test_an_agents_workspace_made_under_the_32_bit_name_stays_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hashlib
+
+    from engine.sandbox.settings import agent_workspace_dir
+
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(tmp_path))
+    new = tmp_path / f"workspace-ops-{hashlib.sha256(b'ops').hexdigest()[:32]}"
+    assert agent_workspace_dir("ops") == str(new)  # nothing yet: the 128-bit name
+    legacy = tmp_path / f"workspace-ops-{hashlib.sha256(b'ops').hexdigest()[:8]}"
+    legacy.mkdir()
+    assert agent_workspace_dir("ops") == str(legacy)  # kept: agent ids are the operator's, not an agent's
+    new.mkdir()
+    assert agent_workspace_dir("ops") == str(new)
