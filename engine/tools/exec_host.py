@@ -34,7 +34,8 @@ BYTE_CAP = 32 << 20  # bytes one stream may write before the run is killed (`yes
 
 def host_outside(config: Config) -> Outside:
     """What the gateway holds outside the state dir, for the host view to hide: every node's SSH identity
-    file, and the agents' socket's directory (read-only: the socket stays reachable, never removable)."""
+    file and the Docker engine's sockets; and the agents' socket's directory (read-only: the socket stays
+    reachable, never removable)."""
     keys = sorted(
         {
             os.path.abspath(os.path.expanduser(n.identity_file))
@@ -43,7 +44,20 @@ def host_outside(config: Config) -> Outside:
         }
     )
     sock = config.gateway.agent_socket
-    return Outside(hidden=tuple(keys), readonly=(os.path.dirname(sock),) if sock else ())
+    return Outside(hidden=tuple(keys) + engine_sockets(), readonly=(os.path.dirname(sock),) if sock else ())
+
+
+def engine_sockets() -> tuple[str, ...]:
+    """The Docker engine's API sockets: root-equivalent (a container binding the state dir reads every
+    token), reachable by the gateway's account through the docker group. Host commands get an empty file
+    in their place; sandboxes are how an agent reaches containers."""
+    found = {"/run/docker.sock", "/var/run/docker.sock"}
+    host = os.environ.get("DOCKER_HOST", "")
+    if host.startswith("unix://"):
+        found.add(host[len("unix://") :])
+    # By real path: bwrap resolves a destination through links as the view is built (/var/run -> /run),
+    # and one bind hides every name for it.
+    return tuple(sorted({os.path.realpath(p) for p in found if os.path.exists(p)}))
 
 
 def env_lines(env: Mapping[str, str] | None) -> list[str]:

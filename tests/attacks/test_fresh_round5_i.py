@@ -301,12 +301,7 @@ _DOCKER_SOCKETS = [p for p in ("/var/run/docker.sock", "/run/docker.sock") if os
 
 
 @pytest.mark.skipif(not _DOCKER_SOCKETS or not os.path.exists("/usr/bin/curl"), reason="dockerd, curl")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the host view hides the state dir but leaves the Docker API socket in view, and host "
-    "commands keep the gateway's groups (docker): a host command reaches a root-equivalent API (a "
-    "container binding the state dir reads every token), a way round the view that is not /proc",
-)
+# Closed: the host view puts an empty file over the engine's sockets (exec_host.engine_sockets).
 async def test_class1_a_host_command_reaches_the_docker_api_from_the_host_view(
     state_dir: Path, tmp_path: Path
 ) -> None:
