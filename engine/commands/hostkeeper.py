@@ -9,9 +9,10 @@ namespaces, takes a mount and PID namespace of its own with its own /proc, and r
 Runs with pinned copies keep their own bwrap (engine.commands.pinned).
 
 The keeper is re-made whenever what shapes the view changes: the operations themselves (a trusted config
-appearing or going), the identity (device, inode) of every file bound and of the state dir (a config
-renamed over on the host detaches its read-only bind in every other namespace, so a kept one would show
-the new file writable), and the host's mount table. One keeper per state dir, never shared with another;
+appearing or going, a node key or the agents' socket configured), the identity (device, inode) of every
+path the operations name (bound, bound over, covered: a config renamed over on the host detaches its
+read-only bind in every other namespace, so a kept one would show the new file writable), and the host's
+mount table. One keeper per state dir, never shared with another;
 it ends when the process that made it does (its stdin closes) or when it is replaced or stopped.
 Namespaces outlive it while a run is in them, so a background session is never cut short by a replacement.
 """
@@ -115,7 +116,9 @@ def _mounts() -> bytes:
 
 def view_key(bwrap: str, helper: str, state: str, ops: list[str]) -> tuple[object, ...]:
     """Everything the kept view depends on: equal keys, the same view."""
-    bound = tuple(_identity(ops[i + 1]) for i, op in enumerate(ops) if op == "--ro-bind")
+    # every path bound, and every path bound over or covered: a file renamed over a mountpoint on the
+    # host (a node key replaced, a config saved) is no longer covered in a kept namespace
+    bound = tuple(_identity(word) for word in ops if word.startswith("/"))
     return (bwrap, helper, state, tuple(ops), _identity(state), bound, _mounts())
 
 

@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import sys
+from dataclasses import dataclass
 
 from engine.commands import hostkeeper
 
@@ -42,6 +43,20 @@ INSTALL_HINT = (
     "gateway-host commands run with the state dir hidden, which needs bubblewrap: install it "
     '(apt-get install bubblewrap), or set [tools.exec] hostView = "none" to run them without it'
 )
+
+
+@dataclass(frozen=True)
+class Outside:
+    """What the gateway holds outside the state dir, named by its config (the caller's: this layer reads
+    no config): files no host command may read (the nodes' SSH identity files: whoever holds one speaks
+    to that node as the gateway), and directories no host command may change (the agents' socket's: one
+    agent's `rm` would take it from every other)."""
+
+    hidden: tuple[str, ...] = ()
+    readonly: tuple[str, ...] = ()
+
+
+NOTHING_OUTSIDE = Outside()
 
 
 class HostViewError(Exception):
@@ -69,7 +84,7 @@ def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bo
     ]
     cargo = [os.path.join(home, ".cargo", name) for name in ("config.toml", "config")]
     present = [p for p in cargo if os.path.lexists(p)]
-    if not present and os.path.isdir(os.path.dirname(cargo[0])):
+    if not present and os.path.isdir(os.path.dirname(cargo[0])) and not _scratch_cargo(environ):
         present = [cargo[0]]  # none yet: the one cargo would read first, made read-only
     rc = [
         os.path.join(home, name)
@@ -115,35 +130,131 @@ def trusted_dirs(environ: dict[str, str] | None = None) -> list[str]:
     return found
 
 
+def _under(path: str, root: str) -> bool:
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return real == top or real.startswith(top + os.sep)
+
+
 def _install_root() -> str:
     """Where the `engine` package lives: a checkout's root, or the site-packages dir it was installed to."""
     return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
-def view_args(state: str, environ: dict[str, str] | None = None) -> list[str]:
+def _cargo_home(environ: dict[str, str] | None) -> str:
+    env = os.environ if environ is None else environ
+    return os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cargo")
+
+
+def _scratch_cargo(environ: dict[str, str] | None) -> bool:
+    """No ~/.cargo, or an empty one (the mountpoint an earlier view left): nothing of the operator's there,
+    so the view puts a scratch one in its place. A command could otherwise make one, and its config would
+    be the operator's to treecode and to every later cargo."""
+    cargo = _cargo_home(environ)
+    if not os.path.lexists(cargo):
+        return _creatable(cargo)
+    if os.path.islink(cargo) or not os.path.isdir(cargo):
+        return False
+    try:
+        with os.scandir(cargo) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
+
+
+def view_args(
+    state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
+) -> list[str]:
     """The bwrap operations of the host view: the gateway's own inputs read-only, the state dir covered
-    (after them: a state dir inside the install is still covered), the trusted configs read-only."""
-    args = ["--dev-bind", "/", "/"]
-    for d in trusted_dirs(environ):
-        args += ["--ro-bind", d, d]
+    (after them: a state dir inside the install is still covered), the trusted configs read-only, what
+    the gateway holds outside the state dir (`outside`) hidden or read-only."""
+    configs = trusted_configs(environ)
+    args: list[str] = []
+    for d in [*trusted_dirs(environ), *outside.readonly]:
+        if os.path.isdir(d) and not _under(d, state):
+            args += ["--ro-bind", d, d]
     args += ["--tmpfs", state]
-    for path, always in trusted_configs(environ):
+    for path in outside.hidden:
+        if os.path.exists(path) and not _under(path, state):
+            args += ["--ro-bind", _empty_file(state), path]
+    if _scratch_cargo(environ):
+        # for the view's cargo caches (the host gets an empty directory, the mountpoint, and keeps it
+        # empty), where no config can be written
+        cargo = _cargo_home(environ)
+        args += ["--tmpfs", cargo]
+        for name in ("config.toml", "config"):
+            args += ["--ro-bind", _empty_file(state), os.path.join(cargo, name)]
+    for path, always in configs:
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
         elif always and not os.path.lexists(path) and _creatable(path):
             # an empty read-only file: reads as no config, never written, never made by the command
             args += ["--ro-bind", _empty_file(state), path]
-    return args
+    locked = _link_parents([path for path, _always in configs])
+    if locked:
+        _make_mountpoints(args, locked)
+    return ["--dev-bind", "/", "/", *(op for parent in locked for op in _lock_names(parent)), *args]
 
 
-def kept_prefix(state: str, bwrap: str, *, make: bool = True) -> tuple[list[str], tuple[int, ...]] | None:
+def _link_parents(paths: list[str]) -> list[str]:
+    """The directories holding a link on the way to a trusted config (~/.gitconfig -> dotfiles/gitconfig)
+    that this user, and so a host command, could replace. bwrap binds the link's target: the link itself
+    is no mountpoint, and re-pointed it would make the agent's file the operator's trusted config."""
+    found: list[str] = []
+    for path in paths:
+        here = ""
+        for part in path.strip(os.sep).split(os.sep):
+            here = os.path.join(here or os.sep, part)
+            parent = os.path.dirname(here)
+            if os.path.islink(here) and os.access(parent, os.W_OK) and parent not in found:
+                found.append(parent)
+            if not os.path.lexists(here):
+                break
+    return found
+
+
+def _lock_names(parent: str) -> list[str]:
+    """`parent` read-only, each of its entries bound back writable over it, except its links: what is in
+    it stays as writable as before, but no name in it can be made, removed or re-pointed. First in the
+    view: every later operation binds over these (their sources are the host's)."""
+    ops = ["--ro-bind", parent, parent]
+    with os.scandir(parent) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            if not entry.is_symlink():  # -try: one removed on the host meanwhile is no failed run
+                ops += ["--dev-bind-try", entry.path, entry.path]
+    return ops
+
+
+def _make_mountpoints(ops: list[str], locked: list[str]) -> None:
+    """Make on the host, as bwrap would, the missing mountpoints of `ops` in a locked directory: in the
+    view it is read-only by then (what lies in a tmpfs of `ops` is bwrap's to make there)."""
+    scratch: list[str] = []
+    for i, op in enumerate(ops):
+        if op == "--tmpfs":
+            dest, is_dir = ops[i + 1], True
+        elif op in ("--ro-bind", "--bind", "--dev-bind"):
+            dest, is_dir = ops[i + 2], os.path.isdir(ops[i + 1])
+        else:
+            continue
+        if os.path.lexists(dest) or any(_under(dest, t) for t in scratch):
+            pass
+        elif any(_under(dest, p) for p in locked):
+            os.makedirs(dest if is_dir else os.path.dirname(dest), exist_ok=True)
+            if not is_dir:
+                os.close(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        if op == "--tmpfs":
+            scratch.append(dest)
+
+
+def kept_prefix(
+    state: str, bwrap: str, *, make: bool = True, outside: Outside = NOTHING_OUTSIDE
+) -> tuple[list[str], tuple[int, ...]] | None:
     """The words that run a command in this state dir's kept view and the fds they name (the caller's to
     pass and close), the keeper made or re-made here when `make` (blocking a few ms); None when there is
     no helper, or no keeper ready and `make` is false."""
     helper = hostkeeper.helper_path()
     if helper is None:
         return None
-    ops = view_args(state)
+    ops = view_args(state, outside=outside)
     key = hostkeeper.view_key(bwrap, helper, state, ops)
     keeper = hostkeeper.current(key, state)
     if keeper is None and make:

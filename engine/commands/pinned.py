@@ -101,15 +101,16 @@ def view_for(
     anchor: str | None = None,
     *,
     host: bool = False,
+    outside: hostview.Outside = hostview.NOTHING_OUTSIDE,
 ) -> PinnedView:
     """The view a decided run starts in: `tree` vetted again keeping its bytes (refused as StaleContent
     when they are not what was decided on), plus the verified scripts that re-read themselves. `anchor`:
     the cwd's files are re-read through the spawn's fd of the cwd (TreeVet.pin). A make in `run` is
     handed its vetted makefiles as sealed copies (`run.command` is rendered again with them). `host`: the
-    host view too (engine.commands.hostview), in the same bwrap."""
+    host view too (engine.commands.hostview), in the same bwrap, hiding `outside`."""
     try:
         record = tree.pin(anchor) if tree is not None and tree.commands else None
-        view = pinned_view(record, run.rereads if run is not None else (), host=host)
+        view = pinned_view(record, run.rereads if run is not None else (), host=host, outside=outside)
     except (TreeChanged, PinError) as exc:
         raise StaleContent(str(exc)) from None
     if tree is None or record is None or run is None:
@@ -285,7 +286,7 @@ class _Builder:
         self.bound.add(dest)
         self.args += ["--ro-bind-data", str(fd), dest]
 
-    def build(self, host: bool = False) -> PinnedView:
+    def build(self, host: bool = False, outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> PinnedView:
         pins = bool(self.args or self.env)
         if not pins and not host:
             return PinnedView()
@@ -297,13 +298,17 @@ class _Builder:
                 raise hostview.HostViewError(hostview.INSTALL_HINT)
             raise PinError("bubblewrap (bwrap) is needed to run host tools over the vetted files; install it")
         if not pins:  # the host view alone: entered, kept (engine.commands.hostkeeper), when it can be
-            kept = hostview.kept_prefix(str(state_dir()), bwrap)
+            kept = hostview.kept_prefix(str(state_dir()), bwrap, outside=outside)
             if kept is not None:
                 return PinnedView(tuple(kept[0]), fds=kept[1])
         # One bwrap: the host view's operations first (the state dir a tmpfs, a PID namespace and /proc
         # of its own), then the pinned view's tmpfs (inside the state dir's, made by bwrap in it) and its
         # copies.
-        ops = [*hostview.view_args(str(state_dir())), *hostview.PID_OPS] if host else ["--dev-bind", "/", "/"]
+        ops = (
+            [*hostview.view_args(str(state_dir()), outside=outside), *hostview.PID_OPS]
+            if host
+            else ["--dev-bind", "/", "/"]
+        )
         pinned = ["--tmpfs", self.root, *self.args] if pins else []
         prefix = (*hostview.head(bwrap), *ops, *pinned, "--", *hostview.tail())
         return PinnedView(prefix, dict(self.env), tuple(self.fds))
@@ -372,7 +377,11 @@ def _repo_view(b: _Builder, repo: Repo, record: Record) -> None:
 
 
 def pinned_view(
-    record: Record | None, files: Iterable[tuple[str, bytes]] = (), *, host: bool = False
+    record: Record | None,
+    files: Iterable[tuple[str, bytes]] = (),
+    *,
+    host: bool = False,
+    outside: hostview.Outside = hostview.NOTHING_OUTSIDE,
 ) -> PinnedView:
     """The view a run needs: git pointed at its vetted repository (from `record`), and every other
     vetted file (`files`: a Makefile, a script that re-reads itself) a read-only copy at its path.
@@ -388,7 +397,7 @@ def pinned_view(
                     b.data(data, path)
         for path, data in files:
             b.data(data, path)
-        return b.build(host)
+        return b.build(host, outside)
     except BaseException:
         for fd in b.fds:
             with contextlib.suppress(OSError):
@@ -396,11 +405,11 @@ def pinned_view(
         raise
 
 
-def kept_host_view() -> PinnedView | None:
+def kept_host_view(outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> PinnedView | None:
     """The host view alone, when its keeper is ready (no blocking: the event loop may call this); None
     when it must be made first (pinned_view(None, host=True), in a thread) or bwrap is missing."""
     bwrap = bwrap_path()
-    kept = hostview.kept_prefix(str(state_dir()), bwrap, make=False) if bwrap is not None else None
+    kept = hostview.kept_prefix(str(state_dir()), bwrap, make=False, outside=outside) if bwrap else None
     return PinnedView(tuple(kept[0]), fds=kept[1]) if kept is not None else None
 
 

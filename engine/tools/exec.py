@@ -21,7 +21,7 @@ from engine.approvals.pending import (
 from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import host_path, sanitize_host_env
-from engine.commands.hostview import HostViewError, refuse_hidden_cwd
+from engine.commands.hostview import NOTHING_OUTSIDE, HostViewError, refuse_hidden_cwd
 from engine.commands.pinned import (
     PinnedView,
     in_checked_cwd,
@@ -48,6 +48,7 @@ from engine.tools.exec_asks import (
     resume_data,
     waiting_data,
 )
+from engine.tools.exec_host import host_outside
 from engine.tools.exec_request import (
     COMMAND_MAX_BYTES,
     NODE_UNAVAILABLE,
@@ -343,9 +344,13 @@ class ExecTool:
             # once its keeper is up (made in a thread: bwrap runs then)
             if not host:
                 return PinnedView()
-            kept = kept_host_view()
-            return kept if kept is not None else await asyncio.to_thread(pinned_view, None, host=True)
-        return await asyncio.to_thread(view_for, d.tree, run, anchor, host=host)
+            outside = host_outside(self._config())
+            kept = kept_host_view(outside)
+            if kept is not None:
+                return kept
+            return await asyncio.to_thread(pinned_view, None, host=True, outside=outside)
+        outside = host_outside(self._config()) if host else NOTHING_OUTSIDE
+        return await asyncio.to_thread(view_for, d.tree, run, anchor, host=host, outside=outside)
 
     @staticmethod
     def _cwd_fd(prepared: Prepared) -> int | None:

@@ -16,17 +16,32 @@ from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, 
 from engine.approvals.store import ApprovalsStore
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
-from engine.commands.hostview import HostViewError, refuse_hidden_cwd
+from engine.commands.hostview import HostViewError, Outside, refuse_hidden_cwd
 from engine.commands.pinned import in_checked_cwd, open_checked_dir, view_for
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify
 from engine.config.loader import load_config
+from engine.config.model import Config
 from engine.policy.decision import evaluate
 from engine.results import ToolError
 from engine.statefs import state_dir
 from engine.unixsock import PeerInfo
 
 OUTPUT_CAP = 200_000  # chars of stdout/stderr returned per exec
+
+
+def host_outside(config: Config) -> Outside:
+    """What the gateway holds outside the state dir, for the host view to hide: every node's SSH identity
+    file, and the agents' socket's directory (read-only: the socket stays reachable, never removable)."""
+    keys = sorted(
+        {
+            os.path.abspath(os.path.expanduser(n.identity_file))
+            for n in config.nodes.values()
+            if n.identity_file
+        }
+    )
+    sock = config.gateway.agent_socket
+    return Outside(hidden=tuple(keys), readonly=(os.path.dirname(sock),) if sock else ())
 
 
 def env_lines(env: Mapping[str, str] | None) -> list[str]:
@@ -131,7 +146,8 @@ class LocalExecHost:
             host = config.exec_for(agent_id).host_view != "none"
             if host:
                 refuse_hidden_cwd(cwd, str(state_dir()))
-            view = await asyncio.to_thread(view_for, decided.tree, run, anchor, host=host)
+            outside = host_outside(config)
+            view = await asyncio.to_thread(view_for, decided.tree, run, anchor, host=host, outside=outside)
         except HostViewError as exc:
             run.close()
             if cwd_fd is not None:

@@ -448,12 +448,6 @@ async def _contains(read: Callable[[], Awaitable[str]], text: str) -> bool:
 # ----------------------------------------------------------------------- the host view: the nodes' SSH key
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the host view hides the state dir but not the SSH key the gateway logs in to its nodes "
-    "with ([nodes.*] identityFile, ~/.ssh): an allowlisted, tree-safe `cat` hands it to the agent, and "
-    "whoever speaks as the gateway to a node answers that node's asks (it runs whatever it approves)",
-)
 async def test_class1_an_allowlisted_cat_reads_the_gateways_node_key(state_dir: Path, tmp_path: Path) -> None:
     home = Path(os.environ["HOME"])
     (home / ".ssh").mkdir(mode=0o700)
@@ -666,12 +660,6 @@ async def test_held_make_tilde_expands_a_makefile_name_but_reads_nothing(
 # ------------------------------------------------------------------------ the host view: the agents' socket
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the agents' socket ([gateway] agentSocket) lives outside the state dir in a directory "
-    "the gateway's account owns and writes, and host commands run as that account: one agent's "
-    "allowlisted `rm` (or a `mv` and a listener of its own) takes the path every other agent dials",
-)
 async def test_class3_an_allowlisted_rm_takes_the_agents_socket_from_every_agent(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -768,12 +756,6 @@ async def test_class6_allow_always_on_a_link_to_a_system_binary_saves_the_agents
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the host view binds a missing ~/.cargo/config.toml as an empty read-only file only when "
-    "~/.cargo exists; without it, an allowlisted `mkdir` and `cp` create the operator's cargo config, "
-    "which treecode trusts as the operator's own (a rustc-wrapper there runs in every later cargo build)",
-)
 async def test_class1_a_host_command_creates_the_operators_cargo_config(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -871,12 +853,6 @@ def test_class6_vetting_a_link_to_a_free_terminal_never_makes_it_the_gateways_te
 # -------------------------------------------------------------------------- the host view: a dotfiles link
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a trusted config that is a link (~/.gitconfig -> ~/dotfiles/gitconfig) is bound "
-    "read-only at its target, which bwrap resolves: the link itself stays writable, and an allowlisted "
-    "`ln -sfn` re-points the operator's global git config (trusted, never vetted) at the agent's file",
-)
 async def test_class1_a_dotfiles_link_to_the_global_git_config_is_repointed(
     state_dir: Path, tmp_path: Path
 ) -> None:

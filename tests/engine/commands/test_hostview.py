@@ -129,3 +129,91 @@ def test_the_session_host_reads_a_wrapped_exit_as_the_view_does() -> None:
     argv = [*hostview.head("/usr/bin/bwrap"), "--", "/bin/sh"]
     for code in (0, 3, 130, 131, 143, -9):
         assert host_io.exit_of(argv, code) == hostview.exit_status(argv, code)
+
+
+@needs_bwrap
+def test_a_linked_config_keeps_its_link_and_the_home_stays_writable(state_dir: Path, tmp_path: Path) -> None:
+    """~/.gitconfig -> dotfiles/gitconfig: the link cannot be re-pointed or removed, the file it names is
+    read-only; every other file and directory in the home is as writable as before, and git reads it."""
+    home = Path.home()
+    (home / "dotfiles").mkdir()
+    (home / "dotfiles" / "gitconfig").write_text("[user]\n\tname = op\n")
+    (home / ".gitconfig").symlink_to("dotfiles/gitconfig")
+    (home / "notes").write_text("a\n")
+    done = _run(
+        f"cd {home}; git config --global user.name; echo b >> notes && echo notes-ok; "
+        "echo c > dotfiles/new && echo dotfiles-ok; rm -f .gitconfig || echo rm-refused; "
+        f"ln -sfn {tmp_path}/g .gitconfig || echo ln-refused; echo x >> .gitconfig || echo config-ro",
+        tmp_path,
+    )
+    out = done.stdout.split()
+    assert out == ["op", "notes-ok", "dotfiles-ok", "rm-refused", "ln-refused", "config-ro"], done.stderr
+    assert os.readlink(home / ".gitconfig") == "dotfiles/gitconfig"
+    assert (home / "notes").read_text() == "a\nb\n" and (home / "dotfiles" / "new").read_text() == "c\n"
+
+
+@needs_bwrap
+def test_a_missing_cargo_home_is_a_scratch_one_its_config_unwritable(state_dir: Path, tmp_path: Path) -> None:
+    home = Path.home()
+    script = (
+        f"mkdir -p {home}/.cargo/registry && echo cache-ok; "
+        f"echo x > {home}/.cargo/config.toml || echo config-ro; echo x > {home}/.cargo/config || echo ro"
+    )
+    for _ in range(2):  # the first view leaves an empty mountpoint: the second is the same view
+        done = _run(script, tmp_path)
+        assert done.stdout.split() == ["cache-ok", "config-ro", "ro"], done.stderr
+        assert not list((home / ".cargo").iterdir())
+    # the operator's own cargo home, once it holds something: its missing config is bound read-only
+    (home / ".cargo" / "bin").mkdir()
+    assert (str(home / ".cargo" / "config.toml"), True) in hostview.trusted_configs()
+
+
+@needs_bwrap
+def test_what_the_gateway_holds_outside_the_state_dir_is_hidden_or_read_only(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    key, sockets = tmp_path / "id_node", tmp_path / "sock"
+    key.write_text("PRIVATE KEY\n")
+    sockets.mkdir()
+    (sockets / "agents.sock").write_text("")
+    outside = hostview.Outside(hidden=(str(key),), readonly=(str(sockets),))
+    script = f"cat {key}; rm -f {sockets}/agents.sock || echo rm-refused; echo end"
+    for helper in (hostkeeper.helper_path(), None):  # the kept view and a bwrap of its own
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(hostkeeper, "helper_path", lambda h=helper: h)
+            view = pinned_view(None, host=True, outside=outside)
+            try:
+                argv = view.wrap(["/bin/sh", "-c", script])
+                done = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=view.fds)
+            finally:
+                view.close()
+        assert done.stdout.split() == ["rm-refused", "end"], done.stdout + done.stderr
+    assert key.read_text() == "PRIVATE KEY\n" and (sockets / "agents.sock").exists()
+
+
+@needs_bwrap
+def test_the_kept_view_is_remade_when_what_it_hides_outside_changes(state_dir: Path, tmp_path: Path) -> None:
+    if hostkeeper.helper_path() is None:
+        pytest.skip("exechost-hostenter is not built (setup.sh)")
+    key = tmp_path / "id_node"
+    key.write_text("PRIVATE KEY\n")
+
+    def read(outside: hostview.Outside) -> tuple[str, hostkeeper.Keeper]:
+        view = pinned_view(None, host=True, outside=outside)
+        try:
+            argv = view.wrap(["/bin/cat", str(key)])
+            done = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=view.fds)
+        finally:
+            view.close()
+        return done.stdout, hostkeeper._keepers[str(state_dir)]
+
+    seen, first = read(hostview.Outside())
+    assert seen == "PRIVATE KEY\n"
+    hidden = hostview.Outside(hidden=(str(key),))
+    seen, second = read(hidden)
+    assert seen == "" and second is not first
+    # the key replaced on the host (renamed over: the kept bind would be detached): re-made, still hidden
+    (tmp_path / "new").write_text("PRIVATE KEY 2\n")
+    os.replace(tmp_path / "new", key)
+    seen, third = read(hidden)
+    assert seen == "" and third is not second
