@@ -8,7 +8,7 @@ import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.commands.allowlist import AllowlistResult, SegmentMatch, pin_path, render_bound
@@ -144,6 +144,9 @@ class ContentItem:
     reader: str = ""  # a script operand's reader family (sh | python): how its copy keeps its name
     word: str = ""  # a script operand as the command wrote it (its $0 / sys.argv[0])
     search: str = ""  # an absent bare-name program: the PATH it must still be missing from
+    # A system-owned file reached through a link the agent can re-point (`./myls -> /usr/bin/ls`): it is
+    # `writable` (an approval binds its bytes, never the link's name), and it runs by its real path.
+    linked: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -189,7 +192,10 @@ class ContentBinding:
 
     @property
     def writable_paths(self) -> frozenset[str]:
-        return frozenset(p for i in self.items if i.writable for p in (i.path, i.real))
+        # A linked item's real file is root's: only the link's name is the agent's to change.
+        return frozenset(
+            p for i in self.items if i.writable for p in ((i.path,) if i.linked else (i.path, i.real))
+        )
 
     def key(self) -> str:
         """One string for the approval's identity: two asks of other content never coalesce."""
@@ -228,6 +234,50 @@ def system_stat(real: str) -> os.stat_result | None:
 def system_owned(real: str) -> bool:
     """Only root can change the regular file at `real` (see system_stat)."""
     return system_stat(real) is not None
+
+
+def _system_dir(path: str) -> bool:
+    """Only root can change what the (resolved) directory `path` and every directory above it hold."""
+    while True:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return False
+        parent = os.path.dirname(path)
+        if parent == path:
+            return True
+        path = parent
+
+
+def links_fixed(path: str, depth: int = 0) -> bool:
+    """Whether every link met resolving the absolute `path` sits in a directory only root can change: a
+    link in an agent-writable directory is the agent's to re-point, whoever owns its target."""
+    if depth > 40:
+        return False
+    current = "/"
+    for part in path.split("/"):
+        if not part or part == ".":
+            continue
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        step = os.path.join(current, part)
+        if not os.path.islink(step):
+            current = step
+            continue
+        if not _system_dir(current):
+            return False
+        try:
+            target = os.readlink(step)
+        except OSError:
+            return False
+        target = os.path.join(current, target)
+        if not links_fixed(target, depth + 1):
+            return False
+        current = os.path.realpath(target)
+    return True
 
 
 # --------------------------------------------------------------------------- digests
@@ -469,6 +519,9 @@ def bind(
             if match.resolved_path is not None:
                 shown = pin_path(match) or match.resolved_path
                 file_item("executable", shown, match.resolved_path, here, 0)
+                named = match.named_path or shown
+                if named != match.resolved_path and not links_fixed(os.path.abspath(named)):
+                    _relink(items, here, named)
             elif segment.argv and segment.inner is None:
                 # Not there yet: the approved text would run whatever appears later, so it must stay absent.
                 name = segment.argv[0]
@@ -499,6 +552,10 @@ def bind(
             elif os.path.isdir(named):
                 continue  # the interpreter runs a file it finds inside (`python3 app`): unproven, allow-once
             else:  # a FIFO or a device is not bound: refused below, never left unbound
+                # Run through a link, the script is named by what it was bound at: "$0" (and __file__) is
+                # then the file the run's view pins, not a name the agent can re-point after the spawn.
+                if os.path.abspath(named) != real:
+                    word = real
                 file_item("script", os.path.abspath(named), real, here, operand, reader=reader, word=word)
 
     walk(analysis.segments, result.segments, ())
@@ -613,6 +670,16 @@ _TEXT_TOOL_LONG = frozenset(
         "--sandbox",
     }
 )
+
+
+def _relink(items: list[ContentItem], where: tuple[int, ...], named: str) -> None:
+    """Mark the executable just bound at `where` as reached through the agent's link (ContentItem.linked)."""
+    for i, item in enumerate(items):
+        if item.role == "executable" and item.where == where and item.argv_index == 0 and item.sha256:
+            if not item.writable:
+                items[i] = replace(item, path=named, writable=True, linked=True)
+            elif item.path != named:
+                items[i] = replace(item, path=named)
 
 
 def unproven_sources(

@@ -28,6 +28,8 @@ from engine.commands.content import (
 MFD_EXEC = 0x0010  # Linux ≥ 6.3: say the copy is meant to be executed (vm.memfd_noexec=1 would refuse it)
 SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 DEFAULT_SHELL = "/bin/sh"
+# dash has no `exec -a`: bash runs a linked program under its typed name (by its real, root-owned path).
+ARGV0_SHELL = os.path.realpath("/bin/bash")
 # Runs a sealed copy under the script's own name: argv[0], __file__ and sys.path[0] as `python x.py` sets
 # them, in __main__ (so pickling and `if __name__ == "__main__"` behave), compiled from the copy's bytes.
 PY_LOADER = (
@@ -127,6 +129,10 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
         for item in binding.items:
             data = _check(item)
             run.checked += 1
+            if item.linked and substitute:
+                # Root's file, just checked, run by its real path: never again through the agent's link.
+                copies.setdefault(item.real, item.real)
+                continue
             if data is not None and substitute and item.real not in copies:
                 fd = sealed_copy(data, os.path.basename(item.real))
                 fds.append(fd)
@@ -171,7 +177,7 @@ def _check(item: ContentItem) -> bytes | None:
         elif os.path.lexists(item.path):
             raise StaleContent(f"{item.path} appeared since it was approved (it did not exist)")
         return None
-    if not item.writable:
+    if not item.writable or item.linked:
         st = system_stat(item.real)
         hit = CACHE.get(st) if st is not None else None
         if hit is not None and hit[0] == item.sha256:
@@ -181,7 +187,7 @@ def _check(item: ContentItem) -> bytes | None:
     except ContentError as exc:
         raise StaleContent(f"{item.path} is gone or unreadable since it was approved ({exc})") from None
     try:
-        if item.writable or not system_owned(item.real):
+        if (item.writable and not item.linked) or not system_owned(item.real):
             try:
                 data = read_all(fd, st.st_size, WRITABLE_MAX_BYTES)
             except ContentError as exc:
@@ -228,8 +234,17 @@ def _run_words(
         if interp is not None:
             head = [*_run_words(interp, copies, interpreters, depth + 1), *item.shebang[1:]]
             if item.real in copies:
-                return [*head, *read_words(reader_of(interp.real), own, item.path)]
+                name = item.real if item.linked else item.path  # a link's name is the agent's to re-point
+                return [*head, *read_words(reader_of(interp.real), own, name)]
             return [*head, own]
     if item.kind == "text" and item.real in copies:
         return [DEFAULT_SHELL, own]  # no `#!`: the shell would run it as a script (ENOEXEC)
+    if (
+        item.linked
+        and own == item.real
+        and os.path.basename(item.path) != os.path.basename(own)
+        and (system_owned(ARGV0_SHELL))
+    ):
+        # The program still sees the name it was typed by (`xzcat`, a multi-call binary's applet).
+        return [ARGV0_SHELL, "-c", 'exec -a "$0" "$@"', item.path, own]
     return [own]

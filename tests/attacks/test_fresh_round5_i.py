@@ -529,12 +529,7 @@ echo approved >> ran
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the view binds an approved script's bytes at its real path, but the script re-opens the "
-    'name it was run by ("$0" = link.sh): re-pointing that link after the spawn (no rename over the '
-    "script or its bind) hands the re-read the agent's payload",
-)
+# Closed (links27): a link in the agent's directory is the agent's (content.links_fixed).
 async def test_class8_a_script_run_through_a_link_rereads_the_relinked_name(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -728,12 +723,7 @@ async def test_class3_one_ask_with_endless_warnings_breaks_the_operators_pending
 # ------------------------------------------------------------------- content binding: a link to a system file
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `./myls` (a link the agent made to /usr/bin/ls) is judged by its target: root-owned, "
-    "agentWritable false, so allow-always saves the link's own path as an allowlist entry; the agent "
-    "re-points the link at its own script named `cat` (tree-safe by name) and the entry runs it unasked",
-)
+# Closed (links27): a link in the agent's directory is the agent's (content.links_fixed).
 async def test_class6_allow_always_on_a_link_to_a_system_binary_saves_the_agents_link(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -777,12 +767,7 @@ async def test_class1_a_host_command_creates_the_operators_cargo_config(
     assert not (home / ".cargo" / "config.toml").exists(), "a host command wrote the operator's cargo config"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `./tool` (the agent's link to /usr/bin/true) is rendered by its named path, since the "
-    "names differ, and only its target's dev/ino is checked before the spawn: a racer exchanging the "
-    "link runs the agent's program on the operator's allow-once (6 of 40 tries when measured)",
-)
+# Closed (links27): a link in the agent's directory is the agent's (content.links_fixed).
 async def test_class6_an_approved_link_to_a_system_binary_is_run_through_the_link(
     state_dir: Path, tmp_path: Path
 ) -> None:

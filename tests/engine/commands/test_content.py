@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,73 @@ def test_bound_where_a_human_or_an_allowlist_decides(tmp_path: Path) -> None:
     for config, bound in ((ALLOWLIST, True), (always, True), (FULL, False)):
         d = evaluate("true", config=load_config_text(config), cwd=str(tmp_path))
         assert (d.content is not None) is bound, config
+
+
+# ------------------------------------------------------------------ a link to a system file (issue 27)
+
+
+def _decide(command: str, cwd: Path) -> object:
+    from engine.config.loader import load_config_text
+    from engine.policy.decision import evaluate
+    from tests.helpers.gateway import ALLOWLIST
+
+    return evaluate(command, config=load_config_text(ALLOWLIST), cwd=str(cwd))
+
+
+def test_a_link_in_the_agents_directory_is_the_agents_whatever_it_names(tmp_path: Path) -> None:
+    from engine.commands.content import links_fixed
+    from engine.commands.verified import verify
+
+    os.symlink("/usr/bin/cat", tmp_path / "mycat")
+    assert not links_fixed(str(tmp_path / "mycat"))
+    d = _decide("./mycat /proc/self/cmdline", tmp_path)
+    content = d.content  # type: ignore[attr-defined]
+    [item] = [i for i in content.items if i.role == "executable"]
+    assert item.linked and item.writable and item.real == os.path.realpath("/usr/bin/cat")
+    assert str(tmp_path / "mycat") in content.writable_paths
+    assert item.real not in content.writable_paths  # root's file: no warning that the agent can write it
+    # Allow-always saves the command bound to cat's bytes, never the agent's link as a path entry.
+    assert all(p.startswith("=command:") for p in d.allow_always_patterns)  # type: ignore[attr-defined]
+    assert f"{item.real}={item.sha256}" in content.durable_text()
+    pinned = d.pinned_command  # type: ignore[attr-defined]
+    run = verify(content, pinned, pinned)
+    try:
+        # The link is re-pointed after the check: the run still takes the verified real file ...
+        (tmp_path / "evil").write_text("#!/bin/sh\necho evil\n")
+        (tmp_path / "evil").chmod(0o755)
+        os.unlink(tmp_path / "mycat")
+        os.symlink("evil", tmp_path / "mycat")
+        out = subprocess.run(["/bin/sh", "-c", run.command], cwd=tmp_path, capture_output=True, check=True)
+    finally:
+        run.close()
+    # ... under the name it was typed by.
+    assert out.stdout.split(b"\0")[0] == str(tmp_path / "mycat").encode()
+
+
+def test_a_link_only_root_can_change_keeps_its_path_entry(tmp_path: Path) -> None:
+    from engine.commands.content import links_fixed
+    from engine.commands.verified import verify
+
+    link = "/usr/bin/dnsdomainname"  # -> hostname, both in root's /usr/bin
+    if not os.path.islink(link) or not system_owned(os.path.realpath(link)):
+        pytest.skip("no root-owned link to a system binary here")
+    assert links_fixed(link)
+    d = _decide(link, tmp_path)
+    content = d.content  # type: ignore[attr-defined]
+    [item] = [i for i in content.items if i.role == "executable"]
+    assert not item.linked and not item.writable and item.path == link
+    assert link not in content.writable_paths  # an allowlist entry naming it is saved and matched as a path
+    pinned = d.pinned_command  # type: ignore[attr-defined]
+    run = verify(content, pinned, pinned)
+    try:
+        assert run.command == pinned and "exec -a" not in run.command  # run by its own name, as before
+    finally:
+        run.close()
+
+
+def test_a_script_run_through_a_link_is_named_by_its_real_path(tmp_path: Path) -> None:
+    (tmp_path / "real.sh").write_text("echo hi\n")
+    os.symlink("real.sh", tmp_path / "link.sh")
+    d = _decide("sh link.sh", tmp_path)
+    [item] = [i for i in d.content.items if i.role == "script"]  # type: ignore[attr-defined]
+    assert item.word == str(tmp_path / "real.sh")  # "$0": the file the view pins, not the agent's link
