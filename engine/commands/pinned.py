@@ -284,7 +284,13 @@ class _Builder:
         os.set_inheritable(fd, True)
         self.fds.append(fd)
         self.bound.add(dest)
-        self.args += ["--ro-bind-data", str(fd), dest]
+        # The copy keeps whether the file could be run (a bound `SHELL=./s.sh`, a tool script): bwrap
+        # makes it 0600 otherwise, and an approved run would fail where the file itself works.
+        try:
+            runnable = os.stat(dest).st_mode & 0o111
+        except OSError:
+            runnable = 0
+        self.args += ["--perms", "0500" if runnable else "0400", "--ro-bind-data", str(fd), dest]
 
     def build(self, host: bool = False, outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> PinnedView:
         pins = bool(self.args or self.env)

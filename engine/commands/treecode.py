@@ -261,8 +261,10 @@ def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) 
         starts += pip_starts
     for start in starts:
         for here in _dirs(start, spec.walk_up):
-            out += [os.path.join(here, f) for f in spec.files if os.path.isfile(os.path.join(here, f))]
-    return [p for p in dict.fromkeys(out) if os.path.isfile(p)]
+            out += [os.path.join(here, f) for f in spec.files if os.path.lexists(os.path.join(here, f))]
+    # Whatever exists there counts, not only regular files: a FIFO `package.json` is read by npm all the
+    # same (it is no file to vet, so the binding leaves it unbound and the run asks every time).
+    return [p for p in dict.fromkeys(out) if os.path.lexists(p)]
 
 
 def _pip_reads(argv: Sequence[str], cwd: str) -> tuple[bool, list[str], list[str]]:
@@ -324,6 +326,25 @@ def _trees(argv: Sequence[str], cwd: str) -> Iterator[str]:
             yield from _dirs(path, walk_up=True)
         else:
             yield from _dirs(os.path.dirname(path), walk_up=True)
+
+
+MAKE_VALUE_FILE = "a file a command-line variable names (a recipe or built-in rule may run it: CC=./cc)"
+
+
+def _make_value_paths(argv: Sequence[str], cwd: str) -> list[str]:
+    """Every file a command-line assignment's value names (`CC=./cc`, `SHELL=./s.sh`, `CFLAGS='-B. x'`):
+    make gives the value to recipes and built-in rules, which may run it, so each file it names is bound
+    by its bytes like any argv-named file (a non-regular one is not: the approval cannot be saved)."""
+    out: list[str] = []
+    for word in argv[1 : _OPERANDS_LOOKED_AT + 1]:
+        if word.startswith("-") or "=" not in word:
+            continue
+        for token in word.split("=", 1)[1].split():
+            for value in _spellings(token):
+                path = os.path.join(cwd, value)
+                if value and os.path.lexists(path) and path not in out:
+                    out.append(path)
+    return out
 
 
 def _argv_code(program: str, argv: Sequence[str], cwd: str) -> list[tuple[str, str]]:
@@ -445,6 +466,12 @@ def findings_for(
             found.append(Finding(program, "the command line", args.problem))
         here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
         found += [Finding(program, path, NOT_A_FILE) for path in not_regular(args, here)]
+        have = {f.path for f in found}
+        found += [
+            Finding(program, path, MAKE_VALUE_FILE)
+            for path in _make_value_paths(argv, here)
+            if path not in have and agent_writable(path, sandbox_roots)
+        ]
     if program in ("pip", "pip3"):
         here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
         found += _pip_findings(program, argv, here, sandbox_roots)

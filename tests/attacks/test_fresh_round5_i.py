@@ -83,11 +83,7 @@ async def test_class4_make_runs_a_command_line_shell_with_no_makefile(
     assert refused(details) or not marker.exists(), "an allowlisted make ran the agent's SHELL unasked"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: make's command-line CC= names the program its built-in %.c rule runs; the allowlisted "
-    "make in a tree with no makefile runs the agent's ./cc unasked",
-)
+# Closed: a file a make assignment names is bound by its bytes (treecode._make_value_paths).
 async def test_class4_make_runs_a_command_line_compiler(state_dir: Path, tmp_path: Path) -> None:
     work = tmp_path / "w"
     work.mkdir()
@@ -186,11 +182,7 @@ def _stop_feeding(path: Path, stop: threading.Event, feeder: threading.Thread) -
     feeder.join(10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode finds npm's package.json with os.path.isfile, so a FIFO there is no file: an "
-    "allowlisted `npm run x` runs unasked, and npm reads the scripts the agent writes into the FIFO",
-)
+# Closed: whatever exists at a tree file's name is a finding, a FIFO left unbound (treecode._tree_files).
 async def test_class6_a_fifo_package_json_is_no_file_to_vet_and_npm_runs_what_it_reads(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -260,12 +252,7 @@ async def _approve_first_ask(
         await operator.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: allow-always on `make SHELL=./s.sh all` binds the Makefile's digest (and make's), not "
-    "./s.sh, which the command names as the program make runs every recipe with: the agent rewrites "
-    "s.sh and the next run takes the new code unasked",
-)
+# Closed: a file a make assignment names is bound by its bytes (treecode._make_value_paths).
 async def test_class6_allow_always_on_make_with_a_shell_assignment_leaves_the_shell_unbound(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -283,6 +270,7 @@ async def test_class6_allow_always_on_make_with_a_shell_assignment_leaves_the_sh
     async with gateway(state_dir):
         first = await _approve_first_ask(state_dir, command, work, "allow-always")
         assert first["details"]["status"] == "completed", first["text"]
+        assert marker.exists(), first
         assert marker.read_text() == "approved\n"
         tool(work / "s.sh", "#!/bin/sh\necho swapped >> ran\n")  # the approved command is unchanged
         agent = await connect(state_dir, "agent", operator=False)
