@@ -38,8 +38,10 @@ def attach_session(state: Path | None, session_id: str, row: dict[str, Any]) -> 
 
 
 async def _attach(state: Path | None, session_id: str, row: dict[str, Any]) -> None:
+    # As the operator, like the console it comes from: the operator may type into any session (an agent's
+    # keys into a session started unasked are refused: engine.sessions.actions).
     client = await ControlClient.connect(
-        state, client="console-attach", name="console attach", autostart=False
+        state, client="console-attach", name="console attach", autostart=False, operator=True
     )
     scope = row.get("scopeKey")
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()

@@ -82,7 +82,7 @@ def _exit_line(session: Session) -> str:
 
 
 async def run_action(
-    manager: SessionManager, action: str, params: dict[str, Any], scope: str | None
+    manager: SessionManager, action: str, params: dict[str, Any], scope: str | None, *, operator: bool = False
 ) -> ToolResult:
     name = str(action or "").strip().lower()
     if name == "list":
@@ -95,7 +95,8 @@ async def run_action(
         return _fail("sessionId is required for this action.")
     session = manager.get(session_id, scope)
     refused = session.spec.input_refused if session is not None else ""
-    if name in _INPUT_ACTIONS and scope is not None and refused:  # the operator (scope None) may type
+    # The operator may always type (scope None, or its console acting in one scope); the agent may not.
+    if name in _INPUT_ACTIONS and scope is not None and not operator and refused:
         return _fail(f"Session {session_id} takes no input from the agent: {refused}.")
     return await handler(manager, name, session, session_id, params)
 

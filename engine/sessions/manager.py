@@ -446,9 +446,12 @@ class SessionManager:
         return ToolResult(text, details)
 
     # -- process tool and operator API ------------------------------------------------------------
-    async def process(self, action: str, params: dict[str, Any], scope_key: str | None) -> ToolResult:
-        """The `process` tool (reference §2.3). scope_key None = operator, sees every scope."""
-        return await run_action(self, action, params, scope_key)
+    async def process(
+        self, action: str, params: dict[str, Any], scope_key: str | None, *, operator: bool = False
+    ) -> ToolResult:
+        """The `process` tool (reference §2.3). scope_key None = operator, sees every scope; `operator`:
+        the operator acting within one scope (it may type where the agent may not)."""
+        return await run_action(self, action, params, scope_key, operator=operator)
 
     def list_sessions(self, scope_key: str | None = None) -> list[dict[str, Any]]:
         """Listed sessions of one scope, newest first; None = operator view (also foreground runs)."""

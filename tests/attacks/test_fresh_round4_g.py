@@ -483,13 +483,14 @@ async def test_keystrokes_into_an_unasked_command_reader_are_refused_and_into_a_
     """The gate itself, where the tree rule does not ask first: the operator lists `bc` as tree-safe (it
     takes no code from its tree) and allowlists it, so `bc` with pty=true starts unasked; the agent's
     keys into it are input no entry described (bc reads them as programs): refused. `cat` reads its input
-    as data: its keys are taken, as before."""
+    as data: its keys are taken, as before. The operator may always type, into bc too."""
     write_config(state_dir, ALLOWLIST + 'treeSafe = ["bc"]\n')
     store = ApprovalsStore(state_dir / "exec-approvals.json")
     for name in ("bc", "cat"):
         store.add_allowlist("main", shutil.which(name) or name)
     async with gateway(state_dir):
-        client = await connect(state_dir)
+        client = await connect(state_dir, "agent", operator=False)
+        operator = await connect(state_dir)
         try:
             sids = {}
             for command in ("bc -q", "cat"):
@@ -510,10 +511,20 @@ async def test_keystrokes_into_an_unasked_command_reader_are_refused_and_into_a_
                 return "hello-data" in str(log["text"])
 
             await wait_until(shows)
+            keys = {"action": "write", "sessionId": sids["bc -q"], "data": "40+2\r"}
+            wrote = await operator.request("process", keys)
+            assert wrote["details"]["status"] == "running", wrote["text"]
+
+            async def answered() -> bool:
+                log = await operator.request("process", {"action": "log", "sessionId": sids["bc -q"]})
+                return "42" in str(log["text"])
+
+            await wait_until(answered)
             for sid in sids.values():
                 await client.request("process", {"action": "kill", "sessionId": sid})
         finally:
             await client.close()
+            await operator.close()
 
 
 @pytest.mark.parametrize(

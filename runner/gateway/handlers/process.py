@@ -24,7 +24,7 @@ async def handle(services: Services, conn: Connection, req: ProcessRequest) -> d
     if (req.session_id or "").startswith("node:") or req.node:
         # A node's session: the node runs the action in the same scope (runner/gateway/nodes.py).
         return (await services.nodes.process(action, tool_params, scope)).to_dict()
-    result = await services.sessions.process(action, tool_params, scope)
+    result = await services.sessions.process(action, tool_params, scope, operator=conn.operator)
     if action == "list":  # node sessions in this scope too, with their node
         result = await services.nodes.merged_list(result, tool_params, scope)
     return result.to_dict()
