@@ -88,7 +88,7 @@ async def test_sessions_on_a_node_service_survive_the_link(
             assert quick["details"]["sessionId"].split(":")[-1] in events[0]
             finished = await wait_until(
                 lambda: [e for e in server.services.events.peek("agent:main:s1") if "fg-done" in e],
-                timeout=60,  # queued in the service, sent once the new link's hello is through: a bound, not a time
+                timeout=60,  # queued in the service, sent once the new link is through: a bound
             )
             assert finished[0].startswith("Exec finished (node=")
             log = await agent.request("process", {"action": "log", "sessionId": sid})
