@@ -101,8 +101,9 @@ class Connection:
             return False
         return "sessions" in self.topics and (self.follow is None or session_id in self.follow)
 
-    def send(self, frame: Frame) -> None:
-        """Queue a frame, never waiting: a client that cannot keep up loses events, then the connection."""
+    def send(self, frame: Frame, *, keep: bool = False) -> None:
+        """Queue a frame, never waiting: a client that cannot keep up loses events, then the connection.
+        `keep`: never shed (a gap marker: without it the client would take what it got for everything)."""
         if self.closed:
             return
         if isinstance(frame, Event):
@@ -113,15 +114,17 @@ class Connection:
             sheddable = not frame.event.startswith("approval.")
             output = frame.event == EventName.SESSION_OUTPUT
             shed_at = EVENT_DROP_BYTES if output else EVENT_SHED_BYTES
-            if sheddable and self._queued_bytes >= shed_at:
+            if sheddable and not keep and self._queued_bytes >= shed_at:
                 self.dropped_events += 1
                 if frame.event == EventName.SESSION_OUTPUT and sid is not None:
                     # Remember where the gap starts; the console re-reads it with sessions.output.
                     self.shed_output.setdefault(sid, frame.data.get("offset"))
                 return
             if sid is not None and sid in self.shed_output:
+                # The gap goes out before whatever follows it (more output, or the exit), never shed
+                # itself: a client reading to `session.exited` must know it missed bytes.
                 gap = {"sessionId": sid, "dropped": True, "offset": self.shed_output.pop(sid)}
-                self.send(Event(event=EventName.SESSION_OUTPUT, data=gap))
+                self.send(Event(event=EventName.SESSION_OUTPUT, data=gap), keep=True)
         try:
             data = encode_frame(frame)
         except ProtocolError as exc:

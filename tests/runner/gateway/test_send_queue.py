@@ -7,6 +7,8 @@ import asyncio
 import json
 import socket
 
+import pytest
+
 from engine.protocol.frames import Event, Hello
 from engine.protocol.methods import EventName
 from runner.gateway.connection import TRANSPORT_BUFFER_BYTES, Connection
@@ -43,6 +45,37 @@ async def test_updates_of_one_ask_are_merged_and_small_frames_never_cut_a_client
             if b'"approval.updated"' in line and b'"ask-1"' in line
         ]
         assert updates == [{"id": "ask-1", "count": 5000}]
+    finally:
+        conn.abort(hard=True)
+        theirs.close()
+
+
+async def test_a_gap_in_shed_output_is_told_before_the_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Output shed for a client that does not read, then the session's exit: the gap marker goes out before
+    `session.exited`, never shed itself (a reader stopping at the exit took what it got for everything)."""
+    import runner.gateway.connection as connection
+
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    _, writer = await asyncio.open_unix_connection(sock=ours)
+    conn = Connection(writer, Hello(token="t", client="console"), 0, on_close=lambda _c: None)
+    monkeypatch.setattr(connection, "EVENT_DROP_BYTES", 32 * 1024)
+    try:
+        pad = "x" * 16384
+        offset = 0
+        for _ in range(200):  # far past the socket, the transport and the shed threshold
+            data = {"sessionId": "s", "offset": offset, "data": pad}
+            conn.send(Event(event=EventName.SESSION_OUTPUT, data=data))
+            offset += len(pad)
+        assert conn.shed_output.get("s") is not None  # some output was shed
+        conn.send(Event(event=EventName.SESSION_EXITED, data={"sessionId": "s", "exitCode": 0}))
+        got, loop = b"", asyncio.get_running_loop()
+        while b'"session.exited"' not in got:
+            got += await asyncio.wait_for(loop.sock_recv(theirs, 1 << 16), 10)
+        events = [json.loads(line) for line in got.split(b"\n") if line.strip()]
+        kinds = [(e["event"], bool(e["data"].get("dropped"))) for e in events]
+        assert ("session.output", True) in kinds
+        assert kinds.index(("session.output", True)) < kinds.index(("session.exited", False))
     finally:
         conn.abort(hard=True)
         theirs.close()
