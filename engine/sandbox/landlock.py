@@ -16,12 +16,11 @@ import functools
 import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ExecHostError
+from engine.sandbox import staticbuild
 from engine.sandbox import supervisor as sv
 
 SOURCE = Path(__file__).with_name("landlock.c")
@@ -152,22 +151,7 @@ def ensure_binary() -> Path:
     compiler = _compiler()
     if compiler is None:
         raise LandlockUnavailable(NO_COMPILER)
-    with tempfile.TemporaryDirectory(prefix="exechost-landlock-") as tmp:
-        out = Path(tmp) / NAME
-        done = subprocess.run(
-            [compiler, "-static", "-Os", "-s", "-o", str(out), str(SOURCE)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise LandlockUnavailable(f"could not build the landlock helper: {done.stderr.strip()[-800:]}")
-        temp = target.with_name(f".{NAME}.{os.getpid()}")
-        shutil.copyfile(out, temp)
-        os.chmod(temp, 0o755)  # noqa: S103 - executed by the sandbox's user, as the bin dir's busybox
-        os.replace(temp, target)
-    stamp = _stamp()
-    stamp.write_text(source_digest() + "\n")
-    os.chmod(stamp, 0o644)
+    problem = staticbuild.build(compiler, SOURCE, target, _stamp(), source_digest())
+    if problem is not None:
+        raise LandlockUnavailable(f"could not build the landlock helper: {problem}")
     return target

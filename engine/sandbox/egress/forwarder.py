@@ -12,12 +12,11 @@ import functools
 import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 from engine import statefs
 from engine.errors import ExecHostError
+from engine.sandbox import staticbuild
 from engine.sandbox import supervisor as sv
 
 SOURCE = Path(__file__).with_name("forward.c")
@@ -86,23 +85,9 @@ def ensure_binary() -> Path:
             "Sandbox egress needs a C compiler once, to build its static forwarder (apt-get install gcc "
             'libc6-dev), or set [agents.defaults.sandbox.egress] mode = "none".'
         )
-    with tempfile.TemporaryDirectory(prefix="exechost-egress-") as tmp:
-        out = Path(tmp) / NAME
-        done = subprocess.run(
-            [compiler, "-static", "-Os", "-s", "-o", str(out), str(SOURCE)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise ForwarderUnavailable(f"could not build the egress forwarder: {done.stderr.strip()[-800:]}")
-        temp = target.with_name(f".{NAME}.{os.getpid()}")
-        shutil.copyfile(out, temp)
-        os.chmod(temp, 0o755)  # noqa: S103 - executed by the sandbox's user, as the bin dir's busybox
-        os.replace(temp, target)
-    stamp.write_text(source_digest() + "\n")
-    os.chmod(stamp, 0o644)
+    problem = staticbuild.build(compiler, SOURCE, target, stamp, source_digest())
+    if problem is not None:
+        raise ForwarderUnavailable(f"could not build the egress forwarder: {problem}")
     return target
 
 
