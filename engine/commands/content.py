@@ -24,7 +24,7 @@ from engine.commands.interpoptions import (
 )
 from engine.commands.interpreters import name_of
 from engine.commands.protected import process_word
-from engine.commands.regular import Unreadable, read_fd
+from engine.commands.regular import Unreadable, only_root_changes, read_fd
 from engine.commands.regular import open_regular as _open_regular
 from engine.commands.which import DEFAULT_PATH, resolves_through_proc
 
@@ -217,38 +217,12 @@ def system_stat(real: str) -> os.stat_result | None:
         return None
     if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return None
-    path = os.path.dirname(real)
-    while True:
-        try:
-            up = os.lstat(path)
-        except OSError:
-            return None
-        if up.st_uid != 0 or up.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return None
-        parent = os.path.dirname(path)
-        if parent == path:
-            return st
-        path = parent
+    return st if only_root_changes(os.path.dirname(real)) else None
 
 
 def system_owned(real: str) -> bool:
     """Only root can change the regular file at `real` (see system_stat)."""
     return system_stat(real) is not None
-
-
-def _system_dir(path: str) -> bool:
-    """Only root can change what the (resolved) directory `path` and every directory above it hold."""
-    while True:
-        try:
-            st = os.lstat(path)
-        except OSError:
-            return False
-        if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return False
-        parent = os.path.dirname(path)
-        if parent == path:
-            return True
-        path = parent
 
 
 def links_fixed(path: str, depth: int = 0) -> bool:
@@ -267,7 +241,7 @@ def links_fixed(path: str, depth: int = 0) -> bool:
         if not os.path.islink(step):
             current = step
             continue
-        if not _system_dir(current):
+        if not only_root_changes(current):
             return False
         try:
             target = os.readlink(step)

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from engine.commands.gitindex import UnreadableIndex, gitlinks
-from engine.commands.regular import Unreadable, read_regular
+from engine.commands.regular import Unreadable, only_root_changes, read_regular
 
 # Keys whose values git only ever uses as data (names, refs, flags, numbers), never as a program, a
 # driver, a path to something that runs, an include, an alias or a URL rewrite. Everything else in a
@@ -440,20 +440,8 @@ def parser_git(git: str) -> str | None:
 
 
 def root_only(path: str) -> bool:
-    """Whether only root can change `path` (resolved) and every directory above it: each owned by root and
-    writable by neither its group nor others. Judged on ownership and mode, not os.access, so a root
-    gateway (which may write anything) still tells a system file from an agent's."""
-    try:
-        real = os.path.realpath(path)
-        while True:
-            st = os.stat(real)
-            if st.st_uid != 0 or st.st_mode & 0o022:
-                return False
-            if real == "/":
-                return True
-            real = os.path.dirname(real)
-    except OSError:
-        return False
+    """Whether only root can change `path` (resolved) and every directory above it."""
+    return only_root_changes(os.path.realpath(path))
 
 
 def _read_bytes(path: str) -> bytes | str:
