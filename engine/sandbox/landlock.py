@@ -125,11 +125,7 @@ def _stamp() -> Path:
 
 
 def _current() -> bool:
-    try:
-        built = _stamp().read_text().strip()
-    except OSError:
-        return False
-    return built == source_digest() and binary_path().is_file()
+    return staticbuild.current(binary_path(), _stamp(), source_digest())
 
 
 def _compiler() -> str | None:

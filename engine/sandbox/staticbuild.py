@@ -3,16 +3,64 @@ the bin dir the sandboxes mount: one way to build, stamp and install them."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
+
+# Sandboxes started at once all want the helper: one builds, the rest wait and find it current. A thread lock
+# for this process, a file lock for other processes sharing the bin dir.
+_LOCKS: dict[Path, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _thread_lock(target: Path) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(target, threading.Lock())
+
+
+def current(target: Path, stamp: Path, digest: str) -> bool:
+    """Whether `target` is built from the source whose digest is `digest`."""
+    try:
+        built = stamp.read_text().strip()
+    except OSError:
+        return False
+    return built == digest and target.is_file()
+
+
+def _install(data_from: Path, target: Path, mode: int) -> None:
+    # A name of its own in the target's dir, then rename: a running sandbox never sees half a file, and two
+    # builders never share a temp name.
+    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "wb") as out, open(data_from, "rb") as src:
+            shutil.copyfileobj(src, out)
+        os.chmod(temp, mode)
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
 
 
 def build(compiler: str, source: Path, target: Path, stamp: Path, digest: str) -> str | None:
-    """Build `source` into `target` (installed by rename: a running sandbox never sees half a file) and
-    record `digest` in `stamp`; None when done, else the compiler's complaint."""
+    """Build `source` into `target` and record `digest` in `stamp`, unless another builder just did; None when
+    done, else the compiler's complaint."""
+    with _thread_lock(target):
+        lock_path = target.with_name(f".{target.name}.lock")
+        lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            if current(target, stamp, digest):
+                return None
+            return _build_locked(compiler, source, target, stamp, digest)
+        finally:
+            os.close(lock_fd)
+
+
+def _build_locked(compiler: str, source: Path, target: Path, stamp: Path, digest: str) -> str | None:
     with tempfile.TemporaryDirectory(prefix=f"exechost-{target.name}-") as tmp:
         out = Path(tmp) / target.name
         done = subprocess.run(
@@ -24,10 +72,8 @@ def build(compiler: str, source: Path, target: Path, stamp: Path, digest: str) -
         )
         if done.returncode != 0:
             return done.stderr.strip()[-800:]
-        temp = target.with_name(f".{target.name}.{os.getpid()}")
-        shutil.copyfile(out, temp)
-        os.chmod(temp, 0o755)  # noqa: S103 - executed by the sandbox's user, as the bin dir's busybox
-        os.replace(temp, target)
-    stamp.write_text(digest + "\n")
-    os.chmod(stamp, 0o644)
+        _install(out, target, 0o755)  # executed by the sandbox's user, as the bin dir's busybox
+        digest_file = Path(tmp) / "stamp"
+        digest_file.write_text(digest + "\n")
+        _install(digest_file, stamp, 0o644)
     return None

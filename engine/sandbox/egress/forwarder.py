@@ -73,11 +73,7 @@ def ensure_binary() -> Path:
     target = binary_path()
     stamp = sv.bin_dir() / f"{NAME}.sha"
     sv.ensure_bin_dir()
-    try:
-        current = stamp.read_text().strip()
-    except OSError:
-        current = ""
-    if current == source_digest() and target.is_file():
+    if staticbuild.current(target, stamp, source_digest()):
         return target
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
