@@ -310,6 +310,8 @@ class ExecTool:
             )
             if view.env:
                 spec.env = {**(spec.env or {}), **view.env}
+            # A terminal session's terminal made in the run's own /dev/pts (the only one it can reach).
+            spec.pty_in_view = spec.pty and view.terminal()
             spec.pass_fds = (*run.fds, *view.fds, *(() if cwd_fd is None else (cwd_fd,)))
             spec.session_id = session_id
             spec.input_refused = input_refused
