@@ -1,7 +1,9 @@
 """The host view's cost at the spawn, hop by hop (issue 31): `sh -c true` plainly, entered into the kept
-view (engine.commands.hostkeeper: exechost-hostenter, setns, its own PID namespace and /proc), and in a
-bwrap of its own per run (as every run was before, and as a run with pinned copies still is); plus what
-making the keeper costs, once per state dir. Wall p50 and the children's CPU per run, same run.
+view (engine.commands.hostkeeper: exechost-hostenter, setns, its own PID namespace, /proc and /dev/pts),
+and in a bwrap of its own per run (as every run was before, and as a run with pinned copies still is: the
+helper's own-pts before it, check-cwd after); plus what making the keeper costs, once per state dir. The
+same three as PTY sessions started the session host's way (engine.sessions.host_spawn.start), in the view
+with their terminal made in its own /dev/pts (issue 27). Wall p50 and the children's CPU per run, same run.
 
 Usage: .venv/bin/python bench/bench_hostview.py [--runs N]
 """
@@ -50,7 +52,7 @@ def spawn_pty(view: PinnedView | None, runs: int) -> tuple[float, float]:
         in_view = False
         if view is not None:
             turn = PinnedView(view.prefix, fds=view.fds)  # the same namespace fds every run, kept open
-            in_view = turn.terminal() if hasattr(turn, "terminal") else False
+            in_view = turn.terminal()  # the terminal made in the view (as a PTY session has it)
             argv, fds = turn.wrap(argv), list(turn.fds)
         msg = {"argv": argv, "env": dict(os.environ), "pty": True, "ptyInView": in_view, "fds": fds}
         started = host_spawn.start(msg, fds)
