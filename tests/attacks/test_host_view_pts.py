@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -224,3 +226,71 @@ def test_a_helper_that_cannot_make_the_terminal_says_why(tmp_path: Path) -> None
         [helper, "own-pts", "-", "--", "/bin/sh", "-c", "ls -A /dev/pts"], capture_output=True
     )
     assert done.stdout == b"ptmx\n"
+
+
+# Run as nobody with the system's python (the test's venv may not be reachable by nobody): the session
+# host's spawn (host_spawn is stdlib only) of a PTY session in a bwrap of its own and in a kept view.
+_AS_NOBODY = r"""
+import os, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+import host_spawn
+helper, checks = sys.argv[2], sys.argv[3]
+def shown(popen, master):
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    popen.wait()
+    os.close(master)
+    return out.decode().replace("\r", "")
+view = ["--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"]
+own = ["/usr/bin/env", "--ignore-signal=INT,QUIT,TSTP", helper, "own-pts", "1", "--", "bwrap", *view, "--",
+       helper, "check-cwd", "-", "--", "/bin/sh", "-c", checks]
+print(shown(*host_spawn.start_view_pty(own, {"start_new_session": True}, 77, 22)), end="\0")
+keeper = subprocess.Popen(["bwrap", "--dev-bind", "/", "/", "--", helper, "keep"], stdin=-1, stdout=-1)
+pid = int(keeper.stdout.readline())
+fds = [os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY) for kind in ("mnt", "user")]
+kept = [helper, "enter", *map(str, fds), "-", "1", "--", "/bin/sh", "-c", checks]
+print(shown(*host_spawn.start_view_pty(kept, {"start_new_session": True, "pass_fds": fds}, 77, 22)), end="")
+keeper.stdin.close()
+keeper.wait()
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"), reason="runs the view as nobody (needs root)"
+)
+def test_as_a_non_root_user_a_pty_sessions_terminal_is_made_in_its_own_view(tmp_path: Path) -> None:
+    """A non-root gateway's helper mounts the devpts in a user namespace (the keeper's, or one mapping only
+    itself before a bwrap of its own) and makes the terminal there, as root's does."""
+    from engine.commands import hostkeeper
+    from engine.sessions import host_spawn
+
+    helper = hostkeeper.helper_path()
+    if helper is None:
+        pytest.skip("exechost-hostenter is not built (setup.sh)")
+    root = Path(tempfile.mkdtemp(prefix="eh-nobody-", dir="/tmp"))  # pytest's tmp dirs are root's alone
+    try:
+        shutil.copy(host_spawn.__file__, root / "host_spawn.py")
+        shutil.copy(helper, root / "hostenter")
+        for path in (root, root / "host_spawn.py", root / "hostenter"):
+            path.chmod(0o755)
+        checks = (
+            "id -u; echo TTY=$(tty); test -t 0 && echo STDIN-IS-TTY; echo SIZE=$(stty size); " + _PLAIN_CHECKS
+        )
+        done = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+             _AS_NOBODY, str(root), str(root / "hostenter"), checks],
+            capture_output=True, text=True, check=False, cwd="/",
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(root)
+    own, _, kept = done.stdout.partition("\0")
+    assert own == kept, done.stderr
+    assert own.split() == ["65534", "TTY=/dev/pts/0", "STDIN-IS-TTY", "SIZE=22", "77", "PTS=0", "ptmx",
+                           "INNER=/dev/pts/1"], done.stderr  # fmt: skip
