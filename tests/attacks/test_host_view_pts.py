@@ -294,3 +294,55 @@ def test_as_a_non_root_user_a_pty_sessions_terminal_is_made_in_its_own_view(tmp_
     assert own == kept, done.stderr
     assert own.split() == ["65534", "TTY=/dev/pts/0", "STDIN-IS-TTY", "SIZE=22", "77", "PTS=0", "ptmx",
                            "INNER=/dev/pts/1"], done.stderr  # fmt: skip
+
+
+async def test_class2_a_host_command_never_reaches_the_gateway_daemons_controlling_terminal(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The gateway daemon run in the operator's tmux pane: that terminal is its controlling terminal and
+    stdin. Agent main, with echo and tee allowlisted, names it (`ps -o tty` shows it) and /dev/tty; its
+    command runs in the session host, as the daemon runs every one: nothing reaches the pane."""
+    import fcntl
+    import sys
+    import termios
+
+    from engine.protocol.frames import socket_path
+    from engine.unixsock import socket_is_live
+    from tests.helpers.gateway import REPO, wait_until
+
+    write_config(state_dir, ALLOWLIST)
+    _allow(state_dir, "main", "/usr/bin/echo", "/usr/bin/tee")
+    log = tmp_path / "gateway.log"
+    with _operator_terminal() as (master, slave), open(log, "ab") as out:
+        pane = os.ttyname(slave)
+
+        def in_the_pane() -> None:  # pragma: no cover - runs in the forked child
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO)}
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "runner", "gateway", "run"],
+            env=env, cwd=str(REPO), stdin=slave, stdout=out, stderr=out,
+            start_new_session=True, preexec_fn=in_the_pane,
+        )  # fmt: skip
+        try:
+            await wait_until(lambda: socket_is_live(socket_path(state_dir)) or daemon.poll() is not None, 60)
+            assert daemon.poll() is None, log.read_text()[-3000:]
+            with open(f"/proc/{daemon.pid}/stat") as stat:
+                tty_nr = int(stat.read().rsplit(")", 1)[1].split()[4])
+            assert tty_nr == os.stat(pane).st_rdev  # the pane is the daemon's controlling terminal
+            main = await connect(state_dir, "main", operator=False)
+            try:
+                for target in (pane, "/dev/tty"):
+                    done = await main.request(
+                        "exec", {"command": f"echo FORGED-BY-MAIN | tee {target}", "workdir": str(tmp_path)}
+                    )
+                    assert done["details"]["status"] in ("completed", "failed"), done["text"]  # it ran
+            finally:
+                await main.close()
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=60)
+        os.write(slave, b"OPERATOR-SENTINEL\n")
+        shown = _read_until(master, b"OPERATOR-SENTINEL")
+    assert b"FORGED" not in shown, "an agent's host command wrote into the gateway's own terminal"
