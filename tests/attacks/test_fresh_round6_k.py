@@ -1,0 +1,110 @@
+"""Fresh round 6, attacker k: ambient authority, whose is it, limits per principal, crash at the worst
+moment — against the gateway's principals, its durable state and its restart."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import RemoteError
+from tests.helpers.daemon import Daemon
+from tests.helpers.gateway import FULL, connect, wait_until, write_config
+
+
+@pytest.fixture
+def state() -> Iterator[Path]:
+    """A short state dir (Unix socket paths stay far under 107 bytes), 0700, removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="r6k", dir="/tmp"))
+    path = root / "s"
+    path.mkdir(mode=0o700)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _agent(state: Path) -> ControlClient:
+    return await ControlClient.connect(state, client="agent", name="agent", autostart=False, operator=False)
+
+
+async def _runs(state: Path, command: str) -> bool:
+    """Whether agent main's `command` ran (True) or was refused by policy (False)."""
+    agent = await _agent(state)
+    try:
+        result = await agent.request("exec", {"command": command})
+    except RemoteError as exc:
+        assert "security=deny" in str(exc), exc
+        return False
+    finally:
+        await agent.close()
+    assert result["details"]["status"] == "completed", result
+    return True
+
+
+# ---- class 7: crash at the worst moment ---------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: session overrides (`/exec security=deny` on agent:<id>) live only in the gateway's "
+    "memory (services.overrides); a crash or restart drops the operator's lock-down and the agent runs "
+    "under its broader configured policy again",
+)
+async def test_operator_lockdown_override_survives_a_gateway_crash(state: Path) -> None:
+    write_config(state, FULL)
+    daemon = Daemon(state).start()
+    try:
+        operator = await connect(state)
+        try:
+            # The operator stops agent main from running anything on the host (the console's Policy pane).
+            await operator.request(
+                "policy.override", {"sessionKey": "agent:main", "directive": "/exec security=deny"}
+            )
+        finally:
+            await operator.close()
+        assert not await _runs(state, "echo before-crash")
+        daemon.restart()  # SIGKILL, then a new gateway on the same state dir
+        assert not await _runs(state, "echo after-crash"), "the operator's security=deny was lost"
+    finally:
+        daemon.stop()
+
+
+async def _background(state: Path, tag: str) -> str:
+    """Agent main starts `echo tag` in the background; its session id (RemoteError when refused)."""
+    agent = await _agent(state)
+    try:
+        result = await agent.request("exec", {"command": f"echo {tag}", "background": True})
+        return str(result["details"]["sessionId"])
+    finally:
+        await agent.close()
+
+
+async def test_session_cap_holds_across_a_restart(state: Path) -> None:
+    """Was open: a restart adopted sessions that had ended and been reported (adopt._adopt_ended) without
+    counting them against their agent (Quota.admit), so after each restart an agent kept another full
+    maxSessionsPerAgent (and output budget) on top of what it already held."""
+    write_config(state, FULL + "maxSessionsPerAgent = 3\n")
+    daemon = Daemon(state).start()
+    try:
+        sids = [await _background(state, f"kept-{i}") for i in range(3)]
+        # Each ended and was reported: the session host wrote its exit and done files.
+        holders = state / "holders"
+        await wait_until(lambda: all((holders / f"{sid}.done").exists() for sid in sids), 30)
+        with pytest.raises(RemoteError, match="sessions, the most one agent may keep"):
+            await _background(state, "one-too-many")
+        daemon.restart()
+        agent = await _agent(state)
+        try:
+            listed = await agent.request("process", {"action": "list"})
+        finally:
+            await agent.close()
+        assert {s["sessionId"] for s in listed["details"]["sessions"]} >= set(sids)  # all three kept
+        with pytest.raises(RemoteError, match="sessions, the most one agent may keep"):
+            await _background(state, "after-restart")
+    finally:
+        daemon.stop()
