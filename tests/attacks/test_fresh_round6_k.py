@@ -15,6 +15,8 @@ import pytest
 from engine import principals
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
+from engine.sandbox import bwrap
+from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import ALLOWLIST, FULL, cli, connect, wait_until, write_config
 from tests.helpers.pending import fold_pending
@@ -214,3 +216,45 @@ async def test_revoked_agents_approved_run_does_not_start_after_a_crash(state: P
         assert ended == "denied"
     finally:
         daemon.stop()
+
+
+# ---- class 3: limits per principal -------------------------------------------------------------------
+
+BWRAP_BUDGET = 4 << 20
+
+
+@needs_bwrap
+async def test_sandbox_session_spool_is_capped_at_the_agents_share(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was open: a sandbox command's streams handed to the session host (HostLauncher.hold) were spooled up
+    to the host's default cap (64 MiB), never the share of the agent's output budget its session was
+    granted, as a gateway-host command's spool is: an agent whose whole budget was 4 MiB left 30 MB on
+    disk with one command."""
+    write_config(
+        state,
+        f"[tools.exec]\nmaxOutputBytesPerAgent = {BWRAP_BUDGET}\n"
+        '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n',
+    )
+    daemon = Daemon(state).start()  # the daemon holds sessions in its session host
+    try:
+        agent = await _agent(state)
+        try:
+            loud = "head -c 30000000 /dev/zero | tr '\\0' x; echo; echo done"
+            started = await agent.request("exec", {"command": loud, "background": True})
+            sid = started["details"]["sessionId"]
+
+            async def ended() -> bool:
+                got = await agent.request("process", {"action": "poll", "sessionId": sid, "timeout": 2000})
+                return got["details"].get("status") in ("completed", "failed")
+
+            await wait_until(ended, 120, interval=0.2)
+        finally:
+            await agent.close()
+        spool = state / "holders" / f"{sid}.spool"
+        assert spool.exists()
+        assert spool.stat().st_size <= BWRAP_BUDGET + 64 * 1024  # (chunk headers)
+    finally:
+        daemon.stop()
+        monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
+        bwrap.remove_all()  # this state dir's sandbox keepers
