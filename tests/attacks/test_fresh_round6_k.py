@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine import principals
+from engine.approvals.pending import MAX_PENDING_PER_AGENT
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
 from engine.sandbox import bwrap
@@ -258,3 +259,57 @@ async def test_sandbox_session_spool_is_capped_at_the_agents_share(
         daemon.stop()
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
         bwrap.remove_all()  # this state dir's sandbox keepers
+
+
+# ---- tried and held: regression tests -----------------------------------------------------------------
+
+
+async def test_asks_restored_after_a_crash_still_count_against_their_agent(state: Path) -> None:
+    """Class 3 x 7: the asks a crash left on disk come back counted (ApprovalManager.restore → _opened), so
+    a restart does not hand an agent a second 32 asks in the operator's inbox."""
+    write_config(state, ALLOWLIST)
+    daemon = Daemon(state).start()
+    try:
+        agent = await _agent(state)
+        try:
+            for i in range(MAX_PENDING_PER_AGENT):
+                asked = await agent.request("exec", {"command": f"touch /nonexistent/ask-{i}"})
+                assert asked["details"]["status"] == "approval-pending"
+        finally:
+            await agent.close()
+        daemon.restart()
+        agent = await _agent(state)
+        try:
+            with pytest.raises(RemoteError, match="approvals waiting for the operator"):
+                await agent.request("exec", {"command": "touch /nonexistent/one-more"})
+        finally:
+            await agent.close()
+    finally:
+        daemon.stop()
+
+
+async def test_an_agent_cannot_lock_down_or_read_another_agents_scope(state: Path) -> None:
+    """Class 2: `policy.override` and `approvals.status` name keys and ids of another agent; the override
+    lands in the caller's own namespace and another agent's ask reads as unknown."""
+    write_config(state, ALLOWLIST)
+    token = principals.mint(state, "ops")
+    daemon = Daemon(state).start()
+    try:
+        main = await _agent(state)
+        ops = await ControlClient.connect(state, client="ops", name="ops", autostart=False, credential=token)
+        try:
+            asked = await main.request("exec", {"command": "touch /nonexistent/mains"})
+            approval = asked["details"]["approvalId"]
+            with pytest.raises(RemoteError, match="unknown or expired approval id"):
+                await ops.request("approvals.status", {"approvalId": approval})
+            set_ = await ops.request(
+                "policy.override", {"sessionKey": "agent:main", "directive": "/exec security=deny"}
+            )
+            assert set_["details"]["sessionKey"] == "agent:ops:agent:main"
+            mine = await main.request("policy.overrides", {})
+            assert mine["overrides"] == {}
+        finally:
+            await main.close()
+            await ops.close()
+    finally:
+        daemon.stop()
