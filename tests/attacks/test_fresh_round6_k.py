@@ -366,3 +366,47 @@ async def test_a_limited_grant_is_not_granted_twice_across_a_crash(state: Path) 
         assert len(grants.active("main")) == 1, "the operator's grant of 2 uses was made twice"
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["live", "after-a-crash"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an ask's askFallback is frozen when it is asked (ApprovalRequest.ask_fallback, used by "
+    "ExecTool._verdict at expiry); the operator tightens config.toml to security=allowlist, "
+    "askFallback=deny (live, or while the gateway is down), the old ask expires and its command runs "
+    "unapproved under the old askFallback=full",
+)
+async def test_an_expired_ask_falls_back_under_todays_policy(state: Path, restart: bool) -> None:
+    permissive = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "always"\naskFallback = "full"\n'
+    tightened = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\naskFallback = "deny"\n'
+    )
+    write_config(state, permissive)
+    marker = state.parent / "fell-back"
+    daemon = Daemon(state, env={"EXECHOST_APPROVAL_TIMEOUT_MS": "3000"}).start()
+    try:
+        agent = await _agent(state)
+        try:
+            asked = await agent.request("exec", {"command": f"touch {marker}"})
+        finally:
+            await agent.close()
+        approval = asked["details"]["approvalId"]
+        if restart:
+            daemon.kill()
+        write_config(state, tightened)  # nobody answered; the operator takes the fallback away
+        if restart:
+            daemon.start()
+        agent = await _agent(state)
+
+        async def outcome() -> str | None:  # the ask's end, as its agent is told
+            got = await agent.request("events", {})
+            return next((e["text"] for e in got["events"] if approval in e["text"]), None)
+
+        try:
+            told = await wait_until(outcome, 30, interval=0.2)
+        finally:
+            await agent.close()
+        assert not marker.exists(), told
+        assert told.startswith("Exec denied")
+    finally:
+        daemon.stop()
