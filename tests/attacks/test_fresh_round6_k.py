@@ -410,3 +410,47 @@ async def test_an_expired_ask_falls_back_under_todays_policy(state: Path, restar
         assert told.startswith("Exec denied")
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize("lockdown", ["config", "override"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an approval is run without deciding the call again under today's policy (only its files "
+    "are re-checked: ExecTool._changed); an ask made before the operator set security=deny (config.toml "
+    "or `/exec security=deny` on agent:<id>) still runs on the host once approved, where a restored ask "
+    "is refused as 'the policy now denies it' (tools/resume.stale_reason)",
+)
+async def test_security_deny_set_after_an_ask_refuses_its_approval(state: Path, lockdown: str) -> None:
+    write_config(state, ALLOWLIST)
+    marker = state.parent / "ran-under-deny"
+    daemon = Daemon(state).start()
+    try:
+        agent = await _agent(state)
+        try:
+            asked = await agent.request("exec", {"command": f"touch {marker}"})
+        finally:
+            await agent.close()
+        approval = asked["details"]["approvalId"]
+        operator = await connect(state)
+        try:
+            if lockdown == "config":
+                write_config(state, '[tools.exec]\nhost = "gateway"\nsecurity = "deny"\n')
+            else:
+                lock = {"sessionKey": "agent:main", "directive": "/exec security=deny"}
+                await operator.request("policy.override", lock)
+            await operator.request("approve", {"id": approval, "decision": "allow-once"})
+        finally:
+            await operator.close()
+        agent = await _agent(state)
+
+        async def outcome() -> str | None:
+            got = await agent.request("events", {})
+            return next((e["text"] for e in got["events"] if approval in e["text"]), None)
+
+        try:
+            told = await wait_until(outcome, 30, interval=0.2)
+        finally:
+            await agent.close()
+        assert not marker.exists(), told
+    finally:
+        daemon.stop()
