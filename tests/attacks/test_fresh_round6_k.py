@@ -59,13 +59,10 @@ async def _runs(state: Path, command: str) -> bool:
 # ---- class 7: crash at the worst moment ---------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: session overrides (`/exec security=deny` on agent:<id>) live only in the gateway's "
-    "memory (services.overrides); a crash or restart drops the operator's lock-down and the agent runs "
-    "under its broader configured policy again",
-)
 async def test_operator_lockdown_override_survives_a_gateway_crash(state: Path) -> None:
+    """Was open: session overrides (`/exec security=deny` on agent:<id>) lived only in the gateway's memory;
+    a crash or restart dropped the operator's lock-down and the agent ran under its broader configured
+    policy again. Now kept in <state>/session-overrides.json, written before the override is answered."""
     write_config(state, FULL)
     daemon = Daemon(state).start()
     try:

@@ -13,8 +13,10 @@ from engine.policy.precedence import SessionOverrides, apply_directive
 from engine.policy.report import agent_policies
 from engine.principals import key_owner, owns_key
 from engine.protocol.requests import PolicyAgents, PolicyCheck, PolicyOverride, PolicyOverrides
+from engine.statefs import StateFileError
 from engine.tools.decide import decide
 from engine.tools.exec import sandbox_available
+from runner.gateway import overrides_file
 from runner.gateway.handlers.common import agent_id, require_operator, session_key
 from runner.gateway.limits import MAX_OVERRIDES_PER_AGENT, OVERRIDES_PAGE_BYTES
 
@@ -68,12 +70,23 @@ async def override(services: Services, conn: Connection, req: PolicyOverride) ->
     )
     if not conn.operator and not _only_tightens(current, updated):
         require_operator(conn, f"{directive.strip()!r} (it broadens the session's policy)")
+    before = services.overrides.get(key)
     if any(v is not None for v in _view(updated).values()):
         if key not in services.overrides and not conn.operator:
             _check_room(services.overrides, key)
         services.overrides[key] = updated
     else:
         services.overrides.pop(key, None)
+    # On disk before the answer: a lock-down the operator was told is set survives a crash or restart.
+    try:
+        await asyncio.to_thread(overrides_file.save, services.overrides_path, dict(services.overrides))
+    except (OSError, StateFileError) as exc:
+        if before is None:
+            services.overrides.pop(key, None)
+        else:
+            services.overrides[key] = before
+        where = services.overrides_path
+        raise ExecHostError(f"session override not set: {where} not written ({exc})") from None
     return {"text": reply, "details": {"sessionKey": key, "overrides": _view(updated)}}
 
 
