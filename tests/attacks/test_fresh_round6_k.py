@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,11 +16,13 @@ import pytest
 
 from engine import principals
 from engine.approvals.grants import GRANTS_NAME, GrantLimits, GrantStore
+from engine.approvals.history import HISTORY_DIR, DecisionLog, encode_entry
 from engine.approvals.pending import MAX_PENDING_PER_AGENT
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
 from engine.sandbox import bwrap
 from engine.sandbox.bwrap import _mem_total
+from tests.attacks.rawclient import RawClient
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.daemon import Daemon
 from tests.helpers.gateway import ALLOWLIST, FULL, cli, connect, wait_until, write_config
@@ -495,3 +499,59 @@ async def test_pty_terminals_cannot_pin_tmpfs_past_the_agents_ram_share(
         daemon.stop()
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
         bwrap.remove_all()
+
+
+def _decided(tag: str) -> dict[str, object]:
+    """A decision line of one of agent main's asks: denied, with a 60 KB command."""
+    return {"kind": "decision", "v": 1, "id": f"{tag}-{uuid.uuid4()}", "status": "deny", "agentId": "main",
+            "command": "x" * 60_000}  # fmt: skip
+
+
+def _answered(raw: RawClient) -> int:
+    """Responses the gateway has already sent on a paused raw connection (read from the kernel's buffer
+    without waiting)."""
+    sock = socket.socket(fileno=os.dup(raw.writer.get_extra_info("socket").fileno()))
+    data = b""
+    try:
+        while chunk := sock.recv(1 << 20, socket.MSG_DONTWAIT):
+            data += chunk
+    except BlockingIOError:
+        pass
+    finally:
+        sock.close()
+    return data.count(b"\n")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: approvals.status of an unknown id scans the whole decision history (≤5 MiB) in "
+    "asyncio's shared default thread pool, first come first served (not engine.fairpool): one agent's "
+    "burst of bogus ids queues the operator's approvals.history (0.13 s alone, ~30 s behind 1,200 of "
+    "them) and every other principal's off-loop work",
+)
+async def test_an_agents_status_flood_does_not_queue_the_operator(state: Path) -> None:
+    write_config(state, ALLOWLIST)
+    # A decision history of 2.4 MB (its bound is 5 MiB): 40 of the agent's own asks with 60 KB commands, decided
+    # (an agent fills it itself, 32 asks at a time, as they are denied or expire).
+    log = DecisionLog(state / HISTORY_DIR)
+    for batch in range(5):
+        log.write_lines([encode_entry(_decided(f"{batch:02d}{n:02d}")) for n in range(8)])
+    daemon = Daemon(state).start()
+    raws: list[RawClient] = []
+    try:
+        operator = await connect(state)
+        try:
+            for _ in range(4):
+                raw, _first = await RawClient.open(state)  # agent main, reading nothing back
+                raws.append(raw)
+                for n in range(100):
+                    await raw.request("approvals.status", {"approvalId": f"zz{n:04d}"})
+            await operator.request("approvals.history", {})
+            answered = sum(_answered(raw) for raw in raws)
+        finally:
+            await operator.close()
+        assert answered < 4 * 100 // 2, f"the operator waited behind {answered} of the agent's scans"
+    finally:
+        for raw in raws:
+            raw.close()
+        daemon.stop()
