@@ -531,8 +531,8 @@ def _answered(raw: RawClient) -> int:
 )
 async def test_an_agents_status_flood_does_not_queue_the_operator(state: Path) -> None:
     write_config(state, ALLOWLIST)
-    # A decision history of 2.4 MB (its bound is 5 MiB): 40 of the agent's own asks with 60 KB commands, decided
-    # (an agent fills it itself, 32 asks at a time, as they are denied or expire).
+    # A decision history of 2.4 MB (its bound is 5 MiB): 40 of the agent's own asks with 60 KB commands,
+    # decided (an agent fills it itself, 32 asks at a time, as they are denied or expire).
     log = DecisionLog(state / HISTORY_DIR)
     for batch in range(5):
         log.write_lines([encode_entry(_decided(f"{batch:02d}{n:02d}")) for n in range(8)])
