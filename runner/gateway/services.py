@@ -102,6 +102,7 @@ class Services:
         # `/exec` and `/elevated` per session key, kept across restarts (runner/gateway/overrides_file.py).
         self.overrides_path = state_dir / overrides_file.OVERRIDES_NAME
         self.overrides: dict[str, SessionOverrides] = overrides_file.load(self.overrides_path)
+        self.overrides_lock = asyncio.Lock()  # its writes, one at a time and in order
         self.started_at = time.time()
         exec_cfg = self.config().exec
         self.sessions = SessionManager(

@@ -18,10 +18,12 @@ from engine import principals
 from engine.approvals.grants import GRANTS_NAME, GrantLimits, GrantStore
 from engine.approvals.history import HISTORY_DIR, DecisionLog, encode_entry
 from engine.approvals.pending import MAX_PENDING_PER_AGENT
+from engine.policy.precedence import SessionOverrides
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
 from engine.sandbox import bwrap
 from engine.sandbox.bwrap import _mem_total
+from runner.gateway import overrides_file
 from tests.attacks.rawclient import RawClient
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.daemon import Daemon
@@ -555,3 +557,20 @@ async def test_an_agents_status_flood_does_not_queue_the_operator(state: Path) -
         for raw in raws:
             raw.close()
         daemon.stop()
+
+
+def test_session_overrides_file_round_trip_and_a_bad_file_kept_aside(state: Path) -> None:
+    """The overrides file: 0600, read back as written; one that does not parse is moved aside (never
+    silently replaced) and one entry that is not an override is dropped, the rest kept."""
+    path = state / overrides_file.OVERRIDES_NAME
+    table = {"agent:ops": SessionOverrides(security="deny"), "agent:main:x": SessionOverrides(ask="always")}
+    overrides_file.save(path, table)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert overrides_file.load(path) == table
+    data = json.loads(path.read_text())
+    data["overrides"]["agent:evil"] = {"security": "full", "shell": "sh -c id"}
+    path.write_text(json.dumps(data))
+    assert overrides_file.load(path) == table
+    path.write_text("{not json")
+    assert overrides_file.load(path) == {}
+    assert path.with_name(path.name + ".bad").read_text() == "{not json"

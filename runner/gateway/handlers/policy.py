@@ -77,17 +77,26 @@ async def override(services: Services, conn: Connection, req: PolicyOverride) ->
         services.overrides[key] = updated
     else:
         services.overrides.pop(key, None)
-    # On disk before the answer: a lock-down the operator was told is set survives a crash or restart.
-    try:
-        await asyncio.to_thread(overrides_file.save, services.overrides_path, dict(services.overrides))
-    except (OSError, StateFileError) as exc:
-        if before is None:
-            services.overrides.pop(key, None)
-        else:
-            services.overrides[key] = before
-        where = services.overrides_path
-        raise ExecHostError(f"session override not set: {where} not written ({exc})") from None
+    if services.overrides.get(key) != before:  # (an agent alone only tightens: a few writes per key it owns)
+        await _keep(services, key, before)
     return {"text": reply, "details": {"sessionKey": key, "overrides": _view(updated)}}
+
+
+async def _keep(services: Services, key: str, before: SessionOverrides | None) -> None:
+    """On disk before the answer: a lock-down the operator was told is set survives a crash or restart.
+    One write at a time, each of the table as it is then (a later change is never overwritten by an older
+    copy); a write that fails undoes the change and says so."""
+    async with services.overrides_lock:
+        table = dict(services.overrides)
+        try:
+            await asyncio.to_thread(overrides_file.save, services.overrides_path, table)
+        except (OSError, StateFileError) as exc:
+            if before is None:
+                services.overrides.pop(key, None)
+            else:
+                services.overrides[key] = before
+            where = services.overrides_path
+            raise ExecHostError(f"session override not set: {where} not written ({exc})") from None
 
 
 # What a connection without the operator role may still set: only the strictest value of each field.
