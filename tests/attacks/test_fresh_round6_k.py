@@ -579,8 +579,8 @@ def test_session_overrides_file_round_trip_and_a_bad_file_kept_aside(state: Path
 @pytest.mark.xfail(
     strict=True,
     reason="open: a node files sessions under the agent's scope key alone (`agent:main`), with nothing of "
-    "which gateway asked; two gateways sharing a node (every single-agent gateway's agent is `main`) read, "
-    "write and kill each other's agents' node sessions through `process`",
+    "which gateway asked; two gateways sharing a node (every single-agent gateway's agent is `main`) list, "
+    "read and kill each other's agents' node sessions through `process`",
 )
 async def test_a_node_shared_by_two_gateways_keeps_their_agents_apart(state: Path) -> None:
     other = state.parent / "b"
