@@ -621,3 +621,31 @@ async def test_a_node_shared_by_two_gateways_keeps_their_agents_apart(state: Pat
         service.kill()
         service.wait()
         node.stop()
+
+
+# ---- operator vs agent: who may switch on what ---------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the agent's own per-call `elevated: true` (mode ask) raises security to full and keeps "
+    "ask=on-miss, so nothing asks (precedence._security_ask): with tools.elevated.enabled an agent runs "
+    "any host command unasked, though `/elevated on` needs the operator and 'still asks approvals' "
+    "(README palette, SECURITY.md); OpenClaw's mode ask changes only the host",
+)
+async def test_an_agents_elevated_call_still_asks(state: Path) -> None:
+    write_config(state, ALLOWLIST + "[tools.elevated]\nenabled = true\n")
+    marker = state.parent / "elevated-ran"
+    daemon = Daemon(state).start()
+    try:
+        agent = await _agent(state)
+        try:
+            with pytest.raises(RemoteError, match="needs the operator role"):  # the session switch
+                await agent.request("policy.override", {"sessionKey": "s", "directive": "/elevated on"})
+            result = await agent.request("exec", {"command": f"touch {marker}", "elevated": True})
+        finally:
+            await agent.close()
+        assert result["details"]["status"] == "approval-pending", result["text"]
+        assert not marker.exists()
+    finally:
+        daemon.stop()
