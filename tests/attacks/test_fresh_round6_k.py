@@ -649,3 +649,24 @@ async def test_an_agents_elevated_call_still_asks(state: Path) -> None:
         assert not marker.exists()
     finally:
         daemon.stop()
+
+
+async def test_a_lockdown_that_cannot_be_saved_still_holds_and_says_so(state: Path) -> None:
+    """Class 7 x full disk: the overrides file cannot be written (here: a directory in its place); the
+    operator's `/exec security=deny` still applies now (refusing it would fail open just when an agent
+    filled the disk) and the answer says it will not outlive the gateway."""
+    write_config(state, FULL)
+    (state / overrides_file.OVERRIDES_NAME).mkdir()
+    daemon = Daemon(state).start()
+    try:
+        operator = await connect(state)
+        try:
+            got = await operator.request(
+                "policy.override", {"sessionKey": "agent:main", "directive": "/exec security=deny"}
+            )
+        finally:
+            await operator.close()
+        assert "only until the gateway restarts" in got["text"]
+        assert not await _runs(state, "echo locked-out")
+    finally:
+        daemon.stop()

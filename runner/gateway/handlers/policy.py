@@ -78,25 +78,24 @@ async def override(services: Services, conn: Connection, req: PolicyOverride) ->
     else:
         services.overrides.pop(key, None)
     if services.overrides.get(key) != before:  # (an agent alone only tightens: a few writes per key it owns)
-        await _keep(services, key, before)
+        problem = await _keep(services)
+        if problem is not None:
+            reply += f"\nWarning: {problem}"
     return {"text": reply, "details": {"sessionKey": key, "overrides": _view(updated)}}
 
 
-async def _keep(services: Services, key: str, before: SessionOverrides | None) -> None:
+async def _keep(services: Services) -> str | None:
     """On disk before the answer: a lock-down the operator was told is set survives a crash or restart.
     One write at a time, each of the table as it is then (a later change is never overwritten by an older
-    copy); a write that fails undoes the change and says so."""
+    copy). A write that fails (a full disk) leaves the change in force here and says it will not outlive
+    this gateway: refusing it would refuse a lock-down just when an agent filled the disk."""
     async with services.overrides_lock:
         table = dict(services.overrides)
         try:
             await asyncio.to_thread(overrides_file.save, services.overrides_path, table)
         except (OSError, StateFileError) as exc:
-            if before is None:
-                services.overrides.pop(key, None)
-            else:
-                services.overrides[key] = before
-            where = services.overrides_path
-            raise ExecHostError(f"session override not set: {where} not written ({exc})") from None
+            return f"not saved to {services.overrides_path} ({exc}): it holds only until the gateway restarts"
+    return None
 
 
 # What a connection without the operator role may still set: only the strictest value of each field.
