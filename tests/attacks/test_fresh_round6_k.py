@@ -18,6 +18,7 @@ from engine import principals
 from engine.approvals.grants import GRANTS_NAME, GrantLimits, GrantStore
 from engine.approvals.history import HISTORY_DIR, DecisionLog, encode_entry
 from engine.approvals.pending import MAX_PENDING_PER_AGENT
+from engine.approvals.store import ApprovalsStore
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
@@ -670,3 +671,47 @@ async def test_a_lockdown_that_cannot_be_saved_still_holds_and_says_so(state: Pa
         assert not await _runs(state, "echo locked-out")
     finally:
         daemon.stop()
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the host view hides sandbox workspaces only while they lie in the state dir; with "
+    "`workspaceRoot` elsewhere (hostview's Outside lists node keys, engine sockets and the agents' socket "
+    "dir, never it) agent main's allowlisted `cat` reads agent ops's sandbox files (and an allowlisted "
+    "writer could plant files there)",
+)
+async def test_another_agents_sandbox_workspace_is_out_of_a_host_commands_reach(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = state.parent / "ws"
+    write_config(
+        state,
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'[agents.defaults.sandbox]\nbackend = "bwrap"\nworkspaceRoot = "{root}"\n'
+        '[[agents.list]]\nid = "ops"\ntools.exec.host = "auto"\nsandbox.mode = "all"\n',
+    )
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/cat", arg_pattern=None)
+    token = principals.mint(state, "ops")
+    daemon = Daemon(state).start()
+    try:
+        ops = await ControlClient.connect(state, client="ops", name="ops", autostart=False, credential=token)
+        try:
+            wrote = await ops.request("exec", {"command": "echo OPS-SECRET > /workspace/secret.txt; pwd"})
+        finally:
+            await ops.close()
+        assert "/workspace" in wrote["text"]  # it ran in ops's sandbox
+        (secret,) = root.rglob("secret.txt")  # where ops's workspace is: its name is sha256 of `agent:ops`
+        agent = await _agent(state)
+        try:
+            try:
+                read = await agent.request("exec", {"command": f"cat {secret}"})
+            except RemoteError:
+                return  # refused: out of reach
+        finally:
+            await agent.close()
+        assert "OPS-SECRET" not in read["text"], read["text"]
+    finally:
+        daemon.stop()
+        monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
+        bwrap.remove_all()
