@@ -3,6 +3,7 @@ moment — against the gateway's principals, its durable state and its restart."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -715,3 +716,32 @@ async def test_another_agents_sandbox_workspace_is_out_of_a_host_commands_reach(
         daemon.stop()
         monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
         bwrap.remove_all()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: per-call `elevated: true` sets security=full after the session overrides were applied "
+    "(precedence._security_ask), so with tools.elevated.enabled an agent the operator locked down with "
+    "`/exec security=deny` on agent:<id> runs any host command unasked",
+)
+async def test_an_elevated_call_does_not_escape_the_operators_lockdown(state: Path) -> None:
+    write_config(state, ALLOWLIST + "[tools.elevated]\nenabled = true\n")
+    marker = state.parent / "escaped"
+    daemon = Daemon(state).start()
+    try:
+        operator = await connect(state)
+        try:
+            lock = {"sessionKey": "agent:main", "directive": "/exec security=deny"}
+            await operator.request("policy.override", lock)
+        finally:
+            await operator.close()
+        assert not await _runs(state, f"touch {marker}")
+        agent = await _agent(state)
+        try:
+            with contextlib.suppress(RemoteError):  # refused, as every other call of a locked-down agent
+                await agent.request("exec", {"command": f"touch {marker}", "elevated": True})
+        finally:
+            await agent.close()
+        assert not marker.exists()
+    finally:
+        daemon.stop()
