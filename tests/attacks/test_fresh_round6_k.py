@@ -745,3 +745,42 @@ async def test_an_elevated_call_does_not_escape_the_operators_lockdown(state: Pa
         assert not marker.exists()
     finally:
         daemon.stop()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: whether a session takes the agent's input is decided once, when it starts (a "
+    "security=full run is not gated); after the operator locks the agent down with `/exec security=deny` "
+    "its `sh` started before still runs whatever `process write` feeds it",
+)
+async def test_the_operators_lockdown_reaches_a_shell_already_running(state: Path) -> None:
+    write_config(state, FULL)
+    marker = state.parent / "fed-after-lockdown"
+    daemon = Daemon(state).start()
+    try:
+        agent = await _agent(state)
+        try:
+            started = await agent.request("exec", {"command": "sh", "background": True})
+            sid = started["details"]["sessionId"]
+            operator = await connect(state)
+            try:
+                lock = {"sessionKey": "agent:main", "directive": "/exec security=deny"}
+                await operator.request("policy.override", lock)
+            finally:
+                await operator.close()
+            feed = {"action": "write", "sessionId": sid, "data": f"touch {marker}\nexit\n"}
+            try:
+                await agent.request("process", feed)
+            except RemoteError:
+                return  # refused: what a locked-down agent gets
+
+            async def over() -> bool:  # the shell has read its input to the end and run it
+                got = await agent.request("process", {"action": "poll", "sessionId": sid, "timeout": 2000})
+                return got["details"].get("status") != "running"
+
+            await wait_until(over, 30, interval=0.2)
+        finally:
+            await agent.close()
+        assert not marker.exists()
+    finally:
+        daemon.stop()
