@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +13,10 @@ import pytest
 from engine.protocol.frames import RemoteError
 from engine.sandbox import bwrap
 from tests.helpers.bwrap import needs_bwrap
-from tests.helpers.gateway import connect, gateway, write_config
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
 from tests.helpers.race import tries
 
-pytestmark = needs_bwrap
+ALLOWLIST_ON_MISS = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
 
 
 # A racer run inside the sandbox: renameat2(RENAME_EXCHANGE) of two names of its workspace, forever.
@@ -40,6 +42,7 @@ async def _exec(client: Any, command: str, **params: Any) -> dict[str, Any]:
     return details
 
 
+@needs_bwrap
 @pytest.mark.xfail(
     strict=True,
     reason="open: a bind source is checked by realpath, then a PTY command's one-shot bwrap binds it by "
@@ -93,3 +96,81 @@ async def test_class6_bind_source_relinked_by_the_sandbox_reaches_the_host_in_a_
     leaked = "host-only-secret" in term["_text"]
     written = (host_dir / "written-from-sandbox").exists()
     assert not leaked and not written, term["_text"]
+
+
+async def _approved_run(state: Path, command: str, cwd: Path, decision: str = "allow-once") -> dict[str, Any]:
+    """Agent `main` asks for `command` in `cwd`; an attached operator approves it; the exec's details."""
+    write_config(state, ALLOWLIST_ON_MISS)
+    async with gateway(state):
+        operator = await connect(state)
+        agent = await connect(state, "agent", operator=False)
+        try:
+            await operator.request("approvals.attach", {})
+            run = asyncio.ensure_future(
+                agent.request("exec", {"command": command, "agentId": "main", "workdir": str(cwd)})
+            )
+
+            async def asked() -> list[dict[str, Any]]:
+                page = await operator.request("approvals.pending", {})
+                rows: list[dict[str, Any]] = page["approvals"]
+                return rows
+
+            rows = await wait_until(asked)
+            await operator.request("approve", {"id": rows[0]["id"], "decision": decision})
+            result = await asyncio.wait_for(run, 60)
+        finally:
+            await agent.close()
+            await operator.close()
+    details: dict[str, Any] = result["details"]
+    details["_text"] = result["text"]
+    return details
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: python3 -x skips the script's first line; the sealed copy runs through `python3 -x -c "
+    "LOADER`, where -x means nothing, so the skipped line runs",
+)
+@pytest.mark.asyncio
+async def test_class8_python_x_skips_the_first_line_but_the_sealed_copy_runs_it(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """`python3 -x s.py` never runs the script's first line (Python's own option: skip a non-Python first
+    line). An agent-writable script runs from its sealed copy through PY_LOADER (`python3 -x -c LOADER
+    s.py`), where `-x` means nothing: the copy is compiled whole, so the line the approver knows Python
+    skips runs."""
+    work = tmp_path / "w"
+    work.mkdir()
+    os.chmod(work, 0o777)  # a tree the agent can write (under a root gateway, root-only files run by path)
+    script = work / "s.py"
+    marker = tmp_path / "first-line-ran"
+    script.write_text(f"open({str(marker)!r}, 'w').write('x')  # -x: never run\nprint('body ran')\n")
+    details = await _approved_run(state_dir, "python3 -x s.py", work)
+    assert "body ran" in details["_text"], details
+    assert not marker.exists(), "the line `python3 -x` skips ran"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `bash s.sh` runs `bash -c '. /proc/self/fd/N' s.sh`; BASH_SOURCE[0] != $0 there, so "
+    "the script's sourced-only branch runs and its main does not",
+)
+@pytest.mark.asyncio
+async def test_class8_a_sealed_bash_copy_takes_the_branch_a_sourced_script_takes(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """`bash s.sh` of an agent-writable script runs `bash -c '. /proc/self/fd/N' s.sh`: `$0` is kept, but
+    `${BASH_SOURCE[0]}` is the copy's path, so bash's own "am I sourced?" idiom (`BASH_SOURCE[0] != $0`)
+    answers yes. The approver reads a script whose sourced-only branch never runs under `bash s.sh`; it
+    runs."""
+    work = tmp_path / "w"
+    work.mkdir()
+    os.chmod(work, 0o777)
+    marker = tmp_path / "sourced-branch-ran"
+    (work / "s.sh").write_text(
+        "#!/bin/bash\n"
+        f'if [[ "${{BASH_SOURCE[0]}}" != "$0" ]]; then : > {marker}; return 0; fi\n'
+        "echo main ran\n"
+    )
+    details = await _approved_run(state_dir, "bash s.sh", work)
+    assert "main ran" in details["_text"] and not marker.exists(), details["_text"]
