@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from engine.protocol.frames import RemoteError
 from engine.sandbox import bwrap
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
-from tests.helpers.race import tries
+from tests.helpers.race import exchange_loop, tries
 
 ALLOWLIST_ON_MISS = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
 
@@ -174,3 +175,54 @@ async def test_class8_a_sealed_bash_copy_takes_the_branch_a_sourced_script_takes
     )
     details = await _approved_run(state_dir, "bash s.sh", work)
     assert "main ran" in details["_text"] and not marker.exists(), details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: perl/node/ruby scripts are handed their path, not the sealed copy; the view's bind at "
+    "that path is detached by a rename over it, so their first read can be other bytes",
+)
+@pytest.mark.asyncio
+async def test_class6_a_perl_script_first_read_is_by_path_and_a_rename_over_reaches_it(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """SECURITY.md: "The first read of every script, and every run of it, is the sealed copy". For sh and
+    Python it is; other readers (perl, node, ruby, …) get the script's own path (verified.read_words) and
+    the pinned view binds the verified bytes there. Linux detaches a bind whose mountpoint is renamed over
+    from another namespace, so a racer exchanging the approved script with another file makes perl's first
+    read the other file: an allow-always for `perl s.pl` runs code nobody approved."""
+    work = tmp_path / "w"
+    work.mkdir()
+    os.chmod(work, 0o777)
+    marker = tmp_path / "evil-ran"
+    (work / "s.pl").write_text('print "approved\\n";\n')
+    (work / "evil.pl").write_text(f'open(my $f, ">", "{marker}"); print "evil\\n";\n')
+    write_config(state_dir, ALLOWLIST_ON_MISS)
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            await operator.request("approvals.attach", {})
+            params = {"command": "perl s.pl", "agentId": "main", "workdir": str(work)}
+            run = asyncio.ensure_future(agent.request("exec", params))
+
+            async def asked() -> list[dict[str, Any]]:
+                page = await operator.request("approvals.pending", {})
+                rows: list[dict[str, Any]] = page["approvals"]
+                return rows
+
+            rows = await wait_until(asked)
+            await operator.request("approve", {"id": rows[0]["id"], "decision": "allow-always"})
+            first = await asyncio.wait_for(run, 60)
+            assert "approved" in first["text"], first
+            await operator.request("approvals.detach", {})
+            with exchange_loop(str(work / "s.pl"), str(work / "evil.pl")):
+                for _ in tries(200):
+                    with contextlib.suppress(RemoteError):
+                        await agent.request("exec", params)
+                    if marker.exists():
+                        break
+        finally:
+            await agent.close()
+            await operator.close()
+    assert not marker.exists(), "a file nobody approved ran as the approved perl script"
