@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +227,76 @@ async def test_class6_a_perl_script_first_read_is_by_path_and_a_rename_over_reac
             await agent.close()
             await operator.close()
     assert not marker.exists(), "a file nobody approved ran as the approved perl script"
+
+
+# --- tried and held: regression tests ------------------------------------------------------------------
+
+
+BWRAP_PLAIN = (
+    '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+    '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\n'
+)
+
+
+@needs_bwrap
+@pytest.mark.asyncio
+async def test_held_a_bind_source_that_is_a_link_when_checked_is_refused(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The static form of the bind attack: a bind source inside the workspace that already leads out when
+    the command is decided is refused by its realpath (only the swap after the check gets through)."""
+    workspace = state_dir / "workspace"
+    workspace.mkdir(parents=True)
+    host_dir = tmp_path / "host-secret"
+    host_dir.mkdir()
+    (host_dir / "secret.txt").write_text("host-only-secret\n")
+    os.symlink(host_dir, workspace / "data")
+    write_config(state_dir, _bwrap_rw_config([f"{workspace}/data:/data"]))
+    try:
+        async with gateway(state_dir):
+            client = await connect(state_dir, operator=False)
+            try:
+                with pytest.raises(RemoteError, match="outside allowed roots"):
+                    await _exec(client, "cat /data/secret.txt", pty=True)
+            finally:
+                await client.close()
+    finally:
+        bwrap.remove_all()
+
+
+@needs_bwrap
+@pytest.mark.asyncio
+async def test_held_host_wide_proc_files_and_fchmodat2_setuid_are_refused_in_bwrap(state_dir: Path) -> None:
+    """Two host-wide writes a root gateway's bwrap sandbox (uid 0, no capabilities) might still make:
+    IRQ affinity (/proc/irq checks no capability, only the mode) is read-only under bwrap's own /proc; and
+    fchmodat2 (Linux 6.6, a syscall newer than the filter's first list) cannot set S_ISUID."""
+    write_config(state_dir, BWRAP_PLAIN)
+    probe = (
+        "import ctypes, os, glob\n"
+        "for p in ['/proc/irq/default_smp_affinity', *glob.glob('/proc/irq/*/smp_affinity')][:3]:\n"
+        "    try:\n"
+        "        v = open(p).read()\n"
+        "        open(p, 'w').write(v)\n"
+        "        print('WROTE', p)\n"
+        "    except OSError as e:\n"
+        "        print('refused', p, e.errno)\n"
+        "open('/workspace/f', 'w').close()\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "rc = libc.syscall(452, -100, b'/workspace/f', 0o4755, 0)\n"
+        "print('fchmodat2', rc, ctypes.get_errno(), oct(os.stat('/workspace/f').st_mode))\n"
+    )
+    (state_dir / "probe.py").write_text(probe)
+    try:
+        async with gateway(state_dir):
+            client = await connect(state_dir, operator=False)
+            try:
+                out = await _exec(client, f"python3 -c {shlex.quote(probe)}")
+            finally:
+                await client.close()
+    finally:
+        bwrap.remove_all()
+    text = out["_text"]
+    assert "fchmodat2" in text, text
+    assert "WROTE" not in text, text
+    mode = text.split("fchmodat2", 1)[1].split()[2]
+    assert int(mode, 8) & 0o6000 == 0, text
