@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from engine.protocol.frames import RemoteError
-from engine.sandbox import bwrap
+from engine.sandbox import SandboxManager, bwrap, docker_ops, set_default_manager
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 from tests.helpers.race import exchange_loop, tries
+from tests.helpers.sandbox import build_test_image, remove_labelled
 
 ALLOWLIST_ON_MISS = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
 
@@ -300,3 +301,58 @@ async def test_held_host_wide_proc_files_and_fchmodat2_setuid_are_refused_in_bwr
     assert "WROTE" not in text, text
     mode = text.split("fchmodat2", 1)[1].split()[2]
     assert int(mode, 8) & 0o6000 == 0, text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: Docker mounts docker.binds again by path at every start of a stopped container, checked "
+    "only at the decision; a source swapped for a link in between mounts a host dir read-write",
+)
+@pytest.mark.asyncio
+async def test_class6_docker_restart_mounts_a_bind_source_swapped_after_the_decision(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The Docker form of the bind attack. A stopped container is started again (`docker start`, which
+    resolves every bind source by path then) with no check of the binds: only the decision checked them,
+    by realpath. The racer exchanging `data` with a link is what any other sandbox of the agent mounting
+    the same rw workspace (a session scope) can run; the stop is what a container's own commands can
+    cause (killing its supervisor ends its init)."""
+    image = build_test_image()
+    run_id = f"m6-{os.getpid()}"
+    workspace = state_dir / "workspace"
+    (workspace / "data").mkdir(parents=True)
+    host_dir = tmp_path / "host-secret"
+    host_dir.mkdir()
+    os.chmod(host_dir, 0o777)
+    (host_dir / "secret.txt").write_text("host-only-secret\n")
+    os.symlink(host_dir, workspace / "evil")
+    write_config(
+        state_dir,
+        '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+        '[agents.defaults.sandbox]\nmode = "all"\nworkspaceAccess = "rw"\n'
+        f'[agents.defaults.sandbox.docker]\nimage = "{image}"\npool = 0\n'
+        f'binds = ["{workspace}/data:/data"]\n',
+    )
+    manager = SandboxManager(extra_labels={"exechost.test": run_id})
+    set_default_manager(manager)
+    command = "cat /data/secret.txt; echo pwned > /data/written-from-sandbox; echo done"
+    try:
+        async with gateway(state_dir):
+            client = await connect(state_dir, operator=False)
+            try:
+                first = await _exec(client, "ls /data; echo started")
+                assert "started" in first["_text"], first
+                with exchange_loop(str(workspace / "data"), str(workspace / "evil")):
+                    for _ in tries(60):
+                        for c in docker_ops.list_sandboxes(f"exechost.test={run_id}", every_install=True):
+                            docker_ops.client().containers.get(c["Id"]).stop(timeout=1)
+                        with contextlib.suppress(RemoteError):
+                            await _exec(client, command)
+                        if (host_dir / "written-from-sandbox").exists():
+                            break
+            finally:
+                await client.close()
+    finally:
+        set_default_manager(None)
+        remove_labelled(run_id)
+    assert not (host_dir / "written-from-sandbox").exists(), "a host dir was mounted read-write"
