@@ -356,3 +356,69 @@ async def test_class6_docker_restart_mounts_a_bind_source_swapped_after_the_deci
         set_default_manager(None)
         remove_labelled(run_id)
     assert not (host_dir / "written-from-sandbox").exists(), "a host dir was mounted read-write"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a linked interpreter runs by its real path but under the link's name (exec -a), so "
+    "python's sys.executable is the agent's link; a re-exec after the link is re-pointed runs other code",
+)
+@pytest.mark.asyncio
+async def test_class8_python_under_a_linked_name_re_execs_the_agents_link(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """`.venv/bin/python x.py` where the venv's python is the agent's link to the system python: the run
+    is pinned to the real path (a link is the agent's to re-point), but started as `exec -a
+    .venv/bin/python` so the program sees its typed name. Python takes sys.executable from argv[0], so
+    the approved script's `subprocess.run([sys.executable, …])` (multiprocessing's spawn, a re-exec of
+    itself, pip's own re-runs) goes through the link again; the agent re-points it meanwhile and its own
+    program runs as the approved interpreter's child."""
+    work = tmp_path / "w"
+    (work / ".venv" / "bin").mkdir(parents=True)
+    os.chmod(work, 0o777)
+    real = os.path.realpath("/usr/bin/python3")
+    link = work / ".venv" / "bin" / "python"
+    os.symlink(real, link)
+    go, done, marker = tmp_path / "go", tmp_path / "done", tmp_path / "evil-ran"
+    (work / "x.py").write_text(
+        "import os, subprocess, sys, time\n"
+        f"while not os.path.exists({str(go)!r}):\n"
+        "    time.sleep(0.01)\n"
+        "subprocess.run([sys.executable, '-c', 'print(1)'])\n"
+        f"open({str(done)!r}, 'w').close()\n"
+    )
+    evil = work / "evil"
+    evil.write_text(f"#!/bin/sh\n: > {marker}\n")
+    os.chmod(evil, 0o755)
+    write_config(state_dir, ALLOWLIST_ON_MISS)
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            await operator.request("approvals.attach", {})
+            params = {
+                "command": ".venv/bin/python x.py",
+                "agentId": "main",
+                "workdir": str(work),
+                "yieldMs": 10,
+            }
+            run = asyncio.ensure_future(agent.request("exec", params))
+
+            async def asked() -> list[dict[str, Any]]:
+                page = await operator.request("approvals.pending", {})
+                rows: list[dict[str, Any]] = page["approvals"]
+                return rows
+
+            rows = await wait_until(asked)
+            await operator.request("approve", {"id": rows[0]["id"], "decision": "allow-once"})
+            started = await asyncio.wait_for(run, 60)
+            assert started["details"]["status"] == "running", started
+            # The agent, meanwhile (any writer of its tree): the venv's python is now its own program.
+            os.symlink(evil, work / "relink")
+            os.replace(work / "relink", link)
+            go.touch()
+            await wait_until(lambda: done.exists(), timeout=30)
+        finally:
+            await agent.close()
+            await operator.close()
+    assert not marker.exists(), "the agent's program ran as the approved interpreter's re-exec"
