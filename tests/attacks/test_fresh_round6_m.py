@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +102,13 @@ async def test_class6_bind_source_relinked_by_the_sandbox_reaches_the_host_in_a_
     assert not leaked and not written, term["_text"]
 
 
-async def _approved_run(state: Path, command: str, cwd: Path, decision: str = "allow-once") -> dict[str, Any]:
+async def _approved_run(
+    state: Path,
+    command: str,
+    cwd: Path,
+    decision: str = "allow-once",
+    before_approve: Callable[[], None] | None = None,
+) -> dict[str, Any]:
     """Agent `main` asks for `command` in `cwd`; an attached operator approves it; the exec's details."""
     write_config(state, ALLOWLIST_ON_MISS)
     async with gateway(state):
@@ -119,6 +126,8 @@ async def _approved_run(state: Path, command: str, cwd: Path, decision: str = "a
                 return rows
 
             rows = await wait_until(asked)
+            if before_approve is not None:
+                before_approve()
             await operator.request("approve", {"id": rows[0]["id"], "decision": decision})
             result = await asyncio.wait_for(run, 60)
         finally:
@@ -422,3 +431,37 @@ async def test_class8_python_under_a_linked_name_re_execs_the_agents_link(
             await agent.close()
             await operator.close()
     assert not marker.exists(), "the agent's program ran as the approved interpreter's re-exec"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a #! interpreter is bound by its real path but run by the shebang's word; through the "
+    "agent's link (a venv's python) a re-point after the ask runs the agent's program",
+)
+@pytest.mark.asyncio
+async def test_class6_a_shebang_interpreter_reached_through_the_agents_link_is_run_by_that_link(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """`./tool` whose `#!` names the agent's link to the system python (`#!/w/venv/bin/python`, as every
+    venv's scripts do). The content binder binds the interpreter by its real path (root's, digest cached)
+    but the run names it by the shebang's word, the link: re-pointed after the ask, the approval runs the
+    agent's program, and the spawn's check (the real file's digest) never notices."""
+    work = tmp_path / "w"
+    (work / "venv" / "bin").mkdir(parents=True)
+    os.chmod(work, 0o777)
+    link = work / "venv" / "bin" / "python"
+    os.symlink(os.path.realpath("/usr/bin/python3"), link)
+    tool = work / "tool"
+    tool.write_text(f"#!{link}\nprint('approved tool ran')\n")
+    os.chmod(tool, 0o755)
+    marker = tmp_path / "evil-ran"
+    evil = work / "evil"
+    evil.write_text(f"#!/bin/sh\n: > {marker}\n")
+    os.chmod(evil, 0o755)
+
+    def repoint() -> None:  # what the agent does while the operator reads the ask
+        os.symlink(evil, work / "relink")
+        os.replace(work / "relink", link)
+
+    details = await _approved_run(state_dir, "./tool", work, before_approve=repoint)
+    assert not marker.exists(), details["_text"]
