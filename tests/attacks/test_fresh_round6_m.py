@@ -465,3 +465,28 @@ async def test_class6_a_shebang_interpreter_reached_through_the_agents_link_is_r
 
     details = await _approved_run(state_dir, "./tool", work, before_approve=repoint)
     assert not marker.exists(), details["_text"]
+
+
+@pytest.mark.asyncio
+async def test_held_a_wrapper_reached_through_the_agents_link_is_checked_at_the_spawn(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The executable form of the shebang-link attack holds: `./wrap sh s.sh` with `wrap` the agent's link
+    to /usr/bin/nice, re-pointed after the ask, is refused as approval-stale (pinned executables are
+    re-resolved at the spawn; only a #! interpreter is not)."""
+    work = tmp_path / "w"
+    work.mkdir()
+    os.chmod(work, 0o777)
+    (work / "s.sh").write_text("echo approved\n")
+    os.symlink("/usr/bin/nice", work / "wrap")
+    marker = tmp_path / "evil-ran"
+    (work / "evil").write_text(f"#!/bin/sh\n: > {marker}\n")
+    os.chmod(work / "evil", 0o755)
+
+    def repoint() -> None:
+        os.symlink(work / "evil", work / "relink")
+        os.replace(work / "relink", work / "wrap")
+
+    details = await _approved_run(state_dir, "./wrap sh s.sh", work, before_approve=repoint)
+    assert not marker.exists()
+    assert "approval-stale" in details["_text"], details["_text"]
