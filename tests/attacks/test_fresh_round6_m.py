@@ -7,12 +7,14 @@ import asyncio
 import contextlib
 import os
 import shlex
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from engine.approvals.store import ApprovalsStore
 from engine.protocol.frames import RemoteError
 from engine.sandbox import SandboxManager, bwrap, docker_ops, set_default_manager
 from tests.helpers.bwrap import needs_bwrap
@@ -490,3 +492,50 @@ async def test_held_a_wrapper_reached_through_the_agents_link_is_checked_at_the_
     details = await _approved_run(state_dir, "./wrap sh s.sh", work, before_approve=repoint)
     assert not marker.exists()
     assert "approval-stale" in details["_text"], details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's user site-packages is writable in the host view; a .pth planted there by "
+    "allowlisted mkdir/tee runs in every later python, an allow-always'd script's included",
+)
+@pytest.mark.asyncio
+async def test_class8_a_pth_file_in_the_operators_user_site_runs_in_an_approved_python(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """Python imports every `.pth` line starting with `import` from the user's site-packages
+    (`~/.local/lib/pythonX.Y/site-packages`) at startup, before the script. exechost trusts the operator's
+    home like ~/.gitconfig but binds only a short list read-only in the host view; the user site is not on
+    it. An allowlisted writer (`tee`) plants a .pth there, and a `python3 x.py` the operator approved for
+    good (bound to x.py's bytes) runs the agent's code at its next, unasked, run."""
+    home = Path(os.environ["HOME"])
+    site_dir = subprocess.run(
+        ["python3", "-c", "import site; print(site.getusersitepackages())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert site_dir.startswith(str(home)), site_dir
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "x.py").write_text("print('approved script ran')\n")
+    marker = tmp_path / "pth-ran"
+    write_config(state_dir, ALLOWLIST_ON_MISS)
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    store.add_allowlist("main", "/usr/bin/tee", arg_pattern=None)
+    store.add_allowlist("main", "/usr/bin/mkdir", arg_pattern=None)
+    first = await _approved_run(state_dir, "python3 x.py", work, decision="allow-always")
+    assert "approved script ran" in first["_text"], first
+    pth = f"import os; open({str(marker)!r}, 'w').close()"
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            made = await _exec(agent, f"mkdir -p {site_dir}")
+            assert made["status"] == "completed", made["_text"]
+            planted = await _exec(agent, f"tee {site_dir}/zz.pth <<'EOF'\n{pth}\nEOF")
+            assert planted["status"] == "completed", planted["_text"]
+            again = await _exec(agent, "python3 x.py", workdir=str(work))
+        finally:
+            await agent.close()
+    assert "approved script ran" in again["_text"], again
+    assert not marker.exists(), "a .pth the agent planted ran in an approved python"
