@@ -539,3 +539,30 @@ async def test_class8_a_pth_file_in_the_operators_user_site_runs_in_an_approved_
             await agent.close()
     assert "approved script ran" in again["_text"], again
     assert not marker.exists(), "a .pth the agent planted ran in an approved python"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an unparsed `cd sub && sh s.sh` binds ./s.sh (resolved from the decision's cwd) while the "
+    "run reads sub/s.sh by path; the ask shows the wrong file as bound, and sub/s.sh is never checked",
+)
+@pytest.mark.asyncio
+async def test_class6_files_of_an_unparsed_command_are_bound_from_the_wrong_directory(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """Text that fails the analysis (`cd` is a builtin it does not model) runs whole, and the files it names
+    are "checked by digest just before the spawn". They are resolved against the decision's cwd, but the
+    text cd's first: the ask lists `<cwd>/s.sh … agent-writable: runs from a sealed copy`, and what runs is
+    `<cwd>/sub/s.sh`, checked nowhere, rewritten after the ask."""
+    work = tmp_path / "w"
+    (work / "sub").mkdir(parents=True)
+    os.chmod(work, 0o777)
+    (work / "s.sh").write_text("echo decoy\n")
+    (work / "sub" / "s.sh").write_text("echo approved\n")
+    marker = tmp_path / "evil-ran"
+
+    def rewrite() -> None:  # the agent, while the operator reads the ask
+        (work / "sub" / "s.sh").write_text(f": > {marker}\n")
+
+    await _approved_run(state_dir, "cd sub && sh s.sh", work, before_approve=rewrite)
+    assert not marker.exists(), "a script nobody saw ran"
