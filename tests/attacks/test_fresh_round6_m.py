@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shlex
 import subprocess
@@ -566,3 +567,40 @@ async def test_class6_files_of_an_unparsed_command_are_bound_from_the_wrong_dire
 
     await _approved_run(state_dir, "cd sub && sh s.sh", work, before_approve=rewrite)
     assert not marker.exists(), "a script nobody saw ran"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the import note looks beside the script's link, not its target; `python3 link.py` imports "
+    "from the target's directory and the ask never names it",
+)
+@pytest.mark.asyncio
+async def test_class8_the_ask_names_where_a_linked_script_imports_from(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """Imports are not bound, so the ask must at least name where they come from ("x.py can import code
+    from N agent-writable Python files under ../other/"). Python's sys.path[0] is the directory of the
+    script's real path (and the sealed copy runs under that real path too), but the note scans beside the
+    link: for `python3 link.py` it names nothing, and the module the approved script imports is changed
+    after the ask unseen."""
+    other, work = tmp_path / "other", tmp_path / "w"
+    other.mkdir()
+    work.mkdir()
+    os.chmod(other, 0o777)
+    os.chmod(work, 0o777)
+    (other / "x.py").write_text("import helper_m6\n")
+    (other / "helper_m6.py").write_text("print('helper')\n")
+    os.symlink(other / "x.py", work / "link.py")
+    write_config(state_dir, ALLOWLIST_ON_MISS)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        operator = await connect(state_dir)
+        try:
+            asked = await _exec(agent, "python3 link.py", workdir=str(work))
+            assert asked["status"] == "approval-pending", asked
+            page = await operator.request("approvals.pending", {})
+        finally:
+            await agent.close()
+            await operator.close()
+    shown = json.dumps(page["approvals"])
+    assert str(other) in shown or "../other" in shown, shown
