@@ -604,3 +604,58 @@ async def test_class8_the_ask_names_where_a_linked_script_imports_from(
             await operator.close()
     shown = json.dumps(page["approvals"])
     assert str(other) in shown or "../other" in shown, shown
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a new bwrap sandbox binds docker.binds by path after the realpath check; another session "
+    "scope sharing the rw workspace swaps the source for a link and the restarted sandbox gets a host dir",
+)
+@pytest.mark.asyncio
+async def test_class6_a_sandbox_started_again_binds_a_source_another_scope_swapped(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The start path of the same race, no PTY needed: with `scope = "session"` and `workspaceAccess =
+    "rw"` every session's sandbox mounts the agent workspace. Session b runs the racer; session a ends its
+    own sandbox (its supervisor killed) and its next command starts a new one: validate_docker (realpath)
+    then bwrap, which resolves the source again."""
+    workspace = state_dir / "workspace"
+    (workspace / "data").mkdir(parents=True)
+    host_dir = tmp_path / "host-secret"
+    host_dir.mkdir()
+    write_config(
+        state_dir,
+        '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
+        '[agents.defaults.sandbox]\nmode = "all"\nbackend = "bwrap"\nscope = "session"\n'
+        'workspaceAccess = "rw"\n'
+        f'[agents.defaults.sandbox.docker]\nbinds = ["{workspace}/data:/data"]\n',
+    )
+    try:
+        async with gateway(state_dir):
+            client = await connect(state_dir, operator=False)
+            try:
+                first = await _exec(client, "echo a", sessionKey="agent:main:a")
+                assert first["status"] == "completed", first
+                race = f"python3 -c '{SANDBOX_RACER}' /workspace/data /workspace/evil"
+                racer = await _exec(
+                    client,
+                    f"ln -s {host_dir} /workspace/evil && {race}",
+                    sessionKey="agent:main:b",
+                    background=True,
+                )
+                assert racer["status"] == "running", racer
+                for _ in tries(200):
+                    with contextlib.suppress(RemoteError):  # its own end: the command may not report
+                        await _exec(client, "kill -9 -1", sessionKey="agent:main:a")
+                    with contextlib.suppress(RemoteError):  # the check saw the link: try again
+                        await _exec(
+                            client, "echo pwned > /data/written-from-sandbox", sessionKey="agent:main:a"
+                        )
+                    if (host_dir / "written-from-sandbox").exists():
+                        break
+            finally:
+                await client.close()
+    finally:
+        bwrap.remove_all()
+    assert not (host_dir / "written-from-sandbox").exists(), "a restarted sandbox got a host dir read-write"
