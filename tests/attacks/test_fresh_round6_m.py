@@ -659,3 +659,38 @@ async def test_class6_a_sandbox_started_again_binds_a_source_another_scope_swapp
     finally:
         bwrap.remove_all()
     assert not (host_dir / "written-from-sandbox").exists(), "a restarted sandbox got a host dir read-write"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a config named by EXECHOST_CONFIG/--config outside the state dir is neither hidden nor "
+    "read-only in the host view; an allowlisted tee rewrites it and the live config turns security to full",
+)
+@pytest.mark.asyncio
+async def test_class6_an_external_config_file_is_writable_from_the_host_view(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host view hides the state dir and binds the operator's trusted configs read-only, but the
+    gateway's own config may live elsewhere (`--config FILE`, `$EXECHOST_CONFIG`, README) and is read live
+    (LiveConfig: the config as it is on disk now). An allowlisted writer rewrites it in place (owner and
+    mode kept, so the file checks pass) and the next command runs under `security = "full"`."""
+    home = tmp_path / "opconf"
+    home.mkdir(mode=0o700)
+    config = home / "exechost.toml"
+    config.write_text(ALLOWLIST_ON_MISS)
+    os.chmod(config, 0o600)
+    monkeypatch.setenv("EXECHOST_CONFIG", str(config))
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee", arg_pattern=None)
+    marker = tmp_path / "ran-unasked"
+    full = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"'
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            before = await _exec(agent, f"touch {marker}")
+            assert before["status"] == "approval-pending" and not marker.exists(), before
+            wrote = await _exec(agent, f"tee {config} <<'EOF'\n{full}\nEOF")
+            assert wrote["status"] == "completed", wrote["_text"]
+            await _exec(agent, f"touch {marker}")
+        finally:
+            await agent.close()
+    assert not marker.exists(), "the agent rewrote the gateway's config and ran a command unasked"
