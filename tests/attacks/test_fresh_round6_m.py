@@ -694,3 +694,54 @@ async def test_class6_an_external_config_file_is_writable_from_the_host_view(
         finally:
             await agent.close()
     assert not marker.exists(), "the agent rewrote the gateway's config and ran a command unasked"
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the gateway runs prlimit (and cc, busybox) found on its own PATH; a PATH dir in the "
+    "operator's home is writable in the host view, so allowlisted cp/tee plant one that runs unasked",
+)
+@pytest.mark.asyncio
+async def test_class8_the_gateway_runs_a_program_an_agent_planted_on_its_path(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway looks its own helpers up on its PATH at use: `prlimit` for every PTY command of a bwrap
+    sandbox (bwrap.terminal), `cc` for the static helpers, `busybox` for the bin mount. A PATH that starts
+    in the operator's home (~/.local/bin, ~/.cargo/bin, ~/.pyenv/shims: this machine's own PATH starts
+    with /root/.cargo/bin) is a directory the host view leaves writable. Allowlisted `mkdir`, `cp` and
+    `tee` (tee keeps the copied file's mode) plant `prlimit` there; the next sandboxed PTY command runs it
+    outside any sandbox, with nobody asked."""
+    home_bin = Path(os.environ["HOME"]) / ".local" / "bin"
+    monkeypatch.setenv("PATH", f"{home_bin}:{os.environ['PATH']}")
+    marker = tmp_path / "planted-prlimit-ran"
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    for program in ("/usr/bin/mkdir", "/usr/bin/cp", "/usr/bin/tee"):
+        store.add_allowlist("main", program, arg_pattern=None)
+    write_config(state_dir, ALLOWLIST_ON_MISS)
+    planted = f'#!/bin/sh\n: > {marker}\nexec /usr/bin/prlimit "$@"'
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        try:
+            for command in (
+                f"mkdir -p {home_bin}",
+                f"cp /usr/bin/true {home_bin}/prlimit",
+                f"tee {home_bin}/prlimit <<'EOF'\n{planted}\nEOF",
+            ):
+                done = await _exec(agent, command)
+                assert done["status"] == "completed", done["_text"]
+        finally:
+            await agent.close()
+    assert not marker.exists()
+    write_config(state_dir, BWRAP_PLAIN)  # the same agent, sandboxed (another agent's config alike)
+    try:
+        async with gateway(state_dir):
+            agent = await connect(state_dir, "agent", operator=False)
+            try:
+                term = await _exec(agent, "echo in the sandbox", pty=True)
+            finally:
+                await agent.close()
+    finally:
+        bwrap.remove_all()
+    assert "in the sandbox" in term["_text"], term["_text"]
+    assert not marker.exists(), "the gateway ran a program the agent planted on its PATH"
