@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from engine import principals
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.frames import RemoteError
 from engine.sandbox import SandboxManager, bwrap, docker_ops, set_default_manager
@@ -745,3 +746,45 @@ async def test_class8_the_gateway_runs_a_program_an_agent_planted_on_its_path(
         bwrap.remove_all()
     assert "in the sandbox" in term["_text"], term["_text"]
     assert not marker.exists(), "the gateway ran a program the agent planted on its PATH"
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a workspaceRoot outside the state dir is not hidden in the host view; one agent's "
+    "allowlisted grep reads (and its writers change) another agent's sandbox workspace",
+)
+@pytest.mark.asyncio
+async def test_sandbox_workspaces_under_a_configured_root_are_another_agents_to_read(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The host view hides the state dir, where sandbox workspaces live by default. `workspaceRoot` (a
+    documented key) moves them anywhere, and nothing hides them there: agent main's host command reads
+    what agent bob's sandbox wrote (and could write into it: the sandbox's files, its bind sources)."""
+    root = tmp_path / "sbx"
+    write_config(
+        state_dir,
+        '[tools.exec]\nhost = "auto"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'[agents.defaults.sandbox]\nworkspaceRoot = "{root}"\nbackend = "bwrap"\n'
+        '[[agents.list]]\nid = "bob"\n[agents.list.sandbox]\nmode = "all"\n'
+        '[[agents.list]]\nid = "main"\n',
+    )
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/grep", arg_pattern=None)
+    principals.mint(state_dir, "bob")
+    try:
+        async with gateway(state_dir):
+            bob = await connect(state_dir, "bob", operator=False, agent="bob")
+            main = await connect(state_dir, "main-agent", operator=False)
+            try:
+                wrote = await bob.request(
+                    "exec", {"command": "echo bob-private-note > /workspace/notes.txt", "agentId": "bob"}
+                )
+                assert wrote["details"]["status"] == "completed", wrote
+                read = await _exec(main, f"grep -r bob-private {root}")
+            finally:
+                await bob.close()
+                await main.close()
+    finally:
+        bwrap.remove_all()
+    assert read["status"] == "completed", read["_text"]
+    assert "bob-private-note" not in read["_text"], read["_text"]
