@@ -698,11 +698,6 @@ async def test_class6_an_external_config_file_is_writable_from_the_host_view(
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the gateway runs prlimit (and cc, busybox) found on its own PATH; a PATH dir in the "
-    "operator's home is writable in the host view, so allowlisted cp/tee plant one that runs unasked",
-)
 @pytest.mark.asyncio
 async def test_class8_the_gateway_runs_a_program_an_agent_planted_on_its_path(
     state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
