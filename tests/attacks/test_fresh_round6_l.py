@@ -1,0 +1,94 @@
+"""Fresh round 6, attacker l: classes 4 (what runs unasked) and 5 (emulating another program) against the
+allowlist, safe bins, allow-always, the env allow-list, content binding and the host view."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.approvals.store import ApprovalsStore
+from engine.protocol.client import ControlClient
+from tests.attacks.harness import ALLOWLIST, attempt, refused
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+
+@pytest.fixture
+def short() -> Iterator[Path]:
+    """A short root for a state dir (its sockets must stay under 107 bytes) and a home."""
+    root = Path(tempfile.mkdtemp(prefix="l6-", dir="/tmp"))
+    os.chmod(root, 0o700)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _state(root: Path) -> Path:
+    state = root / "s"
+    state.mkdir(mode=0o700)
+    return state
+
+
+async def _exec(client: ControlClient, command: str, cwd: Path, **params: Any) -> dict[str, Any]:
+    result = await client.request(
+        "exec", {"command": command, "agentId": "main", "workdir": str(cwd), **params}
+    )
+    details: dict[str, Any] = result["details"]
+    return details
+
+
+# --------------------------------------------------------------------------------------------------------
+# Class 4: a startup file the program reads by itself. The daemon's session host gives every background
+# run one socketpair for stdin and stdout; bash started with `-c` and a socket on stdin believes rshd/sshd
+# started it and sources /etc/bash.bashrc and ~/.bashrc (Debian's SSH_SOURCE_BASHRC, when SHLVL makes it a
+# top-level shell: a gateway started by systemd or as a container's entrypoint has no SHLVL). A missing
+# ~/.bashrc is not bound by the host view ("it runs in the operator's next login shell, not in
+# exechost"), so an allowlisted writer plants one, and every later bash exechost starts runs it: here an
+# allow-always `bash build.sh`, content-bound, re-run unasked in the background.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a held background `bash -c` has a socket on stdin and sources the agent-planted "
+    "~/.bashrc (missing rc files are not bound by the host view)",
+)
+async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")  # as the daemon runs host sessions
+    monkeypatch.delenv("SHLVL", raising=False)  # a gateway started by systemd / a container entrypoint
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    work.mkdir()
+    (work / "build.sh").write_text(f"echo built > {home}/done\n")
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            # The operator reads build.sh and allows it always (bound to its sha256).
+            asked = await _exec(client, "bash build.sh", work)
+            assert asked["status"] == "approval-pending"
+            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-always"})
+            await wait_until(lambda: (home / "done").exists(), timeout=30)
+            (home / "done").unlink()
+            # The agent plants ~/.bashrc with the allowlisted tee (a heredoc is data to tee): unasked.
+            plant = f"tee {home}/.bashrc <<'EOF'\necho owned > {home}/pwned\nEOF"
+            planted = await _exec(client, plant, work)
+            assert planted["status"] == "completed", planted
+            # The allow-always entry now runs unasked, in the background, and bash sources the rc file.
+            again = await _exec(client, "bash build.sh", work, background=True)
+            assert not refused(again)
+            await wait_until(lambda: (home / "done").exists(), timeout=30)
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "bash sourced the agent's ~/.bashrc in an unasked run"
