@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,3 +93,56 @@ async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "bash sourced the agent's ~/.bashrc in an unasked run"
+
+
+# Class 4 again, without the session host: Python runs every `.pth` file of the user's site-packages at
+# startup (a line starting `import` is executed). The host view makes a list of the operator's files
+# read-only (git/npm/cargo config, rc files); ~/.local is not on it, so an allowlisted writer plants a
+# `.pth` there, and the operator's allow-always `python3 app.py` (its bytes bound, run from a sealed copy)
+# runs the agent's line first, unasked, in the foreground.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an allow-always `python3 app.py` runs a .pth an allowlisted writer planted in the "
+    "user site-packages (~/.local is writable in the host view; python reads it at every start)",
+)
+async def test_class4_allow_always_python_runs_a_planted_user_site_pth(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    python = "/usr/bin/python3"
+    site = subprocess.run(
+        [python, "-c", "import site; print(site.getusersitepackages())"],
+        capture_output=True,
+        text=True,
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+        check=True,
+    ).stdout.strip()
+    Path(site).mkdir(parents=True)  # the operator's own `pip install --user` made it
+    work = home / "w"
+    work.mkdir()
+    (work / "app.py").write_text(f"open({str(home / 'done')!r}, 'w').write('ran')\n")
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            asked = await _exec(client, f"{python} app.py", work)
+            assert asked["status"] == "approval-pending"
+            assert "allow-always" in asked["allowedDecisions"]
+            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-always"})
+            await wait_until(lambda: (home / "done").exists(), timeout=30)
+            (home / "done").unlink()
+            line = f"import os; open({str(home / 'pwned')!r}, 'w').write('owned')"
+            planted = await _exec(client, f"tee {site}/zz.pth <<'EOF'\n{line}\nEOF", work)
+            assert planted["status"] == "completed", planted
+            again = await _exec(client, f"{python} app.py", work)
+            assert again["status"] == "completed", again
+        finally:
+            await client.close()
+    assert (home / "done").exists()
+    assert not (home / "pwned").exists(), "python ran the agent's .pth in an unasked run"
