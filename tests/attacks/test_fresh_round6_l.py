@@ -146,3 +146,47 @@ async def test_class4_allow_always_python_runs_a_planted_user_site_pth(
             await client.close()
     assert (home / "done").exists()
     assert not (home / "pwned").exists(), "python ran the agent's .pth in an unasked run"
+
+
+# Class 5: how perl finds its program. `perl -S app.pl` searches PATH for app.pl (perlrun: "-S makes Perl
+# use the PATH environment variable to search for the program") and never looks in the cwd; the grammar
+# reads `-S` as an inert flag, so the binder binds ./app.pl in the cwd, proves it, shows its digest and
+# offers allow-always. With a directory the agent can write on PATH (~/bin, which Debian's ~/.profile puts
+# there), the approved run executes the agent's ~/bin/app.pl, bytes nobody was shown or bound.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `perl -S app.pl` runs app.pl found on PATH, while the binder binds ./app.pl (-S read "
+    "as an inert flag): the approval shows and binds one file and perl runs another",
+)
+async def test_class5_perl_dash_s_runs_a_script_found_on_path_not_the_bound_one(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    (home / "bin").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", f"{home}/bin:/usr/bin:/bin")
+    work = home / "w"
+    work.mkdir()
+    (work / "app.pl").write_text(f"open(F, '>', '{home}/done'); print F 'ran';\n")
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    store = ApprovalsStore(state / "exec-approvals.json")
+    store.add_allowlist("main", "/usr/bin/tee")
+    store.add_allowlist("main", "/usr/bin/chmod")
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            evil = f"open(F, '>', '{home}/pwned'); print F 'owned';"
+            plant = f"tee {home}/bin/app.pl <<'EOF'\n{evil}\nEOF"
+            assert (await _exec(client, plant, work))["status"] == "completed"
+            assert (await _exec(client, f"chmod 755 {home}/bin/app.pl", work))["status"] == "completed"
+            asked = await _exec(client, "perl -S app.pl", work)
+            assert asked["status"] == "approval-pending"
+            assert "allow-always" in asked["allowedDecisions"]  # proven: ./app.pl is bound
+            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-once"})
+            await wait_until(lambda: (home / "done").exists() or (home / "pwned").exists(), timeout=30)
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "the approved run executed ~/bin/app.pl, not the bound ./app.pl"
