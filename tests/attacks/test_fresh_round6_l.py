@@ -190,3 +190,45 @@ async def test_class5_perl_dash_s_runs_a_script_found_on_path_not_the_bound_one(
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "the approved run executed ~/bin/app.pl, not the bound ./app.pl"
+
+
+# Class 4 through class 5: the shell grammar reads `-l` / `--login` as inert flags, but a login bash reads
+# /etc/profile and then the first of ~/.bash_profile, ~/.bash_login, ~/.profile, script operand or not.
+# The host view binds the rc files present and leaves missing ones creatable (an empty ~/.bash_profile
+# would hide ~/.profile). A default Debian home has ~/.profile and ~/.bashrc but no ~/.bash_profile: an
+# allowlisted writer creates it, and an approved `bash -l build.sh` (build.sh bound, allow-always offered as
+# proven) runs it first.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `bash -l x.sh` is proven bound (-l read as inert) but a login bash sources a "
+    "~/.bash_profile the agent created (missing rc files are creatable in the host view)",
+)
+async def test_class4_login_bash_script_sources_an_agent_created_bash_profile(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    (home / ".profile").write_text("# the operator's\n")
+    (home / ".bashrc").write_text("# the operator's\n")
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    work.mkdir()
+    (work / "build.sh").write_text(f"echo built > {home}/done\n")
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            plant = f"tee {home}/.bash_profile <<'EOF'\necho owned > {home}/pwned\nEOF"
+            assert (await _exec(client, plant, work))["status"] == "completed"
+            asked = await _exec(client, "bash -l build.sh", work)
+            assert asked["status"] == "approval-pending"
+            assert "allow-always" in asked["allowedDecisions"]
+            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-always"})
+            await wait_until(lambda: (home / "done").exists(), timeout=30)
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "the approved login bash ran the agent's ~/.bash_profile"
