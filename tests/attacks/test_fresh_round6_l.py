@@ -232,3 +232,48 @@ async def test_class4_login_bash_script_sources_an_agent_created_bash_profile(
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "the approved login bash ran the agent's ~/.bash_profile"
+
+
+# Class 4, a PATH-like lookup: the host PATH keeps every absolute entry (hostenv.host_path) and the docs
+# trust "the programs on the operator's PATH"; but an operator's PATH holds directories this user (so the
+# agent, through any allowlisted writer) can write: ~/bin and ~/.local/bin (Debian's ~/.profile), cargo's,
+# pyenv's shims, nvm's. git's vetting lets an ssh remote through (a transport git speaks itself) and the
+# forced `core.sshCommand=ssh` is found on PATH, so an allowlisted `git fetch` runs the agent's ~/bin/ssh.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: PATH entries the agent can write (~/bin) are trusted; an allowlisted `git fetch` of an "
+    "ssh remote runs the `ssh` the agent planted there",
+)
+async def test_class4_allowlisted_git_fetch_runs_ssh_from_an_agent_writable_path_entry(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    (home / "bin").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", f"{home}/bin:/usr/bin:/bin")
+    work = home / "w"
+    work.mkdir()
+    git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["git", "init", "-q", str(work)], check=True, env=git)
+    subprocess.run(
+        ["git", "-C", str(work), "remote", "add", "origin", "ssh://git@localhost/r.git"], check=True, env=git
+    )
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    store = ApprovalsStore(state / "exec-approvals.json")
+    store.add_allowlist("main", "/usr/bin/tee")
+    store.add_allowlist("main", "/usr/bin/chmod")
+    store.add_allowlist("main", "/usr/bin/git", arg_pattern="fetch( origin)?")
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            plant = f"tee {home}/bin/ssh <<'EOF'\n#!/bin/sh\necho owned > {home}/pwned\nexit 1\nEOF"
+            assert (await _exec(client, plant, work))["status"] == "completed"
+            assert (await _exec(client, f"chmod 755 {home}/bin/ssh", work))["status"] == "completed"
+            fetched = await _exec(client, "git fetch origin", work)
+            assert fetched["status"] in ("completed", "failed"), fetched
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "the allowlisted git fetch ran the agent's ~/bin/ssh"
