@@ -277,3 +277,39 @@ async def test_class4_allowlisted_git_fetch_runs_ssh_from_an_agent_writable_path
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "the allowlisted git fetch ran the agent's ~/bin/ssh"
+
+
+# Class 4, startup files the operator runs: the host view binds the rc files present read-only
+# (hostview.trusted_configs: .bashrc, .bash_profile, .bash_login, .profile, .zshrc, .zshenv, .zprofile) so
+# that no command changes what the operator's shells run. ~/.bash_logout (in Debian's /etc/skel, run when
+# a login shell exits), ~/.zlogin and ~/.zlogout are run the same way and are not on the list: an
+# allowlisted writer appends to the operator's own ~/.bash_logout.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: ~/.bash_logout (and ~/.zlogin, ~/.zlogout) are not among the rc files the host view "
+    "binds read-only; an allowlisted tee appends a command to the operator's ~/.bash_logout",
+)
+async def test_class4_the_operators_bash_logout_is_writable_in_the_host_view(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    for name in (".bashrc", ".profile", ".bash_logout"):
+        (home / name).write_text("# the operator's\n")
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    work.mkdir()
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            for name in (".bashrc", ".bash_logout"):
+                await _exec(client, f"tee -a {home}/{name} <<'EOF'\ntouch /tmp/owned\nEOF", work)
+        finally:
+            await client.close()
+    assert (home / ".bashrc").read_text() == "# the operator's\n"  # bound: this one holds
+    assert (home / ".bash_logout").read_text() == "# the operator's\n", "the agent changed ~/.bash_logout"
