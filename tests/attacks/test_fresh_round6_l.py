@@ -313,3 +313,49 @@ async def test_class4_the_operators_bash_logout_is_writable_in_the_host_view(
             await client.close()
     assert (home / ".bashrc").read_text() == "# the operator's\n"  # bound: this one holds
     assert (home / ".bash_logout").read_text() == "# the operator's\n", "the agent changed ~/.bash_logout"
+
+
+# Class 5: what git runs in another repository. Hooks are off by the forced command-line config
+# (`core.hooksPath=/dev/null` through GIT_CONFIG_COUNT/KEY/VALUE, hostenv.GIT_FORCED_CONFIG), and gitvet
+# vets the repository the command runs in. But git clears GIT_CONFIG_COUNT (local_repo_env) before it
+# starts `git-receive-pack` in a local destination, so a push to a path runs that repository's own hooks
+# with its own config, a repository nobody vetted: an allowlisted `git push ../other.git main` runs the
+# agent's pre-receive hook.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: git drops the forced GIT_CONFIG_COUNT for receive-pack in a local push destination; "
+    "an allowlisted `git push <path>` runs that unvetted repository's pre-receive hook",
+)
+async def test_class5_allowlisted_git_push_to_a_path_runs_the_destinations_hooks(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    other = home / "other.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(other)], check=True, env=git)
+    hook = other / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\necho owned > {home}/pwned\n")
+    hook.chmod(0o755)
+    work = home / "w"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True, env=git)
+    subprocess.run(
+        ["git", "-C", str(work), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q",
+         "--allow-empty", "-m", "x"],
+        check=True,
+        env=git,
+    )  # fmt: skip
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/git", arg_pattern="push .*")
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            pushed = await _exec(client, f"git push {other} main", work)
+            assert not refused(pushed), pushed
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "the allowlisted push ran the destination's pre-receive hook"
