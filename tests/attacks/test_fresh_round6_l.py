@@ -359,3 +359,50 @@ async def test_class5_allowlisted_git_push_to_a_path_runs_the_destinations_hooks
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "the allowlisted push ran the destination's pre-receive hook"
+
+
+# The same for `git archive --remote=<path>`: git-upload-archive runs in the remote repository with that
+# repository's config, where a `tar.<format>.command` marked `tar.<format>.remote = true` is honoured.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an allowlisted `git archive --remote=<path>` runs the unvetted remote repository's "
+    "tar.<format>.command (upload-archive honours it when tar.<format>.remote is true)",
+)
+async def test_class5_allowlisted_git_archive_remote_runs_the_remotes_tar_filter(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    other = home / "other.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(other)], check=True, env=git)
+    work = home / "w"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True, env=git)
+    subprocess.run(
+        ["git", "-C", str(work), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q",
+         "--allow-empty", "-m", "x"],
+        check=True,
+        env=git,
+    )  # fmt: skip
+    subprocess.run(["git", "-C", str(work), "push", "-q", str(other), "main"], check=True, env=git)
+    for key, value in (
+        ("tar.evil.command", f"sh -c 'echo owned > {home}/pwned; cat'"),
+        ("tar.evil.remote", "true"),
+    ):
+        subprocess.run(["git", "-C", str(other), "config", key, value], check=True, env=git)
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist(
+        "main", "/usr/bin/git", arg_pattern="archive .*"
+    )
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            ran = await _exec(client, f"git archive --remote={other} --format=evil main", work)
+            assert not refused(ran), ran
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "the allowlisted archive ran the remote's tar filter"
