@@ -406,3 +406,44 @@ async def test_class5_allowlisted_git_archive_remote_runs_the_remotes_tar_filter
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "the allowlisted archive ran the remote's tar filter"
+
+
+# Class 4, the tree a build tool runs: allow-always on `make test` binds the Makefile's digest (and make
+# reads its makefiles from sealed copies), but a recipe runs other files of the same tree that nothing binds
+# (`sh run.sh`, `./configure`, `python3 tests.py`, the test binary it builds). After the approval the agent
+# rewrites run.sh, and the saved approval runs it unasked: a human saw the Makefile, never the code.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: allow-always on `make test` binds only the makefiles; a recipe's `sh run.sh` runs "
+    "whatever the agent writes into run.sh afterwards, unasked",
+)
+async def test_class4_allow_always_make_runs_a_rewritten_script_its_recipe_names(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    work.mkdir()
+    (work / "Makefile").write_text("test:\n\tsh run.sh\n")
+    (work / "run.sh").write_text(f"echo tested > {home}/done\n")
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            asked = await _exec(client, "make test", work)
+            assert asked["status"] == "approval-pending"
+            assert "allow-always" in asked["allowedDecisions"]
+            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-always"})
+            await wait_until(lambda: (home / "done").exists(), timeout=30)
+            plant = f"tee run.sh <<'EOF'\necho owned > {home}/pwned\nEOF"
+            assert (await _exec(client, plant, work))["status"] == "completed"
+            again = await _exec(client, "make test", work)
+            assert not refused(again), again
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "the saved make approval ran the agent's new run.sh"
