@@ -442,3 +442,39 @@ async def test_class4_allow_always_make_runs_a_rewritten_script_its_recipe_names
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "the saved make approval ran the agent's new run.sh"
+
+
+# Class 5, exechost's own emulation of an interpreter: `python3 -x app.py` skips the script's first line
+# (for a non-Unix `#!`); the verified run feeds the sealed copy to a fixed loader (`python3 -x -c LOADER
+# app.py`), which compiles every line, so a first line the operator reads as skipped runs.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `python3 -x x.py` skips the first line, but the verified run's loader compiles the "
+    "sealed copy whole, so the line python would skip runs",
+)
+async def test_class5_python_dash_x_first_line_runs_under_the_loader(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    work.mkdir()
+    (work / "app.py").write_text(
+        f"open({str(home / 'pwned')!r}, 'w').write('skipped line ran')\n"
+        f"open({str(home / 'done')!r}, 'w').write('ran')\n"
+    )
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            asked = await _exec(client, "/usr/bin/python3 -x app.py", work)
+            assert asked["status"] == "approval-pending"
+            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-once"})
+            await wait_until(lambda: (home / "done").exists(), timeout=30)
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "the first line, which python3 -x skips, ran"
