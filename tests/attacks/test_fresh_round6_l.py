@@ -478,3 +478,98 @@ async def test_class5_python_dash_x_first_line_runs_under_the_loader(
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "the first line, which python3 -x skips, ran"
+
+
+# ---------------------------------------------------------------------------------------------- held: tried
+# and did not work; kept as regressions.
+
+
+async def test_class4_allowlisted_less_reads_no_lesskey_from_home_or_argv(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lesskey source's `#env` section sets LESSOPEN (a program less runs on every file): planted as
+    ~/.lesskey, or named by `--lesskey-src=`. Every host run has LESSSECURE=1, under which less reads no
+    lesskey file at all, so an allowlisted `less` runs neither."""
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    work.mkdir()
+    (work / "f.txt").write_text("data\n")
+    lesskey = f"#env\nLESSOPEN=|touch {home}/pwned; cat %s\n"
+    (home / ".lesskey").write_text(lesskey)
+    (work / "k.src").write_text(lesskey)
+    state = _state(short)
+    for command in ("less f.txt", "less --lesskey-src=k.src f.txt", "less -k k.src f.txt"):
+        details = await attempt(
+            state,
+            command,
+            allow=[("/usr/bin/less", None)],
+            workdir=str(work),
+        )
+        assert details["status"] == "completed", (command, details)
+        assert not (home / "pwned").exists(), command
+
+
+async def test_class5_rbash_is_read_as_bash_and_its_script_is_bound(short: Path) -> None:
+    """`rbash x.sh`: a shell under a name no list holds. It is resolved to the bash it is and its script
+    operand is bound (digest shown), not left as a plain operand of an unknown program."""
+    work = short / "w"
+    work.mkdir()
+    (work / "x.sh").write_text("echo hi\n")
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            asked = await _exec(client, "rbash x.sh", work)
+            assert asked["status"] == "approval-pending"
+            pending = await client.request("approvals.pending", {})
+        finally:
+            await client.close()
+    digests = pending["approvals"][-1]["contentDigests"]
+    assert ("script", str(work / "x.sh")) in [(d["role"], d["path"]) for d in digests]
+
+
+async def test_class5_python_loader_imports_no_customize_module_from_the_cwd(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verified run starts python with `-c LOADER`, where sys.path[0] is the cwd ('') until the
+    loader replaces it. `site` imports sitecustomize/usercustomize before that: one planted in the cwd
+    (the script lives in sub/) must not be imported."""
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    (work / "sub").mkdir(parents=True)
+    (work / "sub" / "app.py").write_text(f"open({str(home / 'done')!r}, 'w').write('ran')\n")
+    for name in ("usercustomize.py", "sitecustomize.py"):
+        (work / name).write_text(f"open({str(home / 'pwned')!r}, 'w').write({name!r})\n")
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            asked = await _exec(client, "/usr/bin/python3 sub/app.py", work)
+            assert asked["status"] == "approval-pending"
+            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-once"})
+            await wait_until(lambda: (home / "done").exists(), timeout=30)
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists()
+
+
+async def test_class4_java_from_a_writable_tree_is_never_offered_allow_always(short: Path) -> None:
+    """`java Main` loads Main.class from the cwd (classpath "."), `java App.java` compiles and runs the
+    source: nothing binds those bytes, so allow-always (which would hold while the agent rewrote them)
+    is not offered."""
+    if shutil.which("java") is None:
+        pytest.skip("no java here")
+    work = short / "w"
+    work.mkdir()
+    (work / "App.java").write_text("class App { public static void main(String[] a) {} }\n")
+    state = _state(short)
+    for command in ("java Main", "java App.java"):
+        details = await attempt(state, command, workdir=str(work))
+        assert details["status"] == "approval-pending", command
+        assert "allow-always" not in details["allowedDecisions"], command
