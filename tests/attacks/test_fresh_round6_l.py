@@ -480,6 +480,45 @@ async def test_class5_python_dash_x_first_line_runs_under_the_loader(
     assert not (home / "pwned").exists(), "the first line, which python3 -x skips, ran"
 
 
+# Class 5, how git finds its repository: gitvet.discover is "only a guide" because the run is pinned to
+# what was vetted, and "no repository" is a GIT_DIR that does not exist, except for init, clone, version
+# and help (pinned._NO_REPO), which are left to find none. `git help` does find one: it sets up gently and
+# reads the repository's config (help.format, man.viewer, man.<tool>.cmd). Where discover and git
+# disagree, git reads a config nobody vetted. git's validate_headref skips any isspace() after `ref:`
+# (`ref:\nrefs/heads/main`) and takes upper-case hex; _valid_head strips only blanks and tabs, so discover
+# sees no repository while git uses it, and `git help log` runs the man viewer that config names.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a HEAD of `ref:\\nrefs/heads/main` is a repository to git, not to gitvet.discover; "
+    "`git help` is not pinned to no repository, so git reads the unvetted config and runs man.<tool>.cmd",
+)
+async def test_class5_git_help_reads_a_repository_discover_did_not_find(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["git", "init", "-q", str(work)], check=True, env=git)
+    for key, value in (("man.viewer", "evil"), ("man.evil.cmd", f"echo owned > {home}/pwned; :")):
+        subprocess.run(["git", "-C", str(work), "config", key, value], check=True, env=git)
+    (work / ".git" / "HEAD").write_text("ref:\nrefs/heads/main\n")
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/git", arg_pattern="help .*")
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            ran = await _exec(client, "git help log", work)
+            assert not refused(ran), ran
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "git help ran the man viewer an unvetted repository config names"
+
+
 # ---------------------------------------------------------------------------------------------- held: tried
 # and did not work; kept as regressions.
 
