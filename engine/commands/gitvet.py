@@ -204,7 +204,8 @@ def _read_gitfile(path: str) -> str | None:
     return os.path.realpath(os.path.join(os.path.dirname(path), target))
 
 
-_OID = re.compile(rb"[0-9a-f]{40}([0-9a-f]{24})?")
+_OID = re.compile(rb"[0-9a-fA-F]{40}([0-9a-fA-F]{24})?")  # get_oid_hex: hexval takes either case
+_ISSPACE = b" \t\n\v\f\r"  # git skips isspace() after `ref:`
 
 
 def _valid_head(path: str) -> bool:
@@ -221,7 +222,7 @@ def _valid_head(path: str) -> bool:
             return False
         raise  # there, but not a file: a FIFO here would hang whoever reads it (git included)
     if head.startswith(b"ref:"):
-        return head[4:].lstrip(b" \t").startswith(b"refs/")
+        return head[4:].lstrip(_ISSPACE).startswith(b"refs/")
     return _OID.match(head) is not None
 
 

@@ -481,21 +481,30 @@ async def test_class5_python_dash_x_first_line_runs_under_the_loader(
 
 
 # Class 5, how git finds its repository: gitvet.discover is "only a guide" because the run is pinned to
-# what was vetted, and "no repository" is a GIT_DIR that does not exist, except for init, clone, version
-# and help (pinned._NO_REPO), which are left to find none. `git help` does find one: it sets up gently and
-# reads the repository's config (help.format, man.viewer, man.<tool>.cmd). Where discover and git
-# disagree, git reads a config nobody vetted. git's validate_headref skips any isspace() after `ref:`
-# (`ref:\nrefs/heads/main`) and takes upper-case hex; _valid_head strips only blanks and tabs, so discover
-# sees no repository while git uses it, and `git help log` runs the man viewer that config names.
+# what was vetted, and "no repository" is a GIT_DIR that does not exist, except for init, clone, version,
+# help and a bare `git` (pinned._NO_REPO), which were left to find none. `git help` (and `git --help`) does
+# find one: it sets up gently and reads the repository's config (help.format, man.viewer, man.<tool>.cmd).
+# Where discover and git disagreed, git read a config nobody vetted: git's validate_headref skips any
+# isspace() after `ref:` (`ref:\nrefs/heads/main`), _valid_head only blanks and tabs; git takes `refs` (or
+# `objects`) by access(X_OK), an executable file included, discover only a directory. Either way discover
+# saw no repository, git used it, and an allowlisted `git help log` ran the man viewer its config names.
+# Fixed: only init and clone are left unpinned (pinned._NO_REPO), and _valid_head reads HEAD as git does.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a HEAD of `ref:\\nrefs/heads/main` is a repository to git, not to gitvet.discover; "
-    "`git help` is not pinned to no repository, so git reads the unvetted config and runs man.<tool>.cmd",
-)
+def _help_repo_head(git_dir: Path) -> None:
+    (git_dir / "HEAD").write_text("ref:\nrefs/heads/main\n")
+
+
+def _help_repo_refs_file(git_dir: Path) -> None:
+    shutil.rmtree(git_dir / "refs")
+    (git_dir / "refs").write_text("#!/bin/sh\n")
+    (git_dir / "refs").chmod(0o755)
+
+
+@pytest.mark.parametrize("layout", [_help_repo_head, _help_repo_refs_file], ids=["head-newline", "refs-file"])
+@pytest.mark.parametrize("command", ["git help log", "git --help"])
 async def test_class5_git_help_reads_a_repository_discover_did_not_find(
-    short: Path, monkeypatch: pytest.MonkeyPatch
+    short: Path, monkeypatch: pytest.MonkeyPatch, layout: Any, command: str
 ) -> None:
     home = short / "home"
     home.mkdir()
@@ -505,15 +514,16 @@ async def test_class5_git_help_reads_a_repository_discover_did_not_find(
     subprocess.run(["git", "init", "-q", str(work)], check=True, env=git)
     for key, value in (("man.viewer", "evil"), ("man.evil.cmd", f"echo owned > {home}/pwned; :")):
         subprocess.run(["git", "-C", str(work), "config", key, value], check=True, env=git)
-    (work / ".git" / "HEAD").write_text("ref:\nrefs/heads/main\n")
+    layout(work / ".git")
     state = _state(short)
     write_config(state, ALLOWLIST)
-    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/git", arg_pattern="help .*")
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist(
+        "main", "/usr/bin/git", arg_pattern=".*help.*"
+    )
     async with gateway(state):
         client = await connect(state)
         try:
-            ran = await _exec(client, "git help log", work)
-            assert not refused(ran), ran
+            await _exec(client, command, work)  # asks (the config is vetted) or runs outside any repository
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "git help ran the man viewer an unvetted repository config names"
