@@ -331,9 +331,7 @@ def _git_view(b: _Builder, record: Record) -> None:
         raise PinError("its git commands use different repositories; run them as separate commands")
     (repo,) = tops
     if repo is None:
-        wants_repo = [
-            argv for argv, _ in record.repos if parse_argv(argv, "/").subcommand not in _NO_REPO
-        ]
+        wants_repo = [argv for argv, _ in record.repos if parse_argv(argv, "/").subcommand not in _NO_REPO]
         if wants_repo:
             # None was vetted, so git must use none: not one git finds (or an agent creates) after the vet.
             b.env["GIT_DIR"] = os.path.join(b.root, NO_REPOSITORY)
