@@ -529,6 +529,50 @@ async def test_class5_git_help_reads_a_repository_discover_did_not_find(
     assert not (home / "pwned").exists(), "git help ran the man viewer an unvetted repository config names"
 
 
+# Class 5, exechost's own rendering read by the interpreter's grammar: a verified script runs as the
+# interpreter's options, then `-c LOADER name` (python) or `-c '. COPY' name` (a POSIX shell) in place of
+# the script operand. When the agent ended the options with `--` (or a shell's lone `-`), the `--` stays in
+# front: `python3 -- -c LOADER app.py` would make python run a file named `-c` from the cwd, `sh -- -c …`
+# the shell. `--` was handled (the copy is then named by its /proc path); a shell's lone `-`, which ends
+# its options the same way, was not: `bash - app.sh` ran `bash - -c '. COPY' app.sh`, that is ./-c, a
+# file nobody bound or was shown. Fixed in content.bind (a lone `-` counts as `--`).
+
+
+@pytest.mark.parametrize(
+    ("command", "payload"),
+    [
+        ("/usr/bin/python3 -- app.py", "open({pwned!r}, 'w').write('owned')\n"),
+        ("sh -- app.sh", "echo owned > {pwned}\n"),
+        ("bash - app.sh", "echo owned > {pwned}\n"),
+        ("sh - app.sh", "echo owned > {pwned}\n"),
+    ],
+    ids=["python", "sh", "bash-dash", "sh-dash"],
+)
+async def test_class5_double_dash_before_the_script_runs_a_file_named_dash_c(
+    short: Path, monkeypatch: pytest.MonkeyPatch, command: str, payload: str
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    work.mkdir()
+    (work / "app.py").write_text(f"open({str(home / 'done')!r}, 'w').write('ran')\n")
+    (work / "app.sh").write_text(f"echo ran > {home}/done\n")
+    (work / "-c").write_text(payload.format(pwned=str(home / "pwned")))
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            asked = await _exec(client, command, work)
+            assert asked["status"] == "approval-pending"
+            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-once"})
+            await wait_until(lambda: (home / "done").exists() or (home / "pwned").exists(), timeout=30)
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "the run executed ./-c, not the verified script"
+
+
 # ---------------------------------------------------------------------------------------------- held: tried
 # and did not work; kept as regressions.
 
