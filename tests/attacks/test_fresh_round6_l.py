@@ -573,6 +573,51 @@ async def test_class5_double_dash_before_the_script_runs_a_file_named_dash_c(
     assert not (home / "pwned").exists(), "the run executed ./-c, not the verified script"
 
 
+# Class 4, config a trusted config includes: gitvet trusts the operator's global config "and what they
+# include", and the host view binds ~/.gitconfig read-only, but not a file it includes. The dotfiles idiom
+# `[include] path = ~/.gitconfig.local` (machine-local settings, often absent) names a file any allowlisted
+# writer creates; a diff driver defined there is selected by the tree's own .gitattributes (data), and an
+# allowlisted `git diff` runs its command (the forced `diff.external=` covers only the global one). Nothing
+# is asked at any step.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a file the operator's ~/.gitconfig includes is not read-only in the host view; the "
+    "agent defines diff.x.command there and an allowlisted `git diff` runs it",
+)
+async def test_class4_allowlisted_git_diff_runs_a_driver_from_a_planted_global_include(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[include]\n\tpath = ~/.gitconfig.local\n")
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["git", "init", "-q", str(work)], check=True, env=git)
+    (work / ".gitattributes").write_text("*.txt diff=x\n")
+    (work / "a.txt").write_text("one\n")
+    subprocess.run(["git", "-C", str(work), "add", "."], check=True, env=git)
+    (work / "a.txt").write_text("two\n")
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    store = ApprovalsStore(state / "exec-approvals.json")
+    store.add_allowlist("main", "/usr/bin/tee")
+    store.add_allowlist("main", "/usr/bin/git", arg_pattern="diff")
+    driver = f'[diff "x"]\n\tcommand = "echo owned > {home}/pwned; :"'
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            planted = await _exec(client, f"tee {home}/.gitconfig.local <<'EOF'\n{driver}\nEOF", work)
+            assert planted["status"] == "completed", planted
+            ran = await _exec(client, "git diff", work)
+            assert not refused(ran), ran
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "the allowlisted git diff ran a driver the agent defined"
+
+
 # ---------------------------------------------------------------------------------------------- held: tried
 # and did not work; kept as regressions.
 
