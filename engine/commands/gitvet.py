@@ -129,7 +129,10 @@ _PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "push": ("--receive-pack", "--exec"),
     "send-pack": ("--receive-pack", "--exec"),
     "fetch-pack": ("--upload-pack", "--exec"),
-    "archive": ("--exec",),
+    # `--remote=<repo>`: git-upload-archive runs in that repository with its own config (git clears the
+    # forced command-line config for it), where `tar.<format>.command` with `tar.<format>.remote = true`
+    # is a program; no vet read that config.
+    "archive": ("--exec", "--remote"),
     "rebase": ("-x", "--exec"),
     "grep": ("-O", "--open-files-in-pager"),
     "difftool": ("-x", "--extcmd", "-t", "--tool"),
