@@ -613,6 +613,61 @@ async def test_class4_allowlisted_git_diff_runs_a_driver_from_a_planted_global_i
     assert not (home / "pwned").exists(), "the allowlisted git diff ran a driver the agent defined"
 
 
+# Class 4, the same without the home directory: a project's virtualenv is part of the agent's tree, and
+# its python runs every `.pth` of the venv's own site-packages at start. The binder binds app.py (and the
+# interpreter, a link to the system's python); nothing binds or names the venv's site-packages (the
+# imports note skips dot directories), so after an allow-always `.venv/bin/python app.py` the agent's
+# `.pth` runs unasked.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an allow-always `.venv/bin/python app.py` runs a .pth planted in the venv's own "
+    "site-packages (the agent's tree; not bound, not named)",
+)
+async def test_class4_allow_always_venv_python_runs_a_pth_in_the_venvs_site_packages(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    work.mkdir()
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(work / ".venv")], check=True)
+    site = subprocess.run(
+        [
+            str(work / ".venv" / "bin" / "python"),
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('purelib'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (work / "app.py").write_text(f"open({str(home / 'done')!r}, 'w').write('ran')\n")
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            asked = await _exec(client, ".venv/bin/python app.py", work)
+            assert asked["status"] == "approval-pending"
+            assert "allow-always" in asked["allowedDecisions"]
+            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-always"})
+            await wait_until(lambda: (home / "done").exists(), timeout=30)
+            (home / "done").unlink()
+            line = f"import os; open({str(home / 'pwned')!r}, 'w').write('owned')"
+            planted = await _exec(client, f"tee {site}/zz.pth <<'EOF'\n{line}\nEOF", work)
+            assert planted["status"] == "completed", planted
+            again = await _exec(client, ".venv/bin/python app.py", work)
+            assert again["status"] == "completed", again
+        finally:
+            await client.close()
+    assert (home / "done").exists()
+    assert not (home / "pwned").exists(), "the venv's python ran the agent's .pth in an unasked run"
+
+
 # ---------------------------------------------------------------------------------------------- held: tried
 # and did not work; kept as regressions.
 
