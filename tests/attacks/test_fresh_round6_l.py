@@ -59,8 +59,14 @@ async def _exec(client: ControlClient, command: str, cwd: Path, **params: Any) -
     reason="open: a held background `bash -c` has a socket on stdin and sources the agent-planted "
     "~/.bashrc (missing rc files are not bound by the host view)",
 )
+@pytest.mark.parametrize(
+    "command",
+    # the verified copy runs as `bash -c '. COPY' build.sh`; make runs each recipe as `$(SHELL) -c`
+    ["bash build.sh", "make test"],
+    ids=["bash-script", "make-shell-bash"],
+)
 async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
-    short: Path, monkeypatch: pytest.MonkeyPatch
+    short: Path, monkeypatch: pytest.MonkeyPatch, command: str
 ) -> None:
     monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")  # as the daemon runs host sessions
     monkeypatch.delenv("SHLVL", raising=False)  # a gateway started by systemd / a container entrypoint
@@ -70,14 +76,15 @@ async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
     work = home / "w"
     work.mkdir()
     (work / "build.sh").write_text(f"echo built > {home}/done\n")
+    (work / "Makefile").write_text(f"SHELL := /bin/bash\ntest:\n\techo built > {home}/done\n")
     state = _state(short)
     write_config(state, ALLOWLIST)
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     async with gateway(state):
         client = await connect(state)
         try:
-            # The operator reads build.sh and allows it always (bound to its sha256).
-            asked = await _exec(client, "bash build.sh", work)
+            # The operator reads build.sh (the Makefile) and allows it always (bound to its sha256).
+            asked = await _exec(client, command, work)
             assert asked["status"] == "approval-pending"
             await client.request("approve", {"id": asked["approvalId"], "decision": "allow-always"})
             await wait_until(lambda: (home / "done").exists(), timeout=30)
@@ -87,7 +94,7 @@ async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
             planted = await _exec(client, plant, work)
             assert planted["status"] == "completed", planted
             # The allow-always entry now runs unasked, in the background, and bash sources the rc file.
-            again = await _exec(client, "bash build.sh", work, background=True)
+            again = await _exec(client, command, work, background=True)
             assert not refused(again)
             await wait_until(lambda: (home / "done").exists(), timeout=30)
         finally:
