@@ -768,3 +768,40 @@ async def test_class4_java_from_a_writable_tree_is_never_offered_allow_always(sh
         details = await attempt(state, command, workdir=str(work))
         assert details["status"] == "approval-pending", command
         assert "allow-always" not in details["allowedDecisions"], command
+
+
+async def test_class4_an_agents_stdbuf_link_preloads_no_library_from_its_directory(short: Path) -> None:
+    """GNU stdbuf preloads libstdbuf.so from the directory of its argv[0] first when argv[0] has a slash.
+    `./stdbuf -oL ls` (the agent's link to the real stdbuf, a transparent wrapper by name) beside the
+    agent's libstdbuf.so: the wrapper runs by its resolved path, so the system library is preloaded."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler here")
+    work = short / "w"
+    work.mkdir()
+    pwned = short / "pwned"
+    source = work / "evil.c"
+    source.write_text(
+        "#include <stdio.h>\n__attribute__((constructor)) static void init(void) {\n"
+        f'  FILE *f = fopen("{pwned}", "w"); if (f) {{ fputs("owned", f); fclose(f); }}\n}}\n'
+    )
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(work / "libstdbuf.so"), str(source)], check=True)
+    os.symlink("/usr/bin/stdbuf", work / "stdbuf")
+    details = await attempt(
+        _state(short), "./stdbuf -oL ls", allow=[("/usr/bin/ls", None)], workdir=str(work)
+    )
+    assert details["status"] in ("completed", "approval-pending", "denied"), details
+    assert not pwned.exists()
+
+
+async def test_class5_a_wrapper_name_on_another_program_is_not_unwrapped(short: Path) -> None:
+    """`./timeout 5 ls` where ./timeout is the agent's link to bash: read as the transparent wrapper by
+    its name it would run `bash 5 ls`, the agent's ./5. A wrapper is known by what it resolves to: it
+    asks."""
+    work = short / "w"
+    work.mkdir()
+    os.symlink("/usr/bin/bash", work / "timeout")
+    (work / "5").write_text(f"echo owned > {short}/pwned\n")
+    details = await attempt(_state(short), "./timeout 5 ls", allow=[("/usr/bin/ls", None)], workdir=str(work))
+    assert refused(details), details
+    assert not (short / "pwned").exists()
