@@ -102,6 +102,45 @@ async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
     assert not (home / "pwned").exists(), "bash sourced the agent's ~/.bashrc in an unasked run"
 
 
+# The same without any approval: a `bash -c '<chain>'` whose segments are allowlisted runs the pinned
+# re-rendering of the chain in the pinned shell the agent named (`'/usr/bin/bash' '-c' "'/usr/bin/ls';
+# '/usr/bin/ls'"`): bash with -c, a socket on stdin, so an allowlisted `ls` chain sources ~/.bashrc.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an allowlisted `bash -c 'ls; ls'` runs in bash -c with a held session's socket on "
+    "stdin, which sources the agent-planted ~/.bashrc: no approval at all",
+)
+async def test_class4_allowlisted_bash_c_chain_sources_a_planted_bashrc(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXECHOST_TEST_HOLD_SESSIONS", "1")
+    monkeypatch.delenv("SHLVL", raising=False)
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    work.mkdir()
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    store = ApprovalsStore(state / "exec-approvals.json")
+    store.add_allowlist("main", "/usr/bin/tee")
+    store.add_allowlist("main", "/usr/bin/ls")
+    store.add_allowlist("main", "/usr/bin/touch")
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            plant = f"tee {home}/.bashrc <<'EOF'\necho owned > {home}/pwned\nEOF"
+            assert (await _exec(client, plant, work))["status"] == "completed"
+            ran = await _exec(client, f"bash -c 'ls; touch {home}/done'", work, background=True)
+            assert not refused(ran), ran
+            await wait_until(lambda: (home / "done").exists(), timeout=30)
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "an allowlisted bash -c chain sourced the agent's ~/.bashrc"
+
+
 # Class 4 again, without the session host: Python runs every `.pth` file of the user's site-packages at
 # startup (a line starting `import` is executed). The host view makes a list of the operator's files
 # read-only (git/npm/cargo config, rc files); ~/.local is not on it, so an allowlisted writer plants a
