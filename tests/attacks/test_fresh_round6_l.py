@@ -104,14 +104,11 @@ async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
 
 # The same without any approval: a `bash -c '<chain>'` whose segments are allowlisted runs the pinned
 # re-rendering of the chain in the pinned shell the agent named (`'/usr/bin/bash' '-c' "'/usr/bin/ls';
-# '/usr/bin/ls'"`): bash with -c, a socket on stdin, so an allowlisted `ls` chain sources ~/.bashrc.
+# '/usr/bin/ls'"`): bash with -c, a socket on stdin, so an allowlisted `ls` chain sourced ~/.bashrc.
+# Fixed for this rendering (rendering._render adds `--norc` when the pinned shell is bash); the verified
+# script copy, exechost's argv[0] bash and a program's own `bash -c` (above) are still open.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an allowlisted `bash -c 'ls; ls'` runs in bash -c with a held session's socket on "
-    "stdin, which sources the agent-planted ~/.bashrc: no approval at all",
-)
 async def test_class4_allowlisted_bash_c_chain_sources_a_planted_bashrc(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
