@@ -245,6 +245,7 @@ def _run_words(
         and os.path.basename(item.path) != os.path.basename(own)
         and (system_owned(ARGV0_SHELL))
     ):
-        # The program still sees the name it was typed by (`xzcat`, a multi-call binary's applet).
-        return [ARGV0_SHELL, "-c", 'exec -a "$0" "$@"', item.path, own]
+        # The program still sees the name it was typed by (`xzcat`, a multi-call binary's applet). `--norc`:
+        # bash given `-c` with a socket on stdin (a held session's) would source ~/.bashrc first.
+        return [ARGV0_SHELL, "--norc", "-c", 'exec -a "$0" "$@"', item.path, own]
     return [own]
