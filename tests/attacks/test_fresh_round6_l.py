@@ -51,19 +51,28 @@ async def _exec(client: ControlClient, command: str, cwd: Path, **params: Any) -
 # top-level shell: a gateway started by systemd or as a container's entrypoint has no SHLVL). A missing
 # ~/.bashrc is not bound by the host view ("it runs in the operator's next login shell, not in
 # exechost"), so an allowlisted writer plants one, and every later bash exechost starts runs it: here an
-# allow-always `bash build.sh`, content-bound, re-run unasked in the background.
+# allow-always `bash build.sh` (or `#!/bin/bash` tool), content-bound, re-run unasked in the background.
+# Fixed where exechost itself starts bash with `-c` (a verified copy, its argv[0] bash, a `bash -c` chain:
+# `--norc`); a program's own `bash -c` (make with SHELL := /bin/bash) still sources it.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a held background `bash -c` has a socket on stdin and sources the agent-planted "
-    "~/.bashrc (missing rc files are not bound by the host view)",
-)
 @pytest.mark.parametrize(
     "command",
-    # the verified copy runs as `bash -c '. COPY' build.sh`; make runs each recipe as `$(SHELL) -c`
-    ["bash build.sh", "make test"],
-    ids=["bash-script", "make-shell-bash"],
+    [
+        # the verified copy ran as `bash -c '. COPY' build.sh`: fixed, it runs with --norc
+        pytest.param("bash build.sh", id="bash-script"),
+        pytest.param("./tool", id="bash-shebang"),
+        # make runs each recipe as `$(SHELL) -c`, a bash of make's own: still open
+        pytest.param(
+            "make test",
+            id="make-shell-bash",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open: a held background run's stdin is a socket; make's `/bin/bash -c` recipe shell "
+                "then sources the agent-planted ~/.bashrc (missing rc files are not bound by the host view)",
+            ),
+        ),
+    ],
 )
 async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
     short: Path, monkeypatch: pytest.MonkeyPatch, command: str
@@ -77,6 +86,8 @@ async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
     work.mkdir()
     (work / "build.sh").write_text(f"echo built > {home}/done\n")
     (work / "Makefile").write_text(f"SHELL := /bin/bash\ntest:\n\techo built > {home}/done\n")
+    (work / "tool").write_text(f"#!/bin/bash -e\necho built > {home}/done\n")
+    (work / "tool").chmod(0o755)
     state = _state(short)
     write_config(state, ALLOWLIST)
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
