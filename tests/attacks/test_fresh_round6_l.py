@@ -44,6 +44,16 @@ async def _exec(client: ControlClient, command: str, cwd: Path, **params: Any) -
     return details
 
 
+async def _approve_and_run(client: ControlClient, command: str, cwd: Path, done: Path) -> None:
+    """The operator approves `command` (always when offered, else once) and its run writes `done`."""
+    asked = await _exec(client, command, cwd)
+    assert asked["status"] == "approval-pending", asked
+    decision = "allow-always" if "allow-always" in asked["allowedDecisions"] else "allow-once"
+    await client.request("approve", {"id": asked["approvalId"], "decision": decision})
+    await wait_until(done.exists, timeout=30)
+    done.unlink()
+
+
 # --------------------------------------------------------------------------------------------------------
 # Class 4: a startup file the program reads by itself. The daemon's session host gives every background
 # run one socketpair for stdin and stdout; bash started with `-c` and a socket on stdin believes rshd/sshd
@@ -95,19 +105,15 @@ async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
         client = await connect(state)
         try:
             # The operator reads build.sh (the Makefile) and allows it always (bound to its sha256).
-            asked = await _exec(client, command, work)
-            assert asked["status"] == "approval-pending"
-            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-always"})
-            await wait_until(lambda: (home / "done").exists(), timeout=30)
-            (home / "done").unlink()
+            await _approve_and_run(client, command, work, home / "done")
             # The agent plants ~/.bashrc with the allowlisted tee (a heredoc is data to tee): unasked.
             plant = f"tee {home}/.bashrc <<'EOF'\necho owned > {home}/pwned\nEOF"
             planted = await _exec(client, plant, work)
             assert planted["status"] == "completed", planted
             # The allow-always entry now runs unasked, in the background, and bash sources the rc file.
             again = await _exec(client, command, work, background=True)
-            assert not refused(again)
-            await wait_until(lambda: (home / "done").exists(), timeout=30)
+            if not refused(again):
+                await wait_until(lambda: (home / "done").exists(), timeout=30)
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "bash sourced the agent's ~/.bashrc in an unasked run"
@@ -185,20 +191,14 @@ async def test_class4_allow_always_python_runs_a_planted_user_site_pth(
     async with gateway(state):
         client = await connect(state)
         try:
-            asked = await _exec(client, f"{python} app.py", work)
-            assert asked["status"] == "approval-pending"
-            assert "allow-always" in asked["allowedDecisions"]
-            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-always"})
-            await wait_until(lambda: (home / "done").exists(), timeout=30)
-            (home / "done").unlink()
+            await _approve_and_run(client, f"{python} app.py", work, home / "done")
             line = f"import os; open({str(home / 'pwned')!r}, 'w').write('owned')"
             planted = await _exec(client, f"tee {site}/zz.pth <<'EOF'\n{line}\nEOF", work)
             assert planted["status"] == "completed", planted
             again = await _exec(client, f"{python} app.py", work)
-            assert again["status"] == "completed", again
+            assert refused(again) or (home / "done").exists(), again
         finally:
             await client.close()
-    assert (home / "done").exists()
     assert not (home / "pwned").exists(), "python ran the agent's .pth in an unasked run"
 
 
@@ -223,27 +223,26 @@ async def test_class5_perl_dash_s_runs_a_script_found_on_path_not_the_bound_one(
     monkeypatch.setenv("PATH", f"{home}/bin:/usr/bin:/bin")
     work = home / "w"
     work.mkdir()
-    (work / "app.pl").write_text(f"open(F, '>', '{home}/done'); print F 'ran';\n")
+    ran = f"open(F, '>', '{home}/done'); print F 'ran';\n"
+    (work / "app.pl").write_text(ran)  # what the binder binds and shows
+    (home / "bin" / "app.pl").write_text(ran)  # what perl -S runs
+    (home / "bin" / "app.pl").chmod(0o755)
     state = _state(short)
     write_config(state, ALLOWLIST)
-    store = ApprovalsStore(state / "exec-approvals.json")
-    store.add_allowlist("main", "/usr/bin/tee")
-    store.add_allowlist("main", "/usr/bin/chmod")
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     async with gateway(state):
         client = await connect(state)
         try:
+            await _approve_and_run(client, "perl -S app.pl", work, home / "done")
             evil = f"open(F, '>', '{home}/pwned'); print F 'owned';"
             plant = f"tee {home}/bin/app.pl <<'EOF'\n{evil}\nEOF"
             assert (await _exec(client, plant, work))["status"] == "completed"
-            assert (await _exec(client, f"chmod 755 {home}/bin/app.pl", work))["status"] == "completed"
-            asked = await _exec(client, "perl -S app.pl", work)
-            assert asked["status"] == "approval-pending"
-            assert "allow-always" in asked["allowedDecisions"]  # proven: ./app.pl is bound
-            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-once"})
-            await wait_until(lambda: (home / "done").exists() or (home / "pwned").exists(), timeout=30)
+            again = await _exec(client, "perl -S app.pl", work)
+            if not refused(again):
+                await wait_until(lambda: (home / "done").exists() or (home / "pwned").exists(), timeout=30)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "the approved run executed ~/bin/app.pl, not the bound ./app.pl"
+    assert not (home / "pwned").exists(), "the saved approval ran ~/bin/app.pl, which no approval bound"
 
 
 # Class 4 through class 5: the shell grammar reads `-l` / `--login` as inert flags, but a login bash reads
@@ -276,16 +275,15 @@ async def test_class4_login_bash_script_sources_an_agent_created_bash_profile(
     async with gateway(state):
         client = await connect(state)
         try:
+            await _approve_and_run(client, "bash -l build.sh", work, home / "done")
             plant = f"tee {home}/.bash_profile <<'EOF'\necho owned > {home}/pwned\nEOF"
             assert (await _exec(client, plant, work))["status"] == "completed"
-            asked = await _exec(client, "bash -l build.sh", work)
-            assert asked["status"] == "approval-pending"
-            assert "allow-always" in asked["allowedDecisions"]
-            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-always"})
-            await wait_until(lambda: (home / "done").exists(), timeout=30)
+            again = await _exec(client, "bash -l build.sh", work)
+            if not refused(again):
+                await wait_until(lambda: (home / "done").exists() or (home / "pwned").exists(), timeout=30)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "the approved login bash ran the agent's ~/.bash_profile"
+    assert not (home / "pwned").exists(), "the saved login bash approval ran the agent's ~/.bash_profile"
 
 
 # Class 4, a PATH-like lookup: the host PATH keeps every absolute entry (hostenv.host_path) and the docs
@@ -326,8 +324,7 @@ async def test_class4_allowlisted_git_fetch_runs_ssh_from_an_agent_writable_path
             plant = f"tee {home}/bin/ssh <<'EOF'\n#!/bin/sh\necho owned > {home}/pwned\nexit 1\nEOF"
             assert (await _exec(client, plant, work))["status"] == "completed"
             assert (await _exec(client, f"chmod 755 {home}/bin/ssh", work))["status"] == "completed"
-            fetched = await _exec(client, "git fetch origin", work)
-            assert fetched["status"] in ("completed", "failed"), fetched
+            await _exec(client, "git fetch origin", work)  # foreground: done when it answers
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "the allowlisted git fetch ran the agent's ~/bin/ssh"
@@ -403,8 +400,7 @@ async def test_class5_allowlisted_git_push_to_a_path_runs_the_destinations_hooks
     async with gateway(state):
         client = await connect(state)
         try:
-            pushed = await _exec(client, f"git push {other} main", work)
-            assert not refused(pushed), pushed
+            await _exec(client, f"git push {other} main", work)
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "the allowlisted push ran the destination's pre-receive hook"
@@ -479,15 +475,10 @@ async def test_class4_allow_always_make_runs_a_rewritten_script_its_recipe_names
     async with gateway(state):
         client = await connect(state)
         try:
-            asked = await _exec(client, "make test", work)
-            assert asked["status"] == "approval-pending"
-            assert "allow-always" in asked["allowedDecisions"]
-            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-always"})
-            await wait_until(lambda: (home / "done").exists(), timeout=30)
+            await _approve_and_run(client, "make test", work, home / "done")
             plant = f"tee run.sh <<'EOF'\necho owned > {home}/pwned\nEOF"
             assert (await _exec(client, plant, work))["status"] == "completed"
-            again = await _exec(client, "make test", work)
-            assert not refused(again), again
+            await _exec(client, "make test", work)  # a foreground run: done when it answers
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "the saved make approval ran the agent's new run.sh"
@@ -660,8 +651,7 @@ async def test_class4_allowlisted_git_diff_runs_a_driver_from_a_planted_global_i
         try:
             planted = await _exec(client, f"tee {home}/.gitconfig.local <<'EOF'\n{driver}\nEOF", work)
             assert planted["status"] == "completed", planted
-            ran = await _exec(client, "git diff", work)
-            assert not refused(ran), ran
+            await _exec(client, "git diff", work)
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "the allowlisted git diff ran a driver the agent defined"
@@ -705,20 +695,14 @@ async def test_class4_allow_always_venv_python_runs_a_pth_in_the_venvs_site_pack
     async with gateway(state):
         client = await connect(state)
         try:
-            asked = await _exec(client, ".venv/bin/python app.py", work)
-            assert asked["status"] == "approval-pending"
-            assert "allow-always" in asked["allowedDecisions"]
-            await client.request("approve", {"id": asked["approvalId"], "decision": "allow-always"})
-            await wait_until(lambda: (home / "done").exists(), timeout=30)
-            (home / "done").unlink()
+            await _approve_and_run(client, ".venv/bin/python app.py", work, home / "done")
             line = f"import os; open({str(home / 'pwned')!r}, 'w').write('owned')"
             planted = await _exec(client, f"tee {site}/zz.pth <<'EOF'\n{line}\nEOF", work)
             assert planted["status"] == "completed", planted
             again = await _exec(client, ".venv/bin/python app.py", work)
-            assert again["status"] == "completed", again
+            assert refused(again) or (home / "done").exists(), again
         finally:
             await client.close()
-    assert (home / "done").exists()
     assert not (home / "pwned").exists(), "the venv's python ran the agent's .pth in an unasked run"
 
 
