@@ -706,6 +706,46 @@ async def test_class4_allow_always_venv_python_runs_a_pth_in_the_venvs_site_pack
     assert not (home / "pwned").exists(), "the venv's python ran the agent's .pth in an unasked run"
 
 
+# Class 5, how pip finds what it builds: pip's argv is read by its own grammar and the requirement files
+# it names are bound, but the lines of those files are pip's argv too (`./pkg`, `-e ./sub`, `-r more.txt`,
+# `--find-links ./dir`). A local project named only inside requirements.txt is a tree pip builds (its
+# setup.py runs to prepare metadata) that nothing binds: after an allow-always of `pip download -r
+# requirements.txt`, the agent rewrites pkg/setup.py and the saved approval runs it.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a local project named inside a bound requirements file (`./pkg`) is built by pip but "
+    "not bound; an allow-always pip run executes the rewritten pkg/setup.py unasked",
+)
+async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    (work / "pkg").mkdir(parents=True)
+    setup = "from setuptools import setup\nsetup(name='pkg', version='1')\n"
+    (work / "pkg" / "setup.py").write_text(f"open({str(home / 'done')!r}, 'w').write('ran')\n{setup}")
+    (work / "requirements.txt").write_text("./pkg\n")
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
+    command = "/usr/bin/pip download --no-index --no-build-isolation --no-deps -d dl -r requirements.txt"
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            await _approve_and_run(client, command, work, home / "done")
+            evil = f"open({str(home / 'pwned')!r}, 'w').write('owned')"
+            plant = f"tee pkg/setup.py <<'EOF'\n{evil}\n{setup}EOF"
+            assert (await _exec(client, plant, work))["status"] == "completed"
+            await _exec(client, command, work)
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "the saved pip approval ran the agent's new pkg/setup.py"
+
+
 # ---------------------------------------------------------------------------------------------- held: tried
 # and did not work; kept as regressions.
 
