@@ -640,9 +640,22 @@ _ENTERS_SUBMODULES = frozenset(
 )  # fmt: skip
 
 
+def _long(word: str, option: str) -> bool:
+    """Whether `word` (`--name` or `--name=value`) is the long `option` as git's parse-options reads it:
+    the name whole or any prefix of it (git takes a unique prefix: `--upload-pa=CMD` is `--upload-pack`).
+    A prefix another option shares counts too: it asks when git would have refused it, never the reverse."""
+    head = word.split("=", 1)[0]
+    return option.startswith("--") and head.startswith("--") and len(head) > 2 and option.startswith(head)
+
+
 def _enters_submodules(word: str) -> bool:
-    if word.startswith("--recurse-submodules="):
-        return word.split("=", 1)[1] not in ("no", "false", "off")
+    name, eq, value = word.partition("=")
+    if _long(name, "--recurse-submodules"):
+        return not eq or value not in ("no", "false", "off")
+    if _long(name, "--ignore-submodules"):
+        return bool(eq) and value in ("none", "untracked")
+    if _long(name, "--submodule"):
+        return not eq or value in ("diff", "log")
     return word in _ENTERS_SUBMODULES
 
 
@@ -667,7 +680,7 @@ def _argv_programs(args: _Argv) -> list[Finding]:
             short = len(option) == 2
             if (
                 word == option
-                or (not short and word.startswith(option + "="))
+                or (not short and _long(word, option))
                 or (short and word.startswith(option) and not word.startswith("--"))
             ):
                 return [Finding("git", "the command line", f"`git {sub} {option}`, which names a program")]

@@ -746,6 +746,47 @@ async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
     assert not (home / "pwned").exists(), "the saved pip approval ran the agent's new pkg/setup.py"
 
 
+# Class 5, how git parses its options: gitvet asks for the few options that name a program
+# (`fetch|ls-remote --upload-pack`, `push --receive-pack|--exec`, `rebase --exec`, …) and for those that
+# enter submodules, matching each word whole (or `option=`). git's parse-options takes any unique prefix
+# of a long option: `--upload-pa=CMD` is `--upload-pack=CMD`, run through the shell for a local remote,
+# so an allowlisted `git ls-remote` (or fetch, clone, push, rebase) ran the agent's command. Fixed:
+# gitvet._long reads a long option as parse-options does (any prefix), for these and the submodule ones.
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git ls-remote --upload-pa='touch {pwned}; git-upload-pack' .",
+        "git fetch --upload-pac='touch {pwned}; git-upload-pack' .",
+        "git fetch --upload-pack='touch {pwned}; git-upload-pack' .",
+    ],
+    ids=["ls-remote", "fetch", "fetch-whole"],
+)
+async def test_class5_git_takes_an_abbreviated_program_option(
+    short: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    subprocess.run(
+        ["git", "init", "-q", str(work)], check=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    )
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist(
+        "main", "/usr/bin/git", arg_pattern="(ls-remote|fetch) .*"
+    )
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            await _exec(client, command.format(pwned=home / "pwned"), work)
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "git ran the command an abbreviated --upload-pack named"
+
+
 # ---------------------------------------------------------------------------------------------- held: tried
 # and did not work; kept as regressions.
 
