@@ -681,7 +681,9 @@ def _argv_programs(args: _Argv) -> list[Finding]:
             if (
                 word == option
                 or (not short and _long(word, option))
-                or (short and word.startswith(option) and not word.startswith("--"))
+                # parse-options clusters short options: `-qu CMD` is `-q -u CMD`. The letter anywhere in
+                # the cluster counts (inside an earlier option's attached value it asks needlessly).
+                or (short and word.startswith("-") and not word.startswith("--") and option[1] in word[1:])
             ):
                 return [Finding("git", "the command line", f"`git {sub} {option}`, which names a program")]
     return []

@@ -751,7 +751,8 @@ async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
 # enter submodules, matching each word whole (or `option=`). git's parse-options takes any unique prefix
 # of a long option: `--upload-pa=CMD` is `--upload-pack=CMD`, run through the shell for a local remote,
 # so an allowlisted `git ls-remote` (or fetch, clone, push, rebase) ran the agent's command. Fixed:
-# gitvet._long reads a long option as parse-options does (any prefix), for these and the submodule ones.
+# gitvet._long reads a long option as parse-options does (any prefix), for these and the submodule ones;
+# a short one counts anywhere in a cluster (`git clone -qu CMD` ran CMD too).
 
 
 @pytest.mark.parametrize(
@@ -760,8 +761,10 @@ async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
         "git ls-remote --upload-pa='touch {pwned}; git-upload-pack' .",
         "git fetch --upload-pac='touch {pwned}; git-upload-pack' .",
         "git fetch --upload-pack='touch {pwned}; git-upload-pack' .",
+        # a short option clustered behind another: `-qu CMD` is `-q -u CMD`
+        "git -C {home} clone -qu 'touch {pwned}; git-upload-pack' file://{work} {home}/dst",
     ],
-    ids=["ls-remote", "fetch", "fetch-whole"],
+    ids=["ls-remote", "fetch", "fetch-whole", "clone-cluster"],
 )
 async def test_class5_git_takes_an_abbreviated_program_option(
     short: Path, monkeypatch: pytest.MonkeyPatch, command: str
@@ -776,12 +779,12 @@ async def test_class5_git_takes_an_abbreviated_program_option(
     state = _state(short)
     write_config(state, ALLOWLIST)
     ApprovalsStore(state / "exec-approvals.json").add_allowlist(
-        "main", "/usr/bin/git", arg_pattern="(ls-remote|fetch) .*"
+        "main", "/usr/bin/git", arg_pattern="(-C \\S+ )?(ls-remote|fetch|clone) .*"
     )
     async with gateway(state):
         client = await connect(state)
         try:
-            await _exec(client, command.format(pwned=home / "pwned"), work)
+            await _exec(client, command.format(pwned=home / "pwned", work=work, home=home), work)
         finally:
             await client.close()
     assert not (home / "pwned").exists(), "git ran the command an abbreviated --upload-pack named"
