@@ -668,6 +668,10 @@ def _argv_programs(args: _Argv) -> list[Finding]:
             break
         if _enters_submodules(word):
             return [Finding("git", "the command line", f"`{word}`, which runs git inside submodules")]
+    if "--" in sub:
+        # git's internal helpers (`submodule--helper foreach CMD`, `bisect--helper`, `web--browse`, …) are
+        # the machinery behind commands that run programs, each a subcommand of its own: none is for agents.
+        return [Finding("git", "the command line", f"`git {sub}`, an internal helper of git's")]
     if sub in _PROGRAM_SUBCOMMANDS:
         first = next((w for w in args.rest if not w.startswith("-")), None)
         if first is None or first not in _SAFE_SUBCOMMAND_WORDS.get(sub, frozenset()):

@@ -790,6 +790,47 @@ async def test_class5_git_takes_an_abbreviated_program_option(
     assert not (home / "pwned").exists(), "git ran the command an abbreviated --upload-pack named"
 
 
+# Class 5, which git subcommands run programs: gitvet asks for `git submodule` unless its first word is
+# status or summary, so an operator's `submodule .*` argPattern (for `git submodule status`) looks safe.
+# git's internal builtins are subcommands as well: `git submodule--helper foreach CMD` runs CMD in every
+# checked-out submodule, and it was on no list. Fixed: every `<x>--<y>` subcommand (git's internal helpers)
+# asks (gitvet._argv_programs).
+
+
+async def test_class5_git_internal_submodule_helper_foreach_runs_a_command(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["git", "init", "-q", str(work)], check=True, env=git)
+    subprocess.run(["git", "init", "-q", str(work / "sub")], check=True, env=git)
+    subprocess.run(
+        ["git", "-C", str(work / "sub"), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q",
+         "--allow-empty", "-m", "s"],
+        check=True,
+        env=git,
+    )  # fmt: skip
+    (work / ".gitmodules").write_text('[submodule "sub"]\n\tpath = sub\n\turl = ./sub\n')
+    subprocess.run(
+        ["git", "-C", str(work), "add", "sub", ".gitmodules"], check=True, env=git, capture_output=True
+    )
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist(
+        "main", "/usr/bin/git", arg_pattern="submodule.*"
+    )
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            await _exec(client, f"git submodule--helper foreach 'touch {home}/pwned'", work)
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "git submodule--helper foreach ran the agent's command"
+
+
 # ---------------------------------------------------------------------------------------------- held: tried
 # and did not work; kept as regressions.
 
