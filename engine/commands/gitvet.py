@@ -159,6 +159,7 @@ _PROGRAM_SUBCOMMANDS = frozenset(
         "mergetool",
         "credential",
         "upload-pack",
+        "upload-archive",  # serves a request from stdin in the repository it names, with that config
         "receive-pack",
         "shell",
         "remote-ext",

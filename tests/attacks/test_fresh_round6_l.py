@@ -831,6 +831,49 @@ async def test_class5_git_internal_submodule_helper_foreach_runs_a_command(
     assert not (home / "pwned").exists(), "git submodule--helper foreach ran the agent's command"
 
 
+# The same list misses `git upload-archive <repo>` (upload-pack and receive-pack are on it): it enters the
+# named repository and serves an archive request read from stdin, with that repository's config, where a
+# `tar.<format>.command` marked `remote = true` runs. git reads its input as data (stdindata), so the
+# request comes in a heredoc. Fixed: upload-archive is on gitvet._PROGRAM_SUBCOMMANDS.
+
+
+async def test_class5_git_upload_archive_runs_the_named_repositorys_tar_filter(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    other = home / "other.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(other)], check=True, env=git)
+    work = home / "w"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True, env=git)
+    subprocess.run(
+        ["git", "-C", str(work), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q",
+         "--allow-empty", "-m", "x"],
+        check=True,
+        env=git,
+    )  # fmt: skip
+    subprocess.run(["git", "-C", str(work), "push", "-q", str(other), "main"], check=True, env=git)
+    for key, value in (
+        ("tar.evil.command", f"sh -c 'echo owned > {home}/pwned; cat'"),
+        ("tar.evil.remote", "true"),
+    ):
+        subprocess.run(["git", "-C", str(other), "config", key, value], check=True, env=git)
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/git")
+    request = "001bargument --format=evil\n0012argument main\n0000"
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            # from a directory that is no repository (in one, the pinned GIT_COMMON_DIR hides other's config)
+            await _exec(client, f"git upload-archive {other} <<'EOF'\n{request}\nEOF", home)
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "git upload-archive ran the repository's tar filter"
+
+
 # ---------------------------------------------------------------------------------------------- held: tried
 # and did not work; kept as regressions.
 
