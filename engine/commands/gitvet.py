@@ -160,6 +160,7 @@ _PROGRAM_SUBCOMMANDS = frozenset(
         "credential",
         "upload-pack",
         "upload-archive",  # serves a request from stdin in the repository it names, with that config
+        "for-each-repo",  # runs `git -C <each value of a config key> <its own argv>`: a git line unvetted
         "receive-pack",
         "shell",
         "remote-ext",

@@ -874,6 +874,35 @@ async def test_class5_git_upload_archive_runs_the_named_repositorys_tar_filter(
     assert not (home / "pwned").exists(), "git upload-archive ran the repository's tar filter"
 
 
+# `git for-each-repo --config=<key> -- <args>` runs `git -C <value> <args>` for every value of a config
+# key: its arguments are a git command line of their own, whose `-c alias.x=!CMD x` no vet reads (gitvet
+# vets `-c` before the subcommand), and the key can be any inert one the repository sets
+# (`branch.x.description = .`). It was on no list of subcommands that run programs; fixed: it is.
+
+
+async def test_class5_git_for_each_repo_runs_an_unvetted_git_command_line(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = short / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = home / "w"
+    git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["git", "init", "-q", str(work)], check=True, env=git)
+    subprocess.run(["git", "-C", str(work), "config", "branch.x.description", "."], check=True, env=git)
+    state = _state(short)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/git")
+    command = f"git for-each-repo --config=branch.x.description -- -c 'alias.x=!touch {home}/pwned' x"
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            await _exec(client, command, work)
+        finally:
+            await client.close()
+    assert not (home / "pwned").exists(), "git for-each-repo ran an alias from its own argv"
+
+
 # ---------------------------------------------------------------------------------------------- held: tried
 # and did not work; kept as regressions.
 
