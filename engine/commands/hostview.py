@@ -68,6 +68,14 @@ def bwrap_path() -> str | None:
     return sysbin.which("bwrap")
 
 
+# Files the operator's shells run by themselves: at start (rc, profile, env) and when a login shell ends
+# (~/.bash_logout is in Debian's /etc/skel; zsh reads ~/.zlogin after ~/.zshrc and ~/.zlogout at exit).
+RC_FILES = (
+    ".bashrc", ".bash_profile", ".bash_login", ".profile", ".bash_logout",
+    ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".zlogout",
+)  # fmt: skip
+
+
 def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bool]]:
     """(path, bind even when missing): files the gateway trusts (gitvet reads the global and system git
     config, treecode the operator's npm and cargo config) or the operator runs (shell rc files). A missing
@@ -86,10 +94,7 @@ def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bo
     present = [p for p in cargo if os.path.lexists(p)]
     if not present and os.path.isdir(os.path.dirname(cargo[0])) and not _scratch_cargo(environ):
         present = [cargo[0]]  # none yet: the one cargo would read first, made read-only
-    rc = [
-        os.path.join(home, name)
-        for name in (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zshenv", ".zprofile")
-    ]
+    rc = [os.path.join(home, name) for name in RC_FILES]
     return [(p, True) for p in always + present] + [(p, False) for p in rc]
 
 
