@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine import sysbin
 from engine.commands import hostkeeper
@@ -50,11 +50,16 @@ INSTALL_HINT = (
 class Outside:
     """What the gateway holds outside the state dir, named by its config (the caller's: this layer reads
     no config): files no host command may read (the nodes' SSH identity files: whoever holds one speaks
-    to that node as the gateway), and directories no host command may change (the agents' socket's: one
-    agent's `rm` would take it from every other)."""
+    to that node as the gateway), directories no host command may change (the agents' socket's: one
+    agent's `rm` would take it from every other), files the gateway reads to decide (its config file,
+    a seccomp profile, known_hosts files: read-only), the home's directories the operator lets host
+    commands write (`[tools.exec] hostWritable`), and the run's own workdir (per run: writable)."""
 
     hidden: tuple[str, ...] = ()
     readonly: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()
+    workdir: str | None = None
 
 
 NOTHING_OUTSIDE = Outside()
@@ -166,88 +171,176 @@ def _scratch_cargo(environ: dict[str, str] | None) -> bool:
         return False
 
 
+def home_dir(environ: dict[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
+    return os.path.realpath(env.get("HOME") or os.path.expanduser("~"))
+
+
+def _inside(path: str, root: str) -> bool:
+    """`path` is `root` or below it (both already resolved)."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def protected(
+    state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
+) -> list[str]:
+    """Every path the view keeps from the run's writes (resolved, present or not): the trusted configs
+    and rc files, the trusted dirs, the state dir, what `outside` names, and the PATH's directories (a
+    program found there runs in the gateway's later commands). No writable root may hold one."""
+    env = os.environ if environ is None else environ
+    paths = [p for p, _always in trusted_configs(environ)]
+    paths += [os.path.join(home_dir(environ), name) for name in RC_FILES]
+    paths += [*trusted_dirs(environ), state, *outside.hidden, *outside.readonly, *outside.files]
+    paths += [p for p in env.get("PATH", "").split(":") if p.startswith("/")]
+    return sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})
+
+
+def writable_roots(
+    state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
+) -> list[str]:
+    """The directories of the home bound back writable: the operator's `hostWritable` ones, and the run's
+    workdir unless one of them holds it. Outside the home everything is writable as before: nothing to
+    bind there."""
+    configured = _configured_roots(state, environ, outside)
+    workdir = _workdir_root(state, environ, outside, configured)
+    return configured if workdir is None else [*configured, workdir]
+
+
+def _configured_roots(state: str, environ: dict[str, str] | None, outside: Outside) -> list[str]:
+    """`hostWritable`'s directories in the home; refused (HostViewError, naming the key) when one is
+    the home itself or holds a protected path."""
+    home = home_dir(environ)
+    roots: list[str] = []
+    for given in outside.writable:
+        root = os.path.realpath(os.path.expanduser(given))
+        if not _inside(root, home) or not os.path.isdir(root):
+            continue  # outside the home it is writable already; a missing one has nothing to write
+        holds = (
+            [home] if root == home else [p for p in protected(state, environ, outside) if _inside(p, root)]
+        )
+        if holds:
+            raise HostViewError(
+                f"[tools.exec] hostWritable names {given}, which holds {holds[0]} (the home directory, or a "
+                "file the gateway or the operator's shells trust): name a directory that holds none"
+            )
+        roots.append(root)
+    return roots
+
+
+def _workdir_root(
+    state: str, environ: dict[str, str] | None, outside: Outside, configured: list[str]
+) -> str | None:
+    """The run's workdir, when it is in the home outside every configured root: bound writable for this
+    run. Refused (HostViewError) when it is the home, holds a protected path, or lies in a dot-directory
+    of the home (~/.local, ~/.config: where programs keep their code and config)."""
+    home = home_dir(environ)
+    if outside.workdir is None:
+        return None
+    cwd = os.path.realpath(outside.workdir)
+    if not _inside(cwd, home) or any(_inside(cwd, r) for r in configured):
+        return None
+    holds = [p for p in protected(state, environ, outside) if _inside(p, cwd)]
+    dotted = any(part.startswith(".") for part in os.path.relpath(cwd, home).split(os.sep))
+    if cwd == home or holds or dotted:
+        what = (
+            "the home directory" if cwd == home else f"holding {holds[0]}" if holds else "in a dot-directory"
+        )
+        raise HostViewError(
+            f"the workdir {outside.workdir} is {what}: in the home, gateway-host commands may write only "
+            "their workdir, a project directory that holds no file the gateway or the operator's shells "
+            'trust; run in one, add a directory to [tools.exec] hostWritable, or set hostView = "none"'
+        )
+    return cwd
+
+
+def _changeable(directory: str) -> bool:
+    """Whether a host command could rename an entry of `directory`: the gateway's user may write it (a
+    root gateway: any), or group or others may (/tmp)."""
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return False
+    return os.access(directory, os.W_OK) or bool(st.st_mode & 0o022)
+
+
+def _fixed_ancestors(paths: list[str], home: str) -> list[str]:
+    """The directories above `paths` a host command could rename (their parent is changeable), outermost
+    first: each is bound over itself, so it is a mountpoint in the view and no rename moves it (a
+    protected file's directory renamed away would leave its path to a directory the command makes).
+    Inside the read-only home no name can change: none needed there."""
+    found: set[str] = set()
+    for path in paths:
+        here = os.path.dirname(path)
+        while here != os.sep and here:
+            if os.path.isdir(here) and not _inside(here, home) and _changeable(os.path.dirname(here)):
+                found.add(here)
+            here = os.path.dirname(here)
+    return sorted(found, key=lambda d: (d.count(os.sep), d))
+
+
 def view_args(
     state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
 ) -> list[str]:
-    """The bwrap operations of the host view: the gateway's own inputs read-only, the state dir covered
-    (after them: a state dir inside the install is still covered), the trusted configs read-only, what
-    the gateway holds outside the state dir (`outside`) hidden or read-only."""
+    """The bwrap operations of the host view: the home read-only as a whole, then the writable roots
+    (hostWritable, the run's workdir) bound back writable over it; the gateway's own inputs read-only,
+    the state dir covered (after them: a state dir inside the install is still covered), the trusted
+    configs read-only (a link's target outside the home too), what the gateway holds outside the state
+    dir (`outside`) hidden or read-only, and every directory above a protected path or the home that a
+    command could rename fixed in place first."""
+    home = home_dir(environ)
+    roots = writable_roots(state, environ, outside)
     configs = trusted_configs(environ)
     args: list[str] = []
+    if home != os.sep and os.path.isdir(home):
+        args += ["--ro-bind", home, home]
+    for root in roots:
+        args += ["--bind", root, root]
     for d in [*trusted_dirs(environ), *outside.readonly]:
-        if os.path.isdir(d) and not _under(d, state):
+        if os.path.isdir(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
             args += ["--ro-bind", d, d]
     args += ["--tmpfs", state]
     for path in outside.hidden:
         if os.path.exists(path) and not _under(path, state):
             args += ["--ro-bind", _empty_file(state), path]
     if _scratch_cargo(environ):
-        # for the view's cargo caches (the host gets an empty directory, the mountpoint, and keeps it
-        # empty), where no config can be written
+        # for the view's cargo caches, where no config can be written; the host keeps an empty directory,
+        # the mountpoint (made here: in the view the home is read-only by then)
         cargo = _cargo_home(environ)
+        os.makedirs(cargo, exist_ok=True)
         args += ["--tmpfs", cargo]
         for name in ("config.toml", "config"):
             args += ["--ro-bind", _empty_file(state), os.path.join(cargo, name)]
+    bound: list[str] = [home, state, *roots]
     for path, always in configs:
         if os.path.exists(path):
-            args += ["--ro-bind", path, path]
-        elif always and not os.path.lexists(path) and _creatable(path):
-            # an empty read-only file: reads as no config, never written, never made by the command
+            if not _inside(os.path.realpath(path), home):  # in the home: read-only with it
+                args += ["--ro-bind", path, path]
+            bound += [os.path.realpath(path)]
+        elif (
+            always
+            and not os.path.lexists(path)
+            and not _inside(os.path.realpath(path), home)
+            and _creatable(path)
+        ):
+            # outside the home (an XDG_CONFIG_HOME elsewhere): an empty read-only file reads as no config,
+            # never written, never made by the command
             args += ["--ro-bind", _empty_file(state), path]
-    locked = _link_parents([path for path, _always in configs])
-    if locked:
-        _make_mountpoints(args, locked)
-    return ["--dev-bind", "/", "/", *(op for parent in locked for op in _lock_names(parent)), *args]
+            bound += [os.path.abspath(path)]
+    for path in outside.files:
+        if os.path.exists(path) and not _under(path, state):
+            args += ["--ro-bind", path, path]
+            bound += [os.path.realpath(path)]
+    bound += [*trusted_dirs(environ), *outside.readonly, *outside.hidden]
+    fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
+    return ["--dev-bind", "/", "/", *(op for d in fixed for op in ("--bind", d, d)), *args]
 
 
-def _link_parents(paths: list[str]) -> list[str]:
-    """The directories holding a link on the way to a trusted config (~/.gitconfig -> dotfiles/gitconfig)
-    that this user, and so a host command, could replace. bwrap binds the link's target: the link itself
-    is no mountpoint, and re-pointed it would make the agent's file the operator's trusted config."""
-    found: list[str] = []
-    for path in paths:
-        here = ""
-        for part in path.strip(os.sep).split(os.sep):
-            here = os.path.join(here or os.sep, part)
-            parent = os.path.dirname(here)
-            if os.path.islink(here) and os.access(parent, os.W_OK) and parent not in found:
-                found.append(parent)
-            if not os.path.lexists(here):
-                break
-    return found
-
-
-def _lock_names(parent: str) -> list[str]:
-    """`parent` read-only, each of its entries bound back writable over it, except its links: what is in
-    it stays as writable as before, but no name in it can be made, removed or re-pointed. First in the
-    view: every later operation binds over these (their sources are the host's)."""
-    ops = ["--ro-bind", parent, parent]
-    with os.scandir(parent) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            if not entry.is_symlink():  # -try: one removed on the host meanwhile is no failed run
-                ops += ["--dev-bind-try", entry.path, entry.path]
-    return ops
-
-
-def _make_mountpoints(ops: list[str], locked: list[str]) -> None:
-    """Make on the host, as bwrap would, the missing mountpoints of `ops` in a locked directory: in the
-    view it is read-only by then (what lies in a tmpfs of `ops` is bwrap's to make there)."""
-    scratch: list[str] = []
-    for i, op in enumerate(ops):
-        if op == "--tmpfs":
-            dest, is_dir = ops[i + 1], True
-        elif op in ("--ro-bind", "--bind", "--dev-bind"):
-            dest, is_dir = ops[i + 2], os.path.isdir(ops[i + 1])
-        else:
-            continue
-        if os.path.lexists(dest) or any(_under(dest, t) for t in scratch):
-            pass
-        elif any(_under(dest, p) for p in locked):
-            os.makedirs(dest if is_dir else os.path.dirname(dest), exist_ok=True)
-            if not is_dir:
-                os.close(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
-        if op == "--tmpfs":
-            scratch.append(dest)
+def needs_own_view(state: str, outside: Outside) -> bool:
+    """Whether the run's workdir must be bound writable in a view of its own (it is in the home, outside
+    every hostWritable root): the kept view holds no run's workdir. Refused as writable_roots refuses."""
+    if outside.workdir is None or not _inside(os.path.realpath(outside.workdir), home_dir()):
+        return False
+    return _workdir_root(state, None, outside, _configured_roots(state, None, outside)) is not None
 
 
 def kept_prefix(
@@ -257,9 +350,9 @@ def kept_prefix(
     pass and close), the keeper made or re-made here when `make` (blocking a few ms); None when there is
     no helper, or no keeper ready and `make` is false."""
     helper = hostkeeper.helper_path()
-    if helper is None:
+    if helper is None or needs_own_view(state, outside):
         return None
-    ops = view_args(state, outside=outside)
+    ops = view_args(state, outside=replace(outside, workdir=None))
     key = hostkeeper.view_key(bwrap, helper, state, ops)
     keeper = hostkeeper.current(key, state)
     if keeper is None and make:

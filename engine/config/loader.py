@@ -240,6 +240,19 @@ class _Checker:
                 if problem is not None:
                     raise self.error(parts, f"{problem} and can never be inert")
             return list(value)
+        if kind == "hostdirs":
+            for item in self.strlist(value, parts):
+                if not (item.startswith("/") or item == "~" or item.startswith("~/")):
+                    raise self.error(parts, f"{item!r} is not an absolute directory (or one under ~/)")
+                if any(word in ("..", ".") for word in item.split("/")) or "\x00" in item:
+                    raise self.error(
+                        parts, f"{item!r} holds a `.` or `..` component: name the directory itself"
+                    )
+                if item.rstrip("/") in ("~", ""):
+                    raise self.error(
+                        parts, f"{item!r} is the home directory or /: name a directory inside it"
+                    )
+            return list(value)
         if kind == "treesafe":
             for item in self.strlist(value, parts):
                 if "/" in item or not item.strip() or is_interpreter(item) or runs_others(item):

@@ -62,6 +62,7 @@ class ExecConfig:
     # "bwrap": gateway-host runs see no state dir and read-only trusted configs (engine.commands.hostview);
     # "none": they see the host as the gateway does (the operator's opt-out where bwrap cannot run).
     host_view: str = "bwrap"
+    host_writable: list[str] = field(default_factory=list)  # absolute, `~` expanded at use
 
 
 @dataclass

@@ -110,6 +110,9 @@ EXEC_KEYS: dict[str, Spec | Table] = {
     "maxSessionsPerAgent": Spec("max_sessions_per_agent", "int", minimum=1),
     "maxOutputBytesPerAgent": Spec("max_output_bytes_per_agent", "int", minimum=1024 * 1024),
     "hostView": Spec("host_view", "enum", ("bwrap", "none")),
+    # Directories of the home (besides each run's workdir) gateway-host commands may write
+    # (engine.commands.hostview: the rest of the home is read-only in the host view).
+    "hostWritable": Spec("host_writable", "hostdirs"),
 }
 ELEVATED_KEYS: dict[str, Spec | Table] = {"enabled": Spec("enabled", "bool")}
 DOCKER_KEYS: dict[str, Spec | Table] = {

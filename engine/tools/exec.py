@@ -299,7 +299,9 @@ class ExecTool:
         try:
             cwd_fd = self._cwd_fd(prepared)
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
-            view = await self._pinned(prepared, run, anchor, host=self._host_view(prepared, ctx))
+            view = await self._pinned(
+                prepared, run, anchor, host=self._host_view(prepared, ctx), agent_id=ctx.agent_id
+            )
             spec = self._spec(prepared, call, ctx, run.command, detached=detached)
             # The cwd checked against the decided directory in the view itself when it can (the fd then
             # closed before the command), else in the shell.
@@ -335,7 +337,13 @@ class ExecTool:
         return True
 
     async def _pinned(
-        self, prepared: Prepared, run: VerifiedRun, anchor: str | None = None, *, host: bool = False
+        self,
+        prepared: Prepared,
+        run: VerifiedRun,
+        anchor: str | None = None,
+        *,
+        host: bool = False,
+        agent_id: str = "main",
     ) -> PinnedView:
         """The private view the run starts in: the state dir hidden and the trusted configs read-only
         (`host`), git pointed at the repository vetted, every file a host tool or a script takes code
@@ -346,12 +354,12 @@ class ExecTool:
             # once its keeper is up (made in a thread: bwrap runs then)
             if not host:
                 return PinnedView()
-            outside = host_outside(self._config())
+            outside = host_outside(self._config(), agent_id, prepared.cwd)
             kept = kept_host_view(outside)
             if kept is not None:
                 return kept
             return await asyncio.to_thread(pinned_view, None, host=True, outside=outside)
-        outside = host_outside(self._config()) if host else NOTHING_OUTSIDE
+        outside = host_outside(self._config(), agent_id, prepared.cwd) if host else NOTHING_OUTSIDE
         return await asyncio.to_thread(view_for, d.tree, run, anchor, host=host, outside=outside)
 
     @staticmethod

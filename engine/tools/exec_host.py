@@ -32,10 +32,12 @@ KEEP_BYTES = OUTPUT_CAP * 4  # bytes enough for OUTPUT_CAP chars of any UTF-8
 BYTE_CAP = 32 << 20  # bytes one stream may write before the run is killed (`yes` would run to its timeout)
 
 
-def host_outside(config: Config) -> Outside:
-    """What the gateway holds outside the state dir, for the host view to hide: every node's SSH identity
-    file and the Docker engine's sockets; and the agents' socket's directory (read-only: the socket stays
-    reachable, never removable)."""
+def host_outside(config: Config, agent_id: str = "main", workdir: str | None = None) -> Outside:
+    """What the gateway holds outside the state dir, for the host view: every node's SSH identity file and
+    the Docker engine's sockets hidden; the agents' socket's directory read-only (the socket stays
+    reachable, never removable); every file the gateway reads from its config to decide read-only (the
+    config file itself, a seccomp profile, known_hosts files); the operator's `hostWritable` dirs and
+    the run's `workdir`, writable in the home that is read-only otherwise."""
     keys = sorted(
         {
             os.path.abspath(os.path.expanduser(n.identity_file))
@@ -43,8 +45,20 @@ def host_outside(config: Config) -> Outside:
             if n.identity_file
         }
     )
+    read = {str(config.path)} if config.exists else set()
+    read |= {os.path.expanduser(n.known_hosts) for n in config.nodes.values() if n.known_hosts}
+    profiles = [config.sandbox.docker.seccomp_profile] + [
+        a.sandbox.get("docker", {}).get("seccomp_profile") for a in config.agents.values()
+    ]
+    read |= {os.path.expanduser(p) for p in profiles if isinstance(p, str) and p.startswith(("/", "~"))}
     sock = config.gateway.agent_socket
-    return Outside(hidden=tuple(keys) + engine_sockets(), readonly=(os.path.dirname(sock),) if sock else ())
+    return Outside(
+        hidden=tuple(keys) + engine_sockets(),
+        readonly=(os.path.dirname(sock),) if sock else (),
+        files=tuple(sorted(os.path.abspath(p) for p in read)),
+        writable=tuple(config.exec_for(agent_id).host_writable),
+        workdir=workdir,
+    )
 
 
 def engine_sockets() -> tuple[str, ...]:
@@ -162,7 +176,7 @@ class LocalExecHost:
             host = config.exec_for(agent_id).host_view != "none"
             if host:
                 refuse_hidden_cwd(cwd, str(state_dir()))
-            outside = host_outside(config)
+            outside = host_outside(config, agent_id, cwd)
             view = await asyncio.to_thread(view_for, decided.tree, run, anchor, host=host, outside=outside)
         except HostViewError as exc:
             run.close()

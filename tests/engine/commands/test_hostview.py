@@ -51,8 +51,8 @@ def test_trusted_configs_are_read_only_present_or_not(state_dir: Path, tmp_path:
     )
     assert (home / ".gitconfig").read_text() == "[user]\n\tname = op\n"
     assert "name = op" in done.stdout
-    # A missing one is an empty read-only file in the view: git reads nothing from it, nothing writes it.
-    assert not (home / ".config" / "git" / "config").read_text()
+    # A missing one stays missing: the home is read-only as a whole, so nothing makes it.
+    assert not (home / ".config" / "git" / "config").exists()
 
 
 @needs_bwrap
@@ -132,24 +132,34 @@ def test_the_session_host_reads_a_wrapped_exit_as_the_view_does() -> None:
 
 
 @needs_bwrap
-def test_a_linked_config_keeps_its_link_and_the_home_stays_writable(state_dir: Path, tmp_path: Path) -> None:
+def test_a_linked_config_keeps_its_link_and_only_the_workdir_is_writable(
+    state_dir: Path, tmp_path: Path
+) -> None:
     """~/.gitconfig -> dotfiles/gitconfig: the link cannot be re-pointed or removed, the file it names is
-    read-only; every other file and directory in the home is as writable as before, and git reads it."""
+    read-only, and git reads it; the home is read-only as a whole but for the run's workdir."""
     home = Path.home()
     (home / "dotfiles").mkdir()
     (home / "dotfiles" / "gitconfig").write_text("[user]\n\tname = op\n")
     (home / ".gitconfig").symlink_to("dotfiles/gitconfig")
     (home / "notes").write_text("a\n")
-    done = _run(
-        f"cd {home}; git config --global user.name; echo b >> notes && echo notes-ok; "
-        "echo c > dotfiles/new && echo dotfiles-ok; rm -f .gitconfig || echo rm-refused; "
-        f"ln -sfn {tmp_path}/g .gitconfig || echo ln-refused; echo x >> .gitconfig || echo config-ro",
-        tmp_path,
+    (home / "proj").mkdir()
+    view = pinned_view(None, host=True, outside=hostview.Outside(workdir=str(home / "proj")))
+    script = (
+        f"cd {home}; git config --global user.name; echo b >> notes || echo notes-ro; "
+        "echo c > dotfiles/new || echo dotfiles-ro; rm -f .gitconfig || echo rm-refused; "
+        f"ln -sfn {tmp_path}/g .gitconfig || echo ln-refused; echo x >> .gitconfig || echo config-ro; "
+        "echo d > proj/made && echo proj-ok"
     )
+    try:
+        argv = view.wrap(["/bin/sh", "-c", script])
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=view.fds)
+    finally:
+        view.close()
     out = done.stdout.split()
-    assert out == ["op", "notes-ok", "dotfiles-ok", "rm-refused", "ln-refused", "config-ro"], done.stderr
+    assert out == ["op", "notes-ro", "dotfiles-ro", "rm-refused", "ln-refused", "config-ro", "proj-ok"], done
     assert os.readlink(home / ".gitconfig") == "dotfiles/gitconfig"
-    assert (home / "notes").read_text() == "a\nb\n" and (home / "dotfiles" / "new").read_text() == "c\n"
+    assert (home / "notes").read_text() == "a\n" and not (home / "dotfiles" / "new").exists()
+    assert (home / "proj" / "made").read_text() == "d\n"
 
 
 @needs_bwrap

@@ -1,0 +1,116 @@
+"""The host view's home is read-only as a whole (issue 27, "prefer what is allowed"): a list of protected
+files in a writable home always misses the next one, and a protected file's directory could be renamed
+away (a bind is a mountpoint, its parent is not), leaving its path to a directory the command makes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from engine.commands import hostview
+from engine.commands.pinned import pinned_view
+from engine.config.loader import ConfigError, load_config
+from tests.helpers.bwrap import needs_bwrap
+
+
+def _run(script: str, outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> str:
+    view = pinned_view(None, host=True, outside=outside)
+    try:
+        argv = view.wrap(["/bin/sh", "-c", script])
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=view.fds)
+    finally:
+        view.close()
+    return done.stdout + done.stderr
+
+
+@needs_bwrap
+def test_renaming_a_protected_files_directory_plants_no_xdg_git_config(state_dir: Path) -> None:
+    """The lead's attack: `mv ~/.config ~/.c2 && mkdir -p ~/.config/git && printf … > ~/.config/git/config`
+    plants the operator's XDG git config (core.fsmonitor runs a program at every git status)."""
+    home = Path.home()
+    (home / ".config" / "git").mkdir(parents=True)
+    (home / ".config" / "git" / "config").write_text("[user]\n\tname = op\n")
+    _run(
+        f"mv {home}/.config {home}/.c2; mkdir -p {home}/.config/git; "
+        f"printf '[core]\\n\\tfsmonitor = touch {home}/pwned\\n' > {home}/.config/git/config"
+    )
+    assert (home / ".config" / "git" / "config").read_text() == "[user]\n\tname = op\n"
+    assert not (home / ".c2").exists()
+
+
+@needs_bwrap
+def test_nothing_in_the_home_is_writable_but_the_workdir(state_dir: Path) -> None:
+    """Not a list: the user site's .pth, a missing ~/.bashrc, ~/bin on PATH, an include of ~/.gitconfig —
+    whatever a program reads from the home next — none can be made or changed; the workdir can."""
+    home = Path.home()
+    (home / "proj").mkdir()
+    site = home / ".local" / "lib" / "python3" / "site-packages"
+    targets = [site / "zz.pth", home / ".bashrc", home / "bin" / "ssh", home / ".gitconfig.local"]
+    script = "; ".join(f"mkdir -p {t.parent}; echo x > {t}" for t in targets)
+    out = _run(
+        f"{script}; echo y > {home}/proj/f && echo proj-ok", hostview.Outside(workdir=str(home / "proj"))
+    )
+    assert "proj-ok" in out, out
+    assert not any(t.exists() for t in targets)
+    assert (home / "proj" / "f").read_text() == "y\n"
+
+
+@needs_bwrap
+def test_a_config_outside_the_home_cannot_be_written_or_its_directory_renamed(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The gateway's config file outside the state dir (`--config`, $EXECHOST_CONFIG): read-only, and
+    every directory above it that a command could rename is a mountpoint in the view."""
+    conf_dir = tmp_path / "opconf"
+    conf_dir.mkdir()
+    config = conf_dir / "exechost.toml"
+    config.write_text("# the operator's\n")
+    out = _run(
+        f"echo x >> {config}; mv {conf_dir} {tmp_path}/o2; mv {tmp_path} {tmp_path}.2; "
+        f"mkdir -p {conf_dir}; echo forged > {config}; echo end",
+        hostview.Outside(files=(str(config),)),
+    )
+    assert "end" in out
+    assert config.read_text() == "# the operator's\n"
+    assert not (tmp_path / "o2").exists() and not Path(f"{tmp_path}.2").exists()
+
+
+@pytest.mark.parametrize("where", ["home", "dot", "holds-ssh"])
+def test_a_workdir_that_is_the_home_or_holds_what_it_trusts_is_refused(state_dir: Path, where: str) -> None:
+    home = Path.home()
+    (home / ".ssh").mkdir(exist_ok=True)
+    (home / ".local" / "x").mkdir(parents=True, exist_ok=True)
+    workdir = {"home": home, "dot": home / ".local" / "x", "holds-ssh": home}[where]
+    with pytest.raises(hostview.HostViewError, match=r"hostWritable"):
+        hostview.view_args(str(state_dir), outside=hostview.Outside(workdir=str(workdir)))
+
+
+def test_host_writable_dirs_are_bound_writable_and_checked(state_dir: Path) -> None:
+    home = Path.home()
+    (home / ".cache").mkdir()
+    ops = hostview.view_args(str(state_dir), outside=hostview.Outside(writable=("~/.cache",)))
+    assert ["--bind", str(home / ".cache"), str(home / ".cache")] == ops[ops.index(str(home)) + 2 :][:3]
+    (home / ".config" / "git").mkdir(parents=True)
+    with pytest.raises(hostview.HostViewError, match="hostWritable names ~/.config"):
+        hostview.view_args(str(state_dir), outside=hostview.Outside(writable=("~/.config",)))
+
+
+@pytest.mark.parametrize("value", ['["~"]', '["rel/dir"]', '["~/a/../.."]', '"~/x"', '["/"]'])
+def test_host_writable_config_errors_name_file_key_and_line(state_dir: Path, value: str) -> None:
+    path = state_dir / "config.toml"
+    path.write_text(f'[tools.exec]\nask = "on-miss"\nhostWritable = {value}\n')
+    os.chmod(path, 0o600)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    text = str(info.value)
+    assert "hostWritable" in text and str(path) in text and "3" in text, text
+
+
+def test_host_writable_reaches_the_exec_config(state_dir: Path) -> None:
+    path = state_dir / "config.toml"
+    path.write_text('[tools.exec]\nhostWritable = ["~/.cache", "/srv/build"]\n')
+    os.chmod(path, 0o600)
+    assert load_config(path).exec.host_writable == ["~/.cache", "/srv/build"]
