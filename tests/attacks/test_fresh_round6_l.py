@@ -63,7 +63,8 @@ async def _approve_and_run(client: ControlClient, command: str, cwd: Path, done:
 # exechost"), so an allowlisted writer plants one, and every later bash exechost starts runs it: here an
 # allow-always `bash build.sh` (or `#!/bin/bash` tool), content-bound, re-run unasked in the background.
 # Fixed where exechost itself starts bash with `-c` (a verified copy, its argv[0] bash, a `bash -c` chain:
-# `--norc`); a program's own `bash -c` (make with SHELL := /bin/bash) still sources it.
+# `--norc`); a program's own `bash -c` (make with SHELL := /bin/bash) sourced it until the home became
+# read-only as a whole in the host view (nothing plants an rc file there now).
 
 
 @pytest.mark.parametrize(
@@ -72,16 +73,9 @@ async def _approve_and_run(client: ControlClient, command: str, cwd: Path, done:
         # the verified copy ran as `bash -c '. COPY' build.sh`: fixed, it runs with --norc
         pytest.param("bash build.sh", id="bash-script"),
         pytest.param("./tool", id="bash-shebang"),
-        # make runs each recipe as `$(SHELL) -c`, a bash of make's own: still open
-        pytest.param(
-            "make test",
-            id="make-shell-bash",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: a held background run's stdin is a socket; make's `/bin/bash -c` recipe shell "
-                "then sources the agent-planted ~/.bashrc (missing rc files are not bound by the host view)",
-            ),
-        ),
+        # make runs each recipe as `$(SHELL) -c`, a bash of make's own: no ~/.bashrc can be planted (the
+        # home is read-only in the host view)
+        pytest.param("make test", id="make-shell-bash"),
     ],
 )
 async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
@@ -94,9 +88,9 @@ async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
     monkeypatch.setenv("HOME", str(home))
     work = home / "w"
     work.mkdir()
-    (work / "build.sh").write_text(f"echo built > {home}/done\n")
-    (work / "Makefile").write_text(f"SHELL := /bin/bash\ntest:\n\techo built > {home}/done\n")
-    (work / "tool").write_text(f"#!/bin/bash -e\necho built > {home}/done\n")
+    (work / "build.sh").write_text(f"echo built > {short}/done\n")
+    (work / "Makefile").write_text(f"SHELL := /bin/bash\ntest:\n\techo built > {short}/done\n")
+    (work / "tool").write_text(f"#!/bin/bash -e\necho built > {short}/done\n")
     (work / "tool").chmod(0o755)
     state = _state(short)
     write_config(state, ALLOWLIST)
@@ -105,18 +99,18 @@ async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
         client = await connect(state)
         try:
             # The operator reads build.sh (the Makefile) and allows it always (bound to its sha256).
-            await _approve_and_run(client, command, work, home / "done")
+            await _approve_and_run(client, command, work, short / "done")
             # The agent plants ~/.bashrc with the allowlisted tee (a heredoc is data to tee): unasked.
-            plant = f"tee {home}/.bashrc <<'EOF'\necho owned > {home}/pwned\nEOF"
+            plant = f"tee {home}/.bashrc <<'EOF'\necho owned > {short}/pwned\nEOF"
             planted = await _exec(client, plant, work)
             assert planted["status"] == "completed", planted
             # The allow-always entry now runs unasked, in the background, and bash sources the rc file.
             again = await _exec(client, command, work, background=True)
             if not refused(again):
-                await wait_until(lambda: (home / "done").exists(), timeout=30)
+                await wait_until(lambda: (short / "done").exists(), timeout=30)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "bash sourced the agent's ~/.bashrc in an unasked run"
+    assert not (short / "pwned").exists(), "bash sourced the agent's ~/.bashrc in an unasked run"
 
 
 # The same without any approval: a `bash -c '<chain>'` whose segments are allowlisted runs the pinned
@@ -145,14 +139,14 @@ async def test_class4_allowlisted_bash_c_chain_sources_a_planted_bashrc(
     async with gateway(state):
         client = await connect(state)
         try:
-            plant = f"tee {home}/.bashrc <<'EOF'\necho owned > {home}/pwned\nEOF"
+            plant = f"tee {home}/.bashrc <<'EOF'\necho owned > {short}/pwned\nEOF"
             assert (await _exec(client, plant, work))["status"] == "completed"
-            ran = await _exec(client, f"bash -c 'ls; touch {home}/done'", work, background=True)
+            ran = await _exec(client, f"bash -c 'ls; touch {short}/done'", work, background=True)
             assert not refused(ran), ran
-            await wait_until(lambda: (home / "done").exists(), timeout=30)
+            await wait_until(lambda: (short / "done").exists(), timeout=30)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "an allowlisted bash -c chain sourced the agent's ~/.bashrc"
+    assert not (short / "pwned").exists(), "an allowlisted bash -c chain sourced the agent's ~/.bashrc"
 
 
 # Class 4 again, without the session host: Python runs every `.pth` file of the user's site-packages at
@@ -162,11 +156,6 @@ async def test_class4_allowlisted_bash_c_chain_sources_a_planted_bashrc(
 # runs the agent's line first, unasked, in the foreground.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an allow-always `python3 app.py` runs a .pth an allowlisted writer planted in the "
-    "user site-packages (~/.local is writable in the host view; python reads it at every start)",
-)
 async def test_class4_allow_always_python_runs_a_planted_user_site_pth(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -184,36 +173,33 @@ async def test_class4_allow_always_python_runs_a_planted_user_site_pth(
     Path(site).mkdir(parents=True)  # the operator's own `pip install --user` made it
     work = home / "w"
     work.mkdir()
-    (work / "app.py").write_text(f"open({str(home / 'done')!r}, 'w').write('ran')\n")
+    (work / "app.py").write_text(f"open({str(short / 'done')!r}, 'w').write('ran')\n")
     state = _state(short)
     write_config(state, ALLOWLIST)
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     async with gateway(state):
         client = await connect(state)
         try:
-            await _approve_and_run(client, f"{python} app.py", work, home / "done")
-            line = f"import os; open({str(home / 'pwned')!r}, 'w').write('owned')"
+            await _approve_and_run(client, f"{python} app.py", work, short / "done")
+            line = f"import os; open({str(short / 'pwned')!r}, 'w').write('owned')"
             planted = await _exec(client, f"tee {site}/zz.pth <<'EOF'\n{line}\nEOF", work)
             assert planted["status"] == "completed", planted
             again = await _exec(client, f"{python} app.py", work)
-            assert refused(again) or (home / "done").exists(), again
+            assert refused(again) or (short / "done").exists(), again
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "python ran the agent's .pth in an unasked run"
+    assert not (short / "pwned").exists(), "python ran the agent's .pth in an unasked run"
 
 
 # Class 5: how perl finds its program. `perl -S app.pl` searches PATH for app.pl (perlrun: "-S makes Perl
 # use the PATH environment variable to search for the program") and never looks in the cwd; the grammar
 # reads `-S` as an inert flag, so the binder binds ./app.pl in the cwd, proves it, shows its digest and
 # offers allow-always. With a directory the agent can write on PATH (~/bin, which Debian's ~/.profile puts
-# there), the approved run executes the agent's ~/bin/app.pl, bytes nobody was shown or bound.
+# there), the approved run executes the agent's ~/bin/app.pl, bytes nobody was shown or bound. Closed by
+# construction: no directory on a host run's PATH is the agent's to write (the home is read-only in the
+# host view; a writable entry outside it is dropped, hostenv.host_path). `-S` is still read as inert.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `perl -S app.pl` runs app.pl found on PATH, while the binder binds ./app.pl (-S read "
-    "as an inert flag): the approval shows and binds one file and perl runs another",
-)
 async def test_class5_perl_dash_s_runs_a_script_found_on_path_not_the_bound_one(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,7 +209,7 @@ async def test_class5_perl_dash_s_runs_a_script_found_on_path_not_the_bound_one(
     monkeypatch.setenv("PATH", f"{home}/bin:/usr/bin:/bin")
     work = home / "w"
     work.mkdir()
-    ran = f"open(F, '>', '{home}/done'); print F 'ran';\n"
+    ran = f"open(F, '>', '{short}/done'); print F 'ran';\n"
     (work / "app.pl").write_text(ran)  # what the binder binds and shows
     (home / "bin" / "app.pl").write_text(ran)  # what perl -S runs
     (home / "bin" / "app.pl").chmod(0o755)
@@ -233,16 +219,16 @@ async def test_class5_perl_dash_s_runs_a_script_found_on_path_not_the_bound_one(
     async with gateway(state):
         client = await connect(state)
         try:
-            await _approve_and_run(client, "perl -S app.pl", work, home / "done")
-            evil = f"open(F, '>', '{home}/pwned'); print F 'owned';"
+            await _approve_and_run(client, "perl -S app.pl", work, short / "done")
+            evil = f"open(F, '>', '{short}/pwned'); print F 'owned';"
             plant = f"tee {home}/bin/app.pl <<'EOF'\n{evil}\nEOF"
             assert (await _exec(client, plant, work))["status"] == "completed"
             again = await _exec(client, "perl -S app.pl", work)
             if not refused(again):
-                await wait_until(lambda: (home / "done").exists() or (home / "pwned").exists(), timeout=30)
+                await wait_until(lambda: (short / "done").exists() or (short / "pwned").exists(), timeout=30)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "the saved approval ran ~/bin/app.pl, which no approval bound"
+    assert not (short / "pwned").exists(), "the saved approval ran ~/bin/app.pl, which no approval bound"
 
 
 # Class 4 through class 5: the shell grammar reads `-l` / `--login` as inert flags, but a login bash reads
@@ -253,11 +239,6 @@ async def test_class5_perl_dash_s_runs_a_script_found_on_path_not_the_bound_one(
 # proven) runs it first.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `bash -l x.sh` is proven bound (-l read as inert) but a login bash sources a "
-    "~/.bash_profile the agent created (missing rc files are creatable in the host view)",
-)
 async def test_class4_login_bash_script_sources_an_agent_created_bash_profile(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -268,22 +249,22 @@ async def test_class4_login_bash_script_sources_an_agent_created_bash_profile(
     monkeypatch.setenv("HOME", str(home))
     work = home / "w"
     work.mkdir()
-    (work / "build.sh").write_text(f"echo built > {home}/done\n")
+    (work / "build.sh").write_text(f"echo built > {short}/done\n")
     state = _state(short)
     write_config(state, ALLOWLIST)
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     async with gateway(state):
         client = await connect(state)
         try:
-            await _approve_and_run(client, "bash -l build.sh", work, home / "done")
-            plant = f"tee {home}/.bash_profile <<'EOF'\necho owned > {home}/pwned\nEOF"
+            await _approve_and_run(client, "bash -l build.sh", work, short / "done")
+            plant = f"tee {home}/.bash_profile <<'EOF'\necho owned > {short}/pwned\nEOF"
             assert (await _exec(client, plant, work))["status"] == "completed"
             again = await _exec(client, "bash -l build.sh", work)
             if not refused(again):
-                await wait_until(lambda: (home / "done").exists() or (home / "pwned").exists(), timeout=30)
+                await wait_until(lambda: (short / "done").exists() or (short / "pwned").exists(), timeout=30)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "the saved login bash approval ran the agent's ~/.bash_profile"
+    assert not (short / "pwned").exists(), "the saved login bash approval ran the agent's ~/.bash_profile"
 
 
 # Class 4, a PATH-like lookup: the host PATH keeps every absolute entry (hostenv.host_path) and the docs
@@ -293,11 +274,6 @@ async def test_class4_login_bash_script_sources_an_agent_created_bash_profile(
 # forced `core.sshCommand=ssh` is found on PATH, so an allowlisted `git fetch` runs the agent's ~/bin/ssh.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: PATH entries the agent can write (~/bin) are trusted; an allowlisted `git fetch` of an "
-    "ssh remote runs the `ssh` the agent planted there",
-)
 async def test_class4_allowlisted_git_fetch_runs_ssh_from_an_agent_writable_path_entry(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -321,13 +297,13 @@ async def test_class4_allowlisted_git_fetch_runs_ssh_from_an_agent_writable_path
     async with gateway(state):
         client = await connect(state)
         try:
-            plant = f"tee {home}/bin/ssh <<'EOF'\n#!/bin/sh\necho owned > {home}/pwned\nexit 1\nEOF"
+            plant = f"tee {home}/bin/ssh <<'EOF'\n#!/bin/sh\necho owned > {short}/pwned\nexit 1\nEOF"
             assert (await _exec(client, plant, work))["status"] == "completed"
             assert (await _exec(client, f"chmod 755 {home}/bin/ssh", work))["status"] == "completed"
             await _exec(client, "git fetch origin", work)  # foreground: done when it answers
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "the allowlisted git fetch ran the agent's ~/bin/ssh"
+    assert not (short / "pwned").exists(), "the allowlisted git fetch ran the agent's ~/bin/ssh"
 
 
 # Class 4, startup files the operator runs: the host view binds the rc files present read-only
@@ -381,10 +357,10 @@ async def test_class5_allowlisted_git_push_to_a_path_runs_the_destinations_hooks
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
-    other = home / "other.git"
+    other = short / "other.git"  # outside the home, which is read-only in the host view
     subprocess.run(["git", "init", "-q", "--bare", str(other)], check=True, env=git)
     hook = other / "hooks" / "pre-receive"
-    hook.write_text(f"#!/bin/sh\necho owned > {home}/pwned\n")
+    hook.write_text(f"#!/bin/sh\necho owned > {short}/pwned\n")
     hook.chmod(0o755)
     work = home / "w"
     subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True, env=git)
@@ -403,7 +379,7 @@ async def test_class5_allowlisted_git_push_to_a_path_runs_the_destinations_hooks
             await _exec(client, f"git push {other} main", work)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "the allowlisted push ran the destination's pre-receive hook"
+    assert not (short / "pwned").exists(), "the allowlisted push ran the destination's pre-receive hook"
 
 
 # The same for `git archive --remote=<path>`: git-upload-archive runs in the remote repository with that
@@ -430,7 +406,7 @@ async def test_class5_allowlisted_git_archive_remote_runs_the_remotes_tar_filter
     )  # fmt: skip
     subprocess.run(["git", "-C", str(work), "push", "-q", str(other), "main"], check=True, env=git)
     for key, value in (
-        ("tar.evil.command", f"sh -c 'echo owned > {home}/pwned; cat'"),
+        ("tar.evil.command", f"sh -c 'echo owned > {short}/pwned; cat'"),
         ("tar.evil.remote", "true"),
     ):
         subprocess.run(["git", "-C", str(other), "config", key, value], check=True, env=git)
@@ -445,7 +421,7 @@ async def test_class5_allowlisted_git_archive_remote_runs_the_remotes_tar_filter
             await _exec(client, f"git archive --remote={other} --format=evil main", work)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "the allowlisted archive ran the remote's tar filter"
+    assert not (short / "pwned").exists(), "the allowlisted archive ran the remote's tar filter"
 
 
 # Class 4, the tree a build tool runs: allow-always on `make test` binds the Makefile's digest (and make
@@ -468,20 +444,20 @@ async def test_class4_allow_always_make_runs_a_rewritten_script_its_recipe_names
     work = home / "w"
     work.mkdir()
     (work / "Makefile").write_text("test:\n\tsh run.sh\n")
-    (work / "run.sh").write_text(f"echo tested > {home}/done\n")
+    (work / "run.sh").write_text(f"echo tested > {short}/done\n")
     state = _state(short)
     write_config(state, ALLOWLIST)
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     async with gateway(state):
         client = await connect(state)
         try:
-            await _approve_and_run(client, "make test", work, home / "done")
-            plant = f"tee run.sh <<'EOF'\necho owned > {home}/pwned\nEOF"
+            await _approve_and_run(client, "make test", work, short / "done")
+            plant = f"tee run.sh <<'EOF'\necho owned > {short}/pwned\nEOF"
             assert (await _exec(client, plant, work))["status"] == "completed"
             await _exec(client, "make test", work)  # a foreground run: done when it answers
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "the saved make approval ran the agent's new run.sh"
+    assert not (short / "pwned").exists(), "the saved make approval ran the agent's new run.sh"
 
 
 # Class 5, exechost's own emulation of an interpreter: `python3 -x app.py` skips the script's first line
@@ -503,8 +479,8 @@ async def test_class5_python_dash_x_first_line_runs_under_the_loader(
     work = home / "w"
     work.mkdir()
     (work / "app.py").write_text(
-        f"open({str(home / 'pwned')!r}, 'w').write('skipped line ran')\n"
-        f"open({str(home / 'done')!r}, 'w').write('ran')\n"
+        f"open({str(short / 'pwned')!r}, 'w').write('skipped line ran')\n"
+        f"open({str(short / 'done')!r}, 'w').write('ran')\n"
     )
     state = _state(short)
     write_config(state, ALLOWLIST)
@@ -514,10 +490,10 @@ async def test_class5_python_dash_x_first_line_runs_under_the_loader(
             asked = await _exec(client, "/usr/bin/python3 -x app.py", work)
             assert asked["status"] == "approval-pending"
             await client.request("approve", {"id": asked["approvalId"], "decision": "allow-once"})
-            await wait_until(lambda: (home / "done").exists(), timeout=30)
+            await wait_until(lambda: (short / "done").exists(), timeout=30)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "the first line, which python3 -x skips, ran"
+    assert not (short / "pwned").exists(), "the first line, which python3 -x skips, ran"
 
 
 # Class 5, how git finds its repository: gitvet.discover is "only a guide" because the run is pinned to
@@ -552,7 +528,7 @@ async def test_class5_git_help_reads_a_repository_discover_did_not_find(
     work = home / "w"
     git = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     subprocess.run(["git", "init", "-q", str(work)], check=True, env=git)
-    for key, value in (("man.viewer", "evil"), ("man.evil.cmd", f"echo owned > {home}/pwned; :")):
+    for key, value in (("man.viewer", "evil"), ("man.evil.cmd", f"echo owned > {short}/pwned; :")):
         subprocess.run(["git", "-C", str(work), "config", key, value], check=True, env=git)
     layout(work / ".git")
     state = _state(short)
@@ -566,7 +542,7 @@ async def test_class5_git_help_reads_a_repository_discover_did_not_find(
             await _exec(client, command, work)  # asks (the config is vetted) or runs outside any repository
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "git help ran the man viewer an unvetted repository config names"
+    assert not (short / "pwned").exists(), "git help ran the man viewer an unvetted repository config names"
 
 
 # Class 5, exechost's own rendering read by the interpreter's grammar: a verified script runs as the
@@ -596,9 +572,9 @@ async def test_class5_double_dash_before_the_script_runs_a_file_named_dash_c(
     monkeypatch.setenv("HOME", str(home))
     work = home / "w"
     work.mkdir()
-    (work / "app.py").write_text(f"open({str(home / 'done')!r}, 'w').write('ran')\n")
-    (work / "app.sh").write_text(f"echo ran > {home}/done\n")
-    (work / "-c").write_text(payload.format(pwned=str(home / "pwned")))
+    (work / "app.py").write_text(f"open({str(short / 'done')!r}, 'w').write('ran')\n")
+    (work / "app.sh").write_text(f"echo ran > {short}/done\n")
+    (work / "-c").write_text(payload.format(pwned=str(short / "pwned")))
     state = _state(short)
     write_config(state, ALLOWLIST)
     async with gateway(state):
@@ -607,10 +583,10 @@ async def test_class5_double_dash_before_the_script_runs_a_file_named_dash_c(
             asked = await _exec(client, command, work)
             assert asked["status"] == "approval-pending"
             await client.request("approve", {"id": asked["approvalId"], "decision": "allow-once"})
-            await wait_until(lambda: (home / "done").exists() or (home / "pwned").exists(), timeout=30)
+            await wait_until(lambda: (short / "done").exists() or (short / "pwned").exists(), timeout=30)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "the run executed ./-c, not the verified script"
+    assert not (short / "pwned").exists(), "the run executed ./-c, not the verified script"
 
 
 # Class 4, config a trusted config includes: gitvet trusts the operator's global config "and what they
@@ -621,11 +597,6 @@ async def test_class5_double_dash_before_the_script_runs_a_file_named_dash_c(
 # is asked at any step.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a file the operator's ~/.gitconfig includes is not read-only in the host view; the "
-    "agent defines diff.x.command there and an allowlisted `git diff` runs it",
-)
 async def test_class4_allowlisted_git_diff_runs_a_driver_from_a_planted_global_include(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -645,7 +616,7 @@ async def test_class4_allowlisted_git_diff_runs_a_driver_from_a_planted_global_i
     store = ApprovalsStore(state / "exec-approvals.json")
     store.add_allowlist("main", "/usr/bin/tee")
     store.add_allowlist("main", "/usr/bin/git", arg_pattern="diff")
-    driver = f'[diff "x"]\n\tcommand = "echo owned > {home}/pwned; :"'
+    driver = f'[diff "x"]\n\tcommand = "echo owned > {short}/pwned; :"'
     async with gateway(state):
         client = await connect(state)
         try:
@@ -654,7 +625,7 @@ async def test_class4_allowlisted_git_diff_runs_a_driver_from_a_planted_global_i
             await _exec(client, "git diff", work)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "the allowlisted git diff ran a driver the agent defined"
+    assert not (short / "pwned").exists(), "the allowlisted git diff ran a driver the agent defined"
 
 
 # Class 4, the same without the home directory: a project's virtualenv is part of the agent's tree, and
@@ -688,22 +659,22 @@ async def test_class4_allow_always_venv_python_runs_a_pth_in_the_venvs_site_pack
         text=True,
         check=True,
     ).stdout.strip()
-    (work / "app.py").write_text(f"open({str(home / 'done')!r}, 'w').write('ran')\n")
+    (work / "app.py").write_text(f"open({str(short / 'done')!r}, 'w').write('ran')\n")
     state = _state(short)
     write_config(state, ALLOWLIST)
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     async with gateway(state):
         client = await connect(state)
         try:
-            await _approve_and_run(client, ".venv/bin/python app.py", work, home / "done")
-            line = f"import os; open({str(home / 'pwned')!r}, 'w').write('owned')"
+            await _approve_and_run(client, ".venv/bin/python app.py", work, short / "done")
+            line = f"import os; open({str(short / 'pwned')!r}, 'w').write('owned')"
             planted = await _exec(client, f"tee {site}/zz.pth <<'EOF'\n{line}\nEOF", work)
             assert planted["status"] == "completed", planted
             again = await _exec(client, ".venv/bin/python app.py", work)
-            assert refused(again) or (home / "done").exists(), again
+            assert refused(again) or (short / "done").exists(), again
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "the venv's python ran the agent's .pth in an unasked run"
+    assert not (short / "pwned").exists(), "the venv's python ran the agent's .pth in an unasked run"
 
 
 # Class 5, how pip finds what it builds: pip's argv is read by its own grammar and the requirement files
@@ -727,7 +698,7 @@ async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
     work = home / "w"
     (work / "pkg").mkdir(parents=True)
     setup = "from setuptools import setup\nsetup(name='pkg', version='1')\n"
-    (work / "pkg" / "setup.py").write_text(f"open({str(home / 'done')!r}, 'w').write('ran')\n{setup}")
+    (work / "pkg" / "setup.py").write_text(f"open({str(short / 'done')!r}, 'w').write('ran')\n{setup}")
     (work / "requirements.txt").write_text("./pkg\n")
     state = _state(short)
     write_config(state, ALLOWLIST)
@@ -736,14 +707,14 @@ async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
     async with gateway(state):
         client = await connect(state)
         try:
-            await _approve_and_run(client, command, work, home / "done")
-            evil = f"open({str(home / 'pwned')!r}, 'w').write('owned')"
+            await _approve_and_run(client, command, work, short / "done")
+            evil = f"open({str(short / 'pwned')!r}, 'w').write('owned')"
             plant = f"tee pkg/setup.py <<'EOF'\n{evil}\n{setup}EOF"
             assert (await _exec(client, plant, work))["status"] == "completed"
             await _exec(client, command, work)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "the saved pip approval ran the agent's new pkg/setup.py"
+    assert not (short / "pwned").exists(), "the saved pip approval ran the agent's new pkg/setup.py"
 
 
 # Class 5, how git parses its options: gitvet asks for the few options that name a program
@@ -784,10 +755,10 @@ async def test_class5_git_takes_an_abbreviated_program_option(
     async with gateway(state):
         client = await connect(state)
         try:
-            await _exec(client, command.format(pwned=home / "pwned", work=work, home=home), work)
+            await _exec(client, command.format(pwned=short / "pwned", work=work, home=home), work)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "git ran the command an abbreviated --upload-pack named"
+    assert not (short / "pwned").exists(), "git ran the command an abbreviated --upload-pack named"
 
 
 # Class 5, which git subcommands run programs: gitvet asks for `git submodule` unless its first word is
@@ -825,10 +796,10 @@ async def test_class5_git_internal_submodule_helper_foreach_runs_a_command(
     async with gateway(state):
         client = await connect(state)
         try:
-            await _exec(client, f"git submodule--helper foreach 'touch {home}/pwned'", work)
+            await _exec(client, f"git submodule--helper foreach 'touch {short}/pwned'", work)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "git submodule--helper foreach ran the agent's command"
+    assert not (short / "pwned").exists(), "git submodule--helper foreach ran the agent's command"
 
 
 # The same list misses `git upload-archive <repo>` (upload-pack and receive-pack are on it): it enters the
@@ -856,7 +827,7 @@ async def test_class5_git_upload_archive_runs_the_named_repositorys_tar_filter(
     )  # fmt: skip
     subprocess.run(["git", "-C", str(work), "push", "-q", str(other), "main"], check=True, env=git)
     for key, value in (
-        ("tar.evil.command", f"sh -c 'echo owned > {home}/pwned; cat'"),
+        ("tar.evil.command", f"sh -c 'echo owned > {short}/pwned; cat'"),
         ("tar.evil.remote", "true"),
     ):
         subprocess.run(["git", "-C", str(other), "config", key, value], check=True, env=git)
@@ -871,7 +842,7 @@ async def test_class5_git_upload_archive_runs_the_named_repositorys_tar_filter(
             await _exec(client, f"git upload-archive {other} <<'EOF'\n{request}\nEOF", home)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "git upload-archive ran the repository's tar filter"
+    assert not (short / "pwned").exists(), "git upload-archive ran the repository's tar filter"
 
 
 # `git for-each-repo --config=<key> -- <args>` runs `git -C <value> <args>` for every value of a config
@@ -893,14 +864,14 @@ async def test_class5_git_for_each_repo_runs_an_unvetted_git_command_line(
     state = _state(short)
     write_config(state, ALLOWLIST)
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/git")
-    command = f"git for-each-repo --config=branch.x.description -- -c 'alias.x=!touch {home}/pwned' x"
+    command = f"git for-each-repo --config=branch.x.description -- -c 'alias.x=!touch {short}/pwned' x"
     async with gateway(state):
         client = await connect(state)
         try:
             await _exec(client, command, work)
         finally:
             await client.close()
-    assert not (home / "pwned").exists(), "git for-each-repo ran an alias from its own argv"
+    assert not (short / "pwned").exists(), "git for-each-repo ran an alias from its own argv"
 
 
 # ---------------------------------------------------------------------------------------------- held: tried
@@ -919,7 +890,7 @@ async def test_class4_allowlisted_less_reads_no_lesskey_from_home_or_argv(
     work = home / "w"
     work.mkdir()
     (work / "f.txt").write_text("data\n")
-    lesskey = f"#env\nLESSOPEN=|touch {home}/pwned; cat %s\n"
+    lesskey = f"#env\nLESSOPEN=|touch {short}/pwned; cat %s\n"
     (home / ".lesskey").write_text(lesskey)
     (work / "k.src").write_text(lesskey)
     state = _state(short)
@@ -931,7 +902,7 @@ async def test_class4_allowlisted_less_reads_no_lesskey_from_home_or_argv(
             workdir=str(work),
         )
         assert details["status"] == "completed", (command, details)
-        assert not (home / "pwned").exists(), command
+        assert not (short / "pwned").exists(), command
 
 
 async def test_class5_rbash_is_read_as_bash_and_its_script_is_bound(short: Path) -> None:
@@ -965,9 +936,9 @@ async def test_class5_python_loader_imports_no_customize_module_from_the_cwd(
     monkeypatch.setenv("HOME", str(home))
     work = home / "w"
     (work / "sub").mkdir(parents=True)
-    (work / "sub" / "app.py").write_text(f"open({str(home / 'done')!r}, 'w').write('ran')\n")
+    (work / "sub" / "app.py").write_text(f"open({str(short / 'done')!r}, 'w').write('ran')\n")
     for name in ("usercustomize.py", "sitecustomize.py"):
-        (work / name).write_text(f"open({str(home / 'pwned')!r}, 'w').write({name!r})\n")
+        (work / name).write_text(f"open({str(short / 'pwned')!r}, 'w').write({name!r})\n")
     state = _state(short)
     write_config(state, ALLOWLIST)
     async with gateway(state):
@@ -976,10 +947,10 @@ async def test_class5_python_loader_imports_no_customize_module_from_the_cwd(
             asked = await _exec(client, "/usr/bin/python3 sub/app.py", work)
             assert asked["status"] == "approval-pending"
             await client.request("approve", {"id": asked["approvalId"], "decision": "allow-once"})
-            await wait_until(lambda: (home / "done").exists(), timeout=30)
+            await wait_until(lambda: (short / "done").exists(), timeout=30)
         finally:
             await client.close()
-    assert not (home / "pwned").exists()
+    assert not (short / "pwned").exists()
 
 
 async def test_class4_java_from_a_writable_tree_is_never_offered_allow_always(short: Path) -> None:

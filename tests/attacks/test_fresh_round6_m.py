@@ -496,11 +496,6 @@ async def test_held_a_wrapper_reached_through_the_agents_link_is_checked_at_the_
     assert "approval-stale" in details["_text"], details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's user site-packages is writable in the host view; a .pth planted there by "
-    "allowlisted mkdir/tee runs in every later python, an allow-always'd script's included",
-)
 @pytest.mark.asyncio
 async def test_class8_a_pth_file_in_the_operators_user_site_runs_in_an_approved_python(
     state_dir: Path, tmp_path: Path
@@ -662,11 +657,6 @@ async def test_class6_a_sandbox_started_again_binds_a_source_another_scope_swapp
     assert not (host_dir / "written-from-sandbox").exists(), "a restarted sandbox got a host dir read-write"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a config named by EXECHOST_CONFIG/--config outside the state dir is neither hidden nor "
-    "read-only in the host view; an allowlisted tee rewrites it and the live config turns security to full",
-)
 @pytest.mark.asyncio
 async def test_class6_an_external_config_file_is_writable_from_the_host_view(
     state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

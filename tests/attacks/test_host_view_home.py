@@ -94,7 +94,7 @@ def test_host_writable_dirs_are_bound_writable_and_checked(state_dir: Path) -> N
     ops = hostview.view_args(str(state_dir), outside=hostview.Outside(writable=("~/.cache",)))
     assert ["--bind", str(home / ".cache"), str(home / ".cache")] == ops[ops.index(str(home)) + 2 :][:3]
     (home / ".config" / "git").mkdir(parents=True)
-    with pytest.raises(hostview.HostViewError, match="hostWritable names ~/.config"):
+    with pytest.raises(hostview.HostViewError, match=r"hostWritable names ~/\.config"):
         hostview.view_args(str(state_dir), outside=hostview.Outside(writable=("~/.config",)))
 
 
