@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import sysbin
 from engine.commands.analysis import names
 from engine.results import ToolError
 
@@ -385,14 +386,24 @@ def _raise_for(blocked: list[str], invalid: list[str]) -> None:
 
 
 def host_path(value: str, prepend: Sequence[str] = ()) -> str:
-    """The PATH a host command runs (and is decided) with: `prepend` then `value`, absolute entries only.
-    An empty or relative entry is a directory execvp finds relative to the cwd — the agent's tree — so a
-    program run by name (tar's decompressor, make's shell, git's helpers) could come from there."""
+    """The PATH a host command runs (and is decided) with: `prepend` then `value`, absolute entries only,
+    and only directories no host command can change. An empty or relative entry is a directory execvp
+    finds relative to the cwd — the agent's tree — so a program run by name (tar's decompressor, make's
+    shell, git's ssh) could come from there; the same for a directory outside the home that this user
+    (and so any allowlisted writer) can change. The home is read-only in the host view: its entries stay
+    (engine.commands.hostview keeps every run's writable workdir off the PATH)."""
+    home = os.path.realpath(os.environ.get("HOME") or os.path.expanduser("~"))
     entries: list[str] = []
     for entry in [*prepend, *value.split(":")]:
-        if entry.startswith("/") and entry not in entries:
+        if entry.startswith("/") and entry not in entries and _unchangeable(entry, home):
             entries.append(entry)
     return ":".join(entries)
+
+
+def _unchangeable(entry: str, home: str) -> bool:
+    real = os.path.realpath(entry)
+    in_home = home != os.sep and (real == home or real.startswith(home + os.sep))
+    return in_home or sysbin.only_root_changes(real)
 
 
 def apply_path_prepend(env: dict[str, str], path_prepend: list[str], *, host: str) -> list[str]:

@@ -230,27 +230,51 @@ def _configured_roots(state: str, environ: dict[str, str] | None, outside: Outsi
 def _workdir_root(
     state: str, environ: dict[str, str] | None, outside: Outside, configured: list[str]
 ) -> str | None:
-    """The run's workdir, when it is in the home outside every configured root: bound writable for this
-    run. Refused (HostViewError) when it is the home, holds a protected path, or lies in a dot-directory
-    of the home (~/.local, ~/.config: where programs keep their code and config)."""
-    home = home_dir(environ)
+    """The run's workdir, when it is in the home outside every configured root and may be written: bound
+    writable for this run. Not when it is the home itself (exec's default workdir), holds a protected
+    path, or lies in a dot-directory of the home (~/.local, ~/.config: where programs keep their code
+    and config): the run then writes nothing in the home (workdir_note says so)."""
     if outside.workdir is None:
         return None
     cwd = os.path.realpath(outside.workdir)
-    if not _inside(cwd, home) or any(_inside(cwd, r) for r in configured):
+    if not _inside(cwd, home_dir(environ)) or any(_inside(cwd, r) for r in configured):
         return None
+    return cwd if _workdir_problem(state, environ, outside) is None else None
+
+
+def _workdir_problem(state: str, environ: dict[str, str] | None, outside: Outside) -> str | None:
+    home = home_dir(environ)
+    cwd = os.path.realpath(outside.workdir or home)
+    if cwd == home:
+        return "is the home directory"
     holds = [p for p in protected(state, environ, outside) if _inside(p, cwd)]
-    dotted = any(part.startswith(".") for part in os.path.relpath(cwd, home).split(os.sep))
-    if cwd == home or holds or dotted:
-        what = (
-            "the home directory" if cwd == home else f"holding {holds[0]}" if holds else "in a dot-directory"
-        )
-        raise HostViewError(
-            f"the workdir {outside.workdir} is {what}: in the home, gateway-host commands may write only "
-            "their workdir, a project directory that holds no file the gateway or the operator's shells "
-            'trust; run in one, add a directory to [tools.exec] hostWritable, or set hostView = "none"'
-        )
-    return cwd
+    if holds:
+        return f"holds {holds[0]}"
+    if any(part.startswith(".") for part in os.path.relpath(cwd, home).split(os.sep)):
+        return "is in a dot-directory of the home"
+    return None
+
+
+def workdir_note(state: str, outside: Outside) -> str | None:
+    """A warning for a run whose workdir is in the home but not writable (see _workdir_root), naming
+    what to change; None when its workdir is writable or outside the home."""
+    if outside.workdir is None or not _inside(os.path.realpath(outside.workdir), home_dir()):
+        return None
+    try:
+        if any(
+            _inside(os.path.realpath(outside.workdir), r) for r in _configured_roots(state, None, outside)
+        ):
+            return None
+    except HostViewError:
+        return None  # refused at the spawn, with its own message
+    problem = _workdir_problem(state, None, outside)
+    if problem is None:
+        return None
+    return (
+        f"The workdir {outside.workdir} {problem}: in the host view the home is read-only but for a "
+        "project workdir and [tools.exec] hostWritable, so this command writes nothing in the home; run it "
+        'in a project directory, add a directory to hostWritable, or set hostView = "none"'
+    )
 
 
 def _changeable(directory: str) -> bool:

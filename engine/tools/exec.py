@@ -21,7 +21,7 @@ from engine.approvals.pending import (
 from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import host_path, sanitize_host_env
-from engine.commands.hostview import NOTHING_OUTSIDE, HostViewError, refuse_hidden_cwd
+from engine.commands.hostview import NOTHING_OUTSIDE, HostViewError, refuse_hidden_cwd, workdir_note
 from engine.commands.pinned import (
     PinnedView,
     in_checked_cwd,
@@ -334,6 +334,9 @@ class ExecTool:
         if prepared.host != "gateway" or self._config().exec_for(ctx.agent_id).host_view == "none":
             return False
         refuse_hidden_cwd(prepared.cwd, str(state_dir()))
+        note = workdir_note(str(state_dir()), host_outside(self._config(), ctx.agent_id, prepared.cwd))
+        if note is not None and note not in prepared.warnings:
+            prepared.warnings.append(note)
         return True
 
     async def _pinned(
