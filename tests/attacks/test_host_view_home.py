@@ -78,14 +78,26 @@ def test_a_config_outside_the_home_cannot_be_written_or_its_directory_renamed(
     assert not (tmp_path / "o2").exists() and not Path(f"{tmp_path}.2").exists()
 
 
-@pytest.mark.parametrize("where", ["home", "dot", "holds-ssh"])
-def test_a_workdir_that_is_the_home_or_holds_what_it_trusts_is_refused(state_dir: Path, where: str) -> None:
+@needs_bwrap
+@pytest.mark.parametrize("where", ["home", "dot", "holds-path-entry"])
+def test_a_workdir_that_is_the_home_or_holds_what_it_trusts_is_not_writable(
+    state_dir: Path, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """exec's default workdir is $HOME; an agent may name ~/.local/lib/…/site-packages or ~/tools (holding
+    ~/tools/bin on PATH) as its workdir: none becomes writable, and the run is told which key to change."""
     home = Path.home()
-    (home / ".ssh").mkdir(exist_ok=True)
-    (home / ".local" / "x").mkdir(parents=True, exist_ok=True)
-    workdir = {"home": home, "dot": home / ".local" / "x", "holds-ssh": home}[where]
-    with pytest.raises(hostview.HostViewError, match=r"hostWritable"):
-        hostview.view_args(str(state_dir), outside=hostview.Outside(workdir=str(workdir)))
+    (home / ".local" / "x").mkdir(parents=True)
+    (home / "tools" / "bin").mkdir(parents=True)
+    monkeypatch.setenv("PATH", f"{home}/tools/bin:/usr/bin:/bin")
+    workdir = {"home": home, "dot": home / ".local" / "x", "holds-path-entry": home / "tools"}[where]
+    outside = hostview.Outside(workdir=str(workdir))
+    ops = hostview.view_args(str(state_dir), outside=outside)
+    assert not [i for i, op in enumerate(ops) if op == "--bind" and ops[i + 1] == str(workdir)], ops
+    _run(f"echo x > {workdir}/planted", outside)
+    assert not (workdir / "planted").exists()
+    note = hostview.workdir_note(str(state_dir), outside)
+    assert note is not None and "hostWritable" in note, note
+    assert hostview.workdir_note(str(state_dir), hostview.Outside(workdir=str(home / "proj"))) is None
 
 
 def test_host_writable_dirs_are_bound_writable_and_checked(state_dir: Path) -> None:
