@@ -94,6 +94,9 @@ def main() -> None:
         hostview.kept_prefix = lambda *_a, **_k: None  # type: ignore[assignment]
         own = pinned_view(None, host=True)
         hostview.kept_prefix = kept_prefix  # type: ignore[assignment]
+        # a run whose workdir is a project in the home: that dir bound writable in a bwrap of its own
+        (root / "h" / "proj").mkdir()
+        home_run = pinned_view(None, host=True, outside=hostview.Outside(workdir=str(root / "h" / "proj")))
         true = ["/bin/sh", "-c", "true"]
         results: dict[str, tuple[list[float], list[float]]] = {}
         for _ in range(3):  # interleaved, so a change in load falls on all of them alike
@@ -101,6 +104,7 @@ def main() -> None:
                 ("plain", true, ()),
                 ("kept", kept.wrap(true), kept.fds),
                 ("own bwrap", own.wrap(true), ()),
+                ("home workdir", home_run.wrap(true), ()),
             ):
                 wall, cpu = spawn(argv, fds, args.runs // 3)
                 old = results.get(name, ([], []))
@@ -111,6 +115,7 @@ def main() -> None:
                 results[name] = (old[0] + [wall], old[1] + [cpu])
         kept.close()
         own.close()
+        home_run.close()
         p = {name: sorted(w)[1] for name, (w, _) in results.items()}
         c = {name: sum(cs) / len(cs) for name, (_, cs) in results.items()}
         for name in results:
@@ -127,6 +132,12 @@ def main() -> None:
             f"{p['own bwrap']:.2f} ms",
             f"{p['plain']:.2f} ms",
             ratio(p["own bwrap"], p["plain"]),
+        )
+        record(
+            "host view, workdir in the home (bound writable: a bwrap per run), p50 (vs plain)",
+            f"{p['home workdir']:.2f} ms",
+            f"{p['plain']:.2f} ms",
+            ratio(p["home workdir"], p["plain"]),
         )
         record(
             "host view, kept: a PTY session of `sh -c true`, p50 (vs a plain PTY session)",

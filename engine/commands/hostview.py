@@ -1,5 +1,7 @@
 """Every command run on the gateway host starts in a private mount namespace where the state dir is an
-empty tmpfs and the operator's trusted config files are read-only (issue 27, fresh round 4 group A/B).
+empty tmpfs, the gateway user's home is read-only as a whole but for the run's workdir and the operator's
+`hostWritable` dirs, and what the gateway reads outside the home is read-only (issue 27, fresh round 4
+group A/B; rounds 6 l/m: a list of protected files in a writable home always missed the next one).
 
 A check of the words a command names can always be walked around (a link, /proc/self/cwd, a response
 file, a URL, a recursive walk, a file the program reads naming another); a path that is not in the
@@ -256,8 +258,8 @@ def _workdir_problem(state: str, environ: dict[str, str] | None, outside: Outsid
 
 
 def workdir_note(state: str, outside: Outside) -> str | None:
-    """A warning for a run whose workdir is in the home but not writable (see _workdir_root), naming
-    what to change; None when its workdir is writable or outside the home."""
+    """A warning for a run whose workdir, named in the home, is not writable (see _workdir_root), naming
+    what to change; None when its workdir is writable, outside the home, or the home itself."""
     if outside.workdir is None or not _inside(os.path.realpath(outside.workdir), home_dir()):
         return None
     try:
@@ -268,8 +270,8 @@ def workdir_note(state: str, outside: Outside) -> str | None:
     except HostViewError:
         return None  # refused at the spawn, with its own message
     problem = _workdir_problem(state, None, outside)
-    if problem is None:
-        return None
+    if problem is None or os.path.realpath(outside.workdir) == home_dir():
+        return None  # the home: exec's default workdir, read-only as documented (no note on every run)
     return (
         f"The workdir {outside.workdir} {problem}: in the host view the home is read-only but for a "
         "project workdir and [tools.exec] hostWritable, so this command writes nothing in the home; run it "
