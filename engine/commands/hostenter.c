@@ -9,6 +9,10 @@
                               not there to follow. By fd, not by the keeper's pid: a pid can be reused, and
                               a run prepared just before a keeper is replaced still enters the view it got.
    check-cwd CWD -- ARGV      (after bwrap's `--`) restore the terminal's signals, check the cwd, run ARGV.
+   status FD -- ARGV          (after bwrap's `--`, before check-cwd) run ARGV as a child and write its wait
+                              status ("%d\n") to FD ("-": none) before telling it as it was: bwrap tells a
+                              signal n as exit 128+n, which a command can exit with itself, so the spawner
+                              reads the command's own status from the pipe FD is (engine.sessions.host_io).
 
    CWD ("-": none) is an fd of the directory the decision was made in, opened in the gateway, in the host's
    mount namespace: the command runs only if its working directory in the view is that directory (device
@@ -106,6 +110,68 @@ static void report(int status) {
     _exit(128 + sig); /* a signal that does not end a process */
 }
 
+/* The signals a session's group gets (a terminal's, a kill's first step): the command's to die of; this
+   process waits on, to tell how the command ended. */
+static const int passed_on[] = {SIGINT, SIGQUIT, SIGTSTP, SIGTERM, SIGHUP};
+#define PASSED_ON (sizeof passed_on / sizeof *passed_on)
+
+/* Every fd from 3 up closed but `a` and `b` (-1: none). */
+static void close_all_but(int a, int b) {
+    int keep[2] = {a < b ? a : b, a < b ? b : a};
+    unsigned from = 3;
+    for (int i = 0; i < 2; i++) {
+        if (keep[i] < (int)from) continue;
+        if ((unsigned)keep[i] > from && close_range(from, (unsigned)keep[i] - 1, 0) < 0) die("close_range");
+        from = (unsigned)keep[i] + 1;
+    }
+    if (close_range(from, ~0U, 0) < 0) die("close_range");
+}
+
+static int status_then(char **argv) {
+    int fd = optional_fd(argv[0]);
+    char **command = argv + 2;
+    struct sigaction ignore = {.sa_handler = SIG_IGN}, was[PASSED_ON];
+    sigemptyset(&ignore.sa_mask);
+    for (size_t i = 0; i < PASSED_ON; i++) sigaction(passed_on[i], &ignore, &was[i]);
+    if (fd >= 0) {
+        /* Never the command's (close-on-exec), and a full pipe never holds this process up. */
+        if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) die("the status fd");
+        int flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) die("the status fd");
+    }
+    int go[2]; /* the child starts ARGV once this process holds nothing of it (EOF on go[0]) */
+    if (pipe2(go, O_CLOEXEC) < 0) die("pipe");
+    pid_t cmd = fork();
+    if (cmd < 0) die("fork");
+    if (cmd == 0) {
+        close(go[1]);
+        char byte;
+        while (read(go[0], &byte, 1) < 0 && errno == EINTR) {}
+        for (size_t i = 0; i < PASSED_ON; i++) sigaction(passed_on[i], &was[i], NULL);
+        execvp(command[0], command);
+        fprintf(stderr, "exechost: %s: %s\n", command[0], strerror(errno));
+        _exit(errno == ENOENT ? 127 : 126);
+    }
+    /* Nothing but the status fd and stdio stays open here while the command runs: a passed fd (the
+       decided directory's, which check-cwd closes in the command) held by this process would be a way
+       into the host's mounts through /proc/<pid>/fd. Nor may the command open our own pipe there. */
+    close_all_but(fd, go[1]);
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    close(go[1]);
+    int status;
+    while (waitpid(cmd, &status, 0) < 0)
+        if (errno != EINTR) die("waitpid");
+    if (fd >= 0) {
+        char text[16];
+        int n = snprintf(text, sizeof text, "%d\n", status);
+        ssize_t w = write(fd, text, (size_t)n);
+        (void)w;
+        close(fd);
+    }
+    report(status);
+    return FAIL;
+}
+
 static int enter(char **argv) {
     const char *mnt = argv[0], *user = argv[1];
     int cwdfd = optional_fd(argv[2]);
@@ -192,10 +258,11 @@ static int enter(char **argv) {
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "keep")) return keep();
     if (argc >= 7 && !strcmp(argv[1], "enter") && !strcmp(argv[5], "--")) return enter(argv + 2);
+    if (argc >= 5 && !strcmp(argv[1], "status") && !strcmp(argv[3], "--")) return status_then(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "check-cwd") && !strcmp(argv[3], "--")) {
         run_checked(optional_fd(argv[2]), argv + 4);
     }
     fprintf(stderr, "usage: exechost-hostenter keep | enter MNT-FD USER-FD|- CWD-FD|- -- COMMAND... | "
-                    "check-cwd CWD-FD|- -- COMMAND...\n");
+                    "check-cwd CWD-FD|- -- COMMAND... | status FD|- -- COMMAND...\n");
     return 2;
 }
