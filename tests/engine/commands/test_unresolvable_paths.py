@@ -63,3 +63,44 @@ def test_a_cwd_that_cannot_be_resolved_misses(
     result = decide("cat x", root / "here")
     assert not result.satisfied
     assert "could not be resolved" in (result.segments[0].reason or "")
+
+
+def test_a_flood_of_events_never_holds_a_decision_in_the_drain(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A racer renaming in a watched directory makes events as fast as a drain reads them: the drain reads
+    a bounded amount, then takes everything as changed (the rest is read next time), never spins (a
+    decision of the round-4 G racer test hung there for minutes)."""
+    import struct
+
+    from engine.commands import which
+
+    work = tmp_path.resolve()
+    which.real_path(str(work))  # the watch is open and has something cached
+    watch = which.WATCH
+    event = struct.pack("iIII", 1, 0x100, 0, 16) + b"x".ljust(16, b"\0")  # IN_CREATE of `x`
+
+    class Flood:
+        reads = 0
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(os, name)
+
+        def read(self, fd: int, size: int) -> bytes:
+            if fd != watch.fd:
+                return os.read(fd, size)
+            self.reads += 1
+            if self.reads > 200:
+                raise AssertionError("the drain did not stop")
+            return event * (size // len(event))
+
+    class AlwaysReady:
+        def poll(self, timeout: int = 0) -> list[tuple[int, int]]:
+            return [(watch.fd, 1)]
+
+    flood = Flood()
+    monkeypatch.setattr(which, "os", flood)
+    monkeypatch.setattr(watch, "poller", AlwaysReady())
+    assert watch.changed() is True
+    assert 0 < flood.reads <= 64
+    assert str(work) not in which.REAL  # everything cached was dropped
