@@ -253,6 +253,13 @@ async def test_a_pinned_run_reports_its_commands_own_exit_and_signal_exactly(
             res = await manager.run(spec)
             assert (res.details.get("exitCode"), res.details.get("exitSignal")) == (code, sig), script
             assert "copy" in res.text or not script.startswith("cat")
+        for script, code, sig in (("exit 130", 130, None), ("kill -INT $$", None, "SIGINT")):  # on a terminal
+            argv = view.wrap(["/bin/sh", "-c", script])
+            spec = RunSpec(
+                command=script, argv=argv, cwd=str(tmp_path), pty=True, pass_fds=view.fds, scope_key="s"
+            )
+            res = await manager.run(spec)
+            assert (res.details.get("exitCode"), res.details.get("exitSignal")) == (code, sig), script
     finally:
         view.close()
         await manager.close()
