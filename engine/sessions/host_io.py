@@ -49,10 +49,11 @@ def status_pipe(argv: list[str], above: int = 2) -> tuple[list[str], int | None,
     (kept, non-blocking: `status_exit` reads it) and the write end (passed to the child, then closed);
     `argv` itself and None, None for any other run. The write end's number is above `above`: the numbers
     the child's other passed fds are put at must not be it."""
-    if tuple(argv[:2]) != VIEW_HEAD or "--" not in argv:
+    if tuple(argv[:2]) != VIEW_HEAD:
         return argv, None, None
-    at = argv.index("--") + 2  # after bwrap's `--`: the helper, then its mode
-    if tuple(argv[at : at + 2]) != STATUS_WORDS:
+    # `-- HELPER status - -- HELPER check-cwd`: the view's words, before any of the command's.
+    at = next((i for i in range(2, len(argv) - 5) if _status_slot(argv, i)), None)
+    if at is None:
         return argv, None, None
     read, write = os.pipe()
     if write <= above:
@@ -66,6 +67,18 @@ def status_pipe(argv: list[str], above: int = 2) -> tuple[list[str], int | None,
         write = moved
     os.set_blocking(read, False)
     return [*argv[: at + 1], str(write), *argv[at + 2 :]], read, write
+
+
+def _status_slot(argv: list[str], i: int) -> bool:
+    """Whether argv[i:i + 2] is the helper's STATUS_WORDS right after bwrap's `--`."""
+    return (
+        argv[i] == STATUS_WORDS[0]
+        and argv[i + 1] == STATUS_WORDS[1]
+        and argv[i - 2] == "--"
+        and argv[i + 2] == "--"
+        and argv[i + 3] == argv[i - 1]
+        and argv[i + 4] == "check-cwd"
+    )
 
 
 def status_exit(fd: int, args: Any, raw: int) -> tuple[int | None, str | None]:

@@ -272,12 +272,13 @@ def test_the_status_pipe_fills_only_a_views_slot_above_the_passed_numbers() -> N
 
     plain = ["/bin/sh", "-c", "status - --"]
     assert host_io.status_pipe(plain) == (plain, None, None)
-    argv = [*host_io.VIEW_HEAD, "/usr/bin/bwrap", "--dev-bind", "/", "/"]
-    argv += ["--", "/h", "status", "-", "--", "x"]
+    # (a helper's own `--` before bwrap's, as own-pts has)
+    argv = [*host_io.VIEW_HEAD, "/h", "own-pts", "-", "--", "/usr/bin/bwrap", "--dev-bind", "/", "/"]
+    argv += ["--", "/h", "status", "-", "--", "/h", "check-cwd", "-", "--", "x"]
     filled, read, write = host_io.status_pipe(argv, above=200)
     assert read is not None and write is not None
     try:
-        assert write > 200 and filled == [*argv[:9], str(write), *argv[10:]]
+        assert write > 200 and filled == [*argv[:13], str(write), *argv[14:]]
         os.write(write, b"%d\n" % (130 << 8))  # `exit 130`, as waitpid says it
         os.close(write)
         assert host_io.status_exit(read, filled, 130) == (130, None)
