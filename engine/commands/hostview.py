@@ -9,7 +9,9 @@ enters a view prepared once instead (engine.commands.hostkeeper: the same operat
 
 Every run has a PID namespace of its own with its own /proc (issue 31): the gateway's and the session
 hosts' /proc/<pid>/root, cwd and fd lead into the host's mount namespace, where the state dir is not
-covered; in the run's /proc they do not exist.
+covered; in the run's /proc they do not exist. Every run has a /dev/pts of its own too (a devpts
+instance, made by exechost-hostenter): another agent's terminal session and the operator's terminal are
+in the host's, which no run can name; a terminal session's own terminal is made in the run's.
 
 bwrap stays the parent of the command (it always forks and waits), in the command's process group: it is
 started with ^C, ^\\ and ^Z ignored, so the terminal's and the session host's SIGINT/SIGQUIT/SIGTSTP reach
@@ -267,8 +269,12 @@ def kept_prefix(
 
 
 def head(bwrap: str) -> list[str]:
-    """The words before bwrap's operations: bwrap itself ignores the terminal's signals."""
-    return [ENV, IGNORE, bwrap]
+    """The words before bwrap's operations: bwrap itself ignores the terminal's signals, and starts (with
+    the helper) in a mount namespace whose /dev/pts is a devpts of its own, which its view copies: the
+    run reaches no terminal but its own (engine/commands/hostenter.c, own-pts)."""
+    helper = hostkeeper.helper_path()
+    own_pts = [helper, "own-pts", hostkeeper.NO_PTY, "--"] if helper is not None else []
+    return [ENV, IGNORE, *own_pts, bwrap]
 
 
 def tail() -> list[str]:

@@ -87,6 +87,18 @@ class PinnedView:
                 return True
         return False
 
+    def terminal(self) -> bool:
+        """Have the view make the run's terminal in its own /dev/pts and hand its master to the session
+        host (RunSpec.pty_in_view); False when it cannot (no helper, or no view): the run's terminal is
+        then made outside, as without the view."""
+        for i, word in enumerate(self.prefix):
+            slot = {"enter": i + 4, "own-pts": i + 1}.get(word)
+            helper = i > 0 and self.prefix[i - 1] == hostkeeper.helper_path()
+            if slot is not None and helper and self.prefix[slot] == hostkeeper.NO_PTY:
+                self.prefix = (*self.prefix[:slot], hostkeeper.TERMINAL_SOCKET, *self.prefix[slot + 1 :])
+                return True
+        return False
+
     def argv(self, shell: str, command: str) -> list[str] | None:
         """The argv that runs `command` in the view; None when there is nothing to pin."""
         return [*self.prefix, shell, "-c", command] if self.prefix else None

@@ -503,6 +503,7 @@ class HostLauncher:
             "env": env,
             "cwd": spec.cwd or os.getcwd(),
             "pty": spec.pty,
+            "ptyInView": spec.pty_in_view,
             "cols": spec.cols,
             "rows": spec.rows,
             "stdin": spec.wants_stdin(),
