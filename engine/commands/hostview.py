@@ -286,6 +286,13 @@ def tail() -> list[str]:
     return [helper, *STATUS_WORDS, "--", helper, "check-cwd", hostkeeper.NO_CWD, "--"]
 
 
+def pid_ops() -> tuple[str, ...]:
+    """PID_OPS for a run's own bwrap: with the helper, its `status` mode (tail) is the namespace's pid 1
+    (`--as-pid-1`: it reaps, as bwrap's reaper would) and holds nothing of the run's open before the
+    command starts, so the command is pid 2 with parent 1, as in the kept view."""
+    return (*PID_OPS, "--as-pid-1") if hostkeeper.helper_path() is not None else PID_OPS
+
+
 def is_wrapped(args: object) -> bool:
     return isinstance(args, (list, tuple)) and len(args) > 2 and args[0] == ENV and args[1] == IGNORE
 
