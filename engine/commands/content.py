@@ -24,9 +24,10 @@ from engine.commands.interpoptions import (
 )
 from engine.commands.interpreters import name_of
 from engine.commands.protected import process_word
-from engine.commands.regular import Unreadable, only_root_changes, read_fd
+from engine.commands.regular import Unreadable, read_fd
 from engine.commands.regular import open_regular as _open_regular
 from engine.commands.which import DEFAULT_PATH, resolves_through_proc
+from engine.sysbin import only_root_changes
 
 # Agent-writable files are copied into memory to run: past this size the run is refused instead.
 WRITABLE_MAX_BYTES = 64 * 1024 * 1024

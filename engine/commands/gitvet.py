@@ -11,7 +11,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from engine.commands.gitindex import UnreadableIndex, gitlinks
-from engine.commands.regular import Unreadable, only_root_changes, read_regular
+from engine.commands.regular import Unreadable, read_regular
+from engine.sysbin import only_root_changes
 
 # Keys whose values git only ever uses as data (names, refs, flags, numbers), never as a program, a
 # driver, a path to something that runs, an include, an alias or a URL rewrite. Everything else in a

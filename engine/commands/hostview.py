@@ -26,14 +26,13 @@ A run in the kept view is told exactly (exechost-hostenter dies of the command's
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 from dataclasses import dataclass
 
+from engine import sysbin
 from engine.commands import hostkeeper
 
-BWRAP_CANDIDATES = ("/usr/bin/bwrap", "/bin/bwrap")
 ENV = "/usr/bin/env"
 # Signals a terminal (or an operator's ^C) sends: the command's, never bwrap's to die of.
 _TERMINAL = "INT,QUIT,TSTP"
@@ -70,8 +69,7 @@ class HostViewError(Exception):
 
 
 def bwrap_path() -> str | None:
-    found = next((p for p in BWRAP_CANDIDATES if os.access(p, os.X_OK)), None)
-    return found or shutil.which("bwrap")
+    return sysbin.which("bwrap")
 
 
 def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bool]]:
