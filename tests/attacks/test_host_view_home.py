@@ -129,3 +129,16 @@ def test_host_writable_reaches_the_exec_config(state_dir: Path) -> None:
     path.write_text('[tools.exec]\nhostWritable = ["~/.cache", "/srv/build"]\n')
     os.chmod(path, 0o600)
     assert load_config(path).exec.host_writable == ["~/.cache", "/srv/build"]
+
+
+def test_a_path_entry_outside_the_home_that_any_but_root_can_change_is_dropped(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """round 6 l's ~/bin/ssh, outside the home: a PATH directory an allowlisted writer can fill is no
+    directory a host command (or its decision) finds programs in."""
+    from engine.commands.hostenv import host_path
+
+    home_bin = Path.home() / "bin"
+    agent_bin = tmp_path / "bin"  # under /tmp, which everyone may write
+    agent_bin.mkdir()
+    assert host_path(f"{agent_bin}:{home_bin}:/usr/bin", [str(agent_bin)]) == f"{home_bin}:/usr/bin"
