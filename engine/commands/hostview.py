@@ -89,9 +89,10 @@ RC_FILES = (
 
 def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bool]]:
     """(path, bind even when missing): files the gateway trusts (gitvet reads the global and system git
-    config, treecode the operator's npm and cargo config) or the operator runs (shell rc files). A missing
-    one is created empty as its mountpoint when it may be (an empty file reads as no file) — except the rc
-    files, where an empty ~/.bash_profile would hide ~/.profile from the operator's login shell."""
+    config, treecode the operator's npm and cargo config) or the operator runs (shell rc files). In the
+    home they are read-only with it and no writable root may hold one; a missing one outside the home
+    (an XDG_CONFIG_HOME elsewhere) is an empty read-only file when it may be made (it reads as no file) —
+    never an rc file, where an empty ~/.bash_profile would hide ~/.profile from a login shell."""
     env = os.environ if environ is None else environ
     home = env.get("HOME") or os.path.expanduser("~")
     xdg = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
