@@ -563,7 +563,9 @@ async def test_class5_bash_finds_its_script_operand_on_path(
 ) -> None:
     ws = tmp_path / "w"
     ws.mkdir()
-    bindir = tmp_path / "bin"  # the operator's ~/bin, on the gateway's PATH
+    # the operator's ~/bin, on the gateway's PATH (one outside the home that any but root can change is
+    # dropped from a host run's PATH: hostenv.host_path)
+    bindir = Path.home() / "bin"
     bindir.mkdir()
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     (bindir / "x.sh").write_text("echo GOOD\n")
