@@ -19,6 +19,7 @@ from engine.display import visible
 from engine.errors import ExecHostError
 from engine.lazymod import lazy
 from engine.nodes.wire import (
+    ACK_EVENT,
     MAX_LINE,
     PROTOCOL,
     Hello,
@@ -45,6 +46,7 @@ EventHandler = Callable[["NodeLink", NodeEvent], None]
 # A node's own request (an approval relay): its payload, or raise NodeError for an error response.
 RequestHandler = Callable[["NodeLink", Request], Awaitable[dict[str, Any]]]
 HelloCheck = Callable[["NodeLink", Hello], None]  # raises NodeError to refuse the node
+Connected = Callable[["NodeLink"], None]  # a link is through (first or again): settle what the last left
 
 
 class NodeError(ExecHostError):
@@ -146,6 +148,7 @@ class NodeLink:
         on_event: EventHandler | None = None,
         on_request: RequestHandler | None = None,
         on_hello: HelloCheck | None = None,
+        on_connected: Connected | None = None,
         connect_timeout: float = CONNECT_TIMEOUT_SEC,
         reconnect: bool = True,
     ) -> None:
@@ -153,6 +156,7 @@ class NodeLink:
         self.on_event = on_event
         self.on_request = on_request
         self.on_hello = on_hello  # may refuse a node by its hello (raises NodeError) before it is connected
+        self.on_connected = on_connected
         self.connect_timeout = connect_timeout
         self.reconnect = reconnect
         self.state = "down"
@@ -170,6 +174,10 @@ class NodeLink:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reconnector: asyncio.Task[None] | None = None
         self._closed = False
+        # (node instance, the highest event number handled from it): kept across links, so an event the
+        # node sends again on a new link (it never heard our ack) is acknowledged, not handled twice.
+        self._handled: tuple[str, int] = ("", 0)
+        self._acking: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
@@ -270,12 +278,19 @@ class NodeLink:
         if self.on_hello is not None:
             self.on_hello(self, frame)
         self.hello = frame
+        if not frame.instance or frame.instance != self._handled[0]:
+            self._handled = (frame.instance, 0)  # a new node process counts its events from 1 again
         self.rtt_ms = (time.monotonic() - started) * 1000
         self.state = "connected"
         self.last_error = None
         self.connected_at_ms = int(time.time() * 1000)
         self._spawn(self._read_loop(self._proc, reader))
         self._spawn(self._drain_stderr(self._proc))
+        if self.on_connected is not None:
+            try:
+                self.on_connected(self)
+            except Exception:
+                log.exception("node %s: connected handler failed", self.name)
 
     async def _jump(self, cfg: NodeConfig, options: dict[str, Any]) -> asyncssh.SSHClientConnection:
         try:
@@ -381,11 +396,7 @@ class NodeLink:
                     if future is not None and not future.done():
                         future.set_result(frame)
                 elif isinstance(frame, NodeEvent):
-                    if self.on_event is not None:
-                        try:
-                            self.on_event(self, frame)
-                        except Exception:
-                            log.exception("node %s: event handler failed", self.name)
+                    self._take_event(frame)
                 elif isinstance(frame, Request):
                     self._spawn(self._answer(frame))
         except WireError as exc:
@@ -398,6 +409,32 @@ class NodeLink:
         finally:
             if self._proc is proc:
                 self._drop(reason)
+
+    def _take_event(self, frame: NodeEvent) -> None:
+        """Hand an event to the hub; a numbered one once only, and acknowledged once handled (an event
+        whose handler failed is acknowledged too: sent again, it would fail again)."""
+        instance, handled = self._handled
+        if frame.seq is not None and frame.seq <= handled:
+            self._ack_soon()  # sent again: the node did not hear our ack before its link dropped
+            return
+        if self.on_event is not None:
+            try:
+                self.on_event(self, frame)
+            except Exception:
+                log.exception("node %s: event handler failed", self.name)
+        if frame.seq is not None:
+            self._handled = (instance, frame.seq)
+            self._ack_soon()
+
+    def _ack_soon(self) -> None:
+        """One ack for whatever was handled by the time it goes (a burst of events costs one frame)."""
+        if self._acking is None or self._acking.done():
+            self._acking = asyncio.ensure_future(self._ack())
+
+    async def _ack(self) -> None:
+        await asyncio.sleep(0)  # let the rest of a burst already read be handled first
+        with contextlib.suppress(NodeError, WireError):
+            await self._send(encode(NodeEvent(ACK_EVENT, {"upTo": self._handled[1]})))
 
     async def _drain_stderr(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
         """The node's log lines: read so they never hold up the channel's window, kept as the last error."""
@@ -474,6 +511,8 @@ class NodeLink:
             self._reconnector.cancel()
         self.state = "down"
         self._teardown()
+        if self._acking is not None:
+            self._acking.cancel()
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(NodeError(f"node {self.name}: the link is closed"))

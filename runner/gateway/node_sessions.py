@@ -65,6 +65,11 @@ class NodeSessions:
         if not held:
             self._held.pop(agent, None)
 
+    def kept(self, agent: str, session_id: str, node: str, scope: str) -> None:
+        """A session a run left running, heard of late (its answer was lost with a link): counted as its
+        answer would have counted it (it runs already: there is nothing left to refuse)."""
+        self._held.setdefault(agent, {})[session_id] = (node, scope)
+
     def removed(self, session_id: str) -> None:
         """The agent removed this node session: its place is free."""
         for agent, held in list(self._held.items()):

@@ -28,6 +28,7 @@ from engine.sessions.output import sanitize
 from engine.tools.exec import ExecContext
 from runner.gateway import node_limits as limits
 from runner.gateway.node_keys import NodeKeys
+from runner.gateway.node_orphans import Orphans
 from runner.gateway.node_output import NodeOutputFeed
 from runner.gateway.node_runs import NodeRun, denied_result, follow_up, pending_result, waiting_data
 from runner.gateway.node_sessions import NodeSessions
@@ -40,7 +41,6 @@ log = logging.getLogger("exechost.gateway.nodes")
 EVENT_OUTPUT_CHARS = 180  # reference §5.5: the finished text's output, compacted
 SANDBOX_ADMIN_TIMEOUT_SEC = 120.0  # a prune or recreate removes containers one by one
 MAX_PENDING_PER_NODE_AGENT = 16  # each agent's share of a node's asks: one agent's flood leaves others room
-MAX_ORPHANED_RUNS = 1024
 _APPROVAL_ID = re.compile(
     r"[A-Za-z0-9_.:-]{1,128}"
 )  # a node flooding the inbox gets refused (askFallback), not shown
@@ -85,8 +85,9 @@ class NodeHub:
         self._retired: set[asyncio.Task[None]] = set()
         self.keys = NodeKeys(services.state_dir)
         self.held = NodeSessions()  # each agent's node sessions, counted with its sessions here
-        # Runs whose link dropped before they answered: their end may still come, once, on a later link.
-        self._orphans: dict[tuple[str, str], NodeRun] = {}
+        # Runs whose link dropped before they answered: their end comes, once, on a later link.
+        self.orphans = Orphans(self.held, lambda key, text: self.services.events.enqueue(key, text))
+        self._tasks: set[asyncio.Task[None]] = set()
         self._last_drop_log: dict[str, float] = {}
         self.dropped = 0  # frames dropped for naming no run of their node (also logged, for the operator)
         self.feed = NodeOutputFeed(services, lambda: self.links)
@@ -104,7 +105,11 @@ class NodeHub:
         for name, cfg in nodes.items():
             if name not in self.links:
                 self.links[name] = NodeLink(
-                    cfg, on_event=self._on_event, on_request=self._on_request, on_hello=self._on_hello
+                    cfg,
+                    on_event=self._on_event,
+                    on_request=self._on_request,
+                    on_hello=self._on_hello,
+                    on_connected=self._on_connected,
                 )
         return self.links
 
@@ -185,6 +190,13 @@ class NodeHub:
                 )
         self.keys.pin(link.name, hello.node_id)
 
+    def _on_connected(self, link: NodeLink) -> None:
+        """A link is through: the runs the last one left without an answer are settled (runs.status)."""
+        if self.orphans.waiting(link.name):
+            task = asyncio.ensure_future(self.orphans.settle(link))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
     def _trusted_id(self, link: NodeLink) -> str:
         """The node id a link's hello claimed, refused when another configured node already holds it: a
         node must not pass itself off as another in the inbox or in selection."""
@@ -257,12 +269,15 @@ class NodeHub:
         events_key = ctx.session_key or ctx.scope_key
         owner = None if ctx.operator else key_owner(ctx.scope_key)
         quota = self.services.sessions.quota
+        place = None
         if owner is not None and quota is not None:  # a place among the agent's sessions, or refused
             registry = self.services.sessions.registry
             await self.held.admit(
                 owner, run_id, link.name, ctx.scope_key, quota, registry, lambda: self.links
             )
-        run = NodeRun(link, run_id, command, sandboxed, started, ctx.agent_id, events_key)
+            place = (owner, ctx.scope_key)
+        run = NodeRun(link, run_id, command, sandboxed, started, ctx.agent_id, events_key, place=place)
+        run.instance = link.hello.instance if link.hello is not None else ""
         self.keys.give(link.name, events_key)  # its background sessions may report under it later
         self._runs[(link.name, run_id)] = run
         call = asyncio.ensure_future(link.call("system.run", request, timeout=wait))
@@ -322,9 +337,7 @@ class NodeHub:
         self.held.answered(run.run_id, _left_running(run.link.name, call))
         lost = not call.cancelled() and isinstance(call.exception(), NodeError)
         if lost and getattr(call.exception(), "error_code", "") == "NODE_LINK_LOST" and not run.ended:
-            self._orphans[key] = run
-            while len(self._orphans) > MAX_ORPHANED_RUNS:
-                del self._orphans[next(iter(self._orphans))]
+            self.orphans.keep(run)
 
     def _settle(self, run: NodeRun) -> None:
         """The node answered: a relayed ask of this run still in the inbox (the node's own expiry came
@@ -585,8 +598,10 @@ class NodeHub:
             return
         raw_run = p.get("runId")
         run = self._runs.get((link.name, raw_run)) if isinstance(raw_run, str) else None
+        orphaned = False
         if run is None and isinstance(raw_run, str) and ev.event in ("exec.finished", "exec.denied"):
-            run = self._orphans.pop((link.name, raw_run), None)  # its end, after a link was lost
+            run = self.orphans.pop(link.name, raw_run)  # its end, after a link was lost
+            orphaned = run is not None
         if ev.event == EventName.SYSTEM_EVENT:
             # A session's own notice (a background exit): for the run it names on this link, else for a
             # key the gateway gave this node; filed under the gateway's key, never a frame's other one.
@@ -620,8 +635,8 @@ class NodeHub:
             run.start_seen = True
         if ev.event in ("exec.finished", "exec.denied"):
             run.ended = True
-        if run.detached and ev.event in ("exec.finished", "exec.denied"):
-            return  # the follow-up in the gateway's words says it (once)
+        if run.detached and not orphaned and ev.event in ("exec.finished", "exec.denied"):
+            return  # the follow-up in the gateway's words says it (once); an orphan's said it was unknown
         if p.get("suppressNotifyOnExit") is True or not self.services.config().exec.notify_on_exit:
             return
         key, run_id = run.session_key, run.run_id
@@ -633,7 +648,7 @@ class NodeHub:
             output = _compact(limits.field_text(p, "output", 64 * 1024), EVENT_OUTPUT_CHARS)
             code = p.get("exitCode")
             code = code if isinstance(code, int) and not isinstance(code, bool) else None
-            if not (timed_out or code != 0 or output):
+            if not (timed_out or code != 0 or output or orphaned):  # an orphan's end is always told
                 return
             ended = "timeout" if timed_out else f"code {code}"
             text = f"Exec finished (node={link.name} id={run_id}, {ended})"
@@ -752,6 +767,8 @@ class NodeHub:
             return answer
 
     async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
         for link in list(self.links.values()):
             with contextlib.suppress(Exception):
                 await link.close()
