@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import shlex
 import time
 from collections.abc import Awaitable, Callable
@@ -37,6 +38,8 @@ else:  # ~0.1 s of the gateway's start, for a library only a configured node nee
     asyncssh = lazy("asyncssh")
 
 log = logging.getLogger("exechost.nodes")
+
+_PRINCIPAL_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@-]")  # a request id stays clean text, `/` its one separator
 
 CONNECT_TIMEOUT_SEC = 15.0
 KEEPALIVE_SEC = 10
@@ -338,10 +341,16 @@ class NodeLink:
 
     # -- traffic
 
-    async def call(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Response:
-        """One request; its response (ok or error). Raises NodeError when the link fails under it."""
+    async def call(
+        self, method: str, params: dict[str, Any], timeout: float | None = None, principal: str | None = None
+    ) -> Response:
+        """One request; its response (ok or error). Raises NodeError when the link fails under it. The
+        principal it is for (an agent) is named in its id: the node keeps each one's budget of requests it
+        cannot read apart (runner.node.budget), so one agent's can never close the link for all."""
         await self.ensure()
         rid = str(next(self._ids))
+        if principal:
+            rid = f"{_PRINCIPAL_UNSAFE.sub('_', principal)[:64]}/{rid}"
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:

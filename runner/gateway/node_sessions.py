@@ -9,6 +9,7 @@ only when the agent is at its cap: a session the node's sweep dropped frees its 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -85,7 +86,7 @@ class NodeSessions:
             link = links().get(node)
             if link is None or link.state != "connected":
                 continue
-            listed = await _listed(link.call, scope)
+            listed = await _listed(functools.partial(link.call, principal=agent), scope)
             if listed is None:
                 continue
             prefix = f"node:{node}:"

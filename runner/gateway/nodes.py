@@ -280,7 +280,8 @@ class NodeHub:
         run.instance = link.hello.instance if link.hello is not None else ""
         self.keys.give(link.name, events_key)  # its background sessions may report under it later
         self._runs[(link.name, run_id)] = run
-        call = asyncio.ensure_future(link.call("system.run", request, timeout=wait))
+        principal = None if ctx.operator else ctx.agent_id
+        call = asyncio.ensure_future(link.call("system.run", request, timeout=wait, principal=principal))
         try:
             while True:
                 asked = asyncio.ensure_future(run.asked.wait())
@@ -429,7 +430,10 @@ class NodeHub:
             node_params = {k: v for k, v in params.items() if k != "node"}
         try:
             res = await link.call(
-                "process", {"action": action, "params": node_params, "scope": scope}, timeout=60
+                "process",
+                {"action": action, "params": node_params, "scope": scope},
+                timeout=60,
+                principal=key_owner(scope),
             )
         except NodeError as exc:
             raise ToolError(str(exc)) from None
@@ -546,7 +550,7 @@ class NodeHub:
         may use only."""
         link = self.select(node, agent=agent)
         try:
-            res = await link.call(method, params, timeout=SANDBOX_ADMIN_TIMEOUT_SEC)
+            res = await link.call(method, params, timeout=SANDBOX_ADMIN_TIMEOUT_SEC, principal=agent)
         except NodeError as exc:
             raise ToolError(str(exc)) from None
         if not res.ok:

@@ -41,6 +41,7 @@ from engine.results import ToolError, ToolResult
 from engine.sessions import SessionManager, SystemEvents
 from engine.tools.exec import ExecContext, ExecTool
 from runner.node.approvals import CURRENT_RUN, RelayedApprovals
+from runner.node.budget import BadFrames
 from runner.node.outbox import Outbox
 from runner.node.relay import relay_to_service
 from runner.node.runs import RunLedger
@@ -49,7 +50,6 @@ log = logging.getLogger("exechost.node")
 
 OUTPUT_CAP = 1_000_000  # characters of the merged output in one system.run result (the tail is kept)
 SPLIT_CAP = 200_000  # characters of stdout and of stderr kept apart per run (reference OUTPUT_CAP)
-MAX_BAD_FRAMES = 64  # answered INVALID_REQUEST per link; past this a peer sending only garbage is cut off
 ANSWER_ON_CLOSE_SEC = 10.0  # what a link admitted before an unreadable line may take to be answered
 EVENT_OUTPUT_CAP = 20_000  # reference §5.5: exec.finished carries the last 20k
 SHELL_WRAPPERS = {("/bin/sh", "-lc"), ("sh", "-lc"), ("/bin/sh", "-c"), ("sh", "-c"), ("/bin/bash", "-lc")}
@@ -600,7 +600,7 @@ class NodeServer:
 
     async def serve(self, reader: asyncio.StreamReader, link: Output) -> None:
         """One link, until its reader ends (the gateway left, or a newer link took over)."""
-        bad = 0
+        bad = BadFrames()  # each principal's own budget (runner.node.budget)
         try:
             try:
                 await self._attach(link)
@@ -622,16 +622,20 @@ class NodeServer:
                 try:
                     frame = decode(line)
                 except WireError as exc:
-                    if exc.request_id is None or bad >= MAX_BAD_FRAMES:
+                    if exc.request_id is None or not bad.count(exc.request_id):
                         log.error("bad frame from the gateway: %s; closing", exc)
                         await self._answer_admitted()
                         break
-                    bad += 1  # a request whose id was sound: answered, and the link goes on
+                    # A request whose id was sound: answered, counted for its principal, the link goes on.
                     error = {"code": "INVALID_REQUEST", "message": f"INVALID_REQUEST: {exc}"}
                     with contextlib.suppress(ConnectionError, OSError):
                         await self.send(Response(exc.request_id, False, error=error), link)
                     continue
-                if isinstance(frame, Request):
+                if isinstance(frame, Request) and (why := bad.refused(frame.id)) is not None:
+                    with contextlib.suppress(ConnectionError, OSError):
+                        refusal = {"code": "INVALID_REQUEST", "message": why}
+                        await self.send(Response(frame.id, False, error=refusal), link)
+                elif isinstance(frame, Request):
                     task = asyncio.ensure_future(self.handle(frame, link))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
