@@ -1,7 +1,9 @@
 """The host view's cost at the spawn, hop by hop (issue 31): `sh -c true` plainly, entered into the kept
-view (engine.commands.hostkeeper: exechost-hostenter, setns, its own PID namespace and /proc), and in a
-bwrap of its own per run (as every run was before, and as a run with pinned copies still is); plus what
-making the keeper costs, once per state dir. Wall p50 and the children's CPU per run, same run.
+view (engine.commands.hostkeeper: exechost-hostenter, setns, its own PID namespace, /proc and /dev/pts),
+and in a bwrap of its own per run (as every run was before, and as a run with pinned copies still is: the
+helper's own-pts before it, check-cwd after); plus what making the keeper costs, once per state dir. The
+same three as PTY sessions started the session host's way (engine.sessions.host_spawn.start), in the view
+with their terminal made in its own /dev/pts (issue 27). Wall p50 and the children's CPU per run, same run.
 
 Usage: .venv/bin/python bench/bench_hostview.py [--runs N]
 """
@@ -21,6 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.table import ratio, record
+from engine.commands.pinned import PinnedView
+from engine.sessions import host_spawn
 
 
 def spawn(argv: Sequence[str], fds: Sequence[int], runs: int) -> tuple[float, float]:
@@ -36,6 +40,31 @@ def spawn(argv: Sequence[str], fds: Sequence[int], runs: int) -> tuple[float, fl
     return sorted(walls)[len(walls) // 2] * 1000, cpu * 1000 / runs
 
 
+def spawn_pty(view: PinnedView | None, runs: int) -> tuple[float, float]:
+    """(wall p50 ms, children's CPU ms per run) of `runs` PTY sessions of `sh -c true` started as the
+    session host starts them (engine.sessions.host_spawn), in `view` (None: plainly), each to its exit."""
+    walls = []
+    before = os.times()
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        argv = ["/bin/sh", "-c", "true"]
+        fds: list[int] = []
+        in_view = False
+        if view is not None:
+            turn = PinnedView(view.prefix, fds=view.fds)  # the same namespace fds every run, kept open
+            in_view = turn.terminal()  # the terminal made in the view (as a PTY session has it)
+            argv, fds = turn.wrap(argv), list(turn.fds)
+        msg = {"argv": argv, "env": dict(os.environ), "pty": True, "ptyInView": in_view, "fds": fds}
+        started = host_spawn.start(msg, fds)
+        started.popen.wait()
+        for fd in started.streams:
+            os.close(fd)
+        walls.append(time.perf_counter() - t0)
+    after = os.times()
+    cpu = after.children_user + after.children_system - before.children_user - before.children_system
+    return sorted(walls)[len(walls) // 2] * 1000, cpu * 1000 / runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=300)
@@ -45,7 +74,7 @@ def main() -> None:
     os.environ["HOME"] = str(root / "h")
     (root / "s").mkdir(mode=0o700)
     (root / "h").mkdir(mode=0o700)
-    from engine.commands import hostkeeper
+    from engine.commands import hostkeeper, hostview
     from engine.commands.pinned import pinned_view
 
     try:
@@ -60,13 +89,14 @@ def main() -> None:
             pinned_view(None, host=True).close()
             made.append((time.perf_counter() - t0) * 1000)
         kept = pinned_view(None, host=True)
-        helper = hostkeeper.helper_path
-        hostkeeper.helper_path = lambda: None  # type: ignore[assignment]  # a bwrap of its own per run
+        kept_prefix = hostview.kept_prefix
+        # a bwrap of its own per run, as a run with pinned copies has it (the helper inside it)
+        hostview.kept_prefix = lambda *_a, **_k: None  # type: ignore[assignment]
         own = pinned_view(None, host=True)
-        hostkeeper.helper_path = helper  # type: ignore[assignment]
+        hostview.kept_prefix = kept_prefix  # type: ignore[assignment]
         true = ["/bin/sh", "-c", "true"]
-        results = {}
-        for _ in range(3):  # interleaved, so a change in load falls on all three alike
+        results: dict[str, tuple[list[float], list[float]]] = {}
+        for _ in range(3):  # interleaved, so a change in load falls on all of them alike
             for name, argv, fds in (
                 ("plain", true, ()),
                 ("kept", kept.wrap(true), kept.fds),
@@ -75,12 +105,16 @@ def main() -> None:
                 wall, cpu = spawn(argv, fds, args.runs // 3)
                 old = results.get(name, ([], []))
                 results[name] = (old[0] + [wall], old[1] + [cpu])
+            for name, view in (("plain pty", None), ("kept pty", kept), ("own bwrap pty", own)):
+                wall, cpu = spawn_pty(view, args.runs // 3)
+                old = results.get(name, ([], []))
+                results[name] = (old[0] + [wall], old[1] + [cpu])
         kept.close()
         own.close()
         p = {name: sorted(w)[1] for name, (w, _) in results.items()}
         c = {name: sum(cs) / len(cs) for name, (_, cs) in results.items()}
         for name in results:
-            print(f"{name:<10} `sh -c true` wall p50 {p[name]:6.2f} ms, children CPU {c[name]:5.2f} ms/run")
+            print(f"{name:<14} `sh -c true` wall p50 {p[name]:6.2f} ms, children CPU {c[name]:5.2f} ms/run")
         print(f"making the keeper (bwrap + keep + ns fds): median {sorted(made)[2]:.2f} ms of 5")
         record(
             "host view, kept: `sh -c true` spawned, p50 (vs plain `sh -c true`)",
@@ -93,6 +127,18 @@ def main() -> None:
             f"{p['own bwrap']:.2f} ms",
             f"{p['plain']:.2f} ms",
             ratio(p["own bwrap"], p["plain"]),
+        )
+        record(
+            "host view, kept: a PTY session of `sh -c true`, p50 (vs a plain PTY session)",
+            f"{p['kept pty']:.2f} ms",
+            f"{p['plain pty']:.2f} ms",
+            ratio(p["kept pty"], p["plain pty"]),
+        )
+        record(
+            "host view, a bwrap per run: a PTY session of `sh -c true`, p50 (vs a plain PTY session)",
+            f"{p['own bwrap pty']:.2f} ms",
+            f"{p['plain pty']:.2f} ms",
+            ratio(p["own bwrap pty"], p["plain pty"]),
         )
         record("  host view: making the keeper, once per state dir and view", f"{sorted(made)[2]:.2f} ms")
     finally:

@@ -3,17 +3,29 @@
    keep                       the keeper's program, run by bwrap inside the prepared view: prints its pid,
                               then holds the namespaces until its stdin closes (the gateway that made it is
                               gone, or made a new one).
-   enter MNT USER CWD -- ARGV run ARGV in the kept mount namespace, open at fd MNT (the kept user namespace
-                              at fd USER first, unless "-"), in a PID namespace of its own with its own
-                              /proc: the gateway's and the session hosts' /proc/<pid>/root, cwd and fd are
-                              not there to follow. By fd, not by the keeper's pid: a pid can be reused, and
-                              a run prepared just before a keeper is replaced still enters the view it got.
+   enter MNT USER CWD PTY -- ARGV
+                              run ARGV in the kept mount namespace, open at fd MNT (the kept user namespace
+                              at fd USER first, unless "-"), in a mount and PID namespace of its own with
+                              its own /proc and its own /dev/pts: the gateway's and the session hosts'
+                              /proc/<pid>/root, cwd and fd are not there to follow, nor any terminal but its
+                              own. By fd, not by the keeper's pid: a pid can be reused, and a run prepared
+                              just before a keeper is replaced still enters the view it got.
+   own-pts PTY -- ARGV        (before a run's own bwrap) a mount namespace whose /dev/pts is its own, then
+                              ARGV (bwrap, which copies it into the view it builds).
    check-cwd CWD -- ARGV      (after bwrap's `--`) restore the terminal's signals, check the cwd, run ARGV.
 
    CWD ("-": none) is an fd of the directory the decision was made in, opened in the gateway, in the host's
    mount namespace: the command runs only if its working directory in the view is that directory (device
    and inode), and the fd is closed first. Left open, /proc/self/fd/CWD/.. would walk the host's mounts,
    where the state dir is not covered.
+
+   Every run's /dev/pts is a devpts instance of its own (issue 27: host commands shared the host's, so one
+   agent's `tee /dev/pts/N` wrote into another agent's terminal session, or the operator's). /dev/ptmx
+   allocates from the devpts at its sibling `pts`, so a terminal made in the run is the run's. PTY ("-":
+   none) is the fd of a socket to the session host when the run is a terminal session: its terminal is
+   made here, in the run's own devpts (so ttyname(), `tty`, ssh -t and script find it in the view), the
+   master sent back over the socket (SCM_RIGHTS), and the slave becomes this process's controlling
+   terminal and the command's stdin, stdout and stderr once the host has sized it and said go.
 
    Three processes, as bwrap has them: this one (in the caller's PID namespace, the one its spawner waits
    for and signals), pid 1 of the new namespace (reaps; it stays, holding no output open, while anything
@@ -28,14 +40,18 @@
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #define FAIL 126 /* the host view could not be entered: nothing of the command ran */
@@ -62,6 +78,90 @@ static int ns_fd(const char *number) {
 }
 
 static int optional_fd(const char *number) { return strcmp(number, "-") ? ns_fd(number) : -1; }
+
+/* The session host's side of a terminal made here: the master, then wait for its go (it sizes the
+   terminal first, so the command's first TIOCGWINSZ reads the session's size). */
+static void hand_over(int sock, int master) {
+    char byte = 'T';
+    struct iovec iov = {&byte, 1};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                         .msg_controllen = sizeof control.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &master, sizeof(int));
+    while (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0)
+        if (errno != EINTR) die("sending the terminal");
+    ssize_t n;
+    while ((n = read(sock, &byte, 1)) < 0 && errno == EINTR) {}
+    if (n != 1) {
+        errno = n < 0 ? errno : EPIPE;
+        die("the session host's go");
+    }
+}
+
+/* This mount namespace's /dev/pts a devpts of its own (mounts made here stay here), and, with PTY, the
+   run's terminal made in it: its slave this process's controlling terminal and stdio. */
+static void own_pts(const char *pty) {
+    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) die("mount --make-rslave /");
+    if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620") < 0)
+        die("mount /dev/pts");
+    int sock = optional_fd(pty);
+    if (sock < 0) return;
+    int master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0) die("/dev/ptmx");
+    int unlock = 0;
+    if (ioctl(master, TIOCSPTLCK, &unlock) < 0) die("unlockpt");
+    int slave = ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY);
+    if (slave < 0) die("the terminal's slave");
+    hand_over(sock, master);
+    close(master);
+    if (getsid(0) != getpid() && setsid() < 0) die("setsid");
+    for (int fd = 0; fd < 3; fd++)
+        if (dup2(slave, fd) < 0) die("dup2");
+    if (slave > 2) close(slave);
+    if (sock > 2) close(sock);
+    if (ioctl(0, TIOCSCTTY, 0) < 0) die("TIOCSCTTY");
+}
+
+/* A user namespace of our own, mapping only ourselves, when we are not root: the mount namespace it owns
+   is ours to mount a devpts in. bwrap, run next, makes its own below it as it would have. */
+static void own_user_namespace(void) {
+    uid_t uid = getuid();
+    gid_t gid = getgid();
+    if (unshare(CLONE_NEWUSER) < 0) die("unshare(user)");
+    char map[64];
+    struct { const char *path, *text; } files[] = {{"/proc/self/setgroups", "deny"}, {"/proc/self/uid_map", NULL},
+                                                   {"/proc/self/gid_map", NULL}};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        const char *text = files[i].text;
+        if (!text) {
+            snprintf(map, sizeof map, "%u %u 1\n", i == 1 ? (unsigned)uid : (unsigned)gid,
+                     i == 1 ? (unsigned)uid : (unsigned)gid);
+            text = map;
+        }
+        int fd = open(files[i].path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) die(files[i].path);
+        close(fd);
+    }
+}
+
+static int own_pts_then(char **argv) {
+    const char *pty = argv[0];
+    char **command = argv + 2;
+    if (geteuid() != 0) own_user_namespace();
+    if (unshare(CLONE_NEWNS) < 0) die("unshare(mnt)");
+    own_pts(pty);
+    execvp(command[0], command);
+    fprintf(stderr, "exechost: %s: %s\n", command[0], strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+}
 
 /* The command's last step: its cwd is the decided directory (then the fd of it is closed), the terminal's
    signals are its own again; then ARGV. */
@@ -107,9 +207,9 @@ static void report(int status) {
 }
 
 static int enter(char **argv) {
-    const char *mnt = argv[0], *user = argv[1];
+    const char *mnt = argv[0], *user = argv[1], *pty = argv[3];
     int cwdfd = optional_fd(argv[2]);
-    char **command = argv + 4;
+    char **command = argv + 5;
     char cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof cwd)) die("getcwd");
     int userfd = strcmp(user, "-") ? ns_fd(user) : -1;
@@ -121,6 +221,7 @@ static int enter(char **argv) {
     int entered_user = userfd >= 0;
     if (entered_user) close(userfd);
     if (unshare(CLONE_NEWNS | CLONE_NEWPID) < 0) die("unshare");
+    own_pts(pty); /* here, not in pid 1: this process is the session leader a terminal needs */
     terminal_signals(SIG_IGN);
     int told[2];
     if (pipe2(told, O_CLOEXEC) < 0) die("pipe");
@@ -137,9 +238,8 @@ static int enter(char **argv) {
             if (errno != EINTR) die("waitpid");
         report(n == (ssize_t)sizeof outcome ? outcome[0] : status);
     }
-    /* pid 1: a view of its own (mounts made here stay here), /proc of this namespace. */
+    /* pid 1: /proc of this namespace (a slave view since own_pts: mounts made here stay here). */
     close(told[0]);
-    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) die("mount --make-rslave /");
     unsigned long proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
     if (mount("proc", "/proc", "proc", proc_flags, NULL) < 0) die("mount /proc");
     /* As bwrap's --proc does: the old knobs of /proc that could act on the whole machine, read-only. */
@@ -191,11 +291,12 @@ static int enter(char **argv) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "keep")) return keep();
-    if (argc >= 7 && !strcmp(argv[1], "enter") && !strcmp(argv[5], "--")) return enter(argv + 2);
+    if (argc >= 8 && !strcmp(argv[1], "enter") && !strcmp(argv[6], "--")) return enter(argv + 2);
+    if (argc >= 5 && !strcmp(argv[1], "own-pts") && !strcmp(argv[3], "--")) return own_pts_then(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "check-cwd") && !strcmp(argv[3], "--")) {
         run_checked(optional_fd(argv[2]), argv + 4);
     }
-    fprintf(stderr, "usage: exechost-hostenter keep | enter MNT-FD USER-FD|- CWD-FD|- -- COMMAND... | "
-                    "check-cwd CWD-FD|- -- COMMAND...\n");
+    fprintf(stderr, "usage: exechost-hostenter keep | enter MNT-FD USER-FD|- CWD-FD|- PTY-FD|- -- COMMAND... | "
+                    "own-pts PTY-FD|- -- COMMAND... | check-cwd CWD-FD|- -- COMMAND...\n");
     return 2;
 }

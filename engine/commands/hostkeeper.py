@@ -68,7 +68,7 @@ class Keeper:
                     os.close(fd)
                 raise
         user = "-" if len(fds) == 1 else str(fds[1])
-        return [helper, "enter", str(fds[0]), user, NO_CWD, "--"], tuple(fds)
+        return [helper, "enter", str(fds[0]), user, NO_CWD, NO_PTY, "--"], tuple(fds)
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):
@@ -89,6 +89,11 @@ class Keeper:
 
 # The helper's word for "no cwd to check" (engine.commands.pinned.PinnedView.check_cwd fills in an fd).
 NO_CWD = "-"
+# The helper's word for "no terminal to make" (engine.commands.pinned.PinnedView.terminal fills in
+# TERMINAL_SOCKET: the helper makes the run's terminal in the run's own /dev/pts and sends its master to
+# the session host over the socket it has as stdout, engine.sessions.host_spawn.start_view_pty).
+NO_PTY = "-"
+TERMINAL_SOCKET = "1"
 
 
 _keepers: OrderedDict[str, Keeper] = OrderedDict()

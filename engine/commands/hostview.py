@@ -9,7 +9,9 @@ enters a view prepared once instead (engine.commands.hostkeeper: the same operat
 
 Every run has a PID namespace of its own with its own /proc (issue 31): the gateway's and the session
 hosts' /proc/<pid>/root, cwd and fd lead into the host's mount namespace, where the state dir is not
-covered; in the run's /proc they do not exist.
+covered; in the run's /proc they do not exist. Every run has a /dev/pts of its own too (a devpts
+instance, made by exechost-hostenter): another agent's terminal session and the operator's terminal are
+in the host's, which no run can name; a terminal session's own terminal is made in the run's.
 
 bwrap stays the parent of the command (it always forks and waits), in the command's process group: it is
 started with ^C, ^\\ and ^Z ignored, so the terminal's and the session host's SIGINT/SIGQUIT/SIGTSTP reach
@@ -22,14 +24,13 @@ is told exactly (exechost-hostenter dies of the command's signal): its 130 stays
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 from dataclasses import dataclass
 
+from engine import sysbin
 from engine.commands import hostkeeper
 
-BWRAP_CANDIDATES = ("/usr/bin/bwrap", "/bin/bwrap")
 ENV = "/usr/bin/env"
 # Signals a terminal (or an operator's ^C) sends: the command's, never bwrap's to die of.
 _TERMINAL = "INT,QUIT,TSTP"
@@ -64,8 +65,15 @@ class HostViewError(Exception):
 
 
 def bwrap_path() -> str | None:
-    found = next((p for p in BWRAP_CANDIDATES if os.access(p, os.X_OK)), None)
-    return found or shutil.which("bwrap")
+    return sysbin.which("bwrap")
+
+
+# Files the operator's shells run by themselves: at start (rc, profile, env) and when a login shell ends
+# (~/.bash_logout is in Debian's /etc/skel; zsh reads ~/.zlogin after ~/.zshrc and ~/.zlogout at exit).
+RC_FILES = (
+    ".bashrc", ".bash_profile", ".bash_login", ".profile", ".bash_logout",
+    ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".zlogout",
+)  # fmt: skip
 
 
 def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bool]]:
@@ -86,10 +94,7 @@ def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bo
     present = [p for p in cargo if os.path.lexists(p)]
     if not present and os.path.isdir(os.path.dirname(cargo[0])) and not _scratch_cargo(environ):
         present = [cargo[0]]  # none yet: the one cargo would read first, made read-only
-    rc = [
-        os.path.join(home, name)
-        for name in (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zshenv", ".zprofile")
-    ]
+    rc = [os.path.join(home, name) for name in RC_FILES]
     return [(p, True) for p in always + present] + [(p, False) for p in rc]
 
 
@@ -263,8 +268,12 @@ def kept_prefix(
 
 
 def head(bwrap: str) -> list[str]:
-    """The words before bwrap's operations: bwrap itself ignores the terminal's signals."""
-    return [ENV, IGNORE, bwrap]
+    """The words before bwrap's operations: bwrap itself ignores the terminal's signals, and starts (with
+    the helper) in a mount namespace whose /dev/pts is a devpts of its own, which its view copies: the
+    run reaches no terminal but its own (engine/commands/hostenter.c, own-pts)."""
+    helper = hostkeeper.helper_path()
+    own_pts = [helper, "own-pts", hostkeeper.NO_PTY, "--"] if helper is not None else []
+    return [ENV, IGNORE, *own_pts, bwrap]
 
 
 def tail() -> list[str]:

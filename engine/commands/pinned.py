@@ -40,8 +40,10 @@ COMMON_ENTRIES = (
     "objects", "refs", "packed-refs", "logs", "info", "hooks", "branches", "remotes", "rr-cache", "svn",
     "shallow", "worktrees", "modules", "lost-found", "lfs", "common", "gc.pid", "gc.log", "description",
 )  # fmt: skip
-# Subcommands that work without a repository (or make one): not pointed at "no repository".
-_NO_REPO = frozenset({"init", "clone", "version", "help"})
+# Subcommands that make a repository where GIT_DIR would point: not pointed at "no repository". Every other
+# git that was vetted with none is (`git help` and `git --help` find one themselves and read its config:
+# help.format, man.viewer, man.<tool>.cmd; with GIT_DIR naming nothing they work as outside any repository).
+_NO_REPO = frozenset({"init", "clone"})
 NO_REPOSITORY = "no-repository"
 
 
@@ -84,6 +86,18 @@ class PinnedView:
             helper = i > 0 and self.prefix[i - 1] == hostkeeper.helper_path()
             if slot is not None and helper and self.prefix[slot] == hostkeeper.NO_CWD:
                 self.prefix = (*self.prefix[:slot], str(fd), *self.prefix[slot + 1 :])
+                return True
+        return False
+
+    def terminal(self) -> bool:
+        """Have the view make the run's terminal in its own /dev/pts and hand its master to the session
+        host (RunSpec.pty_in_view); False when it cannot (no helper, or no view): the run's terminal is
+        then made outside, as without the view."""
+        for i, word in enumerate(self.prefix):
+            slot = {"enter": i + 4, "own-pts": i + 1}.get(word)
+            helper = i > 0 and self.prefix[i - 1] == hostkeeper.helper_path()
+            if slot is not None and helper and self.prefix[slot] == hostkeeper.NO_PTY:
+                self.prefix = (*self.prefix[:slot], hostkeeper.TERMINAL_SOCKET, *self.prefix[slot + 1 :])
                 return True
         return False
 
@@ -329,9 +343,7 @@ def _git_view(b: _Builder, record: Record) -> None:
         raise PinError("its git commands use different repositories; run them as separate commands")
     (repo,) = tops
     if repo is None:
-        wants_repo = [
-            argv for argv, _ in record.repos if parse_argv(argv, "/").subcommand not in _NO_REPO | {None}
-        ]
+        wants_repo = [argv for argv, _ in record.repos if parse_argv(argv, "/").subcommand not in _NO_REPO]
         if wants_repo:
             # None was vetted, so git must use none: not one git finds (or an agent creates) after the vet.
             b.env["GIT_DIR"] = os.path.join(b.root, NO_REPOSITORY)

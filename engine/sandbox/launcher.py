@@ -395,7 +395,7 @@ class SandboxLauncher:
             "sandbox": {"container": self.container, "pid": pid, **sandbox},
         }
         try:
-            handle = await host.hold(session_id, fds, names, meta, make_held, status)
+            handle = await host.hold(session_id, fds, names, meta, make_held, status, spec.output_cap)
         except BaseException:
             await terminate_in_container(self._channel, pid, marker, 0.0, lambda: False, lambda _s: None)
             raise

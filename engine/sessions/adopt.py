@@ -292,6 +292,8 @@ def _adopt_ended(
     session.output.end()
     compact(session)
     manager.registry.add(session)
+    if manager.quota is not None:  # a kept session counts against its agent's caps, ended or not
+        manager.quota.admit(session)
     return session
 
 

@@ -457,14 +457,18 @@ class HostLauncher:
         meta: dict[str, Any],
         make: HeldFactory,
         status: bytes = b"",
+        output_cap: int | None = None,
     ) -> HostProcess | None:
         """Hand streams someone else started to the host (a sandbox command's FIFOs: stdout, stderr,
-        status, stdin): it spools and relays them, and they outlive this gateway. None: no host here."""
+        status, stdin): it spools and relays them, and they outlive this gateway. None: no host here.
+        `output_cap`: the session's share of its agent's output budget, which caps the spool as a spawned
+        command's (else the host's own cap: a sandbox command's spool passed its agent's whole budget)."""
         link = await self.connect() if wire.valid_id(session_id) else None
         if link is None or len(fds) > wire.MAX_FDS:
             return None
         paths = self.paths(session_id)
-        msg = {"id": session_id, "streams": streams, "nfds": len(fds), "spoolCap": self.spool_cap}
+        spool_cap = min(output_cap or self.spool_cap, self.spool_cap)
+        msg = {"id": session_id, "streams": streams, "nfds": len(fds), "spoolCap": spool_cap}
         msg["meta"], msg["status"] = meta, status.decode("latin-1")
 
         def factory(chan: int, reply: dict[str, Any]) -> HostProcess:
@@ -503,6 +507,7 @@ class HostLauncher:
             "env": env,
             "cwd": spec.cwd or os.getcwd(),
             "pty": spec.pty,
+            "ptyInView": spec.pty_in_view,
             "cols": spec.cols,
             "rows": spec.rows,
             "stdin": spec.wants_stdin(),

@@ -3,6 +3,8 @@ verified fds put at the numbers the command names them by. Stdlib only (the host
 
 from __future__ import annotations
 
+import array
+import contextlib
 import fcntl
 import os
 import signal
@@ -15,6 +17,10 @@ from typing import Any
 
 STDOUT, STDERR, PTY = 0, 1, 2
 FDS_WANTED = 65536
+# How long a run in the host view may take to hand over the terminal it makes (a bound on a stuck
+# helper, so the session host is not held; a helper hands it over in a few ms).
+TERMINAL_WAIT_SEC = 30.0
+_SAID_MAX = 4096
 
 
 @dataclass
@@ -47,17 +53,21 @@ def start(msg: dict[str, Any], fds: list[int]) -> Started:
         else:
             placeholders.append(os.dup2(src, target, inheritable=False))
     pty = bool(msg.get("pty"))
+    in_view = pty and bool(msg.get("ptyInView"))
     common: dict[str, Any] = {
         "cwd": msg.get("cwd") or None,
         "env": dict(msg["env"]),
         "close_fds": True,
         "pass_fds": targets,
         "start_new_session": True,
-        "preexec_fn": _child_setup(pty, moves),
+        "preexec_fn": _child_setup(pty and not in_view, moves),
     }
     try:
         if pty:
             cols, rows = int(msg.get("cols") or 120), int(msg.get("rows") or 40)
+            if in_view:
+                popen, master = start_view_pty(list(msg["argv"]), common, cols, rows)
+                return Started(popen, {master: PTY}, master, pty=True)
             return _start_pty(list(msg["argv"]), common, cols, rows)
         return _start_pipes(list(msg["argv"]), common, stdin=bool(msg.get("stdin", True)))
     finally:
@@ -76,6 +86,64 @@ def _start_pty(argv: list[str], common: dict[str, Any], cols: int, rows: int) ->
     finally:
         os.close(slave)
     return Started(popen, {master: PTY}, master, pty=True)
+
+
+def start_view_pty(
+    argv: list[str], popen_args: dict[str, Any], cols: int, rows: int
+) -> tuple[subprocess.Popen[bytes], int]:
+    """(Popen, master) of a run whose terminal the host view makes in the run's own /dev/pts
+    (exechost-hostenter with a PTY word): the helper has a socket as stdout and stderr, sends the master
+    over it, and waits for our go, given once the terminal has the session's size. Anything it says
+    instead (it could not make the terminal) is the error. `popen_args` must start a new session: the
+    helper is the terminal's session leader."""
+    mine, theirs = socket.socketpair()
+    try:
+        child = theirs.fileno()
+        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=child, stderr=child, **popen_args)
+    except BaseException:
+        mine.close()
+        raise
+    finally:
+        theirs.close()
+    try:
+        return popen, _receive_terminal(mine, cols, rows)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait()
+        raise
+    finally:
+        mine.close()
+
+
+def _receive_terminal(sock: socket.socket, cols: int, rows: int) -> int:
+    sock.settimeout(TERMINAL_WAIT_SEC)
+    said = b""
+    space = socket.CMSG_SPACE(array.array("i").itemsize)
+    while True:
+        try:
+            data, ancillary, _flags, _addr = sock.recvmsg(_SAID_MAX, space, socket.MSG_CMSG_CLOEXEC)
+        except TimeoutError:
+            raise OSError("the host view made no terminal in time") from None
+        fds = array.array("i")
+        for level, kind, cdata in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(cdata[: len(cdata) - len(cdata) % fds.itemsize])
+        if fds:
+            master, extra = fds[0], fds[1:]
+            for fd in extra:
+                os.close(fd)
+            try:
+                fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+                sock.sendall(b"G")
+            except BaseException:
+                os.close(master)
+                raise
+            return master
+        if not data:
+            text = said.decode("utf-8", "replace").strip() or "it ended without one"
+            raise OSError(f"the host view made no terminal: {text}")
+        said = (said + data)[-_SAID_MAX:]
 
 
 def _start_pipes(argv: list[str], common: dict[str, Any], *, stdin: bool) -> Started:

@@ -109,10 +109,11 @@ class SessionHosts:
         meta: dict[str, Any],
         make: HeldFactory,
         status: bytes = b"",
+        output_cap: int | None = None,
     ) -> HostProcess | None:
         """engine.sandbox hands a started command's streams over (HostLauncher.hold), to a host with room."""
         return await self._on_host_with_room(
-            len(fds), lambda host: host.hold(session_id, fds, streams, meta, make, status)
+            len(fds), lambda host: host.hold(session_id, fds, streams, meta, make, status, output_cap)
         )
 
     async def _on_host_with_room(self, cost: int, run: Callable[[HostLauncher], Awaitable[Any]]) -> Any:

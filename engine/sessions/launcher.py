@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from engine.commands import hostview
 from engine.sessions import procs
 from engine.sessions.fdreader import FdReader, write_all
+from engine.sessions.host_spawn import start_view_pty
 from engine.sessions.pty import become_controlling_tty, open_pty, set_winsize
 
 DEFAULT_SHELL = "/bin/sh"
@@ -101,6 +102,9 @@ class RunSpec:
     started_at: int = 0  # filled by the manager: the Session's own start, so a re-read meta lists the same
     # Sealed copies of verified files (engine.commands.verified), inherited at the same numbers.
     pass_fds: tuple[int, ...] = ()
+    # The argv makes its terminal in its own /dev/pts and sends the master back (the host view's helper,
+    # engine.commands.pinned.PinnedView.terminal): the spawn receives it instead of opening one here.
+    pty_in_view: bool = False
 
     def resolved_argv(self) -> list[str]:
         return list(self.argv) if self.argv else [DEFAULT_SHELL, "-c", self.command]
@@ -301,6 +305,19 @@ class LocalLauncher:
 
     def _spawn_pty(self, spec: RunSpec, argv: list[str], env: dict[str, str], marker: str) -> LocalProcess:
         env.setdefault("TERM", DEFAULT_TERM)
+        if spec.pty_in_view:  # the view makes the terminal in its own /dev/pts and hands the master here
+            popen_args = {
+                "cwd": spec.cwd,
+                "env": env,
+                "close_fds": True,
+                "pass_fds": spec.pass_fds,
+                "start_new_session": True,
+            }
+            popen, master = start_view_pty(argv, popen_args, spec.cols, spec.rows)
+            os.set_blocking(master, False)
+            # its slave is named in the run's own /dev/pts: no path here finds its holders
+            streams = {master: "pty"}
+            return LocalProcess(popen, streams, master, pty_master=master, fd_targets=set(), marker=marker)
         master, slave = open_pty(spec.cols, spec.rows)
         try:
             targets = {os.ttyname(slave)}

@@ -211,7 +211,8 @@ class SessionManager:
                 running = self.registry.counts()[1]
                 explain = getattr(launcher, "open_file_limit_text", procs.open_file_limit_text)
                 return self._spawn_failed(session, OSError(explain(running)))
-            if not spec.pty:
+            # A terminal the host view makes is its argv's to make: the same argv cannot run without it.
+            if not spec.pty or spec.pty_in_view:
                 return self._spawn_failed(session, exc)
             warnings.append(f"Warning: PTY spawn failed ({exc}); retrying without PTY for `{spec.command}`.")
             session.spec = spec = dataclasses.replace(spec, pty=False, stdin=True)

@@ -304,6 +304,8 @@ class ExecTool:
             # The cwd checked against the decided directory in the view itself when it can (the fd then
             # closed before the command), else in the shell.
             in_view = cwd_fd is not None and view.check_cwd(cwd_fd)
+            # A terminal session's terminal made in the run's own /dev/pts (the only one it can reach).
+            spec.pty_in_view = spec.pty and view.terminal()
             started = run.command if cwd_fd is None or in_view else in_checked_cwd(cwd_fd, run.command)
             spec.argv = view.argv(DEFAULT_SHELL, started) or (
                 [DEFAULT_SHELL, "-c", started] if cwd_fd is not None and not in_view else None

@@ -38,6 +38,7 @@ from engine.sessions.spool import SPOOL_NAME, EventSpool
 from engine.tools.exec import ExecTool
 from engine.tools.resume import restore_asks
 from runner.egress import EgressHub
+from runner.gateway import overrides_file
 from runner.gateway.broadcast import Broadcaster
 from runner.gateway.browsers import BrowserHub
 from runner.gateway.journal import ApprovalJournal
@@ -98,7 +99,10 @@ class Services:
         self.events = SystemEvents(spool=EventSpool(state_dir / SPOOL_NAME))
         # Allow-always with limits, apart from exec-approvals.json (which OpenClaw also reads).
         self.grants = GrantStore(state_dir / GRANTS_NAME)
-        self.overrides: dict[str, SessionOverrides] = {}
+        # `/exec` and `/elevated` per session key, kept across restarts (runner/gateway/overrides_file.py).
+        self.overrides_path = state_dir / overrides_file.OVERRIDES_NAME
+        self.overrides: dict[str, SessionOverrides] = overrides_file.load(self.overrides_path)
+        self.overrides_lock = asyncio.Lock()  # its writes, one at a time and in order
         self.started_at = time.time()
         exec_cfg = self.config().exec
         self.sessions = SessionManager(

@@ -354,12 +354,10 @@ def test_class4_rg_hostname_bin_is_a_program_running_option() -> None:
 # ------------------------------------------------------------------------ the host view: another agent's PTY
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: every agent's host commands share the gateway's uid and the host's /dev/pts, and "
-    "/dev/pts is no /proc or /dev/fd word: an allowlisted `echo … | tee /dev/pts/N` of agent main writes "
-    "into agent ops's PTY session, forging its output (and a reader there takes its keystrokes)",
-)
+# Was open: every agent's host commands shared the gateway's uid and the host's /dev/pts, and /dev/pts is
+# no /proc or /dev/fd word: an allowlisted `echo … | tee /dev/pts/N` of agent main wrote into agent ops's
+# PTY session, forging its output (and a reader there takes its keystrokes). Closed: every run has a
+# /dev/pts of its own, and a PTY session's terminal is made in it (engine/commands/hostenter.c).
 async def test_class2_an_allowlisted_tee_writes_into_another_agents_pty_session(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -383,11 +381,13 @@ async def test_class2_an_allowlisted_tee_writes_into_another_agents_pty_session(
             )
             session = started["details"]["sessionId"]
             pid = started["details"]["pid"]
-            tty = await wait_until(lambda: _tty_of(pid), timeout=30)  # what `ls -l /dev/pts` shows main
+            tty = await wait_until(lambda: _tty_of(pid), timeout=30)  # what `ls -l /dev/pts` showed main
+            # ... and every terminal the host has, in case ops's is named differently where main looks
+            targets = " ".join(sorted({tty, *_host_ptys()}))
             forged = await main.request(
-                "exec", {"command": f"echo FORGED-BY-MAIN | tee {tty}", "workdir": str(work)}
+                "exec", {"command": f"echo FORGED-BY-MAIN | tee {targets}", "workdir": str(work)}
             )
-            assert forged["details"]["status"] == "completed", forged["text"]
+            assert forged["details"]["status"] in ("completed", "failed"), forged["text"]  # it ran
 
             async def ops_sees() -> str:
                 log = await ops.request("process", {"action": "log", "sessionId": session})
@@ -415,6 +415,11 @@ def _tty_of(pid: int) -> str | None:
         if target.startswith("/dev/pts/"):
             return target
     return None
+
+
+def _host_ptys() -> list[str]:
+    """Every terminal in the host's /dev/pts (the gateway's view)."""
+    return [f"/dev/pts/{name}" for name in os.listdir("/dev/pts") if name.isdigit()]
 
 
 def _children(pid: int) -> list[int]:

@@ -13,8 +13,10 @@ from engine.policy.precedence import SessionOverrides, apply_directive
 from engine.policy.report import agent_policies
 from engine.principals import key_owner, owns_key
 from engine.protocol.requests import PolicyAgents, PolicyCheck, PolicyOverride, PolicyOverrides
+from engine.statefs import StateFileError
 from engine.tools.decide import decide
 from engine.tools.exec import sandbox_available
+from runner.gateway import overrides_file
 from runner.gateway.handlers.common import agent_id, require_operator, session_key
 from runner.gateway.limits import MAX_OVERRIDES_PER_AGENT, OVERRIDES_PAGE_BYTES
 
@@ -68,13 +70,32 @@ async def override(services: Services, conn: Connection, req: PolicyOverride) ->
     )
     if not conn.operator and not _only_tightens(current, updated):
         require_operator(conn, f"{directive.strip()!r} (it broadens the session's policy)")
+    before = services.overrides.get(key)
     if any(v is not None for v in _view(updated).values()):
         if key not in services.overrides and not conn.operator:
             _check_room(services.overrides, key)
         services.overrides[key] = updated
     else:
         services.overrides.pop(key, None)
+    if services.overrides.get(key) != before:  # (an agent alone only tightens: a few writes per key it owns)
+        problem = await _keep(services)
+        if problem is not None:
+            reply += f"\nWarning: {problem}"
     return {"text": reply, "details": {"sessionKey": key, "overrides": _view(updated)}}
+
+
+async def _keep(services: Services) -> str | None:
+    """On disk before the answer: a lock-down the operator was told is set survives a crash or restart.
+    One write at a time, each of the table as it is then (a later change is never overwritten by an older
+    copy). A write that fails (a full disk) leaves the change in force here and says it will not outlive
+    this gateway: refusing it would refuse a lock-down just when an agent filled the disk."""
+    async with services.overrides_lock:
+        table = dict(services.overrides)
+        try:
+            await asyncio.to_thread(overrides_file.save, services.overrides_path, table)
+        except (OSError, StateFileError) as exc:
+            return f"not saved to {services.overrides_path} ({exc}): it holds only until the gateway restarts"
+    return None
 
 
 # What a connection without the operator role may still set: only the strictest value of each field.

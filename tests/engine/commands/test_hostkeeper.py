@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import hostkeeper
+from engine.commands import hostkeeper, hostview
 from engine.commands.pinned import pinned_view
 from tests.helpers.bwrap import needs_bwrap
 
@@ -63,8 +63,11 @@ def _probe(state: Path) -> str:
             for kind, ns in host_ns.items()
         ),
         f"echo pid $$; echo parent $PPID; ls -d /proc/1 /proc/2 /proc/{os.getpid()} 2>&1",
-        # (other engineers' containers come and go under /run/docker and /var/lib/docker: not compared)
-        "cut -d' ' -f5,6,9 /proc/self/mountinfo | grep -Ev '^/(run/docker|var/lib/docker)/' | sort",
+        # (other engineers' containers come and go under /run/docker and /var/lib/docker: not compared;
+        # /dev/pts is the run's own devpts over the host's, whose covered copies' flags differ between a
+        # kept namespace and a bwrap's: what the run can reach there is listed instead)
+        "cut -d' ' -f5,6,9 /proc/self/mountinfo | grep -Ev '^/(run/docker/|var/lib/docker/|dev/pts )' | sort",
+        "echo pts: $(ls -A /dev/pts); grep ' /dev/pts ' /proc/self/mountinfo | tail -1 | cut -d' ' -f6,9-",
         "pwd -P; id; ulimit -a | md5sum",
     ]
     return "; ".join(checks)
@@ -80,14 +83,16 @@ def test_the_kept_view_is_exactly_as_confining_as_a_bwrap_of_its_own(
     kept = _run(_probe(state_dir), tmp_path)
     assert _keeper(state_dir).alive()
     with monkeypatch.context() as m:
-        m.setattr(hostkeeper, "helper_path", lambda: None)  # every run its own bwrap, as before issue 31
+        # every run its own bwrap, as before issue 31 and as a run with pinned copies still is
+        m.setattr(hostview, "kept_prefix", lambda *_a, **_k: None)
         view = pinned_view(None, host=True)
-        assert "--unshare-pid" in view.prefix
+        assert "--unshare-pid" in view.prefix and "own-pts" in view.prefix
         own = _run(_probe(state_dir), tmp_path)
     assert kept.stdout.splitlines() == own.stdout.splitlines()
     assert "tok-5e3c7" not in kept.stdout and "state:\n" in kept.stdout and "writable" in kept.stdout
     assert ".gitconfig writable" not in kept.stdout and "name = op" in kept.stdout
     assert "pid 2\n" in kept.stdout and "pid: own" in kept.stdout and "mnt: own" in kept.stdout
+    assert "pts: ptmx\n" in kept.stdout and "devpts rw,mode=620,ptmxmode=666\n" in kept.stdout, kept.stdout
     assert not (state_dir / "new").exists()
 
 
@@ -149,11 +154,11 @@ def test_a_keeper_that_died_is_remade_and_a_run_prepared_before_still_enters_its
 def test_the_helper_enters_only_a_namespace(tmp_path: Path) -> None:
     helper = str(hostkeeper.helper_path())
     with open(tmp_path / "f", "w") as f:
-        argv = [helper, "enter", str(f.fileno()), "-", "-", "--", "/bin/sh", "-c", "echo ran"]
+        argv = [helper, "enter", str(f.fileno()), "-", "-", "-", "--", "/bin/sh", "-c", "echo ran"]
         done = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=(f.fileno(),))
     assert done.returncode == 126 and "ran" not in done.stdout and "setns" in done.stderr
     done = subprocess.run(
-        [helper, "enter", "x", "-", "-", "--", "true"], capture_output=True, text=True, check=False
+        [helper, "enter", "x", "-", "-", "-", "--", "true"], capture_output=True, text=True, check=False
     )
     assert done.returncode == 126 and "not a namespace fd" in done.stderr
 
@@ -201,10 +206,10 @@ keeper = subprocess.Popen(["bwrap", *view, "--", helper, "keep"], stdin=-1, stdo
 pid = int(keeper.stdout.readline())
 fds = [os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY) for kind in ("mnt", "user")]
 probe = sys.stdin.read()
-enter = [helper, "enter", *map(str, fds), "-", "--"]
+enter = [helper, "enter", *map(str, fds), "-", "-", "--"]
 kept = subprocess.run([*enter, "/bin/sh", "-c", probe], capture_output=True, text=True, pass_fds=fds)
-own = subprocess.run(["bwrap", *view, "--unshare-pid", "--proc", "/proc", "--", "/bin/sh", "-c", probe],
-                     capture_output=True, text=True)
+own = subprocess.run([helper, "own-pts", "-", "--", "bwrap", *view, "--unshare-pid", "--proc", "/proc", "--",
+                      "/bin/sh", "-c", probe], capture_output=True, text=True)
 keeper.stdin.close()
 keeper.wait()
 print(kept.returncode, own.returncode, os.fstat(fds[1]).st_ino != os.stat("/proc/self/ns/user").st_ino)
@@ -241,7 +246,8 @@ def _compare_as_nobody(root: Path) -> None:
         f"id -u; cat {state}/operator.json; ls -A {state}; cat {config}; echo x >> {config} || echo refused; "
         "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status; echo pid $$; "
         f"umount {state} || echo kept; "
-        "cut -d' ' -f5,6 /proc/self/mountinfo | grep -Ev '^/(run/docker|var/lib/docker)/' | sort; "
+        "cut -d' ' -f5,6 /proc/self/mountinfo | grep -Ev '^/(run/docker/|var/lib/docker/|dev/pts )' | sort; "
+        "echo pts: $(ls -A /dev/pts); grep ' /dev/pts ' /proc/self/mountinfo | tail -1 | cut -d' ' -f9-; "
         "exit 131"
     )
     done = subprocess.run(
@@ -255,6 +261,7 @@ def _compare_as_nobody(root: Path) -> None:
     assert kept == own
     assert "tok-5e3c7" not in kept and "refused" in kept and "kept" in kept
     assert "CapBnd:\t0000000000000000" in kept
+    assert "pts: ptmx\ndevpts rw,mode=620,ptmxmode=666\n" in kept  # its own devpts, in its user namespace
 
 
 def test_the_cwd_is_checked_in_the_view_and_its_fd_never_reaches_the_command(

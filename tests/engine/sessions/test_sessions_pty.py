@@ -175,3 +175,23 @@ async def test_raw_bytes_reach_viewers(mgr: SessionManager) -> None:
     assert b"\x1b[31mred\x1b[0m" in raw
     log = await mgr.process("log", {"sessionId": sid}, "p")
     assert log.text == "red"
+
+
+async def test_a_terminal_the_view_cannot_make_fails_the_run_and_is_not_retried_without_one(
+    mgr: SessionManager, tmp_path: Path
+) -> None:
+    """The host view makes a PTY session's terminal (RunSpec.pty_in_view): when it cannot, the run fails
+    saying why, and is not retried with pipes (its argv would still try to make the terminal)."""
+    from engine.commands import hostkeeper
+
+    helper = hostkeeper.helper_path()
+    if helper is None:
+        pytest.skip("exechost-hostenter is not built (setup.sh)")
+    marker = tmp_path / "ran"
+    argv = [helper, "own-pts", "bogus", "--", "/bin/sh", "-c", f"touch {marker}"]
+    result = await mgr.run(
+        RunSpec(command="touch ran", argv=argv, scope_key="p", pty=True, pty_in_view=True, cwd=str(tmp_path))
+    )
+    assert result.details["status"] == "failed", result.text
+    assert "made no terminal" in result.text and "retrying without PTY" not in result.text, result.text
+    assert not marker.exists()
