@@ -23,6 +23,7 @@ from engine.nodes.wire import (
     ACK_EVENT,
     MAX_LINE,
     PROTOCOL,
+    PROTOCOLS_TAKEN,
     Hello,
     NodeEvent,
     Request,
@@ -273,7 +274,7 @@ class NodeLink:
             ) from None
         if not isinstance(frame, Hello):
             raise NodeError(f"node {self.name}: expected a hello from `{command}`")
-        if frame.protocol != PROTOCOL:
+        if frame.protocol not in PROTOCOLS_TAKEN:
             raise NodeError(
                 f"node {self.name}: exechost {frame.version} there speaks node protocol {frame.protocol}, "
                 f"this gateway speaks {PROTOCOL}: install the same exechost version on the node"

@@ -7,7 +7,11 @@ from typing import Any
 
 from engine import jsontext
 
-PROTOCOL = 1
+# 2: numbered events a gateway acknowledges (`seq`, `events.ack`), `instance`, `runs.status`. A gateway
+# of an older protocol would never acknowledge, and be sent every event again on each link: it is refused
+# (its own check); this one still takes a protocol-1 node (no numbers, no runs.status: as before).
+PROTOCOL = 2
+PROTOCOLS_TAKEN = (1, 2)
 MAX_LINE = 16 * 1024 * 1024  # one frame; a longer line is a broken or hostile peer
 CAPS = ("system.run", "system.which", "sandbox", "sessions.watch", "runs.status")
 ACK_EVENT = "events.ack"  # gateway -> node: every numbered event up to `upTo` was handled there
