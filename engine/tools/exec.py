@@ -331,7 +331,7 @@ class ExecTool:
         every security level, unless the operator set hostView = "none"."""
         if prepared.host != "gateway" or self._config().exec_for(ctx.agent_id).host_view == "none":
             return False
-        refuse_hidden_cwd(prepared.cwd, str(state_dir()))
+        refuse_hidden_cwd(prepared.cwd, str(state_dir()), host_outside(self._config()))
         return True
 
     async def _pinned(

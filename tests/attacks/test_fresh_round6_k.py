@@ -675,16 +675,12 @@ async def test_a_lockdown_that_cannot_be_saved_still_holds_and_says_so(state: Pa
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the host view hides sandbox workspaces only while they lie in the state dir; with "
-    "`workspaceRoot` elsewhere (hostview's Outside lists node keys, engine sockets and the agents' socket "
-    "dir, never it) agent main's allowlisted `cat` reads agent ops's sandbox files (and an allowlisted "
-    "writer could plant files there)",
-)
 async def test_another_agents_sandbox_workspace_is_out_of_a_host_commands_reach(
     state: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Was open: the host view hid sandbox workspaces only while they lay in the state dir; with
+    `workspaceRoot` elsewhere agent main's allowlisted `cat` read agent ops's sandbox files. Now every
+    configured workspace root is covered in the host view, as the state dir is."""
     root = state.parent / "ws"
     write_config(
         state,
