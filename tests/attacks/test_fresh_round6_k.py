@@ -463,15 +463,12 @@ async def test_security_deny_set_after_an_ask_refuses_its_approval(state: Path, 
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a PTY command in a bwrap sandbox is a one-shot bwrap with tmpfs mounts of its own "
-    "(bwrap.terminal), never counted in the RAM reservations that refuse a sandbox past its agent's "
-    "quarter of the host's RAM (_check_memory_budget): each terminal may pin another full /tmp",
-)
 async def test_pty_terminals_cannot_pin_tmpfs_past_the_agents_ram_share(
     state: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Was open: a PTY command in a bwrap sandbox was a one-shot bwrap with tmpfs mounts of its own, never
+    counted in the RAM reservations, so each terminal could pin another full /tmp. Now a terminal joins
+    the running sandbox's namespaces and its bwrap takes that view whole: the same tmpfs mounts."""
     # One /tmp of 5 GiB: its sandbox fits this agent's quarter of the host's RAM; a second one would not.
     # (Nothing here writes more than a few bytes: the caps are reservations, not allocations.)
     quarter = _mem_total() // 4

@@ -267,12 +267,19 @@ async def test_pty_is_a_terminal_with_the_same_view(bwrap_mgr: SandboxManager) -
 
     await handle.write(
         b"[ -t 0 ] && [ -t 1 ] && echo is-a-tty; stty size; cat /workspace/shared-file; "
-        b"grep NoNewPrivs /proc/self/status; echo $TERM\n"
+        b"grep -E '^(NoNewPrivs|Seccomp|CapEff|CapBnd):' /proc/self/status; "
+        b"echo from-pty > /tmp/t; echo from-shm > /dev/shm/t; echo $TERM\n"
     )
     got = await until(b"xterm-256color\r\n")
-    # (--new-session: the terminal is bwrap's /dev/console, not a controlling tty, so TIOCSTI reaches
-    # nothing; the seccomp filter refuses it besides.)
+    # (--new-session: no controlling tty, so TIOCSTI reaches nothing; the seccomp filter refuses it
+    # besides.)
     assert b"is-a-tty" in got and b"30 100" in got and b"from-pipes" in got and b"NoNewPrivs:\t1" in got
+    assert (
+        b"Seccomp:\t2" in got and b"CapEff:\t0000000000000000" in got and b"CapBnd:\t0000000000000000" in got
+    )
+    # In the sandbox's own namespaces and mounts (fresh round 6 k): its /tmp and /dev/shm are the
+    # sandbox's, not new ones a terminal could fill besides.
+    assert (await run(sx, "cat /tmp/t /dev/shm/t"))[1] == "from-pty\nfrom-shm\n"
     await handle.write(b"exit 3\n")
     while await handle.read() is not None:
         pass
