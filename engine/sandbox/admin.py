@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
-from engine.sandbox import bwrap, docker_ops, landlock, seccomp
+from engine.sandbox import bindfds, bwrap, docker_ops, landlock, seccomp
 from engine.sandbox.browser import BrowserManager, browser_layout, effective_docker
 from engine.sandbox.egress import forwarder
 from engine.sandbox.images import (
@@ -216,7 +216,9 @@ def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]
     shown_layer: dict[str, Any] = layer.to_dict()
     try:
         command = supervisor_command(has_bb)
-        how = bwrap.plan(settings, lay, bwrap=exe, env=env, seccomp=-1, command=command, layer=layer)
+        how = bwrap.plan(
+            settings, lay, bwrap=exe, env=env, seccomp=-1, command=command, layer=layer, binds=bindfds.shown(d)
+        )
         argv = [SECCOMP_SHOWN if a == "-1" else a for a in how.argv]
         shown_env = bwrap.redacted_env(how.env)
         limits = {bwrap.PRLIMIT_NAMES[k]: f"{s}:{h}" for k, (s, h) in how.rlimits.items()}

@@ -260,7 +260,7 @@ class SandboxManager:
                 has_busybox=has_bb,
                 agent_id=agent_id,
             )
-        except docker_ops.SandboxUnavailable as exc:
+        except (docker_ops.SandboxUnavailable, ValueError) as exc:  # ValueError: a bind refused (bindfds)
             raise SandboxError(str(exc)) from None
         except OSError as exc:
             raise SandboxError(f"Failed to start bwrap sandbox {lay.name}: {exc}") from None

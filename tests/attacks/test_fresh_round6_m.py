@@ -51,11 +51,6 @@ async def _exec(client: Any, command: str, **params: Any) -> dict[str, Any]:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a bind source is checked by realpath, then a PTY command's one-shot bwrap binds it by "
-    "path; the sandbox swaps it for a link to a host dir and gets that dir read-write",
-)
 @pytest.mark.asyncio
 async def test_class6_bind_source_relinked_by_the_sandbox_reaches_the_host_in_a_terminal(
     state_dir: Path, tmp_path: Path
@@ -316,11 +311,6 @@ async def test_held_host_wide_proc_files_and_fchmodat2_setuid_are_refused_in_bwr
     assert int(mode, 8) & 0o6000 == 0, text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: Docker mounts docker.binds again by path at every start of a stopped container, checked "
-    "only at the decision; a source swapped for a link in between mounts a host dir read-write",
-)
 @pytest.mark.asyncio
 async def test_class6_docker_restart_mounts_a_bind_source_swapped_after_the_decision(
     state_dir: Path, tmp_path: Path
@@ -608,11 +598,6 @@ async def test_class8_the_ask_names_where_a_linked_script_imports_from(
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a new bwrap sandbox binds docker.binds by path after the realpath check; another session "
-    "scope sharing the rw workspace swaps the source for a link and the restarted sandbox gets a host dir",
-)
 @pytest.mark.asyncio
 async def test_class6_a_sandbox_started_again_binds_a_source_another_scope_swapped(
     state_dir: Path, tmp_path: Path
