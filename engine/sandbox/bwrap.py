@@ -31,7 +31,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -201,8 +201,9 @@ def plan(
     Unix sockets bound in read-only (a connect needs no write to the mount). Egress binds its socket's dir
     instead (engine.sandbox.egress): a socket re-made by the next gateway is then seen inside too. `files`
     ({fd: sandbox path}): read-only files bwrap copies from those fds (a terminal's spec). `layer`: when
-    active, the command runs under the landlock helper with the ruleset this view implies. `binds`: docker.binds
-    as opened by bindfds.open_binds (mounted by fd, never by path), or bindfds.shown for a plan only shown."""
+    active, the command runs under the landlock helper with the ruleset this view implies. `binds`:
+    docker.binds as bindfds.open_binds opened them (mounted by fd, never by path), or bindfds.shown for a
+    plan that is only shown."""
     d = settings.docker
     view = system_view(settings.bwrap_rootfs)
     # Landlock's grants, beside the mounts they follow: read anywhere in the view, execute only in the
