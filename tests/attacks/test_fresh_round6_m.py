@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from engine import principals
+from engine import principals, sandbox
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.frames import RemoteError
 from engine.sandbox import SandboxManager, bwrap, docker_ops, set_default_manager
+from engine.sandbox import manager as sandbox_manager
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 from tests.helpers.race import exchange_loop, tries
@@ -311,9 +312,10 @@ async def test_held_host_wide_proc_files_and_fchmodat2_setuid_are_refused_in_bwr
     assert int(mode, 8) & 0o6000 == 0, text
 
 
+@pytest.mark.parametrize("made_before", [False, True], ids=["new", "made-by-an-older-exechost"])
 @pytest.mark.asyncio
 async def test_class6_docker_restart_mounts_a_bind_source_swapped_after_the_decision(
-    state_dir: Path, tmp_path: Path
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made_before: bool
 ) -> None:
     """The Docker form of the bind attack. A stopped container is started again (`docker start`, which
     resolves every bind source by path then) with no check of the binds: only the decision checked them,
@@ -323,7 +325,9 @@ async def test_class6_docker_restart_mounts_a_bind_source_swapped_after_the_deci
 
     Held by refusal (docs/SECURITY.md): Docker takes a bind source only by path, so a source inside the
     workspace the sandbox writes cannot be pinned by any check; the config is refused with its key named,
-    and no container that mounts such a source is ever created or started again."""
+    and no container that mounts such a source is ever created or started again. `made_before`: the
+    container was created before that refusal (an older exechost; the decision's check stands aside too),
+    so the attack runs as first written, and the start of the stopped container must refuse it."""
     image = build_test_image()
     run_id = f"m6-{os.getpid()}"
     workspace = state_dir / "workspace"
@@ -347,8 +351,16 @@ async def test_class6_docker_restart_mounts_a_bind_source_swapped_after_the_deci
         async with gateway(state_dir):
             client = await connect(state_dir, operator=False)
             try:
-                with pytest.raises(RemoteError, match=r"docker\.binds.*inside the workspace"):
-                    await _exec(client, "ls /data; echo started")
+                if made_before:
+                    # The decision's check stands aside throughout, so what holds is the start's own.
+                    monkeypatch.setattr(sandbox, "docker_writable", lambda settings, lay: [])
+                    with monkeypatch.context() as older:
+                        older.setattr(sandbox_manager, "docker_writable", lambda settings, lay: [])
+                        first = await _exec(client, "ls /data; echo started")
+                    assert "started" in first["_text"], first
+                else:
+                    with pytest.raises(RemoteError, match=r"docker\.binds.*inside the workspace"):
+                        await _exec(client, "ls /data; echo started")
                 with exchange_loop(str(workspace / "data"), str(workspace / "evil")):
                     for _ in tries(60):
                         for c in docker_ops.list_sandboxes(f"exechost.test={run_id}", every_install=True):
