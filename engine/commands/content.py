@@ -519,8 +519,9 @@ def bind(
             real = os.path.realpath(named)
             if linked is None and resolves_through_proc(os.path.abspath(named)):
                 linked = word  # a link into /proc: resolved here, it names the gateway's file
-            # After `--` no option may follow, so the copy is then named by its /proc path instead.
-            after_dashdash = segment.argv[operand - 1] == "--"
+            # After `--` (or a shell's lone `-`, which ends its options too) no option may follow: `-c`
+            # there would name a file to run. The copy is then named by its /proc path instead.
+            after_dashdash = segment.argv[operand - 1] in ("--", "-")
             reader = "" if after_dashdash else (reader_of(segment.argv[0]) or reader_of(program))
             if not os.path.lexists(named):
                 add(ContentItem("script", os.path.abspath(named), real, None, 0, True, here, operand))
