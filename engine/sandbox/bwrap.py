@@ -27,18 +27,17 @@ import json
 import logging
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine import statefs
-from engine.sandbox import landlock
+from engine import statefs, sysbin
+from engine.sandbox import bindfds, landlock
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import ContainerState, SandboxUnavailable
 from engine.sandbox.egress import forwarder
@@ -125,7 +124,7 @@ def network_refusal(name: str, network: str) -> str:
 
 def find_bwrap() -> str:
     """The bwrap binary; SandboxUnavailable with how to install it when there is none."""
-    found = shutil.which("bwrap") or ("/usr/bin/bwrap" if os.access("/usr/bin/bwrap", os.X_OK) else None)
+    found = sysbin.which("bwrap")
     if found is None:
         raise SandboxUnavailable(INSTALL_HINT)
     return found
@@ -164,19 +163,6 @@ def system_view(rootfs: str | None) -> list[str]:
     return args
 
 
-def _binds(binds: Iterable[str]) -> list[str]:
-    """docker.binds ("src:dst[:ro|rw]", checked by validate.validate_binds) as bwrap binds."""
-    args: list[str] = []
-    for raw in binds:
-        parts = raw.strip().split(":")
-        if len(parts) < 2:
-            continue
-        src, dst = parts[0], parts[1]
-        mode = parts[2] if len(parts) > 2 else "rw"
-        args += ["--ro-bind" if "ro" in mode.split(",") else "--bind", src, dst]
-    return args
-
-
 @dataclass(frozen=True)
 class Plan:
     """How one sandbox is started: bwrap's argv (the seccomp fd named by number) and the keeper's limits."""
@@ -205,6 +191,7 @@ def plan(
     sockets: Mapping[str, str] | None = None,
     files: Mapping[int, str] | None = None,
     layer: landlock.Status | None = None,
+    binds: Sequence[bindfds.Bind] = (),
     joined: bool = False,
 ) -> Plan:
     """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
@@ -212,9 +199,11 @@ def plan(
     Unix sockets bound in read-only (a connect needs no write to the mount). Egress binds its socket's dir
     instead (engine.sandbox.egress): a socket re-made by the next gateway is then seen inside too. `files`
     ({fd: sandbox path}): read-only files bwrap copies from those fds (a terminal's spec). `layer`: when
-    active, the command runs under the landlock helper with the ruleset this view implies. `joined`: bwrap
-    runs in the scope's running sandbox (a terminal, in its namespaces: run_joined) and takes that view
-    whole, its tmpfs mounts the same ones, never new: the grants, seccomp, limits and env are the same."""
+    active, the command runs under the landlock helper with the ruleset this view implies. `binds`:
+    docker.binds as bindfds.open_binds opened them (mounted by fd, never by path), or bindfds.shown for a
+    plan that is only shown. `joined`: bwrap runs in the scope's running sandbox (a terminal, in its
+    namespaces: terminal()) and takes that view whole, its tmpfs mounts and binds the same ones, never new
+    (`binds` then only name the landlock grants): the grants, seccomp, limits and env are the same."""
     d = settings.docker
     view = system_view(settings.bwrap_rootfs)
     # Landlock's grants, beside the mounts they follow: read anywhere in the view, execute only in the
@@ -223,30 +212,39 @@ def plan(
     grants += [(landlock.EXEC, path) for path in _system_dirs(view)]
     grants += [(landlock.DEVICE, "/dev"), (landlock.WRITE, "/dev/shm"), (landlock.WRITE_EXISTING, "/proc")]
     if joined:
-        # A user namespace of its own inside the sandbox's, so every mount it copies is locked as it is;
-        # the rest (PID, IPC, UTS, network, cgroup) is the sandbox's, joined by nsenter.
+        # A user namespace of its own inside the sandbox's, so every mount it copies stays locked as it
+        # is; the rest (PID, IPC, UTS, network, cgroup) is the sandbox's, joined by nsenter.
         argv = [bwrap, "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-        argv += ["--dev-bind", "/", "/"]  # every mount as the sandbox has it (nosuid; ro stays ro)
+        argv += ["--dev-bind", "/", "/"]  # every mount as the sandbox has it (nosuid added; ro stays ro)
     else:
-        argv = _own_view(settings, lay, bwrap, view, control)
+        argv = _own_view(bwrap, view)
     pinned = 0 if joined else SHM_BYTES
     for entry in d.tmpfs or ("/tmp",):
         path, size = _tmpfs(entry)
-        pinned += 0 if joined else size
+        if not joined:
+            pinned += size
+            argv += ["--perms", "1777", "--size", str(size), "--tmpfs", path]
         # Docker mounts a tmpfs noexec unless its options say `exec`: the same here.
         grants.append((landlock.WRITE + (landlock.EXEC if _tmpfs_exec(entry) else ""), path))
+    if not joined:
+        argv += ["--bind", lay.workspace_dir, d.workdir]
     grants.append((landlock.WRITE + landlock.EXEC, d.workdir))  # where an agent builds and runs its code
     if lay.agent_mount is not None:
+        argv += [] if joined else ["--ro-bind", lay.agent_mount, AGENT_MOUNT]
         grants.append((landlock.EXEC, AGENT_MOUNT))
     if control:
+        argv += ["--bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
         grants.append((landlock.WRITE, sv.CTL_MOUNT))
+    if not joined:
+        argv += ["--ro-bind", str(sv.bin_dir()), sv.BIN_MOUNT]
     grants.append((landlock.EXEC, sv.BIN_MOUNT))
     egress = settings.egress.mode != "none"
     if egress and not joined:  # joined: the sandbox's own forwarder serves its network namespace
+        argv += ["--ro-bind", str(forwarder.socket_dir(lay.name)), forwarder.MOUNT]
         command = forwarder.wrap(command)
-    binds = _binds(d.binds)
-    for i in range(0, len(binds), 3):
-        grants.append(((landlock.WRITE if binds[i] == "--bind" else "") + landlock.EXEC, binds[i + 2]))
+    for b in binds:
+        argv += [] if joined else b.args()
+        grants.append(((landlock.EXEC if b.read_only else landlock.WRITE + landlock.EXEC), b.target))
     ruleset = None
     if layer is not None and layer.active:
         # Outermost, so the forwarder runs under it too: it binds the proxy port, commands connect to it.
@@ -268,8 +266,7 @@ def plan(
         argv += ["--perms", "0400", "--ro-bind-data", str(fd), inside]
     # The environment is bwrap's own (the keeper's, set by the caller), never argv: argv is readable by
     # every local user (ps), and docker.env may carry a key the operator meant for the sandbox only.
-    if not joined:
-        argv += ["--remount-ro", "/"]
+    argv += [] if joined else ["--remount-ro", "/"]
     argv += ["--chdir", d.workdir]
     argv += ["--seccomp", str(seccomp), "--", *command]
     rlimits = {
@@ -287,12 +284,9 @@ def plan(
     return Plan(argv, sandbox_vars, rlimits, d.pids_limit, pinned, ruleset)
 
 
-def _own_view(
-    settings: SandboxSettings, lay: Layout, bwrap: str, view: list[str], control: bool
-) -> list[str]:
-    """bwrap's namespaces and the mounts of a sandbox's view, made new (the keeper's)."""
-    d = settings.docker
-    argv = [
+def _own_view(bwrap: str, view: list[str]) -> list[str]:
+    """bwrap's namespaces and the system, /proc and /dev mounts of a sandbox's view, made new."""
+    return [
         bwrap,
         "--unshare-user",
         "--unshare-pid",
@@ -329,18 +323,6 @@ def _own_view(
         "--remount-ro",
         "/dev",  # not recursive: /dev/shm and /dev/pts stay writable, device nodes work on a read-only mount
     ]
-    for entry in d.tmpfs or ("/tmp",):
-        path, size = _tmpfs(entry)
-        argv += ["--perms", "1777", "--size", str(size), "--tmpfs", path]
-    argv += ["--bind", lay.workspace_dir, d.workdir]
-    if lay.agent_mount is not None:
-        argv += ["--ro-bind", lay.agent_mount, AGENT_MOUNT]
-    if control:
-        argv += ["--bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
-    argv += ["--ro-bind", str(sv.bin_dir()), sv.BIN_MOUNT]
-    if settings.egress.mode != "none":
-        argv += ["--ro-bind", str(forwarder.socket_dir(lay.name)), forwarder.MOUNT]
-    return argv + _binds(d.binds)
 
 
 def _system_dirs(view: list[str]) -> list[str]:
@@ -382,7 +364,7 @@ async def terminal(
     Run like a gateway-host terminal (the session host's child, so it outlives a gateway restart), it ends
     with its sandbox (its PID namespace's init)."""
     exe = find_bwrap()
-    nsenter = shutil.which("nsenter")
+    nsenter = sysbin.which("nsenter")
     if nsenter is None:
         raise SandboxUnavailable("a terminal in a bwrap sandbox needs nsenter (util-linux): install it")
     env = sanitize_container_env(settings.docker.env, explicit=settings.docker.env.keys()).env
@@ -404,12 +386,13 @@ async def terminal(
             command=shell,
             control=False,
             layer=layer,
+            binds=bindfds.shown(settings.docker),  # already mounted in the sandbox: their grants only
             joined=True,
         )
         enter = [f"--{kind}=/proc/self/fd/{ns}" for kind, ns in namespaces.items()]
         argv = [nsenter, *enter, "--preserve-credentials", "--", *how.argv]
         limits = [f"--{PRLIMIT_NAMES[k]}={s}:{h}" for k, (s, h) in how.rlimits.items()]
-        prlimit = shutil.which("prlimit")
+        prlimit = sysbin.which("prlimit")
         argv = [prlimit, *limits, "--", *argv] if prlimit else argv
         # Into the scope's pids cgroup first (RLIMIT_NPROC does not bind uid 0): a terminal counts
         # against the sandbox's pidsLimit like any of its commands, and ends with the sandbox.
@@ -463,6 +446,11 @@ def _join_fds(name: str, bwrap_exe: str) -> dict[str, int]:
                 "its view (a bwrap.rootfs without bubblewrap): run the command without pty"
             )
     raise SandboxUnavailable(f"sandbox {name} is not running")
+
+
+def bind_roots(lay: Layout) -> list[str]:
+    """Where docker.binds sources may lie (validate.validate_docker's roots)."""
+    return [lay.workspace_dir, lay.agent_workspace]
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -616,26 +604,33 @@ def start(
     if not layer.active and layer.abi and settings.bwrap_landlock:
         log.warning("bwrap sandbox %s starts without landlock: %s", lay.name, layer.reason)
     with _budget_lock():
-        fd = seccomp_fd()
+        # Checked and opened here, mounted by fd: what bwrap binds is what was checked (bindfds).
+        binds = bindfds.open_binds(settings.docker, bind_roots(lay))
+        fd = -1
         try:
+            fd = seccomp_fd()
             command = sv.supervisor_command(has_busybox)
-            how = plan(settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command, layer=layer)
+            how = plan(
+                settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command, layer=layer, binds=binds
+            )
             _check_memory_budget(lay.name, owner, how.tmpfs_bytes)
             group = _pids_cgroup(lay.name, how.pids_limit, owner)
             try:
-                keeper = _spawn_keeper(lay, how, fd, group, has_busybox)
+                keeper = _spawn_keeper(lay, how, (fd, *(b.fd for b in binds)), group, has_busybox)
             except BaseException:
                 if group is not None:
                     with contextlib.suppress(OSError):
                         group.rmdir()
                 raise
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
+            bindfds.close(binds)
         return _adopt_keeper(settings, lay, how, keeper, group, owner, config_hash, created_at_ms, layer)
 
 
 def _spawn_keeper(
-    lay: Layout, how: Plan, fd: int, group: Path | None, has_busybox: bool
+    lay: Layout, how: Plan, fds: tuple[int, ...], group: Path | None, has_busybox: bool
 ) -> subprocess.Popen[bytes]:
     """The keeper shell, waiting for `go` on stdin while its limits and record are set; at `go` it enters
     `group` itself."""
@@ -649,7 +644,7 @@ def _spawn_keeper(
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=log_fd,
-            pass_fds=(fd,),
+            pass_fds=fds,
             start_new_session=True,
             # The sandbox's environment (bwrap's init, its pid 1, keeps it too): nothing of the gateway's.
             env=how.env,
