@@ -455,27 +455,34 @@ class ApprovalManager:
             )
 
     def revoke_agent(self, agent_id: str) -> int:
-        """The agent was revoked: what it asked before is not run after. Its pending asks are denied
-        (reason "agent revoked"), and a run approved but not started yet is noted as denied, so neither
-        this gateway nor the next (the note is on disk) starts it. The number of asks it touched."""
+        """The agent was revoked: what it asked before is not run after (`revoke_record` on each of its
+        asks). The number of asks it touched."""
         touched = 0
-        for record in list(self._open.values()):
+        for record in [*self._open.values(), *self._maybe_unsettled.values()]:
             if record.request.agent_id == agent_id:
-                record.reason = REVOKED
-                self._finish(record, "deny", "revoke")
+                touched += self.revoke_record(record)
+        return touched
+
+    def revoke_record(self, record: ApprovalRecord) -> int:
+        """Whoever asked was revoked (live, or while no gateway ran: engine.tools.resume): a pending ask is
+        denied (reason "agent revoked"), and a run approved but not started yet is noted as denied, so
+        neither this gateway nor the next (the note is on disk) starts it. How many asks or runs it ended."""
+        if not record.resolved:
+            record.reason = REVOKED
+            self._finish(record, "deny", "revoke")
+            return 1
+        if record.decision not in ("allow-once", "allow-always"):
+            return 0
+        touched = 0
+        record.revoked = True
+        denied = {"status": "denied", "reason": REVOKED}
+        if record.run is None:
+            self.note_run(record, dict(denied))
+            touched += 1
+        for entry in record.joined:
+            if entry.get("run") is None:
+                self.note_run(record, dict(denied), entry)
                 touched += 1
-        for record in list(self._maybe_unsettled.values()):
-            if record.request.agent_id != agent_id or record.decision not in ("allow-once", "allow-always"):
-                continue
-            record.revoked = True
-            denied = {"status": "denied", "reason": REVOKED}
-            if record.run is None:
-                self.note_run(record, dict(denied))
-                touched += 1
-            for entry in record.joined:
-                if entry.get("run") is None:
-                    self.note_run(record, dict(denied), entry)
-                    touched += 1
         return touched
 
     def requester_gone(self, approval_id: str) -> None:

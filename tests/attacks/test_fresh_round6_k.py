@@ -179,12 +179,6 @@ async def test_node_session_cap_holds_across_a_restart(state: Path) -> None:
         node.stop()  # and every process the node's state dir started
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a revoke made while no gateway runs (`exechost agents revoke`, the CLI's offline path) "
-    "only unlinks the credential; the revoked agent's approved-but-not-started run in "
-    "pending-approvals.json is restored and started by the next gateway (revoke_agent runs only live)",
-)
 async def test_revoked_agents_approved_run_does_not_start_after_a_crash(state: Path) -> None:
     write_config(state, ALLOWLIST)
     token = principals.mint(state, "ops")
@@ -322,12 +316,6 @@ async def test_an_agent_cannot_lock_down_or_read_another_agents_scope(state: Pat
         daemon.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an allow-always with limits writes its grant (exec-grants.json) before the journal says "
-    "so (record.grant_id rides on the next pending line); a gateway killed in between leaves the grant "
-    "and an ask without its id, and the next gateway adds a second grant: the operator's N uses become 2N",
-)
 async def test_a_limited_grant_is_not_granted_twice_across_a_crash(state: Path) -> None:
     write_config(state, ALLOWLIST)
     marker = state.parent / "granted"
@@ -526,13 +514,6 @@ def _answered(raw: RawClient) -> int:
     return data.count(b"\n")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: approvals.status of an unknown id scans the whole decision history (≤5 MiB) in "
-    "asyncio's shared default thread pool, first come first served (not engine.fairpool): one agent's "
-    "burst of bogus ids queues the operator's approvals.history (0.13 s alone, ~30 s behind 1,200 of "
-    "them) and every other principal's off-loop work",
-)
 async def test_an_agents_status_flood_does_not_queue_the_operator(state: Path) -> None:
     write_config(state, ALLOWLIST)
     # A decision history of 2.4 MB (its bound is 5 MiB): 40 of the agent's own asks with 60 KB commands,
