@@ -14,7 +14,7 @@ from typing import Any
 
 from engine import jsontext
 from engine.approvals.decisions import DECISIONS, USAGE, normalize_decision
-from engine.approvals.grants import GrantLimits
+from engine.approvals.grants import GrantLimits, new_grant_id
 from engine.errors import ExecHostError
 
 DEFAULT_TIMEOUT_MS = 1_800_000  # DEFAULT_EXEC_APPROVAL_TIMEOUT_MS
@@ -150,7 +150,7 @@ class ApprovalRecord:
     count: int = 1  # identical requests coalesced into this one
     # Who asked this question, one entry per coalesced ask (sessions, nodes): shown, and in the history.
     requesters: list[dict[str, Any]] = field(default_factory=list)
-    grant_id: str | None = None  # the grant an allow-always with limits created (once per record)
+    grant_id: str | None = None  # the grant an allow-always with limits makes (chosen with the decision)
     reason: str | None = None  # the approver's note on a deny, passed back to the agent
     # What the approval led to, set by whoever ran it: sessionId, status, exitCode, tail.
     run: dict[str, Any] | None = None
@@ -559,6 +559,9 @@ class ApprovalManager:
         if reason:
             record.reason = " ".join(str(reason).split())[:500]
         record.grant = grant
+        # Chosen now and journaled with the decision, before anyone makes the grant (GrantStore.ensure):
+        # a crash between the two makes this grant again, never a second one.
+        record.grant_id = new_grant_id() if grant is not None else None
         self._finish(record, normalized, resolved_by)
         return record, True
 
