@@ -212,7 +212,8 @@ class DecisionLog:
                 self._ids = sorted({i.lower() for i in found})
 
     def might_hold(self, id_or_prefix: str) -> bool:
-        """False when no decision in the files has this id or prefix (the index says so, no read)."""
+        """Whether `find` can find something: a decision with this id, or the only one with this prefix.
+        False is the index's answer, with no read (an id nobody decided, an ambiguous prefix)."""
         key = (id_or_prefix or "").strip().lower()
         if not key:
             return False
@@ -220,7 +221,9 @@ class DecisionLog:
             ids = self._ids
             if ids is not None:
                 at = bisect.bisect_left(ids, key)
-                return at < len(ids) and ids[at].startswith(key)
+                if at == len(ids) or not ids[at].startswith(key):
+                    return False
+                return ids[at] == key or at + 1 == len(ids) or not ids[at + 1].startswith(key)
         self.index()
         return self.might_hold(key)
 

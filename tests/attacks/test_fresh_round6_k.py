@@ -493,9 +493,9 @@ async def test_pty_terminals_cannot_pin_tmpfs_past_the_agents_ram_share(
         bwrap.remove_all()
 
 
-def _decided(tag: str) -> dict[str, object]:
-    """A decision line of one of agent main's asks: denied, with a 60 KB command."""
-    return {"kind": "decision", "v": 1, "id": f"{tag}-{uuid.uuid4()}", "status": "deny", "agentId": "main",
+def _decided(tag: str, agent: str = "main") -> dict[str, object]:
+    """A decision line of one of `agent`'s asks: denied, with a 60 KB command."""
+    return {"kind": "decision", "v": 1, "id": f"{tag}-{uuid.uuid4()}", "status": "deny", "agentId": agent,
             "command": "x" * 60_000}  # fmt: skip
 
 
@@ -516,11 +516,12 @@ def _answered(raw: RawClient) -> int:
 
 async def test_an_agents_status_flood_does_not_queue_the_operator(state: Path) -> None:
     write_config(state, ALLOWLIST)
-    # A decision history of 2.4 MB (its bound is 5 MiB): 40 of the agent's own asks with 60 KB commands,
-    # decided (an agent fills it itself, 32 asks at a time, as they are denied or expire).
+    # A decision history of 2.4 MB (its bound is 5 MiB): 40 asks with 60 KB commands, decided (an agent
+    # fills it itself, 32 asks at a time, as they are denied or expire). Agent ops's: agent main's status
+    # of one is refused (a short answer) only once the history was read to find it.
     log = DecisionLog(state / HISTORY_DIR)
     for batch in range(5):
-        log.write_lines([encode_entry(_decided(f"{batch:02d}{n:02d}")) for n in range(8)])
+        log.write_lines([encode_entry(_decided(f"{batch:02d}{n:02d}", "ops")) for n in range(8)])
     daemon = Daemon(state).start()
     raws: list[RawClient] = []
     try:
@@ -530,9 +531,9 @@ async def test_an_agents_status_flood_does_not_queue_the_operator(state: Path) -
                 raw, _first = await RawClient.open(state)  # agent main, reading nothing back
                 raws.append(raw)
                 for n in range(100):
-                    # Ids nobody decided no longer cost a read (the decision history's id index answers
-                    # them: tests/runner/gateway/test_history_index.py), so the flood names the agent's own
-                    # decided asks (a unique prefix each), each one still a read of the whole history.
+                    # Ids nobody decided (and ambiguous prefixes) no longer cost a read: the decision
+                    # history's id index answers them (tests/runner/gateway/test_history_index.py). So the
+                    # flood names decided asks (a unique prefix each): each one is still a whole read.
                     await raw.request("approvals.status", {"approvalId": f"{n // 8 % 5:02d}{n % 8:02d}"})
             await operator.request("approvals.history", {})
             answered = sum(_answered(raw) for raw in raws)
