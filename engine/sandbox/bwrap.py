@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import threading
@@ -37,7 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine import statefs
+from engine import statefs, sysbin
 from engine.sandbox import landlock
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import ContainerState, SandboxUnavailable
@@ -128,7 +127,7 @@ def network_refusal(name: str, network: str) -> str:
 
 def find_bwrap() -> str:
     """The bwrap binary; SandboxUnavailable with how to install it when there is none."""
-    found = shutil.which("bwrap") or ("/usr/bin/bwrap" if os.access("/usr/bin/bwrap", os.X_OK) else None)
+    found = sysbin.which("bwrap")
     if found is None:
         raise SandboxUnavailable(INSTALL_HINT)
     return found
@@ -376,7 +375,7 @@ async def terminal(
             layer=layer,
         )
         limits = [f"--{PRLIMIT_NAMES[k]}={s}:{h}" for k, (s, h) in how.rlimits.items()]
-        prlimit = shutil.which("prlimit")
+        prlimit = sysbin.which("prlimit")
         argv = [prlimit, *limits, "--", *how.argv] if prlimit else how.argv
         # Into the scope's pids cgroup before bwrap runs (RLIMIT_NPROC does not bind uid 0): a terminal
         # counts against the sandbox's pidsLimit like any of its commands, and ends with the sandbox.
