@@ -21,6 +21,7 @@ from engine.protocol.requests import ExecRequest
 from engine.results import ToolError
 from engine.statefs import state_dir
 from engine.tools.exec import ExecContext, ExecTool
+from engine.tools.exec_asks import policy_now_denies
 
 log = logging.getLogger("exechost.exec")
 
@@ -87,8 +88,9 @@ def stale_reason(
     env = (resume.get("params") or {}).get("env")
     if prepared.command != request.command or env_hash(env) != request.env_hash:
         return "the stored call does not match what was approved"
-    if prepared.decision.verdict == "deny":
-        return f"the policy now denies it ({prepared.decision.reason})"
+    denied = policy_now_denies(prepared.decision)
+    if denied is not None:
+        return denied
     if prepared.host != resume.get("host"):
         return f"it would now run on {prepared.host}, not {resume.get('host')}"
     if prepared.cwd != resume.get("cwd"):

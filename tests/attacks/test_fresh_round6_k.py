@@ -363,13 +363,6 @@ async def test_a_limited_grant_is_not_granted_twice_across_a_crash(state: Path) 
 
 
 @pytest.mark.parametrize("restart", [False, True], ids=["live", "after-a-crash"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an ask's askFallback is frozen when it is asked (ApprovalRequest.ask_fallback, used by "
-    "ExecTool._verdict at expiry); the operator tightens config.toml to security=allowlist, "
-    "askFallback=deny (live, or while the gateway is down), the old ask expires and its command runs "
-    "unapproved under the old askFallback=full",
-)
 async def test_an_expired_ask_falls_back_under_todays_policy(state: Path, restart: bool) -> None:
     permissive = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "always"\naskFallback = "full"\n'
     tightened = (
@@ -407,13 +400,6 @@ async def test_an_expired_ask_falls_back_under_todays_policy(state: Path, restar
 
 
 @pytest.mark.parametrize("lockdown", ["config", "override"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an approval is run without deciding the call again under today's policy (only its files "
-    "are re-checked: ExecTool._changed); an ask made before the operator set security=deny (config.toml "
-    "or `/exec security=deny` on agent:<id>) still runs on the host once approved, where a restored ask "
-    "is refused as 'the policy now denies it' (tools/resume.stale_reason)",
-)
 async def test_security_deny_set_after_an_ask_refuses_its_approval(state: Path, lockdown: str) -> None:
     write_config(state, ALLOWLIST)
     marker = state.parent / "ran-under-deny"
@@ -613,13 +599,6 @@ async def test_a_node_shared_by_two_gateways_keeps_their_agents_apart(state: Pat
 # ---- operator vs agent: who may switch on what ---------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the agent's own per-call `elevated: true` (mode ask) raises security to full and keeps "
-    "ask=on-miss, so nothing asks (precedence._security_ask): with tools.elevated.enabled an agent runs "
-    "any host command unasked, though `/elevated on` needs the operator and 'still asks approvals' "
-    "(README palette, SECURITY.md); OpenClaw's mode ask changes only the host",
-)
 async def test_an_agents_elevated_call_still_asks(state: Path) -> None:
     write_config(state, ALLOWLIST + "[tools.elevated]\nenabled = true\n")
     marker = state.parent / "elevated-ran"
@@ -703,12 +682,6 @@ async def test_another_agents_sandbox_workspace_is_out_of_a_host_commands_reach(
         bwrap.remove_all()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: per-call `elevated: true` sets security=full after the session overrides were applied "
-    "(precedence._security_ask), so with tools.elevated.enabled an agent the operator locked down with "
-    "`/exec security=deny` on agent:<id> runs any host command unasked",
-)
 async def test_an_elevated_call_does_not_escape_the_operators_lockdown(state: Path) -> None:
     write_config(state, ALLOWLIST + "[tools.elevated]\nenabled = true\n")
     marker = state.parent / "escaped"
@@ -732,12 +705,6 @@ async def test_an_elevated_call_does_not_escape_the_operators_lockdown(state: Pa
         daemon.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: whether a session takes the agent's input is decided once, when it starts (a "
-    "security=full run is not gated); after the operator locks the agent down with `/exec security=deny` "
-    "its `sh` started before still runs whatever `process write` feeds it",
-)
 async def test_the_operators_lockdown_reaches_a_shell_already_running(state: Path) -> None:
     write_config(state, FULL)
     marker = state.parent / "fed-after-lockdown"
