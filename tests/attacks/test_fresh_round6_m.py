@@ -745,11 +745,6 @@ async def test_class8_the_gateway_runs_a_program_an_agent_planted_on_its_path(
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a workspaceRoot outside the state dir is not hidden in the host view; one agent's "
-    "allowlisted grep reads (and its writers change) another agent's sandbox workspace",
-)
 @pytest.mark.asyncio
 async def test_sandbox_workspaces_under_a_configured_root_are_another_agents_to_read(
     state_dir: Path, tmp_path: Path
