@@ -16,9 +16,11 @@ in the host's, which no run can name; a terminal session's own terminal is made 
 bwrap stays the parent of the command (it always forks and waits), in the command's process group: it is
 started with ^C, ^\\ and ^Z ignored, so the terminal's and the session host's SIGINT/SIGQUIT/SIGTSTP reach
 the command and leave bwrap waiting, and the command gets them back at their default (`env
---default-signal`). bwrap reports a command killed by signal n as exit 128+n; exit_status() turns 130/131
-of a wrapped run back into SIGINT/SIGQUIT, as they were reported before the view. A run in the kept view
-is told exactly (exechost-hostenter dies of the command's signal): its 130 stays an exit code.
+--default-signal`). bwrap reports a command killed by signal n as exit 128+n, as a command's own `exit 130`
+is reported, so a run in a bwrap of its own starts the helper's `status` mode (STATUS_WORDS) first: the
+spawner fills its slot with a pipe and reads the command's own wait status there (engine.sessions.host_io.
+status_pipe). Only a run with no helper is left to exit_status()'s guess (130/131 read as SIGINT/SIGQUIT).
+A run in the kept view is told exactly (exechost-hostenter dies of the command's signal).
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ IGNORE = f"--ignore-signal={_TERMINAL}"
 RESTORE = f"--default-signal={_TERMINAL}"
 # Every run's own PID namespace and /proc (the kept view's runs get theirs from exechost-hostenter).
 PID_OPS = ("--unshare-pid", "--proc", "/proc")
-# A wrapped run whose command died of one of these is reported as that signal (bwrap says 128+n).
+# A wrapped run with no status pipe whose command died of one of these is reported as that signal (bwrap
+# says 128+n); with one, the command's own status is read (engine.sessions.host_io, the same words).
 _REPORTED = (signal.SIGINT, signal.SIGQUIT)
+STATUS_WORDS = ("status", "-")
 INSTALL_HINT = (
     "gateway-host commands run with the state dir hidden, which needs bubblewrap: install it "
     '(apt-get install bubblewrap), or set [tools.exec] hostView = "none" to run them without it'
@@ -50,11 +54,13 @@ INSTALL_HINT = (
 class Outside:
     """What the gateway holds outside the state dir, named by its config (the caller's: this layer reads
     no config): files no host command may read (the nodes' SSH identity files: whoever holds one speaks
-    to that node as the gateway), and directories no host command may change (the agents' socket's: one
-    agent's `rm` would take it from every other)."""
+    to that node as the gateway), directories no host command may change (the agents' socket's: one
+    agent's `rm` would take it from every other), and directories covered whole as the state dir is (the
+    sandbox workspace roots: every agent's sandbox files, wherever the operator put them)."""
 
     hidden: tuple[str, ...] = ()
     readonly: tuple[str, ...] = ()
+    covered: tuple[str, ...] = ()
 
 
 NOTHING_OUTSIDE = Outside()
@@ -178,6 +184,9 @@ def view_args(
         if os.path.isdir(d) and not _under(d, state):
             args += ["--ro-bind", d, d]
     args += ["--tmpfs", state]
+    for root in outside.covered:
+        if not _under(root, state) and _cover_root(root):
+            args += ["--tmpfs", os.path.realpath(root)]
     for path in outside.hidden:
         if os.path.exists(path) and not _under(path, state):
             args += ["--ro-bind", _empty_file(state), path]
@@ -198,6 +207,17 @@ def view_args(
     if locked:
         _make_mountpoints(args, locked)
     return ["--dev-bind", "/", "/", *(op for parent in locked for op in _lock_names(parent)), *args]
+
+
+def _cover_root(root: str) -> bool:
+    """Whether `root` (a sandbox workspace root) can be covered: made now when missing, as the sandbox
+    would make it (0700), so a host command can neither find one made later in a view kept from before,
+    nor plant a link there first. Never the whole filesystem."""
+    if os.path.realpath(root) == os.sep:
+        return False
+    if not os.path.lexists(root) and _creatable(root):
+        os.makedirs(root, mode=0o700, exist_ok=True)
+    return os.path.isdir(root)
 
 
 def _link_parents(paths: list[str]) -> list[str]:
@@ -280,7 +300,16 @@ def tail() -> list[str]:
     """The words after `--`: the command gets the terminal's signals back at their defaults (and, with
     the helper, its cwd is checked there: engine.commands.pinned.PinnedView.check_cwd)."""
     helper = hostkeeper.helper_path()
-    return [helper, "check-cwd", hostkeeper.NO_CWD, "--"] if helper is not None else [ENV, RESTORE]
+    if helper is None:
+        return [ENV, RESTORE]
+    return [helper, *STATUS_WORDS, "--", helper, "check-cwd", hostkeeper.NO_CWD, "--"]
+
+
+def pid_ops() -> tuple[str, ...]:
+    """PID_OPS for a run's own bwrap: with the helper, its `status` mode (tail) is the namespace's pid 1
+    (`--as-pid-1`: it reaps, as bwrap's reaper would) and holds nothing of the run's open before the
+    command starts, so the command is pid 2 with parent 1, as in the kept view."""
+    return (*PID_OPS, "--as-pid-1") if hostkeeper.helper_path() is not None else PID_OPS
 
 
 def is_wrapped(args: object) -> bool:
@@ -289,7 +318,8 @@ def is_wrapped(args: object) -> bool:
 
 def exit_status(args: object, code: int) -> tuple[int | None, str | None]:
     """`code` (os.waitstatus_to_exitcode) as (exit code, signal name), with a wrapped run's 128+n for
-    SIGINT/SIGQUIT read as the signal bwrap could not report."""
+    SIGINT/SIGQUIT read as the signal bwrap could not report: for a run whose status pipe told nothing
+    better (engine.sessions.host_io.status_exit is read first)."""
     if code < 0:
         try:
             return None, signal.Signals(-code).name
@@ -300,10 +330,15 @@ def exit_status(args: object, code: int) -> tuple[int | None, str | None]:
     return code, None
 
 
-def refuse_hidden_cwd(cwd: str | None, state: str) -> None:
-    """A cwd inside the state dir would not exist in the view: refused rather than run elsewhere."""
+def refuse_hidden_cwd(cwd: str | None, state: str, outside: Outside = NOTHING_OUTSIDE) -> None:
+    """A cwd inside the state dir, or a covered sandbox workspace root, would not exist in the view:
+    refused rather than run elsewhere."""
     if not cwd:
         return
-    real, root = os.path.realpath(cwd), os.path.realpath(state)
-    if real == root or real.startswith(root + os.sep):
+    if _under(cwd, state):
         raise HostViewError(f"{cwd} is inside the state dir, which gateway-host commands cannot see")
+    for root in outside.covered:
+        if os.path.realpath(root) != os.sep and _under(cwd, root):
+            raise HostViewError(
+                f"{cwd} is inside the sandbox workspace root {root}, which gateway-host commands cannot see"
+            )

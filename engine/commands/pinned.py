@@ -325,7 +325,7 @@ class _Builder:
         # of its own), then the pinned view's tmpfs (inside the state dir's, made by bwrap in it) and its
         # copies.
         ops = (
-            [*hostview.view_args(str(state_dir()), outside=outside), *hostview.PID_OPS]
+            [*hostview.view_args(str(state_dir()), outside=outside), *hostview.pid_ops()]
             if host
             else ["--dev-bind", "/", "/"]
         )
