@@ -57,12 +57,15 @@ class Outside:
     """What the gateway holds outside the state dir, named by its config (the caller's: this layer reads
     no config): files no host command may read (the nodes' SSH identity files: whoever holds one speaks
     to that node as the gateway), directories no host command may change (the agents' socket's: one
-    agent's `rm` would take it from every other), files the gateway reads to decide (its config file,
+    agent's `rm` would take it from every other), directories covered whole as the state dir is (the
+    sandbox workspace roots: every agent's sandbox files, wherever the operator put them), files the
+    gateway reads to decide (its config file,
     a seccomp profile, known_hosts files: read-only), the home's directories the operator lets host
     commands write (`[tools.exec] hostWritable`), and the run's own workdir (per run: writable)."""
 
     hidden: tuple[str, ...] = ()
     readonly: tuple[str, ...] = ()
+    covered: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
     workdir: str | None = None
@@ -197,7 +200,14 @@ def protected(
     env = os.environ if environ is None else environ
     paths = [p for p, _always in trusted_configs(environ)]
     paths += [os.path.join(home_dir(environ), name) for name in RC_FILES]
-    paths += [*trusted_dirs(environ), state, *outside.hidden, *outside.readonly, *outside.files]
+    paths += [
+        *trusted_dirs(environ),
+        state,
+        *outside.covered,
+        *outside.hidden,
+        *outside.readonly,
+        *outside.files,
+    ]
     paths += [p for p in env.get("PATH", "").split(":") if p.startswith("/")]
     return sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})
 
@@ -330,6 +340,9 @@ def view_args(
         if os.path.isdir(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
             args += ["--ro-bind", d, d]
     args += ["--tmpfs", state]
+    for root in outside.covered:
+        if not _under(root, state) and _cover_root(root):
+            args += ["--tmpfs", os.path.realpath(root)]
     for path in outside.hidden:
         if os.path.exists(path) and not _under(path, state):
             args += ["--ro-bind", _empty_file(state), path]
@@ -361,7 +374,7 @@ def view_args(
         if os.path.exists(path) and not _under(path, state):
             args += ["--ro-bind", path, path]
             bound += [os.path.realpath(path)]
-    bound += [*trusted_dirs(environ), *outside.readonly, *outside.hidden]
+    bound += [*trusted_dirs(environ), *outside.readonly, *outside.hidden, *outside.covered]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
     return ["--dev-bind", "/", "/", *(op for d in fixed for op in ("--bind", d, d)), *args]
 
@@ -372,6 +385,17 @@ def needs_own_view(state: str, outside: Outside) -> bool:
     if outside.workdir is None or not _inside(os.path.realpath(outside.workdir), home_dir()):
         return False
     return _workdir_root(state, None, outside, _configured_roots(state, None, outside)) is not None
+
+
+def _cover_root(root: str) -> bool:
+    """Whether `root` (a sandbox workspace root) can be covered: made now when missing, as the sandbox
+    would make it (0700), so a host command can neither find one made later in a view kept from before,
+    nor plant a link there first. Never the whole filesystem."""
+    if os.path.realpath(root) == os.sep:
+        return False
+    if not os.path.lexists(root) and _creatable(root):
+        os.makedirs(root, mode=0o700, exist_ok=True)
+    return os.path.isdir(root)
 
 
 def kept_prefix(
@@ -434,10 +458,15 @@ def exit_status(args: object, code: int) -> tuple[int | None, str | None]:
     return code, None
 
 
-def refuse_hidden_cwd(cwd: str | None, state: str) -> None:
-    """A cwd inside the state dir would not exist in the view: refused rather than run elsewhere."""
+def refuse_hidden_cwd(cwd: str | None, state: str, outside: Outside = NOTHING_OUTSIDE) -> None:
+    """A cwd inside the state dir, or a covered sandbox workspace root, would not exist in the view:
+    refused rather than run elsewhere."""
     if not cwd:
         return
-    real, root = os.path.realpath(cwd), os.path.realpath(state)
-    if real == root or real.startswith(root + os.sep):
+    if _under(cwd, state):
         raise HostViewError(f"{cwd} is inside the state dir, which gateway-host commands cannot see")
+    for root in outside.covered:
+        if os.path.realpath(root) != os.sep and _under(cwd, root):
+            raise HostViewError(
+                f"{cwd} is inside the sandbox workspace root {root}, which gateway-host commands cannot see"
+            )

@@ -37,7 +37,9 @@ def host_outside(config: Config, agent_id: str = "main", workdir: str | None = N
     the Docker engine's sockets hidden; the agents' socket's directory read-only (the socket stays
     reachable, never removable); every file the gateway reads from its config to decide read-only (the
     config file itself, a seccomp profile, known_hosts files); the operator's `hostWritable` dirs and
-    the run's `workdir`, writable in the home that is read-only otherwise."""
+    the run's `workdir`, writable in the home that is read-only otherwise; and every sandbox workspace root,
+    the default and each agent's (covered: one agent's host command never reads or plants another agent's
+    sandbox files)."""
     keys = sorted(
         {
             os.path.abspath(os.path.expanduser(n.identity_file))
@@ -58,7 +60,15 @@ def host_outside(config: Config, agent_id: str = "main", workdir: str | None = N
         files=tuple(sorted(os.path.abspath(p) for p in read)),
         writable=tuple(config.exec_for(agent_id).host_writable),
         workdir=workdir,
+        covered=workspace_roots(config),
     )
+
+
+def workspace_roots(config: Config) -> tuple[str, ...]:
+    """Where every agent's sandbox workspaces live: the global workspaceRoot and each agent's own."""
+    roots = [config.sandbox.workspace_root]
+    roots += [str(a.sandbox.get("workspace_root") or "") for a in config.agents.values()]
+    return tuple(sorted({os.path.abspath(os.path.expanduser(r)) for r in roots if r}))
 
 
 def engine_sockets() -> tuple[str, ...]:
@@ -174,9 +184,9 @@ class LocalExecHost:
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
             # The host view (engine.commands.hostview), as every gateway-host run has it.
             host = config.exec_for(agent_id).host_view != "none"
-            if host:
-                refuse_hidden_cwd(cwd, str(state_dir()))
             outside = host_outside(config, agent_id, cwd)
+            if host:
+                refuse_hidden_cwd(cwd, str(state_dir()), outside)
             view = await asyncio.to_thread(view_for, decided.tree, run, anchor, host=host, outside=outside)
         except HostViewError as exc:
             run.close()
