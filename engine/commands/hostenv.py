@@ -403,6 +403,8 @@ def host_path(value: str, prepend: Sequence[str] = ()) -> str:
 def _unchangeable(entry: str, home: str) -> bool:
     real = os.path.realpath(entry)
     in_home = home != os.sep and (real == home or real.startswith(home + os.sep))
+    while not os.path.lexists(real) and real != os.sep:  # missing: whoever may make it
+        real = os.path.dirname(real)
     return in_home or sysbin.only_root_changes(real)
 
 

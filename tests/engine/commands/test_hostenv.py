@@ -231,12 +231,13 @@ def test_a_decision_follows_a_changed_path_in_our_environ(
 
     config = load_config_text('[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\n')
     paths = []
+    home = Path(os.environ["HOME"])  # PATH dirs under /tmp are dropped (hostenv.host_path); the home's stay
     for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-        tool = tmp_path / name / "eh-kept-tool"
+        (home / name).mkdir()
+        tool = home / name / "eh-kept-tool"
         tool.write_text("#!/bin/sh\n")
         tool.chmod(0o755)
-        monkeypatch.setenv("PATH", f"{tmp_path / name}:/usr/bin:/bin")
+        monkeypatch.setenv("PATH", f"{home / name}:/usr/bin:/bin")
         d = evaluate("eh-kept-tool", config=config, cwd=str(tmp_path))
         paths.append(d.segments[0]["resolvedPath"])
-    assert paths == [str(tmp_path / "a" / "eh-kept-tool"), str(tmp_path / "b" / "eh-kept-tool")]
+    assert paths == [str(home / "a" / "eh-kept-tool"), str(home / "b" / "eh-kept-tool")]
