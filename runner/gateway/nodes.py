@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
 from engine.display import visible
 from engine.jsontext import INT_MAX
+from engine.nodes.gateway_key import GatewayKey
 from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.select import Candidate, NodeSelectError, normalize_node_key, select_node
 from engine.nodes.wire import Hello, NodeEvent, Request, Response
@@ -84,6 +85,7 @@ class NodeHub:
         self._runs: dict[tuple[str, str], NodeRun] = {}  # (node name, runId) -> the call waiting on it
         self._retired: set[asyncio.Task[None]] = set()
         self.keys = NodeKeys(services.state_dir)
+        self._key: GatewayKey | None = None
         self.held = NodeSessions()  # each agent's node sessions, counted with its sessions here
         # Runs whose link dropped before they answered: their end may still come, once, on a later link.
         self._orphans: dict[tuple[str, str], NodeRun] = {}
@@ -104,9 +106,19 @@ class NodeHub:
         for name, cfg in nodes.items():
             if name not in self.links:
                 self.links[name] = NodeLink(
-                    cfg, on_event=self._on_event, on_request=self._on_request, on_hello=self._on_hello
+                    cfg,
+                    on_event=self._on_event,
+                    on_request=self._on_request,
+                    on_hello=self._on_hello,
+                    # Proved on each link: a node other gateways share files this one's work apart.
+                    gateway_key=self._gateway_key(),
                 )
         return self.links
+
+    def _gateway_key(self) -> GatewayKey:
+        if self._key is None:  # made on first use: a gateway without nodes never needs one
+            self._key = GatewayKey.load_or_create(self.services.state_dir)
+        return self._key
 
     def candidates(self) -> list[Candidate]:
         out = []

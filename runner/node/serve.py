@@ -23,12 +23,14 @@ from engine.commands.rawcommand import format_exec_command
 from engine.config.loader import config_path, load_config
 from engine.config.model import Config
 from engine.errors import InvalidInput
+from engine.nodes import gateway_key
 from engine.nodes.identity import load_or_create
 from engine.nodes.wire import CAPS, MAX_LINE, Hello, NodeEvent, Request, Response, WireError, decode, encode
 from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.sessions import SessionManager, SystemEvents
 from engine.tools.exec import ExecContext, ExecTool
+from runner.node import gateways
 from runner.node.approvals import CURRENT_RUN, RelayedApprovals
 from runner.node.relay import relay_to_service
 
@@ -96,6 +98,8 @@ class Output:
 
     def __init__(self, writer: asyncio.StreamWriter | None) -> None:
         self._writer = writer
+        self.gateway = ""  # the namespace of the gateway key this link proved (runner.node.gateways)
+        self.nonce: str | None = None  # this link's challenge, until a key answers it
 
     async def write(self, data: bytes) -> None:
         if self._writer is None:
@@ -212,7 +216,7 @@ class NodeServer:
             display_name=self.identity.display_name,
             version=version(),
             platform=sys.platform,
-            caps=list(CAPS),
+            caps=[*CAPS, gateway_key.CAP],
             path_env=os.environ.get("PATH", ""),
             mode="service" if self.service else "stdio",
         )
@@ -224,6 +228,10 @@ class NodeServer:
             current = self._link
             if current is None or (link is not None and link is not current):
                 raise ConnectionError("no link to the gateway")
+            if isinstance(frame, NodeEvent):
+                frame = gateways.for_link(frame, current.gateway, self.sessions)
+                if frame is None:  # another gateway's: never on this link
+                    raise ConnectionError("the linked gateway is not this event's")
             await current.write(encode(frame))
 
     async def emit(self, event: NodeEvent, *, queue: bool = True) -> None:
@@ -242,8 +250,11 @@ class NodeServer:
     # -- requests from the gateway
 
     async def handle(self, req: Request, link: Output | None = None) -> None:
+        gateways.CURRENT_GATEWAY.set(link.gateway if link is not None else "")  # this request's task only
         try:
-            if req.method == "system.run":
+            if req.method in ("link.challenge", "link.identify"):
+                res = Response(req.id, True, payload=self._identify(req.method, req.params, link))
+            elif req.method == "system.run":
                 res = Response(req.id, True, payload=await self.system_run(req.params))
             elif req.method == "ping":
                 res = Response(req.id, True, payload={"pong": True, "nodeId": self.identity.node_id})
@@ -261,6 +272,8 @@ class NodeServer:
                     if req.method == "sessions.watch":
                         if sid is None:
                             raise RunError("INVALID_REQUEST", "INVALID_REQUEST: sessionId is required")
+                        if not gateways.session_of(self.sessions, gateways.CURRENT_GATEWAY.get(), sid):
+                            raise WatchError(f"No session found for {sid}")
                         payload = self.output.watch(sid)
                     else:
                         payload = self.output.unwatch(sid)
@@ -271,8 +284,9 @@ class NodeServer:
                 from runner.node import views
 
                 try:
+                    ns = gateways.CURRENT_GATEWAY.get()
                     res = Response(
-                        req.id, True, payload=await views.handle(self.sessions, req.method, req.params)
+                        req.id, True, payload=await views.handle(self.sessions, req.method, req.params, ns)
                     )
                 except views.ViewRequestError as exc:
                     raise RunError("INVALID_REQUEST", str(exc)) from None
@@ -310,6 +324,21 @@ class NodeServer:
                 log.error("the answer to %s could not be encoded: %s", req.method, exc)
                 error = {"code": "INTERNAL", "message": f"node error: {exc}"}
                 await self.send(Response(req.id, False, error=error), link)
+
+    def _identify(self, method: str, params: dict[str, Any], link: Output | None) -> dict[str, Any]:
+        """`link.challenge` then `link.identify`: the gateway signs this link's fresh nonce with its key, and
+        from then on the link sees only the sessions filed under that key's fingerprint. Once per link."""
+        if link is None or link.gateway:
+            raise RunError("INVALID_REQUEST", "INVALID_REQUEST: this link already proved a gateway key")
+        if method == "link.challenge":
+            link.nonce = gateway_key.new_nonce()
+            return {"nonce": link.nonce}
+        nonce, link.nonce = link.nonce, None  # one answer per challenge
+        found = gateway_key.verify(params, self.identity.node_id, nonce) if nonce else None
+        if found is None:
+            raise RunError("INVALID_REQUEST", "INVALID_REQUEST: the gateway key's proof does not verify")
+        link.gateway = found + gateways.SEP
+        return {"gateway": found}
 
     def system_which(self, params: dict[str, Any]) -> dict[str, Any]:
         bins = params.get("bins") or []
@@ -358,7 +387,12 @@ class NodeServer:
             call = ExecRequest.decode(params)
         except InvalidInput as exc:
             raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: {exc}") from None
-        ctx = ExecContext(agent_id=agent_id, session_key=p.get("sessionKey") or "")
+        # Filed under the gateway's key (runner.node.gateways): another gateway's agent of the same name
+        # finds nothing of it; its events go only to this gateway's link, in its own terms.
+        ns = gateways.CURRENT_GATEWAY.get()
+        own = p.get("sessionKey") or ""
+        ctx = ExecContext(agent_id=agent_id, session_key=ns + (own or f"agent:{agent_id}") if ns else own)
+        session_key = ns + session_key
         suppress = bool(p.get("suppressNotifyOnExit"))
         token = CURRENT_RUN.set(run_id)
         in_flight = self.runs_in_flight.setdefault(agent_id, [])
@@ -407,6 +441,16 @@ class NodeServer:
             or not scope
         ):
             raise RunError("INVALID_REQUEST", "INVALID_REQUEST: process needs action, params and scope")
+        try:
+            scope = gateways.scoped(scope)
+        except gateways.ForeignScope as exc:
+            raise RunError("INVALID_REQUEST", str(exc)) from None
+        sid = params.get("sessionId")
+        if isinstance(sid, str) and sid:
+            await self.sessions.ready(sid)
+            if not gateways.session_of(self.sessions, gateways.CURRENT_GATEWAY.get(), sid):
+                # Another gateway's session reads exactly as one that never was.
+                raise RunError("INVALID_REQUEST", f"No session found for {sid}")
         result = await self.sessions.process(action, params, scope)
         return result.to_dict()
 
@@ -538,8 +582,9 @@ class NodeServer:
                 log.warning("%d events were dropped while no gateway was linked", self.dropped_events)
                 self.dropped_events = 0
             while self._queued:
-                event = self._queued[0]
-                await link.write(encode(event))
+                event = gateways.for_link(self._queued[0], link.gateway, self.sessions)
+                if event is not None:  # another gateway's events never go to this one (runner.node.gateways)
+                    await link.write(encode(event))
                 self._queued.popleft()
             self._link = link
         self.output.linked()
