@@ -13,6 +13,7 @@ takes that agent's place again; a restart never hands an agent another full cap.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,6 +24,7 @@ from engine.sessions.quota import Held, Quota, too_many_sessions
 
 log = logging.getLogger("exechost.gateway.nodes")
 
+COUNT_TIMEOUT_SEC = 5.0  # a node's session list at link-up; a node slower than this is counted as empty
 MAX_LIST_PAGES = 64  # a node's answer to `process list` for one scope; past it, its sessions are all kept
 
 
@@ -33,7 +35,8 @@ class NodeSessions:
     def __init__(self) -> None:
         self._held: dict[str, dict[str, tuple[str, str]]] = {}
         self._runs: dict[str, str] = {}  # runId -> its agent
-        self._counted: dict[str, int | None] = {}  # node -> the link-up (connectedAtMs) its list was read at
+        # node -> (the link-up, connectedAtMs, whose list is read; the reading)
+        self._counted: dict[str, tuple[int | None, asyncio.Task[None]]] = {}
 
     def count(self, agent: str) -> int:
         return len(self._held.get(agent, {}))
@@ -61,23 +64,33 @@ class NodeSessions:
         self._runs[run_id] = agent
 
     async def adopt(self, links: Callable[[], dict[str, NodeLink]]) -> None:
-        """Every connected link not yet read since it came up: the background sessions its node lists take
-        their agents' places (added, never freed here: a place freed by a stale list would be a place too
-        many). A node that cannot answer is read again on the next admit."""
+        """Every connected link's session list, read once per link-up (every admit waits for the reading in
+        progress): the background sessions a node lists take their agents' places (added, never freed here:
+        a place freed by a stale list would be a place too many). A node that does not answer within
+        COUNT_TIMEOUT_SEC is not asked again on this link (logged): one that never answers must not hold up
+        every run."""
+        readings = []
         for name, link in list(links().items()):
             up = link.connected_at_ms
-            if link.state != "connected" or self._counted.get(name, -1) == up:
+            if link.state != "connected":
                 continue
-            rows = await _all_sessions(link.call)
-            if rows is None or link.connected_at_ms != up:
+            known = self._counted.get(name)
+            if known is None or known[0] != up:
+                known = self._counted[name] = (up, asyncio.ensure_future(self._read(name, link)))
+            readings.append(known[1])
+        for reading in readings:
+            await asyncio.shield(reading)
+
+    async def _read(self, name: str, link: NodeLink) -> None:
+        rows = await _all_sessions(link.call)
+        for row in rows or []:
+            sid, scope = row.get("sessionId"), row.get("scopeKey")
+            if not isinstance(scope, str) or not isinstance(sid, str) or row.get("backgrounded") is not True:
                 continue
-            self._counted[name] = up
-            for row in rows:
-                sid, scope = row.get("sessionId"), row.get("scopeKey")
-                owner = key_owner(scope) if isinstance(scope, str) else None
-                if owner is None or not isinstance(sid, str) or row.get("backgrounded") is not True:
-                    continue
-                self._held.setdefault(owner, {}).setdefault(f"node:{name}:{sid}", (name, scope))
+            owner = key_owner(scope)
+            if owner is None:
+                continue
+            self._held.setdefault(owner, {}).setdefault(f"node:{name}:{sid}", (name, scope))
 
     def answered(self, run_id: str, session_id: str | None) -> None:
         """Run `run_id` answered: its place becomes the session it left running, or is free."""
@@ -118,7 +131,7 @@ class NodeSessions:
 async def _all_sessions(call: Callable[..., Awaitable[Any]]) -> list[dict[str, Any]] | None:
     """A node's session rows (every scope it shows this gateway); None when it cannot say."""
     try:
-        res = await call("sessions.list", {}, timeout=60)
+        res = await call("sessions.list", {}, timeout=COUNT_TIMEOUT_SEC)
     except NodeError as exc:
         log.warning("could not count node sessions: %s", exc)
         return None

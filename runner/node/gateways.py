@@ -63,8 +63,8 @@ def for_link(event: NodeEvent, ns: str, sessions: SessionManager) -> NodeEvent |
         return dataclasses.replace(event, payload={**p, "sessionKey": split(key)[1]})
     if event.event in ("session.started", "session.exited"):
         row = p.get("session")
-        mine = rows_for(ns, [row]) if isinstance(row, dict) else []
-        return dataclasses.replace(event, payload={**p, "session": mine[0]}) if mine else None
+        rows = rows_for(ns, [row]) if isinstance(row, dict) else []
+        return dataclasses.replace(event, payload={**p, "session": rows[0]}) if rows else None
     if event.event == "session.output":
         sid = p.get("sessionId")
         return event if isinstance(sid, str) and session_of(sessions, ns, sid) else None
