@@ -19,6 +19,9 @@ from engine.errors import InvalidInput
 # `agent:<id>:…`, node session ids `node:<name>:…`), no `/`, no leading `.` (names become file names).
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MAIN_AGENT = "main"
+# The principal of the shared-scope sandbox's egress (every agent's commands run there as one uid): the `:`
+# keeps it apart from every agent id by construction, an agent may well be called `shared`.
+SHARED_SCOPE = "scope:shared"
 AGENTS_DIR = "agents"
 CREDENTIAL_ENV = "EXECHOST_AGENT_TOKEN"
 SOCKET_ENV = "EXECHOST_GATEWAY_SOCKET"
@@ -156,13 +159,35 @@ def listing(state: Path) -> list[Credential]:
 
 
 def revoke(state: Path, agent: str) -> bool:
+    """Remove `agent`'s credential; the unlink is durable (its directory fsynced) before this returns, so a
+    crash right after a revoke never brings the credential back."""
     path = _path(state, agent)
     statefs.refuse_symlink(path)
     try:
         os.unlink(path)
     except FileNotFoundError:
         return False
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     return True
+
+
+def credential_id(token: str) -> str:
+    """Which credential a call was made with, as the pending journal keeps it (engine.tools.resume): the
+    token's digest (what a lookup compares), never the token."""
+    return _digest(token)
+
+
+def still_holds(state: Path, agent: str, credential: str) -> bool:
+    """Whether the credential `credential_id` named is still `agent`'s on disk: False once it was revoked
+    or re-minted (rotated), also while no gateway ran."""
+    return any(
+        cred.agent == agent and hmac.compare_digest(_digest(stored), credential)
+        for cred, stored in _entries(state)
+    )
 
 
 def lookup(state: Path, token: str) -> str | None:

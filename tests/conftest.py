@@ -104,6 +104,23 @@ def no_orphaned_gateways() -> Iterator[None]:
     _stop(_gateway_daemons(lambda env: env.get(RUN_MARK.encode()) == mine))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def static_helpers_built_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test's fresh state dir would compile the sandbox's static helpers again (a `cc -static` each):
+    one build per session, copied into each bin dir (tests/helpers/staticcache.py).
+    `EXECHOST_TEST_REBUILD_HELPERS=1`: every state dir builds its own, as in production."""
+    from engine.sandbox import staticbuild
+    from tests.helpers.staticcache import cached_builder
+
+    if os.environ.get("EXECHOST_TEST_REBUILD_HELPERS") == "1":
+        yield
+        return
+    cache = tmp_path_factory.mktemp("static-helpers")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(staticbuild, "_build_locked", cached_builder(cache, staticbuild._build_locked))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     # Short paths under /tmp: Unix socket paths must stay under 107 bytes.

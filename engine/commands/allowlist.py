@@ -250,43 +250,52 @@ def evaluate_allowlist(
     safe_bin_profiles: Mapping[str, SafeBinProfile] | None = None,
     trusted_dirs: Sequence[str] = DEFAULT_TRUSTED_DIRS,
 ) -> AllowlistResult:
-    """Satisfied only when the analysis is ok and every segment (nested `sh -c` ones too) is satisfied."""
-    WATCH.changed()  # poll_changes(), once per decision: every lookup below answers from caches as of now
-    path_var = env.get("PATH", DEFAULT_PATH)
-    if safe_bin_profiles:
-        profiles = {**DEFAULT_SAFE_BIN_PROFILES, **safe_bin_profiles}
+    """Satisfied only when the analysis is ok and every segment (nested `sh -c` ones too) is satisfied.
+
+    A path that cannot be resolved (a link swapped for a file between its lstat and readlink, EINVAL) fails
+    closed: every segment misses with the path named, so the command asks or is refused."""
+    try:
+        WATCH.changed()  # poll_changes(), once per decision: every lookup below answers from caches as of now
+        path_var = env.get("PATH", DEFAULT_PATH)
+        if safe_bin_profiles:
+            profiles = {**DEFAULT_SAFE_BIN_PROFILES, **safe_bin_profiles}
+            generation = WATCH.current()
+            context = _new_context(entries, cwd, path_var, safe_bins, profiles, trusted_dirs, generation)[0]
+            return _evaluate(analysis, context)
+        key = (
+            entries if type(entries) is tuple else tuple(entries),
+            cwd,
+            path_var,
+            safe_bins if type(safe_bins) is frozenset else frozenset(safe_bins),
+            trusted_dirs if type(trusted_dirs) is tuple else tuple(trusted_dirs),
+            *_state_env(),  # everything home_dir() and protected_root() read besides the passwd file
+            os.getuid(),
+        )
+        last = _LAST[0]
+        # The last key first: comparing it costs less than hashing a new one (the entries are dataclasses
+        # whose hash is Python code), and decisions mostly repeat the last context.
+        if last is not None and last[1] == WATCH.generation and last[0] == key:
+            return _evaluate(analysis, last[2])
+        hit = _CONTEXTS.get(key)
+        if hit is not None and hit[0] == WATCH.generation:
+            _LAST[0] = (key, hit[0], hit[1])
+            return _evaluate(analysis, hit[1])
         generation = WATCH.current()
-        context = _new_context(entries, cwd, path_var, safe_bins, profiles, trusted_dirs, generation)[0]
+        passwd_watched = WATCH.watch_file(statefs.PASSWD_FILE)
+        context, watched = _new_context(
+            entries, cwd, path_var, safe_bins, DEFAULT_SAFE_BIN_PROFILES, trusted_dirs, generation
+        )
+        # home_dir(): OPENCLAW_HOME made absolute, else the passwd file's
+        home_env = os.environ.get("OPENCLAW_HOME", "").strip()
+        home_fixed = home_env.startswith("/") if home_env else passwd_watched
+        kept = watched and home_fixed and not WATCH.changed()
+        if kept and WATCH.store(generation, _CONTEXTS, key, (generation, context), _CONTEXTS_MAX):
+            _LAST[0] = (key, generation, context)
         return _evaluate(analysis, context)
-    key = (
-        entries if type(entries) is tuple else tuple(entries),
-        cwd,
-        path_var,
-        safe_bins if type(safe_bins) is frozenset else frozenset(safe_bins),
-        trusted_dirs if type(trusted_dirs) is tuple else tuple(trusted_dirs),
-        *_state_env(),  # everything home_dir() and protected_root() read besides the passwd file
-        os.getuid(),
-    )
-    last = _LAST[0]
-    # The last key first: comparing it costs less than hashing a new one (the entries are dataclasses
-    # whose hash is Python code), and decisions mostly repeat the last context.
-    if last is not None and last[1] == WATCH.generation and last[0] == key:
-        return _evaluate(analysis, last[2])
-    hit = _CONTEXTS.get(key)
-    if hit is not None and hit[0] == WATCH.generation:
-        _LAST[0] = (key, hit[0], hit[1])
-        return _evaluate(analysis, hit[1])
-    generation = WATCH.current()
-    passwd_watched = WATCH.watch_file(statefs.PASSWD_FILE)
-    context, watched = _new_context(
-        entries, cwd, path_var, safe_bins, DEFAULT_SAFE_BIN_PROFILES, trusted_dirs, generation
-    )
-    home_env = os.environ.get("OPENCLAW_HOME", "").strip()  # home_dir(): this made absolute, else passwd's
-    home_fixed = home_env.startswith("/") if home_env else passwd_watched
-    kept = watched and home_fixed and not WATCH.changed()
-    if kept and WATCH.store(generation, _CONTEXTS, key, (generation, context), _CONTEXTS_MAX):
-        _LAST[0] = (key, generation, context)
-    return _evaluate(analysis, context)
+    except OSError as err:
+        what = err.filename if err.filename is not None else "a path it names"
+        reason = f"{what} could not be resolved ({err.strerror or err}); the check cannot tell where it leads"
+        return AllowlistResult(False, tuple([_miss(segment, None, reason) for segment in analysis.segments]))
 
 
 _STATE_ENV = ("OPENCLAW_HOME", "OPENCLAW_STATE_DIR", "HOME")

@@ -24,9 +24,10 @@ from engine.commands.interpoptions import (
 )
 from engine.commands.interpreters import name_of
 from engine.commands.protected import process_word
-from engine.commands.regular import Unreadable, only_root_changes, read_fd
+from engine.commands.regular import Unreadable, read_fd
 from engine.commands.regular import open_regular as _open_regular
 from engine.commands.which import DEFAULT_PATH, resolves_through_proc
+from engine.sysbin import only_root_changes
 
 # Agent-writable files are copied into memory to run: past this size the run is refused instead.
 WRITABLE_MAX_BYTES = 64 * 1024 * 1024
@@ -518,8 +519,9 @@ def bind(
             real = os.path.realpath(named)
             if linked is None and resolves_through_proc(os.path.abspath(named)):
                 linked = word  # a link into /proc: resolved here, it names the gateway's file
-            # After `--` no option may follow, so the copy is then named by its /proc path instead.
-            after_dashdash = segment.argv[operand - 1] == "--"
+            # After `--` (or a shell's lone `-`, which ends its options too) no option may follow: `-c`
+            # there would name a file to run. The copy is then named by its /proc path instead.
+            after_dashdash = segment.argv[operand - 1] in ("--", "-")
             reader = "" if after_dashdash else (reader_of(segment.argv[0]) or reader_of(program))
             if not os.path.lexists(named):
                 add(ContentItem("script", os.path.abspath(named), real, None, 0, True, here, operand))

@@ -11,7 +11,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from engine.commands.gitindex import UnreadableIndex, gitlinks
-from engine.commands.regular import Unreadable, only_root_changes, read_regular
+from engine.commands.regular import Unreadable, read_regular
+from engine.sysbin import only_root_changes
 
 # Keys whose values git only ever uses as data (names, refs, flags, numbers), never as a program, a
 # driver, a path to something that runs, an include, an alias or a URL rewrite. Everything else in a
@@ -129,7 +130,10 @@ _PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "push": ("--receive-pack", "--exec"),
     "send-pack": ("--receive-pack", "--exec"),
     "fetch-pack": ("--upload-pack", "--exec"),
-    "archive": ("--exec",),
+    # `--remote=<repo>`: git-upload-archive runs in that repository with its own config (git clears the
+    # forced command-line config for it), where `tar.<format>.command` with `tar.<format>.remote = true`
+    # is a program; no vet read that config.
+    "archive": ("--exec", "--remote"),
     "rebase": ("-x", "--exec"),
     "grep": ("-O", "--open-files-in-pager"),
     "difftool": ("-x", "--extcmd", "-t", "--tool"),
@@ -156,6 +160,8 @@ _PROGRAM_SUBCOMMANDS = frozenset(
         "mergetool",
         "credential",
         "upload-pack",
+        "upload-archive",  # serves a request from stdin in the repository it names, with that config
+        "for-each-repo",  # runs `git -C <each value of a config key> <its own argv>`: a git line unvetted
         "receive-pack",
         "shell",
         "remote-ext",
@@ -204,7 +210,8 @@ def _read_gitfile(path: str) -> str | None:
     return os.path.realpath(os.path.join(os.path.dirname(path), target))
 
 
-_OID = re.compile(rb"[0-9a-f]{40}([0-9a-f]{24})?")
+_OID = re.compile(rb"[0-9a-fA-F]{40}([0-9a-fA-F]{24})?")  # get_oid_hex: hexval takes either case
+_ISSPACE = b" \t\n\v\f\r"  # git skips isspace() after `ref:`
 
 
 def _valid_head(path: str) -> bool:
@@ -221,7 +228,7 @@ def _valid_head(path: str) -> bool:
             return False
         raise  # there, but not a file: a FIFO here would hang whoever reads it (git included)
     if head.startswith(b"ref:"):
-        return head[4:].lstrip(b" \t").startswith(b"refs/")
+        return head[4:].lstrip(_ISSPACE).startswith(b"refs/")
     return _OID.match(head) is not None
 
 
@@ -636,9 +643,22 @@ _ENTERS_SUBMODULES = frozenset(
 )  # fmt: skip
 
 
+def _long(word: str, option: str) -> bool:
+    """Whether `word` (`--name` or `--name=value`) is the long `option` as git's parse-options reads it:
+    the name whole or any prefix of it (git takes a unique prefix: `--upload-pa=CMD` is `--upload-pack`).
+    A prefix another option shares counts too: it asks when git would have refused it, never the reverse."""
+    head = word.split("=", 1)[0]
+    return option.startswith("--") and head.startswith("--") and len(head) > 2 and option.startswith(head)
+
+
 def _enters_submodules(word: str) -> bool:
-    if word.startswith("--recurse-submodules="):
-        return word.split("=", 1)[1] not in ("no", "false", "off")
+    name, eq, value = word.partition("=")
+    if _long(name, "--recurse-submodules"):
+        return not eq or value not in ("no", "false", "off")
+    if _long(name, "--ignore-submodules"):
+        return bool(eq) and value in ("none", "untracked")
+    if _long(name, "--submodule"):
+        return not eq or value in ("diff", "log")
     return word in _ENTERS_SUBMODULES
 
 
@@ -651,6 +671,10 @@ def _argv_programs(args: _Argv) -> list[Finding]:
             break
         if _enters_submodules(word):
             return [Finding("git", "the command line", f"`{word}`, which runs git inside submodules")]
+    if "--" in sub:
+        # git's internal helpers (`submodule--helper foreach CMD`, `bisect--helper`, `web--browse`, …) are
+        # the machinery behind commands that run programs, each a subcommand of its own: none is for agents.
+        return [Finding("git", "the command line", f"`git {sub}`, an internal helper of git's")]
     if sub in _PROGRAM_SUBCOMMANDS:
         first = next((w for w in args.rest if not w.startswith("-")), None)
         if first is None or first not in _SAFE_SUBCOMMAND_WORDS.get(sub, frozenset()):
@@ -663,8 +687,10 @@ def _argv_programs(args: _Argv) -> list[Finding]:
             short = len(option) == 2
             if (
                 word == option
-                or (not short and word.startswith(option + "="))
-                or (short and word.startswith(option) and not word.startswith("--"))
+                or (not short and _long(word, option))
+                # parse-options clusters short options: `-qu CMD` is `-q -u CMD`. The letter anywhere in
+                # the cluster counts (inside an earlier option's attached value it asks needlessly).
+                or (short and word.startswith("-") and not word.startswith("--") and option[1] in word[1:])
             ):
                 return [Finding("git", "the command line", f"`git {sub} {option}`, which names a program")]
     return []

@@ -13,6 +13,10 @@
    own-pts PTY -- ARGV        (before a run's own bwrap) a mount namespace whose /dev/pts is its own, then
                               ARGV (bwrap, which copies it into the view it builds).
    check-cwd CWD -- ARGV      (after bwrap's `--`) restore the terminal's signals, check the cwd, run ARGV.
+   status FD -- ARGV          (after bwrap's `--`, as its pid 1) run ARGV as a child and write its wait
+                              status ("%d\n") to FD ("-": none) before telling it as it was: bwrap tells a
+                              signal n as exit 128+n, which a command can exit with itself, so the spawner
+                              reads the command's own status from the pipe FD is (engine.sessions.host_io).
 
    CWD ("-": none) is an fd of the directory the decision was made in, opened in the gateway, in the host's
    mount namespace: the command runs only if its working directory in the view is that directory (device
@@ -163,14 +167,20 @@ static int own_pts_then(char **argv) {
     _exit(errno == ENOENT ? 127 : 126);
 }
 
-/* The command's last step: its cwd is the decided directory (then the fd of it is closed), the terminal's
+/* The decided directory's identity, and its fd closed (-1: none, false). */
+static int decided(int cwdfd, struct stat *want) {
+    if (cwdfd < 0) return 0;
+    if (fstat(cwdfd, want) < 0) die("the decided directory's fd");
+    close(cwdfd);
+    return 1;
+}
+
+/* The command's last step: its cwd is the decided directory (`want`, NULL: no check), the terminal's
    signals are its own again; then ARGV. */
-static void run_checked(int cwdfd, char **command) {
-    if (cwdfd >= 0) {
-        struct stat want, here;
-        if (fstat(cwdfd, &want) < 0) die("the decided directory's fd");
-        close(cwdfd);
-        if (stat(".", &here) < 0 || here.st_dev != want.st_dev || here.st_ino != want.st_ino) {
+static void run_checked(const struct stat *want, char **command) {
+    if (want) {
+        struct stat here;
+        if (stat(".", &here) < 0 || here.st_dev != want->st_dev || here.st_ino != want->st_ino) {
             fprintf(stderr, "exechost: approval-stale: the working directory changed since it was approved\n");
             _exit(FAIL);
         }
@@ -204,6 +214,73 @@ static void report(int status) {
     sigprocmask(SIG_UNBLOCK, &set, NULL);
     raise(sig);
     _exit(128 + sig); /* a signal that does not end a process */
+}
+
+/* The signals a session's group gets (a terminal's, a kill's first step): the command's to die of; this
+   process waits on, to tell how the command ended. */
+static const int passed_on[] = {SIGINT, SIGQUIT, SIGTSTP, SIGTERM, SIGHUP};
+#define PASSED_ON (sizeof passed_on / sizeof *passed_on)
+
+/* Every fd from 3 up closed but `a` and `b` (-1: none). */
+static void close_all_but(int a, int b) {
+    int keep[2] = {a < b ? a : b, a < b ? b : a};
+    unsigned from = 3;
+    for (int i = 0; i < 2; i++) {
+        if (keep[i] < (int)from) continue;
+        if ((unsigned)keep[i] > from && close_range(from, (unsigned)keep[i] - 1, 0) < 0) die("close_range");
+        from = (unsigned)keep[i] + 1;
+    }
+    if (close_range(from, ~0U, 0) < 0) die("close_range");
+}
+
+static int status_then(char **argv) {
+    int fd = optional_fd(argv[0]);
+    char **command = argv + 2;
+    struct sigaction ignore = {.sa_handler = SIG_IGN}, was[PASSED_ON];
+    sigemptyset(&ignore.sa_mask);
+    for (size_t i = 0; i < PASSED_ON; i++) sigaction(passed_on[i], &ignore, &was[i]);
+    if (fd >= 0) {
+        /* Never the command's (close-on-exec), and a full pipe never holds this process up. */
+        if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) die("the status fd");
+        int flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) die("the status fd");
+    }
+    int go[2]; /* the child starts ARGV once this process holds nothing of it (EOF on go[0]) */
+    if (pipe2(go, O_CLOEXEC) < 0) die("pipe");
+    pid_t cmd = fork();
+    if (cmd < 0) die("fork");
+    if (cmd == 0) {
+        close(go[1]);
+        char byte;
+        while (read(go[0], &byte, 1) < 0 && errno == EINTR) {}
+        for (size_t i = 0; i < PASSED_ON; i++) sigaction(passed_on[i], &was[i], NULL);
+        execvp(command[0], command);
+        fprintf(stderr, "exechost: %s: %s\n", command[0], strerror(errno));
+        _exit(errno == ENOENT ? 127 : 126);
+    }
+    /* Nothing but the status fd and stdio stays open here while the command runs: a passed fd (the
+       decided directory's, which check-cwd closes in the command) held by this process would be a way
+       into the host's mounts through /proc/<pid>/fd. Nor may the command open our own pipe there. */
+    close_all_but(fd, go[1]);
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    close(go[1]);
+    /* pid 1 of the run's namespace (bwrap --as-pid-1): what the command leaves behind is reaped here, and
+       ends with it when this process ends, as it did under bwrap's own reaper. */
+    int status;
+    for (;;) {
+        pid_t done = waitpid(-1, &status, 0);
+        if (done == cmd) break;
+        if (done < 0 && errno != EINTR) die("waitpid");
+    }
+    if (fd >= 0) {
+        char text[16];
+        int n = snprintf(text, sizeof text, "%d\n", status);
+        ssize_t w = write(fd, text, (size_t)n);
+        (void)w;
+        close(fd);
+    }
+    report(status);
+    return FAIL;
 }
 
 static int enter(char **argv) {
@@ -250,6 +327,10 @@ static int enter(char **argv) {
             mount(NULL, cover[i], NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | proc_flags, NULL) < 0)
             die(cover[i]);
     }
+    /* The decided directory's fd closed before the command exists: held here after the fork, the command
+       could open it through /proc/1/fd while it is, into the host's mounts. */
+    struct stat want;
+    int checked = decided(cwdfd, &want);
     pid_t cmd = fork();
     if (cmd < 0) die("fork");
     if (cmd == 0) {
@@ -263,9 +344,8 @@ static int enter(char **argv) {
             die("capability bounding set");
         }
         if (chdir(cwd) < 0) die(cwd);
-        run_checked(cwdfd, command);
+        run_checked(checked ? &want : NULL, command);
     }
-    if (cwdfd >= 0) close(cwdfd); /* pid 1 holds nothing of the host's namespace either */
     /* The command's output is the command's: pid 1 holds none of it open, so an exit is seen when the
        command and what it left holding the output are done, as without the view. */
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -293,10 +373,13 @@ int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "keep")) return keep();
     if (argc >= 8 && !strcmp(argv[1], "enter") && !strcmp(argv[6], "--")) return enter(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "own-pts") && !strcmp(argv[3], "--")) return own_pts_then(argv + 2);
+    if (argc >= 5 && !strcmp(argv[1], "status") && !strcmp(argv[3], "--")) return status_then(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "check-cwd") && !strcmp(argv[3], "--")) {
-        run_checked(optional_fd(argv[2]), argv + 4);
+        struct stat want;
+        run_checked(decided(optional_fd(argv[2]), &want) ? &want : NULL, argv + 4);
     }
     fprintf(stderr, "usage: exechost-hostenter keep | enter MNT-FD USER-FD|- CWD-FD|- PTY-FD|- -- COMMAND... | "
-                    "own-pts PTY-FD|- -- COMMAND... | check-cwd CWD-FD|- -- COMMAND...\n");
+                    "own-pts PTY-FD|- -- COMMAND... | check-cwd CWD-FD|- -- COMMAND... | "
+                    "status FD|- -- COMMAND...\n");
     return 2;
 }

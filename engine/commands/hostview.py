@@ -16,22 +16,23 @@ in the host's, which no run can name; a terminal session's own terminal is made 
 bwrap stays the parent of the command (it always forks and waits), in the command's process group: it is
 started with ^C, ^\\ and ^Z ignored, so the terminal's and the session host's SIGINT/SIGQUIT/SIGTSTP reach
 the command and leave bwrap waiting, and the command gets them back at their default (`env
---default-signal`). bwrap reports a command killed by signal n as exit 128+n; exit_status() turns 130/131
-of a wrapped run back into SIGINT/SIGQUIT, as they were reported before the view. A run in the kept view
-is told exactly (exechost-hostenter dies of the command's signal): its 130 stays an exit code.
+--default-signal`). bwrap reports a command killed by signal n as exit 128+n, as a command's own `exit 130`
+is reported, so a run in a bwrap of its own starts the helper's `status` mode (STATUS_WORDS) first: the
+spawner fills its slot with a pipe and reads the command's own wait status there (engine.sessions.host_io.
+status_pipe). Only a run with no helper is left to exit_status()'s guess (130/131 read as SIGINT/SIGQUIT).
+A run in the kept view is told exactly (exechost-hostenter dies of the command's signal).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 from dataclasses import dataclass
 
+from engine import sysbin
 from engine.commands import hostkeeper
 
-BWRAP_CANDIDATES = ("/usr/bin/bwrap", "/bin/bwrap")
 ENV = "/usr/bin/env"
 # Signals a terminal (or an operator's ^C) sends: the command's, never bwrap's to die of.
 _TERMINAL = "INT,QUIT,TSTP"
@@ -39,8 +40,10 @@ IGNORE = f"--ignore-signal={_TERMINAL}"
 RESTORE = f"--default-signal={_TERMINAL}"
 # Every run's own PID namespace and /proc (the kept view's runs get theirs from exechost-hostenter).
 PID_OPS = ("--unshare-pid", "--proc", "/proc")
-# A wrapped run whose command died of one of these is reported as that signal (bwrap says 128+n).
+# A wrapped run with no status pipe whose command died of one of these is reported as that signal (bwrap
+# says 128+n); with one, the command's own status is read (engine.sessions.host_io, the same words).
 _REPORTED = (signal.SIGINT, signal.SIGQUIT)
+STATUS_WORDS = ("status", "-")
 INSTALL_HINT = (
     "gateway-host commands run with the state dir hidden, which needs bubblewrap: install it "
     '(apt-get install bubblewrap), or set [tools.exec] hostView = "none" to run them without it'
@@ -66,8 +69,15 @@ class HostViewError(Exception):
 
 
 def bwrap_path() -> str | None:
-    found = next((p for p in BWRAP_CANDIDATES if os.access(p, os.X_OK)), None)
-    return found or shutil.which("bwrap")
+    return sysbin.which("bwrap")
+
+
+# Files the operator's shells run by themselves: at start (rc, profile, env) and when a login shell ends
+# (~/.bash_logout is in Debian's /etc/skel; zsh reads ~/.zlogin after ~/.zshrc and ~/.zlogout at exit).
+RC_FILES = (
+    ".bashrc", ".bash_profile", ".bash_login", ".profile", ".bash_logout",
+    ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".zlogout",
+)  # fmt: skip
 
 
 def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bool]]:
@@ -88,10 +98,7 @@ def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bo
     present = [p for p in cargo if os.path.lexists(p)]
     if not present and os.path.isdir(os.path.dirname(cargo[0])) and not _scratch_cargo(environ):
         present = [cargo[0]]  # none yet: the one cargo would read first, made read-only
-    rc = [
-        os.path.join(home, name)
-        for name in (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zshenv", ".zprofile")
-    ]
+    rc = [os.path.join(home, name) for name in RC_FILES]
     return [(p, True) for p in always + present] + [(p, False) for p in rc]
 
 
@@ -277,7 +284,16 @@ def tail() -> list[str]:
     """The words after `--`: the command gets the terminal's signals back at their defaults (and, with
     the helper, its cwd is checked there: engine.commands.pinned.PinnedView.check_cwd)."""
     helper = hostkeeper.helper_path()
-    return [helper, "check-cwd", hostkeeper.NO_CWD, "--"] if helper is not None else [ENV, RESTORE]
+    if helper is None:
+        return [ENV, RESTORE]
+    return [helper, *STATUS_WORDS, "--", helper, "check-cwd", hostkeeper.NO_CWD, "--"]
+
+
+def pid_ops() -> tuple[str, ...]:
+    """PID_OPS for a run's own bwrap: with the helper, its `status` mode (tail) is the namespace's pid 1
+    (`--as-pid-1`: it reaps, as bwrap's reaper would) and holds nothing of the run's open before the
+    command starts, so the command is pid 2 with parent 1, as in the kept view."""
+    return (*PID_OPS, "--as-pid-1") if hostkeeper.helper_path() is not None else PID_OPS
 
 
 def is_wrapped(args: object) -> bool:
@@ -286,7 +302,8 @@ def is_wrapped(args: object) -> bool:
 
 def exit_status(args: object, code: int) -> tuple[int | None, str | None]:
     """`code` (os.waitstatus_to_exitcode) as (exit code, signal name), with a wrapped run's 128+n for
-    SIGINT/SIGQUIT read as the signal bwrap could not report."""
+    SIGINT/SIGQUIT read as the signal bwrap could not report: for a run whose status pipe told nothing
+    better (engine.sessions.host_io.status_exit is read first)."""
     if code < 0:
         try:
             return None, signal.Signals(-code).name

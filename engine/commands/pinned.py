@@ -40,8 +40,10 @@ COMMON_ENTRIES = (
     "objects", "refs", "packed-refs", "logs", "info", "hooks", "branches", "remotes", "rr-cache", "svn",
     "shallow", "worktrees", "modules", "lost-found", "lfs", "common", "gc.pid", "gc.log", "description",
 )  # fmt: skip
-# Subcommands that work without a repository (or make one): not pointed at "no repository".
-_NO_REPO = frozenset({"init", "clone", "version", "help"})
+# Subcommands that make a repository where GIT_DIR would point: not pointed at "no repository". Every other
+# git that was vetted with none is (`git help` and `git --help` find one themselves and read its config:
+# help.format, man.viewer, man.<tool>.cmd; with GIT_DIR naming nothing they work as outside any repository).
+_NO_REPO = frozenset({"init", "clone"})
 NO_REPOSITORY = "no-repository"
 
 
@@ -323,7 +325,7 @@ class _Builder:
         # of its own), then the pinned view's tmpfs (inside the state dir's, made by bwrap in it) and its
         # copies.
         ops = (
-            [*hostview.view_args(str(state_dir()), outside=outside), *hostview.PID_OPS]
+            [*hostview.view_args(str(state_dir()), outside=outside), *hostview.pid_ops()]
             if host
             else ["--dev-bind", "/", "/"]
         )
@@ -341,9 +343,7 @@ def _git_view(b: _Builder, record: Record) -> None:
         raise PinError("its git commands use different repositories; run them as separate commands")
     (repo,) = tops
     if repo is None:
-        wants_repo = [
-            argv for argv, _ in record.repos if parse_argv(argv, "/").subcommand not in _NO_REPO | {None}
-        ]
+        wants_repo = [argv for argv, _ in record.repos if parse_argv(argv, "/").subcommand not in _NO_REPO]
         if wants_repo:
             # None was vetted, so git must use none: not one git finds (or an agent creates) after the vet.
             b.env["GIT_DIR"] = os.path.join(b.root, NO_REPOSITORY)

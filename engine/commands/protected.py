@@ -43,7 +43,8 @@ def _state_dir_text(key: tuple[str | None, ...]) -> str:
 
 def _resolved(path: str, poll: bool) -> str:
     """os.path.realpath(path) for an absolute path: its directory through the watched cache, then one lstat
-    of the last component (operands are mostly unique, their directories are not)."""
+    of the last component (operands are mostly unique, their directories are not). Raises OSError where a
+    link cannot be read."""
     cut = path.rfind("/") + 1  # os.path.split and os.path.join, inlined: this runs for every operand
     head, tail = path[:cut], path[cut:]
     head = head.rstrip("/") or head
@@ -70,10 +71,9 @@ def _resolved(path: str, poll: bool) -> str:
         link = False  # missing (or a loop above it): realpath keeps the name as written
     if not link:
         return joined
-    try:
-        return os.path.realpath(path)
-    except OSError:  # swapped back to a file mid-resolve (EINVAL): the name as written, as for a missing one
-        return joined
+    # Raises when the link is swapped back to a file between the lstat and its readlink (EINVAL): the
+    # decision fails closed on that (allowlist.evaluate_allowlist), never judges a name it could not follow.
+    return os.path.realpath(path)
 
 
 def protected_operand(
@@ -83,7 +83,8 @@ def protected_operand(
 
     Every word counts, options' `=value` parts too: `cat gateway.json` run in the state dir reads a
     token as surely as `cat ~/.openclaw/gateway.json` does. Reading them would let an allowlisted reader
-    (`cat`, `head`, `grep`) hand the agent the tokens that approve and broaden its own commands."""
+    (`cat`, `head`, `grep`) hand the agent the tokens that approve and broaden its own commands.
+    Raises OSError where a word's path cannot be resolved: the caller fails closed."""
     if poll:
         poll_changes()  # once, then every lookup below answers from caches valid as of now
     root = root or protected_root(poll=False)

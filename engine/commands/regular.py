@@ -83,20 +83,3 @@ def read_regular(path: str, limit: int, *, follow: bool = True, prefix: bool = F
             raise Unreadable(path, exc.strerror or str(exc), exc.errno or errno.EIO) from None
     finally:
         os.close(fd)
-
-
-def only_root_changes(path: str) -> bool:
-    """Whether only root can change `path` (already resolved) and every directory above it: each owned by
-    root and writable by neither its group nor others. Ownership and mode, not os.access, so a root gateway
-    (which may write anything) still tells a system file from an agent's."""
-    while True:
-        try:
-            st = os.lstat(path)
-        except OSError:
-            return False
-        if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return False
-        parent = os.path.dirname(path)
-        if parent == path:
-            return True
-        path = parent

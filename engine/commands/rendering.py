@@ -95,7 +95,10 @@ def _render(segment: Segment, match: SegmentMatch, words_for: Words, where: tupl
         if len(segment.inner.segments) == 1:
             words.append(payload)
         else:
-            words += [*word(0, real), "'-c'", _quote(payload)]
+            # bash with `-c` and a socket on stdin (a held session's) takes itself for a shell rshd or
+            # sshd started and sources ~/.bashrc first: `--norc` keeps it to the payload.
+            norc = ["'--norc'"] if _base(match.resolved_path or "") == "bash" else []
+            words += [*word(0, real), *norc, "'-c'", _quote(payload)]
     elif not words_for:
         words.append(_quote(real))
         words += [_quote(a) for a in segment.argv[1:]]

@@ -24,6 +24,7 @@ from engine.commands.content import (
     system_owned,
     system_stat,
 )
+from engine.commands.interpreters import name_of
 
 MFD_EXEC = 0x0010  # Linux ≥ 6.3: say the copy is meant to be executed (vm.memfd_noexec=1 would refuse it)
 SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
@@ -220,6 +221,22 @@ def _words(binding: ContentBinding, copies: dict[str, str]) -> dict[tuple[tuple[
         words = _run_words(item, copies, interpreters, 0)
         if words != [item.path]:
             out[(item.where, item.argv_index)] = words
+    # `bash x.sh` runs its copy as `bash -c '. COPY' x.sh`; bash given `-c` with a socket on stdin (a held
+    # session's) takes itself for a shell sshd started and sources ~/.bashrc, which `bash x.sh` never
+    # does. `--norc` (a long option: before the agent's short ones) keeps the run what was approved.
+    for item in binding.items:
+        if item.role != "script" or item.reader != "sh" or item.real not in copies or item.sha256 is None:
+            continue
+        exe = next(
+            (
+                i
+                for i in binding.items
+                if i.role == "executable" and i.where == item.where and i.argv_index == 0
+            ),
+            None,
+        )
+        if exe is not None and name_of(exe.real) == "bash":
+            out[(item.where, 0)] = [*out.get((item.where, 0), [exe.path]), "--norc"]
     return out
 
 
@@ -232,7 +249,10 @@ def _run_words(
     if item.kind == "shebang" and item.shebang and depth < 4:
         interp = interpreters.get(item.real)
         if interp is not None:
-            head = [*_run_words(interp, copies, interpreters, depth + 1), *item.shebang[1:]]
+            # Run from its copy, a bash script goes through `-c`: no ~/.bashrc there (see _words).
+            copied_bash = item.real in copies and name_of(interp.real) == "bash"
+            norc = ["--norc"] if copied_bash and reader_of(interp.real) == "sh" else []
+            head = [*_run_words(interp, copies, interpreters, depth + 1), *norc, *item.shebang[1:]]
             if item.real in copies:
                 name = item.real if item.linked else item.path  # a link's name is the agent's to re-point
                 return [*head, *read_words(reader_of(interp.real), own, name)]
@@ -245,6 +265,7 @@ def _run_words(
         and os.path.basename(item.path) != os.path.basename(own)
         and (system_owned(ARGV0_SHELL))
     ):
-        # The program still sees the name it was typed by (`xzcat`, a multi-call binary's applet).
-        return [ARGV0_SHELL, "-c", 'exec -a "$0" "$@"', item.path, own]
+        # The program still sees the name it was typed by (`xzcat`, a multi-call binary's applet). `--norc`:
+        # bash given `-c` with a socket on stdin (a held session's) would source ~/.bashrc first.
+        return [ARGV0_SHELL, "--norc", "-c", 'exec -a "$0" "$@"', item.path, own]
     return [own]

@@ -264,7 +264,10 @@ class _DirWatch:
             seen = False
             events = b""
             # Read only what poll says is there: a read can then never block, whatever the fd has become.
-            while True:
+            # At most _DRAIN_READS reads: a racer renaming in a watched directory makes events as fast as
+            # they are read, and a drain until empty would never end. Past that, everything counts as
+            # changed; the rest is read (and drops the caches again) next time.
+            for _ in range(_DRAIN_READS):
                 try:
                     chunk = os.read(self.fd, 65536)
                 except (BlockingIOError, InterruptedError):
@@ -278,6 +281,8 @@ class _DirWatch:
                 events += chunk
                 if not self.poller.poll(0):
                     break
+            else:
+                seen = True
             if not seen and events and self._drop_some(events):
                 return False  # no cached answer rested on what changed (listings dropped as needed)
             if seen or events:
@@ -361,6 +366,7 @@ _IN_GONE = 0x400 | 0x800 | _IN_IGNORED  # IN_DELETE_SELF, IN_MOVE_SELF
 RESOLVED: dict[tuple[str, str, str], tuple[tuple[str, str] | None, Stamps, bool]] = {}
 RESOLVED_MAX = 4096
 _WATCH_MAX = 512
+_DRAIN_READS = 16  # reads of pending events per drain (64 KiB each)
 # absolute path -> os.path.realpath(path), for paths whose every looked-into directory is watched.
 REAL: dict[str, str] = {}
 REAL_MAX = 4096

@@ -15,10 +15,10 @@ import errno
 import functools
 import hashlib
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import sysbin
 from engine.errors import ExecHostError
 from engine.sandbox import staticbuild
 from engine.sandbox import supervisor as sv
@@ -129,7 +129,7 @@ def _current() -> bool:
 
 
 def _compiler() -> str | None:
-    return shutil.which("cc") or shutil.which("gcc")
+    return sysbin.which("cc") or sysbin.which("gcc")
 
 
 NO_COMPILER = (

@@ -18,7 +18,6 @@ import errno
 import os
 import secrets
 import shlex
-import shutil
 import signal as signal_mod
 import stat
 import struct
@@ -27,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import statefs
+from engine import statefs, sysbin
 from engine.errors import ExecHostError
 
 CTL_MOUNT = "/.exechost"
@@ -145,7 +144,7 @@ def _elf_is_static(path: str) -> bool:
 
 
 def find_static_busybox() -> str | None:
-    for cand in (shutil.which("busybox"), "/usr/bin/busybox", "/bin/busybox"):
+    for cand in (sysbin.which("busybox"),):
         if cand and os.path.isfile(cand) and _elf_is_static(cand):
             return os.path.realpath(cand)
     return None

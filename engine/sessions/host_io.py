@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import selectors
@@ -23,10 +24,16 @@ VERSION = 1
 # exit 128+n, read back as the signal.
 VIEW_HEAD = ("/usr/bin/env", "--ignore-signal=INT,QUIT,TSTP")
 _VIEW_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+# Such a run in a bwrap of its own starts the helper's `status` mode right after bwrap's `--`
+# (engine.commands.hostview.tail; the same words, kept equal by a test): NO_STATUS there becomes the write
+# end of a pipe whose read end the spawner keeps, and the helper writes the command's own wait status to
+# it, which bwrap cannot tell (it says 128+n for a signal n, as a command's own `exit 130` does).
+STATUS_WORDS = ("status", "-")
 
 
 def exit_of(args: Any, raw: int) -> tuple[int | None, str | None]:
-    """os.waitstatus_to_exitcode's `raw` as (exit code, signal name), a host-view run's 128+n as n."""
+    """os.waitstatus_to_exitcode's `raw` as (exit code, signal name); a host-view run with no status pipe
+    (no helper): its 128+n for SIGINT/SIGQUIT as n, the one guess left where nothing better was told."""
     if raw < 0:
         try:
             return None, signal.Signals(-raw).name
@@ -35,6 +42,60 @@ def exit_of(args: Any, raw: int) -> tuple[int | None, str | None]:
     if isinstance(args, (list, tuple)) and tuple(args[:2]) == VIEW_HEAD and raw - 128 in _VIEW_SIGNALS:
         return None, signal.Signals(raw - 128).name
     return raw, None
+
+
+def status_pipe(argv: list[str], above: int = 2) -> tuple[list[str], int | None, int | None]:
+    """`argv` with its status slot (STATUS_WORDS after bwrap's `--`) made a pipe's write end, the read end
+    (kept, non-blocking: `status_exit` reads it) and the write end (passed to the child, then closed);
+    `argv` itself and None, None for any other run. The write end's number is above `above`: the numbers
+    the child's other passed fds are put at must not be it."""
+    if tuple(argv[:2]) != VIEW_HEAD:
+        return argv, None, None
+    # `-- HELPER status - -- HELPER check-cwd`: the view's words, before any of the command's.
+    at = next((i for i in range(2, len(argv) - 5) if _status_slot(argv, i)), None)
+    if at is None:
+        return argv, None, None
+    read, write = os.pipe()
+    if write <= above:
+        try:
+            moved = fcntl.fcntl(write, fcntl.F_DUPFD_CLOEXEC, above + 1)
+        except OSError:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        write = moved
+    os.set_blocking(read, False)
+    return [*argv[: at + 1], str(write), *argv[at + 2 :]], read, write
+
+
+def _status_slot(argv: list[str], i: int) -> bool:
+    """Whether argv[i:i + 2] is the helper's STATUS_WORDS right after bwrap's `--`."""
+    return (
+        argv[i] == STATUS_WORDS[0]
+        and argv[i + 1] == STATUS_WORDS[1]
+        and argv[i - 2] == "--"
+        and argv[i + 2] == "--"
+        and argv[i + 3] == argv[i - 1]
+        and argv[i + 4] == "check-cwd"
+    )
+
+
+def status_exit(fd: int, args: Any, raw: int) -> tuple[int | None, str | None]:
+    """The run's exit as the helper told it through `fd` (then closed): the command's own wait status.
+    Nothing told (the helper did not get that far): `raw` as it is, a code or a signal, never 128+n read
+    as a signal."""
+    try:
+        told = os.read(fd, 64)
+    except OSError:
+        told = b""
+    finally:
+        os.close(fd)
+    line = told.split(b"\n", 1)[0]
+    if told.count(b"\n") == 1 and told.endswith(b"\n") and line.isdigit() and len(line) <= 10:
+        with contextlib.suppress(ValueError):
+            return exit_of(None, os.waitstatus_to_exitcode(int(line)))
+    return exit_of(None, raw)
 
 
 SOCKET_NAME = "host.sock"
@@ -93,6 +154,7 @@ class Session:
         "spool_cap",
         "spool_size",
         "status_buf",
+        "status_fd",
         "stdin_fd",
         "streams",
     )
@@ -123,6 +185,7 @@ class Session:
         self.collected = False
         self.events: dict[int, int] = {}  # fd -> selector events registered
         self.status_buf = b""  # a held session's unfinished status line
+        self.status_fd: int | None = None  # a host-view run's status pipe (status_pipe), read at its exit
 
 
 class SessionIO:
@@ -360,11 +423,18 @@ class SessionIO:
                 args = s.popen.args
                 s.popen.returncode = raw  # reaped here: Popen must never wait on a recycled pid
                 s.popen = None
-            code, sig = exit_of(args, raw)
+            if s.status_fd is not None:
+                code, sig = status_exit(s.status_fd, args, raw)
+                s.status_fd = None
+            else:
+                code, sig = exit_of(args, raw)
             self._ended(s, code, sig)
 
     def _remove(self, s: Session) -> None:
         self._close_held_stdin(s)
+        if s.status_fd is not None:
+            os.close(s.status_fd)
+            s.status_fd = None
         for fd in list(s.streams):
             self._close_stream(s, fd)
         self._close_spool(s)
@@ -410,13 +480,25 @@ class SessionIO:
 
 
 def write_file(name: str, data: bytes, *, atomic: bool) -> None:
-    """No fsync: these files outlive a gateway or host crash, not a power cut (the commands would not)."""
+    """All of `data`, or OSError: a short write (a nearly full disk) is continued, never taken for the
+    whole file; an atomic write that fails leaves no temp file. No fsync: these files outlive a gateway or
+    host crash, not a power cut (the commands would not)."""
     path = f".{name}.tmp" if atomic else name
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, data)
-    finally:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            if written <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[written:]
+    except BaseException:
         os.close(fd)
+        if atomic:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
+    os.close(fd)
     if atomic:
         os.replace(path, name)
 

@@ -405,9 +405,18 @@ class Host(hio.SessionIO):
         if not hio.valid_id(sid) or sid in self.by_id:
             raise ValueError(f"bad or duplicate session id {sid!r}")
         claimed = self._claim(sid, msg.get("meta"))
+        # A host-view run's status pipe (hio.status_pipe): its write end goes with the received fds, at its
+        # own number, and is closed with them after the spawn (_cmd_spawn).
+        targets = [t for t in msg.get("fds") or () if isinstance(t, int)]
+        argv, status_fd, status_w = hio.status_pipe(list(msg["argv"]), max([2, *targets]))
+        if status_w is not None:
+            msg = {**msg, "argv": argv, "fds": [*(msg.get("fds") or ()), status_w]}
+            fds.append(status_w)
         try:
             started = host_spawn.start(msg, fds)
         except BaseException:
+            if status_fd is not None:
+                os.close(status_fd)
             if claimed:  # nothing ran: the file must not say otherwise
                 with contextlib.suppress(OSError):
                     os.unlink(f"{sid}.json")
@@ -416,6 +425,7 @@ class Host(hio.SessionIO):
         self.next_chan += 1
         s.popen, s.pid, s.pty = started.popen, started.popen.pid, started.pty
         s.streams, s.stdin_fd, s.sock = started.streams, started.stdin_fd, started.sock
+        s.status_fd = status_fd
         s.attached = True
         self.sessions[s.chan] = s
         self.by_id[sid] = s
@@ -464,6 +474,10 @@ class Host(hio.SessionIO):
         try:
             hio.write_file(f"{sid}.json", json.dumps(meta).encode(), atomic=False)
         except OSError as exc:
+            # Made but not filled (ENOSPC after the open): an empty claim would tell the next gateway a
+            # run that never started may have, so it would never start it. Nothing started: no claim.
+            with contextlib.suppress(OSError):
+                os.unlink(f"{sid}.json")
             raise OSError(exc.errno, f"session file not written, so not started ({exc.strerror})") from exc
         return True
 

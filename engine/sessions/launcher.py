@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import os
 import secrets
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from engine.commands import hostview
-from engine.sessions import procs
+from engine.sessions import host_io, procs
 from engine.sessions.fdreader import FdReader, write_all
 from engine.sessions.host_spawn import start_view_pty
 from engine.sessions.pty import become_controlling_tty, open_pty, set_winsize
@@ -184,6 +185,7 @@ class LocalProcess:
         self._fd_targets = fd_targets
         self._marker = marker
         self._exit: asyncio.Future[tuple[int | None, str | None]] = self._loop.create_future()
+        self.status_fd: int | None = None  # a host-view run's status pipe (host_io.status_pipe)
         self._closed = False
         keep = frozenset() if pty_master is None else frozenset({pty_master})
         self._out = FdReader(self._loop, coalesce=pty_master is None, keep_open=keep)
@@ -217,7 +219,11 @@ class LocalProcess:
         self._set_exit(status)
 
     def _set_exit(self, status: int) -> None:
-        code, sig = _exit_status(status, self._popen.args)
+        if self.status_fd is not None:
+            fd, self.status_fd = self.status_fd, None
+            code, sig = host_io.status_exit(fd, self._popen.args, os.waitstatus_to_exitcode(status))
+        else:
+            code, sig = _exit_status(status, self._popen.args)
         # Tell Popen the child is reaped so it never waits on (or warns about) a recycled pid.
         self._popen.returncode = code if code is not None else os.waitstatus_to_exitcode(status)
         if not self._exit.done():
@@ -278,6 +284,10 @@ class LocalProcess:
             return
         self._closed = True
         self._out.close()
+        if self.status_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.status_fd)
+            self.status_fd = None
         if self._stdin_fd is not None and not self._stdin_closed and self._stdin_fd != self._master:
             with contextlib.suppress(OSError):
                 os.close(self._stdin_fd)
@@ -295,13 +305,28 @@ class LocalLauncher:
     """Runs commands on this machine: pipes by default, a real PTY when asked."""
 
     async def spawn(self, spec: RunSpec) -> LocalProcess:
-        argv = spec.resolved_argv()
         env = dict(os.environ if spec.env is None else spec.env)
         marker = spec.marker or secrets.token_hex(8)
         env[procs.MARKER_ENV] = marker
-        if spec.pty:
-            return self._spawn_pty(spec, argv, env, marker)
-        return self._spawn_pipes(spec, argv, env, marker)
+        # A host-view run's status pipe (host_io.status_pipe): its own exit, which bwrap cannot tell.
+        argv, status_fd, status_w = host_io.status_pipe(spec.resolved_argv())
+        if status_w is not None:
+            spec = dataclasses.replace(spec, pass_fds=(*spec.pass_fds, status_w))
+        try:
+            proc = (
+                self._spawn_pty(spec, argv, env, marker)
+                if spec.pty
+                else self._spawn_pipes(spec, argv, env, marker)
+            )
+        except BaseException:
+            if status_fd is not None:
+                os.close(status_fd)
+            raise
+        finally:
+            if status_w is not None:
+                os.close(status_w)
+        proc.status_fd = status_fd
+        return proc
 
     def _spawn_pty(self, spec: RunSpec, argv: list[str], env: dict[str, str], marker: str) -> LocalProcess:
         env.setdefault("TERM", DEFAULT_TERM)

@@ -14,7 +14,7 @@ from engine.config.loader import load_config
 from engine.config.model import ConfigError
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
 from engine.errors import ExecHostError
-from engine.principals import valid_name
+from engine.principals import SHARED_SCOPE, valid_name
 from engine.protocol.requests import (
     BrowserStart,
     BrowserStatus,
@@ -692,7 +692,7 @@ def format_egress(rows: list[dict[str, Any]]) -> str:
         target = f"{r.get('name')}:{r.get('port')}" if r.get("name") else "(bad request)"
         size = f"↑{_bytes(r.get('bytesUp'))} ↓{_bytes(r.get('bytesDown'))}"
         who = f"agent {_clean(r.get('agentId'))}"
-        if r.get("principal") == "shared":  # any agent's command in the shared sandbox; decided as agentId
+        if r.get("principal") == SHARED_SCOPE:  # any agent's command there, decided as agentId
             who = f"shared (settings of {_clean(r.get('agentId'))})"
         lines.append(
             f"{mark} {_clean(r.get('method') or '-'):7} {_clean(target)}  {r.get('decision')} by "

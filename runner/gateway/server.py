@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import functools
 import grp
-import hmac
 import logging
 import os
 import signal
@@ -18,12 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import fairpool, principals, statefs, unixsock
+from engine import principals, statefs, unixsock
 from engine.errors import ExecHostError
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
     OPERATOR_TOKEN_NAME,
-    PROTOCOL_VERSION,
     ErrorFrame,
     Hello,
     ProtocolError,
@@ -31,14 +28,13 @@ from engine.protocol.frames import (
     Response,
     Welcome,
     decode_frame,
-    encode_frame,
     ensure_token,
     socket_path,
 )
 from engine.protocol.requests import REQUESTS
 from engine.protocol.stopped import clear_stop
 from engine.redact import scrub
-from runner.gateway import limits
+from runner.gateway import handshake, limits
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
 from runner.gateway.handlers.common import agent_id
@@ -258,12 +254,6 @@ class GatewayServer:
 
     # -- connections
 
-    async def _reject(self, writer: asyncio.StreamWriter, code: str, message: str) -> None:
-        with contextlib.suppress(Exception):
-            writer.write(encode_frame(ErrorFrame(code=code, message=message)))
-            await asyncio.wait_for(writer.drain(), 1.0)
-        writer.close()
-
     async def _on_connect(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, agents_socket: bool = False
     ) -> None:
@@ -277,16 +267,17 @@ class GatewayServer:
         other_account = uid != os.geteuid()
         if other_account and not agents_socket:
             log.warning("refused peer pid %d uid %d (gateway uid %d)", pid, uid, os.geteuid())
-            await self._reject(writer, "auth", f"peer uid {uid} is not the gateway's uid {os.geteuid()}")
+            await handshake.reject(writer, "auth", f"peer uid {uid} is not the gateway's uid {os.geteuid()}")
             return
         if self._handshaking[uid] >= limits.MAX_HANDSHAKING_PER_UID:
-            await self._reject(writer, "overload", f"too many connections from uid {uid} still saying hello")
+            why = f"too many connections from uid {uid} still saying hello"
+            await handshake.reject(writer, "overload", why)
             return
         self._handshaking[uid] += 1
         revocations = self._revocations
         try:
             frames = limits.FrameReader(reader)
-            hello = await self._handshake(frames, writer)
+            hello = await handshake.read_hello(frames, writer, self.handshake_timeout)
             if hello is not None and other_account:
                 # Decided after its hello is read, so the refusal reaches the client instead of racing
                 # its write. The mapping is read from the current config: an edit applies to new connections.
@@ -294,18 +285,18 @@ class GatewayServer:
                 if mapped is None:
                     log.warning("refused peer pid %d uid %d: no agent has this uid", pid, uid)
                     why = "is not mapped to an agent ([[agents.list]] uid or user)"
-                    await self._reject(writer, "auth", f"peer uid {uid} {why}")
+                    await handshake.reject(writer, "auth", f"peer uid {uid} {why}")
                     return
             who = None if hello is None else await self._principal(writer, hello, mapped)
             if hello and who and await self._revoked_meanwhile(hello, who, revocations):
-                await self._reject(writer, "auth", "invalid or revoked agent credential")
+                await handshake.reject(writer, "auth", "invalid or revoked agent credential")
                 who = None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             # A bug, not the client's fault: it is told (never just dropped) and the log says so once.
             log.exception("handshake failed for peer pid %d uid %d", pid, uid)
-            await self._reject(writer, "auth", scrub(f"handshake failed: {type(exc).__name__}"))
+            await handshake.reject(writer, "auth", scrub(f"handshake failed: {type(exc).__name__}"))
             return
         finally:
             self._handshaking[uid] -= 1
@@ -318,7 +309,7 @@ class GatewayServer:
         full = limits.refusal(bool(hello.operator), who[0], admitted)
         if full is not None:
             log.warning("refused peer pid %d uid %d: %s", pid, uid, full)
-            await self._reject(writer, "overload", full)
+            await handshake.reject(writer, "overload", full)
             return
         conn = Connection(writer, hello, pid, on_close=self._closed)
         conn.agent, conn.credential = who
@@ -347,74 +338,18 @@ class GatewayServer:
         self.services.connection_closed(conn)
         self._intake.wake()  # its reader may be waiting for room
 
-    async def _handshake(self, frames: limits.FrameReader, writer: asyncio.StreamWriter) -> Hello | None:
-        try:
-            line = await asyncio.wait_for(frames.line(), self.handshake_timeout)
-            frame = decode_frame(line)
-        except TimeoutError:
-            await self._reject(writer, "handshake", f"no hello within {self.handshake_timeout:g} s")
-            return None
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            writer.close()
-            return None
-        except ProtocolError as exc:
-            await self._reject(writer, "handshake", f"expected a hello frame: {exc}")
-            return None
-        if not isinstance(frame, Hello):
-            await self._reject(writer, "handshake", f"expected a hello frame, got {frame.type!r}")
-            return None
-        if frame.version != PROTOCOL_VERSION:
-            await self._reject(
-                writer,
-                "version",
-                f"protocol version {frame.version} not supported (gateway speaks {PROTOCOL_VERSION})",
-            )
-            return None
-        return frame
-
     async def _principal(
         self, writer: asyncio.StreamWriter, hello: Hello, mapped: str | None
     ) -> tuple[str, str] | None:
-        """Who this connection is, as (agent, credential's agent or ""): from the peer's Unix account on
-        the agents' socket, else from the tokens it proved. Never from a request field."""
-        if mapped is not None:
-            # Another account: its uid is its identity. It cannot have read the operator's tokens, and it
-            # may not borrow another agent's credential either.
-            if hello.operator or hello.credential:
-                await self._reject(writer, "auth", f"this account is agent {mapped!r}; present no tokens")
-                return None
-            return mapped, ""
-        if not hmac.compare_digest(hello.token.encode(), self._token.encode()):
-            await self._reject(writer, "auth", "invalid gateway token")
-            return None
-        if hello.operator:
-            if not hmac.compare_digest(hello.operator.encode(), self._operator.encode()):
-                await self._reject(writer, "auth", "invalid operator token")
-                return None
-            if hello.credential:
-                await self._reject(
-                    writer, "auth", "present the operator token or an agent credential, not both"
-                )
-                return None
-            return principals.MAIN_AGENT, ""
-        if hello.credential:
-            agent = await fairpool.credentials.run(
-                hello.credential, functools.partial(principals.lookup, self.state_dir, hello.credential)
-            )
-            if agent is None:
-                await self._reject(writer, "auth", "invalid or revoked agent credential")
-                return None
-            return agent, agent
-        if self.services.config().gateway.anonymous == "none":
-            # The operator's switch: no credential, no principal (a credentialed agent that leaves its
-            # credential out becomes nobody, not agent main).
-            await self._reject(
-                writer,
-                "auth",
-                "this gateway admits no one on the gateway token alone: present an agent credential",
-            )
-            return None
-        return principals.MAIN_AGENT, ""  # the gateway token alone: the zero-configuration agent
+        return await handshake.principal(
+            writer,
+            hello,
+            mapped,
+            token=self._token,
+            operator=self._operator,
+            state_dir=self.state_dir,
+            anonymous=lambda: self.services.config().gateway.anonymous,
+        )
 
     async def _revoked_meanwhile(self, hello: Hello, who: tuple[str, str], revocations: int) -> bool:
         """A revoke of this credential runs, or one ran while it was being looked up and took it."""

@@ -204,12 +204,6 @@ async def test_class4_programs_that_load_code_from_the_cwd_get_a_bare_path_entry
     assert not _ran_evil(details, tmp_path), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=False,  # the leak is closed (host view); what is left fails only when the racer wins a window
-    reason="leak closed by the host view (the link resolves to the view's empty state dir); still open: "
-    "protected._resolved calls os.path.realpath, which raises EINVAL when the racer turns the link back "
-    "into a file between its lstat and readlink, and that OSError escapes the decision instead of a refusal",
-)
 async def test_class6_an_operand_swapped_for_a_link_into_the_state_dir_after_its_check(
     state_dir: Path, tmp_path: Path
 ) -> None:

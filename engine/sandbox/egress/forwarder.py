@@ -11,10 +11,9 @@ import contextlib
 import functools
 import hashlib
 import os
-import shutil
 from pathlib import Path
 
-from engine import statefs
+from engine import statefs, sysbin
 from engine.errors import ExecHostError
 from engine.sandbox import staticbuild
 from engine.sandbox import supervisor as sv
@@ -75,7 +74,7 @@ def ensure_binary() -> Path:
     sv.ensure_bin_dir()
     if staticbuild.current(target, stamp, source_digest()):
         return target
-    compiler = shutil.which("cc") or shutil.which("gcc")
+    compiler = sysbin.which("cc") or sysbin.which("gcc")
     if compiler is None:
         raise ForwarderUnavailable(
             "Sandbox egress needs a C compiler once, to build its static forwarder (apt-get install gcc "

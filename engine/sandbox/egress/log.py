@@ -1,5 +1,5 @@
 """The egress history: one JSON line per connection (allowed, refused or asked), in a log of its own per
-principal (`<state>/history/egress/<agent>.jsonl`, and `shared.jsonl` for the shared-scope sandbox), each
+principal (`<state>/history/egress/<agent>.jsonl`, `@shared.jsonl` for the shared-scope sandbox), each
 written like the decision history (0600, fsync'd) and rotated within its own share: a flood of short
 refusals from one agent's sandboxes rotates that agent's lines away, never another's."""
 
@@ -8,18 +8,26 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from engine import statefs
 from engine.approvals.history import VERSION, DecisionLog, encode_entry
-from engine.principals import NAME_RE
+from engine.principals import NAME_RE, SHARED_SCOPE
 
 LOG_NAME = "egress.jsonl"  # the one shared log of earlier versions: still read, never written
 LOG_DIR = "egress"
 SUFFIX = ".jsonl"
 KIND = "egress"
+SCOPE = "scope:"  # a scope's principal: `scope:<name>` (engine.principals.SHARED_SCOPE)
+# Before scopes had a prefix, the shared scope's principal was `shared`, and its log `shared.jsonl`: the
+# name an agent called `shared` has. The one-time move (EgressLog._migrate) leaves this marker behind.
+LEGACY_SHARED = "shared"
+LAYOUT_MARKER = ".layout-2"
+_LEGACY_DIGEST = re.compile(r"x-([0-9a-f]{32})(\.jsonl(?:\.[0-9]+)?)")
 # One principal's share: the live file and two rotated ones of 1 MiB (~3,000 connections at most each).
 ROTATE_BYTES = 1024 * 1024
 KEEP_FILES = 3
@@ -30,10 +38,14 @@ def encode(connection: dict[str, Any]) -> bytes:
 
 
 def file_name(principal: str) -> str:
-    """The principal's log: its own name when it is a principal's name (agent ids are), else a digest."""
+    """The principal's log. Its first character tells the kinds apart, so no two principals share one: an
+    agent's is its id (a letter or digit first), a scope's `@<scope>`, any other principal's `#<digest>`."""
     if NAME_RE.fullmatch(principal):
         return principal + SUFFIX
-    return "x-" + hashlib.sha256(principal.encode("utf-8", "surrogatepass")).hexdigest()[:32] + SUFFIX
+    scope = principal[len(SCOPE) :]
+    if principal.startswith(SCOPE) and NAME_RE.fullmatch(scope):
+        return "@" + scope + SUFFIX
+    return "#" + hashlib.sha256(principal.encode("utf-8", "surrogatepass")).hexdigest()[:32] + SUFFIX
 
 
 def _principal(line: bytes) -> str:
@@ -54,6 +66,33 @@ class EgressLog:
         self.logs_dir = directory / LOG_DIR
         self._logs: dict[str, DecisionLog] = {}
         self._lock = threading.Lock()
+        self._migrated = False
+
+    def _migrate(self) -> None:
+        """Once per state dir, before any line is written or read here: the shared scope's log of earlier
+        versions (`shared.jsonl` and its rotated files) becomes `@shared.jsonl`, and digest-named logs
+        (`x-<hex>.jsonl`, also a possible agent's name) become `#<hex>.jsonl`. The marker written last
+        makes it once: after it, `shared.jsonl` is the agent `shared`'s."""
+        with self._lock:
+            if self._migrated:
+                return
+            marker = self.logs_dir / LAYOUT_MARKER
+            if not marker.exists():
+                try:
+                    names = os.listdir(self.logs_dir)
+                except FileNotFoundError:
+                    names = []
+                for name in names:
+                    new = None
+                    if name == file_name(LEGACY_SHARED) or name.startswith(file_name(LEGACY_SHARED) + "."):
+                        new = file_name(SHARED_SCOPE) + name[len(file_name(LEGACY_SHARED)) :]
+                    elif (digest := _LEGACY_DIGEST.fullmatch(name)) is not None:
+                        new = "#" + digest[1] + digest[2]
+                    if new is not None and not os.path.lexists(self.logs_dir / new):
+                        os.rename(self.logs_dir / name, self.logs_dir / new)
+                statefs.ensure_private_dir(self.logs_dir)
+                statefs.atomic_write(marker, b"egress logs: agents <id>.jsonl, scopes @<scope>.jsonl\n")
+            self._migrated = True
 
     def _log(self, name: str) -> DecisionLog:
         with self._lock:
@@ -65,6 +104,8 @@ class EgressLog:
 
     def write_lines(self, lines: list[bytes]) -> None:
         """Append encoded lines (`encode`), each to its principal's log: one write and one fsync per log."""
+        if not self._migrated:
+            self._migrate()
         by_name: dict[str, list[bytes]] = {}
         for line in lines:
             by_name.setdefault(file_name(_principal(line)), []).append(line)
@@ -78,6 +119,8 @@ class EgressLog:
             raise failed
 
     def _sources(self) -> Iterable[DecisionLog]:
+        if not self._migrated:
+            self._migrate()
         legacy = DecisionLog(self.directory, name=LOG_NAME)
         yield legacy
         try:
@@ -93,9 +136,14 @@ class EgressLog:
         rows: list[tuple[int, int, dict[str, Any]]] = []
         order = 0
         for log in self._sources():
+            scopes = log.name == file_name(SHARED_SCOPE)
             for entry in log.lines():
                 if entry.get("kind") != KIND:
                     continue
+                if entry.get("principal") == LEGACY_SHARED and (
+                    scopes or (log.name == LOG_NAME and entry.get("agentId") != LEGACY_SHARED)
+                ):
+                    entry["principal"] = SHARED_SCOPE  # written before scopes had a prefix
                 if agent_id is not None and entry.get("agentId") != agent_id:
                     continue
                 order += 1

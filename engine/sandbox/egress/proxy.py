@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.config.egress import MAX_CONNECTIONS, Pattern
+from engine.principals import SHARED_SCOPE
 from engine.sandbox.egress import handoff, httphead, sockio, socks
 from engine.sandbox.egress.addresses import Refused, Target, resolve
 
@@ -52,7 +53,7 @@ MAX_PER_PRINCIPAL = MAX_TOTAL * 3 // 4
 # sandbox sent, and waits in a worker thread for it): past it, that listener accepts nothing until they end.
 CLOSING_MAX = 8
 CHUNK = 1 << 20  # one relay buffer (per direction of a connection)
-SHARED = "shared"  # the principal of the shared-scope sandbox's connections (see `listen`)
+SHARED = SHARED_SCOPE  # the principal of the shared-scope sandbox's connections (see `listen`)
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class Connection:
     durationMs: int = 0
     status: int | None = None  # what the proxy itself answered (200 for a tunnel, 403, 400, 429, 502)
     error: str | None = None
-    # Who made it: the agent, or "shared" for the shared-scope sandbox, where every agent's commands run
+    # Who made it: the agent, or SHARED for the shared-scope sandbox, where every agent's commands run
     # as one uid behind one loopback and a TCP connection carries nothing that says whose command opened it.
     principal: str = ""
     # What only the operator sees (OPERATOR_ONLY): the addresses a refusal withheld from the sandbox.
@@ -165,7 +166,7 @@ class EgressProxy:
         self, sandbox: str, agent_id: str, directory: Path, uid: int | None = None, shared: bool = False
     ) -> None:
         """Serve `sandbox` on `<directory>/proxy.sock` (replacing a stale socket; `uid` may connect).
-        `shared`: the shared-scope sandbox, whose connections are recorded as the principal "shared" (and
+        `shared`: the shared-scope sandbox, whose connections are recorded as the principal SHARED (and
         counted against one cap together), decided under `agent_id`'s settings, the global ones."""
         known = self._listeners.get(sandbox)
         if known is not None and self.listening(sandbox):

@@ -3,6 +3,7 @@ configs read-only, the terminal's signals the command's, and a refusal naming th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -126,6 +127,7 @@ def test_the_session_host_reads_a_wrapped_exit_as_the_view_does() -> None:
     from engine.sessions import host_io
 
     assert tuple(hostview.head("/usr/bin/bwrap")[:2]) == host_io.VIEW_HEAD
+    assert hostview.STATUS_WORDS == host_io.STATUS_WORDS
     argv = [*hostview.head("/usr/bin/bwrap"), "--", "/bin/sh"]
     for code in (0, 3, 130, 131, 143, -9):
         assert host_io.exit_of(argv, code) == hostview.exit_status(argv, code)
@@ -217,3 +219,75 @@ def test_the_kept_view_is_remade_when_what_it_hides_outside_changes(state_dir: P
     os.replace(tmp_path / "new", key)
     seen, third = read(hidden)
     assert seen == "" and third is not second
+
+
+@needs_bwrap
+@pytest.mark.parametrize("in_host", [False, True], ids=["gateway", "session-host"])
+async def test_a_pinned_run_reports_its_commands_own_exit_and_signal_exactly(
+    state_dir: Path, tmp_path: Path, in_host: bool
+) -> None:
+    """bwrap tells a signal n as exit 128+n, so decoding its code cannot tell `exit 130` from ^C: the
+    helper hands the command's own wait status to the spawner through a pipe (gateway or session host)."""
+    from engine.sessions import LocalLauncher, RunSpec, SessionManager
+    from engine.sessions.host import HOLDERS_DIR, HostLauncher
+
+    launcher = HostLauncher(state_dir / HOLDERS_DIR, fallback=LocalLauncher()) if in_host else None
+    if launcher is not None:
+        assert await launcher.connect() is not None, launcher.problem
+    manager = SessionManager(state_dir, kill_grace_sec=1.0, launcher=launcher)
+    view = pinned_view(None, [(str(tmp_path / "pinned.txt"), b"copy\n")], host=True)
+    try:
+        assert view.prefix[:2] == tuple(hostview.head("")[:2])  # a bwrap of its own
+        cases = (
+            ("cat pinned.txt; exit 3", 3, None),  # first: the copy's fd is read once, by the first bwrap
+            ("exit 130", 130, None),
+            ("exit 131", 131, None),
+            ("kill -INT $$", None, "SIGINT"),
+            ("kill -QUIT $$", None, "SIGQUIT"),
+            ("kill -TERM $$", None, "SIGTERM"),
+            ("exit 0", 0, None),
+        )
+        for script, code, sig in cases:
+            argv = view.wrap(["/bin/sh", "-c", script])
+            spec = RunSpec(command=script, argv=argv, cwd=str(tmp_path), pass_fds=view.fds, scope_key="s")
+            res = await manager.run(spec)
+            assert (res.details.get("exitCode"), res.details.get("exitSignal")) == (code, sig), script
+            assert "copy" in res.text or not script.startswith("cat")
+        for script, code, sig in (("exit 130", 130, None), ("kill -INT $$", None, "SIGINT")):  # on a terminal
+            argv = view.wrap(["/bin/sh", "-c", script])
+            spec = RunSpec(
+                command=script, argv=argv, cwd=str(tmp_path), pty=True, pass_fds=view.fds, scope_key="s"
+            )
+            res = await manager.run(spec)
+            assert (res.details.get("exitCode"), res.details.get("exitSignal")) == (code, sig), script
+    finally:
+        view.close()
+        await manager.close()
+        if launcher is not None:
+            await launcher.close()
+
+
+def test_the_status_pipe_fills_only_a_views_slot_above_the_passed_numbers() -> None:
+    from engine.sessions import host_io
+
+    plain = ["/bin/sh", "-c", "status - --"]
+    assert host_io.status_pipe(plain) == (plain, None, None)
+    # (a helper's own `--` before bwrap's, as own-pts has)
+    argv = [*host_io.VIEW_HEAD, "/h", "own-pts", "-", "--", "/usr/bin/bwrap", "--dev-bind", "/", "/"]
+    argv += ["--", "/h", "status", "-", "--", "/h", "check-cwd", "-", "--", "x"]
+    filled, read, write = host_io.status_pipe(argv, above=200)
+    assert read is not None and write is not None
+    try:
+        assert write > 200 and filled == [*argv[:13], str(write), *argv[14:]]
+        os.write(write, b"%d\n" % (130 << 8))  # `exit 130`, as waitpid says it
+        os.close(write)
+        assert host_io.status_exit(read, filled, 130) == (130, None)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(write)
+    # Nothing told (the helper got no further): bwrap's code as it is, never 128+n read as a signal.
+    _, read, write = host_io.status_pipe(argv)
+    assert read is not None and write is not None
+    os.close(write)
+    assert host_io.status_exit(read, argv, 130) == (130, None)
+    assert host_io.exit_of(argv, 130) == (None, "SIGINT")  # no pipe at all: the old guess

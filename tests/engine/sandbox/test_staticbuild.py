@@ -50,3 +50,35 @@ def test_builders_started_at_once_all_succeed_and_one_compiles(
     assert not staticbuild.current(target, stamp, "d2")
     assert staticbuild.build("cc", source, target, stamp, "d2") is None
     assert compiles == [1, 1]
+
+
+@needs_cc
+def test_the_sessions_build_cache_builds_again_for_a_changed_source(tmp_path: Path) -> None:
+    """Tests copy one build per (compiler, source) into each bin dir (tests/helpers/staticcache.py): a
+    changed source is a new build, the same source in another bin dir is the same binary, stamped."""
+    import subprocess
+
+    from tests.helpers.staticcache import cached_builder
+
+    compiles: list[Path] = []
+
+    def real(compiler: str, source: Path, target: Path, stamp: Path, digest: str) -> str | None:
+        compiles.append(target)
+        return staticbuild._build_locked(compiler, source, target, stamp, digest)
+
+    build = cached_builder(tmp_path / "cache", real)
+    source = tmp_path / "exit.c"
+    bins = [tmp_path / f"bin{n}" for n in range(3)]
+    for d in bins:
+        d.mkdir()
+    source.write_text("int main(void) { return 3; }\n")
+    for d in bins[:2]:
+        assert build("cc", source, d / "exit", d / "exit.sha", "v1") is None
+        assert staticbuild.current(d / "exit", d / "exit.sha", "v1")
+        assert subprocess.run([d / "exit"], check=False).returncode == 3
+    assert len(compiles) == 1  # the second bin dir got a copy
+    source.write_text("int main(void) { return 5; }\n")
+    assert build("cc", source, bins[2] / "exit", bins[2] / "exit.sha", "v2") is None
+    assert len(compiles) == 2
+    assert subprocess.run([bins[2] / "exit"], check=False).returncode == 5
+    assert staticbuild.current(bins[2] / "exit", bins[2] / "exit.sha", "v2")
