@@ -840,8 +840,10 @@ def _package_dir(entry: os.DirEntry[str], depth: int) -> bool:
 
 def _imports_note(script: str, cwd: str) -> str | None:
     """Python imports modules from the script's directory first: count the agent-writable code there and
-    in its package directories (not bound; an approval holds for the script only, docs/SECURITY.md)."""
-    base = os.path.dirname(os.path.abspath(os.path.join(cwd, script)))
+    in its package directories (not bound; an approval holds for the script only, docs/SECURITY.md). That
+    directory is the one of the script's real path (sys.path[0], and the sealed copy runs under that path
+    too): a link's own directory is not where its imports come from."""
+    base = os.path.dirname(os.path.realpath(os.path.join(cwd, script)))
     count, seen, capped = 0, 0, False
     queue = [(base, 0)]
     while queue and not capped:
@@ -863,7 +865,7 @@ def _imports_note(script: str, cwd: str) -> str | None:
     count -= 1  # the script itself, which is bound
     if count <= 0 or system_owned(os.path.realpath(os.path.join(cwd, script))):
         return None
-    shown = os.path.relpath(base, cwd) if base != os.path.abspath(cwd) else "."
+    shown = os.path.relpath(base, os.path.realpath(cwd)) if base != os.path.realpath(cwd) else "."
     more = "+" if capped else ""
     return (
         f"Warning: {script} can import code from {count}{more} agent-writable Python files under {shown}/ "

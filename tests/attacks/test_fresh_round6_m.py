@@ -570,11 +570,6 @@ async def test_class6_files_of_an_unparsed_command_are_bound_from_the_wrong_dire
     assert not marker.exists(), "a script nobody saw ran"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the import note looks beside the script's link, not its target; `python3 link.py` imports "
-    "from the target's directory and the ask never names it",
-)
 @pytest.mark.asyncio
 async def test_class8_the_ask_names_where_a_linked_script_imports_from(
     state_dir: Path, tmp_path: Path
