@@ -21,6 +21,7 @@ from engine.commands.interpoptions import (
     family,
     loaded_values,
     program_source,
+    python_skips_first_line,
 )
 from engine.commands.interpreters import name_of
 from engine.commands.protected import process_word
@@ -148,6 +149,7 @@ class ContentItem:
     # A system-owned file reached through a link the agent can re-point (`./myls -> /usr/bin/ls`): it is
     # `writable` (an approval binds its bytes, never the link's name), and it runs by its real path.
     linked: bool = False
+    skip_first: bool = False  # a Python script run with `-x`: its first line never runs (read_words)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -473,6 +475,7 @@ def bind(
                 kw.get("parent"),
                 kw.get("reader", ""),
                 kw.get("word", ""),
+                skip_first=kw.get("skip_first", False),
             )
         )
         if shebang and role in ("executable", "interpreter"):
@@ -532,7 +535,17 @@ def bind(
                 # then the file the run's view pins, not a name the agent can re-point after the spawn.
                 if os.path.abspath(named) != real:
                     word = real
-                file_item("script", os.path.abspath(named), real, here, operand, reader=reader, word=word)
+                skip = reader == "python" and python_skips_first_line(segment.argv[1:operand])
+                file_item(
+                    "script",
+                    os.path.abspath(named),
+                    real,
+                    here,
+                    operand,
+                    reader=reader,
+                    word=word,
+                    skip_first=skip,
+                )
 
     walk(analysis.segments, result.segments, ())
     unbound = searched = opaque = refused = False

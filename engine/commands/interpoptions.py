@@ -187,3 +187,22 @@ def loaded_values(argv: Sequence[str], program: str | None = None) -> list[str]:
             elif word.startswith(option + "="):
                 out.append(word.split("=", 1)[1])
     return out
+
+
+def python_skips_first_line(options: Sequence[str]) -> bool:
+    """Whether Python's options (the words before its script) hold `-x`, alone or in a cluster (`-ux`);
+    the value of `-W`/`-X` (attached or the next word) is not a cluster."""
+    value_next = False
+    for word in options:
+        if value_next:
+            value_next = False
+            continue
+        if not word.startswith("-") or word.startswith("--") or word == "-":
+            continue
+        for j, letter in enumerate(word[1:], 1):
+            if letter in "WX":
+                value_next = j == len(word) - 1
+                break
+            if letter == "x":
+                return True
+    return False

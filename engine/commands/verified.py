@@ -24,6 +24,7 @@ from engine.commands.content import (
     system_owned,
     system_stat,
 )
+from engine.commands.interpoptions import python_skips_first_line
 from engine.commands.interpreters import name_of
 
 MFD_EXEC = 0x0010  # Linux ≥ 6.3: say the copy is meant to be executed (vm.memfd_noexec=1 would refuse it)
@@ -37,20 +38,26 @@ PY_LOADER = (
     "import sys,os;m=sys.modules['__main__'];p=sys.argv.pop(1);sys.argv[0]=m.__file__=p\n"
     "if sys.path and sys.path[0]=='':sys.path[0]=os.path.dirname(os.path.abspath(p))\n"
     "del m\n"
-    "exec(compile(open({copy!r},'rb').read(),p,'exec'))"
+    "exec(compile({read},p,'exec'))"
 )
+# What the loader compiles: the copy whole, or (python -x) from the first newline on, as CPython's -x skips
+# the first line (pymain_run_file: every byte up to the first '\n', which it keeps so line numbers hold).
+_WHOLE = "open({copy!r},'rb').read()"
+_SKIP_FIRST = "(lambda s:s[s.find(b'\\n'):] if b'\\n' in s else b'')(open({copy!r},'rb').read())"
 
 
-def read_words(reader: str, copy: str, name: str) -> list[str]:
+def read_words(reader: str, copy: str, name: str, skip_first: bool = False) -> list[str]:
     """The words that make an interpreter read `copy` while the script keeps `name` as its own: a POSIX
-    shell sources it from `sh -c '. COPY' NAME` ($0 is NAME), Python runs PY_LOADER. Other readers (node,
-    perl, ruby, …) get `name` itself: the run's pinned view shows the verified bytes at that path (see
+    shell sources it from `sh -c '. COPY' NAME` ($0 is NAME), Python runs PY_LOADER (skipping the first
+    line when the run's options hold `-x`, which means nothing to `-c`). Other readers (node, perl, ruby,
+    …) get `name` itself: the run's pinned view shows the verified bytes at that path (see
     VerifiedRun.rereads), and a `/proc/self/fd/N` name breaks them (node's realpath of a memfd fails;
     relative requires would resolve from /proc/self/fd)."""
     if reader == "sh":
         return ["-c", f". {copy}", name]
     if reader == "python":
-        return ["-c", PY_LOADER.format(copy=copy), name]
+        read = (_SKIP_FIRST if skip_first else _WHOLE).format(copy=copy)
+        return ["-c", PY_LOADER.format(read=read), name]
     return [name]
 
 
@@ -216,7 +223,9 @@ def _words(binding: ContentBinding, copies: dict[str, str]) -> dict[tuple[tuple[
             continue
         if item.role == "script":
             if item.real in copies:
-                out[(item.where, item.argv_index)] = read_words(item.reader, copies[item.real], item.word)
+                out[(item.where, item.argv_index)] = read_words(
+                    item.reader, copies[item.real], item.word, item.skip_first
+                )
             continue
         words = _run_words(item, copies, interpreters, 0)
         if words != [item.path]:
@@ -255,7 +264,8 @@ def _run_words(
             head = [*_run_words(interp, copies, interpreters, depth + 1), *norc, *item.shebang[1:]]
             if item.real in copies:
                 name = item.real if item.linked else item.path  # a link's name is the agent's to re-point
-                return [*head, *read_words(reader_of(interp.real), own, name)]
+                skip = python_skips_first_line(item.shebang[1:])
+                return [*head, *read_words(reader_of(interp.real), own, name, skip)]
             return [*head, own]
     if item.kind == "text" and item.real in copies:
         return [DEFAULT_SHELL, own]  # no `#!`: the shell would run it as a script (ENOEXEC)

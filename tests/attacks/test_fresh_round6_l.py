@@ -489,11 +489,6 @@ async def test_class4_allow_always_make_runs_a_rewritten_script_its_recipe_names
 # app.py`), which compiles every line, so a first line the operator reads as skipped runs.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `python3 -x x.py` skips the first line, but the verified run's loader compiles the "
-    "sealed copy whole, so the line python would skip runs",
-)
 async def test_class5_python_dash_x_first_line_runs_under_the_loader(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -142,11 +142,6 @@ async def _approved_run(
     return details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: python3 -x skips the script's first line; the sealed copy runs through `python3 -x -c "
-    "LOADER`, where -x means nothing, so the skipped line runs",
-)
 @pytest.mark.asyncio
 async def test_class8_python_x_skips_the_first_line_but_the_sealed_copy_runs_it(
     state_dir: Path, tmp_path: Path

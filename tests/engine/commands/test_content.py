@@ -227,3 +227,38 @@ def test_a_script_run_through_a_link_is_named_by_its_real_path(tmp_path: Path) -
     d = _decide("sh link.sh", tmp_path)
     [item] = [i for i in d.content.items if i.role == "script"]  # type: ignore[attr-defined]
     assert item.word == str(tmp_path / "real.sh")  # "$0": the file the view pins, not the agent's link
+
+
+@pytest.mark.parametrize(
+    ("options", "skips"),
+    [
+        (["-x"], True),
+        (["-u", "-x"], True),
+        (["-ux"], True),
+        (["-X", "x"], False),  # -X's value is not a cluster
+        (["-Xdev", "-x"], True),
+        (["-W", "ignore"], False),
+        (["--help-xoptions"], False),
+        ([], False),
+    ],
+)
+def test_python_dash_x_is_read_as_python_reads_its_options(options: list[str], skips: bool) -> None:
+    from engine.commands.interpoptions import python_skips_first_line
+
+    assert python_skips_first_line(options) is skips
+
+
+def test_the_python_loader_skips_the_first_line_as_dash_x_does(tmp_path: Path) -> None:
+    """`python3 -x s.py` never runs line 1 and keeps the line numbers: the sealed copy's loader alike."""
+    from engine.commands.verified import read_words
+
+    script = tmp_path / "s.py"
+    script.write_text("raise SystemExit('line 1 ran')\nimport sys; print('line', sys._getframe().f_lineno)\n")
+    ran = subprocess.run(
+        ["python3", *read_words("python", str(script), "s.py", skip_first=True)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    direct = subprocess.run(["python3", "-x", str(script)], capture_output=True, text=True, check=True)
+    assert ran.stdout == direct.stdout == "line 2\n"
