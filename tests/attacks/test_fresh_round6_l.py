@@ -209,11 +209,6 @@ async def test_class4_allow_always_python_runs_a_planted_user_site_pth(
 # there), the approved run executes the agent's ~/bin/app.pl, bytes nobody was shown or bound.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `perl -S app.pl` runs app.pl found on PATH, while the binder binds ./app.pl (-S read "
-    "as an inert flag): the approval shows and binds one file and perl runs another",
-)
 async def test_class5_perl_dash_s_runs_a_script_found_on_path_not_the_bound_one(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

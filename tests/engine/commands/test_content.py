@@ -262,3 +262,15 @@ def test_the_python_loader_skips_the_first_line_as_dash_x_does(tmp_path: Path) -
     )
     direct = subprocess.run(["python3", "-x", str(script)], capture_output=True, text=True, check=True)
     assert ran.stdout == direct.stdout == "line 2\n"
+
+
+@pytest.mark.parametrize(
+    "argv", [["perl", "-S", "app.pl"], ["perl", "-wS", "app.pl"], ["perl", "-Sw", "app.pl"]]
+)
+def test_perl_dash_s_is_a_program_found_on_path_not_the_operand(argv: list[str]) -> None:
+    """perlrun: -S searches PATH for the program; ./app.pl is not what runs, so nothing the text names is."""
+    from engine.commands.interpoptions import MODULE, program_source
+
+    source = program_source(argv)
+    assert source is not None and source.kind == MODULE
+    assert script_operand(argv, "perl") is None
