@@ -485,6 +485,10 @@ def bind(
                 problems.append(f"{shown}: interpreter chain too deep to bind")
                 return
             file_item("interpreter", shebang[0], interp, where, -1, parent=real, depth=depth + 1)
+            if shebang[0] != interp and not links_fixed(shebang[0]):
+                # `#!/w/venv/bin/python`: the agent's link to root's python. Bound by the real file's bytes
+                # and run by its real path (verified._run_words), never again through the link.
+                _relink(items, where, shebang[0], parent=real)
         elif kind == "shebang":
             problems.append(f"{shown}: its #! interpreter is chosen at run time and cannot be bound")
 
@@ -661,10 +665,15 @@ _TEXT_TOOL_LONG = frozenset(
 )
 
 
-def _relink(items: list[ContentItem], where: tuple[int, ...], named: str) -> None:
-    """Mark the executable just bound at `where` as reached through the agent's link (ContentItem.linked)."""
+def _relink(items: list[ContentItem], where: tuple[int, ...], named: str, parent: str | None = None) -> None:
+    """Mark the executable just bound at `where` (or the `#!` interpreter of `parent`) as reached through
+    the agent's link (ContentItem.linked)."""
     for i, item in enumerate(items):
-        if item.role == "executable" and item.where == where and item.argv_index == 0 and item.sha256:
+        if parent is not None:
+            mine = item.role == "interpreter" and item.parent == parent
+        else:
+            mine = item.role == "executable" and item.argv_index == 0
+        if mine and item.where == where and item.sha256:
             if not item.writable:
                 items[i] = replace(item, path=named, writable=True, linked=True)
             elif item.path != named:
@@ -692,6 +701,16 @@ def unproven_sources(
             # Absent now: what appears there (or on PATH) later is code nobody saw.
             why.append(f"{item.path} does not exist when decided")
             continue
+        venv = venv_of(os.path.join(cwd, item.path)) if item.role in ("executable", "interpreter") else None
+        if (
+            venv is not None
+            and reader_of(item.real) == "python"
+            and not system_owned(os.path.realpath(os.path.join(venv, "pyvenv.cfg")))
+        ):
+            why.append(
+                f"{item.path} is the python of a virtualenv the agent can write ({venv}): it runs every "
+                ".pth file of the venv's site-packages at start, and none of that is bound"
+            )
         if item.role in ("executable", "interpreter") and len(item.shebang) > 1:
             arg = item.shebang[1]
             if not arg.startswith("-"):
@@ -699,6 +718,16 @@ def unproven_sources(
             else:
                 why += _segment_unproven((item.shebang[0], arg, item.real), cwd, shebang=item.path)
     return why
+
+
+def venv_of(executable: str) -> str | None:
+    """The virtualenv a Python started as `executable` (its argv[0], links not resolved) takes as its
+    prefix: CPython's getpath looks for `pyvenv.cfg` beside it and one directory up. None when neither."""
+    here = os.path.dirname(os.path.abspath(executable))
+    for base in (here, os.path.dirname(here)):
+        if os.path.isfile(os.path.join(base, "pyvenv.cfg")):
+            return base
+    return None
 
 
 def _segment_unproven(argv: Sequence[str], cwd: str, shebang: str = "") -> list[str]:

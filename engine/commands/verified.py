@@ -23,6 +23,7 @@ from engine.commands.content import (
     reader_of,
     system_owned,
     system_stat,
+    venv_of,
 )
 from engine.commands.interpoptions import python_skips_first_line
 from engine.commands.interpreters import name_of
@@ -269,6 +270,12 @@ def _run_words(
             return [*head, own]
     if item.kind == "text" and item.real in copies:
         return [DEFAULT_SHELL, own]  # no `#!`: the shell would run it as a script (ENOEXEC)
+    if item.linked and own == item.real and reader_of(item.real) and venv_of(item.path) is None:
+        # A shell or a Python takes its own path from argv[0] ($BASH, sys.executable) and re-runs itself
+        # through it (subprocess, multiprocessing): under the link's name that would be the agent's link
+        # again, so it runs under its real path, a name only root can change. (A virtualenv's python keeps
+        # the link's name below, or it would lose its venv: the ask says that run is not bound.)
+        return [own]
     if (
         item.linked
         and own == item.real

@@ -654,11 +654,6 @@ async def test_class4_allowlisted_git_diff_runs_a_driver_from_a_planted_global_i
 # `.pth` runs unasked.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an allow-always `.venv/bin/python app.py` runs a .pth planted in the venv's own "
-    "site-packages (the agent's tree; not bound, not named)",
-)
 async def test_class4_allow_always_venv_python_runs_a_pth_in_the_venvs_site_packages(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -366,11 +366,6 @@ async def test_class6_docker_restart_mounts_a_bind_source_swapped_after_the_deci
     assert not (host_dir / "written-from-sandbox").exists(), "a host dir was mounted read-write"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a linked interpreter runs by its real path but under the link's name (exec -a), so "
-    "python's sys.executable is the agent's link; a re-exec after the link is re-pointed runs other code",
-)
 @pytest.mark.asyncio
 async def test_class8_python_under_a_linked_name_re_execs_the_agents_link(
     state_dir: Path, tmp_path: Path
@@ -432,11 +427,6 @@ async def test_class8_python_under_a_linked_name_re_execs_the_agents_link(
     assert not marker.exists(), "the agent's program ran as the approved interpreter's re-exec"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a #! interpreter is bound by its real path but run by the shebang's word; through the "
-    "agent's link (a venv's python) a re-point after the ask runs the agent's program",
-)
 @pytest.mark.asyncio
 async def test_class6_a_shebang_interpreter_reached_through_the_agents_link_is_run_by_that_link(
     state_dir: Path, tmp_path: Path

@@ -274,3 +274,54 @@ def test_perl_dash_s_is_a_program_found_on_path_not_the_operand(argv: list[str])
     source = program_source(argv)
     assert source is not None and source.kind == MODULE
     assert script_operand(argv, "perl") is None
+
+
+def _run_verified(command: str, cwd: Path) -> tuple[object, str]:
+    from engine.commands.verified import verify
+
+    d = _decide(command, cwd)
+    pinned = d.pinned_command  # type: ignore[attr-defined]
+    run = verify(d.content, pinned, pinned)  # type: ignore[attr-defined]
+    try:
+        out = subprocess.run(
+            ["/bin/sh", "-c", run.command],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+            pass_fds=run.fds,
+        )
+    finally:
+        run.close()
+    return d, out.stdout
+
+
+def test_a_linked_python_runs_under_its_real_path_and_a_venvs_keeps_its_venv(tmp_path: Path) -> None:
+    """The agent's link to root's python runs as the real path (sys.executable is no link the agent can
+    re-point); a virtualenv's keeps the link's name (or it loses the venv) and is never proven bound."""
+    real = os.path.realpath("/usr/bin/python3")
+    (tmp_path / "bin").mkdir()
+    os.symlink(real, tmp_path / "bin" / "python")
+    probe = "import sys; print(sys.executable, sys.prefix)"
+    d, out = _run_verified(f"bin/python -c '{probe}'", tmp_path)
+    prefix = subprocess.run([real, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True)
+    assert out.split() == [real, prefix.stdout.strip()], out
+    assert d.content.proven  # type: ignore[attr-defined]
+    (tmp_path / "pyvenv.cfg").write_text(f"home = {os.path.dirname(real)}\n")
+    d, out = _run_verified(f"bin/python -c '{probe}'", tmp_path)
+    assert out.split() == [str(tmp_path / "bin" / "python"), str(tmp_path)], out
+    assert not d.content.proven  # type: ignore[attr-defined]
+    assert any("virtualenv" in why for why in d.content.unproven)  # type: ignore[attr-defined]
+
+
+def test_a_shebang_through_the_agents_link_runs_its_interpreter_by_the_real_path(tmp_path: Path) -> None:
+    real = os.path.realpath("/usr/bin/python3")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    link = tmp_path / "venv" / "bin" / "python"
+    os.symlink(real, link)
+    (tmp_path / "tool").write_text(f"#!{link}\nimport sys; print(sys.executable)\n")
+    (tmp_path / "tool").chmod(0o755)
+    d, out = _run_verified("./tool", tmp_path)
+    [interp] = [i for i in d.content.items if i.role == "interpreter"]  # type: ignore[attr-defined]
+    assert interp.linked and interp.path == str(link) and interp.real == real
+    assert out.strip() == real
