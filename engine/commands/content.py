@@ -586,7 +586,13 @@ def bind(
             if note:
                 notes.append(note)
     if whole:
-        words, absent = _file_words(command if command is not None else "", analysis, cwd)
+        dirs, lost = _cd_dirs(_all_words(command or ""), cwd, env)
+        if lost is not None:
+            problems.append(
+                f"the text changes directory ({lost}) to a place exechost cannot follow: the files it "
+                "names there are not bound"
+            )
+        words, absent = _file_words(command if command is not None else "", analysis, dirs)
         for word in words:
             real = os.path.realpath(os.path.join(cwd, word))
             file_item("file", os.path.abspath(os.path.join(cwd, word)), real, (), -1)
@@ -833,13 +839,57 @@ def _words(command: str) -> list[str]:
         return command.split()
 
 
-def _file_words(command: str, analysis: CommandAnalysis, cwd: str) -> tuple[list[str], list[str]]:
+def _all_words(command: str, depth: int = 0) -> list[str]:
+    """The text's words, and the words of every word that is itself a command line (`sh -c 'cd x; …'`,
+    `(cd sub; sh s.sh)` quoted): an unparsed text may run any of them."""
+    out: list[str] = []
+    for word in _words(command):
+        out.append(word)
+        if depth < 2 and any(c in word for c in " \t\n;&|()"):
+            out += _all_words(word, depth + 1)
+    return out
+
+
+_CHDIR = frozenset({"cd", "pushd", "chdir"})
+_SEPARATORS = frozenset({";", "&&", "||", "|", "&", "(", ")", ";;"})
+CD_DIRS_MAX = 16
+
+
+def _cd_dirs(words: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[list[str], str | None]:
+    """Every directory an unparsed text may read its relative names from: the cwd, and each place a `cd`
+    (`pushd`) in it leads to, cumulatively (`cd a; cd b` → a/b); the first `cd` it cannot follow (no
+    operand, `-`, `~`, an expansion, CDPATH set) as well, else None."""
+    dirs = [os.path.abspath(cwd)]
+    lost: str | None = None
+    for i, word in enumerate(words):
+        if word not in _CHDIR:
+            continue
+        rest = [w for w in words[i + 1 : i + 4] if not (w.startswith("-") and w != "-")]
+        target = rest[0] if rest else ""
+        if (
+            not target
+            or target in _SEPARATORS
+            or target == "-"
+            or target.startswith("~")
+            or any(c in target for c in "$`*?[{")
+            or (env.get("CDPATH") and not target.startswith(("/", "./", "../")))
+        ):
+            lost = lost or (f"{word} {target}" if target and target not in _SEPARATORS else word)
+            continue
+        reached = [os.path.abspath(os.path.join(d, target)) for d in dirs]
+        dirs = list(dict.fromkeys([*dirs, *(d for d in reached if os.path.isdir(d))]))[:CD_DIRS_MAX]
+    return dirs, lost
+
+
+def _file_words(command: str, analysis: CommandAnalysis, dirs: Sequence[str]) -> tuple[list[str], list[str]]:
     """Every file the command's words name (or its segments'), in every spelling a program may read one:
     a word itself, the value of an option word (`--env-file=.env`) and an attached short value
     (`-r./x.js`). An option nobody modelled may read any of them as code or as settings for code. Also
-    the option values that name a path (`=./x`, `=.env`) but do not exist yet: they must stay absent."""
+    the option values that name a path (`=./x`, `=.env`) but do not exist yet: they must stay absent. A
+    name is looked up in each of `dirs` (the cwd and where the text cd's, `_cd_dirs`); found in one, it
+    is bound in every one, present or (must stay) absent. Absolute paths."""
     if command:
-        words = _words(command)
+        words = _all_words(command)
     else:
         words = [w for seg in _plain_segments(analysis.segments) for w in seg.argv]
     out: list[str] = []
@@ -853,16 +903,14 @@ def _file_words(command: str, analysis: CommandAnalysis, cwd: str) -> tuple[list
             if not word.startswith("--") and len(word) > 2:
                 names.append(word[2:])
         for name in names:
-            path = os.path.join(cwd, name)
-            if name and os.path.isfile(path):
-                out.append(name)
-            elif (
-                word.startswith("-")
-                and name
-                and ("/" in name or name.startswith("."))
-                and (not os.path.lexists(path))
-            ):
-                absent.append(name)
+            if not name:
+                continue
+            paths = list(dict.fromkeys(os.path.abspath(os.path.join(d, name)) for d in dirs))
+            if any(os.path.isfile(p) for p in paths):
+                out += [p for p in paths if os.path.isfile(p)]
+                absent += [p for p in paths if not os.path.lexists(p)]
+            elif word.startswith("-") and ("/" in name or name.startswith(".")):
+                absent += [p for p in paths if not os.path.lexists(p)]
     return list(dict.fromkeys(out))[:64], list(dict.fromkeys(absent))[:64]
 
 

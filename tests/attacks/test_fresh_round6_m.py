@@ -528,11 +528,6 @@ async def test_class8_a_pth_file_in_the_operators_user_site_runs_in_an_approved_
     assert not marker.exists(), "a .pth the agent planted ran in an approved python"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an unparsed `cd sub && sh s.sh` binds ./s.sh (resolved from the decision's cwd) while the "
-    "run reads sub/s.sh by path; the ask shows the wrong file as bound, and sub/s.sh is never checked",
-)
 @pytest.mark.asyncio
 async def test_class6_files_of_an_unparsed_command_are_bound_from_the_wrong_directory(
     state_dir: Path, tmp_path: Path

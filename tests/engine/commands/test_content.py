@@ -325,3 +325,20 @@ def test_a_shebang_through_the_agents_link_runs_its_interpreter_by_the_real_path
     [interp] = [i for i in d.content.items if i.role == "interpreter"]  # type: ignore[attr-defined]
     assert interp.linked and interp.path == str(link) and interp.real == real
     assert out.strip() == real
+
+
+def test_an_unparsed_text_binds_its_files_where_its_cd_leads(tmp_path: Path) -> None:
+    """`cd sub && sh s.sh` reads sub/s.sh: bound there too (and a name found in one place must stay
+    absent in the other); a cd nobody can follow is said, never shown as bound."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "s.sh").write_text("echo approved\n")
+    (tmp_path / "s.sh").write_text("echo decoy\n")
+    (tmp_path / "t.sh").write_text("echo t\n")
+    d = _decide("cd sub && sh s.sh; sh t.sh", tmp_path)
+    content = d.content  # type: ignore[attr-defined]
+    bound = {i.path: i.sha256 for i in content.items if i.role == "file"}
+    assert bound[str(tmp_path / "sub" / "s.sh")] and bound[str(tmp_path / "s.sh")]
+    assert bound[str(tmp_path / "sub" / "t.sh")] is None  # absent there: it must stay so
+    assert not content.proven
+    d = _decide("cd ~ && sh s.sh", tmp_path)
+    assert any("cd ~" in p for p in d.content.problems)  # type: ignore[attr-defined]
