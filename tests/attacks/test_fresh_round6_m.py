@@ -187,11 +187,6 @@ async def test_class8_a_sealed_bash_copy_takes_the_branch_a_sourced_script_takes
     assert "main ran" in details["_text"] and not marker.exists(), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: perl/node/ruby scripts are handed their path, not the sealed copy; the view's bind at "
-    "that path is detached by a rename over it, so their first read can be other bytes",
-)
 @pytest.mark.asyncio
 async def test_class6_a_perl_script_first_read_is_by_path_and_a_rename_over_reaches_it(
     state_dir: Path, tmp_path: Path

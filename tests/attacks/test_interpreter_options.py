@@ -172,8 +172,8 @@ async def test_an_approved_script_of_another_interpreter_runs_under_its_own_name
 ) -> None:
     """Found by the fresh attack round: node ran the sealed copy as `/proc/self/fd/N`, which its
     realpath resolves to `/memfd:app.js (deleted)`, so every approved `node app.js` failed. In the
-    pinned view the approved bytes sit at the script's own path: it runs under its own name, requires
-    its siblings, and a rewrite after the ask still never runs."""
+    pinned view the approved bytes sit under the script's own file name, beside links to its siblings:
+    it requires them, and a rewrite after the ask still never runs."""
     marker = tmp_path / "pwned"
     if command.startswith("node"):
         (tmp_path / "lib.js").write_text("module.exports = 'sibling-ok';\n")
@@ -186,7 +186,10 @@ async def test_an_approved_script_of_another_interpreter_runs_under_its_own_name
         name = "app.pl"
     text = await approve_after(state_dir, command, tmp_path, lambda: None)
     assert "approved-sibling-ok" in text, text
-    assert str(tmp_path / name) in text or f" {name}" in text, text  # its own name, not /proc/self/fd/N
+    # Its own file name, not /proc/self/fd/N: the copy sits in a directory of the view beside links to its
+    # siblings (verified.Mirror), since a bind at the script's own path is detached by a rename over it
+    # (test_fresh_round6_m.py::test_class6_a_perl_script_first_read_is_by_path_and_a_rename_over_reaches_it).
+    assert f"/{name}" in text and "/proc/self/fd" not in text and "memfd" not in text, text
     text = await approve_after(state_dir, command, tmp_path, lambda: _rewrite_in_place(tmp_path / name, evil))
     assert not marker.exists(), text
     assert "approval-stale" in text, text
