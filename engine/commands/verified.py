@@ -55,7 +55,11 @@ def read_words(reader: str, copy: str, name: str, skip_first: bool = False, mirr
     …) get `mirrored`: the copy in the run's view, in a directory no rename reaches (VerifiedRun.mirrors;
     a `/proc/self/fd/N` name breaks them: node's realpath of a memfd fails, relative requires would
     resolve from /proc/self/fd). Its path at the script's own name was not enough: Linux detaches a bind
-    whose mountpoint is renamed over from another namespace, so their first read could be other bytes."""
+    whose mountpoint is renamed over from another namespace, so their first read could be other bytes. A
+    bash script that reads BASH_SOURCE is given its mirror too: sourced from `-c`, BASH_SOURCE[0] would
+    be the copy's /proc path and never $0, and bash's "am I sourced?" test would answer yes."""
+    if mirrored:
+        return [mirrored]
     if reader == "sh":
         return ["-c", f". {copy}", name]
     if reader == "python":
@@ -181,7 +185,7 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
                     # "$0", __file__, or a later re-read by path: the view binds these very bytes there,
                     # read-only.
                     run.rereads += ((item.real, data),)
-                if _handed_a_path(binding, item):
+                if _handed_a_path(binding, item, data):
                     mirror = Mirror(
                         os.path.join(view_root(), "m", str(len(run.mirrors))),
                         os.path.dirname(item.real),
@@ -217,11 +221,27 @@ def _runs_under_its_name(binding: ContentBinding, item: ContentItem) -> bool:
     return interp is not None and reader_of(interp.real) == ""
 
 
-def _handed_a_path(binding: ContentBinding, item: ContentItem) -> bool:
-    """Whether the run hands `item` to its reader by a path (read_words: neither sh nor Python)."""
+def _handed_a_path(binding: ContentBinding, item: ContentItem, data: bytes) -> bool:
+    """Whether the run hands `item` to its reader by a path (read_words: neither sh nor Python, or a bash
+    script that compares BASH_SOURCE with $0)."""
     if item.role == "script":
+        if item.reader == "sh" and b"BASH_SOURCE" in data:
+            exe = next(
+                (
+                    i
+                    for i in binding.items
+                    if i.role == "executable" and i.where == item.where and i.argv_index == 0
+                ),
+                None,
+            )
+            return exe is not None and name_of(exe.real) == "bash"
         return item.reader == ""
-    return item.kind == "shebang" and _runs_under_its_name(binding, item)
+    if item.kind != "shebang":
+        return False
+    interp = next((i for i in binding.items if i.role == "interpreter" and i.parent == item.real), None)
+    if interp is not None and name_of(interp.real) == "bash" and b"BASH_SOURCE" in data:
+        return True
+    return _runs_under_its_name(binding, item)
 
 
 def _runnable(path: str) -> bool:

@@ -161,11 +161,6 @@ async def test_class8_python_x_skips_the_first_line_but_the_sealed_copy_runs_it(
     assert not marker.exists(), "the line `python3 -x` skips ran"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `bash s.sh` runs `bash -c '. /proc/self/fd/N' s.sh`; BASH_SOURCE[0] != $0 there, so "
-    "the script's sourced-only branch runs and its main does not",
-)
 @pytest.mark.asyncio
 async def test_class8_a_sealed_bash_copy_takes_the_branch_a_sourced_script_takes(
     state_dir: Path, tmp_path: Path

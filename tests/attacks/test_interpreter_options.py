@@ -193,3 +193,20 @@ async def test_an_approved_script_of_another_interpreter_runs_under_its_own_name
     text = await approve_after(state_dir, command, tmp_path, lambda: _rewrite_in_place(tmp_path / name, evil))
     assert not marker.exists(), text
     assert "approval-stale" in text, text
+
+
+@pytest.mark.parametrize("command", ["bash s.sh", "./s.sh"])
+async def test_a_bash_script_testing_whether_it_is_sourced_runs_its_main(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    """Round 6 m: bash's own "am I sourced?" idiom answers as under `bash s.sh` (BASH_SOURCE[0] == $0) for
+    the operand and the `#!/bin/bash` spelling alike: the copy runs from its directory in the view."""
+    script = tmp_path / "s.sh"
+    script.write_text(
+        '#!/bin/bash\nif [[ "${BASH_SOURCE[0]}" != "$0" ]]; then echo sourced-branch; return 0; fi\n'
+        'echo "main ran: $(cat "$(dirname "${BASH_SOURCE[0]}")/sibling.txt")"\n'
+    )
+    script.chmod(0o755)
+    (tmp_path / "sibling.txt").write_text("sibling-ok\n")
+    text = await approve_after(state_dir, command, tmp_path, lambda: None)
+    assert "main ran: sibling-ok" in text and "sourced-branch" not in text, text
