@@ -238,6 +238,8 @@ def resolve_policy(
     or an elevated request while elevated is not enabled.
 
     Each step decides one thing, in this order: elevated, host, security and ask, the file's clamp, node.
+    Elevation broadens security (and, at full, skips approvals) only when the operator's `/elevated`
+    granted it, and never past an explicit `security=deny` (the operator's lockdown is applied last).
     """
     params = params or {}
     ov = overrides or SessionOverrides()
@@ -248,10 +250,9 @@ def resolve_policy(
     mode, session_level = _elevated_mode(config, agent_id, ov, params, sandbox_available, session_key)
     host, route = _host(layers, ov, params, mode, session_level, sandbox_available, trail)
     sandboxed = host == "sandbox" and sandbox_available
-    security, ask, ask_fallback = _security_and_ask(
+    security, ask, ask_fallback, bypass = _security_and_ask(
         layers, ov, params, host, sandboxed, mode, session_level, trail
     )
-    bypass = mode == "full"
     if not sandboxed and not bypass and file_policy is not None:
         security, ask, ask_fallback = _file_clamp(file_policy, security, ask, ask_fallback, trail)
     if min_security(ask_fallback, security) != ask_fallback:
@@ -399,8 +400,9 @@ def _security_and_ask(
     mode: str,
     session_level: str | None,
     trail: list[PolicyStep],
-) -> tuple[str, str, str]:
-    """security, ask and askFallback from the layers; a call may only tighten; elevated raises security."""
+) -> tuple[str, str, str, bool]:
+    """security, ask, askFallback and whether approvals are bypassed: a call may only tighten; elevation
+    raises security only as the operator granted it, and never past the operator's deny."""
     sec_step = layers.layered("security", "security", normalize_security(ov.security)) or layers.from_file(
         "security", "security", sandboxed
     )
@@ -422,13 +424,11 @@ def _security_and_ask(
     trail.append(ask_step)
     ask = _param_may_only(trail, "ask", ask_step.value, normalize_ask(params.get("ask")), max_ask, "ask more")
 
-    # Elevated modes: host exec with full security; full also skips approvals entirely.
-    if mode != "off":
+    bypass = _elevate(mode, session_level, sec_step, trail)
+    if bypass is not None:
         security = "full"
-        trail.append(PolicyStep(LAYER_ELEVATED, f"/elevated {session_level or 'on'} security", "full"))
-        if mode == "full":
+        if bypass:
             ask = "off"
-            trail.append(PolicyStep(LAYER_ELEVATED, "/elevated full ask", "off"))
 
     fb_step = layers.layered("ask_fallback", "askFallback", None) or layers.from_file(
         "ask_fallback", "askFallback", sandboxed
@@ -436,7 +436,36 @@ def _security_and_ask(
     if fb_step is None:
         fb_step = PolicyStep(LAYER_BUILTIN, "tools.exec.askFallback", "deny")
     trail.append(fb_step)
-    return security, ask, fb_step.value
+    return security, ask, fb_step.value, bool(bypass)
+
+
+def _elevate(
+    mode: str, session_level: str | None, sec_step: PolicyStep, trail: list[PolicyStep]
+) -> bool | None:
+    """What elevation does to security and ask: None leaves both as the layers set them; False raises
+    security to full; True also turns ask off (approvals bypassed).
+
+    The agent's own per-call `elevated: true` is a request for the host only (OpenClaw's mode ask): it
+    never broadens security or loosens ask. Only the operator's `/elevated on|ask|full` on the session
+    does, and an explicit `security=deny` (the operator's `/exec` or config) still wins over it: the
+    requested effect first, the operator's clamp last, on this one path."""
+    if mode == "off":
+        return None
+    if session_level in (None, "off"):
+        trail.append(
+            PolicyStep(f"{LAYER_ELEVATED} (agent's own request: host only)", "security", sec_step.value)
+        )
+        return None
+    if sec_step.value == "deny" and sec_step.layer != LAYER_BUILTIN:
+        trail.append(
+            PolicyStep(f"{LAYER_ELEVATED} (ignored: {sec_step.key} = deny holds)", "security", "deny")
+        )
+        return None
+    trail.append(PolicyStep(LAYER_ELEVATED, f"/elevated {session_level} security", "full"))
+    if mode == "full":
+        trail.append(PolicyStep(LAYER_ELEVATED, "/elevated full ask", "off"))
+        return True
+    return False
 
 
 def _file_clamp(

@@ -31,13 +31,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from engine import statefs, sysbin
-from engine.sandbox import landlock
+from engine.sandbox import bindfds, landlock
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import ContainerState, SandboxUnavailable
 from engine.sandbox.egress import forwarder
@@ -166,19 +166,6 @@ def system_view(rootfs: str | None) -> list[str]:
     return args
 
 
-def _binds(binds: Iterable[str]) -> list[str]:
-    """docker.binds ("src:dst[:ro|rw]", checked by validate.validate_binds) as bwrap binds."""
-    args: list[str] = []
-    for raw in binds:
-        parts = raw.strip().split(":")
-        if len(parts) < 2:
-            continue
-        src, dst = parts[0], parts[1]
-        mode = parts[2] if len(parts) > 2 else "rw"
-        args += ["--ro-bind" if "ro" in mode.split(",") else "--bind", src, dst]
-    return args
-
-
 @dataclass(frozen=True)
 class Plan:
     """How one sandbox is started: bwrap's argv (the seccomp fd named by number) and the keeper's limits."""
@@ -207,13 +194,16 @@ def plan(
     sockets: Mapping[str, str] | None = None,
     files: Mapping[int, str] | None = None,
     layer: landlock.Status | None = None,
+    binds: Sequence[bindfds.Bind] = (),
 ) -> Plan:
     """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
     sandbox); without, a one-shot run (a terminal) in the same view. `sockets` ({host path: sandbox path}):
     Unix sockets bound in read-only (a connect needs no write to the mount). Egress binds its socket's dir
     instead (engine.sandbox.egress): a socket re-made by the next gateway is then seen inside too. `files`
     ({fd: sandbox path}): read-only files bwrap copies from those fds (a terminal's spec). `layer`: when
-    active, the command runs under the landlock helper with the ruleset this view implies."""
+    active, the command runs under the landlock helper with the ruleset this view implies. `binds`:
+    docker.binds as bindfds.open_binds opened them (mounted by fd, never by path), or bindfds.shown for a
+    plan that is only shown."""
     d = settings.docker
     view = system_view(settings.bwrap_rootfs)
     # Landlock's grants, beside the mounts they follow: read anywhere in the view, execute only in the
@@ -279,10 +269,9 @@ def plan(
     if egress:
         argv += ["--ro-bind", str(forwarder.socket_dir(lay.name)), forwarder.MOUNT]
         command = forwarder.wrap(command)
-    binds = _binds(d.binds)
-    argv += binds
-    for i in range(0, len(binds), 3):
-        grants.append(((landlock.WRITE if binds[i] == "--bind" else "") + landlock.EXEC, binds[i + 2]))
+    for b in binds:
+        argv += b.args()
+        grants.append(((landlock.EXEC if b.read_only else landlock.WRITE + landlock.EXEC), b.target))
     ruleset = None
     if layer is not None and layer.active:
         # Outermost, so the forwarder runs under it too: it binds the proxy port, commands connect to it.
@@ -359,7 +348,13 @@ async def terminal(
     exe = find_bwrap()
     env = sanitize_container_env(settings.docker.env, explicit=settings.docker.env.keys()).env
     layer = await asyncio.to_thread(landlock.status, settings.bwrap_landlock, build=True)
-    fd = seccomp_fd()
+    # Its binds checked and opened now, as for any start: the sandbox may have swapped a source since.
+    binds = await asyncio.to_thread(bindfds.open_binds, settings.docker, bind_roots(lay))
+    try:
+        fd = seccomp_fd()
+    except BaseException:
+        bindfds.close(binds)
+        raise
     spec_fd = _memfd("exechost-spec", script.encode())
     try:
         shell = [sv.BUSYBOX, "sh", TERMINAL_SPEC] if has_busybox else ["/bin/sh", TERMINAL_SPEC]
@@ -373,6 +368,7 @@ async def terminal(
             control=False,
             files={spec_fd: TERMINAL_SPEC},
             layer=layer,
+            binds=binds,
         )
         limits = [f"--{PRLIMIT_NAMES[k]}={s}:{h}" for k, (s, h) in how.rlimits.items()]
         prlimit = sysbin.which("prlimit")
@@ -383,12 +379,18 @@ async def terminal(
         group = record.get("cgroup") if record is not None else None
         if isinstance(group, str) and group.startswith("/sys/fs/cgroup/"):
             argv = ["/bin/sh", "-c", JOIN_SH, "exechost-terminal", group, *argv]
-        one = replace(spec, argv=argv, env=how.env, cwd="/", pass_fds=(fd, spec_fd))
+        one = replace(spec, argv=argv, env=how.env, cwd="/", pass_fds=(fd, spec_fd, *(b.fd for b in binds)))
         launcher = session_host if session_host is not None else LocalLauncher()
         return await launcher.spawn(one)
     finally:
         os.close(fd)
         os.close(spec_fd)
+        bindfds.close(binds)
+
+
+def bind_roots(lay: Layout) -> list[str]:
+    """Where docker.binds sources may lie (validate.validate_docker's roots)."""
+    return [lay.workspace_dir, lay.agent_workspace]
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -542,26 +544,33 @@ def start(
     if not layer.active and layer.abi and settings.bwrap_landlock:
         log.warning("bwrap sandbox %s starts without landlock: %s", lay.name, layer.reason)
     with _budget_lock():
-        fd = seccomp_fd()
+        # Checked and opened here, mounted by fd: what bwrap binds is what was checked (bindfds).
+        binds = bindfds.open_binds(settings.docker, bind_roots(lay))
+        fd = -1
         try:
+            fd = seccomp_fd()
             command = sv.supervisor_command(has_busybox)
-            how = plan(settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command, layer=layer)
+            how = plan(
+                settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command, layer=layer, binds=binds
+            )
             _check_memory_budget(lay.name, owner, how.tmpfs_bytes)
             group = _pids_cgroup(lay.name, how.pids_limit, owner)
             try:
-                keeper = _spawn_keeper(lay, how, fd, group, has_busybox)
+                keeper = _spawn_keeper(lay, how, (fd, *(b.fd for b in binds)), group, has_busybox)
             except BaseException:
                 if group is not None:
                     with contextlib.suppress(OSError):
                         group.rmdir()
                 raise
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
+            bindfds.close(binds)
         return _adopt_keeper(settings, lay, how, keeper, group, owner, config_hash, created_at_ms, layer)
 
 
 def _spawn_keeper(
-    lay: Layout, how: Plan, fd: int, group: Path | None, has_busybox: bool
+    lay: Layout, how: Plan, fds: tuple[int, ...], group: Path | None, has_busybox: bool
 ) -> subprocess.Popen[bytes]:
     """The keeper shell, waiting for `go` on stdin while its limits and record are set; at `go` it enters
     `group` itself."""
@@ -575,7 +584,7 @@ def _spawn_keeper(
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=log_fd,
-            pass_fds=(fd,),
+            pass_fds=fds,
             start_new_session=True,
             # The sandbox's environment (bwrap's init, its pid 1, keeps it too): nothing of the gateway's.
             env=how.env,

@@ -96,12 +96,12 @@ async def run_action(
     session = manager.get(session_id, scope)
     refused = session.spec.input_refused if session is not None else ""
     # The operator may always type (scope None, or its console acting in one scope); the agent may not.
-    if name in _INPUT_ACTIONS and scope is not None and not operator and refused:
+    if name in INPUT_ACTIONS and scope is not None and not operator and refused:
         return _fail(f"Session {session_id} takes no input from the agent: {refused}.")
     return await handler(manager, name, session, session_id, params)
 
 
-_INPUT_ACTIONS = frozenset({"write", "send-keys", "submit", "paste"})
+INPUT_ACTIONS = frozenset({"write", "send-keys", "submit", "paste"})
 
 
 async def _kill(manager: SessionManager, name: str, session: Any, session_id: str, params: Any) -> ToolResult:

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.approvals.grants import GrantStore
+from engine.approvals.store import ApprovalsFileError
 from engine.commands.hostenv import sanitize_host_env
 from engine.config.model import Config
 from engine.policy.decision import ApprovalsSource, Decision, evaluate
-from engine.policy.precedence import SessionOverrides, overrides_for
+from engine.policy.precedence import PolicyError, SessionOverrides, overrides_for, resolve_policy
 from engine.results import ToolError
 from engine.sandbox import with_sandbox_refusal
 from engine.sessions.launcher import host_workdir
@@ -103,3 +104,40 @@ def decide(
         # An env override a host run refuses (LD_PRELOAD, PATH, ...) is refused here, with exec's text.
         sanitize_host_env(os.environ, env, block_path_overrides=True)
     return Decided(decision=decision, cwd=cwd, env=env, call=call, cwd_warnings=cwd_warnings)
+
+
+def input_refused_now(
+    *,
+    config: Config,
+    agent_id: str,
+    session_key: str,
+    overrides: Mapping[str, SessionOverrides],
+    store: ApprovalsSource,
+) -> str:
+    """Why the agent may not type into its running sessions under today's policy, '' when it may
+    (blocking: reads the approvals file). A session's own input gate is decided when it starts
+    (RunSpec.input_refused); this one is decided at every write, so an operator's lockdown since
+    (`/exec security=deny` or the config) reaches the shells already running: keys fed to a shell are
+    commands, and a locked-down agent runs none."""
+    try:
+        approvals = store.snapshot()
+    except ApprovalsFileError as exc:  # fail closed, as exec does
+        return f"the approvals file cannot be read ({exc})"
+    try:
+        policy = resolve_policy(
+            config,
+            agent_id,
+            {},
+            overrides_for(overrides, agent_id, session_key),
+            approvals.agent(agent_id),
+            sandbox_available(config, agent_id, session_key),
+            file_defaults=approvals.defaults,
+            session_key=session_key or None,
+        )
+    except PolicyError as exc:
+        return f"its exec policy refuses it now ({exc})"
+    if policy.security == "deny":
+        step = policy.step("security")
+        where = f" ({step.layer}: {step.key})" if step is not None else ""
+        return f"its exec policy is now security=deny{where}; the operator may still type"
+    return ""

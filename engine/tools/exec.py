@@ -34,6 +34,8 @@ from engine.commands.stdindata import input_refusal
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, VerifiedRun, verify
 from engine.config.model import Config
+from engine.errors import InvalidInput
+from engine.modes import min_security
 from engine.policy.decision import Decision
 from engine.policy.precedence import SessionOverrides
 from engine.protocol.requests import ExecRequest
@@ -45,6 +47,7 @@ from engine.tools.exec_asks import (
     denied_result,
     finished_text,
     pending_result,
+    policy_now_denies,
     resume_data,
     waiting_data,
 )
@@ -159,26 +162,7 @@ class ExecTool:
         # defaultWorkdir: the calling CLI/MCP process's cwd, used on the host when no workdir is given.
         if call.node and call.node.strip() and self.node_known is not None:
             self.node_known(call.node)
-        decide_now = functools.partial(
-            decide,
-            command,
-            call.policy_params(),
-            call.env,
-            config=config,
-            agent_id=ctx.agent_id,
-            session_key=ctx.session_key,
-            overrides=self.overrides,
-            store=self.store,
-            grants=self.grants if use_grants else None,
-            workdir=call.workdir or call.default_workdir,
-        )
-        try:
-            # The grants file is read in the same worker-thread hop as the decision: one hop per exec. The
-            # pool serves principals in turn, so one agent's burst does not queue the others (fairpool).
-            decided: Decided = await fairpool.decisions.run(ctx.agent_id, decide_now, ctx.caller)
-        except ApprovalsFileError as exc:
-            # Fail closed: a broken approvals file can neither allow nor be silently ignored.
-            raise ToolError(f"exec denied: {exc}") from None
+        decided = await self._decide(call, ctx, config, use_grants=use_grants)
         decision, cwd, env_param, call_params = decided.decision, decided.cwd, decided.env, decided.call
         host_warnings = decided.cwd_warnings
         sandboxed = decision.policy is not None and decision.policy.sandboxed
@@ -211,6 +195,41 @@ class ExecTool:
             env["PATH"] = host_path(env.get("PATH", ""), prepend)
         prepared.env = env
         return prepared
+
+    async def _decide(
+        self, call: ExecRequest, ctx: ExecContext, config: Config, *, use_grants: bool
+    ) -> Decided:
+        """Decide the call under the config, overrides, approvals file and grants in force now."""
+        decide_now = functools.partial(
+            decide,
+            call.command or "",
+            call.policy_params(),
+            call.env,
+            config=config,
+            agent_id=ctx.agent_id,
+            session_key=ctx.session_key,
+            overrides=self.overrides,
+            store=self.store,
+            grants=self.grants if use_grants else None,
+            workdir=call.workdir or call.default_workdir,
+        )
+        try:
+            # The grants file is read in the same worker-thread hop as the decision: one hop per exec. The
+            # pool serves principals in turn, so one agent's burst does not queue the others (fairpool).
+            return await fairpool.decisions.run(ctx.agent_id, decide_now, ctx.caller)
+        except ApprovalsFileError as exc:
+            # Fail closed: a broken approvals file can neither allow nor be silently ignored.
+            raise ToolError(f"exec denied: {exc}") from None
+
+    async def _today(self, call: ExecRequest, ctx: ExecContext) -> Decision | None:
+        """The call decided again under today's policy, when its ask is answered or expires: what the
+        operator changed since the ask (config, `/exec`, the approvals file) applies to it. None when it
+        can no longer be decided at all (which refuses, as a deny does)."""
+        try:
+            return (await self._decide(call, ctx, self._config(), use_grants=False)).decision
+        except (ToolError, InvalidInput) as exc:
+            log.info("an approved call can no longer be decided: %s", exc)
+            return None
 
     async def _prepare_sandbox(
         self, prepared: Prepared, config: Config, ctx: ExecContext, env: dict[str, str], workdir: Any
@@ -426,8 +445,11 @@ class ExecTool:
         to its ask. Returns the run's (or the denial's) result; None when an allow-once was already used.
         Reporting is the caller's: the foreground call returns it, a detached one reports it as an event."""
         answer = await self.approvals.wait(record)
-        changed = await self._changed(prepared) if answer in ("allow-once", "allow-always", None) else None
-        verdict = self._verdict(record, answer, prepared, ctx, changed)
+        changed = today = None
+        if answer in ("allow-once", "allow-always", None):
+            changed = await self._changed(prepared)
+            today = await self._today(call, ctx)
+        verdict = self._verdict(record, answer, prepared, ctx, changed, today)
         if verdict is None:
             return None
         allowed, reason, command = verdict
@@ -495,10 +517,12 @@ class ExecTool:
         decision: str | None,
         prepared: Prepared,
         ctx: ExecContext,
-        changed: str | None = None,
+        changed: str | None,
+        today: Decision | None,
     ) -> tuple[bool, str, str] | None:
         """(allowed, denial reason, command to run); None when an allow-once was already consumed.
-        `changed`: what _changed found since the decision (checked by the caller, off the loop)."""
+        `changed`: what _changed found since the decision; `today`: the call decided again now (both
+        found by the caller, off the loop)."""
         d = prepared.decision
         if decision == "deny":
             return False, "user-denied", prepared.command
@@ -506,6 +530,10 @@ class ExecTool:
             return False, "agent revoked", prepared.command
         if decision in ("allow-once", "allow-always", None) and changed is not None:
             return False, f"approval-stale: {changed}", prepared.command
+        denied = policy_now_denies(today)
+        if denied is not None:  # the operator locked it down since the ask: no answer runs it
+            return False, f"approval-stale: {denied}", prepared.command
+        assert today is not None
         approved = prepared.command_to_run(approved=True)
         if decision == "allow-once":
             if not self.approvals.consume_allow_once(record, ctx.session_key, None):
@@ -515,21 +543,25 @@ class ExecTool:
             patterns = d.allow_always_patterns
             if record.grant is not None:
                 # A yes with limits: the same patterns, in the grants file, until they run out (never
-                # the permanent file, even when the grant cannot be saved). Once per record: the asks
-                # coalesced into it share the one grant.
+                # the permanent file, even when the grant cannot be saved). Once per record, by the id
+                # the decision journaled: the asks coalesced into it, and a restart, make the same one.
+                # No id: a decision journaled by an older gateway, which may have made its grant
+                # already; it runs this once and grants nothing more.
                 try:
                     if self.grants is None:
                         raise RuntimeError("no grant store")
-                    if record.grant_id is not None:
+                    if record.grant_id is None:
+                        log.warning("approval %s: its grant's id was never journaled; not granted", record.id)
                         return True, "", approved
-                    record.grant_id = self.grants.add(
+                    self.grants.ensure(
+                        record.grant_id,
                         ctx.agent_id,
                         patterns,
                         prepared.command,
                         record.grant,
                         session_key=ctx.session_key,
                         granted_by=record.resolved_by or "operator",
-                    ).id
+                    )
                 except Exception as exc:
                     log.warning("could not save grant %s: %s", patterns, exc)
             elif patterns:
@@ -538,8 +570,9 @@ class ExecTool:
                 except Exception as exc:
                     log.warning("could not persist allow-always patterns %s: %s", patterns, exc)
             return True, "", approved
-        # Expired (or gateway shutdown): askFallback decides (reference §3.11 table).
-        fallback = record.request.ask_fallback
+        # Expired (or gateway shutdown): askFallback decides (reference §3.11 table), the stricter of the
+        # one frozen at ask time and today's: the operator may have taken the fallback away since.
+        fallback = min_security(record.request.ask_fallback, today.ask_fallback or "deny")
         if fallback == "full":
             return True, "", approved
         if fallback == "allowlist":

@@ -6,10 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 from engine.approvals.pending import ApprovalRecord, ApprovalRequest, env_hash
+from engine.policy.decision import Decision
 from engine.protocol.requests import ExecRequest
 from engine.results import ToolResult
 from engine.tools.exec_request import RESUME_PARAMS, ExecContext, Prepared, agent_reason
 from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, approval_pending_text, compact
+
+
+def policy_now_denies(today: Decision | None) -> str | None:
+    """Why an ask may no longer run under today's policy (the operator set `security=deny` since, in config
+    or by `/exec`), else None. The one owner of this check: the live approved run and an ask restored after
+    a restart both re-decide the call and refuse here. `today` None: the call can no longer be decided."""
+    if today is None:
+        return "the policy can no longer decide it"
+    if today.verdict == "deny":
+        return f"the policy now denies it ({today.reason})"
+    return None
 
 
 def ask_request(prepared: Prepared, ctx: ExecContext, call: ExecRequest) -> ApprovalRequest:
@@ -47,6 +59,7 @@ def resume_data(prepared: Prepared, call: ExecRequest, ctx: ExecContext) -> dict
         "cwd": prepared.cwd,
         "approved": prepared.command_to_run(approved=True),
         "identity": [list(item) for item in prepared.decision.identity],
+        "credential": ctx.credential,
     }
 
 

@@ -179,12 +179,6 @@ async def test_node_session_cap_holds_across_a_restart(state: Path) -> None:
         node.stop()  # and every process the node's state dir started
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a revoke made while no gateway runs (`exechost agents revoke`, the CLI's offline path) "
-    "only unlinks the credential; the revoked agent's approved-but-not-started run in "
-    "pending-approvals.json is restored and started by the next gateway (revoke_agent runs only live)",
-)
 async def test_revoked_agents_approved_run_does_not_start_after_a_crash(state: Path) -> None:
     write_config(state, ALLOWLIST)
     token = principals.mint(state, "ops")
@@ -322,12 +316,6 @@ async def test_an_agent_cannot_lock_down_or_read_another_agents_scope(state: Pat
         daemon.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an allow-always with limits writes its grant (exec-grants.json) before the journal says "
-    "so (record.grant_id rides on the next pending line); a gateway killed in between leaves the grant "
-    "and an ask without its id, and the next gateway adds a second grant: the operator's N uses become 2N",
-)
 async def test_a_limited_grant_is_not_granted_twice_across_a_crash(state: Path) -> None:
     write_config(state, ALLOWLIST)
     marker = state.parent / "granted"
@@ -375,13 +363,6 @@ async def test_a_limited_grant_is_not_granted_twice_across_a_crash(state: Path) 
 
 
 @pytest.mark.parametrize("restart", [False, True], ids=["live", "after-a-crash"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an ask's askFallback is frozen when it is asked (ApprovalRequest.ask_fallback, used by "
-    "ExecTool._verdict at expiry); the operator tightens config.toml to security=allowlist, "
-    "askFallback=deny (live, or while the gateway is down), the old ask expires and its command runs "
-    "unapproved under the old askFallback=full",
-)
 async def test_an_expired_ask_falls_back_under_todays_policy(state: Path, restart: bool) -> None:
     permissive = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "always"\naskFallback = "full"\n'
     tightened = (
@@ -419,13 +400,6 @@ async def test_an_expired_ask_falls_back_under_todays_policy(state: Path, restar
 
 
 @pytest.mark.parametrize("lockdown", ["config", "override"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an approval is run without deciding the call again under today's policy (only its files "
-    "are re-checked: ExecTool._changed); an ask made before the operator set security=deny (config.toml "
-    "or `/exec security=deny` on agent:<id>) still runs on the host once approved, where a restored ask "
-    "is refused as 'the policy now denies it' (tools/resume.stale_reason)",
-)
 async def test_security_deny_set_after_an_ask_refuses_its_approval(state: Path, lockdown: str) -> None:
     write_config(state, ALLOWLIST)
     marker = state.parent / "ran-under-deny"
@@ -505,9 +479,9 @@ async def test_pty_terminals_cannot_pin_tmpfs_past_the_agents_ram_share(
         bwrap.remove_all()
 
 
-def _decided(tag: str) -> dict[str, object]:
-    """A decision line of one of agent main's asks: denied, with a 60 KB command."""
-    return {"kind": "decision", "v": 1, "id": f"{tag}-{uuid.uuid4()}", "status": "deny", "agentId": "main",
+def _decided(tag: str, agent: str = "main") -> dict[str, object]:
+    """A decision line of one of `agent`'s asks: denied, with a 60 KB command."""
+    return {"kind": "decision", "v": 1, "id": f"{tag}-{uuid.uuid4()}", "status": "deny", "agentId": agent,
             "command": "x" * 60_000}  # fmt: skip
 
 
@@ -526,20 +500,14 @@ def _answered(raw: RawClient) -> int:
     return data.count(b"\n")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: approvals.status of an unknown id scans the whole decision history (≤5 MiB) in "
-    "asyncio's shared default thread pool, first come first served (not engine.fairpool): one agent's "
-    "burst of bogus ids queues the operator's approvals.history (0.13 s alone, ~30 s behind 1,200 of "
-    "them) and every other principal's off-loop work",
-)
 async def test_an_agents_status_flood_does_not_queue_the_operator(state: Path) -> None:
     write_config(state, ALLOWLIST)
-    # A decision history of 2.4 MB (its bound is 5 MiB): 40 of the agent's own asks with 60 KB commands,
-    # decided (an agent fills it itself, 32 asks at a time, as they are denied or expire).
+    # A decision history of 2.4 MB (its bound is 5 MiB): 40 asks with 60 KB commands, decided (an agent
+    # fills it itself, 32 asks at a time, as they are denied or expire). Agent ops's: agent main's status
+    # of one is refused (a short answer) only once the history was read to find it.
     log = DecisionLog(state / HISTORY_DIR)
     for batch in range(5):
-        log.write_lines([encode_entry(_decided(f"{batch:02d}{n:02d}")) for n in range(8)])
+        log.write_lines([encode_entry(_decided(f"{batch:02d}{n:02d}", "ops")) for n in range(8)])
     daemon = Daemon(state).start()
     raws: list[RawClient] = []
     try:
@@ -549,7 +517,10 @@ async def test_an_agents_status_flood_does_not_queue_the_operator(state: Path) -
                 raw, _first = await RawClient.open(state)  # agent main, reading nothing back
                 raws.append(raw)
                 for n in range(100):
-                    await raw.request("approvals.status", {"approvalId": f"zz{n:04d}"})
+                    # Ids nobody decided (and ambiguous prefixes) no longer cost a read: the decision
+                    # history's id index answers them (tests/runner/gateway/test_history_index.py). So the
+                    # flood names decided asks (a unique prefix each): each one is still a whole read.
+                    await raw.request("approvals.status", {"approvalId": f"{n // 8 % 5:02d}{n % 8:02d}"})
             await operator.request("approvals.history", {})
             answered = sum(_answered(raw) for raw in raws)
         finally:
@@ -628,13 +599,6 @@ async def test_a_node_shared_by_two_gateways_keeps_their_agents_apart(state: Pat
 # ---- operator vs agent: who may switch on what ---------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the agent's own per-call `elevated: true` (mode ask) raises security to full and keeps "
-    "ask=on-miss, so nothing asks (precedence._security_ask): with tools.elevated.enabled an agent runs "
-    "any host command unasked, though `/elevated on` needs the operator and 'still asks approvals' "
-    "(README palette, SECURITY.md); OpenClaw's mode ask changes only the host",
-)
 async def test_an_agents_elevated_call_still_asks(state: Path) -> None:
     write_config(state, ALLOWLIST + "[tools.elevated]\nenabled = true\n")
     marker = state.parent / "elevated-ran"
@@ -718,12 +682,6 @@ async def test_another_agents_sandbox_workspace_is_out_of_a_host_commands_reach(
         bwrap.remove_all()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: per-call `elevated: true` sets security=full after the session overrides were applied "
-    "(precedence._security_ask), so with tools.elevated.enabled an agent the operator locked down with "
-    "`/exec security=deny` on agent:<id> runs any host command unasked",
-)
 async def test_an_elevated_call_does_not_escape_the_operators_lockdown(state: Path) -> None:
     write_config(state, ALLOWLIST + "[tools.elevated]\nenabled = true\n")
     marker = state.parent / "escaped"
@@ -747,12 +705,6 @@ async def test_an_elevated_call_does_not_escape_the_operators_lockdown(state: Pa
         daemon.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: whether a session takes the agent's input is decided once, when it starts (a "
-    "security=full run is not gated); after the operator locks the agent down with `/exec security=deny` "
-    "its `sh` started before still runs whatever `process write` feeds it",
-)
 async def test_the_operators_lockdown_reaches_a_shell_already_running(state: Path) -> None:
     write_config(state, FULL)
     marker = state.parent / "fed-after-lockdown"

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
+from engine import fairpool
 from engine.principals import check_node_query
 from engine.protocol.requests import ProcessRequest
+from engine.results import ToolError
+from engine.sessions.actions import INPUT_ACTIONS
+from engine.tools.decide import input_refused_now
 from runner.gateway.handlers.common import agent_id, check_sandbox_tool, session_key
 
 if TYPE_CHECKING:
@@ -21,6 +26,8 @@ async def handle(services: Services, conn: Connection, req: ProcessRequest) -> d
     tool_params = req.tool_params()
     if req.node:
         check_node_query(req.node)
+    if action in INPUT_ACTIONS and not conn.operator:
+        await _input_gate(services, conn, agent, key)
     if (req.session_id or "").startswith("node:") or req.node:
         # A node's session: the node runs the action in the same scope (runner/gateway/nodes.py).
         return (await services.nodes.process(action, tool_params, scope)).to_dict()
@@ -28,3 +35,19 @@ async def handle(services: Services, conn: Connection, req: ProcessRequest) -> d
     if action == "list":  # node sessions in this scope too, with their node
         result = await services.nodes.merged_list(result, tool_params, scope)
     return result.to_dict()
+
+
+async def _input_gate(services: Services, conn: Connection, agent: str, key: str) -> None:
+    """Every write the agent makes is gated on the policy in force now, not only on the one its session
+    started under: an operator's lockdown reaches the shells it already runs (here and on a node)."""
+    gate = functools.partial(
+        input_refused_now,
+        config=services.config(),
+        agent_id=agent,
+        session_key=key,
+        overrides=services.overrides,
+        store=services.store,
+    )
+    refused = await fairpool.decisions.run(agent, gate, conn.fair_key)
+    if refused:
+        raise ToolError(f"The agent's input is refused: {refused}.")

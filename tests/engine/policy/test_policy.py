@@ -341,6 +341,32 @@ def test_elevated_on_and_param() -> None:
     assert resolve_policy(node, "main", {"elevated": True}).host == "node"
 
 
+def test_an_agents_own_elevated_moves_only_the_host() -> None:
+    """Without the operator's `/elevated`, the agent's per-call `elevated: true` never broadens security
+    or loosens ask (OpenClaw's mode ask changes only the host): an allowlist miss still asks."""
+    p = resolve_policy(cfg(ELEVATED), "main", {"elevated": True})
+    assert (p.host, p.security, p.ask, p.elevated) == ("gateway", "allowlist", "on-miss", "ask")
+    assert p.bypass_approvals is False and requires_approval(p, True, False, False) is True
+    assert any("agent's own request" in step.layer for step in p.trail)
+    off = resolve_policy(cfg(ELEVATED), "main", {"elevated": True}, SessionOverrides(elevated="off"))
+    assert off.security == "allowlist"
+
+
+def test_the_operators_deny_holds_over_elevated() -> None:
+    """An explicit security=deny (the operator's `/exec` or the config) wins over any elevation; only the
+    built-in default (not a lockdown) is lifted by the operator's `/elevated`."""
+    for level in ("on", "full"):
+        p = resolve_policy(
+            cfg(ELEVATED), "main", {"elevated": True}, SessionOverrides(security="deny", elevated=level)
+        )
+        assert (p.security, p.bypass_approvals) == ("deny", False)
+    locked = cfg('[tools.exec]\nhost = "gateway"\nsecurity = "deny"\n[tools.elevated]\nenabled = true\n')
+    p = resolve_policy(locked, "main", overrides=SessionOverrides(elevated="full"))
+    assert (p.security, p.bypass_approvals) == ("deny", False)
+    builtin = cfg('[tools.exec]\nhost = "gateway"\n[tools.elevated]\nenabled = true\n')
+    assert resolve_policy(builtin, "main", overrides=SessionOverrides(elevated="on")).security == "full"
+
+
 def test_elevated_not_enabled() -> None:
     expected = (
         "elevated is not available right now (runtime=direct).\n"
