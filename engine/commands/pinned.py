@@ -45,7 +45,7 @@ COMMON_ENTRIES = (
 # help.format, man.viewer, man.<tool>.cmd; with GIT_DIR naming nothing they work as outside any repository).
 _NO_REPO = frozenset({"init", "clone"})
 NO_REPOSITORY = "no-repository"
-MIRROR_MAX = 1024  # entries of a script's directory linked beside its copy (Mirror)
+MIRROR_MAX = 1024  # entries of each directory above a script linked in its mirror (Mirror)
 
 
 class PinError(Exception):
@@ -306,24 +306,27 @@ class _Builder:
         self.args += ["--perms", "0500" if runnable else "0400", "--ro-bind-data", str(fd), dest]
 
     def mirror(self, mirror: Mirror) -> None:
-        """The copy at `mirror.path` in a read-only tmpfs of its own, beside a link to every other entry
-        of the script's directory (at most MIRROR_MAX, read now)."""
-        args = ["--tmpfs", mirror.view_dir]
-        with contextlib.suppress(OSError):
-            entries = sorted(os.listdir(mirror.real_dir))[:MIRROR_MAX]
-            args += [
-                a
-                for e in entries
-                if e != mirror.name
-                for a in ("--symlink", os.path.join(mirror.real_dir, e), os.path.join(mirror.view_dir, e))
-            ]
+        """The copy at `mirror.path` in a read-only tmpfs of its own that mirrors every directory from /
+        down to the script's: each level's other entries (at most MIRROR_MAX, read now) are links."""
+        args = ["--tmpfs", mirror.base]
+        parts = [p for p in mirror.real_dir.split("/") if p]
+        for depth in range(len(parts) + 1):
+            real = "/" + "/".join(parts[:depth])
+            view = mirror.base + real.rstrip("/")
+            below = parts[depth] if depth < len(parts) else mirror.name
+            with contextlib.suppress(OSError):
+                for entry in sorted(os.listdir(real))[:MIRROR_MAX]:
+                    if entry != below:
+                        args += ["--symlink", os.path.join(real, entry), os.path.join(view, entry)]
+            if depth < len(parts):
+                args += ["--dir", os.path.join(view, below)]
         fd = sealed_copy(mirror.data, mirror.name)
         os.lseek(fd, 0, os.SEEK_SET)
         os.set_inheritable(fd, True)
         self.fds.append(fd)
         perms = "0500" if mirror.runnable else "0400"
         self.args += [*args, "--perms", perms, "--ro-bind-data", str(fd), mirror.path]
-        self.args += ["--remount-ro", mirror.view_dir]
+        self.args += ["--remount-ro", mirror.base]
 
     def build(self, host: bool = False, outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> PinnedView:
         pins = bool(self.args or self.env)

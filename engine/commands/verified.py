@@ -79,16 +79,20 @@ def view_root() -> str:
 
 @dataclass(frozen=True)
 class Mirror:
-    """A script handed to its reader in the view: `view_dir` (a read-only tmpfs of the run's namespace,
-    which no process outside it can rename in) holds the sealed copy as `name` and a link to every other
-    entry of `real_dir`, so the script's relative requires, FindBin and `__dirname` reads still reach
-    its project."""
+    """A script handed to its reader in the view: `base` (a read-only tmpfs of the run's namespace, which
+    no process outside it can rename in) mirrors the tree from / down to `real_dir`, where the sealed copy
+    sits as `name`; every other entry at each level is a link to the real one, so the script's relative
+    requires (`../lib` included), FindBin and `__dirname` reads still reach its project."""
 
-    view_dir: str
+    base: str
     real_dir: str
     name: str
     data: bytes
     runnable: bool = False
+
+    @property
+    def view_dir(self) -> str:
+        return self.base + self.real_dir.rstrip("/")
 
     @property
     def path(self) -> str:

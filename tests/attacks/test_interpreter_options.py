@@ -210,3 +210,16 @@ async def test_a_bash_script_testing_whether_it_is_sourced_runs_its_main(
     (tmp_path / "sibling.txt").write_text("sibling-ok\n")
     text = await approve_after(state_dir, command, tmp_path, lambda: None)
     assert "main ran: sibling-ok" in text and "sourced-branch" not in text, text
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node on this machine")
+async def test_an_approved_node_script_in_a_subdirectory_requires_from_its_parent(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The copy's directory in the view mirrors every level above it (links to the real entries), so a
+    `require('../lib.js')` of `node scripts/app.js` reaches the project as it would by the script's path."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "lib.js").write_text("module.exports = 'parent-ok';\n")
+    (tmp_path / "scripts" / "app.js").write_text("console.log('approved-' + require('../lib.js'));\n")
+    text = await approve_after(state_dir, "node scripts/app.js", tmp_path, lambda: None)
+    assert "approved-parent-ok" in text, text
