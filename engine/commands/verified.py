@@ -365,7 +365,7 @@ def _run_words(
     if (
         item.linked
         and own == item.real
-        and os.path.basename(item.path) != os.path.basename(own)
+        and (os.path.basename(item.path) != os.path.basename(own) or venv_of(item.path) is not None)
         and (system_owned(ARGV0_SHELL))
     ):
         # The program still sees the name it was typed by (`xzcat`, a multi-call binary's applet). `--norc`:

@@ -312,6 +312,10 @@ def test_a_linked_python_runs_under_its_real_path_and_a_venvs_keeps_its_venv(tmp
     assert out.split() == [str(tmp_path / "bin" / "python"), str(tmp_path)], out
     assert not d.content.proven  # type: ignore[attr-defined]
     assert any("virtualenv" in why for why in d.content.unproven)  # type: ignore[attr-defined]
+    same = tmp_path / "bin" / os.path.basename(real)  # `.venv/bin/python3.11`: the real file's own name
+    os.symlink(real, same)
+    d, out = _run_verified(f"bin/{same.name} -c '{probe}'", tmp_path)
+    assert out.split() == [str(same), str(tmp_path)], out
 
 
 def test_a_shebang_through_the_agents_link_runs_its_interpreter_by_the_real_path(tmp_path: Path) -> None:
