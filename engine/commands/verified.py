@@ -65,7 +65,7 @@ def read_words(reader: str, copy: str, name: str, skip_first: bool = False, mirr
     if reader == "python":
         read = (_SKIP_FIRST if skip_first else _WHOLE).format(copy=copy)
         return ["-c", PY_LOADER.format(read=read), name]
-    return [mirrored or name]
+    return [name]
 
 
 def view_root() -> str:
