@@ -209,11 +209,6 @@ async def test_class4_allow_always_python_runs_a_planted_user_site_pth(
 # there), the approved run executes the agent's ~/bin/app.pl, bytes nobody was shown or bound.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `perl -S app.pl` runs app.pl found on PATH, while the binder binds ./app.pl (-S read "
-    "as an inert flag): the approval shows and binds one file and perl runs another",
-)
 async def test_class5_perl_dash_s_runs_a_script_found_on_path_not_the_bound_one(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -489,11 +484,6 @@ async def test_class4_allow_always_make_runs_a_rewritten_script_its_recipe_names
 # app.py`), which compiles every line, so a first line the operator reads as skipped runs.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `python3 -x x.py` skips the first line, but the verified run's loader compiles the "
-    "sealed copy whole, so the line python would skip runs",
-)
 async def test_class5_python_dash_x_first_line_runs_under_the_loader(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -664,11 +654,6 @@ async def test_class4_allowlisted_git_diff_runs_a_driver_from_a_planted_global_i
 # `.pth` runs unasked.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an allow-always `.venv/bin/python app.py` runs a .pth planted in the venv's own "
-    "site-packages (the agent's tree; not bound, not named)",
-)
 async def test_class4_allow_always_venv_python_runs_a_pth_in_the_venvs_site_packages(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
