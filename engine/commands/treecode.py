@@ -129,6 +129,13 @@ SCRIPTS_TREE = "a script's tree"  # binding() of an interpreter's tree: its scri
 ARGV_FILE = "code or options it reads from a file its argv names"
 # An interpreter's tree: its program file is bound by engine.commands.content, not here.
 SCRIPT_TREE = "code its script may load from there (the script itself is bound; what it imports is not)"
+# A build tool's recipes run files of the tree besides the ones it reads (`sh run.sh`, `./configure`, the
+# test binary it builds): what they are is make code, not modelled, so nothing binds them and an approval
+# of the tool in a tree the agent can write is for this run only (issue 27 §4).
+RECIPE_TREE = (
+    "files its recipes run (`sh run.sh`, ./configure, what it builds): they are not bound to their bytes, "
+    "so an approval is for this run only"
+)
 NOT_A_FILE = "a makefile that is not a regular file (stdin, a device, a fifo): nothing there can be vetted"
 _OPERANDS_LOOKED_AT = 64  # path operands whose trees an unmodelled program may read (pytest ../other)
 # The spawn's directory fd of the cwd, as a path: what is looked up under it is found in the directory that
@@ -192,6 +199,16 @@ def _changeable(path: str) -> bool:
     except OSError:
         return True  # vanished or unreadable: the program may still find something there
     return owner != 0 or os.access(path, os.W_OK)
+
+
+def _contents_writable(directory: str, sandbox_roots: Sequence[str]) -> bool:
+    """Whether the agent can put files into `directory` (a sandbox workspace, or changeable itself): where
+    a recipe's `./run.sh` would be found. A root-only directory under a writable parent is not (its files
+    are trusted like a root-only makefile there; the spawn anchors the cwd, so a renamed parent is no way in)."""
+    real = os.path.realpath(directory)
+    return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in sandbox_roots if r) or (
+        _changeable(real)
+    )
 
 
 def sandbox_roots(workspace_root: str) -> list[str]:
@@ -466,6 +483,9 @@ def findings_for(
             found.append(Finding(program, "the command line", args.problem))
         here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
         found += [Finding(program, path, NOT_A_FILE) for path in not_regular(args, here)]
+        where = os.path.join(here, *args.dirs) if args.dirs else here
+        if files and _contents_writable(where, sandbox_roots):  # no makefile: make runs nothing
+            found.append(Finding(program, where, RECIPE_TREE))
         have = {f.path for f in found}
         found += [
             Finding(program, path, MAKE_VALUE_FILE)

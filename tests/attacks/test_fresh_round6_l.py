@@ -73,15 +73,9 @@ async def _approve_and_run(client: ControlClient, command: str, cwd: Path, done:
         pytest.param("bash build.sh", id="bash-script"),
         pytest.param("./tool", id="bash-shebang"),
         # make runs each recipe as `$(SHELL) -c`, a bash of make's own: still open
-        pytest.param(
-            "make test",
-            id="make-shell-bash",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: a held background run's stdin is a socket; make's `/bin/bash -c` recipe shell "
-                "then sources the agent-planted ~/.bashrc (missing rc files are not bound by the host view)",
-            ),
-        ),
+        # make's own `/bin/bash -c` recipe shell sources a planted ~/.bashrc; the saved approval is what
+        # is closed: make in a tree the agent can write is approved once only (treecode.RECIPE_TREE)
+        pytest.param("make test", id="make-shell-bash"),
     ],
 )
 async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
@@ -454,11 +448,6 @@ async def test_class5_allowlisted_git_archive_remote_runs_the_remotes_tar_filter
 # rewrites run.sh, and the saved approval runs it unasked: a human saw the Makefile, never the code.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: allow-always on `make test` binds only the makefiles; a recipe's `sh run.sh` runs "
-    "whatever the agent writes into run.sh afterwards, unasked",
-)
 async def test_class4_allow_always_make_runs_a_rewritten_script_its_recipe_names(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.commands import gitvet
-from engine.commands.treecode import TREE_PROGRAMS, findings_for
+from engine.commands.treecode import RECIPE_TREE, TREE_PROGRAMS, binding, findings_for, unbound_findings
 
 GIT = "/usr/bin/git"
 ENV = {
@@ -176,9 +176,13 @@ def test_make_reads_only_its_own_directory_and_what_f_names(tmp_path: Path) -> N
     (tmp_path / "other.mk").write_text("all:\n")
     assert findings_for(["make"], ("/usr/bin/make",), str(tmp_path / "sub"), []) == []
     named = findings_for(["make", "-f", "../other.mk"], ("/usr/bin/make",), str(tmp_path / "sub"), [])
-    assert [os.path.basename(f.path) for f in named] == ["other.mk"]
+    assert [os.path.basename(f.path) for f in named if f.what != RECIPE_TREE] == ["other.mk"]
     moved = findings_for(["make", "-C", ".."], ("/usr/bin/make",), str(tmp_path / "sub"), [])
-    assert [os.path.basename(f.path) for f in moved] == ["Makefile"]
+    assert [os.path.basename(f.path) for f in moved if f.what != RECIPE_TREE] == ["Makefile"]
+    # and where the recipes run (the directory -C leaves): not bound by bytes, so approved once only
+    assert [os.path.realpath(f.path) for f in named if f.what == RECIPE_TREE] == [str(tmp_path / "sub")]
+    assert [os.path.realpath(f.path) for f in moved if f.what == RECIPE_TREE] == [str(tmp_path)]
+    assert unbound_findings(binding(moved)) == [f.path for f in moved if f.what == RECIPE_TREE]
 
 
 def test_pip_names_the_build_backend_only_when_it_builds(tmp_path: Path) -> None:
