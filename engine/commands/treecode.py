@@ -203,8 +203,9 @@ def _changeable(path: str) -> bool:
 
 def _contents_writable(directory: str, sandbox_roots: Sequence[str]) -> bool:
     """Whether the agent can put files into `directory` (a sandbox workspace, or changeable itself): where
-    a recipe's `./run.sh` would be found. A root-only directory under a writable parent is not (its files
-    are trusted like a root-only makefile there; the spawn anchors the cwd, so a renamed parent is no way in)."""
+    a recipe's `./run.sh` would be found. A root-only directory under a writable parent is not (its
+    files are trusted like a root-only makefile there; the spawn anchors the cwd: a renamed parent is no
+    way in)."""
     real = os.path.realpath(directory)
     return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in sandbox_roots if r) or (
         _changeable(real)
