@@ -15,7 +15,7 @@ from engine.commands.content import script_operand, system_owned
 from engine.commands.gitvet import Finding
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, not_regular, parse_make
-from engine.commands.pipargs import BUILDS, local_path, parse_pip
+from engine.commands.pipargs import BUILDS, local_path, parse_pip, read_requirements
 from engine.commands.regular import Unreadable, read_regular
 from engine.commands.treesafe import is_tree_safe
 from engine.commands.which import real_path
@@ -124,6 +124,10 @@ UNMODELLED = (
     "known to take none, tools.exec.treeSafe)"
 )
 PIP_SOURCE = "packages pip may build (an sdist's setup script runs)"
+# A project a requirements file names (`./pkg`, `-e ./sub`, `file:`): pip builds it, and its backend runs
+# whatever that tree holds; nothing there is bound, so an approval is for this run only (issue 27 §4).
+PIP_PROJECT = "a project a requirements file names: pip builds it (its setup script or backend runs)"
+PIP_LINE = "a requirements line exechost does not model"
 A_TREE, UNREADABLE = "a tree", "unreadable"  # binding() of a finding no bytes hold
 SCRIPTS_TREE = "a script's tree"  # binding() of an interpreter's tree: its script is bound by content
 ARGV_FILE = "code or options it reads from a file its argv names"
@@ -293,6 +297,7 @@ def _pip_reads(argv: Sequence[str], cwd: str) -> tuple[bool, list[str], list[str
     files = [os.path.join(cwd, f) for f in args.files]
     if args.command not in BUILDS:
         return False, [], files
+    files += read_requirements(args.requirements, cwd).files  # nested `-r`/`-c` files, bound by bytes
     starts = [os.path.join(cwd, w) for w in args.operands if w == "." or os.sep in w]
     starts += [os.path.join(cwd, e.split("[", 1)[0]) for e in args.editables]
     return True, starts, files
@@ -304,8 +309,14 @@ def _pip_findings(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Se
     dir) that the agent can write: an sdist there builds, its setup script runs."""
     args = parse_pip(argv)
     found = [] if args.problem is None else [Finding(program, "the command line", args.problem)]
-    for value in args.sources:
-        path = local_path(value, cwd)
+    sources = [(value, cwd) for value in args.sources]
+    if args.command in BUILDS:
+        reqs = read_requirements(args.requirements, cwd)
+        sources += reqs.sources
+        found += [Finding(program, p, PIP_PROJECT) for p in reqs.projects if agent_writable(p, sandbox_roots)]
+        found += [Finding(program, path, f"{PIP_LINE}: {why}") for path, why in reqs.problems]
+    for value, where in sources:
+        path = local_path(value, where)
         if path is not None and os.path.lexists(path) and agent_writable(path, sandbox_roots):
             found.append(Finding(program, os.path.realpath(path), PIP_SOURCE))
     return found
@@ -508,6 +519,9 @@ def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> s
     lines = []
     for path in sorted({f.path for f in found if os.path.isabs(f.path)}):
         held = data.get(path) if data is not None else None
+        if any(f.what == PIP_PROJECT or f.what.startswith(PIP_LINE) for f in found if f.path == path):
+            lines.append(f"tree:{path}={A_TREE}")  # what it names is not in its bytes: never saved
+            continue
         if held is None and os.path.isdir(path):
             # An unmodelled program's tree: nothing in it is bound. An interpreter's is named apart: its
             # program is a file the content binder binds (unbound_findings leaves it out).

@@ -702,11 +702,6 @@ async def test_class4_allow_always_venv_python_runs_a_pth_in_the_venvs_site_pack
 # requirements.txt`, the agent rewrites pkg/setup.py and the saved approval runs it.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a local project named inside a bound requirements file (`./pkg`) is built by pip but "
-    "not bound; an allow-always pip run executes the rewritten pkg/setup.py unasked",
-)
 async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
