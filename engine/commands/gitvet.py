@@ -557,6 +557,7 @@ def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -
         located = discover(args.cwd)
     queue: list[tuple[Repo | str, str | None]] = [] if located is None else [(located, args.work_tree)]
     top = located if isinstance(located, Repo) else None
+    own: Pairs = []  # the top repository's own config: the remotes a push may name
     seen: set[str] = set()
     while queue and len(seen) < MAX_CONFIG_FILES:
         repo, tree = queue.pop(0)
@@ -576,6 +577,8 @@ def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -
             if isinstance(pairs, str):
                 found.append(Finding("git", path, f"config that {pairs}"))
                 continue
+            if repo is located and _owns(repo, path):
+                own += pairs
             for key, value in pairs:
                 problem = key_problem(key, value)
                 if key.lower() == "extensions.objectformat" and _owns(repo, path):
@@ -599,6 +602,7 @@ def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -
             queue.extend((sub, None) for sub in _submodule_repos(git, tree, record, repo, hash_size))
     if queue:
         found.append(Finding("git", cwd, "more nested repositories than exechost vets"))
+    found += _local_destinations(git, args, own)
     if record is not None:
         record.repos.append((tuple(argv), top))
     return found
@@ -694,3 +698,105 @@ def _argv_programs(args: _Argv) -> list[Finding]:
             ):
                 return [Finding("git", "the command line", f"`git {sub} {option}`, which names a program")]
     return []
+
+
+# Subcommands that start git-receive-pack in the destination repository. For a local destination (a path,
+# `file://`) git starts it there itself, with its environment's GIT_CONFIG_COUNT cleared (local_repo_env):
+# the destination's own hooks (pre-receive, update, post-receive, …), its config (receive.* filters,
+# core.alternateRefsCommand, updateInstead's checkout) run, and no vet read them. Fetching from a local
+# path runs git-upload-pack there, which runs no hooks and honours its program keys
+# (uploadpack.packObjectsHook) only from protected config, never a repository's own: it runs nothing.
+_RECEIVE_PACK = frozenset({"push", "send-pack"})
+RECEIVE_PACK_TREE = (
+    "a local repository `git push` runs receive-pack in: its hooks and config run there, unvetted (an "
+    "approval is for this run only)"
+)
+_PUSH_VALUE_OPTIONS = ("--repo", "--push-option", "--receive-pack", "--exec")
+# `git push <name>`: a remote of the repository's config, else the word itself is the URL.
+_REMOTE_KEY = re.compile(r"remote\.(.+)\.(url|pushurl)", re.IGNORECASE)
+_REWRITE_KEY = re.compile(r"url\.(.+)\.(insteadof|pushinsteadof)", re.IGNORECASE)
+
+
+def is_local_url(url: str) -> bool:
+    """git's transport choice: `file://` and a path are local; `scheme://` and scp-like `host:path` (a
+    colon before any slash) are not."""
+    if url.lower().startswith("file://"):
+        return True
+    if "://" in url or "::" in url:
+        return False
+    colon, slash = url.find(":"), url.find("/")
+    return colon < 0 or (0 <= slash < colon)
+
+
+def _global_pairs(git: str) -> Pairs:
+    """The operator's global and system config (trusted, but it may name a local remote or rewrite a URL
+    into one): its remotes and url.*.insteadOf keys count for where a push goes."""
+    home = os.path.expanduser("~")
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    out: Pairs = []
+    for path in ("/etc/gitconfig", os.path.join(xdg, "git", "config"), os.path.join(home, ".gitconfig")):
+        if os.path.isfile(path):
+            pairs = read_config(git, path)
+            out += pairs if not isinstance(pairs, str) else []
+    return out
+
+
+def _push_destinations(rest: Sequence[str]) -> list[str] | None:
+    """The repository words of a push argv (`--repo`, the first operand); None: none given (git takes the
+    branch's push remote, remote.pushDefault or origin)."""
+    named: list[str] = []
+    operands: list[str] = []
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        i += 1
+        if word == "--":
+            operands += rest[i:]
+            break
+        if word.startswith("--"):
+            name, eq, value = word.partition("=")
+            option = next((o for o in _PUSH_VALUE_OPTIONS if _long(name, o)), None)
+            if option is not None and not eq and i < len(rest):
+                value, i = rest[i], i + 1
+            if option == "--repo":
+                named.append(value)
+        elif word.startswith("-") and len(word) > 1:
+            if word[-1] == "o" and i < len(rest):  # `-o <push-option>`
+                i += 1
+        else:
+            operands.append(word)
+    return named + operands[:1] or None
+
+
+def _local_destinations(git: str, args: _Argv, own: Pairs) -> list[Finding]:
+    """Every local repository this push would start receive-pack in (RECEIVE_PACK_TREE): the argv's
+    repository, or the URLs of the remote it names (every remote's when it names none), rewritten by
+    url.*.insteadOf as git would (each rewrite that could apply counts)."""
+    if args.subcommand not in _RECEIVE_PACK:
+        return []
+    pairs = [*_global_pairs(git), *own, *((c.partition("=")[0], c.partition("=")[2]) for c in args.config)]
+    remotes: dict[str, list[str]] = {}
+    rewrites: list[tuple[str, str]] = []  # (the prefix a URL starts with, what git puts instead)
+    for key, value in pairs:
+        if value is None:
+            continue
+        if match := _REMOTE_KEY.fullmatch(key):
+            remotes.setdefault(match.group(1), []).append(value)
+        elif match := _REWRITE_KEY.fullmatch(key):
+            rewrites.append((value, match.group(1)))
+    words = _push_destinations(args.rest)
+    urls: list[str] = []
+    for word in words if words is not None else list(remotes):
+        urls += remotes.get(word, [word])
+    urls += [
+        base + url[len(prefix) :] for url in list(urls) for prefix, base in rewrites if url.startswith(prefix)
+    ]
+    out: list[Finding] = []
+    for url in dict.fromkeys(urls):
+        if is_local_url(url):
+            path = url[len("file://") :] if url.lower().startswith("file://") else url
+            where = os.path.realpath(os.path.join(args.cwd, os.path.expanduser(path)))
+            # Nothing there: git fails (a repository made there before the spawn is found by the re-vet).
+            if os.path.lexists(where):
+                out.append(Finding("git", where, RECEIVE_PACK_TREE))
+    return out

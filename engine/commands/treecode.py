@@ -128,6 +128,9 @@ PIP_SOURCE = "packages pip may build (an sdist's setup script runs)"
 # whatever that tree holds; nothing there is bound, so an approval is for this run only (issue 27 §4).
 PIP_PROJECT = "a project a requirements file names: pip builds it (its setup script or backend runs)"
 PIP_LINE = "a requirements line exechost does not model"
+# Findings whose code is not in the named file's bytes (a project, a push destination's hooks): a file
+# there (a gitfile, an sdist) binds nothing of it, so they are never bound, whatever is at the path.
+_NO_BYTES = frozenset({PIP_PROJECT, gitvet.RECEIVE_PACK_TREE})
 A_TREE, UNREADABLE = "a tree", "unreadable"  # binding() of a finding no bytes hold
 SCRIPTS_TREE = "a script's tree"  # binding() of an interpreter's tree: its script is bound by content
 ARGV_FILE = "code or options it reads from a file its argv names"
@@ -519,7 +522,7 @@ def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> s
     lines = []
     for path in sorted({f.path for f in found if os.path.isabs(f.path)}):
         held = data.get(path) if data is not None else None
-        if any(f.what == PIP_PROJECT or f.what.startswith(PIP_LINE) for f in found if f.path == path):
+        if any(f.what in _NO_BYTES or f.what.startswith(PIP_LINE) for f in found if f.path == path):
             lines.append(f"tree:{path}={A_TREE}")  # what it names is not in its bytes: never saved
             continue
         if held is None and os.path.isdir(path):

@@ -363,11 +363,6 @@ async def test_class4_the_operators_bash_logout_is_writable_in_the_host_view(
 # agent's pre-receive hook.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: git drops the forced GIT_CONFIG_COUNT for receive-pack in a local push destination; "
-    "an allowlisted `git push <path>` runs that unvetted repository's pre-receive hook",
-)
 async def test_class5_allowlisted_git_push_to_a_path_runs_the_destinations_hooks(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -344,3 +344,53 @@ def test_a_config_is_parsed_only_by_a_git_only_root_can_change(tmp_path: Path) -
     link = tmp_path / "link"
     link.symlink_to("/usr/bin/git")
     assert parser_git(str(link)) == str(link)  # resolved: the system's git, run by its name
+
+
+@pytest.mark.parametrize(
+    ("argv", "local"),
+    [
+        ("git push ../dst.git main", True),
+        ("git push file://{tmp}/dst.git main", True),
+        ("git push --repo=../dst.git", True),
+        ("git push -o ci.skip ../dst.git", True),
+        ("git push near", True),  # a remote whose URL is a path
+        ("git push", True),  # no repository named: any configured remote may be the one
+        ("git -c url.{tmp}/.insteadOf=me: push me:dst.git", True),  # a rewrite into a path
+        ("git push far main", False),  # an ssh remote
+        ("git push host:dst.git main", False),  # scp-like: ssh
+        ("git push https://example.org/x.git main", False),
+        ("git fetch ../dst.git", False),  # upload-pack there runs no hooks, and no program key of its config
+        ("git ls-remote ../dst.git", False),
+    ],
+)
+def test_a_push_to_a_local_repository_names_it_and_is_never_saved(
+    tmp_path: Path, argv: str, local: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """receive-pack runs in a local destination with its own hooks and config (git clears the forced
+    GIT_CONFIG_COUNT for it): the destination is named, and a directory binds no bytes, so allow-once."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    work = repo(tmp_path / "w")
+    subprocess.run([GIT, "init", "-q", "--bare", str(tmp_path / "dst.git")], env=ENV, check=True)
+    git(work, "remote", "add", "near", str(tmp_path / "dst.git"))
+    git(work, "remote", "add", "far", "ssh://example.org/x.git")
+    found = gitvet.vet(GIT, argv.format(tmp=tmp_path).split(), str(work))
+    pushes = [f for f in found if f.what == gitvet.RECEIVE_PACK_TREE]
+    if not local:
+        assert pushes == [], pushes
+        return
+    assert [f.path for f in pushes][:1] == [str(tmp_path / "dst.git")], found
+    assert str(tmp_path / "dst.git") in unbound_findings(binding(pushes))
+
+
+def test_a_remote_in_the_operators_global_config_is_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    (home / ".gitconfig").write_text(f'[url "{tmp_path}/"]\n\tpushInsteadOf = mine:\n')
+    work = repo(tmp_path / "w")
+    subprocess.run([GIT, "init", "-q", "--bare", str(tmp_path / "dst.git")], env=ENV, check=True)
+    found = gitvet.vet(GIT, ["git", "push", "mine:dst.git"], str(work))
+    assert [f.path for f in found if f.what == gitvet.RECEIVE_PACK_TREE] == [str(tmp_path / "dst.git")]
