@@ -170,6 +170,30 @@ _PROGRAM_SUBCOMMANDS = frozenset(
         "run-command",
     }
 )
+# Subcommands known to run no program of their own choosing: what they run is named by config (vetted
+# above, or the operator's), by attributes that select a vetted driver, or by an option listed in
+# _PROGRAM_OPTIONS. Any other word (an alias, a subcommand added by a later git, a `git-<name>` on the
+# PATH) asks: a list of what is known not to run programs, not of what is known to (issue 27 §4).
+_PLAIN_SUBCOMMANDS = frozenset(
+    {
+        "add", "am", "annotate", "apply", "archive", "blame", "branch", "bundle", "cat-file",
+        "check-attr", "check-ignore", "check-mailmap", "check-ref-format", "checkout", "checkout-index",
+        "cherry", "cherry-pick", "clean", "clone", "column", "commit", "commit-graph", "commit-tree",
+        "config", "count-objects", "describe", "diff", "diff-files", "diff-index", "diff-tree",
+        "fast-export", "fast-import", "fetch", "fetch-pack", "fmt-merge-msg", "for-each-ref",
+        "format-patch", "fsck", "gc", "get-tar-commit-id", "grep", "hash-object", "help", "index-pack",
+        "init", "interpret-trailers", "log", "ls-files", "ls-remote", "ls-tree", "mailinfo", "mailsplit",
+        "merge", "merge-base", "merge-file", "merge-tree", "mktag", "mktree", "multi-pack-index", "mv",
+        "name-rev", "notes", "pack-objects", "pack-refs", "patch-id", "prune", "prune-packed", "pull",
+        "push", "range-diff", "read-tree", "rebase", "reflog", "remote", "repack", "replace", "request-pull",
+        "reset", "restore", "rev-list", "rev-parse", "revert", "rm", "send-pack", "shortlog", "show",
+        "show-branch", "show-index", "show-ref", "sparse-checkout", "stash", "status", "stripspace",
+        "switch", "symbolic-ref", "tag", "unpack-objects", "update-index", "update-ref", "var",
+        "verify-commit", "verify-pack", "verify-tag", "version", "whatchanged", "worktree", "write-tree",
+        # known to run programs, asked by _PROGRAM_SUBCOMMANDS unless their safe words are given
+        *("submodule", "bisect"),
+    }
+)  # fmt: skip
 _SAFE_SUBCOMMAND_WORDS = {"submodule": frozenset({"status", "summary"}), "bisect": frozenset({"log", "view"})}
 
 MAX_SUBMODULE_DEPTH = 3
@@ -683,6 +707,8 @@ def _argv_programs(args: _Argv) -> list[Finding]:
         first = next((w for w in args.rest if not w.startswith("-")), None)
         if first is None or first not in _SAFE_SUBCOMMAND_WORDS.get(sub, frozenset()):
             return [Finding("git", "the command line", f"`git {sub}`, which runs other programs")]
+    if sub not in _PLAIN_SUBCOMMANDS:
+        return [Finding("git", "the command line", f"`git {sub}`, not a subcommand known to run no program")]
     options = _PROGRAM_OPTIONS.get(sub, ())
     for word in args.rest:
         if word == "--":

@@ -394,3 +394,25 @@ def test_a_remote_in_the_operators_global_config_is_followed(
     subprocess.run([GIT, "init", "-q", "--bare", str(tmp_path / "dst.git")], env=ENV, check=True)
     found = gitvet.vet(GIT, ["git", "push", "mine:dst.git"], str(work))
     assert [f.path for f in found if f.what == gitvet.RECEIVE_PACK_TREE] == [str(tmp_path / "dst.git")]
+
+
+@pytest.mark.parametrize(
+    ("sub", "asks"),
+    [
+        ("status", False),
+        ("log", False),
+        ("show", False),
+        ("rev-parse", False),
+        ("st", True),  # an alias (the operator's, or one git would look up): not known to run nothing
+        ("credential-store", True),  # a git-<name> program of its own
+        ("lfs", True),  # a `git-lfs` on the PATH
+        ("frobnicate", True),
+    ],
+)
+def test_only_subcommands_known_to_run_no_program_run_unasked(tmp_path: Path, sub: str, asks: bool) -> None:
+    """The subcommand check is a list of what is known not to run programs: every other word asks."""
+    work = repo(tmp_path / "r")
+    found = gitvet.vet(GIT, ["git", sub], str(work))
+    assert bool(found) == asks, found
+    if asks:
+        assert "not a subcommand known to run no program" in found[0].what
