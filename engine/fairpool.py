@@ -108,5 +108,8 @@ def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
 
 # Every principal's policy decisions (exec, policy.check, approvals.relay).
 decisions = FairPool("exechost-decide", workers=2)
+# Reads of the decision history (`approvals.status` of an older ask, `approvals.history`): one agent's burst
+# of lookups waits in its own queue, never in front of the operator's or another agent's.
+history = FairPool("exechost-history", workers=2)
 # Agent credential lookups at the handshake: never queued behind anyone's decisions.
 credentials = FairPool("exechost-credentials", workers=1)

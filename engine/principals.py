@@ -159,13 +159,35 @@ def listing(state: Path) -> list[Credential]:
 
 
 def revoke(state: Path, agent: str) -> bool:
+    """Remove `agent`'s credential; the unlink is durable (its directory fsynced) before this returns, so a
+    crash right after a revoke never brings the credential back."""
     path = _path(state, agent)
     statefs.refuse_symlink(path)
     try:
         os.unlink(path)
     except FileNotFoundError:
         return False
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     return True
+
+
+def credential_id(token: str) -> str:
+    """Which credential a call was made with, as the pending journal keeps it (engine.tools.resume): the
+    token's digest (what a lookup compares), never the token."""
+    return _digest(token)
+
+
+def still_holds(state: Path, agent: str, credential: str) -> bool:
+    """Whether the credential `credential_id` named is still `agent`'s on disk: False once it was revoked
+    or re-minted (rotated), also while no gateway ran."""
+    return any(
+        cred.agent == agent and hmac.compare_digest(_digest(stored), credential)
+        for cred, stored in _entries(state)
+    )
 
 
 def lookup(state: Path, token: str) -> str | None:

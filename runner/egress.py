@@ -200,15 +200,16 @@ class EgressHub:
         entry = approval_entry(req.name, req.port, req.tunnel)
         try:
             if record.grant is not None:
-                if record.grant_id is None:
-                    record.grant_id = self.services.grants.add(
+                if record.grant_id is not None:  # chosen with the decision: made once (GrantStore.ensure)
+                    self.services.grants.ensure(
+                        record.grant_id,
                         req.agent_id,
                         [EGRESS_PREFIX + entry],
                         record.request.command,
                         record.grant,
                         session_key=req.sandbox,
                         granted_by=record.resolved_by or "operator",
-                    ).id
+                    )
             else:
                 self.services.store.persist_egress_allow(req.agent_id, entry)
         except Exception as exc:  # the connection still goes; the next one asks again

@@ -5,6 +5,11 @@ A grant stores exactly what allow-always would have saved (the inner executables
 command's bound `=command:` hash) and matches the same way, until it expires or is used up. The file is
 `<state>/exec-grants.json`: 0600, written atomically under `<file>.lock`; every use is counted under that
 lock, so two runs at once can never exceed the limit, also across processes.
+
+A grant's id is chosen when the operator decides (`new_grant_id`), and the decision is journaled with it
+before the grant is made (`ensure`, idempotent by id): a gateway killed in between makes the same grant
+again, never a second one. The ids of grants that ended (used up, expired, revoked) are kept as `spent`,
+so a decision taken up again after a crash never brings back a grant that already ran out.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ __all__ = [
     "Grant",
     "GrantLimits",
     "GrantStore",
+    "new_grant_id",
     "parse_duration",
 ]
 
@@ -37,8 +43,14 @@ GRANTS_NAME = "exec-grants.json"  # in the state dir, apart from exec-approvals.
 EGRESS_PREFIX = "egress:"  # a grant's pattern for a sandbox's egress name (never a command's executable)
 MAX_GRANT_MS = 30 * 24 * 3600 * 1000
 MAX_USES = 1_000_000
+MAX_SPENT = 4096  # ids of ended grants remembered (a restored decision naming one never makes it again)
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 _UNIT_MS = {"": 60_000, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def new_grant_id() -> str:
+    """A grant's id, chosen with the decision (ApprovalManager.resolve) and journaled before it is made."""
+    return uuid.uuid4().hex[:12]
 
 
 def parse_duration(text: str) -> int:
@@ -177,15 +189,21 @@ class GrantStore:
     # -- reading
 
     def _read(self) -> tuple[Grant, ...]:
+        return self._read_all()[0]
+
+    def _read_all(self) -> tuple[tuple[Grant, ...], tuple[str, ...]]:
+        """(grants, ids of grants that ended)."""
         text = statefs.read_text(self.path)
         if not text:
-            return ()
+            return (), ()
         try:
             raw = json.loads(text)
-            return tuple(Grant.from_json(g) for g in raw.get("grants") or [])
+            grants = tuple(Grant.from_json(g) for g in raw.get("grants") or [])
+            spent = tuple(str(i) for i in raw.get("spent") or [])
+            return grants, spent
         except (ValueError, KeyError, TypeError, AttributeError):
             # A damaged file grants nothing (fail closed); the next write replaces it.
-            return ()
+            return (), ()
 
     def all(self) -> tuple[Grant, ...]:
         try:
@@ -218,9 +236,14 @@ class GrantStore:
 
     # -- writing
 
-    def _write(self, grants: Sequence[Grant]) -> None:
-        text = json.dumps({"version": 1, "grants": [g.to_json() for g in grants]}, indent=2) + "\n"
-        statefs.atomic_write(self.path, text)
+    def _write(
+        self, grants: Sequence[Grant], before: Sequence[Grant] = (), spent: Sequence[str] = ()
+    ) -> None:
+        """Write `grants`; each of `before` no longer among them is remembered as spent."""
+        kept = {g.id for g in grants}
+        ended = [*spent, *(g.id for g in before if g.id not in kept and g.id not in spent)][-MAX_SPENT:]
+        text = json.dumps({"version": 1, "grants": [g.to_json() for g in grants], "spent": ended}, indent=2)
+        statefs.atomic_write(self.path, text + "\n")
         self._cache = None
 
     def add(
@@ -232,9 +255,26 @@ class GrantStore:
         session_key: str | None = None,
         granted_by: str = "operator",
     ) -> Grant:
+        """A new grant under a new id (`ensure` makes the one a decision named)."""
+        grant = self.ensure(new_grant_id(), agent_id, patterns, command, limits, session_key, granted_by)
+        assert grant is not None  # a new id is never spent
+        return grant
+
+    def ensure(
+        self,
+        grant_id: str,
+        agent_id: str,
+        patterns: Sequence[str],
+        command: str,
+        limits: GrantLimits,
+        session_key: str | None = None,
+        granted_by: str = "operator",
+    ) -> Grant | None:
+        """Make grant `grant_id` unless it exists (returned as it is) or already ended (None): however often
+        a decision is taken up again (coalesced asks, a restart), its grant is made once."""
         now = _now_ms()
         grant = Grant(
-            id=uuid.uuid4().hex[:12],
+            id=grant_id,
             agent_id=agent_id,
             patterns=tuple(patterns),
             command=command[:4096],
@@ -245,8 +285,14 @@ class GrantStore:
             granted_by=granted_by[:80],
         )
         with statefs.file_lock(self.path):
-            kept = [g for g in self._read() if g.live(now)]  # expired ones are dropped on every write
-            self._write([*kept, grant])
+            grants, spent = self._read_all()
+            if grant_id in spent:
+                return None
+            for existing in grants:
+                if existing.id == grant_id:
+                    return existing
+            kept = [g for g in grants if g.live(now)]  # expired ones are dropped on every write
+            self._write([*kept, grant], grants, spent)
         return grant
 
     def consume(self, grant_ids: Sequence[str]) -> bool:
@@ -255,7 +301,7 @@ class GrantStore:
         wanted = set(grant_ids)
         now = _now_ms()
         with statefs.file_lock(self.path):
-            grants = list(self._read())
+            grants, spent = self._read_all()
             found = {g.id: g for g in grants if g.id in wanted}
             if set(found) != wanted or not all(g.live(now) for g in found.values()):
                 return False
@@ -266,7 +312,7 @@ class GrantStore:
                 if grant.live(now):
                     out.append(grant)
             if any(g.uses_left is not None for g in found.values()):
-                self._write(out)
+                self._write(out, grants, spent)
         return True
 
     def revoke(self, grant_id: str) -> Grant | None:
@@ -275,9 +321,9 @@ class GrantStore:
         if not key:
             return None
         with statefs.file_lock(self.path):
-            grants = list(self._read())
+            grants, spent = self._read_all()
             hits = [g for g in grants if g.id == key] or [g for g in grants if g.id.startswith(key)]
             if len(hits) != 1:
                 return None
-            self._write([g for g in grants if g is not hits[0]])
+            self._write([g for g in grants if g is not hits[0]], grants, spent)
         return hits[0]

@@ -13,6 +13,7 @@ A torn last line (a crash mid-write, a full disk) is skipped on read and closed 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import json
@@ -134,6 +135,11 @@ class DecisionLog:
         # A failed or torn write leaves a partial line: the next append starts on a fresh line.
         self._needs_newline: bool | None = None  # None: not checked since start
         self.problem: str | None = None  # why the last write failed (cleared by the next success)
+        # The ids of the decisions the files hold, sorted (lowercase): `find` of an id nobody decided (an
+        # agent's flood of bogus ids) answers from here instead of reading every file. Kept up to date by
+        # each append, rebuilt from the files when first needed and after a rotation drops a file.
+        self._ids: list[str] | None = None
+        self._ids_lock = threading.Lock()
 
     # -- writing
 
@@ -171,6 +177,55 @@ class DecisionLog:
                 self.problem = _describe(exc, self.path)
                 raise HistoryError(self.problem) from None
             self.problem = None
+            self._indexed(lines)
+
+    def _indexed(self, lines: list[bytes]) -> None:
+        """Add the ids of the decision lines just written to the index (when it is built)."""
+        with self._ids_lock:
+            if self._ids is None:
+                return
+            for line in lines:
+                if b'"kind":"decision"' not in line:
+                    continue
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if (
+                    isinstance(entry, dict)
+                    and entry.get("kind") == "decision"
+                    and isinstance(entry.get("id"), str)
+                ):
+                    key = entry["id"].lower()
+                    at = bisect.bisect_left(self._ids, key)
+                    if at == len(self._ids) or self._ids[at] != key:
+                        self._ids.insert(at, key)
+
+    def index(self) -> None:
+        """Build the id index from the files (blocking: at start, or in a worker thread). Under the write
+        lock, so no line is appended between the read and the index taking over."""
+        with self._lock:
+            found = {
+                e["id"] for e in self.lines() if e.get("kind") == "decision" and isinstance(e.get("id"), str)
+            }
+            with self._ids_lock:
+                self._ids = sorted({i.lower() for i in found})
+
+    def might_hold(self, id_or_prefix: str) -> bool:
+        """Whether `find` can find something: a decision with this id, or the only one with this prefix.
+        False is the index's answer, with no read (an id nobody decided, an ambiguous prefix)."""
+        key = (id_or_prefix or "").strip().lower()
+        if not key:
+            return False
+        with self._ids_lock:
+            ids = self._ids
+            if ids is not None:
+                at = bisect.bisect_left(ids, key)
+                if at == len(ids) or not ids[at].startswith(key):
+                    return False
+                return ids[at] == key or at + 1 == len(ids) or not ids[at + 1].startswith(key)
+        self.index()
+        return self.might_hold(key)
 
     def _write_line(self, line: bytes) -> None:
         # Few syscalls: each is a GIL hand-off for the writer thread while the loop is busy (issue 19).
@@ -219,6 +274,8 @@ class DecisionLog:
         if self.keep_files == 1:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
+            with self._ids_lock:
+                self._ids = None
             return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(oldest)
@@ -226,6 +283,8 @@ class DecisionLog:
             with contextlib.suppress(FileNotFoundError):
                 os.replace(self._rotated(n), self._rotated(n + 1))
         os.replace(self.path, self._rotated(1))
+        with self._ids_lock:
+            self._ids = None  # the oldest file's decisions are gone: rebuilt when next needed
         dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(dir_fd)
@@ -289,7 +348,7 @@ class DecisionLog:
 
     def find(self, id_or_prefix: str) -> HistoryEntry | None:
         key = (id_or_prefix or "").strip().lower()
-        if not key:
+        if not key or not self.might_hold(key):
             return None
         hits = [e for e in self.entries() if e.id.lower().startswith(key)]
         exact = [e for e in hits if e.id.lower() == key]

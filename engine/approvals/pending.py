@@ -14,7 +14,7 @@ from typing import Any
 
 from engine import jsontext
 from engine.approvals.decisions import DECISIONS, USAGE, normalize_decision
-from engine.approvals.grants import GrantLimits
+from engine.approvals.grants import GrantLimits, new_grant_id
 from engine.errors import ExecHostError
 
 DEFAULT_TIMEOUT_MS = 1_800_000  # DEFAULT_EXEC_APPROVAL_TIMEOUT_MS
@@ -150,7 +150,7 @@ class ApprovalRecord:
     count: int = 1  # identical requests coalesced into this one
     # Who asked this question, one entry per coalesced ask (sessions, nodes): shown, and in the history.
     requesters: list[dict[str, Any]] = field(default_factory=list)
-    grant_id: str | None = None  # the grant an allow-always with limits created (once per record)
+    grant_id: str | None = None  # the grant an allow-always with limits makes (chosen with the decision)
     reason: str | None = None  # the approver's note on a deny, passed back to the agent
     # What the approval led to, set by whoever ran it: sessionId, status, exitCode, tail.
     run: dict[str, Any] | None = None
@@ -455,27 +455,34 @@ class ApprovalManager:
             )
 
     def revoke_agent(self, agent_id: str) -> int:
-        """The agent was revoked: what it asked before is not run after. Its pending asks are denied
-        (reason "agent revoked"), and a run approved but not started yet is noted as denied, so neither
-        this gateway nor the next (the note is on disk) starts it. The number of asks it touched."""
+        """The agent was revoked: what it asked before is not run after (`revoke_record` on each of its
+        asks). The number of asks it touched."""
         touched = 0
-        for record in list(self._open.values()):
+        for record in [*self._open.values(), *self._maybe_unsettled.values()]:
             if record.request.agent_id == agent_id:
-                record.reason = REVOKED
-                self._finish(record, "deny", "revoke")
+                touched += self.revoke_record(record)
+        return touched
+
+    def revoke_record(self, record: ApprovalRecord) -> int:
+        """Whoever asked was revoked (live, or while no gateway ran: engine.tools.resume): a pending ask is
+        denied (reason "agent revoked"), and a run approved but not started yet is noted as denied, so
+        neither this gateway nor the next (the note is on disk) starts it. How many asks or runs it ended."""
+        if not record.resolved:
+            record.reason = REVOKED
+            self._finish(record, "deny", "revoke")
+            return 1
+        if record.decision not in ("allow-once", "allow-always"):
+            return 0
+        touched = 0
+        record.revoked = True
+        denied = {"status": "denied", "reason": REVOKED}
+        if record.run is None:
+            self.note_run(record, dict(denied))
+            touched += 1
+        for entry in record.joined:
+            if entry.get("run") is None:
+                self.note_run(record, dict(denied), entry)
                 touched += 1
-        for record in list(self._maybe_unsettled.values()):
-            if record.request.agent_id != agent_id or record.decision not in ("allow-once", "allow-always"):
-                continue
-            record.revoked = True
-            denied = {"status": "denied", "reason": REVOKED}
-            if record.run is None:
-                self.note_run(record, dict(denied))
-                touched += 1
-            for entry in record.joined:
-                if entry.get("run") is None:
-                    self.note_run(record, dict(denied), entry)
-                    touched += 1
         return touched
 
     def requester_gone(self, approval_id: str) -> None:
@@ -552,6 +559,9 @@ class ApprovalManager:
         if reason:
             record.reason = " ".join(str(reason).split())[:500]
         record.grant = grant
+        # Chosen now and journaled with the decision, before anyone makes the grant (GrantStore.ensure):
+        # a crash between the two makes this grant again, never a second one.
+        record.grant_id = new_grant_id() if grant is not None else None
         self._finish(record, normalized, resolved_by)
         return record, True
 

@@ -54,11 +54,13 @@ INSTALL_HINT = (
 class Outside:
     """What the gateway holds outside the state dir, named by its config (the caller's: this layer reads
     no config): files no host command may read (the nodes' SSH identity files: whoever holds one speaks
-    to that node as the gateway), and directories no host command may change (the agents' socket's: one
-    agent's `rm` would take it from every other)."""
+    to that node as the gateway), directories no host command may change (the agents' socket's: one
+    agent's `rm` would take it from every other), and directories covered whole as the state dir is (the
+    sandbox workspace roots: every agent's sandbox files, wherever the operator put them)."""
 
     hidden: tuple[str, ...] = ()
     readonly: tuple[str, ...] = ()
+    covered: tuple[str, ...] = ()
 
 
 NOTHING_OUTSIDE = Outside()
@@ -182,6 +184,9 @@ def view_args(
         if os.path.isdir(d) and not _under(d, state):
             args += ["--ro-bind", d, d]
     args += ["--tmpfs", state]
+    for root in outside.covered:
+        if not _under(root, state) and _cover_root(root):
+            args += ["--tmpfs", os.path.realpath(root)]
     for path in outside.hidden:
         if os.path.exists(path) and not _under(path, state):
             args += ["--ro-bind", _empty_file(state), path]
@@ -202,6 +207,17 @@ def view_args(
     if locked:
         _make_mountpoints(args, locked)
     return ["--dev-bind", "/", "/", *(op for parent in locked for op in _lock_names(parent)), *args]
+
+
+def _cover_root(root: str) -> bool:
+    """Whether `root` (a sandbox workspace root) can be covered: made now when missing, as the sandbox
+    would make it (0700), so a host command can neither find one made later in a view kept from before,
+    nor plant a link there first. Never the whole filesystem."""
+    if os.path.realpath(root) == os.sep:
+        return False
+    if not os.path.lexists(root) and _creatable(root):
+        os.makedirs(root, mode=0o700, exist_ok=True)
+    return os.path.isdir(root)
 
 
 def _link_parents(paths: list[str]) -> list[str]:
@@ -314,10 +330,15 @@ def exit_status(args: object, code: int) -> tuple[int | None, str | None]:
     return code, None
 
 
-def refuse_hidden_cwd(cwd: str | None, state: str) -> None:
-    """A cwd inside the state dir would not exist in the view: refused rather than run elsewhere."""
+def refuse_hidden_cwd(cwd: str | None, state: str, outside: Outside = NOTHING_OUTSIDE) -> None:
+    """A cwd inside the state dir, or a covered sandbox workspace root, would not exist in the view:
+    refused rather than run elsewhere."""
     if not cwd:
         return
-    real, root = os.path.realpath(cwd), os.path.realpath(state)
-    if real == root or real.startswith(root + os.sep):
+    if _under(cwd, state):
         raise HostViewError(f"{cwd} is inside the state dir, which gateway-host commands cannot see")
+    for root in outside.covered:
+        if os.path.realpath(root) != os.sep and _under(cwd, root):
+            raise HostViewError(
+                f"{cwd} is inside the sandbox workspace root {root}, which gateway-host commands cannot see"
+            )

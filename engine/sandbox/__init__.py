@@ -23,7 +23,7 @@ from engine.sandbox.settings import (
     main_session_key,
     resolve_settings,
 )
-from engine.sandbox.validate import validate_docker
+from engine.sandbox.validate import docker_writable, validate_docker
 from engine.sandbox.workspace import WorkspaceError, has_skills, sync_skills
 from engine.sessions.launcher import workdir_warning
 
@@ -186,7 +186,9 @@ def with_sandbox_refusal(decision: Decision, config: Any, agent_id: str) -> Deci
     settings = resolve_settings(config, agent_id)
     lay = layout(settings, agent_id, main_session_key(agent_id))
     try:
-        validate_docker(settings.docker, [lay.workspace_dir, lay.agent_workspace])
+        validate_docker(
+            settings.docker, [lay.workspace_dir, lay.agent_workspace], docker_writable(settings, lay)
+        )
         if settings.backend == "bwrap" and settings.docker.network not in ("", "none"):
             raise ValueError(bwrap.network_refusal(lay.name, settings.docker.network))
     except ValueError as exc:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
-from engine.sandbox import bwrap, docker_ops, landlock, seccomp
+from engine.sandbox import bindfds, bwrap, docker_ops, landlock, seccomp
 from engine.sandbox.browser import BrowserManager, browser_layout, effective_docker
 from engine.sandbox.egress import forwarder
 from engine.sandbox.images import (
@@ -30,7 +30,12 @@ from engine.sandbox.settings import (
 )
 from engine.sandbox.supervisor import bin_dir, supervisor_command
 from engine.sandbox.toolpolicy import tool_refusal
-from engine.sandbox.validate import SandboxSecurityError, sanitize_container_env, validate_docker
+from engine.sandbox.validate import (
+    SandboxSecurityError,
+    docker_writable,
+    sanitize_container_env,
+    validate_docker,
+)
 
 T = TypeVar("T")
 
@@ -96,13 +101,13 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
     d = settings.docker
     problems: list[str] = []
     try:
-        validate_docker(d, [lay.workspace_dir, lay.agent_workspace])
+        validate_docker(d, [lay.workspace_dir, lay.agent_workspace], writable=docker_writable(settings, lay))
     except SandboxSecurityError as exc:
         problems.append(str(exc))
     b = settings.browser
     blay = browser_layout(settings, agent_id, session)
     try:
-        validate_docker(effective_docker(settings), [blay.workspace_dir])
+        validate_docker(effective_docker(settings), [blay.workspace_dir], writable=[blay.workspace_dir])
     except SandboxSecurityError as exc:
         if b.enabled:
             problems.append(f"browser: {exc}")
@@ -216,7 +221,16 @@ def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]
     shown_layer: dict[str, Any] = layer.to_dict()
     try:
         command = supervisor_command(has_bb)
-        how = bwrap.plan(settings, lay, bwrap=exe, env=env, seccomp=-1, command=command, layer=layer)
+        how = bwrap.plan(
+            settings,
+            lay,
+            bwrap=exe,
+            env=env,
+            seccomp=-1,
+            command=command,
+            layer=layer,
+            binds=bindfds.shown(d),
+        )
         argv = [SECCOMP_SHOWN if a == "-1" else a for a in how.argv]
         shown_env = bwrap.redacted_env(how.env)
         limits = {bwrap.PRLIMIT_NAMES[k]: f"{s}:{h}" for k, (s, h) in how.rlimits.items()}

@@ -344,7 +344,7 @@ class BrowserManager:
     ) -> None:
         docker = effective_docker(settings)
         try:
-            validate_docker(docker, [blay.workspace_dir])
+            validate_docker(docker, [blay.workspace_dir], writable=[blay.workspace_dir])
         except ValueError as exc:
             raise SandboxError(str(exc)) from None
         try:

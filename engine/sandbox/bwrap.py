@@ -31,13 +31,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from engine import statefs, sysbin
-from engine.sandbox import landlock
+from engine.sandbox import bindfds, landlock
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import ContainerState, SandboxUnavailable
 from engine.sandbox.egress import forwarder
@@ -58,9 +58,6 @@ TMPFS_BYTES = 256 * 1024 * 1024  # each of /tmp, /var/tmp, /run: a full /tmp sto
 # /dev/shm (POSIX shared memory): Docker's size. bwrap's own /dev is a tmpfs of half the RAM, so it is made
 # read-only once populated, and only this capped tmpfs in it takes writes.
 SHM_BYTES = 64 * 1024 * 1024
-# Where a one-shot sandbox (a terminal) finds its command's spec: a read-only file bwrap copies from a
-# memfd, never argv (readable by every local user).
-TERMINAL_SPEC = "/.exechost-spec"
 HOSTNAME = "sandbox"
 # The host's system dirs a sandbox sees read-only (a symlink stays a symlink, as in a merged-/usr Debian).
 HOST_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -166,19 +163,6 @@ def system_view(rootfs: str | None) -> list[str]:
     return args
 
 
-def _binds(binds: Iterable[str]) -> list[str]:
-    """docker.binds ("src:dst[:ro|rw]", checked by validate.validate_binds) as bwrap binds."""
-    args: list[str] = []
-    for raw in binds:
-        parts = raw.strip().split(":")
-        if len(parts) < 2:
-            continue
-        src, dst = parts[0], parts[1]
-        mode = parts[2] if len(parts) > 2 else "rw"
-        args += ["--ro-bind" if "ro" in mode.split(",") else "--bind", src, dst]
-    return args
-
-
 @dataclass(frozen=True)
 class Plan:
     """How one sandbox is started: bwrap's argv (the seccomp fd named by number) and the keeper's limits."""
@@ -207,13 +191,19 @@ def plan(
     sockets: Mapping[str, str] | None = None,
     files: Mapping[int, str] | None = None,
     layer: landlock.Status | None = None,
+    binds: Sequence[bindfds.Bind] = (),
+    joined: bool = False,
 ) -> Plan:
     """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
     sandbox); without, a one-shot run (a terminal) in the same view. `sockets` ({host path: sandbox path}):
     Unix sockets bound in read-only (a connect needs no write to the mount). Egress binds its socket's dir
     instead (engine.sandbox.egress): a socket re-made by the next gateway is then seen inside too. `files`
     ({fd: sandbox path}): read-only files bwrap copies from those fds (a terminal's spec). `layer`: when
-    active, the command runs under the landlock helper with the ruleset this view implies."""
+    active, the command runs under the landlock helper with the ruleset this view implies. `binds`:
+    docker.binds as bindfds.open_binds opened them (mounted by fd, never by path), or bindfds.shown for a
+    plan that is only shown. `joined`: bwrap runs in the scope's running sandbox (a terminal, in its
+    namespaces: terminal()) and takes that view whole, its tmpfs mounts and binds the same ones, never new
+    (`binds` then only name the landlock grants): the grants, seccomp, limits and env are the same."""
     d = settings.docker
     view = system_view(settings.bwrap_rootfs)
     # Landlock's grants, beside the mounts they follow: read anywhere in the view, execute only in the
@@ -221,7 +211,82 @@ def plan(
     grants: list[tuple[str, str]] = [(landlock.READ, "/")]
     grants += [(landlock.EXEC, path) for path in _system_dirs(view)]
     grants += [(landlock.DEVICE, "/dev"), (landlock.WRITE, "/dev/shm"), (landlock.WRITE_EXISTING, "/proc")]
-    argv = [
+    if joined:
+        # A user namespace of its own inside the sandbox's, so every mount it copies stays locked as it
+        # is; the rest (PID, IPC, UTS, network, cgroup) is the sandbox's, joined by nsenter.
+        argv = [bwrap, "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        argv += ["--dev-bind", "/", "/"]  # every mount as the sandbox has it (nosuid added; ro stays ro)
+    else:
+        argv = _own_view(bwrap, view)
+    pinned = 0 if joined else SHM_BYTES
+    for entry in d.tmpfs or ("/tmp",):
+        path, size = _tmpfs(entry)
+        if not joined:
+            pinned += size
+            argv += ["--perms", "1777", "--size", str(size), "--tmpfs", path]
+        # Docker mounts a tmpfs noexec unless its options say `exec`: the same here.
+        grants.append((landlock.WRITE + (landlock.EXEC if _tmpfs_exec(entry) else ""), path))
+    if not joined:
+        argv += ["--bind", lay.workspace_dir, d.workdir]
+    grants.append((landlock.WRITE + landlock.EXEC, d.workdir))  # where an agent builds and runs its code
+    if lay.agent_mount is not None:
+        argv += [] if joined else ["--ro-bind", lay.agent_mount, AGENT_MOUNT]
+        grants.append((landlock.EXEC, AGENT_MOUNT))
+    if control:
+        argv += ["--bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
+        grants.append((landlock.WRITE, sv.CTL_MOUNT))
+    if not joined:
+        argv += ["--ro-bind", str(sv.bin_dir()), sv.BIN_MOUNT]
+    grants.append((landlock.EXEC, sv.BIN_MOUNT))
+    egress = settings.egress.mode != "none"
+    if egress and not joined:  # joined: the sandbox's own forwarder serves its network namespace
+        argv += ["--ro-bind", str(forwarder.socket_dir(lay.name)), forwarder.MOUNT]
+        command = forwarder.wrap(command)
+    for b in binds:
+        argv += [] if joined else b.args()
+        grants.append(((landlock.EXEC if b.read_only else landlock.WRITE + landlock.EXEC), b.target))
+    ruleset = None
+    if layer is not None and layer.active:
+        # Outermost, so the forwarder runs under it too: it binds the proxy port, commands connect to it.
+        # TCP is restricted only when the operator lists ports: the sandbox's network namespace holds
+        # nothing but its own loopback, so a default refusal would only break dev servers and tests that
+        # bind port 0, and add no confinement.
+        ports = settings.bwrap_tcp_ports
+        proxy = (forwarder.PORT,) if egress else ()
+        ruleset = landlock.Ruleset(
+            tuple(grants),
+            tcp=layer.abi >= landlock.NET_ABI and bool(ports),
+            bind=tuple(sorted({*ports, *proxy})),
+            connect=tuple(sorted({*ports, *proxy})),
+        )
+        command = ruleset.wrap(command)
+    for host_path, inside in (sockets or {}).items():
+        argv += ["--ro-bind", host_path, inside]
+    for fd, inside in (files or {}).items():
+        argv += ["--perms", "0400", "--ro-bind-data", str(fd), inside]
+    # The environment is bwrap's own (the keeper's, set by the caller), never argv: argv is readable by
+    # every local user (ps), and docker.env may carry a key the operator meant for the sandbox only.
+    argv += [] if joined else ["--remount-ro", "/"]
+    argv += ["--chdir", d.workdir]
+    argv += ["--seccomp", str(seccomp), "--", *command]
+    rlimits = {
+        resource.RLIMIT_NOFILE: d.ulimits.get("nofile", (4096, 8192)),
+        resource.RLIMIT_CORE: d.ulimits.get("core", (0, 0)),
+    }
+    if d.pids_limit:
+        rlimits[resource.RLIMIT_NPROC] = (d.pids_limit, d.pids_limit)
+    memory = _bytes(d.memory)
+    if memory:
+        rlimits[resource.RLIMIT_AS] = (memory, memory)
+    sandbox_vars = sandbox_env(settings, env)
+    if egress:
+        sandbox_vars.update(forwarder.PROXY_ENV)
+    return Plan(argv, sandbox_vars, rlimits, d.pids_limit, pinned, ruleset)
+
+
+def _own_view(bwrap: str, view: list[str]) -> list[str]:
+    """bwrap's namespaces and the system, /proc and /dev mounts of a sandbox's view, made new."""
+    return [
         bwrap,
         "--unshare-user",
         "--unshare-pid",
@@ -258,67 +323,6 @@ def plan(
         "--remount-ro",
         "/dev",  # not recursive: /dev/shm and /dev/pts stay writable, device nodes work on a read-only mount
     ]
-    pinned = SHM_BYTES
-    for entry in d.tmpfs or ("/tmp",):
-        path, size = _tmpfs(entry)
-        pinned += size
-        argv += ["--perms", "1777", "--size", str(size), "--tmpfs", path]
-        # Docker mounts a tmpfs noexec unless its options say `exec`: the same here.
-        grants.append((landlock.WRITE + (landlock.EXEC if _tmpfs_exec(entry) else ""), path))
-    argv += ["--bind", lay.workspace_dir, d.workdir]
-    grants.append((landlock.WRITE + landlock.EXEC, d.workdir))  # where an agent builds and runs its code
-    if lay.agent_mount is not None:
-        argv += ["--ro-bind", lay.agent_mount, AGENT_MOUNT]
-        grants.append((landlock.EXEC, AGENT_MOUNT))
-    if control:
-        argv += ["--bind", str(sv.ctl_dir(lay.name)), sv.CTL_MOUNT]
-        grants.append((landlock.WRITE, sv.CTL_MOUNT))
-    argv += ["--ro-bind", str(sv.bin_dir()), sv.BIN_MOUNT]
-    grants.append((landlock.EXEC, sv.BIN_MOUNT))
-    egress = settings.egress.mode != "none"
-    if egress:
-        argv += ["--ro-bind", str(forwarder.socket_dir(lay.name)), forwarder.MOUNT]
-        command = forwarder.wrap(command)
-    binds = _binds(d.binds)
-    argv += binds
-    for i in range(0, len(binds), 3):
-        grants.append(((landlock.WRITE if binds[i] == "--bind" else "") + landlock.EXEC, binds[i + 2]))
-    ruleset = None
-    if layer is not None and layer.active:
-        # Outermost, so the forwarder runs under it too: it binds the proxy port, commands connect to it.
-        # TCP is restricted only when the operator lists ports: the sandbox's network namespace holds
-        # nothing but its own loopback, so a default refusal would only break dev servers and tests that
-        # bind port 0, and add no confinement.
-        ports = settings.bwrap_tcp_ports
-        proxy = (forwarder.PORT,) if egress else ()
-        ruleset = landlock.Ruleset(
-            tuple(grants),
-            tcp=layer.abi >= landlock.NET_ABI and bool(ports),
-            bind=tuple(sorted({*ports, *proxy})),
-            connect=tuple(sorted({*ports, *proxy})),
-        )
-        command = ruleset.wrap(command)
-    for host_path, inside in (sockets or {}).items():
-        argv += ["--ro-bind", host_path, inside]
-    for fd, inside in (files or {}).items():
-        argv += ["--perms", "0400", "--ro-bind-data", str(fd), inside]
-    # The environment is bwrap's own (the keeper's, set by the caller), never argv: argv is readable by
-    # every local user (ps), and docker.env may carry a key the operator meant for the sandbox only.
-    argv += ["--remount-ro", "/", "--chdir", d.workdir]
-    argv += ["--seccomp", str(seccomp), "--", *command]
-    rlimits = {
-        resource.RLIMIT_NOFILE: d.ulimits.get("nofile", (4096, 8192)),
-        resource.RLIMIT_CORE: d.ulimits.get("core", (0, 0)),
-    }
-    if d.pids_limit:
-        rlimits[resource.RLIMIT_NPROC] = (d.pids_limit, d.pids_limit)
-    memory = _bytes(d.memory)
-    if memory:
-        rlimits[resource.RLIMIT_AS] = (memory, memory)
-    sandbox_vars = sandbox_env(settings, env)
-    if egress:
-        sandbox_vars.update(forwarder.PROXY_ENV)
-    return Plan(argv, sandbox_vars, rlimits, d.pids_limit, pinned, ruleset)
 
 
 def _system_dirs(view: list[str]) -> list[str]:
@@ -353,16 +357,26 @@ async def terminal(
     script: str,
     marker: str,
 ) -> Any:
-    """A PTY command: a one-shot bwrap of the scope's view (workspace, system, limits, seccomp; its own
-    /tmp and PID namespace), run like a gateway-host terminal (the session host's child, so it outlives a
-    gateway restart and ends with its sandbox's parent). The container's `docker exec -t`, for bwrap."""
+    """A PTY command in the scope's running sandbox, as `docker exec -t` is in its container: it joins the
+    sandbox's namespaces (nsenter) and a bwrap there takes its view whole (plan(joined=True)), so its /tmp,
+    /var/tmp, /run and /dev/shm are the sandbox's own mounts, counted once in its RAM reservation, never a
+    new tmpfs per terminal; seccomp, landlock, no capabilities and the limits are as for any command in it.
+    Run like a gateway-host terminal (the session host's child, so it outlives a gateway restart), it ends
+    with its sandbox (its PID namespace's init)."""
     exe = find_bwrap()
+    nsenter = sysbin.which("nsenter")
+    if nsenter is None:
+        raise SandboxUnavailable("a terminal in a bwrap sandbox needs nsenter (util-linux): install it")
     env = sanitize_container_env(settings.docker.env, explicit=settings.docker.env.keys()).env
     layer = await asyncio.to_thread(landlock.status, settings.bwrap_landlock, build=True)
+    namespaces = await asyncio.to_thread(_join_fds, lay.name, exe)
     fd = seccomp_fd()
     spec_fd = _memfd("exechost-spec", script.encode())
     try:
-        shell = [sv.BUSYBOX, "sh", TERMINAL_SPEC] if has_busybox else ["/bin/sh", TERMINAL_SPEC]
+        # The spec by its fd, inherited (the sandbox's root is read-only: no file can be made there for
+        # it); never argv, which every local user reads.
+        spec_path = f"/proc/self/fd/{spec_fd}"
+        shell = [sv.BUSYBOX, "sh", spec_path] if has_busybox else ["/bin/sh", spec_path]
         how = plan(
             settings,
             lay,
@@ -371,24 +385,72 @@ async def terminal(
             seccomp=fd,
             command=shell,
             control=False,
-            files={spec_fd: TERMINAL_SPEC},
             layer=layer,
+            binds=bindfds.shown(settings.docker),  # already mounted in the sandbox: their grants only
+            joined=True,
         )
+        enter = [f"--{kind}=/proc/self/fd/{ns}" for kind, ns in namespaces.items()]
+        argv = [nsenter, *enter, "--preserve-credentials", "--", *how.argv]
         limits = [f"--{PRLIMIT_NAMES[k]}={s}:{h}" for k, (s, h) in how.rlimits.items()]
         prlimit = sysbin.which("prlimit")
-        argv = [prlimit, *limits, "--", *how.argv] if prlimit else how.argv
-        # Into the scope's pids cgroup before bwrap runs (RLIMIT_NPROC does not bind uid 0): a terminal
-        # counts against the sandbox's pidsLimit like any of its commands, and ends with the sandbox.
+        argv = [prlimit, *limits, "--", *argv] if prlimit else argv
+        # Into the scope's pids cgroup first (RLIMIT_NPROC does not bind uid 0): a terminal counts
+        # against the sandbox's pidsLimit like any of its commands, and ends with the sandbox.
         record = _read_record(lay.name) if how.pids_limit else None
         group = record.get("cgroup") if record is not None else None
         if isinstance(group, str) and group.startswith("/sys/fs/cgroup/"):
             argv = ["/bin/sh", "-c", JOIN_SH, "exechost-terminal", group, *argv]
-        one = replace(spec, argv=argv, env=how.env, cwd="/", pass_fds=(fd, spec_fd))
+        passed = (fd, spec_fd, *namespaces.values())
+        one = replace(spec, argv=argv, env=how.env, cwd="/", pass_fds=passed)
         launcher = session_host if session_host is not None else LocalLauncher()
         return await launcher.spawn(one)
     finally:
-        os.close(fd)
-        os.close(spec_fd)
+        for held in (fd, spec_fd, *namespaces.values()):
+            os.close(held)
+
+
+# The namespaces a terminal joins (nsenter's names), the user namespace first: the rest are its.
+JOINED = ("user", "mount", "pid", "net", "ipc", "uts", "cgroup")
+_PROC_NS = {"mount": "mnt"}
+
+
+def _join_fds(name: str, bwrap_exe: str) -> dict[str, int]:
+    """Fds of the running sandbox's namespaces, opened from its init (the keeper's grandchild, in a mount
+    namespace not ours) and checked to be that process's still (its start time, after the opens): a fd
+    holds its namespace, where a pid could name another process by the time nsenter ran."""
+    record = _read_record(name)
+    if record is None or not _alive(record):
+        raise SandboxUnavailable(f"sandbox {name} is not running")
+    ours = os.readlink("/proc/self/ns/mnt")
+    for pid in _children(int(record["pid"]), grandchildren=True):
+        start = _start_time(pid)
+        try:
+            if os.readlink(f"/proc/{pid}/ns/mnt") == ours:
+                continue
+        except OSError:
+            continue
+        fds: dict[str, int] = {}
+        try:
+            for kind in JOINED:
+                fds[kind] = os.open(f"/proc/{pid}/ns/{_PROC_NS.get(kind, kind)}", os.O_RDONLY | os.O_CLOEXEC)
+            inside = os.path.exists(f"/proc/{pid}/root{bwrap_exe}")
+        except OSError:
+            inside = False
+        if start is not None and _start_time(pid) == start and inside:
+            return fds
+        for held in fds.values():
+            os.close(held)
+        if start is not None and _start_time(pid) == start and not inside:
+            raise SandboxUnavailable(
+                f"a terminal in sandbox {name} runs its own bwrap inside it, and {bwrap_exe} is not in "
+                "its view (a bwrap.rootfs without bubblewrap): run the command without pty"
+            )
+    raise SandboxUnavailable(f"sandbox {name} is not running")
+
+
+def bind_roots(lay: Layout) -> list[str]:
+    """Where docker.binds sources may lie (validate.validate_docker's roots)."""
+    return [lay.workspace_dir, lay.agent_workspace]
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -542,26 +604,33 @@ def start(
     if not layer.active and layer.abi and settings.bwrap_landlock:
         log.warning("bwrap sandbox %s starts without landlock: %s", lay.name, layer.reason)
     with _budget_lock():
-        fd = seccomp_fd()
+        # Checked and opened here, mounted by fd: what bwrap binds is what was checked (bindfds).
+        binds = bindfds.open_binds(settings.docker, bind_roots(lay))
+        fd = -1
         try:
+            fd = seccomp_fd()
             command = sv.supervisor_command(has_busybox)
-            how = plan(settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command, layer=layer)
+            how = plan(
+                settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command, layer=layer, binds=binds
+            )
             _check_memory_budget(lay.name, owner, how.tmpfs_bytes)
             group = _pids_cgroup(lay.name, how.pids_limit, owner)
             try:
-                keeper = _spawn_keeper(lay, how, fd, group, has_busybox)
+                keeper = _spawn_keeper(lay, how, (fd, *(b.fd for b in binds)), group, has_busybox)
             except BaseException:
                 if group is not None:
                     with contextlib.suppress(OSError):
                         group.rmdir()
                 raise
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
+            bindfds.close(binds)
         return _adopt_keeper(settings, lay, how, keeper, group, owner, config_hash, created_at_ms, layer)
 
 
 def _spawn_keeper(
-    lay: Layout, how: Plan, fd: int, group: Path | None, has_busybox: bool
+    lay: Layout, how: Plan, fds: tuple[int, ...], group: Path | None, has_busybox: bool
 ) -> subprocess.Popen[bytes]:
     """The keeper shell, waiting for `go` on stdin while its limits and record are set; at `go` it enters
     `group` itself."""
@@ -575,7 +644,7 @@ def _spawn_keeper(
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=log_fd,
-            pass_fds=(fd,),
+            pass_fds=fds,
             start_new_session=True,
             # The sandbox's environment (bwrap's init, its pid 1, keeps it too): nothing of the gateway's.
             env=how.env,

@@ -33,7 +33,7 @@ from engine.sandbox.settings import (
     resolve_settings,
     state_id,
 )
-from engine.sandbox.validate import sanitize_container_env, validate_docker
+from engine.sandbox.validate import docker_writable, sanitize_container_env, validate_docker
 from engine.sandbox.workspace import WorkspaceError, ensure_dir, give_dirs, workspace_user
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,9 @@ class SandboxManager:
         if entry is None:
             return False
         try:
-            validate_docker(settings.docker, [lay.workspace_dir, lay.agent_workspace])
+            validate_docker(
+                settings.docker, [lay.workspace_dir, lay.agent_workspace], docker_writable(settings, lay)
+            )
         except ValueError:
             self.pool.put_back(entry)  # _create says why, to the agent
             return False
@@ -260,7 +262,7 @@ class SandboxManager:
                 has_busybox=has_bb,
                 agent_id=agent_id,
             )
-        except docker_ops.SandboxUnavailable as exc:
+        except (docker_ops.SandboxUnavailable, ValueError) as exc:  # ValueError: a bind refused (bindfds)
             raise SandboxError(str(exc)) from None
         except OSError as exc:
             raise SandboxError(f"Failed to start bwrap sandbox {lay.name}: {exc}") from None
@@ -337,6 +339,7 @@ class SandboxManager:
             created = True
         elif not state.running:
             self._progress(lay.name, "starting stopped container")
+            self._check_binds(settings, lay)  # Docker mounts them again, by path, at this start
             await asyncio.to_thread(_check_workspaces, settings, lay)  # binds are mounted at start
             channel.prepare()
             await asyncio.to_thread(sv.ensure_bin_dir)
@@ -350,6 +353,7 @@ class SandboxManager:
                     raise
                 # Its control dir was replaced under it, or the supervisor died: a restart re-binds both.
                 self._progress(lay.name, "restarting container: exec supervisor not answering")
+                self._check_binds(settings, lay)
                 await asyncio.to_thread(_check_workspaces, settings, lay)
                 await asyncio.to_thread(sv.ensure_bin_dir)
                 await asyncio.to_thread(docker_ops.restart, lay.name)
@@ -367,6 +371,17 @@ class SandboxManager:
         await self._touch(lay.name, self._known[lay.name], force=not created)
         return Ensured(lay.name, created=created, warnings=warnings, config_hash=expected)
 
+    @staticmethod
+    def _check_binds(settings: SandboxSettings, lay: Layout) -> None:
+        """What a create checks, again before a start: a container made under an older exechost (or
+        config) may hold a bind source a sandbox writes; it is refused, never mounted again."""
+        try:
+            validate_docker(
+                settings.docker, [lay.workspace_dir, lay.agent_workspace], docker_writable(settings, lay)
+            )
+        except ValueError as exc:
+            raise SandboxError(str(exc)) from None
+
     def container_env(self, settings: SandboxSettings) -> tuple[dict[str, str], list[str]]:
         explicit = settings.docker.env.keys()
         cleaned = sanitize_container_env(settings.docker.env, explicit=explicit)
@@ -376,7 +391,9 @@ class SandboxManager:
         self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str, warnings: list[str]
     ) -> None:
         try:
-            validate_docker(settings.docker, [lay.workspace_dir, lay.agent_workspace])
+            validate_docker(
+                settings.docker, [lay.workspace_dir, lay.agent_workspace], docker_writable(settings, lay)
+            )
         except ValueError as exc:
             raise SandboxError(str(exc)) from None
         self._progress(lay.name, f"checking image {settings.docker.image}")

@@ -290,7 +290,8 @@ class Pool:
             if len(self._ready.get(key, [])) >= settings.docker.pool:
                 return
             try:
-                validate_docker(settings.docker, [self._workspace(settings, "0" * 12)])
+                ws = self._workspace(settings, "0" * 12)
+                validate_docker(settings.docker, [ws], writable=[ws])
             except ValueError as exc:
                 # Refused for a spare's workspace (a bind that only a scope's own roots allow, …): never
                 # pooled; each scope is created and validated as usual.
@@ -311,7 +312,7 @@ class Pool:
         token = secrets.token_hex(6)
         name = f"{settings.docker.container_prefix}{state_id()}-pool.{token}"
         workspace = self._workspace(settings, token)
-        validate_docker(settings.docker, [workspace])
+        validate_docker(settings.docker, [workspace], writable=[workspace])
         await asyncio.to_thread(docker_ops.ensure_image, settings.docker.image)
 
         def prepare() -> tuple[str, bool, str | None]:

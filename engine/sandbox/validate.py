@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from engine.errors import ExecHostError
-from engine.sandbox.settings import AGENT_MOUNT, DockerSettings
+from engine.sandbox.settings import AGENT_MOUNT, DockerSettings, Layout, SandboxSettings
 
 BLOCKED_HOST_PATHS = (
     "/etc", "/private/etc", "/proc", "/sys", "/dev", "/root", "/boot", "/run", "/var/run",
@@ -184,14 +184,49 @@ def validate_profiles(seccomp: str | None, apparmor: str | None) -> None:
         )
 
 
-def validate_docker(docker: DockerSettings, allowed_roots: Iterable[str]) -> None:
-    """Everything checked at each container create."""
+def refuse_writable_sources(binds: Iterable[str], writable: Iterable[str]) -> None:
+    """Docker only: no bind source inside a tree a sandbox writes. The daemon resolves a bind by path at
+    every container start, so such a source (checked here) can be swapped for a link to a host directory
+    before that mount, and no check on our side can pin it (docs/SECURITY.md). bwrap mounts by fd instead."""
+    roots: list[str] = []
+    for root in writable:
+        for variant in (normalize_path(root), resolve_via_existing_ancestor(normalize_path(root))):
+            if variant not in roots:
+                roots.append(variant)
+    for raw in binds:
+        bind = raw.strip()
+        source = normalize_path(split_bind(bind)[0]) if bind else ""
+        if not source.startswith("/"):
+            continue
+        for candidate in (source, resolve_via_existing_ancestor(source)):
+            inside = next((r for r in roots if _inside(r, candidate)), None)
+            if inside is not None:
+                raise SandboxSecurityError(
+                    f'Sandbox security: bind mount "{bind}" (docker.binds) has its source inside the '
+                    f'workspace "{inside}", which the sandbox writes. Docker mounts a bind by path at every '
+                    "container start, so the sandbox could replace it with a link to any host directory. "
+                    "Use the path under the container's workspace mount instead (it is mounted already), "
+                    'bind a directory no sandbox can write, or use backend = "bwrap" (it mounts by fd).'
+                )
+
+
+def docker_writable(settings: SandboxSettings, lay: Layout) -> list[str]:
+    """The tree a Docker sandbox of this scope writes: its workspace mount (the agent's own under rw)."""
+    return [] if settings.backend == "bwrap" else [lay.workspace_dir]
+
+
+def validate_docker(
+    docker: DockerSettings, allowed_roots: Iterable[str], writable: Iterable[str] = ()
+) -> None:
+    """Everything checked at each container create (and start). `writable`: for the Docker backend, the
+    trees a sandbox writes, where no bind source may lie (refuse_writable_sources)."""
     validate_binds(
         docker.binds,
         allowed_roots,
         allow_external=docker.dangerously_allow_external_bind_sources,
         allow_reserved=docker.dangerously_allow_reserved_container_targets,
     )
+    refuse_writable_sources(docker.binds, writable)
     validate_network(docker.network, allow_namespace_join=docker.dangerously_allow_container_namespace_join)
     validate_profiles(docker.seccomp_profile, docker.apparmor_profile)
     if docker.user is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", docker.user):

@@ -480,13 +480,25 @@ class SessionIO:
 
 
 def write_file(name: str, data: bytes, *, atomic: bool) -> None:
-    """No fsync: these files outlive a gateway or host crash, not a power cut (the commands would not)."""
+    """All of `data`, or OSError: a short write (a nearly full disk) is continued, never taken for the
+    whole file; an atomic write that fails leaves no temp file. No fsync: these files outlive a gateway or
+    host crash, not a power cut (the commands would not)."""
     path = f".{name}.tmp" if atomic else name
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, data)
-    finally:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            if written <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[written:]
+    except BaseException:
         os.close(fd)
+        if atomic:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
+    os.close(fd)
     if atomic:
         os.replace(path, name)
 

@@ -474,6 +474,10 @@ class Host(hio.SessionIO):
         try:
             hio.write_file(f"{sid}.json", json.dumps(meta).encode(), atomic=False)
         except OSError as exc:
+            # Made but not filled (ENOSPC after the open): an empty claim would tell the next gateway a
+            # run that never started may have, so it would never start it. Nothing started: no claim.
+            with contextlib.suppress(OSError):
+                os.unlink(f"{sid}.json")
             raise OSError(exc.errno, f"session file not written, so not started ({exc.strerror})") from exc
         return True
 

@@ -350,7 +350,7 @@ class ExecTool:
         every security level, unless the operator set hostView = "none"."""
         if prepared.host != "gateway" or self._config().exec_for(ctx.agent_id).host_view == "none":
             return False
-        refuse_hidden_cwd(prepared.cwd, str(state_dir()))
+        refuse_hidden_cwd(prepared.cwd, str(state_dir()), host_outside(self._config()))
         return True
 
     async def _pinned(
@@ -541,21 +541,25 @@ class ExecTool:
             patterns = d.allow_always_patterns
             if record.grant is not None:
                 # A yes with limits: the same patterns, in the grants file, until they run out (never
-                # the permanent file, even when the grant cannot be saved). Once per record: the asks
-                # coalesced into it share the one grant.
+                # the permanent file, even when the grant cannot be saved). Once per record, by the id
+                # the decision journaled: the asks coalesced into it, and a restart, make the same one.
+                # No id: a decision journaled by an older gateway, which may have made its grant
+                # already; it runs this once and grants nothing more.
                 try:
                     if self.grants is None:
                         raise RuntimeError("no grant store")
-                    if record.grant_id is not None:
+                    if record.grant_id is None:
+                        log.warning("approval %s: its grant's id was never journaled; not granted", record.id)
                         return True, "", approved
-                    record.grant_id = self.grants.add(
+                    self.grants.ensure(
+                        record.grant_id,
                         ctx.agent_id,
                         patterns,
                         prepared.command,
                         record.grant,
                         session_key=ctx.session_key,
                         granted_by=record.resolved_by or "operator",
-                    ).id
+                    )
                 except Exception as exc:
                     log.warning("could not save grant %s: %s", patterns, exc)
             elif patterns:

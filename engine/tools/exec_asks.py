@@ -59,6 +59,7 @@ def resume_data(prepared: Prepared, call: ExecRequest, ctx: ExecContext) -> dict
         "cwd": prepared.cwd,
         "approved": prepared.command_to_run(approved=True),
         "identity": [list(item) for item in prepared.decision.identity],
+        "credential": ctx.credential,
     }
 
 

@@ -34,8 +34,9 @@ BYTE_CAP = 32 << 20  # bytes one stream may write before the run is killed (`yes
 
 def host_outside(config: Config) -> Outside:
     """What the gateway holds outside the state dir, for the host view to hide: every node's SSH identity
-    file and the Docker engine's sockets; and the agents' socket's directory (read-only: the socket stays
-    reachable, never removable)."""
+    file and the Docker engine's sockets; the agents' socket's directory (read-only: the socket stays
+    reachable, never removable); and every sandbox workspace root, the default and each agent's (covered:
+    one agent's host command never reads or plants another agent's sandbox files)."""
     keys = sorted(
         {
             os.path.abspath(os.path.expanduser(n.identity_file))
@@ -44,7 +45,18 @@ def host_outside(config: Config) -> Outside:
         }
     )
     sock = config.gateway.agent_socket
-    return Outside(hidden=tuple(keys) + engine_sockets(), readonly=(os.path.dirname(sock),) if sock else ())
+    return Outside(
+        hidden=tuple(keys) + engine_sockets(),
+        readonly=(os.path.dirname(sock),) if sock else (),
+        covered=workspace_roots(config),
+    )
+
+
+def workspace_roots(config: Config) -> tuple[str, ...]:
+    """Where every agent's sandbox workspaces live: the global workspaceRoot and each agent's own."""
+    roots = [config.sandbox.workspace_root]
+    roots += [str(a.sandbox.get("workspace_root") or "") for a in config.agents.values()]
+    return tuple(sorted({os.path.abspath(os.path.expanduser(r)) for r in roots if r}))
 
 
 def engine_sockets() -> tuple[str, ...]:
@@ -160,9 +172,9 @@ class LocalExecHost:
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
             # The host view (engine.commands.hostview), as every gateway-host run has it.
             host = config.exec_for(agent_id).host_view != "none"
-            if host:
-                refuse_hidden_cwd(cwd, str(state_dir()))
             outside = host_outside(config)
+            if host:
+                refuse_hidden_cwd(cwd, str(state_dir()), outside)
             view = await asyncio.to_thread(view_for, decided.tree, run, anchor, host=host, outside=outside)
         except HostViewError as exc:
             run.close()

@@ -125,6 +125,9 @@ class ExecContext:
     operator: bool = False  # the operator's own call: no agent's quota applies (engine.sessions.quota)
     # Which of the agent's clients calls (a connection): its decisions take turns with the agent's others'.
     caller: str = ""
+    # The credential the caller proved itself with (principals.credential_id), "" for none (a Unix account,
+    # the gateway token, the operator): an ask it made is run after a restart only while that still holds.
+    credential: str = ""
     # False once the caller has gone away (its connection closed): results then go out as system events.
     caller_alive: Callable[[], bool] = field(default=lambda: True, repr=False)
     # Told once the call starts waiting for a human ({approvalId, approvalSlug, expiresAtMs, command}), so

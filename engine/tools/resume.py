@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from engine import principals
 from engine.approvals.durable import StoredAsk
 from engine.approvals.grants import GrantLimits
 from engine.approvals.pending import ApprovalRecord, env_hash
@@ -18,6 +19,7 @@ from engine.commands.allowlist import identity_problem
 from engine.errors import InvalidInput
 from engine.protocol.requests import ExecRequest
 from engine.results import ToolError
+from engine.statefs import state_dir
 from engine.tools.exec import ExecContext, ExecTool
 from engine.tools.exec_asks import policy_now_denies
 
@@ -51,11 +53,27 @@ def restore_asks(tool: ExecTool, asks: list[StoredAsk]) -> list[ApprovalRecord]:
             run=ask.run,
             joined=ask.joined,
         )
+        revoked = [r for r in (record.resume, *(s.get("resume") for s in record.joined)) if not _holds(r)]
+        if revoked:
+            # Its credential was revoked (or re-minted) while no gateway ran (`exechost agents revoke`
+            # offline only removes the file): what it asked is not run after, as a live revoke ensures.
+            log.warning("restored ask %s: its agent's credential no longer holds; denied", record.id)
+            tool.approvals.revoke_record(record)
         tool._spawn(resume_ask(tool, record))
         for slot in record.joined:  # every requester coalesced into it was promised its own run
             tool._spawn(resume_ask(tool, record, slot))
         restored.append(record)
     return restored
+
+
+def _holds(resume: dict[str, Any] | None) -> bool:
+    """Whether the credential a stored call was made with is still its agent's (no credential: nothing to
+    check here; a Unix account or the gateway token is decided again when the agent reconnects)."""
+    credential = str((resume or {}).get("credential") or "")
+    if not credential:
+        return True
+    agent = str((resume or {}).get("agentId") or "")
+    return principals.valid_name(agent) and principals.still_holds(state_dir(), agent, credential)
 
 
 def stale_reason(

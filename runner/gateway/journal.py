@@ -99,6 +99,7 @@ class ApprovalJournal:
         waiting = {ask.id for ask in asks if ask.decision is None}
         try:
             decided = self.history.decisions_of(waiting)
+            self.history.index()  # `approvals.status` of an id nobody decided answers from it, no read
         except OSError as exc:  # unreadable history: every ask comes back (asked again, never run)
             log.error("decision history not read for the pending asks: %s", exc)
             decided = {}

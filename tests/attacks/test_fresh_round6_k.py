@@ -179,12 +179,6 @@ async def test_node_session_cap_holds_across_a_restart(state: Path) -> None:
         node.stop()  # and every process the node's state dir started
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a revoke made while no gateway runs (`exechost agents revoke`, the CLI's offline path) "
-    "only unlinks the credential; the revoked agent's approved-but-not-started run in "
-    "pending-approvals.json is restored and started by the next gateway (revoke_agent runs only live)",
-)
 async def test_revoked_agents_approved_run_does_not_start_after_a_crash(state: Path) -> None:
     write_config(state, ALLOWLIST)
     token = principals.mint(state, "ops")
@@ -322,12 +316,6 @@ async def test_an_agent_cannot_lock_down_or_read_another_agents_scope(state: Pat
         daemon.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an allow-always with limits writes its grant (exec-grants.json) before the journal says "
-    "so (record.grant_id rides on the next pending line); a gateway killed in between leaves the grant "
-    "and an ask without its id, and the next gateway adds a second grant: the operator's N uses become 2N",
-)
 async def test_a_limited_grant_is_not_granted_twice_across_a_crash(state: Path) -> None:
     write_config(state, ALLOWLIST)
     marker = state.parent / "granted"
@@ -449,15 +437,12 @@ async def test_security_deny_set_after_an_ask_refuses_its_approval(state: Path, 
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a PTY command in a bwrap sandbox is a one-shot bwrap with tmpfs mounts of its own "
-    "(bwrap.terminal), never counted in the RAM reservations that refuse a sandbox past its agent's "
-    "quarter of the host's RAM (_check_memory_budget): each terminal may pin another full /tmp",
-)
 async def test_pty_terminals_cannot_pin_tmpfs_past_the_agents_ram_share(
     state: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Was open: a PTY command in a bwrap sandbox was a one-shot bwrap with tmpfs mounts of its own, never
+    counted in the RAM reservations, so each terminal could pin another full /tmp. Now a terminal joins
+    the running sandbox's namespaces and its bwrap takes that view whole: the same tmpfs mounts."""
     # One /tmp of 5 GiB: its sandbox fits this agent's quarter of the host's RAM; a second one would not.
     # (Nothing here writes more than a few bytes: the caps are reservations, not allocations.)
     quarter = _mem_total() // 4
@@ -491,9 +476,9 @@ async def test_pty_terminals_cannot_pin_tmpfs_past_the_agents_ram_share(
         bwrap.remove_all()
 
 
-def _decided(tag: str) -> dict[str, object]:
-    """A decision line of one of agent main's asks: denied, with a 60 KB command."""
-    return {"kind": "decision", "v": 1, "id": f"{tag}-{uuid.uuid4()}", "status": "deny", "agentId": "main",
+def _decided(tag: str, agent: str = "main") -> dict[str, object]:
+    """A decision line of one of `agent`'s asks: denied, with a 60 KB command."""
+    return {"kind": "decision", "v": 1, "id": f"{tag}-{uuid.uuid4()}", "status": "deny", "agentId": agent,
             "command": "x" * 60_000}  # fmt: skip
 
 
@@ -512,20 +497,14 @@ def _answered(raw: RawClient) -> int:
     return data.count(b"\n")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: approvals.status of an unknown id scans the whole decision history (≤5 MiB) in "
-    "asyncio's shared default thread pool, first come first served (not engine.fairpool): one agent's "
-    "burst of bogus ids queues the operator's approvals.history (0.13 s alone, ~30 s behind 1,200 of "
-    "them) and every other principal's off-loop work",
-)
 async def test_an_agents_status_flood_does_not_queue_the_operator(state: Path) -> None:
     write_config(state, ALLOWLIST)
-    # A decision history of 2.4 MB (its bound is 5 MiB): 40 of the agent's own asks with 60 KB commands,
-    # decided (an agent fills it itself, 32 asks at a time, as they are denied or expire).
+    # A decision history of 2.4 MB (its bound is 5 MiB): 40 asks with 60 KB commands, decided (an agent
+    # fills it itself, 32 asks at a time, as they are denied or expire). Agent ops's: agent main's status
+    # of one is refused (a short answer) only once the history was read to find it.
     log = DecisionLog(state / HISTORY_DIR)
     for batch in range(5):
-        log.write_lines([encode_entry(_decided(f"{batch:02d}{n:02d}")) for n in range(8)])
+        log.write_lines([encode_entry(_decided(f"{batch:02d}{n:02d}", "ops")) for n in range(8)])
     daemon = Daemon(state).start()
     raws: list[RawClient] = []
     try:
@@ -535,7 +514,10 @@ async def test_an_agents_status_flood_does_not_queue_the_operator(state: Path) -
                 raw, _first = await RawClient.open(state)  # agent main, reading nothing back
                 raws.append(raw)
                 for n in range(100):
-                    await raw.request("approvals.status", {"approvalId": f"zz{n:04d}"})
+                    # Ids nobody decided (and ambiguous prefixes) no longer cost a read: the decision
+                    # history's id index answers them (tests/runner/gateway/test_history_index.py). So the
+                    # flood names decided asks (a unique prefix each): each one is still a whole read.
+                    await raw.request("approvals.status", {"approvalId": f"{n // 8 % 5:02d}{n % 8:02d}"})
             await operator.request("approvals.history", {})
             answered = sum(_answered(raw) for raw in raws)
         finally:
@@ -654,16 +636,12 @@ async def test_a_lockdown_that_cannot_be_saved_still_holds_and_says_so(state: Pa
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the host view hides sandbox workspaces only while they lie in the state dir; with "
-    "`workspaceRoot` elsewhere (hostview's Outside lists node keys, engine sockets and the agents' socket "
-    "dir, never it) agent main's allowlisted `cat` reads agent ops's sandbox files (and an allowlisted "
-    "writer could plant files there)",
-)
 async def test_another_agents_sandbox_workspace_is_out_of_a_host_commands_reach(
     state: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Was open: the host view hid sandbox workspaces only while they lay in the state dir; with
+    `workspaceRoot` elsewhere agent main's allowlisted `cat` read agent ops's sandbox files. Now every
+    configured workspace root is covered in the host view, as the state dir is."""
     root = state.parent / "ws"
     write_config(
         state,

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from engine import principals
+from engine import principals, sandbox
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.frames import RemoteError
 from engine.sandbox import SandboxManager, bwrap, docker_ops, set_default_manager
+from engine.sandbox import manager as sandbox_manager
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 from tests.helpers.race import exchange_loop, tries
@@ -51,11 +52,6 @@ async def _exec(client: Any, command: str, **params: Any) -> dict[str, Any]:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a bind source is checked by realpath, then a PTY command's one-shot bwrap binds it by "
-    "path; the sandbox swaps it for a link to a host dir and gets that dir read-write",
-)
 @pytest.mark.asyncio
 async def test_class6_bind_source_relinked_by_the_sandbox_reaches_the_host_in_a_terminal(
     state_dir: Path, tmp_path: Path
@@ -316,20 +312,22 @@ async def test_held_host_wide_proc_files_and_fchmodat2_setuid_are_refused_in_bwr
     assert int(mode, 8) & 0o6000 == 0, text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: Docker mounts docker.binds again by path at every start of a stopped container, checked "
-    "only at the decision; a source swapped for a link in between mounts a host dir read-write",
-)
+@pytest.mark.parametrize("made_before", [False, True], ids=["new", "made-by-an-older-exechost"])
 @pytest.mark.asyncio
 async def test_class6_docker_restart_mounts_a_bind_source_swapped_after_the_decision(
-    state_dir: Path, tmp_path: Path
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made_before: bool
 ) -> None:
     """The Docker form of the bind attack. A stopped container is started again (`docker start`, which
     resolves every bind source by path then) with no check of the binds: only the decision checked them,
     by realpath. The racer exchanging `data` with a link is what any other sandbox of the agent mounting
     the same rw workspace (a session scope) can run; the stop is what a container's own commands can
-    cause (killing its supervisor ends its init)."""
+    cause (killing its supervisor ends its init).
+
+    Held by refusal (docs/SECURITY.md): Docker takes a bind source only by path, so a source inside the
+    workspace the sandbox writes cannot be pinned by any check; the config is refused with its key named,
+    and no container that mounts such a source is ever created or started again. `made_before`: the
+    container was created before that refusal (an older exechost; the decision's check stands aside too),
+    so the attack runs as first written, and the start of the stopped container must refuse it."""
     image = build_test_image()
     run_id = f"m6-{os.getpid()}"
     workspace = state_dir / "workspace"
@@ -353,8 +351,16 @@ async def test_class6_docker_restart_mounts_a_bind_source_swapped_after_the_deci
         async with gateway(state_dir):
             client = await connect(state_dir, operator=False)
             try:
-                first = await _exec(client, "ls /data; echo started")
-                assert "started" in first["_text"], first
+                if made_before:
+                    # The decision's check stands aside throughout, so what holds is the start's own.
+                    monkeypatch.setattr(sandbox, "docker_writable", lambda settings, lay: [])
+                    with monkeypatch.context() as older:
+                        older.setattr(sandbox_manager, "docker_writable", lambda settings, lay: [])
+                        first = await _exec(client, "ls /data; echo started")
+                    assert "started" in first["_text"], first
+                else:
+                    with pytest.raises(RemoteError, match=r"docker\.binds.*inside the workspace"):
+                        await _exec(client, "ls /data; echo started")
                 with exchange_loop(str(workspace / "data"), str(workspace / "evil")):
                     for _ in tries(60):
                         for c in docker_ops.list_sandboxes(f"exechost.test={run_id}", every_install=True):
@@ -608,11 +614,6 @@ async def test_class8_the_ask_names_where_a_linked_script_imports_from(
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a new bwrap sandbox binds docker.binds by path after the realpath check; another session "
-    "scope sharing the rw workspace swaps the source for a link and the restarted sandbox gets a host dir",
-)
 @pytest.mark.asyncio
 async def test_class6_a_sandbox_started_again_binds_a_source_another_scope_swapped(
     state_dir: Path, tmp_path: Path
@@ -744,11 +745,6 @@ async def test_class8_the_gateway_runs_a_program_an_agent_planted_on_its_path(
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a workspaceRoot outside the state dir is not hidden in the host view; one agent's "
-    "allowlisted grep reads (and its writers change) another agent's sandbox workspace",
-)
 @pytest.mark.asyncio
 async def test_sandbox_workspaces_under_a_configured_root_are_another_agents_to_read(
     state_dir: Path, tmp_path: Path

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from engine import fairpool
 from engine.approvals.pending import ApprovalRecord
 from engine.approvals.store import ApprovalsFileError
 from engine.commands.allowlist import COMMAND_HASH_PREFIX, bare_name_path
@@ -126,7 +128,9 @@ async def status(services: Services, conn: Connection, req: ApprovalsStatus) -> 
     if view is not None and slot is not None:  # a session that joined a shared ask: its own run
         view = {**view, "run": slot.get("run")}
     if view is None:  # decided before this gateway started: the decision log still knows it
-        entry = await asyncio.to_thread(services.journal.history.find, wanted)
+        entry = await fairpool.history.run(
+            _principal(conn), partial(services.journal.history.find, wanted), conn.fair_key
+        )
         view = entry.view() if entry is not None else None
     if view is None or (not conn.operator and view.get("agentId") != caller):
         raise InvalidInput(f"unknown or expired approval id {wanted!r}")
@@ -151,7 +155,9 @@ async def history(services: Services, conn: Connection, req: ApprovalsHistory) -
     on-disk decision log; a run's session status is looked up now, not as it was when it started."""
     require_operator(conn, "approvals.history")
     await services.journal.history_writer.barrier()  # lines still queued (what a run led to) are read too
-    entries = await asyncio.to_thread(services.journal.history.entries, req.agent_id)
+    entries = await fairpool.history.run(
+        _principal(conn), partial(services.journal.history.entries, req.agent_id), conn.fair_key
+    )
     rows = [current_run(services, entry.view()) for entry in entries]
     skip = req.cursor
     start = int(skip) if skip is not None and skip.isascii() and skip.isdigit() else 0
@@ -161,6 +167,11 @@ async def history(services: Services, conn: Connection, req: ApprovalsHistory) -
     if services.journal.history.problem:
         page["error"] = services.journal.history.problem
     return page
+
+
+def _principal(conn: Connection) -> str:
+    """Whose turn a history read takes in the fair pool: the operator's own queue, else the agent's."""
+    return "\x00operator" if conn.operator else conn.agent
 
 
 def current_run(services: Services, view: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.principals import check_node_query
+from engine.principals import check_node_query, credential_id
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
 from engine.protocol.requests import ExecRequest
@@ -36,6 +36,7 @@ async def handle(services: Services, conn: Connection, req: ExecRequest) -> dict
         session_key=key,
         operator=conn.operator,
         caller=conn.fair_key,
+        credential=credential_id(conn.presented) if conn.credential else "",
         caller_alive=lambda: not conn.closed,
         on_waiting=waiting,
     )

@@ -88,18 +88,17 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
     if answer == "allow-always" and patterns:
         try:
             if record.grant is not None:
-                if record.grant_id is None:
-                    record.grant_id = (
-                        await asyncio.to_thread(
-                            services.grants.add,
-                            agent,
-                            patterns,
-                            command,
-                            record.grant,
-                            request.session_key,
-                            record.resolved_by or "operator",
-                        )
-                    ).id
+                if record.grant_id is not None:  # chosen with the decision: made once (GrantStore.ensure)
+                    await asyncio.to_thread(
+                        services.grants.ensure,
+                        record.grant_id,
+                        agent,
+                        patterns,
+                        command,
+                        record.grant,
+                        request.session_key,
+                        record.resolved_by or "operator",
+                    )
             else:
                 await asyncio.to_thread(services.store.persist_allow_always, agent, patterns)
         except Exception as exc:

@@ -291,3 +291,53 @@ def test_the_cwd_is_checked_in_the_view_and_its_fd_never_reaches_the_command(
             assert "DIR" not in done.stdout
             if expect != "ran":
                 assert done.returncode == 126 and "ran" not in done.stdout
+
+
+def test_a_reloaded_workspace_root_reaches_the_kept_view(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fresh round 6 k: every configured sandbox workspace root is covered in the host view, the global
+    one and each agent's; the kept view is made once, and a config that moves a root re-makes it."""
+    from engine.config.loader import load_config_text
+    from engine.tools.exec_host import host_outside
+
+    first, second, own = tmp_path / "ws1", tmp_path / "ws2", tmp_path / "ws-ops"
+    for root in (first, second, own):
+        (root / "agent-x").mkdir(parents=True)
+        (root / "agent-x" / "secret").write_text(f"SECRET-{root.name}\n")
+
+    def read_all(text: str) -> tuple[str, hostkeeper.Keeper]:
+        outside = host_outside(load_config_text(text))
+        view = pinned_view(None, host=True, outside=outside)
+        try:
+            script = "; ".join(f"cat {r}/agent-x/secret 2>&1" for r in (first, second, own))
+            argv = view.wrap(["/bin/sh", "-c", script])
+            done = subprocess.run(
+                argv, cwd=tmp_path, capture_output=True, text=True, check=False, pass_fds=view.fds
+            )
+        finally:
+            view.close()
+        return done.stdout, _keeper(state_dir)
+
+    monkeypatch.setattr(hostkeeper, "_mounts", lambda: b"")  # other engineers' containers come and go
+    agent = f'[[agents.list]]\nid = "ops"\nsandbox.workspaceRoot = "{own}"\n'
+    # (the first run makes the missing configs' mountpoints on the host: the next binds those)
+    read_all(f'[agents.defaults.sandbox]\nworkspaceRoot = "{first}"\n' + agent)
+    seen, keeper = read_all(f'[agents.defaults.sandbox]\nworkspaceRoot = "{first}"\n' + agent)
+    assert "SECRET-ws1" not in seen and "SECRET-ws-ops" not in seen and "SECRET-ws2" in seen, seen
+    again, same = read_all(f'[agents.defaults.sandbox]\nworkspaceRoot = "{first}"\n' + agent)
+    assert again == seen and same is keeper  # kept while the config says the same
+    moved, remade = read_all(f'[agents.defaults.sandbox]\nworkspaceRoot = "{second}"\n')
+    assert "SECRET-ws2" not in moved and "SECRET-ws1" in moved and "SECRET-ws-ops" in moved, moved
+    assert remade is not keeper and not keeper.alive()
+
+
+def test_a_cwd_in_a_covered_workspace_root_is_refused(state_dir: Path, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    outside = hostview.Outside(covered=(str(root),))
+    hostview.refuse_hidden_cwd(str(tmp_path), str(state_dir), outside)
+    with pytest.raises(hostview.HostViewError, match="sandbox workspace root"):
+        hostview.refuse_hidden_cwd(str(root / "agent-x"), str(state_dir), outside)
+    # a missing root is made (0700) before the view covers it: none can be planted as a link first
+    assert "--tmpfs" in hostview.view_args(str(state_dir), outside=outside) and root.is_dir()
+    assert root.stat().st_mode & 0o777 == 0o700

@@ -267,12 +267,29 @@ async def test_pty_is_a_terminal_with_the_same_view(bwrap_mgr: SandboxManager) -
 
     await handle.write(
         b"[ -t 0 ] && [ -t 1 ] && echo is-a-tty; stty size; cat /workspace/shared-file; "
-        b"grep NoNewPrivs /proc/self/status; echo $TERM\n"
+        b"grep -E '^(NoNewPrivs|Seccomp|CapEff|CapBnd):' /proc/self/status; "
+        b"echo from-pty > /tmp/t; echo from-shm > /dev/shm/t; echo $TERM\n"
     )
     got = await until(b"xterm-256color\r\n")
-    # (--new-session: the terminal is bwrap's /dev/console, not a controlling tty, so TIOCSTI reaches
-    # nothing; the seccomp filter refuses it besides.)
+    # (--new-session: no controlling tty, so TIOCSTI reaches nothing; the seccomp filter refuses it
+    # besides.)
     assert b"is-a-tty" in got and b"30 100" in got and b"from-pipes" in got and b"NoNewPrivs:\t1" in got
+    assert (
+        b"Seccomp:\t2" in got and b"CapEff:\t0000000000000000" in got and b"CapBnd:\t0000000000000000" in got
+    )
+    # In the sandbox's own namespaces and mounts (fresh round 6 k): its /tmp and /dev/shm are the
+    # sandbox's, not new ones a terminal could fill besides.
+    assert (await run(sx, "cat /tmp/t /dev/shm/t"))[1] == "from-pty\nfrom-shm\n"
+    # The terminal's own bwrap (its parent there, under no seccomp filter) is in the sandbox's PID
+    # namespace, and out of its commands' reach: no /proc/<pid>/mem, environ, fd or root of it opens.
+    probe = (
+        "for p in $(ls /proc | grep -E '^[0-9]+$'); do [ $p = 1 ] && continue; "
+        "case $(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null) in /usr/bin/bwrap*) echo bwrap; "
+        "for f in mem environ fd/0 root/.; do (exec 3</proc/$p/$f) 2>/dev/null && echo opened $f; done;; "
+        "esac; done"
+    )
+    seen = (await run(sx, probe))[1]
+    assert seen == "bwrap\n", seen
     await handle.write(b"exit 3\n")
     while await handle.read() is not None:
         pass

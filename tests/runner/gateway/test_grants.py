@@ -184,3 +184,39 @@ def test_store_cache_follows_the_file_and_limits_parse(tmp_path: Path) -> None:
         GrantLimits.from_json({"uses": 0})
     expired = Grant("x", "main", ("/usr/bin/ls",), "ls", 0, 1, None, None)
     assert not expired.live(2) and expired.live(0)
+
+
+def test_a_grant_named_by_a_decision_is_made_once_and_never_again_once_spent(tmp_path: Path) -> None:
+    """GrantStore.ensure: the id a decision journaled makes one grant however often the decision is taken
+    up again (coalesced asks, a restart after a crash), and none once that grant ended (used up, revoked):
+    the operator's N uses never become 2N."""
+    store = GrantStore(tmp_path / "exec-grants.json")
+    limits = GrantLimits(uses=2)
+    made = store.ensure("g1", "main", ["/usr/bin/ls"], "ls", limits)
+    again = store.ensure("g1", "main", ["/usr/bin/ls"], "ls", limits)
+    assert made is not None and again == made and [g.id for g in store.active()] == ["g1"]
+    assert store.consume(["g1"]) and store.consume(["g1"]) and not store.consume(["g1"])
+    assert store.active() == []
+    assert store.ensure("g1", "main", ["/usr/bin/ls"], "ls", limits) is None  # spent: never made again
+    assert store.active() == []
+    store.ensure("g2", "main", ["/usr/bin/ls"], "ls", limits)
+    assert store.revoke("g2") is not None
+    assert store.ensure("g2", "main", ["/usr/bin/ls"], "ls", limits) is None  # revoked counts as ended
+    assert json.loads(store.path.read_text())["spent"] == ["g1", "g2"]
+
+
+async def test_a_limited_allow_always_journals_its_grant_id_before_the_grant_is_made(tmp_path: Path) -> None:
+    """The id is chosen with the decision (ApprovalManager.resolve), so the decision's journal line, on disk
+    before anyone acts on it, already names the grant that will be made."""
+    from engine.approvals.pending import ApprovalManager, ApprovalRequest
+
+    manager = ApprovalManager()
+    record, _ = manager.register(ApprovalRequest(command="ls", cwd="/"))
+    seen: list[str | None] = []
+    manager.add_listener(lambda kind, rec: seen.append(rec.grant_id) if kind == "resolved" else None)
+    manager.resolve(record.id, "allow-always", grant=GrantLimits(uses=2))
+    assert record.grant_id is not None and seen == [record.grant_id]
+    other, _ = manager.register(ApprovalRequest(command="pwd", cwd="/"))
+    manager.resolve(other.id, "allow-always")
+    assert other.grant_id is None  # no limits, no grant
+    manager.close()
