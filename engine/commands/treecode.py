@@ -126,7 +126,7 @@ UNMODELLED = (
 PIP_SOURCE = "packages pip may build (an sdist's setup script runs)"
 # A project a requirements file names (`./pkg`, `-e ./sub`, `file:`): pip builds it, and its backend runs
 # whatever that tree holds; nothing there is bound, so an approval is for this run only (issue 27 §4).
-PIP_PROJECT = "a project a requirements file names: pip builds it (its setup script or backend runs)"
+PIP_PROJECT = "a project pip builds (its backend runs and imports whatever that tree holds)"
 PIP_LINE = "a requirements line exechost does not model"
 # Findings whose code is not in the named file's bytes (a project, a push destination's hooks): a file
 # there (a gitfile, an sdist) binds nothing of it, so they are never bound, whatever is at the path.
@@ -316,7 +316,18 @@ def _pip_findings(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Se
     if args.command in BUILDS:
         reqs = read_requirements(args.requirements, cwd)
         sources += reqs.sources
-        found += [Finding(program, p, PIP_PROJECT) for p in reqs.projects if agent_writable(p, sandbox_roots)]
+        # The argv's own projects too (`pip install .`, `-e ./x`): their setup script is bound, but what
+        # it imports from its tree is not; a local archive operand is a file, bound whole (_argv_code).
+        projects = [
+            os.path.join(cwd, w) for w in args.operands if w == "." or (os.sep in w and "://" not in w)
+        ]
+        projects += [os.path.join(cwd, e.split("[", 1)[0]) for e in args.editables if "://" not in e]
+        projects = [os.path.normpath(p) for p in projects if not os.path.isfile(p)] + reqs.projects
+        found += [
+            Finding(program, p, PIP_PROJECT)
+            for p in dict.fromkeys(projects)
+            if agent_writable(p, sandbox_roots)
+        ]
         found += [Finding(program, path, f"{PIP_LINE}: {why}") for path, why in reqs.problems]
     for value, where in sources:
         path = local_path(value, where)
