@@ -397,7 +397,7 @@ async def test_class5_allowlisted_git_push_to_a_path_runs_the_destinations_hooks
 
 # The same for `git archive --remote=<path>`: git-upload-archive runs in the remote repository with that
 # repository's config, where a `tar.<format>.command` marked `tar.<format>.remote = true` is honoured.
-# Fixed: `archive --remote` names a program like `--exec` (gitvet._PROGRAM_OPTIONS), so it asks.
+# Fixed: `archive --remote` names a program like `--exec` (gitargv._PROGRAM_OPTIONS), so it asks.
 
 
 async def test_class5_allowlisted_git_archive_remote_runs_the_remotes_tar_filter(
@@ -730,7 +730,7 @@ async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
 # enter submodules, matching each word whole (or `option=`). git's parse-options takes any unique prefix
 # of a long option: `--upload-pa=CMD` is `--upload-pack=CMD`, run through the shell for a local remote,
 # so an allowlisted `git ls-remote` (or fetch, clone, push, rebase) ran the agent's command. Fixed:
-# gitvet._long reads a long option as parse-options does (any prefix), for these and the submodule ones;
+# gitargv._long reads a long option as parse-options does (any prefix), for these and the submodule ones;
 # a short one counts anywhere in a cluster (`git clone -qu CMD` ran CMD too).
 
 
@@ -773,7 +773,7 @@ async def test_class5_git_takes_an_abbreviated_program_option(
 # status or summary, so an operator's `submodule .*` argPattern (for `git submodule status`) looks safe.
 # git's internal builtins are subcommands as well: `git submodule--helper foreach CMD` runs CMD in every
 # checked-out submodule, and it was on no list. Fixed: every `<x>--<y>` subcommand (git's internal helpers)
-# asks (gitvet._argv_programs).
+# asks (gitargv.argv_programs).
 
 
 async def test_class5_git_internal_submodule_helper_foreach_runs_a_command(
@@ -813,7 +813,7 @@ async def test_class5_git_internal_submodule_helper_foreach_runs_a_command(
 # The same list misses `git upload-archive <repo>` (upload-pack and receive-pack are on it): it enters the
 # named repository and serves an archive request read from stdin, with that repository's config, where a
 # `tar.<format>.command` marked `remote = true` runs. git reads its input as data (stdindata), so the
-# request comes in a heredoc. Fixed: upload-archive is on gitvet._PROGRAM_SUBCOMMANDS.
+# request comes in a heredoc. Fixed: upload-archive is on gitargv._PROGRAM_SUBCOMMANDS.
 
 
 async def test_class5_git_upload_archive_runs_the_named_repositorys_tar_filter(
