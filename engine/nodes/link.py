@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import shlex
 import time
 from collections.abc import Awaitable, Callable
@@ -19,8 +20,10 @@ from engine.display import visible
 from engine.errors import ExecHostError
 from engine.lazymod import lazy
 from engine.nodes.wire import (
+    ACK_EVENT,
     MAX_LINE,
     PROTOCOL,
+    PROTOCOLS_TAKEN,
     Hello,
     NodeEvent,
     Request,
@@ -37,6 +40,8 @@ else:  # ~0.1 s of the gateway's start, for a library only a configured node nee
 
 log = logging.getLogger("exechost.nodes")
 
+_PRINCIPAL_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@-]")  # a request id stays clean text, `/` its one separator
+
 CONNECT_TIMEOUT_SEC = 15.0
 KEEPALIVE_SEC = 10
 BACKOFF_MAX_SEC = 30.0
@@ -45,6 +50,7 @@ EventHandler = Callable[["NodeLink", NodeEvent], None]
 # A node's own request (an approval relay): its payload, or raise NodeError for an error response.
 RequestHandler = Callable[["NodeLink", Request], Awaitable[dict[str, Any]]]
 HelloCheck = Callable[["NodeLink", Hello], None]  # raises NodeError to refuse the node
+Connected = Callable[["NodeLink"], None]  # a link is through (first or again): settle what the last left
 
 
 class NodeError(ExecHostError):
@@ -146,6 +152,7 @@ class NodeLink:
         on_event: EventHandler | None = None,
         on_request: RequestHandler | None = None,
         on_hello: HelloCheck | None = None,
+        on_connected: Connected | None = None,
         connect_timeout: float = CONNECT_TIMEOUT_SEC,
         reconnect: bool = True,
     ) -> None:
@@ -153,6 +160,7 @@ class NodeLink:
         self.on_event = on_event
         self.on_request = on_request
         self.on_hello = on_hello  # may refuse a node by its hello (raises NodeError) before it is connected
+        self.on_connected = on_connected
         self.connect_timeout = connect_timeout
         self.reconnect = reconnect
         self.state = "down"
@@ -170,6 +178,10 @@ class NodeLink:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reconnector: asyncio.Task[None] | None = None
         self._closed = False
+        # (node instance, the highest event number handled from it): kept across links, so an event the
+        # node sends again on a new link (it never heard our ack) is acknowledged, not handled twice.
+        self._handled: tuple[str, int] = ("", 0)
+        self._acking: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
@@ -262,7 +274,7 @@ class NodeLink:
             ) from None
         if not isinstance(frame, Hello):
             raise NodeError(f"node {self.name}: expected a hello from `{command}`")
-        if frame.protocol != PROTOCOL:
+        if frame.protocol not in PROTOCOLS_TAKEN:
             raise NodeError(
                 f"node {self.name}: exechost {frame.version} there speaks node protocol {frame.protocol}, "
                 f"this gateway speaks {PROTOCOL}: install the same exechost version on the node"
@@ -270,12 +282,19 @@ class NodeLink:
         if self.on_hello is not None:
             self.on_hello(self, frame)
         self.hello = frame
+        if not frame.instance or frame.instance != self._handled[0]:
+            self._handled = (frame.instance, 0)  # a new node process counts its events from 1 again
         self.rtt_ms = (time.monotonic() - started) * 1000
         self.state = "connected"
         self.last_error = None
         self.connected_at_ms = int(time.time() * 1000)
         self._spawn(self._read_loop(self._proc, reader))
         self._spawn(self._drain_stderr(self._proc))
+        if self.on_connected is not None:
+            try:
+                self.on_connected(self)
+            except Exception:
+                log.exception("node %s: connected handler failed", self.name)
 
     async def _jump(self, cfg: NodeConfig, options: dict[str, Any]) -> asyncssh.SSHClientConnection:
         try:
@@ -323,10 +342,16 @@ class NodeLink:
 
     # -- traffic
 
-    async def call(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Response:
-        """One request; its response (ok or error). Raises NodeError when the link fails under it."""
+    async def call(
+        self, method: str, params: dict[str, Any], timeout: float | None = None, principal: str | None = None
+    ) -> Response:
+        """One request; its response (ok or error). Raises NodeError when the link fails under it. The
+        principal it is for (an agent) is named in its id: the node keeps each one's budget of requests it
+        cannot read apart (runner.node.budget), so one agent's can never close the link for all."""
         await self.ensure()
         rid = str(next(self._ids))
+        if principal:
+            rid = f"{_PRINCIPAL_UNSAFE.sub('_', principal)[:64]}/{rid}"
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
@@ -381,11 +406,7 @@ class NodeLink:
                     if future is not None and not future.done():
                         future.set_result(frame)
                 elif isinstance(frame, NodeEvent):
-                    if self.on_event is not None:
-                        try:
-                            self.on_event(self, frame)
-                        except Exception:
-                            log.exception("node %s: event handler failed", self.name)
+                    self._take_event(frame)
                 elif isinstance(frame, Request):
                     self._spawn(self._answer(frame))
         except WireError as exc:
@@ -398,6 +419,32 @@ class NodeLink:
         finally:
             if self._proc is proc:
                 self._drop(reason)
+
+    def _take_event(self, frame: NodeEvent) -> None:
+        """Hand an event to the hub; a numbered one once only, and acknowledged once handled (an event
+        whose handler failed is acknowledged too: sent again, it would fail again)."""
+        instance, handled = self._handled
+        if frame.seq is not None and frame.seq <= handled:
+            self._ack_soon()  # sent again: the node did not hear our ack before its link dropped
+            return
+        if self.on_event is not None:
+            try:
+                self.on_event(self, frame)
+            except Exception:
+                log.exception("node %s: event handler failed", self.name)
+        if frame.seq is not None:
+            self._handled = (instance, frame.seq)
+            self._ack_soon()
+
+    def _ack_soon(self) -> None:
+        """One ack for whatever was handled by the time it goes (a burst of events costs one frame)."""
+        if self._acking is None or self._acking.done():
+            self._acking = asyncio.ensure_future(self._ack())
+
+    async def _ack(self) -> None:
+        await asyncio.sleep(0)  # let the rest of a burst already read be handled first
+        with contextlib.suppress(NodeError, WireError):
+            await self._send(encode(NodeEvent(ACK_EVENT, {"upTo": self._handled[1]})))
 
     async def _drain_stderr(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
         """The node's log lines: read so they never hold up the channel's window, kept as the last error."""
@@ -474,6 +521,8 @@ class NodeLink:
             self._reconnector.cancel()
         self.state = "down"
         self._teardown()
+        if self._acking is not None:
+            self._acking.cancel()
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(NodeError(f"node {self.name}: the link is closed"))

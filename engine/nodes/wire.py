@@ -7,9 +7,14 @@ from typing import Any
 
 from engine import jsontext
 
-PROTOCOL = 1
+# 2: numbered events a gateway acknowledges (`seq`, `events.ack`), `instance`, `runs.status`. A gateway
+# of an older protocol would never acknowledge, and be sent every event again on each link: it is refused
+# (its own check); this one still takes a protocol-1 node (no numbers, no runs.status: as before).
+PROTOCOL = 2
+PROTOCOLS_TAKEN = (1, 2)
 MAX_LINE = 16 * 1024 * 1024  # one frame; a longer line is a broken or hostile peer
-CAPS = ("system.run", "system.which", "sandbox", "sessions.watch")
+CAPS = ("system.run", "system.which", "sandbox", "sessions.watch", "runs.status")
+ACK_EVENT = "events.ack"  # gateway -> node: every numbered event up to `upTo` was handled there
 
 
 class WireError(ValueError):
@@ -34,6 +39,9 @@ class Hello:
     protocol: int = PROTOCOL
     # "service": a long-lived `node run` answers (sessions outlive the link); "stdio": they die with it.
     mode: str = "stdio"
+    # This node process, new each time it starts: a run in flight when a link dropped can be asked about
+    # only of the process that received it, and event numbers (`seq`) count within one process.
+    instance: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -46,6 +54,7 @@ class Hello:
             "caps": list(self.caps),
             "pathEnv": self.path_env,
             "mode": self.mode,
+            "instance": self.instance,
         }
 
     @classmethod
@@ -60,6 +69,7 @@ class Hello:
                 path_env=str(d.get("pathEnv") or ""),
                 protocol=_int(d, "protocol"),
                 mode="service" if d.get("mode") == "service" else "stdio",
+                instance=str(d.get("instance") or "")[:128],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise WireError(f"bad hello: {exc}") from None
@@ -95,9 +105,15 @@ class Response:
 class NodeEvent:
     event: str
     payload: dict[str, Any]
+    # An event the node keeps until the gateway acknowledges it (`events.ack` up to this number), and
+    # sends again on the next link if it does not: a link can drop with it written but never delivered.
+    seq: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": "event", "event": self.event, "payload": self.payload}
+        out: dict[str, Any] = {"type": "event", "event": self.event, "payload": self.payload}
+        if self.seq is not None:
+            out["seq"] = self.seq
+        return out
 
 
 Frame = Hello | Request | Response | NodeEvent
@@ -179,5 +195,8 @@ def _frame(d: Any) -> Frame:
         payload = d.get("payload") or {}
         if not isinstance(d.get("event"), str) or not isinstance(payload, dict):
             raise WireError("bad event")
-        return NodeEvent(event=d["event"], payload=payload)
+        seq = d.get("seq")
+        if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool) or seq < 1):
+            raise WireError("seq must be a positive integer")
+        return NodeEvent(event=d["event"], payload=payload, seq=seq)
     raise WireError(f"unknown frame type {kind!r}")

@@ -41,6 +41,8 @@ class NodeRun:
     records: list[ApprovalRecord] = field(default_factory=list)
     asked: asyncio.Event = field(default_factory=asyncio.Event)
     detached: bool = False
+    instance: str = ""  # the node process it was sent to (hello.instance): only that one can say of it
+    place: tuple[str, str] | None = None  # (agent, scope) when it holds a place among its agent's sessions
 
     def where(self) -> str:
         """Where it ran, in the words every result uses (`details.ranOn`)."""

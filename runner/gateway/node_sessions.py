@@ -9,6 +9,7 @@ only when the agent is at its cap: a session the node's sweep dropped frees its 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -65,6 +66,11 @@ class NodeSessions:
         if not held:
             self._held.pop(agent, None)
 
+    def kept(self, agent: str, session_id: str, node: str, scope: str) -> None:
+        """A session a run left running, heard of late (its answer was lost with a link): counted as its
+        answer would have counted it (it runs already: there is nothing left to refuse)."""
+        self._held.setdefault(agent, {})[session_id] = (node, scope)
+
     def removed(self, session_id: str) -> None:
         """The agent removed this node session: its place is free."""
         for agent, held in list(self._held.items()):
@@ -80,7 +86,7 @@ class NodeSessions:
             link = links().get(node)
             if link is None or link.state != "connected":
                 continue
-            listed = await _listed(link.call, scope)
+            listed = await _listed(functools.partial(link.call, principal=agent), scope)
             if listed is None:
                 continue
             prefix = f"node:{node}:"

@@ -6,28 +6,24 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import re
-import secrets
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
-from engine.display import visible
 from engine.jsontext import INT_MAX
 from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.select import Candidate, NodeSelectError, normalize_node_key, select_node
 from engine.nodes.wire import Hello, NodeEvent, Request, Response
 from engine.policy.decision import Decision
 from engine.principals import key_owner
-from engine.protocol.frames import Event
-from engine.protocol.methods import EventName
 from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
-from engine.sessions.output import sanitize
 from engine.tools.exec import ExecContext
 from runner.gateway import node_limits as limits
+from runner.gateway.node_asks import relay_approval
+from runner.gateway.node_events import NodeEvents, session_row
 from runner.gateway.node_keys import NodeKeys
+from runner.gateway.node_orphans import Orphans
 from runner.gateway.node_output import NodeOutputFeed
 from runner.gateway.node_runs import NodeRun, denied_result, follow_up, pending_result, waiting_data
 from runner.gateway.node_sessions import NodeSessions
@@ -37,13 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("exechost.gateway.nodes")
 
-EVENT_OUTPUT_CHARS = 180  # reference §5.5: the finished text's output, compacted
 SANDBOX_ADMIN_TIMEOUT_SEC = 120.0  # a prune or recreate removes containers one by one
-MAX_PENDING_PER_NODE_AGENT = 16  # each agent's share of a node's asks: one agent's flood leaves others room
-MAX_ORPHANED_RUNS = 1024
-_APPROVAL_ID = re.compile(
-    r"[A-Za-z0-9_.:-]{1,128}"
-)  # a node flooding the inbox gets refused (askFallback), not shown
 
 
 def _left_running(node: str, call: asyncio.Future[Response]) -> str | None:
@@ -54,11 +44,6 @@ def _left_running(node: str, call: asyncio.Future[Response]) -> str | None:
     payload = (res.payload or {}) if res.ok else {}
     sid = payload.get("sessionId")
     return f"node:{node}:{sid}" if payload.get("status") == "running" and isinstance(sid, str) else None
-
-
-def _compact(text: str, limit: int) -> str:
-    flat = " ".join(sanitize(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _names_node(node_id: str, name: str, host: str, display_name: str | None) -> bool:
@@ -85,11 +70,11 @@ class NodeHub:
         self._retired: set[asyncio.Task[None]] = set()
         self.keys = NodeKeys(services.state_dir)
         self.held = NodeSessions()  # each agent's node sessions, counted with its sessions here
-        # Runs whose link dropped before they answered: their end may still come, once, on a later link.
-        self._orphans: dict[tuple[str, str], NodeRun] = {}
-        self._last_drop_log: dict[str, float] = {}
-        self.dropped = 0  # frames dropped for naming no run of their node (also logged, for the operator)
+        # Runs whose link dropped before they answered: their end comes, once, on a later link.
+        self.orphans = Orphans(self.held, lambda key, text: self.services.events.enqueue(key, text))
+        self._tasks: set[asyncio.Task[None]] = set()
         self.feed = NodeOutputFeed(services, lambda: self.links)
+        self.events = NodeEvents(services, self._runs, self.orphans, self.keys, self.feed)
         services.output.remote = self.feed  # node output goes through the same fan-out as local output
 
     def sync(self) -> dict[str, NodeLink]:
@@ -104,7 +89,11 @@ class NodeHub:
         for name, cfg in nodes.items():
             if name not in self.links:
                 self.links[name] = NodeLink(
-                    cfg, on_event=self._on_event, on_request=self._on_request, on_hello=self._on_hello
+                    cfg,
+                    on_event=self._on_event,
+                    on_request=self._on_request,
+                    on_hello=self._on_hello,
+                    on_connected=self._on_connected,
                 )
         return self.links
 
@@ -185,6 +174,13 @@ class NodeHub:
                 )
         self.keys.pin(link.name, hello.node_id)
 
+    def _on_connected(self, link: NodeLink) -> None:
+        """A link is through: the runs the last one left without an answer are settled (runs.status)."""
+        if self.orphans.waiting(link.name):
+            task = asyncio.ensure_future(self.orphans.settle(link))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
     def _trusted_id(self, link: NodeLink) -> str:
         """The node id a link's hello claimed, refused when another configured node already holds it: a
         node must not pass itself off as another in the inbox or in selection."""
@@ -257,15 +253,19 @@ class NodeHub:
         events_key = ctx.session_key or ctx.scope_key
         owner = None if ctx.operator else key_owner(ctx.scope_key)
         quota = self.services.sessions.quota
+        place = None
         if owner is not None and quota is not None:  # a place among the agent's sessions, or refused
             registry = self.services.sessions.registry
             await self.held.admit(
                 owner, run_id, link.name, ctx.scope_key, quota, registry, lambda: self.links
             )
-        run = NodeRun(link, run_id, command, sandboxed, started, ctx.agent_id, events_key)
+            place = (owner, ctx.scope_key)
+        run = NodeRun(link, run_id, command, sandboxed, started, ctx.agent_id, events_key, place=place)
+        run.instance = link.hello.instance if link.hello is not None else ""
         self.keys.give(link.name, events_key)  # its background sessions may report under it later
         self._runs[(link.name, run_id)] = run
-        call = asyncio.ensure_future(link.call("system.run", request, timeout=wait))
+        principal = None if ctx.operator else ctx.agent_id
+        call = asyncio.ensure_future(link.call("system.run", request, timeout=wait, principal=principal))
         try:
             while True:
                 asked = asyncio.ensure_future(run.asked.wait())
@@ -322,9 +322,7 @@ class NodeHub:
         self.held.answered(run.run_id, _left_running(run.link.name, call))
         lost = not call.cancelled() and isinstance(call.exception(), NodeError)
         if lost and getattr(call.exception(), "error_code", "") == "NODE_LINK_LOST" and not run.ended:
-            self._orphans[key] = run
-            while len(self._orphans) > MAX_ORPHANED_RUNS:
-                del self._orphans[next(iter(self._orphans))]
+            self.orphans.keep(run)
 
     def _settle(self, run: NodeRun) -> None:
         """The node answered: a relayed ask of this run still in the inbox (the node's own expiry came
@@ -416,7 +414,10 @@ class NodeHub:
             node_params = {k: v for k, v in params.items() if k != "node"}
         try:
             res = await link.call(
-                "process", {"action": action, "params": node_params, "scope": scope}, timeout=60
+                "process",
+                {"action": action, "params": node_params, "scope": scope},
+                timeout=60,
+                principal=key_owner(scope),
             )
         except NodeError as exc:
             raise ToolError(str(exc)) from None
@@ -474,20 +475,6 @@ class NodeHub:
 
     # -- the operator's view of node sessions (the console's Sessions pane)
 
-    def _session_row(self, link: NodeLink, row: dict[str, Any]) -> dict[str, Any] | None:
-        """A node's session row in the gateway's terms: its id prefixed, its node named (by the link, never
-        by the row)."""
-        raw = row.get("sessionId")
-        if not isinstance(raw, str) or not 0 < len(raw) <= 128 or ":" in raw:
-            return None
-        where = "sandbox" if row.get("host") == "sandbox" else "node"
-        return {
-            **limits.session_row(row),
-            "sessionId": f"node:{link.name}:{raw}",
-            "node": link.name,
-            "host": f"{where}:{link.name}",
-        }
-
     def session_link(self, session_id: str) -> tuple[NodeLink, str]:
         """(link, the node's own id) for `node:<name>:<id>`; ToolError for anything else."""
         parts = session_id.split(":", 2)
@@ -507,7 +494,7 @@ class NodeHub:
                 log.warning("sessions.list on node %s failed: %s", link.name, exc)
                 return []
             rows = (res.payload or {}).get("sessions") if res.ok else None
-            out = [self._session_row(link, r) for r in rows or [] if isinstance(r, dict)]
+            out = [session_row(link, r) for r in rows or [] if isinstance(r, dict)]
             return [r for r in out if r is not None]
 
         return [row for rows in await asyncio.gather(*(one(link) for link in links)) for row in rows]
@@ -533,7 +520,7 @@ class NodeHub:
         may use only."""
         link = self.select(node, agent=agent)
         try:
-            res = await link.call(method, params, timeout=SANDBOX_ADMIN_TIMEOUT_SEC)
+            res = await link.call(method, params, timeout=SANDBOX_ADMIN_TIMEOUT_SEC, principal=agent)
         except NodeError as exc:
             raise ToolError(str(exc)) from None
         if not res.ok:
@@ -564,194 +551,27 @@ class NodeHub:
     # -- what nodes send
 
     def _on_event(self, link: NodeLink, ev: NodeEvent) -> None:
-        """Reference §5.5: exec.started|finished|denied as the agent's system events."""
-        p = ev.payload
-        if ev.event == EventName.SESSION_OUTPUT:
-            self.feed.on_output(link, p)
-            return
-        if ev.event == "session.offsets":
-            self.feed.on_offsets(link, p)
-            return
-        # For the consoles' session lists:
-        if ev.event in (EventName.SESSION_STARTED, EventName.SESSION_EXITED):
-            row = self._session_row(link, p["session"]) if isinstance(p.get("session"), dict) else None
-            if row is not None:  # every scope on the node: the operators' consoles only
-                frame = Event(event=ev.event, data=row)
-                for conn in self.services.connections():
-                    if conn.operator and "sessions" in conn.topics:
-                        conn.send(frame)
-                sid = row["sessionId"]
-                self.feed.session_event(ev.event, sid)
-            return
-        raw_run = p.get("runId")
-        run = self._runs.get((link.name, raw_run)) if isinstance(raw_run, str) else None
-        if run is None and isinstance(raw_run, str) and ev.event in ("exec.finished", "exec.denied"):
-            run = self._orphans.pop((link.name, raw_run), None)  # its end, after a link was lost
-        if ev.event == EventName.SYSTEM_EVENT:
-            # A session's own notice (a background exit): for the run it names on this link, else for a
-            # key the gateway gave this node; filed under the gateway's key, never a frame's other one.
-            raw_key = p.get("sessionKey")
-            key = run.session_key if run is not None else raw_key if isinstance(raw_key, str) else ""
-            if run is None and not self.keys.given(link.name, key):
-                self._drop_frame(link, ev.event, f"session key {key[:80]!r} was never given to it")
-                return
-            owner = key_owner(key)
-            if owner is not None and not self.services.config().may_use_node(owner, link.name):
-                self._drop_frame(link, ev.event, f"agent {owner} may no longer use this node")
-                return
-            mark = f"[node {link.name}] "
-            text = limits.cut(
-                sanitize(limits.field_text(p, "text", limits.EVENT_TEXT_CHARS)), limits.EVENT_TEXT_CHARS
-            )
-            # The node's notices keep a few of the queue's places (its newest): never the agent's own.
-            self.services.events.enqueue(key, mark + text, share=(mark, limits.MAX_NODE_EVENTS_PER_KEY))
-            return
-        if ev.event not in ("exec.started", "exec.finished", "exec.denied"):
-            self._drop_frame(link, ev.event, "not an event nodes send")
-            return
-        if run is None or run.ended:
-            # A run this gateway never started on this node, or one whose end was already reported.
-            self._drop_frame(link, ev.event, f"run {str(raw_run)[:80]!r} is not in flight on this node")
-            return
-        if ev.event == "exec.started":
-            if run.start_seen:  # taken once, like its end: a repeated start would push out the agent's events
-                self._drop_frame(link, ev.event, f"run {run.run_id[:80]!r} already started")
-                return
-            run.start_seen = True
-        if ev.event in ("exec.finished", "exec.denied"):
-            run.ended = True
-        if run.detached and ev.event in ("exec.finished", "exec.denied"):
-            return  # the follow-up in the gateway's words says it (once)
-        if p.get("suppressNotifyOnExit") is True or not self.services.config().exec.notify_on_exit:
-            return
-        key, run_id = run.session_key, run.run_id
-        command = _compact(run.command, limits.EVENT_COMMAND_CHARS)  # what the agent asked, as recorded here
-        if ev.event == "exec.started":
-            text = f"Exec started (node={link.name} id={run_id}): {command}"
-        elif ev.event == "exec.finished":
-            timed_out = p.get("timedOut") is True
-            output = _compact(limits.field_text(p, "output", 64 * 1024), EVENT_OUTPUT_CHARS)
-            code = p.get("exitCode")
-            code = code if isinstance(code, int) and not isinstance(code, bool) else None
-            if not (timed_out or code != 0 or output):
-                return
-            ended = "timeout" if timed_out else f"code {code}"
-            text = f"Exec finished (node={link.name} id={run_id}, {ended})"
-            if output:
-                text += f"\n{output}"
-        else:
-            reason = _compact(limits.field_text(p, "reason", 4096) or "denied", limits.EVENT_REASON_CHARS)
-            text = f"Exec denied (node={link.name} id={run_id}, {reason}): {command}"
-        self.services.events.enqueue(key, text)
+        self.events.on_event(link, ev)
 
-    def _drop_frame(self, link: NodeLink, what: str, why: str) -> None:
-        """A node frame that names nothing of its own: never acted on, counted, and logged for the operator
-        (at most one line a second per node, so a flood cannot fill the log either)."""
-        self.dropped += 1
-        now = time.monotonic()
-        last = self._last_drop_log.get(link.name, 0.0)
-        if now - last >= 1.0:
-            self._last_drop_log[link.name] = now
-            log.warning(
-                "node %s: dropped %s: %s (%d frames dropped from nodes so far)",
-                link.name,
-                visible(what),  # the node's own event name: never raw into the log
-                visible(why),
-                self.dropped,
-            )
+    @property
+    def dropped(self) -> int:
+        """Frames dropped for naming no run of their node (also logged, for the operator)."""
+        return self.events.dropped
 
     async def _on_request(self, link: NodeLink, req: Request) -> dict[str, Any]:
         if req.method != "approval.request":
             raise NodeError("unknown method", "UNAVAILABLE")
-        return await self._relay_approval(link, req.params)
-
-    async def _relay_approval(self, link: NodeLink, params: dict[str, Any]) -> dict[str, Any]:
-        """A node's ask, into this gateway's inbox, for a run the gateway started on this very link: the
-        agent, session key and node id come from the gateway's record of that run and of the link, never
-        from the frame, so a node cannot file an ask as another agent, for another node's run, or for a run
-        that ended. It counts against the node's cap and the run's agent's."""
-        view = params.get("request")
-        if not isinstance(view, dict) or link.hello is None:
-            raise NodeError("bad approval request", "INVALID_REQUEST")
         try:
             node_id = self._trusted_id(link)
         except ToolError as exc:
             raise NodeError(str(exc), "INVALID_REQUEST") from None
-        approval_id = params.get("approvalId")
-        if not isinstance(approval_id, str) or not _APPROVAL_ID.fullmatch(approval_id):
-            raise NodeError("bad approval request: approvalId", "INVALID_REQUEST")
-        raw_run = view.get("runId")
-        run = self._runs.get((link.name, raw_run)) if isinstance(raw_run, str) else None
-        if run is None:
-            self._drop_frame(
-                link, "approval.request", f"run {str(raw_run)[:80]!r} is not in flight on this node"
-            )
-            return {"decision": None, "resolvedBy": "no-such-run"}
-        if run.asks >= limits.MAX_ASKS_PER_RUN:
-            self._drop_frame(link, "approval.request", f"run {run.run_id} already asked {run.asks} times")
-            return {"decision": None, "resolvedBy": "too-many-pending"}
-        run.asks += 1
-        # Without an approver the ask still waits in the inbox (exechost approve, or a console attaching
-        # later), as the gateway's own asks do; nobody deciding in time is the node's askFallback.
-        manager = self.services.approvals
-        mine = (
-            r for r in manager.pending() if (r.request.node_id, r.request.agent_id) == (node_id, run.agent_id)
+        return await relay_approval(
+            self.services, self._runs, self.events.drop_frame, link, node_id, req.params
         )
-        if sum(1 for _ in mine) >= MAX_PENDING_PER_NODE_AGENT:
-            return {"decision": None, "resolvedBy": "too-many-pending"}
-        env = limits.env_pairs(view.get("env"))
-        command = limits.cut(view.get("command"), limits.COMMAND_CHARS)
-        warnings = limits.warnings(view.get("warnings"))
-        if " ".join(command.split()) != " ".join(run.command.split()):
-            # The operator sees what the agent asked for beside what the node says it will run.
-            warnings.append(
-                limits.cut(f"the agent's command on this run was: {run.command}", limits.WARNING_CHARS)
-            )
-        request = ApprovalRequest(
-            command=command,
-            cwd=limits.cut(view.get("cwd"), limits.PATH_CHARS),
-            host="node",
-            agent_id=run.agent_id,
-            session_key=run.session_key,
-            security=limits.cut(view.get("security"), limits.WORD_CHARS) or "allowlist",
-            ask=limits.cut(view.get("ask"), limits.WORD_CHARS) or "on-miss",
-            ask_fallback=limits.cut(view.get("askFallback"), limits.WORD_CHARS) or "deny",
-            allowed_decisions=limits.allowed_decisions(view.get("allowedDecisions")),
-            resolved_path=limits.optional(view.get("resolvedPath"), limits.PATH_CHARS),
-            node_id=node_id,
-            node_name=link.name,
-            env_hash=env_hash(dict(env)),
-            # Who asked, in the node namespace and made here: a frame's id could name another source's
-            # (`socket:X`, whose withdraw would end this ask) or another node's ask.
-            node_approval_id=f"node:{secrets.token_hex(12)}",
-            env=env,
-            decision_json=limits.decision_json(view.get("decision")),
-            warnings=tuple(warnings),
-            agent_reason=limits.optional(view.get("agentReason"), limits.REASON_CHARS),
-            egress=limits.optional(view.get("egress"), 300),  # a node sandbox's "name:port"
-        )
-        while True:
-            try:
-                record, _ = manager.register(request)
-            except ApprovalError:  # the queue caps (per agent, in all) hold for nodes too: askFallback
-                return {"decision": None, "resolvedBy": "too-many-pending"}
-            run.records.append(record)
-            run.asked.set()
-            decision = await manager.wait(record)
-            if decision == "allow-once" and not manager.consume_allow_once(
-                record, request.session_key, request.node_approval_id
-            ):
-                continue  # one approval, one run: this ask needs its own
-            answer: dict[str, Any] = {
-                "decision": decision,
-                "resolvedBy": record.resolved_by,
-                "reason": record.reason,
-            }
-            if record.grant is not None:  # a yes with limits: the node keeps it in its grants, not for ever
-                answer["grant"] = record.grant.to_json()
-            return answer
 
     async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
         for link in list(self.links.values()):
             with contextlib.suppress(Exception):
                 await link.close()

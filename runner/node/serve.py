@@ -4,12 +4,12 @@ deciding with this node's OWN config and exec-approvals.json through the engine'
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import itertools
 import logging
 import os
 import re
+import secrets
 import shutil
 import sys
 from collections.abc import Callable
@@ -24,20 +24,32 @@ from engine.config.loader import config_path, load_config
 from engine.config.model import Config
 from engine.errors import InvalidInput
 from engine.nodes.identity import load_or_create
-from engine.nodes.wire import CAPS, MAX_LINE, Hello, NodeEvent, Request, Response, WireError, decode, encode
+from engine.nodes.wire import (
+    ACK_EVENT,
+    CAPS,
+    MAX_LINE,
+    Hello,
+    NodeEvent,
+    Request,
+    Response,
+    WireError,
+    decode,
+    encode,
+)
 from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.sessions import SessionManager, SystemEvents
 from engine.tools.exec import ExecContext, ExecTool
 from runner.node.approvals import CURRENT_RUN, RelayedApprovals
+from runner.node.budget import BadFrames
+from runner.node.outbox import Outbox
 from runner.node.relay import relay_to_service
+from runner.node.runs import RunLedger
 
 log = logging.getLogger("exechost.node")
 
 OUTPUT_CAP = 1_000_000  # characters of the merged output in one system.run result (the tail is kept)
 SPLIT_CAP = 200_000  # characters of stdout and of stderr kept apart per run (reference OUTPUT_CAP)
-MAX_QUEUED_EVENTS = 1000  # events kept for the next link while none is up (`node run`), oldest dropped
-MAX_BAD_FRAMES = 64  # answered INVALID_REQUEST per link; past this a peer sending only garbage is cut off
 ANSWER_ON_CLOSE_SEC = 10.0  # what a link admitted before an unreadable line may take to be answered
 EVENT_OUTPUT_CAP = 20_000  # reference §5.5: exec.finished carries the last 20k
 SHELL_WRAPPERS = {("/bin/sh", "-lc"), ("sh", "-lc"), ("/bin/sh", "-c"), ("sh", "-c"), ("/bin/bash", "-lc")}
@@ -127,8 +139,10 @@ class NodeServer:
         self._ids = itertools.count(1)
         # Relayed asks in flight, with the link they went out on (a dropped link fails only its own).
         self._pending: dict[str, tuple[Output, asyncio.Future[Response]]] = {}
-        self._queued: collections.deque[NodeEvent] = collections.deque(maxlen=MAX_QUEUED_EVENTS)
-        self.dropped_events = 0
+        self.runs = RunLedger()  # the gateway's runs received here: asked about after a dropped link
+        self.outbox = Outbox()  # events kept until the gateway acknowledges them, sent again on a new link
+        # This process (event numbers count within it; the runs it knows are the ones it received).
+        self.instance = secrets.token_hex(8)
         self._tasks: set[asyncio.Task[None]] = set()
         self._config: Config | None = None
         self._config_stamp: tuple[int, ...] | None = None
@@ -215,6 +229,7 @@ class NodeServer:
             caps=list(CAPS),
             path_env=os.environ.get("PATH", ""),
             mode="service" if self.service else "stdio",
+            instance=self.instance,
         )
 
     async def send(self, frame: Any, link: Output | None = None) -> None:
@@ -227,17 +242,17 @@ class NodeServer:
             await current.write(encode(frame))
 
     async def emit(self, event: NodeEvent, *, queue: bool = True) -> None:
-        """An event for the gateway: sent now, or queued (bounded, oldest dropped) until the next link."""
+        """An event for the gateway: sent now if a link is up, and with `queue` kept (numbered, bounded,
+        oldest dropped) until the gateway acknowledges it, so the next link carries it if this one did not."""
         try:
-            await self.send(event)
+            encode(event)
         except WireError as exc:  # a bug: an event JSON cannot carry (NaN); said once, never a dead task
             log.error("event %s could not be sent: %s", event.event, exc)
-        except (ConnectionError, OSError):
-            if not queue:
-                return
-            if len(self._queued) == self._queued.maxlen:
-                self.dropped_events += 1
-            self._queued.append(event)
+            return
+        if queue:
+            event = self.outbox.number(event)
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.send(event)
 
     # -- requests from the gateway
 
@@ -245,6 +260,11 @@ class NodeServer:
         try:
             if req.method == "system.run":
                 res = Response(req.id, True, payload=await self.system_run(req.params))
+            elif req.method == "runs.status":
+                try:
+                    res = Response(req.id, True, payload=self.runs.status(req.params.get("runIds")))
+                except ValueError as exc:
+                    raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: {exc}") from None
             elif req.method == "ping":
                 res = Response(req.id, True, payload={"pong": True, "nodeId": self.identity.node_id})
             elif req.method == "process":
@@ -335,6 +355,27 @@ class NodeServer:
         for label, value in (("agentId", agent_id), ("sessionKey", session_key), ("runId", run_id or "x")):
             if not isinstance(value, str) or not _ID.match(value):
                 raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: bad {label}")
+        if not run_id:
+            return await self._system_run(p, text, agent_id, session_key, run_id)
+        self.runs.began(run_id)
+        outcome: dict[str, Any] = {"state": "failed", "message": "node error"}
+        try:
+            answer = await self._system_run(p, text, agent_id, session_key, run_id)
+            sid = answer.get("sessionId")
+            running = answer.get("status") == "running" and isinstance(sid, str)
+            outcome = {"state": "running-session", "sessionId": sid} if running else {"state": "ended"}
+            return answer
+        except RunError as exc:
+            # A denial was told by its exec.denied event; any other refusal only by this answer.
+            denied = str(exc).startswith("SYSTEM_RUN_DENIED")
+            outcome = {"state": "ended"} if denied else {"state": "failed", "message": str(exc)[:500]}
+            raise
+        finally:
+            self.runs.answered(run_id, outcome)
+
+    async def _system_run(
+        self, p: dict[str, Any], text: str, agent_id: str, session_key: str, run_id: str
+    ) -> dict[str, Any]:
         background = p.get("background") is True
         sandboxed = p.get("sandbox") is True
         params: dict[str, Any] = {"command": text, "yieldMs": 120_000, "background": background}
@@ -534,13 +575,11 @@ class NodeServer:
             if previous is not None:
                 previous.close()  # the newest link wins: the old one is a gateway that already gave up
             await link.write(encode(self.hello()))
-            if self.dropped_events:
-                log.warning("%d events were dropped while no gateway was linked", self.dropped_events)
-                self.dropped_events = 0
-            while self._queued:
-                event = self._queued[0]
+            if self.outbox.dropped:
+                log.warning("%d events were dropped while no gateway took them", self.outbox.dropped)
+                self.outbox.dropped = 0
+            for event in self.outbox.unacked():
                 await link.write(encode(event))
-                self._queued.popleft()
             self._link = link
         self.output.linked()
 
@@ -561,9 +600,13 @@ class NodeServer:
 
     async def serve(self, reader: asyncio.StreamReader, link: Output) -> None:
         """One link, until its reader ends (the gateway left, or a newer link took over)."""
-        bad = 0
+        bad = BadFrames()  # each principal's own budget (runner.node.budget)
         try:
-            await self._attach(link)
+            try:
+                await self._attach(link)
+            except (ConnectionError, OSError) as exc:  # gone before its hello was through: the next one
+                log.warning("a link dropped before its hello was through: %s", exc)  # carries the rest
+                return
             if not self._egress_started:
                 self._egress_started = True
                 await self.egress.start()
@@ -579,16 +622,20 @@ class NodeServer:
                 try:
                     frame = decode(line)
                 except WireError as exc:
-                    if exc.request_id is None or bad >= MAX_BAD_FRAMES:
+                    if exc.request_id is None or not bad.count(exc.request_id):
                         log.error("bad frame from the gateway: %s; closing", exc)
                         await self._answer_admitted()
                         break
-                    bad += 1  # a request whose id was sound: answered, and the link goes on
+                    # A request whose id was sound: answered, counted for its principal, the link goes on.
                     error = {"code": "INVALID_REQUEST", "message": f"INVALID_REQUEST: {exc}"}
                     with contextlib.suppress(ConnectionError, OSError):
                         await self.send(Response(exc.request_id, False, error=error), link)
                     continue
-                if isinstance(frame, Request):
+                if isinstance(frame, Request) and (why := bad.refused(frame.id)) is not None:
+                    with contextlib.suppress(ConnectionError, OSError):
+                        refusal = {"code": "INVALID_REQUEST", "message": why}
+                        await self.send(Response(frame.id, False, error=refusal), link)
+                elif isinstance(frame, Request):
                     task = asyncio.ensure_future(self.handle(frame, link))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
@@ -596,6 +643,10 @@ class NodeServer:
                     pending = self._pending.get(frame.id)
                     if pending is not None and pending[0] is link and not pending[1].done():
                         pending[1].set_result(frame)
+                elif isinstance(frame, NodeEvent) and frame.event == ACK_EVENT:
+                    up_to = frame.payload.get("upTo")
+                    if isinstance(up_to, int) and not isinstance(up_to, bool):
+                        self.outbox.acked(up_to)
         finally:
             self._detach(link)
             if not self.service:

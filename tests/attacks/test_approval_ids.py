@@ -46,7 +46,7 @@ async def test_two_agents_flooding_a_node_leave_a_third_room_to_ask(
 ) -> None:
     """The node's cap on pending asks (64) counted every agent together: two agents at their own caps (32
     each) filled it, and a third's ask through that node was refused. Each agent now has its share."""
-    from runner.gateway.nodes import MAX_PENDING_PER_NODE_AGENT
+    from runner.gateway.node_asks import MAX_PENDING_PER_NODE_AGENT
 
     hostile = _setup(sshd_nodes, state_dir, '[[agents.list]]\nid = "mal"\n')
     async with gateway(state_dir) as server:

@@ -151,7 +151,9 @@ def test_a_deeply_nested_node_line_is_a_wire_error() -> None:
 def test_a_node_hello_with_an_impossible_protocol_is_a_wire_error(value: bytes) -> None:
     """Item 6: `"protocol": Infinity` raised OverflowError out of Hello.from_json."""
     good = Hello("n1", "n", "1", "linux", [], "").to_json()
-    text = json.dumps(good).replace('"protocol": 1', '"protocol": ' + value.decode()).encode()
+    text = (
+        json.dumps(good).replace(f'"protocol": {good["protocol"]}', '"protocol": ' + value.decode()).encode()
+    )
     with pytest.raises(WireError):
         decode(text)
 

@@ -328,7 +328,7 @@ def test_version_mismatch_names_what_to_install(sshd_nodes: list[SshdNode], stat
     (state_dir / "config.toml").write_text(text)
     proc = subprocess.run([EXECHOST, "nodes", "ping", "alpha"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
-    assert "exechost 9.0 there speaks node protocol 99, this gateway speaks 1" in proc.stdout
+    assert "exechost 9.0 there speaks node protocol 99, this gateway speaks 2" in proc.stdout
     assert "install the same exechost version on the node" in proc.stdout
 
 

@@ -28,13 +28,6 @@ async def _log_has(agent: object, sid: str, needle: str) -> str | None:
     return text if needle in text else None
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (stop 3), by chance (both full runs, 1 of 3 small ones): the foreground run's "
-    "exec.finished, sent by the node service on the new link after the old one dropped, did not reach "
-    "agent:main:s1 within 60 s. Not found before the stop: the orphaned run (nodes._orphans) or the "
-    "per-agent node session places (node_sessions.py) are the suspects",
-)
 async def test_sessions_on_a_node_service_survive_the_link(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
@@ -42,7 +35,7 @@ async def test_sessions_on_a_node_service_survive_the_link(
     gateway_config(state_dir, sshd_nodes)
     (alpha.state_dir / "config.toml").write_text(NODE_FULL)
     service = alpha.run_service()
-    go, said = alpha.root / "go", alpha.root / "said"
+    go, said, fg_began = alpha.root / "go", alpha.root / "said", alpha.root / "fg-began"
     wait_go = f"while [ ! -e {go} ]; do sleep 0.05; done"
     try:
         async with gateway(state_dir) as server:
@@ -61,13 +54,20 @@ async def test_sessions_on_a_node_service_survive_the_link(
             )
             await wait_until(lambda: _log_has(agent, sid, "before"), timeout=15)
             link = server.services.nodes.links["alpha"]
-            # A foreground run in flight when the link drops: its outcome arrives later, as an event.
+            # A foreground run in flight when the link drops: its outcome arrives later, as an event. It
+            # has begun on the node first (a request dropped on its way is test_node_relink's case).
             foreground = asyncio.ensure_future(
                 agent.request(
-                    "exec", {"command": f"{wait_go}; echo fg-done", "node": "alpha", "sessionKey": "s1"}
+                    "exec",
+                    {
+                        "command": f"touch {fg_began}; {wait_go}; echo fg-done",
+                        "node": "alpha",
+                        "sessionKey": "s1",
+                    },
                 )
             )
-            await wait_until(lambda: link.status()["inFlight"] == 1)
+            await wait_until(fg_began.exists, timeout=15)
+            assert link.status()["inFlight"] == 1
             assert link.status()["mode"] == "service"
             first_pid = link.hello.node_id if link.hello else None
 
