@@ -73,15 +73,9 @@ async def _approve_and_run(client: ControlClient, command: str, cwd: Path, done:
         pytest.param("bash build.sh", id="bash-script"),
         pytest.param("./tool", id="bash-shebang"),
         # make runs each recipe as `$(SHELL) -c`, a bash of make's own: still open
-        pytest.param(
-            "make test",
-            id="make-shell-bash",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: a held background run's stdin is a socket; make's `/bin/bash -c` recipe shell "
-                "then sources the agent-planted ~/.bashrc (missing rc files are not bound by the host view)",
-            ),
-        ),
+        # make's own `/bin/bash -c` recipe shell sources a planted ~/.bashrc; the saved approval is what
+        # is closed: make in a tree the agent can write is approved once only (treecode.RECIPE_TREE)
+        pytest.param("make test", id="make-shell-bash"),
     ],
 )
 async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
@@ -364,11 +358,6 @@ async def test_class4_the_operators_bash_logout_is_writable_in_the_host_view(
 # agent's pre-receive hook.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: git drops the forced GIT_CONFIG_COUNT for receive-pack in a local push destination; "
-    "an allowlisted `git push <path>` runs that unvetted repository's pre-receive hook",
-)
 async def test_class5_allowlisted_git_push_to_a_path_runs_the_destinations_hooks(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -403,7 +392,7 @@ async def test_class5_allowlisted_git_push_to_a_path_runs_the_destinations_hooks
 
 # The same for `git archive --remote=<path>`: git-upload-archive runs in the remote repository with that
 # repository's config, where a `tar.<format>.command` marked `tar.<format>.remote = true` is honoured.
-# Fixed: `archive --remote` names a program like `--exec` (gitvet._PROGRAM_OPTIONS), so it asks.
+# Fixed: `archive --remote` names a program like `--exec` (gitargv._PROGRAM_OPTIONS), so it asks.
 
 
 async def test_class5_allowlisted_git_archive_remote_runs_the_remotes_tar_filter(
@@ -449,11 +438,6 @@ async def test_class5_allowlisted_git_archive_remote_runs_the_remotes_tar_filter
 # rewrites run.sh, and the saved approval runs it unasked: a human saw the Makefile, never the code.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: allow-always on `make test` binds only the makefiles; a recipe's `sh run.sh` runs "
-    "whatever the agent writes into run.sh afterwards, unasked",
-)
 async def test_class4_allow_always_make_runs_a_rewritten_script_its_recipe_names(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -698,11 +682,6 @@ async def test_class4_allow_always_venv_python_runs_a_pth_in_the_venvs_site_pack
 # requirements.txt`, the agent rewrites pkg/setup.py and the saved approval runs it.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a local project named inside a bound requirements file (`./pkg`) is built by pip but "
-    "not bound; an allow-always pip run executes the rewritten pkg/setup.py unasked",
-)
 async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -736,7 +715,7 @@ async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
 # enter submodules, matching each word whole (or `option=`). git's parse-options takes any unique prefix
 # of a long option: `--upload-pa=CMD` is `--upload-pack=CMD`, run through the shell for a local remote,
 # so an allowlisted `git ls-remote` (or fetch, clone, push, rebase) ran the agent's command. Fixed:
-# gitvet._long reads a long option as parse-options does (any prefix), for these and the submodule ones;
+# gitargv._long reads a long option as parse-options does (any prefix), for these and the submodule ones;
 # a short one counts anywhere in a cluster (`git clone -qu CMD` ran CMD too).
 
 
@@ -779,7 +758,7 @@ async def test_class5_git_takes_an_abbreviated_program_option(
 # status or summary, so an operator's `submodule .*` argPattern (for `git submodule status`) looks safe.
 # git's internal builtins are subcommands as well: `git submodule--helper foreach CMD` runs CMD in every
 # checked-out submodule, and it was on no list. Fixed: every `<x>--<y>` subcommand (git's internal helpers)
-# asks (gitvet._argv_programs).
+# asks (gitargv.argv_programs).
 
 
 async def test_class5_git_internal_submodule_helper_foreach_runs_a_command(
@@ -819,7 +798,7 @@ async def test_class5_git_internal_submodule_helper_foreach_runs_a_command(
 # The same list misses `git upload-archive <repo>` (upload-pack and receive-pack are on it): it enters the
 # named repository and serves an archive request read from stdin, with that repository's config, where a
 # `tar.<format>.command` marked `remote = true` runs. git reads its input as data (stdindata), so the
-# request comes in a heredoc. Fixed: upload-archive is on gitvet._PROGRAM_SUBCOMMANDS.
+# request comes in a heredoc. Fixed: upload-archive is on gitargv._PROGRAM_SUBCOMMANDS.
 
 
 async def test_class5_git_upload_archive_runs_the_named_repositorys_tar_filter(
