@@ -21,6 +21,7 @@ from engine.commands.interpoptions import (
     family,
     loaded_values,
     program_source,
+    python_skips_first_line,
 )
 from engine.commands.interpreters import name_of
 from engine.commands.protected import process_word
@@ -148,6 +149,7 @@ class ContentItem:
     # A system-owned file reached through a link the agent can re-point (`./myls -> /usr/bin/ls`): it is
     # `writable` (an approval binds its bytes, never the link's name), and it runs by its real path.
     linked: bool = False
+    skip_first: bool = False  # a Python script run with `-x`: its first line never runs (read_words)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -473,6 +475,7 @@ def bind(
                 kw.get("parent"),
                 kw.get("reader", ""),
                 kw.get("word", ""),
+                skip_first=kw.get("skip_first", False),
             )
         )
         if shebang and role in ("executable", "interpreter"):
@@ -482,6 +485,10 @@ def bind(
                 problems.append(f"{shown}: interpreter chain too deep to bind")
                 return
             file_item("interpreter", shebang[0], interp, where, -1, parent=real, depth=depth + 1)
+            if shebang[0] != interp and not links_fixed(shebang[0]):
+                # `#!/w/venv/bin/python`: the agent's link to root's python. Bound by the real file's bytes
+                # and run by its real path (verified._run_words), never again through the link.
+                _relink(items, where, shebang[0], parent=real)
         elif kind == "shebang":
             problems.append(f"{shown}: its #! interpreter is chosen at run time and cannot be bound")
 
@@ -532,7 +539,17 @@ def bind(
                 # then the file the run's view pins, not a name the agent can re-point after the spawn.
                 if os.path.abspath(named) != real:
                     word = real
-                file_item("script", os.path.abspath(named), real, here, operand, reader=reader, word=word)
+                skip = reader == "python" and python_skips_first_line(segment.argv[1:operand])
+                file_item(
+                    "script",
+                    os.path.abspath(named),
+                    real,
+                    here,
+                    operand,
+                    reader=reader,
+                    word=word,
+                    skip_first=skip,
+                )
 
     walk(analysis.segments, result.segments, ())
     unbound = searched = opaque = refused = False
@@ -569,7 +586,13 @@ def bind(
             if note:
                 notes.append(note)
     if whole:
-        words, absent = _file_words(command if command is not None else "", analysis, cwd)
+        dirs, lost = _cd_dirs(_all_words(command or ""), cwd, env)
+        if lost is not None:
+            problems.append(
+                f"the text changes directory ({lost}) to a place exechost cannot follow: the files it "
+                "names there are not bound"
+            )
+        words, absent = _file_words(command if command is not None else "", analysis, dirs)
         for word in words:
             real = os.path.realpath(os.path.join(cwd, word))
             file_item("file", os.path.abspath(os.path.join(cwd, word)), real, (), -1)
@@ -648,10 +671,15 @@ _TEXT_TOOL_LONG = frozenset(
 )
 
 
-def _relink(items: list[ContentItem], where: tuple[int, ...], named: str) -> None:
-    """Mark the executable just bound at `where` as reached through the agent's link (ContentItem.linked)."""
+def _relink(items: list[ContentItem], where: tuple[int, ...], named: str, parent: str | None = None) -> None:
+    """Mark the executable just bound at `where` (or the `#!` interpreter of `parent`) as reached through
+    the agent's link (ContentItem.linked)."""
     for i, item in enumerate(items):
-        if item.role == "executable" and item.where == where and item.argv_index == 0 and item.sha256:
+        if parent is not None:
+            mine = item.role == "interpreter" and item.parent == parent
+        else:
+            mine = item.role == "executable" and item.argv_index == 0
+        if mine and item.where == where and item.sha256:
             if not item.writable:
                 items[i] = replace(item, path=named, writable=True, linked=True)
             elif item.path != named:
@@ -679,6 +707,16 @@ def unproven_sources(
             # Absent now: what appears there (or on PATH) later is code nobody saw.
             why.append(f"{item.path} does not exist when decided")
             continue
+        venv = venv_of(os.path.join(cwd, item.path)) if item.role in ("executable", "interpreter") else None
+        if (
+            venv is not None
+            and reader_of(item.real) == "python"
+            and not system_owned(os.path.realpath(os.path.join(venv, "pyvenv.cfg")))
+        ):
+            why.append(
+                f"{item.path} is the python of a virtualenv the agent can write ({venv}): it runs every "
+                ".pth file of the venv's site-packages at start, and none of that is bound"
+            )
         if item.role in ("executable", "interpreter") and len(item.shebang) > 1:
             arg = item.shebang[1]
             if not arg.startswith("-"):
@@ -686,6 +724,16 @@ def unproven_sources(
             else:
                 why += _segment_unproven((item.shebang[0], arg, item.real), cwd, shebang=item.path)
     return why
+
+
+def venv_of(executable: str) -> str | None:
+    """The virtualenv a Python started as `executable` (its argv[0], links not resolved) takes as its
+    prefix: CPython's getpath looks for `pyvenv.cfg` beside it and one directory up. None when neither."""
+    here = os.path.dirname(os.path.abspath(executable))
+    for base in (here, os.path.dirname(here)):
+        if os.path.isfile(os.path.join(base, "pyvenv.cfg")):
+            return base
+    return None
 
 
 def _segment_unproven(argv: Sequence[str], cwd: str, shebang: str = "") -> list[str]:
@@ -791,13 +839,57 @@ def _words(command: str) -> list[str]:
         return command.split()
 
 
-def _file_words(command: str, analysis: CommandAnalysis, cwd: str) -> tuple[list[str], list[str]]:
+def _all_words(command: str, depth: int = 0) -> list[str]:
+    """The text's words, and the words of every word that is itself a command line (`sh -c 'cd x; …'`,
+    `(cd sub; sh s.sh)` quoted): an unparsed text may run any of them."""
+    out: list[str] = []
+    for word in _words(command):
+        out.append(word)
+        if depth < 2 and any(c in word for c in " \t\n;&|()"):
+            out += _all_words(word, depth + 1)
+    return out
+
+
+_CHDIR = frozenset({"cd", "pushd", "chdir"})
+_SEPARATORS = frozenset({";", "&&", "||", "|", "&", "(", ")", ";;"})
+CD_DIRS_MAX = 16
+
+
+def _cd_dirs(words: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[list[str], str | None]:
+    """Every directory an unparsed text may read its relative names from: the cwd, and each place a `cd`
+    (`pushd`) in it leads to, cumulatively (`cd a; cd b` → a/b); the first `cd` it cannot follow (no
+    operand, `-`, `~`, an expansion, CDPATH set) as well, else None."""
+    dirs = [os.path.abspath(cwd)]
+    lost: str | None = None
+    for i, word in enumerate(words):
+        if word not in _CHDIR:
+            continue
+        rest = [w for w in words[i + 1 : i + 4] if not (w.startswith("-") and w != "-")]
+        target = rest[0] if rest else ""
+        if (
+            not target
+            or target in _SEPARATORS
+            or target == "-"
+            or target.startswith("~")
+            or any(c in target for c in "$`*?[{")
+            or (env.get("CDPATH") and not target.startswith(("/", "./", "../")))
+        ):
+            lost = lost or (f"{word} {target}" if target and target not in _SEPARATORS else word)
+            continue
+        reached = [os.path.abspath(os.path.join(d, target)) for d in dirs]
+        dirs = list(dict.fromkeys([*dirs, *(d for d in reached if os.path.isdir(d))]))[:CD_DIRS_MAX]
+    return dirs, lost
+
+
+def _file_words(command: str, analysis: CommandAnalysis, dirs: Sequence[str]) -> tuple[list[str], list[str]]:
     """Every file the command's words name (or its segments'), in every spelling a program may read one:
     a word itself, the value of an option word (`--env-file=.env`) and an attached short value
     (`-r./x.js`). An option nobody modelled may read any of them as code or as settings for code. Also
-    the option values that name a path (`=./x`, `=.env`) but do not exist yet: they must stay absent."""
+    the option values that name a path (`=./x`, `=.env`) but do not exist yet: they must stay absent. A
+    name is looked up in each of `dirs` (the cwd and where the text cd's, `_cd_dirs`); found in one, it
+    is bound in every one, present or (must stay) absent. Absolute paths."""
     if command:
-        words = _words(command)
+        words = _all_words(command)
     else:
         words = [w for seg in _plain_segments(analysis.segments) for w in seg.argv]
     out: list[str] = []
@@ -811,16 +903,14 @@ def _file_words(command: str, analysis: CommandAnalysis, cwd: str) -> tuple[list
             if not word.startswith("--") and len(word) > 2:
                 names.append(word[2:])
         for name in names:
-            path = os.path.join(cwd, name)
-            if name and os.path.isfile(path):
-                out.append(name)
-            elif (
-                word.startswith("-")
-                and name
-                and ("/" in name or name.startswith("."))
-                and (not os.path.lexists(path))
-            ):
-                absent.append(name)
+            if not name:
+                continue
+            paths = list(dict.fromkeys(os.path.abspath(os.path.join(d, name)) for d in dirs))
+            if any(os.path.isfile(p) for p in paths):
+                out += [p for p in paths if os.path.isfile(p)]
+                absent += [p for p in paths if not os.path.lexists(p)]
+            elif word.startswith("-") and ("/" in name or name.startswith(".")):
+                absent += [p for p in paths if not os.path.lexists(p)]
     return list(dict.fromkeys(out))[:64], list(dict.fromkeys(absent))[:64]
 
 
@@ -840,8 +930,10 @@ def _package_dir(entry: os.DirEntry[str], depth: int) -> bool:
 
 def _imports_note(script: str, cwd: str) -> str | None:
     """Python imports modules from the script's directory first: count the agent-writable code there and
-    in its package directories (not bound; an approval holds for the script only, docs/SECURITY.md)."""
-    base = os.path.dirname(os.path.abspath(os.path.join(cwd, script)))
+    in its package directories (not bound; an approval holds for the script only, docs/SECURITY.md). That
+    directory is the one of the script's real path (sys.path[0], and the sealed copy runs under that path
+    too): a link's own directory is not where its imports come from."""
+    base = os.path.dirname(os.path.realpath(os.path.join(cwd, script)))
     count, seen, capped = 0, 0, False
     queue = [(base, 0)]
     while queue and not capped:
@@ -863,7 +955,7 @@ def _imports_note(script: str, cwd: str) -> str | None:
     count -= 1  # the script itself, which is bound
     if count <= 0 or system_owned(os.path.realpath(os.path.join(cwd, script))):
         return None
-    shown = os.path.relpath(base, cwd) if base != os.path.abspath(cwd) else "."
+    shown = os.path.relpath(base, os.path.realpath(cwd)) if base != os.path.realpath(cwd) else "."
     more = "+" if capped else ""
     return (
         f"Warning: {script} can import code from {count}{more} agent-writable Python files under {shown}/ "

@@ -10,6 +10,8 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from engine.commands import gitargv
+from engine.commands.gitargv import RECEIVE_PACK_TREE
 from engine.commands.gitindex import UnreadableIndex, gitlinks
 from engine.commands.regular import Unreadable, read_regular
 from engine.sysbin import only_root_changes
@@ -121,57 +123,6 @@ _GLOBAL_FLAGS = frozenset(
         "--exec-path",
     }
 )
-# Subcommands whose own arguments name a program to run (git's fixed set, unlike config driver names).
-_PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
-    "clone": ("-u", "--upload-pack", "--template", "-c", "--config"),
-    "fetch": ("--upload-pack",),
-    "pull": ("--upload-pack",),
-    "ls-remote": ("--upload-pack",),
-    "push": ("--receive-pack", "--exec"),
-    "send-pack": ("--receive-pack", "--exec"),
-    "fetch-pack": ("--upload-pack", "--exec"),
-    # `--remote=<repo>`: git-upload-archive runs in that repository with its own config (git clears the
-    # forced command-line config for it), where `tar.<format>.command` with `tar.<format>.remote = true`
-    # is a program; no vet read that config.
-    "archive": ("--exec", "--remote"),
-    "rebase": ("-x", "--exec"),
-    "grep": ("-O", "--open-files-in-pager"),
-    "difftool": ("-x", "--extcmd", "-t", "--tool"),
-    "mergetool": ("-t", "--tool"),
-    "init": ("--template",),
-}
-_PROGRAM_SUBCOMMANDS = frozenset(
-    {
-        "filter-branch",
-        "bisect",
-        "send-email",
-        "instaweb",
-        "maintenance",
-        "daemon",
-        "submodule",
-        "p4",
-        "svn",
-        "cvsimport",
-        "cvsserver",
-        "cvsexportcommit",
-        "quiltimport",
-        "web--browse",
-        "difftool",
-        "mergetool",
-        "credential",
-        "upload-pack",
-        "upload-archive",  # serves a request from stdin in the repository it names, with that config
-        "for-each-repo",  # runs `git -C <each value of a config key> <its own argv>`: a git line unvetted
-        "receive-pack",
-        "shell",
-        "remote-ext",
-        "remote-fd",
-        "hook",
-        "run-command",
-    }
-)
-_SAFE_SUBCOMMAND_WORDS = {"submodule": frozenset({"status", "summary"}), "bisect": frozenset({"log", "view"})}
-
 MAX_SUBMODULE_DEPTH = 3
 MAX_CONFIG_FILES = 64  # more than this and the command asks rather than vetting forever
 CONFIG_READ_CAP = 1 << 20
@@ -557,6 +508,7 @@ def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -
         located = discover(args.cwd)
     queue: list[tuple[Repo | str, str | None]] = [] if located is None else [(located, args.work_tree)]
     top = located if isinstance(located, Repo) else None
+    own: Pairs = []  # the top repository's own config: the remotes a push may name
     seen: set[str] = set()
     while queue and len(seen) < MAX_CONFIG_FILES:
         repo, tree = queue.pop(0)
@@ -576,6 +528,8 @@ def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -
             if isinstance(pairs, str):
                 found.append(Finding("git", path, f"config that {pairs}"))
                 continue
+            if repo is located and _owns(repo, path):
+                own += pairs
             for key, value in pairs:
                 problem = key_problem(key, value)
                 if key.lower() == "extensions.objectformat" and _owns(repo, path):
@@ -599,6 +553,7 @@ def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -
             queue.extend((sub, None) for sub in _submodule_repos(git, tree, record, repo, hash_size))
     if queue:
         found.append(Finding("git", cwd, "more nested repositories than exechost vets"))
+    found += _local_destinations(git, args, own)
     if record is not None:
         record.repos.append((tuple(argv), top))
     return found
@@ -634,63 +589,30 @@ def vet_config_file(git: str, path: str) -> list[Finding]:
     return out
 
 
-# Options that make git run git inside submodules (the forced config turns every such default off,
-# hostenv.GIT_FORCED_CONFIG): a submodule's own config was vetted only as of the re-vet, and a gitlink
-# added after it names a repository nobody vetted.
-_ENTERS_SUBMODULES = frozenset(
-    ("--recurse-submodules", "--ignore-submodules=none", "--ignore-submodules=untracked", "--submodule",
-     "--submodule=diff", "--submodule=log")
-)  # fmt: skip
-
-
-def _long(word: str, option: str) -> bool:
-    """Whether `word` (`--name` or `--name=value`) is the long `option` as git's parse-options reads it:
-    the name whole or any prefix of it (git takes a unique prefix: `--upload-pa=CMD` is `--upload-pack`).
-    A prefix another option shares counts too: it asks when git would have refused it, never the reverse."""
-    head = word.split("=", 1)[0]
-    return option.startswith("--") and head.startswith("--") and len(head) > 2 and option.startswith(head)
-
-
-def _enters_submodules(word: str) -> bool:
-    name, eq, value = word.partition("=")
-    if _long(name, "--recurse-submodules"):
-        return not eq or value not in ("no", "false", "off")
-    if _long(name, "--ignore-submodules"):
-        return bool(eq) and value in ("none", "untracked")
-    if _long(name, "--submodule"):
-        return not eq or value in ("diff", "log")
-    return word in _ENTERS_SUBMODULES
+def _global_pairs(git: str) -> Pairs:
+    """The operator's global and system config (trusted, but it may name a local remote or rewrite a URL
+    into one): its remotes and url.*.insteadOf keys count for where a push goes."""
+    home = os.path.expanduser("~")
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    out: Pairs = []
+    for path in ("/etc/gitconfig", os.path.join(xdg, "git", "config"), os.path.join(home, ".gitconfig")):
+        if os.path.isfile(path):
+            pairs = read_config(git, path)
+            out += pairs if not isinstance(pairs, str) else []
+    return out
 
 
 def _argv_programs(args: _Argv) -> list[Finding]:
-    sub = args.subcommand
-    if sub is None:
+    return [
+        Finding("git", "the command line", what) for what in gitargv.argv_programs(args.subcommand, args.rest)
+    ]
+
+
+def _local_destinations(git: str, args: _Argv, own: Pairs) -> list[Finding]:
+    """Every local repository this push would start receive-pack in (gitargv.RECEIVE_PACK_TREE), with
+    the remotes and URL rewrites of the operator's config, the repository's own and the command line."""
+    if args.subcommand not in gitargv.RECEIVE_PACK:
         return []
-    for word in args.rest:
-        if word == "--":
-            break
-        if _enters_submodules(word):
-            return [Finding("git", "the command line", f"`{word}`, which runs git inside submodules")]
-    if "--" in sub:
-        # git's internal helpers (`submodule--helper foreach CMD`, `bisect--helper`, `web--browse`, …) are
-        # the machinery behind commands that run programs, each a subcommand of its own: none is for agents.
-        return [Finding("git", "the command line", f"`git {sub}`, an internal helper of git's")]
-    if sub in _PROGRAM_SUBCOMMANDS:
-        first = next((w for w in args.rest if not w.startswith("-")), None)
-        if first is None or first not in _SAFE_SUBCOMMAND_WORDS.get(sub, frozenset()):
-            return [Finding("git", "the command line", f"`git {sub}`, which runs other programs")]
-    options = _PROGRAM_OPTIONS.get(sub, ())
-    for word in args.rest:
-        if word == "--":
-            break
-        for option in options:
-            short = len(option) == 2
-            if (
-                word == option
-                or (not short and _long(word, option))
-                # parse-options clusters short options: `-qu CMD` is `-q -u CMD`. The letter anywhere in
-                # the cluster counts (inside an earlier option's attached value it asks needlessly).
-                or (short and word.startswith("-") and not word.startswith("--") and option[1] in word[1:])
-            ):
-                return [Finding("git", "the command line", f"`git {sub} {option}`, which names a program")]
-    return []
+    pairs = [*_global_pairs(git), *own, *((c.partition("=")[0], c.partition("=")[2]) for c in args.config)]
+    where = gitargv.local_destinations(args.rest, args.cwd, pairs)
+    return [Finding("git", path, RECEIVE_PACK_TREE) for path in where]

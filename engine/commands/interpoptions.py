@@ -35,6 +35,7 @@ class Grammar:
     inline: str  # letters meaning "the program is this text"
     stdin: str = ""  # letters meaning "the program is stdin"
     module: str = ""  # letters meaning "a module found on a search path"
+    search: str = ""  # letters meaning "the program operand is searched for on PATH" (perl -S)
     long_inline: frozenset[str] = frozenset()
     plus: bool = False  # `+x` turns an option off (shells)
     digits: str = ""  # letters taking optional attached digits, after which the cluster goes on (perl -l0)
@@ -60,7 +61,7 @@ PYTHON_INERT_X = frozenset(
      "no_debug_ranges", "int_max_str_digits", "frozen_modules", "perf", "perf_jit", "cpu_count", "gil"}
 )  # fmt: skip
 _PERL = Grammar(
-    flags="acfnpsStTuUvwWX", valued="IMm", attached="idDCxV", inline="eE", digits="l0",
+    flags="acfnpstTuUvwWX", valued="IMm", attached="idDCxV", inline="eE", digits="l0", search="S",
     long_flags=frozenset({"--version", "--help"}), long_valued=frozenset(), more="dDMm",
 )  # fmt: skip
 _RUBY = Grammar(
@@ -159,6 +160,10 @@ def _cluster(g: Grammar, word: str, i: int, argv: Sequence[str], more: list[str]
             return Source(INLINE, i if rest else i + 1)
         if letter in g.module and not plus:
             return Source(MODULE, i if rest else i + 1)
+        if letter in g.search:
+            # `perl -S app.pl` runs the app.pl PATH holds (perlrun), never ./app.pl: a program found on a
+            # search path, like a module (nothing the text names holds it).
+            return Source(MODULE)
         if letter in g.stdin and not plus:
             # `sh -s args`: the program is stdin, the words after are its arguments
             return Source(STDIN)
@@ -187,3 +192,22 @@ def loaded_values(argv: Sequence[str], program: str | None = None) -> list[str]:
             elif word.startswith(option + "="):
                 out.append(word.split("=", 1)[1])
     return out
+
+
+def python_skips_first_line(options: Sequence[str]) -> bool:
+    """Whether Python's options (the words before its script) hold `-x`, alone or in a cluster (`-ux`);
+    the value of `-W`/`-X` (attached or the next word) is not a cluster."""
+    value_next = False
+    for word in options:
+        if value_next:
+            value_next = False
+            continue
+        if not word.startswith("-") or word.startswith("--") or word == "-":
+            continue
+        for j, letter in enumerate(word[1:], 1):
+            if letter in "WX":
+                value_next = j == len(word) - 1
+                break
+            if letter == "x":
+                return True
+    return False

@@ -30,7 +30,7 @@ from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, MakeRead, parse_make, reads
 from engine.commands.rendering import render_bound
 from engine.commands.treecode import TreeChanged, TreeVet, agent_writable
-from engine.commands.verified import StaleContent, VerifiedRun, sealed_copy
+from engine.commands.verified import Mirror, StaleContent, VerifiedRun, sealed_copy, view_root
 from engine.statefs import state_dir
 
 # Entries of a repository's common dir (git's path.c common_list): linked from the view, so reads and
@@ -45,6 +45,7 @@ COMMON_ENTRIES = (
 # help.format, man.viewer, man.<tool>.cmd; with GIT_DIR naming nothing they work as outside any repository).
 _NO_REPO = frozenset({"init", "clone"})
 NO_REPOSITORY = "no-repository"
+MIRROR_MAX = 1024  # entries of each directory above a script linked in its mirror (Mirror)
 
 
 class PinError(Exception):
@@ -52,14 +53,6 @@ class PinError(Exception):
 
 
 bwrap_path = hostview.bwrap_path
-
-
-def view_root() -> str:
-    """An empty directory the view's tmpfs is mounted over, inside the namespace only (0700, ours)."""
-    path = os.path.join(str(state_dir()), "pinned")
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    return path
 
 
 @dataclass
@@ -124,7 +117,13 @@ def view_for(
     host view too (engine.commands.hostview), in the same bwrap, hiding `outside`."""
     try:
         record = tree.pin(anchor) if tree is not None and tree.commands else None
-        view = pinned_view(record, run.rereads if run is not None else (), host=host, outside=outside)
+        view = pinned_view(
+            record,
+            run.rereads if run is not None else (),
+            host=host,
+            outside=outside,
+            mirrors=run.mirrors if run is not None else (),
+        )
     except (TreeChanged, PinError) as exc:
         raise StaleContent(str(exc)) from None
     if tree is None or record is None or run is None:
@@ -306,6 +305,29 @@ class _Builder:
             runnable = 0
         self.args += ["--perms", "0500" if runnable else "0400", "--ro-bind-data", str(fd), dest]
 
+    def mirror(self, mirror: Mirror) -> None:
+        """The copy at `mirror.path` in a read-only tmpfs of its own that mirrors every directory from /
+        down to the script's: each level's other entries (at most MIRROR_MAX, read now) are links."""
+        args = ["--tmpfs", mirror.base]
+        parts = [p for p in mirror.real_dir.split("/") if p]
+        for depth in range(len(parts) + 1):
+            real = "/" + "/".join(parts[:depth])
+            view = mirror.base + real.rstrip("/")
+            below = parts[depth] if depth < len(parts) else mirror.name
+            with contextlib.suppress(OSError):
+                for entry in sorted(os.listdir(real))[:MIRROR_MAX]:
+                    if entry != below:
+                        args += ["--symlink", os.path.join(real, entry), os.path.join(view, entry)]
+            if depth < len(parts):
+                args += ["--dir", os.path.join(view, below)]
+        fd = sealed_copy(mirror.data, mirror.name)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.set_inheritable(fd, True)
+        self.fds.append(fd)
+        perms = "0500" if mirror.runnable else "0400"
+        self.args += [*args, "--perms", perms, "--ro-bind-data", str(fd), mirror.path]
+        self.args += ["--remount-ro", mirror.base]
+
     def build(self, host: bool = False, outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> PinnedView:
         pins = bool(self.args or self.env)
         if not pins and not host:
@@ -400,9 +422,11 @@ def pinned_view(
     *,
     host: bool = False,
     outside: hostview.Outside = hostview.NOTHING_OUTSIDE,
+    mirrors: Iterable[Mirror] = (),
 ) -> PinnedView:
     """The view a run needs: git pointed at its vetted repository (from `record`), and every other
-    vetted file (`files`: a Makefile, a script that re-reads itself) a read-only copy at its path.
+    vetted file (`files`: a Makefile, a script that re-reads itself) a read-only copy at its path; a
+    script its reader is handed by path, in a directory of its own (`mirrors`, Mirror).
     `host`: the host view as well. An empty view (no prefix) when nothing needs pinning and no host
     view is asked for: the run starts as before, at no cost."""
     b = _Builder(view_root())
@@ -415,6 +439,8 @@ def pinned_view(
                     b.data(data, path)
         for path, data in files:
             b.data(data, path)
+        for mirror in mirrors:
+            b.mirror(mirror)
         return b.build(host, outside)
     except BaseException:
         for fd in b.fds:

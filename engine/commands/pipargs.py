@@ -6,10 +6,14 @@ pip has. An option not on it, and a command not modelled, make the command ask (
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["BUILDS", "PipArgs", "parse_pip"]
+from engine.commands.regular import Unreadable, read_regular
+
+__all__ = ["BUILDS", "PipArgs", "RequirementReads", "parse_pip", "read_requirements"]
 
 # What an option's value is to pip: "" no value; "data" a value nothing runs from (a name, a number, a
 # place pip writes to); "file" a file of requirements or constraints pip reads (which name projects it
@@ -29,8 +33,8 @@ _GENERAL: dict[str, str] = {
 }  # fmt: skip
 # install, wheel, download and lock (pip 26's tables; an option a given pip lacks makes pip itself fail).
 _BUILD: dict[str, str] = {
-    "-r": "file", "--requirement": "file", "-c": "file", "--constraint": "file",
-    "--build-constraint": "file", "--requirements-from-script": "file", "--group": "group",
+    "-r": "reqs", "--requirement": "reqs", "-c": "reqs", "--constraint": "reqs",
+    "--build-constraint": "reqs", "--requirements-from-script": "file", "--group": "group",
     "--no-deps": "", "--no-dependencies": "", "--only-deps": "", "--only-dependencies": "",
     "-e": "project", "--editable": "project", "--dry-run": "", "-t": "data", "--target": "data",
     "--platform": "data", "--python-version": "data", "--implementation": "data", "--abi": "data",
@@ -65,7 +69,8 @@ class PipArgs:
     """What pip's argv says it reads."""
 
     command: str | None = None
-    files: list[str] = field(default_factory=list)  # requirement/constraint files
+    files: list[str] = field(default_factory=list)  # requirement/constraint files (and --group's)
+    requirements: list[str] = field(default_factory=list)  # those read by pip's requirements grammar
     editables: list[str] = field(default_factory=list)  # -e values (a directory there is built)
     operands: list[str] = field(default_factory=list)  # requirements: names, paths, archives, URLs
     sources: list[str] = field(default_factory=list)  # local places packages are taken from
@@ -134,6 +139,9 @@ def _take(option: str, kind: str, value: str, out: PipArgs) -> None:
         out.problem = f"`{option} {value}`: pip would run itself with that interpreter"
     elif kind == "file":
         out.files.append(value)
+    elif kind == "reqs":
+        out.files.append(value)
+        out.requirements.append(value)
     elif kind == "project":
         out.editables.append(value)
     elif kind == "source":
@@ -177,3 +185,150 @@ def local_path(value: str, cwd: str) -> str | None:
     elif "://" in value:
         return None
     return os.path.join(cwd, value)
+
+
+# A requirements file's own lines, as pip's req_file reads them (issue 27 §4): a line is options (nested
+# `-r`/`-c` files, `-e` projects, places packages come from) or a requirement with per-line options.
+# What a line may say is allowlisted: a requirement by name (PEP 508 without `@ url`) or a remote archive
+# is data; a local path, a `file:` URL, an editable or a VCS URL names a project pip builds from a tree
+# nothing binds (its backend imports whatever is there), so the approval cannot be saved.
+_LINE_OPTIONS: dict[str, str] = {
+    "-r": "reqs", "--requirement": "reqs", "-c": "reqs", "--constraint": "reqs",
+    "-e": "project", "--editable": "project", "-f": "source", "--find-links": "source",
+    "-i": "source", "--index-url": "source", "--extra-index-url": "source", "--no-index": "",
+    "--pre": "", "--prefer-binary": "", "--require-hashes": "", "--only-binary": "data",
+    "--no-binary": "data", "--trusted-host": "data", "--use-feature": "data",
+}  # fmt: skip
+# Options a requirement line may carry (pip's SUPPORTED_OPTIONS_REQ, less the setup.py argument ones).
+_REQ_OPTIONS: dict[str, str] = {"--hash": "data", "--config-settings": "data", "-C": "data"}
+# A requirement by name: `name[extras] specifiers ; markers`, no `@ url`, no path.
+_BY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\s*(\[[^\]/@]*\])?\s*([<>=!~][^@/\\;]*)?(;[^@]*)?")
+_COMMENT = re.compile(r"(^|\s+)#.*$")
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+MAX_REQUIREMENT_FILES = 32  # more nested files than this and the command asks
+
+
+@dataclass
+class RequirementReads:
+    """What pip takes from its requirements files: every file read (nested ones too), the local projects
+    they name (absolute), the local places packages come from, and lines exechost does not model."""
+
+    files: list[str] = field(default_factory=list)
+    projects: list[str] = field(default_factory=list)
+    sources: list[tuple[str, str]] = field(default_factory=list)  # (value, the directory it is relative to)
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (file, why)
+
+
+def _lines(text: str) -> list[str]:
+    """pip's preprocess: join `\\`-continued lines, drop comments and blank lines."""
+    out: list[str] = []
+    held = ""
+    for raw in text.splitlines():
+        if raw.endswith("\\"):
+            held += raw[:-1]
+            continue
+        line = _COMMENT.sub("", held + raw).strip()
+        held = ""
+        if line:
+            out.append(line)
+    if held.strip():
+        out.append(_COMMENT.sub("", held).strip())
+    return out
+
+
+def _options(words: list[str], table: dict[str, str]) -> tuple[list[tuple[str, str]], str | None]:
+    """optparse over one line's option words: (option kind, value) pairs, or why it cannot be read."""
+    taken: list[tuple[str, str]] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if word.startswith("--"):
+            name, eq, value = word.partition("=")
+            option = _match(name, table)
+        elif word.startswith("-") and len(word) >= 2:
+            option, eq, value = ("-" + word[1], "=", word[2:]) if len(word) > 2 else (word, "", "")
+            option = option if option in table else None
+        else:
+            return taken, f"`{word}`: a word pip would not take here"
+        if option is None:
+            return taken, f"`{word}`: an option exechost does not model in a requirements file"
+        kind = table[option]
+        if kind and not eq:
+            if i >= len(words):
+                return taken, f"`{word}`: its value is missing"
+            value, i = words[i], i + 1
+        elif not kind and eq:
+            return taken, f"`{word}`: pip takes no value there"
+        taken.append((kind, value))
+    return taken, None
+
+
+def _requirement(spec: str, cwd: str, out: RequirementReads, where: str) -> None:
+    """One requirement: by name or a remote archive (data), else a project pip builds from a tree."""
+    if _BY_NAME.fullmatch(spec):
+        return
+    name, at, url = spec.partition("@")
+    target = url.strip().split(";", 1)[0].strip() if at and _BY_NAME.fullmatch(name.strip()) else spec
+    scheme = _URL.match(target)
+    if scheme and scheme.group(1).lower() in ("http", "https"):
+        return  # an archive from the network: pip fetches it as it fetches a name from the index
+    if scheme and "+" in scheme.group(1):
+        out.problems.append((where, f"`{spec}`: a VCS checkout pip clones and builds"))
+        return
+    path = local_path(target, cwd)
+    if path is None:
+        out.problems.append((where, f"`{spec}`: a requirement exechost does not model"))
+    else:
+        out.projects.append(os.path.normpath(path))
+
+
+def read_requirements(files: Sequence[str], cwd: str, cap: int = 1 << 20) -> RequirementReads:
+    """Every requirements file pip reads from `files` (relative to `cwd`), nested `-r`/`-c` ones relative to
+    the file naming them, as pip's req_file reads them; what each line names, sorted by what it is."""
+    out = RequirementReads()
+    queue = [os.path.join(cwd, f) for f in files]
+    while queue:
+        path = queue.pop(0)
+        if path in out.files:
+            continue
+        if len(out.files) >= MAX_REQUIREMENT_FILES:
+            out.problems.append((path, "more nested requirements files than exechost reads"))
+            break
+        out.files.append(path)
+        try:
+            text = read_regular(path, cap).decode("utf-8", "replace")
+        except Unreadable:
+            continue  # not bound by bytes either (treecode.binding): nothing it says is taken unasked
+        here = os.path.dirname(path)
+        for line in _lines(text):
+            if "${" in line:
+                out.problems.append((path, f"`{line}`: pip expands an environment variable there"))
+                continue
+            try:
+                words = shlex.split(line)
+            except ValueError:
+                out.problems.append((path, f"`{line}`: a line exechost cannot split"))
+                continue
+            first = next((i for i, w in enumerate(words) if w.startswith("-")), len(words))
+            if first:  # a requirement, then its own options
+                _requirement(" ".join(words[:first]), cwd, out, path)
+                _taken, problem = _options(words[first:], _REQ_OPTIONS)
+                if problem:
+                    out.problems.append((path, problem))
+                continue
+            taken, problem = _options(words, _LINE_OPTIONS)
+            if problem:
+                out.problems.append((path, problem))
+            for kind, value in taken:
+                if kind == "reqs":
+                    nested = local_path(value, here)
+                    if nested is None:
+                        out.problems.append((path, f"`{value}`: requirements read from the network"))
+                    else:
+                        queue.append(os.path.realpath(nested))  # `..` where the kernel takes it
+                elif kind == "project":
+                    _requirement(value.split("[", 1)[0] if "://" not in value else value, cwd, out, path)
+                elif kind == "source":
+                    out.sources.append((value, here))
+    return out

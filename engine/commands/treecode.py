@@ -15,7 +15,7 @@ from engine.commands.content import script_operand, system_owned
 from engine.commands.gitvet import Finding
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, not_regular, parse_make
-from engine.commands.pipargs import BUILDS, local_path, parse_pip
+from engine.commands.pipargs import BUILDS, local_path, parse_pip, read_requirements
 from engine.commands.regular import Unreadable, read_regular
 from engine.commands.treesafe import is_tree_safe
 from engine.commands.which import real_path
@@ -124,11 +124,25 @@ UNMODELLED = (
     "known to take none, tools.exec.treeSafe)"
 )
 PIP_SOURCE = "packages pip may build (an sdist's setup script runs)"
+# A project a requirements file names (`./pkg`, `-e ./sub`, `file:`): pip builds it, and its backend runs
+# whatever that tree holds; nothing there is bound, so an approval is for this run only (issue 27 §4).
+PIP_PROJECT = "a project pip builds (its backend runs and imports whatever that tree holds)"
+PIP_LINE = "a requirements line exechost does not model"
+# Findings whose code is not in the named file's bytes (a project, a push destination's hooks): a file
+# there (a gitfile, an sdist) binds nothing of it, so they are never bound, whatever is at the path.
+_NO_BYTES = frozenset({PIP_PROJECT, gitvet.RECEIVE_PACK_TREE})
 A_TREE, UNREADABLE = "a tree", "unreadable"  # binding() of a finding no bytes hold
 SCRIPTS_TREE = "a script's tree"  # binding() of an interpreter's tree: its script is bound by content
 ARGV_FILE = "code or options it reads from a file its argv names"
 # An interpreter's tree: its program file is bound by engine.commands.content, not here.
 SCRIPT_TREE = "code its script may load from there (the script itself is bound; what it imports is not)"
+# A build tool's recipes run files of the tree besides the ones it reads (`sh run.sh`, `./configure`, the
+# test binary it builds): what they are is make code, not modelled, so nothing binds them and an approval
+# of the tool in a tree the agent can write is for this run only (issue 27 §4).
+RECIPE_TREE = (
+    "files its recipes run (`sh run.sh`, ./configure, what it builds): they are not bound to their bytes, "
+    "so an approval is for this run only"
+)
 NOT_A_FILE = "a makefile that is not a regular file (stdin, a device, a fifo): nothing there can be vetted"
 _OPERANDS_LOOKED_AT = 64  # path operands whose trees an unmodelled program may read (pytest ../other)
 # The spawn's directory fd of the cwd, as a path: what is looked up under it is found in the directory that
@@ -192,6 +206,17 @@ def _changeable(path: str) -> bool:
     except OSError:
         return True  # vanished or unreadable: the program may still find something there
     return owner != 0 or os.access(path, os.W_OK)
+
+
+def _contents_writable(directory: str, sandbox_roots: Sequence[str]) -> bool:
+    """Whether the agent can put files into `directory` (a sandbox workspace, or changeable itself): where
+    a recipe's `./run.sh` would be found. A root-only directory under a writable parent is not (its
+    files are trusted like a root-only makefile there; the spawn anchors the cwd: a renamed parent is no
+    way in)."""
+    real = os.path.realpath(directory)
+    return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in sandbox_roots if r) or (
+        _changeable(real)
+    )
 
 
 def sandbox_roots(workspace_root: str) -> list[str]:
@@ -275,6 +300,7 @@ def _pip_reads(argv: Sequence[str], cwd: str) -> tuple[bool, list[str], list[str
     files = [os.path.join(cwd, f) for f in args.files]
     if args.command not in BUILDS:
         return False, [], files
+    files += read_requirements(args.requirements, cwd).files  # nested `-r`/`-c` files, bound by bytes
     starts = [os.path.join(cwd, w) for w in args.operands if w == "." or os.sep in w]
     starts += [os.path.join(cwd, e.split("[", 1)[0]) for e in args.editables]
     return True, starts, files
@@ -286,8 +312,25 @@ def _pip_findings(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Se
     dir) that the agent can write: an sdist there builds, its setup script runs."""
     args = parse_pip(argv)
     found = [] if args.problem is None else [Finding(program, "the command line", args.problem)]
-    for value in args.sources:
-        path = local_path(value, cwd)
+    sources = [(value, cwd) for value in args.sources]
+    if args.command in BUILDS:
+        reqs = read_requirements(args.requirements, cwd)
+        sources += reqs.sources
+        # The argv's own projects too (`pip install .`, `-e ./x`): their setup script is bound, but what
+        # it imports from its tree is not; a local archive operand is a file, bound whole (_argv_code).
+        projects = [
+            os.path.join(cwd, w) for w in args.operands if w == "." or (os.sep in w and "://" not in w)
+        ]
+        projects += [os.path.join(cwd, e.split("[", 1)[0]) for e in args.editables if "://" not in e]
+        projects = [os.path.normpath(p) for p in projects if not os.path.isfile(p)] + reqs.projects
+        found += [
+            Finding(program, p, PIP_PROJECT)
+            for p in dict.fromkeys(projects)
+            if agent_writable(p, sandbox_roots)
+        ]
+        found += [Finding(program, path, f"{PIP_LINE}: {why}") for path, why in reqs.problems]
+    for value, where in sources:
+        path = local_path(value, where)
         if path is not None and os.path.lexists(path) and agent_writable(path, sandbox_roots):
             found.append(Finding(program, os.path.realpath(path), PIP_SOURCE))
     return found
@@ -466,6 +509,9 @@ def findings_for(
             found.append(Finding(program, "the command line", args.problem))
         here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
         found += [Finding(program, path, NOT_A_FILE) for path in not_regular(args, here)]
+        where = os.path.join(here, *args.dirs) if args.dirs else here
+        if files and _contents_writable(where, sandbox_roots):  # no makefile: make runs nothing
+            found.append(Finding(program, where, RECIPE_TREE))
         have = {f.path for f in found}
         found += [
             Finding(program, path, MAKE_VALUE_FILE)
@@ -487,6 +533,9 @@ def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> s
     lines = []
     for path in sorted({f.path for f in found if os.path.isabs(f.path)}):
         held = data.get(path) if data is not None else None
+        if any(f.what in _NO_BYTES or f.what.startswith(PIP_LINE) for f in found if f.path == path):
+            lines.append(f"tree:{path}={A_TREE}")  # what it names is not in its bytes: never saved
+            continue
         if held is None and os.path.isdir(path):
             # An unmodelled program's tree: nothing in it is bound. An interpreter's is named apart: its
             # program is a file the content binder binds (unbound_findings leaves it out).

@@ -23,8 +23,11 @@ from engine.commands.content import (
     reader_of,
     system_owned,
     system_stat,
+    venv_of,
 )
+from engine.commands.interpoptions import python_skips_first_line
 from engine.commands.interpreters import name_of
+from engine.statefs import state_dir
 
 MFD_EXEC = 0x0010  # Linux ≥ 6.3: say the copy is meant to be executed (vm.memfd_noexec=1 would refuse it)
 SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
@@ -37,21 +40,63 @@ PY_LOADER = (
     "import sys,os;m=sys.modules['__main__'];p=sys.argv.pop(1);sys.argv[0]=m.__file__=p\n"
     "if sys.path and sys.path[0]=='':sys.path[0]=os.path.dirname(os.path.abspath(p))\n"
     "del m\n"
-    "exec(compile(open({copy!r},'rb').read(),p,'exec'))"
+    "exec(compile({read},p,'exec'))"
 )
+# What the loader compiles: the copy whole, or (python -x) from the first newline on, as CPython's -x skips
+# the first line (pymain_run_file: every byte up to the first '\n', which it keeps so line numbers hold).
+_WHOLE = "open({copy!r},'rb').read()"
+_SKIP_FIRST = "(lambda s:s[s.find(b'\\n'):] if b'\\n' in s else b'')(open({copy!r},'rb').read())"
 
 
-def read_words(reader: str, copy: str, name: str) -> list[str]:
+def read_words(reader: str, copy: str, name: str, skip_first: bool = False, mirrored: str = "") -> list[str]:
     """The words that make an interpreter read `copy` while the script keeps `name` as its own: a POSIX
-    shell sources it from `sh -c '. COPY' NAME` ($0 is NAME), Python runs PY_LOADER. Other readers (node,
-    perl, ruby, …) get `name` itself: the run's pinned view shows the verified bytes at that path (see
-    VerifiedRun.rereads), and a `/proc/self/fd/N` name breaks them (node's realpath of a memfd fails;
-    relative requires would resolve from /proc/self/fd)."""
+    shell sources it from `sh -c '. COPY' NAME` ($0 is NAME), Python runs PY_LOADER (skipping the first
+    line when the run's options hold `-x`, which means nothing to `-c`). Other readers (node, perl, ruby,
+    …) get `mirrored`: the copy in the run's view, in a directory no rename reaches (VerifiedRun.mirrors;
+    a `/proc/self/fd/N` name breaks them: node's realpath of a memfd fails, relative requires would
+    resolve from /proc/self/fd). Its path at the script's own name was not enough: Linux detaches a bind
+    whose mountpoint is renamed over from another namespace, so their first read could be other bytes. A
+    bash script that reads BASH_SOURCE is given its mirror too: sourced from `-c`, BASH_SOURCE[0] would
+    be the copy's /proc path and never $0, and bash's "am I sourced?" test would answer yes."""
+    if mirrored:
+        return [mirrored]
     if reader == "sh":
         return ["-c", f". {copy}", name]
     if reader == "python":
-        return ["-c", PY_LOADER.format(copy=copy), name]
+        read = (_SKIP_FIRST if skip_first else _WHOLE).format(copy=copy)
+        return ["-c", PY_LOADER.format(read=read), name]
     return [name]
+
+
+def view_root() -> str:
+    """An empty directory the pinned view's tmpfs is mounted over, inside the namespace only (0700, ours:
+    in the state dir, which no agent reaches)."""
+    path = os.path.join(str(state_dir()), "pinned")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    return path
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """A script handed to its reader in the view: `base` (a read-only tmpfs of the run's namespace, which
+    no process outside it can rename in) mirrors the tree from / down to `real_dir`, where the sealed copy
+    sits as `name`; every other entry at each level is a link to the real one, so the script's relative
+    requires (`../lib` included), FindBin and `__dirname` reads still reach its project."""
+
+    base: str
+    real_dir: str
+    name: str
+    data: bytes
+    runnable: bool = False
+
+    @property
+    def view_dir(self) -> str:
+        return self.base + self.real_dir.rstrip("/")
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.view_dir, self.name)
 
 
 class StaleContent(Exception):
@@ -68,6 +113,7 @@ class VerifiedRun:
     # Agent-writable files run from copies, by real path and verified bytes: the run's view shows those
     # bytes at the path too, so a script re-reading "$0" or __file__ gets what was approved.
     rereads: tuple[tuple[str, bytes], ...] = ()
+    mirrors: tuple[Mirror, ...] = ()  # scripts of readers that are given a path (read_words)
     # What `command` was before any word was replaced, and the replacements (segment path, argv index →
     # words): the pinned view adds its own (a make's sealed makefiles) and renders once more.
     source: str = ""
@@ -125,6 +171,7 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
     substitute = pinned is not None and command == pinned
     run = VerifiedRun(command)
     copies: dict[str, str] = {}  # real path → /proc/self/fd/N of its sealed copy
+    mirrored: dict[str, str] = {}  # real path → its copy's path in the view (Mirror)
     fds: list[int] = []
     try:
         for item in binding.items:
@@ -139,12 +186,22 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
                 fds.append(fd)
                 copies[item.real] = f"/proc/self/fd/{fd}"
                 if _runs_under_its_name(binding, item):
-                    # "$0", __file__, or a reader given the path itself: the view binds these very bytes
-                    # there, read-only.
+                    # "$0", __file__, or a later re-read by path: the view binds these very bytes there,
+                    # read-only.
                     run.rereads += ((item.real, data),)
+                if _handed_a_path(binding, item, data):
+                    mirror = Mirror(
+                        os.path.join(view_root(), "m", str(len(run.mirrors))),
+                        os.path.dirname(item.real),
+                        os.path.basename(item.real),
+                        data,
+                        _runnable(item.real),
+                    )
+                    run.mirrors += (mirror,)
+                    mirrored[item.real] = mirror.path
         run.fds = tuple(fds)
         if substitute:
-            words = _words(binding, copies)
+            words = _words(binding, copies, mirrored)
             rendered = binding.render(words) if words else None
             if rendered is not None:
                 run.command = rendered
@@ -166,6 +223,36 @@ def _runs_under_its_name(binding: ContentBinding, item: ContentItem) -> bool:
         return False
     interp = next((i for i in binding.items if i.role == "interpreter" and i.parent == item.real), None)
     return interp is not None and reader_of(interp.real) == ""
+
+
+def _handed_a_path(binding: ContentBinding, item: ContentItem, data: bytes) -> bool:
+    """Whether the run hands `item` to its reader by a path (read_words: neither sh nor Python, or a bash
+    script that compares BASH_SOURCE with $0)."""
+    if item.role == "script":
+        if item.reader == "sh" and b"BASH_SOURCE" in data:
+            exe = next(
+                (
+                    i
+                    for i in binding.items
+                    if i.role == "executable" and i.where == item.where and i.argv_index == 0
+                ),
+                None,
+            )
+            return exe is not None and name_of(exe.real) == "bash"
+        return item.reader == ""
+    if item.kind != "shebang":
+        return False
+    interp = next((i for i in binding.items if i.role == "interpreter" and i.parent == item.real), None)
+    if interp is not None and name_of(interp.real) == "bash" and b"BASH_SOURCE" in data:
+        return True
+    return _runs_under_its_name(binding, item)
+
+
+def _runnable(path: str) -> bool:
+    try:
+        return bool(os.stat(path).st_mode & 0o111)
+    except OSError:
+        return False
 
 
 def _check(item: ContentItem) -> bytes | None:
@@ -205,7 +292,9 @@ def _check(item: ContentItem) -> bytes | None:
     return data
 
 
-def _words(binding: ContentBinding, copies: dict[str, str]) -> dict[tuple[tuple[int, ...], int], list[str]]:
+def _words(
+    binding: ContentBinding, copies: dict[str, str], mirrored: dict[str, str]
+) -> dict[tuple[tuple[int, ...], int], list[str]]:
     """(segment, argv index) → the words that run the verified copies instead of the paths."""
     out: dict[tuple[tuple[int, ...], int], list[str]] = {}
     interpreters: dict[str | None, ContentItem] = {
@@ -216,9 +305,11 @@ def _words(binding: ContentBinding, copies: dict[str, str]) -> dict[tuple[tuple[
             continue
         if item.role == "script":
             if item.real in copies:
-                out[(item.where, item.argv_index)] = read_words(item.reader, copies[item.real], item.word)
+                out[(item.where, item.argv_index)] = read_words(
+                    item.reader, copies[item.real], item.word, item.skip_first, mirrored.get(item.real, "")
+                )
             continue
-        words = _run_words(item, copies, interpreters, 0)
+        words = _run_words(item, copies, mirrored, interpreters, 0)
         if words != [item.path]:
             out[(item.where, item.argv_index)] = words
     # `bash x.sh` runs its copy as `bash -c '. COPY' x.sh`; bash given `-c` with a socket on stdin (a held
@@ -241,7 +332,11 @@ def _words(binding: ContentBinding, copies: dict[str, str]) -> dict[tuple[tuple[
 
 
 def _run_words(
-    item: ContentItem, copies: dict[str, str], interpreters: dict[str | None, ContentItem], depth: int
+    item: ContentItem,
+    copies: dict[str, str],
+    mirrored: dict[str, str],
+    interpreters: dict[str | None, ContentItem],
+    depth: int,
 ) -> list[str]:
     """How to run one bound executable from what was verified: a `#!` script through its (verified)
     interpreter named explicitly, so the kernel never looks the interpreter up by path again."""
@@ -252,17 +347,25 @@ def _run_words(
             # Run from its copy, a bash script goes through `-c`: no ~/.bashrc there (see _words).
             copied_bash = item.real in copies and name_of(interp.real) == "bash"
             norc = ["--norc"] if copied_bash and reader_of(interp.real) == "sh" else []
-            head = [*_run_words(interp, copies, interpreters, depth + 1), *norc, *item.shebang[1:]]
+            head = [*_run_words(interp, copies, mirrored, interpreters, depth + 1), *norc, *item.shebang[1:]]
             if item.real in copies:
                 name = item.real if item.linked else item.path  # a link's name is the agent's to re-point
-                return [*head, *read_words(reader_of(interp.real), own, name)]
+                skip = python_skips_first_line(item.shebang[1:])
+                mirror = mirrored.get(item.real, "")
+                return [*head, *read_words(reader_of(interp.real), own, name, skip, mirror)]
             return [*head, own]
     if item.kind == "text" and item.real in copies:
         return [DEFAULT_SHELL, own]  # no `#!`: the shell would run it as a script (ENOEXEC)
+    if item.linked and own == item.real and reader_of(item.real) and venv_of(item.path) is None:
+        # A shell or a Python takes its own path from argv[0] ($BASH, sys.executable) and re-runs itself
+        # through it (subprocess, multiprocessing): under the link's name that would be the agent's link
+        # again, so it runs under its real path, a name only root can change. (A virtualenv's python keeps
+        # the link's name below, or it would lose its venv: the ask says that run is not bound.)
+        return [own]
     if (
         item.linked
         and own == item.real
-        and os.path.basename(item.path) != os.path.basename(own)
+        and (os.path.basename(item.path) != os.path.basename(own) or venv_of(item.path) is not None)
         and (system_owned(ARGV0_SHELL))
     ):
         # The program still sees the name it was typed by (`xzcat`, a multi-call binary's applet). `--norc`:

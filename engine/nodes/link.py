@@ -19,6 +19,8 @@ from engine.config.model import NodeConfig
 from engine.display import visible
 from engine.errors import ExecHostError
 from engine.lazymod import lazy
+from engine.nodes.gateway_key import CAP as IDENTIFY_CAP
+from engine.nodes.gateway_key import GatewayKey
 from engine.nodes.wire import (
     ACK_EVENT,
     MAX_LINE,
@@ -153,6 +155,7 @@ class NodeLink:
         on_request: RequestHandler | None = None,
         on_hello: HelloCheck | None = None,
         on_connected: Connected | None = None,
+        gateway_key: GatewayKey | None = None,
         connect_timeout: float = CONNECT_TIMEOUT_SEC,
         reconnect: bool = True,
     ) -> None:
@@ -161,6 +164,7 @@ class NodeLink:
         self.on_request = on_request
         self.on_hello = on_hello  # may refuse a node by its hello (raises NodeError) before it is connected
         self.on_connected = on_connected
+        self.gateway_key = gateway_key  # proved to nodes that ask, so each files this gateway's work apart
         self.connect_timeout = connect_timeout
         self.reconnect = reconnect
         self.state = "down"
@@ -284,17 +288,47 @@ class NodeLink:
         self.hello = frame
         if not frame.instance or frame.instance != self._handled[0]:
             self._handled = (frame.instance, 0)  # a new node process counts its events from 1 again
+        self._spawn(self._read_loop(self._proc, reader))
+        self._spawn(self._drain_stderr(self._proc))
+        if self.gateway_key is not None and IDENTIFY_CAP in frame.caps:
+            await self._identify(frame.node_id)  # before anything else may use the link
         self.rtt_ms = (time.monotonic() - started) * 1000
         self.state = "connected"
         self.last_error = None
         self.connected_at_ms = int(time.time() * 1000)
-        self._spawn(self._read_loop(self._proc, reader))
-        self._spawn(self._drain_stderr(self._proc))
         if self.on_connected is not None:
             try:
                 self.on_connected(self)
             except Exception:
                 log.exception("node %s: connected handler failed", self.name)
+
+    async def _identify(self, node_id: str) -> None:
+        """Prove this gateway's key on the node's fresh challenge: the node files this link's sessions under
+        the key's fingerprint, apart from every other gateway's (engine.nodes.gateway_key)."""
+        assert self.gateway_key is not None
+        challenge = await self._early_call("link.challenge", {})
+        nonce = (challenge.payload or {}).get("nonce") if challenge.ok else None
+        if not isinstance(nonce, str):
+            raise NodeError(f"node {self.name}: no link challenge ({challenge.error})")
+        answer = await self._early_call("link.identify", self.gateway_key.proof(node_id, nonce))
+        if not answer.ok:
+            raise NodeError(f"node {self.name}: refused this gateway's key ({answer.error})")
+
+    async def _early_call(self, method: str, params: dict[str, Any]) -> Response:
+        """A request while the link is still coming up (`call` would wait for it to be up)."""
+        proc = self._proc
+        if proc is None:
+            raise NodeError(f"node {self.name}: link lost while connecting")
+        rid = f"link-{next(self._ids)}"
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        try:
+            async with self._write_lock:
+                proc.stdin.write(encode(Request(rid, method, params)))
+                await proc.stdin.drain()
+            return await asyncio.wait_for(asyncio.shield(future), self.connect_timeout)
+        finally:
+            self._pending.pop(rid, None)
 
     async def _jump(self, cfg: NodeConfig, options: dict[str, Any]) -> asyncssh.SSHClientConnection:
         try:

@@ -372,7 +372,9 @@ class ExecTool:
         (`host`), git pointed at the repository vetted, every file a host tool or a script takes code
         from a read-only copy of the bytes checked (issue 27 §4, §5)."""
         d = prepared.decision
-        if prepared.host != "gateway" or ((d.tree is None or d.tree.vets_nothing) and not run.rereads):
+        if prepared.host != "gateway" or (
+            (d.tree is None or d.tree.vets_nothing) and not run.rereads and not run.mirrors
+        ):
             # nothing to pin (view_for's answer too): the kept host view, a few stats and no thread hop
             # once its keeper is up (made in a thread: bwrap runs then)
             if not host:

@@ -5,20 +5,27 @@ many background sessions there as it liked, each with its own output log, on a n
 The gateway knows which agent started each node run. A run holds a place from before it is sent until it
 answers (so concurrent runs cannot all pass the check); one that answers with a running session keeps its
 place as that session, until the agent removes it (`process remove`) or the node no longer lists it (asked
-only when the agent is at its cap: a session the node's sweep dropped frees its place then)."""
+only when the agent is at its cap: a session the node's sweep dropped frees its place then).
+
+The node is the owner of the truth: each time a link comes up (the first after a gateway restart included),
+its session list is read before any run is admitted, and every background session it lists for an agent
+takes that agent's place again; a restart never hands an agent another full cap."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from engine.nodes.link import NodeError, NodeLink
+from engine.principals import key_owner
 from engine.sessions.quota import Held, Quota, too_many_sessions
 
 log = logging.getLogger("exechost.gateway.nodes")
 
+COUNT_TIMEOUT_SEC = 5.0  # a node's session list at link-up; a node slower than this is counted as empty
 MAX_LIST_PAGES = 64  # a node's answer to `process list` for one scope; past it, its sessions are all kept
 
 
@@ -29,6 +36,8 @@ class NodeSessions:
     def __init__(self) -> None:
         self._held: dict[str, dict[str, tuple[str, str]]] = {}
         self._runs: dict[str, str] = {}  # runId -> its agent
+        # node -> (the link-up, connectedAtMs, whose list is read; the reading)
+        self._counted: dict[str, tuple[int | None, asyncio.Task[None]]] = {}
 
     def count(self, agent: str) -> int:
         return len(self._held.get(agent, {}))
@@ -46,6 +55,7 @@ class NodeSessions:
         """Give run `run_id` a place among `agent`'s sessions, or ToolError when it keeps its most (its
         sessions here counted too). At the cap, first ask the nodes which of its sessions they still hold."""
         most = quota.caps(agent)[0]
+        await self.adopt(links)
         if quota.held_here(agent, registry) + self.count(agent) >= most:
             await self._recount(agent, links)
         count = quota.held_here(agent, registry) + self.count(agent)
@@ -53,6 +63,35 @@ class NodeSessions:
             raise too_many_sessions(agent, count)
         self._held.setdefault(agent, {})[f"run:{run_id}"] = (node, scope)
         self._runs[run_id] = agent
+
+    async def adopt(self, links: Callable[[], dict[str, NodeLink]]) -> None:
+        """Every connected link's session list, read once per link-up (every admit waits for the reading in
+        progress): the background sessions a node lists take their agents' places (added, never freed here:
+        a place freed by a stale list would be a place too many). A node that does not answer within
+        COUNT_TIMEOUT_SEC is not asked again on this link (logged): one that never answers must not hold up
+        every run."""
+        readings = []
+        for name, link in list(links().items()):
+            up = link.connected_at_ms
+            if link.state != "connected":
+                continue
+            known = self._counted.get(name)
+            if known is None or known[0] != up:
+                known = self._counted[name] = (up, asyncio.ensure_future(self._read(name, link)))
+            readings.append(known[1])
+        for reading in readings:
+            await asyncio.shield(reading)
+
+    async def _read(self, name: str, link: NodeLink) -> None:
+        rows = await _all_sessions(link.call)
+        for row in rows or []:
+            sid, scope = row.get("sessionId"), row.get("scopeKey")
+            if not isinstance(scope, str) or not isinstance(sid, str) or row.get("backgrounded") is not True:
+                continue
+            owner = key_owner(scope)
+            if owner is None:
+                continue
+            self._held.setdefault(owner, {}).setdefault(f"node:{name}:{sid}", (name, scope))
 
     def answered(self, run_id: str, session_id: str | None) -> None:
         """Run `run_id` answered: its place becomes the session it left running, or is free."""
@@ -93,6 +132,17 @@ class NodeSessions:
             for sid, place in list(held.items()):
                 if place == (node, scope) and sid.startswith(prefix) and sid[len(prefix) :] not in listed:
                     del held[sid]
+
+
+async def _all_sessions(call: Callable[..., Awaitable[Any]]) -> list[dict[str, Any]] | None:
+    """A node's session rows (every scope it shows this gateway); None when it cannot say."""
+    try:
+        res = await call("sessions.list", {}, timeout=COUNT_TIMEOUT_SEC)
+    except NodeError as exc:
+        log.warning("could not count node sessions: %s", exc)
+        return None
+    rows = (res.payload or {}).get("sessions") if res.ok else None
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else None
 
 
 async def _listed(call: Callable[..., Awaitable[Any]], scope: str) -> set[str] | None:

@@ -11,6 +11,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from engine.jsontext import INT_MAX
+from engine.nodes.gateway_key import GatewayKey
 from engine.nodes.link import NodeError, NodeLink
 from engine.nodes.select import Candidate, NodeSelectError, normalize_node_key, select_node
 from engine.nodes.wire import Hello, NodeEvent, Request, Response
@@ -69,6 +70,7 @@ class NodeHub:
         self._runs: dict[tuple[str, str], NodeRun] = {}  # (node name, runId) -> the call waiting on it
         self._retired: set[asyncio.Task[None]] = set()
         self.keys = NodeKeys(services.state_dir)
+        self._key: GatewayKey | None = None
         self.held = NodeSessions()  # each agent's node sessions, counted with its sessions here
         # Runs whose link dropped before they answered: their end comes, once, on a later link.
         self.orphans = Orphans(self.held, lambda key, text: self.services.events.enqueue(key, text))
@@ -94,8 +96,15 @@ class NodeHub:
                     on_request=self._on_request,
                     on_hello=self._on_hello,
                     on_connected=self._on_connected,
+                    # Proved on each link: a node other gateways share files this one's work apart.
+                    gateway_key=self._gateway_key(),
                 )
         return self.links
+
+    def _gateway_key(self) -> GatewayKey:
+        if self._key is None:  # made on first use: a gateway without nodes never needs one
+            self._key = GatewayKey.load_or_create(self.services.state_dir)
+        return self._key
 
     def candidates(self) -> list[Candidate]:
         out = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+from collections.abc import Callable
 
 from engine.nodes.wire import NodeEvent
 
@@ -27,9 +28,12 @@ class Outbox:
         self._kept.append(numbered)
         return numbered
 
-    def acked(self, up_to: int) -> None:
-        while self._kept and (self._kept[0].seq or 0) <= up_to:
-            self._kept.popleft()
+    def acked(self, up_to: int, seen: Callable[[NodeEvent], bool] = lambda _e: True) -> None:
+        """The acknowledging gateway has handled its events up to `up_to`: only those it could `see` go (a
+        node other gateways share keeps theirs for them)."""
+        self._kept = collections.deque(
+            (e for e in self._kept if (e.seq or 0) > up_to or not seen(e)), maxlen=self._kept.maxlen
+        )
 
     def unacked(self) -> list[NodeEvent]:
         """What the next link must carry first, oldest first (a copy: new events may come meanwhile)."""

@@ -23,6 +23,7 @@ from engine.commands.rawcommand import format_exec_command
 from engine.config.loader import config_path, load_config
 from engine.config.model import Config
 from engine.errors import InvalidInput
+from engine.nodes import gateway_key
 from engine.nodes.identity import load_or_create
 from engine.nodes.wire import (
     ACK_EVENT,
@@ -40,6 +41,7 @@ from engine.protocol.requests import ExecRequest
 from engine.results import ToolError, ToolResult
 from engine.sessions import SessionManager, SystemEvents
 from engine.tools.exec import ExecContext, ExecTool
+from runner.node import gateways
 from runner.node.approvals import CURRENT_RUN, RelayedApprovals
 from runner.node.budget import BadFrames
 from runner.node.outbox import Outbox
@@ -108,6 +110,12 @@ class Output:
 
     def __init__(self, writer: asyncio.StreamWriter | None) -> None:
         self._writer = writer
+        self.gateway = ""  # the namespace of the gateway key this link proved (runner.node.gateways)
+        self.nonce: str | None = None  # this link's challenge, until a key answers it
+        # What waited for a gateway goes out once this link says whose it is: after its key's proof, or
+        # before its first other request (a link that proves no key). Until then no event goes out on it,
+        # so the gateway gets every event of its own once, in number order.
+        self.resend_pending = True
 
     async def write(self, data: bytes) -> None:
         if self._writer is None:
@@ -226,7 +234,7 @@ class NodeServer:
             display_name=self.identity.display_name,
             version=version(),
             platform=sys.platform,
-            caps=list(CAPS),
+            caps=[*CAPS, gateway_key.CAP],
             path_env=os.environ.get("PATH", ""),
             mode="service" if self.service else "stdio",
             instance=self.instance,
@@ -239,6 +247,12 @@ class NodeServer:
             current = self._link
             if current is None or (link is not None and link is not current):
                 raise ConnectionError("no link to the gateway")
+            if isinstance(frame, NodeEvent):
+                if current.resend_pending:  # kept (if queued) for the resend that names its gateway
+                    raise ConnectionError("the link has not said whose it is yet")
+                frame = gateways.for_link(frame, current.gateway, self.sessions)
+                if frame is None:  # another gateway's: never on this link
+                    raise ConnectionError("the linked gateway is not this event's")
             await current.write(encode(frame))
 
     async def emit(self, event: NodeEvent, *, queue: bool = True) -> None:
@@ -257,8 +271,20 @@ class NodeServer:
     # -- requests from the gateway
 
     async def handle(self, req: Request, link: Output | None = None) -> None:
+        gateways.CURRENT_GATEWAY.set(link.gateway if link is not None else "")  # this request's task only
         try:
-            if req.method == "system.run":
+            if req.method in ("link.challenge", "link.identify"):
+                res = Response(req.id, True, payload=self._identify(req.method, req.params, link))
+                if req.method == "link.identify" and link is not None:
+                    # The proof names this link's gateway: its answer, then what waited for that gateway,
+                    # before any new event of its can go out (the gateway handles each number once, in order).
+                    with contextlib.suppress(ConnectionError, OSError):
+                        async with self._write_lock:
+                            if self._link is link:
+                                await link.write(encode(res))
+                                await self._resend(link)
+                    return
+            elif req.method == "system.run":
                 res = Response(req.id, True, payload=await self.system_run(req.params))
             elif req.method == "runs.status":
                 try:
@@ -281,6 +307,8 @@ class NodeServer:
                     if req.method == "sessions.watch":
                         if sid is None:
                             raise RunError("INVALID_REQUEST", "INVALID_REQUEST: sessionId is required")
+                        if not gateways.session_of(self.sessions, gateways.CURRENT_GATEWAY.get(), sid):
+                            raise WatchError(f"No session found for {sid}")
                         payload = self.output.watch(sid)
                     else:
                         payload = self.output.unwatch(sid)
@@ -291,8 +319,9 @@ class NodeServer:
                 from runner.node import views
 
                 try:
+                    ns = gateways.CURRENT_GATEWAY.get()
                     res = Response(
-                        req.id, True, payload=await views.handle(self.sessions, req.method, req.params)
+                        req.id, True, payload=await views.handle(self.sessions, req.method, req.params, ns)
                     )
                 except views.ViewRequestError as exc:
                     raise RunError("INVALID_REQUEST", str(exc)) from None
@@ -330,6 +359,21 @@ class NodeServer:
                 log.error("the answer to %s could not be encoded: %s", req.method, exc)
                 error = {"code": "INTERNAL", "message": f"node error: {exc}"}
                 await self.send(Response(req.id, False, error=error), link)
+
+    def _identify(self, method: str, params: dict[str, Any], link: Output | None) -> dict[str, Any]:
+        """`link.challenge` then `link.identify`: the gateway signs this link's fresh nonce with its key, and
+        from then on the link sees only the sessions filed under that key's fingerprint. Once per link."""
+        if link is None or link.gateway:
+            raise RunError("INVALID_REQUEST", "INVALID_REQUEST: this link already proved a gateway key")
+        if method == "link.challenge":
+            link.nonce = gateway_key.new_nonce()
+            return {"nonce": link.nonce}
+        nonce, link.nonce = link.nonce, None  # one answer per challenge
+        found = gateway_key.verify(params, self.identity.node_id, nonce) if nonce else None
+        if found is None:
+            raise RunError("INVALID_REQUEST", "INVALID_REQUEST: the gateway key's proof does not verify")
+        link.gateway = found + gateways.SEP
+        return {"gateway": found}
 
     def system_which(self, params: dict[str, Any]) -> dict[str, Any]:
         bins = params.get("bins") or []
@@ -399,7 +443,12 @@ class NodeServer:
             call = ExecRequest.decode(params)
         except InvalidInput as exc:
             raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: {exc}") from None
-        ctx = ExecContext(agent_id=agent_id, session_key=p.get("sessionKey") or "")
+        # Filed under the gateway's key (runner.node.gateways): another gateway's agent of the same name
+        # finds nothing of it; its events go only to this gateway's link, in its own terms.
+        ns = gateways.CURRENT_GATEWAY.get()
+        own = p.get("sessionKey") or ""
+        ctx = ExecContext(agent_id=agent_id, session_key=ns + (own or f"agent:{agent_id}") if ns else own)
+        session_key = ns + session_key
         suppress = bool(p.get("suppressNotifyOnExit"))
         token = CURRENT_RUN.set(run_id)
         in_flight = self.runs_in_flight.setdefault(agent_id, [])
@@ -448,6 +497,16 @@ class NodeServer:
             or not scope
         ):
             raise RunError("INVALID_REQUEST", "INVALID_REQUEST: process needs action, params and scope")
+        try:
+            scope = gateways.scoped(scope)
+        except gateways.ForeignScope as exc:
+            raise RunError("INVALID_REQUEST", str(exc)) from None
+        sid = params.get("sessionId")
+        if isinstance(sid, str) and sid:
+            await self.sessions.ready(sid)
+            if not gateways.session_of(self.sessions, gateways.CURRENT_GATEWAY.get(), sid):
+                # Another gateway's session reads exactly as one that never was.
+                raise RunError("INVALID_REQUEST", f"No session found for {sid}")
         result = await self.sessions.process(action, params, scope)
         return result.to_dict()
 
@@ -578,10 +637,16 @@ class NodeServer:
             if self.outbox.dropped:
                 log.warning("%d events were dropped while no gateway took them", self.outbox.dropped)
                 self.outbox.dropped = 0
-            for event in self.outbox.unacked():
-                await link.write(encode(event))
             self._link = link
         self.output.linked()
+
+    async def _resend(self, link: Output) -> None:
+        """What this link's gateway has not acknowledged, oldest first (called with the write lock held)."""
+        link.resend_pending = False
+        for event in self.outbox.unacked():
+            mine = gateways.for_link(event, link.gateway, self.sessions)
+            if mine is not None:  # another gateway's events never go to this one (runner.node.gateways)
+                await link.write(encode(mine))
 
     def _detach(self, link: Output) -> None:
         if self._link is link:
@@ -636,6 +701,11 @@ class NodeServer:
                         refusal = {"code": "INVALID_REQUEST", "message": why}
                         await self.send(Response(frame.id, False, error=refusal), link)
                 elif isinstance(frame, Request):
+                    if link.resend_pending and frame.method not in ("link.challenge", "link.identify"):
+                        with contextlib.suppress(ConnectionError, OSError):
+                            async with self._write_lock:
+                                if self._link is link:
+                                    await self._resend(link)
                     task = asyncio.ensure_future(self.handle(frame, link))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
@@ -646,7 +716,9 @@ class NodeServer:
                 elif isinstance(frame, NodeEvent) and frame.event == ACK_EVENT:
                     up_to = frame.payload.get("upTo")
                     if isinstance(up_to, int) and not isinstance(up_to, bool):
-                        self.outbox.acked(up_to)
+                        self.outbox.acked(
+                            up_to, lambda e: gateways.for_link(e, link.gateway, self.sessions) is not None
+                        )
         finally:
             self._detach(link)
             if not self.service:

@@ -1,5 +1,5 @@
 """The operator's view of a node's sessions (`sessions.list|output|resize`), for the gateway's console: every
-scope on this node, raw output by byte offset, PTY resize."""
+scope on this node the asking gateway owns, raw output by byte offset, PTY resize."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from engine.errors import NotFound
 from engine.sessions import SessionManager
+from runner.node import gateways
 
 METHODS = ("sessions.list", "sessions.output", "sessions.resize")
 MAX_OUTPUT_BYTES = 128 * 1024  # as the gateway's own sessions.output: one frame's worth, escaped
@@ -26,14 +27,19 @@ def _int(params: dict[str, Any], key: str, *, maximum: int) -> int | None:
     return value
 
 
-async def handle(sessions: SessionManager, method: str, params: dict[str, Any]) -> dict[str, Any]:
+async def handle(
+    sessions: SessionManager, method: str, params: dict[str, Any], ns: str = ""
+) -> dict[str, Any]:
+    """`ns`: the asking link's gateway (runner.node.gateways); it sees its own sessions only."""
     if method not in METHODS:
         raise ViewRequestError(f"{method} is not supported")
     if method == "sessions.list":
-        return {"sessions": sessions.list_sessions(None)}
+        return {"sessions": gateways.rows_for(ns, sessions.list_sessions(None))}
     sid = params.get("sessionId")
     if not isinstance(sid, str) or not sid or len(sid) > 128:
         raise ViewRequestError("sessionId must be a session id")
+    if not gateways.session_of(sessions, ns, sid):
+        raise ViewRequestError(f"No session found for {sid}")
     if method == "sessions.output":
         offset = _int(params, "offset", maximum=1 << 62)
         limit = _int(params, "limit", maximum=MAX_OUTPUT_BYTES) or 64 * 1024

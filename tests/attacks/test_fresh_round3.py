@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.gateway import ALLOWLIST, cli, connect, gateway, wait_until, write_config
-from tests.helpers.race import exchange_loop, tries
+from tests.helpers.race import exchange, exchange_loop, tries
 
 GIT_ID = ["-c", "user.email=a@b", "-c", "user.name=a"]
 
@@ -122,17 +122,34 @@ async def test_class6_a_makefile_swapped_after_the_view_is_built_runs(
     evil = tmp_path / "Makefile.evil"  # outside the tree: make must never see it by any name
     evil.write_text(f"test:\n\t@touch {marker}\n")
     async with gateway(state_dir):
-        await _approve_always(state_dir, "make test", work)
+        # make in a tree the agent can write is approved once only (treecode.RECIPE_TREE): each try is
+        # asked while the inert Makefile is in place, and the racer swaps from the approval to the run.
+        operator = await connect(state_dir, "console")
+        await operator.request("approvals.attach", {})
         agent = await connect(state_dir, operator=False)
+        seen: set[str] = set()
         try:
-            with exchange_loop(str(work / "Makefile"), str(evil)):
-                for _ in tries(300):
+            for _ in tries(100):
+                run = asyncio.ensure_future(
+                    agent.request("exec", {"command": "make test", "workdir": str(work), "timeout": 60})
+                )
+
+                async def fresh() -> list[dict[str, Any]]:
+                    return [r for r in await operator.pending_approvals() if r["id"] not in seen]
+
+                rows = await wait_until(fresh)
+                seen.add(rows[0]["id"])
+                with exchange_loop(str(work / "Makefile"), str(evil)):
+                    await operator.request("approve", {"id": rows[0]["id"], "decision": "allow-once"})
                     with contextlib.suppress(Exception):  # a stale refusal is a win for the defence
-                        await agent.request("exec", {"command": "make test", "workdir": str(work)})
-                    if marker.exists():
-                        break
+                        await run
+                if marker.exists():
+                    break
+                if "touch" in (work / "Makefile").read_text():  # the racer stopped mid-way: put it back
+                    exchange(str(work / "Makefile"), str(evil))
         finally:
             await agent.close()
+            await operator.close()
     assert not marker.exists(), "a Makefile other than the approved one ran"
 
 

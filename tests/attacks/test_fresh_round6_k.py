@@ -125,12 +125,6 @@ async def test_session_cap_holds_across_a_restart(state: Path) -> None:
         daemon.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the places an agent's node sessions take under maxSessionsPerAgent live only in the "
-    "gateway's memory (node_sessions.NodeSessions._held); after a restart they count as none, so each "
-    "restart lets the agent keep another full cap of sessions on a node everyone shares",
-)
 async def test_node_session_cap_holds_across_a_restart(state: Path) -> None:
     ssh = state.parent / "ssh"
     ssh.mkdir(mode=0o700)
@@ -546,12 +540,6 @@ def test_session_overrides_file_round_trip_and_a_bad_file_kept_aside(state: Path
     assert path.with_name(path.name + ".bad").read_text() == "{not json"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node files sessions under the agent's scope key alone (`agent:main`), with nothing of "
-    "which gateway asked; two gateways sharing a node (every single-agent gateway's agent is `main`) list, "
-    "read and kill each other's agents' node sessions through `process`",
-)
 async def test_a_node_shared_by_two_gateways_keeps_their_agents_apart(state: Path) -> None:
     other = state.parent / "b"
     other.mkdir(mode=0o700)

@@ -75,6 +75,7 @@ async def _approve_and_run(client: ControlClient, command: str, cwd: Path, done:
         pytest.param("./tool", id="bash-shebang"),
         # make runs each recipe as `$(SHELL) -c`, a bash of make's own: no ~/.bashrc can be planted (the
         # home is read-only in the host view)
+        # (and make in a tree the agent can write is approved once only: treecode.RECIPE_TREE)
         pytest.param("make test", id="make-shell-bash"),
     ],
 )
@@ -345,11 +346,6 @@ async def test_class4_the_operators_bash_logout_is_writable_in_the_host_view(
 # agent's pre-receive hook.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: git drops the forced GIT_CONFIG_COUNT for receive-pack in a local push destination; "
-    "an allowlisted `git push <path>` runs that unvetted repository's pre-receive hook",
-)
 async def test_class5_allowlisted_git_push_to_a_path_runs_the_destinations_hooks(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -384,7 +380,7 @@ async def test_class5_allowlisted_git_push_to_a_path_runs_the_destinations_hooks
 
 # The same for `git archive --remote=<path>`: git-upload-archive runs in the remote repository with that
 # repository's config, where a `tar.<format>.command` marked `tar.<format>.remote = true` is honoured.
-# Fixed: `archive --remote` names a program like `--exec` (gitvet._PROGRAM_OPTIONS), so it asks.
+# Fixed: `archive --remote` names a program like `--exec` (gitargv._PROGRAM_OPTIONS), so it asks.
 
 
 async def test_class5_allowlisted_git_archive_remote_runs_the_remotes_tar_filter(
@@ -430,11 +426,6 @@ async def test_class5_allowlisted_git_archive_remote_runs_the_remotes_tar_filter
 # rewrites run.sh, and the saved approval runs it unasked: a human saw the Makefile, never the code.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: allow-always on `make test` binds only the makefiles; a recipe's `sh run.sh` runs "
-    "whatever the agent writes into run.sh afterwards, unasked",
-)
 async def test_class4_allow_always_make_runs_a_rewritten_script_its_recipe_names(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -465,11 +456,6 @@ async def test_class4_allow_always_make_runs_a_rewritten_script_its_recipe_names
 # app.py`), which compiles every line, so a first line the operator reads as skipped runs.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `python3 -x x.py` skips the first line, but the verified run's loader compiles the "
-    "sealed copy whole, so the line python would skip runs",
-)
 async def test_class5_python_dash_x_first_line_runs_under_the_loader(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -635,11 +621,6 @@ async def test_class4_allowlisted_git_diff_runs_a_driver_from_a_planted_global_i
 # `.pth` runs unasked.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an allow-always `.venv/bin/python app.py` runs a .pth planted in the venv's own "
-    "site-packages (the agent's tree; not bound, not named)",
-)
 async def test_class4_allow_always_venv_python_runs_a_pth_in_the_venvs_site_packages(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -684,11 +665,6 @@ async def test_class4_allow_always_venv_python_runs_a_pth_in_the_venvs_site_pack
 # requirements.txt`, the agent rewrites pkg/setup.py and the saved approval runs it.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a local project named inside a bound requirements file (`./pkg`) is built by pip but "
-    "not bound; an allow-always pip run executes the rewritten pkg/setup.py unasked",
-)
 async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -722,7 +698,7 @@ async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
 # enter submodules, matching each word whole (or `option=`). git's parse-options takes any unique prefix
 # of a long option: `--upload-pa=CMD` is `--upload-pack=CMD`, run through the shell for a local remote,
 # so an allowlisted `git ls-remote` (or fetch, clone, push, rebase) ran the agent's command. Fixed:
-# gitvet._long reads a long option as parse-options does (any prefix), for these and the submodule ones;
+# gitargv._long reads a long option as parse-options does (any prefix), for these and the submodule ones;
 # a short one counts anywhere in a cluster (`git clone -qu CMD` ran CMD too).
 
 
@@ -765,7 +741,7 @@ async def test_class5_git_takes_an_abbreviated_program_option(
 # status or summary, so an operator's `submodule .*` argPattern (for `git submodule status`) looks safe.
 # git's internal builtins are subcommands as well: `git submodule--helper foreach CMD` runs CMD in every
 # checked-out submodule, and it was on no list. Fixed: every `<x>--<y>` subcommand (git's internal helpers)
-# asks (gitvet._argv_programs).
+# asks (gitargv.argv_programs).
 
 
 async def test_class5_git_internal_submodule_helper_foreach_runs_a_command(
@@ -805,7 +781,7 @@ async def test_class5_git_internal_submodule_helper_foreach_runs_a_command(
 # The same list misses `git upload-archive <repo>` (upload-pack and receive-pack are on it): it enters the
 # named repository and serves an archive request read from stdin, with that repository's config, where a
 # `tar.<format>.command` marked `remote = true` runs. git reads its input as data (stdindata), so the
-# request comes in a heredoc. Fixed: upload-archive is on gitvet._PROGRAM_SUBCOMMANDS.
+# request comes in a heredoc. Fixed: upload-archive is on gitargv._PROGRAM_SUBCOMMANDS.
 
 
 async def test_class5_git_upload_archive_runs_the_named_repositorys_tar_filter(

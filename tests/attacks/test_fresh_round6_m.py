@@ -138,11 +138,6 @@ async def _approved_run(
     return details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: python3 -x skips the script's first line; the sealed copy runs through `python3 -x -c "
-    "LOADER`, where -x means nothing, so the skipped line runs",
-)
 @pytest.mark.asyncio
 async def test_class8_python_x_skips_the_first_line_but_the_sealed_copy_runs_it(
     state_dir: Path, tmp_path: Path
@@ -162,11 +157,6 @@ async def test_class8_python_x_skips_the_first_line_but_the_sealed_copy_runs_it(
     assert not marker.exists(), "the line `python3 -x` skips ran"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `bash s.sh` runs `bash -c '. /proc/self/fd/N' s.sh`; BASH_SOURCE[0] != $0 there, so "
-    "the script's sourced-only branch runs and its main does not",
-)
 @pytest.mark.asyncio
 async def test_class8_a_sealed_bash_copy_takes_the_branch_a_sourced_script_takes(
     state_dir: Path, tmp_path: Path
@@ -188,11 +178,6 @@ async def test_class8_a_sealed_bash_copy_takes_the_branch_a_sourced_script_takes
     assert "main ran" in details["_text"] and not marker.exists(), details["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: perl/node/ruby scripts are handed their path, not the sealed copy; the view's bind at "
-    "that path is detached by a rename over it, so their first read can be other bytes",
-)
 @pytest.mark.asyncio
 async def test_class6_a_perl_script_first_read_is_by_path_and_a_rename_over_reaches_it(
     state_dir: Path, tmp_path: Path
@@ -377,11 +362,6 @@ async def test_class6_docker_restart_mounts_a_bind_source_swapped_after_the_deci
     assert not (host_dir / "written-from-sandbox").exists(), "a host dir was mounted read-write"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a linked interpreter runs by its real path but under the link's name (exec -a), so "
-    "python's sys.executable is the agent's link; a re-exec after the link is re-pointed runs other code",
-)
 @pytest.mark.asyncio
 async def test_class8_python_under_a_linked_name_re_execs_the_agents_link(
     state_dir: Path, tmp_path: Path
@@ -443,11 +423,6 @@ async def test_class8_python_under_a_linked_name_re_execs_the_agents_link(
     assert not marker.exists(), "the agent's program ran as the approved interpreter's re-exec"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a #! interpreter is bound by its real path but run by the shebang's word; through the "
-    "agent's link (a venv's python) a re-point after the ask runs the agent's program",
-)
 @pytest.mark.asyncio
 async def test_class6_a_shebang_interpreter_reached_through_the_agents_link_is_run_by_that_link(
     state_dir: Path, tmp_path: Path
@@ -544,11 +519,6 @@ async def test_class8_a_pth_file_in_the_operators_user_site_runs_in_an_approved_
     assert not marker.exists(), "a .pth the agent planted ran in an approved python"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an unparsed `cd sub && sh s.sh` binds ./s.sh (resolved from the decision's cwd) while the "
-    "run reads sub/s.sh by path; the ask shows the wrong file as bound, and sub/s.sh is never checked",
-)
 @pytest.mark.asyncio
 async def test_class6_files_of_an_unparsed_command_are_bound_from_the_wrong_directory(
     state_dir: Path, tmp_path: Path
@@ -571,11 +541,6 @@ async def test_class6_files_of_an_unparsed_command_are_bound_from_the_wrong_dire
     assert not marker.exists(), "a script nobody saw ran"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the import note looks beside the script's link, not its target; `python3 link.py` imports "
-    "from the target's directory and the ask never names it",
-)
 @pytest.mark.asyncio
 async def test_class8_the_ask_names_where_a_linked_script_imports_from(
     state_dir: Path, tmp_path: Path

@@ -366,7 +366,8 @@ async def test_allowlisted_make_asks_naming_the_makefile(state_dir: Path, tmp_pa
 
 
 def test_allow_always_on_make_binds_the_makefile_content(state_dir: Path, tmp_path: Path) -> None:
-    """The exact-command approval holds for the Makefile it was given; a changed Makefile asks again."""
+    """A make in a tree the agent can write is never saved: its recipes run files nobody bound (issue 27
+    §4), so allow-always is not offered, and a pattern saved anyway holds for nothing."""
     from engine.approvals.store import ApprovalsStore
 
     work = tmp_path / "w"
@@ -374,10 +375,10 @@ def test_allow_always_on_make_binds_the_makefile_content(state_dir: Path, tmp_pa
     (work / "Makefile").write_text("all:\n\ttrue\n")
     first = decide("make all", work)
     assert first["decision"] == "ask"
+    assert "allow-always" not in first["allowedDecisions"], first
+    assert any("this run only" in w for w in first["warnings"]), first["warnings"]  # type: ignore[attr-defined]
     store = ApprovalsStore(Path(os.environ["OPENCLAW_STATE_DIR"]) / "exec-approvals.json")
-    store.persist_allow_always("main", first["allowAlwaysPatterns"])  # type: ignore[arg-type]
-    assert decide("make all", work)["decision"] == "allow"
-    (work / "Makefile").write_text("all:\n\ttouch /tmp/x\n")
+    store.persist_allow_always("main", first["allowAlwaysPatterns"] or ["make all"])  # type: ignore[arg-type]
     assert decide("make all", work)["decision"] == "ask"
 
 

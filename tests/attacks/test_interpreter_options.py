@@ -172,8 +172,8 @@ async def test_an_approved_script_of_another_interpreter_runs_under_its_own_name
 ) -> None:
     """Found by the fresh attack round: node ran the sealed copy as `/proc/self/fd/N`, which its
     realpath resolves to `/memfd:app.js (deleted)`, so every approved `node app.js` failed. In the
-    pinned view the approved bytes sit at the script's own path: it runs under its own name, requires
-    its siblings, and a rewrite after the ask still never runs."""
+    pinned view the approved bytes sit under the script's own file name, beside links to its siblings:
+    it requires them, and a rewrite after the ask still never runs."""
     marker = tmp_path / "pwned"
     if command.startswith("node"):
         (tmp_path / "lib.js").write_text("module.exports = 'sibling-ok';\n")
@@ -186,7 +186,40 @@ async def test_an_approved_script_of_another_interpreter_runs_under_its_own_name
         name = "app.pl"
     text = await approve_after(state_dir, command, tmp_path, lambda: None)
     assert "approved-sibling-ok" in text, text
-    assert str(tmp_path / name) in text or f" {name}" in text, text  # its own name, not /proc/self/fd/N
+    # Its own file name, not /proc/self/fd/N: the copy sits in a directory of the view beside links to its
+    # siblings (verified.Mirror), since a bind at the script's own path is detached by a rename over it
+    # (test_fresh_round6_m.py::test_class6_a_perl_script_first_read_is_by_path_and_a_rename_over_reaches_it).
+    assert f"/{name}" in text and "/proc/self/fd" not in text and "memfd" not in text, text
     text = await approve_after(state_dir, command, tmp_path, lambda: _rewrite_in_place(tmp_path / name, evil))
     assert not marker.exists(), text
     assert "approval-stale" in text, text
+
+
+@pytest.mark.parametrize("command", ["bash s.sh", "./s.sh"])
+async def test_a_bash_script_testing_whether_it_is_sourced_runs_its_main(
+    state_dir: Path, tmp_path: Path, command: str
+) -> None:
+    """Round 6 m: bash's own "am I sourced?" idiom answers as under `bash s.sh` (BASH_SOURCE[0] == $0) for
+    the operand and the `#!/bin/bash` spelling alike: the copy runs from its directory in the view."""
+    script = tmp_path / "s.sh"
+    script.write_text(
+        '#!/bin/bash\nif [[ "${BASH_SOURCE[0]}" != "$0" ]]; then echo sourced-branch; return 0; fi\n'
+        'echo "main ran: $(cat "$(dirname "${BASH_SOURCE[0]}")/sibling.txt")"\n'
+    )
+    script.chmod(0o755)
+    (tmp_path / "sibling.txt").write_text("sibling-ok\n")
+    text = await approve_after(state_dir, command, tmp_path, lambda: None)
+    assert "main ran: sibling-ok" in text and "sourced-branch" not in text, text
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node on this machine")
+async def test_an_approved_node_script_in_a_subdirectory_requires_from_its_parent(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The copy's directory in the view mirrors every level above it (links to the real entries), so a
+    `require('../lib.js')` of `node scripts/app.js` reaches the project as it would by the script's path."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "lib.js").write_text("module.exports = 'parent-ok';\n")
+    (tmp_path / "scripts" / "app.js").write_text("console.log('approved-' + require('../lib.js'));\n")
+    text = await approve_after(state_dir, "node scripts/app.js", tmp_path, lambda: None)
+    assert "approved-parent-ok" in text, text

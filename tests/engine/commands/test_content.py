@@ -227,3 +227,122 @@ def test_a_script_run_through_a_link_is_named_by_its_real_path(tmp_path: Path) -
     d = _decide("sh link.sh", tmp_path)
     [item] = [i for i in d.content.items if i.role == "script"]  # type: ignore[attr-defined]
     assert item.word == str(tmp_path / "real.sh")  # "$0": the file the view pins, not the agent's link
+
+
+@pytest.mark.parametrize(
+    ("options", "skips"),
+    [
+        (["-x"], True),
+        (["-u", "-x"], True),
+        (["-ux"], True),
+        (["-X", "x"], False),  # -X's value is not a cluster
+        (["-Xdev", "-x"], True),
+        (["-W", "ignore"], False),
+        (["--help-xoptions"], False),
+        ([], False),
+    ],
+)
+def test_python_dash_x_is_read_as_python_reads_its_options(options: list[str], skips: bool) -> None:
+    from engine.commands.interpoptions import python_skips_first_line
+
+    assert python_skips_first_line(options) is skips
+
+
+def test_the_python_loader_skips_the_first_line_as_dash_x_does(tmp_path: Path) -> None:
+    """`python3 -x s.py` never runs line 1 and keeps the line numbers: the sealed copy's loader alike."""
+    from engine.commands.verified import read_words
+
+    script = tmp_path / "s.py"
+    script.write_text("raise SystemExit('line 1 ran')\nimport sys; print('line', sys._getframe().f_lineno)\n")
+    ran = subprocess.run(
+        ["python3", *read_words("python", str(script), "s.py", skip_first=True)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    direct = subprocess.run(["python3", "-x", str(script)], capture_output=True, text=True, check=True)
+    assert ran.stdout == direct.stdout == "line 2\n"
+
+
+@pytest.mark.parametrize(
+    "argv", [["perl", "-S", "app.pl"], ["perl", "-wS", "app.pl"], ["perl", "-Sw", "app.pl"]]
+)
+def test_perl_dash_s_is_a_program_found_on_path_not_the_operand(argv: list[str]) -> None:
+    """perlrun: -S searches PATH for the program; ./app.pl is not what runs, so nothing the text names is."""
+    from engine.commands.interpoptions import MODULE, program_source
+
+    source = program_source(argv)
+    assert source is not None and source.kind == MODULE
+    assert script_operand(argv, "perl") is None
+
+
+def _run_verified(command: str, cwd: Path) -> tuple[object, str]:
+    from engine.commands.verified import verify
+
+    d = _decide(command, cwd)
+    pinned = d.pinned_command  # type: ignore[attr-defined]
+    run = verify(d.content, pinned, pinned)  # type: ignore[attr-defined]
+    try:
+        out = subprocess.run(
+            ["/bin/sh", "-c", run.command],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+            pass_fds=run.fds,
+        )
+    finally:
+        run.close()
+    return d, out.stdout
+
+
+def test_a_linked_python_runs_under_its_real_path_and_a_venvs_keeps_its_venv(tmp_path: Path) -> None:
+    """The agent's link to root's python runs as the real path (sys.executable is no link the agent can
+    re-point); a virtualenv's keeps the link's name (or it loses the venv) and is never proven bound."""
+    real = os.path.realpath("/usr/bin/python3")
+    (tmp_path / "bin").mkdir()
+    os.symlink(real, tmp_path / "bin" / "python")
+    probe = "import sys; print(sys.executable, sys.prefix)"
+    d, out = _run_verified(f"bin/python -c '{probe}'", tmp_path)
+    prefix = subprocess.run([real, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True)
+    assert out.split() == [real, prefix.stdout.strip()], out
+    assert d.content.proven  # type: ignore[attr-defined]
+    (tmp_path / "pyvenv.cfg").write_text(f"home = {os.path.dirname(real)}\n")
+    d, out = _run_verified(f"bin/python -c '{probe}'", tmp_path)
+    assert out.split() == [str(tmp_path / "bin" / "python"), str(tmp_path)], out
+    assert not d.content.proven  # type: ignore[attr-defined]
+    assert any("virtualenv" in why for why in d.content.unproven)  # type: ignore[attr-defined]
+    same = tmp_path / "bin" / os.path.basename(real)  # `.venv/bin/python3.11`: the real file's own name
+    os.symlink(real, same)
+    d, out = _run_verified(f"bin/{same.name} -c '{probe}'", tmp_path)
+    assert out.split() == [str(same), str(tmp_path)], out
+
+
+def test_a_shebang_through_the_agents_link_runs_its_interpreter_by_the_real_path(tmp_path: Path) -> None:
+    real = os.path.realpath("/usr/bin/python3")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    link = tmp_path / "venv" / "bin" / "python"
+    os.symlink(real, link)
+    (tmp_path / "tool").write_text(f"#!{link}\nimport sys; print(sys.executable)\n")
+    (tmp_path / "tool").chmod(0o755)
+    d, out = _run_verified("./tool", tmp_path)
+    [interp] = [i for i in d.content.items if i.role == "interpreter"]  # type: ignore[attr-defined]
+    assert interp.linked and interp.path == str(link) and interp.real == real
+    assert out.strip() == real
+
+
+def test_an_unparsed_text_binds_its_files_where_its_cd_leads(tmp_path: Path) -> None:
+    """`cd sub && sh s.sh` reads sub/s.sh: bound there too (and a name found in one place must stay
+    absent in the other); a cd nobody can follow is said, never shown as bound."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "s.sh").write_text("echo approved\n")
+    (tmp_path / "s.sh").write_text("echo decoy\n")
+    (tmp_path / "t.sh").write_text("echo t\n")
+    d = _decide("cd sub && sh s.sh; sh t.sh", tmp_path)
+    content = d.content  # type: ignore[attr-defined]
+    bound = {i.path: i.sha256 for i in content.items if i.role == "file"}
+    assert bound[str(tmp_path / "sub" / "s.sh")] and bound[str(tmp_path / "s.sh")]
+    assert bound[str(tmp_path / "sub" / "t.sh")] is None  # absent there: it must stay so
+    assert not content.proven
+    d = _decide("cd ~ && sh s.sh", tmp_path)
+    assert any("cd ~" in p for p in d.content.problems)  # type: ignore[attr-defined]

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from engine.commands import gitvet
-from engine.commands.treecode import TREE_PROGRAMS, findings_for
+from engine.commands.treecode import (
+    PIP_PROJECT,
+    RECIPE_TREE,
+    TREE_PROGRAMS,
+    binding,
+    findings_for,
+    unbound_findings,
+)
 
 GIT = "/usr/bin/git"
 ENV = {
@@ -176,9 +183,13 @@ def test_make_reads_only_its_own_directory_and_what_f_names(tmp_path: Path) -> N
     (tmp_path / "other.mk").write_text("all:\n")
     assert findings_for(["make"], ("/usr/bin/make",), str(tmp_path / "sub"), []) == []
     named = findings_for(["make", "-f", "../other.mk"], ("/usr/bin/make",), str(tmp_path / "sub"), [])
-    assert [os.path.basename(f.path) for f in named] == ["other.mk"]
+    assert [os.path.basename(f.path) for f in named if f.what != RECIPE_TREE] == ["other.mk"]
     moved = findings_for(["make", "-C", ".."], ("/usr/bin/make",), str(tmp_path / "sub"), [])
-    assert [os.path.basename(f.path) for f in moved] == ["Makefile"]
+    assert [os.path.basename(f.path) for f in moved if f.what != RECIPE_TREE] == ["Makefile"]
+    # and where the recipes run (the directory -C leaves): not bound by bytes, so approved once only
+    assert [os.path.realpath(f.path) for f in named if f.what == RECIPE_TREE] == [str(tmp_path / "sub")]
+    assert [os.path.realpath(f.path) for f in moved if f.what == RECIPE_TREE] == [str(tmp_path)]
+    assert unbound_findings(binding(moved)) == [f.path for f in moved if f.what == RECIPE_TREE]
 
 
 def test_pip_names_the_build_backend_only_when_it_builds(tmp_path: Path) -> None:
@@ -188,9 +199,16 @@ def test_pip_names_the_build_backend_only_when_it_builds(tmp_path: Path) -> None
     pip = ("/usr/bin/pip3",)
     assert findings_for(["pip3", "list"], pip, str(tmp_path), []) == []
     here = findings_for(["pip3", "install", "."], pip, str(tmp_path), [])
-    assert [os.path.basename(f.path) for f in here] == ["pyproject.toml"]
+    assert [os.path.basename(f.path) for f in here if f.what != PIP_PROJECT] == ["pyproject.toml"]
     sub = findings_for(["pip3", "install", "--no-deps", "-e", "./sub"], pip, str(tmp_path), [])
-    assert sorted(os.path.basename(f.path) for f in sub) == ["pyproject.toml", "setup.py"]
+    assert sorted(os.path.basename(f.path) for f in sub if f.what != PIP_PROJECT) == [
+        "pyproject.toml",
+        "setup.py",
+    ]
+    # and the project trees pip builds: their backend imports what is there, which no digest holds
+    assert [f.path for f in here if f.what == PIP_PROJECT] == [str(tmp_path)]
+    assert [f.path for f in sub if f.what == PIP_PROJECT] == [str(tmp_path / "sub")]
+    assert unbound_findings(binding(sub)) == [str(tmp_path / "sub")]
 
 
 def test_a_sandbox_workspace_counts_as_agent_writable_whoever_owns_the_file(tmp_path: Path) -> None:
@@ -340,3 +358,75 @@ def test_a_config_is_parsed_only_by_a_git_only_root_can_change(tmp_path: Path) -
     link = tmp_path / "link"
     link.symlink_to("/usr/bin/git")
     assert parser_git(str(link)) == str(link)  # resolved: the system's git, run by its name
+
+
+@pytest.mark.parametrize(
+    ("argv", "local"),
+    [
+        ("git push ../dst.git main", True),
+        ("git push file://{tmp}/dst.git main", True),
+        ("git push --repo=../dst.git", True),
+        ("git push -o ci.skip ../dst.git", True),
+        ("git push near", True),  # a remote whose URL is a path
+        ("git push", True),  # no repository named: any configured remote may be the one
+        ("git -c url.{tmp}/.insteadOf=me: push me:dst.git", True),  # a rewrite into a path
+        ("git push far main", False),  # an ssh remote
+        ("git push host:dst.git main", False),  # scp-like: ssh
+        ("git push https://example.org/x.git main", False),
+        ("git fetch ../dst.git", False),  # upload-pack there runs no hooks, and no program key of its config
+        ("git ls-remote ../dst.git", False),
+    ],
+)
+def test_a_push_to_a_local_repository_names_it_and_is_never_saved(
+    tmp_path: Path, argv: str, local: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """receive-pack runs in a local destination with its own hooks and config (git clears the forced
+    GIT_CONFIG_COUNT for it): the destination is named, and a directory binds no bytes, so allow-once."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    work = repo(tmp_path / "w")
+    subprocess.run([GIT, "init", "-q", "--bare", str(tmp_path / "dst.git")], env=ENV, check=True)
+    git(work, "remote", "add", "near", str(tmp_path / "dst.git"))
+    git(work, "remote", "add", "far", "ssh://example.org/x.git")
+    found = gitvet.vet(GIT, argv.format(tmp=tmp_path).split(), str(work))
+    pushes = [f for f in found if f.what == gitvet.RECEIVE_PACK_TREE]
+    if not local:
+        assert pushes == [], pushes
+        return
+    assert [f.path for f in pushes][:1] == [str(tmp_path / "dst.git")], found
+    assert str(tmp_path / "dst.git") in unbound_findings(binding(pushes))
+
+
+def test_a_remote_in_the_operators_global_config_is_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    (home / ".gitconfig").write_text(f'[url "{tmp_path}/"]\n\tpushInsteadOf = mine:\n')
+    work = repo(tmp_path / "w")
+    subprocess.run([GIT, "init", "-q", "--bare", str(tmp_path / "dst.git")], env=ENV, check=True)
+    found = gitvet.vet(GIT, ["git", "push", "mine:dst.git"], str(work))
+    assert [f.path for f in found if f.what == gitvet.RECEIVE_PACK_TREE] == [str(tmp_path / "dst.git")]
+
+
+@pytest.mark.parametrize(
+    ("sub", "asks"),
+    [
+        ("status", False),
+        ("log", False),
+        ("show", False),
+        ("rev-parse", False),
+        ("st", True),  # an alias (the operator's, or one git would look up): not known to run nothing
+        ("credential-store", True),  # a git-<name> program of its own
+        ("lfs", True),  # a `git-lfs` on the PATH
+        ("frobnicate", True),
+    ],
+)
+def test_only_subcommands_known_to_run_no_program_run_unasked(tmp_path: Path, sub: str, asks: bool) -> None:
+    """The subcommand check is a list of what is known not to run programs: every other word asks."""
+    work = repo(tmp_path / "r")
+    found = gitvet.vet(GIT, ["git", sub], str(work))
+    assert bool(found) == asks, found
+    if asks:
+        assert "not a subcommand known to run no program" in found[0].what

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands.pipargs import parse_pip
-from engine.commands.treecode import findings_for
+from engine.commands.pipargs import parse_pip, read_requirements
+from engine.commands.treecode import PIP_LINE, PIP_PROJECT, binding, findings_for, unbound_findings
 
 PIP = ("/usr/bin/pip3",)
 
@@ -72,8 +72,52 @@ def test_a_cluster_names_the_requirements_file_and_a_local_source_is_named(tmp_p
     (tmp_path / "r.txt").write_text("./pkg\n")
     (tmp_path / "dists").mkdir()
     found = findings_for(["pip3", "install", "-qr", "r.txt"], PIP, str(tmp_path), [])
-    assert [os.path.basename(f.path) for f in found] == ["r.txt"]
+    # the file, bound by its bytes, and the project its line names, which nothing binds (issue 27 §4)
+    assert [(os.path.basename(f.path), f.what == PIP_PROJECT) for f in found] == [
+        ("r.txt", False),
+        ("pkg", True),
+    ]
+    assert unbound_findings(binding(found)) == [str(tmp_path / "pkg")]
     found = findings_for(["pip3", "install", "-f", "dists", "x"], PIP, str(tmp_path), [])
     assert [os.path.basename(f.path) for f in found] == ["dists"]
     remote = findings_for(["pip3", "install", "-f", "https://example.org/x", "x"], PIP, str(tmp_path), [])
     assert remote == []
+
+
+def test_requirements_files_are_read_with_pips_grammar_nested_and_all(tmp_path: Path) -> None:
+    """Every line of every requirements file pip reads: names are data; a path, an editable, a `file:`
+    URL or `name @ file:` is a project pip builds; nested `-r`/`-c` files (relative to the file naming
+    them) are read and named; a VCS URL, `${VAR}` and an unknown option are lines exechost does not model."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "r.txt").write_text(
+        "# comment\nrequests[socks]>=2,<3 ; python_version >= '3' --hash=sha256:00\n"
+        "-r sub/more.txt\n-c c.txt\nfoo==1 \\\n  --hash=sha256:11\n-r r.txt\n"
+    )
+    (tmp_path / "c.txt").write_text("bar<2\n")
+    (tmp_path / "sub" / "more.txt").write_text(
+        "-e ./edit[dev]\n./pkg\nq @ file:///opt/q\nfile:zz\n--find-links dists\n-r ../c.txt\n"
+    )
+    reads = read_requirements(["r.txt"], str(tmp_path))
+    assert reads.files == [
+        str(tmp_path / "r.txt"),
+        str(tmp_path / "sub" / "more.txt"),
+        str(tmp_path / "c.txt"),
+    ]
+    assert reads.projects == [str(tmp_path / "edit"), str(tmp_path / "pkg"), "/opt/q", str(tmp_path / "zz")]
+    assert reads.sources == [("dists", str(tmp_path / "sub"))]
+    assert reads.problems == []
+    (tmp_path / "c.txt").write_text("git+https://example.org/x.git#egg=x\n${HOME}/p\n--global-option=x\n")
+    problems = [why for _path, why in read_requirements(["r.txt"], str(tmp_path)).problems]
+    assert len(problems) == 3 and "VCS" in problems[0] and "environment" in problems[1], problems
+
+
+def test_a_nested_requirements_file_is_bound_and_an_unmodelled_line_is_never_saved(tmp_path: Path) -> None:
+    (tmp_path / "r.txt").write_text("-r more.txt\n")
+    (tmp_path / "more.txt").write_text("requests\n")
+    found = findings_for(["pip3", "download", "-r", "r.txt"], PIP, str(tmp_path), [])
+    assert sorted(os.path.basename(f.path) for f in found) == ["more.txt", "r.txt"]
+    assert unbound_findings(binding(found)) == []
+    (tmp_path / "more.txt").write_text("git+file:///srv/x.git#egg=x\n")
+    found = findings_for(["pip3", "download", "-r", "r.txt"], PIP, str(tmp_path), [])
+    assert any(f.what.startswith(PIP_LINE) for f in found), found
+    assert unbound_findings(binding(found)) == [str(tmp_path / "more.txt")]
