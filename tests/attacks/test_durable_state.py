@@ -77,6 +77,7 @@ async def test_a_limited_yes_that_crashed_before_its_run_stays_limited(
         assert ask["id"] == res["details"]["approvalId"] and ask.get("grant") is None
         ask.update(decision="allow-always", resolved_by="op", resolved_at_ms=ask["created_at_ms"] + 1)
         ask["grant"] = {"forMs": None, "uses": 1, "sessionOnly": False}
+        ask["grant_id"] = "feedc0ffee01"  # journaled with the decision (without one: test_grant_once)
         path.write_text(json.dumps(data))
         daemon.start()
         await wait_until(lambda: (tmp_path / "once").exists(), timeout=30)
