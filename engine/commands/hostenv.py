@@ -138,7 +138,9 @@ GIT_FORCED_CONFIG = (
     ("credential.helper", ""),
     ("core.gitProxy", ""),
     ("protocol.ext.allow", "never"),
-    ("diff.external", ""),
+    # No `diff.external` here: an empty one is a program named "" to git, and every `git diff` of a change
+    # died. A repository's own is not inert (gitvet asks), the global config is read-only in the host view,
+    # and GIT_EXTERNAL_DIFF is no inert env key.
     ("core.alternateRefsCommand", ""),
     # Never run git inside a submodule unasked: git reads the index again after the spawn's re-vet, so a
     # gitlink added in between named a repository nobody vetted, and status ran its filter there. With

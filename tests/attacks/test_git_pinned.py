@@ -91,6 +91,23 @@ async def test_a_clean_repository_still_runs_and_writes(state_dir: Path, tmp_pat
     assert git(work, "status", "--short") == ""
 
 
+async def test_git_diff_of_a_modified_file_shows_the_diff(state_dir: Path, tmp_path: Path) -> None:
+    """A forced `diff.external=` (meant to pin the external diff off) made git 2.39 try to run a program
+    named "", so every host `git diff` of a change died ("external diff died"). The repository's own
+    `diff.external` is not inert (gitvet asks) and the global config is read-only in the host view."""
+    work = make_repo(tmp_path / "r")
+    tracked = next(p for p in work.iterdir() if p.is_file())
+    tracked.write_text("changed-line\n")
+    details = await run(state_dir, "git diff", work)
+    assert details["status"] == "completed", details
+    assert "+changed-line" in str(details.get("aggregated") or ""), details
+    marker = tmp_path / "pwned"
+    config(work, "diff.external", f"touch {marker}")
+    details = await run(state_dir, "git diff", work)
+    assert not marker.exists()
+    assert refused(details), details
+
+
 async def test_a_config_swapped_while_git_runs_is_never_read(state_dir: Path, tmp_path: Path) -> None:
     """The racer swaps an inert `.git/config` for one with a filter, in a loop, while allowlisted
     `git status` runs TRIES times. Whatever the interleaving, the filter never runs: each run either was
