@@ -1,0 +1,68 @@
+"""Fresh round 7 n: the host view's writable workdir against what later runs read or execute."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.attacks.harness import attempt, tool
+from tests.helpers.bwrap import needs_bwrap
+
+pytestmark = needs_bwrap
+
+
+@pytest.fixture
+def short(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short root (socket paths <= 107 bytes) holding the state dir, the home and the agent's scratch."""
+    root = Path(tempfile.mkdtemp(prefix="r7n", dir="/tmp"))
+    (root / "state").mkdir(mode=0o700)
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(root / "state"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    return home
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a [tools.exec] pathPrepend dir in the home is not protected (hostview.protected reads only "
+    "the gateway's own PATH): a run with that dir as workdir writes it, and a later allowlisted egrep "
+    "(`exec grep`) runs the planted grep",
+)
+async def test_path_prepend_dir_in_home_is_not_a_writable_workdir(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tmp_path = short
+    home = _home(tmp_path, monkeypatch)
+    tools = home / "tools"
+    tools.mkdir()
+    state = tmp_path / "state"
+    marker = tmp_path / "out" / "planted-ran"
+    marker.parent.mkdir()
+    # The agent's payload, made where every run may write (outside the home).
+    payload = tool(tmp_path / "scratch" / "grep", f'#!/bin/sh\necho ran > {marker}\nexec /bin/grep "$@"\n')
+    config = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'pathPrepend = ["{tools}"]\n'
+    )
+    plant = await attempt(
+        state, f"cp {payload} grep", allow=[("/usr/bin/cp", None)], config=config, workdir=str(tools)
+    )
+    assert plant["status"] == "completed", plant
+    data = tmp_path / "scratch" / "notes.txt"
+    data.write_text("hello\n")
+    # egrep is `exec grep -E "$@"`: grep by name, from the PATH the run has (pathPrepend first).
+    run = await attempt(state, f"egrep hello {data}", allow=[("/usr/bin/egrep", None)], config=config)
+    assert run["status"] == "completed", run["_text"]
+    assert not marker.exists(), "the planted grep ran"
+    assert not (tools / "grep").exists()
