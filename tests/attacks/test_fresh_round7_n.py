@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,3 +68,48 @@ async def test_path_prepend_dir_in_home_is_not_a_writable_workdir(
     assert run["status"] == "completed", run["_text"]
     assert not marker.exists(), "the planted grep ran"
     assert not (tools / "grep").exists()
+
+
+def _git(cwd: Path, *args: str) -> None:
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a file the operator's ~/.gitconfig includes (`[include] path = dotfiles/git.inc`) is in no "
+    "dot-directory and on no protected list, so a run whose workdir holds it writes it: git config every "
+    "later git reads as the operator's (a diff textconv it names ran from an allowlisted `git log -p`; "
+    "the operator's own git reads it too)",
+)
+async def test_a_file_the_global_git_config_includes_is_not_writable(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _home(short, monkeypatch)
+    (home / ".gitconfig").write_text("[include]\n\tpath = dotfiles/git.inc\n")
+    dotfiles = home / "dotfiles"
+    dotfiles.mkdir()
+    (dotfiles / "git.inc").write_text("[user]\n\tname = operator\n")
+    state = short / "state"
+    marker = short / "out" / "textconv-ran"
+    marker.parent.mkdir()
+    conv = tool(short / "scratch" / "conv", f'#!/bin/sh\necho ran > {marker}\ncat "$1"\n')
+    payload = short / "scratch" / "inc"
+    payload.write_text(f'[user]\n\tname = operator\n[diff "evil"]\n\ttextconv = {conv}\n')
+    plant = await attempt(
+        state, f"cp {payload} git.inc", allow=[("/usr/bin/cp", None)], workdir=str(dotfiles)
+    )
+    assert plant["status"] == "completed", plant["_text"]
+    repo = short / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "a.txt").write_text("one\n")
+    (repo / ".gitattributes").write_text("*.txt diff=evil\n")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    (repo / "a.txt").write_text("two\n")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "y")
+    run = await attempt(state, "git log -p", allow=[("/usr/bin/git", None)], workdir=str(repo))
+    assert run["status"] == "completed", run["_text"]
+    assert not marker.exists(), "the planted textconv ran"
+    assert "textconv" not in (dotfiles / "git.inc").read_text()
