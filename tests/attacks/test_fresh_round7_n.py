@@ -113,3 +113,26 @@ async def test_a_file_the_global_git_config_includes_is_not_writable(
     assert run["status"] == "completed", run["_text"]
     assert not marker.exists(), "the planted textconv ran"
     assert "textconv" not in (dotfiles / "git.inc").read_text()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a package `npm install` put in ~/node_modules (no dot-directory) is a writable workdir: a "
+    "run there rewrites it, and every node program under the home that requires it (the operator's too) "
+    "loads the agent's code; the writable workdir is any non-dot directory, not one the operator named",
+)
+async def test_the_homes_node_modules_is_not_a_writable_workdir(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _home(short, monkeypatch)
+    module = home / "node_modules" / "leftpad"
+    module.mkdir(parents=True)
+    (module / "index.js").write_text("module.exports = (s) => s;\n")
+    payload = short / "scratch" / "index.js"
+    payload.parent.mkdir()
+    payload.write_text("module.exports = (s) => 'planted';\n")
+    plant = await attempt(
+        short / "state", f"cp {payload} index.js", allow=[("/usr/bin/cp", None)], workdir=str(module)
+    )
+    assert plant["status"] == "completed", plant["_text"]
+    assert "planted" not in (module / "index.js").read_text()
