@@ -136,3 +136,56 @@ async def test_the_homes_node_modules_is_not_a_writable_workdir(
     )
     assert plant["status"] == "completed", plant["_text"]
     assert "planted" not in (module / "index.js").read_text()
+
+
+def _linked_gitconfig(home: Path, hops: int) -> Path:
+    """~/.gitconfig -> dotfiles/gitconfig (-> ../Sync/gitconfig, a synced copy, when hops == 2)."""
+    dotfiles = home / "dotfiles"
+    dotfiles.mkdir()
+    real = home / "Sync" / "gitconfig" if hops == 2 else dotfiles / "gitconfig"
+    real.parent.mkdir(exist_ok=True)
+    real.write_text("[user]\n\tname = operator\n")
+    if hops == 2:
+        (dotfiles / "gitconfig").symlink_to("../Sync/gitconfig")
+    (home / ".gitconfig").symlink_to("dotfiles/gitconfig")
+    return dotfiles
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: protected() holds a trusted config's own path and its final target, not the links between: "
+    "with ~/.gitconfig -> dotfiles/gitconfig -> ../Sync/gitconfig, a run in ~/dotfiles re-points the middle "
+    "link, and the operator's global git config is the agent's file",
+)
+async def test_a_middle_link_of_the_global_git_config_cannot_be_repointed(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _home(short, monkeypatch)
+    dotfiles = _linked_gitconfig(home, hops=2)
+    evil = short / "scratch" / "evil"
+    evil.parent.mkdir()
+    evil.write_text("[core]\n\tfsmonitor = /tmp/evil\n")
+    plant = await attempt(
+        short / "state", f"ln -sfn {evil} gitconfig", allow=[("/usr/bin/ln", None)], workdir=str(dotfiles)
+    )
+    assert plant["status"] == "completed", plant["_text"]
+    assert "fsmonitor" not in (home / ".gitconfig").read_text(), plant["_text"]
+
+
+async def test_the_single_link_target_of_the_global_git_config_is_not_writable(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Failed attempt: with ~/.gitconfig -> dotfiles/gitconfig, the workdir ~/dotfiles holds its real path,
+    so the run there writes nothing in the home (round 5 i's link, through the writable workdir)."""
+    home = _home(short, monkeypatch)
+    dotfiles = _linked_gitconfig(home, hops=1)
+    evil = short / "scratch" / "evil"
+    evil.parent.mkdir()
+    evil.write_text("[core]\n\tfsmonitor = /tmp/evil\n")
+    plant = await attempt(
+        short / "state",
+        f"ln -sfn {evil} gitconfig; cp {evil} gitconfig",
+        allow=[("/usr/bin/ln", None), ("/usr/bin/cp", None)],
+        workdir=str(dotfiles),
+    )
+    assert "fsmonitor" not in (home / ".gitconfig").read_text(), plant["_text"]
