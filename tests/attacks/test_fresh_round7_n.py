@@ -189,3 +189,38 @@ async def test_the_single_link_target_of_the_global_git_config_is_not_writable(
         workdir=str(dotfiles),
     )
     assert "fsmonitor" not in (home / ".gitconfig").read_text(), plant["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's knownHosts outside the home is bound read-only only once it exists; while it is "
+    "missing (the refusal tells the operator to `ssh-keyscan >> FILE`, which appends) a host command "
+    "creates it, and the agent's host key stays trusted for that node",
+)
+async def test_a_missing_known_hosts_outside_the_home_cannot_be_created(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _home(short, monkeypatch)
+    etc = short / "etc"
+    etc.mkdir()
+    known = etc / "known_hosts"
+    config = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'[nodes.build]\nhost = "127.0.0.1"\nport = 1\nknownHosts = "{known}"\n'
+    )
+    payload = short / "scratch" / "kh"
+    payload.parent.mkdir()
+    payload.write_text(
+        "[127.0.0.1]:1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAgentsOwnKeyAgentsOwnKeyAgentsOwnKey00\n"
+    )
+    work = short / "work"
+    work.mkdir()
+    plant = await attempt(
+        short / "state",
+        f"cp {payload} {known}",
+        allow=[("/usr/bin/cp", None)],
+        config=config,
+        workdir=str(work),
+    )
+    assert plant["status"] == "completed", plant["_text"]
+    assert not known.exists()
