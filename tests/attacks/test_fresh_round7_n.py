@@ -224,3 +224,28 @@ async def test_a_missing_known_hosts_outside_the_home_cannot_be_created(
     )
     assert plant["status"] == "completed", plant["_text"]
     assert not known.exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node without identityFile logs in with the default keys asyncssh finds (~/.ssh/id_*, "
+    "~/.ssh/config's IdentityFile); only a configured identityFile is hidden, ~/.ssh is merely read-only, "
+    "so an allowlisted `cat` reads the key that speaks to the node as the gateway",
+)
+async def test_the_default_ssh_key_a_node_logs_in_with_is_hidden(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _home(short, monkeypatch)
+    ssh = home / ".ssh"
+    ssh.mkdir(mode=0o700)
+    key = ssh / "id_ed25519"
+    key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nTHE-GATEWAYS-NODE-LOGIN-KEY\n")
+    key.chmod(0o600)
+    known = short / "known_hosts"
+    known.write_text("")
+    config = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'[nodes.build]\nhost = "127.0.0.1"\nport = 1\nknownHosts = "{known}"\n'
+    )
+    run = await attempt(short / "state", f"cat {key}", allow=[("/usr/bin/cat", None)], config=config)
+    assert "THE-GATEWAYS-NODE-LOGIN-KEY" not in run["_text"]
