@@ -249,3 +249,61 @@ async def test_the_default_ssh_key_a_node_logs_in_with_is_hidden(
     )
     run = await attempt(short / "state", f"cat {key}", allow=[("/usr/bin/cat", None)], config=config)
     assert "THE-GATEWAYS-NODE-LOGIN-KEY" not in run["_text"]
+
+
+async def test_an_existing_known_hosts_directory_cannot_be_renamed_away(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Failed attempt: with the node's knownHosts present, moving its directory aside and making a new one
+    with the agent's file fails (the directory is a mountpoint in the view: EBUSY)."""
+    _home(short, monkeypatch)
+    etc = short / "etc"
+    etc.mkdir()
+    known = etc / "known_hosts"
+    known.write_text(
+        "[127.0.0.1]:1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOperatorsOwnKeyOperatorsOwnKeyOperat0\n"
+    )
+    config = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'[nodes.build]\nhost = "127.0.0.1"\nport = 1\nknownHosts = "{known}"\n'
+    )
+    payload = short / "scratch" / "kh"
+    payload.parent.mkdir()
+    payload.write_text(
+        "[127.0.0.1]:1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAgentsOwnKeyAgentsOwnKeyAgentsOwnKey00\n"
+    )
+    work = short / "work"
+    work.mkdir()
+    plant = await attempt(
+        short / "state",
+        f"mv {etc} {short}/etc2; mkdir {etc}; cp {payload} {known}; cp {payload} {etc}/x",
+        allow=[("/usr/bin/mv", None), ("/usr/bin/mkdir", None), ("/usr/bin/cp", None)],
+        config=config,
+        workdir=str(work),
+    )
+    assert "Operators" in known.read_text() and not (short / "etc2").exists(), plant["_text"]
+
+
+async def test_a_workdir_linked_into_a_dot_directory_writes_nothing(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Failed attempt: a link the agent made in its writable project (`cfg -> ../.config`) named as the next
+    run's workdir is judged by its real path, a dot-directory: the home stays read-only there."""
+    home = _home(short, monkeypatch)
+    (home / ".config" / "git").mkdir(parents=True)
+    project = home / "proj"
+    project.mkdir()
+    link = await attempt(
+        short / "state", "ln -s ../.config cfg", allow=[("/usr/bin/ln", None)], workdir=str(project)
+    )
+    assert link["status"] == "completed" and (project / "cfg").is_symlink(), link["_text"]
+    payload = short / "scratch" / "cfg"
+    payload.parent.mkdir()
+    payload.write_text("[core]\n\tfsmonitor = /tmp/evil\n")
+    plant = await attempt(
+        short / "state",
+        f"cp {payload} git/config",
+        allow=[("/usr/bin/cp", None)],
+        workdir=str(project / "cfg"),
+    )
+    assert not (home / ".config" / "git" / "config").exists(), plant["_text"]
