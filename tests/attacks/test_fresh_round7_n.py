@@ -307,3 +307,34 @@ async def test_a_workdir_linked_into_a_dot_directory_writes_nothing(
         workdir=str(project / "cfg"),
     )
     assert not (home / ".config" / "git" / "config").exists(), plant["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the bwrap sandboxes' rootfs (`[agents.defaults.sandbox.bwrap] rootfs`) is in no Outside "
+    "list: one agent's allowlisted host `cp` replaces a program every agent's sandbox runs (and a sandbox "
+    "terminal execs the rootfs's bwrap after nsenter, before its cap-drop, seccomp and landlock)",
+)
+async def test_the_sandbox_rootfs_is_not_writable_by_host_commands(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _home(short, monkeypatch)
+    bin_dir = short / "rootfs" / "usr" / "bin"
+    bin_dir.mkdir(parents=True)
+    tool(bin_dir / "bwrap", "#!/bin/sh\nexit 0\n")
+    config = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'[agents.defaults.sandbox.bwrap]\nrootfs = "{short / "rootfs"}"\n'
+    )
+    payload = tool(short / "scratch" / "bwrap", "#!/bin/sh\necho agent-code\n")
+    work = short / "work"
+    work.mkdir()
+    plant = await attempt(
+        short / "state",
+        f"cp {payload} {bin_dir / 'bwrap'}",
+        allow=[("/usr/bin/cp", None)],
+        config=config,
+        workdir=str(work),
+    )
+    assert plant["status"] == "completed", plant["_text"]
+    assert "agent-code" not in (bin_dir / "bwrap").read_text()
