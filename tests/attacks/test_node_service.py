@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.nodes.wire import NodeEvent, Request, decode, encode
+from engine.nodes.wire import NodeEvent, Request, Response, decode, encode
 from runner.node.serve import NodeServer, Output
 from runner.node.service import NodeService, NodeServiceError
 from tests.helpers.sshd import EXECHOST, REPO
@@ -179,8 +179,12 @@ async def test_events_while_unlinked_are_bounded_then_delivered_in_order(state_d
         reader, writer = await asyncio.open_connection(sock=gateway_end)
         serving = asyncio.ensure_future(server.serve(srv_reader, Output(srv_writer)))
         assert decode(await reader.readline()).__class__.__name__ == "Hello"
+        # A link that proves no gateway key says whose it is with its first request; what waited goes out
+        # then, before that request's answer (runner.node.serve: Output.resend_pending).
+        writer.write(encode(Request("p", "ping", {})))
         texts = [json.loads(await reader.readline())["payload"]["text"] for _ in range(1000)]
         assert texts == [f"e{i}" for i in range(500, 1500)]  # the newest kept, oldest first
+        assert isinstance(decode(await reader.readline()), Response)
         writer.close()
         await asyncio.wait_for(serving, 10)
         srv_writer.close()
