@@ -201,7 +201,10 @@ def test_empty_command_is_an_error() -> None:
         decide("   ")
 
 
-def test_path_prepend_and_safe_bins_from_config(tmp_path: Path) -> None:
+def test_path_prepend_and_safe_bins_from_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A PATH entry outside the home is kept only if only root can change it (hostenv.host_path); in the home
+    # (read-only in the host view) it is kept: the operator's bin dir lives there.
+    monkeypatch.setenv("HOME", str(tmp_path))
     bindir = tmp_path / "bin"
     bindir.mkdir()
     tool = bindir / "mytool"

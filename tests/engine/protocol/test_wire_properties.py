@@ -266,6 +266,9 @@ class _Sink:
 
     def __init__(self) -> None:
         self.lines: list[bytes] = []
+        self.gateway = ""  # an anonymous link (no gateway key proved): runner.node.serve.Output
+        self.nonce: str | None = None
+        self.resend_pending = False
 
     async def write(self, data: bytes) -> None:
         self.lines.append(data)
