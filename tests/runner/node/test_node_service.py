@@ -35,7 +35,10 @@ async def test_sessions_on_a_node_service_survive_the_link(
     gateway_config(state_dir, sshd_nodes)
     (alpha.state_dir / "config.toml").write_text(NODE_FULL)
     service = alpha.run_service()
-    go, said, fg_began = alpha.root / "go", alpha.root / "said", alpha.root / "fg-began"
+    # Outside the node's HOME (its root), which is read-only to its host commands (the host view).
+    marks = alpha.root.parent / f"{alpha.root.name}-marks"
+    marks.mkdir(exist_ok=True)
+    go, said, fg_began = marks / "go", marks / "said", marks / "fg-began"
     wait_go = f"while [ ! -e {go} ]; do sleep 0.05; done"
     try:
         async with gateway(state_dir) as server:
