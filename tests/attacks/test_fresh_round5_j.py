@@ -117,7 +117,8 @@ async def test_hello_name_reaches_gateway_log_raw(state_dir: Path, caplog: pytes
         def cut_off() -> list[str]:
             return [r.getMessage() for r in caplog.records if "is not reading" in r.getMessage()]
 
-        lines = await wait_until(cut_off, timeout=30)
+        # A bound, not a timing: 60 pages of ~768 KiB of escapes take the gateway 9–21 s alone on this box.
+        lines = await wait_until(cut_off, timeout=120)
         raw.close()
         await agent.close()
         await op.close()
