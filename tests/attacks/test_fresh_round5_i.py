@@ -523,7 +523,7 @@ echo approved >> ran
 """
 
 
-# Closed (links27): a link in the agent's directory is the agent's (content.links_fixed).
+# Closed (links27): a link in the agent's directory is the agent's (filetrust.links_fixed).
 async def test_class8_a_script_run_through_a_link_rereads_the_relinked_name(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -717,7 +717,7 @@ async def test_class3_one_ask_with_endless_warnings_breaks_the_operators_pending
 # ------------------------------------------------------------------- content binding: a link to a system file
 
 
-# Closed (links27): a link in the agent's directory is the agent's (content.links_fixed).
+# Closed (links27): a link in the agent's directory is the agent's (filetrust.links_fixed).
 async def test_class6_allow_always_on_a_link_to_a_system_binary_saves_the_agents_link(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -761,7 +761,7 @@ async def test_class1_a_host_command_creates_the_operators_cargo_config(
     assert not (home / ".cargo" / "config.toml").exists(), "a host command wrote the operator's cargo config"
 
 
-# Closed (links27): a link in the agent's directory is the agent's (content.links_fixed).
+# Closed (links27): a link in the agent's directory is the agent's (filetrust.links_fixed).
 async def test_class6_an_approved_link_to_a_system_binary_is_run_through_the_link(
     state_dir: Path, tmp_path: Path
 ) -> None:
