@@ -16,7 +16,8 @@ from engine.config.model import NodeConfig
 from engine.nodes.link import NodeLink
 from engine.nodes.wire import ACK_EVENT, Hello, NodeEvent, Request, Response, decode, encode
 from engine.protocol.frames import RemoteError
-from runner.node.serve import NodeServer, Output
+from runner.node.links import Output
+from runner.node.serve import NodeServer
 from tests.helpers.gateway import connect, gateway, wait_until
 from tests.helpers.sshd import SshdNode, _descendants
 from tests.runner.node.test_node_service import NODE_FULL, gateway_config
@@ -44,10 +45,10 @@ async def test_an_event_is_sent_again_on_each_link_until_the_gateway_acknowledge
     try:
         first = await _link(server)
         # A link that proves no gateway key says whose it is with its first request: only then do events
-        # go out on it (runner.node.serve: Output.resend_pending).
+        # go out on it (runner.node.links: Output.resend_pending).
         first[1].write(encode(Request("p0", "ping", {})))
         assert isinstance(decode(await first[0].readline()), Response)  # nothing waited
-        await server.emit(NodeEvent("system.event", {"sessionKey": "agent:main", "text": "bye"}))
+        await server.links.emit(NodeEvent("system.event", {"sessionKey": "agent:main", "text": "bye"}))
         sent = decode(await first[0].readline())
         assert isinstance(sent, NodeEvent) and sent.seq is not None
         await _drop(first)  # written, read even: but the gateway never said it has it
