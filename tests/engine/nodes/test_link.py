@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -182,8 +183,8 @@ async def test_proxy_jump_checks_the_jump_hosts_key_against_the_nodes_known_host
 async def test_ssh_config_supplies_what_the_node_table_leaves_out(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
-    """`host` may be a ~/.ssh/config alias: HostName, Port, User and IdentityFile come from there; the
-    host key is still checked against the node's knownHosts."""
+    """`host` may be a ~/.ssh/config alias: HostName, Port and User come from there; the host key is still
+    checked against the node's knownHosts. The login key never does (engine.config.nodekeys)."""
     from tests.helpers.sshd import _user
 
     beta = sshd_nodes[1]
@@ -191,11 +192,10 @@ async def test_ssh_config_supplies_what_the_node_table_leaves_out(
     (home / ".ssh").mkdir(mode=0o700, exist_ok=True)
     (home / ".ssh" / "config").write_text(
         f"Host beta-alias\n  HostName {beta.addr}\n  Port {beta.port}\n  User {_user()}\n"
-        f"  IdentityFile {beta.client_key}\n"
     )
     (state_dir / "config.toml").write_text(
         f'[nodes.aliased]\nhost = "beta-alias"\nknownHosts = "{beta.known_hosts}"\n'
-        f'exechost = "{link_exechost(state_dir, beta)}"\n'
+        f'identityFile = "{beta.client_key}"\nexechost = "{link_exechost(state_dir, beta)}"\n'
     )
     link = link_for(state_dir, "aliased", reconnect=False)
     try:
@@ -208,6 +208,135 @@ async def test_ssh_config_supplies_what_the_node_table_leaves_out(
     with pytest.raises(NodeError, match="is not trusted"):
         await refused.ensure()
     await refused.close()
+
+
+def _other_key(path: Path) -> Path:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path
+
+
+async def test_a_node_logs_in_only_with_the_key_its_table_names(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Issue 27 (round 7 n): the credentials a link uses are exactly the ones the host view hides. The
+    key beta accepts sits where ssh looks by default (~/.ssh/id_ed25519) and is ~/.ssh/config's
+    IdentityFile for beta: without identityFile the link refuses before connecting, naming the key to
+    set; with an identityFile beta does not accept, the login fails (neither of the others was tried)."""
+    beta = sshd_nodes[1]
+    ssh = Path(os.environ["HOME"]) / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    default = ssh / "id_ed25519"
+    default.write_bytes(beta.client_key.read_bytes())
+    default.chmod(0o600)
+    (ssh / "config").write_text(f"Host {beta.addr}\n  IdentityFile {beta.client_key}\n")
+    text = (state_dir / "config.toml").read_text()
+    bare = text.replace(f'identityFile = "{beta.client_key}"\n', "")
+    (state_dir / "config.toml").write_text(bare)
+    link = link_for(state_dir, "beta", reconnect=False)
+    with pytest.raises(NodeError, match=r"node beta: no login key is set.*nodes\.beta\.identityFile = "):
+        await link.ensure()
+    await link.close()
+    wrong = _other_key(state_dir.parent / "not-beta")
+    (state_dir / "config.toml").write_text(text.replace(str(beta.client_key), str(wrong)))
+    link = link_for(state_dir, "beta", reconnect=False)
+    with pytest.raises(NodeError, match="cannot connect"):
+        await link.ensure()
+    await link.close()
+    (state_dir / "config.toml").write_text(text)  # the key it names: logged in
+    link = link_for(state_dir, "beta", reconnect=False)
+    try:
+        await link.ensure()
+        assert link.state == "connected"
+    finally:
+        await link.close()
+
+
+@pytest.fixture
+def ssh_agent(state_dir: Path) -> Iterator[Path]:
+    """A real ssh-agent on a socket of its own (foreground: stopped by its pid at the end)."""
+    sock = state_dir.parent / "agent.sock"
+    proc = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(500):  # the socket appears once the agent listens: wait on that event, bounded
+            if sock.exists():
+                break
+            if proc.poll() is not None:
+                pytest.fail("ssh-agent exited")
+            subprocess.run(["true"], check=True)
+        yield sock
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def _agent_add(sock: Path, key: Path) -> None:
+    env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+    subprocess.run(["ssh-add", "-q", str(key)], env=env, check=True, capture_output=True)
+
+
+async def test_a_proxy_jump_hop_logs_in_with_the_nodes_key_and_never_the_ssh_configs(
+    sshd_nodes: list[SshdNode], state_dir: Path, ssh_agent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hop (alpha) accepts only a default key (~/.ssh/id_ed25519, also in the gateway's ssh-agent);
+    beta's identityFile is not it: the hop is refused, so nothing reaches beta. A ProxyJump ~/.ssh/config
+    gives the host is refused by name (its hop would log in with ssh's own keys), never followed."""
+    from tests.helpers.sshd import _user
+
+    alpha, beta = sshd_nodes
+    ssh = Path(os.environ["HOME"]) / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    default = _other_key(ssh / "id_ed25519")
+    (alpha.root / "authorized_keys").write_text(Path(f"{default}.pub").read_text())
+    _agent_add(ssh_agent, default)
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(ssh_agent))
+    base = (state_dir / "config.toml").read_text()
+    jump = f'proxyJump = "{_user()}@{alpha.addr}:{alpha.port}"\n'
+    (state_dir / "config.toml").write_text(base.replace("[nodes.beta]\n", f"[nodes.beta]\n{jump}"))
+    link = link_for(state_dir, "beta", reconnect=False)
+    with pytest.raises(NodeError, match=rf"jump host {alpha.addr}:{alpha.port}: "):
+        await link.ensure()
+    assert link.state == "down" and link._jumps == []
+    await link.close()
+    (ssh / "config").write_text(f"Host {beta.addr}\n  ProxyJump {_user()}@{alpha.addr}:{alpha.port}\n")
+    (state_dir / "config.toml").write_text(base)
+    link = link_for(state_dir, "beta", reconnect=False)
+    with pytest.raises(NodeError, match=r"~/.ssh/config gives 127.0.0.3 ProxyJump .*nodes\.beta\.proxyJump"):
+        await link.ensure()
+    await link.close()
+
+
+async def test_the_ssh_agent_is_used_only_when_the_node_names_it(
+    sshd_nodes: list[SshdNode], state_dir: Path, ssh_agent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway's SSH_AUTH_SOCK holds the key beta accepts: a node naming another identityFile never
+    tries it; `identityAgent = "SSH_AUTH_SOCK"` (or the socket's path) logs in through it, no file key."""
+    beta = sshd_nodes[1]
+    _agent_add(ssh_agent, beta.client_key)
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(ssh_agent))
+    text = (state_dir / "config.toml").read_text()
+    wrong = _other_key(state_dir.parent / "not-beta")
+    (state_dir / "config.toml").write_text(text.replace(str(beta.client_key), str(wrong)))
+    link = link_for(state_dir, "beta", reconnect=False)
+    with pytest.raises(NodeError, match="cannot connect"):
+        await link.ensure()
+    await link.close()
+    for named in ("SSH_AUTH_SOCK", str(ssh_agent)):
+        agent_only = text.replace(f'identityFile = "{beta.client_key}"', f'identityAgent = "{named}"')
+        (state_dir / "config.toml").write_text(agent_only)
+        link = link_for(state_dir, "beta", reconnect=False)
+        try:
+            await link.ensure()
+            assert link.state == "connected"
+        finally:
+            await link.close()
+    monkeypatch.delenv("SSH_AUTH_SOCK")
+    (state_dir / "config.toml").write_text(agent_only.replace(str(ssh_agent), "SSH_AUTH_SOCK"))
+    link = link_for(state_dir, "beta", reconnect=False)
+    with pytest.raises(
+        NodeError, match='identityAgent = "SSH_AUTH_SOCK" but the gateway has no SSH_AUTH_SOCK'
+    ):
+        await link.ensure()
+    await link.close()
 
 
 def link_exechost(state_dir: Path, node: SshdNode) -> str:
