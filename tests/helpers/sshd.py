@@ -217,3 +217,19 @@ def sshd_nodes(state_dir: Path) -> Iterator[list[SshdNode]]:
     finally:
         for node in nodes:
             node.stop()
+
+
+@contextlib.contextmanager
+def ssh_agent(sock: Path, *keys: Path) -> Iterator[Path]:
+    """A real ssh-agent listening on `sock` with `keys` added. Started as ssh-agent starts itself: it binds
+    the socket before it forks and prints its pid, so it is ready when the call returns; stopped by pid."""
+    out = subprocess.run(["ssh-agent", "-s", "-a", str(sock)], check=True, capture_output=True, text=True)
+    pid = int(out.stdout.split("SSH_AGENT_PID=", 1)[1].split(";", 1)[0])
+    try:
+        env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+        for key in keys:
+            subprocess.run(["ssh-add", "-q", str(key)], env=env, check=True, capture_output=True)
+        yield sock
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)

@@ -13,7 +13,7 @@ import pytest
 
 from engine.config.loader import load_config
 from engine.nodes.link import NodeError, NodeLink
-from tests.helpers.sshd import SshdNode
+from tests.helpers.sshd import SshdNode, ssh_agent
 
 
 def link_for(state_dir: Path, name: str, **kwargs: object) -> NodeLink:
@@ -252,21 +252,9 @@ async def test_a_node_logs_in_only_with_the_key_its_table_names(
 
 
 @pytest.fixture
-def ssh_agent(state_dir: Path) -> Iterator[Path]:
-    """A real ssh-agent on a socket of its own (foreground: stopped by its pid at the end)."""
-    sock = state_dir.parent / "agent.sock"
-    proc = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
-    try:
-        for _ in range(500):  # the socket appears once the agent listens: wait on that event, bounded
-            if sock.exists():
-                break
-            if proc.poll() is not None:
-                pytest.fail("ssh-agent exited")
-            subprocess.run(["true"], check=True)
+def agent_sock(state_dir: Path) -> Iterator[Path]:
+    with ssh_agent(state_dir.parent / "agent.sock") as sock:
         yield sock
-    finally:
-        proc.terminate()
-        proc.wait()
 
 
 def _agent_add(sock: Path, key: Path) -> None:
@@ -275,7 +263,7 @@ def _agent_add(sock: Path, key: Path) -> None:
 
 
 async def test_a_proxy_jump_hop_logs_in_with_the_nodes_key_and_never_the_ssh_configs(
-    sshd_nodes: list[SshdNode], state_dir: Path, ssh_agent: Path, monkeypatch: pytest.MonkeyPatch
+    sshd_nodes: list[SshdNode], state_dir: Path, agent_sock: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The hop (alpha) accepts only a default key (~/.ssh/id_ed25519, also in the gateway's ssh-agent);
     beta's identityFile is not it: the hop is refused, so nothing reaches beta. A ProxyJump ~/.ssh/config
@@ -287,8 +275,8 @@ async def test_a_proxy_jump_hop_logs_in_with_the_nodes_key_and_never_the_ssh_con
     ssh.mkdir(mode=0o700, exist_ok=True)
     default = _other_key(ssh / "id_ed25519")
     (alpha.root / "authorized_keys").write_text(Path(f"{default}.pub").read_text())
-    _agent_add(ssh_agent, default)
-    monkeypatch.setenv("SSH_AUTH_SOCK", str(ssh_agent))
+    _agent_add(agent_sock, default)
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(agent_sock))
     base = (state_dir / "config.toml").read_text()
     jump = f'proxyJump = "{_user()}@{alpha.addr}:{alpha.port}"\n'
     (state_dir / "config.toml").write_text(base.replace("[nodes.beta]\n", f"[nodes.beta]\n{jump}"))
@@ -306,13 +294,13 @@ async def test_a_proxy_jump_hop_logs_in_with_the_nodes_key_and_never_the_ssh_con
 
 
 async def test_the_ssh_agent_is_used_only_when_the_node_names_it(
-    sshd_nodes: list[SshdNode], state_dir: Path, ssh_agent: Path, monkeypatch: pytest.MonkeyPatch
+    sshd_nodes: list[SshdNode], state_dir: Path, agent_sock: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The gateway's SSH_AUTH_SOCK holds the key beta accepts: a node naming another identityFile never
     tries it; `identityAgent = "SSH_AUTH_SOCK"` (or the socket's path) logs in through it, no file key."""
     beta = sshd_nodes[1]
-    _agent_add(ssh_agent, beta.client_key)
-    monkeypatch.setenv("SSH_AUTH_SOCK", str(ssh_agent))
+    _agent_add(agent_sock, beta.client_key)
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(agent_sock))
     text = (state_dir / "config.toml").read_text()
     wrong = _other_key(state_dir.parent / "not-beta")
     (state_dir / "config.toml").write_text(text.replace(str(beta.client_key), str(wrong)))
@@ -320,7 +308,7 @@ async def test_the_ssh_agent_is_used_only_when_the_node_names_it(
     with pytest.raises(NodeError, match="cannot connect"):
         await link.ensure()
     await link.close()
-    for named in ("SSH_AUTH_SOCK", str(ssh_agent)):
+    for named in ("SSH_AUTH_SOCK", str(agent_sock)):
         agent_only = text.replace(f'identityFile = "{beta.client_key}"', f'identityAgent = "{named}"')
         (state_dir / "config.toml").write_text(agent_only)
         link = link_for(state_dir, "beta", reconnect=False)
@@ -330,7 +318,7 @@ async def test_the_ssh_agent_is_used_only_when_the_node_names_it(
         finally:
             await link.close()
     monkeypatch.delenv("SSH_AUTH_SOCK")
-    (state_dir / "config.toml").write_text(agent_only.replace(str(ssh_agent), "SSH_AUTH_SOCK"))
+    (state_dir / "config.toml").write_text(agent_only.replace(str(agent_sock), "SSH_AUTH_SOCK"))
     link = link_for(state_dir, "beta", reconnect=False)
     with pytest.raises(
         NodeError, match='identityAgent = "SSH_AUTH_SOCK" but the gateway has no SSH_AUTH_SOCK'
