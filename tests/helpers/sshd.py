@@ -51,6 +51,14 @@ class SshdNode:
     def host_key(self) -> Path:
         return self.root / "host_ed25519"
 
+    @property
+    def marks(self) -> Path:
+        """Where a test's "it ran" markers go: outside the node's HOME (its root), which the node's host
+        view makes read-only to its commands, so a command that ran could write them there."""
+        path = self.root.parent / f"{self.name}-marks"
+        path.mkdir(exist_ok=True)
+        return path
+
     def config_toml(self) -> str:
         """The gateway's `[nodes.<name>]` table for this node."""
         return (

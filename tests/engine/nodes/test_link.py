@@ -167,7 +167,7 @@ async def test_proxy_jump_checks_the_jump_hosts_key_against_the_nodes_known_host
     # Distrust only the jump host: refused naming the jump, before anything reaches beta.
     lines = alpha.known_hosts.read_text().splitlines()
     alpha.known_hosts.write_text("".join(ln + "\n" for ln in lines if f"[{alpha.addr}]" not in ln))
-    marker = beta.root / "ran"
+    marker = beta.marks / "ran"
     refused = link_for(state_dir, "beta", reconnect=False)
     with pytest.raises(NodeError, match=rf"jump host {alpha.addr}:{alpha.port} \(proxyJump\) is not trusted"):
         await refused.call("system.run", {"command": ["/bin/sh", "-lc", f"touch {marker}"]})
