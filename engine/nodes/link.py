@@ -371,8 +371,12 @@ class NodeLink:
         """A ProxyJump or ProxyCommand ~/.ssh/config gives this host is refused by name, not dropped in
         silence: its hop would log in with credentials the host view does not hide."""
 
+        # Loaded here, on the loop's thread: importlib's LazyLoader (engine.lazymod) is not thread-safe, and
+        # a first use from the worker would race the loop's own (asyncssh.Error half-made)
+        options_class = asyncssh.SSHClientConnectionOptions
+
         def probe() -> tuple[object, object]:
-            opts = asyncssh.SSHClientConnectionOptions(
+            opts = options_class(
                 config=(),  # ~/.ssh/config, as asyncssh.connect reads it (the class alone reads none)
                 host=cfg.host,
                 port=cfg.port or (),
