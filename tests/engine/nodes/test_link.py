@@ -296,11 +296,16 @@ async def test_a_proxy_jump_hop_logs_in_with_the_nodes_key_and_never_the_ssh_con
 async def test_the_ssh_agent_is_used_only_when_the_node_names_it(
     sshd_nodes: list[SshdNode], state_dir: Path, agent_sock: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The gateway's SSH_AUTH_SOCK holds the key beta accepts: a node naming another identityFile never
-    tries it; `identityAgent = "SSH_AUTH_SOCK"` (or the socket's path) logs in through it, no file key."""
+    """The gateway's SSH_AUTH_SOCK (and ~/.ssh/config's IdentityAgent) holds the key beta accepts: a node
+    naming another identityFile never tries it; `identityAgent = "SSH_AUTH_SOCK"` (or the socket's path)
+    logs in through it, no file key."""
     beta = sshd_nodes[1]
+    node_config(beta, FULL)
     _agent_add(agent_sock, beta.client_key)
     monkeypatch.setenv("SSH_AUTH_SOCK", str(agent_sock))
+    ssh = Path(os.environ["HOME"]) / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    (ssh / "config").write_text(f"Host {beta.addr}\n  IdentityAgent {agent_sock}\n  ForwardAgent yes\n")
     text = (state_dir / "config.toml").read_text()
     wrong = _other_key(state_dir.parent / "not-beta")
     (state_dir / "config.toml").write_text(text.replace(str(beta.client_key), str(wrong)))
@@ -314,7 +319,10 @@ async def test_the_ssh_agent_is_used_only_when_the_node_names_it(
         link = link_for(state_dir, "beta", reconnect=False)
         try:
             await link.ensure()
-            assert link.state == "connected"
+            # ForwardAgent in the ssh config is not followed: the node gets no way to the agent
+            echo = ["/bin/sh", "-lc", "echo ${SSH_AUTH_SOCK:-none}"]
+            res = await link.call("system.run", {"command": echo})
+            assert res.ok and res.payload is not None and res.payload["stdout"].strip() == "none", res
         finally:
             await link.close()
     monkeypatch.delenv("SSH_AUTH_SOCK")
