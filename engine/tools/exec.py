@@ -33,6 +33,7 @@ from engine.commands.pinned import (
 from engine.commands.stdindata import input_refusal
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, VerifiedRun, verify
+from engine.config import nodekeys
 from engine.config.model import Config
 from engine.errors import InvalidInput
 from engine.modes import min_security
@@ -193,6 +194,7 @@ class ExecTool:
         sanitized = sanitize_host_env(os.environ, env_param, block_path_overrides=True)
         env = dict(sanitized.env)
         prepared.warnings += sanitized.warnings
+        nodekeys.drop_hidden_agent(env, nodekeys.hidden_paths(config.nodes.values()))
         env["OPENCLAW_CLI"] = "1"
         env["OPENCLAW_SHELL"] = "exec"
         prepend = config.exec_for(ctx.agent_id).path_prepend
