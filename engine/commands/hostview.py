@@ -487,12 +487,15 @@ def view_args(
         if always and not _inside(os.path.realpath(path), home):
             _made(path, directory=False)  # an XDG_CONFIG_HOME elsewhere: empty reads as no config
         if os.path.exists(path):
-            if not _inside(os.path.realpath(path), home):  # in the home: read-only with it
-                args += ["--ro-bind", path, path]
+            real = os.path.realpath(path)
+            if not _inside(real, home):  # in the home: read-only with it
+                # at its real name: bwrap resolves an absolute link in a destination outside the new
+                # root (it fails), and every name for the file is read-only with one bind
+                args += ["--ro-bind", real, real]
             bound += [os.path.realpath(path)]
     for path in files:
         if os.path.exists(path) and not _under(path, state) and not _inside(os.path.realpath(path), home):
-            args += ["--ro-bind", path, path]
+            args += ["--ro-bind", os.path.realpath(path), os.path.realpath(path)]
             bound += [os.path.realpath(path)]
     bound += [*trusted_dirs(environ), *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)

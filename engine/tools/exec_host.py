@@ -35,11 +35,12 @@ BYTE_CAP = 32 << 20  # bytes one stream may write before the run is killed (`yes
 def host_outside(config: Config, agent_id: str = "main", workdir: str | None = None) -> Outside:
     """What the gateway holds outside the state dir, for the host view: every node's SSH identity file and
     the Docker engine's sockets hidden; the agents' socket's directory, every pathPrepend dir and every
-    bwrap rootfs read-only (the socket stays reachable, never removable; program_dirs); every file the gateway reads from its config to decide read-only (the
-    config file itself, a seccomp profile, known_hosts files); the operator's `hostWritable` dirs and
-    the run's `workdir`, writable in the home that is read-only otherwise; and every sandbox workspace root,
-    the default and each agent's (covered: one agent's host command never reads or plants another agent's
-    sandbox files)."""
+    bwrap rootfs read-only (the socket stays reachable, never removable; program_dirs); every file the
+    gateway reads from its config to decide read-only (the config file itself, a seccomp profile,
+    known_hosts files: made empty first when missing); the operator's `hostWritable` dirs, the only
+    writable ones in the home that is read-only otherwise (the run's `workdir` only for workdir_note);
+    and every sandbox workspace root, the default and each agent's (covered: one agent's host command
+    never reads or plants another agent's sandbox files)."""
     keys = sorted(
         {
             os.path.abspath(os.path.expanduser(n.identity_file))

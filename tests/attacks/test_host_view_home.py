@@ -93,9 +93,8 @@ def test_a_workdir_the_agent_names_in_the_home_is_not_writable(
     (home / "tools" / "bin").mkdir(parents=True)
     (home / "proj").mkdir()
     monkeypatch.setenv("PATH", f"{home}/tools/bin:/usr/bin:/bin")
-    workdir = {
-        "home": home, "dot": home / ".local" / "x", "holds-path-entry": home / "tools", "project": home / "proj"
-    }[where]  # fmt: skip
+    named = {"dot": home / ".local" / "x", "holds-path-entry": home / "tools", "project": home / "proj"}
+    workdir = named.get(where, home)
     outside = hostview.Outside(workdir=str(workdir))
     ops = hostview.view_args(str(state_dir), outside=outside)
     assert not [i for i, op in enumerate(ops) if op == "--bind" and ops[i + 1] == str(workdir)], ops
