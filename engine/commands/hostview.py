@@ -298,14 +298,18 @@ def git_includes(environ: dict[str, str] | None = None) -> list[str]:
 
 
 def trusted_files(
-    state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
+    state: str,
+    environ: dict[str, str] | None = None,
+    outside: Outside = NOTHING_OUTSIDE,
+    includes: list[str] | None = None,
 ) -> list[str]:
     """What the gateway or a program it trusts reads, by the names it reads them (present or not): the
     trusted configs, the git includes, the rc files, the trusted dirs, the state dir and what `outside`
     names (pathPrepend dirs, rootfs, config files, known_hosts among them)."""
     paths = [p for p, _always in trusted_configs(environ)]
-    paths += git_includes(environ)
-    paths += [os.path.join(home_dir(environ), name) for name in RC_FILES]
+    paths += git_includes(environ) if includes is None else includes
+    home = home_dir(environ)
+    paths += [os.path.join(home, name) for name in RC_FILES]
     paths += [
         *trusted_dirs(environ),
         state,
@@ -314,7 +318,7 @@ def trusted_files(
         *outside.readonly,
         *outside.files,
     ]
-    return [os.path.abspath(p) for p in paths]
+    return list(dict.fromkeys(os.path.abspath(p) for p in paths))
 
 
 def protected(
@@ -416,13 +420,13 @@ def _made(path: str, *, directory: bool) -> None:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
 
 
-def _hop_dirs(state: str, environ: dict[str, str] | None, outside: Outside, home: str) -> list[str]:
+def _hop_dirs(trusted: list[str], state: str, home: str) -> list[str]:
     """The directories outside the home holding a link on the way to a trusted file: each is bound
     read-only (a link that is no mountpoint is re-pointed by a rename in its directory). Not `/` (a
     gateway that may write `/` gives its commands the system anyway); a world-writable one (/tmp) is
     refused: binding it read-only would take it from every run."""
     found: list[str] = []
-    for path in trusted_files(state, environ, outside):
+    for path in trusted:
         for hop in link_hops(path):
             parent = os.path.dirname(hop)
             if parent == os.sep or _inside(parent, home) or _under(parent, state) or parent in found:
@@ -451,7 +455,8 @@ def view_args(
     home = home_dir(environ)
     roots = writable_roots(state, environ, outside)
     configs = trusted_configs(environ)
-    files = [*outside.files, *git_includes(environ)]
+    includes = git_includes(environ)
+    files = [*outside.files, *includes]
     for d in outside.readonly:
         if not _inside(os.path.realpath(d), home) and not _under(d, state):
             _made(d, directory=True)
@@ -463,7 +468,7 @@ def view_args(
         args += ["--ro-bind", home, home]
     for root in roots:
         args += ["--bind", root, root]
-    hop_dirs = _hop_dirs(state, environ, outside, home)
+    hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes), state, home)
     for d in [*trusted_dirs(environ), *outside.readonly, *hop_dirs]:
         if os.path.isdir(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
             args += ["--ro-bind", d, d]
