@@ -1,7 +1,8 @@
 """Every command run on the gateway host starts in a private mount namespace where the state dir is an
-empty tmpfs, the gateway user's home is read-only as a whole but for the run's workdir and the operator's
-`hostWritable` dirs, and what the gateway reads outside the home is read-only (issue 27, fresh round 4
-group A/B; rounds 6 l/m: a list of protected files in a writable home always missed the next one).
+empty tmpfs, the gateway user's home is read-only as a whole but for the operator's `hostWritable` dirs
+(never a directory the agent names), and what the gateway or a program it trusts reads outside the home is
+read-only, present or not, through every link on the way (issue 27, fresh round 4 group A/B; rounds 6 l/m
+and 7 n: a list of protected files in a writable home, or of writable workdirs, always missed the next one).
 
 A check of the words a command names can always be walked around (a link, /proc/self/cwd, a response
 file, a URL, a recursive walk, a file the program reads naming another); a path that is not in the
@@ -61,9 +62,10 @@ class Outside:
     to that node as the gateway), directories no host command may change (the agents' socket's: one
     agent's `rm` would take it from every other), directories covered whole as the state dir is (the
     sandbox workspace roots: every agent's sandbox files, wherever the operator put them), files the
-    gateway reads to decide (its config file,
-    a seccomp profile, known_hosts files: read-only), the home's directories the operator lets host
-    commands write (`[tools.exec] hostWritable`), and the run's own workdir (per run: writable)."""
+    gateway reads to decide (its config file, a seccomp profile, known_hosts files: read-only, made empty
+    when missing), directories whose programs run later (every pathPrepend dir and bwrap rootfs, in
+    `readonly`), the home's directories the operator lets host commands write (`[tools.exec]
+    hostWritable`), and the run's own workdir (only for workdir_note: it is never made writable)."""
 
     hidden: tuple[str, ...] = ()
     readonly: tuple[str, ...] = ()
