@@ -195,7 +195,7 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def link_hops(path: str, limit: int = 40) -> list[str]:
+def link_hops(path: str, limit: int = 40, links: dict[str, bool] | None = None) -> list[str]:
     """Every link followed on the way from `path` to its file, in order, each named with a link-free
     directory (a link named by a link, a link on the directory part): re-pointing any one of them makes
     the path another file, so each is kept as the file is."""
@@ -209,8 +209,13 @@ def link_hops(path: str, limit: int = 40) -> list[str]:
         if part == "..":
             resolved = os.path.dirname(resolved)
             continue
-        here = os.path.join(resolved, part)
-        if not os.path.islink(here):
+        here = (resolved if resolved != os.sep else "") + os.sep + part
+        known = links.get(here) if links is not None else None
+        if known is None:
+            known = os.path.islink(here)
+            if links is not None:
+                links[here] = known  # one lstat per name for a batch of paths
+        if not known:
             resolved = here
             continue
         hops.append(here)
@@ -279,11 +284,14 @@ def _includes_of(path: str, home: str) -> tuple[str, ...]:
     return result
 
 
-def git_includes(environ: dict[str, str] | None = None) -> list[str]:
+def git_includes(
+    environ: dict[str, str] | None = None, configs: list[tuple[str, bool]] | None = None
+) -> list[str]:
     """Every file the global and system git config include, and the files those include (to git's
     depth), present or not: git reads each as the operator's config, so each is kept as they are."""
     home = home_dir(environ)
-    roots = [p for p, _always in trusted_configs(environ)][:3]  # ~/.gitconfig, XDG git config, /etc
+    configs = trusted_configs(environ) if configs is None else configs
+    roots = [p for p, _always in configs][:3]  # ~/.gitconfig, the XDG git config, /etc/gitconfig
     found: list[str] = []
     todo = [(p, 0) for p in roots]
     seen: set[str] = set()
@@ -331,7 +339,8 @@ def protected(
     later commands). No writable root may hold one."""
     env = os.environ if environ is None else environ
     paths = trusted_files(state, environ, outside)
-    paths += [hop for p in list(paths) for hop in link_hops(p)]
+    links: dict[str, bool] = {}
+    paths += [hop for p in list(paths) for hop in link_hops(p, links=links)]
     paths += [p for p in env.get("PATH", "").split(":") if p.startswith("/")]
     return sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})
 
@@ -413,6 +422,8 @@ def _made(path: str, *, directory: bool) -> None:
     bound read-only like a present one: an empty PATH dir finds nothing, an empty rootfs runs nothing,
     an empty known_hosts trusts no key and an empty config sets nothing. bwrap never makes a mountpoint
     on the host; what this user cannot create, its commands cannot either."""
+    if os.path.exists(path):
+        return
     path = os.path.realpath(path)  # a dangling link's target: made where the link points
     if os.path.lexists(path) or not _creatable(path):
         return
@@ -428,8 +439,9 @@ def _hop_dirs(trusted: list[str], state: str, home: str) -> list[str]:
     gateway that may write `/` gives its commands the system anyway); a world-writable one (/tmp) is
     refused: binding it read-only would take it from every run."""
     found: list[str] = []
+    links: dict[str, bool] = {}
     for path in trusted:
-        for hop in link_hops(path):
+        for hop in link_hops(path, links=links):
             parent = os.path.dirname(hop)
             if parent == os.sep or _inside(parent, home) or _under(parent, state) or parent in found:
                 continue
@@ -457,7 +469,7 @@ def view_args(
     home = home_dir(environ)
     roots = writable_roots(state, environ, outside)
     configs = trusted_configs(environ)
-    includes = git_includes(environ)
+    includes = git_includes(environ, configs)
     files = [*outside.files, *includes]
     for d in outside.readonly:
         if not _inside(os.path.realpath(d), home) and not _under(d, state):
