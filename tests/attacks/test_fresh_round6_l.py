@@ -20,10 +20,12 @@ from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 
 @pytest.fixture
-def short() -> Iterator[Path]:
-    """A short root for a state dir (its sockets must stay under 107 bytes) and a home."""
+def short(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short root for a state dir (its sockets must stay under 107 bytes) and a home. The state dir is
+    this process's too: an approved run reads its config (hostWritable) from it."""
     root = Path(tempfile.mkdtemp(prefix="l6-", dir="/tmp"))
     os.chmod(root, 0o700)
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(root / "s"))
     try:
         yield root
     finally:
