@@ -20,6 +20,7 @@ from engine.commands.hostview import HostViewError, Outside, refuse_hidden_cwd
 from engine.commands.pinned import in_checked_cwd, open_checked_dir, view_for
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify
+from engine.config import nodekeys
 from engine.config.loader import load_config
 from engine.config.model import Config
 from engine.policy.decision import evaluate
@@ -33,21 +34,16 @@ BYTE_CAP = 32 << 20  # bytes one stream may write before the run is killed (`yes
 
 
 def host_outside(config: Config, agent_id: str = "main", workdir: str | None = None) -> Outside:
-    """What the gateway holds outside the state dir, for the host view: every node's SSH identity file and
-    the Docker engine's sockets hidden; the agents' socket's directory, every pathPrepend dir and every
-    bwrap rootfs read-only (the socket stays reachable, never removable; program_dirs); every file the
-    gateway reads from its config to decide read-only (the config file itself, a seccomp profile,
-    known_hosts files: made empty first when missing); the operator's `hostWritable` dirs, the only
-    writable ones in the home that is read-only otherwise (the run's `workdir` only for workdir_note);
-    and every sandbox workspace root, the default and each agent's (covered: one agent's host command
-    never reads or plants another agent's sandbox files)."""
-    keys = sorted(
-        {
-            os.path.abspath(os.path.expanduser(n.identity_file))
-            for n in config.nodes.values()
-            if n.identity_file
-        }
-    )
+    """What the gateway holds outside the state dir, for the host view: every node's login credentials
+    (its identityFile, its identityAgent's socket: engine.config.nodekeys) and the Docker engine's sockets
+    hidden; the agents' socket's directory, every pathPrepend dir and every bwrap rootfs read-only (the
+    socket stays reachable, never removable; program_dirs); every file the gateway reads from its config
+    to decide read-only (the config file itself, a seccomp profile, known_hosts files: made empty first
+    when missing); the operator's `hostWritable` dirs, the only writable ones in the home that is
+    read-only otherwise (the run's `workdir` only for workdir_note); and every sandbox workspace root, the
+    default and each agent's (covered: one agent's host command never reads or plants another agent's
+    sandbox files)."""
+    keys = nodekeys.hidden_paths(config.nodes.values())  # exactly what the node links log in with
     read = {str(config.path)} if config.exists else set()
     read |= {os.path.expanduser(n.known_hosts) for n in config.nodes.values() if n.known_hosts}
     profiles = [config.sandbox.docker.seccomp_profile] + [
@@ -123,6 +119,7 @@ class LocalExecHost:
         except ToolError as exc:
             return ExecOutcome.fail("INVALID_REQUEST", str(exc), "env")
         config = await asyncio.to_thread(load_config, self.config_path)
+        nodekeys.drop_hidden_agent(env, nodekeys.hidden_paths(config.nodes.values()))
         store = ApprovalsStore(self.approvals_path)
         decided = await asyncio.to_thread(
             evaluate,

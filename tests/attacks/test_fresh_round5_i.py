@@ -116,6 +116,8 @@ async def test_class1_a_host_command_plants_ssh_config_the_gateway_runs(
     (home / ".ssh").mkdir(mode=0o700)  # the operator's: it holds the node's key and known_hosts
     known = home / ".ssh" / "known_hosts"
     known.write_text("")
+    key = home / ".ssh" / "id_node"  # named by the node: without a key the link would not reach asyncssh
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     work = tmp_path / "w"
     work.mkdir()
     marker = work / "ran"
@@ -126,7 +128,8 @@ async def test_class1_a_host_command_plants_ssh_config_the_gateway_runs(
     write_config(
         state_dir,
         '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
-        f'[nodes.n1]\nhost = "127.0.0.1"\nport = {_free_port()}\nknownHosts = "{known}"\n',
+        f'[nodes.n1]\nhost = "127.0.0.1"\nport = {_free_port()}\nknownHosts = "{known}"\n'
+        f'identityFile = "{key}"\n',
     )
     ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/cp", arg_pattern=None)
     async with gateway(state_dir):

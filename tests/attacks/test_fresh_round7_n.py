@@ -196,15 +196,16 @@ async def test_a_missing_known_hosts_outside_the_home_cannot_be_created(
     assert known.read_text() == "" and known.stat().st_mode & 0o777 == 0o600, plant["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node without identityFile logs in with the default keys asyncssh finds (~/.ssh/id_*, "
-    "~/.ssh/config's IdentityFile); only a configured identityFile is hidden, ~/.ssh is merely read-only, "
-    "so an allowlisted `cat` reads the key that speaks to the node as the gateway",
-)
 async def test_the_default_ssh_key_a_node_logs_in_with_is_hidden(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Closed by construction (engine.config.nodekeys): a node logs in only with the credentials its table
+    names, and the host view hides exactly those. ~/.ssh/id_ed25519 is no node's credential unless named:
+    a node without identityFile refuses to log in (naming the key to set) and never tries it; once the
+    table names it, an allowlisted `cat` reads an empty file."""
+    from engine.config.model import NodeConfig
+    from engine.nodes.link import NodeError, NodeLink
+
     home = _home(short, monkeypatch)
     ssh = home / ".ssh"
     ssh.mkdir(mode=0o700)
@@ -213,12 +214,64 @@ async def test_the_default_ssh_key_a_node_logs_in_with_is_hidden(
     key.chmod(0o600)
     known = short / "known_hosts"
     known.write_text("")
+    link = NodeLink(NodeConfig("build", "127.0.0.1", port=1, known_hosts=str(known)), reconnect=False)
+    with pytest.raises(NodeError, match=r"node build: no login key is set.*nodes\.build\.identityFile"):
+        await link.ensure()
+    await link.close()
     config = (
         '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
         f'[nodes.build]\nhost = "127.0.0.1"\nport = 1\nknownHosts = "{known}"\n'
+        'identityFile = "~/.ssh/id_ed25519"\n'
     )
     run = await attempt(short / "state", f"cat {key}", allow=[("/usr/bin/cat", None)], config=config)
+    assert run["status"] == "completed", run["_text"]
     assert "THE-GATEWAYS-NODE-LOGIN-KEY" not in run["_text"]
+
+
+async def test_the_ssh_agent_a_node_logs_in_through_is_hidden(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node that logs in through the gateway's ssh-agent (`identityAgent = "SSH_AUTH_SOCK"`): host runs
+    get no SSH_AUTH_SOCK, and the socket itself, named outright by a script, is an empty file: the agent
+    that signs the node's login signs nothing for them."""
+    from tests.helpers.sshd import ssh_agent
+
+    _home(short, monkeypatch)
+    key = short / "nodekey"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "NODE-LOGIN", "-f", str(key)], check=True
+    )
+    known = short / "known_hosts"
+    known.write_text("")
+    config = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        'treeSafe = ["lister", "probe"]\n'  # they load no code from their workdir
+        f'[nodes.build]\nhost = "127.0.0.1"\nport = 1\nknownHosts = "{known}"\n'
+        'identityAgent = "SSH_AUTH_SOCK"\n'
+    )
+    agent_dir = short / "agent"
+    agent_dir.mkdir(mode=0o700)
+    work = short / "work"  # an empty workdir: nothing there for a tool to load
+    work.mkdir()
+    with ssh_agent(agent_dir / "sock", key) as sock:
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        lister = tool(
+            short / "scratch" / "lister",
+            '#!/bin/sh\necho "sock=${SSH_AUTH_SOCK:-none}"\nexec /usr/bin/ssh-add -L\n',
+        )
+        listed = await attempt(
+            short / "state", str(lister), allow=[(str(lister), None)], config=config, workdir=str(work)
+        )
+        probe = tool(
+            short / "scratch" / "probe", f"#!/bin/sh\nSSH_AUTH_SOCK={sock} exec /usr/bin/ssh-add -L\n"
+        )
+        named = await attempt(
+            short / "state", str(probe), allow=[(str(probe), None)], config=config, workdir=str(work)
+        )
+    for run in (listed, named):
+        assert run["status"] == "completed", run["_text"]
+        assert "NODE-LOGIN" not in run["_text"] and "ssh-ed25519" not in run["_text"], run["_text"]
+    assert "sock=none" in listed["_text"], listed["_text"]
 
 
 async def test_an_existing_known_hosts_directory_cannot_be_renamed_away(

@@ -106,12 +106,12 @@ async def test_a_run_the_link_dropped_before_the_node_received_it_is_told_lost(
     gateway_config(state_dir, sshd_nodes)
     (alpha.state_dir / "config.toml").write_text(NODE_FULL)
     service = alpha.run_service()
-    ran = alpha.root / "ran"
+    ran = alpha.marks / "ran"
     try:
         async with gateway(state_dir) as server:
             agent = await connect(state_dir, "agent", operator=False)
-            ok = await agent.request("exec", {"command": "echo up", "node": "alpha"})
-            assert ok["text"].startswith("up")
+            ok = await agent.request("exec", {"command": f"touch {alpha.marks}/up; echo up", "node": "alpha"})
+            assert ok["text"].startswith("up") and (alpha.marks / "up").exists()  # where `ran` would be
             link = server.services.nodes.links["alpha"]
             relays = _relays(alpha)
             assert relays
