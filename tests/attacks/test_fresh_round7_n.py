@@ -1,4 +1,6 @@
-"""Fresh round 7 n: the host view's writable workdir against what later runs read or execute."""
+"""Fresh round 7 n: the host view's writable workdir against what later runs read or execute (closed:
+the home is writable only under hostWritable, and what a trusted reader reads is kept, present or not,
+through every link on its way)."""
 
 from __future__ import annotations
 

@@ -182,3 +182,18 @@ def test_the_workdir_note_names_host_writable_for_any_unlisted_dir_in_the_home(h
     assert hostview.workdir_note(state, listed) is None
     assert hostview.writable_roots(state, outside=listed) == [str(home / "proj")]
     assert hostview.writable_roots(state, outside=hostview.Outside(workdir=str(home / "proj"))) == []
+
+
+@needs_bwrap
+def test_the_kept_view_follows_an_include_added_later(home: Path, tmp_path: Path) -> None:
+    """An include added to ~/.gitconfig after the kept view was made (outside the home): the view's
+    operations change with git's answer, so the next run's view is re-made with it read-only."""
+    inc = tmp_path / "later.inc"
+    inc.write_text("[user]\n\tname = op\n")
+    (home / ".gitconfig").write_text("[user]\n\tname = op\n")
+    assert "ok" in _run(f"echo x >> {inc} && echo ok")  # not trusted yet: writable like /tmp
+    inc.write_text("[user]\n\tname = op\n")
+    (home / ".gitconfig").write_text(f"[include]\n\tpath = {inc}\n")
+    out = _run(f"echo x >> {inc} || echo inc-ro")
+    assert "inc-ro" in out, out
+    assert inc.read_text() == "[user]\n\tname = op\n"
