@@ -284,6 +284,26 @@ def _includes_of(path: str, home: str) -> tuple[str, ...]:
     return result
 
 
+def includes_known(environ: dict[str, str] | None = None) -> bool:
+    """Whether git_includes can answer from its cache (every file on the way read, none changed): then
+    no git runs, and an event loop may build the view's operations itself."""
+    todo = [(p, 0) for p, _always in trusted_configs(environ)][:3]
+    seen: set[str] = set()
+    while todo:
+        path, depth = todo.pop(0)
+        if path in seen or depth > _INCLUDE_DEPTH:
+            continue
+        seen.add(path)
+        data = _read(path)
+        if data is None:
+            continue
+        cached = _INCLUDES.get((path, data))
+        if cached is None:
+            return False
+        todo += [(inc, depth + 1) for inc in cached]
+    return True
+
+
 def git_includes(
     environ: dict[str, str] | None = None, configs: list[tuple[str, bool]] | None = None
 ) -> list[str]:
@@ -539,8 +559,8 @@ def kept_prefix(
     pass and close), the keeper made or re-made here when `make` (blocking a few ms); None when there is
     no helper, or no keeper ready and `make` is false."""
     helper = hostkeeper.helper_path()
-    if helper is None:
-        return None
+    if helper is None or (not make and not includes_known()):
+        return None  # git would have to be asked: the caller's thread does it (make=True)
     ops = view_args(state, outside=replace(outside, workdir=None))
     key = hostkeeper.view_key(bwrap, helper, state, ops)
     keeper = hostkeeper.current(key, state)

@@ -62,7 +62,9 @@ def test_the_include_cache_follows_the_files_it_read(home: Path) -> None:
     gitconfig.write_text("[user]\n\tname = op\n")
     assert hostview.git_includes() == []
     gitconfig.write_text("[include]\n\tpath = one.inc\n")
+    assert not hostview.includes_known()  # the event loop's kept view steps aside: git must be asked
     assert hostview.git_includes() == [str(home / "one.inc")]
+    assert hostview.includes_known()
     (home / "one.inc").write_text("[include]\n\tpath = two.inc\n")
     assert hostview.git_includes() == [str(home / "one.inc"), str(home / "two.inc")]
     (home / "one.inc").write_text("[user]\n\tname = op\n")
