@@ -32,11 +32,10 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass, replace
 
 from engine import sysbin
-from engine.commands import hostkeeper
+from engine.commands import hostkeeper, importroots
 
 ENV = "/usr/bin/env"
 # Signals a terminal (or an operator's ^C) sends: the command's, never bwrap's to die of.
@@ -148,20 +147,28 @@ def trusted_dirs(environ: dict[str, str] | None = None) -> list[str]:
     env = os.environ if environ is None else environ
     home = env.get("HOME") or os.path.expanduser("~")
     found: list[str] = []
-    for d in (os.path.join(home, ".ssh"), _install_root(), os.path.realpath(sys.prefix)):
-        if os.path.isdir(d) and d not in found:
-            found.append(d)
+    ssh = os.path.join(home, ".ssh")
+    if os.path.isdir(ssh):
+        found.append(ssh)
+    for path in importroots.outermost([p for p in import_paths() if os.path.exists(p)]):
+        if path == os.sep or (os.path.isdir(path) and os.stat(path).st_mode & 0o002):
+            raise HostViewError(
+                f"the gateway's Python imports code from {path}, which every host run could write: start "
+                "the gateway from its checkout (or with `python -P`), not from there"
+            )
+        if path not in found:
+            found.append(path)
     return found
+
+
+def import_paths() -> list[str]:
+    """Where the gateway's Python finds code (engine.commands.importroots), with the host view's helper."""
+    return importroots.import_paths(hostkeeper.helper_path())
 
 
 def _under(path: str, root: str) -> bool:
     real, top = os.path.realpath(path), os.path.realpath(root)
     return real == top or real.startswith(top + os.sep)
-
-
-def _install_root() -> str:
-    """Where the `engine` package lives: a checkout's root, or the site-packages dir it was installed to."""
-    return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
 def _cargo_home(environ: dict[str, str] | None) -> str:
@@ -342,6 +349,7 @@ def trusted_files(
     paths += [os.path.join(home, name) for name in RC_FILES]
     paths += [
         *trusted_dirs(environ),
+        *import_paths(),
         state,
         *outside.covered,
         *outside.hidden,
@@ -380,6 +388,8 @@ def writable_roots(
         holds = (
             [home] if root == home else [p for p in protected(state, environ, outside) if _inside(p, root)]
         )
+        # and none may be inside what is kept whole: a file made there is read as the rest is
+        holds += [d for d in _kept_whole(state, environ, outside) if _inside(root, d)]
         if holds:
             raise HostViewError(
                 f"[tools.exec] hostWritable names {given}, which holds {holds[0]} (the home directory, or a "
@@ -388,6 +398,12 @@ def writable_roots(
             )
         roots.append(root)
     return roots
+
+
+def _kept_whole(state: str, environ: dict[str, str] | None, outside: Outside) -> list[str]:
+    """The directories kept whole (read-only or covered), resolved: a writable root may not be below one."""
+    dirs = [*trusted_dirs(environ), *import_paths(), state, *outside.readonly, *outside.covered]
+    return [os.path.realpath(d) for d in dirs if os.path.realpath(d) != os.sep]
 
 
 def workdir_note(state: str, outside: Outside) -> str | None:
@@ -494,6 +510,7 @@ def view_args(
     for d in outside.readonly:
         if not _inside(os.path.realpath(d), home) and not _under(d, state):
             _made(d, directory=True)
+    _make_import_paths(home, state)
     for path in files:
         if not _inside(os.path.realpath(path), home) and not _under(path, state):
             _made(path, directory=False)
@@ -504,7 +521,7 @@ def view_args(
         args += ["--bind", root, root]
     hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes), state, home)
     for d in [*trusted_dirs(environ), *outside.readonly, *hop_dirs]:
-        if os.path.isdir(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
+        if os.path.exists(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
             args += ["--ro-bind", d, d]
     args += ["--tmpfs", state]
     for root in outside.covered:
@@ -539,6 +556,19 @@ def view_args(
     bound += [*trusted_dirs(environ), *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
     return ["--dev-bind", "/", "/", *(op for d in fixed for op in ("--bind", d, d)), *args]
+
+
+def _make_import_paths(home: str, state: str) -> None:
+    """A missing place the gateway's Python would import from (a .pth line's dir, a sys.path entry
+    gone) made empty now, outside the home and below no present one (the home is read-only whole), so
+    it is bound read-only like the rest: no run can make it and put code there for the next gateway."""
+    paths = import_paths()
+    present = [p for p in paths if os.path.exists(p)]
+    for path in paths:
+        if os.path.lexists(path) or _inside(path, home) or _under(path, state):
+            continue
+        if not any(_inside(path, p) for p in present):
+            _made(path, directory=True)
 
 
 def _cover_root(root: str) -> bool:

@@ -1,0 +1,135 @@
+"""Fresh round 8 q (attacker q's test, copied here): the host view kept engine/ and the venv read-only
+(two dirnames up from hostview.py) and an allowlisted `tee` wrote the gateway's runner/ package, which the
+next gateway, the operator's CLI and console import outside any view. Everything the gateway's Python
+imports from is read-only in every view, read from the running interpreter; the variants below are places
+no fixed list named: a sys.path dir outside the home, a dir a .pth file adds (missing until a run makes
+it), a hostWritable dir below an import dir."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.commands import hostview
+from engine.commands.pinned import pinned_view
+from tests.attacks.harness import attempt
+from tests.helpers.bwrap import needs_bwrap
+
+
+def _run(script: str, outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> str:
+    view = pinned_view(None, host=True, outside=outside)
+    try:
+        argv = view.wrap(["/bin/sh", "-c", script])
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=view.fds)
+    finally:
+        view.close()
+    return done.stdout + done.stderr
+
+
+def _checkout_root() -> Path:
+    return Path(hostview.__file__).resolve().parents[2]
+
+
+@needs_bwrap
+async def test_an_allowlisted_tee_cannot_write_the_gateways_runner_package(state_dir: Path) -> None:
+    """attackQ's test_class6_an_allowlisted_tee_writes_the_gateways_runner_package, as it was."""
+    runner_dir = _checkout_root() / "runner"
+    assert (runner_dir / "__main__.py").is_file()
+    planted = runner_dir / f"zz_round8_q_{secrets.token_hex(6)}.py"
+    try:
+        details = await attempt(
+            state_dir,
+            f"echo 'import os  # agent code in the gateway' | tee {planted}",
+            allow=[("/usr/bin/tee", None), ("/usr/bin/echo", None)],
+            workdir="/tmp",
+        )
+        assert details["status"] in ("completed", "failed", "approval-pending", "denied"), details
+        assert not planted.exists(), "an allowlisted command wrote into the gateway's own code"
+    finally:
+        planted.unlink(missing_ok=True)
+
+
+@needs_bwrap
+def test_the_checkout_root_console_and_the_interpreter_are_read_only(state_dir: Path) -> None:
+    """The checkout root (first on the systemd unit's sys.path), console/, and the interpreter's own
+    file and base prefix: a full run writes none of them."""
+    name = f"zz_round8_{secrets.token_hex(6)}"
+    targets = [
+        _checkout_root() / f"{name}.py",
+        _checkout_root() / "console" / f"{name}.py",
+        Path(os.path.realpath(sys.base_prefix)) / name,
+    ]
+    script = (
+        "; ".join(f"touch {t} 2>/dev/null" for t in targets) + f"; echo >> {os.path.realpath(sys.executable)}"
+    )
+    try:
+        out = _run(script + " 2>&1; echo done")
+        assert "done" in out, out
+        assert [t for t in targets if t.exists()] == []
+    finally:
+        for t in targets:
+            t.unlink(missing_ok=True)
+
+
+@needs_bwrap
+def test_a_sys_path_dir_outside_the_home_is_read_only(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dir the gateway imports from that no fixed name covers (PYTHONPATH, a plugin dir)."""
+    extra = tmp_path / "plugins"
+    extra.mkdir()
+    monkeypatch.syspath_prepend(str(extra))
+    out = _run(f"echo x > {extra}/json.py 2>&1; echo done")
+    assert "done" in out and not (extra / "json.py").exists(), out
+
+
+@needs_bwrap
+def test_a_missing_dir_a_pth_file_adds_is_made_and_read_only(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """site skips a .pth line's missing dir at start and imports from it once it exists: the view makes
+    it (empty) and binds it read-only, so no run can make it first."""
+    sitedir = tmp_path / "site"
+    sitedir.mkdir()
+    added = tmp_path / "added-later"
+    (sitedir / "extra.pth").write_text(f"# a comment\nimport os\n{added}\n")
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(sitedir)])
+    assert str(added) in hostview.import_paths()
+    out = _run(f"mkdir -p {added} && echo x > {added}/json.py 2>&1; echo done")
+    assert "done" in out and not (added / "json.py").exists(), out
+    out = _run(f"echo x > {sitedir}/evil.pth 2>&1; echo done")
+    assert not (sitedir / "evil.pth").exists(), out
+
+
+def test_a_host_writable_dir_inside_an_import_dir_is_refused(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hostWritable may hold no import dir (refused before) and may not be below one either: a module
+    written there is imported as the rest of the dir is."""
+    home = Path.home()
+    lib = home / "lib"
+    (lib / "proj").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(lib))
+    with pytest.raises(hostview.HostViewError, match="hostWritable names"):
+        hostview.writable_roots(str(state_dir), outside=hostview.Outside(writable=(str(lib / "proj"),)))
+    with pytest.raises(hostview.HostViewError, match="hostWritable names"):
+        hostview.writable_roots(str(state_dir), outside=hostview.Outside(writable=(str(home),)))
+
+
+def test_an_import_dir_every_run_may_write_refuses_the_view(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import dir that is world-writable (or `/`) cannot be kept read-only without taking it from
+    every run: the view is refused, naming it, rather than run with it writable."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    monkeypatch.syspath_prepend(str(shared))
+    with pytest.raises(hostview.HostViewError, match="imports code from"):
+        hostview.view_args(str(state_dir))
