@@ -27,6 +27,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from engine.commands import bindsource
+
 HELPER_NAME = "exechost-hostenter"
 KEEP_AT_MOST = 8  # keepers one process holds (a gateway serves one state dir; tests make many)
 
@@ -154,14 +156,23 @@ def ensure(key: tuple[object, ...], state: str, bwrap: str, helper: str, ops: li
 
 
 def _start(key: tuple[object, ...], bwrap: str, helper: str, ops: list[str]) -> Keeper | None:
-    popen = subprocess.Popen(
-        [bwrap, *ops, "--", helper, "keep"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # no terminal's signal and no group kill of ours reaches it
-        cwd="/",
-    )
+    try:
+        # every bind's source by an fd opened now, no link followed: the directory checked is the one bound
+        by_fd, fds_in = bindsource.by_fd(ops)
+    except OSError:
+        return None  # moved meanwhile: the run's own bwrap says why
+    try:
+        popen = subprocess.Popen(
+            [bwrap, *by_fd, "--", helper, "keep"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # no terminal's signal and no group kill of ours reaches it
+            cwd="/",
+            pass_fds=fds_in,
+        )
+    finally:
+        bindsource.close(fds_in)  # bwrap has its own copies; it mounts them before the keeper reports
     assert popen.stdout is not None
     fds: list[int] = []
     try:

@@ -35,7 +35,7 @@ import subprocess
 from dataclasses import dataclass, replace
 
 from engine import sysbin
-from engine.commands import hostkeeper, importroots
+from engine.commands import bindsource, hostkeeper, importroots
 
 ENV = "/usr/bin/env"
 # Signals a terminal (or an operator's ^C) sends: the command's, never bwrap's to die of.
@@ -64,7 +64,8 @@ class Outside:
     gateway reads to decide (its config file, a seccomp profile, known_hosts files: read-only, made empty
     when missing), directories whose programs run later (every pathPrepend dir and bwrap rootfs, in
     `readonly`), the home's directories the operator lets host commands write (`[tools.exec]
-    hostWritable`), and the run's own workdir (only for workdir_note: it is never made writable)."""
+    hostWritable`; every agent's in `writable_anywhere`), and the run's own workdir (only for
+    workdir_note: it is never made writable)."""
 
     hidden: tuple[str, ...] = ()
     readonly: tuple[str, ...] = ()
@@ -72,6 +73,8 @@ class Outside:
     files: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
     workdir: str | None = None
+    # every agent's `hostWritable` (the config's): another agent's runs may rename in its dirs
+    writable_anywhere: tuple[str, ...] = ()
 
 
 NOTHING_OUTSIDE = Outside()
@@ -379,6 +382,15 @@ def writable_roots(
     """The directories of the home bound back writable: the operator's `hostWritable` ones and nothing
     else (never a directory the agent names: any directory of the home may hold what something reads).
     Outside the home everything is writable as before but what is protected: nothing to bind there."""
+    try:
+        return _writable_roots(state, environ, outside)
+    except OSError as exc:  # a name mid-exchange (a link one moment, a directory the next)
+        raise HostViewError(
+            f"[tools.exec] hostWritable: {exc} changed while it was checked; refused"
+        ) from None
+
+
+def _writable_roots(state: str, environ: dict[str, str] | None, outside: Outside) -> list[str]:
     home = home_dir(environ)
     roots: list[str] = []
     for given in outside.writable:
@@ -390,6 +402,21 @@ def writable_roots(
         )
         # and none may be inside what is kept whole: a file made there is read as the rest is
         holds += [d for d in _kept_whole(state, environ, outside) if _inside(root, d)]
+        # bwrap mounts a root at its path, found by name: a root below another agent's (not below one of
+        # this agent's: then it is not bound again) is in a directory whose names that agent's runs can
+        # exchange for a link while this view is made, and the mount would land where the link points
+        outer = [
+            r
+            for r in map(os.path.realpath, map(os.path.expanduser, outside.writable_anywhere))
+            if r != root and _inside(root, r)
+        ]
+        own = {os.path.realpath(os.path.expanduser(w)) for w in outside.writable}
+        if outer and not own.intersection(outer):
+            raise HostViewError(
+                f"[tools.exec] hostWritable names {given}, which is inside another agent's hostWritable "
+                f"{outer[0]}: that agent's runs can exchange it for a link while this agent's view is made; "
+                "give this agent the outer directory too, or keep the two apart"
+            )
         if holds:
             raise HostViewError(
                 f"[tools.exec] hostWritable names {given}, which holds {holds[0]} (the home directory, or a "
@@ -518,18 +545,21 @@ def view_args(
     if home != os.sep and os.path.isdir(home):
         args += ["--ro-bind", home, home]
     for root in roots:
-        args += ["--bind", root, root]
+        if not any(other != root and _inside(root, other) for other in roots):
+            # one below another is writable with it, and bound over it would be by a name the outer
+            # root's runs can exchange for a link (its source is by fd: view_by_fd; its place is not)
+            args += ["--bind", root, root]
     hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes), state, home)
     for d in [*trusted_dirs(environ), *outside.readonly, *hop_dirs]:
         if os.path.exists(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
-            args += ["--ro-bind", d, d]
+            args += ["--ro-bind", os.path.realpath(d), d]
     args += ["--tmpfs", state]
     for root in outside.covered:
         if not _under(root, state) and _cover_root(root):
             args += ["--tmpfs", os.path.realpath(root)]
     for path in outside.hidden:
         if os.path.exists(path) and not _under(path, state):
-            args += ["--ro-bind", _empty_file(state), path]
+            args += ["--ro-bind", os.path.realpath(_empty_file(state)), path]
     if _scratch_cargo(environ):
         # for the view's cargo caches, where no config can be written; the host keeps an empty directory,
         # the mountpoint (made here: in the view the home is read-only by then)
@@ -537,7 +567,7 @@ def view_args(
         os.makedirs(cargo, exist_ok=True)
         args += ["--tmpfs", cargo]
         for name in ("config.toml", "config"):
-            args += ["--ro-bind", _empty_file(state), os.path.join(cargo, name)]
+            args += ["--ro-bind", os.path.realpath(_empty_file(state)), os.path.join(cargo, name)]
     bound: list[str] = [home, state, *roots]
     for path, always in configs:
         if always and not _inside(os.path.realpath(path), home):
@@ -555,7 +585,8 @@ def view_args(
             bound += [os.path.realpath(path)]
     bound += [*trusted_dirs(environ), *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
-    return ["--dev-bind", "/", "/", *(op for d in fixed for op in ("--bind", d, d)), *args]
+    fix = [op for d in fixed for op in ("--bind", os.path.realpath(d), d)]
+    return ["--dev-bind", "/", "/", *fix, *args]
 
 
 def _make_import_paths(home: str, state: str) -> None:
@@ -569,6 +600,23 @@ def _make_import_paths(home: str, state: str) -> None:
             continue
         if not any(_inside(path, p) for p in present):
             _made(path, directory=True)
+
+
+def view_by_fd(
+    state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
+) -> tuple[list[str], tuple[int, ...]]:
+    """view_args with every bind's source an fd opened now along its resolved path, no link followed, and
+    checked on that fd (engine.commands.bindsource): what was checked is what bwrap mounts, whatever a run
+    exchanges meanwhile. The fds are the caller's to pass to bwrap and close. HostViewError when a source
+    moved or became a link since it was resolved."""
+    ops = view_args(state, environ, outside)
+    try:
+        return bindsource.by_fd(ops)
+    except OSError as exc:
+        raise HostViewError(
+            f"{exc.filename}: {exc.strerror} while the host view was made (a directory exchanged for a "
+            "link?); refused"
+        ) from None
 
 
 def _cover_root(root: str) -> bool:

@@ -346,11 +346,16 @@ class _Builder:
         # One bwrap: the host view's operations first (the state dir a tmpfs, a PID namespace and /proc
         # of its own), then the pinned view's tmpfs (inside the state dir's, made by bwrap in it) and its
         # copies.
-        ops = (
-            [*hostview.view_args(str(state_dir()), outside=outside), *hostview.pid_ops()]
-            if host
-            else ["--dev-bind", "/", "/"]
-        )
+        ops = ["--dev-bind", "/", "/"]
+        if host:
+            try:
+                view, view_fds = hostview.view_by_fd(str(state_dir()), outside=outside)
+            except BaseException:
+                for fd in self.fds:
+                    os.close(fd)
+                raise
+            ops = [*view, *hostview.pid_ops()]
+            self.fds += view_fds
         pinned = ["--tmpfs", self.root, *self.args] if pins else []
         prefix = (*hostview.head(bwrap), *ops, *pinned, "--", *hostview.tail())
         return PinnedView(prefix, dict(self.env), tuple(self.fds))

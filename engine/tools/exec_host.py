@@ -56,6 +56,11 @@ def host_outside(config: Config, agent_id: str = "main", workdir: str | None = N
         readonly=((os.path.dirname(sock),) if sock else ()) + program_dirs(config),
         files=tuple(sorted(os.path.abspath(p) for p in read)),
         writable=tuple(config.exec_for(agent_id).host_writable),
+        writable_anywhere=tuple(
+            dict.fromkeys(
+                p for e in (config.exec, *map(config.exec_for, config.agents)) for p in e.host_writable
+            )
+        ),
         workdir=workdir,
         covered=workspace_roots(config),
     )

@@ -1,0 +1,92 @@
+"""Bind sources opened exactly: the directory (or file) checked is the one bwrap mounts, whatever a run
+renames meanwhile (fresh round 8 q: a hostWritable dir was checked by realpath, then bound by path, and a
+run exchanging it for a link to ../.config got the home's config dir bound writable).
+
+A source is resolved once, then opened from `/` one name at a time with O_PATH|O_NOFOLLOW (no link
+followed at any depth: a name exchanged for a link fails there), checked on the fd it gives (its path in
+/proc/self/fd is the resolved one), and handed to bwrap as that fd (`--bind-fd`, `--ro-bind-fd`, bubblewrap
+0.8), never as a path. The one owner of this for the host view and the bwrap sandbox (engine.sandbox.
+bindfds)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+
+_O_PATH = getattr(os, "O_PATH", 0)
+_FLAGS = _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+# bwrap's view operations and how many words follow each (engine.commands.hostview.view_args makes them)
+_ARITY = {"--dev-bind": 2, "--bind": 2, "--ro-bind": 2, "--tmpfs": 1}
+_BY_FD = {"--bind": "--bind-fd", "--ro-bind": "--ro-bind-fd"}
+
+
+def open_exact(real: str) -> int:
+    """An O_PATH fd on `real` (absolute, resolved), reached from `/` with no link followed at any depth;
+    OSError (ELOOP, ENOTDIR, ENOENT) when a name on the way is a link or gone now."""
+    names = [p for p in real.split("/") if p]
+    if not real.startswith("/") or any(n in (".", "..") for n in names):
+        raise OSError(errno.EINVAL, "not a resolved absolute path", real)
+    fd = os.open("/", _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in names:
+            # an earlier name that was a link gives an fd of the link itself: this open fails ENOTDIR
+            child = os.open(name, _FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            raise OSError(errno.ELOOP, "a link now", real)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_checked(real: str) -> int:
+    """`real` (resolved when it was checked: never resolved again here, a link now is refused) opened
+    exactly (open_exact) and checked on the fd: it is still at that path (no directory on the way
+    renamed since). The caller closes it."""
+    fd = open_exact(real)
+    try:
+        now = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        now = None
+    if now != real:
+        os.close(fd)
+        raise OSError(errno.ESTALE, f"moved while it was opened (now {now})", real)
+    return fd
+
+
+def by_fd(ops: list[str]) -> tuple[list[str], tuple[int, ...]]:
+    """`ops` with every `--bind`/`--ro-bind` source an fd opened now (open_checked) and the fds, which the
+    caller passes to bwrap and closes; `--dev-bind / /` and the tmpfs stay as they are. OSError when a
+    source cannot be opened exactly: nothing is left open then."""
+    out: list[str] = []
+    fds: list[int] = []
+    i = 0
+    try:
+        while i < len(ops):
+            op = ops[i]
+            arity = _ARITY.get(op)
+            if arity is None:
+                raise ValueError(f"not a view operation: {op}")
+            words = ops[i + 1 : i + 1 + arity]
+            if op in _BY_FD:
+                fd = open_checked(words[0])
+                fds.append(fd)
+                os.set_inheritable(fd, True)
+                out += [_BY_FD[op], str(fd), words[1]]
+            else:
+                out += [op, *words]
+            i += 1 + arity
+        return out, tuple(fds)
+    except BaseException:
+        close(fds)
+        raise
+
+
+def close(fds: tuple[int, ...] | list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
