@@ -69,7 +69,7 @@ def ops_cost(runs: int) -> dict[str, float]:
     """ms per call of the view's operations (hostview.view_args, what every run computes before it enters
     the kept view): with no git includes, with three (an include, an includeIf, an include of an include)
     cached by their bytes, and with the cache emptied before each call (git asked per file)."""
-    from engine.commands import hostview
+    from engine.commands import bindsource, hostview
 
     state, home = os.environ["OPENCLAW_STATE_DIR"], Path(os.environ["HOME"])
 
@@ -80,6 +80,10 @@ def ops_cost(runs: int) -> dict[str, float]:
         return (time.perf_counter() - t0) * 1000 / n
 
     found = {"no includes": per_call(lambda: hostview.view_args(state), runs)}
+    # what a run in a bwrap of its own adds (round 8 q): every bind's source opened along its path, no
+    # link followed, checked on the fd; and the import paths read from the interpreter, alone
+    found["by fd, no includes"] = per_call(lambda: bindsource.close(hostview.view_by_fd(state)[1]), runs)
+    found["import paths alone"] = per_call(hostview.import_paths, runs)
     (home / ".gitconfig").write_text('[include]\n\tpath = a.inc\n[includeIf "gitdir:~/w/"]\n\tpath = b.inc\n')
     (home / "a.inc").write_text("[include]\n\tpath = c.inc\n")
     assert len(hostview.git_includes()) == 3
@@ -188,6 +192,16 @@ def main() -> None:
             f"{ops['includes, cached'] * 1000:.0f} us",
             f"{ops['no includes'] * 1000:.0f} us",
             ratio(ops["includes, cached"], ops["no includes"]),
+        )
+        record(
+            "host view: its operations by fd per run in a bwrap of its own (vs by path)",
+            f"{ops['by fd, no includes'] * 1000:.0f} us",
+            f"{ops['no includes'] * 1000:.0f} us",
+            ratio(ops["by fd, no includes"], ops["no includes"]),
+        )
+        record(
+            "  host view: the gateway's import paths, read per view",
+            f"{ops['import paths alone'] * 1000:.0f} us",
         )
         uncached = ops["includes, uncached"] * 1000
         record("  host view: asking git for 3 includes, uncached", f"{uncached:.0f} us")

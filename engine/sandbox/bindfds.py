@@ -3,24 +3,22 @@
 Every allowed bind source lies inside a workspace, and a sandbox can replace any name in its workspace
 (`renameat2 RENAME_EXCHANGE` with a link to a host directory) between a check by path and bwrap's mount by
 path. So a source is checked once, by its real path, then opened from `/` with no link followed at any
-depth (engine.sandbox.beneath): a name swapped for a link meanwhile is refused, and the fd names exactly the
-directory (or file) at the path that passed the check. bwrap mounts that fd (`--bind-fd`, bubblewrap 0.8),
+depth (engine.commands.bindsource): a name swapped for a link meanwhile is refused, and the fd names exactly
+the directory (or file) at the path that passed the check. bwrap mounts that fd (`--bind-fd`, bubblewrap 0.8),
 never a path, on every start: the scope's sandbox, a restart, a terminal.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from engine.sandbox import beneath
+from engine.commands import bindsource
 from engine.sandbox.settings import DockerSettings
 from engine.sandbox.validate import SandboxSecurityError, normalize_path, split_bind, validate_binds
-
-_O_PATH = getattr(os, "O_PATH", 0)
 
 
 @dataclass(frozen=True)
@@ -81,31 +79,17 @@ def close(binds: Iterable[Bind]) -> None:
 
 
 def _open_exact(bind: str, real: str) -> int:
-    """An O_PATH fd on `real` reached from `/` with no link at any depth (a directory or a file)."""
-    parent, name = os.path.split(real)
-    root = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    """An O_PATH fd on `real` reached from `/` with no link at any depth (a directory or a file): the one
+    way every bwrap bind source is opened (engine.commands.bindsource, the host view's too)."""
     try:
-        with beneath.opened_dir(root, parent.lstrip("/")) as dir_fd:
-            if not name:  # (`/` itself is refused by validate_binds)
-                raise OSError("no name")
-            fd = os.open(name, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except beneath.Refused as exc:
-        raise SandboxSecurityError(
-            f'Sandbox security: bind mount "{bind}" source "{real}" cannot be opened without following a '
-            f"link ({exc}); refusing it (docker.binds)."
-        ) from None
+        return bindsource.open_exact(real)
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise SandboxSecurityError(
+                f'Sandbox security: bind mount "{bind}" source "{real}" cannot be opened without following a '
+                "link (a symlink on the way now: left by the sandbox?); refusing it (docker.binds)."
+            ) from None
         raise SandboxSecurityError(
             f'Sandbox security: bind mount "{bind}" source "{real}" cannot be opened: '
             f"{exc.strerror or exc} (docker.binds)."
         ) from None
-    finally:
-        os.close(root)
-    mode = os.fstat(fd).st_mode
-    if stat.S_ISLNK(mode):  # swapped for a link after the check: O_PATH|O_NOFOLLOW opened the link itself
-        os.close(fd)
-        raise SandboxSecurityError(
-            f'Sandbox security: bind mount "{bind}" source "{real}" is a symlink now (left by the sandbox?); '
-            "refusing it (docker.binds)."
-        )
-    return fd
