@@ -135,7 +135,7 @@ def main() -> None:
             for name, argv, fds in (
                 ("plain", true, ()),
                 ("kept", kept.wrap(true), kept.fds),
-                ("own bwrap", own.wrap(true), ()),
+                ("own bwrap", own.wrap(true), own.fds),
                 ("home workdir", home_run.wrap(true), home_run.fds),
             ):
                 wall, cpu = spawn(argv, fds, args.runs // 3)

@@ -550,7 +550,8 @@ def view_args(
             # root's runs can exchange for a link (its source is by fd: view_by_fd; its place is not)
             args += ["--bind", root, root]
     hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes), state, home)
-    for d in [*trusted_dirs(environ), *outside.readonly, *hop_dirs]:
+    tdirs = trusted_dirs(environ)
+    for d in [*tdirs, *outside.readonly, *hop_dirs]:
         if os.path.exists(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
             args += ["--ro-bind", os.path.realpath(d), d]
     args += ["--tmpfs", state]
@@ -583,7 +584,7 @@ def view_args(
         if os.path.exists(path) and not _under(path, state) and not _inside(os.path.realpath(path), home):
             args += ["--ro-bind", os.path.realpath(path), os.path.realpath(path)]
             bound += [os.path.realpath(path)]
-    bound += [*trusted_dirs(environ), *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs]
+    bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
     fix = [op for d in fixed for op in ("--bind", os.path.realpath(d), d)]
     return ["--dev-bind", "/", "/", *fix, *args]

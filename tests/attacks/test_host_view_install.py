@@ -133,3 +133,21 @@ def test_an_import_dir_every_run_may_write_refuses_the_view(
     monkeypatch.syspath_prepend(str(shared))
     with pytest.raises(hostview.HostViewError, match="imports code from"):
         hostview.view_args(str(state_dir))
+
+
+def test_the_import_path_cache_follows_what_it_read(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """import_paths is cached by what it read: a .pth file added, then edited in place, and a sys.path
+    entry added are each seen on the next call."""
+    sitedir = tmp_path / "site"
+    sitedir.mkdir()
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(sitedir)])
+    before = hostview.import_paths()
+    assert hostview.import_paths() == before
+    (sitedir / "a.pth").write_text(f"{tmp_path / 'one'}\n")
+    assert str(tmp_path / "one") in hostview.import_paths()
+    (sitedir / "a.pth").write_text(f"{tmp_path / 'one'}\n{tmp_path / 'two'}\n")
+    assert str(tmp_path / "two") in hostview.import_paths()
+    monkeypatch.syspath_prepend(str(tmp_path / "three"))
+    assert str(tmp_path / "three") in hostview.import_paths()
