@@ -146,15 +146,20 @@ def trusted_dirs(environ: dict[str, str] | None = None) -> list[str]:
     """Directories the gateway itself reads to act, made read-only whole (what is created in them later is
     read too, so no file list could cover them): ~/.ssh (asyncssh reads its config, `Match exec` and
     `ProxyCommand` run programs, at every node connect; the keys and known_hosts that prove the nodes),
-    and the gateway's own install (its code and venv run in every later gateway and session host)."""
+    everything the gateway's Python imports from (its code runs in every later gateway and session host),
+    and the directories of the gateway's own PATH (the programs it runs by name: git, ssh; fresh round 8
+    r: a Linuxbrew bin dir outside the home), but one every run may write already (`/tmp`) or `/`."""
     env = os.environ if environ is None else environ
     home = env.get("HOME") or os.path.expanduser("~")
     found: list[str] = []
     ssh = os.path.join(home, ".ssh")
     if os.path.isdir(ssh):
         found.append(ssh)
-    for path in importroots.outermost([p for p in import_paths() if os.path.exists(p)]):
-        if path == os.sep or (os.path.isdir(path) and os.stat(path).st_mode & 0o002):
+    imports = [p for p in import_paths() if os.path.exists(p)]
+    programs = [os.path.realpath(p) for p in env.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
+    programs = [p for p in programs if os.path.isdir(p) and not _shared(p)]
+    for path in importroots.outermost(imports + programs):
+        if path in imports and _shared(path):
             raise HostViewError(
                 f"the gateway's Python imports code from {path}, which every host run could write: start "
                 "the gateway from its checkout (or with `python -P`), not from there"
@@ -162,6 +167,12 @@ def trusted_dirs(environ: dict[str, str] | None = None) -> list[str]:
         if path not in found:
             found.append(path)
     return found
+
+
+def _shared(path: str) -> bool:
+    """`/`, or a directory every user may write: no view can keep it read-only without taking it from
+    every run."""
+    return path == os.sep or (os.path.isdir(path) and bool(os.stat(path).st_mode & 0o002))
 
 
 def import_paths() -> list[str]:

@@ -151,3 +151,43 @@ def test_the_import_path_cache_follows_what_it_read(
     assert str(tmp_path / "two") in hostview.import_paths()
     monkeypatch.syspath_prepend(str(tmp_path / "three"))
     assert str(tmp_path / "three") in hostview.import_paths()
+
+
+@needs_bwrap
+async def test_the_gateways_import_path_outside_the_home_takes_no_sitecustomize(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """attackR's test_the_gateways_import_path_outside_the_home_is_not_writable (fresh round 8 r): a
+    PYTHONPATH dir outside the home, where an allowlisted `cp` planted a sitecustomize.py that the next
+    gateway-side Python ran."""
+    lib = tmp_path / "opt-lib"  # e.g. PYTHONPATH=/opt/team/lib (a `module load`), owned by the operator
+    lib.mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(lib))
+    monkeypatch.syspath_prepend(str(lib))  # as the gateway started with that PYTHONPATH has it
+    marker = tmp_path / "sitecustomize-ran"
+    payload = tmp_path / "scratch" / "sitecustomize.py"
+    payload.parent.mkdir()
+    payload.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    plant = await attempt(state_dir, f"cp {payload} {lib}/", allow=[("/usr/bin/cp", None)])
+    assert plant["status"] in ("completed", "failed"), plant
+    subprocess.run([sys.executable, "-c", "pass"], env={**os.environ}, check=True)
+    assert not marker.exists(), "the agent's code ran in the next gateway-side Python"
+
+
+@needs_bwrap
+async def test_the_gateways_path_dir_outside_the_home_is_read_only(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """attackR's test_the_gateways_path_dir_outside_the_home_is_not_writable (fresh round 8 r): a dir on
+    the gateway's own PATH outside the home (Linuxbrew's bin) was only dropped from host runs' PATH; an
+    allowlisted `cp` put the agent's `git` first for the operator's next git."""
+    tools = tmp_path / "linuxbrew" / "bin"
+    tools.mkdir(parents=True)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    payload = tmp_path / "scratch" / "git"
+    payload.parent.mkdir()
+    payload.write_text('#!/bin/sh\nexec /usr/bin/git "$@"\n')
+    payload.chmod(0o755)
+    plant = await attempt(state_dir, f"cp {payload} {tools}/git", allow=[("/usr/bin/cp", None)])
+    assert plant["status"] in ("completed", "failed"), plant
+    assert not (tools / "git").exists(), "the operator's next `git` is the agent's"
