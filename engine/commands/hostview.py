@@ -29,7 +29,10 @@ A run in the kept view is told exactly (exechost-hostenter dies of the command's
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
+import re
+import shlex
 import signal
 import subprocess
 from dataclasses import dataclass, replace
@@ -116,7 +119,60 @@ def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bo
     if not present and os.path.isdir(os.path.dirname(cargo[0])) and not _scratch_cargo(environ):
         present = [cargo[0]]  # none yet: the one cargo would read first, made read-only
     rc = [os.path.join(home, name) for name in RC_FILES]
-    return [(p, True) for p in always + present] + [(p, False) for p in rc]
+    ssh = ssh_files(home)
+    return [(p, True) for p in always + present] + [(p, False) for p in rc] + [(p, True) for p in ssh]
+
+
+_SSH_INCLUDE = re.compile(r"\s*include(?:\s*=\s*|\s+)(.*)", re.IGNORECASE)
+_GLOB = re.compile(r"[*?\[]")
+
+
+def ssh_files(home: str) -> list[str]:
+    """What asyncssh reads as the operator's at every node connect, found where it finds it (fresh round
+    8 r): every entry of ~/.ssh (a link there names a file elsewhere: a dotfiles checkout), and every
+    file ~/.ssh/config includes, to depth 16 (`Include`, relative to ~/.ssh, `~` expanded), present or
+    not; a glob's directory is a trusted dir (ssh_dirs)."""
+    return _ssh_walk(home)[0]
+
+
+def ssh_dirs(home: str) -> list[str]:
+    """The directories an `Include` glob of ~/.ssh/config reads every file of: kept whole."""
+    return _ssh_walk(home)[1]
+
+
+def _ssh_walk(home: str) -> tuple[list[str], list[str]]:
+    ssh = os.path.join(home, ".ssh")
+    try:
+        files = [os.path.join(ssh, n) for n in sorted(os.listdir(ssh))]
+    except OSError:
+        return [], []
+    dirs: list[str] = []
+    todo = [(os.path.join(ssh, "config"), 0)]
+    seen: set[str] = set()
+    while todo:
+        path, depth = todo.pop(0)
+        if path in seen or depth > 16:
+            continue
+        seen.add(path)
+        data = _read(path)
+        for line in (data or b"").decode(errors="replace").splitlines():
+            m = _SSH_INCLUDE.match(line)
+            if m is None:
+                continue
+            try:
+                words = shlex.split(m.group(1), comments=True)
+            except ValueError:
+                continue
+            for word in words:
+                inc = os.path.expanduser(word) if word.startswith("~") else word
+                inc = inc if os.path.isabs(inc) else os.path.join(ssh, inc)
+                if _GLOB.search(inc):
+                    dirs.append(os.path.dirname(inc))
+                    todo += [(p, depth + 1) for p in sorted(glob.glob(inc))]
+                else:
+                    files.append(inc)
+                    todo.append((inc, depth + 1))
+    return list(dict.fromkeys(files)), list(dict.fromkeys(dirs))
 
 
 def _creatable(path: str) -> bool:
@@ -155,6 +211,7 @@ def trusted_dirs(environ: dict[str, str] | None = None) -> list[str]:
     ssh = os.path.join(home, ".ssh")
     if os.path.isdir(ssh):
         found.append(ssh)
+    found += [d for d in ssh_dirs(home) if os.path.isdir(d) and not _shared(os.path.realpath(d))]
     imports = [p for p in import_paths() if os.path.exists(p)]
     programs = [os.path.realpath(p) for p in env.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
     programs = [p for p in programs if os.path.isdir(p) and not _shared(p)]
@@ -269,7 +326,8 @@ _INCLUDE_DEPTH = 10  # git's own limit on nested includes
 def _includes_of(path: str, home: str) -> tuple[str, ...]:
     """The files one git config file includes (`include.path` and every `includeIf.*.path`, whatever
     the condition), as git reads the values (`--type=path`: `~` expanded), relative ones resolved
-    against the including file's own name as git resolves them; present or not."""
+    against the including file's own name as git resolves them; present or not. And its absolute
+    `core.hooksPath`: the hooks every later commit runs."""
     data = _read(path)
     if data is None:
         return ()
@@ -289,14 +347,20 @@ def _includes_of(path: str, home: str) -> tuple[str, ...]:
         }
         proc = subprocess.run(
             [git, "config", "--file", "-", "--no-includes", "--null", "--type=path", "--get-regexp",
-             r"^include(if\..*)?\.path$"],
+             r"^(include(if\..*)?\.path|core\.hookspath)$"],
             input=data, capture_output=True, env=env, cwd=os.sep, check=False,
         )  # fmt: skip
         for record in proc.stdout.split(b"\0"):
-            _key, sep, value = record.partition(b"\n")
+            key_, sep, value = record.partition(b"\n")
             if not sep or not value:
                 continue
             inc = os.fsdecode(value)
+            if key_ == b"core.hookspath":
+                # the operator's hooks, run by every commit (fresh round 8 r): kept as an include is (a
+                # relative one is each repository's own, vetted with it)
+                if os.path.isabs(inc):
+                    found.append(inc)
+                continue
             found.append(inc if os.path.isabs(inc) else os.path.join(os.path.dirname(path), inc))
     result = tuple(found)
     if len(_INCLUDES) > 256:
