@@ -468,8 +468,21 @@ def writable_roots(
 def _writable_roots(state: str, environ: dict[str, str] | None, outside: Outside) -> list[str]:
     home = home_dir(environ)
     roots: list[str] = []
+    listed = [
+        os.path.realpath(os.path.expanduser(g)) for g in (*outside.writable, *outside.writable_anywhere)
+    ]
+    listed = [r for r in listed if _inside(r, home)]
     for given in outside.writable:
-        root = os.path.realpath(os.path.expanduser(given))
+        named = os.path.abspath(os.path.expanduser(given))
+        # A name that leads through a link in a dir some agent may write is that agent's to point (round
+        # 8 r: a missing ~/work/cache made a link to ~/.bashrc.d, which the next view bound writable).
+        planted = [h for h in link_hops(named) if any(_inside(h, r) and h != r for r in listed)]
+        if planted:
+            raise HostViewError(
+                f"[tools.exec] hostWritable names {given}, reached through the link {planted[0]} in a "
+                "hostWritable directory (a command there may have made it): name the directory itself"
+            )
+        root = os.path.realpath(named)
         if not _inside(root, home) or not os.path.isdir(root):
             continue  # outside the home it is writable already; a missing one has nothing to write
         holds = (

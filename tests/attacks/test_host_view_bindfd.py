@@ -220,3 +220,23 @@ def test_a_bind_source_is_opened_exactly_or_refused(tmp_path: Path) -> None:
         bindsource.close(fds)
     with pytest.raises(OSError):
         bindsource.by_fd(["--bind", str(tmp_path / "l"), "/x"])
+
+
+def test_a_host_writable_name_through_a_link_in_a_listed_dir_is_refused(state_dir: Path) -> None:
+    """attackR's test_a_nested_host_writable_dir_cannot_be_pointed_elsewhere_in_the_home (fresh round 8 r),
+    at the view's level: ~/work/cache is listed but missing, a run in ~/work makes it a link to ~/.bashrc.d
+    (sourced by many ~/.bashrc): the next view would resolve it and bind ~/.bashrc.d writable. A name
+    reached through a link in a dir some agent may write is refused, whichever agent lists that dir."""
+    home = Path.home()
+    (home / "work").mkdir()
+    rcd = home / ".bashrc.d"
+    rcd.mkdir()
+    (home / "work" / "cache").symlink_to(rcd)
+    both = hostview.Outside(writable=(str(home / "work"), str(home / "work" / "cache")))
+    with pytest.raises(hostview.HostViewError, match="reached through the link"):
+        hostview.view_args(str(state_dir), outside=both)
+    other = hostview.Outside(
+        writable=(str(home / "work" / "cache"),), writable_anywhere=(str(home / "work"),)
+    )
+    with pytest.raises(hostview.HostViewError, match="reached through the link"):
+        hostview.view_args(str(state_dir), outside=other)
