@@ -12,7 +12,7 @@ import pytest
 
 from engine.commands import hostview
 from tests.attacks.harness import attempt
-from tests.helpers.gateway import connect, gateway, write_config
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 # --- the gateway-host view: the install is read-only -------------------------------------------------
 
@@ -44,7 +44,6 @@ async def test_class6_an_allowlisted_tee_writes_the_gateways_runner_package(stat
         assert not planted.exists(), "an allowlisted command wrote into the gateway's own code"
     finally:
         planted.unlink(missing_ok=True)
-
 
 
 # --- the Docker sandbox: no set-id file left on the host -----------------------------------------------
@@ -101,3 +100,84 @@ async def test_class_confinement_a_docker_sandbox_leaves_a_setuid_root_binary_on
     finally:
         for container in docker_ops.list_sandboxes():
             docker_ops.remove(container["Id"])
+
+
+# --- the web console's tabs: `python -m runner` from the operator's cwd ---------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: each web console tab runs `python -m runner console --web-tab` in the web server's cwd "
+    "(textual-serve sets none), and `-m` puts that cwd first on sys.path: a runner/ package an agent's "
+    "allowlisted host run wrote into the operator's project dir runs as the operator, outside the host view "
+    "(spawn_gateway uses cwd=/ and the session host -I for this reason; the tab neither)",
+)
+async def test_class6_a_web_console_tab_runs_the_runner_package_an_agent_planted_in_its_cwd(
+    state_dir: Path,
+) -> None:
+    import asyncio
+    import socket
+    import sys
+    import urllib.parse
+
+    import aiohttp
+
+    from tests.helpers.gateway import REPO
+    from tests.helpers.webconsole import BANNER
+
+    work = state_dir.parent / "proj"  # the operator's project dir, where the agent works too
+    work.mkdir()
+    marker = work / "ran-as-operator"
+    plant = (
+        f'mkdir -p runner && echo \'open("{marker}", "w").write("agent code")\' '
+        "| tee runner/__init__.py runner/__main__.py"
+    )
+    details = await attempt(
+        state_dir,
+        plant,
+        allow=[("/usr/bin/mkdir", None), ("/usr/bin/tee", None), ("/usr/bin/echo", None)],
+        workdir=str(work),
+    )
+    assert details["status"] == "completed", details["_text"]
+    assert (work / "runner" / "__main__.py").is_file()
+
+    env = {**os.environ, "OPENCLAW_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO)}
+    # Started from the project dir, as an operator does (`cd proj && exechost console --web`).
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(REPO / "runner" / "__main__.py"), "console", "--web", env=env, cwd=str(work),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        assert line.startswith(BANNER), line
+        url = line.split(": ", 1)[1].strip()
+        port = urllib.parse.urlsplit(url).port
+        origin = f"http://127.0.0.1:{port}"
+
+        def listening() -> bool:
+            with socket.socket() as sock:
+                return sock.connect_ex(("127.0.0.1", port or 0)) == 0
+
+        await wait_until(listening, timeout=60)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.ws_connect(url + "ws", headers={"Origin": origin}) as ws,
+        ):
+            # The tab's process started: either the console answered, or the planted code ran and exited.
+            async def first() -> None:
+                while not marker.exists():
+                    try:
+                        msg = await asyncio.wait_for(ws.receive(), 0.2)
+                    except TimeoutError:
+                        continue
+                    if msg.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT):
+                        return
+                    if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
+                        return
+
+            await asyncio.wait_for(first(), 120)
+        assert not marker.exists(), "a web console tab ran the agent's runner/ package as the operator"
+    finally:
+        proc.terminate()
+        await proc.wait()
