@@ -3,6 +3,7 @@ view, the bwrap and Docker sandboxes, the egress proxy. Each xfail is an attack 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import stat
@@ -181,3 +182,49 @@ async def test_class6_a_web_console_tab_runs_the_runner_package_an_agent_planted
     finally:
         proc.terminate()
         await proc.wait()
+
+
+# --- the gateway-host view: a writable root bound by path -----------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: hostWritable roots (and a home workdir) are checked by realpath and then bound by path "
+    "(`bwrap --bind R R`); a run writing the parent root exchanges R with a relative link to ../.config "
+    "between the check and bwrap's mount, and the next run's view has ~/.config writable: it creates the "
+    "operator's XDG git config, which gitvet trusts",
+)
+async def test_class6_a_nested_writable_root_exchanged_for_a_link_makes_the_homes_config_writable(
+    state_dir: Path,
+) -> None:
+    from engine.protocol.frames import RemoteError
+    from tests.helpers.gateway import FULL
+    from tests.helpers.race import exchange_loop, tries
+
+    home = Path(os.environ["HOME"])
+    (home / ".config" / "git").mkdir(parents=True)
+    (home / "proj" / "sub").mkdir(parents=True)
+    # What the agent's background run in ~/proj (writable there) does: a link beside the nested root.
+    os.symlink("../.config", home / "proj" / "lnk")
+    write_config(state_dir, FULL + 'hostWritable = ["~/proj", "~/proj/sub"]\n')
+    target = home / ".config" / "git" / "config"
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            with exchange_loop(str(home / "proj" / "sub"), str(home / "proj" / "lnk")):
+                for _ in tries(400):
+                    # RemoteError: the check saw the link this time (or a name mid-exchange)
+                    with contextlib.suppress(RemoteError):
+                        await client.request(
+                            "exec",
+                            {
+                                "command": f"printf '[core]\\n\\tfsmonitor = x\\n' > {target} 2>/dev/null",
+                                "agentId": "main",
+                                "workdir": str(home / "proj"),
+                            },
+                        )
+                    if target.exists():
+                        break
+        finally:
+            await client.close()
+    assert not target.exists(), "a run wrote the operator's global git config through a raced bind"
