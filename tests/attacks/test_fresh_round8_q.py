@@ -228,3 +228,93 @@ async def test_class6_a_nested_writable_root_exchanged_for_a_link_makes_the_home
         finally:
             await client.close()
     assert not target.exists(), "a run wrote the operator's global git config through a raced bind"
+
+
+# --- attempts that failed: kept as regression tests -----------------------------------------------------
+
+SET_ID_PROBE = r"""
+import ctypes, os, shutil
+libc = ctypes.CDLL(None, use_errno=True)
+shutil.copy("/bin/true", "t1")
+calls = {
+    "fchmodat2": lambda: libc.syscall(452, -100, b"t1", 0o4755, 0),
+    "chmod-high-bits": lambda: libc.syscall(90, b"t1", ctypes.c_uint64(0x100000000 | 0o4755)),
+    "fchmodat-high-bits": lambda: libc.syscall(268, -100, b"t1", ctypes.c_uint64(0xFFFF00000000 | 0o2755), 0),
+}
+for name, call in calls.items():
+    call()
+    print(name, oct(os.stat("t1").st_mode))
+"""
+
+
+@pytest.mark.bwrap
+async def test_a_bwrap_sandbox_sets_no_set_id_bit_through_fchmodat2_or_high_mode_bits(
+    state_dir: Path,
+) -> None:
+    """fchmodat2 (Linux 6.6) and mode words with bits above 32 (the filter masks the whole argument) are
+    refused like chmod: no set-id file reaches the host."""
+    from engine.sandbox import bwrap
+
+    if hostview.bwrap_path() is None:
+        pytest.skip("bubblewrap is not installed")
+    root = state_dir.parent / "ws"
+    write_config(state_dir, DOCKER_SANDBOX.format(backend="bwrap", root=root, image="unused"))
+    try:
+        async with gateway(state_dir):
+            client = await connect(state_dir)
+            try:
+                result = await client.request(
+                    "exec", {"command": f"python3 - <<'X'\n{SET_ID_PROBE}\nX", "agentId": "main"}
+                )
+            finally:
+                await client.close()
+    finally:
+        bwrap.remove_all()
+    assert "fchmodat2 0o100755" in result["text"], result["text"]
+    assert _set_id_files(root) == []
+
+
+async def test_a_host_run_and_its_pid_1_hold_no_directory_of_the_hosts_mounts(state_dir: Path) -> None:
+    """No fd the run or its namespace's pid 1 holds is a directory (the decided cwd's fd was one: its
+    `..` walked the host's mounts), and the state dir is empty through every path tried."""
+    (state_dir / "secret.txt").write_text("operator token")
+    probe = (
+        'for f in /proc/self/fd/* /proc/1/fd/*; do [ -d "$f" ] && echo DIR $f; done; '
+        f"cat {state_dir}/secret.txt /proc/1/root{state_dir}/secret.txt /proc/1/cwd/secret.txt 2>/dev/null; "
+        "echo done"
+    )
+    details = await attempt(
+        state_dir,
+        probe,
+        config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n',
+        workdir="/tmp",
+    )
+    assert details["status"] == "completed", details["_text"]
+    assert "done" in details["_text"]
+    assert "operator token" not in details["_text"]
+    dirs = [
+        line for line in details["_text"].splitlines() if line.startswith("DIR ") and "/proc/self/fd/" in line
+    ]
+    assert [d for d in dirs if not d.endswith(("/fd/3",))] == [], details["_text"]
+    assert not [line for line in details["_text"].splitlines() if line.startswith("DIR /proc/1/")]
+
+
+async def test_the_engine_package_and_the_venv_are_read_only_in_the_host_view(state_dir: Path) -> None:
+    """What the view does cover of the install: engine/ and the venv (a full run cannot write either)."""
+    import sys
+
+    engine_dir = Path(hostview.__file__).resolve().parents[1]
+    venv = Path(os.path.realpath(sys.prefix))
+    name = f"zz_round8_q_{secrets.token_hex(6)}"
+    details = await attempt(
+        state_dir,
+        f"touch {engine_dir}/{name} {venv}/{name} 2>&1; echo rc=$?",
+        config='[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n',
+        workdir="/tmp",
+    )
+    try:
+        assert "Read-only file system" in details["_text"], details["_text"]
+        assert not (engine_dir / name).exists() and not (venv / name).exists()
+    finally:
+        (engine_dir / name).unlink(missing_ok=True)
+        (venv / name).unlink(missing_ok=True)
