@@ -106,16 +106,12 @@ async def test_class_confinement_a_docker_sandbox_leaves_a_setuid_root_binary_on
 # --- the web console's tabs: `python -m runner` from the operator's cwd ---------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: each web console tab runs `python -m runner console --web-tab` in the web server's cwd "
-    "(textual-serve sets none), and `-m` puts that cwd first on sys.path: a runner/ package an agent's "
-    "allowlisted host run wrote into the operator's project dir runs as the operator, outside the host view "
-    "(spawn_gateway uses cwd=/ and the session host -I for this reason; the tab neither)",
-)
 async def test_class6_a_web_console_tab_runs_the_runner_package_an_agent_planted_in_its_cwd(
     state_dir: Path,
 ) -> None:
+    """Closed: each tab ran `python -m runner console --web-tab` in the web server's cwd (textual-serve
+    sets none), and `-m` put that cwd first on sys.path, so a runner/ package an agent's allowlisted host run
+    wrote into the operator's project dir ran as the operator, outside the host view. The tab runs `-P`."""
     import asyncio
     import socket
     import sys
