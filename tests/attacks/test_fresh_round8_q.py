@@ -3,6 +3,7 @@ view, the bwrap and Docker sandboxes, the egress proxy. Each xfail is an attack 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
@@ -245,6 +246,85 @@ async def test_class6_a_workdir_exchanged_for_a_link_by_the_agents_own_run_makes
         finally:
             await client.close()
     assert not target.exists(), "a run wrote the operator's global git config through a raced bind"
+
+
+# --- the sandbox helpers: built in a directory every host run can write ---------------------------------
+
+SWAPPER = r"""
+import glob, os, sys, time
+payload = b"#!/bin/sh\\necho agent code, first in every agent's sandbox\\n"
+name = sys.argv[1]
+end = time.monotonic() + 120
+open("ready", "w").close()
+while time.monotonic() < end and not os.path.exists("stop"):
+    for path in glob.glob(f"/tmp/exechost-{name}-*/{name}"):
+        try:
+            own = f"/tmp/.swap-{os.getpid()}"  # beside, not in, the build dir: its cleanup finds it as made
+            with open(own, "wb") as out:
+                out.write(payload)
+            os.chmod(own, 0o755)
+            os.replace(own, path)
+        except OSError:
+            pass
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: staticbuild compiles the sandbox's landlock helper (and the egress forwarder) in a "
+    "tempfile.TemporaryDirectory under /tmp, which every gateway-host run sees and, as the gateway's uid, "
+    "may write: a background run replaces the linker's output before _install copies it, and the agent's "
+    "program becomes the first program of every agent's bwrap sandbox (before landlock)",
+)
+async def test_class6_a_host_run_replaces_the_landlock_helper_while_the_gateway_builds_it(
+    state_dir: Path,
+) -> None:
+    from engine.protocol.frames import RemoteError
+    from engine.sandbox import landlock, staticbuild
+    from engine.sandbox import supervisor as sv
+    from tests.helpers.gateway import FULL
+
+    compiler = landlock._compiler()
+    if compiler is None:
+        pytest.skip("no C compiler")
+    real = staticbuild._build_locked  # the production builder (tests wrap it in a per-session cache)
+    for cell in getattr(real, "__closure__", None) or ():
+        if getattr(cell.cell_contents, "__name__", "") == "_build_locked":
+            real = cell.cell_contents
+    work = state_dir.parent / "w"
+    work.mkdir()
+    (work / "swap.py").write_text(SWAPPER)
+    write_config(state_dir, FULL)
+    sv.ensure_bin_dir()
+    target = landlock.binary_path()
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            racer = await client.request(
+                "exec",
+                {
+                    "command": f"python3 swap.py {target.name}",
+                    "agentId": "main",
+                    "workdir": str(work),
+                    "background": True,
+                },
+            )
+            assert racer["details"]["status"] == "running", racer["text"]
+            try:
+                await wait_until(lambda: (work / "ready").exists(), timeout=60)
+                problem = await asyncio.to_thread(
+                    real, compiler, landlock.SOURCE, target, landlock._stamp(), landlock.source_digest()
+                )
+                assert problem is None, problem
+            finally:
+                (work / "stop").write_text("")
+                with contextlib.suppress(RemoteError):
+                    await client.request(
+                        "process", {"action": "kill", "sessionId": racer["details"]["sessionId"]}
+                    )
+        finally:
+            await client.close()
+    assert target.read_bytes()[:4] == b"\x7fELF", "the sandbox helper installed is the agent's file"
 
 
 # --- attempts that failed: kept as regression tests -----------------------------------------------------
