@@ -269,16 +269,13 @@ while time.monotonic() < end and not os.path.exists("stop"):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: staticbuild compiles the sandbox's landlock helper (and the egress forwarder) in a "
-    "tempfile.TemporaryDirectory under /tmp, which every gateway-host run sees and, as the gateway's uid, "
-    "may write: a background run replaces the linker's output before _install copies it, and the agent's "
-    "program becomes the first program of every agent's bwrap sandbox (before landlock)",
-)
 async def test_class6_a_host_run_replaces_the_landlock_helper_while_the_gateway_builds_it(
     state_dir: Path,
 ) -> None:
+    """Closed: staticbuild compiled the sandbox's landlock helper (and the egress forwarder) in a
+    TemporaryDirectory under /tmp, which every gateway-host run sees and, as the gateway's uid, may write:
+    a background run replaced the linker's output before _install copied it, and the agent's program became
+    the first program of every agent's bwrap sandbox (before landlock). It builds in the state dir now."""
     from engine.protocol.frames import RemoteError
     from engine.sandbox import landlock, staticbuild
     from engine.sandbox import supervisor as sv
