@@ -324,6 +324,75 @@ async def test_class6_a_host_run_replaces_the_landlock_helper_while_the_gateway_
     assert target.read_bytes()[:4] == b"\x7fELF", "the sandbox helper installed is the agent's file"
 
 
+# --- the sandbox image: its build context under /tmp -------------------------------------------------
+
+CONTEXT_SWAPPER = r"""
+import glob, os, time
+evil = b'FROM scratch\\nLABEL exechost.image="busybox" round8q.agent="planted"\\nCOPY busybox /bin/busybox\\n'
+end = time.monotonic() + 120
+open("ready", "w").close()
+while time.monotonic() < end and not os.path.exists("stop"):
+    for ctx in glob.glob("/tmp/exechost-image-*"):
+        own = f"/tmp/.ctx-{os.getpid()}"
+        try:
+            with open(own, "wb") as out:
+                out.write(evil)
+            os.replace(own, os.path.join(ctx, "Dockerfile"))
+        except OSError:
+            pass
+"""
+
+
+@pytest.mark.docker
+async def test_class6_a_host_run_rewrites_the_sandbox_images_dockerfile_while_setup_builds_it(
+    state_dir: Path,
+) -> None:
+    """Closed: `exechost sandbox setup` (docker_ops.build_image) wrote the image's build context to a
+    TemporaryDirectory under /tmp, which every gateway-host run sees and, as the same uid, may write: a
+    background run could replace the Dockerfile (or busybox) before docker-py tarred it, and every agent's
+    Docker sandbox would run that image (the race won now and then here). The context is in the state dir."""
+    from engine.protocol.frames import RemoteError
+    from engine.sandbox import docker_ops
+    from engine.sandbox import supervisor as sv
+    from tests.helpers.gateway import FULL
+
+    try:
+        docker_ops.client()
+    except docker_ops.SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    if sv.find_static_busybox() is None:
+        pytest.skip("no static busybox")
+    tag = f"exechost-round8q-{secrets.token_hex(4)}:latest"
+    work = state_dir.parent / "w"
+    work.mkdir()
+    (work / "swap.py").write_text(CONTEXT_SWAPPER)
+    write_config(state_dir, FULL)
+    labels: dict[str, str] = {}
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            racer = await client.request(
+                "exec",
+                {"command": "python3 swap.py", "agentId": "main", "workdir": str(work), "background": True},
+            )
+            assert racer["details"]["status"] == "running", racer["text"]
+            try:
+                await wait_until(lambda: (work / "ready").exists(), timeout=60)
+                await asyncio.to_thread(docker_ops.build_image, [tag], lambda _line: None)
+                labels = dict(docker_ops.client().images.get(tag).labels or {})
+            finally:
+                (work / "stop").write_text("")
+                with contextlib.suppress(RemoteError):
+                    await client.request(
+                        "process", {"action": "kill", "sessionId": racer["details"]["sessionId"]}
+                    )
+                with contextlib.suppress(Exception):
+                    docker_ops.client().images.remove(tag, force=True)
+        finally:
+            await client.close()
+    assert "round8q.agent" not in labels, "the sandbox image was built from the agent's Dockerfile"
+
+
 # --- attempts that failed: kept as regression tests -----------------------------------------------------
 
 SET_ID_PROBE = r"""
