@@ -15,6 +15,7 @@ import pytest
 from engine.commands import hostview
 from tests.attacks.harness import attempt
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.helpers.sshd import SshdNode
 
 # --- the gateway-host view: the install is read-only -------------------------------------------------
 
@@ -481,3 +482,36 @@ async def test_the_engine_package_and_the_venv_are_read_only_in_the_host_view(st
     finally:
         (engine_dir / name).unlink(missing_ok=True)
         (venv / name).unlink(missing_ok=True)
+
+
+async def test_a_node_runs_allowlisted_recursive_grep_finds_nothing_of_the_nodes_state_dir(
+    state_dir: Path, sshd_nodes: list[SshdNode]
+) -> None:
+    """On a node, an allowlisted `grep -r` from the parent of the node's state dir walks into it by no
+    word the checks model; the node's state (approvals file, its socket token) is hidden from its runs."""
+    from engine.approvals.store import ApprovalsStore
+
+    node = sshd_nodes[0]
+    nodes = (state_dir / "config.toml").read_text()
+    write_config(state_dir, '[tools.exec]\nhost = "auto"\nsecurity = "allowlist"\nask = "on-miss"\n' + nodes)
+    (node.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "allowlist"\nask = "on-miss"\n')
+    (node.state_dir / "config.toml").chmod(0o600)
+    ApprovalsStore(node.state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/grep")
+    assert "version" in (node.state_dir / "exec-approvals.json").read_text()
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            result = await client.request(
+                "exec",
+                {
+                    "command": "grep -r -l version .",
+                    "agentId": "main",
+                    "host": "node",
+                    "node": node.name,
+                    "workdir": str(node.state_dir.parent),
+                },
+            )
+        finally:
+            await client.close()
+    assert result["details"]["status"] in ("completed", "failed"), result["text"]
+    assert "exec-approvals.json" not in result["text"] and "config.toml" not in result["text"]
