@@ -1,5 +1,7 @@
 """Fresh round 8, attacker q: class 6 (check, then use) and the confinement boundaries — the gateway-host
-view, the bwrap and Docker sandboxes, the egress proxy. Each xfail is an attack that works today."""
+view, the bwrap and Docker sandboxes, the egress proxy. Each xfail is an attack that works today; the other
+`test_class6_*` tests are attacks closed on this branch (their docstrings say how); the rest are attempts that
+failed, kept as regression tests."""
 
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ def _checkout_root() -> Path:
     strict=True,
     reason="open: the host view binds only engine/ and the venv read-only (hostview._install_root() is "
     "engine/, two dirnames up from engine/commands/hostview.py, not the checkout), so an allowlisted "
-    "`tee` writes the gateway's own runner/ code, which the next gateway, session host and operator CLI run "
-    "outside the view",
+    "`tee` writes the gateway's own runner/ and console/ code (and the checkout root, first on the systemd "
+    "unit's sys.path), which the next gateway, the operator's CLI and console run outside the view",
 )
 async def test_class6_an_allowlisted_tee_writes_the_gateways_runner_package(state_dir: Path) -> None:
     runner_dir = _checkout_root() / "runner"
