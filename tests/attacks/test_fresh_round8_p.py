@@ -1,0 +1,93 @@
+"""Fresh attacker round 8 (p): classes 4 (what runs unasked), 5 (emulating another program) and 8
+(self-reference) against the allowlist, the analysis, the decision path and content binding.
+
+Each working attack is a strict xfail naming what works and why; the instructive failures are plain
+regression tests. The agent controls its workspace (any file in the cwd), the command text and env."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.attacks.harness import attempt, refused
+
+GIT = "/usr/bin/git"
+ID = ["-c", "user.name=a", "-c", "user.email=a@b"]
+
+
+def _git(repo: Path, *args: str) -> str:
+    out = subprocess.run([GIT, *ID, *args], cwd=repo, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def _state() -> Path:
+    return Path(os.environ["OPENCLAW_STATE_DIR"])
+
+
+def _repo(root: Path) -> Path:
+    repo = root / "w"
+    repo.mkdir()
+    _git(repo, "init", "-q", ".")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "one")
+    return repo
+
+
+# --------------------------------------------------------------------------- class 5: git's own state
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an allowlisted `git rebase --continue` runs the `exec` lines of .git/rebase-merge/"
+    "git-rebase-todo, a file of the agent's repository that gitvet never reads (only config is vetted)",
+)
+async def test_class5_git_rebase_continue_runs_the_exec_lines_of_the_agents_todo(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    head = _git(repo, "rev-parse", "HEAD")
+    marker = tmp_path / "PWNED"
+    # What the agent leaves in its repository (any allowlisted writer, or a sandbox with workspaceAccess=rw).
+    state = repo / ".git" / "rebase-merge"
+    state.mkdir()
+    (state / "git-rebase-todo").write_text(f"exec touch {marker}\n")
+    (state / "head-name").write_text("refs/heads/master\n")
+    (state / "onto").write_text(head + "\n")
+    (state / "orig-head").write_text(head + "\n")
+    (state / "interactive").write_text("")
+    details = await attempt(
+        _state(),
+        "git rebase --continue",
+        allow=[(GIT, None)],
+        workdir=str(repo),
+    )
+    assert refused(details) or not marker.exists(), details
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `git bisect view <word> …` runs `git <word> …` (bisect--helper's visualize), and gitargv "
+    "takes `view` as the safe word without reading the words after it: `git bisect view submodule foreach "
+    "CMD` runs CMD unasked with only /usr/bin/git allowlisted",
+)
+async def test_class5_git_bisect_view_runs_any_git_subcommand_named_after_it(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "two")
+    # Bisect state and a submodule: refs and files the agent writes in its own repository.
+    _git(repo, "update-ref", "refs/bisect/bad", "HEAD")
+    _git(repo, "update-ref", "refs/bisect/good-x", "HEAD~1")
+    (repo / ".git" / "BISECT_TERMS").write_text("bad\ngood\n")
+    sub = repo / "sub"
+    sub.mkdir()
+    _git(sub, "init", "-q", ".")
+    _git(sub, "commit", "-q", "--allow-empty", "-m", "s")
+    _git(repo, "add", "sub")
+    (repo / ".gitmodules").write_text('[submodule "sub"]\n\tpath = sub\n\turl = ./sub\n')
+    marker = tmp_path / "PWNED"
+    details = await attempt(
+        _state(),
+        f"git bisect view submodule foreach 'touch {marker};:'",
+        allow=[(GIT, None)],
+        workdir=str(repo),
+    )
+    assert refused(details) or not marker.exists(), details
