@@ -91,3 +91,26 @@ async def test_class5_git_bisect_view_runs_any_git_subcommand_named_after_it(tmp
         workdir=str(repo),
     )
     assert refused(details) or not marker.exists(), details
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `git cherry-pick --strategy=../x` runs `git merge-../x`, which git execs as the relative "
+    "path ./git-merge-../x from the work tree (a name with a slash is never looked up on PATH): the agent's "
+    "file runs unasked; gitargv does not read -s/--strategy as naming a program",
+)
+async def test_class8_git_cherry_pick_strategy_runs_a_program_from_the_work_tree(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    (repo / "f").write_text("a\n")
+    _git(repo, "add", "f")
+    _git(repo, "commit", "-q", "-m", "two")
+    _git(repo, "checkout", "-q", "-b", "other", "HEAD~1")
+    marker = tmp_path / "PWNED"
+    plugin = repo / "git-merge-.." / "x"  # a directory named `git-merge-..`: git-merge-../x is this file
+    plugin.parent.mkdir()
+    plugin.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    plugin.chmod(0o755)
+    details = await attempt(
+        _state(), "git cherry-pick --strategy=../x master", allow=[(GIT, None)], workdir=str(repo)
+    )
+    assert refused(details) or not marker.exists(), details
