@@ -114,3 +114,20 @@ async def test_class8_git_cherry_pick_strategy_runs_a_program_from_the_work_tree
         _state(), "git cherry-pick --strategy=../x master", allow=[(GIT, None)], workdir=str(repo)
     )
     assert refused(details) or not marker.exists(), details
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `git ls-remote --exec=CMD` is ls-remote's hidden alias of --upload-pack, which git runs "
+    "through sh; gitargv lists only --upload-pack for ls-remote (a list of known-bad options, incomplete)",
+)
+async def test_class5_git_ls_remote_hidden_exec_option_runs_a_shell_command(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    marker = tmp_path / "PWNED"
+    details = await attempt(
+        _state(),
+        f"git ls-remote --exec='touch {marker}; git-upload-pack' .",
+        allow=[(GIT, None)],
+        workdir=str(repo),
+    )
+    assert refused(details) or not marker.exists(), details
