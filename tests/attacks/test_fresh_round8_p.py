@@ -131,3 +131,24 @@ async def test_class5_git_ls_remote_hidden_exec_option_runs_a_shell_command(tmp_
         workdir=str(repo),
     )
     assert refused(details) or not marker.exists(), details
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a remote defined the legacy way, in .git/remotes/<name> (git still reads it), is not a "
+    "config key: gitargv.local_destinations sees `x` as no local path, so `git push x` to a local "
+    "repository runs that repository's pre-receive hook unasked (a config remote asks: RECEIVE_PACK_TREE)",
+)
+async def test_class5_git_push_to_a_legacy_remotes_file_runs_the_destinations_hooks(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    dest = tmp_path / "dest"
+    subprocess.run([GIT, "init", "-q", "--bare", str(dest)], check=True)
+    marker = tmp_path / "PWNED"
+    hook = dest / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    remotes = repo / ".git" / "remotes"
+    remotes.mkdir()
+    (remotes / "x").write_text(f"URL: {dest}\nPush: refs/heads/master:refs/heads/master\n")
+    details = await attempt(_state(), "git push x", allow=[(GIT, None)], workdir=str(repo))
+    assert refused(details) or not marker.exists(), details
