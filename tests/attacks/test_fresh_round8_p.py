@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.attacks.harness import attempt, refused
+from engine.approvals.store import ApprovalsStore
+from tests.attacks.harness import ALLOWLIST, attempt, refused
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 GIT = "/usr/bin/git"
 ID = ["-c", "user.name=a", "-c", "user.email=a@b"]
@@ -152,3 +154,37 @@ async def test_class5_git_push_to_a_legacy_remotes_file_runs_the_destinations_ho
     (remotes / "x").write_text(f"URL: {dest}\nPush: refs/heads/master:refs/heads/master\n")
     details = await attempt(_state(), "git push x", allow=[(GIT, None)], workdir=str(repo))
     assert refused(details) or not marker.exists(), details
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: allow-always is offered for `git -c alias.z='!sh t.sh' z` (also `git rebase --exec='sh "
+    "t.sh'`): the program is inside an option's value, so content.unproven_sources sees no shell word and "
+    "t.sh is never bound; after the approval a rewritten t.sh runs unasked",
+)
+async def test_class5_allow_always_binds_no_script_named_inside_a_git_option_value(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    script = repo / "t.sh"
+    approved = tmp_path / "approved"
+    script.write_text(f"touch {approved}\n")
+    marker = tmp_path / "PWNED"
+    command = "git -c alias.z='!sh t.sh' z"
+    state = _state()
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", GIT)
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            first = await client.request("exec", {"command": command, "workdir": str(repo)})
+            assert first["details"]["status"] == "approval-pending", first
+            assert "allow-always" in first["details"].get("allowedDecisions", ["allow-always"])
+            await client.request(
+                "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            )
+            saved = state / "exec-approvals.json"
+            await wait_until(lambda: "=command:" in saved.read_text() and approved.exists())  # saved, ran
+            script.write_text(f"touch {marker}\n")  # after the operator approved `sh t.sh` as it was
+            second = await client.request("exec", {"command": command, "workdir": str(repo)})
+        finally:
+            await client.close()
+    assert refused(second["details"]) or not marker.exists(), second["details"]
