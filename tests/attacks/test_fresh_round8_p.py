@@ -188,3 +188,50 @@ async def test_class5_allow_always_binds_no_script_named_inside_a_git_option_val
         finally:
             await client.close()
     assert refused(second["details"]) or not marker.exists(), second["details"]
+
+
+# --------------------------------------------------------------------------- what did not work (regressions)
+
+
+async def test_class4_less_lesskey_source_cannot_set_lessopen_on_the_host(tmp_path: Path) -> None:
+    """less reads a lesskey source named on its command line even with LESSSECURE=1, and its `#env`
+    section sets variables less reads as if from the environment: LESSOPEN runs a preprocessor. Secure
+    mode (every host run has LESSSECURE=1) turns the preprocessor off, so the allowlisted less runs none."""
+    work = tmp_path / "w"
+    work.mkdir()
+    marker = tmp_path / "PWNED"
+    (work / "k.src").write_text(f"#env\nLESSOPEN = |touch {marker}; cat %s\n")
+    (work / "f.txt").write_text("data\n")
+    details = await attempt(
+        _state(), "less --lesskey-src=k.src f.txt", allow=[("/usr/bin/less", None)], workdir=str(work)
+    )
+    assert details["status"] == "completed", details
+    assert not marker.exists()
+
+
+async def test_class5_git_push_to_a_config_remote_that_is_a_local_path_asks(tmp_path: Path) -> None:
+    """The configured twin of the legacy-remotes attack above: a `remote.x.url` naming a local repository
+    is seen (gitargv.local_destinations), so the push asks and the destination's hook does not run."""
+    repo = _repo(tmp_path)
+    dest = tmp_path / "dest"
+    subprocess.run([GIT, "init", "-q", "--bare", str(dest)], check=True)
+    marker = tmp_path / "PWNED"
+    hook = dest / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    _git(repo, "remote", "add", "x", str(dest))
+    details = await attempt(_state(), "git push x master", allow=[(GIT, None)], workdir=str(repo))
+    assert refused(details), details
+    assert not marker.exists()
+
+
+async def test_class5_git_submodule_foreach_named_directly_asks(tmp_path: Path) -> None:
+    """The direct spelling of the bisect-view attack: `git submodule foreach CMD` asks (gitargv knows
+    submodule runs programs unless its word is status/summary)."""
+    repo = _repo(tmp_path)
+    marker = tmp_path / "PWNED"
+    details = await attempt(
+        _state(), f"git submodule foreach 'touch {marker};:'", allow=[(GIT, None)], workdir=str(repo)
+    )
+    assert refused(details), details
+    assert not marker.exists()
