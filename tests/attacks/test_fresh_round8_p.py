@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -188,6 +190,49 @@ async def test_class5_allow_always_binds_no_script_named_inside_a_git_option_val
         finally:
             await client.close()
     assert refused(second["details"]) or not marker.exists(), second["details"]
+
+
+async def _approved_once_after(
+    state: Path, command: str, workdir: Path, change: Callable[[], None]
+) -> dict[str, Any]:
+    """Ask `command` (only git allowlisted), run `change` while the ask waits (after the operator looked),
+    approve it once and wait until its run has ended; the run as approvals.status reports it."""
+    write_config(state, ALLOWLIST)
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            first = await client.request("exec", {"command": command, "workdir": str(workdir)})
+            assert first["details"]["status"] == "approval-pending", first
+            change()
+            approval = first["details"]["approvalId"]
+            await client.request("approve", {"id": approval, "decision": "allow-once"})
+
+            async def ended() -> dict[str, Any] | None:
+                got = await client.request("approvals.status", {"approvalId": approval})
+                run = got["details"].get("run") or {}
+                return run if run.get("status") not in (None, "running", "starting") else None
+
+            return dict(await wait_until(ended, timeout=30))
+        finally:
+            await client.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a text the analysis cannot parse runs as text under /bin/sh (dash), which reads "
+    "`sh $'x.sh'` as `sh '$x.sh'`, while the binder reads it (bash's way, or not at all) as naming no "
+    "file: a `$x.sh` made after the operator looked runs under the allow-once, bound by nothing",
+)
+async def test_class5_unparsed_text_runs_under_dash_which_names_another_file(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "x.sh").write_text("echo the script the operator read\n")
+    marker = tmp_path / "PWNED"
+    other = work / "$x.sh"  # what dash runs: `$` before a quote is a literal `$`
+    run = await _approved_once_after(
+        _state(), "sh $'x.sh'", work, lambda: other.write_text(f"touch {marker}\n")
+    )
+    assert not marker.exists(), run
 
 
 # --------------------------------------------------------------------------- what did not work (regressions)
