@@ -193,7 +193,7 @@ async def test_class5_allow_always_binds_no_script_named_inside_a_git_option_val
 
 
 async def _approved_once_after(
-    state: Path, command: str, workdir: Path, change: Callable[[], None]
+    state: Path, command: str, workdir: Path, change: Callable[[], object]
 ) -> dict[str, Any]:
     """Ask `command` (only git allowlisted), run `change` while the ask waits (after the operator looked),
     approve it once and wait until its run has ended; the run as approvals.status reports it."""
