@@ -235,6 +235,41 @@ async def test_class5_unparsed_text_runs_under_dash_which_names_another_file(tmp
     assert not marker.exists(), run
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: allow-always is offered for `npm test` and binds package.json only: the script it names "
+    "(`node test.js`) is a file of the tree no digest holds (as make's recipes are, RECIPE_TREE, which "
+    "drops allow-always), so a rewritten test.js runs unasked under the saved approval",
+)
+async def test_class4_allow_always_npm_test_runs_a_rewritten_script_its_package_json_names(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    approved, marker = tmp_path / "approved", tmp_path / "PWNED"
+    (work / "package.json").write_text('{"name": "x", "version": "1.0.0", "scripts": {"test": "node t.js"}}')
+    script = work / "t.js"
+    script.write_text(f"require('fs').writeFileSync({str(approved)!r}, '')\n")
+    state = _state()
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/npm")
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            first = await client.request("exec", {"command": "npm test", "workdir": str(work)})
+            assert first["details"]["status"] == "approval-pending", first
+            assert "allow-always" in first["details"]["allowedDecisions"], first
+            approval = {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            await client.request("approve", approval)
+            saved = state / "exec-approvals.json"
+            await wait_until(lambda: "=command:" in saved.read_text() and approved.exists(), timeout=60)
+            script.write_text(f"require('fs').writeFileSync({str(marker)!r}, '')\n")
+            second = await client.request("exec", {"command": "npm test", "workdir": str(work)})
+        finally:
+            await client.close()
+    assert refused(second["details"]) or not marker.exists(), second["details"]
+
+
 # --------------------------------------------------------------------------- what did not work (regressions)
 
 
