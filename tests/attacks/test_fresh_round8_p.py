@@ -270,6 +270,52 @@ async def test_class4_allow_always_npm_test_runs_a_rewritten_script_its_package_
     assert refused(second["details"]) or not marker.exists(), second["details"]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: two asks for `git status` coalesce although the repository config differs (the ask's "
+    "identity holds content.key(), the files it runs, not the vetted tree's bytes): the operator approves "
+    "the first ask's `alias.st` and the second session runs its clean filter",
+)
+async def test_binding_asks_with_other_repository_config_coalesce_into_one_approval(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    (repo / "f").write_text("a\n")
+    _git(repo, "add", "f")
+    _git(repo, "commit", "-q", "-m", "f")
+    (repo / "f").write_text("b\n")  # modified: status runs the clean filter of its attribute
+    (repo / ".gitattributes").write_text("* filter=x\n")
+    marker = tmp_path / "PWNED"
+    config = repo / ".git" / "config"
+    plain = config.read_text()
+    config.write_text(plain + "[alias]\n\tst = status\n")  # asks: a key not known inert, harmless
+    state = _state()
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", GIT)
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            params = {"command": "git status", "workdir": str(repo)}
+            first = await client.request("exec", {**params, "sessionKey": "agent:main:one"})
+            assert first["details"]["status"] == "approval-pending", first
+            config.write_text(plain + f'[filter "x"]\n\tclean = touch {marker}; cat\n')
+            second = await client.request("exec", {**params, "sessionKey": "agent:main:two"})
+            assert second["details"]["status"] == "approval-pending", second
+            shown = first["details"]["approvalId"]
+            # The operator approves what the inbox shows for the first ask (alias.st), once.
+            await client.request("approve", {"id": shown, "decision": "allow-once"})
+            others = second["details"]["approvalId"]
+
+            async def ended(key: str) -> bool:
+                got = await client.request("approvals.status", {"approvalId": shown, "sessionKey": key})
+                run = got["details"].get("run") or {}
+                return run.get("status") not in (None, "running", "starting")
+
+            if others == shown:  # coalesced: the one approval also runs the second session's command
+                await wait_until(lambda: ended("agent:main:two"), timeout=30)
+        finally:
+            await client.close()
+    assert not marker.exists()
+
+
 # --------------------------------------------------------------------------- what did not work (regressions)
 
 
