@@ -361,3 +361,27 @@ async def test_class5_git_submodule_foreach_named_directly_asks(tmp_path: Path) 
     )
     assert refused(details), details
     assert not marker.exists()
+
+
+async def test_class5_git_ls_remote_upload_pack_prefix_asks(tmp_path: Path) -> None:
+    """The documented twin of the hidden `--exec`: `--upload-pa=CMD` (a prefix git's parse-options takes
+    for --upload-pack) is read as naming a program, so it asks and CMD does not run."""
+    repo = _repo(tmp_path)
+    marker = tmp_path / "PWNED"
+    details = await attempt(
+        _state(),
+        f"git ls-remote --upload-pa='touch {marker}; git-upload-pack' .",
+        allow=[(GIT, None)],
+        workdir=str(repo),
+    )
+    assert refused(details), details
+    assert not marker.exists()
+
+
+async def test_class5_safe_bin_long_option_prefix_of_a_denied_option_is_refused(tmp_path: Path) -> None:
+    """getopt_long takes `--files0-fr=F` for `--files0-from=F` (wc then reads file names from F): the
+    safe-bin profile reads the prefix as the denied option, so no file is read unasked."""
+    work = tmp_path / "w"
+    work.mkdir()
+    details = await attempt(_state(), "wc -l --files0-fr=/etc/hostname", workdir=str(work))
+    assert refused(details), details
