@@ -316,6 +316,25 @@ async def test_binding_asks_with_other_repository_config_coalesce_into_one_appro
     assert not marker.exists()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an approved `bash s.sh` runs its sealed copy sourced (`bash --norc -c '. COPY' s.sh`), "
+    "so bash's other am-I-sourced test, `(return 0 2>/dev/null)`, succeeds and the script takes the "
+    "branch `bash s.sh` never takes (only scripts reading BASH_SOURCE get the mirrored path)",
+)
+async def test_class8_approved_bash_script_takes_the_sourced_branch_of_the_return_idiom(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    sourced, executed = tmp_path / "sourced", tmp_path / "executed"
+    (work / "s.sh").write_text(
+        f"if (return 0 2>/dev/null); then touch {sourced}; else touch {executed}; fi\n"
+    )
+    run = await _approved_once_after(_state(), "bash s.sh", work, lambda: None)
+    assert executed.exists() and not sourced.exists(), run
+
+
 # --------------------------------------------------------------------------- what did not work (regressions)
 
 
