@@ -122,6 +122,34 @@ async def test_class8_git_cherry_pick_strategy_runs_a_program_from_the_work_tree
 
 @pytest.mark.xfail(
     strict=True,
+    reason="open: `git rebase --force-rebase -s ../x` picks through `git merge-../x` as cherry-pick does: "
+    "the "
+    "work tree's ./git-merge-../x runs unasked (rebase's -s/--strategy is not read as naming a program)",
+)
+async def test_class8_git_rebase_strategy_runs_a_program_from_the_work_tree(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    _git(repo, "checkout", "-q", "-b", "other")
+    (repo / "g").write_text("b\n")
+    _git(repo, "add", "g")
+    _git(repo, "commit", "-q", "-m", "other")
+    _git(repo, "checkout", "-q", "master")
+    (repo / "f").write_text("a\n")
+    _git(repo, "add", "f")
+    _git(repo, "commit", "-q", "-m", "two")
+    _git(repo, "checkout", "-q", "other")
+    marker = tmp_path / "PWNED"
+    plugin = repo / "git-merge-.." / "x"
+    plugin.parent.mkdir()
+    plugin.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    plugin.chmod(0o755)
+    details = await attempt(
+        _state(), "git rebase --force-rebase -s ../x master", allow=[(GIT, None)], workdir=str(repo)
+    )
+    assert refused(details) or not marker.exists(), details
+
+
+@pytest.mark.xfail(
+    strict=True,
     reason="open: `git ls-remote --exec=CMD` is ls-remote's hidden alias of --upload-pack, which git runs "
     "through sh; gitargv lists only --upload-pack for ls-remote (a list of known-bad options, incomplete)",
 )
