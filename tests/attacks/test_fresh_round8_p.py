@@ -363,6 +363,30 @@ async def test_class8_approved_bash_script_takes_the_sourced_branch_of_the_retur
     assert executed.exists() and not sourced.exists(), run
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: in an unparsed text `cd -P sub/link/..` takes the shell to the physical parent of the "
+    "link's target, but content._cd_dirs follows it logically (sub/): the x.sh that `sh x.sh` then runs "
+    "there is neither bound nor required absent, so one made after the operator looked runs",
+)
+async def test_class5_cd_physical_dot_dot_leads_the_run_where_the_binder_never_looked(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    (work / "sub").mkdir(parents=True)
+    (tmp_path / "o").mkdir()
+    (work / "sub" / "link").symlink_to(tmp_path / "o")
+    (work / "x.sh").write_text("echo top\n")
+    (work / "sub" / "x.sh").write_text("echo sub\n")
+    marker = tmp_path / "PWNED"
+    there = tmp_path / "x.sh"  # where `cd -P sub/link/..` leads: the parent of o
+    run = await _approved_once_after(
+        _state(),
+        "cd -P sub/link/.. && sh x.sh > /dev/null",
+        work,
+        lambda: there.write_text(f"touch {marker}\n"),
+    )
+    assert not marker.exists(), run
+
+
 # --------------------------------------------------------------------------- what did not work (regressions)
 
 
