@@ -387,6 +387,31 @@ async def test_class5_cd_physical_dot_dot_leads_the_run_where_the_binder_never_l
     assert not marker.exists(), run
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a workdir given through a link in another directory: the binder follows `cd ..` from "
+    "the link's name (a/), the run's shell from the real directory (b/w → b/), so the b/x.sh that runs is "
+    "neither bound nor required absent",
+)
+async def test_class5_cd_dot_dot_from_a_linked_workdir_runs_where_the_binder_never_looked(
+    tmp_path: Path,
+) -> None:
+    real = tmp_path / "b" / "w"
+    real.mkdir(parents=True)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "wl").symlink_to(real)
+    (tmp_path / "a" / "x.sh").write_text("echo the script beside the workdir's name\n")
+    marker = tmp_path / "PWNED"
+    there = tmp_path / "b" / "x.sh"
+    run = await _approved_once_after(
+        _state(),
+        "cd .. && sh x.sh > /dev/null",
+        tmp_path / "a" / "wl",
+        lambda: there.write_text(f"touch {marker}\n"),
+    )
+    assert not marker.exists(), run
+
+
 # --------------------------------------------------------------------------- what did not work (regressions)
 
 
