@@ -188,6 +188,28 @@ async def test_class5_git_push_to_a_legacy_remotes_file_runs_the_destinations_ho
 
 @pytest.mark.xfail(
     strict=True,
+    reason="open: git resolves a relative push URL (`git push ../dest`, or `remote.x.url = ../dest`) from "
+    "the top of the work tree it chdirs to, gitargv.local_destinations from the cwd: run in a subdirectory, "
+    "the local destination is missed and its pre-receive hook runs unasked",
+)
+async def test_class5_git_push_relative_url_from_a_subdirectory_runs_the_destinations_hooks(
+    tmp_path: Path,
+) -> None:
+    repo = _repo(tmp_path)
+    (repo / "sub").mkdir()
+    dest = tmp_path / "dest"
+    subprocess.run([GIT, "init", "-q", "--bare", str(dest)], check=True)
+    marker = tmp_path / "PWNED"
+    hook = dest / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    sub = str(repo / "sub")
+    details = await attempt(_state(), "git push ../dest master", allow=[(GIT, None)], workdir=sub)
+    assert refused(details) or not marker.exists(), details
+
+
+@pytest.mark.xfail(
+    strict=True,
     reason="open: allow-always is offered for `git -c alias.z='!sh t.sh' z` (also `git rebase --exec='sh "
     "t.sh'`): the program is inside an option's value, so content.unproven_sources sees no shell word and "
     "t.sh is never bound; after the approval a rewritten t.sh runs unasked",
