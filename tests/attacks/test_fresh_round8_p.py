@@ -210,6 +210,27 @@ async def test_class5_git_push_relative_url_from_a_subdirectory_runs_the_destina
 
 @pytest.mark.xfail(
     strict=True,
+    reason="open: `git push /w/dest` enters /w/dest.git (git's enter_repo tries the .git suffixes; "
+    "`file://localhost/…` is a local path too), but local_destinations asks only when the word itself "
+    "exists: the destination's pre-receive hook runs unasked",
+)
+async def test_class5_git_push_to_a_path_git_completes_with_dot_git_runs_the_destinations_hooks(
+    tmp_path: Path,
+) -> None:
+    repo = _repo(tmp_path)
+    dest = tmp_path / "dest.git"
+    subprocess.run([GIT, "init", "-q", "--bare", str(dest)], check=True)
+    marker = tmp_path / "PWNED"
+    hook = dest / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    command = f"git push {tmp_path / 'dest'} master"
+    details = await attempt(_state(), command, allow=[(GIT, None)], workdir=str(repo))
+    assert refused(details) or not marker.exists(), details
+
+
+@pytest.mark.xfail(
+    strict=True,
     reason="open: allow-always is offered for `git -c alias.z='!sh t.sh' z` (also `git rebase --exec='sh "
     "t.sh'`): the program is inside an option's value, so content.unproven_sources sees no shell word and "
     "t.sh is never bound; after the approval a rewritten t.sh runs unasked",
