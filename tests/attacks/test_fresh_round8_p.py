@@ -167,6 +167,25 @@ async def test_class5_git_ls_remote_hidden_exec_option_runs_a_shell_command(tmp_
 
 @pytest.mark.xfail(
     strict=True,
+    reason="open: `git request-pull -- HEAD --upload-pack=CMD` hands its url operand to `git ls-remote "
+    '"$url"`, which reads it as an option: CMD runs through sh unasked (request-pull is a plain '
+    "subcommand; its operands are not read as ls-remote would read them)",
+)
+async def test_class5_git_request_pull_url_operand_is_an_option_to_ls_remote(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    _git(repo, "remote", "add", "origin", str(repo))  # an inert remote.origin.url: a local path
+    marker = tmp_path / "PWNED"
+    details = await attempt(
+        _state(),
+        f"git request-pull -- HEAD '--upload-pack=touch {marker};git-upload-pack'",
+        allow=[(GIT, None)],
+        workdir=str(repo),
+    )
+    assert refused(details) or not marker.exists(), details
+
+
+@pytest.mark.xfail(
+    strict=True,
     reason="open: a remote defined the legacy way, in .git/remotes/<name> (git still reads it), is not a "
     "config key: gitargv.local_destinations sees `x` as no local path, so `git push x` to a local "
     "repository runs that repository's pre-receive hook unasked (a config remote asks: RECEIVE_PACK_TREE)",
