@@ -186,6 +186,24 @@ async def test_class5_git_request_pull_url_operand_is_an_option_to_ls_remote(tmp
 
 @pytest.mark.xfail(
     strict=True,
+    reason="open: `git pull -- --upload-pack=CMD`: gitargv stops reading options at `--`, but pull hands "
+    "its repository operand to `git fetch` with no `--` before it, where it is the option: CMD runs",
+)
+async def test_class5_git_pull_operand_after_dash_dash_is_an_option_to_fetch(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    _git(repo, "remote", "add", "origin", str(repo))
+    marker = tmp_path / "PWNED"
+    details = await attempt(
+        _state(),
+        f"git pull -- '--upload-pack=touch {marker};git-upload-pack'",
+        allow=[(GIT, None)],
+        workdir=str(repo),
+    )
+    assert refused(details) or not marker.exists(), details
+
+
+@pytest.mark.xfail(
+    strict=True,
     reason="open: a remote defined the legacy way, in .git/remotes/<name> (git still reads it), is not a "
     "config key: gitargv.local_destinations sees `x` as no local path, so `git push x` to a local "
     "repository runs that repository's pre-receive hook unasked (a config remote asks: RECEIVE_PACK_TREE)",
