@@ -34,7 +34,7 @@ def _state() -> Path:
 def _repo(root: Path) -> Path:
     repo = root / "w"
     repo.mkdir()
-    _git(repo, "init", "-q", ".")
+    _git(repo, "init", "-q", "-b", "master", ".")  # the tests name the branch
     _git(repo, "commit", "-q", "--allow-empty", "-m", "one")
     return repo
 
