@@ -301,7 +301,11 @@ async def test_class5_allow_always_binds_no_script_named_inside_a_git_option_val
 
 
 async def _approved_once_after(
-    state: Path, command: str, workdir: Path, change: Callable[[], object]
+    state: Path,
+    command: str,
+    workdir: Path,
+    change: Callable[[], object],
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Ask `command` (only git allowlisted), run `change` while the ask waits (after the operator looked),
     approve it once and wait until its run has ended; the run as approvals.status reports it."""
@@ -309,7 +313,10 @@ async def _approved_once_after(
     async with gateway(state):
         client = await connect(state)
         try:
-            first = await client.request("exec", {"command": command, "workdir": str(workdir)})
+            params: dict[str, Any] = {"command": command, "workdir": str(workdir)}
+            if env is not None:
+                params["env"] = env
+            first = await client.request("exec", params)
             assert first["details"]["status"] == "approval-pending", first
             change()
             approval = first["details"]["approvalId"]
@@ -488,6 +495,29 @@ async def test_class5_cd_dot_dot_from_a_linked_workdir_runs_where_the_binder_nev
         "cd .. && sh x.sh > /dev/null",
         tmp_path / "a" / "wl",
         lambda: there.write_text(f"touch {marker}\n"),
+    )
+    assert not marker.exists(), run
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: content._cd_dirs names a `cd` under CDPATH as unbound only when the gateway's env has "
+    "CDPATH; the agent's own env param CDPATH (shown, not inert) reaches the run's shell, whose `cd sub` "
+    "then goes to $CDPATH/sub: the x.sh there is neither bound nor required absent",
+)
+async def test_class4_agents_cdpath_leads_the_run_where_the_binder_never_looked(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    (work / "sub").mkdir(parents=True)
+    (work / "sub" / "x.sh").write_text("echo the script the operator read\n")
+    elsewhere = tmp_path / "e" / "sub"
+    elsewhere.mkdir(parents=True)
+    marker = tmp_path / "PWNED"
+    run = await _approved_once_after(
+        _state(),
+        "cd sub && sh x.sh > /dev/null",
+        work,
+        lambda: (elsewhere / "x.sh").write_text(f"touch {marker}\n"),
+        env={"CDPATH": str(tmp_path / "e")},
     )
     assert not marker.exists(), run
 
