@@ -522,6 +522,40 @@ async def test_class4_agents_cdpath_leads_the_run_where_the_binder_never_looked(
     assert not marker.exists(), run
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: allow-always is offered for `cmake -P build.cmake` and binds build.cmake only: the file it "
+    "include()s is tree code no digest holds, so a rewritten helper.cmake runs unasked under the saved "
+    "approval (the npm-test hole in another TREE_PROGRAMS tool: only make has RECIPE_TREE)",
+)
+async def test_class4_allow_always_cmake_script_runs_a_rewritten_file_it_includes(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    approved, marker = tmp_path / "approved", tmp_path / "PWNED"
+    (work / "build.cmake").write_text("include(${CMAKE_CURRENT_LIST_DIR}/helper.cmake)\n")
+    helper = work / "helper.cmake"
+    helper.write_text(f'file(WRITE "{approved}" "")\n')
+    state = _state()
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/cmake")
+    params = {"command": "cmake -P build.cmake", "workdir": str(work)}
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            first = await client.request("exec", params)
+            assert first["details"]["status"] == "approval-pending", first
+            assert "allow-always" in first["details"]["allowedDecisions"], first
+            approval = {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            await client.request("approve", approval)
+            saved = state / "exec-approvals.json"
+            await wait_until(lambda: "=command:" in saved.read_text() and approved.exists())
+            helper.write_text(f'file(WRITE "{marker}" "")\n')
+            second = await client.request("exec", params)
+        finally:
+            await client.close()
+    assert refused(second["details"]) or not marker.exists(), second["details"]
+
+
 # --------------------------------------------------------------------------- what did not work (regressions)
 
 
