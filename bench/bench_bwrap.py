@@ -89,7 +89,16 @@ async def main() -> None:
     os.environ["OPENCLAW_STATE_DIR"] = str(state)
 
     from engine.config.loader import load_config_text
-    from engine.sandbox import SandboxManager, bwrap, landlock, prepare_exec, seccomp, slots
+    from engine.sandbox import (
+        SandboxManager,
+        bwrap,
+        bwraprecords,
+        bwrapview,
+        landlock,
+        prepare_exec,
+        seccomp,
+        slots,
+    )
     from engine.sandbox import supervisor as sv
     from engine.sandbox.settings import layout, resolve_settings
     from engine.sessions import RunSpec
@@ -118,7 +127,9 @@ async def main() -> None:
         bare: list[float] = []
         for _ in range(args.baseline):
             fd = seccomp.seccomp_fd()
-            how = bwrap.plan(settings, lay, bwrap=bwrap.find_bwrap(), env={}, seccomp=fd, command=true)
+            how = bwrapview.plan(
+                settings, lay, bwrap=bwrapview.find_bwrap(), env={}, seccomp=fd, command=true
+            )
             t0 = time.perf_counter()
             subprocess.run(how.argv, pass_fds=(fd,), env=how.env, check=True)
             bare.append(time.perf_counter() - t0)
@@ -204,10 +215,10 @@ async def main() -> None:
         for i in range(args.baseline * 2):
             which = ORDER[i % 4]
             fd = seccomp.seccomp_fd()
-            how = bwrap.plan(
+            how = bwrapview.plan(
                 settings,
                 lay,
-                bwrap=bwrap.find_bwrap(),
+                bwrap=bwrapview.find_bwrap(),
                 env={},
                 seccomp=fd,
                 command=["/bin/true"],
@@ -226,10 +237,10 @@ async def main() -> None:
         for i in range(max(4, args.baseline // 3) * 2):
             which = ORDER[i % 4]
             fd = seccomp.seccomp_fd()
-            how = bwrap.plan(
+            how = bwrapview.plan(
                 settings,
                 lay,
-                bwrap=bwrap.find_bwrap(),
+                bwrap=bwrapview.find_bwrap(),
                 env={},
                 seccomp=fd,
                 command=loop,
@@ -345,7 +356,7 @@ async def main() -> None:
             plain.append(time.perf_counter() - t0)
 
         # Small tmpfs mounts and four agents: each running sandbox reserves its tmpfs sizes against a
-        # quarter of the host's RAM per agent (bwrap._check_memory_budget), which the defaults (832 MiB
+        # quarter of the host's RAM per agent (bwraplimits.check_memory_budget), which the defaults (832 MiB
         # each) would fill at a handful. What this row measures is starting many at once and their memory.
         many = load_config_text(
             '[agents.defaults.sandbox]\nmode = "all"\nscope = "session"\nbackend = "bwrap"\n'
@@ -362,7 +373,7 @@ async def main() -> None:
         failed = [r for r in results if isinstance(r, BaseException)]
         await asyncio.sleep(1.0)  # each sandbox's ready slots settle (two idle shells each)
         parents = _parents()
-        rows = bwrap.list_sandboxes()
+        rows = bwraprecords.list_sandboxes()
         running = sum(1 for r in rows if r["running"])
         total_kib = sum(_pss_kib(pid) for r in rows for pid in _tree(int(r["pid"]), parents))
         per = total_kib / max(1, len(rows))

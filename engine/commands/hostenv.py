@@ -393,7 +393,7 @@ def host_path(value: str, prepend: Sequence[str] = ()) -> str:
     finds relative to the cwd — the agent's tree — so a program run by name (tar's decompressor, make's
     shell, git's ssh) could come from there; the same for a directory outside the home that this user
     (and so any allowlisted writer) can change. The home is read-only in the host view: its entries stay
-    (engine.commands.hostview keeps every run's writable workdir off the PATH)."""
+    (engine.commands.hostview refuses a hostWritable dir that holds a PATH or pathPrepend entry)."""
     home = os.path.realpath(os.environ.get("HOME") or os.path.expanduser("~"))
     entries: list[str] = []
     for entry in [*prepend, *value.split(":")]:

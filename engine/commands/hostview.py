@@ -1,7 +1,8 @@
 """Every command run on the gateway host starts in a private mount namespace where the state dir is an
-empty tmpfs, the gateway user's home is read-only as a whole but for the run's workdir and the operator's
-`hostWritable` dirs, and what the gateway reads outside the home is read-only (issue 27, fresh round 4
-group A/B; rounds 6 l/m: a list of protected files in a writable home always missed the next one).
+empty tmpfs, the gateway user's home is read-only as a whole but for the operator's `hostWritable` dirs
+(never a directory the agent names), and what the gateway or a program it trusts reads outside the home is
+read-only, present or not, through every link on the way (issue 27, fresh round 4 group A/B; rounds 6 l/m
+and 7 n: a list of protected files in a writable home, or of writable workdirs, always missed the next one).
 
 A check of the words a command names can always be walked around (a link, /proc/self/cwd, a response
 file, a URL, a recursive walk, a file the program reads naming another); a path that is not in the
@@ -27,8 +28,10 @@ A run in the kept view is told exactly (exechost-hostenter dies of the command's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 from dataclasses import dataclass, replace
 
@@ -59,9 +62,10 @@ class Outside:
     to that node as the gateway), directories no host command may change (the agents' socket's: one
     agent's `rm` would take it from every other), directories covered whole as the state dir is (the
     sandbox workspace roots: every agent's sandbox files, wherever the operator put them), files the
-    gateway reads to decide (its config file,
-    a seccomp profile, known_hosts files: read-only), the home's directories the operator lets host
-    commands write (`[tools.exec] hostWritable`), and the run's own workdir (per run: writable)."""
+    gateway reads to decide (its config file, a seccomp profile, known_hosts files: read-only, made empty
+    when missing), directories whose programs run later (every pathPrepend dir and bwrap rootfs, in
+    `readonly`), the home's directories the operator lets host commands write (`[tools.exec]
+    hostWritable`), and the run's own workdir (only for workdir_note: it is never made writable)."""
 
     hidden: tuple[str, ...] = ()
     readonly: tuple[str, ...] = ()
@@ -191,15 +195,151 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def protected(
-    state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
+def link_hops(path: str, limit: int = 40, links: dict[str, bool] | None = None) -> list[str]:
+    """Every link followed on the way from `path` to its file, in order, each named with a link-free
+    directory (a link named by a link, a link on the directory part): re-pointing any one of them makes
+    the path another file, so each is kept as the file is."""
+    hops: list[str] = []
+    resolved = os.sep
+    pending = os.path.abspath(path).split(os.sep)[1:]
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        here = (resolved if resolved != os.sep else "") + os.sep + part
+        known = links.get(here) if links is not None else None
+        if known is None:
+            known = os.path.islink(here)
+            if links is not None:
+                links[here] = known  # one lstat per name for a batch of paths
+        if not known:
+            resolved = here
+            continue
+        hops.append(here)
+        if len(hops) > limit:
+            break  # a loop: nothing reads through it
+        try:
+            target = os.readlink(here)
+        except OSError:
+            break
+        if target.startswith(os.sep):
+            resolved = os.sep
+        pending = target.split(os.sep) + pending
+    return hops
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(1 << 20)
+    except OSError:
+        return None
+
+
+# One git config file's include lines as git reads them, by (file, its bytes): git runs only when one
+# of the files changed (the bytes are read on every view: 10 us; git itself takes ms).
+_INCLUDES: dict[tuple[str, bytes], tuple[str, ...]] = {}
+_INCLUDE_DEPTH = 10  # git's own limit on nested includes
+
+
+def _includes_of(path: str, home: str) -> tuple[str, ...]:
+    """The files one git config file includes (`include.path` and every `includeIf.*.path`, whatever
+    the condition), as git reads the values (`--type=path`: `~` expanded), relative ones resolved
+    against the including file's own name as git resolves them; present or not."""
+    data = _read(path)
+    if data is None:
+        return ()
+    key = (path, data)
+    cached = _INCLUDES.get(key)
+    if cached is not None:
+        return cached
+    git = sysbin.which("git")
+    found: list[str] = []
+    if git is not None:
+        # Neutral: no system or global config, no repository; git parses this one file and nothing more.
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": home,
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+        }
+        proc = subprocess.run(
+            [git, "config", "--file", "-", "--no-includes", "--null", "--type=path", "--get-regexp",
+             r"^include(if\..*)?\.path$"],
+            input=data, capture_output=True, env=env, cwd=os.sep, check=False,
+        )  # fmt: skip
+        for record in proc.stdout.split(b"\0"):
+            _key, sep, value = record.partition(b"\n")
+            if not sep or not value:
+                continue
+            inc = os.fsdecode(value)
+            found.append(inc if os.path.isabs(inc) else os.path.join(os.path.dirname(path), inc))
+    result = tuple(found)
+    if len(_INCLUDES) > 256:
+        _INCLUDES.clear()
+    _INCLUDES[key] = result
+    return result
+
+
+def includes_known(environ: dict[str, str] | None = None) -> bool:
+    """Whether git_includes can answer from its cache (every file on the way read, none changed): then
+    no git runs, and an event loop may build the view's operations itself."""
+    todo = [(p, 0) for p, _always in trusted_configs(environ)][:3]
+    seen: set[str] = set()
+    while todo:
+        path, depth = todo.pop(0)
+        if path in seen or depth > _INCLUDE_DEPTH:
+            continue
+        seen.add(path)
+        data = _read(path)
+        if data is None:
+            continue
+        cached = _INCLUDES.get((path, data))
+        if cached is None:
+            return False
+        todo += [(inc, depth + 1) for inc in cached]
+    return True
+
+
+def git_includes(
+    environ: dict[str, str] | None = None, configs: list[tuple[str, bool]] | None = None
 ) -> list[str]:
-    """Every path the view keeps from the run's writes (resolved, present or not): the trusted configs
-    and rc files, the trusted dirs, the state dir, what `outside` names, and the PATH's directories (a
-    program found there runs in the gateway's later commands). No writable root may hold one."""
-    env = os.environ if environ is None else environ
+    """Every file the global and system git config include, and the files those include (to git's
+    depth), present or not: git reads each as the operator's config, so each is kept as they are."""
+    home = home_dir(environ)
+    configs = trusted_configs(environ) if configs is None else configs
+    roots = [p for p, _always in configs][:3]  # ~/.gitconfig, the XDG git config, /etc/gitconfig
+    found: list[str] = []
+    todo = [(p, 0) for p in roots]
+    seen: set[str] = set()
+    while todo:
+        path, depth = todo.pop(0)
+        if path in seen or depth > _INCLUDE_DEPTH:
+            continue
+        seen.add(path)
+        for inc in _includes_of(path, home):
+            if inc not in found:
+                found.append(inc)
+            todo.append((inc, depth + 1))
+    return found
+
+
+def trusted_files(
+    state: str,
+    environ: dict[str, str] | None = None,
+    outside: Outside = NOTHING_OUTSIDE,
+    includes: list[str] | None = None,
+) -> list[str]:
+    """What the gateway or a program it trusts reads, by the names it reads them (present or not): the
+    trusted configs, the git includes, the rc files, the trusted dirs, the state dir and what `outside`
+    names (pathPrepend dirs, rootfs, config files, known_hosts among them)."""
     paths = [p for p, _always in trusted_configs(environ)]
-    paths += [os.path.join(home_dir(environ), name) for name in RC_FILES]
+    paths += git_includes(environ) if includes is None else includes
+    home = home_dir(environ)
+    paths += [os.path.join(home, name) for name in RC_FILES]
     paths += [
         *trusted_dirs(environ),
         state,
@@ -208,6 +348,19 @@ def protected(
         *outside.readonly,
         *outside.files,
     ]
+    return list(dict.fromkeys(os.path.abspath(p) for p in paths))
+
+
+def protected(
+    state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
+) -> list[str]:
+    """Every path the view keeps from the run's writes (resolved, present or not): trusted_files, every
+    link on the way to each, and the PATH's directories (a program found there runs in the gateway's
+    later commands). No writable root may hold one."""
+    env = os.environ if environ is None else environ
+    paths = trusted_files(state, environ, outside)
+    links: dict[str, bool] = {}
+    paths += [hop for p in list(paths) for hop in link_hops(p, links=links)]
     paths += [p for p in env.get("PATH", "").split(":") if p.startswith("/")]
     return sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})
 
@@ -215,17 +368,9 @@ def protected(
 def writable_roots(
     state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
 ) -> list[str]:
-    """The directories of the home bound back writable: the operator's `hostWritable` ones, and the run's
-    workdir unless one of them holds it. Outside the home everything is writable as before: nothing to
-    bind there."""
-    configured = _configured_roots(state, environ, outside)
-    workdir = _workdir_root(state, environ, outside, configured)
-    return configured if workdir is None else [*configured, workdir]
-
-
-def _configured_roots(state: str, environ: dict[str, str] | None, outside: Outside) -> list[str]:
-    """`hostWritable`'s directories in the home; refused (HostViewError, naming the key) when one is
-    the home itself or holds a protected path."""
+    """The directories of the home bound back writable: the operator's `hostWritable` ones and nothing
+    else (never a directory the agent names: any directory of the home may hold what something reads).
+    Outside the home everything is writable as before but what is protected: nothing to bind there."""
     home = home_dir(environ)
     roots: list[str] = []
     for given in outside.writable:
@@ -238,59 +383,31 @@ def _configured_roots(state: str, environ: dict[str, str] | None, outside: Outsi
         if holds:
             raise HostViewError(
                 f"[tools.exec] hostWritable names {given}, which holds {holds[0]} (the home directory, or a "
-                "file the gateway or the operator's shells trust): name a directory that holds none"
+                "file the gateway or the operator's shells trust, or a link on the way to one): name a "
+                "directory that holds none"
             )
         roots.append(root)
     return roots
 
 
-def _workdir_root(
-    state: str, environ: dict[str, str] | None, outside: Outside, configured: list[str]
-) -> str | None:
-    """The run's workdir, when it is in the home outside every configured root and may be written: bound
-    writable for this run. Not when it is the home itself (exec's default workdir), holds a protected
-    path, or lies in a dot-directory of the home (~/.local, ~/.config: where programs keep their code
-    and config): the run then writes nothing in the home (workdir_note says so)."""
+def workdir_note(state: str, outside: Outside) -> str | None:
+    """A warning for a run whose workdir is in the home but under no `hostWritable` dir (it writes
+    nothing in the home), naming what to change; None outside the home, under a listed dir, or for the
+    home itself (exec's default workdir, read-only as documented: no note on every run)."""
     if outside.workdir is None:
         return None
     cwd = os.path.realpath(outside.workdir)
-    if not _inside(cwd, home_dir(environ)) or any(_inside(cwd, r) for r in configured):
-        return None
-    return cwd if _workdir_problem(state, environ, outside) is None else None
-
-
-def _workdir_problem(state: str, environ: dict[str, str] | None, outside: Outside) -> str | None:
-    home = home_dir(environ)
-    cwd = os.path.realpath(outside.workdir or home)
-    if cwd == home:
-        return "is the home directory"
-    holds = [p for p in protected(state, environ, outside) if _inside(p, cwd)]
-    if holds:
-        return f"holds {holds[0]}"
-    if any(part.startswith(".") for part in os.path.relpath(cwd, home).split(os.sep)):
-        return "is in a dot-directory of the home"
-    return None
-
-
-def workdir_note(state: str, outside: Outside) -> str | None:
-    """A warning for a run whose workdir, named in the home, is not writable (see _workdir_root), naming
-    what to change; None when its workdir is writable, outside the home, or the home itself."""
-    if outside.workdir is None or not _inside(os.path.realpath(outside.workdir), home_dir()):
+    if not _inside(cwd, home_dir()) or cwd == home_dir():
         return None
     try:
-        if any(
-            _inside(os.path.realpath(outside.workdir), r) for r in _configured_roots(state, None, outside)
-        ):
+        if any(_inside(cwd, r) for r in writable_roots(state, None, outside)):
             return None
     except HostViewError:
         return None  # refused at the spawn, with its own message
-    problem = _workdir_problem(state, None, outside)
-    if problem is None or os.path.realpath(outside.workdir) == home_dir():
-        return None  # the home: exec's default workdir, read-only as documented (no note on every run)
     return (
-        f"The workdir {outside.workdir} {problem}: in the host view the home is read-only but for a "
-        "project workdir and [tools.exec] hostWritable, so this command writes nothing in the home; run it "
-        'in a project directory, add a directory to hostWritable, or set hostView = "none"'
+        f"The workdir {outside.workdir} is in the home but under no [tools.exec] hostWritable directory: "
+        "in the host view the home is read-only but for the hostWritable dirs, so this command writes "
+        'nothing in the home; add its project directory to hostWritable, or set hostView = "none"'
     )
 
 
@@ -319,24 +436,74 @@ def _fixed_ancestors(paths: list[str], home: str) -> list[str]:
     return sorted(found, key=lambda d: (d.count(os.sep), d))
 
 
+def _made(path: str, *, directory: bool) -> None:
+    """A missing protected path outside the home made now, by the gateway, empty (a directory 0700, a
+    file 0600, created exclusively: never over what is there), with its missing parents (0700), so it is
+    bound read-only like a present one: an empty PATH dir finds nothing, an empty rootfs runs nothing,
+    an empty known_hosts trusts no key and an empty config sets nothing. bwrap never makes a mountpoint
+    on the host; what this user cannot create, its commands cannot either."""
+    if os.path.exists(path):
+        return
+    path = os.path.realpath(path)  # a dangling link's target: made where the link points
+    if os.path.lexists(path) or not _creatable(path):
+        return
+    with contextlib.suppress(FileExistsError):
+        os.makedirs(path if directory else os.path.dirname(path), mode=0o700, exist_ok=True)
+        if not directory:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+
+
+def _hop_dirs(trusted: list[str], state: str, home: str) -> list[str]:
+    """The directories outside the home holding a link on the way to a trusted file: each is bound
+    read-only (a link that is no mountpoint is re-pointed by a rename in its directory). Not `/` (a
+    gateway that may write `/` gives its commands the system anyway); a world-writable one (/tmp) is
+    refused: binding it read-only would take it from every run."""
+    found: list[str] = []
+    links: dict[str, bool] = {}
+    for path in trusted:
+        for hop in link_hops(path, links=links):
+            parent = os.path.dirname(hop)
+            if parent == os.sep or _inside(parent, home) or _under(parent, state) or parent in found:
+                continue
+            if not _changeable(parent):
+                continue
+            if os.stat(parent).st_mode & 0o002:
+                raise HostViewError(
+                    f"{path} is reached through the link {hop}, in a directory every run may change "
+                    f"({parent}): point the gateway's configuration at the file itself"
+                )
+            found.append(parent)
+    return found
+
+
 def view_args(
     state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
 ) -> list[str]:
-    """The bwrap operations of the host view: the home read-only as a whole, then the writable roots
-    (hostWritable, the run's workdir) bound back writable over it; the gateway's own inputs read-only,
-    the state dir covered (after them: a state dir inside the install is still covered), the trusted
-    configs read-only (a link's target outside the home too), what the gateway holds outside the state
-    dir (`outside`) hidden or read-only, and every directory above a protected path or the home that a
-    command could rename fixed in place first."""
+    """The bwrap operations of the host view: the home read-only as a whole, then the `hostWritable`
+    dirs bound back writable over it; the gateway's own inputs read-only, the state dir covered (after
+    them: a state dir inside the install is still covered), the trusted configs and git includes
+    read-only (a link's target outside the home too, and the directory of every link outside the home on
+    the way), what the gateway holds outside the state dir (`outside`) hidden or read-only (made empty
+    first when missing), and every directory above a protected path or the home that a command could
+    rename fixed in place first."""
     home = home_dir(environ)
     roots = writable_roots(state, environ, outside)
     configs = trusted_configs(environ)
+    includes = git_includes(environ, configs)
+    files = [*outside.files, *includes]
+    for d in outside.readonly:
+        if not _inside(os.path.realpath(d), home) and not _under(d, state):
+            _made(d, directory=True)
+    for path in files:
+        if not _inside(os.path.realpath(path), home) and not _under(path, state):
+            _made(path, directory=False)
     args: list[str] = []
     if home != os.sep and os.path.isdir(home):
         args += ["--ro-bind", home, home]
     for root in roots:
         args += ["--bind", root, root]
-    for d in [*trusted_dirs(environ), *outside.readonly]:
+    hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes), state, home)
+    for d in [*trusted_dirs(environ), *outside.readonly, *hop_dirs]:
         if os.path.isdir(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
             args += ["--ro-bind", d, d]
     args += ["--tmpfs", state]
@@ -356,35 +523,22 @@ def view_args(
             args += ["--ro-bind", _empty_file(state), os.path.join(cargo, name)]
     bound: list[str] = [home, state, *roots]
     for path, always in configs:
+        if always and not _inside(os.path.realpath(path), home):
+            _made(path, directory=False)  # an XDG_CONFIG_HOME elsewhere: empty reads as no config
         if os.path.exists(path):
-            if not _inside(os.path.realpath(path), home):  # in the home: read-only with it
-                args += ["--ro-bind", path, path]
+            real = os.path.realpath(path)
+            if not _inside(real, home):  # in the home: read-only with it
+                # at its real name: bwrap resolves an absolute link in a destination outside the new
+                # root (it fails), and every name for the file is read-only with one bind
+                args += ["--ro-bind", real, real]
             bound += [os.path.realpath(path)]
-        elif (
-            always
-            and not os.path.lexists(path)
-            and not _inside(os.path.realpath(path), home)
-            and _creatable(path)
-        ):
-            # outside the home (an XDG_CONFIG_HOME elsewhere): an empty read-only file reads as no config,
-            # never written, never made by the command
-            args += ["--ro-bind", _empty_file(state), path]
-            bound += [os.path.abspath(path)]
-    for path in outside.files:
-        if os.path.exists(path) and not _under(path, state):
-            args += ["--ro-bind", path, path]
+    for path in files:
+        if os.path.exists(path) and not _under(path, state) and not _inside(os.path.realpath(path), home):
+            args += ["--ro-bind", os.path.realpath(path), os.path.realpath(path)]
             bound += [os.path.realpath(path)]
-    bound += [*trusted_dirs(environ), *outside.readonly, *outside.hidden, *outside.covered]
+    bound += [*trusted_dirs(environ), *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
     return ["--dev-bind", "/", "/", *(op for d in fixed for op in ("--bind", d, d)), *args]
-
-
-def needs_own_view(state: str, outside: Outside) -> bool:
-    """Whether the run's workdir must be bound writable in a view of its own (it is in the home, outside
-    every hostWritable root): the kept view holds no run's workdir. Refused as writable_roots refuses."""
-    if outside.workdir is None or not _inside(os.path.realpath(outside.workdir), home_dir()):
-        return False
-    return _workdir_root(state, None, outside, _configured_roots(state, None, outside)) is not None
 
 
 def _cover_root(root: str) -> bool:
@@ -405,8 +559,8 @@ def kept_prefix(
     pass and close), the keeper made or re-made here when `make` (blocking a few ms); None when there is
     no helper, or no keeper ready and `make` is false."""
     helper = hostkeeper.helper_path()
-    if helper is None or needs_own_view(state, outside):
-        return None
+    if helper is None or (not make and not includes_known()):
+        return None  # git would have to be asked: the caller's thread does it (make=True)
     ops = view_args(state, outside=replace(outside, workdir=None))
     key = hostkeeper.view_key(bwrap, helper, state, ops)
     keeper = hostkeeper.current(key, state)
@@ -460,9 +614,17 @@ def exit_status(args: object, code: int) -> tuple[int | None, str | None]:
 
 def refuse_hidden_cwd(cwd: str | None, state: str, outside: Outside = NOTHING_OUTSIDE) -> None:
     """A cwd inside the state dir, or a covered sandbox workspace root, would not exist in the view:
-    refused rather than run elsewhere."""
+    refused rather than run elsewhere. A cwd that cannot be resolved now (a link being exchanged under it)
+    is refused too: a clear refusal, never an exception out of the handler."""
     if not cwd:
         return
+    try:
+        _refuse_hidden_cwd(cwd, state, outside)
+    except OSError as exc:
+        raise HostViewError(f"{cwd} cannot be resolved now ({exc.strerror or exc}); nothing ran") from None
+
+
+def _refuse_hidden_cwd(cwd: str, state: str, outside: Outside) -> None:
     if _under(cwd, state):
         raise HostViewError(f"{cwd} is inside the state dir, which gateway-host commands cannot see")
     for root in outside.covered:

@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from engine.commands import gitvet
 from engine.commands.allowlist import AllowlistResult
 from engine.commands.analysis import CommandAnalysis
-from engine.commands.content import script_operand, system_owned
+from engine.commands.filetrust import system_owned
 from engine.commands.gitvet import Finding
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, not_regular, parse_make
 from engine.commands.pipargs import BUILDS, local_path, parse_pip, read_requirements
 from engine.commands.regular import Unreadable, read_regular
+from engine.commands.scriptfiles import script_operand
 from engine.commands.treesafe import is_tree_safe
 from engine.commands.which import real_path
 from engine.statefs import state_dir

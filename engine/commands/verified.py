@@ -11,22 +11,12 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands.content import (
-    CACHE,
-    WRITABLE_MAX_BYTES,
-    ContentBinding,
-    ContentError,
-    ContentItem,
-    hash_fd,
-    open_regular,
-    read_all,
-    reader_of,
-    system_owned,
-    system_stat,
-    venv_of,
-)
+from engine.commands.boundfiles import ContentBinding, ContentItem
+from engine.commands.digests import CACHE, WRITABLE_MAX_BYTES, ContentError, hash_fd, open_regular, read_all
+from engine.commands.filetrust import system_owned, system_stat
 from engine.commands.interpoptions import python_skips_first_line
 from engine.commands.interpreters import name_of
+from engine.commands.scriptfiles import reader_of, venv_of
 from engine.statefs import state_dir
 
 MFD_EXEC = 0x0010  # Linux ≥ 6.3: say the copy is meant to be executed (vm.memfd_noexec=1 would refuse it)

@@ -143,7 +143,8 @@ class NodeConfig:
     host: str
     port: int | None = None  # None: ~/.ssh/config's Port for this host, else 22
     user: str | None = None
-    identity_file: str | None = None
+    identity_file: str | None = None  # the only key the node logs in with (engine.config.nodekeys)
+    identity_agent: str | None = None  # an ssh-agent socket (or "SSH_AUTH_SOCK"), only when named
     known_hosts: str | None = None
     docker_socket: str | None = None
     proxy_jump: str | None = None

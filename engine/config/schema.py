@@ -204,6 +204,7 @@ NODE_KEYS: dict[str, Spec | Table] = {
     "port": Spec("port", "int", minimum=1, maximum=65535),
     "user": Spec("user", "str"),
     "identityFile": Spec("identity_file", "str"),
+    "identityAgent": Spec("identity_agent", "str"),
     "knownHosts": Spec("known_hosts", "str"),
     "dockerSocket": Spec("docker_socket", "str"),
     "proxyJump": Spec("proxy_jump", "str"),

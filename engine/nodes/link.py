@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from engine import jsontext
+from engine.config import nodekeys
 from engine.config.model import NodeConfig
 from engine.display import visible
 from engine.errors import ExecHostError
@@ -242,27 +243,52 @@ class NodeLink:
         kh = known_hosts_file(cfg)
         if not os.path.isfile(kh):
             raise NodeError(host_key_refusal(cfg))
-        # Unset keys (port, user, identityFile) are left to ~/.ssh/config, which asyncssh reads; the
-        # known_hosts file is always ours: host keys are checked whatever the ssh config says.
+        problem = nodekeys.missing(cfg)
+        if problem is not None:
+            raise NodeError(problem)
+        # Host, port and user may come from ~/.ssh/config (asyncssh reads it); the login credentials never
+        # do: only the key and agent the node's table names (engine.config.nodekeys), the ones the host
+        # view hides. No default key, no config IdentityFile or IdentityAgent, no PKCS#11, no agent
+        # forwarding; no ProxyJump or ProxyCommand from the ssh config (a hop would log in with ssh's
+        # default keys): hops are proxyJump's, with the node's credentials.
         options: dict[str, Any] = {
             "known_hosts": kh,  # never None: host keys are always checked
             "keepalive_interval": KEEPALIVE_SEC,
             "keepalive_count_max": 3,
+            "agent_path": None,
+            "pkcs11_provider": None,
+            "agent_forwarding": False,
+            "tunnel": None,
+            "proxy_command": None,
         }
         if cfg.port:
             options["port"] = cfg.port
         if cfg.user:
             options["username"] = cfg.user
-        if cfg.identity_file:
-            options["client_keys"] = [os.path.expanduser(cfg.identity_file)]
-        if cfg.proxy_jump:
-            # Each hop is its own connection with the node's known_hosts and keys: asyncssh's string
-            # tunnel would check the jump host against the default file instead.
-            options["tunnel"] = await self._jump(cfg, {k: v for k, v in options.items() if k != "port"})
+        await self._refuse_ssh_config_proxy(cfg)
+        agent = await self._agent(cfg)
         try:
-            self._conn = await asyncio.wait_for(asyncssh.connect(cfg.host, **options), self.connect_timeout)
-        except asyncssh.HostKeyNotVerifiable:
-            raise NodeError(host_key_refusal(cfg), "HOST_KEY_REFUSED") from None
+            keys: list[Any] = list(await agent.get_keys()) if agent is not None else []
+            if cfg.identity_file:
+                keys.append(nodekeys.identity_path(cfg))
+            if not keys:
+                raise NodeError(f"node {self.name}: the ssh-agent at {nodekeys.agent_path(cfg)} holds no key")
+            options["client_keys"] = keys
+            if cfg.proxy_jump:
+                # Each hop is its own connection with the node's known_hosts and credentials: asyncssh's
+                # string tunnel would check the jump host against the default file and log in with the
+                # default keys instead.
+                options["tunnel"] = await self._jump(cfg, {k: v for k, v in options.items() if k != "port"})
+            try:
+                self._conn = await asyncio.wait_for(
+                    asyncssh.connect(cfg.host, **options), self.connect_timeout
+                )
+            except asyncssh.HostKeyNotVerifiable:
+                raise NodeError(host_key_refusal(cfg), "HOST_KEY_REFUSED") from None
+        finally:
+            if agent is not None:
+                agent.close()  # the keys signed what they had to: logged in, or failed
+                await agent.wait_closed()
         command = remote_command(cfg)
         started = time.monotonic()
         self._proc = await self._conn.create_process(command, encoding=None)
@@ -329,6 +355,46 @@ class NodeLink:
             return await asyncio.wait_for(asyncio.shield(future), self.connect_timeout)
         finally:
             self._pending.pop(rid, None)
+
+    async def _agent(self, cfg: NodeConfig) -> asyncssh.SSHAgentClient | None:
+        """The ssh-agent the node's identityAgent names, open for this login; None when it names none."""
+        path = nodekeys.agent_path(cfg)
+        if path is None:
+            return None
+        try:
+            return await asyncssh.connect_agent(path)  # never empty: asyncssh would take $SSH_AUTH_SOCK
+        except (OSError, asyncssh.Error) as exc:
+            text = f"node {self.name}: cannot reach the ssh-agent at {path} (identityAgent): {_why(exc)}"
+            raise NodeError(text) from None
+
+    async def _refuse_ssh_config_proxy(self, cfg: NodeConfig) -> None:
+        """A ProxyJump or ProxyCommand ~/.ssh/config gives this host is refused by name, not dropped in
+        silence: its hop would log in with credentials the host view does not hide."""
+
+        # Loaded here, on the loop's thread: importlib's LazyLoader (engine.lazymod) is not thread-safe, and
+        # a first use from the worker would race the loop's own (asyncssh.Error half-made)
+        options_class = asyncssh.SSHClientConnectionOptions
+
+        def probe() -> tuple[object, object]:
+            opts = options_class(
+                config=(),  # ~/.ssh/config, as asyncssh.connect reads it (the class alone reads none)
+                host=cfg.host,
+                port=cfg.port or (),
+                username=cfg.user or (),
+                client_keys=None,
+                known_hosts=None,
+            )
+            return opts.tunnel, opts.proxy_command
+
+        tunnel, command = await asyncio.to_thread(probe)
+        if tunnel or command:
+            what = f"ProxyJump {tunnel}" if tunnel else "a ProxyCommand"
+            raise NodeError(
+                f"node {self.name}: ~/.ssh/config gives {cfg.host} {what}; exechost does not use it (the hop "
+                "would log in with ssh's own keys, which gateway-host commands can read). Set "
+                f'nodes.{self.name}.proxyJump = "[user@]host[:port]" instead: its hops log in with the '
+                "node's identityFile or identityAgent"
+            )
 
     async def _jump(self, cfg: NodeConfig, options: dict[str, Any]) -> asyncssh.SSHClientConnection:
         try:

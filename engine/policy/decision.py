@@ -25,7 +25,8 @@ from engine.commands.allowlist import (
     pinned_command,
 )
 from engine.commands.analysis import HEREDOC_WARNING, CommandAnalysis, analyze_command, redirections
-from engine.commands.content import ContentBinding, bind
+from engine.commands.boundfiles import ContentBinding
+from engine.commands.content import bind
 from engine.commands.expansion import Expansion, expand
 from engine.commands.hostenv import foreign_env_keys, host_path, own_environ
 from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet, unbound_findings

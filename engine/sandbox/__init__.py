@@ -11,7 +11,7 @@ from typing import Any
 
 from engine.policy.decision import Decision
 from engine.results import ToolError
-from engine.sandbox import bwrap, docker_ops
+from engine.sandbox import bwrap, bwrapterm, docker_ops
 from engine.sandbox import supervisor as sv
 from engine.sandbox.launcher import SandboxLauncher
 from engine.sandbox.manager import Ensured, SandboxError, SandboxManager
@@ -148,7 +148,7 @@ async def prepare_exec(
     has_busybox = known.has_busybox if known else (sv.bin_dir() / "busybox").exists()
     terminal = None
     if settings.backend == "bwrap":
-        terminal = functools.partial(bwrap.terminal, settings, lay, has_busybox, mgr.session_host)
+        terminal = functools.partial(bwrapterm.terminal, settings, lay, has_busybox, mgr.session_host)
     launcher = SandboxLauncher(
         container=lay.name,
         channel=sv.Channel(lay.name),

@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
-from engine.sandbox import bindfds, bwrap, docker_ops, landlock, seccomp
+from engine.sandbox import bindfds, bwraplimits, bwrapview, docker_ops, landlock, seccomp
 from engine.sandbox.browser import BrowserManager, browser_layout, effective_docker
 from engine.sandbox.egress import forwarder
 from engine.sandbox.images import (
@@ -210,7 +210,7 @@ SECCOMP_SHOWN = "<fd: libseccomp filter>"
 def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]) -> dict[str, Any]:
     """The bwrap argv the scope's sandbox starts with (env values redacted), and what bounds it."""
     try:
-        exe = bwrap.find_bwrap()
+        exe = bwrapview.find_bwrap()
     except docker_ops.SandboxUnavailable as exc:
         problems.append(str(exc))
         exe = "bwrap"
@@ -221,7 +221,7 @@ def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]
     shown_layer: dict[str, Any] = layer.to_dict()
     try:
         command = supervisor_command(has_bb)
-        how = bwrap.plan(
+        how = bwrapview.plan(
             settings,
             lay,
             bwrap=exe,
@@ -232,8 +232,8 @@ def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]
             binds=bindfds.shown(d),
         )
         argv = [SECCOMP_SHOWN if a == "-1" else a for a in how.argv]
-        shown_env = bwrap.redacted_env(how.env)
-        limits = {bwrap.PRLIMIT_NAMES[k]: f"{s}:{h}" for k, (s, h) in how.rlimits.items()}
+        shown_env = bwrapview.redacted_env(how.env)
+        limits = {bwrapview.PRLIMIT_NAMES[k]: f"{s}:{h}" for k, (s, h) in how.rlimits.items()}
         if how.ruleset is not None:
             shown_layer.update(how.ruleset.explained())
     except docker_ops.SandboxUnavailable as exc:
@@ -246,7 +246,7 @@ def _bwrap_explained(settings: SandboxSettings, lay: Layout, problems: list[str]
         "argv": argv,
         "env": shown_env,
         "rlimits": limits,
-        "pidsCap": bwrap.pids_cap(),
+        "pidsCap": bwraplimits.pids_cap(),
         "landlock": shown_layer,
         "refusedSyscalls": list(seccomp.REFUSED_SYSCALLS),
         "ignoredDockerKeys": [

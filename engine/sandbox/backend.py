@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine.sandbox import bwrap, docker_ops
+from engine.sandbox import bwrap, bwraprecords, docker_ops
 from engine.sandbox.docker_ops import ContainerState
 from engine.sandbox.settings import SandboxSettings
 
@@ -76,7 +76,7 @@ class BwrapBackend:
 
     def runtimes(self) -> list[Runtime]:
         rows = []
-        for row in bwrap.list_sandboxes():
+        for row in bwraprecords.list_sandboxes():
             labels = {
                 "openclaw.configHash": str(row.get("configHash") or ""),
                 "openclaw.sessionKey": str(row.get("scopeKey") or ""),

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.sessions.events import SystemEvents
+    from engine.sessions.fanout import OutputChunk, OutputSubscription
     from engine.sessions.launcher import Launcher, LocalLauncher, LocalProcess, ProcessHandle, RunSpec
     from engine.sessions.manager import SessionManager
-    from engine.sessions.output import OutputChunk, OutputSubscription
     from engine.sessions.procs import MARKER_ENV, ProcInfo
     from engine.sessions.registry import Session
 
@@ -20,8 +20,8 @@ _EXPORTS: dict[str, str] = {
     "Launcher": "launcher",
     "LocalLauncher": "launcher",
     "LocalProcess": "launcher",
-    "OutputChunk": "output",
-    "OutputSubscription": "output",
+    "OutputChunk": "fanout",
+    "OutputSubscription": "fanout",
     "ProcInfo": "procs",
     "ProcessHandle": "launcher",
     "RunSpec": "launcher",

@@ -223,6 +223,7 @@ def _spec(meta: dict[str, Any]) -> RunSpec:
         operator=meta.get("operator") is True,
         # A restart keeps the refusal; a row from before it knew none is refused too (closed by default).
         input_refused=str(meta.get("inputRefused", "its decision is not known")),
+        input_refused_unless_full=str(meta.get("inputRefusedUnlessFull", "its decision is not known")),
     )
 
 

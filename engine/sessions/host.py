@@ -116,6 +116,7 @@ def session_meta(session_id: str, spec: RunSpec) -> dict[str, Any]:
         "notifyOnExitEmptySuccess": spec.notify_on_exit_empty_success,
         "operator": spec.operator,
         "inputRefused": spec.input_refused,
+        "inputRefusedUnlessFull": spec.input_refused_unless_full,
     }
 
 

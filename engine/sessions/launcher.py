@@ -98,6 +98,9 @@ class RunSpec:
     # Why the agent may not write to this session (`process write`/keys/paste), "" when it may: a run no
     # human approved whose program may read its input as commands (engine.commands.stdindata).
     input_refused: str = ""
+    # Why the agent may not write to it once its policy is no longer `security=full` or elevated, which
+    # let it start unasked and take any input: what an allowlist run of the same command would refuse.
+    input_refused_unless_full: str = ""
     # The id to use when it is free: an approval's run writes it to disk before the spawn (engine.tools.exec).
     session_id: str | None = None
     started_at: int = 0  # filled by the manager: the Session's own start, so a re-read meta lists the same

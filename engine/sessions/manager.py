@@ -20,6 +20,7 @@ from engine.results import ToolError, ToolResult
 from engine.sessions import procs
 from engine.sessions.actions import run_action
 from engine.sessions.events import SystemEvents
+from engine.sessions.fanout import OutputSubscription
 from engine.sessions.host import HostProcess
 from engine.sessions.launcher import (
     Launcher,
@@ -31,7 +32,7 @@ from engine.sessions.launcher import (
     host_workdir,
     run_timeout,
 )
-from engine.sessions.output import DEFAULT_LOG_CAP, OutputSubscription, SessionOutput
+from engine.sessions.output import DEFAULT_LOG_CAP, SessionOutput
 from engine.sessions.procs import KILL_GRACE_SEC
 from engine.sessions.pty import TerminalWatcher
 from engine.sessions.quota import Quota

@@ -113,6 +113,7 @@ def input_refused_now(
     session_key: str,
     overrides: Mapping[str, SessionOverrides],
     store: ApprovalsSource,
+    unless_full: str = "",
 ) -> str:
     """Why the agent may not type into its running sessions under today's policy, '' when it may
     (blocking: reads the approvals file). A session's own input gate is decided when it starts
@@ -140,4 +141,10 @@ def input_refused_now(
         step = policy.step("security")
         where = f" ({step.layer}: {step.key})" if step is not None else ""
         return f"its exec policy is now security=deny{where}; the operator may still type"
+    if unless_full and policy.security != "full" and not policy.bypass_approvals:
+        # The session started unasked under security=full (or elevated): that policy is gone.
+        return (
+            f"it started under security=full and the agent's policy is now security={policy.security}: "
+            f"{unless_full}; the operator may still type"
+        )
     return ""

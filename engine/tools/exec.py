@@ -33,6 +33,7 @@ from engine.commands.pinned import (
 from engine.commands.stdindata import input_refusal
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, VerifiedRun, verify
+from engine.config import nodekeys
 from engine.config.model import Config
 from engine.errors import InvalidInput
 from engine.modes import min_security
@@ -129,7 +130,12 @@ class ExecTool:
             await self._still_as_decided(prepared)
             try:
                 return await self._run(
-                    prepared, call, ctx, prepared.command_to_run(), input_refused=_input_refused(prepared)
+                    prepared,
+                    call,
+                    ctx,
+                    prepared.command_to_run(),
+                    input_refused=_input_refused(prepared),
+                    input_refused_unless_full=_input_refused_unless_full(prepared),
                 )
             except StaleContent as exc:
                 raise ToolError(f"exec denied: {exc}; ask again") from None
@@ -188,6 +194,7 @@ class ExecTool:
         sanitized = sanitize_host_env(os.environ, env_param, block_path_overrides=True)
         env = dict(sanitized.env)
         prepared.warnings += sanitized.warnings
+        nodekeys.drop_hidden_agent(env, nodekeys.hidden_paths(config.nodes.values()))
         env["OPENCLAW_CLI"] = "1"
         env["OPENCLAW_SHELL"] = "exec"
         prepend = config.exec_for(ctx.agent_id).path_prepend
@@ -310,6 +317,7 @@ class ExecTool:
         detached: bool = False,
         session_id: str | None = None,
         input_refused: str = "",
+        input_refused_unless_full: str = "",
     ) -> ToolResult:
         """Start `command` over verified content (raises StaleContent when a bound file changed)."""
         run = await self._verified(prepared, command)
@@ -336,6 +344,7 @@ class ExecTool:
             spec.pass_fds = (*run.fds, *view.fds, *(() if cwd_fd is None else (cwd_fd,)))
             spec.session_id = session_id
             spec.input_refused = input_refused
+            spec.input_refused_unless_full = input_refused_unless_full
             result = await self.sessions.run(spec)
         finally:
             run.close()  # the child holds its own copies of the fds once spawned
@@ -665,5 +674,17 @@ def _input_refused(prepared: Prepared) -> str:
     if prepared.host != "gateway" or policy is None or policy.security != "allowlist":
         return ""
     if policy.bypass_approvals:
+        return ""
+    return input_refusal(prepared.decision.segments)
+
+
+def _input_refused_unless_full(prepared: Prepared) -> str:
+    """What _input_refused would say had the run started under an allowlist, for a host run that
+    `security=full` or elevation let start unasked: its input is open only while that policy lasts
+    (engine.tools.decide.input_refused_now); a move to allowlist closes it as it would close a new run."""
+    policy = prepared.decision.policy
+    if prepared.host != "gateway" or policy is None or _input_refused(prepared):
+        return ""
+    if policy.security != "full" and not policy.bypass_approvals:
         return ""
     return input_refusal(prepared.decision.segments)

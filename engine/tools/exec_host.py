@@ -20,6 +20,7 @@ from engine.commands.hostview import HostViewError, Outside, refuse_hidden_cwd
 from engine.commands.pinned import in_checked_cwd, open_checked_dir, view_for
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify
+from engine.config import nodekeys
 from engine.config.loader import load_config
 from engine.config.model import Config
 from engine.policy.decision import evaluate
@@ -33,20 +34,16 @@ BYTE_CAP = 32 << 20  # bytes one stream may write before the run is killed (`yes
 
 
 def host_outside(config: Config, agent_id: str = "main", workdir: str | None = None) -> Outside:
-    """What the gateway holds outside the state dir, for the host view: every node's SSH identity file and
-    the Docker engine's sockets hidden; the agents' socket's directory read-only (the socket stays
-    reachable, never removable); every file the gateway reads from its config to decide read-only (the
-    config file itself, a seccomp profile, known_hosts files); the operator's `hostWritable` dirs and
-    the run's `workdir`, writable in the home that is read-only otherwise; and every sandbox workspace root,
-    the default and each agent's (covered: one agent's host command never reads or plants another agent's
+    """What the gateway holds outside the state dir, for the host view: every node's login credentials
+    (its identityFile, its identityAgent's socket: engine.config.nodekeys) and the Docker engine's sockets
+    hidden; the agents' socket's directory, every pathPrepend dir and every bwrap rootfs read-only (the
+    socket stays reachable, never removable; program_dirs); every file the gateway reads from its config
+    to decide read-only (the config file itself, a seccomp profile, known_hosts files: made empty first
+    when missing); the operator's `hostWritable` dirs, the only writable ones in the home that is
+    read-only otherwise (the run's `workdir` only for workdir_note); and every sandbox workspace root, the
+    default and each agent's (covered: one agent's host command never reads or plants another agent's
     sandbox files)."""
-    keys = sorted(
-        {
-            os.path.abspath(os.path.expanduser(n.identity_file))
-            for n in config.nodes.values()
-            if n.identity_file
-        }
-    )
+    keys = nodekeys.hidden_paths(config.nodes.values())  # exactly what the node links log in with
     read = {str(config.path)} if config.exists else set()
     read |= {os.path.expanduser(n.known_hosts) for n in config.nodes.values() if n.known_hosts}
     profiles = [config.sandbox.docker.seccomp_profile] + [
@@ -56,12 +53,25 @@ def host_outside(config: Config, agent_id: str = "main", workdir: str | None = N
     sock = config.gateway.agent_socket
     return Outside(
         hidden=tuple(keys) + engine_sockets(),
-        readonly=(os.path.dirname(sock),) if sock else (),
+        readonly=((os.path.dirname(sock),) if sock else ()) + program_dirs(config),
         files=tuple(sorted(os.path.abspath(p) for p in read)),
         writable=tuple(config.exec_for(agent_id).host_writable),
         workdir=workdir,
         covered=workspace_roots(config),
     )
+
+
+def program_dirs(config: Config) -> tuple[str, ...]:
+    """Directories whose programs later runs execute as the operator's: every `pathPrepend` dir (the
+    global one and each agent's: one agent's PATH is no other agent's to plant in) and every bwrap
+    sandbox rootfs (the default and each agent's: every sandbox of that agent runs its programs)."""
+    execs = [config.exec, *(config.exec_for(a) for a in config.agents)]
+    dirs = {p for e in execs for p in e.path_prepend if p and ":" not in p}
+    rootfs = [config.sandbox.bwrap.get("rootfs")]
+    rootfs += [a.sandbox.get("bwrap", {}).get("rootfs") for a in config.agents.values()]
+    dirs |= {r for r in rootfs if isinstance(r, str) and r}
+    found = {os.path.abspath(os.path.expanduser(d)) for d in dirs}
+    return tuple(sorted(d for d in found if d != os.sep))
 
 
 def workspace_roots(config: Config) -> tuple[str, ...]:
@@ -109,6 +119,7 @@ class LocalExecHost:
         except ToolError as exc:
             return ExecOutcome.fail("INVALID_REQUEST", str(exc), "env")
         config = await asyncio.to_thread(load_config, self.config_path)
+        nodekeys.drop_hidden_agent(env, nodekeys.hidden_paths(config.nodes.values()))
         store = ApprovalsStore(self.approvals_path)
         decided = await asyncio.to_thread(
             evaluate,

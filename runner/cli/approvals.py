@@ -19,7 +19,7 @@ from engine.approvals.store import (
     normalize_agent_id,
 )
 from engine.commands.allowlist import COMMAND_HASH_PREFIX, bare_name_path
-from engine.commands.content import writable_pattern_warning
+from engine.commands.filetrust import writable_pattern_warning
 from engine.config.loader import load_config
 from engine.config.model import ConfigError
 from engine.errors import InvalidInput

@@ -50,7 +50,11 @@ def register(subparsers: Subparsers) -> None:
     q.add_argument("--host", required=True)
     q.add_argument("--port", type=int)
     q.add_argument("--user")
-    q.add_argument("--identity-file")
+    q.add_argument("--identity-file", help="the key the gateway logs in with (hidden from host commands)")
+    q.add_argument(
+        "--identity-agent",
+        help='an ssh-agent socket to log in through, or "SSH_AUTH_SOCK" (hidden from host commands)',
+    )
     q.add_argument("--known-hosts")
     q.add_argument("--proxy-jump")
     q.add_argument("--exechost", help="the command on the node (default: exechost)")
@@ -175,6 +179,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         ("port", args.port),
         ("user", args.user),
         ("identityFile", args.identity_file),
+        ("identityAgent", args.identity_agent),
         ("knownHosts", args.known_hosts),
         ("proxyJump", args.proxy_jump),
         ("exechost", args.exechost),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +13,7 @@ from engine.config.loader import load_config
 from engine.config.model import ConfigError
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
 from engine.errors import ExecHostError
-from engine.principals import SHARED_SCOPE, valid_name
+from engine.principals import valid_name
 from engine.protocol.requests import (
     BrowserStart,
     BrowserStatus,
@@ -40,12 +39,7 @@ from runner.cli.common import (
     node_arg,
 )
 from runner.cli.gateway import call, run_verb
-
-# Session keys come from agents: never let them drive the operator's terminal.
-
-
-def _clean(value: Any) -> str:
-    return escape_controls(str(value), keep_lines=True)
+from runner.cli.sandboxtext import clean, format_browsers, format_egress, format_explain, format_list
 
 
 def register(subparsers: Subparsers) -> None:
@@ -202,13 +196,6 @@ def _node_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
 
 
-_DANGEROUS = (
-    "dangerouslyAllowReservedContainerTargets",
-    "dangerouslyAllowExternalBindSources",
-    "dangerouslyAllowContainerNamespaceJoin",
-)
-
-
 def _config(args: argparse.Namespace) -> Any:
     try:
         return load_config(args.config, required=bool(args.config))
@@ -219,45 +206,6 @@ def _config(args: argparse.Namespace) -> Any:
 def _fail(exc: Exception) -> int:
     print(f"exechost: {exc}", file=sys.stderr)
     return 1
-
-
-def compact(ms: int | None) -> str:
-    if not isinstance(ms, int):  # None, or a node's row that says something else
-        return "-"
-    seconds = ms // 1000
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def format_list(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "No sandbox runtimes found."
-    lines = ["📦 Sandbox Runtimes:", ""]
-    for r in rows:
-        status = "🟢 running" if r["running"] else ("⚫ stopped" if r["exists"] else "⚪ missing")
-        image = f"{_clean(r['image'])} ✓" if r["imageMatch"] else f"{_clean(r['image'])} ⚠️  mismatch"
-        config = "✓" if r["configMatch"] else "⚠️  mismatch (recreate to apply)"
-        lines += [
-            f"  {_clean(r['containerName'])}",
-            f"    Status:  {status}",
-            f"    Image:   {image}",
-            f"    Config:  {config}",
-            f"    Backend: {r['backend']}",
-            f"    Age:     {compact(r['ageMs'])}",
-            f"    Idle:    {compact(r['idleMs'])}",
-            f"    Session: {_clean(r['sessionKey'])}",
-            *([f"    Node:    {_clean(r['node'])}"] if r.get("node") else []),
-            "",
-        ]
-    running = sum(1 for r in rows if r["running"])
-    lines.append(f"Total: {len(rows)} ({running} running)")
-    mismatched = sum(1 for r in rows if not r["imageMatch"] or not r["configMatch"])
-    if mismatched:
-        lines.append(f"⚠️  {mismatched} runtime(s) with config mismatch detected.")
-        lines.append("   Run 'exechost sandbox recreate --all' to update all runtimes.")
-    return "\n".join(lines)
 
 
 def _connected_node_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -328,149 +276,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"Pool: {len(spares)} ready container(s) for new scopes (not listed above).")
         for err in node_errors:
             where = f"node {err['node']}" if err.get("node") else "this machine"
-            print(f"⚠️  {_clean(where)}: {_clean(str(err.get('error')))}")
+            print(f"⚠️  {clean(where)}: {clean(str(err.get('error')))}")
     return 0
-
-
-def format_explain(info: dict[str, Any]) -> str:
-    d = info["docker"]
-    lines = [
-        "Effective sandbox:",
-        f"  agentId: {_clean(info['agentId'])}",
-        f"  sessionKey: {_clean(info['sessionKey'])}",
-        f"  mainSessionKey: {_clean(info['mainSessionKey'])}",
-        f"  runtime: {info['runtime']}",
-        f"  mode: {info['mode']}",
-        f"  scope: {info['scope']}  (scopeKey: {_clean(info['scopeKey'])})",
-        f"  workspaceAccess: {info['workspaceAccess']}",
-        f"  workspaceRoot: {info['workspaceRoot']}",
-        f"  workspaceDir: {info['workspaceDir']} -> {d['workdir']} (rw)",
-    ]
-    if info["agentMount"]:
-        lines.append(f"  agentWorkspace: {info['agentMount']} -> /agent (ro)")
-    backend = info.get("backend", "docker")
-    lines += [
-        f"  container: {info['containerName']}",
-        f"  backend: {backend}",
-        f"  configHash: {info['configHash'][:16]}",
-        "",
-    ]
-    if backend == "bwrap" and info.get("bwrap"):
-        lines += [*_bwrap_lines(info["bwrap"]), ""]
-    lines += [
-        "Docker:"
-        if backend == "docker"
-        else "Docker keys (workdir, env, tmpfs, limits, binds apply to bwrap):",
-        f"  image: {d['image']}",
-        f"  readOnlyRoot: {str(d['readOnlyRoot']).lower()}  network: {d['network']}  "
-        f"capDrop: {','.join(d['capDrop']) or '-'}  pidsLimit: {d['pidsLimit'] or '-'}",
-        f"  tmpfs: {', '.join(d['tmpfs']) or '-'}  user: {d['user'] or '(workspace owner)'}",
-        f"  memory: {d['memory'] or '-'}  memorySwap: {d['memorySwap'] or '-'}  cpus: {d['cpus'] or '-'}  "
-        f"ulimits: {', '.join(f'{k}={v}' for k, v in d['ulimits'].items()) or '-'}",
-        f"  dns: {', '.join(d['dns']) or '-'}  extraHosts: {', '.join(d['extraHosts']) or '-'}",
-        f"  binds: {', '.join(d['binds']) or '-'}",
-        f"  env: {', '.join(d['envKeys']) or '-'}",
-        f"  setupCommand: {d['setupCommand'] or '-'}  pool: {d.get('pool', '-')}",
-        *[f"  ⚠️  {k} = true" for k in _DANGEROUS if d[k]],
-        "",
-        "Tool policy (tools.sandbox.tools; deny first, an empty allow allows all):",
-        f"  allow: {', '.join(info['toolPolicy']['allow']) or '(all)'}",
-        f"  deny: {', '.join(info['toolPolicy']['deny']) or '-'}",
-        "",
-        *_egress_lines(info.get("egress")),
-        "Browser sandbox (sandbox.browser):",
-        *_browser_lines(info["browser"]),
-        "",
-        "Elevated:",
-        f"  enabled: {str(info['elevated']['enabled']).lower()}",
-    ]
-    if info.get("hostView"):
-        hv = info["hostView"]
-        lines += [
-            "",
-            "Host view (tools.exec.hostView):",
-            f"  mode: {hv['mode']}  bwrap: {hv['bwrap'] or '-'}",
-            f"  kept (entered per run): {hv.get('kept') or '- (a bwrap per run)'}",
-            f"  gateway-host commands see {hv['gatewayHostCommandsSee']}",
-        ]
-    if info["problems"]:
-        lines += ["", "Problems:", *[f"  ✗ {p}" for p in info["problems"]]]
-    if info["mode"] == "non-main" and info["runtime"] == "sandboxed":
-        lines += [
-            "",
-            f"Hint: sandbox mode is non-main; use main session key to run direct: {info['mainSessionKey']}",
-        ]
-    lines += [
-        "",
-        "Fix-it:",
-        '  agents.defaults.sandbox.mode = "off" | "non-main" | "all"',
-        "  agents.list[].sandbox.mode   (per agent)",
-        "  agents.defaults.sandbox.docker.*   then: exechost sandbox recreate --all",
-        "  tools.elevated.enabled",
-        "",
-        "Docs: README.md#sandbox",
-    ]
-    return "\n".join(lines)
-
-
-def _bwrap_lines(b: dict[str, Any]) -> list[str]:
-    """The exact argv, one option per line, as an operator would paste it (env values redacted)."""
-    out = ["Bubblewrap (no daemon; the sandbox's parent is a keeper shell, --die-with-parent):"]
-    out.append(
-        f"  system view: {_clean(b['rootfs']) if b['rootfs'] else 'host /usr, /bin, /lib*, allowlisted /etc'}"
-    )
-    out.append(f"  rlimits: {', '.join(f'{k}={v}' for k, v in b['rlimits'].items()) or '-'}")
-    out.append(f"  pids cap: {b.get('pidsCap') or '-'}")
-    out.append(f"  landlock: {_landlock_line(b.get('landlock') or {})}")
-    env = b.get("env") or {}
-    out.append(f"  env (bwrap's, inherited): {' '.join(f'{k}={_clean(v)}' for k, v in env.items()) or '-'}")
-    out.append("  argv:")
-    argv = [_clean(a) for a in b["argv"]]
-    line: list[str] = []
-    for arg in argv:
-        if arg.startswith("--") and line:
-            out.append("    " + shlex.join(line) + " \\")
-            line = []
-        line.append(arg)
-    if line:
-        out.append("    " + shlex.join(line))
-    return out
-
-
-def _landlock_line(layer: dict[str, Any]) -> str:
-    """Whether the landlock layer is on and what it allows, or why it is off."""
-    if not layer.get("active"):
-        return f"off (kernel ABI {layer.get('abi', 0)}): {_clean(str(layer.get('reason') or '-'))}"
-    rules = layer.get("rules") or {}
-    writes = [p for p, r in rules.items() if "w" in r]
-    execs = [p for p, r in rules.items() if "x" in r]
-    tcp = layer.get("tcp") or {}
-    ports = (
-        tcp
-        if isinstance(tcp, str)
-        else f"bind {tcp.get('bind') or 'none'}, connect {tcp.get('connect') or 'none'}"
-    )
-    return (
-        f"on (kernel ABI {layer.get('abi')}): write {' '.join(map(_clean, writes))}; "
-        f"execute {' '.join(map(_clean, execs))}; TCP {ports}"
-    )
-
-
-def _browser_lines(b: dict[str, Any]) -> list[str]:
-    if not b["enabled"]:
-        return ["  enabled: false  (agents.defaults.sandbox.browser.enabled = true turns it on)"]
-    display = "headless" if b["headless"] else "Xvfb" + (" + noVNC" if b["enableNoVnc"] else "")
-    return [
-        f"  enabled: true  container: {_clean(b['containerName'])}",
-        f"  image: {_clean(b['image'])}  network: {_clean(b['network'])}  display: {display}",
-        f"  ports in the container: cdp {b['cdpPort']}, vnc {b['vncPort']}, noVNC {b['noVncPort']} "
-        "(none published)",
-        f"  access: {b['access']}",
-        f"  autoStart: {str(b['autoStart']).lower()} (waits {b['autoStartTimeoutMs']} ms for CDP)",
-        f"  binds: {', '.join(_clean(x) for x in b['binds']) or '-'}",
-        "  browser tool: "
-        + ("allowed" if b["toolAllowed"] else "denied by tools.sandbox.tools in sandboxed sessions"),
-    ]
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -528,7 +335,7 @@ def cmd_recreate(args: argparse.Namespace) -> int:
         return 0
     print("Sandbox runtimes to be recreated:")
     for r in rows:
-        print(f"  - {_clean(r['containerName'])} [docker] ({'running' if r['running'] else 'stopped'})")
+        print(f"  - {clean(r['containerName'])} [docker] ({'running' if r['running'] else 'stopped'})")
     print(f"Total: {len(rows)} runtime(s)")
     if not args.force:
         try:
@@ -544,12 +351,12 @@ def cmd_recreate(args: argparse.Namespace) -> int:
     for r in rows:
         try:
             if admin.remove(r["containerName"]):
-                print(f"✓ Removed {_clean(r['containerName'])}")
+                print(f"✓ Removed {clean(r['containerName'])}")
                 removed += 1
             else:
                 raise RuntimeError("docker rm -f failed")
         except Exception as exc:
-            print(f"✗ Failed to remove {_clean(r['containerName'])}: {exc}")
+            print(f"✗ Failed to remove {clean(r['containerName'])}: {exc}")
             failed += 1
     print(f"Done: {removed} removed, {failed} failed")
     print("Runtimes will be automatically recreated when the agent is next used.")
@@ -565,9 +372,9 @@ def _recreate_on_node(args: argparse.Namespace) -> int:
     except ExecHostError as exc:
         return _fail(exc)
     for name in res.get("removed") or []:
-        print(f"✓ Removed {_clean(name)}")
+        print(f"✓ Removed {clean(name)}")
     for row in res.get("failed") or []:
-        print(f"✗ Failed to remove {_clean(row.get('containerName'))}: {_clean(row.get('error'))}")
+        print(f"✗ Failed to remove {clean(row.get('containerName'))}: {clean(row.get('error'))}")
     print(f"Done: {len(res.get('removed') or [])} removed, {len(res.get('failed') or [])} failed")
     print("Runtimes will be automatically recreated when the agent is next used.")
     return 1 if res.get("failed") else 0
@@ -587,7 +394,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
         except (OSError, WorkspaceError) as exc:
             return _fail(exc)
         staged.append({"file": name, "path": f"{settings.docker.workdir}/{inside}", "bytes": len(data)})
-    text = "\n".join(f"{_clean(s['file'])} -> {_clean(s['path'])} ({s['bytes']} bytes)" for s in staged)
+    text = "\n".join(f"{clean(s['file'])} -> {clean(s['path'])} ({s['bytes']} bytes)" for s in staged)
     emit(text, {"staged": staged, "workspace": lay.sandbox_workspace}, args.json)
     return 0
 
@@ -602,7 +409,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     except (SandboxUnavailable, ExecHostError) as exc:
         return _fail(exc)
     for name in removed:
-        print(f"✓ Removed {_clean(name)}")
+        print(f"✓ Removed {clean(name)}")
     print(f"Pruned {len(removed)} runtime(s).")
     return 0
 
@@ -611,7 +418,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
     config = _config(args)
 
     def progress(line: str) -> None:
-        print(f"  {_clean(line)}", flush=True)
+        print(f"  {clean(line)}", flush=True)
 
     tag = admin.setup_target(config, args.flavour)
     flavour = args.flavour or admin.setup_flavour(tag)
@@ -647,31 +454,15 @@ def cmd_browser(args: argparse.Namespace) -> int:
         print(format_browsers(result.get("browsers") or []))
     elif verb == "start":
         for warning in result.get("warnings") or []:
-            print(f"⚠️  {_clean(warning)}")
-        print(f"Browser sandbox {_clean(result['containerName'])} is running (CDP answers).")
+            print(f"⚠️  {clean(warning)}")
+        print(f"Browser sandbox {clean(result['containerName'])} is running (CDP answers).")
     elif verb == "stop":
         done = "Removed" if result.get("removed") else "No container"
-        print(f"{done}: {_clean(result['containerName'])}")
+        print(f"{done}: {clean(result['containerName'])}")
     else:
         print(f"CDP:   {result.get('cdpUrl')}")
         print(f"noVNC: {result.get('noVncUrl') or '- (headless or enableNoVnc = false)'}")
     return 0
-
-
-def _egress_lines(e: dict[str, Any] | None) -> list[str]:
-    if not e:  # (a node that predates egress)
-        return []
-    lines = ["Egress (sandbox.egress; names decided by the gateway's proxy):", f"  mode: {e['mode']}"]
-    if e["mode"] != "none":
-        lines += [
-            f"  allow: {', '.join(e['allow']) or '-'}",
-            f"  deny: {', '.join(e['deny']) or '-'}",
-            f"  ask: {str(e['ask']).lower()}  resolve: "
-            + (", ".join(f"{k}={v}" for k, v in e["resolve"].items()) or "-"),
-            f"  maxConnections: {e.get('maxConnections', '-')}",
-            f"  proxy: {e['proxy']} inside, {e['socket']} on the host",
-        ]
-    return [*lines, ""]
 
 
 def cmd_egress(args: argparse.Namespace) -> int:
@@ -681,50 +472,3 @@ def cmd_egress(args: argparse.Namespace) -> int:
         return 0
     print(format_egress(result.get("connections") or []))
     return 0
-
-
-def format_egress(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "No egress connections recorded."
-    lines = []
-    for r in rows:
-        mark = "✅" if r.get("decision") == "allowed" else "⛔"
-        target = f"{r.get('name')}:{r.get('port')}" if r.get("name") else "(bad request)"
-        size = f"↑{_bytes(r.get('bytesUp'))} ↓{_bytes(r.get('bytesDown'))}"
-        who = f"agent {_clean(r.get('agentId'))}"
-        if r.get("principal") == SHARED_SCOPE:  # any agent's command there, decided as agentId
-            who = f"shared (settings of {_clean(r.get('agentId'))})"
-        lines.append(
-            f"{mark} {_clean(r.get('method') or '-'):7} {_clean(target)}  {r.get('decision')} by "
-            f"{_clean(r.get('decidedBy') or '-')}  {size}  {who} sandbox {_clean(r.get('sandbox'))}"
-        )
-        error = f" — {_clean(r['error'])}" if r.get("error") else ""
-        lines.append(f"     {_clean(r.get('rule') or '')}{error}")
-    return "\n".join(lines)
-
-
-def _bytes(value: Any) -> str:
-    n = float(value or 0)
-    for unit in ("B", "KiB", "MiB"):
-        if n < 1024:
-            return f"{n:.0f}{unit}"
-        n /= 1024
-    return f"{n:.1f}GiB"
-
-
-def format_browsers(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "No browser sandboxes found."
-    lines = ["🌐 Browser Sandboxes:", ""]
-    for r in rows:
-        lines.append(f"  {_clean(r['containerName'])}")
-        lines.append(f"    Status:  {'🟢 running' if r['running'] else '⚫ stopped'}")
-        lines.append(f"    Image:   {_clean(r['image'])}")
-        lines.append(f"    CDP:     {'answers' if r.get('cdp') else '-'}")
-        lines.append(f"    noVNC:   {'yes' if r.get('noVnc') else '-'}")
-        lines.append(f"    Page:    {_clean(r.get('title') or '-')} {_clean(r.get('url') or '')}".rstrip())
-        lines.append(f"    Session: {_clean(r['sessionKey'])}")
-        lines.append("")
-    running = sum(1 for r in rows if r["running"])
-    lines.append(f"Total: {len(rows)} ({running} running)")
-    return "\n".join(lines)

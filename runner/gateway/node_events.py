@@ -15,7 +15,7 @@ from engine.nodes.wire import NodeEvent
 from engine.principals import key_owner
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
-from engine.sessions.output import sanitize
+from engine.sessions.outtext import sanitize
 from runner.gateway import node_limits as limits
 from runner.gateway.node_keys import NodeKeys
 from runner.gateway.node_orphans import Orphans

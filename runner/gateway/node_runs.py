@@ -12,7 +12,7 @@ from typing import Any
 from engine.approvals.pending import ApprovalRecord
 from engine.nodes.link import NodeLink
 from engine.results import ToolResult
-from engine.sessions.output import sanitize
+from engine.sessions.outtext import sanitize
 from engine.tools import exec_asks
 from engine.tools.texts import FOLLOWUP_OUTPUT_CHARS, approval_pending_text
 

@@ -15,7 +15,7 @@ from engine.errors import InvalidInput
 from engine.protocol.frames import Event
 from engine.protocol.methods import EventName
 from engine.sessions import OutputChunk, OutputSubscription, SessionManager
-from engine.sessions.output import TextDecoder, output_frame
+from engine.sessions.outtext import TextDecoder, output_frame
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection

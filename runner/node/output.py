@@ -10,7 +10,7 @@ from typing import Any
 
 from engine.nodes.wire import NodeEvent
 from engine.sessions import OutputChunk, OutputSubscription, SessionManager
-from engine.sessions.output import TextDecoder, output_frame
+from engine.sessions.outtext import TextDecoder, output_frame
 
 FLUSH_SEC = 0.033  # as the gateway's own fan-out: ≤ ~30 frames/s per session
 BATCH_BYTES = 64 * 1024  # escaped JSON of this stays far below the wire's line cap

@@ -21,7 +21,7 @@ RELAY_CHUNK = 256 * 1024
 
 
 class ByteSink(Protocol):
-    """Where the service's bytes go: the link's stdout (serve.Output)."""
+    """Where the service's bytes go: the link's stdout (links.Output)."""
 
     async def write(self, data: bytes) -> None: ...
 

@@ -73,7 +73,8 @@ class NodeService:
         log.warning("node service listening on %s (pid %d)", self.path, os.getpid())
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        from runner.node.serve import NodeServer, Output
+        from runner.node.links import Output
+        from runner.node.serve import NodeServer
 
         ok, why = peer_is_us(writer)
         if not ok:

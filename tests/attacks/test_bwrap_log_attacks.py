@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from engine.sandbox import SandboxManager, bwrap, prepare_exec
+from engine.sandbox import SandboxManager, bwraprecords, prepare_exec
 from tests.helpers.bwrap import bwrap_config, bwrap_mgr, needs_bwrap, run
 
 pytestmark = [pytest.mark.bwrap, needs_bwrap]
@@ -31,4 +31,4 @@ async def test_the_sandbox_log_takes_no_flood_through_proc(bwrap_mgr: SandboxMan
     sx = await prepare_exec(config, "main", "s", None, manager=bwrap_mgr)
     _, out, _ = await run(sx, FLOOD)
     assert "held" in out, out
-    assert os.path.getsize(bwrap.runtime_dir() / f"{sx.container}.log") <= 4096  # not the host's disk
+    assert os.path.getsize(bwraprecords.runtime_dir() / f"{sx.container}.log") <= 4096  # not the host's disk

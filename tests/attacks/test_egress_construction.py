@@ -670,7 +670,7 @@ async def test_the_shared_sandbox_records_its_connections_as_shared(tmp_path: Pa
     assert reply.startswith(b"HTTP/1.1 403")
     (rec,) = records
     assert rec.principal == SHARED and rec.agentId == "agentA" and set(seen) == {"agentA"}
-    from runner.cli.sandbox import format_egress
+    from runner.cli.sandboxtext import format_egress
 
     assert "shared (settings of agentA)" in format_egress([rec.to_json()])
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine.results import ToolError
-from engine.sandbox import SandboxExec, SandboxManager, prepare_exec
+from engine.sandbox import SandboxExec, SandboxManager, bwraprecords, prepare_exec
 from engine.sessions import RunSpec
 from tests.helpers.bwrap import bwrap_config, bwrap_mgr, needs_bwrap, run
 
@@ -160,18 +160,19 @@ async def test_one_agent_cannot_take_every_pid_of_the_host(bwrap_mgr: SandboxMan
     session key in its namespace), so 64 sandboxes at the default 512 took all 32768 pids of this host:
     nothing else could fork. An agent's sandboxes share a pids budget below the host's pid_max, in a cgroup
     of their own (another agent's budget is another cgroup)."""
-    from engine.sandbox import bwrap
 
     config = bwrap_config(extra_sandbox='scope = "session"')
     pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
     groups = {}
     for agent, key in (("a", "agent:a:one"), ("a", "agent:a:two"), ("b", "agent:b:one")):
         sx = await prepare_exec(config, agent, key, None, manager=bwrap_mgr)
-        record = bwrap._read_record(sx.container)
+        record = bwraprecords.read_record(sx.container)
         assert record is not None
         # bwrap (its keeper went back to the gateway's group; its other child drains bwrap's stderr)
         (inner,) = [
-            p for p in bwrap._children(int(record["pid"])) if Path(f"/proc/{p}/comm").read_text() == "bwrap\n"
+            p
+            for p in bwraprecords.children(int(record["pid"]))
+            if Path(f"/proc/{p}/comm").read_text() == "bwrap\n"
         ]
         groups[key] = _pids_ancestors(inner)
     for key, chain in groups.items():
@@ -201,7 +202,7 @@ async def test_one_agent_cannot_pin_the_hosts_memory_in_tmpfs(bwrap_mgr: Sandbox
     await prepare_exec(config, "a", "agent:a:two", None, manager=bwrap_mgr)
     with pytest.raises(ToolError, match=r"this agent's running sandboxes already reserve .* of tmpfs"):
         await prepare_exec(config, "a", "agent:a:three", None, manager=bwrap_mgr)
-    rows = bwrap.list_sandboxes()
+    rows = bwraprecords.list_sandboxes()
     mine = [r for r in rows if r["running"] and str(r.get("owner")).startswith("agent-a-")]
     assert len(mine) == 2 and sum(r["tmpfsBytes"] for r in mine) <= ram // 4, rows
     await prepare_exec(config, "b", "agent:b:one", None, manager=bwrap_mgr)  # another agent's own share

@@ -116,6 +116,8 @@ async def test_class1_a_host_command_plants_ssh_config_the_gateway_runs(
     (home / ".ssh").mkdir(mode=0o700)  # the operator's: it holds the node's key and known_hosts
     known = home / ".ssh" / "known_hosts"
     known.write_text("")
+    key = home / ".ssh" / "id_node"  # named by the node: without a key the link would not reach asyncssh
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     work = tmp_path / "w"
     work.mkdir()
     marker = work / "ran"
@@ -126,7 +128,8 @@ async def test_class1_a_host_command_plants_ssh_config_the_gateway_runs(
     write_config(
         state_dir,
         '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
-        f'[nodes.n1]\nhost = "127.0.0.1"\nport = {_free_port()}\nknownHosts = "{known}"\n',
+        f'[nodes.n1]\nhost = "127.0.0.1"\nport = {_free_port()}\nknownHosts = "{known}"\n'
+        f'identityFile = "{key}"\n',
     )
     ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/cp", arg_pattern=None)
     async with gateway(state_dir):
@@ -523,7 +526,7 @@ echo approved >> ran
 """
 
 
-# Closed (links27): a link in the agent's directory is the agent's (content.links_fixed).
+# Closed (links27): a link in the agent's directory is the agent's (filetrust.links_fixed).
 async def test_class8_a_script_run_through_a_link_rereads_the_relinked_name(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -717,7 +720,7 @@ async def test_class3_one_ask_with_endless_warnings_breaks_the_operators_pending
 # ------------------------------------------------------------------- content binding: a link to a system file
 
 
-# Closed (links27): a link in the agent's directory is the agent's (content.links_fixed).
+# Closed (links27): a link in the agent's directory is the agent's (filetrust.links_fixed).
 async def test_class6_allow_always_on_a_link_to_a_system_binary_saves_the_agents_link(
     state_dir: Path, tmp_path: Path
 ) -> None:
@@ -761,7 +764,7 @@ async def test_class1_a_host_command_creates_the_operators_cargo_config(
     assert not (home / ".cargo" / "config.toml").exists(), "a host command wrote the operator's cargo config"
 
 
-# Closed (links27): a link in the agent's directory is the agent's (content.links_fixed).
+# Closed (links27): a link in the agent's directory is the agent's (filetrust.links_fixed).
 async def test_class6_an_approved_link_to_a_system_binary_is_run_through_the_link(
     state_dir: Path, tmp_path: Path
 ) -> None:

@@ -24,7 +24,7 @@ from engine.policy.precedence import SessionOverrides
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
 from engine.sandbox import bwrap
-from engine.sandbox.bwrap import _mem_total
+from engine.sandbox.bwraplimits import mem_total as _mem_total
 from runner.gateway import overrides_file
 from tests.attacks.rawclient import RawClient
 from tests.helpers.bwrap import needs_bwrap

@@ -20,10 +20,12 @@ from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 
 @pytest.fixture
-def short() -> Iterator[Path]:
-    """A short root for a state dir (its sockets must stay under 107 bytes) and a home."""
+def short(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short root for a state dir (its sockets must stay under 107 bytes) and a home. The state dir is
+    this process's too: an approved run reads its config (hostWritable) from it."""
     root = Path(tempfile.mkdtemp(prefix="l6-", dir="/tmp"))
     os.chmod(root, 0o700)
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(root / "s"))
     try:
         yield root
     finally:
@@ -94,7 +96,7 @@ async def test_class4_allow_always_bash_script_sources_a_planted_bashrc(
     (work / "tool").write_text(f"#!/bin/bash -e\necho built > {short}/done\n")
     (work / "tool").chmod(0o755)
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     async with gateway(state):
         client = await connect(state)
@@ -132,7 +134,7 @@ async def test_class4_allowlisted_bash_c_chain_sources_a_planted_bashrc(
     work = home / "w"
     work.mkdir()
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     store = ApprovalsStore(state / "exec-approvals.json")
     store.add_allowlist("main", "/usr/bin/tee")
     store.add_allowlist("main", "/usr/bin/ls")
@@ -176,7 +178,7 @@ async def test_class4_allow_always_python_runs_a_planted_user_site_pth(
     work.mkdir()
     (work / "app.py").write_text(f"open({str(short / 'done')!r}, 'w').write('ran')\n")
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     async with gateway(state):
         client = await connect(state)
@@ -215,7 +217,7 @@ async def test_class5_perl_dash_s_runs_a_script_found_on_path_not_the_bound_one(
     (home / "bin" / "app.pl").write_text(ran)  # what perl -S runs
     (home / "bin" / "app.pl").chmod(0o755)
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     async with gateway(state):
         client = await connect(state)
@@ -252,7 +254,7 @@ async def test_class4_login_bash_script_sources_an_agent_created_bash_profile(
     work.mkdir()
     (work / "build.sh").write_text(f"echo built > {short}/done\n")
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     async with gateway(state):
         client = await connect(state)
@@ -290,7 +292,7 @@ async def test_class4_allowlisted_git_fetch_runs_ssh_from_an_agent_writable_path
         ["git", "-C", str(work), "remote", "add", "origin", "ssh://git@localhost/r.git"], check=True, env=git
     )
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     store = ApprovalsStore(state / "exec-approvals.json")
     store.add_allowlist("main", "/usr/bin/tee")
     store.add_allowlist("main", "/usr/bin/chmod")
@@ -325,7 +327,7 @@ async def test_class4_the_operators_bash_logout_is_writable_in_the_host_view(
     work = home / "w"
     work.mkdir()
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     async with gateway(state):
         client = await connect(state)
@@ -367,7 +369,7 @@ async def test_class5_allowlisted_git_push_to_a_path_runs_the_destinations_hooks
         env=git,
     )  # fmt: skip
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/git", arg_pattern="push .*")
     async with gateway(state):
         client = await connect(state)
@@ -407,7 +409,7 @@ async def test_class5_allowlisted_git_archive_remote_runs_the_remotes_tar_filter
     ):
         subprocess.run(["git", "-C", str(other), "config", key, value], check=True, env=git)
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist(
         "main", "/usr/bin/git", arg_pattern="archive .*"
     )
@@ -437,7 +439,7 @@ async def test_class4_allow_always_make_runs_a_rewritten_script_its_recipe_names
     (work / "Makefile").write_text("test:\n\tsh run.sh\n")
     (work / "run.sh").write_text(f"echo tested > {short}/done\n")
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     async with gateway(state):
         client = await connect(state)
@@ -469,7 +471,7 @@ async def test_class5_python_dash_x_first_line_runs_under_the_loader(
         f"open({str(short / 'done')!r}, 'w').write('ran')\n"
     )
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     async with gateway(state):
         client = await connect(state)
         try:
@@ -518,7 +520,7 @@ async def test_class5_git_help_reads_a_repository_discover_did_not_find(
         subprocess.run(["git", "-C", str(work), "config", key, value], check=True, env=git)
     layout(work / ".git")
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist(
         "main", "/usr/bin/git", arg_pattern=".*help.*"
     )
@@ -562,7 +564,7 @@ async def test_class5_double_dash_before_the_script_runs_a_file_named_dash_c(
     (work / "app.sh").write_text(f"echo ran > {short}/done\n")
     (work / "-c").write_text(payload.format(pwned=str(short / "pwned")))
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     async with gateway(state):
         client = await connect(state)
         try:
@@ -598,7 +600,7 @@ async def test_class4_allowlisted_git_diff_runs_a_driver_from_a_planted_global_i
     subprocess.run(["git", "-C", str(work), "add", "."], check=True, env=git)
     (work / "a.txt").write_text("two\n")
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     store = ApprovalsStore(state / "exec-approvals.json")
     store.add_allowlist("main", "/usr/bin/tee")
     store.add_allowlist("main", "/usr/bin/git", arg_pattern="diff")
@@ -642,7 +644,7 @@ async def test_class4_allow_always_venv_python_runs_a_pth_in_the_venvs_site_pack
     ).stdout.strip()
     (work / "app.py").write_text(f"open({str(short / 'done')!r}, 'w').write('ran')\n")
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     async with gateway(state):
         client = await connect(state)
@@ -677,7 +679,7 @@ async def test_class5_pip_builds_a_project_a_requirements_line_names_unbound(
     (work / "pkg" / "setup.py").write_text(f"open({str(short / 'done')!r}, 'w').write('ran')\n{setup}")
     (work / "requirements.txt").write_text("./pkg\n")
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/tee")
     command = "/usr/bin/pip download --no-index --no-build-isolation --no-deps -d dl -r requirements.txt"
     async with gateway(state):
@@ -724,7 +726,7 @@ async def test_class5_git_takes_an_abbreviated_program_option(
         ["git", "init", "-q", str(work)], check=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"}
     )
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist(
         "main", "/usr/bin/git", arg_pattern="(-C \\S+ )?(ls-remote|fetch|clone) .*"
     )
@@ -765,7 +767,7 @@ async def test_class5_git_internal_submodule_helper_foreach_runs_a_command(
         ["git", "-C", str(work), "add", "sub", ".gitmodules"], check=True, env=git, capture_output=True
     )
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist(
         "main", "/usr/bin/git", arg_pattern="submodule.*"
     )
@@ -808,7 +810,7 @@ async def test_class5_git_upload_archive_runs_the_named_repositorys_tar_filter(
     ):
         subprocess.run(["git", "-C", str(other), "config", key, value], check=True, env=git)
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/git")
     request = "001bargument --format=evil\n0012argument main\n0000"
     async with gateway(state):
@@ -838,7 +840,7 @@ async def test_class5_git_for_each_repo_runs_an_unvetted_git_command_line(
     subprocess.run(["git", "init", "-q", str(work)], check=True, env=git)
     subprocess.run(["git", "-C", str(work), "config", "branch.x.description", "."], check=True, env=git)
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/git")
     command = f"git for-each-repo --config=branch.x.description -- -c 'alias.x=!touch {short}/pwned' x"
     async with gateway(state):
@@ -916,7 +918,7 @@ async def test_class5_python_loader_imports_no_customize_module_from_the_cwd(
     for name in ("usercustomize.py", "sitecustomize.py"):
         (work / name).write_text(f"open({str(short / 'pwned')!r}, 'w').write({name!r})\n")
     state = _state(short)
-    write_config(state, ALLOWLIST)
+    write_config(state, f'{ALLOWLIST}hostWritable = ["{work}"]\n')
     async with gateway(state):
         client = await connect(state)
         try:

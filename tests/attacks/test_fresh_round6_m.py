@@ -659,7 +659,7 @@ async def test_class8_the_gateway_runs_a_program_an_agent_planted_on_its_path(
     state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The gateway looks its own helpers up on its PATH at use: `prlimit` for every PTY command of a bwrap
-    sandbox (bwrap.terminal), `cc` for the static helpers, `busybox` for the bin mount. A PATH that starts
+    sandbox (bwrapterm.terminal), `cc` for the static helpers, `busybox` for the bin mount. A PATH that starts
     in the operator's home (~/.local/bin, ~/.cargo/bin, ~/.pyenv/shims: this machine's own PATH starts
     with /root/.cargo/bin) is a directory the host view leaves writable. Allowlisted `mkdir`, `cp` and
     `tee` (tee keeps the copied file's mode) plant `prlimit` there; the next sandboxed PTY command runs it

@@ -1,4 +1,6 @@
-"""Fresh round 7 n: the host view's writable workdir against what later runs read or execute."""
+"""Fresh round 7 n: the host view's writable workdir against what later runs read or execute (closed:
+the home is writable only under hostWritable, and what a trusted reader reads is kept, present or not,
+through every link on its way)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.attacks.harness import attempt, tool
+from tests.attacks.harness import ALLOWLIST, attempt, tool
 from tests.helpers.bwrap import needs_bwrap
 
 pytestmark = needs_bwrap
@@ -35,12 +37,6 @@ def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a [tools.exec] pathPrepend dir in the home is not protected (hostview.protected reads only "
-    "the gateway's own PATH): a run with that dir as workdir writes it, and a later allowlisted egrep "
-    "(`exec grep`) runs the planted grep",
-)
 async def test_path_prepend_dir_in_home_is_not_a_writable_workdir(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -75,13 +71,6 @@ def _git(cwd: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a file the operator's ~/.gitconfig includes (`[include] path = dotfiles/git.inc`) is in no "
-    "dot-directory and on no protected list, so a run whose workdir holds it writes it: git config every "
-    "later git reads as the operator's (a diff textconv it names ran from an allowlisted `git log -p`; "
-    "the operator's own git reads it too)",
-)
 async def test_a_file_the_global_git_config_includes_is_not_writable(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -115,12 +104,6 @@ async def test_a_file_the_global_git_config_includes_is_not_writable(
     assert "textconv" not in (dotfiles / "git.inc").read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a package `npm install` put in ~/node_modules (no dot-directory) is a writable workdir: a "
-    "run there rewrites it, and every node program under the home that requires it (the operator's too) "
-    "loads the agent's code; the writable workdir is any non-dot directory, not one the operator named",
-)
 async def test_the_homes_node_modules_is_not_a_writable_workdir(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -151,12 +134,6 @@ def _linked_gitconfig(home: Path, hops: int) -> Path:
     return dotfiles
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: protected() holds a trusted config's own path and its final target, not the links between: "
-    "with ~/.gitconfig -> dotfiles/gitconfig -> ../Sync/gitconfig, a run in ~/dotfiles re-points the middle "
-    "link, and the operator's global git config is the agent's file",
-)
 async def test_a_middle_link_of_the_global_git_config_cannot_be_repointed(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -191,12 +168,6 @@ async def test_the_single_link_target_of_the_global_git_config_is_not_writable(
     assert "fsmonitor" not in (home / ".gitconfig").read_text(), plant["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's knownHosts outside the home is bound read-only only once it exists; while it is "
-    "missing (the refusal tells the operator to `ssh-keyscan >> FILE`, which appends) a host command "
-    "creates it, and the agent's host key stays trusted for that node",
-)
 async def test_a_missing_known_hosts_outside_the_home_cannot_be_created(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,18 +194,20 @@ async def test_a_missing_known_hosts_outside_the_home_cannot_be_created(
         workdir=str(work),
     )
     assert plant["status"] == "completed", plant["_text"]
-    assert not known.exists()
+    # The gateway made it empty (0600) and bound it read-only: it trusts no key, and `ssh-keyscan >>` works.
+    assert known.read_text() == "" and known.stat().st_mode & 0o777 == 0o600, plant["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node without identityFile logs in with the default keys asyncssh finds (~/.ssh/id_*, "
-    "~/.ssh/config's IdentityFile); only a configured identityFile is hidden, ~/.ssh is merely read-only, "
-    "so an allowlisted `cat` reads the key that speaks to the node as the gateway",
-)
 async def test_the_default_ssh_key_a_node_logs_in_with_is_hidden(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Closed by construction (engine.config.nodekeys): a node logs in only with the credentials its table
+    names, and the host view hides exactly those. ~/.ssh/id_ed25519 is no node's credential unless named:
+    a node without identityFile refuses to log in (naming the key to set) and never tries it; once the
+    table names it, an allowlisted `cat` reads an empty file."""
+    from engine.config.model import NodeConfig
+    from engine.nodes.link import NodeError, NodeLink
+
     home = _home(short, monkeypatch)
     ssh = home / ".ssh"
     ssh.mkdir(mode=0o700)
@@ -243,12 +216,64 @@ async def test_the_default_ssh_key_a_node_logs_in_with_is_hidden(
     key.chmod(0o600)
     known = short / "known_hosts"
     known.write_text("")
+    link = NodeLink(NodeConfig("build", "127.0.0.1", port=1, known_hosts=str(known)), reconnect=False)
+    with pytest.raises(NodeError, match=r"node build: no login key is set.*nodes\.build\.identityFile"):
+        await link.ensure()
+    await link.close()
     config = (
         '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
         f'[nodes.build]\nhost = "127.0.0.1"\nport = 1\nknownHosts = "{known}"\n'
+        'identityFile = "~/.ssh/id_ed25519"\n'
     )
     run = await attempt(short / "state", f"cat {key}", allow=[("/usr/bin/cat", None)], config=config)
+    assert run["status"] == "completed", run["_text"]
     assert "THE-GATEWAYS-NODE-LOGIN-KEY" not in run["_text"]
+
+
+async def test_the_ssh_agent_a_node_logs_in_through_is_hidden(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node that logs in through the gateway's ssh-agent (`identityAgent = "SSH_AUTH_SOCK"`): host runs
+    get no SSH_AUTH_SOCK, and the socket itself, named outright by a script, is an empty file: the agent
+    that signs the node's login signs nothing for them."""
+    from tests.helpers.sshd import ssh_agent
+
+    _home(short, monkeypatch)
+    key = short / "nodekey"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "NODE-LOGIN", "-f", str(key)], check=True
+    )
+    known = short / "known_hosts"
+    known.write_text("")
+    config = (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        'treeSafe = ["lister", "probe"]\n'  # they load no code from their workdir
+        f'[nodes.build]\nhost = "127.0.0.1"\nport = 1\nknownHosts = "{known}"\n'
+        'identityAgent = "SSH_AUTH_SOCK"\n'
+    )
+    agent_dir = short / "agent"
+    agent_dir.mkdir(mode=0o700)
+    work = short / "work"  # an empty workdir: nothing there for a tool to load
+    work.mkdir()
+    with ssh_agent(agent_dir / "sock", key) as sock:
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        lister = tool(
+            short / "scratch" / "lister",
+            '#!/bin/sh\necho "sock=${SSH_AUTH_SOCK:-none}"\nexec /usr/bin/ssh-add -L\n',
+        )
+        listed = await attempt(
+            short / "state", str(lister), allow=[(str(lister), None)], config=config, workdir=str(work)
+        )
+        probe = tool(
+            short / "scratch" / "probe", f"#!/bin/sh\nSSH_AUTH_SOCK={sock} exec /usr/bin/ssh-add -L\n"
+        )
+        named = await attempt(
+            short / "state", str(probe), allow=[(str(probe), None)], config=config, workdir=str(work)
+        )
+    for run in (listed, named):
+        assert run["status"] == "completed", run["_text"]
+        assert "NODE-LOGIN" not in run["_text"] and "ssh-ed25519" not in run["_text"], run["_text"]
+    assert "sock=none" in listed["_text"], listed["_text"]
 
 
 async def test_an_existing_known_hosts_directory_cannot_be_renamed_away(
@@ -293,8 +318,13 @@ async def test_a_workdir_linked_into_a_dot_directory_writes_nothing(
     (home / ".config" / "git").mkdir(parents=True)
     project = home / "proj"
     project.mkdir()
+    config = f'{ALLOWLIST}hostWritable = ["{project}"]\n'  # the project the operator lets runs write
     link = await attempt(
-        short / "state", "ln -s ../.config cfg", allow=[("/usr/bin/ln", None)], workdir=str(project)
+        short / "state",
+        "ln -s ../.config cfg",
+        allow=[("/usr/bin/ln", None)],
+        workdir=str(project),
+        config=config,
     )
     assert link["status"] == "completed" and (project / "cfg").is_symlink(), link["_text"]
     payload = short / "scratch" / "cfg"
@@ -305,16 +335,11 @@ async def test_a_workdir_linked_into_a_dot_directory_writes_nothing(
         f"cp {payload} git/config",
         allow=[("/usr/bin/cp", None)],
         workdir=str(project / "cfg"),
+        config=config,
     )
     assert not (home / ".config" / "git" / "config").exists(), plant["_text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the bwrap sandboxes' rootfs (`[agents.defaults.sandbox.bwrap] rootfs`) is in no Outside "
-    "list: one agent's allowlisted host `cp` replaces a program every agent's sandbox runs (and a sandbox "
-    "terminal execs the rootfs's bwrap after nsenter, before its cap-drop, seccomp and landlock)",
-)
 async def test_the_sandbox_rootfs_is_not_writable_by_host_commands(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

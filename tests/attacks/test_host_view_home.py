@@ -42,17 +42,19 @@ def test_renaming_a_protected_files_directory_plants_no_xdg_git_config(state_dir
 
 
 @needs_bwrap
-def test_nothing_in_the_home_is_writable_but_the_workdir(state_dir: Path) -> None:
-    """Not a list: the user site's .pth, a missing ~/.bashrc, ~/bin on PATH, an include of ~/.gitconfig —
-    whatever a program reads from the home next — none can be made or changed; the workdir can."""
+def test_nothing_in_the_home_is_writable_but_host_writable(state_dir: Path) -> None:
+    """Not a list: the user site's .pth, a missing ~/.bashrc, ~/bin on PATH, an include of ~/.gitconfig,
+    ~/node_modules, the workdir the agent names — whatever a program reads from the home next — none can
+    be made or changed; the directory the operator lists in hostWritable can."""
     home = Path.home()
     (home / "proj").mkdir()
+    (home / "other").mkdir()
     site = home / ".local" / "lib" / "python3" / "site-packages"
     targets = [site / "zz.pth", home / ".bashrc", home / "bin" / "ssh", home / ".gitconfig.local"]
+    targets += [home / "node_modules" / "x" / "index.js", home / "other" / "f"]
     script = "; ".join(f"mkdir -p {t.parent}; echo x > {t}" for t in targets)
-    out = _run(
-        f"{script}; echo y > {home}/proj/f && echo proj-ok", hostview.Outside(workdir=str(home / "proj"))
-    )
+    outside = hostview.Outside(writable=(str(home / "proj"),), workdir=str(home / "other"))
+    out = _run(f"{script}; echo y > {home}/proj/f && echo proj-ok", outside)
     assert "proj-ok" in out, out
     assert not any(t.exists() for t in targets)
     assert (home / "proj" / "f").read_text() == "y\n"
@@ -79,17 +81,20 @@ def test_a_config_outside_the_home_cannot_be_written_or_its_directory_renamed(
 
 
 @needs_bwrap
-@pytest.mark.parametrize("where", ["home", "dot", "holds-path-entry"])
-def test_a_workdir_that_is_the_home_or_holds_what_it_trusts_is_not_writable(
+@pytest.mark.parametrize("where", ["home", "dot", "holds-path-entry", "project"])
+def test_a_workdir_the_agent_names_in_the_home_is_not_writable(
     state_dir: Path, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """exec's default workdir is $HOME; an agent may name ~/.local/lib/…/site-packages or ~/tools (holding
-    ~/tools/bin on PATH) as its workdir: none becomes writable, and the run is told which key to change."""
+    """exec's default workdir is $HOME; an agent may name ~/.local/lib/…/site-packages, ~/tools (holding
+    ~/tools/bin on PATH) or any plain directory as its workdir: none becomes writable (only hostWritable
+    is), and the run is told which key to change."""
     home = Path.home()
     (home / ".local" / "x").mkdir(parents=True)
     (home / "tools" / "bin").mkdir(parents=True)
+    (home / "proj").mkdir()
     monkeypatch.setenv("PATH", f"{home}/tools/bin:/usr/bin:/bin")
-    workdir = {"home": home, "dot": home / ".local" / "x", "holds-path-entry": home / "tools"}[where]
+    named = {"dot": home / ".local" / "x", "holds-path-entry": home / "tools", "project": home / "proj"}
+    workdir = named.get(where, home)
     outside = hostview.Outside(workdir=str(workdir))
     ops = hostview.view_args(str(state_dir), outside=outside)
     assert not [i for i, op in enumerate(ops) if op == "--bind" and ops[i + 1] == str(workdir)], ops
@@ -100,7 +105,8 @@ def test_a_workdir_that_is_the_home_or_holds_what_it_trusts_is_not_writable(
         assert note is None
     else:
         assert note is not None and "hostWritable" in note, note
-    assert hostview.workdir_note(str(state_dir), hostview.Outside(workdir=str(home / "proj"))) is None
+    listed = hostview.Outside(workdir=str(home / "proj" / "sub"), writable=(str(home / "proj"),))
+    assert hostview.workdir_note(str(state_dir), listed) is None
 
 
 def test_host_writable_dirs_are_bound_writable_and_checked(state_dir: Path) -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from engine.nodes.wire import Hello, Request, Response, decode, encode
 from runner.node.budget import MAX_BAD_FRAMES
-from runner.node.serve import NodeServer, Output
+from runner.node.links import Output
+from runner.node.serve import NodeServer
 
 
 def _unreadable(rid: str) -> bytes:

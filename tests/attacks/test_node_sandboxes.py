@@ -34,7 +34,7 @@ async def test_naming_a_node_never_leaves_the_sandbox(
     node's own shell: the node's files are not there and the marker lands nowhere on the node."""
     alpha = node_sandboxes[0]
     configure(state_dir, node_sandboxes, sandbox_node=None)
-    marker = alpha.root / "escaped"
+    marker = alpha.marks / "escaped"
     async with gateway(state_dir):
         agent = await connect(state_dir, "agent")
         res = await agent.request(
@@ -99,7 +99,7 @@ async def test_a_node_without_sandbox_support_is_never_sent_a_sandboxed_command(
         "caps": ["system.run", "system.which"],
         "pathEnv": "",
     }
-    got = alpha.root / "got-request"
+    got = alpha.marks / "got-request"
     script = _hostile_exechost(
         alpha,
         f"print(json.dumps({hello!r}), flush=True)\n"

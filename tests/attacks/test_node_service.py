@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from engine.nodes.wire import NodeEvent, Request, Response, decode, encode
-from runner.node.serve import NodeServer, Output
+from runner.node.links import Output
+from runner.node.serve import NodeServer
 from runner.node.service import NodeService, NodeServiceError
 from tests.helpers.sshd import EXECHOST, REPO
 
@@ -172,8 +173,8 @@ async def test_events_while_unlinked_are_bounded_then_delivered_in_order(state_d
     server = NodeServer(state_dir, service=True)
     try:
         for i in range(1500):
-            await server.emit(NodeEvent("system.event", {"sessionKey": "k", "text": f"e{i}"}))
-        assert server.outbox.dropped == 500
+            await server.links.emit(NodeEvent("system.event", {"sessionKey": "k", "text": f"e{i}"}))
+        assert server.links.outbox.dropped == 500
         node_end, gateway_end = socket.socketpair()
         srv_reader, srv_writer = await asyncio.open_connection(sock=node_end)
         reader, writer = await asyncio.open_connection(sock=gateway_end)
@@ -197,8 +198,8 @@ async def test_an_answer_never_goes_to_a_newer_link(state_dir: Path) -> None:
     server = NodeServer(state_dir, service=True)
     try:
         old, new = Output(None), _Capture()
-        server._link = old  # link A asked
-        server._link = new  # link B took over
+        server.links.current = old  # link A asked
+        server.links.current = new  # link B took over
         await server.handle(Request("7", "ping", {}), old)
         assert new.frames == []
         await server.handle(Request("8", "ping", {}), new)

@@ -60,7 +60,7 @@ async def test_smuggled_argv_prelude_is_refused(sshd_nodes: list[SshdNode], stat
     """`env BASH_ENV=… bash -lc id` displayed as `id`: the node refuses argv that is not what was shown."""
     alpha = sshd_nodes[0]
     (alpha.state_dir / "config.toml").write_text(NODE_FULL)
-    marker = alpha.root / "smuggled"
+    marker = alpha.marks / "smuggled"
     link = _link(state_dir, "alpha")
     try:
         res = await link.call(
@@ -182,7 +182,7 @@ async def test_approved_flags_in_system_run_are_ignored(sshd_nodes: list[SshdNod
     """Reference §5.6: `approved`/`approvalDecision` on the wire mean nothing; only the node's own record."""
     alpha = sshd_nodes[0]
     (alpha.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "allowlist"\nask = "off"\n')
-    marker = alpha.root / "approved-by-flag"
+    marker = alpha.marks / "approved-by-flag"
     link = _link(state_dir, "alpha")
     try:
         res = await link.call(
@@ -395,7 +395,7 @@ async def test_node_env_values_cannot_inject_shell(sshd_nodes: list[SshdNode], s
     """A `[nodes.<name>] env` value (or stateDir) full of shell syntax reaches the node as one literal
     value: the remote command line sshd hands the login shell quotes every word."""
     alpha = sshd_nodes[0]
-    pwned = alpha.root / "pwned"
+    pwned = alpha.marks / "pwned"
     value = f"'; touch {pwned}; echo '$(touch {pwned})`touch {pwned}`"
     (alpha.state_dir / "config.toml").write_text(NODE_FULL)
     config = (

@@ -51,6 +51,14 @@ class SshdNode:
     def host_key(self) -> Path:
         return self.root / "host_ed25519"
 
+    @property
+    def marks(self) -> Path:
+        """Where a test's "it ran" markers go: outside the node's HOME (its root), which the node's host
+        view makes read-only to its commands, so a command that ran could write them there."""
+        path = self.root.parent / f"{self.name}-marks"
+        path.mkdir(exist_ok=True)
+        return path
+
     def config_toml(self) -> str:
         """The gateway's `[nodes.<name>]` table for this node."""
         return (
@@ -217,3 +225,19 @@ def sshd_nodes(state_dir: Path) -> Iterator[list[SshdNode]]:
     finally:
         for node in nodes:
             node.stop()
+
+
+@contextlib.contextmanager
+def ssh_agent(sock: Path, *keys: Path) -> Iterator[Path]:
+    """A real ssh-agent listening on `sock` with `keys` added. Started as ssh-agent starts itself: it binds
+    the socket before it forks and prints its pid, so it is ready when the call returns; stopped by pid."""
+    out = subprocess.run(["ssh-agent", "-s", "-a", str(sock)], check=True, capture_output=True, text=True)
+    pid = int(out.stdout.split("SSH_AGENT_PID=", 1)[1].split(";", 1)[0])
+    try:
+        env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+        for key in keys:
+            subprocess.run(["ssh-add", "-q", str(key)], env=env, check=True, capture_output=True)
+        yield sock
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)

@@ -11,7 +11,7 @@ from engine import fairpool
 from engine.approvals.pending import ApprovalRecord
 from engine.approvals.store import ApprovalsFileError
 from engine.commands.allowlist import COMMAND_HASH_PREFIX, bare_name_path
-from engine.commands.content import writable_pattern_warning
+from engine.commands.filetrust import writable_pattern_warning
 from engine.errors import InvalidInput
 from engine.protocol.requests import (
     AllowlistAdd,

@@ -27,7 +27,9 @@ async def handle(services: Services, conn: Connection, req: ProcessRequest) -> d
     if req.node:
         check_node_query(req.node)
     if action in INPUT_ACTIONS and not conn.operator:
-        await _input_gate(services, conn, agent, key)
+        session = services.sessions.get(req.session_id or "", scope)
+        unless_full = session.spec.input_refused_unless_full if session is not None else ""
+        await _input_gate(services, conn, agent, key, unless_full)
     if (req.session_id or "").startswith("node:") or req.node:
         # A node's session: the node runs the action in the same scope (runner/gateway/nodes.py).
         return (await services.nodes.process(action, tool_params, scope)).to_dict()
@@ -37,9 +39,10 @@ async def handle(services: Services, conn: Connection, req: ProcessRequest) -> d
     return result.to_dict()
 
 
-async def _input_gate(services: Services, conn: Connection, agent: str, key: str) -> None:
+async def _input_gate(services: Services, conn: Connection, agent: str, key: str, unless_full: str) -> None:
     """Every write the agent makes is gated on the policy in force now, not only on the one its session
-    started under: an operator's lockdown reaches the shells it already runs (here and on a node)."""
+    started under: an operator's lockdown reaches the shells it already runs (here and on a node), and a
+    shell that `security=full` opened closes when the agent's policy leaves it (`unless_full`)."""
     gate = functools.partial(
         input_refused_now,
         config=services.config(),
@@ -47,6 +50,7 @@ async def _input_gate(services: Services, conn: Connection, agent: str, key: str
         session_key=key,
         overrides=services.overrides,
         store=services.store,
+        unless_full=unless_full,
     )
     refused = await fairpool.decisions.run(agent, gate, conn.fair_key)
     if refused:

@@ -10,17 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands.content import (
-    CACHE,
-    DigestCache,
-    digest_path,
-    hash_fd,
-    open_regular,
-    parse_shebang,
-    script_operand,
-    system_owned,
-)
+from engine.commands.digests import CACHE, DigestCache, digest_path, hash_fd, open_regular
+from engine.commands.filetrust import system_owned
 from engine.commands.rawcommand import raw_command_matches
+from engine.commands.scriptfiles import parse_shebang, script_operand
 from engine.commands.verified import sealed_copy
 
 
@@ -171,7 +164,7 @@ def _decide(command: str, cwd: Path) -> object:
 
 
 def test_a_link_in_the_agents_directory_is_the_agents_whatever_it_names(tmp_path: Path) -> None:
-    from engine.commands.content import links_fixed
+    from engine.commands.filetrust import links_fixed
     from engine.commands.verified import verify
 
     os.symlink("/usr/bin/cat", tmp_path / "mycat")
@@ -201,7 +194,7 @@ def test_a_link_in_the_agents_directory_is_the_agents_whatever_it_names(tmp_path
 
 
 def test_a_link_only_root_can_change_keeps_its_path_entry(tmp_path: Path) -> None:
-    from engine.commands.content import links_fixed
+    from engine.commands.filetrust import links_fixed
     from engine.commands.verified import verify
 
     link = "/usr/bin/dnsdomainname"  # -> hostname, both in root's /usr/bin

@@ -134,18 +134,19 @@ def test_the_session_host_reads_a_wrapped_exit_as_the_view_does() -> None:
 
 
 @needs_bwrap
-def test_a_linked_config_keeps_its_link_and_only_the_workdir_is_writable(
+def test_a_linked_config_keeps_its_link_and_only_host_writable_is_writable(
     state_dir: Path, tmp_path: Path
 ) -> None:
     """~/.gitconfig -> dotfiles/gitconfig: the link cannot be re-pointed or removed, the file it names is
-    read-only, and git reads it; the home is read-only as a whole but for the run's workdir."""
+    read-only, and git reads it; the home is read-only as a whole but for the hostWritable dirs."""
     home = Path.home()
     (home / "dotfiles").mkdir()
     (home / "dotfiles" / "gitconfig").write_text("[user]\n\tname = op\n")
     (home / ".gitconfig").symlink_to("dotfiles/gitconfig")
     (home / "notes").write_text("a\n")
     (home / "proj").mkdir()
-    view = pinned_view(None, host=True, outside=hostview.Outside(workdir=str(home / "proj")))
+    outside = hostview.Outside(writable=(str(home / "proj"),), workdir=str(home / "proj"))
+    view = pinned_view(None, host=True, outside=outside)
     script = (
         f"cd {home}; git config --global user.name; echo b >> notes || echo notes-ro; "
         "echo c > dotfiles/new || echo dotfiles-ro; rm -f .gitconfig || echo rm-refused; "

@@ -6,13 +6,14 @@ import asyncio
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from engine.config.loader import load_config
 from engine.nodes.link import NodeError, NodeLink
-from tests.helpers.sshd import SshdNode
+from tests.helpers.sshd import SshdNode, ssh_agent
 
 
 def link_for(state_dir: Path, name: str, **kwargs: object) -> NodeLink:
@@ -166,7 +167,7 @@ async def test_proxy_jump_checks_the_jump_hosts_key_against_the_nodes_known_host
     # Distrust only the jump host: refused naming the jump, before anything reaches beta.
     lines = alpha.known_hosts.read_text().splitlines()
     alpha.known_hosts.write_text("".join(ln + "\n" for ln in lines if f"[{alpha.addr}]" not in ln))
-    marker = beta.root / "ran"
+    marker = beta.marks / "ran"
     refused = link_for(state_dir, "beta", reconnect=False)
     with pytest.raises(NodeError, match=rf"jump host {alpha.addr}:{alpha.port} \(proxyJump\) is not trusted"):
         await refused.call("system.run", {"command": ["/bin/sh", "-lc", f"touch {marker}"]})
@@ -182,8 +183,8 @@ async def test_proxy_jump_checks_the_jump_hosts_key_against_the_nodes_known_host
 async def test_ssh_config_supplies_what_the_node_table_leaves_out(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:
-    """`host` may be a ~/.ssh/config alias: HostName, Port, User and IdentityFile come from there; the
-    host key is still checked against the node's knownHosts."""
+    """`host` may be a ~/.ssh/config alias: HostName, Port and User come from there; the host key is still
+    checked against the node's knownHosts. The login key never does (engine.config.nodekeys)."""
     from tests.helpers.sshd import _user
 
     beta = sshd_nodes[1]
@@ -191,11 +192,10 @@ async def test_ssh_config_supplies_what_the_node_table_leaves_out(
     (home / ".ssh").mkdir(mode=0o700, exist_ok=True)
     (home / ".ssh" / "config").write_text(
         f"Host beta-alias\n  HostName {beta.addr}\n  Port {beta.port}\n  User {_user()}\n"
-        f"  IdentityFile {beta.client_key}\n"
     )
     (state_dir / "config.toml").write_text(
         f'[nodes.aliased]\nhost = "beta-alias"\nknownHosts = "{beta.known_hosts}"\n'
-        f'exechost = "{link_exechost(state_dir, beta)}"\n'
+        f'identityFile = "{beta.client_key}"\nexechost = "{link_exechost(state_dir, beta)}"\n'
     )
     link = link_for(state_dir, "aliased", reconnect=False)
     try:
@@ -208,6 +208,131 @@ async def test_ssh_config_supplies_what_the_node_table_leaves_out(
     with pytest.raises(NodeError, match="is not trusted"):
         await refused.ensure()
     await refused.close()
+
+
+def _other_key(path: Path) -> Path:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path
+
+
+async def test_a_node_logs_in_only_with_the_key_its_table_names(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    """Issue 27 (round 7 n): the credentials a link uses are exactly the ones the host view hides. The
+    key beta accepts sits where ssh looks by default (~/.ssh/id_ed25519) and is ~/.ssh/config's
+    IdentityFile for beta: without identityFile the link refuses before connecting, naming the key to
+    set; with an identityFile beta does not accept, the login fails (neither of the others was tried)."""
+    beta = sshd_nodes[1]
+    ssh = Path(os.environ["HOME"]) / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    default = ssh / "id_ed25519"
+    default.write_bytes(beta.client_key.read_bytes())
+    default.chmod(0o600)
+    (ssh / "config").write_text(f"Host {beta.addr}\n  IdentityFile {beta.client_key}\n")
+    text = (state_dir / "config.toml").read_text()
+    bare = text.replace(f'identityFile = "{beta.client_key}"\n', "")
+    (state_dir / "config.toml").write_text(bare)
+    link = link_for(state_dir, "beta", reconnect=False)
+    with pytest.raises(NodeError, match=r"node beta: no login key is set.*nodes\.beta\.identityFile = "):
+        await link.ensure()
+    await link.close()
+    wrong = _other_key(state_dir.parent / "not-beta")
+    (state_dir / "config.toml").write_text(text.replace(str(beta.client_key), str(wrong)))
+    link = link_for(state_dir, "beta", reconnect=False)
+    with pytest.raises(NodeError, match="cannot connect"):
+        await link.ensure()
+    await link.close()
+    (state_dir / "config.toml").write_text(text)  # the key it names: logged in
+    link = link_for(state_dir, "beta", reconnect=False)
+    try:
+        await link.ensure()
+        assert link.state == "connected"
+    finally:
+        await link.close()
+
+
+@pytest.fixture
+def agent_sock(state_dir: Path) -> Iterator[Path]:
+    with ssh_agent(state_dir.parent / "agent.sock") as sock:
+        yield sock
+
+
+def _agent_add(sock: Path, key: Path) -> None:
+    env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+    subprocess.run(["ssh-add", "-q", str(key)], env=env, check=True, capture_output=True)
+
+
+async def test_a_proxy_jump_hop_logs_in_with_the_nodes_key_and_never_the_ssh_configs(
+    sshd_nodes: list[SshdNode], state_dir: Path, agent_sock: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hop (alpha) accepts only a default key (~/.ssh/id_ed25519, also in the gateway's ssh-agent);
+    beta's identityFile is not it: the hop is refused, so nothing reaches beta. A ProxyJump ~/.ssh/config
+    gives the host is refused by name (its hop would log in with ssh's own keys), never followed."""
+    from tests.helpers.sshd import _user
+
+    alpha, beta = sshd_nodes
+    ssh = Path(os.environ["HOME"]) / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    default = _other_key(ssh / "id_ed25519")
+    (alpha.root / "authorized_keys").write_text(Path(f"{default}.pub").read_text())
+    _agent_add(agent_sock, default)
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(agent_sock))
+    base = (state_dir / "config.toml").read_text()
+    jump = f'proxyJump = "{_user()}@{alpha.addr}:{alpha.port}"\n'
+    (state_dir / "config.toml").write_text(base.replace("[nodes.beta]\n", f"[nodes.beta]\n{jump}"))
+    link = link_for(state_dir, "beta", reconnect=False)
+    with pytest.raises(NodeError, match=rf"jump host {alpha.addr}:{alpha.port}: "):
+        await link.ensure()
+    assert link.state == "down" and link._jumps == []
+    await link.close()
+    (ssh / "config").write_text(f"Host {beta.addr}\n  ProxyJump {_user()}@{alpha.addr}:{alpha.port}\n")
+    (state_dir / "config.toml").write_text(base)
+    link = link_for(state_dir, "beta", reconnect=False)
+    with pytest.raises(NodeError, match=r"~/.ssh/config gives 127.0.0.3 ProxyJump .*nodes\.beta\.proxyJump"):
+        await link.ensure()
+    await link.close()
+
+
+async def test_the_ssh_agent_is_used_only_when_the_node_names_it(
+    sshd_nodes: list[SshdNode], state_dir: Path, agent_sock: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway's SSH_AUTH_SOCK (and ~/.ssh/config's IdentityAgent) holds the key beta accepts: a node
+    naming another identityFile never tries it; `identityAgent = "SSH_AUTH_SOCK"` (or the socket's path)
+    logs in through it, no file key."""
+    beta = sshd_nodes[1]
+    node_config(beta, FULL)
+    _agent_add(agent_sock, beta.client_key)
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(agent_sock))
+    ssh = Path(os.environ["HOME"]) / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    (ssh / "config").write_text(f"Host {beta.addr}\n  IdentityAgent {agent_sock}\n  ForwardAgent yes\n")
+    text = (state_dir / "config.toml").read_text()
+    wrong = _other_key(state_dir.parent / "not-beta")
+    (state_dir / "config.toml").write_text(text.replace(str(beta.client_key), str(wrong)))
+    link = link_for(state_dir, "beta", reconnect=False)
+    with pytest.raises(NodeError, match="cannot connect"):
+        await link.ensure()
+    await link.close()
+    for named in ("SSH_AUTH_SOCK", str(agent_sock)):
+        agent_only = text.replace(f'identityFile = "{beta.client_key}"', f'identityAgent = "{named}"')
+        (state_dir / "config.toml").write_text(agent_only)
+        link = link_for(state_dir, "beta", reconnect=False)
+        try:
+            await link.ensure()
+            # ForwardAgent in the ssh config is not followed: the node gets no way to the agent
+            echo = ["/bin/sh", "-lc", "echo ${SSH_AUTH_SOCK:-none}"]
+            res = await link.call("system.run", {"command": echo})
+            assert res.ok and res.payload is not None and res.payload["stdout"].strip() == "none", res
+        finally:
+            await link.close()
+    monkeypatch.delenv("SSH_AUTH_SOCK")
+    (state_dir / "config.toml").write_text(agent_only.replace(str(agent_sock), "SSH_AUTH_SOCK"))
+    link = link_for(state_dir, "beta", reconnect=False)
+    with pytest.raises(
+        NodeError, match='identityAgent = "SSH_AUTH_SOCK" but the gateway has no SSH_AUTH_SOCK'
+    ):
+        await link.ensure()
+    await link.close()
 
 
 def link_exechost(state_dir: Path, node: SshdNode) -> str:

@@ -266,7 +266,7 @@ class _Sink:
 
     def __init__(self) -> None:
         self.lines: list[bytes] = []
-        self.gateway = ""  # an anonymous link (no gateway key proved): runner.node.serve.Output
+        self.gateway = ""  # an anonymous link (no gateway key proved): runner.node.links.Output
         self.nonce: str | None = None
         self.resend_pending = False
 
@@ -301,7 +301,7 @@ def test_every_node_method_answers_with_a_result_or_a_deliberate_error(
     async def run() -> list[bytes]:
         server = NodeServer(state_dir)
         sink = _Sink()
-        server._link = sink  # type: ignore[assignment]
+        server.links.current = sink  # type: ignore[assignment]
         try:
             await asyncio.wait_for(server.handle(req, sink), 60)  # type: ignore[arg-type]
         finally:

@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 from engine.config.loader import ConfigError
-from engine.sandbox import SandboxManager, admin, bwrap, landlock, prepare_exec, seccomp
+from engine.sandbox import (
+    SandboxManager,
+    admin,
+    bwrap,
+    bwraprecords,
+    bwrapview,
+    landlock,
+    prepare_exec,
+    seccomp,
+)
 from engine.sandbox import supervisor as sv
 from engine.sandbox.settings import layout, resolve_settings
 from engine.sessions import RunSpec
@@ -35,10 +44,10 @@ def _one_shot(extra: Path, command: str, *, layered: bool) -> subprocess.Complet
     assert layer is None or layer.active, layer
     fd = seccomp.seccomp_fd()
     try:
-        how = bwrap.plan(
+        how = bwrapview.plan(
             settings,
             lay,
-            bwrap=bwrap.find_bwrap(),
+            bwrap=bwrapview.find_bwrap(),
             env={},
             seccomp=fd,
             command=["/bin/sh", "-c", command],
@@ -145,7 +154,7 @@ async def test_explain_says_whether_it_is_active_and_off_turns_it_off(bwrap_mgr:
     sx = await prepare_exec(bwrap_config(OFF), "main", "s", None, manager=bwrap_mgr)
     assert (await run(sx, "echo fine"))[1] == "fine\n"
     assert not any(a.endswith(landlock.NAME) for a in bwrap.live_argv(sx.container))
-    record = next(r for r in bwrap.list_sandboxes() if r["name"] == sx.container)
+    record = next(r for r in bwraprecords.list_sandboxes() if r["name"] == sx.container)
     assert record["landlock"]["active"] is False
 
 
@@ -157,7 +166,7 @@ async def test_a_kernel_without_it_falls_back_visibly(
     assert shown == {"abi": 0, "active": False, "reason": "this kernel has no landlock"}
     sx = await prepare_exec(bwrap_config(), "main", "s", None, manager=bwrap_mgr)
     assert (await run(sx, "echo fine"))[1] == "fine\n"
-    record = next(r for r in bwrap.list_sandboxes() if r["name"] == sx.container)
+    record = next(r for r in bwraprecords.list_sandboxes() if r["name"] == sx.container)
     assert record["landlock"] == {"abi": 0, "active": False, "reason": "this kernel has no landlock"}
 
 

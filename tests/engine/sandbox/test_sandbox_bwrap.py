@@ -16,7 +16,7 @@ import pytest
 from engine import statefs
 from engine.config.loader import ConfigError, load_config_text
 from engine.results import ToolError
-from engine.sandbox import SandboxManager, admin, bwrap, prepare_exec, seccomp
+from engine.sandbox import SandboxManager, admin, bwrap, bwraprecords, bwrapview, prepare_exec, seccomp
 from engine.sandbox.registry import Registry, now_ms
 from engine.sandbox.settings import config_hash, layout, resolve_settings
 from engine.sessions import RunSpec, SessionManager
@@ -174,14 +174,14 @@ async def test_limits_pids_nofile_core_and_tmp_size(bwrap_mgr: SandboxManager) -
     assert limits["Max open files"] == ["4096", "8192"] and limits["Max core file size"] == ["0", "0"]
     assert limits["Max processes"] == ["64", "64"]
     assert limits["Max address space"] == [str(1024**3)] * 2
-    assert int(out.splitlines()[-1].split()[1]) == bwrap.TMPFS_BYTES // 1024
-    record = json.loads((bwrap.runtime_dir() / f"{sx.container}.json").read_text())
+    assert int(out.splitlines()[-1].split()[1]) == bwrapview.TMPFS_BYTES // 1024
+    record = json.loads((bwraprecords.runtime_dir() / f"{sx.container}.json").read_text())
     if record["cgroup"]:  # where this process may make a pids cgroup, it caps the sandbox too
         assert Path(record["cgroup"], "pids.max").read_text().strip() == "64"
         # The keeper entered it itself and left once bwrap ran: bwrap (and the drain of its stderr) and all
         # inside are its members.
         members = {int(pid) for pid in Path(record["cgroup"], "cgroup.procs").read_text().split()}
-        inner = bwrap._children(record["pid"])
+        inner = bwraprecords.children(record["pid"])
         assert inner and set(inner) <= members and record["pid"] not in members
         await bwrap_mgr.settle()
         assert bwrap_mgr.remove_runtime(sx.container)
@@ -334,7 +334,7 @@ async def test_hot_window_keeps_then_cold_recreates_and_dead_sandbox_restarts(
     bwrap_mgr: SandboxManager,
 ) -> None:
     first = await prepare_exec(config(), "main", "s", None, manager=bwrap_mgr)
-    pid = json.loads((bwrap.runtime_dir() / f"{first.container}.json").read_text())["pid"]
+    pid = json.loads((bwraprecords.runtime_dir() / f"{first.container}.json").read_text())["pid"]
     changed = config(docker="pidsLimit = 64")
     hot = await prepare_exec(changed, "main", "s", None, manager=bwrap_mgr)
     assert hot.stale_config and "Recreate to apply: exechost sandbox recreate --agent main" in hot.warnings[0]
@@ -352,7 +352,7 @@ async def test_hot_window_keeps_then_cold_recreates_and_dead_sandbox_restarts(
     assert "Max processes             64" in (await run(cold, "cat /proc/self/limits"))[1]
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # the old keeper, and with it the old sandbox, is gone
-    new_pid = json.loads((bwrap.runtime_dir() / f"{cold.container}.json").read_text())["pid"]
+    new_pid = json.loads((bwraprecords.runtime_dir() / f"{cold.container}.json").read_text())["pid"]
     os.killpg(new_pid, signal.SIGKILL)  # the sandbox dies under us: the next command gets a new one
     for _ in range(500):
         if not bwrap.inspect(cold.container).running:
@@ -454,7 +454,7 @@ async def test_missing_bwrap_is_one_clear_line(
     monkeypatch.setattr(bwrap.os, "access", lambda *_a: False)
     with pytest.raises(ToolError) as err:
         await prepare_exec(config(), "main", "s", None, manager=bwrap_mgr)
-    assert str(err.value) == bwrap.INSTALL_HINT and "\n" not in str(err.value)
+    assert str(err.value) == bwrapview.INSTALL_HINT and "\n" not in str(err.value)
 
 
 async def test_works_with_no_docker_engine(
@@ -497,10 +497,10 @@ def test_a_bound_unix_socket_is_the_only_way_out(tmp_path: Path) -> None:
     try:
         probe = "import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/egress.sock'); "
         probe += "s.sendall(b'hi')"
-        how = bwrap.plan(
+        how = bwrapview.plan(
             settings,
             lay,
-            bwrap=bwrap.find_bwrap(),
+            bwrap=bwrapview.find_bwrap(),
             env={},
             seccomp=fd,
             command=["python3", "-c", probe],
@@ -551,7 +551,7 @@ async def test_a_network_is_refused_by_exec_and_policy_check_alike(
     with pytest.raises(ToolError) as err:
         await prepare_exec(cfg, "main", "s", None, manager=bwrap_mgr)
     assert "the bwrap backend has no network" in str(err.value)
-    assert not bwrap.list_sandboxes()
+    assert not bwraprecords.list_sandboxes()
     from runner.cli import main
 
     Path(statefs.state_dir(), "config.toml").write_text(
@@ -589,7 +589,7 @@ async def test_a_bwrap_that_fails_says_why_at_once(
     """bwrap's own error (its stderr, drained by the keeper into the log) is the start's error, reported
     once the keeper has ended (the wait for the supervisor watches it) rather than at the 10 s deadline."""
     missing = tmp_path / "no-such-tree"
-    monkeypatch.setattr(bwrap, "system_view", lambda rootfs: ["--ro-bind", str(missing), "/usr"])
+    monkeypatch.setattr(bwrapview, "system_view", lambda rootfs: ["--ro-bind", str(missing), "/usr"])
     with pytest.raises(ToolError, match="did not start: bwrap: Can't find source path") as raised:
         await prepare_exec(config(), "main", "s", None, manager=bwrap_mgr)
     assert str(missing) in str(raised.value)
@@ -607,7 +607,7 @@ async def test_sandboxes_started_at_once_all_enter_their_pids_groups(bwrap_mgr: 
     )
     for sx in started:
         assert (await run(sx, "echo up"))[1] == "up\n"
-        record = bwrap._read_record(sx.container)
+        record = bwraprecords.read_record(sx.container)
         assert record is not None
         if record["cgroup"]:
             assert Path(record["cgroup"], "cgroup.procs").read_text().split()

@@ -374,7 +374,7 @@ def test_tmpfs_over_control_mounts_is_refused() -> None:
 
 def test_cli_explain_text_and_recreate_usage(state_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from runner.cli import main
-    from runner.cli.sandbox import compact, format_list
+    from runner.cli.sandboxtext import compact, format_list
 
     (state_dir / "config.toml").write_text('[agents.defaults.sandbox]\nmode = "non-main"\n')
     assert main(["sandbox", "explain", "--session", "telegram:group:7"]) == 0

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from engine.sessions import fdreader
 from engine.sessions.fdreader import FdReader, pause_fits
-from engine.sessions.output import OutputBuffer, SessionOutput, TextDecoder
+from engine.sessions.output import SessionOutput
+from engine.sessions.outtext import TextDecoder
+from engine.sessions.textviews import OutputBuffer
 
 # Pieces a flood is made of: plain ASCII, text split mid-character, bytes that are not UTF-8, escapes.
 PIECES = st.sampled_from(

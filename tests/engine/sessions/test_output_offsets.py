@@ -11,7 +11,8 @@ from pathlib import Path
 
 from engine.sessions import LocalLauncher, RunSpec, SessionManager
 from engine.sessions.host import HOLDERS_DIR, HostLauncher
-from engine.sessions.output import OutputSlice, SessionOutput, TextDecoder, output_frame
+from engine.sessions.output import SessionOutput
+from engine.sessions.outtext import OutputSlice, TextDecoder, output_frame
 from tests.helpers.gateway import wait_until
 
 # "a€" split inside the euro sign, two invalid bytes, "é" split across chunks, then a 4-byte emoji cut

@@ -14,17 +14,13 @@ from engine.results import ToolError
 from engine.sessions import RunSpec, SessionManager, SystemEvents
 from engine.sessions import registry as registry_module
 from engine.sessions.actions import KILL_WAIT_SEC
+from engine.sessions.fanout import OutputChunk, OutputSubscription
 from engine.sessions.keys import encode_keys, encode_paste, needs_cursor_mode
 from engine.sessions.launcher import home_workdir
-from engine.sessions.output import (
-    OutputBuffer,
-    OutputChunk,
-    OutputSubscription,
-    SessionOutput,
-    TextDecoder,
-    sanitize,
-)
+from engine.sessions.output import SessionOutput
+from engine.sessions.outtext import TextDecoder, sanitize
 from engine.sessions.registry import Registry, clamp_cleanup_ms, derive_session_name, make_slug
+from engine.sessions.textviews import OutputBuffer
 from engine.tools.decide import checked_workdir
 from tests.helpers.gateway import wait_until
 
@@ -472,7 +468,7 @@ async def test_subscribe_sees_live_output(mgr: SessionManager) -> None:
 
 
 def test_raw_replay_reports_what_it_no_longer_holds() -> None:
-    from engine.sessions.output import RawFanout
+    from engine.sessions.fanout import RawFanout
 
     raw = RawFanout(replay_bytes=10)
     for i in range(5):

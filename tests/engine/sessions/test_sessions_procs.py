@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from engine.sessions import RunSpec, SessionManager
-from engine.sessions.output import PENDING_CHARS, RING_CHARS
 from engine.sessions.procs import alive, scan
+from engine.sessions.textviews import PENDING_CHARS, RING_CHARS
 
 PY = sys.executable
 # Double fork + setsid: the daemon leaves the process group but keeps the session's stdout/stderr.

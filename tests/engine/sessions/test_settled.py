@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from engine.sessions import RunSpec, SessionManager
+from engine.sessions.logframes import spool_text
 from engine.sessions.manager import ENDED, EndedHandle
-from engine.sessions.output import RING_CHARS, TAIL_CHARS, spool_text
+from engine.sessions.textviews import RING_CHARS, TAIL_CHARS
 
 
 @pytest.fixture

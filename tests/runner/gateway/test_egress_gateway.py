@@ -15,7 +15,7 @@ import pytest
 
 from engine.approvals.grants import GrantStore
 from engine.protocol.client import ControlClient
-from engine.sandbox import SandboxManager, bwrap, set_default_manager
+from engine.sandbox import SandboxManager, bwrap, bwraprecords, set_default_manager
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.egress import origin
 from tests.helpers.gateway import cli, connect, gateway, wait_until, write_config
@@ -178,7 +178,7 @@ async def test_a_new_gateway_serves_the_sandboxes_it_finds(state_dir: Path, clea
             out = await _exec(client, _fetch("bwrap", f"http://origin.test:{o.port}/before"))
             await client.close()
         assert "at /before" in out
-        (sandbox,) = [row["name"] for row in bwrap.list_sandboxes() if row["running"]]
+        (sandbox,) = [row["name"] for row in bwraprecords.list_sandboxes() if row["running"]]
         async with gateway(state_dir) as server:
             assert server.services.egress.proxy.listening(sandbox)
             client = await connect(state_dir)
@@ -214,7 +214,7 @@ async def test_a_removed_sandbox_takes_its_egress_socket_along(state_dir: Path, 
             client = await connect(state_dir)
             try:
                 assert "at /one" in await _exec(client, _fetch("bwrap", f"http://origin.test:{o.port}/one"))
-                (name,) = [row["name"] for row in bwrap.list_sandboxes() if row["running"]]
+                (name,) = [row["name"] for row in bwraprecords.list_sandboxes() if row["running"]]
                 assert (forwarder.socket_dir(name) / "proxy.sock").exists()
                 done = await asyncio.to_thread(cli, state_dir, "sandbox", "recreate", "--all", "--force")
                 assert done.returncode == 0, done.stderr

@@ -44,3 +44,47 @@ async def test_a_lockdown_refuses_the_agents_writes_and_lifting_it_restores_them
         finally:
             await agent.close()
             await operator.close()
+
+
+async def test_a_shell_full_opened_closes_when_the_agent_moves_to_allowlist(state_dir: Path) -> None:
+    """`security=full` let `sh` start unasked and take any input; once the agent's policy is an allowlist,
+    keys typed into that shell are commands no entry allows: refused as a new allowlist run's input would
+    be. A `cat` started the same way reads its input as data and stays open; the operator may type."""
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        agent = await connect(state_dir, "agent", operator=False)
+        operator = await connect(state_dir)
+        try:
+            shell = (await agent.request("exec", {"command": "sh", "background": True}))["details"][
+                "sessionId"
+            ]
+            cat = (await agent.request("exec", {"command": "cat", "background": True}))["details"][
+                "sessionId"
+            ]
+
+            async def shows(sid: str, text: str) -> bool:
+                got = await agent.request("process", {"action": "log", "sessionId": sid})
+                return text in got["text"]
+
+            await agent.request("process", {"action": "write", "sessionId": shell, "data": "echo f-u-l-l\n"})
+            await wait_until(lambda: shows(shell, "f-u-l-l"))
+            lock = {"sessionKey": "agent:main", "directive": "/exec security=allowlist"}
+            await operator.request("policy.override", lock)
+            with pytest.raises(RemoteError, match=r"started under security=full .* now security=allowlist"):
+                await agent.request("process", {"action": "write", "sessionId": shell, "data": "echo no\n"})
+            await agent.request("process", {"action": "write", "sessionId": cat, "data": "data-ok\n"})
+            await wait_until(lambda: shows(cat, "data-ok"))
+            await operator.request("process", {"action": "write", "sessionId": shell, "data": "echo o-p\n"})
+            await wait_until(lambda: shows(shell, "o-p"))
+            await operator.request(
+                "policy.override", {"sessionKey": "agent:main", "directive": "/exec reset"}
+            )
+            await agent.request(
+                "process", {"action": "write", "sessionId": shell, "data": "echo a-g-a-i-n\n"}
+            )
+            await wait_until(lambda: shows(shell, "a-g-a-i-n"))
+            for sid in (shell, cat):
+                await agent.request("process", {"action": "kill", "sessionId": sid})
+        finally:
+            await agent.close()
+            await operator.close()

@@ -5,7 +5,7 @@ a frame. The gateway's real frame builder and the console's real router."""
 from __future__ import annotations
 
 from console.gateway import OutputRouter
-from engine.sessions.output import TextDecoder, output_frame
+from engine.sessions.outtext import TextDecoder, output_frame
 
 # "a€" split inside the euro sign, then two invalid bytes, then "é" split across the last two chunks.
 CHUNKS = [b"a\xe2\x82", b"\xac\xff\xffb", b"c\xc3", b"\xa9d"]

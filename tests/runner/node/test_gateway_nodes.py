@@ -106,8 +106,10 @@ async def test_node_ask_is_relayed_and_bound_to_its_node(sshd_nodes: list[SshdNo
         operator = await connect(state_dir, "operator")
         await operator.request("approvals.attach")
         agent = await connect(state_dir, "agent", operator=False)
-        on_a = asyncio.ensure_future(agent.request("exec", {"command": "echo from-a", "node": "alpha"}))
-        on_b = asyncio.ensure_future(agent.request("exec", {"command": "echo from-a", "node": "beta"}))
+        # One command for both; its marker is the node's own, beside its HOME (read-only to its commands).
+        command = 'touch "$HOME-ran"; echo from-a'
+        on_a = asyncio.ensure_future(agent.request("exec", {"command": command, "node": "alpha"}))
+        on_b = asyncio.ensure_future(agent.request("exec", {"command": command, "node": "beta"}))
         pending = await wait_until(
             lambda: len(server.services.approvals.pending()) == 2 and server.services.approvals.pending()
         )
@@ -130,7 +132,7 @@ async def test_node_ask_is_relayed_and_bound_to_its_node(sshd_nodes: list[SshdNo
         assert denied["details"]["status"] == "denied" and denied["details"]["reason"] == "user-denied"
         await agent.close()
         await operator.close()
-    assert not (beta.root / "ran").exists()
+    assert Path(f"{sshd_nodes[0].root}-ran").exists() and not Path(f"{beta.root}-ran").exists()
 
 
 async def test_no_approver_means_pending_in_the_inbox(sshd_nodes: list[SshdNode], state_dir: Path) -> None:

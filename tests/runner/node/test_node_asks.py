@@ -44,10 +44,10 @@ def test_node_ask_without_a_console_waits_in_the_inbox(sshd_nodes: list[SshdNode
     approve it (exit 10), and the approved run's result arrives in `exechost events`, once."""
     setup(state_dir, sshd_nodes)
     alpha = sshd_nodes[0]
+    ran = alpha.marks / "ran"  # where the run can write: the node's HOME is read-only to its commands
+    command = f"touch {ran}; echo relayed-$((6*7))"
     try:
-        pending = exechost(
-            state_dir, "exec", "--json", "--node", "alpha", "--session", "s1", "--", "echo relayed-$((6*7))"
-        )
+        pending = exechost(state_dir, "exec", "--json", "--node", "alpha", "--session", "s1", "--", command)
         assert pending.returncode == 10, pending.stdout + pending.stderr
         details = one_json(pending)["details"]
         assert details["status"] == "approval-pending" and details["node"] == "alpha"
@@ -56,9 +56,9 @@ def test_node_ask_without_a_console_waits_in_the_inbox(sshd_nodes: list[SshdNode
         assert f"exechost approve {slug} allow-once" in one_json(pending)["text"]
         listed = one_json(exechost(state_dir, "approvals", "pending", "--json"))["details"]["approvals"]
         assert [a["id"] for a in listed] == [details["approvalId"]]
-        assert listed[0]["command"] == "echo relayed-$((6*7))"
+        assert listed[0]["command"] == command
         # The node is still waiting on it: nothing ran, nothing fell back.
-        assert not (alpha.root / "ran").exists()
+        assert not ran.exists()
         ok = exechost(state_dir, "approve", slug, "allow-once")
         assert ok.returncode == 0, ok.stderr
         deadline = time.monotonic() + 30
@@ -69,7 +69,7 @@ def test_node_ask_without_a_console_waits_in_the_inbox(sshd_nodes: list[SshdNode
         assert events, "no follow-up event"
         text = events[0]["text"]
         assert text.startswith(f"Exec finished (node=alpha gateway id={details['approvalId']}, code 0)")
-        assert text.endswith("relayed-42")
+        assert text.endswith("relayed-42") and ran.exists()  # the marker could have told a run apart
         time.sleep(0.5)  # any duplicate from the node's own exec.finished would have arrived by now
         again = one_json(exechost(state_dir, "events", "--session", "s1", "--json"))["details"]["events"]
         assert [e["text"] for e in again] == [text]

@@ -91,7 +91,7 @@ async def test_a_followed_node_session_is_pushed_again_after_a_new_link(
     alpha = sshd_nodes[0]
     (state_dir / "config.toml").write_text(GATEWAY + "".join(n.config_toml() for n in sshd_nodes))
     (alpha.state_dir / "config.toml").write_text(NODE_FULL)
-    go = alpha.root / "go"
+    go = alpha.marks / "go"  # the loop removes it: outside the node's read-only HOME
     service = alpha.run_service()
     try:
         async with gateway(state_dir) as server:

@@ -16,7 +16,8 @@ from engine.config.model import NodeConfig
 from engine.nodes.link import NodeLink
 from engine.nodes.wire import ACK_EVENT, Hello, NodeEvent, Request, Response, decode, encode
 from engine.protocol.frames import RemoteError
-from runner.node.serve import NodeServer, Output
+from runner.node.links import Output
+from runner.node.serve import NodeServer
 from tests.helpers.gateway import connect, gateway, wait_until
 from tests.helpers.sshd import SshdNode, _descendants
 from tests.runner.node.test_node_service import NODE_FULL, gateway_config
@@ -44,10 +45,10 @@ async def test_an_event_is_sent_again_on_each_link_until_the_gateway_acknowledge
     try:
         first = await _link(server)
         # A link that proves no gateway key says whose it is with its first request: only then do events
-        # go out on it (runner.node.serve: Output.resend_pending).
+        # go out on it (runner.node.links: Output.resend_pending).
         first[1].write(encode(Request("p0", "ping", {})))
         assert isinstance(decode(await first[0].readline()), Response)  # nothing waited
-        await server.emit(NodeEvent("system.event", {"sessionKey": "agent:main", "text": "bye"}))
+        await server.links.emit(NodeEvent("system.event", {"sessionKey": "agent:main", "text": "bye"}))
         sent = decode(await first[0].readline())
         assert isinstance(sent, NodeEvent) and sent.seq is not None
         await _drop(first)  # written, read even: but the gateway never said it has it
@@ -106,12 +107,12 @@ async def test_a_run_the_link_dropped_before_the_node_received_it_is_told_lost(
     gateway_config(state_dir, sshd_nodes)
     (alpha.state_dir / "config.toml").write_text(NODE_FULL)
     service = alpha.run_service()
-    ran = alpha.root / "ran"
+    ran = alpha.marks / "ran"
     try:
         async with gateway(state_dir) as server:
             agent = await connect(state_dir, "agent", operator=False)
-            ok = await agent.request("exec", {"command": "echo up", "node": "alpha"})
-            assert ok["text"].startswith("up")
+            ok = await agent.request("exec", {"command": f"touch {alpha.marks}/up; echo up", "node": "alpha"})
+            assert ok["text"].startswith("up") and (alpha.marks / "up").exists()  # where `ran` would be
             link = server.services.nodes.links["alpha"]
             relays = _relays(alpha)
             assert relays

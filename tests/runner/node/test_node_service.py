@@ -167,7 +167,8 @@ async def test_the_newest_link_takes_over(state_dir: Path) -> None:
     import socket
 
     from engine.nodes.wire import Hello, decode
-    from runner.node.serve import NodeServer, Output
+    from runner.node.links import Output
+    from runner.node.serve import NodeServer
 
     server = NodeServer(state_dir, service=True)
     try:

@@ -38,7 +38,7 @@ def test_an_agent_named_shared_and_the_shared_scope_keep_apart(tmp_path: Path) -
     none an agent's can be: an agent called `shared` has its own log, share and label."""
     from engine.principals import valid_name
     from engine.sandbox.egress.proxy import SHARED
-    from runner.cli.sandbox import format_egress
+    from runner.cli.sandboxtext import format_egress
 
     assert not valid_name(SHARED)
     assert file_name(SHARED) != file_name("shared") == "shared.jsonl"

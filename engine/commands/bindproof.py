@@ -1,0 +1,155 @@
+"""The proof that a binding holds every code source of its command: allow-always is offered only on it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from engine.commands.analysis import CommandAnalysis
+from engine.commands.boundfiles import ContentItem
+from engine.commands.filetrust import system_owned
+from engine.commands.interpoptions import FILE, program_source
+from engine.commands.interpreters import name_of
+from engine.commands.scriptfiles import FAMILY_OF, FILE_FLAG, SHELLS, reader_of, script_operand, venv_of
+from engine.commands.textnames import plain_segments
+
+# Programs that run a word of their argv as code or as a command line (a wrapper exechost does not unwrap
+# hands them one): their presence after argv[0] means a code source the binder did not follow.
+_RUNS_CODE = frozenset({*SHELLS, *FAMILY_OF, *FILE_FLAG, "eval", "exec", "source", ".", "env", "xargs"})
+# Options of sed/awk proven not to read code: letters that stand alone, letters taking a value.
+_TEXT_TOOL_FLAGS = {"sed": ("nErsuz", "el"), "awk": ("", "Fv")}
+_TEXT_TOOL_LONG = frozenset(
+    {
+        "--posix",
+        "--quiet",
+        "--silent",
+        "--regexp-extended",
+        "--separate",
+        "--unbuffered",
+        "--null-data",
+        "--expression",
+        "--debug",
+        "--sandbox",
+    }
+)
+
+
+def unproven_sources(
+    analysis: CommandAnalysis, items: Sequence[ContentItem], cwd: str, command: str
+) -> list[str]:
+    """Why the binder cannot prove it bound every code source of the command; [] when it can.
+
+    Inverted default: a segment is proven only when its program is known to read no code besides the files
+    bound here. An unparsed text, `eval`/`source`, a word naming an interpreter or an agent-writable
+    executable after a program exechost does not unwrap (`nohup sh x.sh`, `find -exec`), an interpreter
+    option outside the grammar's inert ones, a script operand that is not a regular file here (a directory
+    the interpreter resolves, a name bash finds on PATH, `x` node runs as x.js), a second or attached
+    program file (`awk -fp.awk`, `sed --file=s.sed`), a `#!` argument: each is a reason."""
+    if not analysis.ok:
+        return ["the command could not be parsed, so what it runs is not proven bound"]
+    why: list[str] = []
+    for segment in plain_segments(analysis.segments):
+        why += _segment_unproven(segment.argv, cwd)
+    for item in items:
+        if item.sha256 is None:
+            # Absent now: what appears there (or on PATH) later is code nobody saw.
+            why.append(f"{item.path} does not exist when decided")
+            continue
+        venv = venv_of(os.path.join(cwd, item.path)) if item.role in ("executable", "interpreter") else None
+        if (
+            venv is not None
+            and reader_of(item.real) == "python"
+            and not system_owned(os.path.realpath(os.path.join(venv, "pyvenv.cfg")))
+        ):
+            why.append(
+                f"{item.path} is the python of a virtualenv the agent can write ({venv}): it runs every "
+                ".pth file of the venv's site-packages at start, and none of that is bound"
+            )
+        if item.role in ("executable", "interpreter") and len(item.shebang) > 1:
+            arg = item.shebang[1]
+            if not arg.startswith("-"):
+                why.append(f"{item.path}: its #! line passes {arg!r}, a word the interpreter may run")
+            else:
+                why += _segment_unproven((item.shebang[0], arg, item.real), cwd, shebang=item.path)
+    return why
+
+
+def _segment_unproven(argv: Sequence[str], cwd: str, shebang: str = "") -> list[str]:
+    name = name_of(argv[0])
+    where = f"{shebang}: its #! line" if shebang else name
+    if name in ("eval", "source", "."):
+        return [f"{name} runs text or a file the binder does not follow"]
+    if name in FILE_FLAG:
+        return _text_tool_unproven(name, argv, cwd)
+    source = program_source(argv)
+    if source is not None:
+        if source.more:
+            return [f"{where}: {', '.join(source.more)} reads code besides the bound program"]
+        if source.kind == FILE:
+            return _operand_unproven(name, argv, source.index, cwd)
+        return []  # inline: the code is the text; stdin/module/unknown: reported by bind
+    if name in FAMILY_OF:
+        operand = script_operand(argv, argv[0])
+        if operand is None or any(w.startswith(("-", "+")) for w in argv[1:operand]):
+            return [f"{where}: options exechost does not model for {name}"]
+        return _operand_unproven(name, argv, operand, cwd)
+    for word in argv[1:]:
+        if any(name_of(w) in _RUNS_CODE for w in word.split()) or _agent_executable(word, cwd):
+            return [f"{name} runs {word!r}, which exechost does not unwrap or bind"]
+    return []
+
+
+def _operand_unproven(name: str, argv: Sequence[str], index: int, cwd: str) -> list[str]:
+    if index >= len(argv):
+        return []
+    word = argv[index]
+    path = os.path.join(cwd, word)
+    if os.path.isfile(path):
+        return []
+    if os.path.isdir(path):
+        return [f"{name} {word}: a directory, the interpreter runs a file it finds there"]
+    return [f"{name} {word}: no such file here; the interpreter may find another one (PATH, {word}.js)"]
+
+
+def _text_tool_unproven(name: str, argv: Sequence[str], cwd: str) -> list[str]:
+    flags, valued = _TEXT_TOOL_FLAGS["sed" if "sed" in name else "awk"]
+    files = 0
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        if word == "--" or not word.startswith("-") or word == "-":
+            break
+        if word == "-f" and i + 1 < len(argv):
+            files += 1
+            if not os.path.isfile(os.path.join(cwd, argv[i + 1])):
+                return [f"{name} -f {argv[i + 1]}: not a regular file here"]
+            i += 2
+            continue
+        if word.startswith("--"):
+            long = word.partition("=")[0]
+            if long not in _TEXT_TOOL_LONG:
+                return [f"{name} {word}: an option the binder does not prove inert"]
+            i += 1
+            continue
+        letters = word[1:]
+        if letters[0] in valued:
+            i += 1 if len(letters) > 1 else 2
+            continue
+        if name_of(argv[0]).endswith("sed") and letters[0] == "i":
+            i += 1  # -i[SUFFIX]: edit in place
+            continue
+        if not all(c in flags for c in letters):
+            return [f"{name} {word}: an option the binder does not prove inert"]
+        i += 1
+    if files > 1:
+        return [f"{name}: more than one program file"]
+    return []
+
+
+def _agent_executable(word: str, cwd: str) -> bool:
+    """A word naming an executable file the agent can write (a wrapper runs a bare name from PATH, whose
+    entries are absolute and the operator's: only a word with a `/` names a file in the agent's tree)."""
+    if "/" not in word or word.startswith("-"):
+        return False
+    path = os.path.join(cwd, word)
+    return os.path.isfile(path) and os.access(path, os.X_OK) and not system_owned(os.path.realpath(path))

@@ -1,0 +1,156 @@
+"""The files a command's text names: bound whole when the text is unparsed or a program comes from stdin."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from engine.commands.analysis import CommandAnalysis, Segment
+from engine.commands.filetrust import system_owned
+from engine.commands.interpoptions import program_source
+
+
+def plain_segments(segments: Sequence[Segment]) -> list[Segment]:
+    out: list[Segment] = []
+    for segment in segments:
+        if segment.inner is not None:
+            out += plain_segments(segment.inner.segments)
+        elif segment.argv:
+            out.append(segment)
+    return out
+
+
+def split_words(command: str) -> list[str]:
+    """The text's words as a shell would split them, redirection operators apart (`<x.sh` → x.sh)."""
+    import shlex
+
+    lexer = shlex.shlex(command, posix=True, punctuation_chars="<>|&;()")
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:
+        return command.split()
+
+
+def all_words(command: str, depth: int = 0) -> list[str]:
+    """The text's words, and the words of every word that is itself a command line (`sh -c 'cd x; …'`,
+    `(cd sub; sh s.sh)` quoted): an unparsed text may run any of them."""
+    out: list[str] = []
+    for word in split_words(command):
+        out.append(word)
+        if depth < 2 and any(c in word for c in " \t\n;&|()"):
+            out += all_words(word, depth + 1)
+    return out
+
+
+_CHDIR = frozenset({"cd", "pushd", "chdir"})
+_SEPARATORS = frozenset({";", "&&", "||", "|", "&", "(", ")", ";;"})
+CD_DIRS_MAX = 16
+
+
+def cd_dirs(words: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[list[str], str | None]:
+    """Every directory an unparsed text may read its relative names from: the cwd, and each place a `cd`
+    (`pushd`) in it leads to, cumulatively (`cd a; cd b` → a/b); the first `cd` it cannot follow (no
+    operand, `-`, `~`, an expansion, CDPATH set) as well, else None."""
+    dirs = [os.path.abspath(cwd)]
+    lost: str | None = None
+    for i, word in enumerate(words):
+        if word not in _CHDIR:
+            continue
+        rest = [w for w in words[i + 1 : i + 4] if not (w.startswith("-") and w != "-")]
+        target = rest[0] if rest else ""
+        if (
+            not target
+            or target in _SEPARATORS
+            or target == "-"
+            or target.startswith("~")
+            or any(c in target for c in "$`*?[{")
+            or (env.get("CDPATH") and not target.startswith(("/", "./", "../")))
+        ):
+            lost = lost or (f"{word} {target}" if target and target not in _SEPARATORS else word)
+            continue
+        reached = [os.path.abspath(os.path.join(d, target)) for d in dirs]
+        dirs = list(dict.fromkeys([*dirs, *(d for d in reached if os.path.isdir(d))]))[:CD_DIRS_MAX]
+    return dirs, lost
+
+
+def file_words(command: str, analysis: CommandAnalysis, dirs: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Every file the command's words name (or its segments'), in every spelling a program may read one:
+    a word itself, the value of an option word (`--env-file=.env`) and an attached short value
+    (`-r./x.js`). An option nobody modelled may read any of them as code or as settings for code. Also
+    the option values that name a path (`=./x`, `=.env`) but do not exist yet: they must stay absent. A
+    name is looked up in each of `dirs` (the cwd and where the text cd's, `cd_dirs`); found in one, it
+    is bound in every one, present or (must stay) absent. Absolute paths."""
+    if command:
+        words = all_words(command)
+    else:
+        words = [w for seg in plain_segments(analysis.segments) for w in seg.argv]
+    out: list[str] = []
+    absent: list[str] = []
+    for word in dict.fromkeys(words):
+        if not word.startswith("-"):
+            names = [word]
+        else:
+            _name, eq, value = word.partition("=")
+            names = [value] if eq else []
+            if not word.startswith("--") and len(word) > 2:
+                names.append(word[2:])
+        for name in names:
+            if not name:
+                continue
+            paths = list(dict.fromkeys(os.path.abspath(os.path.join(d, name)) for d in dirs))
+            if any(os.path.isfile(p) for p in paths):
+                out += [p for p in paths if os.path.isfile(p)]
+                absent += [p for p in paths if not os.path.lexists(p)]
+            elif word.startswith("-") and ("/" in name or name.startswith(".")):
+                absent += [p for p in paths if not os.path.lexists(p)]
+    return list(dict.fromkeys(out))[:64], list(dict.fromkeys(absent))[:64]
+
+
+def names_interpreter(command: str) -> bool:
+    return any(program_source([w]) is not None for w in split_words(command))
+
+
+IMPORT_SCAN_MAX = 2000  # directory entries looked at, at most: a huge tree is reported as "N+"
+_CODE_SUFFIXES = (".py", ".pyc", ".pth", ".so")
+_SKIP_DIRS = frozenset({"node_modules", "__pycache__"})
+
+
+def _package_dir(entry: os.DirEntry[str], depth: int) -> bool:
+    name = entry.name
+    return depth < 4 and name[:1] != "." and name not in _SKIP_DIRS and entry.is_dir(follow_symlinks=False)
+
+
+def imports_note(script: str, cwd: str) -> str | None:
+    """Python imports modules from the script's directory first: count the agent-writable code there and
+    in its package directories (not bound; an approval holds for the script only, docs/SECURITY.md). That
+    directory is the one of the script's real path (sys.path[0], and the sealed copy runs under that path
+    too): a link's own directory is not where its imports come from."""
+    base = os.path.dirname(os.path.realpath(os.path.join(cwd, script)))
+    count, seen, capped = 0, 0, False
+    queue = [(base, 0)]
+    while queue and not capped:
+        here, depth = queue.pop()
+        try:
+            entries = os.scandir(here)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                seen += 1
+                if seen > IMPORT_SCAN_MAX:
+                    capped = True
+                    break
+                if entry.name.endswith(_CODE_SUFFIXES):
+                    count += 1
+                elif _package_dir(entry, depth):
+                    queue.append((entry.path, depth + 1))
+    count -= 1  # the script itself, which is bound
+    if count <= 0 or system_owned(os.path.realpath(os.path.join(cwd, script))):
+        return None
+    shown = os.path.relpath(base, os.path.realpath(cwd)) if base != os.path.realpath(cwd) else "."
+    more = "+" if capped else ""
+    return (
+        f"Warning: {script} can import code from {count}{more} agent-writable Python files under {shown}/ "
+        "that are not bound: changes to them after the approval run."
+    )

@@ -1,0 +1,217 @@
+"""A bwrap sandbox's share of the host: its pids cgroup, and the RAM its tmpfs may pin."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import functools
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from engine import statefs
+from engine.sandbox.bwraprecords import list_sandboxes, runtime_dir
+from engine.sandbox.bwrapview import SHM_BYTES, TMPFS_BYTES
+from engine.sandbox.docker_ops import SandboxUnavailable
+from engine.sandbox.settings import state_id
+
+log = logging.getLogger(__name__)
+
+
+def sweep_cgroups() -> None:
+    """Empty pids cgroups of this install's sandboxes that are gone (one whose last task a slow init had
+    not reaped yet when the sandbox was removed). Under the start lock: a starting sandbox's group is made,
+    and its record written, before its keeper enters it, so it is empty but never unrecorded here."""
+    if not _cgroup_bases():
+        return
+    statefs.ensure_private_dir(runtime_dir())
+    with budget_lock():
+        live = {str(r.get("cgroup")) for r in list_sandboxes()}
+        for base in _cgroup_bases():
+            install = base / f"exechost-{state_id()}"
+            # Owners' groups (and those an earlier layout made directly under the base), emptied ones last.
+            for group in [*install.glob("*/*"), *install.glob("*"), *base.glob(f"exechost-{state_id()}-*")]:
+                if group.is_dir() and str(group) not in live:
+                    with contextlib.suppress(OSError):
+                        group.rmdir()
+
+
+def kill_cgroup(path: str) -> None:
+    """SIGKILL every task of the sandbox's pids cgroup, each through a pidfd taken while it was still a
+    member (a pid read from cgroup.procs may be another process's by the time a kill by number arrives)."""
+    name = path.removeprefix("/sys/fs/cgroup/pids")
+    try:
+        with open(f"{path}/cgroup.procs") as fh:
+            pids = [int(x) for x in fh.read().split()]
+    except (OSError, ValueError):
+        return
+    for pid in pids:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            with open(f"/proc/{pid}/cgroup") as fh:
+                member = any(line.split(":", 2)[1:] == ["pids", name] for line in fh.read().splitlines())
+            if member:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(pidfd)
+
+
+def remove_cgroup(path: str, deadline: float) -> None:
+    """rmdir the sandbox's pids cgroup once its last task is gone (the keeper goes first; what bwrap ran
+    dies by --die-with-parent a moment later, and until then the kernel says EBUSY)."""
+    while True:
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                log.warning("bwrap sandbox cgroup %s not removed: %s", path, exc.strerror)
+                return
+        time.sleep(0.002)
+
+
+def pids_cgroup(name: str, limit: int | None, owner: str) -> Path | None:
+    """A pids cgroup (the v1 controller; a delegated v2 subtree is not used yet) capping the sandbox's
+    tasks, where this process may make one; None elsewhere (RLIMIT_NPROC is then the only cap, and it
+    does not bind root). It sits in its owner's group, and that in the install's: pidsLimit caps one
+    sandbox, but an agent names as many session scopes as it likes, so its sandboxes together get at most
+    a quarter of the host's pid_max, and all of this install's at most half (the rest is the host's)."""
+    if not limit:
+        return None
+    host = _pid_max()
+    for base in _cgroup_bases():
+        install = base / f"exechost-{state_id()}"
+        group = install / owner / name
+        caps = ((install, host // INSTALL_PIDS_SHARE), (install / owner, host // AGENT_PIDS_SHARE))
+        for _ in range(3):  # a sweep by another start may remove an owner's group emptied a moment ago
+            try:
+                for parent, cap in caps:
+                    parent.mkdir(exist_ok=True)
+                    (parent / "pids.max").write_text(str(cap))
+                group.mkdir(exist_ok=True)
+                (group / "pids.max").write_text(str(limit))
+                return group
+            except FileNotFoundError:
+                continue
+            except OSError:
+                with contextlib.suppress(OSError):
+                    group.rmdir()
+                break
+    return None
+
+
+INSTALL_PIDS_SHARE = 2  # all sandboxes of an install: half the host's pids
+AGENT_PIDS_SHARE = 4  # one agent's (or the shared scope's) sandboxes: a quarter
+# The same shares of the host's RAM bound what sandboxes' tmpfs mounts may pin (a memory cgroup would
+# charge the pages too, but this process's memory group is its supervisor's to divide, not ours).
+INSTALL_MEMORY_SHARE = 2
+AGENT_MEMORY_SHARE = 4
+
+
+@contextlib.contextmanager
+def budget_lock() -> Iterator[None]:
+    """One start at a time per state dir reads the live reservations and adds its own (threads and other
+    processes alike: a gateway and a CLI's `sandbox recreate`)."""
+    fd = os.open(runtime_dir() / "budget.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with _budget_mutex:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+    finally:
+        os.close(fd)  # drops the flock
+
+
+_budget_mutex = threading.Lock()  # flock is per open file: threads of one process need their own lock
+
+
+def check_memory_budget(name: str, owner: str, tmpfs_bytes: int) -> None:
+    """Refuse a sandbox whose tmpfs would take its owner's (or the install's) reservations of RAM past
+    their share: an agent names as many session scopes as it likes, and a full tmpfs is freed by no OOM kill.
+    Sandboxes that no longer run hold nothing (their mounts went with their last process)."""
+    ram = mem_total()
+    own = everyone = 0
+    for row in list_sandboxes():
+        if row["name"] == name or not row["running"]:
+            continue
+        held = row.get("tmpfsBytes")
+        held = held if isinstance(held, int) and held > 0 else TMPFS_BYTES * 3 + SHM_BYTES  # an older record
+        everyone += held
+        if row.get("owner") == owner:
+            own += held
+    for total, share, whose in (
+        (own, AGENT_MEMORY_SHARE, "this agent's" if owner != "shared" else "the shared scope's"),
+        (everyone, INSTALL_MEMORY_SHARE, "this install's"),
+    ):
+        if total + tmpfs_bytes > ram // share:
+            raise SandboxUnavailable(
+                f"sandbox not started: {whose} running sandboxes already reserve {_mib(total)} of tmpfs "
+                f"and this one needs {_mib(tmpfs_bytes)}, past the 1/{share} of this host's RAM "
+                f"({_mib(ram // share)}) they may pin. Remove some (exechost sandbox recreate --session KEY, "
+                'or sandbox prune), or set smaller docker.tmpfs sizes (e.g. "/tmp:size=64m").'
+            )
+
+
+def _mib(n: int) -> str:
+    return f"{n // (1024 * 1024)} MiB"
+
+
+def mem_total() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 4 * 1024**3  # unknown: assume a small machine
+
+
+def _pid_max() -> int:
+    try:
+        with open("/proc/sys/kernel/pid_max") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return 32768  # the kernel's default
+
+
+def pids_cap() -> str:
+    """How a sandbox's pids limit is enforced here, for `sandbox explain`."""
+    if any(os.access(base, os.W_OK) for base in _cgroup_bases()):
+        return "pids cgroup (v1) and RLIMIT_NPROC"
+    if os.geteuid() == 0:
+        return "none: no writable pids cgroup, and RLIMIT_NPROC does not bind root"
+    return "RLIMIT_NPROC (per user namespace)"
+
+
+def own_cgroup() -> Path | str:
+    """This process's pids cgroup (v1), where a keeper goes back to; "" when unknown."""
+    try:
+        with open("/proc/self/cgroup") as fh:
+            for line in fh:
+                parts = line.rstrip("\n").split(":", 2)
+                if len(parts) == 3 and "pids" in parts[1].split(","):
+                    for base in _cgroup_bases():
+                        return base / parts[2].lstrip("/")
+    except OSError:
+        pass
+    return ""
+
+
+@functools.cache
+def _cgroup_bases() -> tuple[Path, ...]:
+    v1 = Path("/sys/fs/cgroup/pids")
+    if (v1 / "cgroup.procs").exists():
+        return (v1,)
+    return ()
