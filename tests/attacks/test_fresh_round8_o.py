@@ -1,0 +1,102 @@
+"""Fresh round 8, attacker o: ambient authority, whose is it, limits per principal, crash at the worst
+moment — against the gateway's sockets and principals, approvals and grants, sessions, nodes, egress.
+
+Each test states the attack in its docstring. A test marked xfail(strict) is an attack that works today:
+it asserts the safe outcome and fails until the hole is closed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.approvals.store import ApprovalsStore
+from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+CURL = "/usr/bin/curl"
+
+
+def _agents_socket_config(sock: Path, extra: str = "") -> str:
+    return (
+        '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+        f'[gateway]\nagentGroup = "root"\nagentSocket = "{sock}"\n' + extra
+    )
+
+
+async def _hello(path: Path, hello: dict[str, Any]) -> dict[str, Any]:
+    """Connect to `path`, say `hello`, return the gateway's first frame (welcome or error)."""
+    reader, writer = await asyncio.open_unix_connection(str(path))
+    try:
+        writer.write(json.dumps({"type": "hello", "version": 1, "client": "probe", **hello}).encode() + b"\n")
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), 30)
+        return json.loads(line) if line else {"type": "eof"}
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+# ---- class 3: the gateway's own uid is one handshake budget, shared by the operator and every host command
+
+
+@pytest.mark.skipif(not os.path.exists(CURL), reason="needs curl")
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open: host commands run as the gateway's uid and reach the agents' socket (its dir is read-only in "
+        "the host view, the socket reachable); an allowlisted curl pipeline holding 16 silent connections "
+        "fills MAX_HANDSHAKING_PER_UID for that uid, so the operator's own connection is refused 'overload'"
+    ),
+)
+async def test_class3_allowlisted_curl_fills_the_operators_handshake_slots(state_dir: Path) -> None:
+    """An agent whose allowlist has curl (a common entry: it runs no other program) runs
+    `curl --unix-socket <agents.sock> telnet://x | curl … ` sixteen times over: curl's telnet connects and
+    sends nothing until its stdin says something, so each connection sits in the handshake. The per-uid cap
+    counts the gateway's own uid, which every host command of every agent runs as, and which the operator's
+    console and CLI (and every credentialed agent's MCP server on the operator's account) connect as. With
+    all 16 taken, `exechost approve` / a console (re)start / another agent gets `too many connections from
+    uid 0 still saying hello`; re-run every handshake timeout (5 s), the agent keeps them out."""
+    sock = state_dir.parent / "ag" / "agents.sock"
+    write_config(state_dir, _agents_socket_config(sock))
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", CURL)
+    stage = f"{CURL} -s --unix-socket {sock} telnet://x/"
+    command = " | ".join([stage] * 16)
+    async with gateway(state_dir, handshake_timeout=60.0) as server:
+        client = await connect(state_dir, operator=False)
+        try:
+            work = state_dir.parent / "w"
+            work.mkdir()
+            res = await client.request(
+                "exec", {"command": command, "background": True, "workdir": str(work)}
+            )
+            # As root every directory is the gateway user's to write, so an unmodelled program asks; under
+            # an ordinary account in a root-owned cwd it runs unasked. Either way: one plain approval.
+            if res["details"]["status"] == "approval-pending":
+                operator = await connect(state_dir)
+                try:
+                    await operator.request(
+                        "approve", {"id": res["details"]["approvalId"], "decision": "allow-once"}
+                    )
+                finally:
+                    await operator.close()
+            uid = os.geteuid()
+            await wait_until(lambda: server._handshaking.get(uid, 0) >= 16, timeout=30)
+            # The operator (or any client of the gateway's account) now tries to connect.
+            first = await _hello(
+                state_dir / "gateway.sock",
+                {"token": read_token(state_dir), "operator": _operator_token(state_dir)},
+            )
+            assert first.get("type") == "welcome", first
+        finally:
+            await client.close()
+
+
+def _operator_token(state: Path) -> str:
+    return str(read_token(state, OPERATOR_TOKEN_NAME))
