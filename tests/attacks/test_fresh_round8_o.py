@@ -17,7 +17,7 @@ import pytest
 
 from engine.approvals.store import ApprovalsStore
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
-from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
 
 CURL = "/usr/bin/curl"
 
@@ -100,3 +100,61 @@ async def test_class3_allowlisted_curl_fills_the_operators_handshake_slots(state
 
 def _operator_token(state: Path) -> str:
     return str(read_token(state, OPERATOR_TOKEN_NAME))
+
+
+# ---- class 2: "this session only" on an ask that came from no session is every sessionless call's
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open: a sessionless exec (CLI, an MCP server started without --session) files its ask under session "
+        "key ''; a 'this session only' grant made on it is bound to '' and matches every later sessionless "
+        "call of that agent, from any connection: the ownerless key makes 'one session' mean 'all of them'"
+    ),
+)
+async def test_class2_session_only_grant_on_a_sessionless_ask_covers_every_sessionless_call(
+    state_dir: Path,
+) -> None:
+    """The operator answers an ask with allow-always limited to "this session only" (`approve --session`,
+    the console's session checkbox), meaning: this conversation may repeat it. The asking call had no
+    session key (an `exechost exec`, or an MCP server started without `--session`: every one of its calls),
+    so the grant is stored with sessionKey "" — and "" is what every other sessionless call of that agent
+    carries too: a new connection, tomorrow's conversation, a different MCP server of the same agent all
+    run it unasked until the grant's time or uses run out."""
+    write_config(state_dir, ALLOWLIST)
+    work = state_dir.parent / "w"
+    work.mkdir()
+    async with gateway(state_dir) as _server:
+        first = await connect(state_dir, operator=False)
+        try:
+            res = await first.request("exec", {"command": "/usr/bin/id -u", "workdir": str(work)})
+            assert res["details"]["status"] == "approval-pending", res
+            operator = await connect(state_dir)
+            try:
+                await operator.request(
+                    "approve",
+                    {
+                        "id": res["details"]["approvalId"],
+                        "decision": "allow-always",
+                        "grant": {"sessionOnly": True},
+                    },
+                )
+
+                async def granted() -> Any:
+                    got = await operator.request("approvals.grants", {})
+                    return got if got["grants"] else None
+
+                grants = await wait_until(granted, timeout=30)
+                assert [g["sessionKey"] for g in grants["grants"]] == [""], grants  # the ownerless key
+            finally:
+                await operator.close()
+        finally:
+            await first.close()
+        # Another connection, another "conversation", no session key either.
+        second = await connect(state_dir, operator=False)
+        try:
+            again = await second.request("exec", {"command": "/usr/bin/id -u", "workdir": str(work)})
+        finally:
+            await second.close()
+    assert again["details"]["status"] == "approval-pending", again  # not its session's grant
