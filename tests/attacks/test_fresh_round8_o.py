@@ -73,9 +73,7 @@ async def test_class3_allowlisted_curl_fills_the_operators_handshake_slots(state
         try:
             work = state_dir.parent / "w"
             work.mkdir()
-            res = await client.request(
-                "exec", {"command": command, "background": True, "workdir": str(work)}
-            )
+            res = await client.request("exec", {"command": command, "background": True, "workdir": str(work)})
             # As root every directory is the gateway user's to write, so an unmodelled program asks; under
             # an ordinary account in a root-owned cwd it runs unasked. Either way: one plain approval.
             if res["details"]["status"] == "approval-pending":
