@@ -156,3 +156,78 @@ async def test_class2_session_only_grant_on_a_sessionless_ask_covers_every_sessi
         finally:
             await second.close()
     assert again["details"]["status"] == "approval-pending", again  # not its session's grant
+
+
+# ---- class 3: the egress proxy's DNS pool is one pool for every agent
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open: the egress proxy's resolver pool (8 threads) and its cap of 64 lookups in flight are shared "
+        "by every agent: one agent's sandbox asking 64 names whose DNS never answers (any name under "
+        "mode=open, or a wildcard allow over a zone it controls) gets another agent's allowed name "
+        "refused at once ('64 lookups are still waiting for DNS')"
+    ),
+)
+async def test_class3_one_agents_hanging_lookups_refuse_another_agents_names(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Agent evil's sandbox sends 64 requests for names in a zone whose authoritative server never answers
+    (a name it registered; under `mode = "open"` every public name is admitted, and a wildcard allow such
+    as `*.example-cdn.net` over a zone anyone can add names to does the same). Each lookup holds one of
+    the gateway-wide 64 places until the system resolver gives up, long after the proxy's own 5 s timeout.
+    Agent ops's sandbox then asks for its allowed registry: refused at once, with no lookup, because the
+    cap and the 8 resolver threads count lookups, not principals. The DNS server cannot be reached here
+    (no traffic leaves this machine), so `system_lookup` stands in for the system resolver: names in
+    `.hang.test` wait as a silent server makes getaddrinfo wait; every other name answers at once."""
+    from engine.sandbox.egress import addresses, forwarder
+    from engine.sandbox.egress.proxy import Connection, Decision, EgressProxy, Request
+    from tests.helpers.egress import host_forwarder
+
+    silent = __import__("threading").Event()
+    real = addresses.system_lookup
+
+    def lookup(name: str, port: int) -> list[tuple[Any, ...]]:
+        if name.endswith(".hang.test"):
+            silent.wait(60)  # a DNS server that never answers (the resolver's own retries, then a timeout)
+            return []
+        if name == "registry.ops.test":
+            return [(2, 1, 6, "", ("127.0.0.1", port))]
+        return real(name, port)
+
+    monkeypatch.setattr(addresses, "system_lookup", lookup)
+    records: list[Connection] = []
+
+    async def decide(req: Request) -> Decision:
+        return Decision(True, "mode open (every public name)")  # what `mode = "open"` decides
+
+    proxy = EgressProxy(decide, records.append)
+    dirs = {}
+    for sandbox, agent in (("sb-evil", "evil"), ("sb-ops", "ops")):
+        dirs[sandbox] = forwarder.socket_dir(sandbox)
+        dirs[sandbox].mkdir(parents=True, mode=0o700)
+        await proxy.listen(sandbox, agent, dirs[sandbox])
+    writers: list[asyncio.StreamWriter] = []
+    try:
+        with host_forwarder(dirs["sb-evil"]) as evil_port, host_forwarder(dirs["sb-ops"]) as ops_port:
+            for i in range(addresses.MAX_LOOKUPS_IN_FLIGHT):
+                _r, w = await asyncio.open_connection("127.0.0.1", evil_port)
+                w.write(f"GET http://n{i}.hang.test/ HTTP/1.1\r\nHost: n{i}.hang.test\r\n\r\n".encode())
+                writers.append(w)
+            await wait_until(lambda: addresses._in_flight >= addresses.MAX_LOOKUPS_IN_FLIGHT, timeout=30)
+            reader, writer = await asyncio.open_connection("127.0.0.1", ops_port)
+            writers.append(writer)
+            writer.write(b"GET http://registry.ops.test/ HTTP/1.1\r\nHost: registry.ops.test\r\n\r\n")
+            await writer.drain()
+            await asyncio.wait_for(reader.read(), 30)
+            ops = [r for r in records if r.agentId == "ops"]
+            assert ops, records
+            # ops's name was looked up (it answers 127.0.0.1, refused as not public): never refused unlooked.
+            said = [f"{r.rule} {r.error or ''} {r.detail or ''}" for r in ops]
+            assert not any("lookups are still waiting" in text for text in said), said
+    finally:
+        silent.set()
+        for w in writers:
+            w.close()
+        await proxy.close()
