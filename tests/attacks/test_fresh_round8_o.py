@@ -231,3 +231,102 @@ async def test_class3_one_agents_hanging_lookups_refuse_another_agents_names(
         for w in writers:
             w.close()
         await proxy.close()
+
+
+# ---- class 1/7: an ask made with a credential that no longer holds
+
+
+async def _ask_then_cut_off(state_dir: Path, verb: str) -> dict[str, Any]:
+    """Agent ops (its own credential) asks for a command; the operator cuts the credential off with `verb`
+    (agents.revoke or agents.rotate), then answers the ask allow-once. What became of the run."""
+    from engine import principals
+
+    write_config(state_dir, ALLOWLIST)
+    work = state_dir.parent / "w"
+    work.mkdir()
+    token = principals.mint(state_dir, "ops")
+    async with gateway(state_dir):
+        agent = await connect(state_dir, operator=False, credential=token)
+        operator = await connect(state_dir)
+        try:
+            res = await agent.request("exec", {"command": "/usr/bin/id -u", "workdir": str(work)})
+            assert res["details"]["status"] == "approval-pending", res
+            approval = res["details"]["approvalId"]
+            await operator.request(verb, {"agent": "ops"})
+            with contextlib.suppress(Exception):  # already settled (revoke denies it): nothing to answer
+                await operator.request("approve", {"id": approval, "decision": "allow-once"})
+
+            async def settled() -> Any:
+                got = await operator.request("approvals.status", {"approvalId": approval})
+                run = got["details"].get("run") or {}
+                done = run.get("status") not in (None, "starting", "running")
+                return got["details"] if done else None
+
+            return dict(await wait_until(settled, timeout=30))
+        finally:
+            await operator.close()
+            with contextlib.suppress(Exception):
+                await agent.close()
+
+
+async def test_revoked_credentials_pending_ask_never_runs(state_dir: Path) -> None:
+    """Regression (held): a live revoke denies what the credential asked before it; approving it later
+    runs nothing."""
+    details = await _ask_then_cut_off(state_dir, "agents.revoke")
+    assert details["run"]["status"] == "denied", details
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open: agents.rotate stops the old credential's connections and mints a new one but leaves the asks "
+        "that credential made pending and runnable (revoke denies them; a restart's restore denies them too, "
+        "since the re-minted credential no longer holds): live, an approval of one still runs it"
+    ),
+)
+async def test_class7_rotated_credentials_pending_ask_runs_live_but_not_after_a_restart(
+    state_dir: Path,
+) -> None:
+    """The operator rotates ops's credential (`exechost agents add ops --rotate`) because it leaked: the
+    holder of the leaked token had filed asks that look like ops's. `rotate_agent` stops and drops the old
+    credential's connections but, unlike `revoke_agent`, never settles what that credential asked, so
+    approving the row later runs it. Had the gateway restarted in between, the restore would have denied
+    the same ask (`_holds`: a re-minted credential no longer holds): the outcome depends on whether a
+    crash happened, and a credential that no longer holds still acts."""
+    details = await _ask_then_cut_off(state_dir, "agents.rotate")
+    assert details["run"]["status"] == "denied", details
+
+
+async def test_rotated_credentials_pending_ask_is_denied_after_a_restart(state_dir: Path) -> None:
+    """Regression (held), the contrast to the xfail above: with a restart between the ask and the rotation
+    (the CLI re-mints on disk while no gateway runs), the restored ask is denied, approved or not."""
+    from engine import principals
+
+    write_config(state_dir, ALLOWLIST)
+    work = state_dir.parent / "w"
+    work.mkdir()
+    token = principals.mint(state_dir, "ops")
+    async with gateway(state_dir):
+        agent = await connect(state_dir, operator=False, credential=token)
+        try:
+            res = await agent.request("exec", {"command": "/usr/bin/id -u", "workdir": str(work)})
+            assert res["details"]["status"] == "approval-pending", res
+            approval = res["details"]["approvalId"]
+        finally:
+            await agent.close()
+    principals.mint(state_dir, "ops")  # `exechost agents add ops --rotate` with no gateway running
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        try:
+            with contextlib.suppress(Exception):
+                await operator.request("approve", {"id": approval, "decision": "allow-once"})
+
+            async def settled() -> Any:
+                got = await operator.request("approvals.status", {"approvalId": approval})
+                run = got["details"].get("run") or {}
+                return got["details"] if run.get("status") not in (None, "starting", "running") else None
+
+            details = await wait_until(settled, timeout=30)
+        finally:
+            await operator.close()
+    assert details["run"]["status"] == "denied", details
