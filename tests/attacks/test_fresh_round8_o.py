@@ -330,3 +330,68 @@ async def test_rotated_credentials_pending_ask_is_denied_after_a_restart(state_d
         finally:
             await operator.close()
     assert details["run"]["status"] == "denied", details
+
+
+# ---- class 3: RAM a Docker sandbox can pin (tmpfs) is bounded for bwrap, not for Docker
+
+
+def _mem_total() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no MemTotal")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open: a default Docker sandbox has no memory limit and its tmpfs mounts (/tmp, /var/tmp, /run) no "
+        "size, so each is half the host's RAM: one agent's command pins more RAM than the host has (no OOM "
+        "kill frees tmpfs), where bwrap caps each mount and an agent's sandboxes to a quarter of RAM"
+    ),
+)
+async def test_class3_docker_sandbox_tmpfs_can_pin_the_hosts_ram(state_dir: Path) -> None:
+    """The bwrap backend bounds what tmpfs a sandbox may pin (256 MiB per mount, and an agent's running
+    sandboxes together a quarter of the host's RAM, checked before a start). The Docker backend, the
+    default, creates `/tmp`, `/var/tmp` and `/run` as tmpfs with no size (the kernel's default: half of
+    RAM each) in a container with no memory limit (`docker.memory` unset): `head -c 40G /dev/zero >
+    /tmp/x` in an agent's sandbox takes the host's RAM, and killing processes frees none of it (tmpfs
+    pages are not a process's). The test does not fill anything: it reads what the sandbox could pin —
+    the sizes its writable tmpfs mounts report, bounded by the container's memory limit — and expects it
+    within the bwrap backend's bound for one agent (a quarter of RAM)."""
+    from engine.sandbox import docker_ops
+    from tests.helpers.sandbox import build_test_image
+
+    image = build_test_image()
+    write_config(
+        state_dir,
+        '[tools.exec]\nsecurity = "full"\nask = "off"\n'
+        '[agents.defaults.sandbox]\nmode = "all"\n'
+        f'[agents.defaults.sandbox.docker]\nimage = "{image}"\npool = 0\n',
+    )
+    probe = (
+        "df -k /tmp /var/tmp /run /dev/shm | tail -n +2; "
+        "echo LIMIT $(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || "
+        "cat /sys/fs/cgroup/memory.max 2>/dev/null)"
+    )
+    try:
+        async with gateway(state_dir):
+            client = await connect(state_dir, operator=False)
+            try:
+                res = await client.request("exec", {"command": probe})
+            finally:
+                await client.close()
+    finally:
+        for c in docker_ops.list_sandboxes():
+            docker_ops.remove(c["Id"])
+    text = res["text"]
+    assert res["details"]["status"] == "completed", res
+    sizes = [int(line.split()[1]) * 1024 for line in text.splitlines() if line.startswith(("tmpfs", "shm"))]
+    assert len(sizes) == 4, text
+    limit_words = [
+        line.split()[1] for line in text.splitlines() if line.startswith("LIMIT ") and len(line.split()) > 1
+    ]
+    limit = int(limit_words[0]) if limit_words and limit_words[0].isdigit() else None
+    pinnable = sum(sizes) if limit is None else min(sum(sizes), limit)
+    assert pinnable <= _mem_total() // 4, (pinnable, _mem_total(), text)
