@@ -395,3 +395,110 @@ async def test_class3_docker_sandbox_tmpfs_can_pin_the_hosts_ram(state_dir: Path
     limit = int(limit_words[0]) if limit_words and limit_words[0].isdigit() else None
     pinnable = sum(sizes) if limit is None else min(sum(sizes), limit)
     assert pinnable <= _mem_total() // 4, (pinnable, _mem_total(), text)
+
+
+# ---- class 7: the "starting" note of an approved run is not on disk, and the run starts anyway
+
+
+def _fill(directory: Path) -> Path:
+    """Take every free block of the filesystem `directory` is on (what an agent's sandbox does by writing
+    into its workspace, which lives on the state dir's filesystem by default)."""
+    filler = directory / ".filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for size in (1 << 20, 4096):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * size)
+    finally:
+        os.close(fd)
+    return filler
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs as the state dir")
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open: ExecTool._starting writes 'this approval's run starts as session X' and awaits the journal's "
+        "barrier, but a failed write (full disk) counts as done, so the run starts with the journal still "
+        "saying 'approved, never started'; power lost before its next note, the next gateway runs it again"
+    ),
+)
+async def test_class7_full_disk_at_the_starting_note_then_power_loss_runs_an_allow_once_twice(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An allow-once ask is approved; the decision is on disk. The agent's sandbox fills the state dir's
+    filesystem just then (its workspace is there by default) and frees it a moment later. `_starting`'s
+    note (the run's session id, on disk *before* the spawn, so that a crash never runs it twice) fails with
+    ENOSPC; GroupWriter logs the failure and releases the barrier as if it were written; the space is back,
+    and the command is spawned. Power is lost right after the spawn, before the run's next note (the state
+    dir is copied at that moment: what a power loss leaves on disk). The next gateway restores the ask as
+    decided allow-once with no run, and runs the command a second time. Without the full disk the copy
+    holds the `starting` note, and the restore refuses to run it again (engine.tools.resume)."""
+    import shutil
+    import subprocess
+
+    from engine.tools.exec import ExecTool
+
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(state_dir)], check=True)
+    work = state_dir.parent / "w"
+    work.mkdir()
+    marker = work / "ran"
+    image = state_dir.parent / "s2"
+    starting_, run_ = ExecTool._starting, ExecTool._run
+    armed = {"fill": True, "crash": True, "copied": False}
+
+    async def starting(self: ExecTool, record: Any, prepared: Any, slot: Any = None) -> str:
+        if not armed["fill"]:
+            return await starting_(self, record, prepared, slot)
+        armed["fill"] = False
+        filler = _fill(state_dir)  # the agent's sandbox fills the disk: the note fails with ENOSPC
+        try:
+            return await starting_(self, record, prepared, slot)
+        finally:
+            filler.unlink()  # ...and frees it again: the holder file and the spawn go ahead
+
+    async def run(self: ExecTool, *args: Any, **kwargs: Any) -> Any:
+        result = await run_(self, *args, **kwargs)
+        if armed["crash"]:
+            armed["crash"] = False
+            await wait_until(lambda: marker.exists() and marker.read_text().count("ran") == 1, timeout=30)
+            # Power lost now, after the spawn and before the run's next note: the disk as it is.
+            shutil.copytree(state_dir, image, symlinks=True, ignore=shutil.ignore_patterns("*.sock"))
+            armed["copied"] = True
+        return result
+
+    monkeypatch.setattr(ExecTool, "_starting", starting)
+    monkeypatch.setattr(ExecTool, "_run", run)
+    command = f"/bin/sh -c 'echo ran >> {marker}; exec sleep 60'"
+    try:
+        write_config(state_dir, ALLOWLIST)
+        async with gateway(state_dir):
+            agent = await connect(state_dir, operator=False)
+            operator = await connect(state_dir)
+            try:
+                res = await agent.request("exec", {"command": command, "workdir": str(work)})
+                assert res["details"]["status"] == "approval-pending", res
+                approval = res["details"]["approvalId"]
+                await operator.request("approve", {"id": approval, "decision": "allow-once"})
+                await wait_until(lambda: armed["copied"], timeout=30)
+            finally:
+                await operator.close()
+                await agent.close()
+    finally:
+        subprocess.run(["umount", "-l", str(state_dir)], check=False)
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(image))
+    async with gateway(image):
+        operator = await connect(image)
+        try:
+
+            async def settled() -> bool:
+                got = await operator.request("approvals.status", {"approvalId": approval})
+                run = got["details"].get("run") or {}
+                again = marker.read_text().count("ran") >= 2
+                return again or run.get("status") in ("denied", "failed", "completed")
+
+            await wait_until(settled, timeout=30)
+        finally:
+            await operator.close()
+    assert marker.read_text().count("ran") == 1, "the approved-once command ran twice"
