@@ -466,6 +466,19 @@ class ApprovalManager:
                 touched += self.revoke_record(record)
         return touched
 
+    def revoke_credential(self, agent_id: str, credential: str) -> int:
+        """One credential of the agent no longer holds (rotated away): what was asked with it is settled
+        as a revoke settles it (`revoke_record`), as the next gateway's restore would settle it. The number
+        of asks or runs it ended."""
+        touched = 0
+        for record in [*self._open.values(), *self._maybe_unsettled.values()]:
+            made = [record.resume, *(entry.get("resume") for entry in record.joined)]
+            if record.request.agent_id == agent_id and any(
+                (r or {}).get("credential") == credential for r in made
+            ):
+                touched += self.revoke_record(record)
+        return touched
+
     def revoke_record(self, record: ApprovalRecord) -> int:
         """Whoever asked was revoked (live, or while no gateway ran: engine.tools.resume): a pending ask is
         denied (reason "agent revoked"), and a run approved but not started yet is noted as denied, so

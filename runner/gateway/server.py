@@ -431,10 +431,15 @@ class GatewayServer:
             self.connections.discard(conn)
         self._revoking.add(agent)
         try:
+            old = await asyncio.to_thread(principals.read_token, self.state_dir, agent)
             token = await asyncio.to_thread(principals.mint, self.state_dir, agent)
         finally:
             self._revoking.discard(agent)
             self._revocations += 1
+        if old is not None:
+            # What the old credential asked is not run after it stopped, as a revoke (and the next
+            # gateway's restore, which finds the credential no longer holds) ensures (fresh round 8 o).
+            self.services.approvals.revoke_credential(agent, principals.credential_id(old))
         await self._drop(conns)
         await self.recheck()
         return token, len(conns)

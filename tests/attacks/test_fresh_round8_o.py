@@ -276,14 +276,6 @@ async def test_revoked_credentials_pending_ask_never_runs(state_dir: Path) -> No
     assert details["run"]["status"] == "denied", details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open: agents.rotate stops the old credential's connections and mints a new one but leaves the asks "
-        "that credential made pending and runnable (revoke denies them; a restart's restore denies them too, "
-        "since the re-minted credential no longer holds): live, an approval of one still runs it"
-    ),
-)
 async def test_class7_rotated_credentials_pending_ask_runs_live_but_not_after_a_restart(
     state_dir: Path,
 ) -> None:
@@ -292,7 +284,8 @@ async def test_class7_rotated_credentials_pending_ask_runs_live_but_not_after_a_
     credential's connections but, unlike `revoke_agent`, never settles what that credential asked, so
     approving the row later runs it. Had the gateway restarted in between, the restore would have denied
     the same ask (`_holds`: a re-minted credential no longer holds): the outcome depends on whether a
-    crash happened, and a credential that no longer holds still acts."""
+    crash happened, and a credential that no longer holds still acts. Fixed: a rotation settles what the
+    old credential asked (`ApprovalManager.revoke_credential`, runner/gateway/server.py)."""
     details = await _ask_then_cut_off(state_dir, "agents.rotate")
     assert details["run"]["status"] == "denied", details
 
