@@ -498,3 +498,65 @@ async def test_class7_full_disk_at_the_starting_note_then_power_loss_runs_an_all
                 await operator.close()
     ran = marker.read_text().count("ran") if marker.exists() else 0
     assert ran <= 1, "the approved-once command ran twice"
+
+
+# ---- class 3: processes of one agent's host commands are not capped per agent
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys/fs/cgroup/pids"), reason="needs the cgroup v1 pids hierarchy")
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open: every host command of every agent runs in the gateway's own pids cgroup (here the root one) "
+        "under the gateway's uid: one agent's command forking without end takes the processes (pid_max, "
+        "or the uid's RLIMIT_NPROC) the other agents' runs, the bwrap sandboxes and the operator's "
+        "console need; bwrap sandboxes get a pids cgroup per owner (a quarter of pid_max), host runs none"
+    ),
+)
+async def test_class3_host_commands_of_one_agent_have_no_process_share(state_dir: Path) -> None:
+    """The bwrap backend puts each sandbox in a pids cgroup under its owner's, capped at a quarter of the
+    host's pid_max, so no agent's fork bomb starves the rest. A host command (here an approved `cat`;
+    an approved build, test run or script, or an allowlisted program, is the same) sits in the gateway's
+    own pids cgroup, with no limit of its agent's: `:(){ :|:& };:` in any approved script takes every
+    pid the gateway's account (or the machine) has, and the other agents' runs, the session host and
+    the operator's console fail to fork. Nothing is forked here: the test reads which pids cgroup a
+    host command is in and its limit, and expects an agent's share as the sandboxes have."""
+    write_config(state_dir, ALLOWLIST)
+    work = state_dir.parent / "w"
+    work.mkdir()
+    async with gateway(state_dir):
+        client = await connect(state_dir, operator=False)
+        operator = await connect(state_dir)
+        try:
+            res = await client.request(
+                "exec", {"command": "/usr/bin/cat /proc/self/cgroup", "workdir": str(work)}
+            )
+            assert res["details"]["status"] == "approval-pending", res  # (a /proc operand asks)
+            approval = res["details"]["approvalId"]
+            await operator.request("approve", {"id": approval, "decision": "allow-once"})
+
+            async def ran() -> Any:
+                got = await operator.request("approvals.status", {"approvalId": approval})
+                run = got["details"].get("run") or {}
+                return run if run.get("status") == "completed" else None
+
+            run = await wait_until(ran, timeout=30)
+        finally:
+            await operator.close()
+            await client.close()
+    text = str(run.get("tail") or "")
+    import re
+
+    found = re.search(r"\d+:pids:(\S+)", text)  # (the run's tail comes with its lines joined)
+    assert found is not None, text
+    line = found.group(0)
+    group = Path("/sys/fs/cgroup/pids") / found.group(1).lstrip("/")
+    with open("/proc/sys/kernel/pid_max") as f:
+        share = int(f.read()) // 4
+    caps = []
+    for d in (group, *group.parents):  # the run's own group and every group above it may cap it
+        if d == Path("/sys/fs/cgroup"):
+            break
+        with contextlib.suppress(OSError, ValueError):
+            caps.append(int((d / "pids.max").read_text()))
+    assert caps and min(caps) <= share, (line, caps)
