@@ -560,3 +560,78 @@ async def test_class3_host_commands_of_one_agent_have_no_process_share(state_dir
         with contextlib.suppress(OSError, ValueError):
             caps.append(int((d / "pids.max").read_text()))
     assert caps and min(caps) <= share, (line, caps)
+
+
+# ---- attempts that did not work (regressions kept)
+
+
+async def test_a_node_run_cannot_reach_the_node_services_socket(state_dir: Path) -> None:
+    """Regression (held): `node.sock` of `exechost node run` admits any peer of its uid without a token,
+    and a peer there is a gateway link: it could send `system.run` as any agentId and answer the asks the
+    node relays to its link. A node run is that uid; it does not reach the socket because it starts in
+    the host view, where the node's state dir is an empty tmpfs. (A real node service on its own socket;
+    the test speaks the node wire as the gateway would.)"""
+    from runner.node.service import NodeService
+
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    service = NodeService(state_dir)
+    await service.start()
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(state_dir / "node.sock"), limit=1 << 22)
+        try:
+            hello = json.loads(await reader.readline())
+            assert hello["type"] == "hello"
+            probe = f"ls -a {state_dir}; test -S {state_dir}/node.sock && echo REACHABLE || echo hidden"
+            request = {
+                "type": "req",
+                "id": "1",
+                "method": "system.run",
+                "params": {
+                    "command": ["sh", "-c", probe],
+                    "rawCommand": probe,
+                    "agentId": "evil",
+                    "runId": "r1",
+                },
+            }
+            writer.write(json.dumps(request).encode() + b"\n")
+            await writer.drain()
+            while True:
+                frame = json.loads(await asyncio.wait_for(reader.readline(), 60))
+                if frame.get("type") == "res" and frame.get("id") == "1":
+                    break
+        finally:
+            writer.close()
+    finally:
+        await service.stop()
+    assert frame["ok"], frame
+    out = frame["payload"]["stdout"]
+    assert "hidden" in out and "REACHABLE" not in out and "node.json" not in out, out
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap")
+async def test_two_agents_sessionless_calls_never_share_a_session_scoped_sandbox(state_dir: Path) -> None:
+    """Regression (held): a sessionless call's session key is "" for every agent (the ownerless key the
+    session-only grant above trips on). With scope = "session", a sandbox named after "" would be one
+    sandbox for every agent; the sandbox layer maps "" to the agent's own main session key first, so agent
+    ops's file is not in agent main's workspace."""
+    from engine import principals
+
+    write_config(
+        state_dir,
+        '[tools.exec]\nsecurity = "full"\nask = "off"\n'
+        '[agents.defaults.sandbox]\nmode = "all"\nscope = "session"\nbackend = "bwrap"\n',
+    )
+    token = principals.mint(state_dir, "ops")
+    async with gateway(state_dir):
+        ops = await connect(state_dir, operator=False, credential=token)
+        main = await connect(state_dir, operator=False)
+        try:
+            wrote = await ops.request(
+                "exec", {"command": "echo ops-secret > /workspace/left-by-ops; echo ok"}
+            )
+            assert wrote["details"]["status"] == "completed", wrote
+            read = await main.request("exec", {"command": "cat /workspace/left-by-ops 2>&1; echo done"})
+        finally:
+            await ops.close()
+            await main.close()
+    assert "ops-secret" not in read["text"], read
