@@ -51,6 +51,12 @@ class ApprovalError(ExecHostError):
         self.code = code
 
 
+SESSIONLESS = (
+    'this ask came from a call with no session key, so "this session only" cannot limit it (every '
+    "sessionless call of the agent carries the same empty key): limit it by time (--for) or uses (--uses)"
+)
+
+
 def env_hash(env: Mapping[str, str] | None) -> str:
     """sha256 over the sorted (key, value) pairs, as OpenClaw binds an approval to its env."""
     pairs = sorted((env or {}).items())
@@ -572,6 +578,17 @@ class ApprovalManager:
             )
         if grant is not None and normalized != "allow-always":
             raise ApprovalError("APPROVAL_BAD_DECISION", "limits (--for/--uses/--session) need allow-always")
+        if (
+            grant is not None
+            and grant.session_only
+            and not all(
+                str(r.get("sessionKey") or "").strip()
+                for r in record.requesters or [record.request.requester()]
+            )
+        ):
+            # A sessionless call's key is "", which every other sessionless call of the agent carries too:
+            # a grant bound to it would be the agent's, not one session's (fresh round 8 o).
+            raise ApprovalError("APPROVAL_BAD_DECISION", SESSIONLESS)
         if reason:
             record.reason = " ".join(str(reason).split())[:500]
         record.grant = grant
