@@ -672,12 +672,16 @@ class ApprovalManager:
         rows = [r for r in reversed(self._history) if agent_id is None or r.request.agent_id == agent_id]
         return rows
 
-    def lookup(self, id_or_prefix: str) -> ApprovalRecord | None:
-        """A pending or decided approval by id or unique prefix (8-char slugs included), else None."""
+    def lookup(self, id_or_prefix: str, agent_id: str | None = None) -> ApprovalRecord | None:
+        """A pending or decided approval by id or unique prefix (8-char slugs included), else None.
+        `agent_id`: among that agent's approvals only, so another agent's ask never makes a prefix of
+        one's own ambiguous (an oracle for the other agent's ids: fresh round 8 o)."""
         key = (id_or_prefix or "").strip().lower()
         if not key:
             return None
         known = {r.id: r for r in self._history} | self._records
+        if agent_id is not None:
+            known = {i: r for i, r in known.items() if r.request.agent_id == agent_id}
         if key in known:
             return known[key]
         hits = [r for rid, r in known.items() if rid.startswith(key)]

@@ -632,3 +632,51 @@ async def test_two_agents_sessionless_calls_never_share_a_session_scoped_sandbox
             await ops.close()
             await main.close()
     assert "ops-secret" not in read["text"], read
+
+
+# ---- class 2: another agent's approval ids, seen through the prefix of one's own
+
+
+async def test_class2_an_agents_approval_prefix_says_nothing_of_other_agents_asks(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`approvals.status` takes any unique prefix. An agent's prefix was resolved among every agent's asks
+    (pending and decided), so its own id's one-character prefix answered "unknown" exactly when another
+    agent had an ask starting with the same character: an oracle for other agents' pending asks and their
+    ids, one hex digit at a time (with 32 asks an agent covers the alphabet). The ids are fixed here
+    (uuid4 answers in turn) so the collision a 1-in-16 chance gives is there every run. Fixed: an agent's
+    prefix is resolved among its own agent's approvals only (and in the decision history likewise)."""
+    import uuid
+
+    from engine import principals
+    from engine.approvals import pending
+
+    ids = iter(
+        [
+            uuid.UUID("d4000000-0000-4000-8000-000000000001"),  # agent main's ask
+            uuid.UUID("d7000000-0000-4000-8000-000000000002"),  # agent ops's: the same first digit
+        ]
+    )
+    from types import SimpleNamespace
+
+    # Only the approval manager's ids (its own `uuid` name): every other uuid4 in the process stays random.
+    monkeypatch.setattr(pending, "uuid", SimpleNamespace(uuid4=lambda: next(ids, None) or uuid.uuid4()))
+    write_config(state_dir, ALLOWLIST)
+    token = principals.mint(state_dir, "ops")
+    work = state_dir.parent / "w"
+    work.mkdir()
+    async with gateway(state_dir):
+        main = await connect(state_dir, operator=False)
+        ops = await connect(state_dir, operator=False, credential=token)
+        try:
+            mine = await main.request("exec", {"command": "/usr/bin/id -u", "workdir": str(work)})
+            theirs = await ops.request("exec", {"command": "/usr/bin/id -g", "workdir": str(work)})
+            assert mine["details"]["approvalId"].startswith("d4"), mine
+            assert theirs["details"]["approvalId"].startswith("d7"), theirs
+            got = await main.request("approvals.status", {"approvalId": "d"})  # unique among its own
+            assert got["details"]["approval"]["id"] == mine["details"]["approvalId"], got
+            with pytest.raises(RemoteError):  # and another agent's reads as none at all
+                await main.request("approvals.status", {"approvalId": "d7"})
+        finally:
+            await main.close()
+            await ops.close()
