@@ -680,3 +680,57 @@ async def test_class2_an_agents_approval_prefix_says_nothing_of_other_agents_ask
         finally:
             await main.close()
             await ops.close()
+
+
+# ---- class 3: `process log` reads the whole log into the gateway's memory, many times over
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open: `process log` reads the whole session log (up to logCapBytes, 64 MiB) into the gateway, "
+        "copies it and splits it into a list of every line: ~21x the log's size for short lines (84 MiB "
+        "for 4 MiB), counted in no budget; an agent's concurrent `log` calls on a full log take GBs"
+    ),
+)
+async def test_class3_process_log_holds_many_times_the_log_in_gateway_memory(state_dir: Path) -> None:
+    """What waits for a client is counted in bytes (16 MiB per connection, 32 MiB per agent), and so is
+    what a request holds (its frame plus 6 KiB). `process log` holds neither: it reads the session's
+    whole log from disk (up to `logCapBytes`, 64 MiB by default, and the spool reader's 256 MiB), decodes
+    it, copies it (`\\r\\n` → `\\n`), and splits it into a list of every line before it takes the last 200.
+    For short lines that is tens of bytes of gateway memory per byte of log: 64 MiB of `ab` lines is
+    ~1.5 GB for one request, and an agent may have thousands of requests in flight (six run at once on the
+    default thread pool). Measured here on a 4 MiB log (tracemalloc, in the test's own gateway): the peak
+    for one request, against the per-connection byte budget the limits promise."""
+    import tracemalloc
+
+    from runner.gateway.limits import MAX_BACKLOG_BYTES
+
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    work = state_dir.parent / "w"
+    work.mkdir()
+    size = 4 << 20
+    async with gateway(state_dir):
+        client = await connect(state_dir, operator=False)
+        try:
+            res = await client.request(
+                "exec", {"command": f"yes ab | head -c {size}", "workdir": str(work), "background": True}
+            )
+            sid = res["details"]["sessionId"]
+
+            async def done() -> bool:
+                got = await client.request("process", {"action": "poll", "sessionId": sid})
+                return got["details"].get("status") in ("completed", "failed")
+
+            await wait_until(done, timeout=60)
+            tracemalloc.start()
+            try:
+                got = await client.request("process", {"action": "log", "sessionId": sid})
+                _now, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+        finally:
+            await client.close()
+    assert got["details"]["totalLines"] == size // 3 + 1, got["details"]
+    # A request may hold what its connection's budget allows, not many times the log it reads.
+    assert peak <= min(MAX_BACKLOG_BYTES, 4 * size), f"one `process log` peaked at {peak / 2**20:.0f} MiB"
