@@ -734,3 +734,60 @@ async def test_class3_process_log_holds_many_times_the_log_in_gateway_memory(sta
     assert got["details"]["totalLines"] == size // 3 + 1, got["details"]
     # A request may hold what its connection's budget allows, not many times the log it reads.
     assert peak <= min(MAX_BACKLOG_BYTES, 4 * size), f"one `process log` peaked at {peak / 2**20:.0f} MiB"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open: `sessions.output` of a finished session (an agent may read its own) reads the session's whole "
+        "log from disk (up to logCapBytes, 64 MiB) on the gateway's event loop for every call, to return at "
+        "most 128 KiB: an agent's stream of such calls stalls the loop every principal shares"
+    ),
+)
+async def test_class3_sessions_output_reads_the_whole_log_on_the_event_loop(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pane asks for 1 KiB of a finished session's output; the gateway reads every byte of its log
+    (`spool_bytes`) in the event loop's own thread, then slices the KiB. With a 64 MiB log each call is a
+    64 MiB read and copy during which no other connection is served; an agent sends such calls back to back
+    (each is a few bytes, far under its request budget). Asserted without timing: where the read runs, and
+    how much it reads for a 1 KiB answer."""
+    import threading
+
+    from engine.sessions import output as output_mod
+
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    work = state_dir.parent / "w"
+    work.mkdir()
+    size = 4 << 20
+    reads: list[tuple[bool, int]] = []
+    real = output_mod.spool_bytes
+
+    def spool_bytes(*args: Any, **kwargs: Any) -> bytes:
+        data = real(*args, **kwargs)
+        reads.append((threading.current_thread() is threading.main_thread(), len(data)))
+        return data
+
+    monkeypatch.setattr(output_mod, "spool_bytes", spool_bytes)
+    async with gateway(state_dir) as server:
+        client = await connect(state_dir, operator=False)
+        try:
+            res = await client.request(
+                "exec", {"command": f"yes ab | head -c {size}", "workdir": str(work), "background": True}
+            )
+            sid = res["details"]["sessionId"]
+
+            async def done() -> bool:
+                got = await client.request("process", {"action": "poll", "sessionId": sid})
+                return got["details"].get("status") in ("completed", "failed")
+
+            await wait_until(done, timeout=60)
+            # Settled: its output now lives on disk only (a second after it ends).
+            await wait_until(lambda: server.services.sessions.get(sid).output.settled, timeout=30)
+            reads.clear()
+            got = await client.request("sessions.output", {"sessionId": sid, "offset": 0, "limit": 1024})
+        finally:
+            await client.close()
+    assert len(got["data"]) <= 1024, got
+    on_loop = sum(n for loop_thread, n in reads if loop_thread)
+    assert on_loop <= 1 << 20, f"{on_loop} bytes read on the event loop for a 1 KiB answer ({reads})"
