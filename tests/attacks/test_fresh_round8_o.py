@@ -741,7 +741,8 @@ async def test_class3_process_log_holds_many_times_the_log_in_gateway_memory(sta
     reason=(
         "open: `sessions.output` of a finished session (an agent may read its own) reads the session's whole "
         "log from disk (up to logCapBytes, 64 MiB) on the gateway's event loop for every call, to return at "
-        "most 128 KiB: an agent's stream of such calls stalls the loop every principal shares"
+        "most 128 KiB (and `process poll` decodes it all there too): an agent's stream of such calls stalls "
+        "the loop every principal shares"
     ),
 )
 async def test_class3_sessions_output_reads_the_whole_log_on_the_event_loop(
@@ -751,7 +752,8 @@ async def test_class3_sessions_output_reads_the_whole_log_on_the_event_loop(
     (`spool_bytes`) in the event loop's own thread, then slices the KiB. With a 64 MiB log each call is a
     64 MiB read and copy during which no other connection is served; an agent sends such calls back to back
     (each is a few bytes, far under its request budget). Asserted without timing: where the read runs, and
-    how much it reads for a 1 KiB answer."""
+    how much it reads for a 1 KiB answer. `process poll` of the same session does the same (it decodes the
+    whole log on the loop to keep its last 200,000 characters)."""
     import threading
 
     from engine.sessions import output as output_mod
@@ -760,15 +762,20 @@ async def test_class3_sessions_output_reads_the_whole_log_on_the_event_loop(
     work = state_dir.parent / "w"
     work.mkdir()
     size = 4 << 20
-    reads: list[tuple[bool, int]] = []
-    real = output_mod.spool_bytes
+    reads: list[tuple[str, bool, int]] = []
 
-    def spool_bytes(*args: Any, **kwargs: Any) -> bytes:
-        data = real(*args, **kwargs)
-        reads.append((threading.current_thread() is threading.main_thread(), len(data)))
-        return data
+    def recorded(name: str) -> Any:
+        real = getattr(output_mod, name)
 
-    monkeypatch.setattr(output_mod, "spool_bytes", spool_bytes)
+        def read(*args: Any, **kwargs: Any) -> Any:
+            data = real(*args, **kwargs)
+            reads.append((name, threading.current_thread() is threading.main_thread(), len(data)))
+            return data
+
+        return read
+
+    for name in ("spool_bytes", "spool_text"):  # raw bytes (sessions.output), text (process poll)
+        monkeypatch.setattr(output_mod, name, recorded(name))
     async with gateway(state_dir) as server:
         client = await connect(state_dir, operator=False)
         try:
@@ -786,8 +793,9 @@ async def test_class3_sessions_output_reads_the_whole_log_on_the_event_loop(
             await wait_until(lambda: server.services.sessions.get(sid).output.settled, timeout=30)
             reads.clear()
             got = await client.request("sessions.output", {"sessionId": sid, "offset": 0, "limit": 1024})
+            await client.request("process", {"action": "poll", "sessionId": sid})
         finally:
             await client.close()
     assert len(got["data"]) <= 1024, got
-    on_loop = sum(n for loop_thread, n in reads if loop_thread)
-    assert on_loop <= 1 << 20, f"{on_loop} bytes read on the event loop for a 1 KiB answer ({reads})"
+    on_loop = sum(n for _name, loop_thread, n in reads if loop_thread)
+    assert on_loop <= 1 << 20, f"{on_loop} bytes read on the event loop for 1 KiB and a poll ({reads})"
