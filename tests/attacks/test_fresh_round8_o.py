@@ -848,7 +848,7 @@ async def test_class3_one_agents_sandbox_list_burst_stalls_another_agents_exec(
         try:
             await wait_until(lambda: len(entered) >= threads, timeout=30)
             res = await asyncio.wait_for(
-                ops.request("exec", {"command": "echo ops-ran", "workdir": str(work)}), timeout=30
+                ops.request("exec", {"command": "echo ops-ran", "workdir": str(work)}), timeout=15
             )
             assert "ops-ran" in res["text"], res
         finally:
