@@ -27,14 +27,11 @@ def _checkout_root() -> Path:
     return Path(hostview.__file__).resolve().parents[2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the host view binds only engine/ and the venv read-only (hostview._install_root() is "
-    "engine/, two dirnames up from engine/commands/hostview.py, not the checkout), so an allowlisted "
-    "`tee` writes the gateway's own runner/ and console/ code (and the checkout root, first on the systemd "
-    "unit's sys.path), which the next gateway, the operator's CLI and console run outside the view",
-)
 async def test_class6_an_allowlisted_tee_writes_the_gateways_runner_package(state_dir: Path) -> None:
+    """Closed (branch view28): the view bound only engine/ and the venv read-only (two dirnames up from
+    hostview.py), so an allowlisted `tee` wrote runner/, console/ and the checkout root. Everything the
+    gateway's Python imports from is read-only now, read from the interpreter (engine.commands.
+    importroots; variants in tests/attacks/test_host_view_install.py)."""
     runner_dir = _checkout_root() / "runner"
     assert (runner_dir / "__main__.py").is_file()
     planted = runner_dir / f"zz_round8_q_{secrets.token_hex(6)}.py"
@@ -196,16 +193,12 @@ while not os.path.exists("stop") and n < 20_000_000:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a home workdir (and a hostWritable root) is checked by realpath, then bound by path "
-    "(`bwrap --bind W W`); the agent's own background run in ~/proj exchanges ~/proj/sub with a relative "
-    "link to ../.config in a loop, and a run with workdir ~/proj/sub gets ~/.config bound writable: it "
-    "creates the operator's XDG git config, which gitvet trusts",
-)
 async def test_class6_a_workdir_exchanged_for_a_link_by_the_agents_own_run_makes_the_homes_config_writable(
     state_dir: Path,
 ) -> None:
+    """Closed (branch view28): every bind's source is an fd opened along its resolved path with no link
+    followed and checked on the fd (engine.commands.bindsource); a root under another of the agent's is not
+    bound again, under another agent's is refused (variants in tests/attacks/test_host_view_bindfd.py)."""
     from engine.protocol.frames import RemoteError
     from tests.helpers.gateway import FULL
     from tests.helpers.race import tries
