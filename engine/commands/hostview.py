@@ -417,6 +417,7 @@ def trusted_files(
     environ: dict[str, str] | None = None,
     outside: Outside = NOTHING_OUTSIDE,
     includes: list[str] | None = None,
+    dirs: list[str] | None = None,
 ) -> list[str]:
     """What the gateway or a program it trusts reads, by the names it reads them (present or not): the
     trusted configs, the git includes, the rc files, the trusted dirs, the state dir and what `outside`
@@ -426,7 +427,7 @@ def trusted_files(
     home = home_dir(environ)
     paths += [os.path.join(home, name) for name in RC_FILES]
     paths += [
-        *trusted_dirs(environ),
+        *(trusted_dirs(environ) if dirs is None else dirs),
         *import_paths(),
         state,
         *outside.covered,
@@ -637,8 +638,8 @@ def view_args(
             # one below another is writable with it, and bound over it would be by a name the outer
             # root's runs can exchange for a link (its source is by fd: view_by_fd; its place is not)
             args += ["--bind", root, root]
-    hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes), state, home)
     tdirs = trusted_dirs(environ)
+    hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes, tdirs), state, home)
     for d in [*tdirs, *outside.readonly, *hop_dirs]:
         if os.path.exists(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
             args += ["--ro-bind", os.path.realpath(d), d]
@@ -683,11 +684,12 @@ def _make_import_paths(home: str, state: str) -> None:
     gone) made empty now, outside the home and below no present one (the home is read-only whole), so
     it is bound read-only like the rest: no run can make it and put code there for the next gateway."""
     paths = import_paths()
+    missing = [p for p in paths if not os.path.lexists(p) and not _inside(p, home)]
+    if not missing:
+        return  # the common case: one lstat each
     present = [p for p in paths if os.path.exists(p)]
-    for path in paths:
-        if os.path.lexists(path) or _inside(path, home) or _under(path, state):
-            continue
-        if not any(_inside(path, p) for p in present):
+    for path in missing:
+        if not _under(path, state) and not any(_inside(path, p) for p in present):
             _made(path, directory=True)
 
 
