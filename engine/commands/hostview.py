@@ -212,6 +212,11 @@ def trusted_dirs(environ: dict[str, str] | None = None) -> list[str]:
     if os.path.isdir(ssh):
         found.append(ssh)
     found += [d for d in ssh_dirs(home) if os.path.isdir(d) and not _shared(os.path.realpath(d))]
+    # an XDG config home outside the home is the operator's configs as ~/.config is (read-only with the
+    # home): every tool's there (pip's index-url, systemd user units), not only git's (fresh round 8 r)
+    xdg = env.get("XDG_CONFIG_HOME")
+    if xdg and os.path.isabs(xdg) and os.path.isdir(xdg) and not _shared(os.path.realpath(xdg)):
+        found.append(xdg)
     imports = [p for p in import_paths() if os.path.exists(p)]
     programs = [os.path.realpath(p) for p in env.get("PATH", "").split(os.pathsep) if p.startswith(os.sep)]
     programs = [p for p in programs if os.path.isdir(p) and not _shared(p)]

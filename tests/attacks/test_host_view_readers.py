@@ -95,3 +95,16 @@ def test_an_ssh_config_linked_out_of_dot_ssh_is_read_only_and_never_in_host_writ
         hostview.view_args(
             os.environ["OPENCLAW_STATE_DIR"], outside=hostview.Outside(writable=(str(home / "src"),))
         )
+
+
+@needs_bwrap
+def test_an_xdg_config_home_outside_the_home_is_kept_whole(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """attackR's test_an_xdg_config_home_outside_the_home_is_kept_whole: with XDG_CONFIG_HOME elsewhere
+    only its git config was kept; a run wrote pip.conf's index-url there for the operator's next pip."""
+    xdg = tmp_path / "xdg"
+    xdg.mkdir()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    out = _run(f"mkdir -p {xdg}/pip 2>&1; echo x > {xdg}/pip.conf 2>&1; echo done")
+    assert "done" in out and not (xdg / "pip").exists() and not (xdg / "pip.conf").exists(), out
