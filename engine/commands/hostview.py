@@ -482,7 +482,14 @@ def _writable_roots(state: str, environ: dict[str, str] | None, outside: Outside
         named = os.path.abspath(os.path.expanduser(given))
         # A name that leads through a link in a dir some agent may write is that agent's to point (round
         # 8 r: a missing ~/work/cache made a link to ~/.bashrc.d, which the next view bound writable).
-        planted = [h for h in link_hops(named) if any(_inside(h, r) and h != r for r in listed)]
+        # A link outside the home in a directory commands may change (not `/`: a gateway that may write
+        # `/` gives its commands the system anyway) is one a run could have made as well.
+        planted = [
+            h
+            for h in link_hops(named)
+            if any(_inside(h, r) and h != r for r in listed)
+            or (not _inside(h, home) and os.path.dirname(h) != os.sep and _changeable(os.path.dirname(h)))
+        ]
         if planted:
             raise HostViewError(
                 f"[tools.exec] hostWritable names {given}, reached through the link {planted[0]} in a "

@@ -240,3 +240,16 @@ def test_a_host_writable_name_through_a_link_in_a_listed_dir_is_refused(state_di
     )
     with pytest.raises(hostview.HostViewError, match="reached through the link"):
         hostview.view_args(str(state_dir), outside=other)
+
+
+def test_a_host_writable_name_through_a_link_outside_the_home_a_run_may_change_is_refused(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """attackR's variant (fresh round 8 r): hostWritable named through a link outside the home, in a dir
+    host runs may write (a `/tmp/work -> ~/work` shortcut): a run re-points it to ~/.bashrc.d."""
+    home = Path.home()
+    (home / "work").mkdir()
+    shortcut = tmp_path / "work"
+    shortcut.symlink_to(home / "work")
+    with pytest.raises(hostview.HostViewError, match="reached through the link"):
+        hostview.view_args(str(state_dir), outside=hostview.Outside(writable=(str(shortcut),)))
