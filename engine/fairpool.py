@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import os
 import threading
 from collections import deque
@@ -136,6 +137,11 @@ async def offload(pool: FairPool, call: Callable[[], T]) -> T:
     if who is None:
         return await asyncio.to_thread(call)
     return await pool.run(who[0], call, who[1])
+
+
+async def to_thread(call: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """`asyncio.to_thread`, for work an agent's request causes: in `blocking`, as that agent's."""
+    return await offload(blocking, functools.partial(call, *args, **kwargs))
 
 
 # Every principal's policy decisions (exec, policy.check, approvals.relay).
