@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -265,7 +264,13 @@ async def _log(session: Session | None, sid: str, params: dict[str, Any]) -> Too
         return _fail(f"Session {sid} is not backgrounded.")
     offset, limit = _int_param(params.get("offset")), _int_param(params.get("limit"))
     output = session.output
-    body, total = await output.off_loop(functools.partial(output.log_lines, offset, limit, LOG_TAIL_LINES))
+
+    def read() -> tuple[str, int, int, bool]:
+        # Counts too: an adopted session's are read from its spool on first use, here off the loop.
+        body, total = output.log_lines(offset, limit, LOG_TAIL_LINES)
+        return body, total, output.total_chars, output.truncated
+
+    body, total, total_chars, truncated = await output.off_loop(read)
     empty = "(no output recorded)" if session.exited else "(no output yet)"
     note = ""
     if offset is None and limit is None and total > LOG_TAIL_LINES:
@@ -278,8 +283,8 @@ async def _log(session: Session | None, sid: str, params: dict[str, Any]) -> Too
             "name": session.name,
             "total": total,
             "totalLines": total,
-            "totalChars": session.output.total_chars,
-            "truncated": session.output.truncated,
+            "totalChars": total_chars,
+            "truncated": truncated,
             "exitCode": session.exit_code,
             "exitSignal": session.exit_signal,
         },
