@@ -1,0 +1,128 @@
+"""Fresh round 8 r: the home28 host view (read-only home, protected trusted files outside it) and the
+nodekeys28 node credentials, attacked from gateway-host runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.attacks.harness import attempt
+from tests.helpers.bwrap import needs_bwrap
+from tests.helpers.sshd import SshdNode, ssh_agent
+
+pytestmark = needs_bwrap
+
+FULL = '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n'
+
+
+@pytest.fixture
+def short(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short root (socket paths <= 107 bytes): the state dir, the home, and scratch outside the home."""
+    root = Path(tempfile.mkdtemp(prefix="r8r", dir="/tmp"))
+    (root / "state").mkdir(mode=0o700)
+    home = root / "home"
+    home.mkdir()
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(root / "state"))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _ssh(node: SshdNode, key: Path, command: str) -> str:
+    """An ssh command line a host run could type: the node's own address and port, no host key check."""
+    return (
+        f"ssh -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+        f"-o IdentitiesOnly=yes -i {key}.pub -p {node.port} {node.addr} {command}"
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the node's identityFile key, loaded in the operator's ssh-agent ($SSH_AUTH_SOCK, which "
+    "host runs inherit and which the view leaves reachable), logs a host run in to the node",
+)
+async def test_the_node_key_in_the_operators_agent_is_not_a_host_runs(
+    sshd_nodes: list[SshdNode], state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = sshd_nodes[0]
+    # The operator's own ssh-agent (ssh-add, AddKeysToAgent, a desktop keyring) holds the key the node's
+    # table names as identityFile; the gateway was started from that shell.
+    sock = state_dir.parent / "agent.sock"
+    with ssh_agent(sock, node.client_key):
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        config = FULL + (state_dir / "config.toml").read_text()
+        # The .pub is readable (not a credential); the agent signs for it.
+        out = await attempt(state_dir, _ssh(node, node.client_key, "echo LOGGED-IN-AS-GATEWAY"), config=config)
+    assert "LOGGED-IN-AS-GATEWAY" not in out["_text"], out
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the global git config's core.hooksPath outside the home is writable by host runs (only "
+    "include files are asked of git); the operator's next git commit runs the planted hook, outside any view",
+)
+async def test_the_global_hooks_path_outside_the_home_is_not_writable(short: Path) -> None:
+    home = Path(os.environ["HOME"])
+    hooks = short / "team" / "githooks"  # a shared hooks dir outside the home (a team's, a dotfiles tool's)
+    hooks.mkdir(parents=True)
+    (home / ".gitconfig").write_text(
+        f"[user]\n\tname = op\n\temail = op@example.com\n[core]\n\thooksPath = {hooks}\n"
+    )
+    marker = short / "hook-ran"
+    payload = short / "scratch" / "pre-commit"
+    payload.parent.mkdir()
+    payload.write_text(f"#!/bin/sh\necho planted > {marker}\n")
+    payload.chmod(0o755)
+    # An allowlisted cp, in the view (the home read-only, the state dir hidden).
+    plant = await attempt(
+        short / "state", f"cp {payload} {hooks}/pre-commit", allow=[("/usr/bin/cp", None)]
+    )
+    assert plant["status"] == "completed", plant
+    # Later, outside any view: the operator commits in a repository of their own.
+    repo = home / "proj"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "f").write_text("x\n")
+    _git(repo, "add", "f")
+    _git(repo, "commit", "-qm", "m")
+    assert not marker.exists(), "the planted hook ran in the operator's git"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a file ~/.ssh/config includes from outside the home is writable by host runs (the view "
+    "asks no ssh config for its Includes); asyncssh runs its `Match exec` in the gateway at the next node connect",
+)
+async def test_a_file_the_ssh_config_includes_is_not_writable(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    home = Path(os.environ["HOME"])
+    team = state_dir.parent / "team"
+    team.mkdir()
+    (home / ".ssh").mkdir(mode=0o700, exist_ok=True)
+    # The operator's ssh config pulls in a shared file kept outside the home (a team's, a tool's).
+    (home / ".ssh" / "config").write_text(f"Include {team}/ssh_config\n")
+    marker = state_dir.parent / "match-exec-ran"
+    nodes = (state_dir / "config.toml").read_text()
+    plant = await attempt(
+        state_dir,
+        f"printf 'Match exec \"touch {marker}\"\\n' > {team}/ssh_config",
+        config=FULL + nodes,
+    )
+    assert plant["status"] == "completed", plant
+    # The gateway's next login to a node parses ~/.ssh/config (asyncssh), with its includes.
+    # (its answer does not matter: the node may run it or ask its own approver)
+    await attempt(state_dir, "true", config=FULL + nodes, host="node", node="alpha")
+    assert not marker.exists(), "the planted Match exec ran in the gateway"
