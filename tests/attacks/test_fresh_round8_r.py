@@ -12,11 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from engine.sandbox import landlock, staticbuild
 from tests.attacks.harness import attempt
+from tests.helpers.gateway import connect, gateway, write_config
 from tests.helpers.bwrap import needs_bwrap
 from tests.helpers.sshd import SshdNode, ssh_agent
 
 pytestmark = needs_bwrap
+
+# The production build, before the session's build cache wraps it (tests/helpers/staticcache.py).
+_REAL_BUILD = staticbuild._build_locked
 
 FULL = '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n'
 
@@ -118,7 +123,8 @@ async def test_a_file_the_ssh_config_includes_is_not_writable(
     nodes = (state_dir / "config.toml").read_text()
     plant = await attempt(
         state_dir,
-        f"printf 'Match exec \"touch {marker}\"\\n' > {team}/ssh_config",
+        host="gateway",
+        command=f"printf 'Match exec \"touch {marker}\"\\n' > {team}/ssh_config",
         config=FULL + nodes,
     )
     assert plant["status"] == "completed", plant
@@ -126,3 +132,48 @@ async def test_a_file_the_ssh_config_includes_is_not_writable(
     # (its answer does not matter: the node may run it or ask its own approver)
     await attempt(state_dir, "true", config=FULL + nodes, host="node", node="alpha")
     assert not marker.exists(), "the planted Match exec ran in the gateway"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the gateway builds the sandbox's landlock helper in a 0700 /tmp/exechost-* dir of its own "
+    "uid, which host runs can write: a host run replaces the compiled helper before it is installed",
+)
+async def test_the_gateways_build_dir_in_tmp_is_not_a_host_runs(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    state = short / "state"
+    evil = short / "scratch" / "evil"
+    evil.parent.mkdir()
+    evil.write_bytes(b"#!/bin/sh\nexec \"$@\"\n")  # a "landlock helper" that restricts nothing
+    write_config(state, FULL)
+    compiler = landlock._compiler()
+    if compiler is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setattr(staticbuild, "_build_locked", _REAL_BUILD)  # this test's own build
+    real_run = subprocess.run
+    loop = asyncio.get_running_loop()
+    async with gateway(state):
+        client = await connect(state)
+        ran: list[object] = []
+
+        def compiled_then_the_agent_runs(argv: list[str], **kw: object) -> object:
+            done = real_run(argv, **kw)  # type: ignore[call-overload]
+            if argv and argv[0] == compiler:
+                # The agent's host command, at the moment the compiler is done (in life: an inotify loop
+                # in a background host run, woken by the build dir's IN_CLOSE_WRITE).
+                plant = f"for f in /tmp/exechost-{landlock.NAME}-*/*; do cat {evil} > \"$f\"; done"
+                call = client.request("exec", {"command": plant, "host": "gateway"})
+                ran.append(asyncio.run_coroutine_threadsafe(call, loop).result(60))
+            return done
+
+        monkeypatch.setattr(subprocess, "run", compiled_then_the_agent_runs)
+        try:
+            await asyncio.to_thread(landlock.ensure_binary)
+        finally:
+            monkeypatch.setattr(subprocess, "run", real_run)
+            await client.close()
+    assert ran and ran[0]["details"]["status"] == "completed", ran  # type: ignore[index]
+    assert landlock.binary_path().read_bytes() != evil.read_bytes(), "the agent's helper was installed"
