@@ -14,8 +14,8 @@ import pytest
 
 from engine.sandbox import landlock, staticbuild
 from tests.attacks.harness import attempt
-from tests.helpers.gateway import connect, gateway, write_config
 from tests.helpers.bwrap import needs_bwrap
+from tests.helpers.gateway import connect, gateway, write_config
 from tests.helpers.sshd import SshdNode, ssh_agent
 
 pytestmark = needs_bwrap
@@ -64,7 +64,9 @@ async def test_the_node_key_in_the_operators_agent_is_not_a_host_runs(
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
         config = FULL + (state_dir / "config.toml").read_text()
         # The .pub is readable (not a credential); the agent signs for it.
-        out = await attempt(state_dir, _ssh(node, node.client_key, "echo LOGGED-IN-AS-GATEWAY"), config=config)
+        out = await attempt(
+            state_dir, _ssh(node, node.client_key, "echo LOGGED-IN-AS-GATEWAY"), config=config
+        )
     assert "LOGGED-IN-AS-GATEWAY" not in out["_text"], out
 
 
@@ -91,9 +93,7 @@ async def test_the_global_hooks_path_outside_the_home_is_not_writable(short: Pat
     payload.write_text(f"#!/bin/sh\necho planted > {marker}\n")
     payload.chmod(0o755)
     # An allowlisted cp, in the view (the home read-only, the state dir hidden).
-    plant = await attempt(
-        short / "state", f"cp {payload} {hooks}/pre-commit", allow=[("/usr/bin/cp", None)]
-    )
+    plant = await attempt(short / "state", f"cp {payload} {hooks}/pre-commit", allow=[("/usr/bin/cp", None)])
     assert plant["status"] == "completed", plant
     # Later, outside any view: the operator commits in a repository of their own.
     repo = home / "proj"
@@ -147,7 +147,7 @@ async def test_the_gateways_build_dir_in_tmp_is_not_a_host_runs(
     state = short / "state"
     evil = short / "scratch" / "evil"
     evil.parent.mkdir()
-    evil.write_bytes(b"#!/bin/sh\nexec \"$@\"\n")  # a "landlock helper" that restricts nothing
+    evil.write_bytes(b'#!/bin/sh\nexec "$@"\n')  # a "landlock helper" that restricts nothing
     write_config(state, FULL)
     compiler = landlock._compiler()
     if compiler is None:
@@ -164,7 +164,7 @@ async def test_the_gateways_build_dir_in_tmp_is_not_a_host_runs(
             if argv and argv[0] == compiler:
                 # The agent's host command, at the moment the compiler is done (in life: an inotify loop
                 # in a background host run, woken by the build dir's IN_CLOSE_WRITE).
-                plant = f"for f in /tmp/exechost-{landlock.NAME}-*/*; do cat {evil} > \"$f\"; done"
+                plant = f'for f in /tmp/exechost-{landlock.NAME}-*/*; do cat {evil} > "$f"; done'
                 call = client.request("exec", {"command": plant, "host": "gateway"})
                 ran.append(asyncio.run_coroutine_threadsafe(call, loop).result(60))
             return done
@@ -177,3 +177,81 @@ async def test_the_gateways_build_dir_in_tmp_is_not_a_host_runs(
             await client.close()
     assert ran and ran[0]["details"]["status"] == "completed", ran  # type: ignore[index]
     assert landlock.binary_path().read_bytes() != evil.read_bytes(), "the agent's helper was installed"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a dir on the gateway's own PATH outside the home (Linuxbrew's /home/linuxbrew/.linuxbrew/"
+    "bin, a user-owned /opt/tools/bin) is only dropped from host runs' PATH, never made read-only",
+)
+async def test_the_gateways_path_dir_outside_the_home_is_not_writable(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tools = short / "linuxbrew" / "bin"  # the operator's, outside the home, on the PATH it starts from
+    tools.mkdir(parents=True)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    payload = short / "scratch" / "git"
+    payload.parent.mkdir()
+    payload.write_text(f'#!/bin/sh\necho planted > {short}/planted-ran\nexec /usr/bin/git "$@"\n')
+    payload.chmod(0o755)
+    plant = await attempt(short / "state", f"cp {payload} {tools}/git", allow=[("/usr/bin/cp", None)])
+    assert plant["status"] == "completed", plant
+    assert not (tools / "git").exists(), "the operator's next `git` is the agent's"
+
+
+async def _poll_until_exit(client: object, sid: str) -> str:
+    text = ""
+    for _ in range(100):
+        res = await client.request("process", {"action": "poll", "sessionId": sid, "timeout": 2000})  # type: ignore[attr-defined]
+        text += res["text"]
+        if res["details"]["status"] != "running":
+            return text
+    raise AssertionError(f"session {sid} did not end: {text!r}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node key rotated by rename (ansible, rm + ssh-keygen) detaches the empty file bound "
+    "over it in every running host view: a background host run started before reads the new key",
+)
+async def test_a_rotated_node_key_is_hidden_from_running_host_commands(short: Path) -> None:
+    state = short / "state"
+    keys = short / "keys"
+    keys.mkdir(mode=0o700)
+    key = keys / "node_ed25519"
+    key.write_text("OLD-KEY-SECRET\n")
+    key.chmod(0o600)
+    fifo = short / "go"
+    os.mkfifo(fifo)
+    config = FULL + (
+        f'[nodes.build]\nhost = "127.0.0.9"\nidentityFile = "{key}"\nknownHosts = "{short}/kh"\n'
+    )
+    write_config(state, config)
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            started = await client.request(
+                "exec",
+                {
+                    "command": f"echo before:$(cat {key}); echo READY; read x < {fifo}; echo after:$(cat {key})",
+                    "host": "gateway",
+                    "background": True,
+                },
+            )
+            sid = started["details"]["sessionId"]
+            seen = ""
+            while "READY" not in seen:
+                res = await client.request("process", {"action": "poll", "sessionId": sid, "timeout": 2000})
+                seen += res["text"]
+                assert res["details"]["status"] == "running", seen
+            assert "OLD-KEY" not in seen, seen  # hidden while the run started
+            # The operator rotates the node's key: a new file renamed into place.
+            (keys / "new").write_text("NEW-KEY-SECRET\n")
+            os.replace(keys / "new", key)
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, b"go\n")
+            os.close(fd)
+            seen += await _poll_until_exit(client, sid)
+        finally:
+            await client.close()
+    assert "NEW-KEY-SECRET" not in seen, seen
