@@ -255,3 +255,27 @@ async def test_a_rotated_node_key_is_hidden_from_running_host_commands(short: Pa
         finally:
             await client.close()
     assert "NEW-KEY-SECRET" not in seen, seen
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's tmux server socket (/tmp/tmux-UID/default, shared /tmp, same uid) is "
+    "reachable from host runs: `tmux run-shell` runs a command outside the view, state dir in reach",
+)
+async def test_the_operators_tmux_server_runs_nothing_for_a_host_run(short: Path) -> None:
+    state = short / "state"
+    sock = short / "tmux-op" / "default"  # as /tmp/tmux-$UID/default: the operator runs the gateway in tmux
+    sock.parent.mkdir(mode=0o700)
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ["HOME"], "TERM": "xterm"}
+    subprocess.run(["tmux", "-S", str(sock), "new-session", "-d", "-s", "op", "cat"], env=env, check=True)
+    out = short / "stolen"
+    try:
+        write_config(state, FULL)
+        (state / "operator-secret").write_text("STATE-DIR-SECRET\n")
+        run = await attempt(
+            state, f"tmux -S {sock} run-shell 'cat {state}/operator-secret > {out}'", config=FULL, host="gateway"
+        )
+        assert run["status"] in ("completed", "failed"), run
+    finally:
+        subprocess.run(["tmux", "-S", str(sock), "kill-server"], env=env, check=False, capture_output=True)
+    assert not out.exists() or "STATE-DIR-SECRET" not in out.read_text(), "the run escaped its view"
