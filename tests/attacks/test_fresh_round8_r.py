@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -279,3 +280,26 @@ async def test_the_operators_tmux_server_runs_nothing_for_a_host_run(short: Path
     finally:
         subprocess.run(["tmux", "-S", str(sock), "kill-server"], env=env, check=False, capture_output=True)
     assert not out.exists() or "STATE-DIR-SECRET" not in out.read_text(), "the run escaped its view"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: only the install and sys.prefix are read-only: a dir on the gateway's own sys.path "
+    "outside the home (PYTHONPATH, a user-owned conda/Linuxbrew base prefix) takes the agent's sitecustomize",
+)
+async def test_the_gateways_import_path_outside_the_home_is_not_writable(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lib = short / "opt-lib"  # e.g. PYTHONPATH=/opt/team/lib (a `module load`), owned by the operator
+    lib.mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(lib))
+    monkeypatch.syspath_prepend(str(lib))  # as the gateway started with that PYTHONPATH has it
+    marker = short / "sitecustomize-ran"
+    payload = short / "scratch" / "sitecustomize.py"
+    payload.parent.mkdir()
+    payload.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    plant = await attempt(short / "state", f"cp {payload} {lib}/", allow=[("/usr/bin/cp", None)])
+    assert plant["status"] == "completed", plant
+    # The next gateway (or console, or CLI) started from the same environment, outside any view.
+    subprocess.run([sys.executable, "-c", "pass"], env={**os.environ}, check=True)
+    assert not marker.exists(), "the agent's code ran in the next gateway-side Python"
