@@ -274,7 +274,10 @@ async def test_the_operators_tmux_server_runs_nothing_for_a_host_run(short: Path
         write_config(state, FULL)
         (state / "operator-secret").write_text("STATE-DIR-SECRET\n")
         run = await attempt(
-            state, f"tmux -S {sock} run-shell 'cat {state}/operator-secret > {out}'", config=FULL, host="gateway"
+            state,
+            f"tmux -S {sock} run-shell 'cat {state}/operator-secret > {out}'",
+            config=FULL,
+            host="gateway",
         )
         assert run["status"] in ("completed", "failed"), run
     finally:
@@ -303,3 +306,69 @@ async def test_the_gateways_import_path_outside_the_home_is_not_writable(
     # The next gateway (or console, or CLI) started from the same environment, outside any view.
     subprocess.run([sys.executable, "-c", "pass"], env={**os.environ}, check=True)
     assert not marker.exists(), "the agent's code ran in the next gateway-side Python"
+
+
+# Tried and closed: regressions.
+
+
+async def test_an_include_spelled_in_capitals_outside_the_home_is_kept(short: Path) -> None:
+    """git folds `[INCLUDE] PATH` to include.path; the view asks git, so the odd spelling is kept too."""
+    home = Path(os.environ["HOME"])
+    team = short / "team"
+    team.mkdir()
+    (home / ".gitconfig").write_text(
+        f'[INCLUDE]\n\tPATH = {team}/inc\n[IncludeIf "gitdir:/x/"]\n\tPath = {team}/c\n'
+    )
+    run = await attempt(
+        short / "state",
+        f"printf '[alias]\\n\\tst = !touch {short}/pwn\\n' > {team}/inc; printf x > {team}/c",
+        config=FULL,
+        host="gateway",
+    )
+    assert run["status"] in ("completed", "failed"), run
+    assert (team / "inc").read_text() == "" and (team / "c").read_text() == ""  # made empty, read-only
+
+
+async def test_a_relative_include_of_a_linked_include_is_kept_where_git_reads_it(short: Path) -> None:
+    """git resolves `path = b` against the including file's own name (its link), not the link's target."""
+    home = Path(os.environ["HOME"])
+    named, real = short / "named", short / "real"
+    named.mkdir()
+    real.mkdir()
+    (real / "a").write_text("[include]\n\tpath = b\n")
+    (named / "a").symlink_to(real / "a")
+    (home / ".gitconfig").write_text(f"[include]\n\tpath = {named}/a\n")
+    run = await attempt(
+        short / "state", f"printf '[core]\\n\\tpager = x\\n' > {named}/b", config=FULL, host="gateway"
+    )
+    assert run["status"] in ("completed", "failed"), run
+    assert not (named / "b").exists() or (named / "b").read_text() == ""
+    out = _git(short, "config", "--global", "--get", "core.pager")
+    assert out.stdout == "", out
+
+
+async def test_a_hidden_node_key_outside_the_home_cannot_be_hard_linked_out(short: Path) -> None:
+    state = short / "state"
+    keys = short / "keys"
+    keys.mkdir(mode=0o700)
+    key = keys / "node_ed25519"
+    key.write_text("KEY-SECRET\n")
+    config = FULL + f'[nodes.build]\nhost = "127.0.0.9"\nidentityFile = "{key}"\nknownHosts = "{short}/kh"\n'
+    copy = short / "copy"
+    run = await attempt(
+        state, f"ln {key} {copy}; cat {copy} {key}; cp {key} {copy}2", config=config, host="gateway"
+    )
+    assert "KEY-SECRET" not in run["_text"], run
+    assert not copy.exists() or "KEY-SECRET" not in copy.read_text()
+
+
+async def test_host_writable_named_through_a_link_into_dot_ssh_is_refused(short: Path) -> None:
+    home = Path(os.environ["HOME"])
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / "proj").symlink_to(home / ".ssh")
+    config = FULL + '\nhostWritable = ["~/proj"]\n'
+    from engine.protocol.frames import RemoteError
+
+    with pytest.raises(RemoteError, match="hostWritable names ~/proj"):
+        await attempt(short / "state", f"touch {home}/proj/authorized_keys", config=config, host="gateway")
+    assert not (home / ".ssh" / "authorized_keys").exists()
