@@ -343,7 +343,7 @@ async def test_a_relative_include_of_a_linked_include_is_kept_where_git_reads_it
     )
     assert run["status"] in ("completed", "failed"), run
     assert not (named / "b").exists() or (named / "b").read_text() == ""
-    out = _git(short, "config", "--global", "--get", "core.pager")
+    out = _git(short, "config", "--includes", "--global", "--get", "core.pager")
     assert out.stdout == "", out
 
 
@@ -372,3 +372,23 @@ async def test_host_writable_named_through_a_link_into_dot_ssh_is_refused(short:
     with pytest.raises(RemoteError, match="hostWritable names ~/proj"):
         await attempt(short / "state", f"touch {home}/proj/authorized_keys", config=config, host="gateway")
     assert not (home / ".ssh" / "authorized_keys").exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an include path with `..` after a missing dir (`team/sub/../inc`) is kept where realpath "
+    "puts it (team/inc), but the kernel resolves `..` after a link a host run may plant at team/sub",
+)
+async def test_an_include_with_dotdot_after_a_missing_dir_is_read_where_kept(short: Path) -> None:
+    home = Path(os.environ["HOME"])
+    team = short / "team"
+    team.mkdir()
+    (home / ".gitconfig").write_text(f"[include]\n\tpath = {team}/sub/../inc\n")
+    evil = short / "scratch" / "x"
+    plant = f"mkdir -p {evil}/y && printf '[core]\\n\\tpager = planted\\n' > {evil}/inc && ln -s {evil}/y {team}/sub"
+    run = await attempt(short / "state", plant, config=FULL, host="gateway")
+    assert run["status"] in ("completed", "failed"), run
+    out = _git(
+        short, "config", "--includes", "--global", "--get", "core.pager"
+    )  # the operator's git, outside any view
+    assert "planted" not in out.stdout, out
