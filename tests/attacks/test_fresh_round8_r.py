@@ -392,3 +392,33 @@ async def test_an_include_with_dotdot_after_a_missing_dir_is_read_where_kept(sho
         short, "config", "--includes", "--global", "--get", "core.pager"
     )  # the operator's git, outside any view
     assert "planted" not in out.stdout, out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: ~/.ssh is read-only whole, but a link in it (~/.ssh/config -> a dotfiles checkout outside "
+    "the home or in a hostWritable dir) is not followed: asyncssh runs the planted `Match exec` in the gateway",
+)
+@pytest.mark.parametrize("where", ["outside", "hostWritable"])
+async def test_the_ssh_config_linked_out_of_dot_ssh_is_not_writable(
+    sshd_nodes: list[SshdNode], state_dir: Path, where: str
+) -> None:
+    home = Path(os.environ["HOME"])
+    base = state_dir.parent if where == "outside" else home / "src"
+    dotfiles = base / "dotfiles"
+    dotfiles.mkdir(parents=True)
+    (dotfiles / "ssh_config").write_text("Host *\n  ServerAliveInterval 30\n")
+    (home / ".ssh").mkdir(mode=0o700, exist_ok=True)
+    (home / ".ssh" / "config").symlink_to(dotfiles / "ssh_config")  # stow, chezmoi, yadm, a manual ln -s
+    marker = state_dir.parent / "match-exec-ran"
+    config = FULL + ('hostWritable = ["~/src"]\n' if where == "hostWritable" else "")
+    config += (state_dir / "config.toml").read_text()
+    plant = await attempt(
+        state_dir,
+        host="gateway",
+        command=f"printf 'Match exec \"touch {marker}\"\\n' > {dotfiles}/ssh_config",
+        config=config,
+    )
+    assert plant["status"] in ("completed", "failed"), plant
+    await attempt(state_dir, "true", config=config, host="node", node="alpha")
+    assert not marker.exists(), "the planted Match exec ran in the gateway"
