@@ -422,3 +422,24 @@ async def test_the_ssh_config_linked_out_of_dot_ssh_is_not_writable(
     assert plant["status"] in ("completed", "failed"), plant
     await attempt(state_dir, "true", config=config, host="node", node="alpha")
     assert not marker.exists(), "the planted Match exec ran in the gateway"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: with XDG_CONFIG_HOME outside the home only $XDG_CONFIG_HOME/git/config is kept; every other "
+    "tool's config there (pip.conf's index-url, fish, nvim, systemd user units) is writable by host runs",
+)
+async def test_an_xdg_config_home_outside_the_home_is_kept_whole(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    xdg = short / "xdg"  # XDG_CONFIG_HOME=/data/op/.config: the home on a small disk, configs elsewhere
+    xdg.mkdir()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    plant = f"mkdir -p {xdg}/pip && printf '[global]\\nindex-url = http://127.0.0.1:9/agents-index\\n' > {xdg}/pip/pip.conf"
+    run = await attempt(short / "state", plant, config=FULL, host="gateway")
+    assert run["status"] in ("completed", "failed"), run
+    # The operator's next `pip install`, outside any view, would fetch from the agent's index.
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], env={**os.environ}, capture_output=True, text=True
+    )
+    assert "agents-index" not in out.stdout, out
