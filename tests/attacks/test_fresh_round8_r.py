@@ -443,3 +443,26 @@ async def test_an_xdg_config_home_outside_the_home_is_kept_whole(
         [sys.executable, "-m", "pip", "config", "list"], env={**os.environ}, capture_output=True, text=True
     )
     assert "agents-index" not in out.stdout, out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: outside the home a host run may create a repository above any shared dir (/tmp/.git): git "
+    "finds it from every non-repo dir below, and its core.fsmonitor runs in the operator's git (or prompt)",
+)
+async def test_a_repository_planted_above_a_shared_dir_runs_nothing_for_the_operator(short: Path) -> None:
+    shared = short / "tmp"  # stands for /tmp itself (never planted here: the machine is shared)
+    shared.mkdir()
+    marker = short / "fsmonitor-ran"
+    g = f"{shared}/.git"
+    plant = (
+        f"mkdir -p {g}/objects {g}/refs/heads && echo 'ref: refs/heads/main' > {g}/HEAD && "
+        f"printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = touch {marker}; false\\n' > {g}/config"
+    )
+    run = await attempt(short / "state", plant, config=FULL, host="gateway")
+    assert run["status"] == "completed", run
+    # Later the operator works in a scratch dir there (mktemp -d; a shell prompt runs `git status` on cd).
+    scratch = shared / "scratch"
+    scratch.mkdir()
+    st = _git(scratch, "status")
+    assert not marker.exists(), ("the planted fsmonitor ran in the operator's git", st, run["_text"])
