@@ -466,3 +466,40 @@ async def test_a_repository_planted_above_a_shared_dir_runs_nothing_for_the_oper
     scratch.mkdir()
     st = _git(scratch, "status")
     assert not marker.exists(), ("the planted fsmonitor ran in the operator's git", st, run["_text"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: identityAgent hides one socket path of the agent; a forwarded agent has one per ssh login "
+    "(/tmp/ssh-*/agent.*), and a host run signs as the gateway through the operator's other login's socket",
+)
+async def test_the_named_agent_through_another_logins_socket_is_not_a_host_runs(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    import asyncio
+
+    node = sshd_nodes[0]
+    named = state_dir.parent / "fwd1.sock"  # the gateway's login: its SSH_AUTH_SOCK, named as identityAgent
+    other = state_dir.parent / "fwd2.sock"  # the operator's second ssh -A login to this host: the same agent
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_unix_connection(str(named))  # as sshd relays to the forwarded agent
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while data := await r.read(65536):
+                w.write(data)
+                await w.drain()
+            w.close()
+
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer), return_exceptions=True)
+
+    with ssh_agent(named, node.client_key):
+        server = await asyncio.start_unix_server(relay, path=str(other))
+        try:
+            nodes = (state_dir / "config.toml").read_text()
+            nodes = nodes.replace(f'identityFile = "{node.client_key}"', f'identityAgent = "{named}"')
+            command = f"SSH_AUTH_SOCK={other} " + _ssh(node, node.client_key, "echo LOGGED-IN-AS-GATEWAY")
+            out = await attempt(state_dir, command, config=FULL + nodes, host="gateway")
+        finally:
+            server.close()
+    assert "LOGGED-IN-AS-GATEWAY" not in out["_text"], out
