@@ -503,3 +503,24 @@ async def test_the_named_agent_through_another_logins_socket_is_not_a_host_runs(
         finally:
             server.close()
     assert "LOGGED-IN-AS-GATEWAY" not in out["_text"], out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: node resolves a package from node_modules in every parent dir: a host run's "
+    "/tmp/node_modules/<pkg> runs in the operator's (or another agent's) node program anywhere below /tmp",
+)
+async def test_node_modules_planted_above_a_shared_dir_runs_nothing_for_the_operator(short: Path) -> None:
+    if shutil.which("node") is None:
+        pytest.skip("no node")
+    shared = short / "tmp"  # stands for /tmp itself
+    shared.mkdir()
+    marker = short / "module-ran"
+    pkg = shared / "node_modules" / "dotenv"
+    plant = f"mkdir -p {pkg} && printf \"require('fs').writeFileSync('{marker}', 'ran')\\n\" > {pkg}/index.js"
+    run = await attempt(short / "state", plant, config=FULL, host="gateway")
+    assert run["status"] == "completed", run
+    scratch = shared / "scratch"  # the operator's script in a scratch dir, its dependency not installed
+    scratch.mkdir()
+    subprocess.run(["node", "-e", "try { require('dotenv') } catch (e) {}"], cwd=scratch, check=False)
+    assert not marker.exists(), "the planted module ran in the operator's node"
