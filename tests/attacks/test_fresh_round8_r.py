@@ -109,7 +109,8 @@ async def test_the_global_hooks_path_outside_the_home_is_not_writable(short: Pat
 @pytest.mark.xfail(
     strict=True,
     reason="open: a file ~/.ssh/config includes from outside the home is writable by host runs (the view "
-    "asks no ssh config for its Includes); asyncssh runs its `Match exec` in the gateway at the next node connect",
+    "asks no ssh config for its Includes); asyncssh runs its `Match exec` in the gateway at the next "
+    "node connect",
 )
 async def test_a_file_the_ssh_config_includes_is_not_writable(
     sshd_nodes: list[SshdNode], state_dir: Path
@@ -234,7 +235,8 @@ async def test_a_rotated_node_key_is_hidden_from_running_host_commands(short: Pa
             started = await client.request(
                 "exec",
                 {
-                    "command": f"echo before:$(cat {key}); echo READY; read x < {fifo}; echo after:$(cat {key})",
+                    "command": f"echo before:$(cat {key}); echo READY; read x < {fifo}; "
+                    f"echo after:$(cat {key})",
                     "host": "gateway",
                     "background": True,
                 },
@@ -385,7 +387,10 @@ async def test_an_include_with_dotdot_after_a_missing_dir_is_read_where_kept(sho
     team.mkdir()
     (home / ".gitconfig").write_text(f"[include]\n\tpath = {team}/sub/../inc\n")
     evil = short / "scratch" / "x"
-    plant = f"mkdir -p {evil}/y && printf '[core]\\n\\tpager = planted\\n' > {evil}/inc && ln -s {evil}/y {team}/sub"
+    plant = (
+        f"mkdir -p {evil}/y && printf '[core]\\n\\tpager = planted\\n' > {evil}/inc && "
+        f"ln -s {evil}/y {team}/sub"
+    )
     run = await attempt(short / "state", plant, config=FULL, host="gateway")
     assert run["status"] in ("completed", "failed"), run
     out = _git(
@@ -397,7 +402,8 @@ async def test_an_include_with_dotdot_after_a_missing_dir_is_read_where_kept(sho
 @pytest.mark.xfail(
     strict=True,
     reason="open: ~/.ssh is read-only whole, but a link in it (~/.ssh/config -> a dotfiles checkout outside "
-    "the home or in a hostWritable dir) is not followed: asyncssh runs the planted `Match exec` in the gateway",
+    "the home or in a hostWritable dir) is not followed: asyncssh runs the planted `Match exec` in the "
+    "gateway",
 )
 @pytest.mark.parametrize("where", ["outside", "hostWritable"])
 async def test_the_ssh_config_linked_out_of_dot_ssh_is_not_writable(
@@ -426,7 +432,8 @@ async def test_the_ssh_config_linked_out_of_dot_ssh_is_not_writable(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: with XDG_CONFIG_HOME outside the home only $XDG_CONFIG_HOME/git/config is kept; every other "
+    reason="open: with XDG_CONFIG_HOME outside the home only $XDG_CONFIG_HOME/git/config is kept; every "
+    "other "
     "tool's config there (pip.conf's index-url, fish, nvim, systemd user units) is writable by host runs",
 )
 async def test_an_xdg_config_home_outside_the_home_is_kept_whole(
@@ -435,7 +442,8 @@ async def test_an_xdg_config_home_outside_the_home_is_kept_whole(
     xdg = short / "xdg"  # XDG_CONFIG_HOME=/data/op/.config: the home on a small disk, configs elsewhere
     xdg.mkdir()
     monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
-    plant = f"mkdir -p {xdg}/pip && printf '[global]\\nindex-url = http://127.0.0.1:9/agents-index\\n' > {xdg}/pip/pip.conf"
+    conf = "[global]\\nindex-url = http://127.0.0.1:9/agents-index\\n"
+    plant = f"mkdir -p {xdg}/pip && printf '{conf}' > {xdg}/pip/pip.conf"
     run = await attempt(short / "state", plant, config=FULL, host="gateway")
     assert run["status"] in ("completed", "failed"), run
     # The operator's next `pip install`, outside any view, would fetch from the agent's index.
@@ -457,7 +465,8 @@ async def test_a_repository_planted_above_a_shared_dir_runs_nothing_for_the_oper
     g = f"{shared}/.git"
     plant = (
         f"mkdir -p {g}/objects {g}/refs/heads && echo 'ref: refs/heads/main' > {g}/HEAD && "
-        f"printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = touch {marker}; false\\n' > {g}/config"
+        f"printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = touch {marker}; false\\n' "
+        f"> {g}/config"
     )
     run = await attempt(short / "state", plant, config=FULL, host="gateway")
     assert run["status"] == "completed", run
