@@ -533,3 +533,43 @@ async def test_node_modules_planted_above_a_shared_dir_runs_nothing_for_the_oper
     scratch.mkdir()
     subprocess.run(["node", "-e", "try { require('dotenv') } catch (e) {}"], cwd=scratch, check=False)
     assert not marker.exists(), "the planted module ran in the operator's node"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a read-only ~/.ssh still lets a host run connect to the operator's ssh ControlMaster "
+    "socket there (ControlPath ~/.ssh/cm-%r@%h:%p): it runs commands on the node as the node's account",
+)
+async def test_the_operators_ssh_master_to_the_node_is_not_a_host_runs(
+    sshd_nodes: list[SshdNode], state_dir: Path
+) -> None:
+    node = sshd_nodes[0]
+    home = Path(os.environ["HOME"])
+    (home / ".ssh").mkdir(mode=0o700, exist_ok=True)
+    sock = home / ".ssh" / "cm-node"
+    opts = ["-F", "/dev/null", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={node.known_hosts}"]
+    # The operator's own ssh to the node (ControlMaster auto, ControlPersist): a master left listening.
+    subprocess.run(
+        [
+            "ssh",
+            *opts,
+            "-i",
+            str(node.client_key),
+            "-p",
+            str(node.port),
+            "-M",
+            "-S",
+            str(sock),
+            "-fN",
+            node.addr,
+        ],
+        check=True,
+        timeout=30,
+    )
+    try:
+        nodes = (state_dir / "config.toml").read_text()
+        command = f"ssh -F /dev/null -S {sock} -p {node.port} {node.addr} echo RODE-THE-MASTER"
+        out = await attempt(state_dir, command, config=FULL + nodes, host="gateway")
+    finally:
+        subprocess.run(["ssh", "-S", str(sock), "-O", "exit", node.addr], capture_output=True, check=False)
+    assert "RODE-THE-MASTER" not in out["_text"], out
