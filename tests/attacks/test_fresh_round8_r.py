@@ -573,3 +573,26 @@ async def test_the_operators_ssh_master_to_the_node_is_not_a_host_runs(
     finally:
         subprocess.run(["ssh", "-S", str(sock), "-O", "exit", node.addr], capture_output=True, check=False)
     assert "RODE-THE-MASTER" not in out["_text"], out
+
+
+async def test_a_node_key_named_through_a_link_cannot_be_unhidden_by_repointing_it(short: Path) -> None:
+    """identityFile = keys/current -> keys/k2 (rotation by a link flip): the link's directory is read-only
+    in the view, so no run re-points it to leave the real key out of the next view's hidden list."""
+    state = short / "state"
+    keys = short / "keys"
+    keys.mkdir(mode=0o700)
+    (keys / "k2").write_text("KEY-SECRET\n")
+    (keys / "current").symlink_to(keys / "k2")
+    config = FULL + (
+        f'[nodes.build]\nhost = "127.0.0.9"\nidentityFile = "{keys}/current"\nknownHosts = "{short}/kh"\n'
+    )
+    decoy = short / "decoy"
+    flip = await attempt(
+        state,
+        f"echo x > {decoy}; ln -sfn {decoy} {keys}/current; cat {keys}/k2",
+        config=config,
+        host="gateway",
+    )
+    assert os.readlink(keys / "current") == str(keys / "k2"), flip
+    read = await attempt(state, f"cat {keys}/k2 {keys}/current", config=config, host="gateway")
+    assert "KEY-SECRET" not in flip["_text"] + read["_text"], (flip, read)
