@@ -596,3 +596,22 @@ async def test_a_node_key_named_through_a_link_cannot_be_unhidden_by_repointing_
     assert os.readlink(keys / "current") == str(keys / "k2"), flip
     read = await attempt(state, f"cat {keys}/k2 {keys}/current", config=config, host="gateway")
     assert "KEY-SECRET" not in flip["_text"] + read["_text"], (flip, read)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the trusted git configs are found by HOME/XDG only; with GIT_CONFIG_GLOBAL in the "
+    "gateway's environment (git's own global file then) outside the home, host runs write the operator's config",
+)
+async def test_the_global_git_config_named_by_git_config_global_is_kept(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    glob = short / "identities" / "work.gitconfig"  # GIT_CONFIG_GLOBAL=/data/op/work.gitconfig
+    glob.parent.mkdir()
+    glob.write_text("[user]\n\tname = op\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(glob))
+    run = await attempt(
+        short / "state", f"printf '[core]\\n\\tpager = planted\\n' >> {glob}", config=FULL, host="gateway"
+    )
+    assert run["status"] in ("completed", "failed"), run
+    assert "planted" not in glob.read_text(), "the operator's global git config is the agent's"
