@@ -616,3 +616,27 @@ async def test_the_global_git_config_named_by_git_config_global_is_kept(
     )
     assert run["status"] in ("completed", "failed"), run
     assert "planted" not in glob.read_text(), "the operator's global git config is the agent's"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node without knownHosts checks its host key against ~/.ssh/known_hosts; linked out of "
+    "~/.ssh (dotfiles outside the home) it is writable by host runs, which add a key of their own for "
+    "the node",
+)
+async def test_the_default_known_hosts_linked_out_of_dot_ssh_is_not_writable(short: Path) -> None:
+    home = Path(os.environ["HOME"])
+    dotfiles = short / "dotfiles"
+    dotfiles.mkdir()
+    (dotfiles / "known_hosts").write_text("")
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / ".ssh" / "known_hosts").symlink_to(dotfiles / "known_hosts")
+    config = FULL + '[nodes.build]\nhost = "127.0.0.9"\nidentityFile = "~/.ssh/id_node"\n'
+    line = "127.0.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAgentsOwnHostKeyForTheNodeXXXXXXXXXXXXXXXX"
+    run = await attempt(
+        short / "state", f"echo '{line}' >> ~/.ssh/known_hosts", config=config, host="gateway"
+    )
+    assert run["status"] in ("completed", "failed"), run
+    assert "AgentsOwnHostKey" not in (dotfiles / "known_hosts").read_text(), (
+        "the node's host key is the agent's"
+    )
