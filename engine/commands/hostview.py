@@ -377,14 +377,22 @@ def writable_roots(
         root = os.path.realpath(os.path.expanduser(given))
         if not _inside(root, home) or not os.path.isdir(root):
             continue  # outside the home it is writable already; a missing one has nothing to write
+        # A root holding a protected path, or inside one (a trusted dir is read whole: a root in ~/.ssh
+        # gives an `Include config.d/*` the agent's Match exec; a root in a pathPrepend dir, its programs).
         holds = (
-            [home] if root == home else [p for p in protected(state, environ, outside) if _inside(p, root)]
+            [home]
+            if root == home
+            else [
+                p
+                for p in protected(state, environ, outside)
+                if _inside(p, root) or (_inside(root, p) and os.path.isdir(p))
+            ]
         )
         if holds:
             raise HostViewError(
-                f"[tools.exec] hostWritable names {given}, which holds {holds[0]} (the home directory, or a "
-                "file the gateway or the operator's shells trust, or a link on the way to one): name a "
-                "directory that holds none"
+                f"[tools.exec] hostWritable names {given}, which holds or is inside {holds[0]} (the home "
+                "directory, or a file or directory the gateway or the operator's shells trust, or a link on "
+                "the way to one): name a directory that holds none and is inside none"
             )
         roots.append(root)
     return roots

@@ -4,6 +4,7 @@ nodekeys28 node credentials, attacked from gateway-host runs."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -642,25 +643,24 @@ async def test_the_default_known_hosts_linked_out_of_dot_ssh_is_not_writable(sho
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: hostWritable is refused when it holds a protected path, not when a trusted dir (read "
-    "whole) holds it: ~/.ssh/config.d (`Include config.d/*`) is accepted, and its Match exec runs in the "
-    "gateway",
-)
 async def test_host_writable_inside_dot_ssh_is_refused(sshd_nodes: list[SshdNode], state_dir: Path) -> None:
+    """Was open (round 8 r): a hostWritable dir inside ~/.ssh (`Include config.d/*`) was accepted, and its
+    planted Match exec ran in the gateway at the next node connect. A root inside a protected dir is
+    refused now, as one holding a protected path is."""
+    from engine.protocol.frames import RemoteError
+
     home = Path(os.environ["HOME"])
     confd = home / ".ssh" / "config.d"
     confd.mkdir(parents=True)
     (home / ".ssh" / "config").write_text("Include config.d/*\n")
     marker = state_dir.parent / "match-exec-ran"
     config = FULL + 'hostWritable = ["~/.ssh/config.d"]\n' + (state_dir / "config.toml").read_text()
-    plant = await attempt(
-        state_dir,
-        host="gateway",
-        command=f"printf 'Match exec \"touch {marker}\"\\n' > {confd}/agent",
-        config=config,
-    )
-    assert plant["status"] in ("completed", "failed"), plant
+    with pytest.raises(RemoteError, match=re.escape("hostWritable names ~/.ssh/config.d")):
+        await attempt(
+            state_dir,
+            host="gateway",
+            command=f"printf 'Match exec \"touch {marker}\"\\n' > {confd}/agent",
+            config=config,
+        )
     await attempt(state_dir, "true", config=config, host="node", node="alpha")
     assert not marker.exists(), "the planted Match exec ran in the gateway"
