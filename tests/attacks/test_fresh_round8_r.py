@@ -664,3 +664,23 @@ async def test_host_writable_inside_dot_ssh_is_refused(sshd_nodes: list[SshdNode
         )
     await attempt(state_dir, "true", config=config, host="node", node="alpha")
     assert not marker.exists(), "the planted Match exec ran in the gateway"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an rc file is never made when missing, so a dangling ~/.bash_profile link into a dotfiles "
+    "dir outside the home leaves its target free: a host run creates it, the operator's next login runs it",
+)
+async def test_a_dangling_rc_file_link_out_of_the_home_is_not_creatable(short: Path) -> None:
+    home = Path(os.environ["HOME"])
+    dotfiles = short / "dotfiles"  # checked out outside the home; bash_profile not written yet (or removed)
+    dotfiles.mkdir()
+    (home / ".bash_profile").symlink_to(dotfiles / "bash_profile")
+    marker = short / "rc-ran"
+    run = await attempt(
+        short / "state", f"echo 'touch {marker}' > {dotfiles}/bash_profile", config=FULL, host="gateway"
+    )
+    assert run["status"] in ("completed", "failed"), run
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["bash", "-lc", "true"], env=env, check=False, capture_output=True)  # the operator logs in
+    assert not marker.exists(), "the agent's login script ran in the operator's shell"
