@@ -156,6 +156,11 @@ async def test_the_gateways_build_dir_in_tmp_is_not_a_host_runs(
     if compiler is None:
         pytest.skip("no C compiler")
     monkeypatch.setattr(staticbuild, "_build_locked", _REAL_BUILD)  # this test's own build
+    # The gateway's temp dir is /tmp, shared with every host run; here a dir of this test's own, as shared
+    # with its host runs, so the planted loop can touch no other engineer's build on this machine.
+    shared_tmp = short / "tmp"
+    shared_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(shared_tmp))
     real_run = subprocess.run
     loop = asyncio.get_running_loop()
     async with gateway(state):
@@ -167,7 +172,7 @@ async def test_the_gateways_build_dir_in_tmp_is_not_a_host_runs(
             if argv and argv[0] == compiler:
                 # The agent's host command, at the moment the compiler is done (in life: an inotify loop
                 # in a background host run, woken by the build dir's IN_CLOSE_WRITE).
-                plant = f'for f in /tmp/exechost-{landlock.NAME}-*/*; do cat {evil} > "$f"; done'
+                plant = f'for f in {shared_tmp}/exechost-{landlock.NAME}-*/*; do cat {evil} > "$f"; done'
                 call = client.request("exec", {"command": plant, "host": "gateway"})
                 ran.append(asyncio.run_coroutine_threadsafe(call, loop).result(60))
             return done
