@@ -689,3 +689,22 @@ async def test_a_dangling_rc_file_link_out_of_the_home_is_not_creatable(short: P
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     subprocess.run(["bash", "-lc", "true"], env=env, check=False, capture_output=True)  # the operator logs in
     assert not marker.exists(), "the agent's login script ran in the operator's shell"
+
+
+async def test_a_script_linked_to_the_hidden_node_key_is_pinned_as_the_view_sees_it(short: Path) -> None:
+    """The gateway seals a script's bytes for the run (it reads them outside the view): a script that is a
+    link to the hidden node key must not carry the key into the run as its sealed copy."""
+    keys = short / "keys"
+    keys.mkdir(mode=0o700)
+    (keys / "k").write_text("echo NODE-KEY-LEAK\n")
+    config = (
+        FULL + f'[nodes.build]\nhost = "127.0.0.9"\nidentityFile = "{keys}/k"\nknownHosts = "{keys}/kh"\n'
+    )
+    work = short / "work"
+    work.mkdir()
+    (work / "s.sh").symlink_to(keys / "k")
+    out = await attempt(
+        short / "state", "sh ./s.sh; bash s.sh; cat s.sh", config=config, host="gateway", workdir=str(work)
+    )
+    assert out["status"] == "completed", out
+    assert "NODE-KEY-LEAK" not in out["_text"], out
