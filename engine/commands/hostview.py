@@ -373,8 +373,18 @@ def writable_roots(
     Outside the home everything is writable as before but what is protected: nothing to bind there."""
     home = home_dir(environ)
     roots: list[str] = []
+    listed = [os.path.realpath(os.path.expanduser(g)) for g in outside.writable]
     for given in outside.writable:
-        root = os.path.realpath(os.path.expanduser(given))
+        named = os.path.abspath(os.path.expanduser(given))
+        # A name that leads through a link in another listed dir is the agent's to point (round 8 r:
+        # a missing ~/work/cache made a link to ~/.bashrc.d, which the next view bound writable).
+        planted = [h for h in link_hops(named) if any(_inside(h, r) for r in listed if _inside(r, home))]
+        if planted:
+            raise HostViewError(
+                f"[tools.exec] hostWritable names {given}, reached through the link {planted[0]} in a "
+                "hostWritable directory (a command there may have made it): name the directory itself"
+            )
+        root = os.path.realpath(named)
         if not _inside(root, home) or not os.path.isdir(root):
             continue  # outside the home it is writable already; a missing one has nothing to write
         # A root holding a protected path, or inside one (a trusted dir is read whole: a root in ~/.ssh

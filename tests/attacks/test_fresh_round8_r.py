@@ -708,3 +708,25 @@ async def test_a_script_linked_to_the_hidden_node_key_is_pinned_as_the_view_sees
     )
     assert out["status"] == "completed", out
     assert "NODE-KEY-LEAK" not in out["_text"], out
+
+
+async def test_a_nested_host_writable_dir_cannot_be_pointed_elsewhere_in_the_home(short: Path) -> None:
+    """Was open (round 8 r): the missing ~/work/cache, made a link to ~/.bashrc.d by a run, was resolved
+    by the next view and bound writable. A hostWritable name through a link in a listed dir is refused."""
+    home = Path(os.environ["HOME"])
+    (home / "work").mkdir()  # ~/work/cache not made yet (a build's output dir): skipped until it is
+    rcd = home / ".bashrc.d"  # sourced by Fedora's default ~/.bashrc (and many users' own)
+    rcd.mkdir()
+    config = FULL + 'hostWritable = ["~/work", "~/work/cache"]\n'
+    flip = await attempt(
+        short / "state",
+        f"ln -s {rcd} {home}/work/cache",
+        config=config,
+        host="gateway",
+    )
+    assert flip["status"] == "completed", flip
+    from engine.protocol.frames import RemoteError
+
+    with pytest.raises(RemoteError, match="reached through the link"):
+        await attempt(short / "state", f"echo 'touch /tmp/x' > {home}/work/cache/agent.sh", config=config)
+    assert not (rcd / "agent.sh").exists()
