@@ -730,3 +730,29 @@ async def test_a_nested_host_writable_dir_cannot_be_pointed_elsewhere_in_the_hom
     with pytest.raises(RemoteError, match="reached through the link"):
         await attempt(short / "state", f"echo 'touch /tmp/x' > {home}/work/cache/agent.sh", config=config)
     assert not (rcd / "agent.sh").exists()
+
+
+async def test_a_host_writable_name_through_a_link_outside_the_home_cannot_be_pointed_into_it(
+    short: Path,
+) -> None:
+    """~/proj -> /tmp/x/proj (the operator's link to a scratch checkout): a run re-points /tmp/x/proj at
+    ~/.bashrc.d, and the next view would resolve ~/proj into the home and bind that dir writable."""
+    from engine.protocol.frames import RemoteError
+
+    home = Path(os.environ["HOME"])
+    scratch = short / "x"
+    (scratch / "proj").mkdir(parents=True)
+    (home / "proj").symlink_to(scratch / "proj")
+    rcd = home / ".bashrc.d"
+    rcd.mkdir()
+    config = FULL + 'hostWritable = ["~/proj"]\n'
+    flip = await attempt(
+        short / "state",
+        f"rm -rf {scratch}/proj && ln -s {rcd} {scratch}/proj",
+        config=config,
+        host="gateway",
+    )
+    assert flip["status"] == "completed", flip
+    with pytest.raises(RemoteError, match="reached through the link"):
+        await attempt(short / "state", f"echo 'touch /tmp/x' > {home}/proj/agent.sh", config=config)
+    assert not (rcd / "agent.sh").exists()
