@@ -200,7 +200,16 @@ def create_kwargs(
     return kwargs
 
 
+# Whatever else the operator keeps, never the capabilities that make a set-id or file-capability binary
+# (security.capability xattr) or a device node in a workspace the host shares.
 HOST_FILE_CAPS = ("FSETID", "SETFCAP", "MKNOD")
+
+
+def _cap_drop(configured: tuple[str, ...]) -> list[str]:
+    names = {c.upper().removeprefix("CAP_") for c in configured}
+    if "ALL" in names:
+        return list(configured)
+    return [*configured, *(c for c in HOST_FILE_CAPS if c not in names)]
 
 
 def hardening_kwargs(d: DockerSettings, user: str | None) -> dict[str, Any]:
@@ -220,9 +229,7 @@ def hardening_kwargs(d: DockerSettings, user: str | None) -> dict[str, Any]:
         "read_only": d.read_only_root,
         "tmpfs": rambudget.docker_tmpfs(d.tmpfs),  # each sized: the kernel's default is half the RAM
         "shm_size": rambudget.SHM_BYTES,
-        # Whatever else the operator keeps, never the capabilities that make a set-id or file-capability
-        # binary (or a device node) in a workspace the host shares.
-        "cap_drop": list(dict.fromkeys([*d.cap_drop, *HOST_FILE_CAPS])),
+        "cap_drop": _cap_drop(d.cap_drop),
         "mem_limit": rambudget.container_memory(d.memory),
         "security_opt": security_opt,
         "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, (s, h) in d.ulimits.items()],

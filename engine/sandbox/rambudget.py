@@ -52,13 +52,15 @@ def tmpfs_size(entry: str) -> tuple[str, int]:
 
 
 def docker_tmpfs(entries: tuple[str, ...]) -> dict[str, str]:
-    """docker-py's `tmpfs` for docker.tmpfs: each mount with its options, and a size where it names none."""
+    """docker-py's `tmpfs` for docker.tmpfs: each mount with its options as written, and TMPFS_BYTES where
+    they name no size."""
     mounts: dict[str, str] = {}
     for entry in entries:
         path, _, options = entry.partition(":")
-        _, size = tmpfs_size(entry)
-        kept = [o for o in options.split(",") if o.strip() and o.partition("=")[0].strip() != "size"]
-        mounts[path] = ",".join([*kept, f"size={size}"])
+        kept = [o for o in options.split(",") if o.strip()]
+        if not any(o.partition("=")[0].strip() == "size" for o in kept):
+            kept.append(f"size={TMPFS_BYTES}")
+        mounts[path] = ",".join(kept)
     return mounts
 
 
