@@ -219,8 +219,10 @@ def hardening_kwargs(d: DockerSettings, user: str | None) -> dict[str, Any]:
 
     security_opt = ["no-new-privileges"]
     # Ours unless the operator names one: Docker's default lets a file's owner set S_ISUID (docs/SECURITY.md).
-    seccomp = _seccomp_value(d.seccomp_profile) if d.seccomp_profile else dockerseccomp.profile_json()
-    security_opt.append(f"seccomp={seccomp}")
+    # "default"/"builtin" is Docker's own (the Engine API refuses those words as a profile: no option at all).
+    if d.seccomp_profile not in ("default", "builtin"):
+        seccomp = _seccomp_value(d.seccomp_profile) if d.seccomp_profile else dockerseccomp.profile_json()
+        security_opt.append(f"seccomp={seccomp}")
     if d.apparmor_profile:
         security_opt.append(f"apparmor={d.apparmor_profile}")
     kwargs: dict[str, Any] = {
