@@ -119,7 +119,8 @@ def test_an_operator_keeping_capabilities_still_gets_no_set_id_file_nor_file_cap
         assert box.kwargs["cap_drop"] == list(docker_ops.HOST_FILE_CAPS)
         code, out = box.sh("grep CapBnd /proc/self/status; cd /w && cp /bin/busybox x && chmod 4755 x; true")
         assert code == 0, out
-        bounding = int(out.split()[1], 16)
+        # stdout and stderr share one stream here, in no fixed order: find the line
+        bounding = int(next(line.split()[1] for line in out.splitlines() if line.startswith("CapBnd:")), 16)
         for bit in (4, 27, 31):  # CAP_FSETID, CAP_MKNOD, CAP_SETFCAP
             assert not bounding & (1 << bit), (bit, out)
         assert bounding & (1 << 0)  # CAP_CHOWN: the operator's choice held
@@ -199,3 +200,16 @@ def test_an_owners_containers_together_are_capped_at_its_share(image: str, tmp_p
             box.remove()
         dockercg.sweep()
     assert not (dockercg.MEMORY_BASE / parent.lstrip("/")).exists()  # an emptied owner group is swept
+
+
+def test_explain_shows_the_limits_and_profile_a_container_gets() -> None:
+    from engine.config.loader import load_config_text
+    from engine.sandbox import admin
+
+    shown = admin.explain(load_config_text('[agents.defaults.sandbox]\nmode = "all"\n'))["docker"]["applied"]
+    assert shown["memory"] == rambudget.mem_total() // rambudget.AGENT_MEMORY_SHARE
+    assert shown["tmpfs"]["/tmp"] == f"size={rambudget.TMPFS_BYTES}" and shown["seccomp"].startswith(
+        "exechost"
+    )
+    cfg = '[agents.defaults.sandbox]\nmode = "all"\n[agents.defaults.sandbox.docker]\nmemory = "1g"\n'
+    assert admin.explain(load_config_text(cfg))["docker"]["applied"]["memory"] == "1g"
