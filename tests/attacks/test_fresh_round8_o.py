@@ -333,14 +333,6 @@ def _mem_total() -> int:
     raise AssertionError("no MemTotal")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open: a default Docker sandbox has no memory limit and its tmpfs mounts (/tmp, /var/tmp, /run) no "
-        "size, so each is half the host's RAM: one agent's command pins more RAM than the host has (no OOM "
-        "kill frees tmpfs), where bwrap caps each mount and an agent's sandboxes to a quarter of RAM"
-    ),
-)
 async def test_class3_docker_sandbox_tmpfs_can_pin_the_hosts_ram(state_dir: Path) -> None:
     """The bwrap backend bounds what tmpfs a sandbox may pin (256 MiB per mount, and an agent's running
     sandboxes together a quarter of the host's RAM, checked before a start). The Docker backend, the
