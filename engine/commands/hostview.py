@@ -492,14 +492,22 @@ def _writable_roots(state: str, environ: dict[str, str] | None, outside: Outside
         ]
         if planted:
             raise HostViewError(
-                f"[tools.exec] hostWritable names {given}, reached through the link {planted[0]} in a "
-                "hostWritable directory (a command there may have made it): name the directory itself"
+                f"[tools.exec] hostWritable names {given}, reached through the link {planted[0]}, in a "
+                "directory host commands may write (one of them may have made it): name the directory itself"
             )
         root = os.path.realpath(named)
         if not _inside(root, home) or not os.path.isdir(root):
             continue  # outside the home it is writable already; a missing one has nothing to write
+        # A root holding a protected path, or inside one (a trusted dir is read whole: a root in ~/.ssh
+        # gives an `Include config.d/*` the agent's Match exec; a root in a pathPrepend dir, its programs).
         holds = (
-            [home] if root == home else [p for p in protected(state, environ, outside) if _inside(p, root)]
+            [home]
+            if root == home
+            else [
+                p
+                for p in protected(state, environ, outside)
+                if _inside(p, root) or (_inside(root, p) and os.path.isdir(p))
+            ]
         )
         # and none may be inside what is kept whole: a file made there is read as the rest is
         holds += [d for d in _kept_whole(state, environ, outside) if _inside(root, d)]
@@ -520,9 +528,9 @@ def _writable_roots(state: str, environ: dict[str, str] | None, outside: Outside
             )
         if holds:
             raise HostViewError(
-                f"[tools.exec] hostWritable names {given}, which holds {holds[0]} (the home directory, or a "
-                "file the gateway or the operator's shells trust, or a link on the way to one): name a "
-                "directory that holds none"
+                f"[tools.exec] hostWritable names {given}, which holds or is inside {holds[0]} (the home "
+                "directory, or a file or directory the gateway or the operator's shells trust, or a link on "
+                "the way to one): name a directory that holds none and is inside none"
             )
         roots.append(root)
     return roots
