@@ -628,6 +628,24 @@ def _hop_dirs(trusted: list[str], state: str, home: str) -> list[str]:
     return found
 
 
+def _dangling_rc_dirs(home: str) -> list[str]:
+    """For an rc file that is a link to a missing file outside the home (a dotfiles checkout not written
+    yet), the nearest directory there is of the target: kept read-only, so no run makes the file the
+    operator's next login runs (fresh round 8 r). The file is never made: an empty ~/.bash_profile would
+    hide ~/.profile. Not `/` nor a world-writable dir, which no view can keep."""
+    found: list[str] = []
+    for name in RC_FILES:
+        path = os.path.join(home, name)
+        if not os.path.islink(path) or os.path.exists(path):
+            continue
+        here = os.path.dirname(os.path.realpath(path))
+        while here != os.sep and not os.path.isdir(here):
+            here = os.path.dirname(here)
+        if here != os.sep and not _inside(here, home) and not _shared(here) and here not in found:
+            found.append(here)
+    return found
+
+
 def view_args(
     state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
 ) -> list[str]:
@@ -660,6 +678,7 @@ def view_args(
             args += ["--bind", root, root]
     tdirs = trusted_dirs(environ)
     hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes, tdirs), state, home)
+    hop_dirs += [d for d in _dangling_rc_dirs(home) if d not in hop_dirs]
     for d in [*tdirs, *outside.readonly, *hop_dirs]:
         if os.path.exists(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
             args += ["--ro-bind", os.path.realpath(d), d]

@@ -108,3 +108,19 @@ def test_an_xdg_config_home_outside_the_home_is_kept_whole(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
     out = _run(f"mkdir -p {xdg}/pip 2>&1; echo x > {xdg}/pip.conf 2>&1; echo done")
     assert "done" in out and not (xdg / "pip").exists() and not (xdg / "pip.conf").exists(), out
+
+
+@needs_bwrap
+def test_a_dangling_rc_link_into_a_missing_dir_outside_the_home_is_not_creatable(
+    home: Path, tmp_path: Path
+) -> None:
+    """attackR's dangling ~/.bash_profile link (fresh round 8 r), one level deeper: the target's directory
+    is missing too; its nearest existing directory is kept, so the run makes neither."""
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    (home / ".bash_profile").symlink_to(dotfiles / "bash" / "profile")
+    out = _run(
+        f"mkdir -p {dotfiles}/bash 2>&1; echo 'touch /tmp/x' > {dotfiles}/bash/profile 2>&1; echo done"
+    )
+    assert "done" in out and not (dotfiles / "bash").exists(), out
+    assert not (home / ".bash_profile").exists()  # never made: an empty one would hide ~/.profile
