@@ -99,6 +99,21 @@ RC_FILES = (
 )  # fmt: skip
 
 
+def git_configs(environ: dict[str, str] | None = None) -> list[str]:
+    """The global and system git config files, as git finds them: ~/.gitconfig, the XDG one and
+    /etc/gitconfig, and the files GIT_CONFIG_GLOBAL and GIT_CONFIG_SYSTEM name in the gateway's
+    environment (git then reads those instead; fresh round 8 r)."""
+    env = os.environ if environ is None else environ
+    home = env.get("HOME") or os.path.expanduser("~")
+    xdg = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    found = [os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config"), "/etc/gitconfig"]
+    for key in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"):
+        named = env.get(key)
+        if named and os.path.isabs(named) and named != os.devnull:
+            found.append(named)
+    return found
+
+
 def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bool]]:
     """(path, bind even when missing): files the gateway trusts (gitvet reads the global and system git
     config, treecode the operator's npm and cargo config) or the operator runs (shell rc files). In the
@@ -107,13 +122,7 @@ def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bo
     never an rc file, where an empty ~/.bash_profile would hide ~/.profile from a login shell."""
     env = os.environ if environ is None else environ
     home = env.get("HOME") or os.path.expanduser("~")
-    xdg = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
-    always = [
-        os.path.join(home, ".gitconfig"),
-        os.path.join(xdg, "git", "config"),
-        "/etc/gitconfig",
-        os.path.join(home, ".npmrc"),
-    ]
+    always = [*git_configs(environ), os.path.join(home, ".npmrc")]
     cargo = [os.path.join(home, ".cargo", name) for name in ("config.toml", "config")]
     present = [p for p in cargo if os.path.lexists(p)]
     if not present and os.path.isdir(os.path.dirname(cargo[0])) and not _scratch_cargo(environ):
@@ -377,7 +386,7 @@ def _includes_of(path: str, home: str) -> tuple[str, ...]:
 def includes_known(environ: dict[str, str] | None = None) -> bool:
     """Whether git_includes can answer from its cache (every file on the way read, none changed): then
     no git runs, and an event loop may build the view's operations itself."""
-    todo = [(p, 0) for p, _always in trusted_configs(environ)][:3]
+    todo = [(p, 0) for p in git_configs(environ)]
     seen: set[str] = set()
     while todo:
         path, depth = todo.pop(0)
@@ -401,7 +410,7 @@ def git_includes(
     depth), present or not: git reads each as the operator's config, so each is kept as they are."""
     home = home_dir(environ)
     configs = trusted_configs(environ) if configs is None else configs
-    roots = [p for p, _always in configs][:3]  # ~/.gitconfig, the XDG git config, /etc/gitconfig
+    roots = [p for p, _always in configs][: len(git_configs(environ))]  # git's global and system
     found: list[str] = []
     todo = [(p, 0) for p in roots]
     seen: set[str] = set()

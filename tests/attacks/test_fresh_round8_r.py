@@ -577,15 +577,10 @@ async def test_a_node_key_named_through_a_link_cannot_be_unhidden_by_repointing_
     assert "KEY-SECRET" not in flip["_text"] + read["_text"], (flip, read)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the trusted git configs are found by HOME/XDG only; with GIT_CONFIG_GLOBAL in the "
-    "gateway's environment (git's own global file then) outside the home, host runs write the "
-    "operator's config",
-)
 async def test_the_global_git_config_named_by_git_config_global_is_kept(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Closed on branch view28: GIT_CONFIG_GLOBAL/GIT_CONFIG_SYSTEM are git configs (hostview.git_configs)."""
     glob = short / "identities" / "work.gitconfig"  # GIT_CONFIG_GLOBAL=/data/op/work.gitconfig
     glob.parent.mkdir()
     glob.write_text("[user]\n\tname = op\n")
