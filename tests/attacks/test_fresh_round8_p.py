@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from engine.approvals.store import ApprovalsStore
+from engine.protocol.frames import RemoteError
 from tests.attacks.harness import ALLOWLIST, attempt, refused
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
@@ -350,12 +351,7 @@ async def test_class5_unparsed_text_runs_under_dash_which_names_another_file(tmp
     assert not marker.exists(), run
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: allow-always is offered for `npm test` and binds package.json only: the script it names "
-    "(`node test.js`) is a file of the tree no digest holds (as make's recipes are, RECIPE_TREE, which "
-    "drops allow-always), so a rewritten test.js runs unasked under the saved approval",
-)
+# Closed: a tree tool whose manifest names code to run is approved once only (treecode.MANIFEST_TREE).
 async def test_class4_allow_always_npm_test_runs_a_rewritten_script_its_package_json_names(
     tmp_path: Path,
 ) -> None:
@@ -373,11 +369,14 @@ async def test_class4_allow_always_npm_test_runs_a_rewritten_script_its_package_
         try:
             first = await client.request("exec", {"command": "npm test", "workdir": str(work)})
             assert first["details"]["status"] == "approval-pending", first
-            assert "allow-always" in first["details"]["allowedDecisions"], first
+            # The script package.json names is bound by nothing: the approval is for this run only.
+            assert "allow-always" not in first["details"]["allowedDecisions"], first
+            assert "this run only" in first["text"], first["text"]
             approval = {"id": first["details"]["approvalId"], "decision": "allow-always"}
-            await client.request("approve", approval)
-            saved = state / "exec-approvals.json"
-            await wait_until(lambda: "=command:" in saved.read_text() and approved.exists(), timeout=60)
+            with pytest.raises(RemoteError, match="allow-always is unavailable"):
+                await client.request("approve", approval)  # asked for anyway: refused, nothing saved
+            await client.request("approve", {**approval, "decision": "allow-once"})
+            await wait_until(lambda: approved.exists(), timeout=60)
             script.write_text(f"require('fs').writeFileSync({str(marker)!r}, '')\n")
             second = await client.request("exec", {"command": "npm test", "workdir": str(work)})
         finally:
@@ -522,12 +521,7 @@ async def test_class4_agents_cdpath_leads_the_run_where_the_binder_never_looked(
     assert not marker.exists(), run
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: allow-always is offered for `cmake -P build.cmake` and binds build.cmake only: the file it "
-    "include()s is tree code no digest holds, so a rewritten helper.cmake runs unasked under the saved "
-    "approval (the npm-test hole in another TREE_PROGRAMS tool: only make has RECIPE_TREE)",
-)
+# Closed: cmake -P in a writable tree is approved once only (treecode.MANIFEST_TREE).
 async def test_class4_allow_always_cmake_script_runs_a_rewritten_file_it_includes(tmp_path: Path) -> None:
     work = tmp_path / "w"
     work.mkdir()
@@ -544,11 +538,13 @@ async def test_class4_allow_always_cmake_script_runs_a_rewritten_file_it_include
         try:
             first = await client.request("exec", params)
             assert first["details"]["status"] == "approval-pending", first
-            assert "allow-always" in first["details"]["allowedDecisions"], first
+            assert "allow-always" not in first["details"]["allowedDecisions"], first
+            assert "this run only" in first["text"], first["text"]
             approval = {"id": first["details"]["approvalId"], "decision": "allow-always"}
-            await client.request("approve", approval)
-            saved = state / "exec-approvals.json"
-            await wait_until(lambda: "=command:" in saved.read_text() and approved.exists())
+            with pytest.raises(RemoteError, match="allow-always is unavailable"):
+                await client.request("approve", approval)  # asked for anyway: refused, nothing saved
+            await client.request("approve", {**approval, "decision": "allow-once"})
+            await wait_until(lambda: approved.exists())
             helper.write_text(f'file(WRITE "{marker}" "")\n')
             second = await client.request("exec", params)
         finally:
