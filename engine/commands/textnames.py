@@ -51,8 +51,13 @@ CD_DIRS_MAX = 16
 def cd_dirs(words: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[list[str], str | None]:
     """Every directory an unparsed text may read its relative names from: the cwd, and each place a `cd`
     (`pushd`) in it leads to, cumulatively (`cd a; cd b` → a/b); the first `cd` it cannot follow (no
-    operand, `-`, `~`, an expansion, CDPATH set) as well, else None."""
-    dirs = [os.path.abspath(cwd)]
+    operand, `-`, `~`, an expansion, CDPATH set, more places than CD_DIRS_MAX) as well, else None.
+
+    Not a model of one shell's `cd`: every reading any shell may give a target is a place (the cwd by the
+    name it was given and by its real path, a target's `..` taken by name (`cd`, `cd -L`) and after the
+    links (`cd -P`, bash's fallback, a shell started with PWD unset)), so a name found in any of them is
+    bound in all, present or (must stay) absent."""
+    dirs = list(dict.fromkeys([os.path.abspath(cwd), os.path.realpath(cwd)]))
     lost: str | None = None
     for i, word in enumerate(words):
         if word not in _CHDIR:
@@ -69,9 +74,33 @@ def cd_dirs(words: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[lis
         ):
             lost = lost or (f"{word} {target}" if target and target not in _SEPARATORS else word)
             continue
-        reached = [os.path.abspath(os.path.join(d, target)) for d in dirs]
-        dirs = list(dict.fromkeys([*dirs, *(d for d in reached if os.path.isdir(d))]))[:CD_DIRS_MAX]
+        reached = [r for d in dirs for r in _readings(os.path.join(d, target))]
+        dirs = list(dict.fromkeys([*dirs, *(d for d in reached if os.path.isdir(d))]))
+        if len(dirs) > CD_DIRS_MAX:
+            lost = lost or f"{word} {target} (more than {CD_DIRS_MAX} places)"
+            dirs = dirs[:CD_DIRS_MAX]
     return dirs, lost
+
+
+def _readings(path: str) -> tuple[str, str]:
+    """A `cd` target by name (`..` drops the name before it) and by what its links lead to."""
+    return os.path.abspath(path), os.path.realpath(path)
+
+
+# What a shell may make of a word other than the word the binder reads (shlex): an expansion (`$x`,
+# `$(…)`, `` `…` ``), a quoting one shell has and another has not (`$'x.sh'` is x.sh to bash, `$x.sh` to
+# dash), a glob, braces, a tilde, an escape. The file such a word names is not a name the binder read.
+_SHELL_READS = frozenset("$`*?[{~\\")
+
+
+def unpinned_word(command: str) -> str:
+    """Why an unparsed text's names cannot be pinned (the first word a shell may read as another name than
+    the binder's), or "": the run of such a text is refused, not approved unbound (issue 27 §5)."""
+    if any(c in command for c in _SHELL_READS):
+        word = next((w for w in all_words(command) if any(c in w for c in _SHELL_READS)), "")
+        shown = word or command[:40]
+        return f"a word a shell expands or reads its own way ({shown!r}) names no file it binds"
+    return ""
 
 
 def file_words(command: str, analysis: CommandAnalysis, dirs: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -333,12 +333,7 @@ async def _approved_once_after(
             await client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a text the analysis cannot parse runs as text under /bin/sh (dash), which reads "
-    "`sh $'x.sh'` as `sh '$x.sh'`, while the binder reads it (bash's way, or not at all) as naming no "
-    "file: a `$x.sh` made after the operator looked runs under the allow-once, bound by nothing",
-)
+# Closed (bind28): see docs/SECURITY.md §5.
 async def test_class5_unparsed_text_runs_under_dash_which_names_another_file(tmp_path: Path) -> None:
     work = tmp_path / "w"
     work.mkdir()
@@ -430,12 +425,7 @@ async def test_binding_asks_with_other_repository_config_coalesce_into_one_appro
     assert not marker.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an approved `bash s.sh` runs its sealed copy sourced (`bash --norc -c '. COPY' s.sh`), "
-    "so bash's other am-I-sourced test, `(return 0 2>/dev/null)`, succeeds and the script takes the "
-    "branch `bash s.sh` never takes (only scripts reading BASH_SOURCE get the mirrored path)",
-)
+# Closed (bind28): see docs/SECURITY.md §5.
 async def test_class8_approved_bash_script_takes_the_sourced_branch_of_the_return_idiom(
     tmp_path: Path,
 ) -> None:
@@ -449,12 +439,7 @@ async def test_class8_approved_bash_script_takes_the_sourced_branch_of_the_retur
     assert executed.exists() and not sourced.exists(), run
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: in an unparsed text `cd -P sub/link/..` takes the shell to the physical parent of the "
-    "link's target, but content._cd_dirs follows it logically (sub/): the x.sh that `sh x.sh` then runs "
-    "there is neither bound nor required absent, so one made after the operator looked runs",
-)
+# Closed (bind28): see docs/SECURITY.md §5.
 async def test_class5_cd_physical_dot_dot_leads_the_run_where_the_binder_never_looked(tmp_path: Path) -> None:
     work = tmp_path / "w"
     (work / "sub").mkdir(parents=True)
@@ -473,12 +458,7 @@ async def test_class5_cd_physical_dot_dot_leads_the_run_where_the_binder_never_l
     assert not marker.exists(), run
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a workdir given through a link in another directory: the binder follows `cd ..` from "
-    "the link's name (a/), the run's shell from the real directory (b/w → b/), so the b/x.sh that runs is "
-    "neither bound nor required absent",
-)
+# Closed (bind28): see docs/SECURITY.md §5.
 async def test_class5_cd_dot_dot_from_a_linked_workdir_runs_where_the_binder_never_looked(
     tmp_path: Path,
 ) -> None:
@@ -498,12 +478,7 @@ async def test_class5_cd_dot_dot_from_a_linked_workdir_runs_where_the_binder_nev
     assert not marker.exists(), run
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: content._cd_dirs names a `cd` under CDPATH as unbound only when the gateway's env has "
-    "CDPATH; the agent's own env param CDPATH (shown, not inert) reaches the run's shell, whose `cd sub` "
-    "then goes to $CDPATH/sub: the x.sh there is neither bound nor required absent",
-)
+# Closed (bind28): see docs/SECURITY.md §5.
 async def test_class4_agents_cdpath_leads_the_run_where_the_binder_never_looked(tmp_path: Path) -> None:
     work = tmp_path / "w"
     (work / "sub").mkdir(parents=True)
