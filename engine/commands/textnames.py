@@ -51,7 +51,8 @@ CD_DIRS_MAX = 16
 def cd_dirs(words: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[list[str], str | None]:
     """Every directory an unparsed text may read its relative names from: the cwd, and each place a `cd`
     (`pushd`) in it leads to, cumulatively (`cd a; cd b` → a/b); the first `cd` it cannot follow (no
-    operand, `-`, `~`, an expansion, CDPATH set, more places than CD_DIRS_MAX) as well, else None.
+    operand, `-`, `~`, an expansion, CDPATH set, a name that is no directory, more places than
+    CD_DIRS_MAX) as well, else None.
 
     Not a model of one shell's `cd`: every reading any shell may give a target is a place (the cwd by the
     name it was given and by its real path, a target's `..` taken by name (`cd`, `cd -L`) and after the
@@ -59,6 +60,8 @@ def cd_dirs(words: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[lis
     bound in all, present or (must stay) absent."""
     dirs = list(dict.fromkeys([os.path.abspath(cwd), os.path.realpath(cwd)]))
     lost: str | None = None
+    # CDPATH set by the gateway, by the agent's env, or by the text itself (`CDPATH=/e; cd sub`).
+    cdpath = bool(env.get("CDPATH")) or any("CDPATH" in w for w in words)
     for i, word in enumerate(words):
         if word not in _CHDIR:
             continue
@@ -70,11 +73,16 @@ def cd_dirs(words: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[lis
             or target == "-"
             or target.startswith("~")
             or any(c in target for c in "$`*?[{")
-            or (env.get("CDPATH") and not target.startswith(("/", "./", "../")))
+            or (cdpath and not target.startswith(("/", "./", "../")))
         ):
             lost = lost or (f"{word} {target}" if target and target not in _SEPARATORS else word)
             continue
         reached = [r for d in dirs for r in _readings(os.path.join(d, target))]
+        if not any(os.path.isdir(r) for r in reached):
+            # No reading is a directory: a shell that goes on takes the name elsewhere (cdable_vars reads
+            # it as a variable, `+N` turns pushd's stack), or fails where `;` runs on: not followed.
+            lost = lost or f"{word} {target}"
+            continue
         dirs = list(dict.fromkeys([*dirs, *(d for d in reached if os.path.isdir(d))]))
         if len(dirs) > CD_DIRS_MAX:
             lost = lost or f"{word} {target} (more than {CD_DIRS_MAX} places)"
