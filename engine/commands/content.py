@@ -254,6 +254,8 @@ def bind(
         why.append("a program comes from stdin, a search path or an option exechost does not model")
     if refused:
         why.append("a file it runs is not a regular file, or is reached through /proc")
+    if refuse:
+        why.append(refuse)
     return ContentBinding(
         tuple(items),
         analysis,
