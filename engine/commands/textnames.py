@@ -49,8 +49,9 @@ CD_DIRS_MAX = 16
 
 
 def cd_dirs(words: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[list[str], str | None]:
-    """Every directory an unparsed text may read its relative names from: the cwd, and each place a `cd`
-    (`pushd`) in it leads to, cumulatively (`cd a; cd b` → a/b); the first `cd` it cannot follow (no
+    """Every directory an unparsed text may read its relative names from: the cwd, each directory it names
+    (`env -C sub`), and each place a `cd` (`pushd`) in it leads to, cumulatively (`cd a; cd b` → a/b); the
+    first `cd` it cannot follow (no
     operand, `-`, `~`, an expansion, CDPATH set, a name that is no directory, more places than
     CD_DIRS_MAX) as well, else None.
 
@@ -64,6 +65,13 @@ def cd_dirs(words: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[lis
     cdpath = bool(env.get("CDPATH")) or any("CDPATH" in w for w in words)
     for i, word in enumerate(words):
         if word not in _CHDIR:
+            # Not only `cd` changes directory: `env -C sub`, `--chdir=sub`, an alias of cd (dash expands
+            # aliases in `sh -c`), a program's own `-C`. Every directory the text names is a place too.
+            named = [r for name in _spellings(word) for d in dirs for r in _readings(os.path.join(d, name))]
+            dirs = list(dict.fromkeys([*dirs, *(d for d in named if os.path.isdir(d))]))
+            if len(dirs) > CD_DIRS_MAX:
+                lost = lost or f"{word} (more than {CD_DIRS_MAX} places)"
+                dirs = dirs[:CD_DIRS_MAX]
             continue
         rest = [w for w in words[i + 1 : i + 4] if not (w.startswith("-") and w != "-")]
         target = rest[0] if rest else ""
@@ -88,6 +96,18 @@ def cd_dirs(words: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[lis
             lost = lost or f"{word} {target} (more than {CD_DIRS_MAX} places)"
             dirs = dirs[:CD_DIRS_MAX]
     return dirs, lost
+
+
+def _spellings(word: str) -> list[str]:
+    """The directory names a word may give a program: itself, an option's `=value`, an attached `-Cdir`."""
+    if word in _SEPARATORS or not word:
+        return []
+    if not word.startswith("-"):
+        return [word]
+    out = [word.partition("=")[2]] if "=" in word else []
+    if not word.startswith("--") and len(word) > 2:
+        out.append(word[2:])
+    return [w for w in out if w]
 
 
 def _readings(path: str) -> tuple[str, str]:

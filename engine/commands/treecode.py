@@ -532,7 +532,9 @@ def findings_for(
     if program in ("pip", "pip3"):
         here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
         found += _pip_findings(program, argv, here, sandbox_roots)
-    if program not in ("make", "gmake"):
+    if program not in ("make", "gmake", "pip", "pip3"):
+        # (make has RECIPE_TREE; pip's requirements are read by its own grammar, and every project it
+        # builds is a PIP_PROJECT finding already: a tree, unbound.)
         found += _manifest_trees(program, [p for p, _ in files], sandbox_roots)
     return found
 

@@ -190,10 +190,12 @@ def test_a_lost_cd_refuses_the_run_whatever_is_approved(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- class 4: what manifests name
 
 
-_FIRST_ARGS = {"docker": ["compose", "up"], "docker-compose": ["up"], "pip": ["install", "."]}
+_FIRST_ARGS = {"docker": ["compose", "up"], "docker-compose": ["up"]}
 
 
-@pytest.mark.parametrize("program", sorted(p for p in TREE_PROGRAMS if p not in ("make", "gmake")))
+@pytest.mark.parametrize(
+    "program", sorted(p for p in TREE_PROGRAMS if p not in ("make", "gmake", "pip", "pip3"))
+)
 def test_every_tree_tool_in_a_writable_tree_is_approved_once_only(tmp_path: Path, program: str) -> None:
     """npm scripts, an include()d .cmake, a path dependency's build.rs, `build = "x.rs"`, `go run`'s
     sources: what a manifest names to run is bound by nothing, so the manifest's directory is a finding
@@ -201,6 +203,29 @@ def test_every_tree_tool_in_a_writable_tree_is_approved_once_only(tmp_path: Path
     spec = TREE_PROGRAMS[program]
     (tmp_path / spec.files[0]).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / spec.files[0]).write_text('[package]\nbuild = "x.rs"\n')
-    argv = [program, *_FIRST_ARGS.get(program.rstrip("3"), ["build"])]
+    argv = [program, *_FIRST_ARGS.get(program, ["build"])]
     found = findings_for(argv, (f"/usr/bin/{program}",), str(tmp_path), [])
     assert str(tmp_path) in unbound_findings(binding(found)), found
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "env -C sub sh x.sh > /dev/null",
+        "env --chdir=sub sh x.sh > /dev/null",
+        "alias g=cd\ng sub && sh x.sh > /dev/null",
+    ],
+)
+async def test_class5_a_program_or_alias_that_changes_directory_is_bound_where_it_leads(
+    tmp_path: Path, command: str
+) -> None:
+    """Not only `cd` changes directory: `env -C`, an alias of cd (dash expands aliases in `sh -c`), any
+    program's own `-C`. Every directory the text names is a place its names are bound in."""
+    work = tmp_path / "w"
+    (work / "sub").mkdir(parents=True)
+    (work / "x.sh").write_text("echo the script the operator read\n")
+    marker = tmp_path / "PWNED"
+    run = await _approved_once_after(
+        command, work, lambda: (work / "sub" / "x.sh").write_text(f"touch {marker}\n")
+    )
+    assert not marker.exists(), run
