@@ -229,3 +229,11 @@ async def test_class5_a_program_or_alias_that_changes_directory_is_bound_where_i
         command, work, lambda: (work / "sub" / "x.sh").write_text(f"touch {marker}\n")
     )
     assert not marker.exists(), run
+
+
+def test_the_agents_cdpath_is_not_inert() -> None:
+    """CDPATH leads every later `cd` elsewhere: the agent's asks (and the binder reads it: refused)."""
+    from engine.commands.hostenv import foreign_env_keys
+
+    assert foreign_env_keys({"CDPATH": "/e"}) == ["CDPATH"]
+    assert foreign_env_keys({"cdpath": "/e"}) == ["cdpath"]
