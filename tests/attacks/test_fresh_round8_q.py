@@ -194,13 +194,6 @@ while not os.path.exists("stop") and n < 20_000_000:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a home workdir (and a hostWritable root) is checked by realpath, then bound by path "
-    "(`bwrap --bind W W`); the agent's own background run in ~/proj exchanges ~/proj/sub with a relative "
-    "link to ../.config in a loop, and a run with workdir ~/proj/sub gets ~/.config bound writable: it "
-    "creates the operator's XDG git config, which gitvet trusts",
-)
 async def test_class6_a_workdir_exchanged_for_a_link_by_the_agents_own_run_makes_the_homes_config_writable(
     state_dir: Path,
 ) -> None:
