@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping, Sequence
 
 from engine.commands.analysis import CommandAnalysis, Segment
@@ -119,15 +120,62 @@ def _readings(path: str) -> tuple[str, str]:
 # `$(…)`, `` `…` ``), a quoting one shell has and another has not (`$'x.sh'` is x.sh to bash, `$x.sh` to
 # dash), a glob, braces, a tilde, an escape. The file such a word names is not a name the binder read.
 _SHELL_READS = frozenset("$`*?[{~\\")
+# Programs that take every argument as data (never a program, a script, a file of code or a name bash
+# evaluates: `printf -v`, `test -v` and `[[` evaluate array subscripts, `sort --compress-program` runs
+# one): an unpinned word in their arguments names nothing that runs. Anything else that gets one is
+# refused.
+_DATA_ARGS = frozenset(
+    ["echo", "ls", "wc", "cat", "head", "tail", "uniq", "cut", "tr", "basename", "dirname", "stat", "du", "pwd", "grep", "mkdir", "touch", "true", "false", "date"]
+)
+# Words that open a compound command and are not themselves a program.
+_RESERVED = frozenset(["if", "then", "elif", "else", "fi", "do", "done", "while", "until", "!", "{", "}"])
+_SUBSTITUTIONS = ("`", "$(", "<(", ">(")
 
 
 def unpinned_word(command: str) -> str:
-    """Why an unparsed text's names cannot be pinned (the first word a shell may read as another name than
-    the binder's), or "": the run of such a text is refused, not approved unbound (issue 27 §5)."""
-    if any(c in command for c in _SHELL_READS):
-        word = next((w for w in all_words(command) if any(c in w for c in _SHELL_READS)), "")
-        shown = word or command[:40]
-        return f"a word a shell expands or reads its own way ({shown!r}) names no file it binds"
+    """Why an unparsed text's names cannot be pinned, or "": the run of such a text is refused, not approved
+    unbound (issue 27 §5). A word a shell expands or reads its own way (`$'x.sh'`, `x.s?`, `$x`) may name
+    another file than the binder's; it is harmless only as an argument of a program that reads its
+    arguments as data (_DATA_ARGS: `ls *.py`, `echo $HOME`) or in a `for` list. Anywhere else (a
+    program's place, an interpreter's operand, a command substitution) the run is refused."""
+    if not any(c in command for c in _SHELL_READS):
+        return ""
+    shown = next((w for w in all_words(command) if any(c in w for c in _SHELL_READS)), "") or command[:40]
+    reason = f"a word a shell expands or reads its own way ({shown!r}) names no file it binds"
+    if any(s in command for s in _SUBSTITUTIONS):
+        return reason
+    try:
+        lex = shlex.shlex(
+            command, posix=False, punctuation_chars=True
+        )  # words as written: quotes and \\ kept
+        lex.whitespace_split = True
+        tokens = list(lex)
+    except ValueError:
+        return reason
+    program = ""
+    in_for = False
+    for token in tokens:
+        if token and set(token) <= set(";&|()<>"):
+            program, in_for = "", False
+            continue
+        if not program:
+            if token in _RESERVED:
+                continue
+            if token in ("for", "case", "in") or in_for:
+                in_for = token != "do"
+                if token == "for":
+                    in_for = True
+                continue
+            if "=" in token.split("/")[0] and not token.startswith("="):
+                name = token.split("=", 1)[0]
+                if name.isidentifier():  # an assignment before the program: a value, never run
+                    continue
+            if any(c in token for c in _SHELL_READS):
+                return reason  # the program itself is a word the shell decides
+            program = token.rsplit("/", 1)[-1]
+            continue
+        if any(c in token for c in _SHELL_READS) and program not in _DATA_ARGS:
+            return reason
     return ""
 
 

@@ -237,3 +237,42 @@ def test_the_agents_cdpath_is_not_inert() -> None:
 
     assert foreign_env_keys({"CDPATH": "/e"}) == ["CDPATH"]
     assert foreign_env_keys({"cdpath": "/e"}) == ["cdpath"]
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [("ls *.py | wc -l", "1"), ("for f in *.py; do echo $f; done", "a.py"), ("echo $HOME", "/")],
+)
+async def test_data_words_a_shell_expands_run_once_approved(state_dir: Path, text: str, shown: str) -> None:
+    """The lead's regression: an unpinned word is refused where it could name what runs, not where a
+    program reads it as data; an operator's allow-once of a common glob or variable still runs."""
+    write_config(state_dir, ALLOWLIST)
+    work = state_dir.parent / "w"
+    work.mkdir()
+    (work / "a.py").write_text("x = 1\n")
+    async with gateway(state_dir):
+        agent = await connect(state_dir, operator=False)
+        operator = await connect(state_dir)
+        try:
+            asked = await agent.request("exec", {"command": text, "workdir": str(work)})
+            assert asked["details"]["status"] == "approval-pending", asked
+            approval = asked["details"]["approvalId"]
+            await operator.request("approve", {"id": approval, "decision": "allow-once"})
+
+            async def ended() -> Any:
+                got = await operator.request("approvals.status", {"approvalId": approval})
+                run = got["details"].get("run") or {}
+                return run if run.get("status") in ("completed", "failed", "denied") else None
+
+            run = await wait_until(ended, timeout=30)
+        finally:
+            await agent.close()
+            await operator.close()
+    assert run["status"] == "completed" and shown in str(run.get("tail")), run
+
+
+def test_unpinned_words_in_a_program_place_refuse() -> None:
+    for text in ("x=./e.sh; $x", "sh $f", "for f in *.sh; do sh $f; done", "cat $(./x.sh)", "printf -v $n x"):
+        assert unpinned_word(text), text
+    for text in ("ls *.py | wc -l", "X=$HOME ls", 'echo "a;b" $x', "grep -r foo *"):
+        assert unpinned_word(text) == "", text
