@@ -125,7 +125,28 @@ _SHELL_READS = frozenset("$`*?[{~\\")
 # one): an unpinned word in their arguments names nothing that runs. Anything else that gets one is
 # refused.
 _DATA_ARGS = frozenset(
-    ["echo", "ls", "wc", "cat", "head", "tail", "uniq", "cut", "tr", "basename", "dirname", "stat", "du", "pwd", "grep", "mkdir", "touch", "true", "false", "date"]
+    [
+        "echo",
+        "ls",
+        "wc",
+        "cat",
+        "head",
+        "tail",
+        "uniq",
+        "cut",
+        "tr",
+        "basename",
+        "dirname",
+        "stat",
+        "du",
+        "pwd",
+        "grep",
+        "mkdir",
+        "touch",
+        "true",
+        "false",
+        "date",
+    ]
 )
 # Words that open a compound command and are not themselves a program.
 _RESERVED = frozenset(["if", "then", "elif", "else", "fi", "do", "done", "while", "until", "!", "{", "}"])
@@ -149,32 +170,30 @@ def unpinned_word(command: str) -> str:
             command, posix=False, punctuation_chars=True
         )  # words as written: quotes and \\ kept
         lex.whitespace_split = True
-        tokens = list(lex)
+        words = list(lex)
     except ValueError:
         return reason
     program = ""
     in_for = False
-    for token in tokens:
-        if token and set(token) <= set(";&|()<>"):
+    for word in words:
+        if word and set(word) <= set(";&|()<>"):
             program, in_for = "", False
             continue
         if not program:
-            if token in _RESERVED:
+            if word in _RESERVED:
                 continue
-            if token in ("for", "case", "in") or in_for:
-                in_for = token != "do"
-                if token == "for":
-                    in_for = True
+            if word in ("for", "case", "in") or in_for:
+                in_for = word != "do"  # a for/case list is data up to its `do`
                 continue
-            if "=" in token.split("/")[0] and not token.startswith("="):
-                name = token.split("=", 1)[0]
+            if "=" in word.split("/")[0] and not word.startswith("="):
+                name = word.split("=", 1)[0]
                 if name.isidentifier():  # an assignment before the program: a value, never run
                     continue
-            if any(c in token for c in _SHELL_READS):
+            if any(c in word for c in _SHELL_READS):
                 return reason  # the program itself is a word the shell decides
-            program = token.rsplit("/", 1)[-1]
+            program = word.rsplit("/", 1)[-1]
             continue
-        if any(c in token for c in _SHELL_READS) and program not in _DATA_ARGS:
+        if any(c in word for c in _SHELL_READS) and program not in _DATA_ARGS:
             return reason
     return ""
 
