@@ -228,6 +228,21 @@ def unsettled(record: ApprovalRecord) -> bool:
     return any(run is None or run.get("status") == "starting" for run in runs)
 
 
+NO_SESSION = (
+    "'this session only' needs an ask from one session: this one came from a call with no session key (an "
+    "`exechost exec`, an MCP server started without --session), and a grant bound to no session would cover "
+    "every sessionless call of agent {agent}; choose a duration or a number of uses instead"
+)
+
+
+def session_owner(record: ApprovalRecord) -> str | None:
+    """The one session a 'this session only' grant on `record` belongs to: the session key every asker
+    named; None when an asker named none (an ownerless key is every sessionless call's) or two differ."""
+    keys = {str(r.get("sessionKey") or "") for r in record.requesters} or {record.request.session_key}
+    key = keys.pop() if len(keys) == 1 else ""
+    return key or None
+
+
 Listener = Callable[[str, ApprovalRecord], None]
 """Called with ("requested" | "updated" | "resolved" | "ran", record); "updated": an identical ask was
 coalesced (or its caller went away); "ran": `record.run` now says what the approval led to."""
@@ -556,6 +571,8 @@ class ApprovalManager:
             )
         if grant is not None and normalized != "allow-always":
             raise ApprovalError("APPROVAL_BAD_DECISION", "limits (--for/--uses/--session) need allow-always")
+        if grant is not None and grant.session_only and session_owner(record) is None:
+            raise ApprovalError("APPROVAL_NO_SESSION", NO_SESSION.format(agent=record.request.agent_id))
         if reason:
             record.reason = " ".join(str(reason).split())[:500]
         record.grant = grant
