@@ -97,12 +97,14 @@ async def test_one_agents_hanging_lookups_never_refuse_another_agents_name(
         await proxy.close()
     # Once the silent server's lookups end, every place and thread is given back.
     await wait_until(lambda: addresses.in_flight("evil") == 0 and addresses._in_flight == 0, timeout=30)
-    assert "evil" not in addresses._lanes
 
 
-async def test_a_principals_lane_has_its_own_threads_and_ends_when_idle(silent: threading.Event) -> None:
-    """Below the proxy: RESOLVER_THREADS hung lookups of one principal fill its threads only; another
-    principal's name resolves meanwhile (no queueing behind them), and an idle lane keeps no thread."""
+async def test_a_principals_lane_has_its_own_threads_and_ends_when_idle(
+    silent: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Below the proxy: 2 × RESOLVER_THREADS hung lookups of one principal fill its threads only; another
+    principal's name resolves meanwhile (no queueing behind them). A lane is kept while it is used (a burst
+    reuses its threads) and dropped, its threads ended, once idle for LANE_IDLE_SEC."""
     hung = [
         asyncio.ensure_future(addresses.resolve(f"h{i}.hang.test", 80, {}, principal="evil"))
         for i in range(addresses.RESOLVER_THREADS * 2)
@@ -110,11 +112,20 @@ async def test_a_principals_lane_has_its_own_threads_and_ends_when_idle(silent: 
     await wait_until(lambda: addresses.in_flight("evil") == addresses.RESOLVER_THREADS * 2, timeout=30)
     with pytest.raises(addresses.Refused, match="non-public address"):
         await addresses.resolve("registry.ops.test", 80, {}, principal="ops")
-    assert "ops" not in addresses._lanes  # its one lookup ended: its lane (and thread) went with it
-    assert len(addresses._lanes["evil"].pool._threads) == addresses.RESOLVER_THREADS  # its own, no more
+    ops_lane = addresses._lanes["ops"]
+    with pytest.raises(addresses.Refused, match="non-public address"):
+        await addresses.resolve("registry.ops.test", 80, {}, principal="ops")
+    assert addresses._lanes["ops"] is ops_lane  # used again within LANE_IDLE_SEC: the same threads
+    evil_lane = addresses._lanes["evil"]
+    assert len(evil_lane.pool._threads) == addresses.RESOLVER_THREADS  # its own, no more
     silent.set()
     for task in hung:
-        with pytest.raises(addresses.Refused):
+        with pytest.raises(addresses.Refused, match="has no address"):
             await task  # (each returns no address once the server "answers")
     await wait_until(lambda: addresses._in_flight == 0, timeout=30)
-    assert addresses._lanes == {}
+    # Idle long enough (0 s here): the next lookup, of anyone, ends both lanes; ops gets a fresh one.
+    monkeypatch.setattr(addresses, "LANE_IDLE_SEC", 0.0)
+    with pytest.raises(addresses.Refused, match="non-public address"):
+        await addresses.resolve("registry.ops.test", 80, {}, principal="ops")
+    assert "evil" not in addresses._lanes and addresses._lanes["ops"] is not ops_lane
+    assert evil_lane.pool._shutdown and ops_lane.pool._shutdown

@@ -17,6 +17,7 @@ import contextlib
 import ipaddress
 import socket
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -29,9 +30,12 @@ RESOLVE_TIMEOUT_SEC = 5.0
 # together) has its own lane: its own threads and its own cap of lookups in flight, counted until the
 # thread is free again. So names that never answer hold only their own principal's threads and places,
 # and past the cap that principal's next name is refused at once; no other principal's lookup ever waits
-# for them or is refused because of them. A lane with nothing in flight is dropped (its threads end).
+# for them or is refused because of them. A lane idle for LANE_IDLE_SEC is dropped (its threads end) at
+# the next lookup of any principal: kept that long, a burst of lookups reuses its threads instead of making
+# a pool each time it runs dry.
 RESOLVER_THREADS = 8  # per principal
 MAX_LOOKUPS_IN_FLIGHT = 64  # per principal
+LANE_IDLE_SEC = 60.0
 _lanes: dict[str, _Lane] = {}
 _lanes_lock = threading.Lock()  # lanes are counted down in their worker threads, whichever loop waits
 _in_flight = 0  # every principal's together (status, tests)
@@ -248,7 +252,7 @@ class _Lane:
 
     pool: concurrent.futures.ThreadPoolExecutor
     in_flight: int = 0
-    ended: bool = field(default=False)
+    idle_since: float = field(default_factory=time.monotonic)
 
 
 async def _lookup(loop: asyncio.AbstractEventLoop, name: str, port: int, principal: str) -> list[tuple]:
@@ -272,6 +276,7 @@ async def _lookup(loop: asyncio.AbstractEventLoop, name: str, port: int, princip
 def _take_place(principal: str) -> _Lane:
     global _in_flight
     with _lanes_lock:
+        _drop_idle_lanes(time.monotonic() - LANE_IDLE_SEC)
         lane = _lanes.get(principal)
         if lane is None:
             pool = concurrent.futures.ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="egress-dns")
@@ -290,11 +295,16 @@ def _leave(principal: str, lane: _Lane) -> None:
     with _lanes_lock:
         lane.in_flight -= 1
         _in_flight -= 1
-        if lane.in_flight == 0 and not lane.ended:
-            lane.ended = True
-            if _lanes.get(principal) is lane:
-                del _lanes[principal]
-            lane.pool.shutdown(wait=False)  # (from its own worker too: it ends when this call returns)
+        if lane.in_flight == 0:
+            lane.idle_since = time.monotonic()
+
+
+def _drop_idle_lanes(before: float) -> None:
+    """(under _lanes_lock) End the lanes idle since before `before`."""
+    for principal, lane in list(_lanes.items()):
+        if lane.in_flight == 0 and lane.idle_since <= before:
+            del _lanes[principal]
+            lane.pool.shutdown(wait=False)
 
 
 def in_flight(principal: str) -> int:
