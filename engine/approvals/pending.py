@@ -209,6 +209,8 @@ class ApprovalRecord:
             "requesterCount": len(self.requesters),
             "requesters": self.requesters[:SHOWN_REQUESTERS],
             "grant": self.grant.to_json() if self.grant else None,
+            # The one session a "this session only" grant would belong to; None: that choice is refused.
+            "sessionOwner": session_owner(self),
             **self.request.to_json(),
         }
 

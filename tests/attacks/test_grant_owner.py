@@ -52,6 +52,9 @@ async def test_session_only_on_a_sessionless_ask_is_refused_and_the_next_session
                     "approvals.status", {"approvalId": res["details"]["approvalId"]}
                 )
                 assert status["details"]["status"] == "approval-pending", status
+                assert (
+                    status["details"]["approval"]["sessionOwner"] is None
+                )  # (the console offers no such choice)
             finally:
                 await operator.close()
         finally:
