@@ -113,3 +113,7 @@ decisions = FairPool("exechost-decide", workers=2)
 history = FairPool("exechost-history", workers=2)
 # Agent credential lookups at the handshake: never queued behind anyone's decisions.
 credentials = FairPool("exechost-credentials", workers=1)
+# The sandbox verbs an agent may call (`sandbox.list|explain|recreate`: Docker calls that take as long as the
+# engine does): one agent's burst waits in its own queue, never on asyncio's default pool, which every
+# host exec needs too (fresh round 8 o).
+sandbox = FairPool("exechost-sandbox", workers=2)
