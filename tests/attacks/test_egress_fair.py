@@ -129,3 +129,36 @@ async def test_a_principals_lane_has_its_own_threads_and_ends_when_idle(
         await addresses.resolve("registry.ops.test", 80, {}, principal="ops")
     assert "evil" not in addresses._lanes and addresses._lanes["ops"] is not ops_lane
     assert evil_lane.pool._shutdown and ops_lane.pool._shutdown
+
+
+async def test_a_lookup_whose_caller_gave_up_before_it_started_never_runs(
+    silent: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proxy stops waiting after RESOLVE_TIMEOUT_SEC; the lookups still queued behind a lane's hung
+    threads then end without calling the resolver, so they give their places back as soon as a thread
+    takes them, instead of each hanging again. (The caller giving up is a cancel here, as the timeout's.)"""
+    asked: list[str] = []
+    hang = addresses.system_lookup
+
+    def counting(name: str, port: int) -> list[tuple[Any, ...]]:
+        asked.append(name)
+        return hang(name, port)
+
+    monkeypatch.setattr(addresses, "system_lookup", counting)
+    running = [
+        asyncio.ensure_future(addresses.resolve(f"r{i}.hang.test", 80, {}, principal="evil"))
+        for i in range(addresses.RESOLVER_THREADS)
+    ]
+    await wait_until(lambda: len(asked) == addresses.RESOLVER_THREADS, timeout=30)
+    queued = [
+        asyncio.ensure_future(addresses.resolve(f"q{i}.hang.test", 80, {}, principal="evil"))
+        for i in range(8)
+    ]
+    await wait_until(lambda: addresses.in_flight("evil") == addresses.RESOLVER_THREADS + 8, timeout=30)
+    for task in queued:
+        task.cancel()
+    await asyncio.gather(*queued, return_exceptions=True)
+    silent.set()
+    await asyncio.gather(*running, return_exceptions=True)
+    await wait_until(lambda: addresses.in_flight("evil") == 0, timeout=30)
+    assert not any(name.startswith("q") for name in asked), asked  # none of the abandoned ones was asked

@@ -258,10 +258,13 @@ class _Lane:
 async def _lookup(loop: asyncio.AbstractEventLoop, name: str, port: int, principal: str) -> list[tuple]:
     """getaddrinfo in `principal`'s own lane (see RESOLVER_THREADS)."""
     lane = _take_place(principal)
+    abandoned = threading.Event()
 
     def run() -> list[tuple]:
         try:
-            return system_lookup(name, port)
+            # Still queued when its caller stopped waiting (the timeout): never started, so a lane's
+            # hanging names hold at most its threads, not its whole queue, once their callers gave up.
+            return [] if abandoned.is_set() else system_lookup(name, port)
         finally:
             _leave(principal, lane)
 
@@ -270,7 +273,11 @@ async def _lookup(loop: asyncio.AbstractEventLoop, name: str, port: int, princip
     except BaseException:
         _leave(principal, lane)
         raise
-    return await asyncio.shield(future)
+    try:
+        return await asyncio.shield(future)  # (the work item itself is never cancelled: it counts down)
+    except asyncio.CancelledError:
+        abandoned.set()
+        raise
 
 
 def _take_place(principal: str) -> _Lane:
