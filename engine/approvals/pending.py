@@ -235,6 +235,18 @@ NO_SESSION = (
     "`exechost exec`, an MCP server started without --session), and a grant bound to no session would cover "
     "every sessionless call of agent {agent}; choose a duration or a number of uses instead"
 )
+SEVERAL_SESSIONS = (
+    "'this session only' needs an ask from one session: {count} sessions wait on this one, and a grant "
+    "belongs to one of them; choose a duration or a number of uses instead"
+)
+
+
+def no_session_reason(record: ApprovalRecord) -> str:
+    """Why 'this session only' is refused for `record` (session_owner found none)."""
+    keys = {str(r.get("sessionKey") or "") for r in record.requesters}
+    if "" in keys or not keys:
+        return NO_SESSION.format(agent=record.request.agent_id)
+    return SEVERAL_SESSIONS.format(count=len(keys))
 
 
 def session_owner(record: ApprovalRecord) -> str | None:
@@ -590,7 +602,7 @@ class ApprovalManager:
         if grant is not None and normalized != "allow-always":
             raise ApprovalError("APPROVAL_BAD_DECISION", "limits (--for/--uses/--session) need allow-always")
         if grant is not None and grant.session_only and session_owner(record) is None:
-            raise ApprovalError("APPROVAL_NO_SESSION", NO_SESSION.format(agent=record.request.agent_id))
+            raise ApprovalError("APPROVAL_NO_SESSION", no_session_reason(record))
         if reason:
             record.reason = " ".join(str(reason).split())[:500]
         record.grant = grant

@@ -80,10 +80,10 @@ async def test_session_only_needs_one_named_session_among_all_askers() -> None:
     mgr.register(ApprovalRequest(command="a", cwd="/tmp", session_key="agent:main:two"))
     with pytest.raises(ApprovalError) as err:
         mgr.resolve(one.id, "allow-always", grant=_limits())
-    assert err.value.code == "APPROVAL_NO_SESSION"
+    assert err.value.code == "APPROVAL_NO_SESSION" and "2 sessions wait on this one" in str(err.value)
     mixed, _ = mgr.register(ApprovalRequest(command="b", cwd="/tmp", session_key="agent:main:one"))
     mgr.register(ApprovalRequest(command="b", cwd="/tmp", session_key=""))
-    with pytest.raises(ApprovalError):
+    with pytest.raises(ApprovalError, match="no session key"):
         mgr.resolve(mixed.id, "allow-always", grant=_limits())
     alone, _ = mgr.register(ApprovalRequest(command="c", cwd="/tmp", session_key="agent:main:one"))
     mgr.register(ApprovalRequest(command="c", cwd="/tmp", session_key="agent:main:one"))
