@@ -137,11 +137,6 @@ async def test_a_file_the_ssh_config_includes_is_not_writable(
     assert not marker.exists(), "the planted Match exec ran in the gateway"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the gateway builds the sandbox's landlock helper in a 0700 /tmp/exechost-* dir of its own "
-    "uid, which host runs can write: a host run replaces the compiled helper before it is installed",
-)
 async def test_the_gateways_build_dir_in_tmp_is_not_a_host_runs(
     short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

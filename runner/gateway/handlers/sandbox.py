@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from engine import fairpool
 from engine.errors import InvalidInput
@@ -25,16 +24,6 @@ admin = lazy("engine.sandbox.admin")  # the operator's sandbox verbs: loaded on 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
     from runner.gateway.services import Services
-
-
-T = TypeVar("T")
-
-
-async def _in_turn(conn: Connection, call: Callable[[], T]) -> T:
-    """A Docker call in the caller's own queue of the sandbox verbs' fair pool (engine.fairpool): one
-    principal's burst against a slow engine holds one worker, and no thread another agent's exec needs."""
-    principal = "\x00operator" if conn.operator else conn.agent
-    return await fairpool.sandbox.run(principal, call, conn.fair_key)
 
 
 def _node(given: str | None) -> str | None:
@@ -60,8 +49,9 @@ async def list_(services: Services, conn: Connection, req: SandboxList) -> dict[
         return {"containers": rows}
     errors: list[dict[str, Any]] = []
     try:
-        config = services.config()
-        rows = await _in_turn(conn, lambda: admin.list_runtimes(config, default_manager()))
+        rows = await fairpool.offload(
+            fairpool.blocking, functools.partial(admin.list_runtimes, services.config(), default_manager())
+        )
     except SandboxUnavailable as exc:
         if not services.config().nodes:
             raise ToolError(str(exc)) from None
@@ -82,7 +72,9 @@ async def explain(services: Services, conn: Connection, req: SandboxExplain) -> 
         forwarded = {"agentId": agent, **({"sessionKey": key} if key else {})}
         name, payload = await services.nodes.sandbox_call(node, "sandbox.explain", forwarded, _agent(conn))
         return {**payload, "node": name}
-    return await _in_turn(conn, functools.partial(admin.explain, services.config(), agent, key))
+    return await fairpool.offload(
+        fairpool.blocking, functools.partial(admin.explain, services.config(), agent, key)
+    )
 
 
 async def recreate(services: Services, conn: Connection, req: SandboxRecreate) -> dict[str, Any]:
@@ -110,10 +102,11 @@ async def recreate(services: Services, conn: Connection, req: SandboxRecreate) -
         )
         return {**payload, "node": node_name}
     if not conn.operator:
-        return await _in_turn(conn, functools.partial(_recreate_own, services, conn, key, agent, name))
+        return await fairpool.offload(
+            fairpool.blocking, functools.partial(_recreate_own, services, conn, key, agent, name)
+        )
     try:
-        return await _in_turn(
-            conn,
+        return await asyncio.to_thread(
             lambda: admin.recreate(
                 services.config(),
                 all=everything,
@@ -121,7 +114,7 @@ async def recreate(services: Services, conn: Connection, req: SandboxRecreate) -
                 agent=agent,
                 name=name,
                 manager=default_manager(),
-            ),
+            )
         )
     except SandboxUnavailable as exc:
         raise ToolError(str(exc)) from None
