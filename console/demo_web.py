@@ -14,8 +14,9 @@ from console.web import serve
 
 
 def tab_command(demo: Demo) -> str:
-    """Each tab: a demo console on this demo's root, without an agent of its own."""
-    argv = [sys.executable, "-m", "runner", "console", "--web-tab", "--demo-root", str(demo.root)]
+    """Each tab: a demo console on this demo's root, without an agent of its own (`-P`: see
+    console.web.console_command)."""
+    argv = [sys.executable, "-P", "-m", "runner", "console", "--web-tab", "--demo-root", str(demo.root)]
     return shlex.join(argv)
 
 

@@ -247,8 +247,10 @@ def _line(text: str) -> None:
 
 
 def console_command(state: Path | None, config_path: str | None) -> str:
-    """The command each browser tab runs: this Python, this console, this state dir and config."""
-    argv = [sys.executable, "-m", "runner", "console", "--web-tab"]
+    """The command each browser tab runs: this Python, this console, this state dir and config. `-P`:
+    textual-serve starts it in the server's cwd, which `-m` would put first on sys.path, so a `runner/`
+    an agent's host run wrote into the operator's project dir would run as the operator."""
+    argv = [sys.executable, "-P", "-m", "runner", "console", "--web-tab"]
     if state is not None:
         argv += ["--state-dir", str(state)]
     if config_path:

@@ -211,6 +211,16 @@ class DecisionLog:
             with self._ids_lock:
                 self._ids = sorted({i.lower() for i in found})
 
+    def _any_starts(self, key: str) -> bool:
+        """Whether any decided id starts with `key` (the index's answer, with no read)."""
+        with self._ids_lock:
+            ids = self._ids
+            if ids is not None:
+                at = bisect.bisect_left(ids, key)
+                return at < len(ids) and ids[at].startswith(key)
+        self.index()
+        return self._any_starts(key)
+
     def might_hold(self, id_or_prefix: str) -> bool:
         """Whether `find` can find something: a decision with this id, or the only one with this prefix.
         False is the index's answer, with no read (an id nobody decided, an ambiguous prefix)."""
@@ -346,11 +356,17 @@ class DecisionLog:
         rows.sort(key=lambda e: (e.data.get("resolvedAtMs") or 0, e.id), reverse=True)
         return rows[:MAX_ENTRIES]
 
-    def find(self, id_or_prefix: str) -> HistoryEntry | None:
+    def find(self, id_or_prefix: str, agent_id: str | None = None) -> HistoryEntry | None:
+        """A decided approval by id or unique prefix; `agent_id`: unique among that agent's entries (a
+        prefix another agent's id shares is no answer about that agent's decisions)."""
         key = (id_or_prefix or "").strip().lower()
-        if not key or not self.might_hold(key):
+        if not key or (agent_id is None and not self.might_hold(key)) or not self._any_starts(key):
             return None
-        hits = [e for e in self.entries() if e.id.lower().startswith(key)]
+        hits = [
+            e
+            for e in self.entries()
+            if e.id.lower().startswith(key) and (agent_id is None or e.agent_id == agent_id)
+        ]
         exact = [e for e in hits if e.id.lower() == key]
         if exact:
             return exact[0]

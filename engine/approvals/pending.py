@@ -51,6 +51,12 @@ class ApprovalError(ExecHostError):
         self.code = code
 
 
+SESSIONLESS = (
+    'this ask came from a call with no session key, so "this session only" cannot limit it (every '
+    "sessionless call of the agent carries the same empty key): limit it by time (--for) or uses (--uses)"
+)
+
+
 def env_hash(env: Mapping[str, str] | None) -> str:
     """sha256 over the sorted (key, value) pairs, as OpenClaw binds an approval to its env."""
     pairs = sorted((env or {}).items())
@@ -266,6 +272,9 @@ class ApprovalManager:
         # sets it to its durable writer's barrier (what was decided or asked is on disk first).
         self.barrier: Callable[[], Awaitable[None]] | None = None
         self.decided_barrier: Callable[[ApprovalRecord], Awaitable[None]] | None = None  # its decision
+        # Why the durable writer's last write failed (None: what was queued is on disk). A barrier returns
+        # either way; what must not go ahead unrecorded (a run's start) asks here after it.
+        self.durable_problem: Callable[[], str | None] = lambda: None
         # Decided approvals, newest last: what became of each (decision history, `approvals.status`).
         self._history: deque[ApprovalRecord] = deque(maxlen=HISTORY_SIZE)
 
@@ -463,6 +472,19 @@ class ApprovalManager:
                 touched += self.revoke_record(record)
         return touched
 
+    def revoke_credential(self, agent_id: str, credential: str) -> int:
+        """One credential of the agent no longer holds (rotated away): what was asked with it is settled
+        as a revoke settles it (`revoke_record`), as the next gateway's restore would settle it. The number
+        of asks or runs it ended."""
+        touched = 0
+        for record in [*self._open.values(), *self._maybe_unsettled.values()]:
+            made = [record.resume, *(entry.get("resume") for entry in record.joined)]
+            if record.request.agent_id == agent_id and any(
+                (r or {}).get("credential") == credential for r in made
+            ):
+                touched += self.revoke_record(record)
+        return touched
+
     def revoke_record(self, record: ApprovalRecord) -> int:
         """Whoever asked was revoked (live, or while no gateway ran: engine.tools.resume): a pending ask is
         denied (reason "agent revoked"), and a run approved but not started yet is noted as denied, so
@@ -556,6 +578,17 @@ class ApprovalManager:
             )
         if grant is not None and normalized != "allow-always":
             raise ApprovalError("APPROVAL_BAD_DECISION", "limits (--for/--uses/--session) need allow-always")
+        if (
+            grant is not None
+            and grant.session_only
+            and not all(
+                str(r.get("sessionKey") or "").strip()
+                for r in record.requesters or [record.request.requester()]
+            )
+        ):
+            # A sessionless call's key is "", which every other sessionless call of the agent carries too:
+            # a grant bound to it would be the agent's, not one session's (fresh round 8 o).
+            raise ApprovalError("APPROVAL_BAD_DECISION", SESSIONLESS)
         if reason:
             record.reason = " ".join(str(reason).split())[:500]
         record.grant = grant
@@ -639,12 +672,16 @@ class ApprovalManager:
         rows = [r for r in reversed(self._history) if agent_id is None or r.request.agent_id == agent_id]
         return rows
 
-    def lookup(self, id_or_prefix: str) -> ApprovalRecord | None:
-        """A pending or decided approval by id or unique prefix (8-char slugs included), else None."""
+    def lookup(self, id_or_prefix: str, agent_id: str | None = None) -> ApprovalRecord | None:
+        """A pending or decided approval by id or unique prefix (8-char slugs included), else None.
+        `agent_id`: among that agent's approvals only, so another agent's ask never makes a prefix of
+        one's own ambiguous (an oracle for the other agent's ids: fresh round 8 o)."""
         key = (id_or_prefix or "").strip().lower()
         if not key:
             return None
         known = {r.id: r for r in self._history} | self._records
+        if agent_id is not None:
+            known = {i: r for i, r in known.items() if r.request.agent_id == agent_id}
         if key in known:
             return known[key]
         hits = [r for rid, r in known.items() if rid.startswith(key)]

@@ -614,9 +614,17 @@ def exit_status(args: object, code: int) -> tuple[int | None, str | None]:
 
 def refuse_hidden_cwd(cwd: str | None, state: str, outside: Outside = NOTHING_OUTSIDE) -> None:
     """A cwd inside the state dir, or a covered sandbox workspace root, would not exist in the view:
-    refused rather than run elsewhere."""
+    refused rather than run elsewhere. A cwd that cannot be resolved now (a link being exchanged under it)
+    is refused too: a clear refusal, never an exception out of the handler."""
     if not cwd:
         return
+    try:
+        _refuse_hidden_cwd(cwd, state, outside)
+    except OSError as exc:
+        raise HostViewError(f"{cwd} cannot be resolved now ({exc.strerror or exc}); nothing ran") from None
+
+
+def _refuse_hidden_cwd(cwd: str, state: str, outside: Outside) -> None:
     if _under(cwd, state):
         raise HostViewError(f"{cwd} is inside the state dir, which gateway-host commands cannot see")
     for root in outside.covered:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import statefs
 from engine.errors import ExecHostError
 from engine.sandbox import dockercg
 from engine.sandbox import supervisor as sv
@@ -305,7 +306,12 @@ def build_image(tags: list[str], progress: Callable[[str], None]) -> None:
             "Building the default sandbox image needs a static busybox on this machine "
             "(`apt-get install busybox-static`)."
         )
-    with tempfile.TemporaryDirectory(prefix="exechost-image-") as ctx:
+    # The context in the state dir, never under /tmp: every gateway-host run sees /tmp and, as the same
+    # uid, may write a 0700 dir of ours there, so it could rewrite the Dockerfile or busybox before
+    # docker-py tars them, and every agent's sandbox would run that image (round 8 q).
+    with tempfile.TemporaryDirectory(
+        prefix=".image-", dir=statefs.ensure_private_dir(statefs.state_dir())
+    ) as ctx:
         shutil.copyfile(DOCKERFILE, os.path.join(ctx, "Dockerfile"))
         shutil.copyfile(busybox, os.path.join(ctx, "busybox"))
         os.chmod(os.path.join(ctx, "busybox"), 0o755)  # noqa: S103 - build context copy

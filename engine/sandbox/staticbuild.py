@@ -61,7 +61,10 @@ def build(compiler: str, source: Path, target: Path, stamp: Path, digest: str) -
 
 
 def _build_locked(compiler: str, source: Path, target: Path, stamp: Path, digest: str) -> str | None:
-    with tempfile.TemporaryDirectory(prefix=f"exechost-{target.name}-") as tmp:
+    # Built beside the bin dir (in the state dir), never under /tmp: every gateway-host run sees /tmp and,
+    # as the gateway's uid, may write a 0700 dir of ours there, so it replaced the linker's output (or
+    # cc's .s/.o files) before the copy and its program ran first in every agent's sandbox (round 8 q).
+    with tempfile.TemporaryDirectory(prefix=f".build-{target.name}-", dir=target.parent.parent) as tmp:
         out = Path(tmp) / target.name
         done = subprocess.run(
             [compiler, "-static", "-Os", "-s", "-o", str(out), str(source)],
@@ -69,6 +72,7 @@ def _build_locked(compiler: str, source: Path, target: Path, stamp: Path, digest
             text=True,
             timeout=120,
             check=False,
+            env={**os.environ, "TMPDIR": tmp},  # cc's own temporary files too
         )
         if done.returncode != 0:
             return done.stderr.strip()[-800:]

@@ -510,6 +510,16 @@ class ExecTool:
             run = {"sessionId": session_id, "status": "starting", "host": prepared.host}
             self.approvals.note_run(record, run, slot)
         await self.approvals.durable()
+        problem = self.approvals.durable_problem()
+        if problem is not None:
+            # The note did not reach the disk (a full disk: an agent's sandbox can fill it): started now, a
+            # crash would leave "approved, never started" for the next gateway to run a second time. It
+            # never starts; in memory it is over, so no later note brings it back (fresh round 8 o).
+            failed = {"sessionId": None, "status": "failed", "reason": f"not started: {problem}"}
+            self.approvals.note_run(record, failed, slot)
+            raise ToolError(
+                f"the approved command was not started: its start could not be recorded ({problem})"
+            )
         return session_id
 
     async def _still_as_decided(self, prepared: Prepared) -> None:

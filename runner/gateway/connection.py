@@ -185,8 +185,12 @@ class Connection:
                 else:
                     data = item
                 self._queued_bytes -= len(data)
+                if self.closed:  # cut off while it waited: nothing more is written to a closed transport
+                    break
                 self.writer.write(data)
                 if not self._transport_room():
+                    # Waits as long as the client does not read, with no timeout of its own: the cut-off
+                    # is decided in send(), by bytes, whether or not this task ever gets on.
                     await self.writer.drain()
                 if not self._room.is_set() and self.backlog() <= READ_PAUSE_BYTES:
                     self._room.set()
@@ -225,8 +229,17 @@ class Connection:
             return
         self.closed = True
         self._room.set()  # a reader waiting for room sees the connection closed
+        if hard:  # what was queued for it is dropped now, not carried until the sender gets to it
+            self._drop_queue()
         self.writer.transport.abort() if hard else self.writer.close()
         self._on_close(self)
+
+    def _drop_queue(self) -> None:
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._updates.clear()
+        self._queued_bytes = 0
+        self._queue.put_nowait(None)  # the sender ends
 
     async def finish(self) -> None:
         """Flush what is queued, then close."""

@@ -44,6 +44,7 @@ class ApprovalJournal:
         self.pending_writer = GroupWriter("pending approvals", self._write_pending, latest_only=True)
         approvals.barrier = self.pending_writer.barrier
         approvals.decided_barrier = self.decided_barrier
+        approvals.durable_problem = lambda: self.pending_file.problem
 
     def start(self) -> None:
         """After the kept asks were restored: the files hold exactly the asks now known."""

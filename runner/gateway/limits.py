@@ -16,6 +16,11 @@ MAX_PER_AGENT = 64  # one agent (a credential, a Unix account, or the bare gatew
 MAX_HANDSHAKING_PER_UID = 16  # connections of one peer account that have not said who they are yet
 READ_PAUSE_BYTES = 4 << 20  # past this much waiting for a client, its next request is not read
 MAX_BACKLOG_BYTES = 16 << 20  # past this, the client is cut off: responses count, not only events
+# The cut-off is decided only as a frame is queued (Connection.send), by bytes; no timer cuts a client off.
+# So a client that stops reading ends one of two ways, both bounded: cut off, when the answers it is owed
+# for requests already read pass MAX_BACKLOG_BYTES; or paused, holding under it and read again only once
+# it drains. Which one depends on how many of its requests were read before the pause, i.e. on how its
+# writes arrived (one write: all read at once, server._serve starts them all before any answer queues).
 # The same over all of one agent's connections (it may hold MAX_PER_AGENT of them): the connection whose
 # next frame would take the agent past it is cut off.
 MAX_BACKLOG_BYTES_PER_AGENT = 2 * MAX_BACKLOG_BYTES

@@ -75,7 +75,11 @@ class GatewayServer:
         self._stopped = asyncio.Event()
         self._token = ""
         self._operator = ""
-        self._handshaking: Counter[int] = Counter()  # by peer uid: connections not yet authenticated
+        # By (which socket, peer uid): connections not yet authenticated. Per socket too: every host command
+        # runs as the gateway's uid and can reach the agents' socket (its dir is read-only in the host view,
+        # the socket reachable), so its silent connections there must not take the main socket's slots,
+        # where the operator's console and CLI say hello as that same uid (fresh round 8 o).
+        self._handshaking: Counter[tuple[bool, int]] = Counter()
         self._agent_conns: dict[str, set[Connection]] = {}  # each agent's live connections (backlog cap)
         self._intake = limits.Intake()  # bytes of requests being handled, per connection and per agent
         self._revocations = 0  # revokes done: a handshake that overlapped one looks its credential up again
@@ -269,11 +273,12 @@ class GatewayServer:
             log.warning("refused peer pid %d uid %d (gateway uid %d)", pid, uid, os.geteuid())
             await handshake.reject(writer, "auth", f"peer uid {uid} is not the gateway's uid {os.geteuid()}")
             return
-        if self._handshaking[uid] >= limits.MAX_HANDSHAKING_PER_UID:
+        slot = (agents_socket, uid)
+        if self._handshaking[slot] >= limits.MAX_HANDSHAKING_PER_UID:
             why = f"too many connections from uid {uid} still saying hello"
             await handshake.reject(writer, "overload", why)
             return
-        self._handshaking[uid] += 1
+        self._handshaking[slot] += 1
         revocations = self._revocations
         try:
             frames = limits.FrameReader(reader)
@@ -299,9 +304,9 @@ class GatewayServer:
             await handshake.reject(writer, "auth", scrub(f"handshake failed: {type(exc).__name__}"))
             return
         finally:
-            self._handshaking[uid] -= 1
-            if not self._handshaking[uid]:
-                del self._handshaking[uid]
+            self._handshaking[slot] -= 1
+            if not self._handshaking[slot]:
+                del self._handshaking[slot]
         if hello is None or who is None:
             return
         # Admitted by who it proved to be, with no await between the count and the add.
@@ -426,10 +431,15 @@ class GatewayServer:
             self.connections.discard(conn)
         self._revoking.add(agent)
         try:
+            old = await asyncio.to_thread(principals.read_token, self.state_dir, agent)
             token = await asyncio.to_thread(principals.mint, self.state_dir, agent)
         finally:
             self._revoking.discard(agent)
             self._revocations += 1
+        if old is not None:
+            # What the old credential asked is not run after it stopped, as a revoke (and the next
+            # gateway's restore, which finds the credential no longer holds) ensures (fresh round 8 o).
+            self.services.approvals.revoke_credential(agent, principals.credential_id(old))
         await self._drop(conns)
         await self.recheck()
         return token, len(conns)

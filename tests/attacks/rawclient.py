@@ -47,5 +47,17 @@ class RawClient:
         self.next_id += 1
         await self.send({"type": "req", "id": self.next_id, "method": method, "params": params})
 
+    async def burst(self, method: str, params: dict[str, Any], count: int) -> None:
+        """`count` requests in one write, answers never read: the gateway reads them in one go, so it has
+        started them all before any answer is queued (sent one at a time, it may pause reading first, and
+        what it owes then depends on how the kernel split them)."""
+        frames = []
+        for _ in range(count):
+            self.next_id += 1
+            frames.append(json.dumps({"type": "req", "id": self.next_id, "method": method, "params": params}))
+        self.writer.write(("\n".join(frames) + "\n").encode())
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.writer.drain()
+
     def close(self) -> None:
         self.writer.transport.abort()

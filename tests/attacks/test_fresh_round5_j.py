@@ -92,15 +92,17 @@ async def test_hostile_node_deep_decision_kills_operator_pending_list(
             await op.close()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (stop 4), by chance: 1 of 4 runs at ad7dc8c never logged the cut-off of a client that never "
-    "reads within 120 s (1 of 2 full runs too); the log line itself is escaped whenever it comes",
-)
 async def test_hello_name_reaches_gateway_log_raw(state_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Was open: the hello frame's `name` (the client's own choice, escapes and newlines included) was
     written raw into the gateway log when the connection was cut off: forged log lines and terminal
-    escapes for whoever tails gateway.log or runs `exechost gateway run` in a terminal."""
+    escapes for whoever tails gateway.log or runs `exechost gateway run` in a terminal.
+
+    The cut-off itself is certain, not a chance: the 60 requests go in one write, so the gateway reads them
+    in one go and starts every one of them before any answer is queued (server._serve); their ~47 MB of
+    answers cross the 16 MiB cap whatever the client does next. Sent one write at a time, the gateway could
+    read the first few, pause at 4 MiB (READ_PAUSE_BYTES) and never read the rest: a client paused under
+    the cap is held there, not cut off, so the log line this test reads never came (1 of 4 runs at
+    ad7dc8c)."""
     write_config(state_dir, FULL)
     async with gateway(state_dir):
         op = await connect(state_dir)
@@ -116,18 +118,18 @@ async def test_hello_name_reaches_gateway_log_raw(state_dir: Path, caplog: pytes
         forged = "2026-11-27 21:00:00,000 INFO exechost.gateway: approved by the operator"
         raw, first = await RawClient.open(state_dir, name=f"x{ESCAPES}\n{forged}", client="raw")
         assert first["type"] == "welcome" and first["agent"] == "main"
-        for _ in range(60):  # read by the gateway in one go; never read back: it cuts the client off
-            await raw.request("sessions.output", {"sessionId": sid, "offset": 0, "limit": 131072})
+        await raw.burst("sessions.output", {"sessionId": sid, "offset": 0, "limit": 131072}, 60)
 
         def cut_off() -> list[str]:
             return [r.getMessage() for r in caplog.records if "is not reading" in r.getMessage()]
 
-        # A bound, not a timing: 60 pages of ~768 KiB of escapes take the gateway 9–21 s alone on this box.
-        lines = await wait_until(cut_off, timeout=120)
+        lines = await wait_until(cut_off, timeout=60)  # a safety net: it comes within a few loop turns
         raw.close()
         await agent.close()
         await op.close()
     assert not any("\x1b" in line or "\n" in line for line in lines), lines
+    # What waited for it was dropped with it: nothing more was written into the closed connection.
+    assert not [r for r in caplog.records if "socket.send() raised" in r.getMessage()]
 
 
 async def test_process_pass_through_digit_is_internal_error(

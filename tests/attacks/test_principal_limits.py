@@ -96,8 +96,7 @@ async def test_bytes_waiting_for_a_client_that_never_reads_are_capped(state_dir:
         client, first = await RawClient.open(state_dir, credential=cred)
         assert first["type"] == "welcome"
         try:
-            for _ in range(300):
-                await client.request("sessions.output", {"sessionId": sid, "offset": 0, "limit": 131072})
+            await client.burst("sessions.output", {"sessionId": sid, "offset": 0, "limit": 131072}, 300)
             # Cut off once what waits for it passes the byte cap (it never reads): the frames were too few
             # for the old frame-count cap (2,048), so it used to be kept, with 234 MB queued for it.
             await wait_until(lambda: not _of(server, "hoarder"), timeout=60)

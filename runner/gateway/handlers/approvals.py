@@ -116,7 +116,9 @@ async def status(services: Services, conn: Connection, req: ApprovalsStatus) -> 
     caller = agent_id(conn, req.agent_id)  # an agent's own; a request naming another agent is refused
     # What it reports is on disk first: a run line still queued (engine.approvals.groupwrite) is written.
     await services.journal.history_writer.barrier()
-    record = services.approvals.lookup(wanted)
+    # An agent's prefix is resolved among its own agent's approvals only (another's id never answers).
+    mine = None if conn.operator else caller
+    record = services.approvals.lookup(wanted, mine)
     if record is not None and not conn.operator and record.request.agent_id == caller:
         # The agent follows its ask (engine.protocol.resume): it is still waiting, whatever the restore
         # assumed, and the inbox must not tell the operator it stopped.
@@ -129,7 +131,7 @@ async def status(services: Services, conn: Connection, req: ApprovalsStatus) -> 
         view = {**view, "run": slot.get("run")}
     if view is None:  # decided before this gateway started: the decision log still knows it
         entry = await fairpool.history.run(
-            _principal(conn), partial(services.journal.history.find, wanted), conn.fair_key
+            _principal(conn), partial(services.journal.history.find, wanted, mine), conn.fair_key
         )
         view = entry.view() if entry is not None else None
     if view is None or (not conn.operator and view.get("agentId") != caller):
