@@ -516,3 +516,31 @@ def test_git_findings_are_never_bound_so_allow_always_is_not_offered(tmp_path: P
     assert str(config) in text
     argv = gitvet.vet(GIT, ["git", "-c", "alias.z=!sh t.sh", "z"], str(tmp_path))
     assert unbound_findings(binding(argv))
+
+
+async def test_allow_always_is_not_offered_for_a_repository_alias_naming_a_script(tmp_path: Path) -> None:
+    """The config twin of attackP's `-c alias.z='!sh t.sh' z`: the alias's t.sh is in no bound file, so an
+    approval of `git z` is for this run only, and a t.sh rewritten after it never runs unasked."""
+    repo = _repo(tmp_path)
+    (repo / "t.sh").write_text("true\n")
+    config = repo / ".git" / "config"
+    config.write_text(config.read_text() + "[alias]\n\tz = !sh t.sh\n")
+    state = _state()
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", GIT)
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            first = await client.request("exec", {"command": "git z", "workdir": str(repo)})
+        finally:
+            await client.close()
+    assert first["details"]["status"] == "approval-pending", first
+    assert "allow-always" not in first["details"]["allowedDecisions"], first
+
+
+def test_the_pinned_view_links_no_legacy_remotes() -> None:
+    """git reads remotes from .git/remotes/ and .git/branches/; the vet asks while they hold any file, and
+    the view links neither, so one made after the vet is not seen by the git that runs."""
+    from engine.commands.pinned import COMMON_ENTRIES
+
+    assert "remotes" not in COMMON_ENTRIES and "branches" not in COMMON_ENTRIES
