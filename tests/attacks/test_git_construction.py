@@ -444,6 +444,12 @@ RUNS = [
     "git rev-parse --show-toplevel",
     "git config user.name",
     "git config --get core.bare",
+    "git commit -am msg",
+    "git log -10 --graph --decorate --all",
+    "git status -uall",
+    "git --no-pager log -C . --stat",
+    "git tag -a v1 -m x",
+    "git clean -fdx",
 ]
 
 
