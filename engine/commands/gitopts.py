@@ -89,7 +89,9 @@ _BLAME = (
 )
 
 # Subcommands that run nothing but what vetted config names, with their inert options; a dict value is a
-# subcommand with modes (its first operand): "" is the mode when no operand is given.
+# subcommand with modes (its first operand): "" is the mode when no operand is given. Options that write
+# outside the repository (`--output`, `-o`, `config --global|--file`, `apply --directory`) are not here
+# either: the operator's config there is trusted by every later vet.
 _TABLE: dict[str, Spec | dict[str, Spec]] = {
     "status": _spec(
         "-s --short -b --branch --show-stash --porcelain[=] --long -v --verbose -u[=] --untracked-files[=] "
@@ -230,7 +232,7 @@ _TABLE: dict[str, Spec | dict[str, Spec]] = {
         "summary": _spec("--cached --files -n= --summary-limit="),
     },
     "config": _spec(
-        "--get --get-all --get-regexp --get-urlmatch --list -l --local --global --worktree --show-origin "
+        "--get --get-all --get-regexp --get-urlmatch --list -l --local --worktree --show-origin "
         "--show-scope --name-only -z --null --type= --bool --int --bool-or-int --path --expiry-date "
         "--default= --no-includes --unset --unset-all --add --replace-all --fixed-value --no-type"
     ),
@@ -288,8 +290,7 @@ _TABLE: dict[str, Spec | dict[str, Spec]] = {
     "apply": _spec(
         "--stat --numstat --summary --check --index --cached --intent-to-add -3 --3way -R --reverse "
         "--reject -z -p= -C= --unidiff-zero --apply --no-add --allow-empty --exclude= --include= "
-        "--ignore-space-change --ignore-whitespace --whitespace= -v --verbose -q --quiet --recount "
-        "--directory="
+        "--ignore-space-change --ignore-whitespace --whitespace= -v --verbose -q --quiet --recount"
     ),
     "format-patch": _spec(
         *_LOG,
