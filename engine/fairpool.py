@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -28,13 +31,14 @@ class FairPool:
     caller. Calls of one principal run one at a time; principals with work take turns, and within one its
     callers take turns (each caller's calls in arrival order)."""
 
-    def __init__(self, name: str, workers: int = 2) -> None:
+    def __init__(self, name: str, workers: int = 2, per_principal: int = 1) -> None:
         self.name = name
         self.workers = workers
+        self.per_principal = per_principal  # calls of one principal on workers at once
         self._cond = threading.Condition()
         # Principals with calls waiting, then their callers; dict order is whose turn is next.
         self._queues: dict[str, dict[str, deque[_Job]]] = {}
-        self._running: set[str] = set()  # principals with a call on a worker now
+        self._running: dict[str, int] = {}  # principals with calls on workers now, and how many
         self._threads = 0
         self._idle = 0
 
@@ -43,12 +47,19 @@ class FairPool:
         future: asyncio.Future[T] = loop.create_future()
         with self._cond:
             self._queues.setdefault(principal, {}).setdefault(caller, deque()).append((call, future, loop))
-            if self._idle == 0 and self._threads < self.workers:
+            if not self._wake() and self._threads < self.workers:
                 self._threads += 1
                 threading.Thread(target=self._work, name=f"{self.name}-{self._threads}", daemon=True).start()
-            else:
-                self._cond.notify()
         return await future
+
+    def _wake(self) -> bool:
+        """Wake one idle worker, counted as busy from now: calls arriving before it runs wake another, or
+        start one (under the lock)."""
+        if not self._idle:
+            return False
+        self._idle -= 1
+        self._cond.notify()
+        return True
 
     def waiting(self, principal: str) -> int:
         """Calls of `principal` not yet started (tests, status)."""
@@ -59,7 +70,7 @@ class FairPool:
         """The next call: the first principal in turn that has none running, its first caller in turn; both
         go to the back."""
         for principal in self._queues:
-            if principal not in self._running:
+            if self._running.get(principal, 0) < self.per_principal:
                 callers = self._queues.pop(principal)
                 caller = next(iter(callers))
                 queue = callers.pop(caller)
@@ -68,7 +79,7 @@ class FairPool:
                     callers[caller] = queue
                 if callers:
                     self._queues[principal] = callers
-                self._running.add(principal)
+                self._running[principal] = self._running.get(principal, 0) + 1
                 return principal, job
         return None
 
@@ -77,9 +88,8 @@ class FairPool:
             with self._cond:
                 picked = self._take()
                 while picked is None:
-                    self._idle += 1
+                    self._idle += 1  # taken off again by whoever wakes it (_wake)
                     self._cond.wait()
-                    self._idle -= 1
                     picked = self._take()
             principal, (call, future, loop) = picked
             outcome: tuple[bool, Any] = (True, None)
@@ -89,9 +99,11 @@ class FairPool:
                 except Exception as exc:
                     outcome = (False, exc)
             with self._cond:
-                self._running.discard(principal)
+                left = self._running.pop(principal, 1) - 1
+                if left:
+                    self._running[principal] = left
                 if principal in self._queues:
-                    self._cond.notify()  # its next call may go to an idle worker
+                    self._wake()  # its next call may go to an idle worker
             with contextlib.suppress(RuntimeError):  # the caller's loop closed meanwhile
                 loop.call_soon_threadsafe(_settle, future, outcome)
 
@@ -106,6 +118,32 @@ def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
         future.set_exception(value)
 
 
+# Whose request this task serves, (principal, caller): set by the gateway per agent request, so engine code
+# several calls deep (a session's log read, a sandbox's Docker call) queues the work as that agent's.
+# None: the operator's or the engine's own work, which keeps asyncio's default pool (no agent's runs there).
+acting: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "fairpool_acting", default=None
+)
+
+
+def act_as(principal: str, caller: str = "") -> None:
+    """This request task (and what it awaits) works for agent `principal`."""
+    acting.set((principal, caller))
+
+
+async def offload(pool: FairPool, call: Callable[[], T]) -> T:
+    """call() off the event loop: in `pool` as the acting agent's, or on the default pool (the operator)."""
+    who = acting.get()
+    if who is None:
+        return await asyncio.to_thread(call)
+    return await pool.run(who[0], call, who[1])
+
+
+async def to_thread(call: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """`asyncio.to_thread`, for work an agent's request causes: in `blocking`, as that agent's."""
+    return await offload(blocking, functools.partial(call, *args, **kwargs))
+
+
 # Every principal's policy decisions (exec, policy.check, approvals.relay).
 decisions = FairPool("exechost-decide", workers=2)
 # Reads of the decision history (`approvals.status` of an older ask, `approvals.history`): one agent's burst
@@ -113,3 +151,11 @@ decisions = FairPool("exechost-decide", workers=2)
 history = FairPool("exechost-history", workers=2)
 # Agent credential lookups at the handshake: never queued behind anyone's decisions.
 credentials = FairPool("exechost-credentials", workers=1)
+# Reads of a session's output from disk (`process log`, `process poll`, `sessions.output` of a settled one):
+# a 64 MiB log read is the reader's own work, queued as theirs.
+reads = FairPool("exechost-reads", workers=2)
+# The Docker engine and the spawn path's blocking steps (sandbox.list/explain/recreate, a host exec's view,
+# its content check, a grant's use): an agent may keep as many calls going as asyncio's default pool had
+# threads, never more than half the workers, so another agent's exec always finds one.
+_DEFAULT_THREADS = min(32, (os.cpu_count() or 1) + 4)
+blocking = FairPool("exechost-blocking", workers=2 * _DEFAULT_THREADS, per_principal=_DEFAULT_THREADS)

@@ -373,18 +373,42 @@ def writable_roots(
     Outside the home everything is writable as before but what is protected: nothing to bind there."""
     home = home_dir(environ)
     roots: list[str] = []
+    listed = [os.path.realpath(os.path.expanduser(g)) for g in outside.writable]
     for given in outside.writable:
-        root = os.path.realpath(os.path.expanduser(given))
+        named = os.path.abspath(os.path.expanduser(given))
+        root = os.path.realpath(named)
         if not _inside(root, home) or not os.path.isdir(root):
             continue  # outside the home it is writable already; a missing one has nothing to write
+        # A name that leads through a link a command could have made is the agent's to point (round 8 r:
+        # a missing ~/work/cache made a link to ~/.bashrc.d, which the next view bound writable): a link
+        # in a listed dir, or outside the home in a directory a command may change.
+        planted = [
+            h
+            for h in link_hops(named)
+            if any(_inside(h, r) for r in listed if _inside(r, home))
+            or (not _inside(h, home) and _changeable(os.path.dirname(h)))
+        ]
+        if planted:
+            raise HostViewError(
+                f"[tools.exec] hostWritable names {given}, reached through the link {planted[0]}, in a "
+                "directory host commands may write (one of them may have made it): name the directory itself"
+            )
+        # A root holding a protected path, or inside one (a trusted dir is read whole: a root in ~/.ssh
+        # gives an `Include config.d/*` the agent's Match exec; a root in a pathPrepend dir, its programs).
         holds = (
-            [home] if root == home else [p for p in protected(state, environ, outside) if _inside(p, root)]
+            [home]
+            if root == home
+            else [
+                p
+                for p in protected(state, environ, outside)
+                if _inside(p, root) or (_inside(root, p) and os.path.isdir(p))
+            ]
         )
         if holds:
             raise HostViewError(
-                f"[tools.exec] hostWritable names {given}, which holds {holds[0]} (the home directory, or a "
-                "file the gateway or the operator's shells trust, or a link on the way to one): name a "
-                "directory that holds none"
+                f"[tools.exec] hostWritable names {given}, which holds or is inside {holds[0]} (the home "
+                "directory, or a file or directory the gateway or the operator's shells trust, or a link on "
+                "the way to one): name a directory that holds none and is inside none"
             )
         roots.append(root)
     return roots

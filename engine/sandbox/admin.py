@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from engine.config.schema import BUSYBOX_SANDBOX_IMAGE
-from engine.sandbox import bindfds, bwraplimits, bwrapview, docker_ops, landlock, seccomp
+from engine.sandbox import bindfds, bwraplimits, bwrapview, docker_ops, landlock, rambudget, seccomp
 from engine.sandbox.browser import BrowserManager, browser_layout, effective_docker
 from engine.sandbox.egress import forwarder
 from engine.sandbox.images import (
@@ -149,6 +149,13 @@ def explain(config: Any, agent_id: str = "main", session_key: str | None = None)
             "cpus": d.cpus,
             "ulimits": {k: f"{s}:{h}" for k, (s, h) in d.ulimits.items()},
             "seccompProfile": d.seccomp_profile,
+            # What a container gets where a key is unset: the RAM budget's sizes and our profile.
+            "applied": {
+                "memory": rambudget.container_memory(d.memory),
+                "tmpfs": rambudget.docker_tmpfs(d.tmpfs),
+                "shmSize": rambudget.SHM_BYTES,
+                "seccomp": d.seccomp_profile or "exechost (engine/sandbox/dockerseccomp.py)",
+            },
             "apparmorProfile": d.apparmor_profile,
             "dns": list(d.dns),
             "extraHosts": list(d.extra_hosts),

@@ -16,8 +16,14 @@ from pathlib import Path
 
 from engine import statefs
 from engine.sandbox.bwraprecords import list_sandboxes, runtime_dir
-from engine.sandbox.bwrapview import SHM_BYTES, TMPFS_BYTES
 from engine.sandbox.docker_ops import SandboxUnavailable
+from engine.sandbox.rambudget import (
+    AGENT_MEMORY_SHARE,
+    INSTALL_MEMORY_SHARE,
+    SHM_BYTES,
+    TMPFS_BYTES,
+    mem_total,
+)
 from engine.sandbox.settings import state_id
 
 log = logging.getLogger(__name__)
@@ -114,10 +120,9 @@ def pids_cgroup(name: str, limit: int | None, owner: str) -> Path | None:
 
 INSTALL_PIDS_SHARE = 2  # all sandboxes of an install: half the host's pids
 AGENT_PIDS_SHARE = 4  # one agent's (or the shared scope's) sandboxes: a quarter
-# The same shares of the host's RAM bound what sandboxes' tmpfs mounts may pin (a memory cgroup would
-# charge the pages too, but this process's memory group is its supervisor's to divide, not ours).
-INSTALL_MEMORY_SHARE = 2
-AGENT_MEMORY_SHARE = 4
+# The same shares of the host's RAM (engine/sandbox/rambudget.py) bound what sandboxes' tmpfs mounts may pin
+# (a memory cgroup would charge the pages too, but this process's memory group is its supervisor's to
+# divide, not ours).
 
 
 @contextlib.contextmanager
@@ -165,17 +170,6 @@ def check_memory_budget(name: str, owner: str, tmpfs_bytes: int) -> None:
 
 def _mib(n: int) -> str:
     return f"{n // (1024 * 1024)} MiB"
-
-
-def mem_total() -> int:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 4 * 1024**3  # unknown: assume a small machine
 
 
 def _pid_max() -> int:

@@ -21,6 +21,10 @@ from engine.sandbox import bindfds, landlock
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.egress import forwarder
+from engine.sandbox.rambudget import SHM_BYTES
+from engine.sandbox.rambudget import TMPFS_BYTES as TMPFS_BYTES  # re-exported: tests read it here
+from engine.sandbox.rambudget import parse_bytes as _bytes
+from engine.sandbox.rambudget import tmpfs_size as _tmpfs
 from engine.sandbox.settings import AGENT_MOUNT, Layout, SandboxSettings
 
 INSTALL_HINT = (
@@ -28,10 +32,6 @@ INSTALL_HINT = (
     'bubblewrap` (or set [agents.defaults.sandbox] backend = "docker").'
 )
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-TMPFS_BYTES = 256 * 1024 * 1024  # each of /tmp, /var/tmp, /run: a full /tmp stops there, not at the host disk
-# /dev/shm (POSIX shared memory): Docker's size. bwrap's own /dev is a tmpfs of half the RAM, so it is made
-# read-only once populated, and only this capped tmpfs in it takes writes.
-SHM_BYTES = 64 * 1024 * 1024
 HOSTNAME = "sandbox"
 # The host's system dirs a sandbox sees read-only (a symlink stays a symlink, as in a merged-/usr Debian).
 HOST_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -291,31 +291,6 @@ PRLIMIT_NAMES = {
 def bind_roots(lay: Layout) -> list[str]:
     """Where docker.binds sources may lie (validate.validate_docker's roots)."""
     return [lay.workspace_dir, lay.agent_workspace]
-
-
-def _tmpfs(entry: str) -> tuple[str, int]:
-    """A docker.tmpfs entry ("/tmp" or "/tmp:size=64m,mode=1777") as (path, size): its size option, else
-    TMPFS_BYTES (Docker's default, half the RAM, is no bound at all for a sandbox)."""
-    path, _, options = entry.partition(":")
-    for option in options.split(","):
-        key, _, value = option.partition("=")
-        if key.strip() == "size" and value.strip():
-            try:
-                return path, _bytes(value) or TMPFS_BYTES
-            except ValueError:
-                break
-    return path, TMPFS_BYTES
-
-
-def _bytes(value: str | int | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, int):
-        return value
-    text = value.strip().lower()
-    units = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-    scale = units.get(text[-1:], 1)
-    return int(float(text.rstrip("bkmg")) * scale)
 
 
 SHOWN_ENV = {"PATH", "HOME", "LANG", "OPENCLAW_CLI", *forwarder.PROXY_ENV}

@@ -13,7 +13,7 @@ from typing import Any
 
 from engine import statefs
 from engine.errors import ExecHostError
-from engine.sandbox import dockercg
+from engine.sandbox import dockercg, dockerseccomp, rambudget
 from engine.sandbox import supervisor as sv
 from engine.sandbox.egress import forwarder
 from engine.sandbox.settings import (
@@ -200,22 +200,39 @@ def create_kwargs(
     return kwargs
 
 
+# Whatever else the operator keeps, never the capabilities that make a set-id or file-capability binary
+# (security.capability xattr) or a device node in a workspace the host shares.
+HOST_FILE_CAPS = ("FSETID", "SETFCAP", "MKNOD")
+
+
+def _cap_drop(configured: tuple[str, ...]) -> list[str]:
+    names = {c.upper().removeprefix("CAP_") for c in configured}
+    if "ALL" in names:
+        return list(configured)
+    return [*configured, *(c for c in HOST_FILE_CAPS if c not in names)]
+
+
 def hardening_kwargs(d: DockerSettings, user: str | None) -> dict[str, Any]:
     """What every exechost container shares: init, read-only root, tmpfs, dropped capabilities,
     no-new-privileges, profiles, limits (sandboxes and browser sandboxes alike)."""
     from docker.types import Ulimit
 
     security_opt = ["no-new-privileges"]
-    if d.seccomp_profile:
-        security_opt.append(f"seccomp={_seccomp_value(d.seccomp_profile)}")
+    # Ours unless the operator names one: Docker's default lets a file's owner set S_ISUID (docs/SECURITY.md).
+    # "default"/"builtin" is Docker's own (the Engine API refuses those words as a profile: no option at all).
+    if d.seccomp_profile not in ("default", "builtin"):
+        seccomp = _seccomp_value(d.seccomp_profile) if d.seccomp_profile else dockerseccomp.profile_json()
+        security_opt.append(f"seccomp={seccomp}")
     if d.apparmor_profile:
         security_opt.append(f"apparmor={d.apparmor_profile}")
     kwargs: dict[str, Any] = {
         "detach": True,
         "init": True,  # a real PID 1 reaps whatever the commands orphan
         "read_only": d.read_only_root,
-        "tmpfs": {path: opts for path, _, opts in (e.partition(":") for e in d.tmpfs)},
-        "cap_drop": list(d.cap_drop),
+        "tmpfs": rambudget.docker_tmpfs(d.tmpfs),  # each sized: the kernel's default is half the RAM
+        "shm_size": rambudget.SHM_BYTES,
+        "cap_drop": _cap_drop(d.cap_drop),
+        "mem_limit": rambudget.container_memory(d.memory),
         "security_opt": security_opt,
         "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, (s, h) in d.ulimits.items()],
     }
@@ -223,8 +240,6 @@ def hardening_kwargs(d: DockerSettings, user: str | None) -> dict[str, Any]:
         kwargs["user"] = user
     if d.pids_limit:
         kwargs["pids_limit"] = int(d.pids_limit)
-    if d.memory:
-        kwargs["mem_limit"] = d.memory
     if d.memory_swap:
         kwargs["memswap_limit"] = d.memory_swap
     if d.cpus:

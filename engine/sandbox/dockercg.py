@@ -1,4 +1,4 @@
-"""Per-owner pids caps for Docker sandboxes: each agent's containers share one capped parent cgroup.
+"""Per-owner pids and memory caps for Docker sandboxes: each agent's containers share one capped parent.
 
 Docker gives a container its own pids.max (pidsLimit) under `/docker`, whose pids.max is `max`; an agent
 names as many session scopes as it likes, so its containers together could hold the host's pid_max. Here
@@ -6,7 +6,9 @@ every sandbox container is created with `cgroup_parent` = `/exechost-docker-<ins
 driver, v1 pids hierarchy), made first with pids.max = pid_max/2 for the install and pid_max/4 for the
 owner, as engine/sandbox/bwrap.py nests its sandboxes. runc would create a missing parent with no cap, so
 making (and capping) the parents and starting the container happen under a shared flock, and removing an
-emptied owner group only under the exclusive one.
+emptied owner group only under the exclusive one. The same parent in the v1 memory hierarchy is capped
+at the RAM budget's shares (engine/sandbox/rambudget.py): a quarter of the host's RAM for an owner's
+containers together, half for the install's; tmpfs pages are charged there too, so a full /tmp counts.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from engine import statefs
+from engine.sandbox import rambudget
 from engine.sandbox.settings import slugify, state_id
 
 PIDS_BASE = Path("/sys/fs/cgroup/pids")
+MEMORY_BASE = Path("/sys/fs/cgroup/memory")
 INSTALL_PIDS_SHARE = 2  # all of an install's containers: half the host's pids (as bwrap's)
 AGENT_PIDS_SHARE = 4  # one owner's containers: a quarter
 POOL_OWNER = "pool"  # unclaimed pool containers have no agent yet; a claim cannot move a container's cgroup
@@ -31,8 +35,8 @@ def owner_of(scope: str, agent_id: str) -> str:
     return "shared" if scope == "shared" else f"agent-{slugify(agent_id)}"
 
 
-def _install() -> Path:
-    return PIDS_BASE / f"exechost-docker-{state_id()}"
+def _install(base: Path = PIDS_BASE) -> Path:
+    return base / f"exechost-docker-{state_id()}"
 
 
 def usable() -> bool:
@@ -79,16 +83,44 @@ def holding(parent: str | None) -> Iterator[None]:
         for group, cap in ((install, host // INSTALL_PIDS_SHARE), (owner, host // AGENT_PIDS_SHARE)):
             group.mkdir(exist_ok=True)
             (group / "pids.max").write_text(str(cap))
+        if (MEMORY_BASE / "cgroup.procs").exists():
+            _cap_memory(parent.lstrip("/"))
         yield
+
+
+def _cap_memory(parent: str) -> None:
+    """The owner's and install's memory groups, capped before runc makes (uncapped) ones for the container.
+    A cap already written stays (a lower one fails with EBUSY while its containers use more, and the host's
+    RAM does not change under a running install)."""
+    ram = rambudget.mem_total()
+    owner = MEMORY_BASE / parent
+    for group, cap in (
+        (owner.parent, ram // rambudget.INSTALL_MEMORY_SHARE),
+        (owner, ram // rambudget.AGENT_MEMORY_SHARE),
+    ):
+        group.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):
+            (group / "memory.limit_in_bytes").write_text(str(cap))
+
+
+def memory_cap(parent: str | None) -> int | None:
+    """The memory cap of a container's owner group (for tests and `sandbox explain`); None when uncapped."""
+    if not parent:
+        return None
+    try:
+        value = int((MEMORY_BASE / parent.lstrip("/") / "memory.limit_in_bytes").read_text())
+    except (OSError, ValueError):
+        return None
+    return value if value < rambudget.mem_total() else None
 
 
 def sweep() -> None:
     """Remove owner groups (and the install's) whose containers are all gone; a group still holding a
     container's group refuses rmdir (EBUSY), and is kept."""
-    install = _install()
-    if not install.is_dir():
-        return
     with _locked(fcntl.LOCK_EX):
-        for group in [*(p for p in install.iterdir() if p.is_dir()), install]:
-            with contextlib.suppress(OSError):
-                group.rmdir()
+        for install in (_install(), _install(MEMORY_BASE)):
+            if not install.is_dir():
+                continue
+            for group in [*(p for p in install.iterdir() if p.is_dir()), install]:
+                with contextlib.suppress(OSError):
+                    group.rmdir()

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import statefs
+from engine import fairpool, statefs
 from engine.errors import ExecHostError
 from engine.principals import MAIN_AGENT, key_owner
 from engine.sandbox import bwrap, docker_ops
@@ -134,12 +134,12 @@ class SandboxManager:
             self.pool.put_back(entry)  # _create says why, to the agent
             return False
         try:
-            await asyncio.to_thread(own_workspace, settings, lay)
+            await fairpool.to_thread(own_workspace, settings, lay)
         except SandboxError:
             self.pool.put_back(entry)
             raise
         self._progress(lay.name, "claiming a ready container from the pool")
-        claim = asyncio.ensure_future(asyncio.to_thread(self.pool.claim, entry, settings, lay))
+        claim = asyncio.ensure_future(fairpool.to_thread(self.pool.claim, entry, settings, lay))
         try:
             await asyncio.shield(claim)
         except asyncio.CancelledError:
@@ -152,7 +152,7 @@ class SandboxManager:
             if exc.untouched:
                 self.pool.put_back(entry)
             return False
-        await asyncio.to_thread(
+        await fairpool.to_thread(
             self.registry.replace,
             RegistryEntry(
                 containerName=lay.name,
@@ -198,8 +198,8 @@ class SandboxManager:
         # (a stat: another process — `sandbox recreate` from the CLI — may have removed the dir)
         if lay.name not in self._egress_dirs or not forwarder.socket_dir(lay.name).is_dir():
             try:
-                await asyncio.to_thread(forwarder.prepare_dir, lay.name)
-                await asyncio.to_thread(forwarder.ensure_binary)
+                await fairpool.to_thread(forwarder.prepare_dir, lay.name)
+                await fairpool.to_thread(forwarder.ensure_binary)
             except forwarder.ForwarderUnavailable as exc:
                 raise SandboxError(str(exc)) from None
             self._egress_dirs.add(lay.name)
@@ -213,11 +213,11 @@ class SandboxManager:
     ) -> Ensured:
         """The scope's bubblewrap sandbox: kept while it runs with this config (or is hot), else started.
         A sandbox that stopped is gone (a namespace cannot be restarted): a new one gets the workspace."""
-        state = await asyncio.to_thread(bwrap.inspect, lay.name)
+        state = await fairpool.to_thread(bwrap.inspect, lay.name)
         refuse_foreign(state, lay.name, lay.scope_key)
         warnings: list[str] = []
         if state.exists and state.running and state.config_hash != expected:
-            entry = await asyncio.to_thread(self.registry.get, lay.name)
+            entry = await fairpool.to_thread(self.registry.get, lay.name)
             last_used = entry.lastUsedAtMs if entry else None
             busy = self.active.get(lay.name, 0) > 0
             if busy or not last_used or now_ms() - last_used < HOT_WINDOW_MS:
@@ -237,22 +237,22 @@ class SandboxManager:
             return Ensured(lay.name, config_hash=expected)
         if state.exists:
             self._progress(lay.name, "removing sandbox with outdated config or no supervisor")
-            await asyncio.to_thread(bwrap.remove, lay.name)
+            await fairpool.to_thread(bwrap.remove, lay.name)
         try:
             validate_docker(settings.docker, [lay.workspace_dir, lay.agent_workspace])
         except ValueError as exc:
             raise SandboxError(str(exc)) from None
         if settings.docker.network not in ("", "none"):
             raise SandboxError(bwrap.network_refusal(lay.name, settings.docker.network))
-        await asyncio.to_thread(_check_workspaces, settings, lay)
+        await fairpool.to_thread(_check_workspaces, settings, lay)
         channel.prepare()
-        _, has_bb = await asyncio.to_thread(sv.ensure_bin_dir)
+        _, has_bb = await fairpool.to_thread(sv.ensure_bin_dir)
         env, env_warnings = self.container_env(settings)
         warnings.extend(env_warnings)
         created_at = now_ms()
         self._progress(lay.name, "starting bwrap sandbox")
         try:
-            await asyncio.to_thread(
+            await fairpool.to_thread(
                 bwrap.start,
                 settings,
                 lay,
@@ -282,9 +282,9 @@ class SandboxManager:
         try:
             await channel.wait_ready(timeout=10.0, step=0.001, running=lambda: bwrap.running(lay.name))
         except sv.SupervisorUnavailable:
-            said = await asyncio.to_thread(bwrap.failure, lay.name)
+            said = await fairpool.to_thread(bwrap.failure, lay.name)
             await self.settle()  # its registry row first, so the removal takes it too
-            await asyncio.to_thread(self.remove_runtime, lay.name)
+            await fairpool.to_thread(self.remove_runtime, lay.name)
             raise SandboxError(
                 f"bwrap sandbox {lay.name} did not start" + (f": {said}" if said else ".")
             ) from None
@@ -296,7 +296,7 @@ class SandboxManager:
     async def _ensure_slow(
         self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str, channel: sv.Channel
     ) -> Ensured:
-        state = await asyncio.to_thread(docker_ops.inspect, lay.name)
+        state = await fairpool.to_thread(docker_ops.inspect, lay.name)
         if state.exists and (state.labels or {}).get(STATE_LABEL) != state_id():
             raise SandboxError(
                 f"Container {lay.name} exists but was not created by this exechost install (state dir "
@@ -308,14 +308,14 @@ class SandboxManager:
         if state.exists and state.pool_key is not None:
             # Born in the pool: the registry says which scope claimed it and with what config. Never
             # restarted (Docker would mount its pool paths again), never taken without that record.
-            entry = await asyncio.to_thread(self.registry.get, lay.name)
+            entry = await fairpool.to_thread(self.registry.get, lay.name)
             if entry is None or entry.sessionKey != lay.scope_key or not state.running or not channel.alive():
                 self._progress(lay.name, "removing a claimed pool container that cannot be restarted")
-                await asyncio.to_thread(docker_ops.remove, lay.name)
+                await fairpool.to_thread(docker_ops.remove, lay.name)
                 state = docker_ops.ContainerState(lay.name, False)
             current = entry.configHash if entry is not None else None
         if state.exists and current != expected:
-            entry = await asyncio.to_thread(self.registry.get, lay.name)
+            entry = await fairpool.to_thread(self.registry.get, lay.name)
             last_used = entry.lastUsedAtMs if entry else None
             busy = self.active.get(lay.name, 0) > 0
             hot = state.running and (busy or not last_used or now_ms() - last_used < HOT_WINDOW_MS)
@@ -329,7 +329,7 @@ class SandboxManager:
                 await self._touch(lay.name, None)
                 return Ensured(lay.name, warnings=warnings, config_hash=current or "", stale=True)
             self._progress(lay.name, "removing container with outdated config")
-            await asyncio.to_thread(docker_ops.remove, lay.name)
+            await fairpool.to_thread(docker_ops.remove, lay.name)
             state = docker_ops.ContainerState(lay.name, False)
         created = claimed = False
         if not state.exists:
@@ -340,10 +340,10 @@ class SandboxManager:
         elif not state.running:
             self._progress(lay.name, "starting stopped container")
             self._check_binds(settings, lay)  # Docker mounts them again, by path, at this start
-            await asyncio.to_thread(_check_workspaces, settings, lay)  # binds are mounted at start
+            await fairpool.to_thread(_check_workspaces, settings, lay)  # binds are mounted at start
             channel.prepare()
-            await asyncio.to_thread(sv.ensure_bin_dir)
-            await asyncio.to_thread(docker_ops.start, lay.name)
+            await fairpool.to_thread(sv.ensure_bin_dir)
+            await fairpool.to_thread(docker_ops.start, lay.name)
         channel.prepare()
         try:
             try:
@@ -354,9 +354,9 @@ class SandboxManager:
                 # Its control dir was replaced under it, or the supervisor died: a restart re-binds both.
                 self._progress(lay.name, "restarting container: exec supervisor not answering")
                 self._check_binds(settings, lay)
-                await asyncio.to_thread(_check_workspaces, settings, lay)
-                await asyncio.to_thread(sv.ensure_bin_dir)
-                await asyncio.to_thread(docker_ops.restart, lay.name)
+                await fairpool.to_thread(_check_workspaces, settings, lay)
+                await fairpool.to_thread(sv.ensure_bin_dir)
+                await fairpool.to_thread(docker_ops.restart, lay.name)
                 await channel.wait_ready()
         except sv.SupervisorUnavailable as exc:
             raise SandboxError(
@@ -398,13 +398,13 @@ class SandboxManager:
             raise SandboxError(str(exc)) from None
         self._progress(lay.name, f"checking image {settings.docker.image}")
         try:
-            await asyncio.to_thread(docker_ops.ensure_image, settings.docker.image)
+            await fairpool.to_thread(docker_ops.ensure_image, settings.docker.image)
         except docker_ops.SandboxUnavailable as exc:
             raise SandboxError(str(exc)) from None
-        await asyncio.to_thread(_check_workspaces, settings, lay)
+        await fairpool.to_thread(_check_workspaces, settings, lay)
         channel = sv.Channel(lay.name)
         channel.prepare()
-        _, has_bb = await asyncio.to_thread(sv.ensure_bin_dir)
+        _, has_bb = await fairpool.to_thread(sv.ensure_bin_dir)
         env, env_warnings = self.container_env(settings)
         warnings.extend(env_warnings)
         user = settings.docker.user or workspace_user(lay.workspace_dir)
@@ -415,7 +415,7 @@ class SandboxManager:
             own.append(lay.sandbox_workspace)
         give_dirs(user, own)
         created_at = now_ms()
-        kwargs = await asyncio.to_thread(  # reads a seccomp profile file when one is configured
+        kwargs = await fairpool.to_thread(  # reads a seccomp profile file when one is configured
             docker_ops.create_kwargs,
             settings,
             lay,
@@ -429,18 +429,18 @@ class SandboxManager:
         )
         self._progress(lay.name, "creating container")
         try:
-            await asyncio.to_thread(docker_ops.create_and_start, kwargs)
+            await fairpool.to_thread(docker_ops.create_and_start, kwargs)
         except Exception as exc:
             if "Conflict" in exc.__class__.__name__ or "409" in str(exc):
                 # Another process created it meanwhile: use theirs.
-                state = await asyncio.to_thread(docker_ops.inspect, lay.name)
+                state = await fairpool.to_thread(docker_ops.inspect, lay.name)
                 refuse_foreign(state, lay.name, lay.scope_key)
                 if state.exists:
                     if not state.running:
-                        await asyncio.to_thread(docker_ops.start, lay.name)
+                        await fairpool.to_thread(docker_ops.start, lay.name)
                     return
             raise SandboxError(f"Failed to create sandbox container {lay.name}: {exc}") from None
-        await asyncio.to_thread(
+        await fairpool.to_thread(
             self.registry.replace,
             RegistryEntry(
                 containerName=lay.name,
@@ -455,7 +455,7 @@ class SandboxManager:
         self._progress(lay.name, "container started")
 
     def _record_later(self, entry: RegistryEntry) -> None:
-        task = asyncio.ensure_future(asyncio.to_thread(self.registry.replace, entry))
+        task = asyncio.ensure_future(fairpool.to_thread(self.registry.replace, entry))
         self._writes.add(task)
         task.add_done_callback(self._written)
 
@@ -475,7 +475,7 @@ class SandboxManager:
         failure = await self._run_setup(lay.name, settings)
         if failure is not None:
             await self.settle()
-            await asyncio.to_thread(self.remove_runtime, lay.name)
+            await fairpool.to_thread(self.remove_runtime, lay.name)
             raise SandboxError(f"Sandbox setupCommand failed in {lay.name} {failure}")
 
     async def _run_setup(self, name: str, settings: SandboxSettings) -> str | None:
@@ -516,7 +516,7 @@ class SandboxManager:
         if known is not None:
             known.last_touch_ms = stamp
         with contextlib.suppress(*_REGISTRY_ERRORS):  # a stale lastUsedAtMs only delays prune
-            await asyncio.to_thread(self.registry.touch, name, stamp)
+            await fairpool.to_thread(self.registry.touch, name, stamp)
 
     def activity(self, name: str) -> Callable[[int], None]:
         def count(delta: int) -> None:
@@ -541,7 +541,7 @@ class SandboxManager:
         self._last_prune = now
         if settings.max_age_days > 0:  # a spare is as old as its image: it goes like any container
             self.pool.expire(int(settings.max_age_days * 86_400_000))
-        return await asyncio.to_thread(self._prune, settings.idle_hours, settings.max_age_days)
+        return await fairpool.to_thread(self._prune, settings.idle_hours, settings.max_age_days)
 
     def prune_pool(self, config: Any, *, everything: bool = False) -> list[str]:
         """Unclaimed pool containers whose key the config no longer asks for (all: `everything`); blocking.

@@ -10,102 +10,13 @@ import os
 from typing import Any
 
 from engine.sandbox.docker_ops import SandboxUnavailable
-
-# Docker's default seccomp profile refuses these (moby profiles/seccomp default.json, the calls it leaves
-# out of its allowlist or allows only with CAP_SYS_ADMIN and friends, which a sandbox never has), plus
-# ptrace and process_vm_*: a sandbox has nothing to trace but itself.
-REFUSED_SYSCALLS = (
-    "acct",
-    "add_key",
-    "bpf",
-    "clock_adjtime",
-    "clock_settime",
-    "create_module",
-    "delete_module",
-    "finit_module",
-    "fsconfig",
-    "fsmount",
-    "fsopen",
-    "fspick",
-    "get_kernel_syms",
-    "get_mempolicy",
-    "init_module",
-    "io_uring_enter",
-    "io_uring_register",
-    "io_uring_setup",
-    "ioperm",
-    "iopl",
-    "kcmp",
-    "kexec_file_load",
-    "kexec_load",
-    "keyctl",
-    "lookup_dcookie",
-    "mbind",
-    "mount",
-    "mount_setattr",
-    "move_mount",
-    "move_pages",
-    "name_to_handle_at",
-    "nfsservctl",
-    "open_by_handle_at",
-    "open_tree",
-    "perf_event_open",
-    "pivot_root",
-    "process_vm_readv",
-    "process_vm_writev",
-    "ptrace",
-    "query_module",
-    "quotactl",
-    "quotactl_fd",
-    "reboot",
-    "request_key",
-    "set_mempolicy",
-    "setns",
-    "settimeofday",
-    "swapoff",
-    "swapon",
-    "syslog",
-    "sysfs",
-    "_sysctl",
-    "umount",
-    "umount2",
-    "unshare",
-    "uselib",
-    "userfaultfd",
-    "ustat",
-    "vhangup",
-    "vm86",
-    "vm86old",
-)
-# clone() with any of these makes a namespace: refused, as Docker refuses it without CAP_SYS_ADMIN.
-NAMESPACE_FLAGS = (
-    0x00020000,  # CLONE_NEWNS
-    0x02000000,  # CLONE_NEWCGROUP
-    0x04000000,  # CLONE_NEWUTS
-    0x08000000,  # CLONE_NEWIPC
-    0x10000000,  # CLONE_NEWUSER
-    0x20000000,  # CLONE_NEWPID
-    0x40000000,  # CLONE_NEWNET
-    0x00000080,  # CLONE_NEWTIME
-)
-TIOCSTI = 0x5412
-# The calls that give a file its mode, and which argument holds it. The sandbox's uid may be the host's
-# root (a root gateway's), and a file's owner may set S_ISUID/S_ISGID without any capability: a setuid
-# root binary in the workspace is a root shell on the host for whoever reaches that dir (binds are nosuid
-# inside; the host's mounts are not). Those bits are refused wherever a mode is given; openat2, whose mode
-# sits in a struct no filter reads, gets ENOSYS (libc and runtimes fall back to openat).
-MODE_ARG = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "open": 2, "openat": 3, "creat": 1}
-MODE_ARG |= {"mknod": 1, "mknodat": 2}
-SET_ID_BITS = (0o4000, 0o2000)  # S_ISUID, S_ISGID
-# The socket families a sandbox may open: those a network namespace confines (plus AF_UNIX, whose reach is
-# the mount view). Every other family is refused, as Flatpak does: AF_VSOCK in particular ignores the
-# network namespace and reaches the hypervisor's services from a sandbox that has no network at all, and
-# the rarer families (ALG, TIPC, RDS, …) are kernel attack surface no command needs.
-SOCKET_FAMILIES = (
-    1,  # AF_UNIX
-    2,  # AF_INET
-    10,  # AF_INET6
-    16,  # AF_NETLINK (getaddrinfo, ip): per network namespace
+from engine.sandbox.seccomprules import (
+    MODE_ARG,
+    NAMESPACE_FLAGS,
+    REFUSED_SYSCALLS,
+    SET_ID_BITS,
+    SOCKET_FAMILIES,
+    TIOCSTI,
 )
 
 

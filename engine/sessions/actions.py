@@ -235,7 +235,7 @@ async def _poll(
         "status": session.status,
         "sessionId": sid,
         "exitCode": session.exit_code,
-        "aggregated": session.output.aggregated(),
+        "aggregated": await session.output.off_loop(session.output.aggregated),
         "name": session.name,
     }
     if session.exited:
@@ -257,32 +257,20 @@ async def _poll(
     return ToolResult((output or "(no new output)") + "\n\nProcess still running.", details)
 
 
-def _slice_lines(text: str, offset: int | None, limit: int | None) -> tuple[str, int]:
-    text = text.replace("\r\n", "\n")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    total = len(lines)
-    if offset is None and limit is None:
-        chosen = lines[max(0, total - LOG_TAIL_LINES) :]
-    elif offset is None:
-        chosen = lines[max(0, total - limit) :] if limit and limit > 0 else []
-    elif limit is None:
-        chosen = lines[max(0, offset) :]
-    else:
-        start = max(0, offset)
-        chosen = lines[start : start + max(0, limit)]
-    return "\n".join(chosen), total
-
-
 async def _log(session: Session | None, sid: str, params: dict[str, Any]) -> ToolResult:
     if session is None or (session.exited and not session.listed):
         return _fail(f"No session found for {sid}", error="not-found")
     if not session.exited and not session.backgrounded:
         return _fail(f"Session {sid} is not backgrounded.")
     offset, limit = _int_param(params.get("offset")), _int_param(params.get("limit"))
-    text = await session.output.full_text()
-    body, total = _slice_lines(text, offset, limit)
+    output = session.output
+
+    def read() -> tuple[str, int, int, bool]:
+        # Counts too: an adopted session's are read from its spool on first use, here off the loop.
+        body, total = output.log_lines(offset, limit, LOG_TAIL_LINES)
+        return body, total, output.total_chars, output.truncated
+
+    body, total, total_chars, truncated = await output.off_loop(read)
     empty = "(no output recorded)" if session.exited else "(no output yet)"
     note = ""
     if offset is None and limit is None and total > LOG_TAIL_LINES:
@@ -295,8 +283,8 @@ async def _log(session: Session | None, sid: str, params: dict[str, Any]) -> Too
             "name": session.name,
             "total": total,
             "totalLines": total,
-            "totalChars": session.output.total_chars,
-            "truncated": session.output.truncated,
+            "totalChars": total_chars,
+            "truncated": truncated,
             "exitCode": session.exit_code,
             "exitSignal": session.exit_signal,
         },

@@ -98,6 +98,7 @@ class RawFanout:
         self.viewers: list[OutputSubscription] = []
         self.offset = 0  # raw bytes seen so far
         self._settled: Callable[[], bytes] | None = None
+        self._ranged: Callable[[int | None, int | None], tuple[int, bytes]] | None = None
 
     def push(self, stream: str, data: bytes) -> None:
         chunk = OutputChunk(stream, data)
@@ -116,7 +117,11 @@ class RawFanout:
         """True while the replay holds every byte so far and would still after `more` bytes."""
         return self.offset + more <= self._replay_cap
 
-    def settle(self, raw: Callable[[], bytes]) -> None:
+    def settle(
+        self,
+        raw: Callable[[], bytes],
+        ranged: Callable[[int | None, int | None], tuple[int, bytes]] | None = None,
+    ) -> None:
         """The session ended and its bytes are on disk: late viewers and panes read `raw()` (every byte,
         at the same offsets) instead of a replay buffer, which goes."""
         self._replay = _NO_REPLAY
@@ -124,6 +129,7 @@ class RawFanout:
         self._replay_cap = 0
         self.viewers = []
         self._settled = raw
+        self._ranged = ranged  # (offset, limit) -> (start, bytes): reads only those bytes
 
     def read(self, offset: int | None = None, limit: int | None = None) -> tuple[int, bytes, int]:
         """Raw bytes still held from `offset` (None: the last `limit` bytes): (start, data, bytes dropped).
@@ -131,6 +137,9 @@ class RawFanout:
         Offsets count every raw byte the session printed, so a pane can resume where it left off;
         `dropped` says how much of what it asked for is no longer held.
         """
+        if self._ranged is not None:  # settled: the bytes asked for, from disk
+            start, data = self._ranged(offset, limit)
+            return start, data, 0
         if self._settled is not None:  # settled: every byte, from disk
             text = self._settled()
             if offset is None:

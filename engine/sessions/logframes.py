@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from engine.sessions.outtext import TextDecoder
@@ -16,7 +17,8 @@ def spool_frames(path: Path, limit: int = SPOOL_READ_CAP) -> list[tuple[int, byt
     left out)."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read(limit)
+            # Asked for no more than the file holds: read(n) allocates n bytes first (256 MiB for any log).
+            data = fh.read(min(limit, os.fstat(fh.fileno()).st_size))
     except OSError:
         return []
     frames = []

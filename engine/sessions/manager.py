@@ -511,7 +511,7 @@ class SessionManager:
         session = self.registry.get(session_id)
         if session is None:
             raise NotFound(f"No session found for {session_id}")
-        got = session.output.read(offset, limit)
+        got = await session.output.read_async(offset, limit)  # settled: a ranged read, off the loop
         return {
             "sessionId": session_id,
             "offset": got.offset,

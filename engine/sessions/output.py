@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
+from collections.abc import Callable, Iterator
+from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from engine import statefs
+from engine import fairpool, statefs
 from engine.sessions.fanout import OutputSubscription, RawFanout
 from engine.sessions.logframes import SPOOL_HEADER, SPOOL_STREAMS, spool_bytes, spool_text
+from engine.sessions.logread import cleaned, lines_window, log_range, log_text
 from engine.sessions.outtext import OutputSlice, TextDecoder, exact_slice
 from engine.sessions.textviews import TAIL_CHARS, OutputBuffer
 
 DEFAULT_LOG_CAP = 64 * 1024 * 1024
+T = TypeVar("T")
 
 
 class SessionOutput(OutputBuffer):
@@ -141,6 +146,17 @@ class SessionOutput(OutputBuffer):
             return ""
         return spool_text(self.log_path, self.log_bytes) if self._readable() else self._tail
 
+    def _settled_pieces(self) -> Iterator[str]:
+        if self._spool is not None:
+            return log_text(self._spool)
+        if not self.spilled or self.log_path is None:
+            return iter(())
+        return log_text(self.log_path, self.log_bytes) if self._readable() else iter((self._tail,))
+
+    def _settled_range(self, offset: int | None, limit: int | None) -> tuple[int, bytes]:
+        path = self._spool if self._spool is not None else self.log_path if self.spilled else None
+        return log_range(path, offset, limit) if path is not None else (0, b"")
+
     def _settled_bytes(self) -> bytes:
         path = self._spool if self._spool is not None else self.log_path if self.spilled else None
         return spool_bytes(path) if path is not None else b""
@@ -184,6 +200,35 @@ class SessionOutput(OutputBuffer):
         gap = f"\n[... {ring_start - self.log_chars} chars not kept (log cap reached) ...]\n"
         return self._clean(disk) + gap + self._clean(ring)
 
+    def log_lines(self, offset: int | None, limit: int | None, tail: int) -> tuple[str, int]:
+        """`process log`: the lines asked for of `full_text_sync()` and how many it has, streamed from
+        disk keeping only those lines (logread.lines_window), never the whole text."""
+        if self.settled:
+            return lines_window(cleaned(self._settled_pieces()), offset, limit, tail)
+        if not self.spilled or self.log_path is None or not self._readable():
+            return lines_window((self.aggregated(),), offset, limit, tail)
+        disk = log_text(self.log_path, self.log_bytes)
+        if not self.log_capped:
+            return lines_window(cleaned(disk), offset, limit, tail)
+        ring = self.ring.text()
+        ring_start = self._total_chars - self.ring.length
+        if ring_start <= self.log_chars:
+            return lines_window(
+                cleaned(chain(disk, (ring[self.log_chars - ring_start :],))), offset, limit, tail
+            )
+        gap = f"\n[... {ring_start - self.log_chars} chars not kept (log cap reached) ...]\n"
+        return lines_window(chain(cleaned(disk), (gap,), cleaned((ring,))), offset, limit, tail)
+
+    async def off_loop(self, call: Callable[[], T]) -> T:
+        """call() where it may read the disk log: in the acting agent's turn of the reads pool (the reader
+        pays for its read), on the loop when everything is in memory."""
+        if not self.spilled and not self.settled:
+            return call()
+        return await fairpool.offload(fairpool.reads, call)
+
+    async def read_async(self, offset: int | None = None, limit: int | None = None) -> OutputSlice:
+        return await self.off_loop(functools.partial(self.read, offset, limit))
+
     async def full_text(self) -> str:
         if not self.spilled and not self.settled:
             return self.aggregated()
@@ -193,7 +238,7 @@ class SessionOutput(OutputBuffer):
         """Settled (on disk): the replay buffer and decoders go; late viewers and reads take the bytes
         from the log (or spool), at the same offsets."""
         self.ended = True
-        self.raw.settle(self._settled_bytes)
+        self.raw.settle(self._settled_bytes, self._settled_range)
         self.decoders.clear()
 
     def close(self, *, delete: bool = False) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 
 from engine.sessions.logframes import spool_text
+from engine.sessions.logread import last_chars, log_text
 from engine.sessions.outtext import TextDecoder, sanitize, truncation_marker
 
 RING_CHARS = 200_000
@@ -129,10 +131,17 @@ class OutputBuffer:
 
     def _read_spool_summary(self) -> None:
         self._unread_spool = False
-        text = self._settled_text()
-        self._total_chars = len(text)
-        self._settled_dropped = max(0, len(text) - self._ring_cap)
-        self._tail = text[-TAIL_CHARS:]
+        total = 0
+
+        def counted() -> Iterator[str]:
+            nonlocal total
+            for piece in self._settled_pieces():
+                total += len(piece)
+                yield piece
+
+        self._tail = last_chars(counted(), TAIL_CHARS)
+        self._total_chars = total
+        self._settled_dropped = max(0, total - self._ring_cap)
 
     @property
     def dropped(self) -> int:
@@ -155,6 +164,10 @@ class OutputBuffer:
     def _settled_text(self) -> str:
         """A settled buffer's whole text, from its spool ("" when it has none)."""
         return spool_text(self._spool) if self._spool is not None else ""
+
+    def _settled_pieces(self) -> Iterator[str]:
+        """A settled buffer's text in pieces, read from disk as they are used (bounded memory)."""
+        return log_text(self._spool) if self._spool is not None else iter(())
 
     def append(self, stream: str, text: str) -> None:
         if not text:
@@ -202,7 +215,7 @@ class OutputBuffer:
 
     def text(self) -> str:
         if self.settled:
-            return self._clean(self._settled_text()[-self._ring_cap :])
+            return self._clean(last_chars(self._settled_pieces(), self._ring_cap))
         return self._clean(self.ring.text())
 
     def aggregated(self) -> str:
@@ -221,7 +234,7 @@ class OutputBuffer:
             self._read_spool_summary()
         if self.settled:
             held = n <= len(self._tail) or len(self._tail) >= self._total_chars  # (or it is all there is)
-            return self._clean(self._tail[-n:] if held else self._settled_text()[-n:])
+            return self._clean(self._tail[-n:] if held else last_chars(self._settled_pieces(), n))
         return self._clean(self.ring.last(n))
 
     def full_text_sync(self) -> str:

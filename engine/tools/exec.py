@@ -148,7 +148,9 @@ class ExecTool:
         if self.grants is None:
             return False
         try:
-            return await asyncio.to_thread(self.grants.consume, decision.grant_ids)
+            return await fairpool.offload(
+                fairpool.blocking, functools.partial(self.grants.consume, decision.grant_ids)
+            )
         except OSError as exc:
             log.warning("could not count a grant use: %s", exc)
             return False
@@ -392,9 +394,13 @@ class ExecTool:
             kept = kept_host_view(outside)
             if kept is not None:
                 return kept
-            return await asyncio.to_thread(pinned_view, None, host=True, outside=outside)
+            return await fairpool.offload(
+                fairpool.blocking, functools.partial(pinned_view, None, host=True, outside=outside)
+            )
         outside = host_outside(self._config(), agent_id, prepared.cwd) if host else NOTHING_OUTSIDE
-        return await asyncio.to_thread(view_for, d.tree, run, anchor, host=host, outside=outside)
+        return await fairpool.offload(
+            fairpool.blocking, functools.partial(view_for, d.tree, run, anchor, host=host, outside=outside)
+        )
 
     @staticmethod
     def _cwd_fd(prepared: Prepared) -> int | None:
@@ -413,7 +419,9 @@ class ExecTool:
         pinned = d.enforced_command if command == d.enforced_command else d.pinned_command
         if any(item.writable for item in d.content.items):
             # Agent-writable files are read whole and copied: off the event loop.
-            return await asyncio.to_thread(verify, d.content, command, pinned)
+            return await fairpool.offload(
+                fairpool.blocking, functools.partial(verify, d.content, command, pinned)
+            )
         return verify(d.content, command, pinned)
 
     # -- approvals
@@ -540,7 +548,7 @@ class ExecTool:
         problem = identity_problem(d.identity)  # stats only: no read that can wait on a writer
         if problem is not None or d.tree is None or d.tree.vets_nothing:
             return problem
-        return await asyncio.to_thread(d.tree_problem)
+        return await fairpool.offload(fairpool.blocking, d.tree_problem)
 
     def _verdict(
         self,

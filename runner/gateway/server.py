@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import principals, statefs, unixsock
+from engine import fairpool, principals, statefs, unixsock
 from engine.errors import ExecHostError
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
@@ -528,6 +528,10 @@ class GatewayServer:
         revoked connection, being closed, starts nothing more."""
         if conn.revoked:
             return
+        if (
+            not conn.operator
+        ):  # its blocking work queues as its agent's (engine.fairpool), never the default pool
+            fairpool.act_as(str(conn.agent), conn.fair_key)
         handler, message = HANDLERS.get(req.method), REQUESTS.get(req.method)
         if handler is None or message is None:
             error = {"code": "unknown_method", "message": f"unknown method {req.method!r}"}

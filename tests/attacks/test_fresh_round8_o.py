@@ -333,14 +333,6 @@ def _mem_total() -> int:
     raise AssertionError("no MemTotal")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open: a default Docker sandbox has no memory limit and its tmpfs mounts (/tmp, /var/tmp, /run) no "
-        "size, so each is half the host's RAM: one agent's command pins more RAM than the host has (no OOM "
-        "kill frees tmpfs), where bwrap caps each mount and an agent's sandboxes to a quarter of RAM"
-    ),
-)
 async def test_class3_docker_sandbox_tmpfs_can_pin_the_hosts_ram(state_dir: Path) -> None:
     """The bwrap backend bounds what tmpfs a sandbox may pin (256 MiB per mount, and an agent's running
     sandboxes together a quarter of the host's RAM, checked before a start). The Docker backend, the
@@ -685,14 +677,6 @@ async def test_class2_an_agents_approval_prefix_says_nothing_of_other_agents_ask
 # ---- class 3: `process log` reads the whole log into the gateway's memory, many times over
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open: `process log` reads the whole session log (up to logCapBytes, 64 MiB) into the gateway, "
-        "copies it and splits it into a list of every line: ~21x the log's size for short lines (84 MiB "
-        "for 4 MiB), counted in no budget; an agent's concurrent `log` calls on a full log take GBs"
-    ),
-)
 async def test_class3_process_log_holds_many_times_the_log_in_gateway_memory(state_dir: Path) -> None:
     """What waits for a client is counted in bytes (16 MiB per connection, 32 MiB per agent), and so is
     what a request holds (its frame plus 6 KiB). `process log` holds neither: it reads the session's
@@ -736,15 +720,6 @@ async def test_class3_process_log_holds_many_times_the_log_in_gateway_memory(sta
     assert peak <= min(MAX_BACKLOG_BYTES, 4 * size), f"one `process log` peaked at {peak / 2**20:.0f} MiB"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open: `sessions.output` of a finished session (an agent may read its own) reads the session's whole "
-        "log from disk (up to logCapBytes, 64 MiB) on the gateway's event loop for every call, to return at "
-        "most 128 KiB (and `process poll` decodes it all there too): an agent's stream of such calls stalls "
-        "the loop every principal shares"
-    ),
-)
 async def test_class3_sessions_output_reads_the_whole_log_on_the_event_loop(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -804,15 +779,6 @@ async def test_class3_sessions_output_reads_the_whole_log_on_the_event_loop(
 # ---- class 3: asyncio's default thread pool, shared by every principal's sandbox verbs and every spawn
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open: sandbox.list/explain/recreate run on asyncio's default thread pool (min(32, cpus+4) threads, "
-        "first come first served), which every host exec also needs to build its view; one agent's burst "
-        "of sandbox.list calls against a slow Docker engine holds every thread, and another agent's plain "
-        "host command waits behind all of it (decisions got a fair pool per principal; this did not)"
-    ),
-)
 async def test_class3_one_agents_sandbox_list_burst_stalls_another_agents_exec(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

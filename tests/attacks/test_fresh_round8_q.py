@@ -71,15 +71,13 @@ def _set_id_files(top: Path) -> list[str]:
 
 
 @pytest.mark.docker
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a Docker sandbox runs as the workspace's owner (root under a root gateway) with Docker's "
-    "default seccomp profile, and an owner may set S_ISUID with no capability: `chmod 4755` leaves a "
-    "setuid-root binary in the host's workspace (the bwrap backend's filter refuses it; Docker's does not)",
-)
 async def test_class_confinement_a_docker_sandbox_leaves_a_setuid_root_binary_on_the_host(
     state_dir: Path,
 ) -> None:
+    """Closed: a Docker sandbox runs as the workspace's owner (root under a root gateway), and an owner may
+    set S_ISUID with no capability, so `chmod 4755` under Docker's default profile left a setuid-root
+    binary in the host's workspace. Containers get our profile (engine/sandbox/dockerseccomp.py): the
+    bwrap filter's rule, no set-id bit in any mode a call gives."""
     from engine.sandbox import docker_ops
     from tests.helpers.sandbox import build_test_image
 
@@ -196,13 +194,6 @@ while not os.path.exists("stop") and n < 20_000_000:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a home workdir (and a hostWritable root) is checked by realpath, then bound by path "
-    "(`bwrap --bind W W`); the agent's own background run in ~/proj exchanges ~/proj/sub with a relative "
-    "link to ../.config in a loop, and a run with workdir ~/proj/sub gets ~/.config bound writable: it "
-    "creates the operator's XDG git config, which gitvet trusts",
-)
 async def test_class6_a_workdir_exchanged_for_a_link_by_the_agents_own_run_makes_the_homes_config_writable(
     state_dir: Path,
 ) -> None:

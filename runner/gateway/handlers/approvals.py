@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -80,14 +79,14 @@ async def allowlist_add(services: Services, conn: Connection, req: AllowlistAdd)
     pattern = req.pattern.strip()
     if pattern.startswith(COMMAND_HASH_PREFIX):
         raise InvalidInput(f"{COMMAND_HASH_PREFIX} entries are written only by an allow-always approval")
-    resolved = await asyncio.to_thread(bare_name_path, pattern)
+    resolved = await fairpool.to_thread(bare_name_path, pattern)
     try:
-        record = await asyncio.to_thread(
+        record = await fairpool.to_thread(
             services.store.add_allowlist, agent, resolved or pattern, req.arg_pattern, "console"
         )
     except (ApprovalsFileError, ValueError) as exc:
         raise InvalidInput(str(exc)) from None
-    warning = await asyncio.to_thread(writable_pattern_warning, record.pattern)
+    warning = await fairpool.to_thread(writable_pattern_warning, record.pattern)
     return {
         "agentId": agent,
         "pattern": record.pattern,
@@ -102,7 +101,7 @@ async def allowlist_remove(services: Services, conn: Connection, req: AllowlistR
     agent = agent_id(conn, req.agent_id)
     pattern = req.pattern
     try:
-        removed = await asyncio.to_thread(services.store.remove_allowlist, agent, pattern)
+        removed = await fairpool.to_thread(services.store.remove_allowlist, agent, pattern)
     except (ApprovalsFileError, ValueError) as exc:
         raise InvalidInput(str(exc)) from None
     return {"agentId": agent, "removed": removed}

@@ -7,6 +7,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from engine import fairpool
 from engine.errors import InvalidInput
 from engine.nodes.link import NodeError, NodeLink
 from engine.protocol.requests import GrantsList, GrantsRevoke
@@ -25,7 +26,7 @@ NODE_PREFIX = "node:"  # a node's grant is listed as node:<name>:<id>, as its se
 async def list_(services: Services, conn: Connection, req: GrantsList) -> dict[str, Any]:
     require_operator(conn, "approvals.grants")
     agent = req.agent_id
-    grants = await asyncio.to_thread(services.grants.active, agent)
+    grants = await fairpool.to_thread(services.grants.active, agent)
     rows: list[dict[str, Any]] = [{**g.to_json(), "left": g.left(), "node": None} for g in grants]
     # Connected nodes are asked; one not linked now is not dialled (it may be down), only named.
     links = [link for link in services.nodes.sync().values() if link.state == "connected"]
@@ -62,7 +63,7 @@ async def revoke(services: Services, conn: Connection, req: GrantsRevoke) -> dic
     grant_id = req.id
     if grant_id.startswith(NODE_PREFIX):
         return await _revoke_on_node(services, grant_id)
-    removed = await asyncio.to_thread(services.grants.revoke, grant_id)
+    removed = await fairpool.to_thread(services.grants.revoke, grant_id)
     if removed is None:
         raise InvalidInput(f"no grant {grant_id!r} (or the prefix is ambiguous)")
     return {"revoked": {**removed.to_json(), "node": None}}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 from typing import TYPE_CHECKING, Any
@@ -92,7 +91,7 @@ async def _keep(services: Services) -> str | None:
     async with services.overrides_lock:
         table = dict(services.overrides)
         try:
-            await asyncio.to_thread(overrides_file.save, services.overrides_path, table)
+            await fairpool.to_thread(overrides_file.save, services.overrides_path, table)
         except (OSError, StateFileError) as exc:
             return f"not saved to {services.overrides_path} ({exc}): it holds only until the gateway restarts"
     return None
@@ -144,5 +143,5 @@ async def agents(services: Services, conn: Connection, req: PolicyAgents) -> dic
     """Every agent's effective policy as this gateway enforces it (the console's Policy pane)."""
     require_operator(conn, "policy.agents")  # the allowlist is a map of what runs unasked
     config = services.config()
-    approvals = await asyncio.to_thread(services.store.load)
+    approvals = await fairpool.to_thread(services.store.load)
     return {"agents": agent_policies(config, approvals, dict(services.overrides))}

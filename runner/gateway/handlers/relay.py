@@ -8,7 +8,6 @@ command (or a grant, with limits).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from typing import TYPE_CHECKING, Any
@@ -89,7 +88,7 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
         try:
             if record.grant is not None:
                 if record.grant_id is not None:  # chosen with the decision: made once (GrantStore.ensure)
-                    await asyncio.to_thread(
+                    await fairpool.to_thread(
                         services.grants.ensure,
                         record.grant_id,
                         agent,
@@ -100,7 +99,7 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
                         record.resolved_by or "operator",
                     )
             else:
-                await asyncio.to_thread(services.store.persist_allow_always, agent, patterns)
+                await fairpool.to_thread(services.store.persist_allow_always, agent, patterns)
         except Exception as exc:
             log.warning("could not save allow-always for a socket ask %s: %s", patterns, exc)
     return {"decision": answer, "resolvedBy": record.resolved_by, "id": record.id, "slug": record.slug}

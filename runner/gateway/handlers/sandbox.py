@@ -5,8 +5,10 @@ connection sees and recreates only its own containers; `all`, prune and shared o
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Any
 
+from engine import fairpool
 from engine.errors import InvalidInput
 from engine.lazymod import lazy
 from engine.principals import check_node
@@ -47,7 +49,9 @@ async def list_(services: Services, conn: Connection, req: SandboxList) -> dict[
         return {"containers": rows}
     errors: list[dict[str, Any]] = []
     try:
-        rows = await asyncio.to_thread(admin.list_runtimes, services.config(), default_manager())
+        rows = await fairpool.offload(
+            fairpool.blocking, functools.partial(admin.list_runtimes, services.config(), default_manager())
+        )
     except SandboxUnavailable as exc:
         if not services.config().nodes:
             raise ToolError(str(exc)) from None
@@ -68,7 +72,9 @@ async def explain(services: Services, conn: Connection, req: SandboxExplain) -> 
         forwarded = {"agentId": agent, **({"sessionKey": key} if key else {})}
         name, payload = await services.nodes.sandbox_call(node, "sandbox.explain", forwarded, _agent(conn))
         return {**payload, "node": name}
-    return await asyncio.to_thread(admin.explain, services.config(), agent, key)
+    return await fairpool.offload(
+        fairpool.blocking, functools.partial(admin.explain, services.config(), agent, key)
+    )
 
 
 async def recreate(services: Services, conn: Connection, req: SandboxRecreate) -> dict[str, Any]:
@@ -96,7 +102,9 @@ async def recreate(services: Services, conn: Connection, req: SandboxRecreate) -
         )
         return {**payload, "node": node_name}
     if not conn.operator:
-        return await asyncio.to_thread(_recreate_own, services, conn, key, agent, name)
+        return await fairpool.offload(
+            fairpool.blocking, functools.partial(_recreate_own, services, conn, key, agent, name)
+        )
     try:
         return await asyncio.to_thread(
             lambda: admin.recreate(

@@ -89,7 +89,7 @@ async def output(services: Services, conn: Connection, req: SessionsOutput) -> d
             "status": got.get("status"),
         }
     session = owned_session(services, conn, sid)  # another agent's reads exactly as a nonexistent one
-    got = session.output.read(offset, limit)  # the exact text of raw bytes [offset, nextOffset)
+    got = await session.output.read_async(offset, limit)  # the exact text of raw bytes [offset, nextOffset)
     return {
         "sessionId": sid,
         "offset": got.offset,

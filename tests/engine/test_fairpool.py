@@ -1,0 +1,51 @@
+"""engine.fairpool: a principal's calls never hold more workers than its share, and a burst on a pool with
+idle workers gets as many workers as it may use (idle ones woken once each, the rest started)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from engine import fairpool
+from engine.fairpool import FairPool
+from tests.helpers.gateway import wait_until
+
+
+async def test_a_principal_holds_at_most_its_share_and_another_still_runs() -> None:
+    pool = FairPool("t-share", workers=4, per_principal=3)
+    release = threading.Event()
+    entered: list[int] = []
+
+    def slow() -> int:
+        entered.append(1)
+        release.wait(120)
+        return 1
+
+    # Warm the pool first: idle workers must each be woken once, not all notified for the same call.
+    assert await asyncio.gather(*(pool.run("a", lambda: 0) for _ in range(4))) == [0, 0, 0, 0]
+    burst = [asyncio.ensure_future(pool.run("a", slow)) for _ in range(6)]
+    try:
+        await wait_until(lambda: len(entered) == 3, timeout=20)
+        assert pool.waiting("a") == 3  # its share (3) runs; the rest waits in its own queue
+        assert await asyncio.wait_for(pool.run("b", lambda: "b ran"), timeout=20) == "b ran"
+    finally:
+        release.set()
+        assert await asyncio.gather(*burst) == [1] * 6
+
+
+async def test_offload_runs_an_agents_call_in_its_pool_and_the_operators_on_the_default_pool() -> None:
+    pool = FairPool("t-offload", workers=1)
+    names: list[str] = []
+
+    def where() -> None:
+        names.append(threading.current_thread().name)
+
+    await fairpool.offload(pool, where)  # no agent acting: the operator's lane
+
+    async def as_agent() -> None:
+        fairpool.act_as("a", "conn-1")
+        await fairpool.offload(pool, where)
+
+    await asyncio.ensure_future(as_agent())  # its own task: the context stays there
+    await fairpool.offload(pool, where)
+    assert [n.startswith("t-offload") for n in names] == [False, True, False], names
