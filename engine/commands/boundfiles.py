@@ -64,6 +64,10 @@ class ContentBinding:
     # built without that proof offers allow-once only. `unproven` says why, in the ask.
     proven: bool = False
     unproven: tuple[str, ...] = ()
+    # Issue 27 §5, no allow-once without binding: an unparsed text whose names the binder cannot pin (a
+    # `cd` it cannot follow, a word a shell expands) would run whatever those names reach then. Not empty:
+    # why the run is refused at the spawn (verified.verify), whatever the operator decided.
+    refuse: str = ""
 
     def to_json(self) -> list[dict[str, Any]]:
         return [item.to_json() for item in self.items]

@@ -34,6 +34,7 @@ from engine.commands.textnames import (
     names_interpreter,
     plain_segments,
     split_words,
+    unpinned_word,
 )
 from engine.commands.which import DEFAULT_PATH, resolves_through_proc
 
@@ -199,6 +200,7 @@ def bind(
             note = imports_note(segment.argv[source.index], cwd)
             if note:
                 notes.append(note)
+    refuse = ""
     if whole:
         dirs, lost = cd_dirs(all_words(command or ""), cwd, env)
         if lost is not None:
@@ -206,6 +208,9 @@ def bind(
                 f"the text changes directory ({lost}) to a place exechost cannot follow: the files it "
                 "names there are not bound"
             )
+            refuse = f"it changes directory ({lost}) to a place exechost cannot follow"
+        if not analysis.ok and not refuse:
+            refuse = unpinned_word(command or "")
         words, absent = file_words(command if command is not None else "", analysis, dirs)
         for word in words:
             real = os.path.realpath(os.path.join(cwd, word))
@@ -249,6 +254,8 @@ def bind(
         why.append("a program comes from stdin, a search path or an option exechost does not model")
     if refused:
         why.append("a file it runs is not a regular file, or is reached through /proc")
+    if refuse:
+        why.append(refuse)
     return ContentBinding(
         tuple(items),
         analysis,
@@ -259,6 +266,7 @@ def bind(
         searched or opaque or refused,
         proven=not why,
         unproven=tuple(dict.fromkeys(why)),
+        refuse=refuse,
     )
 
 

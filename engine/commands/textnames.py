@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping, Sequence
 
 from engine.commands.analysis import CommandAnalysis, Segment
@@ -49,13 +50,29 @@ CD_DIRS_MAX = 16
 
 
 def cd_dirs(words: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[list[str], str | None]:
-    """Every directory an unparsed text may read its relative names from: the cwd, and each place a `cd`
-    (`pushd`) in it leads to, cumulatively (`cd a; cd b` → a/b); the first `cd` it cannot follow (no
-    operand, `-`, `~`, an expansion, CDPATH set) as well, else None."""
-    dirs = [os.path.abspath(cwd)]
+    """Every directory an unparsed text may read its relative names from: the cwd, each directory it names
+    (`env -C sub`), and each place a `cd` (`pushd`) in it leads to, cumulatively (`cd a; cd b` → a/b); the
+    first `cd` it cannot follow (no
+    operand, `-`, `~`, an expansion, CDPATH set, a name that is no directory, more places than
+    CD_DIRS_MAX) as well, else None.
+
+    Not a model of one shell's `cd`: every reading any shell may give a target is a place (the cwd by the
+    name it was given and by its real path, a target's `..` taken by name (`cd`, `cd -L`) and after the
+    links (`cd -P`, bash's fallback, a shell started with PWD unset)), so a name found in any of them is
+    bound in all, present or (must stay) absent."""
+    dirs = list(dict.fromkeys([os.path.abspath(cwd), os.path.realpath(cwd)]))
     lost: str | None = None
+    # CDPATH set by the gateway, by the agent's env, or by the text itself (`CDPATH=/e; cd sub`).
+    cdpath = bool(env.get("CDPATH")) or any("CDPATH" in w for w in words)
     for i, word in enumerate(words):
         if word not in _CHDIR:
+            # Not only `cd` changes directory: `env -C sub`, `--chdir=sub`, an alias of cd (dash expands
+            # aliases in `sh -c`), a program's own `-C`. Every directory the text names is a place too.
+            named = [r for name in _spellings(word) for d in dirs for r in _readings(os.path.join(d, name))]
+            dirs = list(dict.fromkeys([*dirs, *(d for d in named if os.path.isdir(d))]))
+            if len(dirs) > CD_DIRS_MAX:
+                lost = lost or f"{word} (more than {CD_DIRS_MAX} places)"
+                dirs = dirs[:CD_DIRS_MAX]
             continue
         rest = [w for w in words[i + 1 : i + 4] if not (w.startswith("-") and w != "-")]
         target = rest[0] if rest else ""
@@ -65,13 +82,120 @@ def cd_dirs(words: Sequence[str], cwd: str, env: Mapping[str, str]) -> tuple[lis
             or target == "-"
             or target.startswith("~")
             or any(c in target for c in "$`*?[{")
-            or (env.get("CDPATH") and not target.startswith(("/", "./", "../")))
+            or (cdpath and not target.startswith(("/", "./", "../")))
         ):
             lost = lost or (f"{word} {target}" if target and target not in _SEPARATORS else word)
             continue
-        reached = [os.path.abspath(os.path.join(d, target)) for d in dirs]
-        dirs = list(dict.fromkeys([*dirs, *(d for d in reached if os.path.isdir(d))]))[:CD_DIRS_MAX]
+        reached = [r for d in dirs for r in _readings(os.path.join(d, target))]
+        if not any(os.path.isdir(r) for r in reached):
+            # No reading is a directory: a shell that goes on takes the name elsewhere (cdable_vars reads
+            # it as a variable, `+N` turns pushd's stack), or fails where `;` runs on: not followed.
+            lost = lost or f"{word} {target}"
+            continue
+        dirs = list(dict.fromkeys([*dirs, *(d for d in reached if os.path.isdir(d))]))
+        if len(dirs) > CD_DIRS_MAX:
+            lost = lost or f"{word} {target} (more than {CD_DIRS_MAX} places)"
+            dirs = dirs[:CD_DIRS_MAX]
     return dirs, lost
+
+
+def _spellings(word: str) -> list[str]:
+    """The directory names a word may give a program: itself, an option's `=value`, an attached `-Cdir`."""
+    if word in _SEPARATORS or not word:
+        return []
+    if not word.startswith("-"):
+        return [word]
+    out = [word.partition("=")[2]] if "=" in word else []
+    if not word.startswith("--") and len(word) > 2:
+        out.append(word[2:])
+    return [w for w in out if w]
+
+
+def _readings(path: str) -> tuple[str, str]:
+    """A `cd` target by name (`..` drops the name before it) and by what its links lead to."""
+    return os.path.abspath(path), os.path.realpath(path)
+
+
+# What a shell may make of a word other than the word the binder reads (shlex): an expansion (`$x`,
+# `$(…)`, `` `…` ``), a quoting one shell has and another has not (`$'x.sh'` is x.sh to bash, `$x.sh` to
+# dash), a glob, braces, a tilde, an escape. The file such a word names is not a name the binder read.
+_SHELL_READS = frozenset("$`*?[{~\\")
+# Programs that take every argument as data (never a program, a script, a file of code or a name bash
+# evaluates: `printf -v`, `test -v` and `[[` evaluate array subscripts, `sort --compress-program` runs
+# one): an unpinned word in their arguments names nothing that runs. Anything else that gets one is
+# refused.
+_DATA_ARGS = frozenset(
+    [
+        "echo",
+        "ls",
+        "wc",
+        "cat",
+        "head",
+        "tail",
+        "uniq",
+        "cut",
+        "tr",
+        "basename",
+        "dirname",
+        "stat",
+        "du",
+        "pwd",
+        "grep",
+        "mkdir",
+        "touch",
+        "true",
+        "false",
+        "date",
+    ]
+)
+# Words that open a compound command and are not themselves a program.
+_RESERVED = frozenset(["if", "then", "elif", "else", "fi", "do", "done", "while", "until", "!", "{", "}"])
+_SUBSTITUTIONS = ("`", "$(", "<(", ">(")
+
+
+def unpinned_word(command: str) -> str:
+    """Why an unparsed text's names cannot be pinned, or "": the run of such a text is refused, not approved
+    unbound (issue 27 §5). A word a shell expands or reads its own way (`$'x.sh'`, `x.s?`, `$x`) may name
+    another file than the binder's; it is harmless only as an argument of a program that reads its
+    arguments as data (_DATA_ARGS: `ls *.py`, `echo $HOME`) or in a `for` list. Anywhere else (a
+    program's place, an interpreter's operand, a command substitution) the run is refused."""
+    if not any(c in command for c in _SHELL_READS):
+        return ""
+    shown = next((w for w in all_words(command) if any(c in w for c in _SHELL_READS)), "") or command[:40]
+    reason = f"a word a shell expands or reads its own way ({shown!r}) names no file it binds"
+    if any(s in command for s in _SUBSTITUTIONS):
+        return reason
+    try:
+        lex = shlex.shlex(
+            command, posix=False, punctuation_chars=True
+        )  # words as written: quotes and \\ kept
+        lex.whitespace_split = True
+        words = list(lex)
+    except ValueError:
+        return reason
+    program = ""
+    in_for = False
+    for word in words:
+        if word and set(word) <= set(";&|()<>"):
+            program, in_for = "", False
+            continue
+        if not program:
+            if word in _RESERVED:
+                continue
+            if word in ("for", "case", "in") or in_for:
+                in_for = word != "do"  # a for/case list is data up to its `do`
+                continue
+            if "=" in word.split("/")[0] and not word.startswith("="):
+                name = word.split("=", 1)[0]
+                if name.isidentifier():  # an assignment before the program: a value, never run
+                    continue
+            if any(c in word for c in _SHELL_READS):
+                return reason  # the program itself is a word the shell decides
+            program = word.rsplit("/", 1)[-1]
+            continue
+        if any(c in word for c in _SHELL_READS) and program not in _DATA_ARGS:
+            return reason
+    return ""
 
 
 def file_words(command: str, analysis: CommandAnalysis, dirs: Sequence[str]) -> tuple[list[str], list[str]]:

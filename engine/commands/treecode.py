@@ -23,6 +23,7 @@ from engine.commands.which import real_path
 from engine.statefs import state_dir
 
 __all__ = [
+    "MANIFEST_TREE",
     "TREE_PROGRAMS",
     "UNMODELLED",
     "Finding",
@@ -146,6 +147,15 @@ SCRIPT_TREE = "code its script may load from there (the script itself is bound; 
 RECIPE_TREE = (
     "files its recipes run (`sh run.sh`, ./configure, what it builds): they are not bound to their bytes, "
     "so an approval is for this run only"
+)
+# Every other tree program's manifest names code to run too, beyond the manifest's own bytes: a script
+# (`"test": "node t.js"`), an include()d .cmake, a path dependency's build.rs, `build = "x.rs"`, the
+# tree's own sources (`cargo test`, `go run`). Those are not modelled, so nothing binds them: like make's
+# recipes, an approval of the tool in a tree whose files the agent can add or rewrite is for this run
+# only (issue 27 §5: what was approved is what runs).
+MANIFEST_TREE = (
+    "files its manifest or script names to run (`node t.js`, an include()d file, build.rs, the sources "
+    "it builds and runs): they are not bound to their bytes, so an approval is for this run only"
 )
 NOT_A_FILE = "a makefile that is not a regular file (stdin, a device, a fifo): nothing there can be vetted"
 _OPERANDS_LOOKED_AT = 64  # path operands whose trees an unmodelled program may read (pytest ../other)
@@ -525,7 +535,19 @@ def findings_for(
     if program in ("pip", "pip3"):
         here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
         found += _pip_findings(program, argv, here, sandbox_roots)
+    if program not in ("make", "gmake", "pip", "pip3"):
+        # (make has RECIPE_TREE; pip's requirements are read by its own grammar, and every project it
+        # builds is a PIP_PROJECT finding already: a tree, unbound.)
+        found += _manifest_trees(program, [p for p, _ in files], sandbox_roots)
     return found
+
+
+def _manifest_trees(program: str, files: Sequence[str], sandbox_roots: Sequence[str]) -> list[Finding]:
+    """The directory of every file the tool reads code from (its manifests, an argv-named script) where
+    the agent can add or rewrite files: what those name and run is not bound (MANIFEST_TREE), so the
+    finding is a directory, which binds no bytes (binding() → A_TREE): allow-always is not offered."""
+    dirs = dict.fromkeys(os.path.dirname(p) for p in files if os.path.isabs(p))
+    return [Finding(program, d, MANIFEST_TREE) for d in dirs if _contents_writable(d, sandbox_roots)]
 
 
 def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> str:

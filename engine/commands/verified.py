@@ -46,7 +46,7 @@ def read_words(reader: str, copy: str, name: str, skip_first: bool = False, mirr
     a `/proc/self/fd/N` name breaks them: node's realpath of a memfd fails, relative requires would
     resolve from /proc/self/fd). Its path at the script's own name was not enough: Linux detaches a bind
     whose mountpoint is renamed over from another namespace, so their first read could be other bytes. A
-    bash script that reads BASH_SOURCE is given its mirror too: sourced from `-c`, BASH_SOURCE[0] would
+    bash script is given its mirror too: sourced from `-c`, BASH_SOURCE[0] would
     be the copy's /proc path and never $0, and bash's "am I sourced?" test would answer yes."""
     if mirrored:
         return [mirrored]
@@ -156,6 +156,8 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
     files (only root can change them) are checked against the digest cache and run by path.
     Raises StaleContent saying which file changed and how.
     """
+    if binding is not None and binding.refuse:
+        raise StaleContent(f"the run cannot be bound to what was approved: {binding.refuse}")
     if binding is None or not binding.items:
         return VerifiedRun(command)
     substitute = pinned is not None and command == pinned
@@ -216,10 +218,13 @@ def _runs_under_its_name(binding: ContentBinding, item: ContentItem) -> bool:
 
 
 def _handed_a_path(binding: ContentBinding, item: ContentItem, data: bytes) -> bool:
-    """Whether the run hands `item` to its reader by a path (read_words: neither sh nor Python, or a bash
-    script that compares BASH_SOURCE with $0)."""
+    """Whether the run hands `item` to its reader by a path (read_words: neither sh nor Python, or any bash
+    script). bash runs its script as a script, never sourced from `-c '. COPY'`: there `(return 0)`
+    succeeds, `$-` holds `c`, BASH_EXECUTION_STRING is set and BASH_SOURCE is the copy's /proc name, each
+    an "am I sourced?" test a script may branch on, so only the script itself at a path answers all of
+    them as `bash s.sh` does (the read-only mirror of its directory, Mirror)."""
     if item.role == "script":
-        if item.reader == "sh" and b"BASH_SOURCE" in data:
+        if item.reader == "sh":
             exe = next(
                 (
                     i
@@ -233,7 +238,7 @@ def _handed_a_path(binding: ContentBinding, item: ContentItem, data: bytes) -> b
     if item.kind != "shebang":
         return False
     interp = next((i for i in binding.items if i.role == "interpreter" and i.parent == item.real), None)
-    if interp is not None and name_of(interp.real) == "bash" and b"BASH_SOURCE" in data:
+    if interp is not None and name_of(interp.real) == "bash":
         return True
     return _runs_under_its_name(binding, item)
 

@@ -339,7 +339,9 @@ def _examine(
     # allow any bytes anyway (nothing was shown to bind them to).
     unbound = policy.bypass_approvals or (policy.security == "full" and policy.ask != "always")
     if not policy.sandboxed and policy.host != "node" and not unbound:
-        content = bind(analysis, result, cwd, run_env, command=command)
+        # The env the run gets: the agent's keys too (its CDPATH leads a `cd` where the binder never looks).
+        agents = {k: v for k, v in (env_overrides or {}).items() if k.upper() != "PATH"}  # PATH: refused
+        content = bind(analysis, result, cwd, {**run_env, **agents}, command=command)
         warnings += capped_warnings(content_warnings(content, result), FOUND_WARNINGS)
         if content.durable_text():
             binding += "\n" + content.durable_text()  # an exact-command approval binds those bytes too
@@ -511,6 +513,11 @@ def content_warnings(content: ContentBinding, result: AllowlistResult) -> list[s
             "allow-always is not offered."
         )
     out += content.notes
+    if content.refuse:
+        out.append(
+            f"Warning: the text cannot be bound to the files it runs ({content.refuse}): an approval of it "
+            "is refused at the run; write it without that, or name the script plainly."
+        )
     if not content.proven:
         out.append(
             "Warning: allow-always is not offered, allow-once only: exechost cannot prove it bound every "

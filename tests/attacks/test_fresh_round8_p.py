@@ -283,6 +283,52 @@ async def _approved_once_after(
             await client.close()
 
 
+# Closed (bind28): see docs/SECURITY.md §5.
+async def test_class5_unparsed_text_runs_under_dash_which_names_another_file(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "x.sh").write_text("echo the script the operator read\n")
+    marker = tmp_path / "PWNED"
+    other = work / "$x.sh"  # what dash runs: `$` before a quote is a literal `$`
+    run = await _approved_once_after(
+        _state(), "sh $'x.sh'", work, lambda: other.write_text(f"touch {marker}\n")
+    )
+    assert not marker.exists(), run
+
+
+# Closed: a tree tool whose manifest names code to run is approved once only (treecode.MANIFEST_TREE).
+async def test_class4_allow_always_npm_test_runs_a_rewritten_script_its_package_json_names(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    approved, marker = tmp_path / "approved", tmp_path / "PWNED"
+    (work / "package.json").write_text('{"name": "x", "version": "1.0.0", "scripts": {"test": "node t.js"}}')
+    script = work / "t.js"
+    script.write_text(f"require('fs').writeFileSync({str(approved)!r}, '')\n")
+    state = _state()
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/npm")
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            first = await client.request("exec", {"command": "npm test", "workdir": str(work)})
+            assert first["details"]["status"] == "approval-pending", first
+            # The script package.json names is bound by nothing: the approval is for this run only.
+            assert "allow-always" not in first["details"]["allowedDecisions"], first
+            assert "this run only" in first["text"], first["text"]
+            approval = {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            with pytest.raises(RemoteError, match="allow-always is unavailable"):
+                await client.request("approve", approval)  # asked for anyway: refused, nothing saved
+            await client.request("approve", {**approval, "decision": "allow-once"})
+            await wait_until(lambda: approved.exists(), timeout=60)
+            script.write_text(f"require('fs').writeFileSync({str(marker)!r}, '')\n")
+            second = await client.request("exec", {"command": "npm test", "workdir": str(work)})
+        finally:
+            await client.close()
+    assert refused(second["details"]) or not marker.exists(), second["details"]
+
+
 # Closed (git28): an ask's identity holds the vetted bytes (TreeVet.inputs): no coalescing.
 async def test_binding_asks_with_other_repository_config_coalesce_into_one_approval(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
@@ -324,12 +370,7 @@ async def test_binding_asks_with_other_repository_config_coalesce_into_one_appro
     assert not marker.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an approved `bash s.sh` runs its sealed copy sourced (`bash --norc -c '. COPY' s.sh`), "
-    "so bash's other am-I-sourced test, `(return 0 2>/dev/null)`, succeeds and the script takes the "
-    "branch `bash s.sh` never takes (only scripts reading BASH_SOURCE get the mirrored path)",
-)
+# Closed (bind28): see docs/SECURITY.md §5.
 async def test_class8_approved_bash_script_takes_the_sourced_branch_of_the_return_idiom(
     tmp_path: Path,
 ) -> None:
@@ -343,12 +384,7 @@ async def test_class8_approved_bash_script_takes_the_sourced_branch_of_the_retur
     assert executed.exists() and not sourced.exists(), run
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: in an unparsed text `cd -P sub/link/..` takes the shell to the physical parent of the "
-    "link's target, but content._cd_dirs follows it logically (sub/): the x.sh that `sh x.sh` then runs "
-    "there is neither bound nor required absent, so one made after the operator looked runs",
-)
+# Closed (bind28): see docs/SECURITY.md §5.
 async def test_class5_cd_physical_dot_dot_leads_the_run_where_the_binder_never_looked(tmp_path: Path) -> None:
     work = tmp_path / "w"
     (work / "sub").mkdir(parents=True)
@@ -367,12 +403,7 @@ async def test_class5_cd_physical_dot_dot_leads_the_run_where_the_binder_never_l
     assert not marker.exists(), run
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a workdir given through a link in another directory: the binder follows `cd ..` from "
-    "the link's name (a/), the run's shell from the real directory (b/w → b/), so the b/x.sh that runs is "
-    "neither bound nor required absent",
-)
+# Closed (bind28): see docs/SECURITY.md §5.
 async def test_class5_cd_dot_dot_from_a_linked_workdir_runs_where_the_binder_never_looked(
     tmp_path: Path,
 ) -> None:
@@ -392,12 +423,7 @@ async def test_class5_cd_dot_dot_from_a_linked_workdir_runs_where_the_binder_nev
     assert not marker.exists(), run
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: content._cd_dirs names a `cd` under CDPATH as unbound only when the gateway's env has "
-    "CDPATH; the agent's own env param CDPATH (shown, not inert) reaches the run's shell, whose `cd sub` "
-    "then goes to $CDPATH/sub: the x.sh there is neither bound nor required absent",
-)
+# Closed (bind28): see docs/SECURITY.md §5.
 async def test_class4_agents_cdpath_leads_the_run_where_the_binder_never_looked(tmp_path: Path) -> None:
     work = tmp_path / "w"
     (work / "sub").mkdir(parents=True)
@@ -415,12 +441,7 @@ async def test_class4_agents_cdpath_leads_the_run_where_the_binder_never_looked(
     assert not marker.exists(), run
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: allow-always is offered for `cmake -P build.cmake` and binds build.cmake only: the file it "
-    "include()s is tree code no digest holds, so a rewritten helper.cmake runs unasked under the saved "
-    "approval (the npm-test hole in another TREE_PROGRAMS tool: only make has RECIPE_TREE)",
-)
+# Closed: cmake -P in a writable tree is approved once only (treecode.MANIFEST_TREE).
 async def test_class4_allow_always_cmake_script_runs_a_rewritten_file_it_includes(tmp_path: Path) -> None:
     work = tmp_path / "w"
     work.mkdir()
@@ -437,11 +458,13 @@ async def test_class4_allow_always_cmake_script_runs_a_rewritten_file_it_include
         try:
             first = await client.request("exec", params)
             assert first["details"]["status"] == "approval-pending", first
-            assert "allow-always" in first["details"]["allowedDecisions"], first
+            assert "allow-always" not in first["details"]["allowedDecisions"], first
+            assert "this run only" in first["text"], first["text"]
             approval = {"id": first["details"]["approvalId"], "decision": "allow-always"}
-            await client.request("approve", approval)
-            saved = state / "exec-approvals.json"
-            await wait_until(lambda: "=command:" in saved.read_text() and approved.exists())
+            with pytest.raises(RemoteError, match="allow-always is unavailable"):
+                await client.request("approve", approval)  # asked for anyway: refused, nothing saved
+            await client.request("approve", {**approval, "decision": "allow-once"})
+            await wait_until(lambda: approved.exists())
             helper.write_text(f'file(WRITE "{marker}" "")\n')
             second = await client.request("exec", params)
         finally:
