@@ -1,12 +1,11 @@
 """Round 8 (attackP): allowlisted git ran code unasked because its argv handling listed bad options. Now
 what runs without an ask is an allowlist of subcommands, each with an allowlist of inert options
-(engine.commands.gitopts); everything else asks. The gateway tests are attackP's
-(tests/attacks/test_fresh_round8_p.py, by the round-8 attacker), copied here as plain tests; the unit
-tests below add the variants: abbreviations, stuck short options, `=` and separate values, `--no-`."""
+(engine.commands.gitopts); everything else asks. attackP's gateway tests stay in
+tests/attacks/test_fresh_round8_p.py (now plain tests); these add the variants: abbreviations, stuck
+short options, `=` and separate values, `--no-`."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 from pathlib import Path
@@ -16,9 +15,8 @@ import pytest
 from engine.approvals.store import ApprovalsStore
 from engine.commands import gitopts, gitvet
 from engine.commands.treecode import unbound_findings
-from engine.protocol.frames import RemoteError
-from tests.attacks.harness import ALLOWLIST, attempt, refused
-from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.attacks.harness import ALLOWLIST
+from tests.helpers.gateway import connect, gateway, write_config
 
 GIT = "/usr/bin/git"
 ID = ["-c", "user.name=a", "-c", "user.email=a@b"]
@@ -39,245 +37,6 @@ def _repo(root: Path) -> Path:
     _git(repo, "init", "-q", ".")
     _git(repo, "commit", "-q", "--allow-empty", "-m", "one")
     return repo
-
-
-# --------------------------------------------------------------------------- attackP's, through the gateway
-
-
-async def test_class5_git_rebase_continue_runs_the_exec_lines_of_the_agents_todo(tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
-    head = _git(repo, "rev-parse", "HEAD")
-    marker = tmp_path / "PWNED"
-    # What the agent leaves in its repository (any allowlisted writer, or a sandbox with workspaceAccess=rw).
-    state = repo / ".git" / "rebase-merge"
-    state.mkdir()
-    (state / "git-rebase-todo").write_text(f"exec touch {marker}\n")
-    (state / "head-name").write_text("refs/heads/master\n")
-    (state / "onto").write_text(head + "\n")
-    (state / "orig-head").write_text(head + "\n")
-    (state / "interactive").write_text("")
-    details = await attempt(
-        _state(),
-        "git rebase --continue",
-        allow=[(GIT, None)],
-        workdir=str(repo),
-    )
-    assert refused(details) or not marker.exists(), details
-
-
-async def test_class5_git_bisect_view_runs_any_git_subcommand_named_after_it(tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
-    _git(repo, "commit", "-q", "--allow-empty", "-m", "two")
-    # Bisect state and a submodule: refs and files the agent writes in its own repository.
-    _git(repo, "update-ref", "refs/bisect/bad", "HEAD")
-    _git(repo, "update-ref", "refs/bisect/good-x", "HEAD~1")
-    (repo / ".git" / "BISECT_TERMS").write_text("bad\ngood\n")
-    sub = repo / "sub"
-    sub.mkdir()
-    _git(sub, "init", "-q", ".")
-    _git(sub, "commit", "-q", "--allow-empty", "-m", "s")
-    _git(repo, "add", "sub")
-    (repo / ".gitmodules").write_text('[submodule "sub"]\n\tpath = sub\n\turl = ./sub\n')
-    marker = tmp_path / "PWNED"
-    details = await attempt(
-        _state(),
-        f"git bisect view submodule foreach 'touch {marker};:'",
-        allow=[(GIT, None)],
-        workdir=str(repo),
-    )
-    assert refused(details) or not marker.exists(), details
-
-
-async def test_class8_git_cherry_pick_strategy_runs_a_program_from_the_work_tree(tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
-    (repo / "f").write_text("a\n")
-    _git(repo, "add", "f")
-    _git(repo, "commit", "-q", "-m", "two")
-    _git(repo, "checkout", "-q", "-b", "other", "HEAD~1")
-    marker = tmp_path / "PWNED"
-    plugin = repo / "git-merge-.." / "x"  # a directory named `git-merge-..`: git-merge-../x is this file
-    plugin.parent.mkdir()
-    plugin.write_text(f"#!/bin/sh\ntouch {marker}\n")
-    plugin.chmod(0o755)
-    details = await attempt(
-        _state(), "git cherry-pick --strategy=../x master", allow=[(GIT, None)], workdir=str(repo)
-    )
-    assert refused(details) or not marker.exists(), details
-
-
-async def test_class8_git_rebase_strategy_runs_a_program_from_the_work_tree(tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
-    _git(repo, "checkout", "-q", "-b", "other")
-    (repo / "g").write_text("b\n")
-    _git(repo, "add", "g")
-    _git(repo, "commit", "-q", "-m", "other")
-    _git(repo, "checkout", "-q", "master")
-    (repo / "f").write_text("a\n")
-    _git(repo, "add", "f")
-    _git(repo, "commit", "-q", "-m", "two")
-    _git(repo, "checkout", "-q", "other")
-    marker = tmp_path / "PWNED"
-    plugin = repo / "git-merge-.." / "x"
-    plugin.parent.mkdir()
-    plugin.write_text(f"#!/bin/sh\ntouch {marker}\n")
-    plugin.chmod(0o755)
-    details = await attempt(
-        _state(), "git rebase --force-rebase -s ../x master", allow=[(GIT, None)], workdir=str(repo)
-    )
-    assert refused(details) or not marker.exists(), details
-
-
-async def test_class5_git_ls_remote_hidden_exec_option_runs_a_shell_command(tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
-    marker = tmp_path / "PWNED"
-    details = await attempt(
-        _state(),
-        f"git ls-remote --exec='touch {marker}; git-upload-pack' .",
-        allow=[(GIT, None)],
-        workdir=str(repo),
-    )
-    assert refused(details) or not marker.exists(), details
-
-
-async def test_class5_git_push_to_a_legacy_remotes_file_runs_the_destinations_hooks(tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
-    dest = tmp_path / "dest"
-    subprocess.run([GIT, "init", "-q", "--bare", str(dest)], check=True)
-    marker = tmp_path / "PWNED"
-    hook = dest / "hooks" / "pre-receive"
-    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
-    hook.chmod(0o755)
-    remotes = repo / ".git" / "remotes"
-    remotes.mkdir()
-    (remotes / "x").write_text(f"URL: {dest}\nPush: refs/heads/master:refs/heads/master\n")
-    details = await attempt(_state(), "git push x", allow=[(GIT, None)], workdir=str(repo))
-    assert refused(details) or not marker.exists(), details
-
-
-async def test_class5_git_push_relative_url_from_a_subdirectory_runs_the_destinations_hooks(
-    tmp_path: Path,
-) -> None:
-    repo = _repo(tmp_path)
-    (repo / "sub").mkdir()
-    dest = tmp_path / "dest"
-    subprocess.run([GIT, "init", "-q", "--bare", str(dest)], check=True)
-    marker = tmp_path / "PWNED"
-    hook = dest / "hooks" / "pre-receive"
-    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
-    hook.chmod(0o755)
-    sub = str(repo / "sub")
-    details = await attempt(_state(), "git push ../dest master", allow=[(GIT, None)], workdir=sub)
-    assert refused(details) or not marker.exists(), details
-
-
-async def test_class5_allow_always_binds_no_script_named_inside_a_git_option_value(tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
-    script = repo / "t.sh"
-    approved = tmp_path / "approved"
-    script.write_text(f"touch {approved}\n")
-    marker = tmp_path / "PWNED"
-    command = "git -c alias.z='!sh t.sh' z"
-    state = _state()
-    write_config(state, ALLOWLIST)
-    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", GIT)
-    async with gateway(state):
-        client = await connect(state)
-        try:
-            first = await client.request("exec", {"command": command, "workdir": str(repo)})
-            assert first["details"]["status"] == "approval-pending", first
-            # Fixed: what a git key or option not known inert names is in no bound file: allow-once only.
-            assert "allow-always" not in first["details"]["allowedDecisions"], first
-            with contextlib.suppress(RemoteError):
-                await client.request(
-                    "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
-                )
-            script.write_text(f"touch {marker}\n")  # after the operator looked at `sh t.sh` as it was
-            second = await client.request("exec", {"command": command, "workdir": str(repo)})
-        finally:
-            await client.close()
-    assert refused(second["details"]) or not marker.exists(), second["details"]
-    assert "=command:" not in (state / "exec-approvals.json").read_text()
-
-
-async def test_binding_asks_with_other_repository_config_coalesce_into_one_approval(tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
-    (repo / "f").write_text("a\n")
-    _git(repo, "add", "f")
-    _git(repo, "commit", "-q", "-m", "f")
-    (repo / "f").write_text("b\n")  # modified: status runs the clean filter of its attribute
-    (repo / ".gitattributes").write_text("* filter=x\n")
-    marker = tmp_path / "PWNED"
-    config = repo / ".git" / "config"
-    plain = config.read_text()
-    config.write_text(plain + "[alias]\n\tst = status\n")  # asks: a key not known inert, harmless
-    state = _state()
-    write_config(state, ALLOWLIST)
-    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", GIT)
-    async with gateway(state):
-        client = await connect(state)
-        try:
-            params = {"command": "git status", "workdir": str(repo)}
-            first = await client.request("exec", {**params, "sessionKey": "agent:main:one"})
-            assert first["details"]["status"] == "approval-pending", first
-            config.write_text(plain + f'[filter "x"]\n\tclean = touch {marker}; cat\n')
-            second = await client.request("exec", {**params, "sessionKey": "agent:main:two"})
-            assert second["details"]["status"] == "approval-pending", second
-            shown = first["details"]["approvalId"]
-            # The operator approves what the inbox shows for the first ask (alias.st), once.
-            await client.request("approve", {"id": shown, "decision": "allow-once"})
-            others = second["details"]["approvalId"]
-
-            async def ended(key: str) -> bool:
-                got = await client.request("approvals.status", {"approvalId": shown, "sessionKey": key})
-                run = got["details"].get("run") or {}
-                return run.get("status") not in (None, "running", "starting")
-
-            if others == shown:  # coalesced: the one approval also runs the second session's command
-                await wait_until(lambda: ended("agent:main:two"), timeout=30)
-        finally:
-            await client.close()
-    assert not marker.exists()
-
-
-async def test_class5_git_request_pull_url_operand_is_an_option_to_ls_remote(tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
-    _git(repo, "remote", "add", "origin", str(repo))  # an inert remote.origin.url: a local path
-    marker = tmp_path / "PWNED"
-    details = await attempt(
-        _state(),
-        f"git request-pull -- HEAD '--upload-pack=touch {marker};git-upload-pack'",
-        allow=[(GIT, None)],
-        workdir=str(repo),
-    )
-    assert refused(details) or not marker.exists(), details
-
-
-async def test_class5_git_pull_operand_after_dash_dash_is_an_option_to_fetch(tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
-    _git(repo, "remote", "add", "origin", str(repo))
-    marker = tmp_path / "PWNED"
-    details = await attempt(
-        _state(),
-        f"git pull -- '--upload-pack=touch {marker};git-upload-pack'",
-        allow=[(GIT, None)],
-        workdir=str(repo),
-    )
-    assert refused(details) or not marker.exists(), details
-
-
-async def test_class5_git_push_to_a_path_git_completes_with_dot_git_runs_the_destinations_hooks(
-    tmp_path: Path,
-) -> None:
-    repo = _repo(tmp_path)
-    dest = tmp_path / "dest.git"
-    subprocess.run([GIT, "init", "-q", "--bare", str(dest)], check=True)
-    marker = tmp_path / "PWNED"
-    hook = dest / "hooks" / "pre-receive"
-    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
-    hook.chmod(0o755)
-    command = f"git push {tmp_path / 'dest'} master"
-    details = await attempt(_state(), command, allow=[(GIT, None)], workdir=str(repo))
-    assert refused(details) or not marker.exists(), details
 
 
 # --------------------------------------------------------------------------- variants, decided by the grammar
