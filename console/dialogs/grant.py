@@ -22,6 +22,9 @@ CHOICES: tuple[tuple[str, str, dict[str, Any]], ...] = (
 )
 
 
+NO_SESSION = "No 'this session only': this ask came from no one session (a call without a session key)."
+
+
 class GrantDialog(ModalScreen[dict[str, Any] | None]):
     """Dismisses with the chosen limits ({} = allow always, forever), or None on `n`/Escape."""
 
@@ -31,11 +34,14 @@ class GrantDialog(ModalScreen[dict[str, Any] | None]):
         Binding("escape", "cancel", "Cancel"),
     ]
 
-    def __init__(self, title: str, body: RenderableType, limits: bool = True) -> None:
+    def __init__(self, title: str, body: RenderableType, limits: bool = True, session: bool = True) -> None:
         super().__init__()
         self.title_text = title
         self.body = body
         self.limits = limits  # OpenClaw's socket clients take only allow-always: no limited choices
+        # An ask from no one session (a sessionless call, or two sessions) has no session to bind a grant
+        # to: the gateway refuses "this session only" there, so it is not offered (and the dialog says why).
+        self.session = session
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
@@ -46,8 +52,12 @@ class GrantDialog(ModalScreen[dict[str, Any] | None]):
                     Text("Or allow it only for a while: a grant, listed in Policy, revocable.", style="dim"),
                     classes="dialog-body",
                 )
+                if not self.session:
+                    yield Static(Text(NO_SESSION, style="dim"), classes="dialog-body")
             with Horizontal(classes="dialog-buttons"):
                 for index, (key, label, _) in enumerate(CHOICES if self.limits else CHOICES[:1]):
+                    if not self._offered(index):
+                        continue
                     button = Button(Text(f"{label} ({key})"), id=f"choice-{index}")
                     if index == 0:
                         button.variant = "primary"
@@ -61,8 +71,11 @@ class GrantDialog(ModalScreen[dict[str, Any] | None]):
         else:
             self.dismiss(None)
 
+    def _offered(self, index: int) -> bool:
+        return (index == 0 or self.limits) and (self.session or not CHOICES[index][2].get("sessionOnly"))
+
     def action_choose(self, index: int) -> None:
-        if index and not self.limits:
+        if not self._offered(index):
             return
         self.dismiss(dict(CHOICES[index][2]))
 

@@ -563,7 +563,12 @@ class ApprovalsPane(Horizontal):
                 body.append("\nIt would also allow these recent commands without asking:\n")
                 for command in also[:8]:
                     body.append(f"  {visible(command)}\n", style="yellow")
-            dialog = GrantDialog("Allow always?", body, limits=item.source != "socket")
+            dialog = GrantDialog(
+                "Allow always?",
+                body,
+                limits=item.source != "socket",
+                session=bool(item.view.get("sessionOwner", True)),
+            )
             limits = await self.app.push_screen_wait(dialog)
             if limits is None:
                 return

@@ -225,7 +225,9 @@ class GrantStore:
         """The live grants of this agent (and this session) as allow-always entries, id `grant:<id>`."""
         out: list[AllowlistEntry] = []
         for grant in self.active(agent_id):
-            if grant.session_key is not None and grant.session_key != (session_key or ""):
+            # A session grant belongs to the session it names; one naming none (an older file's "")
+            # belongs to no one: "" is what every sessionless call carries, never one session.
+            if grant.session_key is not None and (not grant.session_key or grant.session_key != session_key):
                 continue
             out += [
                 AllowlistEntry(pattern=p, id=GRANT_PREFIX + grant.id, source=ALLOW_ALWAYS_SOURCE)
@@ -272,6 +274,10 @@ class GrantStore:
     ) -> Grant | None:
         """Make grant `grant_id` unless it exists (returned as it is) or already ended (None): however often
         a decision is taken up again (coalesced asks, a restart), its grant is made once."""
+        if limits.session_only and not session_key:
+            raise InvalidInput(
+                "a 'this session only' grant needs the session it belongs to (this ask had none)"
+            )
         now = _now_ms()
         grant = Grant(
             id=grant_id,
@@ -281,7 +287,7 @@ class GrantStore:
             created_at_ms=now,
             expires_at_ms=now + limits.duration_ms if limits.duration_ms is not None else None,
             uses_left=limits.uses,
-            session_key=(session_key or "") if limits.session_only else None,
+            session_key=session_key if limits.session_only else None,
             granted_by=granted_by[:80],
         )
         with statefs.file_lock(self.path):

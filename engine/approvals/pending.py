@@ -51,12 +51,6 @@ class ApprovalError(ExecHostError):
         self.code = code
 
 
-SESSIONLESS = (
-    'this ask came from a call with no session key, so "this session only" cannot limit it (every '
-    "sessionless call of the agent carries the same empty key): limit it by time (--for) or uses (--uses)"
-)
-
-
 def env_hash(env: Mapping[str, str] | None) -> str:
     """sha256 over the sorted (key, value) pairs, as OpenClaw binds an approval to its env."""
     pairs = sorted((env or {}).items())
@@ -215,6 +209,8 @@ class ApprovalRecord:
             "requesterCount": len(self.requesters),
             "requesters": self.requesters[:SHOWN_REQUESTERS],
             "grant": self.grant.to_json() if self.grant else None,
+            # The one session a "this session only" grant would belong to; None: that choice is refused.
+            "sessionOwner": session_owner(self),
             **self.request.to_json(),
         }
 
@@ -232,6 +228,33 @@ def unsettled(record: ApprovalRecord) -> bool:
     # first requester or any that joined.
     runs = [record.run, *(entry.get("run") for entry in record.joined)]
     return any(run is None or run.get("status") == "starting" for run in runs)
+
+
+NO_SESSION = (
+    "'this session only' needs an ask from one session: this one came from a call with no session key (an "
+    "`exechost exec`, an MCP server started without --session), and a grant bound to no session would cover "
+    "every sessionless call of agent {agent}; choose a duration or a number of uses instead"
+)
+SEVERAL_SESSIONS = (
+    "'this session only' needs an ask from one session: {count} sessions wait on this one, and a grant "
+    "belongs to one of them; choose a duration or a number of uses instead"
+)
+
+
+def no_session_reason(record: ApprovalRecord) -> str:
+    """Why 'this session only' is refused for `record` (session_owner found none)."""
+    keys = {str(r.get("sessionKey") or "") for r in record.requesters}
+    if "" in keys or not keys:
+        return NO_SESSION.format(agent=record.request.agent_id)
+    return SEVERAL_SESSIONS.format(count=len(keys))
+
+
+def session_owner(record: ApprovalRecord) -> str | None:
+    """The one session a 'this session only' grant on `record` belongs to: the session key every asker
+    named; None when an asker named none (an ownerless key is every sessionless call's) or two differ."""
+    keys = {str(r.get("sessionKey") or "") for r in record.requesters} or {record.request.session_key}
+    key = keys.pop() if len(keys) == 1 else ""
+    return key or None
 
 
 Listener = Callable[[str, ApprovalRecord], None]
@@ -578,17 +601,8 @@ class ApprovalManager:
             )
         if grant is not None and normalized != "allow-always":
             raise ApprovalError("APPROVAL_BAD_DECISION", "limits (--for/--uses/--session) need allow-always")
-        if (
-            grant is not None
-            and grant.session_only
-            and not all(
-                str(r.get("sessionKey") or "").strip()
-                for r in record.requesters or [record.request.requester()]
-            )
-        ):
-            # A sessionless call's key is "", which every other sessionless call of the agent carries too:
-            # a grant bound to it would be the agent's, not one session's (fresh round 8 o).
-            raise ApprovalError("APPROVAL_BAD_DECISION", SESSIONLESS)
+        if grant is not None and grant.session_only and session_owner(record) is None:
+            raise ApprovalError("APPROVAL_NO_SESSION", no_session_reason(record))
         if reason:
             record.reason = " ".join(str(reason).split())[:500]
         record.grant = grant

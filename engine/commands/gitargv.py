@@ -1,5 +1,5 @@
-"""What git's own arguments make it run: the subcommands and options that name a program, an allowlist of
-subcommands known to run none, and the local repositories a push starts receive-pack in (issue 27 §4)."""
+"""What git's own arguments make it run: anything outside gitopts' allowlist of subcommands and their inert
+options, and the local repositories a push starts receive-pack in (issue 27 §4)."""
 
 from __future__ import annotations
 
@@ -7,81 +7,11 @@ import os
 import re
 from collections.abc import Sequence
 
-# Subcommands whose own arguments name a program to run (git's fixed set, unlike config driver names).
-_PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
-    "clone": ("-u", "--upload-pack", "--template", "-c", "--config"),
-    "fetch": ("--upload-pack",),
-    "pull": ("--upload-pack",),
-    "ls-remote": ("--upload-pack",),
-    "push": ("--receive-pack", "--exec"),
-    "send-pack": ("--receive-pack", "--exec"),
-    "fetch-pack": ("--upload-pack", "--exec"),
-    # `--remote=<repo>`: git-upload-archive runs in that repository with its own config (git clears the
-    # forced command-line config for it), where `tar.<format>.command` with `tar.<format>.remote = true`
-    # is a program; no vet read that config.
-    "archive": ("--exec", "--remote"),
-    "rebase": ("-x", "--exec"),
-    "grep": ("-O", "--open-files-in-pager"),
-    "difftool": ("-x", "--extcmd", "-t", "--tool"),
-    "mergetool": ("-t", "--tool"),
-    "init": ("--template",),
-}
-_PROGRAM_SUBCOMMANDS = frozenset(
-    {
-        "filter-branch",
-        "bisect",
-        "send-email",
-        "instaweb",
-        "maintenance",
-        "daemon",
-        "submodule",
-        "p4",
-        "svn",
-        "cvsimport",
-        "cvsserver",
-        "cvsexportcommit",
-        "quiltimport",
-        "web--browse",
-        "difftool",
-        "mergetool",
-        "credential",
-        "upload-pack",
-        "upload-archive",  # serves a request from stdin in the repository it names, with that config
-        "for-each-repo",  # runs `git -C <each value of a config key> <its own argv>`: a git line unvetted
-        "receive-pack",
-        "shell",
-        "remote-ext",
-        "remote-fd",
-        "hook",
-        "run-command",
-    }
-)
-# Subcommands known to run no program of their own choosing: what they run is named by config (vetted
-# above, or the operator's), by attributes that select a vetted driver, or by an option listed in
-# _PROGRAM_OPTIONS. Any other word (an alias, a subcommand added by a later git, a `git-<name>` on the
-# PATH) asks: a list of what is known not to run programs, not of what is known to (issue 27 §4).
-_PLAIN_SUBCOMMANDS = frozenset(
-    {
-        "add", "am", "annotate", "apply", "archive", "blame", "branch", "bundle", "cat-file",
-        "check-attr", "check-ignore", "check-mailmap", "check-ref-format", "checkout", "checkout-index",
-        "cherry", "cherry-pick", "clean", "clone", "column", "commit", "commit-graph", "commit-tree",
-        "config", "count-objects", "describe", "diff", "diff-files", "diff-index", "diff-tree",
-        "fast-export", "fast-import", "fetch", "fetch-pack", "fmt-merge-msg", "for-each-ref",
-        "format-patch", "fsck", "gc", "get-tar-commit-id", "grep", "hash-object", "help", "index-pack",
-        "init", "interpret-trailers", "log", "ls-files", "ls-remote", "ls-tree", "mailinfo", "mailsplit",
-        "merge", "merge-base", "merge-file", "merge-tree", "mktag", "mktree", "multi-pack-index", "mv",
-        "name-rev", "notes", "pack-objects", "pack-refs", "patch-id", "prune", "prune-packed", "pull",
-        "push", "range-diff", "read-tree", "rebase", "reflog", "remote", "repack", "replace", "request-pull",
-        "reset", "restore", "rev-list", "rev-parse", "revert", "rm", "send-pack", "shortlog", "show",
-        "show-branch", "show-index", "show-ref", "sparse-checkout", "stash", "status", "stripspace",
-        "switch", "symbolic-ref", "tag", "unpack-objects", "update-index", "update-ref", "var",
-        "verify-commit", "verify-pack", "verify-tag", "version", "whatchanged", "worktree", "write-tree",
-        # known to run programs, asked by _PROGRAM_SUBCOMMANDS unless their safe words are given
-        *("submodule", "bisect"),
-    }
-)  # fmt: skip
-_SAFE_SUBCOMMAND_WORDS = {"submodule": frozenset({"status", "summary"}), "bisect": frozenset({"log", "view"})}
+from engine.commands import gitopts
 
+# Schemes git speaks itself; any other `scheme://` or `<helper>::` runs a `git-remote-<helper>` program.
+URL_SCHEMES = frozenset({"http", "https", "ssh", "git", "file", "ftp", "ftps", "git+ssh", "ssh+git"})
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 # Options that make git run git inside submodules (the forced config turns every such default off,
 # hostenv.GIT_FORCED_CONFIG): a submodule's own config was vetted only as of the re-vet, and a gitlink
@@ -112,40 +42,36 @@ def _enters_submodules(word: str) -> bool:
 
 
 def argv_programs(sub: str | None, rest: Sequence[str]) -> list[str]:
-    """What in git's own arguments (after the global options) runs a program: the subcommand, or an
-    option naming one or entering submodules; empty when nothing does."""
+    """What in git's own arguments (after the global options) may run a program: the subcommand or an
+    option not in gitopts' allowlist, an option entering submodules, a URL operand naming a transport
+    helper; empty when every word is known to run nothing."""
     if sub is None:
         return []
     for word in rest:
-        if word == "--":
+        if word in ("--", "--end-of-options"):
             break
         if _enters_submodules(word):
             return [f"`{word}`, which runs git inside submodules"]
-    if "--" in sub:
-        # git's internal helpers (`submodule--helper foreach CMD`, `bisect--helper`, `web--browse`, …) are
-        # the machinery behind commands that run programs, each a subcommand of its own: none is for agents.
-        return [f"`git {sub}`, an internal helper of git's"]
-    if sub in _PROGRAM_SUBCOMMANDS:
-        first = next((w for w in rest if not w.startswith("-")), None)
-        if first is None or first not in _SAFE_SUBCOMMAND_WORDS.get(sub, frozenset()):
-            return [f"`git {sub}`, which runs other programs"]
-    if sub not in _PLAIN_SUBCOMMANDS:
-        return [f"`git {sub}`, not a subcommand known to run no program"]
-    options = _PROGRAM_OPTIONS.get(sub, ())
-    for word in rest:
-        if word == "--":
-            break
-        for option in options:
-            short = len(option) == 2
-            if (
-                word == option
-                or (not short and _long(word, option))
-                # parse-options clusters short options: `-qu CMD` is `-q -u CMD`. The letter anywhere in
-                # the cluster counts (inside an earlier option's attached value it asks needlessly).
-                or (short and word.startswith("-") and not word.startswith("--") and option[1] in word[1:])
-            ):
-                return [f"`git {sub} {option}`, which names a program"]
-    return []
+    found = gitopts.problems(sub, rest)
+    if not found and sub in gitopts.REMOTE_SUBCOMMANDS:
+        # Every operand, those after `--` included: pull hands its repository operand to fetch with no
+        # `--` before it, where `--upload-pack=CMD` is the option again (a leading `-` asks).
+        cut = next((i for i, w in enumerate(rest) if w in ("--", "--end-of-options")), len(rest))
+        operands = [w for w in rest[:cut] if not w.startswith("-")] + list(rest[cut + 1 :])
+        found = [f"`{w}`: {p}" for w in operands if (p := url_problem(w))][:1]
+    return found
+
+
+def url_problem(url: str) -> str | None:
+    """A URL git fetches with its own transports; `<helper>::` and unknown `scheme://` run a helper."""
+    if "::" in url:
+        return "a transport helper URL (git would run git-remote-<helper>)"
+    match = _SCHEME.match(url)
+    if match and match.group(1).lower() not in URL_SCHEMES:
+        return f"the {match.group(1)}:// transport runs a git-remote-{match.group(1)} helper"
+    if url.startswith("-"):
+        return "a URL starting with '-'"
+    return None
 
 
 # Subcommands that start git-receive-pack in the destination repository. For a local destination (a path,
@@ -203,6 +129,9 @@ def _push_destinations(rest: Sequence[str]) -> list[str] | None:
     return named + operands[:1] or None
 
 
+_REPO_SUFFIXES = ("/.git", "", ".git/.git", ".git")
+
+
 def local_destinations(rest: Sequence[str], cwd: str, pairs: Sequence[tuple[str, str | None]]) -> list[str]:
     """Every local repository a push with this argv would start receive-pack in (RECEIVE_PACK_TREE): the
     argv's repository, or the URLs of the remote it names (every remote's when it names none) among the
@@ -226,9 +155,13 @@ def local_destinations(rest: Sequence[str], cwd: str, pairs: Sequence[tuple[str,
     out: list[str] = []
     for url in dict.fromkeys(urls):
         if is_local_url(url):
-            path = url[len("file://") :] if url.lower().startswith("file://") else url
+            path = url
+            if url.lower().startswith("file://"):
+                path = url[len("file://") :]
+                path = path if path.startswith("/") else "/" + path.partition("/")[2]  # file://host/p
             where = os.path.realpath(os.path.join(cwd, os.path.expanduser(path)))
-            # Nothing there: git fails (a repository made there before the spawn is found by the re-vet).
-            if os.path.lexists(where):
-                out.append(where)
-    return out
+            # receive-pack's enter_repo tries these suffixes in turn (`git push /w/dest` enters dest.git).
+            # Nothing at any: git fails (a repository made there before the spawn is found by the re-vet).
+            base = where.rstrip("/") or "/"
+            out += [base + s for s in _REPO_SUFFIXES if os.path.lexists(base + s)]
+    return list(dict.fromkeys(out))

@@ -10,8 +10,8 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import gitargv
-from engine.commands.gitargv import RECEIVE_PACK_TREE
+from engine.commands import gitargv, gitopts
+from engine.commands.gitargv import RECEIVE_PACK_TREE, url_problem
 from engine.commands.gitindex import UnreadableIndex, gitlinks
 from engine.commands.regular import Unreadable, read_regular
 from engine.sysbin import only_root_changes
@@ -95,9 +95,6 @@ INERT_SUBSECTION_KEYS = {
     "submodule": frozenset({"url", "active", "branch", "shallow", "ignore"}),
 }
 URL_KEYS = frozenset({("remote", "url"), ("remote", "pushurl"), ("submodule", "url")})
-# Schemes git speaks itself; any other `scheme://` or `<helper>::` runs a `git-remote-<helper>` program.
-URL_SCHEMES = frozenset({"http", "https", "ssh", "git", "file", "ftp", "ftps", "git+ssh", "ssh+git"})
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 # Options git reads before the subcommand; any other leading option is not understood, so it asks.
 _GLOBAL_FLAGS = frozenset(
@@ -300,18 +297,6 @@ def key_problem(key: str, value: str | None) -> str | None:
         return "not a key known to be inert"
     if (section, name) in URL_KEYS and value is not None:
         return url_problem(value)
-    return None
-
-
-def url_problem(url: str) -> str | None:
-    """A URL git fetches with its own transports; `<helper>::` and unknown `scheme://` run a helper."""
-    if "::" in url:
-        return "a transport helper URL (git would run git-remote-<helper>)"
-    match = _SCHEME.match(url)
-    if match and match.group(1).lower() not in URL_SCHEMES:
-        return f"the {match.group(1)}:// transport runs a git-remote-{match.group(1)} helper"
-    if url.startswith("-"):
-        return "a URL starting with '-'"
     return None
 
 
@@ -553,7 +538,8 @@ def vet(git: str, argv: Sequence[str], cwd: str, record: Record | None = None) -
             queue.extend((sub, None) for sub in _submodule_repos(git, tree, record, repo, hash_size))
     if queue:
         found.append(Finding("git", cwd, "more nested repositories than exechost vets"))
-    found += _local_destinations(git, args, own)
+    found += _legacy_remotes(args, top)
+    found += _local_destinations(git, args, own, top)
     if record is not None:
         record.repos.append((tuple(argv), top))
     return found
@@ -608,11 +594,41 @@ def _argv_programs(args: _Argv) -> list[Finding]:
     ]
 
 
-def _local_destinations(git: str, args: _Argv, own: Pairs) -> list[Finding]:
+LEGACY_REMOTES = (
+    "remotes defined the legacy way (files of .git/remotes/ or .git/branches/), which exechost does not "
+    "read: where they point is unvetted"
+)
+
+
+def _legacy_remotes(args: _Argv, top: Repo | str | None) -> list[Finding]:
+    """git still reads a remote from `remotes/<name>` and `branches/<name>` of the common dir (a push to a
+    local repository there runs its hooks): a command that names remotes asks while any such file exists
+    (and the pinned view links neither directory, so one made after this read is not seen by git)."""
+    if args.subcommand not in gitopts.REMOTE_SUBCOMMANDS or not isinstance(top, Repo):
+        return []
+    out = []
+    for name in ("remotes", "branches"):
+        where = os.path.join(top.common_dir, name)
+        try:
+            if os.listdir(where):
+                out.append(Finding("git", where, LEGACY_REMOTES))
+        except OSError:
+            if os.path.lexists(where):  # a file or a link there: not a directory exechost can list
+                out.append(Finding("git", where, LEGACY_REMOTES))
+    return out
+
+
+def _local_destinations(git: str, args: _Argv, own: Pairs, top: Repo | str | None) -> list[Finding]:
     """Every local repository this push would start receive-pack in (gitargv.RECEIVE_PACK_TREE), with
-    the remotes and URL rewrites of the operator's config, the repository's own and the command line."""
+    the remotes and URL rewrites of the operator's config, the repository's own and the command line. A
+    relative URL is taken from the cwd and from the top of the work tree (git chdirs there first)."""
     if args.subcommand not in gitargv.RECEIVE_PACK:
         return []
     pairs = [*_global_pairs(git), *own, *((c.partition("=")[0], c.partition("=")[2]) for c in args.config)]
-    where = gitargv.local_destinations(args.rest, args.cwd, pairs)
-    return [Finding("git", path, RECEIVE_PACK_TREE) for path in where]
+    bases = [args.cwd]
+    if isinstance(top, Repo):
+        bases += [b for b in (top.work_tree, top.git_dir) if b]
+    where: list[str] = []
+    for base in dict.fromkeys(bases):
+        where += gitargv.local_destinations(args.rest, base, pairs)
+    return [Finding("git", path, RECEIVE_PACK_TREE) for path in dict.fromkeys(where)]

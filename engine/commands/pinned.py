@@ -36,8 +36,10 @@ from engine.statefs import state_dir
 # Entries of a repository's common dir (git's path.c common_list): linked from the view, so reads and
 # writes of objects, refs, packed-refs and logs go to the repository; only `config` is the vetted copy.
 # Linked even when absent, so a file git creates (packed-refs, shallow) lands in the repository too.
+# Not `remotes/` and `branches/`: git reads remotes from their files, which no vet reads (gitvet asks
+# while they hold any), so the view has none and one made after the vet is not seen either.
 COMMON_ENTRIES = (
-    "objects", "refs", "packed-refs", "logs", "info", "hooks", "branches", "remotes", "rr-cache", "svn",
+    "objects", "refs", "packed-refs", "logs", "info", "hooks", "rr-cache", "svn",
     "shallow", "worktrees", "modules", "lost-found", "lfs", "common", "gc.pid", "gc.log", "description",
 )  # fmt: skip
 # Subcommands that make a repository where GIT_DIR would point: not pointed at "no repository". Every other

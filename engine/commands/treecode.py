@@ -132,7 +132,10 @@ PIP_PROJECT = "a project pip builds (its backend runs and imports whatever that 
 PIP_LINE = "a requirements line exechost does not model"
 # Findings whose code is not in the named file's bytes (a project, a push destination's hooks): a file
 # there (a gitfile, an sdist) binds nothing of it, so they are never bound, whatever is at the path.
-_NO_BYTES = frozenset({PIP_PROJECT, gitvet.RECEIVE_PACK_TREE})
+_NO_BYTES = frozenset({PIP_PROJECT, gitvet.RECEIVE_PACK_TREE, gitvet.LEGACY_REMOTES})
+# What git runs when its config or command line holds what exechost does not know to be inert
+# (`-c alias.z='!sh t.sh'`, a filter naming ./clean.sh, an unknown option): programs in no bound file.
+GIT_NAMED = "the programs git's config or command line may name"
 A_TREE, UNREADABLE = "a tree", "unreadable"  # binding() of a finding no bytes hold
 SCRIPTS_TREE = "a script's tree"  # binding() of an interpreter's tree: its script is bound by content
 ARGV_FILE = "code or options it reads from a file its argv names"
@@ -577,6 +580,11 @@ def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> s
                 data[path] = held
         lines.append(f"tree:{path}={hashlib.sha256(held).hexdigest()}")
     lines += sorted({f"tree-arg:{f.what}" for f in found if not os.path.isabs(f.path)})
+    if any(f.program == "git" for f in found):
+        # What a git key or option not known inert names (an alias's `!sh t.sh`, a filter's script) is in
+        # no bound file's bytes: unbound, so the approval is for this run only. The files' own digests
+        # stay above: the spawn's re-vet compares them.
+        lines.append(f"tree:{GIT_NAMED}={A_TREE}")
     return "\n".join(lines)
 
 
@@ -615,6 +623,9 @@ class TreeVet:
     wheres: tuple[tuple[int, ...], ...] = ()
     analysis: CommandAnalysis | None = field(default=None, compare=False, repr=False)
     result: AllowlistResult | None = field(default=None, compare=False, repr=False)
+    # sha256 over every file the vet read (each repository config, inert or not) and the binding: part of
+    # an ask's identity, so asks decided on other bytes (another repository's config) never coalesce.
+    inputs: str = ""
 
     def findings(self, record: gitvet.Record | None = None, cwd: str | None = None) -> list[Finding]:
         """Every command's findings (`sh -c` payloads included), as of now."""
@@ -692,6 +703,11 @@ def tree_vet(
     found = vet.findings(record)
     shown = tuple(f.warning() for f in found)
     text = binding(found, record.data)
+    inputs = hashlib.sha256(text.encode("utf-8", "surrogateescape"))
+    for path in sorted(record.data):
+        inputs.update(
+            f"\n{path}={hashlib.sha256(record.data[path]).hexdigest()}".encode("utf-8", "surrogateescape")
+        )
     return TreeVet(
         vet.commands,
         cwd,
@@ -704,4 +720,5 @@ def tree_vet(
         tuple(wheres),
         analysis,
         result,
+        inputs.hexdigest(),
     )

@@ -17,6 +17,7 @@ from engine.approvals.pending import (
     ApprovalError,
     ApprovalManager,
     ApprovalRecord,
+    session_owner,
 )
 from engine.approvals.store import ApprovalsFileError, Use
 from engine.commands.allowlist import identity_problem
@@ -598,7 +599,9 @@ class ExecTool:
                         patterns,
                         prepared.command,
                         record.grant,
-                        session_key=ctx.session_key,
+                        # The session the decision found every asker in, not whichever of them runs
+                        # first: none (a sessionless ask) makes no session grant (GrantStore.ensure).
+                        session_key=session_owner(record) or "",
                         granted_by=record.resolved_by or "operator",
                     )
                 except Exception as exc:

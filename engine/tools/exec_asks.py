@@ -24,6 +24,14 @@ def policy_now_denies(today: Decision | None) -> str | None:
     return None
 
 
+def ask_content_key(d: Decision) -> str:
+    """The bytes an ask was decided on, for its identity: the files it runs (content.key()) and every
+    file the tree vet read (a repository's config): asks in two repositories never share one approval."""
+    key = d.content.key() if d.content is not None else ""
+    inputs = d.tree.inputs if d.tree is not None else ""
+    return f"{key}:{inputs}" if inputs else key
+
+
 def ask_request(prepared: Prepared, ctx: ExecContext, call: ExecRequest) -> ApprovalRequest:
     d = prepared.decision
     env_param = call.env or {}
@@ -42,7 +50,7 @@ def ask_request(prepared: Prepared, ctx: ExecContext, call: ExecRequest) -> Appr
         node_id=d.node,
         env_hash=env_hash(env_param),
         env=tuple(sorted((str(k), str(v)) for k, v in env_param.items())),
-        content_key=d.content.key() if d.content is not None else "",
+        content_key=ask_content_key(d),
         decision_json=d.to_json(),
         warnings=tuple(prepared.warnings),
         agent_reason=agent_reason(call.reason),

@@ -39,7 +39,11 @@ def register(subparsers: Subparsers) -> None:
         "--for", dest="for_", metavar="DURATION", help="allow-always only this long (30m, 8h, 2d): a grant"
     )
     p.add_argument("--uses", type=int, metavar="N", help="allow-always for N more runs: a grant")
-    p.add_argument("--session", action="store_true", help="allow-always only in the asking session: a grant")
+    p.add_argument(
+        "--session",
+        action="store_true",
+        help="allow-always only in the asking session: a grant (refused for an ask from no session key)",
+    )
     add_json_arg(p)
     p.set_defaults(func=run_verb(cmd_approve))
 

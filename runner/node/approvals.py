@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from engine.approvals.grants import GrantLimits
-from engine.approvals.pending import ApprovalManager, ApprovalRecord
+from engine.approvals.pending import ApprovalManager, ApprovalRecord, session_owner
 from engine.errors import InvalidInput
 
 log = logging.getLogger("exechost.node")
@@ -75,6 +75,8 @@ class RelayedApprovals(ApprovalManager):
                     grant = GrantLimits.from_json(answer.get("grant"))
                 except InvalidInput:  # limits we cannot read: a yes for this run only, never for ever
                     decision = "allow-once"
+                if grant is not None and grant.session_only and session_owner(record) is None:
+                    decision, grant = "allow-once", None  # no session to bind it to: this run only
             self.resolve(
                 record.id,
                 decision,

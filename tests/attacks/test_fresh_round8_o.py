@@ -158,15 +158,6 @@ async def test_class2_session_only_grant_on_a_sessionless_ask_covers_every_sessi
 # ---- class 3: the egress proxy's DNS pool is one pool for every agent
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open: the egress proxy's resolver pool (8 threads) and its cap of 64 lookups in flight are shared "
-        "by every agent: one agent's sandbox asking 64 names whose DNS never answers (any name under "
-        "mode=open, or a wildcard allow over a zone it controls) gets another agent's allowed name "
-        "refused at once ('64 lookups are still waiting for DNS')"
-    ),
-)
 async def test_class3_one_agents_hanging_lookups_refuse_another_agents_names(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -177,7 +168,9 @@ async def test_class3_one_agents_hanging_lookups_refuse_another_agents_names(
     Agent ops's sandbox then asks for its allowed registry: refused at once, with no lookup, because the
     cap and the 8 resolver threads count lookups, not principals. The DNS server cannot be reached here
     (no traffic leaves this machine), so `system_lookup` stands in for the system resolver: names in
-    `.hang.test` wait as a silent server makes getaddrinfo wait; every other name answers at once."""
+    `.hang.test` wait as a silent server makes getaddrinfo wait; every other name answers at once.
+    Fixed (prin28): each principal has its own lane of resolver threads and its own cap
+    (`engine/sandbox/egress/addresses.py`, `tests/attacks/test_egress_fair.py`)."""
     from engine.sandbox.egress import addresses, forwarder
     from engine.sandbox.egress.proxy import Connection, Decision, EgressProxy, Request
     from tests.helpers.egress import host_forwarder

@@ -6,6 +6,7 @@ regression tests. The agent controls its workspace (any file in the cwd), the co
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from collections.abc import Callable
@@ -43,11 +44,7 @@ def _repo(root: Path) -> Path:
 # --------------------------------------------------------------------------- class 5: git's own state
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an allowlisted `git rebase --continue` runs the `exec` lines of .git/rebase-merge/"
-    "git-rebase-todo, a file of the agent's repository that gitvet never reads (only config is vetted)",
-)
+# Closed (git28): `rebase --continue` is no option of gitopts' table: it asks.
 async def test_class5_git_rebase_continue_runs_the_exec_lines_of_the_agents_todo(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     head = _git(repo, "rev-parse", "HEAD")
@@ -69,12 +66,7 @@ async def test_class5_git_rebase_continue_runs_the_exec_lines_of_the_agents_todo
     assert refused(details) or not marker.exists(), details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `git bisect view <word> …` runs `git <word> …` (bisect--helper's visualize), and gitargv "
-    "takes `view` as the safe word without reading the words after it: `git bisect view submodule foreach "
-    "CMD` runs CMD unasked with only /usr/bin/git allowlisted",
-)
+# Closed (git28): bisect's only mode in gitopts' table is `log`: `view` asks.
 async def test_class5_git_bisect_view_runs_any_git_subcommand_named_after_it(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     _git(repo, "commit", "-q", "--allow-empty", "-m", "two")
@@ -98,12 +90,7 @@ async def test_class5_git_bisect_view_runs_any_git_subcommand_named_after_it(tmp
     assert refused(details) or not marker.exists(), details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `git cherry-pick --strategy=../x` runs `git merge-../x`, which git execs as the relative "
-    "path ./git-merge-../x from the work tree (a name with a slash is never looked up on PATH): the agent's "
-    "file runs unasked; gitargv does not read -s/--strategy as naming a program",
-)
+# Closed (git28): `--strategy` is no option of cherry-pick in gitopts' table: it asks.
 async def test_class8_git_cherry_pick_strategy_runs_a_program_from_the_work_tree(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     (repo / "f").write_text("a\n")
@@ -121,12 +108,7 @@ async def test_class8_git_cherry_pick_strategy_runs_a_program_from_the_work_tree
     assert refused(details) or not marker.exists(), details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `git rebase --force-rebase -s ../x` picks through `git merge-../x` as cherry-pick does: "
-    "the "
-    "work tree's ./git-merge-../x runs unasked (rebase's -s/--strategy is not read as naming a program)",
-)
+# Closed (git28): `-s` is no option of rebase in gitopts' table: it asks.
 async def test_class8_git_rebase_strategy_runs_a_program_from_the_work_tree(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     _git(repo, "checkout", "-q", "-b", "other")
@@ -149,11 +131,7 @@ async def test_class8_git_rebase_strategy_runs_a_program_from_the_work_tree(tmp_
     assert refused(details) or not marker.exists(), details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `git ls-remote --exec=CMD` is ls-remote's hidden alias of --upload-pack, which git runs "
-    "through sh; gitargv lists only --upload-pack for ls-remote (a list of known-bad options, incomplete)",
-)
+# Closed (git28): `--exec` is no option of ls-remote in gitopts' table: it asks.
 async def test_class5_git_ls_remote_hidden_exec_option_runs_a_shell_command(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     marker = tmp_path / "PWNED"
@@ -166,12 +144,7 @@ async def test_class5_git_ls_remote_hidden_exec_option_runs_a_shell_command(tmp_
     assert refused(details) or not marker.exists(), details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `git request-pull -- HEAD --upload-pack=CMD` hands its url operand to `git ls-remote "
-    '"$url"`, which reads it as an option: CMD runs through sh unasked (request-pull is a plain '
-    "subcommand; its operands are not read as ls-remote would read them)",
-)
+# Closed (git28): request-pull is no subcommand of gitopts' table: it asks.
 async def test_class5_git_request_pull_url_operand_is_an_option_to_ls_remote(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     _git(repo, "remote", "add", "origin", str(repo))  # an inert remote.origin.url: a local path
@@ -185,11 +158,7 @@ async def test_class5_git_request_pull_url_operand_is_an_option_to_ls_remote(tmp
     assert refused(details) or not marker.exists(), details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `git pull -- --upload-pack=CMD`: gitargv stops reading options at `--`, but pull hands "
-    "its repository operand to `git fetch` with no `--` before it, where it is the option: CMD runs",
-)
+# Closed (git28): a remote operand, after `--` too, is read as a URL: a leading `-` asks.
 async def test_class5_git_pull_operand_after_dash_dash_is_an_option_to_fetch(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     _git(repo, "remote", "add", "origin", str(repo))
@@ -203,12 +172,7 @@ async def test_class5_git_pull_operand_after_dash_dash_is_an_option_to_fetch(tmp
     assert refused(details) or not marker.exists(), details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a remote defined the legacy way, in .git/remotes/<name> (git still reads it), is not a "
-    "config key: gitargv.local_destinations sees `x` as no local path, so `git push x` to a local "
-    "repository runs that repository's pre-receive hook unasked (a config remote asks: RECEIVE_PACK_TREE)",
-)
+# Closed (git28): a file in .git/remotes/ makes remote commands ask (gitvet.LEGACY_REMOTES).
 async def test_class5_git_push_to_a_legacy_remotes_file_runs_the_destinations_hooks(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     dest = tmp_path / "dest"
@@ -224,12 +188,7 @@ async def test_class5_git_push_to_a_legacy_remotes_file_runs_the_destinations_ho
     assert refused(details) or not marker.exists(), details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: git resolves a relative push URL (`git push ../dest`, or `remote.x.url = ../dest`) from "
-    "the top of the work tree it chdirs to, gitargv.local_destinations from the cwd: run in a subdirectory, "
-    "the local destination is missed and its pre-receive hook runs unasked",
-)
+# Closed (git28): relative push URLs are taken from the work tree's top too.
 async def test_class5_git_push_relative_url_from_a_subdirectory_runs_the_destinations_hooks(
     tmp_path: Path,
 ) -> None:
@@ -246,12 +205,7 @@ async def test_class5_git_push_relative_url_from_a_subdirectory_runs_the_destina
     assert refused(details) or not marker.exists(), details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `git push /w/dest` enters /w/dest.git (git's enter_repo tries the .git suffixes; "
-    "`file://localhost/…` is a local path too), but local_destinations asks only when the word itself "
-    "exists: the destination's pre-receive hook runs unasked",
-)
+# Closed (git28): every suffix enter_repo tries counts (dest.git, dest/.git, …).
 async def test_class5_git_push_to_a_path_git_completes_with_dot_git_runs_the_destinations_hooks(
     tmp_path: Path,
 ) -> None:
@@ -267,12 +221,7 @@ async def test_class5_git_push_to_a_path_git_completes_with_dot_git_runs_the_des
     assert refused(details) or not marker.exists(), details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: allow-always is offered for `git -c alias.z='!sh t.sh' z` (also `git rebase --exec='sh "
-    "t.sh'`): the program is inside an option's value, so content.unproven_sources sees no shell word and "
-    "t.sh is never bound; after the approval a rewritten t.sh runs unasked",
-)
+# Closed (git28): what a git key or option not known inert names is never bound: allow-once only.
 async def test_class5_allow_always_binds_no_script_named_inside_a_git_option_value(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     script = repo / "t.sh"
@@ -288,13 +237,14 @@ async def test_class5_allow_always_binds_no_script_named_inside_a_git_option_val
         try:
             first = await client.request("exec", {"command": command, "workdir": str(repo)})
             assert first["details"]["status"] == "approval-pending", first
-            assert "allow-always" in first["details"].get("allowedDecisions", ["allow-always"])
-            await client.request(
-                "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
-            )
-            saved = state / "exec-approvals.json"
-            await wait_until(lambda: "=command:" in saved.read_text() and approved.exists())  # saved, ran
-            script.write_text(f"touch {marker}\n")  # after the operator approved `sh t.sh` as it was
+            # Closed: allow-always is not offered (t.sh is in no bound file), so nothing is saved.
+            assert "allow-always" not in first["details"]["allowedDecisions"], first
+            with contextlib.suppress(RemoteError):
+                await client.request(
+                    "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
+                )
+            assert "=command:" not in (state / "exec-approvals.json").read_text()
+            script.write_text(f"touch {marker}\n")  # after the operator looked at `sh t.sh` as it was
             second = await client.request("exec", {"command": command, "workdir": str(repo)})
         finally:
             await client.close()
@@ -379,12 +329,7 @@ async def test_class4_allow_always_npm_test_runs_a_rewritten_script_its_package_
     assert refused(second["details"]) or not marker.exists(), second["details"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: two asks for `git status` coalesce although the repository config differs (the ask's "
-    "identity holds content.key(), the files it runs, not the vetted tree's bytes): the operator approves "
-    "the first ask's `alias.st` and the second session runs its clean filter",
-)
+# Closed (git28): an ask's identity holds the vetted bytes (TreeVet.inputs): no coalescing.
 async def test_binding_asks_with_other_repository_config_coalesce_into_one_approval(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     (repo / "f").write_text("a\n")

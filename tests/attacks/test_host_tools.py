@@ -503,17 +503,15 @@ async def test_an_exec_frame_on_the_approval_socket_is_vetted_too(state_dir: Pat
     assert not marker.exists()
 
 
-def test_allow_always_on_git_binds_the_repository_config(state_dir: Path, tmp_path: Path) -> None:
-    """An operator who allows `git status` always, filter and all, allows that config: a key added later
-    (or the driver's command changed) asks again."""
-    from engine.approvals.store import ApprovalsStore
-
+def test_allow_always_on_git_is_not_offered_for_a_config_key_not_known_inert(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """A key not known inert may name any program (`filter.x.process = sh ./clean.sh`, an alias's `!sh
+    t.sh`): the config's bytes are bound, the program they name is not, so an approval of it is for this
+    run only (round 8: allow-always on it ran a rewritten t.sh unasked). A saved entry never matches."""
     work = make_repo(tmp_path / "r")
     config(work, "filter.lfs2.process", "git-lfs2 filter-process")
     first = decide("git status", work)
     assert first["decision"] == "ask"
-    store = ApprovalsStore(Path(os.environ["OPENCLAW_STATE_DIR"]) / "exec-approvals.json")
-    store.persist_allow_always("main", first["allowAlwaysPatterns"])  # type: ignore[arg-type]
-    assert decide("git status", work)["decision"] == "allow"
-    config(work, "filter.lfs2.process", "sh -c 'touch /tmp/x'")
-    assert decide("git status", work)["decision"] == "ask"
+    assert "allow-always" not in first["allowedDecisions"], first
+    assert first["allowAlwaysPatterns"] == [], first

@@ -14,23 +14,31 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import ipaddress
 import socket
+import threading
+import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.config.egress import Pattern, first_match
 
 RESOLVE_TIMEOUT_SEC = 5.0
-# Lookups run in a pool of their own, never the loop's default executor that the rest of the gateway's
+# Lookups run in pools of their own, never the loop's default executor that the rest of the gateway's
 # blocking work shares: a DNS server that never answers keeps a thread until the libc resolver gives up,
-# and the timeout above only stops waiting for it. Threads still stuck count against the cap, so hanging
-# names are refused at once past it instead of queueing behind each other.
-RESOLVER_THREADS = 8
-MAX_LOOKUPS_IN_FLIGHT = 64
-_resolver: concurrent.futures.ThreadPoolExecutor | None = None
-_in_flight = 0
+# and the timeout above only stops waiting for it. Each principal (an agent, or the shared sandboxes
+# together) has its own lane: its own threads and its own cap of lookups in flight, counted until the
+# thread is free again. So names that never answer hold only their own principal's threads and places,
+# and past the cap that principal's next name is refused at once; no other principal's lookup ever waits
+# for them or is refused because of them. A lane idle for LANE_IDLE_SEC is dropped (its threads end) at
+# the next lookup of any principal: kept that long, a burst of lookups reuses its threads instead of making
+# a pool each time it runs dry.
+RESOLVER_THREADS = 8  # per principal
+MAX_LOOKUPS_IN_FLIGHT = 64  # per principal
+LANE_IDLE_SEC = 60.0
+_lanes: dict[str, _Lane] = {}
+_lanes_lock = threading.Lock()  # lanes are counted down in their worker threads, whichever loop waits
+_in_flight = 0  # every principal's together (status, tests)
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPv6Address = ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -181,12 +189,19 @@ def own_networks() -> list[IPAddress | IPNetwork]:
 
 
 async def resolve(
-    name: str, port: int, mapping: Mapping[str, str], deny: Iterable[Pattern] = (), *, tunnel: bool = True
+    name: str,
+    port: int,
+    mapping: Mapping[str, str],
+    deny: Iterable[Pattern] = (),
+    *,
+    tunnel: bool = True,
+    principal: str = "",
 ) -> Target:
     """The one address to connect to for `name` (normalised): the `resolve` map's (any address: the
     operator chose it), an IP literal's own (public only), else DNS's (every answer public, else refused:
     a name with one private answer is a rebinding attempt or a mistake). Whichever way, an address a
-    `deny` entry names refuses the name (`deny = ["1.1.1.1"]` is not undone by a name that resolves there)."""
+    `deny` entry names refuses the name (`deny = ["1.1.1.1"]` is not undone by a name that resolves there).
+    `principal`: whose lane the lookup takes (see RESOLVER_THREADS)."""
     deny = tuple(deny)
     mapped = mapping.get(name)
     if mapped is not None:
@@ -206,7 +221,7 @@ async def resolve(
     own = loop.run_in_executor(None, own_networks)  # (never fails: unreadable files give no addresses)
     try:
         async with asyncio.timeout(RESOLVE_TIMEOUT_SEC):
-            infos = await _lookup(loop, name, port)
+            infos = await _lookup(loop, name, port, principal)
     except (OSError, TimeoutError) as exc:
         raise Refused(f"{name} does not resolve ({exc.__class__.__name__}: {exc})") from None
     addresses: list[IPAddress] = []
@@ -231,22 +246,79 @@ def system_lookup(name: str, port: int) -> list[tuple]:
     return socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
 
 
-async def _lookup(loop: asyncio.AbstractEventLoop, name: str, port: int) -> list[tuple]:
-    """getaddrinfo in the resolver's own pool (see RESOLVER_THREADS)."""
-    global _resolver, _in_flight
-    if _in_flight >= MAX_LOOKUPS_IN_FLIGHT:
-        raise OSError(f"{_in_flight} lookups are still waiting for DNS")
-    if _resolver is None:
-        _resolver = concurrent.futures.ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="egress-dns")
-    _in_flight += 1
-    future = loop.run_in_executor(_resolver, functools.partial(system_lookup, name, port))
+@dataclass
+class _Lane:
+    """One principal's lookups: its threads, and how many of its lookups hold one or wait for one."""
 
-    def finished(_: asyncio.Future[list[tuple]]) -> None:
-        global _in_flight
+    pool: concurrent.futures.ThreadPoolExecutor
+    in_flight: int = 0
+    idle_since: float = field(default_factory=time.monotonic)
+
+
+async def _lookup(loop: asyncio.AbstractEventLoop, name: str, port: int, principal: str) -> list[tuple]:
+    """getaddrinfo in `principal`'s own lane (see RESOLVER_THREADS)."""
+    lane = _take_place(principal)
+    abandoned = threading.Event()
+
+    def run() -> list[tuple]:
+        try:
+            # Still queued when its caller stopped waiting (the timeout): never started, so a lane's
+            # hanging names hold at most its threads, not its whole queue, once their callers gave up.
+            return [] if abandoned.is_set() else system_lookup(name, port)
+        finally:
+            _leave(principal, lane)
+
+    try:
+        future = loop.run_in_executor(lane.pool, run)
+    except BaseException:
+        _leave(principal, lane)
+        raise
+    try:
+        return await asyncio.shield(future)  # (the work item itself is never cancelled: it counts down)
+    except asyncio.CancelledError:
+        abandoned.set()
+        raise
+
+
+def _take_place(principal: str) -> _Lane:
+    global _in_flight
+    with _lanes_lock:
+        _drop_idle_lanes(time.monotonic() - LANE_IDLE_SEC)
+        lane = _lanes.get(principal)
+        if lane is None:
+            pool = concurrent.futures.ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="egress-dns")
+            lane = _lanes[principal] = _Lane(pool)
+        if lane.in_flight >= MAX_LOOKUPS_IN_FLIGHT:
+            raise OSError(
+                f"{lane.in_flight} lookups of {principal or 'this sandbox'} are still waiting for DNS"
+            )
+        lane.in_flight += 1
+        _in_flight += 1
+        return lane
+
+
+def _leave(principal: str, lane: _Lane) -> None:
+    global _in_flight
+    with _lanes_lock:
+        lane.in_flight -= 1
         _in_flight -= 1
+        if lane.in_flight == 0:
+            lane.idle_since = time.monotonic()
 
-    future.add_done_callback(finished)
-    return await asyncio.shield(future)
+
+def _drop_idle_lanes(before: float) -> None:
+    """(under _lanes_lock) End the lanes idle since before `before`."""
+    for principal, lane in list(_lanes.items()):
+        if lane.in_flight == 0 and lane.idle_since <= before:
+            del _lanes[principal]
+            lane.pool.shutdown(wait=False)
+
+
+def in_flight(principal: str) -> int:
+    """Lookups of `principal` holding or waiting for one of its threads."""
+    with _lanes_lock:
+        lane = _lanes.get(principal)
+        return lane.in_flight if lane is not None else 0
 
 
 def _check_deny(

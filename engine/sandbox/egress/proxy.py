@@ -352,7 +352,9 @@ class EgressProxy:
                 rec.status = await talk.refuse("forbidden", _refusal(name, port, decision.rule))
                 return
             try:
-                target = await resolve(name, port, decision.resolve, decision.deny, tunnel=request.tunnel)
+                target = await resolve(
+                    name, port, decision.resolve, decision.deny, tunnel=request.tunnel, principal=who
+                )
             except Refused as exc:
                 rec.rule = f"{decision.rule}; refused: {exc}"
                 rec.detail = exc.detail
