@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,4 +106,66 @@ async def test_class5_shebang_dash_m_runs_a_module_the_approval_never_bound(
         module.write_text("print('evilmod UNAPPROVED')\n")
 
     details = await _always_then_again(tmp_path, tree, "./s.py", tree / "ran", rewrite)
+    assert not _unapproved_ran(details), details["_text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `perl x.pl` execs the interpreter x.pl's own #! line names when that line does not say "
+    "`perl` (perlrun: `#!./helper` runs ./helper x.pl); the binder reads a #! line only of an executable, "
+    "never of a script operand: ./helper is not bound, allow-always is offered, and a rewritten helper "
+    "runs unasked under the saved approval",
+)
+async def test_class5_perl_runs_the_interpreter_its_scripts_shebang_names(tmp_path: Path, tree: Path) -> None:
+    (tree / "x.pl").write_text('#!./helper\nprint "approved x.pl\\n";\n')
+    helper = tree / "helper"
+    helper.write_text("#!/bin/sh\necho v1 > ran\n")
+    os.chmod(helper, 0o755)
+
+    def rewrite() -> None:
+        helper.write_text("#!/bin/sh\necho helper UNAPPROVED\n")
+
+    details = await _always_then_again(tmp_path, tree, "perl x.pl", tree / "ran", rewrite)
+    assert not _unapproved_ran(details), details["_text"]
+
+
+def _cc(out: Path, source: str, *flags: str) -> None:
+    """Compile `source` (C) to `out`; the test is skipped where no C compiler can."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = out.with_suffix(".c")
+    src.write_text(source)
+    done = subprocess.run([cc, *flags, "-o", str(out), str(src)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cc failed: {done.stderr[-300:]}")
+    src.unlink()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an ELF's PT_INTERP is the #! line of a binary: the kernel maps the loader it names by path "
+    "at exec, before a byte of the program runs. The binder follows a #! interpreter down its chain and "
+    "runs it by its verified path, but an ELF's loader (`-Wl,--dynamic-linker=/w/ld.so`) is neither bound "
+    "nor pinned: allow-always on ./prog holds while the agent replaces /w/ld.so, which runs unasked",
+)
+async def test_class6_an_approved_elfs_own_loader_is_not_bound(tmp_path: Path, tree: Path) -> None:
+    if not os.path.exists("/lib64/ld-linux-x86-64.so.2"):
+        pytest.skip("x86-64 only (the loader copied and the raw syscalls)")
+    loader = tree / "ld.so"
+    _cc(tree / "prog", '#include <stdio.h>\nint main(void){fopen("ran","w");puts("prog");return 0;}\n',
+        f"-Wl,--dynamic-linker={loader}")  # fmt: skip
+    shutil.copy(os.path.realpath("/lib64/ld-linux-x86-64.so.2"), loader)
+    # The agent's loader: raw syscalls, no libc, position-independent (the kernel maps it beside prog).
+    evil = (
+        'void _start(void){static const char m[]="loader UNAPPROVED\\n";long r;'
+        '__asm__ volatile("syscall":"=a"(r):"a"(1),"D"(1),"S"(m),"d"(sizeof m-1):"rcx","r11","memory");'
+        '__asm__ volatile("syscall"::"a"(231),"D"(0));for(;;);}\n'
+    )
+    _cc(tree / "evil", evil, "-nostdlib", "-static-pie", "-fPIE")
+
+    def rewrite() -> None:
+        os.replace(tree / "evil", loader)
+
+    details = await _always_then_again(tmp_path, tree, "./prog", tree / "ran", rewrite)
     assert not _unapproved_ran(details), details["_text"]
