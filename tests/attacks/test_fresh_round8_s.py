@@ -169,3 +169,51 @@ async def test_class6_an_approved_elfs_own_loader_is_not_bound(tmp_path: Path, t
 
     details = await _always_then_again(tmp_path, tree, "./prog", tree / "ran", rewrite)
     assert not _unapproved_ran(details), details["_text"]
+
+
+def _system_script() -> str:
+    for path in ("/usr/bin/which.debianutils", "/usr/bin/ldd", "/usr/bin/zdiff", "/usr/bin/gzexe"):
+        if os.path.isfile(path) and os.stat(path).st_uid == 0:
+            return path
+    pytest.skip("no root-owned shell script found")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: bash reads `+s` as `-s` (shell.c sets read_from_stdin for either sign), so `bash +s "
+    "/usr/bin/ldd` runs its program from stdin with the file as $1; interpoptions takes `+s` for an option "
+    "turned off and the file for the program: allow-always binds the root-owned script's digest, and a "
+    "background run under it runs whatever the agent writes to its stdin",
+)
+async def test_class5_bash_plus_s_reads_its_program_from_stdin(tmp_path: Path, tree: Path) -> None:
+    command = f"bash +s {_system_script()}"
+    write_config(tmp_path, ALLOWLIST)
+    marker = tree / "marker"
+    async with gateway(tmp_path):
+        client = await connect(tmp_path)
+        try:
+            params = {"command": command, "workdir": str(tree), "agentId": "main"}
+            first = await client.request("exec", params)
+            assert first["details"]["status"] == "approval-pending", first["text"]
+            assert "allow-always" in first["details"]["allowedDecisions"]
+            await client.request(
+                "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            )
+            approvals = tmp_path / "exec-approvals.json"
+            await wait_until(lambda: approvals.exists() and "=command:" in approvals.read_text())
+            again = await client.request("exec", {**params, "background": True})
+            if again["details"]["status"] == "running":
+                sid = again["details"]["sessionId"]
+                code = f"echo UNAPPROVED > {marker}\n"
+                await client.request(
+                    "process", {"action": "write", "sessionId": sid, "data": code, "eof": True}
+                )
+
+                async def ended() -> bool:
+                    polled = await client.request("process", {"action": "poll", "sessionId": sid})
+                    return polled["details"]["status"] != "running"
+
+                await wait_until(ended, timeout=60)
+        finally:
+            await client.close()
+    assert again["details"]["status"] != "running" or not marker.exists(), again["text"]
