@@ -217,3 +217,51 @@ async def test_class5_bash_plus_s_reads_its_program_from_stdin(tmp_path: Path, t
         finally:
             await client.close()
     assert again["details"]["status"] != "running" or not marker.exists(), again["text"]
+
+
+# ---- attempts that did not work: kept as regressions
+
+
+async def test_class5_argv_preload_is_bound_so_a_rewritten_hook_asks_again(
+    tmp_path: Path, tree: Path
+) -> None:
+    """The counterpart of the #! preload above: given in the argv, `node -r ./hook.js s.js` binds hook.js
+    (content.loaded_values), so the saved approval stops matching once hook.js changes."""
+    (tree / "s.js").write_text("console.log('approved s.js')\n")
+    hook = tree / "hook.js"
+    hook.write_text("require('fs').writeFileSync('ran', 'x')\n")
+
+    def rewrite() -> None:
+        hook.write_text("console.log('hook UNAPPROVED')\n")
+
+    details = await _always_then_again(tmp_path, tree, "node -r ./hook.js s.js", tree / "ran", rewrite)
+    assert details["status"] == "approval-pending", details["_text"]
+
+
+async def test_class5_node_resolving_a_missing_name_to_name_js_offers_no_allow_always(
+    tmp_path: Path, tree: Path
+) -> None:
+    """`node app` runs app.js (node's main resolution adds the extension): the binder records `app` as
+    absent, and bindproof refuses to call that bound, so only allow-once is offered."""
+    (tree / "app.js").write_text("console.log('app.js')\n")
+    write_config(tmp_path, ALLOWLIST)
+    async with gateway(tmp_path):
+        client = await connect(tmp_path)
+        try:
+            asked = await client.request(
+                "exec", {"command": "node app", "workdir": str(tree), "agentId": "main"}
+            )
+        finally:
+            await client.close()
+    assert asked["details"]["status"] == "approval-pending", asked["text"]
+    assert "allow-always" not in asked["details"]["allowedDecisions"]
+
+
+def test_class5_a_shells_plus_c_is_not_read_as_a_file_run() -> None:
+    """bash reads `+c` as `-c` too (the sign is ignored for c, s and l): the grammar must not take the
+    word after `+c` for a script file it binds. It answers "unknown" (every named file bound whole, no
+    allow-always); `+s` is the open case above."""
+    from engine.commands.interpoptions import FILE, program_source
+
+    source = program_source(["bash", "+c", "./x.sh"])
+    assert source is not None and source.kind != FILE
