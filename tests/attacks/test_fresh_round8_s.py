@@ -178,14 +178,11 @@ def _system_script() -> str:
     pytest.skip("no root-owned shell script found")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: bash reads `+s` as `-s` (shell.c sets read_from_stdin for either sign), so `bash +s "
-    "/usr/bin/ldd` runs its program from stdin with the file as $1; interpoptions takes `+s` for an option "
-    "turned off and the file for the program: allow-always binds the root-owned script's digest, and a "
-    "background run under it runs whatever the agent writes to its stdin",
-)
 async def test_class5_bash_plus_s_reads_its_program_from_stdin(tmp_path: Path, tree: Path) -> None:
+    """Was open (fixed on this branch): bash reads `+s` as `-s` (shell.c sets read_from_stdin for either
+    sign), so `bash +s /usr/bin/ldd` runs its program from stdin with the file as $1, while interpoptions
+    took `+s` for an option turned off and the file for the program: allow-always bound the root-owned
+    script's digest, and a background run under it ran whatever the agent wrote to its stdin."""
     command = f"bash +s {_system_script()}"
     write_config(tmp_path, ALLOWLIST)
     marker = tree / "marker"
@@ -195,7 +192,8 @@ async def test_class5_bash_plus_s_reads_its_program_from_stdin(tmp_path: Path, t
             params = {"command": command, "workdir": str(tree), "agentId": "main"}
             first = await client.request("exec", params)
             assert first["details"]["status"] == "approval-pending", first["text"]
-            assert "allow-always" in first["details"]["allowedDecisions"]
+            if "allow-always" not in first["details"]["allowedDecisions"]:
+                return  # stdin is a program no digest holds: nothing can be saved
             await client.request(
                 "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
             )
