@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.boundfiles import ContentItem
+from engine.commands.digests import SHEBANG_MAX
 from engine.commands.filetrust import system_owned
-from engine.commands.interpoptions import FILE, program_source
+from engine.commands.interpoptions import FILE, INLINE, loaded_values, program_source
 from engine.commands.interpreters import name_of
 from engine.commands.scriptfiles import FAMILY_OF, FILE_FLAG, SHELLS, reader_of, script_operand, venv_of
 from engine.commands.textnames import plain_segments
@@ -85,6 +86,12 @@ def _segment_unproven(argv: Sequence[str], cwd: str, shebang: str = "") -> list[
     if source is not None:
         if source.more:
             return [f"{where}: {', '.join(source.more)} reads code besides the bound program"]
+        if shebang and (source.kind not in (FILE, INLINE) or loaded_values(argv)):
+            # bind() reads the argv's program sources and preloads, never a #! line's: `-mmod` runs a module
+            # and never the script, `-` reads stdin, `--require=./x.js` preloads a file nothing binds.
+            return [
+                f"{where} takes code from {source.kind if source.kind != FILE else 'a preload'}, not bound"
+            ]
         if source.kind == FILE:
             return _operand_unproven(name, argv, source.index, cwd)
         return []  # inline: the code is the text; stdin/module/unknown: reported by bind
@@ -105,10 +112,26 @@ def _operand_unproven(name: str, argv: Sequence[str], index: int, cwd: str) -> l
     word = argv[index]
     path = os.path.join(cwd, word)
     if os.path.isfile(path):
+        if name == "perl" and _perl_execs_another(path):
+            return [f"perl {word}: its #! line names no perl, so perl runs that interpreter instead"]
         return []
     if os.path.isdir(path):
         return [f"{name} {word}: a directory, the interpreter runs a file it finds there"]
     return [f"{name} {word}: no such file here; the interpreter may find another one (PATH, {word}.js)"]
+
+
+def _perl_execs_another(path: str) -> bool:
+    """perlrun: a script whose `#!` line names neither `perl` nor `indir` is handed to the program that line
+    names (`#!./helper` runs ./helper), which nothing binds."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(SHEBANG_MAX)
+    except OSError:
+        return True
+    if not head.startswith(b"#!"):
+        return False
+    line = head.split(b"\n", 1)[0]
+    return b"perl" not in line and b"indir" not in line
 
 
 def _text_tool_unproven(name: str, argv: Sequence[str], cwd: str) -> list[str]:

@@ -32,9 +32,10 @@ def tree() -> Iterator[Path]:
 
 async def _always_then_again(
     state: Path, tree: Path, command: str, ran: Path, rewrite: Any
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """Ask for `command`, have the operator answer allow-always, wait for the approved run (it makes `ran`),
-    let the agent `rewrite()` its files, and run `command` again: its result's details."""
+    let the agent `rewrite()` its files, and run `command` again: its result's details (None when
+    allow-always is not offered: nothing can be saved, the operator decides each run)."""
     write_config(state, ALLOWLIST)
     async with gateway(state):
         client = await connect(state)
@@ -43,7 +44,8 @@ async def _always_then_again(
                 "exec", {"command": command, "workdir": str(tree), "agentId": "main"}
             )
             assert first["details"]["status"] == "approval-pending", first["text"]
-            assert "allow-always" in first["details"]["allowedDecisions"]
+            if "allow-always" not in first["details"]["allowedDecisions"]:
+                return None
             await client.request(
                 "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
             )
@@ -59,20 +61,22 @@ async def _always_then_again(
     return details
 
 
-def _unapproved_ran(details: dict[str, Any]) -> bool:
-    return details["status"] == "completed" and "UNAPPROVED" in details.get("aggregated", "")
+def _unapproved_ran(details: dict[str, Any] | None) -> bool:
+    return (
+        details is not None
+        and details["status"] == "completed"
+        and "UNAPPROVED" in details.get("aggregated", "")
+    )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a `#!/usr/bin/node --require=./hook.js` line preloads hook.js, but the binder reads a #! "
-    "line's option only through bindproof (which finds a FILE source and proves it bound), never through "
-    "loaded_values as it does `node -r ./hook.js s.js` in the argv: hook.js is not bound, allow-always is "
-    "offered, and a rewritten hook.js runs unasked under the saved approval",
-)
 async def test_class5_shebang_preload_of_an_executable_script_is_not_bound(
     tmp_path: Path, tree: Path
 ) -> None:
+    """Was open (fixed on this branch, bindproof): a `#!/usr/bin/node --require=./hook.js` line preloads
+    hook.js, but the binder reads a #! line's option only through bindproof (which finds a FILE source
+    and proves it bound), never through loaded_values as it does `node -r ./hook.js s.js` in the argv:
+    hook.js is not bound, allow-always is offered, and a rewritten hook.js runs unasked under the saved
+    approval."""
     script = tree / "s.js"
     script.write_text("#!/usr/bin/node --require=./hook.js\nconsole.log('approved s.js')\n")
     os.chmod(script, 0o755)
@@ -83,19 +87,17 @@ async def test_class5_shebang_preload_of_an_executable_script_is_not_bound(
         hook.write_text("console.log('hook UNAPPROVED')\n")
 
     details = await _always_then_again(tmp_path, tree, "./s.js", tree / "ran", rewrite)
-    assert not _unapproved_ran(details), details["_text"]
+    assert not _unapproved_ran(details), details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a `#!/usr/bin/python3 -mevilmod` line makes python run the module evilmod (from the cwd, "
-    "sys.path[0] under -m) and never the script; in the argv `python3 -m x` is a program from a search path "
-    "(no allow-always), but a #! line's MODULE source is read by nobody: allow-always is offered bound to "
-    "s.py's bytes, which never run, and a rewritten evilmod.py runs unasked",
-)
 async def test_class5_shebang_dash_m_runs_a_module_the_approval_never_bound(
     tmp_path: Path, tree: Path
 ) -> None:
+    """Was open (fixed on this branch, bindproof): a `#!/usr/bin/python3 -mevilmod` line makes python
+    run the module evilmod (from the cwd, sys.path[0] under -m) and never the script; in the argv
+    `python3 -m x` is a program from a search path (no allow-always), but a #! line's MODULE source is
+    read by nobody: allow-always is offered bound to s.py's bytes, which never run, and a rewritten
+    evilmod.py runs unasked."""
     script = tree / "s.py"
     script.write_text("#!/usr/bin/python3 -mevilmod\nprint('approved s.py')\n")
     os.chmod(script, 0o755)
@@ -106,17 +108,14 @@ async def test_class5_shebang_dash_m_runs_a_module_the_approval_never_bound(
         module.write_text("print('evilmod UNAPPROVED')\n")
 
     details = await _always_then_again(tmp_path, tree, "./s.py", tree / "ran", rewrite)
-    assert not _unapproved_ran(details), details["_text"]
+    assert not _unapproved_ran(details), details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `perl x.pl` execs the interpreter x.pl's own #! line names when that line does not say "
-    "`perl` (perlrun: `#!./helper` runs ./helper x.pl); the binder reads a #! line only of an executable, "
-    "never of a script operand: ./helper is not bound, allow-always is offered, and a rewritten helper "
-    "runs unasked under the saved approval",
-)
 async def test_class5_perl_runs_the_interpreter_its_scripts_shebang_names(tmp_path: Path, tree: Path) -> None:
+    """Was open (fixed on this branch, bindproof): `perl x.pl` execs the interpreter x.pl's own #! line
+    names when that line does not say `perl` (perlrun: `#!./helper` runs ./helper x.pl); the binder
+    reads a #! line only of an executable, never of a script operand: ./helper is not bound, allow-
+    always is offered, and a rewritten helper runs unasked under the saved approval."""
     (tree / "x.pl").write_text('#!./helper\nprint "approved x.pl\\n";\n')
     helper = tree / "helper"
     helper.write_text("#!/bin/sh\necho v1 > ran\n")
@@ -126,7 +125,7 @@ async def test_class5_perl_runs_the_interpreter_its_scripts_shebang_names(tmp_pa
         helper.write_text("#!/bin/sh\necho helper UNAPPROVED\n")
 
     details = await _always_then_again(tmp_path, tree, "perl x.pl", tree / "ran", rewrite)
-    assert not _unapproved_ran(details), details["_text"]
+    assert not _unapproved_ran(details), details
 
 
 def _cc(out: Path, source: str, *flags: str) -> None:
@@ -168,7 +167,7 @@ async def test_class6_an_approved_elfs_own_loader_is_not_bound(tmp_path: Path, t
         os.replace(tree / "evil", loader)
 
     details = await _always_then_again(tmp_path, tree, "./prog", tree / "ran", rewrite)
-    assert not _unapproved_ran(details), details["_text"]
+    assert not _unapproved_ran(details), details
 
 
 def _system_script() -> str:
@@ -233,7 +232,7 @@ async def test_class5_argv_preload_is_bound_so_a_rewritten_hook_asks_again(
         hook.write_text("console.log('hook UNAPPROVED')\n")
 
     details = await _always_then_again(tmp_path, tree, "node -r ./hook.js s.js", tree / "ran", rewrite)
-    assert details["status"] == "approval-pending", details["_text"]
+    assert details is not None and details["status"] == "approval-pending", details
 
 
 async def test_class5_node_resolving_a_missing_name_to_name_js_offers_no_allow_always(
