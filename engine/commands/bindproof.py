@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.boundfiles import ContentItem
-from engine.commands.digests import SHEBANG_MAX
+from engine.commands.digests import SHEBANG_MAX, WRITABLE_MAX_BYTES, ContentError, open_regular, read_all
 from engine.commands.filetrust import system_owned
 from engine.commands.interpoptions import FILE, INLINE, loaded_values, program_source
 from engine.commands.interpreters import name_of
-from engine.commands.scriptfiles import FAMILY_OF, FILE_FLAG, SHELLS, reader_of, script_operand, venv_of
+from engine.commands.scriptfiles import (
+    FAMILY_OF,
+    FILE_FLAG,
+    SHELLS,
+    elf_interpreter,
+    reader_of,
+    script_operand,
+    venv_of,
+)
 from engine.commands.textnames import plain_segments
 
 # Programs that run a word of their argv as code or as a command line (a wrapper exechost does not unwrap
@@ -66,6 +75,8 @@ def unproven_sources(
                 f"{item.path} is the python of a virtualenv the agent can write ({venv}): it runs every "
                 ".pth file of the venv's site-packages at start, and none of that is bound"
             )
+        if item.role in ("executable", "interpreter") and item.kind == "elf" and item.writable:
+            why += _loader_unproven(item)
         if item.role in ("executable", "interpreter") and len(item.shebang) > 1:
             arg = item.shebang[1]
             if not arg.startswith("-"):
@@ -73,6 +84,28 @@ def unproven_sources(
             else:
                 why += _segment_unproven((item.shebang[0], arg, item.real), cwd, shebang=item.path)
     return why
+
+
+def _loader_unproven(item: ContentItem) -> list[str]:
+    """The kernel maps an ELF's loader (PT_INTERP) by its path at exec, from no copy: the `#!` line of a
+    binary. Read from the bound bytes (a file swapped since they were hashed is refused), a loader the
+    agent can change is code no digest holds."""
+    try:
+        fd, st = open_regular(item.real)
+    except ContentError:
+        return [f"{item.path}: cannot be read again to find its loader"]
+    try:
+        data = read_all(fd, st.st_size, WRITABLE_MAX_BYTES)
+    except ContentError as exc:
+        return [f"{item.path}: {exc}"]
+    finally:
+        os.close(fd)
+    if hashlib.sha256(data).hexdigest() != item.sha256:
+        return [f"{item.path} changed while it was decided on"]
+    loader = elf_interpreter(data)
+    if loader is None or system_owned(os.path.realpath(loader)):
+        return []
+    return [f"{item.path}: its loader {loader} is a file the agent can change, and is not bound"]
 
 
 def _segment_unproven(argv: Sequence[str], cwd: str, shebang: str = "") -> list[str]:

@@ -141,14 +141,12 @@ def _cc(out: Path, source: str, *flags: str) -> None:
     src.unlink()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an ELF's PT_INTERP is the #! line of a binary: the kernel maps the loader it names by path "
-    "at exec, before a byte of the program runs. The binder follows a #! interpreter down its chain and "
-    "runs it by its verified path, but an ELF's loader (`-Wl,--dynamic-linker=/w/ld.so`) is neither bound "
-    "nor pinned: allow-always on ./prog holds while the agent replaces /w/ld.so, which runs unasked",
-)
 async def test_class6_an_approved_elfs_own_loader_is_not_bound(tmp_path: Path, tree: Path) -> None:
+    """Was open (fixed on this branch, bindproof reads PT_INTERP from the bound bytes): an ELF's
+    PT_INTERP is the #! line of a binary: the kernel maps the loader it names by path at exec, before a
+    byte of the program runs. The binder follows a #! interpreter down its chain and runs it by its
+    verified path, but an ELF's loader (`-Wl,--dynamic-linker=/w/ld.so`) is neither bound nor pinned:
+    allow-always on ./prog holds while the agent replaces /w/ld.so, which runs unasked."""
     if not os.path.exists("/lib64/ld-linux-x86-64.so.2"):
         pytest.skip("x86-64 only (the loader copied and the raw syscalls)")
     loader = tree / "ld.so"
