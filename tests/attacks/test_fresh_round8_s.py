@@ -3,6 +3,7 @@ approved scripts and what re-reads them (classes 6 and 8), and exechost's own du
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -212,6 +213,51 @@ async def test_class5_bash_plus_s_reads_its_program_from_stdin(tmp_path: Path, t
         finally:
             await client.close()
     assert again["details"]["status"] != "running" or not marker.exists(), again["text"]
+
+
+# Two commands whose `=command:` patterns are equal (sha256 of text + binding, cut to 64 bits), found
+# offline by a distinguished-point rho search (~7e9 sha256, ~10 CPU-minutes of C with SHA-NI): the first is an
+# empty listing, the second deletes a directory. Bound to cwd `/` and no env (the binding's only parts
+# here: find is a system binary, so no content digest joins it).
+_BENIGN = "find /tmp/r8s-none -name _ekvew8GzCD"
+_HARMFUL = "find /tmp/r8sv -delete -name xlYee3ZRMXC"
+_VICTIM = Path("/tmp/r8sv")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an allow-always of an exact command saves `=command:` + 16 hex digits of sha256 (64 bits), "
+    "and a later command whose pattern is equal runs as durably approved: the agent chooses every byte of "
+    "both texts (and cwd, env), so a birthday search of ~2^33 hashes gives it a harmless command to have "
+    "approved and a harmful one that then runs unasked",
+)
+async def test_class2_a_64_bit_command_hash_collision_runs_another_command_unasked(tmp_path: Path) -> None:
+    from engine.commands.durable import command_hash_pattern
+
+    empty_env = "cwd=/\nenv=" + hashlib.sha256(b"").hexdigest()
+    assert command_hash_pattern(_BENIGN, empty_env) == command_hash_pattern(_HARMFUL, empty_env)
+    shutil.rmtree(_VICTIM, ignore_errors=True)
+    _VICTIM.mkdir()
+    (_VICTIM / "keep").write_text("the operator's file\n")
+    try:
+        write_config(tmp_path, ALLOWLIST)
+        async with gateway(tmp_path):
+            client = await connect(tmp_path)
+            try:
+                first = await client.request("exec", {"command": _BENIGN, "workdir": "/", "agentId": "main"})
+                assert first["details"]["status"] == "approval-pending", first["text"]
+                await client.request(
+                    "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
+                )
+                approvals = tmp_path / "exec-approvals.json"
+                await wait_until(lambda: approvals.exists() and "=command:" in approvals.read_text())
+                again = await client.request("exec", {"command": _HARMFUL, "workdir": "/", "agentId": "main"})
+            finally:
+                await client.close()
+        assert again["details"]["status"] == "approval-pending", again["text"]
+        assert (_VICTIM / "keep").exists()
+    finally:
+        shutil.rmtree(_VICTIM, ignore_errors=True)
 
 
 # ---- attempts that did not work: kept as regressions
