@@ -10,7 +10,7 @@ from engine.commands.analysis import CommandAnalysis
 from engine.commands.boundfiles import ContentItem
 from engine.commands.digests import SHEBANG_MAX, WRITABLE_MAX_BYTES, ContentError, open_regular, read_all
 from engine.commands.filetrust import system_owned
-from engine.commands.interpoptions import FILE, INLINE, loaded_values, program_source
+from engine.commands.interpoptions import FILE, INLINE, MODULE, STDIN, UNKNOWN, loaded_values, program_source
 from engine.commands.interpreters import name_of
 from engine.commands.scriptfiles import (
     FAMILY_OF,
@@ -86,6 +86,14 @@ def unproven_sources(
     return why
 
 
+# What a #! line's option makes the interpreter run instead of (or before) the script.
+_SHEBANG_SOURCES = {
+    STDIN: "stdin",
+    MODULE: "a module it searches for",
+    UNKNOWN: "an option exechost does not model",
+}
+
+
 def _loader_unproven(item: ContentItem) -> list[str]:
     """The kernel maps an ELF's loader (PT_INTERP) by its path at exec, from no copy: the `#!` line of a
     binary. Read from the bound bytes (a file swapped since they were hashed is refused), a loader the
@@ -122,9 +130,8 @@ def _segment_unproven(argv: Sequence[str], cwd: str, shebang: str = "") -> list[
         if shebang and (source.kind not in (FILE, INLINE) or loaded_values(argv)):
             # bind() reads the argv's program sources and preloads, never a #! line's: `-mmod` runs a module
             # and never the script, `-` reads stdin, `--require=./x.js` preloads a file nothing binds.
-            return [
-                f"{where} takes code from {source.kind if source.kind != FILE else 'a preload'}, not bound"
-            ]
+            what = _SHEBANG_SOURCES.get(source.kind, "a file it preloads")
+            return [f"{where} runs code from {what}, which is not bound"]
         if source.kind == FILE:
             return _operand_unproven(name, argv, source.index, cwd)
         return []  # inline: the code is the text; stdin/module/unknown: reported by bind
