@@ -75,6 +75,8 @@ def unproven_sources(
                 f"{item.path} is the python of a virtualenv the agent can write ({venv}): it runs every "
                 ".pth file of the venv's site-packages at start, and none of that is bound"
             )
+        if item.role == "script":
+            why += _perl_hands_off(items, item)
         if item.role in ("executable", "interpreter") and item.kind == "elf" and item.writable:
             why += _loader_unproven(item)
         if item.role in ("executable", "interpreter") and len(item.shebang) > 1:
@@ -98,17 +100,8 @@ def _loader_unproven(item: ContentItem) -> list[str]:
     """The kernel maps an ELF's loader (PT_INTERP) by its path at exec, from no copy: the `#!` line of a
     binary. Read from the bound bytes (a file swapped since they were hashed is refused), a loader the
     agent can change is code no digest holds."""
-    try:
-        fd, st = open_regular(item.real)
-    except ContentError:
-        return [f"{item.path}: cannot be read again to find its loader"]
-    try:
-        data = read_all(fd, st.st_size, WRITABLE_MAX_BYTES)
-    except ContentError as exc:
-        return [f"{item.path}: {exc}"]
-    finally:
-        os.close(fd)
-    if hashlib.sha256(data).hexdigest() != item.sha256:
+    data = _bound_bytes(item)
+    if data is None:
         return [f"{item.path} changed while it was decided on"]
     loader = elf_interpreter(data)
     if loader is None or system_owned(os.path.realpath(loader)):
@@ -152,26 +145,45 @@ def _operand_unproven(name: str, argv: Sequence[str], index: int, cwd: str) -> l
     word = argv[index]
     path = os.path.join(cwd, word)
     if os.path.isfile(path):
-        if name == "perl" and _perl_execs_another(path):
-            return [f"perl {word}: its #! line names no perl, so perl runs that interpreter instead"]
         return []
     if os.path.isdir(path):
         return [f"{name} {word}: a directory, the interpreter runs a file it finds there"]
     return [f"{name} {word}: no such file here; the interpreter may find another one (PATH, {word}.js)"]
 
 
-def _perl_execs_another(path: str) -> bool:
+def _perl_hands_off(items: Sequence[ContentItem], item: ContentItem) -> list[str]:
     """perlrun: a script whose `#!` line names neither `perl` nor `indir` is handed to the program that line
-    names (`#!./helper` runs ./helper), which nothing binds."""
+    names (`#!./helper` runs ./helper), which nothing binds. Read from the bound bytes: a script swapped
+    since they were hashed is refused."""
+    exe = next(
+        (i for i in items if i.role == "executable" and i.where == item.where and i.argv_index == 0), None
+    )
+    if exe is None or name_of(exe.real) != "perl":
+        return []
+    data = _bound_bytes(item)
+    if data is None:
+        return [f"{item.path} changed while it was decided on"]
+    if not data.startswith(b"#!"):
+        return []
+    line = data[:SHEBANG_MAX].split(b"\n", 1)[0]
+    if b"perl" in line or b"indir" in line:
+        return []
+    return [f"perl {item.path}: its #! line names no perl, so perl runs that interpreter instead"]
+
+
+def _bound_bytes(item: ContentItem) -> bytes | None:
+    """The file's bytes now, when they are the ones its digest holds; None otherwise."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(SHEBANG_MAX)
-    except OSError:
-        return True
-    if not head.startswith(b"#!"):
-        return False
-    line = head.split(b"\n", 1)[0]
-    return b"perl" not in line and b"indir" not in line
+        fd, st = open_regular(item.real)
+    except ContentError:
+        return None
+    try:
+        data = read_all(fd, st.st_size, WRITABLE_MAX_BYTES)
+    except ContentError:
+        return None
+    finally:
+        os.close(fd)
+    return data if hashlib.sha256(data).hexdigest() == item.sha256 else None
 
 
 def _text_tool_unproven(name: str, argv: Sequence[str], cwd: str) -> list[str]:
