@@ -260,6 +260,31 @@ async def test_class2_a_64_bit_command_hash_collision_runs_another_command_unask
         shutil.rmtree(_VICTIM, ignore_errors=True)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a glob in the command is expanded by /bin/sh before the decision in a bwrap that hides "
+    "only "
+    "the state dir (expansion._shell_expand: `--dev-bind / /`), not the host view the run gets: `ls "
+    "<workspaceRoot>/*/*` answers the agent, unapproved, with the names of another agent's sandbox files "
+    "(and of every other covered or hidden path: node keys) in the ask's expansion note",
+)
+async def test_class5_glob_expansion_lists_what_the_host_view_covers(tmp_path: Path, tree: Path) -> None:
+    root = tree / "wsroot"
+    (root / "agent-other").mkdir(parents=True)
+    (root / "agent-other" / "secret-plan-q3.txt").write_text("theirs\n")
+    work = tree / "work"
+    work.mkdir()
+    write_config(tmp_path, ALLOWLIST + f'\n[agents.defaults.sandbox]\nworkspaceRoot = "{root}"\n')
+    async with gateway(tmp_path):
+        agent = await connect(tmp_path, operator=False)
+        try:
+            params = {"command": f"ls {root}/*/*", "workdir": str(work), "agentId": "main"}
+            answer = await agent.request("exec", params)
+        finally:
+            await agent.close()
+    assert "secret-plan-q3" not in answer["text"], answer["text"]
+
+
 # ---- attempts that did not work: kept as regressions
 
 
