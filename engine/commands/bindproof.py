@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.boundfiles import ContentItem
+from engine.commands.digests import SHEBANG_MAX, WRITABLE_MAX_BYTES, ContentError, open_regular, read_all
 from engine.commands.filetrust import system_owned
-from engine.commands.interpoptions import FILE, program_source
+from engine.commands.interpoptions import FILE, INLINE, MODULE, STDIN, UNKNOWN, loaded_values, program_source
 from engine.commands.interpreters import name_of
-from engine.commands.scriptfiles import FAMILY_OF, FILE_FLAG, SHELLS, reader_of, script_operand, venv_of
+from engine.commands.scriptfiles import (
+    FAMILY_OF,
+    FILE_FLAG,
+    SHELLS,
+    elf_interpreter,
+    reader_of,
+    script_operand,
+    venv_of,
+)
 from engine.commands.textnames import plain_segments
 
 # Programs that run a word of their argv as code or as a command line (a wrapper exechost does not unwrap
@@ -65,6 +75,10 @@ def unproven_sources(
                 f"{item.path} is the python of a virtualenv the agent can write ({venv}): it runs every "
                 ".pth file of the venv's site-packages at start, and none of that is bound"
             )
+        if item.role == "script":
+            why += _perl_hands_off(items, item)
+        if item.role in ("executable", "interpreter") and item.kind == "elf" and item.writable:
+            why += _loader_unproven(item)
         if item.role in ("executable", "interpreter") and len(item.shebang) > 1:
             arg = item.shebang[1]
             if not arg.startswith("-"):
@@ -72,6 +86,27 @@ def unproven_sources(
             else:
                 why += _segment_unproven((item.shebang[0], arg, item.real), cwd, shebang=item.path)
     return why
+
+
+# What a #! line's option makes the interpreter run instead of (or before) the script.
+_SHEBANG_SOURCES = {
+    STDIN: "stdin",
+    MODULE: "a module it searches for",
+    UNKNOWN: "an option exechost does not model",
+}
+
+
+def _loader_unproven(item: ContentItem) -> list[str]:
+    """The kernel maps an ELF's loader (PT_INTERP) by its path at exec, from no copy: the `#!` line of a
+    binary. Read from the bound bytes (a file swapped since they were hashed is refused), a loader the
+    agent can change is code no digest holds."""
+    data = _bound_bytes(item)
+    if data is None:
+        return [f"{item.path} changed while it was decided on"]
+    loader = elf_interpreter(data)
+    if loader is None or system_owned(os.path.realpath(loader)):
+        return []
+    return [f"{item.path}: its loader {loader} is a file the agent can change, and is not bound"]
 
 
 def _segment_unproven(argv: Sequence[str], cwd: str, shebang: str = "") -> list[str]:
@@ -85,6 +120,11 @@ def _segment_unproven(argv: Sequence[str], cwd: str, shebang: str = "") -> list[
     if source is not None:
         if source.more:
             return [f"{where}: {', '.join(source.more)} reads code besides the bound program"]
+        if shebang and (source.kind not in (FILE, INLINE) or loaded_values(argv)):
+            # bind() reads the argv's program sources and preloads, never a #! line's: `-mmod` runs a module
+            # and never the script, `-` reads stdin, `--require=./x.js` preloads a file nothing binds.
+            what = _SHEBANG_SOURCES.get(source.kind, "a file it preloads")
+            return [f"{where} runs code from {what}, which is not bound"]
         if source.kind == FILE:
             return _operand_unproven(name, argv, source.index, cwd)
         return []  # inline: the code is the text; stdin/module/unknown: reported by bind
@@ -109,6 +149,41 @@ def _operand_unproven(name: str, argv: Sequence[str], index: int, cwd: str) -> l
     if os.path.isdir(path):
         return [f"{name} {word}: a directory, the interpreter runs a file it finds there"]
     return [f"{name} {word}: no such file here; the interpreter may find another one (PATH, {word}.js)"]
+
+
+def _perl_hands_off(items: Sequence[ContentItem], item: ContentItem) -> list[str]:
+    """perlrun: a script whose `#!` line names neither `perl` nor `indir` is handed to the program that line
+    names (`#!./helper` runs ./helper), which nothing binds. Read from the bound bytes: a script swapped
+    since they were hashed is refused."""
+    exe = next(
+        (i for i in items if i.role == "executable" and i.where == item.where and i.argv_index == 0), None
+    )
+    if exe is None or name_of(exe.real) != "perl":
+        return []
+    data = _bound_bytes(item)
+    if data is None:
+        return [f"{item.path} changed while it was decided on"]
+    if not data.startswith(b"#!"):
+        return []
+    line = data[:SHEBANG_MAX].split(b"\n", 1)[0]
+    if b"perl" in line or b"indir" in line:
+        return []
+    return [f"perl {item.path}: its #! line names no perl, so perl runs that interpreter instead"]
+
+
+def _bound_bytes(item: ContentItem) -> bytes | None:
+    """The file's bytes now, when they are the ones its digest holds; None otherwise."""
+    try:
+        fd, st = open_regular(item.real)
+    except ContentError:
+        return None
+    try:
+        data = read_all(fd, st.st_size, WRITABLE_MAX_BYTES)
+    except ContentError:
+        return None
+    finally:
+        os.close(fd)
+    return data if hashlib.sha256(data).hexdigest() == item.sha256 else None
 
 
 def _text_tool_unproven(name: str, argv: Sequence[str], cwd: str) -> list[str]:

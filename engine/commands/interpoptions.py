@@ -164,8 +164,10 @@ def _cluster(g: Grammar, word: str, i: int, argv: Sequence[str], more: list[str]
             # `perl -S app.pl` runs the app.pl PATH holds (perlrun), never ./app.pl: a program found on a
             # search path, like a module (nothing the text names holds it).
             return Source(MODULE)
-        if letter in g.stdin and not plus:
-            # `sh -s args`: the program is stdin, the words after are its arguments
+        if letter in g.stdin:
+            # `sh -s args`: the program is stdin, the words after are its arguments. bash reads `+s` the
+            # same (shell.c sets read_from_stdin whatever the sign); dash turns it off: read as stdin for
+            # every shell, the stricter of the two.
             return Source(STDIN)
         if letter in g.valued:
             if g is _PYTHON and letter == "X":

@@ -121,6 +121,31 @@ def file_kind(head: bytes) -> str:
     return "text"
 
 
+PT_INTERP = 3
+
+
+def elf_interpreter(data: bytes) -> str | None:
+    """The loader an ELF image names in its PT_INTERP header (what the kernel maps by that path at exec, as
+    it runs a `#!` line's interpreter); None for a static binary or anything that is not an ELF image."""
+    if len(data) < 52 or not data.startswith(b"\x7fELF") or data[4] not in (1, 2) or data[5] not in (1, 2):
+        return None
+    wide, big = data[4] == 2, data[5] == 2
+
+    def num(at: int, size: int) -> int:
+        return int.from_bytes(data[at : at + size], "big" if big else "little")
+
+    phoff = num(32, 8) if wide else num(28, 4)
+    phentsize, phnum = (num(54, 2), num(56, 2)) if wide else (num(42, 2), num(44, 2))
+    for i in range(min(phnum, 256)):
+        at = phoff + i * phentsize
+        if at + (56 if wide else 32) > len(data) or num(at, 4) != PT_INTERP:
+            continue
+        offset, size = (num(at + 8, 8), num(at + 32, 8)) if wide else (num(at + 4, 4), num(at + 16, 4))
+        name = data[offset : offset + min(size, 4096)].split(b"\0", 1)[0]
+        return name.decode("utf-8", "surrogateescape") or None
+    return None
+
+
 def reader_of(program: str) -> str:
     """`sh` for POSIX shells, `python` for Python, else "" (the copy's /proc path becomes its name)."""
     name = name_of(program)
