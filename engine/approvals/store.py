@@ -254,7 +254,7 @@ class ApprovalsStore:
 
     def persist_allow_always(self, agent_id: str, patterns: Sequence[str]) -> list[AllowlistRecord]:
         """Persist an allow-always decision: one `source: "allow-always"` entry per pattern (inner
-        executables' paths or `=command:<sha16>`), de-duplicated, all in one locked write."""
+        executables' paths or `=command:<sha256>`), de-duplicated, all in one locked write."""
         name = normalize_agent_id(agent_id)
         wanted: list[AllowlistRecord] = []
         for pattern in patterns:

@@ -29,10 +29,13 @@ ALLOW_ALWAYS_SOURCE = "allow-always"
 
 
 def command_hash_pattern(command: str, binding: str = "") -> str:
-    """`=command:<sha256(trimmed text [+ binding])[:16]>`: an exact-command durable approval, never the
-    plaintext. The binding (cwd, env, script contents) makes it hold only where it was given."""
+    """`=command:<sha256(trimmed text [+ binding])>`: an exact-command durable approval, never the
+    plaintext. The binding (cwd, env, script contents) makes it hold only where it was given. The whole
+    digest, not OpenClaw's 16 hex digits: the agent chooses every byte of the text, and 64 bits are a
+    birthday search of ~2^32 hashes away from a harmless command whose approval matches a harmful one
+    (round 8 s). A 16-digit entry written before matches nothing: the command asks once more."""
     text = command.strip() + ("\0" + binding if binding else "")
-    return COMMAND_HASH_PREFIX + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return COMMAND_HASH_PREFIX + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 SCRIPT_HASH_CAP = 16 * 1024 * 1024
@@ -74,7 +77,7 @@ def approval_binding(analysis: CommandAnalysis, cwd: str, env_overrides: Mapping
 
 
 def has_durable_approval(command: str, entries: Sequence[AllowlistEntry], binding: str = "") -> bool:
-    """Reference §3.3 (a): an allow-always `=command:<sha16>` entry for exactly this command, bound to
+    """Reference §3.3 (a): an allow-always `=command:<sha256>` entry for exactly this command, bound to
     this cwd, env and script content. A hand-added hash entry is an ordinary line, not a durable approval."""
     wanted = command_hash_pattern(command, binding)
     return any(entry.pattern == wanted and entry.source == ALLOW_ALWAYS_SOURCE for entry in entries)

@@ -54,14 +54,15 @@ def _daemon_env() -> dict[str, str]:
 
 def spawn_gateway(state: Path) -> subprocess.Popen[bytes]:
     """Start `exechost gateway run` detached (own session, output to gateway.log), by module name so
-    engine/ never imports runner/."""
+    engine/ never imports runner/. `-P`: the cwd is not put on its import path (every host run could
+    write `/`, and the host view refuses a gateway that imports from a dir runs can write)."""
     statefs.ensure_private_dir(state)
     log = state / "gateway.log"
     statefs.refuse_symlink(log)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, statefs.FILE_MODE)
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "runner", "gateway", "run"],
+            [sys.executable, "-P", "-m", "runner", "gateway", "run"],
             stdin=subprocess.DEVNULL,
             stdout=fd,
             stderr=fd,

@@ -422,7 +422,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def unit_text(config: str | None = None) -> str:
     """The systemd user unit: foreground `gateway run`, restarted on failure, SIGTERM for a graceful stop."""
-    argv = [sys.executable, "-m", "runner", "gateway", "run"]
+    argv = [sys.executable, "-P", "-m", "runner", "gateway", "run"]
     if config:
         argv += ["--config", os.path.abspath(os.path.expanduser(config))]
     state = statefs.state_dir()

@@ -67,7 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def unit_text(system: bool = False) -> str:
     """The unit: a foreground `node run` in this state dir, restarted on failure. Only the service gets
     SIGTERM (KillMode=mixed): it ends its sessions' process trees itself, with their grace period."""
-    argv = [sys.executable, "-m", "runner", "node", "run"]
+    argv = [sys.executable, "-P", "-m", "runner", "node", "run"]
     repo = Path(__file__).resolve().parents[2]
     lines = [
         "[Unit]",

@@ -224,18 +224,17 @@ _HARMFUL = "find /tmp/r8sv -delete -name xlYee3ZRMXC"
 _VICTIM = Path("/tmp/r8sv")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an allow-always of an exact command saves `=command:` + 16 hex digits of sha256 (64 bits), "
-    "and a later command whose pattern is equal runs as durably approved: the agent chooses every byte of "
-    "both texts (and cwd, env), so a birthday search of ~2^33 hashes gives it a harmless command to have "
-    "approved and a harmful one that then runs unasked",
-)
 async def test_class2_a_64_bit_command_hash_collision_runs_another_command_unasked(tmp_path: Path) -> None:
     from engine.commands.durable import command_hash_pattern
 
     empty_env = "cwd=/\nenv=" + hashlib.sha256(b"").hexdigest()
-    assert command_hash_pattern(_BENIGN, empty_env) == command_hash_pattern(_HARMFUL, empty_env)
+
+    def digest(text: str) -> str:
+        return hashlib.sha256(f"{text}\0{empty_env}".encode()).hexdigest()
+
+    # Was open: the pattern kept 16 hex digits, and these two collide there; it now keeps the whole digest.
+    assert digest(_BENIGN)[:16] == digest(_HARMFUL)[:16]
+    assert command_hash_pattern(_BENIGN, empty_env) != command_hash_pattern(_HARMFUL, empty_env)
     shutil.rmtree(_VICTIM, ignore_errors=True)
     _VICTIM.mkdir()
     (_VICTIM / "keep").write_text("the operator's file\n")

@@ -183,7 +183,7 @@ def test_install_service_writes_a_unit(state_dir: Path, tmp_path: Path) -> None:
     assert out["details"]["path"] == str(unit)
     text = unit.read_text()
     assert "[Service]" in text and "[Install]" in text and "WantedBy=default.target" in text
-    assert f"ExecStart={sys.executable} -m runner gateway run" in text
+    assert f"ExecStart={sys.executable} -P -m runner gateway run" in text
     assert f'Environment="OPENCLAW_STATE_DIR={state_dir}"' in text
     assert "KillSignal=SIGTERM" in text and "Restart=on-failure" in text
     default = cli(state_dir, "gateway", "install-service")

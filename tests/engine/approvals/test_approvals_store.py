@@ -574,7 +574,7 @@ def test_persist_allow_always(store: ApprovalsStore) -> None:
 def test_persist_allow_always_with_real_command_hash(store: ApprovalsStore) -> None:
     command = "make deploy && ./run.sh"
     pattern = command_hash_pattern(command)
-    assert re.fullmatch(r"=command:[0-9a-f]{16}", pattern)
+    assert re.fullmatch(r"=command:[0-9a-f]{64}", pattern)
     store.persist_allow_always("main", [pattern])
     assert has_durable_approval(command, store.entries("main"))
     assert not has_durable_approval(command + " x", store.entries("main"))

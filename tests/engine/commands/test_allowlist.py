@@ -355,8 +355,8 @@ def test_allow_always_patterns(box: Path) -> None:
 def test_command_hash_and_durable_approval() -> None:
     pattern = command_hash_pattern("  make deploy  ")
     assert pattern == command_hash_pattern("make deploy")
-    assert pattern.startswith("=command:") and len(pattern) == len("=command:") + 16
-    assert pattern == "=command:" + __import__("hashlib").sha256(b"make deploy").hexdigest()[:16]
+    assert pattern.startswith("=command:") and len(pattern) == len("=command:") + 64
+    assert pattern == "=command:" + __import__("hashlib").sha256(b"make deploy").hexdigest()
     entries = [AllowlistEntry(pattern, source="allow-always")]
     assert has_durable_approval("make deploy", entries)
     assert not has_durable_approval("make deploy && id", entries)
