@@ -47,9 +47,12 @@ class Expansion:
         )
 
 
-def expand(command: str, cwd: str, shell: str = HOST_SHELL) -> Expansion | None:
-    """`command` with its glob and `$PWD` words expanded by `shell` in `cwd`; None when the text holds
-    anything else (it is then not this module's to decide) or the shell cannot say."""
+def expand(
+    command: str, cwd: str, shell: str = HOST_SHELL, outside: hostview.Outside = hostview.NOTHING_OUTSIDE
+) -> Expansion | None:
+    """`command` with its glob and `$PWD` words expanded by `shell` in `cwd`, in the host view `outside`
+    describes (the run's own); None when the text holds anything else (it is then not this module's to
+    decide) or the shell cannot say."""
     words = _WORDS.split(command.strip())
     if not words or not any(_EXPANDS.search(w) for w in words):
         return None
@@ -61,7 +64,7 @@ def expand(command: str, cwd: str, shell: str = HOST_SHELL) -> Expansion | None:
         if not _EXPANDS.search(word):
             out.append(word)
             continue
-        fields = _shell_expand(word, cwd, shell)
+        fields = _shell_expand(word, cwd, shell, outside)
         if fields is None:
             return None
         out += [shlex.quote(f) for f in fields]
@@ -69,16 +72,18 @@ def expand(command: str, cwd: str, shell: str = HOST_SHELL) -> Expansion | None:
     return Expansion(" ".join(out), tuple(expanded))
 
 
-def _shell_expand(word: str, cwd: str, shell: str) -> tuple[str, ...] | None:
+def _shell_expand(word: str, cwd: str, shell: str, outside: hostview.Outside) -> tuple[str, ...] | None:
     """The fields `shell` makes of `word` unquoted (field splitting of `$PWD`, then pathname expansion;
     no match leaves the pattern), as a `for` list sees it: the same expansions a command's words get."""
     script = f'for w in {word}; do printf "%s\\0" "$w"; done'
     bwrap = hostview.bwrap_path()
-    # In the host view's namespace (the state dir an empty tmpfs), as the run will be: the ask shows what
-    # matched, and it must not list what the run itself could not see.
-    hidden = (
-        [bwrap, "--dev-bind", "/", "/", "--tmpfs", str(state_dir()), "--chdir", cwd, "--"] if bwrap else []
-    )
+    # In the run's own host view (the state dir an empty tmpfs, every sandbox workspace root covered, node
+    # keys hidden): the ask shows what matched, and it must never list what the run itself cannot see.
+    try:
+        ops = hostview.view_args(str(state_dir()), None, outside) if bwrap else []
+    except (hostview.HostViewError, OSError):
+        return None
+    hidden = [bwrap, *ops, "--chdir", cwd, "--"] if bwrap else []
     try:
         done = subprocess.run(
             [*hidden, shell, "-c", script],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,6 +29,7 @@ from engine.commands.boundfiles import ContentBinding
 from engine.commands.content import bind
 from engine.commands.expansion import Expansion, expand
 from engine.commands.hostenv import foreign_env_keys, host_path, own_environ
+from engine.commands.hostview import NOTHING_OUTSIDE, Outside
 from engine.commands.treecode import TreeVet, found_reason, sandbox_roots, tree_vet, unbound_findings
 from engine.config.model import Config
 from engine.errors import InvalidInput
@@ -154,6 +155,7 @@ def evaluate(
     session_key: str | None = None,
     env_overrides: Mapping[str, str] | None = None,
     grants: Sequence[AllowlistEntry] = (),
+    outside: Callable[[], Outside] | None = None,
 ) -> Decision:
     """Decide one command. `store` is read once (one consistent snapshot of the approvals file).
 
@@ -187,7 +189,7 @@ def evaluate(
         )
     except PolicyError as exc:
         return _refused_by_policy(command, agent_id, analysis, exc)
-    expansion = _expansion(command, analysis, policy, cwd or os.getcwd())
+    expansion = _expansion(command, analysis, policy, cwd or os.getcwd(), outside)
     if expansion is not None:
         analysis = analyze_command(expansion.text)
     examined = expansion.text if expansion is not None else command  # bound as the words that run
@@ -210,15 +212,20 @@ _UNRENDERED = (
 
 
 def _expansion(
-    command: str, analysis: CommandAnalysis, policy: EffectivePolicy, cwd: str
+    command: str,
+    analysis: CommandAnalysis,
+    policy: EffectivePolicy,
+    cwd: str,
+    outside: Callable[[], Outside] | None,
 ) -> Expansion | None:
     """A host command left unanalysed only for a glob or `$PWD` (engine.commands.expansion): what the
-    shell expands it to now, when that is a command the analysis understands."""
+    shell expands it to now, in the run's host view (`outside`: what the agent's view covers and hides),
+    when that is a command the analysis understands."""
     if analysis.ok or policy.sandboxed or policy.host == "node":
         return None  # a sandbox or a node expands against its own files
     if analysis.reason not in ("glob", "variable expansion"):
         return None
-    expansion = expand(command, cwd)
+    expansion = expand(command, cwd, outside=outside() if outside is not None else NOTHING_OUTSIDE)
     return expansion if expansion is not None and analyze_command(expansion.text).ok else None
 
 

@@ -21,6 +21,7 @@ from engine.policy.precedence import PolicyError, SessionOverrides, overrides_fo
 from engine.results import ToolError
 from engine.sandbox import with_sandbox_refusal
 from engine.sessions.launcher import host_workdir
+from engine.tools.exec_host import host_outside
 from engine.tools.exec_request import (
     ENV_MAX_BYTES,
     WORKDIR_MAX_BYTES,
@@ -97,6 +98,7 @@ def decide(
         session_key=session_key or None,
         env_overrides=env,
         grants=live,
+        outside=lambda: host_outside(config, agent_id, cwd),  # a glob lists only what the run's view shows
     )
     decision = with_sandbox_refusal(decision, config, agent_id)
     policy = decision.policy

@@ -89,6 +89,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(f"policy check: --cwd {args.cwd!r} is not a directory")
     # Imported here so a problem in the analysis stack cannot take down every other CLI verb.
     from engine.policy.decision import evaluate, explain
+    from engine.tools.exec_host import host_outside
 
     try:
         config = load_config(args.config, required=bool(args.config or os.environ.get("EXECHOST_CONFIG")))
@@ -105,6 +106,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             cwd=cwd,
             # The CLI speaks for the agent's main session: non-main sandboxing does not apply to it.
             sandbox_available=sandbox.mode == "all",
+            outside=lambda: host_outside(config, args.agent, cwd),  # globs expand as the run sees them
         )
     except (ConfigError, ApprovalsFileError) as exc:
         raise UsageError(str(exc)) from None

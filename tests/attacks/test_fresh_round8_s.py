@@ -259,15 +259,12 @@ async def test_class2_a_64_bit_command_hash_collision_runs_another_command_unask
         shutil.rmtree(_VICTIM, ignore_errors=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a glob in the command is expanded by /bin/sh before the decision in a bwrap that hides "
-    "only "
-    "the state dir (expansion._shell_expand: `--dev-bind / /`), not the host view the run gets: `ls "
-    "<workspaceRoot>/*/*` answers the agent, unapproved, with the names of another agent's sandbox files "
-    "(and of every other covered or hidden path: node keys) in the ask's expansion note",
-)
-async def test_class5_glob_expansion_lists_what_the_host_view_covers(tmp_path: Path, tree: Path) -> None:
+async def test_class5_glob_expansion_lists_what_the_host_view_covers(
+    tmp_path: Path, tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was open: the glob was expanded in a bwrap that hid only the state dir, so the ask listed another
+    agent's sandbox files; it is now expanded in the run's own host view (workspace roots covered)."""
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(tmp_path))  # the gateway's config is this state dir's
     root = tree / "wsroot"
     (root / "agent-other").mkdir(parents=True)
     (root / "agent-other" / "secret-plan-q3.txt").write_text("theirs\n")
