@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 
@@ -153,22 +154,28 @@ _RESERVED = frozenset(["if", "then", "elif", "else", "fi", "do", "done", "while"
 _SUBSTITUTIONS = ("`", "$(", "<(", ">(")
 
 
+# An arithmetic expansion of digits and operators only (`$((6*7))`): it names no file and evaluates no
+# variable (a variable's value would be evaluated again, array subscripts and all), so it reads as a 0.
+_LITERAL_ARITHMETIC = re.compile(r"\$\(\([0-9\s+*/%<>&|^~!=-]*\)\)")
+# The test command's own names: `[ -e f ]` is a program, not a glob.
+_TEST_WORDS = frozenset({"[", "[["})
+
+
 def unpinned_word(command: str) -> str:
     """Why an unparsed text's names cannot be pinned, or "": the run of such a text is refused, not approved
     unbound (issue 27 §5). A word a shell expands or reads its own way (`$'x.sh'`, `x.s?`, `$x`) may name
     another file than the binder's; it is harmless only as an argument of a program that reads its
     arguments as data (_DATA_ARGS: `ls *.py`, `echo $HOME`) or in a `for` list. Anywhere else (a
     program's place, an interpreter's operand, a command substitution) the run is refused."""
-    if not any(c in command for c in _SHELL_READS):
+    text = _LITERAL_ARITHMETIC.sub("0", command)
+    if not any(c in text for c in _SHELL_READS):
         return ""
     shown = next((w for w in all_words(command) if any(c in w for c in _SHELL_READS)), "") or command[:40]
     reason = f"a word a shell expands or reads its own way ({shown!r}) names no file it binds"
-    if any(s in command for s in _SUBSTITUTIONS):
+    if any(s in text for s in _SUBSTITUTIONS):
         return reason
     try:
-        lex = shlex.shlex(
-            command, posix=False, punctuation_chars=True
-        )  # words as written: quotes and \\ kept
+        lex = shlex.shlex(text, posix=False, punctuation_chars=True)  # words as written: quotes, \\ kept
         lex.whitespace_split = True
         words = list(lex)
     except ValueError:
@@ -189,7 +196,7 @@ def unpinned_word(command: str) -> str:
                 name = word.split("=", 1)[0]
                 if name.isidentifier():  # an assignment before the program: a value, never run
                     continue
-            if any(c in word for c in _SHELL_READS):
+            if word not in _TEST_WORDS and any(c in word for c in _SHELL_READS):
                 return reason  # the program itself is a word the shell decides
             program = word.rsplit("/", 1)[-1]
             continue

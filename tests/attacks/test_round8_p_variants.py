@@ -274,5 +274,14 @@ async def test_data_words_a_shell_expands_run_once_approved(state_dir: Path, tex
 def test_unpinned_words_in_a_program_place_refuse() -> None:
     for text in ("x=./e.sh; $x", "sh $f", "for f in *.sh; do sh $f; done", "cat $(./x.sh)", "printf -v $n x"):
         assert unpinned_word(text), text
-    for text in ("ls *.py | wc -l", "X=$HOME ls", 'echo "a;b" $x', "grep -r foo *"):
+    for text in ("echo $((x))", "[ -f $x ]", "echo $(($(id)))"):
+        assert unpinned_word(text), text
+    for text in (
+        "ls *.py | wc -l",
+        "X=$HOME ls",
+        'echo "a;b" $x',
+        "grep -r foo *",
+        "while [ ! -e go ]; do sleep 0.05; done",
+        "echo relayed-$((6*7))",
+    ):
         assert unpinned_word(text) == "", text
