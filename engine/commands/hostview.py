@@ -35,6 +35,7 @@ import re
 import shlex
 import signal
 import subprocess
+import tempfile
 from dataclasses import dataclass, replace
 
 from engine import sysbin
@@ -201,9 +202,14 @@ def _empty_file(state: str) -> str:
     bind sources from outside the view, where the state dir is not covered."""
     path = os.path.join(state, "hostview-empty")
     if not os.path.isfile(path) or os.path.getsize(path):
-        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o444)
-        os.close(fd)
-        os.replace(path + ".tmp", path)
+        # A temp name of its own: views are built in several threads at once, and a shared `.tmp` name
+        # was renamed away from under a second builder (a chance failure of concurrent first runs).
+        fd, temp = tempfile.mkstemp(dir=state, prefix=".hostview-empty.")
+        try:
+            os.fchmod(fd, 0o444)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
     return path
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ def write_record(name: str, record: dict[str, Any]) -> None:
     """Temp file and rename, without fsync: a record outlives nothing its processes do not (a reboot ends
     both), and the cold path is milliseconds."""
     path = record_path(name)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # a writer's own
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(json.dumps(record))

@@ -302,3 +302,37 @@ def test_the_status_pipe_fills_only_a_views_slot_above_the_passed_numbers() -> N
     os.close(write)
     assert host_io.status_exit(read, argv, 130) == (130, None)
     assert host_io.exit_of(argv, 130) == (None, "SIGINT")  # no pipe at all: the old guess
+
+
+def test_the_empty_file_is_made_by_many_threads_at_once(tmp_path: Path) -> None:
+    """Views are built in several threads at once (the fair pool): each first builder makes the empty file
+    under a temp name of its own, so none renames another's away (a chance failure of concurrent runs)."""
+    import threading
+
+    from engine.commands import hostview
+
+    state = tmp_path / "s"
+    state.mkdir(mode=0o700)
+    empty = state / "hostview-empty"
+    # Each round: the file is gone (one thread removes it), then all eight make it at once.
+    barrier = threading.Barrier(8, action=lambda: empty.unlink(missing_ok=True))
+    errors: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            for _ in range(40):
+                barrier.wait()
+                hostview._empty_file(str(state))
+        except BaseException as exc:  # collected: a thread's exception would vanish
+            errors.append(exc)
+            barrier.abort()  # the others stop too, never wait for a round that cannot come
+
+    threads = [threading.Thread(target=build) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert hostview._empty_file(str(state)) == str(state / "hostview-empty")
+    assert (state / "hostview-empty").stat().st_size == 0
+    assert [p.name for p in state.iterdir()] == ["hostview-empty"]
