@@ -382,7 +382,7 @@ class NodeLink:
                 port=cfg.port or (),
                 username=cfg.user or (),
                 client_keys=None,
-                known_hosts=None,
+                known_hosts=known_hosts_file(cfg),  # the node's own file, as the connection checks it
             )
             return opts.tunnel, opts.proxy_command
 
