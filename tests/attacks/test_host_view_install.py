@@ -37,25 +37,6 @@ def _checkout_root() -> Path:
 
 
 @needs_bwrap
-async def test_an_allowlisted_tee_cannot_write_the_gateways_runner_package(state_dir: Path) -> None:
-    """attackQ's test_class6_an_allowlisted_tee_writes_the_gateways_runner_package, as it was."""
-    runner_dir = _checkout_root() / "runner"
-    assert (runner_dir / "__main__.py").is_file()
-    planted = runner_dir / f"zz_round8_q_{secrets.token_hex(6)}.py"
-    try:
-        details = await attempt(
-            state_dir,
-            f"echo 'import os  # agent code in the gateway' | tee {planted}",
-            allow=[("/usr/bin/tee", None), ("/usr/bin/echo", None)],
-            workdir="/tmp",
-        )
-        assert details["status"] in ("completed", "failed", "approval-pending", "denied"), details
-        assert not planted.exists(), "an allowlisted command wrote into the gateway's own code"
-    finally:
-        planted.unlink(missing_ok=True)
-
-
-@needs_bwrap
 def test_the_checkout_root_console_and_the_interpreter_are_read_only(state_dir: Path) -> None:
     """The checkout root (first on the systemd unit's sys.path), console/, and the interpreter's own
     file and base prefix: a full run writes none of them."""
