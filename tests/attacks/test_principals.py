@@ -325,3 +325,21 @@ async def test_an_agent_learns_node_names_and_states_only(state_dir: Path) -> No
         assert full["name"] == "alpha" and full["host"] == "127.0.0.1" and full["port"] == 1
         for client in (attacker, operator):
             await client.close()
+
+
+async def test_an_agent_learns_nothing_of_nodes_kept_from_it(state_dir: Path) -> None:
+    """`nodes.status` listed every node to every agent, those its `[[agents.list]] nodes` keeps from it too:
+    their names (often the host's) are the operator's."""
+    nodes = "".join(f'[nodes.{n}]\nhost = "127.0.0.1"\nport = 1\nuser = "u"\n' for n in ("alpha", "beta"))
+    agents = '[[agents.list]]\nid = "attacker"\nnodes = ["beta"]\n'
+    write_config(state_dir, FULL + "\n" + agents + nodes)
+    async with gateway(state_dir):
+        principals.mint(state_dir, "attacker")
+        attacker = await connect(state_dir, "attacker", operator=False, agent="attacker")
+        operator = await connect(state_dir, "op")
+        try:
+            assert await attacker.request("nodes.status") == {"nodes": [{"name": "beta", "state": "down"}]}
+            assert {row["name"] for row in (await operator.request("nodes.status"))["nodes"]} == {"alpha", "beta"}
+        finally:
+            for client in (attacker, operator):
+                await client.close()

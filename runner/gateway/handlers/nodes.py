@@ -2,7 +2,8 @@
 
 The operator sees everything and may `ping` (which opens SSH links). An agent learns only which nodes exist
 and whether they are up, enough to pick `host=node`: addresses, users, host keys and errors (which quote
-paths and hosts) are the operator's, and an agent must not make the gateway dial out at will."""
+paths and hosts) are the operator's, and an agent must not make the gateway dial out at will. Nor does an
+agent learn of nodes `[[agents.list]] nodes` keeps from it: their names are the operator's too."""
 
 from __future__ import annotations
 
@@ -24,7 +25,14 @@ async def status(services: Services, conn: Connection, req: NodesStatus) -> dict
     if not getattr(conn, "operator", False):
         if req.ping:
             require_operator(conn, "nodes.status ping")
-        return {"nodes": [{"name": row.get("name"), "state": row.get("state")} for row in hub.status()]}
+        config = services.config()
+        return {
+            "nodes": [
+                {"name": row.get("name"), "state": row.get("state")}
+                for row in hub.status()
+                if config.may_use_node(conn.agent, str(row.get("name")))
+            ]
+        }
     if req.ping:  # connect where needed and measure RTT; failures show as lastError
         links = list(hub.sync().values())
 
