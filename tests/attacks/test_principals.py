@@ -339,7 +339,8 @@ async def test_an_agent_learns_nothing_of_nodes_kept_from_it(state_dir: Path) ->
         operator = await connect(state_dir, "op")
         try:
             assert await attacker.request("nodes.status") == {"nodes": [{"name": "beta", "state": "down"}]}
-            assert {row["name"] for row in (await operator.request("nodes.status"))["nodes"]} == {"alpha", "beta"}
+            rows = (await operator.request("nodes.status"))["nodes"]
+            assert {row["name"] for row in rows} == {"alpha", "beta"}
         finally:
             for client in (attacker, operator):
                 await client.close()
