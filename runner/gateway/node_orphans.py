@@ -98,6 +98,13 @@ class Orphans:
             self._last_word(
                 run, "running", f"its answer was lost with the link; it runs as session {gateway_id}"
             )
+        elif what == "forgotten":
+            self._last_word(
+                run,
+                "lost",
+                "the node answered it long ago and let its outcome go (too many runs since); "
+                "whether it ran is unknown",
+            )
         elif what == "failed":
             message = compact(str(state.get("message") or "failed"), 500)
             self._last_word(run, "failed", message)
