@@ -12,7 +12,8 @@ from engine.commands.wrappers import BLOCKED_WRAPPERS, names
 # for them would allow any code at all.
 INTERPRETERS = (
     names(
-        "sh bash dash ash zsh ksh mksh pdksh yash fish csh tcsh rc es posh busybox toybox python pypy "
+        "sh bash rbash dash ash zsh ksh mksh lksh oksh pdksh yash fish csh tcsh rc es posh ion nu xonsh "
+        "elvish busybox toybox python pypy "
         "node nodejs bun deno perl ruby irb php lua luajit tclsh wish expect awk gawk mawk nawk sed gsed "
         "osascript pwsh powershell cmd wscript cscript r rscript julia guile racket sbcl clisp ocaml erl "
         "elixir iex swift java jshell groovy scala env xargs parallel watch find make nice nohup time "
@@ -20,7 +21,8 @@ INTERPRETERS = (
     )
     | BLOCKED_WRAPPERS
 )
-_VERSION_SUFFIX = re.compile(r"^(.+?)[-_]?[\d.]*(\.exe)?$")
+# python3.11, node18, perl5.36.0, ruby3.1, lua5.4, python3.7m, python3.11-dbg: the name before its version.
+_VERSION_SUFFIX = re.compile(r"^(.+?)(?:[-_]?[\d.]*|[-_]?\d[\d.]*(?:m|dm|-dbg|-dm))(\.exe)?$")
 
 
 @lru_cache(maxsize=1024)
@@ -44,7 +46,9 @@ RUNNERS = INTERPRETERS | names(
     "git tar find sort vim vi view rview ex nvim vimdiff emacs nano pico ed less more most man pg xargs make "
     "gmake cmake ninja ssh scp sftp rsync zip unzip docker podman kubectl systemctl journalctl npm npx yarn "
     "pnpm pip pip3 cargo go gcc cc g++ clang tmux screen crontab at batch flock script dpkg apt apt-get "
-    "mail mutt ftp sqlite3 psql mysql gpg openssl curl wget busybox su sudo doas"
+    "mail mutt ftp sqlite3 psql mysql gpg openssl curl wget busybox su sudo doas "
+    # split --filter=CMD and rlwrap CMD run a shell command of the caller's choosing.
+    "split gsplit rlwrap"
 )
 
 
