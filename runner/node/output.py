@@ -61,12 +61,18 @@ class NodeOutput:
             task.add_done_callback(lambda _t: self._forwarders.pop(session_id, None))
         return {"sessionId": session_id, "offset": session.output.offset, "watching": True}
 
-    def unwatch(self, session_id: str | None) -> dict[str, Any]:
+    def unwatch(
+        self, session_id: str | None, mine: Callable[[str], bool] = lambda _sid: True
+    ) -> dict[str, Any]:
+        """`sessions.unwatch`: that session, or all, of those `mine` says are the asking gateway's (another
+        gateway's watches are neither ended nor named)."""
         for sid in [session_id] if session_id else list(self._forwarders):
+            if not mine(sid):
+                continue
             task = self._forwarders.pop(sid, None)
             if task is not None:
                 task.cancel()
-        return {"watching": sorted(self._forwarders)}
+        return {"watching": sorted(sid for sid in self._forwarders if mine(sid))}
 
     def linked(self) -> None:
         """A gateway linked: totals go out again (all of them: it knows none yet)."""
@@ -74,10 +80,11 @@ class NodeOutput:
         if self._ticker is None or self._ticker.done():
             self._ticker = asyncio.ensure_future(self._offsets_loop())
 
-    def unlinked(self) -> None:
-        """No gateway: nobody to push to (the next one watches again)."""
-        self.unwatch(None)
-        if self._ticker is not None:
+    def unlinked(self, mine: Callable[[str], bool] = lambda _sid: True, *, last: bool = True) -> None:
+        """A gateway's link went (`mine`: its sessions): nobody to push its sessions to (its next link
+        watches again); with the `last` link gone, no totals either."""
+        self.unwatch(None, mine)
+        if last and self._ticker is not None:
             self._ticker.cancel()
             self._ticker = None
 

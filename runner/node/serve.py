@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -87,7 +88,7 @@ class NodeServer:
             background_ms=config.exec.background_ms,
             split_stream_chars=SPLIT_CAP,  # system.run answers stdout and stderr apart (reference §5.4)
         )
-        self.links = Links(self.sessions)  # at most one gateway's link at a time, and the events it is owed
+        self.links = Links(self.sessions)  # each gateway's newest link, and the events it is owed
         self._sandbox_config: tuple[Config, Config] | None = None
         self.tool = self._exec_tool(self.config)
         # Commands the gateway sandboxed: same sessions and approvals, the node's sandbox settings.
@@ -209,7 +210,9 @@ class NodeServer:
                             raise WatchError(f"No session found for {sid}")
                         payload = self.output.watch(sid)
                     else:
-                        payload = self.output.unwatch(sid)
+                        ns = gateways.CURRENT_GATEWAY.get()
+                        mine = functools.partial(gateways.session_of, self.sessions, ns)
+                        payload = self.output.unwatch(sid, mine)
                 except WatchError as exc:
                     raise RunError("INVALID_REQUEST", f"INVALID_REQUEST: {exc}") from None
                 res = Response(req.id, True, payload=payload)
@@ -357,8 +360,12 @@ class NodeServer:
         self.output.linked()
 
     def _detach(self, link: Output) -> None:
-        if self.links.detach(link):
-            self.output.unlinked()
+        self.links.detach(link)
+        if self.links.of(link.gateway) is not None:
+            return  # a newer link of its gateway took over: its watches go on there
+        self.output.unlinked(
+            lambda sid: gateways.session_of(self.sessions, link.gateway, sid), last=not self.links.up
+        )
 
     async def _answer_admitted(self) -> None:
         """Before a link closes on a line it cannot read, the requests admitted before that line are answered

@@ -197,9 +197,12 @@ async def test_an_answer_never_goes_to_a_newer_link(state_dir: Path) -> None:
     """A request asked on link A and answered after link B took over is dropped, not sent to B."""
     server = NodeServer(state_dir, service=True)
     try:
-        old, new = Output(None), _Capture()
-        server.links.current = old  # link A asked
-        server.links.current = new  # link B took over
+        old, new = _Capture(), _Capture()
+        server.links.up.append(old)  # link A asked
+        new.resend_pending = old.resend_pending = False
+        server.links.up.append(new)  # link B of the same gateway said so: A is let go
+        await server.links.resend_to(new)
+        old.frames.clear()
         await server.handle(Request("7", "ping", {}), old)
         assert new.frames == []
         await server.handle(Request("8", "ping", {}), new)

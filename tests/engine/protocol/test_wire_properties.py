@@ -269,6 +269,7 @@ class _Sink:
         self.gateway = ""  # an anonymous link (no gateway key proved): runner.node.links.Output
         self.nonce: str | None = None
         self.resend_pending = False
+        self.lock = asyncio.Lock()
 
     async def write(self, data: bytes) -> None:
         self.lines.append(data)
@@ -301,7 +302,7 @@ def test_every_node_method_answers_with_a_result_or_a_deliberate_error(
     async def run() -> list[bytes]:
         server = NodeServer(state_dir)
         sink = _Sink()
-        server.links.current = sink  # type: ignore[assignment]
+        server.links.up.append(sink)  # type: ignore[arg-type]
         try:
             await asyncio.wait_for(server.handle(req, sink), 60)  # type: ignore[arg-type]
         finally:
