@@ -15,6 +15,7 @@ from engine.approvals.store import ApprovalsStore
 from engine.config.model import Config
 from engine.sandbox.egress.proxy import Request
 from runner.egress import EgressHub
+from runner.node import gateways
 from runner.node.approvals import CURRENT_RUN
 
 
@@ -48,16 +49,23 @@ def node_egress(
     grants: GrantStore,
     state_dir: Path,
     config: Callable[[], Config],
-    runs: dict[str, list[str]],
+    runs: dict[str, list[tuple[str, str]]],
 ) -> EgressHub:
-    """`runs`: the gateway's run ids in flight here, per agent. The gateway takes a node's ask only for a
-    run of its own in flight on that link (it names the agent and session, never the node): an egress ask
-    goes as part of the agent's latest call in flight; with none (a background job after its call
-    returned), the ask finds no run there and the connection is refused."""
+    """`runs`: (gateway namespace, run id) of the gateways' runs in flight here, per agent. A gateway takes
+    a node's ask only for a run of its own in flight on that link (it names the agent and session, never
+    the node): an egress ask goes as part of the agent's latest call in flight, to the link of that call's
+    gateway; with none (a background job after its call returned), the ask finds no run there and the
+    connection is refused."""
 
     def bind(req: Request) -> Callable[[], None]:
-        mine = runs.get(req.agent_id) or [""]
-        token = CURRENT_RUN.set(mine[-1])
-        return lambda: CURRENT_RUN.reset(token)
+        namespace, run_id = (runs.get(req.agent_id) or [("", "")])[-1]
+        run_token = CURRENT_RUN.set(run_id)
+        gateway_token = gateways.CURRENT_GATEWAY.set(namespace)
+
+        def unbind() -> None:
+            gateways.CURRENT_GATEWAY.reset(gateway_token)
+            CURRENT_RUN.reset(run_token)
+
+        return unbind
 
     return EgressHub(NodeEgressServices(approvals, store, grants, state_dir, config), bind_ask=bind)

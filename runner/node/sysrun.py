@@ -72,7 +72,7 @@ class SystemRun:
         runs: RunLedger,
         approvals: RelayedApprovals,
         emit: Callable[[NodeEvent], Awaitable[None]],
-        runs_in_flight: dict[str, list[str]],
+        runs_in_flight: dict[str, list[tuple[str, str]]],
     ) -> None:
         self.tool = tool
         self.sandbox_tool = sandbox_tool
@@ -80,7 +80,8 @@ class SystemRun:
         self.runs = runs
         self.approvals = approvals
         self._emit = emit
-        self.runs_in_flight = runs_in_flight  # agent -> the gateway's run ids running here
+        # agent -> (the gateway's namespace, its run id) of the runs running here
+        self.runs_in_flight = runs_in_flight
 
     async def run(self, p: dict[str, Any]) -> dict[str, Any]:
         text = command_text(p.get("command"), p.get("rawCommand"))
@@ -143,7 +144,8 @@ class SystemRun:
         suppress = bool(p.get("suppressNotifyOnExit"))
         token = CURRENT_RUN.set(run_id)
         in_flight = self.runs_in_flight.setdefault(agent_id, [])
-        in_flight.append(run_id)  # (its sandbox's egress asks go as part of it: runner.node.egress)
+        mine = (ns, run_id)
+        in_flight.append(mine)  # (its sandbox's egress asks go as part of it: runner.node.egress)
         try:
             result = await (self.sandbox_tool if sandboxed else self.tool).run(call, ctx)
         except ToolError as exc:
@@ -151,7 +153,7 @@ class SystemRun:
             raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}") from None
         finally:
             CURRENT_RUN.reset(token)
-            in_flight.remove(run_id)
+            in_flight.remove(mine)
             if not in_flight:
                 self.runs_in_flight.pop(agent_id, None)
         details = result.details
