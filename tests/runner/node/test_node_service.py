@@ -162,11 +162,12 @@ def test_install_service_writes_a_user_unit(tmp_path: Path, state_dir: Path) -> 
 
 
 async def test_the_newest_link_takes_over(state_dir: Path) -> None:
-    """Two links to one service (a gateway that reconnected before its old link was noticed dead): the
-    newer one gets the service, the older one is closed."""
+    """Two links of one gateway to one service (it reconnected before its old link was noticed dead): once
+    the newer one says whose it is (here: no key, its first request), it gets the service and the older
+    one is closed. Another gateway's link is never closed by it (test_gateways)."""
     import socket
 
-    from engine.nodes.wire import Hello, decode
+    from engine.nodes.wire import Hello, Request, Response, decode, encode
     from runner.node.links import Output
     from runner.node.serve import NodeServer
 
@@ -179,6 +180,8 @@ async def test_the_newest_link_takes_over(state_dir: Path) -> None:
             reader, writer = await asyncio.open_connection(sock=gateway_end)
             task = asyncio.ensure_future(server.serve(srv_reader, Output(srv_writer)))
             assert isinstance(decode(await reader.readline()), Hello)
+            writer.write(encode(Request("p", "ping", {})))
+            assert isinstance(decode(await reader.readline()), Response)
             links.append((reader, writer, task))
         old_reader, _, old_task = links[0]
         assert await asyncio.wait_for(old_reader.read(), 10) == b""  # closed by the service
