@@ -432,6 +432,22 @@ def git_includes(
     return found
 
 
+def walked_dirs(paths: list[str]) -> list[str]:
+    """For a path with `..` in it (`team/sub/../inc`), each directory the kernel walks before a `..`
+    (`team/sub`): realpath keeps the file where `..` lands lexically when the directory is missing, but
+    the kernel follows whatever is there by then, a link a run planted included. Kept as directories
+    (made empty when missing), they resolve as the file was kept (fresh round 8 r)."""
+    found: list[str] = []
+    for path in paths:
+        parts = path.split(os.sep)
+        for at, part in enumerate(parts):
+            if part == ".." and at > 1:
+                walked = os.path.abspath(os.sep.join(parts[:at]))
+                if walked != os.sep and walked not in found:
+                    found.append(walked)
+    return found
+
+
 def trusted_files(
     state: str,
     environ: dict[str, str] | None = None,
@@ -443,7 +459,8 @@ def trusted_files(
     trusted configs, the git includes, the rc files, the trusted dirs, the state dir and what `outside`
     names (pathPrepend dirs, rootfs, config files, known_hosts among them)."""
     paths = [p for p, _always in trusted_configs(environ)]
-    paths += git_includes(environ) if includes is None else includes
+    includes = git_includes(environ) if includes is None else includes
+    paths += [*includes, *walked_dirs(includes)]
     home = home_dir(environ)
     paths += [os.path.join(home, name) for name in RC_FILES]
     paths += [
@@ -676,7 +693,8 @@ def view_args(
     configs = trusted_configs(environ)
     includes = git_includes(environ, configs)
     files = [*outside.files, *includes]
-    for d in outside.readonly:
+    walked = walked_dirs(includes)
+    for d in [*outside.readonly, *walked]:
         if not _inside(os.path.realpath(d), home) and not _under(d, state):
             _made(d, directory=True)
     _make_import_paths(home, state)
@@ -694,7 +712,7 @@ def view_args(
     tdirs = trusted_dirs(environ)
     hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes, tdirs), state, home)
     hop_dirs += [d for d in _dangling_rc_dirs(home) if d not in hop_dirs]
-    for d in [*tdirs, *outside.readonly, *hop_dirs]:
+    for d in [*tdirs, *outside.readonly, *hop_dirs, *walked]:
         if os.path.exists(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
             args += ["--ro-bind", os.path.realpath(d), d]
     args += ["--tmpfs", state]
@@ -727,7 +745,7 @@ def view_args(
         if os.path.exists(path) and not _under(path, state) and not _inside(os.path.realpath(path), home):
             args += ["--ro-bind", os.path.realpath(path), os.path.realpath(path)]
             bound += [os.path.realpath(path)]
-    bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs]
+    bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
     fix = [op for d in fixed for op in ("--bind", os.path.realpath(d), d)]
     return ["--dev-bind", "/", "/", *fix, *args]
