@@ -39,7 +39,7 @@ import tempfile
 from dataclasses import dataclass, replace
 
 from engine import sysbin
-from engine.commands import bindsource, hostkeeper, importroots
+from engine.commands import bindsource, dirshadow, hostkeeper, importroots
 
 ENV = "/usr/bin/env"
 # Signals a terminal (or an operator's ^C) sends: the command's, never bwrap's to die of.
@@ -704,6 +704,9 @@ def view_args(
     args: list[str] = []
     if home != os.sep and os.path.isdir(home):
         args += ["--ro-bind", home, home]
+    shadow, shadowed = dirshadow.shadow_ops(
+        _shadowed_dirs(home, state, roots, outside), {os.path.realpath(p) for p in outside.hidden}
+    )
     for root in roots:
         if not any(other != root and _inside(root, other) for other in roots):
             # one below another is writable with it, and bound over it would be by a name the outer
@@ -720,6 +723,8 @@ def view_args(
         if not _under(root, state) and _cover_root(root):
             args += ["--tmpfs", os.path.realpath(root)]
     for path in outside.hidden:
+        if os.path.dirname(os.path.realpath(path)) in shadowed:
+            continue  # absent from its directory's cover
         if os.path.exists(path) and not _under(path, state):
             args += ["--ro-bind", os.path.realpath(_empty_file(state)), path]
     if _scratch_cargo(environ):
@@ -745,10 +750,34 @@ def view_args(
         if os.path.exists(path) and not _under(path, state) and not _inside(os.path.realpath(path), home):
             args += ["--ro-bind", os.path.realpath(path), os.path.realpath(path)]
             bound += [os.path.realpath(path)]
+    # last: a read-only bind of a directory above one (a trusted dir, a link's) would show it again
+    args += shadow
     bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
     fix = [op for d in fixed for op in ("--bind", os.path.realpath(d), d)]
     return ["--dev-bind", "/", "/", *fix, *args]
+
+
+def _shadowed_dirs(home: str, state: str, roots: list[str], outside: Outside) -> list[str]:
+    """The directories shown as a read-only copy of their entries (engine.commands.dirshadow): each one
+    holding a hidden file (a node's key: a rename in it then changes nothing in a running view) or socket,
+    and ~/.ssh (a ControlMaster socket there is the node's account). Not the home, `/` or a shared
+    directory, none holding the home, the state dir or a writable root and none inside a writable root: a
+    hidden file there keeps its own bind."""
+    found = [os.path.dirname(os.path.realpath(p)) for p in outside.hidden if os.path.lexists(p)]
+    ssh = os.path.realpath(os.path.join(home, ".ssh"))
+    if os.path.isdir(ssh):
+        found.append(ssh)
+    keep: list[str] = []
+    for d in dict.fromkeys(found):
+        if d in (home, os.sep) or not os.path.isdir(d) or _shared(d) or _under(d, state):
+            continue
+        if _inside(home, d) or _inside(os.path.realpath(state), d):
+            continue
+        if any(_inside(r, d) or _inside(d, r) for r in roots):
+            continue
+        keep.append(d)
+    return keep
 
 
 def _make_import_paths(home: str, state: str) -> None:

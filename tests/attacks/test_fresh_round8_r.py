@@ -199,11 +199,6 @@ async def _poll_until_exit(client: object, sid: str) -> str:
     raise AssertionError(f"session {sid} did not end: {text!r}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node key rotated by rename (ansible, rm + ssh-keygen) detaches the empty file bound "
-    "over it in every running host view: a background host run started before reads the new key",
-)
 async def test_a_rotated_node_key_is_hidden_from_running_host_commands(short: Path) -> None:
     state = short / "state"
     keys = short / "keys"
@@ -509,11 +504,6 @@ async def test_node_modules_planted_above_a_shared_dir_runs_nothing_for_the_oper
     assert not marker.exists(), "the planted module ran in the operator's node"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a read-only ~/.ssh still lets a host run connect to the operator's ssh ControlMaster "
-    "socket there (ControlPath ~/.ssh/cm-%r@%h:%p): it runs commands on the node as the node's account",
-)
 async def test_the_operators_ssh_master_to_the_node_is_not_a_host_runs(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:

@@ -225,11 +225,12 @@ def test_the_kept_view_is_remade_when_what_it_hides_outside_changes(state_dir: P
     hidden = hostview.Outside(hidden=(str(key),))
     seen, second = read(hidden)
     assert seen == "" and second is not first
-    # the key replaced on the host (renamed over: the kept bind would be detached): re-made, still hidden
+    # the key replaced on the host (renamed over): its directory is covered by a copy of its entries
+    # (engine.commands.dirshadow), so the kept view needs no remaking to keep the new key out
     (tmp_path / "new").write_text("PRIVATE KEY 2\n")
     os.replace(tmp_path / "new", key)
-    seen, third = read(hidden)
-    assert seen == "" and third is not second
+    seen, _third = read(hidden)
+    assert seen == ""
 
 
 @needs_bwrap

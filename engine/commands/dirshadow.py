@@ -1,0 +1,52 @@
+"""Directories a host run sees as a read-only copy of their entries at the view's making: no Unix socket
+and no hidden file among them, whatever is renamed into the real directory afterwards.
+
+A file bound over a node's key is attached to that file's dentry: the key rotated by a rename (`ssh-keygen`
+after `rm`, ansible) puts a new dentry there, unbound, in every running view (fresh round 8 r). And a
+read-only bind does not stop connect(2): an ssh ControlMaster socket in ~/.ssh reached through a read-only
+home still runs commands on a node as the operator. So the directory holding a node key, and ~/.ssh, are
+covered with a tmpfs holding only what was there (regular files and directories bound read-only, links
+re-made) but sockets, fifos, devices and the hidden files; the tmpfs is then read-only. A rename in the real
+directory changes nothing under the cover."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+MAX_ENTRIES = 512  # beyond this a directory is left to the per-file binds (a view is one bwrap argv)
+
+
+def shadow_ops(dirs: list[str], hidden: set[str]) -> tuple[list[str], list[str]]:
+    """bwrap operations covering each directory in `dirs` (resolved, present, chosen by the caller: never
+    the home, a writable root or a shared one) with its entries but the `hidden` paths (resolved) and
+    anything that is not a regular file, a directory or a link; and the directories covered. One too large
+    or unreadable is not covered: the caller's per-file binds keep it. The operations go last: a later
+    bind of a directory above one would show it again."""
+    ops: list[str] = []
+    covered: list[str] = []
+    for d in dict.fromkeys(dirs):
+        if d == os.sep:
+            continue
+        try:
+            with os.scandir(d) as entries:
+                listed = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
+        except OSError:
+            continue
+        if len(listed) > MAX_ENTRIES:
+            continue
+        here = ["--tmpfs", d]
+        for name, st in sorted(listed):
+            path = os.path.join(d, name)
+            if path in hidden:
+                continue
+            if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                here += ["--ro-bind", path, path]
+            elif stat.S_ISLNK(st.st_mode):
+                try:
+                    here += ["--symlink", os.readlink(path), path]
+                except OSError:
+                    continue
+        ops += [*here, "--remount-ro", d]
+        covered.append(d)
+    return ops, covered
