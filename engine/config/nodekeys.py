@@ -1,7 +1,7 @@
 """The credentials a node link logs in with, named only by the node's table (identityFile, identityAgent):
 one list, read by the link to log in and by the host view to hide, so no gateway-host command can read
 what speaks to a node as the gateway. Nothing ambient: no default key, no ~/.ssh/config IdentityFile, no
-ssh-agent the operator did not name."""
+ssh-agent the operator did not name; and the gateway's own ssh-agent is never a host run's."""
 
 from __future__ import annotations
 
@@ -31,9 +31,14 @@ def agent_path(cfg: NodeConfig, environ: Mapping[str, str] | None = None) -> str
 
 
 def hidden_paths(nodes: Iterable[NodeConfig], environ: Mapping[str, str] | None = None) -> list[str]:
-    """Every file a node link may log in with (its key, its agent's socket), as named and resolved: what
-    the host view puts an empty file over."""
+    """Every file a node link may log in with (its key, its agent's socket), and the ssh-agent of the
+    gateway's own environment whether a node names it or not (the operator's agent signs with whatever
+    keys they added to it, a node's key among them: fresh round 8 r), as named and resolved: what the
+    host view puts an empty file over, and what no host run's environment names."""
     found: set[str] = set()
+    own = (os.environ if environ is None else environ).get(AGENT_FROM_ENV, "")
+    if own.startswith(os.sep):
+        found |= {os.path.abspath(own), os.path.realpath(own)}
     for cfg in nodes:
         for path in (identity_path(cfg), agent_path(cfg, environ)):
             if path:
@@ -63,8 +68,8 @@ def missing(cfg: NodeConfig, environ: Mapping[str, str] | None = None) -> str | 
 
 
 def drop_hidden_agent(env: MutableMapping[str, str], hidden: Iterable[str]) -> None:
-    """A host run's environment never names an agent socket a node logs in through: the socket is hidden
-    in the view, and the variable would only point at it."""
+    """A host run's environment never names a hidden agent socket (a node's, or the gateway's own): the
+    socket is hidden in the view, and the variable would only point at it."""
     sock = env.get(AGENT_FROM_ENV)
     if sock and {sock, os.path.realpath(sock)} & set(hidden):
         del env[AGENT_FROM_ENV]

@@ -50,11 +50,6 @@ def _ssh(node: SshdNode, key: Path, command: str) -> str:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the node's identityFile key, loaded in the operator's ssh-agent ($SSH_AUTH_SOCK, which "
-    "host runs inherit and which the view leaves reachable), logs a host run in to the node",
-)
 async def test_the_node_key_in_the_operators_agent_is_not_a_host_runs(
     sshd_nodes: list[SshdNode], state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
