@@ -93,6 +93,16 @@ def ops_cost(runs: int) -> dict[str, float]:
     )
     for name in (".gitconfig", "a.inc"):
         (home / name).unlink()
+    # ~/.ssh covered by a read-only copy of its entries (engine.commands.dirshadow): ten files, one hidden key
+    ssh = home / ".ssh"
+    ssh.mkdir(mode=0o700)
+    for n in range(10):
+        (ssh / f"f{n}").write_text("x\n")
+    key = hostview.Outside(hidden=(str(ssh / "f0"),))
+    found["~/.ssh of 10 files covered"] = per_call(lambda: hostview.view_args(state, None, key), runs)
+    for entry in ssh.iterdir():
+        entry.unlink()
+    ssh.rmdir()
     return found
 
 
@@ -205,6 +215,12 @@ def main() -> None:
         )
         uncached = ops["includes, uncached"] * 1000
         record("  host view: asking git for 3 includes, uncached", f"{uncached:.0f} us")
+        record(
+            "host view: its operations per run, ~/.ssh of 10 files covered (vs no ~/.ssh)",
+            f"{ops['~/.ssh of 10 files covered'] * 1000:.0f} us",
+            f"{ops['no includes'] * 1000:.0f} us",
+            ratio(ops["~/.ssh of 10 files covered"], ops["no includes"]),
+        )
     finally:
         hostkeeper.stop()
         shutil.rmtree(root, ignore_errors=True)
