@@ -13,6 +13,10 @@
    own-pts PTY -- ARGV        (before a run's own bwrap) a mount namespace whose /dev/pts is its own, then
                               ARGV (bwrap, which copies it into the view it builds).
    check-cwd CWD -- ARGV      (after bwrap's `--`) restore the terminal's signals, check the cwd, run ARGV.
+   join TASKS -- ARGV         (first of all) move this process into the pids cgroup whose `tasks` file
+                              is TASKS (its agent's share of the host's processes: engine.sandbox.
+                              bwraplimits.host_pids_group), then ARGV: everything the run forks is counted
+                              there from its first fork; 126 when it cannot join (nothing runs uncapped).
    status FD -- ARGV          (after bwrap's `--`, as its pid 1) run ARGV as a child and write its wait
                               status ("%d\n") to FD ("-": none) before telling it as it was: bwrap tells a
                               signal n as exit 128+n, which a command can exit with itself, so the spawner
@@ -369,8 +373,21 @@ static int enter(char **argv) {
     }
 }
 
+static int join_then(char **argv) {
+    int fd = open(argv[0], O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, "0", 1) != 1) {
+        fprintf(stderr, "exechost-hostenter: cannot join the pids cgroup %s: %s\n", argv[0], strerror(errno));
+        return 126;
+    }
+    close(fd);
+    execvp(argv[2], argv + 2);
+    fprintf(stderr, "exechost-hostenter: %s: %s\n", argv[2], strerror(errno));
+    return 127;
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "keep")) return keep();
+    if (argc >= 5 && !strcmp(argv[1], "join") && !strcmp(argv[3], "--")) return join_then(argv + 2);
     if (argc >= 8 && !strcmp(argv[1], "enter") && !strcmp(argv[6], "--")) return enter(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "own-pts") && !strcmp(argv[3], "--")) return own_pts_then(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "status") && !strcmp(argv[3], "--")) return status_then(argv + 2);
@@ -380,6 +397,6 @@ int main(int argc, char **argv) {
     }
     fprintf(stderr, "usage: exechost-hostenter keep | enter MNT-FD USER-FD|- CWD-FD|- PTY-FD|- -- COMMAND... | "
                     "own-pts PTY-FD|- -- COMMAND... | check-cwd CWD-FD|- -- COMMAND... | "
-                    "status FD|- -- COMMAND...\n");
+                    "status FD|- -- COMMAND... | join TASKS -- COMMAND...\n");
     return 2;
 }

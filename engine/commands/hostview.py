@@ -79,6 +79,8 @@ class Outside:
     workdir: str | None = None
     # every agent's `hostWritable` (the config's): another agent's runs may rename in its dirs
     writable_anywhere: tuple[str, ...] = ()
+    # the `tasks` file of the agent's pids cgroup its runs join first (engine.sandbox.bwraplimits)
+    join_tasks: str | None = None
 
 
 NOTHING_OUTSIDE = Outside()
@@ -862,6 +864,19 @@ def pid_ops() -> tuple[str, ...]:
     (`--as-pid-1`: it reaps, as bwrap's reaper would) and holds nothing of the run's open before the
     command starts, so the command is pid 2 with parent 1, as in the kept view."""
     return (*PID_OPS, "--as-pid-1") if hostkeeper.helper_path() is not None else PID_OPS
+
+
+def joined(prefix: list[str] | tuple[str, ...], outside: Outside) -> list[str]:
+    """`prefix` with the agent's pids cgroup joined first (exechost-hostenter `join`), when it has one:
+    after `env`'s signal words for a run's own bwrap (is_wrapped still knows it), before all else in the
+    kept view."""
+    helper = hostkeeper.helper_path()
+    if not outside.join_tasks or helper is None:
+        return list(prefix)
+    join = [helper, "join", outside.join_tasks, "--"]
+    if is_wrapped(prefix):
+        return [*prefix[:2], *join, *prefix[2:]]
+    return [*join, *prefix]
 
 
 def is_wrapped(args: object) -> bool:

@@ -344,7 +344,7 @@ class _Builder:
         if not pins:  # the host view alone: entered, kept (engine.commands.hostkeeper), when it can be
             kept = hostview.kept_prefix(str(state_dir()), bwrap, outside=outside)
             if kept is not None:
-                return PinnedView(tuple(kept[0]), fds=kept[1])
+                return PinnedView(tuple(hostview.joined(kept[0], outside)), fds=kept[1])
         # One bwrap: the host view's operations first (the state dir a tmpfs, a PID namespace and /proc
         # of its own), then the pinned view's tmpfs (inside the state dir's, made by bwrap in it) and its
         # copies.
@@ -360,6 +360,8 @@ class _Builder:
             self.fds += view_fds
         pinned = ["--tmpfs", self.root, *self.args] if pins else []
         prefix = (*hostview.head(bwrap), *ops, *pinned, "--", *hostview.tail())
+        if host:
+            prefix = tuple(hostview.joined(prefix, outside))
         return PinnedView(prefix, dict(self.env), tuple(self.fds))
 
 
@@ -461,7 +463,7 @@ def kept_host_view(outside: hostview.Outside = hostview.NOTHING_OUTSIDE) -> Pinn
     when it must be made first (pinned_view(None, host=True), in a thread) or bwrap is missing."""
     bwrap = bwrap_path()
     kept = hostview.kept_prefix(str(state_dir()), bwrap, make=False, outside=outside) if bwrap else None
-    return PinnedView(tuple(kept[0]), fds=kept[1]) if kept is not None else None
+    return PinnedView(tuple(hostview.joined(kept[0], outside)), fds=kept[1]) if kept is not None else None
 
 
 def is_git(argv: Sequence[str]) -> bool:

@@ -24,7 +24,7 @@ from engine.sandbox.rambudget import (
     TMPFS_BYTES,
     mem_total,
 )
-from engine.sandbox.settings import state_id
+from engine.sandbox.settings import slugify, state_id
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def sweep_cgroups() -> None:
             install = base / f"exechost-{state_id()}"
             # Owners' groups (and those an earlier layout made directly under the base), emptied ones last.
             for group in [*install.glob("*/*"), *install.glob("*"), *base.glob(f"exechost-{state_id()}-*")]:
-                if group.is_dir() and str(group) not in live:
+                if group.is_dir() and str(group) not in live and group.name != HOST_GROUP:
                     with contextlib.suppress(OSError):
                         group.rmdir()
 
@@ -116,6 +116,27 @@ def pids_cgroup(name: str, limit: int | None, owner: str) -> Path | None:
                     group.rmdir()
                 break
     return None
+
+
+HOST_GROUP = "host"  # an owner's gateway-host runs, beside its sandboxes' groups
+
+
+def host_pids_group(agent_id: str) -> Path | None:
+    """The pids cgroup an agent's gateway-host runs join (exechost-hostenter `join`), in the agent's own
+    group with its sandboxes: one agent's fork bomb in an approved script takes at most its quarter of the
+    host's pid_max, as a sandbox's would, never the processes other agents, the session host and the
+    operator's console need (fresh round 8 o). None where no pids cgroup can be made here."""
+    return pids_cgroup(HOST_GROUP, _pid_max() // AGENT_PIDS_SHARE, f"agent-{slugify(agent_id)}")
+
+
+def drop_host_groups() -> None:
+    """The gateway stops: its agents' host-run groups, once empty, and the owner and install groups they
+    leave empty (rmdir refuses a group with a task or a child: a held session's stays for the next)."""
+    for base in _cgroup_bases():
+        install = base / f"exechost-{state_id()}"
+        for group in [*install.glob(f"*/{HOST_GROUP}"), *install.glob("*"), install]:
+            with contextlib.suppress(OSError):
+                group.rmdir()
 
 
 INSTALL_PIDS_SHARE = 2  # all sandboxes of an install: half the host's pids

@@ -25,6 +25,7 @@ from engine.config.loader import load_config
 from engine.config.model import Config
 from engine.policy.decision import evaluate
 from engine.results import ToolError
+from engine.sandbox import bwraplimits
 from engine.statefs import state_dir
 from engine.unixsock import PeerInfo
 
@@ -63,7 +64,14 @@ def host_outside(config: Config, agent_id: str = "main", workdir: str | None = N
         ),
         workdir=workdir,
         covered=workspace_roots(config),
+        join_tasks=_join_tasks(agent_id),
     )
+
+
+def _join_tasks(agent_id: str) -> str | None:
+    """The `tasks` file of the agent's pids cgroup for its host runs, made (or its caps set again) now."""
+    group = bwraplimits.host_pids_group(agent_id)
+    return str(group / "tasks") if group is not None else None
 
 
 def program_dirs(config: Config) -> tuple[str, ...]:

@@ -27,8 +27,8 @@ from engine.policy.precedence import SessionOverrides
 from engine.protocol.methods import EventName, Method, Topic
 from engine.protocol.requests import Message, ProcessRequest
 from engine.results import ToolResult
+from engine.sandbox import bwraplimits, held
 from engine.sandbox import default_manager as default_sandbox_manager
-from engine.sandbox import held
 from engine.sessions import SessionManager, SystemEvents
 from engine.sessions.adopt import Adoption
 from engine.sessions.host import HOLDERS_DIR
@@ -261,6 +261,7 @@ class Services:
         if self.holders is not None:
             await self.holders.close()
         await self.journal.flush()  # nothing queued for disk is left behind
+        await asyncio.to_thread(bwraplimits.drop_host_groups)  # (engine.tools.exec_host made them)
 
     # -- sessions
 
