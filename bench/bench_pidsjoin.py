@@ -1,0 +1,60 @@
+"""What joining the agent's pids cgroup costs a gateway-host run (exechost-hostenter `join`, fresh round 8
+o): `/bin/true` spawned plainly against the same through `join`, wall p50 per spawn, same run.
+
+Usage: .venv/bin/python bench/bench_pidsjoin.py [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.table import ratio, record
+
+
+def p50(argv: list[str], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(argv, check=True)
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=300)
+    args = parser.parse_args()
+    os.environ["OPENCLAW_STATE_DIR"] = tempfile.mkdtemp(prefix="ehj-", dir="/tmp")
+    from engine.commands import hostkeeper
+    from engine.sandbox import bwraplimits
+
+    helper = hostkeeper.helper_path()
+    group = bwraplimits.host_pids_group("bench")
+    if helper is None or group is None:
+        print("no exechost-hostenter (scripts/setup.sh) or no writable v1 pids cgroup: nothing to compare")
+        return
+    try:
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}")
+        plain = p50(["/bin/true"], args.runs)
+        joined = p50([helper, "join", str(group / "tasks"), "--", "/bin/true"], args.runs)
+        record(
+            "host run: joining the agent's pids cgroup first, p50 per spawn (vs /bin/true plainly)",
+            f"{joined:.2f} ms",
+            f"{plain:.2f} ms",
+            ratio(joined, plain),
+        )
+    finally:
+        bwraplimits.drop_host_groups()
+
+
+if __name__ == "__main__":
+    main()
