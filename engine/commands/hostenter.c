@@ -40,8 +40,9 @@
    the command left behind runs, so `nohup server &` outlives the command as it did without the view),
    and the command as pid 2 (a pid 1 would ignore ^C). This process and pid 1 ignore the
    terminal's INT/QUIT/TSTP so they reach the command and leave its parents waiting; the command gets them
-   back at their defaults, no_new_privs set. The command's exit is told as it was: its code as the code,
-   its signal by dying of that signal (never 128+n, which a command can exit with itself). */
+   back at their defaults, no_new_privs set, in a landlock domain scoped from abstract sockets (ABI >= 6).
+   The command's exit is told as it was: its code as the code, its signal by dying of that signal (never
+   128+n, which a command can exit with itself). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -58,6 +59,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -179,6 +181,27 @@ static int decided(int cwdfd, struct stat *want) {
     return 1;
 }
 
+/* Landlock's ABI 6 scope, defined here (a build host's <linux/landlock.h> may be older): the command and
+   what it starts connect to no abstract Unix socket made outside them (the operator's X server's, a session
+   bus's, an editor's): an abstract name is in no directory, so no mount covers it (issue 27 class 1).
+   A kernel without the scope (ABI < 6) leaves them reachable: docs/SECURITY.md. */
+struct scoped_ruleset {
+    uint64_t handled_access_fs, handled_access_net, scoped;
+};
+#define SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)
+#define LANDLOCK_CREATE_RULESET 444
+#define LANDLOCK_RESTRICT_SELF 446
+
+static void scope_abstract_sockets(void) {
+    if (syscall(LANDLOCK_CREATE_RULESET, NULL, (size_t)0, 1U) < 6) return;
+    struct scoped_ruleset attr = {0, 0, SCOPE_ABSTRACT_UNIX_SOCKET};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
+    int ruleset = (int)syscall(LANDLOCK_CREATE_RULESET, &attr, sizeof attr, 0U);
+    if (ruleset < 0) die("landlock_create_ruleset");
+    if (syscall(LANDLOCK_RESTRICT_SELF, ruleset, 0U) < 0) die("landlock_restrict_self");
+    close(ruleset);
+}
+
 /* The command's last step: its cwd is the decided directory (`want`, NULL: no check), the terminal's
    signals are its own again; then ARGV. */
 static void run_checked(const struct stat *want, char **command) {
@@ -189,6 +212,7 @@ static void run_checked(const struct stat *want, char **command) {
             _exit(FAIL);
         }
     }
+    scope_abstract_sockets();
     terminal_signals(SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
