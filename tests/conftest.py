@@ -132,6 +132,11 @@ def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("EXECHOST_CONFIG", raising=False)
+    # Host views give each agent its own copy of this dir, standing in for /tmp and the like
+    # (engine.commands.hostprivate): most tests' workdirs are in the machine's /tmp, which the default
+    # would make the agent's own. Tests of the default itself unset it.
+    (root / "tmp").mkdir()
+    monkeypatch.setenv("EXECHOST_HOST_PRIVATE", str(root / "tmp"))
     yield state
     prefix = str(root).encode() + b"/"
     leftover = _gateway_daemons(lambda env: env.get(b"OPENCLAW_STATE_DIR", b"").startswith(prefix))

@@ -12,7 +12,8 @@ The keeper is re-made whenever what shapes the view changes: the operations them
 appearing or going, a node key or the agents' socket configured), the identity (device, inode) of every
 path the operations name (bound, bound over, covered: a config renamed over on the host detaches its
 read-only bind in every other namespace, so a kept one would show the new file writable), and the host's
-mount table. One keeper per state dir, never shared with another;
+mount table. One keeper per state dir and agent (each agent's view has its own private /tmp and the
+like: engine.commands.hostprivate), never shared with another;
 it ends when the process that made it does (its stdin closes) or when it is replaced or stopped.
 Namespaces outlive it while a run is in them, so a background session is never cut short by a replacement.
 """
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from engine.commands import bindsource
 
 HELPER_NAME = "exechost-hostenter"
-KEEP_AT_MOST = 8  # keepers one process holds (a gateway serves one state dir; tests make many)
+KEEP_AT_MOST = 16  # keepers one process holds (one per agent of a state dir; tests make many)
 
 
 # Where the helper is, when not in the venv; set empty: none (every run takes a bwrap of its own).
@@ -129,8 +130,14 @@ def view_key(bwrap: str, helper: str, state: str, ops: list[str]) -> tuple[objec
     return (bwrap, helper, state, tuple(ops), _identity(state), bound, _mounts())
 
 
+def slot(state: str, private: str | None) -> str:
+    """The name a keeper is held under: its state dir, and the agent's private dir when it has one (one
+    agent's view is never another's)."""
+    return state if private is None else f"{state}\0{os.path.dirname(private)}"
+
+
 def current(key: tuple[object, ...], state: str) -> Keeper | None:
-    """The live keeper of this state dir made for `key`, without blocking; None when one must be made."""
+    """The live keeper of this slot (slot()) made for `key`, without blocking; None when one must be made."""
     keeper = _keepers.get(state)
     return keeper if keeper is not None and keeper.key == key and keeper.alive() else None
 
@@ -197,9 +204,9 @@ def _start(key: tuple[object, ...], bwrap: str, helper: str, ops: list[str]) -> 
 
 
 def stop(state: str | None = None) -> None:
-    """End the keeper of `state` (every keeper of this process when None)."""
+    """End the keepers of `state`, every agent's (every keeper of this process when None)."""
     with _lock:
-        for name in [state] if state is not None else list(_keepers):
-            keeper = _keepers.pop(name, None) if name is not None else None
+        for name in [n for n in _keepers if state is None or n.split("\0")[0] == state]:
+            keeper = _keepers.pop(name, None)
             if keeper is not None:
                 keeper.stop()

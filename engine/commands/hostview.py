@@ -39,7 +39,7 @@ import tempfile
 from dataclasses import dataclass, replace
 
 from engine import sysbin
-from engine.commands import bindsource, dirshadow, hostkeeper, importroots
+from engine.commands import bindsource, dirshadow, hostkeeper, hostprivate, importroots
 
 ENV = "/usr/bin/env"
 # Signals a terminal (or an operator's ^C) sends: the command's, never bwrap's to die of.
@@ -81,6 +81,10 @@ class Outside:
     writable_anywhere: tuple[str, ...] = ()
     # the `tasks` file of the agent's pids cgroup its runs join first (engine.sandbox.bwraplimits)
     join_tasks: str | None = None
+    # (source, destination): the agent's own /tmp, /var/tmp, ... (engine.commands.hostprivate)
+    private: tuple[tuple[str, str], ...] = ()
+    # the workdir as the run names it, when it is in the agent's private copy (its host path is there)
+    chdir: str | None = None
 
 
 NOTHING_OUTSIDE = Outside()
@@ -703,7 +707,8 @@ def view_args(
     for path in files:
         if not _inside(os.path.realpath(path), home) and not _under(path, state):
             _made(path, directory=False)
-    args: list[str] = []
+    private_first, private_last = hostprivate.ops(outside.private, home)
+    args: list[str] = [*private_first]
     if home != os.sep and os.path.isdir(home):
         args += ["--ro-bind", home, home]
     shadow, shadowed = dirshadow.shadow_ops(
@@ -753,7 +758,9 @@ def view_args(
             args += ["--ro-bind", os.path.realpath(path), os.path.realpath(path)]
             bound += [os.path.realpath(path)]
     # last: a read-only bind of a directory above one (a trusted dir, a link's) would show it again
-    args += shadow
+    args += [*shadow, *private_last]
+    if outside.chdir is not None:
+        args += ["--chdir", outside.chdir]
     bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked]
     fixed = _fixed_ancestors([os.path.abspath(p) for p in bound], home)
     fix = [op for d in fixed for op in ("--bind", os.path.realpath(d), d)]
@@ -831,13 +838,16 @@ def kept_prefix(
     pass and close), the keeper made or re-made here when `make` (blocking a few ms); None when there is
     no helper, or no keeper ready and `make` is false."""
     helper = hostkeeper.helper_path()
-    if helper is None or (not make and not includes_known()):
-        return None  # git would have to be asked: the caller's thread does it (make=True)
+    if helper is None or (not make and not includes_known()) or outside.chdir is not None:
+        # git would have to be asked: the caller's thread does it (make=True); a workdir in a private
+        # dir is reached by bwrap's --chdir, in a view of the run's own
+        return None
     ops = view_args(state, outside=replace(outside, workdir=None))
+    slot = hostkeeper.slot(state, outside.private[0][0] if outside.private else None)
     key = hostkeeper.view_key(bwrap, helper, state, ops)
-    keeper = hostkeeper.current(key, state)
+    keeper = hostkeeper.current(key, slot)
     if keeper is None and make:
-        keeper = hostkeeper.ensure(key, state, bwrap, helper, ops)
+        keeper = hostkeeper.ensure(key, slot, bwrap, helper, ops)
     return keeper.enter(helper) if keeper is not None else None  # None: stopped meanwhile
 
 
@@ -910,6 +920,8 @@ def refuse_hidden_cwd(cwd: str | None, state: str, outside: Outside = NOTHING_OU
 
 
 def _refuse_hidden_cwd(cwd: str, state: str, outside: Outside) -> None:
+    if outside.chdir is not None:
+        return  # the agent's own private copy (engine.commands.hostprivate), run at the path it names
     if _under(cwd, state):
         raise HostViewError(f"{cwd} is inside the state dir, which gateway-host commands cannot see")
     for root in outside.covered:

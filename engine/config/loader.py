@@ -253,6 +253,14 @@ class _Checker:
                         parts, f"{item!r} is the home directory or /: name a directory inside it"
                     )
             return list(value)
+        if kind == "privatedirs":
+            for item in self.strlist(value, parts):
+                named = item.startswith("$") and item[1:].isidentifier()
+                if not (named or item.startswith("/") or item.startswith("~/")):
+                    raise self.error(parts, f"{item!r} is not an absolute directory, one under ~/ or a $VARIABLE")
+                if item.rstrip("/") in ("~", "") or any(w in ("..", ".") for w in item.split("/")):
+                    raise self.error(parts, f"{item!r} is /, the home or holds `.` or `..`: name a directory")
+            return list(value)
         if kind == "treesafe":
             for item in self.strlist(value, parts):
                 if "/" in item or not item.strip() or is_interpreter(item) or runs_others(item):

@@ -63,6 +63,7 @@ class ExecConfig:
     # "none": they see the host as the gateway does (the operator's opt-out where bwrap cannot run).
     host_view: str = "bwrap"
     host_writable: list[str] = field(default_factory=list)  # absolute, `~` expanded at use
+    host_private: list[str] | None = None  # None: engine.commands.hostprivate.DEFAULT
 
 
 @dataclass

@@ -113,6 +113,8 @@ EXEC_KEYS: dict[str, Spec | Table] = {
     # Directories of the home (besides each run's workdir) gateway-host commands may write
     # (engine.commands.hostview: the rest of the home is read-only in the host view).
     "hostWritable": Spec("host_writable", "hostdirs"),
+    # Directories every agent gets its own of in its host view (engine.commands.hostprivate: /tmp, ...).
+    "hostPrivate": Spec("host_private", "privatedirs"),
 }
 ELEVATED_KEYS: dict[str, Spec | Table] = {"enabled": Spec("enabled", "bool")}
 DOCKER_KEYS: dict[str, Spec | Table] = {

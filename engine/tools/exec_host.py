@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, PromptRequest
 from engine.approvals.store import ApprovalsStore
+from engine.commands import hostprivate
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
 from engine.commands.hostview import HostViewError, Outside, refuse_hidden_cwd
@@ -43,7 +44,8 @@ def host_outside(config: Config, agent_id: str = "main", workdir: str | None = N
     when missing); the operator's `hostWritable` dirs, the only writable ones in the home that is
     read-only otherwise (the run's `workdir` only for workdir_note); and every sandbox workspace root, the
     default and each agent's (covered: one agent's host command never reads or plants another agent's
-    sandbox files)."""
+    sandbox files); the agent's own /tmp, /var/tmp, /dev/shm, runtime dir (engine.commands.hostprivate),
+    with `workdir` named as the run sees it when it is in one of them."""
     keys = nodekeys.hidden_paths(config.nodes.values())  # exactly what the node links log in with
     read = {str(config.path)} if config.exists else set()
     read |= {os.path.expanduser(n.known_hosts) for n in config.nodes.values() if n.known_hosts}
@@ -52,6 +54,9 @@ def host_outside(config: Config, agent_id: str = "main", workdir: str | None = N
     ]
     read |= {os.path.expanduser(p) for p in profiles if isinstance(p, str) and p.startswith(("/", "~"))}
     sock = config.gateway.agent_socket
+    private = hostprivate.binds(
+        str(state_dir()), agent_id, hostprivate.dests(config.exec_for(agent_id).host_private)
+    )
     return Outside(
         hidden=tuple(keys) + engine_sockets(),
         readonly=((os.path.dirname(sock),) if sock else ()) + program_dirs(config),
@@ -65,6 +70,8 @@ def host_outside(config: Config, agent_id: str = "main", workdir: str | None = N
         workdir=workdir,
         covered=workspace_roots(config),
         join_tasks=_join_tasks(agent_id),
+        private=private,
+        chdir=hostprivate.view_of(private, workdir) if workdir else None,
     )
 
 

@@ -42,6 +42,23 @@ def short(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def _in_private(short: Path, agent: str, path: str) -> bool:
+    """Whether `path` (as a host run names it, under /tmp) is in that agent's own /tmp on the host."""
+    from engine.commands import hostprivate
+
+    binds = hostprivate.binds(str(short / "state"), agent, hostprivate.dests(["/tmp"]))
+    source = hostprivate.source_of(binds, path)
+    return source is not None and os.path.isfile(source)
+
+
+@pytest.fixture
+def default_private(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host view's default private dirs (the machine's real /tmp, /var/tmp, /dev/shm, runtime dir:
+    engine.commands.hostprivate.DEFAULT), not the test suite's stand-in (tests/conftest.py): they are the
+    run's own in its namespace, so nobody else's /tmp is touched."""
+    monkeypatch.delenv("EXECHOST_HOST_PRIVATE", raising=False)
+
+
 def _ssh(node: SshdNode, key: Path, command: str) -> str:
     """An ssh command line a host run could type: the node's own address and port, no host key check."""
     return (
@@ -238,11 +255,7 @@ async def test_a_rotated_node_key_is_hidden_from_running_host_commands(short: Pa
     assert "NEW-KEY-SECRET" not in seen, seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's tmux server socket (/tmp/tmux-UID/default, shared /tmp, same uid) is "
-    "reachable from host runs: `tmux run-shell` runs a command outside the view, state dir in reach",
-)
+@pytest.mark.usefixtures("default_private")
 async def test_the_operators_tmux_server_runs_nothing_for_a_host_run(short: Path) -> None:
     state = short / "state"
     sock = short / "tmux-op" / "default"  # as /tmp/tmux-$UID/default: the operator runs the gateway in tmux
@@ -260,6 +273,8 @@ async def test_the_operators_tmux_server_runs_nothing_for_a_host_run(short: Path
             host="gateway",
         )
         assert run["status"] in ("completed", "failed"), run
+        # the run's /tmp is the agent's own: no operator's server socket in it
+        assert "no server running" in run["_text"] or "No such file" in run["_text"], run["_text"]
     finally:
         subprocess.run(["tmux", "-S", str(sock), "kill-server"], env=env, check=False, capture_output=True)
     assert not out.exists() or "STATE-DIR-SECRET" not in out.read_text(), "the run escaped its view"
@@ -417,11 +432,7 @@ async def test_an_xdg_config_home_outside_the_home_is_kept_whole(
     assert "agents-index" not in out.stdout, out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: outside the home a host run may create a repository above any shared dir (/tmp/.git): git "
-    "finds it from every non-repo dir below, and its core.fsmonitor runs in the operator's git (or prompt)",
-)
+@pytest.mark.usefixtures("default_private")
 async def test_a_repository_planted_above_a_shared_dir_runs_nothing_for_the_operator(short: Path) -> None:
     shared = short / "tmp"  # stands for /tmp itself (never planted here: the machine is shared)
     shared.mkdir()
@@ -439,6 +450,8 @@ async def test_a_repository_planted_above_a_shared_dir_runs_nothing_for_the_oper
     scratch.mkdir()
     st = _git(scratch, "status")
     assert not marker.exists(), ("the planted fsmonitor ran in the operator's git", st, run["_text"])
+    # by construction: the run's /tmp is the agent's own (engine.commands.hostprivate), where it landed
+    assert _in_private(short, "main", g + "/config"), "the plant is not in the agent's own /tmp"
 
 
 @pytest.mark.xfail(
@@ -478,11 +491,7 @@ async def test_the_named_agent_through_another_logins_socket_is_not_a_host_runs(
     assert "LOGGED-IN-AS-GATEWAY" not in out["_text"], out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: node resolves a package from node_modules in every parent dir: a host run's "
-    "/tmp/node_modules/<pkg> runs in the operator's (or another agent's) node program anywhere below /tmp",
-)
+@pytest.mark.usefixtures("default_private")
 async def test_node_modules_planted_above_a_shared_dir_runs_nothing_for_the_operator(short: Path) -> None:
     if shutil.which("node") is None:
         pytest.skip("no node")
@@ -497,6 +506,7 @@ async def test_node_modules_planted_above_a_shared_dir_runs_nothing_for_the_oper
     scratch.mkdir()
     subprocess.run(["node", "-e", "try { require('dotenv') } catch (e) {}"], cwd=scratch, check=False)
     assert not marker.exists(), "the planted module ran in the operator's node"
+    assert _in_private(short, "main", f"{pkg}/index.js"), "the plant is not in the agent's own /tmp"
 
 
 async def test_the_operators_ssh_master_to_the_node_is_not_a_host_runs(

@@ -1,0 +1,100 @@
+"""Every agent's own /tmp, /var/tmp, /dev/shm and runtime dir in its host view: shared ones were a way into
+the operator's programs (fresh round 8 r: tmux's server socket, a /tmp/.git, a /tmp/node_modules)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Mapping
+from urllib.parse import quote
+
+# What a host run may write outside the home that others read: the FHS's shared temp and lock dirs,
+# screen's sockets, the gateway user's runtime dir (its session bus, systemd --user, gpg-agent, a
+# desktop's sockets) and the temp dir the gateway's TMPDIR names. Missing ones are left out.
+DEFAULT = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/run/screen", "$XDG_RUNTIME_DIR", "$TMPDIR")
+# The gateway process's default for `[tools.exec] hostPrivate` when the config sets none (colon-separated):
+# a test suite whose workdirs live in the machine's shared /tmp names a dir of its own here.
+DEFAULT_ENV = "EXECHOST_HOST_PRIVATE"
+ROOT = "hostprivate"  # under the state dir: one directory per agent, one per private dir in it
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def dests(configured: Iterable[str] | None, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The directories made private, resolved (bwrap follows links in a destination: /var/run is /run),
+    present now, never `/`: `configured` (the config's `hostPrivate`) or DEFAULT_ENV's or DEFAULT."""
+    env = os.environ if environ is None else environ
+    if configured is None:
+        named = env.get(DEFAULT_ENV)
+        configured = named.split(":") if named is not None else DEFAULT
+    found: list[str] = []
+    for item in configured:
+        path = os.path.expanduser(env.get(item[1:], "") if item.startswith("$") else item)
+        if not path.startswith(os.sep):
+            continue
+        real = os.path.realpath(path)
+        if real != os.sep and os.path.isdir(real) and real not in found:
+            found.append(real)
+    return tuple(found)
+
+
+def agent_dir(state: str, agent_id: str) -> str:
+    """The agent's own directory under the state dir (never reachable from a host view: the state dir is
+    covered); an id that is not a plain name is hashed."""
+    name = agent_id if _PLAIN.fullmatch(agent_id) and agent_id not in (".", "..") else ""
+    name = name or "h-" + hashlib.sha256(agent_id.encode()).hexdigest()[:32]
+    return os.path.join(state, ROOT, name)
+
+
+def binds(state: str, agent_id: str, private: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """(source, destination) for each private dir, the source made now (0700, the agent's alone; kept
+    across runs, so a background session and a later run of the agent share it)."""
+    if not private:
+        return ()
+    state = os.path.realpath(state)
+    top = agent_dir(state, agent_id)
+    os.makedirs(os.path.dirname(top), mode=0o700, exist_ok=True)
+    os.makedirs(top, mode=0o700, exist_ok=True)
+    out = []
+    for dest in private:
+        if dest == state or dest.startswith(state.rstrip(os.sep) + os.sep):
+            continue  # covered with the state dir
+        source = os.path.join(top, quote(dest, safe=""))
+        os.makedirs(source, mode=0o700, exist_ok=True)
+        out.append((source, dest))
+    return tuple(out)
+
+
+def source_of(binds_: Iterable[tuple[str, str]], path: str) -> str | None:
+    """`path` as the run names it (a workdir) at its place in the agent's private copy on the host; None
+    when no private dir holds it. The innermost private dir wins."""
+    real = os.path.abspath(path)
+    best: tuple[str, str] | None = None
+    for source, dest in binds_:
+        if real == dest or real.startswith(dest.rstrip(os.sep) + os.sep):
+            if best is None or len(dest) > len(best[1]):
+                best = (source, dest)
+    if best is None:
+        return None
+    return best[0] + real[len(best[1]) :]
+
+
+def view_of(binds_: Iterable[tuple[str, str]], path: str) -> str | None:
+    """A host path in the agent's private copy as the run names it (source_of's inverse); None when it is
+    in none."""
+    for source, dest in binds_:
+        if path == source or path.startswith(source + os.sep):
+            return dest + path[len(source) :]
+    return None
+
+
+def ops(binds_: Iterable[tuple[str, str]], home: str) -> tuple[list[str], list[str]]:
+    """The binds as bwrap operations: (first, last). A private dir outside the home goes first, so what
+    the view shows under it (a home, a hostWritable dir, the state dir's cover) is bound on top; one in
+    the home goes last (the home is bound read-only over it otherwise)."""
+    first: list[str] = []
+    last: list[str] = []
+    for source, dest in binds_:
+        inside = dest == home or dest.startswith(home.rstrip(os.sep) + os.sep)
+        (last if inside else first).extend(["--bind", source, dest])
+    return first, last
