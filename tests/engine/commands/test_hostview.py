@@ -17,6 +17,12 @@ from engine.commands.pinned import pinned_view
 from tests.helpers.bwrap import needs_bwrap
 
 
+def _kept(state: Path) -> hostkeeper.Keeper:
+    """The keeper of a state dir (one slot per agent: the only one these tests make)."""
+    (keeper,) = [k for n, k in hostkeeper._keepers.items() if n.split("\0")[0] == str(state)]
+    return keeper
+
+
 def _run(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     view = pinned_view(None, host=True)
     try:
@@ -218,7 +224,7 @@ def test_the_kept_view_is_remade_when_what_it_hides_outside_changes(state_dir: P
             done = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=view.fds)
         finally:
             view.close()
-        return done.stdout, hostkeeper._keepers[str(state_dir)]
+        return done.stdout, _kept(state_dir)
 
     seen, first = read(hostview.Outside())
     assert seen == "PRIVATE KEY\n"
