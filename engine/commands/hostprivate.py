@@ -71,9 +71,9 @@ def source_of(binds_: Iterable[tuple[str, str]], path: str) -> str | None:
     real = os.path.abspath(path)
     best: tuple[str, str] | None = None
     for source, dest in binds_:
-        if real == dest or real.startswith(dest.rstrip(os.sep) + os.sep):
-            if best is None or len(dest) > len(best[1]):
-                best = (source, dest)
+        held = real == dest or real.startswith(dest.rstrip(os.sep) + os.sep)
+        if held and (best is None or len(dest) > len(best[1])):
+            best = (source, dest)
     if best is None:
         return None
     return best[0] + real[len(best[1]) :]

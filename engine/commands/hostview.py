@@ -584,8 +584,8 @@ def workdir_note(state: str, outside: Outside) -> str | None:
     """A warning for a run whose workdir is in the home but under no `hostWritable` dir (it writes
     nothing in the home), naming what to change; None outside the home, under a listed dir, or for the
     home itself (exec's default workdir, read-only as documented: no note on every run)."""
-    if outside.workdir is None:
-        return None
+    if outside.workdir is None or outside.chdir is not None:
+        return None  # none, or in the agent's own private copy (writable)
     cwd = os.path.realpath(outside.workdir)
     if not _inside(cwd, home_dir()) or cwd == home_dir():
         return None

@@ -257,7 +257,9 @@ class _Checker:
             for item in self.strlist(value, parts):
                 named = item.startswith("$") and item[1:].isidentifier()
                 if not (named or item.startswith("/") or item.startswith("~/")):
-                    raise self.error(parts, f"{item!r} is not an absolute directory, one under ~/ or a $VARIABLE")
+                    raise self.error(
+                        parts, f"{item!r} is not an absolute directory, one under ~/ or a $VARIABLE"
+                    )
                 if item.rstrip("/") in ("~", "") or any(w in ("..", ".") for w in item.split("/")):
                     raise self.error(parts, f"{item!r} is /, the home or holds `.` or `..`: name a directory")
             return list(value)

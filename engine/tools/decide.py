@@ -14,13 +14,15 @@ from typing import Any
 
 from engine.approvals.grants import GrantStore
 from engine.approvals.store import ApprovalsFileError
+from engine.commands import hostprivate
 from engine.commands.hostenv import sanitize_host_env
 from engine.config.model import Config
 from engine.policy.decision import ApprovalsSource, Decision, evaluate
 from engine.policy.precedence import PolicyError, SessionOverrides, overrides_for, resolve_policy
 from engine.results import ToolError
 from engine.sandbox import with_sandbox_refusal
-from engine.sessions.launcher import host_workdir
+from engine.sessions.launcher import home_workdir, host_workdir, workdir_warning
+from engine.statefs import state_dir
 from engine.tools.exec_host import host_outside
 from engine.tools.exec_request import (
     ENV_MAX_BYTES,
@@ -61,6 +63,28 @@ def checked_workdir(raw: Any, warnings: list[str]) -> str:
     return host_workdir(raw or None, warnings)
 
 
+def _private_workdir(
+    config: Config, agent_id: str, workdir: str | None, decision: Decision
+) -> tuple[str, list[str]] | None:
+    """A gateway-host run's workdir in a private dir (engine.commands.hostprivate) is in the agent's own
+    copy, never the host's: that copy's path here (the view names it as asked), with the $HOME fallback
+    when the agent has no such directory. None for any other run."""
+    policy = decision.policy
+    if not workdir or policy is None or policy.sandboxed or policy.host == "node":
+        return None
+    own = config.exec_for(agent_id)
+    if own.host_view == "none":
+        return None
+    binds = hostprivate.binds(str(state_dir()), agent_id, hostprivate.dests(own.host_private))
+    source = hostprivate.source_of(binds, os.path.abspath(os.path.expanduser(workdir)))
+    if source is None:
+        return None
+    if os.path.isdir(source):
+        return source, []
+    fallback = home_workdir()
+    return fallback, [workdir_warning(workdir, fallback)]
+
+
 def decide(
     command: str,
     call: Mapping[str, Any],
@@ -86,21 +110,30 @@ def decide(
     cwd_warnings: list[str] = []
     cwd = checked_workdir(workdir, cwd_warnings)
     live = [] if grants is None else grants.entries(agent_id, session_key or None)
-    decision = evaluate(
-        command,
-        config=config,
-        agent_id=agent_id,
-        params=call,
-        overrides=overrides_for(overrides, agent_id, session_key),
-        store=store,
-        cwd=cwd,
-        sandbox_available=sandbox_available(config, agent_id, session_key),
-        session_key=session_key or None,
-        env_overrides=env,
-        grants=live,
-        outside=lambda: host_outside(config, agent_id, cwd),  # a glob lists only what the run's view shows
-    )
-    decision = with_sandbox_refusal(decision, config, agent_id)
+
+    def decide_in(cwd: str) -> Decision:
+        decision = evaluate(
+            command,
+            config=config,
+            agent_id=agent_id,
+            params=call,
+            overrides=overrides_for(overrides, agent_id, session_key),
+            store=store,
+            cwd=cwd,
+            sandbox_available=sandbox_available(config, agent_id, session_key),
+            session_key=session_key or None,
+            env_overrides=env,
+            grants=live,
+            outside=lambda: host_outside(config, agent_id, cwd),  # a glob lists only what the view shows
+        )
+        return with_sandbox_refusal(decision, config, agent_id)
+
+    decision = decide_in(cwd)
+    private = _private_workdir(config, agent_id, workdir, decision)
+    if private is not None:
+        # decided again where the run will be: in the agent's own copy of /tmp (or the like)
+        cwd, cwd_warnings = private
+        decision = decide_in(cwd)
     policy = decision.policy
     if decision.verdict != "deny" and policy is not None and not policy.sandboxed and policy.host != "node":
         # An env override a host run refuses (LD_PRELOAD, PATH, ...) is refused here, with exec's text.
