@@ -14,7 +14,6 @@ from typing import Any
 
 from engine.approvals.grants import GrantStore
 from engine.approvals.store import ApprovalsFileError
-from engine.commands import hostprivate
 from engine.commands.hostenv import sanitize_host_env
 from engine.config.model import Config
 from engine.policy.decision import ApprovalsSource, Decision, evaluate
@@ -22,8 +21,7 @@ from engine.policy.precedence import PolicyError, SessionOverrides, overrides_fo
 from engine.results import ToolError
 from engine.sandbox import with_sandbox_refusal
 from engine.sessions.launcher import home_workdir, host_workdir, workdir_warning
-from engine.statefs import state_dir
-from engine.tools.exec_host import host_outside
+from engine.tools.exec_host import host_outside, private_source
 from engine.tools.exec_request import (
     ENV_MAX_BYTES,
     WORKDIR_MAX_BYTES,
@@ -72,11 +70,7 @@ def _private_workdir(
     policy = decision.policy
     if not workdir or policy is None or policy.sandboxed or policy.host == "node":
         return None
-    own = config.exec_for(agent_id)
-    if own.host_view == "none":
-        return None
-    binds = hostprivate.binds(str(state_dir()), agent_id, hostprivate.dests(own.host_private))
-    source = hostprivate.source_of(binds, os.path.abspath(os.path.expanduser(workdir)))
+    source = private_source(config, agent_id, workdir)
     if source is None:
         return None
     if os.path.isdir(source):

@@ -75,6 +75,16 @@ def host_outside(config: Config, agent_id: str = "main", workdir: str | None = N
     )
 
 
+def private_source(config: Config, agent_id: str, path: str) -> str | None:
+    """Where `path`, as a host run of the agent names it, is on the host when it is in one of the agent's
+    private dirs (engine.commands.hostprivate: its own /tmp, ...); None otherwise, or with no host view."""
+    own = config.exec_for(agent_id)
+    if own.host_view == "none":
+        return None
+    binds = hostprivate.binds(str(state_dir()), agent_id, hostprivate.dests(own.host_private))
+    return hostprivate.source_of(binds, os.path.abspath(os.path.expanduser(path)))
+
+
 def _join_tasks(agent_id: str) -> str | None:
     """The `tasks` file of the agent's pids cgroup for its host runs, made (or its caps set again) now."""
     group = bwraplimits.host_pids_group(agent_id)
@@ -141,6 +151,11 @@ class LocalExecHost:
         config = await asyncio.to_thread(load_config, self.config_path)
         nodekeys.drop_hidden_agent(env, nodekeys.hidden_paths(config.nodes.values()))
         store = ApprovalsStore(self.approvals_path)
+        private = await asyncio.to_thread(private_source, config, agent_id, cwd)
+        if private is not None:  # the agent's own copy of /tmp (or the like): decided and run there
+            if not os.path.isdir(private):
+                return ExecOutcome.fail("INVALID_REQUEST", f"{cwd} is not a directory of this agent's", "cwd")
+            cwd = private
         decided = await asyncio.to_thread(
             evaluate,
             command,
