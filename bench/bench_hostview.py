@@ -103,6 +103,15 @@ def ops_cost(runs: int) -> dict[str, float]:
     for entry in ssh.iterdir():
         entry.unlink()
     ssh.rmdir()
+    # the agent's private dirs (engine.commands.hostprivate): found and made per run (host_outside), and
+    # their binds among the view's operations
+    from engine.commands import hostprivate
+
+    found["private dirs found and made"] = per_call(
+        lambda: hostprivate.binds(state, "main", hostprivate.dests(None)), runs
+    )
+    private = hostview.Outside(private=hostprivate.binds(state, "main", hostprivate.dests(None)))
+    found["private dirs bound"] = per_call(lambda: hostview.view_args(state, None, private), runs)
     return found
 
 
@@ -139,6 +148,15 @@ def main() -> None:
         # so it enters the kept view (before round 7 n that dir was bound writable in a bwrap of its own)
         (root / "h" / "proj").mkdir()
         home_run = pinned_view(None, host=True, outside=hostview.Outside(workdir=str(root / "h" / "proj")))
+        # every agent's own /tmp, /var/tmp, /dev/shm, ... (engine.commands.hostprivate: the default set,
+        # present here): bound in its kept view; a workdir in one takes a bwrap of its own (--chdir)
+        from engine.commands import hostprivate
+
+        binds = hostprivate.binds(str(root / "s"), "main", hostprivate.dests(None))
+        private_kept = pinned_view(None, host=True, outside=hostview.Outside(private=binds))
+        (Path(binds[0][0]) / "proj").mkdir(exist_ok=True)
+        in_private = hostview.Outside(private=binds, chdir=os.path.join(binds[0][1], "proj"))
+        private_cwd = pinned_view(None, host=True, outside=in_private)
         true = ["/bin/sh", "-c", "true"]
         results: dict[str, tuple[list[float], list[float]]] = {}
         for _ in range(3):  # interleaved, so a change in load falls on all of them alike
@@ -147,6 +165,8 @@ def main() -> None:
                 ("kept", kept.wrap(true), kept.fds),
                 ("own bwrap", own.wrap(true), own.fds),
                 ("home workdir", home_run.wrap(true), home_run.fds),
+                ("kept, private", private_kept.wrap(true), private_kept.fds),
+                ("private cwd", private_cwd.wrap(true), private_cwd.fds),
             ):
                 wall, cpu = spawn(argv, fds, args.runs // 3)
                 old = results.get(name, ([], []))
@@ -158,6 +178,8 @@ def main() -> None:
         kept.close()
         own.close()
         home_run.close()
+        private_kept.close()
+        private_cwd.close()
         p = {name: sorted(w)[1] for name, (w, _) in results.items()}
         c = {name: sum(cs) / len(cs) for name, (_, cs) in results.items()}
         for name in results:
@@ -193,6 +215,18 @@ def main() -> None:
             f"{p['plain pty']:.2f} ms",
             ratio(p["own bwrap pty"], p["plain pty"]),
         )
+        record(
+            f"host view, kept, {len(binds)} private dirs of the agent's (/tmp, ...), p50 (vs kept, none)",
+            f"{p['kept, private']:.2f} ms",
+            f"{p['kept']:.2f} ms",
+            ratio(p["kept, private"], p["kept"]),
+        )
+        record(
+            "host view, workdir in a private dir (a bwrap per run, --chdir), p50 (vs a bwrap per run)",
+            f"{p['private cwd']:.2f} ms",
+            f"{p['own bwrap']:.2f} ms",
+            ratio(p["private cwd"], p["own bwrap"]),
+        )
         record("  host view: making the keeper, once per state dir and view", f"{sorted(made)[2]:.2f} ms")
         ops = ops_cost(args.runs)
         for name, ms in ops.items():
@@ -215,6 +249,16 @@ def main() -> None:
         )
         uncached = ops["includes, uncached"] * 1000
         record("  host view: asking git for 3 includes, uncached", f"{uncached:.0f} us")
+        record(
+            "host view: its operations per run, the agent's private dirs bound (vs none)",
+            f"{ops['private dirs bound'] * 1000:.0f} us",
+            f"{ops['no includes'] * 1000:.0f} us",
+            ratio(ops["private dirs bound"], ops["no includes"]),
+        )
+        record(
+            "  host view: the agent's private dirs found and made, per run",
+            f"{ops['private dirs found and made'] * 1000:.0f} us",
+        )
         record(
             "host view: its operations per run, ~/.ssh of 10 files covered (vs no ~/.ssh)",
             f"{ops['~/.ssh of 10 files covered'] * 1000:.0f} us",

@@ -53,14 +53,16 @@ def binds(state: str, agent_id: str, private: tuple[str, ...]) -> tuple[tuple[st
         return ()
     state = os.path.realpath(state)
     top = agent_dir(state, agent_id)
-    os.makedirs(os.path.dirname(top), mode=0o700, exist_ok=True)
-    os.makedirs(top, mode=0o700, exist_ok=True)
+    if not os.path.isdir(top):
+        os.makedirs(os.path.dirname(top), mode=0o700, exist_ok=True)
+        os.makedirs(top, mode=0o700, exist_ok=True)
     out = []
     for dest in private:
         if dest == state or dest.startswith(state.rstrip(os.sep) + os.sep):
             continue  # covered with the state dir
         source = os.path.join(top, quote(dest, safe=""))
-        os.makedirs(source, mode=0o700, exist_ok=True)
+        if not os.path.isdir(source):
+            os.makedirs(source, mode=0o700, exist_ok=True)
         out.append((source, dest))
     return tuple(out)
 
