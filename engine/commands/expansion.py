@@ -83,7 +83,8 @@ def _shell_expand(word: str, cwd: str, shell: str, outside: hostview.Outside) ->
         ops = hostview.view_args(str(state_dir()), None, outside) if bwrap else []
     except (hostview.HostViewError, OSError):
         return None
-    hidden = [bwrap, *ops, "--chdir", cwd, "--"] if bwrap else []
+    # a workdir in a private dir: its path in the view (engine.commands.hostprivate), as the run has it
+    hidden = [bwrap, *ops, "--chdir", outside.chdir or cwd, "--"] if bwrap else []
     try:
         done = subprocess.run(
             [*hidden, shell, "-c", script],

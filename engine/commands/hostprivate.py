@@ -64,6 +64,10 @@ def binds(state: str, agent_id: str, private: tuple[str, ...]) -> tuple[tuple[st
         if not os.path.isdir(source):
             os.makedirs(source, mode=0o700, exist_ok=True)
         out.append((source, dest))
+    # the gateway's TMPDIR, which every run inherits, exists in the agent's copy (mktemp needs it)
+    tmpdir = source_of(out, os.environ.get("TMPDIR") or "/")
+    if tmpdir is not None and not os.path.isdir(tmpdir):
+        os.makedirs(tmpdir, mode=0o700, exist_ok=True)
     return tuple(out)
 
 

@@ -99,3 +99,13 @@ def test_the_default_and_variables(tmp_path: Path) -> None:
     assert hostprivate.dests(None, {**env, hostprivate.DEFAULT_ENV: str(runtime)}) == (str(runtime),)
     odd = hostprivate.agent_dir("/s", "../x")
     assert os.path.dirname(odd) == "/s/hostprivate" and ".." not in odd
+
+
+async def test_the_gateways_tmpdir_in_a_private_dir_is_there_in_the_agents_copy(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tmpdir = _shared() / "op-tmp"  # the gateway's TMPDIR, a dir in /tmp the run's copy has not got
+    monkeypatch.setenv("TMPDIR", str(tmpdir))
+    run = await attempt(state_dir, "mktemp", config=FULL)
+    assert run["status"] == "completed" and run["_text"].startswith(f"{tmpdir}/tmp."), run
+    assert not tmpdir.exists()
