@@ -42,6 +42,7 @@ from engine import sysbin
 from engine.commands import bindsource, dirshadow, hostkeeper, hostprivate, importroots
 
 ENV = "/usr/bin/env"
+CGROUPS = "/sys/fs/cgroup"  # read-only in every view (view_args)
 # Signals a terminal (or an operator's ^C) sends: the command's, never bwrap's to die of.
 _TERMINAL = "INT,QUIT,TSTP"
 IGNORE = f"--ignore-signal={_TERMINAL}"
@@ -729,11 +730,12 @@ def view_args(
     for root in outside.covered:
         if not _under(root, state) and _cover_root(root):
             args += ["--tmpfs", os.path.realpath(root)]
+    hidden_ops: list[str] = []  # after the covers: one of a directory above would show the file again
     for path in outside.hidden:
         if os.path.dirname(os.path.realpath(path)) in shadowed:
             continue  # absent from its directory's cover
         if os.path.exists(path) and not _under(path, state):
-            args += ["--ro-bind", os.path.realpath(_empty_file(state)), path]
+            hidden_ops += ["--ro-bind", os.path.realpath(_empty_file(state)), path]
     if _scratch_cargo(environ):
         # for the view's cargo caches, where no config can be written; the host keeps an empty directory,
         # the mountpoint (made here: in the view the home is read-only by then)
@@ -757,8 +759,13 @@ def view_args(
         if os.path.exists(path) and not _under(path, state) and not _inside(os.path.realpath(path), home):
             args += ["--ro-bind", os.path.realpath(path), os.path.realpath(path)]
             bound += [os.path.realpath(path)]
+    # The cgroup hierarchies read-only: the run joined its agent's pids group before the view (exechost-
+    # hostenter `join`), and every group's `tasks` and `pids.max` are the gateway uid's files: a run could
+    # leave its group, fill another agent's or lift the caps (fresh round 9 y). The kernel's mount, by name.
+    if os.path.isdir(CGROUPS) and not os.path.islink(CGROUPS):
+        args += ["--ro-bind", CGROUPS, CGROUPS]
     # last: a read-only bind of a directory above one (a trusted dir, a link's) would show it again
-    args += [*shadow, *private_last]
+    args += [*shadow, *hidden_ops, *private_last]
     if outside.chdir is not None:
         args += ["--chdir", outside.chdir]
     bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked]
