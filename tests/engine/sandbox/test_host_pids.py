@@ -5,6 +5,7 @@ its bwrap sandboxes, from their first fork; a run that cannot join runs nothing.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from engine.commands import hostkeeper, hostview
 from engine.sandbox import bwraplimits
 from engine.sandbox.settings import slugify, state_id
+from tests.helpers.gateway import connect, gateway, write_config
 
 PIDS = Path("/sys/fs/cgroup/pids")
 needs_pids = pytest.mark.skipif(
@@ -114,3 +116,48 @@ def test_joined_goes_first_in_the_kept_view_and_after_the_signal_words_of_a_runs
     wrapped = hostview.joined(own, outside)
     assert wrapped == [*own[:2], *join, *own[2:]]
     assert hostview.is_wrapped(wrapped)  # exit_status still reads bwrap's signals through it
+
+
+def _pids_line(text: str) -> str:
+    found = re.search(r"\d+:pids:(\S+)", text)
+    assert found is not None, text
+    return found.group(1)
+
+
+@needs_pids
+@needs_helper
+@pytest.mark.parametrize(
+    "view, params",
+    [
+        ("bwrap", {}),  # the kept view
+        ("bwrap", {"pty": True}),  # a terminal session, made in the run's own /dev/pts
+        ("bwrap", {"background": True}),  # held by the session host
+        ("none", {}),  # no view: the operator's to drop, the agent's process share is not
+    ],
+)
+async def test_every_host_run_starts_in_its_agents_group(
+    state_dir: Path, view: str, params: dict[str, object]
+) -> None:
+    config = f'[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\nhostView = "{view}"\n'
+    write_config(state_dir, config)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            res = await client.request(
+                "exec", {"command": "cat /proc/self/cgroup; echo END", "agentId": "ops", **params}
+            )
+            text = res["text"]
+            if params.get("background"):
+                sid = res["details"]["sessionId"]
+                for _ in range(30):
+                    got = await client.request(
+                        "process", {"action": "poll", "sessionId": sid, "timeout": 2000, "agentId": "ops"}
+                    )
+                    text += got["text"]
+                    if got["details"]["status"] != "running":
+                        break
+            expected = bwraplimits.host_pids_group("ops")
+        finally:
+            await client.close()
+    assert expected is not None
+    assert _pids_line(text) == "/" + str(expected.relative_to(PIDS)), text
