@@ -4,6 +4,7 @@ its bwrap sandboxes, from their first fork; a run that cannot join runs nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -161,3 +162,22 @@ async def test_every_host_run_starts_in_its_agents_group(
             await client.close()
     assert expected is not None
     assert _pids_line(text) == "/" + str(expected.relative_to(PIDS)), text
+
+
+def test_sandbox_explain_says_how_host_runs_are_capped(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runner.cli import main
+
+    (state_dir / "config.toml").write_text('[tools.exec]\nhost = "gateway"\n')
+    assert main(["sandbox", "explain", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["hostView"]["pidsCap"]
+    assert shown == bwraplimits.host_pids_cap(hostkeeper.helper_path())
+    assert main(["sandbox", "explain"]) == 0
+    assert f"processes of an agent's gateway-host commands: {shown}" in capsys.readouterr().out
+    # where nothing caps them, it says so, and why
+    assert bwraplimits.host_pids_cap(None).startswith("none: exechost-hostenter is not built") or not (
+        any(os.access(b, os.W_OK) for b in bwraplimits._cgroup_bases())
+    )
+    monkeypatch.setattr(bwraplimits, "_cgroup_bases", lambda: ())
+    assert bwraplimits.host_pids_cap("/x").startswith("none: no writable cgroup v1 pids hierarchy")
