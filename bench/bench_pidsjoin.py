@@ -1,5 +1,6 @@
 """What joining the agent's pids cgroup costs a gateway-host run (exechost-hostenter `join`, fresh round 8
-o): `/bin/true` spawned plainly against the same through `join`, wall p50 per spawn, same run.
+o): `/bin/true` spawned plainly against the same through `join`, wall p50 per spawn, same run; and making
+the group (`host_pids_group`, every host run) against one plain spawn.
 
 Usage: .venv/bin/python bench/bench_pidsjoin.py [--runs N]
 """
@@ -51,6 +52,17 @@ def main() -> None:
             f"{joined:.2f} ms",
             f"{plain:.2f} ms",
             ratio(joined, plain),
+        )
+        made = []
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            bwraplimits.host_pids_group("bench")  # made (and its caps set) on every host run
+            made.append((time.perf_counter() - t0) * 1000)
+        record(
+            "host run: making the agent's pids cgroup (host_pids_group), p50 per run (vs one spawn)",
+            f"{statistics.median(made):.3f} ms",
+            f"{plain:.2f} ms",
+            ratio(statistics.median(made), plain),
         )
     finally:
         bwraplimits.drop_host_groups()

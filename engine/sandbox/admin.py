@@ -208,7 +208,14 @@ def _host_view_explained(config: Any, agent_id: str, problems: list[str]) -> dic
         if found is None:
             problems.append(f"hostView: {hostview.INSTALL_HINT}")
     # kept: entered per run (engine.commands.hostkeeper); without the helper, a bwrap per run
-    return {"mode": mode, "bwrap": found, "kept": hostkeeper.helper_path(), "gatewayHostCommandsSee": sees}
+    helper = hostkeeper.helper_path()
+    return {
+        "mode": mode,
+        "bwrap": found,
+        "kept": helper,
+        "gatewayHostCommandsSee": sees,
+        "pidsCap": bwraplimits.host_pids_cap(helper),  # with or without the view (engine.tools.exec_host)
+    }
 
 
 SECCOMP_SHOWN = "<fd: libseccomp filter>"

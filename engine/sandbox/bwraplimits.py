@@ -210,6 +210,16 @@ def pids_cap() -> str:
     return "RLIMIT_NPROC (per user namespace)"
 
 
+def host_pids_cap(helper: str | None) -> str:
+    """How an agent's gateway-host runs are capped here, for `sandbox explain` (`helper`: the host view's
+    exechost-hostenter, which joins the group; None when it is not built)."""
+    if not any(os.access(base, os.W_OK) for base in _cgroup_bases()):
+        return "none: no writable cgroup v1 pids hierarchy (a cgroup v2 subtree is not used yet)"
+    if helper is None:
+        return "none: exechost-hostenter is not built (scripts/setup.sh), and it is what joins the group"
+    return f"the agent's pids cgroup, with its bwrap sandboxes: pid_max/{AGENT_PIDS_SHARE}"
+
+
 def own_cgroup() -> Path | str:
     """This process's pids cgroup (v1), where a keeper goes back to; "" when unknown."""
     try:

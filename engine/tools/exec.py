@@ -53,7 +53,7 @@ from engine.tools.exec_asks import (
     resume_data,
     waiting_data,
 )
-from engine.tools.exec_host import host_outside
+from engine.tools.exec_host import capped, host_outside
 from engine.tools.exec_request import (
     COMMAND_MAX_BYTES,
     NODE_UNAVAILABLE,
@@ -329,9 +329,8 @@ class ExecTool:
         try:
             cwd_fd = self._cwd_fd(prepared)
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
-            view = await self._pinned(
-                prepared, run, anchor, host=self._host_view(prepared, ctx), agent_id=ctx.agent_id
-            )
+            host = self._host_view(prepared, ctx)
+            view = await self._pinned(prepared, run, anchor, host=host, agent_id=ctx.agent_id)
             spec = self._spec(prepared, call, ctx, run.command, detached=detached)
             # The cwd checked against the decided directory in the view itself when it can (the fd then
             # closed before the command), else in the shell.
@@ -342,6 +341,8 @@ class ExecTool:
             spec.argv = view.argv(DEFAULT_SHELL, started) or (
                 [DEFAULT_SHELL, "-c", started] if cwd_fd is not None and not in_view else None
             )
+            if prepared.host == "gateway" and not host:  # (the view joins it itself)
+                spec.argv = capped(spec.argv or spec.resolved_argv(), ctx.agent_id)
             if view.env:
                 spec.env = {**(spec.env or {}), **view.env}
             spec.pass_fds = (*run.fds, *view.fds, *(() if cwd_fd is None else (cwd_fd,)))

@@ -17,7 +17,7 @@ from engine.approvals.store import ApprovalsStore
 from engine.commands import hostprivate
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
-from engine.commands.hostview import HostViewError, Outside, refuse_hidden_cwd
+from engine.commands.hostview import HostViewError, Outside, joined, refuse_hidden_cwd
 from engine.commands.pinned import in_checked_cwd, open_checked_dir, view_for
 from engine.commands.treecode import ANCHOR
 from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify
@@ -89,6 +89,12 @@ def _join_tasks(agent_id: str) -> str | None:
     """The `tasks` file of the agent's pids cgroup for its host runs, made (or its caps set again) now."""
     group = bwraplimits.host_pids_group(agent_id)
     return str(group / "tasks") if group is not None else None
+
+
+def capped(argv: list[str], agent_id: str) -> list[str]:
+    """A gateway-host run without the host view (hostView = "none") joins its agent's pids cgroup too:
+    the view is the operator's to drop, the agent's share of the host's processes is not (round 8 o)."""
+    return joined(argv, Outside(join_tasks=_join_tasks(agent_id)))
 
 
 def program_dirs(config: Config) -> tuple[str, ...]:
@@ -249,7 +255,7 @@ class LocalExecHost:
             words = shlex.split(run.command)
             if cwd_fd is not None and not view.check_cwd(cwd_fd):  # else checked in the view itself
                 words = [DEFAULT_SHELL, "-c", in_checked_cwd(cwd_fd, run.command)]
-            argv = view.wrap(words)
+            argv = view.wrap(words) if host else joined(view.wrap(words), outside)  # (as capped)
             env = {**env, **view.env}
             fds = (*run.fds, *view.fds, *(() if cwd_fd is None else (cwd_fd,)))
             payload = await run_argv(argv, cwd=cwd, env=env, timeout=timeout, pass_fds=fds)

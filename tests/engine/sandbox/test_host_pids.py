@@ -1,0 +1,183 @@
+"""Host runs' pids cgroup (engine.sandbox.bwraplimits.host_pids_group, exechost-hostenter `join`,
+hostview.joined): an agent's gateway-host runs count against its own share of the host's processes, beside
+its bwrap sandboxes, from their first fork; a run that cannot join runs nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from engine.commands import hostkeeper, hostview
+from engine.sandbox import bwraplimits
+from engine.sandbox.settings import slugify, state_id
+from tests.helpers.gateway import connect, gateway, write_config
+
+PIDS = Path("/sys/fs/cgroup/pids")
+needs_pids = pytest.mark.skipif(
+    not (PIDS / "cgroup.procs").exists() or not os.access(PIDS, os.W_OK),
+    reason="needs a writable cgroup v1 pids hierarchy",
+)
+needs_helper = pytest.mark.skipif(
+    hostkeeper.helper_path() is None, reason="exechost-hostenter is not built (setup.sh)"
+)
+
+
+def _pid_max() -> int:
+    return int(Path("/proc/sys/kernel/pid_max").read_text())
+
+
+@needs_pids
+def test_an_agents_host_group_sits_in_its_owner_group_with_the_sandboxes_caps(state_dir: Path) -> None:
+    group = bwraplimits.host_pids_group("ops")
+    try:
+        assert group is not None
+        install = PIDS / f"exechost-{state_id()}"
+        # the owner group a bwrap sandbox of the same agent counts against (engine.sandbox.bwrap.start)
+        assert group == install / f"agent-{slugify('ops')}" / bwraplimits.HOST_GROUP
+        assert (group / "tasks").is_file()
+        assert int((group.parent / "pids.max").read_text()) == _pid_max() // bwraplimits.AGENT_PIDS_SHARE
+        assert int((install / "pids.max").read_text()) == _pid_max() // bwraplimits.INSTALL_PIDS_SHARE
+        # another agent's runs are another group, under another cap of their own
+        other = bwraplimits.host_pids_group("main")
+        assert other is not None and other.parent != group.parent
+    finally:
+        bwraplimits.drop_host_groups()
+    assert not (PIDS / f"exechost-{state_id()}").exists(), "an emptied install group was left behind"
+
+
+@needs_pids
+def test_the_sandbox_sweep_keeps_the_host_group_and_a_stop_keeps_it_while_a_run_is_in_it(
+    state_dir: Path,
+) -> None:
+    group = bwraplimits.host_pids_group("ops")
+    assert group is not None
+    held = subprocess.Popen(["/bin/cat"], stdin=subprocess.PIPE)
+    try:
+        (group / "cgroup.procs").write_text(str(held.pid))
+        bwraplimits.sweep_cgroups()  # a sandbox start's sweep: the group is no sandbox's, and stays
+        assert group.is_dir()
+        bwraplimits.drop_host_groups()  # the gateway stops while a held session runs: kept for the next
+        assert group.is_dir()
+    finally:
+        assert held.stdin is not None
+        held.stdin.close()
+        held.wait()
+    bwraplimits.sweep_cgroups()
+    assert group.is_dir(), "the sweep removed an (empty) host group a run may be joining"
+    bwraplimits.drop_host_groups()
+    assert not group.exists()
+
+
+@needs_pids
+@needs_helper
+def test_join_moves_the_run_before_it_execs_and_refuses_to_run_uncapped(state_dir: Path) -> None:
+    helper = str(hostkeeper.helper_path())
+    group = bwraplimits.host_pids_group("ops")
+    assert group is not None
+    marker = state_dir / "ran"
+    try:
+        ran = subprocess.run(
+            [helper, "join", str(group / "tasks"), "--", "/bin/cat", "/proc/self/cgroup"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert ran.returncode == 0, ran.stderr
+        line = next(x for x in ran.stdout.splitlines() if x.split(":")[1:2] == ["pids"])
+        assert line.split(":", 2)[2] == "/" + str(group.relative_to(PIDS))
+        # a group that is gone: the helper says so and runs nothing
+        gone = subprocess.run(
+            [helper, "join", str(group.parent / "gone" / "tasks"), "--", "/bin/touch", str(marker)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert gone.returncode == 126 and "cannot join the pids cgroup" in gone.stderr, gone
+        assert not marker.exists()
+    finally:
+        bwraplimits.drop_host_groups()
+
+
+def test_joined_goes_first_in_the_kept_view_and_after_the_signal_words_of_a_runs_own_bwrap() -> None:
+    helper = hostkeeper.helper_path()
+    outside = hostview.Outside(join_tasks="/sys/fs/cgroup/pids/x/tasks")
+    kept = ["/h/exechost-hostenter", "enter", "3", "-", "-", "-", "--"]
+    own = [*hostview.head("/usr/bin/bwrap"), "--dev-bind", "/", "/", "--", *hostview.tail()]
+    assert hostview.joined(kept, hostview.NOTHING_OUTSIDE) == kept  # no group: unchanged
+    if helper is None:
+        assert hostview.joined(kept, outside) == kept
+        return
+    join = [helper, "join", "/sys/fs/cgroup/pids/x/tasks", "--"]
+    assert hostview.joined(kept, outside) == [*join, *kept]
+    wrapped = hostview.joined(own, outside)
+    assert wrapped == [*own[:2], *join, *own[2:]]
+    assert hostview.is_wrapped(wrapped)  # exit_status still reads bwrap's signals through it
+
+
+def _pids_line(text: str) -> str:
+    found = re.search(r"\d+:pids:(\S+)", text)
+    assert found is not None, text
+    return found.group(1)
+
+
+@needs_pids
+@needs_helper
+@pytest.mark.parametrize(
+    "view, params",
+    [
+        ("bwrap", {}),  # the kept view
+        ("bwrap", {"pty": True}),  # a terminal session, made in the run's own /dev/pts
+        ("bwrap", {"background": True}),  # held by the session host
+        ("none", {}),  # no view: the operator's to drop, the agent's process share is not
+    ],
+)
+async def test_every_host_run_starts_in_its_agents_group(
+    state_dir: Path, view: str, params: dict[str, object]
+) -> None:
+    config = f'[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\nhostView = "{view}"\n'
+    write_config(state_dir, config)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            res = await client.request(
+                "exec", {"command": "cat /proc/self/cgroup; echo END", "agentId": "ops", **params}
+            )
+            text = res["text"]
+            if params.get("background"):
+                sid = res["details"]["sessionId"]
+                for _ in range(30):
+                    got = await client.request(
+                        "process", {"action": "poll", "sessionId": sid, "timeout": 2000, "agentId": "ops"}
+                    )
+                    text += got["text"]
+                    if got["details"]["status"] != "running":
+                        break
+            expected = bwraplimits.host_pids_group("ops")
+        finally:
+            await client.close()
+    assert expected is not None
+    assert _pids_line(text) == "/" + str(expected.relative_to(PIDS)), text
+
+
+def test_sandbox_explain_says_how_host_runs_are_capped(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runner.cli import main
+
+    (state_dir / "config.toml").write_text('[tools.exec]\nhost = "gateway"\n')
+    assert main(["sandbox", "explain", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["hostView"]["pidsCap"]
+    assert shown == bwraplimits.host_pids_cap(hostkeeper.helper_path())
+    assert main(["sandbox", "explain"]) == 0
+    assert f"processes of an agent's gateway-host commands: {shown}" in capsys.readouterr().out
+    # where nothing caps them, it says so, and why
+    assert bwraplimits.host_pids_cap(None).startswith("none: exechost-hostenter is not built") or not (
+        any(os.access(b, os.W_OK) for b in bwraplimits._cgroup_bases())
+    )
+    monkeypatch.setattr(bwraplimits, "_cgroup_bases", lambda: ())
+    assert bwraplimits.host_pids_cap("/x").startswith("none: no writable cgroup v1 pids hierarchy")
