@@ -13,6 +13,7 @@ from engine.approvals.socket.wire import request_exec
 from engine.approvals.store import ApprovalsStore
 from engine.tools.exec_host import LocalExecHost
 from tests.helpers.gateway import write_config
+from tests.helpers.sshd import SshdNode
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -76,3 +77,69 @@ def test_class2_the_approval_sockets_exec_frame_picks_its_own_agent(state_dir: P
     assert as_ops is not None
     assert not (work / "as-ops").exists(), f"the socket client became agent ops by naming it: {as_ops}"
     assert as_ops.get("ok") is False
+
+
+# ---- a node's session rows name the agent they count against -----------------------------------------
+
+
+def _node_config(node_table: str) -> str:
+    # Two sessions per agent; ops may use no node at all (it never ran anything on alpha).
+    return (
+        '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\nmaxSessionsPerAgent = 2\n\n'
+        '[[agents.list]]\nid = "ops"\nnodes = []\n\n' + node_table
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node's sessions.list rows name their agent by scopeKey and the gateway counts them "
+    "against that agent's maxSessionsPerAgent (node_sessions._read), even an agent that may not use the "
+    "node: a hostile node locks any agent out of every new session, local ones too",
+)
+def test_class2_a_node_fills_another_agents_session_cap(state_dir: Path, sshd_nodes: list[SshdNode]) -> None:
+    from engine import principals
+    from engine.protocol.frames import RemoteError
+    from tests.helpers.gateway import connect, gateway, wait_until
+    from tests.helpers.hostile_node import Hostile
+
+    alpha = sshd_nodes[0]
+    (state_dir / "config.toml").write_text(_node_config(alpha.config_toml()))
+    hostile = Hostile(alpha, state_dir)
+    principals.mint(state_dir, "ops")
+
+    async def scenario() -> dict[str, object]:
+        async with gateway(state_dir):
+            main = await connect(state_dir, operator=False)
+            ops = await connect(state_dir, operator=False, agent="ops")
+            try:
+                # main's run on its node: the gateway first reads the node's session list.
+                run = asyncio.ensure_future(
+                    main.request("exec", {"command": "true", "host": "node", "node": "alpha"})
+                )
+                listing = await wait_until(
+                    lambda: [f for f in hostile.seen() if f.get("method") == "sessions.list"], timeout=60
+                )
+                rows = [
+                    {"sessionId": f"fake{i}", "scopeKey": "agent:ops", "backgrounded": True} for i in range(2)
+                ]
+                await hostile.inject(
+                    {"type": "res", "id": listing[0]["id"], "ok": True, "payload": {"sessions": rows}}
+                )
+                await hostile.answer(await hostile.next_run())
+                await run
+                # ops never used alpha (it may not); its own gateway-host exec:
+                try:
+                    result: dict[str, object] = await ops.request(
+                        "exec", {"command": "true", "host": "gateway"}
+                    )
+                except RemoteError as exc:  # "agent ops has 2 sessions, the most one agent may keep"
+                    return {"refused": str(exc)}
+                return result
+            finally:
+                await main.close()
+                await ops.close()
+
+    result = asyncio.run(scenario())
+    details = result.get("details") or {}
+    assert isinstance(details, dict)
+    assert details.get("status") == "completed", f"ops was refused because of alpha's rows: {result}"
