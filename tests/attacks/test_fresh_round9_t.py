@@ -143,3 +143,59 @@ def test_class2_a_node_fills_another_agents_session_cap(state_dir: Path, sshd_no
     details = result.get("details") or {}
     assert isinstance(details, dict)
     assert details.get("status") == "completed", f"ops was refused because of alpha's rows: {result}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a revoke settles the agent's asks made so far, but its node run in flight still asks "
+    "after the revoke: the node's approval.request is filed as the revoked agent and waits for a yes",
+)
+def test_class1_a_revoked_agents_node_run_still_asks(state_dir: Path, sshd_nodes: list[SshdNode]) -> None:
+    from engine import principals
+    from tests.helpers.gateway import connect, gateway, wait_until
+    from tests.helpers.hostile_node import Hostile, ask
+
+    alpha = sshd_nodes[0]
+    (state_dir / "config.toml").write_text(
+        '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n\n' + alpha.config_toml()
+    )
+    hostile = Hostile(alpha, state_dir)
+    principals.mint(state_dir, "ops")
+
+    async def scenario() -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        async with gateway(state_dir):
+            operator = await connect(state_dir)
+            ops = await connect(state_dir, operator=False, agent="ops")
+            try:
+                run = asyncio.ensure_future(
+                    ops.request("exec", {"command": "make deploy", "host": "node", "node": "alpha"})
+                )
+                listing = await wait_until(
+                    lambda: [f for f in hostile.seen() if f.get("method") == "sessions.list"], timeout=60
+                )
+                await hostile.inject(
+                    {"type": "res", "id": listing[0]["id"], "ok": True, "payload": {"sessions": []}}
+                )
+                sent = await hostile.next_run()
+                revoked = await operator.request("agents.revoke", {"agent": "ops"})
+                assert revoked["revoked"] is True
+                # The node asks for ops's run, after ops was revoked.
+                await hostile.inject(ask("r1", sent["params"]["runId"], command="make deploy"))
+
+                async def settled() -> object:
+                    answered = [a for a in hostile.answers() if a.get("id") == "r1"]
+                    waiting = (await operator.request("approvals.pending", {})).get("approvals") or []
+                    mine = [p for p in waiting if p.get("agentId") == "ops"]
+                    return (answered, mine) if answered or mine else None
+
+                answered, mine = await wait_until(settled, timeout=30)  # type: ignore[misc]
+                run.cancel()
+                return answered, mine
+            finally:
+                await operator.close()
+                await ops.close()
+
+    answered, waiting = asyncio.run(scenario())
+    assert not waiting, f"an ask of revoked agent ops waits for the operator's yes: {waiting}"
+    decision = (answered[0].get("payload") or {}).get("decision")  # type: ignore[union-attr]
+    assert decision not in ("allow-once", "allow-always")
