@@ -200,3 +200,85 @@ def test_class1_a_revoked_agents_node_run_still_asks(state_dir: Path, sshd_nodes
     payload = answered[0].get("payload") if answered else None
     decision = payload.get("decision") if isinstance(payload, dict) else None
     assert decision not in ("allow-once", "allow-always")
+
+
+# ---- what did not work (regressions: each must keep passing) ------------------------------------------
+
+
+def test_class2_a_sessionless_browser_is_each_agents_own(state_dir: Path) -> None:
+    """A sessionless call keeps session key "" for every agent (an agent's own_key leaves "" as it is);
+    under scope = "session" the browser's scope key is the session key, so "" would have been one browser
+    for all. The hub names the agent's main session instead: two agents, two browsers."""
+    from engine.sandbox.settings import main_session_key
+    from tests.helpers.gateway import gateway
+
+    write_config(state_dir, '[agents.defaults.sandbox]\nscope = "session"\n\n[[agents.list]]\nid = "ops"\n')
+
+    async def names() -> tuple[str, str, str]:
+        async with gateway(state_dir) as server:
+            hub = server.services.browsers
+            return (
+                hub.resolve("main", "")[1].name,
+                hub.resolve("ops", "")[1].name,
+                hub.resolve("ops", main_session_key("ops"))[1].name,
+            )
+
+    main, ops, ops_main = asyncio.run(names())
+    assert main != ops
+    assert ops == ops_main
+
+
+def test_class2_a_node_cannot_file_an_event_under_another_agents_key(
+    state_dir: Path, sshd_nodes: list[SshdNode]
+) -> None:
+    """A node may tell the agents whose runs it holds about those runs; a `system.event` naming a key the
+    gateway never gave that node (ops's, who never ran there) is dropped, and ops's queue stays empty."""
+    from engine import principals
+    from tests.helpers.gateway import connect, gateway, wait_until
+    from tests.helpers.hostile_node import Hostile, event
+
+    alpha = sshd_nodes[0]
+    (state_dir / "config.toml").write_text(
+        '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n\n' + alpha.config_toml()
+    )
+    hostile = Hostile(alpha, state_dir)
+    principals.mint(state_dir, "ops")
+
+    async def scenario() -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        async with gateway(state_dir):
+            main = await connect(state_dir, operator=False)
+            ops = await connect(state_dir, operator=False, agent="ops")
+            try:
+                run = asyncio.ensure_future(
+                    main.request("exec", {"command": "true", "host": "node", "node": "alpha"})
+                )
+                listing = await wait_until(
+                    lambda: [f for f in hostile.seen() if f.get("method") == "sessions.list"], timeout=60
+                )
+                await hostile.inject(
+                    {"type": "res", "id": listing[0]["id"], "ok": True, "payload": {"sessions": []}}
+                )
+                sent = await hostile.next_run()
+                # In one burst, in order: a notice for ops (never given), then one for main's own key.
+                await hostile.inject(
+                    event("system.event", sessionKey="agent:ops", text="FORGED for ops"),
+                    event("system.event", sessionKey="agent:main", text="for main"),
+                )
+
+                async def mains() -> list[dict[str, object]]:
+                    got = (await main.request("events", {})).get("events") or []
+                    return [e for e in got if "for main" in str(e.get("text"))]
+
+                await wait_until(mains, timeout=30)
+                await hostile.answer(sent)
+                await run
+                theirs: list[dict[str, object]] = (await ops.request("events", {})).get("events") or []
+                everyone: list[dict[str, object]] = (await main.request("events", {})).get("events") or []
+                return theirs, everyone
+            finally:
+                await main.close()
+                await ops.close()
+
+    theirs, everyone = asyncio.run(scenario())
+    assert not [e for e in theirs if "FORGED" in str(e.get("text"))]
+    assert not [e for e in everyone if "FORGED" in str(e.get("text"))]
