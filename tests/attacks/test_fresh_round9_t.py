@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from pathlib import Path
 
@@ -282,3 +283,51 @@ def test_class2_a_node_cannot_file_an_event_under_another_agents_key(
     theirs, everyone = asyncio.run(scenario())
     assert not [e for e in theirs if "FORGED" in str(e.get("text"))]
     assert not [e for e in everyone if "FORGED" in str(e.get("text"))]
+
+
+# ---- a socket outside /tmp that runs what it is sent, outside the view ---------------------------------
+
+
+FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+
+
+@pytest.mark.skipif(shutil.which("screen") is None, reason="GNU screen is not installed")
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: GNU screen's sockets live in /run/screen/S-USER, not /tmp: a host run sends the operator's "
+    "screen session a line to type (screen -X stuff), which runs outside the view and reads the state dir; "
+    "a private /tmp per agent would not close it (no AF_UNIX for host runs would)",
+)
+def test_class1_the_operators_screen_session_runs_a_host_runs_line(state_dir: Path, tmp_path: Path) -> None:
+    """The host view hides the state dir from every host command, security=full included. The operator's
+    own screen session (same account, started outside any view) is reachable by its socket's path in
+    /run/screen, and `screen -X stuff` types into its shell: the line runs there, with the state dir."""
+    import subprocess
+
+    from tests.attacks.harness import attempt
+    from tests.helpers.gateway import wait_until
+
+    secret = state_dir / "secret.txt"
+    secret.write_text("TOPSECRET\n")
+    secret.chmod(0o600)
+    leak = tmp_path / "leak"
+    name = f"ehT{os.getpid()}"
+    subprocess.run(["screen", "-dmS", name, "sh"], check=True, cwd=tmp_path)  # the operator's own session
+    try:
+        line = f"cat {secret} > {leak}\\n"
+        details = asyncio.run(
+            attempt(
+                state_dir,
+                f"cat {secret}; screen -S {name} -X stuff '{line}'; echo rc=$?",
+                config=FULL,
+                yieldMs=60000,
+            )
+        )
+        text = str(details["_text"])
+        assert "TOPSECRET" not in text.split("rc=")[0]  # the view hides it from the run itself
+        if "rc=0" in text:
+            asyncio.run(wait_until(lambda: leak.exists() and leak.read_text(), timeout=30))
+        assert "rc=0" not in text, f"the operator's screen typed a host run's line: {leak.read_text()!r}"
+    finally:
+        subprocess.run(["screen", "-S", name, "-X", "quit"], check=False)
