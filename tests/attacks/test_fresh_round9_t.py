@@ -331,3 +331,48 @@ def test_class1_the_operators_screen_session_runs_a_host_runs_line(state_dir: Pa
         assert "rc=0" not in text, f"the operator's screen typed a host run's line: {leak.read_text()!r}"
     finally:
         subprocess.run(["screen", "-S", name, "-X", "quit"], check=False)
+
+
+ASKING = (
+    '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n\n[[agents.list]]\nid = "ops"\n'
+)
+
+
+@needs_bwrap
+def test_class2_a_humans_yes_for_one_agent_is_not_another_agents(state_dir: Path, tmp_path: Path) -> None:
+    """A human's allow-once on a `request` frame for agent main, claimed by an `exec` frame with the same id
+    and command naming agent ops, is dropped (the grant names its agent): ops's run asks afresh, and the
+    human's no stands."""
+    from engine.approvals.socket.wire import exec_frame, request_decision
+
+    write_config(state_dir, ASKING)
+    marker = tmp_path / "ran"
+    argv = ["/usr/bin/touch", str(marker)]
+    asked: list[str] = []
+
+    async def human(request: PromptRequest) -> str:
+        asked.append(request.agent_id or "main")
+        return "allow-once" if len(asked) == 1 else "deny"
+
+    async def scenario() -> dict[str, object] | None:
+        path, token = ApprovalsStore(state_dir / "exec-approvals.json").socket_info()
+        server = ApprovalSocketServer(
+            path, token, decider=human, exec_handler=LocalExecHost(state_dir / "config.toml")
+        )
+        async with server:
+            shown = {"command": " ".join(argv), "cwd": str(tmp_path), "agentId": "main", "host": "gateway"}
+            assert await request_decision(path, token, shown, request_id="r-1") == "allow-once"
+            claim = {
+                "command": argv,
+                "cwd": str(tmp_path),
+                "agentId": "ops",
+                "approvalDecision": "allow-once",
+            }
+            return await request_exec(
+                path, token, {}, frame=exec_frame(token, claim, request_id="r-1"), timeout=60
+            )
+
+    outcome = asyncio.run(scenario())
+    assert outcome is not None and outcome.get("ok") is False, outcome
+    assert asked == ["main", "ops"]  # ops's run was asked about on its own, and refused
+    assert not marker.exists()
