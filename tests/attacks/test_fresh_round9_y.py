@@ -1,0 +1,77 @@
+"""Fresh round 9 (attacker Y): ambient authority and check-then-use against the gateway-host view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.sandbox import bwraplimits
+from tests.helpers.gateway import FULL, connect, gateway, write_config
+
+# The run's own pids cgroup, as /proc/self/cgroup names it (v1 `pids` line).
+GROUP = "sed -n 's/^[0-9]*:pids://p' /proc/self/cgroup"
+
+
+def _needs_pids_group(state: Path) -> None:
+    if bwraplimits.host_pids_group("probe") is None:
+        pytest.skip("no pids cgroup can be made here")
+    bwraplimits.drop_host_groups()
+
+
+async def _runs(state: Path, *calls: tuple[str, str]) -> list[str]:
+    write_config(state, FULL)
+    out: list[str] = []
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            for agent, command in calls:
+                result = await client.request("exec", {"command": command, "agentId": agent})
+                out.append(result["text"])
+        finally:
+            await client.close()
+    return out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a host run sees /sys/fs/cgroup writable in its view and writes 0 to the pids root's "
+    "`tasks`: it leaves its agent's pids cgroup, and its fork bomb is capped by nothing (round 8 o undone)",
+)
+async def test_host_run_leaves_its_pids_cgroup(state_dir: Path) -> None:
+    _needs_pids_group(state_dir)
+    cmd = f"echo 0 > /sys/fs/cgroup/pids/tasks; echo GROUP=$({GROUP})"
+    (text,) = await _runs(state_dir, ("main", cmd))
+    assert "GROUP=/exechost-" in text and "/agent-main-" in text, text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a host run writes 0 to another agent's host-run pids group `tasks` (the same uid owns "
+    "every agent's group): its fork bomb then fills the other agent's quarter of pid_max, not its own",
+)
+async def test_host_run_joins_another_agents_pids_cgroup(state_dir: Path) -> None:
+    _needs_pids_group(state_dir)
+    cmd = (
+        f"g=$({GROUP}); i=${{g%/*}}; i=${{i%/*}}; "
+        "for t in /sys/fs/cgroup/pids$i/agent-victim-*/host/tasks; do echo 0 > $t; done; "
+        f"echo GROUP=$({GROUP})"
+    )
+    _, text = await _runs(state_dir, ("victim", "true"), ("main", cmd))
+    assert "/agent-victim-" not in text, text
+    assert "/agent-main-" in text, text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a host run writes `max` to its own agent's and the install's pids.max (cgroup files the "
+    "gateway's uid owns, writable in the view): the per-agent and per-install caps are its to lift",
+)
+async def test_host_run_lifts_its_own_pids_cap(state_dir: Path) -> None:
+    _needs_pids_group(state_dir)
+    cmd = (
+        f"g=$({GROUP}); a=${{g%/*}}; echo max > /sys/fs/cgroup/pids$a/pids.max; "
+        "echo CAP=$(cat /sys/fs/cgroup/pids$a/pids.max)"
+    )
+    (text,) = await _runs(state_dir, ("main", cmd))
+    assert "CAP=max" not in text, text
