@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,51 @@ async def test_host_run_lifts_its_own_pids_cap(state_dir: Path) -> None:
     )
     (text,) = await _runs(state_dir, ("main", cmd))
     assert "CAP=max" not in text, text
+
+
+CONNECT = (
+    "python3 -c \"import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+    "s.sendall(b'cmd'); print('CONNECTED')\" {path}"
+)
+
+
+def _listener(path: Path) -> socket.socket:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.listen(4)
+    sock.setblocking(False)
+    return sock
+
+
+def _was_reached(sock: socket.socket) -> bool:
+    """A connection the run made is in the backlog by the time the exec call has returned."""
+    try:
+        conn, _ = sock.accept()
+    except BlockingIOError:
+        return False
+    conn.close()
+    return True
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: dirshadow drops sockets from ~/.ssh's own entries only; a subdirectory of ~/.ssh is "
+    "bound read-only whole, so a ControlMaster socket at the usual ControlPath ~/.ssh/sockets/%C is "
+    "connect(2)-able from a host run: commands on the node as the operator",
+)
+async def test_controlmaster_socket_in_a_subdir_of_dot_ssh(state_dir: Path) -> None:
+    home = Path(os.environ["HOME"])
+    top = _listener(home / ".ssh" / "cm-top")
+    nested = _listener(home / ".ssh" / "sockets" / "cm-nested")
+    try:
+        texts = await _runs(
+            state_dir,
+            ("main", CONNECT.format(path=home / ".ssh" / "cm-top")),
+            ("main", CONNECT.format(path=home / ".ssh" / "sockets" / "cm-nested")),
+        )
+        assert not _was_reached(top), texts[0]  # the covered entry: gone from the view (this session)
+        assert not _was_reached(nested), texts[1]
+    finally:
+        top.close()
+        nested.close()
