@@ -112,16 +112,77 @@ def _was_reached(sock: socket.socket) -> bool:
 )
 async def test_controlmaster_socket_in_a_subdir_of_dot_ssh(state_dir: Path) -> None:
     home = Path(os.environ["HOME"])
-    top = _listener(home / ".ssh" / "cm-top")
     nested = _listener(home / ".ssh" / "sockets" / "cm-nested")
+    try:
+        (text,) = await _runs(state_dir, ("main", CONNECT.format(path=home / ".ssh" / "sockets" / "cm-nested")))
+        assert not _was_reached(nested), text
+    finally:
+        nested.close()
+
+
+async def test_controlmaster_socket_in_dot_ssh_itself_is_gone(state_dir: Path) -> None:
+    """Regression (held): ~/.ssh is shown as a copy of its entries without its sockets, and a socket made
+    there after the kept view was built is absent too (the copy is a tmpfs, not the directory)."""
+    home = Path(os.environ["HOME"])
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / ".ssh" / "config").write_text("Host *\n  ControlPath ~/.ssh/cm-%C\n")
+    top = _listener(home / ".ssh" / "cm-top")
+    late_path = home / ".ssh" / "cm-late"
+    try:
+        write_config(state_dir, FULL)
+        async with gateway(state_dir):
+            client = await connect(state_dir)
+            try:
+                first = await client.request("exec", {"command": CONNECT.format(path=home / ".ssh" / "cm-top")})
+                late = _listener(late_path)
+                try:
+                    second = await client.request("exec", {"command": CONNECT.format(path=late_path)})
+                    assert not _was_reached(late), second["text"]
+                finally:
+                    late.close()
+            finally:
+                await client.close()
+        assert not _was_reached(top), first["text"]
+    finally:
+        top.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the gateway user's runtime dir ($XDG_RUNTIME_DIR, /run/user/UID) is neither covered nor "
+    "socket-free in the view: its systemd user bus (systemd-run --user: a command outside any view), "
+    "gpg-agent and rootless docker/podman sockets are connect(2)-able; a private /tmp would not close it",
+)
+async def test_runtime_dir_bus_socket_reachable(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = state_dir.parent / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    bus = _listener(runtime / "bus")
+    try:
+        (text,) = await _runs(state_dir, ("main", CONNECT.format(path=runtime / "bus")))
+        assert not _was_reached(bus), text
+    finally:
+        bus.close()
+
+
+async def test_gateway_own_agent_and_its_siblings_are_gone(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (held): the gateway's own $SSH_AUTH_SOCK, named by no node, is not reachable, and
+    neither is another socket beside it (its directory is a socket-free copy)."""
+    agent_dir = state_dir.parent / "ssh-AbC"
+    agent_dir.mkdir(mode=0o700)
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(agent_dir / "agent.1"))
+    own = _listener(agent_dir / "agent.1")
+    sibling = _listener(agent_dir / "agent.2")
     try:
         texts = await _runs(
             state_dir,
-            ("main", CONNECT.format(path=home / ".ssh" / "cm-top")),
-            ("main", CONNECT.format(path=home / ".ssh" / "sockets" / "cm-nested")),
+            ("main", CONNECT.format(path=agent_dir / "agent.1")),
+            ("main", CONNECT.format(path=agent_dir / "agent.2")),
         )
-        assert not _was_reached(top), texts[0]  # the covered entry: gone from the view (this session)
-        assert not _was_reached(nested), texts[1]
+        assert not _was_reached(own), texts[0]
+        assert not _was_reached(sibling), texts[1]
     finally:
-        top.close()
-        nested.close()
+        own.close()
+        sibling.close()
