@@ -224,3 +224,32 @@ async def test_ssh_include_glob_in_the_file_part_holds(state_dir: Path) -> None:
     (home / ".ssh" / "config").write_text(f"Include {dots}/*.conf\n")
     (text,) = await _runs(state_dir, ("main", f"echo 'Match exec \"true\"' > {dots}/new.conf"))
     assert not (dots / "new.conf").exists(), text
+
+
+def _node(home: Path, key: Path) -> str:
+    (home / ".ssh").mkdir(mode=0o700, exist_ok=True)
+    (home / ".ssh" / "known_hosts").write_text("")
+    return FULL + (
+        f'[nodes.n1]\nhost = "127.0.0.1"\nport = 2\nuser = "x"\nidentityFile = "{key}"\n'
+        f'knownHosts = "{home}/.ssh/known_hosts"\n'
+    )
+
+
+@pytest.mark.parametrize("sub", [".", "nodes"])
+async def test_node_key_in_dot_ssh_or_a_subdir_is_hidden(state_dir: Path, sub: str) -> None:
+    """A node's identityFile in ~/.ssh or in a directory below it (~/.ssh/nodes/id_node). Open before
+    the fix on this branch: dirshadow covered ~/.ssh/nodes first, then ~/.ssh with a bind of the real
+    ~/.ssh/nodes over that cover, so the key was readable (fixed: outer directories are covered first)."""
+    home = Path(os.environ["HOME"])
+    keydir = home / ".ssh" / sub
+    keydir.mkdir(parents=True, mode=0o700, exist_ok=True)
+    key = keydir / "id_node"
+    key.write_text("SECRET-NODE-KEY\n")
+    write_config(state_dir, _node(home, key))
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            result = await client.request("exec", {"command": f"cat {key}; ls -a {keydir}"})
+        finally:
+            await client.close()
+    assert "SECRET-NODE-KEY" not in result["text"], result["text"]
