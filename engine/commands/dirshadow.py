@@ -25,7 +25,10 @@ def shadow_ops(dirs: list[str], hidden: set[str]) -> tuple[list[str], list[str]]
     bind of a directory above one would show it again."""
     ops: list[str] = []
     covered: list[str] = []
-    for d in dict.fromkeys(dirs):
+    # Outer directories first: a cover binds its subdirectories from the host as they are, so one made
+    # after a cover below it (~/.ssh after ~/.ssh/nodes holding a node's key) would show that directory
+    # again, the key in it (fresh round 9 y).
+    for d in sorted(dict.fromkeys(dirs), key=lambda p: p.rstrip(os.sep).count(os.sep)):
         if d == os.sep:
             continue
         try:
