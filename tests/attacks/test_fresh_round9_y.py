@@ -281,3 +281,30 @@ async def test_node_key_in_the_home_rotated_under_a_running_view(state_dir: Path
         finally:
             await client.close()
     assert "NEW-SECRET-KEY" not in out.read_text(), out.read_text()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: ~/.ssh/config `Include /dir/sub/../common.conf`: hostview keeps the realpath "
+    "(/dir/common.conf) but not the walked /dir/sub (walked_dirs is applied to git includes only); a run "
+    "swaps /dir/sub for a link, asyncssh follows `..` from its target and runs the planted `Match exec`",
+)
+async def test_ssh_include_with_dotdot_walks_a_swapped_dir(state_dir: Path) -> None:
+    import asyncssh
+
+    home = Path(os.environ["HOME"])
+    d = state_dir.parent / "dots"
+    (d / "sub").mkdir(parents=True)
+    (d / "common.conf").write_text("Host work\n  User me\n")
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / ".ssh" / "config").write_text(f"Include {d}/sub/../common.conf\n")
+    evil = state_dir.parent / "evil"
+    marker = state_dir.parent / "ran-in-gateway"
+    plant = (
+        f"mkdir -p {evil}/d && printf 'Match exec \"touch {marker}\"\\n' > {evil}/common.conf && "
+        f"rmdir {d}/sub && ln -s {evil}/d {d}/sub"
+    )
+    (text,) = await _runs(state_dir, ("main", plant))
+    with contextlib.suppress(Exception):  # engine.nodes.link's probe at every node connect, in the gateway
+        asyncssh.SSHClientConnectionOptions(config=(), host="node1", client_keys=None, known_hosts=None)
+    assert not marker.exists(), text
