@@ -43,7 +43,9 @@ async def _runs(state: Path, *calls: tuple[str, str]) -> list[str]:
 )
 async def test_host_run_leaves_its_pids_cgroup(state_dir: Path) -> None:
     _needs_pids_group(state_dir)
-    cmd = f"g=$({GROUP}); i=${{g%/*}}; i=${{i%/*}}; echo 0 > /sys/fs/cgroup/pids$i/tasks; echo GROUP=$({GROUP})"
+    cmd = (
+        f"g=$({GROUP}); i=${{g%/*}}; i=${{i%/*}}; echo 0 > /sys/fs/cgroup/pids$i/tasks; echo GROUP=$({GROUP})"
+    )
     (text,) = await _runs(state_dir, ("main", cmd))
     assert "GROUP=/exechost-" in text and "/agent-main-" in text, text
 
@@ -81,7 +83,7 @@ async def test_host_run_lifts_its_own_pids_cap(state_dir: Path) -> None:
 
 
 CONNECT = (
-    "python3 -c \"import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+    'python3 -c "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); '
     "s.sendall(b'cmd'); print('CONNECTED')\" {path}"
 )
 
@@ -115,7 +117,9 @@ async def test_controlmaster_socket_in_a_subdir_of_dot_ssh(state_dir: Path) -> N
     home = Path(os.environ["HOME"])
     nested = _listener(home / ".ssh" / "sockets" / "cm-nested")
     try:
-        (text,) = await _runs(state_dir, ("main", CONNECT.format(path=home / ".ssh" / "sockets" / "cm-nested")))
+        (text,) = await _runs(
+            state_dir, ("main", CONNECT.format(path=home / ".ssh" / "sockets" / "cm-nested"))
+        )
         assert not _was_reached(nested), text
     finally:
         nested.close()
@@ -134,7 +138,9 @@ async def test_controlmaster_socket_in_dot_ssh_itself_is_gone(state_dir: Path) -
         async with gateway(state_dir):
             client = await connect(state_dir)
             try:
-                first = await client.request("exec", {"command": CONNECT.format(path=home / ".ssh" / "cm-top")})
+                first = await client.request(
+                    "exec", {"command": CONNECT.format(path=home / ".ssh" / "cm-top")}
+                )
                 late = _listener(late_path)
                 try:
                     second = await client.request("exec", {"command": CONNECT.format(path=late_path)})
@@ -189,14 +195,11 @@ async def test_gateway_own_agent_and_its_siblings_are_gone(
         sibling.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: ~/.ssh/config `Include /dir/*/ssh.conf` (a glob in a directory part, or `**`): "
-    "hostview keeps os.path.dirname of the pattern (`/dir/*`, no directory) and binds only files that "
-    "match now, so a run makes /dir/new/ssh.conf; asyncssh reads it at the next node connect and its "
-    "`Match exec` runs in the gateway, outside any view",
-)
 async def test_ssh_include_glob_in_a_directory_part(state_dir: Path) -> None:
+    """Open before the fix on this branch: ~/.ssh/config `Include /dir/*/ssh.conf` (a glob in a dir part,
+    or `**`): hostview keeps os.path.dirname of the pattern (`/dir/*`, no directory) and binds only files
+    that match now, so a run makes /dir/new/ssh.conf; asyncssh reads it at the next node connect and its
+    `Match exec` runs in the gateway, outside any view"""
     import asyncssh
 
     home = Path(os.environ["HOME"])
@@ -283,13 +286,10 @@ async def test_node_key_in_the_home_rotated_under_a_running_view(state_dir: Path
     assert "NEW-SECRET-KEY" not in out.read_text(), out.read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: ~/.ssh/config `Include /dir/sub/../common.conf`: hostview keeps the realpath "
-    "(/dir/common.conf) but not the walked /dir/sub (walked_dirs is applied to git includes only); a run "
-    "swaps /dir/sub for a link, asyncssh follows `..` from its target and runs the planted `Match exec`",
-)
 async def test_ssh_include_with_dotdot_walks_a_swapped_dir(state_dir: Path) -> None:
+    """Open before the fix on this branch: ~/.ssh/config `Include /dir/sub/../common.conf`: hostview keeps the
+    realpath (/dir/common.conf) but not the walked /dir/sub (walked_dirs is applied to git includes only); a
+    run swaps /dir/sub for a link, asyncssh follows `..` from its target and runs the planted `Match exec`"""
     import asyncssh
 
     home = Path(os.environ["HOME"])
