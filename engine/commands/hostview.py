@@ -42,6 +42,7 @@ from engine import sysbin
 from engine.commands import bindsource, dirshadow, hostkeeper, importroots
 
 ENV = "/usr/bin/env"
+CGROUPS = "/sys/fs/cgroup"  # read-only in every view (view_args)
 # Signals a terminal (or an operator's ^C) sends: the command's, never bwrap's to die of.
 _TERMINAL = "INT,QUIT,TSTP"
 IGNORE = f"--ignore-signal={_TERMINAL}"
@@ -761,6 +762,12 @@ def view_args(
         if os.path.exists(path) and not _under(path, state) and not _inside(os.path.realpath(path), home):
             args += ["--ro-bind", os.path.realpath(path), os.path.realpath(path)]
             bound += [os.path.realpath(path)]
+    # The cgroup hierarchies read-only: the run joined its agent's pids group before the view (exechost-
+    # hostenter `join`), and every group's `tasks` and `pids.max` are the gateway uid's files (a root
+    # gateway's, a delegated tree's): a run could leave its group, fill another agent's or lift the caps
+    # (fresh round 9 y). The path itself, never a link: it is the kernel's mount.
+    if os.path.isdir(CGROUPS) and not os.path.islink(CGROUPS):
+        args += ["--ro-bind", CGROUPS, CGROUPS]
     # last: a read-only bind of a directory above one (a trusted dir, a link's) would show it again
     args += shadow
     bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked]
