@@ -36,12 +36,10 @@ async def _runs(state: Path, *calls: tuple[str, str]) -> list[str]:
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the view leaves /sys/fs/cgroup writable and the install's pids group is the gateway "
-    "uid's (root's, or a delegated tree's): a host run writes 0 to its `tasks` and leaves its agent's cap",
-)
 async def test_host_run_leaves_its_pids_cgroup(state_dir: Path) -> None:
+    """Open before the fix on this branch (/sys/fs/cgroup read-only in every view): the view leaves
+    /sys/fs/cgroup writable and the install's pids group is the gateway uid's (root's, or a delegated
+    tree's): a host run writes 0 to its `tasks` and leaves its agent's cap"""
     _needs_pids_group(state_dir)
     cmd = (
         f"g=$({GROUP}); i=${{g%/*}}; i=${{i%/*}}; echo 0 > /sys/fs/cgroup/pids$i/tasks; echo GROUP=$({GROUP})"
@@ -50,12 +48,10 @@ async def test_host_run_leaves_its_pids_cgroup(state_dir: Path) -> None:
     assert "GROUP=/exechost-" in text and "/agent-main-" in text, text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a host run writes 0 to another agent's host-run pids group `tasks` (the same uid owns "
-    "every agent's group): its fork bomb then fills the other agent's quarter of pid_max, not its own",
-)
 async def test_host_run_joins_another_agents_pids_cgroup(state_dir: Path) -> None:
+    """Open before the fix on this branch (/sys/fs/cgroup read-only in every view): a host run writes 0 to
+    another agent's host-run pids group `tasks` (the same uid owns every agent's group): its fork bomb then
+    fills the other agent's quarter of pid_max, not its own"""
     _needs_pids_group(state_dir)
     cmd = (
         f"g=$({GROUP}); i=${{g%/*}}; i=${{i%/*}}; "
@@ -63,16 +59,14 @@ async def test_host_run_joins_another_agents_pids_cgroup(state_dir: Path) -> Non
         f"echo GROUP=$({GROUP})"
     )
     _, text = await _runs(state_dir, ("victim", "true"), ("main", cmd))
-    assert "/agent-victim-" not in text, text
-    assert "/agent-main-" in text, text
+    group = text.split("GROUP=")[-1]
+    assert "/agent-main-" in group and "/agent-victim-" not in group, text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a host run writes `max` to its own agent's and the install's pids.max (cgroup files the "
-    "gateway's uid owns, writable in the view): the per-agent and per-install caps are its to lift",
-)
 async def test_host_run_lifts_its_own_pids_cap(state_dir: Path) -> None:
+    """Open before the fix on this branch (/sys/fs/cgroup read-only in every view): a host run writes `max` to
+    its own agent's and the install's pids.max (cgroup files the gateway's uid owns, writable in the view):
+    the per-agent and per-install caps are its to lift"""
     _needs_pids_group(state_dir)
     cmd = (
         f"g=$({GROUP}); a=${{g%/*}}; echo max > /sys/fs/cgroup/pids$a/pids.max; "
