@@ -18,7 +18,15 @@ import stat
 _O_PATH = getattr(os, "O_PATH", 0)
 _FLAGS = _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 # bwrap's view operations and how many words follow each (engine.commands.hostview.view_args makes them)
-_ARITY = {"--dev-bind": 2, "--bind": 2, "--ro-bind": 2, "--tmpfs": 1, "--symlink": 2, "--remount-ro": 1}
+_ARITY = {
+    "--dev-bind": 2,
+    "--bind": 2,
+    "--ro-bind": 2,
+    "--tmpfs": 1,
+    "--symlink": 2,
+    "--remount-ro": 1,
+    "--dir": 1,
+}
 _BY_FD = {"--bind": "--bind-fd", "--ro-bind": "--ro-bind-fd"}
 
 
