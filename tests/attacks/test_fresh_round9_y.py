@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.protocol.frames import RemoteError
 from engine.sandbox import bwraplimits
 from tests.helpers.gateway import FULL, connect, gateway, write_config
 
@@ -300,3 +301,22 @@ async def test_ssh_include_with_dotdot_walks_a_swapped_dir(state_dir: Path) -> N
     with contextlib.suppress(Exception):  # engine.nodes.link's probe at every node connect, in the gateway
         asyncssh.SSHClientConnectionOptions(config=(), host="node1", client_keys=None, known_hosts=None)
     assert not marker.exists(), text
+
+
+async def test_node_key_inside_a_host_writable_dir_refuses_the_view(state_dir: Path) -> None:
+    """Regression (held): a node key below a `hostWritable` dir (where no cover is made: a run could rename
+    the directory holding it) makes the view refuse, rather than leave the key to a per-file bind there."""
+    home = Path(os.environ["HOME"])
+    key = home / "work" / "keys" / "id_node"
+    key.parent.mkdir(parents=True)
+    key.write_text("SECRET-NODE-KEY\n")
+    config = _node(home, key).replace('ask = "off"\n', 'ask = "off"\nhostWritable = ["~/work"]\n', 1)
+    write_config(state_dir, config)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            with pytest.raises(RemoteError, match="hostWritable names ~/work"):
+                await client.request("exec", {"command": f"cat {key}; mv {key.parent} {home}/work/k2"})
+        finally:
+            await client.close()
+    assert key.exists()
