@@ -26,6 +26,7 @@ _ARITY = {
     "--symlink": 2,
     "--remount-ro": 1,
     "--chdir": 1,
+    "--dir": 1,
 }
 _BY_FD = {"--bind": "--bind-fd", "--ro-bind": "--ro-bind-fd"}
 

@@ -5,8 +5,8 @@ A file bound over a node's key is attached to that file's dentry: the key rotate
 after `rm`, ansible) puts a new dentry there, unbound, in every running view (fresh round 8 r). And a
 read-only bind does not stop connect(2): an ssh ControlMaster socket in ~/.ssh reached through a read-only
 home still runs commands on a node as the operator. So the directory holding a node key, and ~/.ssh, are
-covered with a tmpfs holding only what was there (regular files and directories bound read-only, links
-re-made) but sockets, fifos, devices and the hidden files; the tmpfs is then read-only. A rename in the real
+covered with a tmpfs holding only what was there (regular files bound read-only, directories copied
+the same way, links re-made) but sockets, fifos, devices and the hidden files; the tmpfs is then read-only. A rename in the real
 directory changes nothing under the cover."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import stat
 
 MAX_ENTRIES = 512  # beyond this a directory is left to the per-file binds (a view is one bwrap argv)
+MAX_DEPTH = 4  # subdirectories copied as their directory is, this deep; below, bound whole
 
 
 def shadow_ops(dirs: list[str], hidden: set[str]) -> tuple[list[str], list[str]]:
@@ -31,25 +32,42 @@ def shadow_ops(dirs: list[str], hidden: set[str]) -> tuple[list[str], list[str]]
     for d in sorted(dict.fromkeys(dirs), key=lambda p: p.rstrip(os.sep).count(os.sep)):
         if d == os.sep:
             continue
-        try:
-            with os.scandir(d) as entries:
-                listed = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
-        except OSError:
+        budget = [MAX_ENTRIES]
+        here = _copy(d, hidden, 0, budget)
+        if here is None:
             continue
-        if len(listed) > MAX_ENTRIES:
-            continue
-        here = ["--tmpfs", d]
-        for name, st in sorted(listed):
-            path = os.path.join(d, name)
-            if path in hidden:
-                continue
-            if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
-                here += ["--ro-bind", path, path]
-            elif stat.S_ISLNK(st.st_mode):
-                try:
-                    here += ["--symlink", os.readlink(path), path]
-                except OSError:
-                    continue
-        ops += [*here, "--remount-ro", d]
+        ops += ["--tmpfs", d, *here, "--remount-ro", d]
         covered.append(d)
     return ops, covered
+
+
+def _copy(d: str, hidden: set[str], depth: int, budget: list[int]) -> list[str] | None:
+    """The operations filling a cover (or a directory made in one) at `d` with `d`'s entries; None when
+    `d` cannot be read or the entries would pass the budget. A subdirectory is copied the same way, not
+    bound whole: a read-only bind does not stop connect(2), and a ControlMaster socket at the usual
+    ControlPath ~/.ssh/sockets/%C was the node's account to every host run (fresh round 9 y). Deeper than
+    MAX_DEPTH, or past the budget, a subdirectory is bound whole."""
+    try:
+        with os.scandir(d) as entries:
+            listed = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
+    except OSError:
+        return None
+    if len(listed) > budget[0]:
+        return None
+    budget[0] -= len(listed)
+    ops: list[str] = []
+    for name, st in sorted(listed):
+        path = os.path.join(d, name)
+        if path in hidden:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            inner = _copy(path, hidden, depth + 1, budget) if depth < MAX_DEPTH else None
+            ops += ["--dir", path, *inner] if inner is not None else ["--ro-bind", path, path]
+        elif stat.S_ISREG(st.st_mode):
+            ops += ["--ro-bind", path, path]
+        elif stat.S_ISLNK(st.st_mode):
+            try:
+                ops += ["--symlink", os.readlink(path), path]
+            except OSError:
+                continue
+    return ops

@@ -184,7 +184,14 @@ def _ssh_walk(home: str) -> tuple[list[str], list[str]]:
                 inc = os.path.expanduser(word) if word.startswith("~") else word
                 inc = inc if os.path.isabs(inc) else os.path.join(ssh, inc)
                 if _GLOB.search(inc):
-                    dirs.append(os.path.dirname(inc))
+                    # the deepest directory above the first glob: asyncssh's glob walks every directory
+                    # below it (`/dots/*/ssh.conf`, `**`), a new one a run makes among them (round 9 y)
+                    fixed: list[str] = []
+                    for part in inc.split(os.sep)[:-1]:
+                        if _GLOB.search(part):
+                            break
+                        fixed.append(part)
+                    dirs.append(os.sep.join(fixed) or os.sep)
                     todo += [(p, depth + 1) for p in sorted(glob.glob(inc))]
                 else:
                     files.append(inc)
@@ -466,6 +473,7 @@ def trusted_files(
     trusted configs, the git includes, the rc files, the trusted dirs, the state dir and what `outside`
     names (pathPrepend dirs, rootfs, config files, known_hosts among them)."""
     paths = [p for p, _always in trusted_configs(environ)]
+    paths += walked_dirs(paths)  # an ssh Include with `..` (round 9 y)
     includes = git_includes(environ) if includes is None else includes
     paths += [*includes, *walked_dirs(includes)]
     home = home_dir(environ)
@@ -700,7 +708,8 @@ def view_args(
     configs = trusted_configs(environ)
     includes = git_includes(environ, configs)
     files = [*outside.files, *includes]
-    walked = walked_dirs(includes)
+    # the git includes' and the trusted configs' (an ssh `Include dir/sub/../x`: round 9 y)
+    walked = walked_dirs([*includes, *(p for p, _always in configs)])
     for d in [*outside.readonly, *walked]:
         if not _inside(os.path.realpath(d), home) and not _under(d, state):
             _made(d, directory=True)

@@ -1,13 +1,15 @@
-"""Fresh round 9 (attacker Y, branch attackY; the rest of its file waits on that branch): a host run's pids
-cgroup is its agent's and stays so, and a node key below ~/.ssh stays hidden under ~/.ssh's cover."""
+"""Fresh round 9 (attacker Y): ambient authority and check-then-use against the gateway-host view."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 from pathlib import Path
 
 import pytest
 
+from engine.protocol.frames import RemoteError
 from engine.sandbox import bwraplimits
 from tests.helpers.gateway import FULL, connect, gateway, write_config
 
@@ -75,6 +77,151 @@ async def test_host_run_lifts_its_own_pids_cap(state_dir: Path) -> None:
     assert "CAP=max" not in text, text
 
 
+CONNECT = (
+    'python3 -c "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); '
+    "s.sendall(b'cmd'); print('CONNECTED')\" {path}"
+)
+
+
+def _listener(path: Path) -> socket.socket:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.listen(4)
+    sock.setblocking(False)
+    return sock
+
+
+def _was_reached(sock: socket.socket) -> bool:
+    """A connection the run made is in the backlog by the time the exec call has returned."""
+    try:
+        conn, _ = sock.accept()
+    except BlockingIOError:
+        return False
+    conn.close()
+    return True
+
+
+async def test_controlmaster_socket_in_a_subdir_of_dot_ssh(state_dir: Path) -> None:
+    """Open before the fix on this branch (dirshadow copies subdirectories too): dirshadow drops sockets from
+    ~/.ssh's own entries only; a subdirectory of ~/.ssh is bound read-only whole, so a ControlMaster socket
+    at the usual ControlPath ~/.ssh/sockets/%C is connect(2)-able from a host run: commands on the node as
+    the operator"""
+    home = Path(os.environ["HOME"])
+    nested = _listener(home / ".ssh" / "sockets" / "cm-nested")
+    try:
+        (text,) = await _runs(
+            state_dir, ("main", CONNECT.format(path=home / ".ssh" / "sockets" / "cm-nested"))
+        )
+        assert not _was_reached(nested), text
+    finally:
+        nested.close()
+
+
+async def test_controlmaster_socket_in_dot_ssh_itself_is_gone(state_dir: Path) -> None:
+    """Regression (held): ~/.ssh is shown as a copy of its entries without its sockets, and a socket made
+    there after the kept view was built is absent too (the copy is a tmpfs, not the directory)."""
+    home = Path(os.environ["HOME"])
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / ".ssh" / "config").write_text("Host *\n  ControlPath ~/.ssh/cm-%C\n")
+    top = _listener(home / ".ssh" / "cm-top")
+    late_path = home / ".ssh" / "cm-late"
+    try:
+        write_config(state_dir, FULL)
+        async with gateway(state_dir):
+            client = await connect(state_dir)
+            try:
+                first = await client.request(
+                    "exec", {"command": CONNECT.format(path=home / ".ssh" / "cm-top")}
+                )
+                late = _listener(late_path)
+                try:
+                    second = await client.request("exec", {"command": CONNECT.format(path=late_path)})
+                    assert not _was_reached(late), second["text"]
+                finally:
+                    late.close()
+            finally:
+                await client.close()
+        assert not _was_reached(top), first["text"]
+    finally:
+        top.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the gateway user's runtime dir ($XDG_RUNTIME_DIR, /run/user/UID) is neither covered nor "
+    "socket-free in the view: its systemd user bus (systemd-run --user: a command outside any view), "
+    "gpg-agent and rootless docker/podman sockets are connect(2)-able; a private /tmp would not close it",
+)
+async def test_runtime_dir_bus_socket_reachable(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = state_dir.parent / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    bus = _listener(runtime / "bus")
+    try:
+        (text,) = await _runs(state_dir, ("main", CONNECT.format(path=runtime / "bus")))
+        assert not _was_reached(bus), text
+    finally:
+        bus.close()
+
+
+async def test_gateway_own_agent_and_its_siblings_are_gone(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (held): the gateway's own $SSH_AUTH_SOCK, named by no node, is not reachable, and
+    neither is another socket beside it (its directory is a socket-free copy)."""
+    agent_dir = state_dir.parent / "ssh-AbC"
+    agent_dir.mkdir(mode=0o700)
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(agent_dir / "agent.1"))
+    own = _listener(agent_dir / "agent.1")
+    sibling = _listener(agent_dir / "agent.2")
+    try:
+        texts = await _runs(
+            state_dir,
+            ("main", CONNECT.format(path=agent_dir / "agent.1")),
+            ("main", CONNECT.format(path=agent_dir / "agent.2")),
+        )
+        assert not _was_reached(own), texts[0]
+        assert not _was_reached(sibling), texts[1]
+    finally:
+        own.close()
+        sibling.close()
+
+
+async def test_ssh_include_glob_in_a_directory_part(state_dir: Path) -> None:
+    """Open before the fix on this branch: ~/.ssh/config `Include /dir/*/ssh.conf` (a glob in a dir part,
+    or `**`): hostview keeps os.path.dirname of the pattern (`/dir/*`, no directory) and binds only files
+    that match now, so a run makes /dir/new/ssh.conf; asyncssh reads it at the next node connect and its
+    `Match exec` runs in the gateway, outside any view"""
+    import asyncssh
+
+    home = Path(os.environ["HOME"])
+    dots = state_dir.parent / "dots"
+    (dots / "work").mkdir(parents=True)
+    (dots / "work" / "ssh.conf").write_text("Host work\n  User me\n")
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / ".ssh" / "config").write_text(f"Include {dots}/*/ssh.conf\n")
+    marker = state_dir.parent / "ran-in-gateway"
+    plant = f"mkdir -p {dots}/new && printf 'Match exec \"touch {marker}\"\\n' > {dots}/new/ssh.conf"
+    await _runs(state_dir, ("main", plant))
+    # what engine.nodes.link.NodeLink._refuse_ssh_config_proxy does at every node connect, in the gateway
+    with contextlib.suppress(Exception):
+        asyncssh.SSHClientConnectionOptions(config=(), host="node1", client_keys=None, known_hosts=None)
+    assert not marker.exists()
+
+
+async def test_ssh_include_glob_in_the_file_part_holds(state_dir: Path) -> None:
+    """Regression (held): `Include /dir/*.conf` keeps /dir whole, so no run adds a file it matches."""
+    home = Path(os.environ["HOME"])
+    dots = state_dir.parent / "dots"
+    dots.mkdir()
+    (dots / "work.conf").write_text("Host work\n  User me\n")
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / ".ssh" / "config").write_text(f"Include {dots}/*.conf\n")
+    (text,) = await _runs(state_dir, ("main", f"echo 'Match exec \"true\"' > {dots}/new.conf"))
+    assert not (dots / "new.conf").exists(), text
+
+
 def _node(home: Path, key: Path) -> str:
     (home / ".ssh").mkdir(mode=0o700, exist_ok=True)
     (home / ".ssh" / "known_hosts").write_text("")
@@ -102,3 +249,74 @@ async def test_node_key_in_dot_ssh_or_a_subdir_is_hidden(state_dir: Path, sub: s
         finally:
             await client.close()
     assert "SECRET-NODE-KEY" not in result["text"], result["text"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node key directly in the home (identityFile = ~/node.key) keeps a per-file bind "
+    "(dirshadow never covers the home): rotated by rm + new file, the new dentry is unbound in every "
+    "running view, so a background run started before reads the new key (round 8 r's hole, home case)",
+)
+async def test_node_key_in_the_home_rotated_under_a_running_view(state_dir: Path) -> None:
+    from tests.helpers.gateway import wait_until
+
+    home = Path(os.environ["HOME"])
+    key = home / "node.key"
+    key.write_text("OLD-KEY\n")
+    go, out = state_dir.parent / "go", state_dir.parent / "out"
+    write_config(state_dir, _node(home, key))
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            cmd = f"while [ ! -e {go} ]; do sleep 0.02; done; cat {key} > {out}.tmp; mv {out}.tmp {out}"
+            await client.request("exec", {"command": cmd, "background": True})
+            key.unlink()  # ssh-keygen -f ~/node.key after rm, or a deploy tool's rename
+            key.write_text("NEW-SECRET-KEY\n")
+            go.touch()
+            await wait_until(out.exists, timeout=20)
+        finally:
+            await client.close()
+    assert "NEW-SECRET-KEY" not in out.read_text(), out.read_text()
+
+
+async def test_ssh_include_with_dotdot_walks_a_swapped_dir(state_dir: Path) -> None:
+    """Open before the fix on this branch: ~/.ssh/config `Include /dir/sub/../common.conf`: hostview keeps the
+    realpath (/dir/common.conf) but not the walked /dir/sub (walked_dirs is applied to git includes only); a
+    run swaps /dir/sub for a link, asyncssh follows `..` from its target and runs the planted `Match exec`"""
+    import asyncssh
+
+    home = Path(os.environ["HOME"])
+    d = state_dir.parent / "dots"
+    (d / "sub").mkdir(parents=True)
+    (d / "common.conf").write_text("Host work\n  User me\n")
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / ".ssh" / "config").write_text(f"Include {d}/sub/../common.conf\n")
+    evil = state_dir.parent / "evil"
+    marker = state_dir.parent / "ran-in-gateway"
+    plant = (
+        f"mkdir -p {evil}/d && printf 'Match exec \"touch {marker}\"\\n' > {evil}/common.conf && "
+        f"rmdir {d}/sub && ln -s {evil}/d {d}/sub"
+    )
+    (text,) = await _runs(state_dir, ("main", plant))
+    with contextlib.suppress(Exception):  # engine.nodes.link's probe at every node connect, in the gateway
+        asyncssh.SSHClientConnectionOptions(config=(), host="node1", client_keys=None, known_hosts=None)
+    assert not marker.exists(), text
+
+
+async def test_node_key_inside_a_host_writable_dir_refuses_the_view(state_dir: Path) -> None:
+    """Regression (held): a node key below a `hostWritable` dir (where no cover is made: a run could rename
+    the directory holding it) makes the view refuse, rather than leave the key to a per-file bind there."""
+    home = Path(os.environ["HOME"])
+    key = home / "work" / "keys" / "id_node"
+    key.parent.mkdir(parents=True)
+    key.write_text("SECRET-NODE-KEY\n")
+    config = _node(home, key).replace('ask = "off"\n', 'ask = "off"\nhostWritable = ["~/work"]\n', 1)
+    write_config(state_dir, config)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            with pytest.raises(RemoteError, match="hostWritable names ~/work"):
+                await client.request("exec", {"command": f"cat {key}; mv {key.parent} {home}/work/k2"})
+        finally:
+            await client.close()
+    assert key.exists()
