@@ -63,14 +63,11 @@ async def test_plain_push_to_a_local_repository_asks(state_dir: Path, tmp_path: 
     assert not mark.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: gitargv.local_destinations reads a file:// URL undecoded; git url-decodes it "
-    "(file:///x/des%74 is /x/dest), so an allowlisted `git push` runs the destination's hooks unasked",
-)
 async def test_class5_push_to_a_percent_encoded_file_url_runs_the_destinations_hook(
     state_dir: Path, tmp_path: Path
 ) -> None:
+    """Fixed: gitargv.local_destinations read a file:// URL undecoded, git url-decodes it, so an
+    allowlisted `git push` to it ran the destination's pre-receive hook unasked."""
     work, dest, mark = _pushable(tmp_path)
     url = "file://" + _percent_last(dest)
     details = await attempt(
