@@ -84,7 +84,9 @@ PY_READS_ITSELF = (
 REWRITTEN = "#!/bin/sh\necho REWRITTEN-AFTER-THE-ASK\n"
 
 
-async def _approved_run_rereads_itself(state: Path, work: Path, command: str, swap: str) -> str:
+async def _approved_run_rereads_itself(
+    state: Path, work: Path, command: str, swap: str, name: str = "s.sh", rewritten: str = REWRITTEN
+) -> str:
     """Ask for `command` (a script that waits for a line, then prints the file its own name names), approve
     it once, swap the script's bytes (`inplace`: rewritten in place; `rename`: a new file renamed over it)
     while it waits, then let it go on: its output."""
@@ -107,12 +109,12 @@ async def _approved_run_rereads_itself(state: Path, work: Path, command: str, sw
                 return "READY" in str(log["text"])
 
             await wait_until(ready, timeout=30)
-            script = work / "s.sh"
+            script = work / name
             if swap == "inplace":
                 with open(script, "r+") as handle:
-                    handle.write(REWRITTEN + "#" * 80 + "\n")
+                    handle.write(rewritten + "#" * 80 + "\n")
             else:
-                (work / "new").write_text(REWRITTEN)
+                (work / "new").write_text(rewritten)
                 os.rename(work / "new", script)
             await client.request("process", {"action": "write", "sessionId": sid, "data": "y\n", "eof": True})
 
@@ -172,3 +174,20 @@ async def test_class8_a_shebang_script_run_by_path_rereads_bytes_rewritten_after
     script.chmod(0o755)
     out = await _approved_run_rereads_itself(state_dir, tmp_path, "./s.sh", swap)
     assert "READY" in out and "REWRITTEN" not in out, out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a make whose recipe runs $(MAKE) again re-reads the Makefile by path; the copy bound "
+    "there is detached by a rename over it from outside the run, so the sub-make runs recipes written after "
+    "the ask (the in-place rewrite is what test_make_re_reading_its_makefile_gets_the_approved_bytes covers)",
+)
+async def test_class8_a_sub_make_reads_a_makefile_renamed_over_after_the_ask(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "Makefile").write_text(
+        "all:\n\t@echo READY; read x; $(MAKE) -s second\nsecond:\n\t@echo APPROVED-SECOND\n"
+    )
+    rewritten = "all:\n\t@echo other\nsecond:\n\t@echo REWRITTEN\n"
+    out = await _approved_run_rereads_itself(state_dir, tmp_path, "make -s", "rename", "Makefile", rewritten)
+    assert "APPROVED-SECOND" in out and "REWRITTEN" not in out, out
