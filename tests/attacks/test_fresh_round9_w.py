@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from engine.commands.analysis import analyze_command
 from tests.attacks.harness import ALLOWLIST, attempt, refused
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
@@ -191,3 +192,13 @@ async def test_class8_a_sub_make_reads_a_makefile_renamed_over_after_the_ask(
     rewritten = "all:\n\t@echo other\nsecond:\n\t@echo REWRITTEN\n"
     out = await _approved_run_rereads_itself(state_dir, tmp_path, "make -s", "rename", "Makefile", rewritten)
     assert "APPROVED-SECOND" in out and "REWRITTEN" not in out, out
+
+
+@pytest.mark.parametrize(
+    "command",
+    ['bash -kc "ls LD_PRELOAD=/tmp/x.so"', "bash -k -c ls", "bash -c -e ls", "bash -ic ls", "bash -c -- ls"],
+)
+def test_shell_options_that_change_what_a_payload_means_are_never_plain(command: str) -> None:
+    """Regression (class 5): `-k` turns `ls NAME=value` into an environment assignment (LD_PRELOAD), `-c -e`
+    makes the next option-looking word an option and not the code, `-i` sources ~/.bashrc: never plain."""
+    assert not analyze_command(command).ok
