@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from urllib.parse import unquote
 
 from engine.commands import gitopts
 
@@ -157,7 +158,8 @@ def local_destinations(rest: Sequence[str], cwd: str, pairs: Sequence[tuple[str,
         if is_local_url(url):
             path = url
             if url.lower().startswith("file://"):
-                path = url[len("file://") :]
+                # git url-decodes a `scheme://` URL before it splits it: `file:///x/des%74` is /x/dest.
+                path = unquote(url[len("file://") :])
                 path = path if path.startswith("/") else "/" + path.partition("/")[2]  # file://host/p
             where = os.path.realpath(os.path.join(cwd, os.path.expanduser(path)))
             # receive-pack's enter_repo tries these suffixes in turn (`git push /w/dest` enters dest.git).
