@@ -6,8 +6,8 @@ after `rm`, ansible) puts a new dentry there, unbound, in every running view (fr
 read-only bind does not stop connect(2): an ssh ControlMaster socket in ~/.ssh reached through a read-only
 home still runs commands on a node as the operator. So the directory holding a node key, and ~/.ssh, are
 covered with a tmpfs holding only what was there (regular files bound read-only, directories copied
-the same way, links re-made) but sockets, fifos, devices and the hidden files; the tmpfs is then read-only. A rename in the real
-directory changes nothing under the cover."""
+the same way, links re-made) but sockets, fifos, devices and the hidden files; the tmpfs is then
+read-only. A rename in the real directory changes nothing under the cover."""
 
 from __future__ import annotations
 
