@@ -264,7 +264,7 @@ async def test_node_key_in_the_home_rotated_under_a_running_view(state_dir: Path
     async with gateway(state_dir):
         client = await connect(state_dir)
         try:
-            with pytest.raises(RemoteError, match="directly in .* move it into a directory of its own"):
+            with pytest.raises(RemoteError, match=r"directly in .* move it into a directory of its own"):
                 await client.request("exec", {"command": f"cat {key} > {out}", "background": True})
         finally:
             await client.close()
