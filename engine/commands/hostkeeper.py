@@ -41,7 +41,9 @@ HELPER_ENV = "EXECHOST_HOSTENTER"
 def helper_path() -> str | None:
     """The compiled helper (scripts/setup.sh builds it into the venv): None runs every view per run."""
     path = os.environ.get(HELPER_ENV, os.path.join(sys.prefix, "libexec", HELPER_NAME))
-    return path if path and os.access(path, os.X_OK) else None
+    # resolved: a venv reached through a link in a dir that is private in the view (/tmp) is bound at
+    # its real path only (engine.commands.importroots), and bwrap runs the helper by this name there
+    return os.path.realpath(path) if path and os.access(path, os.X_OK) else None
 
 
 @dataclass

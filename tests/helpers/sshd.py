@@ -22,6 +22,16 @@ EXECHOST = str(Path(sys.executable).parent / "exechost")
 REPO = str(Path(__file__).resolve().parents[2])
 
 
+# The test's stand-in for the host view's private /tmp (tests/conftest.py): the node's host runs use it too,
+# so a test's marker files in the machine's /tmp are where the test looks for them.
+PRIVATE_ENV = "EXECHOST_HOST_PRIVATE"
+
+
+def _private_env(sep: str) -> str:
+    value = os.environ.get(PRIVATE_ENV)
+    return f"{sep}{PRIVATE_ENV}={value}" if value is not None and value and " " not in value else ""
+
+
 def _free_port(addr: str) -> int:
     with socket.socket() as s:
         s.bind((addr, 0))
@@ -82,7 +92,7 @@ class SshdNode:
             # HOME is the node's root: the login shell must not read the real user's rc files (a pyenv
             # rehash there can hold a lock for a minute), and nothing on the node may touch the real HOME.
             f"SetEnv OPENCLAW_STATE_DIR={self.state_dir} EXECHOST_TEST_RUN={os.getpid()} "
-            f"HOME={self.root} PYTHONPATH={REPO}\n"
+            f"HOME={self.root} PYTHONPATH={REPO}{_private_env(' ')}\n"
         )
         self.proc = subprocess.Popen(
             [SSHD, "-D", "-e", "-f", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -130,6 +140,8 @@ class SshdNode:
             "PYTHONPATH": REPO,
             "EXECHOST_TEST_RUN": str(os.getpid()),
         }
+        if PRIVATE_ENV in os.environ:
+            env[PRIVATE_ENV] = os.environ[PRIVATE_ENV]
         log = self.root / "node-run.log"
         with log.open("ab") as err:
             proc = subprocess.Popen([EXECHOST, "node", "run"], env=env, stdout=subprocess.DEVNULL, stderr=err)
