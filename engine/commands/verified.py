@@ -181,7 +181,7 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
                     # "$0", __file__, or a later re-read by path: the view binds these very bytes there,
                     # read-only.
                     run.rereads += ((item.real, data),)
-                if _handed_a_path(binding, item, data):
+                if _handed_a_path(binding, item):
                     mirror = Mirror(
                         os.path.join(view_root(), "m", str(len(run.mirrors))),
                         os.path.dirname(item.real),
@@ -217,30 +217,19 @@ def _runs_under_its_name(binding: ContentBinding, item: ContentItem) -> bool:
     return interp is not None and reader_of(interp.real) == ""
 
 
-def _handed_a_path(binding: ContentBinding, item: ContentItem, data: bytes) -> bool:
-    """Whether the run hands `item` to its reader by a path (read_words: neither sh nor Python, or any bash
-    script). bash runs its script as a script, never sourced from `-c '. COPY'`: there `(return 0)`
-    succeeds, `$-` holds `c`, BASH_EXECUTION_STRING is set and BASH_SOURCE is the copy's /proc name, each
-    an "am I sourced?" test a script may branch on, so only the script itself at a path answers all of
-    them as `bash s.sh` does (the read-only mirror of its directory, Mirror)."""
+def _handed_a_path(binding: ContentBinding, item: ContentItem) -> bool:
+    """Whether the run hands `item` to its reader by a path in its mirror (Mirror): every script an
+    interpreter is given (`sh s.sh`, `python3 x.py`, `perl x.pl`, …) and every `#!` script run through
+    its verified interpreter (`./s.sh`). "$0", __file__, BASH_SOURCE and __filename are then that path,
+    whose every directory is the view's own tmpfs: no rename outside the run's namespace reaches a
+    re-read of it, as it reaches a copy bound at the script's own path (Linux detaches that bind).
+    Nothing is sourced from `-c '. COPY'` either, so bash's "am I sourced?" tests (`(return 0)`, `$-`,
+    BASH_EXECUTION_STRING, BASH_SOURCE) answer as under `bash s.sh`."""
     if item.role == "script":
-        if item.reader == "sh":
-            exe = next(
-                (
-                    i
-                    for i in binding.items
-                    if i.role == "executable" and i.where == item.where and i.argv_index == 0
-                ),
-                None,
-            )
-            return exe is not None and name_of(exe.real) == "bash"
-        return item.reader == ""
+        return True
     if item.kind != "shebang":
         return False
-    interp = next((i for i in binding.items if i.role == "interpreter" and i.parent == item.real), None)
-    if interp is not None and name_of(interp.real) == "bash":
-        return True
-    return _runs_under_its_name(binding, item)
+    return any(i.role == "interpreter" and i.parent == item.real for i in binding.items)
 
 
 def _runnable(path: str) -> bool:
