@@ -24,7 +24,7 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import hostkeeper, hostview
+from engine.commands import hostkeeper, hostview, submake
 from engine.commands.gitvet import Record, Repo, parse_argv
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, MakeRead, parse_make, reads
@@ -119,19 +119,21 @@ def view_for(
     host view too (engine.commands.hostview), in the same bwrap, hiding `outside`."""
     try:
         record = tree.pin(anchor) if tree is not None and tree.commands else None
+        programs = _submake_programs(tree, record) if tree is not None and record is not None else {}
         view = pinned_view(
             record,
             run.rereads if run is not None else (),
             host=host,
             outside=outside,
             mirrors=run.mirrors if run is not None else (),
+            programs=programs.values(),
         )
     except (TreeChanged, PinError) as exc:
         raise StaleContent(str(exc)) from None
     if tree is None or record is None or run is None:
         return view
     try:
-        _argv_swaps(tree, record, run, view)
+        _argv_swaps(tree, record, run, view, {make: dest for make, (dest, _text) in programs.items()})
     except BaseException as exc:
         view.close()
         if isinstance(exc, PinError):
@@ -152,7 +154,9 @@ _SUBMODULE_LOOKERS = frozenset({"status", "diff"})
 IGNORE_SUBMODULES = "--ignore-submodules=dirty"
 
 
-def _argv_swaps(tree: TreeVet, record: Record, run: VerifiedRun, view: PinnedView) -> None:
+def _argv_swaps(
+    tree: TreeVet, record: Record, run: VerifiedRun, view: PinnedView, submakes: dict[str, str]
+) -> None:
     """Words the spawn puts into the command: a make's sealed makefiles (below), and a git status or diff
     told on its command line never to run git inside a submodule (a gitlink added after the re-vet names
     a repository nobody vetted). The command is rendered again with them. When the raw text runs instead
@@ -166,6 +170,10 @@ def _argv_swaps(tree: TreeVet, record: Record, run: VerifiedRun, view: PinnedVie
                 index = len(argv) - len(sub.rest) - 1
                 words[(where, index)] = [argv[index], IGNORE_SUBMODULES]
     _make_reads_copies(tree, record, run, view, words)
+    for where, paths in _makes_of(tree):
+        made = submakes.get(paths[0] or "") if paths else None
+        if made is not None:  # `$(MAKE)` in its recipes: the view's program (_submake_programs)
+            words[(where, 0)] = [*words.get((where, 0), _exe_words(run, where, paths)), f"MAKE={made}"]
     if not words:
         return
     analysis, result = tree.analysis, tree.result
@@ -191,14 +199,8 @@ def _make_reads_copies(
     on)."""
     fds: list[int] = []
     try:
-        for (argv, paths), where in zip(tree.commands, tree.wheres, strict=False):
-            if not {name_of(argv[0]), *(name_of(p) for p in paths if p)} & {"make", "gmake"}:
-                continue
-            args = parse_make(argv)
-            if args.problem is not None:
-                continue  # asked, naming the option: what a human approved runs as shown
-            asked = {f.path for f in tree.found}
-            for swap in _make_targets(reads(args, tree.real_cwd), record, tree.roots, asked):
+        for where, paths, swaps in _make_swaps(tree, record):
+            for swap in swaps:
                 target = swap.target
                 if swap.data is not None:
                     fd = sealed_copy(swap.data, swap.name, _makefile_list(swap.name))
@@ -214,6 +216,54 @@ def _make_reads_copies(
             os.close(fd)
         raise
     view.fds = (*view.fds, *fds)
+
+
+def _makes_of(tree: TreeVet) -> list[tuple[tuple[int, ...], tuple[str | None, ...]]]:
+    """Each make of the command: where it sits in the rendering, and its resolved paths."""
+    return [
+        (where, paths)
+        for (argv, paths), where in zip(tree.commands, tree.wheres, strict=False)
+        if {name_of(argv[0]), *(name_of(p) for p in paths if p)} & {"make", "gmake"}
+    ]
+
+
+def _make_swaps(
+    tree: TreeVet, record: Record
+) -> list[tuple[tuple[int, ...], tuple[str | None, ...], list[_Swap]]]:
+    """For each make of the command: where it sits, its paths, and what it reads instead of each
+    makefile (_make_targets). A make whose argv asked, naming an option, runs as shown."""
+    out = []
+    asked = {f.path for f in tree.found}
+    for (argv, paths), where in zip(tree.commands, tree.wheres, strict=False):
+        if not {name_of(argv[0]), *(name_of(p) for p in paths if p)} & {"make", "gmake"}:
+            continue
+        args = parse_make(argv)
+        if args.problem is None:
+            out.append((where, paths, _make_targets(reads(args, tree.real_cwd), record, tree.roots, asked)))
+    return out
+
+
+def _submake_programs(tree: TreeVet, record: Record) -> dict[str, tuple[str, bytes]]:
+    """make's path → the `$(MAKE)` program for it (engine.commands.submake) and where the view has it:
+    a recipe's sub-make reads the vetted makefiles again, by a name no rename reaches, not the path a
+    rename over it (outside the run's namespace) detaches a bind from."""
+    held: dict[str, list[submake.Held]] = {}
+    for _where, paths, swaps in _make_swaps(tree, record):
+        make = paths[0] if paths and paths[0] else None
+        if make is None:
+            continue
+        mine = held.setdefault(make, [])
+        for swap in swaps:
+            if swap.data is not None and swap.path:
+                h = submake.held_in(swap.path, os.path.basename(swap.path), swap.data, swap.slot is None)
+                if h is not None:
+                    mine.append(h)
+    out: dict[str, tuple[str, bytes]] = {}
+    for make, items in sorted(held.items()):
+        text = submake.program(make, items) if items else None
+        if text is not None:
+            out[make] = (os.path.join(view_root(), f"make-{len(out)}"), text)
+    return out
 
 
 def _makefile_list(name: str) -> Callable[[int], bytes]:
@@ -237,7 +287,7 @@ def _make_targets(
         if read.slot is None:  # the default lookup: the first of DEFAULTS that was there when vetted
             held = [os.path.join(where, n) for n in DEFAULTS if os.path.join(where, n) in record.data]
             if held:
-                out.append(_Swap(None, os.path.basename(held[0]), "", record.data[held[0]]))
+                out.append(_Swap(None, os.path.basename(held[0]), "", record.data[held[0]], held[0]))
             elif agent_writable(where, roots):
                 if any(_regular(os.path.join(where, n)) for n in DEFAULTS):
                     raise PinError(f"a makefile appeared in {where} since the tree was vetted")
@@ -245,7 +295,7 @@ def _make_targets(
             continue
         data = record.data.get(read.path)
         if data is not None:
-            out.append(_Swap(read.slot, read.name, "", data))
+            out.append(_Swap(read.slot, read.name, "", data, read.path))
         elif agent_writable(where, roots):
             if os.path.lexists(read.path) and (_regular(read.path) or read.path not in asked):
                 # absent when vetted (a regular one would be held; another kind was asked about)
@@ -261,6 +311,7 @@ class _Swap:
     name: str  # the makefile's name as make knows it (MAKEFILE_LIST)
     target: str  # what make reads instead ("" for a sealed copy of `data`)
     data: bytes | None
+    path: str = ""  # the vetted makefile's path (for a copy of `data`)
 
 
 def _regular(path: str) -> bool:
@@ -290,8 +341,9 @@ class _Builder:
     fds: list[int] = field(default_factory=list)
     bound: set[str] = field(default_factory=set)
 
-    def data(self, data: bytes, dest: str) -> None:
-        """A read-only copy of `data` at `dest` (bwrap reads the fd once, at setup)."""
+    def data(self, data: bytes, dest: str, runnable: bool | None = None) -> None:
+        """A read-only copy of `data` at `dest` (bwrap reads the fd once, at setup); `runnable` None:
+        as the file at `dest` is."""
         if dest in self.bound:
             return
         fd = sealed_copy(data, os.path.basename(dest))
@@ -301,10 +353,11 @@ class _Builder:
         self.bound.add(dest)
         # The copy keeps whether the file could be run (a bound `SHELL=./s.sh`, a tool script): bwrap
         # makes it 0600 otherwise, and an approved run would fail where the file itself works.
-        try:
-            runnable = os.stat(dest).st_mode & 0o111
-        except OSError:
-            runnable = 0
+        if runnable is None:
+            try:
+                runnable = bool(os.stat(dest).st_mode & 0o111)
+            except OSError:
+                runnable = False
         self.args += ["--perms", "0500" if runnable else "0400", "--ro-bind-data", str(fd), dest]
 
     def mirror(self, mirror: Mirror) -> None:
@@ -432,6 +485,7 @@ def pinned_view(
     host: bool = False,
     outside: hostview.Outside = hostview.NOTHING_OUTSIDE,
     mirrors: Iterable[Mirror] = (),
+    programs: Iterable[tuple[str, bytes]] = (),
 ) -> PinnedView:
     """The view a run needs: git pointed at its vetted repository (from `record`), and every other
     vetted file (`files`: a Makefile, a script that re-reads itself) a read-only copy at its path; a
@@ -450,6 +504,8 @@ def pinned_view(
             b.data(data, path)
         for mirror in mirrors:
             b.mirror(mirror)
+        for dest, text in programs:  # `$(MAKE)` of a make reading vetted makefiles (_submake_programs)
+            b.data(text, dest, runnable=True)
         return b.build(host, outside)
     except BaseException:
         for fd in b.fds:

@@ -165,12 +165,6 @@ async def test_class8_a_shebang_script_run_by_path_rereads_bytes_rewritten_after
     assert "READY" in out and "REWRITTEN" not in out, out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a make whose recipe runs $(MAKE) again re-reads the Makefile by path; the copy bound "
-    "there is detached by a rename over it from outside the run, so the sub-make runs recipes written after "
-    "the ask (the in-place rewrite is what test_make_re_reading_its_makefile_gets_the_approved_bytes covers)",
-)
 async def test_class8_a_sub_make_reads_a_makefile_renamed_over_after_the_ask(
     state_dir: Path, tmp_path: Path
 ) -> None:
