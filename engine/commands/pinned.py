@@ -10,9 +10,11 @@ renamed over in another namespace, so an agent renaming a new `.git/config` into
 again. Instead GIT_COMMON_DIR names a directory that exists only inside the namespace (a tmpfs) holding
 the vetted config and links to the repository's objects, refs and logs; no path the agent can rename
 leads to a config there. make is handed its makefiles the same way, by a name no rename reaches
-(`-f /proc/self/fd/N`). Files bound at their own path (a script re-reading "$0", a submodule's config,
-a Makefile a sub-make reads again) keep that one limit: a rename over them after the spawn reaches a
-later re-read (their first read, and every run of them, is the copy: engine.commands.verified).
+(`-f /proc/self/fd/N`), and so is a recipe's `$(MAKE)` (engine.commands.submake); a script is handed
+its copy in its mirror, a tmpfs of the namespace (verified.Mirror), so "$0" re-reads the copy too.
+Files bound at their own path (a submodule's config, a file a script names by a literal path, a
+Makefile a bare `make` in a recipe reads again) keep that one limit: a rename over them after the spawn
+reaches a later re-read.
 """
 
 from __future__ import annotations
@@ -171,8 +173,16 @@ def _argv_swaps(
                 words[(where, index)] = [argv[index], IGNORE_SUBMODULES]
     _make_reads_copies(tree, record, run, view, words)
     for where, paths in _makes_of(tree):
+        # `$(MAKE)` in its recipes: the view's program (_submake_programs). By the environment (make's
+        # own MAKE is a default, which the environment overrides, and the sub-makes inherit it), so
+        # MAKEFLAGS holds no `MAKE=…` a makefile's `$(findstring s,$(MAKEFLAGS))` would misread; a second
+        # make program in one command is told on its command line.
         made = submakes.get(paths[0] or "") if paths else None
-        if made is not None:  # `$(MAKE)` in its recipes: the view's program (_submake_programs)
+        if made is None or view.env.get("MAKE") == made:
+            continue
+        if "MAKE" not in view.env:
+            view.env["MAKE"] = made
+        else:
             words[(where, 0)] = [*words.get((where, 0), _exe_words(run, where, paths)), f"MAKE={made}"]
     if not words:
         return

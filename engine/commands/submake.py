@@ -3,7 +3,6 @@ grammar, which makefiles the sub-make would read, and hands it sealed copies of 
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -105,7 +104,6 @@ def program(make: str, held: Iterable[Held]) -> bytes | None:
     ).encode()
 
 
-@functools.cache
 def _grammar() -> str:
     with open(makefiles.__file__, encoding="utf-8") as handle:
         return handle.read()

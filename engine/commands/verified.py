@@ -39,15 +39,12 @@ _SKIP_FIRST = "(lambda s:s[s.find(b'\\n'):] if b'\\n' in s else b'')(open({copy!
 
 
 def read_words(reader: str, copy: str, name: str, skip_first: bool = False, mirrored: str = "") -> list[str]:
-    """The words that make an interpreter read `copy` while the script keeps `name` as its own: a POSIX
-    shell sources it from `sh -c '. COPY' NAME` ($0 is NAME), Python runs PY_LOADER (skipping the first
-    line when the run's options hold `-x`, which means nothing to `-c`). Other readers (node, perl, ruby,
-    …) get `mirrored`: the copy in the run's view, in a directory no rename reaches (VerifiedRun.mirrors;
-    a `/proc/self/fd/N` name breaks them: node's realpath of a memfd fails, relative requires would
-    resolve from /proc/self/fd). Its path at the script's own name was not enough: Linux detaches a bind
-    whose mountpoint is renamed over from another namespace, so their first read could be other bytes. A
-    bash script is given its mirror too: sourced from `-c`, BASH_SOURCE[0] would
-    be the copy's /proc path and never $0, and bash's "am I sourced?" test would answer yes."""
+    """The words that make an interpreter read its script. Every bound script is given `mirrored`: the
+    copy in the run's view, in a directory no rename reaches (VerifiedRun.mirrors, _handed_a_path), so
+    "$0", __file__ and BASH_SOURCE re-read the copy. A bind at the script's own name was not enough: Linux
+    detaches a bind whose mountpoint is renamed over from another namespace. Without a mirror (a caller
+    that builds no view): a POSIX shell sources `copy` from `sh -c '. COPY' NAME`, Python runs PY_LOADER
+    (skipping the first line for `-x`), others are handed `name`."""
     if mirrored:
         return [mirrored]
     if reader == "sh":
@@ -178,8 +175,7 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
                 fds.append(fd)
                 copies[item.real] = f"/proc/self/fd/{fd}"
                 if _runs_under_its_name(binding, item):
-                    # "$0", __file__, or a later re-read by path: the view binds these very bytes there,
-                    # read-only.
+                    # a later re-read by its real path: the view binds these very bytes there, read-only
                     run.rereads += ((item.real, data),)
                 if _handed_a_path(binding, item):
                     mirror = Mirror(
@@ -206,9 +202,9 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
 
 
 def _runs_under_its_name(binding: ContentBinding, item: ContentItem) -> bool:
-    """Whether the run reads `item` by its own path: every script an interpreter is given (sh and Python
-    are handed the copy but keep the name as $0 / __file__), and a `#!` script whose interpreter is
-    neither (node, perl, …: read_words gives them the path)."""
+    """Whether the run may read `item` again by its real path, beside its mirror: a script naming itself by
+    a literal path (`cat ./s.sh`). The view binds the copy there read-only too, which holds against an
+    in-place rewrite (not a rename: "$0" and __file__ name the mirror, _handed_a_path)."""
     if item.role == "script":
         return True
     if item.kind != "shebang":
