@@ -272,7 +272,7 @@ def _submake_programs(tree: TreeVet, record: Record) -> dict[str, tuple[str, byt
     for make, items in sorted(held.items()):
         text = submake.program(make, items) if items else None
         if text is not None:
-            out[make] = (os.path.join(view_root(), f"make-{len(out)}"), text)
+            out[make] = (os.path.join(view_root(), f"mk{len(out)}", "make"), text)
     return out
 
 
@@ -351,9 +351,8 @@ class _Builder:
     fds: list[int] = field(default_factory=list)
     bound: set[str] = field(default_factory=set)
 
-    def data(self, data: bytes, dest: str, runnable: bool | None = None) -> None:
-        """A read-only copy of `data` at `dest` (bwrap reads the fd once, at setup); `runnable` None:
-        as the file at `dest` is."""
+    def data(self, data: bytes, dest: str) -> None:
+        """A read-only copy of `data` at `dest` (bwrap reads the fd once, at setup)."""
         if dest in self.bound:
             return
         fd = sealed_copy(data, os.path.basename(dest))
@@ -363,12 +362,31 @@ class _Builder:
         self.bound.add(dest)
         # The copy keeps whether the file could be run (a bound `SHELL=./s.sh`, a tool script): bwrap
         # makes it 0600 otherwise, and an approved run would fail where the file itself works.
-        if runnable is None:
-            try:
-                runnable = bool(os.stat(dest).st_mode & 0o111)
-            except OSError:
-                runnable = False
+        try:
+            runnable = os.stat(dest).st_mode & 0o111
+        except OSError:
+            runnable = 0
         self.args += ["--perms", "0500" if runnable else "0400", "--ro-bind-data", str(fd), dest]
+
+    def program(self, text: bytes, dest: str) -> None:
+        """A program of the view at `dest`, alone in a read-only tmpfs of its own: nothing can be renamed
+        over it there, even through /proc/PID/root of the run from outside its namespace."""
+        fd = sealed_copy(text, os.path.basename(dest))
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.set_inheritable(fd, True)
+        self.fds.append(fd)
+        where = os.path.dirname(dest)
+        self.args += [
+            "--tmpfs",
+            where,
+            "--perms",
+            "0500",
+            "--ro-bind-data",
+            str(fd),
+            dest,
+            "--remount-ro",
+            where,
+        ]
 
     def mirror(self, mirror: Mirror) -> None:
         """The copy at `mirror.path` in a read-only tmpfs of its own that mirrors every directory from /
@@ -515,7 +533,7 @@ def pinned_view(
         for mirror in mirrors:
             b.mirror(mirror)
         for dest, text in programs:  # `$(MAKE)` of a make reading vetted makefiles (_submake_programs)
-            b.data(text, dest, runnable=True)
+            b.program(text, dest)
         return b.build(host, outside)
     except BaseException:
         for fd in b.fds:
