@@ -70,8 +70,10 @@ async def _approved_then_swapped(state: Path, work: Path, command: str, swap: Ca
         ("python3 -u s.py", "s.py", PY_READS_ITSELF, False),
         ("./s.sh", "s.sh", SH_READS_ITSELF, True),  # `#!/bin/sh -e`: the interpreter's option kept
         ("./s.py", "s.py", PY_READS_ITSELF, True),  # `#!/usr/bin/env python3`
+        ("timeout 60 sh s.sh", "s.sh", SH_READS_ITSELF, False),  # behind a wrapper
+        ("nice -n 1 python3 s.py", "s.py", PY_READS_ITSELF, False),
     ],
-    ids=["sh-e", "python-u", "shebang-option", "shebang-env"],
+    ids=["sh-e", "python-u", "shebang-option", "shebang-env", "timeout-sh", "nice-python"],
 )
 async def test_class8_a_script_rereading_itself_after_a_rename_over_reads_the_approved_bytes(
     state_dir: Path, tmp_path: Path, command: str, name: str, body: str, runnable: bool
