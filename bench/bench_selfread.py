@@ -96,7 +96,7 @@ def bench_script(kind: str, work: Path, runs: int, where: str) -> None:
 
 def bench_submake(work: Path, runs: int, where: str) -> None:
     (work / "Makefile").write_text("all:\n\t@$(MAKE) -s second\nsecond:\n\t@echo second\n")
-    text = submake.program("/usr/bin/make", [submake.Held(0, 0, "Makefile", b"", True)])
+    text = submake.program("/usr/bin/make", [submake.Held(0, 0, "Makefile", b"", True)], "/usr/bin/make")
     assert text is not None
     program = work.parent / "make-0"
     program.write_bytes(text)

@@ -10,11 +10,11 @@ renamed over in another namespace, so an agent renaming a new `.git/config` into
 again. Instead GIT_COMMON_DIR names a directory that exists only inside the namespace (a tmpfs) holding
 the vetted config and links to the repository's objects, refs and logs; no path the agent can rename
 leads to a config there. make is handed its makefiles the same way, by a name no rename reaches
-(`-f /proc/self/fd/N`), and so is a recipe's `$(MAKE)` (engine.commands.submake); a script is handed
-its copy in its mirror, a tmpfs of the namespace (verified.Mirror), so "$0" re-reads the copy too.
-Files bound at their own path (a submodule's config, a file a script names by a literal path, a
-Makefile a bare `make` in a recipe reads again) keep that one limit: a rename over them after the spawn
-reaches a later re-read.
+(`-f /proc/self/fd/N`), and so is every make it starts (a recipe's `$(MAKE)`: engine.commands.submake);
+a script is handed its copy in its mirror, a tmpfs of the namespace (verified.Mirror), so "$0" re-reads
+the copy too. Files bound at their own path (a submodule's config, a file a script names by a literal
+path, an `include`d makefile) keep that one limit: a rename over them after the spawn reaches a later
+re-read.
 """
 
 from __future__ import annotations
@@ -128,14 +128,14 @@ def view_for(
             host=host,
             outside=outside,
             mirrors=run.mirrors if run is not None else (),
-            programs=programs.values(),
+            programs=programs,
         )
     except (TreeChanged, PinError) as exc:
         raise StaleContent(str(exc)) from None
     if tree is None or record is None or run is None:
         return view
     try:
-        _argv_swaps(tree, record, run, view, {make: dest for make, (dest, _text) in programs.items()})
+        _argv_swaps(tree, record, run, view)
     except BaseException as exc:
         view.close()
         if isinstance(exc, PinError):
@@ -156,9 +156,7 @@ _SUBMODULE_LOOKERS = frozenset({"status", "diff"})
 IGNORE_SUBMODULES = "--ignore-submodules=dirty"
 
 
-def _argv_swaps(
-    tree: TreeVet, record: Record, run: VerifiedRun, view: PinnedView, submakes: dict[str, str]
-) -> None:
+def _argv_swaps(tree: TreeVet, record: Record, run: VerifiedRun, view: PinnedView) -> None:
     """Words the spawn puts into the command: a make's sealed makefiles (below), and a git status or diff
     told on its command line never to run git inside a submodule (a gitlink added after the re-vet names
     a repository nobody vetted). The command is rendered again with them. When the raw text runs instead
@@ -172,18 +170,6 @@ def _argv_swaps(
                 index = len(argv) - len(sub.rest) - 1
                 words[(where, index)] = [argv[index], IGNORE_SUBMODULES]
     _make_reads_copies(tree, record, run, view, words)
-    for where, paths in _makes_of(tree):
-        # `$(MAKE)` in its recipes: the view's program (_submake_programs). By the environment (make's
-        # own MAKE is a default, which the environment overrides, and the sub-makes inherit it), so
-        # MAKEFLAGS holds no `MAKE=…` a makefile's `$(findstring s,$(MAKEFLAGS))` would misread; a second
-        # make program in one command is told on its command line.
-        made = submakes.get(paths[0] or "") if paths else None
-        if made is None or view.env.get("MAKE") == made:
-            continue
-        if "MAKE" not in view.env:
-            view.env["MAKE"] = made
-        else:
-            words[(where, 0)] = [*words.get((where, 0), _exe_words(run, where, paths)), f"MAKE={made}"]
     if not words:
         return
     analysis, result = tree.analysis, tree.result
@@ -228,15 +214,6 @@ def _make_reads_copies(
     view.fds = (*view.fds, *fds)
 
 
-def _makes_of(tree: TreeVet) -> list[tuple[tuple[int, ...], tuple[str | None, ...]]]:
-    """Each make of the command: where it sits in the rendering, and its resolved paths."""
-    return [
-        (where, paths)
-        for (argv, paths), where in zip(tree.commands, tree.wheres, strict=False)
-        if {name_of(argv[0]), *(name_of(p) for p in paths if p)} & {"make", "gmake"}
-    ]
-
-
 def _make_swaps(
     tree: TreeVet, record: Record
 ) -> list[tuple[tuple[int, ...], tuple[str | None, ...], list[_Swap]]]:
@@ -253,10 +230,12 @@ def _make_swaps(
     return out
 
 
-def _submake_programs(tree: TreeVet, record: Record) -> dict[str, tuple[str, bytes]]:
-    """make's path → the `$(MAKE)` program for it (engine.commands.submake) and where the view has it:
-    a recipe's sub-make reads the vetted makefiles again, by a name no rename reaches, not the path a
-    rename over it (outside the run's namespace) detaches a bind from."""
+def _submake_programs(tree: TreeVet, record: Record) -> list[tuple[str, str, bytes]]:
+    """For each make program of the command: its real path, the directory of the view that holds the
+    real make and the program bound over its path (engine.commands.submake), and that program. Every
+    make the run starts (a recipe's `$(MAKE)`, a bare `make`, one a script runs) then reads the vetted
+    makefiles by their directory's identity, not by a path a rename over it (outside the run's
+    namespace) detaches a bind from."""
     held: dict[str, list[submake.Held]] = {}
     for _where, paths, swaps in _make_swaps(tree, record):
         make = paths[0] if paths and paths[0] else None
@@ -268,11 +247,15 @@ def _submake_programs(tree: TreeVet, record: Record) -> dict[str, tuple[str, byt
                 h = submake.held_in(swap.path, os.path.basename(swap.path), swap.data, swap.slot is None)
                 if h is not None:
                     mine.append(h)
-    out: dict[str, tuple[str, bytes]] = {}
-    for make, items in sorted(held.items()):
-        text = submake.program(make, items) if items else None
+    out: list[tuple[str, str, bytes]] = []
+    by_real: dict[str, list[submake.Held]] = {}
+    for make, items in held.items():
+        by_real.setdefault(os.path.realpath(make), []).extend(items)
+    for real, items in sorted(by_real.items()):
+        where = os.path.join(view_root(), f"mk{len(out)}")
+        text = submake.program(real, items, os.path.join(where, "real")) if items else None
         if text is not None:
-            out[make] = (os.path.join(view_root(), f"mk{len(out)}", "make"), text)
+            out.append((real, where, text))
     return out
 
 
@@ -368,25 +351,16 @@ class _Builder:
             runnable = 0
         self.args += ["--perms", "0500" if runnable else "0400", "--ro-bind-data", str(fd), dest]
 
-    def program(self, text: bytes, dest: str) -> None:
-        """A program of the view at `dest`, alone in a read-only tmpfs of its own: nothing can be renamed
-        over it there, even through /proc/PID/root of the run from outside its namespace."""
-        fd = sealed_copy(text, os.path.basename(dest))
+    def over(self, real: str, where: str, text: bytes) -> None:
+        """The root-owned program at `real` replaced, in the view, by `text` (bound over `real`: root's
+        path, where the agent renames nothing), the real one bound at `where`/real, in a read-only tmpfs
+        of its own (nothing can be renamed over it there, even through /proc/PID/root from outside)."""
+        fd = sealed_copy(text, os.path.basename(real))
         os.lseek(fd, 0, os.SEEK_SET)
         os.set_inheritable(fd, True)
         self.fds.append(fd)
-        where = os.path.dirname(dest)
-        self.args += [
-            "--tmpfs",
-            where,
-            "--perms",
-            "0500",
-            "--ro-bind-data",
-            str(fd),
-            dest,
-            "--remount-ro",
-            where,
-        ]
+        self.args += ["--tmpfs", where, "--ro-bind", real, os.path.join(where, "real"), "--remount-ro", where]
+        self.args += ["--perms", "0555", "--ro-bind-data", str(fd), real]
 
     def mirror(self, mirror: Mirror) -> None:
         """The copy at `mirror.path` in a read-only tmpfs of its own that mirrors every directory from /
@@ -513,7 +487,7 @@ def pinned_view(
     host: bool = False,
     outside: hostview.Outside = hostview.NOTHING_OUTSIDE,
     mirrors: Iterable[Mirror] = (),
-    programs: Iterable[tuple[str, bytes]] = (),
+    programs: Iterable[tuple[str, str, bytes]] = (),
 ) -> PinnedView:
     """The view a run needs: git pointed at its vetted repository (from `record`), and every other
     vetted file (`files`: a Makefile, a script that re-reads itself) a read-only copy at its path; a
@@ -532,8 +506,8 @@ def pinned_view(
             b.data(data, path)
         for mirror in mirrors:
             b.mirror(mirror)
-        for dest, text in programs:  # `$(MAKE)` of a make reading vetted makefiles (_submake_programs)
-            b.program(text, dest)
+        for real, where, text in programs:  # make reading vetted makefiles (_submake_programs)
+            b.over(real, where, text)
         return b.build(host, outside)
     except BaseException:
         for fd in b.fds:

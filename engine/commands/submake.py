@@ -1,5 +1,5 @@
-"""A sub-make reads the vetted makefiles too: `$(MAKE)` names a program of the view that finds, by make's own
-grammar, which makefiles the sub-make would read, and hands it sealed copies of the vetted ones."""
+"""Every make of a run reads the vetted makefiles: in the view, make's own path is a program that finds, by
+make's grammar, which makefiles that make would read, and hands it sealed copies of the vetted ones."""
 
 from __future__ import annotations
 
@@ -25,13 +25,16 @@ class Held:
     default: bool
 
 
-# The program `$(MAKE)` names (run by the system's Python, isolated: -I ignores the agent's PYTHON*
-# variables and its user site, -S the site packages). It reads its argv with makefiles.parse_make and
-# makefiles.reads (their source is included above this), relative to its cwd: each makefile that sits in a
-# held directory (compared by device and inode, never by name) and is held there is replaced by a sealed
-# memfd of the vetted bytes (`-f /proc/self/fd/N`, the fd inherited by make); a default lookup in a
-# directory whose default was held reads that one, whatever appeared beside it since. A sub-make whose
-# options exechost does not model is refused: what it would read cannot be told.
+# The program bound over make's path in the view (run by the system's Python, isolated: -I ignores the
+# agent's PYTHON* variables and its user site, -S the site packages), so `make`, `/usr/bin/make` and
+# `$(MAKE)` (make's argv[0]) all start it. It reads its argv with makefiles.parse_make and makefiles.reads
+# (their source is included above this), relative to its cwd: each makefile that sits in a held directory
+# (compared by device and inode, never by name) and is held there is replaced by a sealed memfd of the
+# vetted bytes (`-f /proc/self/fd/N`, the fd inherited by make); a default lookup in a directory whose
+# default was held reads that one, whatever appeared beside it since. Then it runs the real make (bound
+# at REAL_MAKE) under make's own name. A sub-make (MAKELEVEL set: make exports it to its recipes) whose
+# options exechost does not model is refused, since what it would read cannot be told; the command's own
+# make with such options was asked about and approved as shown, and runs so.
 _MAIN = r"""
 import fcntl as _fcntl
 import sys as _sys
@@ -60,6 +63,8 @@ def _copy(name, data):
 def _main():
     argv = [MAKE_PATH, *_sys.argv[1:]]
     args = parse_make(argv)
+    if args.problem is not None and not os.environ.get("MAKELEVEL"):
+        os.execv(REAL_MAKE, argv)
     if args.problem is not None:
         _sys.stderr.write("exechost: refused: a sub-make exechost cannot pin to the vetted makefiles: %s\n"
                           % args.problem)
@@ -79,16 +84,16 @@ def _main():
         elif os.path.basename(read.path) in held:
             index, prefix = read.slot
             argv[index] = prefix + _copy(read.name, held[os.path.basename(read.path)])
-    os.execv(MAKE_PATH, [argv[0], *head, *argv[1:]])
+    os.execv(REAL_MAKE, [argv[0], *head, *argv[1:]])
 
 
 _main()
 """
 
 
-def program(make: str, held: Iterable[Held]) -> bytes | None:
-    """The text of the `$(MAKE)` program for `make` holding `held`; None when the make or the system's
-    Python is not root's (nothing such a program runs may be the agent's)."""
+def program(make: str, held: Iterable[Held], real: str) -> bytes | None:
+    """The text of the program bound over `make` holding `held`, running the real make bound at `real`;
+    None when the make or the system's Python is not root's (nothing it runs may be the agent's)."""
     python = os.path.realpath(PYTHON)
     if not system_owned(make) or not system_owned(python):
         return None
@@ -99,7 +104,7 @@ def program(make: str, held: Iterable[Held]) -> bytes | None:
         if h.default:
             entry[None] = h.name
     return (
-        f"#!{python} -IS\n{_grammar()}\n\nMAKE_PATH = {make!r}\nHELD = {table!r}\n"
+        f"#!{python} -IS\n{_grammar()}\n\nMAKE_PATH = {make!r}\nREAL_MAKE = {real!r}\nHELD = {table!r}\n"
         f"_NAME = re.compile(r'[A-Za-z0-9._+/-]+')\n{_MAIN}"
     ).encode()
 

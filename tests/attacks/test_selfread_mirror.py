@@ -120,8 +120,11 @@ REWRITTEN_MAKEFILE = "all:\n\t@echo other\nsecond:\n\t@echo REWRITTEN\n"
         ("$(MAKE) --no-print-directory --file=./Makefile second", "Makefile"),
         ("$(MAKE) -s second", "makefile"),
         ("cd . && $(MAKE) -s second", "GNUmakefile"),
+        ("make -s second", "Makefile"),  # make by its name, not $(MAKE)
+        ("/usr/bin/make -s second", "Makefile"),
+        ("MAKEFLAGS= sh -c 'exec make -s second'", "Makefile"),
     ],
-    ids=["dash-C-dot", "dash-f", "long-file", "lowercase", "gnumakefile"],
+    ids=["dash-C-dot", "dash-f", "long-file", "lowercase", "gnumakefile", "bare", "by-path", "sh-c"],
 )
 async def test_class8_a_sub_make_reads_the_approved_makefile_after_a_rename_over(
     state_dir: Path, tmp_path: Path, submake: str, name: str
