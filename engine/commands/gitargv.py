@@ -12,7 +12,8 @@ from engine.commands import gitopts
 
 # Schemes git speaks itself; any other `scheme://` or `<helper>::` runs a `git-remote-<helper>` program.
 URL_SCHEMES = frozenset({"http", "https", "ssh", "git", "file", "ftp", "ftps", "git+ssh", "ssh+git"})
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+# git's is_urlschemechar: a scheme may start with a digit too (`3x://` runs git-remote-3x).
+_SCHEME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9+.-]*)://")
 
 # Options that make git run git inside submodules (the forced config turns every such default off,
 # hostenv.GIT_FORCED_CONFIG): a submodule's own config was vetted only as of the re-vet, and a gitlink

@@ -48,11 +48,25 @@ RUNNERS = INTERPRETERS | names(
     "pnpm pip pip3 cargo go gcc cc g++ clang tmux screen crontab at batch flock script dpkg apt apt-get "
     "mail mutt ftp sqlite3 psql mysql gpg openssl curl wget busybox su sudo doas "
     # split --filter=CMD and rlwrap CMD run a shell command of the caller's choosing.
-    "split gsplit rlwrap"
+    "split gsplit rlwrap "
+    # Debian's alternatives and editor builds (each a vim or a nano with its shell escape; sensible-* run
+    # $EDITOR/$PAGER/$BROWSER), and programs that run the command or directory they are given.
+    "editor pager sensible-editor sensible-pager sensible-browser select-editor vim.basic vim.tiny vim.nox "
+    "vim.gtk vim.gtk3 vim.athena gvim evim rvim nvi elvis jed joe mcedit micro "
+    "ssh-agent run-parts fakeroot fakeroot-sysv fakeroot-tcp fakechroot dbus-run-session dbus-launch perf "
+    "strace ltrace gdb valgrind chroot unshare nsenter setsid setpriv runuser chrt ionice taskset "
+    "c++ clang++ cpp cc1 collect2 ld"
+)
+# A cross or versioned compiler driver (`x86_64-linux-gnu-gcc-12`, `aarch64-linux-gnu-g++`): `-wrapper
+# CMD`, `-B dir`, `-fplugin=` and spec files run programs of the caller's choosing, as gcc's do.
+_COMPILER_DRIVERS = frozenset(
+    {"gcc", "g++", "cc", "c++", "cpp", "clang", "clang++", "gfortran", "gccgo", "ld"}
 )
 
 
 def runs_others(path_or_name: str) -> bool:
     """Whether a program can run arbitrary other programs or code (see RUNNERS)."""
     base = os.path.basename(path_or_name).lower()
-    return base in RUNNERS or name_of(base) in RUNNERS
+    if base in RUNNERS or name_of(base) in RUNNERS:
+        return True
+    return name_of(base).rsplit("-", 1)[-1] in _COMPILER_DRIVERS

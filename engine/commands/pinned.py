@@ -10,9 +10,11 @@ renamed over in another namespace, so an agent renaming a new `.git/config` into
 again. Instead GIT_COMMON_DIR names a directory that exists only inside the namespace (a tmpfs) holding
 the vetted config and links to the repository's objects, refs and logs; no path the agent can rename
 leads to a config there. make is handed its makefiles the same way, by a name no rename reaches
-(`-f /proc/self/fd/N`). Files bound at their own path (a script re-reading "$0", a submodule's config,
-a Makefile a sub-make reads again) keep that one limit: a rename over them after the spawn reaches a
-later re-read (their first read, and every run of them, is the copy: engine.commands.verified).
+(`-f /proc/self/fd/N`), and so is every make it starts (a recipe's `$(MAKE)`: engine.commands.submake);
+a script is handed its copy in its mirror, a tmpfs of the namespace (verified.Mirror), so "$0" re-reads
+the copy too. Files bound at their own path (a submodule's config, a file a script names by a literal
+path, an `include`d makefile) keep that one limit: a rename over them after the spawn reaches a later
+re-read.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import hostkeeper, hostview
+from engine.commands import hostkeeper, hostview, submake
 from engine.commands.gitvet import Record, Repo, parse_argv
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, MakeRead, parse_make, reads
@@ -119,12 +121,14 @@ def view_for(
     host view too (engine.commands.hostview), in the same bwrap, hiding `outside`."""
     try:
         record = tree.pin(anchor) if tree is not None and tree.commands else None
+        programs = _submake_programs(tree, record) if tree is not None and record is not None else {}
         view = pinned_view(
             record,
             run.rereads if run is not None else (),
             host=host,
             outside=outside,
             mirrors=run.mirrors if run is not None else (),
+            programs=programs,
         )
     except (TreeChanged, PinError) as exc:
         raise StaleContent(str(exc)) from None
@@ -191,14 +195,8 @@ def _make_reads_copies(
     on)."""
     fds: list[int] = []
     try:
-        for (argv, paths), where in zip(tree.commands, tree.wheres, strict=False):
-            if not {name_of(argv[0]), *(name_of(p) for p in paths if p)} & {"make", "gmake"}:
-                continue
-            args = parse_make(argv)
-            if args.problem is not None:
-                continue  # asked, naming the option: what a human approved runs as shown
-            asked = {f.path for f in tree.found}
-            for swap in _make_targets(reads(args, tree.real_cwd), record, tree.roots, asked):
+        for where, paths, swaps in _make_swaps(tree, record):
+            for swap in swaps:
                 target = swap.target
                 if swap.data is not None:
                     fd = sealed_copy(swap.data, swap.name, _makefile_list(swap.name))
@@ -214,6 +212,51 @@ def _make_reads_copies(
             os.close(fd)
         raise
     view.fds = (*view.fds, *fds)
+
+
+def _make_swaps(
+    tree: TreeVet, record: Record
+) -> list[tuple[tuple[int, ...], tuple[str | None, ...], list[_Swap]]]:
+    """For each make of the command: where it sits, its paths, and what it reads instead of each
+    makefile (_make_targets). A make whose argv asked, naming an option, runs as shown."""
+    out = []
+    asked = {f.path for f in tree.found}
+    for (argv, paths), where in zip(tree.commands, tree.wheres, strict=False):
+        if not {name_of(argv[0]), *(name_of(p) for p in paths if p)} & {"make", "gmake"}:
+            continue
+        args = parse_make(argv)
+        if args.problem is None:
+            out.append((where, paths, _make_targets(reads(args, tree.real_cwd), record, tree.roots, asked)))
+    return out
+
+
+def _submake_programs(tree: TreeVet, record: Record) -> list[tuple[str, str, bytes]]:
+    """For each make program of the command: its real path, the directory of the view that holds the
+    real make and the program bound over its path (engine.commands.submake), and that program. Every
+    make the run starts (a recipe's `$(MAKE)`, a bare `make`, one a script runs) then reads the vetted
+    makefiles by their directory's identity, not by a path a rename over it (outside the run's
+    namespace) detaches a bind from."""
+    held: dict[str, list[submake.Held]] = {}
+    for _where, paths, swaps in _make_swaps(tree, record):
+        make = paths[0] if paths and paths[0] else None
+        if make is None:
+            continue
+        mine = held.setdefault(make, [])
+        for swap in swaps:
+            if swap.data is not None and swap.path:
+                h = submake.held_in(swap.path, os.path.basename(swap.path), swap.data, swap.slot is None)
+                if h is not None:
+                    mine.append(h)
+    out: list[tuple[str, str, bytes]] = []
+    by_real: dict[str, list[submake.Held]] = {}
+    for make, items in held.items():
+        by_real.setdefault(os.path.realpath(make), []).extend(items)
+    for real, items in sorted(by_real.items()):
+        where = os.path.join(view_root(), f"mk{len(out)}")
+        text = submake.program(real, items, os.path.join(where, "real")) if items else None
+        if text is not None:
+            out.append((real, where, text))
+    return out
 
 
 def _makefile_list(name: str) -> Callable[[int], bytes]:
@@ -237,7 +280,7 @@ def _make_targets(
         if read.slot is None:  # the default lookup: the first of DEFAULTS that was there when vetted
             held = [os.path.join(where, n) for n in DEFAULTS if os.path.join(where, n) in record.data]
             if held:
-                out.append(_Swap(None, os.path.basename(held[0]), "", record.data[held[0]]))
+                out.append(_Swap(None, os.path.basename(held[0]), "", record.data[held[0]], held[0]))
             elif agent_writable(where, roots):
                 if any(_regular(os.path.join(where, n)) for n in DEFAULTS):
                     raise PinError(f"a makefile appeared in {where} since the tree was vetted")
@@ -245,7 +288,7 @@ def _make_targets(
             continue
         data = record.data.get(read.path)
         if data is not None:
-            out.append(_Swap(read.slot, read.name, "", data))
+            out.append(_Swap(read.slot, read.name, "", data, read.path))
         elif agent_writable(where, roots):
             if os.path.lexists(read.path) and (_regular(read.path) or read.path not in asked):
                 # absent when vetted (a regular one would be held; another kind was asked about)
@@ -261,6 +304,7 @@ class _Swap:
     name: str  # the makefile's name as make knows it (MAKEFILE_LIST)
     target: str  # what make reads instead ("" for a sealed copy of `data`)
     data: bytes | None
+    path: str = ""  # the vetted makefile's path (for a copy of `data`)
 
 
 def _regular(path: str) -> bool:
@@ -306,6 +350,17 @@ class _Builder:
         except OSError:
             runnable = 0
         self.args += ["--perms", "0500" if runnable else "0400", "--ro-bind-data", str(fd), dest]
+
+    def over(self, real: str, where: str, text: bytes) -> None:
+        """The root-owned program at `real` replaced, in the view, by `text` (bound over `real`: root's
+        path, where the agent renames nothing), the real one bound at `where`/real, in a read-only tmpfs
+        of its own (nothing can be renamed over it there, even through /proc/PID/root from outside)."""
+        fd = sealed_copy(text, os.path.basename(real))
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.set_inheritable(fd, True)
+        self.fds.append(fd)
+        self.args += ["--tmpfs", where, "--ro-bind", real, os.path.join(where, "real"), "--remount-ro", where]
+        self.args += ["--perms", "0555", "--ro-bind-data", str(fd), real]
 
     def mirror(self, mirror: Mirror) -> None:
         """The copy at `mirror.path` in a read-only tmpfs of its own that mirrors every directory from /
@@ -432,6 +487,7 @@ def pinned_view(
     host: bool = False,
     outside: hostview.Outside = hostview.NOTHING_OUTSIDE,
     mirrors: Iterable[Mirror] = (),
+    programs: Iterable[tuple[str, str, bytes]] = (),
 ) -> PinnedView:
     """The view a run needs: git pointed at its vetted repository (from `record`), and every other
     vetted file (`files`: a Makefile, a script that re-reads itself) a read-only copy at its path; a
@@ -450,6 +506,8 @@ def pinned_view(
             b.data(data, path)
         for mirror in mirrors:
             b.mirror(mirror)
+        for real, where, text in programs:  # make reading vetted makefiles (_submake_programs)
+            b.over(real, where, text)
         return b.build(host, outside)
     except BaseException:
         for fd in b.fds:

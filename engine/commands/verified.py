@@ -39,15 +39,12 @@ _SKIP_FIRST = "(lambda s:s[s.find(b'\\n'):] if b'\\n' in s else b'')(open({copy!
 
 
 def read_words(reader: str, copy: str, name: str, skip_first: bool = False, mirrored: str = "") -> list[str]:
-    """The words that make an interpreter read `copy` while the script keeps `name` as its own: a POSIX
-    shell sources it from `sh -c '. COPY' NAME` ($0 is NAME), Python runs PY_LOADER (skipping the first
-    line when the run's options hold `-x`, which means nothing to `-c`). Other readers (node, perl, ruby,
-    …) get `mirrored`: the copy in the run's view, in a directory no rename reaches (VerifiedRun.mirrors;
-    a `/proc/self/fd/N` name breaks them: node's realpath of a memfd fails, relative requires would
-    resolve from /proc/self/fd). Its path at the script's own name was not enough: Linux detaches a bind
-    whose mountpoint is renamed over from another namespace, so their first read could be other bytes. A
-    bash script is given its mirror too: sourced from `-c`, BASH_SOURCE[0] would
-    be the copy's /proc path and never $0, and bash's "am I sourced?" test would answer yes."""
+    """The words that make an interpreter read its script. Every bound script is given `mirrored`: the
+    copy in the run's view, in a directory no rename reaches (VerifiedRun.mirrors, _handed_a_path), so
+    "$0", __file__ and BASH_SOURCE re-read the copy. A bind at the script's own name was not enough: Linux
+    detaches a bind whose mountpoint is renamed over from another namespace. Without a mirror (a caller
+    that builds no view): a POSIX shell sources `copy` from `sh -c '. COPY' NAME`, Python runs PY_LOADER
+    (skipping the first line for `-x`), others are handed `name`."""
     if mirrored:
         return [mirrored]
     if reader == "sh":
@@ -178,10 +175,9 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
                 fds.append(fd)
                 copies[item.real] = f"/proc/self/fd/{fd}"
                 if _runs_under_its_name(binding, item):
-                    # "$0", __file__, or a later re-read by path: the view binds these very bytes there,
-                    # read-only.
+                    # a later re-read by its real path: the view binds these very bytes there, read-only
                     run.rereads += ((item.real, data),)
-                if _handed_a_path(binding, item, data):
+                if _handed_a_path(binding, item):
                     mirror = Mirror(
                         os.path.join(view_root(), "m", str(len(run.mirrors))),
                         os.path.dirname(item.real),
@@ -206,9 +202,9 @@ def verify(binding: ContentBinding | None, command: str, pinned: str | None) -> 
 
 
 def _runs_under_its_name(binding: ContentBinding, item: ContentItem) -> bool:
-    """Whether the run reads `item` by its own path: every script an interpreter is given (sh and Python
-    are handed the copy but keep the name as $0 / __file__), and a `#!` script whose interpreter is
-    neither (node, perl, …: read_words gives them the path)."""
+    """Whether the run may read `item` again by its real path, beside its mirror: a script naming itself by
+    a literal path (`cat ./s.sh`). The view binds the copy there read-only too, which holds against an
+    in-place rewrite (not a rename: "$0" and __file__ name the mirror, _handed_a_path)."""
     if item.role == "script":
         return True
     if item.kind != "shebang":
@@ -217,30 +213,19 @@ def _runs_under_its_name(binding: ContentBinding, item: ContentItem) -> bool:
     return interp is not None and reader_of(interp.real) == ""
 
 
-def _handed_a_path(binding: ContentBinding, item: ContentItem, data: bytes) -> bool:
-    """Whether the run hands `item` to its reader by a path (read_words: neither sh nor Python, or any bash
-    script). bash runs its script as a script, never sourced from `-c '. COPY'`: there `(return 0)`
-    succeeds, `$-` holds `c`, BASH_EXECUTION_STRING is set and BASH_SOURCE is the copy's /proc name, each
-    an "am I sourced?" test a script may branch on, so only the script itself at a path answers all of
-    them as `bash s.sh` does (the read-only mirror of its directory, Mirror)."""
+def _handed_a_path(binding: ContentBinding, item: ContentItem) -> bool:
+    """Whether the run hands `item` to its reader by a path in its mirror (Mirror): every script an
+    interpreter is given (`sh s.sh`, `python3 x.py`, `perl x.pl`, …) and every `#!` script run through
+    its verified interpreter (`./s.sh`). "$0", __file__, BASH_SOURCE and __filename are then that path,
+    whose every directory is the view's own tmpfs: no rename outside the run's namespace reaches a
+    re-read of it, as it reaches a copy bound at the script's own path (Linux detaches that bind).
+    Nothing is sourced from `-c '. COPY'` either, so bash's "am I sourced?" tests (`(return 0)`, `$-`,
+    BASH_EXECUTION_STRING, BASH_SOURCE) answer as under `bash s.sh`."""
     if item.role == "script":
-        if item.reader == "sh":
-            exe = next(
-                (
-                    i
-                    for i in binding.items
-                    if i.role == "executable" and i.where == item.where and i.argv_index == 0
-                ),
-                None,
-            )
-            return exe is not None and name_of(exe.real) == "bash"
-        return item.reader == ""
+        return True
     if item.kind != "shebang":
         return False
-    interp = next((i for i in binding.items if i.role == "interpreter" and i.parent == item.real), None)
-    if interp is not None and name_of(interp.real) == "bash":
-        return True
-    return _runs_under_its_name(binding, item)
+    return any(i.role == "interpreter" and i.parent == item.real for i in binding.items)
 
 
 def _runnable(path: str) -> bool:

@@ -357,11 +357,22 @@ def test_an_allowlisted_writable_tool_is_flagged_and_runs_only_the_decided_bytes
     assert d.verdict == "allow" and any("a file the agent can write" in w for w in d.warnings), d.warnings
     run = verify(d.content, d.enforced_command or "", d.enforced_command)
     try:
-        assert run.fds and "/proc/self/fd/" in run.command, run.command
+        assert run.fds and run.mirrors and run.mirrors[0].path in run.command, run.command
         _rewrite_in_place(target, evil(marker))  # after the check: the copy is what runs
         import subprocess
 
-        out = subprocess.run(["/bin/sh", "-c", run.command], pass_fds=run.fds, capture_output=True, text=True)
+        from engine.commands.pinned import pinned_view
+
+        view = pinned_view(None, run.rereads, mirrors=run.mirrors)  # as the spawn starts it
+        try:
+            out = subprocess.run(
+                view.argv("/bin/sh", run.command) or ["/bin/sh", "-c", run.command],
+                pass_fds=(*run.fds, *view.fds),
+                capture_output=True,
+                text=True,
+            )
+        finally:
+            view.close()
         assert out.stdout == "approved-bytes\n", out
     finally:
         run.close()
@@ -371,20 +382,23 @@ def test_an_allowlisted_writable_tool_is_flagged_and_runs_only_the_decided_bytes
 
 
 async def test_a_verified_copy_keeps_the_scripts_own_name(state_dir: Path, tmp_path: Path) -> None:
-    """Running the sealed copy must not break the honest script: `$0` is still its path (so `dirname "$0"`
-    works) and a Python script still imports its siblings and sees its own `__file__`."""
+    """Running the sealed copy must not break the honest script: `$0` is a path to it whose last part is
+    its name and whose directory reaches its siblings (its mirror in the run's view, verified.Mirror:
+    no rename outside the run reaches a re-read of it), and a Python script still imports its siblings
+    and sees `__file__` and `sys.argv[0]` as that one path."""
     (tmp_path / "helper.py").write_text("VALUE = 'sibling-import-ok'\n")
     (tmp_path / "x.py").write_text(
         "import sys, helper\nprint(helper.VALUE, sys.argv[0], __file__, __name__, sys.argv[1:])\n"
     )
     text = await approve_after(state_dir, "python3 -u x.py a1", tmp_path, lambda: None)
-    assert "sibling-import-ok x.py x.py __main__ ['a1']" in text, text
-    (tmp_path / "s.sh").write_text('echo "name=$0 dir=$(dirname "$0") args=$*"\n')
+    mirrored = f"{state_dir}/pinned/m/0{tmp_path}"
+    assert f"sibling-import-ok {mirrored}/x.py {mirrored}/x.py __main__ ['a1']" in text, text
+    (tmp_path / "s.sh").write_text('echo "name=$0 dir=$(dirname "$0") args=$*"; cat "$(dirname "$0")/x.py"\n')
     text = await approve_after(state_dir, "sh -e s.sh b1 b2", tmp_path, lambda: None)
-    assert "name=s.sh dir=. args=b1 b2" in text, text
+    assert f"name={mirrored}/s.sh dir={mirrored} args=b1 b2" in text and "import sys, helper" in text, text
     tool(tmp_path / "run", '#!/bin/sh\necho "self=$0 args=$*"\n')
     text = await approve_after(state_dir, "./run c1", tmp_path, lambda: None)
-    assert f"self={tmp_path / 'run'} args=c1" in text, text
+    assert f"self={mirrored}/run args=c1" in text, text
 
 
 async def test_a_file_created_after_the_ask_does_not_run(state_dir: Path, tmp_path: Path) -> None:

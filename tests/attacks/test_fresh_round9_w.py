@@ -144,12 +144,6 @@ async def test_an_operand_rereading_itself_after_an_in_place_rewrite_reads_the_a
     assert "READY" in out and "REWRITTEN" not in out, out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the read-only copy bound at an operand script's path (sh s.sh, python3 s.sh) is detached "
-    'by a rename over the path from outside the run\'s namespace, so "$0" / __file__ re-read after it '
-    "(a makeself-style payload) are bytes written after the ask; perl/node/ruby/bash use the Mirror",
-)
 @pytest.mark.parametrize(("command", "body"), OPERANDS, ids=["dash", "python"])
 async def test_class8_an_operand_rereading_itself_after_a_rename_over_reads_other_bytes(
     state_dir: Path, tmp_path: Path, command: str, body: str
@@ -159,12 +153,6 @@ async def test_class8_an_operand_rereading_itself_after_a_rename_over_reads_othe
     assert "READY" in out and "REWRITTEN" not in out, out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a #! script run by its path (./s.sh) runs from its sealed copy but nothing is bound at "
-    'its path: "$0" (dash) and __file__ (python) re-read the live file, so bytes rewritten after the '
-    "ask (in place or by rename) are what a self-reading script reads",
-)
 @pytest.mark.parametrize("swap", ["inplace", "rename"])
 @pytest.mark.parametrize("body", [SH_READS_ITSELF, PY_READS_ITSELF], ids=["dash", "python"])
 async def test_class8_a_shebang_script_run_by_path_rereads_bytes_rewritten_after_the_ask(
@@ -177,12 +165,6 @@ async def test_class8_a_shebang_script_run_by_path_rereads_bytes_rewritten_after
     assert "READY" in out and "REWRITTEN" not in out, out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a make whose recipe runs $(MAKE) again re-reads the Makefile by path; the copy bound "
-    "there is detached by a rename over it from outside the run, so the sub-make runs recipes written after "
-    "the ask (the in-place rewrite is what test_make_re_reading_its_makefile_gets_the_approved_bytes covers)",
-)
 async def test_class8_a_sub_make_reads_a_makefile_renamed_over_after_the_ask(
     state_dir: Path, tmp_path: Path
 ) -> None:

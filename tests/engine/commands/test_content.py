@@ -270,21 +270,25 @@ def test_perl_dash_s_is_a_program_found_on_path_not_the_operand(argv: list[str])
 
 
 def _run_verified(command: str, cwd: Path) -> tuple[object, str]:
+    from engine.commands.pinned import pinned_view
     from engine.commands.verified import verify
 
     d = _decide(command, cwd)
     pinned = d.pinned_command  # type: ignore[attr-defined]
     run = verify(d.content, pinned, pinned)  # type: ignore[attr-defined]
+    # in the run's view, as the spawn starts it: a script is read from its mirror there (verified.Mirror)
+    view = pinned_view(None, run.rereads, mirrors=run.mirrors)
     try:
         out = subprocess.run(
-            ["/bin/sh", "-c", run.command],
+            view.argv("/bin/sh", run.command) or ["/bin/sh", "-c", run.command],
             cwd=cwd,
             capture_output=True,
             text=True,
             check=True,
-            pass_fds=run.fds,
+            pass_fds=(*run.fds, *view.fds),
         )
     finally:
+        view.close()
         run.close()
     return d, out.stdout
 

@@ -39,3 +39,27 @@ def test_programs_that_run_a_command_they_are_given_run_others(program: str) -> 
 @pytest.mark.parametrize("program", ["ls", "wc", "base64", "sha256sum"])
 def test_plain_tools_run_nothing(program: str) -> None:
     assert not runs_others(program)
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "editor",  # Debian's alternative: a vim or a nano, each with a shell escape
+        "/usr/bin/vim.basic",
+        "vim.tiny",
+        "sensible-editor",
+        "ssh-agent",  # `ssh-agent CMD` runs CMD
+        "run-parts",  # runs every program in the directory it is given
+        "fakeroot",
+        "dbus-run-session",
+        "perf",  # `perf record CMD`, `perf trace CMD`
+        "x86_64-linux-gnu-gcc-12",  # `-wrapper CMD`, `-B dir`, `-fplugin=`: as gcc's own
+        "aarch64-linux-gnu-g++",
+        "c++",
+        "clang++",
+    ],
+)
+def test_editors_alternatives_and_command_runners_run_others(program: str) -> None:
+    """These were unknown: allow-always saved their path, and that path then allowed whatever command,
+    directory or escape the next call hands them."""
+    assert runs_others(program)
