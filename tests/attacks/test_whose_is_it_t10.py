@@ -1,0 +1,136 @@
+"""Fix T10 (issue 27 §1–§2): whose is it? Variants of fresh round 9 t's attacks, each closed by construction:
+the approval socket's principal is what its client proved, a node's session rows count only under keys the
+gateway gave it, and a revoked agent's runs in flight ask nothing more."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest
+from engine.approvals.socket.wire import exec_frame, request_decision, request_exec
+from engine.approvals.store import ApprovalsStore
+from engine.tools.exec_host import LocalExecHost
+from tests.helpers.gateway import write_config
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+# main may run anything (full); ops may run nothing. Naming ops is as refused as naming a broader agent:
+# a frame names no principal at all.
+MAIN_FULL = """
+[tools.exec]
+host = "gateway"
+security = "full"
+ask = "off"
+
+[[agents.list]]
+id = "ops"
+tools.exec.security = "deny"
+"""
+
+NOBODY = """
+[gateway]
+anonymous = "none"
+
+[tools.exec]
+host = "gateway"
+security = "full"
+ask = "off"
+"""
+
+
+async def _human_says_yes(request: PromptRequest) -> str:
+    return "allow-once"
+
+
+async def _exec(state: Path, config: str, request: dict[str, object]) -> dict[str, object] | None:
+    write_config(state, config)
+    path, token = ApprovalsStore(state / "exec-approvals.json").socket_info()
+    server = ApprovalSocketServer(
+        path, token, decider=_human_says_yes, exec_handler=LocalExecHost(state / "config.toml")
+    )
+    async with server:
+        return await request_exec(path, token, request, timeout=60)
+
+
+def _error(outcome: dict[str, object] | None) -> dict[str, object]:
+    assert outcome is not None and outcome.get("ok") is False, outcome
+    error = outcome.get("error")
+    assert isinstance(error, dict), outcome
+    return error
+
+
+@needs_bwrap
+def test_the_socket_client_is_main_and_names_no_one_else(state_dir: Path, tmp_path: Path) -> None:
+    """Under the default `anonymous = "main"`, a frame without agentId (or naming main) runs as main; one
+    naming ops is refused with a clear error, whatever ops's policy is: the frame picks no principal."""
+    plain = asyncio.run(
+        _exec(
+            state_dir,
+            MAIN_FULL,
+            {"command": ["/usr/bin/touch", str(tmp_path / "plain")], "cwd": str(tmp_path)},
+        )
+    )
+    assert plain is not None and plain.get("ok") is True, plain
+    assert (tmp_path / "plain").exists()
+    named = asyncio.run(
+        _exec(
+            state_dir,
+            MAIN_FULL,
+            {"command": ["/usr/bin/touch", str(tmp_path / "ops")], "cwd": str(tmp_path), "agentId": "ops"},
+        )
+    )
+    error = _error(named)
+    assert error.get("code") == "INVALID_REQUEST" and error.get("reason") == "principal", error
+    assert "names agent ops" in str(error.get("message"))
+    assert not (tmp_path / "ops").exists()
+
+
+@needs_bwrap
+def test_with_anonymous_none_the_socket_client_is_nobody(state_dir: Path, tmp_path: Path) -> None:
+    """`anonymous = "none"`: the shared socket token proves nobody, so every exec frame is refused (with
+    or without an agentId), even where the policy is security=full and a human would say yes."""
+    for extra in ({}, {"agentId": "main"}, {"agentId": "ops"}):
+        marker = tmp_path / f"ran-{len(extra)}-{extra.get('agentId', '')}"
+        outcome = asyncio.run(
+            _exec(
+                state_dir, NOBODY, {"command": ["/usr/bin/touch", str(marker)], "cwd": str(tmp_path), **extra}
+            )
+        )
+        error = _error(outcome)
+        assert error.get("reason") == "principal" and "proves no agent" in str(error.get("message")), error
+        assert not marker.exists()
+
+
+@needs_bwrap
+def test_a_humans_yes_asked_as_ops_is_no_exec_as_ops(state_dir: Path, tmp_path: Path) -> None:
+    """A `request` frame may show any agentId to the human (it only asks); its yes, claimed by an `exec`
+    frame naming that agent, runs nothing: the exec frame's principal is still the socket's (main)."""
+    write_config(state_dir, MAIN_FULL)
+    marker = tmp_path / "ran"
+    argv = ["/usr/bin/touch", str(marker)]
+
+    async def scenario() -> dict[str, object] | None:
+        path, token = ApprovalsStore(state_dir / "exec-approvals.json").socket_info()
+        server = ApprovalSocketServer(
+            path, token, decider=_human_says_yes, exec_handler=LocalExecHost(state_dir / "config.toml")
+        )
+        async with server:
+            shown = {"command": " ".join(argv), "cwd": str(tmp_path), "agentId": "ops", "host": "gateway"}
+            assert await request_decision(path, token, shown, request_id="r-ops") == "allow-once"
+            claim = {
+                "command": argv,
+                "cwd": str(tmp_path),
+                "agentId": "ops",
+                "approvalDecision": "allow-once",
+            }
+            return await request_exec(
+                path, token, {}, frame=exec_frame(token, claim, request_id="r-ops"), timeout=60
+            )
+
+    error = _error(asyncio.run(scenario()))
+    assert error.get("reason") == "principal", error
+    assert not marker.exists()
