@@ -71,7 +71,8 @@ class NodeHub:
         self._retired: set[asyncio.Task[None]] = set()
         self.keys = NodeKeys(services.state_dir)
         self._key: GatewayKey | None = None
-        self.held = NodeSessions()  # each agent's node sessions, counted with its sessions here
+        # Each agent's node sessions, counted with its sessions here (only those the gateway vouches for).
+        self.held = NodeSessions(self._vouched)
         # Runs whose link dropped before they answered: their end comes, once, on a later link.
         self.orphans = Orphans(self.held, lambda key, text: self.services.events.enqueue(key, text))
         self._tasks: set[asyncio.Task[None]] = set()
@@ -100,6 +101,11 @@ class NodeHub:
                     gateway_key=self._gateway_key(),
                 )
         return self.links
+
+    def _vouched(self, node: str, scope: str, agent: str) -> bool:
+        """A node's session row counts against `agent` only under a key this gateway sent that node with a
+        run (node-keys.json), and only while the agent may use the node (runner.gateway.node_sessions)."""
+        return self.keys.given(node, scope) and self.services.config().may_use_node(agent, node)
 
     def _gateway_key(self) -> GatewayKey:
         if self._key is None:  # made on first use: a gateway without nodes never needs one

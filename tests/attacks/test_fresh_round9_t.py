@@ -87,12 +87,6 @@ def _node_config(node_table: str) -> str:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's sessions.list rows name their agent by scopeKey and the gateway counts them "
-    "against that agent's maxSessionsPerAgent (node_sessions._read), even an agent that may not use the "
-    "node: a hostile node locks any agent out of every new session, local ones too",
-)
 def test_class2_a_node_fills_another_agents_session_cap(state_dir: Path, sshd_nodes: list[SshdNode]) -> None:
     from engine import principals
     from engine.protocol.frames import RemoteError

@@ -15,6 +15,7 @@ from engine.approvals.socket.wire import exec_frame, request_decision, request_e
 from engine.approvals.store import ApprovalsStore
 from engine.tools.exec_host import LocalExecHost
 from tests.helpers.gateway import write_config
+from tests.helpers.sshd import SshdNode
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -134,3 +135,61 @@ def test_a_humans_yes_asked_as_ops_is_no_exec_as_ops(state_dir: Path, tmp_path: 
     error = _error(asyncio.run(scenario()))
     assert error.get("reason") == "principal", error
     assert not marker.exists()
+
+
+# ---- a node's session rows count only under keys the gateway gave that node ---------------------------
+
+
+def test_a_node_cannot_fill_the_cap_of_an_agent_allowed_there_that_never_ran_there(
+    state_dir: Path, sshd_nodes: list[SshdNode]
+) -> None:
+    """Round 9 t's attack with ops allowed on alpha (every node, by default) but never having run there: the
+    rows naming `agent:ops` are under a key the gateway never gave alpha, so they count for nobody; ops's
+    own sessions here start. (Keys it was given do count, across a restart: test_fresh_round6_k.py.)"""
+    from engine import principals
+    from engine.protocol.frames import RemoteError
+    from tests.helpers.gateway import connect, gateway, wait_until
+    from tests.helpers.hostile_node import Hostile
+
+    alpha = sshd_nodes[0]
+    (state_dir / "config.toml").write_text(
+        '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\nmaxSessionsPerAgent = 2\n\n'
+        '[[agents.list]]\nid = "ops"\n\n' + alpha.config_toml()
+    )
+    hostile = Hostile(alpha, state_dir)
+    principals.mint(state_dir, "ops")
+
+    async def scenario() -> dict[str, object]:
+        async with gateway(state_dir):
+            main = await connect(state_dir, operator=False)
+            ops = await connect(state_dir, operator=False, agent="ops")
+            try:
+                run = asyncio.ensure_future(
+                    main.request("exec", {"command": "true", "host": "node", "node": "alpha"})
+                )
+                listing = await wait_until(
+                    lambda: [f for f in hostile.seen() if f.get("method") == "sessions.list"], timeout=60
+                )
+                rows = [
+                    {"sessionId": f"fake{i}", "scopeKey": key, "backgrounded": True}
+                    for i, key in enumerate(["agent:ops", "agent:ops:main", "agent:ops:x"])
+                ]
+                await hostile.inject(
+                    {"type": "res", "id": listing[0]["id"], "ok": True, "payload": {"sessions": rows}}
+                )
+                await hostile.answer(await hostile.next_run())
+                await run
+                try:
+                    result: dict[str, object] = await ops.request(
+                        "exec", {"command": "true", "host": "gateway"}
+                    )
+                except RemoteError as exc:
+                    return {"refused": str(exc)}
+                return result
+            finally:
+                await main.close()
+                await ops.close()
+
+    result = asyncio.run(scenario())
+    details = result.get("details") or {}
+    assert isinstance(details, dict) and details.get("status") == "completed", result
