@@ -137,11 +137,6 @@ def test_class2_a_node_fills_another_agents_session_cap(state_dir: Path, sshd_no
 
 
 @pytest.mark.parametrize("verb", ["agents.revoke", "agents.rotate"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a revoke (or a rotation: the old token leaked) settles the agent's asks made so far, but "
-    "its node run in flight still asks after it: the node's ask is filed as the agent and waits for a yes",
-)
 def test_class1_a_revoked_agents_node_run_still_asks(
     state_dir: Path, sshd_nodes: list[SshdNode], verb: str
 ) -> None:

@@ -5,6 +5,8 @@ gateway gave it, and a revoked agent's runs in flight ask nothing more."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -193,3 +195,91 @@ def test_a_node_cannot_fill_the_cap_of_an_agent_allowed_there_that_never_ran_the
     result = asyncio.run(scenario())
     details = result.get("details") or {}
     assert isinstance(details, dict) and details.get("status") == "completed", result
+
+
+# ---- a revoke or rotation ends what the agent's runs in flight ask --------------------------------------
+
+
+@pytest.mark.parametrize("verb", ["agents.revoke", "agents.rotate"])
+def test_a_node_ask_waiting_at_the_rotation_is_denied(
+    state_dir: Path, sshd_nodes: list[SshdNode], verb: str
+) -> None:
+    """Round 9 t's attack one step earlier: ops's node run asks *before* the revoke or rotation, and the ask
+    waits in the inbox. A rotation settled only asks that recorded the old credential (a node's ask records
+    none), so it stayed approvable. Now both deny it at once: the node hears `deny` and nothing waits."""
+    from engine import principals
+    from tests.helpers.gateway import connect, gateway, wait_until
+    from tests.helpers.hostile_node import Hostile, ask
+
+    alpha = sshd_nodes[0]
+    (state_dir / "config.toml").write_text(
+        '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n\n' + alpha.config_toml()
+    )
+    hostile = Hostile(alpha, state_dir)
+    principals.mint(state_dir, "ops")
+
+    async def scenario() -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        async with gateway(state_dir):
+            operator = await connect(state_dir)
+            ops = await connect(state_dir, operator=False, agent="ops")
+            try:
+                run = asyncio.ensure_future(
+                    ops.request("exec", {"command": "make deploy", "host": "node", "node": "alpha"})
+                )
+                listing = await wait_until(
+                    lambda: [f for f in hostile.seen() if f.get("method") == "sessions.list"], timeout=60
+                )
+                await hostile.inject(
+                    {"type": "res", "id": listing[0]["id"], "ok": True, "payload": {"sessions": []}}
+                )
+                sent = await hostile.next_run()
+                await hostile.inject(ask("r1", sent["params"]["runId"], command="make deploy"))
+
+                async def waiting() -> object:
+                    rows = (await operator.request("approvals.pending", {})).get("approvals") or []
+                    return [p for p in rows if p.get("agentId") == "ops"] or None
+
+                await wait_until(waiting, timeout=30)
+                await operator.request(verb, {"agent": "ops"})
+                answered = await wait_until(
+                    lambda: [a for a in hostile.answers() if a.get("id") == "r1"], timeout=30
+                )
+                left = (await operator.request("approvals.pending", {})).get("approvals") or []
+                run.cancel()
+                with contextlib.suppress(BaseException):
+                    await run
+                return answered, [p for p in left if p.get("agentId") == "ops"]
+            finally:
+                await operator.close()
+                await ops.close()
+
+    answered, left = asyncio.run(scenario())
+    assert not left, f"ops's ask still waits after {verb}: {left}"
+    payload = answered[0].get("payload")
+    assert isinstance(payload, dict) and payload.get("decision") == "deny", answered
+
+
+async def test_an_ask_stamped_before_a_revoke_is_never_filed() -> None:
+    """The construction itself (engine.approvals.generations): an ask carrying the generation its run began
+    under is refused once the agent was revoked or rotated since (AGENT_REVOKED), as is one joining the same
+    question another run asked; a run stamped after the revoke, or the operator's (unstamped), still asks."""
+    from engine.approvals.pending import ApprovalError, ApprovalManager, ApprovalRequest
+
+    manager = ApprovalManager()
+    request = ApprovalRequest(command="make deploy", cwd="/", host="gateway", agent_id="ops", session_key="k")
+    before = manager.generations.current("ops")
+    first, _ = manager.register(request, generation=before)
+    manager.revoke_agent("ops")
+    assert first.resolved and first.decision == "deny"
+    with pytest.raises(ApprovalError) as refused:
+        manager.register(request, generation=before)
+    assert refused.value.code == "AGENT_REVOKED"
+    fresh, _ = manager.register(request, generation=manager.generations.current("ops"))
+    joining = dataclasses.replace(request, session_key="other")
+    with pytest.raises(ApprovalError):
+        manager.register(joining, generation=before)  # never joins a live ask of a newer run either
+    assert not fresh.resolved
+    manager.register(joining)  # unstamped (the operator's own)
+    manager.revoke_credential("ops", "no-such-credential")  # a rotation is a new generation too
+    with pytest.raises(ApprovalError):
+        manager.register(request, generation=before + 1)
