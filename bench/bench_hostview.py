@@ -185,48 +185,42 @@ def main() -> None:
         for name in results:
             print(f"{name:<14} `sh -c true` wall p50 {p[name]:6.2f} ms, children CPU {c[name]:5.2f} ms/run")
         print(f"making the keeper (bwrap + keep + ns fds): median {sorted(made)[2]:.2f} ms of 5")
-        record(
-            "host view, kept: `sh -c true` spawned, p50 (vs plain `sh -c true`)",
-            f"{p['kept']:.2f} ms",
-            f"{p['plain']:.2f} ms",
-            ratio(p["kept"], p["plain"]),
-        )
-        record(
-            "host view, a bwrap per run (pinned runs; every run before issue 31), p50 (vs plain)",
-            f"{p['own bwrap']:.2f} ms",
-            f"{p['plain']:.2f} ms",
-            ratio(p["own bwrap"], p["plain"]),
-        )
-        record(
-            "host view, workdir in the home (read-only, not under hostWritable: kept view), p50 (vs plain)",
-            f"{p['home workdir']:.2f} ms",
-            f"{p['plain']:.2f} ms",
-            ratio(p["home workdir"], p["plain"]),
-        )
-        record(
-            "host view, kept: a PTY session of `sh -c true`, p50 (vs a plain PTY session)",
-            f"{p['kept pty']:.2f} ms",
-            f"{p['plain pty']:.2f} ms",
-            ratio(p["kept pty"], p["plain pty"]),
-        )
-        record(
-            "host view, a bwrap per run: a PTY session of `sh -c true`, p50 (vs a plain PTY session)",
-            f"{p['own bwrap pty']:.2f} ms",
-            f"{p['plain pty']:.2f} ms",
-            ratio(p["own bwrap pty"], p["plain pty"]),
-        )
-        record(
-            f"host view, kept, {len(binds)} private dirs of the agent's (/tmp, ...), p50 (vs kept, none)",
-            f"{p['kept, private']:.2f} ms",
-            f"{p['kept']:.2f} ms",
-            ratio(p["kept, private"], p["kept"]),
-        )
-        record(
-            "host view, workdir in a private dir (a bwrap per run, --chdir), p50 (vs a bwrap per run)",
-            f"{p['private cwd']:.2f} ms",
-            f"{p['own bwrap']:.2f} ms",
-            ratio(p["private cwd"], p["own bwrap"]),
-        )
+        rows = [  # (what, measured, its baseline)
+            ("host view, kept: `sh -c true` spawned, p50 (vs plain `sh -c true`)", "kept", "plain"),
+            (
+                "host view, a bwrap per run (pinned runs; every run before issue 31), p50 (vs plain)",
+                "own bwrap",
+                "plain",
+            ),
+            (
+                "host view, workdir in the home (read-only, not under hostWritable: kept view), p50 "
+                "(vs plain)",
+                "home workdir",
+                "plain",
+            ),
+            (
+                "host view, kept: a PTY session of `sh -c true`, p50 (vs a plain PTY session)",
+                "kept pty",
+                "plain pty",
+            ),
+            (
+                "host view, a bwrap per run: a PTY session of `sh -c true`, p50 (vs a plain PTY session)",
+                "own bwrap pty",
+                "plain pty",
+            ),
+            (
+                f"host view, kept, {len(binds)} private dirs of the agent's (/tmp, ...), p50 (vs kept, none)",
+                "kept, private",
+                "kept",
+            ),
+            (
+                "host view, workdir in a private dir (a bwrap per run, --chdir), p50 (vs a bwrap per run)",
+                "private cwd",
+                "own bwrap",
+            ),
+        ]
+        for what, name, base in rows:
+            record(what, f"{p[name]:.2f} ms", f"{p[base]:.2f} ms", ratio(p[name], p[base]))
         record("  host view: making the keeper, once per state dir and view", f"{sorted(made)[2]:.2f} ms")
         ops = ops_cost(args.runs)
         for name, ms in ops.items():

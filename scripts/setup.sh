@@ -21,6 +21,8 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v chromium >/dev/null || need+=(chromium)
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
 [ -x /usr/bin/xz ] || need+=(xz-utils)
+# The operator's GNU screen session a host run must not reach (tests/attacks: /run/screen is the agent's own).
+command -v screen >/dev/null || need+=(screen)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -743,6 +743,7 @@ def view_args(
     for path in outside.hidden:
         if os.path.dirname(os.path.realpath(path)) in shadowed:
             continue  # absent from its directory's cover
+        _refuse_uncoverable_key(path, home)
         if os.path.exists(path) and not _under(path, state):
             hidden_ops += ["--ro-bind", os.path.realpath(_empty_file(state)), path]
     if _scratch_cargo(environ):
@@ -803,6 +804,23 @@ def _shadowed_dirs(home: str, state: str, roots: list[str], outside: Outside) ->
             continue
         keep.append(d)
     return keep
+
+
+def _refuse_uncoverable_key(path: str, home: str) -> None:
+    """A key file directly in the home, in `/` or in a directory holding the home can only have a bind of
+    its own, attached to its dentry: rotated by a rename or rm + write, the new key shows in every running
+    view (fresh round 9 y). Such a directory cannot be covered (every run needs it), so the view is refused
+    with what to change, as for a key below a hostWritable dir."""
+    real = os.path.realpath(path)
+    if not os.path.isfile(real):
+        return  # a socket (an agent's) or a missing key: nothing to read
+    where, home = os.path.dirname(real), os.path.realpath(home)
+    if where in (home, os.sep) or _inside(home, where):
+        raise HostViewError(
+            f"{path}: a node's login key directly in {where} cannot be hidden from host commands for good "
+            "(a key rotated there by rename would show in every running view): move it into a directory of "
+            "its own, such as ~/.ssh/ or ~/.config/exechost/keys/, and set nodes.<name>.identityFile there"
+        )
 
 
 def _make_import_paths(home: str, state: str) -> None:

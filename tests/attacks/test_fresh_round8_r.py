@@ -454,11 +454,7 @@ async def test_a_repository_planted_above_a_shared_dir_runs_nothing_for_the_oper
     assert _in_private(short, "main", g + "/config"), "the plant is not in the agent's own /tmp"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: identityAgent hides one socket path of the agent; a forwarded agent has one per ssh login "
-    "(/tmp/ssh-*/agent.*), and a host run signs as the gateway through the operator's other login's socket",
-)
+@pytest.mark.usefixtures("default_private")
 async def test_the_named_agent_through_another_logins_socket_is_not_a_host_runs(
     sshd_nodes: list[SshdNode], state_dir: Path
 ) -> None:

@@ -283,12 +283,6 @@ FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
 
 @pytest.mark.skipif(shutil.which("screen") is None, reason="GNU screen is not installed")
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: GNU screen's sockets live in /run/screen/S-USER, not /tmp: a host run sends the operator's "
-    "screen session a line to type (screen -X stuff), which runs outside the view and reads the state dir; "
-    "a private /tmp per agent would not close it (no AF_UNIX for host runs would)",
-)
 def test_class1_the_operators_screen_session_runs_a_host_runs_line(state_dir: Path, tmp_path: Path) -> None:
     """The host view hides the state dir from every host command, security=full included. The operator's
     own screen session (same account, started outside any view) is reachable by its socket's path in

@@ -343,3 +343,23 @@ def test_the_empty_file_is_made_by_many_threads_at_once(tmp_path: Path) -> None:
     assert hostview._empty_file(str(state)) == str(state / "hostview-empty")
     assert (state / "hostview-empty").stat().st_size == 0
     assert [p.name for p in state.iterdir()] == ["hostview-empty"]
+
+
+def test_a_key_file_where_no_cover_can_be_made_refuses_the_view(state_dir: Path) -> None:
+    """A key directly in the home (or a directory holding it) could only have a bind of its own, which a
+    rotation by rename leaves behind (fresh round 9 y): the view is refused, naming what to change. A key
+    in a directory of its own (~/.ssh) is covered, and a socket named there is not a key to refuse."""
+    home = Path(os.environ["HOME"])
+    in_home, above = home / "node.key", home.parent / "node.key"
+    for key in (in_home, above):
+        key.write_text("KEY\n")
+        with pytest.raises(hostview.HostViewError, match="move it into a directory of its own"):
+            hostview.view_args(str(state_dir), outside=hostview.Outside(hidden=(str(key),)))
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "id_node").write_text("KEY\n")
+    ops = hostview.view_args(
+        str(state_dir), outside=hostview.Outside(hidden=(str(home / ".ssh" / "id_node"),))
+    )
+    assert "--remount-ro" in ops
+    missing = hostview.Outside(hidden=(str(home / "gone.key"),))  # a key not there yet: nothing to read
+    hostview.view_args(str(state_dir), outside=missing)
