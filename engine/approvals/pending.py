@@ -14,6 +14,7 @@ from typing import Any
 
 from engine import jsontext
 from engine.approvals.decisions import DECISIONS, USAGE, normalize_decision
+from engine.approvals.generations import Generations
 from engine.approvals.grants import GrantLimits, new_grant_id
 from engine.errors import ExecHostError
 
@@ -300,6 +301,8 @@ class ApprovalManager:
         self.durable_problem: Callable[[], str | None] = lambda: None
         # Decided approvals, newest last: what became of each (decision history, `approvals.status`).
         self._history: deque[ApprovalRecord] = deque(maxlen=HISTORY_SIZE)
+        # Bumped by every revoke and rotation: an ask from a run that began before is refused (register).
+        self.generations = Generations()
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -311,11 +314,23 @@ class ApprovalManager:
     # -- registration
 
     def register(
-        self, request: ApprovalRequest, timeout_ms: int | None = None, resume: dict[str, Any] | None = None
+        self,
+        request: ApprovalRequest,
+        timeout_ms: int | None = None,
+        resume: dict[str, Any] | None = None,
+        generation: int | None = None,
     ) -> tuple[ApprovalRecord, bool]:
         """(record, new_requester). The same question still pending returns that record: new_requester
         is True when this ask comes from someone not yet waiting on it (another session, another node
-        approval), who then gets their own run from the one decision; False for a repeat."""
+        approval), who then gets their own run from the one decision; False for a repeat. `generation`:
+        the agent's credential generation its run began under; an older one than now is refused
+        (AGENT_REVOKED): the agent was revoked or rotated since, and nothing that run asks is filed."""
+        if self.generations.stale(request.agent_id, generation):
+            raise ApprovalError(
+                "AGENT_REVOKED",
+                f"exec denied: agent {request.agent_id} was revoked (or its credential rotated) after this "
+                "run began; nothing it asks from then on is filed",
+            )
         question = request.question()
         existing_id = self._by_request.get(question)
         if existing_id is not None:
@@ -488,7 +503,8 @@ class ApprovalManager:
 
     def revoke_agent(self, agent_id: str) -> int:
         """The agent was revoked: what it asked before is not run after (`revoke_record` on each of its
-        asks). The number of asks it touched."""
+        asks), and its runs in flight ask nothing more (a new generation). The number of asks it touched."""
+        self.generations.bump(agent_id)
         touched = 0
         for record in [*self._open.values(), *self._maybe_unsettled.values()]:
             if record.request.agent_id == agent_id:
@@ -498,7 +514,9 @@ class ApprovalManager:
     def revoke_credential(self, agent_id: str, credential: str) -> int:
         """One credential of the agent no longer holds (rotated away): what was asked with it is settled
         as a revoke settles it (`revoke_record`), as the next gateway's restore would settle it. The number
-        of asks or runs it ended."""
+        of asks or runs it ended. Its runs in flight ask nothing more (a new generation): a rotation is done
+        because the old token leaked, and a run begun before it may be the leaker's."""
+        self.generations.bump(agent_id)
         touched = 0
         for record in [*self._open.values(), *self._maybe_unsettled.values()]:
             made = [record.resume, *(entry.get("resume") for entry in record.joined)]

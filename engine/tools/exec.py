@@ -433,7 +433,7 @@ class ExecTool:
         resume = resume_data(prepared, call, ctx)
         while True:
             try:
-                record, created = self.approvals.register(request, resume=resume)
+                record, created = self.approvals.register(request, resume=resume, generation=ctx.generation)
             except ApprovalError as exc:
                 raise ToolError(str(exc)) from None
             if not self.has_approver():

@@ -28,6 +28,7 @@ from engine.policy.decision import evaluate
 from engine.results import ToolError
 from engine.sandbox import bwraplimits
 from engine.statefs import state_dir
+from engine.tools.socket_principal import NotThisPrincipal, frame_agent
 from engine.unixsock import PeerInfo
 
 OUTPUT_CAP = 200_000  # chars of stdout/stderr returned per exec
@@ -148,13 +149,17 @@ class LocalExecHost:
 
     async def __call__(self, request: ExecHostRequest, decide: Decider, peer: PeerInfo) -> ExecOutcome:
         command = shlex.join(request.command)
-        agent_id = request.agent_id or "main"
         cwd = request.cwd or os.getcwd()
+        config = await asyncio.to_thread(load_config, self.config_path)
+        try:
+            # Who authenticated on the socket (its shared token: main, or nobody), never the frame's agentId.
+            agent_id = frame_agent(config, request.agent_id)
+        except NotThisPrincipal as exc:
+            return ExecOutcome.fail("INVALID_REQUEST", str(exc), "principal")
         try:
             env = sanitize_host_env(os.environ, request.env).env
         except ToolError as exc:
             return ExecOutcome.fail("INVALID_REQUEST", str(exc), "env")
-        config = await asyncio.to_thread(load_config, self.config_path)
         nodekeys.drop_hidden_agent(env, nodekeys.hidden_paths(config.nodes.values()))
         store = ApprovalsStore(self.approvals_path)
         private = await asyncio.to_thread(private_source, config, agent_id, cwd)

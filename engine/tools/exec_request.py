@@ -128,6 +128,9 @@ class ExecContext:
     # The credential the caller proved itself with (principals.credential_id), "" for none (a Unix account,
     # the gateway token, the operator): an ask it made is run after a restart only while that still holds.
     credential: str = ""
+    # The agent's credential generation when the call was taken up (engine.approvals.generations): an ask
+    # this run makes after a revoke or rotation of its agent is refused. None: not stamped (the operator).
+    generation: int | None = None
     # False once the caller has gone away (its connection closed): results then go out as system events.
     caller_alive: Callable[[], bool] = field(default=lambda: True, repr=False)
     # Told once the call starts waiting for a human ({approvalId, approvalSlug, expiresAtMs, command}), so

@@ -4,12 +4,13 @@ per node and agent, and by the inbox's own caps; nobody deciding in time is the 
 
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from engine.approvals.pending import ApprovalError, ApprovalRequest, env_hash
+from engine.approvals.pending import REVOKED, ApprovalError, ApprovalRequest, env_hash
 from engine.nodes.link import NodeError, NodeLink
 from runner.gateway import node_limits as limits
 from runner.gateway.node_runs import NodeRun
@@ -17,10 +18,23 @@ from runner.gateway.node_runs import NodeRun
 if TYPE_CHECKING:
     from runner.gateway.hubs import HubServices
 
+log = logging.getLogger("exechost.gateway.nodes")
+
 MAX_PENDING_PER_NODE_AGENT = 16  # each agent's share of a node's asks: one agent's flood leaves others room
 _APPROVAL_ID = re.compile(
     r"[A-Za-z0-9_.:-]{1,128}"
 )  # a node flooding the inbox gets refused (askFallback), not shown
+
+
+def revoked_answer(link: NodeLink, run: NodeRun) -> dict[str, Any]:
+    """The answer to an ask of a run whose agent was revoked or rotated after it began: deny, at once."""
+    log.warning(
+        "node %s asked for run %s of agent %s, revoked (or rotated) since it began: denied",
+        link.name,
+        run.run_id,
+        run.agent_id,
+    )
+    return {"decision": "deny", "resolvedBy": "revoked", "reason": REVOKED}
 
 
 async def relay_approval(
@@ -50,9 +64,13 @@ async def relay_approval(
         drop_frame(link, "approval.request", f"run {run.run_id} already asked {run.asks} times")
         return {"decision": None, "resolvedBy": "too-many-pending"}
     run.asks += 1
+    manager = services.approvals
+    if manager.generations.stale(run.agent_id, run.generation):
+        # Its agent was revoked or rotated since the run began: denied now, never filed, never left to
+        # the node's askFallback (which may allow); a denial ends the node's run.
+        return revoked_answer(link, run)
     # Without an approver the ask still waits in the inbox (exechost approve, or a console attaching
     # later), as the gateway's own asks do; nobody deciding in time is the node's askFallback.
-    manager = services.approvals
     mine = (
         r for r in manager.pending() if (r.request.node_id, r.request.agent_id) == (node_id, run.agent_id)
     )
@@ -91,9 +109,11 @@ async def relay_approval(
     )
     while True:
         try:
-            record, _ = manager.register(request)
-        except ApprovalError:  # the queue caps (per agent, in all) hold for nodes too: askFallback
-            return {"decision": None, "resolvedBy": "too-many-pending"}
+            record, _ = manager.register(request, generation=run.generation)
+        except ApprovalError as exc:
+            if exc.code == "AGENT_REVOKED":  # revoked while this run waited (an allow-once taken: asks again)
+                return revoked_answer(link, run)
+            return {"decision": None, "resolvedBy": "too-many-pending"}  # the queue caps hold: askFallback
         run.records.append(record)
         run.asked.set()
         decision = await manager.wait(record)

@@ -43,6 +43,9 @@ class NodeRun:
     detached: bool = False
     instance: str = ""  # the node process it was sent to (hello.instance): only that one can say of it
     place: tuple[str, str] | None = None  # (agent, scope) when it holds a place among its agent's sessions
+    # Its agent's credential generation when the call was taken up (engine.approvals.generations): after a
+    # revoke or rotation, what its node asks for it is denied at once. None: the operator's run.
+    generation: int | None = None
 
     def where(self) -> str:
         """Where it ran, in the words every result uses (`details.ranOn`)."""

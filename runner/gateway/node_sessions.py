@@ -7,9 +7,13 @@ answers (so concurrent runs cannot all pass the check); one that answers with a 
 place as that session, until the agent removes it (`process remove`) or the node no longer lists it (asked
 only when the agent is at its cap: a session the node's sweep dropped frees its place then).
 
-The node is the owner of the truth: each time a link comes up (the first after a gateway restart included),
-its session list is read before any run is admitted, and every background session it lists for an agent
-takes that agent's place again; a restart never hands an agent another full cap."""
+The node is the owner of the truth about its own sessions, never about whose they are: each time a link
+comes up (the first after a gateway restart included), its session list is read before any run is
+admitted, and every background session it lists takes its agent's place again, so a restart never hands an
+agent another full cap. A row counts only under a key the gateway itself gave that node (node-keys.json:
+the key a run of the agent was sent there with) and only for an agent allowed on that node; any other row
+is ignored (and logged). A row's scopeKey is the node's word: believed, it let a node fill the cap of an
+agent that never ran there, or may not use it, and lock it out of every new session, local ones too."""
 
 from __future__ import annotations
 
@@ -29,11 +33,17 @@ COUNT_TIMEOUT_SEC = 5.0  # a node's session list at link-up; a node slower than 
 MAX_LIST_PAGES = 64  # a node's answer to `process list` for one scope; past it, its sessions are all kept
 
 
+# (node, scope key, its agent) -> whether the gateway gave that node the key, for an agent allowed there.
+Vouch = Callable[[str, str, str], bool]
+
+
 class NodeSessions:
     """{agent: {place: (node, scope)}}: a place is a run in flight (`run:<runId>`) or the session it left
-    running (`node:<node>:<sessionId>`, as the agent names it)."""
+    running (`node:<node>:<sessionId>`, as the agent names it). `vouch` says which of a node's rows the
+    gateway stands behind (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, vouch: Vouch) -> None:
+        self._vouch = vouch
         self._held: dict[str, dict[str, tuple[str, str]]] = {}
         self._runs: dict[str, str] = {}  # runId -> its agent
         # node -> (the link-up, connectedAtMs, whose list is read; the reading)
@@ -84,6 +94,7 @@ class NodeSessions:
 
     async def _read(self, name: str, link: NodeLink) -> None:
         rows = await _all_sessions(link.call)
+        ignored: dict[str, int] = {}
         for row in rows or []:
             sid, scope = row.get("sessionId"), row.get("scopeKey")
             if not isinstance(scope, str) or not isinstance(sid, str) or row.get("backgrounded") is not True:
@@ -91,7 +102,18 @@ class NodeSessions:
             owner = key_owner(scope)
             if owner is None:
                 continue
+            if not self._vouch(name, scope, owner):
+                ignored[owner] = ignored.get(owner, 0) + 1
+                continue
             self._held.setdefault(owner, {}).setdefault(f"node:{name}:{sid}", (name, scope))
+        for owner, count in sorted(ignored.items())[:16]:  # names are checked ids: safe to log
+            log.warning(
+                "node %s lists %d session(s) of agent %s under keys this gateway never gave it (or for an "
+                "agent not allowed there): not counted",
+                name,
+                count,
+                owner,
+            )
 
     def answered(self, run_id: str, session_id: str | None) -> None:
         """Run `run_id` answered: its place becomes the session it left running, or is free."""

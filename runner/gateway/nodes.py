@@ -71,13 +71,15 @@ class NodeHub:
         self._retired: set[asyncio.Task[None]] = set()
         self.keys = NodeKeys(services.state_dir)
         self._key: GatewayKey | None = None
-        self.held = NodeSessions()  # each agent's node sessions, counted with its sessions here
+        # Each agent's node sessions, counted with its sessions here (only those the gateway vouches for).
+        self.held = NodeSessions(self._vouched)
         # Runs whose link dropped before they answered: their end comes, once, on a later link.
         self.orphans = Orphans(self.held, lambda key, text: self.services.events.enqueue(key, text))
         self._tasks: set[asyncio.Task[None]] = set()
         self.feed = NodeOutputFeed(services, lambda: self.links)
         self.events = NodeEvents(services, self._runs, self.orphans, self.keys, self.feed)
         services.output.remote = self.feed  # node output goes through the same fan-out as local output
+        services.approvals.generations.listen(self._revoked)
 
     def sync(self) -> dict[str, NodeLink]:
         nodes = self.services.config().nodes
@@ -100,6 +102,22 @@ class NodeHub:
                     gateway_key=self._gateway_key(),
                 )
         return self.links
+
+    def _vouched(self, node: str, scope: str, agent: str) -> bool:
+        """A node's session row counts against `agent` only under a key this gateway sent that node with a
+        run (node-keys.json), and only while the agent may use the node (runner.gateway.node_sessions)."""
+        return self.keys.given(node, scope) and self.services.config().may_use_node(agent, node)
+
+    def _revoked(self, agent: str) -> None:
+        """`agent` was revoked or rotated: the asks its runs in flight relayed and that still wait are
+        denied now (a rotation settles only asks made with the old credential, and a node's carry none);
+        what those runs ask later is denied as it comes (node_asks.relay_approval)."""
+        manager = self.services.approvals
+        for run in list(self._runs.values()):
+            if run.agent_id == agent and manager.generations.stale(agent, run.generation):
+                for record in run.records:
+                    if not record.resolved:
+                        manager.revoke_record(record)
 
     def _gateway_key(self) -> GatewayKey:
         if self._key is None:  # made on first use: a gateway without nodes never needs one
@@ -269,7 +287,20 @@ class NodeHub:
                 owner, run_id, link.name, ctx.scope_key, quota, registry, lambda: self.links
             )
             place = (owner, ctx.scope_key)
-        run = NodeRun(link, run_id, command, sandboxed, started, ctx.agent_id, events_key, place=place)
+        if self.services.approvals.generations.stale(ctx.agent_id, ctx.generation):
+            self.held.answered(run_id, None)  # (no await since its place was given)
+            raise ToolError(f"agent {ctx.agent_id} was revoked (or its credential rotated): nothing sent")
+        run = NodeRun(
+            link,
+            run_id,
+            command,
+            sandboxed,
+            started,
+            ctx.agent_id,
+            events_key,
+            place=place,
+            generation=ctx.generation,
+        )
         run.instance = link.hello.instance if link.hello is not None else ""
         self.keys.give(link.name, events_key)  # its background sessions may report under it later
         self._runs[(link.name, run_id)] = run

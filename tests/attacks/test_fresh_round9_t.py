@@ -60,11 +60,6 @@ async def _socket_exec(state: Path, agent: str, marker: Path) -> dict[str, objec
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: exec-approvals.sock names no principal: its exec frame's agentId is believed, so the one "
-    "shared socket token runs commands under any agent's policy (ops's security=full), anonymous=none or not",
-)
 def test_class2_the_approval_sockets_exec_frame_picks_its_own_agent(state_dir: Path, tmp_path: Path) -> None:
     """The gateway learns who an agent is from the connection, never from a request field (SECURITY.md,
     Principals); the approval socket's client proves only the socket token, which is one for every
@@ -92,12 +87,6 @@ def _node_config(node_table: str) -> str:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node's sessions.list rows name their agent by scopeKey and the gateway counts them "
-    "against that agent's maxSessionsPerAgent (node_sessions._read), even an agent that may not use the "
-    "node: a hostile node locks any agent out of every new session, local ones too",
-)
 def test_class2_a_node_fills_another_agents_session_cap(state_dir: Path, sshd_nodes: list[SshdNode]) -> None:
     from engine import principals
     from engine.protocol.frames import RemoteError
@@ -148,11 +137,6 @@ def test_class2_a_node_fills_another_agents_session_cap(state_dir: Path, sshd_no
 
 
 @pytest.mark.parametrize("verb", ["agents.revoke", "agents.rotate"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a revoke (or a rotation: the old token leaked) settles the agent's asks made so far, but "
-    "its node run in flight still asks after it: the node's ask is filed as the agent and waits for a yes",
-)
 def test_class1_a_revoked_agents_node_run_still_asks(
     state_dir: Path, sshd_nodes: list[SshdNode], verb: str
 ) -> None:
@@ -341,8 +325,8 @@ ASKING = (
 @needs_bwrap
 def test_class2_a_humans_yes_for_one_agent_is_not_another_agents(state_dir: Path, tmp_path: Path) -> None:
     """A human's allow-once on a `request` frame for agent main, claimed by an `exec` frame with the same id
-    and command naming agent ops, is dropped (the grant names its agent): ops's run asks afresh, and the
-    human's no stands."""
+    and command naming agent ops, is never used for ops: the socket's client is main (its shared token
+    proves no other agent), so the frame naming ops is refused before any policy or ask (fix T10)."""
     from engine.approvals.socket.wire import exec_frame, request_decision
 
     write_config(state_dir, ASKING)
@@ -374,5 +358,8 @@ def test_class2_a_humans_yes_for_one_agent_is_not_another_agents(state_dir: Path
 
     outcome = asyncio.run(scenario())
     assert outcome is not None and outcome.get("ok") is False, outcome
-    assert asked == ["main", "ops"]  # ops's run was asked about on its own, and refused
+    error = outcome.get("error")
+    assert isinstance(error, dict) and error.get("code") == "INVALID_REQUEST", outcome
+    assert "names agent ops" in str(error.get("message")), outcome
+    assert asked == ["main"]  # nobody was asked about ops: the frame was refused as not the client's
     assert not marker.exists()

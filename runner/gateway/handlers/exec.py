@@ -37,6 +37,8 @@ async def handle(services: Services, conn: Connection, req: ExecRequest) -> dict
         operator=conn.operator,
         caller=conn.fair_key,
         credential=credential_id(conn.presented) if conn.credential else "",
+        # Stamped as the request is taken up, before any await: a revoke after this ends what it asks.
+        generation=None if conn.operator else services.approvals.generations.current(agent),
         caller_alive=lambda: not conn.closed,
         on_waiting=waiting,
     )
