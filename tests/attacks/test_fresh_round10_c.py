@@ -1,0 +1,103 @@
+"""Fresh round 10, attacker c: issue 27 §3, what runs without an ask takes no influence the operator did not
+grant (attack-classes.md class 4). The attempts that did not work, kept as regressions: an agent's own
+/tmp (engine.commands.hostprivate) holding a workdir link that resolves to another directory on the host
+than in the run's view, a make with no makefile but one it would remake from `Makefile.sh`, and inert env
+keys whose values name paths."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from engine.commands import hostprivate
+from tests.attacks.harness import attempt, refused
+
+GIT = "/usr/bin/git"
+needs_bwrap = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap")
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run([GIT, *args], cwd=cwd, check=True, capture_output=True)
+
+
+@needs_bwrap
+async def test_class4_a_private_tmp_link_that_resolves_elsewhere_in_the_view_is_refused(
+    state_dir: Path,
+) -> None:
+    """The agent's /tmp is its own copy under the state dir, and a workdir in it is decided at that copy's
+    host path but entered by the path the agent named, in the view. A link planted there by an earlier
+    run, `x -> ../../…/<private dir>/build` with enough `..` to reach `/` from either place, resolves on
+    the host to the host's own (the operator's) `build`, an inert repository, and in the view to the
+    agent's copy of `build`, whose config runs a program. The decision vets the host's; the spawn's
+    check of the cwd by inode must refuse the run rather than start an allowlisted `git status` in the
+    agent's repository."""
+    root = state_dir.parent
+    private = root / "tmp"  # the conftest's EXECHOST_HOST_PRIVATE: the dir every agent has its own of
+    host_build = private / "build"
+    host_build.mkdir()
+    _git("init", "-q", ".", cwd=host_build)
+    ((source, _dest),) = hostprivate.binds(str(state_dir), "main", (str(private),))
+    evil = Path(source) / "build"
+    evil.mkdir()
+    _git("init", "-q", ".", cwd=evil)
+    (evil / "f").write_text("x\n")
+    _git("add", "f", cwd=evil)
+    marker = root / "PWNED"
+    _git("config", "core.fsmonitor", f"touch {marker}; false", cwd=evil)
+    os.symlink("../" * 16 + str(private).lstrip("/") + "/build", Path(source) / "x")
+    assert os.path.realpath(Path(source) / "x") == str(host_build)  # the host's reading: the inert one
+
+    details = await attempt(state_dir, "git status --short", allow=[(GIT, None)], workdir=str(private / "x"))
+
+    assert not marker.exists()
+    assert details["status"] == "failed" and "approval-stale" in details["_text"]
+
+
+async def test_class4_make_with_no_makefile_but_one_it_would_remake_asks(state_dir: Path) -> None:
+    """With no default makefile, GNU make tries to remake one by its built-in rules (`%: %.sh` makes
+    `Makefile` from `Makefile.sh`) and then reads it: an allowlisted bare `make` in such a tree would run
+    the recipes of a file nobody named. It asks."""
+    tree = state_dir.parent / "w"
+    tree.mkdir()
+    marker = state_dir.parent / "PWNED"
+    (tree / "Makefile.sh").write_text(f"all:\n\ttouch {marker}\n")
+
+    details = await attempt(state_dir, "make", allow=[("/usr/bin/make", None)], workdir=str(tree))
+
+    assert refused(details), details["_text"]
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"LANG": "../../tmp/x"},
+        {"LC_MESSAGES": "C/../../../tmp/x"},
+        {"LANGUAGE": "en:../../tmp/x"},
+        {"TZ": ":/tmp/zone"},
+        {"tz": "../../../tmp/zone"},  # a key is inert by its name in any case, its value checked alike
+        {"TERM": "x/../../tmp/t"},
+        {"COLUMNS": "80;x"},
+    ],
+)
+async def test_class4_inert_env_keys_with_path_shaped_values_ask(
+    state_dir: Path, env: dict[str, str]
+) -> None:
+    """Locale, zone and terminal keys ride along unasked only with a value of their own grammar: a path
+    in one is a catalogue, zone file or terminfo entry the agent wrote."""
+    tree = state_dir.parent / "w"
+    tree.mkdir()
+    details = await attempt(state_dir, "ls", allow=[("/usr/bin/ls", None)], workdir=str(tree), env=env)
+    assert refused(details), details["_text"]
+
+
+async def test_class4_inert_env_keys_with_their_own_shape_run_unasked(state_dir: Path) -> None:
+    """The control for the test above: the same allowlisted `ls` with well-shaped values runs."""
+    tree = state_dir.parent / "w"
+    tree.mkdir()
+    env = {"LANG": "C.UTF-8", "TZ": "Europe/Paris", "TERM": "xterm-256color", "COLUMNS": "80"}
+    details = await attempt(state_dir, "ls", allow=[("/usr/bin/ls", None)], workdir=str(tree), env=env)
+    assert details["status"] == "completed", details["_text"]
