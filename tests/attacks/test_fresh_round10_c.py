@@ -6,6 +6,7 @@ keys whose values name paths."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -16,6 +17,7 @@ from engine.commands import hostprivate
 from tests.attacks.harness import attempt, refused
 
 GIT = "/usr/bin/git"
+NPM = "/usr/bin/npm"
 needs_bwrap = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap")
 
 
@@ -101,3 +103,42 @@ async def test_class4_inert_env_keys_with_their_own_shape_run_unasked(state_dir:
     env = {"LANG": "C.UTF-8", "TZ": "Europe/Paris", "TERM": "xterm-256color", "COLUMNS": "80"}
     details = await attempt(state_dir, "ls", allow=[("/usr/bin/ls", None)], workdir=str(tree), env=env)
     assert details["status"] == "completed", details["_text"]
+
+
+def _agents_copy(state: Path, path: Path) -> Path:
+    """`path` (in the conftest's private dir) as it is in agent main's own copy: what its runs see there."""
+    private = state.parent / "tmp"
+    binds = hostprivate.binds(str(state), "main", (str(private),))
+    found = hostprivate.source_of(binds, str(path))
+    assert found is not None
+    return Path(found)
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.path.exists(NPM), reason="npm is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a tree program's directory named in its argv (`npm --prefix /tmp/p test`) is vetted at "
+    "the host's path, but in the run's view /tmp is the agent's own copy (hostprivate), where an earlier "
+    "run planted package.json: the allowlisted npm runs its script unasked",
+)
+async def test_class4_npm_prefix_into_the_agents_own_tmp_runs_a_script_nobody_vetted(state_dir: Path) -> None:
+    """An earlier run of the agent left `/tmp/p/package.json` in its own /tmp (every run of the agent
+    shares it). The operator allowlisted npm. `npm --prefix /tmp/p test` from an empty workdir: the
+    decision looks for package.json and .npmrc at the host's /tmp/p (nothing there: no finding, so it
+    runs unasked), while npm in the view reads the agent's copy and runs its `test` script."""
+    root = state_dir.parent
+    planted = _agents_copy(state_dir, root / "tmp" / "p")
+    planted.mkdir(parents=True)
+    marker = root / "PWNED"
+    scripts = {"test": f"touch {marker}"}
+    (planted / "package.json").write_text(json.dumps({"name": "p", "version": "1.0.0", "scripts": scripts}))
+    tree = root / "w"
+    tree.mkdir()
+
+    details = await attempt(
+        state_dir, f"npm --prefix {root / 'tmp' / 'p'} test", allow=[(NPM, None)], workdir=str(tree)
+    )
+
+    assert not marker.exists(), "an allowlisted npm ran the agent's package.json script unasked"
+    assert refused(details), details["_text"]
