@@ -142,3 +142,90 @@ async def test_class4_npm_prefix_into_the_agents_own_tmp_runs_a_script_nobody_ve
 
     assert not marker.exists(), "an allowlisted npm ran the agent's package.json script unasked"
     assert refused(details), details["_text"]
+
+
+_HOST_PATH_VETTED = (
+    "open: a path into a private dir (hostprivate: the agent's own /tmp) named in the argv is vetted at the "
+    "host's path, while the run reads the agent's copy, where an earlier run planted {what}: the allowlisted "
+    "{program} runs it unasked"
+)
+
+
+async def _plant_and_run(state: Path, files: dict[str, str], command: str, program: str) -> tuple[Path, dict]:
+    """Plant `files` in agent main's own copy of <private>/p, then run `command` ({p}: that dir as the
+    run names it; {link}: a link in the workdir to it) allowlisted, from an empty workdir."""
+    root = state.parent
+    named = root / "tmp" / "p"
+    planted = _agents_copy(state, named)
+    planted.mkdir(parents=True)
+    marker = root / "PWNED"
+    for name, body in files.items():
+        (planted / name).write_text(body.format(marker=marker))
+    tree = root / "w"
+    tree.mkdir()
+    os.symlink(named, tree / "l")  # resolves, on the host, to the host's own (empty) <private>/p
+    text = command.format(p=named, link="l")
+    return marker, await attempt(state, text, allow=[(program, None)], workdir=str(tree))
+
+
+_NINJA = {"build.ninja": "rule t\n  command = touch {marker}\nbuild out: t\n"}
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.path.exists("/usr/bin/ninja"), reason="ninja is not installed")
+@pytest.mark.xfail(
+    strict=True, reason=_HOST_PATH_VETTED.format(what="build.ninja", program="ninja -C /tmp/p")
+)
+async def test_class4_ninja_dir_option_into_the_agents_own_tmp_runs_unvetted_build_commands(
+    state_dir: Path,
+) -> None:
+    marker, details = await _plant_and_run(state_dir, _NINJA, "ninja -C {p}", "/usr/bin/ninja")
+    assert not marker.exists(), "an allowlisted ninja ran the agent's build.ninja unasked"
+    assert refused(details), details["_text"]
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.path.exists("/usr/bin/ninja"), reason="ninja is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason=_HOST_PATH_VETTED.format(
+        what="build.ninja", program="ninja -C l (l -> /tmp/p, a link in the workdir)"
+    ),
+)
+async def test_class4_a_workdir_link_into_the_agents_own_tmp_is_followed_to_the_hosts_copy(
+    state_dir: Path,
+) -> None:
+    """The variant a check of the literal word would miss: `-C l`, where `l` in the workdir links to
+    /tmp/p. The decision follows it on the host (the host's empty /tmp/p), the run in the view."""
+    marker, details = await _plant_and_run(state_dir, _NINJA, "ninja -C {link}", "/usr/bin/ninja")
+    assert not marker.exists(), "an allowlisted ninja ran the agent's build.ninja unasked"
+    assert refused(details), details["_text"]
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.path.exists("/usr/bin/cmake"), reason="cmake is not installed")
+@pytest.mark.xfail(
+    strict=True, reason=_HOST_PATH_VETTED.format(what="x.cmake", program="cmake -P /tmp/p/x.cmake")
+)
+async def test_class4_cmake_script_in_the_agents_own_tmp_runs_unbound(state_dir: Path) -> None:
+    """`cmake -P FILE` runs FILE: an argv-named file is bound by its bytes, but only when it exists at the
+    host's path; in the view it is the agent's."""
+    files = {"x.cmake": "file(TOUCH {marker})\n"}
+    marker, details = await _plant_and_run(state_dir, files, "cmake -P {p}/x.cmake", "/usr/bin/cmake")
+    assert not marker.exists(), "an allowlisted cmake ran the agent's script unasked"
+    assert refused(details), details["_text"]
+
+
+@needs_bwrap
+async def test_class4_make_file_option_into_the_agents_own_tmp_stays_absent(state_dir: Path) -> None:
+    """The same plant against make holds: a makefile absent when vetted, in a directory the agent can
+    write, is handed to make as `/dev/null/<name>` (and the default lookup as `-f /dev/null`), so make
+    never reads the agent's copy."""
+    files = {"Makefile": "all:\n\ttouch {marker}\n"}
+    marker, details = await _plant_and_run(state_dir, files, "make -f {p}/Makefile", "/usr/bin/make")
+    assert not marker.exists(), details["_text"]
+    marker.unlink(missing_ok=True)
+    details = await attempt(
+        state_dir, f"make -C {state_dir.parent / 'tmp' / 'p'}", allow=[("/usr/bin/make", None)]
+    )
+    assert not marker.exists(), details["_text"]
