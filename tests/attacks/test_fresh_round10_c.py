@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -160,6 +161,7 @@ async def _plant_and_run(state: Path, files: dict[str, str], command: str, progr
     planted.mkdir(parents=True)
     marker = root / "PWNED"
     for name, body in files.items():
+        (planted / name).parent.mkdir(parents=True, exist_ok=True)
         (planted / name).write_text(body.format(marker=marker))
     tree = root / "w"
     tree.mkdir()
@@ -229,3 +231,28 @@ async def test_class4_make_file_option_into_the_agents_own_tmp_stays_absent(stat
         state_dir, f"make -C {state_dir.parent / 'tmp' / 'p'}", allow=[("/usr/bin/make", None)]
     )
     assert not marker.exists(), details["_text"]
+
+
+PIP3 = shutil.which("pip3")
+
+
+@needs_bwrap
+@pytest.mark.skipif(PIP3 is None, reason="pip is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason=_HOST_PATH_VETTED.format(what="req.txt and a project", program="pip3 install -r /tmp/p/req.txt"),
+)
+async def test_class4_pip_requirements_in_the_agents_own_tmp_build_an_unvetted_project(
+    state_dir: Path,
+) -> None:
+    """pip's requirements files are read by pip's grammar and every project they name is a finding, but
+    the file is read at the host's path (absent: nothing to find), and pip in the view reads the agent's,
+    which names a project whose setup.py runs as pip asks it for metadata (`--dry-run` included)."""
+    assert PIP3 is not None
+    named = state_dir.parent / "tmp" / "p"
+    setup = 'open("{marker}", "w").close()\nfrom setuptools import setup\nsetup(name="pkg", version="1")\n'
+    files = {"req.txt": f"{named}/pkg\n", "pkg/setup.py": setup}
+    command = "pip3 install --dry-run --no-index --no-build-isolation -r {p}/req.txt"
+    marker, details = await _plant_and_run(state_dir, files, command, PIP3)
+    assert not marker.exists(), "an allowlisted pip ran the agent's setup.py unasked"
+    assert refused(details), details["_text"]
