@@ -256,3 +256,27 @@ async def test_class4_pip_requirements_in_the_agents_own_tmp_build_an_unvetted_p
     marker, details = await _plant_and_run(state_dir, files, command, PIP3)
     assert not marker.exists(), "an allowlisted pip ran the agent's setup.py unasked"
     assert refused(details), details["_text"]
+
+
+@needs_bwrap
+async def test_class4_git_dash_c_into_the_agents_own_tmp_runs_none_of_its_config(state_dir: Path) -> None:
+    """git against the same plant holds: the repository found at the host's /tmp/p (none) is what git
+    is pointed at (`GIT_DIR` that does not exist), never the agent's copy with a filter, a textconv, a
+    pager and an fsmonitor in its config."""
+    root = state_dir.parent
+    planted = _agents_copy(state_dir, root / "tmp" / "p")
+    planted.mkdir(parents=True)
+    marker = root / "PWNED"
+    _git("init", "-q", ".", cwd=planted)
+    (planted / "f").write_text("x\n")
+    (planted / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    _git("add", "f", cwd=planted)
+    for key in ("core.fsmonitor", "filter.evil.clean", "diff.evil.textconv", "core.pager"):
+        _git("config", key, f"touch {marker}; cat", cwd=planted)
+    tree = root / "w"
+    tree.mkdir()
+    details = await attempt(
+        state_dir, f"git -C {root / 'tmp' / 'p'} status", allow=[(GIT, None)], workdir=str(tree)
+    )
+    assert not marker.exists(), details["_text"]
+    assert "not a git repository" in details["_text"]
