@@ -280,3 +280,29 @@ async def test_class4_git_dash_c_into_the_agents_own_tmp_runs_none_of_its_config
     )
     assert not marker.exists(), details["_text"]
     assert "not a git repository" in details["_text"]
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.path.exists("/usr/bin/ninja"), reason="ninja is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: ninja changes into its -C dir before it reads its -f file, so `ninja -C sub -f o.ninja` "
+    "reads sub/o.ninja; treecode joins -f to the cwd (./o.ninja: absent, no finding) and the allowlisted "
+    "ninja runs sub/o.ninja's commands unasked",
+)
+async def test_class4_ninja_reads_its_file_option_from_its_dir_option_not_the_cwd(state_dir: Path) -> None:
+    """treecode names the files a tree program reads: `-C` values as directories holding the default
+    build.ninja, `-f` values joined to the cwd. ninja applies `-C` first (its chdir comes before it opens
+    the manifest), so the manifest it runs is the one in the -C directory, which nobody vetted."""
+    root = state_dir.parent
+    tree = root / "w"
+    (tree / "sub").mkdir(parents=True)
+    marker = root / "PWNED"
+    (tree / "sub" / "o.ninja").write_text(f"rule t\n  command = touch {marker}\nbuild out: t\n")
+
+    details = await attempt(
+        state_dir, "ninja -C sub -f o.ninja", allow=[("/usr/bin/ninja", None)], workdir=str(tree)
+    )
+
+    assert not marker.exists(), "an allowlisted ninja ran sub/o.ninja's commands unasked"
+    assert refused(details), details["_text"]
