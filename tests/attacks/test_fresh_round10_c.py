@@ -306,3 +306,29 @@ async def test_class4_ninja_reads_its_file_option_from_its_dir_option_not_the_cw
 
     assert not marker.exists(), "an allowlisted ninja ran sub/o.ninja's commands unasked"
     assert refused(details), details["_text"]
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.path.exists(NPM), reason="npm is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: npm's option parser (nopt) takes unambiguous abbreviations, so `npm --prefi sub test` "
+    "runs sub/package.json's script; treecode knows only `--prefix`/`-C` exactly, vets the cwd (no "
+    "package.json) and the allowlisted npm runs the script unasked",
+)
+async def test_class4_npm_abbreviated_prefix_runs_a_script_nobody_vetted(state_dir: Path) -> None:
+    """treecode's option table for npm matches `--prefix` and `--prefix=` as written; npm expands
+    `--prefi` (and `--prefi=sub`) to `--prefix`, as nopt expands every unambiguous abbreviation."""
+    root = state_dir.parent
+    tree = root / "w"
+    (tree / "sub").mkdir(parents=True)
+    marker = root / "PWNED"
+    scripts = {"test": f"touch {marker}"}
+    (tree / "sub" / "package.json").write_text(
+        json.dumps({"name": "s", "version": "1.0.0", "scripts": scripts})
+    )
+
+    details = await attempt(state_dir, "npm --prefi sub test", allow=[(NPM, None)], workdir=str(tree))
+
+    assert not marker.exists(), "an allowlisted npm ran sub/package.json's script unasked"
+    assert refused(details), details["_text"]
