@@ -332,3 +332,41 @@ async def test_class4_npm_abbreviated_prefix_runs_a_script_nobody_vetted(state_d
 
     assert not marker.exists(), "an allowlisted npm ran sub/package.json's script unasked"
     assert refused(details), details["_text"]
+
+
+MVN = "/usr/bin/mvn"
+_AGENT_C = (
+    "#include <stdio.h>\n"
+    '__attribute__((constructor)) static void hit(void) {{ fclose(fopen("{marker}", "w")); }}\n'
+)
+
+
+@needs_bwrap
+@pytest.mark.skipif(
+    not os.path.exists(MVN) or shutil.which("java") is None or shutil.which("cc") is None,
+    reason="needs maven, a JVM and a C compiler",
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: mvn's launcher walks up from the cwd to the first directory holding .mvn/ and passes "
+    ".mvn/jvm.config to the JVM (-agentpath loads a library); treecode looks for .mvn/jvm.config in the "
+    "cwd only (walk_up=False), so an allowlisted `mvn --version` one directory down loads the agent's code",
+)
+async def test_class4_mvn_reads_jvm_config_from_an_ancestor_nobody_vetted(state_dir: Path) -> None:
+    """Maven's launcher script (find_maven_basedir) takes the nearest ancestor with a `.mvn` directory as
+    the project's base and puts its `.mvn/jvm.config` on java's command line before Maven reads any POM:
+    `-agentpath:` there loads a shared library of the agent's into the JVM of `mvn --version`."""
+    root = state_dir.parent
+    tree = root / "w"
+    (tree / ".mvn").mkdir(parents=True)
+    (tree / "sub").mkdir()
+    marker = root / "PWNED"
+    source = tree / ".mvn" / "a.c"
+    source.write_text(_AGENT_C.format(marker=marker))
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tree / ".mvn" / "a.so"), str(source)], check=True)
+    (tree / ".mvn" / "jvm.config").write_text(f"-agentpath:{tree / '.mvn' / 'a.so'}\n")
+
+    details = await attempt(state_dir, "mvn --version", allow=[(MVN, None)], workdir=str(tree / "sub"))
+
+    assert not marker.exists(), "an allowlisted mvn loaded the agent's library unasked"
+    assert refused(details), details["_text"]
