@@ -350,23 +350,35 @@ _AGENT_C = (
     strict=True,
     reason="open: mvn's launcher walks up from the cwd to the first directory holding .mvn/ and passes "
     ".mvn/jvm.config to the JVM (-agentpath loads a library); treecode looks for .mvn/jvm.config in the "
-    "cwd only (walk_up=False), so an allowlisted `mvn --version` one directory down loads the agent's code",
+    "cwd only (walk_up=False, and mvn's -f is not read), so an allowlisted `mvn --version` one directory "
+    "down, or `mvn -f sub --version`, loads the agent's code",
 )
-async def test_class4_mvn_reads_jvm_config_from_an_ancestor_nobody_vetted(state_dir: Path) -> None:
-    """Maven's launcher script (find_maven_basedir) takes the nearest ancestor with a `.mvn` directory as
-    the project's base and puts its `.mvn/jvm.config` on java's command line before Maven reads any POM:
-    `-agentpath:` there loads a shared library of the agent's into the JVM of `mvn --version`."""
+@pytest.mark.parametrize(
+    ("base", "workdir", "command"),
+    [
+        ("", "sub", "mvn --version"),  # the nearest ancestor with .mvn/
+        ("sub", "", "mvn -f sub --version"),  # -f: the POM's directory is where the walk starts
+    ],
+)
+async def test_class4_mvn_reads_jvm_config_from_an_ancestor_nobody_vetted(
+    state_dir: Path, base: str, workdir: str, command: str
+) -> None:
+    """Maven's launcher script (find_maven_basedir) starts at the cwd, or at the directory `-f` names,
+    takes the nearest directory up from there with a `.mvn` directory as the project's base and puts its
+    `.mvn/jvm.config` on java's command line before Maven reads any POM: `-agentpath:` there loads a
+    shared library of the agent's into the JVM of `mvn --version`."""
     root = state_dir.parent
     tree = root / "w"
-    (tree / ".mvn").mkdir(parents=True)
-    (tree / "sub").mkdir()
+    mvn = tree / base / ".mvn"
+    mvn.mkdir(parents=True)
+    (tree / "sub").mkdir(exist_ok=True)
     marker = root / "PWNED"
-    source = tree / ".mvn" / "a.c"
+    source = mvn / "a.c"
     source.write_text(_AGENT_C.format(marker=marker))
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tree / ".mvn" / "a.so"), str(source)], check=True)
-    (tree / ".mvn" / "jvm.config").write_text(f"-agentpath:{tree / '.mvn' / 'a.so'}\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(mvn / "a.so"), str(source)], check=True)
+    (mvn / "jvm.config").write_text(f"-agentpath:{mvn / 'a.so'}\n")
 
-    details = await attempt(state_dir, "mvn --version", allow=[(MVN, None)], workdir=str(tree / "sub"))
+    details = await attempt(state_dir, command, allow=[(MVN, None)], workdir=str(tree / workdir))
 
     assert not marker.exists(), "an allowlisted mvn loaded the agent's library unasked"
     assert refused(details), details["_text"]
