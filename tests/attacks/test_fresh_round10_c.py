@@ -382,3 +382,30 @@ async def test_class4_mvn_reads_jvm_config_from_an_ancestor_nobody_vetted(
 
     assert not marker.exists(), "an allowlisted mvn loaded the agent's library unasked"
     assert refused(details), details["_text"]
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.path.exists("/usr/bin/cmake"), reason="cmake is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: cmake's source dir is also its positional operand (`cmake ..`, the usual build-dir "
+    "workflow); treecode reads only -S/-B/--build and the cwd, finds no CMakeLists.txt in build/, and "
+    "the allowlisted cmake runs ../CMakeLists.txt's execute_process unasked",
+)
+async def test_class4_cmake_positional_source_dir_runs_a_cmakelists_nobody_vetted(state_dir: Path) -> None:
+    """`cd build && cmake ..`: cmake takes a path operand as the source (or an existing build) directory
+    and runs its CMakeLists.txt (execute_process runs any program at configure time)."""
+    root = state_dir.parent
+    tree = root / "w"
+    (tree / "build").mkdir(parents=True)
+    marker = root / "PWNED"
+    (tree / "CMakeLists.txt").write_text(
+        f"cmake_minimum_required(VERSION 3.10)\nexecute_process(COMMAND touch {marker})\n"
+    )
+
+    details = await attempt(
+        state_dir, "cmake ..", allow=[("/usr/bin/cmake", None)], workdir=str(tree / "build")
+    )
+
+    assert not marker.exists(), "an allowlisted cmake ran ../CMakeLists.txt unasked"
+    assert refused(details), details["_text"]
