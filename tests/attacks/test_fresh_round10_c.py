@@ -409,3 +409,48 @@ async def test_class4_cmake_positional_source_dir_runs_a_cmakelists_nobody_vette
 
     assert not marker.exists(), "an allowlisted cmake ran ../CMakeLists.txt unasked"
     assert refused(details), details["_text"]
+
+
+@needs_bwrap
+@pytest.mark.skipif(PIP3 is None, reason="pip is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a local project named as a file: URL (`pip install file:///w/pkg`, `pkg @ file:///w/pkg`) "
+    "is no PIP_PROJECT finding (operands with :// are left out), unlike `pip install ./pkg`, so the "
+    "allowlisted pip builds it and its setup.py runs unasked",
+)
+@pytest.mark.parametrize("spelling", ["file://{pkg}", "'pkg @ file://{pkg}'"])
+async def test_class4_pip_local_project_as_a_file_url_builds_unasked(state_dir: Path, spelling: str) -> None:
+    """`pip install ./pkg` asks (a project pip builds, its backend runs what the tree holds); the same
+    project named by a file: URL, bare or as a PEP 508 direct reference, is not looked at."""
+    assert PIP3 is not None
+    root = state_dir.parent
+    tree = root / "w"
+    (tree / "pkg").mkdir(parents=True)
+    marker = root / "PWNED"
+    (tree / "pkg" / "setup.py").write_text(
+        f'open("{marker}", "w").close()\nfrom setuptools import setup\nsetup(name="pkg", version="1")\n'
+    )
+    operand = spelling.format(pkg=tree / "pkg")
+    command = f"pip3 install --dry-run --no-index --no-build-isolation {operand}"
+
+    details = await attempt(state_dir, command, allow=[(PIP3, None)], workdir=str(tree))
+
+    assert not marker.exists(), "an allowlisted pip ran the project's setup.py unasked"
+    assert refused(details), details["_text"]
+
+
+@needs_bwrap
+@pytest.mark.skipif(PIP3 is None, reason="pip is not installed")
+async def test_class4_pip_local_project_as_a_path_asks(state_dir: Path) -> None:
+    """The control for the test above: the same project named as a path is a finding and asks."""
+    assert PIP3 is not None
+    root = state_dir.parent
+    tree = root / "w"
+    (tree / "pkg").mkdir(parents=True)
+    marker = root / "PWNED"
+    (tree / "pkg" / "setup.py").write_text(f'open("{marker}", "w").close()\n')
+    command = "pip3 install --dry-run --no-index --no-build-isolation ./pkg"
+    details = await attempt(state_dir, command, allow=[(PIP3, None)], workdir=str(tree))
+    assert refused(details), details["_text"]
+    assert not marker.exists()
