@@ -454,3 +454,30 @@ async def test_class4_pip_local_project_as_a_path_asks(state_dir: Path) -> None:
     details = await attempt(state_dir, command, allow=[(PIP3, None)], workdir=str(tree))
     assert refused(details), details["_text"]
     assert not marker.exists()
+
+
+NPX = "/usr/bin/npx"
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.path.exists(NPX), reason="npm's npx is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `npx ./pkg` installs the local directory package and runs its bin; treecode binds only "
+    "argv-named regular files and node_modules/.bin, so a package directory operand is no finding and "
+    "the allowlisted npx runs the agent's program unasked",
+)
+async def test_class4_npx_local_package_directory_runs_its_bin_unasked(state_dir: Path) -> None:
+    """(`--cache ./c`: npm's default cache is under the home, read-only in the host view.)"""
+    root = state_dir.parent
+    tree = root / "w"
+    (tree / "pkg").mkdir(parents=True)
+    marker = root / "PWNED"
+    manifest = {"name": "pkg", "version": "1.0.0", "bin": {"pkg": "x.sh"}}
+    (tree / "pkg" / "package.json").write_text(json.dumps(manifest))
+    (tree / "pkg" / "x.sh").write_text(f"#!/bin/sh\ntouch {marker}\n")
+
+    details = await attempt(state_dir, "npx --yes --cache ./c ./pkg", allow=[(NPX, None)], workdir=str(tree))
+
+    assert not marker.exists(), "an allowlisted npx ran the agent's package bin unasked"
+    assert refused(details), details["_text"]
