@@ -388,26 +388,35 @@ async def test_class4_mvn_reads_jvm_config_from_an_ancestor_nobody_vetted(
 @pytest.mark.skipif(not os.path.exists("/usr/bin/cmake"), reason="cmake is not installed")
 @pytest.mark.xfail(
     strict=True,
-    reason="open: cmake's source dir is also its positional operand (`cmake ..`, the usual build-dir "
-    "workflow); treecode reads only -S/-B/--build and the cwd, finds no CMakeLists.txt in build/, and "
-    "the allowlisted cmake runs ../CMakeLists.txt's execute_process unasked",
+    reason="open: cmake reads code from directories treecode does not model: a positional source dir "
+    "(`cmake ..`, the usual build-dir workflow) and `--install DIR` (its cmake_install.cmake); treecode "
+    "reads only -S/-B/--build and the cwd, finds nothing, and the allowlisted cmake runs execute_process",
 )
-async def test_class4_cmake_positional_source_dir_runs_a_cmakelists_nobody_vetted(state_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("workdir", "command", "script"),
+    [
+        ("build", "cmake ..", "CMakeLists.txt"),
+        ("", "cmake --install b", "b/cmake_install.cmake"),
+    ],
+)
+async def test_class4_cmake_runs_a_script_from_a_directory_nobody_vetted(
+    state_dir: Path, workdir: str, command: str, script: str
+) -> None:
     """`cd build && cmake ..`: cmake takes a path operand as the source (or an existing build) directory
-    and runs its CMakeLists.txt (execute_process runs any program at configure time)."""
+    and runs its CMakeLists.txt; `cmake --install b` runs b/cmake_install.cmake. execute_process there
+    runs any program."""
     root = state_dir.parent
     tree = root / "w"
     (tree / "build").mkdir(parents=True)
+    (tree / script).parent.mkdir(parents=True, exist_ok=True)
     marker = root / "PWNED"
-    (tree / "CMakeLists.txt").write_text(
+    (tree / script).write_text(
         f"cmake_minimum_required(VERSION 3.10)\nexecute_process(COMMAND touch {marker})\n"
     )
 
-    details = await attempt(
-        state_dir, "cmake ..", allow=[("/usr/bin/cmake", None)], workdir=str(tree / "build")
-    )
+    details = await attempt(state_dir, command, allow=[("/usr/bin/cmake", None)], workdir=str(tree / workdir))
 
-    assert not marker.exists(), "an allowlisted cmake ran ../CMakeLists.txt unasked"
+    assert not marker.exists(), f"an allowlisted cmake ran {script} unasked"
     assert refused(details), details["_text"]
 
 
