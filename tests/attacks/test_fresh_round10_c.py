@@ -472,21 +472,29 @@ NPX = "/usr/bin/npx"
 @pytest.mark.skipif(not os.path.exists(NPX), reason="npm's npx is not installed")
 @pytest.mark.xfail(
     strict=True,
-    reason="open: `npx ./pkg` installs the local directory package and runs its bin; treecode binds only "
-    "argv-named regular files and node_modules/.bin, so a package directory operand is no finding and "
-    "the allowlisted npx runs the agent's program unasked",
+    reason="open: a local package directory operand (`npx ./pkg` runs its bin, `npm install ./pkg` its "
+    "install scripts) is no finding: treecode binds only argv-named regular files and node_modules/.bin, "
+    "and the cwd has no package.json, so the allowlisted npm/npx runs the agent's package unasked",
 )
-async def test_class4_npx_local_package_directory_runs_its_bin_unasked(state_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("program", "command", "manifest"),
+    [
+        (NPX, "npx --yes --cache ./c ./pkg", {"bin": {"pkg": "x.sh"}}),
+        (NPM, "npm install --cache ./c ./pkg", {"scripts": {"postinstall": "sh x.sh"}}),
+    ],
+)
+async def test_class4_npm_local_package_directory_runs_its_code_unasked(
+    state_dir: Path, program: str, command: str, manifest: dict[str, object]
+) -> None:
     """(`--cache ./c`: npm's default cache is under the home, read-only in the host view.)"""
     root = state_dir.parent
     tree = root / "w"
     (tree / "pkg").mkdir(parents=True)
     marker = root / "PWNED"
-    manifest = {"name": "pkg", "version": "1.0.0", "bin": {"pkg": "x.sh"}}
-    (tree / "pkg" / "package.json").write_text(json.dumps(manifest))
+    (tree / "pkg" / "package.json").write_text(json.dumps({"name": "pkg", "version": "1.0.0", **manifest}))
     (tree / "pkg" / "x.sh").write_text(f"#!/bin/sh\ntouch {marker}\n")
 
-    details = await attempt(state_dir, "npx --yes --cache ./c ./pkg", allow=[(NPX, None)], workdir=str(tree))
+    details = await attempt(state_dir, command, allow=[(program, None)], workdir=str(tree))
 
-    assert not marker.exists(), "an allowlisted npx ran the agent's package bin unasked"
+    assert not marker.exists(), "an allowlisted npm ran the agent's package code unasked"
     assert refused(details), details["_text"]
