@@ -498,3 +498,39 @@ async def test_class4_npm_local_package_directory_runs_its_code_unasked(
 
     assert not marker.exists(), "an allowlisted npm ran the agent's package code unasked"
     assert refused(details), details["_text"]
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.path.exists("/usr/bin/cmake"), reason="cmake is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode looks for CMakePresets.json but not CMakeUserPresets.json, which cmake reads "
+    "as well: `cmake --build --preset p` builds the binaryDir a user preset names (never vetted) and its "
+    "Makefile's recipes run under the allowlisted cmake unasked",
+)
+async def test_class4_cmake_user_preset_builds_a_directory_nobody_vetted(state_dir: Path) -> None:
+    """An earlier run configured src/ into b/ (its CMakeLists.txt adds a target that runs a program);
+    the workdir holds only CMakeUserPresets.json naming b/. The cwd has no CMakeLists.txt,
+    CMakeCache.txt or CMakePresets.json: nothing for treecode to find."""
+    root = state_dir.parent
+    tree = root / "w"
+    (tree / "src").mkdir(parents=True)
+    marker = root / "PWNED"
+    (tree / "src" / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.10)\nproject(x NONE)\n"
+        f"add_custom_target(t ALL COMMAND touch {marker})\n"
+    )
+    subprocess.run(["cmake", "-S", "src", "-B", "b"], cwd=tree, check=True, capture_output=True)
+    presets = {
+        "version": 3,
+        "configurePresets": [{"name": "c", "binaryDir": "${sourceDir}/b"}],
+        "buildPresets": [{"name": "p", "configurePreset": "c"}],
+    }
+    (tree / "CMakeUserPresets.json").write_text(json.dumps(presets))
+
+    details = await attempt(
+        state_dir, "cmake --build --preset p", allow=[("/usr/bin/cmake", None)], workdir=str(tree)
+    )
+
+    assert not marker.exists(), "an allowlisted cmake built b/ and ran its recipe unasked"
+    assert refused(details), details["_text"]
