@@ -534,3 +534,34 @@ async def test_class4_cmake_user_preset_builds_a_directory_nobody_vetted(state_d
 
     assert not marker.exists(), "an allowlisted cmake built b/ and ran its recipe unasked"
     assert refused(details), details["_text"]
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: gitvet names every local repository a push starts receive-pack in (its hooks run), but "
+    "looks for it at the host's path; `git push /tmp/dest` (or file:///tmp/dest) reaches the agent's own "
+    "/tmp in the view, where an earlier run made a bare repository with a pre-receive hook: it runs unasked",
+)
+@pytest.mark.parametrize("url", ["{dest}", "file://{dest}"])
+async def test_class4_git_push_into_the_agents_own_tmp_runs_its_hooks(state_dir: Path, url: str) -> None:
+    root = state_dir.parent
+    tree = root / "w"
+    tree.mkdir()
+    _git("init", "-q", ".", cwd=tree)
+    (tree / "f").write_text("x\n")
+    _git("add", "f", cwd=tree)
+    _git("-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "x", cwd=tree)
+    named = root / "tmp" / "dest"
+    planted = _agents_copy(state_dir, named)
+    _git("init", "-q", "--bare", str(planted), cwd=root)
+    marker = root / "PWNED"
+    hook = planted / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+
+    command = f"git push {url.format(dest=named)} HEAD:refs/heads/x"
+    details = await attempt(state_dir, command, allow=[(GIT, None)], workdir=str(tree))
+
+    assert not marker.exists(), "an allowlisted git push ran the agent's pre-receive hook unasked"
+    assert refused(details), details["_text"]
