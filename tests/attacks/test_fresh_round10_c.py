@@ -565,3 +565,35 @@ async def test_class4_git_push_into_the_agents_own_tmp_runs_its_hooks(state_dir:
 
     assert not marker.exists(), "an allowlisted git push ran the agent's pre-receive hook unasked"
     assert refused(details), details["_text"]
+
+
+_BARE_PATH = pytest.mark.xfail(
+    strict=True,
+    reason="open: allow-always saves a program's bare path unless it is on interpreters.RUNNERS, a list of "
+    "bad cases: mvn (and corepack, bun, uv, poetry, tox, gradle, … of treecode's own TREE_PROGRAMS) is "
+    "not on it, so allowing `mvn --version` always lets every later mvn argv run unasked",
+)
+
+
+@pytest.mark.skipif(not os.path.exists(MVN) or not os.path.exists("/usr/bin/ninja"), reason="maven, ninja")
+@pytest.mark.parametrize("argv", [pytest.param("mvn --version", marks=_BARE_PATH), "ninja --version"])
+def test_class4_allow_always_of_a_build_tools_harmless_argv_saves_the_exact_command(
+    state_dir: Path, argv: str
+) -> None:
+    """ninja, npm, cmake and git get the exact command saved (`=command:`); a program that runs what its
+    tree or argv names must get the same, whether or not someone listed it."""
+    from engine.approvals.store import ApprovalsStore
+    from engine.config.loader import load_config
+    from engine.policy.decision import evaluate
+    from tests.helpers.gateway import ALLOWLIST, write_config
+
+    tree = state_dir.parent / "w"
+    tree.mkdir()
+    write_config(state_dir, ALLOWLIST)
+    config = load_config(state_dir / "config.toml")
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    decision = evaluate(argv, config=config, store=store, cwd=str(tree), params={"host": "gateway"})
+    assert decision.verdict == "ask" and "allow-always" in decision.allowed_decisions
+    assert all(p.startswith("=command:") for p in decision.allow_always_patterns), (
+        decision.allow_always_patterns
+    )
