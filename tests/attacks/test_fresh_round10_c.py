@@ -597,3 +597,37 @@ def test_class4_allow_always_of_a_build_tools_harmless_argv_saves_the_exact_comm
     assert all(p.startswith("=command:") for p in decision.allow_always_patterns), (
         decision.allow_always_patterns
     )
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: when the gateway's home is in a private dir (HOME=/tmp, a service account's), the "
+    "agent's copy of that dir is bound last, over the read-only home and its read-only git configs: "
+    "the agent's ~/.gitconfig defines a filter and an allowlisted `git status` runs it unasked",
+)
+async def test_class4_a_home_inside_a_private_dir_is_the_agents(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hostprivate.ops puts a private dir that is the home (or holds it) after the home's read-only
+    bind, so the view's home is the agent's writable copy: its ~/.gitconfig (trusted as the operator's
+    global config, never vetted) and every rc file and PATH entry under it."""
+    root = state_dir.parent
+    private = root / "tmp"
+    monkeypatch.setenv("HOME", str(private))
+    tree = root / "w"
+    tree.mkdir()
+    ident = ("-c", "user.name=a", "-c", "user.email=a@b")
+    _git("init", "-q", ".", cwd=tree)
+    (tree / "f").write_text("x\n")
+    _git(*ident, "add", "f", cwd=tree)
+    _git(*ident, "commit", "-qm", "x", cwd=tree)
+    (tree / ".gitattributes").write_text("* filter=x\n")
+    (tree / "f").write_text("y\n")
+    marker = root / "PWNED"
+    _agents_copy(state_dir, private).mkdir(parents=True, exist_ok=True)
+    (_agents_copy(state_dir, private) / ".gitconfig").write_text(f'[filter "x"]\n\tclean = tee {marker}\n')
+
+    details = await attempt(state_dir, "git status --short", allow=[(GIT, None)], workdir=str(tree))
+
+    assert not marker.exists(), f"an allowlisted git status ran the agent's ~/.gitconfig filter: {details}"
