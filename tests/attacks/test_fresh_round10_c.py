@@ -633,3 +633,26 @@ async def test_class4_a_home_inside_a_private_dir_is_the_agents(
     details = await attempt(state_dir, "git status --short", allow=[(GIT, None)], workdir=str(tree))
 
     assert not marker.exists(), f"an allowlisted git status ran the agent's ~/.gitconfig filter: {details}"
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.path.exists(NPX), reason="npm's npx is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode names every node_modules/.bin npx may run a program from, walking up from the "
+    "cwd only; `npx --prefix sub evil` runs sub/node_modules/.bin/evil, which no vet looked at: the "
+    "allowlisted npx runs it unasked",
+)
+async def test_class4_npx_prefix_runs_a_bin_from_a_node_modules_nobody_vetted(state_dir: Path) -> None:
+    root = state_dir.parent
+    tree = root / "w"
+    bin_dir = tree / "sub" / "node_modules" / ".bin"
+    bin_dir.mkdir(parents=True)
+    marker = root / "PWNED"
+    (bin_dir / "evil").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (bin_dir / "evil").chmod(0o755)
+
+    details = await attempt(state_dir, "npx --prefix sub evil", allow=[(NPX, None)], workdir=str(tree))
+
+    assert not marker.exists(), "an allowlisted npx ran sub/node_modules/.bin/evil unasked"
+    assert refused(details), details["_text"]
