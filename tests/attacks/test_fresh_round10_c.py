@@ -656,3 +656,33 @@ async def test_class4_npx_prefix_runs_a_bin_from_a_node_modules_nobody_vetted(st
 
     assert not marker.exists(), "an allowlisted npx ran sub/node_modules/.bin/evil unasked"
     assert refused(details), details["_text"]
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.path.exists(NPX) or not os.path.exists("/usr/bin/cmake"), reason="npm, cmake")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: only make's, pip's and git's argv are read by their own grammar (make --eval asks); "
+    "npm's and cmake's are not, so `npx -c CMD` (npm exec --call) and `cmake -E env CMD` run a command "
+    "line of the agent's under an allowlist entry for a build tool, unasked",
+)
+@pytest.mark.parametrize(
+    ("program", "command"),
+    [
+        (NPX, "npx --cache ./c -c 'touch {marker}'"),
+        (NPM, "npm exec --cache ./c -c 'touch {marker}'"),
+        ("/usr/bin/cmake", "cmake -E env touch {marker}"),
+    ],
+)
+async def test_class4_a_build_tools_argv_runs_a_command_line_unasked(
+    state_dir: Path, program: str, command: str
+) -> None:
+    root = state_dir.parent
+    tree = root / "w"
+    tree.mkdir()
+    marker = root / "PWNED"
+    details = await attempt(
+        state_dir, command.format(marker=marker), allow=[(program, None)], workdir=str(tree)
+    )
+    assert not marker.exists(), "an allowlisted build tool ran the agent's command line unasked"
+    assert refused(details), details["_text"]
