@@ -686,3 +686,36 @@ async def test_class4_a_build_tools_argv_runs_a_command_line_unasked(
     )
     assert not marker.exists(), "an allowlisted build tool ran the agent's command line unasked"
     assert refused(details), details["_text"]
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.path.exists("/usr/bin/ninja"), reason="ninja is not installed")
+@pytest.mark.parametrize(
+    ("program", "manifest", "body"),
+    [
+        ("/usr/bin/ninja", "build.ninja", "rule t\n  command = touch {marker}\nbuild out: t\n"),
+        ("/usr/bin/make", "Makefile", "all:\n\ttouch {marker}\n"),
+    ],
+)
+async def test_class4_a_manifest_link_into_the_agents_own_tmp_asks(
+    state_dir: Path, program: str, manifest: str, body: str
+) -> None:
+    """The same plant reached through a link in the workdir (`build.ninja -> /tmp/p/build.ninja`) holds:
+    treecode counts a manifest that exists as a link whatever it resolves to on the host (lexists), and
+    a link whose target the host lacks is unreadable, so unbound: ninja asks. make's default lookup finds
+    no regular makefile there and is handed `-f /dev/null`: it runs, reading nothing."""
+    root = state_dir.parent
+    named = root / "tmp" / "p" / manifest
+    planted = _agents_copy(state_dir, named)
+    planted.parent.mkdir(parents=True)
+    marker = root / "PWNED"
+    planted.write_text(body.format(marker=marker))
+    tree = root / "w"
+    tree.mkdir()
+    os.symlink(named, tree / manifest)
+    details = await attempt(state_dir, os.path.basename(program), allow=[(program, None)], workdir=str(tree))
+    assert not marker.exists(), details["_text"]
+    if manifest == "build.ninja":
+        assert refused(details), details["_text"]
+    else:  # make runs, reading /dev/null: "No targets"
+        assert "No targets" in details["_text"], details["_text"]
