@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 from pathlib import Path
@@ -719,3 +720,40 @@ async def test_class4_a_manifest_link_into_the_agents_own_tmp_asks(
         assert refused(details), details["_text"]
     else:  # make runs, reading /dev/null: "No targets"
         assert "No targets" in details["_text"], details["_text"]
+
+
+CARGO = shutil.which("cargo")
+RUSTUP_HOME = os.environ.get("RUSTUP_HOME") or os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".rustup")
+
+
+@needs_bwrap
+@pytest.mark.skipif(
+    CARGO is None or not os.path.isdir(os.path.join(RUSTUP_HOME, "toolchains")) or shutil.which("cc") is None,
+    reason="needs cargo with a rustup toolchain and a C linker",
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `cargo install --path sub` builds sub/ (its build.rs runs); treecode models cargo's -C "
+    "and --manifest-path but not install's --path, vets the cwd (no Cargo.toml) and the allowlisted "
+    "cargo runs the agent's build script unasked",
+)
+async def test_class4_cargo_install_path_runs_a_build_script_nobody_vetted(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert CARGO is not None
+    monkeypatch.setenv(
+        "RUSTUP_HOME", RUSTUP_HOME
+    )  # the gateway's own toolchains (the test's HOME is its own)
+    root = state_dir.parent
+    sub = root / "w" / "sub"
+    (sub / "src").mkdir(parents=True)
+    marker = root / "PWNED"
+    (sub / "Cargo.toml").write_text('[package]\nname = "x"\nversion = "0.1.0"\nedition = "2021"\n')
+    (sub / "build.rs").write_text(f'fn main() {{ std::fs::write("{marker}", "x").unwrap(); }}\n')
+    (sub / "src" / "main.rs").write_text("fn main() {}\n")
+
+    command = "cargo install --offline --path sub --root ./out"
+    details = await attempt(state_dir, command, allow=[(CARGO, None)], workdir=str(root / "w"))
+
+    assert not marker.exists(), "an allowlisted cargo ran sub/build.rs unasked"
+    assert refused(details), details["_text"]
