@@ -1,0 +1,153 @@
+"""Issue 27 §1/class 2, "whose is it?": exec-approvals.sock's `request` frames named their own agent.
+
+The socket's client proves only the shared socket token and the operator's Unix account: it names no agent.
+Fix T10 made its `exec` frames run as the socket's principal; its `request` frames still passed their
+claimed `agentId` on, to the human and to `approvals.relay`. A frame naming `ops` was shown as ops's ask,
+and the human's allow-always saved an allow-always entry for ops: ops's later exec ran unasked, asked for
+by whoever held the shared token. Every frame on the socket is now the socket's principal."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from console.socket_asks import relay_params
+from engine import principals
+from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest
+from engine.approvals.socket.wire import _roundtrip
+from engine.approvals.store import ApprovalsStore
+from engine.protocol.client import ControlClient
+from engine.protocol.frames import RemoteError
+from engine.tools.exec_host import LocalExecHost
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+# Both agents ask a human on an allowlist miss: only an allow-always entry for ops lets ops's `touch` run
+# without ops's own ask.
+CONFIG = """
+[tools.exec]
+host = "gateway"
+security = "allowlist"
+ask = "on-miss"
+askFallback = "deny"
+
+[[agents.list]]
+id = "ops"
+"""
+
+NOBODY = '[gateway]\nanonymous = "none"\n' + CONFIG
+
+
+def _relaying(link: ControlClient, shown: list[PromptRequest]) -> Any:
+    """The console's socket_decider while the gateway is up (console/app.py): every ask is relayed."""
+
+    async def decide(request: PromptRequest) -> str:
+        shown.append(request)
+        answer = await link.request(relay_params(request))
+        return str(answer.get("decision") or "deny")
+
+    return decide
+
+
+async def _request_frame(path: Path, token: str, body: dict[str, Any], rid: str) -> dict[str, Any] | None:
+    frame = {"type": "request", "token": token, "id": rid, "request": body}
+    return await _roundtrip(path, frame, lambda m: m.get("type") == "decision" and m.get("id") == rid, 60)
+
+
+async def _ask_as(state: Path, marker: Path, named: str) -> tuple[dict[str, Any] | None, list[str], Any]:
+    """A `request` frame naming `named`, hosted as the console hosts it and relayed to the gateway; a human
+    answers allow-always to whatever reaches the inbox. Then ops, with its own credential, runs the same
+    command. Returns the socket's answer, the agents the human saw, and ops's exec result."""
+    command = f"/usr/bin/touch {marker}"
+    credential = principals.mint(state, "ops")
+    async with gateway(state):
+        operator = await connect(state)
+        ops = await connect(state, "ops", operator=False, credential=credential)
+        try:
+            path, token = ApprovalsStore(state / "exec-approvals.json").socket_info()
+            shown: list[PromptRequest] = []
+            server = ApprovalSocketServer(
+                path,
+                token,
+                decider=_relaying(operator, shown),
+                exec_handler=LocalExecHost(state / "config.toml"),
+            )
+            seen: list[str] = []
+            async with server:
+                body = {"command": command, "cwd": str(marker.parent), "agentId": named, "host": "gateway"}
+                asked = asyncio.ensure_future(_request_frame(path, token, body, "r-ops"))
+
+                async def pending_or_done() -> object:
+                    if asked.done():
+                        return True
+                    rows = (await operator.request("approvals.pending", {})).get("approvals") or []
+                    return rows or None
+
+                await wait_until(pending_or_done, timeout=60)
+                for row in (await operator.request("approvals.pending", {})).get("approvals") or []:
+                    seen.append(str(row.get("agentId")))
+                    await operator.request("approve", {"id": row["id"], "decision": "allow-always"})
+                answer = await asked
+            run = asyncio.ensure_future(ops.request("exec", {"command": command, "host": "gateway"}))
+
+            async def ops_asked_or_done() -> object:
+                if run.done():
+                    return True
+                rows = (await operator.request("approvals.pending", {})).get("approvals") or []
+                return [r for r in rows if r.get("agentId") == "ops"] or None
+
+            asked_ops = await wait_until(ops_asked_or_done, timeout=60)
+            if isinstance(asked_ops, list):  # ops's own ask: the human says no (it was never theirs to skip)
+                await operator.request("approve", {"id": asked_ops[0]["id"], "decision": "deny"})
+            try:
+                result: Any = await run
+            except RemoteError as exc:
+                result = f"refused: {exc}" + (" (after ops's own ask)" if isinstance(asked_ops, list) else "")
+            return answer, seen, result
+        finally:
+            await operator.close()
+            await ops.close()
+
+
+def test_a_request_frame_naming_ops_saves_nothing_for_ops(state_dir: Path, tmp_path: Path) -> None:
+    """The attack: the frame names ops, the human approves allow-always, ops's later exec runs unasked.
+    Now the frame is refused with a clear error before any human sees it, nothing is saved for ops, and
+    ops's exec is an allowlist miss (ops asks nobody: refused)."""
+    write_config(state_dir, CONFIG)
+    marker = tmp_path / "ops-ran-unasked"
+    answer, seen, result = asyncio.run(_ask_as(state_dir, marker, "ops"))
+    assert not marker.exists(), f"ops ran unasked after a socket ask shown to a human as {seen}: {result}"
+    assert seen == [], f"a human was shown a socket ask as agent {seen}"
+    assert ApprovalsStore(state_dir / "exec-approvals.json").agent("ops").allowlist == []
+    assert answer is not None and answer.get("decision") == "deny", answer
+    error = answer.get("error")
+    assert isinstance(error, dict) and error.get("code") == "INVALID_REQUEST", answer
+    assert "names agent ops" in str(error.get("message")), answer
+
+
+def test_a_request_frame_naming_main_asks_as_main_and_saves_for_main(state_dir: Path, tmp_path: Path) -> None:
+    """What the console relies on keeps working: a frame naming main (or nothing) is main's ask, shown as
+    main, and allow-always saves for main only — ops still gains nothing."""
+    write_config(state_dir, CONFIG)
+    marker = tmp_path / "main-approved"
+    answer, seen, result = asyncio.run(_ask_as(state_dir, marker, "main"))
+    assert answer is not None and answer.get("decision") == "allow-always", answer
+    assert seen == ["main"]
+    assert ApprovalsStore(state_dir / "exec-approvals.json").agent("main").allowlist
+    assert ApprovalsStore(state_dir / "exec-approvals.json").agent("ops").allowlist == []
+    assert not marker.exists(), result  # ops's exec: still its own allowlist miss
+
+
+def test_with_anonymous_none_a_request_frame_asks_nobody(state_dir: Path, tmp_path: Path) -> None:
+    """Under `anonymous = "none"` the shared token proves nobody: no request frame reaches a human, as
+    whatever agent it names (main included), and nothing is saved for anyone."""
+    write_config(state_dir, NOBODY)
+    for named in ("main", "ops"):
+        marker = tmp_path / f"as-{named}"
+        answer, seen, _ = asyncio.run(_ask_as(state_dir, marker, named))
+        assert seen == [], f"a human was shown a socket ask as {seen} though the socket proves nobody"
+        assert answer is not None and answer.get("decision") == "deny", answer
+        assert "proves no agent" in str((answer.get("error") or {}).get("message")), answer
+        assert not marker.exists()
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    assert store.agent("main").allowlist == [] and store.agent("ops").allowlist == []
