@@ -24,9 +24,9 @@ sys.path.insert(0, str(REPO))
 
 from bench.table import ratio, record  # noqa: E402
 from engine.approvals.pending import ApprovalManager, ApprovalRequest  # noqa: E402
+from engine.approvals.socket.principal import frame_agent  # noqa: E402
 from engine.config.model import Config  # noqa: E402
 from engine.nodes.wire import Response  # noqa: E402
-from engine.tools.socket_principal import frame_agent  # noqa: E402
 from runner.gateway.node_sessions import NodeSessions  # noqa: E402
 
 

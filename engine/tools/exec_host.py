@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.approvals.socket.principal import NotThisPrincipal, frame_agent
 from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, PromptRequest
 from engine.approvals.store import ApprovalsStore
 from engine.commands import hostprivate
@@ -28,7 +29,6 @@ from engine.policy.decision import evaluate
 from engine.results import ToolError
 from engine.sandbox import bwraplimits
 from engine.statefs import state_dir
-from engine.tools.socket_principal import NotThisPrincipal, frame_agent
 from engine.unixsock import PeerInfo
 
 OUTPUT_CAP = 200_000  # chars of stdout/stderr returned per exec
@@ -153,6 +153,7 @@ class LocalExecHost:
         config = await asyncio.to_thread(load_config, self.config_path)
         try:
             # Who authenticated on the socket (its shared token: main, or nobody), never the frame's agentId.
+            # The server already made the request its principal's; asked again under this very config.
             agent_id = frame_agent(config, request.agent_id)
         except NotThisPrincipal as exc:
             return ExecOutcome.fail("INVALID_REQUEST", str(exc), "principal")

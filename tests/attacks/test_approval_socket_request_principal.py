@@ -151,3 +151,71 @@ def test_with_anonymous_none_a_request_frame_asks_nobody(state_dir: Path, tmp_pa
         assert not marker.exists()
     store = ApprovalsStore(state_dir / "exec-approvals.json")
     assert store.agent("main").allowlist == [] and store.agent("ops").allowlist == []
+
+
+def test_a_session_key_naming_ops_is_naming_ops(state_dir: Path) -> None:
+    """The variant: a frame naming main (or nothing) whose sessionKey is `agent:ops:…` would be shown to the
+    human as ops's session. It is refused like an agentId naming ops; a plain key is moved into main's
+    namespace (as the gateway does for an agent's connection), so the human sees whose it is."""
+    write_config(state_dir, CONFIG)
+    shown: list[PromptRequest] = []
+
+    async def human(request: PromptRequest) -> str:
+        shown.append(request)
+        return "allow-once"
+
+    async def scenario() -> list[dict[str, Any] | None]:
+        path, token = ApprovalsStore(state_dir / "exec-approvals.json").socket_info()
+        answers = []
+        async with ApprovalSocketServer(path, token, decider=human, config_path=state_dir / "config.toml"):
+            for i, body in enumerate(
+                [
+                    {"command": "true", "sessionKey": "agent:ops:deploy"},
+                    {"command": "true", "agentId": "main", "sessionKey": "agent:ops"},
+                    {"command": "true", "sessionKey": ["agent:ops"]},
+                    {"command": "true", "agentId": ["ops"]},
+                    {"command": "true", "sessionKey": "deploy"},
+                    {"command": "true", "agentId": "main", "sessionKey": "agent:main:deploy"},
+                ]
+            ):
+                answers.append(await _request_frame(path, token, body, f"r{i}"))
+        return answers
+
+    answers = asyncio.run(scenario())
+    for refused in answers[:4]:
+        assert refused is not None and refused.get("decision") == "deny", refused
+        assert (refused.get("error") or {}).get("reason") == "principal", refused
+    assert "sessionKey is agent ops's" in str(answers[0]["error"]["message"])  # type: ignore[index]
+    assert [a and a.get("decision") for a in answers[4:]] == ["allow-once", "allow-once"]
+    assert [(p.agent_id, p.session_key) for p in shown] == [("main", "agent:main:deploy")] * 2
+
+
+def test_the_gateway_takes_no_other_agent_from_a_relay(state_dir: Path) -> None:
+    """`approvals.relay` decides whose the ask is from the gateway's own config, by the same rule: a console
+    that still passed a frame's agentId on (an older one, or anything holding the operator token) cannot
+    file an ask as ops, nor in ops's session, and under `anonymous = "none"` none at all."""
+    from engine.protocol.frames import RemoteError as Refused
+
+    async def relay(config: str, params: dict[str, Any]) -> str:
+        write_config(state_dir, config)
+        async with gateway(state_dir):
+            operator = await connect(state_dir)
+            try:
+                await operator.request("approvals.relay", {"id": "s1", "command": "true", **params})
+            except Refused as exc:
+                return str(exc)
+            finally:
+                await operator.close()
+        return "filed"
+
+    async def scenario() -> list[str]:
+        return [
+            await relay(CONFIG, {"agentId": "ops"}),
+            await relay(CONFIG, {"agentId": "main", "sessionKey": "agent:ops:x"}),
+            await relay(NOBODY, {"agentId": "main"}),
+        ]
+
+    as_ops, ops_key, nobody = asyncio.run(scenario())
+    assert "names agent ops" in as_ops, as_ops
+    assert "sessionKey is agent ops's" in ops_key, ops_key
+    assert "proves no agent" in nobody, nobody

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from engine import jsontext, redact, statefs
+from engine.approvals.socket.principal import REASON as PRINCIPAL
+from engine.approvals.socket.principal import NotThisPrincipal, frame_agent, frame_key
 from engine.approvals.socket.wire import EXEC_TIMEOUT_S as EXEC_TIMEOUT_S
 from engine.approvals.socket.wire import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 from engine.approvals.socket.wire import REQUEST_TIMEOUT_S as REQUEST_TIMEOUT_S
@@ -35,6 +37,7 @@ from engine.approvals.socket.wire import request_decision as request_decision
 from engine.approvals.socket.wire import request_exec as request_exec
 from engine.approvals.socket.wire import sign as sign
 from engine.commands.rawcommand import raw_command_matches
+from engine.config.loader import load_config
 from engine.errors import ExecHostError, InvalidInput
 from engine.unixsock import PeerInfo as PeerInfo
 from engine.unixsock import peer_info, socket_path_problem
@@ -145,7 +148,9 @@ class ApprovalSocketServer:
 
     Hardening beyond OpenClaw's app: a lifetime lock plus a connect probe so a live socket is never
     stolen, same-UID peers only, constant-time token and HMAC compares, a nonce replay cache, a frame
-    cap, a per-peer rate limit and a cap on concurrent connections.
+    cap, a per-peer rate limit and a cap on concurrent connections. Every frame acts as the socket's
+    principal (principal.frame_agent, from the config at `config_path` as it is at that frame): the
+    human is shown that agent and a command runs as it; a frame naming another agent is refused.
     """
 
     def __init__(
@@ -159,6 +164,7 @@ class ApprovalSocketServer:
         rate_limit: RateLimit | None = None,
         max_connections: int = 64,
         clock: Callable[[], float] = time.time,
+        config_path: str | Path | None = None,
     ) -> None:
         if not token:
             raise ApprovalSocketError("approval socket token is empty")
@@ -171,6 +177,7 @@ class ApprovalSocketServer:
         self._rate = rate_limit or RateLimit()
         self._nonces = NonceCache()
         self._clock = clock
+        self._config_path = config_path
         self._slots = asyncio.Semaphore(max_connections)
         self._server: asyncio.Server | None = None
         self._lock_fd: int | None = None
@@ -178,7 +185,7 @@ class ApprovalSocketServer:
         self.stats: dict[str, int] = {"accepted": 0, "rejected": 0}
         # Decisions a human made on `request` frames: id -> (decision, command, cwd, agent, expiry). An
         # `exec` frame's approvalDecision counts only when it names one of these for the same command and
-        # agent (the prompt named the agent: its yes is not another agent's).
+        # agent (the socket's principal then and now: a config change in between voids the yes).
         self._granted: dict[str, tuple[str, str, str | None, str, float]] = {}
 
     async def start(self) -> None:
@@ -312,6 +319,19 @@ class ApprovalSocketServer:
     def _token_ok(self, given: object) -> bool:
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self._token)
 
+    async def _principal(self, named: object, key: object, kind: str) -> tuple[str, str | None]:
+        """The agent this frame acts as and its session key (principal.py, the one rule), under the config
+        as it is now; NotThisPrincipal when it names another agent, or the socket proves nobody (or the
+        config cannot say who)."""
+        try:
+            config = await asyncio.to_thread(load_config, self._config_path)
+        except (ExecHostError, OSError) as exc:
+            raise NotThisPrincipal(
+                f"the config is unreadable, so the socket proves no agent: {exc}"
+            ) from None
+        agent = frame_agent(config, named, kind)
+        return agent, frame_key(agent, key, kind)
+
     async def _on_request(self, frame: dict[str, Any], peer: PeerInfo, writer: asyncio.StreamWriter) -> None:
         rid = _frame_id(frame)
         body = frame.get("request")
@@ -319,11 +339,19 @@ class ApprovalSocketServer:
             self.stats["rejected"] += 1
             await self._send(writer, _deny_frame(rid))
             return
+        try:
+            agent, key = await self._principal(body.get("agentId"), body.get("sessionKey"), "request")
+        except NotThisPrincipal as exc:
+            # Refused before any human sees it: a frame never shows a human, nor saves for, another agent.
+            self.stats["rejected"] += 1
+            error = {"code": "INVALID_REQUEST", "reason": PRINCIPAL, "message": str(exc)}
+            await self._send(writer, {**_deny_frame(rid), "error": error})
+            return
         self.stats["accepted"] += 1
-        prompt = PromptRequest.from_wire(rid, body, peer.pid)
+        prompt = PromptRequest.from_wire(rid, body, peer.pid, agent, key)
         decision = await self._ask(prompt, writer)
         if decision != "deny":
-            self._grant(rid, decision, prompt.command, prompt.cwd, prompt.agent_id or "main")
+            self._grant(rid, decision, prompt.command, prompt.cwd, agent)
         await self._send(writer, {"type": "decision", "id": rid, "decision": decision})
 
     def _grant(self, rid: str, decision: str, command: str, cwd: str | None, agent: str) -> None:
@@ -347,7 +375,7 @@ class ApprovalSocketServer:
             and grant[4] >= self._clock()
             and grant[1] in (command, shlex.join(request.command))
             and (grant[2] is None or grant[2] == request.cwd)
-            and grant[3] == (request.agent_id or "main")
+            and grant[3] == request.agent_id
             and (grant[0] == claimed or (grant[0] == "allow-always" and claimed == "allow-once"))
         ):
             return request
@@ -427,12 +455,18 @@ class ApprovalSocketServer:
         if self._exec_handler is None:
             await reply(ExecOutcome.fail("UNAVAILABLE", "exec host unavailable", "companion-unavailable"))
             return
+        try:
+            agent, key = await self._principal(request.agent_id, request.session_key, "exec")
+        except NotThisPrincipal as exc:
+            self.stats["rejected"] += 1
+            await reply(ExecOutcome.fail("INVALID_REQUEST", str(exc), PRINCIPAL))
+            return
         self.stats["accepted"] += 1
 
         async def decide(prompt: PromptRequest) -> str:
             return await self._ask(prompt, writer)
 
-        request = self._vetted(rid, request)
+        request = self._vetted(rid, dataclasses.replace(request, agent_id=agent, session_key=key))
         try:
             outcome = await self._exec_handler(request, decide, peer)
         except InvalidInput as exc:  # the request's own fault (an agentId that is no id): said as such
