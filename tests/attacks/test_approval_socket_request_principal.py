@@ -219,3 +219,27 @@ def test_the_gateway_takes_no_other_agent_from_a_relay(state_dir: Path) -> None:
     assert "names agent ops" in as_ops, as_ops
     assert "sessionKey is agent ops's" in ops_key, ops_key
     assert "proves no agent" in nobody, nobody
+
+
+def test_the_principal_is_read_at_each_frame(state_dir: Path) -> None:
+    """Nothing is cached: the operator switching `[gateway] anonymous` to "none" refuses the very next frame
+    of a socket already serving, and switching it back lets main ask again."""
+    write_config(state_dir, CONFIG)
+    shown: list[str | None] = []
+
+    async def human(request: PromptRequest) -> str:
+        shown.append(request.agent_id)
+        return "allow-once"
+
+    async def scenario() -> list[str | None]:
+        path, token = ApprovalsStore(state_dir / "exec-approvals.json").socket_info()
+        decisions = []
+        async with ApprovalSocketServer(path, token, decider=human, config_path=state_dir / "config.toml"):
+            for i, config in enumerate((CONFIG, NOBODY, CONFIG)):
+                write_config(state_dir, config)
+                answer = await _request_frame(path, token, {"command": "true"}, f"r{i}")
+                decisions.append(answer.get("decision") if answer else None)
+        return decisions
+
+    assert asyncio.run(scenario()) == ["allow-once", "deny", "allow-once"]
+    assert shown == ["main", "main"]
