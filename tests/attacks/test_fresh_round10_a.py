@@ -1,0 +1,81 @@
+"""Fresh round 10 a (issue 27 §1, attack classes 1 and 2): what a host run of an agent can use by merely
+being there — files of the gateway's account, shared kernel namespaces, sockets — after the per-agent
+private dirs (engine.commands.hostprivate) and the read-only copies of key dirs (engine.commands.dirshadow)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from engine.approvals.store import ApprovalsStore
+from tests.helpers.gateway import ALLOWLIST, connect, gateway, write_config
+from tests.helpers.webconsole import CHROMIUM, serve_web
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+GREP = shutil.which("grep") or "/usr/bin/grep"
+
+
+async def _exec(state: Path, command: str, agent: str = "main", **params: object) -> dict[str, object]:
+    """One exec call on a gateway already running in `state`: its details, with the text as `_text`."""
+    client = await connect(state)
+    try:
+        result = await client.request(
+            "exec", {"command": command, "agentId": agent, "yieldMs": 60000, "timeout": 60, **params}
+        )
+    finally:
+        await client.close()
+    details: dict[str, object] = result["details"]
+    details["_text"] = result["text"]
+    return details
+
+
+@needs_bwrap
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the web console's token lives in the operator's browser history (~/.config/chromium/"
+    "Default/History, Sessions, Cache), in the home every host run reads: an allowlisted `grep -r` of an "
+    "agent prints the console URL, and whoever holds it holds the operator role (approves its own asks)",
+)
+async def test_class1_the_web_console_url_is_read_from_the_operators_browser_profile(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The operator opens the web console in Chromium (its profile where Chromium keeps it, in the
+    home). SECURITY.md: "The only ways to the token are the operator's terminal and the browser's own
+    history, both the operator's" — but the home is every host run's to read (read-only is not hidden).
+    Agent main, whose allowlist holds only grep, reads the URL out of the profile; the URL then opens
+    the console from any local account over loopback."""
+    home = Path(os.environ["HOME"])
+    profile = home / ".config" / "chromium"
+    profile.mkdir(parents=True)
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", GREP, arg_pattern=None)
+    async with gateway(state_dir):
+        console = await serve_web(state_dir)
+        try:
+            # the operator's browser, its profile where Chromium puts it by default ($HOME/.config/chromium)
+            browser = await asyncio.create_subprocess_exec(
+                CHROMIUM or "chromium", "--headless=new", "--no-sandbox", "--disable-gpu",
+                f"--user-data-dir={profile}", "--dump-dom", console.url,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            await asyncio.wait_for(browser.wait(), 60)
+            details = await _exec(
+                state_dir,
+                r"grep -rhaoE 'http://127\.0\.0\.1:[0-9]+/[A-Za-z0-9_-]{20,}/' .config/chromium",
+                workdir=str(home),
+            )
+            found = set(re.findall(r"http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]{20,}/", str(details["_text"])))
+            if console.url in found:
+                # what the agent's own process (any local account) then does with it: the console answers
+                with urllib.request.urlopen(console.url, timeout=10) as resp:
+                    assert resp.status == 200
+            assert console.url not in found, "a host run read the web console's URL (its token)"
+        finally:
+            await console.stop()
