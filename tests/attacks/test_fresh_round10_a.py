@@ -1,6 +1,6 @@
 """Fresh round 10 a (issue 27 §1, attack classes 1 and 2): what a host run of an agent can use by merely
 being there — files of the gateway's account, shared kernel namespaces, sockets — after the per-agent
-private dirs (engine.commands.hostprivate) and the read-only copies of key dirs (engine.commands.dirshadow)."""
+private dirs (engine.commands.hostprivate) and the read-only copies of key dirs (dirshadow)."""
 
 from __future__ import annotations
 
