@@ -8,14 +8,16 @@ import asyncio
 import os
 import re
 import shutil
+import socket
 import subprocess
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from engine import principals
 from engine.approvals.store import ApprovalsStore
-from tests.helpers.gateway import ALLOWLIST, connect, gateway, write_config
+from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
 from tests.helpers.webconsole import CHROMIUM, serve_web
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -124,3 +126,77 @@ async def test_class1_another_agents_sysv_shared_memory_is_read_by_a_host_run(st
             assert "bob-secret-0123" not in str(seen["_text"]), "alice's run read bob's SysV segment"
     finally:
         subprocess.run(["ipcrm", "-M", str(key)], capture_output=True, check=False)
+
+
+# A one-connection command server an agent's background run leaves listening on loopback: it reads one
+# line, runs it with sh, sends back what it printed, and exits.
+_BACKDOOR = """python3 -c "
+import socket, subprocess
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('127.0.0.1', {port}))
+s.listen(1)
+c, _ = s.accept()
+line = c.makefile().readline()
+c.sendall(subprocess.run(['sh', '-c', line], capture_output=True).stdout)
+c.close()
+" """
+
+
+def _listening(port: int) -> bool:
+    """Something listens on 127.0.0.1:`port` (read from /proc/net/tcp: a probe would take the one accept)."""
+    with open("/proc/net/tcp") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    return any(r[1] == f"0100007F:{port:04X}" and r[3] == "0A" for r in rows)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a revoke stops the agent's connections and asks but not its host runs in flight: a "
+    "background session it started keeps running as the gateway's account, so what the agent sends after "
+    "the revoke (to a listener it left on loopback) is acted upon; nothing kills its sessions or cgroup",
+)
+async def test_class1_a_revoked_agents_background_run_still_acts_for_it(state_dir: Path) -> None:
+    """SECURITY.md: "Nothing the agent sends after the revoke is acted upon". Agent ops (a credential,
+    security=full: trusted with the host until revoked) leaves a background run listening on loopback;
+    the operator revokes ops; the agent's own process (any local account reaches loopback) sends a command
+    to its listener, and it runs on the gateway host."""
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n')
+    token = principals.mint(state_dir, "ops")
+    port = _free_port()
+    async with gateway(state_dir):
+        agent = await connect(state_dir, client="ops", operator=False, credential=token)
+        try:
+            started = await agent.request(
+                "exec", {"command": _BACKDOOR.format(port=port), "background": True, "timeout": 120}
+            )
+            assert started["details"]["status"] == "running", started
+        finally:
+            await agent.close()
+
+        await wait_until(
+            lambda: _listening(port), timeout=30
+        )  # never connects: the one connection is the agent's
+        operator = await connect(state_dir)
+        try:
+            revoked = await operator.request("agents.revoke", {"agent": "ops"})
+            assert revoked["revoked"] is True
+        finally:
+            await operator.close()
+        # the agent's own process, after the revoke
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            return  # nothing of the agent's listens any more
+        writer.write(b"echo acted-after-revoke $(id -u)\n")
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 30)
+        writer.close()
+        assert b"acted-after-revoke" not in answer, "a revoked agent's command ran on the gateway host"
