@@ -18,6 +18,7 @@ import pytest
 from engine import principals
 from engine.approvals.store import ApprovalsStore
 from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
+from tests.helpers.sshd import SshdNode
 from tests.helpers.webconsole import CHROMIUM, serve_web
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -200,3 +201,53 @@ async def test_class1_a_revoked_agents_background_run_still_acts_for_it(state_di
         answer = await asyncio.wait_for(reader.read(), 30)
         writer.close()
         assert b"acted-after-revoke" not in answer, "a revoked agent's command ran on the gateway host"
+
+
+@needs_bwrap
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a Unix socket anywhere in the read-only home but ~/.ssh is connect(2)-able from every host "
+    "run: the operator's ssh ControlMaster at a ControlPath under ~/.cache runs a command on the node as the "
+    "node's account (no key needed); private /tmp and ~/.ssh's socket-free copy do not reach it",
+)
+async def test_class1_the_operators_ssh_master_under_the_home_runs_on_the_node(
+    state_dir: Path, sshd_nodes: list[SshdNode]
+) -> None:
+    """The node's key is hidden from host runs and ~/.ssh is a copy without sockets, so a master in
+    ~/.ssh is no way in (round 9 y). Many setups keep masters elsewhere in the home (`ControlPath
+    ~/.cache/ssh/%C`: a short path, off the synced ~/.ssh). The home is bound read-only, and a read-only
+    bind does not stop connect(2)."""
+    alpha = sshd_nodes[0]
+    home = Path(os.environ["HOME"])
+    ctl_dir = home / ".cache" / "ssh"
+    ctl_dir.mkdir(parents=True, mode=0o700)
+    ctl = ctl_dir / "alpha"
+    pwned = alpha.marks / "pwned-a10"
+    config = (state_dir / "config.toml").read_text()
+    write_config(state_dir, '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n' + config)
+    user = os.environ.get("USER") or __import__("pwd").getpwuid(os.getuid()).pw_name
+    opts = ["-o", f"UserKnownHostsFile={alpha.known_hosts}", "-o", "BatchMode=yes", "-p", str(alpha.port)]
+    # the operator's own login to the node, its master kept (ssh -fNM returns once it is up)
+    subprocess.run(
+        ["ssh", "-fNM", "-S", str(ctl), "-o", "ControlPersist=yes", "-i", str(alpha.client_key), *opts,
+         f"{user}@{alpha.addr}"],
+        check=True, timeout=30, capture_output=True,
+    )  # fmt: skip
+    try:
+        async with gateway(state_dir):
+            details = await _exec(
+                state_dir,
+                f"ssh -S {ctl} -o BatchMode=yes x 'echo $SSH_CONNECTION > {pwned}'",
+                "ops",
+                workdir=str(home),
+            )
+        # written by the node's sshd session (its SSH_CONNECTION names the node's address), not the run
+        ran = pwned.read_text() if pwned.exists() else ""
+        assert alpha.addr not in ran, (
+            f"a host run ran a command on the node through {ctl}: {details['_text']}"
+        )
+    finally:
+        subprocess.run(
+            ["ssh", "-S", str(ctl), "-O", "exit", "x"], capture_output=True, timeout=30, check=False
+        )
