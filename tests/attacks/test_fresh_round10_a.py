@@ -251,3 +251,43 @@ async def test_class1_the_operators_ssh_master_under_the_home_runs_on_the_node(
         subprocess.run(
             ["ssh", "-S", str(ctl), "-O", "exit", "x"], capture_output=True, timeout=30, check=False
         )
+
+
+FULL_HOST = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node files sessions per gateway key, but its host view's private dirs (hostprivate), "
+    "kept view and pids cgroup are per bare agent id: gateway B's agent main reads what gateway A's agent "
+    "main left in its node-side /tmp (and plants files A's later runs read)",
+)
+async def test_class2_two_gateways_agents_of_one_name_share_a_nodes_private_tmp(
+    state_dir: Path, sshd_nodes: list[SshdNode], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SECURITY.md: "A node shared by several gateways keeps each one's work apart" — the sessions, events
+    and keys are filed under the gateway key's fingerprint. The private /tmp every agent has in its host
+    view (new this round) is `<node state>/hostprivate/<agentId>`: gateway A's main and gateway B's main
+    (every single-agent gateway's agent is main) get one directory."""
+    alpha = sshd_nodes[0]
+    nodes = (state_dir / "config.toml").read_text()
+    # the node trusts its callers with its host; /var/tmp private (the default's /tmp holds this test
+    # machine's venv, which the node's runs need)
+    (alpha.state_dir / "config.toml").write_text(FULL_HOST + 'hostPrivate = ["/var/tmp"]\n')
+    os.chmod(alpha.state_dir / "config.toml", 0o600)
+    node = {"host": "node", "node": "alpha"}
+    write_config(state_dir, FULL_HOST.replace('"gateway"', '"node"') + nodes)
+    async with gateway(state_dir):
+        left = await _exec(state_dir, "echo gateway-a-secret > /var/tmp/a10-left; pwd", **node)
+        assert left["status"] == "completed", left
+    other = state_dir.parent / "s2"  # another operator's gateway, its own state dir and gateway key
+    other.mkdir(mode=0o700)
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(other))
+    write_config(other, FULL_HOST.replace('"gateway"', '"node"') + nodes)
+    async with gateway(other):
+        seen = await _exec(other, "cat /var/tmp/a10-left; echo end", **node)
+    assert seen["status"] == "completed", seen
+    assert "gateway-a-secret" not in str(seen["_text"]), (
+        "gateway B's agent read gateway A's node-side private dir"
+    )
