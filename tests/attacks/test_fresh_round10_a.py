@@ -12,11 +12,13 @@ import socket
 import subprocess
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
 from engine import principals
 from engine.approvals.store import ApprovalsStore
+from engine.commands import hostprivate
 from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
 from tests.helpers.sshd import SshdNode
 from tests.helpers.webconsole import CHROMIUM, serve_web
@@ -291,3 +293,48 @@ async def test_class2_two_gateways_agents_of_one_name_share_a_nodes_private_tmp(
     assert "gateway-a-secret" not in str(seen["_text"]), (
         "gateway B's agent read gateway A's node-side private dir"
     )
+
+
+@needs_bwrap
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a hostPrivate dir in the home (~/.config) is bound last, over the trusted configs in it: "
+    "the gateway vets git with the real ~/.config/git/config, the run's git reads the agent's private copy, "
+    "so allowlisted `git diff` runs a filter the agent wrote (hostWritable refuses such a dir; hostPrivate not)",
+)
+async def test_class2_a_private_config_dir_in_the_home_is_the_agents_git_config(state_dir: Path) -> None:
+    """`[tools.exec] hostPrivate` accepts `~/…` dirs (a private copy in the home goes last: "the home is
+    bound read-only over it otherwise"). A private ~/.config gives each agent its own — including the
+    path git reads as the operator's global config, which gitvet reads on the host. The agent's copy is
+    its own to write (any of its runs writes there; the test writes what one would): allowlisted `git diff
+    --stat` in a hostWritable repository then runs the agent's clean filter, with no ask."""
+    home = Path(os.environ["HOME"])
+    private = os.environ["EXECHOST_HOST_PRIVATE"]
+    (home / ".config").mkdir()
+    repo = home / "proj"
+    repo.mkdir()
+    marker = Path(private).parent / "filter-ran"  # outside every view's private dirs: the filter's own mark
+    config = ALLOWLIST + f'hostPrivate = ["~/.config", "{private}"]\nhostWritable = ["~/proj"]\n'
+    write_config(state_dir, config)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", shutil.which("git") or "git")
+    git = ["git", "-C", str(repo), "-c", "user.name=o", "-c", "user.email=o@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "a.txt").write_text("one\n")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    (repo / "a.txt").write_text("two\n")
+    async with gateway(state_dir):
+        first = await _exec(state_dir, "git --version", workdir=str(repo))
+        assert first["status"] == "completed", first  # allowlisted: runs unasked (and makes the copies)
+        # what the agent's own runs may write in its private ~/.config
+        copy = hostprivate.agent_dir(str(state_dir), "main") + "/" + quote(str(home / ".config"), safe="")
+        os.makedirs(f"{copy}/git")
+        Path(f"{copy}/git/config").write_text(
+            f"[core]\n\tattributesFile = {home}/.config/git/attributes\n"
+            f'[filter "x"]\n\tclean = "touch {marker}; cat"\n'
+        )
+        Path(f"{copy}/git/attributes").write_text("* filter=x\n")
+        details = await _exec(state_dir, "git diff --stat", workdir=str(repo))
+    assert details["status"] == "completed", details  # allowlisted, no ask
+    assert not marker.exists(), "an allowlisted git ran the agent's filter from its private ~/.config"
