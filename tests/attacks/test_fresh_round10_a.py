@@ -301,7 +301,7 @@ async def test_class2_two_gateways_agents_of_one_name_share_a_nodes_private_tmp(
     strict=True,
     reason="open: a hostPrivate dir in the home (~/.config) is bound last, over the trusted configs in it: "
     "the gateway vets git with the real ~/.config/git/config, the run's git reads the agent's private copy, "
-    "so allowlisted `git diff` runs a filter the agent wrote (hostWritable refuses such a dir; hostPrivate not)",
+    "so allowlisted `git diff` runs a filter the agent wrote (hostWritable refuses the dir, hostPrivate not)",
 )
 async def test_class2_a_private_config_dir_in_the_home_is_the_agents_git_config(state_dir: Path) -> None:
     """`[tools.exec] hostPrivate` accepts `~/…` dirs (a private copy in the home goes last: "the home is
