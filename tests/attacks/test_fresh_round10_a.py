@@ -5,6 +5,7 @@ private dirs (engine.commands.hostprivate) and the read-only copies of key dirs 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import re
 import shutil
@@ -338,3 +339,48 @@ async def test_class2_a_private_config_dir_in_the_home_is_the_agents_git_config(
         details = await _exec(state_dir, "git diff --stat", workdir=str(repo))
     assert details["status"] == "completed", details  # allowlisted, no ask
     assert not marker.exists(), "an allowlisted git ran the agent's filter from its private ~/.config"
+
+
+# keyctl(2) on x86_64: the kernel's key store, per process (session keyring) and per uid, in no namespace
+# a mount or PID namespace makes.
+_SYS_ADD_KEY, _SYS_KEYCTL = 248, 250
+_KEYCTL_JOIN_SESSION_KEYRING, _KEYCTL_INVALIDATE = 1, 21
+_KEY_SPEC_SESSION_KEYRING = -3
+_READ_KEY = """python3 -c "
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+key = libc.syscall(250, 10, -3, b'user', b'a10-krb5-ticket', 0)  # KEYCTL_SEARCH in the session keyring
+buf = ctypes.create_string_buffer(256)
+n = libc.syscall(250, 11, key, buf, 256)  # KEYCTL_READ
+print('key', key, 'read', buf.raw[:max(n, 0)].decode(errors='replace'))
+" """
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="keyctl syscall numbers of x86_64")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: every host run inherits the gateway's session keyring (keyctl, add_key: no seccomp in "
+    "the view, no new session keyring): a Kerberos ticket (KEYRING: ccache), an eCryptfs passphrase or any "
+    "key the operator's login session holds is read by any agent's host run that may run code",
+)
+async def test_class1_the_gateways_session_keyring_is_read_by_a_host_run(state_dir: Path) -> None:
+    """The operator's login session keyring (pam_keyinit makes one per login; krb5's KEYRING: ccaches,
+    eCryptfs and AFS keep credentials there) is the gateway's when it is started from that login, and
+    a keyring is inherited across fork, exec and every namespace bwrap makes. Agent main runs a python3
+    one-liner (security=full here: the question is the view's, not the allowlist's) and reads the key."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    # the operator's login: a session keyring of its own holding a ticket (this thread forks the runs)
+    assert libc.syscall(_SYS_KEYCTL, _KEYCTL_JOIN_SESSION_KEYRING, b"a10-login") > 0
+    key = libc.syscall(
+        _SYS_ADD_KEY, b"user", b"a10-krb5-ticket", b"TGT-of-the-operator", 19, _KEY_SPEC_SESSION_KEYRING
+    )
+    assert key > 0
+    write_config(state_dir, FULL_HOST)
+    try:
+        async with gateway(state_dir):
+            details = await _exec(state_dir, _READ_KEY)
+        assert "TGT-of-the-operator" not in str(details["_text"]), "a host run read the session keyring"
+    finally:
+        libc.syscall(_SYS_KEYCTL, _KEYCTL_INVALIDATE, key)
+        libc.syscall(_SYS_KEYCTL, _KEYCTL_JOIN_SESSION_KEYRING, None)  # a fresh anonymous one for later tests
