@@ -384,3 +384,56 @@ async def test_class1_the_gateways_session_keyring_is_read_by_a_host_run(state_d
     finally:
         libc.syscall(_SYS_KEYCTL, _KEYCTL_INVALIDATE, key)
         libc.syscall(_SYS_KEYCTL, _KEYCTL_JOIN_SESSION_KEYRING, None)  # a fresh anonymous one for later tests
+
+
+DOCKER_SOCK = "/run/docker.sock"
+
+
+async def _relay(path: Path, target: str) -> asyncio.AbstractServer:
+    """A Unix socket at `path` relaying every connection to `target`: the operator's Docker Desktop engine
+    socket (~/.docker/desktop/docker.sock, the `desktop-linux` context's endpoint), played by this host's
+    own engine behind a relay."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_unix_connection(target)
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    return await asyncio.start_unix_server(serve, path=str(path))
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.path.exists(DOCKER_SOCK) or shutil.which("curl") is None, reason="dockerd, curl")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the Docker engine sockets hidden from host runs are a list (/run/docker.sock, "
+    "/var/run/docker.sock, $DOCKER_HOST): Docker Desktop's ~/.docker/desktop/docker.sock (its CLI context's "
+    "endpoint) is connect(2)-able in the read-only home, root-equivalent as the listed ones",
+)
+async def test_class1_a_docker_engine_socket_the_list_does_not_name_is_reached(state_dir: Path) -> None:
+    """Round 5 i closed the Docker API for host runs by binding an empty file over the sockets it knows.
+    Docker Desktop for Linux serves its engine at ~/.docker/desktop/docker.sock and the docker CLI finds it
+    through `currentContext` in ~/.docker/config.json, not DOCKER_HOST: nothing names it to the gateway,
+    and a read-only home does not stop connect(2). Whoever reaches an engine mounts the state dir."""
+    home = Path(os.environ["HOME"])
+    desktop = home / ".docker" / "desktop"
+    desktop.mkdir(parents=True)
+    sock = desktop / "docker.sock"
+    write_config(state_dir, FULL_HOST)
+    relay = await _relay(sock, DOCKER_SOCK)
+    try:
+        async with gateway(state_dir):
+            details = await _exec(state_dir, f"curl -s --unix-socket {sock} http://engine/_ping", "ops")
+        assert str(details.get("aggregated", "")).strip() != "OK", "a host run reached a Docker engine API"
+    finally:
+        relay.close()
+        await relay.wait_closed()
