@@ -20,6 +20,7 @@ import pytest
 from engine import principals
 from engine.approvals.store import ApprovalsStore
 from engine.commands import hostprivate
+from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
 from tests.helpers.sshd import SshdNode
 from tests.helpers.webconsole import CHROMIUM, serve_web
@@ -437,3 +438,66 @@ async def test_class1_a_docker_engine_socket_the_list_does_not_name_is_reached(s
     finally:
         relay.close()
         await relay.wait_closed()
+
+
+# ---- held: attempts that did not work, kept as regression tests -----------------------------------
+
+
+@needs_bwrap
+async def test_a_private_workdir_linked_to_the_state_dir_runs_nothing(state_dir: Path) -> None:
+    """A link in the agent's private /tmp to the state dir, named as the workdir: the gateway decides in
+    `<state>/hostprivate/<agent>/…/w`, which on the host leads through the link into the real state dir,
+    while the run's view shows an empty tmpfs there. The run is held to the decided directory by inode,
+    so it refuses rather than run with the state dir as its cwd."""
+    private = os.environ["EXECHOST_HOST_PRIVATE"]
+    write_config(state_dir, FULL_HOST)
+    async with gateway(state_dir):
+        made = await _exec(state_dir, f"ln -s {state_dir} {private}/w", workdir=private)
+        assert made["status"] == "completed", made
+        for command in ("ls -la; cat operator.json gateway.json", "sh operator.json", "python3 gateway.json"):
+            details = await _exec(state_dir, command, workdir=f"{private}/w")
+            text = str(details["_text"])
+            assert "approval-stale" in text, text
+            assert str(read_token(state_dir, OPERATOR_TOKEN_NAME)) not in text
+
+
+@needs_bwrap
+async def test_a_script_operand_linked_into_the_state_dir_is_not_sealed_into_the_view(
+    state_dir: Path,
+) -> None:
+    """`sh x` / `python3 x` where x (in the agent's private /tmp) links to the state dir's operator.json:
+    the gateway reads operands on the host, where the link leads to the real file; a sealed copy bound
+    at x would hand the run the operator token. Links are not bound: the run finds nothing there."""
+    private = os.environ["EXECHOST_HOST_PRIVATE"]
+    write_config(state_dir, FULL_HOST)
+    async with gateway(state_dir):
+        made = await _exec(
+            state_dir, f"mkdir {private}/w && ln -s {state_dir}/operator.json {private}/w/x", workdir=private
+        )
+        assert made["status"] == "completed", made
+        token = read_token(state_dir, OPERATOR_TOKEN_NAME)
+        assert token
+        for command in ("sh x", "sh ./x", "python3 x", "perl x", "bash x", "cat x"):
+            details = await _exec(state_dir, command, workdir=f"{private}/w")
+            assert token not in str(details["_text"]), command
+
+
+# The operator's program (an X server, a session bus) on an abstract datagram socket: in no directory.
+@needs_bwrap
+async def test_an_abstract_datagram_socket_outside_the_run_takes_no_datagram(state_dir: Path) -> None:
+    """The landlock scope (hostenter.c, ABI 6) is tested for stream connects; a datagram sendto(2) to an
+    abstract address made outside the run is the other way in, and is refused too (EPERM)."""
+    name = f"\0a10-operator-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(name)
+        listener.setblocking(False)
+        send = (
+            'python3 -c "import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); '
+            f"s.sendto(b'from-a-host-run', '\\\\0{name[1:]}')\""
+        )
+        write_config(state_dir, FULL_HOST)
+        async with gateway(state_dir):
+            details = await _exec(state_dir, send)
+        assert "PermissionError" in str(details["_text"]), details
+        with pytest.raises(BlockingIOError):
+            listener.recv(100)
