@@ -573,3 +573,39 @@ async def test_class4_an_ssh_include_glob_dir_made_by_a_host_run_runs_in_the_gat
     leaked = marker.read_text() if marker.exists() else ""
     token = read_token(state_dir, OPERATOR_TOKEN_NAME)
     assert not (token and token in leaked), "the gateway ran a host run's `Match exec` outside every view"
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the program an ssh `Match exec` in ~/.ssh/config names is not kept (only the config and "
+    "its includes are): a host run rewrites a script outside the home (/opt/team/bin/on-vpn) and the "
+    "gateway's next node connect runs it with a shell, outside every view",
+)
+async def test_class4_the_program_an_ssh_match_exec_names_is_rewritten_by_a_host_run(
+    state_dir: Path, sshd_nodes: list[SshdNode]
+) -> None:
+    """`Match exec "/opt/team/bin/on-vpn"` (pick a jump host only off the VPN) is a common ssh config
+    idiom. asyncssh runs it in the gateway at every node connect (config parsing, before any login). The
+    view keeps ~/.ssh and every included file read-only, and the gateway's PATH dirs; not the programs the
+    config runs by path."""
+    home = Path(os.environ["HOME"])
+    team = state_dir.parent / "opt-team-bin"  # the team's tools, writable by the gateway's user
+    team.mkdir()
+    check = team / "on-vpn"
+    check.write_text("#!/bin/sh\nexit 1\n")
+    check.chmod(0o755)
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / ".ssh" / "config").write_text(f'Match exec "{check}"\n  ProxyJump none\n')
+    marker = state_dir.parent / "gateway-ran"
+    nodes = (state_dir / "config.toml").read_text()
+    write_config(state_dir, FULL_HOST.replace('"gateway"', '"auto"') + nodes)
+    async with gateway(state_dir):
+        made = await _exec(
+            state_dir, f"printf '#!/bin/sh\\ncat {state_dir}/operator.json > {marker}\\nexit 1\\n' > {check}"
+        )
+        assert made["status"] == "completed", made
+        await _exec(state_dir, "true", host="node", node="alpha")
+    leaked = marker.read_text() if marker.exists() else ""
+    token = read_token(state_dir, OPERATOR_TOKEN_NAME)
+    assert not (token and token in leaked), "the gateway ran a host run's program outside every view"
