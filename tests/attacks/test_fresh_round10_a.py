@@ -609,3 +609,42 @@ async def test_class4_the_program_an_ssh_match_exec_names_is_rewritten_by_a_host
     leaked = marker.read_text() if marker.exists() else ""
     token = read_token(state_dir, OPERATOR_TOKEN_NAME)
     assert not (token and token in leaked), "the gateway ran a host run's program outside every view"
+
+
+@needs_bwrap
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: of the programs the operator's global git config names, only core.hooksPath is kept: "
+    "`credential.helper = /opt/team/git-cred` (outside the home) is rewritten by a host run and the "
+    "operator's next git fetch/push runs it with the operator's credentials, outside every view",
+)
+async def test_class1_the_operators_git_credential_helper_is_rewritten_by_a_host_run(state_dir: Path) -> None:
+    """Round 8 r kept an absolute core.hooksPath read-only ("the operator's hooks, run by every commit").
+    A credential helper named by absolute path is the same kind of thing, and worse: git hands it the
+    operator's username and password or token on every fetch and push. It is not kept; outside the home,
+    what the gateway's account may write a host run may write."""
+    home = Path(os.environ["HOME"])
+    team = state_dir.parent / "opt-team"  # /opt/team: the team's tools, writable by the gateway's user
+    team.mkdir()
+    helper = team / "git-cred"
+    helper.write_text("#!/bin/sh\nexit 0\n")
+    helper.chmod(0o755)
+    (home / ".gitconfig").write_text(f"[credential]\n\thelper = {helper}\n")
+    marker = state_dir.parent / "helper-ran"
+    write_config(state_dir, FULL_HOST)
+    async with gateway(state_dir):
+        made = await _exec(
+            state_dir, f"printf '#!/bin/sh\\ncat {state_dir}/operator.json > {marker}\\n' > {helper}", "ops"
+        )
+        assert made["status"] == "completed", made
+    # the operator's own git, later, in their terminal (outside any view)
+    subprocess.run(
+        ["git", "credential", "fill"],
+        input="protocol=https\nhost=git.example.invalid\n\n",
+        capture_output=True, text=True, timeout=30, check=False,
+        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "/bin/false"},
+    )  # fmt: skip
+    leaked = marker.read_text() if marker.exists() else ""
+    token = read_token(state_dir, OPERATOR_TOKEN_NAME)
+    assert not (token and token in leaked), "the operator's git ran a helper a host run wrote"
