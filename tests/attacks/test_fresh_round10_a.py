@@ -5,6 +5,7 @@ private dirs (engine.commands.hostprivate) and the read-only copies of key dirs 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import json
 import os
@@ -22,6 +23,7 @@ import pytest
 from engine import principals
 from engine.approvals.store import ApprovalsStore
 from engine.commands import hostprivate
+from engine.protocol.client import ControlClient
 from engine.protocol.frames import OPERATOR_TOKEN_NAME, read_token
 from tests.helpers.browser import browser_image, browser_state, get  # noqa: F401 (fixtures)
 from tests.helpers.gateway import ALLOWLIST, connect, gateway, wait_until, write_config
@@ -648,3 +650,44 @@ async def test_class1_the_operators_git_credential_helper_is_rewritten_by_a_host
     leaked = marker.read_text() if marker.exists() else ""
     token = read_token(state_dir, OPERATOR_TOKEN_NAME)
     assert not (token and token in leaked), "the operator's git ran a helper a host run wrote"
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a daemon autostarted by an agent's client inherits that client's whole env but three "
+    "EXECHOST_* keys, and host runs strip only a list of credential names (AWS_*, GITHUB_TOKEN, NPM_TOKEN, "
+    "…): agent a's ANTHROPIC_API_KEY (or OPENAI_API_KEY, HF_TOKEN, VAULT_TOKEN, PGPASSWORD) is agent b's",
+)
+async def test_class1_the_autostarting_agents_api_key_reaches_every_agents_host_runs(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SECURITY.md: "No command inherits a client's identity" — the fix drops EXECHOST_AGENT_TOKEN,
+    EXECHOST_AGENT_TOKEN_FILE and EXECHOST_GATEWAY_SOCKET from the daemon's env. An agent's MCP server
+    runs in the agent's harness's env, which holds the harness's own model API key; the daemon it starts
+    keeps it, and every host run of every agent inherits the daemon's env, filtered by a list of known
+    credential names that this one is not on. Agent b's allowlist holds only printenv."""
+    config = ALLOWLIST.replace('ask = "on-miss"', 'ask = "off"')
+    write_config(state_dir, config)
+    token_a, token_b = principals.mint(state_dir, "a"), principals.mint(state_dir, "b")
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist(
+        "b", shutil.which("printenv") or "printenv"
+    )
+    secret = "sk-ant-api03-a10-agent-a-own-key"
+    # agent a's MCP server, in its harness's env, is the first client: it starts the daemon
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
+    first = await ControlClient.connect(state_dir, client="mcp-a", autostart=True, credential=token_a)
+    await first.close()
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    b = await ControlClient.connect(state_dir, client="mcp-b", autostart=False, credential=token_b)
+    try:
+        result = await b.request("exec", {"command": "printenv ANTHROPIC_API_KEY", "yieldMs": 60000})
+    finally:
+        await b.close()
+        operator = await connect(state_dir)
+        with contextlib.suppress(Exception):
+            await operator.request("shutdown", {})
+        with contextlib.suppress(Exception):
+            await operator.close()
+    assert result["details"]["status"] in ("completed", "failed"), result  # printenv ran, unasked
+    assert secret not in str(result["text"]), "agent b's host run read agent a's API key"
