@@ -652,6 +652,24 @@ async def test_class1_the_operators_git_credential_helper_is_rewritten_by_a_host
     assert not (token and token in leaked), "the operator's git ran a helper a host run wrote"
 
 
+async def _shutdown_daemon(state: Path) -> None:
+    """Stop the daemon this test's client started (our child: reaped here, never left running)."""
+    pid = int((state / "gateway.pid").read_text().split()[0])
+    operator = await connect(state)
+    with contextlib.suppress(Exception):
+        await operator.request("shutdown", {})
+    with contextlib.suppress(Exception):
+        await operator.close()
+
+    def reaped() -> bool:
+        try:
+            return os.waitpid(pid, os.WNOHANG)[0] == pid
+        except ChildProcessError:
+            return True
+
+    await wait_until(reaped, timeout=30)
+
+
 @needs_bwrap
 @pytest.mark.xfail(
     strict=True,
@@ -684,10 +702,6 @@ async def test_class1_the_autostarting_agents_api_key_reaches_every_agents_host_
         result = await b.request("exec", {"command": "printenv ANTHROPIC_API_KEY", "yieldMs": 60000})
     finally:
         await b.close()
-        operator = await connect(state_dir)
-        with contextlib.suppress(Exception):
-            await operator.request("shutdown", {})
-        with contextlib.suppress(Exception):
-            await operator.close()
+        await _shutdown_daemon(state_dir)
     assert result["details"]["status"] in ("completed", "failed"), result  # printenv ran, unasked
     assert secret not in str(result["text"]), "agent b's host run read agent a's API key"
