@@ -705,3 +705,23 @@ async def test_class1_the_autostarting_agents_api_key_reaches_every_agents_host_
         await _shutdown_daemon(state_dir)
     assert result["details"]["status"] in ("completed", "failed"), result  # printenv ran, unasked
     assert secret not in str(result["text"]), "agent b's host run read agent a's API key"
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="ptrace request numbers of x86_64")
+@pytest.mark.parametrize("pty", [False, True])
+async def test_a_host_run_cannot_ptrace_its_pid_1_out_of_the_abstract_socket_scope(
+    state_dir: Path, pty: bool
+) -> None:
+    """Pid 1 of a run's namespace (exechost-hostenter, its reaper) is outside the landlock domain the
+    command runs in, same uid, and (with no Yama here) would be the command's to attach to: code injected
+    there could connect to the abstract sockets the scope keeps from the command. Landlock refuses a
+    ptrace of a process outside the domain: PTRACE_ATTACH fails with EPERM, as root too."""
+    attach = (
+        'python3 -c "import ctypes; libc = ctypes.CDLL(None, use_errno=True); '
+        "print('attach', libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\""
+    )
+    write_config(state_dir, FULL_HOST)
+    async with gateway(state_dir):
+        details = await _exec(state_dir, attach, pty=pty)
+    assert "attach -1 1" in str(details["_text"]), details  # EPERM
