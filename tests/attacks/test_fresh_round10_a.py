@@ -725,3 +725,50 @@ async def test_a_host_run_cannot_ptrace_its_pid_1_out_of_the_abstract_socket_sco
     async with gateway(state_dir):
         details = await _exec(state_dir, attach, pty=pty)
     assert "attach -1 1" in str(details["_text"]), details  # EPERM
+
+
+# A gateway link spoken by hand: the node's hello, then one system.run, then its answer.
+_NODE_LINK = """python3 -c "
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile('rwb')
+f.readline()
+run = {{'command': ['sh', '-c', sys.argv[2]], 'agentId': 'main'}}
+f.write((json.dumps({{'type': 'req', 'id': '1', 'method': 'system.run', 'params': run}}) + chr(10)).encode())
+f.flush()
+for line in f:
+    if line.startswith(b'{{\\"type\\":\\"res\\"'):
+        print(json.loads(line).get('payload', {{}}).get('stdout'))
+        break
+" {sock} 'cat {state}/operator.json'"""
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a `node run` service on the gateway's host and account (its own state dir) answers any "
+    "same-uid peer on node.sock as a gateway link: a host run speaks the node wire there, and the node's "
+    "run (in the node's view, which does not cover the gateway's state dir) reads the operator token",
+)
+async def test_class1_a_colocated_node_services_socket_is_a_gateway_link_for_a_host_run(
+    state_dir: Path, sshd_nodes: list[SshdNode]
+) -> None:
+    """node.sock is 0600 in the node's 0700 state dir and its service drops a peer of another uid: the
+    kernel's word about the peer is its whole authentication. A node on the gateway's own machine and
+    account (a workstation that is also a node, as in this suite's sshd fixture) has its state dir outside
+    the gateway's, so nothing covers it in the host view, and a host run is that uid."""
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(FULL_HOST + 'hostPrivate = ["/var/tmp"]\n')
+    os.chmod(alpha.state_dir / "config.toml", 0o600)
+    service = alpha.run_service()
+    try:
+        write_config(state_dir, FULL_HOST)
+        async with gateway(state_dir):
+            sock = alpha.state_dir / "node.sock"
+            details = await _exec(state_dir, _NODE_LINK.format(sock=sock, state=state_dir))
+    finally:
+        service.kill()
+        service.wait()
+    token = read_token(state_dir, OPERATOR_TOKEN_NAME)
+    assert not (token and token in str(details["_text"])), "a host run read the state dir through node.sock"
