@@ -445,69 +445,6 @@ async def test_class1_a_docker_engine_socket_the_list_does_not_name_is_reached(s
         await relay.wait_closed()
 
 
-# ---- held: attempts that did not work, kept as regression tests -----------------------------------
-
-
-@needs_bwrap
-async def test_a_private_workdir_linked_to_the_state_dir_runs_nothing(state_dir: Path) -> None:
-    """A link in the agent's private /tmp to the state dir, named as the workdir: the gateway decides in
-    `<state>/hostprivate/<agent>/…/w`, which on the host leads through the link into the real state dir,
-    while the run's view shows an empty tmpfs there. The run is held to the decided directory by inode,
-    so it refuses rather than run with the state dir as its cwd."""
-    private = os.environ["EXECHOST_HOST_PRIVATE"]
-    write_config(state_dir, FULL_HOST)
-    async with gateway(state_dir):
-        made = await _exec(state_dir, f"ln -s {state_dir} {private}/w", workdir=private)
-        assert made["status"] == "completed", made
-        for command in ("ls -la; cat operator.json gateway.json", "sh operator.json", "python3 gateway.json"):
-            details = await _exec(state_dir, command, workdir=f"{private}/w")
-            text = str(details["_text"])
-            assert "approval-stale" in text, text
-            assert str(read_token(state_dir, OPERATOR_TOKEN_NAME)) not in text
-
-
-@needs_bwrap
-async def test_a_script_operand_linked_into_the_state_dir_is_not_sealed_into_the_view(
-    state_dir: Path,
-) -> None:
-    """`sh x` / `python3 x` where x (in the agent's private /tmp) links to the state dir's operator.json:
-    the gateway reads operands on the host, where the link leads to the real file; a sealed copy bound
-    at x would hand the run the operator token. Links are not bound: the run finds nothing there."""
-    private = os.environ["EXECHOST_HOST_PRIVATE"]
-    write_config(state_dir, FULL_HOST)
-    async with gateway(state_dir):
-        made = await _exec(
-            state_dir, f"mkdir {private}/w && ln -s {state_dir}/operator.json {private}/w/x", workdir=private
-        )
-        assert made["status"] == "completed", made
-        token = read_token(state_dir, OPERATOR_TOKEN_NAME)
-        assert token
-        for command in ("sh x", "sh ./x", "python3 x", "perl x", "bash x", "cat x"):
-            details = await _exec(state_dir, command, workdir=f"{private}/w")
-            assert token not in str(details["_text"]), command
-
-
-# The operator's program (an X server, a session bus) on an abstract datagram socket: in no directory.
-@needs_bwrap
-async def test_an_abstract_datagram_socket_outside_the_run_takes_no_datagram(state_dir: Path) -> None:
-    """The landlock scope (hostenter.c, ABI 6) is tested for stream connects; a datagram sendto(2) to an
-    abstract address made outside the run is the other way in, and is refused too (EPERM)."""
-    name = f"\0a10-operator-{os.getpid()}"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
-        listener.bind(name)
-        listener.setblocking(False)
-        send = (
-            'python3 -c "import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); '
-            f"s.sendto(b'from-a-host-run', '\\\\0{name[1:]}')\""
-        )
-        write_config(state_dir, FULL_HOST)
-        async with gateway(state_dir):
-            details = await _exec(state_dir, send)
-        assert "PermissionError" in str(details["_text"]), details
-        with pytest.raises(BlockingIOError):
-            listener.recv(100)
-
-
 @pytest.mark.xfail(
     strict=True,
     reason="open: the browser door rewrites every `ws=<host>/` in CDP's /json answers to carry its token, "
@@ -707,26 +644,6 @@ async def test_class1_the_autostarting_agents_api_key_reaches_every_agents_host_
     assert secret not in str(result["text"]), "agent b's host run read agent a's API key"
 
 
-@needs_bwrap
-@pytest.mark.skipif(os.uname().machine != "x86_64", reason="ptrace request numbers of x86_64")
-@pytest.mark.parametrize("pty", [False, True])
-async def test_a_host_run_cannot_ptrace_its_pid_1_out_of_the_abstract_socket_scope(
-    state_dir: Path, pty: bool
-) -> None:
-    """Pid 1 of a run's namespace (exechost-hostenter, its reaper) is outside the landlock domain the
-    command runs in, same uid, and (with no Yama here) would be the command's to attach to: code injected
-    there could connect to the abstract sockets the scope keeps from the command. Landlock refuses a
-    ptrace of a process outside the domain: PTRACE_ATTACH fails with EPERM, as root too."""
-    attach = (
-        'python3 -c "import ctypes; libc = ctypes.CDLL(None, use_errno=True); '
-        "print('attach', libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\""
-    )
-    write_config(state_dir, FULL_HOST)
-    async with gateway(state_dir):
-        details = await _exec(state_dir, attach, pty=pty)
-    assert "attach -1 1" in str(details["_text"]), details  # EPERM
-
-
 # A gateway link spoken by hand: the node's hello, then one system.run, then its answer.
 _NODE_LINK = """python3 -c "
 import json, socket, sys
@@ -822,3 +739,86 @@ async def test_class1_a_mount_made_under_the_home_after_a_run_started_is_writabl
     finally:
         subprocess.run(["umount", "-l", str(vault)], capture_output=True, check=False)
         subprocess.run(["umount", "-l", str(home)], capture_output=True, check=False)
+
+
+# ---- held: attempts that did not work, kept as regression tests -----------------------------------
+
+
+@needs_bwrap
+async def test_a_private_workdir_linked_to_the_state_dir_runs_nothing(state_dir: Path) -> None:
+    """A link in the agent's private /tmp to the state dir, named as the workdir: the gateway decides in
+    `<state>/hostprivate/<agent>/…/w`, which on the host leads through the link into the real state dir,
+    while the run's view shows an empty tmpfs there. The run is held to the decided directory by inode,
+    so it refuses rather than run with the state dir as its cwd."""
+    private = os.environ["EXECHOST_HOST_PRIVATE"]
+    write_config(state_dir, FULL_HOST)
+    async with gateway(state_dir):
+        made = await _exec(state_dir, f"ln -s {state_dir} {private}/w", workdir=private)
+        assert made["status"] == "completed", made
+        for command in ("ls -la; cat operator.json gateway.json", "sh operator.json", "python3 gateway.json"):
+            details = await _exec(state_dir, command, workdir=f"{private}/w")
+            text = str(details["_text"])
+            assert "approval-stale" in text, text
+            assert str(read_token(state_dir, OPERATOR_TOKEN_NAME)) not in text
+
+
+@needs_bwrap
+async def test_a_script_operand_linked_into_the_state_dir_is_not_sealed_into_the_view(
+    state_dir: Path,
+) -> None:
+    """`sh x` / `python3 x` where x (in the agent's private /tmp) links to the state dir's operator.json:
+    the gateway reads operands on the host, where the link leads to the real file; a sealed copy bound
+    at x would hand the run the operator token. Links are not bound: the run finds nothing there."""
+    private = os.environ["EXECHOST_HOST_PRIVATE"]
+    write_config(state_dir, FULL_HOST)
+    async with gateway(state_dir):
+        made = await _exec(
+            state_dir, f"mkdir {private}/w && ln -s {state_dir}/operator.json {private}/w/x", workdir=private
+        )
+        assert made["status"] == "completed", made
+        token = read_token(state_dir, OPERATOR_TOKEN_NAME)
+        assert token
+        for command in ("sh x", "sh ./x", "python3 x", "perl x", "bash x", "cat x"):
+            details = await _exec(state_dir, command, workdir=f"{private}/w")
+            assert token not in str(details["_text"]), command
+
+
+# The operator's program (an X server, a session bus) on an abstract datagram socket: in no directory.
+@needs_bwrap
+async def test_an_abstract_datagram_socket_outside_the_run_takes_no_datagram(state_dir: Path) -> None:
+    """The landlock scope (hostenter.c, ABI 6) is tested for stream connects; a datagram sendto(2) to an
+    abstract address made outside the run is the other way in, and is refused too (EPERM)."""
+    name = f"\0a10-operator-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(name)
+        listener.setblocking(False)
+        send = (
+            'python3 -c "import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); '
+            f"s.sendto(b'from-a-host-run', '\\\\0{name[1:]}')\""
+        )
+        write_config(state_dir, FULL_HOST)
+        async with gateway(state_dir):
+            details = await _exec(state_dir, send)
+        assert "PermissionError" in str(details["_text"]), details
+        with pytest.raises(BlockingIOError):
+            listener.recv(100)
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="ptrace request numbers of x86_64")
+@pytest.mark.parametrize("pty", [False, True])
+async def test_a_host_run_cannot_ptrace_its_pid_1_out_of_the_abstract_socket_scope(
+    state_dir: Path, pty: bool
+) -> None:
+    """Pid 1 of a run's namespace (exechost-hostenter, its reaper) is outside the landlock domain the
+    command runs in, same uid, and (with no Yama here) would be the command's to attach to: code injected
+    there could connect to the abstract sockets the scope keeps from the command. Landlock refuses a
+    ptrace of a process outside the domain: PTRACE_ATTACH fails with EPERM, as root too."""
+    attach = (
+        'python3 -c "import ctypes; libc = ctypes.CDLL(None, use_errno=True); '
+        "print('attach', libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\""
+    )
+    write_config(state_dir, FULL_HOST)
+    async with gateway(state_dir):
+        details = await _exec(state_dir, attach, pty=pty)
+    assert "attach -1 1" in str(details["_text"]), details  # EPERM
