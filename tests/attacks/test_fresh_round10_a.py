@@ -741,6 +741,38 @@ async def test_class1_a_mount_made_under_the_home_after_a_run_started_is_writabl
         subprocess.run(["umount", "-l", str(home)], capture_output=True, check=False)
 
 
+@needs_bwrap
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the gateway's PATH dirs are kept read-only only when present (hostview.trusted_dirs): a "
+    "missing one outside the home (a tool dir not installed yet) is made by a host run, which puts a `git` "
+    "there ahead of /usr/bin: the operator's next git (and every later run's) runs it outside any view",
+)
+async def test_class4_a_missing_path_dir_of_the_gateway_is_made_by_a_host_run(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SECURITY.md: "Protected: everything the gateway or a program it trusts reads, present or not", and
+    the PATH's directories "(a program found there runs in the gateway's later commands)". Missing import
+    paths are made and kept (`_make_import_paths`); a missing PATH dir is not: PATH templates name
+    /home/linuxbrew/.linuxbrew/bin, /usr/local/go/bin, /opt/<tool>/bin before the tool is installed."""
+    tools = state_dir.parent / "opt-tools" / "bin"  # named in PATH, not there yet; its parent is writable
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    marker = state_dir.parent / "git-ran"
+    planted = f'#!/bin/sh\\ncat {state_dir}/operator.json > {marker}\\nexec /usr/bin/git \\"\\$@\\"\\n'
+    write_config(state_dir, FULL_HOST)
+    async with gateway(state_dir):
+        made = await _exec(
+            state_dir, f"mkdir -p {tools} && printf '{planted}' > {tools}/git && chmod +x {tools}/git"
+        )
+        assert made["status"] == "completed", made
+    # the operator's own shell, later, with the same PATH
+    subprocess.run(["git", "--version"], capture_output=True, timeout=30, check=False)
+    leaked = marker.read_text() if marker.exists() else ""
+    token = read_token(state_dir, OPERATOR_TOKEN_NAME)
+    assert not (token and token in leaked), "the operator's git was one a host run put in a PATH dir"
+
+
 # ---- held: attempts that did not work, kept as regression tests -----------------------------------
 
 
