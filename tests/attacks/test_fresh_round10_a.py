@@ -854,3 +854,35 @@ async def test_a_host_run_cannot_ptrace_its_pid_1_out_of_the_abstract_socket_sco
     async with gateway(state_dir):
         details = await _exec(state_dir, attach, pty=pty)
     assert "attach -1 1" in str(details["_text"]), details  # EPERM
+
+
+@needs_bwrap
+async def test_a_script_in_the_private_tmp_rewritten_after_its_ask_does_not_run(state_dir: Path) -> None:
+    """A workdir in the agent's private /tmp is decided in its copy under the state dir, where the view
+    cannot see (the pinned view names host paths: see the report on git there). The script the ask was
+    made for is still bound: rewritten between the ask and the yes, the run is refused as stale."""
+    private = os.environ["EXECHOST_HOST_PRIVATE"]
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            await client.request(
+                "exec", {"command": "true", "agentId": "main", "workdir": private, "yieldMs": 30000}
+            )  # makes the agent's copies
+            copy = Path(hostprivate.agent_dir(str(state_dir), "main")) / quote(private, safe="")
+            (copy / "s.sh").write_text("echo approved-bytes\n")
+            asked = await client.request(
+                "exec", {"command": "sh s.sh", "agentId": "main", "workdir": private, "yieldMs": 30000}
+            )
+            assert asked["details"]["status"] == "approval-pending", asked
+            (copy / "s.sh").write_text("echo rewritten-after-the-ask\n")  # the agent's own, meanwhile
+            await client.request("approve", {"id": asked["details"]["approvalId"], "decision": "allow-once"})
+
+            async def told() -> str:
+                events = (await client.request("events", {}))["events"]
+                return " ".join(str(e.get("text")) for e in events if "sh s.sh" in str(e.get("text")))
+
+            text = await wait_until(told, timeout=30)
+        finally:
+            await client.close()
+    assert "approval-stale" in text and "rewritten-after-the-ask" not in text, text
