@@ -774,19 +774,14 @@ async def test_class4_a_missing_path_dir_of_the_gateway_is_made_by_a_host_run(
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: hostprivate.binds makes the gateway's TMPDIR in the agent's copy with os.makedirs, which "
-    "follows a link the agent planted there: the gateway (outside every view) makes a directory in the "
-    "read-only home or in another agent's private dir; a dangling link makes the agent's exec fail instead",
-)
 async def test_class2_the_gateway_makes_its_tmpdir_through_a_link_in_the_agents_copy(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A TMPDIR under a private dir (pam_tmpdir's /tmp/user/UID, a gateway's own /tmp/gw) is made in each
     agent's copy so mktemp works. The copy is the agent's to write: alice replaces the directory on the
     way with a link to ~/.config/git (her run cannot write there: the home is read-only in her view), and
-    her next run has the gateway make `hooks` there, on the host."""
+    her next run had the gateway make `hooks` there, on the host (os.makedirs followed the link). Fixed on
+    this branch: the copy's dirs are made by fd, no link followed (hostprivate._make_in_copy)."""
     private = os.environ["EXECHOST_HOST_PRIVATE"]
     home = Path(os.environ["HOME"])
     (home / ".config" / "git").mkdir(parents=True)
@@ -801,6 +796,9 @@ async def test_class2_the_gateway_makes_its_tmpdir_through_a_link_in_the_agents_
         )
         assert planted["status"] == "completed", planted
         await _exec(state_dir, "true", "alice")
+        # an agent that planted nothing has the gateway's TMPDIR in its copy, nested as it is named
+        made = await _exec(state_dir, 'mktemp -p "$TMPDIR"', "bob")
+        assert made["status"] == "completed" and f"{private}/gw/hooks/" in str(made["_text"]), made
     assert not (home / ".config" / "git" / "hooks").exists(), "the gateway made a directory in the home"
 
 
