@@ -603,12 +603,6 @@ async def _shutdown_daemon(state: Path) -> None:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a daemon autostarted by an agent's client inherits that client's whole env but three "
-    "EXECHOST_* keys, and host runs strip only a list of credential names (AWS_*, GITHUB_TOKEN, NPM_TOKEN, "
-    "…): agent a's ANTHROPIC_API_KEY (or OPENAI_API_KEY, HF_TOKEN, VAULT_TOKEN, PGPASSWORD) is agent b's",
-)
 async def test_class1_the_autostarting_agents_api_key_reaches_every_agents_host_runs(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
