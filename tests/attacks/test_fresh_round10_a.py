@@ -167,12 +167,6 @@ def _free_port() -> int:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a revoke stops the agent's connections and asks but not its host runs in flight: a "
-    "background session it started keeps running as the gateway's account, so what the agent sends after "
-    "the revoke (to a listener it left on loopback) is acted upon; nothing kills its sessions or cgroup",
-)
 async def test_class1_a_revoked_agents_background_run_still_acts_for_it(state_dir: Path) -> None:
     """SECURITY.md: "Nothing the agent sends after the revoke is acted upon". Agent ops (a credential,
     security=full: trusted with the host until revoked) leaves a background run listening on loopback;
