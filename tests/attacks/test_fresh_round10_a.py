@@ -439,12 +439,6 @@ async def test_class1_a_docker_engine_socket_the_list_does_not_name_is_reached(s
         await relay.wait_closed()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the browser door rewrites every `ws=<host>/` in CDP's /json answers to carry its token, "
-    "so /json/list's devtoolsFrontendUrl (https://chrome-devtools-frontend.appspot.com/…?ws=127.0.0.1:P/"
-    "<token>/…) puts the door's token in a URL of another origin: its logs, the operator's browser history",
-)
 @pytest.mark.usefixtures("browser_state")  # the real browser image, this state dir's browsers removed after
 async def test_class1_the_browser_doors_token_is_put_in_a_devtools_url_of_another_origin(
     state_dir: Path,
