@@ -1,0 +1,93 @@
+"""Round 10, fresh attacker e (issue 27 §5, class 8 and the content binding of approvals): an ask is
+approved, then the agent rewrites a file, and the run must still execute only the bytes that were shown."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+ASK = '[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\nask = "on-miss"\n'
+
+
+async def approved_run(
+    state: Path,
+    command: str,
+    workdir: Path,
+    rewrite: Callable[[], None],
+    decision: str = "allow-once",
+    env: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The agent asks to run `command`; while the ask waits, `rewrite` changes the agent's files; the
+    operator approves with `decision`. The ask as the operator saw it, and the run's result."""
+    write_config(state, ASK)
+    async with gateway(state):
+        operator = await connect(state, "op")
+        agent = await connect(state, "ag")
+        try:
+            await operator.request("approvals.attach", {})
+            params: dict[str, Any] = {"command": command, "agentId": "main", "workdir": str(workdir)}
+            if env:
+                params["env"] = env
+            run = asyncio.ensure_future(agent.request("exec", params))
+            rows = await wait_until(operator.pending_approvals, 30)
+            rewrite()
+            await operator.request("approve", {"id": rows[0]["id"], "decision": decision})
+            result = await asyncio.wait_for(run, 60)
+        finally:
+            await agent.close()
+            await operator.close()
+    return rows[0], result
+
+
+def workdir(state: Path, files: dict[str, str]) -> Path:
+    work = state.parent / "w"
+    work.mkdir()
+    for name, text in files.items():
+        (work / name).write_text(text)
+    return work
+
+
+def bound_paths(ask: dict[str, Any]) -> list[str]:
+    return [Path(row["path"]).name for row in ask.get("contentDigests") or []]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: interpoptions reads a shell's `-o`/`-O` in a cluster (`-ox`) as taking the rest of the "
+    "word, but sh/bash/dash/busybox take the NEXT word whatever follows in the cluster: `bash -ox errexit "
+    "s.sh` binds 'errexit' (absent) as the script and leaves s.sh unbound: a rewrite after allow-once runs",
+)
+def test_class5_shell_o_in_a_cluster_takes_the_next_word_so_the_script_is_unbound(state_dir: Path) -> None:
+    work = workdir(state_dir, {"s.sh": "echo APPROVED\n"})
+
+    def rewrite() -> None:
+        (work / "s.sh").write_text("echo PAYLOAD\n")
+
+    ask, result = asyncio.run(approved_run(state_dir, "bash -ox errexit s.sh", work, rewrite))
+    assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
+    assert "s.sh" in bound_paths(ask)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: awk with two `-f` files binds only the first (scriptfiles.FILE_FLAG finds one operand); "
+    "the proof refuses allow-always ('more than one program file') but allow-once runs the second file as "
+    "it is at the run, so a rewrite of b.awk after the approval runs",
+)
+def test_class5_awk_second_program_file_is_not_bound_on_allow_once(state_dir: Path) -> None:
+    if shutil.which("awk") is None:
+        pytest.skip("awk is not installed")
+    work = workdir(state_dir, {"a.awk": 'BEGIN { print "A" }\n', "b.awk": 'BEGIN { print "B" }\n'})
+
+    def rewrite() -> None:
+        (work / "b.awk").write_text('BEGIN { print "PAYLOAD" }\n')
+
+    ask, result = asyncio.run(approved_run(state_dir, "awk -f a.awk -f b.awk /dev/null", work, rewrite))
+    assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
