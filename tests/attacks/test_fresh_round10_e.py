@@ -75,19 +75,41 @@ def test_class5_shell_o_in_a_cluster_takes_the_next_word_so_the_script_is_unboun
     assert "s.sh" in bound_paths(ask)
 
 
+_PROGRAM_FILES = [
+    ("awk -f a.awk -f b.awk /dev/null", "b.awk", 'BEGIN { print "PAYLOAD" }\n'),
+    ("awk -fb.awk /dev/null", "b.awk", 'BEGIN { print "PAYLOAD" }\n'),
+    # GNU sed's `e` runs a shell command: approving a sed gave the agent a shell.
+    ("sed -n -f a.sed -f b.sed a.sed", "b.sed", "1e echo PAYLOAD\n"),
+    ("sed -n -fb.sed a.sed", "b.sed", "1e echo PAYLOAD\n"),
+    ("sed -n --file=b.sed a.sed", "b.sed", "1e echo PAYLOAD\n"),
+    ("sed -n -e 1p --file b.sed a.sed", "b.sed", "1e echo PAYLOAD\n"),
+]
+
+
 @pytest.mark.xfail(
     strict=True,
-    reason="open: awk with two `-f` files binds only the first (scriptfiles.FILE_FLAG finds one operand); "
-    "the proof refuses allow-always ('more than one program file') but allow-once runs the second file as "
-    "it is at the run, so a rewrite of b.awk after the approval runs",
+    reason="open: sed/awk program files are found by one exact separate `-f` (scriptfiles.FILE_FLAG, first "
+    "only): a second -f, `-fFILE`, `--file=FILE`, `--file FILE` are not bound; the proof refuses "
+    "allow-always but allow-once runs the file as it is at the run (sed's `e` then runs any shell command)",
 )
-def test_class5_awk_second_program_file_is_not_bound_on_allow_once(state_dir: Path) -> None:
-    if shutil.which("awk") is None:
-        pytest.skip("awk is not installed")
-    work = workdir(state_dir, {"a.awk": 'BEGIN { print "A" }\n', "b.awk": 'BEGIN { print "B" }\n'})
+@pytest.mark.parametrize(("command", "name", "payload"), _PROGRAM_FILES)
+def test_class5_sed_awk_program_file_spellings_are_not_bound_on_allow_once(
+    state_dir: Path, command: str, name: str, payload: str
+) -> None:
+    if shutil.which(command.split()[0]) is None:
+        pytest.skip(f"{command.split()[0]} is not installed")
+    work = workdir(
+        state_dir,
+        {
+            "a.awk": 'BEGIN { print "A" }\n',
+            "b.awk": 'BEGIN { print "B" }\n',
+            "a.sed": "1p\n",
+            "b.sed": "1p\n",
+        },
+    )
 
     def rewrite() -> None:
-        (work / "b.awk").write_text('BEGIN { print "PAYLOAD" }\n')
+        (work / name).write_text(payload)
 
-    ask, result = asyncio.run(approved_run(state_dir, "awk -f a.awk -f b.awk /dev/null", work, rewrite))
+    ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
