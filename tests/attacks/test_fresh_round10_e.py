@@ -113,3 +113,34 @@ def test_class5_sed_awk_program_file_spellings_are_not_bound_on_allow_once(
 
     ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
+
+
+_UNWRAPPED = [
+    "nohup sh s.sh",
+    "setsid -w sh s.sh",
+    "busybox sh s.sh",
+    "ionice -c 3 sh s.sh",
+    "taskset 1 sh s.sh",
+    "chrt -o 0 sh s.sh",
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a wrapper exechost does not unwrap (nohup, setsid, busybox, ionice, taskset, chrt: "
+    "BLOCKED_WRAPPERS) hides its interpreter's script from the binder: the ask binds only the wrapper, "
+    "allow-always is refused, but allow-once runs s.sh as rewritten after the approval",
+)
+@pytest.mark.parametrize("command", _UNWRAPPED)
+def test_class5_a_wrapper_not_unwrapped_leaves_its_script_unbound_on_allow_once(
+    state_dir: Path, command: str
+) -> None:
+    if shutil.which(command.split()[0]) is None:
+        pytest.skip(f"{command.split()[0]} is not installed")
+    work = workdir(state_dir, {"s.sh": "echo APPROVED\n"})
+
+    def rewrite() -> None:
+        (work / "s.sh").write_text("echo PAYLOAD\n")
+
+    ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
+    assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
