@@ -4,6 +4,7 @@ approved, then the agent rewrites a file, and the run must still execute only th
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -144,3 +145,33 @@ def test_class5_a_wrapper_not_unwrapped_leaves_its_script_unbound_on_allow_once(
 
     ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
+
+
+_PRIVATE_TMP = [
+    ("sh {T}/s.sh", False),  # the ask says s.sh does not exist; the run finds the agent's own
+    ("cat {T}/s.sh | sh", True),  # the ask binds the machine's /tmp/s.sh; the run reads the agent's
+    ("(sh {T}/s.sh)", True),
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the binder reads a path under a hostPrivate dir (/tmp, /var/tmp, /dev/shm…) in the "
+    "gateway's namespace, but the run's view shows the agent's private copy there: the ask binds the "
+    "machine's /tmp/s.sh (or says it is absent) and the approved run executes the agent's own /tmp/s.sh",
+)
+@pytest.mark.parametrize(("command", "machine_has_it"), _PRIVATE_TMP)
+def test_class8_a_path_in_the_agents_private_tmp_is_bound_from_the_machines_tmp(
+    state_dir: Path, command: str, machine_has_it: bool
+) -> None:
+    from engine.commands import hostprivate
+
+    shared = Path(os.environ["EXECHOST_HOST_PRIVATE"])  # the machine's /tmp, as the test suite's view has it
+    ((source, _dest),) = hostprivate.binds(str(state_dir), "main", (os.path.realpath(shared),))
+    # The agent wrote /tmp/s.sh in one of its own earlier runs: it landed in its private /tmp.
+    Path(source, "s.sh").write_text("echo PAYLOAD\n")
+    if machine_has_it:
+        (shared / "s.sh").write_text("echo APPROVED\n")  # what the operator inspects at /tmp/s.sh
+    work = workdir(state_dir, {})
+    ask, result = asyncio.run(approved_run(state_dir, command.format(T=shared), work, lambda: None))
+    assert "PAYLOAD" not in result["text"], (ask.get("contentDigests"), result["text"])
