@@ -38,7 +38,7 @@ async def approved_run(
                 params["env"] = env
             run = asyncio.ensure_future(agent.request("exec", params))
             rows = await wait_until(operator.pending_approvals, 30)
-            rewrite()
+            await asyncio.to_thread(rewrite)  # off the loop: it may ask the gateway itself (the CLI)
             await operator.request("approve", {"id": rows[0]["id"], "decision": decision})
             result = await asyncio.wait_for(run, 60)
         finally:
@@ -175,3 +175,30 @@ def test_class8_a_path_in_the_agents_private_tmp_is_bound_from_the_machines_tmp(
     work = workdir(state_dir, {})
     ask, result = asyncio.run(approved_run(state_dir, command.format(T=shared), work, lambda: None))
     assert "PAYLOAD" not in result["text"], (ask.get("contentDigests"), result["text"])
+
+
+# Characters the analyser accepts (not in categories C/Z) and engine.display leaves as they are, while a
+# terminal draws them as nothing (combining/variation marks, Khmer inherent vowel) or as a blank.
+_INVISIBLE = ["\u034f", "\u17b4", "\u180b", "\U000e0100", "\u2800", "\uffa0"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: engine.display.visible escapes a fixed list plus categories C/Z, but U+034F, U+17B4, "
+    "U+180B, U+E0100 (marks that draw as nothing) and U+2800, U+FFA0 (draw as a blank) pass the analyser "
+    "and every view unescaped and unwarned: `approvals pending` shows `sh s.sh` and its script `…/w/s.sh`, "
+    "allow-always offered, while the agent's file `s.sh<U+034F>` is what runs",
+)
+@pytest.mark.parametrize("char", _INVISIBLE, ids=[f"U+{ord(c):04X}" for c in _INVISIBLE])
+def test_class8_an_invisible_letter_makes_the_ask_show_another_script(state_dir: Path, char: str) -> None:
+    from tests.helpers.gateway import cli
+
+    work = workdir(state_dir, {"s.sh": "echo APPROVED\n", f"s.sh{char}": "echo PAYLOAD\n"})
+    shown: list[str] = []
+
+    def look() -> None:
+        shown.append(cli(state_dir, "approvals", "pending").stdout)
+
+    _ask, result = asyncio.run(approved_run(state_dir, f"sh s.sh{char}", work, look))
+    assert "PAYLOAD" in result["text"]  # what ran: the agent's file, not s.sh
+    assert f"s.sh{char}" not in shown[0], shown[0]  # the operator must be able to see it is not s.sh
