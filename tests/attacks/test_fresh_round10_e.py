@@ -221,3 +221,29 @@ def test_class5_a_perl_launcher_under_another_name_leaves_its_script_unbound(sta
 
     ask, result = asyncio.run(approved_run(state_dir, f"{launcher.name} x.pl", work, rewrite))
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
+
+
+_DATA_INTO_A_SHELL = [
+    "cat s.s? | sh",
+    "cat s.s[h] | bash -s",
+    "for f in s.s?; do cat $f; done | sh",
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: textnames lets a glob or `$f` stand in a data position (cat's operand, a for list) since "
+    "cat reads it as data, but piped into `sh` that data is the program: `cat s.s? | sh` binds no file "
+    "(the ask says only 'the program comes from stdin') and allow-once runs s.sh as rewritten after it",
+)
+@pytest.mark.parametrize("command", _DATA_INTO_A_SHELL)
+def test_class5_a_glob_in_a_data_position_piped_into_a_shell_is_unbound(
+    state_dir: Path, command: str
+) -> None:
+    work = workdir(state_dir, {"s.sh": "echo APPROVED\n"})
+
+    def rewrite() -> None:
+        (work / "s.sh").write_text("echo PAYLOAD\n")
+
+    ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
+    assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
