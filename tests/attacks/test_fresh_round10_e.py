@@ -248,3 +248,34 @@ def test_class5_a_glob_in_a_data_position_piped_into_a_shell_is_unbound(
 
     ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `python3 x.py` through a pyenv shim binds the shim, bash and x.py, but the python that "
+    "runs x.py is chosen by pyenv at the run from `.python-version` in the workdir (or any parent): a "
+    "`.python-version` the agent writes after the approval makes another interpreter run the approved bytes",
+)
+def test_class4_a_pyenv_shim_lets_the_tree_pick_the_interpreter_after_the_approval(state_dir: Path) -> None:
+    shim = shutil.which("python3")
+    if shim is None or "/shims/" not in shim:
+        pytest.skip("python3 is not a pyenv shim here")
+    versions = Path(shim).parent.parent / "versions"
+    installed = sorted(p.name for p in versions.glob("3.*") if (p / "bin" / "python3").exists())
+    if len(installed) < 2:
+        pytest.skip("pyenv has fewer than two Python 3 versions")
+    work = workdir(state_dir, {"x.py": "import sys\nprint('RUNBY', sys.executable)\n"})
+    decided = {"exe": ""}
+
+    def rewrite() -> None:
+        import subprocess
+
+        decided["exe"] = subprocess.run(
+            ["python3", "-c", "import sys; print(sys.executable)"], cwd=work, capture_output=True, text=True
+        ).stdout.strip()
+        other = next(v for v in installed if v not in decided["exe"])
+        (work / ".python-version").write_text(other + "\n")
+
+    _ask, result = asyncio.run(approved_run(state_dir, "python3 x.py", work, rewrite))
+    assert "RUNBY" in result["text"], result["text"]
+    assert f"RUNBY {decided['exe']}" in result["text"], (decided, result["text"])
