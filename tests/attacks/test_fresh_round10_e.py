@@ -279,3 +279,41 @@ def test_class4_a_pyenv_shim_lets_the_tree_pick_the_interpreter_after_the_approv
     _ask, result = asyncio.run(approved_run(state_dir, "python3 x.py", work, rewrite))
     assert "RUNBY" in result["text"], result["text"]
     assert f"RUNBY {decided['exe']}" in result["text"], (decided, result["text"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `node -r h.js` is a module search (node_modules/h.js), not ./h.js, but content.bind binds "
+    "./h.js when it exists: the file node preloads is unbound, allow-always is offered, and a later run "
+    "with node_modules/h.js rewritten runs unasked",
+)
+def test_class5_node_require_of_a_bare_name_binds_the_cwd_file_node_never_loads(state_dir: Path) -> None:
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    work = workdir(state_dir, {"app.js": 'console.log("app")\n', "h.js": 'console.log("decoy")\n'})
+    (work / "node_modules").mkdir()
+    preload = work / "node_modules" / "h.js"
+    preload.write_text('console.log("APPROVED")\n')
+    command = "node -r h.js app.js"
+
+    async def scenario() -> dict[str, Any]:
+        write_config(state_dir, ASK)
+        async with gateway(state_dir):
+            operator = await connect(state_dir, "op")
+            agent = await connect(state_dir, "ag")
+            try:
+                await operator.request("approvals.attach", {})
+                params = {"command": command, "agentId": "main", "workdir": str(work)}
+                run = asyncio.ensure_future(agent.request("exec", params))
+                rows = await wait_until(operator.pending_approvals, 30)
+                await operator.request("approve", {"id": rows[0]["id"], "decision": "allow-always"})
+                await asyncio.wait_for(run, 60)
+                await operator.request("approvals.detach", {})  # a later ask would wait for nobody
+                preload.write_text('console.log("PAYLOAD")\n')
+                return await asyncio.wait_for(agent.request("exec", params), 60)
+            finally:
+                await agent.close()
+                await operator.close()
+
+    again = asyncio.run(scenario())
+    assert "PAYLOAD" not in again["text"], again["text"]
