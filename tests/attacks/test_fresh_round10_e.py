@@ -123,13 +123,17 @@ _UNWRAPPED = [
     "ionice -c 3 sh s.sh",
     "taskset 1 sh s.sh",
     "chrt -o 0 sh s.sh",
+    "env X=1 sh s.sh",  # env with an assignment or an option (-i, -u, -S) is not unwrapped either
+    "env -i sh s.sh",
+    'env -S "sh s.sh"',
     "echo s.sh | xargs sh",  # xargs builds `sh s.sh` from its stdin: the binder sees no operand at all
 ]
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: a wrapper exechost does not unwrap (nohup, setsid, busybox, ionice, taskset, chrt, xargs: "
+    reason="open: a wrapper exechost does not unwrap (nohup, setsid, busybox, ionice, taskset, chrt, "
+    "`env X=1`, `env -i`, `env -S`, xargs: "
     "BLOCKED_WRAPPERS) hides its interpreter's script from the binder: the ask binds only the wrapper, "
     "allow-always is refused, but allow-once runs s.sh as rewritten after the approval",
 )
