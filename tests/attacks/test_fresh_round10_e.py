@@ -65,15 +65,26 @@ def bound_paths(ask: dict[str, Any]) -> list[str]:
     "word, but sh/bash/dash/busybox take the NEXT word whatever follows in the cluster: `bash -ox errexit "
     "s.sh` binds 'errexit' (absent) as the script and leaves s.sh unbound: a rewrite after allow-once runs",
 )
-def test_class5_shell_o_in_a_cluster_takes_the_next_word_so_the_script_is_unbound(state_dir: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        "bash -ox errexit s.sh",
+        "sh +ox errexit s.sh",
+        # bash's `-c` after the misread cluster: the analyser takes `errexit` for the script and never
+        # reads the inline text, so nothing it names is bound either
+        'bash -ox errexit -c "sh s.sh"',
+    ],
+)
+def test_class5_shell_o_in_a_cluster_takes_the_next_word_so_the_script_is_unbound(
+    state_dir: Path, command: str
+) -> None:
     work = workdir(state_dir, {"s.sh": "echo APPROVED\n"})
 
     def rewrite() -> None:
         (work / "s.sh").write_text("echo PAYLOAD\n")
 
-    ask, result = asyncio.run(approved_run(state_dir, "bash -ox errexit s.sh", work, rewrite))
+    ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
-    assert "s.sh" in bound_paths(ask)
 
 
 _PROGRAM_FILES = [
