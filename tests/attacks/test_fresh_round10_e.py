@@ -365,3 +365,39 @@ def test_class8_the_imports_note_misses_code_the_script_imports(
     ask, result = asyncio.run(approved_run(state_dir, command, work, lambda: None))
     assert "helper" in result["text"] or "pkg" in result["text"]  # it ran, and imported the unbound file
     assert any("import code" in w for w in ask.get("warnings") or []), ask.get("warnings")
+
+
+_PRODUCERS = [
+    "git show HEAD:s.sh | sh",  # the program is a git blob: a commit after the approval changes it
+    "git cat-file -p HEAD:s.sh | sh",
+    "curl -s file://{W}/s.sh | sh",  # a file named inside a URL
+    "dd if=s.sh status=none | sh",  # a file named inside an operand's `=value`
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a program piped into a shell's stdin is bound only through the file names the text holds "
+    "as whole words: a producer that reads it another way (a git blob `HEAD:s.sh`, a `file://` URL, dd's "
+    "`if=s.sh`) binds nothing, and allow-once runs whatever s.sh (or HEAD) holds at the run",
+)
+@pytest.mark.parametrize("command", _PRODUCERS)
+def test_class5_a_shell_fed_by_a_producer_the_binder_cannot_read_is_unbound(
+    state_dir: Path, command: str
+) -> None:
+    import subprocess
+
+    if shutil.which(command.split()[0]) is None:
+        pytest.skip(f"{command.split()[0]} is not installed")
+    work = workdir(state_dir, {"s.sh": "echo APPROVED\n"})
+    git = ["git", "-c", "user.email=a@b.c", "-c", "user.name=a"]
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    subprocess.run([*git, "add", "s.sh"], cwd=work, check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], cwd=work, check=True)
+
+    def rewrite() -> None:
+        (work / "s.sh").write_text("echo PAYLOAD\n")
+        subprocess.run([*git, "commit", "-qam", "two"], cwd=work, check=True)
+
+    ask, result = asyncio.run(approved_run(state_dir, command.format(W=work), work, rewrite))
+    assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
