@@ -90,6 +90,7 @@ def test_class5_shell_o_in_a_cluster_takes_the_next_word_so_the_script_is_unboun
 _PROGRAM_FILES = [
     ("awk -f a.awk -f b.awk /dev/null", "b.awk", 'BEGIN { print "PAYLOAD" }\n'),
     ("awk -fb.awk /dev/null", "b.awk", 'BEGIN { print "PAYLOAD" }\n'),
+    ("awk -W exec b.awk /dev/null", "b.awk", 'BEGIN { print "PAYLOAD" }\n'),  # mawk's program file
     # GNU sed's `e` runs a shell command: approving a sed gave the agent a shell.
     ("sed -n -f a.sed -f b.sed a.sed", "b.sed", "1e echo PAYLOAD\n"),
     ("sed -n -fb.sed a.sed", "b.sed", "1e echo PAYLOAD\n"),
@@ -101,8 +102,8 @@ _PROGRAM_FILES = [
 @pytest.mark.xfail(
     strict=True,
     reason="open: sed/awk program files are found by one exact separate `-f` (scriptfiles.FILE_FLAG, first "
-    "only): a second -f, `-fFILE`, `--file=FILE`, `--file FILE` are not bound; the proof refuses "
-    "allow-always but allow-once runs the file as it is at the run (sed's `e` then runs any shell command)",
+    "only): a second -f, `-fFILE`, `--file=FILE`, `--file FILE`, mawk's `-W exec FILE` are not bound; the "
+    "proof refuses allow-always but allow-once runs the file as it is at the run (sed's `e`: any shell command)",
 )
 @pytest.mark.parametrize(("command", "name", "payload"), _PROGRAM_FILES)
 def test_class5_sed_awk_program_file_spellings_are_not_bound_on_allow_once(
