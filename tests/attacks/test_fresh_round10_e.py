@@ -103,7 +103,7 @@ _PROGRAM_FILES = [
     strict=True,
     reason="open: sed/awk program files are found by one exact separate `-f` (scriptfiles.FILE_FLAG, first "
     "only): a second -f, `-fFILE`, `--file=FILE`, `--file FILE`, mawk's `-W exec FILE` are not bound; the "
-    "proof refuses allow-always but allow-once runs the file as it is at the run (sed's `e`: any shell command)",
+    "proof refuses allow-always; allow-once runs the file as it is at the run (sed's `e`: any shell command)",
 )
 @pytest.mark.parametrize(("command", "name", "payload"), _PROGRAM_FILES)
 def test_class5_sed_awk_program_file_spellings_are_not_bound_on_allow_once(
