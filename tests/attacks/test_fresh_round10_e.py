@@ -402,3 +402,47 @@ def test_class5_a_shell_fed_by_a_producer_the_binder_cannot_read_is_unbound(
 
     ask, result = asyncio.run(approved_run(state_dir, command.format(W=work), work, rewrite))
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
+
+
+# A loader with no libc: the kernel maps it as the program's PT_INTERP and jumps to it; it says PAYLOAD.
+_LOADER_C = r"""
+void _start(void) {
+    static const char m[] = "PAYLOAD\n";
+    long r;
+    __asm__ volatile("syscall" : "=a"(r) : "a"(1), "D"(1), "S"(m), "d"(8) : "rcx", "r11", "memory");
+    __asm__ volatile("syscall" : : "a"(60), "D"(0) : "rcx", "r11", "memory");
+    for (;;) {}
+}
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an agent ELF whose PT_INTERP names a loader the agent can write runs from its sealed copy, "
+    "but the kernel maps the loader by path: bindproof names it ('its loader … is not bound') and drops "
+    "allow-always, yet allow-once runs whatever is at that path at the spawn (it could run as "
+    "`<loader copy> <program copy>`, or be refused)",
+)
+def test_class6_an_elf_loader_the_agent_writes_is_unbound_on_allow_once(state_dir: Path) -> None:
+    import platform
+    import subprocess
+
+    system_loader = Path("/lib64/ld-linux-x86-64.so.2")
+    if platform.machine() != "x86_64" or not system_loader.exists() or shutil.which("gcc") is None:
+        pytest.skip("needs gcc and x86_64 glibc")
+    work = workdir(state_dir, {"t.c": '#include <stdio.h>\nint main(void) { puts("APPROVED"); return 0; }\n'})
+    (work / "pay.c").write_text(_LOADER_C)
+    shutil.copy(system_loader, work / "ld.so")
+    subprocess.run(
+        ["gcc", "-o", str(work / "tool"), str(work / "t.c"), f"-Wl,--dynamic-linker={work}/ld.so"], check=True
+    )
+    subprocess.run(
+        ["gcc", "-nostdlib", "-static", "-no-pie", "-O1", "-o", str(work / "pay"), str(work / "pay.c")],
+        check=True,
+    )
+
+    def rewrite() -> None:
+        os.replace(work / "pay", work / "ld.so")
+
+    ask, result = asyncio.run(approved_run(state_dir, "./tool", work, rewrite))
+    assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
