@@ -446,3 +446,38 @@ def test_class6_an_elf_loader_the_agent_writes_is_unbound_on_allow_once(state_di
 
     ask, result = asyncio.run(approved_run(state_dir, "./tool", work, rewrite))
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
+
+
+_INLINE_RUNS_A_FILE = [
+    ("python3 -c 'import runpy,sys; runpy.run_path(sys.argv[1])' s.py", "s.py", 'print("PAYLOAD")\n'),
+    ("perl -e 'do \"./$ARGV[0]\"' s.pl", "s.pl", 'print "PAYLOAD\\n";\n'),
+    ("node -e 'require(process.argv[1])' ./s.js", "s.js", 'console.log("PAYLOAD")\n'),
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an interpreter's inline code (-c/-e) is 'shown as text', but the files its argv names are "
+    "not bound: `python3 -c 'runpy.run_path(sys.argv[1])' s.py` (perl `do $ARGV[0]`, node "
+    "`require(argv[1])`) runs s.py as rewritten after allow-once, while `sh -c '. \"$1\"' x s.sh` is refused",
+)
+@pytest.mark.parametrize(("command", "name", "payload"), _INLINE_RUNS_A_FILE)
+def test_class5_inline_code_running_a_file_its_argv_names_leaves_it_unbound(
+    state_dir: Path, command: str, name: str, payload: str
+) -> None:
+    if shutil.which(command.split()[0]) is None:
+        pytest.skip(f"{command.split()[0]} is not installed")
+    work = workdir(
+        state_dir,
+        {
+            "s.py": 'print("APPROVED")\n',
+            "s.pl": 'print "APPROVED\\n";\n',
+            "s.js": 'console.log("APPROVED")\n',
+        },
+    )
+
+    def rewrite() -> None:
+        (work / name).write_text(payload)
+
+    ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
+    assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
