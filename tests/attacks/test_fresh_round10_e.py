@@ -4,6 +4,7 @@ approved, then the agent rewrites a file, and the run must still execute only th
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -481,3 +482,52 @@ def test_class5_inline_code_running_a_file_its_argv_names_leaves_it_unbound(
 
     ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: exec-approvals.sock's `request` grant (ApprovalSocketServer._grant/_vetted) keeps only the "
+    "decision, command text, cwd and agent: the matching `exec` frame is evaluated and content-bound at "
+    "exec time, so s.sh rewritten while the human looked at it (or after) runs with the earlier approval",
+)
+def test_class5_the_approval_sockets_request_grant_is_not_bound_to_content(state_dir: Path) -> None:
+    import uuid
+
+    from engine.approvals.socket.server import (
+        ApprovalSocketServer,
+        exec_frame,
+        request_decision,
+        request_exec,
+    )
+    from engine.tools.exec_host import LocalExecHost
+
+    write_config(state_dir, ASK)
+    work = workdir(state_dir, {"s.sh": "echo APPROVED\n"})
+    asked: list[str] = []
+
+    async def human(prompt: Any) -> str:
+        asked.append((work / "s.sh").read_text())  # what the operator inspects when asked
+        return "allow-once" if len(asked) == 1 else "deny"
+
+    async def scenario() -> dict[str, Any] | None:
+        path, token = state_dir.parent / "a.sock", "k" * 32
+        host = LocalExecHost(
+            config_path=state_dir / "config.toml", approvals_path=state_dir / "exec-approvals.json"
+        )
+        async with ApprovalSocketServer(path, token, decider=human, exec_handler=host):
+            rid = str(uuid.uuid4())
+            ask = {"command": "sh s.sh", "cwd": str(work), "agentId": "main"}
+            assert await request_decision(path, token, ask, request_id=rid) == "allow-once"
+            (work / "s.sh").write_text("echo PAYLOAD\n")
+            run = {
+                "command": ["sh", "s.sh"],
+                "rawCommand": "sh s.sh",
+                "cwd": str(work),
+                "agentId": "main",
+                "approvalDecision": "allow-once",
+            }
+            return await request_exec(path, token, run, frame=exec_frame(token, run, request_id=rid))
+
+    answer = asyncio.run(scenario())
+    assert answer is not None
+    assert "PAYLOAD" not in json.dumps(answer), (asked, answer)
