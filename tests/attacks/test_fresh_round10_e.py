@@ -531,3 +531,22 @@ def test_class5_the_approval_sockets_request_grant_is_not_bound_to_content(state
     answer = asyncio.run(scenario())
     assert answer is not None
     assert "PAYLOAD" not in json.dumps(answer), (asked, answer)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: perl runs the program a script's #! line names when that line has no `perl` in it; "
+    "bindproof says so and drops allow-always, but the named program (./evil) is not bound: allow-once of "
+    "`perl x.pl` runs ./evil as rewritten after the approval",
+)
+def test_class5_perl_hands_a_script_to_its_shebang_interpreter_which_is_unbound(state_dir: Path) -> None:
+    if shutil.which("perl") is None:
+        pytest.skip("perl is not installed")
+    work = workdir(state_dir, {"x.pl": '#!./evil\nprint "perl\\n";\n', "evil": "#!/bin/sh\necho APPROVED\n"})
+    os.chmod(work / "evil", 0o755)
+
+    def rewrite() -> None:
+        (work / "evil").write_text("#!/bin/sh\necho PAYLOAD\n")
+
+    ask, result = asyncio.run(approved_run(state_dir, "perl x.pl", work, rewrite))
+    assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
