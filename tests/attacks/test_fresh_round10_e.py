@@ -550,3 +550,59 @@ def test_class5_perl_hands_a_script_to_its_shebang_interpreter_which_is_unbound(
 
     ask, result = asyncio.run(approved_run(state_dir, "perl x.pl", work, rewrite))
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: perl reads switches from its script's #! line, so `#!/usr/bin/perl -d` in d.pl starts the "
+    "debugger as `perl -d d.pl` does; the argv's -d drops allow-always ('reads code besides the bound "
+    "program'), the #! line's does not: `perl d.pl` is saved, and each later background run takes Perl "
+    "typed into the debugger unasked",
+)
+def test_class5_a_perl_script_whose_shebang_says_d_reads_debugger_code_unasked(state_dir: Path) -> None:
+    if shutil.which("perl") is None:
+        pytest.skip("perl is not installed")
+    work = workdir(state_dir, {"d.pl": '#!/usr/bin/perl -d\nprint "hi\\n";\n'})
+    params = {
+        "command": "perl d.pl",
+        "agentId": "main",
+        "workdir": str(work),
+        "background": True,
+        "pty": True,
+    }
+
+    async def scenario() -> str:
+        write_config(state_dir, ASK)
+        async with gateway(state_dir):
+            operator = await connect(state_dir, "op")
+            agent = await connect(state_dir, "ag")
+            try:
+                await operator.request("approvals.attach", {})
+                first = asyncio.ensure_future(agent.request("exec", params))
+                rows = await wait_until(operator.pending_approvals, 30)
+                if "allow-always" not in rows[0]["allowedDecisions"]:
+                    await operator.request("approve", {"id": rows[0]["id"], "decision": "deny"})
+                    await first
+                    return ""
+                await operator.request("approve", {"id": rows[0]["id"], "decision": "allow-always"})
+                await asyncio.wait_for(first, 60)
+                await operator.request("approvals.detach", {})  # no human from here on
+                again = await asyncio.wait_for(agent.request("exec", params), 60)
+                sid = again["details"].get("sessionId")
+                if not sid:
+                    return again["text"]
+                code = 'system("echo PAY" . "LOAD")\n'
+                await agent.request("process", {"action": "write", "sessionId": sid, "data": code})
+
+                async def log() -> str:
+                    text = (await agent.request("process", {"action": "log", "sessionId": sid}))["text"]
+                    return text if "PAYLOAD" in text else ""
+
+                shown = await wait_until(log, 30)
+                await agent.request("process", {"action": "kill", "sessionId": sid})
+                return str(shown)
+            finally:
+                await agent.close()
+                await operator.close()
+
+    assert "PAYLOAD" not in asyncio.run(scenario())
