@@ -624,3 +624,21 @@ def test_class5_the_65th_file_an_unparsed_text_names_is_unbound(state_dir: Path)
     command = f"cat {' '.join(names)} s.sh | sh"
     ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
     assert "PAYLOAD" not in result["text"], ("s.sh" in bound_paths(ask), result["text"][-300:])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: scriptfiles reads the `other` family's options (tclsh, lua, php, …) by a guess: any "
+    "`-word` takes no value, so `tclsh -encoding utf-8 x.tcl` binds 'utf-8' (absent) as the script and "
+    "leaves x.tcl unbound; allow-once runs x.tcl as rewritten after the approval",
+)
+def test_class5_tclsh_encoding_value_is_read_as_the_script(state_dir: Path) -> None:
+    if shutil.which("tclsh") is None:
+        pytest.skip("tclsh is not installed")
+    work = workdir(state_dir, {"x.tcl": "puts APPROVED\n"})
+
+    def rewrite() -> None:
+        (work / "x.tcl").write_text("puts PAYLOAD\n")
+
+    ask, result = asyncio.run(approved_run(state_dir, "tclsh -encoding utf-8 x.tcl", work, rewrite))
+    assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
