@@ -60,12 +60,9 @@ def bound_paths(ask: dict[str, Any]) -> list[str]:
     return [Path(row["path"]).name for row in ask.get("contentDigests") or []]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: interpoptions reads a shell's `-o`/`-O` in a cluster (`-ox`) as taking the rest of the "
-    "word, but sh/bash/dash/busybox take the NEXT word whatever follows in the cluster: `bash -ox errexit "
-    "s.sh` binds 'errexit' (absent) as the script and leaves s.sh unbound: a rewrite after allow-once runs",
-)
+# Fixed on this branch (interpoptions._cluster): sh/bash/dash/busybox give `-o`/`-O` the NEXT word whatever
+# follows in the cluster, so `bash -ox errexit s.sh` runs s.sh; read as taking the rest of the word, the
+# binder bound 'errexit' (absent) as the script and a rewrite of s.sh after allow-once ran.
 @pytest.mark.parametrize(
     "command",
     [
