@@ -136,6 +136,8 @@ _UNWRAPPED = [
     "env X=1 sh s.sh",  # env with an assignment or an option (-i, -u, -S) is not unwrapped either
     "env -i sh s.sh",
     'env -S "sh s.sh"',
+    'setsid sh -c "sh s.sh"',  # the name inside a quoted shell text a blocked wrapper runs
+    'script -qc "sh s.sh" /dev/null',
     "echo s.sh | xargs sh",  # xargs builds `sh s.sh` from its stdin: the binder sees no operand at all
 ]
 
