@@ -641,3 +641,31 @@ def test_class5_tclsh_encoding_value_is_read_as_the_script(state_dir: Path) -> N
 
     ask, result = asyncio.run(approved_run(state_dir, "tclsh -encoding utf-8 x.tcl", work, rewrite))
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
+
+
+# Spellings that held (round 10 e): each names s.sh in a way the binder reads, so a rewrite between the
+# ask and the run is refused as approval-stale.
+_HELD = [
+    "timeout 5 sh s.sh",
+    "nice -n 3 bash s.sh",
+    "command -p sh s.sh",
+    "cat s''.sh | sh",
+    "sh 3<s.sh <&3",
+    ". ./s.sh x",
+    'trap "sh s.sh" EXIT',
+    "ulimit -t 5; sh s.sh",
+    "sed -n -s -f s.sed s.sh",
+]
+
+
+@pytest.mark.parametrize("command", _HELD)
+def test_round10_e_spellings_that_bind_the_script_refuse_a_rewrite(state_dir: Path, command: str) -> None:
+    work = workdir(state_dir, {"s.sh": "echo APPROVED\n", "s.sed": "1p\n"})
+
+    def rewrite() -> None:
+        (work / "s.sh").write_text("echo PAYLOAD\n")
+        (work / "s.sed").write_text("1e echo PAYLOAD\n")
+
+    _ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
+    assert "PAYLOAD" not in result["text"], result["text"]
+    assert "approval-stale" in result["text"], result["text"]
