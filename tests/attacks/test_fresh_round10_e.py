@@ -658,3 +658,29 @@ def test_round10_e_spellings_that_bind_the_script_refuse_a_rewrite(state_dir: Pa
     _ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
     assert "PAYLOAD" not in result["text"], result["text"]
     assert "approval-stale" in result["text"], result["text"]
+
+
+_BUILT_COMMANDS = [
+    'env -S"sh s.sh"',  # -S's string attached: no word of it names sh or s.sh to bindproof or file_words
+    'env --split-string="sh s.sh"',
+    "xargs -a list sh",  # the script's name is in `list` (bound), s.sh itself is not
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: past this branch's whole binding, a program that builds its command from a string or a "
+    'file (`env -S"sh s.sh"`, `env --split-string=…`, `xargs -a list sh`) still hides the script: the '
+    "proof finds no interpreter word (or binds only `list`): s.sh is unbound, allow-once runs it rewritten",
+)
+@pytest.mark.parametrize("command", _BUILT_COMMANDS)
+def test_class5_a_command_built_from_a_string_or_file_leaves_its_script_unbound(
+    state_dir: Path, command: str
+) -> None:
+    work = workdir(state_dir, {"s.sh": "echo APPROVED\n", "list": "s.sh\n"})
+
+    def rewrite() -> None:
+        (work / "s.sh").write_text("echo PAYLOAD\n")
+
+    ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
+    assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
