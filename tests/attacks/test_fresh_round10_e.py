@@ -684,3 +684,53 @@ def test_class5_a_command_built_from_a_string_or_file_leaves_its_script_unbound(
 
     ask, result = asyncio.run(approved_run(state_dir, command, work, rewrite))
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a `request` frame with no cwd makes a grant for every cwd (`grant[2] is None or …`): the "
+    "human approves `sh s.sh` shown with no directory, and the `exec` frame runs `sh s.sh` in another "
+    "directory, a script nobody was shown",
+)
+def test_class5_the_approval_sockets_grant_without_a_cwd_runs_in_any_directory(state_dir: Path) -> None:
+    import uuid
+
+    from engine.approvals.socket.server import (
+        ApprovalSocketServer,
+        exec_frame,
+        request_decision,
+        request_exec,
+    )
+    from engine.tools.exec_host import LocalExecHost
+
+    write_config(state_dir, ASK)
+    elsewhere = state_dir.parent / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "s.sh").write_text("echo PAYLOAD\n")
+    asked: list[str] = []
+
+    async def human(prompt: Any) -> str:
+        asked.append(prompt.command)
+        return "allow-once" if len(asked) == 1 else "deny"
+
+    async def scenario() -> dict[str, Any] | None:
+        path, token = state_dir.parent / "a.sock", "k" * 32
+        host = LocalExecHost(
+            config_path=state_dir / "config.toml", approvals_path=state_dir / "exec-approvals.json"
+        )
+        async with ApprovalSocketServer(path, token, decider=human, exec_handler=host):
+            rid = str(uuid.uuid4())
+            ask = {"command": "sh s.sh", "agentId": "main"}
+            assert await request_decision(path, token, ask, request_id=rid) == "allow-once"
+            run = {
+                "command": ["sh", "s.sh"],
+                "rawCommand": "sh s.sh",
+                "cwd": str(elsewhere),
+                "agentId": "main",
+                "approvalDecision": "allow-once",
+            }
+            return await request_exec(path, token, run, frame=exec_frame(token, run, request_id=rid))
+
+    answer = asyncio.run(scenario())
+    assert answer is not None
+    assert "PAYLOAD" not in json.dumps(answer), (asked, answer)
