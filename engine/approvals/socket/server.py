@@ -374,7 +374,8 @@ class ApprovalSocketServer:
             grant is not None
             and grant[4] >= self._clock()
             and grant[1] in (command, shlex.join(request.command))
-            and (grant[2] is None or grant[2] == request.cwd)
+            # The directory the human was shown, exactly: none shown is the host's default, never any.
+            and grant[2] == request.cwd
             and grant[3] == request.agent_id
             and (grant[0] == claimed or (grant[0] == "allow-always" and claimed == "allow-once"))
         ):
