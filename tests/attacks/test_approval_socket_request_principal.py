@@ -243,3 +243,42 @@ def test_the_principal_is_read_at_each_frame(state_dir: Path) -> None:
 
     assert asyncio.run(scenario()) == ["allow-once", "deny", "allow-once"]
     assert shown == ["main", "main"]
+
+
+def test_a_yes_on_a_request_frame_is_not_a_yes_for_env_it_never_showed(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """A request frame carries no env (a human is never shown one there); the exec frame claiming its yes
+    added `GNUMAKEFLAGS`, and the vetted yes answered the ask the env makes (issue 27 §3) unseen. A yes now
+    counts only for what the human was asked about (LocalExecHost.content_fingerprint: files, paths, the
+    pinned rendering, the env): the frame's own ask reaches the human, env shown, and a no refuses it."""
+    from engine.approvals.socket.wire import exec_frame
+
+    write_config(state_dir, CONFIG)
+    marker = tmp_path / "ran"
+    argv = ["/usr/bin/touch", str(marker)]
+    shown: list[PromptRequest] = []
+
+    async def human(request: PromptRequest) -> str:
+        shown.append(request)
+        return "allow-once" if len(shown) == 1 else "deny"
+
+    async def scenario() -> dict[str, Any] | None:
+        path, token = ApprovalsStore(state_dir / "exec-approvals.json").socket_info()
+        host = LocalExecHost(state_dir / "config.toml")
+        async with ApprovalSocketServer(path, token, decider=human, exec_handler=host):
+            body = {"command": " ".join(argv), "cwd": str(tmp_path)}
+            assert (await _request_frame(path, token, body, "r-env") or {}).get("decision") == "allow-once"
+            claim = {
+                "command": argv,
+                "cwd": str(tmp_path),
+                "env": {"GNUMAKEFLAGS": "--eval=x"},
+                "approvalDecision": "allow-once",
+            }
+            frame = exec_frame(token, claim, request_id="r-env")
+            return await _roundtrip(path, frame, lambda m: m.get("type") == "exec-res", 60)
+
+    outcome = asyncio.run(scenario())
+    assert outcome is not None and outcome.get("ok") is False, outcome
+    assert not marker.exists()
+    assert len(shown) == 2 and ("GNUMAKEFLAGS", "--eval=x") in shown[1].env, shown

@@ -476,12 +476,6 @@ def test_class5_inline_code_running_a_file_its_argv_names_leaves_it_unbound(
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: exec-approvals.sock's `request` grant (ApprovalSocketServer._grant/_vetted) keeps only the "
-    "decision, command text, cwd and agent: the matching `exec` frame is evaluated and content-bound at "
-    "exec time, so s.sh rewritten while the human looked at it (or after) runs with the earlier approval",
-)
 def test_class5_the_approval_sockets_request_grant_is_not_bound_to_content(state_dir: Path) -> None:
     import uuid
 

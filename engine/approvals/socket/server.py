@@ -30,8 +30,8 @@ from engine.approvals.socket.wire import Decider as Decider
 from engine.approvals.socket.wire import ExecHandler as ExecHandler
 from engine.approvals.socket.wire import ExecHostRequest as ExecHostRequest
 from engine.approvals.socket.wire import ExecOutcome as ExecOutcome
+from engine.approvals.socket.wire import Fingerprint, encode_frame
 from engine.approvals.socket.wire import PromptRequest as PromptRequest
-from engine.approvals.socket.wire import encode_frame
 from engine.approvals.socket.wire import exec_frame as exec_frame
 from engine.approvals.socket.wire import request_decision as request_decision
 from engine.approvals.socket.wire import request_exec as request_exec
@@ -183,10 +183,12 @@ class ApprovalSocketServer:
         self._lock_fd: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.stats: dict[str, int] = {"accepted": 0, "rejected": 0}
-        # Decisions a human made on `request` frames: id -> (decision, command, cwd, agent, expiry). An
-        # `exec` frame's approvalDecision counts only when it names one of these for the same command and
-        # agent (the socket's principal then and now: a config change in between voids the yes).
-        self._granted: dict[str, tuple[str, str, str | None, str, float]] = {}
+        # Decisions a human made on `request` frames: id -> (decision, command, cwd, agent, expiry, what the
+        # command would run when the human was asked). An `exec` frame's approvalDecision counts only when
+        # it names one of these for the same command, cwd and agent (the socket's principal then and now: a
+        # config change in between voids the yes), and its run only for those bytes (the exec handler
+        # compares them with its own decision's: LocalExecHost).
+        self._granted: dict[str, tuple[str, str, str | None, str, float, str | None]] = {}
 
     async def start(self) -> None:
         """Claim the path (never from a live server), bind 0600 inside a 0700 dir, listen."""
@@ -349,18 +351,33 @@ class ApprovalSocketServer:
             return
         self.stats["accepted"] += 1
         prompt = PromptRequest.from_wire(rid, body, peer.pid, agent, key)
+        seen = await self._fingerprint(prompt.command, prompt.cwd, agent)  # before the human looks
         decision = await self._ask(prompt, writer)
         if decision != "deny":
-            self._grant(rid, decision, prompt.command, prompt.cwd, agent)
+            self._grant(rid, decision, prompt.command, prompt.cwd, agent, seen)
         await self._send(writer, {"type": "decision", "id": rid, "decision": decision})
 
-    def _grant(self, rid: str, decision: str, command: str, cwd: str | None, agent: str) -> None:
+    async def _fingerprint(self, command: str, cwd: str | None, agent: str) -> str | None:
+        """What `command` would run, per the exec handler (its `fingerprint`), or None: a yes recorded
+        with None is honoured by no handler that binds content."""
+        fingerprint: Fingerprint | None = getattr(self._exec_handler, "fingerprint", None)
+        if fingerprint is None:
+            return None
+        try:
+            return await fingerprint(command, cwd, agent)
+        except Exception:
+            log.exception("exec-approvals.sock: a request's content could not be read")
+            return None
+
+    def _grant(
+        self, rid: str, decision: str, command: str, cwd: str | None, agent: str, seen: str | None
+    ) -> None:
         now = self._clock()
         for key in [k for k, v in self._granted.items() if v[4] < now]:
             del self._granted[key]
         if len(self._granted) >= GRANTS_MAX:
             self._granted.pop(next(iter(self._granted)))
-        self._granted[rid] = (decision, command, cwd, agent, now + GRANT_TTL_S)
+        self._granted[rid] = (decision, command, cwd, agent, now + GRANT_TTL_S, seen)
 
     def _vetted(self, rid: str, request: ExecHostRequest) -> ExecHostRequest:
         """The request with its approvalDecision kept only if a human made that decision for this id and
@@ -379,7 +396,7 @@ class ApprovalSocketServer:
             and grant[3] == request.agent_id
             and (grant[0] == claimed or (grant[0] == "allow-always" and claimed == "allow-once"))
         ):
-            return request
+            return dataclasses.replace(request, approved_content=grant[5])
         return dataclasses.replace(request, approval_decision=None)
 
     async def _ask(self, request: PromptRequest, writer: asyncio.StreamWriter) -> str:

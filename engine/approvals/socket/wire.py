@@ -100,6 +100,9 @@ class ExecHostRequest:
     agent_id: str | None = None
     session_key: str | None = None
     approval_decision: str | None = None
+    # The fingerprint of what the human was asked about on the `request` frame whose yes this frame claims
+    # (Fingerprint, below): set by the server from its ledger, never read from a frame.
+    approved_content: str | None = None
 
     @classmethod
     def from_json(cls, text: str) -> ExecHostRequest:
@@ -162,6 +165,10 @@ class ExecOutcome:
 
 ExecHandler = Callable[[ExecHostRequest, Decider, PeerInfo], Awaitable[ExecOutcome]]
 """Evaluates an authenticated exec request against this machine's policy, asks if needed, runs it."""
+
+Fingerprint = Callable[[str, str | None, str], Awaitable[str | None]]
+"""(command, cwd, agent) -> a digest of what that command would run (an exec handler's `fingerprint`, as
+LocalExecHost has): taken when a `request` frame is asked, so its yes counts only for those bytes."""
 
 
 def sign(token: str, nonce: str, ts: int, request_json: str) -> str:
