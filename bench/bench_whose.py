@@ -6,7 +6,9 @@
    key given to that node, the agent allowed there) against a vouch that takes every row.
 3. An approval-socket `exec` frame's principal (`frame_agent`) against reading the frame's agentId.
 4. (fix T10b) An approval-socket `request` frame, answered at once, through the real server (its principal
-   read from the config on disk at each frame) against the same server believing the frame's agentId.
+   read from the config on disk at each frame) against the same server believing the frame's agentId;
+   and with the exec host's fingerprint of the command taken before the ask (an exec handler present)
+   against the same frame with no exec handler (nothing to bind).
 Usage: .venv/bin/python bench/bench_whose.py [--runs N]
 """
 
@@ -33,6 +35,7 @@ from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest, 
 from engine.approvals.socket.wire import request_decision  # noqa: E402
 from engine.config.model import Config  # noqa: E402
 from engine.nodes.wire import Response  # noqa: E402
+from engine.tools.exec_host import LocalExecHost  # noqa: E402
 from runner.gateway.node_sessions import NodeSessions  # noqa: E402
 
 
@@ -95,7 +98,7 @@ async def _yes(request: PromptRequest) -> str:
     return "allow-once"
 
 
-async def _requests(n: int, checked: bool) -> float:
+async def _requests(n: int, checked: bool, bound: bool = False) -> float:
     """µs per `request` frame answered at once, over the real socket, one connection each."""
     root = Path(tempfile.mkdtemp(prefix="ebw-", dir="/tmp"))
     try:
@@ -104,9 +107,17 @@ async def _requests(n: int, checked: bool) -> float:
         config.chmod(0o600)
         kind = ApprovalSocketServer if checked else _Believing
         path, token = root / "s" / "ea.sock", "b" * 32
-        server = kind(path, token, decider=_yes, rate_limit=RateLimit(burst=10**9), config_path=config)
+        host = LocalExecHost(config, root / "s" / "exec-approvals.json") if bound else None
+        server = kind(
+            path,
+            token,
+            decider=_yes,
+            exec_handler=host,
+            rate_limit=RateLimit(burst=10**9),
+            config_path=config,
+        )
         async with server:
-            body = {"command": "make test", "agentId": "main", "sessionKey": "agent:main:b"}
+            body = {"command": "make test", "cwd": str(root), "agentId": "main", "sessionKey": "agent:main:b"}
             t0 = time.perf_counter()
             for i in range(n):
                 assert await request_decision(path, token, body, request_id=f"r{i}") == "allow-once"
@@ -161,6 +172,17 @@ def main() -> None:
             f"{principal:.0f} µs",
             f"{believed:.0f} µs",
             ratio(principal, believed),
+        )
+        pairs = [
+            (asyncio.run(_requests(100, True)), asyncio.run(_requests(100, True, True))) for _ in range(9)
+        ]
+        unbound = statistics.median(u for u, _ in pairs)
+        fingerprinted = statistics.median(f for _, f in pairs)
+        record(
+            f"request frame on exec-approvals.sock, its content fingerprinted (run {run + 1})",
+            f"{fingerprinted:.0f} µs",
+            f"{unbound:.0f} µs",
+            ratio(fingerprinted, unbound),
         )
 
 
