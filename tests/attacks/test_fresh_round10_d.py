@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from engine.approvals.store import ApprovalsStore
 from tests.attacks.harness import ALLOWLIST
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
