@@ -193,6 +193,16 @@ async def _next_gateway_runs(state: Path, ask_id: str, image: dict[Path, bytes])
     _restore_image(state, image)
     async with gateway(state):
         await wait_until(lambda: ask_id not in [a["id"] for a in stored_asks(state)], timeout=60)
+        client = await connect(state)
+        try:
+
+            async def all_ended() -> bool:
+                rows = (await client.request("sessions.list", {}))["sessions"]
+                return all(r.get("status") != "running" for r in rows)
+
+            await wait_until(all_ended, timeout=60)  # a run started again has written its count
+        finally:
+            await client.close()
     return (state.parent / "w" / "count").read_text()
 
 
