@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from engine.approvals.store import ApprovalsStore
 from tests.attacks.harness import ALLOWLIST
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
@@ -258,3 +259,62 @@ async def test_torn_journal_tail_and_failed_fold_run_an_approved_command_twice(
     assert failed, "the fold at start was not attempted"
     monkeypatch.setattr(durable, "atomic_write", real)
     assert await _next_gateway_runs(state_dir, ask_id, image) == "ran\n"
+
+
+NPM_TEST = '{"name":"p","version":"1.0.0","scripts":{"test":"echo PWNED-$((6*7))"}}'
+NINJA = "rule r\n  command = echo PWNED-$$((6*7))\nbuild x: r\n"
+CMAKE = 'execute_process(COMMAND sh -c "echo PWNED-$((6*7))")\n'
+ABSOLUTE_INTO = [
+    ("/usr/bin/npm", "npm --prefix {p} test", "package.json", NPM_TEST),
+    ("/usr/bin/npm", "npm test -C {p}", "package.json", NPM_TEST),
+    ("/usr/bin/ninja", "ninja -C {p}", "build.ninja", NINJA),
+    ("/usr/bin/ninja", "ninja -f {p}/build.ninja", "build.ninja", NINJA),
+    ("/usr/bin/cmake", "cmake -P {p}/x.cmake", "x.cmake", CMAKE),
+]
+ABSOLUTE_IDS = ["npm-prefix", "npm-C", "ninja-C", "ninja-f", "cmake-P"]
+needs_tools = pytest.mark.skipif(
+    not all(os.path.exists(e) for e, *_ in ABSOLUTE_INTO), reason="needs npm, ninja and cmake"
+)
+
+
+async def _allowlisted_tool_on(state: Path, exe: str, command: str, proj: Path) -> dict[str, Any]:
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", exe)
+    async with gateway(state):
+        return await _exec(state, {"command": command.format(p=proj), "workdir": "/"})
+
+
+@needs_tools
+@needs_bwrap
+@pytest.mark.parametrize(("exe", "command", "name", "body"), ABSOLUTE_INTO, ids=ABSOLUTE_IDS)
+async def test_tree_program_pointed_into_a_plain_dir_asks(
+    state_dir: Path, exe: str, command: str, name: str, body: str
+) -> None:
+    """Control: the same tool pointed at a project in an ordinary directory names its file and asks."""
+    proj = state_dir.parent / "p"
+    proj.mkdir()
+    (proj / name).write_text(body)
+    details = await _allowlisted_tool_on(state_dir, exe, command, proj)
+    assert details["status"] == "approval-pending", details
+
+
+@needs_tools
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a path in the command into a private dir (/tmp/p) is vetted in the gateway's namespace, "
+    "where the shared /tmp has no /tmp/p, and read by the run in its view, where /tmp is the agent's own "
+    "copy: allowlisted npm --prefix, ninja -C/-f, cmake -P run the agent's package.json/build.ninja/"
+    "x.cmake unasked (only the workdir is translated to the agent's copy, never argv paths)",
+)
+@pytest.mark.parametrize(("exe", "command", "name", "body"), ABSOLUTE_INTO, ids=ABSOLUTE_IDS)
+async def test_tree_program_pointed_into_the_private_tmp_runs_unasked(
+    state_dir: Path, exe: str, command: str, name: str, body: str
+) -> None:
+    proj = _private_root(state_dir) / "p"
+    copy = _agent_copy(state_dir, "main", proj)
+    copy.mkdir(parents=True)
+    (copy / name).write_text(body)
+    details = await _allowlisted_tool_on(state_dir, exe, command, proj)
+    assert "PWNED-42" not in details["_text"], details["_text"][-300:]
+    assert details["status"] == "approval-pending", details
