@@ -318,3 +318,5 @@ async def test_tree_program_pointed_into_the_private_tmp_runs_unasked(
     details = await _allowlisted_tool_on(state_dir, exe, command, proj)
     assert "PWNED-42" not in details["_text"], details["_text"][-300:]
     assert details["status"] == "approval-pending", details
+
+
