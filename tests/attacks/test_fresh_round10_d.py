@@ -320,3 +320,19 @@ async def test_tree_program_pointed_into_the_private_tmp_runs_unasked(
     assert details["status"] == "approval-pending", details
 
 
+@needs_bwrap
+async def test_workdir_linked_to_the_private_root_is_refused(state_dir: Path) -> None:
+    """Tried, held: a workdir in the agent's /tmp that is a link to the private dir itself resolves, for
+    the gateway, into the host's shared dir (nothing there: allowlisted npm allowed) and, in the view, to
+    the agent's own copy holding its package.json; the spawn's cwd fd check refuses the run."""
+    root = _private_root(state_dir)
+    copy_root = _agent_copy(state_dir, "main", root)
+    copy_root.mkdir(parents=True, exist_ok=True)
+    (copy_root / "package.json").write_text(NPM_TEST)
+    os.symlink(str(root), copy_root / "proj")  # in the view: the agent's /tmp; on the host: the shared one
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/npm")
+    async with gateway(state_dir):
+        details = await _exec(state_dir, {"command": "npm test", "workdir": str(root / "proj")})
+    assert "PWNED" not in details["_text"]
+    assert "working directory changed" in details["_text"], details
