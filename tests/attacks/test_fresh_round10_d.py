@@ -336,3 +336,81 @@ async def test_workdir_linked_to_the_private_root_is_refused(state_dir: Path) ->
         details = await _exec(state_dir, {"command": "npm test", "workdir": str(root / "proj")})
     assert "PWNED" not in details["_text"]
     assert "working directory changed" in details["_text"], details
+
+
+FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+
+
+async def _ssh_include_writable(state: Path, config_lines: dict[str, str]) -> str:
+    """The operator's ~/.ssh holds `config_lines` (name -> text); `{x}` names a file outside the home
+    that asyncssh reads as ssh config through them. What a host run appending to it gets."""
+    home = Path(os.environ["HOME"])
+    target = state.parent / "dots" / "extra.conf"
+    target.parent.mkdir()
+    target.write_text("# the operator's\n")
+    for name, text in config_lines.items():
+        path = home / ".ssh" / name
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.write_text(text.format(x=target))
+    write_config(state, FULL)
+    async with gateway(state):
+        details = await _exec(
+            state, {"command": f"echo 'Match exec \"touch /tmp/owned\"' >> {target}", "workdir": "/"}
+        )
+    assert details["status"] == "completed", details
+    return target.read_text()
+
+
+def _asyncssh_reads(home: Path, target: Path) -> bool:
+    """Whether asyncssh, as the gateway connects to a node, parses `target` as the operator's config."""
+    import asyncssh.config as sshconfig
+
+    read: list[str] = []
+    real = sshconfig.SSHConfig.parse
+
+    def parse(self: Any, path: Path) -> None:
+        read.append(str(path))
+        real(self, path)
+
+    sshconfig.SSHConfig.parse = parse  # type: ignore[method-assign]
+    try:
+        sshconfig.SSHClientConfig.load(
+            None, [home / ".ssh" / "config"], False, False, False, "local", "user", "node", 22
+        )
+    finally:
+        sshconfig.SSHConfig.parse = real  # type: ignore[method-assign]
+    return str(target) in read
+
+
+@needs_bwrap
+async def test_ssh_include_outside_the_home_is_read_only(state_dir: Path) -> None:
+    """Control: a file ~/.ssh/config includes outside the home is read-only to host runs."""
+    home = Path(os.environ["HOME"])
+    after = await _ssh_include_writable(state_dir, {"config": "Include {x}\n"})
+    assert _asyncssh_reads(home, state_dir.parent / "dots" / "extra.conf")
+    assert "Match" not in after
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: hostview._ssh_walk emulates asyncssh's Include and differs: its regex misses a quoted "
+    'keyword (`"Include" x`, which asyncssh\'s shlex.split reads), and glob.glob skips the dotfiles '
+    "pathlib's glob (asyncssh) includes (config.d/.team); the file they include outside the home stays "
+    "writable to host runs, and a `Match exec` written there runs as the gateway at its next node connect",
+)
+@pytest.mark.parametrize(
+    "lines",
+    [
+        {"config": '"Include" {x}\n'},
+        {"config": "Include config.d/*\n", "config.d/.team": "Include {x}\n"},
+    ],
+    ids=["quoted-keyword", "hidden-file-in-glob"],
+)
+async def test_ssh_include_asyncssh_reads_but_the_view_leaves_writable(
+    state_dir: Path, lines: dict[str, str]
+) -> None:
+    home = Path(os.environ["HOME"])
+    after = await _ssh_include_writable(state_dir, lines)
+    assert _asyncssh_reads(home, state_dir.parent / "dots" / "extra.conf")
+    assert "Match" not in after
