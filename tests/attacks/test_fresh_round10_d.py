@@ -414,3 +414,64 @@ async def test_ssh_include_asyncssh_reads_but_the_view_leaves_writable(
     after = await _ssh_include_writable(state_dir, lines)
     assert _asyncssh_reads(home, state_dir.parent / "dots" / "extra.conf")
     assert "Match" not in after
+
+
+def _git(work: Path, *args: str) -> None:
+    ident = ["-c", "user.name=a", "-c", "user.email=a@b"]
+    subprocess.run(["git", "-C", str(work), *ident, *args], check=True, capture_output=True)
+
+
+async def _earlier_segment_writes(state: Path, command: str, *, present: bool = False) -> dict[str, Any]:
+    """Allowlisted git, cp and npm; a repository whose branch `other` holds the agent's package.json
+    and whose work tree holds it as evil.json (and as package.json when `present`)."""
+    work = state.parent / "w"
+    work.mkdir()
+    (work / "evil.json").write_text(NPM_TEST)
+    _git(work, "init", "-q", "-b", "main")
+    _git(work, "add", "evil.json")
+    _git(work, "commit", "-qm", "one")
+    _git(work, "checkout", "-qb", "other")
+    (work / "package.json").write_text(NPM_TEST)
+    _git(work, "add", "package.json")
+    _git(work, "commit", "-qm", "two")
+    _git(work, "checkout", "-q", "main")
+    if present:
+        (work / "package.json").write_text(NPM_TEST)
+    write_config(state, ALLOWLIST)
+    store = ApprovalsStore(state / "exec-approvals.json")
+    for exe in ("/usr/bin/npm", "/usr/bin/git", "/usr/bin/cp"):
+        store.add_allowlist("main", exe)
+    async with gateway(state):
+        return await _exec(state, {"command": command, "workdir": str(work)})
+
+
+@needs_tools
+@needs_bwrap
+async def test_npm_with_its_package_json_present_asks(state_dir: Path) -> None:
+    """Control: allowlisted npm in a tree holding the agent's package.json names it and asks."""
+    details = await _earlier_segment_writes(state_dir, "npm test", present=True)
+    assert details["status"] == "approval-pending", details
+
+
+@needs_tools
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the tree vet reads the tree once, before the command, so a file an earlier allowlisted "
+    "segment writes (git checkout/mv/restore, cp) is absent when npm's files are named and bound, and "
+    "nothing holds it absent in the run (make gets -f /dev/null for that; npm, ninja, cmake, cargo, ... "
+    "nothing): `git checkout other -- package.json && npm test` runs the agent's script unasked",
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git checkout other -- package.json && npm test",
+        "git mv evil.json package.json && npm test",
+        "cp evil.json package.json; npm test",
+    ],
+    ids=["git-checkout", "git-mv", "cp"],
+)
+async def test_earlier_segment_writes_the_file_a_tree_program_runs(state_dir: Path, command: str) -> None:
+    details = await _earlier_segment_writes(state_dir, command)
+    assert "PWNED-42" not in details["_text"], details["_text"][-300:]
+    assert details["status"] == "approval-pending", details
