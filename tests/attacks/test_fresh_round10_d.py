@@ -475,3 +475,51 @@ async def test_earlier_segment_writes_the_file_a_tree_program_runs(state_dir: Pa
     details = await _earlier_segment_writes(state_dir, command)
     assert "PWNED-42" not in details["_text"], details["_text"][-300:]
     assert details["status"] == "approval-pending", details
+
+
+async def _push_into(state: Path, dest: Path, copy: Path, url: str) -> dict[str, Any]:
+    """Allowlisted git pushes from a vetted repository to `url` (naming `dest`, whose files are at `copy`
+    on the host): a repository whose pre-receive hook is the agent's."""
+    work = state.parent / "w"
+    work.mkdir()
+    (work / "a.txt").write_text("a")
+    _git(work, "init", "-q", "-b", "main")
+    _git(work, "add", "a.txt")
+    _git(work, "commit", "-qm", "one")
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", str(copy)], check=True)
+    hook = copy / ".git" / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho PWNED-$((6*7)) >&2\n")
+    hook.chmod(0o755)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/git")
+    command = f"git push {url.format(d=dest)} main:refs/heads/x"
+    async with gateway(state):
+        return await _exec(state, {"command": command, "workdir": str(work)})
+
+
+PUSH_URLS = ["{d}", "file://{d}", "{d}/.git"]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("url", PUSH_URLS, ids=["path", "file-url", "dotgit"])
+async def test_push_into_a_plain_dir_asks(state_dir: Path, url: str) -> None:
+    """Control: a push to a local repository names its receive-pack tree and asks."""
+    dest = state_dir.parent / "dest"
+    details = await _push_into(state_dir, dest, dest, url)
+    assert details["status"] == "approval-pending", details
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: gitargv.local_destinations resolves a push destination in the gateway's namespace: "
+    "/tmp/dest in the agent's private /tmp is absent from the host's /tmp, so no receive-pack tree is "
+    "named, and the run's receive-pack enters the agent's own repository and runs its pre-receive hook",
+)
+@pytest.mark.parametrize("url", PUSH_URLS, ids=["path", "file-url", "dotgit"])
+async def test_push_into_the_private_tmp_runs_its_hook_unasked(state_dir: Path, url: str) -> None:
+    dest = _private_root(state_dir) / "dest"
+    details = await _push_into(state_dir, dest, _agent_copy(state_dir, "main", dest), url)
+    assert "PWNED-42" not in details["_text"], details["_text"][-300:]
+    assert details["status"] == "approval-pending", details
