@@ -523,3 +523,4 @@ async def test_push_into_the_private_tmp_runs_its_hook_unasked(state_dir: Path, 
     details = await _push_into(state_dir, dest, _agent_copy(state_dir, "main", dest), url)
     assert "PWNED-42" not in details["_text"], details["_text"][-300:]
     assert details["status"] == "approval-pending", details
+
