@@ -524,3 +524,92 @@ async def test_push_into_the_private_tmp_runs_its_hook_unasked(state_dir: Path, 
     assert "PWNED-42" not in details["_text"], details["_text"][-300:]
     assert details["status"] == "approval-pending", details
 
+
+SAFE_PACKAGE = '{"name":"p","version":"1.0.0","scripts":{"test":"echo SAFE > out.txt"}}'
+EVIL_PACKAGE = '{"name":"p","version":"1.0.0","scripts":{"test":"echo PWNED > out.txt"}}'
+
+
+async def _ask_restart_approve(state: Path, *, rewrite: bool, approve_before_restart: bool) -> str:
+    """`npm test` asked with SAFE_PACKAGE shown; the gateway restarts (the ask waits on disk); the agent
+    rewrites package.json in place (when `rewrite`); the operator approves the ask as it was shown
+    (before the restart: a crash right after the approval). What the approved run ran."""
+    work = state.parent / "w"
+    work.mkdir()
+    (work / "package.json").write_text(SAFE_PACKAGE)
+    write_config(state, ALLOWLIST)
+    async with gateway(state):
+        details = await _exec(state, {"command": "npm test", "workdir": str(work)})
+    assert details["status"] == "approval-pending", details
+    ask_id = str(details["approvalId"])
+    if approve_before_restart:
+        _approved_on_disk(state, ask_id)
+    if rewrite:
+        with open(work / "package.json", "r+") as f:  # in place: the same inode, the same directory
+            f.truncate(0)
+            f.write(EVIL_PACKAGE)
+    out = work / "out.txt"
+    async with gateway(state):
+        if not approve_before_restart:
+            await _approve(state, ask_id)
+        from tests.helpers.pending import stored_asks
+
+        await wait_until(lambda: ask_id not in [a["id"] for a in stored_asks(state)], timeout=60)
+        await _sessions_ended(state)
+    return out.read_text().strip() if out.exists() else "not run"
+
+
+async def _sessions_ended(state: Path) -> None:
+    client = await connect(state)
+    try:
+
+        async def all_ended() -> bool:
+            rows = (await client.request("sessions.list", {}))["sessions"]
+            return all(r.get("status") != "running" for r in rows)
+
+        await wait_until(all_ended, timeout=60)
+    finally:
+        await client.close()
+
+
+@needs_tools
+@needs_bwrap
+async def test_package_json_rewritten_while_the_ask_waits_is_stale(state_dir: Path) -> None:
+    """Control: with no restart, package.json rewritten while the ask waits makes the approval stale."""
+    from tests.helpers.pending import stored_asks
+
+    work = state_dir.parent / "w"
+    work.mkdir()
+    (work / "package.json").write_text(SAFE_PACKAGE)
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        details = await _exec(state_dir, {"command": "npm test", "workdir": str(work)})
+        assert details["status"] == "approval-pending", details
+        ask_id = str(details["approvalId"])
+        with open(work / "package.json", "r+") as f:
+            f.truncate(0)
+            f.write(EVIL_PACKAGE)
+        await _approve(state_dir, ask_id)
+        await wait_until(lambda: ask_id not in [a["id"] for a in stored_asks(state_dir)], timeout=60)
+        await _sessions_ended(state_dir)
+    assert not (work / "out.txt").exists()
+
+
+@needs_tools
+@needs_bwrap
+async def test_restored_ask_unchanged_runs_as_approved(state_dir: Path) -> None:
+    """Control: an ask restored after a restart, approved, runs what was shown."""
+    assert await _ask_restart_approve(state_dir, rewrite=False, approve_before_restart=False) == "SAFE"
+
+
+@needs_tools
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: resume.stale_reason compares a restored ask's command, env, cwd and executables' "
+    "identity, never the tree the operator was shown (the ask's content_key: tree inputs and content "
+    "digests); the call is decided afresh, so package.json rewritten in place while no gateway ran (or "
+    "after the restart, before the approval) runs as approved",
+)
+@pytest.mark.parametrize("before", [False, True], ids=["approved-after-restart", "approved-then-crash"])
+async def test_restored_ask_runs_the_tree_as_it_is_now(state_dir: Path, before: bool) -> None:
+    assert await _ask_restart_approve(state_dir, rewrite=True, approve_before_restart=before) != "PWNED"
