@@ -613,3 +613,43 @@ async def test_restored_ask_unchanged_runs_as_approved(state_dir: Path) -> None:
 @pytest.mark.parametrize("before", [False, True], ids=["approved-after-restart", "approved-then-crash"])
 async def test_restored_ask_runs_the_tree_as_it_is_now(state_dir: Path, before: bool) -> None:
     assert await _ask_restart_approve(state_dir, rewrite=True, approve_before_restart=before) != "PWNED"
+
+
+RESTART_FILES = {
+    "sh run.sh": ("run.sh", "#!/bin/sh\necho SAFE > out.txt\n"),
+    "python3 run.py": ("run.py", "open('out.txt', 'w').write('SAFE')\n"),
+    "./run.sh": ("run.sh", "#!/bin/sh\necho SAFE > out.txt\n"),
+    "make": ("Makefile", "all:\n\techo SAFE > out.txt\n"),
+}
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a restored ask is decided afresh and resume.stale_reason never compares the content "
+    "digests the operator approved (content_key): a script or Makefile rewritten in place (same inode) "
+    "while the gateway restarted runs as approved: sh s.sh, python3 s.py, ./s.sh, make",
+)
+@pytest.mark.parametrize("command", list(RESTART_FILES))
+async def test_restored_ask_runs_the_script_as_it_is_now(state_dir: Path, command: str) -> None:
+    from tests.helpers.pending import stored_asks
+
+    work = state_dir.parent / "w"
+    work.mkdir()
+    name, safe = RESTART_FILES[command]
+    (work / name).write_text(safe)
+    (work / name).chmod(0o755)
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        details = await _exec(state_dir, {"command": command, "workdir": str(work)})
+    assert details["status"] == "approval-pending", details
+    ask_id = str(details["approvalId"])
+    with open(work / name, "r+") as f:  # in place while no gateway runs: the same inode
+        f.truncate(0)
+        f.write(safe.replace("SAFE", "PWNED"))
+    async with gateway(state_dir):
+        await _approve(state_dir, ask_id)  # what was shown: the SAFE bytes
+        await wait_until(lambda: ask_id not in [a["id"] for a in stored_asks(state_dir)], timeout=60)
+        await _sessions_ended(state_dir)
+    out = work / "out.txt"
+    assert not out.exists() or out.read_text().strip() == "SAFE"
