@@ -397,15 +397,17 @@ async def test_ssh_include_outside_the_home_is_read_only(state_dir: Path) -> Non
     reason="open: hostview._ssh_walk emulates asyncssh's Include and differs: its regex misses a quoted "
     'keyword (`"Include" x`, which asyncssh\'s shlex.split reads), and glob.glob skips the dotfiles '
     "pathlib's glob (asyncssh) includes (config.d/.team); the file they include outside the home stays "
-    "writable to host runs, and a `Match exec` written there runs as the gateway at its next node connect",
+    "writable to host runs, and a `Match exec` written there runs as the gateway at its next node connect; "
+    "and it drops a trailing `# comment` (shlex comments=True) whose words asyncssh includes",
 )
 @pytest.mark.parametrize(
     "lines",
     [
         {"config": '"Include" {x}\n'},
         {"config": "Include config.d/*\n", "config.d/.team": "Include {x}\n"},
+        {"config": "Include config.d/team.conf # was {x}\n"},
     ],
-    ids=["quoted-keyword", "hidden-file-in-glob"],
+    ids=["quoted-keyword", "hidden-file-in-glob", "trailing-comment"],
 )
 async def test_ssh_include_asyncssh_reads_but_the_view_leaves_writable(
     state_dir: Path, lines: dict[str, str]
