@@ -655,3 +655,38 @@ async def test_restored_ask_runs_the_script_as_it_is_now(state_dir: Path, comman
         await _sessions_ended(state_dir)
     out = work / "out.txt"
     assert not out.exists() or out.read_text().strip() == "SAFE"
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: allow-always on a restored ask saves the allow-always patterns of the call decided "
+    "afresh (the rewritten script's =command: digest), not of what was shown: the agent's rewrite runs "
+    "then and unasked ever after",
+)
+async def test_restored_ask_allow_always_saves_the_rewritten_script(state_dir: Path) -> None:
+    from tests.helpers.pending import stored_asks
+
+    work = state_dir.parent / "w"
+    work.mkdir()
+    (work / "run.sh").write_text("echo SAFE >> out.txt\n")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        details = await _exec(state_dir, {"command": "sh run.sh", "workdir": str(work)})
+    assert "allow-always" in details["allowedDecisions"], details
+    ask_id = str(details["approvalId"])
+    with open(work / "run.sh", "r+") as f:
+        f.truncate(0)
+        f.write("echo PWNED >> out.txt\n")
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            await client.request("approve", {"id": ask_id, "decision": "allow-always"})
+        finally:
+            await client.close()
+        await wait_until(lambda: ask_id not in [a["id"] for a in stored_asks(state_dir)], timeout=60)
+        await _sessions_ended(state_dir)
+        again = await _exec(state_dir, {"command": "sh run.sh", "workdir": str(work)})
+        await _sessions_ended(state_dir)
+    assert again["status"] == "approval-pending", again
+    assert "PWNED" not in (work / "out.txt").read_text() if (work / "out.txt").exists() else True
