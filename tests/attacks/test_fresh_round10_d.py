@@ -690,3 +690,32 @@ async def test_restored_ask_allow_always_saves_the_rewritten_script(state_dir: P
         await _sessions_ended(state_dir)
     assert again["status"] == "approval-pending", again
     assert "PWNED" not in (work / "out.txt").read_text() if (work / "out.txt").exists() else True
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+    ("exe", "command", "seed"),
+    [
+        ("/usr/bin/make", "make -C {p}", "Makefile"),
+        ("/usr/bin/make", "make -f {p}/Makefile", "Makefile"),
+        ("/usr/bin/git", "git -C {p} status --short", "git"),
+    ],
+    ids=["make-C", "make-f", "git-C"],
+)
+async def test_make_and_git_pointed_into_the_private_tmp_read_nothing_unvetted(
+    state_dir: Path, exe: str, command: str, seed: str
+) -> None:
+    """Tried, held: make and git named into the agent's private /tmp, where the gateway's namespace has
+    nothing: make is handed /dev/null for a makefile that was absent, git a GIT_DIR naming no repository,
+    so the agent's Makefile recipe and its repository's core.fsmonitor never run."""
+    proj = _private_root(state_dir) / "p"
+    copy = _agent_copy(state_dir, "main", proj)
+    copy.mkdir(parents=True)
+    if seed == "git":
+        subprocess.run(["git", "init", "-q", str(copy)], check=True)
+        with open(copy / ".git" / "config", "a") as f:
+            f.write('[core]\n\tfsmonitor = "echo PWNED-$((6*7)) >&2; false"\n')
+    else:
+        (copy / "Makefile").write_text("all:\n\t@echo PWNED-$$((6*7))\n")
+    details = await _allowlisted_tool_on(state_dir, exe, command, proj)
+    assert "PWNED-42" not in details["_text"], details["_text"][-300:]
