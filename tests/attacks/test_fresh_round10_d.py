@@ -707,14 +707,19 @@ async def test_make_and_git_pointed_into_the_private_tmp_read_nothing_unvetted(
 ) -> None:
     """Tried, held: make and git named into the agent's private /tmp, where the gateway's namespace has
     nothing: make is handed /dev/null for a makefile that was absent, git a GIT_DIR naming no repository,
-    so the agent's Makefile recipe and its repository's core.fsmonitor never run."""
+    so the agent's Makefile recipe and its repository's clean filter never run."""
     proj = _private_root(state_dir) / "p"
     copy = _agent_copy(state_dir, "main", proj)
     copy.mkdir(parents=True)
     if seed == "git":
-        subprocess.run(["git", "init", "-q", str(copy)], check=True)
+        (copy / "a.txt").write_text("a")
+        (copy / ".gitattributes").write_text("* filter=x\n")
+        _git(copy, "init", "-q")
+        _git(copy, "add", "a.txt", ".gitattributes")
+        _git(copy, "commit", "-qm", "one")
+        (copy / "a.txt").write_text("b")
         with open(copy / ".git" / "config", "a") as f:
-            f.write('[core]\n\tfsmonitor = "echo PWNED-$((6*7)) >&2; false"\n')
+            f.write('[filter "x"]\n\tclean = "echo PWNED-$((6*7)) >&2; cat"\n')
     else:
         (copy / "Makefile").write_text("all:\n\t@echo PWNED-$$((6*7))\n")
     details = await _allowlisted_tool_on(state_dir, exe, command, proj)
