@@ -21,6 +21,13 @@ needs_bwrap = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True)
+def _npm_offline() -> None:
+    """npm in these tests never asks the registry (its update notifier would)."""
+    home = Path(os.environ["HOME"])
+    (home / ".npmrc").write_text("update-notifier=false\noffline=true\naudit=false\nfund=false\n")
+
+
 def _private_root(state: Path) -> Path:
     """The test's stand-in for /tmp (conftest: EXECHOST_HOST_PRIVATE), private to each agent."""
     return Path(os.environ["EXECHOST_HOST_PRIVATE"])
@@ -724,3 +731,44 @@ async def test_make_and_git_pointed_into_the_private_tmp_read_nothing_unvetted(
         (copy / "Makefile").write_text("all:\n\t@echo PWNED-$$((6*7))\n")
     details = await _allowlisted_tool_on(state_dir, exe, command, proj)
     assert "PWNED-42" not in details["_text"], details["_text"][-300:]
+
+
+@needs_tools
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode._dirs stops npm's walk-up at the home ('what lies above it holds the "
+    "operator's own config'), but npm walks on to a workspace root above it and reads its .npmrc; a home "
+    "whose parent the gateway user can write (a service account's /srv/x/home) lets a host run plant "
+    "../package.json (workspaces) and ../.npmrc (script-shell): an approved `npm test` in ~/proj runs it, "
+    "and the ask named only ~/proj/package.json",
+)
+async def test_npm_workspace_root_above_the_home_is_not_named(state_dir: Path) -> None:
+    from tests.helpers.pending import stored_asks
+
+    home = Path(os.environ["HOME"])
+    above = home.parent  # the test's home is in a directory host runs may write, as a service's may be
+    proj = home / "proj"
+    proj.mkdir()
+    (proj / "package.json").write_text('{"name":"proj","version":"1.0.0","scripts":{"test":"echo SAFE"}}')
+    (above / "package.json").write_text(f'{{"name":"root","private":true,"workspaces":["{home.name}/proj"]}}')
+    (above / "evil.sh").write_text('#!/bin/sh\necho PWNED-$((6*7))\nexec /bin/sh "$@"\n')
+    (above / "evil.sh").chmod(0o755)
+    (above / ".npmrc").write_text(f"script-shell={above}/evil.sh\n")
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        details = await _exec(state_dir, {"command": "npm test", "workdir": str(proj)})
+        assert details["status"] == "approval-pending", details
+        if str(above / ".npmrc") in details["warningText"]:
+            return  # named: the operator sees what runs
+        ask_id = details["approvalId"]
+        await _approve(state_dir, ask_id)
+        await wait_until(lambda: ask_id not in [a["id"] for a in stored_asks(state_dir)], timeout=60)
+        await _sessions_ended(state_dir)
+        client = await connect(state_dir)
+        try:
+            rows = (await client.request("sessions.list", {}))["sessions"]
+            outs = [await client.request("sessions.output", {"sessionId": r["sessionId"]}) for r in rows]
+        finally:
+            await client.close()
+    assert not any("PWNED-42" in str(o.get("data")) for o in outs), outs
