@@ -772,3 +772,37 @@ async def test_npm_workspace_root_above_the_home_is_not_named(state_dir: Path) -
         finally:
             await client.close()
     assert not any("PWNED-42" in str(o.get("data")) for o in outs), outs
+
+
+async def _cmake_script_after(state: Path, words: int) -> dict[str, Any]:
+    """Allowlisted cmake runs the agent's x.cmake (`-P`) after `words` harmless -D definitions."""
+    work = state.parent / "w"
+    work.mkdir()
+    (work / "x.cmake").write_text(CMAKE)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/cmake")
+    filler = " ".join(f"-DV{i}=1" for i in range(words))
+    async with gateway(state):
+        return await _exec(state, {"command": f"cmake {filler} -P x.cmake", "workdir": str(work)})
+
+
+@needs_tools
+@needs_bwrap
+async def test_cmake_script_operand_is_named(state_dir: Path) -> None:
+    """Control: `cmake -D… -P x.cmake` names x.cmake and asks."""
+    details = await _cmake_script_after(state_dir, 8)
+    assert details["status"] == "approval-pending", details
+
+
+@needs_tools
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode looks at the first 64 argv words only (_OPERANDS_LOOKED_AT) for the files a "
+    "program is named to run and says nothing of the rest: `cmake -DV0=1 … -DV69=1 -P x.cmake` runs the "
+    "agent's script unasked under an allowlisted cmake (past the cap it should ask, not look away)",
+)
+async def test_cmake_script_operand_past_64_words_runs_unasked(state_dir: Path) -> None:
+    details = await _cmake_script_after(state_dir, 70)
+    assert "PWNED-42" not in details["_text"], details["_text"][-300:]
+    assert details["status"] == "approval-pending", details
