@@ -806,3 +806,38 @@ async def test_cmake_script_operand_past_64_words_runs_unasked(state_dir: Path) 
     details = await _cmake_script_after(state_dir, 70)
     assert "PWNED-42" not in details["_text"], details["_text"][-300:]
     assert details["status"] == "approval-pending", details
+
+
+async def _make_cc_after(state: Path, words: int) -> dict[str, Any]:
+    """Allowlisted make, no makefile: the built-in rule for foo.o runs $(CC), given as the agent's ./evil
+    after `words` harmless assignments."""
+    work = state.parent / "w"
+    work.mkdir()
+    (work / "foo.c").write_text("int x;\n")
+    (work / "evil").write_text("#!/bin/sh\necho PWNED-$((6*7))\n")
+    (work / "evil").chmod(0o755)
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", "/usr/bin/make")
+    filler = " ".join(f"V{i}=1" for i in range(words))
+    async with gateway(state):
+        return await _exec(state, {"command": f"make {filler} CC=./evil foo.o", "workdir": str(work)})
+
+
+@needs_bwrap
+async def test_make_value_file_is_named(state_dir: Path) -> None:
+    """Control: `make CC=./evil foo.o` names ./evil (MAKE_VALUE_FILE) and asks."""
+    details = await _make_cc_after(state_dir, 8)
+    assert details["status"] == "approval-pending", details
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: _make_value_paths looks at the first 64 argv words only: `make V0=1 … V69=1 CC=./evil "
+    "foo.o` (no makefile: the built-in rule runs $(CC)) runs the agent's program unasked under an "
+    "allowlisted make",
+)
+async def test_make_value_file_past_64_words_runs_unasked(state_dir: Path) -> None:
+    details = await _make_cc_after(state_dir, 70)
+    assert "PWNED-42" not in details["_text"], details["_text"][-300:]
+    assert details["status"] == "approval-pending", details
