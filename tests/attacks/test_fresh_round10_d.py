@@ -612,15 +612,11 @@ async def test_restored_ask_unchanged_runs_as_approved(state_dir: Path) -> None:
 
 @needs_tools
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: resume.stale_reason compares a restored ask's command, env, cwd and executables' "
-    "identity, never the tree the operator was shown (the ask's content_key: tree inputs and content "
-    "digests); the call is decided afresh, so package.json rewritten in place while no gateway ran (or "
-    "after the restart, before the approval) runs as approved",
-)
 @pytest.mark.parametrize("before", [False, True], ids=["approved-after-restart", "approved-then-crash"])
-async def test_restored_ask_runs_the_tree_as_it_is_now(state_dir: Path, before: bool) -> None:
+async def test_restored_ask_with_its_tree_rewritten_is_stale(state_dir: Path, before: bool) -> None:
+    """Found open (fresh round 10 d), fixed: a restored ask was decided afresh and stale_reason never
+    compared the bytes the operator was shown (content_key); package.json rewritten in place while no
+    gateway ran ran as approved. Now such an ask is approval-stale."""
     assert await _ask_restart_approve(state_dir, rewrite=True, approve_before_restart=before) != "PWNED"
 
 
@@ -633,14 +629,10 @@ RESTART_FILES = {
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a restored ask is decided afresh and resume.stale_reason never compares the content "
-    "digests the operator approved (content_key): a script or Makefile rewritten in place (same inode) "
-    "while the gateway restarted runs as approved: sh s.sh, python3 s.py, ./s.sh, make",
-)
 @pytest.mark.parametrize("command", list(RESTART_FILES))
-async def test_restored_ask_runs_the_script_as_it_is_now(state_dir: Path, command: str) -> None:
+async def test_restored_ask_with_its_script_rewritten_is_stale(state_dir: Path, command: str) -> None:
+    """Found open (fresh round 10 d), fixed: a script or Makefile rewritten in place (same inode) while the
+    gateway restarted ran as approved; the content digests are compared now."""
     from tests.helpers.pending import stored_asks
 
     work = state_dir.parent / "w"
@@ -665,13 +657,9 @@ async def test_restored_ask_runs_the_script_as_it_is_now(state_dir: Path, comman
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: allow-always on a restored ask saves the allow-always patterns of the call decided "
-    "afresh (the rewritten script's =command: digest), not of what was shown: the agent's rewrite runs "
-    "then and unasked ever after",
-)
-async def test_restored_ask_allow_always_saves_the_rewritten_script(state_dir: Path) -> None:
+async def test_restored_ask_allow_always_never_saves_the_rewritten_script(state_dir: Path) -> None:
+    """Found open (fresh round 10 d), fixed: allow-always on a restored ask saved the rewritten script's
+    digest, so it ran then and unasked ever after."""
     from tests.helpers.pending import stored_asks
 
     work = state_dir.parent / "w"
