@@ -228,16 +228,13 @@ async def test_crash_while_approved_run_runs_control(
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the pending-approvals journal's torn-line guard (_torn) is in memory only: after a "
-    "crash mid-append, a start whose fold fails (no inode for the snapshot's temp file) leaves the torn "
-    "tail, the next append (an approved ask's `starting` note) is glued to it and lost on load, so a crash "
-    "after the spawn runs the approved command again (history.py checks _ends_torn; durable.py does not)",
-)
-async def test_torn_journal_tail_and_failed_fold_run_an_approved_command_twice(
+async def test_torn_journal_tail_and_failed_fold_never_run_an_approved_command_twice(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Found open (fresh round 10 d), fixed: the journal's torn-line guard was in memory only; after a
+    crash mid-append and a start whose fold failed, the next line (an approved ask's `starting` note) was
+    glued to the torn one and lost, and a crash after the spawn ran the command again. The journal's
+    last byte is checked before the first append now, as the decision history's is."""
     import errno
 
     from engine.approvals import durable
