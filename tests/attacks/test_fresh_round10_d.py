@@ -826,3 +826,60 @@ async def test_make_value_file_past_64_words_runs_unasked(state_dir: Path) -> No
     details = await _make_cc_after(state_dir, 70)
     assert "PWNED-42" not in details["_text"], details["_text"][-300:]
     assert details["status"] == "approval-pending", details
+
+
+async def _npm_first_read_after(state: Path, how: str) -> str:
+    """Ask `npm test` with SAFE_PACKAGE shown and approve it; once npm runs in its view (it opens the
+    operator's ~/.npmrc, here a FIFO standing for npm's slow start, before it reads package.json), the
+    agent replaces package.json: `rename` a new file over it, or `inplace`. What npm's script wrote."""
+    from tests.helpers.pending import stored_asks
+
+    home = Path(os.environ["HOME"])
+    (home / ".npmrc").unlink()
+    os.mkfifo(home / ".npmrc")
+    work = state.parent / "w"
+    work.mkdir()
+    (work / "package.json").write_text(SAFE_PACKAGE)
+    write_config(state, ALLOWLIST)
+    async with gateway(state):
+        details = await _exec(state, {"command": "npm test", "workdir": str(work)})
+        assert details["status"] == "approval-pending", details
+        ask_id = str(details["approvalId"])
+        await _approve(state, ask_id)
+
+        def when_npm_runs() -> None:
+            with open(home / ".npmrc", "w") as rc:  # returns once npm opened it: it runs in its view
+                if how == "rename":
+                    (work / "new.json").write_text(EVIL_PACKAGE)
+                    os.rename(work / "new.json", work / "package.json")
+                else:
+                    with open(work / "package.json", "r+") as f:
+                        f.truncate(0)
+                        f.write(EVIL_PACKAGE)
+                rc.write("update-notifier=false\noffline=true\n")
+
+        await asyncio.wait_for(asyncio.to_thread(when_npm_runs), 120)
+        await wait_until(lambda: ask_id not in [a["id"] for a in stored_asks(state)], timeout=60)
+        await _sessions_ended(state)
+    out = work / "out.txt"
+    return out.read_text().strip() if out.exists() else "not run"
+
+
+@needs_tools
+@needs_bwrap
+async def test_npm_reads_its_bound_package_json_after_an_in_place_rewrite(state_dir: Path) -> None:
+    """Control: rewritten in place after the spawn, package.json still reads as the bound copy."""
+    assert await _npm_first_read_after(state_dir, "inplace") == "SAFE"
+
+
+@needs_tools
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: package.json (every tree file but make's) is bound read-only at its path, and npm's "
+    "first read of it comes after the spawn: a rename over it in the host's namespace detaches the bind "
+    "in the run's, and npm reads the agent's new file (round 9 w's detach, on a first read: a racer "
+    "won 4 of 10 approved `npm test` runs with no FIFO)",
+)
+async def test_npm_first_read_of_package_json_after_a_rename_over_it(state_dir: Path) -> None:
+    assert await _npm_first_read_after(state_dir, "rename") == "SAFE"
