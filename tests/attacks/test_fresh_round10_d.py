@@ -883,3 +883,47 @@ async def test_npm_reads_its_bound_package_json_after_an_in_place_rewrite(state_
 )
 async def test_npm_first_read_of_package_json_after_a_rename_over_it(state_dir: Path) -> None:
     assert await _npm_first_read_after(state_dir, "rename") == "SAFE"
+
+
+async def _connects_to_a_socket_in_the_home(state: Path, where: str) -> str:
+    """A listening Unix socket of the operator's at ~/<where>/S.sock; what a host run connecting to it
+    prints (CONNECTED when it reached the operator's process)."""
+    import socket as _socket
+
+    home = Path(os.environ["HOME"])
+    d = home / where
+    d.mkdir(parents=True, mode=0o700)
+    path = d / "S.sock"
+    srv = _socket.socket(_socket.AF_UNIX)
+    srv.bind(str(path))
+    srv.listen(4)
+    write_config(state, FULL)
+    cmd = (
+        'python3 -c "import socket; s = socket.socket(socket.AF_UNIX); '
+        f"s.connect('{path}'); print('CONNECTED')\""
+    )
+    try:
+        async with gateway(state):
+            details = await _exec(state, {"command": cmd, "workdir": "/"})
+    finally:
+        srv.close()
+    return str(details["_text"])
+
+
+@needs_bwrap
+async def test_a_socket_in_ssh_is_out_of_reach(state_dir: Path) -> None:
+    """Control: a ControlMaster socket under ~/.ssh is not in the run's copy of it (dirshadow)."""
+    assert "CONNECTED" not in await _connects_to_a_socket_in_the_home(state_dir, ".ssh/cm")
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: only ~/.ssh (and node key dirs) are shown as copies without sockets; the rest of the "
+    "home is a read-only bind, which does not stop connect(2): an ssh ControlPath outside ~/.ssh "
+    "(~/.cache/ssh/%C) or gpg-agent's ~/.gnupg/S.gpg-agent(.ssh) (its home when there is no /run/user) "
+    "answer every host run as the operator",
+)
+@pytest.mark.parametrize("where", [".cache/ssh", ".gnupg"])
+async def test_a_socket_elsewhere_in_the_home_answers_host_runs(state_dir: Path, where: str) -> None:
+    assert "CONNECTED" not in await _connects_to_a_socket_in_the_home(state_dir, where)
