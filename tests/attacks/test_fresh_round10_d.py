@@ -927,3 +927,19 @@ async def test_a_socket_in_ssh_is_out_of_reach(state_dir: Path) -> None:
 @pytest.mark.parametrize("where", [".cache/ssh", ".gnupg"])
 async def test_a_socket_elsewhere_in_the_home_answers_host_runs(state_dir: Path, where: str) -> None:
     assert "CONNECTED" not in await _connects_to_a_socket_in_the_home(state_dir, where)
+
+
+@needs_bwrap
+async def test_earlier_segment_writing_a_makefile_reaches_no_make(state_dir: Path) -> None:
+    """Tried, held: the same for make: a Makefile absent at the vet stays absent for make (-f /dev/null),
+    whatever an earlier allowlisted segment writes there."""
+    work = state_dir.parent / "w"
+    work.mkdir()
+    (work / "evil.mk").write_text("all:\n\t@echo PWNED-$$((6*7))\n")
+    write_config(state_dir, ALLOWLIST)
+    store = ApprovalsStore(state_dir / "exec-approvals.json")
+    for exe in ("/usr/bin/make", "/usr/bin/cp"):
+        store.add_allowlist("main", exe)
+    async with gateway(state_dir):
+        details = await _exec(state_dir, {"command": "cp evil.mk Makefile && make", "workdir": str(work)})
+    assert "PWNED-42" not in details["_text"], details["_text"][-300:]
