@@ -942,4 +942,5 @@ async def test_earlier_segment_writing_a_makefile_reaches_no_make(state_dir: Pat
         store.add_allowlist("main", exe)
     async with gateway(state_dir):
         details = await _exec(state_dir, {"command": "cp evil.mk Makefile && make", "workdir": str(work)})
+    assert details["status"] == "completed", details  # it ran, unasked: with /dev/null for a makefile
     assert "PWNED-42" not in details["_text"], details["_text"][-300:]
