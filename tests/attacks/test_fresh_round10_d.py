@@ -82,7 +82,11 @@ async def _npm_rewrite_after_spawn(state: Path, work: Path, copy: Path) -> str:
 
     def after_spawn() -> None:
         with open(copy / "go.fifo", "w") as go:  # returns once the approved run's `cat` opened it
-            evil = dict(PACKAGE, scripts=dict(PACKAGE["scripts"], build="echo PWNED > out.txt"))
+            scripts = {
+                "test": "cat go.fifo >/dev/null; npm run --silent build",
+                "build": "echo PWNED > out.txt",
+            }
+            evil = {**PACKAGE, "scripts": scripts}
             with open(copy / "package.json", "r+") as f:  # in place: same inode, no rename
                 f.truncate(0)
                 f.write(json.dumps(evil))
