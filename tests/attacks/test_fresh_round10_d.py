@@ -406,7 +406,8 @@ async def test_ssh_include_outside_the_home_is_read_only(state_dir: Path) -> Non
     'keyword (`"Include" x`, which asyncssh\'s shlex.split reads), and glob.glob skips the dotfiles '
     "pathlib's glob (asyncssh) includes (config.d/.team); the file they include outside the home stays "
     "writable to host runs, and a `Match exec` written there runs as the gateway at its next node connect; "
-    "and it drops a trailing `# comment` (shlex comments=True) whose words asyncssh includes",
+    "and it drops a trailing `# comment` (shlex comments=True) whose words asyncssh includes, and walks "
+    "`**` one level (glob.glob without recursive=True) where pathlib recurses",
 )
 @pytest.mark.parametrize(
     "lines",
@@ -414,8 +415,9 @@ async def test_ssh_include_outside_the_home_is_read_only(state_dir: Path) -> Non
         {"config": '"Include" {x}\n'},
         {"config": "Include config.d/*\n", "config.d/.team": "Include {x}\n"},
         {"config": "Include config.d/team.conf # was {x}\n"},
+        {"config": "Include config.d/**/*.conf\n", "config.d/team/a/b.conf": "Include {x}\n"},
     ],
-    ids=["quoted-keyword", "hidden-file-in-glob", "trailing-comment"],
+    ids=["quoted-keyword", "hidden-file-in-glob", "trailing-comment", "recursive-glob"],
 )
 async def test_ssh_include_asyncssh_reads_but_the_view_leaves_writable(
     state_dir: Path, lines: dict[str, str]
