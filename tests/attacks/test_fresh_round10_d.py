@@ -22,9 +22,10 @@ needs_bwrap = pytest.mark.skipif(
 
 
 @pytest.fixture(autouse=True)
-def _npm_offline() -> None:
-    """npm in these tests never asks the registry (its update notifier would)."""
+def _npm_offline(state_dir: Path) -> None:
+    """npm in these tests never asks the registry (its update notifier would): the test's own home."""
     home = Path(os.environ["HOME"])
+    assert home.parent == state_dir.parent
     (home / ".npmrc").write_text("update-notifier=false\noffline=true\naudit=false\nfund=false\n")
 
 
