@@ -951,3 +951,29 @@ async def test_earlier_segment_writing_a_makefile_reaches_no_make(state_dir: Pat
         details = await _exec(state_dir, {"command": "cp evil.mk Makefile && make", "workdir": str(work)})
     assert details["status"] == "completed", details  # it ran, unasked: with /dev/null for a makefile
     assert "PWNED-42" not in details["_text"], details["_text"][-300:]
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (low): hostprivate.binds makes the gateway's TMPDIR inside the agent's copy with "
+    "os.makedirs, which follows links the agent made there: with TMPDIR two levels under a private dir "
+    "(/tmp/a/gwtmp), a link /tmp/a -> ~/.config makes the gateway create ~/.config/gwtmp in the home no "
+    "host run may write (an empty 0700 directory of a name the operator's TMPDIR fixes)",
+)
+async def test_gateway_makes_its_tmpdir_through_the_agents_link(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    root = _private_root(state_dir)
+    monkeypatch.setenv("TMPDIR", str(root / "a" / "gwtmp"))
+    home = Path(os.environ["HOME"])
+    (home / ".config").mkdir()
+    copy_root = _agent_copy(state_dir, "main", root)
+    shutil.rmtree(copy_root / "a", ignore_errors=True)
+    os.symlink(str(home / ".config"), copy_root / "a")  # what a host run of the agent may do in its /tmp
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        await _exec(state_dir, {"command": "true", "workdir": "/"})
+    assert not (home / ".config" / "gwtmp").exists()
