@@ -977,3 +977,26 @@ async def test_gateway_makes_its_tmpdir_through_the_agents_link(
     async with gateway(state_dir):
         await _exec(state_dir, {"command": "true", "workdir": "/"})
     assert not (home / ".config" / "gwtmp").exists()
+
+
+@needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (low): the vet reads the agent's files in the gateway's namespace, through the agent's "
+    "links, into what no run can see: .git/config -> <state>/config.toml is parsed and the ask returned "
+    "to the agent lists that hidden file's keys (nodes.alpha.identityfile, ...); approved, its bytes "
+    "would be the run's pinned git config (a vetted file resolving into the state dir, a covered root or "
+    "a hidden file should be refused, as bindsource refuses such a bind)",
+)
+async def test_vet_follows_the_agents_link_into_the_state_dir(state_dir: Path) -> None:
+    work = state_dir.parent / "w"
+    work.mkdir()
+    _git(work, "init", "-q")
+    (work / ".git" / "config").unlink()
+    os.symlink(str(state_dir / "config.toml"), work / ".git" / "config")
+    node = '\n[nodes.alpha]\nhost = "10.0.0.9"\nuser = "deploy"\nidentityFile = "/srv/keys/alpha"\n'
+    write_config(state_dir, ALLOWLIST + node)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", "/usr/bin/git")
+    async with gateway(state_dir):
+        details = await _exec(state_dir, {"command": "git status --short", "workdir": str(work)})
+    assert "nodes.alpha" not in details["_text"], details["_text"][:400]
