@@ -954,13 +954,6 @@ async def test_earlier_segment_writing_a_makefile_reaches_no_make(state_dir: Pat
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (low): hostprivate.binds makes the gateway's TMPDIR inside the agent's copy with "
-    "os.makedirs, which follows links the agent made there: with TMPDIR two levels under a private dir "
-    "(/tmp/a/gwtmp), a link /tmp/a -> ~/.config makes the gateway create ~/.config/gwtmp in the home no "
-    "host run may write (an empty 0700 directory of a name the operator's TMPDIR fixes)",
-)
 async def test_gateway_makes_its_tmpdir_through_the_agents_link(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
