@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
-from engine.commands.allowlist import ALLOW_ALWAYS_SOURCE, AllowlistEntry
 from engine.approvals.schema import ApprovalsFileError
+from engine.commands.allowlist import ALLOW_ALWAYS_SOURCE, AllowlistEntry
 from engine.errors import InvalidInput
 
 __all__ = [
