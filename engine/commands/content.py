@@ -38,6 +38,8 @@ from engine.commands.textnames import (
 )
 from engine.commands.which import DEFAULT_PATH, resolves_through_proc
 
+FILE_WORDS_BOUND = 128  # files a whole text (`sh < x.sh`) may name: each is bound at the spawn
+
 
 def bind(
     analysis: CommandAnalysis,
@@ -215,6 +217,10 @@ def bind(
         if not analysis.ok and not refuse:
             refuse = unpinned_word(command or "")
         words, absent = file_words(command if command is not None else "", analysis, dirs)
+        if len(words) + len(absent) > FILE_WORDS_BOUND and not refuse:
+            # Each is a sealed copy or a held absence at the spawn: past this many, the run is refused
+            # rather than bound by a prefix (what follows it would run unbound).
+            refuse = f"it names more than {FILE_WORDS_BOUND} files, more than a run binds"
         for word in words:
             real = os.path.realpath(os.path.join(cwd, word))
             file_item("file", os.path.abspath(os.path.join(cwd, word)), real, (), -1)

@@ -235,7 +235,7 @@ def file_words(command: str, analysis: CommandAnalysis, dirs: Sequence[str]) -> 
                 absent += [p for p in paths if not os.path.lexists(p)]
             elif word.startswith("-") and ("/" in name or name.startswith(".")):
                 absent += [p for p in paths if not os.path.lexists(p)]
-    return list(dict.fromkeys(out))[:64], list(dict.fromkeys(absent))[:64]
+    return list(dict.fromkeys(out)), list(dict.fromkeys(absent))
 
 
 def names_interpreter(command: str) -> bool:

@@ -8,7 +8,7 @@ import os
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import gitvet
+from engine.commands import gitvet, priorwrites
 from engine.commands.allowlist import AllowlistResult
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.filetrust import system_owned
@@ -130,9 +130,18 @@ PIP_SOURCE = "packages pip may build (an sdist's setup script runs)"
 # whatever that tree holds; nothing there is bound, so an approval is for this run only (issue 27 §4).
 PIP_PROJECT = "a project pip builds (its backend runs and imports whatever that tree holds)"
 PIP_LINE = "a requirements line exechost does not model"
+OPERANDS_LOOKED_AT = 64  # argv words read for the files and trees a program is named (pytest ../other)
+# A command with more words than are read: what the rest names (a script, CC=./cc, a tree) is not known,
+# so the command asks rather than being decided on a prefix, and binds no bytes (never saved).
+PAST_THE_CAP = f"what its argv words past the first {OPERANDS_LOOKED_AT} name (they are not examined)"
+# A tree program after (or piped beside) a command that may write: the files it reads then are not the ones
+# vetted (`git checkout other -- package.json && npm test`), so a human decides it, this run only.
+WRITTEN_FIRST = "files an earlier command of this text may write before it reads them (not what was vetted)"
 # Findings whose code is not in the named file's bytes (a project, a push destination's hooks): a file
 # there (a gitfile, an sdist) binds nothing of it, so they are never bound, whatever is at the path.
-_NO_BYTES = frozenset({PIP_PROJECT, gitvet.RECEIVE_PACK_TREE, gitvet.LEGACY_REMOTES})
+_NO_BYTES = frozenset(
+    {PIP_PROJECT, gitvet.RECEIVE_PACK_TREE, gitvet.LEGACY_REMOTES, PAST_THE_CAP, WRITTEN_FIRST}
+)
 # What git runs when its config or command line holds what exechost does not know to be inert
 # (`-c alias.z='!sh t.sh'`, a filter naming ./clean.sh, an unknown option): programs in no bound file.
 GIT_NAMED = "the programs git's config or command line may name"
@@ -158,7 +167,6 @@ MANIFEST_TREE = (
     "it builds and runs): they are not bound to their bytes, so an approval is for this run only"
 )
 NOT_A_FILE = "a makefile that is not a regular file (stdin, a device, a fifo): nothing there can be vetted"
-_OPERANDS_LOOKED_AT = 64  # path operands whose trees an unmodelled program may read (pytest ../other)
 # The spawn's directory fd of the cwd, as a path: what is looked up under it is found in the directory that
 # fd holds (the kernel follows the fd, not a name), so a directory exchanged at the cwd's path after the
 # fd was opened and checked is not what the re-vet reads.
@@ -367,7 +375,7 @@ def _spellings(word: str) -> Iterator[str]:
 
 def _argv_paths(argv: Sequence[str], cwd: str) -> Iterator[str]:
     """The paths (relative to `cwd`) of what exists among the spellings of the first argv words."""
-    for word in argv[1 : _OPERANDS_LOOKED_AT + 1]:
+    for word in argv[1 : OPERANDS_LOOKED_AT + 1]:
         for value in _spellings(word):
             if value and not value.startswith("-") and os.path.lexists(os.path.join(cwd, value)):
                 yield os.path.join(cwd, value)
@@ -393,7 +401,7 @@ def _make_value_paths(argv: Sequence[str], cwd: str) -> list[str]:
     make gives the value to recipes and built-in rules, which may run it, so each file it names is bound
     by its bytes like any argv-named file (a non-regular one is not: the approval cannot be saved)."""
     out: list[str] = []
-    for word in argv[1 : _OPERANDS_LOOKED_AT + 1]:
+    for word in argv[1 : OPERANDS_LOOKED_AT + 1]:
         if word.startswith("-") or "=" not in word:
             continue
         for token in word.split("=", 1)[1].split():
@@ -509,9 +517,34 @@ def findings_for(
     if program is None:
         if not argv or real is None or is_tree_safe(argv, real, tree_safe):
             return []  # nothing runs (not found), or nothing it does depends on its tree
-        return _unmodelled(argv, real, cwd, sandbox_roots)
+        return _past_the_cap(argv, cwd) + _unmodelled(argv, real, cwd, sandbox_roots)
     if program == "git":
         return gitvet.vet(real, argv, cwd, record) if real is not None else []
+    return _past_the_cap(argv, cwd) + _modelled(program, argv, cwd, sandbox_roots)
+
+
+def _past_the_cap(argv: Sequence[str], cwd: str) -> list[Finding]:
+    """A finding (no bytes bind it) for a command longer than what _argv_paths and _make_value_paths
+    read: whatever its later words name is unexamined, so a human decides it, this run only."""
+    if len(argv) <= OPERANDS_LOOKED_AT + 1:
+        return []
+    here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+    return [Finding(name_of(argv[0]), here, PAST_THE_CAP)]
+
+
+def _written_first(argv: Sequence[str], paths: Sequence[str | None], cwd: str) -> list[Finding]:
+    """A finding (no bytes bind it) for a tree program that runs after a command that may write its tree:
+    what it reads then is not what was vetted. (git's config and make's makefiles are held as vetted in
+    the run by engine.commands.pinned, an absent makefile as /dev/null.)"""
+    program = tree_program(argv, paths)
+    if program in (None, "git", "make", "gmake"):
+        return []
+    here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+    return [Finding(str(program), here, WRITTEN_FIRST)]
+
+
+def _modelled(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Sequence[str]) -> list[Finding]:
+    """findings_for a TREE_PROGRAMS program: its tree files, what its argv names, make's grammar."""
     spec = TREE_PROGRAMS[program]
     named = _argv_code(program, argv, cwd) if program not in ("make", "gmake") else []
     files = [(p, spec.what) for p in _tree_files(program, spec, argv, cwd)]
@@ -626,12 +659,16 @@ class TreeVet:
     # sha256 over every file the vet read (each repository config, inert or not) and the binding: part of
     # an ask's identity, so asks decided on other bytes (another repository's config) never coalesce.
     inputs: str = ""
+    # Per command: another that may write the tree runs before it or beside it (engine.commands.priorwrites).
+    after_write: tuple[bool, ...] = ()
 
     def findings(self, record: gitvet.Record | None = None, cwd: str | None = None) -> list[Finding]:
         """Every command's findings (`sh -c` payloads included), as of now."""
         now: list[Finding] = []
-        for argv, paths in self.commands:
+        for i, (argv, paths) in enumerate(self.commands):
             now += findings_for(argv, paths, cwd or self.cwd, self.roots, record, self.tree_safe)
+            if i < len(self.after_write) and self.after_write[i]:
+                now += _written_first(argv, paths, cwd or self.cwd)
         return list(dict.fromkeys(now))
 
     @property
@@ -684,19 +721,28 @@ def tree_vet(
     """Findings for the decision, plus what re-vets them just before the spawn."""
     commands: list[tuple[tuple[str, ...], tuple[str | None, ...]]] = []
     wheres: list[tuple[int, ...]] = []
+    flow: list[tuple[tuple[str, ...], bool]] = []  # every simple command in run order (priorwrites)
+    at: list[int] = []  # each command's place in `flow`
 
-    def walk(an: CommandAnalysis, res: AllowlistResult, where: tuple[int, ...]) -> None:
+    def walk(an: CommandAnalysis, res: AllowlistResult, where: tuple[int, ...], piped: bool) -> None:
+        piped = piped or "|" in an.operators
         for index, (segment, match) in enumerate(zip(an.segments, res.segments, strict=False)):
             if segment.inner is not None:
                 if match.inner is not None:
-                    walk(segment.inner, match.inner, (*where, index))
+                    walk(segment.inner, match.inner, (*where, index), piped)
+                else:
+                    flow.append((tuple(segment.argv), piped))
                 continue
+            at.append(len(flow))
+            flow.append((tuple(segment.argv), piped))
             commands.append((tuple(segment.argv), (match.resolved_path, match.named_path)))
             wheres.append((*where, index))
 
     if analysis.ok:
-        walk(analysis, result, ())
-    vet = TreeVet(tuple(commands), cwd, tuple(roots), "", tree_safe=tuple(tree_safe))
+        walk(analysis, result, (), False)
+    written = priorwrites.after_writes(flow)
+    after = tuple(written[i] for i in at)
+    vet = TreeVet(tuple(commands), cwd, tuple(roots), "", tree_safe=tuple(tree_safe), after_write=after)
     # One read: the findings decided on and the bytes bound are the same bytes (two reads let a racer
     # show an inert config to the decision and bind the approval to the one with a filter).
     record = gitvet.Record()
@@ -721,4 +767,5 @@ def tree_vet(
         analysis,
         result,
         inputs.hexdigest(),
+        after,
     )

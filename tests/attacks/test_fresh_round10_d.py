@@ -468,13 +468,6 @@ async def test_npm_with_its_package_json_present_asks(state_dir: Path) -> None:
 
 @needs_tools
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the tree vet reads the tree once, before the command, so a file an earlier allowlisted "
-    "segment writes (git checkout/mv/restore, cp) is absent when npm's files are named and bound, and "
-    "nothing holds it absent in the run (make gets -f /dev/null for that; npm, ninja, cmake, cargo, ... "
-    "nothing): `git checkout other -- package.json && npm test` runs the agent's script unasked",
-)
 @pytest.mark.parametrize(
     "command",
     [
@@ -788,12 +781,6 @@ async def test_cmake_script_operand_is_named(state_dir: Path) -> None:
 
 @needs_tools
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode looks at the first 64 argv words only (_OPERANDS_LOOKED_AT) for the files a "
-    "program is named to run and says nothing of the rest: `cmake -DV0=1 … -DV69=1 -P x.cmake` runs the "
-    "agent's script unasked under an allowlisted cmake (past the cap it should ask, not look away)",
-)
 async def test_cmake_script_operand_past_64_words_runs_unasked(state_dir: Path) -> None:
     details = await _cmake_script_after(state_dir, 70)
     assert "PWNED-42" not in details["_text"], details["_text"][-300:]
@@ -823,12 +810,6 @@ async def test_make_value_file_is_named(state_dir: Path) -> None:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: _make_value_paths looks at the first 64 argv words only: `make V0=1 … V69=1 CC=./evil "
-    "foo.o` (no makefile: the built-in rule runs $(CC)) runs the agent's program unasked under an "
-    "allowlisted make",
-)
 async def test_make_value_file_past_64_words_runs_unasked(state_dir: Path) -> None:
     details = await _make_cc_after(state_dir, 70)
     assert "PWNED-42" not in details["_text"], details["_text"][-300:]
