@@ -11,6 +11,8 @@ import errno
 import os
 import stat
 
+from engine.statefs import state_dir
+
 __all__ = ["Unreadable", "open_regular", "read_fd", "read_regular"]
 
 # O_NOCTTY: a terminal planted where a file is expected must never become the gateway's controlling tty
@@ -70,11 +72,25 @@ def read_fd(fd: int, size: int, limit: int, path: str = "") -> bytes:
         chunks.append(chunk)
 
 
+def _refuse_hidden(fd: int, path: str) -> None:
+    """A vet reads only what a run could: a file that is, as opened (the fd, whatever links led there),
+    inside exechost's state dir, which every run's view hides, is refused unread, so neither its bytes
+    nor what they parse to reach an ask the agent sees (round 10 d: .git/config -> <state>/config.toml)."""
+    try:
+        opened = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError as exc:
+        raise Unreadable(path, exc.strerror or str(exc), exc.errno or errno.EIO) from None
+    state = os.path.realpath(state_dir())
+    if opened == state or opened.startswith(state.rstrip("/") + "/"):
+        raise Unreadable(path, "resolves into exechost's state dir, which no run can see: not read")
+
+
 def read_regular(path: str, limit: int, *, follow: bool = True, prefix: bool = False) -> bytes:
     """The bytes of the regular file at `path`: all of them (Unreadable past `limit`), or with `prefix`
     its first `limit` bytes (as git reads HEAD: whatever follows is not looked at)."""
     fd, st = open_regular(path, follow=follow)
     try:
+        _refuse_hidden(fd, path)
         if not prefix:
             return read_fd(fd, st.st_size, limit, path)
         try:

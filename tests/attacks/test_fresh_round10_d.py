@@ -954,14 +954,6 @@ async def test_gateway_makes_its_tmpdir_through_the_agents_link(
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (low): the vet reads the agent's files in the gateway's namespace, through the agent's "
-    "links, into what no run can see: .git/config -> <state>/config.toml is parsed and the ask returned "
-    "to the agent lists that hidden file's keys (nodes.alpha.identityfile, ...); approved, its bytes "
-    "would be the run's pinned git config (a vetted file resolving into the state dir, a covered root or "
-    "a hidden file should be refused, as bindsource refuses such a bind)",
-)
 async def test_vet_follows_the_agents_link_into_the_state_dir(state_dir: Path) -> None:
     work = state_dir.parent / "w"
     work.mkdir()
