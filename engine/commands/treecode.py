@@ -260,16 +260,17 @@ def _home() -> str:
 
 
 def _dirs(start: str, walk_up: bool) -> Iterator[str]:
-    """`start`, then (for programs that search upward) its ancestors; the operator's home and what lies
-    above it hold the operator's own config (~/.npmrc, ~/.cargo), trusted like the global git config.
+    """`start`, then (for programs that search upward) its ancestors; the operator's home holds the
+    operator's own config (~/.npmrc, ~/.cargo), trusted like the global git config, so it is passed over,
+    but the walk goes on above it as the program's does (npm's workspace root and its .npmrc above a
+    service account's home: round 10 d); what is there is a finding when the agent can change it.
     A start under ANCHOR (the spawn's fd of the cwd) is looked in through that fd, never by its path."""
     here = os.path.realpath(start)
     home = _home()
     anchored = start.startswith(ANCHOR)
     while True:
-        if here == home and here != os.path.realpath(start):
-            return
-        yield start if anchored else here
+        if here != home or here == os.path.realpath(start):
+            yield start if anchored else here
         anchored = False
         parent = os.path.dirname(here)
         if not walk_up or parent == here:

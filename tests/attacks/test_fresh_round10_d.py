@@ -720,14 +720,6 @@ async def test_make_and_git_pointed_into_the_private_tmp_read_nothing_unvetted(
 
 @needs_tools
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode._dirs stops npm's walk-up at the home ('what lies above it holds the "
-    "operator's own config'), but npm walks on to a workspace root above it and reads its .npmrc; a home "
-    "whose parent the gateway user can write (a service account's /srv/x/home) lets a host run plant "
-    "../package.json (workspaces) and ../.npmrc (script-shell): an approved `npm test` in ~/proj runs it, "
-    "and the ask named only ~/proj/package.json",
-)
 async def test_npm_workspace_root_above_the_home_is_not_named(state_dir: Path) -> None:
     from tests.helpers.pending import stored_asks
 

@@ -36,3 +36,19 @@ def test_npm_package_json_linked_into_the_state_dir_binds_nothing(state_dir: Pat
     text = treecode.binding(found)
     assert f"tree:{work / 'package.json'}={treecode.UNREADABLE}" in text, text
     assert "SECRET" not in text
+
+
+def test_npm_walks_past_the_home_as_npm_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service account's home in a directory the gateway user can write: npm's workspace root and its
+    .npmrc above the home are named (the home's own ~/.npmrc is the operator's, passed over)."""
+    home = tmp_path / "home"
+    proj = home / "proj"
+    proj.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    (proj / "package.json").write_text("{}")
+    (home / ".npmrc").write_text("offline=true\n")
+    (tmp_path / ".npmrc").write_text("script-shell=/x\n")
+    found = treecode.findings_for(["npm", "test"], ["/usr/bin/npm"], str(proj), [])
+    paths = {f.path for f in found}
+    assert str(tmp_path / ".npmrc") in paths, paths
+    assert str(home / ".npmrc") not in paths
