@@ -29,17 +29,15 @@ A run in the kept view is told exactly (exechost-hostenter dies of the command's
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import re
-import shlex
 import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, replace
 
 from engine import sysbin
-from engine.commands import bindsource, dirshadow, hostkeeper, hostprivate, importroots
+from engine.commands import bindsource, dirshadow, hostkeeper, hostprivate, importroots, sshinclude
 
 ENV = "/usr/bin/env"
 CGROUPS = "/sys/fs/cgroup"  # read-only in every view (view_args)
@@ -140,7 +138,6 @@ def trusted_configs(environ: dict[str, str] | None = None) -> list[tuple[str, bo
     return [(p, True) for p in always + present] + [(p, False) for p in rc] + [(p, True) for p in ssh]
 
 
-_SSH_INCLUDE = re.compile(r"\s*include(?:\s*=\s*|\s+)(.*)", re.IGNORECASE)
 _GLOB = re.compile(r"[*?\[]")
 
 
@@ -173,14 +170,7 @@ def _ssh_walk(home: str) -> tuple[list[str], list[str]]:
         seen.add(path)
         data = _read(path)
         for line in (data or b"").decode(errors="replace").splitlines():
-            m = _SSH_INCLUDE.match(line)
-            if m is None:
-                continue
-            try:
-                words = shlex.split(m.group(1), comments=True)
-            except ValueError:
-                continue
-            for word in words:
+            for word in sshinclude.include_words(line):
                 inc = os.path.expanduser(word) if word.startswith("~") else word
                 inc = inc if os.path.isabs(inc) else os.path.join(ssh, inc)
                 if _GLOB.search(inc):
@@ -192,7 +182,7 @@ def _ssh_walk(home: str) -> tuple[list[str], list[str]]:
                             break
                         fixed.append(part)
                     dirs.append(os.sep.join(fixed) or os.sep)
-                    todo += [(p, depth + 1) for p in sorted(glob.glob(inc))]
+                    todo += [(p, depth + 1) for p in sshinclude.globbed(inc)]
                 else:
                     files.append(inc)
                     todo.append((inc, depth + 1))

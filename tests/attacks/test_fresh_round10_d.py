@@ -401,15 +401,6 @@ async def test_ssh_include_outside_the_home_is_read_only(state_dir: Path) -> Non
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: hostview._ssh_walk emulates asyncssh's Include and differs: its regex misses a quoted "
-    'keyword (`"Include" x`, which asyncssh\'s shlex.split reads), and glob.glob skips the dotfiles '
-    "pathlib's glob (asyncssh) includes (config.d/.team); the file they include outside the home stays "
-    "writable to host runs, and a `Match exec` written there runs as the gateway at its next node connect; "
-    "and it drops a trailing `# comment` (shlex comments=True) whose words asyncssh includes, and walks "
-    "`**` one level (glob.glob without recursive=True) where pathlib recurses",
-)
 @pytest.mark.parametrize(
     "lines",
     [
