@@ -1,0 +1,96 @@
+"""Fresh round 10, attacker b: issue 27 §2 (every limit per principal, in bytes) and whose-is-it keys,
+attacked from the docs and the code only."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import principals
+from engine.protocol.client import ControlClient
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs as the state dir")
+
+# main may run anything on the gateway host (in its host view); ops may run nothing without a human.
+TWO_AGENTS = """
+[tools.exec]
+host = "gateway"
+security = "allowlist"
+ask = "on-miss"
+
+[[agents.list]]
+id = "main"
+[agents.list.tools.exec]
+security = "full"
+ask = "off"
+
+[[agents.list]]
+id = "ops"
+"""
+
+
+@contextlib.contextmanager
+def small_state(state: Path, size: str) -> Iterator[None]:
+    """The state dir on a filesystem of its own, `size` big (a state dir on a small /home or /var)."""
+    assert not any(state.iterdir())
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(state)], check=True)
+    try:
+        yield
+    finally:
+        from engine.commands import hostkeeper  # its keepers hold the mount busy
+
+        hostkeeper.stop()
+        subprocess.run(["umount", "-l", str(state)], check=False)
+
+
+async def agents(state: Path, *names: str) -> list[ControlClient]:
+    for name in names:
+        principals.mint(state, name)
+    return [await connect(state, operator=False, agent=name) for name in names]
+
+
+async def events_of(client: ControlClient) -> list[dict[str, Any]]:
+    return list((await client.request("events", {}))["events"])
+
+
+@needs_root
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: every agent's private /tmp (/dev/shm, ...) is a dir under the state dir "
+    "(hostprivate.binds) with no cap: one agent's host run writing there fills the state dir's disk, and "
+    "another agent's approved run is denied (spawn-failed) and the operator's decision is never recorded",
+)
+async def test_class3_one_agents_private_tmp_fills_the_state_dirs_disk_for_everyone(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("EXECHOST_HOST_PRIVATE")  # the real default: /tmp, /var/tmp, /dev/shm, ...
+    with small_state(state_dir, "16m"):
+        write_config(state_dir, TWO_AGENTS)
+        async with gateway(state_dir):
+            main, ops = await agents(state_dir, "main", "ops")
+            operator = await connect(state_dir)
+            try:
+                # main's own temp dir, as every host view shows it: on the state dir's filesystem
+                fill = await main.request(
+                    "exec", {"command": "head -c 64M /dev/zero > /tmp/fill; df -k /tmp"}
+                )
+                assert "tmpfs" in fill["text"]  # (the view's /tmp is main's copy under the state dir)
+                asked = await ops.request("exec", {"command": "echo ran-for-ops"})
+                assert asked["details"]["status"] == "approval-pending"
+                await operator.request(
+                    "approve", {"id": asked["details"]["approvalId"], "decision": "allow-once"}
+                )
+                told = await wait_until(lambda: events_of(ops))
+                history = await operator.request("approvals.history", {})
+            finally:
+                for client in (main, ops, operator):
+                    await client.close()
+    assert "Exec denied" not in told[0]["text"], told  # was: "Exec denied (gateway id=…, spawn-failed)"
+    assert "error" not in history, history  # was: "decision history not written: the disk is full"
