@@ -94,3 +94,48 @@ async def test_class3_one_agents_private_tmp_fills_the_state_dirs_disk_for_every
                     await client.close()
     assert "Exec denied" not in told[0]["text"], told  # was: "Exec denied (gateway id=…, spawn-failed)"
     assert "error" not in history, history  # was: "decision history not written: the disk is full"
+
+
+ONLY_MAIN_FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+
+
+needs_pids = pytest.mark.skipif(
+    not os.access("/sys/fs/cgroup/pids", os.W_OK), reason="needs a writable v1 pids hierarchy"
+)
+
+
+@needs_pids
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's own `exec` (agentId defaults to main) joins agent main's pids cgroup "
+    "(host_pids_group(ctx.agent_id)): main's background run holding its quarter of pid_max leaves the "
+    "operator's host exec unable to fork; the operator's runs count against no agent's sessions, but do here",
+)
+async def test_class3_the_operators_exec_shares_agent_mains_process_share(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.sandbox import bwraplimits
+
+    # a host of 160 pids, so an agent's share is 40 (really pid_max/4: 8,192 here, the same shape)
+    monkeypatch.setattr(bwraplimits, "_pid_max", lambda: 160)
+    write_config(state_dir, ONLY_MAIN_FULL)
+    async with gateway(state_dir):
+        (main,) = await agents(state_dir, "main")
+        operator = await connect(state_dir)
+        sid = None
+        try:
+            bomb = await main.request(
+                "exec", {"command": "for i in $(seq 80); do sleep 300 & done; wait", "background": True}
+            )
+            sid = bomb["details"]["sessionId"]
+            group = bwraplimits.host_pids_group("main")
+            assert group is not None
+            await wait_until(lambda: int((group / "pids.current").read_text()) >= 40)
+            ran = await operator.request("exec", {"command": "echo operator-ran"})
+        finally:
+            if sid is not None:
+                await main.request("process", {"action": "kill", "sessionId": sid})
+            await main.close()
+            await operator.close()
+    # was: "exechost: host view: fork: Resource temporarily unavailable"
+    assert "operator-ran" in ran["text"], ran["text"]
