@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,45 @@ async def test_class3_the_operators_exec_shares_agent_mains_process_share(
             await operator.close()
     # was: "exechost: host view: fork: Resource temporarily unavailable"
     assert "operator-ran" in ran["text"], ran["text"]
+
+
+NODE_RUNS = '[tools.exec]\nhost = "node"\nnode = "alpha"\nsecurity = "full"\nask = "off"\n\n'
+
+
+async def run_on_node(state: Path, command: str) -> str:
+    async with gateway(state):
+        (main,) = await agents(state, "main")
+        try:
+            result = await main.request("exec", {"command": command})
+        finally:
+            await main.close()
+    return str(result["text"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node files each gateway's sessions under its key's fingerprint, but the host view's "
+    "private /tmp (hostprivate.agent_dir) and pids group are keyed by the bare agent id: gateway A's "
+    "agent main plants files in the /tmp gateway B's agent main runs with on a shared node (and can fill "
+    "its pids share)",
+)
+def test_class2_two_gateways_agents_named_main_share_one_tmp_on_a_node(
+    state_dir: Path, sshd_nodes: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(ONLY_MAIN_FULL)  # the node runs what its gateways send
+    # the node's exechost-hostenter: this venv's (its scripts may name the prefix it was made at)
+    helper = os.path.join(sys.prefix, "libexec", "exechost-hostenter")
+    nodes = alpha.config_toml() + f'env = {{ EXECHOST_HOSTENTER = "{helper}" }}\n'
+    write_config(state_dir, NODE_RUNS + nodes)
+    other = state_dir.parent / "g2"
+    other.mkdir(mode=0o700)
+    write_config(other, NODE_RUNS + nodes)
+    planted = asyncio.run(run_on_node(state_dir, "echo from-gateway-A > /tmp/left; cat /tmp/left"))
+    assert "from-gateway-A" in planted and "ran on: node alpha" in planted
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(other))  # another gateway (its own gateway key), same node
+    seen = asyncio.run(run_on_node(other, "cat /tmp/left"))
+    assert "ran on: node alpha" in seen
+    assert "from-gateway-A" not in seen, seen
