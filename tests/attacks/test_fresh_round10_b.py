@@ -36,6 +36,11 @@ ask = "off"
 id = "ops"
 """
 
+# ... or main's commands run in a bubblewrap sandbox, its workspace under <state>/sandboxes (the default)
+SANDBOXED_MAIN = TWO_AGENTS.replace(
+    'ask = "off"\n', 'ask = "off"\nhost = "auto"\n[agents.list.sandbox]\nmode = "all"\nbackend = "bwrap"\n', 1
+)
+
 
 @contextlib.contextmanager
 def small_state(state: Path, size: str) -> Iterator[None]:
@@ -64,25 +69,35 @@ async def events_of(client: ControlClient) -> list[dict[str, Any]]:
 @needs_root
 @pytest.mark.xfail(
     strict=True,
-    reason="open: every agent's private /tmp (/dev/shm, ...) is a dir under the state dir "
-    "(hostprivate.binds) with no cap: one agent's host run writing there fills the state dir's disk, and "
-    "another agent's approved run is denied (spawn-failed) and the operator's decision is never recorded",
+    reason="open: every agent's private /tmp (/dev/shm, ...) and its sandbox workspaces are dirs under the "
+    "state dir (hostprivate.binds, <state>/sandboxes) with no cap: one agent writing there fills the state "
+    "dir's disk, another agent's approved run is denied (spawn-failed), the operator's decision not recorded",
 )
-async def test_class3_one_agents_private_tmp_fills_the_state_dirs_disk_for_everyone(
-    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("where", "config"),
+    [
+        ("/tmp", TWO_AGENTS),  # a host run's own /tmp: <state>/hostprivate/main/%2Ftmp
+        ("/workspace", SANDBOXED_MAIN),  # a sandbox's workspace: <state>/sandboxes/...
+    ],
+)
+async def test_class3_one_agents_own_dir_fills_the_state_dirs_disk_for_everyone(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, where: str, config: str
 ) -> None:
     monkeypatch.delenv("EXECHOST_HOST_PRIVATE")  # the real default: /tmp, /var/tmp, /dev/shm, ...
     with small_state(state_dir, "16m"):
-        write_config(state_dir, TWO_AGENTS)
+        write_config(state_dir, config)
         async with gateway(state_dir):
             main, ops = await agents(state_dir, "main", "ops")
             operator = await connect(state_dir)
             try:
-                # main's own temp dir, as every host view shows it: on the state dir's filesystem
+                # main's own dir, as its runs see it: on the state dir's filesystem
                 fill = await main.request(
-                    "exec", {"command": "head -c 64M /dev/zero > /tmp/fill; df -k /tmp"}
+                    "exec", {"command": f"head -c 64000000 /dev/zero > {where}/f; df {where}"}
                 )
-                assert "tmpfs" in fill["text"]  # (the view's /tmp is main's copy under the state dir)
+                assert "100%" in fill["text"], fill["text"]
+                assert fill["details"]["ranOn"].split()[0] == (
+                    "sandbox" if where == "/workspace" else "gateway"
+                )
                 asked = await ops.request("exec", {"command": "echo ran-for-ops"})
                 assert asked["details"]["status"] == "approval-pending"
                 await operator.request(
