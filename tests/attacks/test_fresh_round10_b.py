@@ -456,3 +456,49 @@ async def test_class3_claimed_pool_sandboxes_of_two_agents_share_one_process_cap
     assert groups["main"] and groups["ops"], groups
     # each agent's processes counted in its own owner's group (was: both in /exechost-docker-<install>/pool)
     assert not groups["main"] & groups["ops"], groups
+
+
+TWO_ON_A_NODE = NODE_RUNS
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node pushes at most 64 sessions at once (runner/node/output.MAX_WATCHED), one table for "
+    "every agent and gateway: main's 64 background node sessions, watched for a console taking every "
+    "session's output, leave ops's session unwatched ('at most 64 sessions are watched at once')",
+)
+async def test_class3_one_agents_node_sessions_take_every_watch_a_node_has(
+    state_dir: Path, sshd_nodes: list[Any]
+) -> None:
+    from tests.helpers.peers import collect
+
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(ONLY_MAIN_FULL)
+    helper = os.path.join(sys.prefix, "libexec", "exechost-hostenter")
+    nodes = alpha.config_toml() + f'env = {{ EXECHOST_HOSTENTER = "{helper}" }}\n'
+    write_config(state_dir, TWO_ON_A_NODE + nodes)
+    async with gateway(state_dir):
+        main, ops = await agents(state_dir, "main", "ops")
+        operator = await connect(state_dir)
+        started: list[tuple[ControlClient, str]] = []
+        try:
+            await operator.subscribe(["sessions"])  # every session's output, as a console following all
+            seen = collect(operator)
+            for _ in range(64):  # main's own session cap (maxSessionsPerAgent), nothing more
+                r = await main.request("exec", {"command": "sleep 600", "background": True})
+                started.append((main, r["details"]["sessionId"]))
+            r = await ops.request(
+                "exec", {"command": "while :; do echo ops-line; sleep 0.2; done", "background": True}
+            )
+            sid = r["details"]["sessionId"]
+            started.append((ops, sid))
+
+            def ops_output() -> bool:
+                return any(e.event == "session.output" and e.data.get("sessionId") == sid for e in seen)
+
+            await wait_until(ops_output, timeout=15)  # (at once with 63 sessions of main)
+        finally:
+            for client, s in started:
+                await client.request("process", {"action": "kill", "sessionId": s})
+            for c in (main, ops, operator):
+                await c.close()
