@@ -15,6 +15,7 @@ import pytest
 
 from engine import principals
 from engine.protocol.client import ControlClient
+from engine.protocol.frames import RemoteError
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs as the state dir")
@@ -502,3 +503,35 @@ async def test_class3_one_agents_node_sessions_take_every_watch_a_node_has(
                 await client.request("process", {"action": "kill", "sessionId": s})
             for c in (main, ops, operator):
                 await c.close()
+
+
+BOTH_FULL = TWO_AGENTS.replace(
+    '[[agents.list]]\nid = "ops"\n',
+    '[[agents.list]]\nid = "ops"\n[agents.list.tools.exec]\nsecurity = "full"\nask = "off"\n',
+)
+
+
+async def test_another_agents_private_tmp_is_no_workdir_and_not_in_view(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (held): main names ops's private /tmp copy as its workdir, by its state-dir path and
+    through /proc/self/root; it gets the home fallback or a refusal, and never ops's file."""
+    monkeypatch.delenv("EXECHOST_HOST_PRIVATE")
+    write_config(state_dir, BOTH_FULL)
+    async with gateway(state_dir):
+        main, ops = await agents(state_dir, "main", "ops")
+        try:
+            await ops.request("exec", {"command": "echo ops-secret > /tmp/ops-file"})
+            other = state_dir / "hostprivate" / "ops" / "%2Ftmp"
+            assert (other / "ops-file").read_text() == "ops-secret\n"
+            said = []
+            for wd in (str(other), str(other.parent), f"/proc/self/root{other}", "/tmp"):
+                try:
+                    r = await main.request("exec", {"command": "cat ops-file /tmp/ops-file", "workdir": wd})
+                    said.append(r["text"])
+                except RemoteError as exc:
+                    said.append(str(exc))
+        finally:
+            await main.close()
+            await ops.close()
+    assert not any("ops-secret" in text for text in said), said
