@@ -535,3 +535,52 @@ async def test_another_agents_private_tmp_is_no_workdir_and_not_in_view(
             await main.close()
             await ops.close()
     assert not any("ops-secret" in text for text in said), said
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a session id names no owner and is reused once 1,024 other sessions were dropped "
+    "(registry.RECENTLY_DROPPED, ~3,200 names); the decision history links a run to its session by id "
+    "alone (history `session` lines, approvals.current_run): main's session named as ops's was rewrites "
+    "ops's approved run",
+)
+async def test_class2_a_reused_session_id_rewrites_another_agents_approved_run(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.sessions import registry
+
+    # the window of dropped ids kept out of reuse: 1,024 in production (as many quick runs of main's), 1 here
+    monkeypatch.setattr(registry, "RECENTLY_DROPPED", 1)
+    write_config(state_dir, TWO_AGENTS)
+    async with gateway(state_dir):
+        main, ops = await agents(state_dir, "main", "ops")
+        operator = await connect(state_dir)
+        try:
+            asked = await ops.request("exec", {"command": "echo ops-approved"})
+            await operator.request(
+                "approve", {"id": asked["details"]["approvalId"], "decision": "allow-once"}
+            )
+            await wait_until(lambda: events_of(ops))
+            before = (await operator.request("approvals.history", {}))["approvals"][0]["run"]
+            assert before["exitCode"] == 0, before
+            sid = before["sessionId"]
+            await ops.request("process", {"action": "remove", "sessionId": sid})  # ops tidies up
+            await main.request(
+                "exec", {"command": "true"}
+            )  # ... and main's runs push its id out of the window
+            await main.request("exec", {"command": "true"})
+            # by volume in production (a random name of ~3,200 per session): main's next one is named as ops's
+            adjective, noun = sid.split("-")[:2]
+            real = registry.secrets.choice
+            with monkeypatch.context() as luck:
+                luck.setattr(
+                    registry.secrets,
+                    "choice",
+                    lambda seq: next((w for w in (adjective, noun) if w in seq), None) or real(seq),
+                )
+                await main.request("exec", {"command": "exit 7"})
+            after = (await operator.request("approvals.history", {}))["approvals"][0]["run"]
+        finally:
+            for c in (main, ops, operator):
+                await c.close()
+    assert after == before  # was: ops's approved `echo` shown as exit code 7, main's run
