@@ -584,3 +584,41 @@ async def test_class2_a_reused_session_id_rewrites_another_agents_approved_run(
             for c in (main, ops, operator):
                 await c.close()
     assert after == before  # was: ops's approved `echo` shown as exit code 7, main's run
+
+
+LOOKALIKES = """
+[tools.exec]
+host = "gateway"
+security = "full"
+ask = "off"
+
+[[agents.list]]
+id = "a.b"
+[[agents.list]]
+id = "a-b"
+[[agents.list]]
+id = "A-b"
+"""
+
+
+async def test_agent_ids_that_fold_alike_get_their_own_tmp_and_process_group(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (held): ids a slug or a case-folding name would merge (`a.b`, `a-b`, `A-b`) each get
+    their own private /tmp (a dir named by the exact id) and their own pids group (slug + hash)."""
+    from engine.sandbox import bwraplimits
+
+    monkeypatch.delenv("EXECHOST_HOST_PRIVATE")
+    write_config(state_dir, LOOKALIKES)
+    async with gateway(state_dir):
+        clients = await agents(state_dir, "a.b", "a-b", "A-b")
+        try:
+            await clients[0].request("exec", {"command": "echo from-a.b > /tmp/mark"})
+            seen = [(await c.request("exec", {"command": "cat /tmp/mark"}))["text"] for c in clients[1:]]
+            groups = {str(bwraplimits.host_pids_group(name)) for name in ("a.b", "a-b", "A-b")}
+        finally:
+            for c in clients:
+                await c.close()
+    assert not any("from-a.b" in text for text in seen), seen
+    if os.access("/sys/fs/cgroup/pids", os.W_OK):
+        assert len(groups) == 3, groups
