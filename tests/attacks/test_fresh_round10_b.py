@@ -16,6 +16,7 @@ import pytest
 from engine import principals
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import RemoteError
+from tests.helpers.browser import browser_image, browser_state  # noqa: F401  (fixtures)
 from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs as the state dir")
@@ -622,3 +623,40 @@ async def test_agent_ids_that_fold_alike_get_their_own_tmp_and_process_group(
     assert not any("from-a.b" in text for text in seen), seen
     if os.access("/sys/fs/cgroup/pids", os.W_OK):
         assert len(groups) == 3, groups
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a browser sandbox is created with no cgroup_parent (browser.create_kwargs): Chromium's "
+    "processes and memory count in no owner's pids or memory group, only the container's own limits "
+    "(docker.memory or RAM/4 each), and an agent may start one per session scope",
+)
+@pytest.mark.usefixtures("browser_state")
+async def test_class3_an_agents_browser_is_outside_its_owner_groups(state_dir: Path) -> None:
+    from engine.sandbox import docker_ops
+    from engine.sandbox.browser import list_browsers
+
+    state = state_dir
+    docker = '[agents.defaults.sandbox.docker]\nimage = "exechost-sbxtest:latest"\npool = 0\n'
+    write_config(
+        state, '[tools.exec]\nsecurity = "full"\nask = "off"\n' + (state / "config.toml").read_text() + docker
+    )
+    try:
+        async with gateway(state):
+            (main,) = await agents(state, "main")
+            try:
+                ran = await main.request("exec", {"command": "true"})
+                assert ran["details"]["ranOn"].startswith("sandbox ")
+                went = await main.request("browser", {"action": "navigate", "url": "about:blank"})
+                assert went["details"]["status"] == "ok", went
+            finally:
+                await main.close()
+        parents = {}
+        for c in [*docker_ops.list_sandboxes(), *list_browsers()]:
+            inspect = docker_ops.client().api.inspect_container(c["Id"])
+            parents[c["Names"][0]] = inspect["HostConfig"].get("CgroupParent")
+    finally:
+        for c in docker_ops.list_sandboxes():
+            docker_ops.remove(c["Id"])
+    # the agent's exec sandbox and its browser counted together (was: the browser's parent is "")
+    assert len(parents) == 2 and len(set(parents.values())) == 1, parents
