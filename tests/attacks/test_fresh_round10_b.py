@@ -45,10 +45,11 @@ SANDBOXED_MAIN = TWO_AGENTS.replace(
 
 
 @contextlib.contextmanager
-def small_state(state: Path, size: str) -> Iterator[None]:
+def small_state(state: Path, size: str, inodes: int = 0) -> Iterator[None]:
     """The state dir on a filesystem of its own, `size` big (a state dir on a small /home or /var)."""
     assert not any(state.iterdir())
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(state)], check=True)
+    options = f"size={size},mode=0700" + (f",nr_inodes={inodes}" if inodes else "")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(state)], check=True)
     try:
         yield
     finally:
@@ -76,26 +77,29 @@ async def events_of(client: ControlClient) -> list[dict[str, Any]]:
     "dir's disk, another agent's approved run is denied (spawn-failed), the operator's decision not recorded",
 )
 @pytest.mark.parametrize(
-    ("where", "config"),
+    ("where", "config", "unit"),
     [
-        ("/tmp", TWO_AGENTS),  # a host run's own /tmp: <state>/hostprivate/main/%2Ftmp
-        ("/workspace", SANDBOXED_MAIN),  # a sandbox's workspace: <state>/sandboxes/...
+        ("/tmp", TWO_AGENTS, "bytes"),  # a host run's own /tmp: <state>/hostprivate/main/%2Ftmp
+        ("/tmp", TWO_AGENTS, "inodes"),  # (a byte quota alone would not do)
+        ("/workspace", SANDBOXED_MAIN, "bytes"),  # a sandbox's workspace: <state>/sandboxes/...
     ],
 )
 async def test_class3_one_agents_own_dir_fills_the_state_dirs_disk_for_everyone(
-    state_dir: Path, monkeypatch: pytest.MonkeyPatch, where: str, config: str
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, where: str, config: str, unit: str
 ) -> None:
     monkeypatch.delenv("EXECHOST_HOST_PRIVATE")  # the real default: /tmp, /var/tmp, /dev/shm, ...
-    with small_state(state_dir, "16m"):
+    with small_state(state_dir, "16m" if unit == "bytes" else "256m", 0 if unit == "bytes" else 3000):
         write_config(state_dir, config)
         async with gateway(state_dir):
             main, ops = await agents(state_dir, "main", "ops")
             operator = await connect(state_dir)
             try:
                 # main's own dir, as its runs see it: on the state dir's filesystem
-                fill = await main.request(
-                    "exec", {"command": f"head -c 64000000 /dev/zero > {where}/f; df {where}"}
+                bytes_ = f"head -c 64000000 /dev/zero > {where}/f; df {where}"
+                inodes = (
+                    f"mkdir {where}/d && cd {where}/d && seq 1 5000 | xargs touch 2>/dev/null; df -i {where}"
                 )
+                fill = await main.request("exec", {"command": bytes_ if unit == "bytes" else inodes})
                 assert "100%" in fill["text"], fill["text"]
                 assert fill["details"]["ranOn"].split()[0] == (
                     "sandbox" if where == "/workspace" else "gateway"
