@@ -664,3 +664,34 @@ async def test_class3_an_agents_browser_is_outside_its_owner_groups(state_dir: P
             docker_ops.remove(c["Id"])
     # the agent's exec sandbox and its browser counted together (was: the browser's parent is "")
     assert len(parents) == 2 and len(set(parents.values())) == 1, parents
+
+
+NO_VIEW = BOTH_FULL.replace(
+    '[tools.exec]\nhost = "gateway"\n', '[tools.exec]\nhost = "gateway"\nhostView = "none"\n'
+)
+
+
+@needs_pids
+@pytest.mark.xfail(
+    strict=True,
+    reason='open: with hostView = "none" a host run still joins its agent\'s pids group, but /sys/fs/cgroup '
+    "is the host's, writable by the gateway's uid: main's run wrote its pid into ops's group's tasks "
+    "(filling ops's share), or could into the install's or the root's (leaving its own): round 9 y, no view",
+)
+async def test_class3_without_a_view_a_run_moves_into_another_agents_pids_group(state_dir: Path) -> None:
+    from engine.sandbox import bwraplimits
+
+    write_config(state_dir, NO_VIEW)
+    async with gateway(state_dir):
+        main, ops = await agents(state_dir, "main", "ops")
+        try:
+            theirs = bwraplimits.host_pids_group("ops")
+            mine = bwraplimits.host_pids_group("main")
+            assert theirs is not None and mine is not None
+            moved = await main.request(
+                "exec", {"command": f"echo $$ > {theirs}/tasks; grep pids /proc/self/cgroup"}
+            )
+        finally:
+            await main.close()
+            await ops.close()
+    assert str(mine).removeprefix("/sys/fs/cgroup/pids") in moved["text"], moved["text"]
