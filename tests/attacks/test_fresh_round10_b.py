@@ -753,3 +753,28 @@ async def test_class3_a_bwrap_sandboxs_memory_is_per_process(state_dir: Path) ->
                 await main.request("process", {"action": "kill", "sessionId": sid})
             await main.close()
     assert held <= 64 * 1024, f"{held} KiB"
+
+
+async def test_an_agent_cannot_follow_node_sessions_so_cannot_take_the_nodes_watches(
+    state_dir: Path, sshd_nodes: list[Any]
+) -> None:
+    """Regression (held): an agent's own connection cannot make the gateway watch node sessions (only the
+    operator's consoles see them), so an agent alone takes no watch (the xfail above needs a console)."""
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(ONLY_MAIN_FULL)
+    helper = os.path.join(sys.prefix, "libexec", "exechost-hostenter")
+    write_config(
+        state_dir, NODE_RUNS + alpha.config_toml() + f'env = {{ EXECHOST_HOSTENTER = "{helper}" }}\n'
+    )
+    async with gateway(state_dir):
+        (main,) = await agents(state_dir, "main")
+        try:
+            await main.subscribe(["sessions"])
+            started = await main.request("exec", {"command": "sleep 60", "background": True})
+            sid = started["details"]["sessionId"]
+            assert sid.startswith("node:alpha:")
+            with pytest.raises(RemoteError, match="No session found"):
+                await main.request("sessions.follow", {"sessionId": sid})
+            await main.request("process", {"action": "kill", "sessionId": sid})
+        finally:
+            await main.close()
