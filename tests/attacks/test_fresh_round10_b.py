@@ -778,3 +778,50 @@ async def test_an_agent_cannot_follow_node_sessions_so_cannot_take_the_nodes_wat
             await main.request("process", {"action": "kill", "sessionId": sid})
         finally:
             await main.close()
+
+
+# main may run nothing without a human; ops the same: both ask
+BOTH_ASK = """
+[tools.exec]
+host = "gateway"
+security = "allowlist"
+ask = "on-miss"
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the decision history is one log for every agent, rotated at ~5 MiB (history.ROTATE_BYTES x "
+    "KEEP_FILES) and each line keeps the command (up to 64 KiB): main's 120 asks that expired (or that the "
+    "operator denied) pushed the operator's approval of ops's command off the disk the next gateway reads",
+)
+async def test_class3_one_agents_expired_asks_rotate_another_agents_decision_out_of_the_history(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # asks expire after 30 minutes in production (32 of main's at a time): 300 ms here
+    monkeypatch.setenv("EXECHOST_APPROVAL_TIMEOUT_MS", "300")
+    write_config(state_dir, BOTH_ASK)
+    async with gateway(state_dir) as server:
+        main, ops = await agents(state_dir, "main", "ops")
+        operator = await connect(state_dir)
+        try:
+            asked = await ops.request("exec", {"command": "echo ops-approved"})
+            ops_id = asked["details"]["approvalId"]
+            await operator.request("approve", {"id": ops_id, "decision": "allow-once"})
+            await wait_until(lambda: events_of(ops))
+            filler = "x" * 60_000  # a command near its 64 KiB cap: each decision line keeps it
+            for batch in range(4):
+                for n in range(30):
+                    r = await main.request("exec", {"command": f"true {batch}-{n} # {filler}"})
+                    assert r["details"]["status"] == "approval-pending", r["text"][:300]
+                await wait_until(lambda: not server.services.approvals.pending(), timeout=30)
+        finally:
+            for c in (main, ops, operator):
+                await c.close()
+    async with gateway(state_dir):  # the next gateway: what the operator can still read of who approved what
+        operator = await connect(state_dir)
+        try:
+            page = await operator.request("approvals.history", {})
+        finally:
+            await operator.close()
+    assert any(a["id"] == ops_id for a in page["approvals"]), [a["agentId"] for a in page["approvals"]]
