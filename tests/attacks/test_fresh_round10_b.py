@@ -926,3 +926,43 @@ def _running_with(word: str) -> bool:
                 if word.encode() in Path(f"/proc/{entry.name}/cmdline").read_bytes():
                     return True
     return False
+
+
+PTY_HOG = (
+    "/usr/bin/python3 -c 'import os, time\n"
+    "fds = []\n"
+    "try:\n"
+    "    while True: fds.append(os.openpty())\n"
+    "except OSError as e: print(len(fds), e, flush=True)\n"
+    "time.sleep(120)'"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: every host run's /dev/pts is a new devpts instance with no max= of its own, and all "
+    "non-initial instances share kernel.pty.max - reserve (3072): one run of main opened them all, and ops's "
+    "pty exec failed ('/dev/ptmx: No space left on device'), as would any sandbox's or container's terminal",
+)
+async def test_class3_one_agents_run_takes_every_pty_of_the_host(state_dir: Path) -> None:
+    write_config(state_dir, BOTH_FULL)
+    async with gateway(state_dir):
+        main, ops = await agents(state_dir, "main", "ops")
+        sid = None
+        try:
+            hog = await main.request("exec", {"command": PTY_HOG, "background": True})
+            sid = hog["details"]["sessionId"]
+            # (kernel.pty.max less kernel.pty.reserve: what every devpts instance but the host's own shares)
+            shared = int(Path("/proc/sys/kernel/pty/max").read_text()) - int(
+                Path("/proc/sys/kernel/pty/reserve").read_text()
+            )
+            await wait_until(
+                lambda: int(Path("/proc/sys/kernel/pty/nr").read_text()) >= shared - 1, timeout=30
+            )
+            theirs = await ops.request("exec", {"command": "echo ops-on-a-terminal", "pty": True})
+        finally:
+            if sid is not None:
+                await main.request("process", {"action": "kill", "sessionId": sid})
+            await main.close()
+            await ops.close()
+    assert "ops-on-a-terminal" in theirs["text"], theirs["text"]  # was: /dev/ptmx: No space left on device
