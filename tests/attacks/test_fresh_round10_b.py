@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -966,3 +967,53 @@ async def test_class3_one_agents_run_takes_every_pty_of_the_host(state_dir: Path
             await main.close()
             await ops.close()
     assert "ops-on-a-terminal" in theirs["text"], theirs["text"]  # was: /dev/ptmx: No space left on device
+
+
+INOTIFY_HOG = (
+    "/usr/bin/python3 -c 'import ctypes, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "fds = []\n"
+    "while len(fds) < 100000:\n"
+    "    fd = libc.inotify_init1(0)\n"
+    "    if fd < 0: break\n"
+    "    fds.append(fd)\n"
+    "print(len(fds), ctypes.get_errno(), flush=True)\n"
+    "time.sleep(120)'"
+)
+
+
+def _inotify_works() -> bool:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(0)
+    if fd >= 0:
+        os.close(fd)
+    return bool(fd >= 0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: every agent's host runs are the gateway's uid in its user namespace, and per-uid kernel "
+    "counters (fs.inotify.max_user_instances: 128; watches, mqueue bytes, keys alike) have no per-agent "
+    "share: main's run took them all; ops's run and the operator's own programs (this uid) got EMFILE",
+)
+async def test_class3_one_agents_run_takes_the_gateway_users_inotify_instances(state_dir: Path) -> None:
+    write_config(state_dir, BOTH_FULL)
+    async with gateway(state_dir):
+        main, ops = await agents(state_dir, "main", "ops")
+        sid = None
+        try:
+            assert _inotify_works()
+            hog = await main.request("exec", {"command": INOTIFY_HOG, "background": True})
+            sid = hog["details"]["sessionId"]
+            await wait_until(lambda: not _inotify_works(), timeout=30)
+            theirs = await ops.request("exec", {"command": INOTIFY_HOG.replace("time.sleep(120)", "0")})
+            mine = _inotify_works()  # the operator's own account's programs (an editor, a file watcher)
+        finally:
+            if sid is not None:
+                await main.request("process", {"action": "kill", "sessionId": sid})
+            await main.close()
+            await ops.close()
+    got = re.search(r"^(\d+) \d+$", theirs["text"], re.M)  # instances ops's run could make, errno
+    assert mine and got is not None and int(got.group(1)) > 0, theirs["text"]  # was: "0 24" (EMFILE), both
