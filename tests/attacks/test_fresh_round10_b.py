@@ -929,6 +929,11 @@ def _running_with(word: str) -> bool:
     return False
 
 
+# main's commands in a bubblewrap sandbox of its own (the restricted setup); ops on the host
+MAIN_IN_A_SANDBOX = BOTH_FULL.replace(
+    'ask = "off"\n', 'ask = "off"\nhost = "auto"\n[agents.list.sandbox]\nmode = "all"\nbackend = "bwrap"\n', 1
+)
+
 PTY_HOG = (
     "/usr/bin/python3 -c 'import os, time\n"
     "fds = []\n"
@@ -941,17 +946,20 @@ PTY_HOG = (
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: every host run's /dev/pts is a new devpts instance with no max= of its own, and all "
-    "non-initial instances share kernel.pty.max - reserve (3072): one run of main opened them all, and ops's "
-    "pty exec failed ('/dev/ptmx: No space left on device'), as would any sandbox's or container's terminal",
+    reason="open: every host run's (and bwrap sandbox's) /dev/pts is a new devpts instance with no max= of its "
+    "own; all non-initial instances share kernel.pty.max - reserve (3072): one run of main, on the host or in "
+    "its sandbox, opened them all and ops's pty exec failed ('/dev/ptmx: No space left on device')",
 )
-async def test_class3_one_agents_run_takes_every_pty_of_the_host(state_dir: Path) -> None:
-    write_config(state_dir, BOTH_FULL)
+@pytest.mark.parametrize("where", ["host", "sandbox"])
+async def test_class3_one_agents_run_takes_every_pty_of_the_host(state_dir: Path, where: str) -> None:
+    write_config(state_dir, BOTH_FULL if where == "host" else MAIN_IN_A_SANDBOX)
     async with gateway(state_dir):
         main, ops = await agents(state_dir, "main", "ops")
         sid = None
         try:
-            hog = await main.request("exec", {"command": PTY_HOG, "background": True})
+            # (two processes: a sandbox's nofile rlimit is 4096, two fds a terminal)
+            hog = await main.request("exec", {"command": f"{PTY_HOG} & {PTY_HOG} & wait", "background": True})
+            assert hog["details"]["ranOn"].split()[0] == ("gateway" if where == "host" else "sandbox")
             sid = hog["details"]["sessionId"]
             # (kernel.pty.max less kernel.pty.reserve: what every devpts instance but the host's own shares)
             shared = int(Path("/proc/sys/kernel/pty/max").read_text()) - int(
@@ -994,18 +1002,22 @@ def _inotify_works() -> bool:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: every agent's host runs are the gateway's uid in its user namespace, and per-uid kernel "
-    "counters (fs.inotify.max_user_instances: 128; watches, mqueue bytes, keys alike) have no per-agent "
-    "share: main's run took them all; ops's run and the operator's own programs (this uid) got EMFILE",
+    reason="open: host runs are the gateway's uid, and a bwrap sandbox's user namespace is charged to it too: "
+    "per-uid kernel counters (fs.inotify.max_user_instances 128; watches, mqueue bytes alike) have no "
+    "per-agent share: main's run took them all; ops's run and the operator's own programs got EMFILE",
 )
-async def test_class3_one_agents_run_takes_the_gateway_users_inotify_instances(state_dir: Path) -> None:
-    write_config(state_dir, BOTH_FULL)
+@pytest.mark.parametrize("where", ["host", "sandbox"])
+async def test_class3_one_agents_run_takes_the_gateway_users_inotify_instances(
+    state_dir: Path, where: str
+) -> None:
+    write_config(state_dir, BOTH_FULL if where == "host" else MAIN_IN_A_SANDBOX)
     async with gateway(state_dir):
         main, ops = await agents(state_dir, "main", "ops")
         sid = None
         try:
             assert _inotify_works()
             hog = await main.request("exec", {"command": INOTIFY_HOG, "background": True})
+            assert hog["details"]["ranOn"].split()[0] == ("gateway" if where == "host" else "sandbox")
             sid = hog["details"]["sessionId"]
             await wait_until(lambda: not _inotify_works(), timeout=30)
             theirs = await ops.request("exec", {"command": INOTIFY_HOG.replace("time.sleep(120)", "0")})
