@@ -946,9 +946,9 @@ PTY_HOG = (
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: every host run's (and bwrap sandbox's) /dev/pts is a new devpts instance with no max= of its "
-    "own; all non-initial instances share kernel.pty.max - reserve (3072): one run of main, on the host or in "
-    "its sandbox, opened them all and ops's pty exec failed ('/dev/ptmx: No space left on device')",
+    reason="open: every host run's (and bwrap sandbox's) /dev/pts is a new devpts instance with no max= "
+    "of its own; all non-initial instances share kernel.pty.max - reserve (3072): one run of main, on the "
+    "host or in its sandbox, opened them all and ops's pty exec failed ('/dev/ptmx: No space left on device')",
 )
 @pytest.mark.parametrize("where", ["host", "sandbox"])
 async def test_class3_one_agents_run_takes_every_pty_of_the_host(state_dir: Path, where: str) -> None:
@@ -1002,8 +1002,8 @@ def _inotify_works() -> bool:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: host runs are the gateway's uid, and a bwrap sandbox's user namespace is charged to it too: "
-    "per-uid kernel counters (fs.inotify.max_user_instances 128; watches, mqueue bytes alike) have no "
+    reason="open: host runs are the gateway's uid, and a bwrap sandbox's user namespace is charged to it "
+    "too: per-uid kernel counters (fs.inotify.max_user_instances 128; watches, mqueue bytes alike) have no "
     "per-agent share: main's run took them all; ops's run and the operator's own programs got EMFILE",
 )
 @pytest.mark.parametrize("where", ["host", "sandbox"])
