@@ -948,7 +948,7 @@ PTY_HOG = (
     strict=True,
     reason="open: every host run's (and bwrap sandbox's) /dev/pts is a new devpts instance with no max= "
     "of its own; all non-initial instances share kernel.pty.max - reserve (3072): one run of main, on the "
-    "host or in its sandbox, opened them all and ops's pty exec failed ('/dev/ptmx: No space left on device')",
+    "host or in its sandbox, opened them all and ops's pty exec failed (/dev/ptmx: No space left on device)",
 )
 @pytest.mark.parametrize("where", ["host", "sandbox"])
 async def test_class3_one_agents_run_takes_every_pty_of_the_host(state_dir: Path, where: str) -> None:
