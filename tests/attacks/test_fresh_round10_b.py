@@ -551,13 +551,6 @@ async def test_another_agents_private_tmp_is_no_workdir_and_not_in_view(
     assert not any("ops-secret" in text for text in said), said
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a session id names no owner and is reused once 1,024 other sessions were dropped "
-    "(registry.RECENTLY_DROPPED, ~3,200 names); the decision history links a run to its session by id "
-    "alone (history `session` lines, approvals.current_run): main's session named as ops's was rewrites "
-    "ops's approved run",
-)
 async def test_class2_a_reused_session_id_rewrites_another_agents_approved_run(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
