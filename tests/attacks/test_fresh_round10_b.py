@@ -631,12 +631,6 @@ async def test_agent_ids_that_fold_alike_get_their_own_tmp_and_process_group(
         assert len(groups) == 3, groups
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a browser sandbox is created with no cgroup_parent (browser.create_kwargs): Chromium's "
-    "processes and memory count in no owner's pids or memory group, only the container's own limits "
-    "(docker.memory or RAM/4 each), and an agent may start one per session scope",
-)
 @pytest.mark.usefixtures("browser_state")
 async def test_class3_an_agents_browser_is_outside_its_owner_groups(state_dir: Path) -> None:
     from engine.sandbox import docker_ops
