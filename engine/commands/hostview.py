@@ -39,7 +39,7 @@ import tempfile
 from dataclasses import dataclass, replace
 
 from engine import sysbin
-from engine.commands import bindsource, dirshadow, hostkeeper, hostprivate, importroots
+from engine.commands import bindsource, configprograms, dirshadow, hostkeeper, hostprivate, importroots
 
 ENV = "/usr/bin/env"
 CGROUPS = "/sys/fs/cgroup"  # read-only in every view (view_args)
@@ -446,6 +446,20 @@ def git_includes(
     return found
 
 
+def config_programs(environ: dict[str, str] | None = None, includes: list[str] | None = None) -> list[str]:
+    """The programs the operator's git and ssh configs run (engine.commands.configprograms), outside the
+    home (the home is read-only whole): kept read-only as the configs are (fresh round 10 a)."""
+    home = home_dir(environ)
+    includes = git_includes(environ) if includes is None else includes
+    found = configprograms.programs([*git_configs(environ), *includes], ssh_files(home), home)
+    return [p for p in found if not _inside(os.path.realpath(p), home)]
+
+
+def programs_known(environ: dict[str, str] | None = None) -> bool:
+    """Whether config_programs can answer without running git; only after includes_known (its walk)."""
+    return configprograms.git_known([*git_configs(environ), *git_includes(environ)])
+
+
 def walked_dirs(paths: list[str]) -> list[str]:
     """For a path with `..` in it (`team/sub/../inc`), each directory the kernel walks before a `..`
     (`team/sub`): realpath keeps the file where `..` lands lexically when the directory is missing, but
@@ -475,7 +489,8 @@ def trusted_files(
     paths = [p for p, _always in trusted_configs(environ)]
     paths += walked_dirs(paths)  # an ssh Include with `..` (round 9 y)
     includes = git_includes(environ) if includes is None else includes
-    paths += [*includes, *walked_dirs(includes)]
+    programs = config_programs(environ, includes)
+    paths += [*includes, *walked_dirs(includes), *programs, *walked_dirs(programs)]
     home = home_dir(environ)
     paths += [os.path.join(home, name) for name in RC_FILES]
     paths += [
@@ -709,9 +724,10 @@ def view_args(
     roots = writable_roots(state, environ, outside)
     configs = trusted_configs(environ)
     includes = git_includes(environ, configs)
-    files = [*outside.files, *includes]
+    programs = config_programs(environ, includes)
+    files = [*outside.files, *includes, *programs]
     # the git includes' and the trusted configs' (an ssh `Include dir/sub/../x`: round 9 y)
-    walked = walked_dirs([*includes, *(p for p, _always in configs)])
+    walked = walked_dirs([*includes, *programs, *(p for p, _always in configs)])
     for d in [*outside.readonly, *walked]:
         if not _inside(os.path.realpath(d), home) and not _under(d, state):
             _made(d, directory=True)
@@ -722,6 +738,7 @@ def view_args(
         if not _inside(os.path.realpath(d), home) and not _under(d, state) and not os.path.lexists(d):
             _made(d, directory=True)
     _make_import_paths(home, state)
+    _make_path_dirs(home, state, environ)
     for path in files:
         if not _inside(os.path.realpath(path), home) and not _under(path, state):
             _made(path, directory=False)
@@ -845,6 +862,18 @@ def _make_import_paths(home: str, state: str) -> None:
             _made(path, directory=True)
 
 
+def _make_path_dirs(home: str, state: str, environ: dict[str, str] | None) -> None:
+    """A missing directory of the gateway's PATH outside the home (a tool's bin dir named before the tool
+    is installed) made empty now, so trusted_dirs keeps it read-only as a present one: a run could make it
+    and put a `git` there ahead of /usr/bin for the gateway and the operator (fresh round 10 a)."""
+    env = os.environ if environ is None else environ
+    for path in env.get("PATH", "").split(os.pathsep):
+        # a missing one, or a dangling link: its target
+        missing = path.startswith(os.sep) and not os.path.exists(path)
+        if missing and not _inside(os.path.realpath(path), home) and not _under(path, state):
+            _made(path, directory=True)
+
+
 def view_by_fd(
     state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
 ) -> tuple[list[str], tuple[int, ...]]:
@@ -880,7 +909,8 @@ def kept_prefix(
     pass and close), the keeper made or re-made here when `make` (blocking a few ms); None when there is
     no helper, or no keeper ready and `make` is false."""
     helper = hostkeeper.helper_path()
-    if helper is None or (not make and not includes_known()) or outside.chdir is not None:
+    known = includes_known() and programs_known()
+    if helper is None or (not make and not known) or outside.chdir is not None:
         # git would have to be asked: the caller's thread does it (make=True); a workdir in a private
         # dir is reached by bwrap's --chdir, in a view of the run's own
         return None

@@ -510,12 +510,6 @@ async def test_class4_an_ssh_include_glob_dir_made_by_a_host_run_runs_in_the_gat
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the program an ssh `Match exec` in ~/.ssh/config names is not kept (only the config and "
-    "its includes are): a host run rewrites a script outside the home (/opt/team/bin/on-vpn) and the "
-    "gateway's next node connect runs it with a shell, outside every view",
-)
 async def test_class4_the_program_an_ssh_match_exec_names_is_rewritten_by_a_host_run(
     state_dir: Path, sshd_nodes: list[SshdNode]
 ) -> None:
@@ -547,12 +541,6 @@ async def test_class4_the_program_an_ssh_match_exec_names_is_rewritten_by_a_host
 
 @needs_bwrap
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: of the programs the operator's global git config names, only core.hooksPath is kept: "
-    "`credential.helper = /opt/team/git-cred` (outside the home) is rewritten by a host run and the "
-    "operator's next git fetch/push runs it with the operator's credentials, outside every view",
-)
 async def test_class1_the_operators_git_credential_helper_is_rewritten_by_a_host_run(state_dir: Path) -> None:
     """Round 8 r kept an absolute core.hooksPath read-only ("the operator's hooks, run by every commit").
     A credential helper named by absolute path is the same kind of thing, and worse: git hands it the
@@ -738,12 +726,6 @@ async def test_class1_a_mount_made_under_the_home_after_a_run_started_is_writabl
 
 @needs_bwrap
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the gateway's PATH dirs are kept read-only only when present (hostview.trusted_dirs): a "
-    "missing one outside the home (a tool dir not installed yet) is made by a host run, which puts a `git` "
-    "there ahead of /usr/bin: the operator's next git (and every later run's) runs it outside any view",
-)
 async def test_class4_a_missing_path_dir_of_the_gateway_is_made_by_a_host_run(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
