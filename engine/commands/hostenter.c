@@ -40,7 +40,8 @@
    the command left behind runs, so `nohup server &` outlives the command as it did without the view),
    and the command as pid 2 (a pid 1 would ignore ^C). This process and pid 1 ignore the
    terminal's INT/QUIT/TSTP so they reach the command and leave its parents waiting; the command gets them
-   back at their defaults, no_new_privs set, in a landlock domain scoped from abstract sockets (ABI >= 6).
+   back at their defaults, no_new_privs set, in a landlock domain scoped from abstract sockets (ABI >= 6),
+   in a session keyring of its own (empty: the gateway's may hold the operator's login credentials).
    The command's exit is told as it was: its code as the code, its signal by dying of that signal (never
    128+n, which a command can exit with itself). */
 #define _GNU_SOURCE
@@ -202,6 +203,16 @@ static void scope_abstract_sockets(void) {
     close(ruleset);
 }
 
+/* A fresh anonymous session keyring (keyctl JOIN_SESSION_KEYRING, no name): the gateway's, inherited across
+   fork, exec and every namespace, may be the operator's login session's, holding a Kerberos ticket (KEYRING:
+   ccache), an eCryptfs or AFS key (fresh round 10 a). The new one holds nothing and links nothing: the
+   command cannot reach the old one by KEY_SPEC_SESSION_KEYRING; the user keyring (@u) stays the account's,
+   as the account's files are. */
+#define KEYCTL_JOIN_SESSION_KEYRING 1
+static void own_session_keyring(void) {
+    if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS) die("keyctl join");
+}
+
 /* The command's last step: its cwd is the decided directory (`want`, NULL: no check), the terminal's
    signals are its own again; then ARGV. */
 static void run_checked(const struct stat *want, char **command) {
@@ -212,6 +223,7 @@ static void run_checked(const struct stat *want, char **command) {
             _exit(FAIL);
         }
     }
+    own_session_keyring();
     scope_abstract_sockets();
     terminal_signals(SIG_DFL);
     sigset_t none;

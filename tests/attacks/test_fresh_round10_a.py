@@ -364,12 +364,6 @@ print('key', key, 'read', buf.raw[:max(n, 0)].decode(errors='replace'))
 
 @needs_bwrap
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="keyctl syscall numbers of x86_64")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: every host run inherits the gateway's session keyring (keyctl, add_key: no seccomp in "
-    "the view, no new session keyring): a Kerberos ticket (KEYRING: ccache), an eCryptfs passphrase or any "
-    "key the operator's login session holds is read by any agent's host run that may run code",
-)
 async def test_class1_the_gateways_session_keyring_is_read_by_a_host_run(state_dir: Path) -> None:
     """The operator's login session keyring (pam_keyinit makes one per login; krb5's KEYRING: ccaches,
     eCryptfs and AFS keep credentials there) is the gateway's when it is started from that login, and
