@@ -5,7 +5,7 @@
                               gone, or made a new one).
    enter MNT USER CWD PTY -- ARGV
                               run ARGV in the kept mount namespace, open at fd MNT (the kept user namespace
-                              at fd USER first, unless "-"), in a mount and PID namespace of its own with
+                              at fd USER first, unless "-"), in a mount, PID and IPC namespace of its own with
                               its own /proc and its own /dev/pts: the gateway's and the session hosts'
                               /proc/<pid>/root, cwd and fd are not there to follow, nor any terminal but its
                               own. By fd, not by the keeper's pid: a pid can be reused, and a run prepared
@@ -337,7 +337,8 @@ static int enter(char **argv) {
     close(mntfd);
     int entered_user = userfd >= 0;
     if (entered_user) close(userfd);
-    if (unshare(CLONE_NEWNS | CLONE_NEWPID) < 0) die("unshare");
+    /* and an IPC namespace of its own: SysV segments, semaphores and queues are in no directory (round 10 a) */
+    if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) < 0) die("unshare");
     own_pts(pty); /* here, not in pid 1: this process is the session leader a terminal needs */
     terminal_signals(SIG_IGN);
     int told[2];

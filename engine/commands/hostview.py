@@ -47,8 +47,10 @@ CGROUPS = "/sys/fs/cgroup"  # read-only in every view (view_args)
 _TERMINAL = "INT,QUIT,TSTP"
 IGNORE = f"--ignore-signal={_TERMINAL}"
 RESTORE = f"--default-signal={_TERMINAL}"
-# Every run's own PID namespace and /proc (the kept view's runs get theirs from exechost-hostenter).
-PID_OPS = ("--unshare-pid", "--proc", "/proc")
+# Every run's own PID namespace and /proc, and its own IPC namespace: SysV shared memory, semaphores and
+# message queues are in no directory a view can cover, and one agent's segment was every run's to attach
+# (fresh round 10 a). The kept view's runs get theirs from exechost-hostenter.
+PID_OPS = ("--unshare-pid", "--unshare-ipc", "--proc", "/proc")
 # A wrapped run with no status pipe whose command died of one of these is reported as that signal (bwrap
 # says 128+n); with one, the command's own status is read (engine.sessions.host_io, the same words).
 _REPORTED = (signal.SIGINT, signal.SIGQUIT)

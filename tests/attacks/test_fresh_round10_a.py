@@ -111,12 +111,6 @@ else:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: host runs share the host's IPC namespace: a SysV shared memory segment (or semaphore, "
-    "message queue) one agent's run makes is attached and read by every other agent's run and the "
-    "operator's programs (X11 MIT-SHM images among them); a private /dev/shm per agent does not cover it",
-)
 async def test_class1_another_agents_sysv_shared_memory_is_read_by_a_host_run(state_dir: Path) -> None:
     """Agents bob and alice may run anything on the host (security=full), each in its own view with its
     own /dev/shm (hostPrivate): bob's file in /dev/shm is not alice's to see (that holds), but bob's
