@@ -117,10 +117,13 @@ static void hand_over(int sock, int master) {
     }
 }
 
-/* This mount namespace's /dev/pts a devpts of its own (mounts made here stay here), and, with PTY, the
-   run's terminal made in it: its slave this process's controlling terminal and stdio. */
+/* This mount namespace private (mounts made here stay here, and none made on the host later arrives: a
+   mount propagated in keeps its own flags, so the operator's later mount under the read-only home was
+   writable in a running view; fresh round 10 a), its /dev/pts a devpts of its own, and, with PTY, the
+   run's terminal made in it: its slave this process's controlling terminal and stdio. Before a run's own
+   bwrap too: the view bwrap builds from this namespace's mounts is private with them. */
 static void own_pts(const char *pty) {
-    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) die("mount --make-rslave /");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("mount --make-rprivate /");
     if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620") < 0)
         die("mount /dev/pts");
     int sock = optional_fd(pty);
@@ -356,7 +359,7 @@ static int enter(char **argv) {
             if (errno != EINTR) die("waitpid");
         report(n == (ssize_t)sizeof outcome ? outcome[0] : status);
     }
-    /* pid 1: /proc of this namespace (a slave view since own_pts: mounts made here stay here). */
+    /* pid 1: /proc of this namespace (private since own_pts: mounts made here stay here). */
     close(told[0]);
     unsigned long proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
     if (mount("proc", "/proc", "proc", proc_flags, NULL) < 0) die("mount /proc");

@@ -664,12 +664,6 @@ async def test_class1_a_colocated_node_services_socket_is_a_gateway_link_for_a_h
 
 @needs_bwrap
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a shared tmpfs home")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a view receives the host's later mounts (it is a slave of shared mounts) and a mount "
-    "propagated in keeps its own flags: what the operator mounts under the home after a host run started "
-    "(an sshfs of a node, rclone, a gocryptfs vault) is writable in that run's read-only home",
-)
 async def test_class1_a_mount_made_under_the_home_after_a_run_started_is_writable_in_its_view(
     state_dir: Path,
 ) -> None:
