@@ -39,7 +39,15 @@ import tempfile
 from dataclasses import dataclass, replace
 
 from engine import sysbin
-from engine.commands import bindsource, configprograms, dirshadow, hostkeeper, hostprivate, importroots
+from engine.commands import (
+    bindsource,
+    configprograms,
+    dirshadow,
+    homesockets,
+    hostkeeper,
+    hostprivate,
+    importroots,
+)
 
 ENV = "/usr/bin/env"
 CGROUPS = "/sys/fs/cgroup"  # read-only in every view (view_args)
@@ -801,8 +809,18 @@ def view_args(
     # leave its group, fill another agent's or lift the caps (fresh round 9 y). The kernel's mount, by name.
     if os.path.isdir(CGROUPS) and not os.path.islink(CGROUPS):
         args += ["--ro-bind", CGROUPS, CGROUPS]
+    # the operator's sockets in the home, none connectable (engine.commands.homesockets): after the
+    # shadows, whose subdirectories are bound from the host as they are; one directly in a shadowed dir is
+    # not there already
+    keep = [state, *roots, *outside.readonly, *outside.covered]
+    sockets = [
+        s
+        for s in homesockets.home_sockets(os.path.realpath(home), keep)
+        if os.path.dirname(s) not in shadowed
+    ]
+    socket_ops = homesockets.view_ops(os.path.realpath(_empty_file(state)), sockets)
     # last: a read-only bind of a directory above one (a trusted dir, a link's) would show it again
-    args += [*shadow, *hidden_ops, *private_last]
+    args += [*shadow, *hidden_ops, *socket_ops, *private_last]
     if outside.chdir is not None:
         args += ["--chdir", outside.chdir]
     bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked]

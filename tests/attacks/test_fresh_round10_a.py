@@ -208,12 +208,6 @@ async def test_class1_a_revoked_agents_background_run_still_acts_for_it(state_di
 
 @needs_bwrap
 @pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a Unix socket anywhere in the read-only home but ~/.ssh is connect(2)-able from every host "
-    "run: the operator's ssh ControlMaster at a ControlPath under ~/.cache runs a command on the node as the "
-    "node's account (no key needed); private /tmp and ~/.ssh's socket-free copy do not reach it",
-)
 async def test_class1_the_operators_ssh_master_under_the_home_runs_on_the_node(
     state_dir: Path, sshd_nodes: list[SshdNode]
 ) -> None:
@@ -407,12 +401,6 @@ async def _relay(path: Path, target: str) -> asyncio.AbstractServer:
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists(DOCKER_SOCK) or shutil.which("curl") is None, reason="dockerd, curl")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the Docker engine sockets hidden from host runs are a list (/run/docker.sock, "
-    "/var/run/docker.sock, $DOCKER_HOST): Docker Desktop's ~/.docker/desktop/docker.sock (its CLI context's "
-    "endpoint) is connect(2)-able in the read-only home, root-equivalent as the listed ones",
-)
 async def test_class1_a_docker_engine_socket_the_list_does_not_name_is_reached(state_dir: Path) -> None:
     """Round 5 i closed the Docker API for host runs by binding an empty file over the sockets it knows.
     Docker Desktop for Linux serves its engine at ~/.docker/desktop/docker.sock and the docker CLI finds it
