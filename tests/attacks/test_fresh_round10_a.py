@@ -161,12 +161,6 @@ def _free_port() -> int:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a revoke stops the agent's connections and asks but not its host runs in flight: a "
-    "background session it started keeps running as the gateway's account, so what the agent sends after "
-    "the revoke (to a listener it left on loopback) is acted upon; nothing kills its sessions or cgroup",
-)
 async def test_class1_a_revoked_agents_background_run_still_acts_for_it(state_dir: Path) -> None:
     """SECURITY.md: "Nothing the agent sends after the revoke is acted upon". Agent ops (a credential,
     security=full: trusted with the host until revoked) leaves a background run listening on loopback;
@@ -421,12 +415,6 @@ async def test_class1_a_docker_engine_socket_the_list_does_not_name_is_reached(s
         await relay.wait_closed()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the browser door rewrites every `ws=<host>/` in CDP's /json answers to carry its token, "
-    "so /json/list's devtoolsFrontendUrl (https://chrome-devtools-frontend.appspot.com/…?ws=127.0.0.1:P/"
-    "<token>/…) puts the door's token in a URL of another origin: its logs, the operator's browser history",
-)
 @pytest.mark.usefixtures("browser_state")  # the real browser image, this state dir's browsers removed after
 async def test_class1_the_browser_doors_token_is_put_in_a_devtools_url_of_another_origin(
     state_dir: Path,
@@ -567,12 +555,6 @@ async def _shutdown_daemon(state: Path) -> None:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a daemon autostarted by an agent's client inherits that client's whole env but three "
-    "EXECHOST_* keys, and host runs strip only a list of credential names (AWS_*, GITHUB_TOKEN, NPM_TOKEN, "
-    "…): agent a's ANTHROPIC_API_KEY (or OPENAI_API_KEY, HF_TOKEN, VAULT_TOKEN, PGPASSWORD) is agent b's",
-)
 async def test_class1_the_autostarting_agents_api_key_reaches_every_agents_host_runs(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
