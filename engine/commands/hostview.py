@@ -492,6 +492,7 @@ def trusted_files(
     outside: Outside = NOTHING_OUTSIDE,
     includes: list[str] | None = None,
     dirs: list[str] | None = None,
+    programs: list[str] | None = None,
 ) -> list[str]:
     """What the gateway or a program it trusts reads, by the names it reads them (present or not): the
     trusted configs, the git includes, the rc files, the trusted dirs, the state dir and what `outside`
@@ -499,7 +500,7 @@ def trusted_files(
     paths = [p for p, _always in trusted_configs(environ)]
     paths += walked_dirs(paths)  # an ssh Include with `..` (round 9 y)
     includes = git_includes(environ) if includes is None else includes
-    programs = config_programs(environ, includes)
+    programs = config_programs(environ, includes) if programs is None else programs
     paths += [*includes, *walked_dirs(includes), *programs, *walked_dirs(programs)]
     home = home_dir(environ)
     paths += [os.path.join(home, name) for name in RC_FILES]
@@ -765,7 +766,7 @@ def view_args(
             # root's runs can exchange for a link (its source is by fd: view_by_fd; its place is not)
             args += ["--bind", root, root]
     tdirs = trusted_dirs(environ)
-    hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes, tdirs), state, home)
+    hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes, tdirs, programs), state, home)
     hop_dirs += [d for d in _dangling_rc_dirs(home) if d not in hop_dirs]
     for d in [*tdirs, *outside.readonly, *hop_dirs, *walked]:
         if os.path.exists(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
