@@ -128,9 +128,6 @@ async def test_a_socket_bound_after_a_kept_view_was_made_is_hidden_in_the_next_r
     assert SECRET not in out["_text"], out
 
 
-
-
-
 async def test_a_socket_a_run_serves_in_its_writable_dir_reaches_the_next_run(short: Path) -> None:
     """Only the operator's sockets are covered: a run's own server (bound in a hostWritable dir, where
     runs write) is still there for the agent's next run."""
