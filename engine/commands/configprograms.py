@@ -1,18 +1,21 @@
 """The programs the operator's trusted configs run, by the paths they name (issue 27 §1, fresh round 10 a):
 the host view keeps each read-only as it keeps the configs themselves, or a run rewrites what the
 gateway's next node connect (ssh `Match exec`, `ProxyCommand`) or the operator's next git (a credential
-helper, handed their token; `core.sshCommand`, a pager, an editor, a diff or merge driver) runs.
+helper, handed their token; `core.sshCommand`, a pager, an editor, a diff or merge driver), npm
+(`script-shell`) or cargo (a linker, a runner, `rustc-wrapper`) runs.
 
 Found the way each tool reads them: git's values through git itself (`git config --file -`, cached by
-the file's bytes, as hostview's includes are), ssh's by its keywords. A value is a shell command line:
-every absolute (or `~/`) path in it is kept, not only its first word (`ProxyCommand python3
-/opt/team/proxy.py %h` runs the script), present or not (a missing one is made empty by the view)."""
+the file's bytes, as hostview's includes are), ssh's by its keywords, npm's ini lines, cargo's TOML. A
+value is a shell command line: every absolute (or `~/`) path in it is kept, not only its first word
+(`ProxyCommand python3 /opt/team/proxy.py %h` runs the script), present or not (a missing one is made
+empty by the view)."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
+import tomllib
 
 from engine import sysbin
 
@@ -132,6 +135,71 @@ def ssh_programs(files: list[str], home: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def programs(git_files: list[str], ssh_files: list[str], home: str) -> list[str]:
-    """Every program the operator's git and ssh configs run, by the paths they name, present or not."""
-    return list(dict.fromkeys([*git_programs(git_files, home), *ssh_programs(ssh_files, home)]))
+# npm's config keys whose value npm runs (npm-config(7)): `npm run`'s shell, `npm edit`'s editor, ...
+NPM_KEYS = frozenset({"script-shell", "shell", "editor", "browser", "git", "viewer"})
+_NPM_LINE = re.compile(r"^\s*([\w.-]+)\s*=\s*(.*?)\s*$")
+
+
+def npm_programs(files: tuple[str, ...] | list[str], home: str) -> list[str]:
+    """The paths the command-valued keys of these .npmrc files name (ini lines, `key = value`)."""
+    found: list[str] = []
+    for path in files:
+        data = _read(path)
+        for line in (data or b"").decode(errors="replace").splitlines():
+            m = _NPM_LINE.match(line)
+            if m and m.group(1).lower() in NPM_KEYS:
+                found += paths_in(m.group(2).strip("\"'"), home)
+    return list(dict.fromkeys(found))
+
+
+# cargo's config keys whose value cargo runs (The Cargo Book, Configuration): by table, any target
+_CARGO_BUILD = ("rustc", "rustc-wrapper", "rustc-workspace-wrapper", "rustdoc")
+_CARGO_TARGET = ("linker", "runner", "ar")
+
+
+def cargo_programs(files: tuple[str, ...] | list[str], home: str) -> list[str]:
+    """The paths the program-valued keys of these cargo config files name: build.rustc and its wrappers,
+    rustdoc, every target's linker and runner, and the credential providers."""
+    found: list[str] = []
+    for path in files:
+        data = _read(path)
+        try:
+            doc = tomllib.loads((data or b"").decode(errors="replace"))
+        except tomllib.TOMLDecodeError:
+            continue  # cargo refuses it too: nothing runs
+        values: list[object] = []
+        build, target, registry = doc.get("build"), doc.get("target"), doc.get("registry")
+        if isinstance(build, dict):
+            values += [build.get(k) for k in _CARGO_BUILD]
+        if isinstance(target, dict):
+            values += [t.get(k) for t in target.values() if isinstance(t, dict) for k in _CARGO_TARGET]
+        if isinstance(registry, dict):
+            values += [registry.get("credential-provider"), registry.get("global-credential-providers")]
+        registries, aliases = doc.get("registries"), doc.get("credential-alias")
+        if isinstance(registries, dict):
+            values += [r.get("credential-provider") for r in registries.values() if isinstance(r, dict)]
+        if isinstance(aliases, dict):
+            values += list(aliases.values())
+        for value in values:
+            for word in value if isinstance(value, list) else [value]:
+                if isinstance(word, str):
+                    found += paths_in(word, home)
+    return list(dict.fromkeys(found))
+
+
+def programs(
+    git_files: list[str],
+    ssh_files: list[str],
+    home: str,
+    npm_files: tuple[str, ...] | list[str] = (),
+    cargo_files: tuple[str, ...] | list[str] = (),
+) -> list[str]:
+    """Every program the operator's git, ssh, npm and cargo configs run, by the paths they name, present
+    or not."""
+    found = [
+        *git_programs(git_files, home),
+        *ssh_programs(ssh_files, home),
+        *npm_programs(npm_files, home),
+        *cargo_programs(cargo_files, home),
+    ]
+    return list(dict.fromkeys(found))

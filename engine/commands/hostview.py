@@ -457,11 +457,14 @@ def git_includes(
 
 
 def config_programs(environ: dict[str, str] | None = None, includes: list[str] | None = None) -> list[str]:
-    """The programs the operator's git and ssh configs run (engine.commands.configprograms), outside the
-    home (the home is read-only whole): kept read-only as the configs are (fresh round 10 a)."""
+    """The programs the operator's git, ssh, npm and cargo configs run (engine.commands.configprograms),
+    outside the home (the home is read-only whole): kept read-only as the configs are (fresh round 10 a)."""
     home = home_dir(environ)
     includes = git_includes(environ) if includes is None else includes
-    found = configprograms.programs([*git_configs(environ), *includes], ssh_files(home), home)
+    cargo = [os.path.join(home, ".cargo", name) for name in ("config.toml", "config")]
+    found = configprograms.programs(
+        [*git_configs(environ), *includes], ssh_files(home), home, [os.path.join(home, ".npmrc")], cargo
+    )
     return [p for p in found if not _inside(os.path.realpath(p), home)]
 
 

@@ -60,3 +60,23 @@ def test_the_git_cache_follows_the_files_bytes(tmp_path: Path) -> None:
     config.write_text("[core]\n\teditor = /opt/two\n")
     assert not configprograms.git_known([str(config)])
     assert configprograms.git_programs([str(config)], "/h") == ["/opt/two"]
+
+
+def test_npm_and_cargo_programs(tmp_path: Path) -> None:
+    npmrc = tmp_path / ".npmrc"
+    npmrc.write_text("registry=https://r.example/\nscript-shell = /opt/npm/sh\neditor=vim /opt/notes\n")
+    assert configprograms.npm_programs([str(npmrc)], "/h") == ["/opt/npm/sh", "/opt/notes"]
+    cargo = tmp_path / "config.toml"
+    cargo.write_text(
+        '[build]\nrustc-wrapper = "/opt/sccache"\ntarget-dir = "/opt/target"\n'
+        '[target.x86_64-unknown-linux-gnu]\nlinker = "/opt/ld"\nrunner = ["/opt/run", "--x"]\n'
+        '[registry]\nglobal-credential-providers = ["/opt/cred a"]\n'
+    )
+    assert configprograms.cargo_programs([str(cargo)], "/h") == [
+        "/opt/sccache",
+        "/opt/ld",
+        "/opt/run",
+        "/opt/cred",
+    ]
+    cargo.write_text("not toml [")
+    assert configprograms.cargo_programs([str(cargo)], "/h") == []

@@ -46,3 +46,17 @@ def test_a_missing_program_an_ssh_proxy_command_names_is_not_made_by_a_run(
     done = _run(f"echo 'import os' > {script}; cat {script}; echo end", tmp_path)
     assert done.stdout.strip() == "end"
     assert script.read_text() == ""
+
+
+@needs_bwrap
+def test_the_linker_the_operators_cargo_config_names_is_read_only(state_dir: Path, tmp_path: Path) -> None:
+    """`[target.*] linker = "/opt/team/ld"` in ~/.cargo/config.toml: the next cargo build runs it."""
+    home = Path.home()
+    linker = tmp_path / "team" / "ld"
+    linker.parent.mkdir()
+    linker.write_text('#!/bin/sh\nexec cc "$@"\n')
+    (home / ".cargo").mkdir()
+    (home / ".cargo" / "config.toml").write_text(f'[target.x86_64-unknown-linux-gnu]\nlinker = "{linker}"\n')
+    done = _run(f"echo 'cat /etc/passwd' > {linker}; echo end", tmp_path)
+    assert done.stdout.strip() == "end"
+    assert "cc" in linker.read_text()
