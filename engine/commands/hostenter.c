@@ -3,6 +3,8 @@
    keep                       the keeper's program, run by bwrap inside the prepared view: prints its pid,
                               then holds the namespaces until its stdin closes (the gateway that made it is
                               gone, or made a new one).
+   seal MNT USER              make the kept mount namespace (fd MNT; USER as for enter) private, once,
+                              when the keeper is made: no mount the host makes later arrives in it.
    enter MNT USER CWD PTY -- ARGV
                               run ARGV in the kept mount namespace, open at fd MNT (the kept user namespace
                               at fd USER first, unless "-"), in a mount, PID and IPC namespace of its own with
@@ -413,6 +415,19 @@ static int enter(char **argv) {
     }
 }
 
+/* seal MNT USER: the kept mount namespace (at fd MNT, its user namespace at fd USER first unless "-")
+   made private, once, when the keeper is made: bwrap leaves it a slave of the host's, and a mount the host
+   made later (a vault under the home) would arrive there, with its own flags, before a run's own copy of
+   it is made private (own_pts). */
+static int seal(char **argv) {
+    int userfd = strcmp(argv[1], "-") ? ns_fd(argv[1]) : -1;
+    int mntfd = ns_fd(argv[0]);
+    if (userfd >= 0 && setns(userfd, CLONE_NEWUSER) < 0) die("setns(user)");
+    if (setns(mntfd, CLONE_NEWNS) < 0) die("setns(mnt)");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("mount --make-rprivate /");
+    return 0;
+}
+
 static int join_then(char **argv) {
     int fd = open(argv[0], O_WRONLY | O_CLOEXEC);
     if (fd < 0 || write(fd, "0", 1) != 1) {
@@ -427,6 +442,7 @@ static int join_then(char **argv) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "keep")) return keep();
+    if (argc == 4 && !strcmp(argv[1], "seal")) return seal(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "join") && !strcmp(argv[3], "--")) return join_then(argv + 2);
     if (argc >= 8 && !strcmp(argv[1], "enter") && !strcmp(argv[6], "--")) return enter(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "own-pts") && !strcmp(argv[3], "--")) return own_pts_then(argv + 2);
@@ -435,7 +451,7 @@ int main(int argc, char **argv) {
         struct stat want;
         run_checked(decided(optional_fd(argv[2]), &want) ? &want : NULL, argv + 4);
     }
-    fprintf(stderr, "usage: exechost-hostenter keep | enter MNT-FD USER-FD|- CWD-FD|- PTY-FD|- -- COMMAND... | "
+    fprintf(stderr, "usage: exechost-hostenter keep | seal MNT-FD USER-FD|- | enter MNT-FD USER-FD|- CWD-FD|- PTY-FD|- -- COMMAND... | "
                     "own-pts PTY-FD|- -- COMMAND... | check-cwd CWD-FD|- -- COMMAND... | "
                     "status FD|- -- COMMAND... | join TASKS -- COMMAND...\n");
     return 2;

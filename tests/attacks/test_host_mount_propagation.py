@@ -62,3 +62,19 @@ def test_a_mount_made_after_the_run_started_is_not_in_its_view(
     out, err = run.communicate("go\n", timeout=60)
     assert not (shared_home / "planted").exists(), (out, err)
     assert "ready" not in out  # the run sees the home's own empty dir, not the vault
+
+
+@needs_bwrap
+def test_the_kept_namespace_is_private_before_any_run_enters_it(state_dir: Path) -> None:
+    """bwrap leaves its namespace a slave of the host's: a mount made between the keeper's making and a
+    run's entering would arrive with its own flags. The keeper's namespace is sealed private when made
+    (exechost-hostenter `seal`): no mount of it has a master or peers (mountinfo's optional fields)."""
+    if hostkeeper.helper_path() is None:
+        pytest.skip("needs exechost-hostenter")
+    pinned_view(None, host=True).close()  # makes the keeper
+    try:
+        (keeper,) = hostkeeper._keepers.values()
+        mountinfo = Path(f"/proc/{keeper.pid}/mountinfo").read_text()
+        assert mountinfo and "master:" not in mountinfo and "shared:" not in mountinfo
+    finally:
+        hostkeeper.stop()
