@@ -44,6 +44,7 @@ class Grammar:
     most: int = 0  # operands allowed when there are no subcommands
     value_shapes: dict[str, re.Pattern[str]] = field(default_factory=dict)
     leading: str = ""  # a first-word prefix the program reads (cargo's `+toolchain`)
+    shapes: dict[str, re.Pattern[str]] = field(default_factory=dict)  # a subcommand's own operand shape
 
 
 def _set(text: str) -> frozenset[str]:
@@ -78,6 +79,8 @@ GRAMMARS: dict[str, Grammar] = {
             **dict.fromkeys(("ls", "list", "outdated"), 0),
         },
         operand=_NPM_SPEC,
+        # a script's name: `build:prod` (it names a key of the package.json treecode binds, nothing else)
+        shapes=dict.fromkeys(("run", "run-script", "rum", "urn"), re.compile(r"[A-Za-z0-9_][\w:.-]*\Z")),
     ),
     # npx: one package or bin name and nothing after it (what follows is that program's own argv).
     "npx": Grammar(flags=_NPM_FLAGS, places=_set("--prefix -C"), operand=_NPM_SPEC, most=1),
@@ -168,6 +171,7 @@ def argv_problem(program: str, argv: Sequence[str]) -> str | None:
             continue
         limit = g.commands[command] if g.commands is not None and command is not None else g.most
         operands += 1
-        if operands > limit or not g.operand.match(word):
+        shape = g.shapes.get(command or "", g.operand)
+        if operands > limit or not shape.match(word):
             return f"an operand exechost does not model: {word!r} (a path, a URL or more than it takes)"
     return None
