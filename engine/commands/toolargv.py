@@ -82,8 +82,9 @@ GRAMMARS: dict[str, Grammar] = {
         # a script's name: `build:prod` (it names a key of the package.json treecode binds, nothing else)
         shapes=dict.fromkeys(("run", "run-script", "rum", "urn"), re.compile(r"[A-Za-z0-9_][\w:.-]*\Z")),
     ),
-    # npx: one package or bin name and nothing after it (what follows is that program's own argv).
-    "npx": Grammar(flags=_NPM_FLAGS, places=_set("--prefix -C"), operand=_NPM_SPEC, most=1),
+    # npx: its operand is the code it runs (a registry package of the agent's choosing, or a bin from a
+    # node_modules/.bin nobody bound), and what follows is that program's own argv: only its options here.
+    "npx": Grammar(flags=_NPM_FLAGS, places=_set("--prefix -C")),
     # cmake: configure (-S/-B) or build (--build) a directory treecode vets. -P, -E, -C, -D, --preset,
     # --install, -H and a positional source directory (`cmake ..`) are not modelled: they ask.
     "cmake": Grammar(

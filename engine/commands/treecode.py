@@ -112,7 +112,9 @@ TREE_PROGRAMS: dict[str, TreeProgram] = {
     # mvn's launcher (find_maven_basedir) walks up to the nearest directory holding .mvn/ and hands its
     # jvm.config to java (`-agentpath:` loads a library): every ancestor is named, as npm's are.
     "mvn": TreeProgram(
-        ("pom.xml", ".mvn/maven.config", ".mvn/jvm.config"), "plugins or JVM options maven runs", walk_up=True
+        ("pom.xml", ".mvn/maven.config", ".mvn/jvm.config", ".mvn/extensions.xml"),
+        "plugins, core extensions or JVM options maven runs",
+        walk_up=True,
     ),
     "composer": TreeProgram(("composer.json",), "scripts composer runs"),
     "meson": TreeProgram(("meson.build",), "commands meson runs"),

@@ -19,7 +19,7 @@ UNDERSTOOD = [
     "npm install lodash @scope/pkg@^1.2 left-pad@1.0.0",
     "npm ci --ignore-scripts --no-audit",
     "npm --version",
-    "npx --yes eslint",
+    "npx --version",
     "ninja -C sub -f o.ninja -j4 all",
     "ninja --version",
     "cmake -S . -B build -G 'Unix Makefiles'",
@@ -49,6 +49,8 @@ ASKS = [
     "npx -c 'touch x'",
     "npx --call='touch x'",
     "npx eslint --config x.js",  # the program's own argv
+    "npx --yes some-package",  # the operand is the code npx runs
+    "npx eslint",
     "npx -p ./pkg x",
     "ninja -t browse",
     "ninja -d explain",
@@ -129,12 +131,14 @@ def test_npx_prefix_names_the_node_modules_bin_it_runs_from(tmp_path: Path) -> N
     assert str(tmp_path / "sub" / "node_modules" / ".bin") in {f.path for f in found}
 
 
-def test_mvn_names_the_jvm_config_of_an_ancestor(tmp_path: Path) -> None:
+def test_mvn_names_the_jvm_config_and_extensions_of_an_ancestor(tmp_path: Path) -> None:
     (tmp_path / ".mvn").mkdir()
     (tmp_path / ".mvn" / "jvm.config").write_text("-Xmx1g\n")
+    (tmp_path / ".mvn" / "extensions.xml").write_text("<extensions/>\n")
     (tmp_path / "a" / "b").mkdir(parents=True)
     found = findings_for(["mvn", "--version"], ("/usr/bin/mvn",), str(tmp_path / "a" / "b"), [])
-    assert str(tmp_path / ".mvn" / "jvm.config") in {f.path for f in found}
+    paths = {f.path for f in found}
+    assert {str(tmp_path / ".mvn" / "jvm.config"), str(tmp_path / ".mvn" / "extensions.xml")} <= paths
 
 
 def test_cmake_names_the_user_presets(tmp_path: Path) -> None:
