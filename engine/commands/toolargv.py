@@ -162,6 +162,12 @@ def argv_problem(program: str, argv: Sequence[str]) -> str | None:
                     return f"{word!r} without its value"
                 value = words[i]
                 i += 1
+            elif not word.startswith("--") and value.startswith("="):
+                # getopt reads `-C=sub` as the directory `=sub`, npm's nopt as `sub`: not one reading.
+                return f"{word!r}: a short option with `=` its programs read differently"
+            if value.startswith("-") or not value:
+                # nopt may refuse a value that looks like an option and take the next word instead.
+                return f"{word} {value!r}: a value that is empty or looks like an option"
             if name in g.named and not g.value_shapes.get(name, NAME).match(value):
                 return f"{word} {value!r}: a value that is not a plain name"
             continue

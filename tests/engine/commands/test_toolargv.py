@@ -34,6 +34,10 @@ UNDERSTOOD = [
 ASKS = [
     "npm --prefi sub test",  # nopt expands unambiguous abbreviations
     "npm --pref=sub test",
+    "npm -C=sub test",  # nopt splits it at `=` (the dir `sub`), getopt would not (`=sub`)
+    "npm --prefix --silent test",
+    "npm --prefix= test",
+    "ninja -C=sub",
     "npm run build -- --config evil.js",  # handed on to the script's program
     "npm run a b",
     "npm install ./pkg",
