@@ -207,9 +207,6 @@ async def test_class4_a_workdir_link_into_the_agents_own_tmp_is_followed_to_the_
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists("/usr/bin/cmake"), reason="cmake is not installed")
-@pytest.mark.xfail(
-    strict=True, reason=_HOST_PATH_VETTED.format(what="x.cmake", program="cmake -P /tmp/p/x.cmake")
-)
 async def test_class4_cmake_script_in_the_agents_own_tmp_runs_unbound(state_dir: Path) -> None:
     """`cmake -P FILE` runs FILE: an argv-named file is bound by its bytes, but only when it exists at the
     host's path; in the view it is the agent's."""
@@ -285,12 +282,6 @@ async def test_class4_git_dash_c_into_the_agents_own_tmp_runs_none_of_its_config
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists("/usr/bin/ninja"), reason="ninja is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: ninja changes into its -C dir before it reads its -f file, so `ninja -C sub -f o.ninja` "
-    "reads sub/o.ninja; treecode joins -f to the cwd (./o.ninja: absent, no finding) and the allowlisted "
-    "ninja runs sub/o.ninja's commands unasked",
-)
 async def test_class4_ninja_reads_its_file_option_from_its_dir_option_not_the_cwd(state_dir: Path) -> None:
     """treecode names the files a tree program reads: `-C` values as directories holding the default
     build.ninja, `-f` values joined to the cwd. ninja applies `-C` first (its chdir comes before it opens
@@ -311,12 +302,6 @@ async def test_class4_ninja_reads_its_file_option_from_its_dir_option_not_the_cw
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists(NPM), reason="npm is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: npm's option parser (nopt) takes unambiguous abbreviations, so `npm --prefi sub test` "
-    "runs sub/package.json's script; treecode knows only `--prefix`/`-C` exactly, vets the cwd (no "
-    "package.json) and the allowlisted npm runs the script unasked",
-)
 async def test_class4_npm_abbreviated_prefix_runs_a_script_nobody_vetted(state_dir: Path) -> None:
     """treecode's option table for npm matches `--prefix` and `--prefix=` as written; npm expands
     `--prefi` (and `--prefi=sub`) to `--prefix`, as nopt expands every unambiguous abbreviation."""
@@ -346,13 +331,6 @@ _AGENT_C = (
 @pytest.mark.skipif(
     not os.path.exists(MVN) or shutil.which("java") is None or shutil.which("cc") is None,
     reason="needs maven, a JVM and a C compiler",
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: mvn's launcher walks up from the cwd to the first directory holding .mvn/ and passes "
-    ".mvn/jvm.config to the JVM (-agentpath loads a library); treecode looks for .mvn/jvm.config in the "
-    "cwd only (walk_up=False, and mvn's -f is not read), so an allowlisted `mvn --version` one directory "
-    "down, or `mvn -f sub --version`, loads the agent's code",
 )
 @pytest.mark.parametrize(
     ("base", "workdir", "command"),
@@ -387,13 +365,6 @@ async def test_class4_mvn_reads_jvm_config_from_an_ancestor_nobody_vetted(
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists("/usr/bin/cmake"), reason="cmake is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: cmake reads code from directories treecode does not model: a positional source dir "
-    "(`cmake ..`, the usual build-dir workflow), -H (the old -S) and `--install DIR` (its "
-    "cmake_install.cmake); treecode "
-    "reads only -S/-B/--build and the cwd, finds nothing, and the allowlisted cmake runs execute_process",
-)
 @pytest.mark.parametrize(
     ("workdir", "command", "script"),
     [
@@ -425,12 +396,6 @@ async def test_class4_cmake_runs_a_script_from_a_directory_nobody_vetted(
 
 @needs_bwrap
 @pytest.mark.skipif(PIP3 is None, reason="pip is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a local project named as a file: URL (`pip install file:///w/pkg`, `pkg @ file:///w/pkg`) "
-    "is no PIP_PROJECT finding (operands with :// are left out), unlike `pip install ./pkg`, so the "
-    "allowlisted pip builds it and its setup.py runs unasked",
-)
 @pytest.mark.parametrize("spelling", ["file://{pkg}", "'pkg @ file://{pkg}'"])
 async def test_class4_pip_local_project_as_a_file_url_builds_unasked(state_dir: Path, spelling: str) -> None:
     """`pip install ./pkg` asks (a project pip builds, its backend runs what the tree holds); the same
@@ -473,12 +438,6 @@ NPX = "/usr/bin/npx"
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists(NPX), reason="npm's npx is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a local package directory operand (`npx ./pkg` runs its bin, `npm install ./pkg` its "
-    "install scripts) is no finding: treecode binds only argv-named regular files and node_modules/.bin, "
-    "and the cwd has no package.json, so the allowlisted npm/npx runs the agent's package unasked",
-)
 @pytest.mark.parametrize(
     ("program", "command", "manifest"),
     [
@@ -505,12 +464,6 @@ async def test_class4_npm_local_package_directory_runs_its_code_unasked(
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists("/usr/bin/cmake"), reason="cmake is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode looks for CMakePresets.json but not CMakeUserPresets.json, which cmake reads "
-    "as well: `cmake --build --preset p` builds the binaryDir a user preset names (never vetted) and its "
-    "Makefile's recipes run under the allowlisted cmake unasked",
-)
 async def test_class4_cmake_user_preset_builds_a_directory_nobody_vetted(state_dir: Path) -> None:
     """An earlier run configured src/ into b/ (its CMakeLists.txt adds a target that runs a program);
     the workdir holds only CMakeUserPresets.json naming b/. The cwd has no CMakeLists.txt,
@@ -570,16 +523,8 @@ async def test_class4_git_push_into_the_agents_own_tmp_runs_its_hooks(state_dir:
     assert refused(details), details["_text"]
 
 
-_BARE_PATH = pytest.mark.xfail(
-    strict=True,
-    reason="open: allow-always saves a program's bare path unless it is on interpreters.RUNNERS, a list of "
-    "bad cases: mvn (and corepack, bun, uv, poetry, tox, gradle, … of treecode's own TREE_PROGRAMS) is "
-    "not on it, so allowing `mvn --version` always lets every later mvn argv run unasked",
-)
-
-
 @pytest.mark.skipif(not os.path.exists(MVN) or not os.path.exists("/usr/bin/ninja"), reason="maven, ninja")
-@pytest.mark.parametrize("argv", [pytest.param("mvn --version", marks=_BARE_PATH), "ninja --version"])
+@pytest.mark.parametrize("argv", ["mvn --version", "ninja --version"])
 def test_class4_allow_always_of_a_build_tools_harmless_argv_saves_the_exact_command(
     state_dir: Path, argv: str
 ) -> None:
@@ -638,12 +583,6 @@ async def test_class4_a_home_inside_a_private_dir_is_the_agents(
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists(NPX), reason="npm's npx is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode names every node_modules/.bin npx may run a program from, walking up from the "
-    "cwd only; `npx --prefix sub evil` runs sub/node_modules/.bin/evil, which no vet looked at: the "
-    "allowlisted npx runs it unasked",
-)
 async def test_class4_npx_prefix_runs_a_bin_from_a_node_modules_nobody_vetted(state_dir: Path) -> None:
     root = state_dir.parent
     tree = root / "w"
@@ -661,12 +600,6 @@ async def test_class4_npx_prefix_runs_a_bin_from_a_node_modules_nobody_vetted(st
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists(NPX) or not os.path.exists("/usr/bin/cmake"), reason="npm, cmake")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: only make's, pip's and git's argv are read by their own grammar (make --eval asks); "
-    "npm's and cmake's are not, so `npx -c CMD` (npm exec --call) and `cmake -E env CMD` run a command "
-    "line of the agent's under an allowlist entry for a build tool, unasked",
-)
 @pytest.mark.parametrize(
     ("program", "command"),
     [
@@ -730,12 +663,6 @@ RUSTUP_HOME = os.environ.get("RUSTUP_HOME") or os.path.join(pwd.getpwuid(os.getu
 @pytest.mark.skipif(
     CARGO is None or not os.path.isdir(os.path.join(RUSTUP_HOME, "toolchains")) or shutil.which("cc") is None,
     reason="needs cargo with a rustup toolchain and a C linker",
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `cargo install --path sub` builds sub/ (its build.rs runs); treecode models cargo's -C "
-    "and --manifest-path but not install's --path, vets the cwd (no Cargo.toml) and the allowlisted "
-    "cargo runs the agent's build script unasked",
 )
 async def test_class4_cargo_install_path_runs_a_build_script_nobody_vetted(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch

@@ -307,16 +307,23 @@ async def test_tree_program_pointed_into_a_plain_dir_asks(
     assert details["status"] == "approval-pending", details
 
 
-@needs_tools
-@needs_bwrap
-@pytest.mark.xfail(
+_PRIVATE_OPEN = pytest.mark.xfail(
     strict=True,
     reason="open: a path in the command into a private dir (/tmp/p) is vetted in the gateway's namespace, "
     "where the shared /tmp has no /tmp/p, and read by the run in its view, where /tmp is the agent's own "
-    "copy: allowlisted npm --prefix, ninja -C/-f, cmake -P run the agent's package.json/build.ninja/"
-    "x.cmake unasked (only the workdir is translated to the agent's copy, never argv paths)",
+    "copy: allowlisted npm --prefix, ninja -C/-f run the agent's package.json/build.ninja unasked (only "
+    "the workdir is translated to the agent's copy, never argv paths)",
 )
-@pytest.mark.parametrize(("exe", "command", "name", "body"), ABSOLUTE_INTO, ids=ABSOLUTE_IDS)
+# (cmake -P asks whatever it names: cmake's grammar does not model -P, engine.commands.toolargv.)
+_INTO_PRIVATE = [
+    pytest.param(*row, id=name, marks=() if name == "cmake-P" else (_PRIVATE_OPEN,))
+    for row, name in zip(ABSOLUTE_INTO, ABSOLUTE_IDS, strict=True)
+]
+
+
+@needs_tools
+@needs_bwrap
+@pytest.mark.parametrize(("exe", "command", "name", "body"), _INTO_PRIVATE)
 async def test_tree_program_pointed_into_the_private_tmp_runs_unasked(
     state_dir: Path, exe: str, command: str, name: str, body: str
 ) -> None:
@@ -788,12 +795,6 @@ async def test_cmake_script_operand_is_named(state_dir: Path) -> None:
 
 @needs_tools
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode looks at the first 64 argv words only (_OPERANDS_LOOKED_AT) for the files a "
-    "program is named to run and says nothing of the rest: `cmake -DV0=1 … -DV69=1 -P x.cmake` runs the "
-    "agent's script unasked under an allowlisted cmake (past the cap it should ask, not look away)",
-)
 async def test_cmake_script_operand_past_64_words_runs_unasked(state_dir: Path) -> None:
     details = await _cmake_script_after(state_dir, 70)
     assert "PWNED-42" not in details["_text"], details["_text"][-300:]
