@@ -177,6 +177,7 @@ class LocalExecHost:
             cwd=cwd,
             env=env,
             env_overrides=request.env or None,  # only inert keys ride along unasked (issue 27 §3)
+            outside=lambda: host_outside(config, agent_id, cwd),  # paths read as the run's view has them
         )
         security = decided.security
         if security is None:  # the policy itself refused (e.g. host=gateway not allowed here)
