@@ -776,6 +776,14 @@ def view_args(
         args += ["--ro-bind", CGROUPS, CGROUPS]
     # last: a read-only bind of a directory above one (a trusted dir, a link's) would show it again
     args += [*shadow, *hidden_ops, *private_last]
+    # what the decision trusts is the host's, never the agent's private copy (fresh round 10 c)
+    path_dirs = [d for d in (environ or os.environ).get("PATH", "").split(":") if d.startswith(os.sep)]
+    args += hostprivate.protect(
+        outside.private,
+        [*(p for p, _always in configs), *files],
+        [*tdirs, *outside.readonly, *hop_dirs, *walked, *path_dirs],
+        os.path.realpath(_empty_file(state)),
+    )
     if outside.chdir is not None:
         args += ["--chdir", outside.chdir]
     bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked]

@@ -580,12 +580,6 @@ def test_class4_allow_always_of_a_build_tools_harmless_argv_saves_the_exact_comm
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: when the gateway's home is in a private dir (HOME=/tmp, a service account's), the "
-    "agent's copy of that dir is bound last, over the read-only home and its read-only git configs: "
-    "the agent's ~/.gitconfig defines a filter and an allowlisted `git status` runs it unasked",
-)
 async def test_class4_a_home_inside_a_private_dir_is_the_agents(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
