@@ -109,16 +109,18 @@ def ops(binds_: Iterable[tuple[str, str]], home: str) -> tuple[list[str], list[s
 
 
 def protect(
-    binds_: Iterable[tuple[str, str]], files: Iterable[str], dirs: Iterable[str], empty: str
+    binds_: Iterable[tuple[str, str]], home: str, files: Iterable[str], dirs: Iterable[str], empty: str
 ) -> list[str]:
     """What a private dir holds that the decision trusts as the operator's (a trusted config file, a
     trusted or PATH dir): bound read-only over the agent's copy, after every private dir, so the view has
-    the host's (an empty file, an empty read-only dir where the host has none): never the agent's."""
+    the host's (an empty file, an empty read-only dir where the host has none): never the agent's. In
+    the home under a private dir bound first, the home's read-only bind has done it."""
     dests = [dest for _source, dest in binds_]
     out: list[str] = []
     for path, is_dir in [*((f, False) for f in files), *((d, True) for d in dirs)]:
         path = os.path.abspath(path)
-        if not any(_within(path, d) for d in dests):
+        holder = max((d for d in dests if _within(path, d)), key=len, default=None)
+        if holder is None or (_within(path, home) and not (holder != home and _within(holder, home))):
             continue
         if os.path.exists(path):
             out += ["--ro-bind", os.path.realpath(path), path]

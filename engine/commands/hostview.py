@@ -780,6 +780,7 @@ def view_args(
     path_dirs = [d for d in (environ or os.environ).get("PATH", "").split(":") if d.startswith(os.sep)]
     args += hostprivate.protect(
         outside.private,
+        home,
         [*(p for p, _always in configs), *files],
         [*tdirs, *outside.readonly, *hop_dirs, *walked, *path_dirs],
         os.path.realpath(_empty_file(state)),

@@ -164,13 +164,14 @@ def _repo_with_a_filtered_change(tree: Path) -> None:
 
 
 @needs_bwrap
-@pytest.mark.parametrize("where", ["home-below", "xdg"])
+@pytest.mark.parametrize("where", ["home-below", "xdg", "in-the-home"])
 async def test_a_trusted_config_in_a_private_dir_is_the_hosts(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     """The variants of the home in a private dir: a home one level below it (HOME=<private>/svc, the
     private dir holds the home), and an XDG_CONFIG_HOME in it that the host lacks (git's global config
-    at $XDG_CONFIG_HOME/git/config): the agent's copy of either never reaches an allowlisted git."""
+    at $XDG_CONFIG_HOME/git/config), and a private dir inside the home holding the default one
+    (~/.config, bound after the home): the agent's copy never reaches an allowlisted git."""
     root = state_dir.parent
     private = root / "tmp"
     marker = root / "PWNED"
@@ -178,9 +179,17 @@ async def test_a_trusted_config_in_a_private_dir_is_the_hosts(
         (private / "svc").mkdir()
         monkeypatch.setenv("HOME", str(private / "svc"))
         planted = _copy(state_dir, private / "svc" / ".gitconfig")
-    else:
+    elif where == "xdg":
         monkeypatch.setenv("XDG_CONFIG_HOME", str(private / "cfg"))
         planted = _copy(state_dir, private / "cfg" / "git" / "config")
+    else:
+        home = root / "h"
+        (home / ".config").mkdir(parents=True)
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+        monkeypatch.setenv(hostprivate.DEFAULT_ENV, str(home / ".config"))
+        binds = hostprivate.binds(str(state_dir), "main", (str(home / ".config"),))
+        planted = Path(hostprivate.source_of(binds, str(home / ".config" / "git" / "config")) or "/")
     planted.parent.mkdir(parents=True, exist_ok=True)
     planted.write_text(f'[filter "x"]\n\tclean = tee {marker}\n')
     tree = root / "w"
@@ -189,6 +198,7 @@ async def test_a_trusted_config_in_a_private_dir_is_the_hosts(
     details = await attempt(state_dir, "git status --short", allow=[(GIT, None)], workdir=str(tree))
 
     assert not marker.exists(), details["_text"]
+    assert details["status"] == "completed" and "M f" in details["_text"], details["_text"]
 
 
 def test_protect_binds_what_a_private_dir_holds_after_it(tmp_path: Path) -> None:
@@ -200,6 +210,7 @@ def test_protect_binds_what_a_private_dir_holds_after_it(tmp_path: Path) -> None
     binds = ((str(tmp_path / "copy"), str(dest)),)
     got = hostprivate.protect(
         binds,
+        str(tmp_path / "home"),
         [str(dest / "conf"), str(dest / "gone"), str(tmp_path / "elsewhere")],
         [str(dest / "bin"), str(dest / "nobin")],
         "/empty",
