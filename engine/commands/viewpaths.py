@@ -21,10 +21,15 @@ def in_view(binds: Binds, path: str, cwd: str) -> str | None:
     """The host path of what the run reaches by `path` (relative to its `cwd`, both as the run names
     them): component by component, each looked up where the view has it (a private dir's components in
     the agent's copy), a link's target read there and walked on in the view. None: a link loop."""
+    start = "/" if path.startswith("/") else _walk(binds, cwd, "/")
+    done = None if start is None else _walk(binds, path, start)
+    return None if done is None else hostprivate.source_of(binds, done) or done
+
+
+def _walk(binds: Binds, path: str, done: str) -> str | None:
+    """`path` walked from the resolved directory `done`, as the view names both: the resolved path in the
+    view (links followed where `binds` has them; with no binds, the host's realpath); None: a loop."""
     todo = [p for p in reversed(path.split("/")) if p]
-    if not path.startswith("/"):
-        todo += [p for p in reversed(cwd.split("/")) if p]
-    done = "/"
     links = 0
     while todo:
         part = todo.pop()
@@ -35,9 +40,9 @@ def in_view(binds: Binds, path: str, cwd: str) -> str | None:
             continue
         step = os.path.join(done, part)
         try:
-            target = os.readlink(hostprivate.source_of(binds, step) or step)
+            target = os.readlink(hostprivate.source_of(binds, step) or step if binds else step)
         except (OSError, ValueError):
-            done = step  # not a link, or absent: the walk goes on by name, as the host's would
+            done = step  # not a link, or absent: the walk goes on by name, as the kernel's would
             continue
         links += 1
         if links > MAX_LINKS:
@@ -45,7 +50,7 @@ def in_view(binds: Binds, path: str, cwd: str) -> str | None:
         if target.startswith("/"):
             done = "/"
         todo += [p for p in reversed(target.split("/")) if p]
-    return hostprivate.source_of(binds, done) or done
+    return done
 
 
 def _places(word: str) -> Iterator[str]:
@@ -68,18 +73,21 @@ def diverging(binds: Binds, words: Iterable[str], host_cwd: str) -> list[str]:
     agent's copy of a workdir in a private dir); the run's is that as the view names it."""
     if not binds:
         return []
-    cwd = hostprivate.view_of(binds, host_cwd) or host_cwd
+    run_cwd = _walk(binds, hostprivate.view_of(binds, host_cwd) or host_cwd, "/")
+    host_cwd = _walk((), host_cwd, "/") or host_cwd
     found: list[str] = []
     for word in dict.fromkeys(words):
         if not word or "\x00" in word:
             continue
         places = list(dict.fromkeys(_places(word)))
-        if len(places) > MAX_PLACES:
+        if len(places) > MAX_PLACES or run_cwd is None:
             found.append(word)
             continue
         for place in places:
-            run = in_view(binds, place, cwd)
-            if run is None or run != os.path.realpath(os.path.join(host_cwd, place)):
+            absolute = place.startswith("/")
+            run = _walk(binds, place, "/" if absolute else run_cwd)
+            host = _walk((), place, "/" if absolute else host_cwd)
+            if run is None or host is None or (hostprivate.source_of(binds, run) or run) != host:
                 found.append(word)
                 break
     return found

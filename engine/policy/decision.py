@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.approvals.decisions import allowed_decisions
-from engine.commands import viewpaths
+from engine.commands import hostprivate, viewpaths
 from engine.commands.allowlist import (
     ALLOW_ALWAYS_SOURCE,
     DEFAULT_SAFE_BINS,
@@ -44,6 +44,7 @@ from engine.policy.precedence import (
     resolve_policy,
 )
 from engine.results import ToolError
+from engine.statefs import state_dir
 
 if TYPE_CHECKING:
     from engine.approvals.schema import ApprovalsFile
@@ -191,8 +192,7 @@ def evaluate(
     except PolicyError as exc:
         return _refused_by_policy(command, agent_id, analysis, exc)
     on_host = not policy.sandboxed and policy.host != "node"
-    view = outside() if outside is not None and on_host else NOTHING_OUTSIDE  # the run's view, read once
-    expansion = _expansion(command, analysis, policy, cwd or os.getcwd(), lambda: view)
+    expansion = _expansion(command, analysis, policy, cwd or os.getcwd(), outside)
     if expansion is not None:
         analysis = analyze_command(expansion.text)
     examined = expansion.text if expansion is not None else command  # bound as the words that run
@@ -207,7 +207,7 @@ def evaluate(
         cwd or os.getcwd(),
         env,
         env_overrides,
-        view.private,
+        private_binds(config, agent_id) if on_host else (),
     )
     if expansion is not None:
         _decide_expanded(found, expansion)
@@ -707,3 +707,12 @@ def programs(result: AllowlistResult) -> list[str]:
         if m.inner is not None:
             found += programs(m.inner)
     return found
+
+
+def private_binds(config: Config, agent_id: str) -> tuple[tuple[str, str], ...]:
+    """The agent's private dirs in its host runs' view (engine.commands.hostprivate), as (source,
+    destination); none without a host view."""
+    own = config.exec_for(agent_id)
+    if own.host_view == "none":
+        return ()
+    return hostprivate.binds(str(state_dir()), agent_id, hostprivate.dests(own.host_private))

@@ -24,7 +24,7 @@ from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify
 from engine.config import nodekeys
 from engine.config.loader import load_config
 from engine.config.model import Config
-from engine.policy.decision import evaluate
+from engine.policy.decision import evaluate, private_binds
 from engine.results import ToolError
 from engine.sandbox import bwraplimits
 from engine.statefs import state_dir
@@ -79,10 +79,7 @@ def host_outside(config: Config, agent_id: str = "main", workdir: str | None = N
 def private_source(config: Config, agent_id: str, path: str) -> str | None:
     """Where `path`, as a host run of the agent names it, is on the host when it is in one of the agent's
     private dirs (engine.commands.hostprivate: its own /tmp, ...); None otherwise, or with no host view."""
-    own = config.exec_for(agent_id)
-    if own.host_view == "none":
-        return None
-    binds = hostprivate.binds(str(state_dir()), agent_id, hostprivate.dests(own.host_private))
+    binds = private_binds(config, agent_id)
     return hostprivate.source_of(binds, os.path.abspath(os.path.expanduser(path)))
 
 
@@ -177,7 +174,6 @@ class LocalExecHost:
             cwd=cwd,
             env=env,
             env_overrides=request.env or None,  # only inert keys ride along unasked (issue 27 §3)
-            outside=lambda: host_outside(config, agent_id, cwd),  # paths read as the run's view has them
         )
         security = decided.security
         if security is None:  # the policy itself refused (e.g. host=gateway not allowed here)

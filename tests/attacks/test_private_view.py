@@ -13,7 +13,6 @@ import pytest
 
 from engine.approvals.store import ApprovalsStore
 from engine.commands import hostprivate, viewpaths
-from engine.commands.hostview import Outside
 from engine.config.loader import load_config
 from engine.policy.decision import evaluate
 from tests.attacks.harness import ALLOWLIST, attempt, refused
@@ -109,19 +108,15 @@ def test_a_diverging_path_never_offers_allow_always(state_dir: Path) -> None:
     config = load_config(state_dir / "config.toml")
     store = ApprovalsStore(state_dir / "exec-approvals.json")
     store.add_allowlist("main", "/usr/bin/ls", arg_pattern=None)
-    view = Outside(private=_binds(state_dir))
     decided = evaluate(
-        f"ls {root / 'tmp' / 'p'}",
-        config=config,
-        store=store,
-        cwd=str(tree),
-        params={"host": "gateway"},
-        outside=lambda: view,
+        f"ls {root / 'tmp' / 'p'}", config=config, store=store, cwd=str(tree), params={"host": "gateway"}
     )
     assert decided.verdict == "ask", decided.reason
     assert "allow-always" not in decided.allowed_decisions
     assert any("own copy of a private dir" in w for w in decided.warnings), decided.warnings
     # the same command with no private dirs (the view and the host agree) runs
+    write_config(state_dir, ALLOWLIST + "hostPrivate = []\n")
+    config = load_config(state_dir / "config.toml")
     same = evaluate(
         f"ls {root / 'tmp' / 'p'}", config=config, store=store, cwd=str(tree), params={"host": "gateway"}
     )
