@@ -323,6 +323,8 @@ def _examine(
         env=run_env,
         safe_bins=safe_bins,
         safe_bin_profiles=_profiles(exec_cfg.safe_bin_profiles),
+        # the agent's own copies of its private dirs are in the state dir, and are the run's own files
+        own=hostprivate.agent_dir(os.path.realpath(state_dir()), agent_id) if private else "",
     )
     # Issue 18 part 3: a host program that would run code from a tree the agent can write (a repository
     # config key not known inert, a Makefile, package.json scripts) is never satisfied by the allowlist:

@@ -146,7 +146,7 @@ class LocalExecHost:
 
     async def __call__(self, request: ExecHostRequest, decide: Decider, peer: PeerInfo) -> ExecOutcome:
         command = shlex.join(request.command)
-        cwd = request.cwd or os.getcwd()
+        cwd = named_cwd = request.cwd or os.getcwd()
         config = await asyncio.to_thread(load_config, self.config_path)
         try:
             # Who authenticated on the socket (its shared token: main, or nobody), never the frame's agentId.
@@ -192,7 +192,7 @@ class LocalExecHost:
                 PromptRequest(
                     id=str(uuid.uuid4()),
                     command=command,
-                    cwd=cwd,
+                    cwd=named_cwd,  # as the agent named it: the run's view's, never the state dir's
                     host="gateway",
                     security=security,
                     ask=decided.ask,

@@ -222,3 +222,26 @@ def test_protect_binds_what_a_private_dir_holds_after_it(tmp_path: Path) -> None
     assert last == [] and first  # one holding the home: first, the home read-only on top
     first, last = hostprivate.ops(binds, str(tmp_path))
     assert first == [] and last  # inside the home: last
+
+
+@needs_bwrap
+async def test_a_workdir_in_the_agents_own_tmp_runs_allowlisted_and_asks_by_its_own_name(
+    state_dir: Path,
+) -> None:
+    """The agent's copy of a private dir is in the state dir, but it is the run's own: an allowlisted `ls`
+    there runs unasked (it always asked: "inside exechost's state dir"), a word leading out of it into the
+    state dir still misses, and an ask shows the workdir as the agent named it, never the state dir's path."""
+    root = state_dir.parent
+    named = root / "tmp" / "proj"
+    (_copy(state_dir, named)).mkdir(parents=True)
+    (_copy(state_dir, named) / "f").write_text("x\n")
+    ran = await attempt(state_dir, "ls", allow=[("/usr/bin/ls", None)], workdir=str(named))
+    assert ran["status"] == "completed" and ran["_text"].split() == ["f"], ran["_text"]
+    out = await attempt(
+        state_dir, f"ls {state_dir}/exec-approvals.json", allow=[("/usr/bin/ls", None)], workdir=str(named)
+    )
+    assert refused(out), out["_text"]
+    asked = await attempt(state_dir, "touch g", workdir=str(named))  # not allowlisted: it asks
+    assert refused(asked), asked["_text"]
+    assert f"CWD: {named}\n" in asked["_text"], asked["_text"]
+    assert str(state_dir) not in asked["_text"], asked["_text"]
