@@ -371,7 +371,15 @@ def _examine(
     if not policy.sandboxed and policy.host != "node" and not unbound:
         # The env the run gets: the agent's keys too (its CDPATH leads a `cd` where the binder never looks).
         agents = {k: v for k, v in (env_overrides or {}).items() if k.upper() != "PATH"}  # PATH: refused
-        content = bind(analysis, result, cwd, {**run_env, **agents}, command=command)
+        run_cwd = hostprivate.view_of(private, cwd) or cwd
+        content = bind(
+            analysis,
+            result,
+            cwd,
+            {**run_env, **agents},
+            command=command,
+            in_view=(lambda word: viewpaths.in_view(private, word, run_cwd)) if private else None,
+        )
         warnings += capped_warnings(content_warnings(content, result), FOUND_WARNINGS)
         if content.durable_text():
             binding += "\n" + content.durable_text()  # an exact-command approval binds those bytes too

@@ -245,3 +245,50 @@ async def test_a_workdir_in_the_agents_own_tmp_runs_allowlisted_and_asks_by_its_
     assert refused(asked), asked["_text"]
     assert f"CWD: {named}\n" in asked["_text"], asked["_text"]
     assert str(state_dir) not in asked["_text"], asked["_text"]
+
+
+@needs_bwrap
+async def test_a_script_in_the_agents_own_tmp_is_bound_by_the_bytes_the_run_reads(state_dir: Path) -> None:
+    """`sh /tmp/x.sh` where only the agent's copy exists: the ask showed "does not exist" and approving
+    ran whatever that copy held by then. The binder reads the copy the run reads: its digest is in the
+    ask, and a rewrite after the ask is refused as stale."""
+    from tests.attacks.test_content_binding import approve_after
+
+    root = state_dir.parent
+    named = root / "tmp" / "x.sh"
+    planted = _copy(state_dir, named)
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_text("echo approved-bytes\n")
+    marker = root / "PWNED"
+    tree = root / "w"
+    tree.mkdir()
+    rows: dict[str, dict] = {}
+
+    def shown(view: dict) -> None:
+        rows.update({d["path"]: d for d in view["contentDigests"]})
+
+    text = await approve_after(
+        state_dir,
+        f"sh {named}",
+        tree,
+        lambda: planted.write_text(f"touch {marker}\necho evil-bytes\n"),
+        shown=shown,
+    )
+    assert not marker.exists(), text
+    assert "evil-bytes" not in text and "approved-bytes" not in text, text
+    assert rows[str(named)]["sha256"], rows  # bound: the agent's copy's digest, shown by its own name
+
+
+@needs_bwrap
+async def test_a_script_in_the_agents_own_tmp_runs_the_bytes_approved(state_dir: Path) -> None:
+    from tests.attacks.test_content_binding import approve_after
+
+    root = state_dir.parent
+    named = root / "tmp" / "x.sh"
+    planted = _copy(state_dir, named)
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_text('echo approved-bytes "$0"\n')
+    tree = root / "w"
+    tree.mkdir()
+    text = await approve_after(state_dir, f"sh {named}", tree, lambda: None)
+    assert "approved-bytes" in text, text  # ($0 is the sealed mirror's path: see docs/SECURITY.md)
