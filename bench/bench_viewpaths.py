@@ -44,7 +44,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=300)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="eh-bench-vp-") as top:
+    # outside every default private dir (/tmp is one): the workdir is then the same on the host and in
+    # the view, as a project's is
+    with tempfile.TemporaryDirectory(prefix=".eh-bench-vp-", dir=os.path.expanduser("~")) as top:
         root = Path(top)
         state = root / "state"
         state.mkdir(mode=0o700)

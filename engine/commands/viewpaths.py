@@ -21,16 +21,18 @@ def in_view(binds: Binds, path: str, cwd: str) -> str | None:
     """The host path of what the run reaches by `path` (relative to its `cwd`, both as the run names
     them): component by component, each looked up where the view has it (a private dir's components in
     the agent's copy), a link's target read there and walked on in the view. None: a link loop."""
-    start = "/" if path.startswith("/") else _walk(binds, cwd, "/")
-    done = None if start is None else _walk(binds, path, start)
+    start = "/" if path.startswith("/") else _walk(binds, cwd, "/")[0]
+    done = None if start is None else _walk(binds, path, start)[0]
     return None if done is None else hostprivate.source_of(binds, done) or done
 
 
-def _walk(binds: Binds, path: str, done: str) -> str | None:
+def _walk(binds: Binds, path: str, done: str) -> tuple[str | None, bool]:
     """`path` walked from the resolved directory `done`, as the view names both: the resolved path in the
-    view (links followed where `binds` has them; with no binds, the host's realpath); None: a loop."""
+    view (links followed where `binds` has them; with no binds, the host's realpath; None: a loop), and
+    whether any step was in a private dir (if none was, the host's walk is this one)."""
     todo = [p for p in reversed(path.split("/")) if p]
     links = 0
+    touched = False
     while todo:
         part = todo.pop()
         if part == ".":
@@ -38,19 +40,30 @@ def _walk(binds: Binds, path: str, done: str) -> str | None:
         if part == "..":
             done = os.path.dirname(done)
             continue
-        step = os.path.join(done, part)
+        step = done + part if done.endswith("/") else done + "/" + part
+        here = _source(binds, step) if binds else None
+        touched = touched or here is not None
         try:
-            target = os.readlink(hostprivate.source_of(binds, step) or step if binds else step)
+            target = os.readlink(here or step)
         except (OSError, ValueError):
             done = step  # not a link, or absent: the walk goes on by name, as the kernel's would
             continue
         links += 1
         if links > MAX_LINKS:
-            return None
+            return None, touched
         if target.startswith("/"):
             done = "/"
         todo += [p for p in reversed(target.split("/")) if p]
-    return done
+    return done, touched
+
+
+def _source(binds: Binds, step: str) -> str | None:
+    """hostprivate.source_of for a step of a walk (absolute, normal already): the innermost bind wins."""
+    best: tuple[str, str] | None = None
+    for source, dest in binds:
+        if (step == dest or step.startswith(dest + "/")) and (best is None or len(dest) > len(best[1])):
+            best = (source, dest)
+    return None if best is None else best[0] + step[len(best[1]) :]
 
 
 def _places(word: str) -> Iterator[str]:
@@ -73,8 +86,8 @@ def diverging(binds: Binds, words: Iterable[str], host_cwd: str) -> list[str]:
     agent's copy of a workdir in a private dir); the run's is that as the view names it."""
     if not binds:
         return []
-    run_cwd = _walk(binds, hostprivate.view_of(binds, host_cwd) or host_cwd, "/")
-    host_cwd = _walk((), host_cwd, "/") or host_cwd
+    run_cwd, _ = _walk(binds, hostprivate.view_of(binds, host_cwd) or host_cwd, "/")
+    host_cwd = _walk((), host_cwd, "/")[0] or host_cwd
     found: list[str] = []
     for word in dict.fromkeys(words):
         if not word or "\x00" in word:
@@ -85,9 +98,14 @@ def diverging(binds: Binds, words: Iterable[str], host_cwd: str) -> list[str]:
             continue
         for place in places:
             absolute = place.startswith("/")
-            run = _walk(binds, place, "/" if absolute else run_cwd)
-            host = _walk((), place, "/" if absolute else host_cwd)
-            if run is None or host is None or (hostprivate.source_of(binds, run) or run) != host:
+            run, touched = _walk(binds, place, "/" if absolute else run_cwd)
+            if run is None:
+                found.append(word)
+                break
+            if not touched and (absolute or run_cwd == host_cwd):
+                continue  # no step in a private dir, from the same place: the host's walk is this one
+            host, _ = _walk((), place, "/" if absolute else host_cwd)
+            if host is None or (_source(binds, run) or run) != host:
                 found.append(word)
                 break
     return found
