@@ -139,6 +139,13 @@ def _segment_unproven(argv: Sequence[str], cwd: str, shebang: str = "") -> list[
     return []
 
 
+def segment_unproven(argv: Sequence[str], cwd: str) -> bool:
+    """Whether one plain segment runs code its words name in a way the binder does not model (a wrapper it
+    does not unwrap, `nohup sh x.sh`; a second or attached program file, `awk -fp.awk`; an option of an
+    interpreter family read by guess): content.bind then binds every file the text names whole."""
+    return bool(_segment_unproven(argv, cwd))
+
+
 def _operand_unproven(name: str, argv: Sequence[str], index: int, cwd: str) -> list[str]:
     if index >= len(argv):
         return []

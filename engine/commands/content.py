@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.commands.allowlist import AllowlistResult, SegmentMatch, pin_path
 from engine.commands.analysis import CommandAnalysis, Segment
-from engine.commands.bindproof import unproven_sources
+from engine.commands.bindproof import segment_unproven, unproven_sources
 from engine.commands.boundfiles import ContentBinding, ContentItem
 from engine.commands.digests import UNREADABLE, ContentError, digest_path
 from engine.commands.filetrust import links_fixed, system_owned
@@ -181,6 +181,9 @@ def bind(
     unbound = searched = opaque = refused = False
     notes: list[str] = []
     whole = not analysis.ok  # unparsed: every file the text names is bound whole
+    # A plain segment the proof cannot prove (`nohup sh x.sh`, `awk -fp.awk`, `echo x.sh | xargs sh`) may
+    # run any file its words name: each is bound whole too, never left unbound on allow-once (issue 27 §5).
+    whole = whole or any(segment_unproven(s.argv, cwd) for s in plain_segments(analysis.segments) if s.argv)
     for segment in plain_segments(analysis.segments):
         source = program_source(segment.argv)
         if source is None:

@@ -244,6 +244,16 @@ def inert_env_problem(key: str) -> str | None:
     return None
 
 
+def inherit_env_problem(key: str) -> str | None:
+    """Why an operator's `inheritEnv` entry can never reach a host run: not a variable name, or a key
+    refused on inheritance whatever is listed (it loads code, or is the gateway's own)."""
+    if not _PORTABLE_KEY.fullmatch(key):
+        return f"{key!r} is not an environment variable name"
+    if is_blocked_inherited(key):
+        return f"{key} is never inherited by a host run (it loads code or is the gateway's own)"
+    return None
+
+
 _PORTABLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WINDOWS_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_()]*")  # `ProgramFiles(x86)`
 
@@ -286,18 +296,43 @@ def is_blocked_override(key: str) -> bool:
     )
 
 
-def _filter_inherited(base: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+# Issue 27 §1: what a host run inherits from the gateway's environment is a list of what is allowed, not
+# of credentials refused: whatever else the gateway was started with (an agent's harness autostarting it
+# passes its own model API key; the operator's shell, its cloud tokens) is every agent's otherwise, and no
+# list of secret names is ever complete (ANTHROPIC_API_KEY, HF_TOKEN, VAULT_TOKEN, PGPASSWORD: round 10
+# a). These say where things are and how to talk: the operator adds keys with `tools.exec.inheritEnv`.
+INHERITED_KEYS = names(
+    "PATH HOME USER LOGNAME LANG LANGUAGE TZ TERM COLORTERM COLUMNS LINES NO_COLOR FORCE_COLOR CLICOLOR "
+    "CLICOLOR_FORCE TMPDIR TMP TEMP SHLVL HOSTNAME XDG_CONFIG_HOME XDG_CONFIG_DIRS XDG_DATA_HOME "
+    "XDG_DATA_DIRS XDG_CACHE_HOME XDG_STATE_HOME XDG_RUNTIME_DIR HTTP_PROXY HTTPS_PROXY ALL_PROXY NO_PROXY "
+    "SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE NODE_EXTRA_CA_CERTS JAVA_HOME GOROOT "
+    "RUSTUP_HOME DEBIAN_FRONTEND CI"
+)
+INHERITED_PREFIXES = ("LC_",)
+
+
+def inherited_allowed(key: str, extra: frozenset[str] = frozenset()) -> bool:
+    """Whether a host run keeps this key of the gateway's environment (INHERITED_KEYS, a locale key, or
+    the operator's `inheritEnv`), never one refused on inheritance anyway."""
+    upper = key.upper()
+    listed = upper in INHERITED_KEYS or upper.startswith(INHERITED_PREFIXES) or upper in extra
+    return listed and not is_blocked_inherited(key)
+
+
+def _filter_inherited(
+    base: Mapping[str, str], extra: frozenset[str] = frozenset()
+) -> tuple[dict[str, str], list[str]]:
     env: dict[str, str] = {}
     stripped: list[str] = []
     for key, value in base.items():
-        if is_blocked_inherited(key) or "\x00" in key or "\x00" in value or "=" in key or not key:
+        if not inherited_allowed(key, extra) or "\x00" in key or "\x00" in value or "=" in key or not key:
             stripped.append(key)
         else:
             env[key] = value
     return env, stripped
 
 
-_own_env: tuple[tuple[Any, ...], dict[str, str], list[str]] | None = None
+_own_env: tuple[object, dict[str, str], list[str]] | None = None
 _environ: tuple[tuple[Any, ...], dict[str, str]] | None = None
 
 
@@ -315,17 +350,17 @@ def own_environ() -> dict[str, str]:
     return dict(_environ[1])
 
 
-def _inherited(base: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+def _inherited(base: Mapping[str, str], extra: frozenset[str]) -> tuple[dict[str, str], list[str]]:
     """What survives of `base`; for this process's own environment (every gateway exec) the answer is kept
-    until the environment changes. Its raw items are compared each time (a few µs, in C) instead of
-    decoding and vetting every variable again (~75 µs per exec)."""
+    until the environment or the operator's `inheritEnv` changes. Its raw items are compared each time (a
+    few µs, in C) instead of decoding and vetting every variable again (~75 µs per exec)."""
     global _own_env
     raw = getattr(base, "_data", None) if base is os.environ else None
     if not isinstance(raw, dict):
-        return _filter_inherited(base)
-    fingerprint = tuple(raw.items())
+        return _filter_inherited(base, extra)
+    fingerprint = (tuple(raw.items()), extra)
     if _own_env is None or _own_env[0] != fingerprint:
-        env, stripped = _filter_inherited(base)
+        env, stripped = _filter_inherited(base, extra)
         _own_env = (fingerprint, env, stripped)
     return _own_env[1], list(_own_env[2])
 
@@ -335,9 +370,11 @@ def sanitize_host_env(
     overrides: Mapping[str, str] | None = None,
     *,
     block_path_overrides: bool = True,
+    inherit: Sequence[str] = (),
 ) -> SanitizedEnv:
-    """The env a host command runs with; ToolError with the reference's texts on a refused override."""
-    inherited, stripped = _inherited(base)
+    """The env a host command runs with (of `base`, only what INHERITED_KEYS and the operator's `inherit`
+    allow); ToolError with the reference's texts on a refused override."""
+    inherited, stripped = _inherited(base, frozenset(k.upper() for k in inherit))
     env = dict(inherited)
     blocked: list[str] = []
     invalid: list[str] = []

@@ -3,6 +3,7 @@ the operator's programs (fresh round 8 r: tmux's server socket, a /tmp/.git, a /
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -66,9 +67,37 @@ def binds(state: str, agent_id: str, private: tuple[str, ...]) -> tuple[tuple[st
         out.append((source, dest))
     # the gateway's TMPDIR, which every run inherits, exists in the agent's copy (mktemp needs it)
     tmpdir = source_of(out, os.environ.get("TMPDIR") or "/")
-    if tmpdir is not None and not os.path.isdir(tmpdir):
-        os.makedirs(tmpdir, mode=0o700, exist_ok=True)
+    if tmpdir is not None:
+        _make_in_copy(tmpdir, out)
     return tuple(out)
+
+
+def _make_in_copy(path: str, binds_: Iterable[tuple[str, str]]) -> None:
+    """`path` (in a private copy) made one directory at a time from the copy's own directory, by fd, no
+    link followed: the copy is the agent's to write, and os.makedirs followed a link it planted on the
+    way, so the gateway made directories in the read-only home or another agent's copy (fresh round 10
+    a). A link or a file on the way: nothing is made (the agent's mktemp then fails in its own copy)."""
+    source = next((s for s, _dest in binds_ if path == s or path.startswith(s + os.sep)), None)
+    if source is None:
+        return
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(source, flags)
+    except OSError:
+        return
+    try:
+        for part in path[len(source) :].split(os.sep):
+            if not part:
+                continue
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o700, dir_fd=fd)
+            inner = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except OSError:
+        return
+    finally:
+        os.close(fd)
 
 
 def source_of(binds_: Iterable[tuple[str, str]], path: str) -> str | None:

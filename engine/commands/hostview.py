@@ -480,6 +480,8 @@ def trusted_files(
     paths += [os.path.join(home, name) for name in RC_FILES]
     paths += [
         *(trusted_dirs(environ) if dirs is None else dirs),
+        # a missing ssh Include glob directory (trusted_dirs keeps the present ones): no root may hold it
+        *(d for d in ssh_dirs(home) if not os.path.lexists(d)),
         *import_paths(),
         state,
         *outside.covered,
@@ -712,6 +714,12 @@ def view_args(
     walked = walked_dirs([*includes, *(p for p, _always in configs)])
     for d in [*outside.readonly, *walked]:
         if not _inside(os.path.realpath(d), home) and not _under(d, state):
+            _made(d, directory=True)
+    # An ssh Include glob's directory is read whole at every node connect, present or not: a missing one
+    # outside the home is made now, empty, and kept read-only as a present one is (trusted_dirs), or a run
+    # could make it and put a `Match exec` in it for the gateway (fresh round 10 a).
+    for d in ssh_dirs(home):
+        if not _inside(os.path.realpath(d), home) and not _under(d, state) and not os.path.lexists(d):
             _made(d, directory=True)
     _make_import_paths(home, state)
     for path in files:

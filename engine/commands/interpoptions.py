@@ -143,6 +143,7 @@ def _source(g: Grammar, argv: Sequence[str], more: list[str]) -> Source:
 def _cluster(g: Grammar, word: str, i: int, argv: Sequence[str], more: list[str]) -> int | Source:
     """The next argv index after one option word, or where the program comes from if it says."""
     plus = word.startswith("+")
+    taken = 0  # words after this one a shell's `-o`/`-O` letters took (`-ox errexit`, `-oo a b`)
     j = 0
     while j + 1 < len(word):
         j += 1
@@ -157,7 +158,7 @@ def _cluster(g: Grammar, word: str, i: int, argv: Sequence[str], more: list[str]
                 j += 1
             continue
         if letter in g.inline and not plus:
-            return Source(INLINE, i if rest else i + 1)
+            return Source(INLINE, i + 1 + taken if taken else i if rest else i + 1)
         if letter in g.module and not plus:
             return Source(MODULE, i if rest else i + 1)
         if letter in g.search:
@@ -169,6 +170,11 @@ def _cluster(g: Grammar, word: str, i: int, argv: Sequence[str], more: list[str]
             # same (shell.c sets read_from_stdin whatever the sign); dash turns it off: read as stdin for
             # every shell, the stricter of the two.
             return Source(STDIN)
+        if letter in g.valued and g.plus:
+            # sh, bash, dash and busybox give `-o`/`-O` the next word whatever follows in the cluster:
+            # `bash -ox errexit s.sh` runs s.sh with errexit and xtrace on (fresh round 10 e).
+            taken += 1
+            continue
         if letter in g.valued:
             if g is _PYTHON and letter == "X":
                 value = rest or (argv[i + 1] if i + 1 < len(argv) else "")
@@ -179,7 +185,7 @@ def _cluster(g: Grammar, word: str, i: int, argv: Sequence[str], more: list[str]
             return i + 1  # its value, if any, is the rest of this word
         if letter not in g.flags:
             return Source(UNKNOWN)
-    return i + 1
+    return i + 1 + taken
 
 
 def loaded_values(argv: Sequence[str], program: str | None = None) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
-from engine.commands.hostenv import inert_env_problem
+from engine.commands.hostenv import inert_env_problem, inherit_env_problem
 from engine.commands.interpreters import is_interpreter, runs_others
 from engine.commands.safebins import SafeBinProfile
 from engine.config.egress import BadName, normalize, parse_pattern
@@ -239,6 +239,12 @@ class _Checker:
                 problem = inert_env_problem(item)
                 if problem is not None:
                     raise self.error(parts, f"{problem} and can never be inert")
+            return list(value)
+        if kind == "inheritkeys":
+            for item in self.strlist(value, parts):
+                problem = inherit_env_problem(item)
+                if problem is not None:
+                    raise self.error(parts, problem)
             return list(value)
         if kind == "hostdirs":
             for item in self.strlist(value, parts):

@@ -56,6 +56,7 @@ class ExecConfig:
     safe_bin_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     log_cap_bytes: int = 64 * MIB
     inert_env: list[str] = field(default_factory=list)  # env keys beyond hostenv.INERT_ENV_KEYS
+    inherit_env: list[str] = field(default_factory=list)  # gateway env keys beyond hostenv.INHERITED_KEYS
     tree_safe: list[str] = field(default_factory=list)  # programs beyond treesafe.TREE_SAFE
     max_sessions_per_agent: int = 64
     max_output_bytes_per_agent: int = 2048 * MIB
@@ -202,6 +203,7 @@ class Config:
         # A copy throughout: callers may adjust their view without touching the loaded config.
         merged.path_prepend = list(merged.path_prepend)
         merged.inert_env = list(merged.inert_env)
+        merged.inherit_env = list(merged.inherit_env)
         merged.tree_safe = list(merged.tree_safe)
         merged.safe_bins = list(merged.safe_bins) if merged.safe_bins is not None else None
         merged.safe_bin_profiles = {**self.exec.safe_bin_profiles, **own.get("safe_bin_profiles", {})}

@@ -104,6 +104,7 @@ EXEC_KEYS: dict[str, Spec | Table] = {
     "safeBinProfiles": Spec("safe_bin_profiles", "profiles"),
     "logCapBytes": Spec("log_cap_bytes", "int", minimum=64 * 1024),
     "inertEnv": Spec("inert_env", "envkeys"),
+    "inheritEnv": Spec("inherit_env", "inheritkeys"),
     # Programs the operator has checked take no code from their working tree (engine.commands.treesafe).
     "treeSafe": Spec("tree_safe", "treesafe"),
     # Per agent (engine.sessions.quota): sessions one agent keeps, output its sessions keep on disk.

@@ -139,6 +139,38 @@ def drop_host_groups() -> None:
                 group.rmdir()
 
 
+def kill_host_group(agent_id: str, rounds: int = 64) -> int:
+    """Every process of the agent's gateway-host runs killed (a revoke: nothing the agent left running
+    acts for it afterwards, fresh round 10 a). The group is every fork of every run from the first (a
+    double-forked daemon, a held session's child), so no list of sessions can miss one; its pids.max is
+    set to 0 first so nothing forks while the tasks are killed, then restored. The count killed."""
+    killed = 0
+    for base in _cgroup_bases():
+        group = base / f"exechost-{state_id()}" / f"agent-{slugify(agent_id)}" / HOST_GROUP
+        try:
+            cap = (group / "pids.max").read_text().strip()
+            (group / "pids.max").write_text("0")
+        except OSError:
+            continue  # no group: no host run of this agent was ever capped here
+        try:
+            for _ in range(rounds):
+                try:
+                    tasks = [int(t) for t in (group / "cgroup.procs").read_text().split()]
+                except OSError:
+                    break
+                if not tasks:
+                    break
+                for pid in tasks:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                        killed += 1
+                time.sleep(0.005)  # the kernel takes a killed task out of the group as it reaps it
+        finally:
+            with contextlib.suppress(OSError):
+                (group / "pids.max").write_text(cap)
+    return killed
+
+
 INSTALL_PIDS_SHARE = 2  # all sandboxes of an install: half the host's pids
 AGENT_PIDS_SHARE = 4  # one agent's (or the shared scope's) sandboxes: a quarter
 # The same shares of the host's RAM (engine/sandbox/rambudget.py) bound what sandboxes' tmpfs mounts may pin

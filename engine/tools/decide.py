@@ -134,7 +134,9 @@ def decide(
     policy = decision.policy
     if decision.verdict != "deny" and policy is not None and not policy.sandboxed and policy.host != "node":
         # An env override a host run refuses (LD_PRELOAD, PATH, ...) is refused here, with exec's text.
-        sanitize_host_env(os.environ, env, block_path_overrides=True)
+        sanitize_host_env(
+            os.environ, env, block_path_overrides=True, inherit=config.exec_for(agent_id).inherit_env
+        )
     return Decided(decision=decision, cwd=cwd, env=env, call=call, cwd_warnings=cwd_warnings, shown_cwd=shown)
 
 

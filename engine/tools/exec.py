@@ -195,7 +195,12 @@ class ExecTool:
             await self._prepare_sandbox(prepared, config, ctx, dict(env_param or {}), call.workdir)
             return prepared
         prepared.host = "gateway"
-        sanitized = sanitize_host_env(os.environ, env_param, block_path_overrides=True)
+        sanitized = sanitize_host_env(
+            os.environ,
+            env_param,
+            block_path_overrides=True,
+            inherit=config.exec_for(ctx.agent_id).inherit_env,
+        )
         env = dict(sanitized.env)
         prepared.warnings += sanitized.warnings
         nodekeys.drop_hidden_agent(env, nodekeys.hidden_paths(config.nodes.values()))

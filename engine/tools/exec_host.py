@@ -154,7 +154,9 @@ class LocalExecHost:
         except NotThisPrincipal as exc:
             return ExecOutcome.fail("INVALID_REQUEST", str(exc), "principal")
         try:
-            env = sanitize_host_env(os.environ, request.env).env
+            env = sanitize_host_env(
+                os.environ, request.env, inherit=config.exec_for(agent_id).inherit_env
+            ).env
         except ToolError as exc:
             return ExecOutcome.fail("INVALID_REQUEST", str(exc), "env")
         nodekeys.drop_hidden_agent(env, nodekeys.hidden_paths(config.nodes.values()))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import re
 import secrets
@@ -170,6 +171,30 @@ def _header(lines: list[bytes], name: bytes) -> bytes | None:
     return None
 
 
+def _with_token(body: bytes, host: bytes, token: bytes) -> bytes:
+    """A /json answer with the token in every URL of the door's own origin: the websocket URLs, and a
+    same-origin DevTools frontend's `ws=`. A frontend on another origin (Chromium offers Google's
+    appspot one) is dropped, never given the token: following it would send the token there and leave
+    it in the history (fresh round 10 a)."""
+    ws = b"ws://" + host + b"/"
+    body = body.replace(ws, ws + token + b"/")
+    try:
+        listing = json.loads(body)
+    except ValueError:
+        return body
+    targets = listing if isinstance(listing, list) else [listing]
+    for target in targets:
+        front = target.get("devtoolsFrontendUrl") if isinstance(target, dict) else None
+        if not isinstance(front, str):
+            continue
+        if front.startswith("/") and not front.startswith("//"):
+            near = "ws=" + host.decode("latin-1") + "/"
+            target["devtoolsFrontendUrl"] = front.replace(near, near + token.decode("latin-1") + "/")
+        else:
+            del target["devtoolsFrontendUrl"]
+    return json.dumps(listing).encode()
+
+
 async def _rewrite_json(
     up: asyncio.StreamReader, writer: asyncio.StreamWriter, host: bytes, token: bytes
 ) -> None:
@@ -179,9 +204,7 @@ async def _rewrite_json(
     if length is None or not length.isdigit() or int(length) > JSON_LIMIT:
         writer.write(BAD_GATEWAY)  # Chromium always sends a length; it keeps the connection open
         return
-    body = await up.readexactly(int(length))
-    body = body.replace(b"ws://" + host + b"/", b"ws://" + host + b"/" + token + b"/")
-    body = body.replace(b"ws=" + host + b"/", b"ws=" + host + b"/" + token + b"/")
+    body = _with_token(await up.readexactly(int(length)), host, token)
     lines = [
         ln
         for ln in head[:-4].split(b"\r\n")

@@ -34,6 +34,7 @@ from engine.protocol.frames import (
 from engine.protocol.requests import REQUESTS
 from engine.protocol.stopped import clear_stop
 from engine.redact import scrub
+from engine.sandbox import bwraplimits
 from runner.gateway import handshake, limits
 from runner.gateway.connection import Connection
 from runner.gateway.handlers import HANDLERS
@@ -418,6 +419,8 @@ class GatewayServer:
         # What it asked before the revoke is not run after it: its pending asks are denied, and a run
         # approved but not started yet never starts.
         self.services.approvals.revoke_agent(agent)
+        # and what it left running on the gateway host stops: every process of its host runs' group
+        await asyncio.to_thread(bwraplimits.kill_host_group, agent)
         await self._drop(conns)
         await self.recheck()
         return removed, len(conns)

@@ -61,18 +61,17 @@ def test_inherited_env_is_stripped_of_loader_and_credential_keys() -> None:
     # Pagers, editors and git's config overrides are forced for every host exec (issue 9 items 2-4).
     assert "EDITOR" in result.stripped and env["EDITOR"] == "false"
     assert env["GIT_CONFIG_COUNT"] == str(len(GIT_FORCED_CONFIG))
-    for kept in (
-        "PATH",
-        "HOME",
-        "LANG",
-        "OPENAI_API_KEY",
-        "SSH_AUTH_SOCK",
-        "HTTPS_PROXY",
-        "KUBECONFIG",
-    ):
+    for kept in ("PATH", "HOME", "LANG", "HTTPS_PROXY"):
         assert env[kept] == BASE[kept], kept
+    # Issue 27 §1 (round 10 a): what is inherited is a list of what is allowed; a key on no list of
+    # secrets (an API key, the operator's agent, a cluster's credentials) is not every agent's.
+    for gone in ("OPENAI_API_KEY", "SSH_AUTH_SOCK", "KUBECONFIG"):
+        assert gone not in env and gone in result.stripped, gone
     assert env["OPENCLAW_CLI"] == "1"
     assert "secret" not in repr(result)  # names only, never values
+    # the operator's `inheritEnv` adds a key; one that loads code stays refused whatever is listed
+    chosen = sanitize_host_env(BASE, inherit=("kubeconfig", "LD_PRELOAD")).env
+    assert chosen["KUBECONFIG"] == BASE["KUBECONFIG"] and "LD_PRELOAD" not in chosen
 
 
 def test_lowercase_spellings_are_matched_too() -> None:
@@ -189,17 +188,23 @@ def test_the_kept_answer_for_our_own_env_follows_every_change(monkeypatch: pytes
     """The gateway's own environment is vetted once and kept (issue 19): any change to it — a new
     variable, a changed value, a removed one, a new one that must be stripped — gives the new answer."""
     first = sanitize_host_env(os.environ, None).env
-    monkeypatch.setenv("XH_TEST_KEPT", "one")
-    assert sanitize_host_env(os.environ, None).env["XH_TEST_KEPT"] == "one"
-    monkeypatch.setenv("XH_TEST_KEPT", "two")
-    assert sanitize_host_env(os.environ, None).env["XH_TEST_KEPT"] == "two"
+    monkeypatch.setenv("LC_XH_TEST", "one")
+    assert sanitize_host_env(os.environ, None).env["LC_XH_TEST"] == "one"
+    monkeypatch.setenv("LC_XH_TEST", "two")
+    assert sanitize_host_env(os.environ, None).env["LC_XH_TEST"] == "two"
     monkeypatch.setenv("LD_PRELOAD", "/tmp/evil.so")
     result = sanitize_host_env(os.environ, None)
     assert "LD_PRELOAD" not in result.env and "LD_PRELOAD" in result.stripped
+    # the operator's inheritEnv is part of what the kept answer is for
+    monkeypatch.setenv("XH_TEST_KEPT", "k")
+    assert "XH_TEST_KEPT" not in sanitize_host_env(os.environ, None).env
+    assert sanitize_host_env(os.environ, None, inherit=("XH_TEST_KEPT",)).env["XH_TEST_KEPT"] == "k"
+    assert "XH_TEST_KEPT" not in sanitize_host_env(os.environ, None).env
     monkeypatch.delenv("XH_TEST_KEPT")
+    monkeypatch.delenv("LC_XH_TEST")
     monkeypatch.delenv("LD_PRELOAD")
     again = sanitize_host_env(os.environ, None)
-    assert "XH_TEST_KEPT" not in again.env and again.env == first
+    assert "LC_XH_TEST" not in again.env and again.env == first
     # What a caller does to its copy never reaches the kept answer.
     again.env["MUTATED"] = "x"
     assert "MUTATED" not in sanitize_host_env(os.environ, None).env

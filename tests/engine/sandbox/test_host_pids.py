@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,39 @@ def test_sandbox_explain_says_how_host_runs_are_capped(
     )
     monkeypatch.setattr(bwraplimits, "_cgroup_bases", lambda: ())
     assert bwraplimits.host_pids_cap("/x").startswith("none: no writable cgroup v1 pids hierarchy")
+
+
+@needs_pids
+@needs_helper
+def test_a_revoke_kills_every_process_of_the_agents_host_runs_and_no_other(state_dir: Path) -> None:
+    """kill_host_group (agents.revoke): a run's double-forked child is in the group as its parent was,
+    so it dies too; another agent's run is untouched, and the group's cap is what it was."""
+    helper = hostkeeper.helper_path()
+    assert helper is not None
+    groups = {a: bwraplimits.host_pids_group(a) for a in ("ops", "main")}
+    assert all(groups.values())
+    daemon = "sleep 300 </dev/null >/dev/null 2>&1 & exec sleep 300"  # a child left behind, and the run
+    runs = {
+        a: subprocess.Popen([helper, "join", str(g / "tasks"), "--", "/bin/sh", "-c", daemon])
+        for a, g in groups.items()
+        if g is not None
+    }
+    try:
+        ops = groups["ops"]
+        assert ops is not None
+        cap = (ops / "pids.max").read_text()
+        procs = ops / "cgroup.procs"
+        deadline = time.monotonic() + 30
+        while len(procs.read_text().split()) < 2:  # the run and its child have joined
+            assert time.monotonic() < deadline, procs.read_text()
+            os.sched_yield()
+        assert bwraplimits.kill_host_group("ops") >= 2
+        assert runs["ops"].wait(timeout=30) == -9
+        assert procs.read_text().split() == [] and (ops / "pids.max").read_text() == cap
+        assert runs["main"].poll() is None, "another agent's run was killed"
+    finally:
+        for proc in runs.values():
+            proc.kill()
+            proc.wait()
+        bwraplimits.kill_host_group("main")
+        bwraplimits.drop_host_groups()

@@ -279,3 +279,28 @@ def test_offline_hint_only_for_network_errors_without_a_network() -> None:
     assert BrowserTool.offline_hint(message, "bridge") == message
     other = "browser navigate failed: net::ERR_CONNECTION_REFUSED at http://localhost:1/"
     assert BrowserTool.offline_hint(other, "none") == other
+
+
+def test_the_door_puts_its_token_only_in_urls_of_its_own_origin() -> None:
+    """The websocket URLs and a same-origin DevTools frontend carry the token; a frontend on another
+    origin is dropped rather than given it (fresh round 10 a)."""
+    import json
+
+    from runner.gateway.browser_proxy import _with_token
+
+    host, token = b"127.0.0.1:9333", b"T0K"
+    listing = [
+        {
+            "webSocketDebuggerUrl": "ws://127.0.0.1:9333/devtools/page/A",
+            "devtoolsFrontendUrl": "/devtools/inspector.html?ws=127.0.0.1:9333/devtools/page/A",
+        },
+        {
+            "webSocketDebuggerUrl": "ws://127.0.0.1:9333/devtools/page/B",
+            "devtoolsFrontendUrl": "https://chrome-devtools-frontend.appspot.com/x?ws=127.0.0.1:9333/devtools/page/B",
+        },
+    ]
+    out = json.loads(_with_token(json.dumps(listing).encode(), host, token))
+    assert out[0]["webSocketDebuggerUrl"] == "ws://127.0.0.1:9333/T0K/devtools/page/A"
+    assert out[0]["devtoolsFrontendUrl"] == "/devtools/inspector.html?ws=127.0.0.1:9333/T0K/devtools/page/A"
+    assert out[1]["webSocketDebuggerUrl"] == "ws://127.0.0.1:9333/T0K/devtools/page/B"
+    assert "devtoolsFrontendUrl" not in out[1]
