@@ -110,13 +110,6 @@ async def test_npm_control_workdir_outside_private_dirs(state_dir: Path) -> None
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: in a workdir in the agent's private /tmp the run is decided at the host path of its "
-    "copy (state/hostprivate/...), so every vetted file (package.json here) is bound read-only at that "
-    "host path, under the view's state-dir tmpfs, and the program reads the live file at /tmp/...: an "
-    "in-place rewrite after the approval runs",
-)
 async def test_npm_in_private_tmp_reads_live_package_json(state_dir: Path) -> None:
     write_config(state_dir, ALLOWLIST)
     work = _private_root(state_dir) / "proj"

@@ -292,3 +292,17 @@ async def test_a_script_in_the_agents_own_tmp_runs_the_bytes_approved(state_dir:
     tree.mkdir()
     text = await approve_after(state_dir, f"sh {named}", tree, lambda: None)
     assert "approved-bytes" in text, text  # ($0 is the sealed mirror's path: see docs/SECURITY.md)
+
+
+@needs_bwrap
+async def test_git_in_a_workdir_in_the_agents_own_tmp_reads_the_repository_vetted(state_dir: Path) -> None:
+    """The repository in the agent's copy is vetted at its host path and git is pointed at it by the
+    name the view has (GIT_DIR, GIT_WORK_TREE, the vetted config's copy): an allowlisted `git status`
+    there works, and a filter the agent adds to .git/config after the vet is not the config git reads."""
+    root = state_dir.parent
+    named = root / "tmp" / "repo"
+    copy = _copy(state_dir, named)
+    _repo_with_a_filtered_change(copy)
+    details = await attempt(state_dir, "git status --short", allow=[(GIT, None)], workdir=str(named))
+    assert details["status"] == "completed", details["_text"]
+    assert "M f" in details["_text"], details["_text"]
