@@ -551,13 +551,6 @@ async def test_another_agents_private_tmp_is_no_workdir_and_not_in_view(
     assert not any("ops-secret" in text for text in said), said
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a session id names no owner and is reused once 1,024 other sessions were dropped "
-    "(registry.RECENTLY_DROPPED, ~3,200 names); the decision history links a run to its session by id "
-    "alone (history `session` lines, approvals.current_run): main's session named as ops's was rewrites "
-    "ops's approved run",
-)
 async def test_class2_a_reused_session_id_rewrites_another_agents_approved_run(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -638,12 +631,6 @@ async def test_agent_ids_that_fold_alike_get_their_own_tmp_and_process_group(
         assert len(groups) == 3, groups
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a browser sandbox is created with no cgroup_parent (browser.create_kwargs): Chromium's "
-    "processes and memory count in no owner's pids or memory group, only the container's own limits "
-    "(docker.memory or RAM/4 each), and an agent may start one per session scope",
-)
 @pytest.mark.usefixtures("browser_state")
 async def test_class3_an_agents_browser_is_outside_its_owner_groups(state_dir: Path) -> None:
     from engine.sandbox import docker_ops
