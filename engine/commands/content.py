@@ -47,8 +47,11 @@ def bind(
     *,
     resolve_program: Callable[[str, str, str], str | None] | None = None,
     command: str | None = None,
+    in_view: Callable[[str], str | None] | None = None,
 ) -> ContentBinding:
-    """Digest every executable (pinned binaries, wrappers, `#!` interpreters) and every script operand."""
+    """Digest every executable (pinned binaries, wrappers, `#!` interpreters) and every script operand.
+    `in_view`: a word's host path as the run's view resolves it (engine.commands.viewpaths), when that
+    can be another file than the host's (the agent's own copy of /tmp): the script bound is the run's."""
     items: list[ContentItem] = []
     problems: list[str] = []
     path_var = env.get("PATH", DEFAULT_PATH)
@@ -139,6 +142,14 @@ def bind(
             word = segment.argv[operand]
             named = os.path.join(cwd, word)
             real = os.path.realpath(named)
+            shown = os.path.abspath(named)
+            seen = in_view(word) if in_view is not None else real
+            if seen is None:
+                problems.append(f"{shown}: a loop of links in the run's view")
+                add(ContentItem("script", shown, real, UNREADABLE, 0, True, here, operand))
+                continue
+            if seen != real:  # the run's file is the agent's own copy: that one is bound, and shown
+                named = real = seen
             if linked is None and resolves_through_proc(os.path.abspath(named)):
                 linked = word  # a link into /proc: resolved here, it names the gateway's file
             # After `--` (or a shell's lone `-`, which ends its options too) no option may follow: `-c`
@@ -146,18 +157,18 @@ def bind(
             after_dashdash = segment.argv[operand - 1] in ("--", "-")
             reader = "" if after_dashdash else (reader_of(segment.argv[0]) or reader_of(program))
             if not os.path.lexists(named):
-                add(ContentItem("script", os.path.abspath(named), real, None, 0, True, here, operand))
+                add(ContentItem("script", shown, real, None, 0, True, here, operand))
             elif os.path.isdir(named):
                 continue  # the interpreter runs a file it finds inside (`python3 app`): unproven, allow-once
             else:  # a FIFO or a device is not bound: refused below, never left unbound
                 # Run through a link, the script is named by what it was bound at: "$0" (and __file__) is
                 # then the file the run's view pins, not a name the agent can re-point after the spawn.
-                if os.path.abspath(named) != real:
+                if shown != real:
                     word = real
                 skip = reader == "python" and python_skips_first_line(segment.argv[1:operand])
                 file_item(
                     "script",
-                    os.path.abspath(named),
+                    shown,
                     real,
                     here,
                     operand,

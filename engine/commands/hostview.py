@@ -825,6 +825,15 @@ def view_args(
     socket_ops = homesockets.view_ops(os.path.realpath(_empty_file(state)), sockets)
     # last: a read-only bind of a directory above one (a trusted dir, a link's) would show it again
     args += [*shadow, *hidden_ops, *socket_ops, *private_last]
+    # what the decision trusts is the host's, never the agent's private copy (fresh round 10 c)
+    path_dirs = [d for d in (environ or os.environ).get("PATH", "").split(":") if d.startswith(os.sep)]
+    args += hostprivate.protect(
+        outside.private,
+        home,
+        [*(p for p, _always in configs), *files],
+        [*tdirs, *outside.readonly, *hop_dirs, *walked, *path_dirs],
+        os.path.realpath(_empty_file(state)),
+    )
     if outside.chdir is not None:
         args += ["--chdir", outside.chdir]
     bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked]

@@ -179,6 +179,7 @@ class ExecTool:
         warnings += [w for w in decision.warnings if w not in warnings]
         warnings += clamped(call_params, decision) + notices
         prepared = Prepared(command=command, decision=decision, cwd=cwd, env=None, warnings=warnings)
+        prepared.shown_cwd = decided.shown_cwd
         if decision.verdict == "deny":
             return prepared
         policy = decision.policy

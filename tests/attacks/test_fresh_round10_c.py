@@ -57,7 +57,10 @@ async def test_class4_a_private_tmp_link_that_resolves_elsewhere_in_the_view_is_
     details = await attempt(state_dir, "git status --short", allow=[(GIT, None)], workdir=str(private / "x"))
 
     assert not marker.exists()
-    assert details["status"] == "failed" and "approval-stale" in details["_text"]
+    # asked before anything starts (engine.commands.viewpaths: every word names another file in the
+    # view than on the host), or refused by the spawn's check of the cwd
+    stale = details["status"] == "failed" and "approval-stale" in details["_text"]
+    assert refused(details) or stale, details["_text"]
 
 
 async def test_class4_make_with_no_makefile_but_one_it_would_remake_asks(state_dir: Path) -> None:
@@ -118,12 +121,6 @@ def _agents_copy(state: Path, path: Path) -> Path:
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists(NPM), reason="npm is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a tree program's directory named in its argv (`npm --prefix /tmp/p test`) is vetted at "
-    "the host's path, but in the run's view /tmp is the agent's own copy (hostprivate), where an earlier "
-    "run planted package.json: the allowlisted npm runs its script unasked",
-)
 async def test_class4_npm_prefix_into_the_agents_own_tmp_runs_a_script_nobody_vetted(state_dir: Path) -> None:
     """An earlier run of the agent left `/tmp/p/package.json` in its own /tmp (every run of the agent
     shares it). The operator allowlisted npm. `npm --prefix /tmp/p test` from an empty workdir: the
@@ -176,9 +173,6 @@ _NINJA = {"build.ninja": "rule t\n  command = touch {marker}\nbuild out: t\n"}
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists("/usr/bin/ninja"), reason="ninja is not installed")
-@pytest.mark.xfail(
-    strict=True, reason=_HOST_PATH_VETTED.format(what="build.ninja", program="ninja -C /tmp/p")
-)
 async def test_class4_ninja_dir_option_into_the_agents_own_tmp_runs_unvetted_build_commands(
     state_dir: Path,
 ) -> None:
@@ -189,12 +183,6 @@ async def test_class4_ninja_dir_option_into_the_agents_own_tmp_runs_unvetted_bui
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists("/usr/bin/ninja"), reason="ninja is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason=_HOST_PATH_VETTED.format(
-        what="build.ninja", program="ninja -C l (l -> /tmp/p, a link in the workdir)"
-    ),
-)
 async def test_class4_a_workdir_link_into_the_agents_own_tmp_is_followed_to_the_hosts_copy(
     state_dir: Path,
 ) -> None:
@@ -236,10 +224,6 @@ PIP3 = shutil.which("pip3")
 
 @needs_bwrap
 @pytest.mark.skipif(PIP3 is None, reason="pip is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason=_HOST_PATH_VETTED.format(what="req.txt and a project", program="pip3 install -r /tmp/p/req.txt"),
-)
 async def test_class4_pip_requirements_in_the_agents_own_tmp_build_an_unvetted_project(
     state_dir: Path,
 ) -> None:
@@ -277,7 +261,9 @@ async def test_class4_git_dash_c_into_the_agents_own_tmp_runs_none_of_its_config
         state_dir, f"git -C {root / 'tmp' / 'p'} status", allow=[(GIT, None)], workdir=str(tree)
     )
     assert not marker.exists(), details["_text"]
-    assert "not a git repository" in details["_text"]
+    # asked first (engine.commands.viewpaths: the path is the agent's copy in the view), or run against
+    # the repository vetted, which is none
+    assert refused(details) or "not a git repository" in details["_text"], details["_text"]
 
 
 @needs_bwrap
@@ -493,12 +479,6 @@ async def test_class4_cmake_user_preset_builds_a_directory_nobody_vetted(state_d
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: gitvet names every local repository a push starts receive-pack in (its hooks run), but "
-    "looks for it at the host's path; `git push /tmp/dest` (or file:///tmp/dest) reaches the agent's own "
-    "/tmp in the view, where an earlier run made a bare repository with a pre-receive hook: it runs unasked",
-)
 @pytest.mark.parametrize("url", ["{dest}", "file://{dest}"])
 async def test_class4_git_push_into_the_agents_own_tmp_runs_its_hooks(state_dir: Path, url: str) -> None:
     root = state_dir.parent
@@ -548,12 +528,6 @@ def test_class4_allow_always_of_a_build_tools_harmless_argv_saves_the_exact_comm
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: when the gateway's home is in a private dir (HOME=/tmp, a service account's), the "
-    "agent's copy of that dir is bound last, over the read-only home and its read-only git configs: "
-    "the agent's ~/.gitconfig defines a filter and an allowlisted `git status` runs it unasked",
-)
 async def test_class4_a_home_inside_a_private_dir_is_the_agents(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
