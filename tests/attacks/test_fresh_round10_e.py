@@ -192,13 +192,7 @@ def test_class8_a_path_in_the_agents_private_tmp_is_bound_from_the_machines_tmp(
 _INVISIBLE = ["\u034f", "\u17b4", "\u180b", "\U000e0100", "\u2800", "\uffa0"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: engine.display.visible escapes a fixed list plus categories C/Z, but U+034F, U+17B4, "
-    "U+180B, U+E0100 (marks that draw as nothing) and U+2800, U+FFA0 (draw as a blank) pass the analyser "
-    "and every view unescaped and unwarned: `approvals pending` shows `sh s.sh` and its script `…/w/s.sh`, "
-    "allow-always offered, while the agent's file `s.sh<U+034F>` is what runs",
-)
+# Fixed on branch fixE10 (engine.display: an allow-list of what draws as itself, every other character escaped).
 @pytest.mark.parametrize("char", _INVISIBLE, ids=[f"U+{ord(c):04X}" for c in _INVISIBLE])
 def test_class8_an_invisible_letter_makes_the_ask_show_another_script(state_dir: Path, char: str) -> None:
     from tests.helpers.gateway import cli
