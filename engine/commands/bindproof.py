@@ -10,7 +10,16 @@ from engine.commands.analysis import CommandAnalysis
 from engine.commands.boundfiles import ContentItem
 from engine.commands.digests import SHEBANG_MAX, WRITABLE_MAX_BYTES, ContentError, open_regular, read_all
 from engine.commands.filetrust import system_owned
-from engine.commands.interpoptions import FILE, INLINE, MODULE, STDIN, UNKNOWN, loaded_values, program_source
+from engine.commands.interpoptions import (
+    FILE,
+    INLINE,
+    MODULE,
+    STDIN,
+    UNKNOWN,
+    loaded_values,
+    perl_line_switches,
+    program_source,
+)
 from engine.commands.interpreters import name_of
 from engine.commands.scriptfiles import (
     FAMILY_OF,
@@ -170,12 +179,19 @@ def _perl_hands_off(items: Sequence[ContentItem], item: ContentItem) -> list[str
     data = _bound_bytes(item)
     if data is None:
         return [f"{item.path} changed while it was decided on"]
+    why = []
+    for switches in perl_line_switches(data):
+        # perlrun: switches on a `#!…perl` line (the first, or the one `-x` finds) act as the argv's do.
+        source = program_source(("perl", *switches, item.path))
+        if source is None or source.more or source.kind != FILE:
+            shown = " ".join(switches)
+            why.append(f"perl {item.path}: its #! line's {shown} reads code besides the bound program")
     if not data.startswith(b"#!"):
-        return []
+        return why
     line = data[:SHEBANG_MAX].split(b"\n", 1)[0]
     if b"perl" in line or b"indir" in line:
-        return []
-    return [f"perl {item.path}: its #! line names no perl, so perl runs that interpreter instead"]
+        return why
+    return [*why, f"perl {item.path}: its #! line names no perl, so perl runs that interpreter instead"]
 
 
 def _bound_bytes(item: ContentItem) -> bytes | None:

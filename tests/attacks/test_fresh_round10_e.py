@@ -538,13 +538,6 @@ def test_class5_perl_hands_a_script_to_its_shebang_interpreter_which_is_unbound(
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: perl reads switches from its script's #! line, so `#!/usr/bin/perl -d` in d.pl starts the "
-    "debugger as `perl -d d.pl` does; the argv's -d drops allow-always ('reads code besides the bound "
-    "program'), the #! line's does not: `perl d.pl` is saved, and each later background run takes Perl "
-    "typed into the debugger unasked",
-)
 def test_class5_a_perl_script_whose_shebang_says_d_reads_debugger_code_unasked(state_dir: Path) -> None:
     if shutil.which("perl") is None:
         pytest.skip("perl is not installed")

@@ -1,0 +1,74 @@
+"""Variants of fresh round 10 e's findings, written before their defences (branch fixE10): each spelling
+must either bind what runs or lose allow-always (or be refused)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.commands.interpoptions import perl_line_switches
+from tests.attacks.test_fresh_round10_e import ASK, workdir
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
+
+
+async def _ask(state: Path, command: str, work: Path) -> dict[str, Any] | str:
+    """The ask `command` raises (then denied), or the run's text when it raised none."""
+    write_config(state, ASK)
+    async with gateway(state):
+        operator = await connect(state, "op")
+        agent = await connect(state, "ag")
+        try:
+            await operator.request("approvals.attach", {})
+            params = {"command": command, "agentId": "main", "workdir": str(work)}
+            run = asyncio.ensure_future(agent.request("exec", params))
+            done, _ = await asyncio.wait([run], timeout=0)
+            if done:
+                return str(run.result()["text"])
+            rows = await wait_until(operator.pending_approvals, 30)
+            await operator.request("approve", {"id": rows[0]["id"], "decision": "deny"})
+            await asyncio.wait_for(run, 60)
+            return dict(rows[0])
+        finally:
+            await agent.close()
+            await operator.close()
+
+
+def ask_of(state: Path, command: str, work: Path) -> dict[str, Any] | str:
+    return asyncio.run(_ask(state, command, work))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (b"#!/usr/bin/perl -d\nprint 1;\n", [["-d"]]),
+        (b"#!/usr/bin/env perl -w -MFoo x\n", [["-w", "-MFoo"]]),
+        (b"#!/bin/sh\n#! perl -d:Trace\n", [["-d:Trace"]]),  # the line `perl -x` starts from
+        (b"#!/usr/bin/perl\n", []),
+        (b"print 1;\n", []),
+    ],
+)
+def test_perl_line_switches_reads_each_perl_hash_bang_line(text: bytes, expected: list[list[str]]) -> None:
+    assert perl_line_switches(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("script", "command"),
+    [
+        ('#!/usr/bin/perl -w -d\nprint "hi\\n";\n', "perl d.pl"),
+        ('#!/usr/bin/perl -MO=Deparse\nprint "hi\\n";\n', "perl d.pl"),
+        ('garbage\n#!perl -d\nprint "hi\\n";\n', "perl -x d.pl"),
+    ],
+)
+def test_a_perl_hash_bang_switch_that_reads_more_code_loses_allow_always(
+    state_dir: Path, script: str, command: str
+) -> None:
+    if shutil.which("perl") is None:
+        pytest.skip("perl is not installed")
+    work = workdir(state_dir, {"d.pl": script})
+    ask = ask_of(state_dir, command, work)
+    assert isinstance(ask, dict), ask
+    assert "allow-always" not in ask["allowedDecisions"], ask
