@@ -178,19 +178,22 @@ def bind(
         if source is None:
             continue
         for value in loaded_values(segment.argv):
-            # `node -r ./hook.js app.js`: the preload runs before the program, so it is bound like it. A
-            # bare name (`-r dotenv/config`) is searched for (node_modules up the tree): nothing to bind.
+            # `node -r ./hook.js app.js`: the preload runs before the program, so it is bound like it. Only
+            # a `./`, `../` or absolute value names a file: any other (`-r h.js`, `-r dotenv/config`) is a
+            # search of node_modules up the tree (ruby: $LOAD_PATH), never ./h.js: nothing to bind.
             named = os.path.abspath(os.path.join(cwd, value))
-            if os.path.isfile(named):
+            if not value.startswith(("/", "./", "../")):
+                if not searched:
+                    searched = True
+                    notes.append(
+                        f"Warning: {name_of(segment.argv[0])} preloads {value!r}, found by a search "
+                        "(node_modules up the tree, a load path): it cannot be bound, so allow-always is not "
+                        "offered."
+                    )
+            elif os.path.isfile(named):
                 file_item("loaded", named, os.path.realpath(named), (), -1)
-            elif value.startswith(("/", "./", "../")):
+            else:
                 add(ContentItem("loaded", named, os.path.realpath(named), None, 0, True, (), -1))
-            elif family(segment.argv[0]) in ("node", "nodejs") and not searched:
-                searched = True
-                notes.append(
-                    f"Warning: node preloads {value!r}, found by a search of node_modules up the tree: it "
-                    "cannot be bound, so allow-always is not offered."
-                )
         if source.kind in (STDIN, MODULE, UNKNOWN):
             whole = True  # `cat x.sh | sh`, `sh < x.sh`: the program is whatever those files hold
             unbound = unbound or source.kind != UNKNOWN

@@ -192,7 +192,7 @@ def test_class8_a_path_in_the_agents_private_tmp_is_bound_from_the_machines_tmp(
 _INVISIBLE = ["\u034f", "\u17b4", "\u180b", "\U000e0100", "\u2800", "\uffa0"]
 
 
-# Fixed on branch fixE10 (engine.display: an allow-list of what draws as itself, every other character escaped).
+# Fixed on branch fixE10 (engine.display: an allow-list of what draws as itself, all else escaped).
 @pytest.mark.parametrize("char", _INVISIBLE, ids=[f"U+{ord(c):04X}" for c in _INVISIBLE])
 def test_class8_an_invisible_letter_makes_the_ask_show_another_script(state_dir: Path, char: str) -> None:
     from tests.helpers.gateway import cli
@@ -284,12 +284,6 @@ def test_class4_a_pyenv_shim_lets_the_tree_pick_the_interpreter_after_the_approv
     assert f"RUNBY {decided['exe']}" in result["text"], (decided, result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `node -r h.js` is a module search (node_modules/h.js), not ./h.js, but content.bind binds "
-    "./h.js when it exists: the file node preloads is unbound, allow-always is offered, and a later run "
-    "with node_modules/h.js rewritten runs unasked",
-)
 def test_class5_node_require_of_a_bare_name_binds_the_cwd_file_node_never_loads(state_dir: Path) -> None:
     if shutil.which("node") is None:
         pytest.skip("node is not installed")
@@ -309,6 +303,10 @@ def test_class5_node_require_of_a_bare_name_binds_the_cwd_file_node_never_loads(
                 params = {"command": command, "agentId": "main", "workdir": str(work)}
                 run = asyncio.ensure_future(agent.request("exec", params))
                 rows = await wait_until(operator.pending_approvals, 30)
+                if "allow-always" not in rows[0]["allowedDecisions"]:  # the preload is a search: not saved
+                    await operator.request("approve", {"id": rows[0]["id"], "decision": "deny"})
+                    await asyncio.wait_for(run, 60)
+                    return {"text": ""}
                 await operator.request("approve", {"id": rows[0]["id"], "decision": "allow-always"})
                 await asyncio.wait_for(run, 60)
                 await operator.request("approvals.detach", {})  # a later ask would wait for nobody

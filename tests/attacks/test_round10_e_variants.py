@@ -72,3 +72,23 @@ def test_a_perl_hash_bang_switch_that_reads_more_code_loses_allow_always(
     ask = ask_of(state_dir, command, work)
     assert isinstance(ask, dict), ask
     assert "allow-always" not in ask["allowedDecisions"], ask
+
+
+@pytest.mark.parametrize(
+    ("program", "command"),
+    [
+        ("node", "node --import h.js app.js"),
+        ("node", "node --require=h.js app.js"),
+        ("node", "node -r . app.js"),
+        ("ruby", "ruby -r h app.rb"),
+    ],
+)
+def test_a_preload_by_a_bare_name_is_a_search_and_loses_allow_always(
+    state_dir: Path, program: str, command: str
+) -> None:
+    if shutil.which(program) is None:
+        pytest.skip(f"{program} is not installed")
+    files = {"app.js": "1\n", "app.rb": "1\n", "h.js": "1\n", "h.rb": "1\n", "h": "1\n", "index.js": "1\n"}
+    ask = ask_of(state_dir, command, workdir(state_dir, files))
+    assert isinstance(ask, dict), ask
+    assert "allow-always" not in ask["allowedDecisions"], ask
