@@ -27,6 +27,7 @@ from engine.commands.interpreters import name_of
 from engine.commands.protected import process_word
 from engine.commands.scriptfiles import SHELL_BUILTINS, file_kind, parse_shebang, reader_of, script_operand
 from engine.commands.textnames import (
+    FILE_WORDS_MAX,
     all_words,
     cd_dirs,
     file_words,
@@ -218,6 +219,13 @@ def bind(
         if not analysis.ok and not refuse:
             refuse = unpinned_word(command or "")
         words, absent = file_words(command if command is not None else "", analysis, dirs)
+        if len(words) + len(absent) > FILE_WORDS_MAX and not refuse:
+            refuse = (
+                f"it names {len(words) + len(absent)} files where each may be read as code, more than the "
+                f"{FILE_WORDS_MAX} exechost binds"
+            )
+            problems.append(f"the text names more than {FILE_WORDS_MAX} files: they are not all bound")
+            words, absent = words[:FILE_WORDS_MAX], absent[:FILE_WORDS_MAX]
         for word in words:
             real = os.path.realpath(os.path.join(cwd, word))
             file_item("file", os.path.abspath(os.path.join(cwd, word)), real, (), -1)

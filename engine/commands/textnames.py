@@ -205,6 +205,11 @@ def unpinned_word(command: str) -> str:
     return ""
 
 
+# Files an unparsed or unproven text may name and still be bound (each is digested per decision); past it
+# the run is refused: a file dropped from the binding would run unbound (fresh round 10 e).
+FILE_WORDS_MAX = 64
+
+
 def file_words(command: str, analysis: CommandAnalysis, dirs: Sequence[str]) -> tuple[list[str], list[str]]:
     """Every file the command's words name (or its segments'), in every spelling a program may read one:
     a word itself, the value of an option word (`--env-file=.env`) and an attached short value
@@ -235,7 +240,7 @@ def file_words(command: str, analysis: CommandAnalysis, dirs: Sequence[str]) -> 
                 absent += [p for p in paths if not os.path.lexists(p)]
             elif word.startswith("-") and ("/" in name or name.startswith(".")):
                 absent += [p for p in paths if not os.path.lexists(p)]
-    return list(dict.fromkeys(out))[:64], list(dict.fromkeys(absent))[:64]
+    return list(dict.fromkeys(out)), list(dict.fromkeys(absent))
 
 
 def names_interpreter(command: str) -> bool:

@@ -585,12 +585,6 @@ def test_class5_a_perl_script_whose_shebang_says_d_reads_debugger_code_unasked(s
     assert "PAYLOAD" not in asyncio.run(scenario())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: textnames.file_words keeps the first 64 files a text names ([:64]) and drops the rest "
-    "silently: `cat f00 … f63 s.sh | sh` binds 64 empty files and not s.sh, and allow-once runs s.sh as "
-    "rewritten after the approval (past the cap the run should be refused, not left unbound)",
-)
 def test_class5_the_65th_file_an_unparsed_text_names_is_unbound(state_dir: Path) -> None:
     names = [f"f{i:02d}" for i in range(64)]
     work = workdir(state_dir, {**dict.fromkeys(names, ""), "s.sh": "echo APPROVED\n"})

@@ -92,3 +92,15 @@ def test_a_preload_by_a_bare_name_is_a_search_and_loses_allow_always(
     ask = ask_of(state_dir, command, workdir(state_dir, files))
     assert isinstance(ask, dict), ask
     assert "allow-always" not in ask["allowedDecisions"], ask
+
+
+def test_file_words_drops_no_file_past_the_cap(tmp_path: Path) -> None:
+    from engine.commands.analysis import analyze_command
+    from engine.commands.textnames import FILE_WORDS_MAX, file_words
+
+    names = [f"f{i:03d}" for i in range(FILE_WORDS_MAX + 5)]
+    for name in names:
+        (tmp_path / name).write_text("")
+    command = f"cat {' '.join(names)} | sh"
+    words, _absent = file_words(command, analyze_command(command), [str(tmp_path)])
+    assert len(words) == len(names)  # every one: the binder refuses past the cap, it never drops
