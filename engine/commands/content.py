@@ -11,6 +11,7 @@ from engine.commands.allowlist import AllowlistResult, SegmentMatch, pin_path
 from engine.commands.analysis import CommandAnalysis, Segment
 from engine.commands.bindproof import segment_unproven, unproven_sources
 from engine.commands.boundfiles import ContentBinding, ContentItem
+from engine.commands.builtcmd import built_command
 from engine.commands.digests import UNREADABLE, ContentError, digest_path
 from engine.commands.filetrust import links_fixed, system_owned
 from engine.commands.interpoptions import (
@@ -235,6 +236,13 @@ def bind(
         unbound = unbound and not words
         if not words and not analysis.ok and names_interpreter(command or ""):
             unbound = True
+    text = command or ""
+    if not refuse and ("env" in text or "xargs" in text or not text):
+        # `env -S"sh s.sh"`, `xargs -a list sh`: the command is built from a string or a file no word names.
+        argvs = [s.argv for s in plain_segments(analysis.segments)]
+        refuse = built_command([*argvs, all_words(text)] if text else argvs)
+        if refuse:
+            problems.append(refuse)
     if any(item.sha256 == UNREADABLE for item in items):
         # Not a regular file (a FIFO hands each run whatever is written into it) or unreadable: no digest
         # holds it, so nothing can be saved; the run itself is refused at the spawn (verified._check).

@@ -646,12 +646,6 @@ _BUILT_COMMANDS = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: past this branch's whole binding, a program that builds its command from a string or a "
-    'file (`env -S"sh s.sh"`, `env --split-string=…`, `xargs -a list sh`) still hides the script: the '
-    "proof finds no interpreter word (or binds only `list`): s.sh is unbound, allow-once runs it rewritten",
-)
 @pytest.mark.parametrize("command", _BUILT_COMMANDS)
 def test_class5_a_command_built_from_a_string_or_file_leaves_its_script_unbound(
     state_dir: Path, command: str

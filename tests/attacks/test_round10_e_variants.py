@@ -104,3 +104,28 @@ def test_file_words_drops_no_file_past_the_cap(tmp_path: Path) -> None:
     command = f"cat {' '.join(names)} | sh"
     words, _absent = file_words(command, analyze_command(command), [str(tmp_path)])
     assert len(words) == len(names)  # every one: the binder refuses past the cap, it never drops
+
+
+@pytest.mark.parametrize(
+    ("argv", "refused"),
+    [
+        (["env", "-Ssh s.sh"], True),
+        (["env", "-i", "-S", "sh s.sh"], True),
+        (["env", "-vS", "sh s.sh"], True),
+        (["env", "--sp=sh s.sh"], True),  # getopt_long: an unambiguous prefix is the option
+        (["env", "--chdir", "d", "-S", "sh s.sh"], True),
+        (["nohup", "env", "-S", "sh s.sh"], True),  # wherever env stands
+        (["env", "-u", "S", "sh", "s.sh"], False),  # S is -u's value
+        (["env", "A=B", "sh", "s.sh"], False),
+        (["xargs", "-a", "list", "sh"], True),
+        (["xargs", "-0a", "list", "sh"], True),
+        (["xargs", "--max-args", "1", "--arg-file=list", "sh"], True),
+        (["xargs", "--ar", "list", "sh"], True),
+        (["xargs", "-n1", "sh"], False),
+        (["xargs", "-I", "a", "echo", "a"], False),
+    ],
+)
+def test_a_command_built_from_a_string_or_a_file_is_refused(argv: list[str], refused: bool) -> None:
+    from engine.commands.builtcmd import built_command
+
+    assert bool(built_command([argv])) is refused
