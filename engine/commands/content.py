@@ -27,6 +27,7 @@ from engine.commands.interpoptions import (
 from engine.commands.interpreters import name_of
 from engine.commands.protected import process_word
 from engine.commands.scriptfiles import SHELL_BUILTINS, file_kind, parse_shebang, reader_of, script_operand
+from engine.commands.stdinprogram import stdin_program_refusal
 from engine.commands.textnames import (
     FILE_WORDS_MAX,
     all_words,
@@ -241,6 +242,11 @@ def bind(
         # `env -S"sh s.sh"`, `xargs -a list sh`: the command is built from a string or a file no word names.
         argvs = [s.argv for s in plain_segments(analysis.segments)]
         refuse = built_command([*argvs, all_words(text)] if text else argvs)
+        if refuse:
+            problems.append(refuse)
+    if not refuse:
+        # `git show HEAD:s.sh | sh`, `cat s.s? | sh`: a program on a shell's stdin that no literal name holds.
+        refuse = stdin_program_refusal(text)
         if refuse:
             problems.append(refuse)
     if any(item.sha256 == UNREADABLE for item in items):

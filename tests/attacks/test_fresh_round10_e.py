@@ -234,12 +234,8 @@ _DATA_INTO_A_SHELL = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: textnames lets a glob or `$f` stand in a data position (cat's operand, a for list) since "
-    "cat reads it as data, but piped into `sh` that data is the program: `cat s.s? | sh` binds no file "
-    "(the ask says only 'the program comes from stdin') and allow-once runs s.sh as rewritten after it",
-)
+# Fixed on branch fixE10 (engine.commands.stdinprogram: a program on an interpreter's stdin only from
+# literal files read by cat; any other producer refused).
 @pytest.mark.parametrize("command", _DATA_INTO_A_SHELL)
 def test_class5_a_glob_in_a_data_position_piped_into_a_shell_is_unbound(
     state_dir: Path, command: str
@@ -361,12 +357,8 @@ _PRODUCERS = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a program piped into a shell's stdin is bound only through the file names the text holds "
-    "as whole words: a producer that reads it another way (a git blob `HEAD:s.sh`, a `file://` URL, dd's "
-    "`if=s.sh`) binds nothing, and allow-once runs whatever s.sh (or HEAD) holds at the run",
-)
+# Fixed on branch fixE10 (engine.commands.stdinprogram: a program on an interpreter's stdin only from
+# literal files read by cat; any other producer refused).
 @pytest.mark.parametrize("command", _PRODUCERS)
 def test_class5_a_shell_fed_by_a_producer_the_binder_cannot_read_is_unbound(
     state_dir: Path, command: str
