@@ -95,7 +95,9 @@ def visible(text: object, *, newline: str = ONE_LINE, tabs: bool = False) -> str
     s = str(text)
     if s.isascii() and s.isprintable():
         return s
-    s = "".join(ch if ch == "\n" or (tabs and ch == "\t") or not _hidden(ch) else _escape(ch) for ch in s)
+    bad = {ch for ch in set(s) if _hidden(ch)} - ({"\n", "\t"} if tabs else {"\n"})
+    if bad:
+        s = "".join(_escape(ch) if ch in bad else ch for ch in s)
     return s.replace("\n", newline)
 
 
