@@ -208,12 +208,6 @@ def test_class8_an_invisible_letter_makes_the_ask_show_another_script(state_dir:
     assert f"s.sh{char}" not in shown[0], shown[0]  # the operator must be able to see it is not s.sh
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: interpreters are known by name (interpreters.name_of): Debian's perl launcher "
-    "/usr/bin/perl5.36-x86_64-linux-gnu (its own binary, not a link to perl) is no interpreter to the "
-    "binder, so `perl5.36-x86_64-linux-gnu x.pl` binds only the launcher: allow-once runs a rewritten x.pl",
-)
 def test_class5_a_perl_launcher_under_another_name_leaves_its_script_unbound(state_dir: Path) -> None:
     launcher = next(iter(sorted(Path("/usr/bin").glob("perl5*-*-linux-gnu*"))), None)
     if launcher is None:
