@@ -16,6 +16,7 @@ from engine.commands.digests import UNREADABLE, ContentError, digest_path
 from engine.commands.filetrust import links_fixed, system_owned
 from engine.commands.interpoptions import (
     FILE,
+    INLINE,
     MODULE,
     STDIN,
     UNKNOWN,
@@ -197,6 +198,9 @@ def bind(
                 file_item("loaded", named, os.path.realpath(named), (), -1)
             else:
                 add(ContentItem("loaded", named, os.path.realpath(named), None, 0, True, (), -1))
+        if source.kind == INLINE and len(segment.argv) > source.index + 1:
+            # `python3 -c 'runpy.run_path(sys.argv[1])' s.py`: inline code may run any file its argv names.
+            whole = True
         if source.kind in (STDIN, MODULE, UNKNOWN):
             whole = True  # `cat x.sh | sh`, `sh < x.sh`: the program is whatever those files hold
             unbound = unbound or source.kind != UNKNOWN

@@ -426,12 +426,7 @@ _INLINE_RUNS_A_FILE = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an interpreter's inline code (-c/-e) is 'shown as text', but the files its argv names are "
-    "not bound: `python3 -c 'runpy.run_path(sys.argv[1])' s.py` (perl `do $ARGV[0]`, node "
-    "`require(argv[1])`) runs s.py as rewritten after allow-once, while `sh -c '. \"$1\"' x s.sh` is refused",
-)
+# Fixed on branch fixE10 (content.bind: inline code with argv words after it binds every file the text names).
 @pytest.mark.parametrize(("command", "name", "payload"), _INLINE_RUNS_A_FILE)
 def test_class5_inline_code_running_a_file_its_argv_names_leaves_it_unbound(
     state_dir: Path, command: str, name: str, payload: str
