@@ -254,7 +254,8 @@ _SKIP_DIRS = frozenset({"node_modules", "__pycache__"})
 
 def _package_dir(entry: os.DirEntry[str], depth: int) -> bool:
     name = entry.name
-    return depth < 4 and name[:1] != "." and name not in _SKIP_DIRS and entry.is_dir(follow_symlinks=False)
+    # A linked directory is one Python imports through: followed (the depth bounds a loop of links).
+    return depth < 4 and name[:1] != "." and name not in _SKIP_DIRS and entry.is_dir()
 
 
 def imports_note(script: str, cwd: str) -> str | None:
@@ -281,7 +282,8 @@ def imports_note(script: str, cwd: str) -> str | None:
                     count += 1
                 elif _package_dir(entry, depth):
                     queue.append((entry.path, depth + 1))
-    count -= 1  # the script itself, which is bound
+    if os.path.realpath(os.path.join(cwd, script)).endswith(_CODE_SUFFIXES):
+        count -= 1  # the script itself, which is bound (counted only when its name has a code suffix)
     if count <= 0 or system_owned(os.path.realpath(os.path.join(cwd, script))):
         return None
     shown = os.path.relpath(base, os.path.realpath(cwd)) if base != os.path.realpath(cwd) else "."
