@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.commands.allowlist import AllowlistResult, SegmentMatch, pin_path
 from engine.commands.analysis import CommandAnalysis, Segment
-from engine.commands.bindproof import segment_unproven, unproven_sources
+from engine.commands.bindproof import handed_off, segment_unproven, unproven_sources
 from engine.commands.boundfiles import ContentBinding, ContentItem
 from engine.commands.builtcmd import built_command
 from engine.commands.digests import UNREADABLE, ContentError, digest_path
@@ -280,6 +280,12 @@ def bind(
             "Warning: an interpreter is given an option exechost does not model: what that option loads "
             "cannot be bound, so allow-always is not offered."
         )
+    if not refuse:
+        # `perl x.pl` whose #! names ./evil, an ELF whose loader the agent writes: started by a path, not
+        # from a copy, so even allow-once could not run what was approved.
+        refuse = handed_off(items)
+        if refuse:
+            problems.append(refuse)
     why = unproven_sources(analysis, tuple(items), cwd, command or "")
     why += [f"{p}" for p in problems]
     if unbound or searched or opaque:

@@ -381,13 +381,6 @@ void _start(void) {
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an agent ELF whose PT_INTERP names a loader the agent can write runs from its sealed copy, "
-    "but the kernel maps the loader by path: bindproof names it ('its loader … is not bound') and drops "
-    "allow-always, yet allow-once runs whatever is at that path at the spawn (it could run as "
-    "`<loader copy> <program copy>`, or be refused)",
-)
 def test_class6_an_elf_loader_the_agent_writes_is_unbound_on_allow_once(state_dir: Path) -> None:
     import platform
     import subprocess
@@ -492,12 +485,6 @@ def test_class5_the_approval_sockets_request_grant_is_not_bound_to_content(state
     assert "PAYLOAD" not in json.dumps(answer), (asked, answer)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: perl runs the program a script's #! line names when that line has no `perl` in it; "
-    "bindproof says so and drops allow-always, but the named program (./evil) is not bound: allow-once of "
-    "`perl x.pl` runs ./evil as rewritten after the approval",
-)
 def test_class5_perl_hands_a_script_to_its_shebang_interpreter_which_is_unbound(state_dir: Path) -> None:
     if shutil.which("perl") is None:
         pytest.skip("perl is not installed")
