@@ -189,8 +189,14 @@ class ConsoleApp(App[None]):
         """Host exec-approvals.sock at the path/token in exec-approvals.json; never steal a live one."""
         try:
             path, token = await asyncio.to_thread(ApprovalsStore().socket_info)
+            # Every frame is the socket's principal under this config (main, or nobody): the socket_decider
+            # is only ever asked as that agent, never as the agent a frame names (SECURITY.md, Principals).
             server = ApprovalSocketServer(
-                path, token, decider=self.socket_decider, exec_handler=LocalExecHost(self.config_path)
+                path,
+                token,
+                decider=self.socket_decider,
+                exec_handler=LocalExecHost(self.config_path),
+                config_path=self.config_path,
             )
             await server.start()
         except (ApprovalSocketError, ApprovalsFileError, OSError) as exc:

@@ -127,7 +127,9 @@ class PendingFile:
         self.problem: str | None = None
         self.journal_bytes = 0  # appended since the last rewrite
         self.snapshot_bytes = 0
-        self._torn = False  # an append failed part-way: the next starts on a line of its own
+        # An append failed part-way (or, None: not checked since start, a crash may have cut the last line
+        # off): the next starts on a line of its own, never glued to the torn one and lost with it.
+        self._torn: bool | None = None
 
     def save(self, records: list[ApprovalRecord]) -> None:
         self.write(self.encode(records))
@@ -161,9 +163,11 @@ class PendingFile:
     def append(self, lines: list[bytes], *, report: bool = True) -> None:
         """Append journal lines with one write and one fsync."""
         try:
-            data = (b"\n" if self._torn else b"") + b"".join(line + b"\n" for line in lines)
             fd, created = self._open_journal()
             try:
+                if self._torn is None:
+                    self._torn = not created and _ends_torn(fd)
+                data = (b"\n" if self._torn else b"") + b"".join(line + b"\n" for line in lines)
                 self._torn = True
                 view = memoryview(data)
                 while view:
@@ -187,7 +191,7 @@ class PendingFile:
         """(fd, created). The journal as it is, else made anew in a private dir: the few syscalls matter,
         each one a GIL hand-off for the writer thread while the loop is busy. O_NOFOLLOW refuses a
         symlink in the journal's place (ELOOP), as refuse_symlink would."""
-        flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC  # read: its last byte (_ends_torn)
         try:
             return os.open(self.journal, flags), False
         except FileNotFoundError:
@@ -284,6 +288,12 @@ class PendingFile:
 
 def _dumps(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _ends_torn(fd: int) -> bool:
+    """The journal's last byte is not a newline: a line a crash cut off (load() skips it)."""
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 def _fsync_dir(path: Path) -> None:

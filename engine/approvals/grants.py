@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
+from engine.approvals.schema import ApprovalsFileError
 from engine.commands.allowlist import ALLOW_ALWAYS_SOURCE, AllowlistEntry
 from engine.errors import InvalidInput
 
@@ -191,8 +192,10 @@ class GrantStore:
     def _read(self) -> tuple[Grant, ...]:
         return self._read_all()[0]
 
-    def _read_all(self) -> tuple[tuple[Grant, ...], tuple[str, ...]]:
-        """(grants, ids of grants that ended)."""
+    def _read_all(self, *, writing: bool = False) -> tuple[tuple[Grant, ...], tuple[str, ...]]:
+        """(grants, ids of grants that ended). A damaged file grants nothing (fail closed); one about to
+        be written raises instead, so it is never overwritten: its spent list is what keeps an ended
+        grant from being made again by a restored decision."""
         text = statefs.read_text(self.path)
         if not text:
             return (), ()
@@ -201,8 +204,14 @@ class GrantStore:
             grants = tuple(Grant.from_json(g) for g in raw.get("grants") or [])
             spent = tuple(str(i) for i in raw.get("spent") or [])
             return grants, spent
-        except (ValueError, KeyError, TypeError, AttributeError):
-            # A damaged file grants nothing (fail closed); the next write replaces it.
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            if writing:
+                where = f"line {exc.lineno}: " if isinstance(exc, json.JSONDecodeError) else ""
+                raise ApprovalsFileError(
+                    self.path,
+                    f"{where}cannot be read ({exc}); it is left as it is and no grant is made or used until "
+                    "it is fixed or removed",
+                ) from None
             return (), ()
 
     def all(self) -> tuple[Grant, ...]:
@@ -291,7 +300,7 @@ class GrantStore:
             granted_by=granted_by[:80],
         )
         with statefs.file_lock(self.path):
-            grants, spent = self._read_all()
+            grants, spent = self._read_all(writing=True)
             if grant_id in spent:
                 return None
             for existing in grants:
@@ -307,7 +316,7 @@ class GrantStore:
         wanted = set(grant_ids)
         now = _now_ms()
         with statefs.file_lock(self.path):
-            grants, spent = self._read_all()
+            grants, spent = self._read_all(writing=True)
             found = {g.id: g for g in grants if g.id in wanted}
             if set(found) != wanted or not all(g.live(now) for g in found.values()):
                 return False
@@ -327,7 +336,7 @@ class GrantStore:
         if not key:
             return None
         with statefs.file_lock(self.path):
-            grants, spent = self._read_all()
+            grants, spent = self._read_all(writing=True)
             hits = [g for g in grants if g.id == key] or [g for g in grants if g.id.startswith(key)]
             if len(hits) != 1:
                 return None

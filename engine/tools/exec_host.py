@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import os
 import shlex
 import uuid
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.approvals.socket.principal import NotThisPrincipal, frame_agent
 from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, PromptRequest
 from engine.approvals.store import ApprovalsStore
 from engine.commands import hostprivate
@@ -24,11 +27,10 @@ from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify
 from engine.config import nodekeys
 from engine.config.loader import load_config
 from engine.config.model import Config
-from engine.policy.decision import evaluate
+from engine.policy.decision import Decision, evaluate
 from engine.results import ToolError
 from engine.sandbox import bwraplimits
 from engine.statefs import state_dir
-from engine.tools.socket_principal import NotThisPrincipal, frame_agent
 from engine.unixsock import PeerInfo
 
 OUTPUT_CAP = 200_000  # chars of stdout/stderr returned per exec
@@ -137,6 +139,31 @@ def env_lines(env: Mapping[str, str] | None) -> list[str]:
     return [f"Env: {key}={value}" for key, value in sorted((env or {}).items())]
 
 
+@dataclass(frozen=True)
+class _Decided:
+    """One decided exec frame and what its run needs."""
+
+    decision: Decision
+    config: Config
+    agent_id: str
+    cwd: str
+    env: dict[str, str]
+    store: ApprovalsStore
+
+
+def content_fingerprint(decided: Decision, overrides: Mapping[str, str] | None) -> str:
+    """The digest of what a decision binds: every file it runs or reads as code (path, sha256, size), the
+    program each segment resolves to, the pinned rendering and the env the frame adds. A human's yes on a
+    `request` frame counts for an `exec` frame only when the two are equal (issue 27 §5)."""
+    shape = {
+        "content": decided.content.to_json() if decided.content is not None else None,
+        "resolved": [s.get("resolvedPath") for s in decided.segments],
+        "pinned": decided.pinned_command,
+        "env": sorted((overrides or {}).items()),
+    }
+    return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()
+
+
 @dataclass
 class LocalExecHost:
     """Evaluates `exec` frames against this machine's config and approvals file, asks, then runs.
@@ -147,19 +174,20 @@ class LocalExecHost:
     config_path: str | Path | None = None
     approvals_path: Path | None = None
 
-    async def __call__(self, request: ExecHostRequest, decide: Decider, peer: PeerInfo) -> ExecOutcome:
-        command = shlex.join(request.command)
-        cwd = request.cwd or os.getcwd()
+    async def _decide(
+        self, command: str, cwd: str, named: str | None, overrides: dict[str, str] | None
+    ) -> _Decided | ExecOutcome:
+        """The decision for `command` in `cwd` as the socket's principal, and what its run needs; the one
+        path both an `exec` frame and a `request` frame's fingerprint take."""
         config = await asyncio.to_thread(load_config, self.config_path)
         try:
             # Who authenticated on the socket (its shared token: main, or nobody), never the frame's agentId.
-            agent_id = frame_agent(config, request.agent_id)
+            # The server already made the request its principal's; asked again under this very config.
+            agent_id = frame_agent(config, named)
         except NotThisPrincipal as exc:
             return ExecOutcome.fail("INVALID_REQUEST", str(exc), "principal")
         try:
-            env = sanitize_host_env(
-                os.environ, request.env, inherit=config.exec_for(agent_id).inherit_env
-            ).env
+            env = sanitize_host_env(os.environ, overrides, inherit=config.exec_for(agent_id).inherit_env).env
         except ToolError as exc:
             return ExecOutcome.fail("INVALID_REQUEST", str(exc), "env")
         nodekeys.drop_hidden_agent(env, nodekeys.hidden_paths(config.nodes.values()))
@@ -178,8 +206,23 @@ class LocalExecHost:
             store=store,
             cwd=cwd,
             env=env,
-            env_overrides=request.env or None,  # only inert keys ride along unasked (issue 27 §3)
+            env_overrides=overrides or None,  # only inert keys ride along unasked (issue 27 §3)
         )
+        return _Decided(decided, config, agent_id, cwd, env, store)
+
+    async def fingerprint(self, command: str, cwd: str | None, agent_id: str) -> str | None:
+        """What a `request` frame's ask is about, as the `exec` frame claiming its yes will be decided
+        (content_fingerprint); the server keeps it with the human's decision. None: nothing to bind to."""
+        prepared = await self._decide(command, cwd or os.getcwd(), agent_id, None)
+        return None if isinstance(prepared, ExecOutcome) else content_fingerprint(prepared.decision, None)
+
+    async def __call__(self, request: ExecHostRequest, decide: Decider, peer: PeerInfo) -> ExecOutcome:
+        command = shlex.join(request.command)
+        prepared = await self._decide(command, request.cwd or os.getcwd(), request.agent_id, request.env)
+        if isinstance(prepared, ExecOutcome):
+            return prepared
+        decided, config, agent_id = prepared.decision, prepared.config, prepared.agent_id
+        cwd, env, store = prepared.cwd, prepared.env, prepared.store
         security = decided.security
         if security is None:  # the policy itself refused (e.g. host=gateway not allowed here)
             return ExecOutcome.fail("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {decided.reason}", "policy")
@@ -189,8 +232,11 @@ class LocalExecHost:
             # A decision sent by the client answers an ask; it never overrides a deny (unlike OpenClaw).
             return ExecOutcome.fail("UNAVAILABLE", "SYSTEM_RUN_DENIED: allowlist miss", "allowlist-miss")
         # The client's approvalDecision was vetted by the server: it stands only for a decision a human
-        # made for this very request (never a frame approving itself).
+        # made for this very request (never a frame approving itself), and only for the very bytes, paths
+        # and env the human was asked about: this decision's, which the run is then held to (verify).
         decision = request.approval_decision if decided.verdict == "ask" else None
+        if decision is not None and request.approved_content != content_fingerprint(decided, request.env):
+            decision = None  # changed since the human was asked (or never bound): asked again
         if decided.verdict == "ask" and decision is None:
             resolved = next((s.get("resolvedPath") for s in decided.segments if s.get("resolvedPath")), None)
             decision = await decide(

@@ -21,7 +21,7 @@ from engine.protocol.requests import ExecRequest
 from engine.results import ToolError
 from engine.statefs import state_dir
 from engine.tools.exec import ExecContext, ExecTool
-from engine.tools.exec_asks import policy_now_denies
+from engine.tools.exec_asks import ask_content_key, policy_now_denies
 
 log = logging.getLogger("exechost.exec")
 
@@ -104,6 +104,10 @@ def stale_reason(
             return problem
         if tuple(tuple(item) for item in prepared.decision.identity) != approved_identity:
             return "the files it runs are not the ones approved"
+        # The bytes the human was shown (the files it runs, the tree the vet read): an in-place rewrite
+        # keeps every identity above, and the call decided now would bind the new bytes instead.
+        if ask_content_key(prepared.decision) != request.content_key:
+            return "the files it runs or reads changed since they were approved"
     return None
 
 

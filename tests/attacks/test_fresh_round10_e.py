@@ -436,12 +436,6 @@ def test_class5_inline_code_running_a_file_its_argv_names_leaves_it_unbound(
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: exec-approvals.sock's `request` grant (ApprovalSocketServer._grant/_vetted) keeps only the "
-    "decision, command text, cwd and agent: the matching `exec` frame is evaluated and content-bound at "
-    "exec time, so s.sh rewritten while the human looked at it (or after) runs with the earlier approval",
-)
 def test_class5_the_approval_sockets_request_grant_is_not_bound_to_content(state_dir: Path) -> None:
     import uuid
 
@@ -621,12 +615,6 @@ def test_class5_a_command_built_from_a_string_or_file_leaves_its_script_unbound(
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a `request` frame with no cwd makes a grant for every cwd (`grant[2] is None or …`): the "
-    "human approves `sh s.sh` shown with no directory, and the `exec` frame runs `sh s.sh` in another "
-    "directory, a script nobody was shown",
-)
 def test_class5_the_approval_sockets_grant_without_a_cwd_runs_in_any_directory(state_dir: Path) -> None:
     import uuid
 

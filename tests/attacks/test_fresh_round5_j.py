@@ -472,7 +472,9 @@ async def test_socket_approval_for_one_agent_is_spent_as_another(state_dir: Path
     """Was open: on exec-approvals.sock a human's decision on a `request` frame is kept for the `exec`
     frame with the same id and command; the agent was not part of that binding, so an allow-always the
     operator gave agent a (as the prompt said) ran and was saved into agent b's allowlist by an `exec`
-    frame naming b, with no prompt about b. The decision now holds for the agent it was asked for only."""
+    frame naming b, with no prompt about b. The decision now holds for the agent it was asked for only; and
+    since fix T10b neither frame names an agent at all (the socket's client is main): the request naming a
+    is refused before any human sees it, the exec naming b is refused too (test_whose_is_it_t10.py)."""
     from engine.approvals.socket.server import ApprovalSocketServer, PromptRequest, exec_frame
     from engine.approvals.socket.wire import encode_frame
     from engine.tools.exec_host import LocalExecHost
@@ -501,15 +503,16 @@ async def test_socket_approval_for_one_agent_is_spent_as_another(state_dir: Path
     try:
         asked = {"command": "/usr/bin/true", "agentId": "a"}
         decided = await send({"type": "request", "token": token, "id": "r1", "request": asked})
-        assert decided["decision"] == "allow-always"
+        assert decided["decision"] == "deny" and decided["error"]["reason"] == "principal", decided
         run = {"command": ["/usr/bin/true"], "agentId": "b", "approvalDecision": "allow-always"}
-        await send(exec_frame(token, run, request_id="r1"))
+        ran = await send(exec_frame(token, run, request_id="r1"))
+        assert ran["ok"] is False and ran["error"]["reason"] == "principal", ran
     finally:
         await server.close()
     approvals = state_dir / "exec-approvals.json"
     saved = json.loads(approvals.read_text()).get("agents") or {} if approvals.exists() else {}
     assert not (saved.get("b") or {}).get("allowlist"), saved
-    assert [p.agent_id for p in prompts][1:] in ([], ["b"])  # b was asked about itself, or nothing ran
+    assert prompts == []  # no human was shown an ask as a, nor as b
 
 
 # ---- attempts that did not work (regressions) ---------------------------------------------------------

@@ -110,20 +110,28 @@ def test_with_anonymous_none_the_socket_client_is_nobody(state_dir: Path, tmp_pa
 
 @needs_bwrap
 def test_a_humans_yes_asked_as_ops_is_no_exec_as_ops(state_dir: Path, tmp_path: Path) -> None:
-    """A `request` frame may show any agentId to the human (it only asks); its yes, claimed by an `exec`
-    frame naming that agent, runs nothing: the exec frame's principal is still the socket's (main)."""
+    """A `request` frame naming ops, then an `exec` frame naming ops claiming that request's yes: neither
+    acts as ops. The request frame used to be shown to the human as ops (it "only asks"); since fix T10b
+    (test_approval_socket_request_principal.py) it is refused before any human sees it, so there is no yes
+    to claim, and the exec frame is refused as naming another agent (the socket's principal is main)."""
     write_config(state_dir, MAIN_FULL)
     marker = tmp_path / "ran"
     argv = ["/usr/bin/touch", str(marker)]
 
+    asked: list[PromptRequest] = []
+
+    async def human(request: PromptRequest) -> str:
+        asked.append(request)
+        return "allow-once"
+
     async def scenario() -> dict[str, object] | None:
         path, token = ApprovalsStore(state_dir / "exec-approvals.json").socket_info()
         server = ApprovalSocketServer(
-            path, token, decider=_human_says_yes, exec_handler=LocalExecHost(state_dir / "config.toml")
+            path, token, decider=human, exec_handler=LocalExecHost(state_dir / "config.toml")
         )
         async with server:
             shown = {"command": " ".join(argv), "cwd": str(tmp_path), "agentId": "ops", "host": "gateway"}
-            assert await request_decision(path, token, shown, request_id="r-ops") == "allow-once"
+            assert await request_decision(path, token, shown, request_id="r-ops") == "deny"
             claim = {
                 "command": argv,
                 "cwd": str(tmp_path),
@@ -136,6 +144,7 @@ def test_a_humans_yes_asked_as_ops_is_no_exec_as_ops(state_dir: Path, tmp_path: 
 
     error = _error(asyncio.run(scenario()))
     assert error.get("reason") == "principal", error
+    assert asked == []  # no human was shown an ask as ops, nor as anyone else
     assert not marker.exists()
 
 

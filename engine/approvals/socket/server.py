@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from engine import jsontext, redact, statefs
+from engine.approvals.socket.principal import REASON as PRINCIPAL
+from engine.approvals.socket.principal import NotThisPrincipal, frame_agent, frame_key
 from engine.approvals.socket.wire import EXEC_TIMEOUT_S as EXEC_TIMEOUT_S
 from engine.approvals.socket.wire import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 from engine.approvals.socket.wire import REQUEST_TIMEOUT_S as REQUEST_TIMEOUT_S
@@ -28,13 +30,14 @@ from engine.approvals.socket.wire import Decider as Decider
 from engine.approvals.socket.wire import ExecHandler as ExecHandler
 from engine.approvals.socket.wire import ExecHostRequest as ExecHostRequest
 from engine.approvals.socket.wire import ExecOutcome as ExecOutcome
+from engine.approvals.socket.wire import Fingerprint, encode_frame
 from engine.approvals.socket.wire import PromptRequest as PromptRequest
-from engine.approvals.socket.wire import encode_frame
 from engine.approvals.socket.wire import exec_frame as exec_frame
 from engine.approvals.socket.wire import request_decision as request_decision
 from engine.approvals.socket.wire import request_exec as request_exec
 from engine.approvals.socket.wire import sign as sign
 from engine.commands.rawcommand import raw_command_matches
+from engine.config.loader import load_config
 from engine.errors import ExecHostError, InvalidInput
 from engine.unixsock import PeerInfo as PeerInfo
 from engine.unixsock import peer_info, socket_path_problem
@@ -145,7 +148,9 @@ class ApprovalSocketServer:
 
     Hardening beyond OpenClaw's app: a lifetime lock plus a connect probe so a live socket is never
     stolen, same-UID peers only, constant-time token and HMAC compares, a nonce replay cache, a frame
-    cap, a per-peer rate limit and a cap on concurrent connections.
+    cap, a per-peer rate limit and a cap on concurrent connections. Every frame acts as the socket's
+    principal (principal.frame_agent, from the config at `config_path` as it is at that frame): the
+    human is shown that agent and a command runs as it; a frame naming another agent is refused.
     """
 
     def __init__(
@@ -159,6 +164,7 @@ class ApprovalSocketServer:
         rate_limit: RateLimit | None = None,
         max_connections: int = 64,
         clock: Callable[[], float] = time.time,
+        config_path: str | Path | None = None,
     ) -> None:
         if not token:
             raise ApprovalSocketError("approval socket token is empty")
@@ -171,15 +177,18 @@ class ApprovalSocketServer:
         self._rate = rate_limit or RateLimit()
         self._nonces = NonceCache()
         self._clock = clock
+        self._config_path = config_path
         self._slots = asyncio.Semaphore(max_connections)
         self._server: asyncio.Server | None = None
         self._lock_fd: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.stats: dict[str, int] = {"accepted": 0, "rejected": 0}
-        # Decisions a human made on `request` frames: id -> (decision, command, cwd, agent, expiry). An
-        # `exec` frame's approvalDecision counts only when it names one of these for the same command and
-        # agent (the prompt named the agent: its yes is not another agent's).
-        self._granted: dict[str, tuple[str, str, str | None, str, float]] = {}
+        # Decisions a human made on `request` frames: id -> (decision, command, cwd, agent, expiry, what the
+        # command would run when the human was asked). An `exec` frame's approvalDecision counts only when
+        # it names one of these for the same command, cwd and agent (the socket's principal then and now: a
+        # config change in between voids the yes), and its run only for those bytes (the exec handler
+        # compares them with its own decision's: LocalExecHost).
+        self._granted: dict[str, tuple[str, str, str | None, str, float, str | None]] = {}
 
     async def start(self) -> None:
         """Claim the path (never from a live server), bind 0600 inside a 0700 dir, listen."""
@@ -312,6 +321,19 @@ class ApprovalSocketServer:
     def _token_ok(self, given: object) -> bool:
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self._token)
 
+    async def _principal(self, named: object, key: object, kind: str) -> tuple[str, str | None]:
+        """The agent this frame acts as and its session key (principal.py, the one rule), under the config
+        as it is now; NotThisPrincipal when it names another agent, or the socket proves nobody (or the
+        config cannot say who)."""
+        try:
+            config = await asyncio.to_thread(load_config, self._config_path)
+        except (ExecHostError, OSError) as exc:
+            raise NotThisPrincipal(
+                f"the config is unreadable, so the socket proves no agent: {exc}"
+            ) from None
+        agent = frame_agent(config, named, kind)
+        return agent, frame_key(agent, key, kind)
+
     async def _on_request(self, frame: dict[str, Any], peer: PeerInfo, writer: asyncio.StreamWriter) -> None:
         rid = _frame_id(frame)
         body = frame.get("request")
@@ -319,20 +341,43 @@ class ApprovalSocketServer:
             self.stats["rejected"] += 1
             await self._send(writer, _deny_frame(rid))
             return
+        try:
+            agent, key = await self._principal(body.get("agentId"), body.get("sessionKey"), "request")
+        except NotThisPrincipal as exc:
+            # Refused before any human sees it: a frame never shows a human, nor saves for, another agent.
+            self.stats["rejected"] += 1
+            error = {"code": "INVALID_REQUEST", "reason": PRINCIPAL, "message": str(exc)}
+            await self._send(writer, {**_deny_frame(rid), "error": error})
+            return
         self.stats["accepted"] += 1
-        prompt = PromptRequest.from_wire(rid, body, peer.pid)
+        prompt = PromptRequest.from_wire(rid, body, peer.pid, agent, key)
+        seen = await self._fingerprint(prompt.command, prompt.cwd, agent)  # before the human looks
         decision = await self._ask(prompt, writer)
         if decision != "deny":
-            self._grant(rid, decision, prompt.command, prompt.cwd, prompt.agent_id or "main")
+            self._grant(rid, decision, prompt.command, prompt.cwd, agent, seen)
         await self._send(writer, {"type": "decision", "id": rid, "decision": decision})
 
-    def _grant(self, rid: str, decision: str, command: str, cwd: str | None, agent: str) -> None:
+    async def _fingerprint(self, command: str, cwd: str | None, agent: str) -> str | None:
+        """What `command` would run, per the exec handler (its `fingerprint`), or None: a yes recorded
+        with None is honoured by no handler that binds content."""
+        fingerprint: Fingerprint | None = getattr(self._exec_handler, "fingerprint", None)
+        if fingerprint is None:
+            return None
+        try:
+            return await fingerprint(command, cwd, agent)
+        except Exception:
+            log.exception("exec-approvals.sock: a request's content could not be read")
+            return None
+
+    def _grant(
+        self, rid: str, decision: str, command: str, cwd: str | None, agent: str, seen: str | None
+    ) -> None:
         now = self._clock()
         for key in [k for k, v in self._granted.items() if v[4] < now]:
             del self._granted[key]
         if len(self._granted) >= GRANTS_MAX:
             self._granted.pop(next(iter(self._granted)))
-        self._granted[rid] = (decision, command, cwd, agent, now + GRANT_TTL_S)
+        self._granted[rid] = (decision, command, cwd, agent, now + GRANT_TTL_S, seen)
 
     def _vetted(self, rid: str, request: ExecHostRequest) -> ExecHostRequest:
         """The request with its approvalDecision kept only if a human made that decision for this id and
@@ -346,11 +391,12 @@ class ApprovalSocketServer:
             grant is not None
             and grant[4] >= self._clock()
             and grant[1] in (command, shlex.join(request.command))
-            and (grant[2] is None or grant[2] == request.cwd)
-            and grant[3] == (request.agent_id or "main")
+            # The directory the human was shown, exactly: none shown is the host's default, never any.
+            and grant[2] == request.cwd
+            and grant[3] == request.agent_id
             and (grant[0] == claimed or (grant[0] == "allow-always" and claimed == "allow-once"))
         ):
-            return request
+            return dataclasses.replace(request, approved_content=grant[5])
         return dataclasses.replace(request, approval_decision=None)
 
     async def _ask(self, request: PromptRequest, writer: asyncio.StreamWriter) -> str:
@@ -427,12 +473,18 @@ class ApprovalSocketServer:
         if self._exec_handler is None:
             await reply(ExecOutcome.fail("UNAVAILABLE", "exec host unavailable", "companion-unavailable"))
             return
+        try:
+            agent, key = await self._principal(request.agent_id, request.session_key, "exec")
+        except NotThisPrincipal as exc:
+            self.stats["rejected"] += 1
+            await reply(ExecOutcome.fail("INVALID_REQUEST", str(exc), PRINCIPAL))
+            return
         self.stats["accepted"] += 1
 
         async def decide(prompt: PromptRequest) -> str:
             return await self._ask(prompt, writer)
 
-        request = self._vetted(rid, request)
+        request = self._vetted(rid, dataclasses.replace(request, agent_id=agent, session_key=key))
         try:
             outcome = await self._exec_handler(request, decide, peer)
         except InvalidInput as exc:  # the request's own fault (an agentId that is no id): said as such

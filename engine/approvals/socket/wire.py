@@ -39,6 +39,9 @@ class PromptRequest:
     host: str | None = None
     security: str | None = None
     ask: str | None = None
+    # Who asks: the socket's principal (principal.frame_agent) for a `request` frame, the run's agent for an
+    # `exec` frame's ask; never read from a frame (its agentId may only repeat it, its sessionKey is moved
+    # into that agent's namespace: principal.frame_key).
     agent_id: str | None = None
     resolved_path: str | None = None
     session_key: str | None = None
@@ -52,7 +55,12 @@ class PromptRequest:
     env: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def from_wire(cls, rid: str, body: Mapping[str, Any], peer_pid: int | None) -> PromptRequest:
+    def from_wire(
+        cls, rid: str, body: Mapping[str, Any], peer_pid: int | None, agent_id: str, session_key: str | None
+    ) -> PromptRequest:
+        """A `request` frame's ask, as `agent_id` in `session_key` (the socket's principal and its key,
+        decided by the server: principal.py)."""
+
         def opt(key: str) -> str | None:
             value = body.get(key)
             return value if isinstance(value, str) else None
@@ -64,9 +72,9 @@ class PromptRequest:
             host=opt("host"),
             security=opt("security"),
             ask=opt("ask"),
-            agent_id=opt("agentId"),
+            agent_id=agent_id,
             resolved_path=opt("resolvedPath"),
-            session_key=opt("sessionKey"),
+            session_key=session_key,
             peer_pid=peer_pid,
             allowed_decisions=_allowed(body.get("allowedDecisions")),
         )
@@ -92,6 +100,9 @@ class ExecHostRequest:
     agent_id: str | None = None
     session_key: str | None = None
     approval_decision: str | None = None
+    # The fingerprint of what the human was asked about on the `request` frame whose yes this frame claims
+    # (Fingerprint, below): set by the server from its ledger, never read from a frame.
+    approved_content: str | None = None
 
     @classmethod
     def from_json(cls, text: str) -> ExecHostRequest:
@@ -154,6 +165,10 @@ class ExecOutcome:
 
 ExecHandler = Callable[[ExecHostRequest, Decider, PeerInfo], Awaitable[ExecOutcome]]
 """Evaluates an authenticated exec request against this machine's policy, asks if needed, runs it."""
+
+Fingerprint = Callable[[str, str | None, str], Awaitable[str | None]]
+"""(command, cwd, agent) -> a digest of what that command would run (an exec handler's `fingerprint`, as
+LocalExecHost has): taken when a `request` frame is asked, so its yes counts only for those bytes."""
 
 
 def sign(token: str, nonce: str, ts: int, request_json: str) -> str:

@@ -3,7 +3,9 @@
 The console hosts the socket; it hands each ask here so that it is one more pending approval — listed by
 `exechost approvals pending`, answerable by `exechost approve` or any console — and waits for the answer.
 An allow-always saves what it saves for a gateway ask: the gateway's own allow-always patterns for that
-command (or a grant, with limits).
+command (or a grant, with limits). Whose ask it is, is the socket's principal under this gateway's config
+(engine.approvals.socket.principal), never the agentId the console passes on: the socket's client proves
+no agent, so a relay naming another one is refused (an older console, or a forged relay, cannot widen it).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 from engine import fairpool
 from engine.approvals.decisions import DECISIONS
 from engine.approvals.pending import ApprovalError, ApprovalRequest
+from engine.approvals.socket.principal import NotThisPrincipal, frame_agent, frame_key
 from engine.errors import InvalidInput
 from engine.policy.decision import evaluate
 from engine.protocol.requests import ApprovalsRelay
 from engine.results import ToolError
-from runner.gateway.handlers.common import agent_id, require_operator
+from runner.gateway.handlers.common import require_operator
 
 if TYPE_CHECKING:
     from runner.gateway.connection import Connection
@@ -37,7 +40,11 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
     command = req.command
     if command is None or not command.strip():
         raise InvalidInput("approvals.relay: command is required")
-    agent = agent_id(conn, req.agent_id)
+    try:
+        agent = frame_agent(services.config(), req.agent_id, "request")
+        session_key = frame_key(agent, req.session_key, "request") or ""
+    except NotThisPrincipal as exc:
+        raise InvalidInput(f"approvals.relay: {exc}") from None
     cwd = req.cwd or ""
     offered = req.allowed_decisions
     allowed = tuple(d for d in DECISIONS if offered is None or d in offered)
@@ -65,7 +72,7 @@ async def relay(services: Services, conn: Connection, req: ApprovalsRelay) -> di
         cwd=cwd,
         host="gateway",
         agent_id=agent,
-        session_key=req.session_key or "",
+        session_key=session_key,
         security=req.security or decision.security or "allowlist",
         ask=req.ask or decision.ask or "on-miss",
         allowed_decisions=allowed,

@@ -68,3 +68,19 @@ async def test_the_grant_a_decision_named_is_made_once_across_a_crash(tmp_path: 
             assert [(g.id, g.uses_left) for g in live] == [("feedc0ffee00", 2)]
     finally:
         daemon.stop()
+
+
+def test_a_damaged_grants_file_is_never_overwritten(state_dir: Path) -> None:
+    """A grants file that fails to parse grants nothing, and is left exactly as it is: the next grant
+    raises naming the file and the line, rather than writing over its spent list (fresh round 10 d)."""
+    from engine.approvals.grants import GRANTS_NAME, GrantLimits, GrantStore
+    from engine.approvals.schema import ApprovalsFileError
+
+    path = state_dir / GRANTS_NAME
+    damaged = '{"version": 1, "grants": [], "spent": ["g-1"]\n'
+    path.write_text(damaged)
+    store = GrantStore(path)
+    assert store.active("main") == []
+    with pytest.raises(ApprovalsFileError, match=r"exec-grants\.json: line 2: cannot be read"):
+        store.add("main", ["=command:ls"], "ls", GrantLimits(uses=1))
+    assert path.read_text() == damaged
