@@ -27,6 +27,7 @@ from engine.commands.interpoptions import (
 )
 from engine.commands.interpreters import name_of
 from engine.commands.protected import process_word
+from engine.commands.pyenvpin import PyenvError, pyenv_version
 from engine.commands.scriptfiles import SHELL_BUILTINS, file_kind, parse_shebang, reader_of, script_operand
 from engine.commands.stdinprogram import stdin_program_refusal
 from engine.commands.textnames import (
@@ -286,6 +287,17 @@ def bind(
         refuse = handed_off(items)
         if refuse:
             problems.append(refuse)
+    pins: dict[str, str] = {}
+    for item in items:
+        if item.role == "executable" and os.path.basename(os.path.dirname(item.real)) == "shims":
+            try:
+                version = pyenv_version(item.real, cwd, env)
+            except PyenvError as exc:
+                refuse = refuse or str(exc)
+                problems.append(str(exc))
+                continue
+            if version is not None:
+                pins["PYENV_VERSION"] = version
     why = unproven_sources(analysis, tuple(items), cwd, command or "")
     why += [f"{p}" for p in problems]
     if unbound or searched or opaque:
@@ -305,6 +317,7 @@ def bind(
         proven=not why,
         unproven=tuple(dict.fromkeys(why)),
         refuse=refuse,
+        env=tuple(pins.items()),
     )
 
 

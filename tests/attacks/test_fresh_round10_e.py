@@ -243,12 +243,6 @@ def test_class5_a_glob_in_a_data_position_piped_into_a_shell_is_unbound(
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `python3 x.py` through a pyenv shim binds the shim, bash and x.py, but the python that "
-    "runs x.py is chosen by pyenv at the run from `.python-version` in the workdir (or any parent): a "
-    "`.python-version` the agent writes after the approval makes another interpreter run the approved bytes",
-)
 def test_class4_a_pyenv_shim_lets_the_tree_pick_the_interpreter_after_the_approval(state_dir: Path) -> None:
     shim = shutil.which("python3")
     if shim is None or "/shims/" not in shim:

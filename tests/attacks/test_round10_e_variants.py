@@ -159,3 +159,40 @@ def test_a_program_on_an_interpreters_stdin_comes_only_from_literal_files_cat_re
     from engine.commands.stdinprogram import stdin_program_refusal
 
     assert bool(stdin_program_refusal(command)) is refused
+
+
+def _pyenv_root(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "pyenv"
+    for version in ("3.11.7", "3.12.1"):
+        (root / "versions" / version).mkdir(parents=True)
+    (root / "version").write_text("3.11.7\n")
+    shim = root / "shims" / "python3"
+    shim.parent.mkdir()
+    shim.write_text(
+        '#!/usr/bin/env bash\nset -e\nprogram="${0##*/}"\n'
+        f'exec "{root}/libexec/pyenv" exec "$program" "$@"\n'
+    )
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    return shim, work
+
+
+def test_a_pyenv_shims_version_is_read_as_pyenv_reads_it(tmp_path: Path) -> None:
+    from engine.commands.pyenvpin import pyenv_version
+
+    shim, work = _pyenv_root(tmp_path)
+    assert pyenv_version(str(shim), str(work), {}) == "3.11.7"  # the root's version file
+    (tmp_path / "a" / ".python-version").write_text("# pinned\n3.12.1\n")  # a parent's, comments skipped
+    assert pyenv_version(str(shim), str(work), {}) == "3.12.1"
+    assert pyenv_version(str(shim), str(work), {"PYENV_VERSION": "3.11.7"}) == "3.11.7"  # the env first
+    assert pyenv_version(str(tmp_path / "pyenv" / "version"), str(work), {}) is None  # no shim
+
+
+@pytest.mark.parametrize("value", ["../../../tmp/evil", "3.99", "3.12.1/../../x"])
+def test_a_pyenv_version_pyenv_has_not_installed_is_refused(tmp_path: Path, value: str) -> None:
+    from engine.commands.pyenvpin import PyenvError, pyenv_version
+
+    shim, work = _pyenv_root(tmp_path)
+    (work / ".python-version").write_text(value + "\n")
+    with pytest.raises(PyenvError):
+        pyenv_version(str(shim), str(work), {})
