@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -17,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine import display
-from engine.commands import content
+from engine.commands import content, pyenvpin
 from engine.commands.allowlist import evaluate_allowlist
 from engine.commands.analysis import analyze_command
 
@@ -63,6 +64,10 @@ def main() -> None:
             before = micros(decide, args.runs)
             content.built_command, content.stdin_program_refusal, _ = real
             print(f"{command:<30} bind p50 without {before:8.1f} µs   with {now:8.1f} µs")
+    shim = shutil.which("python3") or ""
+    if "/shims/" in shim:  # what a decision through a pyenv shim adds: the shim read, the version found
+        cost = micros(lambda: pyenvpin.pyenv_version(shim, os.getcwd(), {}), args.runs)
+        print(f"{'pyenv_version(shim)':<30} p50 {cost:8.1f} µs")
     text = "sh ./scripts/déploiement-Привет-日本.sh --flag=✓ " * 4
     old = micros(lambda: _old_visible(text), args.runs)
     new = micros(lambda: display.visible(text), args.runs)
