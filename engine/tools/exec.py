@@ -351,6 +351,9 @@ class ExecTool:
                 spec.argv = capped(spec.argv or spec.resolved_argv(), ctx.agent_id)
             if view.env:
                 spec.env = {**(spec.env or {}), **view.env}
+            content = prepared.decision.content if prepared.host == "gateway" else None
+            if content is not None and content.env:  # pinned at the decision (a pyenv shim's version)
+                spec.env = {**(spec.env or {}), **dict(content.env)}
             spec.pass_fds = (*run.fds, *view.fds, *(() if cwd_fd is None else (cwd_fd,)))
             spec.session_id = session_id
             spec.input_refused = input_refused
