@@ -11,7 +11,7 @@ import pytest
 
 from engine.approvals.store import ApprovalsStore
 from engine.commands import treecode
-from engine.commands.content import FILE_WORDS_BOUND
+from engine.commands.textnames import FILE_WORDS_MAX as FILE_WORDS_BOUND
 from engine.config.loader import load_config_text
 from engine.policy.decision import Decision, evaluate
 
