@@ -558,10 +558,13 @@ def _past_the_cap(argv: Sequence[str], cwd: str) -> list[Finding]:
 def _written_first(argv: Sequence[str], paths: Sequence[str | None], cwd: str) -> list[Finding]:
     """A finding (no bytes bind it) for a tree program that runs after a command that may write its tree:
     what it reads then is not what was vetted. (git's config and make's makefiles are held as vetted in
-    the run by engine.commands.pinned, an absent makefile as /dev/null.)"""
+    the run by engine.commands.pinned, an absent makefile as /dev/null; a file make's command-line value
+    names, absent at the vet, is not: `cp evil cc && make CC=./cc foo.o`.)"""
     program = tree_program(argv, paths)
-    if program in (None, "git", "make", "gmake"):
+    if program in (None, "git"):
         return []
+    if program in ("make", "gmake") and not any("=" in w and not w.startswith("-") for w in argv[1:]):
+        return []  # its makefiles are pinned; a command-line value (`CC=./cc`) names a file they are not
     here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
     return [Finding(str(program), here, WRITTEN_FIRST)]
 

@@ -60,3 +60,20 @@ def test_reading_first_or_writing_after_changes_nothing(tmp_path: Path) -> None:
     for command in ("echo hi && npm --version", "npm --version && cp a b"):
         d = _decide(command, tmp_path)
         assert d.tree is not None and not any(f.what == treecode.WRITTEN_FIRST for f in d.tree.found), command
+
+
+def test_make_with_a_value_after_a_write_asks(tmp_path: Path) -> None:
+    """Variant: `cp evil cc && make CC=./cc foo.o`: ./cc is absent at the vet (nothing names it), and the
+    built-in rule runs it. make's makefiles are pinned (a plain `make` after a write is not a finding),
+    a command-line value is not."""
+    (tmp_path / "evil").write_text("#!/bin/sh\necho PWNED\n")
+    (tmp_path / "foo.c").write_text("int x;\n")
+    config = load_config_text('[tools.exec]\nhost = "gateway"\nsecurity = "allowlist"\n', Path("/c.toml"))
+    store = ApprovalsStore()
+    for exe in ("/usr/bin/make", "/usr/bin/cp"):
+        store.add_allowlist("main", exe)
+    d = evaluate("cp evil cc && make CC=./cc foo.o", config=config, store=store, cwd=str(tmp_path), env=ENV)
+    assert d.verdict == "ask" and d.tree is not None, d.reason
+    assert any(f.what == treecode.WRITTEN_FIRST for f in d.tree.found), d.tree.found
+    plain = evaluate("cp evil x && make foo.o", config=config, store=store, cwd=str(tmp_path), env=ENV)
+    assert plain.tree is not None and not any(f.what == treecode.WRITTEN_FIRST for f in plain.tree.found)
