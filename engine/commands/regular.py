@@ -11,6 +11,7 @@ import errno
 import os
 import stat
 
+from engine.commands import hostprivate
 from engine.statefs import state_dir
 
 __all__ = ["Unreadable", "open_regular", "read_fd", "read_regular"]
@@ -80,9 +81,12 @@ def _refuse_hidden(fd: int, path: str) -> None:
         opened = os.readlink(f"/proc/self/fd/{fd}")
     except OSError as exc:
         raise Unreadable(path, exc.strerror or str(exc), exc.errno or errno.EIO) from None
-    state = os.path.realpath(state_dir())
-    if opened == state or opened.startswith(state.rstrip("/") + "/"):
-        raise Unreadable(path, "resolves into exechost's state dir, which no run can see: not read")
+    state = os.path.realpath(state_dir()).rstrip("/") + "/"
+    if not (opened + "/").startswith(state):
+        return
+    if opened.startswith(state + hostprivate.ROOT + "/"):
+        return  # an agent's private /tmp (engine.commands.hostprivate): what its runs see at /tmp
+    raise Unreadable(path, "resolves into exechost's state dir, which no run can see: not read")
 
 
 def read_regular(path: str, limit: int, *, follow: bool = True, prefix: bool = False) -> bytes:
