@@ -900,13 +900,6 @@ async def test_a_socket_in_ssh_is_out_of_reach(state_dir: Path) -> None:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: only ~/.ssh (and node key dirs) are shown as copies without sockets; the rest of the "
-    "home is a read-only bind, which does not stop connect(2): an ssh ControlPath outside ~/.ssh "
-    "(~/.cache/ssh/%C) or gpg-agent's ~/.gnupg/S.gpg-agent(.ssh) (its home when there is no /run/user) "
-    "answer every host run as the operator",
-)
 @pytest.mark.parametrize("where", [".cache/ssh", ".gnupg"])
 async def test_a_socket_elsewhere_in_the_home_answers_host_runs(state_dir: Path, where: str) -> None:
     assert "CONNECTED" not in await _connects_to_a_socket_in_the_home(state_dir, where)
