@@ -260,12 +260,6 @@ FULL_HOST = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node files sessions per gateway key, but its host view's private dirs (hostprivate), "
-    "kept view and pids cgroup are per bare agent id: gateway B's agent main reads what gateway A's agent "
-    "main left in its node-side /tmp (and plants files A's later runs read)",
-)
 async def test_class2_two_gateways_agents_of_one_name_share_a_nodes_private_tmp(
     state_dir: Path, sshd_nodes: list[SshdNode], monkeypatch: pytest.MonkeyPatch
 ) -> None:
