@@ -633,12 +633,6 @@ for line in f:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a `node run` service on the gateway's host and account (its own state dir) answers any "
-    "same-uid peer on node.sock as a gateway link: a host run speaks the node wire there, and the node's "
-    "run (in the node's view, which does not cover the gateway's state dir) reads the operator token",
-)
 async def test_class1_a_colocated_node_services_socket_is_a_gateway_link_for_a_host_run(
     state_dir: Path, sshd_nodes: list[SshdNode]
 ) -> None:
