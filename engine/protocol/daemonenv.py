@@ -16,6 +16,7 @@ PLAIN = frozenset(
         "LOGNAME",
         "SHELL",
         "TZ",
+        "TERM",
         "LANG",
         "LANGUAGE",
         "TMPDIR",
