@@ -8,18 +8,56 @@ through `visible`, and `warnings` says loudly when a command holds anything that
 
 from __future__ import annotations
 
-import re
+import functools
 import unicodedata
 
 LINE_MARK = "⏎"
 
-# C0 (newline handled apart), DEL, C1, and the Unicode format/separator characters that reorder or hide
-# text: bidi embeddings/overrides/isolates, zero-width joiners, BOM, line/paragraph separators, soft hyphen.
-_HIDDEN = re.compile(
-    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u2028-\u202e"
-    "\u2060-\u2069\u206a-\u206f\u3164\ufe00-\ufe0f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f\ud800-\udfff]"
+# What draws as itself, an allow-list: printable ASCII, and beyond it only characters of these blocks
+# (common scripts, punctuation, symbols, CJK, emoji) whose category says they take a glyph of their own.
+# Everything else is escaped, whatever Unicode adds next: combining and variation marks (U+034F, U+180B,
+# U+E0100), format and default-ignorable characters, every space but ' ', fillers that draw as a blank
+# (U+3164, U+FFA0, braille blank U+2800 sits outside every range below), right-to-left letters (they
+# reorder what surrounds them), controls.
+_DRAWN_BLOCKS = (
+    (0x00A1, 0x024F),  # Latin-1 Supplement, Latin Extended-A/B
+    (0x0370, 0x052F),  # Greek, Cyrillic
+    (0x1E00, 0x1FFF),  # Latin Extended Additional, Greek Extended
+    (0x2010, 0x205E),  # dashes, quotes, bullets, ellipsis
+    (0x20A0, 0x20C0),  # currency
+    (0x2100, 0x27BF),  # letterlike, number forms, arrows, maths, technical, box drawing, shapes, dingbats
+    (0x27C0, 0x27FF),  # maths
+    (0x2900, 0x2BFF),  # arrows, maths, symbols (not braille 2800-28FF)
+    (0x3001, 0x30FF),  # CJK punctuation, hiragana, katakana (not the ideographic space U+3000)
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xAC00, 0xD7A3),  # Hangul syllables (not the jamo fillers)
+    (0xFF01, 0xFF60),  # fullwidth forms (not the halfwidth filler U+FFA0)
+    (0x1F300, 0x1FAFF),  # emoji and pictographs
 )
-_HIDDEN_CATEGORIES = ("Cc", "Cf", "Cs", "Zl", "Zp", "Co")
+_DRAWN_CATEGORIES = frozenset(
+    (
+        "Lu",
+        "Ll",
+        "Lt",
+        "Lm",
+        "Lo",
+        "Nd",
+        "Nl",
+        "No",
+        "Pc",
+        "Pd",
+        "Ps",
+        "Pe",
+        "Pi",
+        "Pf",
+        "Po",
+        "Sm",
+        "Sc",
+        "Sk",
+        "So",
+    )
+)
 _NAMED = {"\t": "\\t", "\r": "\\r", "\x1b": "\\x1b", "\x00": "\\0"}
 
 
@@ -30,10 +68,17 @@ def _escape(ch: str) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
+@functools.lru_cache(maxsize=4096)
 def _hidden(ch: str) -> bool:
-    """Also every space but ' ': `rm\\xa0-rf` looks like two words and is one."""
-    category = unicodedata.category(ch)
-    return bool(_HIDDEN.match(ch)) or category in _HIDDEN_CATEGORIES or (category == "Zs" and ch != " ")
+    """Whether `ch` may not draw as itself: anything outside the allow-list above."""
+    if " " <= ch <= "~":
+        return False
+    code = ord(ch)
+    return not (
+        any(low <= code <= high for low, high in _DRAWN_BLOCKS)
+        and unicodedata.category(ch) in _DRAWN_CATEGORIES
+        and unicodedata.bidirectional(ch) not in ("R", "AL", "AN", "RLE", "RLO", "RLI", "NSM")
+    )
 
 
 ONE_LINE = f" {LINE_MARK} "
@@ -50,9 +95,9 @@ def visible(text: object, *, newline: str = ONE_LINE, tabs: bool = False) -> str
     s = str(text)
     if s.isascii() and s.isprintable():
         return s
-    s = _HIDDEN.sub(lambda m: m.group() if tabs and m.group() == "\t" else _escape(m.group()), s)
-    if not s.replace("\n", "").isprintable():  # categories the table above misses (newer Unicode)
-        s = "".join(_escape(ch) if ch not in "\n\t" and _hidden(ch) else ch for ch in s)
+    bad = {ch for ch in set(s) if _hidden(ch)} - ({"\n", "\t"} if tabs else {"\n"})
+    if bad:
+        s = "".join(_escape(ch) if ch in bad else ch for ch in s)
     return s.replace("\n", newline)
 
 
@@ -62,8 +107,15 @@ def warnings(command: str) -> list[str]:
     if "\x1b" in command:
         found.append("holds terminal escape sequences (shown as \\x1b): a terminal would draw something else")
     others = {ch for ch in command if ch not in "\n\x1b" and _hidden(ch)}
-    if any(unicodedata.category(ch)[0] in "CZ" and unicodedata.category(ch) != "Cc" for ch in others):
-        found.append("holds invisible, bidi-reordering or look-alike space characters (shown as \\uXXXX)")
+    if any(unicodedata.category(ch) != "Cc" for ch in others):
+        found.append(
+            "holds characters that may not draw as themselves (invisible, combining, bidi-reordering, blank"
+            " or look-alike space; shown as \\uXXXX)"
+        )
+    if any(not ch.isascii() and not _hidden(ch) for ch in command):
+        found.append(
+            "holds non-ASCII letters or symbols: a look-alike (Cyrillic а for Latin a) names another file"
+        )
     if any(unicodedata.category(ch) == "Cc" for ch in others):
         found.append("holds control characters (shown as \\xNN)")
     breaks = command.count("\n")

@@ -149,12 +149,15 @@ class DecisionLog:
     def record_run(self, approval_id: str, run: dict[str, Any]) -> None:
         self._append(run_line(approval_id, run))
 
-    def record_session_end(self, session: dict[str, Any]) -> None:
-        """A session ended: its final status, code and time (only sessions an approval led to matter)."""
+    def record_session_end(self, session: dict[str, Any], approval_id: str | None = None) -> None:
+        """A session ended: its final status, code and time (only sessions an approval led to matter), under
+        the approval that led to it: a session id names no owner and is reused once dropped, so an end
+        filed by id alone rewrote another agent's approved run (fresh round 10 b)."""
         self._append(
             {
                 "kind": "session",
                 "v": VERSION,
+                "approvalId": approval_id,
                 "sessionId": session.get("sessionId"),
                 "status": session.get("status"),
                 "exitCode": session.get("exitCode"),
@@ -341,14 +344,16 @@ class DecisionLog:
             elif kind == "run" and isinstance(entry.get("run"), dict):
                 runs[str(entry.get("id"))] = entry["run"]
             elif kind == "session" and entry.get("sessionId"):
-                ends[str(entry["sessionId"])] = entry
+                # (its approval, its id): an older line without the approval is matched by id alone
+                ends[f"{entry.get('approvalId') or ''}\0{entry['sessionId']}"] = entry
         rows = []
         for approval_id, data in decisions.items():
             if agent_id is not None and data.get("agentId") != agent_id:
                 continue
             merged = dict(data)
             run = dict(runs.get(approval_id) or merged.get("run") or {})
-            end = ends.get(str(run.get("sessionId") or ""))
+            sid = str(run.get("sessionId") or "")
+            end = ends.get(f"{approval_id}\0{sid}") or ends.get(f"\0{sid}")
             if end is not None:
                 run.update(status=end.get("status"), exitCode=end.get("exitCode"), endedAt=end.get("endedAt"))
             merged["run"] = run or None
@@ -383,15 +388,21 @@ class DecisionLog:
                 found[str(approval_id)] = str(entry.get("status"))
         return found
 
-    def linked_sessions(self) -> set[str]:
-        """Session ids an approval led to (so their ends are worth writing down)."""
-        out = set()
+    def linked_sessions(self) -> dict[str, str]:
+        """Session id -> the approval that led to it, for sessions whose end is not written yet (so their
+        ends are worth writing down, under that approval); an ended one's id is free for another run."""
+        out: dict[str, str] = {}
+        ended: set[tuple[str, str]] = set()  # (approval, session): its end may be written before its start
         for entry in self.lines():
             if entry.get("kind") == "run" and isinstance(entry.get("run"), dict):
                 sid = entry["run"].get("sessionId")
-                if sid:
-                    out.add(str(sid))
-        return out
+                if sid and entry["run"].get("status") == "starting":  # a final line may follow the end
+                    out[str(sid)] = str(entry.get("id"))
+            elif entry.get("kind") == "session" and entry.get("sessionId"):
+                sid = str(entry["sessionId"])
+                ended.add((str(entry.get("approvalId") or out.get(sid) or ""), sid))
+                out.pop(sid, None)
+        return {sid: aid for sid, aid in out.items() if (aid, sid) not in ended}
 
 
 def _encode(entry: dict[str, Any]) -> bytes:

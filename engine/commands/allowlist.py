@@ -231,6 +231,7 @@ class _Context:
     profiles: Mapping[str, SafeBinProfile]
     trusted: frozenset[str]
     protected: str  # the resolved state dir: no operand may point into it
+    own: str = ""  # inside it, the run's own (the agent's private copies: hostprivate), reached as its view's
     cwd_real: str = ""  # the cwd resolved, as protected_operand resolves it
     cwd_protected: bool = False  # the cwd itself is inside the state dir
     cwd_process: bool = False  # the cwd itself is a path through /proc or /dev/fd (protected.process_word)
@@ -249,6 +250,7 @@ def evaluate_allowlist(
     safe_bins: Collection[str] = DEFAULT_SAFE_BINS,
     safe_bin_profiles: Mapping[str, SafeBinProfile] | None = None,
     trusted_dirs: Sequence[str] = DEFAULT_TRUSTED_DIRS,
+    own: str = "",
 ) -> AllowlistResult:
     """Satisfied only when the analysis is ok and every segment (nested `sh -c` ones too) is satisfied.
 
@@ -260,7 +262,9 @@ def evaluate_allowlist(
         if safe_bin_profiles:
             profiles = {**DEFAULT_SAFE_BIN_PROFILES, **safe_bin_profiles}
             generation = WATCH.current()
-            context = _new_context(entries, cwd, path_var, safe_bins, profiles, trusted_dirs, generation)[0]
+            context = _new_context(
+                entries, cwd, path_var, safe_bins, profiles, trusted_dirs, generation, own
+            )[0]
             return _evaluate(analysis, context)
         key = (
             entries if type(entries) is tuple else tuple(entries),
@@ -270,6 +274,7 @@ def evaluate_allowlist(
             trusted_dirs if type(trusted_dirs) is tuple else tuple(trusted_dirs),
             *_state_env(),  # everything home_dir() and protected_root() read besides the passwd file
             os.getuid(),
+            own,
         )
         last = _LAST[0]
         # The last key first: comparing it costs less than hashing a new one (the entries are dataclasses
@@ -283,7 +288,7 @@ def evaluate_allowlist(
         generation = WATCH.current()
         passwd_watched = WATCH.watch_file(statefs.PASSWD_FILE)
         context, watched = _new_context(
-            entries, cwd, path_var, safe_bins, DEFAULT_SAFE_BIN_PROFILES, trusted_dirs, generation
+            entries, cwd, path_var, safe_bins, DEFAULT_SAFE_BIN_PROFILES, trusted_dirs, generation, own
         )
         # home_dir(): OPENCLAW_HOME made absolute, else the passwd file's
         home_env = os.environ.get("OPENCLAW_HOME", "").strip()
@@ -336,6 +341,7 @@ def _new_context(
     profiles: Mapping[str, SafeBinProfile],
     trusted_dirs: Sequence[str],
     generation: int,
+    own: str = "",
 ) -> tuple[_Context, bool]:
     """The context, and whether every path in it came from the watched path cache."""
     home = home_dir()
@@ -352,8 +358,9 @@ def _new_context(
         profiles=profiles,
         trusted=_real_dirs(trusted),
         protected=protected,
+        own=own,
         cwd_real=cwd_real,
-        cwd_protected=cwd_real == protected or cwd_real.startswith(protected.rstrip("/") + "/"),
+        cwd_protected=_within(cwd_real, protected) and not (own and _within(cwd_real, own)),
         cwd_process=through_process(cwd),
         generation=generation,
     )
@@ -458,7 +465,7 @@ def _match_segment(segment: Segment, context: _Context, piped: bool = False) -> 
         touched = (
             context.cwd
             if context.cwd_protected
-            else protected_word(argv, context.cwd_real, context.protected)
+            else protected_word(argv, context.cwd_real, context.protected, context.own)
         )
     if touched is not None:
         return _miss(
@@ -587,3 +594,7 @@ def profile_from_config(name: str, raw: Mapping[str, object]) -> SafeBinProfile:
         return SafeBinProfile.from_config(raw)
     except ValueError as exc:
         raise InvalidInput(f"safeBinProfiles.{name}: {exc}") from None
+
+
+def _within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")

@@ -10,7 +10,16 @@ from engine.commands.analysis import CommandAnalysis
 from engine.commands.boundfiles import ContentItem
 from engine.commands.digests import SHEBANG_MAX, WRITABLE_MAX_BYTES, ContentError, open_regular, read_all
 from engine.commands.filetrust import system_owned
-from engine.commands.interpoptions import FILE, INLINE, MODULE, STDIN, UNKNOWN, loaded_values, program_source
+from engine.commands.interpoptions import (
+    FILE,
+    INLINE,
+    MODULE,
+    STDIN,
+    UNKNOWN,
+    loaded_values,
+    perl_line_switches,
+    program_source,
+)
 from engine.commands.interpreters import name_of
 from engine.commands.scriptfiles import (
     FAMILY_OF,
@@ -162,20 +171,57 @@ def _perl_hands_off(items: Sequence[ContentItem], item: ContentItem) -> list[str
     """perlrun: a script whose `#!` line names neither `perl` nor `indir` is handed to the program that line
     names (`#!./helper` runs ./helper), which nothing binds. Read from the bound bytes: a script swapped
     since they were hashed is refused."""
-    exe = next(
-        (i for i in items if i.role == "executable" and i.where == item.where and i.argv_index == 0), None
-    )
-    if exe is None or name_of(exe.real) != "perl":
+    if not _run_by_perl(items, item):
         return []
     data = _bound_bytes(item)
     if data is None:
         return [f"{item.path} changed while it was decided on"]
+    why = []
+    for switches in perl_line_switches(data):
+        # perlrun: switches on a `#!…perl` line (the first, or the one `-x` finds) act as the argv's do.
+        source = program_source(("perl", *switches, item.path))
+        if source is None or source.more or source.kind != FILE:
+            shown = " ".join(switches)
+            why.append(f"perl {item.path}: its #! line's {shown} reads code besides the bound program")
+    return why + _perl_handoff(data, item)
+
+
+def _perl_handoff(data: bytes, item: ContentItem) -> list[str]:
     if not data.startswith(b"#!"):
         return []
     line = data[:SHEBANG_MAX].split(b"\n", 1)[0]
     if b"perl" in line or b"indir" in line:
         return []
-    return [f"perl {item.path}: its #! line names no perl, so perl runs that interpreter instead"]
+    return [
+        f"perl {item.path}: its #! line names no perl, so perl runs that program instead, which is not bound"
+    ]
+
+
+def handed_off(items: Sequence[ContentItem]) -> str:
+    """Why the run must be refused, even once: code the kernel or perl starts by a path at the spawn, from
+    no copy a digest holds (an agent-writable ELF loader, the program a perl script's `#!` names)."""
+    for item in items:
+        if item.sha256 is None:
+            continue
+        if item.role in ("executable", "interpreter") and item.kind == "elf" and item.writable:
+            why = _loader_unproven(item)
+            if why:
+                return why[0]
+        if item.role == "script" and _run_by_perl(items, item):
+            data = _bound_bytes(item)
+            if data is None:
+                return f"{item.path} changed while it was decided on"
+            why = _perl_handoff(data, item)
+            if why:
+                return why[0]
+    return ""
+
+
+def _run_by_perl(items: Sequence[ContentItem], item: ContentItem) -> bool:
+    exe = next(
+        (i for i in items if i.role == "executable" and i.where == item.where and i.argv_index == 0), None
+    )
+    return exe is not None and name_of(exe.real) == "perl"
 
 
 def _bound_bytes(item: ContentItem) -> bytes | None:

@@ -68,6 +68,8 @@ class ContentBinding:
     # `cd` it cannot follow, a word a shell expands) would run whatever those names reach then. Not empty:
     # why the run is refused at the spawn (verified.verify), whatever the operator decided.
     refuse: str = ""
+    # Env the run must start with, read at the decision (a pyenv shim's PYENV_VERSION: pyenvpin).
+    env: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> list[dict[str, Any]]:
         return [item.to_json() for item in self.items]

@@ -9,12 +9,14 @@ from typing import Any
 
 from engine.commands.allowlist import AllowlistResult, SegmentMatch, pin_path
 from engine.commands.analysis import CommandAnalysis, Segment
-from engine.commands.bindproof import segment_unproven, unproven_sources
+from engine.commands.bindproof import handed_off, segment_unproven, unproven_sources
 from engine.commands.boundfiles import ContentBinding, ContentItem
+from engine.commands.builtcmd import built_command
 from engine.commands.digests import UNREADABLE, ContentError, digest_path
 from engine.commands.filetrust import links_fixed, system_owned
 from engine.commands.interpoptions import (
     FILE,
+    INLINE,
     MODULE,
     STDIN,
     UNKNOWN,
@@ -25,8 +27,11 @@ from engine.commands.interpoptions import (
 )
 from engine.commands.interpreters import name_of
 from engine.commands.protected import process_word
+from engine.commands.pyenvpin import PyenvError, pyenv_version
 from engine.commands.scriptfiles import SHELL_BUILTINS, file_kind, parse_shebang, reader_of, script_operand
+from engine.commands.stdinprogram import stdin_program_refusal
 from engine.commands.textnames import (
+    FILE_WORDS_MAX,
     all_words,
     cd_dirs,
     file_words,
@@ -47,8 +52,11 @@ def bind(
     *,
     resolve_program: Callable[[str, str, str], str | None] | None = None,
     command: str | None = None,
+    in_view: Callable[[str], str | None] | None = None,
 ) -> ContentBinding:
-    """Digest every executable (pinned binaries, wrappers, `#!` interpreters) and every script operand."""
+    """Digest every executable (pinned binaries, wrappers, `#!` interpreters) and every script operand.
+    `in_view`: a word's host path as the run's view resolves it (engine.commands.viewpaths), when that
+    can be another file than the host's (the agent's own copy of /tmp): the script bound is the run's."""
     items: list[ContentItem] = []
     problems: list[str] = []
     path_var = env.get("PATH", DEFAULT_PATH)
@@ -139,6 +147,14 @@ def bind(
             word = segment.argv[operand]
             named = os.path.join(cwd, word)
             real = os.path.realpath(named)
+            shown = os.path.abspath(named)
+            seen = in_view(word) if in_view is not None else real
+            if seen is None:
+                problems.append(f"{shown}: a loop of links in the run's view")
+                add(ContentItem("script", shown, real, UNREADABLE, 0, True, here, operand))
+                continue
+            if seen != real:  # the run's file is the agent's own copy: that one is bound, and shown
+                named = real = seen
             if linked is None and resolves_through_proc(os.path.abspath(named)):
                 linked = word  # a link into /proc: resolved here, it names the gateway's file
             # After `--` (or a shell's lone `-`, which ends its options too) no option may follow: `-c`
@@ -146,18 +162,18 @@ def bind(
             after_dashdash = segment.argv[operand - 1] in ("--", "-")
             reader = "" if after_dashdash else (reader_of(segment.argv[0]) or reader_of(program))
             if not os.path.lexists(named):
-                add(ContentItem("script", os.path.abspath(named), real, None, 0, True, here, operand))
+                add(ContentItem("script", shown, real, None, 0, True, here, operand))
             elif os.path.isdir(named):
                 continue  # the interpreter runs a file it finds inside (`python3 app`): unproven, allow-once
             else:  # a FIFO or a device is not bound: refused below, never left unbound
                 # Run through a link, the script is named by what it was bound at: "$0" (and __file__) is
                 # then the file the run's view pins, not a name the agent can re-point after the spawn.
-                if os.path.abspath(named) != real:
+                if shown != real:
                     word = real
                 skip = reader == "python" and python_skips_first_line(segment.argv[1:operand])
                 file_item(
                     "script",
-                    os.path.abspath(named),
+                    shown,
                     real,
                     here,
                     operand,
@@ -178,19 +194,25 @@ def bind(
         if source is None:
             continue
         for value in loaded_values(segment.argv):
-            # `node -r ./hook.js app.js`: the preload runs before the program, so it is bound like it. A
-            # bare name (`-r dotenv/config`) is searched for (node_modules up the tree): nothing to bind.
+            # `node -r ./hook.js app.js`: the preload runs before the program, so it is bound like it. Only
+            # a `./`, `../` or absolute value names a file: any other (`-r h.js`, `-r dotenv/config`) is a
+            # search of node_modules up the tree (ruby: $LOAD_PATH), never ./h.js: nothing to bind.
             named = os.path.abspath(os.path.join(cwd, value))
-            if os.path.isfile(named):
+            if not value.startswith(("/", "./", "../")):
+                if not searched:
+                    searched = True
+                    notes.append(
+                        f"Warning: {name_of(segment.argv[0])} preloads {value!r}, found by a search "
+                        "(node_modules up the tree, a load path): it cannot be bound, so allow-always is not "
+                        "offered."
+                    )
+            elif os.path.isfile(named):
                 file_item("loaded", named, os.path.realpath(named), (), -1)
-            elif value.startswith(("/", "./", "../")):
+            else:
                 add(ContentItem("loaded", named, os.path.realpath(named), None, 0, True, (), -1))
-            elif family(segment.argv[0]) in ("node", "nodejs") and not searched:
-                searched = True
-                notes.append(
-                    f"Warning: node preloads {value!r}, found by a search of node_modules up the tree: it "
-                    "cannot be bound, so allow-always is not offered."
-                )
+        if source.kind == INLINE and len(segment.argv) > source.index + 1:
+            # `python3 -c 'runpy.run_path(sys.argv[1])' s.py`: inline code may run any file its argv names.
+            whole = True
         if source.kind in (STDIN, MODULE, UNKNOWN):
             whole = True  # `cat x.sh | sh`, `sh < x.sh`: the program is whatever those files hold
             unbound = unbound or source.kind != UNKNOWN
@@ -215,6 +237,13 @@ def bind(
         if not analysis.ok and not refuse:
             refuse = unpinned_word(command or "")
         words, absent = file_words(command if command is not None else "", analysis, dirs)
+        if len(words) + len(absent) > FILE_WORDS_MAX and not refuse:
+            refuse = (
+                f"it names {len(words) + len(absent)} files where each may be read as code, more than the "
+                f"{FILE_WORDS_MAX} exechost binds"
+            )
+            problems.append(f"the text names more than {FILE_WORDS_MAX} files: they are not all bound")
+            words, absent = words[:FILE_WORDS_MAX], absent[:FILE_WORDS_MAX]
         for word in words:
             real = os.path.realpath(os.path.join(cwd, word))
             file_item("file", os.path.abspath(os.path.join(cwd, word)), real, (), -1)
@@ -224,6 +253,18 @@ def bind(
         unbound = unbound and not words
         if not words and not analysis.ok and names_interpreter(command or ""):
             unbound = True
+    text = command or ""
+    if not refuse and ("env" in text or "xargs" in text or not text):
+        # `env -S"sh s.sh"`, `xargs -a list sh`: the command is built from a string or a file no word names.
+        argvs = [s.argv for s in plain_segments(analysis.segments)]
+        refuse = built_command([*argvs, all_words(text)] if text else argvs)
+        if refuse:
+            problems.append(refuse)
+    if not refuse:
+        # `git show HEAD:s.sh | sh`, `cat s.s? | sh`: a program on a shell's stdin that no literal name holds.
+        refuse = stdin_program_refusal(text)
+        if refuse:
+            problems.append(refuse)
     if any(item.sha256 == UNREADABLE for item in items):
         # Not a regular file (a FIFO hands each run whatever is written into it) or unreadable: no digest
         # holds it, so nothing can be saved; the run itself is refused at the spawn (verified._check).
@@ -251,6 +292,23 @@ def bind(
             "Warning: an interpreter is given an option exechost does not model: what that option loads "
             "cannot be bound, so allow-always is not offered."
         )
+    if not refuse:
+        # `perl x.pl` whose #! names ./evil, an ELF whose loader the agent writes: started by a path, not
+        # from a copy, so even allow-once could not run what was approved.
+        refuse = handed_off(items)
+        if refuse:
+            problems.append(refuse)
+    pins: dict[str, str] = {}
+    for item in items:
+        if item.role == "executable" and os.path.basename(os.path.dirname(item.real)) == "shims":
+            try:
+                version = pyenv_version(item.real, cwd, env)
+            except PyenvError as exc:
+                refuse = refuse or str(exc)
+                problems.append(str(exc))
+                continue
+            if version is not None:
+                pins["PYENV_VERSION"] = version
     why = unproven_sources(analysis, tuple(items), cwd, command or "")
     why += [f"{p}" for p in problems]
     if unbound or searched or opaque:
@@ -270,6 +328,7 @@ def bind(
         proven=not why,
         unproven=tuple(dict.fromkeys(why)),
         refuse=refuse,
+        env=tuple(pins.items()),
     )
 
 

@@ -8,7 +8,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from engine.commands.interpreters import is_interpreter, runs_others
+from engine.commands.argvsafe import takes_no_code
+from engine.commands.interpreters import is_interpreter
 from engine.commands.regular import Unreadable, read_regular
 
 if TYPE_CHECKING:
@@ -84,8 +85,10 @@ def has_durable_approval(command: str, entries: Sequence[AllowlistEntry], bindin
 
 
 def _runs_others(segment: Segment, match: SegmentMatch) -> bool:
+    """Whether the program may take code from its argv: any one not known to take none (argvsafe), by
+    its name as typed or any path it resolves to (`ls` → a busybox is not ls)."""
     names_ = (segment.argv[0], match.named_path or "", match.resolved_path or "")
-    return any(runs_others(n) for n in names_ if n)
+    return not all(takes_no_code(n) for n in names_ if n)
 
 
 def _persistable(path: str | None) -> bool:
@@ -113,8 +116,9 @@ def _collect(analysis: CommandAnalysis, result: AllowlistResult, out: list[str])
 def allow_always_patterns(
     command: str, analysis: CommandAnalysis, result: AllowlistResult, binding: str = ""
 ) -> list[str]:
-    """Patterns "allow always" persists: inner executables' named paths, unless one of them can run other
-    programs (git, find, vim, …) or the command is not a plain chain: then the exact command's hash."""
+    """Patterns "allow always" persists: inner executables' named paths when every one is known to take
+    no code from its argv (argvsafe: ls, cat, …) and the command is a plain chain; else the exact
+    command's hash."""
     paths: list[str] = []
     complete = _collect(analysis, result, paths) if analysis.ok else False
     if complete and paths:

@@ -3,9 +3,11 @@
    keep                       the keeper's program, run by bwrap inside the prepared view: prints its pid,
                               then holds the namespaces until its stdin closes (the gateway that made it is
                               gone, or made a new one).
+   seal MNT USER              make the kept mount namespace (fd MNT; USER as for enter) private, once,
+                              when the keeper is made: no mount the host makes later arrives in it.
    enter MNT USER CWD PTY -- ARGV
                               run ARGV in the kept mount namespace, open at fd MNT (the kept user namespace
-                              at fd USER first, unless "-"), in a mount and PID namespace of its own with
+                              at fd USER first, unless "-"), in a mount, PID and IPC namespace of its own with
                               its own /proc and its own /dev/pts: the gateway's and the session hosts'
                               /proc/<pid>/root, cwd and fd are not there to follow, nor any terminal but its
                               own. By fd, not by the keeper's pid: a pid can be reused, and a run prepared
@@ -40,7 +42,8 @@
    the command left behind runs, so `nohup server &` outlives the command as it did without the view),
    and the command as pid 2 (a pid 1 would ignore ^C). This process and pid 1 ignore the
    terminal's INT/QUIT/TSTP so they reach the command and leave its parents waiting; the command gets them
-   back at their defaults, no_new_privs set, in a landlock domain scoped from abstract sockets (ABI >= 6).
+   back at their defaults, no_new_privs set, in a landlock domain scoped from abstract sockets (ABI >= 6),
+   in a session keyring of its own (empty: the gateway's may hold the operator's login credentials).
    The command's exit is told as it was: its code as the code, its signal by dying of that signal (never
    128+n, which a command can exit with itself). */
 #define _GNU_SOURCE
@@ -116,10 +119,13 @@ static void hand_over(int sock, int master) {
     }
 }
 
-/* This mount namespace's /dev/pts a devpts of its own (mounts made here stay here), and, with PTY, the
-   run's terminal made in it: its slave this process's controlling terminal and stdio. */
+/* This mount namespace private (mounts made here stay here, and none made on the host later arrives: a
+   mount propagated in keeps its own flags, so the operator's later mount under the read-only home was
+   writable in a running view; fresh round 10 a), its /dev/pts a devpts of its own, and, with PTY, the
+   run's terminal made in it: its slave this process's controlling terminal and stdio. Before a run's own
+   bwrap too: the view bwrap builds from this namespace's mounts is private with them. */
 static void own_pts(const char *pty) {
-    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) die("mount --make-rslave /");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("mount --make-rprivate /");
     if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620") < 0)
         die("mount /dev/pts");
     int sock = optional_fd(pty);
@@ -202,6 +208,16 @@ static void scope_abstract_sockets(void) {
     close(ruleset);
 }
 
+/* A fresh anonymous session keyring (keyctl JOIN_SESSION_KEYRING, no name): the gateway's, inherited across
+   fork, exec and every namespace, may be the operator's login session's, holding a Kerberos ticket (KEYRING:
+   ccache), an eCryptfs or AFS key (fresh round 10 a). The new one holds nothing and links nothing: the
+   command cannot reach the old one by KEY_SPEC_SESSION_KEYRING; the user keyring (@u) stays the account's,
+   as the account's files are. */
+#define KEYCTL_JOIN_SESSION_KEYRING 1
+static void own_session_keyring(void) {
+    if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS) die("keyctl join");
+}
+
 /* The command's last step: its cwd is the decided directory (`want`, NULL: no check), the terminal's
    signals are its own again; then ARGV. */
 static void run_checked(const struct stat *want, char **command) {
@@ -212,6 +228,7 @@ static void run_checked(const struct stat *want, char **command) {
             _exit(FAIL);
         }
     }
+    own_session_keyring();
     scope_abstract_sockets();
     terminal_signals(SIG_DFL);
     sigset_t none;
@@ -325,7 +342,8 @@ static int enter(char **argv) {
     close(mntfd);
     int entered_user = userfd >= 0;
     if (entered_user) close(userfd);
-    if (unshare(CLONE_NEWNS | CLONE_NEWPID) < 0) die("unshare");
+    /* and an IPC namespace of its own: SysV segments, semaphores and queues are in no directory (round 10 a) */
+    if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) < 0) die("unshare");
     own_pts(pty); /* here, not in pid 1: this process is the session leader a terminal needs */
     terminal_signals(SIG_IGN);
     int told[2];
@@ -343,7 +361,7 @@ static int enter(char **argv) {
             if (errno != EINTR) die("waitpid");
         report(n == (ssize_t)sizeof outcome ? outcome[0] : status);
     }
-    /* pid 1: /proc of this namespace (a slave view since own_pts: mounts made here stay here). */
+    /* pid 1: /proc of this namespace (private since own_pts: mounts made here stay here). */
     close(told[0]);
     unsigned long proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
     if (mount("proc", "/proc", "proc", proc_flags, NULL) < 0) die("mount /proc");
@@ -397,6 +415,19 @@ static int enter(char **argv) {
     }
 }
 
+/* seal MNT USER: the kept mount namespace (at fd MNT, its user namespace at fd USER first unless "-")
+   made private, once, when the keeper is made: bwrap leaves it a slave of the host's, and a mount the host
+   made later (a vault under the home) would arrive there, with its own flags, before a run's own copy of
+   it is made private (own_pts). */
+static int seal(char **argv) {
+    int userfd = strcmp(argv[1], "-") ? ns_fd(argv[1]) : -1;
+    int mntfd = ns_fd(argv[0]);
+    if (userfd >= 0 && setns(userfd, CLONE_NEWUSER) < 0) die("setns(user)");
+    if (setns(mntfd, CLONE_NEWNS) < 0) die("setns(mnt)");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("mount --make-rprivate /");
+    return 0;
+}
+
 static int join_then(char **argv) {
     int fd = open(argv[0], O_WRONLY | O_CLOEXEC);
     if (fd < 0 || write(fd, "0", 1) != 1) {
@@ -411,6 +442,7 @@ static int join_then(char **argv) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "keep")) return keep();
+    if (argc == 4 && !strcmp(argv[1], "seal")) return seal(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "join") && !strcmp(argv[3], "--")) return join_then(argv + 2);
     if (argc >= 8 && !strcmp(argv[1], "enter") && !strcmp(argv[6], "--")) return enter(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "own-pts") && !strcmp(argv[3], "--")) return own_pts_then(argv + 2);
@@ -419,7 +451,7 @@ int main(int argc, char **argv) {
         struct stat want;
         run_checked(decided(optional_fd(argv[2]), &want) ? &want : NULL, argv + 4);
     }
-    fprintf(stderr, "usage: exechost-hostenter keep | enter MNT-FD USER-FD|- CWD-FD|- PTY-FD|- -- COMMAND... | "
+    fprintf(stderr, "usage: exechost-hostenter keep | seal MNT-FD USER-FD|- | enter MNT-FD USER-FD|- CWD-FD|- PTY-FD|- -- COMMAND... | "
                     "own-pts PTY-FD|- -- COMMAND... | check-cwd CWD-FD|- -- COMMAND... | "
                     "status FD|- -- COMMAND... | join TASKS -- COMMAND...\n");
     return 2;

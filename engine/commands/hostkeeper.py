@@ -199,10 +199,22 @@ def _start(key: tuple[object, ...], bwrap: str, helper: str, ops: list[str]) -> 
     finally:
         popen.stdout.close()
     mnt, user = fds
+    keeper = Keeper(key, popen, pid, mnt, user)
     if os.fstat(user).st_ino == os.stat("/proc/self/ns/user").st_ino:
         os.close(user)
-        return Keeper(key, popen, pid, mnt, None)
-    return Keeper(key, popen, pid, mnt, user)
+        keeper.user = None
+    # The kept namespace private before any run enters it: bwrap left it a slave of the host's, and a
+    # mount made on the host later arrived in every running view with its own flags (fresh round 10 a).
+    # Refused (a helper too old to know `seal`): no keeper, every run takes a bwrap of its own.
+    user_word = "-" if keeper.user is None else str(keeper.user)
+    passed = (mnt,) if keeper.user is None else (mnt, keeper.user)
+    sealed = subprocess.run(
+        [helper, "seal", str(mnt), user_word], pass_fds=passed, cwd="/", capture_output=True, check=False
+    )
+    if sealed.returncode != 0:
+        keeper.stop()
+        return None
+    return keeper
 
 
 def stop(state: str | None = None) -> None:

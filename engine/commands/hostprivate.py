@@ -124,12 +124,41 @@ def view_of(binds_: Iterable[tuple[str, str]], path: str) -> str | None:
 
 
 def ops(binds_: Iterable[tuple[str, str]], home: str) -> tuple[list[str], list[str]]:
-    """The binds as bwrap operations: (first, last). A private dir outside the home goes first, so what
-    the view shows under it (a home, a hostWritable dir, the state dir's cover) is bound on top; one in
-    the home goes last (the home is bound read-only over it otherwise)."""
+    """The binds as bwrap operations: (first, last). A private dir outside the home, or the home itself or
+    one holding it, goes first, so what the view shows under it (the home read-only, a hostWritable dir,
+    the state dir's cover) is bound on top (fresh round 10 c: HOME=/tmp/svc bound last made the home, its
+    ~/.gitconfig, the agent's); one inside the home goes last (the home is bound read-only over it
+    otherwise), with `protect`'s binds after it."""
     first: list[str] = []
     last: list[str] = []
     for source, dest in binds_:
-        inside = dest == home or dest.startswith(home.rstrip(os.sep) + os.sep)
+        inside = dest != home and _within(dest, home)
         (last if inside else first).extend(["--bind", source, dest])
     return first, last
+
+
+def protect(
+    binds_: Iterable[tuple[str, str]], home: str, files: Iterable[str], dirs: Iterable[str], empty: str
+) -> list[str]:
+    """What a private dir holds that the decision trusts as the operator's (a trusted config file, a
+    trusted or PATH dir): bound read-only over the agent's copy, after every private dir, so the view has
+    the host's (an empty file, an empty read-only dir where the host has none): never the agent's. In
+    the home under a private dir bound first, the home's read-only bind has done it."""
+    dests = [dest for _source, dest in binds_]
+    out: list[str] = []
+    for path, is_dir in [*((f, False) for f in files), *((d, True) for d in dirs)]:
+        path = os.path.abspath(path)
+        holder = max((d for d in dests if _within(path, d)), key=len, default=None)
+        if holder is None or (_within(path, home) and not (holder != home and _within(holder, home))):
+            continue
+        if os.path.exists(path):
+            out += ["--ro-bind", os.path.realpath(path), path]
+        elif is_dir:
+            out += ["--tmpfs", path, "--remount-ro", path]
+        else:
+            out += ["--ro-bind", empty, path]
+    return out
+
+
+def _within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)

@@ -39,7 +39,15 @@ import tempfile
 from dataclasses import dataclass, replace
 
 from engine import sysbin
-from engine.commands import bindsource, dirshadow, hostkeeper, hostprivate, importroots
+from engine.commands import (
+    bindsource,
+    configprograms,
+    dirshadow,
+    homesockets,
+    hostkeeper,
+    hostprivate,
+    importroots,
+)
 
 ENV = "/usr/bin/env"
 CGROUPS = "/sys/fs/cgroup"  # read-only in every view (view_args)
@@ -47,8 +55,10 @@ CGROUPS = "/sys/fs/cgroup"  # read-only in every view (view_args)
 _TERMINAL = "INT,QUIT,TSTP"
 IGNORE = f"--ignore-signal={_TERMINAL}"
 RESTORE = f"--default-signal={_TERMINAL}"
-# Every run's own PID namespace and /proc (the kept view's runs get theirs from exechost-hostenter).
-PID_OPS = ("--unshare-pid", "--proc", "/proc")
+# Every run's own PID namespace and /proc, and its own IPC namespace: SysV shared memory, semaphores and
+# message queues are in no directory a view can cover, and one agent's segment was every run's to attach
+# (fresh round 10 a). The kept view's runs get theirs from exechost-hostenter.
+PID_OPS = ("--unshare-pid", "--unshare-ipc", "--proc", "/proc")
 # A wrapped run with no status pipe whose command died of one of these is reported as that signal (bwrap
 # says 128+n); with one, the command's own status is read (engine.sessions.host_io, the same words).
 _REPORTED = (signal.SIGINT, signal.SIGQUIT)
@@ -446,6 +456,23 @@ def git_includes(
     return found
 
 
+def config_programs(environ: dict[str, str] | None = None, includes: list[str] | None = None) -> list[str]:
+    """The programs the operator's git, ssh, npm and cargo configs run (engine.commands.configprograms),
+    outside the home (the home is read-only whole): kept read-only as the configs are (fresh round 10 a)."""
+    home = home_dir(environ)
+    includes = git_includes(environ) if includes is None else includes
+    cargo = [os.path.join(home, ".cargo", name) for name in ("config.toml", "config")]
+    found = configprograms.programs(
+        [*git_configs(environ), *includes], ssh_files(home), home, [os.path.join(home, ".npmrc")], cargo
+    )
+    return [p for p in found if not _inside(os.path.realpath(p), home)]
+
+
+def programs_known(environ: dict[str, str] | None = None) -> bool:
+    """Whether config_programs can answer without running git; only after includes_known (its walk)."""
+    return configprograms.git_known([*git_configs(environ), *git_includes(environ)])
+
+
 def walked_dirs(paths: list[str]) -> list[str]:
     """For a path with `..` in it (`team/sub/../inc`), each directory the kernel walks before a `..`
     (`team/sub`): realpath keeps the file where `..` lands lexically when the directory is missing, but
@@ -468,6 +495,7 @@ def trusted_files(
     outside: Outside = NOTHING_OUTSIDE,
     includes: list[str] | None = None,
     dirs: list[str] | None = None,
+    programs: list[str] | None = None,
 ) -> list[str]:
     """What the gateway or a program it trusts reads, by the names it reads them (present or not): the
     trusted configs, the git includes, the rc files, the trusted dirs, the state dir and what `outside`
@@ -475,7 +503,8 @@ def trusted_files(
     paths = [p for p, _always in trusted_configs(environ)]
     paths += walked_dirs(paths)  # an ssh Include with `..` (round 9 y)
     includes = git_includes(environ) if includes is None else includes
-    paths += [*includes, *walked_dirs(includes)]
+    programs = config_programs(environ, includes) if programs is None else programs
+    paths += [*includes, *walked_dirs(includes), *programs, *walked_dirs(programs)]
     home = home_dir(environ)
     paths += [os.path.join(home, name) for name in RC_FILES]
     paths += [
@@ -709,9 +738,10 @@ def view_args(
     roots = writable_roots(state, environ, outside)
     configs = trusted_configs(environ)
     includes = git_includes(environ, configs)
-    files = [*outside.files, *includes]
+    programs = config_programs(environ, includes)
+    files = [*outside.files, *includes, *programs]
     # the git includes' and the trusted configs' (an ssh `Include dir/sub/../x`: round 9 y)
-    walked = walked_dirs([*includes, *(p for p, _always in configs)])
+    walked = walked_dirs([*includes, *programs, *(p for p, _always in configs)])
     for d in [*outside.readonly, *walked]:
         if not _inside(os.path.realpath(d), home) and not _under(d, state):
             _made(d, directory=True)
@@ -722,6 +752,7 @@ def view_args(
         if not _inside(os.path.realpath(d), home) and not _under(d, state) and not os.path.lexists(d):
             _made(d, directory=True)
     _make_import_paths(home, state)
+    _make_path_dirs(home, state, environ)
     for path in files:
         if not _inside(os.path.realpath(path), home) and not _under(path, state):
             _made(path, directory=False)
@@ -738,7 +769,7 @@ def view_args(
             # root's runs can exchange for a link (its source is by fd: view_by_fd; its place is not)
             args += ["--bind", root, root]
     tdirs = trusted_dirs(environ)
-    hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes, tdirs), state, home)
+    hop_dirs = _hop_dirs(trusted_files(state, environ, outside, includes, tdirs, programs), state, home)
     hop_dirs += [d for d in _dangling_rc_dirs(home) if d not in hop_dirs]
     for d in [*tdirs, *outside.readonly, *hop_dirs, *walked]:
         if os.path.exists(d) and not _under(d, state) and not _inside(os.path.realpath(d), home):
@@ -782,8 +813,27 @@ def view_args(
     # leave its group, fill another agent's or lift the caps (fresh round 9 y). The kernel's mount, by name.
     if os.path.isdir(CGROUPS) and not os.path.islink(CGROUPS):
         args += ["--ro-bind", CGROUPS, CGROUPS]
+    # the operator's sockets in the home, none connectable (engine.commands.homesockets): after the
+    # shadows, whose subdirectories are bound from the host as they are; one directly in a shadowed dir is
+    # not there already
+    keep = [state, *roots, *outside.readonly, *outside.covered]
+    sockets = [
+        s
+        for s in homesockets.home_sockets(os.path.realpath(home), keep)
+        if os.path.dirname(s) not in shadowed
+    ]
+    socket_ops = homesockets.view_ops(os.path.realpath(_empty_file(state)), sockets)
     # last: a read-only bind of a directory above one (a trusted dir, a link's) would show it again
-    args += [*shadow, *hidden_ops, *private_last]
+    args += [*shadow, *hidden_ops, *socket_ops, *private_last]
+    # what the decision trusts is the host's, never the agent's private copy (fresh round 10 c)
+    path_dirs = [d for d in (environ or os.environ).get("PATH", "").split(":") if d.startswith(os.sep)]
+    args += hostprivate.protect(
+        outside.private,
+        home,
+        [*(p for p, _always in configs), *files],
+        [*tdirs, *outside.readonly, *hop_dirs, *walked, *path_dirs],
+        os.path.realpath(_empty_file(state)),
+    )
     if outside.chdir is not None:
         args += ["--chdir", outside.chdir]
     bound += [*tdirs, *outside.readonly, *outside.hidden, *outside.covered, *hop_dirs, *walked]
@@ -845,6 +895,18 @@ def _make_import_paths(home: str, state: str) -> None:
             _made(path, directory=True)
 
 
+def _make_path_dirs(home: str, state: str, environ: dict[str, str] | None) -> None:
+    """A missing directory of the gateway's PATH outside the home (a tool's bin dir named before the tool
+    is installed) made empty now, so trusted_dirs keeps it read-only as a present one: a run could make it
+    and put a `git` there ahead of /usr/bin for the gateway and the operator (fresh round 10 a)."""
+    env = os.environ if environ is None else environ
+    for path in env.get("PATH", "").split(os.pathsep):
+        # a missing one, or a dangling link: its target
+        missing = path.startswith(os.sep) and not os.path.exists(path)
+        if missing and not _inside(os.path.realpath(path), home) and not _under(path, state):
+            _made(path, directory=True)
+
+
 def view_by_fd(
     state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
 ) -> tuple[list[str], tuple[int, ...]]:
@@ -880,7 +942,8 @@ def kept_prefix(
     pass and close), the keeper made or re-made here when `make` (blocking a few ms); None when there is
     no helper, or no keeper ready and `make` is false."""
     helper = hostkeeper.helper_path()
-    if helper is None or (not make and not includes_known()) or outside.chdir is not None:
+    known = includes_known() and programs_known()
+    if helper is None or (not make and not known) or outside.chdir is not None:
         # git would have to be asked: the caller's thread does it (make=True); a workdir in a private
         # dir is reached by bwrap's --chdir, in a view of the run's own
         return None

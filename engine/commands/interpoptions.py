@@ -202,6 +202,28 @@ def loaded_values(argv: Sequence[str], program: str | None = None) -> list[str]:
     return out
 
 
+def perl_line_switches(data: bytes) -> list[list[str]]:
+    """The switch words of each `#!` line of a perl script perl may read switches from (perlrun: the
+    first line, or under `-x` the first `#!` line naming perl; every such line is read, the stricter
+    choice): the words after the one holding `perl`, up to the first that is no switch."""
+    found: list[list[str]] = []
+    for number, raw in enumerate(data.split(b"\n")):
+        if not raw.startswith(b"#!") or (number and b"perl" not in raw):
+            continue
+        words = raw[2:].decode("latin-1").split()
+        at = next((k for k, w in enumerate(words) if "perl" in w), None)
+        if at is None:
+            continue
+        switches = []
+        for word in words[at + 1 :]:
+            if not word.startswith("-") or word in ("-", "--"):
+                break
+            switches.append(word)
+        if switches:
+            found.append(switches)
+    return found
+
+
 def python_skips_first_line(options: Sequence[str]) -> bool:
     """Whether Python's options (the words before its script) hold `-x`, alone or in a cluster (`-ux`);
     the value of `-W`/`-X` (attached or the next word) is not a cluster."""

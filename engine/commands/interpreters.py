@@ -23,12 +23,14 @@ INTERPRETERS = (
 )
 # python3.11, node18, perl5.36.0, ruby3.1, lua5.4, python3.7m, python3.11-dbg: the name before its version.
 _VERSION_SUFFIX = re.compile(r"^(.+?)(?:[-_]?[\d.]*|[-_]?\d[\d.]*(?:m|dm|-dbg|-dm))(\.exe)?$")
+# Debian's multiarch launchers (`perl5.36-x86_64-linux-gnu`: its own binary, not a link): the same program.
+_MULTIARCH = re.compile(r"-[a-z0-9_]+-linux-gnu[a-z0-9_]*$")
 
 
 @lru_cache(maxsize=1024)
 def name_of(path: str) -> str:
     """The program name without directory, version suffix or .exe: `python3.11` → `python`."""
-    base = os.path.basename(path).lower()
+    base = _MULTIARCH.sub("", os.path.basename(path).lower())
     match = _VERSION_SUFFIX.match(base)
     return match.group(1) if match else base
 

@@ -26,7 +26,7 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import hostkeeper, hostview, submake
+from engine.commands import hostkeeper, hostprivate, hostview, submake
 from engine.commands.gitvet import Record, Repo, parse_argv
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, MakeRead, parse_make, reads
@@ -333,6 +333,9 @@ class _Builder:
     env: dict[str, str] = field(default_factory=dict)
     fds: list[int] = field(default_factory=list)
     bound: set[str] = field(default_factory=set)
+    # a host path as the run's view names it: a file the decision read in the agent's private copy of a
+    # dir (engine.commands.hostprivate) is at the private dir's own name there, never the state dir's
+    place: Callable[[str], str] = str
 
     def data(self, data: bytes, dest: str) -> None:
         """A read-only copy of `data` at `dest` (bwrap reads the fd once, at setup)."""
@@ -349,7 +352,7 @@ class _Builder:
             runnable = os.stat(dest).st_mode & 0o111
         except OSError:
             runnable = 0
-        self.args += ["--perms", "0500" if runnable else "0400", "--ro-bind-data", str(fd), dest]
+        self.args += ["--perms", "0500" if runnable else "0400", "--ro-bind-data", str(fd), self.place(dest)]
 
     def over(self, real: str, where: str, text: bytes) -> None:
         """The root-owned program at `real` replaced, in the view, by `text` (bound over `real`: root's
@@ -468,12 +471,12 @@ def _repo_view(b: _Builder, repo: Repo, record: Record) -> None:
     worktree = record.data.get(per_worktree) if config in record.worktree_config else None
     b.data(folded_config(record.data.get(config, b""), worktree), os.path.join(common, "config"))
     for name in COMMON_ENTRIES:
-        b.args += ["--symlink", os.path.join(repo.common_dir, name), os.path.join(common, name)]
-    b.env["GIT_DIR"] = repo.git_dir
+        b.args += ["--symlink", b.place(os.path.join(repo.common_dir, name)), os.path.join(common, name)]
+    b.env["GIT_DIR"] = b.place(repo.git_dir)
     b.env["GIT_COMMON_DIR"] = common
     if repo.work_tree is not None:
-        b.env["GIT_WORK_TREE"] = repo.work_tree
-        b.env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(repo.work_tree)
+        b.env["GIT_WORK_TREE"] = b.place(repo.work_tree)
+        b.env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(b.place(repo.work_tree))
     # Absorbed submodules' configs under modules/: read through the link by their own git.
     for path, data in record.data.items():
         if path.startswith(os.path.join(repo.common_dir, "modules") + os.sep):
@@ -495,6 +498,8 @@ def pinned_view(
     `host`: the host view as well. An empty view (no prefix) when nothing needs pinning and no host
     view is asked for: the run starts as before, at no cost."""
     b = _Builder(view_root())
+    if host and outside.private:
+        b.place = lambda path: hostprivate.view_of(outside.private, path) or path
     try:
         if record is not None:
             _git_view(b, record)

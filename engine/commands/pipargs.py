@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from engine.commands.regular import Unreadable, read_regular
 
-__all__ = ["BUILDS", "PipArgs", "RequirementReads", "parse_pip", "read_requirements"]
+__all__ = ["BUILDS", "PipArgs", "RequirementReads", "parse_pip", "read_operands", "read_requirements"]
 
 # What an option's value is to pip: "" no value; "data" a value nothing runs from (a name, a number, a
 # place pip writes to); "file" a file of requirements or constraints pip reads (which name projects it
@@ -262,6 +262,15 @@ def _options(words: list[str], table: dict[str, str]) -> tuple[list[tuple[str, s
             return taken, f"`{word}`: pip takes no value there"
         taken.append((kind, value))
     return taken, None
+
+
+def read_operands(specs: list[str], cwd: str) -> RequirementReads:
+    """The argv's own requirements read as a requirements line is (`./pkg`, `file:///w/pkg`,
+    `pkg @ file:///w/pkg`, `git+https://…`): every spelling of a local project is a project."""
+    out = RequirementReads()
+    for spec in specs:
+        _requirement(spec, cwd, out, "the command line")
+    return out
 
 
 def _requirement(spec: str, cwd: str, out: RequirementReads, where: str) -> None:

@@ -94,9 +94,11 @@ def protected_operand(
     return protected_word(argv, base, root)
 
 
-def protected_word(argv: Sequence[str], base: str, root: str) -> str | None:
-    """protected_operand's check of the words, with the cwd already resolved (`base`) and not inside."""
+def protected_word(argv: Sequence[str], base: str, root: str, own: str = "") -> str | None:
+    """protected_operand's check of the words, with the cwd already resolved (`base`) and not inside;
+    `own`, inside the root, is the run's own (an agent's private copies, which its view shows)."""
     prefix = root.rstrip("/") + "/"
+    mine = own.rstrip("/") + "/" if own else ""
     # The cwd's listing, when kept (engine.commands.which.dir_links): a plain name in it that is not a
     # symlink resolves to base/name with no lookup at all. Kept only while the directory and every
     # component of its path are watched, so its presence is the proof.
@@ -113,7 +115,7 @@ def protected_word(argv: Sequence[str], base: str, root: str) -> str | None:
             and "\x00" not in word
         ):
             path = base + word if base.endswith("/") else base + "/" + word
-            if path == root or path.startswith(prefix):
+            if (path == root or path.startswith(prefix)) and not (mine and (path + "/").startswith(mine)):
                 return word
             continue
         for candidate in (word, word.partition("=")[2]) if "=" in word else (word,):
@@ -126,7 +128,7 @@ def protected_word(argv: Sequence[str], base: str, root: str) -> str | None:
             else:
                 path = base + candidate if base.endswith("/") else base + "/" + candidate  # os.path.join
             path = _resolved(path, False)
-            if path == root or path.startswith(prefix):
+            if (path == root or path.startswith(prefix)) and not (mine and (path + "/").startswith(mine)):
                 return candidate
     return None
 

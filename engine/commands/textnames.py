@@ -205,6 +205,11 @@ def unpinned_word(command: str) -> str:
     return ""
 
 
+# Files an unparsed or unproven text may name and still be bound (each is digested per decision); past it
+# the run is refused: a file dropped from the binding would run unbound (fresh round 10 e).
+FILE_WORDS_MAX = 64
+
+
 def file_words(command: str, analysis: CommandAnalysis, dirs: Sequence[str]) -> tuple[list[str], list[str]]:
     """Every file the command's words name (or its segments'), in every spelling a program may read one:
     a word itself, the value of an option word (`--env-file=.env`) and an attached short value
@@ -235,7 +240,7 @@ def file_words(command: str, analysis: CommandAnalysis, dirs: Sequence[str]) -> 
                 absent += [p for p in paths if not os.path.lexists(p)]
             elif word.startswith("-") and ("/" in name or name.startswith(".")):
                 absent += [p for p in paths if not os.path.lexists(p)]
-    return list(dict.fromkeys(out))[:64], list(dict.fromkeys(absent))[:64]
+    return list(dict.fromkeys(out)), list(dict.fromkeys(absent))
 
 
 def names_interpreter(command: str) -> bool:
@@ -249,7 +254,8 @@ _SKIP_DIRS = frozenset({"node_modules", "__pycache__"})
 
 def _package_dir(entry: os.DirEntry[str], depth: int) -> bool:
     name = entry.name
-    return depth < 4 and name[:1] != "." and name not in _SKIP_DIRS and entry.is_dir(follow_symlinks=False)
+    # A linked directory is one Python imports through: followed (the depth bounds a loop of links).
+    return depth < 4 and name[:1] != "." and name not in _SKIP_DIRS and entry.is_dir()
 
 
 def imports_note(script: str, cwd: str) -> str | None:
@@ -276,7 +282,8 @@ def imports_note(script: str, cwd: str) -> str | None:
                     count += 1
                 elif _package_dir(entry, depth):
                     queue.append((entry.path, depth + 1))
-    count -= 1  # the script itself, which is bound
+    if os.path.realpath(os.path.join(cwd, script)).endswith(_CODE_SUFFIXES):
+        count -= 1  # the script itself, which is bound (counted only when its name has a code suffix)
     if count <= 0 or system_owned(os.path.realpath(os.path.join(cwd, script))):
         return None
     shown = os.path.relpath(base, os.path.realpath(cwd)) if base != os.path.realpath(cwd) else "."

@@ -15,9 +15,10 @@ from engine.commands.filetrust import system_owned
 from engine.commands.gitvet import Finding
 from engine.commands.interpreters import name_of
 from engine.commands.makefiles import DEFAULTS, not_regular, parse_make
-from engine.commands.pipargs import BUILDS, local_path, parse_pip, read_requirements
+from engine.commands.pipargs import BUILDS, local_path, parse_pip, read_operands, read_requirements
 from engine.commands.regular import Unreadable, read_regular
 from engine.commands.scriptfiles import script_operand
+from engine.commands.toolargv import argv_problem
 from engine.commands.treesafe import is_tree_safe
 from engine.commands.which import real_path
 from engine.statefs import state_dir
@@ -64,7 +65,10 @@ _PY_BUILD = TreeProgram(
 TREE_PROGRAMS: dict[str, TreeProgram] = {
     "make": TreeProgram(("GNUmakefile", "makefile", "Makefile"), "recipes and $(shell …) that make runs"),
     "gmake": TreeProgram(("GNUmakefile", "makefile", "Makefile"), "recipes and $(shell …) that make runs"),
-    "cmake": TreeProgram(("CMakeLists.txt", "CMakeCache.txt", "CMakePresets.json"), "commands cmake runs"),
+    "cmake": TreeProgram(
+        ("CMakeLists.txt", "CMakeCache.txt", "CMakePresets.json", "CMakeUserPresets.json"),
+        "commands cmake runs",
+    ),
     "ninja": TreeProgram(("build.ninja",), "build commands ninja runs"),
     "npm": _NPM,
     "npx": _NPM,
@@ -105,7 +109,13 @@ TREE_PROGRAMS: dict[str, TreeProgram] = {
         "build scripts gradle runs",
         walk_up=True,
     ),
-    "mvn": TreeProgram(("pom.xml", ".mvn/maven.config", ".mvn/jvm.config"), "plugins maven runs"),
+    # mvn's launcher (find_maven_basedir) walks up to the nearest directory holding .mvn/ and hands its
+    # jvm.config to java (`-agentpath:` loads a library): every ancestor is named, as npm's are.
+    "mvn": TreeProgram(
+        ("pom.xml", ".mvn/maven.config", ".mvn/jvm.config", ".mvn/extensions.xml"),
+        "plugins, core extensions or JVM options maven runs",
+        walk_up=True,
+    ),
     "composer": TreeProgram(("composer.json",), "scripts composer runs"),
     "meson": TreeProgram(("meson.build",), "commands meson runs"),
     "bazel": TreeProgram(
@@ -168,6 +178,7 @@ ANCHOR = "/proc/self/fd/"
 _DIR_OPTIONS: dict[str, tuple[str, ...]] = {
     "ninja": ("-C",),
     "npm": ("--prefix", "-C"),
+    "npx": ("--prefix", "-C"),
     "pnpm": ("-C", "--dir"),
     "yarn": ("--cwd",),
     "cargo": ("-C",),
@@ -288,8 +299,13 @@ def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) 
     cwd = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
     if program in ("make", "gmake"):
         return _make_files(argv, cwd)
-    starts = [os.path.join(cwd, d) for d in _option_values(argv, _DIR_OPTIONS.get(program, ()))] or [cwd]
+    starts = _starts(program, argv, cwd)
     out = [os.path.join(cwd, f) for f in _option_values(argv, _FILE_OPTIONS.get(program, ()))]
+    if program == "ninja":
+        # ninja chdirs to its (last) -C before it opens its -f file (or build.ninja): both are read there.
+        named = [os.path.join(starts[-1], f) for f in _option_values(argv, ("-f",))]
+        found = named or [os.path.join(starts[-1], "build.ninja")]
+        return [p for p in dict.fromkeys(found) if os.path.lexists(p)]
     if program == "docker" and "compose" not in argv[1:]:
         return []  # only `docker compose` reads a compose file; `docker build` runs its Dockerfile contained
     if program in ("pip", "pip3"):
@@ -306,6 +322,11 @@ def _tree_files(program: str, spec: TreeProgram, argv: Sequence[str], cwd: str) 
     return [p for p in dict.fromkeys(out) if os.path.lexists(p)]
 
 
+def _starts(program: str, argv: Sequence[str], cwd: str) -> list[str]:
+    """The directories a program works from: each value of its directory options, else the cwd."""
+    return [os.path.join(cwd, d) for d in _option_values(argv, _DIR_OPTIONS.get(program, ()))] or [cwd]
+
+
 def _pip_reads(argv: Sequence[str], cwd: str) -> tuple[bool, list[str], list[str]]:
     """Whether pip builds (runs a backend: install, wheel, download, lock), the project trees it would
     build (local path operands, editables), and the files it reads requirements from, as pip's own
@@ -315,7 +336,7 @@ def _pip_reads(argv: Sequence[str], cwd: str) -> tuple[bool, list[str], list[str
     if args.command not in BUILDS:
         return False, [], files
     files += read_requirements(args.requirements, cwd).files  # nested `-r`/`-c` files, bound by bytes
-    starts = [os.path.join(cwd, w) for w in args.operands if w == "." or os.sep in w]
+    starts = read_operands(list(args.operands), cwd).projects
     starts += [os.path.join(cwd, e.split("[", 1)[0]) for e in args.editables]
     return True, starts, files
 
@@ -332,9 +353,9 @@ def _pip_findings(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Se
         sources += reqs.sources
         # The argv's own projects too (`pip install .`, `-e ./x`): their setup script is bound, but what
         # it imports from its tree is not; a local archive operand is a file, bound whole (_argv_code).
-        projects = [
-            os.path.join(cwd, w) for w in args.operands if w == "." or (os.sep in w and "://" not in w)
-        ]
+        # Read as a requirements line is: a path, a `file:` URL and `name @ file:…` are all projects.
+        own = read_operands(list(args.operands), cwd)
+        projects = list(own.projects)
         projects += [os.path.join(cwd, e.split("[", 1)[0]) for e in args.editables if "://" not in e]
         projects = [os.path.normpath(p) for p in projects if not os.path.isfile(p)] + reqs.projects
         found += [
@@ -342,7 +363,7 @@ def _pip_findings(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Se
             for p in dict.fromkeys(projects)
             if agent_writable(p, sandbox_roots)
         ]
-        found += [Finding(program, path, f"{PIP_LINE}: {why}") for path, why in reqs.problems]
+        found += [Finding(program, path, f"{PIP_LINE}: {why}") for path, why in reqs.problems + own.problems]
     for value, where in sources:
         path = local_path(value, where)
         if path is not None and os.path.lexists(path) and agent_writable(path, sandbox_roots):
@@ -424,7 +445,8 @@ def _argv_code(program: str, argv: Sequence[str], cwd: str) -> list[tuple[str, s
     if TREE_PROGRAMS.get(program) is _NPM:
         out += [
             (os.path.join(here, "node_modules", ".bin"), "programs it runs by name (npx, scripts)")
-            for here in _dirs(cwd, walk_up=True)
+            for start in _starts(program, argv, cwd)
+            for here in _dirs(start, walk_up=True)
             if os.path.isdir(os.path.join(here, "node_modules", ".bin"))
         ]
     return [(p, what) for p, what in out if os.path.lexists(p)]
@@ -536,6 +558,11 @@ def findings_for(
         here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
         found += _pip_findings(program, argv, here, sandbox_roots)
     if program not in ("make", "gmake", "pip", "pip3"):
+        # Read by the program's own grammar: anything it does not understand asks (toolargv).
+        problem = argv_problem(program, argv)
+        # (`docker` other than `docker compose` reads no tree: its argv is the allowlist's business.)
+        if problem is not None and (program != "docker" or "compose" in argv[1:]):
+            found.append(Finding(program, "the command line", problem))
         # (make has RECIPE_TREE; pip's requirements are read by its own grammar, and every project it
         # builds is a PIP_PROJECT finding already: a tree, unbound.)
         found += _manifest_trees(program, [p for p, _ in files], sandbox_roots)

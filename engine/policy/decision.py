@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.approvals.decisions import allowed_decisions
+from engine.commands import hostprivate, viewpaths
 from engine.commands.allowlist import (
     ALLOW_ALWAYS_SOURCE,
     DEFAULT_SAFE_BINS,
@@ -43,6 +44,7 @@ from engine.policy.precedence import (
     resolve_policy,
 )
 from engine.results import ToolError
+from engine.statefs import state_dir
 
 if TYPE_CHECKING:
     from engine.approvals.schema import ApprovalsFile
@@ -156,6 +158,7 @@ def evaluate(
     env_overrides: Mapping[str, str] | None = None,
     grants: Sequence[AllowlistEntry] = (),
     outside: Callable[[], Outside] | None = None,
+    owner: str | None = None,
 ) -> Decision:
     """Decide one command. `store` is read once (one consistent snapshot of the approvals file).
 
@@ -189,12 +192,23 @@ def evaluate(
         )
     except PolicyError as exc:
         return _refused_by_policy(command, agent_id, analysis, exc)
+    on_host = not policy.sandboxed and policy.host != "node"
     expansion = _expansion(command, analysis, policy, cwd or os.getcwd(), outside)
     if expansion is not None:
         analysis = analyze_command(expansion.text)
     examined = expansion.text if expansion is not None else command  # bound as the words that run
     found = _examine(
-        examined, analysis, policy, config, agent_id, entries, grants, cwd or os.getcwd(), env, env_overrides
+        examined,
+        analysis,
+        policy,
+        config,
+        agent_id,
+        entries,
+        grants,
+        cwd or os.getcwd(),
+        env,
+        env_overrides,
+        private_binds(config, agent_id, owner) if on_host else (),
     )
     if expansion is not None:
         _decide_expanded(found, expansion)
@@ -268,6 +282,7 @@ class _Findings:
     vetted: TreeVet | None  # host runs: code the command would run from a tree the agent can write
     found: list[Any]  # (vetted.found)
     foreign_env: list[str]  # env keys the agent sets that are not inert
+    elsewhere: list[str]  # words naming another file in the run's view than the decision reads
     satisfied: bool  # the allowlist holds every segment, and nothing above asks
     binding: str  # what an allow-always is bound to (cwd, env, tree, content)
     content: ContentBinding | None
@@ -290,6 +305,7 @@ def _examine(
     cwd: str,
     env: Mapping[str, str] | None,
     env_overrides: Mapping[str, str] | None,
+    private: tuple[tuple[str, str], ...] = (),
 ) -> _Findings:
     exec_cfg = config.exec_for(agent_id)
     run_env = own_environ() if env is None else dict(env)
@@ -308,6 +324,8 @@ def _examine(
         env=run_env,
         safe_bins=safe_bins,
         safe_bin_profiles=_profiles(exec_cfg.safe_bin_profiles),
+        # the agent's own copies of its private dirs are in the state dir, and are the run's own files
+        own=hostprivate.agent_dir(os.path.realpath(state_dir()), agent_id) if private else "",
     )
     # Issue 18 part 3: a host program that would run code from a tree the agent can write (a repository
     # config key not known inert, a Makefile, package.json scripts) is never satisfied by the allowlist:
@@ -330,7 +348,13 @@ def _examine(
             "(tools.exec.inertEnv) or with a value not shaped like its kind (a locale, zone or terminal "
             "name), so the command cannot run unasked."
         )
-    satisfied = analysis.ok and result.satisfied and not found and not foreign_env
+    # Fresh round 10 c: the decision reads the paths a command names on the host, the run in its view,
+    # where the agent's private dirs (its /tmp, ...) are its own copies. A word that reaches another file
+    # there than here (by its text or through a link) names what nobody vetted: it asks, never saved.
+    elsewhere = viewpaths.diverging(private, viewpaths.words_of(analysis, programs(result)), cwd)
+    if elsewhere:
+        warnings.insert(0, viewpaths.warning(elsewhere))
+    satisfied = analysis.ok and result.satisfied and not found and not foreign_env and not elsewhere
     binding = approval_binding(analysis, cwd, env_overrides)
     if vetted is not None and vetted.binding:
         binding += "\n" + vetted.binding
@@ -348,12 +372,21 @@ def _examine(
     if not policy.sandboxed and policy.host != "node" and not unbound:
         # The env the run gets: the agent's keys too (its CDPATH leads a `cd` where the binder never looks).
         agents = {k: v for k, v in (env_overrides or {}).items() if k.upper() != "PATH"}  # PATH: refused
-        content = bind(analysis, result, cwd, {**run_env, **agents}, command=command)
+        run_cwd = hostprivate.view_of(private, cwd) or cwd
+        content = bind(
+            analysis,
+            result,
+            cwd,
+            {**run_env, **agents},
+            command=command,
+            in_view=(lambda word: viewpaths.in_view(private, word, run_cwd)) if private else None,
+        )
         warnings += capped_warnings(content_warnings(content, result), FOUND_WARNINGS)
         if content.durable_text():
             binding += "\n" + content.durable_text()  # an exact-command approval binds those bytes too
-    durable = (not loose and has_durable_approval(command, entries, binding)) or (
-        not found and not foreign_env and _durable_by_entries(analysis, result, entries)
+    durable = not elsewhere and (
+        (not loose and has_durable_approval(command, entries, binding))
+        or (not found and not foreign_env and _durable_by_entries(analysis, result, entries))
     )
     return _Findings(
         analysis=analysis,
@@ -361,6 +394,7 @@ def _examine(
         vetted=vetted,
         found=found,
         foreign_env=foreign_env,
+        elsewhere=elsewhere,
         satisfied=satisfied,
         binding=binding,
         content=content,
@@ -399,6 +433,8 @@ def _verdict(policy: EffectivePolicy, f: _Findings) -> tuple[str, str, PolicySte
         miss = found_reason(found) if by_tree else _miss_reason(analysis, result)
         if foreign_env and analysis.ok and result.satisfied and not found:
             miss = f"the agent sets env keys that are not inert ({', '.join(foreign_env)})"
+        if f.elsewhere and analysis.ok and result.satisfied and not found and not foreign_env:
+            miss = viewpaths.REASON
         return "ask", f"{where}{miss}; ask=on-miss asks", ask_step
     if f.durable and not f.satisfied:
         step = PolicyStep("approvals file", "allow-always", "durable")
@@ -414,6 +450,8 @@ def _verdict(policy: EffectivePolicy, f: _Findings) -> tuple[str, str, PolicySte
         return "allow", f"{where}every segment is satisfied: {_hits(result)}", _allowlist_step(result)
     if found and analysis.ok and result.satisfied:
         return "deny", f"exec denied: {found_reason(found)}", ask_step
+    if f.elsewhere and analysis.ok and result.satisfied:
+        return "deny", f"exec denied: {viewpaths.REASON}", ask_step
     if foreign_env and analysis.ok and result.satisfied:
         return "deny", f"exec denied: env keys that are not inert ({', '.join(foreign_env)})", ask_step
     return "deny", "exec denied: allowlist miss", ask_step
@@ -433,7 +471,7 @@ def _decision(
     """The decision, with what an ask offers (allow-always and the patterns it would save)."""
     content = f.content
     offered = allowed_decisions(policy.ask) if verdict == "ask" else ()
-    if expanded:  # decided on this directory's files now: approved once, never saved
+    if expanded or f.elsewhere:  # decided on files now (or not on the run's): approved once, never saved
         offered = tuple(d for d in offered if d != "allow-always")
     if (content is not None and not content.proven) or (f.vetted and unbound_findings(f.vetted.binding)):
         # Issue 27 §5: allow-always only when the binder proved every code source bound (content.py), and
@@ -669,3 +707,23 @@ def explain(decision: Decision) -> str:
         lines.append("Policy trail:")
         lines.extend(f"  {step}" for step in d.policy.trail)
     return "\n".join(lines)
+
+
+def programs(result: AllowlistResult) -> list[str]:
+    """Every program path resolved for a command (its wrappers', an `sh -c` payload's): each is run by
+    its name in the run's view."""
+    found: list[str] = []
+    for m in result.segments:
+        found += [p for p in (m.resolved_path, m.named_path, *m.wrapper_paths) if p]
+        if m.inner is not None:
+            found += programs(m.inner)
+    return found
+
+
+def private_binds(config: Config, agent_id: str, owner: str | None = None) -> tuple[tuple[str, str], ...]:
+    """The agent's private dirs in its host runs' view (engine.commands.hostprivate), as (source,
+    destination), `owner`'s copy when given (ExecContext.owner); none without a host view."""
+    own = config.exec_for(agent_id)
+    if own.host_view == "none":
+        return ()
+    return hostprivate.binds(str(state_dir()), owner or agent_id, hostprivate.dests(own.host_private))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import statefs
-from engine.sandbox import docker_ops
+from engine.sandbox import docker_ops, dockercg
 from engine.sandbox.manager import SandboxError, refuse_foreign
 from engine.sandbox.registry import Registry, RegistryEntry, RegistryError, now_ms
 from engine.sandbox.settings import (
@@ -168,7 +168,7 @@ def create_kwargs(
         "HEADLESS": "1" if b.headless else "0",
         "NOVNC": "1" if b.enable_no_vnc and not b.headless else "0",
     }
-    return {
+    kwargs: dict[str, Any] = {
         "image": d.image,
         "command": ["/bin/sh", "-c", START_SCRIPT],
         "name": blay.name,
@@ -179,6 +179,11 @@ def create_kwargs(
         "network_mode": d.network or "none",
         **docker_ops.hardening_kwargs(d, user),
     }
+    # in its owner's groups with the owner's sandboxes: a browser per scope was outside every cap (round 10 b)
+    parent = dockercg.parent_for(dockercg.owner_of(settings.scope, agent_id))
+    if parent is not None:
+        kwargs["cgroup_parent"] = parent
+    return kwargs
 
 
 def list_browsers(label: str | None = None, *, every_install: bool = False) -> list[dict[str, Any]]:

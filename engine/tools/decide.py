@@ -40,6 +40,7 @@ class Decided:
     env: dict[str, str] | None  # the env the agent sets (validated)
     call: dict[str, Any]  # the per-call policy params
     cwd_warnings: list[str] = field(default_factory=list)  # the workdir fallback (host runs only)
+    shown_cwd: str | None = None  # the workdir as named, when `cwd` is the agent's private copy of it
 
 
 def call_env(env: Mapping[str, str] | None) -> dict[str, str] | None:
@@ -120,22 +121,25 @@ def decide(
             env_overrides=env,
             grants=live,
             outside=lambda: host_outside(config, agent_id, cwd, owner),  # globs list what the view shows
+            owner=owner,  # the private dirs its paths are read in: the run's own (ExecContext.owner)
         )
         return with_sandbox_refusal(decision, config, agent_id)
 
     decision = decide_in(cwd)
+    shown: str | None = None
     private = _private_workdir(config, agent_id, workdir, decision, owner)
     if private is not None:
         # decided again where the run will be: in the agent's own copy of /tmp (or the like)
         cwd, cwd_warnings = private
         decision = decide_in(cwd)
+        shown = os.path.abspath(os.path.expanduser(workdir or "")) if not cwd_warnings else None
     policy = decision.policy
     if decision.verdict != "deny" and policy is not None and not policy.sandboxed and policy.host != "node":
         # An env override a host run refuses (LD_PRELOAD, PATH, ...) is refused here, with exec's text.
         sanitize_host_env(
             os.environ, env, block_path_overrides=True, inherit=config.exec_for(agent_id).inherit_env
         )
-    return Decided(decision=decision, cwd=cwd, env=env, call=call, cwd_warnings=cwd_warnings)
+    return Decided(decision=decision, cwd=cwd, env=env, call=call, cwd_warnings=cwd_warnings, shown_cwd=shown)
 
 
 def input_refused_now(

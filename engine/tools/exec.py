@@ -179,6 +179,7 @@ class ExecTool:
         warnings += [w for w in decision.warnings if w not in warnings]
         warnings += clamped(call_params, decision) + notices
         prepared = Prepared(command=command, decision=decision, cwd=cwd, env=None, warnings=warnings)
+        prepared.shown_cwd = decided.shown_cwd
         if decision.verdict == "deny":
             return prepared
         policy = decision.policy
@@ -353,6 +354,9 @@ class ExecTool:
                 spec.argv = capped(spec.argv or spec.resolved_argv(), ctx.owner)
             if view.env:
                 spec.env = {**(spec.env or {}), **view.env}
+            content = prepared.decision.content if prepared.host == "gateway" else None
+            if content is not None and content.env:  # pinned at the decision (a pyenv shim's version)
+                spec.env = {**(spec.env or {}), **dict(content.env)}
             spec.pass_fds = (*run.fds, *view.fds, *(() if cwd_fd is None else (cwd_fd,)))
             spec.session_id = session_id
             spec.input_refused = input_refused

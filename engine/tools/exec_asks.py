@@ -38,7 +38,7 @@ def ask_request(prepared: Prepared, ctx: ExecContext, call: ExecRequest) -> Appr
     first = d.segments[0].get("resolvedPath") if d.segments else None
     return ApprovalRequest(
         command=prepared.command,
-        cwd=prepared.cwd,
+        cwd=prepared.shown_cwd or prepared.cwd,
         host=prepared.host,
         agent_id=ctx.agent_id,
         session_key=ctx.session_key,

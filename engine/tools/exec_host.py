@@ -27,7 +27,7 @@ from engine.commands.verified import DEFAULT_SHELL, StaleContent, verify
 from engine.config import nodekeys
 from engine.config.loader import load_config
 from engine.config.model import Config
-from engine.policy.decision import Decision, evaluate
+from engine.policy.decision import Decision, evaluate, private_binds
 from engine.results import ToolError
 from engine.sandbox import bwraplimits
 from engine.statefs import state_dir
@@ -84,10 +84,7 @@ def host_outside(
 def private_source(config: Config, agent_id: str, path: str, owner: str | None = None) -> str | None:
     """Where `path`, as a host run of the agent names it, is on the host when it is in one of the agent's
     private dirs (engine.commands.hostprivate: its own /tmp, ...); None otherwise, or with no host view."""
-    own = config.exec_for(agent_id)
-    if own.host_view == "none":
-        return None
-    binds = hostprivate.binds(str(state_dir()), owner or agent_id, hostprivate.dests(own.host_private))
+    binds = private_binds(config, agent_id, owner)
     return hostprivate.source_of(binds, os.path.abspath(os.path.expanduser(path)))
 
 
@@ -246,7 +243,7 @@ class LocalExecHost:
                 PromptRequest(
                     id=str(uuid.uuid4()),
                     command=command,
-                    cwd=cwd,
+                    cwd=request.cwd or cwd,  # as the agent named it: the run's view's, never the state dir's
                     host="gateway",
                     security=security,
                     ask=decided.ask,

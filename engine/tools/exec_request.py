@@ -162,6 +162,7 @@ class Prepared:
     warnings: list[str] = field(default_factory=list)
     launcher: Any = None
     host: str = "gateway"
+    shown_cwd: str | None = None  # the workdir as the agent named it, when `cwd` is its private copy's
 
     def command_to_run(self, *, approved: bool = False) -> str:
         """The command that will run where this is prepared (Decision.command_to_run)."""

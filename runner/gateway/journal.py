@@ -33,7 +33,7 @@ class ApprovalJournal:
         self.approvals = approvals
         # Every decision on disk (who, what, what it led to): `approvals history` across restarts.
         self.history = DecisionLog(state_dir / HISTORY_DIR)
-        self._history_sessions: set[str] | None = None  # session ids an approval led to (loaded lazily)
+        self._history_sessions: dict[str, str] | None = None  # session id -> its approval, end not written
         # Asks not yet settled, on disk: the next gateway asks them again (same id, same expiry).
         self.pending_file = PendingFile(state_dir / PENDING_NAME)
         self.history_writer = GroupWriter("decision history", self._write_history_lines)
@@ -63,10 +63,11 @@ class ApprovalJournal:
 
     def session_ended(self, data: dict[str, Any]) -> None:
         """A session exited: when an approval led to it, history shows how that run really ended."""
-        if str(data.get("sessionId")) not in self._linked_sessions():
-            return
+        approval_id = self._linked_sessions().pop(str(data.get("sessionId")), None)
+        if approval_id is None:
+            return  # no approval led to it, or its end is written already (the id may be reused)
         try:
-            self.history.record_session_end(data)
+            self.history.record_session_end(data, approval_id)
         except HistoryError as exc:
             log.error("%s", exc)
 
@@ -80,8 +81,8 @@ class ApprovalJournal:
             # the next gateway links the session it adopts to its approval through that line.
             final = record.run.get("status") != "starting"
             self.history_writer.put(encode_entry(run_line(record.id, record.run)), lazy=final)
-            if record.run.get("sessionId"):
-                self._linked_sessions().add(str(record.run["sessionId"]))
+            if record.run.get("sessionId") and not final:  # once: a final line may follow the end
+                self._linked_sessions()[str(record.run["sessionId"])] = record.id
 
     async def decided_barrier(self, record: ApprovalRecord) -> None:
         """A decision is acted upon once it is on disk. A deny (or an expiry) needs only its history line:
@@ -144,7 +145,7 @@ class ApprovalJournal:
         elif lines:
             self.pending_file.append(lines)
 
-    def _linked_sessions(self) -> set[str]:
+    def _linked_sessions(self) -> dict[str, str]:
         if self._history_sessions is None:
             self._history_sessions = self.history.linked_sessions()
         return self._history_sessions

@@ -111,12 +111,6 @@ else:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: host runs share the host's IPC namespace: a SysV shared memory segment (or semaphore, "
-    "message queue) one agent's run makes is attached and read by every other agent's run and the "
-    "operator's programs (X11 MIT-SHM images among them); a private /dev/shm per agent does not cover it",
-)
 async def test_class1_another_agents_sysv_shared_memory_is_read_by_a_host_run(state_dir: Path) -> None:
     """Agents bob and alice may run anything on the host (security=full), each in its own view with its
     own /dev/shm (hostPrivate): bob's file in /dev/shm is not alice's to see (that holds), but bob's
@@ -208,12 +202,6 @@ async def test_class1_a_revoked_agents_background_run_still_acts_for_it(state_di
 
 @needs_bwrap
 @pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a Unix socket anywhere in the read-only home but ~/.ssh is connect(2)-able from every host "
-    "run: the operator's ssh ControlMaster at a ControlPath under ~/.cache runs a command on the node as the "
-    "node's account (no key needed); private /tmp and ~/.ssh's socket-free copy do not reach it",
-)
 async def test_class1_the_operators_ssh_master_under_the_home_runs_on_the_node(
     state_dir: Path, sshd_nodes: list[SshdNode]
 ) -> None:
@@ -352,12 +340,6 @@ print('key', key, 'read', buf.raw[:max(n, 0)].decode(errors='replace'))
 
 @needs_bwrap
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="keyctl syscall numbers of x86_64")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: every host run inherits the gateway's session keyring (keyctl, add_key: no seccomp in "
-    "the view, no new session keyring): a Kerberos ticket (KEYRING: ccache), an eCryptfs passphrase or any "
-    "key the operator's login session holds is read by any agent's host run that may run code",
-)
 async def test_class1_the_gateways_session_keyring_is_read_by_a_host_run(state_dir: Path) -> None:
     """The operator's login session keyring (pam_keyinit makes one per login; krb5's KEYRING: ccaches,
     eCryptfs and AFS keep credentials there) is the gateway's when it is started from that login, and
@@ -407,12 +389,6 @@ async def _relay(path: Path, target: str) -> asyncio.AbstractServer:
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists(DOCKER_SOCK) or shutil.which("curl") is None, reason="dockerd, curl")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the Docker engine sockets hidden from host runs are a list (/run/docker.sock, "
-    "/var/run/docker.sock, $DOCKER_HOST): Docker Desktop's ~/.docker/desktop/docker.sock (its CLI context's "
-    "endpoint) is connect(2)-able in the read-only home, root-equivalent as the listed ones",
-)
 async def test_class1_a_docker_engine_socket_the_list_does_not_name_is_reached(state_dir: Path) -> None:
     """Round 5 i closed the Docker API for host runs by binding an empty file over the sockets it knows.
     Docker Desktop for Linux serves its engine at ~/.docker/desktop/docker.sock and the docker CLI finds it
@@ -492,12 +468,6 @@ async def test_class4_an_ssh_include_glob_dir_made_by_a_host_run_runs_in_the_gat
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the program an ssh `Match exec` in ~/.ssh/config names is not kept (only the config and "
-    "its includes are): a host run rewrites a script outside the home (/opt/team/bin/on-vpn) and the "
-    "gateway's next node connect runs it with a shell, outside every view",
-)
 async def test_class4_the_program_an_ssh_match_exec_names_is_rewritten_by_a_host_run(
     state_dir: Path, sshd_nodes: list[SshdNode]
 ) -> None:
@@ -529,12 +499,6 @@ async def test_class4_the_program_an_ssh_match_exec_names_is_rewritten_by_a_host
 
 @needs_bwrap
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: of the programs the operator's global git config names, only core.hooksPath is kept: "
-    "`credential.helper = /opt/team/git-cred` (outside the home) is rewritten by a host run and the "
-    "operator's next git fetch/push runs it with the operator's credentials, outside every view",
-)
 async def test_class1_the_operators_git_credential_helper_is_rewritten_by_a_host_run(state_dir: Path) -> None:
     """Round 8 r kept an absolute core.hooksPath read-only ("the operator's hooks, run by every commit").
     A credential helper named by absolute path is the same kind of thing, and worse: git hands it the
@@ -658,12 +622,6 @@ async def test_class1_a_colocated_node_services_socket_is_a_gateway_link_for_a_h
 
 @needs_bwrap
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a shared tmpfs home")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a view receives the host's later mounts (it is a slave of shared mounts) and a mount "
-    "propagated in keeps its own flags: what the operator mounts under the home after a host run started "
-    "(an sshfs of a node, rclone, a gocryptfs vault) is writable in that run's read-only home",
-)
 async def test_class1_a_mount_made_under_the_home_after_a_run_started_is_writable_in_its_view(
     state_dir: Path,
 ) -> None:
@@ -708,12 +666,6 @@ async def test_class1_a_mount_made_under_the_home_after_a_run_started_is_writabl
 
 @needs_bwrap
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the gateway's PATH dirs are kept read-only only when present (hostview.trusted_dirs): a "
-    "missing one outside the home (a tool dir not installed yet) is made by a host run, which puts a `git` "
-    "there ahead of /usr/bin: the operator's next git (and every later run's) runs it outside any view",
-)
 async def test_class4_a_missing_path_dir_of_the_gateway_is_made_by_a_host_run(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

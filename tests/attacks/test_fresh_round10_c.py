@@ -57,7 +57,10 @@ async def test_class4_a_private_tmp_link_that_resolves_elsewhere_in_the_view_is_
     details = await attempt(state_dir, "git status --short", allow=[(GIT, None)], workdir=str(private / "x"))
 
     assert not marker.exists()
-    assert details["status"] == "failed" and "approval-stale" in details["_text"]
+    # asked before anything starts (engine.commands.viewpaths: every word names another file in the
+    # view than on the host), or refused by the spawn's check of the cwd
+    stale = details["status"] == "failed" and "approval-stale" in details["_text"]
+    assert refused(details) or stale, details["_text"]
 
 
 async def test_class4_make_with_no_makefile_but_one_it_would_remake_asks(state_dir: Path) -> None:
@@ -118,12 +121,6 @@ def _agents_copy(state: Path, path: Path) -> Path:
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists(NPM), reason="npm is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a tree program's directory named in its argv (`npm --prefix /tmp/p test`) is vetted at "
-    "the host's path, but in the run's view /tmp is the agent's own copy (hostprivate), where an earlier "
-    "run planted package.json: the allowlisted npm runs its script unasked",
-)
 async def test_class4_npm_prefix_into_the_agents_own_tmp_runs_a_script_nobody_vetted(state_dir: Path) -> None:
     """An earlier run of the agent left `/tmp/p/package.json` in its own /tmp (every run of the agent
     shares it). The operator allowlisted npm. `npm --prefix /tmp/p test` from an empty workdir: the
@@ -176,9 +173,6 @@ _NINJA = {"build.ninja": "rule t\n  command = touch {marker}\nbuild out: t\n"}
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists("/usr/bin/ninja"), reason="ninja is not installed")
-@pytest.mark.xfail(
-    strict=True, reason=_HOST_PATH_VETTED.format(what="build.ninja", program="ninja -C /tmp/p")
-)
 async def test_class4_ninja_dir_option_into_the_agents_own_tmp_runs_unvetted_build_commands(
     state_dir: Path,
 ) -> None:
@@ -189,12 +183,6 @@ async def test_class4_ninja_dir_option_into_the_agents_own_tmp_runs_unvetted_bui
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists("/usr/bin/ninja"), reason="ninja is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason=_HOST_PATH_VETTED.format(
-        what="build.ninja", program="ninja -C l (l -> /tmp/p, a link in the workdir)"
-    ),
-)
 async def test_class4_a_workdir_link_into_the_agents_own_tmp_is_followed_to_the_hosts_copy(
     state_dir: Path,
 ) -> None:
@@ -207,9 +195,6 @@ async def test_class4_a_workdir_link_into_the_agents_own_tmp_is_followed_to_the_
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists("/usr/bin/cmake"), reason="cmake is not installed")
-@pytest.mark.xfail(
-    strict=True, reason=_HOST_PATH_VETTED.format(what="x.cmake", program="cmake -P /tmp/p/x.cmake")
-)
 async def test_class4_cmake_script_in_the_agents_own_tmp_runs_unbound(state_dir: Path) -> None:
     """`cmake -P FILE` runs FILE: an argv-named file is bound by its bytes, but only when it exists at the
     host's path; in the view it is the agent's."""
@@ -239,10 +224,6 @@ PIP3 = shutil.which("pip3")
 
 @needs_bwrap
 @pytest.mark.skipif(PIP3 is None, reason="pip is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason=_HOST_PATH_VETTED.format(what="req.txt and a project", program="pip3 install -r /tmp/p/req.txt"),
-)
 async def test_class4_pip_requirements_in_the_agents_own_tmp_build_an_unvetted_project(
     state_dir: Path,
 ) -> None:
@@ -280,17 +261,13 @@ async def test_class4_git_dash_c_into_the_agents_own_tmp_runs_none_of_its_config
         state_dir, f"git -C {root / 'tmp' / 'p'} status", allow=[(GIT, None)], workdir=str(tree)
     )
     assert not marker.exists(), details["_text"]
-    assert "not a git repository" in details["_text"]
+    # asked first (engine.commands.viewpaths: the path is the agent's copy in the view), or run against
+    # the repository vetted, which is none
+    assert refused(details) or "not a git repository" in details["_text"], details["_text"]
 
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists("/usr/bin/ninja"), reason="ninja is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: ninja changes into its -C dir before it reads its -f file, so `ninja -C sub -f o.ninja` "
-    "reads sub/o.ninja; treecode joins -f to the cwd (./o.ninja: absent, no finding) and the allowlisted "
-    "ninja runs sub/o.ninja's commands unasked",
-)
 async def test_class4_ninja_reads_its_file_option_from_its_dir_option_not_the_cwd(state_dir: Path) -> None:
     """treecode names the files a tree program reads: `-C` values as directories holding the default
     build.ninja, `-f` values joined to the cwd. ninja applies `-C` first (its chdir comes before it opens
@@ -311,12 +288,6 @@ async def test_class4_ninja_reads_its_file_option_from_its_dir_option_not_the_cw
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists(NPM), reason="npm is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: npm's option parser (nopt) takes unambiguous abbreviations, so `npm --prefi sub test` "
-    "runs sub/package.json's script; treecode knows only `--prefix`/`-C` exactly, vets the cwd (no "
-    "package.json) and the allowlisted npm runs the script unasked",
-)
 async def test_class4_npm_abbreviated_prefix_runs_a_script_nobody_vetted(state_dir: Path) -> None:
     """treecode's option table for npm matches `--prefix` and `--prefix=` as written; npm expands
     `--prefi` (and `--prefi=sub`) to `--prefix`, as nopt expands every unambiguous abbreviation."""
@@ -346,13 +317,6 @@ _AGENT_C = (
 @pytest.mark.skipif(
     not os.path.exists(MVN) or shutil.which("java") is None or shutil.which("cc") is None,
     reason="needs maven, a JVM and a C compiler",
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: mvn's launcher walks up from the cwd to the first directory holding .mvn/ and passes "
-    ".mvn/jvm.config to the JVM (-agentpath loads a library); treecode looks for .mvn/jvm.config in the "
-    "cwd only (walk_up=False, and mvn's -f is not read), so an allowlisted `mvn --version` one directory "
-    "down, or `mvn -f sub --version`, loads the agent's code",
 )
 @pytest.mark.parametrize(
     ("base", "workdir", "command"),
@@ -387,13 +351,6 @@ async def test_class4_mvn_reads_jvm_config_from_an_ancestor_nobody_vetted(
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists("/usr/bin/cmake"), reason="cmake is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: cmake reads code from directories treecode does not model: a positional source dir "
-    "(`cmake ..`, the usual build-dir workflow), -H (the old -S) and `--install DIR` (its "
-    "cmake_install.cmake); treecode "
-    "reads only -S/-B/--build and the cwd, finds nothing, and the allowlisted cmake runs execute_process",
-)
 @pytest.mark.parametrize(
     ("workdir", "command", "script"),
     [
@@ -425,12 +382,6 @@ async def test_class4_cmake_runs_a_script_from_a_directory_nobody_vetted(
 
 @needs_bwrap
 @pytest.mark.skipif(PIP3 is None, reason="pip is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a local project named as a file: URL (`pip install file:///w/pkg`, `pkg @ file:///w/pkg`) "
-    "is no PIP_PROJECT finding (operands with :// are left out), unlike `pip install ./pkg`, so the "
-    "allowlisted pip builds it and its setup.py runs unasked",
-)
 @pytest.mark.parametrize("spelling", ["file://{pkg}", "'pkg @ file://{pkg}'"])
 async def test_class4_pip_local_project_as_a_file_url_builds_unasked(state_dir: Path, spelling: str) -> None:
     """`pip install ./pkg` asks (a project pip builds, its backend runs what the tree holds); the same
@@ -473,12 +424,6 @@ NPX = "/usr/bin/npx"
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists(NPX), reason="npm's npx is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a local package directory operand (`npx ./pkg` runs its bin, `npm install ./pkg` its "
-    "install scripts) is no finding: treecode binds only argv-named regular files and node_modules/.bin, "
-    "and the cwd has no package.json, so the allowlisted npm/npx runs the agent's package unasked",
-)
 @pytest.mark.parametrize(
     ("program", "command", "manifest"),
     [
@@ -505,12 +450,6 @@ async def test_class4_npm_local_package_directory_runs_its_code_unasked(
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists("/usr/bin/cmake"), reason="cmake is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode looks for CMakePresets.json but not CMakeUserPresets.json, which cmake reads "
-    "as well: `cmake --build --preset p` builds the binaryDir a user preset names (never vetted) and its "
-    "Makefile's recipes run under the allowlisted cmake unasked",
-)
 async def test_class4_cmake_user_preset_builds_a_directory_nobody_vetted(state_dir: Path) -> None:
     """An earlier run configured src/ into b/ (its CMakeLists.txt adds a target that runs a program);
     the workdir holds only CMakeUserPresets.json naming b/. The cwd has no CMakeLists.txt,
@@ -540,12 +479,6 @@ async def test_class4_cmake_user_preset_builds_a_directory_nobody_vetted(state_d
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: gitvet names every local repository a push starts receive-pack in (its hooks run), but "
-    "looks for it at the host's path; `git push /tmp/dest` (or file:///tmp/dest) reaches the agent's own "
-    "/tmp in the view, where an earlier run made a bare repository with a pre-receive hook: it runs unasked",
-)
 @pytest.mark.parametrize("url", ["{dest}", "file://{dest}"])
 async def test_class4_git_push_into_the_agents_own_tmp_runs_its_hooks(state_dir: Path, url: str) -> None:
     root = state_dir.parent
@@ -570,16 +503,8 @@ async def test_class4_git_push_into_the_agents_own_tmp_runs_its_hooks(state_dir:
     assert refused(details), details["_text"]
 
 
-_BARE_PATH = pytest.mark.xfail(
-    strict=True,
-    reason="open: allow-always saves a program's bare path unless it is on interpreters.RUNNERS, a list of "
-    "bad cases: mvn (and corepack, bun, uv, poetry, tox, gradle, … of treecode's own TREE_PROGRAMS) is "
-    "not on it, so allowing `mvn --version` always lets every later mvn argv run unasked",
-)
-
-
 @pytest.mark.skipif(not os.path.exists(MVN) or not os.path.exists("/usr/bin/ninja"), reason="maven, ninja")
-@pytest.mark.parametrize("argv", [pytest.param("mvn --version", marks=_BARE_PATH), "ninja --version"])
+@pytest.mark.parametrize("argv", ["mvn --version", "ninja --version"])
 def test_class4_allow_always_of_a_build_tools_harmless_argv_saves_the_exact_command(
     state_dir: Path, argv: str
 ) -> None:
@@ -603,12 +528,6 @@ def test_class4_allow_always_of_a_build_tools_harmless_argv_saves_the_exact_comm
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: when the gateway's home is in a private dir (HOME=/tmp, a service account's), the "
-    "agent's copy of that dir is bound last, over the read-only home and its read-only git configs: "
-    "the agent's ~/.gitconfig defines a filter and an allowlisted `git status` runs it unasked",
-)
 async def test_class4_a_home_inside_a_private_dir_is_the_agents(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -638,12 +557,6 @@ async def test_class4_a_home_inside_a_private_dir_is_the_agents(
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists(NPX), reason="npm's npx is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode names every node_modules/.bin npx may run a program from, walking up from the "
-    "cwd only; `npx --prefix sub evil` runs sub/node_modules/.bin/evil, which no vet looked at: the "
-    "allowlisted npx runs it unasked",
-)
 async def test_class4_npx_prefix_runs_a_bin_from_a_node_modules_nobody_vetted(state_dir: Path) -> None:
     root = state_dir.parent
     tree = root / "w"
@@ -661,12 +574,6 @@ async def test_class4_npx_prefix_runs_a_bin_from_a_node_modules_nobody_vetted(st
 
 @needs_bwrap
 @pytest.mark.skipif(not os.path.exists(NPX) or not os.path.exists("/usr/bin/cmake"), reason="npm, cmake")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: only make's, pip's and git's argv are read by their own grammar (make --eval asks); "
-    "npm's and cmake's are not, so `npx -c CMD` (npm exec --call) and `cmake -E env CMD` run a command "
-    "line of the agent's under an allowlist entry for a build tool, unasked",
-)
 @pytest.mark.parametrize(
     ("program", "command"),
     [
@@ -730,12 +637,6 @@ RUSTUP_HOME = os.environ.get("RUSTUP_HOME") or os.path.join(pwd.getpwuid(os.getu
 @pytest.mark.skipif(
     CARGO is None or not os.path.isdir(os.path.join(RUSTUP_HOME, "toolchains")) or shutil.which("cc") is None,
     reason="needs cargo with a rustup toolchain and a C linker",
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `cargo install --path sub` builds sub/ (its build.rs runs); treecode models cargo's -C "
-    "and --manifest-path but not install's --path, vets the cwd (no Cargo.toml) and the allowlisted "
-    "cargo runs the agent's build script unasked",
 )
 async def test_class4_cargo_install_path_runs_a_build_script_nobody_vetted(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch

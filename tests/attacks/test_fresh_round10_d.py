@@ -110,13 +110,6 @@ async def test_npm_control_workdir_outside_private_dirs(state_dir: Path) -> None
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: in a workdir in the agent's private /tmp the run is decided at the host path of its "
-    "copy (state/hostprivate/...), so every vetted file (package.json here) is bound read-only at that "
-    "host path, under the view's state-dir tmpfs, and the program reads the live file at /tmp/...: an "
-    "in-place rewrite after the approval runs",
-)
 async def test_npm_in_private_tmp_reads_live_package_json(state_dir: Path) -> None:
     write_config(state_dir, ALLOWLIST)
     work = _private_root(state_dir) / "proj"
@@ -309,13 +302,6 @@ async def test_tree_program_pointed_into_a_plain_dir_asks(
 
 @needs_tools
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a path in the command into a private dir (/tmp/p) is vetted in the gateway's namespace, "
-    "where the shared /tmp has no /tmp/p, and read by the run in its view, where /tmp is the agent's own "
-    "copy: allowlisted npm --prefix, ninja -C/-f, cmake -P run the agent's package.json/build.ninja/"
-    "x.cmake unasked (only the workdir is translated to the agent's copy, never argv paths)",
-)
 @pytest.mark.parametrize(("exe", "command", "name", "body"), ABSOLUTE_INTO, ids=ABSOLUTE_IDS)
 async def test_tree_program_pointed_into_the_private_tmp_runs_unasked(
     state_dir: Path, exe: str, command: str, name: str, body: str
@@ -344,7 +330,9 @@ async def test_workdir_linked_to_the_private_root_is_refused(state_dir: Path) ->
     async with gateway(state_dir):
         details = await _exec(state_dir, {"command": "npm test", "workdir": str(root / "proj")})
     assert "PWNED" not in details["_text"]
-    assert "working directory changed" in details["_text"], details
+    # asked before anything starts (engine.commands.viewpaths: the workdir is another directory in the
+    # view than on the host), or refused by the spawn's check of the cwd
+    assert details["status"] == "approval-pending" or "working directory changed" in details["_text"], details
 
 
 FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
@@ -524,12 +512,6 @@ async def test_push_into_a_plain_dir_asks(state_dir: Path, url: str) -> None:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: gitargv.local_destinations resolves a push destination in the gateway's namespace: "
-    "/tmp/dest in the agent's private /tmp is absent from the host's /tmp, so no receive-pack tree is "
-    "named, and the run's receive-pack enters the agent's own repository and runs its pre-receive hook",
-)
 @pytest.mark.parametrize("url", PUSH_URLS, ids=["path", "file-url", "dotgit"])
 async def test_push_into_the_private_tmp_runs_its_hook_unasked(state_dir: Path, url: str) -> None:
     dest = _private_root(state_dir) / "dest"
@@ -788,12 +770,6 @@ async def test_cmake_script_operand_is_named(state_dir: Path) -> None:
 
 @needs_tools
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode looks at the first 64 argv words only (_OPERANDS_LOOKED_AT) for the files a "
-    "program is named to run and says nothing of the rest: `cmake -DV0=1 … -DV69=1 -P x.cmake` runs the "
-    "agent's script unasked under an allowlisted cmake (past the cap it should ask, not look away)",
-)
 async def test_cmake_script_operand_past_64_words_runs_unasked(state_dir: Path) -> None:
     details = await _cmake_script_after(state_dir, 70)
     assert "PWNED-42" not in details["_text"], details["_text"][-300:]
@@ -924,13 +900,6 @@ async def test_a_socket_in_ssh_is_out_of_reach(state_dir: Path) -> None:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: only ~/.ssh (and node key dirs) are shown as copies without sockets; the rest of the "
-    "home is a read-only bind, which does not stop connect(2): an ssh ControlPath outside ~/.ssh "
-    "(~/.cache/ssh/%C) or gpg-agent's ~/.gnupg/S.gpg-agent(.ssh) (its home when there is no /run/user) "
-    "answer every host run as the operator",
-)
 @pytest.mark.parametrize("where", [".cache/ssh", ".gnupg"])
 async def test_a_socket_elsewhere_in_the_home_answers_host_runs(state_dir: Path, where: str) -> None:
     assert "CONNECTED" not in await _connects_to_a_socket_in_the_home(state_dir, where)

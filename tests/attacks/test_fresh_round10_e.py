@@ -192,13 +192,7 @@ def test_class8_a_path_in_the_agents_private_tmp_is_bound_from_the_machines_tmp(
 _INVISIBLE = ["\u034f", "\u17b4", "\u180b", "\U000e0100", "\u2800", "\uffa0"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: engine.display.visible escapes a fixed list plus categories C/Z, but U+034F, U+17B4, "
-    "U+180B, U+E0100 (marks that draw as nothing) and U+2800, U+FFA0 (draw as a blank) pass the analyser "
-    "and every view unescaped and unwarned: `approvals pending` shows `sh s.sh` and its script `…/w/s.sh`, "
-    "allow-always offered, while the agent's file `s.sh<U+034F>` is what runs",
-)
+# Fixed on branch fixE10 (engine.display: an allow-list of what draws as itself, all else escaped).
 @pytest.mark.parametrize("char", _INVISIBLE, ids=[f"U+{ord(c):04X}" for c in _INVISIBLE])
 def test_class8_an_invisible_letter_makes_the_ask_show_another_script(state_dir: Path, char: str) -> None:
     from tests.helpers.gateway import cli
@@ -214,12 +208,6 @@ def test_class8_an_invisible_letter_makes_the_ask_show_another_script(state_dir:
     assert f"s.sh{char}" not in shown[0], shown[0]  # the operator must be able to see it is not s.sh
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: interpreters are known by name (interpreters.name_of): Debian's perl launcher "
-    "/usr/bin/perl5.36-x86_64-linux-gnu (its own binary, not a link to perl) is no interpreter to the "
-    "binder, so `perl5.36-x86_64-linux-gnu x.pl` binds only the launcher: allow-once runs a rewritten x.pl",
-)
 def test_class5_a_perl_launcher_under_another_name_leaves_its_script_unbound(state_dir: Path) -> None:
     launcher = next(iter(sorted(Path("/usr/bin").glob("perl5*-*-linux-gnu*"))), None)
     if launcher is None:
@@ -240,12 +228,8 @@ _DATA_INTO_A_SHELL = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: textnames lets a glob or `$f` stand in a data position (cat's operand, a for list) since "
-    "cat reads it as data, but piped into `sh` that data is the program: `cat s.s? | sh` binds no file "
-    "(the ask says only 'the program comes from stdin') and allow-once runs s.sh as rewritten after it",
-)
+# Fixed on branch fixE10 (engine.commands.stdinprogram: a program on an interpreter's stdin only from
+# literal files read by cat; any other producer refused).
 @pytest.mark.parametrize("command", _DATA_INTO_A_SHELL)
 def test_class5_a_glob_in_a_data_position_piped_into_a_shell_is_unbound(
     state_dir: Path, command: str
@@ -259,12 +243,6 @@ def test_class5_a_glob_in_a_data_position_piped_into_a_shell_is_unbound(
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `python3 x.py` through a pyenv shim binds the shim, bash and x.py, but the python that "
-    "runs x.py is chosen by pyenv at the run from `.python-version` in the workdir (or any parent): a "
-    "`.python-version` the agent writes after the approval makes another interpreter run the approved bytes",
-)
 def test_class4_a_pyenv_shim_lets_the_tree_pick_the_interpreter_after_the_approval(state_dir: Path) -> None:
     shim = shutil.which("python3")
     if shim is None or "/shims/" not in shim:
@@ -290,12 +268,6 @@ def test_class4_a_pyenv_shim_lets_the_tree_pick_the_interpreter_after_the_approv
     assert f"RUNBY {decided['exe']}" in result["text"], (decided, result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `node -r h.js` is a module search (node_modules/h.js), not ./h.js, but content.bind binds "
-    "./h.js when it exists: the file node preloads is unbound, allow-always is offered, and a later run "
-    "with node_modules/h.js rewritten runs unasked",
-)
 def test_class5_node_require_of_a_bare_name_binds_the_cwd_file_node_never_loads(state_dir: Path) -> None:
     if shutil.which("node") is None:
         pytest.skip("node is not installed")
@@ -315,6 +287,10 @@ def test_class5_node_require_of_a_bare_name_binds_the_cwd_file_node_never_loads(
                 params = {"command": command, "agentId": "main", "workdir": str(work)}
                 run = asyncio.ensure_future(agent.request("exec", params))
                 rows = await wait_until(operator.pending_approvals, 30)
+                if "allow-always" not in rows[0]["allowedDecisions"]:  # the preload is a search: not saved
+                    await operator.request("approve", {"id": rows[0]["id"], "decision": "deny"})
+                    await asyncio.wait_for(run, 60)
+                    return {"text": ""}
                 await operator.request("approve", {"id": rows[0]["id"], "decision": "allow-always"})
                 await asyncio.wait_for(run, 60)
                 await operator.request("approvals.detach", {})  # a later ask would wait for nobody
@@ -343,13 +319,7 @@ def _linked_package(work: Path) -> str:
     return "python3 x.py"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: textnames.imports_note subtracts the script from the count whatever its name (a script "
-    "`run` with no .py suffix was never counted) and skips linked directories (is_dir(follow_symlinks="
-    "False)) that Python imports through: the ask of `python3 run` importing helper.py, or of a script "
-    "importing a linked package, says nothing about the unbound code it loads, and offers allow-always",
-)
+# Fixed on branch fixE10 (textnames.imports_note: the script subtracted only when counted; links followed).
 @pytest.mark.parametrize("layout", [_no_suffix, _linked_package], ids=["no-suffix", "linked-package"])
 def test_class8_the_imports_note_misses_code_the_script_imports(
     state_dir: Path, layout: Callable[[Path], str]
@@ -369,12 +339,8 @@ _PRODUCERS = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a program piped into a shell's stdin is bound only through the file names the text holds "
-    "as whole words: a producer that reads it another way (a git blob `HEAD:s.sh`, a `file://` URL, dd's "
-    "`if=s.sh`) binds nothing, and allow-once runs whatever s.sh (or HEAD) holds at the run",
-)
+# Fixed on branch fixE10 (engine.commands.stdinprogram: a program on an interpreter's stdin only from
+# literal files read by cat; any other producer refused).
 @pytest.mark.parametrize("command", _PRODUCERS)
 def test_class5_a_shell_fed_by_a_producer_the_binder_cannot_read_is_unbound(
     state_dir: Path, command: str
@@ -409,13 +375,6 @@ void _start(void) {
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an agent ELF whose PT_INTERP names a loader the agent can write runs from its sealed copy, "
-    "but the kernel maps the loader by path: bindproof names it ('its loader … is not bound') and drops "
-    "allow-always, yet allow-once runs whatever is at that path at the spawn (it could run as "
-    "`<loader copy> <program copy>`, or be refused)",
-)
 def test_class6_an_elf_loader_the_agent_writes_is_unbound_on_allow_once(state_dir: Path) -> None:
     import platform
     import subprocess
@@ -448,12 +407,7 @@ _INLINE_RUNS_A_FILE = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an interpreter's inline code (-c/-e) is 'shown as text', but the files its argv names are "
-    "not bound: `python3 -c 'runpy.run_path(sys.argv[1])' s.py` (perl `do $ARGV[0]`, node "
-    "`require(argv[1])`) runs s.py as rewritten after allow-once, while `sh -c '. \"$1\"' x s.sh` is refused",
-)
+# Fixed on branch fixE10 (content.bind: inline code with argv words after it binds every file the text names).
 @pytest.mark.parametrize(("command", "name", "payload"), _INLINE_RUNS_A_FILE)
 def test_class5_inline_code_running_a_file_its_argv_names_leaves_it_unbound(
     state_dir: Path, command: str, name: str, payload: str
@@ -519,12 +473,6 @@ def test_class5_the_approval_sockets_request_grant_is_not_bound_to_content(state
     assert "PAYLOAD" not in json.dumps(answer), (asked, answer)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: perl runs the program a script's #! line names when that line has no `perl` in it; "
-    "bindproof says so and drops allow-always, but the named program (./evil) is not bound: allow-once of "
-    "`perl x.pl` runs ./evil as rewritten after the approval",
-)
 def test_class5_perl_hands_a_script_to_its_shebang_interpreter_which_is_unbound(state_dir: Path) -> None:
     if shutil.which("perl") is None:
         pytest.skip("perl is not installed")
@@ -538,13 +486,6 @@ def test_class5_perl_hands_a_script_to_its_shebang_interpreter_which_is_unbound(
     assert "PAYLOAD" not in result["text"], (bound_paths(ask), result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: perl reads switches from its script's #! line, so `#!/usr/bin/perl -d` in d.pl starts the "
-    "debugger as `perl -d d.pl` does; the argv's -d drops allow-always ('reads code besides the bound "
-    "program'), the #! line's does not: `perl d.pl` is saved, and each later background run takes Perl "
-    "typed into the debugger unasked",
-)
 def test_class5_a_perl_script_whose_shebang_says_d_reads_debugger_code_unasked(state_dir: Path) -> None:
     if shutil.which("perl") is None:
         pytest.skip("perl is not installed")
@@ -594,12 +535,6 @@ def test_class5_a_perl_script_whose_shebang_says_d_reads_debugger_code_unasked(s
     assert "PAYLOAD" not in asyncio.run(scenario())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: textnames.file_words keeps the first 64 files a text names ([:64]) and drops the rest "
-    "silently: `cat f00 … f63 s.sh | sh` binds 64 empty files and not s.sh, and allow-once runs s.sh as "
-    "rewritten after the approval (past the cap the run should be refused, not left unbound)",
-)
 def test_class5_the_65th_file_an_unparsed_text_names_is_unbound(state_dir: Path) -> None:
     names = [f"f{i:02d}" for i in range(64)]
     work = workdir(state_dir, {**dict.fromkeys(names, ""), "s.sh": "echo APPROVED\n"})
@@ -661,12 +596,6 @@ _BUILT_COMMANDS = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: past this branch's whole binding, a program that builds its command from a string or a "
-    'file (`env -S"sh s.sh"`, `env --split-string=…`, `xargs -a list sh`) still hides the script: the '
-    "proof finds no interpreter word (or binds only `list`): s.sh is unbound, allow-once runs it rewritten",
-)
 @pytest.mark.parametrize("command", _BUILT_COMMANDS)
 def test_class5_a_command_built_from_a_string_or_file_leaves_its_script_unbound(
     state_dir: Path, command: str

@@ -17,7 +17,14 @@ def server_params(state: Path, *extra: str) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "runner", "mcp", *extra],
-        env={"OPENCLAW_STATE_DIR": str(state), "PYTHONPATH": str(REPO), "HOME": os.environ["HOME"]},
+        env={
+            "OPENCLAW_STATE_DIR": str(state),
+            "PYTHONPATH": str(REPO),
+            "HOME": os.environ["HOME"],
+            # the suite's stand-in for the private /tmp (tests/conftest.py), for a gateway this server
+            # starts: the checkout (its cwd) may be in the machine's /tmp
+            **{k: v for k, v in os.environ.items() if k == "EXECHOST_HOST_PRIVATE"},
+        },
         cwd=str(REPO),
     )
 

@@ -99,7 +99,11 @@ def test_npx_binds_the_project_unless_it_has_local_programs(tmp_path: Path) -> N
 
     (tmp_path / "package.json").write_text("{}\n")
     found = findings_for(["npx", "hello"], ["/usr/bin/npx"], str(tmp_path), [])
-    assert [f.path for f in found if f.what != MANIFEST_TREE] == [str(tmp_path / "package.json")]
+    # (`hello` is the code npx runs: its operand asks wherever it runs, toolargv.)
+    assert [f.path for f in found if f.what != MANIFEST_TREE] == [
+        str(tmp_path / "package.json"),
+        "the command line",
+    ]
     # What package.json names to run is not bound: the writable tree itself is the unbound finding.
     assert unbound_findings(binding(found)) == [str(tmp_path)]
     (tmp_path / "node_modules" / ".bin").mkdir(parents=True)
