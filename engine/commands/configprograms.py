@@ -79,6 +79,26 @@ def git_programs(files: list[str], home: str) -> list[str]:
     return found
 
 
+def git_config_of(data: bytes, home: str, *query: str) -> bytes | None:
+    """git's own reading of one config file's bytes (`git config --file - --no-includes --null QUERY`),
+    neutral: no system or global config, no repository, so git parses these bytes and nothing more; None
+    where there is no git."""
+    git = sysbin.which("git")
+    if git is None:
+        return None
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": home,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+    }
+    proc = subprocess.run(
+        [git, "config", "--file", "-", "--no-includes", "--null", *query],
+        input=data, capture_output=True, env=env, cwd=os.sep, check=False,
+    )  # fmt: skip
+    return proc.stdout
+
+
 def _git_file(path: str, home: str) -> tuple[str, ...]:
     data = _read(path)
     if data is None:
@@ -86,21 +106,10 @@ def _git_file(path: str, home: str) -> tuple[str, ...]:
     cached = _GIT.get((path, data))
     if cached is not None:
         return cached
-    git = sysbin.which("git")
     found: list[str] = []
-    if git is not None:
-        # Neutral, as hostview's include reads: git parses this one file's bytes and nothing more
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "HOME": home,
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": "/dev/null",
-        }
-        proc = subprocess.run(
-            [git, "config", "--file", "-", "--no-includes", "--null", "--get-regexp", GIT_KEYS],
-            input=data, capture_output=True, env=env, cwd=os.sep, check=False,
-        )  # fmt: skip
-        for record in proc.stdout.split(b"\0"):
+    out = git_config_of(data, home, "--get-regexp", GIT_KEYS)
+    if out is not None:
+        for record in out.split(b"\0"):
             key, sep, value = record.partition(b"\n")
             if sep and (
                 not key.startswith(b"alias.") or value.startswith(b"!")

@@ -32,7 +32,6 @@ import contextlib
 import os
 import re
 import signal
-import subprocess
 import tempfile
 from dataclasses import dataclass, replace
 
@@ -370,22 +369,12 @@ def _includes_of(path: str, home: str) -> tuple[str, ...]:
     cached = _INCLUDES.get(key)
     if cached is not None:
         return cached
-    git = sysbin.which("git")
     found: list[str] = []
-    if git is not None:
-        # Neutral: no system or global config, no repository; git parses this one file and nothing more.
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "HOME": home,
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": "/dev/null",
-        }
-        proc = subprocess.run(
-            [git, "config", "--file", "-", "--no-includes", "--null", "--type=path", "--get-regexp",
-             r"^(include(if\..*)?\.path|core\.hookspath)$"],
-            input=data, capture_output=True, env=env, cwd=os.sep, check=False,
-        )  # fmt: skip
-        for record in proc.stdout.split(b"\0"):
+    out = configprograms.git_config_of(
+        data, home, "--type=path", "--get-regexp", r"^(include(if\..*)?\.path|core\.hookspath)$"
+    )
+    if out is not None:
+        for record in out.split(b"\0"):
             key_, sep, value = record.partition(b"\n")
             if not sep or not value:
                 continue

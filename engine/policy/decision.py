@@ -158,6 +158,7 @@ def evaluate(
     env_overrides: Mapping[str, str] | None = None,
     grants: Sequence[AllowlistEntry] = (),
     outside: Callable[[], Outside] | None = None,
+    owner: str | None = None,
 ) -> Decision:
     """Decide one command. `store` is read once (one consistent snapshot of the approvals file).
 
@@ -207,7 +208,7 @@ def evaluate(
         cwd or os.getcwd(),
         env,
         env_overrides,
-        private_binds(config, agent_id) if on_host else (),
+        private_binds(config, agent_id, owner) if on_host else (),
     )
     if expansion is not None:
         _decide_expanded(found, expansion)
@@ -719,10 +720,10 @@ def programs(result: AllowlistResult) -> list[str]:
     return found
 
 
-def private_binds(config: Config, agent_id: str) -> tuple[tuple[str, str], ...]:
+def private_binds(config: Config, agent_id: str, owner: str | None = None) -> tuple[tuple[str, str], ...]:
     """The agent's private dirs in its host runs' view (engine.commands.hostprivate), as (source,
-    destination); none without a host view."""
+    destination), `owner`'s copy when given (ExecContext.owner); none without a host view."""
     own = config.exec_for(agent_id)
     if own.host_view == "none":
         return ()
-    return hostprivate.binds(str(state_dir()), agent_id, hostprivate.dests(own.host_private))
+    return hostprivate.binds(str(state_dir()), owner or agent_id, hostprivate.dests(own.host_private))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import principals, statefs
+from engine.protocol.daemonenv import daemon_env
 from engine.protocol.frames import (
     HANDSHAKE_TIMEOUT_S,
     MAX_FRAME_BYTES,
@@ -49,7 +50,9 @@ _CLIENT_IDENTITY_ENV = (principals.CREDENTIAL_ENV, "EXECHOST_AGENT_TOKEN_FILE", 
 
 
 def _daemon_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in _CLIENT_IDENTITY_ENV}
+    """The starting client's env as the daemon may take it: named keys only (engine.protocol.daemonenv)."""
+    env = daemon_env(os.environ)
+    return {k: v for k, v in env.items() if k not in _CLIENT_IDENTITY_ENV}
 
 
 def spawn_gateway(state: Path) -> subprocess.Popen[bytes]:

@@ -228,6 +228,7 @@ class ExecTool:
             store=self.store,
             grants=self.grants if use_grants else None,
             workdir=call.workdir or call.default_workdir,
+            owner=ctx.owner,
         )
         try:
             # The grants file is read in the same worker-thread hop as the decision: one hop per exec. The
@@ -336,7 +337,9 @@ class ExecTool:
             cwd_fd = self._cwd_fd(prepared)
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
             host = self._host_view(prepared, ctx)
-            view = await self._pinned(prepared, run, anchor, host=host, agent_id=ctx.agent_id)
+            view = await self._pinned(
+                prepared, run, anchor, host=host, agent_id=ctx.agent_id, owner=ctx.owner
+            )
             spec = self._spec(prepared, call, ctx, run.command, detached=detached)
             # The cwd checked against the decided directory in the view itself when it can (the fd then
             # closed before the command), else in the shell.
@@ -348,7 +351,7 @@ class ExecTool:
                 [DEFAULT_SHELL, "-c", started] if cwd_fd is not None and not in_view else None
             )
             if prepared.host == "gateway" and not host:  # (the view joins it itself)
-                spec.argv = capped(spec.argv or spec.resolved_argv(), ctx.agent_id)
+                spec.argv = capped(spec.argv or spec.resolved_argv(), ctx.owner)
             if view.env:
                 spec.env = {**(spec.env or {}), **view.env}
             content = prepared.decision.content if prepared.host == "gateway" else None
@@ -374,7 +377,7 @@ class ExecTool:
         every security level, unless the operator set hostView = "none"."""
         if prepared.host != "gateway" or self._config().exec_for(ctx.agent_id).host_view == "none":
             return False
-        outside = host_outside(self._config(), ctx.agent_id, prepared.cwd)
+        outside = host_outside(self._config(), ctx.agent_id, prepared.cwd, ctx.owner)
         refuse_hidden_cwd(prepared.cwd, str(state_dir()), outside)
         note = workdir_note(str(state_dir()), outside)
         if note is not None and note not in prepared.warnings:
@@ -389,6 +392,7 @@ class ExecTool:
         *,
         host: bool = False,
         agent_id: str = "main",
+        owner: str | None = None,
     ) -> PinnedView:
         """The private view the run starts in: the state dir hidden and the trusted configs read-only
         (`host`), git pointed at the repository vetted, every file a host tool or a script takes code
@@ -401,14 +405,14 @@ class ExecTool:
             # once its keeper is up (made in a thread: bwrap runs then)
             if not host:
                 return PinnedView()
-            outside = host_outside(self._config(), agent_id, prepared.cwd)
+            outside = host_outside(self._config(), agent_id, prepared.cwd, owner)
             kept = kept_host_view(outside)
             if kept is not None:
                 return kept
             return await fairpool.offload(
                 fairpool.blocking, functools.partial(pinned_view, None, host=True, outside=outside)
             )
-        outside = host_outside(self._config(), agent_id, prepared.cwd) if host else NOTHING_OUTSIDE
+        outside = host_outside(self._config(), agent_id, prepared.cwd, owner) if host else NOTHING_OUTSIDE
         return await fairpool.offload(
             fairpool.blocking, functools.partial(view_for, d.tree, run, anchor, host=host, outside=outside)
         )

@@ -38,7 +38,9 @@ KEEP_BYTES = OUTPUT_CAP * 4  # bytes enough for OUTPUT_CAP chars of any UTF-8
 BYTE_CAP = 32 << 20  # bytes one stream may write before the run is killed (`yes` would run to its timeout)
 
 
-def host_outside(config: Config, agent_id: str = "main", workdir: str | None = None) -> Outside:
+def host_outside(
+    config: Config, agent_id: str = "main", workdir: str | None = None, owner: str | None = None
+) -> Outside:
     """What the gateway holds outside the state dir, for the host view: every node's login credentials
     (its identityFile, its identityAgent's socket: engine.config.nodekeys) and the Docker engine's sockets
     hidden; the agents' socket's directory, every pathPrepend dir and every bwrap rootfs read-only (the
@@ -48,7 +50,8 @@ def host_outside(config: Config, agent_id: str = "main", workdir: str | None = N
     read-only otherwise (the run's `workdir` only for workdir_note); and every sandbox workspace root, the
     default and each agent's (covered: one agent's host command never reads or plants another agent's
     sandbox files); the agent's own /tmp, /var/tmp, /dev/shm, runtime dir (engine.commands.hostprivate),
-    with `workdir` named as the run sees it when it is in one of them."""
+    with `workdir` named as the run sees it when it is in one of them. The private dirs and the pids
+    cgroup are `owner`'s (ExecContext.owner: a node keys them by the calling gateway too), or agent_id's."""
     keys = nodekeys.hidden_paths(config.nodes.values())  # exactly what the node links log in with
     read = {str(config.path)} if config.exists else set()
     read |= {os.path.expanduser(n.known_hosts) for n in config.nodes.values() if n.known_hosts}
@@ -58,7 +61,7 @@ def host_outside(config: Config, agent_id: str = "main", workdir: str | None = N
     read |= {os.path.expanduser(p) for p in profiles if isinstance(p, str) and p.startswith(("/", "~"))}
     sock = config.gateway.agent_socket
     private = hostprivate.binds(
-        str(state_dir()), agent_id, hostprivate.dests(config.exec_for(agent_id).host_private)
+        str(state_dir()), owner or agent_id, hostprivate.dests(config.exec_for(agent_id).host_private)
     )
     return Outside(
         hidden=tuple(keys) + engine_sockets(),
@@ -72,16 +75,16 @@ def host_outside(config: Config, agent_id: str = "main", workdir: str | None = N
         ),
         workdir=workdir,
         covered=workspace_roots(config),
-        join_tasks=_join_tasks(agent_id),
+        join_tasks=_join_tasks(owner or agent_id),
         private=private,
         chdir=hostprivate.view_of(private, workdir) if workdir else None,
     )
 
 
-def private_source(config: Config, agent_id: str, path: str) -> str | None:
+def private_source(config: Config, agent_id: str, path: str, owner: str | None = None) -> str | None:
     """Where `path`, as a host run of the agent names it, is on the host when it is in one of the agent's
     private dirs (engine.commands.hostprivate: its own /tmp, ...); None otherwise, or with no host view."""
-    binds = private_binds(config, agent_id)
+    binds = private_binds(config, agent_id, owner)
     return hostprivate.source_of(binds, os.path.abspath(os.path.expanduser(path)))
 
 

@@ -136,10 +136,19 @@ class ExecContext:
     # Told once the call starts waiting for a human ({approvalId, approvalSlug, expiresAtMs, command}), so
     # the caller can say so (the CLI on stderr, MCP as progress) instead of hanging silently.
     on_waiting: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
+    # Whose host resources a gateway-host run uses (its private dirs, kept view, pids cgroup), "" for the
+    # agent's own: a node files them under the calling gateway's namespace too (runner.node.sysrun), so
+    # two gateways' agents of one name never share them. Policy is still the agent's (agent_id).
+    view_owner: str = ""
 
     @property
     def scope_key(self) -> str:
         return self.session_key or f"agent:{self.agent_id}"
+
+    @property
+    def owner(self) -> str:
+        """The id every per-agent host resource of this call is keyed by (view_owner)."""
+        return self.view_owner or self.agent_id
 
 
 @dataclass

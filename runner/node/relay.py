@@ -15,6 +15,7 @@ from typing import Protocol
 
 from engine import unixsock
 from engine.nodes.wire import MAX_LINE
+from runner.node.peerns import outside_our_namespaces
 
 SOCKET_NAME = "node.sock"
 RELAY_CHUNK = 256 * 1024
@@ -36,7 +37,9 @@ def peer_is_us(writer: asyncio.StreamWriter) -> tuple[bool, str]:
         return False, "the kernel did not say who the peer is"
     if peer.uid != os.geteuid():
         return False, f"peer pid {peer.pid} runs as uid {peer.uid}, not uid {os.geteuid()}"
-    return True, ""
+    # The uid alone is no proof: a host run of a gateway on this account is that uid (runner.node.peerns).
+    why = outside_our_namespaces(writer.get_extra_info("socket"), peer.pid)
+    return (False, why) if why is not None else (True, "")
 
 
 async def relay_to_service(state_dir: Path, stdin: asyncio.StreamReader, stdout: ByteSink) -> int | None:

@@ -139,7 +139,13 @@ class SystemRun:
         # finds nothing of it; its events go only to this gateway's link, in its own terms.
         ns = gateways.CURRENT_GATEWAY.get()
         own = p.get("sessionKey") or ""
-        ctx = ExecContext(agent_id=agent_id, session_key=ns + (own or f"agent:{agent_id}") if ns else own)
+        # Its host resources (private /tmp, kept view, pids cgroup) are the gateway's agent's too: keyed by
+        # namespace and agent, as its sessions are; policy is still the agent's (ExecContext.owner).
+        ctx = ExecContext(
+            agent_id=agent_id,
+            session_key=ns + (own or f"agent:{agent_id}") if ns else own,
+            view_owner=ns + agent_id,
+        )
         session_key = ns + session_key
         suppress = bool(p.get("suppressNotifyOnExit"))
         token = CURRENT_RUN.set(run_id)

@@ -248,12 +248,6 @@ FULL_HOST = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node files sessions per gateway key, but its host view's private dirs (hostprivate), "
-    "kept view and pids cgroup are per bare agent id: gateway B's agent main reads what gateway A's agent "
-    "main left in its node-side /tmp (and plants files A's later runs read)",
-)
 async def test_class2_two_gateways_agents_of_one_name_share_a_nodes_private_tmp(
     state_dir: Path, sshd_nodes: list[SshdNode], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -603,12 +597,6 @@ for line in f:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a `node run` service on the gateway's host and account (its own state dir) answers any "
-    "same-uid peer on node.sock as a gateway link: a host run speaks the node wire there, and the node's "
-    "run (in the node's view, which does not cover the gateway's state dir) reads the operator token",
-)
 async def test_class1_a_colocated_node_services_socket_is_a_gateway_link_for_a_host_run(
     state_dir: Path, sshd_nodes: list[SshdNode]
 ) -> None:

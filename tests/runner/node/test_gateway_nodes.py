@@ -168,13 +168,14 @@ async def test_fifty_concurrent_commands_across_two_nodes(
         jobs = [(i, sshd_nodes[i % 2].name) for i in range(50)]
         results = await asyncio.gather(
             *(
-                agent.request("exec", {"command": f'echo "{name}-{i}-$OPENCLAW_STATE_DIR"', "node": name})
+                agent.request("exec", {"command": f'echo "{name}-{i}-$HOME"', "node": name})
                 for i, name in jobs
             )
         )
         by_name = {n.name: n for n in sshd_nodes}
         for (i, name), res in zip(jobs, results, strict=True):
-            assert res["text"].splitlines()[0] == f"{name}-{i}-{by_name[name].state_dir}"
+            # each node's own HOME (its login's): host runs inherit no exechost variable
+            assert res["text"].splitlines()[0] == f"{name}-{i}-{by_name[name].root}"
             assert res["details"]["node"] == name
         await agent.close()
 

@@ -86,12 +86,12 @@ def test_a_named_node_runs_there_or_is_refused_naming_the_setting(
     # host=auto: a call that names a node runs there; a call that names none runs on the gateway.
     set_exec_table(state_dir, sshd_nodes, '[tools.exec]\nhost = "auto"\nsecurity = "full"\nask = "off"\n')
     for node in (alpha, beta):
-        ran = exechost("exec", "--json", "--node", node.name, "--", 'printf %s "$OPENCLAW_STATE_DIR"')
+        ran = exechost("exec", "--json", "--node", node.name, "--", 'printf %s "$HOME"')
         assert ran.returncode == 0, ran.stdout + ran.stderr
         result = json.loads(ran.stdout)
         assert result["details"]["ranOn"] == f"node {node.name}"
-        assert result["text"] == f"{node.state_dir}\n(ran on: node {node.name})"
-    here = exechost("exec", "--json", "--", 'printf %s "${OPENCLAW_STATE_DIR:-unset}"')
+        assert result["text"] == f"{node.root}\n(ran on: node {node.name})"  # the node login's HOME
+    here = exechost("exec", "--json", "--", 'printf %s "$HOME"')
     assert json.loads(here.stdout)["details"]["ranOn"] == "gateway"
     # A call that asks for the gateway and names a node is a contradiction, not a choice.
     both = exechost("exec", "--host", "gateway", "--node", "alpha", "--", "uname -n")
