@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 import tomllib
 
@@ -52,11 +53,23 @@ def paths_in(command: str, home: str) -> list[str]:
 
 
 def _read(path: str) -> bytes | None:
+    """A config file's bytes; None for anything but a regular file. Opened without blocking: a FIFO at a
+    config's path would hold the gateway's decision until someone wrote it (and take what npm reads)."""
     try:
-        with open(path, "rb") as f:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None  # never opened: a FIFO's writer would take the open for its reader
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(1 << 20)
     except OSError:
         return None
+    finally:
+        os.close(fd)
 
 
 def git_known(files: list[str]) -> bool:

@@ -80,3 +80,18 @@ def test_npm_and_cargo_programs(tmp_path: Path) -> None:
     ]
     cargo.write_text("not toml [")
     assert configprograms.cargo_programs([str(cargo)], "/h") == []
+
+
+def test_a_fifo_at_a_configs_path_is_never_opened(tmp_path: Path) -> None:
+    """Reading the configs never opens anything but a regular file: a FIFO there would have held the
+    decision until someone wrote it, and taken a reader's open from the program it was meant for."""
+    import os
+    import stat
+
+    fifo = tmp_path / ".npmrc"
+    os.mkfifo(fifo)
+    assert configprograms.npm_programs([str(fifo)], str(tmp_path)) == []  # returns at once
+    link = tmp_path / "cfg"
+    link.symlink_to(fifo)
+    assert configprograms.npm_programs([str(link)], str(tmp_path)) == []
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
