@@ -50,6 +50,9 @@ COMMON_ENTRIES = (
 _NO_REPO = frozenset({"init", "clone"})
 NO_REPOSITORY = "no-repository"
 MIRROR_MAX = 1024  # entries of each directory above a script linked in its mirror (Mirror)
+# links of all a view's mirrors together: bwrap refuses more than 9,000 arguments in all (three a link), so
+# the levels nearest each script are linked first and a crowded far one (/tmp) keeps what is left
+MIRROR_BUDGET = 2000
 
 
 class PinError(Exception):
@@ -336,6 +339,7 @@ class _Builder:
     # a host path as the run's view names it: a file the decision read in the agent's private copy of a
     # dir (engine.commands.hostprivate) is at the private dir's own name there, never the state dir's
     place: Callable[[str], str] = str
+    mirror_links: int = MIRROR_BUDGET  # left for this view's mirrors
 
     def data(self, data: bytes, dest: str) -> None:
         """A read-only copy of `data` at `dest` (bwrap reads the fd once, at setup)."""
@@ -370,16 +374,32 @@ class _Builder:
         down to the script's: each level's other entries (at most MIRROR_MAX, read now) are links."""
         args = ["--tmpfs", mirror.base]
         parts = [p for p in mirror.real_dir.split("/") if p]
+        levels: dict[int, list[str]] = {}
+        # the script's own dir whole (its siblings: `./lib`); the levels above it, nearest first, take at
+        # most a quarter of what this view has left, so a later script's own dir still has room
+        above = max(min(self.mirror_links, MIRROR_BUDGET // 4), 0)
+        for depth in range(len(parts), -1, -1):
+            real = "/" + "/".join(parts[:depth])
+            below = parts[depth] if depth < len(parts) else mirror.name
+            try:
+                entries = [e for e in sorted(os.listdir(real))[:MIRROR_MAX] if e != below]
+            except OSError:
+                entries = []
+            if depth < len(parts):
+                entries = entries[:above]
+                above -= len(entries)
+            levels[depth] = entries
+            self.mirror_links -= len(entries)
         for depth in range(len(parts) + 1):
             real = "/" + "/".join(parts[:depth])
             view = mirror.base + real.rstrip("/")
-            below = parts[depth] if depth < len(parts) else mirror.name
-            with contextlib.suppress(OSError):
-                for entry in sorted(os.listdir(real))[:MIRROR_MAX]:
-                    if entry != below:
-                        args += ["--symlink", os.path.join(real, entry), os.path.join(view, entry)]
+            args += [
+                op
+                for entry in levels[depth]
+                for op in ("--symlink", os.path.join(real, entry), os.path.join(view, entry))
+            ]
             if depth < len(parts):
-                args += ["--dir", os.path.join(view, below)]
+                args += ["--dir", os.path.join(view, parts[depth])]
         fd = sealed_copy(mirror.data, mirror.name)
         os.lseek(fd, 0, os.SEEK_SET)
         os.set_inheritable(fd, True)
