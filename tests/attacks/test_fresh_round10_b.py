@@ -1048,12 +1048,6 @@ def _remove_shm(size: int) -> None:
             libc.shmctl(int(fields[1]), 0, None)  # IPC_RMID
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: host runs share the host's IPC namespace (the view unshares none): SysV shared memory, "
-    "semaphores and message queues name no owner, outlive the run and are the gateway uid's: main's run "
-    "read (and could write) the segment ops's run made, and one agent can take all of kernel.shmmni (4096)",
-)
 async def test_class2_another_agents_sysv_shared_memory_is_in_reach(state_dir: Path) -> None:
     write_config(state_dir, BOTH_FULL)
     try:
