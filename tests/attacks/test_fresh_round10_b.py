@@ -185,20 +185,15 @@ async def run_on_node(state: Path, command: str) -> str:
     return str(result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node files each gateway's sessions under its key's fingerprint, but the host view's "
-    "private /tmp (hostprivate.agent_dir) and pids group are keyed by the bare agent id: gateway A's "
-    "agent main plants files in the /tmp gateway B's agent main runs with on a shared node (and can fill "
-    "its pids share)",
-)
 def test_class2_two_gateways_agents_named_main_share_one_tmp_on_a_node(
     state_dir: Path, sshd_nodes: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import asyncio
 
     alpha = sshd_nodes[0]
-    (alpha.state_dir / "config.toml").write_text(ONLY_MAIN_FULL)  # the node runs what its gateways send
+    # the node runs what its gateways send, with the default's private /tmp (the suite's stand-in, which
+    # the node's logins get from tests/helpers/sshd.py, would share the machine's)
+    (alpha.state_dir / "config.toml").write_text(ONLY_MAIN_FULL + 'hostPrivate = ["/tmp"]\n')
     # the node's exechost-hostenter: this venv's (its scripts may name the prefix it was made at)
     helper = os.path.join(sys.prefix, "libexec", "exechost-hostenter")
     nodes = alpha.config_toml() + f'env = {{ EXECHOST_HOSTENTER = "{helper}" }}\n'
