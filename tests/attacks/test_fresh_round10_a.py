@@ -280,12 +280,6 @@ async def test_class2_two_gateways_agents_of_one_name_share_a_nodes_private_tmp(
 
 @needs_bwrap
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a hostPrivate dir in the home (~/.config) is bound last, over the trusted configs in it: "
-    "the gateway vets git with the real ~/.config/git/config, the run's git reads the agent's private copy, "
-    "so allowlisted `git diff` runs a filter the agent wrote (hostWritable refuses the dir, hostPrivate not)",
-)
 async def test_class2_a_private_config_dir_in_the_home_is_the_agents_git_config(state_dir: Path) -> None:
     """`[tools.exec] hostPrivate` accepts `~/…` dirs (a private copy in the home goes last: "the home is
     bound read-only over it otherwise"). A private ~/.config gives each agent its own — including the
@@ -312,7 +306,7 @@ async def test_class2_a_private_config_dir_in_the_home_is_the_agents_git_config(
         assert first["status"] == "completed", first  # allowlisted: runs unasked (and makes the copies)
         # what the agent's own runs may write in its private ~/.config
         copy = hostprivate.agent_dir(str(state_dir), "main") + "/" + quote(str(home / ".config"), safe="")
-        os.makedirs(f"{copy}/git")
+        os.makedirs(f"{copy}/git", exist_ok=True)
         Path(f"{copy}/git/config").write_text(
             f"[core]\n\tattributesFile = {home}/.config/git/attributes\n"
             f'[filter "x"]\n\tclean = "touch {marker}; cat"\n'
