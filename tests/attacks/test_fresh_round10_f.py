@@ -1,0 +1,38 @@
+"""Fresh round 10 f (issue 27 §3, attack class 4): what runs without an ask takes no influence the operator
+did not grant — a command an allowlist entry lets run, given options, env or a tree that make it run code
+nobody approved."""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.attacks.harness import attempt, refused, tool
+
+# The toolchain's own cargo (the rustup proxy in ~/.cargo/bin needs the operator's RUSTUP_HOME, which a
+# test's own HOME does not have): what an operator allowlists to let agents build.
+_CARGOS = sorted(glob.glob("/root/.rustup/toolchains/stable-*/bin/cargo"))
+CARGO = _CARGOS[0] if _CARGOS else None
+
+
+@pytest.mark.skipif(CARGO is None, reason="needs cargo from a rustup toolchain")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: cargo takes config on its command line (`--config KEY=VALUE`, inline TOML), and "
+    "`registry.global-credential-providers` names a program cargo runs (`cargo logout` needs no "
+    "Cargo.toml): treecode reads cargo's argv only for files it names, finds none, and the allowlisted "
+    "cargo runs the agent's program unasked",
+)
+async def test_cargo_config_on_its_command_line_names_a_credential_provider_it_runs(state_dir: Path) -> None:
+    assert CARGO is not None
+    work = state_dir.parent / "w"
+    work.mkdir()
+    marker = work / "ran"
+    tool(work / "p.sh", f"#!/bin/sh\necho ran > {marker}\n")
+    command = f"{CARGO} --config 'registry.global-credential-providers=[\"{work}/p.sh\"]' logout"
+    details = await attempt(state_dir, command, allow=[(CARGO, None)], workdir=str(work))
+    assert not marker.exists(), "the agent's credential provider ran"
+    assert refused(details), details["_text"]
