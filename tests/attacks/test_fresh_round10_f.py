@@ -5,7 +5,6 @@ nobody approved."""
 from __future__ import annotations
 
 import glob
-import os
 from pathlib import Path
 
 import pytest
