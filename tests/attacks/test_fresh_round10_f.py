@@ -5,6 +5,7 @@ nobody approved."""
 from __future__ import annotations
 
 import glob
+import os
 from pathlib import Path
 
 import pytest
@@ -34,4 +35,31 @@ async def test_cargo_config_on_its_command_line_names_a_credential_provider_it_r
     command = f"{CARGO} --config 'registry.global-credential-providers=[\"{work}/p.sh\"]' logout"
     details = await attempt(state_dir, command, allow=[(CARGO, None)], workdir=str(work))
     assert not marker.exists(), "the agent's credential provider ran"
+    assert refused(details), details["_text"]
+
+
+RUSTUP = "/root/.cargo/bin/rustup"
+
+
+@pytest.mark.skipif(
+    not (os.path.isfile(RUSTUP) and os.path.isdir("/root/.rustup/toolchains")), reason="needs rustup"
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `rustup run TOOLCHAIN CMD …` runs any command line (a command runner, like `env`), but "
+    "rustup is on neither interpreters.INTERPRETERS nor RUNNERS and the allowlist does not unwrap it: "
+    "an allowlist entry for rustup (`rustup show`, `rustup component add`) runs `sh -c …` unasked",
+)
+async def test_rustup_run_is_a_command_runner_the_allowlist_does_not_unwrap(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "RUSTUP_HOME", "/root/.rustup"
+    )  # the operator's toolchains (the test has its own HOME)
+    work = state_dir.parent / "w"
+    work.mkdir()
+    marker = work / "ran"
+    command = f"rustup run stable sh -c 'echo ran > {marker}'"
+    details = await attempt(state_dir, command, allow=[(RUSTUP, None)], workdir=str(work))
+    assert not marker.exists(), "rustup ran the agent's shell command"
     assert refused(details), details["_text"]
