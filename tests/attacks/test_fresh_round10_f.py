@@ -55,7 +55,7 @@ async def test_rustup_run_is_a_command_runner_the_allowlist_does_not_unwrap(
 ) -> None:
     monkeypatch.setenv(
         "RUSTUP_HOME", "/root/.rustup"
-    )  # the operator's toolchains (the test has its own HOME)
+    )  # the operator's toolchains: the test has its own HOME
     work = state_dir.parent / "w"
     work.mkdir()
     marker = work / "ran"
