@@ -53,13 +53,31 @@ RUSTUP = "/root/.cargo/bin/rustup"
 async def test_rustup_run_is_a_command_runner_the_allowlist_does_not_unwrap(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(
-        "RUSTUP_HOME", "/root/.rustup"
-    )  # the operator's toolchains: the test has its own HOME
+    monkeypatch.setenv("RUSTUP_HOME", "/root/.rustup")  # the operator's toolchains: the test has its own HOME
     work = state_dir.parent / "w"
     work.mkdir()
     marker = work / "ran"
     command = f"rustup run stable sh -c 'echo ran > {marker}'"
     details = await attempt(state_dir, command, allow=[(RUSTUP, None)], workdir=str(work))
     assert not marker.exists(), "rustup ran the agent's shell command"
+    assert refused(details), details["_text"]
+
+
+@pytest.mark.skipif(not os.path.isfile("/usr/bin/make"), reason="needs GNU make")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: with no makefile make still runs its built-in rules (`make foo` from foo.c runs "
+    "`$(CC) … foo.c -o foo`), and makefiles.assignment_problem takes `CC='sh -c \"…\"'` for a user "
+    "variable (no `$`, no make-own name) although every built-in rule runs CC, CXX, AS, LEX, YACC, RM, …: "
+    "treecode finds no makefile, so no recipe finding, and the allowlisted make runs the agent's shell "
+    "command unasked",
+)
+async def test_make_without_a_makefile_runs_a_builtin_rule_with_the_argvs_cc(state_dir: Path) -> None:
+    work = state_dir.parent / "w"
+    work.mkdir()
+    (work / "foo.c").write_text("int main(void) { return 0; }\n")
+    marker = work / "ran"
+    command = f"make foo CC='sh -c \"echo ran > {marker}\"'"
+    details = await attempt(state_dir, command, allow=[("/usr/bin/make", None)], workdir=str(work))
+    assert not marker.exists(), "make's built-in rule ran the agent's CC"
     assert refused(details), details["_text"]
