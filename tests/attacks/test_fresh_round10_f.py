@@ -5,7 +5,10 @@ nobody approved."""
 from __future__ import annotations
 
 import glob
+import io
 import os
+import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -80,4 +83,74 @@ async def test_make_without_a_makefile_runs_a_builtin_rule_with_the_argvs_cc(sta
     command = f"make foo CC='sh -c \"echo ran > {marker}\"'"
     details = await attempt(state_dir, command, allow=[("/usr/bin/make", None)], workdir=str(work))
     assert not marker.exists(), "make's built-in rule ran the agent's CC"
+    assert refused(details), details["_text"]
+
+
+def _system_pip() -> bool:
+    try:
+        return (
+            subprocess.run(["/usr/bin/python3", "-m", "pip", "--version"], capture_output=True).returncode
+            == 0
+        )
+    except OSError:
+        return False
+
+
+def _venv_with_pip(where: Path) -> Path:
+    """A venv like an operator's project venv (owned by the gateway's user, outside the home), its bin/pip
+    the usual console script over the system's pip: pip's site config is `<venv>/pip.conf`."""
+    subprocess.run(
+        ["/usr/bin/python3", "-m", "venv", "--without-pip", "--system-site-packages", str(where)], check=True
+    )
+    return tool(
+        where / "bin" / "pip",
+        f"#!{where}/bin/python\nimport sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n",
+    )
+
+
+def _sdist(where: Path, marker: Path) -> None:
+    """zzpkg-1.0.tar.gz whose in-tree build backend writes `marker` when pip asks it anything."""
+    where.mkdir(parents=True)
+    backend = (
+        "import pathlib\n"
+        f"pathlib.Path({str(marker)!r}).write_text('ran')\n"
+        "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
+    )
+    files = {
+        "zzpkg-1.0/pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+        'backend-path = ["."]\n',
+        "zzpkg-1.0/backend.py": backend,
+        "zzpkg-1.0/PKG-INFO": "Metadata-Version: 2.1\nName: zzpkg\nVersion: 1.0\n",
+    }
+    with tarfile.open(where / "zzpkg-1.0.tar.gz", "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.skipif(not _system_pip(), reason="needs the system python3's pip")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: pip reads where packages come from in its config files too (site config "
+    "`<venv>/pip.conf`, /etc/pip.conf, …), and treecode reads only pip's argv and requirements files: "
+    "`pip config --site set global.find-links DIR` (pip config is allowed: only `edit` asks) then "
+    "`pip install zzpkg` both run unasked, and pip builds the agent's sdist (its backend runs)",
+)
+async def test_pip_config_names_a_find_links_dir_and_a_later_install_builds_from_it(state_dir: Path) -> None:
+    pip = _venv_with_pip(state_dir.parent / "venv")
+    work = state_dir.parent / "w"
+    work.mkdir()
+    marker = work / "ran"
+    _sdist(work / "pkgs", marker)
+    allow = [(str(pip), None)]
+    for command in (
+        f"{pip} config --site set global.find-links {work}/pkgs",
+        f"{pip} config --site set global.no-index true",
+    ):
+        details = await attempt(state_dir, command, allow=allow, workdir=str(work))
+        assert details["status"] == "completed", details["_text"]
+    details = await attempt(state_dir, f"{pip} install zzpkg", allow=allow, workdir=str(work))
+    assert not marker.exists(), "pip built the agent's package from the find-links its config names"
     assert refused(details), details["_text"]
