@@ -154,3 +154,27 @@ async def test_pip_config_names_a_find_links_dir_and_a_later_install_builds_from
     details = await attempt(state_dir, f"{pip} install zzpkg", allow=allow, workdir=str(work))
     assert not marker.exists(), "pip built the agent's package from the find-links its config names"
     assert refused(details), details["_text"]
+
+
+@pytest.mark.skipif(not _system_pip(), reason="needs the system python3's pip")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: pip takes `python` from its config files as from `--python` (pip re-runs itself with "
+    "that interpreter); pipargs refuses `--python` only on the argv, so `pip config --site set "
+    "global.python ./x` and then a reader (`pip list`) run the agent's program unasked",
+)
+async def test_pip_config_names_the_interpreter_pip_reruns_itself_with(state_dir: Path) -> None:
+    pip = _venv_with_pip(state_dir.parent / "venv")
+    work = state_dir.parent / "w"
+    work.mkdir()
+    marker = work / "ran"
+    program = work / "py"  # written by the agent after the config names it (then no argv names it)
+    allow = [(str(pip), None)]
+    details = await attempt(
+        state_dir, f"{pip} config --site set global.python {program}", allow=allow, workdir=str(work)
+    )
+    assert details["status"] == "completed", details["_text"]
+    tool(program, f"#!/bin/sh\necho ran > {marker}\n")
+    details = await attempt(state_dir, f"{pip} list", allow=allow, workdir=str(work))
+    assert not marker.exists(), "pip re-ran itself with the interpreter its config names"
+    assert refused(details), details["_text"]
