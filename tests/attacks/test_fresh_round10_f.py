@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import io
 import os
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -177,4 +178,26 @@ async def test_pip_config_names_the_interpreter_pip_reruns_itself_with(state_dir
     tool(program, f"#!/bin/sh\necho ran > {marker}\n")
     details = await attempt(state_dir, f"{pip} list", allow=allow, workdir=str(work))
     assert not marker.exists(), "pip re-ran itself with the interpreter its config names"
+    assert refused(details), details["_text"]
+
+
+@pytest.mark.skipif(
+    not os.path.isfile("/usr/bin/make") or shutil.which("cc") is None, reason="needs make, cc"
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: make exports every command-line variable into its recipes' environment, so `make foo "
+    "KEY=VALUE` is the env param without the env check (the §3 inert list; even LD_PRELOAD, refused on "
+    "every host exec): `COMPILER_PATH=/nonexistent:DIR` makes the built-in rule's cc run DIR/as, and "
+    "treecode's value check looks only for a file named by a whole word (a colon list names none)",
+)
+async def test_make_exports_a_command_line_variable_into_the_recipes_env(state_dir: Path) -> None:
+    work = state_dir.parent / "w"
+    work.mkdir()
+    (work / "foo.c").write_text("int main(void) { return 0; }\n")
+    marker = work / "ran"
+    tool(work / "bin" / "as", f"#!/bin/sh\necho ran > {marker}\nexit 1\n")
+    command = f"make foo COMPILER_PATH=/nonexistent:{work}/bin"
+    details = await attempt(state_dir, command, allow=[("/usr/bin/make", None)], workdir=str(work))
+    assert not marker.exists(), "cc ran the `as` of the directory make's command line exported"
     assert refused(details), details["_text"]
