@@ -201,3 +201,30 @@ async def test_make_exports_a_command_line_variable_into_the_recipes_env(state_d
     details = await attempt(state_dir, command, allow=[("/usr/bin/make", None)], workdir=str(work))
     assert not marker.exists(), "cc ran the `as` of the directory make's command line exported"
     assert refused(details), details["_text"]
+
+
+CARGO_PROXY = "/root/.cargo/bin/cargo"  # rustup's proxy: it picks the toolchain, then runs its cargo
+
+
+@pytest.mark.skipif(
+    not (os.path.isfile(CARGO_PROXY) and os.path.isdir("/root/.rustup/toolchains")), reason="needs rustup"
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode takes cargo's `-C DIR` for where everything is read, but the cargo on PATH is "
+    "rustup's proxy, which picks the toolchain from the real cwd's rust-toolchain.toml (a `path` toolchain "
+    "runs DIR/bin/cargo) before cargo ever sees -C: `cargo -C / --version` vets / and its files only, "
+    "and the allowlisted cargo runs the agent's toolchain unasked",
+)
+async def test_cargo_dash_c_elsewhere_leaves_the_cwds_toolchain_file_unvetted(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUSTUP_HOME", "/root/.rustup")  # the operator's toolchains: the test has its own HOME
+    work = state_dir.parent / "w"
+    work.mkdir()
+    marker = work / "ran"
+    tool(work / "tc" / "bin" / "cargo", f"#!/bin/sh\necho ran > {marker}\n")
+    (work / "rust-toolchain.toml").write_text(f'[toolchain]\npath = "{work}/tc"\n')
+    details = await attempt(state_dir, "cargo -C / --version", allow=[(CARGO_PROXY, None)], workdir=str(work))
+    assert not marker.exists(), "rustup's proxy ran the toolchain the cwd's rust-toolchain.toml names"
+    assert refused(details), details["_text"]
