@@ -228,3 +228,30 @@ async def test_cargo_dash_c_elsewhere_leaves_the_cwds_toolchain_file_unvetted(
     details = await attempt(state_dir, "cargo -C / --version", allow=[(CARGO_PROXY, None)], workdir=str(work))
     assert not marker.exists(), "rustup's proxy ran the toolchain the cwd's rust-toolchain.toml names"
     assert refused(details), details["_text"]
+
+
+RUSTC_PROXY = "/root/.cargo/bin/rustc"
+
+
+@pytest.mark.skipif(
+    not (os.path.isfile(RUSTC_PROXY) and os.path.isdir("/root/.rustup/toolchains")), reason="needs rustup"
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode knows a program by any path it resolves to, and every rustup proxy (rustc, "
+    "rustdoc, clippy-driver, …) resolves to rustup, so rustc is vetted as rustup (toolchain files only) "
+    "instead of asking like an unmodelled compiler: `rustc --crate-type cdylib -C linker=./ld -` (source "
+    "from stdin, the linker in its own word: no file operand) runs the agent's ld unasked",
+)
+async def test_rustc_behind_rustups_proxy_is_vetted_as_rustup_and_runs_a_linker(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUSTUP_HOME", "/root/.rustup")  # the operator's toolchains: the test has its own HOME
+    work = state_dir.parent / "w"
+    work.mkdir()
+    marker = work / "ran"
+    tool(work / "ld", f"#!/bin/sh\necho ran > {marker}\nexit 1\n")
+    command = f"rustc --crate-type cdylib -C linker={work}/ld -"
+    details = await attempt(state_dir, command, allow=[(RUSTC_PROXY, None)], workdir=str(work), timeout=120)
+    assert not marker.exists(), "rustc ran the agent's linker"
+    assert refused(details), details["_text"]
