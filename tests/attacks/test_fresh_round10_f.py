@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.attacks.harness import attempt, refused, tool
+from engine.approvals.store import ApprovalsStore
+from tests.attacks.harness import ALLOWLIST, attempt, refused, tool
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 # The toolchain's own cargo (the rustup proxy in ~/.cargo/bin needs the operator's RUSTUP_HOME, which a
 # test's own HOME does not have): what an operator allowlists to let agents build.
@@ -255,3 +257,73 @@ async def test_rustc_behind_rustups_proxy_is_vetted_as_rustup_and_runs_a_linker(
     details = await attempt(state_dir, command, allow=[(RUSTC_PROXY, None)], workdir=str(work), timeout=120)
     assert not marker.exists(), "rustc ran the agent's linker"
     assert refused(details), details["_text"]
+
+
+def _pkt(text: str) -> str:
+    return f"{len(text) + 4:04x}{text}"
+
+
+@pytest.mark.skipif(not os.path.islink("/usr/bin/git-upload-archive"), reason="needs git's linked programs")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: git-upload-archive (and git-upload-pack, git-receive-pack) is a link to git, and treecode "
+    "knows a program by any path it resolves to: `git-upload-archive log` is vetted as `git log` in "
+    "the cwd, while it serves ./log, whose unvetted config names `tar.<fmt>.command` (remote=true): "
+    "the agent writes the archive request to the session's stdin and the allowlisted program runs it",
+)
+async def test_git_upload_archive_is_vetted_as_git_its_repository_read_as_a_subcommand(
+    state_dir: Path,
+) -> None:
+    work = state_dir.parent / "w"
+    repo = work / "log"
+    marker = work / "ran"
+    repo.mkdir(parents=True)
+    git = ["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@b"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "a").write_text("a\n")
+    subprocess.run([*git, "add", "a"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    subprocess.run([*git, "config", "tar.evil.remote", "true"], check=True)
+    subprocess.run(
+        [*git, "config", "tar.evil.command", f"sh -c 'echo ran > {marker}; cat >/dev/null'"], check=True
+    )
+    allow = "/usr/bin/git-upload-archive"
+    write_config(state_dir, ALLOWLIST)
+    ApprovalsStore(state_dir / "exec-approvals.json").add_allowlist("main", allow)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            started = await client.request(
+                "exec",
+                {
+                    "command": "git-upload-archive log",
+                    "agentId": "main",
+                    "workdir": str(work),
+                    "background": True,
+                },
+            )
+            details = started["details"]
+            assert details["status"] == "running", started["text"]
+            request = _pkt("argument --format=evil\n") + _pkt("argument HEAD\n") + "0000"
+            await client.request(
+                "process",
+                {
+                    "action": "write",
+                    "sessionId": details["sessionId"],
+                    "data": request,
+                    "eof": True,
+                    "agentId": "main",
+                },
+            )
+
+            async def ended() -> bool:
+                polled = await client.request(
+                    "process",
+                    {"action": "poll", "sessionId": details["sessionId"], "timeout": 1000, "agentId": "main"},
+                )
+                return bool(polled["details"].get("status") != "running")
+
+            await wait_until(ended, timeout=60)
+        finally:
+            await client.close()
+    assert not marker.exists(), "upload-archive ran the tar command of the repository it served"
