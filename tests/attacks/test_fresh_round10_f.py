@@ -327,3 +327,29 @@ async def test_git_upload_archive_is_vetted_as_git_its_repository_read_as_a_subc
         finally:
             await client.close()
     assert not marker.exists(), "upload-archive ran the tar command of the repository it served"
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `cmake --find-package … -DCMAKE_PREFIX_PATH=DIR` runs find_package, which executes "
+    "DIR/lib/cmake/<Name>/<Name>Config.cmake (execute_process); treecode binds only argv-named regular "
+    "files (a directory value names none) and the cwd holds no CMakeLists.txt, so the allowlisted cmake "
+    "runs the agent's cmake code unasked",
+)
+async def test_cmake_find_package_mode_runs_a_config_file_from_a_prefix_the_argv_names(
+    state_dir: Path,
+) -> None:
+    work = state_dir.parent / "w"
+    marker = work / "ran"
+    config = work / "pfx" / "lib" / "cmake" / "Zz" / "ZzConfig.cmake"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'execute_process(COMMAND sh -c "echo ran > {marker}")\nset(Zz_FOUND TRUE)\n')
+    cmake = os.path.realpath(shutil.which("cmake") or "cmake")
+    command = (
+        "cmake --find-package -DNAME=Zz -DCOMPILER_ID=GNU -DLANGUAGE=C -DMODE=EXIST "
+        f"-DCMAKE_PREFIX_PATH={work}/pfx"
+    )
+    details = await attempt(state_dir, command, allow=[(cmake, None)], workdir=str(work))
+    assert not marker.exists(), "find_package ran the agent's package config"
+    assert refused(details), details["_text"]
