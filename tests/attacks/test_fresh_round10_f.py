@@ -353,3 +353,25 @@ async def test_cmake_find_package_mode_runs_a_config_file_from_a_prefix_the_argv
     details = await attempt(state_dir, command, allow=[(cmake, None)], workdir=str(work))
     assert not marker.exists(), "find_package ran the agent's package config"
     assert refused(details), details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode binds an argv-named file only when it is a regular file as the gateway "
+    "resolves it, and drops anything else (make alone has NOT_A_FILE); `cmake -P s.cmake` with s.cmake "
+    "a link to /proc/self/cwd/real.cmake names the gateway's own cwd there (nothing: no finding; the "
+    "literal /proc word is refused, the link is not), while cmake resolves it in its own cwd and runs "
+    "the agent's real.cmake unasked",
+)
+async def test_cmake_script_operand_linked_through_proc_self_is_no_finding(state_dir: Path) -> None:
+    work = state_dir.parent / "w"
+    work.mkdir()
+    marker = work / "ran"
+    assert not os.path.exists("real.cmake")  # the gateway's cwd (this process's) has none
+    (work / "real.cmake").write_text(f'execute_process(COMMAND sh -c "echo ran > {marker}")\n')
+    (work / "s.cmake").symlink_to("/proc/self/cwd/real.cmake")
+    cmake = os.path.realpath(shutil.which("cmake") or "cmake")
+    details = await attempt(state_dir, "cmake -P s.cmake", allow=[(cmake, None)], workdir=str(work))
+    assert not marker.exists(), "cmake ran the script its operand's link leads to in its own cwd"
+    assert refused(details), details["_text"]
