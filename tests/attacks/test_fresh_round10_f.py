@@ -375,3 +375,23 @@ async def test_cmake_script_operand_linked_through_proc_self_is_no_finding(state
     details = await attempt(state_dir, "cmake -P s.cmake", allow=[(cmake, None)], workdir=str(work))
     assert not marker.exists(), "cmake ran the script its operand's link leads to in its own cwd"
     assert refused(details), details["_text"]
+
+
+@pytest.mark.skipif(shutil.which("ninja") is None, reason="needs ninja")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: treecode resolves a directory option's value in the gateway too: `ninja -C sub` with "
+    "sub a link to /proc/self/cwd/real is vetted as the gateway's cwd/real (no build.ninja: no finding), "
+    "while ninja changes into the run's own cwd/real and runs its build.ninja's commands unasked",
+)
+async def test_ninja_dash_c_linked_through_proc_self_is_vetted_in_the_gateways_cwd(state_dir: Path) -> None:
+    work = state_dir.parent / "w"
+    marker = work / "ran"
+    (work / "real").mkdir(parents=True)
+    assert not os.path.exists("real")  # the gateway's cwd (this process's) has none
+    (work / "real" / "build.ninja").write_text(f"rule r\n  command = echo ran > {marker}\nbuild x: r\n")
+    (work / "sub").symlink_to("/proc/self/cwd/real")
+    ninja = os.path.realpath(shutil.which("ninja") or "ninja")
+    details = await attempt(state_dir, "ninja -C sub", allow=[(ninja, None)], workdir=str(work))
+    assert not marker.exists(), "ninja ran the build.ninja its -C link leads to in its own cwd"
+    assert refused(details), details["_text"]
