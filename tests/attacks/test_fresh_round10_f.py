@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -395,3 +396,124 @@ async def test_ninja_dash_c_linked_through_proc_self_is_vetted_in_the_gateways_c
     details = await attempt(state_dir, "ninja -C sub", allow=[(ninja, None)], workdir=str(work))
     assert not marker.exists(), "ninja ran the build.ninja its -C link leads to in its own cwd"
     assert refused(details), details["_text"]
+
+
+# ---- attempts that failed (passing regressions) ---------------------------------------------------------
+
+
+async def _background_with_stdin(
+    state: Path, command: str, work: Path, allow: str, data: str
+) -> dict[str, Any]:
+    """Run `command` in the background as agent main (only `allow` on its allowlist), write `data` to its
+    stdin and close it, and wait for it to end: the first exec's details."""
+    write_config(state, ALLOWLIST)
+    ApprovalsStore(state / "exec-approvals.json").add_allowlist("main", allow)
+    async with gateway(state):
+        client = await connect(state)
+        try:
+            started = await client.request(
+                "exec", {"command": command, "agentId": "main", "workdir": str(work), "background": True}
+            )
+            details: dict[str, Any] = started["details"]
+            details["_text"] = started["text"]
+            if details["status"] != "running":
+                return details
+            sid = details["sessionId"]
+            await client.request(
+                "process", {"action": "write", "sessionId": sid, "data": data, "eof": True, "agentId": "main"}
+            )
+
+            async def ended() -> bool:
+                polled = await client.request(
+                    "process", {"action": "poll", "sessionId": sid, "timeout": 1000, "agentId": "main"}
+                )
+                return bool(polled["details"].get("status") != "running")
+
+            await wait_until(ended, timeout=60)
+            return details
+        finally:
+            await client.close()
+
+
+@pytest.mark.skipif(not os.path.isfile("/usr/bin/make"), reason="needs GNU make")
+async def test_a_default_makefile_linked_to_stdin_is_run_as_absent(state_dir: Path) -> None:
+    """A Makefile that is a link to /dev/stdin is no regular file, so treecode finds no makefile (the
+    command runs unasked), but the spawn hands make `-f /dev/null` for a makefile decided absent: the
+    recipe the agent writes to the session's stdin is never read."""
+    work = state_dir.parent / "w"
+    work.mkdir()
+    marker = work / "ran"
+    (work / "Makefile").symlink_to("/dev/stdin")
+    recipe = f"all:\n\techo ran > {marker}\n"
+    await _background_with_stdin(state_dir, "make", work, "/usr/bin/make", recipe)
+    assert not marker.exists()
+
+
+async def test_a_link_in_the_tree_named_like_a_tree_program_does_not_satisfy_the_allowlist(
+    state_dir: Path,
+) -> None:
+    """`./make` linked to an allowlisted interpreter would be vetted as make (no makefile: no finding) if
+    the allowlist took the link's target: it matches the executable's own path, so it asks."""
+    work = state_dir.parent / "w"
+    work.mkdir()
+    marker = work / "ran"
+    (work / "make").symlink_to("/usr/bin/python3")
+    details = await attempt(
+        state_dir,
+        f'./make -c \'open({str(marker)!r}, "w").write("ran")\'',
+        allow=[(os.path.realpath("/usr/bin/python3"), None)],
+        workdir=str(work),
+    )
+    assert refused(details), details["_text"]
+    assert not marker.exists()
+
+
+async def test_a_repository_config_linked_through_proc_self_asks(state_dir: Path) -> None:
+    """gitvet reads .git/config in the gateway, where /proc/self/cwd is the gateway's cwd: the link reads
+    nothing there, and a config that cannot be read is a finding (it asks), not an empty config."""
+    work = state_dir.parent / "w"
+    work.mkdir()
+    marker = work / "ran"
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    (work / "cfg").write_text(
+        f'[core]\n\trepositoryformatversion = 0\n[filter "x"]\n\tclean = sh -c "echo ran > {marker}"\n'
+    )
+    (work / ".git" / "config").unlink()
+    (work / ".git" / "config").symlink_to("/proc/self/cwd/cfg")
+    (work / ".gitattributes").write_text("* filter=x\n")
+    (work / "a").write_text("a\n")
+    details = await attempt(state_dir, "git status", allow=[("/usr/bin/git", None)], workdir=str(work))
+    assert refused(details), details["_text"]
+    assert not marker.exists()
+
+
+async def test_a_zone_name_with_a_path_is_not_inert(state_dir: Path) -> None:
+    """TZ names a file under the system's zone directory only by a plain zone name: `:/path` (glibc reads
+    any TZif file there) is not shaped like one, so an allowlisted `date` given it asks."""
+    work = state_dir.parent / "w"
+    work.mkdir()
+    details = await attempt(
+        state_dir,
+        "date",
+        allow=[(os.path.realpath("/usr/bin/date"), None)],
+        workdir=str(work),
+        env={"TZ": f":{work}/zone"},
+    )
+    assert refused(details), details["_text"]
+
+
+@pytest.mark.skipif(CARGO is None, reason="needs cargo from a rustup toolchain")
+async def test_a_cargo_config_file_on_the_argv_is_bound_and_asks(state_dir: Path) -> None:
+    """`cargo --config FILE` (a file, not inline TOML) is an argv-named file: bound by its bytes, and a
+    tree the agent can write holds it, so it asks (the inline form is the open hole above)."""
+    assert CARGO is not None
+    work = state_dir.parent / "w"
+    work.mkdir()
+    marker = work / "ran"
+    tool(work / "p.sh", f"#!/bin/sh\necho ran > {marker}\n")
+    (work / "c.toml").write_text(f'[registry]\nglobal-credential-providers = ["{work}/p.sh"]\n')
+    details = await attempt(
+        state_dir, f"{CARGO} --config c.toml logout", allow=[(CARGO, None)], workdir=str(work)
+    )
+    assert refused(details), details["_text"]
+    assert not marker.exists()
