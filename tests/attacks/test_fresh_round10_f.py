@@ -148,7 +148,7 @@ async def test_pip_config_names_a_find_links_dir_and_a_later_install_builds_from
     work.mkdir()
     marker = work / "ran"
     _sdist(work / "pkgs", marker)
-    allow = [(str(pip), None)]
+    allow: list[tuple[str, str | None]] = [(str(pip), None)]
     for command in (
         f"{pip} config --site set global.find-links {work}/pkgs",
         f"{pip} config --site set global.no-index true",
@@ -173,7 +173,7 @@ async def test_pip_config_names_the_interpreter_pip_reruns_itself_with(state_dir
     work.mkdir()
     marker = work / "ran"
     program = work / "py"  # written by the agent after the config names it (then no argv names it)
-    allow = [(str(pip), None)]
+    allow: list[tuple[str, str | None]] = [(str(pip), None)]
     details = await attempt(
         state_dir, f"{pip} config --site set global.python {program}", allow=allow, workdir=str(work)
     )
