@@ -398,6 +398,49 @@ async def test_ninja_dash_c_linked_through_proc_self_is_vetted_in_the_gateways_c
     assert refused(details), details["_text"]
 
 
+RUST_GDB = "/root/.cargo/bin/rust-gdb"
+
+
+@pytest.mark.skipif(
+    not (os.path.isfile(RUST_GDB) and shutil.which("gdb") and os.path.isdir("/root/.rustup/toolchains")),
+    reason="needs rustup's rust-gdb and gdb",
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: rust-gdb is rustup's proxy for a gdb wrapper, so it is known as rustup (not as gdb, a "
+    "blocked wrapper and a runner): allow-always of a harmless `rust-gdb --version` saves its bare path "
+    "(it is not on interpreters.RUNNERS), and every later `rust-gdb -batch -ex 'shell …'` runs unasked",
+)
+async def test_allow_always_of_rust_gdb_saves_a_debugger_by_its_bare_path(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUSTUP_HOME", "/root/.rustup")  # the operator's toolchains: the test has its own HOME
+    work = state_dir.parent / "w"
+    work.mkdir()
+    marker = work / "ran"
+    write_config(state_dir, ALLOWLIST)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            params = {"agentId": "main", "workdir": str(work), "timeout": 60}
+            first = await client.request("exec", {"command": "rust-gdb --version", **params})
+            assert first["details"]["status"] == "approval-pending", first["text"]
+            await client.request(
+                "approve", {"id": first["details"]["approvalId"], "decision": "allow-always"}
+            )
+            store = ApprovalsStore(state_dir / "exec-approvals.json")
+            saved = await wait_until(
+                lambda: [e.pattern for e in store.snapshot().entries("main")], timeout=60
+            )
+            assert saved == [RUST_GDB]  # the bare path, not the exact command
+            command = f"rust-gdb -batch -nx -ex 'shell echo ran > {marker}'"
+            second = await client.request("exec", {"command": command, **params})
+        finally:
+            await client.close()
+    assert not marker.exists(), "the saved rust-gdb ran a gdb shell command"
+    assert refused(second["details"]), second["text"]
+
+
 # ---- attempts that failed (passing regressions) ---------------------------------------------------------
 
 
