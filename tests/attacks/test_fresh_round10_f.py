@@ -26,13 +26,6 @@ CARGO = _CARGOS[0] if _CARGOS else None
 
 
 @pytest.mark.skipif(CARGO is None, reason="needs cargo from a rustup toolchain")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: cargo takes config on its command line (`--config KEY=VALUE`, inline TOML), and "
-    "`registry.global-credential-providers` names a program cargo runs (`cargo logout` needs no "
-    "Cargo.toml): treecode reads cargo's argv only for files it names, finds none, and the allowlisted "
-    "cargo runs the agent's program unasked",
-)
 async def test_cargo_config_on_its_command_line_names_a_credential_provider_it_runs(state_dir: Path) -> None:
     assert CARGO is not None
     work = state_dir.parent / "w"
@@ -50,12 +43,6 @@ RUSTUP = "/root/.cargo/bin/rustup"
 
 @pytest.mark.skipif(
     not (os.path.isfile(RUSTUP) and os.path.isdir("/root/.rustup/toolchains")), reason="needs rustup"
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `rustup run TOOLCHAIN CMD …` runs any command line (a command runner, like `env`), but "
-    "rustup is on neither interpreters.INTERPRETERS nor RUNNERS and the allowlist does not unwrap it: "
-    "an allowlist entry for rustup (`rustup show`, `rustup component add`) runs `sh -c …` unasked",
 )
 async def test_rustup_run_is_a_command_runner_the_allowlist_does_not_unwrap(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
@@ -239,13 +226,6 @@ RUSTC_PROXY = "/root/.cargo/bin/rustc"
 @pytest.mark.skipif(
     not (os.path.isfile(RUSTC_PROXY) and os.path.isdir("/root/.rustup/toolchains")), reason="needs rustup"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode knows a program by any path it resolves to, and every rustup proxy (rustc, "
-    "rustdoc, clippy-driver, …) resolves to rustup, so rustc is vetted as rustup (toolchain files only) "
-    "instead of asking like an unmodelled compiler: `rustc --crate-type cdylib -C linker=./ld -` (source "
-    "from stdin, the linker in its own word: no file operand) runs the agent's ld unasked",
-)
 async def test_rustc_behind_rustups_proxy_is_vetted_as_rustup_and_runs_a_linker(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -331,13 +311,6 @@ async def test_git_upload_archive_is_vetted_as_git_its_repository_read_as_a_subc
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: `cmake --find-package … -DCMAKE_PREFIX_PATH=DIR` runs find_package, which executes "
-    "DIR/lib/cmake/<Name>/<Name>Config.cmake (execute_process); treecode binds only argv-named regular "
-    "files (a directory value names none) and the cwd holds no CMakeLists.txt, so the allowlisted cmake "
-    "runs the agent's cmake code unasked",
-)
 async def test_cmake_find_package_mode_runs_a_config_file_from_a_prefix_the_argv_names(
     state_dir: Path,
 ) -> None:
@@ -357,14 +330,6 @@ async def test_cmake_find_package_mode_runs_a_config_file_from_a_prefix_the_argv
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode binds an argv-named file only when it is a regular file as the gateway "
-    "resolves it, and drops anything else (make alone has NOT_A_FILE); `cmake -P s.cmake` with s.cmake "
-    "a link to /proc/self/cwd/real.cmake names the gateway's own cwd there (nothing: no finding; the "
-    "literal /proc word is refused, the link is not), while cmake resolves it in its own cwd and runs "
-    "the agent's real.cmake unasked",
-)
 async def test_cmake_script_operand_linked_through_proc_self_is_no_finding(state_dir: Path) -> None:
     work = state_dir.parent / "w"
     work.mkdir()
