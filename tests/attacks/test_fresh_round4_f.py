@@ -310,7 +310,8 @@ async def test_class5_allow_always_through_an_opaque_wrapper_binds_no_script(
         client = await connect(state_dir)
         try:
             _, text = await _ask_then(client, ws, command, lambda: None, "allow-always")
-            assert "GOOD" in text
+            # it ran as approved, or (env -S, xargs -a: round 10 e) is refused as a run nothing can bind
+            assert "GOOD" in text or "cannot be bound to what was approved" in text, text
             (ws / "x.sh").write_text("echo EVIL\n")
             again = await client.request("exec", {"command": command, "workdir": str(ws)})
         finally:
