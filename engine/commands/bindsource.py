@@ -82,7 +82,10 @@ def by_fd(ops: list[str]) -> tuple[list[str], tuple[int, ...]]:
                 raise ValueError(f"not a view operation: {op}")
             words = ops[i + 1 : i + 1 + arity]
             if op in _BY_FD:
-                fd = open_checked(words[0])
+                try:
+                    fd = open_checked(words[0])
+                except OSError as exc:  # named by the whole source, not the one component that failed
+                    raise OSError(exc.errno, exc.strerror, words[0]) from None
                 fds.append(fd)
                 os.set_inheritable(fd, True)
                 out += [_BY_FD[op], str(fd), words[1]]

@@ -39,14 +39,26 @@ def home_sockets(home: str, keep: Iterable[str], table: str = PROC_NET_UNIX) -> 
     holds a bound socket; none under `keep` (the run's writable dirs, the state dir)."""
     if home == os.sep:
         return []
+    dirs = {os.path.dirname(p) for p in bound_paths(table)}
+    if not dirs:
+        return []
     uid = os.geteuid()
-    kept = [os.path.realpath(k).rstrip(os.sep) + os.sep for k in keep]
+    kept = [_resolved(k).rstrip(os.sep) + os.sep for k in keep]
     found: set[str] = set()
-    for d in {os.path.dirname(p) for p in bound_paths(table)}:
+    for d in dirs:
         real = _real_dir(d)  # by real path: the home may be reached through a link; bwrap covers real names
         if real and (real + os.sep).startswith(home + os.sep) and not _kept(real + os.sep, kept):
             found |= set(_sockets_in(real, uid))
     return sorted(found)
+
+
+def _resolved(path: str) -> str:
+    """realpath, or the path as named when a run exchanges a directory on the way for a link meanwhile
+    (realpath then fails with EINVAL): a kept dir is the run's own to write, so only its sockets differ."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        return os.path.abspath(path)
 
 
 def _real_dir(path: str) -> str | None:

@@ -894,7 +894,10 @@ def view_by_fd(
     checked on that fd (engine.commands.bindsource): what was checked is what bwrap mounts, whatever a run
     exchanges meanwhile. The fds are the caller's to pass to bwrap and close. HostViewError when a source
     moved or became a link since it was resolved."""
-    ops = view_args(state, environ, outside)
+    try:
+        ops = view_args(state, environ, outside)
+    except OSError as exc:  # a run exchanged a directory on the way while its names were resolved
+        raise HostViewError(f"{exc.filename}: {exc.strerror} while the host view was made; refused") from None
     try:
         return bindsource.by_fd(ops)
     except OSError as exc:

@@ -397,7 +397,8 @@ async def test_node_env_values_cannot_inject_shell(sshd_nodes: list[SshdNode], s
     alpha = sshd_nodes[0]
     pwned = alpha.marks / "pwned"
     value = f"'; touch {pwned}; echo '$(touch {pwned})`touch {pwned}`"
-    (alpha.state_dir / "config.toml").write_text(NODE_FULL)
+    # the node's host runs inherit EVIL from its service only when its operator lists it (inheritEnv)
+    (alpha.state_dir / "config.toml").write_text(NODE_FULL + 'inheritEnv = ["EVIL"]\n')
     config = (
         (state_dir / "config.toml")
         .read_text()

@@ -72,7 +72,10 @@ def test_add_prints_a_table_and_sets_the_nodes_state_dir_and_env(
     cli("remove", "beta")
     other = beta.root / "other state"  # a space: must stay one word on the remote command line
     other.mkdir(mode=0o700)
-    (other / "config.toml").write_text('[tools.exec]\nsecurity = "full"\nask = "off"\n')
+    # its host runs see the service's env only as its operator lists it (tools.exec.inheritEnv)
+    (other / "config.toml").write_text(
+        '[tools.exec]\nsecurity = "full"\nask = "off"\ninheritEnv = ["OPENCLAW_STATE_DIR", "GREETING"]\n'
+    )
     args = [
         "nodes", "add", "beta", "--host", beta.addr, "--port", str(beta.port), "--user", getpass.getuser(),
         "--identity-file", str(beta.client_key), "--known-hosts", str(beta.known_hosts),

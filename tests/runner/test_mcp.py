@@ -23,7 +23,8 @@ def server_params(state: Path, *extra: str) -> StdioServerParameters:
             "HOME": os.environ["HOME"],
             # the suite's stand-in for the private /tmp (tests/conftest.py), for a gateway this server
             # starts: the checkout (its cwd) may be in the machine's /tmp
-            **{k: v for k, v in os.environ.items() if k == "EXECHOST_HOST_PRIVATE"},
+            # (a daemon takes the suite's hooks only under its marker: engine/protocol/daemonenv.py)
+            **{k: v for k, v in os.environ.items() if k in ("EXECHOST_HOST_PRIVATE", "EXECHOST_TEST_RUN")},
         },
         cwd=str(REPO),
     )
