@@ -413,9 +413,8 @@ class _Builder:
         if not pins and not host:
             return PinnedView()
         bwrap = bwrap_path()
-        if bwrap is None:
-            for fd in self.fds:
-                os.close(fd)
+        if bwrap is None:  # (pinned_view closes the copies' fds: closed here too, a number another
+            # thread had opened meanwhile was closed under it, and that run's bwrap missed its fd)
             if host:
                 raise hostview.HostViewError(hostview.INSTALL_HINT)
             raise PinError("bubblewrap (bwrap) is needed to run host tools over the vetted files; install it")
@@ -428,12 +427,7 @@ class _Builder:
         # copies.
         ops = ["--dev-bind", "/", "/"]
         if host:
-            try:
-                view, view_fds = hostview.view_by_fd(str(state_dir()), outside=outside)
-            except BaseException:
-                for fd in self.fds:
-                    os.close(fd)
-                raise
+            view, view_fds = hostview.view_by_fd(str(state_dir()), outside=outside)  # (fds: pinned_view's)
             ops = [*view, *hostview.pid_ops()]
             self.fds += view_fds
         pinned = ["--tmpfs", self.root, *self.args] if pins else []
