@@ -4,6 +4,7 @@ JSON-lines requests with ids (many in flight), host keys always verified, reconn
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -177,6 +178,7 @@ class NodeLink:
         self._proc: asyncssh.SSHClientProcess[bytes] | None = None
         self._jumps: list[asyncssh.SSHClientConnection] = []  # proxyJump hops, closed with the link
         self._pending: dict[str, asyncio.Future[Response]] = {}
+        self._methods: dict[str, str] = {}  # request id -> method, for status: what a link is waiting on
         self._ids = itertools.count(1)
         self._connect_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
@@ -209,6 +211,7 @@ class NodeLink:
             "mode": h.mode if h else None,
             "connectedAtMs": self.connected_at_ms,
             "inFlight": len(self._pending),
+            "calls": dict(collections.Counter(self._methods.values())),
         }
 
     # -- connecting
@@ -454,6 +457,7 @@ class NodeLink:
             rid = f"{_PRINCIPAL_UNSAFE.sub('_', principal)[:64]}/{rid}"
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
+        self._methods[rid] = method
         try:
             await self._send(self._admitted(encode(Request(rid, method, params)), method))
             return await asyncio.wait_for(asyncio.shield(future), timeout)
@@ -463,6 +467,7 @@ class NodeLink:
             raise NodeError(f"node {self.name}: no answer to {method} within {timeout:.0f}s") from None
         finally:
             self._pending.pop(rid, None)
+            self._methods.pop(rid, None)
 
     def _admitted(self, data: bytes, method: str) -> bytes:
         """The request, once the node's own reader would take it (depth, int64, …): one it refuses is

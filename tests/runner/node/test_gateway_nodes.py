@@ -297,7 +297,7 @@ async def test_node_down_mid_command_then_back(sshd_nodes: list[SshdNode], state
         agent = await connect(state_dir, "agent", operator=False)
         running = asyncio.ensure_future(agent.request("exec", {"command": "sleep 30", "node": "alpha"}))
         link = await wait_until(lambda: server.services.nodes.links.get("alpha"))
-        await wait_until(lambda: link.status()["inFlight"] == 1)
+        await wait_until(lambda: link.status()["calls"].get("system.run") == 1)
         alpha.stop()
         with pytest.raises(RemoteError, match=r"node alpha: link lost .*outcome on the node is unknown"):
             await running
