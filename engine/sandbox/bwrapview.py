@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from engine import sysbin
+from engine.commands import hostkeeper
 from engine.sandbox import bindfds, landlock
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import SandboxUnavailable
@@ -225,8 +226,18 @@ def plan(
 
 
 def _own_view(bwrap: str, view: list[str]) -> list[str]:
-    """bwrap's namespaces and the system, /proc and /dev mounts of a sandbox's view, made new."""
+    """bwrap's namespaces and the system, /proc and /dev mounts of a sandbox's view, made new.
+
+    Its /dev/pts is the devpts instance exechost-hostenter's `own-pts` makes (at most RUN_PTYS terminals,
+    engine/commands/hostenter.c) in the mount namespace bwrap starts in: bwrap's own `--dev` devpts has no
+    max=, and every instance but the host's takes from one count, kernel.pty.max less kernel.pty.reserve,
+    so one sandbox opened every terminal the host had for them (fresh round 10 b). Without the helper
+    bwrap's own stays (docs/SECURITY.md)."""
+    helper = hostkeeper.helper_path()
+    own_pts = [helper, "own-pts", hostkeeper.NO_PTY, "--"] if helper is not None else []
+    pts = ["--dev-bind", "/dev/pts", "/dev/pts"] if helper is not None else []
     return [
+        *own_pts,
         bwrap,
         "--unshare-user",
         "--unshare-pid",
@@ -254,6 +265,7 @@ def _own_view(bwrap: str, view: list[str]) -> list[str]:
         "/proc/sysrq-trigger",
         "--dev",
         "/dev",
+        *pts,  # (bound from the namespace own-pts made: its capped instance, never the host's own)
         "--perms",
         "1777",
         "--size",
