@@ -73,10 +73,9 @@ async def events_of(client: ControlClient) -> list[dict[str, Any]]:
 
 OWN_DIRS_OPEN = pytest.mark.xfail(
     strict=True,
-    reason="open: every agent's private /tmp (/dev/shm, ...) and sandbox workspaces are dirs under the state "
-    "dir (hostprivate.binds, <state>/sandboxes) with no cap: one agent fills the state dir's disk (bytes or "
-    "inodes), another agent's approved run is denied (spawn-failed) and the operator's decision is not "
-    "recorded",
+    reason="open: every agent's sandbox workspaces are dirs under the state dir (<state>/sandboxes) with "
+    "no cap: one agent fills the state dir's disk, another agent's approved run is denied (spawn-failed) and "
+    "the operator's decision is not recorded",
 )
 
 
@@ -84,9 +83,8 @@ OWN_DIRS_OPEN = pytest.mark.xfail(
 @pytest.mark.parametrize(
     ("where", "config", "unit"),
     [
-        # a host run's own /tmp: <state>/hostprivate/main/%2Ftmp
-        pytest.param("/tmp", TWO_AGENTS, "bytes", marks=OWN_DIRS_OPEN),
-        pytest.param("/tmp", TWO_AGENTS, "inodes", marks=OWN_DIRS_OPEN),  # (a byte quota alone would not do)
+        ("/tmp", TWO_AGENTS, "bytes"),  # a host run's own /tmp: <state>/hostprivate/main/%2Ftmp
+        ("/tmp", TWO_AGENTS, "inodes"),  # (a byte quota alone would not do)
         # a sandbox's workspace: <state>/sandboxes/...
         pytest.param("/workspace", SANDBOXED_MAIN, "bytes", marks=OWN_DIRS_OPEN),
         ("log", TWO_AGENTS, "bytes"),  # its session's output log: 2 GiB per agent, whatever the disk has
