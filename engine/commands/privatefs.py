@@ -5,9 +5,9 @@ run and the operator's decisions had nowhere to be written (fresh round 10 b).
 The agent's directory (<state>/hostprivate/<agent>) is a tmpfs mounted in the gateway's mount namespace
 the first time one of its runs needs it, so every run of the agent (the kept view, a pinned run's own
 bwrap, a background session) binds its private dirs from it, and it outlives the gateway as a mount does
-(a later gateway finds it mounted and keeps it). Its cap is the smallest of MAX_BYTES, an eighth of the
-machine's memory's sixteenth, and an eighth of the state dir's filesystem (a small state dir is a small
-machine): its pages are RAM or swap, never the state dir's disk. Mounting needs root: a gateway that is
+(a later gateway finds it mounted and keeps it). Its cap is the smallest of MAX_BYTES, a sixteenth of the
+machine's memory and an eighth of the state dir's filesystem (a small state dir is a small machine), and an
+eighth of that filesystem's inodes: its pages are RAM or swap, never the state dir's disk. Mounting needs root: a gateway that is
 not root keeps plain dirs, and docs/SECURITY.md says so.
 """
 
