@@ -7,8 +7,8 @@ the first time one of its runs needs it, so every run of the agent (the kept vie
 bwrap, a background session) binds its private dirs from it, and it outlives the gateway as a mount does
 (a later gateway finds it mounted and keeps it). Its cap is the smallest of MAX_BYTES, a sixteenth of the
 machine's memory and an eighth of the state dir's filesystem (a small state dir is a small machine), and an
-eighth of that filesystem's inodes: its pages are RAM or swap, never the state dir's disk. Mounting needs root: a gateway that is
-not root keeps plain dirs, and docs/SECURITY.md says so.
+eighth of that filesystem's inodes: its pages are RAM or swap, never the state dir's disk. Mounting needs
+root: a gateway that is not root keeps plain dirs, and docs/SECURITY.md says so.
 """
 
 from __future__ import annotations
