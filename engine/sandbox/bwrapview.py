@@ -134,6 +134,7 @@ def plan(
     layer: landlock.Status | None = None,
     binds: Sequence[bindfds.Bind] = (),
     joined: bool = False,
+    userns: int | None = None,
 ) -> Plan:
     """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
     sandbox); without, a one-shot run (a terminal) in the same view. `sockets` ({host path: sandbox path}):
@@ -144,7 +145,8 @@ def plan(
     docker.binds as bindfds.open_binds opened them (mounted by fd, never by path), or bindfds.shown for a
     plan that is only shown. `joined`: bwrap runs in the scope's running sandbox (a terminal, in its
     namespaces: terminal()) and takes that view whole, its tmpfs mounts and binds the same ones, never new
-    (`binds` then only name the landlock grants): the grants, seccomp, limits and env are the same."""
+    (`binds` then only name the landlock grants): the grants, seccomp, limits and env are the same.
+    `userns`: an fd of the user namespace bwrap joins in place of making one (engine.sandbox.usershare)."""
     d = settings.docker
     view = system_view(settings.bwrap_rootfs)
     # Landlock's grants, beside the mounts they follow: read anywhere in the view, execute only in the
@@ -158,7 +160,7 @@ def plan(
         argv = [bwrap, "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         argv += ["--dev-bind", "/", "/"]  # every mount as the sandbox has it (nosuid added; ro stays ro)
     else:
-        argv = _own_view(bwrap, view)
+        argv = _own_view(bwrap, view, userns)
     pinned = 0 if joined else SHM_BYTES
     for entry in d.tmpfs or ("/tmp",):
         path, size = _tmpfs(entry)
@@ -225,7 +227,7 @@ def plan(
     return Plan(argv, sandbox_vars, rlimits, d.pids_limit, pinned, ruleset)
 
 
-def _own_view(bwrap: str, view: list[str]) -> list[str]:
+def _own_view(bwrap: str, view: list[str], userns: int | None = None) -> list[str]:
     """bwrap's namespaces and the system, /proc and /dev mounts of a sandbox's view, made new.
 
     Its /dev/pts is the devpts instance exechost-hostenter's `own-pts` makes (at most RUN_PTYS terminals,
@@ -236,10 +238,11 @@ def _own_view(bwrap: str, view: list[str]) -> list[str]:
     helper = hostkeeper.helper_path()
     own_pts = [helper, "own-pts", hostkeeper.NO_PTY, "--"] if helper is not None else []
     pts = ["--dev-bind", "/dev/pts", "/dev/pts"] if helper is not None else []
+    user = ["--unshare-user"] if userns is None else ["--userns", str(userns)]
     return [
         *own_pts,
         bwrap,
-        "--unshare-user",
+        *user,
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",

@@ -984,13 +984,16 @@ def _inotify_works() -> bool:
     return bool(fd >= 0)
 
 
-@pytest.mark.xfail(
+INOTIFY_OPEN = pytest.mark.xfail(
     strict=True,
-    reason="open: host runs are the gateway's uid, and a bwrap sandbox's user namespace is charged to it "
-    "too: per-uid kernel counters (fs.inotify.max_user_instances 128; watches, mqueue bytes alike) have no "
-    "per-agent share: main's run took them all; ops's run and the operator's own programs got EMFILE",
+    reason="open: host runs are the gateway's uid, in its user namespace: per-uid kernel counters "
+    "(fs.inotify.max_user_instances 128; watches, mqueue bytes alike) have no per-agent share: main's run "
+    "took them all; ops's run and the operator's own programs got EMFILE",
 )
-@pytest.mark.parametrize("where", ["host", "sandbox"])
+
+
+# (a bwrap sandbox's user namespace has maxima of its own, a share of the gateway user's: usershare)
+@pytest.mark.parametrize("where", [pytest.param("host", marks=INOTIFY_OPEN), "sandbox"])
 async def test_class3_one_agents_run_takes_the_gateway_users_inotify_instances(
     state_dir: Path, where: str
 ) -> None:
@@ -1003,7 +1006,8 @@ async def test_class3_one_agents_run_takes_the_gateway_users_inotify_instances(
             hog = await main.request("exec", {"command": INOTIFY_HOG, "background": True})
             assert hog["details"]["ranOn"].split()[0] == ("gateway" if where == "host" else "sandbox")
             sid = hog["details"]["sessionId"]
-            await wait_until(lambda: not _inotify_works(), timeout=30)
+            # it has made all it could (was: every one of the gateway user's), and says how many
+            await wait_until(lambda: hog_said(main, sid), timeout=30)
             theirs = await ops.request("exec", {"command": INOTIFY_HOG.replace("time.sleep(120)", "0")})
             mine = _inotify_works()  # the operator's own account's programs (an editor, a file watcher)
         finally:

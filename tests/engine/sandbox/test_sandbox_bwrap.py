@@ -16,7 +16,16 @@ import pytest
 from engine import statefs
 from engine.config.loader import ConfigError, load_config_text
 from engine.results import ToolError
-from engine.sandbox import SandboxManager, admin, bwrap, bwraprecords, bwrapview, prepare_exec, seccomp
+from engine.sandbox import (
+    SandboxManager,
+    admin,
+    bwrap,
+    bwraprecords,
+    bwrapview,
+    prepare_exec,
+    seccomp,
+    usershare,
+)
 from engine.sandbox.registry import Registry, now_ms
 from engine.sandbox.settings import config_hash, layout, resolve_settings
 from engine.sessions import RunSpec, SessionManager
@@ -174,6 +183,23 @@ async def test_the_sandboxs_terminals_are_capped(bwrap_mgr: SandboxManager) -> N
     status, out, err = await run(sx, "grep ' /dev/pts ' /proc/self/mounts; ls -A /dev/pts")
     assert status == (0, None), err
     assert "devpts" in out and ",max=256" in out and out.split()[-1] == "ptmx", out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a gateway that is not root keeps bwrap's own namespace")
+async def test_the_sandboxs_inotify_counts_are_a_share_of_the_gateway_users(
+    bwrap_mgr: SandboxManager,
+) -> None:
+    """Counted per user namespace and in every one above: the sandbox's own maxima leave the rest of the
+    gateway user's to everyone else (engine.sandbox.usershare)."""
+    sx = await prepare_exec(config(), "main", "s", None, manager=bwrap_mgr)
+    status, out, err = await run(
+        sx, "cat /proc/sys/user/max_inotify_instances /proc/sys/user/max_inotify_watches"
+    )
+    assert status == (0, None), err
+    ours = [
+        int(Path(f"/proc/sys/user/{n}").read_text()) for n in ("max_inotify_instances", "max_inotify_watches")
+    ]
+    assert [int(n) for n in out.split()] == [n // usershare.SHARE for n in ours], out
 
 
 async def test_limits_pids_nofile_core_and_tmp_size(bwrap_mgr: SandboxManager) -> None:
