@@ -6,8 +6,18 @@
   "use strict";
   const connect = window.onload; // textual.js's: it reads the terminal's websocket URL, then connects
   window.onload = null;
+  const NEW_LINK = "Press Enter where `exechost console --web` runs for a new link (each opens one tab, once).";
   window.addEventListener("load", async function () {
     const terminal = document.querySelector(".textual-terminal");
+    // textual-serve's Restart reloads this URL, whose ticket is spent by now: say how to get another.
+    const closed = document.querySelector(".closed-dialog .message");
+    const restart = document.querySelector(".closed-dialog button");
+    if (closed) {
+      closed.textContent = "Session ended. " + NEW_LINK;
+    }
+    if (restart) {
+      restart.remove();
+    }
     let answer = null;
     try {
       const response = await fetch("session", { method: "POST", cache: "no-store", credentials: "omit" });
@@ -16,11 +26,8 @@
       answer = null;
     }
     if (!answer || typeof answer.websocket !== "string") {
-      const message = document.querySelector(".closed-dialog .message");
-      if (message) {
-        message.textContent =
-          "This link was used or has expired (each opens one tab, once). " +
-          "Press Enter where `exechost console --web` runs for a new one.";
+      if (closed) {
+        closed.textContent = "This link was used or has expired. " + NEW_LINK;
       }
       document.body.classList.add("-closed");
       return;

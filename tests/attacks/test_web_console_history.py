@@ -122,3 +122,32 @@ async def test_the_console_urls_in_the_operators_browser_profile_open_nothing(st
             assert await _websocket_status(websocket) == 403
         finally:
             await web.stop()
+
+
+async def test_a_ticket_spent_before_its_page_trades_it_leaves_the_page_saying_so(state_dir: Path) -> None:
+    """The one window: the page loaded, its trade not yet made. Whoever trades the ticket first gets the
+    secret; the operator's page then gets nothing and says the link was used (never a silent second
+    console)."""
+    from playwright.async_api import Route, async_playwright
+
+    write_config(state_dir, ALLOWLIST)
+    web = await serve_web(state_dir)
+    raced: list[int] = []
+    try:
+
+        async def first(route: Route) -> None:
+            raced.append(await asyncio.to_thread(_status, web.url + "session", "POST"))  # the racer's trade
+            await route.continue_()
+
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = await browser.new_page()
+            await page.route("**/session", first)
+            await page.goto(web.url)
+            await page.wait_for_selector("body.-closed", timeout=30_000)
+            shown = await page.inner_text(".closed-dialog .message")
+            await browser.close()
+    finally:
+        await web.stop()
+    assert raced == [200]
+    assert "This link was used or has expired" in shown and "Enter" in shown
