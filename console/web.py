@@ -245,14 +245,14 @@ class GuardedServer(Server):
 
 
 def _on_enter(loop: asyncio.AbstractEventLoop, announce: Callable[[], None]) -> None:
-    """Each line on stdin (Enter in the operator's terminal) prints a new one-use URL. A thread: a blocking
-    read that ends with the process, and stdin's flags (a terminal shared with the shell) left alone."""
-    stream = sys.stdin.buffer if sys.stdin is not None else None
-    if stream is None:
-        return
-    with contextlib.suppress(OSError, ValueError, RuntimeError):  # stdin closed; the loop gone
-        for _line in stream:
-            loop.call_soon_threadsafe(announce)
+    """Each line on stdin (Enter in the operator's terminal) prints a new one-use URL. A thread blocked in
+    os.read on fd 0: it ends with the process, leaves stdin's flags (a terminal shared with the shell)
+    alone, and holds no lock of sys.stdin's (a daemon thread inside sys.stdin.buffer's read made the
+    interpreter abort at exit, unable to take that lock)."""
+    with contextlib.suppress(OSError, RuntimeError):  # no stdin; the loop gone
+        while chunk := os.read(0, 4096):
+            for _ in range(chunk.count(b"\n")):
+                loop.call_soon_threadsafe(announce)
 
 
 def _abort(handler: RequestHandler) -> None:

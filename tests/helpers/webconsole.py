@@ -48,8 +48,10 @@ class WebConsole:
             self.proc.terminate()
         assert self.proc.stdout is not None
         rest = await self.proc.stdout.read()
-        await self.proc.wait()
-        return "".join(self.output) + rest.decode(errors="replace")
+        printed = "".join(self.output) + rest.decode(errors="replace")
+        # a clean exit: its handlers were in place once it listened (a thread on stdin once aborted it)
+        assert await self.proc.wait() == 0, printed
+        return printed
 
 
 async def serve_web(state: Path, nofile: int | None = None) -> WebConsole:
