@@ -26,6 +26,7 @@ SHARE = 8  # of the state dir's filesystem, bytes and inodes
 MEMORY_SHARE = 16
 _MS_NOSUID = 0x2
 _MS_NODEV = 0x4
+_MNT_DETACH = 2
 
 _lock = threading.Lock()
 _refused: set[str] = set()  # dirs whose mount failed once: plain dirs (said once in the log)
@@ -57,3 +58,34 @@ def ensure(top: str, state: str) -> bool:
             log.warning("%s stays a plain dir (uncapped): mount: %s", top, os.strerror(ctypes.get_errno()))
             return False
         return True
+
+
+def mounted(state: str) -> list[str]:
+    """The private dirs mounted now under `state` (<state>/hostprivate/<agent>), deepest first."""
+    top = os.path.join(os.path.realpath(state), "hostprivate") + os.sep
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            words = line.split()
+            point = _unescape(words[4]) if len(words) > 4 else ""
+            if point.startswith(top):
+                points.append(point)
+    return sorted(set(points), key=len, reverse=True)
+
+
+def detach_all(state: str) -> int:
+    """Every private dir mounted under `state` detached (lazily: a run still inside keeps its files until
+    it ends), for whoever removes the state dir itself (the demo as it quits); how many were."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    done = 0
+    for point in mounted(state):
+        if libc.umount2(os.fsencode(point), _MNT_DETACH) == 0:
+            done += 1
+    return done
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: space, tab, newline and backslash are written as octal escapes."""
+    for code in ("\\040", "\\011", "\\012", "\\134"):
+        field = field.replace(code, chr(int(code[1:], 8)))
+    return field

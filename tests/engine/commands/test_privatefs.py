@@ -47,3 +47,18 @@ def test_an_agents_private_dirs_are_one_capped_filesystem_kept_across_runs(tmp_p
         assert shutil.disk_usage(state).free > 8 << 20  # none of it on the state dir's disk
     finally:
         subprocess.run(["umount", "-R", "-l", str(state)], check=False)
+
+
+@needs_root
+def test_detach_all_leaves_a_state_dir_that_can_be_removed(tmp_path: Path) -> None:
+    """Whoever removes a state dir (the demo as it quits) detaches its agents' mounts first: rmtree cannot
+    remove a mountpoint, and the demo's root was left behind."""
+    state = tmp_path / "with space"
+    state.mkdir(mode=0o700)
+    hostprivate.binds(str(state), "main", (str(tmp_path),))
+    hostprivate.binds(str(state), "ops", (str(tmp_path),))
+    assert len(privatefs.mounted(str(state))) == 2
+    assert privatefs.detach_all(str(state)) == 2
+    assert privatefs.mounted(str(state)) == []
+    shutil.rmtree(state)
+    assert not state.exists()
