@@ -122,7 +122,7 @@ class SandboxManager:
 
     async def _claim(self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str) -> bool:
         """A ready pool container becomes this scope's; False: none fits, create one as usual."""
-        key = self.pool.key(settings)
+        key = self.pool.key(settings, agent_id)
         entry = self.pool.take(key) if key is not None else None
         if entry is None:
             return False

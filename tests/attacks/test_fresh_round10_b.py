@@ -430,12 +430,6 @@ def _pool_ready(docker_ops: Any) -> bool:
     return len(pooled) == 1 and pooled[0]["State"] == "running"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a claimed pool container stays in owner `pool`'s pids and memory groups (dockercg: a claim "
-    "cannot move its cgroup), so two agents' sandboxes share one quarter: main's sleepers filling `pool` "
-    "to its cap left ops's command in its own sandbox unable to start ('did not start within 10 s')",
-)
 async def test_class3_claimed_pool_sandboxes_of_two_agents_share_one_process_cap(state_dir: Path) -> None:
     from engine.sandbox import docker_ops
 
