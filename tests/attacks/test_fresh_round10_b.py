@@ -379,12 +379,6 @@ pool = 0
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: nothing counts an agent's sandboxes: one per session key it names, each a running "
-    "container whose containerd-shim (~13 MB RSS here) sits outside the agent's memory and pids groups; "
-    "with maxSessionsPerAgent = 2 the agent kept 6 (up to ~pid_max/4 of them)",
-)
 async def test_class3_an_agents_sandboxes_are_not_counted(state_dir: Path) -> None:
     from engine.sandbox import docker_ops
 
