@@ -768,12 +768,6 @@ ask = "on-miss"
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the decision history is one log for every agent, rotated at ~5 MiB (history.ROTATE_BYTES x "
-    "KEEP_FILES) and each line keeps the command (up to 64 KiB): main's 120 asks that expired (or that the "
-    "operator denied) pushed the operator's approval of ops's command off the disk the next gateway reads",
-)
 async def test_class3_one_agents_expired_asks_rotate_another_agents_decision_out_of_the_history(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
