@@ -329,13 +329,6 @@ def _host_rss_kib(state: Path) -> int:
     return total
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the session host (one process, every agent's held sessions) keeps up to 16 MiB of unread "
-    "stdin per session (host_main.MAX_INPUT_BACKLOG) with no per-agent byte budget: 4 sessions of main "
-    "that never read grew it by ~60 MB (64 sessions: 1 GiB per agent); past 16 MiB a write is dropped, "
-    "yet answered Wrote N bytes",
-)
 async def test_class3_input_to_sessions_that_never_read_is_held_by_the_shared_session_host(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
