@@ -331,13 +331,6 @@ def _host_rss_kib(state: Path) -> int:
     return total
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the session host (one process, every agent's held sessions) keeps up to 16 MiB of unread "
-    "stdin per session (host_main.MAX_INPUT_BACKLOG) with no per-agent byte budget: 4 sessions of main "
-    "that never read grew it by ~60 MB (64 sessions: 1 GiB per agent); past 16 MiB a write is dropped, "
-    "yet answered Wrote N bytes",
-)
 async def test_class3_input_to_sessions_that_never_read_is_held_by_the_shared_session_host(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -381,12 +374,6 @@ pool = 0
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: nothing counts an agent's sandboxes: one per session key it names, each a running "
-    "container whose containerd-shim (~13 MB RSS here) sits outside the agent's memory and pids groups; "
-    "with maxSessionsPerAgent = 2 the agent kept 6 (up to ~pid_max/4 of them)",
-)
 async def test_class3_an_agents_sandboxes_are_not_counted(state_dir: Path) -> None:
     from engine.sandbox import docker_ops
 
@@ -432,12 +419,6 @@ def _pool_ready(docker_ops: Any) -> bool:
     return len(pooled) == 1 and pooled[0]["State"] == "running"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a claimed pool container stays in owner `pool`'s pids and memory groups (dockercg: a claim "
-    "cannot move its cgroup), so two agents' sandboxes share one quarter: main's sleepers filling `pool` "
-    "to its cap left ops's command in its own sandbox unable to start ('did not start within 10 s')",
-)
 async def test_class3_claimed_pool_sandboxes_of_two_agents_share_one_process_cap(state_dir: Path) -> None:
     from engine.sandbox import docker_ops
 
@@ -782,12 +763,6 @@ ask = "on-miss"
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the decision history is one log for every agent, rotated at ~5 MiB (history.ROTATE_BYTES x "
-    "KEEP_FILES) and each line keeps the command (up to 64 KiB): main's 120 asks that expired (or that the "
-    "operator denied) pushed the operator's approval of ops's command off the disk the next gateway reads",
-)
 async def test_class3_one_agents_expired_asks_rotate_another_agents_decision_out_of_the_history(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
