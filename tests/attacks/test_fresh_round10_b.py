@@ -959,8 +959,11 @@ def _inotify_works() -> bool:
     return bool(fd >= 0)
 
 
+# Not strict: the count is the machine's root's, shared with every root process here (dockerd and runc free
+# instances as other tests' containers go), so one freed mid-test lets ops's run make one by chance (seen
+# twice in a loaded run): a pass is no fix. Open, as the reason says.
 INOTIFY_OPEN = pytest.mark.xfail(
-    strict=True,
+    strict=False,
     reason="open: host runs are the gateway's uid, in its user namespace: per-uid kernel counters "
     "(fs.inotify.max_user_instances 128; watches, mqueue bytes alike) have no per-agent share: main's run "
     "took them all; ops's run and the operator's own programs got EMFILE",
