@@ -165,13 +165,18 @@ def _private_mounts() -> set[str]:
 
 
 @pytest.fixture(autouse=True)
-def no_private_mounts_left() -> Iterator[None]:
+def no_private_mounts_left(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A test's gateways mount its agents' private dirs under its state dir (as root): detached after it,
-    wherever its state dir was, so no test leaves mounts behind it (nor a dir that cannot be removed)."""
-    before = _private_mounts() if os.geteuid() == 0 else set()
+    when its state dir was one of this run's own (the `state_dir` fixture's root detaches its own), so no
+    test leaves mounts behind it (nor a dir that cannot be removed). Only this run's: another suite
+    running at the same time (the held pass beside the main one) has its own mounts in use."""
+    if os.geteuid() != 0:
+        yield
+        return
+    base = f"{tmp_path_factory.getbasetemp()}/"
+    before = _private_mounts()
     yield
-    if os.geteuid() == 0:
-        _detach(_private_mounts() - before)
+    _detach({p for p in _private_mounts() - before if p.startswith(base)})
 
 
 def _detach(points: set[str]) -> None:
