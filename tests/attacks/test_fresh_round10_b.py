@@ -136,12 +136,6 @@ needs_pids = pytest.mark.skipif(
 
 
 @needs_pids
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's own `exec` (agentId defaults to main) joins agent main's pids cgroup "
-    "(host_pids_group(ctx.agent_id)): main's background run holding its quarter of pid_max leaves the "
-    "operator's host exec unable to fork; the operator's runs count against no agent's sessions, but do here",
-)
 async def test_class3_the_operators_exec_shares_agent_mains_process_share(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
