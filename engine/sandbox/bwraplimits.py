@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from engine import statefs
+from engine.sandbox import bwrapmemory
 from engine.sandbox.bwraprecords import list_sandboxes, runtime_dir
 from engine.sandbox.docker_ops import SandboxUnavailable
 from engine.sandbox.ownergroups import AGENT_PIDS_SHARE, HOST_GROUP, INSTALL_PIDS_SHARE, KEPT_GROUPS
@@ -38,7 +39,9 @@ def sweep_cgroups() -> None:
         return
     statefs.ensure_private_dir(runtime_dir())
     with budget_lock():
-        live = {str(r.get("cgroup")) for r in list_sandboxes()}
+        rows = list_sandboxes()
+        live = {str(r.get("cgroup")) for r in rows}
+        bwrapmemory.sweep({str(r.get("memoryCgroup")) for r in rows})
         for base in _cgroup_bases():
             install = base / f"exechost-{state_id()}"
             # Owners' groups (and those an earlier layout made directly under the base), emptied ones last.
