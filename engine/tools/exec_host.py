@@ -17,7 +17,7 @@ from typing import Any
 from engine.approvals.socket.principal import NotThisPrincipal, frame_agent
 from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, PromptRequest
 from engine.approvals.store import ApprovalsStore
-from engine.commands import hostprivate
+from engine.commands import hostkeeper, hostprivate
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
 from engine.commands.hostview import HostViewError, Outside, joined, refuse_hidden_cwd
@@ -104,8 +104,15 @@ def _join_tasks(agent_id: str, *, operator: bool = False) -> str | None:
 
 def capped(argv: list[str], agent_id: str, *, operator: bool = False) -> list[str]:
     """A gateway-host run without the host view (hostView = "none") joins its agent's pids cgroup too:
-    the view is the operator's to drop, the agent's share of the host's processes is not (round 8 o)."""
-    return joined(argv, Outside(join_tasks=_join_tasks(agent_id, operator=operator)))
+    the view is the operator's to drop, the agent's share of the host's processes is not (round 8 o).
+    Then the cgroup hierarchies are read-only for it (exechost-hostenter `ro-cgroups`, as in every view):
+    the groups are the gateway uid's files, and the run could otherwise leave its group or join another
+    agent's (fresh round 10 b)."""
+    outside = Outside(join_tasks=_join_tasks(agent_id, operator=operator))
+    helper = hostkeeper.helper_path()
+    if outside.join_tasks and helper is not None:
+        argv = [helper, "ro-cgroups", "--", *argv]
+    return joined(argv, outside)
 
 
 def program_dirs(config: Config) -> tuple[str, ...]:

@@ -666,12 +666,6 @@ NO_VIEW = BOTH_FULL.replace(
 
 
 @needs_pids
-@pytest.mark.xfail(
-    strict=True,
-    reason='open: with hostView = "none" a host run still joins its agent\'s pids group, but /sys/fs/cgroup '
-    "is the host's, writable by the gateway's uid: main's run wrote its pid into ops's group's tasks "
-    "(filling ops's share), or could into the install's or the root's (leaving its own): round 9 y, no view",
-)
 async def test_class3_without_a_view_a_run_moves_into_another_agents_pids_group(state_dir: Path) -> None:
     from engine.sandbox import bwraplimits
 
