@@ -268,7 +268,7 @@ def host_pids_cap(helper: str | None) -> str:
         return "none: no writable cgroup v1 pids hierarchy (a cgroup v2 subtree is not used yet)"
     if helper is None:
         return "none: exechost-hostenter is not built (scripts/setup.sh), and it is what joins the group"
-    return f"the agent's pids cgroup, with its bwrap sandboxes: pid_max/{AGENT_PIDS_SHARE}"
+    return f"the agent's pids cgroup, with its sandboxes of both backends: pid_max/{AGENT_PIDS_SHARE}"
 
 
 def own_cgroup() -> Path | str:
