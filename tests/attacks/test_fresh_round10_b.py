@@ -128,6 +128,19 @@ async def test_class3_one_agents_own_dir_fills_the_state_dirs_disk_for_everyone(
 
 
 ONLY_MAIN_FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+# 80 sleeping children, or as many as the cap allows, held: a shell's loop would exit at its first failed
+# fork (dash: "Cannot fork"), and its session's leftovers be ended, so the group would be full only for a
+# moment; this one keeps its share full until killed
+HOLD_80 = """/usr/bin/python3 -c '
+import os, time
+for _ in range(80):
+    try:
+        if os.fork() == 0:
+            time.sleep(300)
+            os._exit(0)
+    except OSError:
+        pass
+time.sleep(300)'"""
 
 
 needs_pids = pytest.mark.skipif(
@@ -149,9 +162,7 @@ async def test_class3_the_operators_exec_shares_agent_mains_process_share(
         operator = await connect(state_dir)
         sid = None
         try:
-            bomb = await main.request(
-                "exec", {"command": "for i in $(seq 80); do sleep 300 & done; wait", "background": True}
-            )
+            bomb = await main.request("exec", {"command": HOLD_80, "background": True})
             sid = bomb["details"]["sessionId"]
             group = bwraplimits.host_pids_group("main")
             assert group is not None
