@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from engine import statefs
-from engine.sandbox import bindfds, bwrapmemory, landlock
+from engine.sandbox import bindfds, bwrapmemory, landlock, usershare
 from engine.sandbox import supervisor as sv
 from engine.sandbox.bwraplimits import (
     budget_lock,
@@ -138,17 +138,28 @@ def start(
         # Checked and opened here, mounted by fd: what bwrap binds is what was checked (bindfds).
         binds = bindfds.open_binds(settings.docker, bind_roots(lay))
         fd = -1
+        userns = None
         try:
             fd = seccomp_fd()
+            userns = usershare.user_namespace()  # its share of the gateway user's inotify counts
             command = sv.supervisor_command(has_busybox)
             how = plan(
-                settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command, layer=layer, binds=binds
+                settings,
+                lay,
+                bwrap=bwrap,
+                env=env,
+                seccomp=fd,
+                command=command,
+                layer=layer,
+                binds=binds,
+                userns=userns,
             )
             check_memory_budget(lay.name, owner, how.tmpfs_bytes)
             group = pids_cgroup(lay.name, how.pids_limit, owner)
             memory = bwrapmemory.memory_cgroup(lay.name, owner, settings.docker.memory)
             try:
-                keeper = _spawn_keeper(lay, how, (fd, *(b.fd for b in binds)), group, has_busybox, memory)
+                passed = (fd, *(b.fd for b in binds), *(() if userns is None else (userns,)))
+                keeper = _spawn_keeper(lay, how, passed, group, has_busybox, memory)
             except BaseException:
                 for made in (group, memory):
                     if made is not None:
@@ -156,8 +167,9 @@ def start(
                             made.rmdir()
                 raise
         finally:
-            if fd >= 0:
-                os.close(fd)
+            for held in (fd, -1 if userns is None else userns):
+                if held >= 0:
+                    os.close(held)
             bindfds.close(binds)
         return _adopt_keeper(
             settings, lay, how, keeper, (group, memory), owner, config_hash, created_at_ms, layer

@@ -28,7 +28,6 @@ from engine.sandbox.settings import slugify, state_id
 
 PIDS_BASE = Path("/sys/fs/cgroup/pids")
 MEMORY_BASE = Path("/sys/fs/cgroup/memory")
-POOL_OWNER = "pool"  # unclaimed pool containers have no agent yet; a claim cannot move a container's cgroup
 
 
 def owner_of(scope: str, agent_id: str) -> str:
