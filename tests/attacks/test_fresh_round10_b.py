@@ -130,6 +130,19 @@ async def test_class3_one_agents_own_dir_fills_the_state_dirs_disk_for_everyone(
 
 
 ONLY_MAIN_FULL = '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+# 80 sleeping children, or as many as the cap allows, held: a shell's loop would exit at its first failed
+# fork (dash: "Cannot fork"), and its session's leftovers be ended, so the group would be full only for a
+# moment; this one keeps its share full until killed
+HOLD_80 = """/usr/bin/python3 -c '
+import os, time
+for _ in range(80):
+    try:
+        if os.fork() == 0:
+            time.sleep(300)
+            os._exit(0)
+    except OSError:
+        pass
+time.sleep(300)'"""
 
 
 needs_pids = pytest.mark.skipif(
@@ -138,12 +151,6 @@ needs_pids = pytest.mark.skipif(
 
 
 @needs_pids
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's own `exec` (agentId defaults to main) joins agent main's pids cgroup "
-    "(host_pids_group(ctx.agent_id)): main's background run holding its quarter of pid_max leaves the "
-    "operator's host exec unable to fork; the operator's runs count against no agent's sessions, but do here",
-)
 async def test_class3_the_operators_exec_shares_agent_mains_process_share(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -157,9 +164,7 @@ async def test_class3_the_operators_exec_shares_agent_mains_process_share(
         operator = await connect(state_dir)
         sid = None
         try:
-            bomb = await main.request(
-                "exec", {"command": "for i in $(seq 80); do sleep 300 & done; wait", "background": True}
-            )
+            bomb = await main.request("exec", {"command": HOLD_80, "background": True})
             sid = bomb["details"]["sessionId"]
             group = bwraplimits.host_pids_group("main")
             assert group is not None
@@ -269,17 +274,10 @@ def _current(group: Path) -> int:
 
 
 @needs_pids
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an agent's Docker sandboxes are capped at pid_max/4 under exechost-docker-<install>, its "
-    "host runs and bwrap sandboxes at another pid_max/4 under exechost-<install>, each install at pid_max/2: "
-    "one agent holds half of pid_max, and two agents all of it (the operator's console and gateway included)",
-)
 async def test_class3_one_agent_holds_a_quarter_of_pids_twice(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from engine.sandbox import bwraplimits, docker_ops, dockercg
-    from engine.sandbox.settings import slugify, state_id
 
     monkeypatch.setattr(bwraplimits, "_pid_max", lambda: 400)  # an agent's quarter: 100
     monkeypatch.setattr(dockercg, "_pid_max", lambda: 400)
@@ -295,12 +293,28 @@ async def test_class3_one_agent_holds_a_quarter_of_pids_twice(
                         "exec", {"command": SLEEPERS, "background": True, "sessionKey": key}
                     )
                     sids.append(r["details"]["sessionId"])
-                owner = f"agent-{slugify('main')}"
-                docker_group = Path(f"/sys/fs/cgroup/pids/exechost-docker-{state_id()}/{owner}")
-                host_group = Path(f"/sys/fs/cgroup/pids/exechost-{state_id()}/{owner}")
-                await wait_until(
-                    lambda: _current(docker_group) >= 90 and _current(host_group) >= 90, timeout=60
-                )
+                # where each place's processes are counted: the group Docker puts main's containers in (was
+                # /exechost-docker-<install>/<owner>), and its host runs' (/exechost-<install>/<owner>/host)
+                (box,) = docker_ops.list_sandboxes()  # its `side` session's
+                parent = docker_ops.client().api.inspect_container(box["Id"])["HostConfig"]["CgroupParent"]
+                docker_group = Path(f"/sys/fs/cgroup/pids{parent}")
+                host_group = bwraplimits.host_pids_group("main")
+                assert host_group is not None
+                said = {sid: "" for sid in sids}
+
+                async def settled() -> bool:
+                    """Each session holds its 90 sleepers, or its shell could fork no more (what it said)."""
+                    done = True
+                    for sid, key, group in zip(sids, ("side", ""), (docker_group, host_group), strict=True):
+                        got = await main.request(
+                            "process", {"action": "poll", "sessionId": sid, "sessionKey": key}
+                        )
+                        said[sid] += got["text"]
+                        gave_up = "fork" in said[sid].lower() or got["details"].get("status") != "running"
+                        done = done and (_current(group) >= 90 or gave_up)
+                    return done
+
+                await wait_until(settled, timeout=60)
                 held = _current(docker_group) + _current(host_group)
             finally:
                 for sid, key in zip(sids, ("side", ""), strict=False):
@@ -646,12 +660,6 @@ NO_VIEW = BOTH_FULL.replace(
 
 
 @needs_pids
-@pytest.mark.xfail(
-    strict=True,
-    reason='open: with hostView = "none" a host run still joins its agent\'s pids group, but /sys/fs/cgroup '
-    "is the host's, writable by the gateway's uid: main's run wrote its pid into ops's group's tasks "
-    "(filling ops's share), or could into the install's or the root's (leaving its own): round 9 y, no view",
-)
 async def test_class3_without_a_view_a_run_moves_into_another_agents_pids_group(state_dir: Path) -> None:
     from engine.sandbox import bwraplimits
 
@@ -683,25 +691,27 @@ backend = "bwrap"
 [agents.defaults.sandbox.docker]
 memory = "64m"
 """
-# 40 MB each, touched (resident), held a minute
-HOG = "/usr/bin/python3 -c 'import time; b = bytearray(40 << 20); b[::4096] = b\"x\" * 10240; time.sleep(60)'"
+# 40 MB each, touched (resident), held a minute; each says when it holds them ("held N"), and its subshell
+# when it is gone ("gone N": killed, or out of memory)
+HOG = (
+    '(/usr/bin/python3 -c \'import sys, time; b = bytearray(40 << 20); b[::4096] = b"x" * 10240; '
+    'print("held", sys.argv[1], flush=True); time.sleep(60)\' $i; echo gone $i)'
+)
 
 
 def _group_rss_kib(group: Path) -> int:
+    """The memory the group's processes hold of their own: anonymous and shared-memory (tmpfs) pages. Not
+    VmRSS: that counts the page cache of a binary once per process mapping it (a sandbox's seven busybox
+    processes showed the same ~1.9 MB each, ~20 MB of a 68 MB sum while its memory group was charged 47)."""
     total = 0
     for pid in (group / "cgroup.procs").read_text().split():
         with contextlib.suppress(OSError, IndexError):
-            total += int(Path(f"/proc/{pid}/status").read_text().split("VmRSS:")[1].split()[0])
+            status = Path(f"/proc/{pid}/status").read_text()
+            total += sum(int(status.split(f"{key}:")[1].split()[0]) for key in ("RssAnon", "RssShmem"))
     return total
 
 
 @needs_pids
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a bwrap sandbox's `memory` is RLIMIT_AS per process and no memory group counts an agent's "
-    "sandboxes (documented as a bubblewrap limit): with memory = 64m, four processes of main's sandbox held "
-    "~156 MB; pidsLimit processes each, in as many scopes as it names: the host's RAM is one agent's",
-)
 async def test_class3_a_bwrap_sandboxs_memory_is_per_process(state_dir: Path) -> None:
     from engine.sandbox.settings import slugify, state_id
 
@@ -720,7 +730,16 @@ async def test_class3_a_bwrap_sandboxs_memory_is_per_process(state_dir: Path) ->
             def rss() -> int:  # every process of main's sandboxes (their pids groups are the owner's)
                 return sum(_group_rss_kib(procs.parent) for procs in owner.rglob("cgroup.procs"))
 
-            await wait_until(lambda: rss() > 150 * 1024, timeout=30)
+            said = ""
+
+            async def settled() -> bool:
+                """Every hog holds its 40 MB, or is gone (was: all four held them, ~156 MB)."""
+                nonlocal said
+                got = await main.request("process", {"action": "poll", "sessionId": sid})
+                said += got["text"]
+                return all(f"held {i}" in said or f"gone {i}" in said for i in range(1, 5))
+
+            await wait_until(settled, timeout=30)
             held = rss()
         finally:
             if sid is not None:
