@@ -5,7 +5,7 @@ reads the agent's (fresh round 10 c: `npm --prefix /tmp/p`, `ninja -C l` with `l
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from engine.commands import hostprivate
 from engine.commands.analysis import CommandAnalysis
@@ -24,6 +24,21 @@ def in_view(binds: Binds, path: str, cwd: str) -> str | None:
     start = "/" if path.startswith("/") else _walk(binds, cwd, "/")[0]
     done = None if start is None else _walk(binds, path, start)[0]
     return None if done is None else hostprivate.source_of(binds, done) or done
+
+
+def reader(binds: Binds, host_cwd: str) -> Callable[[str], str | None]:
+    """The one translation every path the decision reads goes through: a word (relative to the run's
+    cwd) or an absolute path, in the run's naming or as the decision names a place in the agent's copy
+    (`<state>/hostprivate/...`), to the host path of what the run reaches there (in_view; None: a link
+    loop). With no private dirs, the host's own realpath."""
+    if not binds:
+        return lambda word: os.path.realpath(os.path.join(host_cwd, word))
+    run_cwd = hostprivate.view_of(binds, host_cwd) or host_cwd
+
+    def at(word: str) -> str | None:
+        return in_view(binds, hostprivate.view_of(binds, word) or word, run_cwd)
+
+    return at
 
 
 def _walk(binds: Binds, path: str, done: str) -> tuple[str | None, bool]:
