@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from engine.commands import viewpaths
 from engine.commands.allowlist import AllowlistResult, SegmentMatch, pin_path
 from engine.commands.analysis import CommandAnalysis, Segment
 from engine.commands.bindproof import handed_off, segment_unproven, unproven_sources
@@ -60,7 +61,7 @@ def bind(
     items: list[ContentItem] = []
     problems: list[str] = []
     # Every path read below goes through this one translation: where the run's view has it.
-    at = in_view or (lambda word: os.path.realpath(os.path.join(cwd, word)))
+    at = in_view or viewpaths.reader((), cwd)
     path_var = env.get("PATH", DEFAULT_PATH)
     seen: set[tuple[str, tuple[int, ...], int]] = set()
     linked: str | None = None  # a script operand resolved through a link into /proc
@@ -190,7 +191,9 @@ def bind(
     whole = not analysis.ok  # unparsed: every file the text names is bound whole
     # A plain segment the proof cannot prove (`nohup sh x.sh`, `awk -fp.awk`, `echo x.sh | xargs sh`) may
     # run any file its words name: each is bound whole too, never left unbound on allow-once (issue 27 §5).
-    whole = whole or any(segment_unproven(s.argv, cwd) for s in plain_segments(analysis.segments) if s.argv)
+    whole = whole or any(
+        segment_unproven(s.argv, cwd, at) for s in plain_segments(analysis.segments) if s.argv
+    )
     for segment in plain_segments(analysis.segments):
         source = program_source(segment.argv)
         if source is None:
@@ -320,7 +323,7 @@ def bind(
                 continue
             if version is not None:
                 pins["PYENV_VERSION"] = version
-    why = unproven_sources(analysis, tuple(items), cwd, command or "")
+    why = unproven_sources(analysis, tuple(items), cwd, command or "", at)
     why += [f"{p}" for p in problems]
     if unbound or searched or opaque:
         why.append("a program comes from stdin, a search path or an option exechost does not model")

@@ -351,7 +351,7 @@ def _examine(
     # Fresh round 10 c: the decision reads the paths a command names on the host, the run in its view,
     # where the agent's private dirs (its /tmp, ...) are its own copies. A word that reaches another file
     # there than here (by its text or through a link) names what nobody vetted: it asks, never saved.
-    elsewhere = viewpaths.diverging(private, viewpaths.words_of(analysis, programs(result)), cwd)
+    elsewhere = viewpaths.diverging(private, viewpaths.words_of(analysis, programs(result), command), cwd)
     if elsewhere:
         warnings.insert(0, viewpaths.warning(elsewhere))
     satisfied = analysis.ok and result.satisfied and not found and not foreign_env and not elsewhere
