@@ -29,7 +29,9 @@ def _agents_copy(state: Path) -> tuple[Path, Path]:
 
 @needs_bwrap
 @pytest.mark.parametrize("command", _SPELLINGS)
-def test_the_agents_copy_is_bound_and_a_rewrite_after_the_ask_never_runs(state_dir: Path, command: str) -> None:
+def test_the_agents_copy_is_bound_and_a_rewrite_after_the_ask_never_runs(
+    state_dir: Path, command: str
+) -> None:
     shared, copy = _agents_copy(state_dir)
     (copy / "s.sh").write_text(APPROVED)
     (shared / "s.sh").write_text("echo MACHINE\n")  # the machine's file at that name: not what runs
