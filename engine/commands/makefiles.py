@@ -52,6 +52,9 @@ class MakeArgs:
     # every -f: (index of the argv word holding the value, the text before the value in that word, value)
     files: list[tuple[int, str, str]] = field(default_factory=list)
     problem: str | None = None  # an option or assignment exechost does not model: the command asks
+    # every command-line assignment make takes, (name, value), in order: make exports each into every
+    # recipe's environment and lets it override the makefile's and its built-in rules' variables
+    assignments: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,9 @@ def parse_make(argv: Sequence[str]) -> MakeArgs:
         else:
             if "=" in word:  # make takes every word with `=` in it for an assignment, or fails on it
                 out.problem = assignment_problem(word)
+                match = _ASSIGNMENT.fullmatch(word)
+                if match is not None:
+                    out.assignments.append((match.group(1), match.group(3)))
             i += 1
     return out
 
