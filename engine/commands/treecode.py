@@ -8,7 +8,7 @@ import os
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import gitvet, priorwrites
+from engine.commands import gitvet, pipconfig, priorwrites
 from engine.commands.allowlist import AllowlistResult
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.filetrust import system_owned
@@ -543,7 +543,13 @@ def findings_for(
         return _past_the_cap(argv, cwd) + _unmodelled(argv, real, cwd, sandbox_roots)
     if program == "git":
         return gitvet.vet(real, argv, cwd, record) if real is not None else []
-    return _past_the_cap(argv, cwd) + _modelled(program, argv, cwd, sandbox_roots)
+    found = _past_the_cap(argv, cwd) + _modelled(program, argv, cwd, sandbox_roots)
+    if program in ("pip", "pip3") and real is not None:  # its config files are argv too (pipconfig)
+        here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+        found += pipconfig.findings(
+            program, argv, real, here, lambda p: agent_writable(p, sandbox_roots), record
+        )
+    return found
 
 
 def _past_the_cap(argv: Sequence[str], cwd: str) -> list[Finding]:
@@ -623,7 +629,11 @@ def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> s
     lines = []
     for path in sorted({f.path for f in found if os.path.isabs(f.path)}):
         held = data.get(path) if data is not None else None
-        if any(f.what in _NO_BYTES or f.what.startswith(PIP_LINE) for f in found if f.path == path):
+        if any(
+            f.what in _NO_BYTES or f.what.startswith((PIP_LINE, pipconfig.CONFIG))
+            for f in found
+            if f.path == path
+        ):
             lines.append(f"tree:{path}={A_TREE}")  # what it names is not in its bytes: never saved
             continue
         if held is None and os.path.isdir(path):

@@ -114,13 +114,6 @@ def _sdist(where: Path, marker: Path) -> None:
 
 
 @pytest.mark.skipif(not _system_pip(), reason="needs the system python3's pip")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: pip reads where packages come from in its config files too (site config "
-    "`<venv>/pip.conf`, /etc/pip.conf, …), and treecode reads only pip's argv and requirements files: "
-    "`pip config --site set global.find-links DIR` (pip config is allowed: only `edit` asks) then "
-    "`pip install zzpkg` both run unasked, and pip builds the agent's sdist (its backend runs)",
-)
 async def test_pip_config_names_a_find_links_dir_and_a_later_install_builds_from_it(state_dir: Path) -> None:
     pip = _venv_with_pip(state_dir.parent / "venv")
     work = state_dir.parent / "w"
@@ -140,12 +133,6 @@ async def test_pip_config_names_a_find_links_dir_and_a_later_install_builds_from
 
 
 @pytest.mark.skipif(not _system_pip(), reason="needs the system python3's pip")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: pip takes `python` from its config files as from `--python` (pip re-runs itself with "
-    "that interpreter); pipargs refuses `--python` only on the argv, so `pip config --site set "
-    "global.python ./x` and then a reader (`pip list`) run the agent's program unasked",
-)
 async def test_pip_config_names_the_interpreter_pip_reruns_itself_with(state_dir: Path) -> None:
     pip = _venv_with_pip(state_dir.parent / "venv")
     work = state_dir.parent / "w"
