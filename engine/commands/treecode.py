@@ -176,6 +176,12 @@ MANIFEST_TREE = (
     "files its manifest or script names to run (`node t.js`, an include()d file, build.rs, the sources "
     "it builds and runs): they are not bound to their bytes, so an approval is for this run only"
 )
+# With no makefile, make's built-in rules run programs (cc, as, lex, yacc, tex, makeinfo, …) over the
+# tree's files: not known to take no code from their tree (treesafe), so they ask there as `cc foo.c` does.
+BUILTIN_RULES = (
+    "files its built-in rules run programs over (no makefile: `make foo` runs `cc … foo.c`, and cc, as, "
+    "lex, yacc, tex are not known to take no code from their tree): an approval is for this run only"
+)
 NOT_A_FILE = "a makefile that is not a regular file (stdin, a device, a fifo): nothing there can be vetted"
 # The spawn's directory fd of the cwd, as a path: what is looked up under it is found in the directory that
 # fd holds (the kernel follows the fd, not a name), so a directory exchanged at the cwd's path after the
@@ -589,8 +595,12 @@ def _modelled(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Sequen
         here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
         found += [Finding(program, path, NOT_A_FILE) for path in not_regular(args, here)]
         where = os.path.join(here, *args.dirs) if args.dirs else here
-        if files and _contents_writable(where, sandbox_roots):  # no makefile: make runs nothing
-            found.append(Finding(program, where, RECIPE_TREE))
+        # No makefile: make's built-in rules still run cc, as, lex, yacc, tex, … over the tree's files for
+        # each goal (`make foo` from foo.c), programs that ask there themselves; with no goal, or none
+        # of its built-in rules (`make -r test`), nothing runs.
+        builtin = bool(args.goals) and not args.no_builtin
+        if (files or builtin) and _contents_writable(where, sandbox_roots):
+            found.append(Finding(program, where, RECIPE_TREE if files else BUILTIN_RULES))
         have = {f.path for f in found}
         found += [
             Finding(program, path, MAKE_VALUE_FILE)

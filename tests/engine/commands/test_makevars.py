@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.approvals.store import ApprovalsStore
+from engine.commands import treecode
 from engine.commands.makefiles import parse_make
 from engine.config.loader import load_config_text
 from engine.policy.decision import Decision, evaluate
@@ -24,8 +25,9 @@ def _decide(command: str, cwd: Path, extra: str = "") -> Decision:
 
 
 def test_parse_make_keeps_every_assignment_in_order() -> None:
-    args = parse_make(["make", "foo", "CC=sh -c x", "-k", "V=1", "--", "LANG=C"])
+    args = parse_make(["make", "foo", "CC=sh -c x", "-k", "V=1", "--", "LANG=C", "-x"])
     assert args.assignments == [("CC", "sh -c x"), ("V", "1"), ("LANG", "C")]
+    assert args.goals == ["foo", "-x"]
 
 
 @pytest.mark.parametrize(
@@ -45,17 +47,25 @@ def test_a_make_variable_not_known_inert_asks(tmp_path: Path, command: str) -> N
     assert any("make's command line sets" in w for w in d.warnings), d.warnings
 
 
-def test_no_makefile_and_inert_variables_run_unasked(tmp_path: Path) -> None:
-    """With no makefile make runs only its built-in rules with its built-in programs: nothing of the
-    agent's runs, so an inert locale on its command line changes nothing."""
+def test_no_makefile_and_no_goal_runs_unasked_with_inert_variables(tmp_path: Path) -> None:
+    """With no makefile and no goal (or no built-in rules: -r, -R) make runs nothing, so an inert locale
+    on its command line changes nothing; a goal runs a built-in rule's cc over the tree (below)."""
     (tmp_path / "foo.c").write_text("int main(void) { return 0; }\n")
-    for command in ("make foo", "make foo LANG=C.UTF-8 TZ=UTC"):
+    for command in ("make", "make LANG=C.UTF-8 TZ=UTC", "make --version", "make -r foo", "make -sR foo"):
         d = _decide(command, tmp_path)
         assert d.verdict == "allow", (command, d.reason, d.warnings)
 
 
-def test_the_operators_inert_list_covers_make_variables(tmp_path: Path) -> None:
+def test_no_makefile_and_a_goal_in_a_writable_tree_asks_for_its_built_in_rules(tmp_path: Path) -> None:
     (tmp_path / "foo.c").write_text("int main(void) { return 0; }\n")
-    d = _decide("make foo V=1", tmp_path, 'inertEnv = ["V"]\n')
+    d = _decide("make foo", tmp_path)
+    assert d.verdict == "ask" and d.tree is not None, (d.reason, d.warnings)
+    assert [(f.path, f.what) for f in d.tree.found] == [(str(tmp_path), treecode.BUILTIN_RULES)]
+    assert treecode.unbound_findings(d.tree.binding) == [str(tmp_path)]  # never saved
+
+
+def test_the_operators_inert_list_covers_make_variables(tmp_path: Path) -> None:
+    d = _decide("make V=1", tmp_path, 'inertEnv = ["V"]\n')
     assert d.verdict == "allow", (d.reason, d.warnings)
-    assert _decide("make foo V=1 CC=x", tmp_path, 'inertEnv = ["V"]\n').verdict == "ask"
+    d = _decide("make V=1 CC=x", tmp_path, 'inertEnv = ["V"]\n')
+    assert d.verdict == "ask" and any("sets CC" in w for w in d.warnings), d.warnings
