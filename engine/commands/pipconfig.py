@@ -102,19 +102,38 @@ def read_configs(files: Sequence[str], command: str | None, writable: Callable[[
             out.problems.append((path, f"{CONFIG} that cannot be read as a file ({exc.reason})"))
             continue
         out.data[path] = data
-        parser = configparser.RawConfigParser()
-        try:
-            parser.read_string(data.decode("utf-8", "replace"), source=path)
-        except configparser.Error as exc:  # pip refuses it too; asked rather than guessed
-            out.problems.append((path, f"{CONFIG} that does not parse ({type(exc).__name__})"))
+        items = _items(data)
+        if isinstance(items, str):  # pip refuses it too; asked rather than guessed
+            out.problems.append((path, f"{CONFIG} that does not parse ({items})"))
             continue
-        for section in parser.sections():
-            if section not in sections:
-                continue  # pip applies it to another command only
-            for name, value in parser.items(section):  # ([DEFAULT]'s keys too, as pip reads them)
-                if value:  # pip skips an empty value
-                    _key(path, section, name, value, command, out)
+        for section, name, value in items:
+            if section in sections and value:  # another command's section, or empty: pip skips it
+                _key(path, section, name, value, command, out)
     return out
+
+
+# bytes -> their (section, key, value) items, or why they do not parse: a parser costs ~0.5 ms to make,
+# and every pip decision reads the same few files
+_PARSED: dict[bytes, tuple[tuple[str, str, str], ...] | str] = {}
+
+
+def _items(data: bytes) -> tuple[tuple[str, str, str], ...] | str:
+    held = _PARSED.get(data)
+    if held is not None:
+        return held
+    parser = configparser.RawConfigParser()
+    try:
+        parser.read_string(data.decode("utf-8", "replace"))
+        # each section's items, [DEFAULT]'s keys among them (as pip reads them)
+        found: tuple[tuple[str, str, str], ...] | str = tuple(
+            (section, name, value) for section in parser.sections() for name, value in parser.items(section)
+        )
+    except configparser.Error as exc:
+        found = type(exc).__name__
+    if len(_PARSED) >= 64:
+        _PARSED.clear()
+    _PARSED[data] = found
+    return found
 
 
 def _key(path: str, section: str, name: str, value: str, command: str | None, out: PipConfig) -> None:
