@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
+import shlex
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,22 +40,33 @@ CONFIG = "pip's config"
 SOURCE = f"{CONFIG} names a place packages are taken from (an sdist there builds: its backend runs)"
 
 
+_PYTHON = re.compile(r"(python|pypy)[0-9.]*")
+_DISTLIB = "'''exec'"  # distlib's second line, when a `#!` line would be too long
+
+
 def interpreter(pip: str, path: str | None = None) -> str | None:
-    """The interpreter a pip console script runs in: its `#!` line (`#!/usr/bin/env python3` found on
-    `path`); None when `pip` is not a script with one."""
+    """The Python a pip console script runs in: its `#!` line (`#!/usr/bin/env python3` found on `path`),
+    or distlib's two-line form for a long path (`#!/bin/sh`, then `exec` of the python, in quotes); None
+    for anything else (a program that is no such script: its site config is not known)."""
     try:
-        head = read_regular(pip, 512, prefix=True)
+        head = read_regular(pip, 1024, prefix=True).decode(errors="replace")
     except Unreadable:
         return None
-    if not head.startswith(b"#!"):
+    lines = head.split("\n")
+    if not lines[0].startswith("#!"):
         return None
-    words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
-    if not words:
-        return None
-    if os.path.basename(words[0]) == "env":
+    words = lines[0][2:].split()
+    if words and os.path.basename(words[0]) == "env":
         name = next((w for w in words[1:] if not w.startswith("-") and "=" not in w), None)
-        return shutil.which(name, path=path) if name else None
-    return words[0] if os.path.isabs(words[0]) else None
+        words = [shutil.which(name, path=path) or ""] if name else []
+    elif words[:1] == ["/bin/sh"] and len(lines) > 1 and lines[1].startswith(_DISTLIB):
+        try:
+            words = shlex.split(lines[1])[1:2]
+        except ValueError:
+            return None
+    if not words or not os.path.isabs(words[0]) or not _PYTHON.fullmatch(os.path.basename(words[0])):
+        return None
+    return words[0]
 
 
 def site_prefixes(python: str) -> list[str]:
@@ -168,7 +181,7 @@ def findings(
     same)."""
     python = interpreter(pip)
     if python is None:
-        return [Finding(program, pip, f"{CONFIG}: no `#!` interpreter, so the site config is not known")]
+        return [Finding(program, pip, f"{CONFIG}: not a Python script whose site config could be found")]
     command = parse_pip(argv).command
     read = read_configs(config_files(python), command, writable)
     if record is not None and command != "config":

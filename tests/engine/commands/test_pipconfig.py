@@ -38,6 +38,19 @@ def test_an_env_shebang_is_found_on_the_path(tmp_path: Path) -> None:
     pip = tool(tmp_path / "pip", "#!/usr/bin/env -S python3\n")
     assert pipconfig.interpreter(str(pip), "/usr/bin") == "/usr/bin/python3"
     assert pipconfig.interpreter(str(tool(tmp_path / "elf", "\x7fELF"))) is None
+    assert pipconfig.interpreter(str(tool(tmp_path / "sh", "#!/bin/sh\necho\n"))) is None
+
+
+def test_distlibs_launcher_for_a_long_path_names_its_python(tmp_path: Path) -> None:
+    long = "/very/long path/bin/python3.11"
+    text = "#!/bin/sh\n'''exec' \"" + long + '" "$0" "$@"\n\' \'\'\'\nimport sys\n'
+    assert pipconfig.interpreter(str(tool(tmp_path / "pip", text))) == long
+
+
+def test_a_pip_that_is_no_python_script_asks(tmp_path: Path) -> None:
+    pip = tool(tmp_path / "pip", '#!/bin/sh\nexec /tmp/anything "$@"\n')
+    found = findings_for([str(pip), "list"], (str(pip),), str(tmp_path), [])
+    assert [f.path for f in found] == [str(pip)] and unbound_findings(binding(found)) == [str(pip)]
 
 
 def _read(tmp_path: Path, text: str, command: str | None) -> pipconfig.PipConfig:
@@ -145,3 +158,10 @@ async def test_an_inert_site_config_runs_unasked_over_its_vetted_copy(state_dir:
     assert "global.timeout='7'" in details["_text"], details["_text"]
     details = await attempt(state_dir, f"{pip} list --local", allow=[(str(pip), None)], workdir=str(work))
     assert details["status"] == "completed" and details.get("exitCode") == 0, details
+
+
+def test_the_parsed_config_cache_follows_the_files_bytes(tmp_path: Path) -> None:
+    """pipconfig keeps each file's parsed items by its bytes: a rewrite is parsed again."""
+    assert not _read(tmp_path, "[global]\ntimeout = 5\n", "list").problems
+    assert _read(tmp_path, "[global]\npython = ./py\n", "list").problems
+    assert not _read(tmp_path, "[global]\ntimeout = 5\n", "list").problems
