@@ -517,6 +517,7 @@ def pinned_view(
     try:
         if record is not None:
             _git_view(b, record)
+            b.env.update({k: v for k, v in record.env.items() if v})
             git_files = {p for p in record.data if os.path.basename(p) in ("config", "config.worktree")}
             for path, data in record.data.items():
                 if path not in git_files and os.path.basename(path) != ".gitmodules":

@@ -37,6 +37,9 @@ CAP = 1 << 20  # a config past this is not read by a prefix: it asks
 # Every finding's text starts so: what a key names is not in the config's bytes (an interpreter, a
 # directory of sdists), so treecode.binding never binds an approval of it to those bytes.
 CONFIG = "pip's config"
+# pip re-runs itself with `--python` (argv or config) only when this is not in its environment (pip's
+# cli/main_parser.py: the re-run sets it for the child)
+NO_RERUN = "_PIP_RUNNING_IN_SUBPROCESS"
 SOURCE = f"{CONFIG} names a place packages are taken from (an sdist there builds: its backend runs)"
 
 
@@ -99,6 +102,7 @@ class PipConfig:
     problems: list[tuple[str, str]] = field(default_factory=list)  # (file, why it asks)
     sources: list[tuple[str, str]] = field(default_factory=list)  # (file, a place packages come from)
     requirements: list[str] = field(default_factory=list)  # requirement and constraint files named
+    python: bool = False  # a `python` key: pip re-runs itself with that interpreter
 
 
 def read_configs(files: Sequence[str], command: str | None, writable: Callable[[str], bool]) -> PipConfig:
@@ -161,6 +165,7 @@ def _key(path: str, section: str, name: str, value: str, command: str | None, ou
     elif kind == "reqs":  # `constraint = /etc/xdg/pip/constraints.txt`: read as the argv's `-c` file is
         out.requirements += value.split()
     elif kind == "python":
+        out.python = True
         out.problems.append((path, f"{CONFIG} sets {shown}: pip would run itself with that interpreter"))
     elif kind not in ("", "data"):
         out.problems.append((path, f"{CONFIG} sets {shown}: it names what pip reads or builds"))
@@ -180,12 +185,21 @@ def findings(
     over its path) — but for `pip config`, which writes them (its general options are vetted all the
     same)."""
     python = interpreter(pip)
+    args = parse_pip(argv)
     if python is None:
+        if record is not None:
+            record.env[NO_RERUN] = ""
         return [Finding(program, pip, f"{CONFIG}: not a Python script whose site config could be found")]
-    command = parse_pip(argv).command
+    command = args.command
     read = read_configs(config_files(python), command, writable)
-    if record is not None and command != "config":
-        record.data.update(read.data)
+    if record is not None:
+        if command != "config":
+            record.data.update(read.data)
+        # Decided not to re-run itself (no --python, no `python` key: any argv problem, asked, counts as
+        # one): then it never does, whatever a config made after the vet says (an absent one is not held,
+        # and `pip config` reads the file it writes). An empty value holds it off for the whole command.
+        rerun = args.problem is not None or read.python
+        record.env[NO_RERUN] = "" if rerun or record.env.get(NO_RERUN) == "" else "1"
     found = [Finding(program, path, why) for path, why in read.problems]
     if command not in BUILDS:
         return list(dict.fromkeys(found))

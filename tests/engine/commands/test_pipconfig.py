@@ -165,3 +165,55 @@ def test_the_parsed_config_cache_follows_the_files_bytes(tmp_path: Path) -> None
     assert not _read(tmp_path, "[global]\ntimeout = 5\n", "list").problems
     assert _read(tmp_path, "[global]\npython = ./py\n", "list").problems
     assert not _read(tmp_path, "[global]\ntimeout = 5\n", "list").problems
+
+
+@pytest.mark.parametrize(
+    ("argv", "conf", "held"),
+    [
+        (["list"], "[global]\ntimeout = 5\n", "1"),
+        (["config", "set", "global.timeout", "6"], "", "1"),  # pip config too (its file is not held)
+        (["list"], "[global]\npython = /w/py\n", ""),  # decided to re-run (asked): not held off
+        (["--python", "/w/py", "list"], "", ""),
+    ],
+)
+def test_a_pip_decided_not_to_rerun_itself_is_held_to_that(
+    tmp_path: Path, argv: list[str], conf: str, held: str
+) -> None:
+    pip = _venv(tmp_path / "v")
+    if conf:
+        (tmp_path / "v" / "pip.conf").write_text(conf)
+    record = gitvet.Record()
+    findings_for([str(pip), *argv], (str(pip),), str(tmp_path), [], record)
+    assert record.env == {pipconfig.NO_RERUN: held}
+    # a later pip of the same command does not undo a hold-off (nor set one)
+    findings_for([str(pip), "list"], (str(pip),), str(tmp_path / "elsewhere"), [], record)
+    assert record.env == {pipconfig.NO_RERUN: held}
+
+
+@pytest.mark.skipif(not _system_pip(), reason="needs the system python3's pip")
+def test_a_python_key_written_after_the_vet_is_never_followed(tmp_path: Path) -> None:
+    """The site config was absent at the vet (nothing to hold); a racer writes `python = …` before pip
+    reads it: pip, told it is a re-run already, runs no other interpreter."""
+    venv = tmp_path / "venv"
+    subprocess.run(
+        ["/usr/bin/python3", "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True
+    )
+    pip = tool(
+        venv / "bin" / "pip",
+        f"#!{venv}/bin/python\nimport sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n",
+    )
+    record = gitvet.Record()
+    assert findings_for([str(pip), "list"], (str(pip),), str(tmp_path), [], record) == []
+    marker = tmp_path / "ran"
+    program = tool(tmp_path / "py", f"#!/bin/sh\necho ran > {marker}\n")
+    (venv / "pip.conf").write_text(f"[global]\npython = {program}\n")
+    view = pinned_view(record)
+    try:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **view.env}
+        done = subprocess.run(
+            [*view.prefix, str(pip), "list"], env=env, capture_output=True, pass_fds=view.fds
+        )
+    finally:
+        view.close()
+    assert not marker.exists(), done.stderr
+    assert done.returncode == 0, done.stderr
