@@ -217,3 +217,11 @@ def test_a_python_key_written_after_the_vet_is_never_followed(tmp_path: Path) ->
         view.close()
     assert not marker.exists(), done.stderr
     assert done.returncode == 0, done.stderr
+
+
+def test_the_rerun_guard_needs_no_view_of_its_own() -> None:
+    """Env alone is no pin: a run with nothing else to hold keeps the kept host view (or none)."""
+    record = gitvet.Record(env={pipconfig.NO_RERUN: "1"})
+    view = pinned_view(record)
+    assert view.prefix == () and view.env == {pipconfig.NO_RERUN: "1"}
+    assert pinned_view(gitvet.Record(env={pipconfig.NO_RERUN: ""})).env == {}
