@@ -330,6 +330,9 @@ class Record:
     nested: list[Repo] = field(default_factory=list)  # submodules with their own .git, vetted too
     # Common config paths whose bytes turn on extensions.worktreeConfig (git then reads config.worktree).
     worktree_config: set[str] = field(default_factory=set)
+    # Env the run is given so it does only what was decided (engine.commands.pinned applies the non-empty
+    # values; an empty one holds a key off for the whole command): pip's re-run guard (pipconfig).
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def read_config(git: str, path: str, record: Record | None = None) -> Pairs | str:

@@ -52,6 +52,11 @@ class MakeArgs:
     # every -f: (index of the argv word holding the value, the text before the value in that word, value)
     files: list[tuple[int, str, str]] = field(default_factory=list)
     problem: str | None = None  # an option or assignment exechost does not model: the command asks
+    # every command-line assignment make takes, (name, value), in order: make exports each into every
+    # recipe's environment and lets it override the makefile's and its built-in rules' variables
+    assignments: list[tuple[str, str]] = field(default_factory=list)
+    goals: list[str] = field(default_factory=list)  # the targets named (none: the makefile's default)
+    no_builtin: bool = False  # -r/-R: make has no built-in rules (with no makefile, nothing to run)
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ def _long(word: str, argv: Sequence[str], i: int, out: MakeArgs) -> int:
         out.problem = f"`{word}`: a make option exechost does not know"
         return len(argv)
     letter, kind = _LONG[matches[0]]
+    out.no_builtin = out.no_builtin or letter in ("r", "R")
     if kind == "=" and not eq:
         if i + 1 >= len(argv):
             return i + 1
@@ -120,6 +126,7 @@ def _short(word: str, argv: Sequence[str], i: int, out: MakeArgs) -> int:
         if letter not in _FLAGS:
             out.problem = f"`{word}`: a make option exechost does not know"
             return len(argv)
+        out.no_builtin = out.no_builtin or letter in "rR"
     return i + 1
 
 
@@ -153,6 +160,11 @@ def parse_make(argv: Sequence[str]) -> MakeArgs:
         else:
             if "=" in word:  # make takes every word with `=` in it for an assignment, or fails on it
                 out.problem = assignment_problem(word)
+                match = _ASSIGNMENT.fullmatch(word)
+                if match is not None:
+                    out.assignments.append((match.group(1), match.group(3)))
+            else:
+                out.goals.append(word)
             i += 1
     return out
 

@@ -527,7 +527,10 @@ def pinned_view(
             b.mirror(mirror)
         for real, where, text in programs:  # make reading vetted makefiles (_submake_programs)
             b.over(real, where, text)
-        return b.build(host, outside)
+        view = b.build(host, outside)
+        if record is not None:  # env that needs no view of its own (a kept host view, or none, will do)
+            view.env.update({k: v for k, v in record.env.items() if v})
+        return view
     except BaseException:
         for fd in b.fds:
             with contextlib.suppress(OSError):

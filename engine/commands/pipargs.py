@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 
 from engine.commands.regular import Unreadable, read_regular
 
-__all__ = ["BUILDS", "PipArgs", "RequirementReads", "parse_pip", "read_operands", "read_requirements"]
+__all__ = [
+    "BUILDS",
+    "PipArgs",
+    "RequirementReads",
+    "option_kind",
+    "parse_pip",
+    "read_operands",
+    "read_requirements",
+]
 
 # What an option's value is to pip: "" no value; "data" a value nothing runs from (a name, a number, a
 # place pip writes to); "file" a file of requirements or constraints pip reads (which name projects it
@@ -75,6 +83,13 @@ class PipArgs:
     operands: list[str] = field(default_factory=list)  # requirements: names, paths, archives, URLs
     sources: list[str] = field(default_factory=list)  # local places packages are taken from
     problem: str | None = None  # an option or command exechost does not model: the command asks
+
+
+def option_kind(option: str, command: str | None) -> str | None:
+    """What the long option `option` is to pip running `command` (its kind in the tables above): pip's
+    general options for any command, a build's own too; None for one exechost does not model (a
+    reader's own options run nothing: _READERS)."""
+    return ({**_GENERAL, **_BUILD} if command in BUILDS else _GENERAL).get(option)
 
 
 def _match(name: str, table: dict[str, str]) -> str | None:
@@ -292,9 +307,12 @@ def _requirement(spec: str, cwd: str, out: RequirementReads, where: str) -> None
         out.projects.append(os.path.normpath(path))
 
 
-def read_requirements(files: Sequence[str], cwd: str, cap: int = 1 << 20) -> RequirementReads:
+def read_requirements(
+    files: Sequence[str], cwd: str, cap: int = 1 << 20, data: dict[str, bytes] | None = None
+) -> RequirementReads:
     """Every requirements file pip reads from `files` (relative to `cwd`), nested `-r`/`-c` ones relative to
-    the file naming them, as pip's req_file reads them; what each line names, sorted by what it is."""
+    the file naming them, as pip's req_file reads them; what each line names, sorted by what it is. With
+    `data`, each file's bytes as read (and parsed) are kept there."""
     out = RequirementReads()
     queue = [os.path.join(cwd, f) for f in files]
     while queue:
@@ -306,9 +324,12 @@ def read_requirements(files: Sequence[str], cwd: str, cap: int = 1 << 20) -> Req
             break
         out.files.append(path)
         try:
-            text = read_regular(path, cap).decode("utf-8", "replace")
+            raw = read_regular(path, cap)
         except Unreadable:
             continue  # not bound by bytes either (treecode.binding): nothing it says is taken unasked
+        if data is not None:
+            data[path] = raw
+        text = raw.decode("utf-8", "replace")
         here = os.path.dirname(path)
         for line in _lines(text):
             if "${" in line:

@@ -8,7 +8,7 @@ import os
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import gitvet, priorwrites
+from engine.commands import gitvet, pipconfig, priorwrites
 from engine.commands.allowlist import AllowlistResult
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.filetrust import system_owned
@@ -175,6 +175,12 @@ RECIPE_TREE = (
 MANIFEST_TREE = (
     "files its manifest or script names to run (`node t.js`, an include()d file, build.rs, the sources "
     "it builds and runs): they are not bound to their bytes, so an approval is for this run only"
+)
+# With no makefile, make's built-in rules run programs (cc, as, lex, yacc, tex, makeinfo, …) over the
+# tree's files: not known to take no code from their tree (treesafe), so they ask there as `cc foo.c` does.
+BUILTIN_RULES = (
+    "files its built-in rules run programs over (no makefile: `make foo` runs `cc … foo.c`, and cc, as, "
+    "lex, yacc, tex are not known to take no code from their tree): an approval is for this run only"
 )
 NOT_A_FILE = "a makefile that is not a regular file (stdin, a device, a fifo): nothing there can be vetted"
 # The spawn's directory fd of the cwd, as a path: what is looked up under it is found in the directory that
@@ -543,7 +549,13 @@ def findings_for(
         return _past_the_cap(argv, cwd) + _unmodelled(argv, real, cwd, sandbox_roots)
     if program == "git":
         return gitvet.vet(real, argv, cwd, record) if real is not None else []
-    return _past_the_cap(argv, cwd) + _modelled(program, argv, cwd, sandbox_roots)
+    found = _past_the_cap(argv, cwd) + _modelled(program, argv, cwd, sandbox_roots)
+    if program in ("pip", "pip3") and real is not None:  # its config files are argv too (pipconfig)
+        here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+        found += pipconfig.findings(
+            program, argv, real, here, lambda p: agent_writable(p, sandbox_roots), record
+        )
+    return found
 
 
 def _past_the_cap(argv: Sequence[str], cwd: str) -> list[Finding]:
@@ -583,8 +595,12 @@ def _modelled(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Sequen
         here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
         found += [Finding(program, path, NOT_A_FILE) for path in not_regular(args, here)]
         where = os.path.join(here, *args.dirs) if args.dirs else here
-        if files and _contents_writable(where, sandbox_roots):  # no makefile: make runs nothing
-            found.append(Finding(program, where, RECIPE_TREE))
+        # No makefile: make's built-in rules still run cc, as, lex, yacc, tex, … over the tree's files for
+        # each goal (`make foo` from foo.c), programs that ask there themselves; with no goal, or none
+        # of its built-in rules (`make -r test`), nothing runs.
+        builtin = bool(args.goals) and not args.no_builtin
+        if (files or builtin) and _contents_writable(where, sandbox_roots):
+            found.append(Finding(program, where, RECIPE_TREE if files else BUILTIN_RULES))
         have = {f.path for f in found}
         found += [
             Finding(program, path, MAKE_VALUE_FILE)
@@ -623,7 +639,11 @@ def binding(found: Sequence[Finding], data: dict[str, bytes] | None = None) -> s
     lines = []
     for path in sorted({f.path for f in found if os.path.isabs(f.path)}):
         held = data.get(path) if data is not None else None
-        if any(f.what in _NO_BYTES or f.what.startswith(PIP_LINE) for f in found if f.path == path):
+        if any(
+            f.what in _NO_BYTES or f.what.startswith((PIP_LINE, pipconfig.CONFIG))
+            for f in found
+            if f.path == path
+        ):
             lines.append(f"tree:{path}={A_TREE}")  # what it names is not in its bytes: never saved
             continue
         if held is None and os.path.isdir(path):

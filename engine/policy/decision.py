@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.approvals.decisions import allowed_decisions
-from engine.commands import hostprivate, viewpaths
+from engine.commands import hostprivate, makevars, viewpaths
 from engine.commands.allowlist import (
     ALLOW_ALWAYS_SOURCE,
     DEFAULT_SAFE_BINS,
@@ -348,6 +348,10 @@ def _examine(
             "(tools.exec.inertEnv) or with a value not shaped like its kind (a locale, zone or terminal "
             "name), so the command cannot run unasked."
         )
+    made = makevars.foreign(vetted, exec_cfg.inert_env) if gated else []  # make's exported variables
+    if made:
+        warnings.append(makevars.warning(made))
+        foreign_env += [f"{name} (make's command line)" for name in made]
     # Fresh round 10 c: the decision reads the paths a command names on the host, the run in its view,
     # where the agent's private dirs (its /tmp, ...) are its own copies. A word that reaches another file
     # there than here (by its text or through a link) names what nobody vetted: it asks, never saved.

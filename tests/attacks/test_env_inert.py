@@ -27,7 +27,7 @@ async def test_gnumakeflags_eval_with_allowlisted_make_test(state_dir: Path, tmp
     marker = tmp_path / "pwned"
     details = await attempt(
         state_dir,
-        "make test",
+        "make -r test",
         allow=[("/usr/bin/make", None)],
         env={"GNUMAKEFLAGS": f"--eval=test:;@touch\\ {marker}"},
         workdir="/",  # no Makefile here: nothing in the tree to vet, only the env

@@ -58,14 +58,6 @@ async def test_rustup_run_is_a_command_runner_the_allowlist_does_not_unwrap(
 
 
 @pytest.mark.skipif(not os.path.isfile("/usr/bin/make"), reason="needs GNU make")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: with no makefile make still runs its built-in rules (`make foo` from foo.c runs "
-    "`$(CC) … foo.c -o foo`), and makefiles.assignment_problem takes `CC='sh -c \"…\"'` for a user "
-    "variable (no `$`, no make-own name) although every built-in rule runs CC, CXX, AS, LEX, YACC, RM, …: "
-    "treecode finds no makefile, so no recipe finding, and the allowlisted make runs the agent's shell "
-    "command unasked",
-)
 async def test_make_without_a_makefile_runs_a_builtin_rule_with_the_argvs_cc(state_dir: Path) -> None:
     work = state_dir.parent / "w"
     work.mkdir()
@@ -122,13 +114,6 @@ def _sdist(where: Path, marker: Path) -> None:
 
 
 @pytest.mark.skipif(not _system_pip(), reason="needs the system python3's pip")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: pip reads where packages come from in its config files too (site config "
-    "`<venv>/pip.conf`, /etc/pip.conf, …), and treecode reads only pip's argv and requirements files: "
-    "`pip config --site set global.find-links DIR` (pip config is allowed: only `edit` asks) then "
-    "`pip install zzpkg` both run unasked, and pip builds the agent's sdist (its backend runs)",
-)
 async def test_pip_config_names_a_find_links_dir_and_a_later_install_builds_from_it(state_dir: Path) -> None:
     pip = _venv_with_pip(state_dir.parent / "venv")
     work = state_dir.parent / "w"
@@ -148,12 +133,6 @@ async def test_pip_config_names_a_find_links_dir_and_a_later_install_builds_from
 
 
 @pytest.mark.skipif(not _system_pip(), reason="needs the system python3's pip")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: pip takes `python` from its config files as from `--python` (pip re-runs itself with "
-    "that interpreter); pipargs refuses `--python` only on the argv, so `pip config --site set "
-    "global.python ./x` and then a reader (`pip list`) run the agent's program unasked",
-)
 async def test_pip_config_names_the_interpreter_pip_reruns_itself_with(state_dir: Path) -> None:
     pip = _venv_with_pip(state_dir.parent / "venv")
     work = state_dir.parent / "w"
@@ -173,13 +152,6 @@ async def test_pip_config_names_the_interpreter_pip_reruns_itself_with(state_dir
 
 @pytest.mark.skipif(
     not os.path.isfile("/usr/bin/make") or shutil.which("cc") is None, reason="needs make, cc"
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: make exports every command-line variable into its recipes' environment, so `make foo "
-    "KEY=VALUE` is the env param without the env check (the §3 inert list; even LD_PRELOAD, refused on "
-    "every host exec): `COMPILER_PATH=/nonexistent:DIR` makes the built-in rule's cc run DIR/as, and "
-    "treecode's value check looks only for a file named by a whole word (a colon list names none)",
 )
 async def test_make_exports_a_command_line_variable_into_the_recipes_env(state_dir: Path) -> None:
     work = state_dir.parent / "w"

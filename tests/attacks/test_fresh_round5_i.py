@@ -611,7 +611,7 @@ async def test_held_a_makefile_written_earlier_in_the_chain_is_not_read(
     (work / "evil.mk").write_text(f"$(shell id -u > {marker})\nall:\n\t@true\n")
     details = await attempt(
         state_dir,
-        "cp evil.mk Makefile && make all",
+        "cp evil.mk Makefile && make -r all",
         allow=[("/usr/bin/make", None), ("/usr/bin/cp", None)],
         workdir=str(work),
     )
@@ -630,7 +630,7 @@ async def test_held_a_fifo_named_makefile_is_never_read(state_dir: Path, tmp_pat
     stop = threading.Event()
     feeder = _feed_fifo(fifo, f"$(shell id -u > {marker})\nall:\n\t@true\n".encode(), stop)
     try:
-        await attempt(state_dir, "make all", allow=[("/usr/bin/make", None)], workdir=str(work))
+        await attempt(state_dir, "make -r all", allow=[("/usr/bin/make", None)], workdir=str(work))
     finally:
         _stop_feeding(fifo, stop, feeder)
     assert not marker.exists()
@@ -645,7 +645,7 @@ async def test_held_make_tilde_expands_a_makefile_name_but_reads_nothing(
     work.mkdir()
     marker = work / "ran"
     (Path(os.environ["HOME"]) / "x.mk").write_text(f"$(shell id -u > {marker})\nall:\n\t@true\n")
-    await attempt(state_dir, "make -f~/x.mk all", allow=[("/usr/bin/make", None)], workdir=str(work))
+    await attempt(state_dir, "make -r -f~/x.mk all", allow=[("/usr/bin/make", None)], workdir=str(work))
     assert not marker.exists()
 
 

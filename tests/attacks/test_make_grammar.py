@@ -78,15 +78,16 @@ async def test_an_approved_make_reads_the_approved_bytes_under_the_makefiles_own
 
 
 async def test_a_makefile_absent_when_vetted_stays_absent(state_dir: Path, tmp_path: Path) -> None:
-    """An allowlisted `make test` with no makefile has nothing to ask about; a Makefile that appears after
-    the re-vet must not be read (make is given /dev/null), so make still finds no rule."""
+    """An allowlisted `make -r test` with no makefile has nothing to ask about (no built-in rules either:
+    `make test` would run cc over the tree, treecode.BUILTIN_RULES); a Makefile that appears after the
+    re-vet must not be read (make is given /dev/null), so make still finds no rule."""
     from engine.commands.makefiles import parse_make, reads
 
     write_config(state_dir, ALLOWLIST)
-    allow(state_dir, "/usr/bin/make", "^test$")
+    allow(state_dir, "/usr/bin/make", "^-r test$")
     work = tmp_path / "w"
     work.mkdir()
-    result = await agent_exec(state_dir, "make test", work)
+    result = await agent_exec(state_dir, "make -r test", work)
     assert "No rule to make target" in json.dumps(result), result
     (missing,) = reads(parse_make(["make", "test"]), str(work))
     assert not missing.present and missing.path == str(work / "Makefile")
@@ -106,10 +107,10 @@ while True:
 
 
 async def test_a_makefile_renamed_in_after_the_re_vet_is_never_read(state_dir: Path, tmp_path: Path) -> None:
-    """The cwd held no makefile when vetted: an allowlisted `make test` runs unasked. A racer renaming a
+    """The cwd held no makefile when vetted: an allowlisted `make -r test` runs unasked. A racer renaming a
     GNUmakefile in and out of the cwd raced the re-vet against make's own lookup, by path."""
     write_config(state_dir, ALLOWLIST)
-    allow(state_dir, "/usr/bin/make", "^test$")
+    allow(state_dir, "/usr/bin/make", "^-r test$")
     work = tmp_path / "w"
     work.mkdir()
     marker = tmp_path / "pwned"
@@ -129,7 +130,7 @@ async def test_a_makefile_renamed_in_after_the_re_vet_is_never_read(state_dir: P
                 for _ in range(150):
                     with contextlib.suppress(Exception):  # refused as stale, or asked: the defence held
                         await asyncio.wait_for(
-                            agent.request("exec", {"command": "make test", "workdir": str(work)}), 30
+                            agent.request("exec", {"command": "make -r test", "workdir": str(work)}), 30
                         )
                     if marker.exists():
                         break
