@@ -38,6 +38,13 @@ def owns(ns: str, key: str) -> bool:
     return split(key)[0] == ns
 
 
+def namespace_of(event: NodeEvent) -> str | None:
+    """The namespace of the gateway an event kept for its gateway is for (by the key it is filed under),
+    or None when it names none."""
+    key = event.payload.get("sessionKey")
+    return split(key)[0] if isinstance(key, str) else None
+
+
 def rows_for(ns: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Session rows of one gateway, each scope in that gateway's own terms."""
     out = []

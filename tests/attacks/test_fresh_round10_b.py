@@ -851,15 +851,7 @@ async def _flood_denied(sock: Path, count: int) -> None:
         writer.close()
 
 
-NEVER_ACKS = pytest.mark.xfail(
-    strict=True,
-    reason="open: a node keeps one outbox of unacknowledged events for every gateway (outbox.MAX_UNACKED = "
-    "1000, oldest dropped): a link that never acks (any login of the node's account, e.g. another gateway "
-    "sharing it) made 2000 denied runs, and the run-end notice kept for a gateway that was away was dropped",
-)
-
-
-@pytest.mark.parametrize("flood", [0, pytest.param(2000, marks=NEVER_ACKS)])
+@pytest.mark.parametrize("flood", [0, 2000])
 async def test_class3_a_link_that_never_acks_pushes_another_gateways_events_out_of_the_node(
     state_dir: Path, sshd_nodes: list[Any], flood: int
 ) -> None:
