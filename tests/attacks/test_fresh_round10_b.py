@@ -471,12 +471,6 @@ async def test_class3_claimed_pool_sandboxes_of_two_agents_share_one_process_cap
 TWO_ON_A_NODE = NODE_RUNS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node pushes at most 64 sessions at once (runner/node/output.MAX_WATCHED), one table for "
-    "every agent and gateway: main's 64 background node sessions, watched for a console taking every "
-    "session's output, leave ops's session unwatched ('at most 64 sessions are watched at once')",
-)
 async def test_class3_one_agents_node_sessions_take_every_watch_a_node_has(
     state_dir: Path, sshd_nodes: list[Any]
 ) -> None:
