@@ -212,12 +212,6 @@ def test_class2_two_gateways_agents_named_main_share_one_tmp_on_a_node(
 BUDGET = "maxOutputBytesPerAgent = 4194304\n"  # 4 MiB of session output on disk per agent
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='open: a node\'s SessionManager has no Quota (serve.py: "one principal here") and the gateway '
-    "counts node sessions but not their output: with maxOutputBytesPerAgent = 4 MiB on both, one node "
-    "session of main keeps 12 MB on the node's disk (64 sessions x logCapBytes per agent, per gateway)",
-)
 async def test_class3_an_agents_node_sessions_keep_output_past_its_budget(
     state_dir: Path, sshd_nodes: list[Any]
 ) -> None:
