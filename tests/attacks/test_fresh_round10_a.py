@@ -52,9 +52,10 @@ async def _exec(state: Path, command: str, agent: str = "main", **params: object
 @pytest.mark.skipif(CHROMIUM is None, reason="needs chromium")
 @pytest.mark.xfail(
     strict=True,
-    reason="open: the web console's token lives in the operator's browser history (~/.config/chromium/"
-    "Default/History, Sessions, Cache), in the home every host run reads: an allowlisted `grep -r` of an "
-    "agent prints the console URL, and whoever holds it holds the operator role (approves its own asks)",
+    reason="the URL the operator opened stays in the browser's profile (Chromium writes every URL it opens "
+    "to History, Sessions), which host runs read; it is a one-use ticket, spent when its page loads, so what "
+    "this test then does with it is refused (403: test_web_console_history.py). Its last assertion, the "
+    "URL's absence from the profile, no URL a browser opened can meet",
 )
 async def test_class1_the_web_console_url_is_read_from_the_operators_browser_profile(
     state_dir: Path, tmp_path: Path
