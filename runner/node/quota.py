@@ -5,6 +5,7 @@ principal as it files sessions (gateway key + agent, runner.node.gateways.princi
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -12,6 +13,13 @@ from engine.config.model import Config
 from engine.principals import valid_name
 from engine.sessions.quota import Quota
 from runner.node import gateways
+
+# The output budget the gateway gives the agent of the run being started (its own maxOutputBytesPerAgent),
+# set by runner.node.sysrun for that run's task: it can only lower the node's own (the gateway's policy only
+# tightens here). None: the gateway said none (an older one, or the operator's run).
+GATEWAY_BUDGET: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "exechost_node_budget", default=None
+)
 
 
 @dataclass
@@ -35,8 +43,11 @@ class NodeQuota(Quota):
 
     def caps(self, owner: str) -> tuple[int, int]:
         if self.config is None:
-            return super().caps(owner)
-        config = self.config()
-        agent = gateways.split(owner)[1]
-        cfg = config.exec_for(agent) if valid_name(agent) else config.exec
-        return cfg.max_sessions_per_agent, cfg.max_output_bytes_per_agent
+            most, budget = super().caps(owner)
+        else:
+            config = self.config()
+            agent = gateways.split(owner)[1]
+            cfg = config.exec_for(agent) if valid_name(agent) else config.exec
+            most, budget = cfg.max_sessions_per_agent, cfg.max_output_bytes_per_agent
+        given = GATEWAY_BUDGET.get()
+        return most, budget if given is None else min(budget, given)

@@ -3,14 +3,19 @@ them (gateway key + agent), by the node's own config, and every session a gatewa
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from engine import principals
 from engine.config.loader import load_config_text
 from engine.results import ToolError
 from engine.sessions import RunSpec, SessionManager
-from runner.node.quota import NodeQuota
+from runner.node.quota import GATEWAY_BUDGET, NodeQuota
+from tests.helpers.gateway import connect, gateway, wait_until, write_config
 
 MIB = 1 << 20
 
@@ -69,3 +74,51 @@ async def test_the_caps_are_the_nodes_config_per_agent(state_dir: Path) -> None:
         assert await _cap(manager, "gp/agent:ops:s") == 4 * MIB  # another gateway's ops
     finally:
         await manager.close()
+
+
+def test_the_gateways_budget_only_tightens_the_nodes() -> None:
+    config = load_config_text("[tools.exec]\nmaxOutputBytesPerAgent = 4194304\n")
+    quota = NodeQuota(config=lambda: config)
+    assert quota.caps("fp/main") == (64, 4 * MIB)
+    token = GATEWAY_BUDGET.set(2 * MIB)
+    try:
+        assert quota.caps("fp/main") == (64, 2 * MIB)
+    finally:
+        GATEWAY_BUDGET.reset(token)
+    token = GATEWAY_BUDGET.set(1 << 40)  # a gateway cannot raise the node's own
+    try:
+        assert quota.caps("fp/main") == (64, 4 * MIB)
+    finally:
+        GATEWAY_BUDGET.reset(token)
+
+
+async def test_a_gateways_budget_caps_its_agents_node_sessions(
+    state_dir: Path, sshd_nodes: list[Any]
+) -> None:
+    """The node's own config says nothing; the gateway's maxOutputBytesPerAgent (4 MiB) rides along with
+    each of its agent's runs and caps what that agent's sessions keep on the node's disk."""
+    alpha = sshd_nodes[0]
+    (alpha.state_dir / "config.toml").write_text(
+        '[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\n'
+    )
+    helper = os.path.join(sys.prefix, "libexec", "exechost-hostenter")
+    nodes = alpha.config_toml() + f'env = {{ EXECHOST_HOSTENTER = "{helper}" }}\n'
+    runs = '[tools.exec]\nhost = "node"\nnode = "alpha"\nsecurity = "full"\nask = "off"\n'
+    write_config(state_dir, runs + "maxOutputBytesPerAgent = 4194304\n\n" + nodes)
+    principals.mint(state_dir, "main")
+    async with gateway(state_dir):
+        main = await connect(state_dir, operator=False, agent="main")
+        try:
+            big = "head -c 12000000 /dev/zero | tr '\\\\0' x"
+            started = await main.request("exec", {"command": big, "background": True})
+            sid = started["details"]["sessionId"]
+
+            async def done() -> bool:
+                polled = await main.request("process", {"action": "poll", "sessionId": sid})
+                return polled["details"].get("status") != "running"
+
+            await wait_until(done, timeout=60)
+            logs = {p.name: p.stat().st_size for p in alpha.state_dir.rglob("*.log")}
+        finally:
+            await main.close()
+    assert logs and sum(logs.values()) <= 4 * MIB, logs
