@@ -27,6 +27,8 @@ COMMANDS = [
     "ls -la src/a src/b /usr/share/doc",
     "cmake -P ./scripts/x.cmake",
     "git push file:///srv/git/x.git HEAD:refs/heads/x",
+    # files fed to a shell, bound whole: each word's file found where the run's view has it (fixDE10)
+    "cat s.sh t/x.sh | sh",
 ]
 
 
@@ -56,6 +58,7 @@ def main() -> None:
         tree = root / "w"
         (tree / "build").mkdir(parents=True)
         os.symlink("/tmp", tree / "t")  # one word's walk goes through a link into a private dir
+        (tree / "s.sh").write_text("echo hi\n")
 
         from engine.approvals.store import ApprovalsStore
         from engine.commands import viewpaths
@@ -69,7 +72,14 @@ def main() -> None:
         )
         unviewed = load_config(state / "config.toml")  # the raw baseline: no private dirs to walk
         store = ApprovalsStore(state / "exec-approvals.json")
-        for program in ("/usr/bin/git", "/usr/bin/ls", "/usr/bin/ninja", "/usr/bin/npm", "/usr/bin/cmake"):
+        for program in (
+            "/usr/bin/git",
+            "/usr/bin/ls",
+            "/usr/bin/ninja",
+            "/usr/bin/npm",
+            "/usr/bin/cmake",
+            "/usr/bin/cat",
+        ):
             store.add_allowlist("main", program)
         params = {"host": "gateway"}
         rows = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.boundfiles import ContentItem
@@ -32,6 +32,8 @@ from engine.commands.scriptfiles import (
 )
 from engine.commands.textnames import plain_segments
 
+At = Callable[[str], "str | None"]  # a word's host path as the run's view has it (viewpaths.reader)
+
 # Programs that run a word of their argv as code or as a command line (a wrapper exechost does not unwrap
 # hands them one): their presence after argv[0] means a code source the binder did not follow.
 _RUNS_CODE = frozenset({*SHELLS, *FAMILY_OF, *FILE_FLAG, "eval", "exec", "source", ".", "env", "xargs"})
@@ -54,7 +56,7 @@ _TEXT_TOOL_LONG = frozenset(
 
 
 def unproven_sources(
-    analysis: CommandAnalysis, items: Sequence[ContentItem], cwd: str, command: str
+    analysis: CommandAnalysis, items: Sequence[ContentItem], cwd: str, command: str, at: At | None = None
 ) -> list[str]:
     """Why the binder cannot prove it bound every code source of the command; [] when it can.
 
@@ -63,12 +65,14 @@ def unproven_sources(
     executable after a program exechost does not unwrap (`nohup sh x.sh`, `find -exec`), an interpreter
     option outside the grammar's inert ones, a script operand that is not a regular file here (a directory
     the interpreter resolves, a name bash finds on PATH, `x` node runs as x.js), a second or attached
-    program file (`awk -fp.awk`, `sed --file=s.sed`), a `#!` argument: each is a reason."""
+    program file (`awk -fp.awk`, `sed --file=s.sed`), a `#!` argument: each is a reason. `at`: where the
+    run's view has a word (engine.commands.viewpaths.reader), so each file is looked at where the run
+    reads it."""
     if not analysis.ok:
         return ["the command could not be parsed, so what it runs is not proven bound"]
     why: list[str] = []
     for segment in plain_segments(analysis.segments):
-        why += _segment_unproven(segment.argv, cwd)
+        why += _segment_unproven(segment.argv, cwd, at=at)
     for item in items:
         if item.sha256 is None:
             # Absent now: what appears there (or on PATH) later is code nobody saw.
@@ -93,7 +97,7 @@ def unproven_sources(
             if not arg.startswith("-"):
                 why.append(f"{item.path}: its #! line passes {arg!r}, a word the interpreter may run")
             else:
-                why += _segment_unproven((item.shebang[0], arg, item.real), cwd, shebang=item.path)
+                why += _segment_unproven((item.shebang[0], arg, item.real), cwd, shebang=item.path, at=at)
     return why
 
 
@@ -118,13 +122,13 @@ def _loader_unproven(item: ContentItem) -> list[str]:
     return [f"{item.path}: its loader {loader} is a file the agent can change, and is not bound"]
 
 
-def _segment_unproven(argv: Sequence[str], cwd: str, shebang: str = "") -> list[str]:
+def _segment_unproven(argv: Sequence[str], cwd: str, shebang: str = "", at: At | None = None) -> list[str]:
     name = name_of(argv[0])
     where = f"{shebang}: its #! line" if shebang else name
     if name in ("eval", "source", "."):
         return [f"{name} runs text or a file the binder does not follow"]
     if name in FILE_FLAG:
-        return _text_tool_unproven(name, argv, cwd)
+        return _text_tool_unproven(name, argv, cwd, at)
     source = program_source(argv)
     if source is not None:
         if source.more:
@@ -135,31 +139,31 @@ def _segment_unproven(argv: Sequence[str], cwd: str, shebang: str = "") -> list[
             what = _SHEBANG_SOURCES.get(source.kind, "a file it preloads")
             return [f"{where} runs code from {what}, which is not bound"]
         if source.kind == FILE:
-            return _operand_unproven(name, argv, source.index, cwd)
+            return _operand_unproven(name, argv, source.index, cwd, at)
         return []  # inline: the code is the text; stdin/module/unknown: reported by bind
     if name in FAMILY_OF:
         operand = script_operand(argv, argv[0])
         if operand is None or any(w.startswith(("-", "+")) for w in argv[1:operand]):
             return [f"{where}: options exechost does not model for {name}"]
-        return _operand_unproven(name, argv, operand, cwd)
+        return _operand_unproven(name, argv, operand, cwd, at)
     for word in argv[1:]:
-        if any(name_of(w) in _RUNS_CODE for w in word.split()) or _agent_executable(word, cwd):
+        if any(name_of(w) in _RUNS_CODE for w in word.split()) or _agent_executable(word, cwd, at):
             return [f"{name} runs {word!r}, which exechost does not unwrap or bind"]
     return []
 
 
-def segment_unproven(argv: Sequence[str], cwd: str) -> bool:
+def segment_unproven(argv: Sequence[str], cwd: str, at: At | None = None) -> bool:
     """Whether one plain segment runs code its words name in a way the binder does not model (a wrapper it
     does not unwrap, `nohup sh x.sh`; a second or attached program file, `awk -fp.awk`; an option of an
     interpreter family read by guess): content.bind then binds every file the text names whole."""
-    return bool(_segment_unproven(argv, cwd))
+    return bool(_segment_unproven(argv, cwd, at=at))
 
 
-def _operand_unproven(name: str, argv: Sequence[str], index: int, cwd: str) -> list[str]:
+def _operand_unproven(name: str, argv: Sequence[str], index: int, cwd: str, at: At | None) -> list[str]:
     if index >= len(argv):
         return []
     word = argv[index]
-    path = os.path.join(cwd, word)
+    path = _where(word, cwd, at)
     if os.path.isfile(path):
         return []
     if os.path.isdir(path):
@@ -239,7 +243,7 @@ def _bound_bytes(item: ContentItem) -> bytes | None:
     return data if hashlib.sha256(data).hexdigest() == item.sha256 else None
 
 
-def _text_tool_unproven(name: str, argv: Sequence[str], cwd: str) -> list[str]:
+def _text_tool_unproven(name: str, argv: Sequence[str], cwd: str, at: At | None) -> list[str]:
     flags, valued = _TEXT_TOOL_FLAGS["sed" if "sed" in name else "awk"]
     files = 0
     i = 1
@@ -249,7 +253,7 @@ def _text_tool_unproven(name: str, argv: Sequence[str], cwd: str) -> list[str]:
             break
         if word == "-f" and i + 1 < len(argv):
             files += 1
-            if not os.path.isfile(os.path.join(cwd, argv[i + 1])):
+            if not os.path.isfile(_where(argv[i + 1], cwd, at)):
                 return [f"{name} -f {argv[i + 1]}: not a regular file here"]
             i += 2
             continue
@@ -274,10 +278,18 @@ def _text_tool_unproven(name: str, argv: Sequence[str], cwd: str) -> list[str]:
     return []
 
 
-def _agent_executable(word: str, cwd: str) -> bool:
+def _agent_executable(word: str, cwd: str, at: At | None) -> bool:
     """A word naming an executable file the agent can write (a wrapper runs a bare name from PATH, whose
     entries are absolute and the operator's: only a word with a `/` names a file in the agent's tree)."""
     if "/" not in word or word.startswith("-"):
         return False
-    path = os.path.join(cwd, word)
+    path = _where(word, cwd, at)
     return os.path.isfile(path) and os.access(path, os.X_OK) and not system_owned(os.path.realpath(path))
+
+
+def _where(word: str, cwd: str, at: At | None) -> str:
+    """The host path of what the run reads by `word`: where its view has it when `at` is given ("" for a
+    loop of links there: no file)."""
+    if at is None:
+        return os.path.join(cwd, word)
+    return at(word) or ""

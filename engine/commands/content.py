@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from engine.commands import viewpaths
 from engine.commands.allowlist import AllowlistResult, SegmentMatch, pin_path
 from engine.commands.analysis import CommandAnalysis, Segment
 from engine.commands.bindproof import handed_off, segment_unproven, unproven_sources
@@ -59,6 +60,8 @@ def bind(
     can be another file than the host's (the agent's own copy of /tmp): the script bound is the run's."""
     items: list[ContentItem] = []
     problems: list[str] = []
+    # Every path read below goes through this one translation: where the run's view has it.
+    at = in_view or viewpaths.reader((), cwd)
     path_var = env.get("PATH", DEFAULT_PATH)
     seen: set[tuple[str, tuple[int, ...], int]] = set()
     linked: str | None = None  # a script operand resolved through a link into /proc
@@ -188,7 +191,9 @@ def bind(
     whole = not analysis.ok  # unparsed: every file the text names is bound whole
     # A plain segment the proof cannot prove (`nohup sh x.sh`, `awk -fp.awk`, `echo x.sh | xargs sh`) may
     # run any file its words name: each is bound whole too, never left unbound on allow-once (issue 27 §5).
-    whole = whole or any(segment_unproven(s.argv, cwd) for s in plain_segments(analysis.segments) if s.argv)
+    whole = whole or any(
+        segment_unproven(s.argv, cwd, at) for s in plain_segments(analysis.segments) if s.argv
+    )
     for segment in plain_segments(analysis.segments):
         source = program_source(segment.argv)
         if source is None:
@@ -198,6 +203,7 @@ def bind(
             # a `./`, `../` or absolute value names a file: any other (`-r h.js`, `-r dotenv/config`) is a
             # search of node_modules up the tree (ruby: $LOAD_PATH), never ./h.js: nothing to bind.
             named = os.path.abspath(os.path.join(cwd, value))
+            real = at(value)
             if not value.startswith(("/", "./", "../")):
                 if not searched:
                     searched = True
@@ -206,10 +212,13 @@ def bind(
                         "(node_modules up the tree, a load path): it cannot be bound, so allow-always is not "
                         "offered."
                     )
-            elif os.path.isfile(named):
-                file_item("loaded", named, os.path.realpath(named), (), -1)
+            elif real is None:
+                problems.append(f"{named}: a loop of links in the run's view")
+                add(ContentItem("loaded", named, named, UNREADABLE, 0, True, (), -1))
+            elif os.path.isfile(real):
+                file_item("loaded", named, real, (), -1)
             else:
-                add(ContentItem("loaded", named, os.path.realpath(named), None, 0, True, (), -1))
+                add(ContentItem("loaded", named, real, None, 0, True, (), -1))
         if source.kind == INLINE and len(segment.argv) > source.index + 1:
             # `python3 -c 'runpy.run_path(sys.argv[1])' s.py`: inline code may run any file its argv names.
             whole = True
@@ -236,7 +245,7 @@ def bind(
             refuse = f"it changes directory ({lost}) to a place exechost cannot follow"
         if not analysis.ok and not refuse:
             refuse = unpinned_word(command or "")
-        words, absent = file_words(command if command is not None else "", analysis, dirs)
+        words, absent = file_words(command if command is not None else "", analysis, dirs, at)
         if len(words) + len(absent) > FILE_WORDS_MAX and not refuse:
             refuse = (
                 f"it names {len(words) + len(absent)} files where each may be read as code, more than the "
@@ -245,11 +254,16 @@ def bind(
             problems.append(f"the text names more than {FILE_WORDS_MAX} files: they are not all bound")
             words, absent = words[:FILE_WORDS_MAX], absent[:FILE_WORDS_MAX]
         for word in words:
-            real = os.path.realpath(os.path.join(cwd, word))
-            file_item("file", os.path.abspath(os.path.join(cwd, word)), real, (), -1)
+            named = os.path.abspath(os.path.join(cwd, word))
+            real = at(word)
+            if real is None:
+                problems.append(f"{named}: a loop of links in the run's view")
+                add(ContentItem("file", named, named, UNREADABLE, 0, True, (), -1))
+            else:
+                file_item("file", named, real, (), -1)
         for word in absent:
             named = os.path.abspath(os.path.join(cwd, word))
-            add(ContentItem("file", named, os.path.realpath(named), None, 0, True, (), -1))
+            add(ContentItem("file", named, at(word) or named, None, 0, True, (), -1))
         unbound = unbound and not words
         if not words and not analysis.ok and names_interpreter(command or ""):
             unbound = True
@@ -309,7 +323,7 @@ def bind(
                 continue
             if version is not None:
                 pins["PYENV_VERSION"] = version
-    why = unproven_sources(analysis, tuple(items), cwd, command or "")
+    why = unproven_sources(analysis, tuple(items), cwd, command or "", at)
     why += [f"{p}" for p in problems]
     if unbound or searched or opaque:
         why.append("a program comes from stdin, a search path or an option exechost does not model")

@@ -19,6 +19,14 @@
                               is TASKS (its agent's share of the host's processes: engine.sandbox.
                               bwraplimits.host_pids_group), then ARGV: everything the run forks is counted
                               there from its first fork; 126 when it cannot join (nothing runs uncapped).
+   ro-cgroups -- ARGV         (after `join`, for a run without the host view: hostView = "none") a mount
+                              namespace of its own whose cgroup hierarchies (every mount at or under
+                              /sys/fs/cgroup) are read-only, then ARGV: every group's `tasks` and pids.max
+                              are the gateway uid's files, and a run without the view would otherwise leave
+                              its group, fill another agent's or lift the caps. Not root: in a user namespace
+                              of its own, and then one more, in which the read-only flag is locked (a mount
+                              copied read-only into a less privileged namespace cannot be made writable).
+                              Root keeps root's capabilities, and could remount (SECURITY.md says so).
    status FD -- ARGV          (after bwrap's `--`, as its pid 1) run ARGV as a child and write its wait
                               status ("%d\n") to FD ("-": none) before telling it as it was: bwrap tells a
                               signal n as exit 128+n, which a command can exit with itself, so the spawner
@@ -29,7 +37,7 @@
    and inode), and the fd is closed first. Left open, /proc/self/fd/CWD/.. would walk the host's mounts,
    where the state dir is not covered.
 
-   Every run's /dev/pts is a devpts instance of its own (issue 27: host commands shared the host's, so one
+   Every run's /dev/pts is a devpts instance of its own, of at most RUN_PTYS terminals (issue 27: host commands shared the host's, so one
    agent's `tee /dev/pts/N` wrote into another agent's terminal session, or the operator's). /dev/ptmx
    allocates from the devpts at its sibling `pts`, so a terminal made in the run is the run's. PTY ("-":
    none) is the fd of a socket to the session host when the run is a terminal session: its terminal is
@@ -62,6 +70,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -119,6 +128,12 @@ static void hand_over(int sock, int master) {
     }
 }
 
+/* A run's terminals: every devpts instance but the host's own takes from one count, kernel.pty.max less
+   kernel.pty.reserve (3072 by default), so an instance with no max= of its own let one run open them all
+   and no other run, of any agent, or bwrap sandbox could make a terminal (fresh round 10 b). */
+#define RUN_PTYS "256"
+#define PTS_OPTIONS "newinstance,ptmxmode=0666,mode=620,max=" RUN_PTYS
+
 /* This mount namespace private (mounts made here stay here, and none made on the host later arrives: a
    mount propagated in keeps its own flags, so the operator's later mount under the read-only home was
    writable in a running view; fresh round 10 a), its /dev/pts a devpts of its own, and, with PTY, the
@@ -126,8 +141,7 @@ static void hand_over(int sock, int master) {
    bwrap too: the view bwrap builds from this namespace's mounts is private with them. */
 static void own_pts(const char *pty) {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("mount --make-rprivate /");
-    if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620") < 0)
-        die("mount /dev/pts");
+    if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, PTS_OPTIONS) < 0) die("mount /dev/pts");
     int sock = optional_fd(pty);
     if (sock < 0) return;
     int master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
@@ -166,6 +180,63 @@ static void own_user_namespace(void) {
         if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) die(files[i].path);
         close(fd);
     }
+}
+
+/* Every mount at or under `top`, remounted read-only in place, its other flags kept (in a user namespace a
+   remount that dropped a locked nosuid/nodev/noexec would be refused). */
+static void remount_ro_under(const char *top) {
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f) die("/proc/self/mountinfo");
+    size_t n = strlen(top);
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        /* id parent major:minor root MOUNTPOINT ...: the fifth field, octal escapes (\040) decoded */
+        char *field = line;
+        for (int i = 0; i < 4 && field; i++) {
+            field = strchr(field, ' ');
+            if (field) field++;
+        }
+        if (!field) continue;
+        char path[PATH_MAX];
+        size_t len = 0;
+        for (char *c = field; *c && *c != ' ' && len < sizeof path - 1; c++) {
+            if (c[0] == '\\' && c[1] >= '0' && c[1] <= '7' && c[2] && c[3]) {
+                path[len++] = (char)((c[1] - '0') * 64 + (c[2] - '0') * 8 + (c[3] - '0'));
+                c += 3;
+            } else {
+                path[len++] = *c;
+            }
+        }
+        path[len] = 0;
+        if (strncmp(path, top, n) || (path[n] && path[n] != '/')) continue;
+        struct statvfs st;
+        if (statvfs(path, &st) < 0) die(path);
+        unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY;
+        if (st.f_flag & ST_NOSUID) flags |= MS_NOSUID;
+        if (st.f_flag & ST_NODEV) flags |= MS_NODEV;
+        if (st.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
+        if (st.f_flag & ST_NOATIME) flags |= MS_NOATIME;
+        if (st.f_flag & ST_NODIRATIME) flags |= MS_NODIRATIME;
+        if (st.f_flag & ST_RELATIME) flags |= MS_RELATIME;
+        if (mount(NULL, path, NULL, flags, NULL) < 0) die(path);
+    }
+    fclose(f);
+}
+
+static int ro_cgroups_then(char **argv) {
+    int root = geteuid() == 0;
+    if (!root) own_user_namespace();
+    if (unshare(CLONE_NEWNS) < 0) die("unshare(mnt)");
+    /* slave: the host's later mounts still arrive; ours (the read-only remounts) never leave */
+    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) die("mount --make-rslave /");
+    remount_ro_under("/sys/fs/cgroup");
+    if (!root) {
+        own_user_namespace();
+        if (unshare(CLONE_NEWNS) < 0) die("unshare(mnt)");
+    }
+    execvp(argv[0], argv);
+    fprintf(stderr, "exechost: %s: %s\n", argv[0], strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
 }
 
 static int own_pts_then(char **argv) {
@@ -447,12 +518,13 @@ int main(int argc, char **argv) {
     if (argc >= 8 && !strcmp(argv[1], "enter") && !strcmp(argv[6], "--")) return enter(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "own-pts") && !strcmp(argv[3], "--")) return own_pts_then(argv + 2);
     if (argc >= 5 && !strcmp(argv[1], "status") && !strcmp(argv[3], "--")) return status_then(argv + 2);
+    if (argc >= 4 && !strcmp(argv[1], "ro-cgroups") && !strcmp(argv[2], "--")) return ro_cgroups_then(argv + 3);
     if (argc >= 5 && !strcmp(argv[1], "check-cwd") && !strcmp(argv[3], "--")) {
         struct stat want;
         run_checked(decided(optional_fd(argv[2]), &want) ? &want : NULL, argv + 4);
     }
     fprintf(stderr, "usage: exechost-hostenter keep | seal MNT-FD USER-FD|- | enter MNT-FD USER-FD|- CWD-FD|- PTY-FD|- -- COMMAND... | "
                     "own-pts PTY-FD|- -- COMMAND... | check-cwd CWD-FD|- -- COMMAND... | "
-                    "status FD|- -- COMMAND... | join TASKS -- COMMAND...\n");
+                    "status FD|- -- COMMAND... | join TASKS -- COMMAND... | ro-cgroups -- COMMAND...\n");
     return 2;
 }

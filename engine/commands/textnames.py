@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from engine.commands.analysis import CommandAnalysis, Segment
 from engine.commands.filetrust import system_owned
@@ -210,13 +210,29 @@ def unpinned_word(command: str) -> str:
 FILE_WORDS_MAX = 64
 
 
-def file_words(command: str, analysis: CommandAnalysis, dirs: Sequence[str]) -> tuple[list[str], list[str]]:
+def file_words(
+    command: str,
+    analysis: CommandAnalysis,
+    dirs: Sequence[str],
+    at: Callable[[str], str | None] | None = None,
+) -> tuple[list[str], list[str]]:
     """Every file the command's words name (or its segments'), in every spelling a program may read one:
     a word itself, the value of an option word (`--env-file=.env`) and an attached short value
     (`-r./x.js`). An option nobody modelled may read any of them as code or as settings for code. Also
     the option values that name a path (`=./x`, `=.env`) but do not exist yet: they must stay absent. A
     name is looked up in each of `dirs` (the cwd and where the text cd's, `cd_dirs`); found in one, it
-    is bound in every one, present or (must stay) absent. Absolute paths."""
+    is bound in every one, present or (must stay) absent. Absolute paths. `at`: where the run's view
+    has a path (engine.commands.viewpaths.reader): each is looked for there."""
+    place = at or (lambda p: p)
+
+    def isfile(p: str) -> bool:
+        real = place(p)
+        return real is None or os.path.isfile(real)  # a loop: named, bound as unreadable
+
+    def lexists(p: str) -> bool:
+        real = place(p)
+        return real is None or os.path.lexists(real)
+
     if command:
         words = all_words(command)
     else:
@@ -235,11 +251,11 @@ def file_words(command: str, analysis: CommandAnalysis, dirs: Sequence[str]) -> 
             if not name:
                 continue
             paths = list(dict.fromkeys(os.path.abspath(os.path.join(d, name)) for d in dirs))
-            if any(os.path.isfile(p) for p in paths):
-                out += [p for p in paths if os.path.isfile(p)]
-                absent += [p for p in paths if not os.path.lexists(p)]
+            if any(isfile(p) for p in paths):
+                out += [p for p in paths if isfile(p)]
+                absent += [p for p in paths if not lexists(p)]
             elif word.startswith("-") and ("/" in name or name.startswith(".")):
-                absent += [p for p in paths if not os.path.lexists(p)]
+                absent += [p for p in paths if not lexists(p)]
     return list(dict.fromkeys(out)), list(dict.fromkeys(absent))
 
 

@@ -5,10 +5,11 @@ reads the agent's (fresh round 10 c: `npm --prefix /tmp/p`, `ninja -C l` with `l
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from engine.commands import hostprivate
 from engine.commands.analysis import CommandAnalysis
+from engine.commands.textnames import all_words
 
 Binds = Sequence[tuple[str, str]]
 MAX_LINKS = 40  # as the kernel's path walk (ELOOP)
@@ -24,6 +25,28 @@ def in_view(binds: Binds, path: str, cwd: str) -> str | None:
     start = "/" if path.startswith("/") else _walk(binds, cwd, "/")[0]
     done = None if start is None else _walk(binds, path, start)[0]
     return None if done is None else hostprivate.source_of(binds, done) or done
+
+
+def reader(binds: Binds, host_cwd: str) -> Callable[[str], str | None]:
+    """The one translation every path the decision reads goes through: a word (relative to the run's
+    cwd) or an absolute path, in the run's naming or as the decision names a place in the agent's copy
+    (`<state>/hostprivate/...`), to the host path of what the run reaches there (in_view; None: a link
+    loop). With no private dirs, the host's own realpath."""
+    if not binds:
+        return lambda word: _real(os.path.join(host_cwd, word))
+    run_cwd = hostprivate.view_of(binds, host_cwd) or host_cwd
+
+    def at(word: str) -> str | None:
+        return in_view(binds, hostprivate.view_of(binds, word) or word, run_cwd)
+
+    return at
+
+
+def _real(path: str) -> str | None:
+    try:
+        return os.path.realpath(path)
+    except ValueError:  # a NUL in the word: no file has that name
+        return None
 
 
 def _walk(binds: Binds, path: str, done: str) -> tuple[str | None, bool]:
@@ -111,10 +134,13 @@ def diverging(binds: Binds, words: Iterable[str], host_cwd: str) -> list[str]:
     return found
 
 
-def words_of(analysis: CommandAnalysis, resolved: Iterable[str | None] = ()) -> list[str]:
+def words_of(analysis: CommandAnalysis, resolved: Iterable[str | None] = (), text: str = "") -> list[str]:
     """Every word a command's runs may read as a path: each segment's argv, its wrappers' and its
-    assignments' (an `sh -c` payload's too), and the programs resolved for it."""
+    assignments' (an `sh -c` payload's too), and the programs resolved for it; a text the analysis could
+    not parse (`(sh /tmp/s.sh)`), every word of it, as the binder binds them (textnames.all_words)."""
     found: list[str] = [p for p in resolved if p]
+    if not analysis.ok and text:
+        found += all_words(text)
     for segment in analysis.segments:
         found += segment.argv
         found += [w for group in segment.wrapper_argv for w in group]

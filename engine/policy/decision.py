@@ -351,7 +351,7 @@ def _examine(
     # Fresh round 10 c: the decision reads the paths a command names on the host, the run in its view,
     # where the agent's private dirs (its /tmp, ...) are its own copies. A word that reaches another file
     # there than here (by its text or through a link) names what nobody vetted: it asks, never saved.
-    elsewhere = viewpaths.diverging(private, viewpaths.words_of(analysis, programs(result)), cwd)
+    elsewhere = viewpaths.diverging(private, viewpaths.words_of(analysis, programs(result), command), cwd)
     if elsewhere:
         warnings.insert(0, viewpaths.warning(elsewhere))
     satisfied = analysis.ok and result.satisfied and not found and not foreign_env and not elsewhere
@@ -372,14 +372,13 @@ def _examine(
     if not policy.sandboxed and policy.host != "node" and not unbound:
         # The env the run gets: the agent's keys too (its CDPATH leads a `cd` where the binder never looks).
         agents = {k: v for k, v in (env_overrides or {}).items() if k.upper() != "PATH"}  # PATH: refused
-        run_cwd = hostprivate.view_of(private, cwd) or cwd
         content = bind(
             analysis,
             result,
             cwd,
             {**run_env, **agents},
             command=command,
-            in_view=(lambda word: viewpaths.in_view(private, word, run_cwd)) if private else None,
+            in_view=viewpaths.reader(private, cwd) if private else None,
         )
         warnings += capped_warnings(content_warnings(content, result), FOUND_WARNINGS)
         if content.durable_text():

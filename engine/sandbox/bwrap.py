@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from engine import statefs
-from engine.sandbox import bindfds, landlock
+from engine.sandbox import bindfds, bwrapmemory, landlock, usershare
 from engine.sandbox import supervisor as sv
 from engine.sandbox.bwraplimits import (
     budget_lock,
@@ -60,16 +60,19 @@ log = logging.getLogger(__name__)
 # Each move is the shell's own thread writing 0 to `tasks`: the kernel then skips the global threadgroup
 # lock that a pid written to cgroup.procs takes, whose write side waits out an RCU grace period (15 ms p50
 # here, with starts apart, against 0.07 ms: docs/BENCHMARKS.md).
+# $4, $5: the same for the v1 memory hierarchy (engine.sandbox.bwrapmemory): the sandbox's memory group (or
+# ""), entered before bwrap, so every page of the sandbox is charged to it; and the gateway's, for the keeper.
 # bwrap's stderr is a pipe, not the log: every process inside inherits it (bwrap's init, pid 1, keeps it),
 # and one of the same uid may reopen /proc/<pid>/fd/2 — a host file would take appends without the tmpfs
 # cap on its size. `tail` drains it and writes its last 4 KiB to the log when the last process inside has
 # gone (what bwrap said, when it failed to start; one exec beside bwrap's start, of the bin dir's static
 # busybox ($3) where there is one: no dynamic loading); the keeper waits for it.
 KEEPER_SH = (
-    "read -r go || exit 0\nexec 0</dev/null\ng=$1\nc=$2\nd=$3\nshift 3\n"
+    "read -r go || exit 0\nexec 0</dev/null\ng=$1\nc=$2\nd=$3\nm=$4\nh=$5\nshift 5\n"
     'if [ -n "$g" ]; then echo 0 > "$g/tasks" || exit 126; fi\n'
+    'if [ -n "$m" ]; then echo 0 > "$m/tasks" || exit 126; fi\n'
     '"$@" 2>&1 | "${d:-tail}" ${d:+tail} -c 4096 >&2 &\np=$!\n'
-    '[ -n "$c" ] && echo 0 > "$c/tasks"\nwait $p\n'
+    '[ -n "$c" ] && echo 0 > "$c/tasks"\n[ -n "$h" ] && echo 0 > "$h/tasks"\nwait $p\n'
 )
 
 
@@ -135,40 +138,58 @@ def start(
         # Checked and opened here, mounted by fd: what bwrap binds is what was checked (bindfds).
         binds = bindfds.open_binds(settings.docker, bind_roots(lay))
         fd = -1
+        userns = None
         try:
             fd = seccomp_fd()
+            userns = usershare.user_namespace()  # its share of the gateway user's inotify counts
             command = sv.supervisor_command(has_busybox)
             how = plan(
-                settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command, layer=layer, binds=binds
+                settings,
+                lay,
+                bwrap=bwrap,
+                env=env,
+                seccomp=fd,
+                command=command,
+                layer=layer,
+                binds=binds,
+                userns=userns,
             )
             check_memory_budget(lay.name, owner, how.tmpfs_bytes)
             group = pids_cgroup(lay.name, how.pids_limit, owner)
+            memory = bwrapmemory.memory_cgroup(lay.name, owner, settings.docker.memory)
             try:
-                keeper = _spawn_keeper(lay, how, (fd, *(b.fd for b in binds)), group, has_busybox)
+                passed = (fd, *(b.fd for b in binds), *(() if userns is None else (userns,)))
+                keeper = _spawn_keeper(lay, how, passed, group, has_busybox, memory)
             except BaseException:
-                if group is not None:
-                    with contextlib.suppress(OSError):
-                        group.rmdir()
+                for made in (group, memory):
+                    if made is not None:
+                        with contextlib.suppress(OSError):
+                            made.rmdir()
                 raise
         finally:
-            if fd >= 0:
-                os.close(fd)
+            for held in (fd, -1 if userns is None else userns):
+                if held >= 0:
+                    os.close(held)
             bindfds.close(binds)
-        return _adopt_keeper(settings, lay, how, keeper, group, owner, config_hash, created_at_ms, layer)
+        return _adopt_keeper(
+            settings, lay, how, keeper, (group, memory), owner, config_hash, created_at_ms, layer
+        )
 
 
 def _spawn_keeper(
-    lay: Layout, how: Plan, fds: tuple[int, ...], group: Path | None, has_busybox: bool
+    lay: Layout, how: Plan, fds: tuple[int, ...], group: Path | None, has_busybox: bool, memory: Path | None
 ) -> subprocess.Popen[bytes]:
     """The keeper shell, waiting for `go` on stdin while its limits and record are set; at `go` it enters
-    `group` itself."""
+    `group` (pids) and `memory` itself."""
     log_fd = os.open(log_path(lay.name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         home = str(own_cgroup()) if group is not None else ""
         inside = str(group) if group is not None else ""
         drain = str(sv.bin_dir() / "busybox") if has_busybox else ""
+        charged = str(memory) if memory is not None else ""
+        back = str(bwrapmemory.own_memory_cgroup()) if memory is not None else ""
         return subprocess.Popen(
-            ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", inside, home, drain, *how.argv],
+            ["/bin/sh", "-c", KEEPER_SH, "exechost-sandbox", inside, home, drain, charged, back, *how.argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=log_fd,
@@ -187,7 +208,7 @@ def _adopt_keeper(
     lay: Layout,
     how: Plan,
     keeper: subprocess.Popen[bytes],
-    group: Path | None,
+    groups: tuple[Path | None, Path | None],
     owner: str,
     config_hash: str,
     created_at_ms: int,
@@ -206,7 +227,8 @@ def _adopt_keeper(
             "createdAtMs": created_at_ms,
             "scopeKey": lay.scope_key,
             "rootfs": settings.bwrap_rootfs,
-            "cgroup": str(group) if group is not None else None,
+            "cgroup": str(groups[0]) if groups[0] is not None else None,
+            "memoryCgroup": str(groups[1]) if groups[1] is not None else None,
             "owner": owner,
             "tmpfsBytes": how.tmpfs_bytes,
             "landlock": layer.to_dict(),
@@ -279,6 +301,9 @@ def remove(name: str) -> bool:
                 if parent.name.startswith(("exechost-", "agent-", "shared")):
                     with contextlib.suppress(OSError):
                         parent.rmdir()
+        memory = record.get("memoryCgroup")
+        if isinstance(memory, str):
+            bwrapmemory.remove(memory)
     for path in (record_path(name), log_path(name)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)

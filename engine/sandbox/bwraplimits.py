@@ -15,8 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from engine import statefs
+from engine.sandbox import bwrapmemory
 from engine.sandbox.bwraprecords import list_sandboxes, runtime_dir
 from engine.sandbox.docker_ops import SandboxUnavailable
+from engine.sandbox.ownergroups import AGENT_PIDS_SHARE, HOST_GROUP, INSTALL_PIDS_SHARE, KEPT_GROUPS
 from engine.sandbox.rambudget import (
     AGENT_MEMORY_SHARE,
     INSTALL_MEMORY_SHARE,
@@ -37,12 +39,14 @@ def sweep_cgroups() -> None:
         return
     statefs.ensure_private_dir(runtime_dir())
     with budget_lock():
-        live = {str(r.get("cgroup")) for r in list_sandboxes()}
+        rows = list_sandboxes()
+        live = {str(r.get("cgroup")) for r in rows}
+        bwrapmemory.sweep({str(r.get("memoryCgroup")) for r in rows})
         for base in _cgroup_bases():
             install = base / f"exechost-{state_id()}"
             # Owners' groups (and those an earlier layout made directly under the base), emptied ones last.
             for group in [*install.glob("*/*"), *install.glob("*"), *base.glob(f"exechost-{state_id()}-*")]:
-                if group.is_dir() and str(group) not in live and group.name != HOST_GROUP:
+                if group.is_dir() and str(group) not in live and group.name not in KEPT_GROUPS:
                     with contextlib.suppress(OSError):
                         group.rmdir()
 
@@ -118,9 +122,6 @@ def pids_cgroup(name: str, limit: int | None, owner: str) -> Path | None:
     return None
 
 
-HOST_GROUP = "host"  # an owner's gateway-host runs, beside its sandboxes' groups
-
-
 def host_pids_group(agent_id: str) -> Path | None:
     """The pids cgroup an agent's gateway-host runs join (exechost-hostenter `join`), in the agent's own
     group with its sandboxes: one agent's fork bomb in an approved script takes at most its quarter of the
@@ -129,12 +130,30 @@ def host_pids_group(agent_id: str) -> Path | None:
     return pids_cgroup(HOST_GROUP, _pid_max() // AGENT_PIDS_SHARE, f"agent-{slugify(agent_id)}")
 
 
+def operator_pids_group() -> Path | None:
+    """The pids cgroup the operator's own gateway-host runs join (an `exec` with no agent's credential: the
+    CLI, the console): a principal of its own, outside every agent's group and outside the install's, so
+    no agent's processes (nor all agents' together) leave the operator unable to fork, and the operator's
+    runs count against no agent's share. Capped at a quarter too; None where no pids cgroup can be made."""
+    cap = _pid_max() // AGENT_PIDS_SHARE
+    for base in _cgroup_bases():
+        group = base / f"exechost-operator-{state_id()}"
+        try:
+            group.mkdir(exist_ok=True)
+            (group / "pids.max").write_text(str(cap))
+            return group
+        except OSError:
+            return None
+    return None
+
+
 def drop_host_groups() -> None:
     """The gateway stops: its agents' host-run groups, once empty, and the owner and install groups they
     leave empty (rmdir refuses a group with a task or a child: a held session's stays for the next)."""
     for base in _cgroup_bases():
         install = base / f"exechost-{state_id()}"
-        for group in [*install.glob(f"*/{HOST_GROUP}"), *install.glob("*"), install]:
+        operator = base / f"exechost-operator-{state_id()}"
+        for group in [*install.glob(f"*/{HOST_GROUP}"), *install.glob("*"), install, operator]:
             with contextlib.suppress(OSError):
                 group.rmdir()
 
@@ -171,8 +190,8 @@ def kill_host_group(agent_id: str, rounds: int = 64) -> int:
     return killed
 
 
-INSTALL_PIDS_SHARE = 2  # all sandboxes of an install: half the host's pids
-AGENT_PIDS_SHARE = 4  # one agent's (or the shared scope's) sandboxes: a quarter
+# The shares (engine.sandbox.ownergroups): an install's processes half the host's pids, one agent's (or the
+# shared scope's) a quarter, its Docker containers (engine.sandbox.dockercg) counted in the same group.
 # The same shares of the host's RAM (engine/sandbox/rambudget.py) bound what sandboxes' tmpfs mounts may pin
 # (a memory cgroup would charge the pages too, but this process's memory group is its supervisor's to
 # divide, not ours).
@@ -249,7 +268,7 @@ def host_pids_cap(helper: str | None) -> str:
         return "none: no writable cgroup v1 pids hierarchy (a cgroup v2 subtree is not used yet)"
     if helper is None:
         return "none: exechost-hostenter is not built (scripts/setup.sh), and it is what joins the group"
-    return f"the agent's pids cgroup, with its bwrap sandboxes: pid_max/{AGENT_PIDS_SHARE}"
+    return f"the agent's pids cgroup, with its sandboxes of both backends: pid_max/{AGENT_PIDS_SHARE}"
 
 
 def own_cgroup() -> Path | str:

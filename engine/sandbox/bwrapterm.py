@@ -18,8 +18,9 @@ from engine.sandbox.settings import Layout, SandboxSettings
 from engine.sandbox.validate import sanitize_container_env
 from engine.sessions.launcher import LocalLauncher, RunSpec
 
-# A terminal's first step: join the sandbox's pids cgroup ($1) as the keeper does, or run nothing.
-JOIN_SH = 'echo 0 > "$1/tasks" || exit 126\nshift\nexec "$@"\n'
+# A terminal's first step: join the sandbox's pids and memory cgroups (the words before `--`) as the keeper
+# does, or run nothing.
+JOIN_SH = 'while [ "$1" != -- ]; do echo 0 > "$1/tasks" || exit 126; shift; done\nshift\nexec "$@"\n'
 
 
 async def terminal(
@@ -70,10 +71,14 @@ async def terminal(
         argv = [prlimit, *limits, "--", *argv] if prlimit else argv
         # Into the scope's pids cgroup first (RLIMIT_NPROC does not bind uid 0): a terminal counts
         # against the sandbox's pidsLimit like any of its commands, and ends with the sandbox.
-        record = read_record(lay.name) if how.pids_limit else None
-        group = record.get("cgroup") if record is not None else None
-        if isinstance(group, str) and group.startswith("/sys/fs/cgroup/"):
-            argv = ["/bin/sh", "-c", JOIN_SH, "exechost-terminal", group, *argv]
+        # Its memory group too: its pages are the sandbox's (engine.sandbox.bwrapmemory).
+        record = read_record(lay.name)
+        wanted = (
+            (record.get("cgroup") if how.pids_limit else None, record.get("memoryCgroup")) if record else ()
+        )
+        groups = [g for g in wanted if isinstance(g, str) and g.startswith("/sys/fs/cgroup/")]
+        if groups:
+            argv = ["/bin/sh", "-c", JOIN_SH, "exechost-terminal", *groups, "--", *argv]
         passed = (fd, spec_fd, *namespaces.values())
         one = replace(spec, argv=argv, env=how.env, cwd="/", pass_fds=passed)
         launcher = session_host if session_host is not None else LocalLauncher()

@@ -1,14 +1,16 @@
-"""Per-owner pids and memory caps for Docker sandboxes: each agent's containers share one capped parent.
+"""Per-owner pids and memory caps for Docker sandboxes: each agent's containers share its one capped group.
 
 Docker gives a container its own pids.max (pidsLimit) under `/docker`, whose pids.max is `max`; an agent
 names as many session scopes as it likes, so its containers together could hold the host's pid_max. Here
-every sandbox container is created with `cgroup_parent` = `/exechost-docker-<install>/<owner>` (cgroupfs
-driver, v1 pids hierarchy), made first with pids.max = pid_max/2 for the install and pid_max/4 for the
-owner, as engine/sandbox/bwrap.py nests its sandboxes. runc would create a missing parent with no cap, so
-making (and capping) the parents and starting the container happen under a shared flock, and removing an
-emptied owner group only under the exclusive one. The same parent in the v1 memory hierarchy is capped
-at the RAM budget's shares (engine/sandbox/rambudget.py): a quarter of the host's RAM for an owner's
-containers together, half for the install's; tmpfs pages are charged there too, so a full /tmp counts.
+every sandbox container is created with `cgroup_parent` = `/exechost-<install>/<owner>/docker` (cgroupfs
+driver, v1 pids hierarchy): the very owner group engine/sandbox/bwraplimits.py puts that agent's bwrap
+sandboxes and gateway-host runs in, capped at pid_max/4 (the install's at pid_max/2), so one agent's
+processes are one budget wherever they run, never a quarter per backend. runc would create a missing
+parent with no cap, so making (and capping) the parents and starting the container happen under a shared
+flock, and removing an emptied owner group only under the exclusive one; bwraplimits' sweeps leave the
+`docker` group to this module. The same groups in the v1 memory hierarchy are capped at the RAM budget's
+shares (engine/sandbox/rambudget.py): a quarter of the host's RAM for an owner's containers and bwrap
+sandboxes together, half for the install's; tmpfs pages are charged there too, so a full /tmp counts.
 """
 
 from __future__ import annotations
@@ -21,13 +23,11 @@ from pathlib import Path
 
 from engine import statefs
 from engine.sandbox import rambudget
+from engine.sandbox.ownergroups import AGENT_PIDS_SHARE, DOCKER_GROUP, INSTALL_PIDS_SHARE
 from engine.sandbox.settings import slugify, state_id
 
 PIDS_BASE = Path("/sys/fs/cgroup/pids")
 MEMORY_BASE = Path("/sys/fs/cgroup/memory")
-INSTALL_PIDS_SHARE = 2  # all of an install's containers: half the host's pids (as bwrap's)
-AGENT_PIDS_SHARE = 4  # one owner's containers: a quarter
-POOL_OWNER = "pool"  # unclaimed pool containers have no agent yet; a claim cannot move a container's cgroup
 
 
 def owner_of(scope: str, agent_id: str) -> str:
@@ -36,7 +36,7 @@ def owner_of(scope: str, agent_id: str) -> str:
 
 
 def _install(base: Path = PIDS_BASE) -> Path:
-    return base / f"exechost-docker-{state_id()}"
+    return base / f"exechost-{state_id()}"  # bwraplimits' install group: one per state dir, both backends
 
 
 def usable() -> bool:
@@ -48,7 +48,7 @@ def parent_for(owner: str) -> str | None:
     """The `cgroup_parent` value for an owner's containers; None where no pids hierarchy is writable."""
     if not usable():
         return None
-    return f"/{_install().name}/{owner}"
+    return f"/{_install().name}/{owner}/{DOCKER_GROUP}"
 
 
 def _pid_max() -> int:
@@ -78,13 +78,20 @@ def holding(parent: str | None) -> Iterator[None]:
         return
     with _locked(fcntl.LOCK_SH):
         host = _pid_max()
-        install = _install()
-        owner = PIDS_BASE / parent.lstrip("/")
-        for group, cap in ((install, host // INSTALL_PIDS_SHARE), (owner, host // AGENT_PIDS_SHARE)):
-            group.mkdir(exist_ok=True)
-            (group / "pids.max").write_text(str(cap))
-        if (MEMORY_BASE / "cgroup.procs").exists():
-            _cap_memory(parent.lstrip("/"))
+        docker = PIDS_BASE / parent.lstrip("/")
+        caps = ((docker.parent.parent, host // INSTALL_PIDS_SHARE), (docker.parent, host // AGENT_PIDS_SHARE))
+        for attempt in range(3):  # bwraplimits' sweep may remove an owner group emptied a moment ago
+            try:
+                for group, cap in caps:
+                    group.mkdir(exist_ok=True)
+                    (group / "pids.max").write_text(str(cap))
+                docker.mkdir(exist_ok=True)  # uncapped itself: the owner's cap covers it
+                if (MEMORY_BASE / "cgroup.procs").exists():
+                    _cap_memory(parent.lstrip("/"))
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
         yield
 
 
@@ -93,7 +100,7 @@ def _cap_memory(parent: str) -> None:
     A cap already written stays (a lower one fails with EBUSY while its containers use more, and the host's
     RAM does not change under a running install)."""
     ram = rambudget.mem_total()
-    owner = MEMORY_BASE / parent
+    owner = (MEMORY_BASE / parent).parent
     for group, cap in (
         (owner.parent, ram // rambudget.INSTALL_MEMORY_SHARE),
         (owner, ram // rambudget.AGENT_MEMORY_SHARE),
@@ -101,26 +108,33 @@ def _cap_memory(parent: str) -> None:
         group.mkdir(exist_ok=True)
         with contextlib.suppress(OSError):
             (group / "memory.limit_in_bytes").write_text(str(cap))
+    (owner / DOCKER_GROUP).mkdir(exist_ok=True)
 
 
 def memory_cap(parent: str | None) -> int | None:
-    """The memory cap of a container's owner group (for tests and `sandbox explain`); None when uncapped."""
+    """The memory cap of a container's owner group (for tests and `sandbox explain`: `parent` from
+    parent_for, or an owner or install group itself); None when uncapped."""
     if not parent:
         return None
+    group = MEMORY_BASE / parent.lstrip("/")
+    if group.name == DOCKER_GROUP:
+        group = group.parent
     try:
-        value = int((MEMORY_BASE / parent.lstrip("/") / "memory.limit_in_bytes").read_text())
+        value = int((group / "memory.limit_in_bytes").read_text())
     except (OSError, ValueError):
         return None
     return value if value < rambudget.mem_total() else None
 
 
 def sweep() -> None:
-    """Remove owner groups (and the install's) whose containers are all gone; a group still holding a
-    container's group refuses rmdir (EBUSY), and is kept."""
+    """Remove owners' `docker` groups whose containers are all gone, then the owner groups (and the
+    install's) they leave empty; a group still holding a container's group, a bwrap sandbox's or host
+    runs' refuses rmdir (EBUSY), and is kept."""
     with _locked(fcntl.LOCK_EX):
         for install in (_install(), _install(MEMORY_BASE)):
             if not install.is_dir():
                 continue
-            for group in [*(p for p in install.iterdir() if p.is_dir()), install]:
+            owners = [p for p in install.iterdir() if p.is_dir()]
+            for group in [*(o / DOCKER_GROUP for o in owners), *owners, install]:
                 with contextlib.suppress(OSError):
                     group.rmdir()

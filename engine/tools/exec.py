@@ -338,7 +338,13 @@ class ExecTool:
             anchor = f"{ANCHOR}{cwd_fd}" if cwd_fd is not None else None
             host = self._host_view(prepared, ctx)
             view = await self._pinned(
-                prepared, run, anchor, host=host, agent_id=ctx.agent_id, owner=ctx.owner
+                prepared,
+                run,
+                anchor,
+                host=host,
+                agent_id=ctx.agent_id,
+                owner=ctx.owner,
+                operator=ctx.operator,
             )
             spec = self._spec(prepared, call, ctx, run.command, detached=detached)
             # The cwd checked against the decided directory in the view itself when it can (the fd then
@@ -351,7 +357,7 @@ class ExecTool:
                 [DEFAULT_SHELL, "-c", started] if cwd_fd is not None and not in_view else None
             )
             if prepared.host == "gateway" and not host:  # (the view joins it itself)
-                spec.argv = capped(spec.argv or spec.resolved_argv(), ctx.owner)
+                spec.argv = capped(spec.argv or spec.resolved_argv(), ctx.owner, operator=ctx.operator)
             if view.env:
                 spec.env = {**(spec.env or {}), **view.env}
             content = prepared.decision.content if prepared.host == "gateway" else None
@@ -393,6 +399,7 @@ class ExecTool:
         host: bool = False,
         agent_id: str = "main",
         owner: str | None = None,
+        operator: bool = False,
     ) -> PinnedView:
         """The private view the run starts in: the state dir hidden and the trusted configs read-only
         (`host`), git pointed at the repository vetted, every file a host tool or a script takes code
@@ -405,14 +412,18 @@ class ExecTool:
             # once its keeper is up (made in a thread: bwrap runs then)
             if not host:
                 return PinnedView()
-            outside = host_outside(self._config(), agent_id, prepared.cwd, owner)
+            outside = host_outside(self._config(), agent_id, prepared.cwd, owner, operator=operator)
             kept = kept_host_view(outside)
             if kept is not None:
                 return kept
             return await fairpool.offload(
                 fairpool.blocking, functools.partial(pinned_view, None, host=True, outside=outside)
             )
-        outside = host_outside(self._config(), agent_id, prepared.cwd, owner) if host else NOTHING_OUTSIDE
+        outside = (
+            host_outside(self._config(), agent_id, prepared.cwd, owner, operator=operator)
+            if host
+            else NOTHING_OUTSIDE
+        )
         return await fairpool.offload(
             fairpool.blocking, functools.partial(view_for, d.tree, run, anchor, host=host, outside=outside)
         )

@@ -17,7 +17,7 @@ from typing import Any
 from engine.approvals.socket.principal import NotThisPrincipal, frame_agent
 from engine.approvals.socket.wire import Decider, ExecHostRequest, ExecOutcome, PromptRequest
 from engine.approvals.store import ApprovalsStore
-from engine.commands import hostprivate
+from engine.commands import hostkeeper, hostprivate
 from engine.commands.allowlist import identity_problem
 from engine.commands.hostenv import sanitize_host_env
 from engine.commands.hostview import HostViewError, Outside, joined, refuse_hidden_cwd
@@ -39,7 +39,12 @@ BYTE_CAP = 32 << 20  # bytes one stream may write before the run is killed (`yes
 
 
 def host_outside(
-    config: Config, agent_id: str = "main", workdir: str | None = None, owner: str | None = None
+    config: Config,
+    agent_id: str = "main",
+    workdir: str | None = None,
+    owner: str | None = None,
+    *,
+    operator: bool = False,
 ) -> Outside:
     """What the gateway holds outside the state dir, for the host view: every node's login credentials
     (its identityFile, its identityAgent's socket: engine.config.nodekeys) and the Docker engine's sockets
@@ -51,7 +56,8 @@ def host_outside(
     default and each agent's (covered: one agent's host command never reads or plants another agent's
     sandbox files); the agent's own /tmp, /var/tmp, /dev/shm, runtime dir (engine.commands.hostprivate),
     with `workdir` named as the run sees it when it is in one of them. The private dirs and the pids
-    cgroup are `owner`'s (ExecContext.owner: a node keys them by the calling gateway too), or agent_id's."""
+    cgroup are `owner`'s (ExecContext.owner: a node keys them by the calling gateway too), or agent_id's;
+    an `operator` call's runs join the operator's own pids cgroup (_join_tasks)."""
     keys = nodekeys.hidden_paths(config.nodes.values())  # exactly what the node links log in with
     read = {str(config.path)} if config.exists else set()
     read |= {os.path.expanduser(n.known_hosts) for n in config.nodes.values() if n.known_hosts}
@@ -75,7 +81,7 @@ def host_outside(
         ),
         workdir=workdir,
         covered=workspace_roots(config),
-        join_tasks=_join_tasks(owner or agent_id),
+        join_tasks=_join_tasks(owner or agent_id, operator=operator),
         private=private,
         chdir=hostprivate.view_of(private, workdir) if workdir else None,
     )
@@ -88,16 +94,25 @@ def private_source(config: Config, agent_id: str, path: str, owner: str | None =
     return hostprivate.source_of(binds, os.path.abspath(os.path.expanduser(path)))
 
 
-def _join_tasks(agent_id: str) -> str | None:
-    """The `tasks` file of the agent's pids cgroup for its host runs, made (or its caps set again) now."""
-    group = bwraplimits.host_pids_group(agent_id)
+def _join_tasks(agent_id: str, *, operator: bool = False) -> str | None:
+    """The `tasks` file of the pids cgroup the run joins, made (or its caps set again) now: the agent's for
+    its host runs; the operator's own for the operator's (an `exec` with no agent's credential names an
+    agent, main by default, for policy only: its processes are no agent's, fresh round 10 b)."""
+    group = bwraplimits.operator_pids_group() if operator else bwraplimits.host_pids_group(agent_id)
     return str(group / "tasks") if group is not None else None
 
 
-def capped(argv: list[str], agent_id: str) -> list[str]:
+def capped(argv: list[str], agent_id: str, *, operator: bool = False) -> list[str]:
     """A gateway-host run without the host view (hostView = "none") joins its agent's pids cgroup too:
-    the view is the operator's to drop, the agent's share of the host's processes is not (round 8 o)."""
-    return joined(argv, Outside(join_tasks=_join_tasks(agent_id)))
+    the view is the operator's to drop, the agent's share of the host's processes is not (round 8 o).
+    Then the cgroup hierarchies are read-only for it (exechost-hostenter `ro-cgroups`, as in every view):
+    the groups are the gateway uid's files, and the run could otherwise leave its group or join another
+    agent's (fresh round 10 b)."""
+    outside = Outside(join_tasks=_join_tasks(agent_id, operator=operator))
+    helper = hostkeeper.helper_path()
+    if outside.join_tasks and helper is not None:
+        argv = [helper, "ro-cgroups", "--", *argv]
+    return joined(argv, outside)
 
 
 def program_dirs(config: Config) -> tuple[str, ...]:

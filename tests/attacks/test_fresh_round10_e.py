@@ -166,9 +166,12 @@ _PRIVATE_TMP = [
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: the binder reads a path under a hostPrivate dir (/tmp, /var/tmp, /dev/shm…) in the "
-    "gateway's namespace, but the run's view shows the agent's private copy there: the ask binds the "
-    "machine's /tmp/s.sh (or says it is absent) and the approved run executes the agent's own /tmp/s.sh",
+    reason="open: the binder read a path under a hostPrivate dir (/tmp, /var/tmp, /dev/shm…) in the "
+    "gateway's namespace, but the run's view shows the agent's private copy there: the ask bound the "
+    "machine's /tmp/s.sh (or said it is absent) and the approved run executed the agent's own /tmp/s.sh. "
+    "Since fixDE10 every spelling binds the agent's copy (viewpaths.reader; test_private_tmp_binding.py): "
+    "the ask's digest is PAYLOAD's and the approved run runs those bytes, which this assertion (no PAYLOAD "
+    "at all after an approval) cannot tell from the attack; only refusing such runs would pass it",
 )
 @pytest.mark.parametrize(("command", "machine_has_it"), _PRIVATE_TMP)
 def test_class8_a_path_in_the_agents_private_tmp_is_bound_from_the_machines_tmp(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import principals
 from engine.protocol.frames import RemoteError
 from engine.sandbox import bwraplimits
 from tests.helpers.gateway import FULL, connect, gateway, write_config
@@ -37,6 +38,22 @@ async def _runs(state: Path, *calls: tuple[str, str]) -> list[str]:
     return out
 
 
+async def _agents_runs(state: Path, *calls: tuple[str, str]) -> list[str]:
+    """As _runs, each on the agent's own connection: the operator's runs join a group of their own
+    (bwraplimits.operator_pids_group), whichever agent they name."""
+    write_config(state, FULL)
+    out: list[str] = []
+    async with gateway(state):
+        for agent, command in calls:
+            principals.mint(state, agent)
+            client = await connect(state, operator=False, agent=agent)
+            try:
+                out.append((await client.request("exec", {"command": command}))["text"])
+            finally:
+                await client.close()
+    return out
+
+
 async def test_host_run_leaves_its_pids_cgroup(state_dir: Path) -> None:
     """Open before the fix on this branch (/sys/fs/cgroup read-only in every view): the view leaves
     /sys/fs/cgroup writable and the install's pids group is the gateway uid's (root's, or a delegated
@@ -45,7 +62,7 @@ async def test_host_run_leaves_its_pids_cgroup(state_dir: Path) -> None:
     cmd = (
         f"g=$({GROUP}); i=${{g%/*}}; i=${{i%/*}}; echo 0 > /sys/fs/cgroup/pids$i/tasks; echo GROUP=$({GROUP})"
     )
-    (text,) = await _runs(state_dir, ("main", cmd))
+    (text,) = await _agents_runs(state_dir, ("main", cmd))
     assert "GROUP=/exechost-" in text and "/agent-main-" in text, text
 
 
@@ -59,7 +76,7 @@ async def test_host_run_joins_another_agents_pids_cgroup(state_dir: Path) -> Non
         "for t in /sys/fs/cgroup/pids$i/agent-victim-*/host/tasks; do echo 0 > $t; done; "
         f"echo GROUP=$({GROUP})"
     )
-    _, text = await _runs(state_dir, ("victim", "true"), ("main", cmd))
+    _, text = await _agents_runs(state_dir, ("victim", "true"), ("main", cmd))
     group = text.split("GROUP=")[-1]
     assert "/agent-main-" in group and "/agent-victim-" not in group, text
 
@@ -73,7 +90,7 @@ async def test_host_run_lifts_its_own_pids_cap(state_dir: Path) -> None:
         f"g=$({GROUP}); a=${{g%/*}}; echo max > /sys/fs/cgroup/pids$a/pids.max; "
         "echo CAP=$(cat /sys/fs/cgroup/pids$a/pids.max)"
     )
-    (text,) = await _runs(state_dir, ("main", cmd))
+    (text,) = await _agents_runs(state_dir, ("main", cmd))
     assert "CAP=max" not in text, text
 
 

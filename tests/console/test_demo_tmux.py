@@ -53,9 +53,12 @@ def select_dashboard(session: str) -> None:
         shown = re.search(r"▎ (\S+) (?:running|completed|failed)[^▎\n]*pid=", text)
         if dashboard and shown and shown.group(1) == dashboard:
             return
+        if dashboard is None:  # its row is drawn but not yet as running (a repaint between): look again
+            time.sleep(0.1)
+            continue
         order = [sid for sid, _ in ids]
         at = order.index(shown.group(1)) if shown and shown.group(1) in order else -1
-        tmux("send-keys", "-t", session, "Down" if at < order.index(str(dashboard)) else "Up")
+        tmux("send-keys", "-t", session, "Down" if at < order.index(dashboard) else "Up")
         time.sleep(0.3)  # a key, then look again (the screen is what is asserted on, not this pause)
     raise AssertionError(f"could not select the dashboard; last screen:\n{screen(session)}")
 

@@ -98,7 +98,8 @@ def test_the_kept_view_is_exactly_as_confining_as_a_bwrap_of_its_own(
     assert "tok-5e3c7" not in kept.stdout and "state:\n" in kept.stdout and "writable" in kept.stdout
     assert ".gitconfig writable" not in kept.stdout and "name = op" in kept.stdout
     assert "pid 2\n" in kept.stdout and "pid: own" in kept.stdout and "mnt: own" in kept.stdout
-    assert "pts: ptmx\n" in kept.stdout and "devpts rw,mode=620,ptmxmode=666\n" in kept.stdout, kept.stdout
+    assert "pts: ptmx\n" in kept.stdout, kept.stdout
+    assert "devpts rw,mode=620,ptmxmode=666,max=256\n" in kept.stdout, kept.stdout
     assert not (state_dir / "new").exists()
 
 
@@ -267,7 +268,8 @@ def _compare_as_nobody(root: Path) -> None:
     assert kept == own
     assert "tok-5e3c7" not in kept and "refused" in kept and "kept" in kept
     assert "CapBnd:\t0000000000000000" in kept
-    assert "pts: ptmx\ndevpts rw,mode=620,ptmxmode=666\n" in kept  # its own devpts, in its user namespace
+    # its own devpts, in its user namespace
+    assert "pts: ptmx\ndevpts rw,mode=620,ptmxmode=666,max=256\n" in kept
 
 
 def test_the_cwd_is_checked_in_the_view_and_its_fd_never_reaches_the_command(

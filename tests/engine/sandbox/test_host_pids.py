@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import principals
 from engine.commands import hostkeeper, hostview
 from engine.sandbox import bwraplimits
 from engine.sandbox.settings import slugify, state_id
@@ -143,17 +144,16 @@ async def test_every_host_run_starts_in_its_agents_group(
     config = f'[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\nhostView = "{view}"\n'
     write_config(state_dir, config)
     async with gateway(state_dir):
-        client = await connect(state_dir)
+        principals.mint(state_dir, "ops")  # ops's own connection: the operator's runs are no agent's
+        client = await connect(state_dir, operator=False, agent="ops")
         try:
-            res = await client.request(
-                "exec", {"command": "cat /proc/self/cgroup; echo END", "agentId": "ops", **params}
-            )
+            res = await client.request("exec", {"command": "cat /proc/self/cgroup; echo END", **params})
             text = res["text"]
             if params.get("background"):
                 sid = res["details"]["sessionId"]
                 for _ in range(30):
                     got = await client.request(
-                        "process", {"action": "poll", "sessionId": sid, "timeout": 2000, "agentId": "ops"}
+                        "process", {"action": "poll", "sessionId": sid, "timeout": 2000}
                     )
                     text += got["text"]
                     if got["details"]["status"] != "running":
@@ -163,6 +163,33 @@ async def test_every_host_run_starts_in_its_agents_group(
             await client.close()
     assert expected is not None
     assert _pids_line(text) == "/" + str(expected.relative_to(PIDS)), text
+
+
+@needs_pids
+@needs_helper
+@pytest.mark.parametrize("view", ["bwrap", "none"])
+async def test_the_operators_runs_join_its_own_group_whichever_agent_they_name(
+    state_dir: Path, view: str
+) -> None:
+    """The operator is a principal of its own: its exec names an agent for policy only, and its processes
+    count in exechost-operator-<install> (outside the install's group), never in that agent's share."""
+    config = f'[tools.exec]\nhost = "gateway"\nsecurity = "full"\nask = "off"\nhostView = "{view}"\n'
+    write_config(state_dir, config)
+    async with gateway(state_dir):
+        client = await connect(state_dir)
+        try:
+            res = await client.request(
+                "exec", {"command": "cat /proc/self/cgroup; echo END", "agentId": "ops"}
+            )
+            group = bwraplimits.operator_pids_group()
+            assert group is not None
+            cap = int((group / "pids.max").read_text())
+        finally:
+            await client.close()
+    assert group == PIDS / f"exechost-operator-{state_id()}"
+    assert cap == _pid_max() // bwraplimits.AGENT_PIDS_SHARE
+    assert _pids_line(res["text"]) == f"/exechost-operator-{state_id()}", res["text"]
+    assert not group.exists()  # removed with the gateway's other emptied host groups
 
 
 def test_sandbox_explain_says_how_host_runs_are_capped(

@@ -16,7 +16,7 @@ import pytest
 
 from engine.sandbox import docker_ops, dockercg, dockerseccomp, rambudget
 from engine.sandbox.seccomprules import MODE_ARG, REFUSED_SYSCALLS, SET_ID_BITS
-from engine.sandbox.settings import DockerSettings
+from engine.sandbox.settings import DockerSettings, state_id
 from tests.helpers.sandbox import build_test_image, remove_labelled
 
 RUN_ID = f"confine-{os.getpid()}-{secrets.token_hex(3)}"
@@ -78,6 +78,7 @@ def test_profile_allows_a_mode_only_without_set_id_bits_and_nothing_bwrap_refuse
     for name in REFUSED_SYSCALLS:
         assert name not in rules, name
     assert [r["errnoRet"] for r in rules["openat2"]] == [38]  # ENOSYS: libc falls back to openat
+    assert [r["errnoRet"] for r in rules["io_setup"]] == [38]  # the host's AIO count: libaio falls back
     assert all(r["args"] for r in rules["socket"] + rules["clone"] + rules["personality"])
 
 
@@ -190,7 +191,9 @@ def test_an_owners_containers_together_are_capped_at_its_share(image: str, tmp_p
     try:
         ram = rambudget.mem_total()
         assert dockercg.memory_cap(parent) == ram // rambudget.AGENT_MEMORY_SHARE // PAGE * PAGE
-        install = parent.rsplit("/", 1)[0]
+        group, install = parent.rsplit("/", 1)[0], parent.rsplit("/", 2)[0]
+        # the owner's group is the one its bwrap sandboxes and host runs count in (bwraplimits)
+        assert group == f"/exechost-{state_id()}/{owner}"
         assert dockercg.memory_cap(install) == ram // rambudget.INSTALL_MEMORY_SHARE // PAGE * PAGE
         for box in boxes:  # each container's memory group is a child of the owner's
             code, out = box.sh("cat /proc/self/cgroup")
@@ -199,7 +202,7 @@ def test_an_owners_containers_together_are_capped_at_its_share(image: str, tmp_p
         for box in boxes:
             box.remove()
         dockercg.sweep()
-    assert not (dockercg.MEMORY_BASE / parent.lstrip("/")).exists()  # an emptied owner group is swept
+    assert not (dockercg.MEMORY_BASE / group.lstrip("/")).exists()  # an emptied owner group is swept
 
 
 def test_explain_shows_the_limits_and_profile_a_container_gets() -> None:
