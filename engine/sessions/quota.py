@@ -98,7 +98,7 @@ class Quota:
     def charge_input(self, session: Session, size: int, registry: Held) -> None:
         """Before `size` bytes are written to `session`'s stdin: a ToolError when its agent's sessions
         would then hold more unread input than its budget (the whole write refused, nothing sent)."""
-        owner = key_owner(session.spec.scope_key)
+        owner = self.owner(session.spec.scope_key)
         if owner is None or session.spec.operator:
             return  # the operator's: no agent's budget
         self.held_here(owner, registry)
@@ -107,7 +107,7 @@ class Quota:
         held = sum(_input_held(s) for s in mine.values())
         if held + size > self.input_bytes:
             raise ToolError(
-                f"agent {owner}'s sessions hold {held} bytes of input their commands have not read; "
+                f"{self.who(owner)}'s sessions hold {held} bytes of input their commands have not read; "
                 f"{size} more would pass its budget ({self.input_bytes >> 20} MiB), so none of it was "
                 "written. Wait for the command to read its input (poll), or kill it."
             )
