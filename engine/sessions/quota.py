@@ -43,6 +43,19 @@ class Quota:
     # Sessions an agent keeps outside this manager, counted against the same cap: the gateway's count of
     # those it started on nodes (runner/gateway/node_sessions.py), whose own tables have no agents' caps.
     elsewhere: Callable[[str], int] | None = field(default=None, repr=False)
+    # Keep room for every session the owner may still start, each at least a floor (its budget's equal
+    # part, at most MIN_SESSION_BYTES): where another side admits up to `sessions` of them (a gateway to a
+    # node, runner/node/quota.py), the budget must never refuse one sooner.
+    keep_room_for_each: bool = False
+
+    def owner(self, scope_key: str) -> str | None:
+        """Whose budget a session filed under `scope_key` spends: the agent the key names; None for an
+        ownerless key (the operator's: no agent's budget)."""
+        return key_owner(scope_key)
+
+    def who(self, owner: str) -> str:
+        """`owner` in an error's words."""
+        return f"agent {owner}"
 
     def caps(self, owner: str) -> tuple[int, int]:
         """(sessions, output bytes) `owner` may keep."""
@@ -60,19 +73,23 @@ class Quota:
         """The output cap a new session in `scope_key` gets (its share of its agent's budget), or a
         ToolError saying which cap is reached. A running session holds its whole cap, a finished one what
         it wrote: the caps granted never add up to more than the budget, whatever the sessions write."""
-        owner = key_owner(scope_key)
+        owner = self.owner(scope_key)
         if owner is None:  # an ownerless key is the operator's (principals.key_owner): no agent's budget
             return default_cap
         most, budget = self.caps(owner)
         count = self.held_here(owner, registry) + (self.elsewhere(owner) if self.elsewhere is not None else 0)
         if count >= most:
-            raise too_many_sessions(owner, count)
+            raise too_many_sessions(self.who(owner), count)
         held = self._held[owner]
         used = sum(s.output.log_bytes if s.exited else s.output.log_cap for s in held.values())
         room = budget - used
-        if room < min(default_cap, MIN_SESSION_BYTES):
+        least = min(default_cap, MIN_SESSION_BYTES)
+        if self.keep_room_for_each:
+            least = max(1, min(least, budget // most))
+            room -= (most - count - 1) * least  # each later session's floor, kept for it
+        if room < least:
             raise ToolError(
-                f"agent {owner}'s sessions hold {used >> 20} MiB of output on disk, its whole budget "
+                f"{self.who(owner)}'s sessions hold {used >> 20} MiB of output on disk, its whole budget "
                 f"({budget >> 20} MiB); remove finished sessions (process remove) or kill running "
                 "ones before starting another."
             )
@@ -81,7 +98,7 @@ class Quota:
     def charge_input(self, session: Session, size: int, registry: Held) -> None:
         """Before `size` bytes are written to `session`'s stdin: a ToolError when its agent's sessions
         would then hold more unread input than its budget (the whole write refused, nothing sent)."""
-        owner = key_owner(session.spec.scope_key)
+        owner = self.owner(session.spec.scope_key)
         if owner is None or session.spec.operator:
             return  # the operator's: no agent's budget
         self.held_here(owner, registry)
@@ -90,21 +107,22 @@ class Quota:
         held = sum(_input_held(s) for s in mine.values())
         if held + size > self.input_bytes:
             raise ToolError(
-                f"agent {owner}'s sessions hold {held} bytes of input their commands have not read; "
+                f"{self.who(owner)}'s sessions hold {held} bytes of input their commands have not read; "
                 f"{size} more would pass its budget ({self.input_bytes >> 20} MiB), so none of it was "
                 "written. Wait for the command to read its input (poll), or kill it."
             )
 
     def admit(self, session: Session) -> None:
         """Count a session that was granted its cap (and is now in the registry) against its agent."""
-        owner = key_owner(session.spec.scope_key)
+        owner = self.owner(session.spec.scope_key)
         if not session.spec.operator and owner is not None:
             self._held.setdefault(owner, {})[session.id] = session
 
 
-def too_many_sessions(owner: str, count: int) -> ToolError:
+def too_many_sessions(who: str, count: int) -> ToolError:
+    """`who` (Quota.who: "agent ops") keeps its most sessions."""
     return ToolError(
-        f"agent {owner} has {count} sessions, the most one agent may keep; remove finished ones "
+        f"{who} has {count} sessions, the most one agent may keep; remove finished ones "
         "(process remove) or kill some before starting another."
     )
 

@@ -70,7 +70,7 @@ class NodeSessions:
             await self._recount(agent, links)
         count = quota.held_here(agent, registry) + self.count(agent)
         if count >= most:  # no await since the count: concurrent runs cannot all pass
-            raise too_many_sessions(agent, count)
+            raise too_many_sessions(quota.who(agent), count)
         self._held.setdefault(agent, {})[f"run:{run_id}"] = (node, scope)
         self._runs[run_id] = agent
 

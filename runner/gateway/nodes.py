@@ -279,6 +279,8 @@ class NodeHub:
         # The key this run's events are filed under, as the gateway files its own (never the frame's).
         events_key = ctx.session_key or ctx.scope_key
         owner = None if ctx.operator else key_owner(ctx.scope_key)
+        if owner is not None:  # the agent's output budget here also caps its sessions there (only tightens)
+            request["maxOutputBytes"] = config.exec_for(owner).max_output_bytes_per_agent
         quota = self.services.sessions.quota
         place = None
         if owner is not None and quota is not None:  # a place among the agent's sessions, or refused

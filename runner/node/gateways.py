@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from engine.nodes.wire import NodeEvent
+from engine.principals import key_owner
 from engine.sessions import SessionManager
 
 SEP = "/"  # never in a scope a gateway names (the node refuses it there): only the node writes it
@@ -34,8 +35,23 @@ def split(key: str) -> tuple[str, str]:
     return (head + SEP, rest) if sep else ("", key)
 
 
+def principal(key: str) -> str:
+    """Whose a key this node filed is: its gateway's namespace and the agent the gateway's own key names
+    (`<ns><agent>`), or the namespace alone for an ownerless key (that gateway's own work: still nobody
+    else's). Each node limit that is per principal counts by this."""
+    ns, own = split(key)
+    return ns + (key_owner(own) or "")
+
+
 def owns(ns: str, key: str) -> bool:
     return split(key)[0] == ns
+
+
+def namespace_of(event: NodeEvent) -> str | None:
+    """The namespace of the gateway an event kept for its gateway is for (by the key it is filed under),
+    or None when it names none."""
+    key = event.payload.get("sessionKey")
+    return split(key)[0] if isinstance(key, str) else None
 
 
 def rows_for(ns: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -59,7 +59,9 @@ class Links:
     def __init__(self, sessions: SessionManager) -> None:
         self.sessions = sessions  # whose sessions an event names: for_link keeps another gateway's apart
         self.up: list[Output] = []  # attached, oldest first
-        self.outbox = Outbox()  # events kept until the gateway acknowledges them, sent again on a new link
+        # Events kept until their gateway acknowledges them, sent again on its next link: each gateway's in
+        # a share of its own (runner.node.outbox).
+        self.outbox = Outbox()
         self._ids = itertools.count(1)
         # Relayed asks in flight, with the link they went out on (a dropped link fails only its own).
         self._pending: dict[str, tuple[Output, asyncio.Future[Response]]] = {}
@@ -110,12 +112,15 @@ class Links:
         """An event for its gateway: sent now if its link is up, and with `queue` kept (numbered, bounded,
         oldest dropped) until the gateway acknowledges it, so its next link carries it if this one did not."""
         try:
-            encode(event)
+            size = len(encode(event))
         except WireError as exc:  # a bug: an event JSON cannot carry (NaN); said once, never a dead task
             log.error("event %s could not be sent: %s", event.event, exc)
             return
-        if queue:
-            event = self.outbox.number(event)
+        namespace = gateways.namespace_of(event) if queue else None
+        if namespace is not None:
+            event = self.outbox.number(namespace, event, size)
+        elif queue:  # a bug: a kept event names its gateway (its sessionKey)
+            log.error("event %s names no gateway: not kept", event.event)
         with contextlib.suppress(ConnectionError, OSError):
             await self.send(event)
 
@@ -144,7 +149,7 @@ class Links:
 
     def acked(self, up_to: int, link: Output) -> None:
         """The link's gateway has every event of its own up to `up_to`: the outbox forgets them."""
-        self.outbox.acked(up_to, lambda e: gateways.for_link(e, link.gateway, self.sessions) is not None)
+        self.outbox.acked(link.gateway, up_to)
 
     async def attach(self, link: Output, hello: Hello) -> None:
         """Hello first; nothing else goes out on the link until it says whose it is (resend_to)."""
@@ -154,9 +159,6 @@ class Links:
             self.up.remove(unnamed[0])
         async with link.lock:
             await link.write(encode(hello))
-        if self.outbox.dropped:
-            log.warning("%d events were dropped while no gateway took them", self.outbox.dropped)
-            self.outbox.dropped = 0
         self.up.append(link)
 
     async def resend_to(self, link: Output, first: Response | None = None) -> None:
@@ -173,7 +175,15 @@ class Links:
             if first is not None:
                 await link.write(encode(first))
             link.resend_pending = False
-            for event in self.outbox.unacked():
+            dropped = self.outbox.take_dropped(link.gateway)
+            if dropped:
+                who = (
+                    f"gateway {link.gateway.rstrip(gateways.SEP)}"
+                    if link.gateway
+                    else "links that proved no key"
+                )
+                log.warning("%d events were dropped while %s took none of them", dropped, who)
+            for event in self.outbox.unacked(link.gateway):
                 mine = gateways.for_link(event, link.gateway, self.sessions)
                 if mine is not None:  # another gateway's events never go to this one (runner.node.gateways)
                     await link.write(encode(mine))

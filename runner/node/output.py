@@ -11,11 +11,14 @@ from typing import Any
 from engine.nodes.wire import NodeEvent
 from engine.sessions import OutputChunk, OutputSubscription, SessionManager
 from engine.sessions.outtext import TextDecoder, output_frame
+from runner.node import gateways
 
 FLUSH_SEC = 0.033  # as the gateway's own fan-out: ≤ ~30 frames/s per session
 BATCH_BYTES = 64 * 1024  # escaped JSON of this stays far below the wire's line cap
 OFFSETS_SEC = 0.25  # session.offsets: at most 4 frames/s, only when a total changed
-MAX_WATCHED = 64  # sessions pushed at once (a console follows one; the rest are counted)
+# Sessions pushed at once per principal (a gateway's agent: runner.node.gateways.principal): a console
+# follows one, the rest are counted; one agent's sessions never use up another's.
+MAX_WATCHED = 64
 
 Emit = Callable[[NodeEvent], Awaitable[None]]
 
@@ -38,12 +41,14 @@ def _merge(batch: list[OutputChunk]) -> list[tuple[str, bytes, int]]:
 
 
 class NodeOutput:
-    """One forwarder per watched session; one ticker for the byte totals while a link is up."""
+    """One forwarder per watched session, at most MAX_WATCHED of each principal's; one ticker for the byte
+    totals while a link is up."""
 
     def __init__(self, sessions: SessionManager, emit: Emit) -> None:
         self.sessions = sessions
         self._emit = emit
-        self._forwarders: dict[str, asyncio.Task[None]] = {}
+        self._forwarders: dict[str, tuple[str, asyncio.Task[None]]] = {}  # session -> (its principal, task)
+        self._watched: dict[str, set[str]] = {}  # principal -> its sessions pushed now
         self._ticker: asyncio.Task[None] | None = None
         self._sent: dict[str, int] = {}
 
@@ -53,13 +58,29 @@ class NodeOutput:
         if session is None:
             raise WatchError(f"No session found for {session_id}")
         if session_id not in self._forwarders and not session.exited:
-            if len(self._forwarders) >= MAX_WATCHED:
-                raise WatchError(f"at most {MAX_WATCHED} sessions are watched at once")
+            whose = gateways.principal(session.scope_key)
+            theirs = self._watched.setdefault(whose, set())
+            if len(theirs) >= MAX_WATCHED:
+                raise WatchError(f"at most {MAX_WATCHED} sessions of one agent are watched at once")
             viewer = self.sessions.subscribe(session_id, replay=False)
             task = asyncio.ensure_future(self._push(session_id, viewer, session.output.offset))
-            self._forwarders[session_id] = task
-            task.add_done_callback(lambda _t: self._forwarders.pop(session_id, None))
+            self._forwarders[session_id] = (whose, task)
+            theirs.add(session_id)
+            task.add_done_callback(lambda t: self._forget(session_id, t))
         return {"sessionId": session_id, "offset": session.output.offset, "watching": True}
+
+    def _forget(self, session_id: str, task: asyncio.Task[None]) -> None:
+        """That forwarder ends (its session did, or it is unwatched): its place is free at once."""
+        held = self._forwarders.get(session_id)
+        if held is None or held[1] is not task:
+            return  # forgotten already (a newer forwarder of the session may hold the place now)
+        whose = held[0]
+        del self._forwarders[session_id]
+        theirs = self._watched.get(whose)
+        if theirs is not None:
+            theirs.discard(session_id)
+            if not theirs:
+                del self._watched[whose]
 
     def unwatch(
         self, session_id: str | None, mine: Callable[[str], bool] = lambda _sid: True
@@ -69,10 +90,15 @@ class NodeOutput:
         for sid in [session_id] if session_id else list(self._forwarders):
             if not mine(sid):
                 continue
-            task = self._forwarders.pop(sid, None)
-            if task is not None:
-                task.cancel()
+            held = self._forwarders.get(sid)
+            if held is not None:
+                self._forget(sid, held[1])
+                held[1].cancel()
         return {"watching": sorted(sid for sid in self._forwarders if mine(sid))}
+
+    def watched(self, whose: str) -> int:
+        """How many of that principal's sessions are pushed now."""
+        return len(self._watched.get(whose, ()))
 
     def linked(self) -> None:
         """A gateway linked: totals go out again (all of them: it knows none yet)."""

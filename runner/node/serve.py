@@ -39,6 +39,7 @@ from runner.node import gateways
 from runner.node.approvals import RelayedApprovals
 from runner.node.budget import BadFrames
 from runner.node.links import Links, Output
+from runner.node.quota import NodeQuota
 from runner.node.relay import relay_to_service
 from runner.node.runs import RunLedger
 from runner.node.sysrun import ID, SPLIT_CAP, RunError, SystemRun
@@ -87,6 +88,8 @@ class NodeServer:
             timeout_sec=float(config.exec.timeout_sec),
             background_ms=config.exec.background_ms,
             split_stream_chars=SPLIT_CAP,  # system.run answers stdout and stderr apart (reference §5.4)
+            # Every gateway's agents share this node's sessions and disk: each its own caps (NodeQuota).
+            quota=NodeQuota(config=self.config),
         )
         self.links = Links(self.sessions)  # each gateway's newest link, and the events it is owed
         self._sandbox_config: tuple[Config, Config] | None = None

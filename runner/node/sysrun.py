@@ -15,12 +15,14 @@ from engine.sessions import SessionManager
 from engine.tools.exec import ExecContext, ExecTool
 from runner.node import gateways
 from runner.node.approvals import CURRENT_RUN, RelayedApprovals
+from runner.node.quota import GATEWAY_BUDGET
 from runner.node.runs import RunLedger
 
 OUTPUT_CAP = 1_000_000  # characters of the merged output in one system.run result (the tail is kept)
 SPLIT_CAP = 200_000  # characters of stdout and of stderr kept apart per run (reference OUTPUT_CAP)
 EVENT_OUTPUT_CAP = 20_000  # reference §5.5: exec.finished carries the last 20k
 SHELL_WRAPPERS = {("/bin/sh", "-lc"), ("sh", "-lc"), ("/bin/sh", "-c"), ("sh", "-c"), ("/bin/bash", "-lc")}
+MIN_BUDGET = 1 << 20  # the least maxOutputBytesPerAgent a config may say (engine.config.schema)
 ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
 
 
@@ -148,6 +150,12 @@ class SystemRun:
         )
         session_key = ns + session_key
         suppress = bool(p.get("suppressNotifyOnExit"))
+        budget = p.get("maxOutputBytes")
+        if budget is not None and (type(budget) is not int or budget < MIN_BUDGET):
+            raise RunError(
+                "INVALID_REQUEST", f"INVALID_REQUEST: maxOutputBytes must be an int >= {MIN_BUDGET}"
+            )
+        budget_token = GATEWAY_BUDGET.set(budget)  # the gateway's budget for its agent only tightens ours
         token = CURRENT_RUN.set(run_id)
         in_flight = self.runs_in_flight.setdefault(agent_id, [])
         mine = (ns, run_id)
@@ -159,6 +167,7 @@ class SystemRun:
             raise RunError("UNAVAILABLE", f"SYSTEM_RUN_DENIED: {exc}") from None
         finally:
             CURRENT_RUN.reset(token)
+            GATEWAY_BUDGET.reset(budget_token)
             in_flight.remove(mine)
             if not in_flight:
                 self.runs_in_flight.pop(agent_id, None)

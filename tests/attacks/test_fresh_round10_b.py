@@ -219,12 +219,6 @@ def test_class2_two_gateways_agents_named_main_share_one_tmp_on_a_node(
 BUDGET = "maxOutputBytesPerAgent = 4194304\n"  # 4 MiB of session output on disk per agent
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='open: a node\'s SessionManager has no Quota (serve.py: "one principal here") and the gateway '
-    "counts node sessions but not their output: with maxOutputBytesPerAgent = 4 MiB on both, one node "
-    "session of main keeps 12 MB on the node's disk (64 sessions x logCapBytes per agent, per gateway)",
-)
 async def test_class3_an_agents_node_sessions_keep_output_past_its_budget(
     state_dir: Path, sshd_nodes: list[Any]
 ) -> None:
@@ -468,12 +462,6 @@ async def test_class3_claimed_pool_sandboxes_of_two_agents_share_one_process_cap
 TWO_ON_A_NODE = NODE_RUNS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a node pushes at most 64 sessions at once (runner/node/output.MAX_WATCHED), one table for "
-    "every agent and gateway: main's 64 background node sessions, watched for a console taking every "
-    "session's output, leave ops's session unwatched ('at most 64 sessions are watched at once')",
-)
 async def test_class3_one_agents_node_sessions_take_every_watch_a_node_has(
     state_dir: Path, sshd_nodes: list[Any]
 ) -> None:
@@ -847,15 +835,7 @@ async def _flood_denied(sock: Path, count: int) -> None:
         writer.close()
 
 
-NEVER_ACKS = pytest.mark.xfail(
-    strict=True,
-    reason="open: a node keeps one outbox of unacknowledged events for every gateway (outbox.MAX_UNACKED = "
-    "1000, oldest dropped): a link that never acks (any login of the node's account, e.g. another gateway "
-    "sharing it) made 2000 denied runs, and the run-end notice kept for a gateway that was away was dropped",
-)
-
-
-@pytest.mark.parametrize("flood", [0, pytest.param(2000, marks=NEVER_ACKS)])
+@pytest.mark.parametrize("flood", [0, 2000])
 async def test_class3_a_link_that_never_acks_pushes_another_gateways_events_out_of_the_node(
     state_dir: Path, sshd_nodes: list[Any], flood: int
 ) -> None:

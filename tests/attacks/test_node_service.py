@@ -174,7 +174,7 @@ async def test_events_while_unlinked_are_bounded_then_delivered_in_order(state_d
     try:
         for i in range(1500):
             await server.links.emit(NodeEvent("system.event", {"sessionKey": "k", "text": f"e{i}"}))
-        assert server.links.outbox.dropped == 500
+        assert server.links.outbox.dropped("") == 500
         node_end, gateway_end = socket.socketpair()
         srv_reader, srv_writer = await asyncio.open_connection(sock=node_end)
         reader, writer = await asyncio.open_connection(sock=gateway_end)
