@@ -68,6 +68,8 @@ def resume_data(prepared: Prepared, call: ExecRequest, ctx: ExecContext) -> dict
         "approved": prepared.command_to_run(approved=True),
         "identity": [list(item) for item in prepared.decision.identity],
         "credential": ctx.credential,
+        # the operator's own ask runs, resumed, as the operator's (its pids group); absent: not the operator's
+        **({"operator": True} if ctx.operator else {}),
     }
 
 

@@ -119,6 +119,7 @@ async def resume_ask(tool: ExecTool, record: ApprovalRecord, slot: dict[str, Any
         agent_id=str(resume.get("agentId") or "main"),
         session_key=str(resume.get("sessionKey") or ""),
         caller_alive=lambda: False,
+        operator=resume.get("operator") is True,
     )
     decision = await tool.approvals.wait(record)
     command = str(stored.get("command") or record.request.command)
