@@ -8,7 +8,7 @@ import os
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import gitvet, priorwrites
+from engine.commands import gitvet, priorwrites, procpaths, progident
 from engine.commands.allowlist import AllowlistResult
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.filetrust import system_owned
@@ -151,6 +151,7 @@ WRITTEN_FIRST = "files an earlier command of this text may write before it reads
 # there (a gitfile, an sdist) binds nothing of it, so they are never bound, whatever is at the path.
 _NO_BYTES = frozenset(
     {PIP_PROJECT, gitvet.RECEIVE_PACK_TREE, gitvet.LEGACY_REMOTES, PAST_THE_CAP, WRITTEN_FIRST}
+    | {procpaths.THROUGH_PROCESS}
 )
 # What git runs when its config or command line holds what exechost does not know to be inert
 # (`-c alias.z='!sh t.sh'`, a filter naming ./clean.sh, an unknown option): programs in no bound file.
@@ -540,10 +541,38 @@ def findings_for(
     if program is None:
         if not argv or real is None or is_tree_safe(argv, real, tree_safe):
             return []  # nothing runs (not found), or nothing it does depends on its tree
-        return _past_the_cap(argv, cwd) + _unmodelled(argv, real, cwd, sandbox_roots)
-    if program == "git":
-        return gitvet.vet(real, argv, cwd, record) if real is not None else []
-    return _past_the_cap(argv, cwd) + _modelled(program, argv, cwd, sandbox_roots)
+        found = _past_the_cap(argv, cwd) + _unmodelled(argv, real, cwd, sandbox_roots)
+    elif program == "git":
+        if real is None:
+            return []
+        found = gitvet.vet(real, progident.git_argv(argv), cwd, record)  # `git-upload-archive x`
+    else:
+        found = _past_the_cap(argv, cwd) + _modelled(program, argv, cwd, sandbox_roots)
+        # Every other identity too (`~/.cargo/bin/cargo` is rustup's proxy: it reads the cwd's
+        # rust-toolchain.toml before cargo sees -C); a proxy's argv is its tool's, checked above.
+        tool = progident.proxied_tool(argv, paths)
+        for other in progident.identities(argv, paths, list(TREE_PROGRAMS)):
+            if other != program:
+                have = {(f.path, f.what) for f in found}
+                more = _modelled(other, argv, cwd, sandbox_roots, other != "rustup" or tool != program)
+                found += [f for f in more if (f.path, f.what) not in have]
+    return found + _process_linked(program or os.path.basename(argv[0]), argv, cwd, found)
+
+
+def _process_linked(program: str, argv: Sequence[str], cwd: str, found: Sequence[Finding]) -> list[Finding]:
+    """A finding no bytes hold for every argv word and every file found that reaches /proc or /dev/fd
+    through a link (`ninja -C sub`, sub -> /proc/self/cwd/real): the gateway would read its own process's
+    file there, the run its own (engine.commands.procpaths)."""
+    here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+    words = procpaths.process_linked_words(argv[1 : OPERANDS_LOOKED_AT + 1], here)
+    out = [Finding(program, os.path.join(here, w), procpaths.THROUGH_PROCESS) for w in words]
+    for f in found:
+        if os.path.isabs(f.path) and f.what != procpaths.THROUGH_PROCESS:
+            inside = f.path.startswith(here.rstrip("/") + "/")
+            path = f.path[len(here.rstrip("/")) + 1 :] if inside else f.path
+            if procpaths.linked_through_process(path, here):
+                out.append(Finding(program, f.path, procpaths.THROUGH_PROCESS))
+    return list(dict.fromkeys(out))
 
 
 def _past_the_cap(argv: Sequence[str], cwd: str) -> list[Finding]:
@@ -569,8 +598,11 @@ def _written_first(argv: Sequence[str], paths: Sequence[str | None], cwd: str) -
     return [Finding(str(program), here, WRITTEN_FIRST)]
 
 
-def _modelled(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Sequence[str]) -> list[Finding]:
-    """findings_for a TREE_PROGRAMS program: its tree files, what its argv names, make's grammar."""
+def _modelled(
+    program: str, argv: Sequence[str], cwd: str, sandbox_roots: Sequence[str], grammar: bool = True
+) -> list[Finding]:
+    """findings_for a TREE_PROGRAMS program: its tree files, what its argv names, its grammar (`grammar`
+    False: the argv is another program's, read by that one's: a rustup proxy's tool)."""
     spec = TREE_PROGRAMS[program]
     named = _argv_code(program, argv, cwd) if program not in ("make", "gmake") else []
     files = [(p, spec.what) for p in _tree_files(program, spec, argv, cwd)]
@@ -596,7 +628,7 @@ def _modelled(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Sequen
         found += _pip_findings(program, argv, here, sandbox_roots)
     if program not in ("make", "gmake", "pip", "pip3"):
         # Read by the program's own grammar: anything it does not understand asks (toolargv).
-        problem = argv_problem(program, argv)
+        problem = argv_problem(program, argv) if grammar else None
         # (`docker` other than `docker compose` reads no tree: its argv is the allowlist's business.)
         if problem is not None and (program != "docker" or "compose" in argv[1:]):
             found.append(Finding(program, "the command line", problem))

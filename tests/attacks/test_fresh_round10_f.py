@@ -199,13 +199,6 @@ CARGO_PROXY = "/root/.cargo/bin/cargo"  # rustup's proxy: it picks the toolchain
 @pytest.mark.skipif(
     not (os.path.isfile(CARGO_PROXY) and os.path.isdir("/root/.rustup/toolchains")), reason="needs rustup"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode takes cargo's `-C DIR` for where everything is read, but the cargo on PATH is "
-    "rustup's proxy, which picks the toolchain from the real cwd's rust-toolchain.toml (a `path` toolchain "
-    "runs DIR/bin/cargo) before cargo ever sees -C: `cargo -C / --version` vets / and its files only, "
-    "and the allowlisted cargo runs the agent's toolchain unasked",
-)
 async def test_cargo_dash_c_elsewhere_leaves_the_cwds_toolchain_file_unvetted(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -344,12 +337,6 @@ async def test_cmake_script_operand_linked_through_proc_self_is_no_finding(state
 
 
 @pytest.mark.skipif(shutil.which("ninja") is None, reason="needs ninja")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode resolves a directory option's value in the gateway too: `ninja -C sub` with "
-    "sub a link to /proc/self/cwd/real is vetted as the gateway's cwd/real (no build.ninja: no finding), "
-    "while ninja changes into the run's own cwd/real and runs its build.ninja's commands unasked",
-)
 async def test_ninja_dash_c_linked_through_proc_self_is_vetted_in_the_gateways_cwd(state_dir: Path) -> None:
     work = state_dir.parent / "w"
     marker = work / "ran"
