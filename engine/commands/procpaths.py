@@ -24,11 +24,12 @@ THROUGH_PROCESS = (
 )
 
 
-def linked_through_process(path: str, cwd: str) -> bool:
+def linked_through_process(path: str, cwd: str, *, real: bool = False) -> bool:
     """Whether `path` (absolute, or relative to the directory `cwd`), walked with every link followed, takes
     a step inside /proc or /dev/fd. The cwd itself is not judged (the allowlist refuses a cwd through
-    /proc; an anchored `/proc/self/fd/N` cwd is the gateway's own fd of the decided directory)."""
-    done = "/" if path.startswith("/") else os.path.realpath(cwd)
+    /proc; an anchored `/proc/self/fd/N` cwd is the gateway's own fd of the decided directory). `real`:
+    the caller resolved `cwd` already."""
+    done = "/" if path.startswith("/") else cwd if real else os.path.realpath(cwd)
     todo = [p for p in reversed(path.split("/")) if p]
     links = 0
     while todo:
@@ -78,10 +79,12 @@ def _places(word: str) -> Iterator[str]:
 def process_linked_words(words: Sequence[str], cwd: str) -> list[str]:
     """Each of `words` that, read as a path in any of its places, reaches /proc or /dev/fd through a link."""
     found = []
+    base = os.path.realpath(cwd)
     for word in dict.fromkeys(words):
         if not word or "\x00" in word:
             continue
-        places = list(dict.fromkeys(p for p in _places(word) if p and p != "-"))
-        if len(places) > MAX_PLACES or any(linked_through_process(p, cwd) for p in places):
+        # An option's own spelling is no path to its program (its attached value is a place of its own).
+        places = list(dict.fromkeys(p for p in _places(word) if p and not p.startswith("-")))
+        if len(places) > MAX_PLACES or any(linked_through_process(p, base, real=True) for p in places):
             found.append(word)
     return found

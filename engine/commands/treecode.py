@@ -556,21 +556,34 @@ def findings_for(
                 have = {(f.path, f.what) for f in found}
                 more = _modelled(other, argv, cwd, sandbox_roots, other != "rustup" or tool != program)
                 found += [f for f in more if (f.path, f.what) not in have]
-    return found + _process_linked(program or os.path.basename(argv[0]), argv, cwd, found)
+    modelled = progident.identities(argv, paths, list(TREE_PROGRAMS)) if program not in (None, "git") else []
+    return found + _process_linked(program or os.path.basename(argv[0]), modelled, argv, cwd, found)
 
 
-def _process_linked(program: str, argv: Sequence[str], cwd: str, found: Sequence[Finding]) -> list[Finding]:
-    """A finding no bytes hold for every argv word and every file found that reaches /proc or /dev/fd
-    through a link (`ninja -C sub`, sub -> /proc/self/cwd/real): the gateway would read its own process's
-    file there, the run its own (engine.commands.procpaths)."""
+def _process_linked(
+    program: str, modelled: Sequence[str], argv: Sequence[str], cwd: str, found: Sequence[Finding]
+) -> list[Finding]:
+    """A finding no bytes hold for every argv word, every file found and every tree file a `modelled`
+    program looks for (`.cargo/config.toml` under a linked `.cargo`) that reaches /proc or /dev/fd through
+    a link (`ninja -C sub`, sub -> /proc/self/cwd/real): the gateway would read its own process's file
+    there, the run its own (engine.commands.procpaths)."""
     here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
-    words = procpaths.process_linked_words(argv[1 : OPERANDS_LOOKED_AT + 1], here)
+    base = os.path.realpath(here)  # an anchor's directory, by its fd
+    words = procpaths.process_linked_words(argv[1 : OPERANDS_LOOKED_AT + 1], base)
     out = [Finding(program, os.path.join(here, w), procpaths.THROUGH_PROCESS) for w in words]
+    for name in modelled:
+        spec = TREE_PROGRAMS[name]
+        for start in _starts(name, argv, here):
+            for where in _dirs(start, spec.walk_up):
+                real = os.path.realpath(where) if where.startswith(ANCHOR) else where  # _dirs: real
+                for file in spec.files:
+                    if procpaths.linked_through_process(file, real, real=True):
+                        out.append(Finding(program, os.path.join(where, file), procpaths.THROUGH_PROCESS))
     for f in found:
         if os.path.isabs(f.path) and f.what != procpaths.THROUGH_PROCESS:
             inside = f.path.startswith(here.rstrip("/") + "/")
             path = f.path[len(here.rstrip("/")) + 1 :] if inside else f.path
-            if procpaths.linked_through_process(path, here):
+            if procpaths.linked_through_process(path, base, real=True):
                 out.append(Finding(program, f.path, procpaths.THROUGH_PROCESS))
     return list(dict.fromkeys(out))
 

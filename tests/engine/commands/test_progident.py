@@ -116,3 +116,12 @@ def test_the_walk_follows_links_as_the_kernel_does(tmp_path: Path) -> None:
         "--dir=f",
         "@p",
     ]
+
+
+def test_a_tree_file_under_a_directory_linked_into_proc_is_a_finding(tmp_path: Path) -> None:
+    """cargo reads `.cargo/config.toml`; with `.cargo -> /proc/self/cwd/x` the gateway finds nothing there
+    (its own cwd has no x), the run finds its cwd's x/config.toml."""
+    (tmp_path / ".cargo").symlink_to("/proc/self/cwd/x")
+    found = findings_for(["cargo", "--version"], ("/usr/bin/cargo",), str(tmp_path), [])
+    where = str(tmp_path / ".cargo" / "config.toml")
+    assert Finding("cargo", where, procpaths.THROUGH_PROCESS) in found, found
