@@ -581,8 +581,11 @@ def _process_linked(
                         out.append(Finding(program, os.path.join(where, file), procpaths.THROUGH_PROCESS))
     for f in found:
         if os.path.isabs(f.path) and f.what != procpaths.THROUGH_PROCESS:
-            inside = f.path.startswith(here.rstrip("/") + "/")
-            path = f.path[len(here.rstrip("/")) + 1 :] if inside else f.path
+            top = here.rstrip("/") or "/"
+            if f.path == top:
+                continue  # the cwd itself (an anchor, during the spawn's re-vet) is not judged
+            inside = f.path.startswith(top.rstrip("/") + "/")
+            path = f.path[len(top.rstrip("/")) + 1 :] if inside else f.path
             if procpaths.linked_through_process(path, base, real=True):
                 out.append(Finding(program, f.path, procpaths.THROUGH_PROCESS))
     return list(dict.fromkeys(out))

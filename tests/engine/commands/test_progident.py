@@ -125,3 +125,20 @@ def test_a_tree_file_under_a_directory_linked_into_proc_is_a_finding(tmp_path: P
     found = findings_for(["cargo", "--version"], ("/usr/bin/cargo",), str(tmp_path), [])
     where = str(tmp_path / ".cargo" / "config.toml")
     assert Finding("cargo", where, procpaths.THROUGH_PROCESS) in found, found
+
+
+def test_the_spawns_anchored_re_vet_finds_what_the_decision_found(tmp_path: Path) -> None:
+    """The re-vet reads the cwd through the spawn's fd (`/proc/self/fd/N`): the anchor itself is never a
+    path through /proc, so an unmodelled program's tree finding is the same finding there."""
+    (tmp_path / "x.py").write_text("print(1)\n")
+    (tmp_path / "sub").symlink_to("/proc/self/cwd/real")
+    paths = (os.path.realpath("/usr/bin/python3"),)
+    decided = findings_for(["python3", "x.py"], paths, str(tmp_path), [])
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        anchored = findings_for(["python3", "x.py"], paths, f"/proc/self/fd/{fd}", [])
+        assert [f.what for f in anchored] == [f.what for f in decided], (anchored, decided)
+        linked = findings_for(["ninja", "-C", "sub"], ("/usr/bin/ninja",), f"/proc/self/fd/{fd}", [])
+        assert Finding("ninja", f"/proc/self/fd/{fd}/sub", procpaths.THROUGH_PROCESS) in linked, linked
+    finally:
+        os.close(fd)
