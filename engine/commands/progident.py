@@ -9,13 +9,23 @@ identity is vetted, never the first alone.
 from __future__ import annotations
 
 import os
+import re
+import tomllib
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
 from engine.commands.interpreters import name_of
 from engine.commands.wrappers import names
 
-__all__ = ["RUSTUP_PROXIES", "git_argv", "identities", "proxied_tool"]
+__all__ = [
+    "RUSTUP_PROXIES",
+    "TOOLCHAIN_DIR",
+    "TOOLCHAIN_FILES",
+    "git_argv",
+    "identities",
+    "proxied_tool",
+    "toolchain_dirs",
+]
 
 # rustup's proxies (rustup src/lib.rs TOOLS and DUP_TOOLS): links to the rustup binary that, run under one
 # of these names (the file stem of argv[0]), pick a toolchain from RUSTUP_TOOLCHAIN, a leading `+name`, the
@@ -59,3 +69,42 @@ def identities(argv: Sequence[str], paths: Sequence[str | None], known: Sequence
         return []
     names = [name_of(argv[0]), *(name_of(p) for p in paths if p)]
     return [n for n in dict.fromkeys(names) if n in known]
+
+
+TOOLCHAIN_FILES = ("rust-toolchain", "rust-toolchain.toml")
+TOOLCHAIN_DIR = "a toolchain whose programs rustup runs (its bin/ is no file bound by its bytes)"
+_TOOLCHAIN_KEYS = frozenset({"channel", "components", "targets", "profile"})
+_CHANNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")  # stable, 1.80.0, nightly-2024-01-01: never a path
+
+
+def toolchain_dirs(path: str, data: bytes) -> list[str]:
+    """The directories a rust-toolchain(.toml) of these bytes makes rustup run programs from: a `path`
+    toolchain (relative to the file's directory), or — for a file not understood here — the file's own
+    directory (what it names is not known). Empty for a file that names an installed toolchain only
+    (`channel = "stable"`, components, targets, a profile: rustup's own downloads)."""
+    here = os.path.dirname(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return [here]
+    line = text.strip()
+    if (
+        os.path.basename(path) == "rust-toolchain"
+        and "\n" not in line
+        and "=" not in line
+        and "[" not in line
+    ):
+        return [] if _CHANNEL.match(line) else [here]  # the legacy form: one channel name
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return [here]
+    toolchain = table.get("toolchain")
+    if set(table) != {"toolchain"} or not isinstance(toolchain, dict):
+        return [here]
+    if isinstance(toolchain.get("path"), str):
+        return [os.path.normpath(os.path.join(here, toolchain["path"]))]
+    channel = toolchain.get("channel")
+    if set(toolchain) - _TOOLCHAIN_KEYS or (channel is not None and not _CHANNEL.match(str(channel))):
+        return [here]
+    return []

@@ -556,8 +556,31 @@ def findings_for(
                 have = {(f.path, f.what) for f in found}
                 more = _modelled(other, argv, cwd, sandbox_roots, other != "rustup" or tool != program)
                 found += [f for f in more if (f.path, f.what) not in have]
+        found += _toolchains(found, record)
     modelled = progident.identities(argv, paths, list(TREE_PROGRAMS)) if program not in (None, "git") else []
     return found + _process_linked(program or os.path.basename(argv[0]), modelled, argv, cwd, found)
+
+
+def _toolchains(found: Sequence[Finding], record: gitvet.Record | None) -> list[Finding]:
+    """For every rust-toolchain(.toml) found, the directory whose programs it makes rustup run (a `path`
+    toolchain; the file's own directory for one not understood): a finding no bytes hold. The bytes read
+    are the ones the binding holds (`record`), so the decision and its binding are one read."""
+    out: list[Finding] = []
+    for f in found:
+        if os.path.basename(f.path) not in progident.TOOLCHAIN_FILES or not os.path.isabs(f.path):
+            continue
+        data = record.data.get(f.path) if record is not None else None
+        if data is None:
+            try:
+                data = read_regular(f.path, gitvet.CONFIG_READ_CAP)
+            except Unreadable:
+                continue  # bound as unreadable: the approval cannot be saved anyway
+            if record is not None:
+                record.data[f.path] = data
+        out += [
+            Finding(f.program, d, progident.TOOLCHAIN_DIR) for d in progident.toolchain_dirs(f.path, data)
+        ]
+    return list(dict.fromkeys(out))
 
 
 def _process_linked(

@@ -142,3 +142,33 @@ def test_the_spawns_anchored_re_vet_finds_what_the_decision_found(tmp_path: Path
         assert Finding("ninja", f"/proc/self/fd/{fd}/sub", procpaths.THROUGH_PROCESS) in linked, linked
     finally:
         os.close(fd)
+
+
+def test_a_toolchain_file_naming_a_path_is_a_directory_no_bytes_hold() -> None:
+    dirs = progident.toolchain_dirs
+    assert dirs("/w/rust-toolchain.toml", b'[toolchain]\nchannel = "stable"\ncomponents = ["clippy"]\n') == []
+    assert dirs("/w/rust-toolchain", b"nightly-2024-01-01\n") == []
+    assert dirs("/w/rust-toolchain.toml", b'[toolchain]\npath = "tc"\n') == ["/w/tc"]
+    assert dirs("/w/rust-toolchain", b'[toolchain]\npath = "/opt/tc"\n') == ["/opt/tc"]
+    assert dirs("/w/rust-toolchain", b"./tc\n") == ["/w"]  # not a channel name: not understood
+    assert dirs("/w/rust-toolchain.toml", b'[toolchain]\nchannel = "../x"\n') == ["/w"]
+    assert dirs("/w/rust-toolchain.toml", b"[toolchain]\nunknown = 1\n") == ["/w"]
+    assert dirs("/w/rust-toolchain.toml", b"not = [toml") == ["/w"]
+
+
+def test_a_bound_toolchain_file_does_not_bind_the_toolchain_it_names(tmp_path: Path) -> None:
+    """Even where the file is bound by its bytes, the programs of the toolchain it names are not: the
+    approval is for this run only."""
+    (tmp_path / "rust-toolchain.toml").write_text('[toolchain]\npath = "tc"\n')
+    (tmp_path / "tc" / "bin").mkdir(parents=True)
+    found = findings_for(["rustup", "show"], ("/usr/bin/rustup",), str(tmp_path), [])
+    assert Finding("rustup", str(tmp_path / "tc"), progident.TOOLCHAIN_DIR) in found, found
+    assert str(tmp_path / "tc") in unbound_findings(binding(found))
+
+
+def test_rustups_proxies_are_runners() -> None:
+    from engine.commands.argvsafe import takes_no_code
+    from engine.commands.interpreters import runs_others
+
+    for name in ("rust-gdb", "rust-lldb", "rustup", "rustc", "/h/.cargo/bin/rust-gdb"):
+        assert runs_others(name) and not takes_no_code(name), name
