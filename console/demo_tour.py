@@ -19,6 +19,7 @@ from typing import Any
 
 from engine import principals, statefs
 from engine.approvals.store import ApprovalsStore
+from engine.commands import privatefs
 from engine.protocol.client import ControlClient
 from engine.protocol.frames import GatewayUnavailable, RemoteError
 from engine.protocol.requests import ExecRequest, SandboxRecreate, Shutdown, Status
@@ -253,6 +254,7 @@ def finish_demo(demo: Demo) -> None:
 
     asyncio.run(stop())
     if is_demo_root(demo.root):
+        privatefs.detach_all(str(demo.state))  # its agents' capped /tmp (a mount: rmtree cannot remove it)
         shutil.rmtree(demo.root, ignore_errors=True)
 
 

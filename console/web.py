@@ -1,20 +1,25 @@
-"""`exechost console --web`: the same console served to a browser (textual-serve), loopback only, behind a
-random token that every request carries in its path.
+"""`exechost console --web`: the same console served to a browser (textual-serve), loopback only, opened by
+a one-use link.
 
 Every browser tab runs its own `exechost console` process (textual-serve's model), which connects to the
 gateway with the operator token from the state dir, exactly as in a terminal. The web server adds the
-guard textual-serve lacks: only 127.0.0.1, a Host header naming it (no DNS rebinding), a websocket only
-from the page's own origin (no cross-site hijack), and the token as the first path segment of every route
-(`/<token>/`, `/<token>/ws`, `/<token>/static/…`). Nothing else is routed.
+guard textual-serve lacks: only 127.0.0.1, a Host header naming it (no DNS rebinding), a request with an
+Origin only from the page's own origin (no cross-site hijack), and keys that are each good once
+(console.webkeys). The printed URL `/<ticket>/` carries a ticket: its page (our web_boot.js) trades it,
+by a POST to `/<ticket>/session`, for a secret that only that page's memory holds, and opens its one
+websocket as `/<secret>/ws`. The ticket is spent by the trade and the secret by the websocket: the URL in
+the browser's history, session and cache (the operator's home, which host runs read) opens nothing again.
+Each ticket expires 60 s after it is printed; Enter in the server's terminal prints another (one per tab).
+The page and textual-serve's static files are public code (`/static/…`, `/exechost.js`); no route answers
+anything of the operator's without a live key.
 
 No cookie, ever: cookies are scoped by host, not port, so any page on another 127.0.0.1 port (an agent's
-dev server) would receive it. A path is sent only where the page itself points, and the page points only
+dev server) would receive it. A key is sent only where the page itself points, and the page points only
 at its own origin (a CSP says so, no third-party font), with `Referrer-Policy: no-referrer` so a link
-followed out of the console does not carry it either. The access log prints routes, never paths as sent,
-and the only URL printed is the one that works.
+followed out of the console does not carry it either. The access log prints routes, never paths as sent.
 
-Any local account can connect, token or not: a connection that has not shown the token takes one of a
-few slots (engine.preauth: the oldest shed first, 5 s each), so tokenless peers never hold the process's
+Any local account can connect, key or not: a connection that has not shown a live key takes one of a
+few slots (engine.preauth: the oldest shed first, 5 s each), so keyless peers never hold the process's
 descriptors; and an error the loop reports (accept() at EMFILE) is logged plainly and never ends the
 server (textual-serve's rich handler imported its traceback module right then, which failed with EMFILE
 too, and the console exited).
@@ -26,18 +31,17 @@ import asyncio
 import contextlib
 import errno
 import functools
-import hmac
 import logging
 import os
 import re
-import secrets
 import shlex
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp_jinja2
 import jinja2
@@ -46,9 +50,11 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_protocol import RequestHandler
 from textual_serve.server import Server
 
+from console.webkeys import SECRET_TTL_S, TICKET_TTL_S, OneUseKeys
 from engine.preauth import PreAuth
 
 HOST = "127.0.0.1"
+BANNER = "exechost console on the web: "
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # The page may load and connect to its own origin only; inline script and style are textual-serve's.
 POLICY = (
@@ -67,7 +73,14 @@ def free_port() -> int:
 
 class RouteAccessLog(AbstractAccessLogger):
     """One line per request naming the route it reached, rebuilt from what matched: never the path as
-    sent (it holds the token, or whatever a prober typed), never the query or the Referer."""
+    sent (it holds a key, or whatever a prober typed), never the query or the Referer."""
+
+    SHOWN: ClassVar[dict[str, str]] = {
+        "index": "/…/",
+        "session": "/…/session",
+        "websocket": "/…/ws",
+        "boot": "/exechost.js",
+    }
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         info = getattr(request, "match_info", None)
@@ -75,11 +88,9 @@ class RouteAccessLog(AbstractAccessLogger):
         if response.status == 403:
             shown = "(refused)"
         elif route == "static":
-            shown = f"/…/static/{info['filename']}"  # type: ignore[index]
-        elif route in ("index", "websocket"):
-            shown = "/…/" if route == "index" else "/…/ws"
+            shown = f"/static/{info['filename']}"  # type: ignore[index]
         else:
-            shown = "(no route)"
+            shown = self.SHOWN.get(str(route), "(no route)")
         self.logger.info("%s %s %s", request.method, shown, response.status)
 
     @property
@@ -87,31 +98,51 @@ class RouteAccessLog(AbstractAccessLogger):
         return True
 
 
-class GuardedServer(Server):
-    """textual-serve's server with every route under the token, and Host and Origin checks in front."""
+SPENT = (
+    "exechost console: this link was used or has expired (each opens one tab, once, within "
+    f"{TICKET_TTL_S:g} s): press Enter where `exechost console --web` runs for a new one"
+)
+BOOT_JS = Path(__file__).with_name("web_boot.js")
 
-    def __init__(self, command: str, port: int, token: str) -> None:
+
+class GuardedServer(Server):
+    """textual-serve's server behind one-use keys (console.webkeys), with Host and Origin checks in front:
+    `/<ticket>/` (the page) and `/<ticket>/session` (the trade) need a live ticket, `/<secret>/ws` the
+    live secret the trade gave; the page's code is public."""
+
+    def __init__(self, command: str, port: int) -> None:
         super().__init__(command, host=HOST, port=port, title="exechost console")
-        self.token = token
+        self.tickets = OneUseKeys(TICKET_TTL_S)
+        self.secrets = OneUseKeys(SECRET_TTL_S)
         self.allowed_hosts = {f"{HOST}:{port}", f"localhost:{port}"}
-        self.preauth = PreAuth()  # connections that have not shown the token yet
+        self.preauth = PreAuth()  # connections that have not shown a live key yet
+
+    def new_url(self) -> str:
+        """A URL that opens one tab, once, within TICKET_TTL_S."""
+        return f"http://{HOST}:{self.port}/{self.tickets.make()}/"
+
+    def announce(self) -> None:
+        """Print a new URL, the only place a ticket is ever shown."""
+        print(f"{BANNER}{self.new_url()}", flush=True)
 
     async def _make_app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard])
         aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(self.templates_path))
-        # No download route: the console delivers no files, and textual.js would fetch it tokenless.
+        # No download route: the console delivers no files, and textual.js would fetch it keyless.
         app.add_routes(
             [
                 web.get("/{key}/", self._index, name="index"),
-                web.get("/{key}/ws", self.handle_websocket, name="websocket"),
-                web.get("/{key}/static/{filename:.+}", self._static, name="static"),
+                web.post("/{key}/session", self._session, name="session"),
+                web.get("/{key}/ws", self._websocket, name="websocket"),
+                web.get("/static/{filename:.+}", self._static, name="static"),
+                web.get("/exechost.js", self._boot, name="boot"),
             ]
         )
         app.on_response_prepare.append(self._headers)
         return app
 
     async def on_startup(self, app: web.Application) -> None:
-        """textual-serve prints a banner with a tokenless URL (a 403): `serve` prints the one that works."""
+        """textual-serve prints a banner with a keyless URL (a 403): `serve` prints the ones that work."""
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -120,11 +151,12 @@ class GuardedServer(Server):
         origin = request.headers.get("Origin")
         if origin is not None and origin not in {f"http://{h}" for h in self.allowed_hosts}:
             raise web.HTTPForbidden(text="exechost console: cross-origin request")
-        given = request.match_info.get("key", "")
-        if not hmac.compare_digest(given.encode(), self.token.encode()):
-            raise web.HTTPForbidden(
-                text="exechost console: open the URL printed at start (it holds the token)"
-            )
+        route = request.match_info.route.name
+        if route in ("static", "boot"):
+            return await handler(request)  # public code; the connection is not admitted by it
+        keys = self.secrets if route == "websocket" else self.tickets
+        if not keys.valid(request.match_info.get("key", "")):
+            raise web.HTTPForbidden(text=SPENT)
         self.preauth.admitted(request.protocol)  # the operator's: no longer counted or timed
         return await handler(request)
 
@@ -136,15 +168,33 @@ class GuardedServer(Server):
         response.headers["Content-Security-Policy"] = POLICY
 
     async def _index(self, request: web.Request) -> web.Response:
-        prefix = f"/{self.token}/"
+        """The page, which holds no key: its script trades the ticket in its URL (web_boot.js)."""
         context: dict[str, Any] = {
             "font_size": 16,
-            "app_websocket_url": f"ws://{request.host}{prefix}ws",
-            "config": {"static": {"url": f"{prefix}static/"}},
+            "app_websocket_url": "",  # set by web_boot.js from the trade's answer
+            "config": {"static": {"url": "/static/"}},
             "application": {"name": self.title},
         }
-        html = aiohttp_jinja2.render_string("app_index.html", request, context)
-        return web.Response(text=THIRD_PARTY.sub("", html), content_type="text/html")
+        html = THIRD_PARTY.sub("", aiohttp_jinja2.render_string("app_index.html", request, context))
+        # Ours right after textual.js, which sets window.onload: web_boot.js holds that back until the trade.
+        textual = '<script src="/static/js/textual.js"></script>'
+        assert textual in html, "textual-serve's page changed: web_boot.js must run after textual.js"
+        html = html.replace(textual, textual + '\n    <script src="/exechost.js"></script>', 1)
+        return web.Response(text=html, content_type="text/html")
+
+    async def _session(self, request: web.Request) -> web.Response:
+        """The trade: the ticket is spent, and the page gets the one secret its websocket will prove."""
+        if not self.tickets.redeem(request.match_info["key"]):
+            raise web.HTTPForbidden(text=SPENT)
+        return web.json_response({"websocket": f"ws://{request.host}/{self.secrets.make()}/ws"})
+
+    async def _websocket(self, request: web.Request) -> web.StreamResponse:
+        if not self.secrets.redeem(request.match_info["key"]):
+            raise web.HTTPForbidden(text=SPENT)
+        return await self.handle_websocket(request)
+
+    async def _boot(self, request: web.Request) -> web.FileResponse:
+        return web.FileResponse(BOOT_JS, headers={"Content-Type": "text/javascript"})
 
     async def _static(self, request: web.Request) -> web.FileResponse:
         root = self.statics_path.resolve()
@@ -180,17 +230,29 @@ class GuardedServer(Server):
         assert server is not None
 
         def accepted() -> asyncio.Protocol:
-            """aiohttp's handler for a new connection, in a pre-auth slot until a request shows the token."""
+            """aiohttp's handler for a new connection, in a pre-auth slot until a request shows a live key."""
             handler = server()
             self.preauth.arrived(handler, functools.partial(_abort, handler))
             return handler
 
         listener = await loop.create_server(accepted, self.host, self.port, reuse_address=True)
+        threading.Thread(target=_on_enter, args=(loop, self.announce), name="enter", daemon=True).start()
         try:
             await stop.wait()
         finally:
             listener.close()
             await runner.cleanup()
+
+
+def _on_enter(loop: asyncio.AbstractEventLoop, announce: Callable[[], None]) -> None:
+    """Each line on stdin (Enter in the operator's terminal) prints a new one-use URL. A thread blocked in
+    os.read on fd 0: it ends with the process, leaves stdin's flags (a terminal shared with the shell)
+    alone, and holds no lock of sys.stdin's (a daemon thread inside sys.stdin.buffer's read made the
+    interpreter abort at exit, unable to take that lock)."""
+    with contextlib.suppress(OSError, RuntimeError):  # no stdin; the loop gone
+        while chunk := os.read(0, 4096):
+            for _ in range(chunk.count(b"\n")):
+                loop.call_soon_threadsafe(announce)
 
 
 def _abort(handler: RequestHandler) -> None:
@@ -261,9 +323,12 @@ def console_command(state: Path | None, config_path: str | None) -> str:
 def serve(state: Path | None, config_path: str | None, port: int | None, command: str | None = None) -> int:
     """`command`: what each tab runs, when not the console on `state` (the demo's tabs)."""
     port = port or free_port()
-    token = secrets.token_urlsafe(24)
-    server = GuardedServer(command or console_command(state, config_path), port, token)
-    print(f"exechost console on the web: http://{HOST}:{port}/{token}/", flush=True)
-    print("Loopback only; the URL is the key (operator role): keep it to yourself. Ctrl-C stops.", flush=True)
+    server = GuardedServer(command or console_command(state, config_path), port)
+    server.announce()
+    print(
+        f"Loopback only; the URL opens one tab, once, within {TICKET_TTL_S:g} s (operator role): keep it to "
+        "yourself. Enter prints another. Ctrl-C stops.",
+        flush=True,
+    )
     server.serve()
     return 0

@@ -149,7 +149,39 @@ def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     # Sandbox keepers (bwrap's parent shell, in its own session so it outlives a gateway as a container
     # does) and anything else still running over this test's dirs: gone with them, never left behind.
     _stop(_processes_naming(prefix))
+    _detach({p for p in _private_mounts() if p.startswith(f"{root}/")})  # before its dirs are removed
     shutil.rmtree(root, ignore_errors=True)
+
+
+def _private_mounts() -> set[str]:
+    """The agents' capped private dirs mounted now (engine.commands.privatefs: <state>/hostprivate/<agent>),
+    as a root gateway leaves them for the next one."""
+    with open("/proc/self/mountinfo") as f:
+        return {
+            p
+            for p in (line.split()[4] for line in f)
+            if os.path.basename(os.path.dirname(p)) == "hostprivate"
+        }
+
+
+@pytest.fixture(autouse=True)
+def no_private_mounts_left() -> Iterator[None]:
+    """A test's gateways mount its agents' private dirs under its state dir (as root): detached after it,
+    wherever its state dir was, so no test leaves mounts behind it (nor a dir that cannot be removed)."""
+    before = _private_mounts() if os.geteuid() == 0 else set()
+    yield
+    if os.geteuid() == 0:
+        _detach(_private_mounts() - before)
+
+
+def _detach(points: set[str]) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for point in sorted(points, key=len, reverse=True):
+        libc.umount2(os.fsencode(point), 2)  # MNT_DETACH
+        with contextlib.suppress(OSError):  # a test's own teardown could not remove a mountpoint
+            os.removedirs(point)
 
 
 def _processes_naming(prefix: bytes) -> list[int]:

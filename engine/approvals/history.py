@@ -9,6 +9,12 @@ bounded number of files. Three kinds of line, merged by id at read time:
   for a session long gone.
 
 A torn last line (a crash mid-write, a full disk) is skipped on read and closed by the next append.
+
+Each agent's lines go to a log of its own (`decisions.a.<agent>.jsonl`, or `decisions.h.<digest>.jsonl` for
+an id that is no plain name), rotated within its own budget; the operator's and ownerless ones stay in
+`decisions.jsonl`. One agent's asks (each line may keep a 64 KiB command) then never rotate another's
+decisions off the disk (fresh round 10 b). A run or session line goes where its approval's decision is.
+Reads merge every file of every log.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ from __future__ import annotations
 import bisect
 import contextlib
 import errno
+import hashlib
 import json
 import logging
 import os
+import re
 import stat
 import threading
 from collections.abc import Iterable
@@ -35,7 +43,9 @@ log = logging.getLogger("exechost.history")
 HISTORY_DIR = "history"
 LOG_NAME = "decisions.jsonl"
 ROTATE_BYTES = 1024 * 1024  # one file's size before it is rotated
-KEEP_FILES = 5  # the live file plus four rotated ones: at most ~5 MiB on disk
+KEEP_FILES = 5  # the live file plus four rotated ones: at most ~5 MiB on disk per log (each agent's own)
+MAX_OWNERS = 50_000  # decisions whose agent is remembered, for where their run lines go
+_PLAIN_AGENT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_LINE_BYTES = 200 * 1024  # commands are capped at 64 KiB by the exec tool; a line holds one once
 MAX_ENTRIES = 5000  # newest decisions returned by a read (the rest stay on disk until rotated out)
 VERSION = 1
@@ -114,9 +124,98 @@ def run_line(approval_id: str, run: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "run", "v": VERSION, "id": approval_id, "run": run}
 
 
+class _Files:
+    """One log's files: the live one and its rotated ones, written with O_APPEND and fsync."""
+
+    def __init__(self, directory: Path, name: str, rotate_bytes: int, keep_files: int) -> None:
+        self.directory = directory
+        self.name = name
+        self.path = directory / name
+        self.rotate_bytes = rotate_bytes
+        self.keep_files = keep_files
+        # A failed or torn write leaves a partial line: the next append starts on a fresh line.
+        self.needs_newline: bool | None = None  # None: not checked since start
+
+    def write(self, line: bytes) -> bool:
+        """Append `line` (one or more lines, no final newline); True when a file was rotated first."""
+        # Few syscalls: each is a GIL hand-off for the writer thread while the loop is busy (issue 19).
+        rotated = False
+        fd = self._open()
+        try:
+            st = os.fstat(fd)
+            if st.st_size and st.st_size + len(line) + 1 > self.rotate_bytes:
+                os.close(fd)
+                fd = -1
+                self._rotate()
+                rotated = True
+                fd = self._open()
+                st = os.fstat(fd)
+            if stat.S_IMODE(st.st_mode) != FILE_MODE:
+                os.fchmod(fd, FILE_MODE)  # a file restored with looser bits is tightened
+            if self.needs_newline is None:
+                self.needs_newline = _ends_torn(self.path, st.st_size)
+            data = (b"\n" if self.needs_newline else b"") + line + b"\n"
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+            self.needs_newline = False
+        except BaseException:
+            self.needs_newline = True
+            raise
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        return rotated
+
+    def _open(self) -> int:
+        """The live log for appending, made (in a private dir) when missing; a symlink in its place is
+        refused (O_NOFOLLOW), never written through."""
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            try:
+                return os.open(self.path, flags)
+            except FileNotFoundError:
+                ensure_private_dir(self.directory)
+            return os.open(self.path, flags | os.O_CREAT, FILE_MODE)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StateFileError(f"refusing to use symlinked path: {self.path}") from None
+            raise
+
+    def _rotate(self) -> None:
+        """decisions.jsonl → .1 → .2 …; the oldest beyond `keep_files` is dropped."""
+        if self.keep_files == 1:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.rotated(self.keep_files - 1))
+        for n in range(self.keep_files - 2, 0, -1):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(self.rotated(n), self.rotated(n + 1))
+        os.replace(self.path, self.rotated(1))
+        dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        self.needs_newline = False
+
+    def rotated(self, n: int) -> Path:
+        return self.directory / f"{self.name}.{n}"
+
+    def files(self) -> list[Path]:
+        """Oldest first."""
+        rotated = [self.rotated(n) for n in range(self.keep_files - 1, 0, -1)]
+        return [p for p in [*rotated, self.path] if p.is_file() and not p.is_symlink()]
+
+
 class DecisionLog:
-    """The on-disk decision history of one state dir. Writes are serialised by a lock (the gateway writes
-    from its loop and from worker threads); reads merge every file, oldest first."""
+    """The on-disk decision history of one state dir: the operator's log and each agent's own. Writes are
+    serialised by a lock (the gateway writes from its loop and from worker threads); reads merge every file
+    of every log, each log's oldest first."""
 
     def __init__(
         self,
@@ -132,8 +231,13 @@ class DecisionLog:
         self.rotate_bytes = max(4096, rotate_bytes)
         self.keep_files = max(1, keep_files)
         self._lock = threading.Lock()
-        # A failed or torn write leaves a partial line: the next append starts on a fresh line.
-        self._needs_newline: bool | None = None  # None: not checked since start
+        self._main = _Files(directory, name, self.rotate_bytes, self.keep_files)
+        self._stem = name[: -len(".jsonl")] if name.endswith(".jsonl") else name
+        self._shard_name = re.compile(rf"{re.escape(self._stem)}\.(?:a|h)\.[A-Za-z0-9_-]{{1,64}}\.jsonl")
+        self._shards: dict[str, _Files] = {}  # file name -> that agent's files
+        # The agent of each decision on record (id -> agent, "" for the operator's): where its run and
+        # session lines go. Filled by each append and by `index`.
+        self._owners: dict[str, str] = {}
         self.problem: str | None = None  # why the last write failed (cleared by the next success)
         # The ids of the decisions the files hold, sorted (lowercase): `find` of an id nobody decided (an
         # agent's flood of bogus ids) answers from here instead of reading every file. Kept up to date by
@@ -170,17 +274,73 @@ class DecisionLog:
         self.write_lines([encode_entry(entry)])
 
     def write_lines(self, lines: list[bytes]) -> None:
-        """Append encoded lines (`encode_entry`) with one write and one fsync: a batch from the gateway's
-        group writer, or one line."""
+        """Append encoded lines (`encode_entry`) with one write and one fsync per log: a batch from the
+        gateway's group writer, or one line."""
         with self._lock:
-            try:
-                self._write_line(b"\n".join(lines))
-            except (OSError, StateFileError) as exc:
-                self._needs_newline = True
-                self.problem = _describe(exc, self.path)
+            groups: dict[str, list[bytes]] = {}
+            for line in lines:
+                groups.setdefault(self._route(line), []).append(line)
+            failed: list[str] = []
+            for name, group in groups.items():
+                files = self._files_named(name)
+                try:
+                    rotated = files.write(b"\n".join(group))
+                except (OSError, StateFileError) as exc:
+                    failed.append(_describe(exc, files.path))
+                    continue
+                if rotated:
+                    with self._ids_lock:
+                        self._ids = None  # the oldest file's decisions are gone: rebuilt when next needed
+                self._indexed(group)
+            if failed:
+                self.problem = failed[0]
                 raise HistoryError(self.problem) from None
             self.problem = None
-            self._indexed(lines)
+
+    def _route(self, line: bytes) -> str:
+        """The file name a line goes to: its agent's log (a decision's `agentId`; a run's or session's
+        approval's agent), else the operator's."""
+        if not line.startswith((b'{"kind":"decision"', b'{"kind":"run"', b'{"kind":"session"')):
+            return self.name  # (another kind of log beside it: the egress connections' one)
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            return self.name
+        kind = entry.get("kind") if isinstance(entry, dict) else None
+        if kind == "decision":
+            agent = entry.get("agentId")
+            agent = agent if isinstance(agent, str) else ""
+            if isinstance(entry.get("id"), str):
+                if len(self._owners) >= MAX_OWNERS:  # the oldest half: their runs were written long ago
+                    for key in list(self._owners)[: MAX_OWNERS // 2]:
+                        del self._owners[key]
+                self._owners[entry["id"]] = agent
+        elif kind in ("run", "session"):
+            agent = self._owners.get(str(entry.get("id") if kind == "run" else entry.get("approvalId")), "")
+        else:
+            return self.name
+        return self.shard_of(agent) or self.name
+
+    def shard_of(self, agent: str) -> str | None:
+        """The file name of `agent`'s own log (None: the operator's, in the main file)."""
+        if not agent:
+            return None
+        if _PLAIN_AGENT.fullmatch(agent):
+            return f"{self._stem}.a.{agent}.jsonl"
+        digest = hashlib.sha256(agent.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return f"{self._stem}.h.{digest}.jsonl"
+
+    def path_of(self, agent: str) -> Path:
+        """The live file `agent`'s lines are appended to ("": the operator's)."""
+        return self.directory / (self.shard_of(agent) or self.name)
+
+    def _files_named(self, name: str) -> _Files:
+        if name == self.name:
+            return self._main
+        files = self._shards.get(name)
+        if files is None:
+            files = self._shards[name] = _Files(self.directory, name, self.rotate_bytes, self.keep_files)
+        return files
 
     def _indexed(self, lines: list[bytes]) -> None:
         """Add the ids of the decision lines just written to the index (when it is built)."""
@@ -208,9 +368,13 @@ class DecisionLog:
         """Build the id index from the files (blocking: at start, or in a worker thread). Under the write
         lock, so no line is appended between the read and the index taking over."""
         with self._lock:
-            found = {
-                e["id"] for e in self.lines() if e.get("kind") == "decision" and isinstance(e.get("id"), str)
-            }
+            found: set[str] = set()
+            self._owners = {}
+            for e in self.lines():
+                if e.get("kind") == "decision" and isinstance(e.get("id"), str):
+                    found.add(e["id"])
+                    agent = e.get("agentId")
+                    self._owners[e["id"]] = agent if isinstance(agent, str) else ""
             with self._ids_lock:
                 self._ids = sorted({i.lower() for i in found})
 
@@ -240,80 +404,14 @@ class DecisionLog:
         self.index()
         return self.might_hold(key)
 
-    def _write_line(self, line: bytes) -> None:
-        # Few syscalls: each is a GIL hand-off for the writer thread while the loop is busy (issue 19).
-        fd = self._open()
-        try:
-            st = os.fstat(fd)
-            if st.st_size and st.st_size + len(line) + 1 > self.rotate_bytes:
-                os.close(fd)
-                fd = -1
-                self._rotate()
-                fd = self._open()
-                st = os.fstat(fd)
-            if stat.S_IMODE(st.st_mode) != FILE_MODE:
-                os.fchmod(fd, FILE_MODE)  # a file restored with looser bits is tightened
-            if self._needs_newline is None:
-                self._needs_newline = _ends_torn(self.path, st.st_size)
-            data = (b"\n" if self._needs_newline else b"") + line + b"\n"
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-            self._needs_newline = False
-        finally:
-            if fd >= 0:
-                os.close(fd)
-
-    def _open(self) -> int:
-        """The live log for appending, made (in a private dir) when missing; a symlink in its place is
-        refused (O_NOFOLLOW), never written through."""
-        flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            try:
-                return os.open(self.path, flags)
-            except FileNotFoundError:
-                ensure_private_dir(self.directory)
-            return os.open(self.path, flags | os.O_CREAT, FILE_MODE)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise StateFileError(f"refusing to use symlinked path: {self.path}") from None
-            raise
-
-    def _rotate(self) -> None:
-        """decisions.jsonl → .1 → .2 …; the oldest beyond `keep_files` is dropped."""
-        oldest = self._rotated(self.keep_files - 1)
-        if self.keep_files == 1:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
-            with self._ids_lock:
-                self._ids = None
-            return
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(oldest)
-        for n in range(self.keep_files - 2, 0, -1):
-            with contextlib.suppress(FileNotFoundError):
-                os.replace(self._rotated(n), self._rotated(n + 1))
-        os.replace(self.path, self._rotated(1))
-        with self._ids_lock:
-            self._ids = None  # the oldest file's decisions are gone: rebuilt when next needed
-        dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        self._needs_newline = False
-
-    def _rotated(self, n: int) -> Path:
-        return self.directory / f"{self.name}.{n}"
-
     # -- reading
 
     def files(self) -> list[Path]:
-        """Oldest first."""
-        rotated = [self._rotated(n) for n in range(self.keep_files - 1, 0, -1)]
-        return [p for p in [*rotated, self.path] if p.is_file() and not p.is_symlink()]
+        """Every log's files: the operator's, then each agent's (on disk now), each oldest first."""
+        names: list[str] = []
+        with contextlib.suppress(OSError):
+            names = sorted(n for n in os.listdir(self.directory) if self._shard_name.fullmatch(n))
+        return [p for name in [self.name, *names] for p in self._files_named(name).files()]
 
     def lines(self) -> Iterable[dict[str, Any]]:
         for path in self.files():

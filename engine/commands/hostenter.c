@@ -29,7 +29,7 @@
    and inode), and the fd is closed first. Left open, /proc/self/fd/CWD/.. would walk the host's mounts,
    where the state dir is not covered.
 
-   Every run's /dev/pts is a devpts instance of its own (issue 27: host commands shared the host's, so one
+   Every run's /dev/pts is a devpts instance of its own, of at most RUN_PTYS terminals (issue 27: host commands shared the host's, so one
    agent's `tee /dev/pts/N` wrote into another agent's terminal session, or the operator's). /dev/ptmx
    allocates from the devpts at its sibling `pts`, so a terminal made in the run is the run's. PTY ("-":
    none) is the fd of a socket to the session host when the run is a terminal session: its terminal is
@@ -119,6 +119,12 @@ static void hand_over(int sock, int master) {
     }
 }
 
+/* A run's terminals: every devpts instance but the host's own takes from one count, kernel.pty.max less
+   kernel.pty.reserve (3072 by default), so an instance with no max= of its own let one run open them all
+   and no other run, of any agent, or bwrap sandbox could make a terminal (fresh round 10 b). */
+#define RUN_PTYS "256"
+#define PTS_OPTIONS "newinstance,ptmxmode=0666,mode=620,max=" RUN_PTYS
+
 /* This mount namespace private (mounts made here stay here, and none made on the host later arrives: a
    mount propagated in keeps its own flags, so the operator's later mount under the read-only home was
    writable in a running view; fresh round 10 a), its /dev/pts a devpts of its own, and, with PTY, the
@@ -126,8 +132,7 @@ static void hand_over(int sock, int master) {
    bwrap too: the view bwrap builds from this namespace's mounts is private with them. */
 static void own_pts(const char *pty) {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("mount --make-rprivate /");
-    if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620") < 0)
-        die("mount /dev/pts");
+    if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, PTS_OPTIONS) < 0) die("mount /dev/pts");
     int sock = optional_fd(pty);
     if (sock < 0) return;
     int master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);

@@ -10,6 +10,8 @@ import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import quote
 
+from engine.commands import privatefs
+
 # What a host run may write outside the home that others read: the FHS's shared temp and lock dirs,
 # screen's sockets, the gateway user's runtime dir (its session bus, systemd --user, gpg-agent, a
 # desktop's sockets) and the temp dir the gateway's TMPDIR names. Missing ones are left out.
@@ -57,6 +59,7 @@ def binds(state: str, agent_id: str, private: tuple[str, ...]) -> tuple[tuple[st
     if not os.path.isdir(top):
         os.makedirs(os.path.dirname(top), mode=0o700, exist_ok=True)
         os.makedirs(top, mode=0o700, exist_ok=True)
+    privatefs.ensure(top, state)  # a capped filesystem of its own (root only: docs/SECURITY.md)
     out = []
     for dest in private:
         if dest == state or dest.startswith(state.rstrip(os.sep) + os.sep):

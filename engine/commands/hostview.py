@@ -887,6 +887,9 @@ def _make_path_dirs(home: str, state: str, environ: dict[str, str] | None) -> No
             _made(path, directory=True)
 
 
+VIEW_ATTEMPTS = 3  # a view whose sources vanish under it is made again, this many times at most
+
+
 def view_by_fd(
     state: str, environ: dict[str, str] | None = None, outside: Outside = NOTHING_OUTSIDE
 ) -> tuple[list[str], tuple[int, ...]]:
@@ -894,17 +897,29 @@ def view_by_fd(
     checked on that fd (engine.commands.bindsource): what was checked is what bwrap mounts, whatever a run
     exchanges meanwhile. The fds are the caller's to pass to bwrap and close. HostViewError when a source
     moved or became a link since it was resolved."""
-    try:
-        ops = view_args(state, environ, outside)
-    except OSError as exc:  # a run exchanged a directory on the way while its names were resolved
-        raise HostViewError(f"{exc.filename}: {exc.strerror} while the host view was made; refused") from None
-    try:
-        return bindsource.by_fd(ops)
-    except OSError as exc:
-        raise HostViewError(
-            f"{exc.filename}: {exc.strerror} while the host view was made (a directory exchanged for a "
-            "link?); refused"
-        ) from None
+    for attempt in range(VIEW_ATTEMPTS):
+        try:
+            ops = view_args(state, environ, outside)
+        except OSError as exc:  # a run exchanged a directory on the way while its names were resolved
+            raise HostViewError(
+                f"{exc.filename}: {exc.strerror} while the host view was made; refused"
+            ) from None
+        try:
+            return bindsource.by_fd(ops)
+        except FileNotFoundError:
+            # something listed a moment ago is gone (a socket closed, a container's dir removed by another
+            # run's end): the view is made again from what is there now; a name exchanged for a link is not
+            if attempt + 1 < VIEW_ATTEMPTS:
+                continue
+            raise HostViewError(
+                f"the host view's sources kept vanishing while it was made ({VIEW_ATTEMPTS} tries); refused"
+            ) from None
+        except OSError as exc:
+            raise HostViewError(
+                f"{exc.filename}: {exc.strerror} while the host view was made (a directory exchanged for a "
+                "link?); refused"
+            ) from None
+    raise AssertionError("unreachable")
 
 
 def _cover_root(root: str) -> bool:

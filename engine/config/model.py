@@ -59,6 +59,7 @@ class ExecConfig:
     inherit_env: list[str] = field(default_factory=list)  # gateway env keys beyond hostenv.INHERITED_KEYS
     tree_safe: list[str] = field(default_factory=list)  # programs beyond treesafe.TREE_SAFE
     max_sessions_per_agent: int = 64
+    max_sandboxes_per_agent: int = 16  # live sandboxes, at most max_sessions_per_agent (sandbox.agentcap)
     max_output_bytes_per_agent: int = 2048 * MIB
     # "bwrap": gateway-host runs see no state dir and read-only trusted configs (engine.commands.hostview);
     # "none": they see the host as the gateway does (the operator's opt-out where bwrap cannot run).

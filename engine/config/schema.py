@@ -110,6 +110,7 @@ EXEC_KEYS: dict[str, Spec | Table] = {
     # Per agent (engine.sessions.quota): sessions one agent keeps, output its sessions keep on disk.
     "maxSessionsPerAgent": Spec("max_sessions_per_agent", "int", minimum=1),
     "maxOutputBytesPerAgent": Spec("max_output_bytes_per_agent", "int", minimum=1024 * 1024),
+    "maxSandboxesPerAgent": Spec("max_sandboxes_per_agent", "int", minimum=1),  # engine.sandbox.agentcap
     "hostView": Spec("host_view", "enum", ("bwrap", "none")),
     # Directories of the home (besides each run's workdir) gateway-host commands may write
     # (engine.commands.hostview: the rest of the home is read-only in the host view).

@@ -11,7 +11,7 @@ from typing import Any
 
 from engine.policy.decision import Decision
 from engine.results import ToolError
-from engine.sandbox import bwrap, bwrapterm, docker_ops
+from engine.sandbox import agentcap, bwrap, bwrapterm, docker_ops
 from engine.sandbox import supervisor as sv
 from engine.sandbox.launcher import SandboxLauncher
 from engine.sandbox.manager import Ensured, SandboxError, SandboxManager
@@ -126,7 +126,8 @@ async def prepare_exec(
     mgr.pool.sync(config)  # a reloaded config drops the spares it no longer asks for
     try:
         await mgr.maybe_prune(settings)
-        ensured: Ensured = await mgr.ensure(settings, lay, agent_id or "main")
+        cap = agentcap.cap_for(config, agent_id or "main")
+        ensured: Ensured = await mgr.ensure(settings, lay, agent_id or "main", max_sandboxes=cap)
     except (SandboxError, docker_ops.SandboxUnavailable, sv.SupervisorUnavailable) as exc:
         raise ToolError(str(exc)) from None
     synced: list[str] = []

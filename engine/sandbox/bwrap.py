@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from engine import statefs
-from engine.sandbox import bindfds, landlock
+from engine.sandbox import bindfds, landlock, usershare
 from engine.sandbox import supervisor as sv
 from engine.sandbox.bwraplimits import (
     budget_lock,
@@ -135,24 +135,36 @@ def start(
         # Checked and opened here, mounted by fd: what bwrap binds is what was checked (bindfds).
         binds = bindfds.open_binds(settings.docker, bind_roots(lay))
         fd = -1
+        userns = None
         try:
             fd = seccomp_fd()
+            userns = usershare.user_namespace()  # its share of the gateway user's inotify counts
             command = sv.supervisor_command(has_busybox)
             how = plan(
-                settings, lay, bwrap=bwrap, env=env, seccomp=fd, command=command, layer=layer, binds=binds
+                settings,
+                lay,
+                bwrap=bwrap,
+                env=env,
+                seccomp=fd,
+                command=command,
+                layer=layer,
+                binds=binds,
+                userns=userns,
             )
             check_memory_budget(lay.name, owner, how.tmpfs_bytes)
             group = pids_cgroup(lay.name, how.pids_limit, owner)
             try:
-                keeper = _spawn_keeper(lay, how, (fd, *(b.fd for b in binds)), group, has_busybox)
+                passed = (fd, *(b.fd for b in binds), *(() if userns is None else (userns,)))
+                keeper = _spawn_keeper(lay, how, passed, group, has_busybox)
             except BaseException:
                 if group is not None:
                     with contextlib.suppress(OSError):
                         group.rmdir()
                 raise
         finally:
-            if fd >= 0:
-                os.close(fd)
+            for held in (fd, -1 if userns is None else userns):
+                if held >= 0:
+                    os.close(held)
             bindfds.close(binds)
         return _adopt_keeper(settings, lay, how, keeper, group, owner, config_hash, created_at_ms, layer)
 

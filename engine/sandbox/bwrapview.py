@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from engine import sysbin
+from engine.commands import hostkeeper
 from engine.sandbox import bindfds, landlock
 from engine.sandbox import supervisor as sv
 from engine.sandbox.docker_ops import SandboxUnavailable
@@ -133,6 +134,7 @@ def plan(
     layer: landlock.Status | None = None,
     binds: Sequence[bindfds.Bind] = (),
     joined: bool = False,
+    userns: int | None = None,
 ) -> Plan:
     """The exact argv. `control`: the supervisor's control dir is mounted (the scope's long-lived
     sandbox); without, a one-shot run (a terminal) in the same view. `sockets` ({host path: sandbox path}):
@@ -143,7 +145,8 @@ def plan(
     docker.binds as bindfds.open_binds opened them (mounted by fd, never by path), or bindfds.shown for a
     plan that is only shown. `joined`: bwrap runs in the scope's running sandbox (a terminal, in its
     namespaces: terminal()) and takes that view whole, its tmpfs mounts and binds the same ones, never new
-    (`binds` then only name the landlock grants): the grants, seccomp, limits and env are the same."""
+    (`binds` then only name the landlock grants): the grants, seccomp, limits and env are the same.
+    `userns`: an fd of the user namespace bwrap joins in place of making one (engine.sandbox.usershare)."""
     d = settings.docker
     view = system_view(settings.bwrap_rootfs)
     # Landlock's grants, beside the mounts they follow: read anywhere in the view, execute only in the
@@ -157,7 +160,7 @@ def plan(
         argv = [bwrap, "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         argv += ["--dev-bind", "/", "/"]  # every mount as the sandbox has it (nosuid added; ro stays ro)
     else:
-        argv = _own_view(bwrap, view)
+        argv = _own_view(bwrap, view, userns)
     pinned = 0 if joined else SHM_BYTES
     for entry in d.tmpfs or ("/tmp",):
         path, size = _tmpfs(entry)
@@ -224,11 +227,22 @@ def plan(
     return Plan(argv, sandbox_vars, rlimits, d.pids_limit, pinned, ruleset)
 
 
-def _own_view(bwrap: str, view: list[str]) -> list[str]:
-    """bwrap's namespaces and the system, /proc and /dev mounts of a sandbox's view, made new."""
+def _own_view(bwrap: str, view: list[str], userns: int | None = None) -> list[str]:
+    """bwrap's namespaces and the system, /proc and /dev mounts of a sandbox's view, made new.
+
+    Its /dev/pts is the devpts instance exechost-hostenter's `own-pts` makes (at most RUN_PTYS terminals,
+    engine/commands/hostenter.c) in the mount namespace bwrap starts in: bwrap's own `--dev` devpts has no
+    max=, and every instance but the host's takes from one count, kernel.pty.max less kernel.pty.reserve,
+    so one sandbox opened every terminal the host had for them (fresh round 10 b). Without the helper
+    bwrap's own stays (docs/SECURITY.md)."""
+    helper = hostkeeper.helper_path()
+    own_pts = [helper, "own-pts", hostkeeper.NO_PTY, "--"] if helper is not None else []
+    pts = ["--dev-bind", "/dev/pts", "/dev/pts"] if helper is not None else []
+    user = ["--unshare-user"] if userns is None else ["--userns", str(userns)]
     return [
+        *own_pts,
         bwrap,
-        "--unshare-user",
+        *user,
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -254,6 +268,7 @@ def _own_view(bwrap: str, view: list[str]) -> list[str]:
         "/proc/sysrq-trigger",
         "--dev",
         "/dev",
+        *pts,  # (bound from the namespace own-pts made: its capped instance, never the host's own)
         "--perms",
         "1777",
         "--size",

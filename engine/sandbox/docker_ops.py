@@ -155,7 +155,8 @@ def create_kwargs(
     """docker-py `containers.create` arguments: hardened defaults plus the resource keys (reference §6.2).
 
     `pool_workspace` (the workspace's dev:inode) makes a pool container: no scope or agent labels, since
-    any scope of its pool key may claim it, and `config_hash` is then the pool key."""
+    any scope of its pool key (one owner's: pool.pool_key) may claim it, and `config_hash` is then the pool
+    key; `agent_id` then names only the owner group it is made in."""
     d = settings.docker
     labels = {
         LABEL: "1",
@@ -167,10 +168,9 @@ def create_kwargs(
     }
     if pool_workspace is None:
         labels.update({"openclaw.sessionKey": lay.scope_key, "exechost.agentId": agent_id})
-        owner = dockercg.owner_of(settings.scope, agent_id)
-    else:
+    else:  # (made for one agent's claims: in its owner group, since a claim cannot move a cgroup)
         labels.update({POOL_LABEL: config_hash, POOL_WS_LABEL: pool_workspace})
-        owner = dockercg.POOL_OWNER
+    owner = dockercg.owner_of(settings.scope, agent_id)
     volumes = [f"{lay.workspace_dir}:{d.workdir}:rw"]
     if lay.agent_mount is not None:
         volumes.append(f"{lay.agent_mount}:{AGENT_MOUNT}:ro")

@@ -27,7 +27,6 @@ PIDS_BASE = Path("/sys/fs/cgroup/pids")
 MEMORY_BASE = Path("/sys/fs/cgroup/memory")
 INSTALL_PIDS_SHARE = 2  # all of an install's containers: half the host's pids (as bwrap's)
 AGENT_PIDS_SHARE = 4  # one owner's containers: a quarter
-POOL_OWNER = "pool"  # unclaimed pool containers have no agent yet; a claim cannot move a container's cgroup
 
 
 def owner_of(scope: str, agent_id: str) -> str:

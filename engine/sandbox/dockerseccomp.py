@@ -6,8 +6,9 @@ Docker's own semantics: everything outside the allowlist fails with EPERM. The l
 default profile allows a container whatever its capabilities (our containers drop all of them, so the
 capability-gated entries of Docker's profile would add nothing), less REFUSED_SYSCALLS; the calls that
 give a file its mode are allowed only when that mode carries no set-id bit (MODE_ARG); clone only without
-a namespace flag; clone3 and openat2 fail with ENOSYS (their flags sit in a struct no filter reads; libc
-and runtimes fall back to clone and openat); socket only for SOCKET_FAMILIES. A call this runc's
+a namespace flag; UNSUPPORTED_SYSCALLS fail with ENOSYS (clone3's and openat2's flags sit in a struct no
+filter reads, and libc and runtimes fall back to clone and openat; io_setup takes from the host-wide
+fs.aio-max-nr, and libaio's users fall back to threads); socket only for SOCKET_FAMILIES. A call this runc's
 libseccomp does not know is dropped from the profile by runc, so it fails too.
 """
 
@@ -24,6 +25,7 @@ from engine.sandbox.seccomprules import (
     REFUSED_SYSCALLS,
     SET_ID_BITS,
     SOCKET_FAMILIES,
+    UNSUPPORTED_SYSCALLS,
 )
 
 _ALLOWED = """
@@ -64,7 +66,9 @@ unlink unlinkat utime utimensat utimensat_time64 utimes vfork vmsplice wait4 wai
 """
 # The personalities Docker's default allows (Linux, with UNAME26 and/or ADDR_NO_RANDOMIZE, and the query).
 PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
-ALLOWED_SYSCALLS = tuple(n for n in _ALLOWED.split() if n not in REFUSED_SYSCALLS and n not in MODE_ARG)
+ALLOWED_SYSCALLS = tuple(
+    n for n in _ALLOWED.split() if n not in (*REFUSED_SYSCALLS, *UNSUPPORTED_SYSCALLS) and n not in MODE_ARG
+)
 
 
 def _rule(
@@ -92,6 +96,6 @@ def profile_json() -> str:
     rules.append(_rule("clone", "SCMP_ACT_ALLOW", _arg(0, "SCMP_CMP_MASKED_EQ", sum(NAMESPACE_FLAGS))))
     rules += [_rule("socket", "SCMP_ACT_ALLOW", _arg(0, "SCMP_CMP_EQ", family)) for family in SOCKET_FAMILIES]
     rules += [_rule("personality", "SCMP_ACT_ALLOW", _arg(0, "SCMP_CMP_EQ", p)) for p in PERSONALITIES]
-    rules += [_rule(name, "SCMP_ACT_ERRNO", errnoRet=errno.ENOSYS) for name in ("clone3", "openat2")]
+    rules += [_rule(name, "SCMP_ACT_ERRNO", errnoRet=errno.ENOSYS) for name in UNSUPPORTED_SYSCALLS]
     profile = {"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": errno.EPERM, "syscalls": rules}
     return json.dumps(profile, separators=(",", ":"))

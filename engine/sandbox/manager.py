@@ -14,7 +14,7 @@ from typing import Any
 from engine import fairpool, statefs
 from engine.errors import ExecHostError
 from engine.principals import MAIN_AGENT, key_owner
-from engine.sandbox import bwrap, docker_ops
+from engine.sandbox import agentcap, bwrap, docker_ops
 from engine.sandbox import supervisor as sv
 from engine.sandbox.backend import BACKENDS, BWRAP, backend_named, image_of
 from engine.sandbox.egress import forwarder
@@ -78,6 +78,7 @@ class SandboxManager:
         self._registry = registry
         self._known: dict[str, _Known] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._agent_locks: dict[str, asyncio.Lock] = {}
         self._last_prune: float | None = None  # None = never pruned (monotonic() may be < 5 min after boot)
         self.active: dict[str, int] = {}  # running commands per container (this process)
         self.progress: Callable[[str, str], None] | None = None  # (container, message) while creating
@@ -101,6 +102,29 @@ class SandboxManager:
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
 
+    def _agent_lock(self, agent_id: str) -> asyncio.Lock:
+        return self._agent_locks.setdefault(agent_id, asyncio.Lock())
+
+    async def _make_room(self, lay: Layout, agent_id: str, cap: int) -> None:
+        """Before `lay`'s sandbox starts: the agent's other live sandboxes below `cap`, its least recently
+        used idle ones ended if need be (never another agent's); SandboxError when all of them are busy."""
+        await self.settle()  # bwrap's registry rows written off the request path, first
+        entries = await fairpool.to_thread(self.registry.read)
+        mine = agentcap.owned(entries, agent_id, lay.name)
+        if len(mine) < cap:
+            return
+        running = await fairpool.to_thread(agentcap.live, mine)
+        chosen, short = agentcap.to_end(running, cap, self.active)
+        if short:
+            raise SandboxError(
+                f"agent {agent_id} has {len(running)} sandboxes running commands, the most one agent may "
+                f"keep (tools.exec.maxSandboxesPerAgent = {cap}, at most its maxSessionsPerAgent); wait for "
+                "or kill a running command, or use a session key one of them serves, before starting another."
+            )
+        for entry in chosen:
+            self._progress(lay.name, f"ending idle sandbox {entry.containerName} (the agent's sandbox cap)")
+            await fairpool.to_thread(self.remove_runtime, entry.containerName)
+
     def _progress(self, name: str, message: str) -> None:
         if self.progress is not None:
             try:
@@ -122,7 +146,7 @@ class SandboxManager:
 
     async def _claim(self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str) -> bool:
         """A ready pool container becomes this scope's; False: none fits, create one as usual."""
-        key = self.pool.key(settings)
+        key = self.pool.key(settings, agent_id)
         entry = self.pool.take(key) if key is not None else None
         if entry is None:
             return False
@@ -172,7 +196,11 @@ class SandboxManager:
             self.pool.put_back(entry)
 
     # -- ensure -----------------------------------------------------------------------------------
-    async def ensure(self, settings: SandboxSettings, lay: Layout, agent_id: str) -> Ensured:
+    async def ensure(
+        self, settings: SandboxSettings, lay: Layout, agent_id: str, *, max_sandboxes: int | None = None
+    ) -> Ensured:
+        """The scope's sandbox, kept or started. `max_sandboxes`: the agent's cap on live sandboxes
+        (engine.sandbox.agentcap); a new one past it ends the agent's idle ones first, or is refused."""
         if settings.egress.mode != "none":
             await self._egress_ready(settings, lay, agent_id)
         expected = config_hash(settings, lay)
@@ -186,10 +214,14 @@ class SandboxManager:
         ):
             await self._touch(lay.name, known)
             return Ensured(lay.name, config_hash=expected)
-        async with self._lock(lay.name):
+        cap = max_sandboxes if settings.scope != "shared" else None  # (the shared one is nobody's own)
+        room = None if cap is None else (lambda: self._make_room(lay, agent_id, cap))
+        # One agent's new sandboxes one at a time: two of its scopes never both see room for one.
+        agent_lock = self._agent_lock(agent_id) if room else contextlib.nullcontext()
+        async with agent_lock, self._lock(lay.name):
             if settings.backend == BWRAP:
-                return await self._ensure_bwrap(settings, lay, agent_id, expected, channel)
-            result = await self._ensure_slow(settings, lay, agent_id, expected, channel)
+                return await self._ensure_bwrap(settings, lay, agent_id, expected, channel, room)
+            result = await self._ensure_slow(settings, lay, agent_id, expected, channel, room)
         self.pool.want(settings, agent_id)  # refilled off the request path
         return result
 
@@ -209,7 +241,13 @@ class SandboxManager:
             await self.egress(lay.name, agent_id, uid)
 
     async def _ensure_bwrap(
-        self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str, channel: sv.Channel
+        self,
+        settings: SandboxSettings,
+        lay: Layout,
+        agent_id: str,
+        expected: str,
+        channel: sv.Channel,
+        room: Callable[[], Awaitable[None]] | None = None,
     ) -> Ensured:
         """The scope's bubblewrap sandbox: kept while it runs with this config (or is hot), else started.
         A sandbox that stopped is gone (a namespace cannot be restarted): a new one gets the workspace."""
@@ -238,6 +276,8 @@ class SandboxManager:
         if state.exists:
             self._progress(lay.name, "removing sandbox with outdated config or no supervisor")
             await fairpool.to_thread(bwrap.remove, lay.name)
+        if room is not None:
+            await room()
         try:
             validate_docker(settings.docker, [lay.workspace_dir, lay.agent_workspace])
         except ValueError as exc:
@@ -294,7 +334,13 @@ class SandboxManager:
         return Ensured(lay.name, created=True, warnings=warnings, config_hash=expected)
 
     async def _ensure_slow(
-        self, settings: SandboxSettings, lay: Layout, agent_id: str, expected: str, channel: sv.Channel
+        self,
+        settings: SandboxSettings,
+        lay: Layout,
+        agent_id: str,
+        expected: str,
+        channel: sv.Channel,
+        room: Callable[[], Awaitable[None]] | None = None,
     ) -> Ensured:
         state = await fairpool.to_thread(docker_ops.inspect, lay.name)
         if state.exists and (state.labels or {}).get(STATE_LABEL) != state_id():
@@ -332,6 +378,8 @@ class SandboxManager:
             await fairpool.to_thread(docker_ops.remove, lay.name)
             state = docker_ops.ContainerState(lay.name, False)
         created = claimed = False
+        if room is not None and not state.running:  # one more of the agent's sandboxes is about to run
+            await room()
         if not state.exists:
             claimed = await self._claim(settings, lay, agent_id, expected)
             if not claimed:

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.sandbox import docker_ops
+from engine.sandbox import docker_ops, dockercg
 from engine.sandbox import supervisor as sv
 from engine.sandbox.registry import now_ms
 from engine.sandbox.settings import (
@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 _POOL_SUFFIX = re.compile(r"-pool\.[0-9a-f]{12}$")
 _POOL_DIR = re.compile(r"^pool\.[0-9a-f]{12}$")
+Spec = tuple[SandboxSettings, str]  # a pool key's settings, and an agent its spares are made for
 # setupCommand in a pool container: (name, settings) -> None, or the failure text.
 SetupFn = Callable[[str, SandboxSettings], Awaitable[str | None]]
 
@@ -77,8 +78,12 @@ class PoolEntry:
     ident: str  # dev:inode of the workspace dir it was created with (the one it mounts)
 
 
-def pool_key(settings: SandboxSettings, extra_labels: Mapping[str, str]) -> str | None:
-    """What a pool container is interchangeable by; None when this config is not pooled."""
+def pool_key(
+    settings: SandboxSettings, extra_labels: Mapping[str, str], agent_id: str = "main"
+) -> str | None:
+    """What a pool container is interchangeable by; None when this config is not pooled. The owner group
+    (dockercg.owner_of) is part of it: a spare is made in the pids and memory groups of the agent that will
+    claim it (a claim cannot move a container's cgroup), so one agent's spares never serve another."""
     if settings.backend != "docker" or settings.workspace_access != "none" or settings.docker.pool <= 0:
         return None  # (a bubblewrap sandbox starts in milliseconds: nothing to keep ready)
     if settings.egress.mode != "none":
@@ -93,6 +98,7 @@ def pool_key(settings: SandboxSettings, extra_labels: Mapping[str, str]) -> str 
         "supervisor": SUPERVISOR_DIGEST,
         "stateId": state_id(),
         "labels": dict(extra_labels),
+        "owner": dockercg.owner_of(settings.scope, agent_id),
     }
     return digest(payload)
 
@@ -102,16 +108,17 @@ def is_pool_name(name: str) -> bool:
     return bool(_POOL_SUFFIX.search(name))
 
 
-def wanted(config: Any, extra_labels: Mapping[str, str]) -> tuple[dict[str, SandboxSettings], dict[str, str]]:
-    """Pool keys the config asks for ({key: settings}) and each sandboxed agent's key ({agent: key})."""
-    specs: dict[str, SandboxSettings] = {}
+def wanted(config: Any, extra_labels: Mapping[str, str]) -> tuple[dict[str, Spec], dict[str, str]]:
+    """Pool keys the config asks for ({key: (settings, an agent of its owner)}) and each sandboxed agent's
+    key ({agent: key})."""
+    specs: dict[str, Spec] = {}
     agents: dict[str, str] = {}
     ids = ["main", *(getattr(config, "agents", None) or {})] if config is not None else ["main"]
     for agent_id in dict.fromkeys(ids):
         settings = resolve_settings(config, agent_id)
-        key = pool_key(settings, extra_labels) if settings.mode != "off" else None
+        key = pool_key(settings, extra_labels, agent_id) if settings.mode != "off" else None
         if key is not None:
-            specs.setdefault(key, settings)
+            specs.setdefault(key, (settings, agent_id))
             agents[agent_id] = key
     return specs, agents
 
@@ -148,7 +155,7 @@ class Pool:
         self.enabled = False  # the gateway turns it on: a short-lived CLI never leaves spares behind
         self._setup = setup
         self._ready: dict[str, list[PoolEntry]] = {}
-        self._specs: dict[str, SandboxSettings] = {}
+        self._specs: dict[str, Spec] = {}
         self._agents: dict[str, str] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._config: Any = None  # the config last synced (identity: a reload is a new object)
@@ -156,8 +163,8 @@ class Pool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._refused: set[str] = set()  # keys whose config a spare cannot have (validate_docker)
 
-    def key(self, settings: SandboxSettings) -> str | None:
-        return pool_key(settings, self.extra_labels) if self.enabled else None
+    def key(self, settings: SandboxSettings, agent_id: str) -> str | None:
+        return pool_key(settings, self.extra_labels, agent_id) if self.enabled else None
 
     def ready(self, key: str | None = None) -> list[PoolEntry]:
         if key is not None:
@@ -218,13 +225,13 @@ class Pool:
         """An agent used these settings: keep its key filled; a key no agent maps to any more is dropped."""
         if not self.enabled:
             return
-        key = pool_key(settings, self.extra_labels) if settings.mode != "off" else None
+        key = pool_key(settings, self.extra_labels, agent_id) if settings.mode != "off" else None
         old = self._agents.get(agent_id)
         if key is None:
             self._agents.pop(agent_id, None)
         else:
             self._agents[agent_id] = key
-            self._specs[key] = settings
+            self._specs[key] = (settings, agent_id)
         if old is not None and old != key and old not in self._agents.values():
             self._drop(old)
         if key is not None:
@@ -286,7 +293,7 @@ class Pool:
 
     async def _fill(self, key: str) -> None:
         while self.enabled and key in self._specs:
-            settings = self._specs[key]
+            settings, agent_id = self._specs[key]
             if len(self._ready.get(key, [])) >= settings.docker.pool:
                 return
             try:
@@ -298,7 +305,7 @@ class Pool:
                 self._refused.add(key)
                 log.info("sandbox pool: config not pooled: %s", exc)
                 return
-            entry = await self._create(settings, key)
+            entry = await self._create(settings, key, agent_id)
             if key in self._specs:  # (after a stop too: the next process adopts it)
                 self._ready.setdefault(key, []).append(entry)
             else:
@@ -308,7 +315,7 @@ class Pool:
     def _workspace(settings: SandboxSettings, token: str) -> str:
         return os.path.join(settings.workspace_root, f"pool.{token}")
 
-    async def _create(self, settings: SandboxSettings, key: str) -> PoolEntry:
+    async def _create(self, settings: SandboxSettings, key: str, agent_id: str) -> PoolEntry:
         token = secrets.token_hex(6)
         name = f"{settings.docker.container_prefix}{state_id()}-pool.{token}"
         workspace = self._workspace(settings, token)
@@ -337,7 +344,7 @@ class Pool:
                 env=env,
                 user=user,
                 has_busybox=has_bb,
-                agent_id="",
+                agent_id=agent_id,  # (its owner group only: a pool container has no agent label)
                 extra_labels=self.extra_labels,
                 pool_workspace=f"{ident}:{workspace}",
             )
@@ -409,7 +416,7 @@ class Pool:
             labels = dict(c.get("Labels") or {})
             key = labels.get(docker_ops.POOL_LABEL, "")
             ident, workspace = _label_workspace(labels.get(docker_ops.POOL_WS_LABEL, ""))
-            settings = self._specs.get(key)
+            settings = self._specs[key][0] if key in self._specs else None
             ok = (
                 settings is not None
                 and c.get("State") == "running"
@@ -442,6 +449,11 @@ class Pool:
         """Remove unclaimed pool containers the config no longer asks for (all with `everything`, and
         those older than `max_age_ms` when set); blocking. Returns their names."""
         specs, _ = wanted(config, self.extra_labels)
+        keys = set(specs)  # and the keys of agents not listed, filled since they ran, this config still gives
+        for key, (_, agent_id) in list(self._specs.items()):
+            settings = resolve_settings(config, agent_id)
+            if settings.mode != "off" and pool_key(settings, self.extra_labels, agent_id) == key:
+                keys.add(key)
         stamp = now_ms()
         removed = []
         for c in self._pool_containers():
@@ -449,7 +461,7 @@ class Pool:
             labels = dict(c.get("Labels") or {})
             created = int(str(labels.get("openclaw.createdAtMs", "0")) or 0)
             old = max_age_ms > 0 and stamp - created > max_age_ms
-            if everything or old or labels.get(docker_ops.POOL_LABEL) not in specs:
+            if everything or old or labels.get(docker_ops.POOL_LABEL) not in keys:
                 _remove(name, _label_workspace(labels.get(docker_ops.POOL_WS_LABEL, ""))[1])
                 removed.append(name)
         self._on_loop(self._forget, set(removed))

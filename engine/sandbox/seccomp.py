@@ -17,6 +17,7 @@ from engine.sandbox.seccomprules import (
     SET_ID_BITS,
     SOCKET_FAMILIES,
     TIOCSTI,
+    UNSUPPORTED_SYSCALLS,
 )
 
 
@@ -42,8 +43,9 @@ def _seccomp_module() -> Any:
 @functools.cache
 def seccomp_program() -> bytes:
     """The filter as BPF, exported by libseccomp: everything allowed except REFUSED_SYSCALLS (EPERM),
-    clone() making a namespace (EPERM), clone3 (ENOSYS: its flags are out of a filter's reach, and libc
-    falls back to clone), TIOCSTI, a set-id bit in any mode (EPERM; openat2 ENOSYS), socket() of a family
+    clone() making a namespace (EPERM), UNSUPPORTED_SYSCALLS (ENOSYS: clone3's flags are out of a filter's
+    reach, and libc falls back to clone; io_setup takes from a host-wide count), TIOCSTI, a set-id bit in
+    any mode (EPERM; openat2 ENOSYS), socket() of a family
     outside SOCKET_FAMILIES (EAFNOSUPPORT); another architecture's calls kill the process (libseccomp's
     default)."""
     sc = _seccomp_module()
@@ -56,7 +58,9 @@ def seccomp_program() -> bytes:
             continue
     for flag in NAMESPACE_FLAGS:
         filt.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
-    filt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    for name in UNSUPPORTED_SYSCALLS:
+        with contextlib.suppress(ValueError, RuntimeError, OSError):  # a call this libseccomp lacks
+            filt.add_rule(sc.ERRNO(errno.ENOSYS), name)
     filt.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, TIOCSTI))
     for name, arg in MODE_ARG.items():
         for bit in SET_ID_BITS:
@@ -64,8 +68,6 @@ def seccomp_program() -> bytes:
                 filt.add_rule(eperm, name, sc.Arg(arg, sc.MASKED_EQ, bit, bit))
             except (ValueError, RuntimeError, OSError):  # a call this libseccomp or architecture lacks
                 break
-    with contextlib.suppress(ValueError, RuntimeError, OSError):
-        filt.add_rule(sc.ERRNO(errno.ENOSYS), "openat2")
     # An allowlist written as its complement (a filter's default here is allow): every family number below
     # the largest allowed one that is not allowed, and everything above it, fails as unsupported.
     refused_family = sc.ERRNO(errno.EAFNOSUPPORT)

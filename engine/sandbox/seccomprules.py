@@ -81,6 +81,12 @@ NAMESPACE_FLAGS = (
     0x00000080,  # CLONE_NEWTIME
 )
 TIOCSTI = 0x5412
+# Calls that fail as unimplemented (ENOSYS), so programs take their fallback: clone3 and openat2 carry their
+# flags and mode in a struct no filter reads (libc falls back to clone and openat); io_setup takes from
+# fs.aio-max-nr, one count for the whole host that no namespace or cgroup divides, so one sandbox could
+# take every AIO context of the host (fresh round 10 b): libaio users (databases, fio) fall back to
+# threads, glibc's POSIX AIO never used it. (io_uring_setup is refused outright, as Docker refuses it.)
+UNSUPPORTED_SYSCALLS = ("clone3", "openat2", "io_setup")
 # The calls that give a file its mode, and which argument holds it. The sandbox's uid may be the host's
 # root (a root gateway's), and a file's owner may set S_ISUID/S_ISGID without any capability: a setuid
 # root binary in the workspace is a root shell on the host for whoever reaches that dir (binds are nosuid

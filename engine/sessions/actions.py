@@ -9,7 +9,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from engine.results import ToolResult
+from engine.results import ToolError, ToolResult
 from engine.sessions.keys import encode_key_token, encode_keys, encode_paste, needs_cursor_mode
 from engine.sessions.registry import Registry, Session, now_ms, truncate_middle
 
@@ -291,15 +291,18 @@ async def _log(session: Session | None, sid: str, params: dict[str, Any]) -> Too
     )
 
 
-async def _input(name: str, session: Session | None, sid: str, params: dict[str, Any]) -> ToolResult:
+async def _input(
+    manager: SessionManager, name: str, session: Session | None, sid: str, params: dict[str, Any]
+) -> ToolResult:
     if session is None or session.exited:
         return _fail(f"No active session found for {sid}")
     if not session.backgrounded:
         return _fail(f"Session {sid} is not backgrounded.")
-    handle = session.handle
-    if handle is None or not session.stdin_writable:
+    raw = session.handle
+    if raw is None or not session.stdin_writable:
         return _fail(f"Session {sid} stdin is not writable.")
     running = {"status": "running", "sessionId": sid, "name": session.name}
+    handle = _Budgeted(manager, session)
     try:
         if name == "write":
             data = str(params.get("data") or "").encode("utf-8")
@@ -307,7 +310,7 @@ async def _input(name: str, session: Session | None, sid: str, params: dict[str,
                 await handle.write(data)
             eof = bool(params.get("eof"))
             if eof:
-                await handle.close_stdin()
+                await raw.close_stdin()
             return ToolResult(
                 f"Wrote {len(data)} bytes to session {sid}{' (stdin closed)' if eof else ''}.", running
             )
@@ -320,15 +323,31 @@ async def _input(name: str, session: Session | None, sid: str, params: dict[str,
                 return _fail("No paste text provided.")
             await handle.write(encode_paste(text, params.get("bracketed") is not False).encode("utf-8"))
             return ToolResult(f"Pasted {len(text)} chars to session {sid}.", running)
-        return await _send_keys(session, sid, params, running)
+        return await _send_keys(handle, session, sid, params, running)
     except OSError:
         return _fail(f"Session {sid} stdin is not writable.")
+    except ToolError as exc:  # the agent's unread input is at its budget: nothing of this write was sent
+        return _fail(str(exc), sessionId=sid)
+
+
+class _Budgeted:
+    """A session's stdin, each write charged first to its agent's budget of unread input
+    (engine.sessions.quota): a write that does not fit is refused whole, never reported as written."""
+
+    def __init__(self, manager: SessionManager, session: Session) -> None:
+        self.manager, self.session = manager, session
+
+    async def write(self, data: bytes) -> None:
+        quota = getattr(self.manager, "quota", None)
+        if quota is not None:
+            quota.charge_input(self.session, len(data), self.manager.registry)
+        assert self.session.handle is not None
+        await self.session.handle.write(data)
 
 
 async def _send_keys(
-    session: Session, sid: str, params: dict[str, Any], running: dict[str, Any]
+    handle: _Budgeted, session: Session, sid: str, params: dict[str, Any], running: dict[str, Any]
 ) -> ToolResult:
-    assert session.handle is not None
     keys = _str_list(params.get("keys"))
     hex_bytes = _str_list(params.get("hex"))
     literal = params.get("literal")
@@ -344,7 +363,7 @@ async def _send_keys(
         head = encode_keys(hex_bytes=hex_bytes, literal=str(literal) if literal else None, cursor_mode=mode)
         warnings, sent = list(head.warnings), 0
         if head.data:
-            await session.handle.write(head.data)
+            await handle.write(head.data)
             sent += len(head.data)
         for index, key in enumerate(keys):
             if index:
@@ -352,7 +371,7 @@ async def _send_keys(
             encoded = encode_key_token(key, session.cursor_key_mode if mode != "unknown" else mode)
             warnings.extend(encoded.warnings)
             if encoded.data:
-                await session.handle.write(encoded.data)
+                await handle.write(encoded.data)
                 sent += len(encoded.data)
     else:
         encoded = encode_keys(
@@ -360,7 +379,7 @@ async def _send_keys(
         )
         warnings, sent = encoded.warnings, len(encoded.data)
         if encoded.data:
-            await session.handle.write(encoded.data)
+            await handle.write(encoded.data)
     if not sent and not warnings:
         return _fail("No key data provided.")
     text = f"Sent {sent} bytes to session {sid}."
@@ -377,10 +396,10 @@ ActionHandler = Callable[[SessionManager, str, Any, str, dict[str, Any]], Awaita
 HANDLERS: dict[str, ActionHandler] = {
     "poll": lambda manager, _name, session, sid, params: _poll(manager, session, sid, params),
     "log": lambda _manager, _name, session, sid, params: _log(session, sid, params),
-    "write": lambda _manager, name, session, sid, params: _input(name, session, sid, params),
-    "send-keys": lambda _manager, name, session, sid, params: _input(name, session, sid, params),
-    "submit": lambda _manager, name, session, sid, params: _input(name, session, sid, params),
-    "paste": lambda _manager, name, session, sid, params: _input(name, session, sid, params),
+    "write": lambda manager, name, session, sid, params: _input(manager, name, session, sid, params),
+    "send-keys": lambda manager, name, session, sid, params: _input(manager, name, session, sid, params),
+    "submit": lambda manager, name, session, sid, params: _input(manager, name, session, sid, params),
+    "paste": lambda manager, name, session, sid, params: _input(manager, name, session, sid, params),
     "kill": _kill,
     "clear": _clear,
     "remove": _remove,

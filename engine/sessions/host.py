@@ -141,6 +141,10 @@ class HostProcess:
         self._closed = False
         self._queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
         self._unread = 0  # bytes queued here from the live link, not yet read
+        # Input sent to the host (or held there when we attached) and what it says it no longer holds:
+        # the difference is what it keeps for this command, charged to the agent (engine.sessions.quota).
+        self._in_sent = 0
+        self._in_done = 0
 
     @property
     def live(self) -> bool:
@@ -153,6 +157,21 @@ class HostProcess:
             if self._link is not None:
                 self._unread += len(data)
                 self._link.queued_output(len(data))
+
+    def on_input_done(self, done: int) -> None:
+        self._in_done = max(self._in_done, done)
+
+    def on_input_held(self, held: int) -> None:
+        self._in_sent, self._in_done = max(0, held), 0
+
+    @property
+    def input_held(self) -> int:
+        """Bytes of input the host keeps for this command, not yet read by it (0: none, or a host too
+        old to tell, whose own per-session cap then bounds it)."""
+        link = self._link
+        if link is None or not link.input_done or self._exit.done():
+            return 0
+        return max(0, self._in_sent - self._in_done)
 
     def on_eof(self) -> None:
         if not self._eof:
@@ -210,6 +229,7 @@ class HostProcess:
     async def write(self, data: bytes) -> None:
         if not self.stdin_open or self._link is None:
             raise BrokenPipeError("stdin is closed")
+        self._in_sent += len(data)
         self._link.send(wire.WRITE, self._chan, data)
         await self._link.drain()
 
@@ -218,6 +238,7 @@ class HostProcess:
             return
         if self._link is not None:
             self._link.send(wire.EOF, self._chan)
+            self._in_sent += 1 if self.pty else 0  # (a terminal's EOF is an EOT byte in its input)
         self._stdin_closed = True
 
     def resize(self, cols: int, rows: int) -> None:
@@ -383,6 +404,7 @@ class HostLauncher:
             pid, limit = hello.get("pid"), hello.get("fdLimit")
             pid = pid if isinstance(pid, int) else 0
             link = self.link = HostLink(sock, pid, limit if isinstance(limit, int) else 0)
+            link.input_done = hello.get("inputDone") is True
             if self.problem is not None:
                 log.info("session host (pid %d) is back for %s", pid, self.directory)
             self.problem = None

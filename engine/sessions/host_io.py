@@ -115,6 +115,11 @@ ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 HELLO, SPAWN, WRITE, EOF, RESIZE, SIGNAL, LIST, ATTACH, CLOSE, FORGET, BYE, HOLD = range(1, 13)
 # host -> gateway (HELLO too)
 REPLY, OUT_STDOUT, OUT_STDERR, OUT_PTY, EXITED, OUT_EOF = 20, 30, 31, 32, 40, 41
+# How many bytes of a session's input the host no longer holds (written to the command, or dropped with its
+# stdin), since the gateway attached: 8 bytes, cumulative. The gateway counts what it sent less this
+# against the agent's input budget (engine.sessions.quota); hosts that say `inputDone` in their hello.
+INPUT_DONE = 42
+INPUT_DONE_SIZE = struct.Struct(">Q")
 OUT_KINDS = (OUT_STDOUT, OUT_STDERR, OUT_PTY)
 # A held session's status stream (HOLD: a sandbox command's FIFOs): "pid N" / "exit N" lines, parsed here.
 STATUS = 3
@@ -142,6 +147,8 @@ class Session:
         "events",
         "exit",
         "exit_sent",
+        "in_done",
+        "in_told",
         "inbuf",
         "paused",
         "pid",
@@ -169,6 +176,8 @@ class Session:
         self.streams: dict[int, int] = {}  # fd -> stream (0 stdout, 1 stderr, 2 pty)
         self.stdin_fd: int | None = None
         self.inbuf = bytearray()
+        self.in_done = 0  # input bytes taken out of `inbuf` (written, or dropped) since the gateway attached
+        self.in_told = 0  # what the gateway was last told of it (INPUT_DONE)
         self.shut_pending = False
         self.spool_size = 0
         self.spool_cap = spool_cap
@@ -321,7 +330,7 @@ class SessionIO:
         was_status = s.streams.pop(fd, None) == STATUS
         if fd == s.stdin_fd:
             s.stdin_fd = None
-            s.inbuf.clear()
+            self._input_dropped(s)
         self._update(s, fd)
         if s.sock is not None and fd == s.sock.fileno():
             s.sock.close()
@@ -444,18 +453,37 @@ class SessionIO:
         if self.by_id.get(s.sid) is s:
             del self.by_id[s.sid]
 
+    def _input_dropped(self, s: Session) -> None:
+        """The session's held input goes (its stdin is gone): counted as done, and told."""
+        s.in_done += len(s.inbuf)
+        s.inbuf.clear()
+        self._tell_input(s)
+
+    def _tell_input(self, s: Session) -> None:
+        if s.in_done != s.in_told and s.attached and not s.collected:
+            s.in_told = s.in_done
+            self._send(INPUT_DONE, s.chan, INPUT_DONE_SIZE.pack(s.in_done))
+
     def _flush_input(self, s: Session) -> None:
+        try:
+            self._write_input(s)
+        finally:
+            self._tell_input(s)
+
+    def _write_input(self, s: Session) -> None:
         fd = s.stdin_fd
         if fd is None:
-            s.inbuf.clear()
+            self._input_dropped(s)
             return
         try:
             while s.inbuf:
-                del s.inbuf[: os.write(fd, s.inbuf)]
+                n = os.write(fd, s.inbuf)
+                del s.inbuf[:n]
+                s.in_done += n
         except BlockingIOError:
             pass
         except OSError:  # EPIPE: the command closed its stdin
-            s.inbuf.clear()
+            self._input_dropped(s)
         if s.shut_pending and not s.inbuf and s.sock is not None:
             s.shut_pending = False
             s.stdin_fd = None
@@ -473,7 +501,7 @@ class SessionIO:
         if fd is None or fd in s.streams or (s.sock is not None and fd == s.sock.fileno()):
             return
         s.stdin_fd = None
-        s.inbuf.clear()
+        self._input_dropped(s)
         self._update(s, fd)
         with contextlib.suppress(OSError):
             os.close(fd)

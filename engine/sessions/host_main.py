@@ -284,7 +284,7 @@ class Host(hio.SessionIO):
     def _hello(self, kind: int, payload: bytes) -> None:
         msg = json.loads(payload) if kind == hio.HELLO else {}
         limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]  # how many sessions the gateway may send
-        hello = {"version": hio.VERSION, "pid": os.getpid(), "fdLimit": limit}
+        hello = {"version": hio.VERSION, "pid": os.getpid(), "fdLimit": limit, "inputDone": True}
         self._send(hio.HELLO, 0, json.dumps(hello).encode())
         if msg.get("version") != hio.VERSION:
             self._flush()
@@ -344,7 +344,9 @@ class Host(hio.SessionIO):
             self._reply(msg.get("req"), {"error": "unknown session"})
             return
         s.attached, s.sent, s.eof_sent, s.exit_sent = True, 0, False, False
-        self._reply(msg.get("req"), {"chan": s.chan, "pid": s.pid, "pty": s.pty})
+        s.in_done = s.in_told = 0  # this gateway counts from here: it is told what is held now
+        reply = {"chan": s.chan, "pid": s.pid, "pty": s.pty, "inputHeld": len(s.inbuf)}
+        self._reply(msg.get("req"), reply)
         self.behind[s] = None  # the spool from byte 0, then live
 
     def _cmd_forget(self, msg: dict[str, Any]) -> None:
@@ -362,9 +364,15 @@ class Host(hio.SessionIO):
     # -- one session's commands
 
     def _session_write(self, s: hio.Session, payload: bytes) -> None:
+        """The gateway charged these bytes to the agent's input budget (engine.sessions.quota), which is
+        below MAX_INPUT_BACKLOG; the cap here is for a gateway that did not. Bytes not kept are told as
+        done at once, so the gateway's count stays exact."""
         if s.stdin_fd is not None and len(s.inbuf) + len(payload) <= MAX_INPUT_BACKLOG:
             s.inbuf += payload
             self._flush_input(s)
+        else:
+            s.in_done += len(payload)
+            self._tell_input(s)
 
     def _session_eof(self, s: hio.Session, payload: bytes) -> None:
         if s.pty:

@@ -52,6 +52,10 @@ class Channel(Protocol):
 
     def on_lost(self, host_alive: bool = False) -> None: ...
 
+    def on_input_done(self, done: int) -> None: ...
+
+    def on_input_held(self, held: int) -> None: ...
+
 
 ChannelFactory = Callable[[int, dict[str, Any]], Channel]
 
@@ -80,6 +84,7 @@ class HostLink:
         self._attach: dict[int, ChannelFactory] = {}  # req -> what makes the reply's channel
         self.closed = False
         self.fd_limit = fd_limit  # the host's RLIMIT_NOFILE (its hello, or its last EMFILE); 0: unknown
+        self.input_done = False  # the host tells how much input it no longer holds (its hello: INPUT_DONE)
         # What the sessions opened over this link hold in the host, as counted here (a pipe session 2 fds,
         # a terminal 1, a held one what was handed over): the room left for new ones.
         self.fds_used = 0
@@ -296,11 +301,16 @@ class HostLink:
         elif kind == wire.EXITED:
             if (handle := self.chans.get(chan)) is not None:
                 handle.on_exit(json.loads(payload))
+        elif kind == wire.INPUT_DONE:
+            if (handle := self.chans.get(chan)) is not None:
+                handle.on_input_done(wire.INPUT_DONE_SIZE.unpack(payload)[0])
         elif kind == wire.REPLY:
             result = json.loads(payload)
             factory = self._attach.pop(chan, None)
             if factory is not None and isinstance(result.get("chan"), int):
-                self.chans[result["chan"]] = factory(result["chan"], result)
+                handle = self.chans[result["chan"]] = factory(result["chan"], result)
+                if isinstance(result.get("inputHeld"), int):  # an attach: what the host holds already
+                    handle.on_input_held(result["inputHeld"])
             fut = self._pending.get(chan)
             if fut is not None and not fut.done():
                 fut.set_result(result)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from engine import fairpool, statefs
+from engine.sessions import diskroom
 from engine.sessions.fanout import OutputSubscription, RawFanout
 from engine.sessions.logframes import SPOOL_HEADER, SPOOL_STREAMS, spool_bytes, spool_text
 from engine.sessions.logread import cleaned, lines_window, log_range, log_text
@@ -46,6 +47,7 @@ class SessionOutput(OutputBuffer):
         self.log_capped = False
         self.spilled = False
         self._log_fd: int | None = None
+        self._room = diskroom.Room()  # what the state dir's filesystem lets it write (its reserve kept)
 
     @property
     def offset(self) -> int:
@@ -57,6 +59,16 @@ class SessionOutput(OutputBuffer):
         the text views; `text`: what the views take of them when not all (a terminal's queries cut out)."""
         if not data:
             return
+        piece = diskroom.PIECE
+        logging = self._log_fd is not None and not self.log_capped
+        if text is None and len(data) > piece and logging and not self._room.holds(len(data)):
+            # near the reserve: in pieces, so the log stops within a piece of it
+            for at in range(0, len(data), piece):
+                self._feed(stream, data[at : at + piece], None)
+            return
+        self._feed(stream, data, text)
+
+    def _feed(self, stream: str, data: bytes, text: bytes | None) -> None:
         # The log starts before the replay buffer or the ring would drop anything (chars <= bytes).
         spill = not self.raw.holds_all(len(data)) or self.ring.length + len(data) > self.ring.cap
         if spill and self._log_fd is None and self.log_path is not None and not self.settled:
@@ -103,6 +115,8 @@ class SessionOutput(OutputBuffer):
         assert self.log_path is not None
         try:
             statefs.ensure_private_dir(self.log_path.parent)
+            if not diskroom.has_room(os.statvfs(self.log_path.parent)):
+                raise OSError("the state dir's filesystem is down to its reserve")
             self._log_fd = os.open(
                 self.log_path,
                 os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -121,7 +135,8 @@ class SessionOutput(OutputBuffer):
     def _write_frame(self, stream: str, data: bytes) -> bool:
         assert self._log_fd is not None
         size = SPOOL_HEADER + len(data)
-        if self.log_bytes + size > self.log_cap:
+        # the log's cap, and the room the state dir's filesystem keeps for the gateway's own records
+        if self.log_bytes + size > self.log_cap or not self._room.take(self._log_fd, size):
             self.log_capped = True
             return False
         header = bytes((SPOOL_STREAMS.get(stream, 0),)) + len(data).to_bytes(4, "big")

@@ -1,5 +1,6 @@
-"""Per-agent caps on sessions and on the output bytes they keep on disk: one agent never fills the session
-table or the disk that the operator and the other agents share."""
+"""Per-agent caps on sessions, on the output bytes they keep on disk and on the input bytes their commands
+have not read yet: one agent never fills the session table, the disk, or the session host's memory (one
+process for every agent's held sessions) that the operator and the other agents share."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ MAX_SESSIONS_PER_AGENT = 64  # running and finished-but-kept together
 # cap, 32 running sessions of one agent, or more that have finished with less.
 MAX_OUTPUT_BYTES_PER_AGENT = 2 << 30
 MIN_SESSION_BYTES = 1 << 20  # less room than this left for a new session: refused, not started half-blind
+# Input written to an agent's sessions that their commands have not read, held by the session host for
+# them all together (below the host's own per-session cap, host_main.MAX_INPUT_BACKLOG, so the host never
+# drops a write the gateway answered as written).
+MAX_INPUT_BYTES_PER_AGENT = 4 << 20
 
 
 class Held(Protocol):
@@ -28,6 +33,7 @@ class Held(Protocol):
 class Quota:
     sessions: int = MAX_SESSIONS_PER_AGENT
     output_bytes: int = MAX_OUTPUT_BYTES_PER_AGENT
+    input_bytes: int = MAX_INPUT_BYTES_PER_AGENT  # unread input its sessions' commands hold, together
     # (sessions, output bytes) for one agent, read at each grant (the gateway's config, with the agent's
     # overrides, so an edit applies to the next start); None: the two fields above for every agent.
     per_agent: Callable[[str], tuple[int, int]] | None = field(default=None, repr=False)
@@ -72,6 +78,23 @@ class Quota:
             )
         return min(default_cap, room)
 
+    def charge_input(self, session: Session, size: int, registry: Held) -> None:
+        """Before `size` bytes are written to `session`'s stdin: a ToolError when its agent's sessions
+        would then hold more unread input than its budget (the whole write refused, nothing sent)."""
+        owner = key_owner(session.spec.scope_key)
+        if owner is None or session.spec.operator:
+            return  # the operator's: no agent's budget
+        self.held_here(owner, registry)
+        mine = dict(self._held.get(owner, {}))
+        mine[session.id] = session  # (one admitted elsewhere, a node's: counted all the same)
+        held = sum(_input_held(s) for s in mine.values())
+        if held + size > self.input_bytes:
+            raise ToolError(
+                f"agent {owner}'s sessions hold {held} bytes of input their commands have not read; "
+                f"{size} more would pass its budget ({self.input_bytes >> 20} MiB), so none of it was "
+                "written. Wait for the command to read its input (poll), or kill it."
+            )
+
     def admit(self, session: Session) -> None:
         """Count a session that was granted its cap (and is now in the registry) against its agent."""
         owner = key_owner(session.spec.scope_key)
@@ -84,3 +107,10 @@ def too_many_sessions(owner: str, count: int) -> ToolError:
         f"agent {owner} has {count} sessions, the most one agent may keep; remove finished ones "
         "(process remove) or kill some before starting another."
     )
+
+
+def _input_held(session: Session) -> int:
+    """What the session host keeps of the input written to `session` (a handle that writes straight to
+    the command's pipe, waiting for room, holds none)."""
+    held = getattr(session.handle, "input_held", 0)
+    return held if isinstance(held, int) else 0

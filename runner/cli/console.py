@@ -30,7 +30,9 @@ def register(subparsers: Subparsers) -> None:
         "--state-dir", metavar="DIR", help="state dir (default: $OPENCLAW_STATE_DIR or ~/.openclaw)"
     )
     p.add_argument(
-        "--web", action="store_true", help="serve the console to a browser (loopback, token in the URL)"
+        "--web",
+        action="store_true",
+        help="serve the console to a browser (loopback; a printed URL opens one tab, once; Enter: another)",
     )
     p.add_argument("--port", type=int, metavar="N", help="--web: the port (default: a free one)")
     # What --web runs for each browser tab: another tab (or a terminal console) may host the approval

@@ -21,7 +21,7 @@ def test_a_command_cannot_forge_history_lines(tmp_path: Path) -> None:
     rows = log.entries()
     assert [r.id for r in rows] == ["real"]
     assert rows[0].data["command"] == f"echo\n{forged}\n"
-    assert len(log.path.read_bytes().splitlines()) == 1
+    assert len(log.path_of("main").read_bytes().splitlines()) == 1
 
 
 async def test_an_ask_edited_while_no_gateway_ran_is_stale_not_run(state_dir: Path, tmp_path: Path) -> None:

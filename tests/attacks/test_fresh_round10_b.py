@@ -71,20 +71,22 @@ async def events_of(client: ControlClient) -> list[dict[str, Any]]:
     return list((await client.request("events", {}))["events"])
 
 
-@needs_root
-@pytest.mark.xfail(
+OWN_DIRS_OPEN = pytest.mark.xfail(
     strict=True,
-    reason="open: every agent's private /tmp (/dev/shm, ...) and sandbox workspaces are dirs under the state "
-    "dir (hostprivate.binds, <state>/sandboxes) with no cap, and its output logs' 2 GiB budget is not "
-    "measured against the disk: one agent fills the state dir's disk (bytes or inodes), another agent's "
-    "approved run is denied (spawn-failed) and the operator's decision is not recorded",
+    reason="open: every agent's sandbox workspaces are dirs under the state dir (<state>/sandboxes) with "
+    "no cap: one agent fills the state dir's disk, another agent's approved run is denied (spawn-failed) and "
+    "the operator's decision is not recorded",
 )
+
+
+@needs_root
 @pytest.mark.parametrize(
     ("where", "config", "unit"),
     [
         ("/tmp", TWO_AGENTS, "bytes"),  # a host run's own /tmp: <state>/hostprivate/main/%2Ftmp
         ("/tmp", TWO_AGENTS, "inodes"),  # (a byte quota alone would not do)
-        ("/workspace", SANDBOXED_MAIN, "bytes"),  # a sandbox's workspace: <state>/sandboxes/...
+        # a sandbox's workspace: <state>/sandboxes/...
+        pytest.param("/workspace", SANDBOXED_MAIN, "bytes", marks=OWN_DIRS_OPEN),
         ("log", TWO_AGENTS, "bytes"),  # its session's output log: 2 GiB per agent, whatever the disk has
     ],
 )
@@ -329,13 +331,6 @@ def _host_rss_kib(state: Path) -> int:
     return total
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the session host (one process, every agent's held sessions) keeps up to 16 MiB of unread "
-    "stdin per session (host_main.MAX_INPUT_BACKLOG) with no per-agent byte budget: 4 sessions of main "
-    "that never read grew it by ~60 MB (64 sessions: 1 GiB per agent); past 16 MiB a write is dropped, "
-    "yet answered Wrote N bytes",
-)
 async def test_class3_input_to_sessions_that_never_read_is_held_by_the_shared_session_host(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -379,12 +374,6 @@ pool = 0
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: nothing counts an agent's sandboxes: one per session key it names, each a running "
-    "container whose containerd-shim (~13 MB RSS here) sits outside the agent's memory and pids groups; "
-    "with maxSessionsPerAgent = 2 the agent kept 6 (up to ~pid_max/4 of them)",
-)
 async def test_class3_an_agents_sandboxes_are_not_counted(state_dir: Path) -> None:
     from engine.sandbox import docker_ops
 
@@ -430,12 +419,6 @@ def _pool_ready(docker_ops: Any) -> bool:
     return len(pooled) == 1 and pooled[0]["State"] == "running"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a claimed pool container stays in owner `pool`'s pids and memory groups (dockercg: a claim "
-    "cannot move its cgroup), so two agents' sandboxes share one quarter: main's sleepers filling `pool` "
-    "to its cap left ops's command in its own sandbox unable to start ('did not start within 10 s')",
-)
 async def test_class3_claimed_pool_sandboxes_of_two_agents_share_one_process_cap(state_dir: Path) -> None:
     from engine.sandbox import docker_ops
 
@@ -780,12 +763,6 @@ ask = "on-miss"
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the decision history is one log for every agent, rotated at ~5 MiB (history.ROTATE_BYTES x "
-    "KEEP_FILES) and each line keeps the command (up to 64 KiB): main's 120 asks that expired (or that the "
-    "operator denied) pushed the operator's approval of ops's command off the disk the next gateway reads",
-)
 async def test_class3_one_agents_expired_asks_rotate_another_agents_decision_out_of_the_history(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -911,6 +888,16 @@ def _running_with(word: str) -> bool:
     return False
 
 
+async def hogs_said(client: ControlClient, sid: str, hogs: int = 1) -> str | None:
+    """Background hogs' reports, once each has taken all it could (a line starting with its count)."""
+    got = await client.request("process", {"action": "log", "sessionId": sid})
+    return got["text"] if len(re.findall(r"^\d+", got["text"], re.M)) >= hogs else None
+
+
+async def hog_said(client: ControlClient, sid: str) -> str | None:
+    return await hogs_said(client, sid)
+
+
 # main's commands in a bubblewrap sandbox of its own (the restricted setup); ops on the host
 MAIN_IN_A_SANDBOX = BOTH_FULL.replace(
     'ask = "off"\n', 'ask = "off"\nhost = "auto"\n[agents.list.sandbox]\nmode = "all"\nbackend = "bwrap"\n', 1
@@ -926,12 +913,6 @@ PTY_HOG = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: every host run's (and bwrap sandbox's) /dev/pts is a new devpts instance with no max= "
-    "of its own; all non-initial instances share kernel.pty.max - reserve (3072): one run of main, on the "
-    "host or in its sandbox, opened them all and ops's pty exec failed (/dev/ptmx: No space left on device)",
-)
 @pytest.mark.parametrize("where", ["host", "sandbox"])
 async def test_class3_one_agents_run_takes_every_pty_of_the_host(state_dir: Path, where: str) -> None:
     write_config(state_dir, BOTH_FULL if where == "host" else MAIN_IN_A_SANDBOX)
@@ -943,13 +924,9 @@ async def test_class3_one_agents_run_takes_every_pty_of_the_host(state_dir: Path
             hog = await main.request("exec", {"command": f"{PTY_HOG} & {PTY_HOG} & wait", "background": True})
             assert hog["details"]["ranOn"].split()[0] == ("gateway" if where == "host" else "sandbox")
             sid = hog["details"]["sessionId"]
-            # (kernel.pty.max less kernel.pty.reserve: what every devpts instance but the host's own shares)
-            shared = int(Path("/proc/sys/kernel/pty/max").read_text()) - int(
-                Path("/proc/sys/kernel/pty/reserve").read_text()
-            )
-            await wait_until(
-                lambda: int(Path("/proc/sys/kernel/pty/nr").read_text()) >= shared - 1, timeout=30
-            )
+            # both hogs have opened all they could (was: kernel.pty.max less kernel.pty.reserve, what every
+            # devpts instance but the host's own shares), and each says how many
+            await wait_until(lambda: hogs_said(main, sid, 2), timeout=30)
             theirs = await ops.request("exec", {"command": "echo ops-on-a-terminal", "pty": True})
         finally:
             if sid is not None:
@@ -982,13 +959,19 @@ def _inotify_works() -> bool:
     return bool(fd >= 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: host runs are the gateway's uid, and a bwrap sandbox's user namespace is charged to it "
-    "too: per-uid kernel counters (fs.inotify.max_user_instances 128; watches, mqueue bytes alike) have no "
-    "per-agent share: main's run took them all; ops's run and the operator's own programs got EMFILE",
+# Not strict: the count is the machine's root's, shared with every root process here (dockerd and runc free
+# instances as other tests' containers go), so one freed mid-test lets ops's run make one by chance (seen
+# twice in a loaded run): a pass is no fix. Open, as the reason says.
+INOTIFY_OPEN = pytest.mark.xfail(
+    strict=False,
+    reason="open: host runs are the gateway's uid, in its user namespace: per-uid kernel counters "
+    "(fs.inotify.max_user_instances 128; watches, mqueue bytes alike) have no per-agent share: main's run "
+    "took them all; ops's run and the operator's own programs got EMFILE",
 )
-@pytest.mark.parametrize("where", ["host", "sandbox"])
+
+
+# (a bwrap sandbox's user namespace has maxima of its own, a share of the gateway user's: usershare)
+@pytest.mark.parametrize("where", [pytest.param("host", marks=INOTIFY_OPEN), "sandbox"])
 async def test_class3_one_agents_run_takes_the_gateway_users_inotify_instances(
     state_dir: Path, where: str
 ) -> None:
@@ -1001,7 +984,8 @@ async def test_class3_one_agents_run_takes_the_gateway_users_inotify_instances(
             hog = await main.request("exec", {"command": INOTIFY_HOG, "background": True})
             assert hog["details"]["ranOn"].split()[0] == ("gateway" if where == "host" else "sandbox")
             sid = hog["details"]["sessionId"]
-            await wait_until(lambda: not _inotify_works(), timeout=30)
+            # it has made all it could (was: every one of the gateway user's), and says how many
+            await wait_until(lambda: hog_said(main, sid), timeout=30)
             theirs = await ops.request("exec", {"command": INOTIFY_HOG.replace("time.sleep(120)", "0")})
             mine = _inotify_works()  # the operator's own account's programs (an editor, a file watcher)
         finally:
@@ -1089,12 +1073,6 @@ def _aio_free() -> int:
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="io_setup's number is x86_64's")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: fs.aio-max-nr (65536) is one count for the whole host, and nothing gives an agent a share: "
-    "main's command in its bwrap sandbox (seccomp allows io_setup, as Docker's does) took every AIO context, "
-    "and no other program of the host (another agent's database, the operator's) could make one",
-)
 async def test_class3_a_sandboxed_agent_takes_every_aio_context_of_the_host(state_dir: Path) -> None:
     write_config(state_dir, MAIN_IN_A_SANDBOX)
     async with gateway(state_dir):
@@ -1105,7 +1083,8 @@ async def test_class3_a_sandboxed_agent_takes_every_aio_context_of_the_host(stat
             hog = await main.request("exec", {"command": AIO_HOG, "background": True})
             assert hog["details"]["ranOn"].startswith("sandbox ")
             sid = hog["details"]["sessionId"]
-            await wait_until(lambda: _aio_free() < 2, timeout=30)  # its contexts are set up
+            # its contexts are set up: it says how many it made (all it could: the host's every one, was)
+            await wait_until(lambda: hog_said(main, sid), timeout=30)
             mine = _aio_works()  # any other program's first AIO context
         finally:
             if sid is not None:

@@ -346,3 +346,18 @@ async def test_class2_a_host_command_never_reaches_the_gateway_daemons_controlli
         os.write(slave, b"OPERATOR-SENTINEL\n")
         shown = _read_until(master, b"OPERATOR-SENTINEL")
     assert b"FORGED" not in shown, "an agent's host command wrote into the gateway's own terminal"
+
+
+async def test_a_host_runs_devpts_has_a_max_of_its_own(state_dir: Path, tmp_path: Path) -> None:
+    """Every devpts instance but the host's own takes from kernel.pty.max less kernel.pty.reserve: a run's
+    own has a max= (exechost-hostenter's RUN_PTYS), so one run never takes every terminal of the host."""
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        try:
+            done = await operator.request(
+                "exec", {"command": "grep ' /dev/pts ' /proc/self/mounts", "workdir": str(tmp_path)}
+            )
+        finally:
+            await operator.close()
+    assert "devpts" in done["text"] and ",max=256" in done["text"], done["text"]

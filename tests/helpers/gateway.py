@@ -50,9 +50,14 @@ async def connect(state: Path, client: str = "test", **kwargs: Any) -> ControlCl
     return await ControlClient.connect(state, client=client, name=client, autostart=False, **kwargs)
 
 
+# A timeout here only bounds how long a broken test hangs: on a loaded machine (CI's two cores, or many
+# suites at once) an event that comes surely may come late, so every wait gets this much more patience.
+PATIENCE = float(os.environ.get("EXECHOST_TEST_PATIENCE", "3"))
+
+
 async def wait_until(pred: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
-    """Poll `pred` (sync or async) until truthy; fail after `timeout` (never asserts on times)."""
-    deadline = time.monotonic() + timeout
+    """Poll `pred` (sync or async) until truthy; fail after `timeout` x PATIENCE (never asserts on times)."""
+    deadline = time.monotonic() + timeout * PATIENCE
     while True:
         value = pred()
         if isinstance(value, Awaitable):
@@ -60,7 +65,7 @@ async def wait_until(pred: Callable[[], Any], timeout: float = 10.0, interval: f
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
+            raise AssertionError(f"condition not met within {timeout * PATIENCE:g} s")
         await asyncio.sleep(interval)
 
 

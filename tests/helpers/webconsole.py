@@ -26,9 +26,21 @@ BANNER = "exechost console on the web: "
 @dataclass
 class WebConsole:
     proc: asyncio.subprocess.Process
-    url: str  # the one printed
+    url: str  # the first one printed (one tab, once)
     port: int
     output: list[str] = field(default_factory=list)  # every line it printed (banner, access log), so far
+
+    async def another_url(self) -> str:
+        """Press Enter in its terminal: the next one-use URL it prints."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(b"\n")
+        await self.proc.stdin.drain()
+        while True:
+            line = (await asyncio.wait_for(self.proc.stdout.readline(), 30)).decode()
+            assert line, "the web console ended"
+            self.output.append(line)
+            if line.startswith(BANNER):
+                return line.split(": ", 1)[1].strip()
 
     async def stop(self) -> str:
         """Stop it; everything it printed."""
@@ -36,8 +48,10 @@ class WebConsole:
             self.proc.terminate()
         assert self.proc.stdout is not None
         rest = await self.proc.stdout.read()
-        await self.proc.wait()
-        return "".join(self.output) + rest.decode(errors="replace")
+        printed = "".join(self.output) + rest.decode(errors="replace")
+        # a clean exit: its handlers were in place once it listened (a thread on stdin once aborted it)
+        assert await self.proc.wait() == 0, printed
+        return printed
 
 
 async def serve_web(state: Path, nofile: int | None = None) -> WebConsole:
@@ -58,6 +72,7 @@ async def serve_web(state: Path, nofile: int | None = None) -> WebConsole:
         "--web",
         env=env,
         cwd=str(REPO),
+        stdin=asyncio.subprocess.PIPE,  # Enter: another URL (another_url)
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         preexec_fn=limit,

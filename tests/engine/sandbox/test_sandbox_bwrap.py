@@ -16,7 +16,16 @@ import pytest
 from engine import statefs
 from engine.config.loader import ConfigError, load_config_text
 from engine.results import ToolError
-from engine.sandbox import SandboxManager, admin, bwrap, bwraprecords, bwrapview, prepare_exec, seccomp
+from engine.sandbox import (
+    SandboxManager,
+    admin,
+    bwrap,
+    bwraprecords,
+    bwrapview,
+    prepare_exec,
+    seccomp,
+    usershare,
+)
 from engine.sandbox.registry import Registry, now_ms
 from engine.sandbox.settings import config_hash, layout, resolve_settings
 from engine.sessions import RunSpec, SessionManager
@@ -120,7 +129,7 @@ async def test_system_view_is_read_only_and_shows_nothing_private(
 
 async def test_seccomp_refuses_what_docker_refuses(bwrap_mgr: SandboxManager) -> None:
     sx = await prepare_exec(config(), "main", "s", None, manager=bwrap_mgr)
-    # x86_64 numbers; each call's errno: 1 = EPERM (refused), 38 = ENOSYS (clone3, so libc falls back).
+    # x86_64 numbers; errno: 1 = EPERM (refused), 38 = ENOSYS (clone3, io_setup: they fall back)
     probe = (
         "import ctypes, os\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
@@ -129,7 +138,8 @@ async def test_seccomp_refuses_what_docker_refuses(bwrap_mgr: SandboxManager) ->
         "  'unshare': (272, 0x10000000), 'setns': (308, 0, 0), 'perf_event_open': (298, 0, 0, 0, 0, 0),\n"
         "  'clone_newuser': (56, 0x10000000 | 17, 0, 0, 0, 0),\n"
         "  'clone_newnet': (56, 0x40000000 | 17, 0, 0, 0, 0),\n"
-        "  'clone3': (435, 0, 0), 'io_uring_setup': (425, 0, 0), 'kexec_load': (246, 0, 0, 0, 0),\n"
+        "  'clone3': (435, 0, 0), 'io_setup': (206, 1, 0), 'io_uring_setup': (425, 0, 0),\n"
+        "  'kexec_load': (246, 0, 0, 0, 0),\n"
         "  'init_module': (175, 0, 0, 0), 'pivot_root': (155, 0, 0), 'umount2': (166, 0, 0)}\n"
         "for name, (nr, *args) in calls.items():\n"
         "    r = libc.syscall(nr, *args)\n"
@@ -162,7 +172,34 @@ async def test_seccomp_refuses_what_docker_refuses(bwrap_mgr: SandboxManager) ->
     ):
         assert got[name] == ["-1", "1"], (name, got[name])
     assert got["clone3"] == ["-1", "38"]
+    assert got["io_setup"] == ["-1", "38"]  # ENOSYS: fs.aio-max-nr is the whole host's (libaio falls back)
     assert got["fork"] == ["0"]  # a plain fork (clone without namespace flags) works
+
+
+async def test_the_sandboxs_terminals_are_capped(bwrap_mgr: SandboxManager) -> None:
+    """bwrap's own devpts has no max=, and every instance but the host's shares one count: the sandbox's
+    is exechost-hostenter's (own-pts), capped, and holds no terminal of the host's."""
+    sx = await prepare_exec(config(), "main", "s", None, manager=bwrap_mgr)
+    status, out, err = await run(sx, "grep ' /dev/pts ' /proc/self/mounts; ls -A /dev/pts")
+    assert status == (0, None), err
+    assert "devpts" in out and ",max=256" in out and out.split()[-1] == "ptmx", out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a gateway that is not root keeps bwrap's own namespace")
+async def test_the_sandboxs_inotify_counts_are_a_share_of_the_gateway_users(
+    bwrap_mgr: SandboxManager,
+) -> None:
+    """Counted per user namespace and in every one above: the sandbox's own maxima leave the rest of the
+    gateway user's to everyone else (engine.sandbox.usershare)."""
+    sx = await prepare_exec(config(), "main", "s", None, manager=bwrap_mgr)
+    status, out, err = await run(
+        sx, "cat /proc/sys/user/max_inotify_instances /proc/sys/user/max_inotify_watches"
+    )
+    assert status == (0, None), err
+    ours = [
+        int(Path(f"/proc/sys/user/{n}").read_text()) for n in ("max_inotify_instances", "max_inotify_watches")
+    ]
+    assert [int(n) for n in out.split()] == [n // usershare.SHARE for n in ours], out
 
 
 async def test_limits_pids_nofile_core_and_tmp_size(bwrap_mgr: SandboxManager) -> None:
@@ -407,7 +444,7 @@ async def test_list_recreate_prune_explain_through_the_cli(
     explained = json.loads(capsys.readouterr().out)
     assert explained["backend"] == "bwrap" and explained["containerName"] == sx.container
     argv = explained["bwrap"]["argv"]
-    assert argv[0].endswith("bwrap") and "--die-with-parent" in argv and "--unshare-net" in argv
+    assert any(a.endswith("/bwrap") for a in argv) and "--die-with-parent" in argv and "--unshare-net" in argv
     assert "hunter2" not in json.dumps(explained) and explained["bwrap"]["env"]["API_TOKEN"] == "<redacted>"
     assert not any("hunter2" in arg for arg in bwrap.live_argv(sx.container))  # never in a live argv (ps)
     assert main(["sandbox", "explain"]) == 0

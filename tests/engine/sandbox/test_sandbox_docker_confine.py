@@ -78,6 +78,7 @@ def test_profile_allows_a_mode_only_without_set_id_bits_and_nothing_bwrap_refuse
     for name in REFUSED_SYSCALLS:
         assert name not in rules, name
     assert [r["errnoRet"] for r in rules["openat2"]] == [38]  # ENOSYS: libc falls back to openat
+    assert [r["errnoRet"] for r in rules["io_setup"]] == [38]  # the host's AIO count: libaio falls back
     assert all(r["args"] for r in rules["socket"] + rules["clone"] + rules["personality"])
 
 

@@ -58,7 +58,7 @@ async def test_a_claim_serves_the_scope_workspace_and_the_pool_refills(mgr: Sand
     cfg = config()
     spare = await warmed(mgr, cfg)
     spare_id = inspect(spare.name)["Id"]
-    a = agent()
+    a = "main"  # the agent the config lists: its owner's spares (pool.pool_key)
     sx = await prepare_exec(cfg, a, "s", None, manager=mgr)
     lay = layout(resolve_settings(cfg, a), a, "s")
     assert sx.container == lay.name and sx.created
@@ -82,20 +82,19 @@ async def test_a_claim_serves_the_scope_workspace_and_the_pool_refills(mgr: Sand
 
 
 async def test_a_claimed_container_is_never_handed_to_a_second_scope(mgr: SandboxManager) -> None:
-    cfg = config()
+    cfg = config(extra_sandbox='scope = "session"')  # a scope per session key, one owner
     await warmed(mgr, cfg)
-    a, b = agent(), agent()
+    a = b = "main"  # two new scopes of the agent the spare was made for
     # Both new scopes at once, one spare: one claims it, the other is created as usual.
     first, second = await asyncio.gather(
-        prepare_exec(cfg, a, "s", None, manager=mgr), prepare_exec(cfg, b, "s", None, manager=mgr)
+        prepare_exec(cfg, a, "s", None, manager=mgr), prepare_exec(cfg, b, "t", None, manager=mgr)
     )
     assert inspect(first.container)["Id"] != inspect(second.container)["Id"]
     await run(first, "echo secret-a > a.txt")
     status, out, _ = await run(second, "ls -a /workspace; cat /workspace/a.txt")
     assert "a.txt" not in out and status[0] != 0
     await mgr.pool.settle()
-    c = agent()
-    third = await prepare_exec(cfg, c, "s", None, manager=mgr)
+    third = await prepare_exec(cfg, a, "u", None, manager=mgr)
     ids = {inspect(x.container)["Id"] for x in (first, second, third)}
     assert len(ids) == 3
     assert (await run(third, "ls -A /workspace"))[1] == ""
@@ -104,7 +103,7 @@ async def test_a_claimed_container_is_never_handed_to_a_second_scope(mgr: Sandbo
 async def test_a_config_change_leaves_old_spares_unused_and_prunes_them(mgr: SandboxManager) -> None:
     old = await warmed(mgr, config())
     changed = config(docker="pidsLimit = 64")
-    a = agent()
+    a = "main"
     sx = await prepare_exec(changed, a, "s", None, manager=mgr)
     info = inspect(sx.container)
     assert info["Name"].lstrip("/") == sx.container and info["HostConfig"]["PidsLimit"] == 64
@@ -165,9 +164,9 @@ async def test_pool_size_and_rw_access_fall_back(mgr: SandboxManager) -> None:
 
 
 async def test_a_used_scope_workspace_is_not_replaced_by_a_claim(mgr: SandboxManager) -> None:
-    cfg = config()
+    cfg = config(extra_sandbox='scope = "session"')  # a scope per session key, one owner
     spare = await warmed(mgr, cfg)
-    a = agent()
+    a = "main"  # the agent the config lists: its owner's spares (pool.pool_key)
     lay = layout(resolve_settings(cfg, a), a, "s")
     os.makedirs(lay.sandbox_workspace, mode=0o700)
     Path(lay.sandbox_workspace, "kept.txt").write_text("from before")
@@ -176,11 +175,11 @@ async def test_a_used_scope_workspace_is_not_replaced_by_a_claim(mgr: SandboxMan
     assert (await run(sx, "cat kept.txt"))[1] == "from before"
     assert mgr.pool.ready() == [spare]  # untouched, still ready for a new scope
     # Even an empty one stays: it may be mounted already (the scope's browser sandbox shares it).
-    b = agent()
-    empty = layout(resolve_settings(cfg, b), b, "s").sandbox_workspace
+    b = a
+    empty = layout(resolve_settings(cfg, b), b, "t").sandbox_workspace
     os.makedirs(empty, mode=0o700)
     ino = os.stat(empty).st_ino
-    sx = await prepare_exec(cfg, b, "s", None, manager=mgr)
+    sx = await prepare_exec(cfg, b, "t", None, manager=mgr)
     assert docker_ops.POOL_LABEL not in inspect(sx.container)["Config"]["Labels"]
     assert os.stat(empty).st_ino == ino and mgr.pool.ready() == [spare]
 
@@ -188,7 +187,7 @@ async def test_a_used_scope_workspace_is_not_replaced_by_a_claim(mgr: SandboxMan
 async def test_a_claimed_container_that_stopped_is_replaced_not_restarted(mgr: SandboxManager) -> None:
     cfg = config()
     await warmed(mgr, cfg)
-    a = agent()
+    a = "main"
     sx = await prepare_exec(cfg, a, "s", None, manager=mgr)
     claimed_id = inspect(sx.container)["Id"]
     await run(sx, "echo kept > k.txt")
@@ -209,7 +208,7 @@ async def test_old_spares_expire_with_max_age_and_a_lost_record_is_nobodys(mgr: 
     await mgr.pool.settle()
     assert not docker_ops.inspect(spare.name).exists
     (fresh,) = mgr.pool.ready()
-    a = agent()
+    a = "main"
     sx = await prepare_exec(cfg, a, "s", None, manager=mgr)
     claimed = inspect(sx.container)
     assert fresh.name not in pool_containers()  # the fresh spare is the one it claimed
@@ -229,7 +228,7 @@ async def test_a_non_root_container_user_is_claimed_and_adopted(mgr: SandboxMana
     after = SandboxManager(extra_labels=LABELS)
     try:
         assert await warmed(after, cfg) == spare  # its workspace is the container user's now: still adopted
-        sx = await prepare_exec(cfg, agent(), "s", None, manager=after)
+        sx = await prepare_exec(cfg, "main", "s", None, manager=after)
         assert docker_ops.POOL_LABEL in inspect(sx.container)["Config"]["Labels"]
         status, out, err = await run(sx, "id -u; echo w > /workspace/f && cat /workspace/f")
         assert status == (0, None) and out == "1000\nw\n", err
@@ -247,7 +246,7 @@ async def test_recreate_all_and_prune_reach_the_spares(mgr: SandboxManager) -> N
     # recreate --all: every spare goes too (an image rebuilt under the same tag reaches them only so).
     await asyncio.to_thread(admin.recreate, cfg, all=True, manager=mgr)
     assert not docker_ops.inspect(spare.name).exists and mgr.pool.ready() == []
-    await prepare_exec(cfg, agent(), "s", None, manager=mgr)  # refilled on the next use
+    await prepare_exec(cfg, "main", "s", None, manager=mgr)  # refilled on the next use
     await mgr.pool.settle()
     (fresh,) = mgr.pool.ready()
     removed = await asyncio.to_thread(admin.prune, config(docker="pool = 0"), "main", mgr)
@@ -284,3 +283,22 @@ async def test_cli_list_counts_the_spares_apart_from_the_rows(
     assert await asyncio.to_thread(main, ["sandbox", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert listed["spares"] == [spare.name] and listed["containers"] == []
+
+
+async def test_one_agents_spares_never_serve_another_and_sit_in_its_owner_group(mgr: SandboxManager) -> None:
+    from engine.sandbox import dockercg
+
+    cfg = config()
+    spare = await warmed(mgr, cfg)  # made for main (the agent the config lists)
+    other = agent()
+    sx = await prepare_exec(cfg, other, "s", None, manager=mgr)
+    assert inspect(sx.container)["Id"] != inspect(spare.name)["Id"]  # created as usual, in its own group
+    assert docker_ops.POOL_LABEL not in inspect(sx.container)["Config"]["Labels"]
+    assert mgr.pool.ready(mgr.pool.key(resolve_settings(cfg, "main"), "main")) == [spare]
+    await mgr.pool.settle()  # the other agent's own key is filled now, made in its owner's group
+    (own,) = mgr.pool.ready(mgr.pool.key(resolve_settings(cfg, other), other))
+    parent = dockercg.parent_for(dockercg.owner_of("session", other))
+    assert inspect(own.name)["HostConfig"]["CgroupParent"] == (parent or "")
+    assert inspect(spare.name)["HostConfig"]["CgroupParent"] == (
+        dockercg.parent_for(dockercg.owner_of("session", "main")) or ""
+    )

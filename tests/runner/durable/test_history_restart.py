@@ -158,6 +158,6 @@ async def test_a_decision_is_on_disk_before_its_command_runs(state_dir: Path, tm
         gate.set()
         assert (await asyncio.wait_for(call, 20))["details"]["status"] == "completed"
         assert marker.exists()
-        assert "touch" in (state_dir / HISTORY_DIR / "decisions.jsonl").read_text()
+        assert "touch" in (state_dir / HISTORY_DIR / "decisions.a.main.jsonl").read_text()  # main's own log
         await agent.close()
         await operator.close()

@@ -40,11 +40,22 @@ def test_the_index_answers_unknown_ids_without_a_read_and_follows_appends_and_ro
     assert reads == [1]
     found = log.find("fresh-3")
     assert found is not None and found.id == "fresh-3"
-    # Rotation drops the oldest file (keep_files=2): its ids leave the index, rebuilt from the files.
+    # Rotation of main's log drops its oldest file (keep_files=2): its ids leave the index, rebuilt.
     big = "x" * 1500
     for n in range(8):
         log.write_lines(
-            [encode_entry({"kind": "decision", "v": 1, "id": f"r{n}", "status": "deny", "cmd": big})]
+            [
+                encode_entry(
+                    {
+                        "kind": "decision",
+                        "v": 1,
+                        "id": f"r{n}",
+                        "status": "deny",
+                        "agentId": "main",
+                        "cmd": big,
+                    }
+                )
+            ]
         )
     reads.clear()
     assert not log.might_hold("abc-1") and reads == [1]  # rebuilt once, after the rotation

@@ -1,0 +1,64 @@
+"""Each agent's live sandboxes, counted against its cap (`tools.exec.maxSandboxesPerAgent`, never more than
+its `maxSessionsPerAgent`): a sandbox is one per scope the agent names (scope "session": one per session
+key), each a running container with its containerd-shim outside the agent's pids and memory groups, or a
+bwrap keeper; without a cap one agent keeps as many as it names keys.
+
+A new sandbox of an agent at its cap first ends that agent's least recently used sandboxes that run no
+command (their workspaces stay: the scope's next command starts a fresh one on the same files), never
+another agent's; when every one of them is busy the new one is refused with a clear error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from engine.principals import key_owner
+from engine.sandbox.backend import backend_named
+from engine.sandbox.registry import RegistryEntry
+
+DEFAULT_MAX_SANDBOXES_PER_AGENT = 16
+
+
+def cap_for(config: object, agent_id: str) -> int:
+    """The agent's sandbox cap: its maxSandboxesPerAgent, at most its maxSessionsPerAgent (a sandbox is
+    where its sessions run; it needs no more of them than sessions it may keep)."""
+    exec_for: Callable[[str], object] | None = getattr(config, "exec_for", None)
+    if exec_for is None:
+        return DEFAULT_MAX_SANDBOXES_PER_AGENT
+    cfg = exec_for(agent_id)
+    most = int(getattr(cfg, "max_sandboxes_per_agent", DEFAULT_MAX_SANDBOXES_PER_AGENT))
+    return max(1, min(most, int(getattr(cfg, "max_sessions_per_agent", most))))
+
+
+def owned(entries: list[RegistryEntry], agent_id: str, besides: str) -> list[RegistryEntry]:
+    """The agent's sandboxes on record other than `besides` (the one about to start); the shared
+    scope's sandbox is nobody's own."""
+    return [
+        e
+        for e in entries
+        if (e.agentId or key_owner(e.sessionKey)) == agent_id
+        and e.containerName != besides
+        and e.sessionKey != "shared"
+    ]
+
+
+def live(entries: list[RegistryEntry]) -> list[RegistryEntry]:
+    """Those that run (blocking: one inspect each; only asked when the record alone reaches the cap)."""
+    return [
+        e for e in entries if backend_named(e.backendId, e.containerName).inspect(e.containerName).running
+    ]
+
+
+def to_end(
+    running: list[RegistryEntry], cap: int, active: Mapping[str, int]
+) -> tuple[list[RegistryEntry], int]:
+    """(the idle sandboxes to end so one more fits, least recently used first; how many would still be
+    over the cap because the rest run commands: 0 when the new one fits)."""
+    excess = len(running) - cap + 1
+    if excess <= 0:
+        return [], 0
+    idle = sorted(
+        (e for e in running if active.get(e.containerName, 0) <= 0),
+        key=lambda e: (e.lastUsedAtMs or e.createdAtMs, e.containerName),
+    )
+    chosen = idle[:excess]
+    return chosen, excess - len(chosen)
