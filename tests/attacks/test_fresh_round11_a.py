@@ -13,7 +13,7 @@ import pytest
 from engine import principals
 from engine.sandbox.egress import forwarder
 from tests.helpers.egress import host_forwarder, origin
-from tests.helpers.gateway import connect, gateway, wait_until, write_config
+from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
 
 SANDBOX = "exechost-r11a-ops"
 
@@ -98,3 +98,38 @@ async def test_class1_a_revoked_agents_sandbox_still_egresses_and_asks_as_it(sta
                     assert asked == [], f"a fresh ask filed as the revoked agent: {asked}"
             finally:
                 await operator.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the Docker engine the gateway uses over TCP (DOCKER_HOST=tcp://…, as docker.from_env "
+    "reads it) is every host run's: exec_host.engine_sockets hides only unix sockets, host runs share the "
+    "host's network namespace, and the engine's TLS client key (DOCKER_CERT_PATH, ~/.docker) is not hidden",
+)
+async def test_class1_the_gateways_docker_engine_over_tcp_is_a_host_runs(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    certs = tmp_path / "dockercerts"
+    certs.mkdir()
+    (certs / "key.pem").write_text("-----BEGIN PRIVATE KEY-----ENGINEKEY-r11a\n")
+    with origin() as engine:  # stands in for dockerd's API: any GET answers 200
+        monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{engine.port}")
+        monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
+        monkeypatch.setenv("DOCKER_CERT_PATH", str(certs))
+        write_config(state_dir, FULL)
+        async with gateway(state_dir):
+            operator = await connect(state_dir)
+            try:
+                result = await operator.request(
+                    "exec",
+                    {
+                        "agentId": "main",
+                        "command": f"curl -sS --max-time 10 http://127.0.0.1:{engine.port}/containers/json; "
+                        f"cat {certs}/key.pem",
+                    },
+                )
+            finally:
+                await operator.close()
+    output = result["details"].get("aggregated") or result["text"]
+    assert "origin says hello" not in output, f"a host run spoke to the gateway's engine: {output}"
+    assert "ENGINEKEY-r11a" not in output, f"a host run read the engine's TLS key: {output}"
