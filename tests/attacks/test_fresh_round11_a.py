@@ -14,6 +14,7 @@ from engine import principals
 from engine.sandbox.egress import forwarder
 from tests.helpers.egress import host_forwarder, origin
 from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
+from tests.helpers.sshd import SshdNode, sshd_nodes  # noqa: F401
 
 SANDBOX = "exechost-r11a-ops"
 
@@ -133,3 +134,56 @@ async def test_class1_the_gateways_docker_engine_over_tcp_is_a_host_runs(
     output = result["details"].get("aggregated") or result["text"]
     assert "origin says hello" not in output, f"a host run spoke to the gateway's engine: {output}"
     assert "ENGINEKEY-r11a" not in output, f"a host run read the engine's TLS key: {output}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: `agents revoke` stops the agent's gateway-host runs (its pids group) but sends nothing to "
+    "its nodes: a background run it left on a node keeps running as it after the revoke "
+    "(runner/gateway/nodes._revoked only denies asks of runs in flight)",
+)
+async def test_class1_a_revoked_agents_background_run_on_a_node_keeps_running(
+    state_dir: Path,
+    sshd_nodes: list[SshdNode],  # noqa: F811
+) -> None:
+    node = sshd_nodes[0]
+    (node.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "full"\nask = "off"\n')
+    alive = node.marks / "alive"
+    write_config(
+        state_dir, FULL.replace('"gateway"', '"node"') + "".join(n.config_toml() for n in sshd_nodes)
+    )
+    token = principals.mint(state_dir, "ops")
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        ops = await connect(state_dir, client="ops", operator=False, credential=token)
+        try:
+            started = await ops.request(
+                "exec",
+                {
+                    "command": f"while :; do echo x >> {alive}; sleep 0.1; done",
+                    "host": "node",
+                    "node": node.name,
+                    "background": True,
+                },
+            )
+            sid = started["details"].get("sessionId")
+            assert started["details"].get("status") == "running", started
+            await wait_until(lambda: alive.exists() and alive.stat().st_size > 0, timeout=30)
+
+            await operator.request("agents.revoke", {"agent": "ops"})
+
+            async def ended() -> bool:
+                rows = await operator.list_sessions()
+                mine = [r for r in rows if str(r.get("sessionId", "")).endswith(str(sid))]
+                return bool(mine) and all(r.get("status") != "running" for r in mine)
+
+            # What the revoked agent left running stops, on a node as on the gateway host.
+            try:
+                await wait_until(ended, timeout=5)
+            except AssertionError:
+                rows = [r for r in await operator.list_sessions() if r.get("node") == node.name]
+                raise AssertionError(f"still running after the revoke: {rows}") from None
+        finally:
+            with contextlib.suppress(Exception):
+                await ops.close()
+            await operator.close()
