@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,54 @@ async def test_class1_a_revoked_agents_background_run_on_a_node_keeps_running(
             with contextlib.suppress(Exception):
                 await ops.close()
             await operator.close()
+
+
+_KEYCTL, _ADD_KEY = 250, 248  # x86_64
+_GET_PERSISTENT, _SEARCH, _INVALIDATE = 22, 10, 21
+_PROBE = (
+    "import ctypes;l=ctypes.CDLL(None);L=ctypes.c_long;"
+    "p=l.syscall(250,22,L(-1),L(-3));"
+    "k=l.syscall(250,10,L(p),b'user',b'r11a-krb5cc',L(0));"
+    "b=ctypes.create_string_buffer(256);n=l.syscall(250,11,L(k),b,L(256));"
+    "print('persistent',p,'key',k,b.raw[:max(n,0)].decode())"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a host run's fresh session keyring leaves the account's persistent keyring "
+    "(keyctl GET_PERSISTENT, krb5's default KEYRING:persistent:%{uid} ccache on Fedora/RHEL) in reach: "
+    "a root gateway's runs have no user namespace of their own, so they read the operator's ticket",
+)
+async def test_class1_the_persistent_keyring_holds_the_operators_ticket_for_a_host_run(
+    state_dir: Path,
+) -> None:
+    import ctypes
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("a non-root gateway's runs are in a user namespace: a persistent keyring of their own")
+    libc = ctypes.CDLL(None, use_errno=True)
+    persistent = libc.syscall(_KEYCTL, _GET_PERSISTENT, ctypes.c_long(-1), ctypes.c_long(-3))
+    if persistent < 0:
+        pytest.skip("no persistent keyrings in this kernel")
+    payload = b"TICKET-r11a-operator"
+    key = libc.syscall(
+        _ADD_KEY, b"user", b"r11a-krb5cc", payload, ctypes.c_size_t(len(payload)), ctypes.c_long(persistent)
+    )
+    assert key > 0
+    try:
+        write_config(state_dir, FULL)
+        async with gateway(state_dir):
+            operator = await connect(state_dir)
+            try:
+                result = await operator.request(
+                    "exec", {"agentId": "main", "command": f"python3 -c {shlex.quote(_PROBE)}"}
+                )
+            finally:
+                await operator.close()
+        output = result["details"].get("aggregated") or result["text"]
+        assert "persistent" in output, output  # the probe ran
+        assert "TICKET-r11a" not in output, f"a host run read the operator's persistent keyring: {output}"
+    finally:
+        libc.syscall(_KEYCTL, _INVALIDATE, ctypes.c_long(key))
