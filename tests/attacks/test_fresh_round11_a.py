@@ -12,7 +12,10 @@ from typing import Any
 import pytest
 
 from engine import principals
+from engine.sandbox import docker_ops
+from engine.sandbox.browser import list_browsers
 from engine.sandbox.egress import forwarder
+from tests.helpers.browser import browser_image  # noqa: F401
 from tests.helpers.egress import host_forwarder, origin
 from tests.helpers.gateway import FULL, connect, gateway, wait_until, write_config
 from tests.helpers.sshd import SshdNode, sshd_nodes  # noqa: F401
@@ -239,3 +242,62 @@ async def test_class1_the_persistent_keyring_holds_the_operators_ticket_for_a_ho
         assert "TICKET-r11a" not in output, f"a host run read the operator's persistent keyring: {output}"
     finally:
         libc.syscall(_KEYCTL, _INVALIDATE, ctypes.c_long(key))
+
+
+BROWSER_CONFIG = FULL + "[agents.defaults.sandbox.browser]\nenabled = true\n"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the browser door's token lives as long as the container and is in the noVNC/CDP URL the "
+    "operator opens (the console's `u` links): the operator's browser profile keeps it, a host run reads "
+    "it and, sharing the host's loopback, drives another agent's browser over CDP (the web console's "
+    "round 10 attack, on the door that did not get one-use keys)",
+)
+async def test_class1_the_browser_doors_url_in_the_operators_profile_opens_another_agents_browser(
+    state_dir: Path,
+    tmp_path: Path,
+    browser_image: str,  # noqa: F811
+) -> None:
+    from tests.helpers.webconsole import CHROMIUM
+
+    if CHROMIUM is None:
+        pytest.skip("no chromium")
+    profile = tmp_path / "home" / ".config" / "chromium"
+    profile.mkdir(parents=True)
+    write_config(state_dir, BROWSER_CONFIG)
+    (state_dir / "sandboxes").mkdir(mode=0o700, exist_ok=True)
+    try:
+        async with gateway(state_dir):
+            operator = await connect(state_dir)
+            try:
+                await operator.request("browser.start", {"agentId": "ops"})
+                urls = await operator.request("browser.url", {"agentId": "ops"})
+                watch = urls.get("noVncUrl")
+                assert isinstance(watch, str) and watch, urls
+                # The operator watches ops's browser in their own Chromium (the console's `u` link).
+                seen = await asyncio.create_subprocess_exec(
+                    CHROMIUM,
+                    "--headless=new",
+                    "--no-sandbox",
+                    f"--user-data-dir={profile}",
+                    "--virtual-time-budget=3000",
+                    "--dump-dom",
+                    watch,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                await asyncio.wait_for(seen.wait(), 120)
+                # Later, agent main's host run reads the operator's profile and uses what it finds.
+                probe = (
+                    f"u=$(grep -raoh 'http://127.0.0.1:[0-9]*/[A-Za-z0-9_-]*/novnc' {profile} | head -1); "
+                    'echo "found ${u:+a door}"; curl -sS --max-time 10 "${u%/novnc}/json/version"'
+                )
+                result = await operator.request("exec", {"agentId": "main", "command": probe})
+            finally:
+                await operator.close()
+    finally:
+        for c in list_browsers():
+            docker_ops.remove(c["Id"])
+    output = result["details"].get("aggregated") or result["text"]
+    assert "webSocketDebuggerUrl" not in output, f"a host run reached ops's browser's CDP: {output}"
