@@ -304,26 +304,23 @@ async def test_class1_the_browser_doors_url_in_the_operators_profile_opens_anoth
     assert "webSocketDebuggerUrl" not in output, f"a host run reached ops's browser's CDP: {output}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the runtime dir is private only as $XDG_RUNTIME_DIR names it: a gateway started without "
-    "it (autostarted by an MCP server, whose SDKs pass only HOME LOGNAME PATH SHELL TERM USER; cron; sudo) "
-    "leaves /run/user/UID, with the operator's session bus, systemd --user and gpg-agent, every host run's",
-)
-async def test_class1_the_runtime_dir_is_shared_when_the_gateway_has_no_xdg_runtime_dir(
-    state_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def _runtime_socket_seen(state_dir: Path, monkeypatch: pytest.MonkeyPatch, *, named: bool) -> str:
+    """What a host run gets from a socket in the account's runtime dir (/run/user/UID), with the gateway's
+    XDG_RUNTIME_DIR naming it (`named`) or unset; the real default `hostPrivate` list."""
     import os
     import socket
     import threading
 
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    runtime = Path(f"/run/user/{os.getuid()}")
+    if named:
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    else:
+        monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.delenv("EXECHOST_HOST_PRIVATE", raising=False)  # the real default list
     # This machine's /run is small and holds docker.sock, so it is shown as a copy without sockets
     # (dirshadow); a desktop's /run passes dirshadow's 512-entry budget (udev/data alone) or holds no
     # engine socket, and is then the host's own: as here with no budget.
     monkeypatch.setattr(dirshadow, "MAX_ENTRIES", 0)
-    runtime = Path(f"/run/user/{os.getuid()}")
     made = False
     if not runtime.exists():
         try:
@@ -364,5 +361,85 @@ async def test_class1_the_runtime_dir_is_shared_when_the_gateway_has_no_xdg_runt
         if made:
             with contextlib.suppress(OSError):
                 runtime.rmdir()
-    output = result["details"].get("aggregated") or result["text"]
+    return str(result["details"].get("aggregated") or result["text"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the runtime dir is private only as $XDG_RUNTIME_DIR names it: a gateway started without "
+    "it (autostarted by an MCP server, whose SDKs pass only HOME LOGNAME PATH SHELL TERM USER; cron; sudo) "
+    "leaves /run/user/UID, with the operator's session bus, systemd --user and gpg-agent, every host run's",
+)
+async def test_class1_the_runtime_dir_is_shared_when_the_gateway_has_no_xdg_runtime_dir(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = await _runtime_socket_seen(state_dir, monkeypatch, named=False)
     assert "OPERATOR-RUNTIME-SOCKET" not in output, f"a host run reached the operator's runtime dir: {output}"
+
+
+async def test_class1_the_runtime_dir_named_by_xdg_runtime_dir_is_the_agents_own(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same socket, with the gateway's XDG_RUNTIME_DIR naming the dir: the run's copy holds none."""
+    output = await _runtime_socket_seen(state_dir, monkeypatch, named=True)
+    assert "OPERATOR-RUNTIME-SOCKET" not in output, output
+    assert "No such file" in output or "ConnectionRefused" in output, output
+
+
+async def test_class1_the_docker_socket_is_no_host_runs(state_dir: Path) -> None:
+    """Tried: the engine's unix socket from a host run at security=full (bound over by an empty file)."""
+    import os
+
+    if not os.path.exists("/var/run/docker.sock"):
+        pytest.skip("no Docker socket on this machine")
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        try:
+            result = await operator.request(
+                "exec",
+                {
+                    "agentId": "main",
+                    "command": "curl -sS --max-time 5 --unix-socket /var/run/docker.sock http://d/_ping; "
+                    "curl -sS --max-time 5 --unix-socket /run/docker.sock http://d/version",
+                },
+            )
+        finally:
+            await operator.close()
+    output = str(result["details"].get("aggregated") or result["text"])
+    assert "OK" not in output.split() and "ApiVersion" not in output, output
+
+
+async def test_class1_the_gateways_session_keyring_is_no_host_runs(state_dir: Path) -> None:
+    """Tried: a key in the keyring the gateway's session holds (a krb5 KEYRING: session ccache) read by a
+    host run through @s: the run joined a fresh session keyring."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    payload = b"SESSION-r11a-ticket"
+    key = libc.syscall(
+        _ADD_KEY, b"user", b"r11a-session", payload, ctypes.c_size_t(len(payload)), ctypes.c_long(-3)
+    )
+    if key < 0:
+        pytest.skip("no session keyring here")
+    probe = (
+        "import ctypes;l=ctypes.CDLL(None);L=ctypes.c_long;"
+        "k=l.syscall(250,10,L(-3),b'user',b'r11a-session',L(0));"
+        "b=ctypes.create_string_buffer(256);n=l.syscall(250,11,L(k),b,L(256));"
+        "print('probe',k,b.raw[:max(n,0)].decode())"
+    )
+    try:
+        write_config(state_dir, FULL)
+        async with gateway(state_dir):
+            operator = await connect(state_dir)
+            try:
+                result = await operator.request(
+                    "exec", {"agentId": "main", "command": f"python3 -c {shlex.quote(probe)}"}
+                )
+            finally:
+                await operator.close()
+    finally:
+        libc.syscall(_KEYCTL, _INVALIDATE, ctypes.c_long(key))
+    output = str(result["details"].get("aggregated") or result["text"])
+    assert "probe" in output, output
+    assert "SESSION-r11a" not in output, output
