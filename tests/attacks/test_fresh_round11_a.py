@@ -446,13 +446,15 @@ async def test_class1_the_gateways_session_keyring_is_no_host_runs(state_dir: Pa
 
 
 _SERVE_ONCE = (
-    "import socket,sys;s=socket.socket(socket.AF_UNIX);s.bind(sys.argv[1]);s.listen(4);"
+    "import os,socket,sys;s=socket.socket(socket.AF_UNIX);d,n=os.path.split(sys.argv[1]);"
+    "os.chdir(d) if sys.argv[2:]==['relative'] else None;"
+    "s.bind(n if sys.argv[2:]==['relative'] else sys.argv[1]);s.listen(4);"
     "print('ready',flush=True)\n"
     "while True:\n c,_=s.accept();c.sendall(b'OPERATOR-HOME-SOCKET\\n');c.close()"
 )
 
 
-async def _home_socket_seen(state_dir: Path, *, own_netns: bool) -> str:
+async def _home_socket_seen(state_dir: Path, *, own_netns: bool, relative: bool = False) -> str:
     """What a host run gets from a socket the operator's program bound in the home, that program in the
     gateway's network namespace or (`own_netns`) in one of its own (a container, `ip netns exec`, a
     systemd service with PrivateNetwork=)."""
@@ -462,7 +464,7 @@ async def _home_socket_seen(state_dir: Path, *, own_netns: bool) -> str:
     where = home / ".cache" / "devbox"
     where.mkdir(parents=True)
     path = where / "agent.sock"
-    argv = ["python3", "-c", _SERVE_ONCE, str(path)]
+    argv = ["python3", "-c", _SERVE_ONCE, str(path), *(["relative"] if relative else [])]
     if own_netns:
         argv = ["unshare", "--net", *argv]
     server = await asyncio.create_subprocess_exec(*argv, stdout=subprocess.PIPE)
@@ -510,3 +512,14 @@ async def test_class1_a_home_socket_bound_in_the_gateways_network_namespace_is_c
     """Tried: the same socket bound by a program in the gateway's own network namespace: covered."""
     output = await _home_socket_seen(state_dir, own_netns=False)
     assert "OPERATOR-HOME-SOCKET" not in output, output
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: homesockets keeps only absolute names from /proc/net/unix: a socket the operator's program "
+    "bound in the home by a relative name (chdir + bind, the usual way round sun_path's 108 bytes) is "
+    "listed as `agent.sock`, its directory never read, the socket never covered",
+)
+async def test_class1_a_home_socket_bound_by_a_relative_name_is_a_host_runs(state_dir: Path) -> None:
+    output = await _home_socket_seen(state_dir, own_netns=False, relative=True)
+    assert "OPERATOR-HOME-SOCKET" not in output, f"a host run used the operator's socket: {output}"
