@@ -564,3 +564,49 @@ async def test_class1_two_gateways_agents_of_one_name_share_a_nodes_sandbox(
             await theirs.close()
     output = str(read["details"].get("aggregated") or read["text"])
     assert "A-SECRET-r11a" not in output, f"gateway B's main read gateway A's main's sandbox: {output}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a node keeps an allow-always by the plain agent name (its approvals file), whichever "
+    "gateway's operator gave it: gateway B's human allowing B's `main` a command on a shared node lets "
+    "gateway A's `main` run it there unasked (sessions are per gateway, the node's policy is not)",
+)
+async def test_class1_one_gateways_allow_always_on_a_shared_node_is_another_gateways(
+    state_dir: Path,
+    sshd_nodes: list[SshdNode],  # noqa: F811
+) -> None:
+    from tests.helpers.daemon import Daemon
+
+    node = sshd_nodes[0]
+    (node.state_dir / "config.toml").write_text('[tools.exec]\nsecurity = "allowlist"\nask = "on-miss"\n')
+    config = FULL.replace('"gateway"', '"node"') + node.config_toml()
+    write_config(state_dir, config)
+    other = state_dir.parent / "s2"
+    other.mkdir(mode=0o700)
+    write_config(other, config)
+    marker = node.marks / "ran"
+    run = {"agentId": "main", "host": "node", "node": node.name, "command": f"touch {marker}"}
+    with Daemon(other):
+        theirs = await connect(other)
+        try:
+            asked_b = await theirs.request("exec", run)
+            assert asked_b["details"].get("status") == "approval-pending", asked_b
+            await theirs.request(
+                "approve", {"id": asked_b["details"]["approvalId"], "decision": "allow-always"}
+            )
+            await wait_until(marker.exists, timeout=30)  # B's main ran it, allowed always by B's human
+        finally:
+            await theirs.close()
+    marker.unlink()
+    async with gateway(state_dir):
+        mine = await connect(state_dir)
+        try:
+            result = await mine.request("exec", run)
+        finally:
+            await mine.close()
+    status = result["details"].get("status")
+    # Gateway A's human never allowed A's main anything: the node asks them.
+    assert status == "approval-pending" and not marker.exists(), (
+        f"gateway A's main ran unasked on gateway B's human's allow-always: {result['details']}"
+    )
