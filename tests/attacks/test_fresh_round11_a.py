@@ -610,3 +610,55 @@ async def test_class1_one_gateways_allow_always_on_a_shared_node_is_another_gate
     assert status == "approval-pending" and not marker.exists(), (
         f"gateway A's main ran unasked on gateway B's human's allow-always: {result['details']}"
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: every agent's host runs share the host's network namespace: agent ops's dev server on "
+    "127.0.0.1 (here serving its own private /tmp) answers agent main's host run, around the private "
+    "dirs that keep their files apart (and every loopback service of the operator's answers both)",
+)
+async def test_class1_another_agents_loopback_server_is_a_host_runs(state_dir: Path) -> None:
+    import os
+    import socket
+
+    from tests.helpers.egress import free_port
+
+    private = os.environ["EXECHOST_HOST_PRIVATE"]  # stands in for /tmp: each agent has its own copy
+    port = free_port()
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        try:
+            ops = {"agentId": "ops"}
+            await operator.request(
+                "exec", {**ops, "command": f"echo OPS-PRIVATE-r11a > {private}/ops-note.txt"}
+            )
+            served = await operator.request(
+                "exec",
+                {
+                    **ops,
+                    "command": f"exec python3 -m http.server -b 127.0.0.1 {port} -d {private}",
+                    "background": True,
+                },
+            )
+            sid = served["details"].get("sessionId")
+
+            def listening() -> bool:
+                with socket.socket() as s:
+                    return s.connect_ex(("127.0.0.1", port)) == 0
+
+            await wait_until(listening, timeout=30)
+            seen = await operator.request(
+                "exec",
+                {
+                    "agentId": "main",
+                    "command": f"cat {private}/ops-note.txt; curl -sS --max-time 10 http://127.0.0.1:{port}/ops-note.txt",
+                },
+            )
+            await operator.request("process", {"action": "kill", "sessionId": sid, "agentId": "ops"})
+        finally:
+            await operator.close()
+    output = str(seen["details"].get("aggregated") or seen["text"])
+    assert "No such file" in output, output  # main's own /tmp holds no note of ops's
+    assert "OPS-PRIVATE-r11a" not in output, f"agent main read ops's private files over loopback: {output}"
