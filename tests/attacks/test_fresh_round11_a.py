@@ -446,15 +446,16 @@ async def test_class1_the_gateways_session_keyring_is_no_host_runs(state_dir: Pa
 
 
 _SERVE_ONCE = (
-    "import os,socket,sys;s=socket.socket(socket.AF_UNIX);d,n=os.path.split(sys.argv[1]);"
-    "os.chdir(d) if sys.argv[2:]==['relative'] else None;"
-    "s.bind(n if sys.argv[2:]==['relative'] else sys.argv[1]);s.listen(4);"
-    "print('ready',flush=True)\n"
+    "import os,socket,sys;s=socket.socket(socket.AF_UNIX);d,n=os.path.split(sys.argv[1]);m=sys.argv[2:]\n"
+    "if m==['relative']: os.chdir(d); s.bind(n)\n"
+    "elif m==['moved']: os.rmdir(d); os.mkdir(d+'.new'); s.bind(d+'.new/'+n); os.rename(d+'.new',d)\n"
+    "else: s.bind(sys.argv[1])\n"
+    "s.listen(4);print('ready',flush=True)\n"
     "while True:\n c,_=s.accept();c.sendall(b'OPERATOR-HOME-SOCKET\\n');c.close()"
 )
 
 
-async def _home_socket_seen(state_dir: Path, *, own_netns: bool, relative: bool = False) -> str:
+async def _home_socket_seen(state_dir: Path, *, own_netns: bool, how: str = "") -> str:
     """What a host run gets from a socket the operator's program bound in the home, that program in the
     gateway's network namespace or (`own_netns`) in one of its own (a container, `ip netns exec`, a
     systemd service with PrivateNetwork=)."""
@@ -464,7 +465,7 @@ async def _home_socket_seen(state_dir: Path, *, own_netns: bool, relative: bool 
     where = home / ".cache" / "devbox"
     where.mkdir(parents=True)
     path = where / "agent.sock"
-    argv = ["python3", "-c", _SERVE_ONCE, str(path), *(["relative"] if relative else [])]
+    argv = ["python3", "-c", _SERVE_ONCE, str(path), *([how] if how else [])]
     if own_netns:
         argv = ["unshare", "--net", *argv]
     server = await asyncio.create_subprocess_exec(*argv, stdout=subprocess.PIPE)
@@ -521,7 +522,7 @@ async def test_class1_a_home_socket_bound_in_the_gateways_network_namespace_is_c
     "listed as `agent.sock`, its directory never read, the socket never covered",
 )
 async def test_class1_a_home_socket_bound_by_a_relative_name_is_a_host_runs(state_dir: Path) -> None:
-    output = await _home_socket_seen(state_dir, own_netns=False, relative=True)
+    output = await _home_socket_seen(state_dir, own_netns=False, how="relative")
     assert "OPERATOR-HOME-SOCKET" not in output, f"a host run used the operator's socket: {output}"
 
 
@@ -662,3 +663,14 @@ async def test_class1_another_agents_loopback_server_is_a_host_runs(state_dir: P
     output = str(seen["details"].get("aggregated") or seen["text"])
     assert "No such file" in output, output  # main's own /tmp holds no note of ops's
     assert "OPS-PRIVATE-r11a" not in output, f"agent main read ops's private files over loopback: {output}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: /proc/net/unix names a socket where it was bound, not where it is: a socket bound in "
+    "`~/.cache/devbox.new` whose directory was then renamed into place (a tool's atomic setup) is listed "
+    "under a directory that no longer exists, and is never covered at `~/.cache/devbox/agent.sock`",
+)
+async def test_class1_a_home_socket_whose_directory_was_renamed_is_a_host_runs(state_dir: Path) -> None:
+    output = await _home_socket_seen(state_dir, own_netns=False, how="moved")
+    assert "OPERATOR-HOME-SOCKET" not in output, f"a host run used the operator's socket: {output}"
