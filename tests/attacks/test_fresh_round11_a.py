@@ -674,3 +674,44 @@ async def test_class1_another_agents_loopback_server_is_a_host_runs(state_dir: P
 async def test_class1_a_home_socket_whose_directory_was_renamed_is_a_host_runs(state_dir: Path) -> None:
     output = await _home_socket_seen(state_dir, own_netns=False, how="moved")
     assert "OPERATOR-HOME-SOCKET" not in output, f"a host run used the operator's socket: {output}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's git `init.templateDir` is not kept read-only (hostview keeps include.path "
+    "and core.hooksPath only): a host run plants hooks/post-checkout in a template dir outside the home, "
+    "and the operator's next `git clone` copies it into the new repository and runs it, outside any view",
+)
+async def test_class1_the_operators_git_template_dir_takes_a_host_runs_hook(state_dir: Path) -> None:
+    import os
+
+    home = Path(os.environ["HOME"])
+    templates = state_dir.parent / "team" / "git-templates"  # outside the home, the operator's to write
+    templates.mkdir(parents=True)
+    (home / ".gitconfig").write_text(f"[init]\n\ttemplateDir = {templates}\n")
+    mark = state_dir.parent / "hook-ran"
+    hook = templates / "hooks" / "post-checkout"
+    plant = (
+        f"mkdir -p {hook.parent} && printf '#!/bin/sh\\ntouch {mark}\\n' > {hook} && chmod +x {hook}; "
+        f"ls {hook.parent}"
+    )
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        try:
+            await operator.request("exec", {"agentId": "main", "command": plant})
+        finally:
+            await operator.close()
+    # Later, the operator clones a repository in their own shell.
+    origin_repo = state_dir.parent / "origin"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "o", "GIT_AUTHOR_EMAIL": "o@x", "GIT_COMMITTER_NAME": "o"}
+    env["GIT_COMMITTER_EMAIL"] = "o@x"
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], check=True, env=env)
+
+    git("init", "-q", str(origin_repo))
+    git("-C", str(origin_repo), "commit", "-q", "--allow-empty", "-m", "x")
+    mark.unlink(missing_ok=True)  # only the clone counts
+    git("clone", "-q", str(origin_repo), str(state_dir.parent / "clone"))
+    assert not mark.exists(), "the operator's git clone ran a hook a host run planted in their template dir"
