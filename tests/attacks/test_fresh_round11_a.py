@@ -715,3 +715,72 @@ async def test_class1_the_operators_git_template_dir_takes_a_host_runs_hook(stat
     mark.unlink(missing_ok=True)  # only the clone counts
     git("clone", "-q", str(origin_repo), str(state_dir.parent / "clone"))
     assert not mark.exists(), "the operator's git clone ran a hook a host run planted in their template dir"
+
+
+_COOKIE_THIEF = (
+    "import hashlib,sqlite3,sys\n"
+    "from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes\n"
+    "k=hashlib.pbkdf2_hmac('sha1',b'peanuts',b'saltysalt',1,16)\n"
+    "db=sqlite3.connect('file:'+sys.argv[1]+'?immutable=1',uri=True)\n"
+    "for host,name,v in db.execute('select host_key,name,encrypted_value from cookies'):\n"
+    " d=Cipher(algorithms.AES(k),modes.CBC(b' '*16)).decryptor();p=d.update(v[3:])+d.finalize()\n"
+    " print(host,name,p[32:-p[-1]].decode(errors='replace'))\n"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the operator's browser profile is in the home every host run reads: an agent's run "
+    "decrypts the Cookies DB (Chromium's Linux key without a keyring is the constant `peanuts`) and holds "
+    "every web session the operator is logged in to; the home's readable credentials are not listed",
+)
+async def test_class1_the_operators_browser_cookies_are_a_host_runs(state_dir: Path) -> None:
+    import os
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from tests.helpers.webconsole import CHROMIUM
+
+    if CHROMIUM is None:
+        pytest.skip("no chromium")
+
+    class Site(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Set-Cookie", "sid=COOKIE-SECRET-r11a; Max-Age=3600; Path=/")
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<p>logged in</p>")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    site = HTTPServer(("127.0.0.1", 0), Site)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    profile = Path(os.environ["HOME"]) / ".config" / "chromium"
+    try:
+        # The operator logs in somewhere in their own Chromium.
+        seen = await asyncio.create_subprocess_exec(
+            CHROMIUM,
+            "--headless=new",
+            "--no-sandbox",
+            f"--user-data-dir={profile}",
+            "--dump-dom",
+            f"http://127.0.0.1:{site.server_address[1]}/",
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        await asyncio.wait_for(seen.wait(), 120)
+    finally:
+        site.shutdown()
+        site.server_close()
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        try:
+            steal = f"python3 -c {shlex.quote(_COOKIE_THIEF)} {profile}/Default/Cookies"
+            result = await operator.request("exec", {"agentId": "main", "command": steal})
+        finally:
+            await operator.close()
+    output = str(result["details"].get("aggregated") or result["text"])
+    assert "COOKIE-SECRET-r11a" not in output, f"a host run holds the operator's web session: {output}"
