@@ -784,3 +784,24 @@ async def test_class1_the_operators_browser_cookies_are_a_host_runs(state_dir: P
             await operator.close()
     output = str(result["details"].get("aggregated") or result["text"])
     assert "COOKIE-SECRET-r11a" not in output, f"a host run holds the operator's web session: {output}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: host runs inherit the gateway's proxy variables whole (hostenv.INHERITED_KEYS), and a "
+    "proxy URL carries the operator's proxy credentials (`http://user:pass@proxy:3128`): every agent's "
+    "`printenv` reads them; a list of what says where things are kept a secret inside one of its values",
+)
+async def test_class1_the_gateways_proxy_credentials_are_every_host_runs(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://operator:PROXY-PASS-r11a@proxy.corp.invalid:3128")
+    write_config(state_dir, FULL)
+    async with gateway(state_dir):
+        operator = await connect(state_dir)
+        try:
+            result = await operator.request("exec", {"agentId": "main", "command": "printenv HTTPS_PROXY"})
+        finally:
+            await operator.close()
+    output = str(result["details"].get("aggregated") or result["text"])
+    assert "PROXY-PASS-r11a" not in output, f"a host run read the operator's proxy password: {output}"
