@@ -364,12 +364,6 @@ async def _runtime_socket_seen(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
     return str(result["details"].get("aggregated") or result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the runtime dir is private only as $XDG_RUNTIME_DIR names it: a gateway started without "
-    "it (autostarted by an MCP server, whose SDKs pass only HOME LOGNAME PATH SHELL TERM USER; cron; sudo) "
-    "leaves /run/user/UID, with the operator's session bus, systemd --user and gpg-agent, every host run's",
-)
 async def test_class1_the_runtime_dir_is_shared_when_the_gateway_has_no_xdg_runtime_dir(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -786,12 +780,6 @@ async def test_class1_the_operators_browser_cookies_are_a_host_runs(state_dir: P
     assert "COOKIE-SECRET-r11a" not in output, f"a host run holds the operator's web session: {output}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: host runs inherit the gateway's proxy variables whole (hostenv.INHERITED_KEYS), and a "
-    "proxy URL carries the operator's proxy credentials (`http://user:pass@proxy:3128`): every agent's "
-    "`printenv` reads them; a list of what says where things are kept a secret inside one of its values",
-)
 async def test_class1_the_gateways_proxy_credentials_are_every_host_runs(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
