@@ -248,13 +248,6 @@ async def test_class1_the_persistent_keyring_holds_the_operators_ticket_for_a_ho
 BROWSER_CONFIG = FULL + "[agents.defaults.sandbox.browser]\nenabled = true\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the browser door's token lives as long as the container and is in the noVNC/CDP URL the "
-    "operator opens (the console's `u` links): the operator's browser profile keeps it, a host run reads "
-    "it and, sharing the host's loopback, drives another agent's browser over CDP (the web console's "
-    "round 10 attack, on the door that did not get one-use keys)",
-)
 async def test_class1_the_browser_doors_url_in_the_operators_profile_opens_another_agents_browser(
     state_dir: Path,
     tmp_path: Path,
