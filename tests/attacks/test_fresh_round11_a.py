@@ -663,12 +663,6 @@ async def test_class1_a_home_socket_whose_directory_was_renamed_is_a_host_runs(s
     assert "OPERATOR-HOME-SOCKET" not in output, f"a host run used the operator's socket: {output}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's git `init.templateDir` is not kept read-only (hostview keeps include.path "
-    "and core.hooksPath only): a host run plants hooks/post-checkout in a template dir outside the home, "
-    "and the operator's next `git clone` copies it into the new repository and runs it, outside any view",
-)
 async def test_class1_the_operators_git_template_dir_takes_a_host_runs_hook(state_dir: Path) -> None:
     import os
 
