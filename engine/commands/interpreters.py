@@ -57,7 +57,10 @@ RUNNERS = INTERPRETERS | names(
     "vim.gtk vim.gtk3 vim.athena gvim evim rvim nvi elvis jed joe mcedit micro "
     "ssh-agent run-parts fakeroot fakeroot-sysv fakeroot-tcp fakechroot dbus-run-session dbus-launch perf "
     "strace ltrace gdb valgrind chroot unshare nsenter setsid setpriv runuser chrt ionice taskset "
-    "c++ clang++ cpp cc1 collect2 ld"
+    "c++ clang++ cpp cc1 collect2 ld "
+    # rustup and its proxies (engine.commands.progident): rust-gdb/rust-lldb wrap a debugger, rustc runs
+    # a linker and proc macros, rustup runs any command (`rustup run`).
+    "rustup rustc rustdoc rust-gdb rust-gdbgui rust-lldb lldb clippy-driver cargo-clippy cargo-miri"
 )
 # A cross or versioned compiler driver (`x86_64-linux-gnu-gcc-12`, `aarch64-linux-gnu-g++`): `-wrapper
 # CMD`, `-B dir`, `-fplugin=` and spec files run programs of the caller's choosing, as gcc's do.

@@ -8,7 +8,7 @@ import os
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from engine.commands import gitvet, pipconfig, priorwrites
+from engine.commands import gitvet, pipconfig, priorwrites, procpaths, progident
 from engine.commands.allowlist import AllowlistResult
 from engine.commands.analysis import CommandAnalysis
 from engine.commands.filetrust import system_owned
@@ -151,6 +151,7 @@ WRITTEN_FIRST = "files an earlier command of this text may write before it reads
 # there (a gitfile, an sdist) binds nothing of it, so they are never bound, whatever is at the path.
 _NO_BYTES = frozenset(
     {PIP_PROJECT, gitvet.RECEIVE_PACK_TREE, gitvet.LEGACY_REMOTES, PAST_THE_CAP, WRITTEN_FIRST}
+    | {procpaths.THROUGH_PROCESS}
 )
 # What git runs when its config or command line holds what exechost does not know to be inert
 # (`-c alias.z='!sh t.sh'`, a filter naming ./clean.sh, an unknown option): programs in no bound file.
@@ -546,16 +547,82 @@ def findings_for(
     if program is None:
         if not argv or real is None or is_tree_safe(argv, real, tree_safe):
             return []  # nothing runs (not found), or nothing it does depends on its tree
-        return _past_the_cap(argv, cwd) + _unmodelled(argv, real, cwd, sandbox_roots)
-    if program == "git":
-        return gitvet.vet(real, argv, cwd, record) if real is not None else []
-    found = _past_the_cap(argv, cwd) + _modelled(program, argv, cwd, sandbox_roots)
-    if program in ("pip", "pip3") and real is not None:  # its config files are argv too (pipconfig)
-        here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
-        found += pipconfig.findings(
-            program, argv, real, here, lambda p: agent_writable(p, sandbox_roots), record
-        )
-    return found
+        found = _past_the_cap(argv, cwd) + _unmodelled(argv, real, cwd, sandbox_roots)
+    elif program == "git":
+        if real is None:
+            return []
+        found = gitvet.vet(real, progident.git_argv(argv), cwd, record)  # `git-upload-archive x`
+    else:
+        found = _past_the_cap(argv, cwd) + _modelled(program, argv, cwd, sandbox_roots)
+        # Every other identity too (`~/.cargo/bin/cargo` is rustup's proxy: it reads the cwd's
+        # rust-toolchain.toml before cargo sees -C); a proxy's argv is its tool's, checked above.
+        tool = progident.proxied_tool(argv, paths)
+        for other in progident.identities(argv, paths, list(TREE_PROGRAMS)):
+            if other != program:
+                have = {(f.path, f.what) for f in found}
+                more = _modelled(other, argv, cwd, sandbox_roots, other != "rustup" or tool != program)
+                found += [f for f in more if (f.path, f.what) not in have]
+        found += _toolchains(found, record)
+        if program in ("pip", "pip3") and real is not None:  # its config files are argv too (pipconfig)
+            here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+            found += pipconfig.findings(
+                program, argv, real, here, lambda p: agent_writable(p, sandbox_roots), record
+            )
+    modelled = progident.identities(argv, paths, list(TREE_PROGRAMS)) if program not in (None, "git") else []
+    return found + _process_linked(program or os.path.basename(argv[0]), modelled, argv, cwd, found)
+
+
+def _toolchains(found: Sequence[Finding], record: gitvet.Record | None) -> list[Finding]:
+    """For every rust-toolchain(.toml) found, the directory whose programs it makes rustup run (a `path`
+    toolchain; the file's own directory for one not understood): a finding no bytes hold. The bytes read
+    are the ones the binding holds (`record`), so the decision and its binding are one read."""
+    out: list[Finding] = []
+    for f in found:
+        if os.path.basename(f.path) not in progident.TOOLCHAIN_FILES or not os.path.isabs(f.path):
+            continue
+        data = record.data.get(f.path) if record is not None else None
+        if data is None:
+            try:
+                data = read_regular(f.path, gitvet.CONFIG_READ_CAP)
+            except Unreadable:
+                continue  # bound as unreadable: the approval cannot be saved anyway
+            if record is not None:
+                record.data[f.path] = data
+        out += [
+            Finding(f.program, d, progident.TOOLCHAIN_DIR) for d in progident.toolchain_dirs(f.path, data)
+        ]
+    return list(dict.fromkeys(out))
+
+
+def _process_linked(
+    program: str, modelled: Sequence[str], argv: Sequence[str], cwd: str, found: Sequence[Finding]
+) -> list[Finding]:
+    """A finding no bytes hold for every argv word, every file found and every tree file a `modelled`
+    program looks for (`.cargo/config.toml` under a linked `.cargo`) that reaches /proc or /dev/fd through
+    a link (`ninja -C sub`, sub -> /proc/self/cwd/real): the gateway would read its own process's file
+    there, the run its own (engine.commands.procpaths)."""
+    here = cwd if cwd.startswith(ANCHOR) else os.path.realpath(cwd)
+    base = os.path.realpath(here)  # an anchor's directory, by its fd
+    words = procpaths.process_linked_words(argv[1 : OPERANDS_LOOKED_AT + 1], base)
+    out = [Finding(program, os.path.join(here, w), procpaths.THROUGH_PROCESS) for w in words]
+    for name in modelled:
+        spec = TREE_PROGRAMS[name]
+        for start in _starts(name, argv, here):
+            for where in _dirs(start, spec.walk_up):
+                real = os.path.realpath(where) if where.startswith(ANCHOR) else where  # _dirs: real
+                for file in spec.files:
+                    if procpaths.linked_through_process(file, real, real=True):
+                        out.append(Finding(program, os.path.join(where, file), procpaths.THROUGH_PROCESS))
+    for f in found:
+        if os.path.isabs(f.path) and f.what != procpaths.THROUGH_PROCESS:
+            top = here.rstrip("/") or "/"
+            if f.path == top:
+                continue  # the cwd itself (an anchor, during the spawn's re-vet) is not judged
+            inside = f.path.startswith(top.rstrip("/") + "/")
+            path = f.path[len(top.rstrip("/")) + 1 :] if inside else f.path
+            if procpaths.linked_through_process(path, base, real=True):
+                out.append(Finding(program, f.path, procpaths.THROUGH_PROCESS))
+    return list(dict.fromkeys(out))
 
 
 def _past_the_cap(argv: Sequence[str], cwd: str) -> list[Finding]:
@@ -581,8 +648,11 @@ def _written_first(argv: Sequence[str], paths: Sequence[str | None], cwd: str) -
     return [Finding(str(program), here, WRITTEN_FIRST)]
 
 
-def _modelled(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Sequence[str]) -> list[Finding]:
-    """findings_for a TREE_PROGRAMS program: its tree files, what its argv names, make's grammar."""
+def _modelled(
+    program: str, argv: Sequence[str], cwd: str, sandbox_roots: Sequence[str], grammar: bool = True
+) -> list[Finding]:
+    """findings_for a TREE_PROGRAMS program: its tree files, what its argv names, its grammar (`grammar`
+    False: the argv is another program's, read by that one's: a rustup proxy's tool)."""
     spec = TREE_PROGRAMS[program]
     named = _argv_code(program, argv, cwd) if program not in ("make", "gmake") else []
     files = [(p, spec.what) for p in _tree_files(program, spec, argv, cwd)]
@@ -612,7 +682,7 @@ def _modelled(program: str, argv: Sequence[str], cwd: str, sandbox_roots: Sequen
         found += _pip_findings(program, argv, here, sandbox_roots)
     if program not in ("make", "gmake", "pip", "pip3"):
         # Read by the program's own grammar: anything it does not understand asks (toolargv).
-        problem = argv_problem(program, argv)
+        problem = argv_problem(program, argv) if grammar else None
         # (`docker` other than `docker compose` reads no tree: its argv is the allowlist's business.)
         if problem is not None and (program != "docker" or "compose" in argv[1:]):
             found.append(Finding(program, "the command line", problem))

@@ -160,6 +160,6 @@ def warning(words: Sequence[str]) -> str:
     )
     return (
         f"Warning: {shown} reaches a file in this agent's own copy of a private dir (tools.exec."
-        "hostPrivate) that exechost did not read to decide: the command cannot run unasked, and "
-        "allow-always is not offered."
+        "hostPrivate), not the file of that name on this machine: what the run reads there (and the "
+        "digests shown) is the agent's; the command cannot run unasked, and allow-always is not offered."
     )

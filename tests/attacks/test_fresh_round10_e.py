@@ -4,6 +4,7 @@ approved, then the agent rewrites a file, and the run must still execute only th
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import shutil
@@ -164,15 +165,11 @@ _PRIVATE_TMP = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the binder read a path under a hostPrivate dir (/tmp, /var/tmp, /dev/shm…) in the "
-    "gateway's namespace, but the run's view shows the agent's private copy there: the ask bound the "
-    "machine's /tmp/s.sh (or said it is absent) and the approved run executed the agent's own /tmp/s.sh. "
-    "Since fixDE10 every spelling binds the agent's copy (viewpaths.reader; test_private_tmp_binding.py): "
-    "the ask's digest is PAYLOAD's and the approved run runs those bytes, which this assertion (no PAYLOAD "
-    "at all after an approval) cannot tell from the attack; only refusing such runs would pass it",
-)
+# Found open (fresh round 10 e): the binder read a path under a hostPrivate dir (/tmp, /var/tmp, /dev/shm…)
+# in the gateway's namespace while the run's view shows the agent's private copy there: the ask bound the
+# machine's /tmp/s.sh (or said it is absent), and the approved run executed the agent's own file. Closed
+# (fixDE10, viewpaths.reader): every spelling binds the agent's copy, and the ask says so; what the
+# operator approves is the digest of what runs, never the machine's file of that name.
 @pytest.mark.parametrize(("command", "machine_has_it"), _PRIVATE_TMP)
 def test_class8_a_path_in_the_agents_private_tmp_is_bound_from_the_machines_tmp(
     state_dir: Path, command: str, machine_has_it: bool
@@ -187,7 +184,14 @@ def test_class8_a_path_in_the_agents_private_tmp_is_bound_from_the_machines_tmp(
         (shared / "s.sh").write_text("echo APPROVED\n")  # what the operator inspects at /tmp/s.sh
     work = workdir(state_dir, {})
     ask, result = asyncio.run(approved_run(state_dir, command.format(T=shared), work, lambda: None))
-    assert "PAYLOAD" not in result["text"], (ask.get("contentDigests"), result["text"])
+    payload = hashlib.sha256(b"echo PAYLOAD\n").hexdigest()
+    approved = hashlib.sha256(b"echo APPROVED\n").hexdigest()
+    digests = [row["sha256"] for row in ask.get("contentDigests") or []]
+    # the ask binds what the run reads (the agent's copy), never the machine's file the operator may open
+    assert payload in digests and approved not in digests, ask.get("contentDigests")
+    assert any("own copy of a private dir" in w and "not the file of that name" in w for w in ask["warnings"])
+    assert "allow-always" not in ask["allowedDecisions"]
+    assert "PAYLOAD" in result["text"]  # what ran is what was bound and approved
 
 
 # Characters the analyser accepts (not in categories C/Z) and engine.display leaves as they are, while a

@@ -171,13 +171,6 @@ CARGO_PROXY = "/root/.cargo/bin/cargo"  # rustup's proxy: it picks the toolchain
 @pytest.mark.skipif(
     not (os.path.isfile(CARGO_PROXY) and os.path.isdir("/root/.rustup/toolchains")), reason="needs rustup"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode takes cargo's `-C DIR` for where everything is read, but the cargo on PATH is "
-    "rustup's proxy, which picks the toolchain from the real cwd's rust-toolchain.toml (a `path` toolchain "
-    "runs DIR/bin/cargo) before cargo ever sees -C: `cargo -C / --version` vets / and its files only, "
-    "and the allowlisted cargo runs the agent's toolchain unasked",
-)
 async def test_cargo_dash_c_elsewhere_leaves_the_cwds_toolchain_file_unvetted(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -217,13 +210,6 @@ def _pkt(text: str) -> str:
 
 
 @pytest.mark.skipif(not os.path.islink("/usr/bin/git-upload-archive"), reason="needs git's linked programs")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: git-upload-archive (and git-upload-pack, git-receive-pack) is a link to git, and treecode "
-    "knows a program by any path it resolves to: `git-upload-archive log` is vetted as `git log` in "
-    "the cwd, while it serves ./log, whose unvetted config names `tar.<fmt>.command` (remote=true): "
-    "the agent writes the archive request to the session's stdin and the allowlisted program runs it",
-)
 async def test_git_upload_archive_is_vetted_as_git_its_repository_read_as_a_subcommand(
     state_dir: Path,
 ) -> None:
@@ -256,7 +242,10 @@ async def test_git_upload_archive_is_vetted_as_git_its_repository_read_as_a_subc
                 },
             )
             details = started["details"]
-            assert details["status"] == "running", started["text"]
+            if details["status"] != "running":  # closed (fixF10b): vetted as `git upload-archive log`,
+                assert refused(details), started["text"]  # whose repository's config names a command
+                assert not marker.exists()
+                return
             request = _pkt("argument --format=evil\n") + _pkt("argument HEAD\n") + "0000"
             await client.request(
                 "process",
@@ -316,12 +305,6 @@ async def test_cmake_script_operand_linked_through_proc_self_is_no_finding(state
 
 
 @pytest.mark.skipif(shutil.which("ninja") is None, reason="needs ninja")
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: treecode resolves a directory option's value in the gateway too: `ninja -C sub` with "
-    "sub a link to /proc/self/cwd/real is vetted as the gateway's cwd/real (no build.ninja: no finding), "
-    "while ninja changes into the run's own cwd/real and runs its build.ninja's commands unasked",
-)
 async def test_ninja_dash_c_linked_through_proc_self_is_vetted_in_the_gateways_cwd(state_dir: Path) -> None:
     work = state_dir.parent / "w"
     marker = work / "ran"
@@ -341,12 +324,6 @@ RUST_GDB = "/root/.cargo/bin/rust-gdb"
 @pytest.mark.skipif(
     not (os.path.isfile(RUST_GDB) and shutil.which("gdb") and os.path.isdir("/root/.rustup/toolchains")),
     reason="needs rustup's rust-gdb and gdb",
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: rust-gdb is rustup's proxy for a gdb wrapper, so it is known as rustup (not as gdb, a "
-    "blocked wrapper and a runner): allow-always of a harmless `rust-gdb --version` saves its bare path "
-    "(it is not on interpreters.RUNNERS), and every later `rust-gdb -batch -ex 'shell …'` runs unasked",
 )
 async def test_allow_always_of_rust_gdb_saves_a_debugger_by_its_bare_path(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
@@ -369,7 +346,8 @@ async def test_allow_always_of_rust_gdb_saves_a_debugger_by_its_bare_path(
             saved = await wait_until(
                 lambda: [e.pattern for e in store.snapshot().entries("main")], timeout=60
             )
-            assert saved == [RUST_GDB]  # the bare path, not the exact command
+            # was the bare path (every later rust-gdb ran unasked); now the exact command (fixF10b)
+            assert RUST_GDB not in saved, saved
             command = f"rust-gdb -batch -nx -ex 'shell echo ran > {marker}'"
             second = await client.request("exec", {"command": command, **params})
         finally:
