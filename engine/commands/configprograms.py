@@ -225,3 +225,50 @@ def programs(
         *cargo_programs(cargo_files, home),
     ]
     return list(dict.fromkeys(found))
+
+
+# git config values git compares paths against and never opens (a repository the operator trusts).
+_GIT_COMPARED = frozenset({b"safe.directory"})
+
+
+def git_paths(files: list[str], home: str, keep_out: tuple[str, ...] = ()) -> list[str]:
+    """Every path a value of these git config files names, whatever its key (fresh round 11 a:
+    `init.templateDir`, whose hooks the operator's next clone copies and runs): absolute, `~/…` or
+    `%(prefix)/…`, files and directories alike. Never one that is `/`, world-writable, or holds the home
+    or a path of `keep_out` (the state dir): binding it read-only would take those from every run."""
+    git = sysbin.which("git")
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(git))) if git else "/usr"
+    found: list[str] = []
+    for path in files:
+        data = _read(path)
+        out = git_config_of(data, home, "--list") if data is not None else None
+        for record in (out or b"").split(b"\0"):
+            key, sep, raw = record.partition(b"\n")
+            if not sep or key.lower() in _GIT_COMPARED:
+                continue
+            value = os.fsdecode(raw)
+            if value.startswith("%(prefix)/"):
+                value = prefix + value[len("%(prefix)") :]
+            elif value.startswith("~"):
+                value = os.path.expanduser(value) if not value.startswith("~/") else home + value[1:]
+            if not value.startswith(os.sep) or "\n" in value:
+                continue
+            value = os.path.normpath(value)
+            if _too_wide(value, (home, *keep_out)):
+                continue
+            found.append(value)
+    return list(dict.fromkeys(found))
+
+
+def _too_wide(path: str, held: tuple[str, ...]) -> bool:
+    if path == os.sep:
+        return True
+    real = os.path.realpath(path)
+    for p in held:
+        for name in {p, os.path.realpath(p)}:
+            if name == real or name.startswith(real.rstrip(os.sep) + os.sep):
+                return True
+    try:
+        return os.path.isdir(real) and bool(os.stat(real).st_mode & stat.S_IWOTH)
+    except OSError:
+        return False

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import sysbin
+from engine.commands import proxyenv
 from engine.commands.analysis import names
 from engine.results import ToolError
 
@@ -328,7 +329,7 @@ def _filter_inherited(
         if not inherited_allowed(key, extra) or "\x00" in key or "\x00" in value or "=" in key or not key:
             stripped.append(key)
         else:
-            env[key] = value
+            env[key] = proxyenv.without_userinfo(key, value, extra)
     return env, stripped
 
 

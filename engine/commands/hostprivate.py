@@ -31,7 +31,7 @@ def dests(configured: Iterable[str] | None, environ: Mapping[str, str] | None = 
         named = env.get(DEFAULT_ENV)
         configured = named.split(":") if named is not None else DEFAULT
     found: list[str] = []
-    for item in configured:
+    for item in _with_account_runtime(configured):
         path = os.path.expanduser(env.get(item[1:], "") if item.startswith("$") else item)
         if not path.startswith(os.sep):
             continue
@@ -39,6 +39,16 @@ def dests(configured: Iterable[str] | None, environ: Mapping[str, str] | None = 
         if real != os.sep and os.path.isdir(real) and real not in found:
             found.append(real)
     return tuple(found)
+
+
+def _with_account_runtime(configured: Iterable[str]) -> list[str]:
+    """`$XDG_RUNTIME_DIR` names the account's runtime dir, and that is /run/user/<euid> whatever the
+    gateway's environment says: a gateway started without the variable (by an MCP client, cron, sudo)
+    still makes the account's own dir private (fresh round 11 a)."""
+    out = list(configured)
+    if "$XDG_RUNTIME_DIR" in out:
+        out.insert(out.index("$XDG_RUNTIME_DIR") + 1, f"/run/user/{os.geteuid()}")
+    return out
 
 
 def agent_dir(state: str, agent_id: str) -> str:

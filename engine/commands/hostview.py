@@ -46,6 +46,7 @@ from engine.commands import (
     importroots,
     sshinclude,
 )
+from engine.statefs import state_dir
 
 ENV = "/usr/bin/env"
 CGROUPS = "/sys/fs/cgroup"  # read-only in every view (view_args)
@@ -445,7 +446,8 @@ def config_programs(environ: dict[str, str] | None = None, includes: list[str] |
     found = configprograms.programs(
         [*git_configs(environ), *includes], ssh_files(home), home, [os.path.join(home, ".npmrc")], cargo
     )
-    return [p for p in found if not _inside(os.path.realpath(p), home)]
+    found += configprograms.git_paths([*git_configs(environ), *includes], home, (str(state_dir()),))
+    return [p for p in dict.fromkeys(found) if not _inside(os.path.realpath(p), home)]
 
 
 def programs_known(environ: dict[str, str] | None = None) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from engine import redact
 from engine.preauth import PreAuth
 from engine.sandbox.browser import open_browser_socket
+from engine.webkeys import SECRET_TTL_S, TICKET_TTL_S, OneUseKeys
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,26 @@ class Door:
     container_id: str  # only a peer in this container is the browser (the socket dir is its to write)
 
 
+# The operator's noVNC link holds a one-use ticket, never the door's token (a URL a browser opened stays in
+# its profile, which host runs can read: fresh round 11 a). The ticket opens our wrapper page and noVNC's
+# public files, never CDP; the page trades it once (POST .../novnc/trade) for a secret only its memory
+# holds, and proves that secret once by its websocket (`/<secret>/novnc/websockify`). Both expire soon.
+WRAPPER = b"""<!doctype html><html><head><meta charset="utf-8"><title>noVNC</title>
+<style>html,body,#screen{margin:0;width:100%;height:100%;background:#222}</style></head>
+<body><div id="screen"></div><script type="module">
+import RFB from "./core/rfb.js";
+const answer = await fetch("trade", {method: "POST", cache: "no-store"});
+if (answer.ok) {
+  const rfb = new RFB(document.getElementById("screen"), (await answer.json()).websocket);
+  rfb.scaleViewport = true;
+} else {
+  document.body.textContent = "This link was used or expired: ask exechost for a new one.";
+}
+</script></body></html>
+"""
+_ASSET = re.compile(rb"^/novnc/(?:app|core|vendor)/[A-Za-z0-9_./-]+\.(?:js|mjs|css|svg|png)$")
+
+
 class BrowserProxy:
     """One loopback listener for every browser sandbox of this gateway."""
 
@@ -50,6 +71,8 @@ class BrowserProxy:
         self._host = host
         self._server: asyncio.Server | None = None
         self._doors: dict[str, Door] = {}  # browser (container) name → door
+        self._tickets: dict[str, OneUseKeys] = {}  # browser name → its noVNC links' tickets
+        self._secrets: dict[str, OneUseKeys] = {}  # browser name → secrets traded for them
         self._tasks: set[asyncio.Task[None]] = set()
         # Connections that have not shown a door's token: a few slots, oldest shed first, 5 s each (2,000
         # tokenless peers held 2,000 of the gateway's descriptors for 10 s each).
@@ -76,14 +99,25 @@ class BrowserProxy:
             if door is not None:
                 redact.forget(door.token)
             door = Door(secrets.token_urlsafe(24), *wanted)
+            self._tickets[name] = OneUseKeys(TICKET_TTL_S)
+            self._secrets[name] = OneUseKeys(SECRET_TTL_S)
             redact.register(door.token, "<token>")  # never in an error an agent sees
             self._doors[name] = door
         return door
 
     def shut(self, name: str) -> None:
         door = self._doors.pop(name, None)
+        self._tickets.pop(name, None)
+        self._secrets.pop(name, None)
         if door is not None:
             redact.forget(door.token)
+
+    def novnc_url(self, name: str) -> str | None:
+        """A new noVNC link for browser `name`: a one-use ticket for our wrapper page (never the token)."""
+        door = self._doors.get(name)
+        if door is None or not self.port:
+            return None
+        return f"http://{self._host}:{self.port}/{self._tickets[name].make()}/novnc/vnc.html"
 
     def door(self, name: str) -> Door | None:
         return self._doors.get(name)
@@ -131,7 +165,11 @@ class BrowserProxy:
             return
         method, path, version = match.groups()
         token, _, rest = path[1:].partition(b"/")
-        door = self._find(token.decode("ascii", "replace")) if token else None
+        key = token.decode("ascii", "replace")
+        door = self._find(key) if token else None
+        if door is None and token:
+            await self._ticketed(key, method, rest, version, lines, reader, writer)
+            return
         if door is None:
             writer.write(FORBIDDEN)
             await writer.drain()
@@ -161,6 +199,77 @@ class BrowserProxy:
             await _pipe_both(reader, writer, up_reader, up_writer)
         finally:
             up_writer.close()
+
+    async def _ticketed(
+        self,
+        key: str,
+        method: bytes,
+        rest: bytes,
+        version: bytes,
+        lines: list[bytes],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        """A path led by a noVNC ticket or a traded secret: only the wrapper page, noVNC's public files,
+        the trade (ticket) and one websocket (secret). Nothing else, and never CDP."""
+        inner = b"/" + rest.split(b"?", 1)[0]
+        for name, door in list(self._doors.items()):
+            tickets, traded = self._tickets.get(name), self._secrets.get(name)
+            if tickets is None or traded is None:
+                continue
+            if method == b"GET" and inner == b"/novnc/websockify" and traded.redeem(key):
+                self.preauth.admitted(writer)
+                await self._upstream(
+                    door, door.novnc_socket, b"GET /websockify " + version, lines, reader, writer
+                )
+                return
+            if not tickets.valid(key):
+                continue
+            self.preauth.admitted(writer)
+            if method == b"GET" and inner == b"/novnc/vnc.html":
+                writer.write(_answer(b"text/html; charset=utf-8", WRAPPER))
+            elif method == b"POST" and inner == b"/novnc/trade" and tickets.redeem(key):
+                host = (_header(lines, b"host") or b"127.0.0.1").decode("latin-1")
+                ws = f"ws://{host}/{traded.make()}/novnc/websockify"
+                writer.write(_answer(b"application/json", json.dumps({"websocket": ws}).encode()))
+            elif method == b"GET" and _ASSET.match(inner) and door.novnc_socket is not None:
+                request = b"GET " + inner[len(b"/novnc") :] + b" " + version
+                await self._upstream(door, door.novnc_socket, request, lines, reader, writer)
+                return
+            else:
+                writer.write(FORBIDDEN)
+            await writer.drain()
+            return
+        writer.write(FORBIDDEN)
+        await writer.drain()
+
+    async def _upstream(
+        self,
+        door: Door,
+        target: str | None,
+        request: bytes,
+        lines: list[bytes],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        if target is None:
+            writer.write(FORBIDDEN)
+            return
+        try:
+            up_reader, up_writer = await open_browser_socket(target, door.container_id, HEAD_LIMIT)
+        except OSError:
+            writer.write(BAD_GATEWAY)
+            return
+        try:
+            up_writer.write(b"\r\n".join([request, *lines[1:]]) + b"\r\n\r\n")
+            await _pipe_both(reader, writer, up_reader, up_writer)
+        finally:
+            up_writer.close()
+
+
+def _answer(kind: bytes, body: bytes) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: " + kind + b"\r\nCache-Control: no-store\r\n"
+    return head + b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
 
 
 def _header(lines: list[bytes], name: bytes) -> bytes | None:

@@ -118,9 +118,8 @@ class BrowserHub:
         row["screenshotAtMs"] = None if shot is None else shot.at_ms
         if with_urls and endpoint is not None:
             row["cdpUrl"] = endpoint
-            token = endpoint.rsplit("/", 1)[1]
-            query = f"autoconnect=1&resize=scale&path={token}/novnc/websockify"
-            row["noVncUrl"] = f"{endpoint}/novnc/vnc.html?{query}" if info.no_vnc else None
+            # A one-use ticket, never the token: the link stays in the operator's browser profile.
+            row["noVncUrl"] = self.proxy.novnc_url(info.name) if info.no_vnc else None
         return row
 
     async def urls(self, agent_id: str, session_key: str) -> dict[str, Any]:

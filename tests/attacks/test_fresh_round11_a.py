@@ -242,13 +242,6 @@ async def test_class1_the_persistent_keyring_holds_the_operators_ticket_for_a_ho
 BROWSER_CONFIG = FULL + "[agents.defaults.sandbox.browser]\nenabled = true\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the browser door's token lives as long as the container and is in the noVNC/CDP URL the "
-    "operator opens (the console's `u` links): the operator's browser profile keeps it, a host run reads "
-    "it and, sharing the host's loopback, drives another agent's browser over CDP (the web console's "
-    "round 10 attack, on the door that did not get one-use keys)",
-)
 async def test_class1_the_browser_doors_url_in_the_operators_profile_opens_another_agents_browser(
     state_dir: Path,
     tmp_path: Path,
@@ -358,12 +351,6 @@ async def _runtime_socket_seen(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
     return str(result["details"].get("aggregated") or result["text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the runtime dir is private only as $XDG_RUNTIME_DIR names it: a gateway started without "
-    "it (autostarted by an MCP server, whose SDKs pass only HOME LOGNAME PATH SHELL TERM USER; cron; sudo) "
-    "leaves /run/user/UID, with the operator's session bus, systemd --user and gpg-agent, every host run's",
-)
 async def test_class1_the_runtime_dir_is_shared_when_the_gateway_has_no_xdg_runtime_dir(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -670,12 +657,6 @@ async def test_class1_a_home_socket_whose_directory_was_renamed_is_a_host_runs(s
     assert "OPERATOR-HOME-SOCKET" not in output, f"a host run used the operator's socket: {output}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the operator's git `init.templateDir` is not kept read-only (hostview keeps include.path "
-    "and core.hooksPath only): a host run plants hooks/post-checkout in a template dir outside the home, "
-    "and the operator's next `git clone` copies it into the new repository and runs it, outside any view",
-)
 async def test_class1_the_operators_git_template_dir_takes_a_host_runs_hook(state_dir: Path) -> None:
     import os
 
@@ -780,12 +761,6 @@ async def test_class1_the_operators_browser_cookies_are_a_host_runs(state_dir: P
     assert "COOKIE-SECRET-r11a" not in output, f"a host run holds the operator's web session: {output}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: host runs inherit the gateway's proxy variables whole (hostenv.INHERITED_KEYS), and a "
-    "proxy URL carries the operator's proxy credentials (`http://user:pass@proxy:3128`): every agent's "
-    "`printenv` reads them; a list of what says where things are kept a secret inside one of its values",
-)
 async def test_class1_the_gateways_proxy_credentials_are_every_host_runs(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

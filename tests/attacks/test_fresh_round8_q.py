@@ -156,10 +156,13 @@ async def test_class6_a_web_console_tab_runs_the_runner_package_an_agent_planted
                 return sock.connect_ex(("127.0.0.1", port or 0)) == 0
 
         await wait_until(listening, timeout=60)
-        async with (
-            aiohttp.ClientSession() as session,
-            session.ws_connect(url + "ws", headers={"Origin": origin}) as ws,
-        ):
+        async with aiohttp.ClientSession() as session:
+            # the tab's page trades the URL's one-use ticket for its websocket (console/web_boot.js)
+            async with session.post(url + "session", headers={"Origin": origin}) as traded:
+                assert traded.status == 200, await traded.text()
+                websocket = (await traded.json())["websocket"]
+            ws = await session.ws_connect(websocket, headers={"Origin": origin})
+
             # The tab's process started: either the console answered, or the planted code ran and exited.
             async def first() -> None:
                 while not marker.exists():
@@ -173,6 +176,7 @@ async def test_class6_a_web_console_tab_runs_the_runner_package_an_agent_planted
                         return
 
             await asyncio.wait_for(first(), 120)
+            await ws.close()
         assert not marker.exists(), "a web console tab ran the agent's runner/ package as the operator"
     finally:
         proc.terminate()

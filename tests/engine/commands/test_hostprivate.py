@@ -109,3 +109,14 @@ async def test_the_gateways_tmpdir_in_a_private_dir_is_there_in_the_agents_copy(
     run = await attempt(state_dir, "mktemp", config=FULL)
     assert run["status"] == "completed" and run["_text"].startswith(f"{tmpdir}/tmp."), run
     assert not tmpdir.exists()
+
+
+def test_the_accounts_runtime_dir_is_private_without_xdg_runtime_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    runtime = f"/run/user/{os.geteuid()}"
+    monkeypatch.setattr(os.path, "isdir", lambda p: p == runtime)
+    monkeypatch.setattr(os.path, "realpath", lambda p: p)
+    assert hostprivate.dests(None, {}) == (runtime,)
+    assert hostprivate.dests(["$XDG_RUNTIME_DIR"], {}) == (runtime,)
+    assert hostprivate.dests([], {}) == ()

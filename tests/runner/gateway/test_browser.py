@@ -95,6 +95,10 @@ async def test_the_agent_reads_a_workspace_page_and_takes_a_screenshot(browser_s
             urls = await op.request("browser.url", {"agentId": "main"})
             vnc = await asyncio.to_thread(get, urls["noVncUrl"].split("?")[0])
             assert b"noVNC" in vnc
+            page = urls["noVncUrl"].split("?")[0]  # the wrapper's module, from the container's noVNC
+            assert b"export default class RFB" in await asyncio.to_thread(
+                get, page.rsplit("/", 1)[0] + "/core/rfb.js"
+            )
             assert b"RFB 003.008" in await vnc_banner(
                 urls["cdpUrl"]
             )  # the VNC server itself, through the door

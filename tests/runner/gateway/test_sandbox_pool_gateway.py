@@ -1,4 +1,4 @@
-"""The gateway keeps the sandbox pool: filled at start, claimed by a new agent's first exec, adopted after a
+"""The gateway keeps the sandbox pool: filled at start, claimed by its agent's first exec, adopted after a
 restart of the gateway."""
 
 from __future__ import annotations
@@ -39,17 +39,20 @@ def spares() -> list[str]:
     return sorted(n for n in names if is_pool_name(n))
 
 
-async def test_a_new_agents_first_exec_claims_a_spare_and_a_restart_adopts_the_refill(
+async def test_an_agents_first_exec_claims_its_spare_and_a_restart_adopts_the_refill(
     state_dir: Path, labelled: None
 ) -> None:
+    """Spares are per owner (a claim cannot move a container's cgroups): each sandboxed agent the config
+    names (main, and the listed one) has its own, made at start; an agent's first exec claims its own."""
+    agent_id = "g" + secrets.token_hex(4)
     write_config(
         state_dir,
         '[tools.exec]\nhost = "sandbox"\nsecurity = "full"\nask = "off"\n'
-        f'[agents.defaults.sandbox]\nmode = "all"\n[agents.defaults.sandbox.docker]\nimage = "{IMAGE}"\n',
+        f'[agents.defaults.sandbox]\nmode = "all"\n[agents.defaults.sandbox.docker]\nimage = "{IMAGE}"\n'
+        f'[[agents.list]]\nid = "{agent_id}"\n',
     )
-    agent_id = "g" + secrets.token_hex(4)
     async with gateway(state_dir):
-        first = await wait_until(ready)  # made at start, off the start path
+        first = set(await wait_until(lambda: ready() if len(ready()) >= 2 else None))  # main's and its
         client = await connect(state_dir, "agent")
         try:
             res = await client.request(
@@ -62,21 +65,23 @@ async def test_a_new_agents_first_exec_claims_a_spare_and_a_restart_adopts_the_r
             assert row["configMatch"]
             assert not any(is_pool_name(r["containerName"]) for r in listed["containers"])  # spares hidden
             info = docker_ops.client().api.inspect_container(row["containerName"])
-            assert docker_ops.POOL_LABEL in info["Config"]["Labels"]  # the spare became the agent's
-            assert first[0] not in spares()
-            refill = await wait_until(lambda: [n for n in ready() if n not in first])
+            assert docker_ops.POOL_LABEL in info["Config"]["Labels"]  # its spare became the agent's
+            assert len(first - set(spares())) == 1  # one spare claimed: main's is still there
+            refill = sorted(await wait_until(lambda: [n for n in ready() if n not in first]))
         finally:
             await client.close()
-    assert spares() == refill  # a stopped gateway leaves its spares for the next one
+    kept = spares()
+    assert set(refill) <= set(kept) and len(kept) == 2  # a stopped gateway leaves its spares for the next
     async with gateway(state_dir):
-        await wait_until(lambda: ready() == refill)  # adopted, not replaced
+        await wait_until(lambda: sorted(ready()) == kept)  # adopted, not replaced
         client = await connect(state_dir, "agent")
         try:
-            other = "h" + secrets.token_hex(4)
             res = await client.request(
-                "exec", {"command": "ls -A", "agentId": other, "sessionKey": f"agent:{other}:main"}
+                "exec", {"command": "ls -A", "agentId": "main", "sessionKey": "agent:main:main"}
             )
             assert res["details"]["status"] == "completed" and res["text"].strip() in ("", "(no output)"), res
-            await wait_until(lambda: refill[0] not in spares())  # the adopted spare served the new agent
+            # the adopted spare of main's served main; its own stays for the listed agent
+            await wait_until(lambda: len(set(kept) - set(spares())) == 1)
+            assert set(refill) <= set(spares())
         finally:
             await client.close()
