@@ -73,6 +73,10 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -289,6 +293,39 @@ static void own_session_keyring(void) {
     if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS) die("keyctl join");
 }
 
+/* keyctl(KEYCTL_GET_PERSISTENT) hands the caller the account's persistent keyring (where a Kerberos KEYRING:
+   ccache lives), whatever its session keyring is (fresh round 11 a): refused with EPERM by a seccomp filter
+   installed after the fresh session keyring is joined; every other syscall, and keyctl's other operations,
+   are allowed. A syscall of another architecture (x32, i386 on x86-64) is refused outright. */
+#define KEYCTL_GET_PERSISTENT 22
+#if defined(__x86_64__)
+#define HOST_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define HOST_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+static void refuse_persistent_keyring(void) {
+#ifdef HOST_AUDIT_ARCH
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, HOST_AUDIT_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+#if defined(__x86_64__)
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+#endif
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_keyctl, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, KEYCTL_GET_PERSISTENT, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0) die("seccomp");
+#endif
+}
+
 /* The command's last step: its cwd is the decided directory (`want`, NULL: no check), the terminal's
    signals are its own again; then ARGV. */
 static void run_checked(const struct stat *want, char **command) {
@@ -300,6 +337,7 @@ static void run_checked(const struct stat *want, char **command) {
         }
     }
     own_session_keyring();
+    refuse_persistent_keyring();
     scope_abstract_sockets();
     terminal_signals(SIG_DFL);
     sigset_t none;

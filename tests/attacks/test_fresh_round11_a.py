@@ -205,12 +205,6 @@ _PROBE = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a host run's fresh session keyring leaves the account's persistent keyring "
-    "(keyctl GET_PERSISTENT, krb5's default KEYRING:persistent:%{uid} ccache on Fedora/RHEL) in reach: "
-    "a root gateway's runs have no user namespace of their own, so they read the operator's ticket",
-)
 async def test_class1_the_persistent_keyring_holds_the_operators_ticket_for_a_host_run(
     state_dir: Path,
 ) -> None:

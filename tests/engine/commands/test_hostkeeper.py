@@ -4,7 +4,9 @@ state dir's keeper never serves another."""
 
 from __future__ import annotations
 
+import errno
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -349,3 +351,18 @@ def test_a_cwd_in_a_covered_workspace_root_is_refused(state_dir: Path, tmp_path:
     # a missing root is made (0700) before the view covers it: none can be planted as a link first
     assert "--tmpfs" in hostview.view_args(str(state_dir), outside=outside) and root.is_dir()
     assert root.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="keyctl syscall numbers of x86_64")
+def test_a_host_run_is_refused_the_persistent_keyring_and_keeps_its_other_keyctls(tmp_path: Path) -> None:
+    """keyctl(GET_PERSISTENT) is refused EPERM by hostenter's seccomp filter; keyctl(GET_KEYRING_ID) of the
+    run's own session keyring still answers (the filter refuses one operation, not the syscall)."""
+    script = (
+        "import ctypes, os; c = ctypes.CDLL(None, use_errno=True)\n"
+        "r = c.syscall(250, 22, -1, -3); print('persistent', r, ctypes.get_errno())\n"
+        "print('session', c.syscall(250, 0, -3, 0) > 0)\n"
+    )
+    done = _run(f"exec python3 -c {shlex.quote(script)}", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"persistent -1 {errno.EPERM}" in done.stdout
+    assert "session True" in done.stdout
