@@ -180,11 +180,14 @@ def no_private_mounts_left(tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 def _abandoned(point: str) -> bool:
-    """A private mount whose state dir its test removed (a root of its own, rmtree'd): nothing but the
-    mounts is left there. A parallel suite's state dir in use holds its config and the gateway's files."""
+    """A private mount whose test removed its root (rmtree'd): nothing but the mounts is left there, in the
+    state dir nor beside it. A parallel suite's root in use holds its home, its /tmp stand-in, its config
+    (even before its gateway writes anything into the state dir)."""
     state = os.path.dirname(os.path.dirname(point))
     try:
-        return os.listdir(state) == ["hostprivate"]
+        return os.listdir(state) == ["hostprivate"] and os.listdir(os.path.dirname(state)) == [
+            os.path.basename(state)
+        ]
     except OSError:
         return False
 
