@@ -18,6 +18,10 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+# What makes a session's spool Room (engine.sessions.diskroom.Room); host_main sets it, the gateway's
+# imports of the wire format leave it None.
+ROOM: Any = None
+
 VERSION = 1
 # The words a run in the gateway's host view starts with (engine.commands.hostview's head; stdlib only
 # here, so the same two words, kept equal by a test): bwrap reports a command killed by SIGINT/SIGQUIT as
@@ -154,6 +158,7 @@ class Session:
         "pid",
         "popen",
         "pty",
+        "room",
         "sent",
         "shut_pending",
         "sid",
@@ -182,6 +187,9 @@ class Session:
         self.spool_size = 0
         self.spool_cap = spool_cap
         self.capped = False
+        # The spool's share of the state dir's filesystem (engine.sessions.diskroom.Room, set by host_main):
+        # a flood stops short of the reserve kept for the gateway's records, as the gateway's own logs do.
+        self.room: Any = ROOM() if ROOM is not None else None
         # Past the spool cap with the gateway attached but behind: its output is not read until the gateway
         # catches up (the command waits on its pipe), rather than dropped.
         self.paused = False
@@ -268,6 +276,8 @@ class SessionIO:
         )
         if not s.capped and s.spool_size + size > s.spool_cap:
             s.capped = True  # the gateway keeps its own capped log; beyond this only live frames go
+        if not s.capped and s.room is not None and not s.room.take(self._spool_fd(s), size):
+            s.capped = True  # the disk's reserve reached: likewise (the gateway's log keeps it too)
         if not s.capped:
             os.write(self._spool_fd(s), SPOOL_HEADER.pack(stream, len(data)) + data)
             s.spool_size += size

@@ -2,7 +2,7 @@
 gateway (issue 20) while a command costs a fork/exec, not a Python start (issue 19).
 
 Run as a script (`python -I -S host_main.py <holders dir>`, stdlib only: it imports nothing from a tree
-anyone else could write; host_io.py and host_spawn.py, next to it, are loaded by path). It takes
+anyone else could write; host_io.py, host_spawn.py and diskroom.py, next to it, are loaded by path). It takes
 `host.lock` (one host per dir), detaches (setsid: a SIGKILL or restart of the gateway is not its end),
 listens on `host.sock` (0600 in the 0700 dir, same-uid peers only) and serves one gateway at a time
 over one multiplexed connection. For each command it starts (fork/exec, own session and process group,
@@ -44,8 +44,8 @@ from collections.abc import Callable
 from typing import Any
 
 if __package__:  # imported (tests, type checks)
+    from engine.sessions import diskroom, host_spawn
     from engine.sessions import host_io as hio
-    from engine.sessions import host_spawn
 else:  # run as a script, isolated (-I: no sys.path entry for our dir): the sibling files, by their paths
     import importlib.util
 
@@ -60,6 +60,9 @@ else:  # run as a script, isolated (-I: no sys.path entry for our dir): the sibl
 
     hio = _sibling("host_io")  # the wire and spool format, shared with the gateway, and per-session I/O
     host_spawn = _sibling("host_spawn")
+    diskroom = _sibling("diskroom")  # the reserve the spools leave on the state dir's filesystem
+
+hio.ROOM = diskroom.Room
 
 LOCK_NAME = "host.lock"
 MAX_PAYLOAD = 16 * 1024 * 1024
