@@ -83,9 +83,11 @@ async def test_chaos_nothing_is_lost(state_dir: Path, tmp_path: Path) -> None:
                     "exec",
                     {"command": script, "agentId": "ops", "background": True, "workdir": str(work)},
                 )
+                assert res["details"]["status"] == "running", res  # (a failed start is not a session)
                 sessions[res["details"]["sessionId"]] = {"i": step, "stopped": False, "killed": False}
             elif op == "cat" and len(cats) < 3:
                 res = await _req(state_dir, "exec", {"command": "cat", "agentId": "ops", "background": True})
+                assert res["details"]["status"] == "running", res
                 cats.append(res["details"]["sessionId"])
                 sessions[cats[-1]] = {"i": step, "stopped": False, "killed": False, "writes": []}
             elif op == "write" and cats:
