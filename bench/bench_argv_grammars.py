@@ -7,33 +7,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import ratio, record
+from bench.table import per_call_us, ratio, record
 from engine.commands.analysis import analyze_command
 from engine.commands.expansion import expand
 from engine.commands.makefiles import parse_make
 from engine.commands.pinned import folded_config
 from engine.commands.pipargs import parse_pip
 from engine.commands.treecode import findings_for
-
-
-def per_call_us(fn: Callable[[], object], calls: int, rounds: int) -> float:
-    """Median over `rounds` of the µs one call takes, timed over `calls` calls."""
-    out = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        out.append((time.perf_counter() - start) * 1e6 / calls)
-    return statistics.median(out)
 
 
 def main() -> None:

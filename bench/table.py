@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROWS_ENV = "EXECHOST_BENCH_ROWS"
@@ -38,3 +41,14 @@ def render(path: Path) -> str:
 
 if __name__ == "__main__":
     print(render(Path(sys.argv[1])))
+
+
+def per_call_us(fn: Callable[[], object], calls: int, rounds: int) -> float:
+    """Median over `rounds` of the µs one call takes, timed over `calls` calls."""
+    out = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - start) * 1e6 / calls)
+    return statistics.median(out)
