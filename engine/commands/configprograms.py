@@ -40,6 +40,9 @@ _PATH = re.compile(r"""(?:^|(?<=[\s'"=;|&(<>!`]))(~?/[^\s'";|&()<>`$%]+)""")
 
 # (file, its bytes) -> the paths its command-valued keys name
 _GIT: dict[tuple[str, bytes], tuple[str, ...]] = {}
+# (path, bytes) -> git's `--list` of them, for git_paths: read again only when a file's bytes change (every
+# host view asks; a git per config file per run otherwise)
+_LISTED: dict[tuple[str, bytes], bytes] = {}
 
 
 def paths_in(command: str, home: str) -> list[str]:
@@ -76,7 +79,7 @@ def git_known(files: list[str]) -> bool:
     """Whether git_programs can answer from its cache (no git to run): every file read, none changed."""
     for path in files:
         data = _read(path)
-        if data is not None and (path, data) not in _GIT:
+        if data is not None and ((path, data) not in _GIT or (path, data) not in _LISTED):
             return False
     return True
 
@@ -132,6 +135,7 @@ def _git_file(path: str, home: str) -> tuple[str, ...]:
     if len(_GIT) > 256:
         _GIT.clear()
     _GIT[(path, data)] = result
+    _listed(path, data, home)  # what git_paths reads of the same bytes, so git_known answers for both
     return result
 
 
@@ -241,8 +245,7 @@ def git_paths(files: list[str], home: str, keep_out: tuple[str, ...] = ()) -> li
     found: list[str] = []
     for path in files:
         data = _read(path)
-        out = git_config_of(data, home, "--list") if data is not None else None
-        for record in (out or b"").split(b"\0"):
+        for record in (_listed(path, data, home) if data is not None else b"").split(b"\0"):
             key, sep, raw = record.partition(b"\n")
             if not sep or key.lower() in _GIT_COMPARED:
                 continue
@@ -258,6 +261,16 @@ def git_paths(files: list[str], home: str, keep_out: tuple[str, ...] = ()) -> li
                 continue
             found.append(value)
     return list(dict.fromkeys(found))
+
+
+def _listed(path: str, data: bytes, home: str) -> bytes:
+    cached = _LISTED.get((path, data))
+    if cached is None:
+        cached = git_config_of(data, home, "--list") or b""
+        if len(_LISTED) > 256:
+            _LISTED.clear()
+        _LISTED[(path, data)] = cached
+    return cached
 
 
 def _too_wide(path: str, held: tuple[str, ...]) -> bool:
